@@ -1,0 +1,194 @@
+// Shared numeric helpers of the NVFP4 device kernels. Every function implements one rule of SPEC.md; the
+// section is named next to it. All fp32 arithmetic is IEEE round-to-nearest-even with no FMA contraction:
+// the products and sums that matter go through __fmul_rn / __fadd_rn / __fdiv_rn explicitly (and the build
+// passes --fmad=false as a second guard).
+#pragma once
+
+#include <cstdint>
+#include <cfloat>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace nvfp4 {
+
+constexpr float kFltMax = FLT_MAX;
+// SPEC 5.2: the fp32 constant 1.0f/6.0f (0x3E2AAAAB).
+constexpr float kOneSixth = 1.0f / 6.0f;
+// SPEC 11: fp32(1/2688) = 0x1.86186p-12f.
+constexpr float kInv2688 = 0x1.86186p-12f;
+
+enum Rule : int { kRuleTE = 0, kRuleTEFusedRHT = 1 };
+
+// ---------------------------------------------------------------------------------------------------------
+// Element loads: every input dtype to fp32 (exact).
+// ---------------------------------------------------------------------------------------------------------
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+
+// NaN-ignoring max of two non-negative candidates (SPEC 4.1: fmaxf drops a NaN operand).
+__device__ __forceinline__ float nanmax(float a, float b) { return fmaxf(a, b); }
+
+// ---------------------------------------------------------------------------------------------------------
+// SPEC 3.1: fp32 -> E2M1, round to nearest even, saturating. NaN -> 0x7, sign kept on zero / underflow.
+// ---------------------------------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t e2m1_rn(float y) {
+  if (isnan(y)) return 0x7u;
+  const float a = fabsf(y);
+  // At a tie the even index wins, so the comparison is strict where the lower neighbour is even.
+  uint32_t idx = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) + (a > 5.0f);
+  return idx | (signbit(y) ? 0x8u : 0u);
+}
+
+// SPEC 3.4: stochastic rounding of y with the random byte u8.
+__device__ __forceinline__ uint32_t e2m1_sr(float y, uint32_t u8) {
+  if (isnan(y)) return 0x7u;
+  const float a = fabsf(y);
+  const float step_a = a < 2.0f ? 0.5f : (a < 4.0f ? 1.0f : 2.0f);
+  // (u8/256)*step is exact (power-of-two scalings of an 8-bit integer); the sum rounds once (RN).
+  const float j = __fadd_rn(a, __fmul_rn(__fmul_rn((float)u8, 0.00390625f), step_a));
+  const float step_j = j < 2.0f ? 0.5f : (j < 4.0f ? 1.0f : 2.0f);
+  float q = __fmul_rn(floorf(__fdiv_rn(j, step_j)), step_j);
+  q = fminf(q, 6.0f);
+  return e2m1_rn(q) | (signbit(y) ? 0x8u : 0u);
+}
+
+// SPEC 2.1: E2M1 code -> value. Twice the magnitudes (0,1,2,3,4,6,8,12) packed as nibbles (no local array).
+__device__ __forceinline__ float e2m1_value(uint32_t code) {
+  const float v = __fmul_rn((float)((0xC8643210u >> ((code & 7u) * 4u)) & 0xFu), 0.5f);
+  return (code & 8u) ? -v : v;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// SPEC 3.2: fp32 -> E4M3 ("fn"), RNE, satfinite. |x| > 448 or Inf -> 448 with sign; NaN -> 0x7F; -0 -> 0x80.
+// Integer implementation (bit-exact by construction, no dependence on the cvt instruction).
+// ---------------------------------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t e4m3_rn_sat(float x) {
+  if (isnan(x)) return 0x7Fu;
+  const uint32_t sign = signbit(x) ? 0x80u : 0u;
+  const float a = fabsf(x);
+  if (a > 448.0f) return sign | 0x7Eu;
+  uint32_t code;
+  if (a < 0.015625f) {  // below 2^-6: subnormal grid of quantum 2^-9; a*2^9 is exact, rintf is RNE
+    code = (uint32_t)rintf(__fmul_rn(a, 512.0f));  // 0..8 (8 == smallest normal 0x08, consistent)
+  } else {
+    const uint32_t bits = __float_as_uint(a);
+    const uint32_t e = (bits >> 23) - 127u + 7u;  // biased E4M3 exponent, 1..15
+    const uint32_t m = bits & 0x7FFFFFu;
+    code = (e << 3) | (m >> 20);
+    const uint32_t rem = m & 0xFFFFFu;
+    // round the 20 dropped mantissa bits to nearest even; a carry ripples into the exponent field
+    if (rem > 0x80000u || (rem == 0x80000u && (code & 1u))) code += 1u;
+  }
+  return sign | code;
+}
+
+// SPEC 2.2: E4M3 byte -> fp32 (0x7F / 0xFF -> NaN).
+__device__ __forceinline__ float e4m3_value(uint32_t b) {
+  const uint32_t e = (b >> 3) & 0xFu, m = b & 7u;
+  float v;
+  if ((b & 0x7Fu) == 0x7Fu) {
+    v = __uint_as_float(0x7FC00000u);
+  } else if (e == 0) {
+    v = __fmul_rn((float)m, 0.001953125f);  // m * 2^-9, exact
+  } else {
+    v = __uint_as_float(((e + 120u) << 23) | (m << 20));  // (1 + m/8) * 2^(e-7)
+  }
+  return (b & 0x80u) ? -v : v;
+}
+
+// SPEC 3.3: fp32 -> bf16 -> fp32 (RNE; NaN stays NaN).
+__device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+// ---------------------------------------------------------------------------------------------------------
+// SPEC 5.1 / 5.3: the per-tensor encode scale S_enc from amax.
+// ---------------------------------------------------------------------------------------------------------
+__device__ __forceinline__ float s_enc_from_amax(float amax, int rule) {
+  if (rule == kRuleTEFusedRHT) {  // SPEC 5.3
+    if (!(amax > 0.0f)) return 1.0f;
+    const float s = __fdiv_rn(2688.0f, amax);
+    return isnan(s) ? s : fminf(s, kFltMax);  // NaN-propagating min
+  }
+  float s = fminf(__fdiv_rn(2688.0f, amax), kFltMax);  // SPEC 5.1 (fminf drops a NaN quotient)
+  if (amax == 0.0f || s == 0.0f) s = 1.0f;
+  return s;
+}
+
+// Per-plane constants derived from S_enc (SPEC 5.1, 5.2).
+struct PlaneScale {
+  float s_enc_6;  // S_enc * (1/6), formed first (SPEC 5.2)
+  float s_dec;    // 1 / S_enc, correctly rounded (SPEC 5.1)
+};
+
+__device__ __forceinline__ PlaneScale make_plane_scale(float amax, int rule) {
+  const float s = s_enc_from_amax(amax, rule);
+  return PlaneScale{__fmul_rn(s, kOneSixth), __fdiv_rn(1.0f, s)};
+}
+
+// SPEC 5.2: block max b -> (scale byte, encode multiplier m).
+__device__ __forceinline__ uint32_t block_scale_byte(float b, const PlaneScale& ps) {
+  return e4m3_rn_sat(fminf(__fmul_rn(b, ps.s_enc_6), kFltMax));
+}
+__device__ __forceinline__ float block_multiplier(uint32_t scale_byte, const PlaneScale& ps) {
+  return fminf(__fdiv_rn(1.0f, __fmul_rn(e4m3_value(scale_byte), ps.s_dec)), kFltMax);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// SPEC 7: the 16-point RHT of one block, in place: sign flip, 4 butterfly stages (h = 1, 2, 4, 8), * 0.25,
+// round to bf16.
+// ---------------------------------------------------------------------------------------------------------
+__device__ __forceinline__ void rht16(float (&v)[16], uint32_t signs) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) v[i] = ((signs >> i) & 1u) ? -v[i] : v[i];  // exact sign flip (x * -1)
+#pragma unroll
+  for (int h = 1; h < 16; h <<= 1) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      if ((i & h) == 0) {
+        const float a = v[i], b = v[i + h];
+        v[i] = __fadd_rn(a, b);
+        v[i + h] = __fsub_rn(a, b);
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 16; ++i) v[i] = round_bf16(__fmul_rn(v[i], 0.25f));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// SPEC 10: Philox4x32-10 (Random123 / curand constants).
+// ---------------------------------------------------------------------------------------------------------
+struct Philox4 {
+  uint32_t x[4];
+};
+
+__device__ __forceinline__ Philox4 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0,
+                                                 uint32_t k1) {
+#pragma unroll
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {  // key schedule: bump before every round but the first
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    const uint32_t lo0 = 0xD2511F53u * c0, hi0 = __umulhi(0xD2511F53u, c0);
+    const uint32_t lo1 = 0xCD9E8D57u * c2, hi1 = __umulhi(0xCD9E8D57u, c2);
+    const uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+    c0 = n0;
+    c1 = lo1;
+    c2 = n2;
+    c3 = lo0;
+  }
+  return Philox4{{c0, c1, c2, c3}};
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// SPEC 8.2: byte offset of compact scale (r, c) in the swizzled 128x4 layout; cp4 = roundup(C, 4) / 4.
+// ---------------------------------------------------------------------------------------------------------
+__device__ __forceinline__ int64_t swizzle_offset(int64_t r, int64_t c, int64_t cp4) {
+  return (((r >> 7) * cp4 + (c >> 2)) * 32 + (r & 31)) * 16 + ((r & 127) >> 5) * 4 + (c & 3);
+}
+
+__host__ __device__ __forceinline__ int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+__host__ __device__ __forceinline__ int64_t ceil_div(int64_t n, int64_t m) { return (n + m - 1) / m; }
+
+}  // namespace nvfp4

@@ -1,0 +1,76 @@
+// Tile -> group resolution and per-group buffer offsets (SPEC 6, 8, 9).
+//
+// Both the amax and the quantize kernels cut X into tiles of kTileM (=128) rows by one tile width of columns.
+// A tile never straddles two groups: group g owns ceil(m_g/128) row tiles, and the prefix sum of those counts
+// (offset table row kOffTiles) maps a row-tile index back to its group by binary search. For a single tensor
+// the table is absent (offs == nullptr) and the one group is the whole tensor.
+#pragma once
+
+#include <cstdint>
+
+#include "nvfp4_common.cuh"
+
+namespace nvfp4 {
+
+constexpr int kTileM = 128;  // rows (tokens) per tile; also the swizzle row-block, so padding stays in-tile
+
+// Rows of the device offset table, each int64 [E+1] with a leading 0 (SPEC 9).
+enum OffsetRow : int {
+  kOffRows = 0,      // first row of each group (prefix sum of the splits)
+  kOffTiles = 1,     // first row tile of each group (prefix sum of ceil(m_g/128))
+  kOffRowData = 2,   // rowwise data bytes, m_g*K/2
+  kOffRowScale = 3,  // rowwise scales, roundup(m_g,128)*roundup(K/16,4)
+  kOffColData = 4,   // columnwise data bytes, K*roundup(m_g,16)/2
+  kOffColScale = 5,  // columnwise scales, roundup(K,128)*roundup(ceil(m_g/16),4)
+  kNumOffRows = 6
+};
+
+// Where one group lives; everything a tile needs to address its group's planes.
+struct GroupView {
+  int g;                // group index (0 for a single tensor)
+  int64_t m;            // rows of this group (m_g)
+  int64_t row0;         // first row of the group inside X
+  int64_t m0;           // first group-local row of this tile
+  int64_t row_data;     // byte offsets of the group's regions in the flat buffers
+  int64_t row_scale;
+  int64_t col_data;
+  int64_t col_scale;
+};
+
+// Resolve row tile `rt` to its group. Returns false when the tile lies past the last group (worst-case grid).
+__device__ __forceinline__ bool resolve_tile(const int64_t* __restrict__ offs, int E, int64_t M, int64_t rt,
+                                             GroupView& v) {
+  if (offs == nullptr) {
+    v = GroupView{0, M, 0, rt * kTileM, 0, 0, 0, 0};
+    return rt * kTileM < M;
+  }
+  const int64_t* toff = offs + (int64_t)kOffTiles * (E + 1);
+  if (rt >= toff[E]) return false;
+  // Largest g with toff[g] <= rt: empty groups share their start with the next group and are skipped.
+  int lo = 0, hi = E;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (toff[mid] <= rt) lo = mid; else hi = mid;
+  }
+  const int64_t* roff = offs + (int64_t)kOffRows * (E + 1);
+  v.g = lo;
+  v.row0 = roff[lo];
+  v.m = roff[lo + 1] - roff[lo];
+  v.m0 = (rt - toff[lo]) * kTileM;
+  v.row_data = offs[(int64_t)kOffRowData * (E + 1) + lo];
+  v.row_scale = offs[(int64_t)kOffRowScale * (E + 1) + lo];
+  v.col_data = offs[(int64_t)kOffColData * (E + 1) + lo];
+  v.col_scale = offs[(int64_t)kOffColScale * (E + 1) + lo];
+  return true;
+}
+
+// Input tile geometry per element type: a tile row is 256 bytes = 16 chunks of 16 bytes.
+template <typename T>
+struct TileGeom {
+  static constexpr int kChunkElems = 16 / (int)sizeof(T);      // elements per 16-byte chunk (8 or 4)
+  static constexpr int kTileK = 16 * kChunkElems;              // columns per tile (128 or 64)
+  static constexpr int kLanesPerBlock = 16 / kChunkElems;      // lanes sharing one 16-block (2 or 4)
+  static constexpr int kBlocksPerRow = kTileK / 16;            // 16-blocks per tile row (8 or 4)
+};
+
+}  // namespace nvfp4

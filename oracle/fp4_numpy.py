@@ -1,0 +1,183 @@
+"""Bit-exact NumPy codecs for the NVFP4 element and scale formats.
+
+Every function here implements one rule of SPEC.md section 2 and 3; the section is named in each docstring.
+All inputs are converted to float32 first (exact for float16 / bfloat16 / float32 inputs).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = [
+    "E2M1_VALUES",
+    "E4M3_MAX",
+    "bf16_bits_to_f32",
+    "decode_e2m1",
+    "decode_e4m3",
+    "encode_e2m1",
+    "encode_e4m3",
+    "f32_to_bf16_bits",
+    "pack_fp4",
+    "round_to_bf16",
+    "unpack_fp4",
+]
+
+#: SPEC 2.1: the value of each 4-bit E2M1 code (code = sign << 3 | index).
+E2M1_VALUES = np.array(
+    [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0],
+    dtype=np.float32,
+)
+#: SPEC 2.2: largest finite E4M3 ("fn") value.
+E4M3_MAX = np.float32(448.0)
+
+
+def _as_f32(x) -> np.ndarray:
+    """Convert float32/float16/bfloat16 (or Python floats) to float32; exact for those dtypes."""
+    arr = np.asarray(x)
+    if arr.dtype == np.float32:
+        return arr
+    if arr.dtype.kind not in "fiu" and arr.dtype.name != "bfloat16":
+        raise TypeError(f"expected a floating-point array, got dtype {arr.dtype}")
+    if arr.dtype == np.float64:
+        # Python floats / float64 are rounded to float32 once (RNE); callers that need exactness pass float32.
+        return arr.astype(np.float32)
+    return arr.astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# E2M1 (SPEC 2.1, 3.1)
+# ---------------------------------------------------------------------------------------------------------------
+
+def encode_e2m1(x_f32) -> np.ndarray:
+    """fp32 -> E2M1 code, round to nearest even, saturating (SPEC 3.1; PTX cvt.rn.satfinite.e2m1x2.f32).
+
+    |x| > 6 and +-Inf saturate to +-6, NaN -> +6 (0x7), the sign is kept on zero and on underflow.
+    Returns uint8 codes in 0..15 (one code per element, unpacked).
+    """
+    x = _as_f32(x_f32)
+    a = np.abs(x)
+    # Index of the nearest E2M1 magnitude. At a tie the even index (mantissa bit 0) wins, so the comparison
+    # is strict (>) where the lower neighbour is even and inclusive (>=) where the upper one is.
+    idx = (
+        (a > 0.25).astype(np.uint8)
+        + (a >= 0.75)
+        + (a > 1.25)
+        + (a >= 1.75)
+        + (a > 2.5)
+        + (a >= 3.5)
+        + (a > 5.0)
+    ).astype(np.uint8)
+    nan = np.isnan(x)
+    sign = np.signbit(x) & ~nan
+    idx = np.where(nan, np.uint8(7), idx)
+    return (idx | (sign.astype(np.uint8) << 3)).astype(np.uint8)
+
+
+def decode_e2m1(codes) -> np.ndarray:
+    """E2M1 code (low 4 bits of each uint8) -> float32 value (SPEC 2.1)."""
+    c = np.asarray(codes)
+    if c.dtype.kind not in "ui":
+        raise TypeError(f"E2M1 codes must be an integer array, got {c.dtype}")
+    return E2M1_VALUES[c.astype(np.uint8) & 0x0F]
+
+
+def pack_fp4(codes) -> np.ndarray:
+    """Pack E2M1 codes two per byte along the last axis (SPEC 2.3).
+
+    Element 2i goes to the LOW nibble of byte i and element 2i+1 to the HIGH nibble. An odd last
+    dimension is padded with a zero nibble. Returns uint8 of shape [..., ceil(n/2)].
+    """
+    c = np.asarray(codes)
+    if c.dtype.kind not in "ui":
+        raise TypeError(f"E2M1 codes must be an integer array, got {c.dtype}")
+    c = c.astype(np.uint8) & 0x0F
+    n = c.shape[-1] if c.ndim else 1
+    if n % 2:
+        c = np.concatenate([c, np.zeros(c.shape[:-1] + (1,), np.uint8)], axis=-1)
+    return (c[..., 0::2] | (c[..., 1::2] << 4)).astype(np.uint8)
+
+
+def unpack_fp4(packed, n: int) -> np.ndarray:
+    """Inverse of :func:`pack_fp4`: uint8 [..., ceil(n/2)] -> codes [..., n] (SPEC 2.3)."""
+    p = np.asarray(packed)
+    if p.dtype != np.uint8:
+        raise TypeError(f"packed FP4 data must be uint8, got {p.dtype}")
+    if p.shape[-1] != (n + 1) // 2:
+        raise ValueError(f"packed last dimension {p.shape[-1]} does not hold {n} codes")
+    out = np.empty(p.shape[:-1] + (2 * p.shape[-1],), np.uint8)
+    out[..., 0::2] = p & 0x0F
+    out[..., 1::2] = p >> 4
+    return out[..., :n]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# E4M3 (SPEC 2.2, 3.2)
+# ---------------------------------------------------------------------------------------------------------------
+
+def _e4m3_table() -> np.ndarray:
+    b = np.arange(256, dtype=np.int32)
+    sign = np.where(b & 0x80, -1.0, 1.0)
+    e = (b >> 3) & 0xF
+    m = b & 0x7
+    mag = np.where(e == 0, m * 2.0**-9, (1.0 + m / 8.0) * np.exp2(e - 7.0))
+    val = (sign * mag).astype(np.float32)
+    val[(b & 0x7F) == 0x7F] = np.nan
+    return val
+
+
+_E4M3_TABLE = _e4m3_table()
+
+
+def decode_e4m3(u8) -> np.ndarray:
+    """E4M3 ("fn") byte -> float32 (SPEC 2.2). 0x7F / 0xFF decode to NaN; there is no Inf."""
+    b = np.asarray(u8)
+    if b.dtype != np.uint8:
+        raise TypeError(f"E4M3 bytes must be uint8, got {b.dtype}")
+    return _E4M3_TABLE[b]
+
+
+def encode_e4m3(x_f32) -> np.ndarray:
+    """fp32 -> E4M3 byte, round to nearest even, saturating to +-448 (SPEC 3.2; __NV_SATFINITE).
+
+    +-Inf -> +-448, NaN -> 0x7F, -0.0 -> 0x80. Subnormals have quantum 2**-9; |x| <= 2**-10 -> (signed) 0.
+    """
+    x = _as_f32(x_f32)
+    nan = np.isnan(x)
+    sign = np.signbit(x) & ~nan
+    a = np.minimum(np.abs(np.where(nan, np.float32(0), x)), E4M3_MAX)
+    _, e = np.frexp(a)  # a = f * 2**e with f in [0.5, 1): unbiased exponent of a is e - 1
+    exp = np.maximum(e.astype(np.int32) - 1, -6)  # normal exponents start at -6; below that the quantum is fixed
+    q = np.ldexp(np.rint(np.ldexp(a, 3 - exp)), exp - 3)  # RNE onto the grid of 3 fraction bits (exact ops)
+    q = np.minimum(q, E4M3_MAX)  # cannot round past 448: 448 is on the grid and inputs were clamped
+    _, e2 = np.frexp(q)
+    qexp = e2.astype(np.int32) - 1
+    normal = q >= np.float32(2.0**-6)
+    field_e = np.where(normal, qexp + 7, 0)
+    frac = np.where(normal, np.ldexp(q, 3 - qexp) - 8.0, np.ldexp(q, 9))
+    code = (field_e << 3) | frac.astype(np.int32)
+    code = code.astype(np.uint8) | (sign.astype(np.uint8) << 7)
+    return np.where(nan, np.uint8(0x7F), code).astype(np.uint8)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# bfloat16 (SPEC 3.3)
+# ---------------------------------------------------------------------------------------------------------------
+
+def f32_to_bf16_bits(x_f32) -> np.ndarray:
+    """fp32 -> bfloat16 bit pattern (uint16), round to nearest even; NaN -> 0x7FC0 | sign (SPEC 3.3)."""
+    x = _as_f32(x_f32)
+    bits = x.view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    nan_bits = (((bits >> 16) & 0x8000) | 0x7FC0).astype(np.uint16)
+    return np.where(np.isnan(x), nan_bits, rounded).astype(np.uint16)
+
+
+def bf16_bits_to_f32(bits) -> np.ndarray:
+    """bfloat16 bit pattern (uint16) -> float32 (exact)."""
+    b = np.asarray(bits, dtype=np.uint16)
+    return (b.astype(np.uint32) << 16).view(np.float32)
+
+
+def round_to_bf16(x_f32) -> np.ndarray:
+    """Round fp32 to the nearest bfloat16 value (RNE), returned as float32 (SPEC 3.3)."""
+    return bf16_bits_to_f32(f32_to_bf16_bits(x_f32))

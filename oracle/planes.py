@@ -1,0 +1,119 @@
+"""Result containers of the oracle: one quantized plane, a tensor with its planes, a grouped tensor.
+
+These are plain NumPy containers; the device API converts its CUDA results into the same classes
+(`.to_oracle()`), so comparing an implementation with the oracle is comparing these fields byte for byte.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .swizzle import swizzle_scales
+
+__all__ = ["GroupedNVFP4Tensor", "NVFP4Tensor", "QuantizedPlane"]
+
+
+@dataclass
+class QuantizedPlane:
+    """One NVFP4 quantization of a 2-D matrix along its last (K-major) axis (SPEC 6).
+
+    Attributes:
+        data: uint8 ``[rows, ceil(cols/2)]``, two E2M1 codes per byte, low nibble first (SPEC 2.3).
+        scales: uint8 ``[rows, ceil(cols/16)]``, compact E4M3 decode-scale bytes (SPEC 8.1).
+        amax: ``np.float32`` per-tensor amax used by the scale rule (SPEC 4).
+        shape: ``(rows, cols)`` of the quantized matrix. For a columnwise plane this is X^T with the
+            token axis padded to a multiple of 16 (SPEC 6.2).
+        rule: scale rule name (SPEC 5): "te", "te_fused_rht", "torchao" or "torchao_noscale".
+        block: ``(1, 16)`` or ``(16, 16)`` (SPEC 6.3).
+        rht: whether the plane holds the Random Hadamard Transform of its source (SPEC 7).
+        valid_cols: number of columns that came from real data (the rest is the SPEC 6.2 padding).
+    """
+
+    data: np.ndarray
+    scales: np.ndarray
+    amax: np.float32
+    shape: tuple[int, int]
+    rule: str = "te"
+    block: tuple[int, int] = (1, 16)
+    rht: bool = False
+    valid_cols: int | None = None
+
+    def __post_init__(self) -> None:
+        self.amax = np.float32(self.amax)
+        self.shape = (int(self.shape[0]), int(self.shape[1]))
+        if self.valid_cols is None:
+            self.valid_cols = self.shape[1]
+
+    @property
+    def rows(self) -> int:
+        return self.shape[0]
+
+    @property
+    def cols(self) -> int:
+        return self.shape[1]
+
+    def swizzled_scales(self) -> np.ndarray:
+        """The scales in the cuBLAS/CUTLASS 128x4 tiled layout, zero-padded, as a 1-D uint8 buffer (SPEC 8.2)."""
+        return swizzle_scales(self.scales)
+
+    def codes(self) -> np.ndarray:
+        """Unpacked E2M1 codes ``[rows, cols]``."""
+        from .fp4_numpy import unpack_fp4
+
+        return unpack_fp4(self.data, self.cols)
+
+
+@dataclass
+class NVFP4Tensor:
+    """The result of :func:`oracle.quantize`: a rowwise plane of X and/or a columnwise plane of X^T.
+
+    ``shape`` is the 2-D shape ``(M, K)`` of the (flattened) input. ``row`` / ``col`` are ``None`` when
+    that usage was not requested.
+    """
+
+    row: QuantizedPlane | None
+    col: QuantizedPlane | None
+    shape: tuple[int, int]
+    options: dict = field(default_factory=dict)
+
+
+@dataclass
+class GroupedNVFP4Tensor:
+    """The result of :func:`oracle.group_quantize` (SPEC 9).
+
+    ``row_planes[g]`` / ``col_planes[g]`` are the per-group planes (``None`` lists entries when not requested).
+    The flat buffers and offsets are exactly what a device writes:
+
+    * ``row_data``: uint8, group g at bytes ``row_data_offsets[g] .. row_data_offsets[g+1]``.
+    * ``row_scales``: uint8, each group swizzled separately (SPEC 8.2), at ``row_scale_offsets``.
+    * ``row_scales_compact``: uint8, each group's padded compact scales, row-major, at ``row_scale_offsets``.
+    * ``col_data`` / ``col_scales`` / ``col_scales_compact`` with ``col_data_offsets`` / ``col_scale_offsets``.
+    * ``row_amax`` / ``col_amax``: float32 ``[E]``.
+    * ``row_offsets``: int64 ``[E+1]``, prefix sum of the splits (first row of each group).
+    All offsets are int64 ``[E+1]`` with a leading 0.
+    """
+
+    splits: np.ndarray
+    shape: tuple[int, int]
+    row_planes: list
+    col_planes: list
+    row_amax: np.ndarray
+    col_amax: np.ndarray
+    row_offsets: np.ndarray
+    row_data: np.ndarray | None
+    row_scales: np.ndarray | None
+    row_scales_compact: np.ndarray | None
+    row_data_offsets: np.ndarray
+    row_scale_offsets: np.ndarray
+    col_data: np.ndarray | None
+    col_scales: np.ndarray | None
+    col_scales_compact: np.ndarray | None
+    col_data_offsets: np.ndarray
+    col_scale_offsets: np.ndarray
+    options: dict = field(default_factory=dict)
+
+    @property
+    def num_groups(self) -> int:
+        return int(self.splits.shape[0])

@@ -1,0 +1,224 @@
+"""NVFP4 quantization of one tensor: rowwise plane of X and/or columnwise plane of X^T (SPEC 4-7, 10)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .fp4_numpy import encode_e2m1, pack_fp4
+from .planes import NVFP4Tensor, QuantizedPlane
+from .rht import DEFAULT_RHT_SIGNS, _rht_f32, rht_sign_vector
+from .rounding import sr_encode_e2m1
+from .philox import sr_random_bytes
+from .scale_rules import (
+    RULES,
+    block_amax,
+    global_encode_scale,
+    te_block_scales,
+    tensor_amax,
+    torchao_block_scales,
+    torchao_encode_e2m1,
+    torchao_per_tensor_scale,
+)
+from .swizzle import round_up
+
+__all__ = ["as_2d_f32", "check_options", "quantize", "quantize_matrix", "columnwise_source"]
+
+_BLOCKS = ((1, 16), (16, 16))
+_ROUNDINGS = ("rn", "sr")
+ROW_PLANE, COL_PLANE = 0, 1
+
+
+def as_2d_f32(x) -> tuple[np.ndarray, bool]:
+    """Validate the input and flatten it to 2-D float32 on its last dimension.
+
+    Returns ``(x2d_f32, is_bf16)``. Accepts float32, float16 and ml_dtypes.bfloat16 arrays only.
+    """
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"x must be a NumPy array of float32, float16 or bfloat16, got {type(x).__name__}")
+    if x.dtype not in (np.float32, np.float16) and x.dtype.name != "bfloat16":
+        raise TypeError(f"x must be float32, float16 or ml_dtypes.bfloat16, got dtype {x.dtype}")
+    if x.ndim == 0:
+        raise ValueError("x must have at least one dimension")
+    k = x.shape[-1]
+    if k % 16:
+        raise ValueError(f"the last dimension K={k} must be a multiple of 16 (one E4M3 scale per 16 elements)")
+    x2 = x.reshape(-1, k) if x.ndim != 2 else x
+    return np.ascontiguousarray(x2, dtype=np.float32), x.dtype.name == "bfloat16"
+
+
+def check_options(*, rowwise, columnwise, rht, rht_signs, block, rule, rounding, seed, offset, is_bf16) -> tuple:
+    """Validate the quantize options; returns the block shape as a tuple."""
+    if not (rowwise or columnwise):
+        raise ValueError("at least one of rowwise / columnwise must be requested")
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+    block = tuple(int(b) for b in block)
+    if block not in _BLOCKS:
+        raise ValueError(f"block must be (1, 16) or (16, 16), got {block}")
+    if rounding not in _ROUNDINGS:
+        raise ValueError(f"rounding must be 'rn' or 'sr', got {rounding!r}")
+    rht_sign_vector(rht_signs)  # validates the mask
+    if rht and not columnwise:
+        raise ValueError("rht=True applies to the columnwise plane; request columnwise=True")
+    if rht and not is_bf16:
+        raise TypeError("rht=True needs bfloat16 input (TE's RHT is defined on bf16, SPEC 7.3)")
+    if not (0 <= int(seed) < 2**64):
+        raise ValueError(f"seed must be in [0, 2**64), got {seed}")
+    if not (0 <= int(offset) < 2**32):
+        raise ValueError(f"offset must be in [0, 2**32), got {offset}")
+    return block
+
+
+def _block_amax(a: np.ndarray, block: tuple, rule: str) -> np.ndarray:
+    """Per-block amax ``[R, C/16]`` of absolute values ``a`` ``[R, C]`` (SPEC 5.2 step 4, 6.3)."""
+    rows, cols = a.shape
+    nb = cols // 16
+    if block == (1, 16):
+        return block_amax(a.reshape(rows, nb, 16), rule, axis=-1)
+    rp = round_up(rows, 16)
+    if rp != rows:
+        a = np.concatenate([a, np.zeros((rp - rows, cols), np.float32)], axis=0)
+    tiles = block_amax(a.reshape(rp // 16, 16, nb, 16), rule, axis=(1, 3))
+    return np.repeat(tiles, 16, axis=0)[:rows]
+
+
+def quantize_matrix(
+    y: np.ndarray,
+    *,
+    amax: np.float32,
+    rule: str,
+    block: tuple,
+    rounding: str,
+    seed: int,
+    offset: int,
+    plane: int,
+    group: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Quantize a float32 matrix ``[R, C]`` (C % 16 == 0) along its rows. Returns (packed data, scale bytes).
+
+    SPEC 5.2 (te rules) or 5.4/5.5 (torchao rules) per 16-block, then SPEC 3.1/3.5 (RN) or 3.4 + 10 (SR).
+    """
+    rows, cols = y.shape
+    nb = cols // 16
+    b = _block_amax(np.abs(y), block, rule)
+    if rule in ("te", "te_fused_rht"):
+        sbytes, mult = te_block_scales(b, global_encode_scale(amax, rule))
+    elif rule == "torchao":
+        sbytes, mult = torchao_block_scales(b, torchao_per_tensor_scale(amax))
+    else:
+        sbytes, mult = torchao_block_scales(b, None)
+    with np.errstate(invalid="ignore", over="ignore"):
+        # multiplier first: for the torchao rules a NaN product then carries the multiplier's payload,
+        # as torch's CPU kernel does (SPEC 3.5); for finite values the order does not matter
+        scaled = (mult[:, :, None] * y.reshape(rows, nb, 16)).reshape(rows, cols)
+    if rounding == "sr":
+        if rule.startswith("torchao"):
+            with np.errstate(invalid="ignore"):
+                scaled = np.clip(scaled, np.float32(-6.0), np.float32(6.0))
+        rb = sr_random_bytes(rows, cols, seed=int(seed), offset=int(offset), plane=plane, group=group)
+        codes = sr_encode_e2m1(scaled, rb)
+    elif rule.startswith("torchao"):
+        codes = torchao_encode_e2m1(scaled)
+    else:
+        codes = encode_e2m1(scaled)
+    return pack_fp4(codes), sbytes
+
+
+def columnwise_source(x2: np.ndarray, rht: bool, rht_signs: int) -> np.ndarray:
+    """The matrix the columnwise plane quantizes: X^T zero-padded to [K, roundup(M,16)], RHT'd if asked (SPEC 6.2, 7.3)."""
+    m, k = x2.shape
+    mp = int(round_up(m, 16))
+    xt = np.zeros((k, mp), np.float32)
+    xt[:, :m] = x2.T
+    if rht and xt.size:
+        xt = _rht_f32(xt, rht_signs)
+    return xt
+
+
+def _split_amax(amax) -> tuple:
+    if amax is None:
+        return None, None
+    if isinstance(amax, (tuple, list)):
+        if len(amax) != 2:
+            raise ValueError("amax must be a number or a (row_amax, col_amax) pair")
+        return np.float32(amax[0]), np.float32(amax[1])
+    return np.float32(amax), np.float32(amax)
+
+
+def quantize_2d(
+    x2: np.ndarray,
+    *,
+    rowwise: bool,
+    columnwise: bool,
+    rht: bool,
+    rht_signs: int,
+    block: tuple,
+    rule: str,
+    amax,
+    rounding: str,
+    seed: int,
+    offset: int,
+    group: int = 0,
+) -> NVFP4Tensor:
+    """:func:`quantize` on an already validated float32 matrix; ``group`` selects the SR stream (SPEC 10.2)."""
+    m, k = x2.shape
+    row_amax_in, col_amax_in = _split_amax(amax)
+    row_amax = row_amax_in if row_amax_in is not None else tensor_amax(x2, rule)
+    common = dict(rule=rule, block=block, rounding=rounding, seed=seed, offset=offset, group=group)
+    row = col = None
+    if rowwise:
+        data, scales = quantize_matrix(x2, amax=row_amax, plane=ROW_PLANE, **common)
+        row = QuantizedPlane(data, scales, row_amax, (m, k), rule, block, False)
+    if columnwise:
+        xt = columnwise_source(x2, rht, rht_signs)
+        if col_amax_in is not None:
+            col_amax = col_amax_in
+        else:
+            col_amax = tensor_amax(xt, rule) if rht else row_amax  # SPEC 4.2
+        data, scales = quantize_matrix(xt, amax=col_amax, plane=COL_PLANE, **common)
+        col = QuantizedPlane(data, scales, col_amax, xt.shape, rule, block, rht, valid_cols=m)
+    return NVFP4Tensor(row, col, (m, k))
+
+
+def quantize(
+    x,
+    *,
+    rowwise: bool = True,
+    columnwise: bool = False,
+    rht: bool = False,
+    rht_signs: int = DEFAULT_RHT_SIGNS,
+    block=(1, 16),
+    rule: str = "te",
+    amax=None,
+    rounding: str = "rn",
+    seed: int = 0,
+    offset: int = 0,
+) -> NVFP4Tensor:
+    """Quantize ``x`` to NVFP4 exactly as SPEC.md defines it.
+
+    Args:
+        x: float32 / float16 / ml_dtypes.bfloat16 array, 2-D or N-D (flattened to 2-D on the last dim);
+            the last dimension K must be a multiple of 16.
+        rowwise: produce the rowwise plane of X (``.row``), shape [M, K].
+        columnwise: produce the columnwise plane of X^T (``.col``), shape [K, roundup(M, 16)] (SPEC 6.2).
+        rht: apply the 16-point Random Hadamard Transform to the columnwise plane (bf16 input only, SPEC 7).
+        rht_signs: 16-bit sign mask of the RHT (bit i set <=> sign -1), default TE's 0xD7E8.
+        block: (1, 16) or (16, 16) scale blocks (SPEC 6.3).
+        rule: "te" (default), "te_fused_rht", "torchao", "torchao_noscale" (SPEC 5).
+        amax: None (computed, SPEC 4), a number for both planes, or a (row_amax, col_amax) pair.
+        rounding: "rn" (round to nearest even) or "sr" (stochastic, SPEC 3.4).
+        seed, offset: Philox key and counter offset for "sr" (SPEC 10.2).
+    Returns:
+        :class:`oracle.planes.NVFP4Tensor`.
+    """
+    x2, is_bf16 = as_2d_f32(x)
+    block = check_options(
+        rowwise=rowwise, columnwise=columnwise, rht=rht, rht_signs=rht_signs, block=block, rule=rule,
+        rounding=rounding, seed=seed, offset=offset, is_bf16=is_bf16,
+    )
+    t = quantize_2d(
+        x2, rowwise=rowwise, columnwise=columnwise, rht=rht, rht_signs=rht_signs, block=block, rule=rule,
+        amax=amax, rounding=rounding, seed=int(seed), offset=int(offset),
+    )
+    t.options = dict(rht=rht, rht_signs=rht_signs, block=block, rule=rule, rounding=rounding, seed=seed, offset=offset)
+    return t

@@ -1,0 +1,150 @@
+"""Per-tensor and per-block scale rules (SPEC 5): "te" (default), "te_fused_rht", "torchao", "torchao_noscale".
+
+Each function takes float32 arrays and reproduces the named library's fp32 operation order exactly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .fp4_numpy import decode_e4m3, encode_e4m3
+
+__all__ = [
+    "F32_MAX",
+    "RULES",
+    "block_amax",
+    "global_encode_scale",
+    "tensor_amax",
+    "te_block_scales",
+    "torchao_block_scales",
+    "torchao_encode_e2m1",
+    "torchao_per_tensor_scale",
+]
+
+RULES = ("te", "te_fused_rht", "torchao", "torchao_noscale")
+F32_MAX = np.float32(np.finfo(np.float32).max)
+_F2688 = np.float32(2688.0)  # 448 * 6
+_RCP6 = np.float32(1.0 / 6.0)
+_TORCH_MAX_NAN = np.array(0xFFFFFFFF, np.uint32).view(np.float32)  # fp32(1/6) = 0x3E2AAAAB
+_ONE = np.float32(1.0)
+
+
+def _nan_ignoring(rule: str) -> bool:
+    return rule in ("te", "te_fused_rht")
+
+
+def tensor_amax(x_f32: np.ndarray, rule: str) -> np.float32:
+    """Per-tensor amax (SPEC 4.1): max |x| in fp32; NaN-ignoring for the TE rules (fmaxf from 0),
+    NaN-propagating for the torchao rules (torch.max). An empty tensor gives 0."""
+    if x_f32.size == 0:
+        return np.float32(0.0)
+    a = np.abs(x_f32)
+    m = a.max()
+    if np.isnan(m):
+        if _nan_ignoring(rule):
+            m = np.fmax.reduce(a.ravel(), initial=np.float32(0.0))
+        else:
+            m = _TORCH_MAX_NAN  # torch.max over a tensor holding NaN returns the pattern 0xFFFFFFFF
+    return np.float32(m)
+
+
+def block_amax(a_blocks: np.ndarray, rule: str, axis) -> np.ndarray:
+    """Max of |x| over ``axis`` of an array of absolute values (SPEC 5.2 / 5.4 step 1)."""
+    b = a_blocks.max(axis=axis, initial=np.float32(0.0))
+    if _nan_ignoring(rule) and np.isnan(b).any():
+        b = np.fmax.reduce(a_blocks, axis=axis, initial=np.float32(0.0))
+    return b.astype(np.float32)
+
+
+def global_encode_scale(amax, rule: str = "te") -> np.float32:
+    """S_enc from the per-tensor amax (SPEC 5.1, variant 5.3).
+
+    te: S = fminf(2688/amax, FLT_MAX); S = 1 if amax == 0 or S == 0.
+    te_fused_rht: S = amax > 0 ? min_nan_propagating(2688/amax, FLT_MAX) : 1.
+    """
+    amax = np.float32(amax)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        q = _F2688 / amax
+    if rule == "te":
+        s = np.fmin(q, F32_MAX)
+        if amax == 0 or s == 0:
+            s = _ONE
+        return np.float32(s)
+    if rule == "te_fused_rht":
+        if not amax > 0:
+            return _ONE
+        return np.float32(q if np.isnan(q) else min(q, F32_MAX))
+    raise ValueError(f"global_encode_scale is defined for the TE rules, not {rule!r}")
+
+
+def te_block_scales(b: np.ndarray, s_enc: np.float32) -> tuple[np.ndarray, np.ndarray]:
+    """TE block scale bytes and encode multipliers from block amaxes ``b`` (SPEC 5.2).
+
+    sf = fminf(b * (S_enc * fp32(1/6)), FLT_MAX) -> E4M3 (RNE, satfinite);
+    m = fminf(1 / (float(sf_e4m3) * S_dec), FLT_MAX) with S_dec = 1 / S_enc.
+    """
+    s_enc = np.float32(s_enc)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        s_dec = _ONE / s_enc
+        sf = np.fmin(b * np.float32(s_enc * _RCP6), F32_MAX)
+        sbytes = encode_e4m3(sf)
+        m = np.fmin(_ONE / (decode_e4m3(sbytes) * s_dec), F32_MAX)
+    return sbytes, m.astype(np.float32)
+
+
+def torchao_per_tensor_scale(amax) -> np.float32:
+    """torchao's per_tensor_amax_to_scale: P = fp32(amax) / 2688 (SPEC 5.4)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.float32(np.float32(amax) / _F2688)
+
+
+_E4M3_TINY = np.float32(2.0**-6)  # torch.finfo(torch.float8_e4m3fn).tiny
+_E4M3_MAX = np.float32(448.0)
+_TORCH_E4M3_NAN = np.array(0x7FF00000, np.uint32).view(np.float32)
+
+
+def torchao_block_scales(b: np.ndarray, per_tensor_scale) -> tuple[np.ndarray, np.ndarray]:
+    """torchao 0.18 ``nvfp4_quantize`` block scales and multipliers (SPEC 5.4 / 5.5).
+
+    bs = b / 6; with a per-tensor scale P: bs = bs / P. sf = E4M3(clamp(bs, 2**-6, 448)) (NaN stays NaN);
+    multiplier = 1 / float(sf) without P, (1 / P) / float(sf) with P.
+    """
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        bs = (b / np.float32(6.0)).astype(np.float32)
+        if per_tensor_scale is not None:
+            bs = (bs / np.float32(per_tensor_scale)).astype(np.float32)
+        clamped = np.clip(bs, _E4M3_TINY, _E4M3_MAX)
+        # torch's float -> float8_e4m3fn keeps the sign of a NaN (0x7F / 0xFF)
+        sbytes = encode_e4m3(clamped) | ((np.isnan(clamped) & np.signbit(clamped)).astype(np.uint8) << 7)
+        # torch decodes the E4M3 NaN bytes to the fp32 patterns 0x7FF00000 / 0xFFF00000; the NaN payload
+        # decides the code torchao's bit conversion gives (SPEC 3.5), so model it.
+        sf = decode_e4m3(sbytes)
+        sf = np.where(np.isnan(sf), np.where(sbytes >= 0x80, -_TORCH_E4M3_NAN, _TORCH_E4M3_NAN), sf)
+        if per_tensor_scale is None:
+            m = _ONE / sf
+        else:
+            m = (_ONE / np.float32(per_tensor_scale)) / sf
+    return sbytes, m.astype(np.float32)
+
+
+def torchao_encode_e2m1(y: np.ndarray) -> np.ndarray:
+    """torchao's fp32 -> E2M1 bit conversion after its clamp to [-6, 6] (SPEC 3.5).
+
+    Equal to SPEC 3.1 on every non-NaN input; a NaN keeps its sign and becomes code 2, 3 or 4 depending
+    on its payload (torchao's integer rounding applied to the NaN bit pattern).
+    """
+    with np.errstate(invalid="ignore"):
+        y = np.clip(y.astype(np.float32), np.float32(-6.0), np.float32(6.0))
+    bits = y.view(np.uint32).astype(np.int64)
+    sign = (bits >> 31) & 1
+    u = bits & 0x7FFFFFFF
+    a = u.astype(np.uint32).view(np.float32)
+    with np.errstate(invalid="ignore"):
+        sat = a >= np.float32(6.0)
+        den = ~sat & (a < np.float32(1.0))
+    # denormal branch: magic add of 2**22 (quantum 0.5 at that exponent), then subtract its bits
+    den_code = ((a + np.float32(2.0**22)).view(np.uint32).astype(np.int64) - (149 << 23)) & 0xFF
+    # normal branch: rebias the exponent, round half to even on the kept mantissa bit, shift down
+    normal_code = ((u + ((1 - 127) << 23) + ((1 << 21) - 1) + ((u >> 22) & 1)) >> 22) & 0xFF
+    code = np.where(sat, 7, np.where(den, den_code, normal_code))
+    return ((code | (sign << 3)) & 0xFF).astype(np.uint8)

@@ -1,0 +1,111 @@
+"""The cuBLAS / CUTLASS block-scaled GEMM scale-factor layout (SPEC 8) and grouped scale offsets (SPEC 9).
+
+A compact scale matrix ``[rows, C]`` is zero-padded to ``[roundup(rows, 128), roundup(C, 4)]`` and cut into
+128x4 tiles of 512 bytes, row-block outermost. Inside a tile, compact (r, c) lands at byte
+``(r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = [
+    "grouped_scale_offsets",
+    "padded_scale_shape",
+    "round_up",
+    "swizzle_scales",
+    "swizzled_offset",
+    "unswizzle_scales",
+]
+
+
+def round_up(n, m: int):
+    """Smallest multiple of ``m`` that is >= ``n`` (works on ints and integer arrays)."""
+    return (n + m - 1) // m * m
+
+
+def padded_scale_shape(rows: int, scale_cols: int) -> tuple[int, int]:
+    """Padded compact shape ``(roundup(rows, 128), roundup(scale_cols, 4))`` (SPEC 8.1)."""
+    return int(round_up(rows, 128)), int(round_up(scale_cols, 4))
+
+
+def swizzled_offset(r, c, padded_scale_cols: int):
+    """Byte offset of compact scale (r, c) inside the swizzled buffer (SPEC 8.2).
+
+    ``padded_scale_cols`` is C rounded up to a multiple of 4. Works elementwise on integer arrays.
+    """
+    r = np.asarray(r, dtype=np.int64)
+    c = np.asarray(c, dtype=np.int64)
+    tile = (r // 128) * (padded_scale_cols // 4) + c // 4
+    return ((tile * 32 + r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4).astype(np.int64)
+
+
+def _check_u8_2d(a, what: str) -> np.ndarray:
+    a = np.asarray(a)
+    if a.dtype != np.uint8:
+        raise TypeError(f"{what} must be uint8 (E4M3 bytes), got {a.dtype}")
+    if a.ndim != 2:
+        raise ValueError(f"{what} must be 2-D [rows, scale_cols], got shape {a.shape}")
+    return a
+
+
+def swizzle_scales(compact) -> np.ndarray:
+    """Compact uint8 scales ``[rows, C]`` -> 1-D swizzled buffer of ``roundup(rows,128)*roundup(C,4)`` bytes.
+
+    Padding bytes are 0x00 (SPEC 8.2).
+    """
+    s = _check_u8_2d(compact, "compact scales")
+    rows, cols = s.shape
+    R, C = padded_scale_shape(rows, cols)
+    padded = np.zeros((R, C), np.uint8)
+    padded[:rows, :cols] = s
+    # (R/128, 128, C/4, 4) -> split 128 as (4, 32) -> order (tileR, tileC, r%32, (r%128)//32, c%4)
+    t = padded.reshape(R // 128, 4, 32, C // 4, 4).transpose(0, 3, 2, 1, 4)
+    return np.ascontiguousarray(t).reshape(-1)
+
+
+def unswizzle_scales(buf, rows: int, cols: int) -> np.ndarray:
+    """Inverse of :func:`swizzle_scales`: 1-D swizzled buffer -> compact ``[rows, cols]`` (SPEC 8.2).
+
+    ``cols`` is the number of compact scale columns (ceil(K/16)). The padding is dropped.
+    """
+    b = np.asarray(buf)
+    if b.dtype != np.uint8:
+        raise TypeError(f"swizzled scales must be uint8, got {b.dtype}")
+    R, C = padded_scale_shape(rows, cols)
+    if b.ndim != 1 or b.size != R * C:
+        raise ValueError(f"swizzled buffer of {b.size} bytes does not match rows={rows}, cols={cols} ({R * C} bytes)")
+    t = b.reshape(R // 128, C // 4, 32, 4, 4).transpose(0, 3, 2, 1, 4)
+    return np.ascontiguousarray(t).reshape(R, C)[:rows, :cols].copy()
+
+
+def grouped_scale_offsets(splits, cols: int) -> dict:
+    """Byte offsets of every group's scale (and data) region in the grouped buffers (SPEC 9.2).
+
+    ``splits``: the group sizes m_g (rows of each group of X, any value >= 0); ``cols``: K (a multiple of 16).
+    Returns a dict of int64 arrays of length E+1, each with a leading 0:
+
+    * ``row_offsets``: first row of each group (prefix sum of m_g);
+    * ``row_data``: rowwise FP4 data bytes, m_g*K/2 per group;
+    * ``row_scale``: rowwise scales, roundup(m_g,128) * roundup(K/16,4) per group;
+    * ``col_data``: columnwise (X_g^T) data bytes, K*roundup(m_g,16)/2 per group;
+    * ``col_scale``: columnwise scales, roundup(K,128) * roundup(ceil(m_g/16),4) per group.
+    """
+    m = np.asarray(splits, dtype=np.int64).reshape(-1)
+    if np.any(m < 0):
+        raise ValueError(f"splits must be >= 0, got {m.tolist()}")
+    cols = int(cols)
+    if cols % 16:
+        raise ValueError(f"K={cols} must be a multiple of 16")
+
+    def prefix(sizes) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64)
+
+    kb = cols // 16
+    return {
+        "row_offsets": prefix(m),
+        "row_data": prefix(m * cols // 2),
+        "row_scale": prefix(round_up(m, 128) * round_up(kb, 4)),
+        "col_data": prefix(cols * round_up(m, 16) // 2),
+        "col_scale": prefix(round_up(cols, 128) * round_up((m + 15) // 16, 4)),
+    }
