@@ -1,6 +1,9 @@
 """NVFP4 oracle: a pure-NumPy, bit-exact model of NVFP4 quantization, layouts and GEMM (see SPEC.md)."""
 
 from . import fp4_numpy, swizzle
+from .dequantize import dequantize
+from .gemm import gemm, gemm_alpha, gemm_error_bound, within_bound
+from .grouped import group_quantize, grouped_capacities
 from .planes import GroupedNVFP4Tensor, NVFP4Tensor, QuantizedPlane
 from .quantize import quantize
 from .rht import rht
@@ -9,8 +12,15 @@ __all__ = [
     "GroupedNVFP4Tensor",
     "NVFP4Tensor",
     "QuantizedPlane",
+    "dequantize",
     "fp4_numpy",
+    "gemm",
+    "gemm_alpha",
+    "gemm_error_bound",
+    "group_quantize",
+    "grouped_capacities",
     "quantize",
     "rht",
     "swizzle",
+    "within_bound",
 ]

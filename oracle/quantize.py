@@ -92,7 +92,6 @@ def quantize_matrix(
     seed: int,
     offset: int,
     plane: int,
-    group: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Quantize a float32 matrix ``[R, C]`` (C % 16 == 0) along its rows. Returns (packed data, scale bytes).
 
@@ -115,7 +114,7 @@ def quantize_matrix(
         if rule.startswith("torchao"):
             with np.errstate(invalid="ignore"):
                 scaled = np.clip(scaled, np.float32(-6.0), np.float32(6.0))
-        rb = sr_random_bytes(rows, cols, seed=int(seed), offset=int(offset), plane=plane, group=group)
+        rb = sr_random_bytes(rows, cols, seed=int(seed), offset=int(offset), plane=plane)
         codes = sr_encode_e2m1(scaled, rb)
     elif rule.startswith("torchao"):
         codes = torchao_encode_e2m1(scaled)
@@ -158,13 +157,12 @@ def quantize_2d(
     rounding: str,
     seed: int,
     offset: int,
-    group: int = 0,
 ) -> NVFP4Tensor:
-    """:func:`quantize` on an already validated float32 matrix; ``group`` selects the SR stream (SPEC 10.2)."""
+    """:func:`quantize` on an already validated float32 matrix (options already checked)."""
     m, k = x2.shape
     row_amax_in, col_amax_in = _split_amax(amax)
     row_amax = row_amax_in if row_amax_in is not None else tensor_amax(x2, rule)
-    common = dict(rule=rule, block=block, rounding=rounding, seed=seed, offset=offset, group=group)
+    common = dict(rule=rule, block=block, rounding=rounding, seed=seed, offset=offset)
     row = col = None
     if rowwise:
         data, scales = quantize_matrix(x2, amax=row_amax, plane=ROW_PLANE, **common)

@@ -9,6 +9,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "nvfp4_launch.h"
+
 namespace nvfp4 {
 
 constexpr float kFltMax = FLT_MAX;
@@ -17,7 +19,6 @@ constexpr float kOneSixth = 1.0f / 6.0f;
 // SPEC 11: fp32(1/2688) = 0x1.86186p-12f.
 constexpr float kInv2688 = 0x1.86186p-12f;
 
-enum Rule : int { kRuleTE = 0, kRuleTEFusedRHT = 1 };
 
 // ---------------------------------------------------------------------------------------------------------
 // Element loads: every input dtype to fp32 (exact).

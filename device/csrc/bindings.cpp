@@ -1,0 +1,148 @@
+// PyTorch bindings: thin out-variant wrappers that check arguments and launch on the current stream.
+// The Python package (device/_ops.py) wraps these in torch.library custom ops that allocate the outputs.
+#include <torch/extension.h>
+
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "nvfp4_launch.h"
+
+namespace {
+
+using at::Tensor;
+using c10::optional;
+
+int dtype_code(const Tensor& x) {
+  switch (x.scalar_type()) {
+    case at::kBFloat16: return nvfp4::kBF16;
+    case at::kHalf: return nvfp4::kF16;
+    case at::kFloat: return nvfp4::kF32;
+    default: TORCH_CHECK(false, "nvfp4: x must be bfloat16, float16 or float32, got ", x.scalar_type());
+  }
+}
+
+void check_cuda(const Tensor& t, const char* what) {
+  TORCH_CHECK(t.is_cuda(), "nvfp4: ", what, " must be a CUDA tensor");
+  TORCH_CHECK(t.is_contiguous(), "nvfp4: ", what, " must be contiguous");
+}
+
+template <typename P>
+P* ptr_or_null(const optional<Tensor>& t) {
+  return t.has_value() && t->defined() ? reinterpret_cast<P*>(t->data_ptr()) : nullptr;
+}
+
+// SPEC 4: per-tensor (offs absent) or per-group amax. row_amax / col_amax must be zero on entry.
+void amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int64_t row_tiles, Tensor row_amax,
+           const optional<Tensor>& col_amax, bool rht, int64_t rht_signs) {
+  check_cuda(x, "x");
+  TORCH_CHECK(x.dim() == 2 && x.size(1) % 16 == 0, "nvfp4: x must be 2-D with K % 16 == 0");
+  TORCH_CHECK(x.data_ptr() == nullptr || reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0,
+              "nvfp4: x must be 16-byte aligned");
+  const c10::cuda::CUDAGuard guard(x.device());
+  nvfp4::AmaxArgs a{x.data_ptr(), x.size(0), x.size(1), ptr_or_null<const int64_t>(offs), (int)E,
+                    row_amax.data_ptr<float>(), ptr_or_null<float>(col_amax), (uint32_t)rht_signs};
+  auto s = c10::cuda::getCurrentCUDAStream();
+  switch (dtype_code(x)) {
+    case nvfp4::kBF16: nvfp4::launch_amax_bf16(a, rht, row_tiles, s); break;
+    case nvfp4::kF16: TORCH_CHECK(!rht, "nvfp4: rht needs bf16"); nvfp4::launch_amax_f16(a, row_tiles, s); break;
+    default: TORCH_CHECK(!rht, "nvfp4: rht needs bf16"); nvfp4::launch_amax_f32(a, row_tiles, s); break;
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// SPEC 5-8, 10: the fused quantizer writing into preallocated buffers.
+void quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int64_t row_tiles, const Tensor& row_amax,
+               const Tensor& col_amax, const optional<Tensor>& row_data, const optional<Tensor>& row_scales,
+               const optional<Tensor>& col_data, const optional<Tensor>& col_scales, int64_t layout, bool block2d,
+               bool sr, int64_t rule, bool rht, int64_t rht_signs, int64_t seed_lo, int64_t seed_hi, int64_t offset) {
+  check_cuda(x, "x");
+  TORCH_CHECK(x.dim() == 2 && x.size(1) % 16 == 0, "nvfp4: x must be 2-D with K % 16 == 0");
+  TORCH_CHECK(x.data_ptr() == nullptr || reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0,
+              "nvfp4: x must be 16-byte aligned");
+  const c10::cuda::CUDAGuard guard(x.device());
+  nvfp4::QuantArgs a{};
+  a.x = x.data_ptr();
+  a.M = x.size(0);
+  a.K = x.size(1);
+  a.offs = ptr_or_null<const int64_t>(offs);
+  a.E = (int)E;
+  a.row_amax = row_amax.data_ptr<float>();
+  a.col_amax = col_amax.data_ptr<float>();
+  a.row_data = ptr_or_null<uint8_t>(row_data);
+  a.row_scales = ptr_or_null<uint8_t>(row_scales);
+  a.col_data = ptr_or_null<uint8_t>(col_data);
+  a.col_scales = ptr_or_null<uint8_t>(col_scales);
+  a.layout = (int)layout;
+  a.block2d = block2d ? 1 : 0;
+  a.sr = sr ? 1 : 0;
+  a.rule = (int)rule;
+  a.rht_signs = (uint32_t)rht_signs;
+  a.seed_lo = (uint32_t)seed_lo;
+  a.seed_hi = (uint32_t)seed_hi;
+  a.offset = (uint32_t)offset;
+  auto s = c10::cuda::getCurrentCUDAStream();
+  switch (dtype_code(x)) {
+    case nvfp4::kBF16: nvfp4::launch_quantize_bf16(a, rht, row_tiles, s); break;
+    case nvfp4::kF16: TORCH_CHECK(!rht, "nvfp4: rht needs bf16"); nvfp4::launch_quantize_f16(a, row_tiles, s); break;
+    default: TORCH_CHECK(!rht, "nvfp4: rht needs bf16"); nvfp4::launch_quantize_f32(a, row_tiles, s); break;
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// SPEC 9: device offsets [6, E+1] from device splits; zeroes the per-group amaxes given.
+void group_offsets_(const Tensor& splits, int64_t K, Tensor offs, const optional<Tensor>& row_amax,
+                    const optional<Tensor>& col_amax) {
+  check_cuda(splits, "splits");
+  TORCH_CHECK(splits.scalar_type() == at::kLong, "nvfp4: splits must be int64");
+  const c10::cuda::CUDAGuard guard(splits.device());
+  nvfp4::launch_group_offsets(splits.data_ptr<int64_t>(), (int)splits.numel(), K, offs.data_ptr<int64_t>(),
+                              ptr_or_null<float>(row_amax), ptr_or_null<float>(col_amax),
+                              c10::cuda::getCurrentCUDAStream());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// Zero every byte past the last group of the worst-case sized grouped buffers (SPEC 9).
+void tail_fill_(const Tensor& offs, int64_t E, const optional<Tensor>& row_scales, const optional<Tensor>& col_data,
+                const optional<Tensor>& col_scales) {
+  const c10::cuda::CUDAGuard guard(offs.device());
+  uint8_t* bufs[3] = {ptr_or_null<uint8_t>(row_scales), ptr_or_null<uint8_t>(col_data),
+                      ptr_or_null<uint8_t>(col_scales)};
+  const int64_t caps[3] = {bufs[0] ? row_scales->numel() : 0, bufs[1] ? col_data->numel() : 0,
+                           bufs[2] ? col_scales->numel() : 0};
+  const int rows[3] = {3, 4, 5};  // kOffRowScale, kOffColData, kOffColScale
+  nvfp4::launch_tail_fill(offs.data_ptr<int64_t>(), (int)E, bufs, caps, rows, c10::cuda::getCurrentCUDAStream());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// SPEC 8.2: compact [rows, C] uint8 -> swizzled, zero-padded buffer of roundup(rows,128)*roundup(C,4) bytes.
+void swizzle_(const Tensor& compact, Tensor out) {
+  check_cuda(compact, "compact scales");
+  TORCH_CHECK(compact.scalar_type() == at::kByte && compact.dim() == 2, "nvfp4: compact scales must be 2-D uint8");
+  const c10::cuda::CUDAGuard guard(compact.device());
+  nvfp4::launch_swizzle(compact.data_ptr<uint8_t>(), compact.size(0), compact.size(1), out.data_ptr<uint8_t>(),
+                        c10::cuda::getCurrentCUDAStream());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// SPEC 11: dequantize one plane to float32 [rows, cols].
+void dequantize_(const Tensor& data, const Tensor& scales, const Tensor& amax, int64_t rows, int64_t cols,
+                 bool swizzled, Tensor out) {
+  check_cuda(data, "data");
+  check_cuda(scales, "scales");
+  const c10::cuda::CUDAGuard guard(data.device());
+  nvfp4::launch_dequantize(data.data_ptr<uint8_t>(), scales.data_ptr<uint8_t>(), amax.data_ptr<float>(), rows, cols,
+                           swizzled, out.data_ptr<float>(), c10::cuda::getCurrentCUDAStream());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("amax_", &amax_, "per-tensor / per-group amax (SPEC 4)");
+  m.def("quantize_", &quantize_, "fused NVFP4 quantizer into preallocated buffers (SPEC 5-8, 10)");
+  m.def("group_offsets_", &group_offsets_, "device offsets of the grouped buffers (SPEC 9)");
+  m.def("tail_fill_", &tail_fill_, "zero the grouped buffers past the last group (SPEC 9)");
+  m.def("swizzle_", &swizzle_, "compact -> swizzled scales (SPEC 8.2)");
+  m.def("dequantize_", &dequantize_, "NVFP4 plane -> float32 (SPEC 11)");
+}

@@ -1,0 +1,186 @@
+// Small kernels: grouped offsets (SPEC 9), tail zero-fill, standalone swizzle (SPEC 8.2), dequantize (SPEC 11).
+#include "nvfp4_launch.h"
+
+#include "nvfp4_common.cuh"
+#include "nvfp4_layout.cuh"
+
+namespace nvfp4 {
+namespace {
+
+constexpr int kScanThreads = 1024;
+
+// Inclusive block-wide scan of kNumOffRows int64 quantities at once (warp shuffles, then warp totals).
+__device__ void block_scan(int64_t (&q)[kNumOffRows], int64_t (*warp_tot)[kNumOffRows]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int r = 0; r < kNumOffRows; ++r) {
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int64_t n = __shfl_up_sync(0xffffffffu, q[r], o);
+      if (lane >= o) q[r] += n;
+    }
+    if (lane == 31) warp_tot[warp][r] = q[r];
+  }
+  __syncthreads();
+  if (warp == 0) {
+#pragma unroll
+    for (int r = 0; r < kNumOffRows; ++r) {
+      int64_t w = warp_tot[lane][r];
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int64_t n = __shfl_up_sync(0xffffffffu, w, o);
+        if (lane >= o) w += n;
+      }
+      warp_tot[lane][r] = w;  // inclusive prefix of warp totals
+    }
+  }
+  __syncthreads();
+  if (warp > 0) {
+#pragma unroll
+    for (int r = 0; r < kNumOffRows; ++r) q[r] += warp_tot[warp - 1][r];
+  }
+}
+
+// One CTA: offsets [6, E+1] from the device splits (SPEC 9), and zeroed per-group amaxes.
+__global__ void __launch_bounds__(kScanThreads) group_offsets_kernel(const int64_t* __restrict__ splits, int E,
+                                                                      int64_t K, int64_t* __restrict__ offs,
+                                                                      float* __restrict__ row_amax,
+                                                                      float* __restrict__ col_amax) {
+  __shared__ int64_t warp_tot[32][kNumOffRows];
+  __shared__ int64_t carry[kNumOffRows];
+  const int t = threadIdx.x;
+  if (t < kNumOffRows) {
+    carry[t] = 0;
+    offs[(int64_t)t * (E + 1)] = 0;
+  }
+  const int64_t kb4 = round_up(K / 16, 4), kpad = round_up(K, 128);
+  for (int base = 0; base < E; base += kScanThreads) {
+    __syncthreads();
+    const int i = base + t;
+    int64_t m = i < E ? splits[i] : 0;
+    m = m < 0 ? 0 : m;
+    int64_t q[kNumOffRows];
+    q[kOffRows] = m;
+    q[kOffTiles] = ceil_div(m, kTileM);
+    q[kOffRowData] = m * K / 2;
+    q[kOffRowScale] = round_up(m, 128) * kb4;
+    q[kOffColData] = K * round_up(m, 16) / 2;
+    q[kOffColScale] = kpad * round_up(ceil_div(m, 16), 4);
+    block_scan(q, warp_tot);
+    if (i < E) {
+#pragma unroll
+      for (int r = 0; r < kNumOffRows; ++r) offs[(int64_t)r * (E + 1) + i + 1] = carry[r] + q[r];
+      if (row_amax) row_amax[i] = 0.0f;
+      if (col_amax) col_amax[i] = 0.0f;
+    }
+    __syncthreads();
+    if (t == kScanThreads - 1) {
+#pragma unroll
+      for (int r = 0; r < kNumOffRows; ++r) carry[r] += q[r];
+    }
+  }
+}
+
+// Zero bytes [offs[row][E], cap) of up to three buffers. All offsets and capacities are multiples of 16.
+struct TailFill {
+  uint8_t* buf[3];
+  int64_t cap[3];
+  int row[3];
+};
+
+__global__ void tail_fill_kernel(const int64_t* __restrict__ offs, int E, TailFill f) {
+  for (int b = 0; b < 3; ++b) {
+    if (f.buf[b] == nullptr) continue;
+    const int64_t start = offs[(int64_t)f.row[b] * (E + 1) + E] / 16, end = f.cap[b] / 16;
+    uint4* p = reinterpret_cast<uint4*>(f.buf[b]);
+    for (int64_t i = start + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < end;
+         i += (int64_t)gridDim.x * blockDim.x)
+      p[i] = make_uint4(0, 0, 0, 0);
+  }
+}
+
+// SPEC 8.2: one thread per 4 output bytes (one row r, scale columns c..c+3 of a 128x4 tile).
+__global__ void swizzle_kernel(const uint8_t* __restrict__ in, int64_t rows, int64_t cols, uint8_t* __restrict__ out,
+                               int64_t n_words) {
+  const int64_t cp4 = round_up(cols, 4) / 4;
+  for (int64_t w = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; w < n_words; w += (int64_t)gridDim.x * blockDim.x) {
+    // word w = byte 4w: tile = w / 128; inside a tile, word (r%32)*4 + (r%128)/32
+    const int64_t tile = w >> 7, in_tile = w & 127;
+    const int64_t r = (tile / cp4) * 128 + (in_tile & 3) * 32 + (in_tile >> 2);
+    const int64_t c0 = (tile % cp4) * 4;
+    uint32_t v = 0;
+    if (r < rows) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (c0 + i < cols) v |= (uint32_t)in[r * cols + c0 + i] << (8 * i);
+    }
+    reinterpret_cast<uint32_t*>(out)[w] = v;
+  }
+}
+
+// SPEC 11: one thread per 16-block: s = decode(sf) * amax; s = s * fp32(1/2688); out = e2m1 * s.
+__global__ void dequantize_kernel(const uint8_t* __restrict__ data, const uint8_t* __restrict__ scales,
+                                  const float* __restrict__ amax, int64_t rows, int64_t cols, int swizzled,
+                                  float* __restrict__ out) {
+  const int64_t nb = cols / 16, total = rows * nb;
+  const float am = *amax;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = i / nb, c = i % nb;
+    const uint32_t sb = scales[swizzled ? swizzle_offset(r, c, round_up(nb, 4) / 4) : r * nb + c];
+    const float s = __fmul_rn(__fmul_rn(e4m3_value(sb), am), kInv2688);
+    const uint2 d = *reinterpret_cast<const uint2*>(data + r * (cols / 2) + c * 8);
+    const uint64_t codes = (uint64_t)d.x | ((uint64_t)d.y << 32);
+    float4* o = reinterpret_cast<float4*>(out + r * cols + c * 16);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      float4 v;
+      v.x = __fmul_rn(e2m1_value((uint32_t)(codes >> (16 * q)) & 0xF), s);
+      v.y = __fmul_rn(e2m1_value((uint32_t)(codes >> (16 * q + 4)) & 0xF), s);
+      v.z = __fmul_rn(e2m1_value((uint32_t)(codes >> (16 * q + 8)) & 0xF), s);
+      v.w = __fmul_rn(e2m1_value((uint32_t)(codes >> (16 * q + 12)) & 0xF), s);
+      o[q] = v;
+    }
+  }
+}
+
+int grid_for(int64_t work, int threads) {
+  const int64_t g = ceil_div(work, threads);
+  return (int)(g < 1 ? 1 : (g > 4096 ? 4096 : g));
+}
+
+}  // namespace
+
+void launch_group_offsets(const int64_t* splits, int E, int64_t K, int64_t* offs, float* row_amax, float* col_amax,
+                          cudaStream_t stream) {
+  group_offsets_kernel<<<1, kScanThreads, 0, stream>>>(splits, E, K, offs, row_amax, col_amax);
+}
+
+void launch_tail_fill(const int64_t* offs, int E, uint8_t* const bufs[3], const int64_t caps[3], const int rows[3],
+                      cudaStream_t stream) {
+  TailFill f;
+  int64_t most = 0;
+  for (int i = 0; i < 3; ++i) {
+    f.buf[i] = bufs[i];
+    f.cap[i] = caps[i];
+    f.row[i] = rows[i];
+    if (bufs[i] && caps[i] / 16 > most) most = caps[i] / 16;
+  }
+  if (most == 0) return;
+  // The tail is at most ~E*16*K/2 bytes per buffer; size the grid by capacity, capped.
+  tail_fill_kernel<<<grid_for(most, 256) < 264 ? grid_for(most, 256) : 264, 256, 0, stream>>>(offs, E, f);
+}
+
+void launch_swizzle(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t stream) {
+  const int64_t n_words = round_up(rows, 128) * round_up(cols, 4) / 4;
+  if (n_words == 0) return;
+  swizzle_kernel<<<grid_for(n_words, 256), 256, 0, stream>>>(in, rows, cols, out, n_words);
+}
+
+void launch_dequantize(const uint8_t* data, const uint8_t* scales, const float* amax, int64_t rows, int64_t cols,
+                       bool swizzled, float* out, cudaStream_t stream) {
+  const int64_t total = rows * (cols / 16);
+  if (total == 0) return;
+  dequantize_kernel<<<grid_for(total, 256), 256, 0, stream>>>(data, scales, amax, rows, cols, swizzled ? 1 : 0, out);
+}
+
+}  // namespace nvfp4

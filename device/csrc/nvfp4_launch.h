@@ -1,0 +1,63 @@
+// Host-side launchers of the NVFP4 kernels (implemented in the .cu files, called from bindings.cpp).
+#pragma once
+
+#include <cstdint>
+#include <cuda_runtime.h>
+
+namespace nvfp4 {
+
+enum ScaleLayout : int { kCompact = 0, kPaddedCompact = 1, kSwizzled = 2 };
+
+struct AmaxArgs {
+  const void* x;
+  int64_t M, K;          // rows of X (T when grouped) and columns
+  const int64_t* offs;   // grouped offset table [6, E+1] or nullptr
+  int E;
+  float* row_amax;       // [E]; zero-initialised by the caller / offsets kernel
+  float* col_amax;       // [E] or nullptr when no columnwise plane is wanted
+  uint32_t rht_signs;
+};
+
+struct QuantArgs {
+  const void* x;
+  int64_t M, K;
+  const int64_t* offs;
+  int E;
+  const float* row_amax;  // [E]
+  const float* col_amax;  // [E]
+  uint8_t* row_data;      // nullptr: no rowwise plane
+  uint8_t* row_scales;
+  uint8_t* col_data;      // nullptr: no columnwise plane
+  uint8_t* col_scales;
+  int layout;             // ScaleLayout
+  int block2d;            // 16x16 blocks (SPEC 6.3)
+  int sr;                 // stochastic rounding (SPEC 3.4, 10)
+  int rule;               // Rule
+  uint32_t rht_signs;
+  uint32_t seed_lo, seed_hi, offset;
+};
+
+
+// SPEC 5.1 / 5.3
+enum Rule : int { kRuleTE = 0, kRuleTEFusedRHT = 1 };
+
+enum DType : int { kBF16 = 0, kF16 = 1, kF32 = 2 };
+
+// amax pass (SPEC 4); `row_tiles` is the (worst-case) number of 128-row tiles.
+void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream_t s);
+void launch_amax_f16(const AmaxArgs& a, int64_t row_tiles, cudaStream_t s);
+void launch_amax_f32(const AmaxArgs& a, int64_t row_tiles, cudaStream_t s);
+// fused quantizer (SPEC 5-8, 10)
+void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s);
+void launch_quantize_f16(const QuantArgs& a, int64_t row_tiles, cudaStream_t s);
+void launch_quantize_f32(const QuantArgs& a, int64_t row_tiles, cudaStream_t s);
+
+void launch_group_offsets(const int64_t* splits, int E, int64_t K, int64_t* offs, float* row_amax, float* col_amax,
+                          cudaStream_t stream);
+void launch_tail_fill(const int64_t* offs, int E, uint8_t* const bufs[3], const int64_t caps[3], const int rows[3],
+                      cudaStream_t stream);
+void launch_swizzle(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t stream);
+void launch_dequantize(const uint8_t* data, const uint8_t* scales, const float* amax, int64_t rows, int64_t cols,
+                       bool swizzled, float* out, cudaStream_t stream);
+
+}  // namespace nvfp4

@@ -1,0 +1,42 @@
+"""Dequantization of a plane back to float32 (SPEC 11)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .fp4_numpy import decode_e2m1, decode_e4m3
+from .planes import QuantizedPlane
+from .scale_rules import torchao_per_tensor_scale
+
+__all__ = ["dequantize", "block_decode_scales"]
+
+_RCP_2688 = np.float32(1.0 / 2688.0)
+
+
+def block_decode_scales(plane: QuantizedPlane) -> np.ndarray:
+    """The fp32 factor each 16-block's E2M1 values are multiplied by (SPEC 11), shape [rows, cols/16].
+
+    TE rules: (float(sf) * amax) * fp32(1/2688), left to right. torchao: P * float(sf) with
+    P = amax / 2688 (torchao's get_hp_scales). torchao_noscale: float(sf).
+    """
+    sf = decode_e4m3(plane.scales)
+    with np.errstate(invalid="ignore", over="ignore"):
+        if plane.rule in ("te", "te_fused_rht"):
+            return ((sf * plane.amax).astype(np.float32) * _RCP_2688).astype(np.float32)
+        if plane.rule == "torchao":
+            return (torchao_per_tensor_scale(plane.amax) * sf).astype(np.float32)
+    return sf
+
+
+def dequantize(plane: QuantizedPlane) -> np.ndarray:
+    """Float32 values ``[rows, cols]`` of a plane: E2M1 value * block factor (SPEC 11).
+
+    A columnwise plane dequantizes to (the RHT of) X^T including its zero padding columns; take
+    ``[:, :plane.valid_cols]`` for the real tokens.
+    """
+    if not isinstance(plane, QuantizedPlane):
+        raise TypeError(f"dequantize takes a QuantizedPlane, got {type(plane).__name__}")
+    q = decode_e2m1(plane.codes())
+    s = block_decode_scales(plane)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return (q.reshape(plane.rows, -1, 16) * s[:, :, None]).reshape(plane.rows, plane.cols).astype(np.float32)

@@ -1,0 +1,226 @@
+"""Block-scaled NVFP4 GEMM models (SPEC 12): alpha, TE's sequential fp32 model, the exact model and the
+proven elementwise error bound that any fp32-accumulating implementation must meet."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from .exact import exact_int_matmul, f32_to_int_exp, round_certified, round_dyadic
+from .fp4_numpy import decode_e2m1, decode_e4m3
+from .planes import QuantizedPlane
+from .scale_rules import torchao_per_tensor_scale
+
+__all__ = ["gemm", "gemm_alpha", "gemm_error_bound", "within_bound"]
+
+_RCP_7225344 = np.float32(1.0 / 7225344.0)  # 7225344 = 6*6*448*448
+_OUT_DTYPES = ("bfloat16", "float32")
+_U32 = 2.0**-24  # fp32 unit roundoff
+_U_ACC = 2.0**-23  # per-step accumulation error allowed to any implementation (covers truncation too)
+_ETA32 = 2.0**-150  # fp32 absolute underflow error (half the smallest subnormal)
+_OUT_ERR = {"float32": (2.0**-24, 2.0**-150), "bfloat16": (2.0**-8, 2.0**-134)}
+
+
+def gemm_alpha(a_plane: QuantizedPlane, b_plane: QuantizedPlane) -> np.float32:
+    """The GEMM's fp32 alpha from the operands' amaxes (SPEC 12.1).
+
+    TE rules: alpha = (amax_A * amax_B) * fp32(1/7225344), left to right in fp32.
+    torchao: alpha = P_A * P_B with P = amax / 2688; torchao_noscale: alpha = 1.
+    """
+    ra, rb = a_plane.rule, b_plane.rule
+    te = ("te", "te_fused_rht")
+    if ra in te and rb in te:
+        with np.errstate(over="ignore", invalid="ignore"):
+            return np.float32(np.float32(a_plane.amax * b_plane.amax) * _RCP_7225344)
+    if ra == rb == "torchao":
+        with np.errstate(over="ignore", invalid="ignore"):
+            return np.float32(torchao_per_tensor_scale(a_plane.amax) * torchao_per_tensor_scale(b_plane.amax))
+    if ra == rb == "torchao_noscale":
+        return np.float32(1.0)
+    raise ValueError(f"operands use incompatible scale rules {ra!r} and {rb!r}")
+
+
+def _check_operands(a: QuantizedPlane, b: QuantizedPlane) -> None:
+    for name, p in (("a_plane", a), ("b_plane", b)):
+        if not isinstance(p, QuantizedPlane):
+            raise TypeError(f"{name} must be an oracle QuantizedPlane, got {type(p).__name__}")
+    if a.cols != b.cols:
+        raise ValueError(f"contraction lengths differ: a has K={a.cols}, b has K={b.cols}")
+
+
+def _check_epilogue(m: int, n: int, bias, accumulate, out_dtype: str):
+    if out_dtype not in _OUT_DTYPES:
+        raise ValueError(f"out_dtype must be one of {_OUT_DTYPES}, got {out_dtype!r}")
+    c = bv = None
+    if accumulate is not None:
+        c = np.asarray(accumulate)
+        if c.dtype != np.float32 or c.shape != (m, n):
+            raise ValueError(f"accumulate must be a float32 array of shape {(m, n)}, got {c.dtype} {c.shape}")
+    if bias is not None:
+        bv = np.asarray(bias)
+        if bv.dtype not in (np.float32,) and bv.dtype.name != "bfloat16":
+            raise TypeError(f"bias must be float32 or bfloat16, got {bv.dtype}")
+        if bv.shape != (n,):
+            raise ValueError(f"bias must have shape {(n,)}, got {bv.shape}")
+        bv = bv.astype(np.float32)
+    return c, bv
+
+
+def _resolve_alpha(a, b, alpha) -> np.float32:
+    return gemm_alpha(a, b) if alpha is None else np.float32(alpha)
+
+
+def _finish(y32: np.ndarray, out_dtype: str) -> np.ndarray:
+    return y32.astype(ml_dtypes.bfloat16) if out_dtype == "bfloat16" else y32.astype(np.float32)
+
+
+def _sequential(a: QuantizedPlane, b: QuantizedPlane) -> np.ndarray:
+    """SPEC 12.2: acc = 0; for each 16-block k in order: acc = fl32(acc + (sfA_k * sfB_k) * dot16_k)."""
+    qa, qb = decode_e2m1(a.codes()), decode_e2m1(b.codes())
+    sa, sb = decode_e4m3(a.scales), decode_e4m3(b.scales)
+    acc = np.zeros((a.rows, b.rows), np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for k in range(a.cols // 16):
+            blk = slice(16 * k, 16 * k + 16)
+            dot = qa[:, blk] @ qb[:, blk].T  # exact: multiples of 1/4 below 2**12 in any order
+            term = (sa[:, k, None] * sb[None, :, k]) * dot  # exact: at most 20 significant bits
+            acc = (acc + term).astype(np.float32)
+    return acc
+
+
+def _scaled_ints(p: QuantizedPlane) -> np.ndarray:
+    """Each element of the plane as an integer multiple of 2**-10: (2 * e2m1) * (2**9 * sf) (SPEC 12.3)."""
+    q2 = (decode_e2m1(p.codes()) * 2).astype(np.int64)  # E2M1 value * 2: integers -12..12
+    s = decode_e4m3(p.scales)
+    s = np.where(np.isnan(s), 0, s)  # NaN scales are handled separately
+    s_int = (s * 512).astype(np.int64)  # E4M3 values are multiples of 2**-9
+    return q2 * np.repeat(s_int, 16, axis=1)
+
+
+def _nan_rows(p: QuantizedPlane) -> np.ndarray:
+    return np.isnan(decode_e4m3(p.scales)).any(axis=1)
+
+
+def gemm(
+    a_plane: QuantizedPlane,
+    b_plane: QuantizedPlane,
+    *,
+    alpha=None,
+    model: str = "sequential",
+    out_dtype: str = "bfloat16",
+    bias=None,
+    accumulate=None,
+) -> np.ndarray:
+    """Y = alpha * (A . B^T) (+ accumulate) (+ bias) for K-major NVFP4 planes A [M, K] and B [N, K] (SPEC 12).
+
+    Args:
+        a_plane, b_plane: :class:`QuantizedPlane` with the same K (both K-major, "TN").
+        alpha: fp32 alpha; default :func:`gemm_alpha` (SPEC 12.1).
+        model: "sequential" (TE's model: fp32 accumulator, 16-blocks in K order, SPEC 12.2) or
+            "exact" (exact value rounded once to out_dtype, SPEC 12.3).
+        out_dtype: "bfloat16" (returns ml_dtypes.bfloat16) or "float32".
+        bias: optional [N] float32/bfloat16 row vector added to every row.
+        accumulate: optional float32 [M, N] C added to the product (wgrad's main_grad).
+    """
+    _check_operands(a_plane, b_plane)
+    m, n = a_plane.rows, b_plane.rows
+    c, bv = _check_epilogue(m, n, bias, accumulate, out_dtype)
+    al = _resolve_alpha(a_plane, b_plane, alpha)
+    if model == "sequential":
+        acc = _sequential(a_plane, b_plane)
+        with np.errstate(invalid="ignore", over="ignore"):
+            y = (al * acc).astype(np.float32)
+            if c is not None:
+                y = (y + c).astype(np.float32)
+            if bv is not None:
+                y = (y + bv[None, :]).astype(np.float32)
+        return _finish(y, out_dtype)
+    if model != "exact":
+        raise ValueError(f"model must be 'sequential' or 'exact', got {model!r}")
+    return _finish(_exact(a_plane, b_plane, al, c, bv, out_dtype), out_dtype)
+
+
+def _exact(a, b, al, c, bv, out_dtype) -> np.ndarray:
+    """SPEC 12.3: v = alpha * S + C + bias computed exactly, then rounded once (RNE) to out_dtype."""
+    m, n = a.rows, b.rows
+    s, shift = exact_int_matmul(_scaled_ints(a), _scaled_ints(b))  # exact sum = s * 2**(shift - 20)
+    s_exp = shift - 20
+    extras = [x for x in (c, None if bv is None else np.broadcast_to(bv[None, :], (m, n))) if x is not None]
+    # float64 estimate; each of its <= 4 roundings errs by <= 2**-53 of a magnitude <= mag (1 + 2**-50)
+    with np.errstate(invalid="ignore", over="ignore"):
+        prod = np.ldexp(s.astype(np.float64), s_exp) * np.float64(al)
+        est = prod.copy()
+        mag = np.abs(prod)
+        for x in extras:
+            est = est + x
+            mag = mag + np.abs(x.astype(np.float64))
+    est[_nan_rows(a)[:, None] | _nan_rows(b)[None, :]] = np.nan
+    finite = np.isfinite(est) & np.isfinite(mag)
+    r, ok = round_certified(np.where(finite, est, 0.0), np.ldexp(np.where(finite, mag, 0.0), -50), out_dtype)
+    todo = finite & ~ok
+    if todo.any():  # exact path: everything as integers in units of 2**unit
+        am, ae = f32_to_int_exp(np.float32(al))
+        parts = [(s[todo].astype(object) * int(am), s_exp + int(ae))]
+        for x in extras:
+            xm, xe = f32_to_int_exp(x[todo].astype(np.float32))
+            parts.append((xm.astype(object), xe))
+        unit = min(int(np.min(e)) for _, e in parts)
+        total = sum(np.left_shift(v, (np.asarray(e) - unit).astype(object)) for v, e in parts)
+        r = r.copy()
+        r[todo] = round_dyadic(total, unit, out_dtype)
+    return np.where(finite, r, est).astype(np.float32)
+
+
+def gemm_error_bound(
+    a_plane: QuantizedPlane,
+    b_plane: QuantizedPlane,
+    *,
+    alpha=None,
+    out_dtype: str = "bfloat16",
+    bias=None,
+    accumulate=None,
+) -> np.ndarray:
+    """Elementwise bound B (float64 [M, N]) with |y_impl - y_exact| <= B for every implementation that
+    forms the exact products and sums them in fp32 in any order (SPEC 12.4, proof there).
+
+    B = |alpha| g P + 3u T (1+u)^3 + 3 eta32 + u_o T (1+u)^4 + eta_o + (u_o T + eta_o), with
+    P = sum_k |a_k b_k|, g = K u_a / (1 - K u_a), u_a = 2**-23, u = 2**-24,
+    T = |alpha| P (1 + g) + |C| + |bias|; (u_o, eta_o) the output format's unit roundoff and half its
+    smallest subnormal. Elements whose exact value is NaN or infinite get B = +inf (compare them by identity).
+    """
+    _check_operands(a_plane, b_plane)
+    m, n = a_plane.rows, b_plane.rows
+    c, bv = _check_epilogue(m, n, bias, accumulate, out_dtype)
+    al = abs(float(_resolve_alpha(a_plane, b_plane, alpha)))
+    k = a_plane.cols
+    # P = |A| @ |B|^T: float32 BLAS on the scaled integers rounds, so inflate by (1 + (K + 2) * 2**-23)
+    # (a valid bound for any summation order of non-negative terms) to keep an upper bound
+    da = np.abs(_scaled_ints(a_plane)).astype(np.float32)
+    db = np.abs(_scaled_ints(b_plane)).astype(np.float32)
+    with np.errstate(over="ignore"):
+        p = np.ldexp((da @ db.T).astype(np.float64), -20) * (1.0 + (k + 2) * 2.0**-23)
+    g = k * _U_ACC / (1.0 - k * _U_ACC) if k else 0.0
+    t = al * p * (1.0 + g)
+    if c is not None:
+        t = t + np.abs(c.astype(np.float64))
+    if bv is not None:
+        t = t + np.abs(bv.astype(np.float64))[None, :]
+    u_o, eta_o = _OUT_ERR[out_dtype]
+    u = _U32
+    bound = al * g * p + 3 * u * t * (1 + u) ** 3 + 3 * _ETA32 + u_o * t * (1 + u) ** 4 + eta_o + (u_o * t + eta_o)
+    bad = ~np.isfinite(bound) | _nan_rows(a_plane)[:, None] | _nan_rows(b_plane)[None, :]
+    if not np.isfinite(al):
+        bad[:] = True
+    return np.where(bad, np.inf, bound)
+
+
+def within_bound(y_impl, y_exact, bound) -> np.ndarray:
+    """Elementwise check of SPEC 12.4: |y_impl - y_exact| <= bound; NaN must match NaN and an
+    infinite exact value must be matched exactly. Returns a boolean array."""
+    yi = np.asarray(y_impl).astype(np.float64)
+    ye = np.asarray(y_exact).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        close = np.abs(yi - ye) <= bound
+    nan = np.isnan(ye)
+    inf = np.isinf(ye)
+    return np.where(nan, np.isnan(yi), np.where(inf, yi == ye, close))

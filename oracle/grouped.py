@@ -1,0 +1,131 @@
+"""Grouped (MoE) quantization: per-group planes plus the flat device buffers and offsets (SPEC 9)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .planes import GroupedNVFP4Tensor
+from .quantize import as_2d_f32, check_options, quantize_2d
+from .rht import DEFAULT_RHT_SIGNS
+from .swizzle import grouped_scale_offsets, padded_scale_shape, swizzle_scales
+
+__all__ = ["check_splits", "group_quantize", "grouped_capacities", "padded_compact"]
+
+
+def check_splits(splits, total_rows: int) -> np.ndarray:
+    """Validate group sizes: 1-D integers >= 0 that add up to the number of rows. Returns int64."""
+    s = np.asarray(splits)
+    if s.ndim != 1 or s.size == 0:
+        raise ValueError(f"splits must be a non-empty 1-D sequence of group sizes, got shape {s.shape}")
+    if s.dtype.kind not in "iu":
+        raise TypeError(f"splits must be integers, got dtype {s.dtype}")
+    s = s.astype(np.int64)
+    if np.any(s < 0):
+        raise ValueError(f"splits must be >= 0, got {s.tolist()}")
+    if int(s.sum()) != total_rows:
+        raise ValueError(f"splits add up to {int(s.sum())} but x has {total_rows} rows")
+    return s
+
+
+def grouped_capacities(total_rows: int, cols: int, num_groups: int) -> dict:
+    """Worst-case byte sizes of the grouped buffers over all splits of ``total_rows`` into ``num_groups``
+    groups (SPEC 9.3): what a device allocates without knowing the splits."""
+    t, k, e = int(total_rows), int(cols), int(num_groups)
+    kb4 = (k // 16 + 3) // 4 * 4
+    return {
+        "row_data": t * k // 2,
+        "row_scale": 128 * (t // 128 + e) * kb4,
+        "col_data": k * 16 * (t // 16 + e) // 2,
+        "col_scale": (k + 127) // 128 * 128 * 4 * (t // 64 + e),
+    }
+
+
+def padded_compact(scales: np.ndarray) -> np.ndarray:
+    """Compact scales zero-padded to [roundup(rows,128), roundup(C,4)], flattened row-major (SPEC 9.2)."""
+    r, c = padded_scale_shape(*scales.shape)
+    out = np.zeros((r, c), np.uint8)
+    out[: scales.shape[0], : scales.shape[1]] = scales
+    return out.reshape(-1)
+
+
+def _concat(parts: list) -> np.ndarray:
+    return np.concatenate([p.reshape(-1) for p in parts]) if parts else np.zeros(0, np.uint8)
+
+
+def group_quantize(
+    x,
+    splits,
+    *,
+    rowwise: bool = True,
+    columnwise: bool = False,
+    rht: bool = False,
+    rht_signs: int = DEFAULT_RHT_SIGNS,
+    block=(1, 16),
+    rule: str = "te",
+    amax=None,
+    rounding: str = "rn",
+    seed: int = 0,
+    offset: int = 0,
+) -> GroupedNVFP4Tensor:
+    """Quantize the row groups of ``x`` ([T, K]) separately, each with its own amax (SPEC 9).
+
+    ``splits``: group sizes m_g (any value >= 0, summing to T). Group g is exactly
+    ``quantize(x[rows of g], ..., offset=offset + g)`` (the SR stream of group g, SPEC 10.2).
+    ``amax``: None, an array of E per-group values for both planes, or a pair of such arrays (row, col).
+    Other options as in :func:`oracle.quantize`.
+    """
+    x2, is_bf16 = as_2d_f32(x)
+    block = check_options(
+        rowwise=rowwise, columnwise=columnwise, rht=rht, rht_signs=rht_signs, block=block, rule=rule,
+        rounding=rounding, seed=seed, offset=offset, is_bf16=is_bf16,
+    )
+    m = check_splits(splits, x2.shape[0])
+    e = m.size
+    k = x2.shape[1]
+    if amax is None:
+        amax_g = [None] * e
+    elif isinstance(amax, tuple):
+        ra, ca = (np.asarray(a, np.float32).reshape(-1) for a in amax)
+        if ra.size != e or ca.size != e:
+            raise ValueError(f"amax arrays must have one value per group ({e})")
+        amax_g = [(ra[g], ca[g]) for g in range(e)]
+    else:
+        a = np.asarray(amax, np.float32).reshape(-1)
+        if a.size != e:
+            raise ValueError(f"amax must have one value per group ({e}), got {a.size}")
+        amax_g = [a[g] for g in range(e)]
+    offs = grouped_scale_offsets(m, k)
+    row_planes, col_planes = [], []
+    for g in range(e):
+        xg = x2[offs["row_offsets"][g] : offs["row_offsets"][g + 1]]
+        t = quantize_2d(
+            xg, rowwise=rowwise, columnwise=columnwise, rht=rht, rht_signs=rht_signs, block=block, rule=rule,
+            amax=amax_g[g], rounding=rounding, seed=int(seed), offset=(int(offset) + g) & 0xFFFFFFFF,
+        )
+        row_planes.append(t.row)
+        col_planes.append(t.col)
+
+    def amaxes(planes):
+        return np.array([p.amax if p is not None else 0 for p in planes], np.float32)
+
+    row_amax, col_amax = amaxes(row_planes), amaxes(col_planes)
+    return GroupedNVFP4Tensor(
+        splits=m,
+        shape=x2.shape,
+        row_planes=row_planes,
+        col_planes=col_planes,
+        row_amax=row_amax,
+        col_amax=col_amax,
+        row_offsets=offs["row_offsets"],
+        row_data=_concat([p.data for p in row_planes]) if rowwise else None,
+        row_scales=_concat([swizzle_scales(p.scales) for p in row_planes]) if rowwise else None,
+        row_scales_compact=_concat([padded_compact(p.scales) for p in row_planes]) if rowwise else None,
+        row_data_offsets=offs["row_data"],
+        row_scale_offsets=offs["row_scale"],
+        col_data=_concat([p.data for p in col_planes]) if columnwise else None,
+        col_scales=_concat([swizzle_scales(p.scales) for p in col_planes]) if columnwise else None,
+        col_scales_compact=_concat([padded_compact(p.scales) for p in col_planes]) if columnwise else None,
+        col_data_offsets=offs["col_data"],
+        col_scale_offsets=offs["col_scale"],
+        options=dict(rht=rht, rht_signs=rht_signs, block=block, rule=rule, rounding=rounding, seed=seed, offset=offset),
+    )
