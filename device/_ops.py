@@ -1,0 +1,212 @@
+"""torch.library custom ops around the CUDA extension, plus the out-variant launchers they use.
+
+The ops are functional (they allocate their outputs with ``torch.empty`` on the input's device and launch
+on the current stream), have fake implementations for torch.compile, and do no host synchronization, so they
+can be captured in CUDA graphs. Buffer sizes depend only on host-known shapes (SPEC 9: worst-case capacity
+for grouped outputs), never on device data.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ._build import load_extension
+
+__all__ = [
+    "LAYOUT_COMPACT",
+    "LAYOUT_PADDED_COMPACT",
+    "LAYOUT_SWIZZLED",
+    "group_buffers",
+    "launch_group_quantize",
+    "launch_quantize",
+    "quantize_buffers",
+]
+
+LAYOUT_COMPACT, LAYOUT_PADDED_COMPACT, LAYOUT_SWIZZLED = 0, 1, 2
+_TILE_M = 128  # rows per kernel tile (csrc/nvfp4_layout.cuh kTileM)
+
+
+def _ru(n: int, m: int) -> int:
+    return (n + m - 1) // m * m
+
+
+def _empty(shape, device, fill: int | None, dtype=torch.uint8) -> Tensor:
+    t = torch.empty(shape, dtype=dtype, device=device)
+    if fill is not None and t.numel():
+        t.view(torch.uint8).fill_(fill)
+    return t
+
+
+# ---------------------------------------------------------------------------------------------------------
+# single tensor
+# ---------------------------------------------------------------------------------------------------------
+
+def quantize_buffers(m: int, k: int, *, rowwise: bool, columnwise: bool, swizzled: bool, device,
+                     fill: int | None = None) -> dict:
+    """Output buffers of one quantize call (SPEC 6, 8); ``fill`` poisons them (tests)."""
+    mp = _ru(m, 16)
+    z = lambda: torch.empty(0, dtype=torch.uint8, device=device)  # noqa: E731
+    b = {"row_data": z(), "row_scales": z(), "col_data": z(), "col_scales": z()}
+    if rowwise:
+        b["row_data"] = _empty((m, k // 2), device, fill)
+        b["row_scales"] = _empty((_ru(m, 128) * _ru(k // 16, 4),) if swizzled else (m, k // 16), device, fill)
+    if columnwise:
+        b["col_data"] = _empty((k, mp // 2), device, fill)
+        b["col_scales"] = _empty((_ru(k, 128) * _ru(mp // 16, 4),) if swizzled else (k, mp // 16), device, fill)
+    b["amax"] = _empty((2,), device, fill, torch.float32)
+    return b
+
+
+def launch_quantize(x: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: bool, columnwise: bool, rht: bool,
+                    rht_signs: int, block2d: bool, rule: int, sr: bool, seed_lo: int, seed_hi: int, offset: int,
+                    swizzled: bool) -> None:
+    """Launch the amax pass (unless ``amax_in`` [2] is given) and the fused quantizer into ``bufs``."""
+    ext = load_extension()
+    m, k = x.shape
+    row_tiles = (m + _TILE_M - 1) // _TILE_M
+    amax = bufs["amax"]
+    if amax_in is None:
+        amax.zero_()
+        ext.amax_(x, None, 1, row_tiles, amax[0:1], amax[1:2] if columnwise else None, rht, rht_signs)
+    else:
+        amax.copy_(amax_in)
+    ext.quantize_(
+        x, None, 1, row_tiles, amax[0:1], amax[1:2],
+        bufs["row_data"] if rowwise else None, bufs["row_scales"] if rowwise else None,
+        bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None,
+        LAYOUT_SWIZZLED if swizzled else LAYOUT_COMPACT, block2d, sr, rule, rht, rht_signs, seed_lo, seed_hi, offset,
+    )
+
+
+@torch.library.custom_op("nvfp4_device::quantize", mutates_args=())
+def quantize_op(x: Tensor, amax: Tensor | None, rowwise: bool, columnwise: bool, rht: bool, rht_signs: int,
+                block2d: bool, rule: int, sr: bool, seed_lo: int, seed_hi: int, offset: int,
+                swizzled: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Functional NVFP4 quantize of a 2-D CUDA tensor: (row_data, row_scales, col_data, col_scales, amax[2])."""
+    m, k = x.shape
+    bufs = quantize_buffers(m, k, rowwise=rowwise, columnwise=columnwise, swizzled=swizzled, device=x.device)
+    launch_quantize(x, bufs, amax, rowwise=rowwise, columnwise=columnwise, rht=rht, rht_signs=rht_signs,
+                    block2d=block2d, rule=rule, sr=sr, seed_lo=seed_lo, seed_hi=seed_hi, offset=offset,
+                    swizzled=swizzled)
+    return bufs["row_data"], bufs["row_scales"], bufs["col_data"], bufs["col_scales"], bufs["amax"]
+
+
+@quantize_op.register_fake
+def _(x, amax, rowwise, columnwise, rht, rht_signs, block2d, rule, sr, seed_lo, seed_hi, offset, swizzled):
+    m, k = x.shape
+    b = quantize_buffers(m, k, rowwise=rowwise, columnwise=columnwise, swizzled=swizzled, device=x.device)
+    return b["row_data"], b["row_scales"], b["col_data"], b["col_scales"], b["amax"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# grouped (SPEC 9)
+# ---------------------------------------------------------------------------------------------------------
+
+def group_capacities(t: int, k: int, e: int) -> dict:
+    """Worst-case byte sizes of the grouped buffers over every split of t rows into e groups (SPEC 9)."""
+    return {
+        "row_data": t * k // 2,
+        "row_scale": 128 * (t // 128 + e) * _ru(k // 16, 4),
+        "col_data": k * 16 * (t // 16 + e) // 2,
+        "col_scale": _ru(k, 128) * 4 * (t // 64 + e),
+    }
+
+
+def group_buffers(t: int, k: int, e: int, *, rowwise: bool, columnwise: bool, device,
+                  fill: int | None = None) -> dict:
+    """Output buffers of one grouped quantize call, sized from (T, K, E) only."""
+    cap = group_capacities(t, k, e)
+    z = lambda: torch.empty(0, dtype=torch.uint8, device=device)  # noqa: E731
+    b = {"row_data": z(), "row_scales": z(), "col_data": z(), "col_scales": z()}
+    if rowwise:
+        b["row_data"] = _empty((cap["row_data"],), device, fill)
+        b["row_scales"] = _empty((cap["row_scale"],), device, fill)
+    if columnwise:
+        b["col_data"] = _empty((cap["col_data"],), device, fill)
+        b["col_scales"] = _empty((cap["col_scale"],), device, fill)
+    b["row_amax"] = _empty((e,), device, fill, torch.float32)
+    b["col_amax"] = _empty((e,), device, fill, torch.float32)
+    b["offsets"] = _empty((6, e + 1), device, fill, torch.int64)
+    return b
+
+
+def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: bool,
+                          columnwise: bool, rht: bool, rht_signs: int, block2d: bool, rule: int, sr: bool,
+                          seed_lo: int, seed_hi: int, offset: int, swizzled: bool) -> None:
+    """Offsets, amax (unless ``amax_in`` [2, E] is given), tail zero-fill and the fused quantizer, all on device."""
+    ext = load_extension()
+    t, k = x.shape
+    e = splits.numel()
+    row_tiles = t // _TILE_M + e  # worst case of sum ceil(m_g / 128)
+    offs, row_amax, col_amax = bufs["offsets"], bufs["row_amax"], bufs["col_amax"]
+    compute = amax_in is None
+    ext.group_offsets_(splits, k, offs, row_amax if compute else None, col_amax if compute else None)
+    if compute:
+        ext.amax_(x, offs, e, row_tiles, row_amax, col_amax if columnwise else None, rht, rht_signs)
+    else:
+        row_amax.copy_(amax_in[0])
+        col_amax.copy_(amax_in[1])
+    ext.tail_fill_(offs, e, bufs["row_scales"] if rowwise else None, bufs["col_data"] if columnwise else None,
+                   bufs["col_scales"] if columnwise else None)
+    ext.quantize_(
+        x, offs, e, row_tiles, row_amax, col_amax,
+        bufs["row_data"] if rowwise else None, bufs["row_scales"] if rowwise else None,
+        bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None,
+        LAYOUT_SWIZZLED if swizzled else LAYOUT_PADDED_COMPACT, block2d, sr, rule, rht, rht_signs, seed_lo, seed_hi,
+        offset,
+    )
+
+
+@torch.library.custom_op("nvfp4_device::group_quantize", mutates_args=())
+def group_quantize_op(x: Tensor, splits: Tensor, amax: Tensor | None, rowwise: bool, columnwise: bool, rht: bool,
+                      rht_signs: int, block2d: bool, rule: int, sr: bool, seed_lo: int, seed_hi: int, offset: int,
+                      swizzled: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Functional grouped quantize: (row_data, row_scales, col_data, col_scales, row_amax, col_amax, offsets)."""
+    t, k = x.shape
+    bufs = group_buffers(t, k, splits.numel(), rowwise=rowwise, columnwise=columnwise, device=x.device)
+    launch_group_quantize(x, splits, bufs, amax, rowwise=rowwise, columnwise=columnwise, rht=rht,
+                          rht_signs=rht_signs, block2d=block2d, rule=rule, sr=sr, seed_lo=seed_lo, seed_hi=seed_hi,
+                          offset=offset, swizzled=swizzled)
+    return (bufs["row_data"], bufs["row_scales"], bufs["col_data"], bufs["col_scales"], bufs["row_amax"],
+            bufs["col_amax"], bufs["offsets"])
+
+
+@group_quantize_op.register_fake
+def _(x, splits, amax, rowwise, columnwise, rht, rht_signs, block2d, rule, sr, seed_lo, seed_hi, offset, swizzled):
+    t, k = x.shape
+    b = group_buffers(t, k, splits.shape[0], rowwise=rowwise, columnwise=columnwise, device=x.device)
+    return (b["row_data"], b["row_scales"], b["col_data"], b["col_scales"], b["row_amax"], b["col_amax"],
+            b["offsets"])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# swizzle (SPEC 8.2) and dequantize (SPEC 11)
+# ---------------------------------------------------------------------------------------------------------
+
+@torch.library.custom_op("nvfp4_device::swizzle_scales", mutates_args=())
+def swizzle_op(compact: Tensor) -> Tensor:
+    """Compact uint8 scales [rows, C] -> swizzled zero-padded 1-D buffer (SPEC 8.2)."""
+    rows, cols = compact.shape
+    out = torch.empty(_ru(rows, 128) * _ru(cols, 4), dtype=torch.uint8, device=compact.device)
+    load_extension().swizzle_(compact, out)
+    return out
+
+
+@swizzle_op.register_fake
+def _(compact):
+    rows, cols = compact.shape
+    return compact.new_empty(_ru(rows, 128) * _ru(cols, 4))
+
+
+@torch.library.custom_op("nvfp4_device::dequantize", mutates_args=())
+def dequantize_op(data: Tensor, scales: Tensor, amax: Tensor, rows: int, cols: int, swizzled: bool) -> Tensor:
+    """One NVFP4 plane -> float32 [rows, cols] (SPEC 11)."""
+    out = torch.empty((rows, cols), dtype=torch.float32, device=data.device)
+    load_extension().dequantize_(data, scales, amax, rows, cols, swizzled, out)
+    return out
+
+
+@dequantize_op.register_fake
+def _(data, scales, amax, rows, cols, swizzled):
+    return data.new_empty((rows, cols), dtype=torch.float32)
