@@ -1,0 +1,98 @@
+"""A deliberately naive, scalar transcription of SPEC.md sections 3.1, 3.2, 5.1, 5.2 and 7.2, written
+independently of the vectorized oracle (plain loops over np.float32 scalars) and used as a second
+implementation in the tests."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+F = np.float32
+FLT_MAX = F(np.finfo(np.float32).max)
+E2M1_MAGS = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+
+
+def fminf(a, b):
+    a, b = F(a), F(b)
+    if math.isnan(a):
+        return b
+    if math.isnan(b):
+        return a
+    return min(a, b)
+
+
+def e2m1_rn(y) -> int:
+    """SPEC 3.1 by nearest-candidate search with ties to the even index."""
+    y = F(y)
+    if math.isnan(y):
+        return 7
+    sign = 8 if math.copysign(1.0, y) < 0 else 0
+    a = min(abs(float(y)), 6.0)
+    best = min(range(8), key=lambda i: (abs(E2M1_MAGS[i] - a), i % 2))
+    return sign | best
+
+
+def e4m3_values() -> list:
+    vals = []
+    for b in range(0x7F):
+        e, m = b >> 3, b & 7
+        vals.append(m * 2.0**-9 if e == 0 else (1 + m / 8) * 2.0 ** (e - 7))
+    return vals
+
+
+_E4M3 = e4m3_values()
+
+
+def e4m3_rn(x) -> int:
+    """SPEC 3.2 by nearest-candidate search (ties to even code), saturating."""
+    x = F(x)
+    if math.isnan(x):
+        return 0x7F
+    sign = 0x80 if math.copysign(1.0, x) < 0 else 0
+    a = min(abs(float(x)), 448.0)
+    best = min(range(0x7F), key=lambda i: (abs(_E4M3[i] - a), i % 2))
+    return sign | best
+
+
+def e4m3_value(b: int) -> float:
+    if b & 0x7F == 0x7F:
+        return math.nan
+    v = _E4M3[b & 0x7F]
+    return -v if b & 0x80 else v
+
+
+def te_quantize_row_blocks(row: np.ndarray, amax) -> tuple[list, list]:
+    """SPEC 5.1 + 5.2 (rule te, 1x16 blocks) for one row; returns (codes, scale bytes)."""
+    amax = F(amax)
+    with np.errstate(all="ignore"):
+        s_enc = fminf(F(2688.0) / amax, FLT_MAX)
+        if amax == 0 or s_enc == 0:
+            s_enc = F(1.0)
+        s_dec = F(1.0) / s_enc
+        codes, scales = [], []
+        for k in range(0, len(row), 16):
+            blk = [F(v) for v in row[k : k + 16]]
+            b = F(0.0)
+            for v in blk:
+                if not math.isnan(v):
+                    b = max(b, F(abs(v)))
+            sf = fminf(b * F(s_enc * F(1.0 / 6.0)), FLT_MAX)
+            byte = e4m3_rn(sf)
+            m = fminf(F(1.0) / F(F(e4m3_value(byte)) * s_dec), FLT_MAX)
+            scales.append(byte)
+            codes.extend(e2m1_rn(F(v * m)) for v in blk)
+    return codes, scales
+
+
+def rht_block(x16, signs: int) -> list:
+    """SPEC 7.2 for one block of 16 bf16 values given as floats; returns fp32 before the bf16 rounding."""
+    v = [F(x16[i]) * F(-1.0 if (signs >> i) & 1 else 1.0) for i in range(16)]
+    h = 1
+    while h < 16:
+        for i in range(16):
+            if not i & h:
+                a, b = v[i], v[i + h]
+                v[i], v[i + h] = F(a + b), F(a - b)
+        h *= 2
+    return [F(t * F(0.25)) for t in v]

@@ -1,0 +1,140 @@
+"""SPEC 2-3: codecs against ml_dtypes / torch (independent implementations) and hand-worked vectors."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from oracle.fp4_numpy import (
+    bf16_bits_to_f32,
+    decode_e2m1,
+    decode_e4m3,
+    encode_e2m1,
+    encode_e4m3,
+    f32_to_bf16_bits,
+    pack_fp4,
+    unpack_fp4,
+)
+
+
+def _all_bf16() -> np.ndarray:
+    return (np.arange(65536, dtype=np.uint32) << 16).view(np.float32)
+
+
+def _all_fp16() -> np.ndarray:
+    return np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+
+
+def _random_f32(n: int = 1_000_000) -> np.ndarray:
+    rng = np.random.default_rng(1234)
+    bits = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    x = bits.view(np.float32).copy()
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 448.0, 464.0, 2.0**-10, 2.0**-9, 2.0**-6,
+                         0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 1e-45, -1e-45, 3.4028235e38], np.float32)
+    # dense region around the interesting magnitudes
+    near = (rng.standard_normal(n // 2) * np.exp2(rng.integers(-12, 10, n // 2))).astype(np.float32)
+    return np.concatenate([x, near, specials, -specials])
+
+
+SOURCES = {"bf16": _all_bf16, "fp16": _all_fp16, "random_f32": _random_f32}
+
+
+def _ref_e4m3(x: np.ndarray) -> np.ndarray:
+    return np.clip(x, -448, 448).astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+
+
+def _ref_e2m1(x: np.ndarray) -> np.ndarray:
+    return np.clip(x, -6, 6).astype(ml_dtypes.float4_e2m1fn).view(np.uint8) & 0x0F
+
+
+@pytest.mark.parametrize("source", list(SOURCES))
+def test_encode_e4m3_matches_ml_dtypes(source):
+    x = SOURCES[source]()
+    got = encode_e4m3(x)
+    fin = ~np.isnan(x)
+    with np.errstate(invalid="ignore"):
+        ref = _ref_e4m3(x)
+    assert np.array_equal(got[fin], ref[fin])
+    assert np.all(got[~fin] == 0x7F)  # SPEC 3.2: NaN -> 0x7F
+
+
+@pytest.mark.parametrize("source", list(SOURCES))
+def test_encode_e2m1_matches_ml_dtypes(source):
+    x = SOURCES[source]()
+    got = encode_e2m1(x)
+    fin = ~np.isnan(x)
+    with np.errstate(invalid="ignore"):
+        ref = _ref_e2m1(x)
+    assert np.array_equal(got[fin], ref[fin])
+    assert np.all(got[~fin] == 0x7)  # SPEC 3.1: NaN -> +6
+
+
+@pytest.mark.parametrize("source", list(SOURCES))
+def test_bf16_rounding_matches_ml_dtypes(source):
+    x = SOURCES[source]()
+    got = f32_to_bf16_bits(x)
+    ref = x.astype(ml_dtypes.bfloat16).view(np.uint16)
+    fin = ~np.isnan(x)
+    assert np.array_equal(got[fin], ref[fin])
+    assert np.all(np.isnan(bf16_bits_to_f32(got[~fin])))
+
+
+def test_decode_e4m3_matches_ml_dtypes_all_bytes():
+    b = np.arange(256, dtype=np.uint8)
+    ref = b.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    got = decode_e4m3(b)
+    assert np.array_equal(np.isnan(got), np.isnan(ref))
+    ok = ~np.isnan(ref)
+    assert np.array_equal(got[ok].view(np.uint32), ref[ok].view(np.uint32))  # -0.0 included
+
+
+def test_decode_e2m1_matches_ml_dtypes_all_codes():
+    c = np.arange(16, dtype=np.uint8)
+    ref = c.view(ml_dtypes.float4_e2m1fn).astype(np.float32)
+    assert np.array_equal(decode_e2m1(c).view(np.uint32), ref.view(np.uint32))
+
+
+# Hand-worked vectors (SPEC 3.1): ties to even, saturation, signed zero, NaN.
+E2M1_VECTORS = [
+    (0.25, 0x0), (0.2500001, 0x1), (0.75, 0x2), (0.7499999, 0x1), (1.25, 0x2), (1.2500001, 0x3),
+    (1.75, 0x4), (2.5, 0x4), (2.5000002, 0x5), (3.5, 0x6), (5.0, 0x6), (5.0000005, 0x7), (6.0, 0x7),
+    (1e30, 0x7), (np.inf, 0x7), (-np.inf, 0xF), (-0.0, 0x8), (-1e-30, 0x8), (-0.25, 0x8), (-0.3, 0x9),
+    (np.nan, 0x7), (-np.nan, 0x7), (-6.5, 0xF),
+]
+
+
+@pytest.mark.parametrize("value,code", E2M1_VECTORS)
+def test_e2m1_hand_vectors(value, code):
+    assert encode_e2m1(np.float32(value)) == code
+
+
+E4M3_VECTORS = [
+    (448.0, 0x7E), (464.0, 0x7E), (1e9, 0x7E), (np.inf, 0x7E), (-np.inf, 0xFE), (np.nan, 0x7F),
+    (2.0**-9, 0x01), (2.0**-10, 0x00), (1.5 * 2.0**-10, 0x01), (2.0**-6, 0x08), (-0.0, 0x80),
+    (1.0, 0x38), (1.0625, 0x38), (1.1875, 0x3A), (17.0, 0x58), (18.0, 0x59), (240.0, 0x77),
+]
+
+
+@pytest.mark.parametrize("value,byte", E4M3_VECTORS)
+def test_e4m3_hand_vectors(value, byte):
+    assert encode_e4m3(np.float32(value)) == byte
+
+
+def test_pack_low_nibble_first_and_roundtrip():
+    codes = np.array([[0x1, 0x2, 0xF, 0x8, 0x7]], np.uint8)
+    packed = pack_fp4(codes)
+    assert packed.tolist() == [[0x21, 0x8F, 0x07]]  # element 2i low nibble, 2i+1 high nibble
+    assert np.array_equal(unpack_fp4(packed, 5), codes)
+    rng = np.random.default_rng(0)
+    c = rng.integers(0, 16, (7, 64), dtype=np.uint8)
+    assert np.array_equal(unpack_fp4(pack_fp4(c), 64), c)
+
+
+def test_codec_errors():
+    with pytest.raises(TypeError):
+        decode_e4m3(np.zeros(3, np.int32))
+    with pytest.raises(ValueError):
+        unpack_fp4(np.zeros((2, 3), np.uint8), 8)
+    with pytest.raises(TypeError):
+        encode_e4m3(np.array(["a"]))

@@ -1,0 +1,197 @@
+"""SPEC 4-6: scale rules, blocks and planes; hand-worked vectors and a scalar re-implementation."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from spec_scalar import te_quantize_row_blocks
+
+import oracle
+from oracle.dequantize import block_decode_scales
+from oracle.fp4_numpy import pack_fp4, unpack_fp4
+from oracle.scale_rules import global_encode_scale
+
+# SPEC 5.2 hand-worked block: amax supplied as 2688 -> S_enc = 1, S_dec = 1; block amax 12 ->
+# sf = 12 * fp32(1/6) = 2.0 exactly after rounding -> byte 0x40, multiplier 0.5; codes by SPEC 3.1.
+HAND_BLOCK = [12, 5, 7, -1, 0.5, 1.5, 2.5, 3.5, 10, 11, -0.0, np.nan, -3, 9, 0.4, -12]
+HAND_CODES = [0x7, 0x4, 0x6, 0x9, 0x0, 0x2, 0x2, 0x4, 0x6, 0x7, 0x8, 0x7, 0xB, 0x6, 0x0, 0xF]
+HAND_PACKED = [0x47, 0x96, 0x20, 0x42, 0x76, 0x78, 0x6B, 0xF0]
+
+
+def test_hand_block_te_rule():
+    x = np.array([HAND_BLOCK], np.float32)
+    t = oracle.quantize(x, amax=2688.0)
+    assert t.row.scales.tolist() == [[0x40]]
+    assert t.row.data.tolist() == [HAND_PACKED]
+    assert unpack_fp4(t.row.data, 16).tolist() == [HAND_CODES]
+
+
+def test_hand_global_scales():
+    assert global_encode_scale(2688.0) == 1.0
+    assert global_encode_scale(0.0) == 1.0  # amax 0 -> 1
+    assert global_encode_scale(np.inf) == 1.0  # 2688/inf = 0 -> 1
+    assert global_encode_scale(np.nan) == np.float32(np.finfo(np.float32).max)  # fminf drops NaN
+    assert global_encode_scale(1e-45) == np.float32(np.finfo(np.float32).max)  # overflow clamps
+    assert global_encode_scale(np.inf, "te_fused_rht") == 0.0
+    assert global_encode_scale(np.nan, "te_fused_rht") == 1.0
+    assert global_encode_scale(0.0, "te_fused_rht") == 1.0
+
+
+def test_scale_underflow_saturates_codes():
+    # amax 2688 -> S_enc 1; block amax 1e-4 -> sf 1.7e-5 < 2**-10 -> byte 0, multiplier FLT_MAX -> +-6
+    x = np.full((1, 16), 1e-4, np.float32)
+    x[0, 1] = -1e-4
+    x[0, 2] = 0.0
+    t = oracle.quantize(x, amax=2688.0)
+    assert t.row.scales.tolist() == [[0]]
+    codes = unpack_fp4(t.row.data, 16)[0]
+    assert codes[0] == 0x7 and codes[1] == 0xF and codes[2] == 0x0
+
+
+def test_scale_saturates_at_448():
+    # amax 1 -> S_enc 2688; block amax 12 -> sf ~ 5376 -> 448 (0x7E)
+    x = np.full((1, 16), 12.0, np.float32)
+    t = oracle.quantize(x, amax=1.0)
+    assert t.row.scales.tolist() == [[0x7E]]
+    assert set(unpack_fp4(t.row.data, 16)[0].tolist()) == {0x7}
+
+
+def test_zero_and_negative_zero_tensor():
+    x = np.zeros((3, 32), np.float32)
+    x[1] = -0.0
+    t = oracle.quantize(x, columnwise=True)
+    assert t.row.amax == 0 and t.col.amax == 0
+    assert np.all(t.row.scales == 0) and np.all(t.col.scales == 0)
+    assert np.all(t.row.data[0] == 0) and np.all(t.row.data[1] == 0x88)
+
+
+def test_nan_ignored_inf_saturates():
+    x = np.ones((1, 32), np.float32)
+    x[0, 0] = np.nan
+    x[0, 17] = -np.inf
+    t = oracle.quantize(x)
+    assert t.row.amax == np.inf
+    codes = unpack_fp4(t.row.data, 32)[0]
+    assert codes[0] == 0x7 and codes[17] == 0xF
+    assert t.row.scales[0, 1] == 0x7E  # block holding -Inf gets 448
+
+
+def _random_input(rng, m, k, specials=True):
+    x = (rng.standard_normal((m, k)) * np.exp2(rng.integers(-30, 30, (m, 1)))).astype(np.float32)
+    if specials and m and k:
+        for v in (np.nan, np.inf, -np.inf, -0.0, 1e-40, 0.0):
+            x[rng.integers(m), rng.integers(k)] = v
+        x[rng.integers(m), :16] = 0.0
+    return x
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_te_rule_matches_scalar_spec(seed):
+    rng = np.random.default_rng(seed)
+    m, k = int(rng.integers(1, 9)), 16 * int(rng.integers(1, 5))
+    x = _random_input(rng, m, k)
+    t = oracle.quantize(x)
+    for r in range(m):
+        codes, scales = te_quantize_row_blocks(x[r], t.row.amax)
+        assert t.row.scales[r].tolist() == scales
+        assert unpack_fp4(t.row.data[r : r + 1], k)[0].tolist() == codes
+
+
+def test_columnwise_is_rowwise_of_padded_transpose():
+    rng = np.random.default_rng(3)
+    x = _random_input(rng, 21, 48)
+    t = oracle.quantize(x, rowwise=True, columnwise=True)
+    assert t.col.shape == (48, 32) and t.col.valid_cols == 21
+    xt = np.zeros((48, 32), np.float32)
+    xt[:, :21] = x.T
+    ref = oracle.quantize(xt, amax=t.row.amax).row
+    assert np.array_equal(t.col.data, ref.data) and np.array_equal(t.col.scales, ref.scales)
+    assert t.col.amax == t.row.amax
+
+
+@pytest.mark.parametrize("m", [1, 16, 17, 40])
+def test_2d_blocks_transpose_symmetry(m):
+    rng = np.random.default_rng(m)
+    x = _random_input(rng, m, 64, specials=False)
+    t = oracle.quantize(x, columnwise=True, block=(16, 16))
+    codes_r = unpack_fp4(t.row.data, 64)
+    codes_c = unpack_fp4(t.col.data, t.col.cols)
+    assert np.array_equal(codes_r, codes_c[:, :m].T)
+    # one scale per tile, replicated: rowwise [m, 4] vs columnwise [64, mp/16]
+    tiles_r = t.row.scales[::16]  # [ceil(m/16), 4]
+    tiles_c = t.col.scales[::16]  # [4, ceil(m/16)]
+    assert np.array_equal(tiles_r, tiles_c.T)
+    assert np.all(t.row.scales == np.repeat(tiles_r, 16, axis=0)[:m])
+
+
+def test_nd_input_flattened():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 32)).astype(np.float32)
+    a = oracle.quantize(x)
+    b = oracle.quantize(x.reshape(6, 32))
+    assert a.shape == (6, 32) and np.array_equal(a.row.data, b.row.data)
+
+
+def test_empty_input():
+    t = oracle.quantize(np.zeros((0, 32), np.float32), columnwise=True)
+    assert t.row.data.shape == (0, 16) and t.row.scales.shape == (0, 2)
+    assert t.col.shape == (32, 0) and t.row.swizzled_scales().size == 0
+    assert t.col.swizzled_scales().size == 0
+
+
+def test_dtypes_are_exact():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 32)).astype(ml_dtypes.bfloat16)
+    a = oracle.quantize(x)
+    b = oracle.quantize(x.astype(np.float32))
+    assert np.array_equal(a.row.data, b.row.data)
+    h = rng.standard_normal((4, 32)).astype(np.float16)
+    assert np.array_equal(oracle.quantize(h).row.data, oracle.quantize(h.astype(np.float32)).row.data)
+
+
+@pytest.mark.parametrize(
+    "kwargs,exc",
+    [
+        (dict(x=np.zeros((4, 20), np.float32)), ValueError),
+        (dict(x=np.zeros((4, 32), np.float64)), TypeError),
+        (dict(x=[[1.0] * 16]), TypeError),
+        (dict(x=np.zeros((4, 32), np.int32)), TypeError),
+        (dict(x=np.array(1.0, np.float32)), ValueError),
+        (dict(x=np.zeros((4, 32), np.float32), rht=True, columnwise=True), TypeError),
+        (dict(x=np.zeros((4, 32), np.float32), rule="nope"), ValueError),
+        (dict(x=np.zeros((4, 32), np.float32), block=(16, 1)), ValueError),
+        (dict(x=np.zeros((4, 32), np.float32), rounding="up"), ValueError),
+        (dict(x=np.zeros((4, 32), np.float32), rowwise=False), ValueError),
+        (dict(x=np.zeros((4, 32), np.float32), seed=-1), ValueError),
+        (dict(x=np.zeros((4, 32), np.float32), offset=2**32), ValueError),
+        (dict(x=np.zeros((4, 32), ml_dtypes.bfloat16), rht=True, columnwise=True, rht_signs=1 << 16), ValueError),
+    ],
+)
+def test_bad_inputs(kwargs, exc):
+    x = kwargs.pop("x")
+    with pytest.raises(exc):
+        oracle.quantize(x, **kwargs)
+
+
+def test_dequantize_error_bound():
+    """SPEC 11 + 5.2: away from saturation and scale underflow, |x*m - q| <= half the E2M1 step, so the
+    dequantized error is at most half a step of the block's grid (plus fp32 rounding of the factor)."""
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((64, 256)) * np.exp2(rng.integers(-8, 8, (64, 1)))).astype(np.float32)
+    t = oracle.quantize(x)
+    deq = oracle.dequantize(t.row).astype(np.float64)
+    f = block_decode_scales(t.row).astype(np.float64)
+    f = np.repeat(f, 16, axis=1)
+    q = np.abs(deq / f)
+    step = np.where(q < 2, 0.5, np.where(q < 4, 1.0, 2.0))
+    err = np.abs(deq - x)
+    # half a grid step; +1 step of slack where the rounded scale pushed x*m past 6 (saturation)
+    allowed = np.maximum(step / 2, np.where(q == 6, 1.0, 0.0)) * f * (1 + 2.0**-20) + np.abs(x) * 2.0**-21
+    assert np.all(err <= allowed)
+
+
+def test_pack_matches_quantize_layout():
+    x = np.array([HAND_BLOCK], np.float32)
+    t = oracle.quantize(x, amax=2688.0)
+    assert np.array_equal(t.row.data, pack_fp4(np.array([HAND_CODES], np.uint8)))
