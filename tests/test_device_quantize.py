@@ -1,0 +1,497 @@
+"""GPU tests of the device kernels: byte-for-byte equality with the NumPy oracle (SPEC.md).
+
+Every test is marked ``cuda`` and skipped when torch or a CUDA device is missing. Output buffers are poisoned
+(0xFF) before the kernels run, so an unwritten byte (including swizzle padding and the grouped tail) fails.
+Large shapes are sampled (the oracle side is the slow part); ``NVFP4_FULL=1`` widens the grid.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import numpy as np
+import pytest
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+torch = pytest.importorskip("torch")
+
+import oracle  # noqa: E402
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+FULL = bool(os.environ.get("NVFP4_FULL"))
+BF16 = ml_dtypes.bfloat16
+M_GRID = (0, 1, 15, 16, 17, 63, 64, 127, 128, 129, 1000, 4097)
+SMALL_K = (16, 32, 48)
+LARGE_K = (4096, 5120, 11328)
+OPTION_GRID = list(itertools.product(((1, 16), (16, 16)), (False, True), ("rn", "sr")))  # block, rht, rounding
+
+
+# ------------------------------------------------------------------------------------------------------------
+# helpers
+# ------------------------------------------------------------------------------------------------------------
+
+def make_input(m: int, k: int, *, kind: str = "normal", dtype=BF16, seed: int = 0) -> np.ndarray:
+    """Random input; "special" adds NaN, -0, subnormals, outliers and zero blocks; "inf" adds +-Inf too."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((m, k)).astype(np.float32) * np.float32(rng.choice([1e-3, 1.0, 37.0]))
+    if kind in ("special", "inf") and x.size:
+        flat = x.reshape(-1)
+        n = flat.size
+        pick = lambda frac: rng.choice(n, size=max(1, int(n * frac)), replace=False)  # noqa: E731
+        flat[pick(0.01)] = np.nan
+        flat[pick(0.01)] = -0.0
+        tiny = np.float32(1e-40) if dtype in (BF16, np.float32) else np.float32(3e-6)
+        flat[pick(0.01)] = tiny * rng.choice([-1, 1], size=max(1, int(n * 0.01))).astype(np.float32)
+        big = np.float32(1e30) if dtype in (BF16, np.float32) else np.float32(60000.0)
+        flat[pick(0.002)] = big * rng.choice([-1, 1], size=max(1, int(n * 0.002))).astype(np.float32)
+        if m >= 16 and k >= 32:
+            x[:16, 16:32] = 0.0  # an all-zero 16x16 tile
+            x[min(3, m - 1), :16] = -0.0  # an all -0 block
+        if kind == "inf":
+            flat[pick(0.001)] = np.inf
+            flat[pick(0.001)] = -np.inf
+    return x.astype(dtype)
+
+
+def to_cuda(a: np.ndarray):
+    if a.dtype == BF16:
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.uint16).copy()).view(torch.bfloat16).cuda()
+    return torch.from_numpy(np.ascontiguousarray(a).copy()).cuda()
+
+
+def host(t) -> np.ndarray:
+    return t.detach().cpu().numpy()
+
+
+def assert_bytes(what: str, got, want: np.ndarray) -> None:
+    g = host(got).reshape(-1).view(np.uint8)
+    w = np.ascontiguousarray(want).reshape(-1).view(np.uint8)
+    assert g.size == w.size, f"{what}: {g.size} bytes, oracle {w.size}"
+    bad = np.flatnonzero(g != w)
+    assert bad.size == 0, f"{what}: {bad.size} bytes differ, first at {bad[:8].tolist()}: {g[bad[:8]]} vs {w[bad[:8]]}"
+
+
+def assert_f32_bits(what: str, got, want) -> None:
+    g = np.asarray(host(got), np.float32).reshape(-1).view(np.uint32)
+    w = np.asarray(want, np.float32).reshape(-1).view(np.uint32)
+    assert np.array_equal(g, w), f"{what}: {g[:8]} vs {w[:8]}"
+
+
+_DEFAULTS = dict(rowwise=True, columnwise=False, rht=False, rht_signs=0xD7E8, block=(1, 16), rule="te",
+                 rounding="rn", seed=0, offset=0)
+
+
+def device_opts(x2, **kw) -> dict:
+    from device._api import _options
+
+    return _options(x2, **{**_DEFAULTS, **kw})
+
+
+def run_poisoned(x_t, *, swizzled: bool, amax=None, **kw) -> dict:
+    """Quantize into 0xFF-poisoned buffers through the out-variant launcher; returns the buffers."""
+    from device import _ops
+
+    x2 = x_t.reshape(-1, x_t.shape[-1])
+    opts = device_opts(x2, **kw)
+    bufs = _ops.quantize_buffers(x2.shape[0], x2.shape[1], rowwise=opts["rowwise"], columnwise=opts["columnwise"],
+                                 swizzled=swizzled, device=x2.device, fill=0xFF)
+    amax_t = None if amax is None else torch.tensor(amax, dtype=torch.float32, device=x2.device).reshape(2)
+    _ops.launch_quantize(x2, bufs, amax_t, swizzled=swizzled, **opts)
+    torch.cuda.synchronize()
+    return bufs
+
+
+def check_single(bufs: dict, ref, swizzled: bool) -> None:
+    if ref.row is not None:
+        assert_bytes("row data", bufs["row_data"], ref.row.data)
+        assert_bytes("row scales", bufs["row_scales"], ref.row.swizzled_scales() if swizzled else ref.row.scales)
+        assert_f32_bits("row amax", bufs["amax"][0:1], ref.row.amax)
+    if ref.col is not None:
+        assert_bytes("col data", bufs["col_data"], ref.col.data)
+        assert_bytes("col scales", bufs["col_scales"], ref.col.swizzled_scales() if swizzled else ref.col.scales)
+        assert_f32_bits("col amax", bufs["amax"][1:2], ref.col.amax)
+
+
+def check_case(x: np.ndarray, **kw) -> None:
+    """Oracle once, device twice (swizzled and compact scales), both into poisoned buffers."""
+    ref = oracle.quantize(x, **kw)
+    x_t = to_cuda(x)
+    for swizzled in (True, False):
+        check_single(run_poisoned(x_t, swizzled=swizzled, **kw), ref, swizzled)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# single tensor
+# ------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("k", SMALL_K)
+@pytest.mark.parametrize("m", M_GRID)
+def test_quantize_small_k_grid(m, k):
+    """Every M of the grid x small K x every option combination (block, RHT, SR), both scale layouts."""
+    for i, (block, rht, rounding) in enumerate(OPTION_GRID):
+        kind = ("normal", "special", "inf")[(i + m + k) % 3]
+        x = make_input(m, k, kind=kind, seed=1000 * m + k + i)
+        check_case(x, rowwise=True, columnwise=True, rht=rht, block=block, rounding=rounding, seed=77 + i,
+                   offset=i * 3)
+
+
+LARGE_CASES = [
+    (m, k, OPTION_GRID[(j * 3 + i) % len(OPTION_GRID)])
+    for j, k in enumerate(LARGE_K)
+    for i, m in enumerate((0, 1, 17, 129, 1000) + ((4097,) if FULL else ()))
+]
+
+
+@pytest.mark.parametrize("m,k,opt", LARGE_CASES)
+def test_quantize_large_k(m, k, opt):
+    block, rht, rounding = opt
+    x = make_input(m, k, kind=("normal", "special")[(m + k) % 2], seed=m * 7 + k)
+    check_case(x, rowwise=True, columnwise=True, rht=rht, block=block, rounding=rounding, seed=12345678901234,
+               offset=2**32 - 1)
+
+
+def test_quantize_largest():
+    """4097 x 11328: RHT + SR + 16x16 blocks (the most index math at once)."""
+    x = make_input(4097, 11328, kind="special", seed=3)
+    check_case(x, rowwise=True, columnwise=True, rht=True, block=(16, 16), rounding="sr", seed=2**63 + 5, offset=9)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("m,k", [(1, 16), (17, 48), (129, 64), (300, 4096), (1000, 5120)])
+def test_quantize_other_dtypes(dtype, m, k):
+    for block, rounding in [((1, 16), "rn"), ((16, 16), "sr")]:
+        x = make_input(m, k, kind="special", dtype=dtype, seed=m + k)
+        check_case(x, rowwise=True, columnwise=True, block=block, rounding=rounding, seed=11)
+
+
+@pytest.mark.parametrize("rowwise,columnwise,rht", [(True, False, False), (False, True, False), (False, True, True)])
+def test_quantize_single_plane(rowwise, columnwise, rht):
+    x = make_input(200, 96, kind="special", seed=5)
+    check_case(x, rowwise=rowwise, columnwise=columnwise, rht=rht)
+
+
+@pytest.mark.parametrize("rule", ["te", "te_fused_rht"])
+@pytest.mark.parametrize("amax", [1.5, (0.0, 3.0), (float("inf"), float("nan")), (1e-30, 0.0), (float("nan"), 2.0)])
+def test_quantize_user_amax_and_rules(rule, amax):
+    x = make_input(70, 64, kind="special", seed=9)
+    ref = oracle.quantize(x, rowwise=True, columnwise=True, rht=True, rule=rule, amax=amax)
+    x_t = to_cuda(x)
+    pair = amax if isinstance(amax, tuple) else (amax, amax)
+    for swizzled in (True, False):
+        bufs = run_poisoned(x_t, swizzled=swizzled, amax=pair, rowwise=True, columnwise=True, rht=True,
+                            rht_signs=0xD7E8, block=(1, 16), rule=rule, rounding="rn", seed=0, offset=0)
+        check_single(bufs, ref, swizzled)
+    # the public API with the same amax
+    import device
+
+    q = device.quantize(x_t, rowwise=True, columnwise=True, rht=True, rule=rule, amax=amax)
+    check_single({"row_data": q.row_data, "row_scales": q.row_scales, "col_data": q.col_data,
+                  "col_scales": q.col_scales, "amax": torch.cat([q.row_amax, q.col_amax])}, ref, True)
+
+
+@pytest.mark.parametrize("kind", ["zeros", "neg_zeros", "all_nan", "tiny"])
+def test_quantize_degenerate_inputs(kind):
+    x = np.zeros((33, 64), np.float32)
+    if kind == "neg_zeros":
+        x[:] = -0.0
+    elif kind == "all_nan":
+        x[:] = np.nan
+    elif kind == "tiny":
+        x[:] = 1e-39
+        x[::2] = -1e-39
+    x = x.astype(BF16)
+    for block, rht in [((1, 16), False), ((16, 16), True)]:
+        check_case(x, rowwise=True, columnwise=True, rht=rht, block=block)
+
+
+def test_public_api_and_to_oracle():
+    import device
+
+    x = make_input(129, 160, kind="special", seed=21)
+    x_t = to_cuda(x)
+    for swizzled in (True, False):
+        kw = dict(rowwise=True, columnwise=True, rht=True, block=(16, 16), rounding="sr", seed=4, offset=1)
+        ref = oracle.quantize(x, **kw)
+        got = device.quantize(x_t, swizzled=swizzled, **kw).to_oracle()
+        for p in ("row", "col"):
+            a, b = getattr(got, p), getattr(ref, p)
+            assert np.array_equal(a.data, b.data) and np.array_equal(a.scales, b.scales)
+            assert a.shape == b.shape and a.valid_cols == b.valid_cols and a.rht == b.rht
+            assert np.float32(a.amax).view(np.uint32) == np.float32(b.amax).view(np.uint32)
+    # N-D input flattens on the last dimension like the oracle
+    x3 = make_input(6 * 7, 32, seed=2).reshape(6, 7, 32)
+    got = device.quantize(to_cuda(x3), columnwise=True).to_oracle()
+    ref = oracle.quantize(x3, columnwise=True)
+    assert np.array_equal(got.row.data, ref.row.data) and np.array_equal(got.col.scales, ref.col.scales)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# swizzle and dequantize kernels
+# ------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rows,cols", [(1, 1), (1, 3), (127, 4), (129, 5), (300, 320), (1000, 708), (0, 4)])
+def test_swizzle_kernel(rows, cols):
+    import device
+
+    c = np.random.default_rng(rows + cols).integers(0, 256, size=(rows, cols), dtype=np.uint8)
+    got = device.swizzle_scales(torch.from_numpy(c).cuda())
+    assert_bytes("swizzled", got, oracle.swizzle.swizzle_scales(c))
+
+
+def test_unfused_path_matches_fused():
+    """quantize(compact) then the swizzle kernel == fused swizzled output."""
+    import device
+
+    x_t = to_cuda(make_input(1000, 4096, kind="special", seed=8))
+    a = device.quantize(x_t, columnwise=True, rht=True, swizzled=False)
+    b = device.quantize(x_t, columnwise=True, rht=True, swizzled=True)
+    assert torch.equal(device.swizzle_scales(a.row_scales), b.row_scales)
+    assert torch.equal(device.swizzle_scales(a.col_scales), b.col_scales)
+
+
+@pytest.mark.parametrize("swizzled", [False, True])
+def test_dequantize(swizzled):
+    import device
+
+    x = make_input(129, 96, kind="special", seed=31)
+    q = device.quantize(to_cuda(x), columnwise=True, rht=True, swizzled=swizzled)
+    ref = q.to_oracle()
+    for plane in ("row", "col"):
+        got = host(device.dequantize(q, plane))
+        want = oracle.dequantize(getattr(ref, plane))
+        assert_bytes(f"dequantized {plane}", got.view(np.uint32), want.view(np.uint32))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# grouped (SPEC 9)
+# ------------------------------------------------------------------------------------------------------------
+
+SPLITS = [
+    [0],
+    [5],
+    [0, 0, 0],
+    [17, 0, 130, 1, 0, 256, 3],
+    [1000, 0, 24, 129],
+    [128, 128],
+    [0, 300, 0],
+]
+
+
+def random_splits(rng, t: int, e: int, zero_frac: float = 0.3) -> np.ndarray:
+    """Skewed random group sizes summing to t, some exactly 0."""
+    w = rng.pareto(1.0, size=e) + 1e-3
+    w[rng.random(e) < zero_frac] = 0.0
+    if w.sum() == 0:
+        w[0] = 1.0
+    s = np.floor(w / w.sum() * t).astype(np.int64)
+    s[np.argmax(w)] += t - s.sum()
+    return s
+
+
+def run_group_poisoned(x_t, splits_np, *, swizzled: bool, amax=None, **kw) -> dict:
+    from device import _ops
+
+    x2 = x_t.reshape(-1, x_t.shape[-1])
+    opts = device_opts(x2, **kw)
+    splits = torch.tensor(splits_np, dtype=torch.int64, device=x2.device)
+    bufs = _ops.group_buffers(x2.shape[0], x2.shape[1], splits.numel(), rowwise=opts["rowwise"],
+                              columnwise=opts["columnwise"], device=x2.device, fill=0xFF)
+    _ops.launch_group_quantize(x2, splits, bufs, amax, swizzled=swizzled, **opts)
+    torch.cuda.synchronize()
+    return bufs
+
+
+def check_grouped(bufs: dict, ref, swizzled: bool, *, rowwise=True, columnwise=True) -> None:
+    offs = host(bufs["offsets"])
+    e = ref.num_groups
+    for name, row in (("row_offsets", 0), ("row_data_offsets", 2), ("row_scale_offsets", 3),
+                      ("col_data_offsets", 4), ("col_scale_offsets", 5)):
+        assert np.array_equal(offs[row], getattr(ref, name)), f"{name}: {offs[row]} vs {getattr(ref, name)}"
+    planes = []
+    if rowwise:
+        planes.append(("row", ref.row_data, ref.row_scales if swizzled else ref.row_scales_compact, ref.row_amax))
+    if columnwise:
+        planes.append(("col", ref.col_data, ref.col_scales if swizzled else ref.col_scales_compact, ref.col_amax))
+    for p, data, scales, amax in planes:
+        d, s = host(bufs[f"{p}_data"]), host(bufs[f"{p}_scales"])
+        assert_bytes(f"{p} data", d[: data.size], data)
+        assert not d[data.size :].any(), f"{p} data: bytes past the last group are not 0"
+        assert_bytes(f"{p} scales", s[: scales.size], scales)
+        assert not s[scales.size :].any(), f"{p} scales: bytes past the last group are not 0"
+        assert_f32_bits(f"{p} amax", bufs[f"{p}_amax"], amax)
+    del e
+
+
+@pytest.mark.parametrize("k", [16, 48, 160])
+@pytest.mark.parametrize("splits", SPLITS, ids=lambda s: "-".join(map(str, s)))
+def test_group_quantize(splits, k):
+    t = int(sum(splits))
+    for i, (block, rht, rounding) in enumerate(OPTION_GRID):
+        x = make_input(t, k, kind=("normal", "special")[i % 2], seed=t + k + i)
+        kw = dict(rowwise=True, columnwise=True, rht=rht, block=block, rounding=rounding, seed=99, offset=2**32 - 2)
+        ref = oracle.group_quantize(x, np.array(splits, np.int64), **kw)
+        x_t = to_cuda(x)
+        for swizzled in (True, False):
+            check_grouped(run_group_poisoned(x_t, splits, swizzled=swizzled, **kw), ref, swizzled)
+
+
+@pytest.mark.parametrize("e", [1, 3, 8, 64, 127])
+def test_group_quantize_random_splits(e):
+    rng = np.random.default_rng(e)
+    t, k = 3000, 64
+    splits = random_splits(rng, t, e)
+    x = make_input(t, k, kind="special", seed=e)
+    kw = dict(rowwise=True, columnwise=True, rht=True, block=(1, 16), rounding="sr", seed=e, offset=0)
+    ref = oracle.group_quantize(x, splits, **kw)
+    check_grouped(run_group_poisoned(to_cuda(x), splits, swizzled=True, **kw), ref, True)
+
+
+def test_group_quantize_large_k():
+    splits = np.array([0, 700, 1, 0, 316, 129], np.int64)
+    x = make_input(int(splits.sum()), 5120, kind="special", seed=44)
+    kw = dict(rowwise=True, columnwise=True, rht=True, block=(16, 16), rounding="rn")
+    ref = oracle.group_quantize(x, splits, **kw)
+    check_grouped(run_group_poisoned(to_cuda(x), splits, swizzled=True, **kw), ref, True)
+
+
+def test_group_quantize_user_amax_and_api():
+    import device
+
+    splits = np.array([40, 0, 90], np.int64)
+    x = make_input(130, 32, kind="special", seed=4)
+    amax = (np.array([1.0, 0.0, 3.5], np.float32), np.array([np.inf, 2.0, 0.5], np.float32))
+    ref = oracle.group_quantize(x, splits, columnwise=True, rht=True, amax=amax)
+    got = device.group_quantize(to_cuda(x), torch.tensor(splits).cuda(), columnwise=True, rht=True,
+                                amax=tuple(torch.from_numpy(a).cuda() for a in amax))
+    bufs = {"row_data": got.row_data, "row_scales": got.row_scales, "col_data": got.col_data,
+            "col_scales": got.col_scales, "row_amax": got.row_amax, "col_amax": got.col_amax,
+            "offsets": got.offsets}
+    check_grouped(bufs, ref, True)
+    conv = got.to_oracle()
+    for g in range(3):
+        for p in ("row_planes", "col_planes"):
+            a, b = getattr(conv, p)[g], getattr(ref, p)[g]
+            assert np.array_equal(a.data, b.data) and np.array_equal(a.scales, b.scales) and a.shape == b.shape
+    assert np.array_equal(conv.row_scales_compact, ref.row_scales_compact)
+    assert np.array_equal(conv.col_scales, ref.col_scales)
+
+
+def test_group_quantize_no_host_sync():
+    import device
+
+    x_t = to_cuda(make_input(300, 64, seed=1))
+    splits = torch.tensor([100, 0, 200], dtype=torch.int64, device="cuda")
+    device.group_quantize(x_t, splits, columnwise=True, rht=True)  # builds / warms up outside sync-debug mode
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        device.group_quantize(x_t, splits, columnwise=True, rht=True, rounding="sr")
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# CUDA graphs and torch.compile
+# ------------------------------------------------------------------------------------------------------------
+
+def test_cuda_graph_grouped_replay():
+    """Capture once; replay with new inputs and new split values copied into the captured tensors."""
+    import device
+
+    t, k, e = 400, 64, 6
+    replays = 100
+    rng = np.random.default_rng(123)
+    static_x = torch.zeros((t, k), dtype=torch.bfloat16, device="cuda")
+    static_splits = torch.tensor(random_splits(rng, t, e), device="cuda")
+    kw = dict(rowwise=True, columnwise=True, rht=True, block=(1, 16), rounding="sr", seed=7, offset=3)
+    device.group_quantize(static_x, static_splits, **kw)  # warm-up (JIT build, allocator)
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s):
+        with torch.cuda.graph(graph, stream=s):
+            out = device.group_quantize(static_x, static_splits, **kw)
+    torch.cuda.current_stream().wait_stream(s)
+    for r in range(replays):
+        splits = random_splits(rng, t, e, zero_frac=0.4)
+        x = make_input(t, k, kind=("normal", "special")[r % 2], seed=r)
+        static_x.copy_(to_cuda(x))
+        static_splits.copy_(torch.from_numpy(splits))
+        # poison the captured outputs: every byte must be rewritten by the replay
+        for buf in (out.row_data, out.row_scales, out.col_data, out.col_scales):
+            buf.fill_(0xFF)
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = oracle.group_quantize(x, splits, **kw)
+        bufs = {"row_data": out.row_data, "row_scales": out.row_scales, "col_data": out.col_data,
+                "col_scales": out.col_scales, "row_amax": out.row_amax, "col_amax": out.col_amax,
+                "offsets": out.offsets}
+        check_grouped(bufs, ref, True)
+
+
+def test_cuda_graph_single_replay():
+    import device
+
+    static_x = torch.zeros((257, 96), dtype=torch.bfloat16, device="cuda")
+    kw = dict(rowwise=True, columnwise=True, rht=True, block=(16, 16), rounding="sr", seed=1)
+    device.quantize(static_x, **kw)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = device.quantize(static_x, **kw)
+    for r in range(10):
+        x = make_input(257, 96, kind="special", seed=50 + r)
+        static_x.copy_(to_cuda(x))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = oracle.quantize(x, **kw)
+        check_single({"row_data": out.row_data, "row_scales": out.row_scales, "col_data": out.col_data,
+                      "col_scales": out.col_scales, "amax": torch.cat([out.row_amax, out.col_amax])}, ref, True)
+
+
+def test_torch_compile():
+    from device import _ops
+
+    x_t = to_cuda(make_input(256, 128, seed=3))
+    opts = device_opts(x_t, rowwise=True, columnwise=True, rht=True, rht_signs=0xD7E8, block=(1, 16), rule="te",
+                       rounding="rn", seed=0, offset=0)
+
+    def f(x):
+        return _ops.quantize_op(x * 2, None, swizzled=True, **opts)
+
+    eager = f(x_t)
+    compiled = torch.compile(f, fullgraph=True)(x_t)
+    for a, b in zip(eager, compiled):
+        assert torch.equal(a, b)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# argument errors, raised before any launch
+# ------------------------------------------------------------------------------------------------------------
+
+def test_argument_errors():
+    import device
+
+    good = torch.zeros((32, 32), dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="CUDA"):
+        device.quantize(good.cpu())
+    with pytest.raises(TypeError, match="bfloat16, float16 or float32"):
+        device.quantize(good.to(torch.int32))
+    with pytest.raises(ValueError, match="contiguous"):
+        device.quantize(torch.zeros((32, 64), dtype=torch.bfloat16, device="cuda")[:, ::2])
+    with pytest.raises(ValueError, match="multiple of 16"):
+        device.quantize(torch.zeros((32, 24), dtype=torch.bfloat16, device="cuda"))
+    with pytest.raises(TypeError, match="bfloat16"):
+        device.quantize(good.half(), columnwise=True, rht=True)
+    with pytest.raises(NotImplementedError):
+        device.quantize(good, rule="torchao")
+    with pytest.raises(ValueError, match="same device"):
+        device.group_quantize(good, torch.tensor([32]))
+    with pytest.raises(TypeError, match="int64"):
+        device.group_quantize(good, torch.tensor([32], dtype=torch.int32, device="cuda"))
