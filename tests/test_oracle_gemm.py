@@ -1,0 +1,197 @@
+"""SPEC 12: GEMM alpha, sequential model, exact model (vs fractions.Fraction) and the error bound."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import oracle
+from oracle.exact import exact_int_matmul, round_certified, round_dyadic
+from oracle.fp4_numpy import decode_e2m1, decode_e4m3
+
+
+def _fraction_round(v: Fraction, dtype) -> float:
+    """Independent RNE of an exact rational to float32/bfloat16: take the finite neighbours of a nearby
+    value (by bit pattern) and keep the closest by exact distance, the even bit pattern on a tie."""
+    ut = np.uint32 if dtype == np.float32 else np.uint16
+    maxf = float(ml_dtypes.finfo(dtype).max)
+    f = np.array(float(v), np.float64).astype(np.float32).astype(dtype)
+    if not np.isfinite(f):
+        f = np.array(np.copysign(maxf, float(v)), dtype)
+    bits = int(f.view(ut))
+    cands = []
+    for d in range(-2, 3):
+        c = np.array(max(bits + d, 0) if bits < (1 << (8 * np.dtype(ut).itemsize - 1)) else bits + d, ut).view(dtype)
+        if np.isfinite(c):
+            cands.append(c)
+    cands += [np.array(0.0, dtype), np.array(-0.0, dtype)]
+    best = min(cands, key=lambda c: (abs(Fraction(float(c)) - v), int(c.view(ut)) & 1))
+    top = Fraction(maxf)
+    half_ulp_at_max = (Fraction(2) ** (127 - (23 if dtype == np.float32 else 7))) / 2
+    if abs(v) >= top + half_ulp_at_max:
+        return float(np.copysign(np.inf, float(v)))
+    return float(best)
+
+
+def _fraction_gemm(a, b, alpha, c=None, bias=None, out=np.float32):
+    qa, qb = decode_e2m1(a.codes()), decode_e2m1(b.codes())
+    sa, sb = decode_e4m3(a.scales), decode_e4m3(b.scales)
+    res = np.zeros((a.rows, b.rows), np.float64)
+    for i in range(a.rows):
+        for j in range(b.rows):
+            s = sum(
+                Fraction(float(sa[i, k // 16])) * Fraction(float(sb[j, k // 16])) * Fraction(float(qa[i, k])) * Fraction(float(qb[j, k]))
+                for k in range(a.cols)
+            )
+            v = Fraction(float(alpha)) * s
+            if c is not None:
+                v += Fraction(float(c[i, j]))
+            if bias is not None:
+                v += Fraction(float(bias[j]))
+            res[i, j] = _fraction_round(v, out)
+    return res
+
+
+def _planes(rng, m, n, k, spread=20):
+    x = (rng.standard_normal((m, k)) * np.exp2(rng.integers(-spread, spread, (m, k // 16)).repeat(16, 1))).astype(np.float32)
+    w = (rng.standard_normal((n, k)) * np.exp2(rng.integers(-spread, spread, (n, k // 16)).repeat(16, 1))).astype(np.float32)
+    return oracle.quantize(x).row, oracle.quantize(w).row
+
+
+def test_alpha_rule():
+    a = oracle.QuantizedPlane(np.zeros((1, 8), np.uint8), np.zeros((1, 1), np.uint8), 3.0, (1, 16))
+    b = oracle.QuantizedPlane(np.zeros((1, 8), np.uint8), np.zeros((1, 1), np.uint8), 5.0, (1, 16))
+    assert oracle.gemm_alpha(a, b) == np.float32(np.float32(15.0) * np.float32(1 / 7225344))
+    b.rule = "torchao"
+    with pytest.raises(ValueError):
+        oracle.gemm_alpha(a, b)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("out", ["float32", "bfloat16"])
+def test_exact_model_equals_fractions(seed, out):
+    rng = np.random.default_rng(seed)
+    a, b = _planes(rng, 3, 4, 48)
+    c = rng.standard_normal((3, 4)).astype(np.float32) * 1e-3
+    bias = rng.standard_normal(4).astype(np.float32)
+    alpha = oracle.gemm_alpha(a, b)
+    dt = np.float32 if out == "float32" else ml_dtypes.bfloat16
+    for kwargs in ({}, {"accumulate": c}, {"bias": bias}, {"accumulate": c, "bias": bias}):
+        got = oracle.gemm(a, b, model="exact", out_dtype=out, **kwargs).astype(np.float64)
+        ref = _fraction_gemm(a, b, alpha, kwargs.get("accumulate"), kwargs.get("bias"), dt)
+        assert np.array_equal(got, ref), kwargs
+
+
+def test_exact_fallback_path_equals_fractions():
+    """Force every element through the integer rounding path (certification switched off)."""
+    rng = np.random.default_rng(11)
+    a, b = _planes(rng, 3, 3, 32)
+    import sys
+
+    g = sys.modules["oracle.gemm"]
+
+    orig = g.round_certified
+    g.round_certified = lambda v, err, fmt: (np.zeros_like(v), np.zeros(v.shape, bool))
+    try:
+        got = oracle.gemm(a, b, model="exact", out_dtype="float32", bias=np.ones(3, np.float32)).astype(np.float64)
+    finally:
+        g.round_certified = orig
+    ref = _fraction_gemm(a, b, oracle.gemm_alpha(a, b), None, np.ones(3, np.float32), np.float32)
+    assert np.array_equal(got, ref)
+
+
+def test_round_dyadic_ties_and_subnormals():
+    # 2**25 + 2 at unit 2**-1 is 2**24 + 1: a tie between 2**24 and 2**24 + 2 -> even (2**24)
+    n = np.array([2**25 + 2, 2**25 + 6, 3, 1, -3], dtype=object)
+    assert round_dyadic(n, -1, "float32").tolist() == [2.0**24, 2.0**24 + 4, 1.5, 0.5, -1.5]
+    # 3 * 2**-151 = 1.5 smallest subnormals -> tie -> 2 * 2**-149 (even); 2**-151 -> 0
+    assert round_dyadic(np.array([3, 1], dtype=object), -150, "float32").tolist() == [2.0**-148, 0.0]
+    assert round_dyadic(np.array([1], dtype=object), 128, "float32").tolist() == [np.inf]
+
+
+@given(st.integers(-(2**60), 2**60), st.integers(-170, 40))
+@settings(max_examples=300, deadline=None)
+def test_round_certified_agrees_with_dyadic(n, e):
+    v = np.array([np.ldexp(float(n), e)])
+    err = np.abs(v) * 2.0**-50
+    r, ok = round_certified(v, err, "float32")
+    exact = round_dyadic(np.array([n], dtype=object), e, "float32")
+    if ok[0]:
+        assert r[0] == exact[0]
+
+
+def test_exact_int_matmul_large_values():
+    rng = np.random.default_rng(0)
+    a = rng.integers(-(2**30), 2**30, (5, 70))
+    b = rng.integers(-(2**30), 2**30, (4, 70))
+    s, shift = exact_int_matmul(a, b)
+    ref = np.array([[sum(int(a[i, k]) * int(b[j, k]) for k in range(70)) for j in range(4)] for i in range(5)], dtype=object)
+    assert np.array_equal(np.asarray(s, dtype=object) * (2**shift), ref)
+
+
+@pytest.mark.parametrize("out", ["float32", "bfloat16"])
+@pytest.mark.parametrize("seed", range(3))
+def test_sequential_within_bound(seed, out):
+    rng = np.random.default_rng(100 + seed)
+    a, b = _planes(rng, 16, 12, 256, spread=6)
+    c = rng.standard_normal((16, 12)).astype(np.float32)
+    for kwargs in ({}, {"accumulate": c}, {"bias": c[0]}):
+        ys = oracle.gemm(a, b, model="sequential", out_dtype=out, **kwargs)
+        ye = oracle.gemm(a, b, model="exact", out_dtype=out, **kwargs)
+        bound = oracle.gemm_error_bound(a, b, out_dtype=out, **kwargs)
+        assert oracle.within_bound(ys, ye, bound).all()
+
+
+def test_bound_catches_a_wrong_result():
+    rng = np.random.default_rng(3)
+    a, b = _planes(rng, 8, 8, 128, spread=3)
+    ye = oracle.gemm(a, b, model="exact", out_dtype="float32")
+    bound = oracle.gemm_error_bound(a, b, out_dtype="float32")
+    wrong = ye.astype(np.float64) * (1 + 2.0**-10)  # a 2**-10 relative error is far outside
+    assert not oracle.within_bound(wrong, ye, bound).all()
+
+
+def test_sequential_hand_case():
+    """Two blocks: A row = [1]*16 | [2]*16 with scale bytes, B row likewise; computed by hand."""
+    ca = np.array([[0x2] * 16 + [0x4] * 16], np.uint8)  # 1.0 and 2.0
+    cb = np.array([[0x1] * 16 + [0xF] * 16], np.uint8)  # 0.5 and -6.0
+    from oracle.fp4_numpy import pack_fp4
+
+    a = oracle.QuantizedPlane(pack_fp4(ca), np.array([[0x38, 0x40]], np.uint8), 2688.0, (1, 32))  # scales 1, 2
+    b = oracle.QuantizedPlane(pack_fp4(cb), np.array([[0x38, 0x30]], np.uint8), 2688.0, (1, 32))  # scales 1, 0.5
+    # block 0: 1*1 * 16*(1*0.5) = 8 ; block 1: 2*0.5 * 16*(2*-6) = -192 ; sum -184 ; alpha = 1 for amax 2688
+    alpha = oracle.gemm_alpha(a, b)
+    assert alpha == np.float32(np.float32(2688.0 * 2688.0) * np.float32(1 / 7225344))
+    y = oracle.gemm(a, b, model="sequential", out_dtype="float32", alpha=1.0)
+    assert y.tolist() == [[-184.0]]
+    assert oracle.gemm(a, b, model="exact", out_dtype="float32", alpha=1.0).tolist() == [[-184.0]]
+
+
+@pytest.mark.parametrize(
+    "kwargs,exc",
+    [
+        (dict(model="fast"), ValueError),
+        (dict(out_dtype="float16"), ValueError),
+        (dict(accumulate=np.zeros((2, 2), np.float64)), ValueError),
+        (dict(bias=np.zeros(5, np.float32)), ValueError),
+        (dict(bias=np.zeros(3, np.int32)), TypeError),
+    ],
+)
+def test_gemm_bad_args(kwargs, exc):
+    rng = np.random.default_rng(0)
+    a, b = _planes(rng, 2, 3, 32)
+    with pytest.raises(exc):
+        oracle.gemm(a, b, **kwargs)
+
+
+def test_gemm_mismatched_k():
+    rng = np.random.default_rng(0)
+    a, _ = _planes(rng, 2, 3, 32)
+    _, b = _planes(rng, 2, 3, 48)
+    with pytest.raises(ValueError):
+        oracle.gemm(a, b)

@@ -1,0 +1,132 @@
+"""SPEC 8 (swizzle) and SPEC 9 (grouped layout): hand-worked layouts, properties, grouped == per group."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import oracle
+from oracle.swizzle import grouped_scale_offsets, swizzle_scales, swizzled_offset, unswizzle_scales
+
+
+def test_swizzle_hand_positions():
+    """SPEC 8.2 drawing: byte 0..3 = (0, 0..3), 4..7 = (32, 0..3), 8 = (64, 0), 12 = (96, 0), 16 = (1, 0);
+    the second tile (columns 4..7) starts at 512, the second row tile at 512 * Cp/4."""
+    rows, cols = 200, 6  # padded to 256 x 8: 2 x 2 tiles
+    compact = np.zeros((rows, cols), np.uint8)
+    marks = {(0, 0): 1, (0, 3): 2, (32, 0): 3, (64, 0): 4, (96, 1): 5, (1, 0): 6, (31, 2): 7, (0, 4): 8, (128, 0): 9, (199, 5): 10}
+    for (r, c), v in marks.items():
+        compact[r, c] = v
+    buf = swizzle_scales(compact)
+    assert buf.size == 256 * 8
+    expected = {0: 1, 3: 2, 4: 3, 8: 4, 13: 5, 16: 6, 31 * 16 + 2: 7, 512: 8, 1024: 9}
+    # (199, 5): tile (1, 1) -> 3 * 512; r%32 = 7 -> 7*16; (r%128)//32 = 2 -> 8; c%4 = 1
+    expected[3 * 512 + 7 * 16 + 8 + 1] = 10
+    for pos, v in expected.items():
+        assert buf[pos] == v, pos
+    assert np.count_nonzero(buf) == len(expected)  # every padding byte is 0
+
+
+def test_swizzled_offset_formula_matches_buffer():
+    rng = np.random.default_rng(0)
+    compact = rng.integers(1, 255, (300, 9), dtype=np.uint8)
+    buf = swizzle_scales(compact)
+    r, c = np.meshgrid(np.arange(300), np.arange(9), indexing="ij")
+    assert np.array_equal(buf[swizzled_offset(r, c, 12)], compact)
+
+
+@given(st.integers(0, 400), st.integers(0, 20), st.integers(0, 2**31))
+@settings(max_examples=60, deadline=None)
+def test_swizzle_roundtrip(rows, cols, seed):
+    rng = np.random.default_rng(seed)
+    compact = rng.integers(0, 256, (rows, cols), dtype=np.uint8)
+    buf = swizzle_scales(compact)
+    assert buf.size == (rows + 127) // 128 * 128 * ((cols + 3) // 4 * 4)
+    assert np.array_equal(unswizzle_scales(buf, rows, cols), compact)
+    assert np.count_nonzero(buf) == np.count_nonzero(compact)  # padding bytes are zero
+
+
+def test_grouped_offsets_hand_example():
+    """SPEC 9.2 drawing: splits [3, 0, 130], K = 64."""
+    o = grouped_scale_offsets([3, 0, 130], 64)
+    assert o["row_offsets"].tolist() == [0, 3, 3, 133]
+    assert o["row_data"].tolist() == [0, 96, 96, 4256]
+    assert o["row_scale"].tolist() == [0, 512, 512, 1536]
+    assert o["col_data"].tolist() == [0, 512, 512, 5120]
+    assert o["col_scale"].tolist() == [0, 512, 512, 2048]
+
+
+def test_swizzle_errors():
+    with pytest.raises(TypeError):
+        swizzle_scales(np.zeros((4, 4), np.int32))
+    with pytest.raises(ValueError):
+        swizzle_scales(np.zeros(4, np.uint8))
+    with pytest.raises(ValueError):
+        unswizzle_scales(np.zeros(100, np.uint8), 4, 4)
+    with pytest.raises(ValueError):
+        grouped_scale_offsets([1, -1], 16)
+
+
+splits_strategy = st.lists(st.sampled_from([0, 0, 1, 5, 15, 16, 17, 63, 64, 65, 127, 128, 129, 200]), min_size=1, max_size=9)
+
+
+@given(splits_strategy, st.sampled_from([16, 48, 64]), st.booleans(), st.sampled_from(["rn", "sr"]),
+       st.sampled_from([(1, 16), (16, 16)]), st.integers(0, 2**31))
+@settings(max_examples=25, deadline=None)
+def test_grouped_equals_per_group(splits, k, use_rht, rounding, block, seed):
+    rng = np.random.default_rng(seed)
+    t = sum(splits)
+    x = rng.standard_normal((t, k)).astype(ml_dtypes.bfloat16)
+    opts = dict(columnwise=True, rht=use_rht, rounding=rounding, block=block, seed=seed, offset=3)
+    g = oracle.group_quantize(x, splits, **opts)
+    offs = grouped_scale_offsets(splits, k)
+    for name in ("row_offsets",):
+        assert np.array_equal(g.row_offsets, offs[name])
+    start = 0
+    for i, m in enumerate(splits):
+        ref = oracle.quantize(x[start : start + m], **{**opts, "offset": 3 + i})
+        start += m
+        for plane, rp, buf, sbuf, cbuf, do, so in (
+            ("row", ref.row, g.row_data, g.row_scales, g.row_scales_compact, offs["row_data"], offs["row_scale"]),
+            ("col", ref.col, g.col_data, g.col_scales, g.col_scales_compact, offs["col_data"], offs["col_scale"]),
+        ):
+            assert np.array_equal(buf[do[i] : do[i + 1]], rp.data.reshape(-1)), plane
+            assert np.array_equal(sbuf[so[i] : so[i + 1]], rp.swizzled_scales()), plane
+            comp = cbuf[so[i] : so[i + 1]].reshape(-1, (rp.scales.shape[1] + 3) // 4 * 4) if so[i + 1] > so[i] else None
+            if comp is not None:
+                assert np.array_equal(comp[: rp.rows, : rp.scales.shape[1]], rp.scales)
+                assert np.count_nonzero(comp) == np.count_nonzero(rp.scales)
+        assert g.row_amax[i] == ref.row.amax and g.col_amax[i] == ref.col.amax
+    assert g.row_data.size == offs["row_data"][-1] and g.col_scales.size == offs["col_scale"][-1]
+    cap = oracle.grouped_capacities(t, k, len(splits))
+    assert offs["row_scale"][-1] <= cap["row_scale"] and offs["col_data"][-1] <= cap["col_data"]
+    assert offs["col_scale"][-1] <= cap["col_scale"] and offs["row_data"][-1] == cap["row_data"]
+
+
+def test_capacity_is_attained():
+    # SPEC 9.3: the bound is tight, e.g. T = 129 split as [1, 128] needs 2 row tiles = 128 * (129//128 + 1)... E = 2
+    cap = oracle.grouped_capacities(129, 16, 2)
+    offs = grouped_scale_offsets([1, 128], 16)
+    assert offs["row_scale"][-1] == 256 * 4 and cap["row_scale"] == 128 * (1 + 2) * 4
+
+
+@pytest.mark.parametrize(
+    "splits,exc",
+    [([1, 2], ValueError), ([4, -1, 1], ValueError), ([], ValueError), ([[4]], ValueError), ([1.5, 2.5], TypeError)],
+)
+def test_group_quantize_bad_splits(splits, exc):
+    with pytest.raises(exc):
+        oracle.group_quantize(np.zeros((4, 16), np.float32), splits)
+
+
+def test_group_quantize_all_empty_groups_and_amax():
+    x = np.zeros((0, 32), np.float32)
+    g = oracle.group_quantize(x, [0, 0, 0], columnwise=True)
+    assert g.row_data.size == 0 and g.col_scales.size == 0 and np.all(g.row_amax == 0)
+    y = np.ones((4, 32), np.float32)
+    g = oracle.group_quantize(y, [1, 3], amax=[2688.0, 2688.0])
+    # supplied amax 2688 -> S_enc 1; block amax 1 -> sf = fp32(1/6) = 0.1666667 -> E4M3 1.375 * 2**-3 = 0x23
+    assert np.all(g.row_planes[0].scales == 0x23) and np.all(g.row_planes[1].scales == 0x23)

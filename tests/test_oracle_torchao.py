@@ -1,0 +1,69 @@
+"""SPEC 5.4 / 5.5 / 3.5: rule="torchao" and "torchao_noscale" byte for byte against the real torchao 0.18."""
+
+from __future__ import annotations
+
+import warnings
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import oracle
+
+pytestmark = pytest.mark.torch
+
+SPECIALS = [np.nan, -np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40, -3e-39, 3e38, 1e-7]
+
+
+def _torchao():
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from torchao.prototype.mx_formats.nvfp4_tensor import nvfp4_quantize, per_tensor_amax_to_scale
+    return torch, nvfp4_quantize, per_tensor_amax_to_scale
+
+
+def _cases(n: int = 120):
+    rng = np.random.default_rng(2024)
+    for i in range(n):
+        m, k = int(rng.integers(1, 40)), 16 * int(rng.integers(1, 8))
+        x = (rng.standard_normal((m, k)) * np.exp2(rng.integers(-40, 40, (m, 1)))).astype(np.float32)
+        for _ in range(int(rng.integers(0, 4))):
+            x[rng.integers(m), rng.integers(k)] = rng.choice(SPECIALS)
+        if i % 9 == 0:
+            x[:] = 0
+        if i % 11 == 0:
+            x[:, :16] = 0
+        yield i, x
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_torchao_rules_byte_identical(dtype):
+    torch, nvfp4_quantize, per_tensor_amax_to_scale = _torchao()
+    for i, x in _cases():
+        xx = x.astype(ml_dtypes.bfloat16) if dtype == "bfloat16" else x
+        t = torch.from_numpy(xx.astype(np.float32)).to(getattr(torch, dtype))
+        s, d = nvfp4_quantize(t)
+        q = oracle.quantize(xx, rule="torchao_noscale").row
+        assert np.array_equal(s.view(torch.uint8).numpy(), q.scales), i
+        assert np.array_equal(d.numpy(), q.data), i
+        amax = torch.max(torch.abs(t.float()))
+        s, d = nvfp4_quantize(t, per_tensor_scale=per_tensor_amax_to_scale(amax))
+        q = oracle.quantize(xx, rule="torchao").row
+        assert np.array_equal(s.view(torch.uint8).numpy(), q.scales), i
+        assert np.array_equal(d.numpy(), q.data), i
+
+
+def test_torchao_dequantize_matches_get_hp_scales():
+    torch, nvfp4_quantize, per_tensor_amax_to_scale = _torchao()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    t = torch.from_numpy(x)
+    p = per_tensor_amax_to_scale(torch.max(torch.abs(t)))
+    s, _ = nvfp4_quantize(t, per_tensor_scale=p)
+    hp = (p * s.to(torch.float)).numpy()
+    q = oracle.quantize(x, rule="torchao").row
+    from oracle.dequantize import block_decode_scales
+
+    assert np.array_equal(block_decode_scales(q), hp)
