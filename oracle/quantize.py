@@ -21,7 +21,7 @@ from .scale_rules import (
 )
 from .swizzle import round_up
 
-__all__ = ["as_2d_f32", "check_options", "quantize", "quantize_matrix", "columnwise_source"]
+__all__ = ["as_2d_f32", "block_scales", "check_options", "columnwise_source", "quantize", "quantize_2d", "quantize_matrix"]
 
 _BLOCKS = ((1, 16), (16, 16))
 _ROUNDINGS = ("rn", "sr")
@@ -82,6 +82,21 @@ def _block_amax(a: np.ndarray, block: tuple, rule: str) -> np.ndarray:
     return np.repeat(tiles, 16, axis=0)[:rows]
 
 
+def block_scales(y: np.ndarray, *, amax, rule: str, block: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-block amax, E4M3 scale bytes and fp32 encode multipliers of a float32 matrix (SPEC 5, 6.3).
+
+    Returns ``(block_amax, scale_bytes, multipliers)``, each ``[R, C/16]``.
+    """
+    b = _block_amax(np.abs(y), block, rule)
+    if rule in ("te", "te_fused_rht"):
+        sbytes, mult = te_block_scales(b, global_encode_scale(amax, rule))
+    elif rule == "torchao":
+        sbytes, mult = torchao_block_scales(b, torchao_per_tensor_scale(amax))
+    else:
+        sbytes, mult = torchao_block_scales(b, None)
+    return b, sbytes, mult
+
+
 def quantize_matrix(
     y: np.ndarray,
     *,
@@ -99,13 +114,7 @@ def quantize_matrix(
     """
     rows, cols = y.shape
     nb = cols // 16
-    b = _block_amax(np.abs(y), block, rule)
-    if rule in ("te", "te_fused_rht"):
-        sbytes, mult = te_block_scales(b, global_encode_scale(amax, rule))
-    elif rule == "torchao":
-        sbytes, mult = torchao_block_scales(b, torchao_per_tensor_scale(amax))
-    else:
-        sbytes, mult = torchao_block_scales(b, None)
+    _, sbytes, mult = block_scales(y, amax=amax, rule=rule, block=block)
     with np.errstate(invalid="ignore", over="ignore"):
         # multiplier first: for the torchao rules a NaN product then carries the multiplier's payload,
         # as torch's CPU kernel does (SPEC 3.5); for finite values the order does not matter

@@ -1,0 +1,114 @@
+"""The :class:`Case` record (one generated test input) and its ``.npz`` serialization.
+
+A case is identified by ``(op, seed, index)``: :func:`conformance.generators.generate` rebuilds it from those
+three alone. A saved case is self-contained (its arrays are stored), so replay never regenerates it.
+The ``.npz`` loads with ``allow_pickle=False``: bfloat16 arrays are stored as their uint16 bits and the
+dtype names go in the JSON ``meta`` entry.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+
+__all__ = ["Case", "load_case", "save_case", "case_size"]
+
+
+@dataclass
+class Case:
+    """One conformance test input.
+
+    Attributes:
+        op: the op name (a key of :data:`conformance.ops.OPS`).
+        seed, index: the generator coordinates; ``generate(op, seed, index, space)`` rebuilds the case.
+        arrays: the input arrays by name (``x``, ``splits``, ``a``, ``b``, ...).
+        options: JSON-able keyword options of the op (rule, rounding, ...).
+        tags: short categorical labels for the summary table (dtype, values kind, ...).
+    """
+
+    op: str
+    seed: int
+    index: int
+    arrays: dict[str, np.ndarray]
+    options: dict
+    tags: dict = field(default_factory=dict)
+
+    def key(self) -> str:
+        """``op/seed/index``: the case's identity."""
+        return f"{self.op}/{self.seed}/{self.index}"
+
+    def replace(self, arrays: dict | None = None, options: dict | None = None) -> Case:
+        """A copy with some arrays / options replaced (used by the shrinker)."""
+        a = dict(self.arrays)
+        a.update(arrays or {})
+        o = dict(self.options)
+        o.update(options or {})
+        return Case(self.op, self.seed, self.index, a, o, dict(self.tags))
+
+
+def case_size(case: Case) -> tuple[int, int, int]:
+    """Order used by the shrinker: (total input elements, nonzero input elements, non-default options)."""
+    total = sum(int(a.size) for a in case.arrays.values())
+    nonzero = 0
+    for a in case.arrays.values():
+        v = a.astype(np.float64) if a.dtype.kind == "f" or a.dtype.name == "bfloat16" else a
+        nonzero += int(np.count_nonzero(v))
+    complexity = sum(1 for k, v in case.options.items() if v not in (None, False, 0, "rn", "te", [1, 16], (1, 16)))
+    return total, nonzero, complexity
+
+
+def _encode(a: np.ndarray) -> tuple[np.ndarray, str]:
+    name = a.dtype.name
+    if name == "bfloat16":
+        return a.view(np.uint16), name
+    return a, name
+
+
+def _decode(a: np.ndarray, name: str) -> np.ndarray:
+    if name == "bfloat16":
+        return a.view(ml_dtypes.bfloat16)
+    return a.astype(np.dtype(name), copy=False)
+
+
+def save_case(path, case: Case, *, backend: str, ref: dict | None = None, out: dict | None = None,
+              extra: dict | None = None) -> Path:
+    """Write ``case`` (+ the reference and candidate outputs) to ``path`` as an ``.npz`` without pickles.
+
+    Entries: ``in__NAME`` inputs, ``ref__KEY`` / ``out__KEY`` outputs, ``options`` (JSON string) and
+    ``meta`` (JSON string: op, seed, index, backend, tags, dtypes, plus ``extra``).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    entries: dict[str, np.ndarray] = {}
+    dtypes: dict[str, str] = {}
+    for prefix, d in (("in", case.arrays), ("ref", ref or {}), ("out", out or {})):
+        for k, v in d.items():
+            arr, name = _encode(np.asarray(v))
+            entries[f"{prefix}__{k}"] = arr
+            dtypes[f"{prefix}__{k}"] = name
+    meta = dict(op=case.op, seed=case.seed, index=case.index, backend=backend, tags=case.tags, dtypes=dtypes)
+    meta.update(extra or {})
+    entries["options"] = np.array(json.dumps(case.options))
+    entries["meta"] = np.array(json.dumps(meta, default=str))
+    with open(path, "wb") as f:
+        np.savez_compressed(f, **entries)
+    return path
+
+
+def load_case(path) -> tuple[Case, dict, dict, dict]:
+    """Read a case written by :func:`save_case`. Returns ``(case, meta, ref_outputs, out_outputs)``."""
+    with np.load(path, allow_pickle=False) as z:
+        meta = json.loads(str(z["meta"]))
+        options = json.loads(str(z["options"]))
+        groups: dict[str, dict] = {"in": {}, "ref": {}, "out": {}}
+        for name in z.files:
+            if "__" not in name:
+                continue
+            prefix, key = name.split("__", 1)
+            groups[prefix][key] = _decode(z[name], meta["dtypes"].get(name, z[name].dtype.name))
+    case = Case(meta["op"], int(meta["seed"]), int(meta["index"]), groups["in"], options, meta.get("tags", {}))
+    return case, meta, groups["ref"], groups["out"]
