@@ -65,7 +65,7 @@ def to_cuda(a: np.ndarray):
 
 
 def host(t) -> np.ndarray:
-    return t.detach().cpu().numpy()
+    return t if isinstance(t, np.ndarray) else t.detach().cpu().numpy()
 
 
 def assert_bytes(what: str, got, want: np.ndarray) -> None:

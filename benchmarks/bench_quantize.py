@@ -1,0 +1,193 @@
+"""Benchmark of the device NVFP4 quantizer on one GPU; prints one table.
+
+Rows: device copy bandwidth (bytes read + written); for bf16 inputs of three shapes the fused path
+(amax pass + one fused kernel: rowwise + RHT columnwise, swizzled scales), the same with compact scales,
+the unfused path (compact quantize, then the swizzle kernel on both scale tensors) and a torch.compile'd
+pure-torch equivalent; grouped quantize with E=8 and E=64 skewed splits including empty experts.
+
+"frac" is achieved bytes/s over the copy bandwidth, where the bytes are what the path must move: X read
+twice (amax pass and quantize pass), every output written once. Run: ``PYTHONPATH=. python3
+benchmarks/bench_quantize.py`` (options: ``--quick``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import torch
+
+import device
+from device import _ops
+
+SHAPES = ((8192, 5120), (8192, 11328), (16384, 4096))
+
+
+def bench(fn, iters: int = 50, warmup: int = 5) -> float:
+    """Median time in microseconds of ``fn`` (CUDA events; a 256 MB L2 flush between runs)."""
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        flush.zero_()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3)
+    return statistics.median(times)
+
+
+def copy_bandwidth() -> float:
+    """Device-to-device copy bandwidth in bytes/s, counting bytes read plus written."""
+    n = 1 << 30
+    src = torch.empty(n, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    us = bench(lambda: dst.copy_(src), iters=20)
+    return 2 * n / (us * 1e-6)
+
+
+def out_bytes(m: int, k: int) -> int:
+    """Bytes written by row + col planes with swizzled scales (SPEC 6, 8.2)."""
+    ru = lambda n, a: (n + a - 1) // a * a  # noqa: E731
+    mp = ru(m, 16)
+    return m * k // 2 + ru(m, 128) * ru(k // 16, 4) + k * mp // 2 + ru(k, 128) * ru(mp // 16, 4) + 8
+
+
+# ----------------------------------------------------------------------------------------------------------
+# pure-torch equivalent (same math, SPEC 4-8; for timing, compiled with torch.compile)
+# ----------------------------------------------------------------------------------------------------------
+_FMAX = torch.finfo(torch.float32).max
+
+
+def _hadamard(signs: int, device_) -> torch.Tensor:
+    i = torch.arange(16, device=device_)
+    pop = torch.zeros(16, 16, dtype=torch.int64, device=device_)
+    for b in range(4):
+        pop += ((i[:, None] & i[None, :]) >> b) & 1
+    h = torch.where(pop % 2 == 0, 1.0, -1.0)
+    s = torch.where((signs >> i) & 1 == 1, -1.0, 1.0)
+    return (s[:, None] * h * 0.25).float()  # row i of (diag(s) H)/4: y = (x * s) @ H / 4
+
+
+def _torch_plane(y: torch.Tensor, amax: torch.Tensor):
+    r, c = y.shape
+    s_enc = torch.clamp(2688.0 / amax, max=_FMAX)
+    s_enc = torch.where((amax == 0) | (s_enc == 0), torch.ones_like(s_enc), s_enc)
+    s_dec = 1.0 / s_enc
+    yb = y.view(r, c // 16, 16)
+    b = yb.abs().amax(-1)
+    sf = torch.clamp(b * (s_enc * (1.0 / 6.0)), max=448.0).to(torch.float8_e4m3fn)
+    m = torch.clamp(1.0 / (sf.float() * s_dec), max=_FMAX)
+    q = yb * m[..., None]
+    a = q.abs()
+    idx = ((a > 0.25).to(torch.uint8) + (a >= 0.75) + (a > 1.25) + (a >= 1.75) + (a > 2.5) + (a >= 3.5) + (a > 5.0))
+    code = (idx | (torch.signbit(q).to(torch.uint8) << 3)).view(r, c)
+    packed = code[:, 0::2] | (code[:, 1::2] << 4)
+    return packed, sf.view(torch.uint8)
+
+
+def _torch_swizzle(s: torch.Tensor) -> torch.Tensor:
+    r, c = s.shape
+    rp, cp = (r + 127) // 128 * 128, (c + 3) // 4 * 4
+    p = torch.nn.functional.pad(s, (0, cp - c, 0, rp - r))
+    return p.view(rp // 128, 4, 32, cp // 4, 4).permute(0, 3, 2, 1, 4).reshape(-1)
+
+
+def torch_reference(x: torch.Tensor, hmat: torch.Tensor):
+    """Pure-torch rowwise + RHT columnwise NVFP4 with swizzled scales."""
+    m, k = x.shape
+    xf = x.float()
+    amax = xf.abs().amax()
+    rd, rs = _torch_plane(xf, amax)
+    mp = (m + 15) // 16 * 16
+    xt = torch.nn.functional.pad(xf.t(), (0, mp - m))
+    xt = (xt.reshape(-1, 16) @ hmat).to(torch.bfloat16).float().view(k, mp)
+    camax = xt.abs().amax()
+    cd, cs = _torch_plane(xt, camax)
+    return rd, _torch_swizzle(rs), cd, _torch_swizzle(cs), amax, camax
+
+
+# ----------------------------------------------------------------------------------------------------------
+
+def skewed_splits(t: int, e: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    w = torch.rand(e, generator=g) ** 4
+    w[torch.rand(e, generator=g) < 0.25] = 0  # empty experts
+    w[0] = max(float(w[0]), 1e-3)
+    s = torch.floor(w / w.sum() * t).to(torch.int64)
+    s[int(torch.argmax(w))] += t - int(s.sum())
+    return s
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer iterations")
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
+    args = ap.parse_args()
+    iters = 10 if args.quick else 50
+    torch.manual_seed(0)
+    bw = copy_bandwidth()
+    rows = [("copy bandwidth (read+write)", "", f"{bw / 1e12:.2f} TB/s", "", "")]
+    hmat = _hadamard(0xD7E8, "cuda")
+    compiled = None if args.no_compile else torch.compile(torch_reference)
+
+    def add(name, shape, us, nbytes, extra=""):
+        frac = nbytes / (us * 1e-6) / bw
+        rows.append((name, shape, f"{us:9.1f} us", f"{frac:5.2f}", extra))
+
+    for m, k in SHAPES:
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        shape = f"{m}x{k}"
+        nbytes = 2 * x.numel() * 2 + out_bytes(m, k)
+        kw = dict(rowwise=True, columnwise=True, rht=True)
+        t_f = bench(lambda: device.quantize(x, swizzled=True, **kw), iters)
+        t_c = bench(lambda: device.quantize(x, swizzled=False, **kw), iters)
+
+        def unfused():
+            q = device.quantize(x, swizzled=False, **kw)
+            device.swizzle_scales(q.row_scales)
+            device.swizzle_scales(q.col_scales)
+
+        t_u = bench(unfused, iters)
+        add("fused row+RHT col+swizzled+amax", shape, t_f, nbytes, f"swizzled/compact {t_f / t_c:.3f}")
+        add("  same, compact scales", shape, t_c, nbytes)
+        add("  unfused (compact + swizzle kernel)", shape, t_u, nbytes)
+        if compiled is not None:
+            try:
+                t_t = bench(lambda: compiled(x, hmat), iters)
+                add("  torch.compile pure torch", shape, t_t, nbytes, f"device speedup {t_t / t_f:.1f}x")
+            except Exception as e:  # noqa: BLE001 - keep the table even if inductor fails
+                rows.append(("  torch.compile pure torch", shape, "failed", "", type(e).__name__))
+        del x
+
+    t, k = 16384, 4096
+    x = torch.randn(t, k, device="cuda", dtype=torch.bfloat16)
+    for e in (8, 64):
+        splits = skewed_splits(t, e, seed=e)
+        sd = splits.cuda()
+        ru = lambda n, a: (n + a - 1) // a * a  # noqa: E731
+        nb = 2 * x.numel() * 2 + sum(
+            int(mg) * k // 2 + ru(int(mg), 128) * ru(k // 16, 4) + k * ru(int(mg), 16) // 2
+            + ru(k, 128) * ru((int(mg) + 15) // 16, 4) for mg in splits)
+        tg = bench(lambda: device.group_quantize(x, sd, rowwise=True, columnwise=True, rht=True), iters)
+        empties = int((splits == 0).sum())
+        add(f"grouped E={e} ({empties} empty) row+RHT col+swz", f"{t}x{k}", tg, nb,
+            f"max m_g {int(splits.max())}")
+
+    widths = [max(len(str(r[i])) for r in rows) for i in range(5)]
+    head = ("path", "shape", "time", "frac", "note")
+    widths = [max(w, len(h)) for w, h in zip(widths, head)]
+    line = lambda r: " | ".join(str(v).ljust(w) for v, w in zip(r, widths))  # noqa: E731
+    print(f"device: {torch.cuda.get_device_name()}  (frac = bytes moved / time / copy bandwidth)")
+    print(line(head))
+    print("-+-".join("-" * w for w in widths))
+    for r in rows:
+        print(line(r))
+
+
+if __name__ == "__main__":
+    main()
