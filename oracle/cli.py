@@ -78,7 +78,7 @@ def explain(a) -> int:
         print(f"block {k}: block_amax={_fmt(b[a.row, k])} scale=0x{sbytes[a.row, k]:02X} "
               f"({_fmt(decode_e4m3(sbytes[a.row, k]))}) multiplier={_fmt(mult[a.row, k])} factor={_fmt(fac[k])}")
         print("  input   " + " ".join(f"{_fmt(v):>9}" for v in vals))
-        print("  code    " + " ".join(f"{'0x%X' % v:>9}" for v in c))
+        print("  code    " + " ".join(f"0x{v:X}".rjust(9) for v in c))
         print("  dequant " + " ".join(f"{_fmt(v):>9}" for v in deq))
         print("  |error| " + " ".join(f"{_fmt(v):>9}" for v in err))
     return 0

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from .fp4_numpy import encode_e2m1, pack_fp4
-from .planes import NVFP4Tensor, QuantizedPlane
-from .rht import DEFAULT_RHT_SIGNS, _rht_f32, rht_sign_vector
-from .rounding import sr_encode_e2m1
 from .philox import sr_random_bytes
+from .planes import NVFP4Tensor, QuantizedPlane
+from .rht import DEFAULT_RHT_SIGNS, _rht_f32, rht_along_axis0, rht_sign_vector
+from .rounding import sr_encode_e2m1
 from .scale_rules import (
     RULES,
     block_amax,
@@ -21,7 +21,7 @@ from .scale_rules import (
 )
 from .swizzle import round_up
 
-__all__ = ["as_2d_f32", "block_scales", "check_options", "columnwise_source", "quantize", "quantize_2d", "quantize_matrix"]
+__all__ = ["as_2d_f32", "block_scales", "check_options", "columnwise_source", "quantize", "quantize_2d", "quantize_columnwise", "quantize_matrix"]
 
 _BLOCKS = ((1, 16), (16, 16))
 _ROUNDINGS = ("rn", "sr")
@@ -88,13 +88,16 @@ def block_scales(y: np.ndarray, *, amax, rule: str, block: tuple) -> tuple[np.nd
     Returns ``(block_amax, scale_bytes, multipliers)``, each ``[R, C/16]``.
     """
     b = _block_amax(np.abs(y), block, rule)
+    return (b, *_rule_scales(b, amax, rule))
+
+
+def _rule_scales(b: np.ndarray, amax, rule: str) -> tuple[np.ndarray, np.ndarray]:
+    """Scale bytes and multipliers from block amaxes (elementwise, any layout) by the rule (SPEC 5)."""
     if rule in ("te", "te_fused_rht"):
-        sbytes, mult = te_block_scales(b, global_encode_scale(amax, rule))
-    elif rule == "torchao":
-        sbytes, mult = torchao_block_scales(b, torchao_per_tensor_scale(amax))
-    else:
-        sbytes, mult = torchao_block_scales(b, None)
-    return b, sbytes, mult
+        return te_block_scales(b, global_encode_scale(amax, rule))
+    if rule == "torchao":
+        return torchao_block_scales(b, torchao_per_tensor_scale(amax))
+    return torchao_block_scales(b, None)
 
 
 def quantize_matrix(
@@ -119,17 +122,64 @@ def quantize_matrix(
         # multiplier first: for the torchao rules a NaN product then carries the multiplier's payload,
         # as torch's CPU kernel does (SPEC 3.5); for finite values the order does not matter
         scaled = (mult[:, :, None] * y.reshape(rows, nb, 16)).reshape(rows, cols)
-    if rounding == "sr":
+    rb = sr_random_bytes(rows, cols, seed=int(seed), offset=int(offset), plane=plane) if rounding == "sr" else None
+    return pack_fp4(_encode(scaled, rule, rb)), sbytes
+
+
+def _encode(scaled: np.ndarray, rule: str, random_bytes) -> np.ndarray:
+    """E2M1 codes of the scaled values: SPEC 3.1 / 3.5 (RN) or 3.4 (SR with the given random bytes)."""
+    if random_bytes is not None:
         if rule.startswith("torchao"):
             with np.errstate(invalid="ignore"):
                 scaled = np.clip(scaled, np.float32(-6.0), np.float32(6.0))
-        rb = sr_random_bytes(rows, cols, seed=int(seed), offset=int(offset), plane=plane)
-        codes = sr_encode_e2m1(scaled, rb)
-    elif rule.startswith("torchao"):
-        codes = torchao_encode_e2m1(scaled)
+        return sr_encode_e2m1(scaled, random_bytes)
+    if rule.startswith("torchao"):
+        return torchao_encode_e2m1(scaled)
+    return encode_e2m1(scaled)
+
+
+def _token_blocks_source(x2: np.ndarray, rht: bool, rht_signs: int) -> np.ndarray:
+    """X zero-padded to [roundup(M,16), K], RHT'd along the token axis if asked: the columnwise plane's
+    source kept in X's layout (the plane is its transpose, SPEC 6.2, 7.3)."""
+    m, k = x2.shape
+    mp = int(round_up(m, 16))
+    if mp == m and not rht:
+        return x2
+    y = np.zeros((mp, k), np.float32)
+    y[:m] = x2
+    if rht and y.size:
+        y = rht_along_axis0(y, rht_signs)
+    return y
+
+
+def quantize_columnwise(
+    x2: np.ndarray, *, rht: bool, rht_signs: int, amax, rule: str, block: tuple, rounding: str, seed: int, offset: int
+) -> QuantizedPlane:
+    """The columnwise plane of X (SPEC 6.2), computed in X's layout and transposed at the end (same bytes as
+    quantizing :func:`columnwise_source` row by row; only the codes and scale bytes are transposed)."""
+    m, k = x2.shape
+    y = _token_blocks_source(x2, rht, rht_signs)
+    mp = y.shape[0]
+    if amax is None:
+        amax = tensor_amax(y, rule)
+    y3 = y.reshape(mp // 16, 16, k)
+    a3 = np.abs(y3)
+    if block == (1, 16):
+        b = block_amax(a3, rule, axis=1)  # [Mp/16, K]
     else:
-        codes = encode_e2m1(scaled)
-    return pack_fp4(codes), sbytes
+        tiles = block_amax(a3.reshape(mp // 16, 16, k // 16, 16), rule, axis=(1, 3))
+        b = np.repeat(tiles, 16, axis=1)
+    sbytes, mult = _rule_scales(b, amax, rule)
+    with np.errstate(invalid="ignore", over="ignore"):
+        scaled = (mult[:, None, :] * y3).reshape(mp, k)
+    rb = None
+    if rounding == "sr":
+        rb = np.ascontiguousarray(sr_random_bytes(k, mp, seed=int(seed), offset=int(offset), plane=COL_PLANE).T)
+    codes = _encode(scaled, rule, rb)  # [Mp, K]: token t, feature k
+    # pack tokens 2j (low nibble) and 2j+1 (high nibble) in X's layout, then transpose the packed bytes
+    packed = (codes[0::2] & 0x0F) | (codes[1::2] << 4)
+    data = np.ascontiguousarray(packed.T)
+    return QuantizedPlane(data, np.ascontiguousarray(sbytes.T), amax, (k, mp), rule, block, rht, valid_cols=m)
 
 
 def columnwise_source(x2: np.ndarray, rht: bool, rht_signs: int) -> np.ndarray:
@@ -177,13 +227,9 @@ def quantize_2d(
         data, scales = quantize_matrix(x2, amax=row_amax, plane=ROW_PLANE, **common)
         row = QuantizedPlane(data, scales, row_amax, (m, k), rule, block, False)
     if columnwise:
-        xt = columnwise_source(x2, rht, rht_signs)
-        if col_amax_in is not None:
-            col_amax = col_amax_in
-        else:
-            col_amax = tensor_amax(xt, rule) if rht else row_amax  # SPEC 4.2
-        data, scales = quantize_matrix(xt, amax=col_amax, plane=COL_PLANE, **common)
-        col = QuantizedPlane(data, scales, col_amax, xt.shape, rule, block, rht, valid_cols=m)
+        # SPEC 4.2: without RHT the rowwise amax serves both planes; with RHT it is computed on the plane
+        col_amax = col_amax_in if col_amax_in is not None else (None if rht else row_amax)
+        col = quantize_columnwise(x2, rht=rht, rht_signs=rht_signs, amax=col_amax, **common)
     return NVFP4Tensor(row, col, (m, k))
 
 

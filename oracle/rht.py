@@ -6,7 +6,7 @@ import numpy as np
 
 from .fp4_numpy import round_to_bf16
 
-__all__ = ["DEFAULT_RHT_SIGNS", "hadamard16", "rht", "rht_sign_vector"]
+__all__ = ["DEFAULT_RHT_SIGNS", "hadamard16", "rht", "rht_along_axis0", "rht_sign_vector"]
 
 #: SPEC 7.1: TE's default sign mask; bit i set <=> s_i = -1.
 DEFAULT_RHT_SIGNS = 0xD7E8
@@ -63,3 +63,22 @@ def _rht_f32(x_f32: np.ndarray, signs: int) -> np.ndarray:
         h *= 2
     v = v * np.float32(0.25)
     return round_to_bf16(v).reshape(shape)
+
+
+def rht_along_axis0(y: np.ndarray, signs: int) -> np.ndarray:
+    """SPEC 7.2 applied to every 16 consecutive rows of y [M, K] (M % 16 == 0), i.e. to the columns of y
+    in 16-blocks; the same values as ``_rht_f32(y.T, signs).T`` without transposing float data."""
+    m, k = y.shape
+    s = rht_sign_vector(signs)
+    v = y.reshape(m // 16, 16, k) * s[None, :, None]  # float32 * float32: exact sign flip
+    out = np.empty_like(v)
+    h = 1
+    while h < 16:
+        w = v.reshape(m // 16, 16 // (2 * h), 2, h, k)
+        o = out.reshape(m // 16, 16 // (2 * h), 2, h, k)
+        np.add(w[:, :, 0], w[:, :, 1], out=o[:, :, 0])
+        np.subtract(w[:, :, 0], w[:, :, 1], out=o[:, :, 1])
+        v, out = out, v
+        h *= 2
+    v *= np.float32(0.25)
+    return round_to_bf16(v).reshape(m, k)

@@ -138,3 +138,21 @@ def test_codec_errors():
         unpack_fp4(np.zeros((2, 3), np.uint8), 8)
     with pytest.raises(TypeError):
         encode_e4m3(np.array(["a"]))
+
+
+@pytest.mark.parametrize("source", list(SOURCES))
+def test_e4m3_table_equals_direct_rule(source):
+    from oracle.fp4_numpy import encode_e4m3_reference
+
+    x = SOURCES[source]()
+    assert np.array_equal(encode_e4m3(x), encode_e4m3_reference(x))
+
+
+def test_round_to_bf16_equals_spec_formula():
+    from oracle.fp4_numpy import round_to_bf16
+
+    x = _random_f32()
+    fin = ~np.isnan(x)
+    got = round_to_bf16(x)
+    assert np.array_equal(got[fin].view(np.uint32), bf16_bits_to_f32(f32_to_bf16_bits(x))[fin].view(np.uint32))
+    assert np.all(np.isnan(got[~fin]))

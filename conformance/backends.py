@@ -1,0 +1,374 @@
+"""The :class:`Backend` interface and the built-in backends.
+
+A backend is an implementation under test. The runner pairs every op a backend exposes with the oracle's
+reference for that op (:mod:`conformance.ops`) and compares the outputs (:mod:`conformance.compare`).
+
+Built-in backends (CPU, the oracle self-conformance): ``mldtypes``, ``torch``, ``torchao``, ``fractions``,
+``oracle-seq`` and ``composed``. GPU: ``device:cuda:N`` (the project's ``device`` package). Tests and plugins
+add more with :func:`register_backend` or ``--backend module:attr`` on the command line.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Callable
+
+import numpy as np
+
+import oracle
+
+from . import independent as ind
+from .cases import Case
+from .ops import gemm_epilogue, gemm_planes, quantize_kwargs
+
+__all__ = ["Backend", "BACKENDS", "CPU_DEFAULT", "DeviceBackend", "make_backend", "register_backend"]
+
+
+class Backend:
+    """An implementation under test.
+
+    Subclasses set ``name`` and ``ops`` and implement :meth:`run`. :meth:`available` returns None when the
+    backend can run, else the reason (a missing library): its ops are then reported as skipped.
+    :meth:`space` restricts the generator to the options the backend supports (``{"rule": [...]}``).
+    """
+
+    name: str = "backend"
+    ops: tuple[str, ...] = ()
+
+    def available(self) -> str | None:
+        """None when usable, else why not."""
+        return None
+
+    def space(self, op: str) -> dict:
+        """Generator restrictions for ``op`` (see :func:`conformance.generators.pick`)."""
+        return {}
+
+    def run(self, op: str, case: Case) -> dict[str, np.ndarray]:
+        """Run ``op`` on ``case``; return outputs keyed like the reference (a subset of its keys)."""
+        raise NotImplementedError
+
+
+class MlDtypesBackend(Backend):
+    """E2M1 / E4M3 / bf16 conversions by ml_dtypes."""
+
+    name = "mldtypes"
+    ops = ("e2m1", "e4m3", "bf16")
+
+    def run(self, op, case):
+        x = case.arrays["x"]
+        return {"e2m1": lambda: {"codes": ind.mld_e2m1(x)}, "e4m3": lambda: {"bytes": ind.mld_e4m3(x)},
+                "bf16": lambda: {"bits": ind.mld_bf16(x)}}[op]()
+
+
+class TorchBackend(Backend):
+    """torch (CPU): the bf16 cast and a float64 matmul RHT."""
+
+    name = "torch"
+    ops = ("bf16", "rht")
+
+    def available(self):
+        return None if ind.import_torch() is not None else "torch is not installed (pip install .[torch])"
+
+    def run(self, op, case):
+        if op == "bf16":
+            return {"bits": ind.torch_bf16(case.arrays["x"])}
+        return {"y": ind.torch_rht(case.arrays["x"], case.options["rht_signs"])}
+
+
+class TorchaoBackend(Backend):
+    """torchao 0.18 ``nvfp4_quantize`` (rules torchao / torchao_noscale) and its ``to_blocked`` swizzle."""
+
+    name = "torchao"
+    ops = ("quantize", "layout")
+
+    def available(self):
+        if ind.import_torch() is None or ind.import_torchao() is None:
+            return "torch/torchao are not installed (pip install .[torch])"
+        return None
+
+    def space(self, op):
+        if op == "quantize":
+            return {"rule": ["torchao", "torchao_noscale"], "rounding": ["rn"], "block": [[1, 16]], "rht": [False],
+                    "dtype": ["bfloat16", "float32"], "amax": ["computed"], "min_rows": 1, "swizzled": [True]}
+        return {}
+
+    def run(self, op, case):
+        if op == "layout":
+            return {"swizzled": ind.torchao_swizzle(case.arrays["scales"])}
+        o = case.options
+        return ind.torchao_quantize(case.arrays["x"], rule=o["rule"], rowwise=o["rowwise"], columnwise=o["columnwise"])
+
+
+def _alpha_by_hand(pa, pb, rule: str) -> np.float32:
+    """SPEC 12.1 alpha in fp32, left to right, written from the formula."""
+    f = np.float32
+    with np.errstate(over="ignore", invalid="ignore"):
+        if rule in ("te", "te_fused_rht"):
+            return f(f(f(pa.amax) * f(pb.amax)) * f(1.0 / 7225344.0))
+        if rule == "torchao":
+            return f(f(f(pa.amax) / f(2688.0)) * f(f(pb.amax) / f(2688.0)))
+    return f(1.0)
+
+
+class FractionsBackend(Backend):
+    """``oracle.gemm(model="exact")`` checked against an exact ``fractions.Fraction`` evaluation."""
+
+    name = "fractions"
+    ops = ("gemm_exact",)
+
+    def space(self, op):
+        return {"specials": False}
+
+    def run(self, op, case):
+        pa, pb = gemm_planes(case)
+        ep = gemm_epilogue(case)
+        alpha = ep["alpha"] if ep["alpha"] is not None else _alpha_by_hand(pa, pb, case.options["rule"])
+        y = ind.fraction_gemm(pa, pb, alpha=alpha, bias=ep["bias"], c=ep["accumulate"], out_dtype=ep["out_dtype"])
+        return {"y": y}
+
+
+class SequentialBackend(Backend):
+    """``oracle.gemm(model="sequential")`` (TE's order), which must lie within ``oracle.gemm_error_bound``."""
+
+    name = "oracle-seq"
+    ops = ("gemm",)
+
+    def run(self, op, case):
+        pa, pb = gemm_planes(case)
+        return {"y": oracle.gemm(pa, pb, model="sequential", **gemm_epilogue(case))}
+
+
+class ComposedBackend(Backend):
+    """Grouped quantization composed from per-group ``oracle.quantize`` calls and layout code written from
+    SPEC 8/9 (scatter swizzle, offsets, capacities): checks ``oracle.group_quantize`` and ``oracle.swizzle``."""
+
+    name = "composed"
+    ops = ("group_quantize", "layout")
+
+    def run(self, op, case):
+        if op == "layout":
+            s, splits, k = case.arrays["scales"], case.arrays["splits"], int(case.options["k"])
+            out = {"swizzled": ind.swizzle_by_formula(s), "roundtrip": s.copy()}
+            out.update({f"offsets_{n}": v for n, v in ind.offsets_by_table(splits, k).items()})
+            out["capacities"] = ind.capacities_by_formula(int(splits.sum()), k, splits.size)
+            return out
+        return self._group(case)
+
+    @staticmethod
+    def _group(case: Case) -> dict:
+        x, splits = case.arrays["x"], case.arrays["splits"]
+        kw = quantize_kwargs(case)
+        amax = kw.pop("amax", None)
+        t, k = x.shape
+        e = splits.size
+        offs = ind.offsets_by_table(splits, k)
+        cap = dict(zip(("row_data", "row_scale", "col_data", "col_scale"), ind.capacities_by_formula(t, k, e)))
+        parts: dict[str, list] = {}
+        amaxes: dict[str, list] = {"row": [], "col": []}
+        for g in range(e):
+            xg = x[offs["row_offsets"][g] : offs["row_offsets"][g + 1]]
+            ag = None
+            if amax is not None:
+                ag = (np.float32(amax[0][g]), np.float32(amax[1][g])) if isinstance(amax, tuple) else np.float32(amax[g])
+            kw_g = dict(kw, offset=(int(kw["offset"]) + g) % 2**32)
+            tq = oracle.quantize(xg, amax=ag, **kw_g)
+            for p in ("row", "col"):
+                plane = getattr(tq, p)
+                if plane is None:
+                    continue
+                parts.setdefault(f"{p}_data", []).append(plane.data.reshape(-1))
+                parts.setdefault(f"{p}_scales", []).append(ind.swizzle_by_formula(plane.scales))
+                parts.setdefault(f"{p}_scales_compact", []).append(ind.padded_compact_by_hand(plane.scales))
+                amaxes[p].append(plane.amax)
+        out = {}
+        for p in ("row", "col"):
+            if not case.options["rowwise" if p == "row" else "columnwise"]:
+                continue
+            for name in ("data", "scales", "scales_compact"):
+                chunks = parts.get(f"{p}_{name}", [])
+                out[f"{p}_{name}"] = np.concatenate(chunks) if chunks else np.zeros(0, np.uint8)
+            out[f"{p}_amax"] = np.array(amaxes[p], np.float32)
+            out[f"{p}_data_offsets"] = offs[f"{p}_data"]
+            out[f"{p}_scale_offsets"] = offs[f"{p}_scale"]
+            out[f"{p}_data_tail"] = np.zeros(int(cap[f"{p}_data"]) - out[f"{p}_data"].size, np.uint8)
+            out[f"{p}_scales_tail"] = np.zeros(int(cap[f"{p}_scale"]) - out[f"{p}_scales"].size, np.uint8)
+        out["row_offsets"] = offs["row_offsets"]
+        return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the CUDA device
+# ---------------------------------------------------------------------------------------------------------------
+
+def _call(fn, *args, **kw):
+    """Call ``fn`` with the keyword arguments its signature accepts (the device API may lack some options)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return fn(*args, **kw)
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        return fn(*args, **kw)
+    return fn(*args, **{k: v for k, v in kw.items() if k in params})
+
+
+def _layout_kw(fn, swizzled: bool) -> dict:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return {}
+    for name in ("swizzled", "swizzle"):
+        if name in params:
+            return {name: swizzled}
+    if "layout" in params:
+        return {"layout": "swizzled" if swizzled else "compact"}
+    return {}
+
+
+def _np(t) -> np.ndarray:
+    return t.detach().cpu().numpy()
+
+
+class DeviceBackend(Backend):
+    """The CUDA kernels of the ``device`` package on one GPU: ``device.quantize`` / ``device.group_quantize``
+    results (``.to_oracle()`` plus the raw scale buffers) against the oracle. Ops are the ones ``device``
+    exposes; a device that is missing or whose ``is_available()`` raises makes the backend unavailable."""
+
+    ops = ("quantize", "group_quantize")
+
+    def __init__(self, dev: str = "cuda:0"):
+        self.dev = dev
+        self.name = f"device:{dev}"
+        self._mod = None
+        self._reason = None
+        try:
+            self._mod = importlib.import_module("device")
+            ok = self._mod.is_available()
+            if not ok:
+                self._reason = "device.is_available() is False"
+        except Exception as e:  # noqa: BLE001 -- any failure means: no device run
+            self._reason = f"device package unusable: {type(e).__name__}: {e}"
+        if self._mod is not None and self._reason is None:
+            self.ops = tuple(op for op in ("quantize", "group_quantize") if hasattr(self._mod, op))
+
+    def available(self):
+        return self._reason
+
+    def space(self, op):
+        s = {"max_elems": 1 << 22}
+        sup = getattr(self._mod, "SUPPORTED", None)
+        if isinstance(sup, dict):
+            s.update(sup.get(op, {}))
+        else:
+            s["rule"] = ["te", "te_fused_rht"]  # SPEC 15: the device implements the TE rules
+        return s
+
+    def _x(self, case):
+        ind.import_torch()
+        return ind._to_torch(case.arrays["x"]).to(self.dev)
+
+    def run(self, op, case):
+        import torch
+
+        kw = quantize_kwargs(case)
+        swz = bool(case.options["swizzled"])
+        x = self._x(case)
+        if op == "quantize":
+            fn = self._mod.quantize
+            res = _call(fn, x, **kw, **_layout_kw(fn, swz))
+            torch.cuda.synchronize(self.dev)
+            return self._quantize_outputs(res)
+        fn = self._mod.group_quantize
+        splits = torch.from_numpy(case.arrays["splits"]).to(self.dev)
+        if "amax" in kw:
+            a = kw["amax"]
+            kw["amax"] = tuple(torch.from_numpy(np.asarray(v, np.float32)).to(self.dev) for v in a) if isinstance(a, tuple) \
+                else torch.from_numpy(np.asarray(a, np.float32)).to(self.dev)
+        res = _call(fn, x, splits, **kw, **_layout_kw(fn, swz))
+        torch.cuda.synchronize(self.dev)
+        return self._group_outputs(res, case)
+
+    @staticmethod
+    def _quantize_outputs(res) -> dict:
+        o = res.to_oracle()
+        out = {}
+        for p, raw_scales in (("row", res.row_scales), ("col", res.col_scales)):
+            plane = getattr(o, p)
+            if plane is None:
+                continue
+            out[f"{p}_data"] = plane.data
+            out[f"{p}_scales"] = plane.scales
+            if res.swizzled:
+                out[f"{p}_scales_swizzled"] = _np(raw_scales).reshape(-1)
+            out[f"{p}_amax"] = np.asarray([plane.amax], np.float32)
+        return out
+
+    @staticmethod
+    def _group_outputs(res, case) -> dict:
+        o = res.to_oracle()
+        out = {"row_offsets": np.asarray(o.row_offsets, np.int64)}
+        for p in ("row", "col"):
+            data = getattr(res, f"{p}_data")
+            if data is None:
+                continue
+            d_off = np.asarray(getattr(o, f"{p}_data_offsets"), np.int64)
+            s_off = np.asarray(getattr(o, f"{p}_scale_offsets"), np.int64)
+            raw_d = _np(data).reshape(-1)
+            raw_s = _np(getattr(res, f"{p}_scales")).reshape(-1)
+            out[f"{p}_data"] = raw_d[: d_off[-1]]
+            out[f"{p}_data_tail"] = raw_d[d_off[-1]:]
+            out[f"{p}_scales" if res.swizzled else f"{p}_scales_compact"] = raw_s[: s_off[-1]]
+            out[f"{p}_scales_tail"] = raw_s[s_off[-1]:]
+            out[f"{p}_amax"] = np.asarray(getattr(o, f"{p}_amax"), np.float32)
+            out[f"{p}_data_offsets"] = d_off
+            out[f"{p}_scale_offsets"] = s_off
+        return out
+
+
+def cuda_devices() -> list[str]:
+    """``cuda:N`` for every visible GPU (empty without torch / CUDA)."""
+    torch = ind.import_torch()
+    try:
+        n = torch.cuda.device_count() if torch is not None else 0
+    except Exception:  # noqa: BLE001
+        n = 0
+    return [f"cuda:{i}" for i in range(n)]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# registry
+# ---------------------------------------------------------------------------------------------------------------
+
+BACKENDS: dict[str, Callable[[], Backend]] = {
+    "mldtypes": MlDtypesBackend,
+    "torch": TorchBackend,
+    "torchao": TorchaoBackend,
+    "fractions": FractionsBackend,
+    "oracle-seq": SequentialBackend,
+    "composed": ComposedBackend,
+}
+#: The CPU self-conformance (``--device cpu``).
+CPU_DEFAULT = ("mldtypes", "torch", "torchao", "fractions", "oracle-seq", "composed")
+
+
+def register_backend(name: str, factory: Callable[[], Backend]) -> None:
+    """Make ``factory`` available as backend ``name`` (for ``--backend NAME`` and for replay)."""
+    BACKENDS[name] = factory
+
+
+def make_backend(spec: str) -> Backend:
+    """Build a backend from a registered name, ``device:cuda:N``, or ``package.module:attr`` (a class or factory)."""
+    if spec in BACKENDS:
+        return BACKENDS[spec]()
+    if spec.startswith("device:"):
+        return DeviceBackend(spec.split(":", 1)[1])
+    if ":" in spec:
+        mod, attr = spec.split(":", 1)
+        obj = getattr(importlib.import_module(mod), attr)
+        b = obj()
+        if isinstance(b, Backend) or hasattr(b, "run"):
+            if not getattr(b, "spec", None):
+                b.spec = spec
+            return b
+        raise TypeError(f"{spec} did not produce a Backend")
+    raise ValueError(f"unknown backend {spec!r}; known: {sorted(BACKENDS)}, device:cuda:N, module:attr")

@@ -1,0 +1,393 @@
+"""Seeded case generators: case ``index`` of ``seed`` for an op is rebuilt from ``(op, seed, index)`` alone.
+
+Every generator draws from ``numpy.random.Generator(PCG64(SeedSequence([seed, crc32(op), index])))``.
+``space`` restricts the option values a backend supports (``{"rule": ["torchao"], "dtype": [...]}``) and
+may set size limits (``max_elems``, ``min_rows``); a restricted draw picks among the allowed values.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Callable
+
+import ml_dtypes
+import numpy as np
+
+from .cases import Case
+
+__all__ = ["GENERATORS", "generate", "case_rng", "gen_rows", "gen_k", "gen_splits", "gen_values", "to_dtype"]
+
+EDGE_ROWS = (0, 1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257)
+EDGE_K = (16, 32, 48, 64, 80, 128, 144, 256, 512, 1024, 2048)
+E2M1_TIES = np.array([0.5, 1.5, 2.5, 3.5, 5.0, 7.0, 10.0])
+DTYPE_MAX = {"float32": 3.4028234e38, "bfloat16": 3.3895314e38, "float16": 65504.0}
+DTYPE_TINY = {"float32": 2.0**-126, "bfloat16": 2.0**-126, "float16": 2.0**-14}
+VALUE_KINDS = ("normal", "heavy", "constant", "zeros", "subnormal", "near_max", "ties", "integers", "mixed")
+DEFAULT_MAX_ELEMS = 1 << 18
+
+
+def case_rng(seed: int, op: str, index: int) -> np.random.Generator:
+    """The generator of case ``index`` of ``seed`` for ``op`` (independent of every other case)."""
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed), zlib.crc32(op.encode()), int(index)])))
+
+
+def pick(rng: np.random.Generator, space: dict, name: str, choices, p=None):
+    """Draw one of ``choices`` (weights ``p``), restricted to ``space[name]`` when the backend restricts it."""
+    choices = list(choices)
+    if name in space:
+        allowed = [c for c in choices if _norm(c) in [_norm(a) for a in space[name]]]
+        if not allowed:
+            allowed = list(space[name])
+        idx = [choices.index(c) for c in allowed if c in choices]
+        if p is not None and len(idx) == len(allowed):
+            w = np.array([p[i] for i in idx], float)
+            return allowed[int(rng.choice(len(allowed), p=w / w.sum()))]
+        return allowed[int(rng.integers(len(allowed)))]
+    if p is not None:
+        w = np.asarray(p, float)
+        return choices[int(rng.choice(len(choices), p=w / w.sum()))]
+    return choices[int(rng.integers(len(choices)))]
+
+
+def _norm(v):
+    return list(v) if isinstance(v, (tuple, list)) else v
+
+
+def gen_rows(rng: np.random.Generator, max_rows: int = 5000, min_rows: int = 0) -> int:
+    """Row count in [min_rows, max_rows], biased to 0, 1 and the 16/64/128 edges."""
+    u = rng.random()
+    if u < 0.06 and min_rows == 0:
+        return 0
+    if u < 0.55:
+        edge = [r for r in EDGE_ROWS if min_rows <= r <= max_rows]
+        if edge:
+            return int(edge[rng.integers(len(edge))])
+    return int(np.clip(np.exp(rng.uniform(0, np.log(max_rows + 1))), max(min_rows, 1), max_rows))
+
+
+def gen_k(rng: np.random.Generator, max_k: int = 2048) -> int:
+    """A contraction / row length: a multiple of 16 in [16, max_k], biased to small and power-of-two sizes."""
+    if rng.random() < 0.5:
+        edge = [k for k in EDGE_K if k <= max_k]
+        return int(edge[rng.integers(len(edge))])
+    return int(16 * rng.integers(1, max_k // 16 + 1))
+
+
+def gen_splits(rng: np.random.Generator, total: int, groups: int) -> tuple[np.ndarray, str]:
+    """Group sizes (int64, sum ``total``) and the split kind: random, zeros, giant, aligned, unaligned."""
+    kind = str(rng.choice(["random", "zeros", "giant", "aligned", "unaligned"], p=[0.35, 0.2, 0.15, 0.15, 0.15]))
+    e = groups
+    if total == 0:
+        return np.zeros(e, np.int64), "all_zero"
+    if kind == "giant":
+        s = np.zeros(e, np.int64)
+        s[rng.integers(e)] = total
+    elif kind == "aligned" and total >= 128:
+        blocks = rng.multinomial(total // 128, np.ones(e) / e).astype(np.int64) * 128
+        blocks[rng.integers(e)] += total - int(blocks.sum())
+        s = blocks
+    elif kind == "unaligned":
+        s = rng.choice([1, 15, 17, 63, 65, 127, 129], size=e).astype(np.int64)
+        while s.sum() > total:
+            s[rng.integers(e)] //= 2
+        s[rng.integers(e)] += total - int(s.sum())
+    else:
+        w = rng.dirichlet(np.full(e, 0.7))
+        if kind == "zeros":
+            w[rng.random(e) < 0.4] = 0
+            if w.sum() == 0:
+                w[rng.integers(e)] = 1
+            w = w / w.sum()
+        s = rng.multinomial(total, w).astype(np.int64)
+    return s.astype(np.int64), kind
+
+
+def to_dtype(v: np.ndarray, dtype: str) -> np.ndarray:
+    """float64 values -> ``dtype`` ("float32", "float16", "bfloat16"), rounding through float32."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = v.astype(np.float32)
+        if dtype == "float32":
+            return f
+        if dtype == "float16":
+            return f.astype(np.float16)
+        return f.astype(ml_dtypes.bfloat16)
+
+
+def _ties(rng, m: int, k: int, dtype: str) -> np.ndarray:
+    """Blocks whose scaled values land exactly on E2M1 rounding ties (SPEC 3.1).
+
+    Every 16x16 tile has +-12 on its diagonal (so every row block, column block and tile has amax 12) and one
+    element of the tensor is 2688: with 2^j scaling, S_enc = 2^-j, the block scale decodes to 2 and the
+    multiplier is 2^-j / 2, so 0.5, 1.5, 2.5, 3.5, 5, 7, 10 times 2^j land on 0.25, 0.75, ..., 5.
+    """
+    j = int(rng.integers(-10, 4)) if dtype == "float16" else int(rng.integers(-30, 30))
+    pool = np.concatenate([E2M1_TIES, [0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0]])
+    v = rng.choice(pool, size=(m, k)) * rng.choice([-1.0, 1.0], size=(m, k))
+    r = np.arange(m)[:, None] % 16
+    c = np.arange(k)[None, :] % 16
+    v = np.where(r == c, 12.0 * rng.choice([-1.0, 1.0], size=(m, k)), v)
+    if m and rng.random() < 0.8:
+        v[rng.integers(m), rng.integers(k)] = 2688.0
+    return v * 2.0**j
+
+
+def gen_values(rng: np.random.Generator, m: int, k: int, dtype: str, kind: str | None = None,
+               specials: bool = True) -> tuple[np.ndarray, str]:
+    """An ``[m, k]`` float64 matrix of one value kind (see VALUE_KINDS), optionally sprinkled with NaN/Inf/-0.
+
+    Returns ``(values, kind)``; values are meant to be converted with :func:`to_dtype`.
+    """
+    if kind is None:
+        kind = str(rng.choice(VALUE_KINDS, p=[0.22, 0.12, 0.08, 0.05, 0.08, 0.08, 0.17, 0.08, 0.12]))
+    big, tiny = DTYPE_MAX[dtype], DTYPE_TINY[dtype]
+    shape = (m, k)
+    if kind == "normal":
+        v = rng.standard_normal(shape) * 10.0 ** rng.uniform(-4, 4)
+    elif kind == "heavy":
+        v = rng.standard_normal(shape) * 10.0 ** rng.uniform(-3, 2)
+        mask = rng.random(shape) < 0.01
+        v[mask] *= 10.0 ** rng.uniform(2, 5, size=int(mask.sum()))
+    elif kind == "constant":
+        nb = k // 16
+        c = rng.standard_normal((m, nb)) * 10.0 ** rng.uniform(-3, 3)
+        v = np.repeat(c, 16, axis=1)
+    elif kind == "zeros":
+        v = np.zeros(shape) * rng.choice([1.0, -1.0], size=shape)
+    elif kind == "subnormal":
+        v = rng.uniform(-1, 1, shape) * tiny * rng.choice([1.0, 2.0**-3, 2.0**-7], size=shape)
+    elif kind == "near_max":
+        v = rng.uniform(0.5, 1.0, shape) * big * rng.choice([-1.0, 1.0], size=shape)
+        v[rng.random(shape) < 0.5] *= 2.0**-100 if dtype != "float16" else 2.0**-10
+    elif kind == "ties":
+        v = _ties(rng, m, k, dtype)
+    elif kind == "integers":
+        v = rng.integers(-12, 13, size=shape).astype(float) * 2.0 ** int(rng.integers(-4, 5))
+    else:  # mixed: a different kind per row
+        v = np.zeros(shape)
+        sub = [x for x in VALUE_KINDS if x != "mixed"]
+        for r in range(m):
+            v[r] = gen_values(rng, 1, k, dtype, str(rng.choice(sub)), specials=False)[0][0]
+    if specials and v.size and rng.random() < 0.2:
+        rate = 10.0 ** rng.uniform(-3.5, -1.5)
+        mask = rng.random(shape) < rate
+        mask.flat[rng.integers(v.size)] = True
+        v[mask] = rng.choice([np.nan, np.inf, -np.inf, -0.0], size=int(mask.sum()))
+    return v, kind
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# per-op generators
+# ---------------------------------------------------------------------------------------------------------------
+
+def _size(rng, space, max_rows=5000, max_k=2048, min_rows=0) -> tuple[int, int]:
+    max_elems = int(space.get("max_elems", DEFAULT_MAX_ELEMS))
+    m = gen_rows(rng, max_rows, int(space.get("min_rows", min_rows)))
+    k = gen_k(rng, min(max_k, int(space.get("max_k", max_k))))
+    while m * k > max_elems and k > 16:
+        k = max(16, (k // 2) // 16 * 16)
+    if m * k > max_elems:
+        m = max_elems // k
+    return m, k
+
+
+def _quant_options(rng, space, dtype: str) -> dict:
+    planes = pick(rng, space, "planes", ["row", "col", "both"], [0.4, 0.2, 0.4])
+    rule = pick(rng, space, "rule", ["te", "te_fused_rht", "torchao", "torchao_noscale"], [0.45, 0.2, 0.2, 0.15])
+    col = planes in ("col", "both")
+    rht = bool(pick(rng, space, "rht", [False, True], [0.5, 0.5])) if (col and dtype == "bfloat16") else False
+    rounding = pick(rng, space, "rounding", ["rn", "sr"], [0.7, 0.3])
+    return dict(
+        rowwise=planes in ("row", "both"),
+        columnwise=col,
+        rht=rht,
+        rht_signs=int(pick(rng, space, "rht_signs", [0xD7E8, int(rng.integers(0, 1 << 16))], [0.7, 0.3])),
+        block=list(pick(rng, space, "block", [(1, 16), (16, 16)], [0.75, 0.25])),
+        rule=rule,
+        rounding=rounding,
+        seed=int(rng.integers(0, 2**63)) * 2 + int(rng.integers(2)) if rounding == "sr" else 0,
+        offset=int(rng.choice([0, int(rng.integers(0, 2**32)), 2**32 - 1])) if rounding == "sr" else 0,
+        swizzled=bool(pick(rng, space, "swizzled", [True, False])),
+    )
+
+
+def _amax_supply(rng, space, x64: np.ndarray, groups: int | None):
+    """Occasionally a caller-supplied amax (SPEC 4.3): one value per plane or a (row, col) pair."""
+    mode = pick(rng, space, "amax", ["computed", "one", "pair"], [0.85, 0.1, 0.05])
+    if mode == "computed":
+        return None, mode
+    n = 1 if groups is None else groups
+    with np.errstate(invalid="ignore"):
+        base = np.nanmax(np.abs(x64)) if x64.size and not np.all(np.isnan(x64)) else 1.0
+    vals = (base * rng.choice([1.0, 2.0, 0.5, 1.0 + 2.0**-20], size=(2, n))).astype(np.float32)
+    if rng.random() < 0.1:
+        vals.flat[rng.integers(vals.size)] = rng.choice([0.0, np.inf, np.nan])
+    return (vals[:1] if mode == "one" else vals).reshape(-1 if groups is None else (1 if mode == "one" else 2, n)), mode
+
+
+def _has_specials(v: np.ndarray) -> str:
+    """Tag: which non-finite values the input holds ("nan", "inf", "nan+inf" or "none")."""
+    kinds = [n for n, f in (("nan", np.isnan), ("inf", np.isinf)) if v.size and f(v).any()]
+    return "+".join(kinds) or "none"
+
+
+def _tags_quant(o: dict, dtype: str, kind: str, m: int) -> dict:
+    planes = "both" if o["rowwise"] and o["columnwise"] else ("row" if o["rowwise"] else "col")
+    return dict(dtype=dtype, values=kind, rule=o["rule"], rounding=o["rounding"], planes=planes,
+                rht=str(o["rht"]), block="x".join(map(str, o["block"])), layout="swz" if o["swizzled"] else "compact",
+                rows="edge" if m in EDGE_ROWS else "random")
+
+
+def gen_quantize(rng, space) -> tuple[dict, dict, dict]:
+    """``oracle.quantize`` inputs: x [M, K] (f32/f16/bf16) and every option of SPEC 4-10."""
+    dtype = pick(rng, space, "dtype", ["bfloat16", "float32", "float16"], [0.5, 0.3, 0.2])
+    m, k = _size(rng, space)
+    v, kind = gen_values(rng, m, k, dtype, specials=bool(space.get("specials", True)))
+    o = _quant_options(rng, space, dtype)
+    arrays = {"x": to_dtype(v, dtype)}
+    amax, mode = _amax_supply(rng, space, v, None)
+    if amax is not None:
+        arrays["amax"] = amax
+    tags = _tags_quant(o, dtype, kind, m)
+    tags.update(amax=mode, specials=_has_specials(v))
+    return arrays, o, tags
+
+
+def gen_group_quantize(rng, space) -> tuple[dict, dict, dict]:
+    """``oracle.group_quantize`` inputs: x [T, K], splits [E] (1..128 groups, zeros, giant, unaligned)."""
+    dtype = pick(rng, space, "dtype", ["bfloat16", "float32", "float16"], [0.5, 0.3, 0.2])
+    e = int(rng.choice([1, 2, 3, 4, 8, 16, 32, 64, 128, int(rng.integers(1, 129))]))
+    t, k = _size(rng, space)
+    v, kind = gen_values(rng, t, k, dtype, specials=bool(space.get("specials", True)))
+    splits, skind = gen_splits(rng, t, e)
+    o = _quant_options(rng, space, dtype)
+    arrays = {"x": to_dtype(v, dtype), "splits": splits}
+    amax, mode = _amax_supply(rng, space, v, e)
+    if amax is not None:
+        arrays["amax"] = amax
+    tags = _tags_quant(o, dtype, kind, t)
+    tags.update(splits=skind, groups="1" if e == 1 else ("2-16" if e <= 16 else "17-128"), amax=mode,
+                specials=_has_specials(v))
+    return arrays, o, tags
+
+
+def gen_codec(rng, space) -> tuple[dict, dict, dict]:
+    """1-D float32 values around a codec's grid: ties, neighbours of ties, zeros, subnormals, huge, specials."""
+    with np.errstate(all="ignore"):
+        return _gen_codec(rng, space)
+
+
+def _gen_codec(rng, space) -> tuple[dict, dict, dict]:
+    fmt = space.get("format", "e2m1")
+    n = int(rng.integers(1, 4097))
+    kind = str(rng.choice(["grid", "ties", "random_bits", "wide"]))
+    if fmt == "e2m1":
+        grid = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6], float)
+        scale = 1.0
+    elif fmt == "e4m3":
+        b = np.arange(0x7F)
+        grid = np.where(b >> 3 == 0, (b & 7) * 2.0**-9, (1 + (b & 7) / 8) * 2.0 ** ((b >> 3) - 7.0))
+        scale = 1.0
+    else:
+        grid = (np.arange(0, 0x7F80, 7, dtype=np.uint32) << 16).view(np.float32).astype(float)
+        scale = 1.0
+    if kind == "grid":
+        v = rng.choice(grid, n) * scale
+    elif kind == "ties":
+        mids = (grid[1:] + grid[:-1]) / 2
+        v = rng.choice(np.concatenate([mids, [grid[-1] * 1.0625, grid[-1] * 2]]), n)
+    elif kind == "wide":
+        v = rng.standard_normal(n) * 2.0 ** rng.uniform(-160, 130, n)
+    else:
+        v = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32).view(np.float32).astype(float)
+    f = v.astype(np.float32)
+    if kind in ("grid", "ties"):
+        nudge = rng.integers(-1, 2, n).astype(np.int64)  # -1 ulp, exact, +1 ulp
+        bits = f.view(np.uint32).astype(np.int64) + nudge
+        f = np.where(f == 0, f, bits.clip(0, 0x7F7FFFFF).astype(np.uint32).view(np.float32))
+    f = f * rng.choice(np.array([-1, 1], np.float32), n)
+    if rng.random() < 0.5:
+        f[rng.random(n) < 0.02] = rng.choice(np.array([np.nan, np.inf, -np.inf, -0.0, 0.0], np.float32))
+    return {"x": f.astype(np.float32)}, {}, {"values": kind}
+
+
+def gen_rht(rng, space) -> tuple[dict, dict, dict]:
+    """bf16 blocks [n, 16] for the RHT: narrow exponent spans (the fp32 butterfly is exact) and wide ones."""
+    n = int(rng.integers(1, 513))
+    kind = str(rng.choice(["narrow", "narrow", "wide", "subnormal", "large", "zeros"]))
+    mant = rng.uniform(1, 2, (n, 16)) * rng.choice([-1.0, 1.0], (n, 16))
+    if kind == "narrow":
+        e0 = rng.integers(-120, 110, (n, 1))
+        v = mant * 2.0 ** (e0 + rng.integers(0, 13, (n, 16)))
+    elif kind == "wide":
+        v = mant * 2.0 ** rng.integers(-40, 40, (n, 16))
+    elif kind == "subnormal":
+        v = mant * 2.0 ** rng.integers(-133, -118, (n, 16))
+    elif kind == "large":
+        v = mant * 2.0 ** rng.integers(110, 124, (n, 16))
+    else:
+        v = np.zeros((n, 16)) * rng.choice([-1.0, 1.0], (n, 16))
+    v[rng.random((n, 16)) < 0.1] = 0.0
+    signs = int(pick(rng, space, "rht_signs", [0xD7E8, int(rng.integers(0, 1 << 16))], [0.5, 0.5]))
+    return {"x": to_dtype(v, "bfloat16")}, {"rht_signs": signs}, {"values": kind}
+
+
+def gen_gemm(rng, space) -> tuple[dict, dict, dict]:
+    """GEMM operands a [M, K], b [N, K] (quantized by the oracle), optional bias / accumulate / alpha."""
+    small = bool(space.get("small", False))
+    mmax, kmax = (6, 128) if small else (48, 1024)
+    m, n = int(rng.integers(0, mmax + 1)), int(rng.integers(1, mmax + 1))
+    k = gen_k(rng, kmax)
+    dtype = pick(rng, space, "dtype", ["float32", "bfloat16"])
+    specials = bool(space.get("specials", not small))
+    kinds = ["normal", "heavy", "ties", "integers", "subnormal", "constant", "zeros"]
+    kind = str(rng.choice(kinds, p=[0.3, 0.15, 0.15, 0.15, 0.1, 0.1, 0.05]))
+    a, _ = gen_values(rng, m, k, dtype, kind, specials=specials)
+    b, _ = gen_values(rng, n, k, dtype, kind, specials=specials)
+    rule = pick(rng, space, "rule", ["te", "te_fused_rht", "torchao", "torchao_noscale"], [0.5, 0.1, 0.25, 0.15])
+    out_dtype = pick(rng, space, "out_dtype", ["bfloat16", "float32"])
+    arrays = {"a": to_dtype(a, dtype), "b": to_dtype(b, dtype)}
+    if rng.random() < 0.3:
+        arrays["bias"] = (rng.standard_normal(n) * 10.0 ** rng.uniform(-3, 3)).astype(np.float32)
+    if rng.random() < 0.3:
+        arrays["c"] = (rng.standard_normal((m, n)) * 10.0 ** rng.uniform(-3, 3)).astype(np.float32)
+    alpha_mode = str(rng.choice(["auto", "auto", "auto", "huge", "tiny", "random"]))
+    alpha = None
+    if alpha_mode == "huge":
+        alpha = float(np.float32(2.0 ** rng.integers(90, 128)))
+    elif alpha_mode == "tiny":
+        alpha = float(np.float32(2.0 ** rng.integers(-149, -110) * rng.uniform(1, 2)))
+    elif alpha_mode == "random":
+        alpha = float(np.float32(rng.standard_normal() * 10.0 ** rng.uniform(-5, 5)))
+    o = dict(rule=rule, out_dtype=out_dtype, alpha=alpha)
+    tags = dict(rule=rule, out_dtype=out_dtype, alpha=alpha_mode, values=kind, dtype=dtype,
+                epilogue="+".join([x for x in ("bias", "c") if x in arrays]) or "none")
+    return arrays, o, tags
+
+
+def gen_layout(rng, space) -> tuple[dict, dict, dict]:
+    """Random compact scale bytes [R, C] and group splits for the swizzle / offsets checks (SPEC 8, 9)."""
+    r = gen_rows(rng, 700)
+    c = int(rng.integers(1, 41))
+    scales = rng.integers(1, 256, (r, c), dtype=np.uint8)  # nonzero so that padding errors show
+    e = int(rng.integers(1, 129))
+    t = gen_rows(rng, 5000)
+    splits, kind = gen_splits(rng, t, e)
+    k = gen_k(rng, 4096)
+    return {"scales": scales, "splits": splits}, {"k": k}, {"splits": kind, "rows": "edge" if r in EDGE_ROWS else "random"}
+
+
+GENERATORS: dict[str, Callable] = {
+    "quantize": gen_quantize,
+    "group_quantize": gen_group_quantize,
+    "codec": gen_codec,
+    "rht": gen_rht,
+    "gemm": gen_gemm,
+    "layout": gen_layout,
+}
+
+
+def generate(op: str, seed: int, index: int, generator: str, space: dict | None = None) -> Case:
+    """Build case ``index`` of ``seed`` for ``op`` with the generator named ``generator`` under ``space``."""
+    rng = case_rng(seed, op, index)
+    arrays, options, tags = GENERATORS[generator](rng, dict(space or {}))
+    return Case(op, int(seed), int(index), arrays, options, tags)

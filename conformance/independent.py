@@ -1,0 +1,292 @@
+"""Implementations the oracle is checked against (CPU self-conformance).
+
+Libraries we did not write: ml_dtypes (E2M1, E4M3, bf16 casts), torch (bf16 cast, a float64 matmul RHT),
+torchao 0.18 (``nvfp4_quantize`` and its ``to_blocked`` scale swizzle) and Python's ``fractions`` (exact GEMM).
+Layout code here (swizzle scatter, offsets, capacities) is written from SPEC 8.2 / 9.2 / 9.3 independently of
+``oracle/swizzle.py`` (a scatter by the published byte formula instead of a reshape/transpose).
+torch and torchao are imported lazily: they are optional extras.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import warnings
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+
+__all__ = [
+    "mld_e2m1", "mld_e4m3", "mld_bf16", "torch_bf16", "torch_rht", "torchao_quantize", "torchao_swizzle",
+    "swizzle_by_formula", "offsets_by_table", "capacities_by_formula", "fraction_gemm", "round_fraction",
+    "import_torch", "import_torchao",
+]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# optional imports
+# ---------------------------------------------------------------------------------------------------------------
+
+def import_torch():
+    """``torch`` or None (optional extra)."""
+    try:
+        import torch
+    except Exception:  # noqa: BLE001
+        return None
+    return torch
+
+
+def import_torchao():
+    """``torchao.prototype.mx_formats`` modules ``(nvfp4_tensor, utils)`` or None; silences its import chatter."""
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            prev = logging.root.manager.disable
+            logging.disable(logging.CRITICAL)
+            try:
+                from torchao.prototype.mx_formats import nvfp4_tensor, utils
+            finally:
+                logging.disable(prev)
+    except Exception:  # noqa: BLE001
+        return None
+    return nvfp4_tensor, utils
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# codecs
+# ---------------------------------------------------------------------------------------------------------------
+
+def _finite_domain(x: np.ndarray) -> np.ndarray:
+    return x[~np.isnan(x)]
+
+
+def mld_e2m1(x: np.ndarray) -> np.ndarray:
+    """E2M1 codes by ml_dtypes ``float4_e2m1fn`` after clipping to +-6 (NaN inputs dropped)."""
+    v = np.clip(_finite_domain(x), np.float32(-6), np.float32(6))
+    return v.astype(ml_dtypes.float4_e2m1fn).view(np.uint8) & 0x0F
+
+
+def mld_e4m3(x: np.ndarray) -> np.ndarray:
+    """E4M3 bytes by ml_dtypes ``float8_e4m3fn`` after clipping to +-448 (NaN inputs dropped)."""
+    v = np.clip(_finite_domain(x), np.float32(-448), np.float32(448))
+    return v.astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+
+
+def mld_bf16(x: np.ndarray) -> np.ndarray:
+    """bf16 bits by ml_dtypes (NaN inputs dropped)."""
+    return _finite_domain(x).astype(ml_dtypes.bfloat16).view(np.uint16)
+
+
+def _to_torch(a: np.ndarray):
+    torch = import_torch()
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.uint16).astype(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def _bf16_bits(t) -> np.ndarray:
+    torch = import_torch()
+    return t.contiguous().view(torch.int16).numpy().view(np.uint16)
+
+
+def torch_bf16(x: np.ndarray) -> np.ndarray:
+    """bf16 bits by ``torch.Tensor.to(torch.bfloat16)`` (NaN inputs dropped)."""
+    torch = import_torch()
+    return _bf16_bits(_to_torch(_finite_domain(x).copy()).to(torch.bfloat16))
+
+
+def torch_rht(x_bf16: np.ndarray, signs: int) -> np.ndarray:
+    """``(x * s) @ H16 / 4`` in float64 by torch, then ``.to(torch.bfloat16)``: bf16 bits [n, 16] (SPEC 7.1).
+
+    H16 is built by Kronecker powers of [[1, 1], [1, -1]] (Sylvester), s from the mask's bits.
+    """
+    torch = import_torch()
+    h2 = torch.tensor([[1.0, 1.0], [1.0, -1.0]], dtype=torch.float64)
+    h = h2
+    for _ in range(3):
+        h = torch.kron(h, h2)
+    s = torch.tensor([-1.0 if (signs >> i) & 1 else 1.0 for i in range(16)], dtype=torch.float64)
+    xt = _to_torch(x_bf16).to(torch.float64).reshape(-1, 16)
+    y = (xt * s) @ h / 4
+    return _bf16_bits(y.to(torch.bfloat16)).reshape(x_bf16.shape)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# torchao
+# ---------------------------------------------------------------------------------------------------------------
+
+def torchao_quantize(x: np.ndarray, *, rule: str, rowwise: bool, columnwise: bool) -> dict:
+    """torchao 0.18 ``nvfp4_quantize`` on X (rowwise plane) and on the zero-padded X^T (columnwise, SPEC 6.2).
+
+    ``rule="torchao"``: ``per_tensor_scale = per_tensor_amax_to_scale(torch.max(torch.abs(x)))``;
+    ``"torchao_noscale"``: no per-tensor scale. Scales are also swizzled by torchao's ``to_blocked``.
+    Returns canonical quantize outputs (SPEC-independent).
+    """
+    torch = import_torch()
+    nv, utils = import_torchao()
+    xt = _to_torch(x)
+    if xt.dtype == torch.float16:
+        raise TypeError("torchao's nvfp4_quantize takes bfloat16 or float32")
+    amax = torch.max(torch.abs(xt.float()))
+    pts = nv.per_tensor_amax_to_scale(amax) if rule == "torchao" else None
+    out = {}
+
+    def plane(src, prefix):
+        scales, data = nv.nvfp4_quantize(src.contiguous(), block_size=16, per_tensor_scale=pts)
+        out[f"{prefix}_data"] = data.view(torch.uint8).numpy().copy()
+        s = scales.view(torch.uint8)
+        out[f"{prefix}_scales"] = s.numpy().copy()
+        out[f"{prefix}_scales_swizzled"] = torchao_swizzle(out[f"{prefix}_scales"])
+        out[f"{prefix}_amax"] = amax.reshape(1).numpy().astype(np.float32)
+
+    if rowwise:
+        plane(xt, "row")
+    if columnwise:
+        m, k = xt.shape
+        mp = (m + 15) // 16 * 16
+        padded = torch.zeros((k, mp), dtype=xt.dtype)
+        padded[:, :m] = xt.t()
+        plane(padded, "col")
+    return out
+
+
+def torchao_swizzle(compact: np.ndarray) -> np.ndarray:
+    """torchao's ``to_blocked`` (cuBLAS 128x4 block-scaled layout) on uint8 compact scales, flattened."""
+    torch = import_torch()
+    _, utils = import_torchao()
+    if compact.size == 0:
+        return np.zeros(0, np.uint8)
+    return utils.to_blocked(torch.from_numpy(compact.copy())).reshape(-1).numpy().copy()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# layout, written from the SPEC tables
+# ---------------------------------------------------------------------------------------------------------------
+
+def _ru(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def swizzle_by_formula(compact: np.ndarray) -> np.ndarray:
+    """Scatter each compact scale (r, c) to its SPEC 8.2 byte; the padding stays 0x00."""
+    rows, cols = compact.shape
+    rp, cp = _ru(rows, 128), _ru(cols, 4)
+    out = np.zeros(rp * cp, np.uint8)
+    r = np.arange(rows, dtype=np.int64)[:, None]
+    c = np.arange(cols, dtype=np.int64)[None, :]
+    dest = ((r // 128 * (cp // 4) + c // 4) * 32 + r % 32) * 16 + (r % 128) // 32 * 4 + c % 4
+    out[dest.reshape(-1)] = compact.reshape(-1)
+    return out
+
+
+def padded_compact_by_hand(compact: np.ndarray) -> np.ndarray:
+    """Compact scales zero-padded to [roundup(rows,128), roundup(C,4)], row-major (SPEC 8.1)."""
+    rows, cols = compact.shape
+    out = np.zeros((_ru(rows, 128), _ru(cols, 4)), np.uint8)
+    out[:rows, :cols] = compact
+    return out.reshape(-1)
+
+
+def offsets_by_table(splits, k: int) -> dict:
+    """The SPEC 9.2 offsets with Python integers: per group sizes, then a prefix sum with a leading 0."""
+    sizes = {"row_offsets": [], "row_data": [], "row_scale": [], "col_data": [], "col_scale": []}
+    for m in (int(s) for s in splits):
+        sizes["row_offsets"].append(m)
+        sizes["row_data"].append(m * k // 2)
+        sizes["row_scale"].append(_ru(m, 128) * _ru(k // 16, 4))
+        sizes["col_data"].append(k * _ru(m, 16) // 2)
+        sizes["col_scale"].append(_ru(k, 128) * _ru(-(-m // 16), 4))
+    out = {}
+    for name, v in sizes.items():
+        acc, pref = 0, [0]
+        for s in v:
+            acc += s
+            pref.append(acc)
+        out[name] = np.array(pref, np.int64)
+    return out
+
+
+def capacities_by_formula(t: int, k: int, e: int) -> np.ndarray:
+    """SPEC 9.3 worst-case buffer sizes [row_data, row_scale, col_data, col_scale]."""
+    return np.array([t * k // 2, 128 * (t // 128 + e) * _ru(k // 16, 4), k * 16 * (t // 16 + e) // 2,
+                     _ru(k, 128) * 4 * (t // 64 + e)], np.int64)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# exact GEMM with fractions
+# ---------------------------------------------------------------------------------------------------------------
+
+_E2M1 = [Fraction(0), Fraction(1, 2), Fraction(1), Fraction(3, 2), Fraction(2), Fraction(3), Fraction(4), Fraction(6)]
+_FMT = {"float32": (24, -126, 127), "bfloat16": (8, -126, 127)}
+
+
+def _e2m1_frac(code: int) -> Fraction:
+    v = _E2M1[code & 7]
+    return -v if code & 8 else v
+
+
+def _e4m3_frac(byte: int) -> Fraction:
+    e, m = (byte >> 3) & 0xF, byte & 7
+    if e == 0xF and m == 7:
+        raise ValueError("NaN scale")
+    v = Fraction(m, 512) if e == 0 else Fraction(8 + m, 8) * Fraction(2) ** (e - 7)
+    return -v if byte & 0x80 else v
+
+
+def round_fraction(v: Fraction, fmt: str) -> float:
+    """Round an exact rational to ``fmt`` ("float32" / "bfloat16"): RNE, gradual underflow, overflow to Inf.
+
+    Returns a Python float holding the rounded value (exact in float64). Zero is returned as +0.0.
+    """
+    p, emin, emax = _FMT[fmt]
+    if v == 0:
+        return 0.0
+    neg, a = v < 0, abs(v)
+    e = a.numerator.bit_length() - a.denominator.bit_length()  # 2**e <= a < 2**(e+2)
+    if Fraction(2) ** e > a:
+        e -= 1
+    while Fraction(2) ** (e + 1) <= a:
+        e += 1
+    q = max(e, emin) - (p - 1)  # quantum exponent
+    n = a / Fraction(2) ** q
+    r = n.numerator // n.denominator
+    rem = n - r
+    if rem > Fraction(1, 2) or (rem == Fraction(1, 2) and r % 2 == 1):
+        r += 1
+    res = Fraction(r) * Fraction(2) ** q
+    if res >= Fraction(2) ** (emax + 1):
+        out = float("inf")
+    else:
+        out = float(res)
+    return -out if neg else out
+
+
+def fraction_gemm(a_plane, b_plane, *, alpha, bias, c, out_dtype: str) -> np.ndarray:
+    """Exact ``alpha * (A . B^T) + C + bias`` of two oracle planes with ``fractions.Fraction``, rounded once.
+
+    The planes' codes and scale bytes are decoded here from the format definitions (SPEC 2.1, 2.2).
+    Returns float32 or ml_dtypes.bfloat16 [M, N].
+    """
+    def deq(p):
+        codes = p.codes()
+        rows = []
+        for r in range(p.rows):
+            rows.append([_e2m1_frac(int(codes[r, i])) * _e4m3_frac(int(p.scales[r, i // 16])) for i in range(p.cols)])
+        return rows
+
+    da, db = deq(a_plane), deq(b_plane)
+    al = Fraction(float(alpha))
+    m, n = a_plane.rows, b_plane.rows
+    out = np.zeros((m, n), np.float32)
+    for i in range(m):
+        for j in range(n):
+            s = sum((x * y for x, y in zip(da[i], db[j]) if x and y), Fraction(0))
+            v = al * s
+            if c is not None:
+                v += Fraction(float(c[i, j]))
+            if bias is not None:
+                v += Fraction(float(bias[j]))
+            out[i, j] = round_fraction(v, out_dtype)
+    return out.astype(ml_dtypes.bfloat16) if out_dtype == "bfloat16" else out

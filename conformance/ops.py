@@ -1,0 +1,180 @@
+"""The op registry: for every op, its generator, its reference outputs (the oracle) and how to compare.
+
+Canonical output dicts (every backend returns a subset of the reference's keys, same dtypes and shapes):
+
+* ``quantize``: ``row_data`` u8 [M, K/2], ``row_scales`` u8 compact [M, K/16], ``row_scales_swizzled`` u8 1-D
+  (zero-padded, SPEC 8.2), ``row_amax`` f32 [1]; the same with ``col_`` for the columnwise plane (SPEC 6.2).
+* ``group_quantize``: flat buffers ``row_data``, ``row_scales`` (swizzled), ``row_scales_compact`` (padded
+  compact), ``row_amax`` [E], ``row_offsets``, ``row_data_offsets``, ``row_scale_offsets`` and the ``col_``
+  counterparts (SPEC 9.2), plus ``*_tail`` zero bytes up to the device capacity (SPEC 9.3).
+* ``e2m1`` / ``e4m3`` / ``bf16``: ``codes`` / ``bytes`` / ``bits`` of the non-NaN inputs.
+* ``rht``: ``y`` bf16 bits u16 [n, 16].
+* ``gemm`` / ``gemm_exact``: ``y`` (out dtype) [M, N]; ``gemm`` also ``bound`` (f64, SPEC 12.4).
+* ``layout``: ``swizzled``, ``roundtrip``, ``offsets_*``, ``capacities``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import ml_dtypes
+import numpy as np
+
+import oracle
+from oracle import fp4_numpy as F
+from oracle.swizzle import grouped_scale_offsets, swizzle_scales, unswizzle_scales
+
+from .cases import Case
+
+__all__ = ["OPS", "OpSpec", "quantize_kwargs", "gemm_planes", "reference"]
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One op: ``generator`` (a key of generators.GENERATORS) with a base ``space``, the oracle ``reference``
+    and the comparison ``mode`` ("bytes", "bound" for GEMMs checked against SPEC 12.4, "rht" for the RHT)."""
+
+    name: str
+    generator: str
+    reference: Callable[[Case], dict]
+    mode: str = "bytes"
+    space: dict = field(default_factory=dict)
+    cost: float = 1.0
+
+
+def quantize_kwargs(case: Case) -> dict:
+    """The ``oracle.quantize`` / ``oracle.group_quantize`` keyword arguments of a quantize case."""
+    o = case.options
+    kw = dict(rowwise=o["rowwise"], columnwise=o["columnwise"], rht=o["rht"], rht_signs=o["rht_signs"],
+              block=tuple(o["block"]), rule=o["rule"], rounding=o["rounding"], seed=o["seed"], offset=o["offset"])
+    a = case.arrays.get("amax")
+    if a is not None:
+        if case.op.startswith("group") or "splits" in case.arrays:
+            kw["amax"] = a[0] if a.shape[0] == 1 else (a[0], a[1])
+        else:
+            kw["amax"] = np.float32(a[0]) if a.size == 1 else (np.float32(a[0]), np.float32(a[1]))
+    return kw
+
+
+def _f32(v) -> np.ndarray:
+    return np.asarray([v], np.float32)
+
+
+def plane_outputs(t, prefix: str) -> dict:
+    """Canonical outputs of one oracle plane (``row`` or ``col``)."""
+    p = getattr(t, prefix)
+    if p is None:
+        return {}
+    return {f"{prefix}_data": p.data, f"{prefix}_scales": p.scales,
+            f"{prefix}_scales_swizzled": swizzle_scales(p.scales), f"{prefix}_amax": _f32(p.amax)}
+
+
+def ref_quantize(case: Case) -> dict:
+    t = oracle.quantize(case.arrays["x"], **quantize_kwargs(case))
+    return {**plane_outputs(t, "row"), **plane_outputs(t, "col")}
+
+
+def ref_group_quantize(case: Case) -> dict:
+    x, splits = case.arrays["x"], case.arrays["splits"]
+    g = oracle.group_quantize(x, splits, **quantize_kwargs(case))
+    cap = oracle.grouped_capacities(x.shape[0], x.shape[1], splits.size)
+    out = {}
+    for p, on in (("row", case.options["rowwise"]), ("col", case.options["columnwise"])):
+        if not on:
+            continue
+        out[f"{p}_data"] = getattr(g, f"{p}_data")
+        out[f"{p}_scales"] = getattr(g, f"{p}_scales")
+        out[f"{p}_scales_compact"] = getattr(g, f"{p}_scales_compact")
+        out[f"{p}_amax"] = getattr(g, f"{p}_amax").astype(np.float32)
+        out[f"{p}_data_offsets"] = getattr(g, f"{p}_data_offsets")
+        out[f"{p}_scale_offsets"] = getattr(g, f"{p}_scale_offsets")
+        out[f"{p}_data_tail"] = np.zeros(cap[f"{p}_data"] - out[f"{p}_data"].size, np.uint8)
+        out[f"{p}_scales_tail"] = np.zeros(cap[f"{p}_scale"] - out[f"{p}_scales"].size, np.uint8)
+    out["row_offsets"] = g.row_offsets
+    return out
+
+
+def _not_nan(case: Case) -> np.ndarray:
+    x = case.arrays["x"]
+    return x[~np.isnan(x)]
+
+
+def ref_e2m1(case: Case) -> dict:
+    return {"codes": F.encode_e2m1(_not_nan(case))}
+
+
+def ref_e4m3(case: Case) -> dict:
+    return {"bytes": F.encode_e4m3(_not_nan(case))}
+
+
+def ref_bf16(case: Case) -> dict:
+    return {"bits": F.f32_to_bf16_bits(_not_nan(case))}
+
+
+def ref_rht(case: Case) -> dict:
+    y = oracle.rht(case.arrays["x"], case.options["rht_signs"])
+    return {"y": F.f32_to_bf16_bits(y)}
+
+
+def gemm_planes(case: Case):
+    """The oracle's rowwise planes of the GEMM operands ``a`` and ``b`` (quantized with the case's rule)."""
+    rule = case.options["rule"]
+    pa = oracle.quantize(case.arrays["a"], rule=rule).row
+    pb = oracle.quantize(case.arrays["b"], rule=rule).row
+    return pa, pb
+
+
+def gemm_epilogue(case: Case) -> dict:
+    """``alpha`` / ``bias`` / ``accumulate`` / ``out_dtype`` keyword arguments of ``oracle.gemm``."""
+    o = case.options
+    return dict(alpha=None if o.get("alpha") is None else np.float32(o["alpha"]), out_dtype=o["out_dtype"],
+                bias=case.arrays.get("bias"), accumulate=case.arrays.get("c"))
+
+
+def ref_gemm_exact(case: Case) -> dict:
+    pa, pb = gemm_planes(case)
+    return {"y": oracle.gemm(pa, pb, model="exact", **gemm_epilogue(case))}
+
+
+def ref_gemm_bound(case: Case) -> dict:
+    pa, pb = gemm_planes(case)
+    ep = gemm_epilogue(case)
+    return {"y": oracle.gemm(pa, pb, model="exact", **ep), "bound": oracle.gemm_error_bound(pa, pb, **ep)}
+
+
+def ref_layout(case: Case) -> dict:
+    s, splits, k = case.arrays["scales"], case.arrays["splits"], int(case.options["k"])
+    sw = swizzle_scales(s)
+    offs = grouped_scale_offsets(splits, k)
+    cap = oracle.grouped_capacities(int(splits.sum()), k, splits.size)
+    out = {"swizzled": sw, "roundtrip": unswizzle_scales(sw, *s.shape)}
+    out.update({f"offsets_{n}": v for n, v in offs.items()})
+    out["capacities"] = np.array([cap[n] for n in ("row_data", "row_scale", "col_data", "col_scale")], np.int64)
+    return out
+
+
+OPS: dict[str, OpSpec] = {
+    s.name: s
+    for s in (
+        OpSpec("e2m1", "codec", ref_e2m1, space={"format": "e2m1"}, cost=0.2),
+        OpSpec("e4m3", "codec", ref_e4m3, space={"format": "e4m3"}, cost=0.2),
+        OpSpec("bf16", "codec", ref_bf16, space={"format": "bf16"}, cost=0.2),
+        OpSpec("rht", "rht", ref_rht, mode="rht", cost=0.3),
+        OpSpec("quantize", "quantize", ref_quantize),
+        OpSpec("group_quantize", "group_quantize", ref_group_quantize),
+        OpSpec("layout", "layout", ref_layout, cost=0.3),
+        OpSpec("gemm_exact", "gemm", ref_gemm_exact, space={"small": True}),
+        OpSpec("gemm", "gemm", ref_gemm_bound, mode="bound"),
+    )
+}
+
+
+def reference(case: Case) -> dict:
+    """The oracle's canonical outputs for ``case``."""
+    return OPS[case.op].reference(case)
+
+
+def bf16_bits(a: np.ndarray) -> np.ndarray:
+    """uint16 bits of an ml_dtypes.bfloat16 array."""
+    return np.asarray(a, ml_dtypes.bfloat16).view(np.uint16)

@@ -1,0 +1,207 @@
+"""Failure minimization: greedy delta debugging over a case's arrays and options.
+
+Each candidate is strictly smaller by :func:`conformance.cases.case_size` (fewer elements, then fewer nonzero
+elements, then fewer non-default options). A candidate is kept when it still fails with an overlapping
+failure signature (the same mismatching buffers or the same exception type), so the shrinker does not drift
+to a different bug.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterator
+
+import numpy as np
+
+from .cases import Case, case_size
+
+__all__ = ["shrink", "candidates"]
+
+Signature = frozenset
+
+
+def _chunks(n: int) -> Iterator[np.ndarray]:
+    """Index subsets of range(n) to keep: halves first, then drop each quarter / eighth."""
+    if n <= 1:
+        if n == 1:
+            yield np.arange(0)
+        return
+    h = n // 2
+    yield np.arange(h)
+    yield np.arange(h, n)
+    for parts in (4, 8):
+        if n < parts:
+            break
+        edges = np.linspace(0, n, parts + 1).astype(int)
+        for i in range(parts):
+            yield np.concatenate([np.arange(edges[i]), np.arange(edges[i + 1], n)])
+
+
+def _zero_blocks(x: np.ndarray) -> Iterator[np.ndarray]:
+    """Copies of a [.., K] float array with half / a quarter of its nonzero 16-blocks set to zero."""
+    if x.size == 0 or x.shape[-1] % 16:
+        return
+    f = x.reshape(-1, 16)
+    with np.errstate(invalid="ignore"):
+        nz = np.flatnonzero((f.astype(np.float32) != 0).any(axis=1) | np.isnan(f.astype(np.float32)).any(axis=1))
+    for keep in _chunks(nz.size):
+        y = f.copy()
+        drop = np.setdiff1d(nz, nz[keep])
+        if drop.size == 0:
+            continue
+        y[drop] = 0
+        yield y.reshape(x.shape)
+
+
+def _cols16(x: np.ndarray) -> Iterator[np.ndarray]:
+    """Column subsets of whole 16-blocks (K stays a multiple of 16, at least 16)."""
+    nb = x.shape[-1] // 16
+    for keep in _chunks(nb):
+        if keep.size == 0:
+            continue
+        idx = (keep[:, None] * 16 + np.arange(16)[None, :]).reshape(-1)
+        yield idx
+
+
+def _quant_option_simplifications(o: dict) -> Iterator[dict]:
+    if o.get("rowwise") and o.get("columnwise"):
+        yield {"columnwise": False, "rht": False}
+        yield {"rowwise": False}
+    if o.get("rounding") == "sr":
+        yield {"rounding": "rn", "seed": 0, "offset": 0}
+    if o.get("rounding") == "sr" and (o.get("seed") or o.get("offset")):
+        yield {"seed": 0, "offset": 0}
+    if o.get("rht"):
+        yield {"rht": False}
+    if o.get("rht_signs") not in (None, 0xD7E8):
+        yield {"rht_signs": 0xD7E8}
+    if list(o.get("block", [1, 16])) != [1, 16]:
+        yield {"block": [1, 16]}
+
+
+def candidates(case: Case) -> Iterator[Case]:
+    """Smaller variants of ``case`` (not yet checked to fail)."""
+    a, o = case.arrays, case.options
+    op = case.op
+    if op in ("e2m1", "e4m3", "bf16", "rht"):
+        x = a["x"]
+        for keep in _chunks(x.shape[0]):
+            if keep.size:
+                yield case.replace({"x": x[keep]})
+        return
+    if op == "quantize":
+        x = a["x"]
+        for keep in _chunks(x.shape[0]):
+            yield case.replace({"x": x[keep]})
+        for idx in _cols16(x):
+            yield case.replace({"x": x[:, idx]})
+        if "amax" in a:
+            c = case.replace()
+            del c.arrays["amax"]
+            yield c
+        for opts in _quant_option_simplifications(o):
+            yield case.replace(options=opts)
+        for y in _zero_blocks(x):
+            yield case.replace({"x": y})
+        return
+    if op == "group_quantize":
+        x, s = a["x"], a["splits"]
+        starts = np.concatenate([[0], np.cumsum(s)])
+        amax = a.get("amax")
+        for keep in _chunks(s.size):  # fewer groups
+            if keep.size == 0:
+                continue
+            rows = np.concatenate([np.arange(starts[g], starts[g + 1]) for g in keep]).astype(np.int64)
+            new = {"x": x[rows], "splits": s[keep]}
+            if amax is not None:
+                new["amax"] = amax[:, keep]
+            yield case.replace(new)
+        for g in np.flatnonzero(s):  # fewer rows in one group
+            for keep in _chunks(int(s[g])):
+                rows = np.concatenate([np.arange(starts[g]), starts[g] + keep, np.arange(starts[g + 1], x.shape[0])])
+                s2 = s.copy()
+                s2[g] = keep.size
+                yield case.replace({"x": x[rows.astype(np.int64)], "splits": s2})
+        for idx in _cols16(x):
+            yield case.replace({"x": x[:, idx]})
+        if amax is not None:
+            c = case.replace()
+            del c.arrays["amax"]
+            yield c
+        for opts in _quant_option_simplifications(o):
+            yield case.replace(options=opts)
+        for y in _zero_blocks(x):
+            yield case.replace({"x": y})
+        return
+    if op in ("gemm", "gemm_exact"):
+        am, bm = a["a"], a["b"]
+        for name in ("bias", "c"):
+            if name in a:
+                c = case.replace()
+                del c.arrays[name]
+                yield c
+        if o.get("alpha") is not None:
+            yield case.replace(options={"alpha": None})
+        for keep in _chunks(am.shape[0]):
+            new = {"a": am[keep]}
+            if "c" in a:
+                new["c"] = a["c"][keep]
+            yield case.replace(new)
+        for keep in _chunks(bm.shape[0]):
+            if keep.size == 0:
+                continue
+            new = {"b": bm[keep]}
+            if "c" in a:
+                new["c"] = a["c"][:, keep]
+            if "bias" in a:
+                new["bias"] = a["bias"][keep]
+            yield case.replace(new)
+        for idx in _cols16(am):
+            yield case.replace({"a": am[:, idx], "b": bm[:, idx]})
+        for y in _zero_blocks(am):
+            yield case.replace({"a": y})
+        for y in _zero_blocks(bm):
+            yield case.replace({"b": y})
+        return
+    if op == "layout":
+        sc, s = a["scales"], a["splits"]
+        for keep in _chunks(sc.shape[0]):
+            yield case.replace({"scales": sc[keep]})
+        for keep in _chunks(sc.shape[1]):
+            if keep.size:
+                yield case.replace({"scales": sc[:, keep]})
+        for keep in _chunks(s.size):
+            if keep.size:
+                yield case.replace({"splits": s[keep]})
+        return
+
+
+def shrink(case: Case, fails: Callable[[Case], Signature | None], *, deadline: float,
+           max_steps: int = 2000) -> tuple[Case, int]:
+    """Greedily minimize ``case`` while ``fails(candidate)`` returns a signature overlapping the original's.
+
+    ``fails`` returns None for a passing candidate. Stops at ``deadline`` (time.monotonic()) or after
+    ``max_steps`` candidate runs. Returns ``(smallest failing case, candidates tried)``.
+    """
+    sig0 = fails(case)
+    if not sig0:
+        return case, 1
+    cur, size, tried = case, case_size(case), 1
+    improved = True
+    while improved and tried < max_steps and time.monotonic() < deadline:
+        improved = False
+        for cand in candidates(cur):
+            if time.monotonic() >= deadline or tried >= max_steps:
+                break
+            csize = case_size(cand)
+            if csize >= size:
+                continue
+            tried += 1
+            try:
+                sig = fails(cand)
+            except Exception:  # noqa: BLE001 -- an invalid candidate simply is not kept
+                sig = None
+            if sig and (sig & sig0):
+                cur, size, improved = cand, csize, True
+                break
+    return cur, tried
