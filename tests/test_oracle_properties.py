@@ -1,0 +1,97 @@
+"""Hypothesis properties of the oracle (issue 2, item 7)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from spec_scalar import te_quantize_row_blocks
+
+import oracle
+from oracle.dequantize import block_decode_scales
+from oracle.fp4_numpy import unpack_fp4
+
+specials = st.sampled_from([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -1e-45, 448.0, 3e38, 0.25, 5.0])
+values = st.one_of(st.floats(width=32, allow_nan=False, allow_infinity=False), specials)
+
+
+@st.composite
+def matrices(draw, max_rows=40, max_kb=4, finite=False):
+    m = draw(st.integers(0, max_rows))
+    k = 16 * draw(st.integers(1, max_kb))
+    seed = draw(st.integers(0, 2**31))
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((m, k)) * np.exp2(rng.integers(-20, 20, (m, 1)))).astype(np.float32)
+    if not finite and m:
+        for v in draw(st.lists(values, max_size=6)):
+            x[rng.integers(m), rng.integers(k)] = v
+    return x
+
+
+@given(matrices())
+@settings(max_examples=60, deadline=None)
+def test_te_rule_equals_scalar_transcription(x):
+    t = oracle.quantize(x)
+    for r in range(x.shape[0]):
+        codes, scales = te_quantize_row_blocks(x[r], t.row.amax)
+        assert t.row.scales[r].tolist() == scales
+        assert unpack_fp4(t.row.data[r : r + 1], x.shape[1])[0].tolist() == codes
+
+
+@given(matrices(), st.sampled_from(["te", "te_fused_rht", "torchao", "torchao_noscale"]))
+@settings(max_examples=60, deadline=None)
+def test_2d_blocks_row_col_transpose_symmetry(x, rule):
+    """SPEC 6.3: without RHT, 16x16 rowwise and columnwise codes are transposes (RN), scales too."""
+    t = oracle.quantize(x, columnwise=True, block=(16, 16), rule=rule)
+    m, k = x.shape
+    cr = unpack_fp4(t.row.data, k)
+    cc = unpack_fp4(t.col.data, t.col.cols)
+    assert np.array_equal(cr, cc[:, :m].T)
+    assert np.all(cc[:, m:] & 0x7 == 0)  # zero padding quantizes to (signed) zero codes
+    assert np.array_equal(t.row.scales[::16], t.col.scales[::16].T[: (m + 15) // 16])
+
+
+@given(matrices(finite=True))
+@settings(max_examples=60, deadline=None)
+def test_dequantize_error_bound(x):
+    """SPEC 11: each dequantized element is within half an E2M1 step of x times the block factor, except
+    where the element saturated (|x * m| > 6) or the block's scale underflowed to 0."""
+    t = oracle.quantize(x)
+    if x.size == 0:
+        return
+    f = np.repeat(block_decode_scales(t.row).astype(np.float64), 16, axis=1)
+    deq = oracle.dequantize(t.row).astype(np.float64)
+    q = np.abs(unpack_fp4(t.row.data, x.shape[1]).astype(np.int64))
+    mag = oracle.fp4_numpy.E2M1_VALUES[q & 7].astype(np.float64)
+    step = np.where(mag < 2, 0.5, np.where(mag < 4, 1.0, 2.0))  # spacing below the chosen value
+    ok_block = f > 0
+    sat = mag == 6
+    err = np.abs(deq - x)
+    # step/2 of the grid in block units, plus fp32 rounding of f and of the product
+    bound = (step / 2) * f * (1 + 2.0**-18) + np.abs(x) * 2.0**-22
+    good = ok_block & ~sat
+    assert np.all(err[good] <= bound[good])
+
+
+@given(matrices(max_rows=70), st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1))
+@settings(max_examples=30, deadline=None)
+def test_sr_deterministic_and_scales_rn(x, seed, offset):
+    a = oracle.quantize(x, columnwise=True, rounding="sr", seed=seed, offset=offset)
+    b = oracle.quantize(x, columnwise=True, rounding="sr", seed=seed, offset=offset)
+    rn = oracle.quantize(x, columnwise=True)
+    assert np.array_equal(a.row.data, b.row.data) and np.array_equal(a.col.data, b.col.data)
+    assert np.array_equal(a.row.scales, rn.row.scales) and np.array_equal(a.col.scales, rn.col.scales)
+
+
+@given(matrices(max_rows=50, finite=True), st.integers(0, 2**16 - 1))
+@settings(max_examples=30, deadline=None)
+def test_columnwise_fast_path_equals_plane_definition(x, mask):
+    """The X-layout columnwise path equals quantizing the SPEC 6.2 plane (padded, RHT'd X^T) row by row."""
+    xb = x.astype(ml_dtypes.bfloat16)
+    t = oracle.quantize(xb, rowwise=False, columnwise=True, rht=True, rht_signs=mask)
+    from oracle.quantize import columnwise_source
+
+    src = columnwise_source(xb.astype(np.float32), True, mask)
+    ref = oracle.quantize(src, amax=t.col.amax).row
+    assert np.array_equal(t.col.data, ref.data) and np.array_equal(t.col.scales, ref.scales)
