@@ -359,9 +359,13 @@ def register_backend(name: str, factory: Callable[[], Backend]) -> None:
 def make_backend(spec: str) -> Backend:
     """Build a backend from a registered name, ``device:cuda:N``, or ``package.module:attr`` (a class or factory)."""
     if spec in BACKENDS:
-        return BACKENDS[spec]()
+        b = BACKENDS[spec]()
+        b.spec = spec
+        return b
     if spec.startswith("device:"):
-        return DeviceBackend(spec.split(":", 1)[1])
+        b = DeviceBackend(spec.split(":", 1)[1])
+        b.spec = spec
+        return b
     if ":" in spec:
         mod, attr = spec.split(":", 1)
         obj = getattr(importlib.import_module(mod), attr)

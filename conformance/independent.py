@@ -273,6 +273,9 @@ def fraction_gemm(a_plane, b_plane, *, alpha, bias, c, out_dtype: str) -> np.nda
         codes = p.codes()
         rows = []
         for r in range(p.rows):
+            if any((int(s) & 0x7F) == 0x7F for s in p.scales[r]):
+                rows.append(None)  # a NaN scale: NaN * anything (even 0) is NaN in the row's every output
+                continue
             rows.append([_e2m1_frac(int(codes[r, i])) * _e4m3_frac(int(p.scales[r, i // 16])) for i in range(p.cols)])
         return rows
 
@@ -282,6 +285,9 @@ def fraction_gemm(a_plane, b_plane, *, alpha, bias, c, out_dtype: str) -> np.nda
     out = np.zeros((m, n), np.float32)
     for i in range(m):
         for j in range(n):
+            if da[i] is None or db[j] is None:
+                out[i, j] = np.nan
+                continue
             s = sum((x * y for x, y in zip(da[i], db[j]) if x and y), Fraction(0))
             v = al * s
             if c is not None:
