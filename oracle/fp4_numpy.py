@@ -212,4 +212,5 @@ def round_to_bf16(x_f32) -> np.ndarray:
     formula) on every non-NaN input class, and NaN stays NaN (its payload never matters downstream)."""
     import ml_dtypes
 
-    return _as_f32(x_f32).astype(ml_dtypes.bfloat16).astype(np.float32)
+    with np.errstate(invalid="ignore"):
+        return _as_f32(x_f32).astype(ml_dtypes.bfloat16).astype(np.float32)
