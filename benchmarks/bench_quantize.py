@@ -23,22 +23,47 @@ from device import _ops
 SHAPES = ((8192, 5120), (8192, 11328), (16384, 4096))
 
 
-def bench(fn, iters: int = 50, warmup: int = 5) -> float:
-    """Median time in microseconds of ``fn`` (CUDA events; a 256 MB L2 flush between runs)."""
+def bench(fn, iters: int = 50, warmup: int = 3) -> float:
+    """Median GPU time in microseconds of ``fn``: captured once in a CUDA graph (no Python or launch
+    overhead in the numbers), replayed ``iters`` times, each replay timed with events after a 256 MB
+    L2 flush."""
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    for _ in range(warmup):
-        fn()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
     torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
     times = []
     for _ in range(iters):
         flush.zero_()
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        fn()
+        graph.replay()
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b) * 1e3)
+    del graph
     return statistics.median(times)
+
+
+def kernel_breakdown(fn, label: str) -> None:
+    """Print the GPU kernels of one call of ``fn`` with their durations (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    print(f"-- kernels of {label}:")
+    for ev in prof.events():
+        if ev.device_type.name == "CUDA":
+            print(f"   {ev.device_time:9.1f} us  {ev.name[:90]}")
 
 
 def copy_bandwidth() -> float:
@@ -127,6 +152,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer iterations")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
+    ap.add_argument("--profile", action="store_true", help="also print a per-kernel breakdown (before the table)")
     args = ap.parse_args()
     iters = 10 if args.quick else 50
     torch.manual_seed(0)
@@ -153,6 +179,8 @@ def main() -> None:
             device.swizzle_scales(q.col_scales)
 
         t_u = bench(unfused, iters)
+        if args.profile:
+            kernel_breakdown(lambda: device.quantize(x, swizzled=True, **kw), f"fused {shape}")
         add("fused row+RHT col+swizzled+amax", shape, t_f, nbytes, f"swizzled/compact {t_f / t_c:.3f}")
         add("  same, compact scales", shape, t_c, nbytes)
         add("  unfused (compact + swizzle kernel)", shape, t_u, nbytes)
@@ -173,7 +201,10 @@ def main() -> None:
         nb = 2 * x.numel() * 2 + sum(
             int(mg) * k // 2 + ru(int(mg), 128) * ru(k // 16, 4) + k * ru(int(mg), 16) // 2
             + ru(k, 128) * ru((int(mg) + 15) // 16, 4) for mg in splits)
-        tg = bench(lambda: device.group_quantize(x, sd, rowwise=True, columnwise=True, rht=True), iters)
+        gq = lambda: device.group_quantize(x, sd, rowwise=True, columnwise=True, rht=True)  # noqa: E731
+        tg = bench(gq, iters)
+        if args.profile:
+            kernel_breakdown(gq, f"grouped E={e}")
         empties = int((splits == 0).sum())
         add(f"grouped E={e} ({empties} empty) row+RHT col+swz", f"{t}x{k}", tg, nb,
             f"max m_g {int(splits.max())}")

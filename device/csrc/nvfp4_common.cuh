@@ -16,8 +16,8 @@ namespace nvfp4 {
 constexpr float kFltMax = FLT_MAX;
 // SPEC 5.2: the fp32 constant 1.0f/6.0f (0x3E2AAAAB).
 constexpr float kOneSixth = 1.0f / 6.0f;
-// SPEC 11: fp32(1/2688) = 0x1.86186p-12f.
-constexpr float kInv2688 = 0x1.86186p-12f;
+// SPEC 11: fp32(1/2688), correctly rounded = 0x1.861862p-12f (NOT 0x1.86186p-12f, which is 1 ulp below).
+constexpr float kInv2688 = 0x1.861862p-12f;
 
 
 // ---------------------------------------------------------------------------------------------------------
@@ -34,11 +34,20 @@ __device__ __forceinline__ float nanmax(float a, float b) { return fmaxf(a, b); 
 // SPEC 3.1: fp32 -> E2M1, round to nearest even, saturating. NaN -> 0x7, sign kept on zero / underflow.
 // ---------------------------------------------------------------------------------------------------------
 __device__ __forceinline__ uint32_t e2m1_rn(float y) {
-  if (isnan(y)) return 0x7u;
-  const float a = fabsf(y);
-  // At a tie the even index wins, so the comparison is strict where the lower neighbour is even.
-  uint32_t idx = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) + (a > 5.0f);
-  return idx | (signbit(y) ? 0x8u : 0u);
+  // Equivalent to the threshold sum idx = (a>0.25)+(a>=0.75)+(a>1.25)+(a>=1.75)+(a>2.5)+(a>=3.5)+(a>5), in
+  // fewer instructions (checked against the oracle on ~12M values incl. every threshold +-4 ulp):
+  //  * a = fminf(|y|, 6) (a NaN becomes 6, i.e. index 7);
+  //  * a >= 1: round the fp32 pattern to 1 mantissa bit, ties to even; (bits >> 22) - 252 is then the index
+  //    (1.0 -> 2, 1.5 -> 3, 2 -> 4, 3 -> 5, 4 -> 6, 6 -> 7);
+  //  * a < 1: quantum 0.5: 2a + 1.5*2^23 rounds 2a to an integer (RNE) in the low mantissa bits.
+  const uint32_t yb = __float_as_uint(y);
+  const float a = fminf(fabsf(y), 6.0f);
+  const uint32_t b = __float_as_uint(a);
+  const uint32_t idx_n = ((b + 0x1FFFFFu + ((b >> 22) & 1u)) >> 22) - 252u;
+  const uint32_t idx_s = __float_as_uint(__fadd_rn(__fmul_rn(a, 2.0f), 12582912.0f)) - 0x4B400000u;
+  const uint32_t idx = a < 1.0f ? idx_s : idx_n;
+  const uint32_t sign = (yb & 0x7FFFFFFFu) > 0x7F800000u ? 0u : ((yb >> 28) & 8u);  // NaN -> +6 (0x7)
+  return idx | sign;
 }
 
 // SPEC 3.4: stochastic rounding of y with the random byte u8.

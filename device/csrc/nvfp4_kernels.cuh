@@ -76,7 +76,10 @@ template <typename T, bool kRHT>
 __global__ void __launch_bounds__(128) amax_kernel(AmaxArgs a) {
   using G = TileGeom<T>;
   const int64_t nkt = amax_k_tiles<T>(a.K);
-  const int64_t rt = blockIdx.x / nkt, kt = blockIdx.x % nkt;
+  // Tiles in reverse order: the quantize kernel that follows starts at the front of X, which this pass
+  // read last and which is therefore still (partly) in L2.
+  const int64_t tile = (int64_t)gridDim.x - 1 - blockIdx.x;
+  const int64_t rt = tile / nkt, kt = tile % nkt;
   GroupView gv;
   if (!resolve_tile(a.offs, a.E, a.M, rt, gv)) return;
   const int t = threadIdx.x, chunk = t & 15, rb = t >> 4;
@@ -144,7 +147,7 @@ __global__ void __launch_bounds__(128) amax_kernel(AmaxArgs a) {
 // to roundup(C,4)) always fall inside the last tile of a group / of K, whose threads write them as 0 (SPEC 8.2).
 // ---------------------------------------------------------------------------------------------------------
 template <typename T, bool kRHT>
-__global__ void __launch_bounds__(256) quantize_kernel(QuantArgs a) {
+__global__ void __launch_bounds__(256, 3) quantize_kernel(QuantArgs a) {
   using G = TileGeom<T>;
   constexpr int EPL = G::kChunkElems, LPB = G::kLanesPerBlock, NB = G::kBlocksPerRow, TK = G::kTileK;
   constexpr int kThreadsPerCol = 256 / TK;              // 2 (16-bit types) or 4 (fp32)
