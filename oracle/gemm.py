@@ -183,7 +183,7 @@ def gemm_error_bound(
     """Elementwise bound B (float64 [M, N]) with |y_impl - y_exact| <= B for every implementation that
     forms the exact products and sums them in fp32 in any order (SPEC 12.4, proof there).
 
-    B = |alpha| g P + 3u T (1+u)^3 + 3 eta32 + u_o T (1+u)^4 + eta_o + (u_o T + eta_o), with
+    B = |alpha| g P + 3u T (1+u)^3 + u_o T (1+u)^4 + u_o T + 4 eta32 + 3 eta_o, with
     P = sum_k |a_k b_k|, g = K u_a / (1 - K u_a), u_a = 2**-23, u = 2**-24,
     T = |alpha| P (1 + g) + |C| + |bias|; (u_o, eta_o) the output format's unit roundoff and half its
     smallest subnormal. Elements whose exact value is NaN or infinite get B = +inf (compare them by identity).
@@ -207,7 +207,7 @@ def gemm_error_bound(
         t = t + np.abs(bv.astype(np.float64))[None, :]
     u_o, eta_o = _OUT_ERR[out_dtype]
     u = _U32
-    bound = al * g * p + 3 * u * t * (1 + u) ** 3 + 3 * _ETA32 + u_o * t * (1 + u) ** 4 + eta_o + (u_o * t + eta_o)
+    bound = al * g * p + 3 * u * t * (1 + u) ** 3 + u_o * t * (1 + u) ** 4 + u_o * t + 4 * _ETA32 + 3 * eta_o
     bad = ~np.isfinite(bound) | _nan_rows(a_plane)[:, None] | _nan_rows(b_plane)[None, :]
     if not np.isfinite(al):
         bad[:] = True
