@@ -81,7 +81,6 @@ def test_quantize_sr_uses_counter_mapping_and_group_offset():
     rn = oracle.quantize(x)
     assert np.array_equal(t.row.scales, rn.row.scales)  # scales are always RN
     # same multiplier, same bytes -> same codes as rounding the scaled values by hand
-    from oracle.dequantize import block_decode_scales  # noqa: F401  (scales shared, multiplier recomputed below)
     from oracle.scale_rules import global_encode_scale, te_block_scales
 
     b = np.abs(x).reshape(5, 2, 16).max(axis=2)
