@@ -129,7 +129,7 @@ def torchao_quantize(x: np.ndarray, *, rule: str, rowwise: bool, columnwise: boo
     xt = _to_torch(x)
     if xt.dtype == torch.float16:
         raise TypeError("torchao's nvfp4_quantize takes bfloat16 or float32")
-    amax = torch.max(torch.abs(xt.float()))
+    amax = torch.max(torch.abs(xt)).float() if xt.numel() else torch.zeros((), dtype=torch.float32)  # in x's dtype
     pts = nv.per_tensor_amax_to_scale(amax) if rule == "torchao" else None
     out = {}
 
@@ -139,7 +139,7 @@ def torchao_quantize(x: np.ndarray, *, rule: str, rowwise: bool, columnwise: boo
         s = scales.view(torch.uint8)
         out[f"{prefix}_scales"] = s.numpy().copy()
         out[f"{prefix}_scales_swizzled"] = torchao_swizzle(out[f"{prefix}_scales"])
-        out[f"{prefix}_amax"] = amax.reshape(1).numpy().astype(np.float32)
+        out[f"{prefix}_amax"] = amax.reshape(1).numpy().astype(np.float32).copy()
 
     if rowwise:
         plane(xt, "row")

@@ -140,7 +140,8 @@ def worker_main(wid: int, nworkers: int, specs: list[str], cfg: RunConfig, deadl
     count = {i: 0 for i in range(len(tasks))}
     longest = {i: 0.0 for i in range(len(tasks))}
     active = set(spent)
-    hard_deadline = deadline + cfg.shrink_time
+    # shrinking happens inside the budget (a late failure is saved less shrunk); --cases runs are not timed
+    hard_deadline = deadline if cfg.max_cases is None else float("inf")
     while active:
         i = min(active, key=lambda t: (spent[t] * OPS[tasks[t][1]].cost ** -0.5, t))
         b, op = tasks[i]

@@ -53,6 +53,21 @@ def _zero_blocks(x: np.ndarray) -> Iterator[np.ndarray]:
         yield y.reshape(x.shape)
 
 
+def _zero_elements(x: np.ndarray) -> Iterator[np.ndarray]:
+    """For small arrays: copies with half / a quarter of the nonzero elements (NaN included) set to zero."""
+    if x.size == 0 or x.size > 4096:
+        return
+    f = x.reshape(-1)
+    with np.errstate(invalid="ignore"):
+        nz = np.flatnonzero(f.astype(np.float32) != 0)
+    for keep in _chunks(nz.size):
+        drop = np.setdiff1d(nz, nz[keep])
+        if drop.size:
+            y = f.copy()
+            y[drop] = 0
+            yield y.reshape(x.shape)
+
+
 def _cols16(x: np.ndarray) -> Iterator[np.ndarray]:
     """Column subsets of whole 16-blocks (K stays a multiple of 16, at least 16)."""
     nb = x.shape[-1] // 16
@@ -103,6 +118,8 @@ def candidates(case: Case) -> Iterator[Case]:
             yield case.replace(options=opts)
         for y in _zero_blocks(x):
             yield case.replace({"x": y})
+        for y in _zero_elements(x):
+            yield case.replace({"x": y})
         return
     if op == "group_quantize":
         x, s = a["x"], a["splits"]
@@ -131,6 +148,8 @@ def candidates(case: Case) -> Iterator[Case]:
         for opts in _quant_option_simplifications(o):
             yield case.replace(options=opts)
         for y in _zero_blocks(x):
+            yield case.replace({"x": y})
+        for y in _zero_elements(x):
             yield case.replace({"x": y})
         return
     if op in ("gemm", "gemm_exact"):
@@ -162,6 +181,9 @@ def candidates(case: Case) -> Iterator[Case]:
             yield case.replace({"a": y})
         for y in _zero_blocks(bm):
             yield case.replace({"b": y})
+        for name in ("a", "b"):
+            for y in _zero_elements(a[name]):
+                yield case.replace({name: y})
         return
     if op == "layout":
         sc, s = a["scales"], a["splits"]
