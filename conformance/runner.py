@@ -211,7 +211,9 @@ def run(cfg: RunConfig, stdout=None, stderr=None) -> tuple[int, Stats]:
     stdout = stdout or sys.stdout
     stats = Stats()
     t_start = time.monotonic()
-    deadline = t_start + cfg.budget
+    # keep a little of the budget for interpreter start-up already spent, the joins and the table
+    deadline = t_start + cfg.budget - min(2.0, 0.03 * cfg.budget)
+    printed: dict = {}
     specs = select_backends(cfg)
     usable = []
     for s in specs:
@@ -242,6 +244,10 @@ def run(cfg: RunConfig, stdout=None, stderr=None) -> tuple[int, Stats]:
             fail_log.parent.mkdir(parents=True, exist_ok=True)
             with open(fail_log, "a") as fh:
                 fh.write(json.dumps(f, default=str) + "\n")
+            key = (rec["backend"], rec["op"])
+            printed[key] = printed.get(key, 0) + 1
+            if printed[key] > 3:  # the rest are in failures.jsonl and the final list
+                return progress.update()
             print(f"\nMISMATCH {f['op']} [{f['backend']}] seed={f['seed']} index={f['index']}: "
                   + "; ".join(f.get("mismatch_text", [])[:3]) + (f" {f['error']}" if f.get("error") else "")
                   + (f"\n  replay: {f['replay']}" if f.get("replay") else ""), file=stderr or sys.stderr)
@@ -280,7 +286,10 @@ def run(cfg: RunConfig, stdout=None, stderr=None) -> tuple[int, Stats]:
     bad = stats.bad
     code = 2 if stats.cases == 0 else (1 if bad else 0)
     print(stats.table(), file=stdout)
-    for f in stats.failures:
+    for n, f in enumerate(stats.failures):
+        if n == 20:
+            print(f"... {len(stats.failures) - 20} more failures in {fail_log}", file=stdout)
+            break
         print(f"FAILED {f['op']} [{f['backend']}] seed={f['seed']} index={f['index']}: {f.get('replay', f.get('error'))}",
               file=stdout)
     if cfg.report:
