@@ -125,13 +125,11 @@ def _tasks(backends: list[B.Backend], ops: list[str] | None) -> list[tuple[B.Bac
 def worker_main(wid: int, nworkers: int, specs: list[str], cfg: RunConfig, deadline: float,
                 emit: Callable[[dict], None]) -> None:
     """One worker: generate, run, compare its share of every task until the budget or ``max_cases`` ends."""
-    torch = None
-    if nworkers > 1:
-        try:
-            import torch  # noqa: F811 -- one intra-op thread per worker process
-            torch.set_num_threads(1)
-        except Exception:  # noqa: BLE001
-            pass
+    import sys
+
+    torch = sys.modules.get("torch")  # only when a backend already imported it (importing costs seconds)
+    if nworkers > 1 and torch is not None:
+        torch.set_num_threads(1)  # one intra-op thread per worker process
     backends = [B.make_backend(s) for s in specs]
     backends = [b for b in backends if b.available() is None]
     tasks = _tasks(backends, cfg.ops)
