@@ -73,7 +73,7 @@ __device__ __forceinline__ int64_t scale_pos(int layout, int64_t r, int64_t c, i
 // rb*16.. of one 16-byte column chunk, i.e. kChunkElems whole columnwise 16-blocks (SPEC 4.1, 4.2).
 // ---------------------------------------------------------------------------------------------------------
 template <typename T, bool kRHT>
-__global__ void __launch_bounds__(128) amax_kernel(AmaxArgs a) {
+__global__ void __launch_bounds__(128, 4) amax_kernel(AmaxArgs a) {
   using G = TileGeom<T>;
   const int64_t nkt = amax_k_tiles<T>(a.K);
   // Tiles in reverse order: the quantize kernel that follows starts at the front of X, which this pass
@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(128) amax_kernel(AmaxArgs a) {
 // to roundup(C,4)) always fall inside the last tile of a group / of K, whose threads write them as 0 (SPEC 8.2).
 // ---------------------------------------------------------------------------------------------------------
 template <typename T, bool kRHT>
-__global__ void __launch_bounds__(256, 3) quantize_kernel(QuantArgs a) {
+__global__ void __launch_bounds__(256, 4) quantize_kernel(QuantArgs a) {
   using G = TileGeom<T>;
   constexpr int EPL = G::kChunkElems, LPB = G::kLanesPerBlock, NB = G::kBlocksPerRow, TK = G::kTileK;
   constexpr int kThreadsPerCol = 256 / TK;              // 2 (16-bit types) or 4 (fp32)
@@ -155,6 +155,9 @@ __global__ void __launch_bounds__(256, 3) quantize_kernel(QuantArgs a) {
   __shared__ alignas(16) uint8_t tile[kTileM * 256];
   __shared__ float bmax_s[kTileM][NB];  // 16x16 blocks: per-(row, block) max
   __shared__ float tmax_s[8][NB];       // 16x16 blocks: per-tile max
+  // SPEC 5.2 encode multiplier of every possible scale byte (0x00..0x7E; block scales are never negative
+  // or NaN), per plane: one division per table entry instead of one per block.
+  __shared__ float mtab[2][128];
 
   const int64_t nkt = quant_k_tiles<T>(a.K);
   const int64_t rt = blockIdx.x / nkt, kt = blockIdx.x % nkt;
@@ -166,6 +169,11 @@ __global__ void __launch_bounds__(256, 3) quantize_kernel(QuantArgs a) {
   const bool col_ok = gcol < a.K;
   const T* x = reinterpret_cast<const T*>(a.x);
   const uint32_t ctr3 = a.offset + (uint32_t)gv.g;  // SPEC 10: (offset + g) & 0xffffffff
+
+  const PlaneScale ps_row = make_plane_scale(a.row_data != nullptr ? a.row_amax[gv.g] : 0.0f, a.rule);
+  const PlaneScale ps_col = make_plane_scale(a.col_data != nullptr ? a.col_amax[gv.g] : 0.0f, a.rule);
+  if (t < 128) mtab[0][t] = block_multiplier((uint32_t)t, ps_row);
+  else mtab[1][t - 128] = block_multiplier((uint32_t)(t - 128), ps_col);
 
   // ---- 1. load ----
   uint4 raw[8];
@@ -205,7 +213,7 @@ __global__ void __launch_bounds__(256, 3) quantize_kernel(QuantArgs a) {
 
   // ---- 2. rowwise plane of X (SPEC 6.1) ----
   if (a.row_data != nullptr) {
-    const PlaneScale ps = make_plane_scale(a.row_amax[gv.g], a.rule);
+    const PlaneScale& ps = ps_row;
     const int64_t C = a.K / 16;
     const int64_t pad_rows = round_up(gv.m, kTileM);
     const int64_t cp = round_up(C, 4);
@@ -219,10 +227,14 @@ __global__ void __launch_bounds__(256, 3) quantize_kernel(QuantArgs a) {
       if (r < gv.m && col_ok) {
         const float b = a.block2d ? tmax_s[row >> 4][blk_local] : bm[it];
         const uint32_t sb = block_scale_byte(b, ps);
-        const float mult = block_multiplier(sb, ps);
+        const float mult = mtab[0][sb];
         float v[EPL];
-        chunk_to_f32<T>(raw[it], v);
+        // re-read the chunk from shared memory rather than keeping raw[] live across the barrier
+        chunk_to_f32<T>(*reinterpret_cast<const uint4*>(tile + row * 256 + chunk * 16), v);
         uint32_t packed = 0;
+        bool special = false;  // a NaN or Inf element: only then can the product be NaN
+#pragma unroll
+        for (int e = 0; e < EPL; ++e) special |= !(fabsf(v[e]) < INFINITY);
         if (a.sr) {
           const Philox4 rnd = philox4x32_10((uint32_t)blk, (uint32_t)r, 0u, ctr3, a.seed_lo, a.seed_hi);
 #pragma unroll
@@ -232,9 +244,12 @@ __global__ void __launch_bounds__(256, 3) quantize_kernel(QuantArgs a) {
             const uint32_t u8 = (word >> ((e & 3) * 8)) & 0xFFu;
             packed |= e2m1_sr(__fmul_rn(v[e], mult), u8) << (4 * e);
           }
-        } else {
+        } else if (special) {
 #pragma unroll
           for (int e = 0; e < EPL; ++e) packed |= e2m1_rn(__fmul_rn(v[e], mult)) << (4 * e);
+        } else {
+#pragma unroll
+          for (int e = 0; e < EPL; ++e) packed |= e2m1_rn_not_nan(__fmul_rn(v[e], mult)) << (4 * e);
         }
         uint8_t* dst = a.row_data + gv.row_data + r * (a.K / 2) + gcol / 2;
         if constexpr (EPL == 8) *reinterpret_cast<uint32_t*>(dst) = packed;
@@ -248,7 +263,7 @@ __global__ void __launch_bounds__(256, 3) quantize_kernel(QuantArgs a) {
 
   // ---- 3. columnwise plane of X^T (SPEC 6.2, 7) ----
   if (a.col_data != nullptr) {
-    const PlaneScale ps = make_plane_scale(a.col_amax[gv.g], a.rule);
+    const PlaneScale& ps = ps_col;
     const int c = t % TK;
     const int64_t k = k0 + c;                  // plane row
     const int64_t cblocks = ceil_div(gv.m, 16);  // compact scale columns = Mp/16
@@ -276,8 +291,11 @@ __global__ void __launch_bounds__(256, 3) quantize_kernel(QuantArgs a) {
       }
       if (k < a.K && jg < cblocks) {
         const uint32_t sb = block_scale_byte(b, ps);
-        const float mult = block_multiplier(sb, ps);
+        const float mult = mtab[1][sb];
         uint64_t packed = 0;
+        bool special = false;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) special |= !(fabsf(v[i]) < INFINITY);
         if (a.sr) {
           const Philox4 rnd = philox4x32_10((uint32_t)jg, (uint32_t)k, 1u, ctr3, a.seed_lo, a.seed_hi);
 #pragma unroll
@@ -285,9 +303,12 @@ __global__ void __launch_bounds__(256, 3) quantize_kernel(QuantArgs a) {
             const uint32_t u8 = (rnd.x[i >> 2] >> ((i & 3) * 8)) & 0xFFu;
             packed |= (uint64_t)e2m1_sr(__fmul_rn(v[i], mult), u8) << (4 * i);
           }
-        } else {
+        } else if (special) {
 #pragma unroll
           for (int i = 0; i < 16; ++i) packed |= (uint64_t)e2m1_rn(__fmul_rn(v[i], mult)) << (4 * i);
+        } else {
+#pragma unroll
+          for (int i = 0; i < 16; ++i) packed |= (uint64_t)e2m1_rn_not_nan(__fmul_rn(v[i], mult)) << (4 * i);
         }
         *reinterpret_cast<uint64_t*>(a.col_data + gv.col_data + k * (cblocks * 8) + jg * 8) = packed;
         a.col_scales[gv.col_scale + scale_pos(a.layout, k, jg, cblocks)] = (uint8_t)sb;

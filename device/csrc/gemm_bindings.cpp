@@ -1,0 +1,107 @@
+// PyTorch binding of the NVFP4 grouped GEMM (module nvfp4_gemm). Argument checking lives in device/gemm.py;
+// this layer only re-checks what would make the kernels touch invalid memory, then launches on the current stream.
+#include <torch/extension.h>
+
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "gemm_nvfp4.cuh"
+
+namespace {
+
+using at::Tensor;
+
+void check(const Tensor& t, const char* what, at::ScalarType dt) {
+  TORCH_CHECK(t.is_cuda(), "nvfp4_gemm: ", what, " must be a CUDA tensor");
+  TORCH_CHECK(t.is_contiguous(), "nvfp4_gemm: ", what, " must be contiguous");
+  TORCH_CHECK(t.scalar_type() == dt, "nvfp4_gemm: ", what, " has dtype ", t.scalar_type(), ", expected ", dt);
+}
+
+template <typename T>
+const T* cptr(const Tensor& t) {
+  return t.numel() ? reinterpret_cast<const T*>(t.data_ptr()) : nullptr;
+}
+
+// workspace: uint8 [E * sizeof(Prob) + 4 * (E + 1)] (any contents; fully rewritten by the setup kernel)
+void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, const Tensor& a_scales,
+                   const Tensor& a_offs, const Tensor& a_amax, const Tensor& b_data, const Tensor& b_scales,
+                   const Tensor& b_offs, const Tensor& b_amax, Tensor out, const c10::optional<Tensor>& bias,
+                   bool accumulate, int64_t b_rows, int64_t a_rows, int64_t kc, int64_t ldd, double rcp,
+                   int64_t grid_upper, Tensor workspace) {
+  TORCH_CHECK(kind >= 0 && kind <= 2, "nvfp4_gemm: bad kind");
+  TORCH_CHECK(E >= 1, "nvfp4_gemm: E must be >= 1");
+  check(a_data, "a data", at::kByte);
+  check(a_scales, "a scales", at::kByte);
+  check(b_data, "b data", at::kByte);
+  check(b_scales, "b scales", at::kByte);
+  check(a_offs, "a offsets", at::kLong);
+  check(b_offs, "b offsets", at::kLong);
+  check(a_amax, "a amax", at::kFloat);
+  check(b_amax, "b amax", at::kFloat);
+  check(workspace, "workspace", at::kByte);
+  TORCH_CHECK(a_offs.numel() == 6 * (E + 1) && b_offs.numel() == 6 * (E + 1), "nvfp4_gemm: offsets must be [6, E+1]");
+  TORCH_CHECK(a_amax.numel() == E && b_amax.numel() == E, "nvfp4_gemm: amax must have E values");
+  TORCH_CHECK(out.is_cuda() && out.is_contiguous(), "nvfp4_gemm: out must be a contiguous CUDA tensor");
+  const bool f32 = out.scalar_type() == at::kFloat;
+  TORCH_CHECK(f32 || out.scalar_type() == at::kBFloat16, "nvfp4_gemm: out must be float32 or bfloat16");
+  TORCH_CHECK(!accumulate || f32, "nvfp4_gemm: accumulate needs a float32 out");
+  const size_t ws = E * sizeof(nvfp4_gemm::Prob) + 4 * (E + 1);
+  TORCH_CHECK(static_cast<size_t>(workspace.numel()) >= ws, "nvfp4_gemm: workspace too small");
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(workspace.data_ptr()) % 16 == 0, "nvfp4_gemm: workspace alignment");
+  const float* bias_p = nullptr;
+  if (bias.has_value() && bias->defined()) {
+    check(*bias, "bias", at::kFloat);
+    TORCH_CHECK(bias->numel() == E * ldd, "nvfp4_gemm: bias must be [E, ", ldd, "]");
+    bias_p = bias->data_ptr<float>();
+  }
+  const c10::cuda::CUDAGuard guard(out.device());
+  auto stream = c10::cuda::getCurrentCUDAStream();
+
+  auto* probs = reinterpret_cast<nvfp4_gemm::Prob*>(workspace.data_ptr());
+  int* prefix = reinterpret_cast<int*>(reinterpret_cast<uint8_t*>(workspace.data_ptr()) + E * sizeof(nvfp4_gemm::Prob));
+  nvfp4_gemm::SetupArgs s{};
+  s.kind = static_cast<int>(kind);
+  s.E = static_cast<int>(E);
+  s.a_data = cptr<uint8_t>(a_data);
+  s.a_scales = cptr<uint8_t>(a_scales);
+  s.a_offs = a_offs.data_ptr<int64_t>();
+  s.a_amax = a_amax.data_ptr<float>();
+  s.b_data = cptr<uint8_t>(b_data);
+  s.b_scales = cptr<uint8_t>(b_scales);
+  s.b_offs = b_offs.data_ptr<int64_t>();
+  s.b_amax = b_amax.data_ptr<float>();
+  s.out = out.numel() ? out.data_ptr() : nullptr;
+  s.bias = bias_p;
+  s.out_f32 = f32;
+  s.accumulate = accumulate;
+  s.b_rows = b_rows;
+  s.a_rows = a_rows;
+  s.kc = kc;
+  s.ldd = ldd;
+  s.rcp = static_cast<float>(rcp);
+  s.probs = probs;
+  s.prefix = prefix;
+  nvfp4_gemm::launch_setup(s, stream);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  if (grid_upper <= 0) return;
+  nvfp4_gemm::LaunchArgs l{};
+  l.probs = probs;
+  l.prefix = prefix;
+  l.E = static_cast<int>(E);
+  l.exact = exact;
+  l.out_f32 = f32;
+  l.accumulate = accumulate;
+  l.grid_upper = static_cast<int>(grid_upper);
+  nvfp4_gemm::launch_gemm(l, stream);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+int64_t prob_size() { return static_cast<int64_t>(sizeof(nvfp4_gemm::Prob)); }
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("grouped_gemm_", &grouped_gemm_, "NVFP4 grouped GEMM (fprop/dgrad/wgrad) on the current stream");
+  m.def("prob_size", &prob_size);
+}

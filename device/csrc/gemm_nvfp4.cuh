@@ -1,0 +1,64 @@
+// NVFP4 x NVFP4 grouped GEMM for Hopper (sm_90a): shared declarations of the kernel and its host launcher.
+// See docs/gemm.md for the design. Everything the kernel needs per group (pointers, sizes, alpha) is built on
+// the device by a setup kernel from the grouped tensors' offsets table, so the launch is CUDA-graph safe.
+#pragma once
+
+#include <cstdint>
+#include <cuda_runtime.h>
+
+namespace nvfp4_gemm {
+
+enum Kind : int { kFprop = 0, kDgrad = 1, kWgrad = 2 };
+
+// One group's GEMM: D[M, N] (+)= alpha * A[M, K] . B[N, K]^T (both K-major NVFP4 planes, swizzled scales).
+struct Prob {
+  const uint8_t* a;   // packed E2M1, row stride K/2 bytes
+  const uint8_t* sa;  // swizzled E4M3 scales of A (SPEC 8.2), roundup(M,128) x roundup(K/16,4)
+  const uint8_t* b;
+  const uint8_t* sb;
+  void* d;            // output rows, row stride ldd elements
+  const float* bias;  // [N] or nullptr
+  long long ldd;
+  int M, N, K, tiles_m;
+  float alpha;
+  int pad[3];
+};
+
+struct SetupArgs {
+  int kind;
+  int E;
+  const uint8_t* a_data;
+  const uint8_t* a_scales;
+  const int64_t* a_offs;  // [6, E+1] table of device/_results.py
+  const float* a_amax;
+  const uint8_t* b_data;
+  const uint8_t* b_scales;
+  const int64_t* b_offs;
+  const float* b_amax;
+  void* out;
+  const float* bias;  // [E, ldd] or nullptr
+  int out_f32;
+  int accumulate;
+  long long b_rows;   // rows of B per group: fprop N, dgrad K, wgrad K
+  long long a_rows;   // wgrad: rows of A (= N); unused otherwise
+  long long kc;       // contraction length for fprop (K) / dgrad (N); wgrad: per group roundup(m_g,16)
+  long long ldd;      // output row stride (elements)
+  float rcp;          // fp32(1/7225344)
+  Prob* probs;        // out: [E]
+  int* prefix;        // out: [E+1] tile prefix sum
+};
+
+struct LaunchArgs {
+  const Prob* probs;
+  const int* prefix;
+  int E;
+  int exact;
+  int out_f32;
+  int accumulate;
+  int grid_upper;  // host upper bound on the number of tiles (grid = min(this, resident blocks))
+};
+
+void launch_setup(const SetupArgs& a, cudaStream_t s);
+void launch_gemm(const LaunchArgs& a, cudaStream_t s);
+
+}  // namespace nvfp4_gemm

@@ -1,0 +1,174 @@
+"""NVFP4 x NVFP4 grouped GEMM on Hopper (issue 4; SPEC 12): fprop / dgrad / wgrad over grouped tensors from
+:func:`device.group_quantize`, one graph-safe launch (plus a tiny setup kernel) per call.
+
+Per group g the result is :func:`oracle.gemm` on that group's planes with that group's alpha (SPEC 12.5):
+
+* ``kind="fprop"``: ``Y_g = X_g W_g^T``; ``a`` = X grouped ``[T, K]`` (rowwise), ``b`` = W grouped
+  ``[E*N, K]`` quantized with ``splits=[N]*E`` (rowwise); out ``[T, N]`` (bf16 default); optional bias ``[E, N]``.
+* ``kind="dgrad"``: ``dX_g = dY_g W_g``; ``a`` = dY grouped ``[T, N]`` (rowwise), ``b`` = W grouped (columnwise);
+  out ``[T, K]``; optional bias ``[E, K]``.
+* ``kind="wgrad"``: ``dW_g = dY_g^T X_g``; ``a`` = dY grouped ``[T, N]`` (columnwise), ``b`` = X grouped ``[T, K]``
+  (columnwise), both with the same splits; contraction over the padded ``roundup(m_g, 16)`` tokens; out
+  ``[E, N, K]`` (fp32 default); ``accumulate=True`` adds into ``out`` (an empty expert leaves it untouched,
+  without accumulate it gets ``alpha * 0 = 0``).
+
+``mode="exact"``: each 16-block partial is exact and is added in K order with one fp32 rounding, i.e. byte-identical
+to ``oracle.gemm(model="sequential")``. ``mode="fast"``: one tensor-core fp32 accumulator over K; every element
+within :func:`oracle.gemm_error_bound` of ``oracle.gemm(model="exact")``. Alpha (SPEC 12.1, fp32 on the device
+from the groups' amaxes), C and bias are applied in the fp32 epilogue in SPEC 12.2's order.
+
+Group sizes never leave the device: problem sizes, pointers and alphas are built by a setup kernel from the
+grouped tensors' offsets table and the grid is fixed by host-known sizes, so the call can be captured in a CUDA
+graph and replayed with new data and new splits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ._results import DeviceGroupedNVFP4Tensor
+
+__all__ = ["grouped_gemm"]
+
+_KINDS = {"fprop": 0, "dgrad": 1, "wgrad": 2}
+_RCP_7225344 = float(np.float32(1.0 / 7225344.0))  # SPEC 12.1: fp32(1/7225344)
+_TILE = 128
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _plane(t: DeviceGroupedNVFP4Tensor, which: str, name: str, kind: str):
+    data, scales = getattr(t, f"{which}_data"), getattr(t, f"{which}_scales")
+    if data is None or scales is None:
+        raise ValueError(f"{kind}: {name} needs its {'rowwise' if which == 'row' else 'columnwise'} plane; "
+                         f"quantize it with {'rowwise' if which == 'row' else 'columnwise'}=True")
+    amax = getattr(t, f"{which}_amax")
+    return data, scales, amax
+
+
+def _out_dtype(out_dtype, default):
+    if out_dtype is None:
+        return default
+    if isinstance(out_dtype, str):
+        out_dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}.get(out_dtype, out_dtype)
+    if out_dtype not in (torch.bfloat16, torch.float32):
+        raise ValueError(f"out_dtype must be torch.bfloat16 or torch.float32, got {out_dtype!r}")
+    return out_dtype
+
+
+def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, kind: str = "fprop",
+                 out_dtype=None, out: Tensor | None = None, accumulate: bool = False, bias: Tensor | None = None,
+                 mode: str = "fast") -> Tensor:
+    """Grouped NVFP4 GEMM (see the module docstring for the operands of each ``kind``). Returns ``out``."""
+    if kind not in _KINDS:
+        raise ValueError(f"kind must be one of {list(_KINDS)}, got {kind!r}")
+    if mode not in ("fast", "exact"):
+        raise ValueError(f"mode must be 'fast' or 'exact', got {mode!r}")
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, DeviceGroupedNVFP4Tensor):
+            raise TypeError(f"{name} must be a DeviceGroupedNVFP4Tensor from device.group_quantize, "
+                            f"got {type(t).__name__}")
+        if not t.swizzled:
+            raise ValueError(f"{name} must hold swizzled scales (group_quantize(..., swizzled=True))")
+        rule = t.options.get("rule", "te")
+        if rule not in ("te", "te_fused_rht"):
+            raise ValueError(f"{name}: scale rule {rule!r} is not supported by the device GEMM")
+    e = int(a.splits.numel())
+    if int(b.splits.numel()) != e:
+        raise ValueError(f"a and b have different group counts ({e} vs {int(b.splits.numel())})")
+    dev = a.offsets.device
+    if b.offsets.device != dev:
+        raise ValueError(f"a and b are on different devices ({dev} vs {b.offsets.device})")
+    if dev.type != "cuda":
+        raise ValueError("grouped_gemm needs CUDA tensors")
+    t_a, k_a = (int(x) for x in a.shape)
+    t_b, k_b = (int(x) for x in b.shape)
+
+    if kind in ("fprop", "dgrad"):
+        ad, as_, aa = _plane(a, "row", "a", kind)
+        if t_b % e:
+            raise ValueError(f"{kind}: b (weights) has {t_b} rows, not a multiple of E={e} (expected [E*N, K])")
+        n_w = t_b // e
+        if kind == "fprop":
+            bd, bs, ba = _plane(b, "row", "b", kind)
+            if k_a != k_b:
+                raise ValueError(f"fprop: mismatched K: a (X) has K={k_a}, b (W) has K={k_b}")
+            rows, cols, b_rows, kc = t_a, n_w, n_w, k_a
+        else:
+            bd, bs, ba = _plane(b, "col", "b", kind)
+            if k_a != n_w:
+                raise ValueError(f"dgrad: mismatched contraction: a (dY) has {k_a} columns, W has N={n_w} rows "
+                                 "per group")
+            rows, cols, b_rows, kc = t_a, k_b, k_b, n_w
+        shape = (rows, cols)
+        a_rows = 0
+        grid_upper = (t_a // _TILE + e) * _cdiv(cols, _TILE)
+        default_dtype = torch.bfloat16
+    else:
+        ad, as_, aa = _plane(a, "col", "a", kind)
+        bd, bs, ba = _plane(b, "col", "b", kind)
+        if t_a != t_b:
+            raise ValueError(f"wgrad: a (dY) has {t_a} tokens and b (X) has {t_b}: they must share the splits")
+        shape = (e, k_a, k_b)
+        a_rows, b_rows, kc, cols = k_a, k_b, 0, k_b
+        grid_upper = e * _cdiv(k_a, _TILE) * _cdiv(k_b, _TILE)
+        default_dtype = torch.float32
+    if max(shape) >= 2**31 or t_a * max(k_a, k_b) >= 2**62:
+        raise ValueError(f"sizes too large: {shape}")
+
+    dtype = _out_dtype(out_dtype, default_dtype if out is None else out.dtype)
+    if accumulate and out is None:
+        raise ValueError("accumulate=True needs out= (the tensor to add into)")
+    if out is not None:
+        if not isinstance(out, Tensor):
+            raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+        if out.device != dev:
+            raise ValueError(f"out must be on {dev}, got {out.device}")
+        if tuple(out.shape) != shape:
+            raise ValueError(f"{kind}: out must have shape {shape}, got {tuple(out.shape)}")
+        if out.dtype != dtype:
+            raise TypeError(f"out has dtype {out.dtype} but out_dtype is {dtype}")
+        if not out.is_contiguous():
+            raise ValueError("out must be contiguous")
+        if out.numel() and out.data_ptr() % 16:
+            raise ValueError("out must be 16-byte aligned")
+    if accumulate and dtype != torch.float32:
+        raise TypeError("accumulate=True needs a float32 out (SPEC 12.2: C is fp32)")
+    bias_t = None
+    if bias is not None:
+        if kind == "wgrad":
+            raise ValueError("bias is not supported for wgrad")
+        if not isinstance(bias, Tensor):
+            raise TypeError(f"bias must be a torch.Tensor, got {type(bias).__name__}")
+        if bias.device != dev:
+            raise ValueError(f"bias must be on {dev}, got {bias.device}")
+        if bias.dtype not in (torch.float32, torch.bfloat16):
+            raise TypeError(f"bias must be float32 or bfloat16, got {bias.dtype}")
+        if tuple(bias.shape) != (e, cols):
+            raise ValueError(f"{kind}: bias must have shape {(e, cols)}, got {tuple(bias.shape)}")
+        bias_t = bias.to(torch.float32).contiguous()  # bf16 -> fp32 is exact
+
+    if out is None:
+        out = torch.empty(shape, dtype=dtype, device=dev)
+    if out.numel() == 0:
+        return out
+
+    from ._gemm_build import load_gemm_extension
+
+    ext = load_gemm_extension()
+    ws_bytes = e * int(ext.prob_size()) + 4 * (e + 1)
+    ws = torch.empty(ws_bytes, dtype=torch.uint8, device=dev)
+    offs_a = a.offsets.contiguous()
+    offs_b = b.offsets.contiguous()
+    ext.grouped_gemm_(
+        _KINDS[kind], mode == "exact", e,
+        ad, as_, offs_a, aa.to(torch.float32).contiguous(),
+        bd, bs, offs_b, ba.to(torch.float32).contiguous(),
+        out, bias_t, bool(accumulate),
+        int(b_rows), int(a_rows), int(kc), int(cols), _RCP_7225344, int(grid_upper), ws,
+    )
+    return out
