@@ -15,9 +15,12 @@ import queue as queue_mod
 import re
 import time
 import traceback
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
+
+import numpy as np
 
 from . import backends as B
 from .cases import Case, case_size, save_case
@@ -60,6 +63,12 @@ def check_case(backend: B.Backend, case: Case, stats: dict | None = None) -> tup
     Returns ``(status, mismatches, ref, out, error)``: status "pass", "mismatch" or "error" (an exception in
     the reference or the backend; ``error`` holds its traceback's last line).
     """
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _check_case(backend, case, stats)
+
+
+def _check_case(backend: B.Backend, case: Case, stats: dict | None):
     ref, out = {}, {}
     try:
         ref = reference(case)
