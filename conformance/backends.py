@@ -220,6 +220,8 @@ def _layout_kw(fn, swizzled: bool) -> dict:
     for name in ("swizzled", "swizzle"):
         if name in params:
             return {name: swizzled}
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        return {"swizzled": swizzled}  # device/_api.py's keyword (its public wrappers take **kwargs)
     if "layout" in params:
         return {"layout": "swizzled" if swizzled else "compact"}
     return {}
