@@ -1,0 +1,174 @@
+"""Benchmark of the NVFP4 grouped GEMM (device/gemm.py) against BF16 baselines. One table, one GPU run.
+
+Columns (TFLOP/s = 2*T*N*K / time; wgrad counts the unpadded T):
+  nvfp4 fast / nvfp4 exact  -- device.gemm.grouped_gemm on operands quantized beforehand (GEMM only timed)
+  grouped_mm                -- torch._grouped_mm on BF16 operands
+  matmul loop               -- one torch.matmul per expert (host-known splits)
+  deq+grouped_mm            -- dequantize the NVFP4 weights to BF16 (torch ops, timed) + torch._grouped_mm
+Times are CUDA-event means over --iters calls after warm-up.
+
+    PYTHONPATH=. python benchmarks/bench_grouped_gemm.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+import device
+from device.gemm import grouped_gemm
+
+DEV = "cuda"
+
+
+def timeit(fn, iters: int, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(iters):
+        fn()
+    e.record()
+    torch.cuda.synchronize()
+    return s.elapsed_time(e) / iters * 1e-3
+
+
+def splits_for(e: int, t: int, skew: bool) -> list[int]:
+    if not skew:
+        base = [t // e] * e
+        base[-1] += t - sum(base)
+        return base
+    w = [2.0 ** (-i) for i in range(e)]  # one hot expert
+    s = [int(t * x / sum(w)) // 128 * 128 for x in w]
+    s[0] += t - sum(s)
+    return s
+
+
+_E2M1 = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6], dtype=torch.bfloat16)
+
+
+def dequant_weights(wq, e: int, n: int, k: int) -> torch.Tensor:
+    """NVFP4 rowwise weights [E*N, K] -> BF16 [E, N, K] with torch ops (N % 128 == 0 and K % 64 == 0, so the
+    per-group swizzled scales equal the swizzle of the whole stack and unswizzle is a reshape)."""
+    lut = _E2M1.to(wq.row_data.device)
+    d = wq.row_data[: e * n * k // 2].view(e * n, k // 2)
+    codes = torch.stack((d & 0xF, d >> 4), dim=-1).reshape(e * n, k).long()
+    c = k // 16
+    s = wq.row_scales[: e * n * c].view(e * n // 128, c // 4, 32, 4, 4).permute(0, 3, 2, 1, 4).reshape(e * n, c)
+    sf = s.view(torch.float8_e4m3fn).to(torch.float32)
+    g = (wq.row_amax * (1.0 / 2688.0)).repeat_interleave(n)[:, None]
+    w = lut[codes].view(e * n, c, 16).float() * (sf * g)[:, :, None]
+    return w.to(torch.bfloat16).view(e, n, k)
+
+
+def bench_case(name, e, t, k, n, skew, kind, iters, quick):
+    splits = splits_for(e, t, skew)
+    st = torch.tensor(splits, dtype=torch.int64, device=DEV)
+    offs = torch.tensor(splits, device=DEV).cumsum(0).to(torch.int32)
+    flops = 2.0 * t * n * k
+    row = {"case": name, "kind": kind}
+    x = torch.randn((t, k), device=DEV, dtype=torch.bfloat16)
+    w = (torch.randn((e * n, k), device=DEV, dtype=torch.bfloat16) * 0.05)
+    if kind == "fprop":
+        aq = device.group_quantize(x, st, rowwise=True)
+        bq = device.group_quantize(w, torch.full((e,), n, dtype=torch.int64, device=DEV), rowwise=True,
+                                   columnwise=False, block=(16, 16))
+        out = torch.empty((t, n), dtype=torch.bfloat16, device=DEV)
+        wt = w.view(e, n, k).transpose(1, 2)  # [E, K, N] view of the K-major weights
+
+        def bf16_gmm():
+            return torch._grouped_mm(x, wt, offs=offs)
+
+        def loop():
+            r0 = 0
+            for g, m in enumerate(splits):
+                torch.matmul(x[r0:r0 + m], w[g * n:(g + 1) * n].t())
+                r0 += m
+
+        def deq():
+            wd = dequant_weights(bq, e, n, k)
+            return torch._grouped_mm(x, wd.transpose(1, 2), offs=offs)
+    elif kind == "dgrad":
+        dy = torch.randn((t, n), device=DEV, dtype=torch.bfloat16)
+        aq = device.group_quantize(dy, st, rowwise=True)
+        bq = device.group_quantize(w, torch.full((e,), n, dtype=torch.int64, device=DEV), rowwise=True,
+                                   columnwise=True, block=(16, 16))
+        out = torch.empty((t, k), dtype=torch.bfloat16, device=DEV)
+        w3 = w.view(e, n, k)
+
+        def bf16_gmm():
+            return torch._grouped_mm(dy, w3, offs=offs)
+
+        def loop():
+            r0 = 0
+            for g, m in enumerate(splits):
+                torch.matmul(dy[r0:r0 + m], w3[g])
+                r0 += m
+
+        def deq():
+            wd = dequant_weights(bq, e, n, k)
+            return torch._grouped_mm(dy, wd, offs=offs)
+    else:
+        dy = torch.randn((t, n), device=DEV, dtype=torch.bfloat16)
+        aq = device.group_quantize(dy, st, rowwise=False, columnwise=True)
+        bq = device.group_quantize(x, st, rowwise=False, columnwise=True)
+        out = torch.empty((e, n, k), dtype=torch.float32, device=DEV)
+        dyt = dy.t().contiguous()
+
+        def bf16_gmm():
+            return torch._grouped_mm(dyt, x, offs=offs, out_dtype=torch.float32)
+
+        def loop():
+            r0 = 0
+            for g, m in enumerate(splits):
+                torch.matmul(dyt[:, r0:r0 + m], x[r0:r0 + m])
+                r0 += m
+
+        deq = None
+    b_in = bq
+    row["fast"] = flops / timeit(lambda: grouped_gemm(aq, b_in, kind=kind, out=out, mode="fast"), iters) / 1e12
+    row["exact"] = flops / timeit(lambda: grouped_gemm(aq, b_in, kind=kind, out=out, mode="exact"),
+                                  max(2, iters // 2)) / 1e12
+    for key, fn in (("grouped_mm", bf16_gmm), ("loop", loop), ("deq+gmm", deq)):
+        if fn is None:
+            row[key] = float("nan")
+            continue
+        try:
+            row[key] = flops / timeit(fn, iters) / 1e12
+        except Exception as ex:  # noqa: BLE001 - report and go on
+            print(f"  {name} {kind} {key}: {type(ex).__name__}: {str(ex)[:120]}", file=sys.stderr)
+            row[key] = float("nan")
+    del x, w, aq, bq, out
+    torch.cuda.empty_cache()
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--iters", type=int, default=10)
+    args = ap.parse_args()
+    cases = [
+        ("E8 T16384 K4096 N14336 bal", 8, 16384, 4096, 14336, False, ("fprop", "dgrad", "wgrad")),
+        ("E8 T16384 K4096 N14336 skew", 8, 16384, 4096, 14336, True, ("fprop",)),
+        ("E8 T512 K4096 N14336", 8, 512, 4096, 14336, False, ("fprop",)),
+        ("E64 T16384 K2048 N1408", 64, 16384, 2048, 1408, False, ("fprop", "dgrad", "wgrad")),
+    ]
+    print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}")
+    hdr = (f"{'case':30s} {'kind':6s} {'fast':>8s} {'exact':>8s} {'grp_mm':>8s} {'loop':>8s} {'deq+gmm':>8s}"
+           f" {'fast/gmm':>9s} {'exact/gmm':>9s} {'fast/deq':>9s}")
+    print("TFLOP/s (2*T*N*K / time)")
+    print(hdr)
+    for name, e, t, k, n, skew, kinds in cases:
+        for kind in kinds:
+            r = bench_case(name, e, t, k, n, skew, kind, args.iters, args.quick)
+            print(f"{r['case']:30s} {kind:6s} {r['fast']:8.1f} {r['exact']:8.1f} {r['grouped_mm']:8.1f} "
+                  f"{r['loop']:8.1f} {r['deq+gmm']:8.1f} {r['fast'] / r['grouped_mm']:9.2f} "
+                  f"{r['exact'] / r['grouped_mm']:9.2f} {r['fast'] / r['deq+gmm']:9.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

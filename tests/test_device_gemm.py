@@ -1,0 +1,348 @@
+"""GPU tests of the NVFP4 grouped GEMM (device/gemm.py, SPEC 12) against the NumPy oracle.
+
+* ``mode="exact"`` must be byte-identical to ``oracle.gemm(model="sequential")`` on each group's planes.
+* ``mode="fast"`` must satisfy ``oracle.within_bound(y, oracle.gemm(model="exact"), oracle.gemm_error_bound(...))``
+  for EVERY element (no global tolerance).
+Operands come from ``device.group_quantize``; the oracle side uses their ``.to_oracle()`` planes. Output buffers
+are poisoned (NaN) so unwritten rows fail. Every test is marked ``cuda`` and skipped without a GPU.
+``NVFP4_FULL=1`` runs 100 CUDA-graph replays instead of 12.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+torch = pytest.importorskip("torch")
+
+import oracle  # noqa: E402
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+FULL = bool(os.environ.get("NVFP4_FULL"))
+DEV = "cuda"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# helpers
+# ------------------------------------------------------------------------------------------------------------
+
+def _device():
+    import device
+
+    return device
+
+
+def _gg():
+    from device.gemm import grouped_gemm
+
+    return grouped_gemm
+
+
+def rand_bf16(shape, seed, scale=1.0):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(shape, generator=g, dtype=torch.float32) * scale
+    # a few outliers and exact zeros, so blocks get different scales
+    if x.numel():
+        flat = x.view(-1)
+        idx = torch.randint(0, flat.numel(), (max(1, flat.numel() // 97),), generator=g)
+        flat[idx] *= 40.0
+        idx = torch.randint(0, flat.numel(), (max(1, flat.numel() // 89),), generator=g)
+        flat[idx] = 0.0
+    return x.to(torch.bfloat16).to(DEV)
+
+
+def gq(x, splits, *, rowwise=True, columnwise=False, block=(1, 16)):
+    s = torch.tensor(list(splits), dtype=torch.int64, device=DEV)
+    return _device().group_quantize(x, s, rowwise=rowwise, columnwise=columnwise, block=block)
+
+
+def weights(e, n, k, seed):
+    w = rand_bf16((e * n, k), seed, 0.05)
+    return gq(w, [n] * e, rowwise=True, columnwise=True, block=(16, 16))
+
+
+def to_np(y: torch.Tensor) -> np.ndarray:
+    y = y.detach().cpu()
+    if y.dtype == torch.bfloat16:
+        return y.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return y.numpy()
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(a)
+    return a.view(np.uint16) if a.dtype == ml_dtypes.bfloat16 else a.view(np.uint32)
+
+
+def check_group(y, a_plane, b_plane, mode, out_dtype, bias=None, acc=None, where=""):
+    """y: numpy result of one group; compares against the oracle per the mode's contract."""
+    od = "float32" if out_dtype == torch.float32 else "bfloat16"
+    kw = dict(out_dtype=od, bias=bias, accumulate=acc)
+    if mode == "exact":
+        ref = oracle.gemm(a_plane, b_plane, model="sequential", **kw)
+        ref = ref.astype(ml_dtypes.bfloat16) if od == "bfloat16" else ref.astype(np.float32)
+        yb, rb = bits(y), bits(ref)
+        bad = yb != rb
+        # -0 vs +0 is the only accepted bit difference (none expected)
+        if bad.any():
+            idx = np.argwhere(bad)[:5]
+            raise AssertionError(f"{where}: exact mode differs from oracle sequential at {bad.sum()} elements, "
+                                 f"e.g. {[(tuple(i), float(y[tuple(i)]), float(ref[tuple(i)])) for i in idx]}")
+    else:
+        ye = oracle.gemm(a_plane, b_plane, model="exact", **kw)
+        bnd = oracle.gemm_error_bound(a_plane, b_plane, **kw)
+        ok = oracle.within_bound(y, ye, bnd)
+        if not ok.all():
+            idx = np.argwhere(~ok)[:5]
+            raise AssertionError(f"{where}: fast mode outside the SPEC 12.4 bound at {(~ok).sum()} elements, e.g. "
+                                 f"{[(tuple(i), float(y[tuple(i)]), float(ye[tuple(i)]), bnd[tuple(i)]) for i in idx]}")
+
+
+def run_fprop(splits, n, k, mode, out_dtype, with_bias, seed=0):
+    e = len(splits)
+    t = int(sum(splits))
+    x = rand_bf16((t, k), seed + 1)
+    xq = gq(x, splits, rowwise=True)
+    wq = weights(e, n, k, seed + 2)
+    bias = (torch.randn((e, n), dtype=torch.float32) * 3).to(DEV) if with_bias else None
+    out = torch.full((t, n), float("nan"), dtype=out_dtype, device=DEV)
+    y = _gg()(xq, wq, kind="fprop", out=out, out_dtype=out_dtype, bias=bias, mode=mode)
+    assert y is out
+    yn = to_np(y)
+    xo, wo = xq.to_oracle(), wq.to_oracle()
+    bn = None if bias is None else bias.cpu().numpy()
+    r0 = 0
+    for g, m in enumerate(splits):
+        if m:
+            check_group(yn[r0:r0 + m], xo.row_planes[g], wo.row_planes[g], mode, out_dtype,
+                        bias=None if bn is None else bn[g], where=f"fprop g={g}")
+        r0 += m
+
+
+def run_dgrad(splits, n, k, mode, out_dtype, with_bias=False, seed=0):
+    e = len(splits)
+    t = int(sum(splits))
+    dy = rand_bf16((t, n), seed + 3)
+    dyq = gq(dy, splits, rowwise=True)
+    wq = weights(e, n, k, seed + 4)
+    bias = (torch.randn((e, k), dtype=torch.float32)).to(torch.bfloat16).to(DEV) if with_bias else None
+    out = torch.full((t, k), float("nan"), dtype=out_dtype, device=DEV)
+    _gg()(dyq, wq, kind="dgrad", out=out, bias=bias, mode=mode)
+    yn = to_np(out)
+    dyo, wo = dyq.to_oracle(), wq.to_oracle()
+    bn = None if bias is None else bias.float().cpu().numpy()
+    r0 = 0
+    for g, m in enumerate(splits):
+        if m:
+            check_group(yn[r0:r0 + m], dyo.row_planes[g], wo.col_planes[g], mode, out_dtype,
+                        bias=None if bn is None else bn[g], where=f"dgrad g={g}")
+        r0 += m
+
+
+def run_wgrad(splits, n, k, mode, out_dtype, accumulate, seed=0):
+    e = len(splits)
+    t = int(sum(splits))
+    dy = rand_bf16((t, n), seed + 5)
+    x = rand_bf16((t, k), seed + 6)
+    dyq = gq(dy, splits, rowwise=False, columnwise=True)
+    xq = gq(x, splits, rowwise=False, columnwise=True)
+    if accumulate:
+        c = (torch.randn((e, n, k), dtype=torch.float32) * 0.5).to(DEV)
+        c[0, 0, :4] = -0.0
+        out = c.clone()
+    else:
+        c = None
+        out = torch.full((e, n, k), float("nan"), dtype=out_dtype, device=DEV)
+    _gg()(dyq, xq, kind="wgrad", out=out, out_dtype=out_dtype, accumulate=accumulate, mode=mode)
+    yn = to_np(out)
+    cn = None if c is None else c.cpu().numpy()
+    dyo, xo = dyq.to_oracle(), xq.to_oracle()
+    for g, m in enumerate(splits):
+        if m == 0:  # empty expert: dW = 0, or C untouched (bit for bit)
+            if accumulate:
+                assert np.array_equal(bits(yn[g]), bits(cn[g])), f"wgrad g={g}: empty expert changed C"
+            else:
+                assert np.all(yn[g].astype(np.float32) == 0), f"wgrad g={g}: empty expert not zero"
+            continue
+        check_group(yn[g], dyo.col_planes[g], xo.col_planes[g], mode, out_dtype,
+                    acc=None if cn is None else cn[g], where=f"wgrad g={g}")
+
+
+def rand_splits(e, t, seed, zeros=True):
+    rng = np.random.default_rng(seed)
+    w = rng.random(e) ** 2
+    if zeros and e > 2:
+        w[rng.choice(e, size=max(1, e // 4), replace=False)] = 0
+    s = np.floor(w / w.sum() * t).astype(np.int64)
+    s[np.argmax(w)] += t - s.sum()
+    return [int(v) for v in s]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# shapes: (splits, N, K); K or N not multiples of 32/128, zeros, one giant expert, E in {1, 4, 8, 64}
+# ------------------------------------------------------------------------------------------------------------
+
+CASES = {
+    "e1": ([200], 144, 160),
+    "e4_zeros": ([0, 130, 1, 77], 272, 256),
+    "e8_rand": (rand_splits(8, 700, 1), 128, 512),
+    "e64": (rand_splits(64, 1000, 2), 48, 64),
+    "giant": ([0, 1500, 0, 3], 96, 384),
+}
+
+
+@pytest.mark.parametrize("mode", ["exact", "fast"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_fprop(case, mode):
+    splits, n, k = CASES[case]
+    out_dtype = torch.float32 if case in ("e4_zeros", "e64") else torch.bfloat16
+    run_fprop(splits, n, k, mode, out_dtype, with_bias=case in ("e1", "e4_zeros", "giant"))
+
+
+@pytest.mark.parametrize("mode", ["exact", "fast"])
+@pytest.mark.parametrize("case", ["e1", "e4_zeros", "e8_rand", "e64", "giant"])
+def test_dgrad(case, mode):
+    splits, n, k = CASES[case]
+    out_dtype = torch.float32 if case == "e8_rand" else torch.bfloat16
+    run_dgrad(splits, n, k, mode, out_dtype, with_bias=case == "e4_zeros")
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+@pytest.mark.parametrize("mode", ["exact", "fast"])
+@pytest.mark.parametrize("case", ["e1", "e4_zeros", "e8_rand", "e64", "giant"])
+def test_wgrad(case, mode, accumulate):
+    splits, n, k = CASES[case]
+    run_wgrad(splits, n, k, mode, torch.float32, accumulate)
+
+
+@pytest.mark.parametrize("mode", ["exact", "fast"])
+def test_wgrad_bf16_out(mode):
+    run_wgrad([5, 0, 40, 19], 64, 96, mode, torch.bfloat16, accumulate=False)
+
+
+@pytest.mark.parametrize("mode", ["exact", "fast"])
+def test_larger_fprop(mode):
+    # several 128 x 128 tiles, K with a partial last K tile (K % 128 = 64), 16-byte loads (K % 32 = 0)
+    run_fprop([300, 0, 517, 211], 384, 1088, mode, torch.bfloat16, with_bias=True, seed=7)
+
+
+def test_mostly_empty_experts():
+    run_fprop([0, 0, 33, 0], 64, 64, "exact", torch.bfloat16, with_bias=False)
+    run_wgrad([0, 0, 33, 0], 64, 64, "fast", torch.float32, accumulate=True)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# CUDA graph: capture once (quantize + GEMM), replay with new data and new splits
+# ------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["fprop", "wgrad"])
+def test_cuda_graph_replay(kind):
+    dev = _device()
+    gg = _gg()
+    e, t, n, k = 4, 256, 64, 128
+    replays = 100 if FULL else 12
+    x_buf = torch.zeros((t, k), dtype=torch.bfloat16, device=DEV)
+    dy_buf = torch.zeros((t, n), dtype=torch.bfloat16, device=DEV)
+    splits_buf = torch.tensor([t // e] * e, dtype=torch.int64, device=DEV)
+    wq = weights(e, n, k, 11)
+    mode = "exact"
+    out_dtype = torch.bfloat16 if kind == "fprop" else torch.float32
+    out_shape = (t, n) if kind == "fprop" else (e, n, k)
+    out = torch.empty(out_shape, dtype=out_dtype, device=DEV)
+
+    def step():
+        if kind == "fprop":
+            xq = dev.group_quantize(x_buf, splits_buf, rowwise=True)
+            gg(xq, wq, kind="fprop", out=out, mode=mode)
+            return xq, None
+        dyq = dev.group_quantize(dy_buf, splits_buf, rowwise=False, columnwise=True)
+        xq = dev.group_quantize(x_buf, splits_buf, rowwise=False, columnwise=True)
+        gg(dyq, xq, kind="wgrad", out=out, mode=mode)
+        return xq, dyq
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        res = step()
+    for it in range(replays):
+        splits = rand_splits(e, t, 100 + it)
+        if it % 3 == 0:
+            splits = [0, t, 0, 0] if it % 2 else [t - 17, 17, 0, 0]
+        splits_buf.copy_(torch.tensor(splits, dtype=torch.int64))
+        x_buf.copy_(rand_bf16((t, k), 1000 + it))
+        dy_buf.copy_(rand_bf16((t, n), 2000 + it))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        yn = to_np(out)
+        xq, dyq = res
+        assert xq.splits.cpu().tolist() == splits
+        xo, wo = xq.to_oracle(), wq.to_oracle()
+        if kind == "fprop":
+            r0 = 0
+            for g, m in enumerate(splits):
+                if m:
+                    check_group(yn[r0:r0 + m], xo.row_planes[g], wo.row_planes[g], mode, out_dtype,
+                                where=f"replay {it} g={g}")
+                r0 += m
+        else:
+            dyo = dyq.to_oracle()
+            for g, m in enumerate(splits):
+                if m == 0:
+                    assert np.all(yn[g] == 0)
+                    continue
+                check_group(yn[g], dyo.col_planes[g], xo.col_planes[g], mode, out_dtype, where=f"replay {it} g={g}")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# bad input: clear Python errors before any launch
+# ------------------------------------------------------------------------------------------------------------
+
+def test_bad_inputs():
+    gg = _gg()
+    e, n, k = 2, 32, 64
+    xq = gq(rand_bf16((40, k), 1), [30, 10], rowwise=True, columnwise=True)
+    wq = weights(e, n, k, 2)
+    w_badk = weights(e, n, 2 * k, 3)
+    dyq = gq(rand_bf16((40, n), 4), [30, 10], rowwise=True, columnwise=True)
+    x_row_only = gq(rand_bf16((40, k), 1), [30, 10], rowwise=True)
+    with pytest.raises(ValueError, match="mismatched K"):
+        gg(xq, w_badk, kind="fprop")
+    with pytest.raises(ValueError, match="kind"):
+        gg(xq, wq, kind="forward")
+    with pytest.raises(ValueError, match="mode"):
+        gg(xq, wq, mode="turbo")
+    with pytest.raises(ValueError, match="shape"):
+        gg(xq, wq, kind="fprop", out=torch.empty((40, n + 16), dtype=torch.bfloat16, device=DEV))
+    with pytest.raises(TypeError, match="dtype"):
+        gg(xq, wq, kind="fprop", out=torch.empty((40, n), dtype=torch.float16, device=DEV))
+    with pytest.raises(ValueError, match="accumulate"):
+        gg(dyq, xq, kind="wgrad", accumulate=True)
+    with pytest.raises(ValueError, match="bias"):
+        gg(dyq, xq, kind="wgrad", bias=torch.zeros((e, k), device=DEV))
+    with pytest.raises(ValueError, match="bias"):
+        gg(xq, wq, kind="fprop", bias=torch.zeros((e, n + 1), device=DEV))
+    with pytest.raises(ValueError, match="columnwise"):
+        gg(dyq, x_row_only, kind="wgrad")
+    with pytest.raises(ValueError, match="group counts"):
+        gg(xq, weights(3, n, k, 5), kind="fprop")
+    with pytest.raises(TypeError, match="DeviceGroupedNVFP4Tensor"):
+        gg(xq.row_data, wq)
+    with pytest.raises(ValueError, match="dgrad"):
+        gg(xq, wq, kind="dgrad")  # a has K=64 columns but W has N=32 rows per group
+    with pytest.raises(TypeError, match="float32"):
+        gg(xq, wq, kind="fprop", accumulate=True, out=torch.empty((40, n), dtype=torch.bfloat16, device=DEV))
+    with pytest.raises(ValueError, match="must be on"):
+        cpu_out = torch.empty((40, n), dtype=torch.bfloat16)
+        gg(xq, wq, kind="fprop", out=cpu_out)
