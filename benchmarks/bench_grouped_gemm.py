@@ -123,7 +123,7 @@ def bench_case(name, e, t, k, n, skew, kind, iters, quick):
 
         def loop():
             r0 = 0
-            for g, m in enumerate(splits):
+            for m in splits:
                 torch.matmul(dyt[:, r0:r0 + m], x[r0:r0 + m])
                 r0 += m
 
@@ -141,8 +141,6 @@ def bench_case(name, e, t, k, n, skew, kind, iters, quick):
         except Exception as ex:  # noqa: BLE001 - report and go on
             print(f"  {name} {kind} {key}: {type(ex).__name__}: {str(ex)[:120]}", file=sys.stderr)
             row[key] = float("nan")
-    del x, w, aq, bq, out
-    torch.cuda.empty_cache()
     return row
 
 
@@ -165,6 +163,7 @@ def main():
     for name, e, t, k, n, skew, kinds in cases:
         for kind in kinds:
             r = bench_case(name, e, t, k, n, skew, kind, args.iters, args.quick)
+            torch.cuda.empty_cache()
             print(f"{r['case']:30s} {kind:6s} {r['fast']:8.1f} {r['exact']:8.1f} {r['grouped_mm']:8.1f} "
                   f"{r['loop']:8.1f} {r['deq+gmm']:8.1f} {r['fast'] / r['grouped_mm']:9.2f} "
                   f"{r['exact'] / r['grouped_mm']:9.2f} {r['fast'] / r['deq+gmm']:9.2f}", flush=True)
