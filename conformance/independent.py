@@ -130,6 +130,11 @@ def torchao_quantize(x: np.ndarray, *, rule: str, rowwise: bool, columnwise: boo
     if xt.dtype == torch.float16:
         raise TypeError("torchao's nvfp4_quantize takes bfloat16 or float32")
     amax = torch.max(torch.abs(xt)).float() if xt.numel() else torch.zeros((), dtype=torch.float32)  # in x's dtype
+    if torch.isnan(amax):
+        # SPEC 4.1: torch.max's NaN payload on fp32 depends on the tensor size and thread count (0xFFFFFFFF or
+        # 0x7FC00000; bf16 always gives 0x7FC00000), so the per-tensor amax uses the SPEC's canonical NaN;
+        # everything downstream of it is still torchao's own computation.
+        amax = torch.tensor(float("nan"), dtype=torch.float32)
     pts = nv.per_tensor_amax_to_scale(amax) if rule == "torchao" else None
     out = {}
 

@@ -25,7 +25,7 @@ RULES = ("te", "te_fused_rht", "torchao", "torchao_noscale")
 F32_MAX = np.float32(np.finfo(np.float32).max)
 _F2688 = np.float32(2688.0)  # 448 * 6
 _RCP6 = np.float32(1.0 / 6.0)
-_TORCH_MAX_NAN = np.array(0xFFFFFFFF, np.uint32).view(np.float32)  # fp32(1/6) = 0x3E2AAAAB
+_CANONICAL_NAN = np.array(0x7FC00000, np.uint32).view(np.float32)  # fp32(1/6) = 0x3E2AAAAB
 _ONE = np.float32(1.0)
 
 
@@ -44,7 +44,7 @@ def tensor_amax(x_f32: np.ndarray, rule: str) -> np.float32:
         if _nan_ignoring(rule):
             m = np.fmax.reduce(a.ravel(), initial=np.float32(0.0))
         else:
-            m = _TORCH_MAX_NAN  # torch.max over a tensor holding NaN returns the pattern 0xFFFFFFFF
+            m = _CANONICAL_NAN  # SPEC 4.1: the torchao rules model torch.max's NaN as 0x7FC00000
     return np.float32(m)
 
 
