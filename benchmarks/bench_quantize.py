@@ -18,7 +18,6 @@ import statistics
 import torch
 
 import device
-from device import _ops
 
 SHAPES = ((8192, 5120), (8192, 11328), (16384, 4096))
 
@@ -180,23 +179,23 @@ def main() -> None:
         shape = f"{m}x{k}"
         nbytes = 2 * x.numel() * 2 + out_bytes(m, k)
         kw = dict(rowwise=True, columnwise=True, rht=True)
-        t_f = bench(lambda: device.quantize(x, swizzled=True, **kw), iters)
-        t_c = bench(lambda: device.quantize(x, swizzled=False, **kw), iters)
+        t_f = bench(lambda: device.quantize(x, swizzled=True, **kw), iters)  # noqa: B023 (called inside this iteration)
+        t_c = bench(lambda: device.quantize(x, swizzled=False, **kw), iters)  # noqa: B023 (called inside this iteration)
 
         def unfused():
-            q = device.quantize(x, swizzled=False, **kw)
+            q = device.quantize(x, swizzled=False, **kw)  # noqa: B023 (called inside this iteration)
             device.swizzle_scales(q.row_scales)
             device.swizzle_scales(q.col_scales)
 
         t_u = bench(unfused, iters)
         if args.profile:
-            kernel_breakdown(lambda: device.quantize(x, swizzled=True, **kw), f"fused {shape}")
+            kernel_breakdown(lambda: device.quantize(x, swizzled=True, **kw), f"fused {shape}")  # noqa: B023 (called inside this iteration)
         add("fused row+RHT col+swizzled+amax", shape, t_f, nbytes, f"swizzled/compact {t_f / t_c:.3f}")
         add("  same, compact scales", shape, t_c, nbytes)
         add("  unfused (compact + swizzle kernel)", shape, t_u, nbytes)
         if compiled is not None:
             try:
-                t_t = bench(lambda: compiled(x, hmat), iters)
+                t_t = bench(lambda: compiled(x, hmat), iters)  # noqa: B023 (called inside this iteration)
                 add("  torch.compile pure torch", shape, t_t, nbytes, f"device speedup {t_t / t_f:.1f}x")
             except Exception as e:  # noqa: BLE001 - keep the table even if inductor fails
                 rows.append(("  torch.compile pure torch", shape, "failed", "", type(e).__name__))
@@ -211,7 +210,7 @@ def main() -> None:
         nb = 2 * x.numel() * 2 + sum(
             int(mg) * k // 2 + ru(int(mg), 128) * ru(k // 16, 4) + k * ru(int(mg), 16) // 2
             + ru(k, 128) * ru((int(mg) + 15) // 16, 4) for mg in splits)
-        gq = lambda: device.group_quantize(x, sd, rowwise=True, columnwise=True, rht=True)  # noqa: E731
+        gq = lambda: device.group_quantize(x, sd, rowwise=True, columnwise=True, rht=True)  # noqa: E731, B023
         tg = bench(gq, iters)
         if args.profile:
             kernel_breakdown(gq, f"grouped E={e}")
@@ -221,8 +220,8 @@ def main() -> None:
 
     widths = [max(len(str(r[i])) for r in rows) for i in range(5)]
     head = ("path", "shape", "time", "frac", "note")
-    widths = [max(w, len(h)) for w, h in zip(widths, head)]
-    line = lambda r: " | ".join(str(v).ljust(w) for v, w in zip(r, widths))  # noqa: E731
+    widths = [max(w, len(h)) for w, h in zip(widths, head, strict=True)]
+    line = lambda r: " | ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True))  # noqa: E731
     print(f"device: {torch.cuda.get_device_name()}  (frac = bytes moved / time / copy bandwidth)")
     print(line(head))
     print("-+-".join("-" * w for w in widths))

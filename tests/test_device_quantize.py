@@ -467,7 +467,7 @@ def test_torch_compile():
 
     eager = f(x_t)
     compiled = torch.compile(f, fullgraph=True)(x_t)
-    for a, b in zip(eager, compiled):
+    for a, b in zip(eager, compiled, strict=True):
         assert torch.equal(a, b)
 
 
