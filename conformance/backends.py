@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -163,7 +163,7 @@ class ComposedBackend(Backend):
         t, k = x.shape
         e = splits.size
         offs = ind.offsets_by_table(splits, k)
-        cap = dict(zip(("row_data", "row_scale", "col_data", "col_scale"), ind.capacities_by_formula(t, k, e)))
+        cap = dict(zip(("row_data", "row_scale", "col_data", "col_scale"), ind.capacities_by_formula(t, k, e), strict=True))
         parts: dict[str, list] = {}
         amaxes: dict[str, list] = {"row": [], "col": []}
         for g in range(e):

@@ -8,7 +8,7 @@ may set size limits (``max_elems``, ``min_rows``); a restricted draw picks among
 from __future__ import annotations
 
 import zlib
-from typing import Callable
+from collections.abc import Callable
 
 import ml_dtypes
 import numpy as np

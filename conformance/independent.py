@@ -293,7 +293,7 @@ def fraction_gemm(a_plane, b_plane, *, alpha, bias, c, out_dtype: str) -> np.nda
             if da[i] is None or db[j] is None:
                 out[i, j] = np.nan
                 continue
-            s = sum((x * y for x, y in zip(da[i], db[j]) if x and y), Fraction(0))
+            s = sum((x * y for x, y in zip(da[i], db[j], strict=True) if x and y), Fraction(0))
             v = al * s
             if c is not None:
                 v += Fraction(float(c[i, j]))

@@ -15,8 +15,8 @@ Canonical output dicts (every backend returns a subset of the reference's keys, 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import ml_dtypes
 import numpy as np

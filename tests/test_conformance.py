@@ -3,6 +3,7 @@ report and exit codes, shards."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -113,7 +114,7 @@ def test_generator_is_deterministic_per_seed_and_index(op):
     space = OPS[op].space
     a = [generate(op, 7, i, gen, space) for i in range(6)]
     b = [generate(op, 7, i, gen, space) for i in (5, 3, 1, 0, 2, 4)]  # other order: same cases
-    b = dict(zip((5, 3, 1, 0, 2, 4), b))
+    b = dict(zip((5, 3, 1, 0, 2, 4), b, strict=True))
     assert all(_same(a[i], b[i]) for i in range(6))
     assert not all(_same(a[0], generate(op, 8, 0, gen, space)) for _ in range(1))  # another seed differs
     assert sum(_same(a[0], a[i]) for i in range(1, 6)) == 0
@@ -261,7 +262,7 @@ def test_cli_subprocess_exit_codes(tmp_path):
 
 def test_budget_parsing():
     assert parse_budget("60s") == 60 and parse_budget("2m") == 120 and parse_budget("1.5") == 1.5
-    with pytest.raises(Exception):
+    with pytest.raises(argparse.ArgumentTypeError):
         parse_budget("soon")
 
 

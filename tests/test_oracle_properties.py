@@ -48,7 +48,8 @@ def test_2d_blocks_row_col_transpose_symmetry(x, rule):
     cr = unpack_fp4(t.row.data, k)
     cc = unpack_fp4(t.col.data, t.col.cols)
     assert np.array_equal(cr, cc[:, :m].T)
-    assert np.all(cc[:, m:] & 0x7 == 0)  # zero padding quantizes to (signed) zero codes
+    if rule.startswith("te"):  # TE multipliers are finite, so the zero padding quantizes to zero codes
+        assert np.all(cc[:, m:] & 0x7 == 0)  # (torchao: a NaN tile scale turns 0 * NaN into a NaN code, SPEC 3.5)
     assert np.array_equal(t.row.scales[::16], t.col.scales[::16].T[: (m + 15) // 16])
 
 
