@@ -1,14 +1,13 @@
 """Benchmark of the NVFP4 grouped GEMM (device/gemm.py) against BF16 baselines. One table, one GPU run.
 
 Columns (TFLOP/s = 2*T*N*K / time; wgrad counts the unpadded T):
-  fastV / exactV            -- device.gemm.grouped_gemm (kernel variant V) on operands quantized beforehand
-                               (GEMM only timed); ratios use the best variant
-  grouped_mm                -- torch._grouped_mm on BF16 operands
+  nvfp4 fast / nvfp4 exact  -- device.gemm.grouped_gemm on operands quantized beforehand (GEMM only timed)
+  grouped_mm                -- torch._grouped_mm on BF16 operands (wgrad: bf16 output, fp32 is refused)
   matmul loop               -- one torch.matmul per expert (host-known splits)
   deq+grouped_mm            -- dequantize the NVFP4 weights to BF16 (torch ops, timed) + torch._grouped_mm
 Times are CUDA-event means over --iters calls after warm-up.
 
-    PYTHONPATH=. python benchmarks/bench_grouped_gemm.py [--variants 0,1] [--iters 10]
+    PYTHONPATH=. python benchmarks/bench_grouped_gemm.py [--iters 10]
 """
 
 from __future__ import annotations
@@ -65,7 +64,7 @@ def dequant_weights(wq, e: int, n: int, k: int) -> torch.Tensor:
     return w.to(torch.bfloat16).view(e, n, k)
 
 
-def bench_case(name, e, t, k, n, skew, kind, iters, variants):
+def bench_case(name, e, t, k, n, skew, kind, iters):
     splits = splits_for(e, t, skew)
     st = torch.tensor(splits, dtype=torch.int64, device=DEV)
     offs = torch.tensor(splits, device=DEV).cumsum(0).to(torch.int32)
@@ -120,7 +119,7 @@ def bench_case(name, e, t, k, n, skew, kind, iters, variants):
         dyt = dy.t().contiguous()
 
         def bf16_gmm():
-            return torch._grouped_mm(dyt, x, offs=offs)  # bf16 out (fp32 out is refused for bf16 inputs)
+            return torch._grouped_mm(dyt, x, offs=offs)  # bf16 out: fp32 out is refused for bf16 inputs
 
         def loop():
             r0 = 0
@@ -130,13 +129,9 @@ def bench_case(name, e, t, k, n, skew, kind, iters, variants):
 
         deq = None
     b_in = bq
-    for v in variants:
-        row[f"fast{v}"] = flops / timeit(lambda v=v: grouped_gemm(aq, b_in, kind=kind, out=out, mode="fast", _variant=v),
-                                         iters) / 1e12
-        row[f"exact{v}"] = flops / timeit(
-            lambda v=v: grouped_gemm(aq, b_in, kind=kind, out=out, mode="exact", _variant=v), max(2, iters // 2)) / 1e12
-    row["fast"] = max(row[f"fast{v}"] for v in variants)
-    row["exact"] = max(row[f"exact{v}"] for v in variants)
+    row["fast"] = flops / timeit(lambda: grouped_gemm(aq, b_in, kind=kind, out=out, mode="fast"), iters) / 1e12
+    row["exact"] = flops / timeit(lambda: grouped_gemm(aq, b_in, kind=kind, out=out, mode="exact"),
+                                  max(2, iters // 2)) / 1e12
     for key, fn in (("grouped_mm", bf16_gmm), ("loop", loop), ("deq+gmm", deq)):
         if fn is None:
             row[key] = float("nan")
@@ -151,7 +146,6 @@ def bench_case(name, e, t, k, n, skew, kind, iters, variants):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--variants", default="0,1", help="kernel warp layouts to time (device/gemm.py _variant)")
     ap.add_argument("--iters", type=int, default=10)
     args = ap.parse_args()
     cases = [
@@ -161,21 +155,17 @@ def main():
         ("E64 T16384 K2048 N1408", 64, 16384, 2048, 1408, False, ("fprop", "dgrad", "wgrad")),
     ]
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}")
-    variants = [int(v) for v in args.variants.split(",")]
-    vcols = "".join(f" {'fast' + str(v):>7s} {'exact' + str(v):>7s}" for v in variants)
-    hdr = (f"{'case':30s} {'kind':6s}{vcols} {'grp_mm':>8s} {'loop':>8s} {'deq+gmm':>8s}"
-           f" {'fast/gmm':>9s} {'exact/gmm':>9s} {'fast/deq':>9s} {'fast/loop':>9s}")
+    hdr = (f"{'case':30s} {'kind':6s} {'fast':>8s} {'exact':>8s} {'grp_mm':>8s} {'loop':>8s} {'deq+gmm':>8s}"
+           f" {'fast/gmm':>9s} {'exact/gmm':>9s} {'fast/deq':>9s}")
     print("TFLOP/s (2*T*N*K / time)")
     print(hdr)
     for name, e, t, k, n, skew, kinds in cases:
         for kind in kinds:
-            r = bench_case(name, e, t, k, n, skew, kind, args.iters, variants)
+            r = bench_case(name, e, t, k, n, skew, kind, args.iters)
             torch.cuda.empty_cache()
-            vals = "".join(f" {r['fast' + str(v)]:7.1f} {r['exact' + str(v)]:7.1f}" for v in variants)
-            print(f"{r['case']:30s} {kind:6s}{vals} {r['grouped_mm']:8.1f} "
+            print(f"{r['case']:30s} {kind:6s} {r['fast']:8.1f} {r['exact']:8.1f} {r['grouped_mm']:8.1f} "
                   f"{r['loop']:8.1f} {r['deq+gmm']:8.1f} {r['fast'] / r['grouped_mm']:9.2f} "
-                  f"{r['exact'] / r['grouped_mm']:9.2f} {r['fast'] / r['deq+gmm']:9.2f} "
-                  f"{r['fast'] / r['loop']:9.2f}", flush=True)
+                  f"{r['exact'] / r['grouped_mm']:9.2f} {r['fast'] / r['deq+gmm']:9.2f}", flush=True)
 
 
 if __name__ == "__main__":

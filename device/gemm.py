@@ -24,8 +24,6 @@ graph and replayed with new data and new splits.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import torch
 from torch import Tensor
@@ -37,7 +35,6 @@ __all__ = ["grouped_gemm"]
 _KINDS = {"fprop": 0, "dgrad": 1, "wgrad": 2}
 _RCP_7225344 = float(np.float32(1.0 / 7225344.0))  # SPEC 12.1: fp32(1/7225344)
 _TILE = 128
-_DEFAULT_VARIANT = 0
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -63,22 +60,10 @@ def _out_dtype(out_dtype, default):
     return out_dtype
 
 
-def _pick_variant(v) -> int:
-    if v is None:
-        v = int(os.environ.get("NVFP4_GEMM_VARIANT", _DEFAULT_VARIANT))
-    if v not in (0, 1):
-        raise ValueError(f"variant must be 0 or 1, got {v!r}")
-    return int(v)
-
-
 def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, kind: str = "fprop",
                  out_dtype=None, out: Tensor | None = None, accumulate: bool = False, bias: Tensor | None = None,
-                 mode: str = "fast", _variant: int | None = None) -> Tensor:
-    """Grouped NVFP4 GEMM (see the module docstring for the operands of each ``kind``). Returns ``out``.
-
-    ``_variant`` (testing/benchmarks; default ``$NVFP4_GEMM_VARIANT`` or 0) picks the warp layout of the CTA
-    tile: 0 = 4 warps of 64 x 64, 1 = 8 warps of 64 x 32. Both give identical results.
-    """
+                 mode: str = "fast") -> Tensor:
+    """Grouped NVFP4 GEMM (see the module docstring for the operands of each ``kind``). Returns ``out``."""
     if kind not in _KINDS:
         raise ValueError(f"kind must be one of {list(_KINDS)}, got {kind!r}")
     if mode not in ("fast", "exact"):
@@ -135,11 +120,11 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
     if max(shape) >= 2**31 or t_a * max(k_a, k_b) >= 2**62:
         raise ValueError(f"sizes too large: {shape}")
 
+    if out is not None and not isinstance(out, Tensor):
+        raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
     dtype = _out_dtype(out_dtype, default_dtype if out is None else out.dtype)
     if accumulate and out is None:
         raise ValueError("accumulate=True needs out= (the tensor to add into)")
-    if out is not None and not isinstance(out, Tensor):
-        raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
     if out is not None:
         if out.device != dev:
             raise ValueError(f"out must be on {dev}, got {out.device}")
@@ -184,6 +169,6 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
         ad, as_, offs_a, aa.to(torch.float32).contiguous(),
         bd, bs, offs_b, ba.to(torch.float32).contiguous(),
         out, bias_t, bool(accumulate),
-        int(b_rows), int(a_rows), int(kc), int(cols), _RCP_7225344, int(grid_upper), ws, _pick_variant(_variant),
+        int(b_rows), int(a_rows), int(kc), int(cols), _RCP_7225344, int(grid_upper), ws,
     )
     return out

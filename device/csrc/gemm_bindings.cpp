@@ -28,7 +28,7 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
                    const Tensor& a_offs, const Tensor& a_amax, const Tensor& b_data, const Tensor& b_scales,
                    const Tensor& b_offs, const Tensor& b_amax, Tensor out, const c10::optional<Tensor>& bias,
                    bool accumulate, int64_t b_rows, int64_t a_rows, int64_t kc, int64_t ldd, double rcp,
-                   int64_t grid_upper, Tensor workspace, int64_t variant) {
+                   int64_t grid_upper, Tensor workspace) {
   TORCH_CHECK(kind >= 0 && kind <= 2, "nvfp4_gemm: bad kind");
   TORCH_CHECK(E >= 1, "nvfp4_gemm: E must be >= 1");
   check(a_data, "a data", at::kByte);
@@ -93,7 +93,6 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
   l.out_f32 = f32;
   l.accumulate = accumulate;
   l.grid_upper = static_cast<int>(grid_upper);
-  l.variant = static_cast<int>(variant);
   nvfp4_gemm::launch_gemm(l, stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

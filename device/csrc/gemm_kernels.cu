@@ -31,14 +31,7 @@ constexpr int kScaleStage = 1024;                // two 512-byte swizzled 128x4 
 constexpr int kStage = kAStage + kBStage + 2 * kScaleStage;  // 22528
 constexpr int kStages = 4;
 constexpr int kSmem = kStage * kStages;          // 90112
-// Warp layouts (template WN = warps along N): WN = 2 -> 4 warps of 64 x 64 (128 threads);
-// WN = 4 -> 8 warps of 64 x 32 (256 threads). Two warps along M in both.
-template <int WN> struct Cfg {
-  static constexpr int kWarps = 2 * WN;
-  static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kWarpN = kBN / WN;     // 64 or 32
-  static constexpr int kNT = kWarpN / 8;      // n8 tiles per warp
-};
+constexpr int kThreads = 128;
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -100,7 +93,6 @@ __device__ __forceinline__ uint32_t lds16(const uint8_t* p) {
 }
 
 // One K tile (kt) of A rows [m0, m0+128) and B rows [n0, n0+128) into a pipeline stage.
-template <int kThreads>
 __device__ __forceinline__ void load_stage(uint8_t* st, const Prob& p, int m0, int n0, int kt, int kb4,
                                            long long lda, bool vec16, int tid) {
   uint8_t* sA = st;
@@ -109,7 +101,7 @@ __device__ __forceinline__ void load_stage(uint8_t* st, const Prob& p, int m0, i
   const long long k0 = static_cast<long long>(kt) * kRowBytes;
   if (vec16) {
 #pragma unroll
-    for (int i = 0; i < 1024 / kThreads; ++i) {  // 4 x 16B per row, 128 rows, A then B
+    for (int i = 0; i < 8; ++i) {  // 4 x 16B per row, 128 rows, A then B
       const int c = tid + i * kThreads;
       const bool isb = c >= 512;
       const int cc = c & 511;
@@ -125,7 +117,7 @@ __device__ __forceinline__ void load_stage(uint8_t* st, const Prob& p, int m0, i
     }
   } else {
 #pragma unroll 1
-    for (int i = 0; i < 2048 / kThreads; ++i) {  // 8 x 8B per row
+    for (int i = 0; i < 16; ++i) {  // 8 x 8B per row
       const int c = tid + i * kThreads;
       const bool isb = c >= 1024;
       const int cc = c & 1023;
@@ -139,7 +131,7 @@ __device__ __forceinline__ void load_stage(uint8_t* st, const Prob& p, int m0, i
       cp_async8((isb ? sB : sA) + row * kRowStride + ch * 8, src, bytes);
     }
   }
-  if (tid < 128) {  // scales: 2 x 512 B per operand = 64 x 16B chunks each
+  {  // scales: 2 x 512 B per operand = 64 x 16B chunks each
     const bool isb = tid >= 64;
     const int j = tid & 63;
     const int c4 = 2 * kt + (j >> 5);
@@ -152,16 +144,13 @@ __device__ __forceinline__ void load_stage(uint8_t* st, const Prob& p, int m0, i
   }
 }
 
-template <bool EXACT, bool OUT_F32, int WN>
-__global__ void __launch_bounds__(Cfg<WN>::kThreads, 2)
+template <bool EXACT, bool OUT_F32>
+__global__ void __launch_bounds__(kThreads, 2)
     grouped_gemm_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
-  constexpr int kThreads = Cfg<WN>::kThreads;
-  constexpr int kWarpN = Cfg<WN>::kWarpN;
-  constexpr int NT = Cfg<WN>::kNT;
-  const int wm = warp / WN, wn = warp % WN;
+  const int wm = warp >> 1, wn = warp & 1;
   const int r = lane >> 2, q = lane & 3;
   const int total = prefix[E];
 
@@ -181,17 +170,17 @@ __global__ void __launch_bounds__(Cfg<WN>::kThreads, 2)
     const bool vec16 = ((lda & 15) == 0) && ((reinterpret_cast<uintptr_t>(p.a) & 15) == 0) &&
                        ((reinterpret_cast<uintptr_t>(p.b) & 15) == 0);
 
-    float acc[4][NT][4];
+    float acc[4][8][4];
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
-      for (int j = 0; j < NT; ++j)
+      for (int j = 0; j < 8; ++j)
 #pragma unroll
         for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
 
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-      if (s < KT) load_stage<kThreads>(smem + s * kStage, p, m0, n0, s, kb4, lda, vec16, tid);
+      if (s < KT) load_stage(smem + s * kStage, p, m0, n0, s, kb4, lda, vec16, tid);
       cp_async_commit();
     }
 
@@ -200,13 +189,12 @@ __global__ void __launch_bounds__(Cfg<WN>::kThreads, 2)
       __syncthreads();
       {
         const int nk = kt + kStages - 1;
-        if (nk < KT) load_stage<kThreads>(smem + (nk % kStages) * kStage, p, m0, n0, nk, kb4, lda, vec16, tid);
+        if (nk < KT) load_stage(smem + (nk % kStages) * kStage, p, m0, n0, nk, kb4, lda, vec16, tid);
         cp_async_commit();
       }
-      if (m0 + wm * 64 >= p.M || n0 + wn * kWarpN >= p.N) continue;  // warp-uniform: no rows/cols in range
       const uint8_t* st = smem + (kt % kStages) * kStage;
       const uint8_t* sA = st + wm * 64 * kRowStride;
-      const uint8_t* sB = st + kAStage + wn * kWarpN * kRowStride;
+      const uint8_t* sB = st + kAStage + wn * 64 * kRowStride;
       const uint8_t* sSA = st + kAStage + kBStage;
       const uint8_t* sSB = sSA + kScaleStage;
 
@@ -215,26 +203,11 @@ __global__ void __launch_bounds__(Cfg<WN>::kThreads, 2)
         // Row R = wm*64 + rho + 32j (rho = r + 8i < 32) lives at byte rho*16 + (2wm + j)*4 + kb%4.
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          // Row R of a 128-row tile: its 4 block scales are the 32-bit word at (R%32)*16 + (R/32)*4.
-          // A rows wm*64 + rho + 32j (rho = r + 8i): rows j = 0, 1 are adjacent words -> one 8-byte load.
-          uint2 scA[4];
-          uint32_t scB[NT];
+          uint2 scA[4], scB[4];
 #pragma unroll
-          for (int i = 0; i < 4; ++i)
+          for (int i = 0; i < 4; ++i) {
             scA[i] = *reinterpret_cast<const uint2*>(sSA + h * 512 + (r + 8 * i) * 16 + 8 * wm);
-          if constexpr (NT == 8) {  // same pairing as A
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              const uint2 v = *reinterpret_cast<const uint2*>(sSB + h * 512 + (r + 8 * i) * 16 + 8 * wn);
-              scB[i] = v.x;
-              scB[i + 4] = v.y;
-            }
-          } else {
-#pragma unroll
-            for (int ni = 0; ni < NT; ++ni) {
-              const int R = wn * kWarpN + 8 * ni + r;
-              scB[ni] = *reinterpret_cast<const uint32_t*>(sSB + h * 512 + (R & 31) * 16 + (R >> 5) * 4);
-            }
+            scB[i] = *reinterpret_cast<const uint2*>(sSB + h * 512 + (r + 8 * i) * 16 + 8 * wn);
           }
           const int kb = h * 4 + kk;
           const int boff = kb * 8 + 2 * q;
@@ -255,8 +228,8 @@ __global__ void __launch_bounds__(Cfg<WN>::kThreads, 2)
             }
           }
 #pragma unroll
-          for (int ni = 0; ni < NT; ++ni) {
-            const uint32_t w = scB[ni];
+          for (int ni = 0; ni < 8; ++ni) {
+            const uint32_t w = (ni >> 2) ? scB[ni & 3].y : scB[ni & 3].x;
             const __half2 s2 = e4m3x2_to_h2(w >> (16 * (kk >> 1)));
             const __half2 s = (kk & 1) ? __high2half2(s2) : __low2half2(s2);
             uint32_t y = lds16(sB + (8 * ni + r) * kRowStride + boff);
@@ -290,8 +263,8 @@ __global__ void __launch_bounds__(Cfg<WN>::kThreads, 2)
         const int row = m0 + wm * 64 + mi * 16 + hh * 8 + r;
         if (row >= p.M) continue;
 #pragma unroll
-        for (int ni = 0; ni < NT; ++ni) {
-          const int col = n0 + wn * kWarpN + ni * 8 + 2 * q;
+        for (int ni = 0; ni < 8; ++ni) {
+          const int col = n0 + wn * 64 + ni * 8 + 2 * q;
           if (col >= p.N) continue;  // N is a multiple of 16, so col + 1 < N too
           float y0 = __fmul_rn(alpha, acc[mi][ni][2 * hh]);
           float y1 = __fmul_rn(alpha, acc[mi][ni][2 * hh + 1]);
@@ -377,10 +350,9 @@ __global__ void setup_kernel(SetupArgs a) {
   }
 }
 
-template <bool EXACT, bool OUT_F32, int WN>
+template <bool EXACT, bool OUT_F32>
 void launch_impl(const LaunchArgs& a, cudaStream_t s) {
-  constexpr int kThreads = Cfg<WN>::kThreads;
-  auto k = grouped_gemm_kernel<EXACT, OUT_F32, WN>;
+  auto k = grouped_gemm_kernel<EXACT, OUT_F32>;
   static int blocks_per_sm = -1;  // per instantiation; device properties are read once
   static int num_sms = 0;
   if (blocks_per_sm < 0) {
@@ -402,17 +374,12 @@ void launch_impl(const LaunchArgs& a, cudaStream_t s) {
 
 void launch_setup(const SetupArgs& a, cudaStream_t s) { setup_kernel<<<1, 256, 0, s>>>(a); }
 
-template <int WN>
-void launch_wn(const LaunchArgs& a, cudaStream_t s) {
-  if (a.exact) {
-    if (a.out_f32) launch_impl<true, true, WN>(a, s); else launch_impl<true, false, WN>(a, s);
-  } else {
-    if (a.out_f32) launch_impl<false, true, WN>(a, s); else launch_impl<false, false, WN>(a, s);
-  }
-}
-
 void launch_gemm(const LaunchArgs& a, cudaStream_t s) {
-  if (a.variant == 1) launch_wn<4>(a, s); else launch_wn<2>(a, s);
+  if (a.exact) {
+    if (a.out_f32) launch_impl<true, true>(a, s); else launch_impl<true, false>(a, s);
+  } else {
+    if (a.out_f32) launch_impl<false, true>(a, s); else launch_impl<false, false>(a, s);
+  }
 }
 
 }  // namespace nvfp4_gemm

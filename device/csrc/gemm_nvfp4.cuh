@@ -56,7 +56,6 @@ struct LaunchArgs {
   int out_f32;
   int accumulate;
   int grid_upper;  // host upper bound on the number of tiles (grid = min(this, resident blocks))
-  int variant;     // 0: 4 warps of 64x64; 1: 8 warps of 64x32
 };
 
 void launch_setup(const SetupArgs& a, cudaStream_t s);
