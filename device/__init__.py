@@ -6,6 +6,7 @@ CUDA extension is JIT-built on the first kernel call (see :mod:`device._build`).
 * :func:`quantize` / :func:`group_quantize`: mirror :func:`oracle.quantize` / :func:`oracle.group_quantize`
   on torch CUDA tensors; results have ``.to_oracle()``.
 * :func:`swizzle_scales`, :func:`dequantize`.
+* :func:`grouped_gemm`: graph-safe grouped NVFP4 GEMM (fprop / dgrad / wgrad, "fast" and "exact" modes, SPEC 12).
 * :func:`is_available`: whether a CUDA device that can run the kernels (sm_90) is present.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["dequantize", "group_quantize", "is_available", "quantize", "swizzle_scales"]
+__all__ = ["dequantize", "group_quantize", "grouped_gemm", "is_available", "quantize", "swizzle_scales"]
 
 
 def is_available() -> bool:
@@ -54,3 +55,10 @@ def dequantize(q, plane: str = "row", **kwargs) -> Any:
     from ._api import dequantize as _f
 
     return _f(q, plane, **kwargs)
+
+
+def grouped_gemm(a, b, **kwargs) -> Any:
+    """NVFP4 grouped GEMM (fprop / dgrad / wgrad) over grouped quantized tensors; see :func:`device.gemm.grouped_gemm`."""
+    from .gemm import grouped_gemm as _f
+
+    return _f(a, b, **kwargs)
