@@ -14,6 +14,7 @@ import importlib
 import inspect
 from collections.abc import Callable
 
+import ml_dtypes
 import numpy as np
 
 import oracle
@@ -252,11 +253,15 @@ class DeviceBackend(Backend):
             self._reason = f"device package unusable: {type(e).__name__}: {e}"
         if self._mod is not None and self._reason is None:
             self.ops = tuple(op for op in ("quantize", "group_quantize") if hasattr(self._mod, op))
+            if hasattr(self._mod, "grouped_gemm"):
+                self.ops += ("grouped_gemm", "grouped_gemm_exact")
 
     def available(self):
         return self._reason
 
     def space(self, op):
+        if op.startswith("grouped_gemm"):
+            return {}
         s = {"max_elems": 1 << 22}
         sup = getattr(self._mod, "SUPPORTED", None)
         if isinstance(sup, dict):
@@ -272,6 +277,8 @@ class DeviceBackend(Backend):
     def run(self, op, case):
         import torch
 
+        if op.startswith("grouped_gemm"):
+            return self._grouped_gemm(op, case)
         kw = quantize_kwargs(case)
         swz = bool(case.options["swizzled"])
         x = self._x(case)
@@ -289,6 +296,40 @@ class DeviceBackend(Backend):
         res = _call(fn, x, splits, **kw, **_layout_kw(fn, swz))
         torch.cuda.synchronize(self.dev)
         return self._group_outputs(res, case)
+
+    def _grouped_gemm(self, op: str, case) -> dict:
+        """device.group_quantize of the operands, then device.grouped_gemm (SPEC 12.5)."""
+        import torch
+
+        ind.import_torch()
+        a, o, dev, mod = case.arrays, case.options, self.dev, self._mod
+        t = {n: ind._to_torch(a[n]).to(dev) for n in ("x", "w", "dy")}
+        splits = torch.from_numpy(a["splits"]).to(dev)
+        e = int(a["splits"].size)
+        n = a["w"].shape[0] // e
+        rht = dict(rht=bool(o["rht"]), rht_signs=int(o["rht_signs"]))
+        wq = mod.group_quantize(t["w"], torch.full((e,), n, dtype=torch.int64, device=dev), rowwise=True,
+                                columnwise=True, block=(16, 16))
+        kind = o["kind"]
+        if kind == "fprop":
+            lhs, rhs = mod.group_quantize(t["x"], splits, rowwise=True), wq
+        elif kind == "dgrad":
+            lhs, rhs = mod.group_quantize(t["dy"], splits, rowwise=True, columnwise=True, **rht), wq
+        else:
+            lhs = mod.group_quantize(t["dy"], splits, rowwise=True, columnwise=True, **rht)
+            rhs = mod.group_quantize(t["x"], splits, rowwise=False, columnwise=True, **rht)
+        kw = dict(kind=kind, mode="exact" if op == "grouped_gemm_exact" else "fast",
+                  out_dtype=torch.bfloat16 if o["out_dtype"] == "bfloat16" else torch.float32)
+        if "bias" in a:
+            kw["bias"] = torch.from_numpy(a["bias"]).to(dev)
+        if "c" in a:
+            kw.update(out=torch.from_numpy(a["c"].copy()).to(dev), accumulate=True)
+        y = mod.grouped_gemm(lhs, rhs, **kw)
+        torch.cuda.synchronize(dev)
+        y = y.float().cpu().numpy()  # bf16 -> f32 is exact
+        if op == "grouped_gemm_exact" and o["out_dtype"] == "bfloat16":
+            y = y.astype(ml_dtypes.bfloat16)
+        return {"y": y}
 
     @staticmethod
     def _quantize_outputs(res) -> dict:

@@ -209,9 +209,10 @@ def _bound_compare(case: Case, ref: dict, out: dict, stats: dict) -> list[Mismat
     bad = np.argwhere(~ok)
     if bad.size == 0:
         return []
-    r, c = (int(v) for v in bad[0])
-    return [Mismatch("y", int(bad.shape[0]), {"op": case.op, "row": r, "col": c, "bound": float(bound[r, c])},
-                     repr(float(yref[r, c])), repr(float(y[r, c])))]
+    idx = tuple(int(v) for v in bad[0])
+    where = {"op": case.op} if len(idx) == 2 else {"op": case.op, "group": idx[0]}  # [E, N, K] outputs (wgrad)
+    where.update(row=idx[-2], col=idx[-1], bound=float(bound[idx]))
+    return [Mismatch("y", int(bad.shape[0]), where, repr(float(yref[idx])), repr(float(y[idx])))]
 
 
 def rht_exact_domain(x_bf16: np.ndarray) -> np.ndarray:

@@ -376,7 +376,34 @@ def gen_layout(rng, space) -> tuple[dict, dict, dict]:
     return {"scales": scales, "splits": splits}, {"k": k}, {"splits": kind, "rows": "edge" if r in EDGE_ROWS else "random"}
 
 
+def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
+    """Grouped GEMM inputs (SPEC 12.5): x [T, K], w [E*N, K], dy [T, N] (bf16), splits, kind, bias / C."""
+    kind = pick(rng, space, "kind", ["fprop", "dgrad", "wgrad"])
+    e = int(rng.choice([1, 2, 3, 4, 8, int(rng.integers(1, 17))]))
+    t = gen_rows(rng, int(space.get("max_rows", 600)))
+    k, n = 16 * int(rng.integers(1, 9)), 16 * int(rng.integers(1, 9))
+    splits, skind = gen_splits(rng, t, e)
+    x, vkind = gen_values(rng, t, k, "bfloat16", specials=bool(space.get("specials", True)))
+    w, _ = gen_values(rng, e * n, k, "bfloat16", "normal", specials=False)
+    dy, _ = gen_values(rng, t, n, "bfloat16", specials=bool(space.get("specials", True)))
+    rht = bool(kind == "wgrad" and rng.random() < 0.5)
+    out_dtype = pick(rng, space, "out_dtype", ["float32"] if kind == "wgrad" else ["bfloat16", "float32"])
+    arrays = {"x": to_dtype(x, "bfloat16"), "w": to_dtype(w, "bfloat16"), "dy": to_dtype(dy, "bfloat16"),
+              "splits": splits}
+    if kind != "wgrad" and rng.random() < 0.3:
+        arrays["bias"] = (rng.standard_normal((e, n if kind == "fprop" else k)) * 10.0 ** rng.uniform(-2, 2)).astype(np.float32)
+    if kind == "wgrad" and rng.random() < 0.4:
+        c = (rng.standard_normal((e, n, k)) * 10.0 ** rng.uniform(-3, 3)).astype(np.float32)
+        c.flat[rng.integers(c.size, size=max(1, c.size // 50))] = -0.0
+        arrays["c"] = c
+    o = dict(kind=kind, out_dtype=out_dtype, rht=rht, rht_signs=0xD7E8)
+    tags = dict(kind=kind, out_dtype=out_dtype, rht=str(rht), splits=skind, values=vkind,
+                groups="1" if e == 1 else "2-16", epilogue="+".join(x for x in ("bias", "c") if x in arrays) or "none")
+    return arrays, o, tags
+
+
 GENERATORS: dict[str, Callable] = {
+    "grouped_gemm": gen_grouped_gemm,
     "quantize": gen_quantize,
     "group_quantize": gen_group_quantize,
     "codec": gen_codec,

@@ -143,6 +143,59 @@ def ref_gemm_bound(case: Case) -> dict:
     return {"y": oracle.gemm(pa, pb, model="exact", **ep), "bound": oracle.gemm_error_bound(pa, pb, **ep)}
 
 
+def grouped_gemm_operands(case: Case) -> tuple[list, list]:
+    """The oracle's per-group (A, B) planes of a grouped GEMM case (SPEC 12.5); weights use 16x16 blocks."""
+    a, o = case.arrays, case.options
+    splits, e = a["splits"], a["splits"].size
+    n = a["w"].shape[0] // e
+    rht = dict(rht=bool(o["rht"]), rht_signs=int(o["rht_signs"]))
+    wq = oracle.group_quantize(a["w"], np.full(e, n, np.int64), columnwise=True, block=(16, 16))
+    if o["kind"] == "fprop":
+        xq = oracle.group_quantize(a["x"], splits)
+        return xq.row_planes, wq.row_planes
+    dyq = oracle.group_quantize(a["dy"], splits, columnwise=True, **rht)
+    if o["kind"] == "dgrad":
+        return dyq.row_planes, wq.col_planes
+    xq = oracle.group_quantize(a["x"], splits, rowwise=False, columnwise=True, **rht)
+    return dyq.col_planes, xq.col_planes
+
+
+def _grouped_gemm(case: Case, model: str) -> dict:
+    """Per-group ``oracle.gemm`` assembled into the device's output layout: [T, N] / [T, K] / [E, N, K]."""
+    a, o = case.arrays, case.options
+    planes_a, planes_b = grouped_gemm_operands(case)
+    splits = a["splits"]
+    ys, bounds = [], []
+    for g, (pa, pb) in enumerate(zip(planes_a, planes_b, strict=True)):
+        bias = None if "bias" not in a else a["bias"][g]
+        c = None if "c" not in a else a["c"][g]
+        if o["kind"] == "wgrad" and c is not None and splits[g] == 0:
+            y, bound = c.copy(), np.zeros(c.shape)  # SPEC 12.5: an empty expert leaves C untouched, bit for bit
+        else:
+            kw = dict(out_dtype=o["out_dtype"], bias=bias, accumulate=c)
+            y = oracle.gemm(pa, pb, model=model, **kw)
+            bound = oracle.gemm_error_bound(pa, pb, **kw) if model == "exact" else None
+        ys.append(np.asarray(y, np.float32))
+        bounds.append(bound)
+    stack = np.stack if o["kind"] == "wgrad" else np.concatenate
+    out = {"y": stack(ys)}
+    if model == "exact":
+        out["bound"] = stack(bounds)
+    else:  # byte comparison in the output dtype
+        out["y"] = out["y"].astype(ml_dtypes.bfloat16) if o["out_dtype"] == "bfloat16" else out["y"]
+    return out
+
+
+def ref_grouped_gemm_fast(case: Case) -> dict:
+    """mode="fast": the exact model per group plus the SPEC 12.4 bound."""
+    return _grouped_gemm(case, "exact")
+
+
+def ref_grouped_gemm_exact(case: Case) -> dict:
+    """mode="exact": byte-identical to the sequential model per group."""
+    return _grouped_gemm(case, "sequential")
+
+
 def ref_layout(case: Case) -> dict:
     s, splits, k = case.arrays["scales"], case.arrays["splits"], int(case.options["k"])
     sw = swizzle_scales(s)
@@ -166,6 +219,8 @@ OPS: dict[str, OpSpec] = {
         OpSpec("layout", "layout", ref_layout, cost=0.3),
         OpSpec("gemm_exact", "gemm", ref_gemm_exact, space={"small": True}),
         OpSpec("gemm", "gemm", ref_gemm_bound, mode="bound"),
+        OpSpec("grouped_gemm", "grouped_gemm", ref_grouped_gemm_fast, mode="bound", cost=2.0),
+        OpSpec("grouped_gemm_exact", "grouped_gemm", ref_grouped_gemm_exact, cost=2.0),
     )
 }
 

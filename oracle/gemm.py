@@ -200,14 +200,16 @@ def gemm_error_bound(
     with np.errstate(over="ignore"):
         p = np.ldexp((da @ db.T).astype(np.float64), -20) * (1.0 + (k + 2) * 2.0**-23)
     g = k * _U_ACC / (1.0 - k * _U_ACC) if k else 0.0
-    t = al * p * (1.0 + g)
+    with np.errstate(invalid="ignore", over="ignore"):
+        t = al * p * (1.0 + g)
     if c is not None:
         t = t + np.abs(c.astype(np.float64))
     if bv is not None:
         t = t + np.abs(bv.astype(np.float64))[None, :]
     u_o, eta_o = _OUT_ERR[out_dtype]
     u = _U32
-    bound = al * g * p + 3 * u * t * (1 + u) ** 3 + u_o * t * (1 + u) ** 4 + u_o * t + 4 * _ETA32 + 3 * eta_o
+    with np.errstate(invalid="ignore", over="ignore"):
+        bound = al * g * p + 3 * u * t * (1 + u) ** 3 + u_o * t * (1 + u) ** 4 + u_o * t + 4 * _ETA32 + 3 * eta_o
     bad = ~np.isfinite(bound) | _nan_rows(a_plane)[:, None] | _nan_rows(b_plane)[None, :]
     if not np.isfinite(al):
         bad[:] = True

@@ -54,13 +54,14 @@ def _rht_f32(x_f32: np.ndarray, signs: int) -> np.ndarray:
     v = (x_f32.reshape(-1, 16) * rht_sign_vector(signs)).astype(np.float32)
     n = v.shape[0]
     h = 1
-    while h < 16:
-        # element i pairs with i + h where bit h of i is clear: view [n, 16/(2h), 2, h]
-        w = v.reshape(n, 16 // (2 * h), 2, h)
-        a = w[:, :, 0, :]
-        b = w[:, :, 1, :]
-        v = np.stack([a + b, a - b], axis=2).reshape(n, 16)
-        h *= 2
+    with np.errstate(over="ignore", invalid="ignore"):  # Inf / NaN inputs follow IEEE arithmetic
+        while h < 16:
+            # element i pairs with i + h where bit h of i is clear: view [n, 16/(2h), 2, h]
+            w = v.reshape(n, 16 // (2 * h), 2, h)
+            a = w[:, :, 0, :]
+            b = w[:, :, 1, :]
+            v = np.stack([a + b, a - b], axis=2).reshape(n, 16)
+            h *= 2
     v = v * np.float32(0.25)
     return round_to_bf16(v).reshape(shape)
 
@@ -73,12 +74,13 @@ def rht_along_axis0(y: np.ndarray, signs: int) -> np.ndarray:
     v = y.reshape(m // 16, 16, k) * s[None, :, None]  # float32 * float32: exact sign flip
     out = np.empty_like(v)
     h = 1
-    while h < 16:
-        w = v.reshape(m // 16, 16 // (2 * h), 2, h, k)
-        o = out.reshape(m // 16, 16 // (2 * h), 2, h, k)
-        np.add(w[:, :, 0], w[:, :, 1], out=o[:, :, 0])
-        np.subtract(w[:, :, 0], w[:, :, 1], out=o[:, :, 1])
-        v, out = out, v
-        h *= 2
+    with np.errstate(over="ignore", invalid="ignore"):  # Inf / NaN inputs follow IEEE arithmetic
+        while h < 16:
+            w = v.reshape(m // 16, 16 // (2 * h), 2, h, k)
+            o = out.reshape(m // 16, 16 // (2 * h), 2, h, k)
+            np.add(w[:, :, 0], w[:, :, 1], out=o[:, :, 0])
+            np.subtract(w[:, :, 0], w[:, :, 1], out=o[:, :, 1])
+            v, out = out, v
+            h *= 2
     v *= np.float32(0.25)
     return round_to_bf16(v).reshape(m, k)

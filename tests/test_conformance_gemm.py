@@ -1,0 +1,63 @@
+"""The grouped-GEMM conformance ops (SPEC 12.5) on CPU: references assemble per-group oracle.gemm results in the
+device's layout, and the comparisons catch planted errors (fast mode: outside the bound; exact mode: one ulp)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+import oracle
+from conformance.compare import compare
+from conformance.generators import generate
+from conformance.ops import OPS, grouped_gemm_operands, reference
+
+
+def _case(op: str, kind: str, seed: int = 3):
+    for i in range(200):
+        c = generate(op, seed, i, "grouped_gemm", {"kind": [kind]})
+        if c.arrays["splits"].sum() > 0 and (c.arrays["splits"] > 0).sum() >= 2:
+            return c
+    raise AssertionError("no case with two non-empty groups")
+
+
+def test_reference_layout_matches_per_group_gemm():
+    c = _case("grouped_gemm_exact", "fprop")
+    ref = reference(c)["y"].astype(np.float32)
+    pa, pb = grouped_gemm_operands(c)
+    offs = np.concatenate([[0], np.cumsum(c.arrays["splits"])])
+    for g in range(len(pa)):
+        bias = None if "bias" not in c.arrays else c.arrays["bias"][g]
+        y = oracle.gemm(pa[g], pb[g], model="sequential", out_dtype=c.options["out_dtype"], bias=bias)
+        assert np.array_equal(ref[offs[g] : offs[g + 1]], y.astype(np.float32))
+
+
+def test_fast_mode_bound_catches_error_and_names_group():
+    c = _case("grouped_gemm", "wgrad")
+    ref = reference(c)
+    assert ref["y"].ndim == 3 and compare(c, ref, {"y": ref["y"].copy()}, mode="bound", stats={}) == []
+    g = int(np.flatnonzero(c.arrays["splits"])[0])
+    bad = ref["y"].copy()
+    bad[g, 0, 0] = bad[g, 0, 0] * 1.01 + 1.0
+    ms = compare(c, ref, {"y": bad}, mode="bound", stats={})
+    assert ms and ms[0].where["group"] == g and ms[0].where["row"] == 0 and ms[0].where["col"] == 0
+
+
+def test_exact_mode_catches_one_ulp():
+    c = _case("grouped_gemm_exact", "dgrad")
+    ref = reference(c)
+    y = np.asarray(ref["y"]).copy()
+    bits = y.view(np.uint16 if y.dtype == ml_dtypes.bfloat16 else np.uint32)
+    bits[0, 0] ^= 1
+    assert compare(c, ref, {"y": y}, mode=OPS["grouped_gemm_exact"].mode, stats={})
+
+
+def test_empty_expert_wgrad_accumulate_keeps_c_bits():
+    for i in range(400):
+        c = generate("grouped_gemm_exact", 5, i, "grouped_gemm", {"kind": ["wgrad"]})
+        if "c" in c.arrays and (c.arrays["splits"] == 0).any():
+            break
+    else:
+        raise AssertionError("no wgrad case with accumulate and an empty expert")
+    ref = reference(c)["y"]
+    g = int(np.flatnonzero(c.arrays["splits"] == 0)[0])
+    assert np.array_equal(ref[g].view(np.uint32), c.arrays["c"][g].view(np.uint32))  # -0.0 included
