@@ -1,20 +1,39 @@
 // Instantiations of the amax and quantize kernels for __nv_bfloat16 input (the only dtype with RHT, SPEC 7).
 #include "nvfp4_kernels.cuh"
+#include "nvfp4_fast.cuh"
 #include "nvfp4_launch.h"
 
+#include <cstdlib>
+
 namespace nvfp4 {
+
+// NVFP4_DISABLE_FAST=1 in the environment keeps every launch on the general kernels (for A/B timing).
+static bool fast_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("NVFP4_DISABLE_FAST");
+    return e == nullptr || e[0] == '\0' || e[0] == '0';
+  }();
+  return on;
+}
 
 void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream_t s) {
   const int64_t grid = row_tiles * amax_k_tiles<__nv_bfloat16>(a.K);
   if (grid == 0) return;
-  if (rht) amax_kernel<__nv_bfloat16, true><<<(unsigned)grid, 128, 0, s>>>(a);
-  else amax_kernel<__nv_bfloat16, false><<<(unsigned)grid, 128, 0, s>>>(a);
+  if (!fast_enabled()) {
+    if (rht) amax_kernel<__nv_bfloat16, true><<<(unsigned)grid, 128, 0, s>>>(a);
+    else amax_kernel<__nv_bfloat16, false><<<(unsigned)grid, 128, 0, s>>>(a);
+  } else if (rht && a.rht_signs == kDefaultRhtSigns) amax_fast_bf16<true><<<(unsigned)grid, 128, 0, s>>>(a);
+  else if (rht) amax_kernel<__nv_bfloat16, true><<<(unsigned)grid, 128, 0, s>>>(a);
+  else amax_fast_bf16<false><<<(unsigned)grid, 128, 0, s>>>(a);
 }
 
 void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s) {
   const int64_t grid = row_tiles * quant_k_tiles<__nv_bfloat16>(a.K);
   if (grid == 0) return;
-  if (rht) quantize_kernel<__nv_bfloat16, true><<<(unsigned)grid, 256, 0, s>>>(a);
+  const bool fast = fast_enabled() && !a.sr && !a.block2d && (!rht || a.rht_signs == kDefaultRhtSigns);
+  if (fast && rht) quantize_fast_bf16<true><<<(unsigned)grid, 256, 0, s>>>(a);
+  else if (fast) quantize_fast_bf16<false><<<(unsigned)grid, 256, 0, s>>>(a);
+  else if (rht) quantize_kernel<__nv_bfloat16, true><<<(unsigned)grid, 256, 0, s>>>(a);
   else quantize_kernel<__nv_bfloat16, false><<<(unsigned)grid, 256, 0, s>>>(a);
 }
 
