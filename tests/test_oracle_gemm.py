@@ -195,3 +195,15 @@ def test_gemm_mismatched_k():
     _, b = _planes(rng, 2, 3, 48)
     with pytest.raises(ValueError):
         oracle.gemm(a, b)
+
+
+def test_infinite_alpha_only_requires_non_finite():
+    """SPEC 12.4: with alpha = Inf the bound is NaN and any non-finite result passes; finite ones fail."""
+    rng = np.random.default_rng(4)
+    a, b = _planes(rng, 4, 3, 32)
+    bound = oracle.gemm_error_bound(a, b, alpha=np.inf, out_dtype="float32")
+    assert np.all(np.isnan(bound))
+    ye = oracle.gemm(a, b, model="exact", out_dtype="float32", alpha=np.inf)
+    assert oracle.within_bound(np.full(ye.shape, np.nan), ye, bound).all()
+    assert oracle.within_bound(-ye, ye, bound).all()
+    assert not oracle.within_bound(np.zeros(ye.shape), ye, bound).any()
