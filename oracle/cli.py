@@ -19,12 +19,16 @@ __all__ = ["main"]
 
 
 def _load(path: str, input_dtype: str) -> np.ndarray:
+    """Load an .npy; ``--input-dtype bfloat16`` reinterprets 2-byte elements, float32/float16 convert."""
     x = np.load(path, allow_pickle=False)
+    two_byte = x.dtype.itemsize == 2 and x.dtype.kind in "Vu"
     if input_dtype == "bfloat16" or (input_dtype == "auto" and x.dtype.kind == "V" and x.dtype.itemsize == 2):
         if x.dtype.itemsize != 2:
-            raise SystemExit(f"--input-dtype bfloat16 needs 2-byte elements, got {x.dtype}")
+            raise ValueError(f"--input-dtype bfloat16 needs 2-byte elements, got {x.dtype}")
         return x.view(np.uint16).view(ml_dtypes.bfloat16)
     if input_dtype in ("float32", "float16"):
+        if two_byte and x.dtype.kind == "V":  # a saved bf16 array: decode it before converting
+            x = x.view(np.uint16).view(ml_dtypes.bfloat16)
         return x.astype(input_dtype)
     return x
 
@@ -36,7 +40,8 @@ def _add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rht-signs", type=lambda s: int(s, 0), default=DEFAULT_RHT_SIGNS)
     p.add_argument("--block", default="1x16", choices=["1x16", "16x16"])
     p.add_argument("--rule", default="te", choices=list(RULES))
-    p.add_argument("--amax", type=float, default=None, help="use this amax instead of computing it")
+    p.add_argument("--amax", type=float, nargs="+", default=None, metavar="A",
+                   help="use this amax instead of computing it (two values: row amax, col amax)")
     p.add_argument("--rounding", default="rn", choices=["rn", "sr"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--offset", type=int, default=0)
@@ -45,7 +50,8 @@ def _add_options(p: argparse.ArgumentParser) -> None:
 def _opts(a) -> dict:
     return dict(
         rht=a.rht, rht_signs=a.rht_signs, block=(1, 16) if a.block == "1x16" else (16, 16), rule=a.rule,
-        amax=a.amax, rounding=a.rounding, seed=a.seed, offset=a.offset,
+        amax=None if a.amax is None else (a.amax[0] if len(a.amax) == 1 else tuple(a.amax)), rounding=a.rounding,
+        seed=a.seed, offset=a.offset,
     )
 
 
@@ -61,7 +67,7 @@ def explain(a) -> int:
     t = quantize(x, rowwise=not col, columnwise=col, **opts)
     plane = t.col if col else t.row
     if not 0 <= a.row < plane.rows:
-        raise SystemExit(f"--row {a.row} is outside the {a.plane} plane's {plane.rows} rows")
+        raise ValueError(f"--row {a.row} is outside the {a.plane} plane's {plane.rows} rows")
     x2, _ = as_2d_f32(x)
     src = columnwise_source(x2, opts["rht"], opts["rht_signs"]) if col else x2
     b, sbytes, mult = block_scales(src, amax=plane.amax, rule=plane.rule, block=plane.block)
@@ -99,6 +105,8 @@ def quantize_to_npz(a) -> int:
         out[f"{name}_amax"] = np.array(p.amax, np.float32)
         out[f"{name}_shape"] = np.array(p.shape, np.int64)
     opts_json = {**opts, "block": list(opts["block"]), "shape": list(t.shape)}
+    if isinstance(opts_json["amax"], tuple):
+        opts_json["amax"] = list(opts_json["amax"])
     out["options_json"] = np.array(json.dumps(opts_json))
     np.savez(a.output, **out)
     print(f"wrote {a.output}: " + ", ".join(f"{k} {v.shape}" for k, v in out.items()))
@@ -122,6 +130,6 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     try:
         return explain(a) if a.cmd == "explain" else quantize_to_npz(a)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -104,7 +104,8 @@ def round_certified(v: np.ndarray, err: np.ndarray, fmt: str) -> tuple[np.ndarra
     r = _round_f64(v, fmt)
     a = np.abs(r)
     _, e = np.frexp(a)
-    lead = np.maximum(e.astype(np.int64) - 1, emin)
+    # frexp(0) gives e = 0: a zero result sits in the subnormal range, whose spacing is 2**(emin - p + 1)
+    lead = np.where(a == 0, emin, np.maximum(e.astype(np.int64) - 1, emin))
     ulp_up = np.ldexp(1.0, lead - (p - 1))
     # below a power of two (normal range) the spacing halves
     pow2 = (a == np.ldexp(1.0, lead)) & (lead > emin)

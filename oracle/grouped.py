@@ -27,10 +27,38 @@ def check_splits(splits, total_rows: int) -> np.ndarray:
     return s
 
 
+def _group_amax(amax, e: int) -> list:
+    """Per-group supplied amax (SPEC 4.3): None, E values, an [E, 2] array of (row, col) pairs, or a pair of
+    E-value arrays (a tuple). Every value must be >= 0, +Inf or NaN."""
+    if amax is None:
+        return [None] * e
+    if isinstance(amax, tuple):
+        if len(amax) != 2:
+            raise ValueError("a tuple amax must be (row_amaxes, col_amaxes)")
+        pairs = np.stack([np.asarray(a, np.float32).reshape(-1) for a in amax], axis=1)
+    else:
+        a = np.asarray(amax)
+        if a.dtype.kind not in "fiu":
+            raise ValueError(f"amax must hold real numbers, got dtype {a.dtype}")
+        a = a.astype(np.float32)
+        pairs = a if a.ndim == 2 else None
+        if a.ndim == 1:
+            pairs = np.stack([a, a], axis=1)
+        if pairs is None or pairs.shape[1] != 2:
+            raise ValueError(f"amax must have shape [E] or [E, 2], got {a.shape}")
+    if pairs.shape[0] != e:
+        raise ValueError(f"amax must have one value (or pair) per group ({e}), got {pairs.shape[0]}")
+    if np.any(pairs < 0):
+        raise ValueError("amax values must be >= 0 (absolute maxima)")
+    return [(pairs[g, 0], pairs[g, 1]) for g in range(e)]
+
+
 def grouped_capacities(total_rows: int, cols: int, num_groups: int) -> dict:
     """Worst-case byte sizes of the grouped buffers over all splits of ``total_rows`` into ``num_groups``
     groups (SPEC 9.3): what a device allocates without knowing the splits."""
     t, k, e = int(total_rows), int(cols), int(num_groups)
+    if t < 0 or e < 1 or k < 0 or k % 16:
+        raise ValueError(f"need total_rows >= 0, num_groups >= 1 and K a multiple of 16, got {t}, {e}, {k}")
     kb4 = (k // 16 + 3) // 4 * 4
     return {
         "row_data": t * k // 2,
@@ -71,7 +99,8 @@ def group_quantize(
 
     ``splits``: group sizes m_g (any value >= 0, summing to T). Group g is exactly
     ``quantize(x[rows of g], ..., offset=offset + g)`` (the SR stream of group g, SPEC 10.2).
-    ``amax``: None, an array of E per-group values for both planes, or a pair of such arrays (row, col).
+    ``amax``: None, E per-group values for both planes, an [E, 2] array of (row, col) pairs, or a tuple
+    (row_amaxes, col_amaxes).
     Other options as in :func:`oracle.quantize`.
     """
     x2, is_bf16 = as_2d_f32(x)
@@ -82,18 +111,7 @@ def group_quantize(
     m = check_splits(splits, x2.shape[0])
     e = m.size
     k = x2.shape[1]
-    if amax is None:
-        amax_g = [None] * e
-    elif isinstance(amax, tuple):
-        ra, ca = (np.asarray(a, np.float32).reshape(-1) for a in amax)
-        if ra.size != e or ca.size != e:
-            raise ValueError(f"amax arrays must have one value per group ({e})")
-        amax_g = [(ra[g], ca[g]) for g in range(e)]
-    else:
-        a = np.asarray(amax, np.float32).reshape(-1)
-        if a.size != e:
-            raise ValueError(f"amax must have one value per group ({e}), got {a.size}")
-        amax_g = [a[g] for g in range(e)]
+    amax_g = _group_amax(amax, e)
     offs = grouped_scale_offsets(m, k)
     row_planes, col_planes = [], []
     for g in range(e):

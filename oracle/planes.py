@@ -29,6 +29,7 @@ class QuantizedPlane:
         block: ``(1, 16)`` or ``(16, 16)`` (SPEC 6.3).
         rht: whether the plane holds the Random Hadamard Transform of its source (SPEC 7).
         valid_cols: number of columns that came from real data (the rest is the SPEC 6.2 padding).
+        rht_signs: the RHT sign mask used (``None`` when unknown or without RHT).
     """
 
     data: np.ndarray
@@ -39,6 +40,7 @@ class QuantizedPlane:
     block: tuple[int, int] = (1, 16)
     rht: bool = False
     valid_cols: int | None = None
+    rht_signs: int | None = None
 
     def __post_init__(self) -> None:
         self.amax = np.float32(self.amax)

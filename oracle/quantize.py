@@ -42,7 +42,8 @@ def as_2d_f32(x) -> tuple[np.ndarray, bool]:
     k = x.shape[-1]
     if k % 16:
         raise ValueError(f"the last dimension K={k} must be a multiple of 16 (one E4M3 scale per 16 elements)")
-    x2 = x.reshape(-1, k) if x.ndim != 2 else x
+    rows = int(np.prod(x.shape[:-1])) if x.ndim > 1 else 1
+    x2 = x.reshape(rows, k) if x.ndim != 2 else x
     return np.ascontiguousarray(x2, dtype=np.float32), x.dtype.name == "bfloat16"
 
 
@@ -57,6 +58,9 @@ def check_options(*, rowwise, columnwise, rht, rht_signs, block, rule, rounding,
         raise ValueError(f"block must be (1, 16) or (16, 16), got {block}")
     if rounding not in _ROUNDINGS:
         raise ValueError(f"rounding must be 'rn' or 'sr', got {rounding!r}")
+    for name, v in (("rht_signs", rht_signs), ("seed", seed), ("offset", offset)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"{name} must be an integer, got {v!r}")
     rht_sign_vector(rht_signs)  # validates the mask
     if rht and not columnwise:
         raise ValueError("rht=True applies to the columnwise plane; request columnwise=True")
@@ -179,7 +183,8 @@ def quantize_columnwise(
     # pack tokens 2j (low nibble) and 2j+1 (high nibble) in X's layout, then transpose the packed bytes
     packed = (codes[0::2] & 0x0F) | (codes[1::2] << 4)
     data = np.ascontiguousarray(packed.T)
-    return QuantizedPlane(data, np.ascontiguousarray(sbytes.T), amax, (k, mp), rule, block, rht, valid_cols=m)
+    return QuantizedPlane(data, np.ascontiguousarray(sbytes.T), amax, (k, mp), rule, block, rht, valid_cols=m,
+                          rht_signs=int(rht_signs) if rht else None)
 
 
 def columnwise_source(x2: np.ndarray, rht: bool, rht_signs: int) -> np.ndarray:
@@ -193,14 +198,27 @@ def columnwise_source(x2: np.ndarray, rht: bool, rht_signs: int) -> np.ndarray:
     return xt
 
 
+def _amax_value(v, what: str) -> np.float32:
+    """One supplied amax (SPEC 4.3): a real number >= 0, +Inf or NaN."""
+    a = np.asarray(v)
+    if a.ndim != 0 or a.dtype.kind not in "fiu":
+        raise ValueError(f"{what} must be a single real number, got {v!r}")
+    f = np.float32(a)
+    if f < 0:
+        raise ValueError(f"{what} must be >= 0 (an absolute maximum), got {float(f)}")
+    return f
+
+
 def _split_amax(amax) -> tuple:
+    """``None``, one number for both planes, or a (row, col) pair (tuple, list or 2-element array)."""
     if amax is None:
         return None, None
-    if isinstance(amax, (tuple, list)):
+    if isinstance(amax, (tuple, list)) or (isinstance(amax, np.ndarray) and amax.ndim == 1):
         if len(amax) != 2:
             raise ValueError("amax must be a number or a (row_amax, col_amax) pair")
-        return np.float32(amax[0]), np.float32(amax[1])
-    return np.float32(amax), np.float32(amax)
+        return _amax_value(amax[0], "row amax"), _amax_value(amax[1], "col amax")
+    v = _amax_value(amax, "amax")
+    return v, v
 
 
 def quantize_2d(

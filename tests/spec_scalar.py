@@ -96,3 +96,19 @@ def rht_block(x16, signs: int) -> list:
                 v[i], v[i + h] = F(a + b), F(a - b)
         h *= 2
     return [F(t * F(0.25)) for t in v]
+
+
+def sr_scalar(y, byte: int) -> int:
+    """SPEC 3.4 for one element, written out with np.float32 scalars."""
+    y = F(y)
+    if math.isnan(y):
+        return 7
+    a = F(abs(y))
+
+    def step(t):
+        return F(0.5) if t < 2 else (F(1.0) if t < 4 else F(2.0))
+
+    j = F(a + F(F(byte) / F(256.0)) * step(a))
+    q = min(F(math.floor(j / step(j))) * step(j), F(6.0))
+    idx = E2M1_MAGS.index(float(q))
+    return idx | (8 if math.copysign(1.0, y) < 0 else 0)

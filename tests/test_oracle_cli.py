@@ -46,3 +46,22 @@ def test_cli_reports_bad_input(tmp_path):
     np.save(tmp_path / "x.npy", np.zeros((2, 20), np.float32))
     r = _run("explain", str(tmp_path / "x.npy"), "--row", "0")
     assert r.returncode == 2 and "multiple of 16" in r.stderr
+
+
+def test_cli_missing_file_and_bad_row(tmp_path):
+    r = _run("quantize", str(tmp_path / "nope.npy"), str(tmp_path / "o.npz"))
+    assert r.returncode == 2 and "error:" in r.stderr
+    np.save(tmp_path / "x.npy", np.zeros((2, 16), np.float32))
+    r = _run("explain", str(tmp_path / "x.npy"), "--row", "5")
+    assert r.returncode == 2 and "outside" in r.stderr
+
+
+def test_cli_amax_pair_and_dtype_conversion(tmp_path):
+    x = np.random.default_rng(0).standard_normal((4, 32)).astype(ml_dtypes.bfloat16)
+    np.save(tmp_path / "x.npy", x)
+    r = _run("quantize", str(tmp_path / "x.npy"), str(tmp_path / "o.npz"), "--amax", "2688", "7", "--input-dtype", "float32")
+    assert r.returncode == 0, r.stderr
+    d = np.load(tmp_path / "o.npz", allow_pickle=False)
+    assert float(d["row_amax"]) == 2688.0 and float(d["col_amax"]) == 7.0
+    ref = oracle.quantize(x.astype(np.float32), columnwise=True, amax=(2688.0, 7.0))
+    assert np.array_equal(d["row_data"], ref.row.data)

@@ -177,7 +177,9 @@ def test_sequential_hand_case():
     [
         (dict(model="fast"), ValueError),
         (dict(out_dtype="float16"), ValueError),
-        (dict(accumulate=np.zeros((2, 2), np.float64)), ValueError),
+        (dict(accumulate=np.zeros((2, 3), np.float64)), TypeError),
+        (dict(accumulate=np.zeros((2, 2), np.float32)), ValueError),
+        (dict(alpha=np.ones(3)), ValueError),
         (dict(bias=np.zeros(5, np.float32)), ValueError),
         (dict(bias=np.zeros(3, np.int32)), TypeError),
     ],
@@ -207,3 +209,80 @@ def test_infinite_alpha_only_requires_non_finite():
     assert oracle.within_bound(np.full(ye.shape, np.nan), ye, bound).all()
     assert oracle.within_bound(-ye, ye, bound).all()
     assert not oracle.within_bound(np.zeros(ye.shape), ye, bound).any()
+
+
+def _plane(codes_per_block, scale_bytes, amax=2688.0):
+    from oracle.fp4_numpy import pack_fp4
+
+    codes = np.concatenate([np.asarray(c, np.uint8) for c in codes_per_block])[None, :]
+    return oracle.QuantizedPlane(pack_fp4(codes), np.array([scale_bytes], np.uint8), amax, (1, codes.shape[1]))
+
+
+def test_sequential_model_adds_blocks_in_k_order():
+    """SPEC 12.2 hand case: block terms 2**24, 1, -2**24. In K order 2**24 + 1 rounds (tie to even) to 2**24,
+    so the result is 0; any other order (or the exact model) gives 1."""
+    four, mfour, one, half = [0x6] * 16, [0xE] * 16, [0x2, 0x2] + [0] * 14, [0x1, 0x1] + [0] * 14
+    a = _plane([four, one, four], [0x78, 0x38, 0x78])  # scales 256, 1, 256
+    b = _plane([four, half, mfour], [0x78, 0x38, 0x78])
+    # terms: 256*256*(16*4*4) = 2**24; 1*1*(2*1*0.5) = 1; 256*256*(16*4*-4) = -2**24
+    assert oracle.gemm(a, b, model="sequential", out_dtype="float32", alpha=1.0).tolist() == [[0.0]]
+    assert oracle.gemm(a, b, model="exact", out_dtype="float32", alpha=1.0).tolist() == [[1.0]]
+
+
+def test_exact_model_rounds_to_smallest_subnormal():
+    """Review case: the exact value 2**-150 + 2**-169 rounds up to 2**-149 (the float64 estimate is 0)."""
+    a = _plane([[0x4] + [0] * 15, [0x1] + [0] * 15], [0x78, 0x01])  # 2.0 * 256 and 0.5 * 2**-9
+    b = _plane([[0x4] + [0] * 15, [0x1] + [0] * 15], [0x78, 0x01])
+    alpha = np.array(0x00080001, np.uint32).view(np.float32)
+    c = np.array([[-(2**19 + 1) * 2.0**-131]], np.float32)
+    y = oracle.gemm(a, b, model="exact", out_dtype="float32", alpha=alpha, accumulate=c)
+    s = Fraction(2**18) + Fraction(1, 2**20)
+    v = Fraction(float(alpha)) * s + Fraction(float(c[0, 0]))
+    assert v == Fraction(1, 2**150) + Fraction(1, 2**169)
+    assert y.tolist() == [[2.0**-149]]
+
+
+@given(st.integers(1, 2**40), st.integers(-175, 60), st.floats(-0.45, 0.45))
+@settings(max_examples=300, deadline=None)
+def test_round_certified_with_inexact_estimates(n, e, jitter):
+    """An estimate off by up to err must either be declined or round exactly like the exact value."""
+    exact = np.ldexp(float(n), e)
+    err = abs(exact) * 2.0**-45 + 2.0**-1074
+    v = np.array([exact + jitter * err])
+    r, ok = round_certified(v, np.array([err]), "float32")
+    ref = round_dyadic(np.array([n], dtype=object), e, "float32")
+    if ok[0]:
+        assert r[0] == ref[0]
+
+
+def test_bound_allows_overflow_near_the_threshold():
+    """Review case: sequential overflows to Inf where the exact value is finite; the bound accepts the sign."""
+    a = _plane([[0x4] + [0] * 15], [0x38])  # 2.0
+    b = _plane([[0x2] + [0] * 15], [0x38])  # 1.0
+    c = np.array([[-(2.0**127)]], np.float32)
+    ys = oracle.gemm(a, b, model="sequential", out_dtype="float32", alpha=2.0**127, accumulate=c)
+    ye = oracle.gemm(a, b, model="exact", out_dtype="float32", alpha=2.0**127, accumulate=c)
+    bound = oracle.gemm_error_bound(a, b, out_dtype="float32", alpha=2.0**127, accumulate=c)
+    assert np.isinf(ys[0, 0]) and np.isfinite(ye[0, 0]) and np.isposinf(bound[0, 0])
+    assert oracle.within_bound(ys, ye, bound).all()
+    assert not oracle.within_bound(-ys, ye, bound).all()  # the wrong sign still fails
+
+
+def test_gemm_rejects_rht_mismatch():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((16, 32)).astype(ml_dtypes.bfloat16)
+    plain = oracle.quantize(x, columnwise=True).col
+    rotated = oracle.quantize(x, columnwise=True, rht=True).col
+    with pytest.raises(ValueError):
+        oracle.gemm(plain, rotated)
+
+
+def test_gemm_rejects_different_rht_masks():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((16, 32)).astype(ml_dtypes.bfloat16)
+    a = oracle.quantize(x, rowwise=False, columnwise=True, rht=True).col
+    b = oracle.quantize(x, rowwise=False, columnwise=True, rht=True, rht_signs=0x1234).col
+    assert a.rht_signs == 0xD7E8 and b.rht_signs == 0x1234
+    with pytest.raises(ValueError):
+        oracle.gemm(a, b)
+    oracle.gemm(a, a)  # same mask: fine

@@ -106,8 +106,8 @@ def test_grouped_equals_per_group(splits, k, use_rht, rounding, block, seed):
     assert offs["col_scale"][-1] <= cap["col_scale"] and offs["row_data"][-1] == cap["row_data"]
 
 
-def test_capacity_is_attained():
-    # SPEC 9.3: the bound is tight, e.g. T = 129 split as [1, 128] needs 2 row tiles = 128 * (129//128 + 1)... E = 2
+def test_capacity_is_an_upper_bound_hand_case():
+    # SPEC 9.3: T = 129 in E = 2 groups needs at most 2 row tiles ([1, 128]); the formula gives 128*(1 + 2) rows
     cap = oracle.grouped_capacities(129, 16, 2)
     offs = grouped_scale_offsets([1, 128], 16)
     assert offs["row_scale"][-1] == 256 * 4 and cap["row_scale"] == 128 * (1 + 2) * 4

@@ -195,3 +195,72 @@ def test_pack_matches_quantize_layout():
     x = np.array([HAND_BLOCK], np.float32)
     t = oracle.quantize(x, amax=2688.0)
     assert np.array_equal(t.row.data, pack_fp4(np.array([HAND_CODES], np.uint8)))
+
+
+def test_dequantize_op_order_is_spec_order():
+    """SPEC 11: f = (float(sf) * amax) * fp32(1/2688), left to right; find inputs where the other association
+    differs and check the oracle follows the SPEC order (expected computed with np.float32 scalars here)."""
+    rcp = np.float32(1.0 / 2688.0)
+    rng = np.random.default_rng(0)
+    for _ in range(10000):
+        amax = np.float32(rng.uniform(1, 1000))
+        sf_byte = np.uint8(rng.integers(1, 0x7F))
+        sf = oracle.fp4_numpy.decode_e4m3(np.array([sf_byte]))[0]
+        spec = np.float32(np.float32(sf * amax) * rcp)
+        other = np.float32(sf * np.float32(amax * rcp))
+        if spec != other:
+            break
+    else:
+        raise AssertionError("no distinguishing case found")
+    plane = oracle.QuantizedPlane(np.full((1, 8), 0x22, np.uint8), np.array([[sf_byte]], np.uint8), amax, (1, 16))
+    assert oracle.dequantize(plane)[0, 0] == spec  # code 0x2 = 1.0, so the value is f itself
+
+
+def test_columnwise_sr_uses_plane_1_counters():
+    """SPEC 10.2 for the columnwise plane: element (r=k, c=token) takes Philox((c/16, r, 1, offset), seed)."""
+    from spec_scalar import sr_scalar
+
+    from oracle.philox import philox4x32
+
+    x = np.zeros((16, 16), np.float32)
+    x[:, 0] = [12, 5, 7, -1, 0.5, 1.5, 2.5, 3.5, 10, 11, -0.0, 0.3, -3, 9, 0.4, -12]
+    seed, offset = 99, 5
+    t = oracle.quantize(x, rowwise=False, columnwise=True, amax=2688.0, rounding="sr", seed=seed, offset=offset)
+    words = philox4x32(np.array([0, 0, 1, offset], np.uint32), np.array([seed, 0], np.uint32))
+    got = unpack_fp4(t.col.data, 16)[0]  # plane row k = 0: the 16 tokens of column 0, multiplier 0.5
+    for c in range(16):
+        byte = (int(words[c // 4]) >> (8 * (c % 4))) & 0xFF
+        assert got[c] == sr_scalar(np.float32(x[c, 0]) * np.float32(0.5), byte), c
+
+
+@pytest.mark.parametrize(
+    "amax,exc",
+    [(-1.0, ValueError), ((None, 2.0), ValueError), ((1.0, 2.0, 3.0), ValueError), ("big", ValueError),
+     (np.array([[1.0]]), ValueError)],
+)
+def test_bad_supplied_amax(amax, exc):
+    with pytest.raises(exc):
+        oracle.quantize(np.ones((2, 16), np.float32), columnwise=True, amax=amax)
+
+
+def test_supplied_amax_forms():
+    x = np.ones((2, 16), np.float32)
+    a = oracle.quantize(x, columnwise=True, amax=np.array([2688.0, 1.0]))
+    assert a.row.amax == 2688.0 and a.col.amax == 1.0
+    g = oracle.group_quantize(np.ones((3, 16), np.float32), [1, 2], columnwise=True, amax=np.array([[2688.0, 1.0], [5.0, 6.0]]))
+    assert g.row_amax.tolist() == [2688.0, 5.0] and g.col_amax.tolist() == [1.0, 6.0]
+    with pytest.raises(ValueError):
+        oracle.group_quantize(np.ones((3, 16), np.float32), [1, 2], amax=[1.0, -5.0])
+    with pytest.raises(ValueError):
+        oracle.group_quantize(np.ones((3, 16), np.float32), [1, 2], amax=[1.0, 2.0, 3.0])
+
+
+def test_integer_options_and_zero_k():
+    with pytest.raises(TypeError):
+        oracle.quantize(np.ones((2, 16), np.float32), rounding="sr", seed=1.7)
+    with pytest.raises(TypeError):
+        oracle.quantize(np.ones((2, 16), ml_dtypes.bfloat16), columnwise=True, rht=True, rht_signs=1.9)
+    t = oracle.quantize(np.zeros((2, 4, 0), np.float32), columnwise=True)
+    assert t.shape == (8, 0) and t.row.data.shape == (8, 0)
+    with pytest.raises(ValueError):
+        oracle.grouped_capacities(-5, 16, 1)
