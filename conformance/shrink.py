@@ -94,6 +94,24 @@ def _quant_option_simplifications(o: dict) -> Iterator[dict]:
         yield {"block": [1, 16]}
 
 
+def _shared_quantize_candidates(case: Case) -> Iterator[Case]:
+    """Candidates common to quantize and group_quantize: fewer 16-column blocks, no supplied amax, simpler
+    options, then zeroed blocks / elements of x."""
+    x, o = case.arrays["x"], case.options
+    for idx in _cols16(x):
+        yield case.replace({"x": x[:, idx]})
+    if "amax" in case.arrays:
+        c = case.replace()
+        del c.arrays["amax"]
+        yield c
+    for opts in _quant_option_simplifications(o):
+        yield case.replace(options=opts)
+    for y in _zero_blocks(x):
+        yield case.replace({"x": y})
+    for y in _zero_elements(x):
+        yield case.replace({"x": y})
+
+
 def candidates(case: Case) -> Iterator[Case]:
     """Smaller variants of ``case`` (not yet checked to fail)."""
     a, o = case.arrays, case.options
@@ -108,18 +126,7 @@ def candidates(case: Case) -> Iterator[Case]:
         x = a["x"]
         for keep in _chunks(x.shape[0]):
             yield case.replace({"x": x[keep]})
-        for idx in _cols16(x):
-            yield case.replace({"x": x[:, idx]})
-        if "amax" in a:
-            c = case.replace()
-            del c.arrays["amax"]
-            yield c
-        for opts in _quant_option_simplifications(o):
-            yield case.replace(options=opts)
-        for y in _zero_blocks(x):
-            yield case.replace({"x": y})
-        for y in _zero_elements(x):
-            yield case.replace({"x": y})
+        yield from _shared_quantize_candidates(case)
         return
     if op == "group_quantize":
         x, s = a["x"], a["splits"]
@@ -139,18 +146,7 @@ def candidates(case: Case) -> Iterator[Case]:
                 s2 = s.copy()
                 s2[g] = keep.size
                 yield case.replace({"x": x[rows.astype(np.int64)], "splits": s2})
-        for idx in _cols16(x):
-            yield case.replace({"x": x[:, idx]})
-        if amax is not None:
-            c = case.replace()
-            del c.arrays["amax"]
-            yield c
-        for opts in _quant_option_simplifications(o):
-            yield case.replace(options=opts)
-        for y in _zero_blocks(x):
-            yield case.replace({"x": y})
-        for y in _zero_elements(x):
-            yield case.replace({"x": y})
+        yield from _shared_quantize_candidates(case)
         return
     if op in ("gemm", "gemm_exact"):
         am, bm = a["a"], a["b"]
