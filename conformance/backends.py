@@ -295,7 +295,7 @@ class DeviceBackend(Backend):
                 else torch.from_numpy(np.asarray(a, np.float32)).to(self.dev)
         res = _call(fn, x, splits, **kw, **_layout_kw(fn, swz))
         torch.cuda.synchronize(self.dev)
-        return self._group_outputs(res, case)
+        return self._group_outputs(res)
 
     def _grouped_gemm(self, op: str, case) -> dict:
         """device.group_quantize of the operands, then device.grouped_gemm (SPEC 12.5)."""
@@ -347,7 +347,7 @@ class DeviceBackend(Backend):
         return out
 
     @staticmethod
-    def _group_outputs(res, case) -> dict:
+    def _group_outputs(res) -> dict:
         o = res.to_oracle()
         out = {"row_offsets": np.asarray(o.row_offsets, np.int64)}
         for p in ("row", "col"):

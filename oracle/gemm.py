@@ -160,9 +160,8 @@ def _exact(a, b, al, c, bv, out_dtype) -> np.ndarray:
     extras = [x for x in (c, None if bv is None else np.broadcast_to(bv[None, :], (m, n))) if x is not None]
     # float64 estimate; each of its <= 4 roundings errs by <= 2**-53 of a magnitude <= mag (1 + 2**-50)
     with np.errstate(invalid="ignore", over="ignore"):
-        prod = np.ldexp(s.astype(np.float64), s_exp) * np.float64(al)
-        est = prod.copy()
-        mag = np.abs(prod)
+        est = np.ldexp(s.astype(np.float64), s_exp) * np.float64(al)
+        mag = np.abs(est)
         for x in extras:
             est = est + x
             mag = mag + np.abs(x.astype(np.float64))

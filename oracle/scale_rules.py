@@ -24,8 +24,8 @@ __all__ = [
 RULES = ("te", "te_fused_rht", "torchao", "torchao_noscale")
 F32_MAX = np.float32(np.finfo(np.float32).max)
 _F2688 = np.float32(2688.0)  # 448 * 6
-_RCP6 = np.float32(1.0 / 6.0)
-_CANONICAL_NAN = np.array(0x7FC00000, np.uint32).view(np.float32)  # fp32(1/6) = 0x3E2AAAAB
+_RCP6 = np.float32(1.0 / 6.0)  # fp32(1/6) = 0x3E2AAAAB
+_CANONICAL_NAN = np.array(0x7FC00000, np.uint32).view(np.float32)  # SPEC 4.1: the torchao rules' NaN amax
 _ONE = np.float32(1.0)
 
 
