@@ -6,9 +6,18 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "gemm_nvfp4.cuh"
 
 namespace {
+
+// NVFP4_GEMM_IMPL=mma selects the older mma.sync kernel (kept for A/B timing); default: the wgmma kernel.
+int impl_from_env() {
+  const char* v = std::getenv("NVFP4_GEMM_IMPL");
+  return (v && std::strcmp(v, "mma") == 0) ? nvfp4_gemm::kImplMma : nvfp4_gemm::kImplWgmma;
+}
 
 using at::Tensor;
 
@@ -82,6 +91,8 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
   s.rcp = static_cast<float>(rcp);
   s.probs = probs;
   s.prefix = prefix;
+  const int impl = impl_from_env();
+  nvfp4_gemm::pick_tile(impl, exact, ldd, &s.tile_m, &s.tile_n);
   nvfp4_gemm::launch_setup(s, stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (grid_upper <= 0) return;
@@ -93,6 +104,8 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
   l.out_f32 = f32;
   l.accumulate = accumulate;
   l.grid_upper = static_cast<int>(grid_upper);
+  l.tile_n = s.tile_n;
+  l.impl = impl;
   nvfp4_gemm::launch_gemm(l, stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

@@ -316,7 +316,7 @@ __global__ void setup_kernel(SetupArgs a) {
       p.d = a.out_f32 ? static_cast<void*>(static_cast<float*>(a.out) + doff)
                       : static_cast<void*>(static_cast<__nv_bfloat16*>(a.out) + doff);
       // an empty expert (K = 0): dW = alpha * 0 (the kernel's zero accumulator), or C left untouched
-      if (p.K > 0 || !a.accumulate) tiles = ((p.M + kBM - 1) / kBM) * ((p.N + kBN - 1) / kBN);
+      if (p.K > 0 || !a.accumulate) tiles = ((p.M + a.tile_m - 1) / a.tile_m) * ((p.N + a.tile_n - 1) / a.tile_n);
     } else {
       p.a = a.a_data + a.a_offs[2 * E1 + g];
       p.sa = a.a_scales + a.a_offs[3 * E1 + g];
@@ -329,11 +329,11 @@ __global__ void setup_kernel(SetupArgs a) {
       const long long doff = row0 * a.ldd;
       p.d = a.out_f32 ? static_cast<void*>(static_cast<float*>(a.out) + doff)
                       : static_cast<void*>(static_cast<__nv_bfloat16*>(a.out) + doff);
-      if (m > 0) tiles = ((p.M + kBM - 1) / kBM) * ((p.N + kBN - 1) / kBN);
+      if (m > 0) tiles = ((p.M + a.tile_m - 1) / a.tile_m) * ((p.N + a.tile_n - 1) / a.tile_n);
     }
     p.bias = a.bias ? a.bias + static_cast<long long>(g) * a.ldd : nullptr;
     p.ldd = a.ldd;
-    p.tiles_m = (p.M + kBM - 1) / kBM;
+    p.tiles_m = (p.M + a.tile_m - 1) / a.tile_m;
     if (p.tiles_m == 0) p.tiles_m = 1;
     p.alpha = __fmul_rn(__fmul_rn(a.a_amax[g], a.b_amax[g]), a.rcp);  // SPEC 12.1, left to right
     a.probs[g] = p;
@@ -374,7 +374,23 @@ void launch_impl(const LaunchArgs& a, cudaStream_t s) {
 
 void launch_setup(const SetupArgs& a, cudaStream_t s) { setup_kernel<<<1, 256, 0, s>>>(a); }
 
+void pick_tile(int impl, bool exact, long long cols, int* tile_m, int* tile_n) {
+  if (impl == kImplMma) {
+    *tile_m = kBM;
+    *tile_n = kBN;
+    return;
+  }
+  *tile_m = 128;
+  // exact mode keeps two partial fragments (BN = 128); fast mode takes 256 columns unless that wastes a
+  // large part of the last column tile (e.g. N = 1408 = 5.5 x 256)
+  *tile_n = (!exact && (cols % 256 == 0 || cols >= 4096)) ? 256 : 128;
+}
+
 void launch_gemm(const LaunchArgs& a, cudaStream_t s) {
+  if (a.impl == kImplWgmma) {
+    if (a.exact) launch_wgmma_exact(a, s); else launch_wgmma_fast(a, s);
+    return;
+  }
   if (a.exact) {
     if (a.out_f32) launch_impl<true, true>(a, s); else launch_impl<true, false>(a, s);
   } else {

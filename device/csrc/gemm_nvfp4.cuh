@@ -44,6 +44,7 @@ struct SetupArgs {
   long long kc;       // contraction length for fprop (K) / dgrad (N); wgrad: per group roundup(m_g,16)
   long long ldd;      // output row stride (elements)
   float rcp;          // fp32(1/7225344)
+  int tile_m, tile_n; // CTA tile of the GEMM kernel that will run (tile counts per group)
   Prob* probs;        // out: [E]
   int* prefix;        // out: [E+1] tile prefix sum
 };
@@ -56,9 +57,19 @@ struct LaunchArgs {
   int out_f32;
   int accumulate;
   int grid_upper;  // host upper bound on the number of tiles (grid = min(this, resident blocks))
+  int tile_n;      // wgmma kernels: 128 or 256 (from pick_tile_n)
+  int impl;        // kImplWgmma or kImplMma
 };
+
+enum Impl : int { kImplWgmma = 0, kImplMma = 1 };
+
+// CTA tile (rows x columns of the output) used by `impl` for this mode and output width.
+void pick_tile(int impl, bool exact, long long cols, int* tile_m, int* tile_n);
 
 void launch_setup(const SetupArgs& a, cudaStream_t s);
 void launch_gemm(const LaunchArgs& a, cudaStream_t s);
+// wgmma kernels (gemm_wgmma_fast.cu / gemm_wgmma_exact.cu, template in gemm_wgmma.cuh)
+void launch_wgmma_fast(const LaunchArgs& a, cudaStream_t s);
+void launch_wgmma_exact(const LaunchArgs& a, cudaStream_t s);
 
 }  // namespace nvfp4_gemm
