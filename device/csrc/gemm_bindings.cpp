@@ -106,6 +106,10 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
   l.grid_upper = static_cast<int>(grid_upper);
   l.tile_n = s.tile_n;
   l.impl = impl;
+  {
+    const char* d = std::getenv("NVFP4_GEMM_DEBUG");
+    l.dbg = (d && std::strcmp(d, "noconvert") == 0) ? 1 : 0;
+  }
   nvfp4_gemm::launch_gemm(l, stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

@@ -59,6 +59,7 @@ struct LaunchArgs {
   int grid_upper;  // host upper bound on the number of tiles (grid = min(this, resident blocks))
   int tile_n;      // wgmma kernels: 128 or 256 (from pick_tile_n)
   int impl;        // kImplWgmma or kImplMma
+  int dbg;         // profiling only (NVFP4_GEMM_DEBUG=noconvert): skip the dequantization, results are garbage
 };
 
 enum Impl : int { kImplWgmma = 0, kImplMma = 1 };

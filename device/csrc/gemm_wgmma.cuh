@@ -106,8 +106,15 @@ __device__ __forceinline__ uint32_t hmul2_u32(uint32_t a, __half2 s) {
 // |E2M1| in fp16 = 0x0000 0x3800 0x3C00 0x3E00 0x4000 0x4200 0x4400 0x4600: the low byte is always 0, so one
 // byte-permute with the selector nibbles [0, code_k, 0, code_k+4] produces the word's two magnitudes directly
 // (selector 0 picks the table's 0x00 byte). The signs (bits 4k+3 and 4k+19) move to bits 15 and 31 by one shift.
-__device__ __forceinline__ void e2m1x8_to_f16_scaled(uint32_t w, __half2 s, uint32_t (&o)[4]) {
-  constexpr uint32_t kLutLo = 0x3E3C3800u, kLutHi = 0x46444240u;
+// lut_lo must hold 0x3E3C3800 (the table's low word, see lut_lo_register()).
+__device__ const uint32_t kE2m1F16LutLo[1] = {0x3E3C3800u};
+__device__ __forceinline__ uint32_t lut_lo_register() {
+  // loaded from memory so ptxas keeps it in one register: a literal is re-materialised before every PRMT
+  return __ldg(kE2m1F16LutLo);
+}
+__device__ __forceinline__ void e2m1x8_to_f16_scaled(uint32_t w, __half2 s, uint32_t lut_lo, uint32_t (&o)[4]) {
+  constexpr uint32_t kLutHi = 0x46444240u;
+  const uint32_t kLutLo = lut_lo;
   const uint32_t t = prmt(w, 0u, 0x3120u);         // nibbles [n0 n1 n4 n5 | n2 n3 n6 n7]
   const uint32_t ev = (t << 4) & 0x70707070u;      // selectors [0 n0 0 n4 | 0 n2 0 n6] (magnitudes only)
   const uint32_t od = t & 0x70707070u;             // selectors [0 n1 0 n5 | 0 n3 0 n7]
@@ -127,77 +134,133 @@ __device__ __forceinline__ __half2 e4m3_to_h2(uint32_t byte) {
   return *reinterpret_cast<__half2*>(&r);
 }
 
-// Raw K tile kt of A rows [m0, m0+128) and B rows [n0, n0+BN) into a raw stage (st = shared address).
-// Rows past the problem, bytes past K and scale tiles past the plane are zero-filled (src-size 0): a zero code times
-// a zero scale contributes +0, and no byte of a neighbouring group or past an allocation is read.
-template <int BN>
-__device__ __forceinline__ void load_raw(uint32_t st, const Prob& p, int m0, int n0, int kt, int kb4, long long lda,
-                                         bool vec16, int tid) {
-  using C = Cfg<BN>;
-  const long long k0 = static_cast<long long>(kt) * 32;  // byte offset of the K tile in a row
-  if (vec16) {
-#pragma unroll
-    for (int i = 0; i < (kBM + BN) * 2 / kThreads; ++i) {  // two 16-byte chunks per row
-      const int c = tid + i * kThreads;
-      const int row = c >> 1, h = c & 1;
-      const bool isb = row >= kBM;
-      const int r = isb ? row - kBM : row;
-      const int grow = (isb ? n0 : m0) + r;
-      const long long kb = k0 + h * 16;
-      const long long rem = lda - kb;
-      const int bytes = grow < (isb ? p.N : p.M) ? static_cast<int>(rem >= 16 ? 16 : (rem > 0 ? rem : 0)) : 0;
-      const uint8_t* base = isb ? p.b : p.a;
-      const uint8_t* src = bytes ? base + static_cast<long long>(grow) * lda + kb : base;
-      cp_async16(st + (isb ? C::kRawA : 0) + r * 32 + h * 16, src, bytes);
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < (kBM + BN) * 4 / kThreads; ++i) {  // four 8-byte chunks per row (lda % 8 == 0)
-      const int c = tid + i * kThreads;
-      const int row = c >> 2, h = c & 3;
-      const bool isb = row >= kBM;
-      const int r = isb ? row - kBM : row;
-      const int grow = (isb ? n0 : m0) + r;
-      const long long kb = k0 + h * 8;
-      const int bytes = (grow < (isb ? p.N : p.M) && kb < lda) ? 8 : 0;
-      const uint8_t* base = isb ? p.b : p.a;
-      const uint8_t* src = bytes ? base + static_cast<long long>(grow) * lda + kb : base;
-      cp_async8(st + (isb ? C::kRawA : 0) + r * 32 + h * 8, src, bytes);
-    }
-  }
-  // Scales: a K tile is exactly one 4-block column of 512-byte swizzled tiles (SPEC 8.2): 1 for A, BN/128 for B.
-  if (tid < (1 + BN / 128) * 32) {
-    const int t = tid >> 5, off = (tid & 31) * 16;
-    const bool isb = t > 0;
-    const int rt = isb ? (n0 >> 7) + t - 1 : (m0 >> 7);
-    const bool ok = kt < kb4 && (!isb || rt * 128 < p.N);
-    const uint8_t* base = isb ? p.sb : p.sa;
-    const uint8_t* src = ok ? base + (static_cast<long long>(rt) * kb4 + kt) * 512 + off : base;
-    cp_async16(st + C::kRawA + C::kRawB + t * 512 + off, src, ok ? 16 : 0);
-  }
+__device__ __forceinline__ uint2 lds64(uint32_t a) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(a) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint32_t lds8(uint32_t a) {
+  uint32_t v;
+  asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(v) : "r"(a) : "memory");
+  return v;
+}
+__device__ __forceinline__ void sts128(uint32_t a, const uint32_t (&v)[4]) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
+               : "memory");
 }
 
-// Dequantize conversion unit u (= one (row, 16-block) pair of the K tile) from a raw stage into an fp16 buffer.
-// fp16 layout (wgmma K-major, 128-byte swizzle): row r at r*128; its 16-byte chunk c (elements 8c..8c+7) at
-// ((c ^ (r % 8)) * 16). Consecutive threads take the 4 blocks of 8 consecutive rows: conflict-free 8-byte loads
-// and 16-byte stores.
+// Raw K tiles of A rows [m0, m0+128) and B rows [n0, n0+BN) into raw stages. Stage layout: raw A rows (32 B each)
+// then raw B rows, so copy chunk c of a thread lands at stage + c * chunk bytes; then the A scale tile and the B
+// scale tiles (512 B each). Rows past the problem, bytes past K and scale tiles past the plane are zero-filled
+// (src-size 0): a zero code times a zero scale contributes +0, and no byte of a neighbouring group or past an
+// allocation is read. Row pointers are computed once per tile; a K tile only adds its byte offset.
 template <int BN>
-__device__ __forceinline__ void convert_unit(const uint8_t* raw, uint8_t* buf, int u) {
+struct RawLoader {
   using C = Cfg<BN>;
-  const int row = u >> 2, b = u & 3;
-  const bool isb = row >= kBM;
-  const int r = isb ? row - kBM : row;
-  const uint2 w = *reinterpret_cast<const uint2*>(raw + (isb ? C::kRawA : 0) + r * 32 + b * 8);
-  const int tile = isb ? 1 + (r >> 7) : 0, rr = r & 127;
-  const uint32_t sbyte = raw[C::kRawA + C::kRawB + tile * 512 + (rr & 31) * 16 + (rr >> 5) * 4 + b];
+  static constexpr int kChunks16 = (kBM + BN) * 2 / kThreads;  // 16-byte chunks per thread (K % 32 == 0)
+  static constexpr int kChunks8 = (kBM + BN) * 4 / kThreads;   // 8-byte chunks per thread (otherwise)
+  const uint8_t* row[kChunks8];  // this thread's rows (nullptr: past the problem), at its chunk's byte offset
+  const uint8_t* scale;          // this thread's scale chunk at K tile 0 (nullptr: none)
+  const uint8_t* safe;           // a valid global address for zero-byte copies
+  long long rem0;                // lda minus the chunk's byte offset: bytes left in the row at K tile 0
+  int kb4;
+  bool vec16;
+
+  __device__ __forceinline__ RawLoader(const Prob& p, int m0, int n0, int KT, long long lda, int tid) {
+    kb4 = KT;
+    safe = p.sa;
+    vec16 = ((lda & 15) == 0) && ((reinterpret_cast<uintptr_t>(p.a) & 15) == 0) &&
+            ((reinterpret_cast<uintptr_t>(p.b) & 15) == 0);
+    // vec16: chunk i is row (tid >> 1) + 128 i of [A; B], half (tid & 1); else row (tid >> 2) + 64 i, quarter (tid & 3)
+    const int off = vec16 ? (tid & 1) * 16 : (tid & 3) * 8;
+    rem0 = lda - off;
+#pragma unroll
+    for (int i = 0; i < kChunks8; ++i) {
+      const int r = vec16 ? (tid >> 1) + 128 * i : (tid >> 2) + 64 * i;
+      const bool isb = r >= kBM;
+      const int grow = (isb ? n0 - kBM : m0) + r;
+      const bool ok = (!vec16 || i < kChunks16) && grow < (isb ? p.N : p.M);
+      row[i] = ok ? (isb ? p.b : p.a) + static_cast<long long>(grow) * lda + off : nullptr;
+    }
+    scale = nullptr;
+    if (tid < (1 + BN / 128) * 32) {  // a K tile is one 4-block column of 512-byte swizzled tiles (SPEC 8.2)
+      const int t = tid >> 5;
+      const bool isb = t > 0;
+      const int rt = isb ? (n0 >> 7) + t - 1 : (m0 >> 7);
+      if (!isb || rt * 128 < p.N) scale = (isb ? p.sb : p.sa) + static_cast<long long>(rt) * kb4 * 512 + (tid & 31) * 16;
+    }
+  }
+
+  __device__ __forceinline__ void load(uint32_t st, int kt, int tid) const {
+    const long long kb = static_cast<long long>(kt) * 32;
+    const long long rem = rem0 - kb;
+    if (vec16) {
+      const int full = static_cast<int>(rem >= 16 ? 16 : (rem > 0 ? rem : 0));
+#pragma unroll
+      for (int i = 0; i < kChunks16; ++i) {
+        const int bytes = row[i] ? full : 0;
+        cp_async16(st + tid * 16 + i * 4096, bytes ? row[i] + kb : safe, bytes);
+      }
+    } else {
+      const int full = rem > 0 ? 8 : 0;  // lda % 8 == 0
+#pragma unroll
+      for (int i = 0; i < kChunks8; ++i) {
+        const int bytes = row[i] ? full : 0;
+        cp_async8(st + tid * 8 + i * 2048, bytes ? row[i] + kb : safe, bytes);
+      }
+    }
+    if (tid < (1 + BN / 128) * 32) {
+      const bool ok = scale != nullptr && kt < kb4;
+      cp_async16(st + C::kRawA + C::kRawB + tid * 16, ok ? scale + kt * 512 : safe, ok ? 16 : 0);
+    }
+  }
+};
+
+// Per-thread shared-memory offsets of the dequantization units. Unit i of thread tid is (row q + 64 i of [A; B],
+// 16-block b) with q = tid / 4, b = tid % 4: consecutive threads take the 4 blocks of 8 consecutive rows, so the
+// 8-byte raw loads, the scale loads and the 16-byte fp16 stores are bank-conflict free. Every offset is a
+// per-thread base plus a compile-time constant of i.
+struct UnitOffsets {
+  uint32_t lut_lo; // the E2M1 -> fp16 table's low word (kE2m1F16LutLo), kept in a register
+  uint32_t raw;    // + i * 2048: the unit's 8 raw bytes (A and B raw rows are contiguous, 32 B each)
+  uint32_t scale;  // + (i >> 1) * 512 + (i & 1) * 8: its E4M3 scale in the swizzled tiles (SPEC 8.2)
+  uint32_t dst;    // + i * 8192: its first fp16 chunk (elements 0-7); the second chunk is at dst ^ 16
+};
+
+template <int BN>
+__device__ __forceinline__ UnitOffsets unit_offsets(int tid) {
+  using C = Cfg<BN>;
+  const uint32_t q = tid >> 2, b = tid & 3;
+  UnitOffsets o;
+  o.lut_lo = lut_lo_register();
+  o.raw = tid * 8;
+  o.scale = C::kRawA + C::kRawB + (q & 31) * 16 + (q >> 5) * 4 + b;
+  // fp16 layout (wgmma K-major, 128-byte swizzle): row r at r*128, its chunk c (elements 8c..8c+7) at
+  // ((c ^ (r % 8)) * 16); rows of unit i are q + 64 i, so r % 8 = q % 8 for every i.
+  o.dst = q * 128 + (((2 * b) ^ (q & 7)) << 4);
+  return o;
+}
+
+// Dequantize unit i of this thread: raw stage (shared address raw) -> fp16 buffer (shared address buf).
+template <int I>
+__device__ __forceinline__ void convert_unit(uint32_t raw, uint32_t buf, const UnitOffsets& o) {
+  const uint2 w = lds64(raw + o.raw + I * 2048);
+  const uint32_t sbyte = lds8(raw + o.scale + (I >> 1) * 512 + (I & 1) * 8);
   const __half2 s = e4m3_to_h2(sbyte);
   uint32_t lo[4], hi[4];
-  e2m1x8_to_f16_scaled(w.x, s, lo);
-  e2m1x8_to_f16_scaled(w.y, s, hi);
-  uint8_t* dst = buf + (isb ? C::kABytes : 0) + r * 128;
-  const int sw = r & 7;
-  *reinterpret_cast<uint4*>(dst + (((2 * b) ^ sw) << 4)) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-  *reinterpret_cast<uint4*>(dst + (((2 * b + 1) ^ sw) << 4)) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+  e2m1x8_to_f16_scaled(w.x, s, o.lut_lo, lo);
+  e2m1x8_to_f16_scaled(w.y, s, o.lut_lo, hi);
+  const uint32_t d = buf + o.dst + I * 8192;
+  sts128(d, lo);
+  sts128(d ^ 16u, hi);
+}
+
+template <int BN, int FIRST, int COUNT>
+__device__ __forceinline__ void convert_units(uint32_t raw, uint32_t buf, const UnitOffsets& o) {
+  if constexpr (COUNT > 0) {
+    convert_unit<FIRST>(raw, buf, o);
+    convert_units<BN, FIRST + 1, COUNT - 1>(raw, buf, o);
+  }
 }
 
 template <int R>
@@ -246,23 +309,29 @@ __device__ __forceinline__ void store_tile(const float (&acc)[BN / 2], const Pro
   }
 }
 
-// EXACT = false: one fp32 accumulator over K (tensor-core accumulation, SPEC 12.4).
+// EXACT = false: one fp32 accumulator over K (tensor-core accumulation, SPEC 12.4); the wgmmas of tile kt stay in
+// flight while tile kt+1 is dequantized (wait_group 1).
 // EXACT = true (BN = 128): each 16-block partial is one wgmma with scale_d = 0 into a partial fragment (exact: SPEC
 // 12.2, all products share sfA*sfB and their sum has at most 20 significant bits), added with __fadd_rn in K order.
-// Two partial fragments alternate so the tensor core computes block g+1 while block g is being added.
+// Blocks go in pairs (two partial fragments); half of the next tile's dequantization runs while a pair is in flight.
+// The partials are read only after wait_group 0: ptxas serialises every wgmma if registers of an open wgmma
+// pipeline are read (C7514), and the two warpgroups overlap each other's additions with their wgmmas.
 template <int BN, bool EXACT, bool OUT_F32>
 __global__ void __launch_bounds__(kThreads, 1)
-    wgmma_gemm_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate) {
+    wgmma_gemm_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate,
+                      int dbg_skip_convert) {
   using C = Cfg<BN>;
   static_assert(!EXACT || BN == 128, "exact mode keeps two partial fragments: BN = 128");
   constexpr int R = BN / 2;  // accumulator registers per thread
   extern __shared__ uint8_t smem_dyn[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_dyn) + 1023) & ~uintptr_t(1023));
-  uint8_t* raw_base = smem + 2 * C::kBuf;
+  // 32-bit shared addresses throughout (a generic pointer would turn every access into a 64-bit LD/ST)
+  const uint32_t smem = (smem_u32(smem_dyn) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
+  const uint32_t raw_base = smem + 2 * C::kBuf;
   const int tid = threadIdx.x;
   const int wgi = tid >> 7;  // warpgroup: rows [64 wgi, 64 wgi + 64) of the tile
   const int warp = (tid >> 5) & 3, lane = tid & 31;
   const int total = prefix[E];
+  const UnitOffsets uo = unit_offsets<BN>(tid);
   __shared__ Prob sp;  // the current tile's problem (kept in shared memory: frees ~20 registers)
   __shared__ int s_local;
 
@@ -282,45 +351,37 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int m0 = (local % p.tiles_m) * kBM;
     const int n0 = (local / p.tiles_m) * BN;
     const int KT = (p.K + kBK - 1) / kBK;
-    const long long lda = p.K / 2;
-    const bool vec16 = ((lda & 15) == 0) && ((reinterpret_cast<uintptr_t>(p.a) & 15) == 0) &&
-                       ((reinterpret_cast<uintptr_t>(p.b) & 15) == 0);
+    const RawLoader<BN> loader(p, m0, n0, KT, static_cast<long long>(p.K / 2), tid);
     // Both warpgroups always issue their wgmmas, even one whose 64 rows are all past M (it multiplies zeros):
     // a branch around wgmma makes ptxas serialise every wgmma of the kernel (C7518, "divergent path").
 
     float acc[R];
 #pragma unroll
     for (int i = 0; i < R; ++i) acc[i] = 0.0f;
-    float part0[EXACT ? R : 1], part1[EXACT ? R : 1];  // exact mode: block partials (scale_d = 0 overwrites them)
-#pragma unroll
-    for (int i = 0; i < (EXACT ? R : 1); ++i) part0[i] = part1[i] = 0.0f;
 
 #pragma unroll
     for (int s = 0; s < kRawStages - 1; ++s) {
-      if (s < KT) load_raw<BN>(smem_u32(raw_base + s * C::kRaw), p, m0, n0, s, KT, lda, vec16, tid);
+      if (s < KT) loader.load(raw_base + s * C::kRaw, s, tid);
       cp_async_commit();
     }
     cp_async_wait<kRawStages - 2>();
     __syncthreads();  // raw tile 0 visible; every warpgroup is done with the previous tile's buffers
-    if (KT > 0) {
-#pragma unroll
-      for (int i = 0; i < C::kUnits; ++i) convert_unit<BN>(raw_base, smem, tid + i * kThreads);
-    }
+    if (KT > 0) convert_units<BN, 0, C::kUnits>(raw_base, smem, uo);
     fence_proxy_async();
     __syncthreads();
 
     for (int kt = 0; kt < KT; ++kt) {
       {
         const int nk = kt + kRawStages - 1;  // its stage held raw tile kt-1, converted before the last barrier
-        if (nk < KT) load_raw<BN>(smem_u32(raw_base + (nk % kRawStages) * C::kRaw), p, m0, n0, nk, KT, lda, vec16, tid);
+        if (nk < KT) loader.load(raw_base + (nk % kRawStages) * C::kRaw, nk, tid);
         cp_async_commit();
       }
-      const uint32_t buf = smem_u32(smem + (kt & 1) * C::kBuf);
+      const uint32_t buf = smem + (kt & 1) * C::kBuf;
       const uint32_t a_addr = buf + wgi * 64 * 128;
       const uint32_t b_addr = buf + C::kABytes;
       const bool more = kt + 1 < KT;
-      const uint8_t* raw_next = raw_base + ((kt + 1) % kRawStages) * C::kRaw;
-      uint8_t* buf_next = smem + ((kt + 1) & 1) * C::kBuf;
+      const uint32_t raw_next = raw_base + ((kt + 1) % kRawStages) * C::kRaw;
+      const uint32_t buf_next = smem + ((kt + 1) & 1) * C::kBuf;
       if constexpr (!EXACT) {
         fence_regs(acc);
         wgmma_fence();
@@ -332,37 +393,33 @@ __global__ void __launch_bounds__(kThreads, 1)
           cp_async_wait<kRawStages - 2>();  // raw tile kt+1 has landed (this thread's copies)
           wgmma_wait<1>();                  // this warpgroup's tile kt-1 wgmmas are done with buffer (kt+1)%2
           __syncthreads();
-#pragma unroll
-          for (int i = 0; i < C::kUnits; ++i) convert_unit<BN>(raw_next, buf_next, tid + i * kThreads);
+          if (!dbg_skip_convert) convert_units<BN, 0, C::kUnits>(raw_next, buf_next, uo);
           fence_proxy_async();
           __syncthreads();
         }
       } else {
-        // Block g = 4 kt + j goes to part{j % 2}; after issuing it, block g-1 (the other fragment) is waited for
-        // and added. The conversion of tile kt+1 is spread over the 4 steps (one unit per step).
+        float part0[R], part1[R];
+        if (more) {
+          cp_async_wait<kRawStages - 2>();
+          __syncthreads();  // raw tile kt+1 visible; both warpgroups finished tile kt-1 (wait_group 0 below)
+        }
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          float(&pc)[R] = (j & 1) ? part1 : part0;
-          float(&pp)[R] = (j & 1) ? part0 : part1;
-          fence_regs(pc);
+        for (int pair = 0; pair < 2; ++pair) {
           wgmma_fence();
-          wgmma_k16(pc, sw128_desc(a_addr + 32 * j), sw128_desc(b_addr + 32 * j), 0);
+          wgmma_k16(part0, sw128_desc(a_addr + 64 * pair), sw128_desc(b_addr + 64 * pair), 0);
+          wgmma_k16(part1, sw128_desc(a_addr + 64 * pair + 32), sw128_desc(b_addr + 64 * pair + 32), 0);
           wgmma_commit();
-          fence_regs(pc);
-          wgmma_wait<1>();
-          fence_regs(pp);
-          if (kt > 0 || j > 0) {
-#pragma unroll
-            for (int i = 0; i < R; ++i) acc[i] = __fadd_rn(acc[i], pp[i]);
-          }
+          fence_regs(part0);
+          fence_regs(part1);
           if (more) {
-            if (j == 0) {
-              cp_async_wait<kRawStages - 2>();
-              __syncthreads();  // both warpgroups finished tile kt-1 (waited above) and raw tile kt+1 is visible
-            }
-            static_assert(!EXACT || Cfg<BN>::kUnits == 4, "one conversion unit per block step");
-            convert_unit<BN>(raw_next, buf_next, tid + j * kThreads);
+            if (pair == 0) convert_units<BN, 0, C::kUnits / 2>(raw_next, buf_next, uo);
+            else convert_units<BN, C::kUnits / 2, C::kUnits / 2>(raw_next, buf_next, uo);
           }
+          wgmma_wait<0>();
+          fence_regs(part0);
+          fence_regs(part1);
+#pragma unroll
+          for (int i = 0; i < R; ++i) acc[i] = __fadd_rn(__fadd_rn(acc[i], part0[i]), part1[i]);
         }
         if (more) {
           fence_proxy_async();
@@ -370,18 +427,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-    if (KT > 0) {
-      wgmma_wait<0>();
-      if constexpr (EXACT) {
-        fence_regs(part1);
-#pragma unroll
-        for (int i = 0; i < R; ++i) acc[i] = __fadd_rn(acc[i], part1[i]);  // block 4 KT - 1
-      } else {
-        fence_regs(acc);
-      }
-    }
-    if (m0 + 64 * wgi < p.M) store_tile<BN, OUT_F32>(acc, p, m0 + 64 * wgi + 16 * warp + (lane >> 2), n0 + 2 * (lane & 3),
-                                        accumulate);
+    wgmma_wait<0>();  // (no-op when nothing is in flight)
+    fence_regs(acc);
+    if (m0 + 64 * wgi < p.M)
+      store_tile<BN, OUT_F32>(acc, p, m0 + 64 * wgi + 16 * warp + (lane >> 2), n0 + 2 * (lane & 3), accumulate);
     __syncthreads();  // everyone is done with sp before thread 0 overwrites it
   }
   cp_async_wait<0>();
@@ -401,7 +450,7 @@ void launch(const LaunchArgs& a, cudaStream_t s) {
   int grid = num_sms;  // one resident CTA per SM (register and shared-memory bound)
   if (a.grid_upper < grid) grid = a.grid_upper;
   if (grid < 1) grid = 1;
-  k<<<grid, kThreads, C::kSmem, s>>>(a.probs, a.prefix, a.E, a.accumulate);
+  k<<<grid, kThreads, C::kSmem, s>>>(a.probs, a.prefix, a.E, a.accumulate, a.dbg);
 }
 
 }  // namespace wg
