@@ -2,7 +2,6 @@
 
 Columns (TFLOP/s = 2*T*N*K / time; wgrad counts the unpadded T):
   nvfp4 fast / nvfp4 exact  -- device.gemm.grouped_gemm on operands quantized beforehand (GEMM only timed)
-  mma fast                  -- (--with-mma) the same call on the older mma.sync kernel (NVFP4_GEMM_IMPL=mma)
   grouped_mm                -- torch._grouped_mm on BF16 operands (wgrad: bf16 output, fp32 is refused)
   matmul loop               -- one torch.matmul per expert (host-known splits)
   deq+grouped_mm            -- dequantize the NVFP4 weights to BF16 (torch ops, timed) + torch._grouped_mm
@@ -14,7 +13,6 @@ Times are CUDA-event means over --iters calls after warm-up.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import torch
@@ -66,7 +64,7 @@ def dequant_weights(wq, e: int, n: int, k: int) -> torch.Tensor:
     return w.to(torch.bfloat16).view(e, n, k)
 
 
-def bench_case(name, e, t, k, n, skew, kind, iters, with_mma=False):
+def bench_case(name, e, t, k, n, skew, kind, iters):
     splits = splits_for(e, t, skew)
     st = torch.tensor(splits, dtype=torch.int64, device=DEV)
     offs = torch.tensor(splits, device=DEV).cumsum(0).to(torch.int32)
@@ -134,13 +132,6 @@ def bench_case(name, e, t, k, n, skew, kind, iters, with_mma=False):
     row["fast"] = flops / timeit(lambda: grouped_gemm(aq, b_in, kind=kind, out=out, mode="fast"), iters) / 1e12
     row["exact"] = flops / timeit(lambda: grouped_gemm(aq, b_in, kind=kind, out=out, mode="exact"),
                                   max(2, iters // 2)) / 1e12
-    row["mma"] = float("nan")
-    if with_mma:
-        os.environ["NVFP4_GEMM_IMPL"] = "mma"
-        try:
-            row["mma"] = flops / timeit(lambda: grouped_gemm(aq, b_in, kind=kind, out=out, mode="fast"), iters) / 1e12
-        finally:
-            del os.environ["NVFP4_GEMM_IMPL"]
     for key, fn in (("grouped_mm", bf16_gmm), ("loop", loop), ("deq+gmm", deq)):
         if fn is None:
             row[key] = float("nan")
@@ -156,7 +147,6 @@ def bench_case(name, e, t, k, n, skew, kind, iters, with_mma=False):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=10)
-    ap.add_argument("--with-mma", action="store_true", help="also time the older mma.sync kernel (fast mode)")
     args = ap.parse_args()
     cases = [
         ("E8 T16384 K4096 N14336 bal", 8, 16384, 4096, 14336, False, ("fprop", "dgrad", "wgrad")),
@@ -165,15 +155,15 @@ def main():
         ("E64 T16384 K2048 N1408", 64, 16384, 2048, 1408, False, ("fprop", "dgrad", "wgrad")),
     ]
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}")
-    hdr = (f"{'case':30s} {'kind':6s} {'fast':>8s} {'exact':>8s} {'mma':>8s} {'grp_mm':>8s} {'loop':>8s} {'deq+gmm':>8s}"
+    hdr = (f"{'case':30s} {'kind':6s} {'fast':>8s} {'exact':>8s} {'grp_mm':>8s} {'loop':>8s} {'deq+gmm':>8s}"
            f" {'fast/gmm':>9s} {'exact/gmm':>9s} {'fast/deq':>9s}")
     print("TFLOP/s (2*T*N*K / time)")
     print(hdr)
     for name, e, t, k, n, skew, kinds in cases:
         for kind in kinds:
-            r = bench_case(name, e, t, k, n, skew, kind, args.iters, args.with_mma)
+            r = bench_case(name, e, t, k, n, skew, kind, args.iters)
             torch.cuda.empty_cache()
-            print(f"{r['case']:30s} {kind:6s} {r['fast']:8.1f} {r['exact']:8.1f} {r['mma']:8.1f} {r['grouped_mm']:8.1f} "
+            print(f"{r['case']:30s} {kind:6s} {r['fast']:8.1f} {r['exact']:8.1f} {r['grouped_mm']:8.1f} "
                   f"{r['loop']:8.1f} {r['deq+gmm']:8.1f} {r['fast'] / r['grouped_mm']:9.2f} "
                   f"{r['exact'] / r['grouped_mm']:9.2f} {r['fast'] / r['deq+gmm']:9.2f}", flush=True)
 

@@ -170,5 +170,6 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
         bd, bs, offs_b, ba.to(torch.float32).contiguous(),
         out, bias_t, bool(accumulate),
         int(b_rows), int(a_rows), int(kc), int(cols), _RCP_7225344, int(grid_upper), ws,
+        int(a_rows) if kind == "wgrad" else t_a // e,  # average output rows per group (tile choice)
     )
     return out

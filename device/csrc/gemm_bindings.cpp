@@ -6,18 +6,9 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include <cstdlib>
-#include <cstring>
-
 #include "gemm_nvfp4.cuh"
 
 namespace {
-
-// NVFP4_GEMM_IMPL=mma selects the older mma.sync kernel (kept for A/B timing); default: the wgmma kernel.
-int impl_from_env() {
-  const char* v = std::getenv("NVFP4_GEMM_IMPL");
-  return (v && std::strcmp(v, "mma") == 0) ? nvfp4_gemm::kImplMma : nvfp4_gemm::kImplWgmma;
-}
 
 using at::Tensor;
 
@@ -37,7 +28,7 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
                    const Tensor& a_offs, const Tensor& a_amax, const Tensor& b_data, const Tensor& b_scales,
                    const Tensor& b_offs, const Tensor& b_amax, Tensor out, const c10::optional<Tensor>& bias,
                    bool accumulate, int64_t b_rows, int64_t a_rows, int64_t kc, int64_t ldd, double rcp,
-                   int64_t grid_upper, Tensor workspace) {
+                   int64_t grid_upper, Tensor workspace, int64_t rows_per_group) {
   TORCH_CHECK(kind >= 0 && kind <= 2, "nvfp4_gemm: bad kind");
   TORCH_CHECK(E >= 1, "nvfp4_gemm: E must be >= 1");
   check(a_data, "a data", at::kByte);
@@ -91,8 +82,7 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
   s.rcp = static_cast<float>(rcp);
   s.probs = probs;
   s.prefix = prefix;
-  const int impl = impl_from_env();
-  nvfp4_gemm::pick_tile(impl, exact, ldd, &s.tile_m, &s.tile_n);
+  nvfp4_gemm::pick_tile(exact, rows_per_group, &s.tile_m, &s.tile_n);
   nvfp4_gemm::launch_setup(s, stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (grid_upper <= 0) return;
@@ -104,12 +94,8 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
   l.out_f32 = f32;
   l.accumulate = accumulate;
   l.grid_upper = static_cast<int>(grid_upper);
+  l.tile_m = s.tile_m;
   l.tile_n = s.tile_n;
-  l.impl = impl;
-  {
-    const char* d = std::getenv("NVFP4_GEMM_DEBUG");
-    l.dbg = (d && std::strcmp(d, "noconvert") == 0) ? 1 : 0;
-  }
   nvfp4_gemm::launch_gemm(l, stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

@@ -57,19 +57,16 @@ struct LaunchArgs {
   int out_f32;
   int accumulate;
   int grid_upper;  // host upper bound on the number of tiles (grid = min(this, resident blocks))
-  int tile_n;      // wgmma kernels: 128 or 256 (from pick_tile_n)
-  int impl;        // kImplWgmma or kImplMma
-  int dbg;         // profiling only (NVFP4_GEMM_DEBUG=noconvert): skip the dequantization, results are garbage
+  int tile_m, tile_n;  // CTA tile (from pick_tile); selects the kernel shape
 };
 
-enum Impl : int { kImplWgmma = 0, kImplMma = 1 };
-
-// CTA tile (rows x columns of the output) used by `impl` for this mode and output width.
-void pick_tile(int impl, bool exact, long long cols, int* tile_m, int* tile_n);
+// CTA tile (rows x columns of the output) for this mode, given the average number of output rows per group
+// (host-known: T / E for fprop/dgrad, the weight-gradient rows for wgrad).
+void pick_tile(bool exact, long long rows_per_group, int* tile_m, int* tile_n);
 
 void launch_setup(const SetupArgs& a, cudaStream_t s);
 void launch_gemm(const LaunchArgs& a, cudaStream_t s);
-// wgmma kernels (gemm_wgmma_fast.cu / gemm_wgmma_exact.cu, template in gemm_wgmma.cuh)
+// the GEMM kernels (gemm_wgmma_fast.cu / gemm_wgmma_exact.cu, template in gemm_wgmma.cuh)
 void launch_wgmma_fast(const LaunchArgs& a, cudaStream_t s);
 void launch_wgmma_exact(const LaunchArgs& a, cudaStream_t s);
 
