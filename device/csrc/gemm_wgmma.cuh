@@ -283,6 +283,80 @@ __device__ __forceinline__ void convert_units(uint32_t raw, uint32_t buf, const 
   }
 }
 
+// A operand straight into wgmma's register fragment (fast mode, RS form). Thread (warp v, lane l) of a warpgroup
+// holds, for each 16-block j of the K tile, rows 16v + l/4 and +8 of the warpgroup's 64 rows at K positions
+// 2c, 2c+1 (chunk 0) and 8 + 2c, 9 + 2c (chunk 1), c = l % 4. With the chunk permutation of e2m1x8_to_f16_scaled
+// (positions 2c, 2c+1 hold elements c and c+4), that is exactly word c of each 8-code group, which this lane decodes
+// alone: a funnel rotate puts nibbles c and c+4 on bits 9-12 and 25-28. Same integer work as the shared-memory path,
+// no fp16 stores, and wgmma reads no A operand from shared memory.
+struct AFragOffsets {
+  uint32_t row0;   // raw offset of row r0 (32 B per row); row r0 + 8 is at + 256
+  uint32_t scale;  // offset of row r0's 4 scales (one word) in the A scale tile, without the 64-row-tile adjustment
+  uint32_t scale8; // same for row r0 + 8
+  uint32_t rot;    // funnel-rotate amount (4c + 23) mod 32
+};
+
+template <class S>
+__device__ __forceinline__ AFragOffsets afrag_offsets(int tid) {
+  const int wm = (tid >> 7) % S::WGM, v = (tid >> 5) & 3, l = tid & 31;
+  const uint32_t r0 = 64 * wm + 16 * v + (l >> 2);
+  const uint32_t r1 = r0 + 8;
+  AFragOffsets o;
+  o.row0 = r0 * 32;
+  o.scale = S::kRawA + S::kRawB + (r0 & 31) * 16 + (r0 >> 5) * 4;  // r0 < 128: tile 0 (BM <= 128 with RS)
+  o.scale8 = S::kRawA + S::kRawB + (r1 & 31) * 16 + (r1 >> 5) * 4;
+  o.rot = (4 * (l & 3) + 23) & 31;
+  return o;
+}
+
+__device__ __forceinline__ uint4 lds128(uint32_t a) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint32_t lds32(uint32_t a) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(a) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ uint32_t afrag_word(uint32_t w, uint32_t rot, __half2 s) {
+  return hmul2_u32(e2m1_pair_f16_scaled(__funnelshift_r(w, w, rot)), s);
+}
+
+// a[j] = the A fragment of 16-block j of the K tile in raw stage `raw` (a_scale_adj: see UnitOffsets).
+__device__ __forceinline__ void convert_a_frags(uint32_t raw, const AFragOffsets& o, uint32_t a_scale_adj,
+                                                uint32_t (&a)[4][4]) {
+  const uint4 r0a = lds128(raw + o.row0), r0b = lds128(raw + o.row0 + 16);
+  const uint4 r1a = lds128(raw + o.row0 + 256), r1b = lds128(raw + o.row0 + 256 + 16);
+  const uint32_t s0 = lds32(raw + o.scale + a_scale_adj), s1 = lds32(raw + o.scale8 + a_scale_adj);
+  const uint32_t w0[8] = {r0a.x, r0a.y, r0a.z, r0a.w, r0b.x, r0b.y, r0b.z, r0b.w};  // row r0: block j = words 2j, 2j+1
+  const uint32_t w1[8] = {r1a.x, r1a.y, r1a.z, r1a.w, r1b.x, r1b.y, r1b.z, r1b.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const __half2 sc0 = e4m3_to_h2((s0 >> (8 * j)) & 0xFFu);
+    const __half2 sc1 = e4m3_to_h2((s1 >> (8 * j)) & 0xFFu);
+    a[j][0] = afrag_word(w0[2 * j], o.rot, sc0);      // row r0, chunk 0
+    a[j][1] = afrag_word(w1[2 * j], o.rot, sc1);      // row r0 + 8, chunk 0
+    a[j][2] = afrag_word(w0[2 * j + 1], o.rot, sc0);  // row r0, chunk 1
+    a[j][3] = afrag_word(w1[2 * j + 1], o.rot, sc1);  // row r0 + 8, chunk 1
+  }
+}
+
+template <int R>
+__device__ __forceinline__ void wgmma_k16_rs(float (&d)[R], const uint32_t (&a)[4], uint64_t db) {
+  if constexpr (R == 128) wgmma_m64n256k16_rs(d, a, db, 1);
+  else wgmma_m64n128k16_rs(d, a, db, 1);
+}
+
+template <int N>
+__device__ __forceinline__ void fence_uregs(uint32_t (&a)[4][N]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+r"(a[j][i])::"memory");
+}
+
 template <int R>
 __device__ __forceinline__ void wgmma_k16(float (&d)[R], uint64_t da, uint64_t db, int scale_d) {
   if constexpr (R == 128) wgmma_m64n256k16(d, da, db, scale_d);
@@ -351,6 +425,8 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   const int warp = (tid >> 5) & 3, lane = tid & 31;
   const int total = prefix[E];
   UnitOffsets uo = unit_offsets<S>(tid);
+  const AFragOffsets ao = afrag_offsets<S>(tid);  // fast mode (A from registers)
+  static_assert(EXACT || S::BM <= 128, "fast mode's A fragments address one 128-row scale tile");
   __shared__ Prob sp;  // the current tile's problem (kept in shared memory: frees ~20 registers)
   __shared__ int s_local;
 
@@ -386,38 +462,64 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     }
     cp_async_wait<kRawStages - 2>();
     __syncthreads();  // raw tile 0 visible; every warpgroup is done with the previous tile's buffers
-    if (KT > 0) convert_units<S, 0, S::kUnits>(raw_base, smem, uo);
-    fence_proxy_async();
-    __syncthreads();
 
-    for (int kt = 0; kt < KT; ++kt) {
-      {
+    if constexpr (!EXACT) {
+      // Fast mode, A from registers: the shared-memory conversion units cover the B rows only; each thread decodes
+      // its own A fragments. Two A register sets alternate (tile kt's is read by the in-flight wgmmas while tile
+      // kt+1's is written), so the K loop is unrolled by two to give them fixed registers.
+      constexpr int kFirstB = S::BM / S::kRPI;
+      uint32_t a_even[4][4], a_odd[4][4];
+      if (KT > 0) {
+        convert_units<S, kFirstB, S::kUnits - kFirstB>(raw_base, smem, uo);
+        convert_a_frags(raw_base, ao, uo.a_scale_adj, a_even);
+      }
+      fence_proxy_async();
+      __syncthreads();
+      auto step = [&](int kt, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4]) {
         const int nk = kt + kRawStages - 1;  // its stage held raw tile kt-1, converted before the last barrier
         if (nk < KT) loader.load(raw_base + (nk % kRawStages) * S::kRaw, nk, tid);
         cp_async_commit();
-      }
-      const uint32_t buf = smem + (kt & 1) * S::kBuf;
-      const uint32_t a_addr = buf + wm * 64 * 128;
-      const uint32_t b_addr = buf + S::kABytes + wn * S::WN * 128;
-      const bool more = kt + 1 < KT;
-      const uint32_t raw_next = raw_base + ((kt + 1) % kRawStages) * S::kRaw;
-      const uint32_t buf_next = smem + ((kt + 1) & 1) * S::kBuf;
-      if constexpr (!EXACT) {
+        const uint32_t b_addr = smem + (kt & 1) * S::kBuf + S::kABytes + wn * S::WN * 128;
         fence_regs(acc);
+        fence_uregs(cur);
         wgmma_fence();
 #pragma unroll
-        for (int j = 0; j < 4; ++j) wgmma_k16(acc, sw128_desc(a_addr + 32 * j), sw128_desc(b_addr + 32 * j), 1);
+        for (int j = 0; j < 4; ++j) wgmma_k16_rs(acc, cur[j], sw128_desc(b_addr + 32 * j));
         wgmma_commit();
         fence_regs(acc);
-        if (more) {
+        fence_uregs(cur);
+        if (kt + 1 < KT) {
+          const uint32_t raw_next = raw_base + ((kt + 1) % kRawStages) * S::kRaw;
           cp_async_wait<kRawStages - 2>();  // raw tile kt+1 has landed (this thread's copies)
-          wgmma_wait<1>();                  // this warpgroup's tile kt-1 wgmmas are done with buffer (kt+1)%2
+          wgmma_wait<1>();                  // tile kt-1's wgmmas are done with B buffer (kt+1)%2 and with `nxt`
+          fence_uregs(nxt);
           __syncthreads();
-          convert_units<S, 0, S::kUnits>(raw_next, buf_next, uo);
+          convert_units<S, kFirstB, S::kUnits - kFirstB>(raw_next, smem + ((kt + 1) & 1) * S::kBuf, uo);
+          convert_a_frags(raw_next, ao, uo.a_scale_adj, nxt);
           fence_proxy_async();
           __syncthreads();
         }
-      } else {
+      };
+      for (int kt = 0; kt < KT; kt += 2) {
+        step(kt, a_even, a_odd);
+        if (kt + 1 < KT) step(kt + 1, a_odd, a_even);
+      }
+    } else {
+      if (KT > 0) convert_units<S, 0, S::kUnits>(raw_base, smem, uo);
+      fence_proxy_async();
+      __syncthreads();
+      for (int kt = 0; kt < KT; ++kt) {
+        {
+          const int nk = kt + kRawStages - 1;
+          if (nk < KT) loader.load(raw_base + (nk % kRawStages) * S::kRaw, nk, tid);
+          cp_async_commit();
+        }
+        const uint32_t buf = smem + (kt & 1) * S::kBuf;
+        const uint32_t a_addr = buf + wm * 64 * 128;
+        const uint32_t b_addr = buf + S::kABytes + wn * S::WN * 128;
+        const bool more = kt + 1 < KT;
+        const uint32_t raw_next = raw_base + ((kt + 1) % kRawStages) * S::kRaw;
+        const uint32_t buf_next = smem + ((kt + 1) & 1) * S::kBuf;
         float part0[R], part1[R];
         if (more) {
           cp_async_wait<kRawStages - 2>();

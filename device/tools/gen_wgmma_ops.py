@@ -23,5 +23,19 @@ for n in (128, 256):
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }}
 """)
+for n in (128, 256):
+    r = n // 2
+    regs = ", ".join(f"%{i}" for i in range(r))
+    cons = ", ".join(f'"+f"(d[{i}])' for i in range(r))
+    out.append(f"""// A from registers (RS form): a[0..3] = the thread's f16x2 A fragment (rows 16w + l/4 (+8), K 2(l%4)..+1 (+8)).
+__device__ __forceinline__ void wgmma_m64n{n}k16_rs(float (&d)[{r}], const uint32_t (&a)[4], uint64_t desc_b,
+                                                   int scale_d) {{
+  asm volatile(
+      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{r+5}, 0;\\n"
+      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{regs}}}, {{%{r}, %{r+1}, %{r+2}, %{r+3}}}, %{r+4}, p, 1, 1, 0;\\n}}\\n"
+      : {cons}
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}}
+""")
 out.append("}  // namespace nvfp4_gemm\n")
 (Path(__file__).resolve().parents[1] / "csrc" / "gemm_wgmma_ops.cuh").write_text("\n".join(out))
