@@ -1,0 +1,375 @@
+// v4 of the bf16 fast quantizer (same outputs as quantize_fast_bf16 / quantize_kernel, byte for byte): the v3
+// tiling and arithmetic with the per-block overheads taken out of the unrolled loops.
+//  * addresses: every data / scale pointer is formed once per thread; inside a tile the swizzled scale offset
+//    of SPEC 8.2 is base + a per-iteration constant (the tile is 128-row aligned, so r>>7, c>>2 are fixed),
+//    compact layouts add a per-iteration stride; bounds are 32-bit tile-local compares;
+//  * signs: mult >= 0 and never NaN (SPEC 5.2: fminf(1/(scale*s_dec), FLT_MAX); +0 only when S_enc = 0, and
+//    x * +0 keeps the sign of x), so sign(x*mult) = sign(x) for the NaN/Inf-free blocks of the fast path and
+//    the sign nibbles of 8 elements are gathered from the bf16 words with 4 PRMT + 2 ops (instead of 2 ops
+//    per element); the magnitude codes carry a +256 bias removed by the accumulator's start value;
+//  * rowwise NaN/Inf detection once per warp (all 8 iterations) instead of a vote per iteration;
+//  * amax: 256 threads of 16 rows x 4 columns (half the registers, twice the warps; measured neutral) and the
+//    rowwise max as an integer SIMD max.
+// H100 (ncu): the quantize kernel is bound by the ALU pipe (73% of peak; FMA pipe 27%): see device/NOTES.md.
+#pragma once
+
+#include <cstdint>
+
+#include "nvfp4_common.cuh"
+#include "nvfp4_fast.cuh"
+#include "nvfp4_kernels.cuh"
+#include "nvfp4_layout.cuh"
+
+namespace nvfp4 {
+
+// SPEC 3.1 magnitude index + 256 of a NaN-free y (e2m1_biased without the sign).
+__device__ __forceinline__ uint32_t e2m1_mag_biased(float y) {
+  const float a = fminf(fabsf(y), 6.0f);
+  const uint32_t b = __float_as_uint(a);
+  const uint32_t n = (b + (0x1FFFFFu + (4u << 22)) + ((b >> 22) & 1u)) >> 22;
+  const uint32_t s = __float_as_uint(__fadd_rn(a, 6291456.0f)) - (0x4AC00000u - 256u);
+  return a < 2.0f ? s : n;
+}
+
+// Sign bits (bit 3 of every nibble) of 8 elements held as 4 bf16 words, element 2i in the low half of w_i:
+// output byte i = sign(2i) << 3 | sign(2i+1) << 7. The other bits are zero.
+__device__ __forceinline__ uint32_t sign_nibbles_pairs(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3) {
+  const uint32_t p = __byte_perm(w0, w1, 0x7531);  // [w0.b1, w0.b3, w1.b1, w1.b3]
+  const uint32_t q = __byte_perm(w2, w3, 0x7531);
+  const uint32_t hi = __byte_perm(p, q, 0x7531);   // [w0.b3, w1.b3, w2.b3, w3.b3]: signs of 1, 3, 5, 7
+  const uint32_t lo = __byte_perm(p, q, 0x6420);   // [w0.b1, w1.b1, w2.b1, w3.b1]: signs of 0, 2, 4, 6
+  return (hi & 0x80808080u) | ((lo >> 4) & 0x08080808u);
+}
+
+// Sign nibbles of one column of 8 rows: element i is half h of word w[i] (h = 0: low half). s0 / s1: h = 0 / 1.
+__device__ __forceinline__ void sign_nibbles_cols(const uint32_t* w, uint32_t& s0, uint32_t& s1) {
+  const uint32_t a = __byte_perm(w[0], w[2], 0x7351);  // [w0.b1, w2.b1, w0.b3, w2.b3]
+  const uint32_t b = __byte_perm(w[4], w[6], 0x7351);
+  const uint32_t c = __byte_perm(w[1], w[3], 0x7351);
+  const uint32_t d = __byte_perm(w[5], w[7], 0x7351);
+  const uint32_t e0 = __byte_perm(a, b, 0x5410), e1 = __byte_perm(a, b, 0x7632);  // even rows
+  const uint32_t o0 = __byte_perm(c, d, 0x5410), o1 = __byte_perm(c, d, 0x7632);  // odd rows
+  s0 = (o0 & 0x80808080u) | ((e0 >> 4) & 0x08080808u);
+  s1 = (o1 & 0x80808080u) | ((e1 >> 4) & 0x08080808u);
+}
+
+// 8 consecutive elements (4 words) -> 8 packed codes; NaN/Inf-free blocks only.
+__device__ __forceinline__ uint32_t encode8_v4(const uint32_t (&w)[4], float mult) {
+  uint32_t acc = 0u - kBias8;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) acc += e2m1_mag_biased(__fmul_rn(bf16_half(w[e >> 1], e & 1), mult)) << (4 * e);
+  return acc + sign_nibbles_pairs(w[0], w[1], w[2], w[3]);  // nibble bit 3 of acc is clear: + is |
+}
+
+template <bool kRHT>
+__global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
+  using T = __nv_bfloat16;
+  using G = TileGeom<T>;
+  constexpr int TK = G::kTileK;  // 128
+  __shared__ alignas(16) uint8_t tile[kTileM * 256];
+  __shared__ float mtab[2][128];
+
+  const int64_t nkt = quant_k_tiles<T>(a.K);
+  const int64_t rt = blockIdx.x / nkt, kt = blockIdx.x % nkt;
+  GroupView gv;
+  if (!resolve_tile(a.offs, a.E, a.M, rt, gv)) return;
+  const int t = threadIdx.x, chunk = t & 15, rsub = t >> 4;
+  const int64_t k0 = kt * TK;
+  const int64_t gcol = k0 + chunk * 8;
+  const int kleft = (int)min(a.K - k0, (int64_t)TK);        // valid columns of this tile (> 0)
+  const int rleft = (int)min(gv.m - gv.m0, (int64_t)kTileM);  // valid rows of this tile (> 0)
+  const bool col_ok = chunk * 8 < kleft;
+  const T* x = reinterpret_cast<const T*>(a.x);
+
+  const PlaneScale ps_row = make_plane_scale(a.row_data != nullptr ? a.row_amax[gv.g] : 0.0f, a.rule);
+  const PlaneScale ps_col = make_plane_scale(a.col_data != nullptr ? a.col_amax[gv.g] : 0.0f, a.rule);
+  if (t < 128) mtab[0][t] = block_multiplier((uint32_t)t, ps_row);
+  else mtab[1][t - 128] = block_multiplier((uint32_t)(t - 128), ps_col);
+
+  // ---- 1. load; rowwise block max as bf16 bits (integer SIMD max of |bits|) ----
+  uint32_t bmh[8];
+  uint32_t slow_any = 0;
+  {
+    const uint4* src = reinterpret_cast<const uint4*>(x + (gv.row0 + gv.m0 + rsub) * a.K + gcol);
+    const int64_t step = 2 * a.K;  // 16 rows, in uint4 units
+    uint4 raw[8];
+#pragma unroll
+    for (int it = 0; it < 8; ++it) {
+      raw[it] = make_uint4(0, 0, 0, 0);
+      if (col_ok && it * 16 + rsub < rleft) raw[it] = __ldg(src);
+      src += step;
+    }
+#pragma unroll
+    for (int it = 0; it < 8; ++it) {
+      *reinterpret_cast<uint4*>(tile + (it * 16 + rsub) * 256 + chunk * 16) = raw[it];
+      uint32_t m = absmax2(absmax2(raw[it].x & 0x7FFF7FFFu, raw[it].y), absmax2(raw[it].z & 0x7FFF7FFFu, raw[it].w));
+      m = __vmaxu2(m, __shfl_xor_sync(0xffffffffu, m, 1));  // the two lanes of one 16-block
+      bmh[it] = max(m & 0xFFFFu, m >> 16);                  // >= 0x7F80: the block has a NaN or Inf
+      slow_any = max(slow_any, bmh[it]);
+    }
+  }
+  __syncthreads();
+
+  // ---- 2. rowwise plane (SPEC 6.1) ----
+  if (a.row_data != nullptr) {
+    const PlaneScale& ps = ps_row;
+    const int64_t C = a.K / 16;
+    const int64_t cp = round_up(C, 4);
+    const int64_t blk = k0 / 16 + chunk / 2;
+    const bool lead = (chunk & 1) == 0;
+    const bool pad_ok = lead && a.layout != kCompact && blk < cp;  // SPEC 8.2 padding byte of this lane
+    uint8_t* dptr = a.row_data + gv.row_data + (gv.m0 + rsub) * (a.K / 2) + gcol / 2;
+    const int64_t dstep = 16 * (a.K / 2);
+    uint8_t* sptr;
+    int64_t sA, sB;  // scale of iteration it at sptr + (it & 1) * sA + (it >> 1) * sB
+    if (a.layout == kSwizzled) {
+      sptr = a.row_scales + gv.row_scale + swizzle_offset(gv.m0 + rsub, blk, cp >> 2);
+      sA = 256;  // row + 16: (r & 31) + 16
+      sB = 4;    // row + 32: (r & 127) >> 5 + 1
+    } else {
+      const int64_t cols = a.layout == kPaddedCompact ? cp : C;
+      sptr = a.row_scales + gv.row_scale + (gv.m0 + rsub) * cols + blk;
+      sA = 16 * cols;
+      sB = 32 * cols;
+    }
+    const bool warp_slow = __any_sync(0xffffffffu, slow_any >= 0x7F80u);
+    if (!warp_slow) {
+#pragma unroll
+      for (int it = 0; it < 8; ++it) {
+        const int row = it * 16 + rsub;
+        uint8_t* sp = sptr + (it & 1) * sA + (it >> 1) * sB;
+        if (row < rleft && col_ok) {
+          const uint32_t sb = block_scale_byte(__uint_as_float(bmh[it] << 16), ps);
+          const uint4 q = *reinterpret_cast<const uint4*>(tile + row * 256 + chunk * 16);
+          const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+          *reinterpret_cast<uint32_t*>(dptr + it * dstep) = encode8_v4(w, mtab[0][sb]);
+          if (lead) *sp = (uint8_t)sb;
+        } else if (pad_ok) {
+          *sp = 0;
+        }
+      }
+    } else {  // some block of this warp has a NaN or Inf: per-iteration vote, exact path where needed
+#pragma unroll 1
+      for (int it = 0; it < 8; ++it) {
+        const int row = it * 16 + rsub;
+        uint8_t* sp = sptr + (it & 1) * sA + (it >> 1) * sB;
+        const uint4 qq = *reinterpret_cast<const uint4*>(tile + row * 256 + chunk * 16);
+        const uint32_t w[4] = {qq.x, qq.y, qq.z, qq.w};
+        uint32_t m = absmax2(absmax2(qq.x & 0x7FFF7FFFu, qq.y), absmax2(qq.z & 0x7FFF7FFFu, qq.w));
+        m = __vmaxu2(m, __shfl_xor_sync(0xffffffffu, m, 1));
+        const uint32_t bh = max(m & 0xFFFFu, m >> 16);
+        const bool slow = __any_sync(0xffffffffu, bh >= 0x7F80u);  // warp-uniform
+        float b = __uint_as_float(bh << 16);
+        if (slow) {  // exact NaN-ignoring fp max (SPEC 5.2)
+          float mm = 0.0f;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) mm = fmaxf(mm, fabsf(bf16_half(w[e >> 1], e & 1)));
+          b = fmaxf(mm, __shfl_xor_sync(0xffffffffu, mm, 1));
+        }
+        if (row < rleft && col_ok) {
+          const uint32_t sb = block_scale_byte(b, ps);
+          const float mult = mtab[0][sb];
+          const uint32_t packed = slow ? encode8_slow(w, mult) : encode8_fast(w, mult);
+          *reinterpret_cast<uint32_t*>(dptr + it * dstep) = packed;
+          if (lead) *sp = (uint8_t)sb;
+        } else if (pad_ok) {
+          *sp = 0;
+        }
+      }
+    }
+  }
+
+  // ---- 3. columnwise plane of X^T (SPEC 6.2, 7): thread t owns tile columns 2(t%64) + h, h = 0, 1, and the
+  // 16-row blocks j0 + jj, j0 = 2(t/64), jj = 0, 1 ----
+  if (a.col_data != nullptr) {
+    const PlaneScale& ps = ps_col;
+    const int cpair = t & 63;
+    const int j0 = (t >> 6) * 2;
+    const int64_t cblocks = ceil_div(gv.m, 16);
+    const int64_t cpd = round_up(cblocks, 4);
+    const int64_t jg0 = gv.m0 / 16 + j0;
+    const int64_t kk = k0 + 2 * cpair;               // plane row of h = 0
+    const int jleft = (int)(cblocks - gv.m0 / 16);   // valid 16-row blocks of this tile
+    const int jpad = (int)(cpd - gv.m0 / 16);        // blocks with a (padding) scale byte
+    uint8_t* csp;
+    int64_t sH;  // scale (h, jj) at csp + h * sH + jj
+    if (a.layout == kSwizzled) {
+      csp = a.col_scales + gv.col_scale + swizzle_offset(kk, jg0, cpd >> 2);
+      sH = 16;
+    } else {
+      const int64_t cols = a.layout == kPaddedCompact ? cpd : cblocks;
+      csp = a.col_scales + gv.col_scale + kk * cols + jg0;
+      sH = cols;
+    }
+    uint64_t out[2][2];  // [plane row h][block jj]
+#pragma unroll
+    for (int jj = 0; jj < 2; ++jj) {
+      const int j = j0 + jj;
+      uint32_t w[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) w[i] = *reinterpret_cast<const uint32_t*>(tile + (j * 16 + i) * 256 + cpair * 4);
+      if constexpr (kRHT) {
+        float va[16], vb[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          va[i] = bf16_lo(w[i]);
+          vb[i] = bf16_hi(w[i]);
+        }
+        rht16_butterfly<kDefaultRhtSigns>(va);
+        rht16_butterfly<kDefaultRhtSigns>(vb);
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          const __nv_bfloat162 p = __floats2bfloat162_rn(__fmul_rn(va[i], 0.25f), __fmul_rn(vb[i], 0.25f));
+          w[i] = *reinterpret_cast<const uint32_t*>(&p);
+        }
+      }
+      uint32_t m = 0;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) m = absmax2(m, w[i]);
+      const uint32_t mh2[2] = {m & 0xFFFFu, m >> 16};
+      const bool jok = j < jleft, jpok = j < jpad;
+      if (max(mh2[0], mh2[1]) < 0x7F80u) {  // no NaN / Inf in either block
+        uint32_t sg[2][2];                   // [h][rows 0-7 / 8-15]
+        sign_nibbles_cols(w, sg[0][0], sg[1][0]);
+        sign_nibbles_cols(w + 8, sg[0][1], sg[1][1]);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          out[h][jj] = 0;
+          uint8_t* sp = csp + h * sH + jj;
+          if (jok && 2 * cpair + h < kleft) {
+            const uint32_t sb = block_scale_byte(__uint_as_float(mh2[h] << 16), ps);
+            const float mult = mtab[1][sb];
+            uint32_t lo = 0u - kBias8, hi = 0u - kBias8;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+              lo += e2m1_mag_biased(__fmul_rn(bf16_half(w[i], h), mult)) << (4 * i);
+              hi += e2m1_mag_biased(__fmul_rn(bf16_half(w[i + 8], h), mult)) << (4 * i);
+            }
+            out[h][jj] = ((uint64_t)(hi + sg[h][1]) << 32) | (lo + sg[h][0]);
+            *sp = (uint8_t)sb;
+          } else if (a.layout != kCompact && jpok) {
+            *sp = 0;  // SPEC 8.2 padding (every plane row of the tile is below roundup(K, 128))
+          }
+        }
+      } else {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          out[h][jj] = 0;
+          uint8_t* sp = csp + h * sH + jj;
+          if (jok && 2 * cpair + h < kleft) {
+            float b = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 16; ++i) b = fmaxf(b, fabsf(bf16_half(w[i], h)));
+            const uint32_t sb = block_scale_byte(b, ps);
+            const float mult = mtab[1][sb];
+            uint32_t lo = 0, hi = 0;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+              lo |= e2m1_rn(__fmul_rn(bf16_half(w[i], h), mult)) << (4 * i);
+              hi |= e2m1_rn(__fmul_rn(bf16_half(w[i + 8], h), mult)) << (4 * i);
+            }
+            out[h][jj] = ((uint64_t)hi << 32) | lo;
+            *sp = (uint8_t)sb;
+          } else if (a.layout != kCompact && jpok) {
+            *sp = 0;
+          }
+        }
+      }
+    }
+    uint8_t* cdp = a.col_data + gv.col_data + kk * (cblocks * 8) + jg0 * 8;
+    const int64_t dH = cblocks * 8;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (2 * cpair + h < kleft && j0 < jleft) {
+        uint8_t* dst = cdp + h * dH;
+        if (j0 + 1 < jleft && (reinterpret_cast<uintptr_t>(dst) & 15u) == 0) {
+          *reinterpret_cast<uint4*>(dst) = make_uint4((uint32_t)out[h][0], (uint32_t)(out[h][0] >> 32),
+                                                      (uint32_t)out[h][1], (uint32_t)(out[h][1] >> 32));
+        } else {
+          *reinterpret_cast<uint64_t*>(dst) = out[h][0];
+          if (j0 + 1 < jleft) *reinterpret_cast<uint64_t*>(dst + 8) = out[h][1];
+        }
+      }
+    }
+  }
+}
+
+// amax, bf16, v4: the amax_kernel tile (128 rows x 128 columns, reverse tile order), 256 threads, each owns 16
+// rows x 4 columns (8-byte loads): half the registers of amax_fast_bf16 per thread, so twice the warps per SM
+// to hide the load latency. Rowwise max: integer SIMD max of |bits| (equal to the NaN-ignoring fp max unless
+// a NaN is present; a thread that sees a NaN pattern, |bits| > 0x7F80, takes the fp max).
+template <bool kRHT>
+__global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
+  using T = __nv_bfloat16;
+  const int64_t nkt = amax_k_tiles<T>(a.K);
+  const int64_t tile = (int64_t)gridDim.x - 1 - blockIdx.x;
+  const int64_t rt = tile / nkt, kt = tile % nkt;
+  GroupView gv;
+  if (!resolve_tile(a.offs, a.E, a.M, rt, gv)) return;
+  const int t = threadIdx.x, chunk = t & 31, rb = t >> 5;
+  const int64_t gcol = kt * 128 + chunk * 4;
+  const T* x = reinterpret_cast<const T*>(a.x);
+
+  uint2 raw[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const int64_t r = gv.m0 + rb * 16 + i;
+    raw[i] = make_uint2(0, 0);
+    if (gcol < a.K && r < gv.m) raw[i] = __ldg(reinterpret_cast<const uint2*>(x + (gv.row0 + r) * a.K + gcol));
+  }
+  uint32_t mu = 0;
+#pragma unroll
+  for (int i = 0; i < 16; i += 2)
+    mu = absmax2(absmax2(absmax2(mu, raw[i].x), absmax2(raw[i].y & 0x7FFF7FFFu, raw[i + 1].x)), raw[i + 1].y);
+  const uint32_t mh = max(mu & 0xFFFFu, mu >> 16);
+  float rmax = __uint_as_float(mh << 16), cmax;
+  if (mh > 0x7F80u) {  // a NaN: NaN-ignoring fp max (SPEC 4.1), re-read (rare path, keeps raw[] out of it)
+    rmax = 0.0f;
+#pragma unroll 1
+    for (int i = 0; i < 16; ++i) {
+      const int64_t r = gv.m0 + rb * 16 + i;
+      if (gcol < a.K && r < gv.m) {
+        const uint2 q = __ldg(reinterpret_cast<const uint2*>(x + (gv.row0 + r) * a.K + gcol));
+        const uint32_t w[2] = {q.x, q.y};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) rmax = fmaxf(rmax, fabsf(bf16_half(w[e >> 1], e & 1)));
+      }
+    }
+  }
+  if constexpr (kRHT) {
+    float cm = 0.0f;  // NaN-ignoring max of |v| before * 0.25 and rounding (monotone, see nvfp4_fast.cuh)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float v[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) v[i] = bf16_half(e < 2 ? raw[i].x : raw[i].y, e & 1);
+      rht16_butterfly<kDefaultRhtSigns>(v);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) cm = fmaxf(cm, fabsf(v[i]));
+    }
+    cmax = round_bf16(__fmul_rn(cm, 0.25f));
+  } else {
+    cmax = rmax;
+  }
+  __shared__ float red[2][8];
+  rmax = warp_max(rmax);
+  cmax = warp_max(cmax);
+  if ((t & 31) == 0) {
+    red[0][t >> 5] = rmax;
+    red[1][t >> 5] = cmax;
+  }
+  __syncthreads();
+  if (t == 0) {
+    rmax = red[0][0];
+    cmax = red[1][0];
+#pragma unroll
+    for (int w = 1; w < 8; ++w) {
+      rmax = fmaxf(rmax, red[0][w]);
+      cmax = fmaxf(cmax, red[1][w]);
+    }
+    atomicMax(reinterpret_cast<int*>(a.row_amax + gv.g), __float_as_int(rmax));
+    if (a.col_amax != nullptr) atomicMax(reinterpret_cast<int*>(a.col_amax + gv.g), __float_as_int(cmax));
+  }
+}
+
+}  // namespace nvfp4
