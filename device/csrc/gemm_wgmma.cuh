@@ -3,14 +3,16 @@
 //
 // CTA tile BM x BN, K tile 64 = 4 NVFP4 16-blocks, a WGM x WGN grid of warpgroups (128 threads each); warpgroup
 // (wm, wn) owns rows [64 wm, 64 wm + 64) and columns [wn WN, (wn+1) WN) (WN = BN / WGN) and issues
-// wgmma.m64nWNk16 (f16 x f16 -> f32) with both operands read from shared memory. Shapes (Shape<> below):
+// wgmma.m64nWNk16 (f16 x f16 -> f32); B is read from shared memory, A from registers in fast mode (RS form) and from
+// shared memory in exact mode. Shapes (Shape<> below):
 //   fast, large tiles   128 x 256, 2 x 1 warpgroups (measured 5% faster than 256 x 128 on 4 warpgroups)
 //   fast, few tokens    64 x 256, 1 x 2 warpgroups (experts with ~64 rows: no tensor work on padding rows)
 //   exact               128 x 128, 2 x 1 warpgroups (two partial fragments per thread)
 // Every thread is both a converter and an MMA issuer (no warp specialisation):
 //
 //   raw stages (cp.async, kRawStages deep): packed E2M1 bytes of A and B + their swizzled E4M3 scale tiles
-//   fp16 buffers (2): the dequantized K tile in wgmma's canonical K-major 128-byte-swizzled layout
+//   fp16 buffers (2): the dequantized K tile in wgmma's canonical K-major 128-byte-swizzled layout (fast mode: B only;
+//                     each thread decodes its own A fragments into registers, two register sets alternating)
 //
 //   iteration kt:  issue raw load of K tile kt+3 | issue the wgmmas of tile kt (fp16 buffer kt%2, async)
 //                  wait for the wgmmas of tile kt-1 | barrier | convert raw tile kt+1 -> fp16 buffer (kt+1)%2
@@ -19,7 +21,8 @@
 // so the tensor cores run tile kt while the CUDA cores dequantize tile kt+1.
 //
 // Dequantization (exact): an E2M1 value times an E4M3 scale has at most 6 significant bits and lies in
-// [2^-10, 2688], so it is exact in fp16 and the tensor core's products of two such values are exact.
+// [2^-10, 2688], so it is exact in fp16 (times 2^-14, see e2m1x8_to_f16_scaled) and the tensor core's products of two
+// such values are exact.
 // Within each 8-element chunk the two operands use the same permutation of the K positions (word k of a chunk
 // holds elements k and k+4), which leaves every 16-block dot product unchanged (SPEC 12.2 sums whole blocks).
 #pragma once
@@ -103,12 +106,6 @@ __device__ __forceinline__ void fence_regs(float (&d)[R]) {
 __device__ __forceinline__ uint64_t sw128_desc(uint32_t saddr) {
   return static_cast<uint64_t>((saddr & 0x3FFFFu) >> 4) | (static_cast<uint64_t>(1) << 16) |
          (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
-}
-
-__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
-  uint32_t d;
-  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-  return d;
 }
 
 __device__ __forceinline__ uint32_t hmul2_u32(uint32_t a, __half2 s) {
