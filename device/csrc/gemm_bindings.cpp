@@ -95,7 +95,6 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
   l.accumulate = accumulate;
   l.grid_upper = static_cast<int>(grid_upper);
   l.tile_m = s.tile_m;
-  l.tile_n = s.tile_n;
   nvfp4_gemm::launch_gemm(l, stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

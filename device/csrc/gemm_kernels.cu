@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "gemm_nvfp4.cuh"
+#include "gemm_wgmma.cuh"  // the kernel shapes (wg::Shape*), so tile counts and kernels cannot disagree
 
 namespace nvfp4_gemm {
 namespace {
@@ -73,14 +74,14 @@ void launch_setup(const SetupArgs& a, cudaStream_t s) { setup_kernel<<<1, 256, 0
 
 void pick_tile(bool exact, long long rows_per_group, int* tile_m, int* tile_n) {
   if (exact) {
-    *tile_m = 128;  // wg::ShapeExact
-    *tile_n = 128;
-  } else if (rows_per_group <= 96) {
-    *tile_m = 64;  // wg::ShapeSkinny: experts with few tokens, no tensor work on padding rows
-    *tile_n = 256;
+    *tile_m = wg::ShapeExact::BM;
+    *tile_n = wg::ShapeExact::BN;
+  } else if (rows_per_group <= 96) {  // experts with few tokens: no tensor work on padding rows
+    *tile_m = wg::ShapeSkinny::BM;
+    *tile_n = wg::ShapeSkinny::BN;
   } else {
-    *tile_m = 128;  // wg::ShapeLarge
-    *tile_n = 256;
+    *tile_m = wg::ShapeLarge::BM;
+    *tile_n = wg::ShapeLarge::BN;
   }
 }
 

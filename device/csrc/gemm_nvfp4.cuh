@@ -57,7 +57,7 @@ struct LaunchArgs {
   int out_f32;
   int accumulate;
   int grid_upper;  // host upper bound on the number of tiles (grid = min(this, resident blocks))
-  int tile_m, tile_n;  // CTA tile (from pick_tile); selects the kernel shape
+  int tile_m;  // CTA rows (from pick_tile); selects the fast kernel's shape
 };
 
 // CTA tile (rows x columns of the output) for this mode, given the average number of output rows per group
