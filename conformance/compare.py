@@ -273,7 +273,7 @@ def compare(case: Case, ref: dict, out: dict, mode: str = "bytes", stats: dict |
         return _bound_compare(case, ref, out, stats)
     if mode == "rht":
         return _rht_compare(case, ref, out, stats)
-    if case.op in ("gemm_exact", "grouped_gemm_exact"):
+    if case.op in ("gemm_exact", "grouped_gemm_exact", "grouped_gemm_tc"):
         ref = dict(ref)
         out = dict(out)
         for d in (ref, out):

@@ -191,6 +191,11 @@ def ref_grouped_gemm_fast(case: Case) -> dict:
     return _grouped_gemm(case, "exact")
 
 
+def ref_grouped_gemm_tensor_core(case: Case) -> dict:
+    """mode="fast", bit for bit: the Hopper tensor-core model per group (SPEC 12.6)."""
+    return _grouped_gemm(case, "tensor_core")
+
+
 def ref_grouped_gemm_exact(case: Case) -> dict:
     """mode="exact": byte-identical to the sequential model per group."""
     return _grouped_gemm(case, "sequential")
@@ -221,6 +226,7 @@ OPS: dict[str, OpSpec] = {
         OpSpec("gemm", "gemm", ref_gemm_bound, mode="bound"),
         OpSpec("grouped_gemm", "grouped_gemm", ref_grouped_gemm_fast, mode="bound", cost=2.0),
         OpSpec("grouped_gemm_exact", "grouped_gemm", ref_grouped_gemm_exact, cost=2.0),
+        OpSpec("grouped_gemm_tc", "grouped_gemm", ref_grouped_gemm_tensor_core, cost=2.0),
     )
 }
 

@@ -10,6 +10,7 @@ from .exact import exact_int_matmul, f32_to_int_exp, round_certified, round_dyad
 from .fp4_numpy import decode_e2m1, decode_e4m3
 from .planes import QuantizedPlane
 from .scale_rules import torchao_per_tensor_scale
+from .tensor_core import tensor_core_sum
 
 __all__ = ["gemm", "gemm_alpha", "gemm_error_bound", "within_bound"]
 
@@ -128,8 +129,10 @@ def gemm(
     Args:
         a_plane, b_plane: :class:`QuantizedPlane` with the same K (both K-major, "TN").
         alpha: fp32 alpha; default :func:`gemm_alpha` (SPEC 12.1).
-        model: "sequential" (TE's model: fp32 accumulator, 16-blocks in K order, SPEC 12.2) or
-            "exact" (exact value rounded once to out_dtype, SPEC 12.3).
+        model: "sequential" (TE's model: fp32 accumulator, 16-blocks in K order, SPEC 12.2),
+            "exact" (exact value rounded once to out_dtype, SPEC 12.3) or "tensor_core" (Hopper wgmma
+            accumulation of bf16 operands, one k16 step per 16-block in K order, SPEC 12.6: what the device
+            kernels' fast mode returns bit for bit), both with the epilogue of SPEC 12.2.
         out_dtype: "bfloat16" (returns ml_dtypes.bfloat16) or "float32".
         bias: optional [N] float32/bfloat16 row vector added to every row.
         accumulate: optional float32 [M, N] C added to the product (wgrad's main_grad).
@@ -138,8 +141,8 @@ def gemm(
     m, n = a_plane.rows, b_plane.rows
     c, bv = _check_epilogue(m, n, bias, accumulate, out_dtype)
     al = _resolve_alpha(a_plane, b_plane, alpha)
-    if model == "sequential":
-        acc = _sequential(a_plane, b_plane)
+    if model in ("sequential", "tensor_core"):
+        acc = _sequential(a_plane, b_plane) if model == "sequential" else tensor_core_sum(a_plane, b_plane)
         with np.errstate(invalid="ignore", over="ignore"):
             y = (al * acc).astype(np.float32)
             if c is not None:
@@ -148,7 +151,7 @@ def gemm(
                 y = (y + bv[None, :]).astype(np.float32)
         return _finish(y, out_dtype)
     if model != "exact":
-        raise ValueError(f"model must be 'sequential' or 'exact', got {model!r}")
+        raise ValueError(f"model must be 'sequential', 'exact' or 'tensor_core', got {model!r}")
     return _finish(_exact(a_plane, b_plane, al, c, bv, out_dtype), out_dtype)
 
 

@@ -3,7 +3,7 @@
 //
 // CTA tile BM x BN, K tile 64 = 4 NVFP4 16-blocks, a WGM x WGN grid of warpgroups (128 threads each); warpgroup
 // (wm, wn) owns rows [64 wm, 64 wm + 64) and columns [wn WN, (wn+1) WN) (WN = BN / WGN) and issues
-// wgmma.m64nWNk16 (f16 x f16 -> f32); B is read from shared memory, A from registers in fast mode (RS form) and from
+// wgmma.m64nWNk16 (bf16 x bf16 -> f32); B is read from shared memory, A from registers in fast mode (RS form) and from
 // shared memory in exact mode. Shapes (Shape<> below):
 //   fast, large tiles   128 x 256, 2 x 1 warpgroups (measured 5% faster than 256 x 128 on 4 warpgroups)
 //   fast, few tokens    64 x 256, 1 x 2 warpgroups (experts with ~64 rows: no tensor work on padding rows)
@@ -11,17 +11,17 @@
 // Every thread is both a converter and an MMA issuer (no warp specialisation):
 //
 //   raw stages (cp.async, kRawStages deep): packed E2M1 bytes of A and B + their swizzled E4M3 scale tiles
-//   fp16 buffers (2): the dequantized K tile in wgmma's canonical K-major 128-byte-swizzled layout (fast mode: B only;
+//   bf16 buffers (2): the dequantized K tile in wgmma's canonical K-major 128-byte-swizzled layout (fast mode: B only;
 //                     each thread decodes its own A fragments into registers, two register sets alternating)
 //
-//   iteration kt:  issue raw load of K tile kt+3 | issue the wgmmas of tile kt (fp16 buffer kt%2, async)
-//                  wait for the wgmmas of tile kt-1 | barrier | convert raw tile kt+1 -> fp16 buffer (kt+1)%2
+//   iteration kt:  issue raw load of K tile kt+3 | issue the wgmmas of tile kt (bf16 buffer kt%2, async)
+//                  wait for the wgmmas of tile kt-1 | barrier | convert raw tile kt+1 -> bf16 buffer (kt+1)%2
 //                  | fence.proxy.async | barrier
 //
 // so the tensor cores run tile kt while the CUDA cores dequantize tile kt+1.
 //
 // Dequantization (exact): an E2M1 value times an E4M3 scale has at most 6 significant bits and lies in
-// [2^-10, 2688], so it is exact in fp16 (times 2^-14, see e2m1x8_to_f16_scaled) and the tensor core's products of two
+// [2^-10, 2688], so it is exact in bf16 (times 2^-14, see e2m1x8_to_bf16_scaled) and the tensor core's products of two
 // such values are exact.
 // Within each 8-element chunk the two operands use the same permutation of the K positions (word k of a chunk
 // holds elements k and k+4), which leaves every 16-block dot product unchanged (SPEC 12.2 sums whole blocks).
@@ -40,7 +40,7 @@
 namespace nvfp4_gemm {
 namespace wg {
 
-constexpr int kBK = 64;  // K elements per tile: 4 blocks; one fp16 row of the tile = 128 bytes = one swizzle atom
+constexpr int kBK = 64;  // K elements per tile: 4 blocks; one bf16 row of the tile = 128 bytes = one swizzle atom
 constexpr int kRawStages = 4;
 
 template <int BM_, int BN_, int WGM_, int WGN_>
@@ -49,7 +49,7 @@ struct Shape {
   static constexpr int kThreads = 128 * WGM * WGN;
   static constexpr int WN = BN / WGN;  // wgmma N of one warpgroup
   static constexpr int R = WN / 2;     // fp32 accumulator registers per thread
-  static constexpr int kABytes = BM * 128;  // fp16 A tile, 128 B per row
+  static constexpr int kABytes = BM * 128;  // bf16 A tile, 128 B per row
   static constexpr int kBBytes = BN * 128;
   static constexpr int kBuf = kABytes + kBBytes;  // multiple of 1024 (the swizzle atom alignment)
   static constexpr int kRawA = BM * 32;           // 64 E2M1 codes = 32 bytes per row
@@ -108,34 +108,57 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t saddr) {
          (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
 }
 
-__device__ __forceinline__ uint32_t hmul2_u32(uint32_t a, __half2 s) {
-  __half2 r = __hmul2(*reinterpret_cast<__half2*>(&a), s);
+__device__ __forceinline__ uint32_t hmul2_u32(uint32_t a, uint32_t s) {
+  __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&a), *reinterpret_cast<__nv_bfloat162*>(&s));
   return *reinterpret_cast<uint32_t*>(&r);
 }
 
-// 8 E2M1 codes (nibble j of w = element j) times the fp16 scale, times 2^-14 -> 4 f16x2 words; word k holds
-// {element k, element k+4}. Shifting the nibble so that its 3 magnitude bits land on fp16 bits 9-11 (exponent bits
-// 10-11, mantissa bit 9) gives exactly |E2M1| * 2^-14, subnormal codes included (0.5 -> 2^-15); the sign bit lands on
-// bit 12 and is moved to bit 15 by adding 7 times itself. One multiply by the scale is exact: the product is a
-// multiple of 2^-24 (fp16's smallest subnormal) with at most 6 significant bits, below 2688 * 2^-14.
+// 8 E2M1 codes (nibble j of w = element j) times the scale -> 4 bf16x2 words; word k holds {element k, element k+4}.
+// Shifting the nibble so that its 3 magnitude bits land on bf16 bits 6-8 (exponent bits 7-8, mantissa bit 6) gives
+// exactly |E2M1| * 2^-126 (the code 0.5 becomes the subnormal 2^-127); the sign bit lands on bit 9 and is moved to
+// bit 15 by adding 63 times itself. One bf16 multiply by s = sf * 2^112 (e4m3_to_bf16x2_scaled) is exact: the
+// product E2M1 * sf * 2^-14 has at most 6 significant bits and lies in [2^-24, 2688 * 2^-14], far inside bf16's
+// normal range. So every nonzero operand the tensor core sees is a NORMAL bf16 number. That matters (SPEC 12.6):
+// wgmma aligns the addends of a step to the largest exponent-field sum, and counts a subnormal operand at the
+// format's minimum normal exponent; with fp16 operands (min normal 2^-14) a subnormal such as 2^-22 made the step
+// truncate the other addends up to 2^10 times too coarsely (the fast mode's old bound violations).
 // The tensor core then sums exact products of (a 2^-14)(b 2^-14); the epilogue multiplies the fp32 accumulator by
 // 2^28 (exact: no fp32 underflow, every nonzero term is at least 2^-48) before alpha, so results are unchanged.
 // Cost per 8 codes: 9 integer-logic ops (8 LOP3, 1 SHF), 7 IMAD, 4 HMUL2.
-__device__ __forceinline__ uint32_t e2m1_pair_f16_scaled(uint32_t a) {  // nibbles at bits 9-12 and 25-28
-  return (a & 0x1E001E00u) + 7u * (a & 0x10001000u);
+__device__ __forceinline__ uint32_t e2m1_pair_bf16_raw(uint32_t a) {  // nibbles at bits 6-9 and 22-25
+  return (a & 0x03C003C0u) + 63u * (a & 0x02000200u);
 }
-__device__ __forceinline__ void e2m1x8_to_f16_scaled(uint32_t w, __half2 s, uint32_t (&o)[4]) {
-  o[0] = hmul2_u32(e2m1_pair_f16_scaled(w << 9), s);
-  o[1] = hmul2_u32(e2m1_pair_f16_scaled(w << 5), s);
-  o[2] = hmul2_u32(e2m1_pair_f16_scaled(w << 1), s);
-  o[3] = hmul2_u32(e2m1_pair_f16_scaled(w >> 3), s);
+__device__ __forceinline__ void e2m1x8_to_bf16_scaled(uint32_t w, uint32_t s, uint32_t (&o)[4]) {
+  o[0] = hmul2_u32(e2m1_pair_bf16_raw(w << 6), s);
+  o[1] = hmul2_u32(e2m1_pair_bf16_raw(w << 2), s);
+  o[2] = hmul2_u32(e2m1_pair_bf16_raw(w >> 2), s);
+  o[3] = hmul2_u32(e2m1_pair_bf16_raw(w >> 6), s);
 }
-constexpr float kOperandScaleUndo = 268435456.0f;  // 2^28 = (2^14)^2, see e2m1x8_to_f16_scaled
+constexpr float kOperandScaleUndo = 268435456.0f;  // 2^28 = (2^14)^2, see e2m1x8_to_bf16_scaled
 
-// One E4M3 byte -> {s, s} in fp16 (exact: every finite E4M3 value is an fp16 number; NaN stays NaN).
-__device__ __forceinline__ __half2 e4m3_to_h2(uint32_t byte) {
-  __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(byte * 0x101u), __NV_E4M3);
-  return *reinterpret_cast<__half2*>(&r);
+// E4M3 scales -> {s, s} with s = sf * 2^112 in bf16, exact: the hardware conversion gives sf in fp16 (every E4M3
+// value is an fp16 number), fp16 -> fp32 and * 2^112 are exact (448 * 2^112 < 2^128), and the bf16 pack is exact
+// (sf has 4 significant bits). Zero keeps its sign and NaN stays NaN. About 3.5 instructions per scale, none of
+// them on the integer-logic pipe that the E2M1 decode keeps busy.
+constexpr float kScaleToBf16 = 0x1p112f;
+__device__ __forceinline__ uint32_t bf16x2_splat(float v) {
+  __nv_bfloat162 r = __floats2bfloat162_rn(v, v);
+  return *reinterpret_cast<uint32_t*>(&r);
+}
+__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t two_bytes) {  // bytes 0 and 1 of two_bytes
+  __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes & 0xFFFFu), __NV_E4M3);
+  return __half22float2(*reinterpret_cast<__half2*>(&r));
+}
+__device__ __forceinline__ uint32_t e4m3_to_bf16x2_scaled(uint32_t byte) {
+  return bf16x2_splat(__fmul_rn(e4m3x2_to_float2(byte).x, kScaleToBf16));
+}
+// The four scales packed in one word (byte j = 16-block j) -> s[j] = {sf_j * 2^112, sf_j * 2^112}.
+__device__ __forceinline__ void e4m3x4_to_bf16x2_scaled(uint32_t four_bytes, uint32_t (&s)[4]) {
+  const float2 lo = e4m3x2_to_float2(four_bytes), hi = e4m3x2_to_float2(four_bytes >> 16);
+  s[0] = bf16x2_splat(__fmul_rn(lo.x, kScaleToBf16));
+  s[1] = bf16x2_splat(__fmul_rn(lo.y, kScaleToBf16));
+  s[2] = bf16x2_splat(__fmul_rn(hi.x, kScaleToBf16));
+  s[3] = bf16x2_splat(__fmul_rn(hi.y, kScaleToBf16));
 }
 
 __device__ __forceinline__ uint2 lds64(uint32_t a) {
@@ -225,14 +248,14 @@ struct RawLoader {
 
 // Per-thread shared-memory offsets of the dequantization units. Unit i of thread tid is (row q + kRPI i of
 // [A rows; B rows], 16-block b) with q = tid / 4, b = tid % 4: consecutive threads take the 4 blocks of 8 consecutive
-// rows, so the 8-byte raw loads, the scale loads and the 16-byte fp16 stores are bank-conflict free. Every offset is
+// rows, so the 8-byte raw loads, the scale loads and the 16-byte bf16 stores are bank-conflict free. Every offset is
 // a per-thread base plus a compile-time constant of i (plus, for A scales of a 64-row tile, which half of the
 // 128-row scale tile it uses).
 struct UnitOffsets {
   uint32_t raw;     // + i * kRPI * 32: the unit's 8 raw bytes (A and B raw rows are contiguous, 32 B each)
   uint32_t scale;   // + unit_scale_offset(i): its E4M3 scale in the swizzled tiles (SPEC 8.2)
   uint32_t a_scale_adj;  // rows (m0 mod 128) of the A scale tile: + 4 per 32 rows (64-row tiles only)
-  uint32_t dst;     // + i * kRPI * 128: its first fp16 chunk (elements 0-7); the second chunk is at dst ^ 16
+  uint32_t dst;     // + i * kRPI * 128: its first bf16 chunk (elements 0-7); the second chunk is at dst ^ 16
 };
 
 template <class S>
@@ -242,7 +265,7 @@ __device__ __forceinline__ UnitOffsets unit_offsets(int tid) {
   o.raw = tid * 8;
   o.scale = S::kRawA + S::kRawB + (q & 31) * 16 + (q >> 5) * 4 + b;
   o.a_scale_adj = 0;
-  // fp16 layout (wgmma K-major, 128-byte swizzle): row r at r*128, its chunk c (elements 8c..8c+7) at
+  // bf16 layout (wgmma K-major, 128-byte swizzle): row r at r*128, its chunk c (elements 8c..8c+7) at
   // ((c ^ (r % 8)) * 16); rows of unit i are q + kRPI i, so r % 8 = q % 8 for every i.
   o.dst = q * 128 + (((2 * b) ^ (q & 7)) << 4);
   return o;
@@ -257,16 +280,16 @@ __device__ __forceinline__ constexpr uint32_t unit_scale_offset() {
   return (isb ? S::kSA : 0) + (rr >> 7) * 512 + ((rr & 127) >> 5) * 4;
 }
 
-// Dequantize unit I of this thread: raw stage (shared address raw) -> fp16 buffer (shared address buf).
+// Dequantize unit I of this thread: raw stage (shared address raw) -> bf16 buffer (shared address buf).
 template <class S, int I>
 __device__ __forceinline__ void convert_unit(uint32_t raw, uint32_t buf, const UnitOffsets& o) {
   constexpr bool isb = S::kRPI * I >= S::BM;
   const uint2 w = lds64(raw + o.raw + I * S::kRPI * 32);
   const uint32_t sbyte = lds8(raw + o.scale + unit_scale_offset<S, I>() + (isb ? 0u : o.a_scale_adj));
-  const __half2 s = e4m3_to_h2(sbyte);
+  const uint32_t s = e4m3_to_bf16x2_scaled(sbyte);
   uint32_t lo[4], hi[4];
-  e2m1x8_to_f16_scaled(w.x, s, lo);
-  e2m1x8_to_f16_scaled(w.y, s, hi);
+  e2m1x8_to_bf16_scaled(w.x, s, lo);
+  e2m1x8_to_bf16_scaled(w.y, s, hi);
   const uint32_t d = buf + o.dst + I * S::kRPI * 128;
   sts128(d, lo);
   sts128(d ^ 16u, hi);
@@ -282,15 +305,15 @@ __device__ __forceinline__ void convert_units(uint32_t raw, uint32_t buf, const 
 
 // A operand straight into wgmma's register fragment (fast mode, RS form). Thread (warp v, lane l) of a warpgroup
 // holds, for each 16-block j of the K tile, rows 16v + l/4 and +8 of the warpgroup's 64 rows at K positions
-// 2c, 2c+1 (chunk 0) and 8 + 2c, 9 + 2c (chunk 1), c = l % 4. With the chunk permutation of e2m1x8_to_f16_scaled
+// 2c, 2c+1 (chunk 0) and 8 + 2c, 9 + 2c (chunk 1), c = l % 4. With the chunk permutation of e2m1x8_to_bf16_scaled
 // (positions 2c, 2c+1 hold elements c and c+4), that is exactly word c of each 8-code group, which this lane decodes
-// alone: a funnel rotate puts nibbles c and c+4 on bits 9-12 and 25-28. Same integer work as the shared-memory path,
-// no fp16 stores, and wgmma reads no A operand from shared memory.
+// alone: a funnel rotate puts nibbles c and c+4 on bits 6-9 and 22-25. Same integer work as the shared-memory path,
+// no bf16 stores, and wgmma reads no A operand from shared memory.
 struct AFragOffsets {
   uint32_t row0;   // raw offset of row r0 (32 B per row); row r0 + 8 is at + 256
   uint32_t scale;  // offset of row r0's 4 scales (one word) in the A scale tile, without the 64-row-tile adjustment
   uint32_t scale8; // same for row r0 + 8
-  uint32_t rot;    // funnel-rotate amount (4c + 23) mod 32
+  uint32_t rot;    // funnel-rotate amount (4c + 26) mod 32 (= rotate left by 6 - 4c)
 };
 
 template <class S>
@@ -302,7 +325,7 @@ __device__ __forceinline__ AFragOffsets afrag_offsets(int tid) {
   o.row0 = r0 * 32;
   o.scale = S::kRawA + S::kRawB + (r0 & 31) * 16 + (r0 >> 5) * 4;  // r0 < 128: tile 0 (BM <= 128 with RS)
   o.scale8 = S::kRawA + S::kRawB + (r1 & 31) * 16 + (r1 >> 5) * 4;
-  o.rot = (4 * (l & 3) + 23) & 31;
+  o.rot = (4 * (l & 3) + 26) & 31;
   return o;
 }
 
@@ -317,8 +340,8 @@ __device__ __forceinline__ uint32_t lds32(uint32_t a) {
   return v;
 }
 
-__device__ __forceinline__ uint32_t afrag_word(uint32_t w, uint32_t rot, __half2 s) {
-  return hmul2_u32(e2m1_pair_f16_scaled(__funnelshift_r(w, w, rot)), s);
+__device__ __forceinline__ uint32_t afrag_word(uint32_t w, uint32_t rot, uint32_t s) {
+  return hmul2_u32(e2m1_pair_bf16_raw(__funnelshift_r(w, w, rot)), s);
 }
 
 // a[j] = the A fragment of 16-block j of the K tile in raw stage `raw` (a_scale_adj: see UnitOffsets).
@@ -329,14 +352,15 @@ __device__ __forceinline__ void convert_a_frags(uint32_t raw, const AFragOffsets
   const uint32_t s0 = lds32(raw + o.scale + a_scale_adj), s1 = lds32(raw + o.scale8 + a_scale_adj);
   const uint32_t w0[8] = {r0a.x, r0a.y, r0a.z, r0a.w, r0b.x, r0b.y, r0b.z, r0b.w};  // row r0: block j = words 2j, 2j+1
   const uint32_t w1[8] = {r1a.x, r1a.y, r1a.z, r1a.w, r1b.x, r1b.y, r1b.z, r1b.w};
+  uint32_t sc0[4], sc1[4];
+  e4m3x4_to_bf16x2_scaled(s0, sc0);
+  e4m3x4_to_bf16x2_scaled(s1, sc1);
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    const __half2 sc0 = e4m3_to_h2((s0 >> (8 * j)) & 0xFFu);
-    const __half2 sc1 = e4m3_to_h2((s1 >> (8 * j)) & 0xFFu);
-    a[j][0] = afrag_word(w0[2 * j], o.rot, sc0);      // row r0, chunk 0
-    a[j][1] = afrag_word(w1[2 * j], o.rot, sc1);      // row r0 + 8, chunk 0
-    a[j][2] = afrag_word(w0[2 * j + 1], o.rot, sc0);  // row r0, chunk 1
-    a[j][3] = afrag_word(w1[2 * j + 1], o.rot, sc1);  // row r0 + 8, chunk 1
+    a[j][0] = afrag_word(w0[2 * j], o.rot, sc0[j]);      // row r0, chunk 0
+    a[j][1] = afrag_word(w1[2 * j], o.rot, sc1[j]);      // row r0 + 8, chunk 0
+    a[j][2] = afrag_word(w0[2 * j + 1], o.rot, sc0[j]);  // row r0, chunk 1
+    a[j][3] = afrag_word(w1[2 * j + 1], o.rot, sc1[j]);  // row r0 + 8, chunk 1
   }
 }
 

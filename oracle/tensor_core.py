@@ -1,0 +1,154 @@
+"""Bit-exact model of Hopper's wgmma fp32 accumulation over dequantized NVFP4 operands (SPEC 12.6).
+
+One wgmma k16 step per 16-block, in K order, each step adding 16 exact products to the fp32 accumulator the way
+the tensor core does (measured on H100, SPEC 12.6): every addend is truncated toward zero at 2^(E - 25), where E is
+the largest exponent among the addends as the hardware sees it, the truncated addends are summed exactly, and the
+sum is truncated (round toward zero) to fp32. The operands reach the tensor core as ``value * 2^-14`` in bf16 or
+fp16; a subnormal operand counts at its format's minimum normal exponent, which is how fp16 operands break the
+SPEC 12.4 bound and bf16 operands (always normal here) do not.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+
+from .fp4_numpy import decode_e4m3
+from .planes import QuantizedPlane
+
+__all__ = ["OPERAND_FORMATS", "tensor_core_sum", "wgmma_k16_step"]
+
+# SPEC 12.6: minimum normal exponent of each operand format (a subnormal operand counts at this exponent)
+OPERAND_FORMATS = {"bf16": -126, "fp16": -14}
+_PRESENT_EXP = -14  # operands are presented to the tensor core as value * 2^-14 (products carry 2^-28)
+_WINDOW = 25  # addends are truncated at 2^(E - 25)
+_FP32_BITS = 24
+
+
+def _bit_length(x: np.ndarray) -> np.ndarray:
+    """Bit length of non-negative int64 values (0 for 0), vectorized."""
+    x = x.copy()
+    n = np.zeros(x.shape, np.int64)
+    for s in (32, 16, 8, 4, 2, 1):
+        big = x >= (np.int64(1) << s)
+        n += np.where(big, s, 0)
+        x = np.where(big, x >> s, x)
+    return n + (x > 0)
+
+
+def _truncate(x: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    """x rounded toward zero to a multiple of 2**shift (shift <= 0: unchanged)."""
+    s = np.maximum(shift, 0)
+    mag = (np.abs(x) >> s) << s
+    return np.where(x < 0, -mag, mag)
+
+
+def _round_to_fp32_rz(x: np.ndarray) -> np.ndarray:
+    """Integers rounded toward zero to 24 significant bits (fp32 RZ; no overflow at these magnitudes)."""
+    return _truncate(x, _bit_length(np.abs(x)) - _FP32_BITS)
+
+
+def _operand_ints(p: QuantizedPlane) -> np.ndarray:
+    """Dequantized elements as integers in units of 2^-10 (SPEC 12.3), int64 [rows, K]."""
+    from .gemm import _scaled_ints  # shared with the exact model
+
+    return _scaled_ints(p)
+
+
+def _exponent_seen(v: np.ndarray, emin: int) -> np.ndarray:
+    """Exponent the tensor core uses for an operand v * 2^-10 presented as v * 2^-24: floor(log2), at least emin."""
+    e = _bit_length(np.abs(v)) - 1 - 10 + _PRESENT_EXP
+    return np.maximum(e, emin)
+
+
+def tensor_core_sum(a_plane: QuantizedPlane, b_plane: QuantizedPlane, *, operands: str = "bf16") -> np.ndarray:
+    """The fp32 accumulator [M, N] of A . B^T as Hopper's wgmma computes it (SPEC 12.6).
+
+    Args:
+        a_plane, b_plane: K-major planes A [M, K], B [N, K] (same K, a multiple of 16).
+        operands: "bf16" (the device kernels' choice) or "fp16": the format the dequantized values (times 2^-14)
+            are presented in.
+    Returns float32 [M, N] in the operands' true scale (the device kernels' accumulator times 2^28). Rows or
+    columns with a NaN scale give NaN.
+    """
+    if operands not in OPERAND_FORMATS:
+        raise ValueError(f"operands must be one of {sorted(OPERAND_FORMATS)}, got {operands!r}")
+    if a_plane.cols != b_plane.cols:
+        raise ValueError(f"K mismatch: {a_plane.cols} vs {b_plane.cols}")
+    emin = OPERAND_FORMATS[operands]
+    ia, ib = _operand_ints(a_plane), _operand_ints(b_plane)
+    m, k = ia.shape
+    n = ib.shape[0]
+    if k and int(np.abs(ia).max(initial=0)) * int(np.abs(ib).max(initial=0)) * k >= 2**62:
+        raise ValueError("K too large for the int64 model")
+    ea, eb = _exponent_seen(ia, emin), _exponent_seen(ib, emin)
+    acc = np.zeros((m, n), np.int64)  # units of 2^-20 (true scale)
+    for j in range(k // 16):
+        blk = slice(16 * j, 16 * j + 16)
+        prod = ia[:, None, blk] * ib[None, :, blk]  # [M, N, 16], exact
+        nonzero = prod != 0
+        # E in the presented scale: products carry 2^-28 (two operands times 2^-14)
+        e_prod = np.where(nonzero, ea[:, None, blk] + eb[None, :, blk], np.iinfo(np.int64).min // 4).max(axis=2)
+        e_acc = np.where(acc != 0, _bit_length(np.abs(acc)) - 1 - 20 - 28, np.iinfo(np.int64).min // 4)
+        e = np.maximum(e_prod, e_acc)
+        # truncation unit 2^(E - 25) presented = 2^(E - 25 + 28) true = 2^(E + 23) units of 2^-20
+        shift = (e - _WINDOW + 28 + 20)[:, :, None]
+        total = _truncate(prod, shift).sum(axis=2) + _truncate(acc, shift[:, :, 0])
+        acc = _round_to_fp32_rz(total)
+    out = np.ldexp(acc.astype(np.float64), -20).astype(np.float32)  # exact: acc has at most 24 bits
+    nan_a = np.isnan(decode_e4m3(a_plane.scales)).any(axis=1)
+    nan_b = np.isnan(decode_e4m3(b_plane.scales)).any(axis=1)
+    return np.where(nan_a[:, None] | nan_b[None, :], np.float32(np.nan), out)
+
+
+def _exponent(x: float) -> int:
+    """floor(log2 |x|) of a nonzero float (exact, via frexp)."""
+    return math.frexp(x)[1] - 1
+
+
+def _fp32_rz(v: Fraction) -> Fraction:
+    """v rounded toward zero to 24 significant bits (fp32 without overflow or underflow)."""
+    if v == 0:
+        return v
+    mag = abs(v)
+    e = mag.numerator.bit_length() - mag.denominator.bit_length()
+    if Fraction(2) ** e > mag:
+        e -= 1
+    unit = Fraction(2) ** (e - 23)
+    return (mag // unit) * unit * (1 if v > 0 else -1)
+
+
+def wgmma_k16_step(c: float, a, b, operands: str = "bf16") -> np.float32:
+    """One wgmma k16 step, D = C + sum a_k b_k, exactly as SPEC 12.6 states (scalar reference, exact arithmetic).
+
+    Args:
+        c: the fp32 accumulator C.
+        a, b: 16 operand values each, exactly representable in ``operands`` ("bf16" or "fp16").
+    """
+    if operands not in OPERAND_FORMATS:
+        raise ValueError(f"operands must be one of {sorted(OPERAND_FORMATS)}, got {operands!r}")
+    cast = ml_dtypes.bfloat16 if operands == "bf16" else np.float16
+    a, b = [float(x) for x in a], [float(x) for x in b]
+    if len(a) != 16 or len(b) != 16:
+        raise ValueError("a and b must have 16 values each")
+    for x in a + b:
+        if float(cast(x)) != x:
+            raise ValueError(f"{x!r} is not a {operands} number")
+    c = float(np.float32(c))
+    emin = OPERAND_FORMATS[operands]
+    terms, exps = [], []
+    for x, y in zip(a, b, strict=True):
+        if x != 0 and y != 0:
+            terms.append(Fraction(x) * Fraction(y))
+            exps.append(max(_exponent(x), emin) + max(_exponent(y), emin))
+    if c != 0:
+        terms.append(Fraction(c))
+        exps.append(_exponent(c))
+    if not terms:
+        return np.float32(c + 0.0)
+    unit = Fraction(2) ** (max(exps) - _WINDOW)
+    total = sum(((abs(t) // unit) * unit * (1 if t > 0 else -1) for t in terms), Fraction(0))
+    return np.float32(float(_fp32_rz(total)))

@@ -1,0 +1,152 @@
+"""SPEC 12.6: the Hopper tensor-core accumulation model, its agreement with H100 measurements, and SPEC 12.4's
+bound for it (bf16 operands hold it, fp16 operands with subnormals do not)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import oracle
+from oracle.fp4_numpy import decode_e2m1, decode_e4m3, pack_fp4
+from oracle.tensor_core import tensor_core_sum, wgmma_k16_step
+
+
+def _pad(pairs):
+    pairs = list(pairs)
+    return [p[0] for p in pairs] + [0.0] * (16 - len(pairs)), [p[1] for p in pairs] + [0.0] * (16 - len(pairs))
+
+
+def _run(steps, operands="fp16"):
+    acc = np.float32(0.0)
+    for pairs in steps:
+        a, b = _pad(pairs)
+        acc = wgmma_k16_step(acc, a, b, operands)
+    return acc
+
+
+_T26 = (2.0**-13, 2.0**-13)  # a product of 2^-26
+_T30 = (2.0**-15, 2.0**-15)  # a product of 2^-30 (fp16 subnormal operands)
+
+# Measured on an H100 (NVIDIA H100 80GB HBM3, torch 2.11+cu130, triton 3.6.0) with
+# benchmarks/probe_wgmma_numerics.py: Triton tl.dot on fp16 operands, one wgmma k16 step per 16 values.
+# (probe name, steps, fp32 bits returned by the hardware)
+H100_FP16_MEASUREMENTS = [
+    ("2^-24 * 2^-24 (subnormal operands)", [[(2.0**-24, 2.0**-24)]], 0x27800000),
+    ("3*2^-24 * 5*2^-24", [[(3 * 2.0**-24, 5 * 2.0**-24)]], 0x29700000),
+    ("2^-14*2^-14 + 2^-24*2^-24", [[(2.0**-14, 2.0**-14), (2.0**-24, 2.0**-24)]], 0x31800008),
+    ("7*2^-24*2^-14 + 2^-24*2^-24", [[(7 * 2.0**-24, 2.0**-14), (2.0**-24, 2.0**-24)]], 0x2DE00800),
+    ("[1, -1, 2^-25] one step", [[(1.0, 1.0), (-1.0, 1.0), (2.0**-12, 2.0**-13)]], 0x33000000),
+    ("[1, -1, 2^-26] one step", [[(1.0, 1.0), (-1.0, 1.0), _T26]], 0x00000000),
+    ("[1, -1, 2^-25, 2^-25] one step", [[(1.0, 1.0), (-1.0, 1.0)] + [(2.0**-12, 2.0**-13)] * 2], 0x33800000),
+    ("[1, -1, 2^-26, 2^-26] one step (each addend truncated)", [[(1.0, 1.0), (-1.0, 1.0), _T26, _T26]], 0x00000000),
+    ("2^-30 at 0, 1 at 8, -1 at 9", [[_T30] + [(0.0, 0.0)] * 7 + [(1.0, 1.0), (-1.0, 1.0)]], 0x00000000),
+    ("step1 2^-30 | step2 1, -1 (C truncated)", [[_T30], [(1.0, 1.0), (-1.0, 1.0)]], 0x00000000),
+    ("step1 1 | step2 -1, 2^-25", [[(1.0, 1.0)], [(-1.0, 1.0), (2.0**-12, 2.0**-13)]], 0x33000000),
+    ("step1 1 | step2 -1, 2^-26", [[(1.0, 1.0)], [(-1.0, 1.0), _T26]], 0x00000000),
+    ("step1 1 | step2 16 x -2^-25", [[(1.0, 1.0)], [(-(2.0**-12), 2.0**-13)] * 16], 0x3F7FFFF8),
+    ("one step 1, 15 x -2^-25 (sum rounded toward zero)", [[(1.0, 1.0)] + [(-(2.0**-12), 2.0**-13)] * 15], 0x3F7FFFF8),
+    ("step1 1 | step2 16 x -2^-26 (truncated toward zero)", [[(1.0, 1.0)], [(-(2.0**-13), 2.0**-13)] * 16], 0x3F800000),
+    ("step1 -1 | step2 16 x +2^-26", [[(-1.0, 1.0)], [_T26] * 16], 0xBF800000),
+    ("step1 2^-24 | step2 1", [[(2.0**-12, 2.0**-12)], [(1.0, 1.0)]], 0x3F800000),
+    ("step1 3*2^-25 | step2 -1, 1", [[(3 * 2.0**-12, 2.0**-13)], [(-1.0, 1.0), (1.0, 1.0)]], 0x33C00000),
+    ("step1 3*2^-26 | step2 -1, 1", [[(3 * 2.0**-13, 2.0**-13)], [(-1.0, 1.0), (1.0, 1.0)]], 0x33000000),
+]
+
+
+@pytest.mark.parametrize("name,steps,bits", H100_FP16_MEASUREMENTS, ids=[m[0] for m in H100_FP16_MEASUREMENTS])
+def test_step_model_reproduces_h100_measurements(name, steps, bits):
+    got = _run(steps)
+    assert int(np.array([got], np.float32).view(np.uint32)[0]) == bits, name
+
+
+def test_step_rejects_values_outside_the_format():
+    with pytest.raises(ValueError, match="not a bf16"):
+        wgmma_k16_step(0.0, [1.0 + 2.0**-10] + [0.0] * 15, [1.0] * 16, "bf16")
+    with pytest.raises(ValueError, match="16 values"):
+        wgmma_k16_step(0.0, [1.0], [1.0], "fp16")
+    with pytest.raises(ValueError, match="operands"):
+        wgmma_k16_step(0.0, [1.0] * 16, [1.0] * 16, "fp8")
+
+
+def _heavy_planes(rng, m, n, k):
+    """Heavy-tailed operands: most blocks far below the tensor amax, so many scales are tiny or subnormal E4M3."""
+    def mat(rows):
+        v = rng.standard_normal((rows, k)) * 10.0 ** rng.uniform(-3, 2)
+        mask = rng.random((rows, k)) < 0.02
+        v[mask] *= 10.0 ** rng.uniform(2, 5, size=int(mask.sum()))
+        return v.astype(np.float32)
+    return oracle.quantize(mat(m)).row, oracle.quantize(mat(n)).row
+
+
+@pytest.mark.parametrize("operands", ["bf16", "fp16"])
+def test_vectorized_model_equals_step_reference(operands):
+    """tensor_core_sum (int64, vectorized) equals wgmma_k16_step (exact fractions) chained over the blocks."""
+    rng = np.random.default_rng(7)
+    a, b = _heavy_planes(rng, 5, 4, 96)
+    got = tensor_core_sum(a, b, operands=operands)
+    va, vb = (decode_e2m1(p.codes()).astype(np.float64) * np.repeat(decode_e4m3(p.scales), 16, axis=1) for p in (a, b))
+    for i in range(a.rows):
+        for j in range(b.rows):
+            acc = np.float32(0.0)
+            for blk in range(a.cols // 16):
+                sl = slice(16 * blk, 16 * blk + 16)
+                acc = wgmma_k16_step(acc, va[i, sl] * 2.0**-14, vb[j, sl] * 2.0**-14, operands)
+            assert np.float32(acc * np.float32(2.0**28)) == got[i, j], (i, j)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_bf16_model_within_bound(seed):
+    """SPEC 12.6 claim: with bf16 operands every step meets 12.4 (ii), so the model meets the bound."""
+    rng = np.random.default_rng(300 + seed)
+    a, b = _heavy_planes(rng, 24, 20, 256)
+    for out in ("float32", "bfloat16"):
+        yt = oracle.gemm(a, b, model="tensor_core", out_dtype=out)
+        ye = oracle.gemm(a, b, model="exact", out_dtype=out)
+        assert oracle.within_bound(yt, ye, oracle.gemm_error_bound(a, b, out_dtype=out)).all()
+
+
+def _two_block_case():
+    """Hand-built K = 32 case of SPEC 12.6's fp16 failure. Block 0: one product 1.5*(5*2^-9) x 1*2^-8 = 15*2^-18.
+    Block 1: 1*2^-9 x 6*448 = 5.25, whose A operand 2^-9 * 2^-14 = 2^-23 is an fp16 subnormal, so fp16 step 2
+    aligns at exponent -14 + -3 (presented) and truncates the accumulator at 2^-14 (true scale): 15*2^-18 -> 0."""
+    codes_a = np.zeros((1, 32), np.uint8)
+    codes_b = np.zeros((1, 32), np.uint8)
+    codes_a[0, 0], codes_b[0, 0] = 0x3, 0x2  # 1.5 and 1.0
+    codes_a[0, 16], codes_b[0, 16] = 0x2, 0x7  # 1.0 and 6.0
+    a = oracle.QuantizedPlane(pack_fp4(codes_a), np.array([[0x05, 0x01]], np.uint8), np.float32(1.0), (1, 32))
+    b = oracle.QuantizedPlane(pack_fp4(codes_b), np.array([[0x02, 0x7E]], np.uint8), np.float32(1.0), (1, 32))
+    return a, b
+
+
+def test_fp16_subnormal_operand_breaks_the_bound_and_bf16_does_not():
+    a, b = _two_block_case()
+    exact = 5.25 + 15 * 2.0**-18
+    assert float(tensor_core_sum(a, b, operands="bf16")[0, 0]) == exact  # every addend kept, sum fits fp32
+    assert float(tensor_core_sum(a, b, operands="fp16")[0, 0]) == 5.25  # block 0 truncated away
+    ye = oracle.gemm(a, b, alpha=1.0, model="exact", out_dtype="float32")
+    bound = oracle.gemm_error_bound(a, b, alpha=1.0, out_dtype="float32")
+    y16 = tensor_core_sum(a, b, operands="fp16")
+    assert ye[0, 0] == np.float32(exact)
+    assert not oracle.within_bound(y16, ye, bound).all()
+    assert oracle.within_bound(oracle.gemm(a, b, alpha=1.0, model="tensor_core", out_dtype="float32"), ye, bound).all()
+
+
+def test_tensor_core_model_epilogue_matches_sequential_epilogue():
+    """model="tensor_core" only swaps the accumulator of SPEC 12.2: alpha, C and bias as there."""
+    rng = np.random.default_rng(5)
+    a, b = _heavy_planes(rng, 6, 5, 64)
+    c = rng.standard_normal((6, 5)).astype(np.float32)
+    bias = rng.standard_normal(5).astype(np.float32)
+    acc = tensor_core_sum(a, b)
+    al = oracle.gemm_alpha(a, b)
+    want = (((al * acc).astype(np.float32) + c).astype(np.float32) + bias[None, :]).astype(np.float32)
+    got = oracle.gemm(a, b, model="tensor_core", out_dtype="float32", accumulate=c, bias=bias)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_tensor_core_sum_errors():
+    a, b = _two_block_case()
+    with pytest.raises(ValueError, match="operands"):
+        tensor_core_sum(a, b, operands="fp8")
+    with pytest.raises(ValueError, match="model"):
+        oracle.gemm(a, b, model="wgmma")
