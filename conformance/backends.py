@@ -4,7 +4,7 @@ A backend is an implementation under test. The runner pairs every op a backend e
 reference for that op (:mod:`conformance.ops`) and compares the outputs (:mod:`conformance.compare`).
 
 Built-in backends (CPU, the oracle self-conformance): ``mldtypes``, ``torch``, ``torchao``, ``fractions``,
-``oracle-seq`` and ``composed``. GPU: ``device:cuda:N`` (the project's ``device`` package). Tests and plugins
+``oracle-seq``, ``oracle-tc`` and ``composed``. GPU: ``device:cuda:N`` (the project's ``device`` package). Tests and plugins
 add more with :func:`register_backend` or ``--backend module:attr`` on the command line.
 """
 
@@ -138,6 +138,18 @@ class SequentialBackend(Backend):
     def run(self, op, case):
         pa, pb = gemm_planes(case)
         return {"y": oracle.gemm(pa, pb, model="sequential", **gemm_epilogue(case))}
+
+
+class TensorCoreBackend(Backend):
+    """``oracle.gemm(model="tensor_core")`` (the Hopper wgmma model, SPEC 12.6), which must lie within
+    ``oracle.gemm_error_bound``: checks SPEC 12.6's claim that a wgmma step on bf16 operands meets 12.4 (ii)."""
+
+    name = "oracle-tc"
+    ops = ("gemm",)
+
+    def run(self, op, case):
+        pa, pb = gemm_planes(case)
+        return {"y": oracle.gemm(pa, pb, model="tensor_core", **gemm_epilogue(case))}
 
 
 class ComposedBackend(Backend):
@@ -388,10 +400,11 @@ BACKENDS: dict[str, Callable[[], Backend]] = {
     "torchao": TorchaoBackend,
     "fractions": FractionsBackend,
     "oracle-seq": SequentialBackend,
+    "oracle-tc": TensorCoreBackend,
     "composed": ComposedBackend,
 }
 #: The CPU self-conformance (``--device cpu``).
-CPU_DEFAULT = ("mldtypes", "torch", "torchao", "fractions", "oracle-seq", "composed")
+CPU_DEFAULT = ("mldtypes", "torch", "torchao", "fractions", "oracle-seq", "oracle-tc", "composed")
 
 
 def register_backend(name: str, factory: Callable[[], Backend]) -> None:
