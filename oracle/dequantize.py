@@ -8,7 +8,7 @@ from .fp4_numpy import decode_e2m1, decode_e4m3
 from .planes import QuantizedPlane
 from .scale_rules import torchao_per_tensor_scale
 
-__all__ = ["dequantize", "block_decode_scales"]
+__all__ = ["dequantize", "block_decode_scales", "nan_scale_rows", "scaled_ints"]
 
 _RCP_2688 = np.float32(1.0 / 2688.0)
 
@@ -40,3 +40,17 @@ def dequantize(plane: QuantizedPlane) -> np.ndarray:
     s = block_decode_scales(plane)
     with np.errstate(invalid="ignore", over="ignore"):
         return (q.reshape(plane.rows, -1, 16) * s[:, :, None]).reshape(plane.rows, plane.cols).astype(np.float32)
+
+
+def scaled_ints(p: QuantizedPlane) -> np.ndarray:
+    """Each element of the plane as an integer multiple of 2**-10: (2 * e2m1) * (2**9 * sf) (SPEC 12.3)."""
+    q2 = (decode_e2m1(p.codes()) * 2).astype(np.int64)  # E2M1 value * 2: integers -12..12
+    s = decode_e4m3(p.scales)
+    s = np.where(np.isnan(s), 0, s)  # NaN scales are handled separately
+    s_int = (s * 512).astype(np.int64)  # E4M3 values are multiples of 2**-9
+    return q2 * np.repeat(s_int, 16, axis=1)
+
+
+def nan_scale_rows(p: QuantizedPlane) -> np.ndarray:
+    """Rows of the plane with a NaN scale byte (torchao rules; their GEMM outputs are NaN, SPEC 12.3)."""
+    return np.isnan(decode_e4m3(p.scales)).any(axis=1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from .dequantize import nan_scale_rows, scaled_ints
 from .exact import exact_int_matmul, f32_to_int_exp, round_certified, round_dyadic
 from .fp4_numpy import decode_e2m1, decode_e4m3
 from .planes import QuantizedPlane
@@ -101,19 +102,6 @@ def _sequential(a: QuantizedPlane, b: QuantizedPlane) -> np.ndarray:
     return acc
 
 
-def _scaled_ints(p: QuantizedPlane) -> np.ndarray:
-    """Each element of the plane as an integer multiple of 2**-10: (2 * e2m1) * (2**9 * sf) (SPEC 12.3)."""
-    q2 = (decode_e2m1(p.codes()) * 2).astype(np.int64)  # E2M1 value * 2: integers -12..12
-    s = decode_e4m3(p.scales)
-    s = np.where(np.isnan(s), 0, s)  # NaN scales are handled separately
-    s_int = (s * 512).astype(np.int64)  # E4M3 values are multiples of 2**-9
-    return q2 * np.repeat(s_int, 16, axis=1)
-
-
-def _nan_rows(p: QuantizedPlane) -> np.ndarray:
-    return np.isnan(decode_e4m3(p.scales)).any(axis=1)
-
-
 def gemm(
     a_plane: QuantizedPlane,
     b_plane: QuantizedPlane,
@@ -158,7 +146,7 @@ def gemm(
 def _exact(a, b, al, c, bv, out_dtype) -> np.ndarray:
     """SPEC 12.3: v = alpha * S + C + bias computed exactly, then rounded once (RNE) to out_dtype."""
     m, n = a.rows, b.rows
-    s, shift = exact_int_matmul(_scaled_ints(a), _scaled_ints(b))  # exact sum = s * 2**(shift - 20)
+    s, shift = exact_int_matmul(scaled_ints(a), scaled_ints(b))  # exact sum = s * 2**(shift - 20)
     s_exp = shift - 20
     extras = [x for x in (c, None if bv is None else np.broadcast_to(bv[None, :], (m, n))) if x is not None]
     # float64 estimate; each of its <= 4 roundings errs by <= 2**-53 of a magnitude <= mag (1 + 2**-50)
@@ -168,7 +156,7 @@ def _exact(a, b, al, c, bv, out_dtype) -> np.ndarray:
         for x in extras:
             est = est + x
             mag = mag + np.abs(x.astype(np.float64))
-    est[_nan_rows(a)[:, None] | _nan_rows(b)[None, :]] = np.nan
+    est[nan_scale_rows(a)[:, None] | nan_scale_rows(b)[None, :]] = np.nan
     finite = np.isfinite(est) & np.isfinite(mag)
     r, ok = round_certified(np.where(finite, est, 0.0), np.ldexp(np.where(finite, mag, 0.0), -50), out_dtype)
     todo = finite & ~ok
@@ -211,8 +199,8 @@ def gemm_error_bound(
     k = a_plane.cols
     # P = |A| @ |B|^T: float32 BLAS on the scaled integers rounds, so inflate by (1 + (K + 2) * 2**-23)
     # (a valid bound for any summation order of non-negative terms) to keep an upper bound
-    da = np.abs(_scaled_ints(a_plane)).astype(np.float32)
-    db = np.abs(_scaled_ints(b_plane)).astype(np.float32)
+    da = np.abs(scaled_ints(a_plane)).astype(np.float32)
+    db = np.abs(scaled_ints(b_plane)).astype(np.float32)
     with np.errstate(over="ignore"):
         p = np.ldexp((da @ db.T).astype(np.float64), -20) * (1.0 + (k + 2) * 2.0**-23)
     g = k * _U_ACC / (1.0 - k * _U_ACC) if k else 0.0
@@ -228,7 +216,7 @@ def gemm_error_bound(
         bound = al * g * p + 3 * u * t * (1 + u) ** 3 + u_o * t * (1 + u) ** 4 + u_o * t + 4 * _ETA32 + 3 * eta_o
     # near overflow the proof's "error <= u|z| + eta" fails (a step can round to Inf): no bound there (SPEC 12.4)
     near_overflow = t * (1 + u) ** 4 + bound >= _OVERFLOW_BF16
-    bad = ~np.isfinite(bound) | near_overflow | _nan_rows(a_plane)[:, None] | _nan_rows(b_plane)[None, :]
+    bad = ~np.isfinite(bound) | near_overflow | nan_scale_rows(a_plane)[:, None] | nan_scale_rows(b_plane)[None, :]
     if not np.isfinite(al):
         # an infinite / NaN alpha turns any accumulation error into a different non-finite result (0 * Inf,
         # or the sign of a cancelled sum): only "non-finite" is required there (SPEC 12.4), marked by NaN

@@ -16,7 +16,7 @@ from fractions import Fraction
 import ml_dtypes
 import numpy as np
 
-from .fp4_numpy import decode_e4m3
+from .dequantize import nan_scale_rows, scaled_ints
 from .planes import QuantizedPlane
 
 __all__ = ["OPERAND_FORMATS", "tensor_core_sum", "wgmma_k16_step"]
@@ -26,6 +26,9 @@ OPERAND_FORMATS = {"bf16": -126, "fp16": -14}
 _PRESENT_EXP = -14  # operands are presented to the tensor core as value * 2^-14 (products carry 2^-28)
 _WINDOW = 25  # addends are truncated at 2^(E - 25)
 _FP32_BITS = 24
+_UNIT_EXP = -20  # the model's integers count units of 2^-20 (true scale): products of two 2^-10 operand units
+_PRODUCT_SHIFT = 2 * _PRESENT_EXP  # presented products = true products * 2^-28
+_NO_ADDEND = np.iinfo(np.int64).min // 4  # exponent of an absent addend (below any real one, no overflow)
 
 
 def _bit_length(x: np.ndarray) -> np.ndarray:
@@ -51,13 +54,6 @@ def _round_to_fp32_rz(x: np.ndarray) -> np.ndarray:
     return _truncate(x, _bit_length(np.abs(x)) - _FP32_BITS)
 
 
-def _operand_ints(p: QuantizedPlane) -> np.ndarray:
-    """Dequantized elements as integers in units of 2^-10 (SPEC 12.3), int64 [rows, K]."""
-    from .gemm import _scaled_ints  # shared with the exact model
-
-    return _scaled_ints(p)
-
-
 def _exponent_seen(v: np.ndarray, emin: int) -> np.ndarray:
     """Exponent the tensor core uses for an operand v * 2^-10 presented as v * 2^-24: floor(log2), at least emin."""
     e = _bit_length(np.abs(v)) - 1 - 10 + _PRESENT_EXP
@@ -79,7 +75,7 @@ def tensor_core_sum(a_plane: QuantizedPlane, b_plane: QuantizedPlane, *, operand
     if a_plane.cols != b_plane.cols:
         raise ValueError(f"K mismatch: {a_plane.cols} vs {b_plane.cols}")
     emin = OPERAND_FORMATS[operands]
-    ia, ib = _operand_ints(a_plane), _operand_ints(b_plane)
+    ia, ib = scaled_ints(a_plane), scaled_ints(b_plane)  # units of 2^-10 (SPEC 12.3)
     m, k = ia.shape
     n = ib.shape[0]
     if k and int(np.abs(ia).max(initial=0)) * int(np.abs(ib).max(initial=0)) * k >= 2**62:
@@ -91,17 +87,15 @@ def tensor_core_sum(a_plane: QuantizedPlane, b_plane: QuantizedPlane, *, operand
         prod = ia[:, None, blk] * ib[None, :, blk]  # [M, N, 16], exact
         nonzero = prod != 0
         # E in the presented scale: products carry 2^-28 (two operands times 2^-14)
-        e_prod = np.where(nonzero, ea[:, None, blk] + eb[None, :, blk], np.iinfo(np.int64).min // 4).max(axis=2)
-        e_acc = np.where(acc != 0, _bit_length(np.abs(acc)) - 1 - 20 - 28, np.iinfo(np.int64).min // 4)
+        e_prod = np.where(nonzero, ea[:, None, blk] + eb[None, :, blk], _NO_ADDEND).max(axis=2)
+        e_acc = np.where(acc != 0, _bit_length(np.abs(acc)) - 1 + _UNIT_EXP + _PRODUCT_SHIFT, _NO_ADDEND)
         e = np.maximum(e_prod, e_acc)
         # truncation unit 2^(E - 25) presented = 2^(E - 25 + 28) true = 2^(E + 23) units of 2^-20
-        shift = (e - _WINDOW + 28 + 20)[:, :, None]
+        shift = (e - _WINDOW - _PRODUCT_SHIFT - _UNIT_EXP)[:, :, None]
         total = _truncate(prod, shift).sum(axis=2) + _truncate(acc, shift[:, :, 0])
         acc = _round_to_fp32_rz(total)
-    out = np.ldexp(acc.astype(np.float64), -20).astype(np.float32)  # exact: acc has at most 24 bits
-    nan_a = np.isnan(decode_e4m3(a_plane.scales)).any(axis=1)
-    nan_b = np.isnan(decode_e4m3(b_plane.scales)).any(axis=1)
-    return np.where(nan_a[:, None] | nan_b[None, :], np.float32(np.nan), out)
+    out = np.ldexp(acc.astype(np.float64), _UNIT_EXP).astype(np.float32)  # exact: acc has at most 24 bits
+    return np.where(nan_scale_rows(a_plane)[:, None] | nan_scale_rows(b_plane)[None, :], np.float32(np.nan), out)
 
 
 def _exponent(x: float) -> int:
