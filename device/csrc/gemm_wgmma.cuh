@@ -141,8 +141,8 @@ constexpr float kOperandScaleUndo = 268435456.0f;  // 2^28 = (2^14)^2, see e2m1x
 // (sf has 4 significant bits). Zero keeps its sign and NaN stays NaN. About 3.5 instructions per scale, none of
 // them on the integer-logic pipe that the E2M1 decode keeps busy.
 constexpr float kScaleToBf16 = 0x1p112f;
-__device__ __forceinline__ uint32_t bf16x2_splat(float v) {
-  __nv_bfloat162 r = __floats2bfloat162_rn(v, v);
+__device__ __forceinline__ uint32_t scale_to_bf16x2(float sf) {  // {sf * 2^112, sf * 2^112}
+  __nv_bfloat162 r = __floats2bfloat162_rn(__fmul_rn(sf, kScaleToBf16), __fmul_rn(sf, kScaleToBf16));
   return *reinterpret_cast<uint32_t*>(&r);
 }
 __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t two_bytes) {  // bytes 0 and 1 of two_bytes
@@ -150,15 +150,15 @@ __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t two_bytes) {  // byt
   return __half22float2(*reinterpret_cast<__half2*>(&r));
 }
 __device__ __forceinline__ uint32_t e4m3_to_bf16x2_scaled(uint32_t byte) {
-  return bf16x2_splat(__fmul_rn(e4m3x2_to_float2(byte).x, kScaleToBf16));
+  return scale_to_bf16x2(e4m3x2_to_float2(byte).x);
 }
 // The four scales packed in one word (byte j = 16-block j) -> s[j] = {sf_j * 2^112, sf_j * 2^112}.
 __device__ __forceinline__ void e4m3x4_to_bf16x2_scaled(uint32_t four_bytes, uint32_t (&s)[4]) {
   const float2 lo = e4m3x2_to_float2(four_bytes), hi = e4m3x2_to_float2(four_bytes >> 16);
-  s[0] = bf16x2_splat(__fmul_rn(lo.x, kScaleToBf16));
-  s[1] = bf16x2_splat(__fmul_rn(lo.y, kScaleToBf16));
-  s[2] = bf16x2_splat(__fmul_rn(hi.x, kScaleToBf16));
-  s[3] = bf16x2_splat(__fmul_rn(hi.y, kScaleToBf16));
+  s[0] = scale_to_bf16x2(lo.x);
+  s[1] = scale_to_bf16x2(lo.y);
+  s[2] = scale_to_bf16x2(hi.x);
+  s[3] = scale_to_bf16x2(hi.y);
 }
 
 __device__ __forceinline__ uint2 lds64(uint32_t a) {
