@@ -7,7 +7,8 @@
 #include <cstdint>
 
 #include "gemm_nvfp4.cuh"
-#include "gemm_wgmma.cuh"  // the kernel shapes (wg::Shape*), so tile counts and kernels cannot disagree
+#include "gemm_wgmma.cuh"     // the kernel shapes (wg::ShapeExact, ws::Shape*), so tile counts and kernels cannot
+#include "gemm_wgmma_ws.cuh"  // disagree
 
 namespace nvfp4_gemm {
 namespace {
@@ -77,11 +78,11 @@ void pick_tile(bool exact, long long rows_per_group, int* tile_m, int* tile_n) {
     *tile_m = wg::ShapeExact::BM;
     *tile_n = wg::ShapeExact::BN;
   } else if (rows_per_group <= 96) {  // experts with few tokens: no tensor work on padding rows
-    *tile_m = wg::ShapeSkinny::BM;
-    *tile_n = wg::ShapeSkinny::BN;
+    *tile_m = ws::ShapeSkinny::BM;
+    *tile_n = ws::ShapeSkinny::BN;
   } else {
-    *tile_m = wg::ShapeLarge::BM;
-    *tile_n = wg::ShapeLarge::BN;
+    *tile_m = ws::ShapeLarge::BM;
+    *tile_n = ws::ShapeLarge::BN;
   }
 }
 

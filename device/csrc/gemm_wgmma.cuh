@@ -190,6 +190,7 @@ struct RawLoader {
   int kb4;
   bool vec16;
 
+  RawLoader() = default;
   __device__ __forceinline__ RawLoader(const Prob& p, int m0, int n0, int KT, long long lda, int tid) {
     kb4 = KT;
     safe = p.sa;
@@ -271,13 +272,18 @@ __device__ __forceinline__ UnitOffsets unit_offsets(int tid) {
   return o;
 }
 
-// Scale-tile offset of unit I's first row (a multiple of 32 within its 128-row tile; q adds the rest).
+// Scale-tile offset of unit i's first row (a multiple of 32 within its 128-row tile; q adds the rest).
+template <class S>
+__device__ __forceinline__ constexpr uint32_t unit_scale_offset_at(int i) {
+  const int r = S::kRPI * i;
+  const bool isb = r >= S::BM;
+  const int rr = isb ? r - S::BM : r;
+  return (isb ? S::kSA : 0) + (rr >> 7) * 512 + ((rr & 127) >> 5) * 4;
+}
 template <class S, int I>
 __device__ __forceinline__ constexpr uint32_t unit_scale_offset() {
-  constexpr int r = S::kRPI * I;
-  constexpr bool isb = r >= S::BM;
-  constexpr int rr = isb ? r - S::BM : r;
-  return (isb ? S::kSA : 0) + (rr >> 7) * 512 + ((rr & 127) >> 5) * 4;
+  constexpr uint32_t v = unit_scale_offset_at<S>(I);
+  return v;
 }
 
 // Dequantize unit I of this thread: raw stage (shared address raw) -> bf16 buffer (shared address buf).
@@ -316,17 +322,23 @@ struct AFragOffsets {
   uint32_t rot;    // funnel-rotate amount (4c + 26) mod 32 (= rotate left by 6 - 4c)
 };
 
-template <class S>
-__device__ __forceinline__ AFragOffsets afrag_offsets(int tid) {
-  const int wm = (tid >> 7) % S::WGM, v = (tid >> 5) & 3, l = tid & 31;
+// Offsets for thread t (0..127) of the warpgroup that owns rows [64 wm, 64 wm + 64) of the tile; scale_base is the
+// offset of the A scale tile in the raw stage.
+__device__ __forceinline__ AFragOffsets afrag_offsets_at(int wm, int t, uint32_t scale_base) {
+  const int v = t >> 5, l = t & 31;
   const uint32_t r0 = 64 * wm + 16 * v + (l >> 2);
   const uint32_t r1 = r0 + 8;
   AFragOffsets o;
   o.row0 = r0 * 32;
-  o.scale = S::kRawA + S::kRawB + (r0 & 31) * 16 + (r0 >> 5) * 4;  // r0 < 128: tile 0 (BM <= 128 with RS)
-  o.scale8 = S::kRawA + S::kRawB + (r1 & 31) * 16 + (r1 >> 5) * 4;
+  o.scale = scale_base + (r0 & 31) * 16 + (r0 >> 5) * 4;  // r0 < 128: tile 0 (BM <= 128 with RS)
+  o.scale8 = scale_base + (r1 & 31) * 16 + (r1 >> 5) * 4;
   o.rot = (4 * (l & 3) + 26) & 31;
   return o;
+}
+
+template <class S>
+__device__ __forceinline__ AFragOffsets afrag_offsets(int tid) {
+  return afrag_offsets_at((tid >> 7) % S::WGM, tid & 127, S::kRawA + S::kRawB);
 }
 
 __device__ __forceinline__ uint4 lds128(uint32_t a) {

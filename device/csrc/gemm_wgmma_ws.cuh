@@ -1,0 +1,320 @@
+// NVFP4 grouped GEMM, fast mode, warp-specialised wgmma kernel (sm_90a). Semantics: SPEC 12.4 (within the bound)
+// and SPEC 12.6 (bit for bit the measured tensor-core summation, oracle.gemm(model="tensor_core")).
+//
+// Roles (one persistent CTA per SM, 128-thread warpgroups):
+//   converter warpgroups (kConv of them, first): issue the cp.async loads of the raw K tiles (packed E2M1 bytes of A
+//       and B + their swizzled E4M3 scale tiles) into a kRawStages ring, and dequantize the B rows of each raw tile
+//       into a kBStages ring of bf16 tiles in wgmma's K-major 128-byte-swizzled layout;
+//   MMA warpgroups (kMma = BM / 64 of them): decode their own A fragments from the raw ring into registers (RS form,
+//       as in gemm_wgmma.cuh) and issue wgmma.m64n256k16 over the bf16 B ring, fp32 accumulators; then the epilogue.
+// The two roles meet only at mbarriers, so the shared-memory traffic of the B conversion is spread over the whole
+// K loop instead of one burst between two CTA barriers (the limit of gemm_wgmma.cuh's kernel, docs/gemm.md), and the
+// converters run ahead into the next output tile while the MMA warpgroups store the previous one.
+//
+//   raw_full[s]   completes when the converters' cp.async copies of raw stage s have landed (cp.async.mbarrier.arrive)
+//   raw_empty[s]  every thread of both roles has read raw stage s (A fragments / B conversion)
+//   b_full[t]     the converters have written bf16 B stage t (each thread: st.shared, fence.proxy.async, arrive)
+//   b_empty[t]    the wgmmas that read bf16 B stage t have completed (MMA threads, after wgmma.wait_group)
+//
+// Both roles walk the same list of K steps (the CTA's output tiles in order, KT steps each; a tile with K = 0 has
+// none), so stage indices and phases agree without further communication. Register budget: setmaxnreg moves
+// registers from the converters to the MMA warpgroups (128 fp32 accumulators + two A register sets each).
+#pragma once
+
+#include "gemm_wgmma.cuh"
+
+namespace nvfp4_gemm {
+namespace ws {
+
+using wg::kBK;
+
+template <int BM_, int CONV_, int MMA_REGS_, int CONV_REGS_>
+struct Shape {
+  static constexpr int BM = BM_, BN = 256, WN = 256, R = 128;
+  static constexpr int kMma = BM / 64;   // MMA warpgroups (64 rows each, all 256 columns)
+  static constexpr int kConv = CONV_;    // converter warpgroups
+  static constexpr int kThreads = 128 * (kMma + kConv);
+  static constexpr int kConvThreads = 128 * kConv;
+  static constexpr int kMmaRegs = MMA_REGS_, kConvRegs = CONV_REGS_;
+  static constexpr int kRawStages = 6, kBStages = 4;
+  static constexpr int kABytes = BM * 128;  // (no bf16 A tile: only used to place B units, see convert_unit)
+  static constexpr int kBBytes = BN * 128;  // one bf16 B stage
+  static constexpr int kRawA = BM * 32;     // 64 E2M1 codes = 32 bytes per row
+  static constexpr int kRawB = BN * 32;
+  static constexpr int kSA = 512;           // one 128x4 swizzled scale tile (SPEC 8.2); a 64-row tile uses half
+  static constexpr int kSB = BN / 128 * 512;
+  static constexpr int kRaw = kRawA + kRawB + kSA + kSB;
+  static constexpr int kRPI = kConvThreads / 4;  // conversion: rows per unit index (4 blocks per row)
+  static constexpr int kFirstB = BM / kRPI;      // units [kFirstB, kUnits) are the B rows
+  static constexpr int kUnits = (BM + BN) / kRPI;
+  static constexpr int kBarBytes = 8 * 2 * (kRawStages + kBStages);
+  static constexpr int kSmem = kBStages * kBBytes + kRawStages * kRaw + kBarBytes + 1024;
+  static_assert(BM == 64 || BM == 128, "one 128-row A scale tile");
+  static_assert(BM % kRPI == 0 && (BM + BN) % kRPI == 0, "conversion units are whole and all-A or all-B");
+  static_assert(kMma * 128 * kMmaRegs + kConvThreads * kConvRegs <= 65536, "register file");
+  static_assert(kSmem <= 227 * 1024, "shared memory");
+};
+// 128 x 256 tiles: two MMA warpgroups, one converter (104 + 2 x 200 = 3 x 168 registers per thread-slot).
+using ShapeLarge = Shape<128, 1, 200, 104>;
+// 64 x 256 tiles (few rows per group): one MMA warpgroup, two converters (B conversion is the bottleneck there).
+using ShapeSkinny = Shape<64, 2, 200, 152>;
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Wait until the phase with this parity has completed (a fresh barrier counts its "previous" phase, parity 1, as
+// completed: producers start waiting on the empty barriers with parity 1).
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// Arrive on `bar` when all cp.async copies issued so far by this thread have completed (the count was preset).
+__device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+// Position in a ring of N stages: stage index and the parity of the current pass over the ring.
+template <int N>
+struct Ring {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void next() {
+    if (++stage == N) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+};
+
+// The group of output tile `tile` (binary search in the tile prefix sum) and the tile's index inside the group.
+__device__ __forceinline__ int find_group(const int* __restrict__ prefix, int E, int tile, int* local) {
+  int lo = 0, hi = E;  // prefix[lo] <= tile < prefix[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (__ldg(prefix + mid) <= tile) lo = mid; else hi = mid;
+  }
+  *local = tile - __ldg(prefix + lo);
+  return lo;
+}
+
+// Walks this CTA's K steps in order: output tiles blockIdx.x, +gridDim.x, ... and K tiles 0..KT-1 of each (tiles
+// with no K tile are skipped). Every role that consumes the rings walks the same sequence.
+struct StepCursor {
+  int tile, kt, KT, group, local;
+  __device__ __forceinline__ void seek(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E,
+                                       int total, int from) {
+    for (tile = from; tile < total; tile += gridDim.x) {
+      group = find_group(prefix, E, tile, &local);
+      KT = (__ldg(&probs[group].K) + kBK - 1) / kBK;
+      if (KT > 0) break;
+    }
+    kt = 0;
+  }
+  __device__ __forceinline__ bool valid(int total) const { return tile < total; }
+  __device__ __forceinline__ void next(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E,
+                                       int total) {
+    if (++kt == KT) seek(probs, prefix, E, total, tile + gridDim.x);
+  }
+};
+
+// The converters' view of the tile for wg::RawLoader: the raw K tile (A rows, B rows, scale tiles) is copied by the
+// kConvThreads converter threads.
+template <class S>
+struct LoaderShape {
+  static constexpr int BM = S::BM, BN = S::BN, kThreads = S::kConvThreads;
+  static constexpr int kRawA = S::kRawA, kRawB = S::kRawB, kSA = S::kSA, kSB = S::kSB;
+  static constexpr int kChunks16 = ((BM + BN) * 2 + kThreads - 1) / kThreads;
+  static constexpr int kChunks8 = (BM + BN) * 4 / kThreads;
+  static_assert((BM + BN) * 4 % kThreads == 0 && (kSA + kSB) / 16 <= kThreads, "copy chunks divide evenly");
+};
+
+// Dequantize B units [FIRST, FIRST + COUNT) of this converter thread (see wg::convert_unit): all shared-memory loads
+// first, then the arithmetic and the stores, so the loads' latencies overlap (the load/store helpers are volatile
+// asm with memory clobbers, which keeps them in source order).
+template <class S, int FIRST, int COUNT>
+__device__ __forceinline__ void convert_b_units(uint32_t raw, uint32_t buf, const wg::UnitOffsets& o) {
+  uint2 w[COUNT];
+  uint32_t sbyte[COUNT];
+#pragma unroll
+  for (int i = 0; i < COUNT; ++i) {
+    w[i] = wg::lds64(raw + o.raw + (FIRST + i) * S::kRPI * 32);
+    sbyte[i] = wg::lds8(raw + o.scale + wg::unit_scale_offset_at<S>(FIRST + i));
+  }
+#pragma unroll
+  for (int i = 0; i < COUNT; ++i) {
+    const uint32_t s = wg::e4m3_to_bf16x2_scaled(sbyte[i]);
+    uint32_t lo[4], hi[4];
+    wg::e2m1x8_to_bf16_scaled(w[i].x, s, lo);
+    wg::e2m1x8_to_bf16_scaled(w[i].y, s, hi);
+    const uint32_t d = buf + o.dst + (FIRST + i) * S::kRPI * 128;
+    wg::sts128(d, lo);
+    wg::sts128(d ^ 16u, hi);
+  }
+}
+
+template <class S, bool OUT_F32>
+__global__ void __launch_bounds__(S::kThreads, 1)
+    ws_gemm_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate) {
+  extern __shared__ uint8_t smem_dyn[];
+  const uint32_t smem = (wg::smem_u32(smem_dyn) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
+  const uint32_t b_ring = smem;                                      // kBStages x kBBytes
+  const uint32_t raw_ring = b_ring + S::kBStages * S::kBBytes;       // kRawStages x kRaw
+  const uint32_t bars = raw_ring + S::kRawStages * S::kRaw;          // 8-byte mbarriers
+  const uint32_t raw_full = bars, raw_empty = raw_full + 8 * S::kRawStages;
+  const uint32_t b_full = raw_empty + 8 * S::kRawStages, b_empty = b_full + 8 * S::kBStages;
+  const int tid = threadIdx.x;
+  const int total = __ldg(prefix + E);
+
+  if (tid == 0) {
+    for (int s = 0; s < S::kRawStages; ++s) {
+      mbar_init(raw_full + 8 * s, S::kConvThreads);
+      mbar_init(raw_empty + 8 * s, S::kThreads);
+    }
+    for (int s = 0; s < S::kBStages; ++s) {
+      mbar_init(b_full + 8 * s, S::kConvThreads);
+      mbar_init(b_empty + 8 * s, S::kMma * 128);
+    }
+  }
+  __syncthreads();
+
+  if (tid < S::kConvThreads) {
+    // ---------------------------------------------------------------- converters: loads + B dequantization
+    setmaxnreg_dec<S::kConvRegs>();
+    const int ct = tid;
+    const wg::UnitOffsets uo = wg::unit_offsets<S>(ct);
+    StepCursor load, conv;
+    load.seek(probs, prefix, E, total, blockIdx.x);
+    conv = load;
+    Ring<S::kRawStages> load_ring, raw;
+    Ring<S::kBStages> bst;
+    wg::RawLoader<LoaderShape<S>> loader;  // row pointers of the load cursor's output tile
+    auto issue_load = [&]() {  // the next raw tile in step order, once its stage has been released
+      if (load.kt == 0) {
+        const Prob* pp = probs + load.group;
+        const int tiles_m = __ldg(&pp->tiles_m);
+        loader = wg::RawLoader<LoaderShape<S>>(*pp, (load.local % tiles_m) * S::BM, (load.local / tiles_m) * S::BN,
+                                               load.KT, static_cast<long long>(__ldg(&pp->K) / 2), ct);
+      }
+      mbar_wait(raw_empty + 8 * load_ring.stage, load_ring.phase ^ 1u);
+      loader.load(raw_ring + load_ring.stage * S::kRaw, load.kt, ct);
+      cp_async_mbar_arrive(raw_full + 8 * load_ring.stage);
+      load_ring.next();
+      load.next(probs, prefix, E, total);
+    };
+    for (int i = 0; i < S::kRawStages - 1 && load.valid(total); ++i) issue_load();
+    while (conv.valid(total)) {
+      const uint32_t raw_st = raw_ring + raw.stage * S::kRaw;
+      mbar_wait(raw_full + 8 * raw.stage, raw.phase);
+      mbar_wait(b_empty + 8 * bst.stage, bst.phase ^ 1u);
+      // unit I of this thread is (row I kRPI + ct/4 of [A rows; B rows], block ct%4); the B units write bf16 rows
+      // of the stage, which convert_b_units places at row * 128 from the (virtual) A tile base b stage - kABytes
+      convert_b_units<S, S::kFirstB, S::kUnits - S::kFirstB>(raw_st, b_ring + bst.stage * S::kBBytes - S::kABytes,
+                                                             uo);
+      wg::fence_proxy_async();  // generic-proxy stores -> visible to the wgmma (async proxy) reads
+      mbar_arrive(b_full + 8 * bst.stage);
+      mbar_arrive(raw_empty + 8 * raw.stage);
+      raw.next();
+      bst.next();
+      conv.next(probs, prefix, E, total);
+      if (load.valid(total)) issue_load();
+    }
+  } else {
+    // ---------------------------------------------------------------- MMA warpgroups: A fragments, wgmma, epilogue
+    setmaxnreg_inc<S::kMmaRegs>();
+    const int mt = tid - S::kConvThreads;
+    const int wm = mt >> 7;  // rows [64 wm, 64 wm + 64) of the tile
+    const int warp = (mt >> 5) & 3, lane = mt & 31;
+    const wg::AFragOffsets ao = wg::afrag_offsets_at(wm, mt & 127, S::kRawA + S::kRawB);
+    Ring<S::kRawStages> raw;
+    Ring<S::kBStages> bst;
+    for (int tile = blockIdx.x; tile < total; tile += gridDim.x) {
+      int local;
+      const int group = find_group(prefix, E, tile, &local);
+      const Prob* pp = probs + group;
+      const int tiles_m = __ldg(&pp->tiles_m);
+      const int m0 = (local % tiles_m) * S::BM;
+      const int n0 = (local / tiles_m) * S::BN;
+      const int KT = (__ldg(&pp->K) + kBK - 1) / kBK;
+      const uint32_t a_scale_adj = ((m0 & 127) >> 5) * 4;  // 64-row tiles: rows (m0 mod 128) of the scale tile
+
+      float acc[S::R];
+#pragma unroll
+      for (int i = 0; i < S::R; ++i) acc[i] = 0.0f;
+      uint32_t a_even[4][4], a_odd[4][4];
+      int prev_b = -1;  // B stage read by the wgmmas still in flight (released once they complete)
+      // One K step: A fragments of the raw stage into `cur` (the wgmmas of the previous step still read the other
+      // set), then the 4 wgmmas over the bf16 B stage; wait for the previous step's wgmmas and release its B stage.
+      auto step = [&](uint32_t(&cur)[4][4]) {
+        mbar_wait(raw_full + 8 * raw.stage, raw.phase);
+        wg::fence_uregs(cur);
+        wg::convert_a_frags(raw_ring + raw.stage * S::kRaw, ao, a_scale_adj, cur);
+        mbar_arrive(raw_empty + 8 * raw.stage);
+        raw.next();
+        mbar_wait(b_full + 8 * bst.stage, bst.phase);
+        const uint32_t b_addr = b_ring + bst.stage * S::kBBytes;
+        wg::fence_regs(acc);
+        wg::fence_uregs(cur);
+        wg::wgmma_fence();
+#pragma unroll
+        for (int j = 0; j < 4; ++j) wg::wgmma_k16_rs(acc, cur[j], wg::sw128_desc(b_addr + 32 * j));
+        wg::wgmma_commit();
+        wg::fence_regs(acc);
+        wg::fence_uregs(cur);
+        wg::wgmma_wait<1>();  // the previous step's wgmmas are done with their B stage and A registers
+        if (prev_b >= 0) mbar_arrive(b_empty + 8 * prev_b);
+        prev_b = bst.stage;
+        bst.next();
+      };
+      // (explicit exits: with `kt + 1 < KT` guarding the odd step, ptxas sees a path even -> even with the first
+      // set still in flight and serialises every wgmma, C7513)
+      for (int kt = 0; kt < KT; kt += 2) {
+        step(a_even);
+        if (kt + 1 == KT) break;
+        step(a_odd);
+      }
+      wg::wgmma_wait<0>();
+      wg::fence_regs(acc);
+      if (prev_b >= 0) mbar_arrive(b_empty + 8 * prev_b);
+      const int M = __ldg(&pp->M);
+      if (m0 + 64 * wm < M) {
+        const Prob p = *pp;
+        wg::store_tile<S::WN, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2), n0 + 2 * (lane & 3),
+                                       accumulate);
+      }
+    }
+  }
+}
+
+template <class S, bool OUT_F32>
+void launch(const LaunchArgs& a, cudaStream_t s) {
+  auto k = ws_gemm_kernel<S, OUT_F32>;
+  static int num_sms = 0;  // per instantiation; read once
+  if (num_sms == 0) {
+    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem);
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev);
+  }
+  int grid = num_sms;  // one resident CTA per SM (register and shared-memory bound)
+  if (a.grid_upper < grid) grid = a.grid_upper;
+  if (grid < 1) grid = 1;
+  k<<<grid, S::kThreads, S::kSmem, s>>>(a.probs, a.prefix, a.E, a.accumulate);
+}
+
+}  // namespace ws
+}  // namespace nvfp4_gemm
