@@ -398,7 +398,9 @@ __device__ __forceinline__ void wgmma_k16(float (&d)[R], uint64_t da, uint64_t d
 
 // Epilogue (SPEC 12.2 order): y = alpha*acc; y += C; y += bias; cast. Accumulator layout of wgmma m64nN (f32):
 // register 4j+2h+e of thread (warp v, lane l) is row 16v + l/4 + 8h, column 8j + 2(l%4) + e.
-template <int WN, bool OUT_F32>
+// UNDO: multiply the accumulator by 2^28 first (the bf16 decode's operands are v * 2^-14; the fp16 decode of
+// gemm_decode_f16.cuh presents v itself).
+template <int WN, bool OUT_F32, bool UNDO = true>
 __device__ __forceinline__ void store_tile(const float (&acc)[WN / 2], const Prob& p, int row_base, int col_base,
                                            int accumulate) {
   const float alpha = p.alpha;
@@ -410,8 +412,9 @@ __device__ __forceinline__ void store_tile(const float (&acc)[WN / 2], const Pro
     for (int h = 0; h < 2; ++h) {
       const int row = row_base + 8 * h;
       if (row >= p.M) continue;
-      float y0 = __fmul_rn(alpha, __fmul_rn(acc[4 * j + 2 * h], kOperandScaleUndo));  // exact rescale, then alpha
-      float y1 = __fmul_rn(alpha, __fmul_rn(acc[4 * j + 2 * h + 1], kOperandScaleUndo));
+      const float a0 = acc[4 * j + 2 * h], a1 = acc[4 * j + 2 * h + 1];
+      float y0 = __fmul_rn(alpha, UNDO ? __fmul_rn(a0, kOperandScaleUndo) : a0);  // exact rescale, then alpha
+      float y1 = __fmul_rn(alpha, UNDO ? __fmul_rn(a1, kOperandScaleUndo) : a1);
       const long long o = static_cast<long long>(row) * p.ldd + col;
       if (OUT_F32) {
         float2* dp = reinterpret_cast<float2*>(static_cast<float*>(p.d) + o);

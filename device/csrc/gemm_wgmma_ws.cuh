@@ -21,6 +21,7 @@
 // registers from the converters to the MMA warpgroups (128 fp32 accumulators + two A register sets each).
 #pragma once
 
+#include "gemm_decode_f16.cuh"
 #include "gemm_wgmma.cuh"
 
 namespace nvfp4_gemm {
@@ -143,9 +144,10 @@ struct LoaderShape {
   static_assert((BM + BN) * 4 % kThreads == 0 && (kSA + kSB) / 16 <= kThreads, "copy chunks divide evenly");
 };
 
-// Dequantize B units [FIRST, FIRST + COUNT) of this converter thread (see wg::convert_unit): all shared-memory loads
-// first, then the arithmetic and the stores, so the loads' latencies overlap (the load/store helpers are volatile
-// asm with memory clobbers, which keeps them in source order).
+// Dequantize B units [FIRST, FIRST + COUNT) of this converter thread into fp16 (gemm_decode_f16.cuh; unit I is
+// row I kRPI + ct/4 of [A rows; B rows], 16-block ct%4, as in wg::convert_unit): all shared-memory loads first, then
+// the arithmetic and the stores, so the loads' latencies overlap (the load/store helpers are volatile asm with memory
+// clobbers, which keeps them in source order).
 template <class S, int FIRST, int COUNT>
 __device__ __forceinline__ void convert_b_units(uint32_t raw, uint32_t buf, const wg::UnitOffsets& o) {
   uint2 w[COUNT];
@@ -157,13 +159,34 @@ __device__ __forceinline__ void convert_b_units(uint32_t raw, uint32_t buf, cons
   }
 #pragma unroll
   for (int i = 0; i < COUNT; ++i) {
-    const uint32_t s = wg::e4m3_to_bf16x2_scaled(sbyte[i]);
+    const uint32_t s = f16dec::scale_to_f16x2(sbyte[i]);
     uint32_t lo[4], hi[4];
-    wg::e2m1x8_to_bf16_scaled(w[i].x, s, lo);
-    wg::e2m1x8_to_bf16_scaled(w[i].y, s, hi);
+    f16dec::e2m1x8_to_f16(w[i].x, s, lo);
+    f16dec::e2m1x8_to_f16(w[i].y, s, hi);
     const uint32_t d = buf + o.dst + (FIRST + i) * S::kRPI * 128;
     wg::sts128(d, lo);
     wg::sts128(d ^ 16u, hi);
+  }
+}
+
+// The A fragments of the 4 16-blocks of a raw stage (RS form, see wg::AFragOffsets): a[j] = rows r0, r0 + 8 at K
+// positions 2c, 2c+1 (+8) of block j, i.e. word c of each 8-code group in the fp16 order of gemm_decode_f16.cuh.
+__device__ __forceinline__ void convert_a_frags_f16(uint32_t raw, const wg::AFragOffsets& o, uint32_t a_scale_adj,
+                                                    uint32_t (&a)[4][4]) {
+  const uint4 r0a = wg::lds128(raw + o.row0), r0b = wg::lds128(raw + o.row0 + 16);
+  const uint4 r1a = wg::lds128(raw + o.row0 + 256), r1b = wg::lds128(raw + o.row0 + 256 + 16);
+  const uint32_t s0 = wg::lds32(raw + o.scale + a_scale_adj), s1 = wg::lds32(raw + o.scale8 + a_scale_adj);
+  const uint32_t w0[8] = {r0a.x, r0a.y, r0a.z, r0a.w, r0b.x, r0b.y, r0b.z, r0b.w};  // row r0: block j = words 2j, 2j+1
+  const uint32_t w1[8] = {r1a.x, r1a.y, r1a.z, r1a.w, r1b.x, r1b.y, r1b.z, r1b.w};
+  uint32_t sc0[4], sc1[4];
+  f16dec::scales4_to_f16x2(s0, sc0);
+  f16dec::scales4_to_f16x2(s1, sc1);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    a[j][0] = f16dec::e2m1_word_to_f16(w0[2 * j], o.rot, sc0[j]);      // row r0, chunk 0
+    a[j][1] = f16dec::e2m1_word_to_f16(w1[2 * j], o.rot, sc1[j]);      // row r0 + 8, chunk 0
+    a[j][2] = f16dec::e2m1_word_to_f16(w0[2 * j + 1], o.rot, sc0[j]);  // row r0, chunk 1
+    a[j][3] = f16dec::e2m1_word_to_f16(w1[2 * j + 1], o.rot, sc1[j]);  // row r0 + 8, chunk 1
   }
 }
 
@@ -239,7 +262,8 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     const int mt = tid - S::kConvThreads;
     const int wm = mt >> 7;  // rows [64 wm, 64 wm + 64) of the tile
     const int warp = (mt >> 5) & 3, lane = mt & 31;
-    const wg::AFragOffsets ao = wg::afrag_offsets_at(wm, mt & 127, S::kRawA + S::kRawB);
+    wg::AFragOffsets ao = wg::afrag_offsets_at(wm, mt & 127, S::kRawA + S::kRawB);
+    ao.rot = f16dec::afrag_rotation(lane & 3);  // (afrag_offsets_at's rotation is the bf16 decode's)
     Ring<S::kRawStages> raw;
     Ring<S::kBStages> bst;
     for (int tile = blockIdx.x; tile < total; tile += gridDim.x) {
@@ -262,7 +286,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       auto step = [&](uint32_t(&cur)[4][4]) {
         mbar_wait(raw_full + 8 * raw.stage, raw.phase);
         wg::fence_uregs(cur);
-        wg::convert_a_frags(raw_ring + raw.stage * S::kRaw, ao, a_scale_adj, cur);
+        convert_a_frags_f16(raw_ring + raw.stage * S::kRaw, ao, a_scale_adj, cur);
         mbar_arrive(raw_empty + 8 * raw.stage);
         raw.next();
         mbar_wait(b_full + 8 * bst.stage, bst.phase);
@@ -271,7 +295,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         wg::fence_uregs(cur);
         wg::wgmma_fence();
 #pragma unroll
-        for (int j = 0; j < 4; ++j) wg::wgmma_k16_rs(acc, cur[j], wg::sw128_desc(b_addr + 32 * j));
+        for (int j = 0; j < 4; ++j) wgmma_m64n256k16_rs_f16(acc, cur[j], wg::sw128_desc(b_addr + 32 * j), 1);
         wg::wgmma_commit();
         wg::fence_regs(acc);
         wg::fence_uregs(cur);
@@ -293,7 +317,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       const int M = __ldg(&pp->M);
       if (m0 + 64 * wm < M) {
         const Prob p = *pp;
-        wg::store_tile<S::WN, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2), n0 + 2 * (lane & 3),
+        wg::store_tile<S::WN, OUT_F32, /*UNDO=*/false>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2), n0 + 2 * (lane & 3),
                                        accumulate);
       }
     }
