@@ -29,7 +29,7 @@ namespace ws {
 
 using wg::kBK;
 
-template <int BM_, int CONV_, int MMA_REGS_, int CONV_REGS_>
+template <int BM_, int CONV_, int MMA_REGS_, int CONV_REGS_, int MMA_UNITS_>
 struct Shape {
   static constexpr int BM = BM_, BN = 256, WN = 256, R = 128;
   static constexpr int kMma = BM / 64;   // MMA warpgroups (64 rows each, all 256 columns)
@@ -38,27 +38,31 @@ struct Shape {
   static constexpr int kConvThreads = 128 * kConv;
   static constexpr int kMmaRegs = MMA_REGS_, kConvRegs = CONV_REGS_;
   static constexpr int kRawStages = 6, kBStages = 4;
-  static constexpr int kABytes = BM * 128;  // (no bf16 A tile: only used to place B units, see convert_unit)
   static constexpr int kBBytes = BN * 128;  // one bf16 B stage
   static constexpr int kRawA = BM * 32;     // 64 E2M1 codes = 32 bytes per row
   static constexpr int kRawB = BN * 32;
   static constexpr int kSA = 512;           // one 128x4 swizzled scale tile (SPEC 8.2); a 64-row tile uses half
   static constexpr int kSB = BN / 128 * 512;
   static constexpr int kRaw = kRawA + kRawB + kSA + kSB;
-  static constexpr int kRPI = kConvThreads / 4;  // conversion: rows per unit index (4 blocks per row)
-  static constexpr int kFirstB = BM / kRPI;      // units [kFirstB, kUnits) are the B rows
-  static constexpr int kUnits = (BM + BN) / kRPI;
+  // B conversion split (units = (B row, 16-block) pairs, 4 per row, 1024 per K tile): each converter thread converts
+  // kConvUnits units, rows [0, kConvRows) of the tile, and each MMA thread kMmaUnits units, rows [kConvRows, BN).
+  static constexpr int kConvRPI = kConvThreads / 4, kMmaRPI = kMma * 32;  // rows per unit index
+  static constexpr int kMmaUnits = MMA_UNITS_;
+  static constexpr int kConvRows = BN - kMmaRPI * kMmaUnits;
+  static constexpr int kConvUnits = kConvRows / kConvRPI;
+  static_assert(kConvRows % kConvRPI == 0 && kConvRows % kMmaRPI == 0 && 128 % kMmaRPI == 0 && 128 % kConvRPI == 0,
+                "conversion units are whole, and a thread's rows keep their position inside a 128-row scale tile");
   static constexpr int kBarBytes = 8 * 2 * (kRawStages + kBStages);
   static constexpr int kSmem = kBStages * kBBytes + kRawStages * kRaw + kBarBytes + 1024;
   static_assert(BM == 64 || BM == 128, "one 128-row A scale tile");
-  static_assert(BM % kRPI == 0 && (BM + BN) % kRPI == 0, "conversion units are whole and all-A or all-B");
   static_assert(kMma * 128 * kMmaRegs + kConvThreads * kConvRegs <= 65536, "register file");
   static_assert(kSmem <= 227 * 1024, "shared memory");
 };
-// 128 x 256 tiles: two MMA warpgroups, one converter (104 + 2 x 200 = 3 x 168 registers per thread-slot).
-using ShapeLarge = Shape<128, 1, 200, 104>;
+// 128 x 256 tiles: two MMA warpgroups, one converter (104 + 2 x 200 = 3 x 168 registers per thread-slot); the MMA
+// threads convert half of B (2 units each, between their wgmma issues), the converter the other half (4 units).
+using ShapeLarge = Shape<128, 1, 200, 104, 2>;
 // 64 x 256 tiles (few rows per group): one MMA warpgroup, two converters (B conversion is the bottleneck there).
-using ShapeSkinny = Shape<64, 2, 200, 152>;
+using ShapeSkinny = Shape<64, 2, 200, 152, 2>;
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -144,18 +148,26 @@ struct LoaderShape {
   static_assert((BM + BN) * 4 % kThreads == 0 && (kSA + kSB) / 16 <= kThreads, "copy chunks divide evenly");
 };
 
-// Dequantize B units [FIRST, FIRST + COUNT) of this converter thread into fp16 (gemm_decode_f16.cuh; unit I is
-// row I kRPI + ct/4 of [A rows; B rows], 16-block ct%4, as in wg::convert_unit): all shared-memory loads first, then
-// the arithmetic and the stores, so the loads' latencies overlap (the load/store helpers are volatile asm with memory
+// Dequantize B rows r0 + RPI i (i < COUNT), 16-block b, of raw stage `raw` into the fp16 B stage `dst`
+// (gemm_decode_f16.cuh). r0 < ROW0 + RPI with ROW0 a multiple of RPI, so every offset is a per-thread base plus a
+// compile-time constant of i. Raw stage: A rows, B rows (32 B each), A scale tile, B scale tiles (SPEC 8.2: row r,
+// block b of a 128-row tile at (r % 32) * 16 + (r / 32 % 4) * 4 + b). fp16 stage: row r at r * 128, its 16-byte chunk c
+// (elements 8c..8c+7) at (c ^ (r % 8)) * 16 (wgmma's K-major 128-byte swizzle). All shared-memory loads first, then the
+// arithmetic and the stores, so the loads' latencies overlap (the load/store helpers are volatile asm with memory
 // clobbers, which keeps them in source order).
-template <class S, int FIRST, int COUNT>
-__device__ __forceinline__ void convert_b_units(uint32_t raw, uint32_t buf, const wg::UnitOffsets& o) {
+template <class S, int RPI, int ROW0, int COUNT>
+__device__ __forceinline__ void convert_b_rows(uint32_t raw, uint32_t dst, int rr, int b) {
+  static_assert(ROW0 % RPI == 0 && 128 % RPI == 0, "a thread's rows keep their place inside a 128-row scale tile");
+  const uint32_t raw_row = raw + S::kRawA + (ROW0 + rr) * 32 + b * 8;
+  const uint32_t scale = raw + S::kRawA + S::kRawB + S::kSA + (rr & 31) * 16 + (rr >> 5) * 4 + b;
+  const uint32_t out = dst + (ROW0 + rr) * 128 + (((2 * b) ^ (rr & 7)) << 4);
   uint2 w[COUNT];
   uint32_t sbyte[COUNT];
 #pragma unroll
   for (int i = 0; i < COUNT; ++i) {
-    w[i] = wg::lds64(raw + o.raw + (FIRST + i) * S::kRPI * 32);
-    sbyte[i] = wg::lds8(raw + o.scale + wg::unit_scale_offset_at<S>(FIRST + i));
+    const int r = ROW0 + RPI * i;  // a multiple of 32: rr adds the rest (rr < RPI)
+    w[i] = wg::lds64(raw_row + RPI * 32 * i);
+    sbyte[i] = wg::lds8(scale + (r >> 7) * 512 + ((r & 127) >> 5) * 4);
   }
 #pragma unroll
   for (int i = 0; i < COUNT; ++i) {
@@ -163,7 +175,7 @@ __device__ __forceinline__ void convert_b_units(uint32_t raw, uint32_t buf, cons
     uint32_t lo[4], hi[4];
     f16dec::e2m1x8_to_f16(w[i].x, s, lo);
     f16dec::e2m1x8_to_f16(w[i].y, s, hi);
-    const uint32_t d = buf + o.dst + (FIRST + i) * S::kRPI * 128;
+    const uint32_t d = out + RPI * 128 * i;
     wg::sts128(d, lo);
     wg::sts128(d ^ 16u, hi);
   }
@@ -209,7 +221,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       mbar_init(raw_empty + 8 * s, S::kThreads);
     }
     for (int s = 0; s < S::kBStages; ++s) {
-      mbar_init(b_full + 8 * s, S::kConvThreads);
+      mbar_init(b_full + 8 * s, S::kConvThreads + (S::kMmaUnits > 0 ? S::kMma * 128 : 0));
       mbar_init(b_empty + 8 * s, S::kMma * 128);
     }
   }
@@ -219,7 +231,6 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     // ---------------------------------------------------------------- converters: loads + B dequantization
     setmaxnreg_dec<S::kConvRegs>();
     const int ct = tid;
-    const wg::UnitOffsets uo = wg::unit_offsets<S>(ct);
     StepCursor load, conv;
     load.seek(probs, prefix, E, total, blockIdx.x);
     conv = load;
@@ -244,10 +255,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       const uint32_t raw_st = raw_ring + raw.stage * S::kRaw;
       mbar_wait(raw_full + 8 * raw.stage, raw.phase);
       mbar_wait(b_empty + 8 * bst.stage, bst.phase ^ 1u);
-      // unit I of this thread is (row I kRPI + ct/4 of [A rows; B rows], block ct%4); the B units write bf16 rows
-      // of the stage, which convert_b_units places at row * 128 from the (virtual) A tile base b stage - kABytes
-      convert_b_units<S, S::kFirstB, S::kUnits - S::kFirstB>(raw_st, b_ring + bst.stage * S::kBBytes - S::kABytes,
-                                                             uo);
+      convert_b_rows<S, S::kConvRPI, 0, S::kConvUnits>(raw_st, b_ring + bst.stage * S::kBBytes, ct >> 2, ct & 3);
       wg::fence_proxy_async();  // generic-proxy stores -> visible to the wgmma (async proxy) reads
       mbar_arrive(b_full + 8 * bst.stage);
       mbar_arrive(raw_empty + 8 * raw.stage);
@@ -287,6 +295,13 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         mbar_wait(raw_full + 8 * raw.stage, raw.phase);
         wg::fence_uregs(cur);
         convert_a_frags_f16(raw_ring + raw.stage * S::kRaw, ao, a_scale_adj, cur);
+        if constexpr (S::kMmaUnits > 0) {  // this thread's share of the B stage (rows [kConvRows, BN))
+          mbar_wait(b_empty + 8 * bst.stage, bst.phase ^ 1u);
+          convert_b_rows<S, S::kMmaRPI, S::kConvRows, S::kMmaUnits>(raw_ring + raw.stage * S::kRaw,
+                                                                     b_ring + bst.stage * S::kBBytes, mt >> 2, mt & 3);
+          wg::fence_proxy_async();
+          mbar_arrive(b_full + 8 * bst.stage);
+        }
         mbar_arrive(raw_empty + 8 * raw.stage);
         raw.next();
         mbar_wait(b_full + 8 * bst.stage, bst.phase);
