@@ -95,17 +95,6 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
   l.accumulate = accumulate;
   l.grid_upper = static_cast<int>(grid_upper);
   l.tile_m = s.tile_m;
-  // fast fprop/dgrad: TMA descriptors of the whole A and B planes (rows of kc/2 bytes; the setup kernel puts each
-  // group's first row in Prob::a_y / b_y). wgrad's per-group planes differ in row length: cp.async path.
-  alignas(64) uint8_t map_a[128], map_b[128];  // CUtensorMap storage (copied into the launch's parameters)
-  if (!exact && kind != 2 && kc % 32 == 0) {
-    const unsigned long long row_bytes = static_cast<unsigned long long>(kc / 2);
-    if (nvfp4_gemm::make_plane_tma(map_a, a_data.data_ptr(), row_bytes, a_data.numel() / row_bytes, s.tile_m) &&
-        nvfp4_gemm::make_plane_tma(map_b, b_data.data_ptr(), row_bytes, b_data.numel() / row_bytes, s.tile_n)) {
-      l.tmap_a = map_a;
-      l.tmap_b = map_b;
-    }
-  }
   nvfp4_gemm::launch_gemm(l, stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

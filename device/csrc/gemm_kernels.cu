@@ -2,7 +2,6 @@
 // semantics), the tile choice and the launcher. The GEMM kernels are in gemm_wgmma.cuh (instantiated by
 // gemm_wgmma_fast.cu and gemm_wgmma_exact.cu); see docs/gemm.md for the design and its measurements.
 #include <cuda_bf16.h>
-#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -50,11 +49,6 @@ __global__ void setup_kernel(SetupArgs a) {
       p.d = a.out_f32 ? static_cast<void*>(static_cast<float*>(a.out) + doff)
                       : static_cast<void*>(static_cast<__nv_bfloat16*>(a.out) + doff);
       if (m > 0) tiles = ((p.M + a.tile_m - 1) / a.tile_m) * ((p.N + a.tile_n - 1) / a.tile_n);
-      const long long row_bytes = a.kc / 2;  // both planes are K-major over the contraction kc
-      if (row_bytes > 0) {
-        p.a_y = static_cast<int>(a.a_offs[2 * E1 + g] / row_bytes);
-        p.b_y = static_cast<int>(a.b_offs[bp * E1 + g] / row_bytes);
-      }
     }
     p.bias = a.bias ? a.bias + static_cast<long long>(g) * a.ldd : nullptr;
     p.ldd = a.ldd;
@@ -90,30 +84,6 @@ void pick_tile(bool exact, long long rows_per_group, int* tile_m, int* tile_n) {
     *tile_m = ws::ShapeLarge::BM;
     *tile_n = ws::ShapeLarge::BN;
   }
-}
-
-bool make_plane_tma(void* map, const void* base, unsigned long long row_bytes, unsigned long long rows, int box_rows) {
-  if (reinterpret_cast<uintptr_t>(base) % 16 != 0 || row_bytes % 16 != 0 || rows == 0 || rows >= (1ull << 31))
-    return false;
-  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-  static Encode encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-      fn = nullptr;
-    return reinterpret_cast<Encode>(fn);
-  }();
-  if (encode == nullptr) return false;
-  const cuuint64_t dims[2] = {row_bytes, rows};
-  const cuuint64_t strides[1] = {row_bytes};
-  const cuuint32_t box[2] = {32, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  return encode(static_cast<CUtensorMap*>(map), CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims,
-                strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 void launch_gemm(const LaunchArgs& a, cudaStream_t s) {

@@ -21,8 +21,7 @@ struct Prob {
   long long ldd;
   int M, N, K, tiles_m;
   float alpha;
-  int a_y, b_y;  // fprop/dgrad: row of the group's first A / B row in the whole plane (TMA coordinates)
-  int pad;
+  int pad[3];
 };
 
 struct SetupArgs {
@@ -59,16 +58,7 @@ struct LaunchArgs {
   int accumulate;
   int grid_upper;  // host upper bound on the number of tiles (grid = min(this, resident blocks))
   int tile_m;  // CTA rows (from pick_tile); selects the fast kernel's shape
-  // fast mode, fprop/dgrad: TMA descriptors of the whole A and B data planes (rows of kc/2 bytes, box 32 bytes x tile
-  // rows; make_plane_tma), or nullptr: the kernel then loads with cp.async
-  const void* tmap_a;
-  const void* tmap_b;
 };
-
-// Encodes a TMA descriptor (CUtensorMap, 128 bytes at `map`) for a uint8 plane of `rows` rows of `row_bytes` bytes at
-// `base`, box = 32 bytes x box_rows rows, no swizzle, zero fill out of bounds. False if TMA cannot describe it
-// (alignment: base and row_bytes multiples of 16) or the driver refuses.
-bool make_plane_tma(void* map, const void* base, unsigned long long row_bytes, unsigned long long rows, int box_rows);
 
 // CTA tile (rows x columns of the output) for this mode, given the average number of output rows per group
 // (host-known: T / E for fprop/dgrad, the weight-gradient rows for wgrad).

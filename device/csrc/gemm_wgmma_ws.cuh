@@ -21,8 +21,6 @@
 // registers from the converters to the MMA warpgroups (128 fp32 accumulators + two A register sets each).
 #pragma once
 
-#include <cuda.h>  // CUtensorMap
-
 #include "gemm_decode_f16.cuh"
 #include "gemm_wgmma.cuh"
 
@@ -85,25 +83,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 // Arrive on `bar` when all cp.async copies issued so far by this thread have completed (the count was preset).
 __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-// Arrive on `bar` and expect `bytes` more bytes of asynchronous (TMA / bulk) copies in the current phase.
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-// TMA: box {32 bytes, rows} of a 2D uint8 plane at (x bytes, y rows) -> shared dst (128-byte aligned); completes bytes
-// on bar. Out-of-bounds bytes are written as 0.
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int x, int y, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-          dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
-      : "memory");
-}
-// Bulk copy of `bytes` contiguous bytes (16-byte aligned, a multiple of 16) global -> shared; completes on bar.
-__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
 }
 template <int N>
 __device__ __forceinline__ void setmaxnreg_inc() {
@@ -223,38 +202,9 @@ __device__ __forceinline__ void convert_a_frags_f16(uint32_t raw, const wg::AFra
   }
 }
 
-// TMA version of the raw-tile load (fprop/dgrad, make_plane_tma): one thread copies the A box, the B box and the
-// scale tiles of K tile kt of output tile (m0, n0) into raw stage st and sets the transaction count of `bar`. A and B
-// rows past the group come from the neighbouring group's rows (or are zeros past the plane): they only reach output
-// rows / columns that are never stored, as each output element depends on its own A row and B row alone. Scale tiles
-// past the group's plane are not copied (the stage keeps older bytes, which likewise only reach unstored outputs).
-template <class S>
-__device__ __forceinline__ void tma_load_stage(uint32_t st, uint32_t bar, const Prob* __restrict__ pp,
-                                               const CUtensorMap* map_a, const CUtensorMap* map_b, int m0, int n0,
-                                               int kt) {
-  const int M = __ldg(&pp->M), N = __ldg(&pp->N);
-  const int KT = (__ldg(&pp->K) + kBK - 1) / kBK;  // scale tiles per 128-row tile row
-  const bool a_scale = (m0 >> 7) * 128 < M;
-  int b_scales = 0;
-#pragma unroll
-  for (int t = 0; t < S::kSB / 512; ++t) b_scales += ((n0 >> 7) + t) * 128 < N ? 1 : 0;  // tiles t < b_scales exist
-  mbar_arrive_expect_tx(bar, S::kRawA + S::kRawB + 512 * ((a_scale ? 1 : 0) + b_scales));
-  tma_load_2d(st, map_a, kt * 32, __ldg(&pp->a_y) + m0, bar);
-  tma_load_2d(st + S::kRawA, map_b, kt * 32, __ldg(&pp->b_y) + n0, bar);
-  const uint8_t* sa =
-      reinterpret_cast<const uint8_t*>(__ldg(reinterpret_cast<const unsigned long long*>(&pp->sa)));
-  const uint8_t* sb =
-      reinterpret_cast<const uint8_t*>(__ldg(reinterpret_cast<const unsigned long long*>(&pp->sb)));
-  if (a_scale) bulk_load(st + S::kRawA + S::kRawB, sa + (static_cast<long long>(m0 >> 7) * KT + kt) * 512, 512, bar);
-  for (int t = 0; t < b_scales; ++t)
-    bulk_load(st + S::kRawA + S::kRawB + S::kSA + 512 * t,
-              sb + (static_cast<long long>((n0 >> 7) + t) * KT + kt) * 512, 512, bar);
-}
-
-template <class S, bool OUT_F32, bool TMA>
+template <class S, bool OUT_F32>
 __global__ void __launch_bounds__(S::kThreads, 1)
-    ws_gemm_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate,
-                   const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b) {
+    ws_gemm_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate) {
   extern __shared__ uint8_t smem_dyn[];
   const uint32_t smem = (wg::smem_u32(smem_dyn) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
   const uint32_t b_ring = smem;                                      // kBStages x kBBytes
@@ -267,7 +217,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
 
   if (tid == 0) {
     for (int s = 0; s < S::kRawStages; ++s) {
-      mbar_init(raw_full + 8 * s, TMA ? 1 : S::kConvThreads);
+      mbar_init(raw_full + 8 * s, S::kConvThreads);
       mbar_init(raw_empty + 8 * s, S::kThreads);
     }
     for (int s = 0; s < S::kBStages; ++s) {
@@ -288,18 +238,6 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     Ring<S::kBStages> bst;
     wg::RawLoader<LoaderShape<S>> loader;  // row pointers of the load cursor's output tile
     auto issue_load = [&]() {  // the next raw tile in step order, once its stage has been released
-      if constexpr (TMA) {
-        if (ct == 0) {
-          mbar_wait(raw_empty + 8 * load_ring.stage, load_ring.phase ^ 1u);
-          const Prob* pp = probs + load.group;
-          const int tiles_m = __ldg(&pp->tiles_m);
-          tma_load_stage<S>(raw_ring + load_ring.stage * S::kRaw, raw_full + 8 * load_ring.stage, pp, &map_a, &map_b,
-                            (load.local % tiles_m) * S::BM, (load.local / tiles_m) * S::BN, load.kt);
-        }
-        load_ring.next();
-        load.next(probs, prefix, E, total);
-        return;
-      }
       if (load.kt == 0) {
         const Prob* pp = probs + load.group;
         const int tiles_m = __ldg(&pp->tiles_m);
@@ -401,9 +339,9 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   }
 }
 
-template <class S, bool OUT_F32, bool TMA>
-void launch_kernel(const LaunchArgs& a, cudaStream_t s) {
-  auto k = ws_gemm_kernel<S, OUT_F32, TMA>;
+template <class S, bool OUT_F32>
+void launch(const LaunchArgs& a, cudaStream_t s) {
+  auto k = ws_gemm_kernel<S, OUT_F32>;
   static int num_sms = 0;  // per instantiation; read once
   if (num_sms == 0) {
     cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem);
@@ -414,18 +352,7 @@ void launch_kernel(const LaunchArgs& a, cudaStream_t s) {
   int grid = num_sms;  // one resident CTA per SM (register and shared-memory bound)
   if (a.grid_upper < grid) grid = a.grid_upper;
   if (grid < 1) grid = 1;
-  CUtensorMap map_a{}, map_b{};
-  if constexpr (TMA) {
-    map_a = *static_cast<const CUtensorMap*>(a.tmap_a);
-    map_b = *static_cast<const CUtensorMap*>(a.tmap_b);
-  }
-  k<<<grid, S::kThreads, S::kSmem, s>>>(a.probs, a.prefix, a.E, a.accumulate, map_a, map_b);
-}
-
-template <class S, bool OUT_F32>
-void launch(const LaunchArgs& a, cudaStream_t s) {
-  if (a.tmap_a != nullptr && a.tmap_b != nullptr) launch_kernel<S, OUT_F32, true>(a, s);
-  else launch_kernel<S, OUT_F32, false>(a, s);
+  k<<<grid, S::kThreads, S::kSmem, s>>>(a.probs, a.prefix, a.E, a.accumulate);
 }
 
 }  // namespace ws
