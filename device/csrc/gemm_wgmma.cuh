@@ -1,24 +1,17 @@
-// NVFP4 grouped GEMM, wgmma version (sm_90a): the kernel template, instantiated by gemm_wgmma_fast.cu and
-// gemm_wgmma_exact.cu. Semantics: SPEC 12.2 (exact mode, bit for bit) and 12.4 (fast mode, within the bound).
+// NVFP4 grouped GEMM, exact mode (sm_90a; SPEC 12.2 bit for bit): the kernel template instantiated by
+// gemm_wgmma_exact.cu, plus the helpers it shares with the fast mode's warp-specialised kernel (gemm_wgmma_ws.cuh):
+// cp.async / wgmma / shared-memory wrappers, the raw-tile loader, the 128-byte-swizzle descriptor and the epilogue.
 //
-// CTA tile BM x BN, K tile 64 = 4 NVFP4 16-blocks, a WGM x WGN grid of warpgroups (128 threads each); warpgroup
-// (wm, wn) owns rows [64 wm, 64 wm + 64) and columns [wn WN, (wn+1) WN) (WN = BN / WGN) and issues
-// wgmma.m64nWNk16 (bf16 x bf16 -> f32); B is read from shared memory, A from registers in fast mode (RS form) and from
-// shared memory in exact mode. Shapes (Shape<> below):
-//   fast, large tiles   128 x 256, 2 x 1 warpgroups (measured 5% faster than 256 x 128 on 4 warpgroups)
-//   fast, few tokens    64 x 256, 1 x 2 warpgroups (experts with ~64 rows: no tensor work on padding rows)
-//   exact               128 x 128, 2 x 1 warpgroups (two partial fragments per thread)
-// Every thread is both a converter and an MMA issuer (no warp specialisation):
+// CTA tile 128 x 128, K tile 64 = 4 NVFP4 16-blocks, two warpgroups (128 threads each); warpgroup wm owns rows
+// [64 wm, 64 wm + 64) and issues wgmma.m64n128k16 (bf16 x bf16 -> f32) with A and B from shared memory. Every thread
+// is both a converter and an MMA issuer (no warp specialisation):
 //
 //   raw stages (cp.async, kRawStages deep): packed E2M1 bytes of A and B + their swizzled E4M3 scale tiles
-//   bf16 buffers (2): the dequantized K tile in wgmma's canonical K-major 128-byte-swizzled layout (fast mode: B only;
-//                     each thread decodes its own A fragments into registers, two register sets alternating)
+//   bf16 buffers (2): the dequantized K tile in wgmma's canonical K-major 128-byte-swizzled layout
 //
-//   iteration kt:  issue raw load of K tile kt+3 | issue the wgmmas of tile kt (bf16 buffer kt%2, async)
-//                  wait for the wgmmas of tile kt-1 | barrier | convert raw tile kt+1 -> bf16 buffer (kt+1)%2
+//   iteration kt:  issue raw load of K tile kt+3 | per pair of 16-blocks: wgmmas into partial fragments, convert
+//                  half of raw tile kt+1 -> bf16 buffer (kt+1)%2, wait, add the partials in K order
 //                  | fence.proxy.async | barrier
-//
-// so the tensor cores run tile kt while the CUDA cores dequantize tile kt+1.
 //
 // Dequantization (exact): an E2M1 value times an E4M3 scale has at most 6 significant bits and lies in
 // [2^-10, 2688], so it is exact in bf16 (times 2^-14, see e2m1x8_to_bf16_scaled) and the tensor core's products of two
@@ -66,8 +59,6 @@ struct Shape {
   static_assert((BM + BN) % kRPI == 0 && BM % kRPI == 0, "units are whole and all-A or all-B");
   static_assert((BM + BN) * 4 % kThreads == 0, "8-byte chunks divide evenly");
 };
-using ShapeLarge = Shape<128, 256, 2, 1>;
-using ShapeSkinny = Shape<64, 256, 1, 2>;
 using ShapeExact = Shape<128, 128, 2, 1>;
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -152,15 +143,6 @@ __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t two_bytes) {  // byt
 __device__ __forceinline__ uint32_t e4m3_to_bf16x2_scaled(uint32_t byte) {
   return scale_to_bf16x2(e4m3x2_to_float2(byte).x);
 }
-// The four scales packed in one word (byte j = 16-block j) -> s[j] = {sf_j * 2^112, sf_j * 2^112}.
-__device__ __forceinline__ void e4m3x4_to_bf16x2_scaled(uint32_t four_bytes, uint32_t (&s)[4]) {
-  const float2 lo = e4m3x2_to_float2(four_bytes), hi = e4m3x2_to_float2(four_bytes >> 16);
-  s[0] = scale_to_bf16x2(lo.x);
-  s[1] = scale_to_bf16x2(lo.y);
-  s[2] = scale_to_bf16x2(hi.x);
-  s[3] = scale_to_bf16x2(hi.y);
-}
-
 __device__ __forceinline__ uint2 lds64(uint32_t a) {
   uint2 v;
   asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(a) : "memory");
@@ -309,38 +291,6 @@ __device__ __forceinline__ void convert_units(uint32_t raw, uint32_t buf, const 
   }
 }
 
-// A operand straight into wgmma's register fragment (fast mode, RS form). Thread (warp v, lane l) of a warpgroup
-// holds, for each 16-block j of the K tile, rows 16v + l/4 and +8 of the warpgroup's 64 rows at K positions
-// 2c, 2c+1 (chunk 0) and 8 + 2c, 9 + 2c (chunk 1), c = l % 4. With the chunk permutation of e2m1x8_to_bf16_scaled
-// (positions 2c, 2c+1 hold elements c and c+4), that is exactly word c of each 8-code group, which this lane decodes
-// alone: a funnel rotate puts nibbles c and c+4 on bits 6-9 and 22-25. Same integer work as the shared-memory path,
-// no bf16 stores, and wgmma reads no A operand from shared memory.
-struct AFragOffsets {
-  uint32_t row0;   // raw offset of row r0 (32 B per row); row r0 + 8 is at + 256
-  uint32_t scale;  // offset of row r0's 4 scales (one word) in the A scale tile, without the 64-row-tile adjustment
-  uint32_t scale8; // same for row r0 + 8
-  uint32_t rot;    // funnel-rotate amount (4c + 26) mod 32 (= rotate left by 6 - 4c)
-};
-
-// Offsets for thread t (0..127) of the warpgroup that owns rows [64 wm, 64 wm + 64) of the tile; scale_base is the
-// offset of the A scale tile in the raw stage.
-__device__ __forceinline__ AFragOffsets afrag_offsets_at(int wm, int t, uint32_t scale_base) {
-  const int v = t >> 5, l = t & 31;
-  const uint32_t r0 = 64 * wm + 16 * v + (l >> 2);
-  const uint32_t r1 = r0 + 8;
-  AFragOffsets o;
-  o.row0 = r0 * 32;
-  o.scale = scale_base + (r0 & 31) * 16 + (r0 >> 5) * 4;  // r0 < 128: tile 0 (BM <= 128 with RS)
-  o.scale8 = scale_base + (r1 & 31) * 16 + (r1 >> 5) * 4;
-  o.rot = (4 * (l & 3) + 26) & 31;
-  return o;
-}
-
-template <class S>
-__device__ __forceinline__ AFragOffsets afrag_offsets(int tid) {
-  return afrag_offsets_at((tid >> 7) % S::WGM, tid & 127, S::kRawA + S::kRawB);
-}
-
 __device__ __forceinline__ uint4 lds128(uint32_t a) {
   uint4 v;
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a) : "memory");
@@ -350,36 +300,6 @@ __device__ __forceinline__ uint32_t lds32(uint32_t a) {
   uint32_t v;
   asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(a) : "memory");
   return v;
-}
-
-__device__ __forceinline__ uint32_t afrag_word(uint32_t w, uint32_t rot, uint32_t s) {
-  return hmul2_u32(e2m1_pair_bf16_raw(__funnelshift_r(w, w, rot)), s);
-}
-
-// a[j] = the A fragment of 16-block j of the K tile in raw stage `raw` (a_scale_adj: see UnitOffsets).
-__device__ __forceinline__ void convert_a_frags(uint32_t raw, const AFragOffsets& o, uint32_t a_scale_adj,
-                                                uint32_t (&a)[4][4]) {
-  const uint4 r0a = lds128(raw + o.row0), r0b = lds128(raw + o.row0 + 16);
-  const uint4 r1a = lds128(raw + o.row0 + 256), r1b = lds128(raw + o.row0 + 256 + 16);
-  const uint32_t s0 = lds32(raw + o.scale + a_scale_adj), s1 = lds32(raw + o.scale8 + a_scale_adj);
-  const uint32_t w0[8] = {r0a.x, r0a.y, r0a.z, r0a.w, r0b.x, r0b.y, r0b.z, r0b.w};  // row r0: block j = words 2j, 2j+1
-  const uint32_t w1[8] = {r1a.x, r1a.y, r1a.z, r1a.w, r1b.x, r1b.y, r1b.z, r1b.w};
-  uint32_t sc0[4], sc1[4];
-  e4m3x4_to_bf16x2_scaled(s0, sc0);
-  e4m3x4_to_bf16x2_scaled(s1, sc1);
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    a[j][0] = afrag_word(w0[2 * j], o.rot, sc0[j]);      // row r0, chunk 0
-    a[j][1] = afrag_word(w1[2 * j], o.rot, sc1[j]);      // row r0 + 8, chunk 0
-    a[j][2] = afrag_word(w0[2 * j + 1], o.rot, sc0[j]);  // row r0, chunk 1
-    a[j][3] = afrag_word(w1[2 * j + 1], o.rot, sc1[j]);  // row r0 + 8, chunk 1
-  }
-}
-
-template <int R>
-__device__ __forceinline__ void wgmma_k16_rs(float (&d)[R], const uint32_t (&a)[4], uint64_t db) {
-  if constexpr (R == 128) wgmma_m64n256k16_rs(d, a, db, 1);
-  else wgmma_m64n128k16_rs(d, a, db, 1);
 }
 
 template <int N>
@@ -439,17 +359,15 @@ __device__ __forceinline__ void store_tile(const float (&acc)[WN / 2], const Pro
   }
 }
 
-// EXACT = false: one fp32 accumulator over K (tensor-core accumulation, SPEC 12.4); the wgmmas of tile kt stay in
-// flight while tile kt+1 is dequantized (wait_group 1).
-// EXACT = true (BN = 128): each 16-block partial is one wgmma with scale_d = 0 into a partial fragment (exact: SPEC
+// Exact mode (BN = 128): each 16-block partial is one wgmma with scale_d = 0 into a partial fragment (exact: SPEC
 // 12.2, all products share sfA*sfB and their sum has at most 20 significant bits), added with __fadd_rn in K order.
 // Blocks go in pairs (two partial fragments); half of the next tile's dequantization runs while a pair is in flight.
 // The partials are read only after wait_group 0: ptxas serialises every wgmma if registers of an open wgmma
 // pipeline are read (C7514), and the two warpgroups overlap each other's additions with their wgmmas.
-template <class S, bool EXACT, bool OUT_F32>
+template <class S, bool OUT_F32>
 __global__ void __launch_bounds__(S::kThreads, 1)
-    wgmma_gemm_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate) {
-  static_assert(!EXACT || (S::WGN == 1 && S::WN == 128), "exact mode keeps two partial fragments: WN = 128");
+    exact_gemm_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate) {
+  static_assert(S::WGN == 1 && S::WN == 128, "exact mode keeps two partial fragments: WN = 128");
   constexpr int R = S::R;
   extern __shared__ uint8_t smem_dyn[];
   // 32-bit shared addresses throughout (a generic pointer would turn every access into a 64-bit LD/ST)
@@ -461,8 +379,6 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   const int warp = (tid >> 5) & 3, lane = tid & 31;
   const int total = prefix[E];
   UnitOffsets uo = unit_offsets<S>(tid);
-  const AFragOffsets ao = afrag_offsets<S>(tid);  // fast mode (A from registers)
-  static_assert(EXACT || S::BM <= 128, "fast mode's A fragments address one 128-row scale tile");
   __shared__ Prob sp;  // the current tile's problem (kept in shared memory: frees ~20 registers)
   __shared__ int s_local;
 
@@ -499,48 +415,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     cp_async_wait<kRawStages - 2>();
     __syncthreads();  // raw tile 0 visible; every warpgroup is done with the previous tile's buffers
 
-    if constexpr (!EXACT) {
-      // Fast mode, A from registers: the shared-memory conversion units cover the B rows only; each thread decodes
-      // its own A fragments. Two A register sets alternate (tile kt's is read by the in-flight wgmmas while tile
-      // kt+1's is written), so the K loop is unrolled by two to give them fixed registers.
-      constexpr int kFirstB = S::BM / S::kRPI;
-      uint32_t a_even[4][4], a_odd[4][4];
-      if (KT > 0) {
-        convert_units<S, kFirstB, S::kUnits - kFirstB>(raw_base, smem, uo);
-        convert_a_frags(raw_base, ao, uo.a_scale_adj, a_even);
-      }
-      fence_proxy_async();
-      __syncthreads();
-      auto step = [&](int kt, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4]) {
-        const int nk = kt + kRawStages - 1;  // its stage held raw tile kt-1, converted before the last barrier
-        if (nk < KT) loader.load(raw_base + (nk % kRawStages) * S::kRaw, nk, tid);
-        cp_async_commit();
-        const uint32_t b_addr = smem + (kt & 1) * S::kBuf + S::kABytes + wn * S::WN * 128;
-        fence_regs(acc);
-        fence_uregs(cur);
-        wgmma_fence();
-#pragma unroll
-        for (int j = 0; j < 4; ++j) wgmma_k16_rs(acc, cur[j], sw128_desc(b_addr + 32 * j));
-        wgmma_commit();
-        fence_regs(acc);
-        fence_uregs(cur);
-        if (kt + 1 < KT) {
-          const uint32_t raw_next = raw_base + ((kt + 1) % kRawStages) * S::kRaw;
-          cp_async_wait<kRawStages - 2>();  // raw tile kt+1 has landed (this thread's copies)
-          wgmma_wait<1>();                  // tile kt-1's wgmmas are done with B buffer (kt+1)%2 and with `nxt`
-          fence_uregs(nxt);
-          __syncthreads();
-          convert_units<S, kFirstB, S::kUnits - kFirstB>(raw_next, smem + ((kt + 1) & 1) * S::kBuf, uo);
-          convert_a_frags(raw_next, ao, uo.a_scale_adj, nxt);
-          fence_proxy_async();
-          __syncthreads();
-        }
-      };
-      for (int kt = 0; kt < KT; kt += 2) {
-        step(kt, a_even, a_odd);
-        if (kt + 1 < KT) step(kt + 1, a_odd, a_even);
-      }
-    } else {
+    {
       if (KT > 0) convert_units<S, 0, S::kUnits>(raw_base, smem, uo);
       fence_proxy_async();
       __syncthreads();
@@ -595,9 +470,9 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   cp_async_wait<0>();
 }
 
-template <class S, bool EXACT, bool OUT_F32>
+template <class S, bool OUT_F32>
 void launch(const LaunchArgs& a, cudaStream_t s) {
-  auto k = wgmma_gemm_kernel<S, EXACT, OUT_F32>;
+  auto k = exact_gemm_kernel<S, OUT_F32>;
   static int num_sms = 0;  // per instantiation; read once
   if (num_sms == 0) {
     cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem);

@@ -5,7 +5,7 @@
 namespace nvfp4_gemm {
 
 void launch_wgmma_exact(const LaunchArgs& a, cudaStream_t s) {
-  if (a.out_f32) wg::launch<wg::ShapeExact, true, true>(a, s); else wg::launch<wg::ShapeExact, true, false>(a, s);
+  if (a.out_f32) wg::launch<wg::ShapeExact, true>(a, s); else wg::launch<wg::ShapeExact, false>(a, s);
 }
 
 }  // namespace nvfp4_gemm

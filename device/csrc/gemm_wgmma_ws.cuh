@@ -181,9 +181,34 @@ __device__ __forceinline__ void convert_b_rows(uint32_t raw, uint32_t dst, int r
   }
 }
 
+// A operand straight into wgmma's register fragment (RS form): thread (warp v, lane l) of an MMA warpgroup holds, for
+// each 16-block j of the K tile, rows 16v + l/4 and +8 of the warpgroup's 64 rows at K positions 2c, 2c+1 (chunk 0)
+// and 8 + 2c, 9 + 2c (chunk 1), c = l % 4: word c of each 8-code group in the order of gemm_decode_f16.cuh, which
+// this lane decodes alone (f16dec::e2m1_word_to_f16). No A tile in shared memory, no A stores.
+struct AFragOffsets {
+  uint32_t row0;    // raw offset of row r0 (32 B per row); row r0 + 8 is at + 256
+  uint32_t scale;   // offset of row r0's 4 scales (one word) in the A scale tile, without the 64-row-tile adjustment
+  uint32_t scale8;  // same for row r0 + 8
+  uint32_t rot;     // f16dec::afrag_rotation(c)
+};
+
+// Offsets for thread t (0..127) of the MMA warpgroup that owns rows [64 wm, 64 wm + 64) of the tile; scale_base is
+// the offset of the A scale tile in the raw stage (SPEC 8.2 layout; BM <= 128, so one scale tile).
+__device__ __forceinline__ AFragOffsets afrag_offsets(int wm, int t, uint32_t scale_base) {
+  const int v = t >> 5, l = t & 31;
+  const uint32_t r0 = 64 * wm + 16 * v + (l >> 2);
+  const uint32_t r1 = r0 + 8;
+  AFragOffsets o;
+  o.row0 = r0 * 32;
+  o.scale = scale_base + (r0 & 31) * 16 + (r0 >> 5) * 4;
+  o.scale8 = scale_base + (r1 & 31) * 16 + (r1 >> 5) * 4;
+  o.rot = f16dec::afrag_rotation(l & 3);
+  return o;
+}
+
 // The A fragments of the 4 16-blocks of a raw stage (RS form, see wg::AFragOffsets): a[j] = rows r0, r0 + 8 at K
 // positions 2c, 2c+1 (+8) of block j, i.e. word c of each 8-code group in the fp16 order of gemm_decode_f16.cuh.
-__device__ __forceinline__ void convert_a_frags_f16(uint32_t raw, const wg::AFragOffsets& o, uint32_t a_scale_adj,
+__device__ __forceinline__ void convert_a_frags_f16(uint32_t raw, const AFragOffsets& o, uint32_t a_scale_adj,
                                                     uint32_t (&a)[4][4]) {
   const uint4 r0a = wg::lds128(raw + o.row0), r0b = wg::lds128(raw + o.row0 + 16);
   const uint4 r1a = wg::lds128(raw + o.row0 + 256), r1b = wg::lds128(raw + o.row0 + 256 + 16);
@@ -270,8 +295,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     const int mt = tid - S::kConvThreads;
     const int wm = mt >> 7;  // rows [64 wm, 64 wm + 64) of the tile
     const int warp = (mt >> 5) & 3, lane = mt & 31;
-    wg::AFragOffsets ao = wg::afrag_offsets_at(wm, mt & 127, S::kRawA + S::kRawB);
-    ao.rot = f16dec::afrag_rotation(lane & 3);  // (afrag_offsets_at's rotation is the bf16 decode's)
+    const AFragOffsets ao = afrag_offsets(wm, mt & 127, S::kRawA + S::kRawB);
     Ring<S::kRawStages> raw;
     Ring<S::kBStages> bst;
     for (int tile = blockIdx.x; tile < total; tile += gridDim.x) {
