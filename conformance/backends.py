@@ -142,7 +142,7 @@ class SequentialBackend(Backend):
 
 class TensorCoreBackend(Backend):
     """``oracle.gemm(model="tensor_core")`` (the Hopper wgmma model, SPEC 12.6), which must lie within
-    ``oracle.gemm_error_bound``: checks SPEC 12.6's claim that a wgmma step on bf16 operands meets 12.4 (ii)."""
+    ``oracle.gemm_error_bound``: checks SPEC 12.6's claim that a wgmma step on normal operands meets 12.4 (ii)."""
 
     name = "oracle-tc"
     ops = ("gemm",)

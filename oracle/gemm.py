@@ -119,7 +119,7 @@ def gemm(
         alpha: fp32 alpha; default :func:`gemm_alpha` (SPEC 12.1).
         model: "sequential" (TE's model: fp32 accumulator, 16-blocks in K order, SPEC 12.2),
             "exact" (exact value rounded once to out_dtype, SPEC 12.3) or "tensor_core" (Hopper wgmma
-            accumulation of bf16 operands, one k16 step per 16-block in K order, SPEC 12.6: what the device
+            accumulation of normal operands, one k16 step per 16-block in K order, SPEC 12.6: what the device
             kernels' fast mode returns bit for bit), both with the epilogue of SPEC 12.2.
         out_dtype: "bfloat16" (returns ml_dtypes.bfloat16) or "float32".
         bias: optional [N] float32/bfloat16 row vector added to every row.

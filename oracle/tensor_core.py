@@ -3,9 +3,11 @@
 One wgmma k16 step per 16-block, in K order, each step adding 16 exact products to the fp32 accumulator the way
 the tensor core does (measured on H100, SPEC 12.6): every addend is truncated toward zero at 2^(E - 25), where E is
 the largest exponent among the addends as the hardware sees it, the truncated addends are summed exactly, and the
-sum is truncated (round toward zero) to fp32. The operands reach the tensor core as ``value * 2^-14`` in bf16 or
-fp16; a subnormal operand counts at its format's minimum normal exponent, which is how fp16 operands break the
-SPEC 12.4 bound and bf16 operands (always normal here) do not.
+sum is truncated (round toward zero) to fp32. The model presents the operands as ``value * 2^-14`` in bf16 or
+fp16; a subnormal operand counts at its format's minimum normal exponent, which is how fp16 operands at that scale
+break the SPEC 12.4 bound and bf16 operands (always normal here) do not. The device's fast kernel presents the fp16
+values themselves (``|value| >= 2^-10``, all normal); with normal operands the model commutes with the common 2^-14
+scaling, so ``operands="bf16"`` gives its bits (SPEC 12.6).
 """
 
 from __future__ import annotations
