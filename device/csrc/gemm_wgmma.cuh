@@ -470,20 +470,26 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   cp_async_wait<0>();
 }
 
-template <class S, bool OUT_F32>
-void launch(const LaunchArgs& a, cudaStream_t s) {
-  auto k = exact_gemm_kernel<S, OUT_F32>;
-  static int num_sms = 0;  // per instantiation; read once
+// Launches KERNEL(probs, prefix, E, accumulate) with one persistent CTA per SM (the kernels are register- and
+// shared-memory bound to one CTA per SM), at most a.grid_upper CTAs; the CTAs stride over the tile list.
+template <auto KERNEL, int kThreads, int kSmem>
+void launch_persistent(const LaunchArgs& a, cudaStream_t s) {
+  static int num_sms = 0;  // per kernel; read once
   if (num_sms == 0) {
-    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem);
+    cudaFuncSetAttribute(KERNEL, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
     int dev = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev);
   }
-  int grid = num_sms;  // one resident CTA per SM (register and shared-memory bound)
+  int grid = num_sms;
   if (a.grid_upper < grid) grid = a.grid_upper;
   if (grid < 1) grid = 1;
-  k<<<grid, S::kThreads, S::kSmem, s>>>(a.probs, a.prefix, a.E, a.accumulate);
+  KERNEL<<<grid, kThreads, kSmem, s>>>(a.probs, a.prefix, a.E, a.accumulate);
+}
+
+template <class S, bool OUT_F32>
+void launch(const LaunchArgs& a, cudaStream_t s) {
+  launch_persistent<exact_gemm_kernel<S, OUT_F32>, S::kThreads, S::kSmem>(a, s);
 }
 
 }  // namespace wg

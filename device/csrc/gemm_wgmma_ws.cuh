@@ -365,18 +365,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
 
 template <class S, bool OUT_F32>
 void launch(const LaunchArgs& a, cudaStream_t s) {
-  auto k = ws_gemm_kernel<S, OUT_F32>;
-  static int num_sms = 0;  // per instantiation; read once
-  if (num_sms == 0) {
-    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem);
-    int dev = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev);
-  }
-  int grid = num_sms;  // one resident CTA per SM (register and shared-memory bound)
-  if (a.grid_upper < grid) grid = a.grid_upper;
-  if (grid < 1) grid = 1;
-  k<<<grid, S::kThreads, S::kSmem, s>>>(a.probs, a.prefix, a.E, a.accumulate);
+  wg::launch_persistent<ws_gemm_kernel<S, OUT_F32>, S::kThreads, S::kSmem>(a, s);
 }
 
 }  // namespace ws
