@@ -47,7 +47,7 @@ struct Shape {
   static constexpr int kBuf = kABytes + kBBytes;  // multiple of 1024 (the swizzle atom alignment)
   static constexpr int kRawA = BM * 32;           // 64 E2M1 codes = 32 bytes per row
   static constexpr int kRawB = BN * 32;
-  static constexpr int kSA = (BM < 128 ? 1 : BM / 128) * 512;  // swizzled 128x4 scale tiles (SPEC 8.2)
+  static constexpr int kSA = BM / 128 * 512;  // swizzled 128x4 scale tiles (SPEC 8.2)
   static constexpr int kSB = BN / 128 * 512;
   static constexpr int kRaw = kRawA + kRawB + kSA + kSB;
   static constexpr int kSmem = 2 * kBuf + kRawStages * kRaw + 1024;  // + slack to align the base to 1024
@@ -55,7 +55,7 @@ struct Shape {
   static constexpr int kUnits = (BM + BN) / kRPI;                    // (row, block) units per thread per K tile
   static constexpr int kChunks16 = ((BM + BN) * 2 + kThreads - 1) / kThreads;
   static constexpr int kChunks8 = (BM + BN) * 4 / kThreads;
-  static_assert(BM == 64 * WGM && (WN == 128 || WN == 256) && BN % 128 == 0, "tile shape");
+  static_assert(BM == 64 * WGM && BM % 128 == 0 && (WN == 128 || WN == 256) && BN % 128 == 0, "tile shape");
   static_assert((BM + BN) % kRPI == 0 && BM % kRPI == 0, "units are whole and all-A or all-B");
   static_assert((BM + BN) * 4 % kThreads == 0, "8-byte chunks divide evenly");
 };
@@ -232,12 +232,10 @@ struct RawLoader {
 // Per-thread shared-memory offsets of the dequantization units. Unit i of thread tid is (row q + kRPI i of
 // [A rows; B rows], 16-block b) with q = tid / 4, b = tid % 4: consecutive threads take the 4 blocks of 8 consecutive
 // rows, so the 8-byte raw loads, the scale loads and the 16-byte bf16 stores are bank-conflict free. Every offset is
-// a per-thread base plus a compile-time constant of i (plus, for A scales of a 64-row tile, which half of the
-// 128-row scale tile it uses).
+// a per-thread base plus a compile-time constant of i (tiles are whole 128-row scale tiles: BM % 128 == 0).
 struct UnitOffsets {
   uint32_t raw;     // + i * kRPI * 32: the unit's 8 raw bytes (A and B raw rows are contiguous, 32 B each)
   uint32_t scale;   // + unit_scale_offset(i): its E4M3 scale in the swizzled tiles (SPEC 8.2)
-  uint32_t a_scale_adj;  // rows (m0 mod 128) of the A scale tile: + 4 per 32 rows (64-row tiles only)
   uint32_t dst;     // + i * kRPI * 128: its first bf16 chunk (elements 0-7); the second chunk is at dst ^ 16
 };
 
@@ -247,33 +245,26 @@ __device__ __forceinline__ UnitOffsets unit_offsets(int tid) {
   UnitOffsets o;
   o.raw = tid * 8;
   o.scale = S::kRawA + S::kRawB + (q & 31) * 16 + (q >> 5) * 4 + b;
-  o.a_scale_adj = 0;
   // bf16 layout (wgmma K-major, 128-byte swizzle): row r at r*128, its chunk c (elements 8c..8c+7) at
   // ((c ^ (r % 8)) * 16); rows of unit i are q + kRPI i, so r % 8 = q % 8 for every i.
   o.dst = q * 128 + (((2 * b) ^ (q & 7)) << 4);
   return o;
 }
 
-// Scale-tile offset of unit i's first row (a multiple of 32 within its 128-row tile; q adds the rest).
-template <class S>
-__device__ __forceinline__ constexpr uint32_t unit_scale_offset_at(int i) {
-  const int r = S::kRPI * i;
-  const bool isb = r >= S::BM;
-  const int rr = isb ? r - S::BM : r;
-  return (isb ? S::kSA : 0) + (rr >> 7) * 512 + ((rr & 127) >> 5) * 4;
-}
+// Scale-tile offset of unit I's first row (a multiple of 32 within its 128-row tile; q adds the rest).
 template <class S, int I>
 __device__ __forceinline__ constexpr uint32_t unit_scale_offset() {
-  constexpr uint32_t v = unit_scale_offset_at<S>(I);
-  return v;
+  constexpr int r = S::kRPI * I;
+  constexpr bool isb = r >= S::BM;
+  constexpr int rr = isb ? r - S::BM : r;
+  return (isb ? S::kSA : 0) + (rr >> 7) * 512 + ((rr & 127) >> 5) * 4;
 }
 
 // Dequantize unit I of this thread: raw stage (shared address raw) -> bf16 buffer (shared address buf).
 template <class S, int I>
 __device__ __forceinline__ void convert_unit(uint32_t raw, uint32_t buf, const UnitOffsets& o) {
-  constexpr bool isb = S::kRPI * I >= S::BM;
   const uint2 w = lds64(raw + o.raw + I * S::kRPI * 32);
-  const uint32_t sbyte = lds8(raw + o.scale + unit_scale_offset<S, I>() + (isb ? 0u : o.a_scale_adj));
+  const uint32_t sbyte = lds8(raw + o.scale + unit_scale_offset<S, I>());
   const uint32_t s = e4m3_to_bf16x2_scaled(sbyte);
   uint32_t lo[4], hi[4];
   e2m1x8_to_bf16_scaled(w.x, s, lo);
@@ -378,7 +369,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   const int wm = wgi % S::WGM, wn = wgi / S::WGM;  // this warpgroup's rows [64 wm, +64), columns [WN wn, +WN)
   const int warp = (tid >> 5) & 3, lane = tid & 31;
   const int total = prefix[E];
-  UnitOffsets uo = unit_offsets<S>(tid);
+  const UnitOffsets uo = unit_offsets<S>(tid);
   __shared__ Prob sp;  // the current tile's problem (kept in shared memory: frees ~20 registers)
   __shared__ int s_local;
 
@@ -399,7 +390,6 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     const int n0 = (local / p.tiles_m) * S::BN;
     const int KT = (p.K + kBK - 1) / kBK;
     const RawLoader<S> loader(p, m0, n0, KT, static_cast<long long>(p.K / 2), tid);
-    uo.a_scale_adj = ((m0 & 127) >> 5) * 4;
     // Every warpgroup always issues its wgmmas, even one whose 64 rows are all past M (it multiplies zeros):
     // a branch around wgmma makes ptxas serialise every wgmma of the kernel (C7518, "divergent path").
 

@@ -3,18 +3,19 @@
 //
 // Roles (one persistent CTA per SM, 128-thread warpgroups):
 //   converter warpgroups (kConv of them, first): issue the cp.async loads of the raw K tiles (packed E2M1 bytes of A
-//       and B + their swizzled E4M3 scale tiles) into a kRawStages ring, and dequantize the B rows of each raw tile
-//       into a kBStages ring of bf16 tiles in wgmma's K-major 128-byte-swizzled layout;
-//   MMA warpgroups (kMma = BM / 64 of them): decode their own A fragments from the raw ring into registers (RS form,
-//       as in gemm_wgmma.cuh) and issue wgmma.m64n256k16 over the bf16 B ring, fp32 accumulators; then the epilogue.
+//       and B + their swizzled E4M3 scale tiles) into a kRawStages ring, and dequantize B rows [0, kConvRows) of each
+//       raw tile into a kBStages ring of fp16 tiles in wgmma's K-major 128-byte-swizzled layout (gemm_decode_f16.cuh);
+//   MMA warpgroups (kMma = BM / 64 of them): decode their own A fragments from the raw ring into registers (RS form),
+//       dequantize B rows [kConvRows, BN) while their previous wgmmas run, and issue wgmma.m64n256k16 over the fp16
+//       B ring into fp32 accumulators; then the epilogue.
 // The two roles meet only at mbarriers, so the shared-memory traffic of the B conversion is spread over the whole
 // K loop instead of one burst between two CTA barriers (the limit of gemm_wgmma.cuh's kernel, docs/gemm.md), and the
 // converters run ahead into the next output tile while the MMA warpgroups store the previous one.
 //
 //   raw_full[s]   completes when the converters' cp.async copies of raw stage s have landed (cp.async.mbarrier.arrive)
 //   raw_empty[s]  every thread of both roles has read raw stage s (A fragments / B conversion)
-//   b_full[t]     the converters have written bf16 B stage t (each thread: st.shared, fence.proxy.async, arrive)
-//   b_empty[t]    the wgmmas that read bf16 B stage t have completed (MMA threads, after wgmma.wait_group)
+//   b_full[t]     every writer of fp16 B stage t has written its rows (each: st.shared, fence.proxy.async, arrive)
+//   b_empty[t]    the wgmmas that read fp16 B stage t have completed (MMA threads, after wgmma.wait_group)
 //
 // Both roles walk the same list of K steps (the CTA's output tiles in order, KT steps each; a tile with K = 0 has
 // none), so stage indices and phases agree without further communication. Register budget: setmaxnreg moves
@@ -38,7 +39,7 @@ struct Shape {
   static constexpr int kConvThreads = 128 * kConv;
   static constexpr int kMmaRegs = MMA_REGS_, kConvRegs = CONV_REGS_;
   static constexpr int kRawStages = 6, kBStages = 4;
-  static constexpr int kBBytes = BN * 128;  // one bf16 B stage
+  static constexpr int kBBytes = BN * 128;  // one fp16 B stage
   static constexpr int kRawA = BM * 32;     // 64 E2M1 codes = 32 bytes per row
   static constexpr int kRawB = BN * 32;
   static constexpr int kSA = 512;           // one 128x4 swizzled scale tile (SPEC 8.2); a 64-row tile uses half
@@ -206,7 +207,7 @@ __device__ __forceinline__ AFragOffsets afrag_offsets(int wm, int t, uint32_t sc
   return o;
 }
 
-// The A fragments of the 4 16-blocks of a raw stage (RS form, see wg::AFragOffsets): a[j] = rows r0, r0 + 8 at K
+// The A fragments of the 4 16-blocks of a raw stage (RS form, see AFragOffsets): a[j] = rows r0, r0 + 8 at K
 // positions 2c, 2c+1 (+8) of block j, i.e. word c of each 8-code group in the fp16 order of gemm_decode_f16.cuh.
 __device__ __forceinline__ void convert_a_frags_f16(uint32_t raw, const AFragOffsets& o, uint32_t a_scale_adj,
                                                     uint32_t (&a)[4][4]) {
@@ -314,15 +315,16 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       uint32_t a_even[4][4], a_odd[4][4];
       int prev_b = -1;  // B stage read by the wgmmas still in flight (released once they complete)
       // One K step: A fragments of the raw stage into `cur` (the wgmmas of the previous step still read the other
-      // set), then the 4 wgmmas over the bf16 B stage; wait for the previous step's wgmmas and release its B stage.
+      // set), then the 4 wgmmas over the fp16 B stage; wait for the previous step's wgmmas and release its B stage.
       auto step = [&](uint32_t(&cur)[4][4]) {
+        const uint32_t raw_st = raw_ring + raw.stage * S::kRaw;
         mbar_wait(raw_full + 8 * raw.stage, raw.phase);
         wg::fence_uregs(cur);
-        convert_a_frags_f16(raw_ring + raw.stage * S::kRaw, ao, a_scale_adj, cur);
+        convert_a_frags_f16(raw_st, ao, a_scale_adj, cur);
         if constexpr (S::kMmaUnits > 0) {  // this thread's share of the B stage (rows [kConvRows, BN))
           mbar_wait(b_empty + 8 * bst.stage, bst.phase ^ 1u);
-          convert_b_rows<S, S::kMmaRPI, S::kConvRows, S::kMmaUnits>(raw_ring + raw.stage * S::kRaw,
-                                                                     b_ring + bst.stage * S::kBBytes, mt >> 2, mt & 3);
+          convert_b_rows<S, S::kMmaRPI, S::kConvRows, S::kMmaUnits>(raw_st, b_ring + bst.stage * S::kBBytes, mt >> 2,
+                                                                     mt & 3);
           wg::fence_proxy_async();
           mbar_arrive(b_full + 8 * bst.stage);
         }
