@@ -76,6 +76,7 @@ def launch_quantize(x: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: b
         bufs["row_data"] if rowwise else None, bufs["row_scales"] if rowwise else None,
         bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None,
         LAYOUT_SWIZZLED if swizzled else LAYOUT_COMPACT, block2d, sr, rule, rht, rht_signs, seed_lo, seed_hi, offset,
+        amax_in is None,  # the amax pass is the previous launch: the quantizer may overlap its tail
     )
 
 
@@ -142,19 +143,19 @@ def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: Tensor
     offs, row_amax, col_amax = bufs["offsets"], bufs["row_amax"], bufs["col_amax"]
     compute = amax_in is None
     ext.group_offsets_(splits, k, offs, row_amax if compute else None, col_amax if compute else None)
+    ext.tail_fill_(offs, e, bufs["row_scales"] if rowwise else None, bufs["col_data"] if columnwise else None,
+                   bufs["col_scales"] if columnwise else None)
     if compute:
         ext.amax_(x, offs, e, row_tiles, row_amax, col_amax if columnwise else None, rht, rht_signs)
     else:
         row_amax.copy_(amax_in[0])
         col_amax.copy_(amax_in[1])
-    ext.tail_fill_(offs, e, bufs["row_scales"] if rowwise else None, bufs["col_data"] if columnwise else None,
-                   bufs["col_scales"] if columnwise else None)
     ext.quantize_(
         x, offs, e, row_tiles, row_amax, col_amax,
         bufs["row_data"] if rowwise else None, bufs["row_scales"] if rowwise else None,
         bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None,
         LAYOUT_SWIZZLED if swizzled else LAYOUT_PADDED_COMPACT, block2d, sr, rule, rht, rht_signs, seed_lo, seed_hi,
-        offset,
+        offset, compute,  # the amax pass is the previous launch: the quantizer may overlap its tail
     )
 
 

@@ -194,6 +194,18 @@ def test_quantize_user_amax_and_rules(rule, amax):
                   "col_scales": q.col_scales, "amax": torch.cat([q.row_amax, q.col_amax])}, ref, True)
 
 
+@pytest.mark.parametrize("rht", [False, True])
+def test_quantize_subnormal_and_zero_scales(rht):
+    """Block maxima 2^-6..2^-16 of a tensor with amax 1000: E4M3 block scales in the subnormal range and zero
+    (SPEC 3.2, 5.2), where RN(block max * multiplier) reaches 7 and more, the clamp case of SPEC 3.6."""
+    rng = np.random.default_rng(7)
+    m, k = 256, 256
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    x *= np.exp2(-rng.integers(6, 16, size=(m, k // 16)).astype(np.float32)).repeat(16, axis=1)
+    x[0, 0] = 1000.0
+    check_case(x.astype(BF16), rowwise=True, columnwise=True, rht=rht)
+
+
 @pytest.mark.parametrize("kind", ["zeros", "neg_zeros", "all_nan", "tiny"])
 def test_quantize_degenerate_inputs(kind):
     x = np.zeros((33, 64), np.float32)

@@ -156,3 +156,41 @@ def test_round_to_bf16_equals_spec_formula():
     got = round_to_bf16(x)
     assert np.array_equal(got[fin].view(np.uint32), bf16_bits_to_f32(f32_to_bf16_bits(x))[fin].view(np.uint32))
     assert np.all(np.isnan(got[~fin]))
+
+
+def _e2m1_index_three_roundings(a: np.ndarray) -> np.ndarray:
+    """SPEC 3.6 as the bf16 fast quantizer computes it (fp32 RN arithmetic; RN(a/2 + c) via float64, exact)."""
+    magic = np.float32(1.5 * 2.0**23)
+    with np.errstate(over="ignore"):
+        r2 = a * np.float32(2) + magic  # 2a is exact: one rounding, as the FMA
+        r1 = a + np.float32(magic + 2)
+        rh = (a.astype(np.float64) * 0.5 + float(magic + 4)).astype(np.float32)  # a/2 + c exact in float64
+    m = np.minimum(np.minimum(r2, r1), np.minimum(rh, np.float32(magic + 7)))
+    return (m.view(np.uint32) - magic.view(np.uint32)).astype(np.int64)
+
+
+def test_e2m1_three_roundings_form_equals_threshold_sum():
+    """SPEC 3.6 against the threshold sum of SPEC 3.1 (written out here, not the oracle's encoder): every fp32
+    magnitude below 8 whose low 8 bits are 0, 1, 2, 0x80, 0xFE or 0xFF, every pattern within 4096 ulps of each
+    tie and grid point, subnormals, and large values up to +Inf."""
+    k = np.arange(0x41000000 >> 8, dtype=np.uint32) << 8
+    bits = [k | low for low in (0, 1, 2, 0x80, 0xFE, 0xFF)]
+    points = np.array([0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75, 2, 2.5, 3, 3.5, 4, 5, 6, 7], np.float32).view(np.uint32)
+    bits.append((points[:, None].astype(np.int64) + np.arange(-4096, 4097)).ravel().astype(np.uint32))
+    bits.append(np.arange(0, 1 << 20, dtype=np.uint32))  # subnormals and the smallest normals
+    a = np.concatenate(bits).view(np.float32)
+    a = np.concatenate([a, np.array([8, 100, 2.0**22, 2.0**24, 3.4028235e38, np.inf], np.float32)])
+    t = a.astype(np.float64)
+    expect = ((t > 0.25).astype(np.int64) + (t >= 0.75) + (t > 1.25) + (t >= 1.75) + (t > 2.5) + (t >= 3.5)
+              + (t > 5))
+    got = _e2m1_index_three_roundings(a)
+    bad = np.flatnonzero(got != expect)
+    assert bad.size == 0, f"{bad.size} mismatches, first a={a[bad[0]]!r} got {got[bad[0]]} want {expect[bad[0]]}"
+    # without the clamp term the form is only valid below 7: check that the claim of SPEC 3.6 is tight
+    below = a < 7
+    magic = np.float32(1.5 * 2.0**23)
+    r2, r1 = a[below] * np.float32(2) + magic, a[below] + np.float32(magic + 2)
+    rh = (a[below].astype(np.float64) * 0.5 + float(magic + 4)).astype(np.float32)
+    unclamped = (np.minimum(np.minimum(r2, r1), rh).view(np.uint32) - magic.view(np.uint32)).astype(np.int64)
+    assert np.array_equal(unclamped, expect[below])
+    assert _e2m1_index_three_roundings(np.array([7.0], np.float32))[0] == 7

@@ -55,7 +55,8 @@ void amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int64_t row
 void quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int64_t row_tiles, const Tensor& row_amax,
                const Tensor& col_amax, const optional<Tensor>& row_data, const optional<Tensor>& row_scales,
                const optional<Tensor>& col_data, const optional<Tensor>& col_scales, int64_t layout, bool block2d,
-               bool sr, int64_t rule, bool rht, int64_t rht_signs, int64_t seed_lo, int64_t seed_hi, int64_t offset) {
+               bool sr, int64_t rule, bool rht, int64_t rht_signs, int64_t seed_lo, int64_t seed_hi, int64_t offset,
+               bool after_amax) {
   check_cuda(x, "x");
   TORCH_CHECK(x.dim() == 2 && x.size(1) % 16 == 0, "nvfp4: x must be 2-D with K % 16 == 0");
   TORCH_CHECK(x.data_ptr() == nullptr || reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0,
@@ -83,7 +84,7 @@ void quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int64_t
   a.offset = (uint32_t)offset;
   auto s = c10::cuda::getCurrentCUDAStream();
   switch (dtype_code(x)) {
-    case nvfp4::kBF16: nvfp4::launch_quantize_bf16(a, rht, row_tiles, s); break;
+    case nvfp4::kBF16: nvfp4::launch_quantize_bf16(a, rht, row_tiles, s, after_amax); break;
     case nvfp4::kF16: TORCH_CHECK(!rht, "nvfp4: rht needs bf16"); nvfp4::launch_quantize_f16(a, row_tiles, s); break;
     default: TORCH_CHECK(!rht, "nvfp4: rht needs bf16"); nvfp4::launch_quantize_f32(a, row_tiles, s); break;
   }

@@ -61,12 +61,13 @@ __device__ __forceinline__ uint32_t absmax2(uint32_t m, uint32_t w) { return __v
 // ---------------------------------------------------------------------------------------------------------
 // 16-point RHT with compile-time signs, without the final * 0.25 / rounding (SPEC 7).
 // ---------------------------------------------------------------------------------------------------------
-template <uint32_t kSigns>
+// kStages = 3 stops before the last stage (h = 8), for the amax shortcut of amax_fast4_bf16.
+template <uint32_t kSigns, int kStages = 4>
 __device__ __forceinline__ void rht16_butterfly(float (&v)[16]) {
 #pragma unroll
   for (int i = 0; i < 16; ++i) v[i] = ((kSigns >> i) & 1u) ? -v[i] : v[i];
 #pragma unroll
-  for (int h = 1; h < 16; h <<= 1) {
+  for (int h = 1; h < (1 << kStages); h <<= 1) {
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
       if ((i & h) == 0) {

@@ -22,13 +22,31 @@
 
 namespace nvfp4 {
 
-// SPEC 3.1 magnitude index + 256 of a NaN-free y (e2m1_biased without the sign).
-__device__ __forceinline__ uint32_t e2m1_mag_biased(float y) {
-  const float a = fminf(fabsf(y), 6.0f);
-  const uint32_t b = __float_as_uint(a);
-  const uint32_t n = (b + (0x1FFFFFu + (4u << 22)) + ((b >> 22) & 1u)) >> 22;
-  const uint32_t s = __float_as_uint(__fadd_rn(a, 6291456.0f)) - (0x4AC00000u - 256u);
-  return a < 2.0f ? s : n;
+// SPEC 3.1 magnitude of y = RN(|x| * mult) by the three-rounding form of SPEC 3.6, all on the FMA pipe except
+// the minima (the ALU pipe bounds this kernel, see device/NOTES.md): returns the fp32 bits kMagicBits + index.
+// kClamp = false is only valid when y < 7 (then the fourth term, kMagic + 7, never wins).
+constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23: RN(v + kMagic) = kMagic + RNE(v) for 0 <= v < 2^22
+constexpr uint32_t kMagicBits = 0x4B400000u;
+template <bool kClamp>
+__device__ __forceinline__ uint32_t e2m1_mag_magic(float x, float mult) {
+  const float y = __fmul_rn(fabsf(x), mult);
+  const float r2 = __fmaf_rn(y, 2.0f, kMagic);         // kMagic + RNE(2y): 2y is exact, one rounding
+  const float r1 = __fadd_rn(y, kMagic + 2.0f);        // kMagic + RNE(y) + 2
+  const float rh = __fmaf_rn(y, 0.5f, kMagic + 4.0f);  // kMagic + RNE(y / 2) + 4 (one rounding of the exact y/2)
+  const float m = fminf(r2, r1);
+  return __float_as_uint(kClamp ? fminf(m, fminf(rh, kMagic + 7.0f)) : fminf(m, rh));
+}
+// sum over e = 0..7 of kMagicBits << 4e (mod 2^32): the bias of 8 packed e2m1_mag_magic results
+constexpr uint32_t kMagicBias8 = kMagicBits + (kMagicBits << 4) + (kMagicBits << 8) + (kMagicBits << 12) +
+                                 (kMagicBits << 16) + (kMagicBits << 20) + (kMagicBits << 24) + (kMagicBits << 28);
+
+// 8 magnitude codes (SPEC 3.6), element e in nibble e, sign bits clear.
+template <bool kClamp>
+__device__ __forceinline__ uint32_t mag8_magic(const float (&x)[8], float mult) {
+  uint32_t acc = 0u - kMagicBias8;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) acc += e2m1_mag_magic<kClamp>(x[e], mult) << (4 * e);
+  return acc;
 }
 
 // Sign bits (bit 3 of every nibble) of 8 elements held as 4 bf16 words, element 2i in the low half of w_i:
@@ -53,12 +71,21 @@ __device__ __forceinline__ void sign_nibbles_cols(const uint32_t* w, uint32_t& s
   s1 = (o1 & 0x80808080u) | ((e1 >> 4) & 0x08080808u);
 }
 
-// 8 consecutive elements (4 words) -> 8 packed codes; NaN/Inf-free blocks only.
-__device__ __forceinline__ uint32_t encode8_v4(const uint32_t (&w)[4], float mult) {
-  uint32_t acc = 0u - kBias8;
+// The clamped form is needed only for blocks with tiny or zero scales (rare): kept out of line so that the
+// unrolled hot loops stay small (instruction-cache misses were a top stall of this kernel).
+struct Floats8 {
+  float v[8];
+};
+__device__ __noinline__ uint32_t mag8_magic_clamped(Floats8 x, float mult) { return mag8_magic<true>(x.v, mult); }
+
+// 8 consecutive elements (4 words) -> 8 packed codes; NaN/Inf-free blocks only. bmax: the block's max |x|
+// (the clamp of SPEC 3.6 is needed only when RN(bmax * mult) >= 7, i.e. for tiny or zero scales).
+__device__ __forceinline__ uint32_t encode8_v4(const uint32_t (&w)[4], float mult, float bmax) {
+  Floats8 x;
 #pragma unroll
-  for (int e = 0; e < 8; ++e) acc += e2m1_mag_biased(__fmul_rn(bf16_half(w[e >> 1], e & 1), mult)) << (4 * e);
-  return acc + sign_nibbles_pairs(w[0], w[1], w[2], w[3]);  // nibble bit 3 of acc is clear: + is |
+  for (int e = 0; e < 8; ++e) x.v[e] = bf16_half(w[e >> 1], e & 1);
+  const uint32_t mag = __fmul_rn(bmax, mult) < 7.0f ? mag8_magic<false>(x.v, mult) : mag8_magic_clamped(x, mult);
+  return mag + sign_nibbles_pairs(w[0], w[1], w[2], w[3]);  // nibble bit 3 of mag is clear: + is |
 }
 
 template <bool kRHT>
@@ -80,11 +107,6 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
   const int rleft = (int)min(gv.m - gv.m0, (int64_t)kTileM);  // valid rows of this tile (> 0)
   const bool col_ok = chunk * 8 < kleft;
   const T* x = reinterpret_cast<const T*>(a.x);
-
-  const PlaneScale ps_row = make_plane_scale(a.row_data != nullptr ? a.row_amax[gv.g] : 0.0f, a.rule);
-  const PlaneScale ps_col = make_plane_scale(a.col_data != nullptr ? a.col_amax[gv.g] : 0.0f, a.rule);
-  if (t < 128) mtab[0][t] = block_multiplier((uint32_t)t, ps_row);
-  else mtab[1][t - 128] = block_multiplier((uint32_t)(t - 128), ps_col);
 
   // ---- 1. load; rowwise block max as bf16 bits (integer SIMD max of |bits|) ----
   uint32_t bmh[8];
@@ -108,6 +130,15 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
       slow_any = max(slow_any, bmh[it]);
     }
   }
+  // Programmatic dependent launch (launch_quantize_bf16 with pdl): everything above only reads X and the
+  // offsets, which the kernel this one may overlap (the amax pass) does not write; the amaxes are read after
+  // the wait, which returns once that kernel has finished and its writes are visible. Without a programmatic
+  // dependency the wait returns at once.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  const PlaneScale ps_row = make_plane_scale(a.row_data != nullptr ? a.row_amax[gv.g] : 0.0f, a.rule);
+  const PlaneScale ps_col = make_plane_scale(a.col_data != nullptr ? a.col_amax[gv.g] : 0.0f, a.rule);
+  if (t < 128) mtab[0][t] = block_multiplier((uint32_t)t, ps_row);
+  else mtab[1][t - 128] = block_multiplier((uint32_t)(t - 128), ps_col);
   __syncthreads();
 
   // ---- 2. rowwise plane (SPEC 6.1) ----
@@ -139,10 +170,11 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
         const int row = it * 16 + rsub;
         uint8_t* sp = sptr + (it & 1) * sA + (it >> 1) * sB;
         if (row < rleft && col_ok) {
-          const uint32_t sb = block_scale_byte(__uint_as_float(bmh[it] << 16), ps);
+          const float bmax = __uint_as_float(bmh[it] << 16);
+          const uint32_t sb = block_scale_byte(bmax, ps);
           const uint4 q = *reinterpret_cast<const uint4*>(tile + row * 256 + chunk * 16);
           const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-          *reinterpret_cast<uint32_t*>(dptr + it * dstep) = encode8_v4(w, mtab[0][sb]);
+          *reinterpret_cast<uint32_t*>(dptr + it * dstep) = encode8_v4(w, mtab[0][sb], bmax);
           if (lead) *sp = (uint8_t)sb;
         } else if (pad_ok) {
           *sp = 0;
@@ -237,13 +269,22 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
           out[h][jj] = 0;
           uint8_t* sp = csp + h * sH + jj;
           if (jok && 2 * cpair + h < kleft) {
-            const uint32_t sb = block_scale_byte(__uint_as_float(mh2[h] << 16), ps);
+            const float bmax = __uint_as_float(mh2[h] << 16);
+            const uint32_t sb = block_scale_byte(bmax, ps);
             const float mult = mtab[1][sb];
-            uint32_t lo = 0u - kBias8, hi = 0u - kBias8;
+            Floats8 xl, xh;
 #pragma unroll
             for (int i = 0; i < 8; ++i) {
-              lo += e2m1_mag_biased(__fmul_rn(bf16_half(w[i], h), mult)) << (4 * i);
-              hi += e2m1_mag_biased(__fmul_rn(bf16_half(w[i + 8], h), mult)) << (4 * i);
+              xl.v[i] = bf16_half(w[i], h);
+              xh.v[i] = bf16_half(w[i + 8], h);
+            }
+            uint32_t lo, hi;
+            if (__fmul_rn(bmax, mult) < 7.0f) {  // SPEC 3.6: no clamp needed
+              lo = mag8_magic<false>(xl.v, mult);
+              hi = mag8_magic<false>(xh.v, mult);
+            } else {
+              lo = mag8_magic_clamped(xl, mult);
+              hi = mag8_magic_clamped(xh, mult);
             }
             out[h][jj] = ((uint64_t)(hi + sg[h][1]) << 32) | (lo + sg[h][0]);
             *sp = (uint8_t)sb;
@@ -301,6 +342,9 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
 template <bool kRHT>
 __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
   using T = __nv_bfloat16;
+  // Let a programmatically dependent quantize grid start its X loads as this grid's last wave runs (it waits
+  // for this grid's completion before it reads the amaxes); a no-op for any other next launch.
+  asm volatile("griddepcontrol.launch_dependents;");
   const int64_t nkt = amax_k_tiles<T>(a.K);
   const int64_t tile = (int64_t)gridDim.x - 1 - blockIdx.x;
   const int64_t rt = tile / nkt, kt = tile % nkt;
@@ -343,9 +387,12 @@ __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
       float v[16];
 #pragma unroll
       for (int i = 0; i < 16; ++i) v[i] = bf16_half(e < 2 ? raw[i].x : raw[i].y, e & 1);
-      rht16_butterfly<kDefaultRhtSigns>(v);
+      rht16_butterfly<kDefaultRhtSigns, 3>(v);
+      // The last butterfly stage (h = 8) outputs RN(p + q) and RN(p - q); the larger magnitude of the two is
+      // RN(|p| + |q|) (RN is monotone and odd, max(|p+q|, |p-q|) = |p| + |q|; Inf/NaN cases agree under the
+      // NaN-ignoring fmaxf), so the stage is replaced by one add per pair.
 #pragma unroll
-      for (int i = 0; i < 16; ++i) cm = fmaxf(cm, fabsf(v[i]));
+      for (int i = 0; i < 8; ++i) cm = fmaxf(cm, __fadd_rn(fabsf(v[i]), fabsf(v[i + 8])));
     }
     cmax = round_bf16(__fmul_rn(cm, 0.25f));
   } else {

@@ -47,8 +47,9 @@ enum DType : int { kBF16 = 0, kF16 = 1, kF32 = 2 };
 void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream_t s);
 void launch_amax_f16(const AmaxArgs& a, int64_t row_tiles, cudaStream_t s);
 void launch_amax_f32(const AmaxArgs& a, int64_t row_tiles, cudaStream_t s);
-// fused quantizer (SPEC 5-8, 10)
-void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s);
+// fused quantizer (SPEC 5-8, 10). after_amax: the previous launch on `s` is the amax pass of this input (so the
+// bf16 fast kernel may overlap it, reading only X and the offsets before it waits for that pass).
+void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_amax);
 void launch_quantize_f16(const QuantArgs& a, int64_t row_tiles, cudaStream_t s);
 void launch_quantize_f32(const QuantArgs& a, int64_t row_tiles, cudaStream_t s);
 

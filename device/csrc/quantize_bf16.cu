@@ -41,13 +41,30 @@ void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream
   else amax_fast_bf16<false><<<(unsigned)grid, 128, 0, s>>>(a);
 }
 
-void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s) {
+// A launch that may start while the previous kernel of the stream still runs (programmatic dependent launch);
+// only for kernels that execute griddepcontrol.wait before they read anything that kernel writes.
+static void launch_pdl(void (*kernel)(QuantArgs), unsigned grid, unsigned threads, cudaStream_t s,
+                       const QuantArgs& a) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(threads);
+  cfg.stream = s;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  cudaLaunchKernelEx(&cfg, kernel, a);
+}
+
+void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_amax) {
   const int64_t grid = row_tiles * quant_k_tiles<__nv_bfloat16>(a.K);
   if (grid == 0) return;
   const bool fast = fast_enabled() && !a.sr && !a.block2d && (!rht || a.rht_signs == kDefaultRhtSigns);
   if (fast && fast_v4()) {
-    if (rht) quantize_fast4_bf16<true><<<(unsigned)grid, 256, 0, s>>>(a);
-    else quantize_fast4_bf16<false><<<(unsigned)grid, 256, 0, s>>>(a);
+    auto kernel = rht ? quantize_fast4_bf16<true> : quantize_fast4_bf16<false>;
+    if (after_amax) launch_pdl(kernel, (unsigned)grid, 256, s, a);  // overlaps the amax pass's tail
+    else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (fast && rht) quantize_fast_bf16<true><<<(unsigned)grid, 256, 0, s>>>(a);
   else if (fast) quantize_fast_bf16<false><<<(unsigned)grid, 256, 0, s>>>(a);
   else if (rht) quantize_kernel<__nv_bfloat16, true><<<(unsigned)grid, 256, 0, s>>>(a);
