@@ -29,6 +29,7 @@
 
 #include "gemm_nvfp4.cuh"
 #include "gemm_wgmma_ops.cuh"
+#include "scale_swizzle.cuh"
 
 namespace nvfp4_gemm {
 namespace wg {
@@ -229,6 +230,17 @@ struct RawLoader {
   }
 };
 
+// The group of output tile `tile` (binary search in the tile prefix sum) and the tile's index inside the group.
+__device__ __forceinline__ int find_group(const int* __restrict__ prefix, int E, int tile, int* local) {
+  int lo = 0, hi = E;  // prefix[lo] <= tile < prefix[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (__ldg(prefix + mid) <= tile) lo = mid; else hi = mid;
+  }
+  *local = tile - __ldg(prefix + lo);
+  return lo;
+}
+
 // Per-thread shared-memory offsets of the dequantization units. Unit i of thread tid is (row q + kRPI i of
 // [A rows; B rows], 16-block b) with q = tid / 4, b = tid % 4: consecutive threads take the 4 blocks of 8 consecutive
 // rows, so the 8-byte raw loads, the scale loads and the 16-byte bf16 stores are bank-conflict free. Every offset is
@@ -244,7 +256,7 @@ __device__ __forceinline__ UnitOffsets unit_offsets(int tid) {
   const uint32_t q = tid >> 2, b = tid & 3;
   UnitOffsets o;
   o.raw = tid * 8;
-  o.scale = S::kRawA + S::kRawB + (q & 31) * 16 + (q >> 5) * 4 + b;
+  o.scale = S::kRawA + S::kRawB + nvfp4::swizzle_in_tile(q, b);  // q < 128
   // bf16 layout (wgmma K-major, 128-byte swizzle): row r at r*128, its chunk c (elements 8c..8c+7) at
   // ((c ^ (r % 8)) * 16); rows of unit i are q + kRPI i, so r % 8 = q % 8 for every i.
   o.dst = q * 128 + (((2 * b) ^ (q & 7)) << 4);
@@ -257,7 +269,7 @@ __device__ __forceinline__ constexpr uint32_t unit_scale_offset() {
   constexpr int r = S::kRPI * I;
   constexpr bool isb = r >= S::BM;
   constexpr int rr = isb ? r - S::BM : r;
-  return (isb ? S::kSA : 0) + (rr >> 7) * 512 + ((rr & 127) >> 5) * 4;
+  return (isb ? S::kSA : 0) + nvfp4::swizzle_offset<int>(rr, 0, 1);
 }
 
 // Dequantize unit I of this thread: raw stage (shared address raw) -> bf16 buffer (shared address buf).
@@ -375,13 +387,9 @@ __global__ void __launch_bounds__(S::kThreads, 1)
 
   for (int tile = blockIdx.x; tile < total; tile += gridDim.x) {
     if (tid == 0) {
-      int lo = 0, hi = E;  // prefix[lo] <= tile < prefix[hi]
-      while (hi - lo > 1) {
-        const int mid = (lo + hi) >> 1;
-        if (__ldg(prefix + mid) <= tile) lo = mid; else hi = mid;
-      }
-      sp = probs[lo];
-      s_local = tile - __ldg(prefix + lo);
+      int local;
+      sp = probs[find_group(prefix, E, tile, &local)];
+      s_local = local;
     }
     __syncthreads();  // (the previous tile's epilogue has finished reading sp: it precedes this barrier)
     const Prob& p = sp;

@@ -107,17 +107,6 @@ struct Ring {
   }
 };
 
-// The group of output tile `tile` (binary search in the tile prefix sum) and the tile's index inside the group.
-__device__ __forceinline__ int find_group(const int* __restrict__ prefix, int E, int tile, int* local) {
-  int lo = 0, hi = E;  // prefix[lo] <= tile < prefix[hi]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) >> 1;
-    if (__ldg(prefix + mid) <= tile) lo = mid; else hi = mid;
-  }
-  *local = tile - __ldg(prefix + lo);
-  return lo;
-}
-
 // Walks this CTA's K steps in order: output tiles blockIdx.x, +gridDim.x, ... and K tiles 0..KT-1 of each (tiles
 // with no K tile are skipped). Every role that consumes the rings walks the same sequence.
 struct StepCursor {
@@ -125,7 +114,7 @@ struct StepCursor {
   __device__ __forceinline__ void seek(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E,
                                        int total, int from) {
     for (tile = from; tile < total; tile += gridDim.x) {
-      group = find_group(prefix, E, tile, &local);
+      group = wg::find_group(prefix, E, tile, &local);
       KT = (__ldg(&probs[group].K) + kBK - 1) / kBK;
       if (KT > 0) break;
     }
@@ -160,7 +149,7 @@ template <class S, int RPI, int ROW0, int COUNT>
 __device__ __forceinline__ void convert_b_rows(uint32_t raw, uint32_t dst, int rr, int b) {
   static_assert(ROW0 % RPI == 0 && 128 % RPI == 0, "a thread's rows keep their place inside a 128-row scale tile");
   const uint32_t raw_row = raw + S::kRawA + (ROW0 + rr) * 32 + b * 8;
-  const uint32_t scale = raw + S::kRawA + S::kRawB + S::kSA + (rr & 31) * 16 + (rr >> 5) * 4 + b;
+  const uint32_t scale = raw + S::kRawA + S::kRawB + S::kSA + nvfp4::swizzle_in_tile<int>(rr, b);  // rr < RPI <= 128
   const uint32_t out = dst + (ROW0 + rr) * 128 + (((2 * b) ^ (rr & 7)) << 4);
   uint2 w[COUNT];
   uint32_t sbyte[COUNT];
@@ -168,7 +157,7 @@ __device__ __forceinline__ void convert_b_rows(uint32_t raw, uint32_t dst, int r
   for (int i = 0; i < COUNT; ++i) {
     const int r = ROW0 + RPI * i;  // a multiple of 32: rr adds the rest (rr < RPI)
     w[i] = wg::lds64(raw_row + RPI * 32 * i);
-    sbyte[i] = wg::lds8(scale + (r >> 7) * 512 + ((r & 127) >> 5) * 4);
+    sbyte[i] = wg::lds8(scale + nvfp4::swizzle_offset<int>(r, 0, 1));
   }
 #pragma unroll
   for (int i = 0; i < COUNT; ++i) {
@@ -201,8 +190,8 @@ __device__ __forceinline__ AFragOffsets afrag_offsets(int wm, int t, uint32_t sc
   const uint32_t r1 = r0 + 8;
   AFragOffsets o;
   o.row0 = r0 * 32;
-  o.scale = scale_base + (r0 & 31) * 16 + (r0 >> 5) * 4;
-  o.scale8 = scale_base + (r1 & 31) * 16 + (r1 >> 5) * 4;
+  o.scale = scale_base + nvfp4::swizzle_in_tile<uint32_t>(r0, 0);  // r0, r1 < 128
+  o.scale8 = scale_base + nvfp4::swizzle_in_tile<uint32_t>(r1, 0);
   o.rot = f16dec::afrag_rotation(l & 3);
   return o;
 }
@@ -301,7 +290,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     Ring<S::kBStages> bst;
     for (int tile = blockIdx.x; tile < total; tile += gridDim.x) {
       int local;
-      const int group = find_group(prefix, E, tile, &local);
+      const int group = wg::find_group(prefix, E, tile, &local);
       const Prob* pp = probs + group;
       const int tiles_m = __ldg(&pp->tiles_m);
       const int m0 = (local % tiles_m) * S::BM;

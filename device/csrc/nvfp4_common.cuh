@@ -11,6 +11,7 @@
 #include <cuda_fp8.h>
 
 #include "nvfp4_launch.h"
+#include "scale_swizzle.cuh"
 
 namespace nvfp4 {
 
@@ -212,13 +213,6 @@ __device__ __forceinline__ Philox4 philox4x32_10(uint32_t c0, uint32_t c1, uint3
     c3 = lo0;
   }
   return Philox4{{c0, c1, c2, c3}};
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// SPEC 8.2: byte offset of compact scale (r, c) in the swizzled 128x4 layout; cp4 = roundup(C, 4) / 4.
-// ---------------------------------------------------------------------------------------------------------
-__device__ __forceinline__ int64_t swizzle_offset(int64_t r, int64_t c, int64_t cp4) {
-  return (((r >> 7) * cp4 + (c >> 2)) * 32 + (r & 31)) * 16 + ((r & 127) >> 5) * 4 + (c & 3);
 }
 
 __host__ __device__ __forceinline__ int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
