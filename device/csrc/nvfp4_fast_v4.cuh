@@ -6,11 +6,13 @@
 //  * signs: mult >= 0 and never NaN (SPEC 5.2: fminf(1/(scale*s_dec), FLT_MAX); +0 only when S_enc = 0, and
 //    x * +0 keeps the sign of x), so sign(x*mult) = sign(x) for the NaN/Inf-free blocks of the fast path and
 //    the sign nibbles of 8 elements are gathered from the bf16 words with 4 PRMT + 2 ops (instead of 2 ops
-//    per element); the magnitude codes carry a +256 bias removed by the accumulator's start value;
+//    per element); the magnitude codes carry a constant bias (kMagicBias8) removed by the accumulator's start value;
 //  * rowwise NaN/Inf detection once per warp (all 8 iterations) instead of a vote per iteration;
 //  * amax: 256 threads of 16 rows x 4 columns (half the registers, twice the warps; measured neutral) and the
 //    rowwise max as an integer SIMD max.
-// H100 (ncu): the quantize kernel is bound by the ALU pipe (73% of peak; FMA pipe 27%): see device/NOTES.md.
+//  * E2M1 by the three-roundings form of SPEC 3.6 (FMA pipe except two minima per element);
+//  * programmatic dependent launch after the amax pass (griddepcontrol.wait before the amaxes are read).
+// H100 (ncu): ALU pipe 54%, FMA pipe 37%, issue 67% (was ALU-bound at 74% before SPEC 3.6): device/NOTES.md.
 #pragma once
 
 #include <cstdint>
