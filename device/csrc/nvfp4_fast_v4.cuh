@@ -25,7 +25,7 @@
 namespace nvfp4 {
 
 // SPEC 3.1 magnitude of y = RN(|x| * mult) by the three-rounding form of SPEC 3.6, all on the FMA pipe except
-// the minima (the ALU pipe bounds this kernel, see device/NOTES.md): returns the fp32 bits kMagicBits + index.
+// the minima (the ALU pipe was this kernel's bound, see device/NOTES.md): returns the fp32 bits kMagicBits + index.
 // kClamp = false is only valid when y < 7 (then the fourth term, kMagic + 7, never wins).
 constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23: RN(v + kMagic) = kMagic + RNE(v) for 0 <= v < 2^22
 constexpr uint32_t kMagicBits = 0x4B400000u;
@@ -80,13 +80,21 @@ struct Floats8 {
 };
 __device__ __noinline__ uint32_t mag8_magic_clamped(Floats8 x, float mult) { return mag8_magic<true>(x.v, mult); }
 
+// Whether a block with max |x| = bmax needs the clamp term of SPEC 3.6 (RN(bmax * mult) >= 7 bounds every y).
+__device__ __forceinline__ bool needs_clamp(float bmax, float mult) { return !(__fmul_rn(bmax, mult) < 7.0f); }
+
+// 8 magnitude codes of x (SPEC 3.6), the clamped form out of line.
+__device__ __forceinline__ uint32_t mag8_encode(const Floats8& x, float mult, bool clamp) {
+  return clamp ? mag8_magic_clamped(x, mult) : mag8_magic<false>(x.v, mult);
+}
+
 // 8 consecutive elements (4 words) -> 8 packed codes; NaN/Inf-free blocks only. bmax: the block's max |x|
 // (the clamp of SPEC 3.6 is needed only when RN(bmax * mult) >= 7, i.e. for tiny or zero scales).
 __device__ __forceinline__ uint32_t encode8_v4(const uint32_t (&w)[4], float mult, float bmax) {
   Floats8 x;
 #pragma unroll
   for (int e = 0; e < 8; ++e) x.v[e] = bf16_half(w[e >> 1], e & 1);
-  const uint32_t mag = __fmul_rn(bmax, mult) < 7.0f ? mag8_magic<false>(x.v, mult) : mag8_magic_clamped(x, mult);
+  const uint32_t mag = mag8_encode(x, mult, needs_clamp(bmax, mult));
   return mag + sign_nibbles_pairs(w[0], w[1], w[2], w[3]);  // nibble bit 3 of mag is clear: + is |
 }
 
@@ -132,7 +140,7 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
       slow_any = max(slow_any, bmh[it]);
     }
   }
-  // Programmatic dependent launch (launch_quantize_bf16 with pdl): everything above only reads X and the
+  // Programmatic dependent launch (launch_quantize_bf16 with after_amax): everything above only reads X and the
   // offsets, which the kernel this one may overlap (the amax pass) does not write; the amaxes are read after
   // the wait, which returns once that kernel has finished and its writes are visible. Without a programmatic
   // dependency the wait returns at once.
@@ -280,14 +288,8 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
               xl.v[i] = bf16_half(w[i], h);
               xh.v[i] = bf16_half(w[i + 8], h);
             }
-            uint32_t lo, hi;
-            if (__fmul_rn(bmax, mult) < 7.0f) {  // SPEC 3.6: no clamp needed
-              lo = mag8_magic<false>(xl.v, mult);
-              hi = mag8_magic<false>(xh.v, mult);
-            } else {
-              lo = mag8_magic_clamped(xl, mult);
-              hi = mag8_magic_clamped(xh, mult);
-            }
+            const bool clamp = needs_clamp(bmax, mult);
+            const uint32_t lo = mag8_encode(xl, mult, clamp), hi = mag8_encode(xh, mult, clamp);
             out[h][jj] = ((uint64_t)(hi + sg[h][1]) << 32) | (lo + sg[h][0]);
             *sp = (uint8_t)sb;
           } else if (a.layout != kCompact && jpok) {
