@@ -171,11 +171,12 @@ __device__ __forceinline__ float block_multiplier(uint32_t scale_byte, const Pla
 // SPEC 7: the 16-point RHT of one block, in place: sign flip, 4 butterfly stages (h = 1, 2, 4, 8), * 0.25,
 // round to bf16.
 // ---------------------------------------------------------------------------------------------------------
-__device__ __forceinline__ void rht16(float (&v)[16], uint32_t signs) {
+// The butterfly stages h = 1, 2, .., 2^(kStages-1) of SPEC 7 in place (kStages = 4: the whole transform
+// before the * 0.25; fewer stages serve the amax shortcut of amax_fast4_bf16).
+template <int kStages = 4>
+__device__ __forceinline__ void hadamard16_stages(float (&v)[16]) {
 #pragma unroll
-  for (int i = 0; i < 16; ++i) v[i] = ((signs >> i) & 1u) ? -v[i] : v[i];  // exact sign flip (x * -1)
-#pragma unroll
-  for (int h = 1; h < 16; h <<= 1) {
+  for (int h = 1; h < (1 << kStages); h <<= 1) {
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
       if ((i & h) == 0) {
@@ -185,6 +186,12 @@ __device__ __forceinline__ void rht16(float (&v)[16], uint32_t signs) {
       }
     }
   }
+}
+
+__device__ __forceinline__ void rht16(float (&v)[16], uint32_t signs) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) v[i] = ((signs >> i) & 1u) ? -v[i] : v[i];  // exact sign flip (x * -1)
+  hadamard16_stages(v);
 #pragma unroll
   for (int i = 0; i < 16; ++i) v[i] = round_bf16(__fmul_rn(v[i], 0.25f));
 }

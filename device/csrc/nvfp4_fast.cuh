@@ -66,17 +66,7 @@ template <uint32_t kSigns, int kStages = 4>
 __device__ __forceinline__ void rht16_butterfly(float (&v)[16]) {
 #pragma unroll
   for (int i = 0; i < 16; ++i) v[i] = ((kSigns >> i) & 1u) ? -v[i] : v[i];
-#pragma unroll
-  for (int h = 1; h < (1 << kStages); h <<= 1) {
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      if ((i & h) == 0) {
-        const float x = v[i], y = v[i + h];
-        v[i] = __fadd_rn(x, y);
-        v[i + h] = __fsub_rn(x, y);
-      }
-    }
-  }
+  hadamard16_stages<kStages>(v);
 }
 
 // ---------------------------------------------------------------------------------------------------------
