@@ -358,12 +358,18 @@ __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
   const int64_t gcol = kt * 128 + chunk * 4;
   const T* x = reinterpret_cast<const T*>(a.x);
 
+  // One pointer per thread, stepped by one row per load, and a 32-bit count of this thread's valid rows (the
+  // per-load 64-bit row products and compares were ~40% of this kernel's instructions).
+  const int64_t r0 = gv.m0 + rb * 16;  // first group-local row of this thread
+  const int rows = gcol < a.K ? (int)max(min(gv.m - r0, (int64_t)16), (int64_t)0) : 0;
+  const uint2* src = reinterpret_cast<const uint2*>(x + (gv.row0 + r0) * a.K + gcol);
+  const int64_t step = a.K / 4;  // one row, in uint2 units (K % 16 == 0)
   uint2 raw[16];
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
-    const int64_t r = gv.m0 + rb * 16 + i;
     raw[i] = make_uint2(0, 0);
-    if (gcol < a.K && r < gv.m) raw[i] = __ldg(reinterpret_cast<const uint2*>(x + (gv.row0 + r) * a.K + gcol));
+    if (i < rows) raw[i] = __ldg(src);
+    src += step;
   }
   uint32_t mu = 0;
 #pragma unroll
@@ -374,14 +380,11 @@ __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
   if (mh > 0x7F80u) {  // a NaN: NaN-ignoring fp max (SPEC 4.1), re-read (rare path, keeps raw[] out of it)
     rmax = 0.0f;
 #pragma unroll 1
-    for (int i = 0; i < 16; ++i) {
-      const int64_t r = gv.m0 + rb * 16 + i;
-      if (gcol < a.K && r < gv.m) {
-        const uint2 q = __ldg(reinterpret_cast<const uint2*>(x + (gv.row0 + r) * a.K + gcol));
-        const uint32_t w[2] = {q.x, q.y};
+    for (int i = 0; i < rows; ++i) {
+      const uint2 q = __ldg(reinterpret_cast<const uint2*>(x + (gv.row0 + r0 + i) * a.K + gcol));
+      const uint32_t w[2] = {q.x, q.y};
 #pragma unroll
-        for (int e = 0; e < 4; ++e) rmax = fmaxf(rmax, fabsf(bf16_half(w[e >> 1], e & 1)));
-      }
+      for (int e = 0; e < 4; ++e) rmax = fmaxf(rmax, fabsf(bf16_half(w[e >> 1], e & 1)));
     }
   }
   if constexpr (kRHT) {
