@@ -117,20 +117,7 @@ __global__ void __launch_bounds__(128, 4) amax_fast_bf16(AmaxArgs a) {
   } else {
     cmax = rmax;
   }
-  __shared__ float red[2][4];
-  rmax = warp_max(rmax);
-  cmax = warp_max(cmax);
-  if ((t & 31) == 0) {
-    red[0][t >> 5] = rmax;
-    red[1][t >> 5] = cmax;
-  }
-  __syncthreads();
-  if (t == 0) {
-    rmax = fmaxf(fmaxf(red[0][0], red[0][1]), fmaxf(red[0][2], red[0][3]));
-    cmax = fmaxf(fmaxf(red[1][0], red[1][1]), fmaxf(red[1][2], red[1][3]));
-    atomicMax(reinterpret_cast<int*>(a.row_amax + gv.g), __float_as_int(rmax));
-    if (a.col_amax != nullptr) atomicMax(reinterpret_cast<int*>(a.col_amax + gv.g), __float_as_int(cmax));
-  }
+  cta_amax_atomic<4>(rmax, cmax, a.row_amax + gv.g, a.col_amax != nullptr ? a.col_amax + gv.g : nullptr);
 }
 
 // ---------------------------------------------------------------------------------------------------------

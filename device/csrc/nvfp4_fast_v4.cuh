@@ -405,25 +405,7 @@ __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
   } else {
     cmax = rmax;
   }
-  __shared__ float red[2][8];
-  rmax = warp_max(rmax);
-  cmax = warp_max(cmax);
-  if ((t & 31) == 0) {
-    red[0][t >> 5] = rmax;
-    red[1][t >> 5] = cmax;
-  }
-  __syncthreads();
-  if (t == 0) {
-    rmax = red[0][0];
-    cmax = red[1][0];
-#pragma unroll
-    for (int w = 1; w < 8; ++w) {
-      rmax = fmaxf(rmax, red[0][w]);
-      cmax = fmaxf(cmax, red[1][w]);
-    }
-    atomicMax(reinterpret_cast<int*>(a.row_amax + gv.g), __float_as_int(rmax));
-    if (a.col_amax != nullptr) atomicMax(reinterpret_cast<int*>(a.col_amax + gv.g), __float_as_int(cmax));
-  }
+  cta_amax_atomic<8>(rmax, cmax, a.row_amax + gv.g, a.col_amax != nullptr ? a.col_amax + gv.g : nullptr);
 }
 
 }  // namespace nvfp4

@@ -27,6 +27,33 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// End of an amax CTA (SPEC 4.1, 4.2): the maxima of all kWarps warps of the CTA (one value per thread, rowwise and
+// columnwise; non-negative and NaN-free) folded into the group's amaxes. Non-negative, non-NaN floats order like
+// their bit patterns, so an integer atomicMax is a float max. col_amax may be null (no columnwise plane).
+template <int kWarps>
+__device__ __forceinline__ void cta_amax_atomic(float rmax, float cmax, float* row_amax, float* col_amax) {
+  __shared__ float red[2][kWarps];
+  const int t = threadIdx.x;
+  rmax = warp_max(rmax);
+  cmax = warp_max(cmax);
+  if ((t & 31) == 0) {
+    red[0][t >> 5] = rmax;
+    red[1][t >> 5] = cmax;
+  }
+  __syncthreads();
+  if (t == 0) {
+    rmax = red[0][0];
+    cmax = red[1][0];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) {
+      rmax = fmaxf(rmax, red[0][w]);
+      cmax = fmaxf(cmax, red[1][w]);
+    }
+    atomicMax(reinterpret_cast<int*>(row_amax), __float_as_int(rmax));
+    if (col_amax != nullptr) atomicMax(reinterpret_cast<int*>(col_amax), __float_as_int(cmax));
+  }
+}
+
 // Element i of a 16-byte chunk held as four 32-bit words, as fp32 (exact; bit operations, so the chunk
 // stays in registers).
 __device__ __forceinline__ uint32_t chunk_word(const uint4& r, int w) {
@@ -118,21 +145,7 @@ __global__ void __launch_bounds__(128, 4) amax_kernel(AmaxArgs a) {
   } else {
     cmax = rmax;  // SPEC 4.2: without RHT the columnwise amax is the rowwise amax
   }
-  __shared__ float red[2][4];
-  rmax = warp_max(rmax);
-  cmax = warp_max(cmax);
-  if ((t & 31) == 0) {
-    red[0][t >> 5] = rmax;
-    red[1][t >> 5] = cmax;
-  }
-  __syncthreads();
-  if (t == 0) {
-    rmax = fmaxf(fmaxf(red[0][0], red[0][1]), fmaxf(red[0][2], red[0][3]));
-    cmax = fmaxf(fmaxf(red[1][0], red[1][1]), fmaxf(red[1][2], red[1][3]));
-    // Non-negative, non-NaN floats order like their bit patterns, so an integer max is a float max.
-    atomicMax(reinterpret_cast<int*>(a.row_amax + gv.g), __float_as_int(rmax));
-    if (a.col_amax != nullptr) atomicMax(reinterpret_cast<int*>(a.col_amax + gv.g), __float_as_int(cmax));
-  }
+  cta_amax_atomic<4>(rmax, cmax, a.row_amax + gv.g, a.col_amax != nullptr ? a.col_amax + gv.g : nullptr);
 }
 
 // ---------------------------------------------------------------------------------------------------------
