@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(128, 4) amax_fast_bf16(AmaxArgs a) {
   } else {
     cmax = rmax;
   }
-  cta_amax_atomic<4>(rmax, cmax, a.row_amax + gv.g, a.col_amax != nullptr ? a.col_amax + gv.g : nullptr);
+  cta_amax_atomic<4>(rmax, cmax, a, gv.g);
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -405,7 +405,7 @@ __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
   } else {
     cmax = rmax;
   }
-  cta_amax_atomic<8>(rmax, cmax, a.row_amax + gv.g, a.col_amax != nullptr ? a.col_amax + gv.g : nullptr);
+  cta_amax_atomic<8>(rmax, cmax, a, gv.g);
 }
 
 }  // namespace nvfp4

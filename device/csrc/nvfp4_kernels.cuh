@@ -28,10 +28,10 @@ __device__ __forceinline__ float warp_max(float v) {
 }
 
 // End of an amax CTA (SPEC 4.1, 4.2): the maxima of all kWarps warps of the CTA (one value per thread, rowwise and
-// columnwise; non-negative and NaN-free) folded into the group's amaxes. Non-negative, non-NaN floats order like
-// their bit patterns, so an integer atomicMax is a float max. col_amax may be null (no columnwise plane).
+// columnwise; non-negative and NaN-free) folded into group g's amaxes in `a` (the columnwise one only when `a` has
+// one). Non-negative, non-NaN floats order like their bit patterns, so an integer atomicMax is a float max.
 template <int kWarps>
-__device__ __forceinline__ void cta_amax_atomic(float rmax, float cmax, float* row_amax, float* col_amax) {
+__device__ __forceinline__ void cta_amax_atomic(float rmax, float cmax, const AmaxArgs& a, int g) {
   __shared__ float red[2][kWarps];
   const int t = threadIdx.x;
   rmax = warp_max(rmax);
@@ -49,8 +49,8 @@ __device__ __forceinline__ void cta_amax_atomic(float rmax, float cmax, float* r
       rmax = fmaxf(rmax, red[0][w]);
       cmax = fmaxf(cmax, red[1][w]);
     }
-    atomicMax(reinterpret_cast<int*>(row_amax), __float_as_int(rmax));
-    if (col_amax != nullptr) atomicMax(reinterpret_cast<int*>(col_amax), __float_as_int(cmax));
+    atomicMax(reinterpret_cast<int*>(a.row_amax + g), __float_as_int(rmax));
+    if (a.col_amax != nullptr) atomicMax(reinterpret_cast<int*>(a.col_amax + g), __float_as_int(cmax));
   }
 }
 
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(128, 4) amax_kernel(AmaxArgs a) {
   } else {
     cmax = rmax;  // SPEC 4.2: without RHT the columnwise amax is the rowwise amax
   }
-  cta_amax_atomic<4>(rmax, cmax, a.row_amax + gv.g, a.col_amax != nullptr ? a.col_amax + gv.g : nullptr);
+  cta_amax_atomic<4>(rmax, cmax, a, gv.g);
 }
 
 // ---------------------------------------------------------------------------------------------------------
