@@ -238,6 +238,30 @@ def test_larger_fprop(mode):
     run_fprop([300, 0, 517, 211], 384, 1088, mode, torch.bfloat16, with_bias=True, seed=7)
 
 
+# <= 96 rows per group on average: the skinny fast kernel (64 x 256 tiles, ws::ShapeSkinny). Groups
+# longer than one 64-row tile (a 202-row group: 4 tiles, one of them in the second 128-row scale tile), N not a
+# multiple of 256, K with a partial last K tile, both copy widths (K/2 % 16 == 0 and == 8), bias, fp32 output.
+SKINNY_CASES = {
+    "e8_bias": (rand_splits(8, 400, 5), 400, 160, torch.bfloat16, True),
+    "e4_long_group_f32": ([0, 200, 1, 5], 144, 208, torch.float32, True),
+    "e4_tiles_f32": ([0, 70, 9, 64], 272, 64, torch.float32, False),
+    "e64": (rand_splits(64, 2000, 6), 128, 96, torch.bfloat16, False),
+}
+
+
+@pytest.mark.parametrize("case", list(SKINNY_CASES))
+def test_fprop_few_rows_per_group(case):
+    splits, n, k, od, with_bias = SKINNY_CASES[case]
+    assert sum(splits) // len(splits) <= 96  # the skinny kernel's range (device/csrc/gemm_kernels.cu pick_tile)
+    run_fprop(splits, n, k, "fast", od, with_bias=with_bias, seed=21)
+
+
+@pytest.mark.parametrize("case", ["e8_bias", "e4_long_group_f32"])
+def test_dgrad_few_rows_per_group(case):
+    splits, n, k, od, with_bias = SKINNY_CASES[case]
+    run_dgrad(splits, k, n, "fast", od, with_bias=with_bias, seed=22)
+
+
 def test_mostly_empty_experts():
     run_fprop([0, 0, 33, 0], 64, 64, "exact", torch.bfloat16, with_bias=False)
     run_wgrad([0, 0, 33, 0], 64, 64, "fast", torch.float32, accumulate=True)
@@ -247,8 +271,9 @@ def test_mostly_empty_experts():
 # CUDA graph: capture once (quantize + GEMM), replay with new data and new splits
 # ------------------------------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("mode", ["exact", "fast"])
 @pytest.mark.parametrize("kind", ["fprop", "wgrad"])
-def test_cuda_graph_replay(kind):
+def test_cuda_graph_replay(kind, mode):
     dev = _device()
     gg = _gg()
     e, t, n, k = 4, 256, 64, 128
@@ -257,7 +282,6 @@ def test_cuda_graph_replay(kind):
     dy_buf = torch.zeros((t, n), dtype=torch.bfloat16, device=DEV)
     splits_buf = torch.tensor([t // e] * e, dtype=torch.int64, device=DEV)
     wq = weights(e, n, k, 11)
-    mode = "exact"
     out_dtype = torch.bfloat16 if kind == "fprop" else torch.float32
     out_shape = (t, n) if kind == "fprop" else (e, n, k)
     out = torch.empty(out_shape, dtype=out_dtype, device=DEV)

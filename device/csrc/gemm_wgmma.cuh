@@ -166,22 +166,20 @@ __device__ __forceinline__ void sts128(uint32_t a, const uint32_t (&v)[4]) {
 // allocation is read. Row pointers are computed once per tile; a K tile only adds its byte offset.
 template <class S>
 struct RawLoader {
-  const uint8_t* row[S::kChunks8];  // this thread's rows (nullptr: past the problem), at its chunk's byte offset
-  const uint8_t* scale;             // this thread's scale chunk at K tile 0 (nullptr: none)
-  const uint8_t* safe;              // a valid global address for zero-byte copies
-  long long rem0;                   // lda minus the chunk's byte offset: bytes left in the row at K tile 0
-  int kb4;
+  const uint8_t* src[S::kChunks8];  // chunk i of this thread at K tile 0 (a valid address even when it has no data)
+  int kt_end[S::kChunks8];          // K tiles with data for chunk i: bytes kt*32 + off < lda (0: row past the problem)
+  const uint8_t* scale;             // this thread's 16 bytes of the scale tiles at K tile 0 (threads < kScaleThreads)
+  int scale_end;                    // K tiles with a scale chunk (0: tile past the plane)
   bool vec16;
+  static constexpr int kScaleThreads = (S::kSA + S::kSB) / 16;
 
   RawLoader() = default;
   __device__ __forceinline__ RawLoader(const Prob& p, int m0, int n0, int KT, long long lda, int tid) {
-    kb4 = KT;
-    safe = p.sa;
     vec16 = ((lda & 15) == 0) && ((reinterpret_cast<uintptr_t>(p.a) & 15) == 0) &&
             ((reinterpret_cast<uintptr_t>(p.b) & 15) == 0);
-    // chunk c = tid + kThreads i of [A rows; B rows]: vec16: row c / 2, half c % 2; else row c / 4, quarter c % 4
+    // chunk c = tid + kThreads i of [A rows; B rows]: vec16: row c / 2, half c % 2; else row c / 4, quarter c % 4.
+    // lda is a multiple of the chunk size, so a chunk lies wholly inside its row or wholly past it.
     const int off = vec16 ? (tid & 1) * 16 : (tid & 3) * 8;
-    rem0 = lda - off;
 #pragma unroll
     for (int i = 0; i < S::kChunks8; ++i) {
       const int c = tid + S::kThreads * i;
@@ -189,43 +187,45 @@ struct RawLoader {
       const bool isb = r >= S::BM;
       const int grow = isb ? n0 + r - S::BM : m0 + r;
       const bool ok = (vec16 ? (i < S::kChunks16 && c < (S::BM + S::BN) * 2) : true) && grow < (isb ? p.N : p.M);
-      row[i] = ok ? (isb ? p.b : p.a) + static_cast<long long>(grow) * lda + off : nullptr;
+      src[i] = ok ? (isb ? p.b : p.a) + static_cast<long long>(grow) * lda + off : p.sa;
+      kt_end[i] = ok ? static_cast<int>((lda - off + kBK / 2 - 1) / (kBK / 2)) : 0;
     }
-    scale = nullptr;
-    if (tid < (S::kSA + S::kSB) / 16) {  // a K tile is one 4-block column of 512-byte swizzled tiles (SPEC 8.2)
+    scale = p.sa;
+    scale_end = 0;
+    if (tid < kScaleThreads) {  // a K tile is one 4-block column of 512-byte swizzled tiles (SPEC 8.2)
       const int t = tid >> 5;
       const int na = S::kSA / 512;
       const bool isb = t >= na;
       const int rt = isb ? (n0 >> 7) + t - na : (m0 >> 7) + t;
-      if (rt * 128 < (isb ? p.N : p.M)) scale =  // a 256-row A tile may reach past the group's scale rows
-          (isb ? p.sb : p.sa) + static_cast<long long>(rt) * kb4 * 512 + (tid & 31) * 16;
+      if (rt * 128 < (isb ? p.N : p.M)) {  // a 256-row A tile may reach past the group's scale rows
+        scale = (isb ? p.sb : p.sa) + static_cast<long long>(rt) * KT * 512 + (tid & 31) * 16;
+        scale_end = KT;
+      }
     }
   }
 
+  // Copies of K tile kt into stage st: one compare, one address add and the cp.async per chunk.
   __device__ __forceinline__ void load(uint32_t st, int kt, int tid) const {
-    const long long kb = static_cast<long long>(kt) * 32;
-    const long long rem = rem0 - kb;
+    const int kb = kt * (kBK / 2);
     if (vec16) {
-      const int full = static_cast<int>(rem >= 16 ? 16 : (rem > 0 ? rem : 0));
 #pragma unroll
       for (int i = 0; i < S::kChunks16; ++i) {
         const int c = tid + S::kThreads * i;
         if (c < (S::BM + S::BN) * 2) {
-          const int bytes = row[i] ? full : 0;
-          cp_async16(st + c * 16, bytes ? row[i] + kb : safe, bytes);
+          const bool ok = kt < kt_end[i];
+          cp_async16(st + c * 16, ok ? src[i] + kb : src[i], ok ? 16 : 0);
         }
       }
     } else {
-      const int full = rem > 0 ? 8 : 0;  // lda % 8 == 0
 #pragma unroll
       for (int i = 0; i < S::kChunks8; ++i) {
-        const int bytes = row[i] ? full : 0;
-        cp_async8(st + (tid + S::kThreads * i) * 8, bytes ? row[i] + kb : safe, bytes);
+        const bool ok = kt < kt_end[i];
+        cp_async8(st + (tid + S::kThreads * i) * 8, ok ? src[i] + kb : src[i], ok ? 8 : 0);
       }
     }
-    if (tid < (S::kSA + S::kSB) / 16) {
-      const bool ok = scale != nullptr && kt < kb4;
-      cp_async16(st + S::kRawA + S::kRawB + tid * 16, ok ? scale + kt * 512 : safe, ok ? 16 : 0);
+    if (tid < kScaleThreads) {
+      const bool ok = kt < scale_end;
+      cp_async16(st + S::kRawA + S::kRawB + tid * 16, ok ? scale + kt * 512 : scale, ok ? 16 : 0);
     }
   }
 };
