@@ -382,7 +382,10 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
     kind = pick(rng, space, "kind", ["fprop", "dgrad", "wgrad"])
     e = int(rng.choice([1, 2, 3, 4, 8, int(rng.integers(1, 17))]))
     t = gen_rows(rng, int(space.get("max_rows", 600)))
-    k, n = 16 * int(rng.integers(1, 9)), 16 * int(rng.integers(1, 9))
+    # mostly N, K <= 128; a quarter up to 512, so that wgrad outputs and N tiles reach the large kernels' second
+    # 128-row halves (the fast mode's 2-CTA cluster tiles are 256 x 256, device/csrc/gemm_wgmma_ws.cuh)
+    hi = 33 if rng.random() < 0.25 else 9
+    k, n = 16 * int(rng.integers(1, hi)), 16 * int(rng.integers(1, hi))
     splits, skind = gen_splits(rng, t, e)
     x, vkind = gen_values(rng, t, k, "bfloat16", specials=bool(space.get("specials", True)))
     w, _ = gen_values(rng, e * n, k, "bfloat16", "normal", specials=False)

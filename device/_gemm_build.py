@@ -13,7 +13,7 @@ from types import ModuleType
 __all__ = ["load_gemm_extension"]
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-_SOURCES = ("gemm_bindings.cpp", "gemm_kernels.cu", "gemm_wgmma_fast.cu", "gemm_wgmma_exact.cu")
+_SOURCES = ("gemm_bindings.cpp", "gemm_kernels.cu", "gemm_wgmma_fast.cu", "gemm_wgmma_pair.cu", "gemm_wgmma_exact.cu")
 _CUDA_FLAGS = [
     "-O3",
     "-std=c++17",

@@ -18,12 +18,19 @@ byte-identical to ``oracle.gemm(model="tensor_core")`` (SPEC 12.6) and so within
 ``oracle.gemm(model="exact")``. Alpha (SPEC 12.1, fp32 on the device
 from the groups' amaxes), C and bias are applied in the fp32 epilogue in SPEC 12.2's order.
 
+The fast mode picks its kernel from host-known sizes (docs/gemm.md): 64 x 256 tiles for few rows per group, 2-CTA
+clusters of 256 x 256 tiles for >= 256 rows per group with contraction >= 1024, 128 x 256 tiles otherwise. The
+environment variable ``NVFP4_GEMM_FAST_TILE`` (``skinny``, ``large`` or ``pair``; read at each call) forces one of
+them, for tests and benchmarks; results are the same bits with every kernel.
+
 Group sizes never leave the device: problem sizes, pointers and alphas are built by a setup kernel from the
 grouped tensors' offsets table and the grid is fixed by host-known sizes, so the call can be captured in a CUDA
 graph and replayed with new data and new splits.
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import torch
@@ -36,6 +43,14 @@ __all__ = ["grouped_gemm"]
 _KINDS = {"fprop": 0, "dgrad": 1, "wgrad": 2}
 _RCP_7225344 = float(np.float32(1.0 / 7225344.0))  # SPEC 12.1: fp32(1/7225344)
 _TILE = 128
+_FAST_TILES = {"": 0, "skinny": 1, "large": 2, "pair": 3}  # NVFP4_GEMM_FAST_TILE -> pick_tile's `force`
+
+
+def _forced_fast_tile() -> int:
+    v = os.environ.get("NVFP4_GEMM_FAST_TILE", "")
+    if v not in _FAST_TILES:
+        raise ValueError(f"NVFP4_GEMM_FAST_TILE must be one of skinny, large, pair (or unset), got {v!r}")
+    return _FAST_TILES[v]
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -172,5 +187,7 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
         out, bias_t, bool(accumulate),
         int(b_rows), int(a_rows), int(kc), int(cols), _RCP_7225344, int(grid_upper), ws,
         int(a_rows) if kind == "wgrad" else t_a // e,  # average output rows per group (tile choice)
+        t_a // e if kind == "wgrad" else int(kc),  # average contraction length per group (tile choice)
+        _forced_fast_tile(),
     )
     return out

@@ -262,6 +262,58 @@ def test_dgrad_few_rows_per_group(case):
     run_dgrad(splits, k, n, "fast", od, with_bias=with_bias, seed=22)
 
 
+# The 2-CTA cluster kernel (256 x 256 cluster tiles, ws::ShapePair; each CTA dequantizes half of the B tile and
+# bulk-copies it into the other CTA's shared memory), chosen by size for >= 256 rows per group with contraction
+# >= 1024 and forced here (NVFP4_GEMM_FAST_TILE) on small problems: groups whose last cluster tile leaves the second
+# CTA partly or wholly past the group (700 = 2 x 256 + 188, 129, 300), N not a multiple of 256 (the second CTA's
+# B half partly or wholly past N), K tails, both copy widths, an odd number of K tiles, bias, fp32 output.
+PAIR_CASES = {
+    "e4_tails_bias": ([0, 700, 129, 300], 400, 208, torch.bfloat16, True),
+    "e2_odd_kt_f32": ([513, 256], 272, 1088, torch.float32, False),
+    "e8_one_giant": ([0, 0, 2000, 0, 0, 0, 48, 0], 128, 96, torch.bfloat16, True),
+}
+
+
+@pytest.mark.parametrize("case", list(PAIR_CASES))
+def test_fprop_pair_cluster(case, monkeypatch):
+    splits, n, k, od, with_bias = PAIR_CASES[case]
+    if case != "e2_odd_kt_f32":  # (that one is chosen by size: 384 rows per group, K = 1088)
+        monkeypatch.setenv("NVFP4_GEMM_FAST_TILE", "pair")
+    run_fprop(splits, n, k, "fast", od, with_bias=with_bias, seed=31)
+
+
+@pytest.mark.parametrize("case", ["e4_tails_bias", "e8_one_giant"])
+def test_dgrad_pair_cluster(case, monkeypatch):
+    splits, n, k, od, with_bias = PAIR_CASES[case]
+    monkeypatch.setenv("NVFP4_GEMM_FAST_TILE", "pair")
+    run_dgrad(splits, k, n, "fast", od, with_bias=with_bias, seed=32)
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_wgrad_pair_cluster(accumulate, monkeypatch):
+    # 304 output rows: the second cluster tile's second CTA has no rows; an empty expert
+    monkeypatch.setenv("NVFP4_GEMM_FAST_TILE", "pair")
+    run_wgrad([0, 37, 200, 5], 304, 144, "fast", torch.float32, accumulate)
+
+
+# Every fast kernel on shapes outside its automatic range (same bits as oracle.gemm(model="tensor_core") with each).
+@pytest.mark.parametrize("tile", ["skinny", "large", "pair"])
+def test_forced_fast_kernels(tile, monkeypatch):
+    monkeypatch.setenv("NVFP4_GEMM_FAST_TILE", tile)
+    splits, n, k = CASES["e4_zeros"]
+    run_fprop(splits, n, k, "fast", torch.float32, with_bias=True, seed=41)
+    splits, n, k = CASES["giant"]
+    run_dgrad(splits, n, k, "fast", torch.bfloat16, seed=42)
+    splits, n, k = CASES["e8_rand"]
+    run_wgrad(splits, n, k, "fast", torch.float32, accumulate=True, seed=43)
+
+
+def test_forced_fast_tile_bad_value(monkeypatch):
+    monkeypatch.setenv("NVFP4_GEMM_FAST_TILE", "huge")
+    with pytest.raises(ValueError, match="NVFP4_GEMM_FAST_TILE"):
+        run_fprop([3, 5], 32, 64, "fast", torch.bfloat16, with_bias=False)
+
+
 def test_mostly_empty_experts():
     run_fprop([0, 0, 33, 0], 64, 64, "exact", torch.bfloat16, with_bias=False)
     run_wgrad([0, 0, 33, 0], 64, 64, "fast", torch.float32, accumulate=True)
@@ -271,12 +323,21 @@ def test_mostly_empty_experts():
 # CUDA graph: capture once (quantize + GEMM), replay with new data and new splits
 # ------------------------------------------------------------------------------------------------------------
 
+GRAPH_SHAPES = {  # (E, T, N, K, fast kernel forced): few rows per group (by size: the skinny kernel), the cluster one
+    "small": (4, 256, 64, 128, ""),
+    "pair": (2, 640, 288, 128, "pair"),
+}
+
+
+@pytest.mark.parametrize("shape", list(GRAPH_SHAPES))
 @pytest.mark.parametrize("mode", ["exact", "fast"])
 @pytest.mark.parametrize("kind", ["fprop", "wgrad"])
-def test_cuda_graph_replay(kind, mode):
+def test_cuda_graph_replay(kind, mode, shape, monkeypatch):
     dev = _device()
     gg = _gg()
-    e, t, n, k = 4, 256, 64, 128
+    e, t, n, k, tile = GRAPH_SHAPES[shape]
+    if tile:
+        monkeypatch.setenv("NVFP4_GEMM_FAST_TILE", tile)
     replays = 100 if FULL else 12
     x_buf = torch.zeros((t, k), dtype=torch.bfloat16, device=DEV)
     dy_buf = torch.zeros((t, n), dtype=torch.bfloat16, device=DEV)
@@ -308,7 +369,7 @@ def test_cuda_graph_replay(kind, mode):
     for it in range(replays):
         splits = rand_splits(e, t, 100 + it)
         if it % 3 == 0:
-            splits = [0, t, 0, 0] if it % 2 else [t - 17, 17, 0, 0]
+            splits = ([0, t] if it % 2 else [t - 17, 17]) + [0] * (e - 2)
         splits_buf.copy_(torch.tensor(splits, dtype=torch.int64))
         x_buf.copy_(rand_bf16((t, k), 1000 + it))
         dy_buf.copy_(rand_bf16((t, n), 2000 + it))

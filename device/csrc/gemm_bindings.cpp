@@ -28,7 +28,8 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
                    const Tensor& a_offs, const Tensor& a_amax, const Tensor& b_data, const Tensor& b_scales,
                    const Tensor& b_offs, const Tensor& b_amax, Tensor out, const c10::optional<Tensor>& bias,
                    bool accumulate, int64_t b_rows, int64_t a_rows, int64_t kc, int64_t ldd, double rcp,
-                   int64_t grid_upper, Tensor workspace, int64_t rows_per_group) {
+                   int64_t grid_upper, Tensor workspace, int64_t rows_per_group,
+                   int64_t contraction_per_group, int64_t force_fast_tile) {
   TORCH_CHECK(kind >= 0 && kind <= 2, "nvfp4_gemm: bad kind");
   TORCH_CHECK(E >= 1, "nvfp4_gemm: E must be >= 1");
   check(a_data, "a data", at::kByte);
@@ -82,7 +83,8 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
   s.rcp = static_cast<float>(rcp);
   s.probs = probs;
   s.prefix = prefix;
-  nvfp4_gemm::pick_tile(exact, rows_per_group, &s.tile_m, &s.tile_n);
+  nvfp4_gemm::pick_tile(exact, rows_per_group, contraction_per_group, static_cast<int>(force_fast_tile), &s.tile_m,
+                        &s.tile_n);
   nvfp4_gemm::launch_setup(s, stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (grid_upper <= 0) return;

@@ -73,11 +73,17 @@ __global__ void setup_kernel(SetupArgs a) {
 
 void launch_setup(const SetupArgs& a, cudaStream_t s) { setup_kernel<<<1, 256, 0, s>>>(a); }
 
-void pick_tile(bool exact, long long rows_per_group, int* tile_m, int* tile_n) {
+void pick_tile(bool exact, long long rows_per_group, long long contraction_per_group, int force, int* tile_m,
+               int* tile_n) {
   if (exact) {
     *tile_m = wg::ShapeExact::BM;
     *tile_n = wg::ShapeExact::BN;
-  } else if (rows_per_group <= 96) {  // experts with few tokens: no tensor work on padding rows
+  } else if (force == 3 || (force == 0 && rows_per_group >= 256 && contraction_per_group >= 1024)) {
+    // large groups and long K loops: 2-CTA clusters share the B conversion (docs/gemm.md, stop 13: with 256-long
+    // K loops, E=64 wgrad, the 128 x 256 kernel stays faster)
+    *tile_m = ws::ShapePair::kTileM;
+    *tile_n = ws::ShapePair::BN;
+  } else if (force == 1 || (force == 0 && rows_per_group <= 96)) {  // few tokens: no tensor work on padding rows
     *tile_m = ws::ShapeSkinny::BM;
     *tile_n = ws::ShapeSkinny::BN;
   } else {

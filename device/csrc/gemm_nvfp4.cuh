@@ -60,14 +60,18 @@ struct LaunchArgs {
   int tile_m;  // CTA rows (from pick_tile); selects the fast kernel's shape
 };
 
-// CTA tile (rows x columns of the output) for this mode, given the average number of output rows per group
-// (host-known: T / E for fprop/dgrad, the weight-gradient rows for wgrad).
-void pick_tile(bool exact, long long rows_per_group, int* tile_m, int* tile_n);
+// Tile (rows x columns of the output; a cluster tile for the 2-CTA kernel) for this mode, given the average number of
+// output rows per group and the average contraction length per group (host-known: T / E rows and K (fprop) or N
+// (dgrad) for fprop/dgrad; the weight-gradient rows and T / E for wgrad). force (fast mode only): 0 = by the sizes,
+// 1 = the 64 x 256 kernel, 2 = the 128 x 256 kernel, 3 = the 2-CTA cluster kernel.
+void pick_tile(bool exact, long long rows_per_group, long long contraction_per_group, int force, int* tile_m,
+               int* tile_n);
 
 void launch_setup(const SetupArgs& a, cudaStream_t s);
 void launch_gemm(const LaunchArgs& a, cudaStream_t s);
 // the GEMM kernels (gemm_wgmma_fast.cu / gemm_wgmma_exact.cu, template in gemm_wgmma.cuh)
 void launch_wgmma_fast(const LaunchArgs& a, cudaStream_t s);
 void launch_wgmma_exact(const LaunchArgs& a, cudaStream_t s);
+void launch_wgmma_pair(const LaunchArgs& a, cudaStream_t s);  // fast mode, 2-CTA cluster tiles
 
 }  // namespace nvfp4_gemm

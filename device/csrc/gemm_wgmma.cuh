@@ -468,21 +468,55 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   cp_async_wait<0>();
 }
 
+// Launch configuration of `clusters` clusters of `cluster` CTAs along x (attr: storage for the one attribute).
+inline cudaLaunchConfig_t cluster_launch_config(int clusters, int cluster, int threads, int smem, cudaStream_t s,
+                                                cudaLaunchAttribute* attr) {
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = cluster;
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(cluster * clusters, 1, 1);
+  cfg.blockDim = dim3(threads, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
 // Launches KERNEL(probs, prefix, E, accumulate) with one persistent CTA per SM (the kernels are register- and
-// shared-memory bound to one CTA per SM), at most a.grid_upper CTAs; the CTAs stride over the tile list.
-template <auto KERNEL, int kThreads, int kSmem>
+// shared-memory bound to one CTA per SM), in clusters of CLUSTER CTAs along x, at most a.grid_upper clusters (the
+// tile list's unit is the cluster tile); the clusters stride over the tile list. The grid is the number of clusters
+// that can be resident at once (per kernel, read once), so no cluster waits for another to finish.
+template <auto KERNEL, int kThreads, int kSmem, int CLUSTER = 1>
 void launch_persistent(const LaunchArgs& a, cudaStream_t s) {
-  static int num_sms = 0;  // per kernel; read once
-  if (num_sms == 0) {
+  static int resident = 0;  // clusters (CTAs when CLUSTER == 1)
+  if (resident == 0) {
     cudaFuncSetAttribute(KERNEL, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    int dev = 0;
+    int dev = 0, sms = 0;
     cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    resident = sms / CLUSTER;
+    if constexpr (CLUSTER > 1) {  // SMs of a GPC that cannot pair up stay idle
+      cudaLaunchAttribute attr;
+      const cudaLaunchConfig_t cfg = cluster_launch_config(resident, CLUSTER, kThreads, kSmem, s, &attr);
+      int clusters = 0;
+      if (cudaOccupancyMaxActiveClusters(&clusters, KERNEL, &cfg) == cudaSuccess && clusters > 0 &&
+          clusters < resident)
+        resident = clusters;
+    }
   }
-  int grid = num_sms;
+  int grid = resident;
   if (a.grid_upper < grid) grid = a.grid_upper;
   if (grid < 1) grid = 1;
-  KERNEL<<<grid, kThreads, kSmem, s>>>(a.probs, a.prefix, a.E, a.accumulate);
+  if constexpr (CLUSTER == 1) {
+    KERNEL<<<grid, kThreads, kSmem, s>>>(a.probs, a.prefix, a.E, a.accumulate);
+  } else {
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = cluster_launch_config(grid, CLUSTER, kThreads, kSmem, s, &attr);
+    cudaLaunchKernelEx(&cfg, KERNEL, a.probs, a.prefix, a.E, a.accumulate);
+  }
 }
 
 template <class S, bool OUT_F32>

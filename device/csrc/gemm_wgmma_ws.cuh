@@ -30,9 +30,19 @@ namespace ws {
 
 using wg::kBK;
 
-template <int BM_, int CONV_, int MMA_REGS_, int CONV_REGS_, int MMA_UNITS_>
+template <int BM_, int CONV_, int MMA_REGS_, int CONV_REGS_, int MMA_UNITS_, int CLUSTER_ = 1, int AHEAD_ = 0>
 struct Shape {
+  // kBAhead: the MMA threads convert their B share one K step ahead (after issuing the current step's wgmmas), off
+  // the path between their A decode and their wgmma issue; otherwise the current step's share, before its wgmmas.
+  static constexpr bool kBAhead = AHEAD_ != 0;
   static constexpr int BM = BM_, BN = 256, WN = 256, R = 128;
+  // kCluster CTAs (a thread-block cluster along M) share one 256-column B tile: CTA rank r computes output rows
+  // [m0 + BM r, m0 + BM r + BM) of a (kCluster BM) x BN cluster tile, and loads and dequantizes only B rows
+  // [kLoadBN r, kLoadBN r + kLoadBN) of it, which it stores into the fp16 B stage of every CTA of the cluster
+  // (distributed shared memory). The tile list's unit is the cluster tile (kTileM rows).
+  static constexpr int kCluster = CLUSTER_;
+  static constexpr int kTileM = BM * kCluster;
+  static constexpr int kLoadBN = BN / kCluster;
   static constexpr int kMma = BM / 64;   // MMA warpgroups (64 rows each, all 256 columns)
   static constexpr int kConv = CONV_;    // converter warpgroups
   static constexpr int kThreads = 128 * (kMma + kConv);
@@ -41,21 +51,26 @@ struct Shape {
   static constexpr int kRawStages = 6, kBStages = 4;
   static constexpr int kBBytes = BN * 128;  // one fp16 B stage
   static constexpr int kRawA = BM * 32;     // 64 E2M1 codes = 32 bytes per row
-  static constexpr int kRawB = BN * 32;
+  static constexpr int kRawB = kLoadBN * 32;
   static constexpr int kSA = 512;           // one 128x4 swizzled scale tile (SPEC 8.2); a 64-row tile uses half
-  static constexpr int kSB = BN / 128 * 512;
+  static constexpr int kSB = kLoadBN / 128 * 512;
   static constexpr int kRaw = kRawA + kRawB + kSA + kSB;
-  // B conversion split (units = (B row, 16-block) pairs, 4 per row, 1024 per K tile): each converter thread converts
-  // kConvUnits units, rows [0, kConvRows) of the tile, and each MMA thread kMmaUnits units, rows [kConvRows, BN).
+  // B conversion split (units = (B row, 16-block) pairs, 4 per row): each converter thread converts kConvUnits units,
+  // rows [0, kConvRows) of this CTA's kLoadBN B rows, and each MMA thread kMmaUnits units, rows [kConvRows, kLoadBN).
   static constexpr int kConvRPI = kConvThreads / 4, kMmaRPI = kMma * 32;  // rows per unit index
   static constexpr int kMmaUnits = MMA_UNITS_;
-  static constexpr int kConvRows = BN - kMmaRPI * kMmaUnits;
+  static constexpr int kConvRows = kLoadBN - kMmaRPI * kMmaUnits;
   static constexpr int kConvUnits = kConvRows / kConvRPI;
   static_assert(kConvRows % kConvRPI == 0 && kConvRows % kMmaRPI == 0 && 128 % kMmaRPI == 0 && 128 % kConvRPI == 0,
                 "conversion units are whole, and a thread's rows keep their position inside a 128-row scale tile");
+  // mbarrier arrivals are per warp (lane 0 after __syncwarp): b_full from this CTA's B writers (the peer's rows
+  // arrive as complete_tx bytes), b_empty from the MMA warps of every CTA of the cluster
+  static constexpr int kBWriterWarps = 4 * kConv + (kMmaUnits > 0 ? 4 * kMma : 0);
+  static constexpr int kBFullCount = kBWriterWarps, kBEmptyCount = kCluster * 4 * kMma;
   static constexpr int kBarBytes = 8 * 2 * (kRawStages + kBStages);
   static constexpr int kSmem = kBStages * kBBytes + kRawStages * kRaw + kBarBytes + 1024;
   static_assert(BM == 64 || BM == 128, "one 128-row A scale tile");
+  static_assert(kCluster == 1 || (kCluster == 2 && BM == 128 && kLoadBN % 128 == 0), "cluster CTAs own whole 128-row scale tiles");
   static_assert(kMma * 128 * kMmaRegs + kConvThreads * kConvRegs <= 65536, "register file");
   static_assert(kSmem <= 227 * 1024, "shared memory");
 };
@@ -64,6 +79,10 @@ struct Shape {
 using ShapeLarge = Shape<128, 1, 200, 104, 2>;
 // 64 x 256 tiles (few rows per group): one MMA warpgroup, two converters (B conversion is the bottleneck there).
 using ShapeSkinny = Shape<64, 2, 200, 152, 2>;
+// 256 x 256 cluster tiles of two CTAs (128 x 256 each) sharing the B conversion: each CTA dequantizes 128 B rows
+// (its converter 64 of them, 2 units per thread; its MMA threads the other 64, 1 unit each, one K step ahead) into
+// its own B stage and bulk-copies them into the peer's (docs/gemm.md, stop 13, has the variants measured).
+using ShapePair = Shape<128, 1, 200, 104, 1, 2, 1>;
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -81,6 +100,45 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
+// Cluster (distributed shared memory) primitives. A shared::cta address of this CTA maps to the same offset in
+// another CTA's window through mapa; the mapping is linear inside a CTA, so one delta per CTA serves every offset.
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ uint32_t mapa(uint32_t addr, uint32_t rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+// Arrive on an mbarrier of another CTA of the cluster (the consumer release of the B ring: the wgmmas that read
+// this CTA's copy of a stage have completed, so the peer may copy into it again). Plain arrive: the cluster-scope
+// .release form costs a MEMBAR.GPU per arrival.
+__device__ __forceinline__ void mbar_arrive_remote(uint32_t cluster_addr) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
+}
+// Arrive, and expect `bytes` more bytes of complete_tx on the current phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// Bulk copy (async proxy) of `bytes` from this CTA's shared memory to another CTA's (shared::cluster address), with
+// complete_tx of the bytes on that CTA's mbarrier (shared::cluster address).
+__device__ __forceinline__ void bulk_copy_to_peer(uint32_t dst, uint32_t src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   dst),
+               "r"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+// All threads of all CTAs of the cluster (release/acquire): barrier inits before remote use, and no CTA exits while
+// another may still write into its shared memory or arrive on its barriers.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void fence_mbarrier_init_cluster() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
 // Arrive on `bar` when all cp.async copies issued so far by this thread have completed (the count was preset).
 __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
@@ -107,13 +165,14 @@ struct Ring {
   }
 };
 
-// Walks this CTA's K steps in order: output tiles blockIdx.x, +gridDim.x, ... and K tiles 0..KT-1 of each (tiles
-// with no K tile are skipped). Every role that consumes the rings walks the same sequence.
+// Walks this CTA's K steps in order: output tiles `first`, + stride, ... (first = the cluster's index, stride = the
+// number of clusters; every CTA of a cluster walks the same tiles) and K tiles 0..KT-1 of each (tiles with no K tile
+// are skipped). Every role that consumes the rings walks the same sequence.
 struct StepCursor {
-  int tile, kt, KT, group, local;
+  int tile, kt, KT, group, local, stride;
   __device__ __forceinline__ void seek(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E,
                                        int total, int from) {
-    for (tile = from; tile < total; tile += gridDim.x) {
+    for (tile = from; tile < total; tile += stride) {
       group = wg::find_group(prefix, E, tile, &local);
       KT = (__ldg(&probs[group].K) + kBK - 1) / kBK;
       if (KT > 0) break;
@@ -123,7 +182,7 @@ struct StepCursor {
   __device__ __forceinline__ bool valid(int total) const { return tile < total; }
   __device__ __forceinline__ void next(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E,
                                        int total) {
-    if (++kt == KT) seek(probs, prefix, E, total, tile + gridDim.x);
+    if (++kt == KT) seek(probs, prefix, E, total, tile + stride);
   }
 };
 
@@ -131,7 +190,7 @@ struct StepCursor {
 // kConvThreads converter threads.
 template <class S>
 struct LoaderShape {
-  static constexpr int BM = S::BM, BN = S::BN, kThreads = S::kConvThreads;
+  static constexpr int BM = S::BM, BN = S::kLoadBN, kThreads = S::kConvThreads;
   static constexpr int kRawA = S::kRawA, kRawB = S::kRawB, kSA = S::kSA, kSB = S::kSB;
   static constexpr int kChunks16 = ((BM + BN) * 2 + kThreads - 1) / kThreads;
   static constexpr int kChunks8 = (BM + BN) * 4 / kThreads;
@@ -145,6 +204,8 @@ struct LoaderShape {
 // (elements 8c..8c+7) at (c ^ (r % 8)) * 16 (wgmma's K-major 128-byte swizzle). All shared-memory loads first, then the
 // arithmetic and the stores, so the loads' latencies overlap (the load/store helpers are volatile asm with memory
 // clobbers, which keeps them in source order).
+// With a 2-CTA cluster, `dst` is this CTA's B stage plus the offset of its kLoadBN rows (publish_b_rows then copies
+// them into the peer's stage).
 template <class S, int RPI, int ROW0, int COUNT>
 __device__ __forceinline__ void convert_b_rows(uint32_t raw, uint32_t dst, int rr, int b) {
   static_assert(ROW0 % RPI == 0 && 128 % RPI == 0, "a thread's rows keep their place inside a 128-row scale tile");
@@ -217,6 +278,44 @@ __device__ __forceinline__ void convert_a_frags_f16(uint32_t raw, const AFragOff
   }
 }
 
+// The consumer release of B stage `bar` (b_empty), per warp: lane 0, after __syncwarp (the warp's wgmma.wait_group has
+// completed the reads of the stage), arrives on this CTA's barrier and, in a cluster, on the peer's (which copies
+// into this CTA's stage too).
+template <class S>
+__device__ __forceinline__ void release_b_stage(uint32_t bar, uint32_t peer_delta, int lane) {
+  __syncwarp();
+  if (lane == 0) {
+    if constexpr (S::kCluster == 2) mbar_arrive_remote(bar + peer_delta);
+    mbar_arrive(bar);
+  }
+}
+
+// After convert_b_rows<S, RPI, ROW0, COUNT> by all lanes of a warp (rows ROW0 + RPI i + [8 w, 8 w + 8) of this CTA's
+// share of the stage at `rows`, one 1 KB block per i, w = warp index in its role): make the stores visible to the async
+// proxy (wgmma, bulk copies), and arrive on b_full. In a cluster, lane 0 first bulk-copies the warp's blocks into the
+// peer's stage (same offsets) with complete_tx on the peer's b_full; one warp per CTA (`expect`) arrives with
+// expect_tx for the kLoadBN rows the peer copies into this CTA's stage.
+template <class S, int RPI, int ROW0, int COUNT>
+__device__ __forceinline__ void publish_b_rows(uint32_t rows, uint32_t full_bar, uint32_t peer_delta, int w, int lane,
+                                               bool expect) {
+  wg::fence_proxy_async();
+  __syncwarp();
+  if (lane == 0) {
+    if constexpr (S::kCluster == 2) {
+#pragma unroll
+      for (int i = 0; i < COUNT; ++i) {
+        const uint32_t blk = rows + (ROW0 + RPI * i + 8 * w) * 128;
+        bulk_copy_to_peer(blk + peer_delta, blk, 8 * 128, full_bar + peer_delta);
+      }
+      if (expect) {
+        mbar_arrive_expect_tx(full_bar, S::kLoadBN * 128);
+        return;
+      }
+    }
+    mbar_arrive(full_bar);
+  }
+}
+
 template <class S, bool OUT_F32>
 __global__ void __launch_bounds__(S::kThreads, 1)
     ws_gemm_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate) {
@@ -227,8 +326,14 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   const uint32_t bars = raw_ring + S::kRawStages * S::kRaw;          // 8-byte mbarriers
   const uint32_t raw_full = bars, raw_empty = raw_full + 8 * S::kRawStages;
   const uint32_t b_full = raw_empty + 8 * S::kRawStages, b_empty = b_full + 8 * S::kBStages;
-  const int tid = threadIdx.x;
+  const int tid = threadIdx.x, lane = tid & 31;
   const int total = __ldg(prefix + E);
+  // Cluster: rank, the peer's shared::cluster address of our offsets (same dynamic layout in both CTAs), and the
+  // B rows this CTA converts (rows [kLoadBN rank, ...) of the B tile, at the same place in both CTAs' stages).
+  const uint32_t rank = S::kCluster == 2 ? cluster_rank() : 0u;
+  const uint32_t peer_delta = S::kCluster == 2 ? mapa(smem, rank ^ 1u) - smem : 0u;
+  const uint32_t b_rows_off = rank * S::kLoadBN * 128;
+  const int first_tile = blockIdx.x / S::kCluster, tile_stride = gridDim.x / S::kCluster;
 
   if (tid == 0) {
     for (int s = 0; s < S::kRawStages; ++s) {
@@ -236,18 +341,20 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       mbar_init(raw_empty + 8 * s, S::kThreads);
     }
     for (int s = 0; s < S::kBStages; ++s) {
-      mbar_init(b_full + 8 * s, S::kConvThreads + (S::kMmaUnits > 0 ? S::kMma * 128 : 0));
-      mbar_init(b_empty + 8 * s, S::kMma * 128);
+      mbar_init(b_full + 8 * s, S::kBFullCount);
+      mbar_init(b_empty + 8 * s, S::kBEmptyCount);
     }
+    if constexpr (S::kCluster == 2) fence_mbarrier_init_cluster();
   }
-  __syncthreads();
+  if constexpr (S::kCluster == 2) cluster_sync(); else __syncthreads();
 
   if (tid < S::kConvThreads) {
     // ---------------------------------------------------------------- converters: loads + B dequantization
     setmaxnreg_dec<S::kConvRegs>();
     const int ct = tid;
     StepCursor load, conv;
-    load.seek(probs, prefix, E, total, blockIdx.x);
+    load.stride = tile_stride;
+    load.seek(probs, prefix, E, total, first_tile);
     conv = load;
     Ring<S::kRawStages> load_ring, raw;
     Ring<S::kBStages> bst;
@@ -256,8 +363,10 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       if (load.kt == 0) {
         const Prob* pp = probs + load.group;
         const int tiles_m = __ldg(&pp->tiles_m);
-        loader = wg::RawLoader<LoaderShape<S>>(*pp, (load.local % tiles_m) * S::BM, (load.local / tiles_m) * S::BN,
-                                               load.KT, static_cast<long long>(__ldg(&pp->K) / 2), ct);
+        loader = wg::RawLoader<LoaderShape<S>>(
+            *pp, (load.local % tiles_m) * S::kTileM + static_cast<int>(rank) * S::BM,
+            (load.local / tiles_m) * S::BN + static_cast<int>(rank) * S::kLoadBN, load.KT,
+            static_cast<long long>(__ldg(&pp->K) / 2), ct);
       }
       mbar_wait(raw_empty + 8 * load_ring.stage, load_ring.phase ^ 1u);
       loader.load(raw_ring + load_ring.stage * S::kRaw, load.kt, ct);
@@ -270,9 +379,10 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       const uint32_t raw_st = raw_ring + raw.stage * S::kRaw;
       mbar_wait(raw_full + 8 * raw.stage, raw.phase);
       mbar_wait(b_empty + 8 * bst.stage, bst.phase ^ 1u);
-      convert_b_rows<S, S::kConvRPI, 0, S::kConvUnits>(raw_st, b_ring + bst.stage * S::kBBytes, ct >> 2, ct & 3);
-      wg::fence_proxy_async();  // generic-proxy stores -> visible to the wgmma (async proxy) reads
-      mbar_arrive(b_full + 8 * bst.stage);
+      const uint32_t rows = b_ring + bst.stage * S::kBBytes + b_rows_off;
+      if constexpr (S::kConvUnits > 0) convert_b_rows<S, S::kConvRPI, 0, S::kConvUnits>(raw_st, rows, ct >> 2, ct & 3);
+      publish_b_rows<S, S::kConvRPI, 0, S::kConvUnits>(rows, b_full + 8 * bst.stage, peer_delta, ct >> 5, lane,
+                                                       ct < 32);
       mbar_arrive(raw_empty + 8 * raw.stage);
       raw.next();
       bst.next();
@@ -284,16 +394,44 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     setmaxnreg_inc<S::kMmaRegs>();
     const int mt = tid - S::kConvThreads;
     const int wm = mt >> 7;  // rows [64 wm, 64 wm + 64) of the tile
-    const int warp = (mt >> 5) & 3, lane = mt & 31;
+    const int warp = (mt >> 5) & 3;
     const AFragOffsets ao = afrag_offsets(wm, mt & 127, S::kRawA + S::kRawB);
     Ring<S::kRawStages> raw;
     Ring<S::kBStages> bst;
-    for (int tile = blockIdx.x; tile < total; tile += gridDim.x) {
+    // kBAhead: the step whose B share this thread converts next, one step ahead of the wgmma step (the same
+    // global step sequence as the converters', across output tiles), and its ring positions.
+    StepCursor bnext;
+    Ring<S::kRawStages> raw_b;
+    Ring<S::kBStages> bst_b;
+    auto convert_b_share = [&](const Ring<S::kRawStages>& r, const Ring<S::kBStages>& b) {
+      if constexpr (S::kMmaUnits > 0) {
+        mbar_wait(b_empty + 8 * b.stage, b.phase ^ 1u);
+        const uint32_t rows = b_ring + b.stage * S::kBBytes + b_rows_off;
+        convert_b_rows<S, S::kMmaRPI, S::kConvRows, S::kMmaUnits>(raw_ring + r.stage * S::kRaw, rows, mt >> 2,
+                                                                   mt & 3);
+        publish_b_rows<S, S::kMmaRPI, S::kConvRows, S::kMmaUnits>(rows, b_full + 8 * b.stage, peer_delta, mt >> 5,
+                                                                   lane, false);
+      }
+    };
+    auto convert_next_b_share = [&]() {  // kBAhead: the B share of step bnext, if there is one
+      if (!bnext.valid(total)) return;
+      mbar_wait(raw_full + 8 * raw_b.stage, raw_b.phase);
+      convert_b_share(raw_b, bst_b);
+      raw_b.next();
+      bst_b.next();
+      bnext.next(probs, prefix, E, total);
+    };
+    if constexpr (S::kMmaUnits > 0 && S::kBAhead) {
+      bnext.stride = tile_stride;
+      bnext.seek(probs, prefix, E, total, first_tile);
+      convert_next_b_share();  // step 0's share
+    }
+    for (int tile = first_tile; tile < total; tile += tile_stride) {
       int local;
       const int group = wg::find_group(prefix, E, tile, &local);
       const Prob* pp = probs + group;
       const int tiles_m = __ldg(&pp->tiles_m);
-      const int m0 = (local % tiles_m) * S::BM;
+      const int m0 = (local % tiles_m) * S::kTileM + static_cast<int>(rank) * S::BM;
       const int n0 = (local / tiles_m) * S::BN;
       const int KT = (__ldg(&pp->K) + kBK - 1) / kBK;
       const uint32_t a_scale_adj = ((m0 & 127) >> 5) * 4;  // 64-row tiles: rows (m0 mod 128) of the scale tile
@@ -310,16 +448,10 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         mbar_wait(raw_full + 8 * raw.stage, raw.phase);
         wg::fence_uregs(cur);
         convert_a_frags_f16(raw_st, ao, a_scale_adj, cur);
-        if constexpr (S::kMmaUnits > 0) {  // this thread's share of the B stage (rows [kConvRows, BN))
-          mbar_wait(b_empty + 8 * bst.stage, bst.phase ^ 1u);
-          convert_b_rows<S, S::kMmaRPI, S::kConvRows, S::kMmaUnits>(raw_st, b_ring + bst.stage * S::kBBytes, mt >> 2,
-                                                                     mt & 3);
-          wg::fence_proxy_async();
-          mbar_arrive(b_full + 8 * bst.stage);
-        }
-        mbar_arrive(raw_empty + 8 * raw.stage);
+        if constexpr (S::kMmaUnits > 0 && !S::kBAhead) convert_b_share(raw, bst);  // this step's share of B
+        mbar_arrive(raw_empty + 8 * raw.stage);  // (kBAhead: the B share of this stage was converted a step ago)
         raw.next();
-        mbar_wait(b_full + 8 * bst.stage, bst.phase);
+        mbar_wait(b_full + 8 * bst.stage, bst.phase);  // this CTA's rows stored, the peer's rows copied in
         const uint32_t b_addr = b_ring + bst.stage * S::kBBytes;
         wg::fence_regs(acc);
         wg::fence_uregs(cur);
@@ -329,8 +461,11 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         wg::wgmma_commit();
         wg::fence_regs(acc);
         wg::fence_uregs(cur);
+        // the next step's B share while this step's wgmmas run (its B stage was last read by the wgmmas of step
+        // k - 3, released during step k - 2)
+        if constexpr (S::kMmaUnits > 0 && S::kBAhead) convert_next_b_share();
         wg::wgmma_wait<1>();  // the previous step's wgmmas are done with their B stage and A registers
-        if (prev_b >= 0) mbar_arrive(b_empty + 8 * prev_b);
+        if (prev_b >= 0) release_b_stage<S>(b_empty + 8 * prev_b, peer_delta, lane);
         prev_b = bst.stage;
         bst.next();
       };
@@ -343,20 +478,22 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       }
       wg::wgmma_wait<0>();
       wg::fence_regs(acc);
-      if (prev_b >= 0) mbar_arrive(b_empty + 8 * prev_b);
+      if (prev_b >= 0) release_b_stage<S>(b_empty + 8 * prev_b, peer_delta, lane);
       const int M = __ldg(&pp->M);
       if (m0 + 64 * wm < M) {
         const Prob p = *pp;
-        wg::store_tile<S::WN, OUT_F32, /*UNDO=*/false>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2), n0 + 2 * (lane & 3),
-                                       accumulate);
+        wg::store_tile<S::WN, OUT_F32, /*UNDO=*/false>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2),
+                                                       n0 + 2 * (lane & 3), accumulate);
       }
     }
   }
+  // no CTA of the cluster leaves while the other may still store into its B stages or arrive on its barriers
+  if constexpr (S::kCluster == 2) cluster_sync();
 }
 
 template <class S, bool OUT_F32>
 void launch(const LaunchArgs& a, cudaStream_t s) {
-  wg::launch_persistent<ws_gemm_kernel<S, OUT_F32>, S::kThreads, S::kSmem>(a, s);
+  wg::launch_persistent<ws_gemm_kernel<S, OUT_F32>, S::kThreads, S::kSmem, S::kCluster>(a, s);
 }
 
 }  // namespace ws
