@@ -6,20 +6,29 @@
 //       and B + their swizzled E4M3 scale tiles) into a kRawStages ring, and dequantize B rows [0, kConvRows) of each
 //       raw tile into a kBStages ring of fp16 tiles in wgmma's K-major 128-byte-swizzled layout (gemm_decode_f16.cuh);
 //   MMA warpgroups (kMma = BM / 64 of them): decode their own A fragments from the raw ring into registers (RS form),
-//       dequantize B rows [kConvRows, BN) while their previous wgmmas run, and issue wgmma.m64n256k16 over the fp16
-//       B ring into fp32 accumulators; then the epilogue.
+//       dequantize B rows [kConvRows, kLoadBN) (of the current step before its wgmmas, or with kBAhead of the next
+//       step while the current wgmmas run), and issue wgmma.m64n256k16 over the fp16 B ring into fp32 accumulators;
+//       then the epilogue.
 // The two roles meet only at mbarriers, so the shared-memory traffic of the B conversion is spread over the whole
 // K loop instead of one burst between two CTA barriers (the limit of gemm_wgmma.cuh's kernel, docs/gemm.md), and the
 // converters run ahead into the next output tile while the MMA warpgroups store the previous one.
 //
+// 2-CTA clusters (kCluster = 2, ShapePair): both CTAs compute 128 rows each of one 256 x 256 cluster tile against the
+// same 256 B rows; each loads and dequantizes only its half of them (kLoadBN = 128 rows) and bulk-copies the finished
+// rows into the same place of the peer's B stage, so the B conversion per SM is halved.
+//
 //   raw_full[s]   completes when the converters' cp.async copies of raw stage s have landed (cp.async.mbarrier.arrive)
 //   raw_empty[s]  every thread of both roles has read raw stage s (A fragments / B conversion)
-//   b_full[t]     every writer of fp16 B stage t has written its rows (each: st.shared, fence.proxy.async, arrive)
-//   b_empty[t]    the wgmmas that read fp16 B stage t have completed (MMA threads, after wgmma.wait_group)
+//   b_full[t]     every warp that writes rows of fp16 B stage t has written them (lanes: st.shared, fence.proxy.async;
+//                 lane 0: arrive); in a cluster also the peer's rows have landed (complete_tx of its bulk copies,
+//                 expected by one arrival with expect_tx)
+//   b_empty[t]    the wgmmas that read fp16 B stage t have completed, in every CTA of the cluster (each MMA warp
+//                 after wgmma.wait_group: lane 0 arrives on its own CTA's barrier and on the peer's)
 //
 // Both roles walk the same list of K steps (the CTA's output tiles in order, KT steps each; a tile with K = 0 has
-// none), so stage indices and phases agree without further communication. Register budget: setmaxnreg moves
-// registers from the converters to the MMA warpgroups (128 fp32 accumulators + two A register sets each).
+// none), so stage indices and phases agree without further communication; both CTAs of a cluster walk the same
+// tiles. Register budget: setmaxnreg moves registers from the converters to the MMA warpgroups (128 fp32
+// accumulators + two A register sets each).
 #pragma once
 
 #include "gemm_decode_f16.cuh"
@@ -38,8 +47,8 @@ struct Shape {
   static constexpr int BM = BM_, BN = 256, WN = 256, R = 128;
   // kCluster CTAs (a thread-block cluster along M) share one 256-column B tile: CTA rank r computes output rows
   // [m0 + BM r, m0 + BM r + BM) of a (kCluster BM) x BN cluster tile, and loads and dequantizes only B rows
-  // [kLoadBN r, kLoadBN r + kLoadBN) of it, which it stores into the fp16 B stage of every CTA of the cluster
-  // (distributed shared memory). The tile list's unit is the cluster tile (kTileM rows).
+  // [kLoadBN r, kLoadBN r + kLoadBN) of it into its own fp16 B stage, then bulk-copies them into the peer's
+  // (publish_b_rows). The tile list's unit is the cluster tile (kTileM rows).
   static constexpr int kCluster = CLUSTER_;
   static constexpr int kTileM = BM * kCluster;
   static constexpr int kLoadBN = BN / kCluster;
@@ -70,7 +79,8 @@ struct Shape {
   static constexpr int kBarBytes = 8 * 2 * (kRawStages + kBStages);
   static constexpr int kSmem = kBStages * kBBytes + kRawStages * kRaw + kBarBytes + 1024;
   static_assert(BM == 64 || BM == 128, "one 128-row A scale tile");
-  static_assert(kCluster == 1 || (kCluster == 2 && BM == 128 && kLoadBN % 128 == 0), "cluster CTAs own whole 128-row scale tiles");
+  static_assert(kCluster == 1 || (kCluster == 2 && BM == 128 && kLoadBN % 128 == 0),
+                "two CTAs per cluster, each owning whole 128-row scale tiles of A and B");
   static_assert(kMma * 128 * kMmaRegs + kConvThreads * kConvRegs <= 65536, "register file");
   static_assert(kSmem <= 227 * 1024, "shared memory");
 };
