@@ -25,6 +25,7 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "gemm_nvfp4.cuh"
@@ -488,14 +489,19 @@ inline cudaLaunchConfig_t cluster_launch_config(int clusters, int cluster, int t
 // Launches KERNEL(probs, prefix, E, accumulate) with one persistent CTA per SM (the kernels are register- and
 // shared-memory bound to one CTA per SM), in clusters of CLUSTER CTAs along x, at most a.grid_upper clusters (the
 // tile list's unit is the cluster tile); the clusters stride over the tile list. The grid is the number of clusters
-// that can be resident at once (per kernel, read once), so no cluster waits for another to finish.
+// that can be resident at once, so no cluster waits for another to finish. The shared-memory attribute and that
+// number are set up once per kernel and device (devices of one process may differ; ordinals >= kMaxDevices are
+// set up at every launch).
+constexpr int kMaxDevices = 64;
 template <auto KERNEL, int kThreads, int kSmem, int CLUSTER = 1>
 void launch_persistent(const LaunchArgs& a, cudaStream_t s) {
-  static int resident = 0;  // clusters (CTAs when CLUSTER == 1)
+  static std::atomic<int> resident_by_device[kMaxDevices];  // clusters (CTAs when CLUSTER == 1); 0 = not set up
+  int dev = 0;
+  cudaGetDevice(&dev);
+  int resident = dev < kMaxDevices ? resident_by_device[dev].load(std::memory_order_relaxed) : 0;
   if (resident == 0) {
     cudaFuncSetAttribute(KERNEL, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    int dev = 0, sms = 0;
-    cudaGetDevice(&dev);
+    int sms = 0;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     resident = sms / CLUSTER;
     if constexpr (CLUSTER > 1) {  // SMs of a GPC that cannot pair up stay idle
@@ -506,6 +512,8 @@ void launch_persistent(const LaunchArgs& a, cudaStream_t s) {
           clusters < resident)
         resident = clusters;
     }
+    if (resident < 1) resident = 1;
+    if (dev < kMaxDevices) resident_by_device[dev].store(resident, std::memory_order_relaxed);
   }
   int grid = resident;
   if (a.grid_upper < grid) grid = a.grid_upper;
