@@ -1,5 +1,5 @@
-// v4 of the bf16 fast quantizer (same outputs as quantize_fast_bf16 / quantize_kernel, byte for byte): the v3
-// tiling and arithmetic with the per-block overheads taken out of the unrolled loops.
+// v4 of the bf16 fast quantizer (same outputs as quantize_kernel, byte for byte): the tiling and arithmetic of the
+// earlier v3 kernels (removed in stop 13) with the per-block overheads taken out of the unrolled loops.
 //  * addresses: every data / scale pointer is formed once per thread; inside a tile the swizzled scale offset
 //    of SPEC 8.2 is base + a per-iteration constant (the tile is 128-row aligned, so r>>7, c>>2 are fixed),
 //    compact layouts add a per-iteration stride; bounds are 32-bit tile-local compares;
@@ -340,7 +340,7 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
 }
 
 // amax, bf16, v4: the amax_kernel tile (128 rows x 128 columns, reverse tile order), 256 threads, each owns 16
-// rows x 4 columns (8-byte loads): half the registers of amax_fast_bf16 per thread, so twice the warps per SM
+// rows x 4 columns (8-byte loads): half the registers of the v3 amax kernel per thread, so twice the warps per SM
 // to hide the load latency. Rowwise max: integer SIMD max of |bits| (equal to the NaN-ignoring fp max unless
 // a NaN is present; a thread that sees a NaN pattern, |bits| > 0x7F80, takes the fp max).
 template <bool kRHT>

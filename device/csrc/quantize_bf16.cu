@@ -1,6 +1,5 @@
 // Instantiations of the amax and quantize kernels for __nv_bfloat16 input (the only dtype with RHT, SPEC 7).
 #include "nvfp4_kernels.cuh"
-#include "nvfp4_fast.cuh"
 #include "nvfp4_fast_v4.cuh"
 #include "nvfp4_launch.h"
 
@@ -17,28 +16,18 @@ static bool fast_enabled() {
   return on;
 }
 
-// The bf16 fast path is v4 (nvfp4_fast_v4.cuh); NVFP4_FAST_VERSION=3 keeps the v3 kernels (nvfp4_fast.cuh) for
-// A/B timing. Both give the same bytes.
-static bool fast_v4() {
-  static const bool on = [] {
-    const char* e = std::getenv("NVFP4_FAST_VERSION");
-    return e == nullptr || e[0] != '3';
-  }();
-  return on;
-}
-
 void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream_t s) {
   const int64_t grid = row_tiles * amax_k_tiles<__nv_bfloat16>(a.K);
   if (grid == 0) return;
   if (!fast_enabled()) {
     if (rht) amax_kernel<__nv_bfloat16, true><<<(unsigned)grid, 128, 0, s>>>(a);
     else amax_kernel<__nv_bfloat16, false><<<(unsigned)grid, 128, 0, s>>>(a);
-  } else if (fast_v4() && (!rht || a.rht_signs == kDefaultRhtSigns)) {
+  } else if (!rht || a.rht_signs == kDefaultRhtSigns) {  // the fast path (nvfp4_fast_v4.cuh)
     if (rht) amax_fast4_bf16<true><<<(unsigned)grid, 256, 0, s>>>(a);
     else amax_fast4_bf16<false><<<(unsigned)grid, 256, 0, s>>>(a);
-  } else if (rht && a.rht_signs == kDefaultRhtSigns) amax_fast_bf16<true><<<(unsigned)grid, 128, 0, s>>>(a);
-  else if (rht) amax_kernel<__nv_bfloat16, true><<<(unsigned)grid, 128, 0, s>>>(a);
-  else amax_fast_bf16<false><<<(unsigned)grid, 128, 0, s>>>(a);
+  } else {
+    amax_kernel<__nv_bfloat16, true><<<(unsigned)grid, 128, 0, s>>>(a);
+  }
 }
 
 // A launch that may start while the previous kernel of the stream still runs (programmatic dependent launch);
@@ -61,13 +50,11 @@ void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaS
   const int64_t grid = row_tiles * quant_k_tiles<__nv_bfloat16>(a.K);
   if (grid == 0) return;
   const bool fast = fast_enabled() && !a.sr && !a.block2d && (!rht || a.rht_signs == kDefaultRhtSigns);
-  if (fast && fast_v4()) {
+  if (fast) {
     auto kernel = rht ? quantize_fast4_bf16<true> : quantize_fast4_bf16<false>;
     if (after_amax) launch_pdl(kernel, (unsigned)grid, 256, s, a);  // overlaps the amax pass's tail
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
-  } else if (fast && rht) quantize_fast_bf16<true><<<(unsigned)grid, 256, 0, s>>>(a);
-  else if (fast) quantize_fast_bf16<false><<<(unsigned)grid, 256, 0, s>>>(a);
-  else if (rht) quantize_kernel<__nv_bfloat16, true><<<(unsigned)grid, 256, 0, s>>>(a);
+  } else if (rht) quantize_kernel<__nv_bfloat16, true><<<(unsigned)grid, 256, 0, s>>>(a);
   else quantize_kernel<__nv_bfloat16, false><<<(unsigned)grid, 256, 0, s>>>(a);
 }
 
