@@ -332,6 +332,8 @@ class DeviceBackend(Backend):
             rhs = mod.group_quantize(t["x"], splits, rowwise=False, columnwise=True, **rht)
         kw = dict(kind=kind, mode="exact" if op == "grouped_gemm_exact" else "fast",
                   out_dtype=torch.bfloat16 if o["out_dtype"] == "bfloat16" else torch.float32)
+        if kw["mode"] == "fast":  # (cases saved before the option existed: the kernel chosen by the sizes)
+            kw["fast_kernel"] = o.get("fast_kernel", "auto")
         if "bias" in a:
             kw["bias"] = torch.from_numpy(a["bias"]).to(dev)
         if "c" in a:

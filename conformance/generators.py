@@ -400,8 +400,10 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
         c = (rng.standard_normal((e, n, k)) * 10.0 ** rng.uniform(-3, 3)).astype(np.float32)
         c.flat[rng.integers(c.size, size=max(1, c.size // 50))] = -0.0
         arrays["c"] = c
-    o = dict(kind=kind, out_dtype=out_dtype, rht=rht, rht_signs=0xD7E8)
-    tags = dict(kind=kind, out_dtype=out_dtype, rht=str(rht), splits=skind, values=vkind,
+    # the device's fast mode runs the kernel chosen by the sizes, or one of its three forced (same bits, SPEC 12.6)
+    fast_kernel = pick(rng, space, "fast_kernel", ["auto", "skinny", "large", "pair"], p=[0.4, 0.2, 0.2, 0.2])
+    o = dict(kind=kind, out_dtype=out_dtype, rht=rht, rht_signs=0xD7E8, fast_kernel=fast_kernel)
+    tags = dict(kind=kind, out_dtype=out_dtype, rht=str(rht), splits=skind, values=vkind, fast_kernel=fast_kernel,
                 groups="1" if e == 1 else "2-16", epilogue="+".join(x for x in ("bias", "c") if x in arrays) or "none")
     return arrays, o, tags
 

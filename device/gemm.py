@@ -19,9 +19,9 @@ byte-identical to ``oracle.gemm(model="tensor_core")`` (SPEC 12.6) and so within
 from the groups' amaxes), C and bias are applied in the fp32 epilogue in SPEC 12.2's order.
 
 The fast mode picks its kernel from host-known sizes (docs/gemm.md): 64 x 256 tiles for few rows per group, 2-CTA
-clusters of 256 x 256 tiles for >= 256 rows per group with contraction >= 1024, 128 x 256 tiles otherwise. The
-environment variable ``NVFP4_GEMM_FAST_TILE`` (``skinny``, ``large`` or ``pair``; read at each call) forces one of
-them, for tests and benchmarks; results are the same bits with every kernel.
+clusters of 256 x 256 tiles for >= 256 rows per group with contraction >= 1024, 128 x 256 tiles otherwise.
+``fast_kernel="skinny" | "large" | "pair"`` forces one of them (tests, benchmarks, conformance); every kernel gives
+the same bits.
 
 Group sizes never leave the device: problem sizes, pointers and alphas are built by a setup kernel from the
 grouped tensors' offsets table and the grid is fixed by host-known sizes, so the call can be captured in a CUDA
@@ -29,8 +29,6 @@ graph and replayed with new data and new splits.
 """
 
 from __future__ import annotations
-
-import os
 
 import numpy as np
 import torch
@@ -43,14 +41,7 @@ __all__ = ["grouped_gemm"]
 _KINDS = {"fprop": 0, "dgrad": 1, "wgrad": 2}
 _RCP_7225344 = float(np.float32(1.0 / 7225344.0))  # SPEC 12.1: fp32(1/7225344)
 _TILE = 128
-_FAST_TILES = {"": 0, "skinny": 1, "large": 2, "pair": 3}  # NVFP4_GEMM_FAST_TILE -> pick_tile's `force`
-
-
-def _forced_fast_tile() -> int:
-    v = os.environ.get("NVFP4_GEMM_FAST_TILE", "")
-    if v not in _FAST_TILES:
-        raise ValueError(f"NVFP4_GEMM_FAST_TILE must be one of skinny, large, pair (or unset), got {v!r}")
-    return _FAST_TILES[v]
+_FAST_KERNELS = {None: 0, "auto": 0, "skinny": 1, "large": 2, "pair": 3}  # -> pick_tile's `force`
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -78,12 +69,17 @@ def _out_dtype(out_dtype, default):
 
 def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, kind: str = "fprop",
                  out_dtype=None, out: Tensor | None = None, accumulate: bool = False, bias: Tensor | None = None,
-                 mode: str = "fast") -> Tensor:
-    """Grouped NVFP4 GEMM (see the module docstring for the operands of each ``kind``). Returns ``out``."""
+                 mode: str = "fast", fast_kernel: str | None = None) -> Tensor:
+    """Grouped NVFP4 GEMM (see the module docstring for the operands of each ``kind``). Returns ``out``.
+
+    ``fast_kernel`` (fast mode only; ``None`` or ``"auto"``: chosen by the sizes) forces the fast kernel:
+    ``"skinny"`` (64 x 256 tiles), ``"large"`` (128 x 256) or ``"pair"`` (2-CTA clusters, 256 x 256)."""
     if kind not in _KINDS:
         raise ValueError(f"kind must be one of {list(_KINDS)}, got {kind!r}")
     if mode not in ("fast", "exact"):
         raise ValueError(f"mode must be 'fast' or 'exact', got {mode!r}")
+    if fast_kernel not in _FAST_KERNELS:
+        raise ValueError(f"fast_kernel must be one of {list(_FAST_KERNELS)}, got {fast_kernel!r}")
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, DeviceGroupedNVFP4Tensor):
             raise TypeError(f"{name} must be a DeviceGroupedNVFP4Tensor from device.group_quantize, "
@@ -188,6 +184,6 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
         int(b_rows), int(a_rows), int(kc), int(cols), _RCP_7225344, int(grid_upper), ws,
         int(a_rows) if kind == "wgrad" else t_a // e,  # average output rows per group (tile choice)
         t_a // e if kind == "wgrad" else int(kc),  # average contraction length per group (tile choice)
-        _forced_fast_tile(),
+        _FAST_KERNELS[fast_kernel],
     )
     return out

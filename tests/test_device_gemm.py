@@ -110,7 +110,7 @@ def check_group(y, a_plane, b_plane, mode, out_dtype, bias=None, acc=None, where
         _assert_same_bits(y, ref, od, where, "fast mode differs from oracle tensor_core")
 
 
-def run_fprop(splits, n, k, mode, out_dtype, with_bias, seed=0):
+def run_fprop(splits, n, k, mode, out_dtype, with_bias, seed=0, fast_kernel=None):
     e = len(splits)
     t = int(sum(splits))
     x = rand_bf16((t, k), seed + 1)
@@ -118,7 +118,7 @@ def run_fprop(splits, n, k, mode, out_dtype, with_bias, seed=0):
     wq = weights(e, n, k, seed + 2)
     bias = (torch.randn((e, n), dtype=torch.float32) * 3).to(DEV) if with_bias else None
     out = torch.full((t, n), float("nan"), dtype=out_dtype, device=DEV)
-    y = _gg()(xq, wq, kind="fprop", out=out, out_dtype=out_dtype, bias=bias, mode=mode)
+    y = _gg()(xq, wq, kind="fprop", out=out, out_dtype=out_dtype, bias=bias, mode=mode, fast_kernel=fast_kernel)
     assert y is out
     yn = to_np(y)
     xo, wo = xq.to_oracle(), wq.to_oracle()
@@ -131,7 +131,7 @@ def run_fprop(splits, n, k, mode, out_dtype, with_bias, seed=0):
         r0 += m
 
 
-def run_dgrad(splits, n, k, mode, out_dtype, with_bias=False, seed=0):
+def run_dgrad(splits, n, k, mode, out_dtype, with_bias=False, seed=0, fast_kernel=None):
     e = len(splits)
     t = int(sum(splits))
     dy = rand_bf16((t, n), seed + 3)
@@ -139,7 +139,7 @@ def run_dgrad(splits, n, k, mode, out_dtype, with_bias=False, seed=0):
     wq = weights(e, n, k, seed + 4)
     bias = (torch.randn((e, k), dtype=torch.float32)).to(torch.bfloat16).to(DEV) if with_bias else None
     out = torch.full((t, k), float("nan"), dtype=out_dtype, device=DEV)
-    _gg()(dyq, wq, kind="dgrad", out=out, bias=bias, mode=mode)
+    _gg()(dyq, wq, kind="dgrad", out=out, bias=bias, mode=mode, fast_kernel=fast_kernel)
     yn = to_np(out)
     dyo, wo = dyq.to_oracle(), wq.to_oracle()
     bn = None if bias is None else bias.float().cpu().numpy()
@@ -151,7 +151,7 @@ def run_dgrad(splits, n, k, mode, out_dtype, with_bias=False, seed=0):
         r0 += m
 
 
-def run_wgrad(splits, n, k, mode, out_dtype, accumulate, seed=0):
+def run_wgrad(splits, n, k, mode, out_dtype, accumulate, seed=0, fast_kernel=None):
     e = len(splits)
     t = int(sum(splits))
     dy = rand_bf16((t, n), seed + 5)
@@ -165,7 +165,8 @@ def run_wgrad(splits, n, k, mode, out_dtype, accumulate, seed=0):
     else:
         c = None
         out = torch.full((e, n, k), float("nan"), dtype=out_dtype, device=DEV)
-    _gg()(dyq, xq, kind="wgrad", out=out, out_dtype=out_dtype, accumulate=accumulate, mode=mode)
+    _gg()(dyq, xq, kind="wgrad", out=out, out_dtype=out_dtype, accumulate=accumulate, mode=mode,
+          fast_kernel=fast_kernel)
     yn = to_np(out)
     cn = None if c is None else c.cpu().numpy()
     dyo, xo = dyq.to_oracle(), xq.to_oracle()
@@ -264,7 +265,7 @@ def test_dgrad_few_rows_per_group(case):
 
 # The 2-CTA cluster kernel (256 x 256 cluster tiles, ws::ShapePair; each CTA dequantizes half of the B tile and
 # bulk-copies it into the other CTA's shared memory), chosen by size for >= 256 rows per group with contraction
-# >= 1024 and forced here (NVFP4_GEMM_FAST_TILE) on small problems: groups whose last cluster tile leaves the second
+# >= 1024 and forced here (fast_kernel="pair") on small problems: groups whose last cluster tile leaves the second
 # CTA partly or wholly past the group (700 = 2 x 256 + 188, 129, 300), N not a multiple of 256 (the second CTA's
 # B half partly or wholly past N), K tails, both copy widths, an odd number of K tiles, bias, fp32 output.
 PAIR_CASES = {
@@ -275,43 +276,33 @@ PAIR_CASES = {
 
 
 @pytest.mark.parametrize("case", list(PAIR_CASES))
-def test_fprop_pair_cluster(case, monkeypatch):
+def test_fprop_pair_cluster(case):
     splits, n, k, od, with_bias = PAIR_CASES[case]
-    if case != "e2_odd_kt_f32":  # (that one is chosen by size: 384 rows per group, K = 1088)
-        monkeypatch.setenv("NVFP4_GEMM_FAST_TILE", "pair")
-    run_fprop(splits, n, k, "fast", od, with_bias=with_bias, seed=31)
+    forced = None if case == "e2_odd_kt_f32" else "pair"  # (that one is chosen by size: 384 rows/group, K = 1088)
+    run_fprop(splits, n, k, "fast", od, with_bias=with_bias, seed=31, fast_kernel=forced)
 
 
 @pytest.mark.parametrize("case", ["e4_tails_bias", "e8_one_giant"])
-def test_dgrad_pair_cluster(case, monkeypatch):
+def test_dgrad_pair_cluster(case):
     splits, n, k, od, with_bias = PAIR_CASES[case]
-    monkeypatch.setenv("NVFP4_GEMM_FAST_TILE", "pair")
-    run_dgrad(splits, k, n, "fast", od, with_bias=with_bias, seed=32)
+    run_dgrad(splits, k, n, "fast", od, with_bias=with_bias, seed=32, fast_kernel="pair")
 
 
 @pytest.mark.parametrize("accumulate", [False, True])
-def test_wgrad_pair_cluster(accumulate, monkeypatch):
+def test_wgrad_pair_cluster(accumulate):
     # 304 output rows: the second cluster tile's second CTA has no rows; an empty expert
-    monkeypatch.setenv("NVFP4_GEMM_FAST_TILE", "pair")
-    run_wgrad([0, 37, 200, 5], 304, 144, "fast", torch.float32, accumulate)
+    run_wgrad([0, 37, 200, 5], 304, 144, "fast", torch.float32, accumulate, fast_kernel="pair")
 
 
 # Every fast kernel on shapes outside its automatic range (same bits as oracle.gemm(model="tensor_core") with each).
 @pytest.mark.parametrize("tile", ["skinny", "large", "pair"])
-def test_forced_fast_kernels(tile, monkeypatch):
-    monkeypatch.setenv("NVFP4_GEMM_FAST_TILE", tile)
+def test_forced_fast_kernels(tile):
     splits, n, k = CASES["e4_zeros"]
-    run_fprop(splits, n, k, "fast", torch.float32, with_bias=True, seed=41)
+    run_fprop(splits, n, k, "fast", torch.float32, with_bias=True, seed=41, fast_kernel=tile)
     splits, n, k = CASES["giant"]
-    run_dgrad(splits, n, k, "fast", torch.bfloat16, seed=42)
+    run_dgrad(splits, n, k, "fast", torch.bfloat16, seed=42, fast_kernel=tile)
     splits, n, k = CASES["e8_rand"]
-    run_wgrad(splits, n, k, "fast", torch.float32, accumulate=True, seed=43)
-
-
-def test_forced_fast_tile_bad_value(monkeypatch):
-    monkeypatch.setenv("NVFP4_GEMM_FAST_TILE", "huge")
-    with pytest.raises(ValueError, match="NVFP4_GEMM_FAST_TILE"):
-        run_fprop([3, 5], 32, 64, "fast", torch.bfloat16, with_bias=False)
+    run_wgrad(splits, n, k, "fast", torch.float32, accumulate=True, seed=43, fast_kernel=tile)
 
 
 def test_mostly_empty_experts():
@@ -332,12 +323,11 @@ GRAPH_SHAPES = {  # (E, T, N, K, fast kernel forced): few rows per group (by siz
 @pytest.mark.parametrize("shape", list(GRAPH_SHAPES))
 @pytest.mark.parametrize("mode", ["exact", "fast"])
 @pytest.mark.parametrize("kind", ["fprop", "wgrad"])
-def test_cuda_graph_replay(kind, mode, shape, monkeypatch):
+def test_cuda_graph_replay(kind, mode, shape):
     dev = _device()
     gg = _gg()
     e, t, n, k, tile = GRAPH_SHAPES[shape]
-    if tile:
-        monkeypatch.setenv("NVFP4_GEMM_FAST_TILE", tile)
+    fast_kernel = tile or None
     replays = 100 if FULL else 12
     x_buf = torch.zeros((t, k), dtype=torch.bfloat16, device=DEV)
     dy_buf = torch.zeros((t, n), dtype=torch.bfloat16, device=DEV)
@@ -350,11 +340,11 @@ def test_cuda_graph_replay(kind, mode, shape, monkeypatch):
     def step():
         if kind == "fprop":
             xq = dev.group_quantize(x_buf, splits_buf, rowwise=True)
-            gg(xq, wq, kind="fprop", out=out, mode=mode)
+            gg(xq, wq, kind="fprop", out=out, mode=mode, fast_kernel=fast_kernel)
             return xq, None
         dyq = dev.group_quantize(dy_buf, splits_buf, rowwise=False, columnwise=True)
         xq = dev.group_quantize(x_buf, splits_buf, rowwise=False, columnwise=True)
-        gg(dyq, xq, kind="wgrad", out=out, mode=mode)
+        gg(dyq, xq, kind="wgrad", out=out, mode=mode, fast_kernel=fast_kernel)
         return xq, dyq
 
     s = torch.cuda.Stream()
@@ -414,6 +404,8 @@ def test_bad_inputs():
         gg(xq, wq, kind="forward")
     with pytest.raises(ValueError, match="mode"):
         gg(xq, wq, mode="turbo")
+    with pytest.raises(ValueError, match="fast_kernel"):
+        gg(xq, wq, fast_kernel="huge")
     with pytest.raises(ValueError, match="shape"):
         gg(xq, wq, kind="fprop", out=torch.empty((40, n + 16), dtype=torch.bfloat16, device=DEV))
     with pytest.raises(TypeError, match="dtype"):
