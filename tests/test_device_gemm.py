@@ -314,8 +314,8 @@ def test_mostly_empty_experts():
 # CUDA graph: capture once (quantize + GEMM), replay with new data and new splits
 # ------------------------------------------------------------------------------------------------------------
 
-GRAPH_SHAPES = {  # (E, T, N, K, fast kernel forced): few rows per group (by size: the skinny kernel), the cluster one
-    "small": (4, 256, 64, 128, ""),
+GRAPH_SHAPES = {  # (E, T, N, K, fast_kernel): few rows per group (by size: the skinny kernel), the cluster one forced
+    "small": (4, 256, 64, 128, None),
     "pair": (2, 640, 288, 128, "pair"),
 }
 
@@ -326,8 +326,7 @@ GRAPH_SHAPES = {  # (E, T, N, K, fast kernel forced): few rows per group (by siz
 def test_cuda_graph_replay(kind, mode, shape):
     dev = _device()
     gg = _gg()
-    e, t, n, k, tile = GRAPH_SHAPES[shape]
-    fast_kernel = tile or None
+    e, t, n, k, fast_kernel = GRAPH_SHAPES[shape]
     replays = 100 if FULL else 12
     x_buf = torch.zeros((t, k), dtype=torch.bfloat16, device=DEV)
     dy_buf = torch.zeros((t, n), dtype=torch.bfloat16, device=DEV)
