@@ -148,9 +148,9 @@ def gen_values(rng: np.random.Generator, m: int, k: int, dtype: str, kind: str |
         mask = rng.random(shape) < 0.01
         v[mask] *= 10.0 ** rng.uniform(2, 5, size=int(mask.sum()))
     elif kind == "constant":
-        nb = k // 16
+        nb = -(-k // 16)  # (k need not be a multiple of 16: fprop's dy of N columns)
         c = rng.standard_normal((m, nb)) * 10.0 ** rng.uniform(-3, 3)
-        v = np.repeat(c, 16, axis=1)
+        v = np.repeat(c, 16, axis=1)[:, :k]
     elif kind == "zeros":
         v = np.zeros(shape) * rng.choice([1.0, -1.0], size=shape)
     elif kind == "subnormal":
@@ -386,6 +386,8 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
     # 128-row halves (the fast mode's 2-CTA cluster tiles are 256 x 256, device/csrc/gemm_wgmma_ws.cuh)
     hi = 33 if rng.random() < 0.25 else 9
     k, n = 16 * int(rng.integers(1, hi)), 16 * int(rng.integers(1, hi))
+    if kind == "fprop" and rng.random() < 0.25:  # fprop's N (weight rows per group, output columns) may be any size
+        n = int(rng.integers(1, 16 * hi))
     splits, skind = gen_splits(rng, t, e)
     x, vkind = gen_values(rng, t, k, "bfloat16", specials=bool(space.get("specials", True)))
     w, _ = gen_values(rng, e * n, k, "bfloat16", "normal", specials=False)
@@ -400,10 +402,13 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
         c = (rng.standard_normal((e, n, k)) * 10.0 ** rng.uniform(-3, 3)).astype(np.float32)
         c.flat[rng.integers(c.size, size=max(1, c.size // 50))] = -0.0
         arrays["c"] = c
-    # the device's fast mode runs the kernel chosen by the sizes, or one of its three forced (same bits, SPEC 12.6)
+    # the device's fast mode runs the kernel chosen by the sizes, or one of its three forced (same bits, SPEC 12.6);
+    # the exact mode has one kernel (space "mode": "exact" only changes the tag)
     fast_kernel = pick(rng, space, "fast_kernel", ["auto", "skinny", "large", "pair"], p=[0.4, 0.2, 0.2, 0.2])
     o = dict(kind=kind, out_dtype=out_dtype, rht=rht, rht_signs=0xD7E8, fast_kernel=fast_kernel)
-    tags = dict(kind=kind, out_dtype=out_dtype, rht=str(rht), splits=skind, values=vkind, fast_kernel=fast_kernel,
+    tags = dict(kind=kind, out_dtype=out_dtype, rht=str(rht), splits=skind, values=vkind,
+                fast_kernel="none (exact mode)" if space.get("mode") == "exact" else fast_kernel,
+                n="multiple of 16" if n % 16 == 0 else "other",
                 groups="1" if e == 1 else "2-16", epilogue="+".join(x for x in ("bias", "c") if x in arrays) or "none")
     return arrays, o, tags
 

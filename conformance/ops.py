@@ -225,7 +225,7 @@ OPS: dict[str, OpSpec] = {
         OpSpec("gemm_exact", "gemm", ref_gemm_exact, space={"small": True}),
         OpSpec("gemm", "gemm", ref_gemm_bound, mode="bound"),
         OpSpec("grouped_gemm", "grouped_gemm", ref_grouped_gemm_fast, mode="bound", cost=2.0),
-        OpSpec("grouped_gemm_exact", "grouped_gemm", ref_grouped_gemm_exact, cost=2.0),
+        OpSpec("grouped_gemm_exact", "grouped_gemm", ref_grouped_gemm_exact, space={"mode": "exact"}, cost=2.0),
         OpSpec("grouped_gemm_tc", "grouped_gemm", ref_grouped_gemm_tensor_core, cost=2.0),
     )
 }

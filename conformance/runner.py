@@ -162,7 +162,15 @@ def worker_main(wid: int, nworkers: int, specs: list[str], cfg: RunConfig, deadl
         index = si + sn * (wid + nworkers * count[i])
         count[i] += 1
         t0 = time.monotonic()
-        case = generate(op, cfg.seed, index, OPS[op].generator, case_space(b, op))
+        try:
+            case = generate(op, cfg.seed, index, OPS[op].generator, case_space(b, op))
+        except Exception as e:  # noqa: BLE001 -- a generator defect costs this case, not the worker
+            err = f"generator raised {type(e).__name__}: {e}"
+            emit(dict(kind="case", backend=b.name, op=op, index=index, status="error",
+                      seconds=time.monotonic() - t0, tags={},
+                      failure=dict(op=op, backend=b.name, seed=cfg.seed, index=index, status="error", error=err,
+                                   replay=f"conformance.generators.generate({op!r}, {cfg.seed}, {index}, ...): {err}")))
+            continue
         extra: dict = {}
         status, ms, ref, out, err = check_case(b, case, extra)
         dt = time.monotonic() - t0
@@ -297,8 +305,8 @@ def run(cfg: RunConfig, stdout=None, stderr=None) -> tuple[int, Stats]:
         if n == 20:
             print(f"... {len(stats.failures) - 20} more failures in {fail_log}", file=stdout)
             break
-        print(f"FAILED {f['op']} [{f['backend']}] seed={f['seed']} index={f['index']}: {f.get('replay', f.get('error'))}",
-              file=stdout)
+        where = f"seed={f['seed']} index={f['index']}" if "seed" in f else "(worker crash)"
+        print(f"FAILED {f['op']} [{f['backend']}] {where}: {f.get('replay', f.get('error'))}", file=stdout)
     if cfg.report:
         conf = asdict(cfg)
         conf["backends_used"] = usable

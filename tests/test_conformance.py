@@ -20,6 +20,7 @@ from conformance.backends import Backend, ComposedBackend, register_backend
 from conformance.cases import case_size, load_case, save_case
 from conformance.cli import main, parse_budget, replay
 from conformance.compare import compare
+from conformance.generators import VALUE_KINDS as G_VALUE_KINDS
 from conformance.generators import generate
 from conformance.ops import OPS, reference
 from conformance.runner import RunConfig, check_case, run
@@ -132,6 +133,15 @@ def test_generator_covers_the_edges():
     assert any((c.arrays["splits"] == 0).any() for c in cases)
 
 
+@pytest.mark.parametrize("kind", [k for k in G_VALUE_KINDS])
+def test_values_of_every_kind_for_any_width(kind):
+    from conformance.generators import gen_values
+
+    for k in (7, 16, 37):
+        v, got = gen_values(np.random.default_rng(k), 5, k, "bfloat16", kind)
+        assert got == kind and v.shape == (5, k)
+
+
 def test_ties_values_land_on_e2m1_ties():
     # the "ties" kind: S_enc = 2^-j, block scale 2, so x * m lands exactly on the SPEC 3.1 midpoints
     from conformance.generators import _ties
@@ -225,6 +235,26 @@ def test_exit_codes_and_json_report(tmp_path, capsys):
     doc = json.loads(rep.read_text())
     assert doc["skipped"] == [dict(backend="test-unavailable", op="quantize", reason="library missing (test)")]
     assert "SKIPPED" in capsys.readouterr().out
+
+
+def test_generator_error_costs_one_case_not_the_run(tmp_path, capsys, monkeypatch):
+    import conformance.generators as G
+
+    real = G.GENERATORS["quantize"]
+
+    def flaky(rng, space):
+        out = real(rng, space)
+        if out[0]["x"].shape[0] % 2 == 0:  # some indices, deterministically
+            raise ValueError("planted generator defect")
+        return out
+
+    monkeypatch.setitem(G.GENERATORS, "quantize", flaky)
+    n_bad = sum(real(G.case_rng(0, "quantize", i), OPS["quantize"].space)[0]["x"].shape[0] % 2 == 0 for i in range(6))
+    assert 0 < n_bad < 6
+    code, stats = run(_cfg(tmp_path, backends=["test-oracle"], ops=["quantize"], max_cases=6))
+    assert code == 1 and stats.cases == 6 and len(stats.failures) == n_bad
+    out = capsys.readouterr().out
+    assert "FAILED quantize [test-oracle] seed=0 index=" in out and "planted generator defect" in out
 
 
 def test_shards_partition_the_case_space(tmp_path):

@@ -68,6 +68,26 @@ def weights(e, n, k, seed):
     return gq(w, [n] * e, rowwise=True, columnwise=True, block=(16, 16))
 
 
+GUARD = 256  # elements of sentinel past every output tensor: a write past the end fails the test
+
+
+def guarded(shape, dtype, fill=float("nan"), values=None):
+    """A contiguous, 16-byte aligned output tensor that is the head of a larger buffer, and a check that the tail
+    (GUARD elements, a sentinel value) is still untouched after the call."""
+    n = int(np.prod(shape))
+    buf = torch.full((n + GUARD,), fill, dtype=dtype, device=DEV)
+    buf[n:] = 12288.0  # 3 * 2^12: exact in bf16 and fp32
+    out = buf[:n].view(shape)
+    if values is not None:
+        out.copy_(values)
+
+    def check_tail(where=""):
+        tail = buf[n:].float().cpu()
+        assert bool((tail == 12288.0).all()), f"{where}: written past the end of out"
+
+    return out, check_tail
+
+
 def to_np(y: torch.Tensor) -> np.ndarray:
     y = y.detach().cpu()
     if y.dtype == torch.bfloat16:
@@ -117,9 +137,10 @@ def run_fprop(splits, n, k, mode, out_dtype, with_bias, seed=0, fast_kernel=None
     xq = gq(x, splits, rowwise=True)
     wq = weights(e, n, k, seed + 2)
     bias = (torch.randn((e, n), dtype=torch.float32) * 3).to(DEV) if with_bias else None
-    out = torch.full((t, n), float("nan"), dtype=out_dtype, device=DEV)
+    out, check_tail = guarded((t, n), out_dtype)
     y = _gg()(xq, wq, kind="fprop", out=out, out_dtype=out_dtype, bias=bias, mode=mode, fast_kernel=fast_kernel)
     assert y is out
+    check_tail("fprop")
     yn = to_np(y)
     xo, wo = xq.to_oracle(), wq.to_oracle()
     bn = None if bias is None else bias.cpu().numpy()
@@ -138,8 +159,9 @@ def run_dgrad(splits, n, k, mode, out_dtype, with_bias=False, seed=0, fast_kerne
     dyq = gq(dy, splits, rowwise=True)
     wq = weights(e, n, k, seed + 4)
     bias = (torch.randn((e, k), dtype=torch.float32)).to(torch.bfloat16).to(DEV) if with_bias else None
-    out = torch.full((t, k), float("nan"), dtype=out_dtype, device=DEV)
+    out, check_tail = guarded((t, k), out_dtype)
     _gg()(dyq, wq, kind="dgrad", out=out, bias=bias, mode=mode, fast_kernel=fast_kernel)
+    check_tail("dgrad")
     yn = to_np(out)
     dyo, wo = dyq.to_oracle(), wq.to_oracle()
     bn = None if bias is None else bias.float().cpu().numpy()
@@ -161,12 +183,13 @@ def run_wgrad(splits, n, k, mode, out_dtype, accumulate, seed=0, fast_kernel=Non
     if accumulate:
         c = (torch.randn((e, n, k), dtype=torch.float32) * 0.5).to(DEV)
         c[0, 0, :4] = -0.0
-        out = c.clone()
+        out, check_tail = guarded((e, n, k), out_dtype, values=c)
     else:
         c = None
-        out = torch.full((e, n, k), float("nan"), dtype=out_dtype, device=DEV)
+        out, check_tail = guarded((e, n, k), out_dtype)
     _gg()(dyq, xq, kind="wgrad", out=out, out_dtype=out_dtype, accumulate=accumulate, mode=mode,
           fast_kernel=fast_kernel)
+    check_tail("wgrad")
     yn = to_np(out)
     cn = None if c is None else c.cpu().numpy()
     dyo, xo = dyq.to_oracle(), xq.to_oracle()
@@ -303,6 +326,19 @@ def test_forced_fast_kernels(tile):
     run_dgrad(splits, n, k, "fast", torch.bfloat16, seed=42, fast_kernel=tile)
     splits, n, k = CASES["e8_rand"]
     run_wgrad(splits, n, k, "fast", torch.float32, accumulate=True, seed=43, fast_kernel=tile)
+
+
+# fprop's output has N = the weight rows per group columns, which need not be a multiple of 16 (any split of the
+# weights is allowed): odd N (single-element stores at the row end), N % 16 = 8 (pairs, but rows of 48 / 80 bytes:
+# the fast kernels' bulk-copy epilogue needs 16-byte multiples and is not used), N < 16. Every mode and fast kernel;
+# the guarded output catches a write past the last row.
+@pytest.mark.parametrize("mode_kernel", ["exact", "fast-auto", "fast-skinny", "fast-large", "fast-pair"])
+@pytest.mark.parametrize("n", [17, 24, 40, 7])
+def test_fprop_n_not_multiple_of_16(n, mode_kernel):
+    mode, _, kernel = mode_kernel.partition("-")
+    fast_kernel = kernel or None
+    run_fprop([0, 70, 261, 5], n, 96, mode, torch.float32, with_bias=True, seed=51, fast_kernel=fast_kernel)
+    run_fprop([33, 0, 300, 1], n, 160, mode, torch.bfloat16, with_bias=n % 2 == 1, seed=52, fast_kernel=fast_kernel)
 
 
 def test_mostly_empty_experts():

@@ -324,14 +324,17 @@ __device__ __forceinline__ void wgmma_k16(float (&d)[R], uint64_t da, uint64_t d
 // register 4j+2h+e of thread (warp v, lane l) is row 16v + l/4 + 8h, column 8j + 2(l%4) + e.
 // UNDO: multiply the accumulator by 2^28 first (the bf16 decode's operands are v * 2^-14; the fp16 decode of
 // gemm_decode_f16.cuh presents v itself).
-template <int WN, bool OUT_F32, bool UNDO = true>
-__device__ __forceinline__ void store_tile(const float (&acc)[WN / 2], const Prob& p, int row_base, int col_base,
-                                           int accumulate) {
+// PAIRS: N and the row pitch are even (always, except fprop with an odd number of weight rows per group), so each
+// column pair (col, col + 1) exists whenever col does and is stored as one aligned 8- / 4-byte word (the base is
+// 16-byte aligned); otherwise every element is stored alone and column col + 1 is checked against N.
+template <int WN, bool OUT_F32, bool UNDO, bool PAIRS>
+__device__ __forceinline__ void store_tile_impl(const float (&acc)[WN / 2], const Prob& p, int row_base, int col_base,
+                                                int accumulate) {
   const float alpha = p.alpha;
 #pragma unroll
   for (int j = 0; j < WN / 8; ++j) {
     const int col = col_base + 8 * j;
-    if (col >= p.N) continue;  // N is a multiple of 16, so col + 1 < N too
+    if (col >= p.N) continue;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = row_base + 8 * h;
@@ -340,27 +343,53 @@ __device__ __forceinline__ void store_tile(const float (&acc)[WN / 2], const Pro
       float y0 = __fmul_rn(alpha, UNDO ? __fmul_rn(a0, kOperandScaleUndo) : a0);  // exact rescale, then alpha
       float y1 = __fmul_rn(alpha, UNDO ? __fmul_rn(a1, kOperandScaleUndo) : a1);
       const long long o = static_cast<long long>(row) * p.ldd + col;
+      const bool second = PAIRS || col + 1 < p.N;
       if (OUT_F32) {
-        float2* dp = reinterpret_cast<float2*>(static_cast<float*>(p.d) + o);
+        float* dp = static_cast<float*>(p.d) + o;
         if (accumulate) {
-          const float2 c = *dp;
-          y0 = __fadd_rn(y0, c.x);
-          y1 = __fadd_rn(y1, c.y);
+          if constexpr (PAIRS) {
+            const float2 c = *reinterpret_cast<const float2*>(dp);
+            y0 = __fadd_rn(y0, c.x);
+            y1 = __fadd_rn(y1, c.y);
+          } else {
+            y0 = __fadd_rn(y0, dp[0]);
+            if (second) y1 = __fadd_rn(y1, dp[1]);
+          }
         }
         if (p.bias) {
           y0 = __fadd_rn(y0, p.bias[col]);
-          y1 = __fadd_rn(y1, p.bias[col + 1]);
+          if (second) y1 = __fadd_rn(y1, p.bias[col + 1]);
         }
-        *dp = make_float2(y0, y1);
+        if constexpr (PAIRS) {
+          *reinterpret_cast<float2*>(dp) = make_float2(y0, y1);
+        } else {
+          dp[0] = y0;
+          if (second) dp[1] = y1;
+        }
       } else {
+        __nv_bfloat16* dp = static_cast<__nv_bfloat16*>(p.d) + o;
         if (p.bias) {
           y0 = __fadd_rn(y0, p.bias[col]);
-          y1 = __fadd_rn(y1, p.bias[col + 1]);
+          if (second) y1 = __fadd_rn(y1, p.bias[col + 1]);
         }
-        *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(p.d) + o) = __floats2bfloat162_rn(y0, y1);
+        if constexpr (PAIRS) {
+          *reinterpret_cast<__nv_bfloat162*>(dp) = __floats2bfloat162_rn(y0, y1);
+        } else {
+          dp[0] = __float2bfloat16_rn(y0);
+          if (second) dp[1] = __float2bfloat16_rn(y1);
+        }
       }
     }
   }
+}
+
+template <int WN, bool OUT_F32, bool UNDO = true>
+__device__ __forceinline__ void store_tile(const float (&acc)[WN / 2], const Prob& p, int row_base, int col_base,
+                                           int accumulate) {
+  if (((p.N | p.ldd) & 1) == 0)
+    store_tile_impl<WN, OUT_F32, UNDO, true>(acc, p, row_base, col_base, accumulate);
+  else
+    store_tile_impl<WN, OUT_F32, UNDO, false>(acc, p, row_base, col_base, accumulate);
 }
 
 // Exact mode (BN = 128): each 16-block partial is one wgmma with scale_d = 0 into a partial fragment (exact: SPEC

@@ -326,6 +326,24 @@ __device__ __forceinline__ void publish_b_rows(uint32_t rows, uint32_t full_bar,
   }
 }
 
+// The fp16 B ring as one thread sees it: stage base, this CTA's share of the rows in a stage, the barriers, and the
+// peer's offset (cluster; 0 otherwise).
+struct BRing {
+  uint32_t base, rows_off, full, empty, peer_delta;
+};
+
+// One writer's part of fp16 B stage `b` from raw stage `raw`: wait until the stage is free (b_empty), dequantize this
+// thread's COUNT units (rows ROW0 + RPI i, RPI i + rr with rr = t / 4, block t % 4; t = the thread's index in its
+// role) and publish them (publish_b_rows; `expect`: the warp that expects the peer's bytes).
+template <class S, int RPI, int ROW0, int COUNT>
+__device__ __forceinline__ void convert_and_publish_b(uint32_t raw, const BRing& br, const Ring<S::kBStages>& b, int t,
+                                                      int lane, bool expect) {
+  mbar_wait(br.empty + 8 * b.stage, b.phase ^ 1u);
+  const uint32_t rows = br.base + b.stage * S::kBBytes + br.rows_off;
+  if constexpr (COUNT > 0) convert_b_rows<S, RPI, ROW0, COUNT>(raw, rows, t >> 2, t & 3);
+  publish_b_rows<S, RPI, ROW0, COUNT>(rows, br.full + 8 * b.stage, br.peer_delta, t >> 5, lane, expect);
+}
+
 template <class S, bool OUT_F32>
 __global__ void __launch_bounds__(S::kThreads, 1)
     ws_gemm_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate) {
@@ -342,7 +360,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   // B rows this CTA converts (rows [kLoadBN rank, ...) of the B tile, at the same place in both CTAs' stages).
   const uint32_t rank = S::kCluster == 2 ? cluster_rank() : 0u;
   const uint32_t peer_delta = S::kCluster == 2 ? mapa(smem, rank ^ 1u) - smem : 0u;
-  const uint32_t b_rows_off = rank * S::kLoadBN * 128;
+  const BRing br{b_ring, rank * S::kLoadBN * 128, b_full, b_empty, peer_delta};
   const int first_tile = blockIdx.x / S::kCluster, tile_stride = gridDim.x / S::kCluster;
 
   if (tid == 0) {
@@ -388,11 +406,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     while (conv.valid(total)) {
       const uint32_t raw_st = raw_ring + raw.stage * S::kRaw;
       mbar_wait(raw_full + 8 * raw.stage, raw.phase);
-      mbar_wait(b_empty + 8 * bst.stage, bst.phase ^ 1u);
-      const uint32_t rows = b_ring + bst.stage * S::kBBytes + b_rows_off;
-      if constexpr (S::kConvUnits > 0) convert_b_rows<S, S::kConvRPI, 0, S::kConvUnits>(raw_st, rows, ct >> 2, ct & 3);
-      publish_b_rows<S, S::kConvRPI, 0, S::kConvUnits>(rows, b_full + 8 * bst.stage, peer_delta, ct >> 5, lane,
-                                                       ct < 32);
+      convert_and_publish_b<S, S::kConvRPI, 0, S::kConvUnits>(raw_st, br, bst, ct, lane, ct < 32);
       mbar_arrive(raw_empty + 8 * raw.stage);
       raw.next();
       bst.next();
@@ -414,14 +428,9 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     Ring<S::kRawStages> raw_b;
     Ring<S::kBStages> bst_b;
     auto convert_b_share = [&](const Ring<S::kRawStages>& r, const Ring<S::kBStages>& b) {
-      if constexpr (S::kMmaUnits > 0) {
-        mbar_wait(b_empty + 8 * b.stage, b.phase ^ 1u);
-        const uint32_t rows = b_ring + b.stage * S::kBBytes + b_rows_off;
-        convert_b_rows<S, S::kMmaRPI, S::kConvRows, S::kMmaUnits>(raw_ring + r.stage * S::kRaw, rows, mt >> 2,
-                                                                   mt & 3);
-        publish_b_rows<S, S::kMmaRPI, S::kConvRows, S::kMmaUnits>(rows, b_full + 8 * b.stage, peer_delta, mt >> 5,
-                                                                   lane, false);
-      }
+      if constexpr (S::kMmaUnits > 0)
+        convert_and_publish_b<S, S::kMmaRPI, S::kConvRows, S::kMmaUnits>(raw_ring + r.stage * S::kRaw, br, b, mt,
+                                                                          lane, false);
     };
     auto convert_next_b_share = [&]() {  // kBAhead: the B share of step bnext, if there is one
       if (!bnext.valid(total)) return;

@@ -29,9 +29,6 @@ __device__ __forceinline__ float to_f32(float v) { return v; }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
 
-// NaN-ignoring max of two non-negative candidates (SPEC 4.1: fmaxf drops a NaN operand).
-__device__ __forceinline__ float nanmax(float a, float b) { return fmaxf(a, b); }
-
 // ---------------------------------------------------------------------------------------------------------
 // SPEC 3.1: fp32 -> E2M1, round to nearest even, saturating. NaN -> 0x7, sign kept on zero / underflow.
 // ---------------------------------------------------------------------------------------------------------
