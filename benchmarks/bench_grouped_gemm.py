@@ -2,7 +2,8 @@
 
 Columns (TFLOP/s = 2*T*N*K / time; wgrad counts the unpadded T):
   nvfp4 fast / nvfp4 exact  -- device.gemm.grouped_gemm on operands quantized beforehand (GEMM only timed)
-  grouped_mm                -- torch._grouped_mm on BF16 operands (wgrad: bf16 output, fp32 is refused)
+  grouped_mm                -- torch._grouped_mm on BF16 operands (wgrad: bf16 output, fp32 is refused; the
+                               "wgrad-bf16" rows run our wgrad with bf16 output too, the same bytes written)
   matmul loop               -- one torch.matmul per expert (host-known splits)
   deq+grouped_mm            -- dequantize the NVFP4 weights to BF16 (torch ops, timed) + torch._grouped_mm
 Times are CUDA-event means over --iters calls after warm-up.
@@ -65,11 +66,12 @@ def dequant_weights(wq, e: int, n: int, k: int) -> torch.Tensor:
 
 
 def bench_case(name, e, t, k, n, skew, kind, iters):
+    kind, _, out_name = kind.partition("-")  # "wgrad-bf16": wgrad with bf16 output
     splits = splits_for(e, t, skew)
     st = torch.tensor(splits, dtype=torch.int64, device=DEV)
     offs = torch.tensor(splits, device=DEV).cumsum(0).to(torch.int32)
     flops = 2.0 * t * n * k
-    row = {"case": name, "kind": kind}
+    row = {"case": name}
     x = torch.randn((t, k), device=DEV, dtype=torch.bfloat16)
     w = (torch.randn((e * n, k), device=DEV, dtype=torch.bfloat16) * 0.05)
     if kind == "fprop":
@@ -115,7 +117,7 @@ def bench_case(name, e, t, k, n, skew, kind, iters):
         dy = torch.randn((t, n), device=DEV, dtype=torch.bfloat16)
         aq = device.group_quantize(dy, st, rowwise=False, columnwise=True)
         bq = device.group_quantize(x, st, rowwise=False, columnwise=True)
-        out = torch.empty((e, n, k), dtype=torch.float32, device=DEV)
+        out = torch.empty((e, n, k), dtype=torch.bfloat16 if out_name == "bf16" else torch.float32, device=DEV)
         dyt = dy.t().contiguous()
 
         def bf16_gmm():
@@ -152,10 +154,10 @@ def main():
         ("E8 T16384 K4096 N14336 bal", 8, 16384, 4096, 14336, False, ("fprop", "dgrad", "wgrad")),
         ("E8 T16384 K4096 N14336 skew", 8, 16384, 4096, 14336, True, ("fprop",)),
         ("E8 T512 K4096 N14336", 8, 512, 4096, 14336, False, ("fprop",)),
-        ("E64 T16384 K2048 N1408", 64, 16384, 2048, 1408, False, ("fprop", "dgrad", "wgrad")),
+        ("E64 T16384 K2048 N1408", 64, 16384, 2048, 1408, False, ("fprop", "dgrad", "wgrad", "wgrad-bf16")),
     ]
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}")
-    hdr = (f"{'case':30s} {'kind':6s} {'fast':>8s} {'exact':>8s} {'grp_mm':>8s} {'loop':>8s} {'deq+gmm':>8s}"
+    hdr = (f"{'case':30s} {'kind':10s} {'fast':>8s} {'exact':>8s} {'grp_mm':>8s} {'loop':>8s} {'deq+gmm':>8s}"
            f" {'fast/gmm':>9s} {'exact/gmm':>9s} {'fast/deq':>9s}")
     print("TFLOP/s (2*T*N*K / time)")
     print(hdr)
@@ -163,7 +165,7 @@ def main():
         for kind in kinds:
             r = bench_case(name, e, t, k, n, skew, kind, args.iters)
             torch.cuda.empty_cache()
-            print(f"{r['case']:30s} {kind:6s} {r['fast']:8.1f} {r['exact']:8.1f} {r['grouped_mm']:8.1f} "
+            print(f"{r['case']:30s} {kind:10s} {r['fast']:8.1f} {r['exact']:8.1f} {r['grouped_mm']:8.1f} "
                   f"{r['loop']:8.1f} {r['deq+gmm']:8.1f} {r['fast'] / r['grouped_mm']:9.2f} "
                   f"{r['exact'] / r['grouped_mm']:9.2f} {r['fast'] / r['deq+gmm']:9.2f}", flush=True)
 

@@ -106,10 +106,9 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
   __shared__ alignas(16) uint8_t tile[kTileM * 256];
   __shared__ float mtab[2][128];
 
-  const int64_t nkt = quant_k_tiles<T>(a.K);
-  const int64_t rt = blockIdx.x / nkt, kt = blockIdx.x % nkt;
   GroupView gv;
-  if (!resolve_tile(a.offs, a.E, a.M, rt, gv)) return;
+  int64_t kt;
+  if (!resolve_grid_tile(a.offs, a.E, a.M, blockIdx.x, quant_k_tiles<T>(a.K), gv, kt)) return;
   const int t = threadIdx.x, chunk = t & 15, rsub = t >> 4;
   const int64_t k0 = kt * TK;
   const int64_t gcol = k0 + chunk * 8;
@@ -349,11 +348,9 @@ __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
   // Let a programmatically dependent quantize grid start its X loads as this grid's last wave runs (it waits
   // for this grid's completion before it reads the amaxes); a no-op for any other next launch.
   asm volatile("griddepcontrol.launch_dependents;");
-  const int64_t nkt = amax_k_tiles<T>(a.K);
-  const int64_t tile = (int64_t)gridDim.x - 1 - blockIdx.x;
-  const int64_t rt = tile / nkt, kt = tile % nkt;
   GroupView gv;
-  if (!resolve_tile(a.offs, a.E, a.M, rt, gv)) return;
+  int64_t kt;
+  if (!resolve_grid_tile(a.offs, a.E, a.M, (int64_t)gridDim.x - 1 - blockIdx.x, amax_k_tiles<T>(a.K), gv, kt)) return;
   const int t = threadIdx.x, chunk = t & 31, rb = t >> 5;
   const int64_t gcol = kt * 128 + chunk * 4;
   const T* x = reinterpret_cast<const T*>(a.x);

@@ -102,13 +102,11 @@ __device__ __forceinline__ int64_t scale_pos(int layout, int64_t r, int64_t c, i
 template <typename T, bool kRHT>
 __global__ void __launch_bounds__(128, 4) amax_kernel(AmaxArgs a) {
   using G = TileGeom<T>;
-  const int64_t nkt = amax_k_tiles<T>(a.K);
   // Tiles in reverse order: the quantize kernel that follows starts at the front of X, which this pass
   // read last and which is therefore still (partly) in L2.
-  const int64_t tile = (int64_t)gridDim.x - 1 - blockIdx.x;
-  const int64_t rt = tile / nkt, kt = tile % nkt;
   GroupView gv;
-  if (!resolve_tile(a.offs, a.E, a.M, rt, gv)) return;
+  int64_t kt;
+  if (!resolve_grid_tile(a.offs, a.E, a.M, (int64_t)gridDim.x - 1 - blockIdx.x, amax_k_tiles<T>(a.K), gv, kt)) return;
   const int t = threadIdx.x, chunk = t & 15, rb = t >> 4;
   const int64_t gcol = kt * G::kTileK + chunk * G::kChunkElems;
   const T* x = reinterpret_cast<const T*>(a.x);
@@ -172,10 +170,9 @@ __global__ void __launch_bounds__(256, 4) quantize_kernel(QuantArgs a) {
   // or NaN), per plane: one division per table entry instead of one per block.
   __shared__ float mtab[2][128];
 
-  const int64_t nkt = quant_k_tiles<T>(a.K);
-  const int64_t rt = blockIdx.x / nkt, kt = blockIdx.x % nkt;
   GroupView gv;
-  if (!resolve_tile(a.offs, a.E, a.M, rt, gv)) return;
+  int64_t kt;
+  if (!resolve_grid_tile(a.offs, a.E, a.M, blockIdx.x, quant_k_tiles<T>(a.K), gv, kt)) return;
   const int t = threadIdx.x, chunk = t & 15, rsub = t >> 4;
   const int64_t k0 = kt * TK;
   const int64_t gcol = k0 + chunk * EPL;

@@ -64,6 +64,14 @@ __device__ __forceinline__ bool resolve_tile(const int64_t* __restrict__ offs, i
   return true;
 }
 
+// The tile of a grid laid out as row tiles x `nkt` column tiles (`tile` = rt * nkt + kt): its group view and its
+// column tile index kt. False when the row tile lies past the last group.
+__device__ __forceinline__ bool resolve_grid_tile(const int64_t* __restrict__ offs, int E, int64_t M, int64_t tile,
+                                                  int64_t nkt, GroupView& v, int64_t& kt) {
+  kt = tile % nkt;
+  return resolve_tile(offs, E, M, tile / nkt, v);
+}
+
 // Input tile geometry per element type: a tile row is 256 bytes = 16 chunks of 16 bytes.
 template <typename T>
 struct TileGeom {
