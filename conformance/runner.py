@@ -168,8 +168,7 @@ def worker_main(wid: int, nworkers: int, specs: list[str], cfg: RunConfig, deadl
             err = f"generator raised {type(e).__name__}: {e}"
             emit(dict(kind="case", backend=b.name, op=op, index=index, status="error",
                       seconds=time.monotonic() - t0, tags={},
-                      failure=dict(op=op, backend=b.name, seed=cfg.seed, index=index, status="error", error=err,
-                                   replay=f"conformance.generators.generate({op!r}, {cfg.seed}, {index}, ...): {err}")))
+                      failure=dict(op=op, backend=b.name, seed=cfg.seed, index=index, status="error", error=err)))
             continue
         extra: dict = {}
         status, ms, ref, out, err = check_case(b, case, extra)

@@ -71,11 +71,11 @@ def weights(e, n, k, seed):
 GUARD = 256  # elements of sentinel past every output tensor: a write past the end fails the test
 
 
-def guarded(shape, dtype, fill=float("nan"), values=None):
-    """A contiguous, 16-byte aligned output tensor that is the head of a larger buffer, and a check that the tail
-    (GUARD elements, a sentinel value) is still untouched after the call."""
+def guarded(shape, dtype, values=None):
+    """A contiguous, 16-byte aligned output tensor (NaN, or a copy of ``values``) that is the head of a larger buffer,
+    and a check that the tail (GUARD elements, a sentinel value) is still untouched after the call."""
     n = int(np.prod(shape))
-    buf = torch.full((n + GUARD,), fill, dtype=dtype, device=DEV)
+    buf = torch.full((n + GUARD,), float("nan"), dtype=dtype, device=DEV)
     buf[n:] = 12288.0  # 3 * 2^12: exact in bf16 and fp32
     out = buf[:n].view(shape)
     if values is not None:
@@ -329,9 +329,9 @@ def test_forced_fast_kernels(tile):
 
 
 # fprop's output has N = the weight rows per group columns, which need not be a multiple of 16 (any split of the
-# weights is allowed): odd N (single-element stores at the row end), N % 16 = 8 (pairs, but rows of 48 / 80 bytes:
-# the fast kernels' bulk-copy epilogue needs 16-byte multiples and is not used), N < 16. Every mode and fast kernel;
-# the guarded output catches a write past the last row.
+# weights is allowed): odd N (single-element stores, the last column of a row checked against N; the old pair stores
+# were misaligned there), N % 16 = 8 (pair stores, a partial last 16-column group), N < 16. Every mode and fast
+# kernel; the guarded output catches a write past the last row.
 @pytest.mark.parametrize("mode_kernel", ["exact", "fast-auto", "fast-skinny", "fast-large", "fast-pair"])
 @pytest.mark.parametrize("n", [17, 24, 40, 7])
 def test_fprop_n_not_multiple_of_16(n, mode_kernel):
