@@ -341,6 +341,21 @@ def test_fprop_n_not_multiple_of_16(n, mode_kernel):
     run_fprop([33, 0, 300, 1], n, 160, mode, torch.bfloat16, with_bias=n % 2 == 1, seed=52, fast_kernel=fast_kernel)
 
 
+# bf16 output goes through the staged epilogue (ws::store_tile_staged: rows written to shared memory, then bulk-copied
+# to global memory 256 bytes of a row per pass) when N is a multiple of 8, and through the direct stores otherwise, in
+# the same kernel. Its edges: a last column tile of 8 columns (a 16-byte copy per row), one of 144 columns (a full first
+# pass and a 16-column second one), N = 8, warps whose rows all lie past a small group (5 rows), bias, wgrad with bf16
+# output (a group's rows start g * N * K elements into out), and N = 36 for the direct fallback.
+@pytest.mark.parametrize("kernel", ["auto", "skinny", "large", "pair"])
+def test_bf16_staged_epilogue(kernel):
+    fast_kernel = None if kernel == "auto" else kernel
+    run_fprop([0, 70, 129, 5], 264, 96, "fast", torch.bfloat16, with_bias=True, seed=61, fast_kernel=fast_kernel)
+    run_fprop([3, 0, 40, 17], 8, 64, "fast", torch.bfloat16, with_bias=True, seed=62, fast_kernel=fast_kernel)
+    run_dgrad([0, 70, 129, 5], 96, 144, "fast", torch.bfloat16, with_bias=True, seed=63, fast_kernel=fast_kernel)
+    run_wgrad([37, 0, 200, 5], 80, 48, "fast", torch.bfloat16, accumulate=False, seed=64, fast_kernel=fast_kernel)
+    run_fprop([0, 70, 129, 5], 36, 96, "fast", torch.bfloat16, with_bias=True, seed=65, fast_kernel=fast_kernel)
+
+
 def test_mostly_empty_experts():
     run_fprop([0, 0, 33, 0], 64, 64, "exact", torch.bfloat16, with_bias=False)
     run_wgrad([0, 0, 33, 0], 64, 64, "fast", torch.float32, accumulate=True)
