@@ -40,7 +40,7 @@ namespace ws {
 using wg::kBK;
 
 template <int BM_, int CONV_, int MMA_REGS_, int CONV_REGS_, int MMA_UNITS_, int CLUSTER_ = 1, int AHEAD_ = 0,
-          int RAW_STAGES_ = 6, int B_STAGES_ = 4, int EPI_ROW_BYTES_ = 0, int EPI_BUFS_ = 1>
+          int RAW_STAGES_ = 6, int B_STAGES_ = 4, int STAGED_EPI_ = 0>
 struct Shape {
   // kBAhead: the MMA threads convert their B share one K step ahead (after issuing the current step's wgmmas), off
   // the path between their A decode and their wgmma issue; otherwise the current step's share, before its wgmmas.
@@ -59,13 +59,13 @@ struct Shape {
   static constexpr int kConvThreads = 128 * kConv;
   static constexpr int kMmaRegs = MMA_REGS_, kConvRegs = CONV_REGS_;
   static constexpr int kRawStages = RAW_STAGES_, kBStages = B_STAGES_;
-  // Staged epilogue (kEpiRowBytes > 0, store_tile_staged): each MMA warp writes its 16 output rows, kEpiRowBytes of
-  // each per pass, into one of kEpiBufs shared-memory buffers and bulk-copies them to global memory
-  // (cp.async.bulk, async proxy), so the warp goes on to the next tile while the copies drain. 0: direct stores.
-  static constexpr int kEpiRowBytes = EPI_ROW_BYTES_, kEpiBufs = EPI_BUFS_;
-  static constexpr int kEpiPitchMax = kEpiRowBytes + 32;  // row pitch: payload + a bank-shifting pad (epi_pitch)
-  static constexpr int kEpiBufBytes = 16 * kEpiPitchMax;
-  static constexpr int kEpiBytes = kEpiRowBytes > 0 ? 4 * (BM / 64) * kEpiBufs * kEpiBufBytes : 0;
+  // Staged epilogue (kStagedEpi, store_tile_staged): each MMA warp writes its 16 output rows, kEpiRowBytes of each
+  // per pass, into its own shared-memory buffer and bulk-copies them to global memory (cp.async.bulk, async proxy).
+  // Otherwise direct stores (wg::store_tile).
+  static constexpr bool kStagedEpi = STAGED_EPI_ != 0;
+  static constexpr int kEpiRowBytes = 256;
+  static constexpr int kEpiBufBytes = 16 * (kEpiRowBytes + 32);  // 16 rows, pitch <= payload + 32 (store_tile_staged)
+  static constexpr int kEpiBytes = kStagedEpi ? 4 * kMma * kEpiBufBytes : 0;
   static constexpr int kBBytes = BN * 128;  // one fp16 B stage
   static constexpr int kRawA = BM * 32;     // 64 E2M1 codes = 32 bytes per row
   static constexpr int kRawB = kLoadBN * 32;
@@ -86,8 +86,6 @@ struct Shape {
   static constexpr int kBFullCount = kBWriterWarps, kBEmptyCount = kCluster * 4 * kMma;
   static constexpr int kBarBytes = 8 * 2 * (kRawStages + kBStages);
   static constexpr int kSmem = kBStages * kBBytes + kRawStages * kRaw + kBarBytes + kEpiBytes + 1024;
-  static_assert(kEpiRowBytes == 0 || ((kEpiRowBytes == 256 || kEpiRowBytes == 512) && (512 / (kEpiRowBytes > 0 ? kEpiRowBytes : 1)) % kEpiBufs == 0),
-                "staged epilogue: whole passes per tile for both output types, buffers reused in a fixed order");
   static_assert(BM == 64 || BM == 128, "one 128-row A scale tile");
   static_assert(kCluster == 1 || (kCluster == 2 && BM == 128 && kLoadBN % 128 == 0),
                 "two CTAs per cluster, each owning whole 128-row scale tiles of A and B");
@@ -103,13 +101,13 @@ using ShapeSkinny = Shape<64, 2, 200, 152, 2>;
 // (its converter 64 of them, 2 units per thread; its MMA threads the other 64, 1 unit each, one K step ahead) into
 // its own B stage and bulk-copies them into the peer's (docs/gemm.md, stop 13, has the variants measured).
 using ShapePair = Shape<128, 1, 200, 104, 1, 2, 1>;
-// bf16 output: the same three shapes with the staged epilogue (store_tile_staged; 256 bytes of each row per pass, one
-// buffer per MMA warp; the 128 x 256 kernel keeps 4 raw stages instead of 6 to make room). bf16 rows stored directly
+// bf16 output: the same three shapes with the staged epilogue (store_tile_staged; the 128 x 256 kernel keeps 4 raw
+// stages instead of 6 to make room for the buffers). bf16 rows stored directly
 // are 16-byte pieces of 8 rows per instruction (half sectors); staged, they leave as whole rows. fp32 output keeps the
 // direct stores (full sectors already): staged, it measured 2-4% slower (docs/gemm.md, stop 15).
-using ShapeLargeBf16 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 256, 1>;
-using ShapeSkinnyBf16 = Shape<64, 2, 200, 152, 2, 1, 0, 6, 4, 256, 1>;
-using ShapePairBf16 = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 256, 1>;
+using ShapeLargeBf16 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 1>;
+using ShapeSkinnyBf16 = Shape<64, 2, 200, 152, 2, 1, 0, 6, 4, 1>;
+using ShapePairBf16 = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 1>;
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -390,23 +388,21 @@ __device__ __forceinline__ bool staged_epilogue_ok(const Prob& p, int accumulate
 // wgmma m64n256: register 4j + 2h + e of lane l is row l/4 + 8h, column 8j + 2(l%4) + e). Per pass, kEpiRowBytes of
 // each row go into the warp's buffer `buf` (row pitch kEpiRowBytes + 32 (fp32) or + 16 (bf16): the 8 rows of one
 // store instruction then fall on distinct banks, 2 wavefronts per fp32 pair store, 1 per bf16 pair), then lane 0
-// bulk-copies the rows inside the problem (row < M, column < N) to global memory and commits one bulk group. A buffer
-// is rewritten only after the group that last read it has finished reading (wait_group.read), so the warp waits
-// only when it comes back to a buffer whose copies have not drained yet.
+// bulk-copies the rows inside the problem (row < M, column < N) to global memory and commits one bulk group. The
+// buffer is rewritten only after that group has finished reading it (wait_group.read): within a tile the warp may
+// wait there (fp32: 4 passes, bf16: 2), across tiles the copies have usually drained.
 template <class S, bool OUT_F32>
 __device__ __forceinline__ void store_tile_staged(const float (&acc)[S::R], const Prob& p, int row0, int col0,
-                                                  uint32_t bufs, int lane) {
+                                                  uint32_t buf, int lane) {
   constexpr int kSize = OUT_F32 ? 4 : 2;
   constexpr int kCols = S::kEpiRowBytes / kSize;  // columns per pass
   constexpr int kPasses = 256 / kCols;
   constexpr int kPitch = S::kEpiRowBytes + (OUT_F32 ? 32 : 16);
-  static_assert(kPasses % S::kEpiBufs == 0, "buffer b serves passes b, b + kEpiBufs, ...");
   const int r = lane >> 2, c = lane & 3;
   const float alpha = p.alpha;
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
-    const uint32_t buf = bufs + (pass % S::kEpiBufs) * S::kEpiBufBytes;
-    if (lane == 0) bulk_wait_read<S::kEpiBufs - 1>();  // this buffer's previous copies have read it
+    if (lane == 0) bulk_wait_read<0>();  // the previous pass's copies have read the buffer
     __syncwarp();
 #pragma unroll
     for (int jj = 0; jj < kCols / 8; ++jj) {
@@ -415,7 +411,7 @@ __device__ __forceinline__ void store_tile_staged(const float (&acc)[S::R], cons
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float y0 = __fmul_rn(alpha, acc[4 * j + 2 * h]), y1 = __fmul_rn(alpha, acc[4 * j + 2 * h + 1]);
-        if (p.bias && col < p.N) {  // N is a multiple of 4 here (staged_epilogue_ok), so col + 1 < N too
+        if (p.bias && col < p.N) {  // N * size is a multiple of 16 here (staged_epilogue_ok): col + 1 < N too
           y0 = __fadd_rn(y0, p.bias[col]);
           y1 = __fadd_rn(y1, p.bias[col + 1]);
         }
@@ -599,14 +595,14 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       wg::wgmma_wait<0>();
       wg::fence_regs(acc);
       if (prev_b >= 0) release_b_stage<S>(b_empty + 8 * prev_b, peer_delta, lane);
-      if constexpr (S::kEpiRowBytes > 0) {
+      if constexpr (S::kStagedEpi) {
         // The staged epilogue runs in every MMA warp, also in one whose rows are all past M (it then copies no row):
         // with its __syncwarp inside a branch on the warp's rows, ptxas gave up the uniform registers of the K loop's
         // ring addresses and sank the A decode past the b_full wait (5-15% slower; docs/gemm.md, stop 15).
         const Prob p = *pp;
         if (staged_epilogue_ok<OUT_F32>(p, accumulate)) {
-          const uint32_t bufs = bars + S::kBarBytes + (mt >> 5) * S::kEpiBufs * S::kEpiBufBytes;  // this warp's
-          store_tile_staged<S, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp, n0, bufs, lane);
+          const uint32_t buf = bars + S::kBarBytes + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
+          store_tile_staged<S, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane);
         } else if (m0 + 64 * wm < p.M) {
           wg::store_tile<S::WN, OUT_F32, /*UNDO=*/false>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2),
                                                          n0 + 2 * (lane & 3), accumulate);
@@ -621,7 +617,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       }
     }
     // the staged epilogue's last bulk copies have read this CTA's shared memory and written their rows
-    if constexpr (S::kEpiRowBytes > 0) {
+    if constexpr (S::kStagedEpi) {
       if (lane == 0) bulk_wait_all();
     }
   }
