@@ -102,9 +102,9 @@ using ShapeSkinny = Shape<64, 2, 200, 152, 2>;
 // its own B stage and bulk-copies them into the peer's (docs/gemm.md, stop 13, has the variants measured).
 using ShapePair = Shape<128, 1, 200, 104, 1, 2, 1>;
 // bf16 output: the same three shapes with the staged epilogue (store_tile_staged; the 128 x 256 kernel keeps 4 raw
-// stages instead of 6 to make room for the buffers). bf16 rows stored directly
-// are 16-byte pieces of 8 rows per instruction (half sectors); staged, they leave as whole rows. fp32 output keeps the
-// direct stores (full sectors already): staged, it measured 2-4% slower (docs/gemm.md, stop 15).
+// stages instead of 6 to make room for the buffers). bf16 rows stored directly are 16-byte pieces of 8 rows per
+// instruction (half sectors); staged, they leave as whole rows. fp32 output keeps the direct stores (full sectors
+// already): staged, it measured 2-4% slower (docs/gemm.md, stop 15).
 using ShapeLargeBf16 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 1>;
 using ShapeSkinnyBf16 = Shape<64, 2, 200, 152, 2, 1, 0, 6, 4, 1>;
 using ShapePairBf16 = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 1>;
