@@ -356,6 +356,24 @@ def test_bf16_staged_epilogue(kernel):
     run_fprop([0, 70, 129, 5], 36, 96, "fast", torch.bfloat16, with_bias=True, seed=65, fast_kernel=fast_kernel)
 
 
+# fp32 output goes through the whole-line epilogue (ws::store_tile_lines: 32 columns of a warp's 16 rows written to
+# shared memory and read back so that each store is 4 whole 128-byte rows, C and bias read the same way) when N is a
+# multiple of 4, and through the direct stores otherwise, in the same kernel. Its edges: a last column tile of 8
+# columns, N = 36 (9 pieces of 4 columns per row), N = 8 with a 5-row group (warps whose rows all lie past M), bias,
+# wgrad with and without accumulate (C read back on whole lines), dgrad, and N = 18 for the direct fallback.
+@pytest.mark.parametrize("kernel", ["auto", "skinny", "large", "pair"])
+def test_fp32_lines_epilogue(kernel):
+    fast_kernel = None if kernel == "auto" else kernel
+    run_fprop([0, 70, 129, 5], 264, 96, "fast", torch.float32, with_bias=True, seed=71, fast_kernel=fast_kernel)
+    run_fprop([3, 0, 40, 17], 36, 64, "fast", torch.float32, with_bias=True, seed=72, fast_kernel=fast_kernel)
+    run_fprop([5, 0, 1, 2], 8, 64, "fast", torch.float32, with_bias=True, seed=73, fast_kernel=fast_kernel)
+    run_dgrad([0, 70, 129, 5], 96, 144, "fast", torch.float32, with_bias=True, seed=74, fast_kernel=fast_kernel)
+    for accumulate in (False, True):
+        run_wgrad([37, 0, 200, 5], 80, 48, "fast", torch.float32, accumulate=accumulate, seed=75,
+                  fast_kernel=fast_kernel)
+    run_fprop([0, 70, 129, 5], 18, 96, "fast", torch.float32, with_bias=True, seed=76, fast_kernel=fast_kernel)
+
+
 def test_mostly_empty_experts():
     run_fprop([0, 0, 33, 0], 64, 64, "exact", torch.bfloat16, with_bias=False)
     run_wgrad([0, 0, 33, 0], 64, 64, "fast", torch.float32, accumulate=True)

@@ -161,6 +161,14 @@ def test_quantize_largest():
     check_case(x, rowwise=True, columnwise=True, rht=True, block=(16, 16), rounding="sr", seed=2**63 + 5, offset=9)
 
 
+@pytest.mark.parametrize("rht,kind", [(False, "normal"), (True, "normal"), (True, "special")])
+def test_fast_quantize_many_tiles(rht, kind):
+    """bf16, RN, 1x16 blocks (the fast kernel, nvfp4_fast_v4.cuh) on 4096 x 5120: 1280 tiles of 128 x 128, more
+    than two waves of CTAs on an H100, with and without RHT, and with NaN blocks (its slow branches)."""
+    x = make_input(4096, 5120, kind=kind, seed=5 + rht)
+    check_case(x, rowwise=True, columnwise=True, rht=rht, block=(1, 16), rounding="rn")
+
+
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
 @pytest.mark.parametrize("m,k", [(1, 16), (17, 48), (129, 64), (300, 4096), (1000, 5120)])
 def test_quantize_other_dtypes(dtype, m, k):
@@ -361,6 +369,20 @@ def test_group_quantize_random_splits(e):
     kw = dict(rowwise=True, columnwise=True, rht=True, block=(1, 16), rounding="sr", seed=e, offset=0)
     ref = oracle.group_quantize(x, splits, **kw)
     check_grouped(run_group_poisoned(to_cuda(x), splits, swizzled=True, **kw), ref, True)
+
+
+@pytest.mark.parametrize("rht", [False, True])
+def test_group_fast_quantize_64_groups(rht):
+    """The fast kernel on 64 skewed groups (empty and unaligned ones included), 8192 x 1024: each group's tiles
+    take that group's amaxes and multiplier table (the other grouped fast-path cases have E <= 7 or SR)."""
+    rng = np.random.default_rng(64 + rht)
+    splits = random_splits(rng, 8192, 64)
+    x = make_input(8192, 1024, kind="normal", seed=17 + rht)
+    kw = dict(rowwise=True, columnwise=True, rht=rht, block=(1, 16), rounding="rn")
+    ref = oracle.group_quantize(x, splits, **kw)
+    x_t = to_cuda(x)
+    for swizzled in (True, False):
+        check_grouped(run_group_poisoned(x_t, splits, swizzled=swizzled, **kw), ref, swizzled)
 
 
 def test_group_quantize_large_k():

@@ -62,10 +62,13 @@ struct Shape {
   // Staged epilogue (kStagedEpi, store_tile_staged): each MMA warp writes its 16 output rows, kEpiRowBytes of each
   // per pass, into its own shared-memory buffer and bulk-copies them to global memory (cp.async.bulk, async proxy).
   // Otherwise direct stores (wg::store_tile).
-  static constexpr bool kStagedEpi = STAGED_EPI_ != 0;
+  // STAGED_EPI_ == 2 (kLinesEpi, fp32 output, store_tile_lines): each MMA warp writes 32 columns (128 bytes) of its
+  // 16 rows into its own 2 KB buffer and reads them back so that every st.global writes 4 whole 128-byte lines.
+  static constexpr bool kStagedEpi = STAGED_EPI_ == 1;
+  static constexpr bool kLinesEpi = STAGED_EPI_ == 2;
   static constexpr int kEpiRowBytes = 256;
-  static constexpr int kEpiBufBytes = 16 * (kEpiRowBytes + 32);  // 16 rows, pitch <= payload + 32 (store_tile_staged)
-  static constexpr int kEpiBytes = kStagedEpi ? 4 * kMma * kEpiBufBytes : 0;
+  static constexpr int kEpiBufBytes = kLinesEpi ? 16 * 128 : 16 * (kEpiRowBytes + 32);  // 16 rows per warp
+  static constexpr int kEpiBytes = STAGED_EPI_ != 0 ? 4 * kMma * kEpiBufBytes : 0;
   static constexpr int kBBytes = BN * 128;  // one fp16 B stage
   static constexpr int kRawA = BM * 32;     // 64 E2M1 codes = 32 bytes per row
   static constexpr int kRawB = kLoadBN * 32;
@@ -101,13 +104,19 @@ using ShapeSkinny = Shape<64, 2, 200, 152, 2>;
 // (its converter 64 of them, 2 units per thread; its MMA threads the other 64, 1 unit each, one K step ahead) into
 // its own B stage and bulk-copies them into the peer's (docs/gemm.md, stop 13, has the variants measured).
 using ShapePair = Shape<128, 1, 200, 104, 1, 2, 1>;
-// bf16 output: the same three shapes with the staged epilogue (store_tile_staged; the 128 x 256 kernel keeps 4 raw
-// stages instead of 6 to make room for the buffers). bf16 rows stored directly are 16-byte pieces of 8 rows per
-// instruction (half sectors); staged, they leave as whole rows. fp32 output keeps the direct stores (full sectors
-// already): staged, it measured 2-4% slower (docs/gemm.md, stop 15).
+// The launched shapes are the three above with an epilogue per output type (docs/gemm.md, stops 15 and 16). Stored
+// directly from the accumulator layout, each instruction writes 8 rows x 16 bytes (bf16, half sectors) or 8 rows x
+// 32 bytes (fp32).
+// bf16 output: the staged epilogue (store_tile_staged, rows leave as bulk copies; the 128 x 256 kernel keeps 4 raw
+// stages instead of 6 to make room for the buffers).
 using ShapeLargeBf16 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 1>;
 using ShapeSkinnyBf16 = Shape<64, 2, 200, 152, 2, 1, 0, 6, 4, 1>;
 using ShapePairBf16 = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 1>;
+// fp32 output: the whole-line epilogue (store_tile_lines, 2 KB per MMA warp; +5% on E64 wgrad and fp32 fprop against
+// the direct stores; the staged bulk copies measured 2-4% slower than direct ones for fp32).
+using ShapeLargeF32 = Shape<128, 1, 200, 104, 2, 1, 0, 6, 4, 2>;
+using ShapeSkinnyF32 = Shape<64, 2, 200, 152, 2, 1, 0, 6, 4, 2>;
+using ShapePairF32 = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 2>;
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -441,6 +450,68 @@ __device__ __forceinline__ void store_tile_staged(const float (&acc)[S::R], cons
   }
 }
 
+// Whether store_tile_lines can write this group's fp32 output: rows of whole 16-byte pieces (N and the row pitch
+// multiples of 4), a 16-byte aligned base and bias.
+__device__ __forceinline__ bool lines_epilogue_ok(const Prob& p) {
+  return ((p.N | p.ldd) & 3) == 0 &&
+         ((reinterpret_cast<uintptr_t>(p.d) | reinterpret_cast<uintptr_t>(p.bias)) & 15u) == 0;
+}
+
+// Whole-line epilogue of one MMA warp (kLinesEpi), fp32 output (SPEC 12.2 order, as wg::store_tile: y = alpha*acc; y += C;
+// y += bias). The warp owns rows row0 + [0, 16), columns col0 + [0, 256) (accumulator layout of wgmma m64n256:
+// register 4j + 2h + e of lane l is row l/4 + 8h, column 8j + 2(l%4) + e). Per chunk of 32 columns it writes
+// RN(alpha * acc) into its 16 x 128-byte buffer in that layout, then reads the buffer back as one 16-byte piece per
+// lane (lanes 8i..8i+7: pieces 0..7 of one row), adds C and the bias on those pieces and stores them: every global
+// access is 4 whole 128-byte rows. Piece k of buffer row r sits at slot k ^ (2r mod 8): the half-warp's 8-byte
+// fragment stores (rows r..r+3) and the read-back are then free of bank conflicts. Runs in every MMA warp, also in
+// one whose rows all lie past M (no store then): its __syncwarp must not sit in a branch on per-warp values (stop 15).
+template <class S>
+__device__ __forceinline__ void store_tile_lines(const float (&acc)[S::R], const Prob& p, int row0, int col0,
+                                                 uint32_t buf, int lane, int accumulate) {
+  const int q = lane & 3, r = lane >> 2;
+  const int piece = lane & 7, prow = lane >> 3;
+  const float alpha = p.alpha;
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {  // chunks of 32 columns
+    __syncwarp();                // the previous chunk's read-back is done with the buffer
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      const int j = 4 * c + jj;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int lr = r + 8 * h;
+        const int k = 2 * jj + (q >> 1);  // the 16-byte piece of columns 8 jj + 2 q, + 1
+        const uint32_t a = buf + lr * 128 + ((k ^ ((2 * lr) & 7)) << 4) + ((q & 1) << 3);
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(__fmul_rn(alpha, acc[4 * j + 2 * h])),
+                     "f"(__fmul_rn(alpha, acc[4 * j + 2 * h + 1]))
+                     : "memory");
+      }
+    }
+    __syncwarp();
+    const int col = col0 + 32 * c + 4 * piece;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if (i > 0) __syncwarp();  // one piece in flight at a time (fewer live registers next to the accumulators)
+      const int lr = prow + 4 * i;
+      const uint4 v = wg::lds128(buf + lr * 128 + ((piece ^ ((2 * lr) & 7)) << 4));
+      const int row = row0 + lr;
+      if (row < p.M && col < p.N) {  // N % 4 == 0: the whole piece lies inside the row
+        float* dp = static_cast<float*>(p.d) + static_cast<long long>(row) * p.ldd + col;
+        float4 y = make_float4(__uint_as_float(v.x), __uint_as_float(v.y), __uint_as_float(v.z), __uint_as_float(v.w));
+        if (accumulate) {
+          const float4 cv = *reinterpret_cast<const float4*>(dp);
+          y = make_float4(__fadd_rn(y.x, cv.x), __fadd_rn(y.y, cv.y), __fadd_rn(y.z, cv.z), __fadd_rn(y.w, cv.w));
+        }
+        if (p.bias) {
+          const float4 b = *reinterpret_cast<const float4*>(p.bias + col);
+          y = make_float4(__fadd_rn(y.x, b.x), __fadd_rn(y.y, b.y), __fadd_rn(y.z, b.z), __fadd_rn(y.w, b.w));
+        }
+        *reinterpret_cast<float4*>(dp) = y;
+      }
+    }
+  }
+}
+
 template <class S, bool OUT_F32>
 __global__ void __launch_bounds__(S::kThreads, 1)
     ws_gemm_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate) {
@@ -596,13 +667,23 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       wg::fence_regs(acc);
       if (prev_b >= 0) release_b_stage<S>(b_empty + 8 * prev_b, peer_delta, lane);
       if constexpr (S::kStagedEpi) {
-        // The staged epilogue runs in every MMA warp, also in one whose rows are all past M (it then copies no row):
-        // with its __syncwarp inside a branch on the warp's rows, ptxas gave up the uniform registers of the K loop's
-        // ring addresses and sank the A decode past the b_full wait (5-15% slower; docs/gemm.md, stop 15).
+        // The staged (and the whole-line) epilogue runs in every MMA warp, also in one whose rows are all past M (it
+        // then stores no row): with its __syncwarp inside a branch on the warp's rows, ptxas gave up the uniform
+        // registers of the K loop's ring addresses and sank the A decode past the b_full wait (5-15% slower;
+        // docs/gemm.md, stop 15). (The two branches stay separate: merged, ptxas scheduled every kernel differently.)
         const Prob p = *pp;
         if (staged_epilogue_ok<OUT_F32>(p, accumulate)) {
           const uint32_t buf = bars + S::kBarBytes + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
           store_tile_staged<S, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane);
+        } else if (m0 + 64 * wm < p.M) {
+          wg::store_tile<S::WN, OUT_F32, /*UNDO=*/false>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2),
+                                                         n0 + 2 * (lane & 3), accumulate);
+        }
+      } else if constexpr (S::kLinesEpi) {
+        const Prob p = *pp;
+        if (lines_epilogue_ok(p)) {
+          const uint32_t buf = bars + S::kBarBytes + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
+          store_tile_lines<S>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane, accumulate);
         } else if (m0 + 64 * wm < p.M) {
           wg::store_tile<S::WN, OUT_F32, /*UNDO=*/false>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2),
                                                          n0 + 2 * (lane & 3), accumulate);
@@ -627,6 +708,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
 
 template <class S, bool OUT_F32>
 void launch(const LaunchArgs& a, cudaStream_t s) {
+  static_assert(!S::kLinesEpi || OUT_F32, "the whole-line epilogue stores fp32 output");
   wg::launch_persistent<ws_gemm_kernel<S, OUT_F32>, S::kThreads, S::kSmem, S::kCluster>(a, s);
 }
 
