@@ -9,9 +9,9 @@ void launch_wgmma_fast(const LaunchArgs& a, cudaStream_t s) {
   if (a.tile_m == ws::ShapePair::kTileM) {
     launch_wgmma_pair(a, s);
   } else if (a.tile_m == ws::ShapeSkinny::BM) {
-    if (a.out_f32) ws::launch<ws::ShapeSkinnyF32, true>(a, s); else ws::launch<ws::ShapeSkinnyBf16, false>(a, s);
+    if (a.out_f32) ws::launch<ws::ShapeSkinny, true>(a, s); else ws::launch<ws::ShapeSkinnyBf16, false>(a, s);
   } else {
-    if (a.out_f32) ws::launch<ws::ShapeLargeF32, true>(a, s); else ws::launch<ws::ShapeLargeBf16, false>(a, s);
+    if (a.out_f32) ws::launch<ws::ShapeLarge, true>(a, s); else ws::launch<ws::ShapeLargeBf16, false>(a, s);
   }
 }
 

@@ -6,7 +6,7 @@
 namespace nvfp4_gemm {
 
 void launch_wgmma_pair(const LaunchArgs& a, cudaStream_t s) {
-  if (a.out_f32) ws::launch<ws::ShapePairF32, true>(a, s); else ws::launch<ws::ShapePairBf16, false>(a, s);
+  if (a.out_f32) ws::launch<ws::ShapePair, true>(a, s); else ws::launch<ws::ShapePairBf16, false>(a, s);
 }
 
 }  // namespace nvfp4_gemm

@@ -59,16 +59,18 @@ struct Shape {
   static constexpr int kConvThreads = 128 * kConv;
   static constexpr int kMmaRegs = MMA_REGS_, kConvRegs = CONV_REGS_;
   static constexpr int kRawStages = RAW_STAGES_, kBStages = B_STAGES_;
-  // Staged epilogue (kStagedEpi, store_tile_staged): each MMA warp writes its 16 output rows, kEpiRowBytes of each
-  // per pass, into its own shared-memory buffer and bulk-copies them to global memory (cp.async.bulk, async proxy).
-  // Otherwise direct stores (wg::store_tile).
-  // STAGED_EPI_ == 2 (kLinesEpi, fp32 output, store_tile_lines): each MMA warp writes 32 columns (128 bytes) of its
-  // 16 rows into its own 2 KB buffer and reads them back so that every st.global writes 4 whole 128-byte lines.
+  // The epilogue (STAGED_EPI_), each through a shared-memory buffer per MMA warp; both fall back to the direct
+  // stores (wg::store_tile) for the groups they cannot write:
+  //   1 (kStagedEpi, bf16 output, store_tile_staged): kEpiRowBytes of each of the warp's 16 output rows per pass,
+  //     bulk-copied to global memory (cp.async.bulk, async proxy);
+  //   2 (kLinesEpi, fp32 output, store_tile_lines): 32 columns (128 bytes) of the 16 rows, read back so that every
+  //     st.global writes 4 whole 128-byte lines.
+  static_assert(STAGED_EPI_ == 1 || STAGED_EPI_ == 2, "choose an epilogue");
   static constexpr bool kStagedEpi = STAGED_EPI_ == 1;
   static constexpr bool kLinesEpi = STAGED_EPI_ == 2;
   static constexpr int kEpiRowBytes = 256;
   static constexpr int kEpiBufBytes = kLinesEpi ? 16 * 128 : 16 * (kEpiRowBytes + 32);  // 16 rows per warp
-  static constexpr int kEpiBytes = STAGED_EPI_ != 0 ? 4 * kMma * kEpiBufBytes : 0;
+  static constexpr int kEpiBytes = 4 * kMma * kEpiBufBytes;
   static constexpr int kBBytes = BN * 128;  // one fp16 B stage
   static constexpr int kRawA = BM * 32;     // 64 E2M1 codes = 32 bytes per row
   static constexpr int kRawB = kLoadBN * 32;
@@ -97,26 +99,22 @@ struct Shape {
 };
 // 128 x 256 tiles: two MMA warpgroups, one converter (104 + 2 x 200 = 3 x 168 registers per thread-slot); the MMA
 // threads convert half of B (2 units each, between their wgmma issues), the converter the other half (4 units).
-using ShapeLarge = Shape<128, 1, 200, 104, 2>;
+using ShapeLarge = Shape<128, 1, 200, 104, 2, 1, 0, 6, 4, 2>;
 // 64 x 256 tiles (few rows per group): one MMA warpgroup, two converters (B conversion is the bottleneck there).
-using ShapeSkinny = Shape<64, 2, 200, 152, 2>;
+using ShapeSkinny = Shape<64, 2, 200, 152, 2, 1, 0, 6, 4, 2>;
 // 256 x 256 cluster tiles of two CTAs (128 x 256 each) sharing the B conversion: each CTA dequantizes 128 B rows
 // (its converter 64 of them, 2 units per thread; its MMA threads the other 64, 1 unit each, one K step ahead) into
 // its own B stage and bulk-copies them into the peer's (docs/gemm.md, stop 13, has the variants measured).
-using ShapePair = Shape<128, 1, 200, 104, 1, 2, 1>;
-// The launched shapes are the three above with an epilogue per output type (docs/gemm.md, stops 15 and 16). Stored
-// directly from the accumulator layout, each instruction writes 8 rows x 16 bytes (bf16, half sectors) or 8 rows x
-// 32 bytes (fp32).
-// bf16 output: the staged epilogue (store_tile_staged, rows leave as bulk copies; the 128 x 256 kernel keeps 4 raw
-// stages instead of 6 to make room for the buffers).
+using ShapePair = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 2>;
+// The three shapes above store fp32 output with the whole-line epilogue (store_tile_lines, 2 KB per MMA warp; +5% on
+// E64 wgrad and fp32 fprop against the direct stores, which write 8 rows x 32 bytes per instruction; the staged bulk
+// copies measured 2-4% slower than direct ones for fp32: docs/gemm.md, stops 15 and 16).
+// bf16 output: the same shapes with the staged epilogue (store_tile_staged, rows leave as bulk copies instead of 8
+// rows x 16 bytes, half sectors, per instruction; the 128 x 256 kernel keeps 4 raw stages instead of 6 to make room
+// for the buffers).
 using ShapeLargeBf16 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 1>;
 using ShapeSkinnyBf16 = Shape<64, 2, 200, 152, 2, 1, 0, 6, 4, 1>;
 using ShapePairBf16 = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 1>;
-// fp32 output: the whole-line epilogue (store_tile_lines, 2 KB per MMA warp; +5% on E64 wgrad and fp32 fprop against
-// the direct stores; the staged bulk copies measured 2-4% slower than direct ones for fp32).
-using ShapeLargeF32 = Shape<128, 1, 200, 104, 2, 1, 0, 6, 4, 2>;
-using ShapeSkinnyF32 = Shape<64, 2, 200, 152, 2, 1, 0, 6, 4, 2>;
-using ShapePairF32 = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 2>;
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -679,19 +677,12 @@ __global__ void __launch_bounds__(S::kThreads, 1)
           wg::store_tile<S::WN, OUT_F32, /*UNDO=*/false>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2),
                                                          n0 + 2 * (lane & 3), accumulate);
         }
-      } else if constexpr (S::kLinesEpi) {
+      } else {  // kLinesEpi
         const Prob p = *pp;
         if (lines_epilogue_ok(p)) {
           const uint32_t buf = bars + S::kBarBytes + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
           store_tile_lines<S>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane, accumulate);
         } else if (m0 + 64 * wm < p.M) {
-          wg::store_tile<S::WN, OUT_F32, /*UNDO=*/false>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2),
-                                                         n0 + 2 * (lane & 3), accumulate);
-        }
-      } else {
-        const int M = __ldg(&pp->M);
-        if (m0 + 64 * wm < M) {
-          const Prob p = *pp;
           wg::store_tile<S::WN, OUT_F32, /*UNDO=*/false>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2),
                                                          n0 + 2 * (lane & 3), accumulate);
         }
