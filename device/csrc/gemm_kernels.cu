@@ -76,8 +76,8 @@ void launch_setup(const SetupArgs& a, cudaStream_t s) { setup_kernel<<<1, 256, 0
 void pick_tile(bool exact, long long rows_per_group, long long contraction_per_group, int force, int* tile_m,
                int* tile_n) {
   if (exact) {
-    *tile_m = wg::ShapeExact::BM;
-    *tile_n = wg::ShapeExact::BN;
+    *tile_m = ws::ShapeExactWs::BM;
+    *tile_n = ws::ShapeExactWs::BN;
   } else if (force == 3 || (force == 0 && rows_per_group >= 256 && contraction_per_group >= 1024)) {
     // large groups and long K loops: 2-CTA clusters share the B conversion (docs/gemm.md, stop 13: with 256-long
     // K loops, E=64 wgrad, the 128 x 256 kernel stays faster)

@@ -40,12 +40,16 @@ namespace ws {
 using wg::kBK;
 
 template <int BM_, int CONV_, int MMA_REGS_, int CONV_REGS_, int MMA_UNITS_, int CLUSTER_ = 1, int AHEAD_ = 0,
-          int RAW_STAGES_ = 6, int B_STAGES_ = 4, int STAGED_EPI_ = 0>
+          int RAW_STAGES_ = 6, int B_STAGES_ = 4, int STAGED_EPI_ = 0, int EXACT_ = 0>
 struct Shape {
   // kBAhead: the MMA threads convert their B share one K step ahead (after issuing the current step's wgmmas), off
   // the path between their A decode and their wgmma issue; otherwise the current step's share, before its wgmmas.
   static constexpr bool kBAhead = AHEAD_ != 0;
-  static constexpr int BM = BM_, BN = 256, WN = 256, R = 128;
+  // kExact (SPEC 12.2, exact mode): every 16-block is one wgmma.m64n128k16 with scale-d = 0 into a partial fragment
+  // (exact: SPEC 12.6 with C = 0 and products on one grid, see the MMA loop), added to the accumulator with __fadd_rn
+  // in K order. Two partial fragments and the accumulator take 192 registers, so the tile is 128 columns wide.
+  static constexpr bool kExact = EXACT_ != 0;
+  static constexpr int BM = BM_, BN = kExact ? 128 : 256, WN = BN, R = WN / 2;
   // kCluster CTAs (a thread-block cluster along M) share one 256-column B tile: CTA rank r computes output rows
   // [m0 + BM r, m0 + BM r + BM) of a (kCluster BM) x BN cluster tile, and loads and dequantizes only B rows
   // [kLoadBN r, kLoadBN r + kLoadBN) of it into its own fp16 B stage, then bulk-copies them into the peer's
@@ -92,9 +96,13 @@ struct Shape {
   static constexpr int kBarBytes = 8 * 2 * (kRawStages + kBStages);
   static constexpr int kSmem = kBStages * kBBytes + kRawStages * kRaw + kBarBytes + kEpiBytes + 1024;
   static_assert(BM == 64 || BM == 128, "one 128-row A scale tile");
+  static_assert(!kExact || (kCluster == 1 && !kBAhead), "exact mode: one CTA, the B share converted per step");
   static_assert(kCluster == 1 || (kCluster == 2 && BM == 128 && kLoadBN % 128 == 0),
                 "two CTAs per cluster, each owning whole 128-row scale tiles of A and B");
-  static_assert(kMma * 128 * kMmaRegs + kConvThreads * kConvRegs <= 65536, "register file");
+  // setmaxnreg moves registers inside the CTA's launch allocation (the launch bound's per-thread count, a multiple of
+  // 8: 168 for 384 threads): a setmaxnreg.inc that asks for more than the decs released waits forever.
+  static_assert(kMma * kMmaRegs + kConv * kConvRegs <= (kMma + kConv) * (65536 / kThreads / 8 * 8),
+                "setmaxnreg: the MMA warpgroups get only what the converters give back");
   static_assert(kSmem <= 227 * 1024, "shared memory");
 };
 // 128 x 256 tiles: two MMA warpgroups, one converter (104 + 2 x 200 = 3 x 168 registers per thread-slot); the MMA
@@ -115,6 +123,11 @@ using ShapePair = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 2>;
 using ShapeLargeBf16 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 1>;
 using ShapeSkinnyBf16 = Shape<64, 2, 200, 152, 2, 1, 0, 6, 4, 1>;
 using ShapePairBf16 = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 1>;
+// Exact mode (SPEC 12.2): 128 x 128 tiles, two MMA warpgroups (64 x 128 each: accumulator + two partial fragments =
+// 192 registers) that also convert B rows [64, 128) (1 unit per thread), one converter warpgroup (rows [0, 64), 2 units
+// per thread; 72 + 2 x 216 = 3 x 168 registers); fp32 or bf16 output as above.
+using ShapeExactWs = Shape<128, 1, 216, 72, 1, 1, 0, 6, 4, 2, 1>;
+using ShapeExactWsBf16 = Shape<128, 1, 216, 72, 1, 1, 0, 6, 4, 1, 1>;
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -403,7 +416,7 @@ __device__ __forceinline__ void store_tile_staged(const float (&acc)[S::R], cons
                                                   uint32_t buf, int lane) {
   constexpr int kSize = OUT_F32 ? 4 : 2;
   constexpr int kCols = S::kEpiRowBytes / kSize;  // columns per pass
-  constexpr int kPasses = 256 / kCols;
+  constexpr int kPasses = S::WN / kCols;
   constexpr int kPitch = S::kEpiRowBytes + (OUT_F32 ? 32 : 16);
   const int r = lane >> 2, c = lane & 3;
   const float alpha = p.alpha;
@@ -470,7 +483,7 @@ __device__ __forceinline__ void store_tile_lines(const float (&acc)[S::R], const
   const int piece = lane & 7, prow = lane >> 3;
   const float alpha = p.alpha;
 #pragma unroll
-  for (int c = 0; c < 8; ++c) {  // chunks of 32 columns
+  for (int c = 0; c < S::WN / 32; ++c) {  // chunks of 32 columns
     __syncwarp();                // the previous chunk's read-back is done with the buffer
 #pragma unroll
     for (int jj = 0; jj < 4; ++jj) {
@@ -624,46 +637,100 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       float acc[S::R];
 #pragma unroll
       for (int i = 0; i < S::R; ++i) acc[i] = 0.0f;
-      uint32_t a_even[4][4], a_odd[4][4];
-      int prev_b = -1;  // B stage read by the wgmmas still in flight (released once they complete)
-      // One K step: A fragments of the raw stage into `cur` (the wgmmas of the previous step still read the other
-      // set), then the 4 wgmmas over the fp16 B stage; wait for the previous step's wgmmas and release its B stage.
-      auto step = [&](uint32_t(&cur)[4][4]) {
-        const uint32_t raw_st = raw_ring + raw.stage * S::kRaw;
-        mbar_wait(raw_full + 8 * raw.stage, raw.phase);
-        wg::fence_uregs(cur);
-        convert_a_frags_f16(raw_st, ao, a_scale_adj, cur);
-        if constexpr (S::kMmaUnits > 0 && !S::kBAhead) convert_b_share(raw, bst);  // this step's share of B
-        mbar_arrive(raw_empty + 8 * raw.stage);  // (kBAhead: the B share of this stage was converted a step ago)
-        raw.next();
-        mbar_wait(b_full + 8 * bst.stage, bst.phase);  // this CTA's rows stored, the peer's rows copied in
-        const uint32_t b_addr = b_ring + bst.stage * S::kBBytes;
-        wg::fence_regs(acc);
-        wg::fence_uregs(cur);
-        wg::wgmma_fence();
+      if constexpr (S::kExact) {
+        // Exact mode (SPEC 12.2): block j of a K step is one wgmma with scale-d = 0 into a partial fragment, then
+        // acc = RN(acc + partial) in K order. The partial is exact: its 16 products are exact (fp16 operands
+        // v = E2M1 * sf) and multiples of q = sfA * sfB / 4 below 144 q, so the step's truncation grid 2^(E - 25)
+        // (SPEC 12.6, E the largest product exponent, C = 0) lies below q, and the sum (below 2304 q < 2^12 q) fits
+        // fp32. Two partial fragments alternate so that one block's wgmma runs while the previous block is added;
+        // a partial is read only after wait_group 1 has shown its wgmma complete.
+        uint32_t a_frag[4][4];
+        float part0[S::R], part1[S::R];
+        auto add_partial = [&](float(&part)[S::R]) {
+          wg::fence_regs(part);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) wgmma_m64n256k16_rs_f16(acc, cur[j], wg::sw128_desc(b_addr + 32 * j), 1);
-        wg::wgmma_commit();
+          for (int i = 0; i < S::R; ++i) acc[i] = __fadd_rn(acc[i], part[i]);
+        };
+        for (int kt = 0; kt < KT; ++kt) {
+          const uint32_t raw_st = raw_ring + raw.stage * S::kRaw;
+          mbar_wait(raw_full + 8 * raw.stage, raw.phase);
+          wg::fence_uregs(a_frag);
+          convert_a_frags_f16(raw_st, ao, a_scale_adj, a_frag);
+          if constexpr (S::kMmaUnits > 0) convert_b_share(raw, bst);  // this step's share of B
+          mbar_arrive(raw_empty + 8 * raw.stage);
+          raw.next();
+          mbar_wait(b_full + 8 * bst.stage, bst.phase);
+          const uint32_t b_addr = b_ring + bst.stage * S::kBBytes;
+          wg::fence_uregs(a_frag);
+          wg::wgmma_fence();
+          wgmma_m64n128k16_rs_f16(part0, a_frag[0], wg::sw128_desc(b_addr), 0);
+          wg::wgmma_commit();
+          wgmma_m64n128k16_rs_f16(part1, a_frag[1], wg::sw128_desc(b_addr + 32), 0);
+          wg::wgmma_commit();
+          wg::fence_regs(part0);
+          wg::fence_regs(part1);
+          wg::wgmma_wait<1>();  // block 0 done
+          add_partial(part0);
+          wg::wgmma_fence();
+          wgmma_m64n128k16_rs_f16(part0, a_frag[2], wg::sw128_desc(b_addr + 64), 0);
+          wg::wgmma_commit();
+          wg::fence_regs(part0);
+          wg::wgmma_wait<1>();  // block 1 done
+          add_partial(part1);
+          wg::wgmma_fence();
+          wgmma_m64n128k16_rs_f16(part1, a_frag[3], wg::sw128_desc(b_addr + 96), 0);
+          wg::wgmma_commit();
+          wg::fence_regs(part1);
+          wg::wgmma_wait<1>();  // block 2 done
+          add_partial(part0);
+          wg::wgmma_wait<0>();  // block 3 done: the B stage and the A registers are free
+          release_b_stage<S>(b_empty + 8 * bst.stage, peer_delta, lane);
+          bst.next();
+          add_partial(part1);
+        }
         wg::fence_regs(acc);
-        wg::fence_uregs(cur);
-        // the next step's B share while this step's wgmmas run (its B stage was last read by the wgmmas of step
-        // k - 3, released during step k - 2)
-        if constexpr (S::kMmaUnits > 0 && S::kBAhead) convert_next_b_share();
-        wg::wgmma_wait<1>();  // the previous step's wgmmas are done with their B stage and A registers
+      } else {
+        uint32_t a_even[4][4], a_odd[4][4];
+        int prev_b = -1;  // B stage read by the wgmmas still in flight (released once they complete)
+        // One K step: A fragments of the raw stage into `cur` (the wgmmas of the previous step still read the other
+        // set), then the 4 wgmmas over the fp16 B stage; wait for the previous step's wgmmas and release its B stage.
+        auto step = [&](uint32_t(&cur)[4][4]) {
+          const uint32_t raw_st = raw_ring + raw.stage * S::kRaw;
+          mbar_wait(raw_full + 8 * raw.stage, raw.phase);
+          wg::fence_uregs(cur);
+          convert_a_frags_f16(raw_st, ao, a_scale_adj, cur);
+          if constexpr (S::kMmaUnits > 0 && !S::kBAhead) convert_b_share(raw, bst);  // this step's share of B
+          mbar_arrive(raw_empty + 8 * raw.stage);  // (kBAhead: the B share of this stage was converted a step ago)
+          raw.next();
+          mbar_wait(b_full + 8 * bst.stage, bst.phase);  // this CTA's rows stored, the peer's rows copied in
+          const uint32_t b_addr = b_ring + bst.stage * S::kBBytes;
+          wg::fence_regs(acc);
+          wg::fence_uregs(cur);
+          wg::wgmma_fence();
+#pragma unroll
+          for (int j = 0; j < 4; ++j) wgmma_m64n256k16_rs_f16(acc, cur[j], wg::sw128_desc(b_addr + 32 * j), 1);
+          wg::wgmma_commit();
+          wg::fence_regs(acc);
+          wg::fence_uregs(cur);
+          // the next step's B share while this step's wgmmas run (its B stage was last read by the wgmmas of step
+          // k - 3, released during step k - 2)
+          if constexpr (S::kMmaUnits > 0 && S::kBAhead) convert_next_b_share();
+          wg::wgmma_wait<1>();  // the previous step's wgmmas are done with their B stage and A registers
+          if (prev_b >= 0) release_b_stage<S>(b_empty + 8 * prev_b, peer_delta, lane);
+          prev_b = bst.stage;
+          bst.next();
+        };
+        // (explicit exits: with `kt + 1 < KT` guarding the odd step, ptxas sees a path even -> even with the first
+        // set still in flight and serialises every wgmma, C7513)
+        for (int kt = 0; kt < KT; kt += 2) {
+          step(a_even);
+          if (kt + 1 == KT) break;
+          step(a_odd);
+        }
+        wg::wgmma_wait<0>();
+        wg::fence_regs(acc);
         if (prev_b >= 0) release_b_stage<S>(b_empty + 8 * prev_b, peer_delta, lane);
-        prev_b = bst.stage;
-        bst.next();
-      };
-      // (explicit exits: with `kt + 1 < KT` guarding the odd step, ptxas sees a path even -> even with the first
-      // set still in flight and serialises every wgmma, C7513)
-      for (int kt = 0; kt < KT; kt += 2) {
-        step(a_even);
-        if (kt + 1 == KT) break;
-        step(a_odd);
       }
-      wg::wgmma_wait<0>();
-      wg::fence_regs(acc);
-      if (prev_b >= 0) release_b_stage<S>(b_empty + 8 * prev_b, peer_delta, lane);
       if constexpr (S::kStagedEpi) {
         // The staged (and the whole-line) epilogue runs in every MMA warp, also in one whose rows are all past M (it
         // then stores no row): with its __syncwarp inside a branch on the warp's rows, ptxas gave up the uniform

@@ -24,7 +24,7 @@ for n in (128, 256):
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }}
 """)
-for n, ty, suffix in ((256, "f16", "_f16"),):
+for n, ty, suffix in ((128, "f16", "_f16"), (256, "f16", "_f16")):
     r = n // 2
     regs = ", ".join(f"%{i}" for i in range(r))
     cons = ", ".join(f'"+f"(d[{i}])' for i in range(r))
