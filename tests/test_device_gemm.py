@@ -341,19 +341,27 @@ def test_fprop_n_not_multiple_of_16(n, mode_kernel):
     run_fprop([33, 0, 300, 1], n, 160, mode, torch.bfloat16, with_bias=n % 2 == 1, seed=52, fast_kernel=fast_kernel)
 
 
+def _epilogue_test_mode(kernel: str) -> tuple[str, str | None]:
+    """(mode, fast_kernel) of an epilogue test's kernel name: a fast kernel ("auto" = by the sizes) or "exact" (the
+    exact-mode kernel, 128-column tiles, same epilogues)."""
+    if kernel == "exact":
+        return "exact", None
+    return "fast", None if kernel == "auto" else kernel
+
+
 # bf16 output goes through the staged epilogue (ws::store_tile_staged: rows written to shared memory, then bulk-copied
 # to global memory 256 bytes of a row per pass) when N is a multiple of 8, and through the direct stores otherwise, in
 # the same kernel. Its edges: a last column tile of 8 columns (a 16-byte copy per row), one of 144 columns (a full first
 # pass and a 16-column second one), N = 8, warps whose rows all lie past a small group (5 rows), bias, wgrad with bf16
 # output (a group's rows start g * N * K elements into out), and N = 36 for the direct fallback.
-@pytest.mark.parametrize("kernel", ["auto", "skinny", "large", "pair"])
+@pytest.mark.parametrize("kernel", ["auto", "skinny", "large", "pair", "exact"])
 def test_bf16_staged_epilogue(kernel):
-    fast_kernel = None if kernel == "auto" else kernel
-    run_fprop([0, 70, 129, 5], 264, 96, "fast", torch.bfloat16, with_bias=True, seed=61, fast_kernel=fast_kernel)
-    run_fprop([3, 0, 40, 17], 8, 64, "fast", torch.bfloat16, with_bias=True, seed=62, fast_kernel=fast_kernel)
-    run_dgrad([0, 70, 129, 5], 96, 144, "fast", torch.bfloat16, with_bias=True, seed=63, fast_kernel=fast_kernel)
-    run_wgrad([37, 0, 200, 5], 80, 48, "fast", torch.bfloat16, accumulate=False, seed=64, fast_kernel=fast_kernel)
-    run_fprop([0, 70, 129, 5], 36, 96, "fast", torch.bfloat16, with_bias=True, seed=65, fast_kernel=fast_kernel)
+    mode, fast_kernel = _epilogue_test_mode(kernel)
+    run_fprop([0, 70, 129, 5], 264, 96, mode, torch.bfloat16, with_bias=True, seed=61, fast_kernel=fast_kernel)
+    run_fprop([3, 0, 40, 17], 8, 64, mode, torch.bfloat16, with_bias=True, seed=62, fast_kernel=fast_kernel)
+    run_dgrad([0, 70, 129, 5], 96, 144, mode, torch.bfloat16, with_bias=True, seed=63, fast_kernel=fast_kernel)
+    run_wgrad([37, 0, 200, 5], 80, 48, mode, torch.bfloat16, accumulate=False, seed=64, fast_kernel=fast_kernel)
+    run_fprop([0, 70, 129, 5], 36, 96, mode, torch.bfloat16, with_bias=True, seed=65, fast_kernel=fast_kernel)
 
 
 # fp32 output goes through the whole-line epilogue (ws::store_tile_lines: 32 columns of a warp's 16 rows written to
@@ -361,17 +369,17 @@ def test_bf16_staged_epilogue(kernel):
 # multiple of 4, and through the direct stores otherwise, in the same kernel. Its edges: a last column tile of 8
 # columns, N = 36 (9 pieces of 4 columns per row), N = 8 with a 5-row group (warps whose rows all lie past M), bias,
 # wgrad with and without accumulate (C read back on whole lines), dgrad, and N = 18 for the direct fallback.
-@pytest.mark.parametrize("kernel", ["auto", "skinny", "large", "pair"])
+@pytest.mark.parametrize("kernel", ["auto", "skinny", "large", "pair", "exact"])
 def test_fp32_lines_epilogue(kernel):
-    fast_kernel = None if kernel == "auto" else kernel
-    run_fprop([0, 70, 129, 5], 264, 96, "fast", torch.float32, with_bias=True, seed=71, fast_kernel=fast_kernel)
-    run_fprop([3, 0, 40, 17], 36, 64, "fast", torch.float32, with_bias=True, seed=72, fast_kernel=fast_kernel)
-    run_fprop([5, 0, 1, 2], 8, 64, "fast", torch.float32, with_bias=True, seed=73, fast_kernel=fast_kernel)
-    run_dgrad([0, 70, 129, 5], 96, 144, "fast", torch.float32, with_bias=True, seed=74, fast_kernel=fast_kernel)
+    mode, fast_kernel = _epilogue_test_mode(kernel)
+    run_fprop([0, 70, 129, 5], 264, 96, mode, torch.float32, with_bias=True, seed=71, fast_kernel=fast_kernel)
+    run_fprop([3, 0, 40, 17], 36, 64, mode, torch.float32, with_bias=True, seed=72, fast_kernel=fast_kernel)
+    run_fprop([5, 0, 1, 2], 8, 64, mode, torch.float32, with_bias=True, seed=73, fast_kernel=fast_kernel)
+    run_dgrad([0, 70, 129, 5], 96, 144, mode, torch.float32, with_bias=True, seed=74, fast_kernel=fast_kernel)
     for accumulate in (False, True):
-        run_wgrad([37, 0, 200, 5], 80, 48, "fast", torch.float32, accumulate=accumulate, seed=75,
+        run_wgrad([37, 0, 200, 5], 80, 48, mode, torch.float32, accumulate=accumulate, seed=75,
                   fast_kernel=fast_kernel)
-    run_fprop([0, 70, 129, 5], 18, 96, "fast", torch.float32, with_bias=True, seed=76, fast_kernel=fast_kernel)
+    run_fprop([0, 70, 129, 5], 18, 96, mode, torch.float32, with_bias=True, seed=76, fast_kernel=fast_kernel)
 
 
 def test_mostly_empty_experts():

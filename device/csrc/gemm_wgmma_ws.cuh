@@ -741,7 +741,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
           const uint32_t buf = bars + S::kBarBytes + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
           store_tile_staged<S, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane);
         } else if (m0 + 64 * wm < p.M) {
-          wg::store_tile<S::WN, OUT_F32, /*UNDO=*/false>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2),
+          wg::store_tile<S::WN, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2),
                                                          n0 + 2 * (lane & 3), accumulate);
         }
       } else {  // kLinesEpi
@@ -750,7 +750,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
           const uint32_t buf = bars + S::kBarBytes + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
           store_tile_lines<S>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane, accumulate);
         } else if (m0 + 64 * wm < p.M) {
-          wg::store_tile<S::WN, OUT_F32, /*UNDO=*/false>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2),
+          wg::store_tile<S::WN, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2),
                                                          n0 + 2 * (lane & 3), accumulate);
         }
       }
