@@ -1,5 +1,7 @@
-// NVFP4 grouped GEMM, fast mode, warp-specialised wgmma kernel (sm_90a). Semantics: SPEC 12.4 (within the bound)
-// and SPEC 12.6 (bit for bit the measured tensor-core summation, oracle.gemm(model="tensor_core")).
+// NVFP4 grouped GEMM, warp-specialised wgmma kernel (sm_90a), both modes. Fast mode: SPEC 12.4 (within the bound) and
+// SPEC 12.6 (bit for bit the measured tensor-core summation, oracle.gemm(model="tensor_core")). Exact mode (kExact
+// shapes): SPEC 12.2 bit for bit (oracle.gemm(model="sequential")), every 16-block an exact partial wgmma added with
+// __fadd_rn in K order (see the MMA loop).
 //
 // Roles (one persistent CTA per SM, 128-thread warpgroups):
 //   converter warpgroups (kConv of them, first): issue the cp.async loads of the raw K tiles (packed E2M1 bytes of A
@@ -395,7 +397,7 @@ __device__ __forceinline__ void bulk_wait_read() {
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 // Whether store_tile_staged can write this group's output: the bulk copies need 16-byte aligned global rows and row
-// lengths (the tile's first column is a multiple of 256), and accumulate (C read back) stays on the direct path.
+// lengths (the tile's first column is a multiple of 128), and accumulate (C read back) stays on the direct path.
 template <bool OUT_F32>
 __device__ __forceinline__ bool staged_epilogue_ok(const Prob& p, int accumulate) {
   constexpr int kSize = OUT_F32 ? 4 : 2;
@@ -404,8 +406,8 @@ __device__ __forceinline__ bool staged_epilogue_ok(const Prob& p, int accumulate
 }
 
 // Staged epilogue of one MMA warp (SPEC 12.2 order, as wg::store_tile without accumulate: y = alpha*acc; y += bias;
-// cast). The warp owns rows row0 + [0, 16) and columns col0 + [0, 256) of the output (accumulator layout of
-// wgmma m64n256: register 4j + 2h + e of lane l is row l/4 + 8h, column 8j + 2(l%4) + e). Per pass, kEpiRowBytes of
+// cast). The warp owns rows row0 + [0, 16) and columns col0 + [0, WN) of the output (accumulator layout of
+// wgmma m64nWN: register 4j + 2h + e of lane l is row l/4 + 8h, column 8j + 2(l%4) + e). Per pass, kEpiRowBytes of
 // each row go into the warp's buffer `buf` (row pitch kEpiRowBytes + 32 (fp32) or + 16 (bf16): the 8 rows of one
 // store instruction then fall on distinct banks, 2 wavefronts per fp32 pair store, 1 per bf16 pair), then lane 0
 // bulk-copies the rows inside the problem (row < M, column < N) to global memory and commits one bulk group. The
@@ -469,7 +471,7 @@ __device__ __forceinline__ bool lines_epilogue_ok(const Prob& p) {
 }
 
 // Whole-line epilogue of one MMA warp (kLinesEpi), fp32 output (SPEC 12.2 order, as wg::store_tile: y = alpha*acc; y += C;
-// y += bias). The warp owns rows row0 + [0, 16), columns col0 + [0, 256) (accumulator layout of wgmma m64n256:
+// y += bias). The warp owns rows row0 + [0, 16), columns col0 + [0, WN) (accumulator layout of wgmma m64nWN:
 // register 4j + 2h + e of lane l is row l/4 + 8h, column 8j + 2(l%4) + e). Per chunk of 32 columns it writes
 // RN(alpha * acc) into its 16 x 128-byte buffer in that layout, then reads the buffer back as one 16-byte piece per
 // lane (lanes 8i..8i+7: pieces 0..7 of one row), adds C and the bias on those pieces and stores them: every global
