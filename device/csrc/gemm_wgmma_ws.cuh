@@ -664,27 +664,18 @@ __global__ void __launch_bounds__(S::kThreads, 1)
           mbar_wait(b_full + 8 * bst.stage, bst.phase);
           const uint32_t b_addr = b_ring + bst.stage * S::kBBytes;
           wg::fence_uregs(a_frag);
-          wg::wgmma_fence();
-          wgmma_m64n128k16_rs_f16(part0, a_frag[0], wg::sw128_desc(b_addr), 0);
-          wg::wgmma_commit();
-          wgmma_m64n128k16_rs_f16(part1, a_frag[1], wg::sw128_desc(b_addr + 32), 0);
-          wg::wgmma_commit();
-          wg::fence_regs(part0);
-          wg::fence_regs(part1);
-          wg::wgmma_wait<1>();  // block 0 done
-          add_partial(part0);
-          wg::wgmma_fence();
-          wgmma_m64n128k16_rs_f16(part0, a_frag[2], wg::sw128_desc(b_addr + 64), 0);
-          wg::wgmma_commit();
-          wg::fence_regs(part0);
-          wg::wgmma_wait<1>();  // block 1 done
-          add_partial(part1);
-          wg::wgmma_fence();
-          wgmma_m64n128k16_rs_f16(part1, a_frag[3], wg::sw128_desc(b_addr + 96), 0);
-          wg::wgmma_commit();
-          wg::fence_regs(part1);
-          wg::wgmma_wait<1>();  // block 2 done
-          add_partial(part0);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {  // block j into partial j % 2, then block j - 1 added
+            float(&part)[S::R] = (j & 1) ? part1 : part0;
+            if (j != 1) wg::wgmma_fence();  // the step's first wgmma; from j = 2 on, `part` was just read
+            wgmma_m64n128k16_rs_f16(part, a_frag[j], wg::sw128_desc(b_addr + 32 * j), 0);
+            wg::wgmma_commit();
+            wg::fence_regs(part);
+            if (j > 0) {
+              wg::wgmma_wait<1>();  // block j - 1 done
+              add_partial((j & 1) ? part0 : part1);
+            }
+          }
           wg::wgmma_wait<0>();  // block 3 done: the B stage and the A registers are free
           release_b_stage<S>(b_empty + 8 * bst.stage, peer_delta, lane);
           bst.next();
