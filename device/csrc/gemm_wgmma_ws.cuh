@@ -642,10 +642,11 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       if constexpr (S::kExact) {
         // Exact mode (SPEC 12.2): block j of a K step is one wgmma with scale-d = 0 into a partial fragment, then
         // acc = RN(acc + partial) in K order. The partial is exact: its 16 products are exact (fp16 operands
-        // v = E2M1 * sf) and multiples of q = sfA * sfB / 4 below 144 q, so the step's truncation grid 2^(E - 25)
-        // (SPEC 12.6, E the largest product exponent, C = 0) lies below q, and the sum (below 2304 q < 2^12 q) fits
-        // fp32. Two partial fragments alternate so that one block's wgmma runs while the previous block is added;
-        // a partial is read only after wait_group 1 has shown its wgmma complete.
+        // v = E2M1 * sf) and integer multiples of g = uA * uB / 4 below 2^15 g (uA, uB: the two scales' quanta,
+        // powers of two; |E2M1| <= 6 = 12 halves, E4M3 significands <= 15), so the step's truncation grid
+        // 2^(E - 25) (SPEC 12.6, E the largest product exponent, C = 0) is a power of two below g and cuts nothing,
+        // and the sum (below 2^19 g) fits fp32. Two partial fragments alternate so that one block's wgmma runs while
+        // the previous block is added; a partial is read only after wait_group 1 has shown its wgmma complete.
         uint32_t a_frag[4][4];
         float part0[S::R], part1[S::R];
         auto add_partial = [&](float(&part)[S::R]) {
