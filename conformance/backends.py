@@ -18,6 +18,7 @@ import ml_dtypes
 import numpy as np
 
 import oracle
+from oracle.swizzle import swizzle_scales
 
 from . import independent as ind
 from .cases import Case
@@ -51,12 +52,15 @@ class Backend:
 
 
 class MlDtypesBackend(Backend):
-    """E2M1 / E4M3 / bf16 conversions by ml_dtypes."""
+    """E2M1 / E4M3 / bf16 conversions by ml_dtypes, and dequantize (SPEC 11) with ml_dtypes' decoders."""
 
     name = "mldtypes"
-    ops = ("e2m1", "e4m3", "bf16")
+    ops = ("e2m1", "e4m3", "bf16", "dequantize")
 
     def run(self, op, case):
+        if op == "dequantize":
+            a = case.arrays
+            return {"y": ind.mld_dequantize(a["data"], a["scales"], a["amax"][0])}
         x = case.arrays["x"]
         return {"e2m1": lambda: {"codes": ind.mld_e2m1(x)}, "e4m3": lambda: {"bytes": ind.mld_e4m3(x)},
                 "bf16": lambda: {"bits": ind.mld_bf16(x)}}[op]()
@@ -246,8 +250,10 @@ def _np(t) -> np.ndarray:
 
 class DeviceBackend(Backend):
     """The CUDA kernels of the ``device`` package on one GPU: ``device.quantize`` / ``device.group_quantize``
-    results (``.to_oracle()`` plus the raw scale buffers) against the oracle. Ops are the ones ``device``
-    exposes; a device that is missing or whose ``is_available()`` raises makes the backend unavailable."""
+    results (``.to_oracle()`` plus the raw scale buffers), ``device.grouped_gemm`` (three ops: fast within the bound,
+    fast against the tensor-core model, exact), ``device.dequantize`` of raw planes and ``device.swizzle_scales``
+    (the ``layout`` op's ``swizzled`` buffer) against the oracle. Ops are the ones ``device`` exposes; a device that
+    is missing or whose ``is_available()`` raises makes the backend unavailable."""
 
     ops = ("quantize", "group_quantize")
 
@@ -264,7 +270,9 @@ class DeviceBackend(Backend):
         except Exception as e:  # noqa: BLE001 -- any failure means: no device run
             self._reason = f"device package unusable: {type(e).__name__}: {e}"
         if self._mod is not None and self._reason is None:
-            self.ops = tuple(op for op in ("quantize", "group_quantize") if hasattr(self._mod, op))
+            self.ops = tuple(op for op in ("quantize", "group_quantize", "dequantize") if hasattr(self._mod, op))
+            if hasattr(self._mod, "swizzle_scales"):
+                self.ops += ("layout",)
             if hasattr(self._mod, "grouped_gemm"):
                 self.ops += ("grouped_gemm", "grouped_gemm_exact", "grouped_gemm_tc")
 
@@ -272,7 +280,7 @@ class DeviceBackend(Backend):
         return self._reason
 
     def space(self, op):
-        if op.startswith("grouped_gemm"):
+        if op.startswith("grouped_gemm") or op in ("dequantize", "layout"):
             return {}
         s = {"max_elems": 1 << 22}
         sup = getattr(self._mod, "SUPPORTED", None)
@@ -291,6 +299,8 @@ class DeviceBackend(Backend):
 
         if op.startswith("grouped_gemm"):
             return self._grouped_gemm(op, case)
+        if op in ("dequantize", "layout"):
+            return self._standalone(op, case)
         kw = quantize_kwargs(case)
         swz = bool(case.options["swizzled"])
         x = self._x(case)
@@ -308,6 +318,29 @@ class DeviceBackend(Backend):
         res = _call(fn, x, splits, **kw, **_layout_kw(fn, swz))
         torch.cuda.synchronize(self.dev)
         return self._group_outputs(res)
+
+    def _standalone(self, op: str, case) -> dict:
+        """The standalone kernels: ``device.swizzle_scales`` of the layout case's compact scales (SPEC 8.2), and
+        ``device.dequantize`` of a raw plane (SPEC 11), its data a view ``offset`` bytes (a multiple of 8) into a
+        larger buffer and its scales swizzled by the oracle when the case asks for the swizzled layout."""
+        import torch
+
+        a, dev = case.arrays, self.dev
+        if op == "layout":
+            sw = self._mod.swizzle_scales(torch.from_numpy(a["scales"]).to(dev))
+            torch.cuda.synchronize(dev)
+            return {"swizzled": _np(sw).reshape(-1)}
+        d, sc = a["data"], a["scales"]
+        off = int(case.options["offset"])
+        buf = torch.zeros(off + d.size, dtype=torch.uint8, device=dev)
+        data = buf[off:]
+        data.copy_(torch.from_numpy(d.reshape(-1)))
+        swz = bool(case.options["swizzled"])
+        scales = torch.from_numpy(swizzle_scales(sc) if swz else sc).to(dev)
+        y = self._mod.dequantize(data, scales=scales, amax=torch.from_numpy(a["amax"]).to(dev),
+                                 shape=(d.shape[0], 2 * d.shape[1]), swizzled=swz)
+        torch.cuda.synchronize(dev)
+        return {"y": _np(y)}
 
     def _grouped_gemm(self, op: str, case) -> dict:
         """device.group_quantize of the operands, then device.grouped_gemm (SPEC 12.5)."""

@@ -377,6 +377,31 @@ def gen_layout(rng, space) -> tuple[dict, dict, dict]:
     return {"scales": scales, "splits": splits}, {"k": k}, {"splits": kind, "rows": "edge" if r in EDGE_ROWS else "random"}
 
 
+_DEQ_AMAX = {  # amax supplies of gen_dequantize (SPEC 11.2: any float32, non-finite included)
+    "normal": None, "zero": 0.0, "subnormal": 1e-40, "huge": 3.0e38, "inf": np.inf, "nan": np.nan,
+}
+
+
+def gen_dequantize(rng, space) -> tuple[dict, dict, dict]:
+    """A stored plane of arbitrary bytes (SPEC 11.2): data u8 [R, C/2], compact scales u8 [R, C/16] (uniform bytes,
+    NaN patterns included, or E4M3 subnormals and zeros only), amax f32 [1]; options: swizzled (the device reads the
+    SPEC 8.2 layout) and the byte offset (a multiple of 8) of the data inside a larger buffer (views)."""
+    r = gen_rows(rng, 300)
+    c = 16 * int(rng.integers(1, 33))
+    data = rng.integers(0, 256, (r, c // 2), dtype=np.uint8)
+    skind = pick(rng, space, "scales", ["uniform", "subnormal"], [0.75, 0.25])
+    hi = 256 if skind == "uniform" else 8
+    scales = rng.integers(0, hi, (r, c // 16), dtype=np.uint8)
+    if skind == "subnormal":
+        scales |= (rng.random(scales.shape) < 0.5).astype(np.uint8) << 7  # signed too
+    akind = pick(rng, space, "amax", list(_DEQ_AMAX), [0.6, 0.08, 0.08, 0.08, 0.08, 0.08])
+    a = _DEQ_AMAX[akind]
+    amax = np.float32(np.exp(rng.uniform(-20, 20))) if a is None else np.float32(a)
+    o = {"swizzled": bool(rng.random() < 0.5), "offset": int(rng.choice([0, 0, 0, 8, 24]))}
+    tags = {"scales": skind, "amax": akind, "swizzled": str(o["swizzled"]), "rows": "edge" if r in EDGE_ROWS else "random"}
+    return {"data": data, "scales": scales, "amax": np.asarray([amax], np.float32)}, o, tags
+
+
 def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
     """Grouped GEMM inputs (SPEC 12.5): x [T, K], w [E*N, K], dy [T, N] (bf16), splits, kind, bias / C."""
     kind = pick(rng, space, "kind", ["fprop", "dgrad", "wgrad"])
@@ -421,6 +446,7 @@ GENERATORS: dict[str, Callable] = {
     "rht": gen_rht,
     "gemm": gen_gemm,
     "layout": gen_layout,
+    "dequantize": gen_dequantize,
 }
 
 

@@ -19,7 +19,7 @@ import ml_dtypes
 import numpy as np
 
 __all__ = [
-    "mld_e2m1", "mld_e4m3", "mld_bf16", "torch_bf16", "torch_rht", "torchao_quantize", "torchao_swizzle",
+    "mld_e2m1", "mld_e4m3", "mld_bf16", "mld_dequantize", "torch_bf16", "torch_rht", "torchao_quantize", "torchao_swizzle",
     "swizzle_by_formula", "offsets_by_table", "capacities_by_formula", "fraction_gemm", "round_fraction",
     "import_torch", "import_torchao",
 ]
@@ -77,6 +77,18 @@ def mld_e4m3(x: np.ndarray) -> np.ndarray:
 def mld_bf16(x: np.ndarray) -> np.ndarray:
     """bf16 bits by ml_dtypes (NaN inputs dropped)."""
     return _finite_domain(x).astype(ml_dtypes.bfloat16).view(np.uint16)
+
+
+def mld_dequantize(data: np.ndarray, scales: np.ndarray, amax: np.float32) -> np.ndarray:
+    """SPEC 11.1, TE rules, with ml_dtypes' decoders: data u8 [R, C/2] (low nibble first), compact scales u8
+    [R, C/16] -> float32 [R, C] = E2M1 * ((E4M3 * amax) * fp32(1/2688)), every product in float32."""
+    r, c = data.shape[0], 2 * data.shape[1]
+    nib = np.stack((data & 0x0F, data >> 4), axis=-1).reshape(r, c).astype(np.uint8)
+    q = nib.view(ml_dtypes.float4_e2m1fn).astype(np.float32)
+    sf = scales.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        f = (sf * np.float32(amax)).astype(np.float32) * np.float32(1.0 / 2688.0)
+        return (q.reshape(r, c // 16, 16) * f.astype(np.float32)[:, :, None]).reshape(r, c).astype(np.float32)
 
 
 def _to_torch(a: np.ndarray):

@@ -11,6 +11,7 @@ Canonical output dicts (every backend returns a subset of the reference's keys, 
 * ``rht``: ``y`` bf16 bits u16 [n, 16].
 * ``gemm`` / ``gemm_exact``: ``y`` (out dtype) [M, N]; ``gemm`` also ``bound`` (f64, SPEC 12.4).
 * ``layout``: ``swizzled``, ``roundtrip``, ``offsets_*``, ``capacities``.
+* ``dequantize``: ``y`` f32 [R, C] (SPEC 11 on arbitrary bytes; NaN compared as a class, SPEC 11.2).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np
 
 import oracle
 from oracle import fp4_numpy as F
+from oracle.planes import QuantizedPlane
 from oracle.swizzle import grouped_scale_offsets, swizzle_scales, unswizzle_scales
 
 from .cases import Case
@@ -201,6 +203,13 @@ def ref_grouped_gemm_exact(case: Case) -> dict:
     return _grouped_gemm(case, "sequential")
 
 
+def ref_dequantize(case: Case) -> dict:
+    """SPEC 11 on a plane of arbitrary bytes (rule "te")."""
+    d, sc = case.arrays["data"], case.arrays["scales"]
+    plane = QuantizedPlane(d, sc, case.arrays["amax"][0], (d.shape[0], 2 * d.shape[1]), rule="te")
+    return {"y": oracle.dequantize(plane)}
+
+
 def ref_layout(case: Case) -> dict:
     s, splits, k = case.arrays["scales"], case.arrays["splits"], int(case.options["k"])
     sw = swizzle_scales(s)
@@ -222,6 +231,7 @@ OPS: dict[str, OpSpec] = {
         OpSpec("quantize", "quantize", ref_quantize),
         OpSpec("group_quantize", "group_quantize", ref_group_quantize),
         OpSpec("layout", "layout", ref_layout, cost=0.3),
+        OpSpec("dequantize", "dequantize", ref_dequantize, cost=0.3),
         OpSpec("gemm_exact", "gemm", ref_gemm_exact, space={"small": True}),
         OpSpec("gemm", "gemm", ref_gemm_bound, mode="bound"),
         OpSpec("grouped_gemm", "grouped_gemm", ref_grouped_gemm_fast, mode="bound", cost=2.0),

@@ -39,7 +39,7 @@ def dequantize(plane: QuantizedPlane) -> np.ndarray:
     q = decode_e2m1(plane.codes())
     s = block_decode_scales(plane)
     with np.errstate(invalid="ignore", over="ignore"):
-        return (q.reshape(plane.rows, -1, 16) * s[:, :, None]).reshape(plane.rows, plane.cols).astype(np.float32)
+        return (q.reshape(plane.rows, plane.cols // 16, 16) * s[:, :, None]).reshape(plane.rows, plane.cols).astype(np.float32)
 
 
 def scaled_ints(p: QuantizedPlane) -> np.ndarray:

@@ -121,6 +121,26 @@ def test_generator_is_deterministic_per_seed_and_index(op):
     assert sum(_same(a[0], a[i]) for i in range(1, 6)) == 0
 
 
+def test_dequantize_op_catches_a_wrong_factor_order():
+    """The dequantize op (SPEC 11 on arbitrary bytes) is sensitive: ml_dtypes' decoders with the SPEC order
+    ((sf * amax) * 1/2688) conform, the other association (sf * (amax * 1/2688)) is reported on most cases."""
+    from conformance.independent import mld_dequantize
+
+    caught = 0
+    for i in range(60):
+        c = generate("dequantize", 11, i, "dequantize", OPS["dequantize"].space)
+        a, ref = c.arrays, reference(c)
+        assert not compare(c, ref, {"y": mld_dequantize(a["data"], a["scales"], a["amax"][0])}, OPS["dequantize"].mode)
+        r, cols = a["data"].shape[0], 2 * a["data"].shape[1]
+        q = np.stack((a["data"] & 15, a["data"] >> 4), -1).reshape(r, cols).view(ml_dtypes.float4_e2m1fn)
+        sf = a["scales"].view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+        with np.errstate(all="ignore"):
+            f = (sf * (a["amax"][0] * np.float32(1.0 / 2688.0))).astype(np.float32)
+            y = (q.astype(np.float32).reshape(r, cols // 16, 16) * f[:, :, None]).reshape(r, cols).astype(np.float32)
+        caught += bool(compare(c, ref, {"y": y}, OPS["dequantize"].mode))
+    assert caught >= 20
+
+
 def test_generator_covers_the_edges():
     space = OPS["group_quantize"].space
     cases = [generate("group_quantize", 0, i, "group_quantize", space) for i in range(150)]

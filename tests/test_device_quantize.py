@@ -287,6 +287,72 @@ def test_dequantize(swizzled):
         assert_bytes(f"dequantized {plane}", got.view(np.uint32), want.view(np.uint32))
 
 
+def _raw_plane(rows: int, cols: int, seed: int):
+    """Arbitrary bytes (SPEC 11.2): codes, scale bytes with NaN patterns, subnormals and signed scales."""
+    rng = np.random.default_rng(seed)
+    data = rng.integers(0, 256, (rows, cols // 2), dtype=np.uint8)
+    scales = rng.integers(0, 256, (rows, cols // 16), dtype=np.uint8)
+    scales.reshape(-1)[:4] = [0x7F, 0xFF, 0x01, 0x80][: scales.size]  # NaN, -NaN, smallest subnormal, -0
+    return data, scales
+
+
+def _same_or_both_nan(what: str, got, want: np.ndarray) -> None:
+    g, w = np.asarray(host(got), np.float32), np.asarray(want, np.float32)
+    both_nan = np.isnan(g) & np.isnan(w)  # SPEC 11.2: NaN payloads are free
+    bad = (g.view(np.uint32) != w.view(np.uint32)) & ~both_nan
+    assert g.shape == w.shape and not bad.any(), f"{what}: {int(bad.sum())} values differ"
+
+
+# SPEC 11.2: a stored plane of arbitrary bytes, compact or swizzled scales, amax finite / 0 / Inf / NaN; the data a
+# view 8 bytes into a larger buffer. Expected values from the oracle.
+@pytest.mark.parametrize("swizzled", [False, True])
+@pytest.mark.parametrize("amax", [3.7e4, 0.0, float("inf"), float("nan")])
+def test_dequantize_raw_bytes(swizzled, amax):
+    import device
+
+    rows, cols = 131, 208
+    data, scales = _raw_plane(rows, cols, seed=int(swizzled))
+    want = oracle.dequantize(oracle.QuantizedPlane(data, scales, np.float32(amax), (rows, cols)))
+    buf = torch.zeros(8 + data.size, dtype=torch.uint8, device="cuda")
+    buf[8:] = torch.from_numpy(data.reshape(-1)).cuda()
+    sc = oracle.swizzle.swizzle_scales(scales) if swizzled else scales
+    got = device.dequantize(buf[8:], scales=torch.from_numpy(sc).cuda(), amax=torch.tensor([amax], device="cuda"),
+                            shape=(rows, cols), swizzled=swizzled)
+    _same_or_both_nan(f"dequantize swizzled={swizzled} amax={amax}", got, want)
+
+
+def test_dequantize_bad_inputs():
+    import device
+
+    rows, cols = 20, 64
+    data = torch.zeros(rows * cols // 2, dtype=torch.uint8, device="cuda")
+    scales = torch.zeros(rows * cols // 16, dtype=torch.uint8, device="cuda")
+    amax = torch.ones(1, device="cuda")
+    kw = dict(scales=scales, amax=amax, shape=(rows, cols))
+    with pytest.raises(ValueError, match="CUDA"):
+        device.dequantize(data.cpu(), **kw)
+    with pytest.raises(TypeError, match="uint8"):
+        device.dequantize(data.to(torch.int16), **kw)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        device.dequantize(data, scales=scales, amax=amax, shape=(rows, cols - 8))
+    with pytest.raises(ValueError, match=">= 0"):
+        device.dequantize(data, scales=scales, amax=amax, shape=(-1, cols))
+    with pytest.raises(ValueError, match="data holds"):
+        device.dequantize(data[:-1], **kw)
+    with pytest.raises(ValueError, match="compact scales"):
+        device.dequantize(data, scales=scales[:-1], amax=amax, shape=(rows, cols))
+    with pytest.raises(ValueError, match="swizzled scales"):  # 128 x 4 tiles: 512 bytes for 20 x 4 blocks
+        device.dequantize(data, scales=scales, amax=amax, shape=(rows, cols), swizzled=True)
+    with pytest.raises(ValueError, match="amax"):
+        device.dequantize(data, scales=scales, amax=amax[:0], shape=(rows, cols))
+    with pytest.raises(ValueError, match="8-byte aligned"):
+        big = torch.zeros(rows * cols // 2 + 4, dtype=torch.uint8, device="cuda")
+        device.dequantize(big[4:], **kw)
+    # the checks pass for the exact sizes, and an empty plane gives an empty result
+    assert device.dequantize(data, **kw).shape == (rows, cols)
+    assert device.dequantize(data[:0], scales=scales[:0], amax=amax, shape=(0, cols)).shape == (0, cols)
+
+
 # ------------------------------------------------------------------------------------------------------------
 # grouped (SPEC 9)
 # ------------------------------------------------------------------------------------------------------------

@@ -216,6 +216,14 @@ def test_dequantize_op_order_is_spec_order():
     assert oracle.dequantize(plane)[0, 0] == spec  # code 0x2 = 1.0, so the value is f itself
 
 
+def test_dequantize_empty_plane():
+    """SPEC 11 on a plane with no rows (an empty expert's, or a 0-row input): an empty float32 result, not an error
+    (the conformance fuzz's first dequantize run found numpy's reshape(0, -1, 16) failing here)."""
+    plane = oracle.QuantizedPlane(np.zeros((0, 24), np.uint8), np.zeros((0, 3), np.uint8), np.float32(1.0), (0, 48))
+    y = oracle.dequantize(plane)
+    assert y.shape == (0, 48) and y.dtype == np.float32
+
+
 def test_columnwise_sr_uses_plane_1_counters():
     """SPEC 10.2 for the columnwise plane: element (r=k, c=token) takes Philox((c/16, r, 1, offset), seed)."""
     from spec_scalar import sr_scalar
