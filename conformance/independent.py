@@ -88,7 +88,7 @@ def mld_dequantize(data: np.ndarray, scales: np.ndarray, amax: np.float32) -> np
     sf = scales.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
     with np.errstate(invalid="ignore", over="ignore"):
         f = (sf * np.float32(amax)).astype(np.float32) * np.float32(1.0 / 2688.0)
-        return (q.reshape(r, c // 16, 16) * f.astype(np.float32)[:, :, None]).reshape(r, c).astype(np.float32)
+        return (q.reshape(r, c // 16, 16) * f[:, :, None]).reshape(r, c)
 
 
 def _to_torch(a: np.ndarray):

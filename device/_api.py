@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -193,9 +194,8 @@ def dequantize(q, plane: str = "row", *, scales: Tensor | None = None, amax: Ten
     rows, cols = (int(s) for s in shape)
     if rows < 0 or cols < 0 or cols % 16:
         raise ValueError(f"shape={tuple(shape)}: rows and cols must be >= 0 and cols a multiple of 16")
-    blocks = cols // 16
     # the kernel reads rows*cols/2 code bytes and one scale byte per block (SPEC 8.2 offsets when swizzled)
-    need_scales = (rows + 127) // 128 * 128 * ((blocks + 3) // 4 * 4) if swizzled else rows * blocks
+    need_scales = math.prod(_ops.scale_shape(rows, cols // 16, swizzled))
     if data.numel() < rows * cols // 2:
         raise ValueError(f"data holds {data.numel()} bytes, a {rows} x {cols} plane needs {rows * cols // 2}")
     if scales.numel() < need_scales:

@@ -31,6 +31,12 @@ def _ru(n: int, m: int) -> int:
     return (n + m - 1) // m * m
 
 
+def scale_shape(rows: int, blocks: int, swizzled: bool) -> tuple[int, ...]:
+    """Shape of one plane's scale buffer: compact ``(rows, blocks)``, or the swizzled 1-D buffer of
+    ``roundup(rows, 128) * roundup(blocks, 4)`` bytes (SPEC 8)."""
+    return (_ru(rows, 128) * _ru(blocks, 4),) if swizzled else (rows, blocks)
+
+
 def _empty(shape, device, fill: int | None, dtype=torch.uint8) -> Tensor:
     t = torch.empty(shape, dtype=dtype, device=device)
     if fill is not None and t.numel():
@@ -50,10 +56,10 @@ def quantize_buffers(m: int, k: int, *, rowwise: bool, columnwise: bool, swizzle
     b = {"row_data": z(), "row_scales": z(), "col_data": z(), "col_scales": z()}
     if rowwise:
         b["row_data"] = _empty((m, k // 2), device, fill)
-        b["row_scales"] = _empty((_ru(m, 128) * _ru(k // 16, 4),) if swizzled else (m, k // 16), device, fill)
+        b["row_scales"] = _empty(scale_shape(m, k // 16, swizzled), device, fill)
     if columnwise:
         b["col_data"] = _empty((k, mp // 2), device, fill)
-        b["col_scales"] = _empty((_ru(k, 128) * _ru(mp // 16, 4),) if swizzled else (k, mp // 16), device, fill)
+        b["col_scales"] = _empty(scale_shape(k, mp // 16, swizzled), device, fill)
     b["amax"] = _empty((2,), device, fill, torch.float32)
     return b
 
