@@ -243,8 +243,11 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
       sH = cols;
     }
     uint64_t out[2][2];  // [plane row h][block jj]
-#pragma unroll
+    // Not unrolled: the two blocks run the same code, so the kernel is 26% smaller (3,570 instead of 4,808 SASS
+    // instructions) and the quantize kernel 1.5-2% faster on the H100 (device/NOTES.md, stop 18).
+#pragma unroll 1
     for (int jj = 0; jj < 2; ++jj) {
+      uint64_t o[2];  // this block's packed codes of plane rows h = 0, 1 (constant indices: stays in registers)
       const int j = j0 + jj;
       uint32_t w[16];
 #pragma unroll
@@ -275,7 +278,7 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
         sign_nibbles_cols(w + 8, sg[0][1], sg[1][1]);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          out[h][jj] = 0;
+          o[h] = 0;
           uint8_t* sp = csp + h * sH + jj;
           if (jok && 2 * cpair + h < kleft) {
             const float bmax = __uint_as_float(mh2[h] << 16);
@@ -289,7 +292,7 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
             }
             const bool clamp = needs_clamp(bmax, mult);
             const uint32_t lo = mag8_encode(xl, mult, clamp), hi = mag8_encode(xh, mult, clamp);
-            out[h][jj] = ((uint64_t)(hi + sg[h][1]) << 32) | (lo + sg[h][0]);
+            o[h] = ((uint64_t)(hi + sg[h][1]) << 32) | (lo + sg[h][0]);
             *sp = (uint8_t)sb;
           } else if (a.layout != kCompact && jpok) {
             *sp = 0;  // SPEC 8.2 padding (every plane row of the tile is below roundup(K, 128))
@@ -298,7 +301,7 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
       } else {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          out[h][jj] = 0;
+          o[h] = 0;
           uint8_t* sp = csp + h * sH + jj;
           if (jok && 2 * cpair + h < kleft) {
             float b = 0.0f;
@@ -312,12 +315,19 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
               lo |= e2m1_rn(__fmul_rn(bf16_half(w[i], h), mult)) << (4 * i);
               hi |= e2m1_rn(__fmul_rn(bf16_half(w[i + 8], h), mult)) << (4 * i);
             }
-            out[h][jj] = ((uint64_t)hi << 32) | lo;
+            o[h] = ((uint64_t)hi << 32) | lo;
             *sp = (uint8_t)sb;
           } else if (a.layout != kCompact && jpok) {
             *sp = 0;
           }
         }
+      }
+      if (jj == 0) {
+        out[0][0] = o[0];
+        out[1][0] = o[1];
+      } else {
+        out[0][1] = o[0];
+        out[1][1] = o[1];
       }
     }
     uint8_t* cdp = a.col_data + gv.col_data + kk * (cblocks * 8) + jg0 * 8;
