@@ -98,6 +98,15 @@ __device__ __forceinline__ uint32_t encode8_v4(const uint32_t (&w)[4], float mul
   return mag + sign_nibbles_pairs(w[0], w[1], w[2], w[3]);  // nibble bit 3 of mag is clear: + is |
 }
 
+// Byte offset of the 8 codes of (plane row p, 16-row block j) of a tile in the columnwise stage (128 rows x 64
+// bytes as 64 row pairs x 128 bytes; the 8-byte unit u = 8 (p & 1) + j of a pair is stored at u ^ (pair & 15)).
+// Writes (16 lanes: 16 consecutive pairs, same p & 1 and j) and reads (16 lanes: the 16 units of one pair) are
+// both free of bank conflicts.
+__device__ __forceinline__ int col_stage_offset(int p, int j) {
+  const int pair = p >> 1;
+  return pair * 128 + ((((p & 1) << 3) | j) ^ (pair & 15)) * 8;
+}
+
 template <bool kRHT>
 __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
   using T = __nv_bfloat16;
@@ -105,6 +114,7 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
   constexpr int TK = G::kTileK;  // 128
   __shared__ alignas(16) uint8_t tile[kTileM * 256];
   __shared__ float mtab[2][128];
+  __shared__ alignas(16) uint8_t cstage[kTileM * 64];  // columnwise codes of the tile, staged (col_stage_offset)
 
   GroupView gv;
   int64_t kt;
@@ -242,7 +252,6 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
       csp = a.col_scales + gv.col_scale + kk * cols + jg0;
       sH = cols;
     }
-    uint64_t out[2][2];  // [plane row h][block jj]
     // Not unrolled: the two blocks run the same code, so the kernel is 26% smaller (3,570 instead of 4,808 SASS
     // instructions) and the quantize kernel 1.5-2% faster on the H100 (device/NOTES.md, stop 18).
 #pragma unroll 1
@@ -322,28 +331,24 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
           }
         }
       }
-      if (jj == 0) {
-        out[0][0] = o[0];
-        out[1][0] = o[1];
-      } else {
-        out[0][1] = o[0];
-        out[1][1] = o[1];
-      }
-    }
-    uint8_t* cdp = a.col_data + gv.col_data + kk * (cblocks * 8) + jg0 * 8;
-    const int64_t dH = cblocks * 8;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (2 * cpair + h < kleft && j0 < jleft) {
-        uint8_t* dst = cdp + h * dH;
-        if (j0 + 1 < jleft && (reinterpret_cast<uintptr_t>(dst) & 15u) == 0) {
-          *reinterpret_cast<uint4*>(dst) = make_uint4((uint32_t)out[h][0], (uint32_t)(out[h][0] >> 32),
-                                                      (uint32_t)out[h][1], (uint32_t)(out[h][1] >> 32));
-        } else {
-          *reinterpret_cast<uint64_t*>(dst) = out[h][0];
-          if (j0 + 1 < jleft) *reinterpret_cast<uint64_t*>(dst + 8) = out[h][1];
-        }
-      }
+      for (int h = 0; h < 2; ++h) *reinterpret_cast<uint64_t*>(cstage + col_stage_offset(2 * cpair + h, j)) = o[h];
+    }
+    // The tile's columnwise codes are 128 plane rows of 8 blocks x 8 bytes, at a row pitch of ceil(m_g/16) * 8
+    // bytes: 8-byte aligned only, for a group whose m_g is not a multiple of 32. Written from the threads that
+    // encoded them, each warp store would touch 32 plane rows with 16 bytes (two 8-byte pieces when misaligned);
+    // from the stage, lanes 8i..8i+7 write the 64 contiguous bytes of one plane row (4 rows per warp store), so a
+    // misaligned group costs about as much as an aligned one (stop 19, device/NOTES.md).
+    __syncthreads();
+    const int64_t dH = cblocks * 8;
+    const int sj = t & 7;  // block of this lane's piece
+    uint8_t* cdp = a.col_data + gv.col_data + (k0 + (t >> 3)) * dH + (gv.m0 / 16 + sj) * 8;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int p = i * 32 + (t >> 3);  // plane row within the tile
+      const uint64_t v = *reinterpret_cast<const uint64_t*>(cstage + col_stage_offset(p, sj));
+      if (p < kleft && sj < jleft) *reinterpret_cast<uint64_t*>(cdp) = v;
+      cdp += 32 * dH;
     }
   }
 }

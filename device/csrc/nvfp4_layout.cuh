@@ -2,7 +2,7 @@
 //
 // Both the amax and the quantize kernels cut X into tiles of kTileM (=128) rows by one tile width of columns.
 // A tile never straddles two groups: group g owns ceil(m_g/128) row tiles, and the prefix sum of those counts
-// (offset table row kOffTiles) maps a row-tile index back to its group by binary search. For a single tensor
+// (offset table row kOffTiles) maps a row-tile index back to its group by a 32-way warp search. For a single tensor
 // the table is absent (offs == nullptr) and the one group is the whole tensor.
 #pragma once
 
@@ -45,15 +45,24 @@ __device__ __forceinline__ bool resolve_tile(const int64_t* __restrict__ offs, i
     return rt * kTileM < M;
   }
   const int64_t* toff = offs + (int64_t)kOffTiles * (E + 1);
-  if (rt >= toff[E]) return false;
-  // Largest g with toff[g] <= rt: empty groups share their start with the next group and are skipped.
-  int lo = 0, hi = E;
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) >> 1;
-    if (toff[mid] <= rt) lo = mid; else hi = mid;
+  const int64_t tiles = __ldg(toff + E);  // checked after the search, so that its load overlaps the first round
+  // Largest g < E with toff[g] <= rt (empty groups share their start with the next group and are skipped), by a
+  // 32-way search: each round, lane l tests toff[lo + l * stride] (a prefix of the lanes passes, toff being
+  // non-decreasing and toff[lo] <= rt), and lo moves to the last passing point. ceil(log32(E)) dependent loads
+  // (1 for E <= 32, 2 for E <= 1024) instead of the binary search's log2(E): those loads sit in front of every
+  // tile's X loads (stop 19, device/NOTES.md). Needs the whole warp here, as every caller has.
+  const int lane = (int)(threadIdx.x & 31u);
+  int64_t stride = 1;
+  while (stride * 32 < E) stride *= 32;
+  int64_t lo = 0;
+  for (; stride >= 1; stride >>= 5) {
+    const int64_t idx = lo + lane * stride;
+    const bool pass = idx < E && __ldg(toff + idx) <= rt;
+    lo += (int64_t)(__popc(__ballot_sync(0xffffffffu, pass)) - 1) * stride;
   }
+  if (rt >= tiles) return false;
   const int64_t* roff = offs + (int64_t)kOffRows * (E + 1);
-  v.g = lo;
+  v.g = (int)lo;
   v.row0 = roff[lo];
   v.m = roff[lo + 1] - roff[lo];
   v.m0 = (rt - toff[lo]) * kTileM;
