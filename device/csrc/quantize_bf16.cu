@@ -3,6 +3,7 @@
 #include "nvfp4_fast_v4.cuh"
 #include "nvfp4_launch.h"
 
+#include <atomic>
 #include <cstdlib>
 
 namespace nvfp4 {
@@ -46,19 +47,26 @@ static void launch_pdl(void (*kernel)(QuantArgs), unsigned grid, unsigned thread
   cudaLaunchKernelEx(&cfg, kernel, a);
 }
 
+// 4 CTAs per SM of quantize_fast4_bf16 need 4 x 41 KB of static shared memory: ask for the largest carveout, once
+// per device (a kernel attribute belongs to one device's context; ordinals >= 64 ask at every launch).
+static void prefer_max_shared_fast4() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<bool> done[kMaxDevices];
+  int dev = 0;
+  cudaGetDevice(&dev);
+  if (dev < kMaxDevices && done[dev].load(std::memory_order_relaxed)) return;
+  for (auto kernel : {quantize_fast4_bf16<true>, quantize_fast4_bf16<false>})
+    cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  if (dev < kMaxDevices) done[dev].store(true, std::memory_order_relaxed);
+}
+
 void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_amax) {
   const int64_t grid = row_tiles * quant_k_tiles<__nv_bfloat16>(a.K);
   if (grid == 0) return;
   const bool fast = fast_enabled() && !a.sr && !a.block2d && (!rht || a.rht_signs == kDefaultRhtSigns);
   if (fast) {
     auto kernel = rht ? quantize_fast4_bf16<true> : quantize_fast4_bf16<false>;
-    // 4 CTAs per SM need 4 x 41 KB of static shared memory: ask for the largest carveout once per kernel.
-    static const bool carveout_set = [] {
-      for (auto k : {quantize_fast4_bf16<true>, quantize_fast4_bf16<false>})
-        cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-      return true;
-    }();
-    (void)carveout_set;
+    prefer_max_shared_fast4();
     if (after_amax) launch_pdl(kernel, (unsigned)grid, 256, s, a);  // overlaps the amax pass's tail
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (rht) quantize_kernel<__nv_bfloat16, true><<<(unsigned)grid, 256, 0, s>>>(a);
