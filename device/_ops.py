@@ -74,7 +74,7 @@ def launch_quantize(x: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: b
     amax = bufs["amax"]
     if amax_in is None:
         amax.zero_()
-        ext.amax_(x, None, 1, row_tiles, amax[0:1], amax[1:2] if columnwise else None, rht, rht_signs)
+        ext.amax_(x, None, 1, row_tiles, amax[0:1], amax[1:2] if columnwise else None, rht, rht_signs, False)
     else:
         amax.copy_(amax_in)
     ext.quantize_(
@@ -148,11 +148,11 @@ def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: Tensor
     row_tiles = t // _TILE_M + e  # worst case of sum ceil(m_g / 128)
     offs, row_amax, col_amax = bufs["offsets"], bufs["row_amax"], bufs["col_amax"]
     compute = amax_in is None
-    ext.group_offsets_(splits, k, offs, row_amax if compute else None, col_amax if compute else None)
-    ext.tail_fill_(offs, e, bufs["row_scales"] if rowwise else None, bufs["col_data"] if columnwise else None,
-                   bufs["col_scales"] if columnwise else None)
-    if compute:
-        ext.amax_(x, offs, e, row_tiles, row_amax, col_amax if columnwise else None, rht, rht_signs)
+    ext.group_setup_(splits, k, offs, row_amax if compute else None, col_amax if compute else None,
+                     bufs["row_scales"] if rowwise else None, bufs["col_data"] if columnwise else None,
+                     bufs["col_scales"] if columnwise else None)
+    if compute:  # the setup kernel is the previous launch: the amax pass may start as it runs
+        ext.amax_(x, offs, e, row_tiles, row_amax, col_amax if columnwise else None, rht, rht_signs, True)
     else:
         row_amax.copy_(amax_in[0])
         col_amax.copy_(amax_in[1])

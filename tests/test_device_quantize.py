@@ -451,6 +451,19 @@ def test_group_fast_quantize_64_groups(rht):
         check_grouped(run_group_poisoned(x_t, splits, swizzled=swizzled, **kw), ref, swizzled)
 
 
+@pytest.mark.parametrize("rounding", ["rn", "sr"])
+def test_group_quantize_more_than_1024_groups(rounding):
+    """E = 1100 (most groups empty or tiny): the setup kernel scans the splits in two 1024-wide chunks in each of
+    its CTAs, a tile's group search takes three rounds, and the amax pass skips the empty CTAs of its worst-case
+    grid; rn runs the fast kernels, sr the general quantizer."""
+    rng = np.random.default_rng(1100)
+    splits = random_splits(rng, 5000, 1100)
+    x = make_input(5000, 64, kind="normal", seed=1100)
+    kw = dict(rowwise=True, columnwise=True, rht=True, block=(1, 16), rounding=rounding, seed=5, offset=1)
+    ref = oracle.group_quantize(x, splits, **kw)
+    check_grouped(run_group_poisoned(to_cuda(x), splits, swizzled=True, **kw), ref, True)
+
+
 def test_group_quantize_large_k():
     splits = np.array([0, 700, 1, 0, 316, 129], np.int64)
     x = make_input(int(splits.sum()), 5120, kind="special", seed=44)

@@ -33,8 +33,9 @@ P* ptr_or_null(const optional<Tensor>& t) {
 }
 
 // SPEC 4: per-tensor (offs absent) or per-group amax. row_amax / col_amax must be zero on entry.
+// after_setup: the previous launch on the stream is group_setup_ for `offs`.
 void amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int64_t row_tiles, Tensor row_amax,
-           const optional<Tensor>& col_amax, bool rht, int64_t rht_signs) {
+           const optional<Tensor>& col_amax, bool rht, int64_t rht_signs, bool after_setup) {
   check_cuda(x, "x");
   TORCH_CHECK(x.dim() == 2 && x.size(1) % 16 == 0, "nvfp4: x must be 2-D with K % 16 == 0");
   TORCH_CHECK(x.data_ptr() == nullptr || reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0,
@@ -44,7 +45,7 @@ void amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int64_t row
                     row_amax.data_ptr<float>(), ptr_or_null<float>(col_amax), (uint32_t)rht_signs};
   auto s = c10::cuda::getCurrentCUDAStream();
   switch (dtype_code(x)) {
-    case nvfp4::kBF16: nvfp4::launch_amax_bf16(a, rht, row_tiles, s); break;
+    case nvfp4::kBF16: nvfp4::launch_amax_bf16(a, rht, row_tiles, s, after_setup); break;
     case nvfp4::kF16: TORCH_CHECK(!rht, "nvfp4: rht needs bf16"); nvfp4::launch_amax_f16(a, row_tiles, s); break;
     default: TORCH_CHECK(!rht, "nvfp4: rht needs bf16"); nvfp4::launch_amax_f32(a, row_tiles, s); break;
   }
@@ -91,28 +92,24 @@ void quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int64_t
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// SPEC 9: device offsets [6, E+1] from device splits; zeroes the per-group amaxes given.
-void group_offsets_(const Tensor& splits, int64_t K, Tensor offs, const optional<Tensor>& row_amax,
-                    const optional<Tensor>& col_amax) {
+// SPEC 9, one launch: device offsets [6, E+1] from device splits, zeroed per-group amaxes (those given), and zero
+// bytes past the last group of the worst-case sized buffers given.
+void group_setup_(const Tensor& splits, int64_t K, Tensor offs, const optional<Tensor>& row_amax,
+                  const optional<Tensor>& col_amax, const optional<Tensor>& row_scales,
+                  const optional<Tensor>& col_data, const optional<Tensor>& col_scales) {
   check_cuda(splits, "splits");
   TORCH_CHECK(splits.scalar_type() == at::kLong, "nvfp4: splits must be int64");
+  TORCH_CHECK(offs.is_cuda() && offs.scalar_type() == at::kLong && offs.numel() == 6 * (splits.numel() + 1),
+              "nvfp4: offsets must be a CUDA int64 tensor of 6 x (E + 1) elements");
   const c10::cuda::CUDAGuard guard(splits.device());
-  nvfp4::launch_group_offsets(splits.data_ptr<int64_t>(), (int)splits.numel(), K, offs.data_ptr<int64_t>(),
-                              ptr_or_null<float>(row_amax), ptr_or_null<float>(col_amax),
-                              c10::cuda::getCurrentCUDAStream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
-
-// Zero every byte past the last group of the worst-case sized grouped buffers (SPEC 9).
-void tail_fill_(const Tensor& offs, int64_t E, const optional<Tensor>& row_scales, const optional<Tensor>& col_data,
-                const optional<Tensor>& col_scales) {
-  const c10::cuda::CUDAGuard guard(offs.device());
   uint8_t* bufs[3] = {ptr_or_null<uint8_t>(row_scales), ptr_or_null<uint8_t>(col_data),
                       ptr_or_null<uint8_t>(col_scales)};
   const int64_t caps[3] = {bufs[0] ? row_scales->numel() : 0, bufs[1] ? col_data->numel() : 0,
                            bufs[2] ? col_scales->numel() : 0};
   const int rows[3] = {3, 4, 5};  // kOffRowScale, kOffColData, kOffColScale
-  nvfp4::launch_tail_fill(offs.data_ptr<int64_t>(), (int)E, bufs, caps, rows, c10::cuda::getCurrentCUDAStream());
+  nvfp4::launch_group_setup(splits.data_ptr<int64_t>(), (int)splits.numel(), K, offs.data_ptr<int64_t>(),
+                            ptr_or_null<float>(row_amax), ptr_or_null<float>(col_amax), bufs, caps, rows,
+                            c10::cuda::getCurrentCUDAStream());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -142,8 +139,7 @@ void dequantize_(const Tensor& data, const Tensor& scales, const Tensor& amax, i
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("amax_", &amax_, "per-tensor / per-group amax (SPEC 4)");
   m.def("quantize_", &quantize_, "fused NVFP4 quantizer into preallocated buffers (SPEC 5-8, 10)");
-  m.def("group_offsets_", &group_offsets_, "device offsets of the grouped buffers (SPEC 9)");
-  m.def("tail_fill_", &tail_fill_, "zero the grouped buffers past the last group (SPEC 9)");
+  m.def("group_setup_", &group_setup_, "device offsets, zeroed amaxes and tail fill of a grouped call (SPEC 9)");
   m.def("swizzle_", &swizzle_, "compact -> swizzled scales (SPEC 8.2)");
   m.def("dequantize_", &dequantize_, "NVFP4 plane -> float32 (SPEC 11)");
 }

@@ -1,4 +1,4 @@
-// Small kernels: grouped offsets (SPEC 9), tail zero-fill, standalone swizzle (SPEC 8.2), dequantize (SPEC 11).
+// Small kernels: grouped setup (offsets and tail zero-fill, SPEC 9), standalone swizzle (SPEC 8.2), dequantize (SPEC 11).
 #include "nvfp4_launch.h"
 
 #include "nvfp4_common.cuh"
@@ -41,17 +41,31 @@ __device__ void block_scan(int64_t (&q)[kNumOffRows], int64_t (*warp_tot)[kNumOf
   }
 }
 
-// One CTA: offsets [6, E+1] from the device splits (SPEC 9), and zeroed per-group amaxes.
-__global__ void __launch_bounds__(kScanThreads) group_offsets_kernel(const int64_t* __restrict__ splits, int E,
-                                                                      int64_t K, int64_t* __restrict__ offs,
-                                                                      float* __restrict__ row_amax,
-                                                                      float* __restrict__ col_amax) {
+// Zero bytes [offs[row][E], cap) of up to three buffers. All offsets and capacities are multiples of 16.
+struct TailFill {
+  uint8_t* buf[3];
+  int64_t cap[3];
+  int row[3];
+};
+
+// The setup of a grouped call, one launch (it was two until stop 20): every CTA scans the device splits into the
+// offset table [6, E+1] (SPEC 9); CTA 0 writes the table and zeroes the per-group amaxes; all CTAs then zero the
+// bytes past the last group of the worst-case sized buffers (SPEC 9), from the scan's totals (the same numbers CTA 0
+// writes, so no CTA reads another's results).
+__global__ void __launch_bounds__(kScanThreads) group_setup_kernel(const int64_t* __restrict__ splits, int E,
+                                                                    int64_t K, int64_t* __restrict__ offs,
+                                                                    float* __restrict__ row_amax,
+                                                                    float* __restrict__ col_amax, TailFill f) {
+  // The amax pass is launched with a programmatic dependency on this grid and waits (griddepcontrol.wait) for its
+  // completion before it reads anything: let it become resident now.
+  asm volatile("griddepcontrol.launch_dependents;");
   __shared__ int64_t warp_tot[32][kNumOffRows];
   __shared__ int64_t carry[kNumOffRows];
   const int t = threadIdx.x;
+  const bool writer = blockIdx.x == 0;
   if (t < kNumOffRows) {
     carry[t] = 0;
-    offs[(int64_t)t * (E + 1)] = 0;
+    if (writer) offs[(int64_t)t * (E + 1)] = 0;
   }
   const int64_t kb4 = round_up(K / 16, 4), kpad = round_up(K, 128);
   for (int base = 0; base < E; base += kScanThreads) {
@@ -67,7 +81,7 @@ __global__ void __launch_bounds__(kScanThreads) group_offsets_kernel(const int64
     q[kOffColData] = K * round_up(m, 16) / 2;
     q[kOffColScale] = kpad * round_up(ceil_div(m, 16), 4);
     block_scan(q, warp_tot);
-    if (i < E) {
+    if (writer && i < E) {
 #pragma unroll
       for (int r = 0; r < kNumOffRows; ++r) offs[(int64_t)r * (E + 1) + i + 1] = carry[r] + q[r];
       if (row_amax) row_amax[i] = 0.0f;
@@ -79,23 +93,14 @@ __global__ void __launch_bounds__(kScanThreads) group_offsets_kernel(const int64
       for (int r = 0; r < kNumOffRows; ++r) carry[r] += q[r];
     }
   }
-}
-
-// Zero bytes [offs[row][E], cap) of up to three buffers. All offsets and capacities are multiples of 16.
-struct TailFill {
-  uint8_t* buf[3];
-  int64_t cap[3];
-  int row[3];
-};
-
-__global__ void tail_fill_kernel(const int64_t* __restrict__ offs, int E, TailFill f) {
-  for (int b = 0; b < 3; ++b) {
+  __syncthreads();  // carry[] = the totals, offs[r][E]
+#pragma unroll
+  for (int b = 0; b < 3; ++b) {  // unrolled: f's arrays are indexed by constants (no local-memory copy)
     if (f.buf[b] == nullptr) continue;
-    const int64_t start = offs[(int64_t)f.row[b] * (E + 1) + E] / 16, end = f.cap[b] / 16;
+    const int64_t start = carry[f.row[b]] / 16, end = f.cap[b] / 16;
     uint4* p = reinterpret_cast<uint4*>(f.buf[b]);
-    for (int64_t i = start + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < end;
-         i += (int64_t)gridDim.x * blockDim.x)
-      p[i] = make_uint4(0, 0, 0, 0);
+    for (int64_t j = start + blockIdx.x * (int64_t)blockDim.x + t; j < end; j += (int64_t)gridDim.x * blockDim.x)
+      p[j] = make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -150,13 +155,8 @@ int grid_for(int64_t work, int threads) {
 
 }  // namespace
 
-void launch_group_offsets(const int64_t* splits, int E, int64_t K, int64_t* offs, float* row_amax, float* col_amax,
-                          cudaStream_t stream) {
-  group_offsets_kernel<<<1, kScanThreads, 0, stream>>>(splits, E, K, offs, row_amax, col_amax);
-}
-
-void launch_tail_fill(const int64_t* offs, int E, uint8_t* const bufs[3], const int64_t caps[3], const int rows[3],
-                      cudaStream_t stream) {
+void launch_group_setup(const int64_t* splits, int E, int64_t K, int64_t* offs, float* row_amax, float* col_amax,
+                        uint8_t* const bufs[3], const int64_t caps[3], const int rows[3], cudaStream_t stream) {
   TailFill f;
   int64_t most = 0;
   for (int i = 0; i < 3; ++i) {
@@ -165,9 +165,10 @@ void launch_tail_fill(const int64_t* offs, int E, uint8_t* const bufs[3], const 
     f.row[i] = rows[i];
     if (bufs[i] && caps[i] / 16 > most) most = caps[i] / 16;
   }
-  if (most == 0) return;
-  // The tail is at most ~E*16*K/2 bytes per buffer; size the grid by capacity, capped.
-  tail_fill_kernel<<<grid_for(most, 256) < 264 ? grid_for(most, 256) : 264, 256, 0, stream>>>(offs, E, f);
+  // The tail is at most ~E*16*K/2 bytes per buffer; size the grid by capacity, at most 66 CTAs (each also scans
+  // the E splits, which is cheap next to the fill).
+  const int grid = grid_for(most, kScanThreads) < 66 ? grid_for(most, kScanThreads) : 66;
+  group_setup_kernel<<<grid, kScanThreads, 0, stream>>>(splits, E, K, offs, row_amax, col_amax, f);
 }
 
 void launch_swizzle(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t stream) {

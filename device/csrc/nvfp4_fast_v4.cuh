@@ -231,33 +231,41 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
   }
 
   // ---- 3. columnwise plane of X^T (SPEC 6.2, 7): thread t owns tile columns 2(t%64) + h, h = 0, 1, and the
-  // 16-row blocks j0 + jj, j0 = 2(t/64), jj = 0, 1 ----
+  // 16-row blocks jb + 4 jj, jb = t/64, jj = 0, 1 (warp-uniform). A block wholly past the group's rows only writes
+  // its padding scale bytes, so the last tile of a group with <= 64 rows left runs one block per warp instead of
+  // two: every warp's share of the tile shrinks with the tile, not only some warps' (stop 20) ----
   if (a.col_data != nullptr) {
     const PlaneScale& ps = ps_col;
     const int cpair = t & 63;
-    const int j0 = (t >> 6) * 2;
+    const int jb = t >> 6;
     const int64_t cblocks = ceil_div(gv.m, 16);
     const int64_t cpd = round_up(cblocks, 4);
-    const int64_t jg0 = gv.m0 / 16 + j0;
+    const int64_t jg0 = gv.m0 / 16 + jb;  // block column of jj = 0 (gv.m0 / 16 is a multiple of 8)
     const int64_t kk = k0 + 2 * cpair;               // plane row of h = 0
     const int jleft = (int)(cblocks - gv.m0 / 16);   // valid 16-row blocks of this tile
     const int jpad = (int)(cpd - gv.m0 / 16);        // blocks with a (padding) scale byte
     uint8_t* csp;
-    int64_t sH;  // scale (h, jj) at csp + h * sH + jj
+    int64_t sH, sJ;  // scale (h, jj) at csp + h * sH + jj * sJ
     if (a.layout == kSwizzled) {
       csp = a.col_scales + gv.col_scale + swizzle_offset(kk, jg0, cpd >> 2);
       sH = 16;
+      sJ = 512;  // block column + 4: the next 128x4 scale tile of the same rows (SPEC 8.2)
     } else {
       const int64_t cols = a.layout == kPaddedCompact ? cpd : cblocks;
       csp = a.col_scales + gv.col_scale + kk * cols + jg0;
       sH = cols;
+      sJ = 4;
     }
     // Not unrolled: the two blocks run the same code, so the kernel is 26% smaller (3,570 instead of 4,808 SASS
     // instructions) and the quantize kernel 1.5-2% faster on the H100 (device/NOTES.md, stop 18).
 #pragma unroll 1
     for (int jj = 0; jj < 2; ++jj) {
       uint64_t o[2];  // this block's packed codes of plane rows h = 0, 1 (constant indices: stays in registers)
-      const int j = j0 + jj;
+      const int j = jb + 4 * jj;
+      if (j >= jleft) {  // no row of the group in this block (and then none in the next): padding bytes only
+        if (a.layout != kCompact && j < jpad) csp[jj * sJ] = csp[jj * sJ + sH] = 0;
+        continue;
+      }
       uint32_t w[16];
 #pragma unroll
       for (int i = 0; i < 16; ++i) w[i] = *reinterpret_cast<const uint32_t*>(tile + (j * 16 + i) * 256 + cpair * 4);
@@ -280,7 +288,7 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
 #pragma unroll
       for (int i = 0; i < 16; ++i) m = absmax2(m, w[i]);
       const uint32_t mh2[2] = {m & 0xFFFFu, m >> 16};
-      const bool jok = j < jleft, jpok = j < jpad;
+      const bool jpok = j < jpad;
       if (max(mh2[0], mh2[1]) < 0x7F80u) {  // no NaN / Inf in either block
         uint32_t sg[2][2];                   // [h][rows 0-7 / 8-15]
         sign_nibbles_cols(w, sg[0][0], sg[1][0]);
@@ -288,8 +296,8 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           o[h] = 0;
-          uint8_t* sp = csp + h * sH + jj;
-          if (jok && 2 * cpair + h < kleft) {
+          uint8_t* sp = csp + h * sH + jj * sJ;
+          if (2 * cpair + h < kleft) {
             const float bmax = __uint_as_float(mh2[h] << 16);
             const uint32_t sb = block_scale_byte(bmax, ps);
             const float mult = mtab[1][sb];
@@ -311,8 +319,8 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           o[h] = 0;
-          uint8_t* sp = csp + h * sH + jj;
-          if (jok && 2 * cpair + h < kleft) {
+          uint8_t* sp = csp + h * sH + jj * sJ;
+          if (2 * cpair + h < kleft) {
             float b = 0.0f;
 #pragma unroll
             for (int i = 0; i < 16; ++i) b = fmaxf(b, fabsf(bf16_half(w[i], h)));
@@ -360,12 +368,15 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
 template <bool kRHT>
 __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
   using T = __nv_bfloat16;
-  // Let a programmatically dependent quantize grid start its X loads as this grid's last wave runs (it waits
-  // for this grid's completion before it reads the amaxes); a no-op for any other next launch.
+  // Grouped calls launch this grid with a programmatic dependency on the setup kernel (offsets, zeroed amaxes):
+  // wait for it before anything is read (a no-op otherwise). Only then let a programmatically dependent quantize
+  // grid start its X loads as this grid's last wave runs (it reads the offsets before its own wait, so they must
+  // be complete by then; it waits for this grid's completion before it reads the amaxes).
+  asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
   GroupView gv;
   int64_t kt;
-  if (!resolve_grid_tile(a.offs, a.E, a.M, (int64_t)gridDim.x - 1 - blockIdx.x, amax_k_tiles<T>(a.K), gv, kt)) return;
+  if (!resolve_grid_tile_reversed(a.offs, a.E, a.M, blockIdx.x, amax_k_tiles<T>(a.K), gv, kt)) return;
   const int t = threadIdx.x, chunk = t & 31, rb = t >> 5;
   const int64_t gcol = kt * 128 + chunk * 4;
   const T* x = reinterpret_cast<const T*>(a.x);

@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(128, 4) amax_kernel(AmaxArgs a) {
   // read last and which is therefore still (partly) in L2.
   GroupView gv;
   int64_t kt;
-  if (!resolve_grid_tile(a.offs, a.E, a.M, (int64_t)gridDim.x - 1 - blockIdx.x, amax_k_tiles<T>(a.K), gv, kt)) return;
+  if (!resolve_grid_tile_reversed(a.offs, a.E, a.M, blockIdx.x, amax_k_tiles<T>(a.K), gv, kt)) return;
   const int t = threadIdx.x, chunk = t & 15, rb = t >> 4;
   const int64_t gcol = kt * G::kTileK + chunk * G::kChunkElems;
   const T* x = reinterpret_cast<const T*>(a.x);

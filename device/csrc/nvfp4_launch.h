@@ -43,8 +43,9 @@ enum Rule : int { kRuleTE = 0, kRuleTEFusedRHT = 1 };
 
 enum DType : int { kBF16 = 0, kF16 = 1, kF32 = 2 };
 
-// amax pass (SPEC 4); `row_tiles` is the (worst-case) number of 128-row tiles.
-void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream_t s);
+// amax pass (SPEC 4); `row_tiles` is the (worst-case) number of 128-row tiles. after_setup: the previous launch on
+// `s` is launch_group_setup for these offsets (the bf16 fast kernel then starts with a programmatic dependency).
+void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_setup);
 void launch_amax_f16(const AmaxArgs& a, int64_t row_tiles, cudaStream_t s);
 void launch_amax_f32(const AmaxArgs& a, int64_t row_tiles, cudaStream_t s);
 // fused quantizer (SPEC 5-8, 10). after_amax: the previous launch on `s` is the amax pass of this input (so the
@@ -53,10 +54,11 @@ void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaS
 void launch_quantize_f16(const QuantArgs& a, int64_t row_tiles, cudaStream_t s);
 void launch_quantize_f32(const QuantArgs& a, int64_t row_tiles, cudaStream_t s);
 
-void launch_group_offsets(const int64_t* splits, int E, int64_t K, int64_t* offs, float* row_amax, float* col_amax,
-                          cudaStream_t stream);
-void launch_tail_fill(const int64_t* offs, int E, uint8_t* const bufs[3], const int64_t caps[3], const int rows[3],
-                      cudaStream_t stream);
+// One launch per grouped call (SPEC 9): the offset table [6, E+1] from the device splits, zeroed per-group amaxes
+// (those given), and zero bytes past the last group in up to three buffers (bufs[i] of caps[i] bytes, whose used
+// length is offset row rows[i], entry E).
+void launch_group_setup(const int64_t* splits, int E, int64_t K, int64_t* offs, float* row_amax, float* col_amax,
+                        uint8_t* const bufs[3], const int64_t caps[3], const int rows[3], cudaStream_t stream);
 void launch_swizzle(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t stream);
 void launch_dequantize(const uint8_t* data, const uint8_t* scales, const float* amax, int64_t rows, int64_t cols,
                        bool swizzled, float* out, cudaStream_t stream);

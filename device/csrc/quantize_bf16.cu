@@ -17,24 +17,10 @@ static bool fast_enabled() {
   return on;
 }
 
-void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream_t s) {
-  const int64_t grid = row_tiles * amax_k_tiles<__nv_bfloat16>(a.K);
-  if (grid == 0) return;
-  if (!fast_enabled()) {
-    if (rht) amax_kernel<__nv_bfloat16, true><<<(unsigned)grid, 128, 0, s>>>(a);
-    else amax_kernel<__nv_bfloat16, false><<<(unsigned)grid, 128, 0, s>>>(a);
-  } else if (!rht || a.rht_signs == kDefaultRhtSigns) {  // the fast path (nvfp4_fast_v4.cuh)
-    if (rht) amax_fast4_bf16<true><<<(unsigned)grid, 256, 0, s>>>(a);
-    else amax_fast4_bf16<false><<<(unsigned)grid, 256, 0, s>>>(a);
-  } else {
-    amax_kernel<__nv_bfloat16, true><<<(unsigned)grid, 128, 0, s>>>(a);
-  }
-}
-
 // A launch that may start while the previous kernel of the stream still runs (programmatic dependent launch);
 // only for kernels that execute griddepcontrol.wait before they read anything that kernel writes.
-static void launch_pdl(void (*kernel)(QuantArgs), unsigned grid, unsigned threads, cudaStream_t s,
-                       const QuantArgs& a) {
+template <typename Args>
+static void launch_pdl(void (*kernel)(Args), unsigned grid, unsigned threads, cudaStream_t s, const Args& a) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(grid);
   cfg.blockDim = dim3(threads);
@@ -45,6 +31,21 @@ static void launch_pdl(void (*kernel)(QuantArgs), unsigned grid, unsigned thread
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
   cudaLaunchKernelEx(&cfg, kernel, a);
+}
+
+void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_setup) {
+  const int64_t grid = row_tiles * amax_k_tiles<__nv_bfloat16>(a.K);
+  if (grid == 0) return;
+  if (!fast_enabled()) {
+    if (rht) amax_kernel<__nv_bfloat16, true><<<(unsigned)grid, 128, 0, s>>>(a);
+    else amax_kernel<__nv_bfloat16, false><<<(unsigned)grid, 128, 0, s>>>(a);
+  } else if (!rht || a.rht_signs == kDefaultRhtSigns) {  // the fast path (nvfp4_fast_v4.cuh)
+    auto kernel = rht ? amax_fast4_bf16<true> : amax_fast4_bf16<false>;
+    if (after_setup) launch_pdl(kernel, (unsigned)grid, 256, s, a);  // waits for the setup kernel in-kernel
+    else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
+  } else {
+    amax_kernel<__nv_bfloat16, true><<<(unsigned)grid, 128, 0, s>>>(a);
+  }
 }
 
 // 4 CTAs per SM of quantize_fast4_bf16 need 4 x 41 KB of static shared memory: ask for the largest carveout, once
