@@ -3,7 +3,8 @@
 Run from the repository root: ``PYTHONPATH=. python3 benchmarks/grouped_quantize_breakdown.py``.
 One 16384x4096 bf16 input, rowwise + RHT columnwise + swizzled scales, quantized as a single tensor and as groups
 of several split patterns (aligned, unaligned, skewed as in bench_quantize.py). Prints the quantize kernel, the
-amax pass and the small kernels (offsets, fills) of each call: the numbers behind device/NOTES.md "v4, stop 19".
+amax pass and the small kernels (setup, fills) of each call: the numbers behind device/NOTES.md "v4, stop 19" and
+"v4, stop 20".
 """
 
 from __future__ import annotations
