@@ -1,4 +1,5 @@
-// Small kernels: grouped setup (offsets and tail zero-fill, SPEC 9), standalone swizzle (SPEC 8.2), dequantize (SPEC 11).
+// Small kernels: grouped setup (offsets and tail zero-fill, SPEC 9), standalone swizzle (SPEC 8.2), dequantize
+// (SPEC 11).
 #include "nvfp4_launch.h"
 
 #include "nvfp4_common.cuh"

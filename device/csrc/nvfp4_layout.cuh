@@ -87,7 +87,8 @@ __device__ __forceinline__ bool resolve_grid_tile(const int64_t* __restrict__ of
 // would otherwise start with its empty CTAs, up to E x nkt of them (E = 128 cost ~10 us, stop 20).
 __device__ __forceinline__ bool resolve_grid_tile_reversed(const int64_t* __restrict__ offs, int E, int64_t M,
                                                            int64_t block, int64_t nkt, GroupView& v, int64_t& kt) {
-  const int64_t tiles = offs == nullptr ? ceil_div(M, (int64_t)kTileM) : __ldg(offs + (int64_t)kOffTiles * (E + 1) + E);
+  const int64_t tiles =
+      offs == nullptr ? ceil_div(M, (int64_t)kTileM) : __ldg(offs + (int64_t)kOffTiles * (E + 1) + E);
   if (block >= tiles * nkt) return false;
   return resolve_grid_tile(offs, E, M, tiles * nkt - 1 - block, nkt, v, kt);
 }
