@@ -6,14 +6,17 @@ Columns (TFLOP/s = 2*T*N*K / time; wgrad counts the unpadded T):
                                "wgrad-bf16" rows run our wgrad with bf16 output too, the same bytes written)
   matmul loop               -- one torch.matmul per expert (host-known splits)
   deq+grouped_mm            -- dequantize the NVFP4 weights to BF16 (torch ops, timed) + torch._grouped_mm
-Times are CUDA-event means over --iters calls after warm-up.
+Times are CUDA-event means over --iters calls after warm-up; every column is timed --reps times, in rounds over all
+columns (fast, exact, baselines, fast, ...), and reports its median, so that no column is measured only after the
+others have heated the GPU.
 
-    PYTHONPATH=. python benchmarks/bench_grouped_gemm.py [--iters 10]
+    PYTHONPATH=. python benchmarks/bench_grouped_gemm.py [--iters 10] [--reps 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 
 import torch
@@ -65,7 +68,7 @@ def dequant_weights(wq, e: int, n: int, k: int) -> torch.Tensor:
     return w.to(torch.bfloat16).view(e, n, k)
 
 
-def bench_case(name, e, t, k, n, skew, kind, iters):
+def bench_case(name, e, t, k, n, skew, kind, iters, reps):
     kind, _, out_name = kind.partition("-")  # "wgrad-bf16": wgrad with bf16 output
     splits = splits_for(e, t, skew)
     st = torch.tensor(splits, dtype=torch.int64, device=DEV)
@@ -131,24 +134,30 @@ def bench_case(name, e, t, k, n, skew, kind, iters):
 
         deq = None
     b_in = bq
-    row["fast"] = flops / timeit(lambda: grouped_gemm(aq, b_in, kind=kind, out=out, mode="fast"), iters) / 1e12
-    row["exact"] = flops / timeit(lambda: grouped_gemm(aq, b_in, kind=kind, out=out, mode="exact"),
-                                  max(2, iters // 2)) / 1e12
-    for key, fn in (("grouped_mm", bf16_gmm), ("loop", loop), ("deq+gmm", deq)):
-        if fn is None:
-            row[key] = float("nan")
-            continue
-        try:
-            row[key] = flops / timeit(fn, iters) / 1e12
-        except Exception as ex:  # noqa: BLE001 - report and go on
-            print(f"  {name} {kind} {key}: {type(ex).__name__}: {str(ex)[:120]}", file=sys.stderr)
-            row[key] = float("nan")
+    fns = {"fast": (lambda: grouped_gemm(aq, b_in, kind=kind, out=out, mode="fast"), iters),
+           "exact": (lambda: grouped_gemm(aq, b_in, kind=kind, out=out, mode="exact"), max(2, iters // 2)),
+           "grouped_mm": (bf16_gmm, iters), "loop": (loop, iters), "deq+gmm": (deq, iters)}
+    # `reps` rounds over all columns, each column's median: every column sees the same mix of GPU states (the clock
+    # drops under sustained tensor load; one pass in column order measured whichever ran later slower)
+    times: dict[str, list[float]] = {key: [] for key in fns}
+    for _ in range(reps):
+        for key, (fn, n_iters) in fns.items():
+            if fn is None or times[key] is None:
+                continue
+            try:
+                times[key].append(timeit(fn, n_iters))
+            except Exception as ex:  # noqa: BLE001 - report and go on
+                print(f"  {name} {kind} {key}: {type(ex).__name__}: {str(ex)[:120]}", file=sys.stderr)
+                times[key] = None
+    for key, ts in times.items():
+        row[key] = flops / statistics.median(ts) / 1e12 if ts else float("nan")
     return row
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--reps", type=int, default=3, help="rounds over all columns; each column reports its median")
     args = ap.parse_args()
     cases = [
         ("E8 T16384 K4096 N14336 bal", 8, 16384, 4096, 14336, False, ("fprop", "dgrad", "wgrad")),
@@ -163,7 +172,7 @@ def main():
     print(hdr)
     for name, e, t, k, n, skew, kinds in cases:
         for kind in kinds:
-            r = bench_case(name, e, t, k, n, skew, kind, args.iters)
+            r = bench_case(name, e, t, k, n, skew, kind, args.iters, args.reps)
             torch.cuda.empty_cache()
             print(f"{r['case']:30s} {kind:10s} {r['fast']:8.1f} {r['exact']:8.1f} {r['grouped_mm']:8.1f} "
                   f"{r['loop']:8.1f} {r['deq+gmm']:8.1f} {r['fast'] / r['grouped_mm']:9.2f} "

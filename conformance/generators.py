@@ -430,9 +430,13 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
     # the device's fast mode runs the kernel chosen by the sizes, or one of its three forced (same bits, SPEC 12.6);
     # the exact mode has one kernel (space "mode": "exact" only changes the tag)
     fast_kernel = pick(rng, space, "fast_kernel", ["auto", "skinny", "large", "pair"], p=[0.4, 0.2, 0.2, 0.2])
-    o = dict(kind=kind, out_dtype=out_dtype, rht=rht, rht_signs=0xD7E8, fast_kernel=fast_kernel)
+    # a capped persistent grid (0: one CTA per SM): every CTA walks many tiles, and the last round's tiles run as
+    # half tiles when they fill at most half of it (device/csrc/gemm_wgmma_ws.cuh, TileWalk)
+    max_ctas = int(rng.choice([0, 0, 0, 1, 2, 3, 5, 8]))
+    o = dict(kind=kind, out_dtype=out_dtype, rht=rht, rht_signs=0xD7E8, fast_kernel=fast_kernel, max_ctas=max_ctas)
     tags = dict(kind=kind, out_dtype=out_dtype, rht=str(rht), splits=skind, values=vkind,
                 fast_kernel="none (exact mode)" if space.get("mode") == "exact" else fast_kernel,
+                grid="one CTA per SM" if max_ctas == 0 else "capped",
                 n="multiple of 16" if n % 16 == 0 else "other",
                 groups="1" if e == 1 else "2-16", epilogue="+".join(x for x in ("bias", "c") if x in arrays) or "none")
     return arrays, o, tags

@@ -21,7 +21,8 @@ from the groups' amaxes), C and bias are applied in the fp32 epilogue in SPEC 12
 The fast mode picks its kernel from host-known sizes (docs/gemm.md): 64 x 256 tiles for few rows per group, 2-CTA
 clusters of 256 x 256 tiles for >= 256 rows per group with contraction >= 1024, 128 x 256 tiles otherwise.
 ``fast_kernel="skinny" | "large" | "pair"`` forces one of them (tests, benchmarks, conformance); every kernel gives
-the same bits.
+the same bits. ``max_ctas`` caps the persistent grid (default: one CTA per SM), e.g. to leave SMs to concurrent
+work; the bits do not depend on it either.
 
 Group sizes never leave the device: problem sizes, pointers and alphas are built by a setup kernel from the
 grouped tensors' offsets table and the grid is fixed by host-known sizes, so the call can be captured in a CUDA
@@ -69,17 +70,21 @@ def _out_dtype(out_dtype, default):
 
 def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, kind: str = "fprop",
                  out_dtype=None, out: Tensor | None = None, accumulate: bool = False, bias: Tensor | None = None,
-                 mode: str = "fast", fast_kernel: str | None = None) -> Tensor:
+                 mode: str = "fast", fast_kernel: str | None = None, max_ctas: int | None = None) -> Tensor:
     """Grouped NVFP4 GEMM (see the module docstring for the operands of each ``kind``). Returns ``out``.
 
     ``fast_kernel`` (fast mode only; ``None`` or ``"auto"``: chosen by the sizes) forces the fast kernel:
-    ``"skinny"`` (64 x 256 tiles), ``"large"`` (128 x 256) or ``"pair"`` (2-CTA clusters, 256 x 256)."""
+    ``"skinny"`` (64 x 256 tiles), ``"large"`` (128 x 256) or ``"pair"`` (2-CTA clusters, 256 x 256).
+    ``max_ctas`` (``None``: one per SM): at most this many persistent CTAs, which then walk all tiles; a 2-CTA
+    cluster counts as two (an odd cap rounds down, but at least one cluster runs)."""
     if kind not in _KINDS:
         raise ValueError(f"kind must be one of {list(_KINDS)}, got {kind!r}")
     if mode not in ("fast", "exact"):
         raise ValueError(f"mode must be 'fast' or 'exact', got {mode!r}")
     if fast_kernel not in _FAST_KERNELS:
         raise ValueError(f"fast_kernel must be one of {list(_FAST_KERNELS)}, got {fast_kernel!r}")
+    if max_ctas is not None and (isinstance(max_ctas, bool) or not isinstance(max_ctas, int) or max_ctas < 1):
+        raise ValueError(f"max_ctas must be None or an int >= 1, got {max_ctas!r}")
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, DeviceGroupedNVFP4Tensor):
             raise TypeError(f"{name} must be a DeviceGroupedNVFP4Tensor from device.group_quantize, "
@@ -184,6 +189,6 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
         int(b_rows), int(a_rows), int(kc), int(cols), _RCP_7225344, int(grid_upper), ws,
         int(a_rows) if kind == "wgrad" else t_a // e,  # average output rows per group (tile choice)
         t_a // e if kind == "wgrad" else int(kc),  # average contraction length per group (tile choice)
-        _FAST_KERNELS[fast_kernel],
+        _FAST_KERNELS[fast_kernel], int(max_ctas or 0),
     )
     return out

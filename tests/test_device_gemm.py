@@ -130,7 +130,7 @@ def check_group(y, a_plane, b_plane, mode, out_dtype, bias=None, acc=None, where
         _assert_same_bits(y, ref, od, where, "fast mode differs from oracle tensor_core")
 
 
-def run_fprop(splits, n, k, mode, out_dtype, with_bias, seed=0, fast_kernel=None):
+def run_fprop(splits, n, k, mode, out_dtype, with_bias, seed=0, fast_kernel=None, max_ctas=None):
     e = len(splits)
     t = int(sum(splits))
     x = rand_bf16((t, k), seed + 1)
@@ -138,7 +138,8 @@ def run_fprop(splits, n, k, mode, out_dtype, with_bias, seed=0, fast_kernel=None
     wq = weights(e, n, k, seed + 2)
     bias = (torch.randn((e, n), dtype=torch.float32) * 3).to(DEV) if with_bias else None
     out, check_tail = guarded((t, n), out_dtype)
-    y = _gg()(xq, wq, kind="fprop", out=out, out_dtype=out_dtype, bias=bias, mode=mode, fast_kernel=fast_kernel)
+    y = _gg()(xq, wq, kind="fprop", out=out, out_dtype=out_dtype, bias=bias, mode=mode, fast_kernel=fast_kernel,
+              max_ctas=max_ctas)
     assert y is out
     check_tail("fprop")
     yn = to_np(y)
@@ -152,7 +153,7 @@ def run_fprop(splits, n, k, mode, out_dtype, with_bias, seed=0, fast_kernel=None
         r0 += m
 
 
-def run_dgrad(splits, n, k, mode, out_dtype, with_bias=False, seed=0, fast_kernel=None):
+def run_dgrad(splits, n, k, mode, out_dtype, with_bias=False, seed=0, fast_kernel=None, max_ctas=None):
     e = len(splits)
     t = int(sum(splits))
     dy = rand_bf16((t, n), seed + 3)
@@ -160,7 +161,7 @@ def run_dgrad(splits, n, k, mode, out_dtype, with_bias=False, seed=0, fast_kerne
     wq = weights(e, n, k, seed + 4)
     bias = (torch.randn((e, k), dtype=torch.float32)).to(torch.bfloat16).to(DEV) if with_bias else None
     out, check_tail = guarded((t, k), out_dtype)
-    _gg()(dyq, wq, kind="dgrad", out=out, bias=bias, mode=mode, fast_kernel=fast_kernel)
+    _gg()(dyq, wq, kind="dgrad", out=out, bias=bias, mode=mode, fast_kernel=fast_kernel, max_ctas=max_ctas)
     check_tail("dgrad")
     yn = to_np(out)
     dyo, wo = dyq.to_oracle(), wq.to_oracle()
@@ -173,7 +174,7 @@ def run_dgrad(splits, n, k, mode, out_dtype, with_bias=False, seed=0, fast_kerne
         r0 += m
 
 
-def run_wgrad(splits, n, k, mode, out_dtype, accumulate, seed=0, fast_kernel=None):
+def run_wgrad(splits, n, k, mode, out_dtype, accumulate, seed=0, fast_kernel=None, max_ctas=None):
     e = len(splits)
     t = int(sum(splits))
     dy = rand_bf16((t, n), seed + 5)
@@ -188,7 +189,7 @@ def run_wgrad(splits, n, k, mode, out_dtype, accumulate, seed=0, fast_kernel=Non
         c = None
         out, check_tail = guarded((e, n, k), out_dtype)
     _gg()(dyq, xq, kind="wgrad", out=out, out_dtype=out_dtype, accumulate=accumulate, mode=mode,
-          fast_kernel=fast_kernel)
+          fast_kernel=fast_kernel, max_ctas=max_ctas)
     check_tail("wgrad")
     yn = to_np(out)
     cn = None if c is None else c.cpu().numpy()
@@ -382,6 +383,27 @@ def test_fp32_lines_epilogue(kernel):
     run_fprop([0, 70, 129, 5], 18, 96, mode, torch.float32, with_bias=True, seed=76, fast_kernel=fast_kernel)
 
 
+# max_ctas caps the persistent grid, so every CTA walks several tiles; when the last round's tiles fill at most half of
+# the CTAs, the one-CTA fast kernels run them as half tiles (128 columns each, TileWalk in gemm_wgmma_ws.cuh). Tile
+# counts here (skinny / large): fprop [64, 0, 200] x N = 1408 has 30 / 18 tiles of which the last N tile holds 128
+# columns; wgrad [0, 37, 200, 5] x [304, 144] has 20 / 12 tiles (15 / 9 with accumulate: the empty expert has none)
+# of 144 columns. So the caps give: whole rounds only (1, 3), a last round of whole tiles (skinny fprop 8, large fprop
+# 7, ...), and half tiles (skinny fprop 7 and large fprop 8, whose second halves of the last N tile are empty; wgrad,
+# whose second halves hold 16 columns). The cluster kernel runs max_ctas // 2 clusters (at least one), the exact one
+# max_ctas CTAs, both on whole tiles.
+@pytest.mark.parametrize("max_ctas", [1, 3, 7, 8])
+@pytest.mark.parametrize("kernel", ["skinny", "large", "pair", "exact"])
+def test_capped_grid_and_half_tiles(kernel, max_ctas):
+    mode, fast_kernel = _epilogue_test_mode(kernel)
+    run_fprop([64, 0, 200], 1408, 160, mode, torch.bfloat16, with_bias=True, seed=81, fast_kernel=fast_kernel,
+              max_ctas=max_ctas)
+    run_dgrad([64, 0, 200], 96, 1408, mode, torch.float32, with_bias=True, seed=82, fast_kernel=fast_kernel,
+              max_ctas=max_ctas)
+    for accumulate in (False, True):
+        run_wgrad([0, 37, 200, 5], 304, 144, mode, torch.float32, accumulate=accumulate, seed=83,
+                  fast_kernel=fast_kernel, max_ctas=max_ctas)
+
+
 def test_mostly_empty_experts():
     run_fprop([0, 0, 33, 0], 64, 64, "exact", torch.bfloat16, with_bias=False)
     run_wgrad([0, 0, 33, 0], 64, 64, "fast", torch.float32, accumulate=True)
@@ -482,6 +504,9 @@ def test_bad_inputs():
         gg(xq, wq, mode="turbo")
     with pytest.raises(ValueError, match="fast_kernel"):
         gg(xq, wq, fast_kernel="huge")
+    for bad in (0, -3, True, 2.0):
+        with pytest.raises(ValueError, match="max_ctas"):
+            gg(xq, wq, max_ctas=bad)
     with pytest.raises(ValueError, match="shape"):
         gg(xq, wq, kind="fprop", out=torch.empty((40, n + 16), dtype=torch.bfloat16, device=DEV))
     with pytest.raises(TypeError, match="dtype"):

@@ -29,9 +29,10 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
                    const Tensor& b_offs, const Tensor& b_amax, Tensor out, const c10::optional<Tensor>& bias,
                    bool accumulate, int64_t b_rows, int64_t a_rows, int64_t kc, int64_t ldd, double rcp,
                    int64_t grid_upper, Tensor workspace, int64_t rows_per_group,
-                   int64_t contraction_per_group, int64_t force_fast_tile) {
+                   int64_t contraction_per_group, int64_t force_fast_tile, int64_t max_ctas) {
   TORCH_CHECK(kind >= 0 && kind <= 2, "nvfp4_gemm: bad kind");
   TORCH_CHECK(E >= 1, "nvfp4_gemm: E must be >= 1");
+  TORCH_CHECK(max_ctas >= 0 && max_ctas < (int64_t{1} << 31), "nvfp4_gemm: max_ctas must be >= 0 (0: no cap)");
   check(a_data, "a data", at::kByte);
   check(a_scales, "a scales", at::kByte);
   check(b_data, "b data", at::kByte);
@@ -97,6 +98,7 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
   l.accumulate = accumulate;
   l.grid_upper = static_cast<int>(grid_upper);
   l.tile_m = s.tile_m;
+  l.max_ctas = static_cast<int>(max_ctas);
   nvfp4_gemm::launch_gemm(l, stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

@@ -58,6 +58,7 @@ struct LaunchArgs {
   int accumulate;
   int grid_upper;  // host upper bound on the number of tiles (grid = min(this, resident blocks))
   int tile_m;  // CTA rows (from pick_tile); selects the fast kernel's shape
+  int max_ctas;  // 0, or at most this many CTAs (a cluster counts its CTAs; at least one cluster runs)
 };
 
 // Tile (rows x columns of the output; a cluster tile for the 2-CTA kernel) for this mode, given the average number of

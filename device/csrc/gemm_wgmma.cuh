@@ -68,9 +68,10 @@ __device__ __forceinline__ void sts128(uint32_t a, const uint32_t (&v)[4]) {
 
 // Raw K tiles of A rows [m0, m0+128) and B rows [n0, n0+BN) into raw stages. Stage layout: raw A rows (32 B each)
 // then raw B rows, so copy chunk c of a thread lands at stage + c * chunk bytes; then the A scale tile and the B
-// scale tiles (512 B each). Rows past the problem, bytes past K and scale tiles past the plane are zero-filled
-// (src-size 0): a zero code times a zero scale contributes +0, and no byte of a neighbouring group or past an
-// allocation is read. Row pointers are computed once per tile; a K tile only adds its byte offset.
+// scale tiles (512 B each). Rows past the problem (A: M; B: n_end <= N, which a half tile sets to the end of its
+// 128 rows), bytes past K and scale tiles past the plane or past n_end are zero-filled (src-size 0): a zero code
+// times a zero scale contributes +0, and no byte of a neighbouring group or past an allocation is read. Row pointers
+// are computed once per tile; a K tile only adds its byte offset.
 template <class S>
 struct RawLoader {
   const uint8_t* src[S::kChunks8];  // chunk i of this thread at K tile 0 (a valid address even when it has no data)
@@ -81,7 +82,7 @@ struct RawLoader {
   static constexpr int kScaleThreads = (S::kSA + S::kSB) / 16;
 
   RawLoader() = default;
-  __device__ __forceinline__ RawLoader(const Prob& p, int m0, int n0, int KT, long long lda, int tid) {
+  __device__ __forceinline__ RawLoader(const Prob& p, int m0, int n0, int n_end, int KT, long long lda, int tid) {
     vec16 = ((lda & 15) == 0) && ((reinterpret_cast<uintptr_t>(p.a) & 15) == 0) &&
             ((reinterpret_cast<uintptr_t>(p.b) & 15) == 0);
     // chunk c = tid + kThreads i of [A rows; B rows]: vec16: row c / 2, half c % 2; else row c / 4, quarter c % 4.
@@ -93,7 +94,7 @@ struct RawLoader {
       const int r = vec16 ? c >> 1 : c >> 2;
       const bool isb = r >= S::BM;
       const int grow = isb ? n0 + r - S::BM : m0 + r;
-      const bool ok = (vec16 ? (i < S::kChunks16 && c < (S::BM + S::BN) * 2) : true) && grow < (isb ? p.N : p.M);
+      const bool ok = (vec16 ? (i < S::kChunks16 && c < (S::BM + S::BN) * 2) : true) && grow < (isb ? n_end : p.M);
       src[i] = ok ? (isb ? p.b : p.a) + static_cast<long long>(grow) * lda + off : p.sa;
       kt_end[i] = ok ? static_cast<int>((lda - off + kBK / 2 - 1) / (kBK / 2)) : 0;
     }
@@ -104,7 +105,7 @@ struct RawLoader {
       const int na = S::kSA / 512;
       const bool isb = t >= na;
       const int rt = isb ? (n0 >> 7) + t - na : (m0 >> 7) + t;
-      if (rt * 128 < (isb ? p.N : p.M)) {  // a 256-row A tile may reach past the group's scale rows
+      if (rt * 128 < (isb ? n_end : p.M)) {  // a 256-row A tile may reach past the group's scale rows
         scale = (isb ? p.sb : p.sa) + static_cast<long long>(rt) * KT * 512 + (tid & 31) * 16;
         scale_end = KT;
       }
@@ -256,7 +257,8 @@ inline cudaLaunchConfig_t cluster_launch_config(int clusters, int cluster, int t
 
 // Launches KERNEL(probs, prefix, E, accumulate) with one persistent CTA per SM (the kernels are register- and
 // shared-memory bound to one CTA per SM), in clusters of CLUSTER CTAs along x, at most a.grid_upper clusters (the
-// tile list's unit is the cluster tile); the clusters stride over the tile list. The grid is the number of clusters
+// tile list's unit is the cluster tile) and at most a.max_ctas / CLUSTER (when set; at least one); the clusters
+// stride over the tile list. The grid is the number of clusters
 // that can be resident at once, so no cluster waits for another to finish. The shared-memory attribute and that
 // number are set up once per kernel and device (devices of one process may differ; ordinals >= kMaxDevices are
 // set up at every launch).
@@ -285,6 +287,7 @@ void launch_persistent(const LaunchArgs& a, cudaStream_t s) {
   }
   int grid = resident;
   if (a.grid_upper < grid) grid = a.grid_upper;
+  if (a.max_ctas > 0 && a.max_ctas / CLUSTER < grid) grid = a.max_ctas / CLUSTER;
   if (grid < 1) grid = 1;
   if constexpr (CLUSTER == 1) {
     KERNEL<<<grid, kThreads, kSmem, s>>>(a.probs, a.prefix, a.E, a.accumulate);

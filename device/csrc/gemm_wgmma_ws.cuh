@@ -212,24 +212,61 @@ struct Ring {
   }
 };
 
-// Walks this CTA's K steps in order: output tiles `first`, + stride, ... (first = the cluster's index, stride = the
-// number of clusters; every CTA of a cluster walks the same tiles) and K tiles 0..KT-1 of each (tiles with no K tile
-// are skipped). Every role that consumes the rings walks the same sequence.
+// The list of output tiles the CTAs walk (walk index v = first, first + stride, ...; stride = the number of walkers,
+// i.e. clusters). Tail split (kSplitTail shapes: one CTA per tile, 256 columns): when the tiles do not fill the last
+// round of walkers and their remainder `tail` fits twice into it (2 tail <= walkers), the last `tail` tiles run as
+// 2 tail half tiles instead, columns (B rows) [128 h, 128 h + 128) of the tile, h = 0, 1: one half per walker, so the
+// last round takes about half as long (each half converts only its 128 B rows). Walk index v < full is tile v;
+// v >= full is half (v - full) % 2 of tile full + (v - full) / 2. Every role and CTA computes the same list. The bits
+// of an output element do not depend on the split (columns are independent, SPEC 12.6).
+struct TileWalk {
+  int full, count;  // tiles run whole; walk length
+  __device__ __forceinline__ TileWalk(int total, int walkers, bool split) : full(total), count(total) {
+    const int tail = total % walkers;
+    if (split && tail > 0 && 2 * tail <= walkers) {
+      full = total - tail;
+      count = total + tail;
+    }
+  }
+  __device__ __forceinline__ int tile(int v) const { return v < full ? v : full + ((v - full) >> 1); }
+  __device__ __forceinline__ int half(int v) const { return v < full ? -1 : (v - full) & 1; }
+};
+constexpr int kHalfCols = 128;  // columns (B rows) of a half tile: one 128-row B scale tile
+
+// A half tile's first column (n0: its tile's first column) and end column (the group's N, or less); the second half
+// of a tile whose columns end within the first has no columns (end <= start).
+__device__ __forceinline__ int half_tile_start(int n0, int half) { return n0 + kHalfCols * half; }
+__device__ __forceinline__ int half_tile_end(int n0, int half, int N) {
+  return half < 0 ? N : min(N, n0 + kHalfCols * (half + 1));
+}
+
+// Walks this CTA's K steps in order: output tiles (whole or half, TileWalk) v = first, + stride, ... (first = the
+// cluster's index, stride = the number of clusters; every CTA of a cluster walks the same tiles) and K tiles
+// 0..KT-1 of each (tiles with no K tile, and half tiles with no columns, are skipped). Every role that consumes the
+// rings walks the same sequence.
 struct StepCursor {
-  int tile, kt, KT, group, local, stride;
+  int v, kt, KT, group, local, half, stride;
+  template <int BN>
   __device__ __forceinline__ void seek(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E,
-                                       int total, int from) {
-    for (tile = from; tile < total; tile += stride) {
-      group = wg::find_group(prefix, E, tile, &local);
-      KT = (__ldg(&probs[group].K) + kBK - 1) / kBK;
+                                       const TileWalk& w, int from) {
+    for (v = from; v < w.count; v += stride) {
+      group = wg::find_group(prefix, E, w.tile(v), &local);
+      half = w.half(v);
+      const Prob* pp = probs + group;
+      KT = (__ldg(&pp->K) + kBK - 1) / kBK;
+      if (half > 0) {  // only a second half can be empty
+        const int n0 = (local / __ldg(&pp->tiles_m)) * BN;
+        if (half_tile_end(n0, half, __ldg(&pp->N)) <= half_tile_start(n0, half)) KT = 0;
+      }
       if (KT > 0) break;
     }
     kt = 0;
   }
-  __device__ __forceinline__ bool valid(int total) const { return tile < total; }
+  __device__ __forceinline__ bool valid(const TileWalk& w) const { return v < w.count; }
+  template <int BN>
   __device__ __forceinline__ void next(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E,
-                                       int total) {
-    if (++kt == KT) seek(probs, prefix, E, total, tile + stride);
+                                       const TileWalk& w) {
+    if (++kt == KT) seek<BN>(probs, prefix, E, w, v + stride);
   }
 };
 
@@ -252,23 +289,29 @@ struct LoaderShape {
 // arithmetic and the stores, so the loads' latencies overlap (the load/store helpers are volatile asm with memory
 // clobbers, which keeps them in source order).
 // With a 2-CTA cluster, `dst` is this CTA's B stage plus the offset of its kLoadBN rows (publish_b_rows then copies
-// them into the peer's stage).
+// them into the peer's stage). A half tile (TileWalk) converts only rows [0, kHalfCols): the wgmmas still read the
+// stage's other rows (what an earlier step left there, or anything at the kernel's start), but they only feed
+// accumulator columns that the epilogue does not store (SPEC 12.6: columns are independent).
 template <class S, int RPI, int ROW0, int COUNT>
-__device__ __forceinline__ void convert_b_rows(uint32_t raw, uint32_t dst, int rr, int b) {
+__device__ __forceinline__ void convert_b_rows(uint32_t raw, uint32_t dst, int rr, int b, bool half_tile) {
   static_assert(ROW0 % RPI == 0 && 128 % RPI == 0, "a thread's rows keep their place inside a 128-row scale tile");
   const uint32_t raw_row = raw + S::kRawA + (ROW0 + rr) * 32 + b * 8;
   const uint32_t scale = raw + S::kRawA + S::kRawB + S::kSA + nvfp4::swizzle_in_tile<int>(rr, b);  // rr < RPI <= 128
   const uint32_t out = dst + (ROW0 + rr) * 128 + (((2 * b) ^ (rr & 7)) << 4);
+  // unit i is converted unless it lies in the second half of a half tile (ROW0 + RPI i is a compile-time constant)
+  auto keep = [half_tile](int i) { return ROW0 + RPI * i < kHalfCols || !half_tile; };
   uint2 w[COUNT];
   uint32_t sbyte[COUNT];
 #pragma unroll
   for (int i = 0; i < COUNT; ++i) {
     const int r = ROW0 + RPI * i;  // a multiple of 32: rr adds the rest (rr < RPI)
+    if (!keep(i)) continue;
     w[i] = wg::lds64(raw_row + RPI * 32 * i);
     sbyte[i] = wg::lds8(scale + nvfp4::swizzle_offset<int>(r, 0, 1));
   }
 #pragma unroll
   for (int i = 0; i < COUNT; ++i) {
+    if (!keep(i)) continue;
     const uint32_t s = f16dec::scale_to_f16x2(sbyte[i]);
     uint32_t lo[4], hi[4];
     f16dec::e2m1x8_to_f16(w[i].x, s, lo);
@@ -371,13 +414,14 @@ struct BRing {
 
 // One writer's part of fp16 B stage `b` from raw stage `raw`: wait until the stage is free (b_empty), dequantize this
 // thread's COUNT units (rows ROW0 + RPI i, RPI i + rr with rr = t / 4, block t % 4; t = the thread's index in its
-// role) and publish them (publish_b_rows; `expect`: the warp that expects the peer's bytes).
+// role; a half tile only those of rows < kHalfCols) and publish them (publish_b_rows, also when nothing was converted;
+// `expect`: the warp that expects the peer's bytes).
 template <class S, int RPI, int ROW0, int COUNT>
 __device__ __forceinline__ void convert_and_publish_b(uint32_t raw, const BRing& br, const Ring<S::kBStages>& b, int t,
-                                                      int lane, bool expect) {
+                                                      int lane, bool expect, bool half_tile) {
   mbar_wait(br.empty + 8 * b.stage, b.phase ^ 1u);
   const uint32_t rows = br.base + b.stage * S::kBBytes + br.rows_off;
-  if constexpr (COUNT > 0) convert_b_rows<S, RPI, ROW0, COUNT>(raw, rows, t >> 2, t & 3);
+  if constexpr (COUNT > 0) convert_b_rows<S, RPI, ROW0, COUNT>(raw, rows, t >> 2, t & 3, half_tile);
   publish_b_rows<S, RPI, ROW0, COUNT>(rows, br.full + 8 * b.stage, br.peer_delta, t >> 5, lane, expect);
 }
 
@@ -536,13 +580,16 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   const uint32_t raw_full = bars, raw_empty = raw_full + 8 * S::kRawStages;
   const uint32_t b_full = raw_empty + 8 * S::kRawStages, b_empty = b_full + 8 * S::kBStages;
   const int tid = threadIdx.x, lane = tid & 31;
-  const int total = __ldg(prefix + E);
+  // Half tiles for the last round (TileWalk): one CTA per tile and 256 columns, so a half is one B scale tile. Not in
+  // exact mode (its 128-column tiles would split inside a scale tile) nor in clusters.
+  constexpr bool kSplitTail = S::kCluster == 1 && !S::kExact && S::BN == 2 * kHalfCols;
+  const int first_tile = blockIdx.x / S::kCluster, tile_stride = gridDim.x / S::kCluster;
+  const TileWalk walk(__ldg(prefix + E), tile_stride, kSplitTail);
   // Cluster: rank, the peer's shared::cluster address of our offsets (same dynamic layout in both CTAs), and the
   // B rows this CTA converts (rows [kLoadBN rank, ...) of the B tile, at the same place in both CTAs' stages).
   const uint32_t rank = S::kCluster == 2 ? cluster_rank() : 0u;
   const uint32_t peer_delta = S::kCluster == 2 ? mapa(smem, rank ^ 1u) - smem : 0u;
   const BRing br{b_ring, rank * S::kLoadBN * 128, b_full, b_empty, peer_delta};
-  const int first_tile = blockIdx.x / S::kCluster, tile_stride = gridDim.x / S::kCluster;
 
   if (tid == 0) {
     for (int s = 0; s < S::kRawStages; ++s) {
@@ -563,7 +610,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     const int ct = tid;
     StepCursor load, conv;
     load.stride = tile_stride;
-    load.seek(probs, prefix, E, total, first_tile);
+    load.seek<S::BN>(probs, prefix, E, walk, first_tile);
     conv = load;
     Ring<S::kRawStages> load_ring, raw;
     Ring<S::kBStages> bst;
@@ -572,27 +619,28 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       if (load.kt == 0) {
         const Prob* pp = probs + load.group;
         const int tiles_m = __ldg(&pp->tiles_m);
+        const int n0 = (load.local / tiles_m) * S::BN;  // the tile's first column (a half tile: load.half >= 0)
         loader = wg::RawLoader<LoaderShape<S>>(
             *pp, (load.local % tiles_m) * S::kTileM + static_cast<int>(rank) * S::BM,
-            (load.local / tiles_m) * S::BN + static_cast<int>(rank) * S::kLoadBN, load.KT,
-            static_cast<long long>(__ldg(&pp->K) / 2), ct);
+            load.half < 0 ? n0 + static_cast<int>(rank) * S::kLoadBN : half_tile_start(n0, load.half),
+            half_tile_end(n0, load.half, __ldg(&pp->N)), load.KT, static_cast<long long>(__ldg(&pp->K) / 2), ct);
       }
       mbar_wait(raw_empty + 8 * load_ring.stage, load_ring.phase ^ 1u);
       loader.load(raw_ring + load_ring.stage * S::kRaw, load.kt, ct);
       cp_async_mbar_arrive(raw_full + 8 * load_ring.stage);
       load_ring.next();
-      load.next(probs, prefix, E, total);
+      load.next<S::BN>(probs, prefix, E, walk);
     };
-    for (int i = 0; i < S::kRawStages - 1 && load.valid(total); ++i) issue_load();
-    while (conv.valid(total)) {
+    for (int i = 0; i < S::kRawStages - 1 && load.valid(walk); ++i) issue_load();
+    while (conv.valid(walk)) {
       const uint32_t raw_st = raw_ring + raw.stage * S::kRaw;
       mbar_wait(raw_full + 8 * raw.stage, raw.phase);
-      convert_and_publish_b<S, S::kConvRPI, 0, S::kConvUnits>(raw_st, br, bst, ct, lane, ct < 32);
+      convert_and_publish_b<S, S::kConvRPI, 0, S::kConvUnits>(raw_st, br, bst, ct, lane, ct < 32, conv.half >= 0);
       mbar_arrive(raw_empty + 8 * raw.stage);
       raw.next();
       bst.next();
-      conv.next(probs, prefix, E, total);
-      if (load.valid(total)) issue_load();
+      conv.next<S::BN>(probs, prefix, E, walk);
+      if (load.valid(walk)) issue_load();
     }
   } else {
     // ---------------------------------------------------------------- MMA warpgroups: A fragments, wgmma, epilogue
@@ -608,32 +656,37 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     StepCursor bnext;
     Ring<S::kRawStages> raw_b;
     Ring<S::kBStages> bst_b;
-    auto convert_b_share = [&](const Ring<S::kRawStages>& r, const Ring<S::kBStages>& b) {
+    auto convert_b_share = [&](const Ring<S::kRawStages>& r, const Ring<S::kBStages>& b, bool half_tile) {
       if constexpr (S::kMmaUnits > 0)
         convert_and_publish_b<S, S::kMmaRPI, S::kConvRows, S::kMmaUnits>(raw_ring + r.stage * S::kRaw, br, b, mt,
-                                                                          lane, false);
+                                                                          lane, false, half_tile);
     };
     auto convert_next_b_share = [&]() {  // kBAhead: the B share of step bnext, if there is one
-      if (!bnext.valid(total)) return;
+      if (!bnext.valid(walk)) return;
       mbar_wait(raw_full + 8 * raw_b.stage, raw_b.phase);
-      convert_b_share(raw_b, bst_b);
+      convert_b_share(raw_b, bst_b, bnext.half >= 0);
       raw_b.next();
       bst_b.next();
-      bnext.next(probs, prefix, E, total);
+      bnext.next<S::BN>(probs, prefix, E, walk);
     };
     if constexpr (S::kMmaUnits > 0 && S::kBAhead) {
       bnext.stride = tile_stride;
-      bnext.seek(probs, prefix, E, total, first_tile);
+      bnext.seek<S::BN>(probs, prefix, E, walk, first_tile);
       convert_next_b_share();  // step 0's share
     }
-    for (int tile = first_tile; tile < total; tile += tile_stride) {
+    for (int v = first_tile; v < walk.count; v += tile_stride) {
       int local;
-      const int group = wg::find_group(prefix, E, tile, &local);
+      const int group = wg::find_group(prefix, E, walk.tile(v), &local);
+      const int half = walk.half(v);  // -1: the whole tile; 0 / 1: columns [128 half, 128 half + 128) of it
+      const bool half_tile = half >= 0;
       const Prob* pp = probs + group;
       const int tiles_m = __ldg(&pp->tiles_m);
       const int m0 = (local % tiles_m) * S::kTileM + static_cast<int>(rank) * S::BM;
-      const int n0 = (local / tiles_m) * S::BN;
-      const int KT = (__ldg(&pp->K) + kBK - 1) / kBK;
+      const int tile_n0 = (local / tiles_m) * S::BN;
+      const int n0 = half_tile ? half_tile_start(tile_n0, half) : tile_n0;
+      const int n_end = half_tile_end(tile_n0, half, __ldg(&pp->N));  // columns [n0, n_end) are stored
+      // (as StepCursor::seek: a half tile without columns has no K steps)
+      const int KT = n_end <= n0 ? 0 : (__ldg(&pp->K) + kBK - 1) / kBK;
       const uint32_t a_scale_adj = ((m0 & 127) >> 5) * 4;  // 64-row tiles: rows (m0 mod 128) of the scale tile
 
       float acc[S::R];
@@ -659,7 +712,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
           mbar_wait(raw_full + 8 * raw.stage, raw.phase);
           wg::fence_uregs(a_frag);
           convert_a_frags_f16(raw_st, ao, a_scale_adj, a_frag);
-          if constexpr (S::kMmaUnits > 0) convert_b_share(raw, bst);  // this step's share of B
+          if constexpr (S::kMmaUnits > 0) convert_b_share(raw, bst, half_tile);  // this step's share of B
           mbar_arrive(raw_empty + 8 * raw.stage);
           raw.next();
           mbar_wait(b_full + 8 * bst.stage, bst.phase);
@@ -693,7 +746,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
           mbar_wait(raw_full + 8 * raw.stage, raw.phase);
           wg::fence_uregs(cur);
           convert_a_frags_f16(raw_st, ao, a_scale_adj, cur);
-          if constexpr (S::kMmaUnits > 0 && !S::kBAhead) convert_b_share(raw, bst);  // this step's share of B
+          if constexpr (S::kMmaUnits > 0 && !S::kBAhead) convert_b_share(raw, bst, half_tile);  // this step's B share
           mbar_arrive(raw_empty + 8 * raw.stage);  // (kBAhead: the B share of this stage was converted a step ago)
           raw.next();
           mbar_wait(b_full + 8 * bst.stage, bst.phase);  // this CTA's rows stored, the peer's rows copied in
@@ -730,7 +783,8 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         // then stores no row): with its __syncwarp inside a branch on the warp's rows, ptxas gave up the uniform
         // registers of the K loop's ring addresses and sank the A decode past the b_full wait (5-15% slower;
         // docs/gemm.md, stop 15). (The two branches stay separate: merged, ptxas scheduled every kernel differently.)
-        const Prob p = *pp;
+        Prob p = *pp;
+        p.N = n_end;  // a half tile stores its 128 columns (accumulator columns [0, 128) are columns n0 + [0, 128))
         if (staged_epilogue_ok<OUT_F32>(p, accumulate)) {
           const uint32_t buf = bars + S::kBarBytes + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
           store_tile_staged<S, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane);
@@ -739,7 +793,8 @@ __global__ void __launch_bounds__(S::kThreads, 1)
                                                          n0 + 2 * (lane & 3), accumulate);
         }
       } else {  // kLinesEpi
-        const Prob p = *pp;
+        Prob p = *pp;
+        p.N = n_end;
         if (lines_epilogue_ok(p)) {
           const uint32_t buf = bars + S::kBarBytes + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
           store_tile_lines<S>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane, accumulate);
