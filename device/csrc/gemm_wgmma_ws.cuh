@@ -218,18 +218,29 @@ struct Ring {
 // 2 tail half tiles instead, columns (B rows) [128 h, 128 h + 128) of the tile, h = 0, 1: one half per walker, so the
 // last round takes about half as long (each half converts only its 128 B rows). Walk index v < full is tile v;
 // v >= full is half (v - full) % 2 of tile full + (v - full) / 2. Every role and CTA computes the same list. The bits
-// of an output element do not depend on the split (columns are independent, SPEC 12.6).
+// of an output element do not depend on the split (columns are independent, SPEC 12.6). SPLIT = false (the other
+// shapes): the plain list, with everything about halves compiled out.
+template <bool SPLIT>
 struct TileWalk {
+  static constexpr bool kSplit = SPLIT;
   int full, count;  // tiles run whole; walk length
-  __device__ __forceinline__ TileWalk(int total, int walkers, bool split) : full(total), count(total) {
-    const int tail = total % walkers;
-    if (split && tail > 0 && 2 * tail <= walkers) {
-      full = total - tail;
-      count = total + tail;
+  __device__ __forceinline__ TileWalk(int total, int walkers) : full(total), count(total) {
+    if constexpr (SPLIT) {
+      const int tail = total % walkers;
+      if (tail > 0 && 2 * tail <= walkers) {
+        full = total - tail;
+        count = total + tail;
+      }
     }
   }
-  __device__ __forceinline__ int tile(int v) const { return v < full ? v : full + ((v - full) >> 1); }
-  __device__ __forceinline__ int half(int v) const { return v < full ? -1 : (v - full) & 1; }
+  __device__ __forceinline__ int tile(int v) const {
+    if constexpr (SPLIT) return v < full ? v : full + ((v - full) >> 1);
+    return v;
+  }
+  __device__ __forceinline__ int half(int v) const {  // -1: the whole tile
+    if constexpr (SPLIT) return v < full ? -1 : (v - full) & 1;
+    return -1;
+  }
 };
 constexpr int kHalfCols = 128;  // columns (B rows) of a half tile: one 128-row B scale tile
 
@@ -246,26 +257,29 @@ __device__ __forceinline__ int half_tile_end(int n0, int half, int N) {
 // rings walks the same sequence.
 struct StepCursor {
   int v, kt, KT, group, local, half, stride;
-  template <int BN>
+  template <int BN, class W>
   __device__ __forceinline__ void seek(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E,
-                                       const TileWalk& w, int from) {
+                                       const W& w, int from) {
     for (v = from; v < w.count; v += stride) {
       group = wg::find_group(prefix, E, w.tile(v), &local);
-      half = w.half(v);
       const Prob* pp = probs + group;
       KT = (__ldg(&pp->K) + kBK - 1) / kBK;
-      if (half > 0) {  // only a second half can be empty
-        const int n0 = (local / __ldg(&pp->tiles_m)) * BN;
-        if (half_tile_end(n0, half, __ldg(&pp->N)) <= half_tile_start(n0, half)) KT = 0;
+      if constexpr (W::kSplit) {  // (otherwise `half` is never set nor read)
+        half = w.half(v);
+        if (half > 0) {  // only a second half can be empty
+          const int n0 = (local / __ldg(&pp->tiles_m)) * BN;
+          if (half_tile_end(n0, half, __ldg(&pp->N)) <= half_tile_start(n0, half)) KT = 0;
+        }
       }
       if (KT > 0) break;
     }
     kt = 0;
   }
-  __device__ __forceinline__ bool valid(const TileWalk& w) const { return v < w.count; }
-  template <int BN>
+  template <class W>
+  __device__ __forceinline__ bool valid(const W& w) const { return v < w.count; }
+  template <int BN, class W>
   __device__ __forceinline__ void next(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E,
-                                       const TileWalk& w) {
+                                       const W& w) {
     if (++kt == KT) seek<BN>(probs, prefix, E, w, v + stride);
   }
 };
@@ -583,8 +597,9 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   // Half tiles for the last round (TileWalk): one CTA per tile and 256 columns, so a half is one B scale tile. Not in
   // exact mode (its 128-column tiles would split inside a scale tile) nor in clusters.
   constexpr bool kSplitTail = S::kCluster == 1 && !S::kExact && S::BN == 2 * kHalfCols;
+  static_assert(!(kSplitTail && S::kBAhead), "the B share converted ahead assumes whole tiles");
   const int first_tile = blockIdx.x / S::kCluster, tile_stride = gridDim.x / S::kCluster;
-  const TileWalk walk(__ldg(prefix + E), tile_stride, kSplitTail);
+  const TileWalk<kSplitTail> walk(__ldg(prefix + E), tile_stride);
   // Cluster: rank, the peer's shared::cluster address of our offsets (same dynamic layout in both CTAs), and the
   // B rows this CTA converts (rows [kLoadBN rank, ...) of the B tile, at the same place in both CTAs' stages).
   const uint32_t rank = S::kCluster == 2 ? cluster_rank() : 0u;
@@ -622,8 +637,9 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         const int n0 = (load.local / tiles_m) * S::BN;  // the tile's first column (a half tile: load.half >= 0)
         loader = wg::RawLoader<LoaderShape<S>>(
             *pp, (load.local % tiles_m) * S::kTileM + static_cast<int>(rank) * S::BM,
-            load.half < 0 ? n0 + static_cast<int>(rank) * S::kLoadBN : half_tile_start(n0, load.half),
-            half_tile_end(n0, load.half, __ldg(&pp->N)), load.KT, static_cast<long long>(__ldg(&pp->K) / 2), ct);
+            kSplitTail && load.half >= 0 ? half_tile_start(n0, load.half) : n0 + static_cast<int>(rank) * S::kLoadBN,
+            kSplitTail ? half_tile_end(n0, load.half, __ldg(&pp->N)) : __ldg(&pp->N), load.KT,
+            static_cast<long long>(__ldg(&pp->K) / 2), ct);
       }
       mbar_wait(raw_empty + 8 * load_ring.stage, load_ring.phase ^ 1u);
       loader.load(raw_ring + load_ring.stage * S::kRaw, load.kt, ct);
@@ -635,7 +651,8 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     while (conv.valid(walk)) {
       const uint32_t raw_st = raw_ring + raw.stage * S::kRaw;
       mbar_wait(raw_full + 8 * raw.stage, raw.phase);
-      convert_and_publish_b<S, S::kConvRPI, 0, S::kConvUnits>(raw_st, br, bst, ct, lane, ct < 32, conv.half >= 0);
+      convert_and_publish_b<S, S::kConvRPI, 0, S::kConvUnits>(raw_st, br, bst, ct, lane, ct < 32,
+                                                             kSplitTail && conv.half >= 0);
       mbar_arrive(raw_empty + 8 * raw.stage);
       raw.next();
       bst.next();
@@ -664,7 +681,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     auto convert_next_b_share = [&]() {  // kBAhead: the B share of step bnext, if there is one
       if (!bnext.valid(walk)) return;
       mbar_wait(raw_full + 8 * raw_b.stage, raw_b.phase);
-      convert_b_share(raw_b, bst_b, bnext.half >= 0);
+      convert_b_share(raw_b, bst_b, false);  // (no kBAhead shape splits its last round)
       raw_b.next();
       bst_b.next();
       bnext.next<S::BN>(probs, prefix, E, walk);
@@ -678,15 +695,15 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       int local;
       const int group = wg::find_group(prefix, E, walk.tile(v), &local);
       const int half = walk.half(v);  // -1: the whole tile; 0 / 1: columns [128 half, 128 half + 128) of it
-      const bool half_tile = half >= 0;
+      const bool half_tile = kSplitTail && half >= 0;
       const Prob* pp = probs + group;
       const int tiles_m = __ldg(&pp->tiles_m);
       const int m0 = (local % tiles_m) * S::kTileM + static_cast<int>(rank) * S::BM;
       const int tile_n0 = (local / tiles_m) * S::BN;
       const int n0 = half_tile ? half_tile_start(tile_n0, half) : tile_n0;
-      const int n_end = half_tile_end(tile_n0, half, __ldg(&pp->N));  // columns [n0, n_end) are stored
+      const int n_end = half_tile ? half_tile_end(tile_n0, half, __ldg(&pp->N)) : __ldg(&pp->N);  // stored: [n0, n_end)
       // (as StepCursor::seek: a half tile without columns has no K steps)
-      const int KT = n_end <= n0 ? 0 : (__ldg(&pp->K) + kBK - 1) / kBK;
+      const int KT = half_tile && n_end <= n0 ? 0 : (__ldg(&pp->K) + kBK - 1) / kBK;
       const uint32_t a_scale_adj = ((m0 & 127) >> 5) * 4;  // 64-row tiles: rows (m0 mod 128) of the scale tile
 
       float acc[S::R];
@@ -784,7 +801,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         // registers of the K loop's ring addresses and sank the A decode past the b_full wait (5-15% slower;
         // docs/gemm.md, stop 15). (The two branches stay separate: merged, ptxas scheduled every kernel differently.)
         Prob p = *pp;
-        p.N = n_end;  // a half tile stores its 128 columns (accumulator columns [0, 128) are columns n0 + [0, 128))
+        if (half_tile) p.N = n_end;  // its 128 columns (accumulator columns [0, 128) are columns n0 + [0, 128))
         if (staged_epilogue_ok<OUT_F32>(p, accumulate)) {
           const uint32_t buf = bars + S::kBarBytes + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
           store_tile_staged<S, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane);
@@ -794,7 +811,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         }
       } else {  // kLinesEpi
         Prob p = *pp;
-        p.N = n_end;
+        if (half_tile) p.N = n_end;
         if (lines_epilogue_ok(p)) {
           const uint32_t buf = bars + S::kBarBytes + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
           store_tile_lines<S>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane, accumulate);
