@@ -258,10 +258,9 @@ inline cudaLaunchConfig_t cluster_launch_config(int clusters, int cluster, int t
 // Launches KERNEL(probs, prefix, E, accumulate) with one persistent CTA per SM (the kernels are register- and
 // shared-memory bound to one CTA per SM), in clusters of CLUSTER CTAs along x, at most a.grid_upper clusters (the
 // tile list's unit is the cluster tile) and at most a.max_ctas / CLUSTER (when set; at least one); the clusters
-// stride over the tile list. The grid is the number of clusters
-// that can be resident at once, so no cluster waits for another to finish. The shared-memory attribute and that
-// number are set up once per kernel and device (devices of one process may differ; ordinals >= kMaxDevices are
-// set up at every launch).
+// stride over the tile list. The grid is the number of clusters that can be resident at once, so no cluster waits
+// for another to finish. The shared-memory attribute and that number are set up once per kernel and device (devices
+// of one process may differ; ordinals >= kMaxDevices are set up at every launch).
 constexpr int kMaxDevices = 64;
 template <auto KERNEL, int kThreads, int kSmem, int CLUSTER = 1>
 void launch_persistent(const LaunchArgs& a, cudaStream_t s) {
