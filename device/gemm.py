@@ -13,10 +13,11 @@ Per group g the result is :func:`oracle.gemm` on that group's planes with that g
   without accumulate it gets ``alpha * 0 = 0``).
 
 ``mode="exact"``: each 16-block partial is exact (one tensor-core step on exact fp16 operands, SPEC 12.2) and is added
-in K order with one fp32 rounding, i.e. byte-identical to ``oracle.gemm(model="sequential")``; 128 x 128 tiles. ``mode="fast"``: one tensor-core fp32 accumulator over K (exact fp16 operands),
-byte-identical to ``oracle.gemm(model="tensor_core")`` (SPEC 12.6) and so within :func:`oracle.gemm_error_bound` of
-``oracle.gemm(model="exact")``. Alpha (SPEC 12.1, fp32 on the device
-from the groups' amaxes), C and bias are applied in the fp32 epilogue in SPEC 12.2's order.
+in K order with one fp32 rounding, i.e. byte-identical to ``oracle.gemm(model="sequential")``; 128 x 128 tiles.
+``mode="fast"``: one tensor-core fp32 accumulator over K (exact fp16 operands), byte-identical to
+``oracle.gemm(model="tensor_core")`` (SPEC 12.6) and so within :func:`oracle.gemm_error_bound` of
+``oracle.gemm(model="exact")``. Alpha (SPEC 12.1, fp32 on the device from the groups' amaxes), C and bias are applied
+in the fp32 epilogue in SPEC 12.2's order.
 
 The fast mode picks its kernel from host-known sizes (docs/gemm.md): 64 x 256 tiles for few rows per group, 2-CTA
 clusters of 256 x 256 tiles for >= 256 rows per group with contraction >= 1024, 128 x 256 tiles otherwise.
