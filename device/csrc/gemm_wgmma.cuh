@@ -6,11 +6,11 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdint>
 
 #include "gemm_nvfp4.cuh"
 #include "gemm_wgmma_ops.cuh"
+#include "per_device.h"
 #include "scale_swizzle.cuh"
 
 namespace nvfp4_gemm {
@@ -259,15 +259,14 @@ inline cudaLaunchConfig_t cluster_launch_config(int clusters, int cluster, int t
 // shared-memory bound to one CTA per SM), in clusters of CLUSTER CTAs along x, at most a.grid_upper clusters (the
 // tile list's unit is the cluster tile) and at most a.max_ctas / CLUSTER (when set; at least one); the clusters
 // stride over the tile list. The grid is the number of clusters that can be resident at once, so no cluster waits
-// for another to finish. The shared-memory attribute and that number are set up once per kernel and device (devices
-// of one process may differ; ordinals >= kMaxDevices are set up at every launch).
-constexpr int kMaxDevices = 64;
+// for another to finish. The shared-memory attribute and that number are set up once per kernel and device
+// (nvfp4::PerDevice).
 template <auto KERNEL, int kThreads, int kSmem, int CLUSTER = 1>
 void launch_persistent(const LaunchArgs& a, cudaStream_t s) {
-  static std::atomic<int> resident_by_device[kMaxDevices];  // clusters (CTAs when CLUSTER == 1); 0 = not set up
+  static nvfp4::PerDevice<int> resident_by_device;  // clusters (CTAs when CLUSTER == 1); 0 = not set up
   int dev = 0;
   cudaGetDevice(&dev);
-  int resident = dev < kMaxDevices ? resident_by_device[dev].load(std::memory_order_relaxed) : 0;
+  int resident = resident_by_device.get(dev);
   if (resident == 0) {
     cudaFuncSetAttribute(KERNEL, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
     int sms = 0;
@@ -282,7 +281,7 @@ void launch_persistent(const LaunchArgs& a, cudaStream_t s) {
         resident = clusters;
     }
     if (resident < 1) resident = 1;
-    if (dev < kMaxDevices) resident_by_device[dev].store(resident, std::memory_order_relaxed);
+    resident_by_device.set(dev, resident);
   }
   int grid = resident;
   if (a.grid_upper < grid) grid = a.grid_upper;

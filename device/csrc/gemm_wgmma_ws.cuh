@@ -244,11 +244,17 @@ struct TileWalk {
 };
 constexpr int kHalfCols = 128;  // columns (B rows) of a half tile: one 128-row B scale tile
 
-// A half tile's first column (n0: its tile's first column) and end column (the group's N, or less); the second half
-// of a tile whose columns end within the first has no columns (end <= start).
-__device__ __forceinline__ int half_tile_start(int n0, int half) { return n0 + kHalfCols * half; }
-__device__ __forceinline__ int half_tile_end(int n0, int half, int N) {
-  return half < 0 ? N : min(N, n0 + kHalfCols * (half + 1));
+// The output columns [begin, end) of a walk entry whose tile starts at column tile_n0 of a group with N columns: a
+// whole tile (half < 0) runs from tile_n0 to N (the loader and the epilogue clip at N; 256 columns at most), a half
+// from tile_n0 + 128 half to at most 128 columns later. The second half of a tile whose columns end within the first
+// has no columns (empty()). The one definition used by the step cursor, the loader and the MMA warps.
+struct ColumnRange {
+  int begin, end;
+  __device__ __forceinline__ bool empty() const { return end <= begin; }
+};
+__device__ __forceinline__ ColumnRange walk_columns(int tile_n0, int half, int N) {
+  if (half < 0) return {tile_n0, N};
+  return {tile_n0 + kHalfCols * half, min(N, tile_n0 + kHalfCols * (half + 1))};
 }
 
 // Walks this CTA's K steps in order: output tiles (whole or half, TileWalk) v = first, + stride, ... (first = the
@@ -266,10 +272,8 @@ struct StepCursor {
       KT = (__ldg(&pp->K) + kBK - 1) / kBK;
       if constexpr (W::kSplit) {  // (otherwise `half` is never set nor read)
         half = w.half(v);
-        if (half > 0) {  // only a second half can be empty
-          const int n0 = (local / __ldg(&pp->tiles_m)) * BN;
-          if (half_tile_end(n0, half, __ldg(&pp->N)) <= half_tile_start(n0, half)) KT = 0;
-        }
+        // only a second half can be empty
+        if (half > 0 && walk_columns((local / __ldg(&pp->tiles_m)) * BN, half, __ldg(&pp->N)).empty()) KT = 0;
       }
       if (KT > 0) break;
     }
@@ -634,11 +638,12 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       if (load.kt == 0) {
         const Prob* pp = probs + load.group;
         const int tiles_m = __ldg(&pp->tiles_m);
-        const int n0 = (load.local / tiles_m) * S::BN;  // the tile's first column (a half tile: load.half >= 0)
+        // B rows: the walk entry's columns; in a cluster (never split) this CTA's kLoadBN of them
+        const ColumnRange cols =
+            walk_columns((load.local / tiles_m) * S::BN, kSplitTail ? load.half : -1, __ldg(&pp->N));
         loader = wg::RawLoader<LoaderShape<S>>(
             *pp, (load.local % tiles_m) * S::kTileM + static_cast<int>(rank) * S::BM,
-            kSplitTail && load.half >= 0 ? half_tile_start(n0, load.half) : n0 + static_cast<int>(rank) * S::kLoadBN,
-            kSplitTail ? half_tile_end(n0, load.half, __ldg(&pp->N)) : __ldg(&pp->N), load.KT,
+            cols.begin + static_cast<int>(rank) * S::kLoadBN, cols.end, load.KT,
             static_cast<long long>(__ldg(&pp->K) / 2), ct);
       }
       mbar_wait(raw_empty + 8 * load_ring.stage, load_ring.phase ^ 1u);
@@ -699,11 +704,10 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       const Prob* pp = probs + group;
       const int tiles_m = __ldg(&pp->tiles_m);
       const int m0 = (local % tiles_m) * S::kTileM + static_cast<int>(rank) * S::BM;
-      const int tile_n0 = (local / tiles_m) * S::BN;
-      const int n0 = half_tile ? half_tile_start(tile_n0, half) : tile_n0;
-      const int n_end = half_tile ? half_tile_end(tile_n0, half, __ldg(&pp->N)) : __ldg(&pp->N);  // stored: [n0, n_end)
+      const ColumnRange cols = walk_columns((local / tiles_m) * S::BN, half_tile ? half : -1, __ldg(&pp->N));
+      const int n0 = cols.begin;  // stored: columns [n0, cols.end)
       // (as StepCursor::seek: a half tile without columns has no K steps)
-      const int KT = half_tile && n_end <= n0 ? 0 : (__ldg(&pp->K) + kBK - 1) / kBK;
+      const int KT = half_tile && cols.empty() ? 0 : (__ldg(&pp->K) + kBK - 1) / kBK;
       const uint32_t a_scale_adj = ((m0 & 127) >> 5) * 4;  // 64-row tiles: rows (m0 mod 128) of the scale tile
 
       float acc[S::R];
@@ -801,7 +805,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         // registers of the K loop's ring addresses and sank the A decode past the b_full wait (5-15% slower;
         // docs/gemm.md, stop 15). (The two branches stay separate: merged, ptxas scheduled every kernel differently.)
         Prob p = *pp;
-        if (half_tile) p.N = n_end;  // its 128 columns (accumulator columns [0, 128) are columns n0 + [0, 128))
+        if (half_tile) p.N = cols.end;  // its 128 columns (accumulator columns [0, 128) are columns n0 + [0, 128))
         if (staged_epilogue_ok<OUT_F32>(p, accumulate)) {
           const uint32_t buf = bars + S::kBarBytes + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
           store_tile_staged<S, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane);
@@ -811,7 +815,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         }
       } else {  // kLinesEpi
         Prob p = *pp;
-        if (half_tile) p.N = n_end;
+        if (half_tile) p.N = cols.end;
         if (lines_epilogue_ok(p)) {
           const uint32_t buf = bars + S::kBarBytes + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
           store_tile_lines<S>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane, accumulate);

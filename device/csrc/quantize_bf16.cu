@@ -2,8 +2,8 @@
 #include "nvfp4_kernels.cuh"
 #include "nvfp4_fast_v4.cuh"
 #include "nvfp4_launch.h"
+#include "per_device.h"
 
-#include <atomic>
 #include <cstdlib>
 
 namespace nvfp4 {
@@ -49,16 +49,15 @@ void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream
 }
 
 // 4 CTAs per SM of quantize_fast4_bf16 need 4 x 41 KB of static shared memory: ask for the largest carveout, once
-// per device (a kernel attribute belongs to one device's context; ordinals >= 64 ask at every launch).
+// per device (PerDevice).
 static void prefer_max_shared_fast4() {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<bool> done[kMaxDevices];
+  static PerDevice<bool> done;
   int dev = 0;
   cudaGetDevice(&dev);
-  if (dev < kMaxDevices && done[dev].load(std::memory_order_relaxed)) return;
+  if (done.get(dev)) return;
   for (auto kernel : {quantize_fast4_bf16<true>, quantize_fast4_bf16<false>})
     cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-  if (dev < kMaxDevices) done[dev].store(true, std::memory_order_relaxed);
+  done.set(dev, true);
 }
 
 void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_amax) {
