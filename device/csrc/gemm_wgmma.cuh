@@ -46,9 +46,14 @@ __device__ __forceinline__ void fence_regs(float (&d)[R]) {
 // wgmma shared-memory matrix descriptor, K-major operand with the 128-byte swizzle: start address >> 4 (bits 0-13),
 // leading byte offset (unused for swizzled K-major layouts; 1), stride byte offset = 1024 B between 8-row groups
 // (bits 32-45), base offset 0 (atoms are 1024-byte aligned), layout type 1 = 128B swizzle (bits 62-63).
-__device__ __forceinline__ uint64_t sw128_desc(uint32_t saddr) {
-  return static_cast<uint64_t>((saddr & 0x3FFFFu) >> 4) | (static_cast<uint64_t>(1) << 16) |
-         (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
+// Low word (sw128_desc_lo, per stage address) and high word (kSw128DescHi, constant).
+constexpr uint32_t kSw128DescHi = (1024u >> 4) | (1u << 30);  // bits 32-63: stride byte offset, layout type
+__device__ __forceinline__ uint32_t sw128_desc_lo(uint32_t saddr) { return ((saddr & 0x3FFFFu) >> 4) | (1u << 16); }
+// The descriptor of k16 block j (0..3) of a 1024-byte aligned fp16 stage whose base has the low word `stage_lo`: the
+// block's rows start 32 j bytes further, i.e. the address field grows by 2 j, and since the base's field ends in 6
+// zero bits the addition never carries out of it (one add per wgmma instead of a mask and shift).
+__device__ __forceinline__ uint64_t sw128_desc_block(uint32_t stage_lo, int j) {
+  return (static_cast<uint64_t>(kSw128DescHi) << 32) | (stage_lo + 2u * static_cast<uint32_t>(j));
 }
 
 __device__ __forceinline__ uint2 lds64(uint32_t a) {

@@ -106,6 +106,7 @@ struct Shape {
   static_assert(kMma * kMmaRegs + kConv * kConvRegs <= (kMma + kConv) * (65536 / kThreads / 8 * 8),
                 "setmaxnreg: the MMA warpgroups get only what the converters give back");
   static_assert(kSmem <= 227 * 1024, "shared memory");
+  static_assert(kBBytes % 1024 == 0, "fp16 B stages stay 1024-byte aligned (swizzle atoms, wg::sw128_desc_block)");
 };
 // 128 x 256 tiles: two MMA warpgroups, one converter (104 + 2 x 200 = 3 x 168 registers per thread-slot); the MMA
 // threads convert half of B (2 units each, between their wgmma issues), the converter the other half (4 units).
@@ -346,21 +347,22 @@ __device__ __forceinline__ void convert_b_rows(uint32_t raw, uint32_t dst, int r
 // this lane decodes alone (f16dec::e2m1_word_to_f16). No A tile in shared memory, no A stores.
 struct AFragOffsets {
   uint32_t row0;    // raw offset of row r0 (32 B per row); row r0 + 8 is at + 256
-  uint32_t scale;   // offset of row r0's 4 scales (one word) in the A scale tile, without the 64-row-tile adjustment
-  uint32_t scale8;  // same for row r0 + 8
+  uint32_t scale;   // offset of row r0's 4 scales (one word) in the A scale tile, without the 64-row-tile adjustment;
+                    // row r0 + 8's are kScale8 bytes further
   uint32_t rot;     // f16dec::afrag_rotation(c)
 };
+// r0 = 64 wm + 16 v + l / 4 has r0 mod 32 < 24, so r0 + 8 lies in the same 32-row group of the 128-row scale tile and
+// its scales (SPEC 8.2: row r at (r mod 32) * 16 + (r / 32 mod 4) * 4) sit 8 * 16 bytes after row r0's.
+constexpr uint32_t kScale8 = 8 * 16;
 
 // Offsets for thread t (0..127) of the MMA warpgroup that owns rows [64 wm, 64 wm + 64) of the tile; scale_base is
 // the offset of the A scale tile in the raw stage (SPEC 8.2 layout; BM <= 128, so one scale tile).
 __device__ __forceinline__ AFragOffsets afrag_offsets(int wm, int t, uint32_t scale_base) {
   const int v = t >> 5, l = t & 31;
   const uint32_t r0 = 64 * wm + 16 * v + (l >> 2);
-  const uint32_t r1 = r0 + 8;
   AFragOffsets o;
   o.row0 = r0 * 32;
-  o.scale = scale_base + nvfp4::swizzle_in_tile<uint32_t>(r0, 0);  // r0, r1 < 128
-  o.scale8 = scale_base + nvfp4::swizzle_in_tile<uint32_t>(r1, 0);
+  o.scale = scale_base + nvfp4::swizzle_in_tile<uint32_t>(r0, 0);  // r0 < 128
   o.rot = f16dec::afrag_rotation(l & 3);
   return o;
 }
@@ -371,7 +373,7 @@ __device__ __forceinline__ void convert_a_frags_f16(uint32_t raw, const AFragOff
                                                     uint32_t (&a)[4][4]) {
   const uint4 r0a = wg::lds128(raw + o.row0), r0b = wg::lds128(raw + o.row0 + 16);
   const uint4 r1a = wg::lds128(raw + o.row0 + 256), r1b = wg::lds128(raw + o.row0 + 256 + 16);
-  const uint32_t s0 = wg::lds32(raw + o.scale + a_scale_adj), s1 = wg::lds32(raw + o.scale8 + a_scale_adj);
+  const uint32_t s0 = wg::lds32(raw + o.scale + a_scale_adj), s1 = wg::lds32(raw + o.scale + a_scale_adj + kScale8);
   const uint32_t w0[8] = {r0a.x, r0a.y, r0a.z, r0a.w, r0b.x, r0b.y, r0b.z, r0b.w};  // row r0: block j = words 2j, 2j+1
   const uint32_t w1[8] = {r1a.x, r1a.y, r1a.z, r1a.w, r1b.x, r1b.y, r1b.z, r1b.w};
   uint32_t sc0[4], sc1[4];
@@ -737,13 +739,13 @@ __global__ void __launch_bounds__(S::kThreads, 1)
           mbar_arrive(raw_empty + 8 * raw.stage);
           raw.next();
           mbar_wait(b_full + 8 * bst.stage, bst.phase);
-          const uint32_t b_addr = b_ring + bst.stage * S::kBBytes;
+          const uint32_t b_desc = wg::sw128_desc_lo(b_ring + bst.stage * S::kBBytes);
           wg::fence_uregs(a_frag);
 #pragma unroll
           for (int j = 0; j < 4; ++j) {  // block j into partial j % 2, then block j - 1 added
             float(&part)[S::R] = (j & 1) ? part1 : part0;
             if (j != 1) wg::wgmma_fence();  // the step's first wgmma; from j = 2 on, `part` was just read
-            wgmma_m64n128k16_rs_f16(part, a_frag[j], wg::sw128_desc(b_addr + 32 * j), 0);
+            wgmma_m64n128k16_rs_f16(part, a_frag[j], wg::sw128_desc_block(b_desc, j), 0);
             wg::wgmma_commit();
             wg::fence_regs(part);
             if (j > 0) {
@@ -771,12 +773,12 @@ __global__ void __launch_bounds__(S::kThreads, 1)
           mbar_arrive(raw_empty + 8 * raw.stage);  // (kBAhead: the B share of this stage was converted a step ago)
           raw.next();
           mbar_wait(b_full + 8 * bst.stage, bst.phase);  // this CTA's rows stored, the peer's rows copied in
-          const uint32_t b_addr = b_ring + bst.stage * S::kBBytes;
+          const uint32_t b_desc = wg::sw128_desc_lo(b_ring + bst.stage * S::kBBytes);
           wg::fence_regs(acc);
           wg::fence_uregs(cur);
           wg::wgmma_fence();
 #pragma unroll
-          for (int j = 0; j < 4; ++j) wgmma_m64n256k16_rs_f16(acc, cur[j], wg::sw128_desc(b_addr + 32 * j), 1);
+          for (int j = 0; j < 4; ++j) wgmma_m64n256k16_rs_f16(acc, cur[j], wg::sw128_desc_block(b_desc, j), 1);
           wg::wgmma_commit();
           wg::fence_regs(acc);
           wg::fence_uregs(cur);
