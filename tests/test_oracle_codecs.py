@@ -194,3 +194,9 @@ def test_e2m1_three_roundings_form_equals_threshold_sum():
     unclamped = (np.minimum(np.minimum(r2, r1), rh).view(np.uint32) - magic.view(np.uint32)).astype(np.int64)
     assert np.array_equal(unclamped, expect[below])
     assert _e2m1_index_three_roundings(np.array([7.0], np.float32))[0] == 7
+    # the second form of SPEC 3.6 (a < 7): one constant added per candidate, the minimum over 16-bit lanes
+    c = [(a[below] + np.float32(v)).view(np.uint32) for v in (0.75 * 2.0**23, 1.5 * 2.0**23 + 2, 3 * 2.0**23 + 8)]
+    low = np.minimum(np.minimum(c[0] & 0xFFFF, c[1] & 0xFFFF), c[2] & 0xFFFF).astype(np.int64)
+    high = np.minimum(np.minimum(c[0] >> 16, c[1] >> 16), c[2] >> 16)
+    assert np.all(high == 0x4AC0)
+    assert np.array_equal(low, expect[below])

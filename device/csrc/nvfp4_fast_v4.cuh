@@ -6,11 +6,11 @@
 //  * signs: mult >= 0 and never NaN (SPEC 5.2: fminf(1/(scale*s_dec), FLT_MAX); +0 only when S_enc = 0, and
 //    x * +0 keeps the sign of x), so sign(x*mult) = sign(x) for the NaN/Inf-free blocks of the fast path and
 //    the sign nibbles of 8 elements are gathered from the bf16 words with 4 PRMT + 2 ops (instead of 2 ops
-//    per element); the magnitude codes carry a constant bias (kMagicBias8) removed by the accumulator's start value;
+//    per element); the magnitude codes carry a constant bias (packed_bias8) removed by the accumulator's start value;
 //  * rowwise NaN/Inf detection once per warp (all 8 iterations) instead of a vote per iteration;
 //  * amax: 256 threads of 16 rows x 4 columns (half the registers, twice the warps; measured neutral) and the
 //    rowwise max as an integer SIMD max.
-//  * E2M1 by the three-roundings form of SPEC 3.6 (FMA pipe except two minima per element);
+//  * E2M1 by the three-roundings forms of SPEC 3.6 (FMA pipe except one 3-input minimum per element);
 //  * programmatic dependent launch after the amax pass (griddepcontrol.wait before the amaxes are read).
 // H100 (ncu): ALU pipe 54%, FMA pipe 37%, issue 67% (was ALU-bound at 74% before SPEC 3.6): device/NOTES.md.
 #pragma once
@@ -24,31 +24,41 @@
 
 namespace nvfp4 {
 
-// SPEC 3.1 magnitude of y = RN(|x| * mult) by the three-rounding form of SPEC 3.6, all on the FMA pipe except
-// the minima (the ALU pipe was this kernel's bound, see device/NOTES.md): returns the fp32 bits kMagicBits + index.
-// kClamp = false is only valid when y < 7 (then the fourth term, kMagic + 7, never wins).
+// SPEC 3.1 magnitude of y = RN(|x| * mult) by the three-rounding forms of SPEC 3.6, all on the FMA pipe except
+// the minimum (the ALU pipe was this kernel's bound, see device/NOTES.md). kClamp = true: the first form, returns
+// kMagicBits + index; kClamp = false (only valid when y < 7, then the fourth term never wins): the second form,
+// returns kMagicLoBits + index.
 constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23: RN(v + kMagic) = kMagic + RNE(v) for 0 <= v < 2^22
 constexpr uint32_t kMagicBits = 0x4B400000u;
+constexpr uint32_t kMagicLoBits = 0x4AC00000u;  // high half of the second form's 16-bit-lane minimum
 template <bool kClamp>
 __device__ __forceinline__ uint32_t e2m1_mag_magic(float x, float mult) {
   const float y = __fmul_rn(fabsf(x), mult);
+  if constexpr (!kClamp) {
+    // y < 7: SPEC 3.6's second form, three adds with immediate operands (ptxas kept 2.0 and 0.5 for the FFMAs in
+    // registers and re-materialised them every iteration); the candidates are the low 16 bits of the sums.
+    const uint32_t c2 = __float_as_uint(__fadd_rn(y, 0.5f * kMagic));         // 0x4AC00000 + RNE(2y)
+    const uint32_t c1 = __float_as_uint(__fadd_rn(y, kMagic + 2.0f));         // 0x4B400000 + RNE(y) + 2
+    const uint32_t ch = __float_as_uint(__fadd_rn(y, 2.0f * kMagic + 8.0f));  // 0x4BC00000 + RNE(y/2) + 4
+    return __vminu2(__vminu2(c2, c1), ch);  // low half: the index; high half: 0x4AC0
+  }
+  // The first form (any y, also +Inf). Its candidates are non-negative and never NaN (mult is finite, SPEC 5.2), and
+  // the IEEE order of non-negative floats is the integer order of their bits: integer minima (VIMNMX3).
   const float r2 = __fmaf_rn(y, 2.0f, kMagic);         // kMagic + RNE(2y): 2y is exact, one rounding
   const float r1 = __fadd_rn(y, kMagic + 2.0f);        // kMagic + RNE(y) + 2
   const float rh = __fmaf_rn(y, 0.5f, kMagic + 4.0f);  // kMagic + RNE(y / 2) + 4 (one rounding of the exact y/2)
-  // The candidates are non-negative and never NaN (y >= 0 is finite or +Inf: mult is finite, SPEC 5.2), and the
-  // IEEE order of non-negative floats is the integer order of their bits: the minimum as one 3-input integer
-  // minimum (VIMNMX3, one ALU op instead of two FMNMX).
   const int m = min(min(__float_as_int(r2), __float_as_int(r1)), __float_as_int(rh));
-  return static_cast<uint32_t>(kClamp ? min(m, __float_as_int(kMagic + 7.0f)) : m);
+  return static_cast<uint32_t>(min(m, __float_as_int(kMagic + 7.0f)));
 }
-// sum over e = 0..7 of kMagicBits << 4e (mod 2^32): the bias of 8 packed e2m1_mag_magic results
-constexpr uint32_t kMagicBias8 = kMagicBits + (kMagicBits << 4) + (kMagicBits << 8) + (kMagicBits << 12) +
-                                 (kMagicBits << 16) + (kMagicBits << 20) + (kMagicBits << 24) + (kMagicBits << 28);
+// sum over e = 0..7 of b << 4e (mod 2^32): the bias of 8 packed e2m1_mag_magic results of base b
+__host__ __device__ constexpr uint32_t packed_bias8(uint32_t b) {
+  return b + (b << 4) + (b << 8) + (b << 12) + (b << 16) + (b << 20) + (b << 24) + (b << 28);
+}
 
 // 8 magnitude codes (SPEC 3.6), element e in nibble e, sign bits clear.
 template <bool kClamp>
 __device__ __forceinline__ uint32_t mag8_magic(const float (&x)[8], float mult) {
-  uint32_t acc = 0u - kMagicBias8;
+  uint32_t acc = 0u - packed_bias8(kClamp ? kMagicBits : kMagicLoBits);
 #pragma unroll
   for (int e = 0; e < 8; ++e) acc += e2m1_mag_magic<kClamp>(x[e], mult) << (4 * e);
   return acc;
