@@ -4,21 +4,23 @@ The fused quantize spends about a third of its time in the amax pass (SPEC 4), w
 scale is known. This script answers whether a different read pattern would read X faster: it times our amax pass
 (`amax_fast4_bf16`, with and without the RHT column amax) next to Triton max-|x| reductions over 2-D tiles of
 several shapes (forward and reverse tile order, 4 or 8 warps) and flat 1-D blocks, plus `torch.amax` and
-`x.clone()` for reference. Every timing: L2 flushed by a 256 MB write, then one launch between CUDA events; the
-median of 15. Needs a CUDA GPU, Triton and the built extension (`device/_build.py`).
+`x.clone()` for reference. Every timing is `bench_quantize.bench`: the launch captured in a CUDA graph, each replay
+timed after a 256 MB L2 flush, the median of 15. Needs a CUDA GPU, Triton and the built extension
+(`device/_build.py`).
 
-    python3 benchmarks/amax_read_probe.py
+    PYTHONPATH=. python3 benchmarks/amax_read_probe.py
 """
 from __future__ import annotations
 
-import os
 import sys
+from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_quantize import bench  # noqa: E402
 
 REPS = 15
 SHAPES = ((8192, 5120), (16384, 4096))
@@ -43,20 +45,6 @@ def _flat_absmax(x_ptr, out_ptr, BLOCK: tl.constexpr):
     offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     bits = tl.load(x_ptr + offs).to(tl.int16, bitcast=True).to(tl.int32) & 0x7FFF
     tl.store(out_ptr + pid, tl.max(bits, axis=0))
-
-
-def _median_us(fn, flush: torch.Tensor) -> float:
-    fn()  # warm-up (and Triton compile)
-    ts = []
-    for _ in range(REPS):
-        flush.fill_(1)
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) * 1e3)
-    return sorted(ts)[REPS // 2]
 
 
 def _cases(ext, x: torch.Tensor) -> list:
@@ -96,14 +84,13 @@ def main() -> None:
     from device._build import load_extension
 
     ext = load_extension()
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     print(f"device: {torch.cuda.get_device_name()}  (TB/s = bytes read / time; clone counts read + write)")
     for m, k in SHAPES:
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         print(f"\n{m}x{k} bf16, {x.numel() * 2 / 1e6:.1f} MB")
         print(f"{'reader':46s} | {'time':>9s} | {'TB/s':>5s}")
         for name, fn, nb in _cases(ext, x):
-            us = _median_us(fn, flush)
+            us = bench(fn, iters=REPS)
             print(f"{name:46s} | {us:6.1f} us | {nb / us / 1e6:5.2f}")
 
 
