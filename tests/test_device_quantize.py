@@ -451,6 +451,27 @@ def test_group_fast_quantize_64_groups(rht):
         check_grouped(run_group_poisoned(x_t, splits, swizzled=swizzled, **kw), ref, swizzled)
 
 
+@pytest.mark.parametrize("planes,rht", [("both", False), ("both", True), ("row", False), ("col", False),
+                                        ("col", True)])
+def test_group_fast_quantize_mixed_groups(planes, rht):
+    """The bf16 fast path on groups of very different sizes and contents: a giant first group, groups of one row,
+    an unaligned K whose last column tile is 80 columns wide, NaN / Inf / a huge finite value confined to some
+    groups (so the per-group amaxes differ by orders of magnitude and only some groups take the NaN paths), and
+    single planes (no columnwise amax). Every buffer, amax bits included, against the oracle."""
+    splits = np.array([3000, 0, 1, 700, 129, 0, 1500, 15, 0, 655, 1], np.int64)
+    t, k = int(splits.sum()), 1104  # 9 column tiles of 128, the last one 80 columns wide
+    x = make_input(t, k, kind="normal", seed=61 + rht).astype(np.float32)
+    x[3001:3701] *= np.float32(1e4)  # group 3: amax 4 orders of magnitude above its neighbours
+    x[3830:5330:7, 5::13] = np.nan  # group 6: NaNs in many blocks and warp tiles (its amax ignores them)
+    x[5345, 1000] = np.inf  # group 9
+    x[2999, 7] = np.float32(3e38)  # last row of the giant group 0: its largest element
+    x = x.astype(BF16)
+    kw = dict(rowwise=planes != "col", columnwise=planes != "row", rht=rht, block=(1, 16), rounding="rn")
+    ref = oracle.group_quantize(x, splits, **kw)
+    bufs = run_group_poisoned(to_cuda(x), splits, swizzled=True, **kw)
+    check_grouped(bufs, ref, True, rowwise=kw["rowwise"], columnwise=kw["columnwise"])
+
+
 @pytest.mark.parametrize("rounding", ["rn", "sr"])
 def test_group_quantize_more_than_1024_groups(rounding):
     """E = 1100 (most groups empty or tiny): the setup kernel scans the splits in two 1024-wide chunks in each of
