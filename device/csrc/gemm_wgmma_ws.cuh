@@ -260,10 +260,10 @@ __device__ __forceinline__ ColumnRange walk_columns(int tile_n0, int half, int N
 
 // The B rows, counted from `rank_rows` (the first row of this CTA's share of the stage: rank * kLoadBN in a cluster),
 // that hold columns of a walk entry with columns `cols` (a tile of BN columns at most). Rows at or past it are
-// zero-filled by the loader and feed only accumulator columns the epilogue does not store, so their conversion is
-// skipped (convert_b_rows): a half tile's second 128 rows (stop 21), and since stop 24 also the rows past N of a
-// group's last column tile (N = 1408: that tile has 128 columns, so a twelfth of the B conversion was spent on
-// zeros). May be <= 0 (a cluster CTA whose whole share lies past N).
+// zero-filled by the loader and feed only accumulator columns the epilogue does not store: a role (converter or MMA
+// threads) whose rows all lie at or past it skips its conversion (convert_and_publish_b). That is the case for the
+// rows past N of a group's last column tile (N = 1408: that tile has 128 columns, so a twelfth of the B conversion
+// was spent on zeros). May be <= 0 (a cluster CTA whose whole share lies past N).
 template <int BN>
 __device__ __forceinline__ int b_share_rows(const ColumnRange& cols, int rank_rows) {
   return min(cols.end - cols.begin, BN) - rank_rows;
@@ -320,18 +320,17 @@ struct LoaderShape {
 // arithmetic and the stores, so the loads' latencies overlap (the load/store helpers are volatile asm with memory
 // clobbers, which keeps them in source order).
 // With a 2-CTA cluster, `dst` is this CTA's B stage plus the offset of its kLoadBN rows (publish_b_rows then copies
-// them into the peer's stage). Only the units whose first row lies below `row_limit` (b_share_rows) are converted: the
-// wgmmas still read the stage's other rows (what an earlier step left there, or anything at the kernel's start), but
-// they only feed accumulator columns that the epilogue does not store (SPEC 12.6: columns are independent).
+// them into the peer's stage). A half tile (TileWalk) converts only rows [0, kHalfCols): the wgmmas still read the
+// stage's other rows (what an earlier step left there, or anything at the kernel's start), but they only feed
+// accumulator columns that the epilogue does not store (SPEC 12.6: columns are independent).
 template <class S, int RPI, int ROW0, int COUNT>
-__device__ __forceinline__ void convert_b_rows(uint32_t raw, uint32_t dst, int rr, int b, int row_limit) {
+__device__ __forceinline__ void convert_b_rows(uint32_t raw, uint32_t dst, int rr, int b, bool half_tile) {
   static_assert(ROW0 % RPI == 0 && 128 % RPI == 0, "a thread's rows keep their place inside a 128-row scale tile");
   const uint32_t raw_row = raw + S::kRawA + (ROW0 + rr) * 32 + b * 8;
   const uint32_t scale = raw + S::kRawA + S::kRawB + S::kSA + nvfp4::swizzle_in_tile<int>(rr, b);  // rr < RPI <= 128
   const uint32_t out = dst + (ROW0 + rr) * 128 + (((2 * b) ^ (rr & 7)) << 4);
-  // unit i is converted if its rows start below row_limit (ROW0 + RPI i is a compile-time constant; with a constant
-  // row_limit, as on the whole-share path of convert_and_publish_b, the test folds away)
-  auto keep = [row_limit](int i) { return ROW0 + RPI * i < row_limit; };
+  // unit i is converted unless it lies in the second half of a half tile (ROW0 + RPI i is a compile-time constant)
+  auto keep = [half_tile](int i) { return ROW0 + RPI * i < kHalfCols || !half_tile; };
   uint2 w[COUNT];
   uint32_t sbyte[COUNT];
 #pragma unroll
@@ -447,19 +446,18 @@ struct BRing {
 
 // One writer's part of fp16 B stage `b` from raw stage `raw`: wait until the stage is free (b_empty), dequantize this
 // thread's COUNT units (rows ROW0 + RPI i, RPI i + rr with rr = t / 4, block t % 4; t = the thread's index in its
-// role; only those whose rows start below row_limit, b_share_rows) and publish them (publish_b_rows, also when nothing
-// was converted; `expect`: the warp that expects the peer's bytes).
+// role; a half tile only those of rows < kHalfCols; none when every row of the role lies at or past `row_limit`,
+// b_share_rows) and publish them (publish_b_rows, also when nothing was converted; `expect`: the warp that expects the
+// peer's bytes).
 template <class S, int RPI, int ROW0, int COUNT>
 __device__ __forceinline__ void convert_and_publish_b(uint32_t raw, const BRing& br, const Ring<S::kBStages>& b, int t,
-                                                      int lane, bool expect, int row_limit) {
+                                                      int lane, bool expect, bool half_tile, int row_limit) {
   mbar_wait(br.empty + 8 * b.stage, b.phase ^ 1u);
   const uint32_t rows = br.base + b.stage * S::kBBytes + br.rows_off;
-  if constexpr (COUNT > 0) {
-    // (warp-uniform) the usual case, all of this role's rows, as code without per-unit tests
-    constexpr int kEnd = ROW0 + RPI * COUNT;
-    if (row_limit >= kEnd) convert_b_rows<S, RPI, ROW0, COUNT>(raw, rows, t >> 2, t & 3, kEnd);
-    else convert_b_rows<S, RPI, ROW0, COUNT>(raw, rows, t >> 2, t & 3, row_limit);
-  }
+  // (warp-uniform; one skip for the whole role: per-unit tests against row_limit, as a second code path, made the
+  // pair kernel 7% slower on the H100, stop 24)
+  if constexpr (COUNT > 0)
+    if (row_limit > ROW0) convert_b_rows<S, RPI, ROW0, COUNT>(raw, rows, t >> 2, t & 3, half_tile);
   publish_b_rows<S, RPI, ROW0, COUNT>(rows, br.full + 8 * b.stage, br.peer_delta, t >> 5, lane, expect);
 }
 
@@ -681,6 +679,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       const uint32_t raw_st = raw_ring + raw.stage * S::kRaw;
       mbar_wait(raw_full + 8 * raw.stage, raw.phase);
       convert_and_publish_b<S, S::kConvRPI, 0, S::kConvUnits>(raw_st, br, bst, ct, lane, ct < 32,
+                                                             kSplitTail && conv.half >= 0,
                                                              kSkipEdgeRows ? conv.brows : S::kLoadBN);
       mbar_arrive(raw_empty + 8 * raw.stage);
       raw.next();
@@ -702,15 +701,16 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     StepCursor bnext;
     Ring<S::kRawStages> raw_b;
     Ring<S::kBStages> bst_b;
-    auto convert_b_share = [&](const Ring<S::kRawStages>& r, const Ring<S::kBStages>& b, int row_limit) {
+    auto convert_b_share = [&](const Ring<S::kRawStages>& r, const Ring<S::kBStages>& b, bool half_tile,
+                               int row_limit) {
       if constexpr (S::kMmaUnits > 0)
         convert_and_publish_b<S, S::kMmaRPI, S::kConvRows, S::kMmaUnits>(raw_ring + r.stage * S::kRaw, br, b, mt,
-                                                                          lane, false, row_limit);
+                                                                          lane, false, half_tile, row_limit);
     };
     auto convert_next_b_share = [&]() {  // kBAhead: the B share of step bnext, if there is one
       if (!bnext.valid(walk)) return;
       mbar_wait(raw_full + 8 * raw_b.stage, raw_b.phase);
-      convert_b_share(raw_b, bst_b, bnext.brows);  // (no kBAhead shape splits its last round)
+      convert_b_share(raw_b, bst_b, false, bnext.brows);  // (no kBAhead shape splits its last round)
       raw_b.next();
       bst_b.next();
       bnext.next<S::BN>(probs, prefix, E, walk);
@@ -759,7 +759,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
           mbar_wait(raw_full + 8 * raw.stage, raw.phase);
           wg::fence_uregs(a_frag);
           convert_a_frags_f16(raw_st, ao, a_scale_adj, a_frag);
-          if constexpr (S::kMmaUnits > 0) convert_b_share(raw, bst, S::kLoadBN);  // this step's share of B
+          if constexpr (S::kMmaUnits > 0) convert_b_share(raw, bst, half_tile, S::kLoadBN);  // this step's share of B
           mbar_arrive(raw_empty + 8 * raw.stage);
           raw.next();
           mbar_wait(b_full + 8 * bst.stage, bst.phase);
@@ -793,7 +793,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
           mbar_wait(raw_full + 8 * raw.stage, raw.phase);
           wg::fence_uregs(cur);
           convert_a_frags_f16(raw_st, ao, a_scale_adj, cur);
-          if constexpr (S::kMmaUnits > 0 && !S::kBAhead) convert_b_share(raw, bst, brows);  // this step's B share
+          if constexpr (S::kMmaUnits > 0 && !S::kBAhead) convert_b_share(raw, bst, half_tile, brows);  // step's B share
           mbar_arrive(raw_empty + 8 * raw.stage);  // (kBAhead: the B share of this stage was converted a step ago)
           raw.next();
           mbar_wait(b_full + 8 * bst.stage, bst.phase);  // this CTA's rows stored, the peer's rows copied in
