@@ -258,25 +258,12 @@ __device__ __forceinline__ ColumnRange walk_columns(int tile_n0, int half, int N
   return {tile_n0 + kHalfCols * half, min(N, tile_n0 + kHalfCols * (half + 1))};
 }
 
-// The B rows, counted from `rank_rows` (the first row of this CTA's share of the stage: rank * kLoadBN in a cluster),
-// that hold columns of a walk entry with columns `cols` (a tile of BN columns at most). Rows at or past it are
-// zero-filled by the loader and feed only accumulator columns the epilogue does not store: a role (converter or MMA
-// threads) whose rows all lie at or past it skips its conversion (convert_and_publish_b). That is the case for the
-// rows past N of a group's last column tile (N = 1408: that tile has 128 columns, so a twelfth of the B conversion
-// was spent on zeros). May be <= 0 (a cluster CTA whose whole share lies past N).
-template <int BN>
-__device__ __forceinline__ int b_share_rows(const ColumnRange& cols, int rank_rows) {
-  return min(cols.end - cols.begin, BN) - rank_rows;
-}
-
 // Walks this CTA's K steps in order: output tiles (whole or half, TileWalk) v = first, + stride, ... (first = the
 // cluster's index, stride = the number of clusters; every CTA of a cluster walks the same tiles) and K tiles
 // 0..KT-1 of each (tiles with no K tile, and half tiles with no columns, are skipped). Every role that consumes the
 // rings walks the same sequence.
 struct StepCursor {
   int v, kt, KT, group, local, half, stride;
-  int rank_rows = 0;  // first B row of this CTA's share of a tile (rank * kLoadBN in a cluster), set before seek
-  int brows;          // rows of this CTA's B share that hold columns of the current tile (b_share_rows)
   template <int BN, class W>
   __device__ __forceinline__ void seek(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E,
                                        const W& w, int from) {
@@ -284,10 +271,11 @@ struct StepCursor {
       group = wg::find_group(prefix, E, w.tile(v), &local);
       const Prob* pp = probs + group;
       KT = (__ldg(&pp->K) + kBK - 1) / kBK;
-      if constexpr (W::kSplit) half = w.half(v);  // (otherwise `half` is never set nor read)
-      const ColumnRange cols = walk_columns((local / __ldg(&pp->tiles_m)) * BN, W::kSplit ? half : -1, __ldg(&pp->N));
-      if (W::kSplit && cols.empty()) KT = 0;  // only the second half of a split tile can be empty
-      brows = b_share_rows<BN>(cols, rank_rows);
+      if constexpr (W::kSplit) {  // (otherwise `half` is never set nor read)
+        half = w.half(v);
+        // only a second half can be empty
+        if (half > 0 && walk_columns((local / __ldg(&pp->tiles_m)) * BN, half, __ldg(&pp->N)).empty()) KT = 0;
+      }
       if (KT > 0) break;
     }
     kt = 0;
@@ -446,18 +434,14 @@ struct BRing {
 
 // One writer's part of fp16 B stage `b` from raw stage `raw`: wait until the stage is free (b_empty), dequantize this
 // thread's COUNT units (rows ROW0 + RPI i, RPI i + rr with rr = t / 4, block t % 4; t = the thread's index in its
-// role; a half tile only those of rows < kHalfCols; none when every row of the role lies at or past `row_limit`,
-// b_share_rows) and publish them (publish_b_rows, also when nothing was converted; `expect`: the warp that expects the
-// peer's bytes).
+// role; a half tile only those of rows < kHalfCols) and publish them (publish_b_rows, also when nothing was converted;
+// `expect`: the warp that expects the peer's bytes).
 template <class S, int RPI, int ROW0, int COUNT>
 __device__ __forceinline__ void convert_and_publish_b(uint32_t raw, const BRing& br, const Ring<S::kBStages>& b, int t,
-                                                      int lane, bool expect, bool half_tile, int row_limit) {
+                                                      int lane, bool expect, bool half_tile) {
   mbar_wait(br.empty + 8 * b.stage, b.phase ^ 1u);
   const uint32_t rows = br.base + b.stage * S::kBBytes + br.rows_off;
-  // (warp-uniform; one skip for the whole role: per-unit tests against row_limit, as a second code path, made the
-  // pair kernel 7% slower on the H100, stop 24)
-  if constexpr (COUNT > 0)
-    if (row_limit > ROW0) convert_b_rows<S, RPI, ROW0, COUNT>(raw, rows, t >> 2, t & 3, half_tile);
+  if constexpr (COUNT > 0) convert_b_rows<S, RPI, ROW0, COUNT>(raw, rows, t >> 2, t & 3, half_tile);
   publish_b_rows<S, RPI, ROW0, COUNT>(rows, br.full + 8 * b.stage, br.peer_delta, t >> 5, lane, expect);
 }
 
@@ -619,9 +603,6 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   // Half tiles for the last round (TileWalk): one CTA per tile and 256 columns, so a half is one B scale tile. Not in
   // exact mode (its 128-column tiles would split inside a scale tile) nor in clusters.
   constexpr bool kSplitTail = S::kCluster == 1 && !S::kExact && S::BN == 2 * kHalfCols;
-  // Conversion only of the B rows that hold columns (b_share_rows). Not in exact mode: its 128-column tiles waste
-  // less, and the second code path made its converter spill (28 bytes at 72 registers).
-  constexpr bool kSkipEdgeRows = !S::kExact;
   static_assert(!(kSplitTail && S::kBAhead), "the B share converted ahead assumes whole tiles");
   const int first_tile = blockIdx.x / S::kCluster, tile_stride = gridDim.x / S::kCluster;
   const TileWalk<kSplitTail> walk(__ldg(prefix + E), tile_stride);
@@ -650,7 +631,6 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     const int ct = tid;
     StepCursor load, conv;
     load.stride = tile_stride;
-    load.rank_rows = static_cast<int>(rank) * S::kLoadBN;
     load.seek<S::BN>(probs, prefix, E, walk, first_tile);
     conv = load;
     Ring<S::kRawStages> load_ring, raw;
@@ -679,8 +659,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       const uint32_t raw_st = raw_ring + raw.stage * S::kRaw;
       mbar_wait(raw_full + 8 * raw.stage, raw.phase);
       convert_and_publish_b<S, S::kConvRPI, 0, S::kConvUnits>(raw_st, br, bst, ct, lane, ct < 32,
-                                                             kSplitTail && conv.half >= 0,
-                                                             kSkipEdgeRows ? conv.brows : S::kLoadBN);
+                                                             kSplitTail && conv.half >= 0);
       mbar_arrive(raw_empty + 8 * raw.stage);
       raw.next();
       bst.next();
@@ -701,23 +680,21 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     StepCursor bnext;
     Ring<S::kRawStages> raw_b;
     Ring<S::kBStages> bst_b;
-    auto convert_b_share = [&](const Ring<S::kRawStages>& r, const Ring<S::kBStages>& b, bool half_tile,
-                               int row_limit) {
+    auto convert_b_share = [&](const Ring<S::kRawStages>& r, const Ring<S::kBStages>& b, bool half_tile) {
       if constexpr (S::kMmaUnits > 0)
         convert_and_publish_b<S, S::kMmaRPI, S::kConvRows, S::kMmaUnits>(raw_ring + r.stage * S::kRaw, br, b, mt,
-                                                                          lane, false, half_tile, row_limit);
+                                                                          lane, false, half_tile);
     };
     auto convert_next_b_share = [&]() {  // kBAhead: the B share of step bnext, if there is one
       if (!bnext.valid(walk)) return;
       mbar_wait(raw_full + 8 * raw_b.stage, raw_b.phase);
-      convert_b_share(raw_b, bst_b, false, bnext.brows);  // (no kBAhead shape splits its last round)
+      convert_b_share(raw_b, bst_b, false);  // (no kBAhead shape splits its last round)
       raw_b.next();
       bst_b.next();
       bnext.next<S::BN>(probs, prefix, E, walk);
     };
     if constexpr (S::kMmaUnits > 0 && S::kBAhead) {
       bnext.stride = tile_stride;
-      bnext.rank_rows = static_cast<int>(rank) * S::kLoadBN;
       bnext.seek<S::BN>(probs, prefix, E, walk, first_tile);
       convert_next_b_share();  // step 0's share
     }
@@ -733,7 +710,6 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       const int n0 = cols.begin;  // stored: columns [n0, cols.end)
       // (as StepCursor::seek: a half tile without columns has no K steps)
       const int KT = half_tile && cols.empty() ? 0 : (__ldg(&pp->K) + kBK - 1) / kBK;
-      const int brows = kSkipEdgeRows ? b_share_rows<S::BN>(cols, static_cast<int>(rank) * S::kLoadBN) : S::kLoadBN;
       const uint32_t a_scale_adj = ((m0 & 127) >> 5) * 4;  // 64-row tiles: rows (m0 mod 128) of the scale tile
 
       float acc[S::R];
@@ -759,7 +735,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
           mbar_wait(raw_full + 8 * raw.stage, raw.phase);
           wg::fence_uregs(a_frag);
           convert_a_frags_f16(raw_st, ao, a_scale_adj, a_frag);
-          if constexpr (S::kMmaUnits > 0) convert_b_share(raw, bst, half_tile, S::kLoadBN);  // this step's share of B
+          if constexpr (S::kMmaUnits > 0) convert_b_share(raw, bst, half_tile);  // this step's share of B
           mbar_arrive(raw_empty + 8 * raw.stage);
           raw.next();
           mbar_wait(b_full + 8 * bst.stage, bst.phase);
@@ -793,7 +769,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
           mbar_wait(raw_full + 8 * raw.stage, raw.phase);
           wg::fence_uregs(cur);
           convert_a_frags_f16(raw_st, ao, a_scale_adj, cur);
-          if constexpr (S::kMmaUnits > 0 && !S::kBAhead) convert_b_share(raw, bst, half_tile, brows);  // step's B share
+          if constexpr (S::kMmaUnits > 0 && !S::kBAhead) convert_b_share(raw, bst, half_tile);  // this step's B share
           mbar_arrive(raw_empty + 8 * raw.stage);  // (kBAhead: the B share of this stage was converted a step ago)
           raw.next();
           mbar_wait(b_full + 8 * bst.stage, bst.phase);  // this CTA's rows stored, the peer's rows copied in
