@@ -462,7 +462,7 @@ def test_group_fast_quantize_mixed_groups(planes, rht):
     t, k = int(splits.sum()), 1104  # 9 column tiles of 128, the last one 80 columns wide
     x = make_input(t, k, kind="normal", seed=61 + rht).astype(np.float32)
     x[3001:3701] *= np.float32(1e4)  # group 3: amax 4 orders of magnitude above its neighbours
-    x[3830:5330:7, 5::13] = np.nan  # group 6: NaNs in many blocks and warp tiles (its amax ignores them)
+    x[3830:5330:7, 5::13] = np.nan  # group 6: NaNs in many blocks and tiles (its amax ignores them)
     x[5345, 1000] = np.inf  # group 9
     x[2999, 7] = np.float32(3e38)  # last row of the giant group 0: its largest element
     x = x.astype(BF16)
