@@ -432,17 +432,32 @@ struct BRing {
   uint32_t base, rows_off, full, empty, peer_delta;
 };
 
-// One writer's part of fp16 B stage `b` from raw stage `raw`: wait until the stage is free (b_empty), dequantize this
-// thread's COUNT units (rows ROW0 + RPI i, RPI i + rr with rr = t / 4, block t % 4; t = the thread's index in its
-// role; a half tile only those of rows < kHalfCols) and publish them (publish_b_rows, also when nothing was converted;
-// `expect`: the warp that expects the peer's bytes).
+// One writer's part of fp16 B stage `b` from raw stage `raw`, in two halves:
+// - convert_b_stage: wait until the stage is free (b_empty), dequantize this thread's COUNT units (rows ROW0 + RPI i,
+//   RPI i + rr with rr = t / 4, block t % 4; t = the thread's index in its role; a half tile only those of rows
+//   < kHalfCols) and issue their stores;
+// - publish_b_stage: publish them (publish_b_rows, also when nothing was converted; `expect`: the warp that expects
+//   the peer's bytes). Its fence waits for the warp's fp16 stores to complete, so callers put independent work
+//   between the two where they can (docs/gemm.md, stop 25: without any fence the fast kernels ran 4-6% faster).
+// convert_and_publish_b: both, back to back.
+template <class S, int RPI, int ROW0, int COUNT>
+__device__ __forceinline__ void convert_b_stage(uint32_t raw, const BRing& br, const Ring<S::kBStages>& b, int t,
+                                                bool half_tile) {
+  mbar_wait(br.empty + 8 * b.stage, b.phase ^ 1u);
+  if constexpr (COUNT > 0)
+    convert_b_rows<S, RPI, ROW0, COUNT>(raw, br.base + b.stage * S::kBBytes + br.rows_off, t >> 2, t & 3, half_tile);
+}
+template <class S, int RPI, int ROW0, int COUNT>
+__device__ __forceinline__ void publish_b_stage(const BRing& br, const Ring<S::kBStages>& b, int t, int lane,
+                                                bool expect) {
+  publish_b_rows<S, RPI, ROW0, COUNT>(br.base + b.stage * S::kBBytes + br.rows_off, br.full + 8 * b.stage,
+                                      br.peer_delta, t >> 5, lane, expect);
+}
 template <class S, int RPI, int ROW0, int COUNT>
 __device__ __forceinline__ void convert_and_publish_b(uint32_t raw, const BRing& br, const Ring<S::kBStages>& b, int t,
                                                       int lane, bool expect, bool half_tile) {
-  mbar_wait(br.empty + 8 * b.stage, b.phase ^ 1u);
-  const uint32_t rows = br.base + b.stage * S::kBBytes + br.rows_off;
-  if constexpr (COUNT > 0) convert_b_rows<S, RPI, ROW0, COUNT>(raw, rows, t >> 2, t & 3, half_tile);
-  publish_b_rows<S, RPI, ROW0, COUNT>(rows, br.full + 8 * b.stage, br.peer_delta, t >> 5, lane, expect);
+  convert_b_stage<S, RPI, ROW0, COUNT>(raw, br, b, t, half_tile);
+  publish_b_stage<S, RPI, ROW0, COUNT>(br, b, t, lane, expect);
 }
 
 // Bulk copy (async proxy) of `bytes` (a multiple of 16; both addresses 16-byte aligned) from this CTA's shared memory
@@ -680,15 +695,23 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     StepCursor bnext;
     Ring<S::kRawStages> raw_b;
     Ring<S::kBStages> bst_b;
-    auto convert_b_share = [&](const Ring<S::kRawStages>& r, const Ring<S::kBStages>& b, bool half_tile) {
+    // This step's B share converted (stores issued) / published (fence, arrive): the callers do independent work
+    // between the two (the A fragments, or the wait for the previous wgmmas) while the stores complete.
+    auto convert_b_share_rows = [&](const Ring<S::kRawStages>& r, const Ring<S::kBStages>& b, bool half_tile) {
       if constexpr (S::kMmaUnits > 0)
-        convert_and_publish_b<S, S::kMmaRPI, S::kConvRows, S::kMmaUnits>(raw_ring + r.stage * S::kRaw, br, b, mt,
-                                                                          lane, false, half_tile);
+        convert_b_stage<S, S::kMmaRPI, S::kConvRows, S::kMmaUnits>(raw_ring + r.stage * S::kRaw, br, b, mt, half_tile);
     };
-    auto convert_next_b_share = [&]() {  // kBAhead: the B share of step bnext, if there is one
+    auto publish_b_share = [&](const Ring<S::kBStages>& b) {
+      if constexpr (S::kMmaUnits > 0)
+        publish_b_stage<S, S::kMmaRPI, S::kConvRows, S::kMmaUnits>(br, b, mt, lane, false);
+    };
+    // kBAhead: the B share of step bnext, if there is one, converted and published while the current step's wgmmas
+    // run (publishing it after the wait for the previous wgmmas instead was 3-7% slower: docs/gemm.md, stop 25)
+    auto convert_next_b_share = [&]() {
       if (!bnext.valid(walk)) return;
       mbar_wait(raw_full + 8 * raw_b.stage, raw_b.phase);
-      convert_b_share(raw_b, bst_b, false);  // (no kBAhead shape splits its last round)
+      convert_b_share_rows(raw_b, bst_b, false);  // (no kBAhead shape splits its last round)
+      publish_b_share(bst_b);
       raw_b.next();
       bst_b.next();
       bnext.next<S::BN>(probs, prefix, E, walk);
@@ -733,9 +756,10 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         for (int kt = 0; kt < KT; ++kt) {
           const uint32_t raw_st = raw_ring + raw.stage * S::kRaw;
           mbar_wait(raw_full + 8 * raw.stage, raw.phase);
-          wg::fence_uregs(a_frag);
+          convert_b_share_rows(raw, bst, half_tile);  // this step's share of B, then the A fragments while its
+          wg::fence_uregs(a_frag);                    // stores complete, then its publish
           convert_a_frags_f16(raw_st, ao, a_scale_adj, a_frag);
-          if constexpr (S::kMmaUnits > 0) convert_b_share(raw, bst, half_tile);  // this step's share of B
+          publish_b_share(bst);
           mbar_arrive(raw_empty + 8 * raw.stage);
           raw.next();
           mbar_wait(b_full + 8 * bst.stage, bst.phase);
@@ -767,9 +791,19 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         auto step = [&](uint32_t(&cur)[4][4]) {
           const uint32_t raw_st = raw_ring + raw.stage * S::kRaw;
           mbar_wait(raw_full + 8 * raw.stage, raw.phase);
+          // This step's B share (not kBAhead). 128-row tiles: its rows first, then the A fragments while its stores
+          // complete, then its publish (+5% on E8 fprop with 128 x 256 tiles, stop 25). The 64-row tile keeps the
+          // A fragments first: the reordered fp32 variant spilled 8 bytes and gained nothing measurable.
+          constexpr bool kShareFirst = S::kMmaUnits > 0 && !S::kBAhead && S::BM == 128;
+          constexpr bool kShareLast = S::kMmaUnits > 0 && !S::kBAhead && S::BM != 128;
+          if constexpr (kShareFirst) convert_b_share_rows(raw, bst, half_tile);
           wg::fence_uregs(cur);
           convert_a_frags_f16(raw_st, ao, a_scale_adj, cur);
-          if constexpr (S::kMmaUnits > 0 && !S::kBAhead) convert_b_share(raw, bst, half_tile);  // this step's B share
+          if constexpr (kShareFirst) publish_b_share(bst);
+          if constexpr (kShareLast) {
+            convert_b_share_rows(raw, bst, half_tile);
+            publish_b_share(bst);
+          }
           mbar_arrive(raw_empty + 8 * raw.stage);  // (kBAhead: the B share of this stage was converted a step ago)
           raw.next();
           mbar_wait(b_full + 8 * bst.stage, bst.phase);  // this CTA's rows stored, the peer's rows copied in
