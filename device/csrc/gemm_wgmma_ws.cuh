@@ -439,7 +439,7 @@ struct BRing {
 // - publish_b_stage: publish them (publish_b_rows, also when nothing was converted; `expect`: the warp that expects
 //   the peer's bytes). Its fence waits for the warp's fp16 stores to complete, so callers put independent work
 //   between the two where they can (docs/gemm.md, stop 25: without any fence the fast kernels ran 4-6% faster).
-// convert_and_publish_b: both, back to back.
+// convert_and_publish_b: both, back to back (written out: the split form changed the pair kernel's SASS).
 template <class S, int RPI, int ROW0, int COUNT>
 __device__ __forceinline__ void convert_b_stage(uint32_t raw, const BRing& br, const Ring<S::kBStages>& b, int t,
                                                 bool half_tile) {
@@ -456,8 +456,10 @@ __device__ __forceinline__ void publish_b_stage(const BRing& br, const Ring<S::k
 template <class S, int RPI, int ROW0, int COUNT>
 __device__ __forceinline__ void convert_and_publish_b(uint32_t raw, const BRing& br, const Ring<S::kBStages>& b, int t,
                                                       int lane, bool expect, bool half_tile) {
-  convert_b_stage<S, RPI, ROW0, COUNT>(raw, br, b, t, half_tile);
-  publish_b_stage<S, RPI, ROW0, COUNT>(br, b, t, lane, expect);
+  mbar_wait(br.empty + 8 * b.stage, b.phase ^ 1u);
+  const uint32_t rows = br.base + b.stage * S::kBBytes + br.rows_off;
+  if constexpr (COUNT > 0) convert_b_rows<S, RPI, ROW0, COUNT>(raw, rows, t >> 2, t & 3, half_tile);
+  publish_b_rows<S, RPI, ROW0, COUNT>(rows, br.full + 8 * b.stage, br.peer_delta, t >> 5, lane, expect);
 }
 
 // Bulk copy (async proxy) of `bytes` (a multiple of 16; both addresses 16-byte aligned) from this CTA's shared memory
@@ -695,8 +697,13 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     StepCursor bnext;
     Ring<S::kRawStages> raw_b;
     Ring<S::kBStages> bst_b;
-    // This step's B share converted (stores issued) / published (fence, arrive): the callers do independent work
-    // between the two (the A fragments, or the wait for the previous wgmmas) while the stores complete.
+    // This step's B share: converted and published back to back, or converted (stores issued) and published (fence,
+    // arrive) apart, with the A fragments decoded in between while the stores complete.
+    auto convert_b_share = [&](const Ring<S::kRawStages>& r, const Ring<S::kBStages>& b, bool half_tile) {
+      if constexpr (S::kMmaUnits > 0)
+        convert_and_publish_b<S, S::kMmaRPI, S::kConvRows, S::kMmaUnits>(raw_ring + r.stage * S::kRaw, br, b, mt,
+                                                                          lane, false, half_tile);
+    };
     auto convert_b_share_rows = [&](const Ring<S::kRawStages>& r, const Ring<S::kBStages>& b, bool half_tile) {
       if constexpr (S::kMmaUnits > 0)
         convert_b_stage<S, S::kMmaRPI, S::kConvRows, S::kMmaUnits>(raw_ring + r.stage * S::kRaw, br, b, mt, half_tile);
@@ -710,8 +717,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     auto convert_next_b_share = [&]() {
       if (!bnext.valid(walk)) return;
       mbar_wait(raw_full + 8 * raw_b.stage, raw_b.phase);
-      convert_b_share_rows(raw_b, bst_b, false);  // (no kBAhead shape splits its last round)
-      publish_b_share(bst_b);
+      convert_b_share(raw_b, bst_b, false);  // (no kBAhead shape splits its last round)
       raw_b.next();
       bst_b.next();
       bnext.next<S::BN>(probs, prefix, E, walk);
@@ -800,10 +806,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
           wg::fence_uregs(cur);
           convert_a_frags_f16(raw_st, ao, a_scale_adj, cur);
           if constexpr (kShareFirst) publish_b_share(bst);
-          if constexpr (kShareLast) {
-            convert_b_share_rows(raw, bst, half_tile);
-            publish_b_share(bst);
-          }
+          if constexpr (kShareLast) convert_b_share(raw, bst, half_tile);
           mbar_arrive(raw_empty + 8 * raw.stage);  // (kBAhead: the B share of this stage was converted a step ago)
           raw.next();
           mbar_wait(b_full + 8 * bst.stage, bst.phase);  // this CTA's rows stored, the peer's rows copied in
