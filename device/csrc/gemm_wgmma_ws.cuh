@@ -551,8 +551,8 @@ __device__ __forceinline__ bool lines_epilogue_ok(const Prob& p) {
          ((reinterpret_cast<uintptr_t>(p.d) | reinterpret_cast<uintptr_t>(p.bias)) & 15u) == 0;
 }
 
-// Whole-line epilogue of one MMA warp (kLinesEpi), fp32 output (SPEC 12.2 order, as wg::store_tile: y = alpha*acc; y += C;
-// y += bias). The warp owns rows row0 + [0, 16), columns col0 + [0, WN) (accumulator layout of wgmma m64nWN:
+// Whole-line epilogue of one MMA warp (kLinesEpi), fp32 output (SPEC 12.2 order, as wg::store_tile: y = alpha*acc;
+// y += C; y += bias). The warp owns rows row0 + [0, 16), columns col0 + [0, WN) (accumulator layout of wgmma m64nWN:
 // register 4j + 2h + e of lane l is row l/4 + 8h, column 8j + 2(l%4) + e). Per chunk of 32 columns it writes
 // RN(alpha * acc) into its 16 x 128-byte buffer in that layout, then reads the buffer back as one 16-byte piece per
 // lane (lanes 8i..8i+7: pieces 0..7 of one row), adds C and the bias on those pieces and stores them: every global
