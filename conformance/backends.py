@@ -33,6 +33,8 @@ class Backend:
     Subclasses set ``name`` and ``ops`` and implement :meth:`run`. :meth:`available` returns None when the
     backend can run, else the reason (a missing library): its ops are then reported as skipped.
     :meth:`space` restricts the generator to the options the backend supports (``{"rule": [...]}``).
+    :meth:`warmup` does one-time set-up (a GPU context, JIT-built extensions) before a worker's first case, so that
+    it is not charged to whichever op happens to run first.
     """
 
     name: str = "backend"
@@ -45,6 +47,10 @@ class Backend:
     def space(self, op: str) -> dict:
         """Generator restrictions for ``op`` (see :func:`conformance.generators.pick`)."""
         return {}
+
+    def warmup(self) -> None:
+        """One-time set-up, called once per worker before its first case and not timed (default: nothing).
+        An exception here is ignored: the cases then report the error themselves."""
 
     def run(self, op: str, case: Case) -> dict[str, np.ndarray]:
         """Run ``op`` on ``case``; return outputs keyed like the reference (a subset of its keys)."""
@@ -278,6 +284,22 @@ class DeviceBackend(Backend):
 
     def available(self):
         return self._reason
+
+    def warmup(self) -> None:
+        """Create the CUDA context and load the JIT-built extensions with one tiny call per kernel family. Each
+        worker process loads them itself and torch serialises the loads on the build directory's lock, so the first
+        case of an op would otherwise carry seconds of waiting, and the scheduler would starve that op (a 45 s run
+        once gave the first op, quantize, one case per worker)."""
+        import torch
+
+        x = torch.zeros((16, 16), dtype=torch.bfloat16, device=self.dev)
+        self._mod.quantize(x)
+        if "grouped_gemm_exact" in self.ops:
+            one = torch.tensor([16], dtype=torch.int64, device=self.dev)
+            a = self._mod.group_quantize(x, one)
+            b = self._mod.group_quantize(x, one)
+            self._mod.grouped_gemm(a, b, kind="fprop")
+        torch.cuda.synchronize(self.dev)
 
     def space(self, op):
         if op.startswith("grouped_gemm") or op in ("dequantize", "layout"):

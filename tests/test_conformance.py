@@ -89,7 +89,30 @@ class Unavailable(Backend):
         return "library missing (test)"
 
 
-for _cls in (OracleQuantize, FlipNibble, BadSwizzle, Unavailable):
+class SlowStart(Backend):
+    """A backend with seconds of one-time set-up (as a GPU backend's context and JIT extensions): correct only after
+    :meth:`warmup`, which the runner must call once per worker, before the first case and outside its timing."""
+
+    name = "test-slowstart"
+    ops = ("e2m1", "e4m3")
+    warmup_s = 1.5
+
+    def __init__(self):
+        self.warm = 0
+
+    def warmup(self):
+        import time
+
+        time.sleep(self.warmup_s)
+        self.warm += 1
+
+    def run(self, op, case):
+        if self.warm != 1:
+            raise RuntimeError(f"warmup ran {self.warm} times before this case")
+        return reference(case)
+
+
+for _cls in (OracleQuantize, FlipNibble, BadSwizzle, Unavailable, SlowStart):
     register_backend(_cls.name, _cls)
 
 
@@ -275,6 +298,17 @@ def test_generator_error_costs_one_case_not_the_run(tmp_path, capsys, monkeypatc
     assert code == 1 and stats.cases == 6 and len(stats.failures) == n_bad
     out = capsys.readouterr().out
     assert "FAILED quantize [test-oracle] seed=0 index=" in out and "planted generator defect" in out
+
+
+def test_warmup_runs_once_per_worker_and_is_not_charged_to_an_op(tmp_path):
+    budget = 4.0
+    code, stats = run(_cfg(tmp_path, backends=["test-slowstart"], budget=budget))
+    assert code == 0, [f.get("error") for f in stats.failures]
+    e2m1, e4m3 = (stats.tasks[("test-slowstart", op)] for op in ("e2m1", "e4m3"))
+    # both ops ran many cases (the set-up was charged to neither, so the scheduler kept alternating them) ...
+    assert e2m1.cases > 20 and e4m3.cases > 20
+    # ... and the case timings leave out the set-up, which the budget still pays for
+    assert e2m1.seconds + e4m3.seconds < budget - SlowStart.warmup_s
 
 
 def test_shards_partition_the_case_space(tmp_path):
