@@ -48,9 +48,9 @@ class Backend:
         """Generator restrictions for ``op`` (see :func:`conformance.generators.pick`)."""
         return {}
 
-    def warmup(self) -> None:
-        """One-time set-up, called once per worker before its first case and not timed (default: nothing).
-        An exception here is ignored: the cases then report the error themselves."""
+    def warmup(self, ops: tuple[str, ...]) -> None:
+        """One-time set-up for running ``ops`` (those of this run), called once per worker before its first case
+        and not timed (default: nothing). An exception here is ignored: the cases then report the error themselves."""
 
     def run(self, op: str, case: Case) -> dict[str, np.ndarray]:
         """Run ``op`` on ``case``; return outputs keyed like the reference (a subset of its keys)."""
@@ -285,16 +285,16 @@ class DeviceBackend(Backend):
     def available(self):
         return self._reason
 
-    def warmup(self) -> None:
-        """Create the CUDA context and load the JIT-built extensions with one tiny call per kernel family. Each
-        worker process loads them itself and torch serialises the loads on the build directory's lock, so the first
-        case of an op would otherwise carry seconds of waiting, and the scheduler would starve that op (a 45 s run
-        once gave the first op, quantize, one case per worker)."""
+    def warmup(self, ops: tuple[str, ...]) -> None:
+        """Create the CUDA context and load the JIT-built extensions that ``ops`` need, with one tiny call per
+        kernel family. Each worker process loads them itself and torch serialises the loads on the build directory's
+        lock, so the first case of an op would otherwise carry seconds of waiting, and the scheduler would starve
+        that op (a 45 s run once gave the first op, quantize, one case per worker)."""
         import torch
 
         x = torch.zeros((16, 16), dtype=torch.bfloat16, device=self.dev)
-        self._mod.quantize(x)
-        if "grouped_gemm_exact" in self.ops:
+        self._mod.quantize(x)  # the quantize extension (also the GEMM's operands below)
+        if any(op.startswith("grouped_gemm") for op in ops):
             one = torch.tensor([16], dtype=torch.int64, device=self.dev)
             a = self._mod.group_quantize(x, one)
             b = self._mod.group_quantize(x, one)

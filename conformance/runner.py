@@ -142,11 +142,13 @@ def worker_main(wid: int, nworkers: int, specs: list[str], cfg: RunConfig, deadl
     backends = [B.make_backend(s) for s in specs]
     backends = [b for b in backends if b.available() is None]
     tasks = _tasks(backends, cfg.ops)
-    for b in {id(b): b for b, _ in tasks}.values():  # untimed: not charged to the op that happens to run first
-        try:
-            b.warmup()
-        except Exception:  # noqa: BLE001,S110 -- the cases report what is wrong with the backend
-            pass
+    for b in backends:  # untimed: not charged to the op that happens to run first
+        ops = tuple(op for tb, op in tasks if tb is b)
+        if ops:
+            try:
+                b.warmup(ops)
+            except Exception:  # noqa: BLE001,S110 -- the cases report what is wrong with the backend
+                pass
     si, sn = cfg.shard
     spent = {i: 0.0 for i in range(len(tasks))}
     count = {i: 0 for i in range(len(tasks))}

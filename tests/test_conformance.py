@@ -100,9 +100,10 @@ class SlowStart(Backend):
     def __init__(self):
         self.warm = 0
 
-    def warmup(self):
+    def warmup(self, ops):
         import time
 
+        assert ops == self.ops, ops
         time.sleep(self.warmup_s)
         self.warm += 1
 
