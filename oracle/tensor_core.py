@@ -34,14 +34,10 @@ _NO_ADDEND = np.iinfo(np.int64).min // 4  # exponent of an absent addend (below 
 
 
 def _bit_length(x: np.ndarray) -> np.ndarray:
-    """Bit length of non-negative int64 values (0 for 0), vectorized."""
-    x = x.copy()
-    n = np.zeros(x.shape, np.int64)
-    for s in (32, 16, 8, 4, 2, 1):
-        big = x >= (np.int64(1) << s)
-        n += np.where(big, s, 0)
-        x = np.where(big, x >> s, x)
-    return n + (x > 0)
+    """Bit length of non-negative int64 values (0 for 0), vectorized: the binary exponent of x as a float64, one
+    less where that conversion rounded x up to the next power of two (possible from 2^53 on)."""
+    e = np.frexp(x.astype(np.float64))[1].astype(np.int64)
+    return e - (((x >> np.maximum(e - 1, 0)) == 0) & (x > 0))
 
 
 def _truncate(x: np.ndarray, shift: np.ndarray) -> np.ndarray:
@@ -51,9 +47,11 @@ def _truncate(x: np.ndarray, shift: np.ndarray) -> np.ndarray:
     return np.where(x < 0, -mag, mag)
 
 
-def _round_to_fp32_rz(x: np.ndarray) -> np.ndarray:
-    """Integers rounded toward zero to 24 significant bits (fp32 RZ; no overflow at these magnitudes)."""
-    return _truncate(x, _bit_length(np.abs(x)) - _FP32_BITS)
+def _round_to_fp32_rz(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Integers rounded toward zero to 24 significant bits (fp32 RZ; no overflow at these magnitudes), and the bit
+    length of their magnitudes (truncating below the leading bit keeps it)."""
+    length = _bit_length(np.abs(x))
+    return _truncate(x, length - _FP32_BITS), length
 
 
 def _exponent_seen(v: np.ndarray, emin: int) -> np.ndarray:
@@ -82,20 +80,27 @@ def tensor_core_sum(a_plane: QuantizedPlane, b_plane: QuantizedPlane, *, operand
     n = ib.shape[0]
     if k and int(np.abs(ia).max(initial=0)) * int(np.abs(ib).max(initial=0)) * k >= 2**62:
         raise ValueError("K too large for the int64 model")
-    ea, eb = _exponent_seen(ia, emin), _exponent_seen(ib, emin)
+    # exponents of the operands as the tensor core sees them; an operand of 0 contributes no addend
+    ea = np.where(ia != 0, _exponent_seen(ia, emin), _NO_ADDEND)
+    eb = np.where(ib != 0, _exponent_seen(ib, emin), _NO_ADDEND)
+    mag_a, mag_b = np.abs(ia), np.abs(ib)
+    sign_a, sign_b = np.sign(ia), np.sign(ib)
     acc = np.zeros((m, n), np.int64)  # units of 2^-20 (true scale)
+    acc_len = np.zeros((m, n), np.int64)  # bit length of |acc|
     for j in range(k // 16):
         blk = slice(16 * j, 16 * j + 16)
-        prod = ia[:, None, blk] * ib[None, :, blk]  # [M, N, 16], exact
-        nonzero = prod != 0
-        # E in the presented scale: products carry 2^-28 (two operands times 2^-14)
-        e_prod = np.where(nonzero, ea[:, None, blk] + eb[None, :, blk], _NO_ADDEND).max(axis=2)
-        e_acc = np.where(acc != 0, _bit_length(np.abs(acc)) - 1 + _UNIT_EXP + _PRODUCT_SHIFT, _NO_ADDEND)
+        # E in the presented scale: products carry 2^-28 (two operands times 2^-14); a product with a zero factor
+        # sums to below any real exponent (two _NO_ADDEND terms cannot overflow)
+        e_prod = (ea[:, None, blk] + eb[None, :, blk]).max(axis=2)
+        e_acc = np.where(acc_len > 0, acc_len - 1 + _UNIT_EXP + _PRODUCT_SHIFT, _NO_ADDEND)
         e = np.maximum(e_prod, e_acc)
-        # truncation unit 2^(E - 25) presented = 2^(E - 25 + 28) true = 2^(E + 23) units of 2^-20
-        shift = (e - _WINDOW - _PRODUCT_SHIFT - _UNIT_EXP)[:, :, None]
-        total = _truncate(prod, shift).sum(axis=2) + _truncate(acc, shift[:, :, 0])
-        acc = _round_to_fp32_rz(total)
+        # truncation unit 2^(E - 25) presented = 2^(E - 25 + 28) true = 2^(E + 23) units of 2^-20; an addend
+        # truncated toward zero is sign * (|addend| >> shift) << shift, and the shift is common to the block's sum
+        shift = np.maximum(e - _WINDOW - _PRODUCT_SHIFT - _UNIT_EXP, 0)
+        units = mag_a[:, None, blk] * mag_b[None, :, blk]  # |products| [M, N, 16], exact
+        np.right_shift(units, shift[:, :, None], out=units)
+        kept = np.einsum("mnk,mk,nk->mn", units, sign_a[:, blk], sign_b[:, blk])  # integer, exact
+        acc, acc_len = _round_to_fp32_rz((kept << shift) + _truncate(acc, shift))
     out = np.ldexp(acc.astype(np.float64), _UNIT_EXP).astype(np.float32)  # exact: acc has at most 24 bits
     return np.where(nan_scale_rows(a_plane)[:, None] | nan_scale_rows(b_plane)[None, :], np.float32(np.nan), out)
 
