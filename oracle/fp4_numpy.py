@@ -59,15 +59,11 @@ def encode_e2m1(x_f32) -> np.ndarray:
     a = np.abs(x)
     # Index of the nearest E2M1 magnitude. At a tie the even index (mantissa bit 0) wins, so the comparison
     # is strict (>) where the lower neighbour is even and inclusive (>=) where the upper one is.
-    idx = (
-        (a > 0.25).astype(np.uint8)
-        + (a >= 0.75)
-        + (a > 1.25)
-        + (a >= 1.75)
-        + (a > 2.5)
-        + (a >= 3.5)
-        + (a > 5.0)
-    ).astype(np.uint8)
+    idx = (a > 0.25).view(np.uint8)  # bool -> 0 / 1, then the other six comparisons added in place
+    for t in (0.75, 1.75, 3.5):
+        idx += a >= t
+    for t in (1.25, 2.5, 5.0):
+        idx += a > t
     nan = np.isnan(x)
     sign = np.signbit(x) & ~nan
     idx = np.where(nan, np.uint8(7), idx)

@@ -8,8 +8,8 @@ __all__ = ["philox4x32", "sr_random_bytes"]
 
 _M0 = np.uint64(0xD2511F53)
 _M1 = np.uint64(0xCD9E8D57)
-_W0 = np.uint32(0x9E3779B9)
-_W1 = np.uint32(0xBB67AE85)
+_W0 = np.uint64(0x9E3779B9)
+_W1 = np.uint64(0xBB67AE85)
 _LO = np.uint64(0xFFFFFFFF)
 
 
@@ -22,19 +22,22 @@ def philox4x32(counter, key, rounds: int = 10) -> np.ndarray:
     ctr = np.asarray(counter, dtype=np.uint32)
     k = np.asarray(key, dtype=np.uint32)
     c0, c1, c2, c3 = (ctr[..., i].astype(np.uint64) for i in range(4))
-    k0 = np.broadcast_to(k[..., 0], ctr.shape[:-1]).astype(np.uint32)
-    k1 = np.broadcast_to(k[..., 1], ctr.shape[:-1]).astype(np.uint32)
+    if k.shape == (2,):  # one key for every counter (the SR streams): the round keys stay scalars
+        k0, k1 = np.uint64(k[0]), np.uint64(k[1])
+    else:
+        k0 = np.broadcast_to(k[..., 0], ctr.shape[:-1]).astype(np.uint64)
+        k1 = np.broadcast_to(k[..., 1], ctr.shape[:-1]).astype(np.uint64)
     with np.errstate(over="ignore"):
         for r in range(rounds):
-            if r:
-                k0 = k0 + _W0
-                k1 = k1 + _W1
+            if r:  # key + Weyl constant, mod 2^32
+                k0 = (k0 + _W0) & _LO
+                k1 = (k1 + _W1) & _LO
             p0 = _M0 * c0
             p1 = _M1 * c2
             c0, c1, c2, c3 = (
-                (p1 >> 32) ^ c1 ^ k0.astype(np.uint64),
+                (p1 >> 32) ^ c1 ^ k0,
                 p1 & _LO,
-                (p0 >> 32) ^ c3 ^ k1.astype(np.uint64),
+                (p0 >> 32) ^ c3 ^ k1,
                 p0 & _LO,
             )
     return np.stack([c0, c1, c2, c3], axis=-1).astype(np.uint32)

@@ -14,8 +14,8 @@ _TWO = np.float32(2.0)
 
 
 def _step(a: np.ndarray) -> np.ndarray:
-    """E2M1 grid spacing at magnitude a: 0.5 below 2, 1 below 4, 2 above."""
-    return np.where(a < _TWO, _HALF, np.where(a < np.float32(4.0), _ONE, _TWO)).astype(np.float32)
+    """E2M1 grid spacing at magnitude a: 0.5 below 2, 1 below 4, 2 above (and for NaN): 2 - [a < 4] - [a < 2] / 2."""
+    return (_TWO - (a < np.float32(4.0)) - (a < _TWO) * _HALF).astype(np.float32)
 
 
 def sr_encode_e2m1(y, random_bytes) -> np.ndarray:
