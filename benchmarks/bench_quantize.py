@@ -7,7 +7,8 @@ pure-torch equivalent; grouped quantize with E=8 and E=64 skewed splits includin
 
 "frac" is achieved bytes/s over the copy bandwidth, where the bytes are what the path must move: X read
 twice (amax pass and quantize pass), every output written once. Run: ``PYTHONPATH=. python3
-benchmarks/bench_quantize.py`` (options: ``--quick``).
+benchmarks/bench_quantize.py`` (options: ``--quick``, ``--no-compile``, ``--profile``,
+``--flush read``).
 """
 
 from __future__ import annotations
@@ -20,12 +21,16 @@ import torch
 import device
 
 SHAPES = ((8192, 5120), (8192, 11328), (16384, 4096))
+# How bench() evicts the inputs from L2 before each timed replay: "write" zeroes a 256 MB buffer (the usual idiom,
+# and the default), which leaves up to an L2's worth of dirty lines whose write-back then overlaps the timed call;
+# "read" takes the max of the same buffer, which leaves clean lines only (set by --flush).
+FLUSH = "write"
 
 
 def bench(fn, iters: int = 50, warmup: int = 3) -> float:
     """Median GPU time in microseconds of ``fn``: captured once in a CUDA graph (no Python or launch
     overhead in the numbers), replayed ``iters`` times, each replay timed with events after a 256 MB
-    L2 flush."""
+    L2 flush (``FLUSH``: by writing or by reading the buffer)."""
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -39,7 +44,10 @@ def bench(fn, iters: int = 50, warmup: int = 3) -> float:
         fn()
     times = []
     for _ in range(iters):
-        flush.zero_()
+        if FLUSH == "write":
+            flush.zero_()
+        else:
+            flush.max()
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         graph.replay()
@@ -162,7 +170,11 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer iterations")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
     ap.add_argument("--profile", action="store_true", help="also print a per-kernel breakdown (before the table)")
+    ap.add_argument("--flush", choices=("write", "read"), default="write",
+                    help="evict L2 before each timed call by zeroing (default) or by reading a 256 MB buffer")
     args = ap.parse_args()
+    global FLUSH
+    FLUSH = args.flush
     iters = 10 if args.quick else 50
     torch.manual_seed(0)
     bw = copy_bandwidth()
@@ -222,7 +234,8 @@ def main() -> None:
     head = ("path", "shape", "time", "frac", "note")
     widths = [max(w, len(h)) for w, h in zip(widths, head, strict=True)]
     line = lambda r: " | ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True))  # noqa: E731
-    print(f"device: {torch.cuda.get_device_name()}  (frac = bytes moved / time / copy bandwidth)")
+    print(f"device: {torch.cuda.get_device_name()}  (frac = bytes moved / time / copy bandwidth; "
+          f"L2 flush by {'zeroing' if FLUSH == 'write' else 'reading'} 256 MB)")
     print(line(head))
     print("-+-".join("-" * w for w in widths))
     for r in rows:

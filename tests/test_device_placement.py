@@ -142,9 +142,15 @@ SPLITS = [0, 130, 17, 0, 300, 1]  # empty groups, sizes that are not multiples o
 # current stream
 # ------------------------------------------------------------------------------------------------------------
 
-def _behind_sleep(fill_and_run):
+def _behind_sleep(fill_and_run, reset):
     """Run ``fill_and_run()`` on a fresh side stream behind a ~0.1 s sleep kernel; returns its result once that
-    stream has finished (only that stream is synchronised)."""
+    stream has finished (only that stream is synchronised). It runs once before, on the current stream, so that
+    its kernels are loaded and set up (a first launch may synchronise the device, which would hide a wrong
+    stream), then ``reset()`` zeroes its inputs again."""
+    fill_and_run()
+    torch.cuda.synchronize()
+    reset()
+    torch.cuda.synchronize()
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -165,7 +171,7 @@ def test_quantize_runs_on_the_current_stream(opts):
         dst.copy_(src)
         return _dev().quantize(dst, **opts)
 
-    check_quantized(_behind_sleep(run), oracle.quantize(x, **opts), "quantize on a side stream")
+    check_quantized(_behind_sleep(run, dst.zero_), oracle.quantize(x, **opts), "quantize on a side stream")
 
 
 def test_group_quantize_and_gemm_run_on_the_current_stream():
@@ -186,7 +192,7 @@ def test_group_quantize_and_gemm_run_on_the_current_stream():
         y = dev.grouped_gemm(xq, wq, kind="fprop", mode="exact")
         return xq, wq, y
 
-    xq, wq, y = _behind_sleep(run)
+    xq, wq, y = _behind_sleep(run, lambda: (xd.zero_(), wd.zero_()))
     check_grouped(xq, oracle.group_quantize(x, np.array(SPLITS, np.int64)), "group_quantize on a side stream")
     check_fprop(y, xq, wq, SPLITS, "exact", "grouped_gemm on a side stream")
 
@@ -209,7 +215,7 @@ def test_dequantize_and_swizzle_run_on_the_current_stream():
         return (dev.dequantize(d_dst.reshape(-1), scales=s_dst, amax=amax_t, shape=(rows, cols), swizzled=False),
                 dev.swizzle_scales(s_dst))
 
-    y, swz = _behind_sleep(run)
+    y, swz = _behind_sleep(run, lambda: (d_dst.zero_(), s_dst.zero_()))
     want = oracle.dequantize(oracle.QuantizedPlane(data, scales, amax, (rows, cols)))
     same_f32_bits("dequantize on a side stream", y, want)
     same_bytes("swizzle_scales on a side stream", swz, oracle.swizzle.swizzle_scales(scales))
