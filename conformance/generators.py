@@ -162,11 +162,14 @@ def gen_values(rng: np.random.Generator, m: int, k: int, dtype: str, kind: str |
         v = _ties(rng, m, k, dtype)
     elif kind == "integers":
         v = rng.integers(-12, 13, size=shape).astype(float) * 2.0 ** int(rng.integers(-4, 5))
-    else:  # mixed: a different kind per row
+    else:  # mixed: a different kind per row (the rows of one kind drawn together, then put in their places)
         v = np.zeros(shape)
         sub = [x for x in VALUE_KINDS if x != "mixed"]
-        for r in range(m):
-            v[r] = gen_values(rng, 1, k, dtype, str(rng.choice(sub)), specials=False)[0][0]
+        row_kinds = rng.choice(len(sub), size=m)
+        for i, sub_kind in enumerate(sub):
+            rows = np.flatnonzero(row_kinds == i)
+            if rows.size:
+                v[rows] = gen_values(rng, rows.size, k, dtype, sub_kind, specials=False)[0]
     if specials and v.size and rng.random() < 0.2:
         rate = 10.0 ** rng.uniform(-3.5, -1.5)
         mask = rng.random(shape) < rate
