@@ -9,7 +9,6 @@ from .fp4_numpy import encode_e2m1
 __all__ = ["sr_encode_e2m1"]
 
 _HALF = np.float32(0.5)
-_ONE = np.float32(1.0)
 _TWO = np.float32(2.0)
 
 

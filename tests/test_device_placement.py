@@ -19,6 +19,10 @@ import pytest
 ml_dtypes = pytest.importorskip("ml_dtypes")
 torch = pytest.importorskip("torch")
 
+from test_device_quantize import assert_bytes as same_bytes  # noqa: E402
+from test_device_quantize import assert_f32_bits as same_f32_bits  # noqa: E402
+from test_device_quantize import host  # noqa: E402
+
 import oracle  # noqa: E402
 
 pytestmark = [
@@ -57,24 +61,6 @@ def to_dev(a: np.ndarray, dev) -> torch.Tensor:
     if a.dtype == BF16:
         return torch.from_numpy(np.ascontiguousarray(a).view(np.uint16).copy()).view(torch.bfloat16).to(dev)
     return torch.from_numpy(np.ascontiguousarray(a).copy()).to(dev)
-
-
-def host(t) -> np.ndarray:
-    return t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
-
-
-def same_bytes(what: str, got, want) -> None:
-    g = np.ascontiguousarray(host(got)).reshape(-1).view(np.uint8)
-    w = np.ascontiguousarray(want).reshape(-1).view(np.uint8)
-    assert g.size == w.size, f"{what}: {g.size} bytes, oracle {w.size}"
-    bad = np.flatnonzero(g != w)
-    assert bad.size == 0, f"{what}: {bad.size} bytes differ, first at {bad[:8].tolist()}"
-
-
-def same_f32_bits(what: str, got, want) -> None:
-    g = np.asarray(host(got), np.float32).reshape(-1).view(np.uint32)
-    w = np.asarray(want, np.float32).reshape(-1).view(np.uint32)
-    assert np.array_equal(g, w), f"{what}: {g[:4]} vs {w[:4]}"
 
 
 def check_quantized(q, ref, where: str) -> None:
