@@ -19,6 +19,7 @@ import pytest
 ml_dtypes = pytest.importorskip("ml_dtypes")
 torch = pytest.importorskip("torch")
 
+from test_device_gemm import check_group, to_np  # noqa: E402
 from test_device_quantize import assert_bytes as same_bytes  # noqa: E402
 from test_device_quantize import assert_f32_bits as same_f32_bits  # noqa: E402
 from test_device_quantize import host  # noqa: E402
@@ -93,27 +94,13 @@ def check_grouped(g, ref, where: str) -> None:
         same_f32_bits(f"{where}: {p} amax", getattr(g, f"{p}_amax"), getattr(ref, f"{p}_amax"))
 
 
-def gemm_ref_bits(y: np.ndarray, a_plane, b_plane, mode: str, where: str) -> None:
-    """One group's bf16 output: exact mode is oracle sequential bit for bit, fast mode the tensor-core model
-    (SPEC 12.2, 12.6)."""
-    model = "sequential" if mode == "exact" else "tensor_core"
-    ref = oracle.gemm(a_plane, b_plane, model=model, out_dtype="bfloat16").astype(BF16)
-    yb, rb = np.ascontiguousarray(y).view(np.uint16), np.ascontiguousarray(ref).view(np.uint16)
-    nan = np.isnan(np.asarray(y, np.float32)) & np.isnan(np.asarray(ref, np.float32))
-    bad = (yb != rb) & ~nan
-    assert not bad.any(), f"{where}: {int(bad.sum())} elements differ from oracle {model}"
-
-
-def bf16_np(t: torch.Tensor) -> np.ndarray:
-    return t.detach().cpu().view(torch.int16).numpy().view(BF16)
-
-
 def check_fprop(y: torch.Tensor, xq, wq, splits, mode: str, where: str) -> None:
-    yn, xo, wo = bf16_np(y), xq.to_oracle(), wq.to_oracle()
+    """Each group's rows of a bf16 fprop output against the oracle, by test_device_gemm's per-mode contract."""
+    yn, xo, wo = to_np(y), xq.to_oracle(), wq.to_oracle()
     r0 = 0
     for g, m in enumerate(splits):
         if m:
-            gemm_ref_bits(yn[r0:r0 + m], xo.row_planes[g], wo.row_planes[g], mode, f"{where} g={g}")
+            check_group(yn[r0:r0 + m], xo.row_planes[g], wo.row_planes[g], mode, torch.bfloat16, where=f"{where} g={g}")
         r0 += m
 
 
