@@ -8,13 +8,17 @@ CUDA extension is JIT-built on the first kernel call (see :mod:`device._build`).
 * :func:`swizzle_scales`, :func:`dequantize`.
 * :func:`grouped_gemm`: graph-safe grouped NVFP4 GEMM (fprop / dgrad / wgrad, "fast" and "exact" modes, SPEC 12).
 * :func:`is_available`: whether a CUDA device that can run the kernels (sm_90) is present.
+* :class:`DeviceNVFP4Tensor` / :class:`DeviceGroupedNVFP4Tensor`: the result types (``device._results``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["dequantize", "group_quantize", "grouped_gemm", "is_available", "quantize", "swizzle_scales"]
+__all__ = [
+    "DeviceGroupedNVFP4Tensor", "DeviceNVFP4Tensor", "dequantize", "group_quantize", "grouped_gemm", "is_available",
+    "quantize", "swizzle_scales",
+]
 
 
 def is_available() -> bool:
@@ -62,3 +66,12 @@ def grouped_gemm(a, b, **kwargs) -> Any:
     from .gemm import grouped_gemm as _f
 
     return _f(a, b, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    """The result classes, imported on first use (``device.DeviceNVFP4Tensor``, ``device.DeviceGroupedNVFP4Tensor``)."""
+    if name in ("DeviceNVFP4Tensor", "DeviceGroupedNVFP4Tensor"):
+        from . import _results
+
+        return getattr(_results, name)
+    raise AttributeError(f"module 'device' has no attribute {name!r}")

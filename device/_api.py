@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -30,8 +31,8 @@ def _check_x(x) -> Tensor:
     if not x.is_contiguous():
         raise ValueError("x must be contiguous (call .contiguous() first)")
     k = x.shape[-1]
-    if k % 16:
-        raise ValueError(f"the last dimension K={k} must be a multiple of 16")
+    if k == 0 or k % 16:
+        raise ValueError(f"the last dimension K={k} must be a positive multiple of 16")
     x2 = x.reshape(-1, k)
     if x2.numel() and x2.data_ptr() % 16:
         raise ValueError("x must be 16-byte aligned (its storage offset breaks vector loads)")
@@ -39,6 +40,10 @@ def _check_x(x) -> Tensor:
 
 
 def _options(x2: Tensor, *, rowwise, columnwise, rht, rht_signs, block, rule, rounding, seed, offset) -> dict:
+    for name, v in (("rht_signs", rht_signs), ("seed", seed), ("offset", offset)):
+        # a tensor here would need .item(), a host synchronization (and fail inside a CUDA graph capture)
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"{name} must be a Python integer, got {type(v).__name__}")
     if not (rowwise or columnwise):
         raise ValueError("at least one of rowwise / columnwise must be requested")
     if rule in ("torchao", "torchao_noscale"):
@@ -76,6 +81,8 @@ def _amax_tensor(amax, n: int, grouped: bool, device) -> Tensor | None:
 
     As in the oracle: a single tensor takes a number / 0-d tensor for both planes or a (row, col) tuple or
     list; a grouped call takes n values (list, array, tensor) for both planes or a (row, col) tuple of them.
+    Tensors must be on x's device. Host sequences and arrays are copied to the device, a synchronizing copy, so
+    they are refused while a CUDA graph is being captured (pass device tensors or numbers there).
     """
     if amax is None:
         return None
@@ -85,11 +92,16 @@ def _amax_tensor(amax, n: int, grouped: bool, device) -> Tensor | None:
     out = []
     for a in amax if pair else (amax, amax):
         if isinstance(a, Tensor):
-            t = a.to(device=device, dtype=torch.float32).reshape(-1)
-        elif isinstance(a, (int, float)):
+            if a.device != device:
+                raise ValueError(f"amax tensors must be on x's device ({device}), got {a.device}")
+            t = a.to(dtype=torch.float32).reshape(-1)
+        elif isinstance(a, (int, float, np.integer, np.floating)) and not isinstance(a, bool):
             t = torch.full((n,), float(a), dtype=torch.float32, device=device)
         else:
-            t = torch.as_tensor(a, dtype=torch.float32).reshape(-1).to(device)
+            if torch.cuda.is_current_stream_capturing():
+                raise ValueError("amax given as a host sequence / array needs a host-to-device copy, which cannot "
+                                 "be captured in a CUDA graph: pass a tensor on x's device")
+            t = torch.as_tensor(np.asarray(a, dtype=np.float32)).reshape(-1).to(device)
         if t.numel() != n:
             raise ValueError(f"amax must have {n} value(s) per plane, got {t.numel()}")
         out.append(t)
@@ -156,8 +168,10 @@ def group_quantize(x: Tensor, splits: Tensor, *, rowwise: bool = True, columnwis
 
 def swizzle_scales(compact: Tensor) -> Tensor:
     """Compact uint8 scales ``[rows, C]`` (CUDA) -> the swizzled, zero-padded 1-D buffer (SPEC 8.2)."""
-    if not isinstance(compact, Tensor) or not compact.is_cuda:
-        raise ValueError("compact scales must be a CUDA tensor")
+    if not isinstance(compact, Tensor):
+        raise TypeError(f"compact scales must be a torch.Tensor, got {type(compact).__name__}")
+    if not compact.is_cuda:
+        raise ValueError(f"compact scales must be a CUDA tensor, got device {compact.device}")
     if compact.dtype != torch.uint8 or compact.dim() != 2:
         raise TypeError(f"compact scales must be a 2-D uint8 tensor, got {compact.dtype} {tuple(compact.shape)}")
     return _ops.swizzle_op(compact.contiguous())
@@ -171,7 +185,12 @@ def dequantize(q, plane: str = "row", *, scales: Tensor | None = None, amax: Ten
     ``dequantize(data, scales=..., amax=..., shape=(rows, cols), swizzled=...)`` with raw CUDA tensors.
     A columnwise plane dequantizes to X^T with its zero padding, shape ``[K, roundup(M,16)]``.
     """
+    if isinstance(q, DeviceGroupedNVFP4Tensor):
+        raise TypeError("dequantize takes one plane of a DeviceNVFP4Tensor or raw bytes; for a grouped result use "
+                        ".to_oracle() or pass one group's bytes (its offsets) as raw data")
     if isinstance(q, DeviceNVFP4Tensor):
+        if scales is not None or amax is not None or shape is not None:
+            raise ValueError("scales=, amax= and shape= are for raw bytes; a DeviceNVFP4Tensor carries its own")
         if plane not in ("row", "col"):
             raise ValueError(f"plane must be 'row' or 'col', got {plane!r}")
         m, k = q.shape

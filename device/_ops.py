@@ -148,9 +148,9 @@ def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: Tensor
     row_tiles = t // _TILE_M + e  # worst case of sum ceil(m_g / 128)
     offs, row_amax, col_amax = bufs["offsets"], bufs["row_amax"], bufs["col_amax"]
     compute = amax_in is None
-    ext.group_setup_(splits, k, offs, row_amax if compute else None, col_amax if compute else None,
-                     bufs["row_scales"] if rowwise else None, bufs["col_data"] if columnwise else None,
-                     bufs["col_scales"] if columnwise else None)
+    ext.group_setup_(splits, t, k, offs, row_amax if compute else None, col_amax if compute else None,
+                     bufs["row_data"] if rowwise else None, bufs["row_scales"] if rowwise else None,
+                     bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None)
     if compute:  # the setup kernel is the previous launch: the amax pass may start as it runs
         ext.amax_(x, offs, e, row_tiles, row_amax, col_amax if columnwise else None, rht, rht_signs, True)
     else:

@@ -91,35 +91,46 @@ class DeviceGroupedNVFP4Tensor:
 
     @property
     def row_offsets(self):
-        """First row of each group, int64 [E+1] (device)."""
+        """First row of each group, int64 [E+1] (device). Its differences are the group sizes the kernels used:
+        the splits, unless they do not add up to T (SPEC 9.4)."""
         return self.offsets[0]
 
     @property
+    def row_tile_offsets(self):
+        """First 128-row tile of each group, int64 [E+1] (device): prefix sum of ceil(m_g / 128)."""
+        return self.offsets[1]
+
+    @property
     def row_data_offsets(self):
+        """Byte offset of each group in ``row_data``, int64 [E+1] (device; SPEC 9.2)."""
         return self.offsets[2]
 
     @property
     def row_scale_offsets(self):
+        """Byte offset of each group in ``row_scales``, int64 [E+1] (device; SPEC 9.2)."""
         return self.offsets[3]
 
     @property
     def col_data_offsets(self):
+        """Byte offset of each group in ``col_data``, int64 [E+1] (device; SPEC 9.2)."""
         return self.offsets[4]
 
     @property
     def col_scale_offsets(self):
+        """Byte offset of each group in ``col_scales``, int64 [E+1] (device; SPEC 9.2)."""
         return self.offsets[5]
 
     def to_oracle(self):
-        """Copy to the host as an :class:`oracle.planes.GroupedNVFP4Tensor` (buffers cut at the last offset)."""
+        """Copy to the host as an :class:`oracle.planes.GroupedNVFP4Tensor` (buffers cut at the last offset; the
+        group sizes are those of the offsets table, i.e. the splits, or their SPEC 9.4 cut at T)."""
         from oracle.grouped import padded_compact
         from oracle.planes import GroupedNVFP4Tensor, QuantizedPlane
         from oracle.swizzle import swizzle_scales, unswizzle_scales
 
         t, k = self.shape
-        splits = _np(self.splits).astype(np.int64)
-        e = splits.size
         offs = _np(self.offsets)
+        splits = np.diff(offs[0]).astype(np.int64)  # the sizes used: the splits, or their SPEC 9.4 cut
+        e = splits.size
         o = self.options
         rule, block, rht = o.get("rule", "te"), tuple(o.get("block", (1, 16))), bool(o.get("rht", False))
         row_amax = _np(self.row_amax).astype(np.float32)

@@ -84,6 +84,8 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
         raise ValueError(f"mode must be 'fast' or 'exact', got {mode!r}")
     if fast_kernel not in _FAST_KERNELS:
         raise ValueError(f"fast_kernel must be one of {list(_FAST_KERNELS)}, got {fast_kernel!r}")
+    if mode == "exact" and fast_kernel not in (None, "auto"):
+        raise ValueError(f"fast_kernel={fast_kernel!r} selects a fast-mode kernel; exact mode has one kernel")
     if max_ctas is not None and (isinstance(max_ctas, bool) or not isinstance(max_ctas, int) or max_ctas < 1):
         raise ValueError(f"max_ctas must be None or an int >= 1, got {max_ctas!r}")
     for name, t in (("a", a), ("b", b)):
@@ -121,6 +123,9 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
             if k_a != n_w:
                 raise ValueError(f"dgrad: mismatched contraction: a (dY) has {k_a} columns, W has N={n_w} rows "
                                  "per group")
+            if b.options.get("rht", False):
+                raise ValueError("dgrad: b (W) was quantized with rht=True, but dY's rowwise plane has no RHT: the "
+                                 "product is meaningless (quantize W with rht=False)")
             rows, cols, b_rows, kc = t_a, k_b, k_b, n_w
         shape = (rows, cols)
         a_rows = 0
@@ -131,15 +136,27 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
         bd, bs, ba = _plane(b, "col", "b", kind)
         if t_a != t_b:
             raise ValueError(f"wgrad: a (dY) has {t_a} tokens and b (X) has {t_b}: they must share the splits")
+        ra, rb = bool(a.options.get("rht", False)), bool(b.options.get("rht", False))
+        if ra != rb:
+            raise ValueError(f"wgrad: one operand was quantized with rht=True and the other without (a: {ra}, b: {rb}):"
+                             " the product is meaningless")
+        if ra and a.options.get("rht_signs") != b.options.get("rht_signs"):
+            raise ValueError(f"wgrad: the operands use different RHT sign masks ({a.options.get('rht_signs')!r} vs "
+                             f"{b.options.get('rht_signs')!r})")
         shape = (e, k_a, k_b)
         a_rows, b_rows, kc, cols = k_a, k_b, 0, k_b
         grid_upper = e * _cdiv(k_a, _TILE) * _cdiv(k_b, _TILE)
         default_dtype = torch.float32
     if max(shape) >= 2**31 or t_a * max(k_a, k_b) >= 2**62:
         raise ValueError(f"sizes too large: {shape}")
+    contraction = t_a if kind == "wgrad" else kc  # wgrad: the largest possible group
+    if contraction >= 2**28:  # the kernels step scale tiles by 32-bit K-tile offsets (kt * 512 bytes)
+        raise ValueError(f"{kind}: contraction length {contraction} too long (the device supports < 2**28)")
 
     if out is not None and not isinstance(out, Tensor):
         raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    if out is not None and out_dtype is None and out.dtype not in (torch.bfloat16, torch.float32):
+        raise TypeError(f"out must have dtype bfloat16 or float32, got {out.dtype}")
     dtype = _out_dtype(out_dtype, default_dtype if out is None else out.dtype)
     if accumulate and out is None:
         raise ValueError("accumulate=True needs out= (the tensor to add into)")

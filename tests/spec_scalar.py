@@ -62,8 +62,30 @@ def e4m3_value(b: int) -> float:
     return -v if b & 0x80 else v
 
 
-def te_quantize_row_blocks(row: np.ndarray, amax) -> tuple[list, list]:
-    """SPEC 5.1 + 5.2 (rule te, 1x16 blocks) for one row; returns (codes, scale bytes)."""
+def nan_ignoring_max(values) -> np.float32:
+    """Max of |v| over the non-NaN values, starting from 0 (SPEC 5.2 step 1, rule te)."""
+    b = F(0.0)
+    for v in values:
+        if not math.isnan(v):
+            b = max(b, F(abs(F(v))))
+    return b
+
+
+def tile_maxima(x: np.ndarray) -> list:
+    """SPEC 6.3 for a 2-D array: for each row r and 16-column block j, the max |x| over its 16x16 tile
+    (rows 16*(r//16) .. +16 that exist, columns 16*j .. +16); returns a list of rows of block maxima."""
+    m, k = x.shape
+    out = []
+    for r in range(m):
+        r0 = r // 16 * 16
+        out.append([nan_ignoring_max(x[rr, j:j + 16].tolist()[c] for rr in range(r0, min(r0 + 16, m))
+                                     for c in range(16)) for j in range(0, k, 16)])
+    return out
+
+
+def te_quantize_row_blocks(row: np.ndarray, amax, block_max: list | None = None) -> tuple[list, list]:
+    """SPEC 5.1 + 5.2 (rule te) for one row; returns (codes, scale bytes). 1x16 blocks, or the given per-block
+    maxima (e.g. :func:`tile_maxima` for 16x16 blocks, SPEC 6.3)."""
     amax = F(amax)
     with np.errstate(all="ignore"):
         s_enc = fminf(F(2688.0) / amax, FLT_MAX)
@@ -73,10 +95,7 @@ def te_quantize_row_blocks(row: np.ndarray, amax) -> tuple[list, list]:
         codes, scales = [], []
         for k in range(0, len(row), 16):
             blk = [F(v) for v in row[k : k + 16]]
-            b = F(0.0)
-            for v in blk:
-                if not math.isnan(v):
-                    b = max(b, F(abs(v)))
+            b = nan_ignoring_max(blk) if block_max is None else F(block_max[k // 16])
             sf = fminf(b * F(s_enc * F(1.0 / 6.0)), FLT_MAX)
             byte = e4m3_rn(sf)
             m = fminf(F(1.0) / F(F(e4m3_value(byte)) * s_dec), FLT_MAX)

@@ -194,7 +194,7 @@ def test_ties_values_land_on_e2m1_ties():
     v = _ties(rng, 16, 32, "float32").astype(np.float32)
     t = oracle.quantize(v, amax=np.float32(np.abs(v).max()))
     scaled = np.abs(v) / np.float32(np.abs(v).max() / 2688) / 2  # value * S_enc / decoded scale
-    assert set(np.unique(oracle.fp4_numpy.decode_e4m3(t.row.scales))) <= {2.0, 448.0, 2688 / 6 and 448.0}
+    assert set(np.unique(oracle.fp4_numpy.decode_e4m3(t.row.scales))) <= {2.0, 448.0}
     mids = {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0}
     assert len(mids & set(np.unique(scaled[:, :16]).tolist())) >= 5
 

@@ -488,6 +488,60 @@ def test_cuda_graph_replay(kind, mode, shape):
 # bad input: clear Python errors before any launch
 # ------------------------------------------------------------------------------------------------------------
 
+def _all_nan(y: np.ndarray, where: str) -> None:
+    assert np.isnan(np.asarray(y, np.float32)).all(), f"{where}: not every element is NaN"
+
+
+@pytest.mark.parametrize("mode", ["exact", "fast"])
+def test_disagreeing_operand_groups_are_nan(mode):
+    """SPEC 12.5: a group whose operands disagree on its size (sizes live on the device, so this cannot raise) reads
+    nothing of that group and is written as NaN; the agreeing groups are unaffected. fprop / dgrad: W quantized with
+    unequal splits (one group longer, one shorter than N: reading N rows of either would cross into the next group
+    or past the buffer); wgrad: dY and X quantized with different splits of the same T. Under compute-sanitizer
+    memcheck this also shows that nothing outside the operands is read."""
+    gg = _gg()
+    n, k = 48, 64
+    splits = [30, 0, 50]
+    t = sum(splits)
+    x = rand_bf16((t, k), 11)
+    xq = gq(x, splits, rowwise=True)
+    w = rand_bf16((3 * n, k), 12, 0.05)
+    wq_bad = gq(w, [n + 16, n - 16, n], rowwise=True, columnwise=True, block=(16, 16))  # groups 0, 1 disagree
+    wo, xo = wq_bad.to_oracle(), xq.to_oracle()
+    out, check_tail = guarded((t, n), torch.bfloat16)
+    gg(xq, wq_bad, kind="fprop", out=out, mode=mode)
+    check_tail("fprop")
+    y = to_np(out)
+    _all_nan(y[:30], "fprop group 0 (W group of N + 16 rows)")
+    check_group(y[30:], xo.row_planes[2], wo.row_planes[2], mode, torch.bfloat16, where="fprop g=2")
+
+    dy = rand_bf16((t, n), 13)
+    dyq = gq(dy, splits, rowwise=True)
+    out, check_tail = guarded((t, k), torch.float32)
+    gg(dyq, wq_bad, kind="dgrad", out=out, mode=mode, bias=torch.ones((3, k), device=DEV))
+    check_tail("dgrad")
+    y = to_np(out)
+    _all_nan(y[:30], "dgrad group 0")
+    check_group(y[30:], dyq.to_oracle().row_planes[2], wo.col_planes[2], mode, torch.float32,
+                bias=np.ones(k, np.float32), where="dgrad g=2")
+
+    dyc = gq(dy, splits, rowwise=False, columnwise=True)
+    xc_bad = gq(x, [50, 0, 30], rowwise=False, columnwise=True)  # groups 0 and 2 disagree, group 1 is empty in both
+    for accumulate in (False, True):
+        c = torch.randn((3, n, k), dtype=torch.float32).to(DEV)
+        c[1, 0, :4] = -0.0
+        out, check_tail = guarded((3, n, k), torch.float32, values=c if accumulate else None)
+        gg(dyc, xc_bad, kind="wgrad", out=out, accumulate=accumulate, mode=mode)
+        check_tail("wgrad")
+        y, cn = to_np(out), c.cpu().numpy()
+        _all_nan(y[0], f"wgrad group 0 (accumulate={accumulate})")
+        _all_nan(y[2], f"wgrad group 2 (accumulate={accumulate})")
+        if accumulate:
+            assert np.array_equal(bits(y[1]), bits(cn[1])), "wgrad: the agreeing empty group changed C"
+        else:
+            assert np.all(y[1] == 0), "wgrad: the agreeing empty group is not 0"
+
+
 def test_bad_inputs():
     gg = _gg()
     e, n, k = 2, 32, 64
@@ -530,3 +584,17 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="must be on"):
         cpu_out = torch.empty((40, n), dtype=torch.bfloat16)
         gg(xq, wq, kind="fprop", out=cpu_out)
+    with pytest.raises(ValueError, match="exact mode"):
+        gg(xq, wq, mode="exact", fast_kernel="pair")
+    w_rht = _device().group_quantize(rand_bf16((e * n, k), 6), torch.tensor([n] * e, device=DEV), rowwise=True,
+                                     columnwise=True, rht=True)
+    with pytest.raises(ValueError, match="rht"):
+        gg(dyq, w_rht, kind="dgrad")
+    dy_rht = _device().group_quantize(rand_bf16((40, n), 4), torch.tensor([30, 10], device=DEV), rowwise=False,
+                                      columnwise=True, rht=True)
+    with pytest.raises(ValueError, match="rht"):
+        gg(dy_rht, xq, kind="wgrad")
+    x_rht_other = _device().group_quantize(rand_bf16((40, k), 1), torch.tensor([30, 10], device=DEV),
+                                           rowwise=False, columnwise=True, rht=True, rht_signs=0x1234)
+    with pytest.raises(ValueError, match="sign masks"):
+        gg(dy_rht, x_rht_other, kind="wgrad")

@@ -83,9 +83,10 @@ def check_grouped(g, ref, where: str) -> None:
                       ("col_data_offsets", 4), ("col_scale_offsets", 5)):
         assert np.array_equal(offs[row], getattr(ref, name)), f"{where}: {name}"
     for p in ("row", "col"):
-        data = getattr(g, f"{p}_data")
-        if data is None:
+        if getattr(ref, f"{p}_data") is None:  # the planes the oracle made; the device must have made them too
             continue
+        data = getattr(g, f"{p}_data")
+        assert data is not None, f"{where}: the device result has no {p} plane"
         d, s = host(data), host(getattr(g, f"{p}_scales"))
         want_d, want_s = getattr(ref, f"{p}_data"), getattr(ref, f"{p}_scales")
         same_bytes(f"{where}: {p} data", d[: want_d.size], want_d)
@@ -290,7 +291,11 @@ def test_cuda_graph_on_the_second_device():
         x_buf.copy_(to_dev(x, "cuda:1"))
         w_buf.copy_(to_dev(w, "cuda:1"))
         s_buf.copy_(torch.from_numpy(splits).to("cuda:1"))
-        y.fill_(float("nan"))  # every output element must be rewritten by the replay
+        y.fill_(float("nan"))  # every output element and byte must be rewritten by the replay
+        for q in (xq, wq):
+            q.row_data.fill_(0xFF)
+            q.row_scales.fill_(0xFF)
+            q.row_amax.fill_(float("nan"))
         with torch.cuda.device(1):
             graph.replay()
         torch.cuda.synchronize(1)

@@ -263,15 +263,17 @@ def test_swizzle_kernel(rows, cols):
     assert_bytes("swizzled", got, oracle.swizzle.swizzle_scales(c))
 
 
-def test_unfused_path_matches_fused():
-    """quantize(compact) then the swizzle kernel == fused swizzled output."""
+def test_unfused_path_matches_oracle():
+    """The unfused path, quantize(compact) then the swizzle kernel, gives the oracle's swizzled scales."""
     import device
 
-    x_t = to_cuda(make_input(1000, 4096, kind="special", seed=8))
-    a = device.quantize(x_t, columnwise=True, rht=True, swizzled=False)
-    b = device.quantize(x_t, columnwise=True, rht=True, swizzled=True)
-    assert torch.equal(device.swizzle_scales(a.row_scales), b.row_scales)
-    assert torch.equal(device.swizzle_scales(a.col_scales), b.col_scales)
+    x = make_input(1000, 4096, kind="special", seed=8)
+    ref = oracle.quantize(x, columnwise=True, rht=True)
+    a = device.quantize(to_cuda(x), columnwise=True, rht=True, swizzled=False)
+    assert_bytes("row data", a.row_data, ref.row.data)
+    assert_bytes("col data", a.col_data, ref.col.data)
+    assert_bytes("row scales, swizzle kernel", device.swizzle_scales(a.row_scales), ref.row.swizzled_scales())
+    assert_bytes("col scales, swizzle kernel", device.swizzle_scales(a.col_scales), ref.col.swizzled_scales())
 
 
 @pytest.mark.parametrize("swizzled", [False, True])
@@ -515,6 +517,45 @@ def test_group_quantize_user_amax_and_api():
     assert np.array_equal(conv.col_scales, ref.col_scales)
 
 
+def cut_splits(splits, t: int) -> np.ndarray:
+    """SPEC 9.4 written out on its own: negative sizes count as 0, and the groups are cut at row t."""
+    hi = np.minimum(np.cumsum(np.maximum(np.asarray(splits, np.int64), 0)), t)
+    return hi - np.concatenate([[0], hi[:-1]])
+
+
+@pytest.mark.parametrize("splits", [[100, 100, 150, 300], [-5, 120, 200], [50, 0, 70], [-1, -2], [400, 7], [0, 301],
+                                    [7] * 1100], ids=lambda s: "-".join(map(str, s[:6])))
+def test_group_quantize_splits_not_adding_up(splits):
+    """Device splits that do not add up to T (SPEC 9.4): cumulative offsets passed as sizes, negative sizes, a sum
+    below T, a first group larger than T, more than 1024 groups past T. The device cuts the groups at row T and
+    writes exactly what the oracle gives for the rows that are left with the cut sizes; every byte past the last
+    group up to the worst-case capacity is 0 (the rowwise data tail included), and nothing is written outside."""
+    t, k = 300, 48
+    cut = cut_splits(splits, t)
+    assert len(cut) == len(splits) and cut.sum() <= t
+    x = make_input(t, k, kind="special", seed=len(splits))
+    x_t = to_cuda(x)
+    for rounding in ("rn", "sr"):  # the bf16 fast kernels and the general quantizer
+        kw = dict(rowwise=True, columnwise=True, rht=True, block=(1, 16), rounding=rounding, seed=3, offset=1)
+        ref = oracle.group_quantize(x[: int(cut.sum())], cut, **kw)
+        for swizzled in (True, False):
+            check_grouped(run_group_poisoned(x_t, splits, swizzled=swizzled, **kw), ref, swizzled)
+
+
+def test_group_quantize_cut_splits_public_api():
+    """The public call with cumulative offsets instead of sizes: to_oracle() reports the cut sizes (SPEC 9.4)."""
+    import device
+
+    x = make_input(256, 32, seed=9)
+    splits = [64, 128, 192, 256]  # torch._grouped_mm-style offsets, not sizes
+    got = device.group_quantize(to_cuda(x), torch.tensor(splits, device="cuda"), columnwise=True)
+    conv = got.to_oracle()
+    assert np.array_equal(conv.splits, [64, 128, 64, 0])
+    ref = oracle.group_quantize(x, cut_splits(splits, 256), columnwise=True)
+    assert np.array_equal(conv.row_data, ref.row_data) and np.array_equal(conv.col_data, ref.col_data)
+    assert np.array_equal(conv.row_scales, ref.row_scales) and np.array_equal(conv.col_scales, ref.col_scales)
+
+
 def test_group_quantize_no_host_sync():
     import device
 
@@ -560,6 +601,9 @@ def test_cuda_graph_grouped_replay():
         # poison the captured outputs: every byte must be rewritten by the replay
         for buf in (out.row_data, out.row_scales, out.col_data, out.col_scales):
             buf.fill_(0xFF)
+        out.row_amax.fill_(float("nan"))
+        out.col_amax.fill_(float("nan"))
+        out.offsets.fill_(-1)
         graph.replay()
         torch.cuda.synchronize()
         ref = oracle.group_quantize(x, splits, **kw)
@@ -582,6 +626,8 @@ def test_cuda_graph_single_replay():
     for r in range(10):
         x = make_input(257, 96, kind="special", seed=50 + r)
         static_x.copy_(to_cuda(x))
+        for buf in (out.row_data, out.row_scales, out.col_data, out.col_scales, out.row_amax, out.col_amax):
+            buf.fill_(0xFF if buf.dtype == torch.uint8 else float("nan"))  # every output must be rewritten
         graph.replay()
         torch.cuda.synchronize()
         ref = oracle.quantize(x, **kw)
@@ -590,19 +636,19 @@ def test_cuda_graph_single_replay():
 
 
 def test_torch_compile():
+    """The registered op inside a torch.compile'd function (fullgraph) gives the oracle's bytes of 2x."""
     from device import _ops
 
-    x_t = to_cuda(make_input(256, 128, seed=3))
-    opts = device_opts(x_t, rowwise=True, columnwise=True, rht=True, rht_signs=0xD7E8, block=(1, 16), rule="te",
-                       rounding="rn", seed=0, offset=0)
+    x = make_input(256, 128, seed=3)
+    opts = device_opts(to_cuda(x), rowwise=True, columnwise=True, rht=True, rht_signs=0xD7E8, block=(1, 16),
+                       rule="te", rounding="rn", seed=0, offset=0)
 
     def f(x):
         return _ops.quantize_op(x * 2, None, swizzled=True, **opts)
 
-    eager = f(x_t)
-    compiled = torch.compile(f, fullgraph=True)(x_t)
-    for a, b in zip(eager, compiled, strict=True):
-        assert torch.equal(a, b)
+    rd, rs, cd, cs, am = torch.compile(f, fullgraph=True)(to_cuda(x))
+    ref = oracle.quantize((x.astype(np.float32) * 2).astype(BF16), columnwise=True, rht=True)  # x2 is exact
+    check_single({"row_data": rd, "row_scales": rs, "col_data": cd, "col_scales": cs, "amax": am}, ref, True)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -629,3 +675,25 @@ def test_argument_errors():
         device.group_quantize(good, torch.tensor([32]))
     with pytest.raises(TypeError, match="int64"):
         device.group_quantize(good, torch.tensor([32], dtype=torch.int32, device="cuda"))
+    with pytest.raises(ValueError, match="positive multiple of 16"):
+        device.quantize(torch.zeros((32, 0), dtype=torch.bfloat16, device="cuda"))
+    for name in ("seed", "offset", "rht_signs"):  # a tensor would need .item(), a host sync
+        with pytest.raises(TypeError, match=name):
+            device.quantize(good, rounding="sr", **{name: torch.tensor(1, device="cuda")})
+    with pytest.raises(ValueError, match="x's device"):
+        device.quantize(good, amax=torch.tensor(1.0))  # a CPU amax tensor
+    with pytest.raises(ValueError, match="x's device"):
+        device.group_quantize(good, torch.tensor([32], device="cuda"), amax=torch.ones(1))
+    # a NumPy scalar amax is a number (no host-to-device copy)
+    ones = make_input(32, 32, seed=5)
+    got = device.quantize(to_cuda(ones), amax=np.float32(3.0)).to_oracle()
+    ref = oracle.quantize(ones, amax=np.float32(3.0))
+    assert np.array_equal(got.row.data, ref.row.data) and np.array_equal(got.row.scales, ref.row.scales)
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        device.swizzle_scales(np.zeros((4, 4), np.uint8))
+    grouped = device.group_quantize(good, torch.tensor([32], device="cuda"))
+    with pytest.raises(TypeError, match="grouped"):
+        device.dequantize(grouped)
+    single = device.quantize(good)
+    with pytest.raises(ValueError, match="raw bytes"):
+        device.dequantize(single, shape=(32, 32))

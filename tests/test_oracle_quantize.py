@@ -5,7 +5,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from spec_scalar import te_quantize_row_blocks
+from spec_scalar import te_quantize_row_blocks, tile_maxima
 
 import oracle
 from oracle.dequantize import block_decode_scales
@@ -96,6 +96,45 @@ def test_te_rule_matches_scalar_spec(seed):
         codes, scales = te_quantize_row_blocks(x[r], t.row.amax)
         assert t.row.scales[r].tolist() == scales
         assert unpack_fp4(t.row.data[r : r + 1], k)[0].tolist() == codes
+
+
+@pytest.mark.parametrize("m", [1, 16, 17, 40])
+def test_2d_blocks_match_scalar_spec(m):
+    """16x16 blocks (SPEC 6.3) against the scalar transcription: each row's block maxima come from its whole tile
+    (only the rows that exist at the M edge), for the rowwise plane and the columnwise plane (X^T padded)."""
+    rng = np.random.default_rng(100 + m)
+    x = _random_input(rng, m, 48)
+    t = oracle.quantize(x, columnwise=True, block=(16, 16))
+    maxima = tile_maxima(x.astype(np.float32))
+    for r in range(m):
+        codes, scales = te_quantize_row_blocks(x[r], t.row.amax, maxima[r])
+        assert t.row.scales[r].tolist() == scales, f"row {r}"
+        assert unpack_fp4(t.row.data[r : r + 1], 48)[0].tolist() == codes, f"row {r}"
+    xt = np.zeros((48, t.col.cols), np.float32)
+    xt[:, :m] = x.T
+    maxima_t = tile_maxima(xt)
+    for r in range(48):
+        codes, scales = te_quantize_row_blocks(xt[r], t.col.amax, maxima_t[r])
+        assert t.col.scales[r].tolist() == scales, f"col plane row {r}"
+        assert unpack_fp4(t.col.data[r : r + 1], t.col.cols)[0].tolist() == codes, f"col plane row {r}"
+
+
+def test_2d_block_hand_worked():
+    """SPEC 6.3 by hand: a 16 x 32 input, amax 2688 (S_enc = 1), one 12.0 at (5, 3) and everything else 0.5.
+    Tile 0's max is 12 for all 16 rows: scale 12/6 = 2 -> E4M3 0x40, so the 0.5s encode 0.25 -> code 0 (tie to
+    even) and 12 encodes 6 (code 7); tile 1's max is 0.5: scale 0.5/6 = 0.0833 lies between the E4M3 values
+    0.078125 and 0.0859375 = 1.375 * 2^-4 (byte 0x1B), nearer the latter; multiplier 1/0.0859375 = 11.64, so
+    0.5 -> 5.82 -> 6 (code 7)."""
+    x = np.full((16, 32), 0.5, np.float32)
+    x[5, 3] = 12.0
+    t = oracle.quantize(x, amax=np.float32(2688.0), block=(16, 16))
+    assert t.row.scales[:, 0].tolist() == [0x40] * 16
+    assert t.row.scales[:, 1].tolist() == [0x1B] * 16
+    codes = unpack_fp4(t.row.data, 32)
+    want = np.zeros((16, 32), np.uint8)
+    want[:, 16:] = 7
+    want[5, 3] = 7
+    assert np.array_equal(codes, want)
 
 
 def test_columnwise_is_rowwise_of_padded_transpose():

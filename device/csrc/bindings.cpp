@@ -92,22 +92,24 @@ void quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int64_t
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// SPEC 9, one launch: device offsets [6, E+1] from device splits, zeroed per-group amaxes (those given), and zero
-// bytes past the last group of the worst-case sized buffers given.
-void group_setup_(const Tensor& splits, int64_t K, Tensor offs, const optional<Tensor>& row_amax,
-                  const optional<Tensor>& col_amax, const optional<Tensor>& row_scales,
-                  const optional<Tensor>& col_data, const optional<Tensor>& col_scales) {
+// SPEC 9, one launch: device offsets [6, E+1] from device splits (running total capped at T, SPEC 9.4), zeroed
+// per-group amaxes (those given), and zero bytes past the last group of the worst-case sized buffers given.
+void group_setup_(const Tensor& splits, int64_t T, int64_t K, Tensor offs, const optional<Tensor>& row_amax,
+                  const optional<Tensor>& col_amax, const optional<Tensor>& row_data,
+                  const optional<Tensor>& row_scales, const optional<Tensor>& col_data,
+                  const optional<Tensor>& col_scales) {
   check_cuda(splits, "splits");
   TORCH_CHECK(splits.scalar_type() == at::kLong, "nvfp4: splits must be int64");
+  TORCH_CHECK(T >= 0 && K >= 0 && K % 16 == 0, "nvfp4: need T >= 0 and K a multiple of 16");
   TORCH_CHECK(offs.is_cuda() && offs.scalar_type() == at::kLong && offs.numel() == 6 * (splits.numel() + 1),
               "nvfp4: offsets must be a CUDA int64 tensor of 6 x (E + 1) elements");
   const c10::cuda::CUDAGuard guard(splits.device());
-  uint8_t* bufs[3] = {ptr_or_null<uint8_t>(row_scales), ptr_or_null<uint8_t>(col_data),
-                      ptr_or_null<uint8_t>(col_scales)};
-  const int64_t caps[3] = {bufs[0] ? row_scales->numel() : 0, bufs[1] ? col_data->numel() : 0,
-                           bufs[2] ? col_scales->numel() : 0};
-  const int rows[3] = {3, 4, 5};  // kOffRowScale, kOffColData, kOffColScale
-  nvfp4::launch_group_setup(splits.data_ptr<int64_t>(), (int)splits.numel(), K, offs.data_ptr<int64_t>(),
+  uint8_t* bufs[nvfp4::kTailBufs] = {ptr_or_null<uint8_t>(row_data), ptr_or_null<uint8_t>(row_scales),
+                                     ptr_or_null<uint8_t>(col_data), ptr_or_null<uint8_t>(col_scales)};
+  const int64_t caps[nvfp4::kTailBufs] = {bufs[0] ? row_data->numel() : 0, bufs[1] ? row_scales->numel() : 0,
+                                          bufs[2] ? col_data->numel() : 0, bufs[3] ? col_scales->numel() : 0};
+  const int rows[nvfp4::kTailBufs] = {2, 3, 4, 5};  // kOffRowData, kOffRowScale, kOffColData, kOffColScale
+  nvfp4::launch_group_setup(splits.data_ptr<int64_t>(), (int)splits.numel(), T, K, offs.data_ptr<int64_t>(),
                             ptr_or_null<float>(row_amax), ptr_or_null<float>(col_amax), bufs, caps, rows,
                             c10::cuda::getCurrentCUDAStream());
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -21,6 +21,11 @@ __global__ void setup_kernel(SetupArgs a) {
   for (int g = threadIdx.x; g < E; g += blockDim.x) {
     const long long row0 = a.a_offs[g];
     const long long m = a.a_offs[g + 1] - row0;
+    // B's group g (offset row 0) must hold the rows this kind reads (SPEC 12.5): wgrad the same m_g as A, fprop and
+    // dgrad the N rows of W_g (fprop: the output columns b_rows, dgrad: the contraction kc). Sizes live on the device,
+    // so a disagreement cannot raise: that group reads nothing (K = 0) and is written as NaN (alpha = NaN).
+    const long long mb = a.b_offs[g + 1] - a.b_offs[g];
+    const bool groups_agree = mb == (a.kind == kWgrad ? m : (a.kind == kFprop ? a.b_rows : a.kc));
     Prob p{};
     int tiles = 0;
     if (a.kind == kWgrad) {
@@ -34,8 +39,10 @@ __global__ void setup_kernel(SetupArgs a) {
       const long long doff = static_cast<long long>(g) * a.a_rows * a.ldd;
       p.d = a.out_f32 ? static_cast<void*>(static_cast<float*>(a.out) + doff)
                       : static_cast<void*>(static_cast<__nv_bfloat16*>(a.out) + doff);
-      // an empty expert (K = 0): dW = alpha * 0 (the kernel's zero accumulator), or C left untouched
-      if (p.K > 0 || !a.accumulate) tiles = ((p.M + a.tile_m - 1) / a.tile_m) * ((p.N + a.tile_n - 1) / a.tile_n);
+      // an empty expert (K = 0): dW = alpha * 0 (the kernel's zero accumulator), or C left untouched; operands that
+      // disagree on m_g (SPEC 12.5): no K step, alpha NaN, every tile written (accumulating too)
+      if (p.K > 0 || !a.accumulate || !groups_agree)
+        tiles = ((p.M + a.tile_m - 1) / a.tile_m) * ((p.N + a.tile_n - 1) / a.tile_n);
     } else {
       p.a = a.a_data + a.a_offs[2 * E1 + g];
       p.sa = a.a_scales + a.a_offs[3 * E1 + g];
@@ -55,6 +62,10 @@ __global__ void setup_kernel(SetupArgs a) {
     p.tiles_m = (p.M + a.tile_m - 1) / a.tile_m;
     if (p.tiles_m == 0) p.tiles_m = 1;
     p.alpha = __fmul_rn(__fmul_rn(a.a_amax[g], a.b_amax[g]), a.rcp);  // SPEC 12.1, left to right
+    if (!groups_agree) {
+      p.K = 0;
+      p.alpha = __int_as_float(0x7FC00000);
+    }
     a.probs[g] = p;
     a.prefix[g + 1] = tiles;
   }

@@ -42,19 +42,21 @@ __device__ void block_scan(int64_t (&q)[kNumOffRows], int64_t (*warp_tot)[kNumOf
   }
 }
 
-// Zero bytes [offs[row][E], cap) of up to three buffers. All offsets and capacities are multiples of 16.
+// Zero bytes [offs[row][E], cap) of up to four buffers (offsets and capacities are multiples of 8).
 struct TailFill {
-  uint8_t* buf[3];
-  int64_t cap[3];
-  int row[3];
+  uint8_t* buf[kTailBufs];
+  int64_t cap[kTailBufs];
+  int row[kTailBufs];
 };
 
 // The setup of a grouped call, one launch (it was two until stop 20): every CTA scans the device splits into the
 // offset table [6, E+1] (SPEC 9); CTA 0 writes the table and zeroes the per-group amaxes; all CTAs then zero the
 // bytes past the last group of the worst-case sized buffers (SPEC 9), from the scan's totals (the same numbers CTA 0
 // writes, so no CTA reads another's results).
+// Splits that do not add up to T (SPEC 9.4): a negative size counts as 0 and the running total is capped at T, so
+// every offset stays inside the buffers sized from T; a group is what is left of it below row T.
 __global__ void __launch_bounds__(kScanThreads) group_setup_kernel(const int64_t* __restrict__ splits, int E,
-                                                                    int64_t K, int64_t* __restrict__ offs,
+                                                                    int64_t T, int64_t K, int64_t* __restrict__ offs,
                                                                     float* __restrict__ row_amax,
                                                                     float* __restrict__ col_amax, TailFill f) {
   // The amax pass is launched with a programmatic dependency on this grid and waits (griddepcontrol.wait) for its
@@ -75,13 +77,24 @@ __global__ void __launch_bounds__(kScanThreads) group_setup_kernel(const int64_t
     int64_t m = i < E ? splits[i] : 0;
     m = m < 0 ? 0 : m;
     int64_t q[kNumOffRows];
-    q[kOffRows] = m;
-    q[kOffTiles] = ceil_div(m, kTileM);
-    q[kOffRowData] = m * K / 2;
-    q[kOffRowScale] = round_up(m, 128) * kb4;
-    q[kOffColData] = K * round_up(m, 16) / 2;
-    q[kOffColScale] = kpad * round_up(ceil_div(m, 16), 4);
+    auto sizes = [&](int64_t mg) {
+      q[kOffRows] = mg;
+      q[kOffTiles] = ceil_div(mg, kTileM);
+      q[kOffRowData] = mg * K / 2;
+      q[kOffRowScale] = round_up(mg, 128) * kb4;
+      q[kOffColData] = K * round_up(mg, 16) / 2;
+      q[kOffColScale] = kpad * round_up(ceil_div(mg, 16), 4);
+    };
+    sizes(m);
     block_scan(q, warp_tot);
+    // rows before this chunk (already capped) + this chunk's inclusive prefix; past T (rare, block-uniform): redo the
+    // chunk with the capped sizes min(P_i, T) - min(P_i - m_i, T). (The __syncthreads_or also separates the two
+    // scans' uses of warp_tot.) Capped totals stay at T, so every later chunk takes this path with sizes 0.
+    const int64_t incl = carry[kOffRows] + q[kOffRows];
+    if (__syncthreads_or(incl > T)) {
+      sizes(min(incl, T) - min(incl - m, T));
+      block_scan(q, warp_tot);
+    }
     if (writer && i < E) {
 #pragma unroll
       for (int r = 0; r < kNumOffRows; ++r) offs[(int64_t)r * (E + 1) + i + 1] = carry[r] + q[r];
@@ -95,13 +108,19 @@ __global__ void __launch_bounds__(kScanThreads) group_setup_kernel(const int64_t
     }
   }
   __syncthreads();  // carry[] = the totals, offs[r][E]
+  const int64_t first = blockIdx.x * (int64_t)blockDim.x + t, stride = (int64_t)gridDim.x * blockDim.x;
 #pragma unroll
-  for (int b = 0; b < 3; ++b) {  // unrolled: f's arrays are indexed by constants (no local-memory copy)
+  for (int b = 0; b < kTailBufs; ++b) {  // unrolled: f's arrays are indexed by constants (no local-memory copy)
     if (f.buf[b] == nullptr) continue;
-    const int64_t start = carry[f.row[b]] / 16, end = f.cap[b] / 16;
+    // [start, end) in bytes, both multiples of 8 (row data: m K / 2 with K % 16 == 0; the others multiples of 16);
+    // an 8-byte piece at either end, 16-byte stores between (the buffers are 256-byte aligned allocations)
+    const int64_t start = carry[f.row[b]], end = f.cap[b];
+    if (start >= end) continue;
+    const int64_t s16 = round_up(start, (int64_t)16), e16 = end / 16 * 16;
+    if (first == 0 && s16 != start) *reinterpret_cast<uint2*>(f.buf[b] + start) = make_uint2(0, 0);
+    if (first == 1 && e16 != end && e16 >= s16) *reinterpret_cast<uint2*>(f.buf[b] + e16) = make_uint2(0, 0);
     uint4* p = reinterpret_cast<uint4*>(f.buf[b]);
-    for (int64_t j = start + blockIdx.x * (int64_t)blockDim.x + t; j < end; j += (int64_t)gridDim.x * blockDim.x)
-      p[j] = make_uint4(0, 0, 0, 0);
+    for (int64_t j = s16 / 16 + first; j < e16 / 16; j += stride) p[j] = make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -156,11 +175,12 @@ int grid_for(int64_t work, int threads) {
 
 }  // namespace
 
-void launch_group_setup(const int64_t* splits, int E, int64_t K, int64_t* offs, float* row_amax, float* col_amax,
-                        uint8_t* const bufs[3], const int64_t caps[3], const int rows[3], cudaStream_t stream) {
+void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int64_t* offs, float* row_amax,
+                        float* col_amax, uint8_t* const bufs[kTailBufs], const int64_t caps[kTailBufs],
+                        const int rows[kTailBufs], cudaStream_t stream) {
   TailFill f;
   int64_t most = 0;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < kTailBufs; ++i) {
     f.buf[i] = bufs[i];
     f.cap[i] = caps[i];
     f.row[i] = rows[i];
@@ -169,7 +189,7 @@ void launch_group_setup(const int64_t* splits, int E, int64_t K, int64_t* offs, 
   // The tail is at most ~E*16*K/2 bytes per buffer; size the grid by capacity, at most 66 CTAs (each also scans
   // the E splits, which is cheap next to the fill).
   const int grid = grid_for(most, kScanThreads) < 66 ? grid_for(most, kScanThreads) : 66;
-  group_setup_kernel<<<grid, kScanThreads, 0, stream>>>(splits, E, K, offs, row_amax, col_amax, f);
+  group_setup_kernel<<<grid, kScanThreads, 0, stream>>>(splits, E, T, K, offs, row_amax, col_amax, f);
 }
 
 void launch_swizzle(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t stream) {

@@ -54,11 +54,13 @@ void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaS
 void launch_quantize_f16(const QuantArgs& a, int64_t row_tiles, cudaStream_t s);
 void launch_quantize_f32(const QuantArgs& a, int64_t row_tiles, cudaStream_t s);
 
-// One launch per grouped call (SPEC 9): the offset table [6, E+1] from the device splits, zeroed per-group amaxes
-// (those given), and zero bytes past the last group in up to three buffers (bufs[i] of caps[i] bytes, whose used
-// length is offset row rows[i], entry E).
-void launch_group_setup(const int64_t* splits, int E, int64_t K, int64_t* offs, float* row_amax, float* col_amax,
-                        uint8_t* const bufs[3], const int64_t caps[3], const int rows[3], cudaStream_t stream);
+// One launch per grouped call (SPEC 9): the offset table [6, E+1] from the device splits (running total capped at
+// the T rows of x, SPEC 9.4), zeroed per-group amaxes (those given), and zero bytes past the last group in up to
+// kTailBufs buffers (bufs[i] of caps[i] bytes, whose used length is offset row rows[i], entry E).
+constexpr int kTailBufs = 4;
+void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int64_t* offs, float* row_amax,
+                        float* col_amax, uint8_t* const bufs[kTailBufs], const int64_t caps[kTailBufs],
+                        const int rows[kTailBufs], cudaStream_t stream);
 void launch_swizzle(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t stream);
 void launch_dequantize(const uint8_t* data, const uint8_t* scales, const float* amax, int64_t rows, int64_t cols,
                        bool swizzled, float* out, cudaStream_t stream);
