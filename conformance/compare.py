@@ -216,7 +216,7 @@ def _bound_compare(case: Case, ref: dict, out: dict, stats: dict) -> list[Mismat
 
 
 def rht_exact_domain(x_bf16: np.ndarray) -> np.ndarray:
-    """Per 16-block: True where the fp32 butterfly of SPEC 7.2 is exact (and so equals the exact transform).
+    """Per 16-block: True where the fp32 butterfly of SPEC 7.2 is exact (and so equals the exact transform; SPEC 14.2).
 
     Every input is an integer multiple of 2^(max(e,-126) - 7) below 2^(e+1); the 16-term sums then need at most
     ``e_max - min(max(e_i,-126)) + 12`` bits, which fp32 holds when the span is <= 12; ``16 max|x| < FLT_MAX``
@@ -278,7 +278,7 @@ def compare(case: Case, ref: dict, out: dict, mode: str = "bytes", stats: dict |
         out = dict(out)
         for d in (ref, out):
             y = np.asarray(d["y"])
-            if case.op == "gemm_exact":  # SPEC 12.3 does not define the sign of an exact zero
+            if case.op == "gemm_exact":  # SPEC 12.3: the sign of an exact zero is not defined
                 y = np.where(y == 0, np.zeros_like(y), y).astype(y.dtype)
             # SPEC 11.2 / 12.2 / 12.3: a NaN output's payload is not specified (compared as "is NaN")
             d["y"] = np.where(np.isnan(y), np.full_like(y, np.nan), y).astype(y.dtype)

@@ -102,6 +102,22 @@ def gen_splits(rng: np.random.Generator, total: int, groups: int) -> tuple[np.nd
     return s.astype(np.int64), kind
 
 
+def _loosen_splits(rng: np.random.Generator, s: np.ndarray, total: int) -> tuple[np.ndarray, str]:
+    """Splits that do not add up to T, as users get them wrong (SPEC 9.4): cumulative offsets passed as sizes,
+    negative entries, a total above or below T."""
+    kind = str(rng.choice(["offsets", "negative", "over", "under"]))
+    s = s.copy()
+    if kind == "offsets":
+        s = np.cumsum(s)
+    elif kind == "negative":
+        s[rng.integers(s.size)] = -int(rng.integers(1, 300))
+    elif kind == "over":
+        s[rng.integers(s.size)] += int(rng.integers(1, 300))
+    else:
+        s[int(np.argmax(s))] //= 2
+    return s.astype(np.int64), f"loose_{kind}"
+
+
 def to_dtype(v: np.ndarray, dtype: str) -> np.ndarray:
     """float64 values -> ``dtype`` ("float32", "float16", "bfloat16"), rounding through float32."""
     with np.errstate(over="ignore", invalid="ignore"):
@@ -264,6 +280,9 @@ def gen_group_quantize(rng, space) -> tuple[dict, dict, dict]:
     v, kind = gen_values(rng, t, k, dtype, specials=bool(space.get("specials", True)))
     splits, skind = gen_splits(rng, t, e)
     o = _quant_options(rng, space, dtype)
+    if space.get("loose_splits") and rng.random() < 0.15:  # a device backend: SPEC 9.4's cut (reference: cut_splits)
+        splits, skind = _loosen_splits(rng, splits, t)
+        o["splits_rule"] = "cut"
     arrays = {"x": to_dtype(v, dtype), "splits": splits}
     amax, mode = _amax_supply(rng, space, v, e)
     if amax is not None:

@@ -95,13 +95,21 @@ def _amax_tensor(amax, n: int, grouped: bool, device) -> Tensor | None:
             if a.device != device:
                 raise ValueError(f"amax tensors must be on x's device ({device}), got {a.device}")
             t = a.to(dtype=torch.float32).reshape(-1)
-        elif isinstance(a, (int, float, np.integer, np.floating)) and not isinstance(a, bool):
-            t = torch.full((n,), float(a), dtype=torch.float32, device=device)
+            t = torch.where(t < 0, -t, t)  # SPEC 4.3: a negative device value counts as its magnitude (no sync)
         else:
-            if torch.cuda.is_current_stream_capturing():
-                raise ValueError("amax given as a host sequence / array needs a host-to-device copy, which cannot "
-                                 "be captured in a CUDA graph: pass a tensor on x's device")
-            t = torch.as_tensor(np.asarray(a, dtype=np.float32)).reshape(-1).to(device)
+            if isinstance(a, (bool, str)) or not isinstance(a, (int, float, np.integer, np.floating, Sequence,
+                                                               np.ndarray)):
+                raise TypeError(f"amax values must be numbers, sequences, arrays or tensors, got {type(a).__name__}")
+            host = np.asarray(a, dtype=np.float32).reshape(-1)
+            if (host < 0).any():
+                raise ValueError("amax values must be >= 0 (absolute maxima), +Inf or NaN (SPEC 4.3)")
+            if np.ndim(a) == 0:  # a number: no host-to-device copy
+                t = torch.full((n,), float(host[0]), dtype=torch.float32, device=device)
+            else:
+                if torch.cuda.is_current_stream_capturing():
+                    raise ValueError("amax given as a host sequence / array needs a host-to-device copy, which "
+                                     "cannot be captured in a CUDA graph: pass a tensor on x's device")
+                t = torch.from_numpy(host).to(device)
         if t.numel() != n:
             raise ValueError(f"amax must have {n} value(s) per plane, got {t.numel()}")
         out.append(t)

@@ -20,7 +20,7 @@ _CUDA_FLAGS = [
     "-O3",
     "-std=c++17",
     "-gencode=arch=compute_90a,code=sm_90a",
-    "--fmad=false",  # no FMA contraction anywhere (SPEC: all fp32 ops are separately rounded)
+    "--fmad=false",  # no FMA contraction anywhere (SPEC 1.1: all fp32 ops are separately rounded)
     "-Xptxas=-warn-spills",
 ]
 _lock = threading.Lock()

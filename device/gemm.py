@@ -191,6 +191,8 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
         out = torch.empty(shape, dtype=dtype, device=dev)
     if out.numel() == 0:
         return out
+    if bias_t is not None and bias_t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
+        bias_t = bias_t.clone()  # the epilogue reads bias while other CTAs write out: never the same memory
 
     from ._gemm_build import load_gemm_extension
 

@@ -3,7 +3,7 @@
 from . import fp4_numpy, swizzle
 from .dequantize import dequantize
 from .gemm import gemm, gemm_alpha, gemm_error_bound, within_bound
-from .grouped import group_quantize, grouped_capacities
+from .grouped import cut_splits, group_quantize, grouped_capacities
 from .planes import GroupedNVFP4Tensor, NVFP4Tensor, QuantizedPlane
 from .quantize import quantize
 from .rht import rht
@@ -12,6 +12,7 @@ __all__ = [
     "GroupedNVFP4Tensor",
     "NVFP4Tensor",
     "QuantizedPlane",
+    "cut_splits",
     "dequantize",
     "fp4_numpy",
     "gemm",

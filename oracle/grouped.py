@@ -9,7 +9,7 @@ from .quantize import as_2d_f32, check_options, quantize_2d
 from .rht import DEFAULT_RHT_SIGNS
 from .swizzle import grouped_scale_offsets, padded_scale_shape, swizzle_scales
 
-__all__ = ["check_splits", "group_quantize", "grouped_capacities", "padded_compact"]
+__all__ = ["check_splits", "cut_splits", "group_quantize", "grouped_capacities", "padded_compact"]
 
 
 def check_splits(splits, total_rows: int) -> np.ndarray:
@@ -25,6 +25,16 @@ def check_splits(splits, total_rows: int) -> np.ndarray:
     if int(s.sum()) != total_rows:
         raise ValueError(f"splits add up to {int(s.sum())} but x has {total_rows} rows")
     return s
+
+
+def cut_splits(splits, total_rows: int) -> np.ndarray:
+    """The group sizes a graph-safe device uses for splits that need not add up to T (SPEC 9.4): negative sizes
+    count as 0 and the groups are cut at row ``total_rows``. Equal to the splits when they are valid (9.1)."""
+    s = np.asarray(splits)
+    if s.ndim != 1 or s.size == 0 or s.dtype.kind not in "iu":
+        raise ValueError(f"splits must be a non-empty 1-D integer array, got {s.dtype} {s.shape}")
+    hi = np.minimum(np.cumsum(np.maximum(s.astype(np.int64), 0)), int(total_rows))
+    return np.diff(hi, prepend=np.int64(0))
 
 
 def _group_amax(amax, e: int) -> list:

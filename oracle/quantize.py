@@ -74,7 +74,7 @@ def check_options(*, rowwise, columnwise, rht, rht_signs, block, rule, rounding,
 
 
 def _block_amax(a: np.ndarray, block: tuple, rule: str) -> np.ndarray:
-    """Per-block amax ``[R, C/16]`` of absolute values ``a`` ``[R, C]`` (SPEC 5.2 step 4, 6.3)."""
+    """Per-block amax ``[R, C/16]`` of absolute values ``a`` ``[R, C]`` (SPEC 5.2, 6.3)."""
     rows, cols = a.shape
     nb = cols // 16
     if block == (1, 16):

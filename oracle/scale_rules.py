@@ -49,7 +49,7 @@ def tensor_amax(x_f32: np.ndarray, rule: str) -> np.float32:
 
 
 def block_amax(a_blocks: np.ndarray, rule: str, axis) -> np.ndarray:
-    """Max of |x| over ``axis`` of an array of absolute values (SPEC 5.2 / 5.4 step 1)."""
+    """Max of |x| over ``axis`` of an array of absolute values (SPEC 5.2, 5.4: the block amax b)."""
     b = a_blocks.max(axis=axis, initial=np.float32(0.0))
     if _nan_ignoring(rule) and np.isnan(b).any():
         b = np.fmax.reduce(a_blocks, axis=axis, initial=np.float32(0.0))

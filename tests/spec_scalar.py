@@ -63,7 +63,7 @@ def e4m3_value(b: int) -> float:
 
 
 def nan_ignoring_max(values) -> np.float32:
-    """Max of |v| over the non-NaN values, starting from 0 (SPEC 5.2 step 1, rule te)."""
+    """Max of |v| over the non-NaN values, starting from 0 (SPEC 5.2, rule te)."""
     b = F(0.0)
     for v in values:
         if not math.isnan(v):

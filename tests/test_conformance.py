@@ -401,3 +401,27 @@ def test_torchao_nan_amax_on_bf16():
     case = case.replace({"x": x}, {"rule": "torchao", "rowwise": True, "columnwise": False})
     status, ms, *_ = check_case(b, case)
     assert status == "pass", [str(m) for m in ms]
+
+
+def test_loose_splits_cases_reference_the_cut_sizes():
+    """Device spaces draw group_quantize cases whose splits do not add up to T (SPEC 9.4); their reference is the
+    oracle on the rows left with the cut sizes: offsets end at the cut total, buffers and tails sized from T."""
+    from conformance import ops as O
+    from conformance.generators import generate
+    from conformance.runner import reference
+
+    space = {**O.OPS["group_quantize"].space, "max_elems": 1 << 16, "rule": ["te"], "loose_splits": True}
+    seen = set()
+    for i in range(400):
+        case = generate("group_quantize", 11, i, O.OPS["group_quantize"].generator, space)
+        if case.options.get("splits_rule") != "cut":
+            continue
+        seen.add(case.tags["splits"])
+        s, x = case.arrays["splits"], case.arrays["x"]
+        hi = [min(v, x.shape[0]) for v in np.cumsum([max(int(v), 0) for v in s])]  # SPEC 9.4 written out
+        ref = reference(case)
+        assert ref["row_offsets"].tolist() == [0, *hi]
+        cap = oracle.grouped_capacities(x.shape[0], x.shape[1], s.size)
+        if case.options["rowwise"]:
+            assert ref["row_data"].size + ref["row_data_tail"].size == cap["row_data"]
+    assert {"loose_offsets", "loose_negative", "loose_over", "loose_under"} <= seen

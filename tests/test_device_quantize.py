@@ -556,6 +556,32 @@ def test_group_quantize_cut_splits_public_api():
     assert np.array_equal(conv.row_scales, ref.row_scales) and np.array_equal(conv.col_scales, ref.col_scales)
 
 
+def test_negative_device_amax_counts_as_its_magnitude():
+    """SPEC 4.3: a negative amax in a device tensor (it cannot be checked without a sync) is used as its magnitude,
+    also in the returned amax; -0.0 and NaN keep their bits. Before this rule the negative S_enc gave scale bytes
+    >= 0x80, which indexed past the kernels' 128-entry multiplier tables."""
+    import device
+
+    x = make_input(200, 64, kind="special", seed=21)
+    for dev_amax, used in (((-3.5, -0.0), (3.5, -0.0)), ((-1e-30, float("nan")), (1e-30, float("nan")))):
+        amax_t = torch.tensor(dev_amax, dtype=torch.float32, device="cuda")
+        got = device.quantize(to_cuda(x), columnwise=True, amax=(amax_t[0], amax_t[1])).to_oracle()
+        ref = oracle.quantize(x, columnwise=True, amax=tuple(np.float32(v) for v in used))
+        for p in ("row", "col"):
+            g, r = getattr(got, p), getattr(ref, p)
+            assert_bytes(f"{p} data", g.data, r.data)
+            assert_bytes(f"{p} scales", g.scales, r.scales)
+            assert_f32_bits(f"{p} amax", np.float32(g.amax), r.amax)
+    splits = np.array([120, 0, 80], np.int64)
+    amax = np.array([-2.0, -5.0, 7.0], np.float32)
+    got = device.group_quantize(to_cuda(x), torch.tensor(splits, device="cuda"), columnwise=True,
+                                amax=torch.from_numpy(amax).cuda())
+    ref = oracle.group_quantize(x, splits, columnwise=True, amax=np.abs(amax))
+    bufs = {"row_data": got.row_data, "row_scales": got.row_scales, "col_data": got.col_data,
+            "col_scales": got.col_scales, "row_amax": got.row_amax, "col_amax": got.col_amax, "offsets": got.offsets}
+    check_grouped(bufs, ref, True)
+
+
 def test_group_quantize_no_host_sync():
     import device
 
@@ -689,6 +715,11 @@ def test_argument_errors():
     got = device.quantize(to_cuda(ones), amax=np.float32(3.0)).to_oracle()
     ref = oracle.quantize(ones, amax=np.float32(3.0))
     assert np.array_equal(got.row.data, ref.row.data) and np.array_equal(got.row.scales, ref.row.scales)
+    for bad in (-1.0, (0.5, -2.0)):  # SPEC 4.3: negative host values are refused, as by the oracle
+        with pytest.raises(ValueError, match=">= 0"):
+            device.quantize(good, columnwise=True, amax=bad)
+    with pytest.raises(ValueError, match=">= 0"):
+        device.group_quantize(good, torch.tensor([32], device="cuda"), amax=[-3.0])
     with pytest.raises(TypeError, match="torch.Tensor"):
         device.swizzle_scales(np.zeros((4, 4), np.uint8))
     grouped = device.group_quantize(good, torch.tensor([32], device="cuda"))

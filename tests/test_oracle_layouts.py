@@ -122,6 +122,20 @@ def test_group_quantize_bad_splits(splits, exc):
         oracle.group_quantize(np.zeros((4, 16), np.float32), splits)
 
 
+@pytest.mark.parametrize("splits,t,want", [
+    ([100, 100, 150, 300], 300, [100, 100, 100, 0]),  # cumulative offsets passed as sizes
+    ([-5, 120, 200], 300, [0, 120, 180]),  # a negative size counts as 0, the last group is cut at T
+    ([50, 0, 70], 300, [50, 0, 70]),  # a sum below T: unchanged, rows 120.. belong to no group
+    ([-1, -2], 10, [0, 0]),
+    ([400, 7], 300, [300, 0]),
+    ([3, 0, 4], 7, [3, 0, 4]),  # valid splits are their own cut
+])
+def test_cut_splits_hand_cases(splits, t, want):
+    """SPEC 9.4 by hand."""
+    got = oracle.cut_splits(np.array(splits, np.int64), t)
+    assert got.dtype == np.int64 and got.tolist() == want
+
+
 def test_group_quantize_all_empty_groups_and_amax():
     x = np.zeros((0, 32), np.float32)
     g = oracle.group_quantize(x, [0, 0, 0], columnwise=True)
