@@ -24,7 +24,11 @@ from . import independent as ind
 from .cases import Case
 from .ops import gemm_epilogue, gemm_planes, quantize_kwargs
 
-__all__ = ["Backend", "BACKENDS", "CPU_DEFAULT", "DeviceBackend", "make_backend", "register_backend"]
+__all__ = ["Backend", "BACKENDS", "BackendSpecError", "CPU_DEFAULT", "DeviceBackend", "make_backend", "register_backend"]
+
+
+class BackendSpecError(ValueError):
+    """A ``--backend`` spec that names no backend, or a backend object that cannot be used (a usage error)."""
 
 
 class Backend:
@@ -53,8 +57,14 @@ class Backend:
         and not timed (default: nothing). An exception here is ignored: the cases then report the error themselves."""
 
     def run(self, op: str, case: Case) -> dict[str, np.ndarray]:
-        """Run ``op`` on ``case``; return outputs keyed like the reference (a subset of its keys)."""
+        """Run ``op`` on ``case``; return outputs keyed like the reference (see :meth:`expected_outputs`)."""
         raise NotImplementedError
+
+    def expected_outputs(self, op: str, case: Case, ref_keys) -> set[str]:
+        """The reference buffers this backend must return for ``case`` (default: every one). A buffer expected but
+        not returned is a mismatch, so a backend that drops a plane cannot pass; backends that deliberately return
+        fewer (e.g. only the scale layout they write) narrow this set."""
+        return set(ref_keys)
 
 
 class MlDtypesBackend(Backend):
@@ -92,6 +102,9 @@ class TorchaoBackend(Backend):
 
     name = "torchao"
     ops = ("quantize", "layout")
+
+    def expected_outputs(self, op, case, ref_keys):
+        return {"swizzled"} if op == "layout" else set(ref_keys)  # torchao has a swizzle, no offsets or capacities
 
     def available(self):
         if ind.import_torch() is None or ind.import_torchao() is None:
@@ -285,6 +298,20 @@ class DeviceBackend(Backend):
     def available(self):
         return self._reason
 
+    def expected_outputs(self, op, case, ref_keys):
+        """The buffers a device call writes: ``layout`` only the swizzle kernel's output, quantize results only the
+        scale layout the call was asked for (``swizzled``)."""
+        keys = set(ref_keys)
+        if op == "layout":
+            return {"swizzled"}
+        if op in ("quantize", "group_quantize"):
+            swz = bool(case.options.get("swizzled", True))
+            if op == "quantize" and not swz:
+                keys -= {"row_scales_swizzled", "col_scales_swizzled"}
+            if op == "group_quantize":
+                keys -= {"row_scales_compact", "col_scales_compact"} if swz else {"row_scales", "col_scales"}
+        return keys
+
     def warmup(self, ops: tuple[str, ...]) -> None:
         """Create the CUDA context and load the JIT-built extensions that ``ops`` need, with one tiny call per
         kernel family. Each worker process loads them itself and torch serialises the loads on the build directory's
@@ -469,8 +496,40 @@ CPU_DEFAULT = ("mldtypes", "torch", "torchao", "fractions", "oracle-seq", "oracl
 
 
 def register_backend(name: str, factory: Callable[[], Backend]) -> None:
-    """Make ``factory`` available as backend ``name`` (for ``--backend NAME`` and for replay)."""
+    """Make ``factory`` available as backend ``name`` in this process (for ``run(RunConfig(backends=[name]))``
+    and :func:`conformance.cli.replay` called from Python). The command line cannot see it: use
+    ``--backend module:attr`` there, which is also what saved cases record for replay."""
     BACKENDS[name] = factory
+
+
+class _PluginAdapter(Backend):
+    """A plugin object that has ``run`` (and maybe ``name``, ``ops``, ``available``, ``space``, ``warmup``,
+    ``expected_outputs``) but does not subclass :class:`Backend`: the missing methods get Backend's defaults."""
+
+    def __init__(self, obj):
+        self._obj = obj
+        self.name = str(getattr(obj, "name", type(obj).__name__))
+        self.ops = tuple(getattr(obj, "ops", ()))
+
+    def available(self):
+        f = getattr(self._obj, "available", None)
+        return f() if f else None
+
+    def space(self, op):
+        f = getattr(self._obj, "space", None)
+        return f(op) if f else {}
+
+    def warmup(self, ops):
+        f = getattr(self._obj, "warmup", None)
+        if f:
+            f(ops)
+
+    def run(self, op, case):
+        return self._obj.run(op, case)
+
+    def expected_outputs(self, op, case, ref_keys):
+        f = getattr(self._obj, "expected_outputs", None)
+        return f(op, case, ref_keys) if f else set(ref_keys)
 
 
 def make_backend(spec: str) -> Backend:
@@ -485,11 +544,17 @@ def make_backend(spec: str) -> Backend:
         return b
     if ":" in spec:
         mod, attr = spec.split(":", 1)
-        obj = getattr(importlib.import_module(mod), attr)
+        try:
+            obj = getattr(importlib.import_module(mod), attr)
+        except (ImportError, AttributeError) as e:
+            raise BackendSpecError(f"cannot load backend {spec!r}: {type(e).__name__}: {e} (is its directory "
+                                   "on PYTHONPATH?)") from e
         b = obj()
-        if isinstance(b, Backend) or hasattr(b, "run"):
-            if not getattr(b, "spec", None):
-                b.spec = spec
-            return b
-        raise TypeError(f"{spec} did not produce a Backend")
-    raise ValueError(f"unknown backend {spec!r}; known: {sorted(BACKENDS)}, device:cuda:N, module:attr")
+        if not isinstance(b, Backend):
+            if not callable(getattr(b, "run", None)):
+                raise BackendSpecError(f"{spec} did not produce a Backend (an object with a run(op, case) method)")
+            b = _PluginAdapter(b)
+        if not getattr(b, "spec", None):
+            b.spec = spec
+        return b
+    raise BackendSpecError(f"unknown backend {spec!r}; known: {sorted(BACKENDS)}, device:cuda:N, module:attr")

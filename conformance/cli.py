@@ -34,6 +34,26 @@ def _shard(s: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
+def _positive_int(s: str) -> int:
+    v = int(s)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def _seed(s: str) -> int:
+    v = int(s)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"a seed is an integer >= 0, got {v}")
+    return v
+
+
+def _device(s: str) -> str:
+    if s in ("auto", "cpu", "all", "cuda") or re.fullmatch(r"cuda:\d+", s):
+        return "cuda:0" if s == "cuda" else s
+    raise argparse.ArgumentTypeError(f"bad device {s!r} (use auto, cpu, all, cuda or cuda:N)")
+
+
 def _parser() -> argparse.ArgumentParser:
     from .ops import OPS
 
@@ -42,27 +62,33 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="fuzz backends against the oracle")
     r.add_argument("--budget", type=parse_budget, default=60.0, help="wall-clock budget (default 60s)")
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--seed", type=_seed, default=0)
     r.add_argument("--ops", type=lambda s: [x for x in s.split(",") if x], default=None,
                    help=f"comma-separated subset of: {','.join(OPS)}")
-    r.add_argument("--device", default="auto", help="auto (GPU if usable, else CPU self-conformance), cpu, cuda:N, all")
+    r.add_argument("--device", type=_device, default="auto",
+                   help="auto (GPU if usable, else CPU self-conformance), cpu, cuda:N, all")
     r.add_argument("--backend", action="append", dest="backends", default=None,
                    help="backend spec (repeatable): a built-in name, device:cuda:N or module:attr; overrides --device")
     r.add_argument("--shard", type=_shard, default=(0, 1), help="i/n: run only case indices = i mod n")
-    r.add_argument("--workers", type=int, default=None, help="worker processes (default min(cpu_count, 8))")
-    r.add_argument("--cases", type=int, default=None, dest="max_cases",
+    r.add_argument("--workers", type=_positive_int, default=None,
+                   help="worker processes (default min(cpu_count, 8); 1 runs in this process, where a backend that "
+                        "kills the process or hangs cannot be caught)")
+    r.add_argument("--cases", type=_positive_int, default=None, dest="max_cases",
                    help="stop after this many cases per op and worker (deterministic runs)")
     r.add_argument("--report", default=None, help="write the JSON report here")
     r.add_argument("--artifacts", default="artifacts/conformance", help="where failing cases are saved")
     r.add_argument("--shrink-time", type=float, default=10.0, help="seconds per failure for shrinking")
+    r.add_argument("--case-timeout", type=float, default=300.0,
+                   help="seconds one case (with its shrinking) may take before its worker is killed and the case "
+                        "reported as an error (worker processes only; default 300)")
     r.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     rp = sub.add_parser("replay", help="re-run one saved case")
     rp.add_argument("npz")
     rp.add_argument("--backend", default=None, help="run it on this backend instead of the recorded one")
     c = sub.add_parser("case", help="print one generated case")
     c.add_argument("op", choices=list(OPS))
-    c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--index", type=int, default=0)
+    c.add_argument("--seed", type=_seed, default=0)
+    c.add_argument("--index", type=_seed, default=0)
     c.add_argument("--backend", default=None, help="apply this backend's option restrictions")
     c.add_argument("--save", default=None, help="save it as .npz (replayable with --backend)")
     return p
@@ -75,7 +101,11 @@ def replay(path: str, backend: str | None = None, out=None) -> int:
     from .runner import check_case
 
     out = out or sys.stdout
-    case, meta, _, _ = load_case(path)
+    try:
+        case, meta, _, _ = load_case(path)
+    except (OSError, ValueError, KeyError) as e:
+        print(f"cannot load case {path!r}: {type(e).__name__}: {e}", file=out)
+        return 2
     spec = backend or meta.get("backend_spec") or meta["backend"]
     try:
         b = make_backend(spec)
@@ -85,6 +115,9 @@ def replay(path: str, backend: str | None = None, out=None) -> int:
     reason = b.available()
     if reason:
         print(f"backend {b.name} unavailable: {reason}", file=out)
+        return 2
+    if case.op not in (b.ops or ()):
+        print(f"backend {b.name} does not implement op {case.op!r} (its ops: {', '.join(b.ops or ())})", file=out)
         return 2
     shapes = ", ".join(f"{k}={v.dtype}{list(v.shape)}" for k, v in case.arrays.items())
     print(f"case {case.key()} on {b.name}: {shapes}\noptions: {json.dumps(case.options)}", file=out)
@@ -99,13 +132,17 @@ def replay(path: str, backend: str | None = None, out=None) -> int:
 
 
 def _show_case(args) -> int:
-    from .backends import make_backend
+    from .backends import BackendSpecError, make_backend
     from .cases import save_case
     from .generators import generate
     from .ops import OPS
     from .runner import backend_spec, case_space
 
-    b = make_backend(args.backend) if args.backend else None
+    try:
+        b = make_backend(args.backend) if args.backend else None
+    except BackendSpecError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     space = case_space(b, args.op) if b else dict(OPS[args.op].space)
     case = generate(args.op, args.seed, args.index, OPS[args.op].generator, space)
     print(f"case {case.key()}\noptions: {json.dumps(case.options)}\ntags: {json.dumps(case.tags)}")
@@ -136,7 +173,13 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     cfg = RunConfig(budget=args.budget, seed=args.seed, ops=args.ops, device=args.device, shard=args.shard,
                     workers=args.workers, report=args.report, artifacts=args.artifacts, backends=args.backends,
-                    max_cases=args.max_cases, shrink_time=args.shrink_time, progress=not args.no_progress,
-                    argv=argv)
-    code, _ = run(cfg)
+                    max_cases=args.max_cases, shrink_time=args.shrink_time, case_timeout=args.case_timeout,
+                    progress=not args.no_progress, argv=argv)
+    from .backends import BackendSpecError
+
+    try:
+        code, _ = run(cfg)
+    except BackendSpecError as e:  # a backend that cannot be built or lists unknown ops: a usage error
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     return code

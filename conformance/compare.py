@@ -39,6 +39,8 @@ class Mismatch:
         return asdict(self)
 
     def __str__(self) -> str:
+        if self.count < 0:  # a buffer the backend did not return (runner._check_case)
+            return f"{self.buffer}: missing from the backend's outputs (op={self.where.get('op')})"
         loc = ", ".join(f"{k}={v}" for k, v in self.where.items())
         return f"{self.buffer}: {self.count} differ; first at ({loc}): ref {self.ref} != got {self.got}"
 

@@ -48,6 +48,7 @@ class RunConfig:
     backends: list[str] | None = None
     max_cases: int | None = None
     shrink_time: float = 10.0
+    case_timeout: float = 300.0
     progress: bool = True
     argv: list[str] = field(default_factory=list)
 
@@ -68,6 +69,10 @@ def check_case(backend: B.Backend, case: Case, stats: dict | None = None) -> tup
         return _check_case(backend, case, stats)
 
 
+#: reference entries that are not outputs of the op (the bound a GEMM output is checked against, SPEC 12.4)
+_NOT_OUTPUTS = {"bound": ("bound",)}
+
+
 def _check_case(backend: B.Backend, case: Case, stats: dict | None):
     ref, out = {}, {}
     try:
@@ -75,11 +80,21 @@ def _check_case(backend: B.Backend, case: Case, stats: dict | None):
     except Exception as e:  # noqa: BLE001
         return "error", [], ref, out, f"reference raised {type(e).__name__}: {e}"
     try:
-        out = backend.run(case.op, case)
-    except Exception as e:  # noqa: BLE001
+        # the backend gets copies: a kernel that writes into its input must not change the case that is reported,
+        # shrunk and saved
+        out = backend.run(case.op, case.replace({k: np.array(v, copy=True) for k, v in case.arrays.items()}))
+        if not isinstance(out, dict):
+            raise TypeError(f"run() returned {type(out).__name__}, not a dict of output arrays")
+        mode = OPS[case.op].mode
+        keys = [k for k in ref if k not in _NOT_OUTPUTS.get(mode, ())]
+        missing = sorted(set(backend.expected_outputs(case.op, case, keys)) - set(out))
+        ms = [Mismatch(k, -1, {"op": case.op}, "(present)", "(missing)") for k in missing]
+        ms += compare(case, ref, out, mode, stats)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 -- SystemExit from a backend is an error of the case, too
         tb = traceback.format_exc().strip().splitlines()[-3:]
         return "error", [], ref, out, f"{backend.name} raised {type(e).__name__}: {e} | " + " / ".join(tb)
-    ms = compare(case, ref, out, OPS[case.op].mode, stats)
     return ("mismatch" if ms else "pass"), ms, ref, out, ""
 
 
@@ -127,6 +142,9 @@ def _handle_failure(b: B.Backend, case: Case, status, ms, ref, out, err, cfg: Ru
                 replay=f"python -m conformance replay {path}")
 
 
+_SAVE_PER_SIGNATURE = 3  # failing cases shrunk and saved per worker, backend, op and set of failing buffers
+
+
 def _tasks(backends: list[B.Backend], ops: list[str] | None) -> list[tuple[B.Backend, str]]:
     return [(b, op) for b in backends for op in b.ops if op in OPS and (ops is None or op in ops)]
 
@@ -150,6 +168,7 @@ def worker_main(wid: int, nworkers: int, specs: list[str], cfg: RunConfig, deadl
             except Exception:  # noqa: BLE001,S110 -- the cases report what is wrong with the backend
                 pass
     si, sn = cfg.shard
+    saved: dict = {}  # (backend, op, failure signature) -> cases saved by this worker
     spent = {i: 0.0 for i in range(len(tasks))}
     count = {i: 0 for i in range(len(tasks))}
     longest = {i: 0.0 for i in range(len(tasks))}
@@ -177,14 +196,24 @@ def worker_main(wid: int, nworkers: int, specs: list[str], cfg: RunConfig, deadl
                       seconds=time.monotonic() - t0, tags={},
                       failure=dict(op=op, backend=b.name, seed=cfg.seed, index=index, status="error", error=err)))
             continue
+        emit(dict(kind="start", worker=wid, backend=b.name, spec=backend_spec(b), op=op, index=index, seed=cfg.seed,
+                  t=time.monotonic()))
         extra: dict = {}
         status, ms, ref, out, err = check_case(b, case, extra)
         dt = time.monotonic() - t0
         spent[i] += dt
         longest[i] = max(longest[i], dt)
-        rec = dict(kind="case", backend=b.name, op=op, index=index, status=status, seconds=dt, tags=case.tags,
-                   extra=extra)
-        if status != "pass":
+        rec = dict(kind="case", worker=wid, backend=b.name, op=op, index=index, status=status, seconds=dt,
+                   tags=case.tags, extra=extra)
+        sig = (b.name, op, _signature(status, ms, err))
+        if status != "pass" and saved.get(sig, 0) >= _SAVE_PER_SIGNATURE:  # enough examples of this failure
+            rec["failure"] = dict(op=op, backend=b.name, seed=case.seed, index=index, status=status, error=err,
+                                  mismatches=[m.to_dict() for m in ms], mismatch_text=[str(m) for m in ms],
+                                  tags=case.tags,
+                                  note=f"not shrunk or saved: this worker saved {_SAVE_PER_SIGNATURE} cases with "
+                                       "the same failing buffers already")
+        elif status != "pass":
+            saved[sig] = saved.get(sig, 0) + 1
             try:
                 rec["failure"] = _handle_failure(b, case, status, ms, ref, out, err, cfg, hard_deadline)
             except Exception as e:  # noqa: BLE001
@@ -236,17 +265,25 @@ def run(cfg: RunConfig, stdout=None, stderr=None) -> tuple[int, Stats]:
     deadline = t_start + cfg.budget - min(2.0, 0.03 * cfg.budget)
     printed: dict = {}
     specs = select_backends(cfg)
-    usable = []
+    usable, offered = [], set()
     for s in specs:
         b = B.make_backend(s)
+        unknown = [op for op in (b.ops or ()) if op not in OPS]
+        if unknown:
+            raise B.BackendSpecError(f"backend {b.name} lists unknown ops {unknown}; known: {','.join(OPS)}")
         reason = b.available()
         ops = [op for op in (b.ops or ()) if cfg.ops is None or op in cfg.ops]
         if reason is not None:
             wanted = ops or [op for op in ("quantize", "group_quantize") if cfg.ops is None or op in cfg.ops]
             stats.skipped += [dict(backend=b.name, op=op, reason=reason) for op in wanted]
+            offered.update(wanted)
             continue
+        offered.update(ops)
         if ops:
             usable.append(s)
+    for op in cfg.ops or ():  # asked for, but no selected backend has it: say so instead of dropping it
+        if op not in offered:
+            stats.skipped.append(dict(backend="(none)", op=op, reason="no selected backend implements this op"))
     nworkers = cfg.workers or min(os.cpu_count() or 1, 8)
     if cfg.max_cases is not None and cfg.workers is None:
         nworkers = 1
@@ -255,6 +292,8 @@ def run(cfg: RunConfig, stdout=None, stderr=None) -> tuple[int, Stats]:
     plans = _plan(usable, nworkers)
     progress = Progress(stats, enabled=cfg.progress, stream=stderr)
     fail_log = Path(cfg.artifacts) / "failures.jsonl"
+    if fail_log.exists():
+        fail_log.unlink()  # this run's failures only (the saved .npz cases stay)
 
     def consume(rec: dict) -> None:
         if rec.get("kind") != "case":
@@ -269,7 +308,8 @@ def run(cfg: RunConfig, stdout=None, stderr=None) -> tuple[int, Stats]:
             printed[key] = printed.get(key, 0) + 1
             if printed[key] > 3:  # the rest are in failures.jsonl and the final list
                 return progress.update()
-            print(f"\nMISMATCH {f['op']} [{f['backend']}] seed={f['seed']} index={f['index']}: "
+            label = "MISMATCH" if rec["status"] == "mismatch" else "ERROR"
+            print(f"\n{label} {f['op']} [{f['backend']}] seed={f.get('seed')} index={f.get('index')}: "
                   + "; ".join(f.get("mismatch_text", [])[:3]) + (f" {f['error']}" if f.get("error") else "")
                   + (f"\n  replay: {f['replay']}" if f.get("replay") else ""), file=stderr or sys.stderr)
         progress.update()
@@ -277,31 +317,7 @@ def run(cfg: RunConfig, stdout=None, stderr=None) -> tuple[int, Stats]:
     if usable and nworkers == 1:
         worker_main(0, 1, plans[0], cfg, deadline, consume)
     elif usable:
-        gpu = any(s.startswith("device:") for s in usable)
-        ctx = mp.get_context("spawn" if gpu or "fork" not in mp.get_all_start_methods() else "fork")
-        q = ctx.Queue()
-        procs = [ctx.Process(target=_proc_entry, args=(w, nworkers, plans[w], cfg, deadline, q), daemon=True)
-                 for w in range(nworkers)]
-        for p in procs:
-            p.start()
-        done = 0
-        while done < nworkers:
-            try:
-                rec = q.get(timeout=0.25)
-            except queue_mod.Empty:
-                progress.update()
-                if not any(p.is_alive() for p in procs) and q.empty():
-                    break
-                continue
-            if rec.get("kind") == "done":
-                done += 1
-            elif rec.get("kind") == "crash":
-                stats.add(dict(backend="worker", op=rec["where"], index=-1, status="error", seconds=0.0,
-                               failure=dict(op=rec["where"], backend="worker", error=rec["error"])))
-                done += 1
-            consume(rec)
-        for p in procs:
-            p.join(timeout=5)
+        _run_workers(cfg, plans, nworkers, deadline, consume, progress)
     progress.update(force=True)
     progress.close()
     bad = stats.bad
@@ -312,7 +328,10 @@ def run(cfg: RunConfig, stdout=None, stderr=None) -> tuple[int, Stats]:
             print(f"... {len(stats.failures) - 20} more failures in {fail_log}", file=stdout)
             break
         where = f"seed={f['seed']} index={f['index']}" if "seed" in f else "(worker crash)"
-        print(f"FAILED {f['op']} [{f['backend']}] {where}: {f.get('replay', f.get('error'))}", file=stdout)
+        what = f.get("replay") or f.get("error") or "; ".join(f.get("mismatch_text", [])[:1])
+        if f.get("replay") and f.get("error") and f["replay"].startswith("python -m conformance case"):
+            what = f"{f['error']}\n  reproduce: {f['replay']}"  # a lost case: why, and how to rebuild it
+        print(f"FAILED {f['op']} [{f['backend']}] {where}: {what}", file=stdout)
     if cfg.report:
         conf = asdict(cfg)
         conf["backends_used"] = usable
@@ -321,8 +340,98 @@ def run(cfg: RunConfig, stdout=None, stderr=None) -> tuple[int, Stats]:
     return code, stats
 
 
-def _proc_entry(wid, nworkers, specs, cfg, deadline, q) -> None:
+def _lost_case(cur: dict | None, wid: int, why: str) -> dict:
+    """The case record of a worker that died or was stopped on a case (``cur``: its last "start" record)."""
+    if cur is None:  # not inside a case (start-up, warm-up or between cases)
+        return dict(kind="case", worker=wid, backend="worker", op=f"worker{wid}", index=-1, status="error",
+                    seconds=0.0, failure=dict(op=f"worker{wid}", backend="worker", status="error", error=why))
+    spec = cur.get("spec") or cur["backend"]
+    hint = (f"python -m conformance case {cur['op']} --seed {cur['seed']} --index {cur['index']} --backend {spec} "
+            f"--save case.npz; python -m conformance replay case.npz")
+    return dict(kind="case", worker=wid, backend=cur["backend"], op=cur["op"], index=cur["index"], status="error",
+                seconds=time.monotonic() - cur["t"],
+                failure=dict(op=cur["op"], backend=cur["backend"], backend_spec=spec, seed=cur["seed"],
+                             index=cur["index"], status="error", error=why, replay=hint))
+
+
+def _run_workers(cfg: RunConfig, plans: list, nworkers: int, deadline: float, consume, progress) -> None:
+    """Worker processes; every case is accounted for. A worker that dies without its "done" record (a crash in
+    native code, ``os._exit``) gets an error on the case it was running; one that stays on a case longer than
+    ``cfg.case_timeout``, or well past the budget, is killed and gets a timeout error on that case."""
+    gpu = any(s.startswith("device:") for plan in plans for s in plan)
+    ctx = mp.get_context("spawn" if gpu or "fork" not in mp.get_all_start_methods() else "fork")
+    q = ctx.Queue()
+    # the case each worker is on, as JSON in shared memory: written synchronously, so it survives a worker that
+    # dies before its queue's feeder thread has sent anything (os._exit, a signal)
+    slots = [ctx.Array("c", _SLOT_BYTES) for _ in range(nworkers)]
+    procs = [ctx.Process(target=_proc_entry, args=(w, nworkers, plans[w], cfg, deadline, q, slots[w]), daemon=True)
+             for w in range(nworkers)]
+    for p in procs:
+        p.start()
+
+    def current(w: int) -> dict | None:
+        raw = slots[w].value
+        try:
+            return json.loads(raw) if raw else None
+        except ValueError:  # (a record longer than the slot: known to be in a case, not which)
+            return dict(backend="worker", spec="", op=f"worker{w}", index=-1, seed=cfg.seed, t=time.monotonic())
+
+    finished: set = set()
+    grace = max(30.0, 2 * cfg.shrink_time)  # past the budget: shrinking and the last case may still run
+    quiet = 0  # consecutive empty polls
+    while len(finished) < nworkers:
+        try:
+            rec = q.get(timeout=0.25)
+            quiet = 0
+        except queue_mod.Empty:
+            rec = None
+            quiet += 1
+        if rec is not None:
+            kind, w = rec.get("kind"), rec.get("worker")
+            if kind == "case":
+                consume(rec)
+            elif kind in ("done", "crash"):
+                finished.add(w)
+                if kind == "crash":
+                    consume(_lost_case(rec.get("case"), w, rec["error"]))
+            continue
+        progress.update()
+        now = time.monotonic()
+        for w, p in enumerate(procs):
+            if w in finished:
+                continue
+            cur = current(w)
+            if not p.is_alive() and quiet >= 2:  # dead, and its last records have had time to arrive
+                consume(_lost_case(cur, w, f"worker {w} died (exit code {p.exitcode}) while running this case"))
+                finished.add(w)
+            elif cur is not None and (now - cur["t"] > cfg.case_timeout
+                                      or (cfg.max_cases is None and now > deadline + grace)):
+                p.kill()
+                p.join(timeout=5)
+                consume(_lost_case(cur, w, f"timed out after {now - cur['t']:.0f} s (case timeout "
+                                           f"{cfg.case_timeout:g} s, budget end + {grace:g} s); worker {w} killed"))
+                finished.add(w)
+    for p in procs:
+        p.join(timeout=5)
+
+
+_SLOT_BYTES = 4096  # a worker's current case as JSON (backend, spec, op, index, seed, start time)
+
+
+def _proc_entry(wid, nworkers, specs, cfg, deadline, q, slot) -> None:
+    last: dict = {}
+
+    def emit(rec):
+        if rec.get("kind") == "start":
+            last["case"] = rec
+            slot.value = json.dumps(rec).encode()[: _SLOT_BYTES - 1]
+            return  # the parent reads the slot; the queue carries results only
+        if rec.get("kind") == "case":
+            last.pop("case", None)
+            slot.value = b""
+        q.put(rec)
+
     try:
-        worker_main(wid, nworkers, specs, cfg, deadline, q.put)
-    except Exception as e:  # noqa: BLE001
-        q.put(dict(kind="crash", where=f"worker{wid}", error=f"{type(e).__name__}: {e}"))
+        worker_main(wid, nworkers, specs, cfg, deadline, emit)
+    except BaseException as e:  # noqa: BLE001 -- SystemExit / KeyboardInterrupt included: report, then end
+        q.put(dict(kind="crash", worker=wid, case=last.get("case"), error=f"{type(e).__name__}: {e}"))

@@ -113,7 +113,62 @@ class SlowStart(Backend):
         return reference(case)
 
 
-for _cls in (OracleQuantize, FlipNibble, BadSwizzle, Unavailable, SlowStart):
+class DropsColumnwise(OracleQuantize):
+    """Planted bug: the columnwise plane is never returned (a kernel that ignores columnwise=True)."""
+
+    name = "test-dropcol"
+
+    def run(self, op, case):
+        return {k: v for k, v in reference(case).items() if not k.startswith("col_")}
+
+
+class WritesItsInput(OracleQuantize):
+    """Planted bug: zeroes its input in place, then returns the oracle's outputs of the zeroed input."""
+
+    name = "test-inplace"
+
+    def run(self, op, case):
+        case.arrays["x"][...] = 0
+        return reference(case)
+
+
+class DiesOnCase(OracleQuantize):
+    """Planted crash: the process ends (as a segfault in native code would) on the case with index 1."""
+
+    name = "test-dies"
+
+    def run(self, op, case):
+        if case.index == 1:
+            os._exit(0)
+        return reference(case)
+
+
+class HangsOnCase(OracleQuantize):
+    """Planted hang on the case with index 1."""
+
+    name = "test-hangs"
+
+    def run(self, op, case):
+        if case.index == 1:
+            import time
+
+            time.sleep(3600)
+        return reference(case)
+
+
+class ExitsOnCase(OracleQuantize):
+    """``sys.exit(0)`` inside run, and ``None`` returned on another case."""
+
+    name = "test-exits"
+
+    def run(self, op, case):
+        if case.index == 0:
+            raise SystemExit(0)
+        return None
+
+
+for _cls in (OracleQuantize, FlipNibble, BadSwizzle, Unavailable, SlowStart, DropsColumnwise, WritesItsInput,
+             DiesOnCase, HangsOnCase, ExitsOnCase):
     register_backend(_cls.name, _cls)
 
 
@@ -425,3 +480,97 @@ def test_loose_splits_cases_reference_the_cut_sizes():
         if case.options["rowwise"]:
             assert ref["row_data"].size + ref["row_data_tail"].size == cap["row_data"]
     assert {"loose_offsets", "loose_negative", "loose_over", "loose_under"} <= seen
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a backend that misbehaves must not pass
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_missing_output_buffers_are_mismatches(tmp_path):
+    code, stats = run(_cfg(tmp_path, backends=["test-dropcol"], ops=["quantize"], max_cases=12))
+    assert code == 1
+    assert all(m["buffer"].startswith("col_") and m["count"] == -1 for f in stats.failures for m in f["mismatches"])
+    assert any(f["mismatches"] for f in stats.failures)
+
+
+def test_a_backend_writing_its_input_does_not_corrupt_the_saved_case(tmp_path):
+    code, stats = run(_cfg(tmp_path, backends=["test-inplace"], ops=["quantize"], max_cases=6))
+    assert code == 1
+    f = next(f for f in stats.failures if f.get("npz"))
+    case, *_ = load_case(f["original_npz"])
+    assert np.any(np.asarray(case.arrays["x"], np.float32) != 0)  # the input as generated, not the zeroed copy
+    assert replay(f["npz"]) == 1  # the saved case still fails
+
+
+def test_exit_and_bad_return_values_are_errors(tmp_path):
+    code, stats = run(_cfg(tmp_path, backends=["test-exits"], ops=["quantize"], max_cases=2))
+    assert code == 1 and stats.totals()["errors"] == 2
+    errs = " | ".join(f["error"] for f in stats.failures)
+    assert "SystemExit" in errs and "not a dict" in errs
+
+
+def test_a_worker_that_dies_is_a_failure(tmp_path, capsys):
+    code, stats = run(_cfg(tmp_path, backends=["test-dies"], ops=["quantize"], workers=2, max_cases=2))
+    assert code == 1
+    (f,) = [f for f in stats.failures]
+    assert f["index"] == 1 and "died" in f["error"] and "conformance case quantize" in f["replay"]
+    assert "FAILED quantize [test-dies] seed=0 index=1" in capsys.readouterr().out
+
+
+def test_a_hanging_case_times_out(tmp_path):
+    cfg = _cfg(tmp_path, backends=["test-hangs"], ops=["quantize"], workers=2, max_cases=2, case_timeout=4.0)
+    code, stats = run(cfg)
+    assert code == 1
+    (f,) = [f for f in stats.failures]
+    assert f["index"] == 1 and "timed out" in f["error"]
+
+
+def test_requested_ops_without_a_backend_are_reported_skipped(tmp_path, capsys):
+    code, stats = run(_cfg(tmp_path, backends=["test-oracle"], ops=["quantize", "e4m3"], max_cases=2))
+    assert code == 0 and stats.cases == 2
+    assert dict(backend="(none)", op="e4m3", reason="no selected backend implements this op") in stats.skipped
+    assert "SKIPPED" in capsys.readouterr().out
+
+
+def test_failures_jsonl_holds_this_run_only(tmp_path):
+    for _ in range(2):
+        code, stats = run(_cfg(tmp_path, backends=["test-flip"], ops=["quantize"], max_cases=4))
+    lines = (tmp_path / "art" / "failures.jsonl").read_text().splitlines()
+    assert code == 1 and len(lines) == len(stats.failures)
+
+
+def test_cli_usage_errors_exit_2(tmp_path, capsys):
+    from conformance.cli import main
+
+    art = str(tmp_path / "art")
+    assert main(["run", "--backend", "nosuch", "--cases", "1", "--artifacts", art]) == 2
+    assert main(["run", "--backend", "nosuch_module_xyz:Thing", "--cases", "1", "--artifacts", art]) == 2
+    assert "PYTHONPATH" in capsys.readouterr().err
+    for bad in (["--device", "gpu"], ["--workers", "0"], ["--seed", "-1"], ["--cases", "0"]):
+        with pytest.raises(SystemExit) as e:
+            main(["run", *bad])
+        assert e.value.code == 2
+    assert main(["replay", str(tmp_path / "nope.npz")]) == 2
+    code, stats = run(_cfg(tmp_path, backends=["test-flip"], ops=["quantize"], max_cases=4))
+    npz = next(f["npz"] for f in stats.failures if f.get("npz"))
+    capsys.readouterr()
+    assert main(["replay", npz, "--backend", "mldtypes"]) == 2
+    assert "does not implement op 'quantize'" in capsys.readouterr().out
+
+
+class PlainPlugin:
+    """A plugin that does not subclass Backend: only ``ops`` and ``run``."""
+
+    ops = ("e4m3",)
+
+    def run(self, op, case):
+        return reference(case)
+
+
+def test_plugin_without_the_backend_base_class(tmp_path):
+    import conformance.backends as CB
+
+    b = CB.make_backend("test_conformance:PlainPlugin")
+    assert b.available() is None and b.space("e4m3") == {} and b.name == "PlainPlugin"
+    code, stats = run(_cfg(tmp_path, backends=["test_conformance:PlainPlugin"], ops=["e4m3"], max_cases=3))
+    assert code == 0 and stats.cases == 3
