@@ -15,7 +15,20 @@ import numpy as np
 
 from .cases import Case
 
-__all__ = ["GENERATORS", "generate", "case_rng", "gen_rows", "gen_k", "gen_splits", "gen_values", "to_dtype"]
+#: The keys a backend's ``space()`` may set (``conformance.runner.case_space`` refuses others, so that a typo cannot
+#: silently leave a restriction out). Option lists: ``planes`` ("row", "col", "both"), ``rule``, ``rht``,
+#: ``rht_signs`` ("default", "random"), ``rounding``, ``block``, ``swizzled``, ``dtype``, ``amax`` (how an amax is
+#: supplied: "none", "one", "pair", ...), ``scales`` (dequantize), ``out_dtype``, ``kind`` (GEMM kind),
+#: ``fast_kernel``; flags and limits: ``specials`` (NaN / Inf / -0 sprinkled in), ``max_elems``, ``min_rows``,
+#: ``max_rows``, ``max_k``, ``small``, ``loose_splits`` (SPEC 9.4 device splits); set by the op registry:
+#: ``format``, ``mode``.
+SPACE_KEYS = frozenset({
+    "planes", "rule", "rht", "rht_signs", "rounding", "block", "swizzled", "dtype", "amax", "scales", "out_dtype",
+    "kind", "fast_kernel", "specials", "max_elems", "min_rows", "max_rows", "max_k", "small", "loose_splits",
+    "format", "mode",
+})
+
+__all__ = ["GENERATORS", "SPACE_KEYS", "generate", "case_rng", "gen_rows", "gen_k", "gen_splits", "gen_values", "to_dtype"]
 
 EDGE_ROWS = (0, 1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257)
 EDGE_K = (16, 32, 48, 64, 80, 128, 144, 256, 512, 1024, 2048)

@@ -25,7 +25,7 @@ import numpy as np
 from . import backends as B
 from .cases import Case, case_size, save_case
 from .compare import Mismatch, compare
-from .generators import generate
+from .generators import SPACE_KEYS, generate
 from .ops import OPS, reference
 from .report import Progress, Stats
 from .shrink import shrink
@@ -54,8 +54,14 @@ class RunConfig:
 
 
 def case_space(backend: B.Backend, op: str) -> dict:
-    """The generator space of ``op`` for ``backend``: the op's base space updated by the backend's restrictions."""
-    return {**OPS[op].space, **backend.space(op)}
+    """The generator space of ``op`` for ``backend``: the op's base space updated by the backend's restrictions
+    (keys of :data:`conformance.generators.SPACE_KEYS` only)."""
+    own = backend.space(op) or {}
+    unknown = sorted(set(own) - SPACE_KEYS)
+    if unknown:
+        raise B.BackendSpecError(f"backend {backend.name}: space({op!r}) has unknown keys {unknown}; known: "
+                                 f"{', '.join(sorted(SPACE_KEYS))}")
+    return {**OPS[op].space, **own}
 
 
 def check_case(backend: B.Backend, case: Case, stats: dict | None = None) -> tuple[str, list[Mismatch], dict, dict, str]:
@@ -279,6 +285,8 @@ def run(cfg: RunConfig, stdout=None, stderr=None) -> tuple[int, Stats]:
             offered.update(wanted)
             continue
         offered.update(ops)
+        for op in ops:
+            case_space(b, op)  # an unknown restriction key is a usage error, before any worker starts
         if ops:
             usable.append(s)
     for op in cfg.ops or ():  # asked for, but no selected backend has it: say so instead of dropping it

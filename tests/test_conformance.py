@@ -574,3 +574,20 @@ def test_plugin_without_the_backend_base_class(tmp_path):
     assert b.available() is None and b.space("e4m3") == {} and b.name == "PlainPlugin"
     code, stats = run(_cfg(tmp_path, backends=["test_conformance:PlainPlugin"], ops=["e4m3"], max_cases=3))
     assert code == 0 and stats.cases == 3
+
+
+class TypoSpace(OracleQuantize):
+    name = "test-typospace"
+
+    def space(self, op):
+        return {"rules": ["te"]}  # a typo of "rule": would silently restrict nothing
+
+
+register_backend(TypoSpace.name, TypoSpace)
+
+
+def test_unknown_space_keys_are_a_usage_error(tmp_path):
+    import conformance.backends as CB
+
+    with pytest.raises(CB.BackendSpecError, match="rules"):
+        run(_cfg(tmp_path, backends=["test-typospace"], ops=["quantize"], max_cases=1))
