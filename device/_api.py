@@ -10,6 +10,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from oracle.quantize import check_block
+
 from . import _ops
 from ._results import DeviceGroupedNVFP4Tensor, DeviceNVFP4Tensor
 
@@ -50,9 +52,7 @@ def _options(x2: Tensor, *, rowwise, columnwise, rht, rht_signs, block, rule, ro
         raise NotImplementedError(f"rule {rule!r} is implemented by the oracle only; the device supports {list(_RULES)}")
     if rule not in _RULES:
         raise ValueError(f"rule must be one of {list(_RULES)}, got {rule!r}")
-    block = tuple(int(b) for b in block)
-    if block not in ((1, 16), (16, 16)):
-        raise ValueError(f"block must be (1, 16) or (16, 16), got {block}")
+    block = check_block(block)  # the oracle's parser: (1, 16) / (16, 16) or "1x16" / "16x16"
     if rounding not in ("rn", "sr"):
         raise ValueError(f"rounding must be 'rn' or 'sr', got {rounding!r}")
     if not (0 <= int(rht_signs) < 1 << 16):

@@ -23,7 +23,10 @@ def check_splits(splits, total_rows: int) -> np.ndarray:
     if np.any(s < 0):
         raise ValueError(f"splits must be >= 0, got {s.tolist()}")
     if int(s.sum()) != total_rows:
-        raise ValueError(f"splits add up to {int(s.sum())} but x has {total_rows} rows")
+        hint = ""
+        if s.size > 1 and s[-1] == total_rows and np.all(np.diff(s) >= 0):
+            hint = " (these look like cumulative offsets: splits are group sizes, e.g. np.diff(offsets, prepend=0))"
+        raise ValueError(f"splits add up to {int(s.sum())} but x has {total_rows} rows{hint}")
     return s
 
 

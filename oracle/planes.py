@@ -48,12 +48,18 @@ class QuantizedPlane:
         if self.valid_cols is None:
             self.valid_cols = self.shape[1]
 
+    def __repr__(self) -> str:
+        return (f"QuantizedPlane(shape={self.shape}, rule={self.rule!r}, block={self.block}, rht={self.rht}, "
+                f"amax={float(self.amax)!r}, data=uint8{list(self.data.shape)}, scales=uint8{list(self.scales.shape)})")
+
     @property
     def rows(self) -> int:
+        """Rows of the quantized matrix."""
         return self.shape[0]
 
     @property
     def cols(self) -> int:
+        """Columns of the quantized matrix (the K-major contraction axis)."""
         return self.shape[1]
 
     def swizzled_scales(self) -> np.ndarray:
@@ -80,12 +86,16 @@ class NVFP4Tensor:
     shape: tuple[int, int]
     options: dict = field(default_factory=dict)
 
+    def __repr__(self) -> str:
+        return f"NVFP4Tensor(shape={self.shape}, row={self.row!r}, col={self.col!r})"
+
 
 @dataclass
 class GroupedNVFP4Tensor:
     """The result of :func:`oracle.group_quantize` (SPEC 9).
 
-    ``row_planes[g]`` / ``col_planes[g]`` are the per-group planes (``None`` lists entries when not requested).
+    ``row_planes[g]`` / ``col_planes[g]`` are the per-group planes (each entry ``None`` when that plane was not
+    requested; the plane's flat buffers are then ``None`` and its amaxes 0).
     The flat buffers and offsets are exactly what a device writes:
 
     * ``row_data``: uint8, group g at bytes ``row_data_offsets[g] .. row_data_offsets[g+1]``.
@@ -115,6 +125,11 @@ class GroupedNVFP4Tensor:
     col_data_offsets: np.ndarray
     col_scale_offsets: np.ndarray
     options: dict = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        planes = [p for p, d in (("row", self.row_data), ("col", self.col_data)) if d is not None]
+        return (f"GroupedNVFP4Tensor(shape={self.shape}, splits={self.splits.tolist()}, planes={planes}, "
+                f"options={self.options})")
 
     @property
     def num_groups(self) -> int:

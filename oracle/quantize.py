@@ -33,6 +33,8 @@ def as_2d_f32(x) -> tuple[np.ndarray, bool]:
 
     Returns ``(x2d_f32, is_bf16)``. Accepts float32, float16 and ml_dtypes.bfloat16 arrays only.
     """
+    if type(x).__module__.startswith("torch") and hasattr(x, "detach"):
+        x = _from_torch(x)
     if not isinstance(x, np.ndarray):
         raise TypeError(f"x must be a NumPy array of float32, float16 or bfloat16, got {type(x).__name__}")
     if x.dtype not in (np.float32, np.float16) and x.dtype.name != "bfloat16":
@@ -47,15 +49,39 @@ def as_2d_f32(x) -> tuple[np.ndarray, bool]:
     return np.ascontiguousarray(x2, dtype=np.float32), x.dtype.name == "bfloat16"
 
 
+def _from_torch(t) -> np.ndarray:
+    """A torch tensor (any device) as a NumPy array of the same dtype and values; bfloat16 becomes
+    ``ml_dtypes.bfloat16`` (torch's ``.numpy()`` has no bfloat16)."""
+    import ml_dtypes
+    import torch
+
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        return t.contiguous().view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def check_block(block) -> tuple:
+    """``(1, 16)`` / ``(16, 16)`` from a pair or the strings ``"1x16"`` / ``"16x16"`` (SPEC 6.3)."""
+    if isinstance(block, str):
+        parts = block.lower().split("x")
+        block = tuple(parts) if len(parts) == 2 else (block,)
+    try:
+        block = tuple(int(b) for b in block)
+    except (TypeError, ValueError):
+        raise ValueError(f"block must be (1, 16) or (16, 16) (or \"1x16\" / \"16x16\"), got {block!r}") from None
+    if block not in _BLOCKS:
+        raise ValueError(f"block must be (1, 16) or (16, 16), got {block}")
+    return block
+
+
 def check_options(*, rowwise, columnwise, rht, rht_signs, block, rule, rounding, seed, offset, is_bf16) -> tuple:
     """Validate the quantize options; returns the block shape as a tuple."""
     if not (rowwise or columnwise):
         raise ValueError("at least one of rowwise / columnwise must be requested")
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
-    block = tuple(int(b) for b in block)
-    if block not in _BLOCKS:
-        raise ValueError(f"block must be (1, 16) or (16, 16), got {block}")
+    block = check_block(block)
     if rounding not in _ROUNDINGS:
         raise ValueError(f"rounding must be 'rn' or 'sr', got {rounding!r}")
     for name, v in (("rht_signs", rht_signs), ("seed", seed), ("offset", offset)):
@@ -268,13 +294,13 @@ def quantize(
     """Quantize ``x`` to NVFP4 exactly as SPEC.md defines it.
 
     Args:
-        x: float32 / float16 / ml_dtypes.bfloat16 array, 2-D or N-D (flattened to 2-D on the last dim);
-            the last dimension K must be a multiple of 16.
+        x: float32 / float16 / ml_dtypes.bfloat16 array (or a torch tensor of those dtypes, copied to the
+            host), 2-D or N-D (flattened to 2-D on the last dim); the last dimension K must be a multiple of 16.
         rowwise: produce the rowwise plane of X (``.row``), shape [M, K].
         columnwise: produce the columnwise plane of X^T (``.col``), shape [K, roundup(M, 16)] (SPEC 6.2).
         rht: apply the 16-point Random Hadamard Transform to the columnwise plane (bf16 input only, SPEC 7).
         rht_signs: 16-bit sign mask of the RHT (bit i set <=> sign -1), default TE's 0xD7E8.
-        block: (1, 16) or (16, 16) scale blocks (SPEC 6.3).
+        block: (1, 16) or (16, 16) scale blocks (SPEC 6.3); also "1x16" / "16x16".
         rule: "te" (default), "te_fused_rht", "torchao", "torchao_noscale" (SPEC 5).
         amax: None (computed, SPEC 4), a number for both planes, or a (row_amax, col_amax) pair.
         rounding: "rn" (round to nearest even) or "sr" (stochastic, SPEC 3.4).

@@ -144,3 +144,8 @@ def test_group_quantize_all_empty_groups_and_amax():
     g = oracle.group_quantize(y, [1, 3], amax=[2688.0, 2688.0])
     # supplied amax 2688 -> S_enc 1; block amax 1 -> sf = fp32(1/6) = 0.1666667 -> E4M3 1.375 * 2**-3 = 0x23
     assert np.all(g.row_planes[0].scales == 0x23) and np.all(g.row_planes[1].scales == 0x23)
+
+
+def test_cumulative_offsets_as_splits_get_a_hint():
+    with pytest.raises(ValueError, match="cumulative offsets"):
+        oracle.group_quantize(np.zeros((300, 16), np.float32), [100, 200, 300])

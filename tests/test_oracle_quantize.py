@@ -311,3 +311,21 @@ def test_integer_options_and_zero_k():
     assert t.shape == (8, 0) and t.row.data.shape == (8, 0)
     with pytest.raises(ValueError):
         oracle.grouped_capacities(-5, 16, 1)
+
+
+def test_torch_tensors_and_block_strings_are_accepted():
+    """A torch bf16 tensor is read as its bf16 values (torch's .numpy() has no bfloat16); "16x16" means (16, 16)."""
+    torch = pytest.importorskip("torch")
+    import ml_dtypes
+
+    rng = np.random.default_rng(5)
+    xb = rng.standard_normal((32, 48)).astype(ml_dtypes.bfloat16)
+    xt = torch.from_numpy(xb.view(np.int16).copy()).view(torch.bfloat16)
+    a = oracle.quantize(xt, columnwise=True, rht=True, block="16x16")
+    b = oracle.quantize(xb, columnwise=True, rht=True, block=(16, 16))
+    for p in ("row", "col"):
+        assert np.array_equal(getattr(a, p).data, getattr(b, p).data)
+        assert np.array_equal(getattr(a, p).scales, getattr(b, p).scales)
+    for bad in (16, "1x8", "big"):
+        with pytest.raises(ValueError, match="block must be"):
+            oracle.quantize(xb, block=bad)
