@@ -39,8 +39,13 @@ class Mismatch:
         return asdict(self)
 
     def __str__(self) -> str:
-        if self.count < 0:  # a buffer the backend did not return (runner._check_case)
+        if self.count == -1:  # a buffer the backend did not return (runner._check_case)
             return f"{self.buffer}: missing from the backend's outputs (op={self.where.get('op')})"
+        if self.count == -2:  # a key the op does not have
+            return (f"{self.buffer}: not an output of op {self.where.get('op')} (its buffers: "
+                    f"{self.where.get('expected')})")
+        if self.where.get("shape") == "differs":
+            return f"{self.buffer}: dtype/shape differs: ref {self.ref} != got {self.got} ({self.count} bytes differ)"
         loc = ", ".join(f"{k}={v}" for k, v in self.where.items())
         return f"{self.buffer}: {self.count} differ; first at ({loc}): ref {self.ref} != got {self.got}"
 
@@ -171,7 +176,7 @@ def _bytes_compare(case: Case, ref: dict, out: dict) -> list[Mismatch]:
     for key in sorted(out):
         got = np.asarray(out[key])
         if key not in ref:
-            res.append(Mismatch(key, got.size, {"op": case.op}, "<no such reference buffer>", str(got.shape)))
+            res.append(Mismatch(key, -2, {"op": case.op, "expected": ", ".join(sorted(ref))}, "-", str(got.shape)))
             continue
         r = np.asarray(ref[key])
         if r.dtype != got.dtype or r.shape != got.shape:

@@ -591,3 +591,14 @@ def test_unknown_space_keys_are_a_usage_error(tmp_path):
 
     with pytest.raises(CB.BackendSpecError, match="rules"):
         run(_cfg(tmp_path, backends=["test-typospace"], ops=["quantize"], max_cases=1))
+
+
+def test_mismatch_texts_for_wrong_keys_and_shapes():
+    case = generate("quantize", 3, 0, "quantize", {"planes": ["row"], "rounding": ["rn"], "min_rows": 2})
+    ref = reference(case)
+    out = {k: v.copy() for k, v in ref.items()}
+    out["data"] = out.pop("row_data")
+    out["row_amax"] = out["row_amax"].reshape(())
+    text = {m.buffer: str(m) for m in compare(case, ref, out)}
+    assert text["data"].startswith("data: not an output of op quantize (its buffers: ") and "row_data" in text["data"]
+    assert text["row_amax"].startswith("row_amax: dtype/shape differs: ref float32[1] != got float32[]")
