@@ -4,15 +4,19 @@ Columns (TFLOP/s = 2*T*N*K / time; wgrad counts the unpadded T):
   nvfp4 fast / nvfp4 exact  -- device.gemm.grouped_gemm on operands quantized beforehand (GEMM only timed)
   grouped_mm                -- torch._grouped_mm on BF16 operands (wgrad: bf16 output, fp32 is refused; the
                                "wgrad-bf16" rows run our wgrad with bf16 output too, the same bytes written)
-  matmul loop               -- one torch.matmul per expert (host-known splits)
-  deq+grouped_mm            -- dequantize the NVFP4 weights to BF16 (torch ops, timed) + torch._grouped_mm
+  matmul loop               -- one torch.matmul per expert (host-known splits; on E=64 it is bound by its 64 launches)
+  wdq+gmm                   -- weight-only path: dequantize the NVFP4 weights to BF16 (a torch.compile'd kernel,
+                               timed) + torch._grouped_mm on the BF16 activations (fprop / dgrad only)
+Only the GEMM is timed: quantizing the operands (e.g. the weights, each step) is not in these numbers.
 Two GPU states, because the H100 (700 W cap) lowers its clock within ~0.1-1 s of sustained tensor load, and not by
 the same amount for every kernel (docs/gemm.md, stop 21: on the E8 T16384 shapes cuBLAS BF16 settles at 1.29-1.41
 GHz, the NVFP4 fast kernel at 1.62-1.77 GHz):
-  burst      -- 0.3 s idle, two warm-up calls, then --iters calls: the clock near its 1.98 GHz maximum
-  sustained  -- (columns marked _s) the same call run for --sustain seconds first, then --iters calls: the
-                power-capped clock of a long training run
-Times are CUDA-event means; every column is timed --reps times, in rounds over all columns, and reports its median.
+  burst      -- 0.3 s idle, two warm-up calls, then --iters calls: the clock near its maximum (not measured here)
+  sustained  -- (columns marked _s) the same call enqueued back to back for --sustain seconds first (no
+                synchronisation between calls, so host overhead does not lower the GPU's duty cycle), then --iters
+                calls: the power-capped clock of a long training run
+Times are CUDA-event means; every column is timed --reps times, in rounds over all columns (the column order rotates
+from round to round, so no column always follows the same one), and reports its median.
 
     PYTHONPATH=. python benchmarks/bench_grouped_gemm.py [--iters 10] [--reps 3] [--sustain 1.0]
 """
@@ -38,12 +42,13 @@ def timeit(fn, iters: int, warmup: int = 2, warmup_s: float = 0.0, idle_s: float
     if idle_s > 0:
         torch.cuda.synchronize()
         time.sleep(idle_s)
-    t0 = time.perf_counter()
-    done = 0
-    while done < warmup or time.perf_counter() - t0 < warmup_s:
+    for _ in range(warmup):
         fn()
         torch.cuda.synchronize()
-        done += 1
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < warmup_s:  # enqueue back to back (the launch queue throttles the host)
+        fn()
+    torch.cuda.synchronize()
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     s.record()
     for _ in range(iters):
@@ -67,7 +72,7 @@ def splits_for(e: int, t: int, skew: bool) -> list[int]:
 _E2M1 = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6], dtype=torch.bfloat16)
 
 
-def dequant_weights(wq, e: int, n: int, k: int) -> torch.Tensor:
+def _dequant_weights(wq, e: int, n: int, k: int) -> torch.Tensor:
     """NVFP4 rowwise weights [E*N, K] -> BF16 [E, N, K] with torch ops (N % 128 == 0 and K % 64 == 0, so the
     per-group swizzled scales equal the swizzle of the whole stack and unswizzle is a reshape)."""
     lut = _E2M1.to(wq.row_data.device)
@@ -79,6 +84,10 @@ def dequant_weights(wq, e: int, n: int, k: int) -> torch.Tensor:
     g = (wq.row_amax * (1.0 / 2688.0)).repeat_interleave(n)[:, None]
     w = lut[codes].view(e * n, c, 16).float() * (sf * g)[:, :, None]
     return w.to(torch.bfloat16).view(e, n, k)
+
+
+#: the weight dequantize as one fused kernel (eager torch would move ~20 GB through int64 codes on E=8)
+dequant_weights = torch.compile(_dequant_weights, dynamic=False)
 
 
 def bench_case(name, e, t, k, n, skew, kind, iters, reps, sustain):
@@ -152,10 +161,12 @@ def bench_case(name, e, t, k, n, skew, kind, iters, reps, sustain):
            "grouped_mm": (bf16_gmm, iters), "loop": (loop, iters), "deq+gmm": (deq, iters)}
     for key in ("fast", "exact", "grouped_mm"):  # the sustained columns
         fns[key + "_s"] = fns[key]
-    # `reps` rounds over all columns, each column's median
+    # `reps` rounds over all columns, each column's median; the order rotates by one column per round
     times: dict[str, list[float] | None] = {key: [] for key in fns}
-    for _ in range(reps):
-        for key, (fn, n_iters) in fns.items():
+    keys = list(fns)
+    for rep in range(reps):
+        for key in keys[rep % len(keys):] + keys[:rep % len(keys)]:
+            fn, n_iters = fns[key]
             if fn is None or times[key] is None:
                 continue
             state = dict(warmup_s=sustain) if key.endswith("_s") else dict(idle_s=0.3)
@@ -176,14 +187,14 @@ def main():
     ap.add_argument("--sustain", type=float, default=1.0, help="seconds of the same call before a sustained timing")
     args = ap.parse_args()
     cases = [
-        ("E8 T16384 K4096 N14336 bal", 8, 16384, 4096, 14336, False, ("fprop", "dgrad", "wgrad")),
+        ("E8 T16384 K4096 N14336 bal", 8, 16384, 4096, 14336, False, ("fprop", "dgrad", "wgrad", "wgrad-bf16")),
         ("E8 T16384 K4096 N14336 skew", 8, 16384, 4096, 14336, True, ("fprop",)),
         ("E8 T512 K4096 N14336", 8, 512, 4096, 14336, False, ("fprop",)),
         ("E64 T16384 K2048 N1408", 64, 16384, 2048, 1408, False, ("fprop", "dgrad", "wgrad", "wgrad-bf16")),
     ]
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}")
-    hdr = (f"{'case':30s} {'kind':10s} {'fast':>7s} {'exact':>7s} {'grp_mm':>7s} {'loop':>7s} {'deq+gmm':>7s}"
-           f" {'fast/gmm':>8s} {'exact/gmm':>9s} {'fast/deq':>8s} | {'fast_s':>7s} {'exact_s':>7s} {'grp_mm_s':>8s}"
+    hdr = (f"{'case':30s} {'kind':10s} {'fast':>7s} {'exact':>7s} {'grp_mm':>7s} {'loop':>7s} {'wdq+gmm':>7s}"
+           f" {'fast/gmm':>8s} {'exact/gmm':>9s} {'fast/wdq':>8s} | {'fast_s':>7s} {'exact_s':>7s} {'grp_mm_s':>8s}"
            f" {'fast/gmm_s':>10s} {'exact/gmm_s':>11s}")
     print(f"TFLOP/s (2*T*N*K / time); burst columns, then sustained (_s: after {args.sustain:g} s of the same call)")
     print(hdr)
