@@ -8,6 +8,8 @@ for grouped outputs), never on device data.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -44,6 +46,17 @@ def _empty(shape, device, fill: int | None, dtype=torch.uint8) -> Tensor:
     return t
 
 
+def _check_buffers(bufs: dict, need: dict, device) -> None:
+    """The out-variant launchers write raw pointers: every buffer they will write must be a contiguous tensor on
+    x's device with at least the bytes the kernels write (``need``: name -> (bytes, dtype))."""
+    for name, (nbytes, dtype) in need.items():
+        t = bufs.get(name)
+        if not isinstance(t, Tensor) or t.device != device or t.dtype != dtype or not t.is_contiguous():
+            raise ValueError(f"buffer {name!r} must be a contiguous {dtype} tensor on {device}")
+        if t.numel() * t.element_size() < nbytes:
+            raise ValueError(f"buffer {name!r} holds {t.numel() * t.element_size()} bytes, the call writes {nbytes}")
+
+
 # ---------------------------------------------------------------------------------------------------------
 # single tensor
 # ---------------------------------------------------------------------------------------------------------
@@ -67,9 +80,19 @@ def quantize_buffers(m: int, k: int, *, rowwise: bool, columnwise: bool, swizzle
 def launch_quantize(x: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: bool, columnwise: bool, rht: bool,
                     rht_signs: int, block2d: bool, rule: int, sr: bool, seed_lo: int, seed_hi: int, offset: int,
                     swizzled: bool) -> None:
-    """Launch the amax pass (unless ``amax_in`` [2] is given) and the fused quantizer into ``bufs``."""
-    ext = load_extension()
+    """Launch the amax pass (unless ``amax_in`` [2] is given) and the fused quantizer into ``bufs``
+    (``quantize_buffers``' layout; sizes checked)."""
     m, k = x.shape
+    need = {"amax": (8, torch.float32)}
+    mp = _ru(m, 16)
+    if rowwise:
+        need.update(row_data=(m * k // 2, torch.uint8),
+                    row_scales=(math.prod(scale_shape(m, k // 16, swizzled)), torch.uint8))
+    if columnwise:
+        need.update(col_data=(k * mp // 2, torch.uint8),
+                    col_scales=(math.prod(scale_shape(k, mp // 16, swizzled)), torch.uint8))
+    _check_buffers(bufs, need, x.device)
+    ext = load_extension()
     row_tiles = (m + _TILE_M - 1) // _TILE_M
     amax = bufs["amax"]
     if amax_in is None:
@@ -141,10 +164,19 @@ def group_buffers(t: int, k: int, e: int, *, rowwise: bool, columnwise: bool, de
 def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: bool,
                           columnwise: bool, rht: bool, rht_signs: int, block2d: bool, rule: int, sr: bool,
                           seed_lo: int, seed_hi: int, offset: int, swizzled: bool) -> None:
-    """Offsets, amax (unless ``amax_in`` [2, E] is given), tail zero-fill and the fused quantizer, all on device."""
-    ext = load_extension()
+    """Offsets, amax (unless ``amax_in`` [2, E] is given), tail zero-fill and the fused quantizer, all on device
+    (``group_buffers``' layout; sizes checked)."""
     t, k = x.shape
     e = splits.numel()
+    cap = group_capacities(t, k, e)
+    need = {"row_amax": (4 * e, torch.float32), "col_amax": (4 * e, torch.float32),
+            "offsets": (8 * 6 * (e + 1), torch.int64)}
+    if rowwise:
+        need.update(row_data=(cap["row_data"], torch.uint8), row_scales=(cap["row_scale"], torch.uint8))
+    if columnwise:
+        need.update(col_data=(cap["col_data"], torch.uint8), col_scales=(cap["col_scale"], torch.uint8))
+    _check_buffers(bufs, need, x.device)
+    ext = load_extension()
     row_tiles = t // _TILE_M + e  # worst case of sum ceil(m_g / 128)
     offs, row_amax, col_amax = bufs["offsets"], bufs["row_amax"], bufs["col_amax"]
     compute = amax_in is None

@@ -728,3 +728,14 @@ def test_argument_errors():
     single = device.quantize(good)
     with pytest.raises(ValueError, match="raw bytes"):
         device.dequantize(single, shape=(32, 32))
+    from device import _ops  # the out-variant launchers check the buffers they are given
+    opts = device_opts(good, columnwise=True)
+    bufs = _ops.quantize_buffers(32, 32, rowwise=True, columnwise=True, swizzled=True, device=good.device)
+    bufs["col_scales"] = bufs["col_scales"][:-1]
+    with pytest.raises(ValueError, match="col_scales"):
+        _ops.launch_quantize(good, bufs, None, swizzled=True, **opts)
+    gbufs = _ops.group_buffers(32, 32, 2, rowwise=True, columnwise=False, device=good.device)
+    gbufs["row_data"] = gbufs["row_data"].cpu()
+    with pytest.raises(ValueError, match="row_data"):
+        _ops.launch_group_quantize(good, torch.tensor([16, 16], device="cuda"), gbufs, None, swizzled=True,
+                                   **device_opts(good))
