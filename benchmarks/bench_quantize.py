@@ -198,7 +198,15 @@ def _torch_rht(v: torch.Tensor, signs: torch.Tensor) -> torch.Tensor:
         a, b = w[:, :, 0], w[:, :, 1]
         v = torch.stack((a + b, a - b), dim=2).view(n, 16)
         h *= 2
-    return (v * 0.25).to(torch.bfloat16).float()
+    return _round_bf16(v * 0.25)
+
+
+def _round_bf16(v: torch.Tensor) -> torch.Tensor:
+    """fp32 -> the nearest bf16 value (RNE), kept in fp32, by integer ops on the bits (finite inputs). Inductor
+    elides a `.to(bfloat16).float()` round trip (even with emulate_precision_casts, measured on torch 2.11); integer
+    arithmetic it cannot drop."""
+    b = v.view(torch.int32)
+    return ((b + 0x7FFF + ((b >> 16) & 1)) & -65536).view(torch.float32)
 
 
 def torch_reference(x: torch.Tensor, signs: torch.Tensor):
