@@ -493,14 +493,21 @@ def _all_nan(y: np.ndarray, where: str) -> None:
     assert np.isnan(np.asarray(y, np.float32)).all(), f"{where}: not every element is NaN"
 
 
-@pytest.mark.parametrize("mode", ["exact", "fast"])
-def test_disagreeing_operand_groups_are_nan(mode):
+@pytest.mark.parametrize("mode,fast_kernel,max_ctas", [("exact", None, None), ("fast", None, None),
+                                                       ("fast", "skinny", 3), ("fast", "large", None),
+                                                       ("fast", "pair", None), ("fast", "pair", 2), ("exact", None, 1)])
+def test_disagreeing_operand_groups_are_nan(mode, fast_kernel, max_ctas):
     """SPEC 12.5: a group whose operands disagree on its size (sizes live on the device, so this cannot raise) reads
     nothing of that group and is written as NaN; the agreeing groups are unaffected. fprop / dgrad: W quantized with
     unequal splits (one group longer, one shorter than N: reading N rows of either would cross into the next group
     or past the buffer); wgrad: dY and X quantized with different splits of the same T. Under compute-sanitizer
-    memcheck this also shows that nothing outside the operands is read."""
-    gg = _gg()
+    memcheck this also shows that nothing outside the operands is read. Every fast kernel (their K-step-free tiles
+    only occurred in wgrad before) and capped grids, where a CTA walks agreeing and disagreeing tiles in turn."""
+    gg0 = _gg()
+
+    def gg(*args, **kw):
+        return gg0(*args, fast_kernel=fast_kernel, max_ctas=max_ctas, **kw)
+
     n, k = 48, 64
     splits = [30, 0, 50]
     t = sum(splits)
