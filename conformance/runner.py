@@ -401,7 +401,7 @@ def _run_workers(cfg: RunConfig, plans: list, nworkers: int, deadline: float, co
             elif kind in ("done", "crash"):
                 finished.add(w)
                 if kind == "crash":
-                    consume(_lost_case(rec.get("case"), w, rec["error"]))
+                    consume(_lost_case(current(w), w, rec["error"]))
             continue
         progress.update()
         now = time.monotonic()
@@ -427,19 +427,15 @@ _SLOT_BYTES = 4096  # a worker's current case as JSON (backend, spec, op, index,
 
 
 def _proc_entry(wid, nworkers, specs, cfg, deadline, q, slot) -> None:
-    last: dict = {}
-
     def emit(rec):
         if rec.get("kind") == "start":
-            last["case"] = rec
             slot.value = json.dumps(rec).encode()[: _SLOT_BYTES - 1]
             return  # the parent reads the slot; the queue carries results only
         if rec.get("kind") == "case":
-            last.pop("case", None)
             slot.value = b""
         q.put(rec)
 
     try:
         worker_main(wid, nworkers, specs, cfg, deadline, emit)
     except BaseException as e:  # noqa: BLE001 -- SystemExit / KeyboardInterrupt included: report, then end
-        q.put(dict(kind="crash", worker=wid, case=last.get("case"), error=f"{type(e).__name__}: {e}"))
+        q.put(dict(kind="crash", worker=wid, error=f"{type(e).__name__}: {e}"))  # its case: still in the slot

@@ -46,35 +46,46 @@ def _empty(shape, device, fill: int | None, dtype=torch.uint8) -> Tensor:
     return t
 
 
-def _check_buffers(bufs: dict, need: dict, device) -> None:
-    """The out-variant launchers write raw pointers: every buffer they will write must be a contiguous tensor on
-    x's device with at least the bytes the kernels write (``need``: name -> (bytes, dtype))."""
-    for name, (nbytes, dtype) in need.items():
+def _allocate(specs: dict, device, fill: int | None) -> dict:
+    """Buffers for ``specs`` (name -> (shape, dtype)); the planes not in ``specs`` get empty uint8 tensors."""
+    b = {name: torch.empty(0, dtype=torch.uint8, device=device)
+         for name in ("row_data", "row_scales", "col_data", "col_scales")}
+    b.update({name: _empty(shape, device, fill, dtype) for name, (shape, dtype) in specs.items()})
+    return b
+
+
+def _check_buffers(bufs: dict, specs: dict, device) -> None:
+    """The out-variant launchers write raw pointers: every buffer in ``specs`` (name -> (shape, dtype), what the
+    matching ``*_buffers`` function allocates) must be a contiguous tensor of that dtype on x's device, at least
+    that large."""
+    for name, (shape, dtype) in specs.items():
         t = bufs.get(name)
         if not isinstance(t, Tensor) or t.device != device or t.dtype != dtype or not t.is_contiguous():
             raise ValueError(f"buffer {name!r} must be a contiguous {dtype} tensor on {device}")
-        if t.numel() * t.element_size() < nbytes:
-            raise ValueError(f"buffer {name!r} holds {t.numel() * t.element_size()} bytes, the call writes {nbytes}")
+        if t.numel() < math.prod(shape):
+            raise ValueError(f"buffer {name!r} holds {t.numel()} elements, the call writes {math.prod(shape)}")
 
 
 # ---------------------------------------------------------------------------------------------------------
 # single tensor
 # ---------------------------------------------------------------------------------------------------------
 
+def _quantize_specs(m: int, k: int, rowwise: bool, columnwise: bool, swizzled: bool) -> dict:
+    """name -> (shape, dtype) of the buffers one quantize call writes (SPEC 6, 8)."""
+    mp = _ru(m, 16)
+    specs = {"amax": ((2,), torch.float32)}
+    if rowwise:
+        specs.update(row_data=((m, k // 2), torch.uint8), row_scales=(scale_shape(m, k // 16, swizzled), torch.uint8))
+    if columnwise:
+        specs.update(col_data=((k, mp // 2), torch.uint8),
+                     col_scales=(scale_shape(k, mp // 16, swizzled), torch.uint8))
+    return specs
+
+
 def quantize_buffers(m: int, k: int, *, rowwise: bool, columnwise: bool, swizzled: bool, device,
                      fill: int | None = None) -> dict:
     """Output buffers of one quantize call (SPEC 6, 8); ``fill`` poisons them (tests)."""
-    mp = _ru(m, 16)
-    z = lambda: torch.empty(0, dtype=torch.uint8, device=device)  # noqa: E731
-    b = {"row_data": z(), "row_scales": z(), "col_data": z(), "col_scales": z()}
-    if rowwise:
-        b["row_data"] = _empty((m, k // 2), device, fill)
-        b["row_scales"] = _empty(scale_shape(m, k // 16, swizzled), device, fill)
-    if columnwise:
-        b["col_data"] = _empty((k, mp // 2), device, fill)
-        b["col_scales"] = _empty(scale_shape(k, mp // 16, swizzled), device, fill)
-    b["amax"] = _empty((2,), device, fill, torch.float32)
-    return b
+    return _allocate(_quantize_specs(m, k, rowwise, columnwise, swizzled), device, fill)
 
 
 def launch_quantize(x: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: bool, columnwise: bool, rht: bool,
@@ -83,15 +94,7 @@ def launch_quantize(x: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: b
     """Launch the amax pass (unless ``amax_in`` [2] is given) and the fused quantizer into ``bufs``
     (``quantize_buffers``' layout; sizes checked)."""
     m, k = x.shape
-    need = {"amax": (8, torch.float32)}
-    mp = _ru(m, 16)
-    if rowwise:
-        need.update(row_data=(m * k // 2, torch.uint8),
-                    row_scales=(math.prod(scale_shape(m, k // 16, swizzled)), torch.uint8))
-    if columnwise:
-        need.update(col_data=(k * mp // 2, torch.uint8),
-                    col_scales=(math.prod(scale_shape(k, mp // 16, swizzled)), torch.uint8))
-    _check_buffers(bufs, need, x.device)
+    _check_buffers(bufs, _quantize_specs(m, k, rowwise, columnwise, swizzled), x.device)
     ext = load_extension()
     row_tiles = (m + _TILE_M - 1) // _TILE_M
     amax = bufs["amax"]
@@ -143,22 +146,22 @@ def group_capacities(t: int, k: int, e: int) -> dict:
     }
 
 
+def _group_specs(t: int, k: int, e: int, rowwise: bool, columnwise: bool) -> dict:
+    """name -> (shape, dtype) of the buffers one grouped quantize call writes, sized from (T, K, E) only."""
+    cap = group_capacities(t, k, e)
+    specs = {"row_amax": ((e,), torch.float32), "col_amax": ((e,), torch.float32),
+             "offsets": ((6, e + 1), torch.int64)}
+    if rowwise:
+        specs.update(row_data=((cap["row_data"],), torch.uint8), row_scales=((cap["row_scale"],), torch.uint8))
+    if columnwise:
+        specs.update(col_data=((cap["col_data"],), torch.uint8), col_scales=((cap["col_scale"],), torch.uint8))
+    return specs
+
+
 def group_buffers(t: int, k: int, e: int, *, rowwise: bool, columnwise: bool, device,
                   fill: int | None = None) -> dict:
     """Output buffers of one grouped quantize call, sized from (T, K, E) only."""
-    cap = group_capacities(t, k, e)
-    z = lambda: torch.empty(0, dtype=torch.uint8, device=device)  # noqa: E731
-    b = {"row_data": z(), "row_scales": z(), "col_data": z(), "col_scales": z()}
-    if rowwise:
-        b["row_data"] = _empty((cap["row_data"],), device, fill)
-        b["row_scales"] = _empty((cap["row_scale"],), device, fill)
-    if columnwise:
-        b["col_data"] = _empty((cap["col_data"],), device, fill)
-        b["col_scales"] = _empty((cap["col_scale"],), device, fill)
-    b["row_amax"] = _empty((e,), device, fill, torch.float32)
-    b["col_amax"] = _empty((e,), device, fill, torch.float32)
-    b["offsets"] = _empty((6, e + 1), device, fill, torch.int64)
-    return b
+    return _allocate(_group_specs(t, k, e, rowwise, columnwise), device, fill)
 
 
 def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: bool,
@@ -168,14 +171,7 @@ def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: Tensor
     (``group_buffers``' layout; sizes checked)."""
     t, k = x.shape
     e = splits.numel()
-    cap = group_capacities(t, k, e)
-    need = {"row_amax": (4 * e, torch.float32), "col_amax": (4 * e, torch.float32),
-            "offsets": (8 * 6 * (e + 1), torch.int64)}
-    if rowwise:
-        need.update(row_data=(cap["row_data"], torch.uint8), row_scales=(cap["row_scale"], torch.uint8))
-    if columnwise:
-        need.update(col_data=(cap["col_data"], torch.uint8), col_scales=(cap["col_scale"], torch.uint8))
-    _check_buffers(bufs, need, x.device)
+    _check_buffers(bufs, _group_specs(t, k, e, rowwise, columnwise), x.device)
     ext = load_extension()
     row_tiles = t // _TILE_M + e  # worst case of sum ceil(m_g / 128)
     offs, row_amax, col_amax = bufs["offsets"], bufs["row_amax"], bufs["col_amax"]

@@ -118,7 +118,8 @@ __global__ void __launch_bounds__(kScanThreads) group_setup_kernel(const int64_t
     if (start >= end) continue;
     const int64_t s16 = round_up(start, (int64_t)16), e16 = end / 16 * 16;
     if (first == 0 && s16 != start) *reinterpret_cast<uint2*>(f.buf[b] + start) = make_uint2(0, 0);
-    if (first == 1 && e16 != end && e16 >= s16) *reinterpret_cast<uint2*>(f.buf[b] + e16) = make_uint2(0, 0);
+    // (start < end, both multiples of 8: e16 >= s16, so the two 8-byte pieces never overlap)
+    if (first == 1 && e16 != end) *reinterpret_cast<uint2*>(f.buf[b] + e16) = make_uint2(0, 0);
     uint4* p = reinterpret_cast<uint4*>(f.buf[b]);
     for (int64_t j = s16 / 16 + first; j < e16 / 16; j += stride) p[j] = make_uint4(0, 0, 0, 0);
   }
