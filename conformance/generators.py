@@ -462,9 +462,14 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
         c = (rng.standard_normal((e, n, k)) * 10.0 ** rng.uniform(-3, 3)).astype(np.float32)
         c.flat[rng.integers(c.size, size=max(1, c.size // 50))] = -0.0
         arrays["c"] = c
-    # the device's fast mode runs the kernel chosen by the sizes, or one of its three forced (same bits, SPEC 12.6);
+    # the device's fast mode runs the kernel chosen by the sizes, or one of its four forced (same bits, SPEC 12.6);
     # the exact mode has one kernel (space "mode": "exact" only changes the tag)
-    fast_kernel = pick(rng, space, "fast_kernel", ["auto", "skinny", "large", "pair"], p=[0.4, 0.2, 0.2, 0.2])
+    fast_kernel = pick(rng, space, "fast_kernel", ["auto", "skinny", "large", "pair", "dequant"],
+                       p=[0.35, 0.15, 0.15, 0.15, 0.2])
+    # the dequantize-first path has no bias epilogue and needs 16-byte aligned output rows (device/gemm.py)
+    out_cols = n if kind == "fprop" else k
+    if fast_kernel == "dequant" and ("bias" in arrays or out_cols % (8 if out_dtype == "bfloat16" else 4)):
+        fast_kernel = "auto"
     # a capped persistent grid (0: one CTA per SM): every CTA walks many tiles, and the last round's tiles run as
     # half tiles when they fill at most half of it (device/csrc/gemm_wgmma_ws.cuh, TileWalk)
     max_ctas = int(rng.choice([0, 0, 0, 1, 2, 3, 5, 8]))

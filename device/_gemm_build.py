@@ -13,13 +13,18 @@ from types import ModuleType
 __all__ = ["load_gemm_extension"]
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-_SOURCES = ("gemm_bindings.cpp", "gemm_kernels.cu", "gemm_wgmma_fast.cu", "gemm_wgmma_pair.cu", "gemm_wgmma_exact.cu")
+_SOURCES = ("gemm_bindings.cpp", "gemm_kernels.cu", "gemm_wgmma_fast.cu", "gemm_wgmma_pair.cu", "gemm_wgmma_exact.cu",
+            "gemm_dequant.cu")
+#: the dequantize-first path's CUTLASS instantiations (one per epilogue), built when CUTLASS's headers are found
+_CUTLASS_SOURCES = ("gemm_cutlass_bf16.cu", "gemm_cutlass_f32.cu", "gemm_cutlass_f32_plus_c.cu")
 _CUDA_FLAGS = [
     "-O3",
     "-std=c++17",
     "-gencode=arch=compute_90a,code=sm_90a",
     "--fmad=false",
     "-Xptxas=-warn-spills",
+    "-DNDEBUG",  # CUTLASS's device asserts are calls, which serialise its wgmma pipeline (ptxas C7510)
+    "--expt-relaxed-constexpr",
 ]
 _lock = threading.Lock()
 _ext: ModuleType | None = None
@@ -29,6 +34,21 @@ def _build_dir() -> Path:
     d = Path(os.environ.get("NVFP4_BUILD_DIR", Path.home() / ".cache" / "nvfp4_device")) / "gemm"
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+def cutlass_include_dir() -> Path | None:
+    """CUTLASS/CuTe headers for the dequantize-first path: ``$NVFP4_CUTLASS_INCLUDE``, else the ``nvidia-cutlass``
+    wheel's copy (``cutlass_library/source/include``); None when neither exists (the path is then not built)."""
+    env = os.environ.get("NVFP4_CUTLASS_INCLUDE")
+    if env:
+        return Path(env)
+    import importlib.util
+
+    spec = importlib.util.find_spec("cutlass_library")  # located, not imported (its generators are heavy)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    inc = Path(next(iter(spec.submodule_search_locations))).resolve() / "source" / "include"
+    return inc if (inc / "cutlass" / "cutlass.h").is_file() else None
 
 
 def load_gemm_extension(verbose: bool = False) -> ModuleType:
@@ -41,12 +61,15 @@ def load_gemm_extension(verbose: bool = False) -> ModuleType:
             from torch.utils.cpp_extension import load
 
             os.environ.setdefault("MAX_JOBS", "2")
+            inc = cutlass_include_dir()
+            sources = _SOURCES + (_CUTLASS_SOURCES if inc else ())
+            flags = list(_CUDA_FLAGS) + ([] if inc else ["-DNVFP4_NO_CUTLASS"])
             _ext = load(
-                name="nvfp4_gemm",
-                sources=[str(CSRC / s) for s in _SOURCES],
-                extra_cflags=["-O3", "-std=c++17"],
-                extra_cuda_cflags=list(_CUDA_FLAGS),
-                extra_include_paths=[str(CSRC)],
+                name="nvfp4_gemm" if inc else "nvfp4_gemm_nocutlass",
+                sources=[str(CSRC / s) for s in sources],
+                extra_cflags=["-O3", "-std=c++17"] + ([] if inc else ["-DNVFP4_NO_CUTLASS"]),
+                extra_cuda_cflags=flags,
+                extra_include_paths=[str(CSRC)] + ([str(inc)] if inc else []),
                 build_directory=str(_build_dir()),
                 verbose=verbose or bool(os.environ.get("NVFP4_BUILD_VERBOSE")),
             )

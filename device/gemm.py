@@ -20,9 +20,12 @@ in K order with one fp32 rounding, i.e. byte-identical to ``oracle.gemm(model="s
 in the fp32 epilogue in SPEC 12.2's order.
 
 The fast mode picks its kernel from host-known sizes (docs/gemm.md): 64 x 256 tiles for few rows per group, 2-CTA
-clusters of 256 x 256 tiles for >= 256 rows per group with contraction >= 1024, 128 x 256 tiles otherwise.
-``fast_kernel="skinny" | "large" | "pair"`` forces one of them (tests, benchmarks, conformance); every kernel gives
-the same bits. ``max_ctas`` caps the persistent grid (default: one CTA per SM), e.g. to leave SMs to concurrent
+clusters of 256 x 256 tiles for >= 256 rows per group with contraction >= 1024, 128 x 256 tiles otherwise; and
+for large groups (at least 1024 rows per group, and every GEMM dimension at least 1024) without bias the
+**dequantize-first** path: both operand planes are decoded to fp16 (E2M1 x E4M3, exact; about 4 bytes of scratch
+per packed byte, e.g. 0.94 GB for 8 x 14336 x 4096 weights) and multiplied by CUTLASS's SM90 grouped GEMM with the
+same epilogue. ``fast_kernel="skinny" | "large" | "pair" | "dequant"`` forces one of them (tests, benchmarks,
+conformance), ``"fused"`` excludes the dequantize-first path; every kernel gives the same bits. ``max_ctas`` caps the persistent grid (default: one CTA per SM), e.g. to leave SMs to concurrent
 work; the bits do not depend on it either.
 
 Group sizes never leave the device: problem sizes, pointers and alphas are built by a setup kernel from the
@@ -43,7 +46,11 @@ __all__ = ["grouped_gemm"]
 _KINDS = {"fprop": 0, "dgrad": 1, "wgrad": 2}
 _RCP_7225344 = float(np.float32(1.0 / 7225344.0))  # SPEC 12.1: fp32(1/7225344)
 _TILE = 128
-_FAST_KERNELS = {None: 0, "auto": 0, "skinny": 1, "large": 2, "pair": 3}  # -> pick_tile's `force`
+#: -> pick_tile's `force` ("fused": chosen by the sizes like "auto", but never the dequantize-first path)
+_FAST_KERNELS = {None: 0, "auto": 0, "skinny": 1, "large": 2, "pair": 3, "dequant": 4, "fused": 0}
+#: the dequantize-first path pays when each weight (fprop / dgrad) or activation (wgrad) element is reused by at least
+#: this many output rows (docs/gemm.md, stop 29: E8 T16384, 2048 rows per group, gains; E64 and T512 lose)
+_DEQUANT_MIN_REUSE = 1024
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -69,13 +76,40 @@ def _out_dtype(out_dtype, default):
     return out_dtype
 
 
+def _dequant_choice(ext, force: int, kind: str, e: int, t: int, kc: int, cols: int, a_rows: int, b_rows: int,
+                    dtype, has_bias: bool) -> int:
+    """The fast kernel to run: ``force`` as given, or the dequantize-first path (4) when auto-selection finds it
+    eligible and paying. Raises when the dequantize-first path is forced but cannot run these operands."""
+    why = None
+    if not ext.has_dequant_path():
+        why = "the extension was built without CUTLASS's headers (install nvidia-cutlass, then rebuild)"
+    elif has_bias:
+        why = "it has no bias epilogue"
+    elif cols % (8 if dtype == torch.bfloat16 else 4):
+        why = f"its output rows must be 16-byte aligned ({cols} columns of {dtype})"
+    elif e > 65535:
+        why = f"it supports at most 65535 groups, got {e}"
+    if force == _FAST_KERNELS["dequant"]:
+        if why:
+            raise ValueError(f"fast_kernel='dequant' cannot run this call: {why}")
+        return force
+    if force != 0 or why:
+        return force
+    dims = (kc, cols) if kind != "wgrad" else (a_rows, b_rows)
+    if t // e >= _DEQUANT_MIN_REUSE and min(dims) >= _DEQUANT_MIN_REUSE:
+        return _FAST_KERNELS["dequant"]
+    return force
+
+
 def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, kind: str = "fprop",
                  out_dtype=None, out: Tensor | None = None, accumulate: bool = False, bias: Tensor | None = None,
                  mode: str = "fast", fast_kernel: str | None = None, max_ctas: int | None = None) -> Tensor:
     """Grouped NVFP4 GEMM (see the module docstring for the operands of each ``kind``). Returns ``out``.
 
     ``fast_kernel`` (fast mode only; ``None`` or ``"auto"``: chosen by the sizes) forces the fast kernel:
-    ``"skinny"`` (64 x 256 tiles), ``"large"`` (128 x 256) or ``"pair"`` (2-CTA clusters, 256 x 256).
+    ``"skinny"`` (64 x 256 tiles), ``"large"`` (128 x 256), ``"pair"`` (2-CTA clusters, 256 x 256) or ``"dequant"``
+    (fp16 copies of both operands, then CUTLASS's grouped GEMM; no bias, 16-byte aligned output rows), or
+    ``"fused"`` (chosen by the sizes like ``"auto"``, but never ``"dequant"``: no scratch copies).
     ``max_ctas`` (``None``: one per SM): at most this many persistent CTAs, which then walk all tiles; a 2-CTA
     cluster counts as two (an odd cap rounds down, but at least one cluster runs)."""
     if kind not in _KINDS:
@@ -197,6 +231,9 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
     from ._gemm_build import load_gemm_extension
 
     ext = load_gemm_extension()
+    force = _FAST_KERNELS[fast_kernel]
+    if mode == "fast" and fast_kernel != "fused":
+        force = _dequant_choice(ext, force, kind, e, t_a, kc, cols, a_rows, b_rows, dtype, bias_t is not None)
     ws_bytes = e * int(ext.prob_size()) + 4 * (e + 1)
     ws = torch.empty(ws_bytes, dtype=torch.uint8, device=dev)
     offs_a = a.offsets.contiguous()
@@ -209,6 +246,6 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
         int(b_rows), int(a_rows), int(kc), int(cols), _RCP_7225344, int(grid_upper), ws,
         int(a_rows) if kind == "wgrad" else t_a // e,  # average output rows per group (tile choice)
         t_a // e if kind == "wgrad" else int(kc),  # average contraction length per group (tile choice)
-        _FAST_KERNELS[fast_kernel], int(max_ctas or 0),
+        force, int(max_ctas or 0),
     )
     return out

@@ -63,6 +63,14 @@ def gq(x, splits, *, rowwise=True, columnwise=False, block=(1, 16)):
     return _device().group_quantize(x, s, rowwise=rowwise, columnwise=columnwise, block=block)
 
 
+def _needs_dequant_path():
+    """Skip when the GEMM extension was built without CUTLASS's headers (the nvidia-cutlass wheel is missing)."""
+    from device._gemm_build import load_gemm_extension
+
+    if not load_gemm_extension().has_dequant_path():
+        pytest.skip("the dequantize-first path is not built (nvidia-cutlass not installed)")
+
+
 def weights(e, n, k, seed):
     w = rand_bf16((e * n, k), seed, 0.05)
     return gq(w, [n] * e, rowwise=True, columnwise=True, block=(16, 16))
@@ -329,6 +337,37 @@ def test_forced_fast_kernels(tile):
     run_wgrad(splits, n, k, "fast", torch.float32, accumulate=True, seed=43, fast_kernel=tile)
 
 
+# The dequantize-first path (fp16 copies of both planes + CUTLASS's grouped GEMM; docs/gemm.md, stop 29), forced on
+# every case shape: the same bits as oracle.gemm(model="tensor_core"). Covers empty groups (M = 0 for CUTLASS, and in
+# wgrad K = 0: the zero-step epilogue, accumulating or not), unaligned group sizes (columnwise pitches roundup(m_g,16)),
+# one giant expert, 64 groups, RHT'd wgrad operands and both output dtypes. No bias (the path has none).
+@pytest.mark.parametrize("case", list(CASES))
+def test_dequant_path(case):
+    _needs_dequant_path()
+    splits, n, k = CASES[case]
+    od = torch.float32 if case in ("e4_zeros", "e64") else torch.bfloat16
+    run_fprop(splits, n, k, "fast", od, with_bias=False, seed=81, fast_kernel="dequant")
+    run_dgrad(splits, n, k, "fast", torch.bfloat16, seed=82, fast_kernel="dequant")
+    run_wgrad(splits, n, k, "fast", torch.float32, accumulate=case != "e1", seed=83, fast_kernel="dequant")
+    run_wgrad(splits, n, k, "fast", torch.float32, accumulate=False, seed=84, fast_kernel="dequant", max_ctas=5)
+
+
+def test_dequant_path_refusals():
+    """Forcing the dequantize-first path where it cannot run raises before any launch."""
+    gg = _gg()
+    e, n, k = 2, 36, 64  # bf16 rows of 36 columns: 72 bytes, not 16-byte aligned
+    _needs_dequant_path()
+    xq = gq(rand_bf16((64, k), 3), [30, 34])
+    wq = weights(e, n, k, 5)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        gg(xq, wq, kind="fprop", fast_kernel="dequant")
+    wq = weights(e, 32, k, 5)
+    with pytest.raises(ValueError, match="no bias"):
+        gg(xq, wq, kind="fprop", fast_kernel="dequant", bias=torch.zeros((e, 32), device=DEV))
+    with pytest.raises(ValueError, match="exact mode"):
+        gg(xq, wq, kind="fprop", fast_kernel="dequant", mode="exact")
+
+
 # fprop's output has N = the weight rows per group columns, which need not be a multiple of 16 (any split of the
 # weights is allowed): odd N (single-element stores, the last column of a row checked against N; the old pair stores
 # were misaligned there), N % 16 = 8 (pair stores, a partial last 16-column group), N < 16. Every mode and fast
@@ -413,9 +452,10 @@ def test_mostly_empty_experts():
 # CUDA graph: capture once (quantize + GEMM), replay with new data and new splits
 # ------------------------------------------------------------------------------------------------------------
 
-GRAPH_SHAPES = {  # (E, T, N, K, fast_kernel): few rows per group (by size: the skinny kernel), the cluster one forced
-    "small": (4, 256, 64, 128, None),
+GRAPH_SHAPES = {  # (E, T, N, K, fast_kernel): few rows per group (by size: the skinny kernel), the cluster one forced,
+    "small": (4, 256, 64, 128, None),  # the dequantize-first path forced (its scratch comes from the graph's pool)
     "pair": (2, 640, 288, 128, "pair"),
+    "dequant": (3, 384, 96, 128, "dequant"),
 }
 
 
@@ -495,7 +535,8 @@ def _all_nan(y: np.ndarray, where: str) -> None:
 
 @pytest.mark.parametrize("mode,fast_kernel,max_ctas", [("exact", None, None), ("fast", None, None),
                                                        ("fast", "skinny", 3), ("fast", "large", None),
-                                                       ("fast", "pair", None), ("fast", "pair", 2), ("exact", None, 1)])
+                                                       ("fast", "pair", None), ("fast", "pair", 2), ("exact", None, 1),
+                                                       ("fast", "dequant", None)])
 def test_disagreeing_operand_groups_are_nan(mode, fast_kernel, max_ctas):
     """SPEC 12.5: a group whose operands disagree on its size (sizes live on the device, so this cannot raise) reads
     nothing of that group and is written as NaN; the agreeing groups are unaffected. fprop / dgrad: W quantized with
@@ -526,12 +567,13 @@ def test_disagreeing_operand_groups_are_nan(mode, fast_kernel, max_ctas):
     dy = rand_bf16((t, n), 13)
     dyq = gq(dy, splits, rowwise=True)
     out, check_tail = guarded((t, k), torch.float32)
-    gg(dyq, wq_bad, kind="dgrad", out=out, mode=mode, bias=torch.ones((3, k), device=DEV))
+    with_bias = fast_kernel != "dequant"  # the dequantize-first path has no bias epilogue
+    gg(dyq, wq_bad, kind="dgrad", out=out, mode=mode, bias=torch.ones((3, k), device=DEV) if with_bias else None)
     check_tail("dgrad")
     y = to_np(out)
     _all_nan(y[:30], "dgrad group 0")
     check_group(y[30:], dyq.to_oracle().row_planes[2], wo.col_planes[2], mode, torch.float32,
-                bias=np.ones(k, np.float32), where="dgrad g=2")
+                bias=np.ones(k, np.float32) if with_bias else None, where="dgrad g=2")
 
     dyc = gq(dy, splits, rowwise=False, columnwise=True)
     xc_bad = gq(x, [50, 0, 30], rowwise=False, columnwise=True)  # groups 0 and 2 disagree, group 1 is empty in both

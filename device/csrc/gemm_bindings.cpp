@@ -6,6 +6,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include "gemm_dequant.h"
 #include "gemm_nvfp4.cuh"
 
 namespace {
@@ -21,6 +22,88 @@ void check(const Tensor& t, const char* what, at::ScalarType dt) {
 template <typename T>
 const T* cptr(const Tensor& t) {
   return t.numel() ? reinterpret_cast<const T*>(t.data_ptr()) : nullptr;
+}
+
+constexpr int64_t kForceDequant = 4;  // device/gemm.py: fast_kernel="dequant"
+
+// One operand plane for the dequantize-first path: rowwise planes have a constant pitch (contraction / 2 bytes);
+// columnwise planes have `rows` K-feature rows and a per-group pitch.
+nvfp4_gemm::PlaneView plane_view(const Tensor& data, const Tensor& scales, const Tensor& offs, int E, bool columnwise,
+                                 long long contraction, long long rows) {
+  nvfp4_gemm::PlaneView p{};
+  p.data = cptr<uint8_t>(data);
+  p.scales = cptr<uint8_t>(scales);
+  p.offs = offs.data_ptr<int64_t>() + (columnwise ? 4 : 2) * (E + 1);
+  p.scale_offs = offs.data_ptr<int64_t>() + (columnwise ? 5 : 3) * (E + 1);
+  p.E = E;
+  p.cap_bytes = data.numel() / 8 * 8;
+  p.pitch_const = columnwise ? 0 : contraction / 2;
+  p.rows_const = columnwise ? rows : 0;
+  return p;
+}
+
+// The dequantize-first fast path (docs/gemm.md, stop 29) after the setup kernel: fp16 copies of both operand planes
+// and CUTLASS's argument arrays come from the caching allocator (stream-ordered, so graph capture works).
+void launch_dequant_path(int kind, int E, const nvfp4_gemm::SetupArgs& s, const Tensor& a_data, const Tensor& a_scales,
+                         const Tensor& a_offs, const Tensor& b_data, const Tensor& b_scales, const Tensor& b_offs,
+                         bool f32, bool accumulate, int device, int max_ctas, cudaStream_t stream) {
+  using namespace nvfp4_gemm;
+  TORCH_CHECK(cutlass_built(), "nvfp4_gemm: the dequantize-first path was not built (no CUTLASS headers found)");
+  TORCH_CHECK(E <= 65535, "nvfp4_gemm: the dequantize-first path supports at most 65535 groups");
+  DequantGemmArgs d{};
+  d.E = E;
+  d.epilogue = !f32 ? kOutBf16 : (accumulate ? kOutF32PlusC : kOutF32);
+  d.out_f32 = f32;
+  d.accumulate = accumulate;
+  d.probs = s.probs;
+  d.prefix = s.prefix;
+  // fprop: X rowwise, W rowwise; dgrad: dY rowwise, W columnwise (rows K); wgrad: both columnwise (rows N, K)
+  d.a = plane_view(a_data, a_scales, a_offs, E, kind == kWgrad, s.kc, s.a_rows);
+  d.b = plane_view(b_data, b_scales, b_offs, E, kind != kFprop, s.kc, s.b_rows);
+  auto half = a_data.options().dtype(at::kHalf);
+  Tensor a16 = at::empty({2 * d.a.cap_bytes}, half);
+  Tensor b16 = at::empty({2 * d.b.cap_bytes}, half);
+  d.a_f16 = a16.data_ptr();
+  d.b_f16 = b16.data_ptr();
+
+  CutlassArgs c{};
+  c.groups = E;
+  c.device = device;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&c.sm_count, cudaDevAttrMultiProcessorCount, device));
+  if (max_ctas > 0 && max_ctas < c.sm_count) {  // CUTLASS's persistent grid: whole 2-CTA clusters, at least one
+    c.sm_count = max_ctas < 2 ? 2 : max_ctas / 2 * 2;
+    c.max_active_clusters = c.sm_count / 2;
+  }
+  const bool plus_c = d.epilogue == kOutF32PlusC;
+  // the argument arrays (3 ints, 4 pointers, 4 strides per group), each 256-byte aligned, then CUTLASS's workspace
+  c.workspace_bytes = dequant_gemm_workspace(d.epilogue, c);
+  const size_t per = (static_cast<size_t>(E) * 12 + 255) / 256 * 256;
+  Tensor ws = at::empty({static_cast<int64_t>(9 * per + c.workspace_bytes + 256)}, a_data.options());
+  auto* next = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(ws.data_ptr()) + 255) / 256 * 256);
+  auto take = [&]() {
+    void* p = next;
+    next += per;
+    return p;
+  };
+  c.shapes = static_cast<int*>(take());
+  c.ptr_a = static_cast<const void**>(take());
+  c.ptr_b = static_cast<const void**>(take());
+  c.ptr_c = static_cast<const void**>(take());
+  c.ptr_d = static_cast<void**>(take());
+  c.stride_a = static_cast<int64_t*>(take());
+  c.stride_b = static_cast<int64_t*>(take());
+  c.stride_c = static_cast<int64_t*>(take());
+  c.stride_d = static_cast<int64_t*>(take());
+  if (!plus_c) {
+    c.ptr_c = nullptr;
+    c.stride_c = nullptr;
+  }
+  Tensor alpha = at::empty({E}, a_data.options().dtype(at::kFloat));
+  c.alpha = alpha.data_ptr<float>();
+  c.workspace = next;
+  const int rc = launch_dequant_gemm(d, c, stream);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  TORCH_CHECK(rc == 0, "nvfp4_gemm: the CUTLASS grouped GEMM refused the launch (code ", rc, ")");
 }
 
 // workspace: uint8 [E * sizeof(Prob) + 4 * (E + 1)] (any contents; fully rewritten by the setup kernel)
@@ -89,6 +172,13 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
   nvfp4_gemm::launch_setup(s, stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (grid_upper <= 0) return;
+  if (force_fast_tile == kForceDequant) {
+    TORCH_CHECK(!exact, "nvfp4_gemm: the dequantize-first path is fast mode only");
+    TORCH_CHECK(bias_p == nullptr, "nvfp4_gemm: the dequantize-first path has no bias epilogue");
+    launch_dequant_path(static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data, b_scales,
+                        b_offs, f32, accumulate, out.device().index(), static_cast<int>(max_ctas), stream);
+    return;
+  }
   nvfp4_gemm::LaunchArgs l{};
   l.probs = probs;
   l.prefix = prefix;
@@ -110,4 +200,5 @@ int64_t prob_size() { return static_cast<int64_t>(sizeof(nvfp4_gemm::Prob)); }
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("grouped_gemm_", &grouped_gemm_, "NVFP4 grouped GEMM (fprop/dgrad/wgrad) on the current stream");
   m.def("prob_size", &prob_size);
+  m.def("has_dequant_path", &nvfp4_gemm::cutlass_built, "whether the dequantize-first path (CUTLASS) was built");
 }

@@ -1,0 +1,44 @@
+// Host interface of the dequantize-first fast path (gemm_dequant.cu). docs/gemm.md, stop 29.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "gemm_cutlass.h"
+#include "gemm_nvfp4.cuh"
+
+namespace nvfp4_gemm {
+
+// One operand plane of a grouped tensor (SPEC 9.2): packed data, swizzled scales, their [E+1] byte offsets.
+struct PlaneView {
+  const uint8_t* data;
+  const uint8_t* scales;
+  const int64_t* offs;        // data byte offsets (offsets table row 2 or 4)
+  const int64_t* scale_offs;  // scale byte offsets (row 3 or 5)
+  int E;
+  long long cap_bytes;    // size of the data buffer (host-known upper bound, SPEC 9.3)
+  long long pitch_const;  // rowwise plane: K / 2; 0 for a columnwise plane (pitch = group bytes / rows_const)
+  long long rows_const;   // columnwise plane: its rows (the K features); unused for rowwise
+};
+
+struct DequantGemmArgs {
+  int E;
+  int epilogue;  // CutlassEpilogue
+  int out_f32;
+  int accumulate;
+  const Prob* probs;  // from the setup kernel (gemm_kernels.cu)
+  const int* prefix;
+  PlaneView a, b;
+  void* a_f16;  // [2 * a.cap_bytes] fp16 each
+  void* b_f16;
+};
+
+// Launches the dequantize kernels, the argument kernel, the zero-step epilogue and the CUTLASS GEMM; returns the
+// CUTLASS status code (0 = launched). `c` holds the device arrays and workspace (gemm_bindings.cpp sizes them).
+int launch_dequant_gemm(const DequantGemmArgs& d, CutlassArgs c, cudaStream_t s);
+size_t dequant_gemm_workspace(int epilogue, const CutlassArgs& c);
+bool cutlass_built();  // false when the extension was built without CUTLASS (the path then refuses)
+
+}  // namespace nvfp4_gemm
