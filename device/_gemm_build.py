@@ -63,12 +63,12 @@ def load_gemm_extension(verbose: bool = False) -> ModuleType:
             os.environ.setdefault("MAX_JOBS", "2")
             inc = cutlass_include_dir()
             sources = _SOURCES + (_CUTLASS_SOURCES if inc else ())
-            flags = list(_CUDA_FLAGS) + ([] if inc else ["-DNVFP4_NO_CUTLASS"])
+            no_cutlass = [] if inc else ["-DNVFP4_NO_CUTLASS"]
             _ext = load(
                 name="nvfp4_gemm" if inc else "nvfp4_gemm_nocutlass",
                 sources=[str(CSRC / s) for s in sources],
-                extra_cflags=["-O3", "-std=c++17"] + ([] if inc else ["-DNVFP4_NO_CUTLASS"]),
-                extra_cuda_cflags=flags,
+                extra_cflags=["-O3", "-std=c++17", *no_cutlass],
+                extra_cuda_cflags=[*_CUDA_FLAGS, *no_cutlass],
                 extra_include_paths=[str(CSRC)] + ([str(inc)] if inc else []),
                 build_directory=str(_build_dir()),
                 verbose=verbose or bool(os.environ.get("NVFP4_BUILD_VERBOSE")),

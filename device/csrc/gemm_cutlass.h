@@ -25,7 +25,7 @@ struct CutlassArgs {
   int64_t* stride_b;
   int64_t* stride_c;
   int64_t* stride_d;
-  const float* alpha;
+  float* alpha;  // written by gemm_dequant.cu's argument kernel, read by the epilogue
   void* workspace;
   size_t workspace_bytes;
 };

@@ -68,7 +68,7 @@ __global__ void cutlass_args_kernel(DequantGemmArgs d, CutlassArgs c) {
     c.stride_b[g] = p.K;
     c.stride_d[g] = p.ldd;
     if (c.stride_c) c.stride_c[g] = p.ldd;
-    const_cast<float*>(c.alpha)[g] = p.alpha;
+    c.alpha[g] = p.alpha;
   }
 }
 
