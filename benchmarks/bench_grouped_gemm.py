@@ -6,6 +6,8 @@ Columns (TFLOP/s = 2*T*N*K / time; wgrad counts the unpadded T):
                                operand decode is inside the timed call)
   fused                     -- fast mode with fast_kernel="fused" (the fused-decode kernels only; the choice before
                                stop 29)
+  x_fused / x_dq            -- exact mode with exact_kernel="fused" (the choice before stop 30) / "dequant" (over
+                               fp16 operand copies, decode timed); "exact" is the one chosen by the sizes
   grouped_mm                -- torch._grouped_mm on BF16 operands (wgrad: bf16 output, fp32 is refused; the
                                "wgrad-bf16" rows run our wgrad with bf16 output too, the same bytes written)
   matmul loop               -- one torch.matmul per expert (host-known splits; on E=64 it is bound by its 64 launches)
@@ -163,6 +165,10 @@ def bench_case(name, e, t, k, n, skew, kind, iters, reps, sustain):
     fns = {"fast": (lambda: grouped_gemm(aq, b_in, kind=kind, out=out, mode="fast"), iters),
            "fused": (lambda: grouped_gemm(aq, b_in, kind=kind, out=out, mode="fast", fast_kernel="fused"), iters),
            "exact": (lambda: grouped_gemm(aq, b_in, kind=kind, out=out, mode="exact"), max(2, iters // 2)),
+           "x_fused": (lambda: grouped_gemm(aq, b_in, kind=kind, out=out, mode="exact", exact_kernel="fused"),
+                       max(2, iters // 2)),
+           "x_dq": (lambda: grouped_gemm(aq, b_in, kind=kind, out=out, mode="exact", exact_kernel="dequant"),
+                    max(2, iters // 2)),
            "grouped_mm": (bf16_gmm, iters), "loop": (loop, iters), "deq+gmm": (deq, iters)}
     for key in ("fast", "exact", "grouped_mm"):  # the sustained columns
         fns[key + "_s"] = fns[key]
@@ -198,7 +204,8 @@ def main():
         ("E64 T16384 K2048 N1408", 64, 16384, 2048, 1408, False, ("fprop", "dgrad", "wgrad", "wgrad-bf16")),
     ]
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}")
-    hdr = (f"{'case':30s} {'kind':10s} {'fast':>7s} {'fused':>7s} {'exact':>7s} {'grp_mm':>7s} {'loop':>7s} {'wdq+gmm':>7s}"
+    hdr = (f"{'case':30s} {'kind':10s} {'fast':>7s} {'fused':>7s} {'exact':>7s} {'x_fused':>7s} {'x_dq':>7s}"
+           f" {'grp_mm':>7s} {'loop':>7s} {'wdq+gmm':>7s}"
            f" {'fast/gmm':>8s} {'exact/gmm':>9s} {'fast/wdq':>8s} | {'fast_s':>7s} {'exact_s':>7s} {'grp_mm_s':>8s}"
            f" {'fast/gmm_s':>10s} {'exact/gmm_s':>11s}")
     print(f"TFLOP/s (2*T*N*K / time); burst columns, then sustained (_s: after {args.sustain:g} s of the same call)")
@@ -207,7 +214,8 @@ def main():
         for kind in kinds:
             r = bench_case(name, e, t, k, n, skew, kind, args.iters, args.reps, args.sustain)
             torch.cuda.empty_cache()
-            print(f"{r['case']:30s} {kind:10s} {r['fast']:7.1f} {r['fused']:7.1f} {r['exact']:7.1f} {r['grouped_mm']:7.1f} "
+            print(f"{r['case']:30s} {kind:10s} {r['fast']:7.1f} {r['fused']:7.1f} {r['exact']:7.1f} {r['x_fused']:7.1f} "
+                  f"{r['x_dq']:7.1f} {r['grouped_mm']:7.1f} "
                   f"{r['loop']:7.1f} {r['deq+gmm']:7.1f} {r['fast'] / r['grouped_mm']:8.2f} "
                   f"{r['exact'] / r['grouped_mm']:9.2f} {r['fast'] / r['deq+gmm']:8.2f} | {r['fast_s']:7.1f} "
                   f"{r['exact_s']:7.1f} {r['grouped_mm_s']:8.1f} {r['fast_s'] / r['grouped_mm_s']:10.2f} "

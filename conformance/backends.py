@@ -418,6 +418,8 @@ class DeviceBackend(Backend):
                   out_dtype=torch.bfloat16 if o["out_dtype"] == "bfloat16" else torch.float32)
         if kw["mode"] == "fast":  # (cases saved before the option existed: the kernel chosen by the sizes)
             kw["fast_kernel"] = o.get("fast_kernel", "auto")
+        else:  # (likewise, before stop 30)
+            kw["exact_kernel"] = o.get("exact_kernel", "auto")
         if o.get("max_ctas"):  # (likewise: 0 or missing = one CTA per SM)
             kw["max_ctas"] = int(o["max_ctas"])
         if "bias" in a:

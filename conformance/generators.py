@@ -19,12 +19,12 @@ from .cases import Case
 #: silently leave a restriction out). Option lists: ``planes`` ("row", "col", "both"), ``rule``, ``rht``,
 #: ``rht_signs`` ("default", "random"), ``rounding``, ``block``, ``swizzled``, ``dtype``, ``amax`` (how an amax is
 #: supplied: "none", "one", "pair", ...), ``scales`` (dequantize), ``out_dtype``, ``kind`` (GEMM kind),
-#: ``fast_kernel``; flags and limits: ``specials`` (NaN / Inf / -0 sprinkled in), ``max_elems``, ``min_rows``,
+#: ``fast_kernel``, ``exact_kernel``; flags and limits: ``specials`` (NaN / Inf / -0 sprinkled in), ``max_elems``, ``min_rows``,
 #: ``max_rows``, ``max_k``, ``small``, ``loose_splits`` (SPEC 9.4 device splits); set by the op registry:
 #: ``format``, ``mode``.
 SPACE_KEYS = frozenset({
     "planes", "rule", "rht", "rht_signs", "rounding", "block", "swizzled", "dtype", "amax", "scales", "out_dtype",
-    "kind", "fast_kernel", "specials", "max_elems", "min_rows", "max_rows", "max_k", "small", "loose_splits",
+    "kind", "fast_kernel", "exact_kernel", "specials", "max_elems", "min_rows", "max_rows", "max_k", "small", "loose_splits",
     "format", "mode",
 })
 
@@ -463,7 +463,7 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
         c.flat[rng.integers(c.size, size=max(1, c.size // 50))] = -0.0
         arrays["c"] = c
     # the device's fast mode runs the kernel chosen by the sizes, or one of its four forced (same bits, SPEC 12.6);
-    # the exact mode has one kernel (space "mode": "exact" only changes the tag)
+    # the exact mode its fused kernel (what the sizes choose here) or the one over fp16 operand copies (SPEC 12.2)
     fast_kernel = pick(rng, space, "fast_kernel", ["auto", "skinny", "large", "pair", "dequant"],
                        p=[0.35, 0.15, 0.15, 0.15, 0.2])
     # the dequantize-first path has no bias epilogue and needs 16-byte aligned output rows (device/gemm.py)
@@ -473,9 +473,11 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
     # a capped persistent grid (0: one CTA per SM): every CTA walks many tiles, and the last round's tiles run as
     # half tiles when they fill at most half of it (device/csrc/gemm_wgmma_ws.cuh, TileWalk)
     max_ctas = int(rng.choice([0, 0, 0, 1, 2, 3, 5, 8]))
-    o = dict(kind=kind, out_dtype=out_dtype, rht=rht, rht_signs=0xD7E8, fast_kernel=fast_kernel, max_ctas=max_ctas)
+    exact_kernel = pick(rng, space, "exact_kernel", ["auto", "dequant"], p=[0.6, 0.4])
+    o = dict(kind=kind, out_dtype=out_dtype, rht=rht, rht_signs=0xD7E8, fast_kernel=fast_kernel, max_ctas=max_ctas,
+             exact_kernel=exact_kernel)
     tags = dict(kind=kind, out_dtype=out_dtype, rht=str(rht), splits=skind, values=vkind,
-                fast_kernel="none (exact mode)" if space.get("mode") == "exact" else fast_kernel,
+                fast_kernel=f"exact: {exact_kernel}" if space.get("mode") == "exact" else fast_kernel,
                 grid="one CTA per SM" if max_ctas == 0 else "capped",
                 n="multiple of 16" if n % 16 == 0 else "other",
                 groups="1" if e == 1 else "2-16", epilogue="+".join(x for x in ("bias", "c") if x in arrays) or "none")

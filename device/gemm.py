@@ -13,7 +13,11 @@ Per group g the result is :func:`oracle.gemm` on that group's planes with that g
   without accumulate it gets ``alpha * 0 = 0``).
 
 ``mode="exact"``: each 16-block partial is exact (one tensor-core step on exact fp16 operands, SPEC 12.2) and is added
-in K order with one fp32 rounding, i.e. byte-identical to ``oracle.gemm(model="sequential")``; 128 x 128 tiles.
+in K order with one fp32 rounding, i.e. byte-identical to ``oracle.gemm(model="sequential")``; 128 x 128 tiles. Two
+kernels: the fused one decodes the operands in its K loop; for large groups (the same size rule as the fast mode's
+dequantize-first path below) both planes are first decoded to fp16 copies and the kernel only loads them
+(``exact_kernel="dequant"`` forces it, ``"fused"`` excludes it; bias, any output alignment and any E are supported,
+and both give the same bits).
 ``mode="fast"``: one tensor-core fp32 accumulator over K (exact fp16 operands), byte-identical to
 ``oracle.gemm(model="tensor_core")`` (SPEC 12.6) and so within :func:`oracle.gemm_error_bound` of
 ``oracle.gemm(model="exact")``. Alpha (SPEC 12.1, fp32 on the device from the groups' amaxes), C and bias are applied
@@ -51,6 +55,8 @@ _FAST_KERNELS = {None: 0, "auto": 0, "skinny": 1, "large": 2, "pair": 3, "dequan
 #: the dequantize-first path pays when each weight (fprop / dgrad) or activation (wgrad) element is reused by at least
 #: this many output rows (docs/gemm.md, stop 29: E8 T16384, 2048 rows per group, gains; E64 and T512 lose)
 _DEQUANT_MIN_REUSE = 1024
+#: exact mode's kernels -> the binding's kernel code (5: over fp16 copies of the operands, docs/gemm.md stop 30)
+_EXACT_KERNELS = {None: 0, "auto": 0, "fused": 0, "dequant": 5}
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -76,6 +82,14 @@ def _out_dtype(out_dtype, default):
     return out_dtype
 
 
+def _reuse_pays(kind: str, e: int, t: int, kc: int, cols: int, a_rows: int, b_rows: int) -> bool:
+    """Whether decoding both operands to fp16 copies first pays (docs/gemm.md, stops 29 and 30): every operand
+    element is reused by at least _DEQUANT_MIN_REUSE output rows or columns (rows per group, and the GEMM dimensions:
+    fprop / dgrad contraction and output columns; wgrad N and K)."""
+    dims = (kc, cols) if kind != "wgrad" else (a_rows, b_rows)
+    return t // e >= _DEQUANT_MIN_REUSE and min(dims) >= _DEQUANT_MIN_REUSE
+
+
 def _dequant_choice(ext, force: int, kind: str, e: int, t: int, kc: int, cols: int, a_rows: int, b_rows: int,
                     dtype, has_bias: bool) -> int:
     """The fast kernel to run: ``force`` as given, or the dequantize-first path (4) when auto-selection finds it
@@ -95,21 +109,23 @@ def _dequant_choice(ext, force: int, kind: str, e: int, t: int, kc: int, cols: i
         return force
     if force != 0 or why:
         return force
-    dims = (kc, cols) if kind != "wgrad" else (a_rows, b_rows)
-    if t // e >= _DEQUANT_MIN_REUSE and min(dims) >= _DEQUANT_MIN_REUSE:
+    if _reuse_pays(kind, e, t, kc, cols, a_rows, b_rows):
         return _FAST_KERNELS["dequant"]
     return force
 
 
 def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, kind: str = "fprop",
                  out_dtype=None, out: Tensor | None = None, accumulate: bool = False, bias: Tensor | None = None,
-                 mode: str = "fast", fast_kernel: str | None = None, max_ctas: int | None = None) -> Tensor:
+                 mode: str = "fast", fast_kernel: str | None = None, exact_kernel: str | None = None,
+                 max_ctas: int | None = None) -> Tensor:
     """Grouped NVFP4 GEMM (see the module docstring for the operands of each ``kind``). Returns ``out``.
 
     ``fast_kernel`` (fast mode only; ``None`` or ``"auto"``: chosen by the sizes) forces the fast kernel:
     ``"skinny"`` (64 x 256 tiles), ``"large"`` (128 x 256), ``"pair"`` (2-CTA clusters, 256 x 256) or ``"dequant"``
     (fp16 copies of both operands, then CUTLASS's grouped GEMM; no bias, 16-byte aligned output rows), or
     ``"fused"`` (chosen by the sizes like ``"auto"``, but never ``"dequant"``: no scratch copies).
+    ``exact_kernel`` (exact mode only; ``None`` or ``"auto"``: chosen by the sizes): ``"fused"`` (operands decoded
+    in the K loop) or ``"dequant"`` (fp16 copies of both operands first; same scratch as above).
     ``max_ctas`` (``None``: one per SM): at most this many persistent CTAs, which then walk all tiles; a 2-CTA
     cluster counts as two (an odd cap rounds down, but at least one cluster runs)."""
     if kind not in _KINDS:
@@ -118,8 +134,12 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
         raise ValueError(f"mode must be 'fast' or 'exact', got {mode!r}")
     if fast_kernel not in _FAST_KERNELS:
         raise ValueError(f"fast_kernel must be one of {list(_FAST_KERNELS)}, got {fast_kernel!r}")
+    if exact_kernel not in _EXACT_KERNELS:
+        raise ValueError(f"exact_kernel must be one of {list(_EXACT_KERNELS)}, got {exact_kernel!r}")
     if mode == "exact" and fast_kernel not in (None, "auto"):
-        raise ValueError(f"fast_kernel={fast_kernel!r} selects a fast-mode kernel; exact mode has one kernel")
+        raise ValueError(f"fast_kernel={fast_kernel!r} selects a fast-mode kernel; use exact_kernel= in exact mode")
+    if mode == "fast" and exact_kernel not in (None, "auto"):
+        raise ValueError(f"exact_kernel={exact_kernel!r} selects an exact-mode kernel; use fast_kernel= in fast mode")
     if max_ctas is not None and (isinstance(max_ctas, bool) or not isinstance(max_ctas, int) or max_ctas < 1):
         raise ValueError(f"max_ctas must be None or an int >= 1, got {max_ctas!r}")
     for name, t in (("a", a), ("b", b)):
@@ -234,6 +254,10 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
     force = _FAST_KERNELS[fast_kernel]
     if mode == "fast" and fast_kernel != "fused":
         force = _dequant_choice(ext, force, kind, e, t_a, kc, cols, a_rows, b_rows, dtype, bias_t is not None)
+    if mode == "exact":
+        force = _EXACT_KERNELS[exact_kernel]
+        if exact_kernel in (None, "auto") and _reuse_pays(kind, e, t_a, kc, cols, a_rows, b_rows):
+            force = _EXACT_KERNELS["dequant"]
     ws_bytes = e * int(ext.prob_size()) + 4 * (e + 1)
     ws = torch.empty(ws_bytes, dtype=torch.uint8, device=dev)
     offs_a = a.offsets.contiguous()

@@ -138,7 +138,7 @@ def check_group(y, a_plane, b_plane, mode, out_dtype, bias=None, acc=None, where
         _assert_same_bits(y, ref, od, where, "fast mode differs from oracle tensor_core")
 
 
-def run_fprop(splits, n, k, mode, out_dtype, with_bias, seed=0, fast_kernel=None, max_ctas=None):
+def run_fprop(splits, n, k, mode, out_dtype, with_bias, seed=0, fast_kernel=None, max_ctas=None, exact_kernel=None):
     e = len(splits)
     t = int(sum(splits))
     x = rand_bf16((t, k), seed + 1)
@@ -147,7 +147,7 @@ def run_fprop(splits, n, k, mode, out_dtype, with_bias, seed=0, fast_kernel=None
     bias = (torch.randn((e, n), dtype=torch.float32) * 3).to(DEV) if with_bias else None
     out, check_tail = guarded((t, n), out_dtype)
     y = _gg()(xq, wq, kind="fprop", out=out, out_dtype=out_dtype, bias=bias, mode=mode, fast_kernel=fast_kernel,
-              max_ctas=max_ctas)
+              max_ctas=max_ctas, exact_kernel=exact_kernel)
     assert y is out
     check_tail("fprop")
     yn = to_np(y)
@@ -161,7 +161,8 @@ def run_fprop(splits, n, k, mode, out_dtype, with_bias, seed=0, fast_kernel=None
         r0 += m
 
 
-def run_dgrad(splits, n, k, mode, out_dtype, with_bias=False, seed=0, fast_kernel=None, max_ctas=None):
+def run_dgrad(splits, n, k, mode, out_dtype, with_bias=False, seed=0, fast_kernel=None, max_ctas=None,
+              exact_kernel=None):
     e = len(splits)
     t = int(sum(splits))
     dy = rand_bf16((t, n), seed + 3)
@@ -169,7 +170,8 @@ def run_dgrad(splits, n, k, mode, out_dtype, with_bias=False, seed=0, fast_kerne
     wq = weights(e, n, k, seed + 4)
     bias = (torch.randn((e, k), dtype=torch.float32)).to(torch.bfloat16).to(DEV) if with_bias else None
     out, check_tail = guarded((t, k), out_dtype)
-    _gg()(dyq, wq, kind="dgrad", out=out, bias=bias, mode=mode, fast_kernel=fast_kernel, max_ctas=max_ctas)
+    _gg()(dyq, wq, kind="dgrad", out=out, bias=bias, mode=mode, fast_kernel=fast_kernel, max_ctas=max_ctas,
+          exact_kernel=exact_kernel)
     check_tail("dgrad")
     yn = to_np(out)
     dyo, wo = dyq.to_oracle(), wq.to_oracle()
@@ -182,7 +184,8 @@ def run_dgrad(splits, n, k, mode, out_dtype, with_bias=False, seed=0, fast_kerne
         r0 += m
 
 
-def run_wgrad(splits, n, k, mode, out_dtype, accumulate, seed=0, fast_kernel=None, max_ctas=None):
+def run_wgrad(splits, n, k, mode, out_dtype, accumulate, seed=0, fast_kernel=None, max_ctas=None,
+              exact_kernel=None):
     e = len(splits)
     t = int(sum(splits))
     dy = rand_bf16((t, n), seed + 5)
@@ -197,7 +200,7 @@ def run_wgrad(splits, n, k, mode, out_dtype, accumulate, seed=0, fast_kernel=Non
         c = None
         out, check_tail = guarded((e, n, k), out_dtype)
     _gg()(dyq, xq, kind="wgrad", out=out, out_dtype=out_dtype, accumulate=accumulate, mode=mode,
-          fast_kernel=fast_kernel, max_ctas=max_ctas)
+          fast_kernel=fast_kernel, max_ctas=max_ctas, exact_kernel=exact_kernel)
     check_tail("wgrad")
     yn = to_np(out)
     cn = None if c is None else c.cpu().numpy()
@@ -368,6 +371,34 @@ def test_dequant_path_refusals():
         gg(xq, wq, kind="fprop", fast_kernel="dequant", mode="exact")
 
 
+# Exact mode over fp16 copies of both planes (gemm_exact_f16.cuh; docs/gemm.md, stop 30), forced on every case shape:
+# the same bits as oracle.gemm(model="sequential"). Covers empty groups (no tiles; in wgrad with accumulate none, without
+# it the zero-step tiles), unaligned group sizes (columnwise copies with pitch roundup(m_g, 16), K tails inside a
+# 64-element K step), one giant expert, 64 groups, bias (fprop, dgrad), both output dtypes and a capped grid.
+@pytest.mark.parametrize("case", list(CASES))
+def test_exact_dequant_path(case):
+    splits, n, k = CASES[case]
+    od = torch.float32 if case in ("e4_zeros", "e64") else torch.bfloat16
+    kw = dict(exact_kernel="dequant")
+    run_fprop(splits, n, k, "exact", od, with_bias=True, seed=91, **kw)
+    run_dgrad(splits, n, k, "exact", torch.bfloat16, with_bias=case != "e1", seed=92, **kw)
+    run_wgrad(splits, n, k, "exact", torch.float32, accumulate=case != "e1", seed=93, **kw)
+    run_wgrad(splits, n, k, "exact", torch.float32, accumulate=False, seed=94, max_ctas=5, **kw)
+
+
+def test_kernel_options_refused_in_the_other_mode():
+    """fast_kernel= belongs to the fast mode and exact_kernel= to the exact mode: the other mode raises."""
+    gg = _gg()
+    xq = gq(rand_bf16((64, 64), 3), [30, 34])
+    wq = weights(2, 32, 64, 5)
+    with pytest.raises(ValueError, match="exact_kernel"):
+        gg(xq, wq, kind="fprop", mode="fast", exact_kernel="dequant")
+    with pytest.raises(ValueError, match="fast_kernel"):
+        gg(xq, wq, kind="fprop", mode="exact", fast_kernel="large")
+    with pytest.raises(ValueError, match="exact_kernel must be one of"):
+        gg(xq, wq, kind="fprop", mode="exact", exact_kernel="pair")
+
+
 # fprop's output has N = the weight rows per group columns, which need not be a multiple of 16 (any split of the
 # weights is allowed): odd N (single-element stores, the last column of a row checked against N; the old pair stores
 # were misaligned there), N % 16 = 8 (pair stores, a partial last 16-column group), N < 16. Every mode and fast
@@ -381,12 +412,15 @@ def test_fprop_n_not_multiple_of_16(n, mode_kernel):
     run_fprop([33, 0, 300, 1], n, 160, mode, torch.bfloat16, with_bias=n % 2 == 1, seed=52, fast_kernel=fast_kernel)
 
 
-def _epilogue_test_mode(kernel: str) -> tuple[str, str | None]:
-    """(mode, fast_kernel) of an epilogue test's kernel name: a fast kernel ("auto" = by the sizes) or "exact" (the
-    exact-mode kernel, 128-column tiles, same epilogues)."""
+def _epilogue_test_mode(kernel: str) -> tuple[str, dict]:
+    """(mode, kernel keyword arguments) of an epilogue test's kernel name: a fast kernel ("auto" = by the sizes),
+    "exact" (the fused exact-mode kernel, 128-column tiles, same epilogues) or "exact_dequant" (the exact kernel over
+    fp16 operand copies, same tiles and epilogues)."""
     if kernel == "exact":
-        return "exact", None
-    return "fast", None if kernel == "auto" else kernel
+        return "exact", dict(exact_kernel="fused")
+    if kernel == "exact_dequant":
+        return "exact", dict(exact_kernel="dequant")
+    return "fast", dict(fast_kernel=None if kernel == "auto" else kernel)
 
 
 # bf16 output goes through the staged epilogue (ws::store_tile_staged: rows written to shared memory, then bulk-copied
@@ -394,14 +428,14 @@ def _epilogue_test_mode(kernel: str) -> tuple[str, str | None]:
 # the same kernel. Its edges: a last column tile of 8 columns (a 16-byte copy per row), one of 144 columns (a full first
 # pass and a 16-column second one), N = 8, warps whose rows all lie past a small group (5 rows), bias, wgrad with bf16
 # output (a group's rows start g * N * K elements into out), and N = 36 for the direct fallback.
-@pytest.mark.parametrize("kernel", ["auto", "skinny", "large", "pair", "exact"])
+@pytest.mark.parametrize("kernel", ["auto", "skinny", "large", "pair", "exact", "exact_dequant"])
 def test_bf16_staged_epilogue(kernel):
-    mode, fast_kernel = _epilogue_test_mode(kernel)
-    run_fprop([0, 70, 129, 5], 264, 96, mode, torch.bfloat16, with_bias=True, seed=61, fast_kernel=fast_kernel)
-    run_fprop([3, 0, 40, 17], 8, 64, mode, torch.bfloat16, with_bias=True, seed=62, fast_kernel=fast_kernel)
-    run_dgrad([0, 70, 129, 5], 96, 144, mode, torch.bfloat16, with_bias=True, seed=63, fast_kernel=fast_kernel)
-    run_wgrad([37, 0, 200, 5], 80, 48, mode, torch.bfloat16, accumulate=False, seed=64, fast_kernel=fast_kernel)
-    run_fprop([0, 70, 129, 5], 36, 96, mode, torch.bfloat16, with_bias=True, seed=65, fast_kernel=fast_kernel)
+    mode, kw = _epilogue_test_mode(kernel)
+    run_fprop([0, 70, 129, 5], 264, 96, mode, torch.bfloat16, with_bias=True, seed=61, **kw)
+    run_fprop([3, 0, 40, 17], 8, 64, mode, torch.bfloat16, with_bias=True, seed=62, **kw)
+    run_dgrad([0, 70, 129, 5], 96, 144, mode, torch.bfloat16, with_bias=True, seed=63, **kw)
+    run_wgrad([37, 0, 200, 5], 80, 48, mode, torch.bfloat16, accumulate=False, seed=64, **kw)
+    run_fprop([0, 70, 129, 5], 36, 96, mode, torch.bfloat16, with_bias=True, seed=65, **kw)
 
 
 # fp32 output goes through the whole-line epilogue (ws::store_tile_lines: 32 columns of a warp's 16 rows written to
@@ -409,17 +443,17 @@ def test_bf16_staged_epilogue(kernel):
 # multiple of 4, and through the direct stores otherwise, in the same kernel. Its edges: a last column tile of 8
 # columns, N = 36 (9 pieces of 4 columns per row), N = 8 with a 5-row group (warps whose rows all lie past M), bias,
 # wgrad with and without accumulate (C read back on whole lines), dgrad, and N = 18 for the direct fallback.
-@pytest.mark.parametrize("kernel", ["auto", "skinny", "large", "pair", "exact"])
+@pytest.mark.parametrize("kernel", ["auto", "skinny", "large", "pair", "exact", "exact_dequant"])
 def test_fp32_lines_epilogue(kernel):
-    mode, fast_kernel = _epilogue_test_mode(kernel)
-    run_fprop([0, 70, 129, 5], 264, 96, mode, torch.float32, with_bias=True, seed=71, fast_kernel=fast_kernel)
-    run_fprop([3, 0, 40, 17], 36, 64, mode, torch.float32, with_bias=True, seed=72, fast_kernel=fast_kernel)
-    run_fprop([5, 0, 1, 2], 8, 64, mode, torch.float32, with_bias=True, seed=73, fast_kernel=fast_kernel)
-    run_dgrad([0, 70, 129, 5], 96, 144, mode, torch.float32, with_bias=True, seed=74, fast_kernel=fast_kernel)
+    mode, kw = _epilogue_test_mode(kernel)
+    run_fprop([0, 70, 129, 5], 264, 96, mode, torch.float32, with_bias=True, seed=71, **kw)
+    run_fprop([3, 0, 40, 17], 36, 64, mode, torch.float32, with_bias=True, seed=72, **kw)
+    run_fprop([5, 0, 1, 2], 8, 64, mode, torch.float32, with_bias=True, seed=73, **kw)
+    run_dgrad([0, 70, 129, 5], 96, 144, mode, torch.float32, with_bias=True, seed=74, **kw)
     for accumulate in (False, True):
         run_wgrad([37, 0, 200, 5], 80, 48, mode, torch.float32, accumulate=accumulate, seed=75,
-                  fast_kernel=fast_kernel)
-    run_fprop([0, 70, 129, 5], 18, 96, mode, torch.float32, with_bias=True, seed=76, fast_kernel=fast_kernel)
+                  **kw)
+    run_fprop([0, 70, 129, 5], 18, 96, mode, torch.float32, with_bias=True, seed=76, **kw)
 
 
 # max_ctas caps the persistent grid, so every CTA walks several tiles; when the last round's tiles fill at most half of
@@ -431,16 +465,16 @@ def test_fp32_lines_epilogue(kernel):
 # whose second halves hold 16 columns). The cluster kernel runs max_ctas // 2 clusters (at least one), the exact one
 # max_ctas CTAs, both on whole tiles.
 @pytest.mark.parametrize("max_ctas", [1, 3, 7, 8])
-@pytest.mark.parametrize("kernel", ["skinny", "large", "pair", "exact"])
+@pytest.mark.parametrize("kernel", ["skinny", "large", "pair", "exact", "exact_dequant"])
 def test_capped_grid_and_half_tiles(kernel, max_ctas):
-    mode, fast_kernel = _epilogue_test_mode(kernel)
-    run_fprop([64, 0, 200], 1408, 160, mode, torch.bfloat16, with_bias=True, seed=81, fast_kernel=fast_kernel,
+    mode, kw = _epilogue_test_mode(kernel)
+    run_fprop([64, 0, 200], 1408, 160, mode, torch.bfloat16, with_bias=True, seed=81, **kw,
               max_ctas=max_ctas)
-    run_dgrad([64, 0, 200], 96, 1408, mode, torch.float32, with_bias=True, seed=82, fast_kernel=fast_kernel,
+    run_dgrad([64, 0, 200], 96, 1408, mode, torch.float32, with_bias=True, seed=82, **kw,
               max_ctas=max_ctas)
     for accumulate in (False, True):
         run_wgrad([0, 37, 200, 5], 304, 144, mode, torch.float32, accumulate=accumulate, seed=83,
-                  fast_kernel=fast_kernel, max_ctas=max_ctas)
+                  **kw, max_ctas=max_ctas)
 
 
 def test_mostly_empty_experts():
@@ -452,9 +486,9 @@ def test_mostly_empty_experts():
 # CUDA graph: capture once (quantize + GEMM), replay with new data and new splits
 # ------------------------------------------------------------------------------------------------------------
 
-GRAPH_SHAPES = {  # (E, T, N, K, fast_kernel): few rows per group (by size: the skinny kernel), the cluster one forced,
-    "small": (4, 256, 64, 128, None),  # the dequantize-first path forced (its scratch comes from the graph's pool)
-    "pair": (2, 640, 288, 128, "pair"),
+GRAPH_SHAPES = {  # (E, T, N, K, kernel): few rows per group (by size: the skinny kernel), the cluster one forced,
+    "small": (4, 256, 64, 128, None),  # the dequantize-first paths forced (their scratch comes from the graph's pool;
+    "pair": (2, 640, 288, 128, "pair"),  # in exact mode the kernel over fp16 copies, otherwise the fused one)
     "dequant": (3, 384, 96, 128, "dequant"),
 }
 
@@ -465,8 +499,9 @@ GRAPH_SHAPES = {  # (E, T, N, K, fast_kernel): few rows per group (by size: the 
 def test_cuda_graph_replay(kind, mode, shape):
     dev = _device()
     gg = _gg()
-    e, t, n, k, fast_kernel = GRAPH_SHAPES[shape]
-    fast_kernel = fast_kernel if mode == "fast" else None  # exact mode has one kernel (and refuses the option)
+    e, t, n, k, kernel = GRAPH_SHAPES[shape]
+    kernel_kw = dict(fast_kernel=kernel) if mode == "fast" else dict(exact_kernel="dequant" if kernel == "dequant"
+                                                                      else "fused")
     replays = 100 if FULL else 12
     x_buf = torch.zeros((t, k), dtype=torch.bfloat16, device=DEV)
     dy_buf = torch.zeros((t, n), dtype=torch.bfloat16, device=DEV)
@@ -479,11 +514,11 @@ def test_cuda_graph_replay(kind, mode, shape):
     def step():
         if kind == "fprop":
             xq = dev.group_quantize(x_buf, splits_buf, rowwise=True)
-            gg(xq, wq, kind="fprop", out=out, mode=mode, fast_kernel=fast_kernel)
+            gg(xq, wq, kind="fprop", out=out, mode=mode, **kernel_kw)
             return xq, None
         dyq = dev.group_quantize(dy_buf, splits_buf, rowwise=False, columnwise=True)
         xq = dev.group_quantize(x_buf, splits_buf, rowwise=False, columnwise=True)
-        gg(dyq, xq, kind="wgrad", out=out, mode=mode, fast_kernel=fast_kernel)
+        gg(dyq, xq, kind="wgrad", out=out, mode=mode, **kernel_kw)
         return xq, dyq
 
     s = torch.cuda.Stream()
@@ -533,21 +568,24 @@ def _all_nan(y: np.ndarray, where: str) -> None:
     assert np.isnan(np.asarray(y, np.float32)).all(), f"{where}: not every element is NaN"
 
 
-@pytest.mark.parametrize("mode,fast_kernel,max_ctas", [("exact", None, None), ("fast", None, None),
+@pytest.mark.parametrize("mode,kernel,max_ctas", [("exact", None, None), ("fast", None, None),
                                                        ("fast", "skinny", 3), ("fast", "large", None),
                                                        ("fast", "pair", None), ("fast", "pair", 2), ("exact", None, 1),
-                                                       ("fast", "dequant", None)])
-def test_disagreeing_operand_groups_are_nan(mode, fast_kernel, max_ctas):
+                                                       ("fast", "dequant", None), ("exact", "dequant", None),
+                                                       ("exact", "dequant", 2)])
+def test_disagreeing_operand_groups_are_nan(mode, kernel, max_ctas):
     """SPEC 12.5: a group whose operands disagree on its size (sizes live on the device, so this cannot raise) reads
     nothing of that group and is written as NaN; the agreeing groups are unaffected. fprop / dgrad: W quantized with
     unequal splits (one group longer, one shorter than N: reading N rows of either would cross into the next group
     or past the buffer); wgrad: dY and X quantized with different splits of the same T. Under compute-sanitizer
     memcheck this also shows that nothing outside the operands is read. Every fast kernel (their K-step-free tiles
-    only occurred in wgrad before) and capped grids, where a CTA walks agreeing and disagreeing tiles in turn."""
+    only occurred in wgrad before), both exact kernels, and capped grids, where a CTA walks agreeing and disagreeing tiles in turn."""
     gg0 = _gg()
 
+    kernel_kw = dict(fast_kernel=kernel) if mode == "fast" else dict(exact_kernel=kernel)
+
     def gg(*args, **kw):
-        return gg0(*args, fast_kernel=fast_kernel, max_ctas=max_ctas, **kw)
+        return gg0(*args, max_ctas=max_ctas, **kernel_kw, **kw)
 
     n, k = 48, 64
     splits = [30, 0, 50]
@@ -567,7 +605,7 @@ def test_disagreeing_operand_groups_are_nan(mode, fast_kernel, max_ctas):
     dy = rand_bf16((t, n), 13)
     dyq = gq(dy, splits, rowwise=True)
     out, check_tail = guarded((t, k), torch.float32)
-    with_bias = fast_kernel != "dequant"  # the dequantize-first path has no bias epilogue
+    with_bias = mode == "exact" or kernel != "dequant"  # the fast dequantize-first path has no bias epilogue
     gg(dyq, wq_bad, kind="dgrad", out=out, mode=mode, bias=torch.ones((3, k), device=DEV) if with_bias else None)
     check_tail("dgrad")
     y = to_np(out)

@@ -24,7 +24,8 @@ const T* cptr(const Tensor& t) {
   return t.numel() ? reinterpret_cast<const T*>(t.data_ptr()) : nullptr;
 }
 
-constexpr int64_t kForceDequant = 4;  // device/gemm.py: fast_kernel="dequant"
+constexpr int64_t kForceDequant = 4;       // device/gemm.py: fast_kernel="dequant"
+constexpr int64_t kForceExactDequant = 5;  // device/gemm.py: exact_kernel="dequant"
 
 // One operand plane for the dequantize-first path: rowwise planes have a constant pitch (contraction / 2 bytes);
 // columnwise planes have `rows` K-feature rows and a per-group pitch.
@@ -42,19 +43,14 @@ nvfp4_gemm::PlaneView plane_view(const Tensor& data, const Tensor& scales, const
   return p;
 }
 
-// The dequantize-first fast path (docs/gemm.md, stop 29) after the setup kernel: fp16 copies of both operand planes
-// and CUTLASS's argument arrays come from the caching allocator (stream-ordered, so graph capture works).
-void launch_dequant_path(int kind, int E, const nvfp4_gemm::SetupArgs& s, const Tensor& a_data, const Tensor& a_scales,
-                         const Tensor& a_offs, const Tensor& b_data, const Tensor& b_scales, const Tensor& b_offs,
-                         bool f32, bool accumulate, int device, int max_ctas, cudaStream_t stream) {
+// fp16 copies of both operand planes for the dequantize-first paths (fast: CUTLASS, docs/gemm.md stop 29; exact:
+// gemm_exact_f16.cu, stop 30): the plane views in `d` and the scratch (2 fp16 per packed byte of each plane's buffer)
+// from the caching allocator (stream-ordered, so graph capture works). The returned tensors own the scratch.
+std::pair<Tensor, Tensor> f16_copies(nvfp4_gemm::DequantGemmArgs& d, int kind, int E, const nvfp4_gemm::SetupArgs& s,
+                                     const Tensor& a_data, const Tensor& a_scales, const Tensor& a_offs,
+                                     const Tensor& b_data, const Tensor& b_scales, const Tensor& b_offs) {
   using namespace nvfp4_gemm;
-  TORCH_CHECK(cutlass_built(), "nvfp4_gemm: the dequantize-first path was not built (no CUTLASS headers found)");
-  TORCH_CHECK(E <= 65535, "nvfp4_gemm: the dequantize-first path supports at most 65535 groups");
-  DequantGemmArgs d{};
   d.E = E;
-  d.epilogue = !f32 ? kOutBf16 : (accumulate ? kOutF32PlusC : kOutF32);
-  d.out_f32 = f32;
-  d.accumulate = accumulate;
   d.probs = s.probs;
   d.prefix = s.prefix;
   // fprop: X rowwise, W rowwise; dgrad: dY rowwise, W columnwise (rows K); wgrad: both columnwise (rows N, K)
@@ -65,6 +61,22 @@ void launch_dequant_path(int kind, int E, const nvfp4_gemm::SetupArgs& s, const 
   Tensor b16 = at::empty({2 * d.b.cap_bytes}, half);
   d.a_f16 = a16.data_ptr();
   d.b_f16 = b16.data_ptr();
+  return {a16, b16};
+}
+
+// The dequantize-first fast path (docs/gemm.md, stop 29) after the setup kernel: fp16 copies of both operand planes
+// and CUTLASS's argument arrays come from the caching allocator.
+void launch_dequant_path(int kind, int E, const nvfp4_gemm::SetupArgs& s, const Tensor& a_data, const Tensor& a_scales,
+                         const Tensor& a_offs, const Tensor& b_data, const Tensor& b_scales, const Tensor& b_offs,
+                         bool f32, bool accumulate, int device, int max_ctas, cudaStream_t stream) {
+  using namespace nvfp4_gemm;
+  TORCH_CHECK(cutlass_built(), "nvfp4_gemm: the dequantize-first path was not built (no CUTLASS headers found)");
+  TORCH_CHECK(E <= 65535, "nvfp4_gemm: the dequantize-first path supports at most 65535 groups");
+  DequantGemmArgs d{};
+  d.epilogue = !f32 ? kOutBf16 : (accumulate ? kOutF32PlusC : kOutF32);
+  d.out_f32 = f32;
+  d.accumulate = accumulate;
+  const auto copies = f16_copies(d, kind, E, s, a_data, a_scales, a_offs, b_data, b_scales, b_offs);
 
   CutlassArgs c{};
   c.groups = E;
@@ -172,6 +184,7 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
   nvfp4_gemm::launch_setup(s, stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (grid_upper <= 0) return;
+  TORCH_CHECK(force_fast_tile != kForceExactDequant || exact, "nvfp4_gemm: kernel 5 is exact mode only");
   if (force_fast_tile == kForceDequant) {
     TORCH_CHECK(!exact, "nvfp4_gemm: the dequantize-first path is fast mode only");
     TORCH_CHECK(bias_p == nullptr, "nvfp4_gemm: the dequantize-first path has no bias epilogue");
@@ -189,6 +202,14 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
   l.grid_upper = static_cast<int>(grid_upper);
   l.tile_m = s.tile_m;
   l.max_ctas = static_cast<int>(max_ctas);
+  if (force_fast_tile == kForceExactDequant) {  // exact mode over fp16 copies (docs/gemm.md, stop 30)
+    nvfp4_gemm::DequantGemmArgs d{};
+    const auto copies = f16_copies(d, static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
+                                   b_scales, b_offs);
+    nvfp4_gemm::launch_dequant_exact(d, probs, l, stream);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return;
+  }
   nvfp4_gemm::launch_gemm(l, stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

@@ -92,6 +92,16 @@ __global__ void zero_k_epilogue_kernel(DequantGemmArgs d) {
   }
 }
 
+// Points group g's operands at their fp16 copies (element 2j, 2j + 1 of a copy <- packed byte j of the plane).
+__global__ void retarget_probs_kernel(Prob* probs, int E, const uint8_t* a_data, const __half* a_f16,
+                                      const uint8_t* b_data, const __half* b_f16) {
+  for (int g = blockIdx.x * blockDim.x + threadIdx.x; g < E; g += gridDim.x * blockDim.x) {
+    Prob& p = probs[g];
+    p.a = reinterpret_cast<const uint8_t*>(a_f16 + 2 * (p.a - a_data));
+    p.b = reinterpret_cast<const uint8_t*>(b_f16 + 2 * (p.b - b_data));
+  }
+}
+
 void dequant_plane(const PlaneView& p, void* out, cudaStream_t s) {
   if (p.cap_bytes <= 0) return;
   const long long chunks = p.cap_bytes / 8;
@@ -122,6 +132,14 @@ int launch_dequant_gemm(const DequantGemmArgs& d, CutlassArgs c, cudaStream_t s)
     case kOutF32: return cutlass_run_f32(c, s);
     default: return cutlass_run_f32_plus_c(c, s);
   }
+}
+
+void launch_dequant_exact(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
+  dequant_plane(d.a, d.a_f16, s);
+  dequant_plane(d.b, d.b_f16, s);
+  retarget_probs_kernel<<<(d.E + 255) / 256, 256, 0, s>>>(probs, d.E, d.a.data, static_cast<const __half*>(d.a_f16),
+                                                          d.b.data, static_cast<const __half*>(d.b_f16));
+  launch_exact_f16(l, s);
 }
 
 size_t dequant_gemm_workspace(int epilogue, const CutlassArgs& c) {
