@@ -14,10 +14,10 @@ Per group g the result is :func:`oracle.gemm` on that group's planes with that g
 
 ``mode="exact"``: each 16-block partial is exact (one tensor-core step on exact fp16 operands, SPEC 12.2) and is added
 in K order with one fp32 rounding, i.e. byte-identical to ``oracle.gemm(model="sequential")``; 128 x 128 tiles. Two
-kernels: the fused one decodes both operands in its K loop; for large groups (the same size rule as the fast mode's
-dequantize-first path below) the B operand (weights in fprop / dgrad, X in wgrad) is first decoded to an fp16 copy
-(4 bytes of scratch per packed byte) and the kernel decodes only A (``exact_kernel="dequant"`` forces it, ``"fused"``
-excludes it; bias, any output alignment and any E are supported, and both give the same bits).
+kernels: the fused one decodes the operands in its K loop; for large groups (the same size rule as the fast mode's
+dequantize-first path below) both planes are first decoded to fp16 copies (the same scratch) and the kernel only
+loads them (``exact_kernel="dequant"`` forces it, ``"fused"`` excludes it; bias, any output alignment and any E are
+supported, and both give the same bits).
 ``mode="fast"``: one tensor-core fp32 accumulator over K (exact fp16 operands), byte-identical to
 ``oracle.gemm(model="tensor_core")`` (SPEC 12.6) and so within :func:`oracle.gemm_error_bound` of
 ``oracle.gemm(model="exact")``. Alpha (SPEC 12.1, fp32 on the device from the groups' amaxes), C and bias are applied
@@ -125,7 +125,7 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
     (fp16 copies of both operands, then CUTLASS's grouped GEMM; no bias, 16-byte aligned output rows), or
     ``"fused"`` (chosen by the sizes like ``"auto"``, but never ``"dequant"``: no scratch copies).
     ``exact_kernel`` (exact mode only; ``None`` or ``"auto"``: chosen by the sizes): ``"fused"`` (operands decoded
-    in the K loop) or ``"dequant"`` (an fp16 copy of the B operand first).
+    in the K loop) or ``"dequant"`` (fp16 copies of both operands first).
     ``max_ctas`` (``None``: one per SM): at most this many persistent CTAs, which then walk all tiles; a 2-CTA
     cluster counts as two (an odd cap rounds down, but at least one cluster runs)."""
     if kind not in _KINDS:

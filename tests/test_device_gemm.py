@@ -371,7 +371,7 @@ def test_dequant_path_refusals():
         gg(xq, wq, kind="fprop", fast_kernel="dequant", mode="exact")
 
 
-# Exact mode over an fp16 copy of the B plane (gemm_exact_f16.cuh; docs/gemm.md, stop 30), forced on every case shape:
+# Exact mode over fp16 copies of both planes (gemm_exact_f16.cuh; docs/gemm.md, stop 30), forced on every case shape:
 # the same bits as oracle.gemm(model="sequential"). Covers empty groups (no tiles; in wgrad with accumulate none, without
 # it the zero-step tiles), unaligned group sizes (columnwise copies with pitch roundup(m_g, 16), K tails inside a
 # 64-element K step), one giant expert, 64 groups, bias (fprop, dgrad), both output dtypes and a capped grid.

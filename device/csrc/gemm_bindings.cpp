@@ -43,13 +43,12 @@ nvfp4_gemm::PlaneView plane_view(const Tensor& data, const Tensor& scales, const
   return p;
 }
 
-// fp16 copies of the operand planes for the dequantize-first paths (fast: both, for CUTLASS, docs/gemm.md stop 29;
-// exact: B only, gemm_exact_f16.cu, stop 30): the plane views in `d` and the scratch (2 fp16 per packed byte of each
-// copied plane's buffer) from the caching allocator (stream-ordered, so graph capture works). The returned tensors
-// own the scratch.
+// fp16 copies of both operand planes for the dequantize-first paths (fast: CUTLASS, docs/gemm.md stop 29; exact:
+// gemm_exact_f16.cu, stop 30): the plane views in `d` and the scratch (2 fp16 per packed byte of each plane's buffer)
+// from the caching allocator (stream-ordered, so graph capture works). The returned tensors own the scratch.
 std::pair<Tensor, Tensor> f16_copies(nvfp4_gemm::DequantGemmArgs& d, int kind, int E, const nvfp4_gemm::SetupArgs& s,
                                      const Tensor& a_data, const Tensor& a_scales, const Tensor& a_offs,
-                                     const Tensor& b_data, const Tensor& b_scales, const Tensor& b_offs, bool copy_a) {
+                                     const Tensor& b_data, const Tensor& b_scales, const Tensor& b_offs) {
   using namespace nvfp4_gemm;
   d.E = E;
   d.probs = s.probs;
@@ -58,9 +57,9 @@ std::pair<Tensor, Tensor> f16_copies(nvfp4_gemm::DequantGemmArgs& d, int kind, i
   d.a = plane_view(a_data, a_scales, a_offs, E, kind == kWgrad, s.kc, s.a_rows);
   d.b = plane_view(b_data, b_scales, b_offs, E, kind != kFprop, s.kc, s.b_rows);
   auto half = a_data.options().dtype(at::kHalf);
-  Tensor a16 = at::empty({copy_a ? 2 * d.a.cap_bytes : 0}, half);
+  Tensor a16 = at::empty({2 * d.a.cap_bytes}, half);
   Tensor b16 = at::empty({2 * d.b.cap_bytes}, half);
-  d.a_f16 = copy_a ? a16.data_ptr() : nullptr;
+  d.a_f16 = a16.data_ptr();
   d.b_f16 = b16.data_ptr();
   return {a16, b16};
 }
@@ -77,7 +76,7 @@ void launch_dequant_path(int kind, int E, const nvfp4_gemm::SetupArgs& s, const 
   d.epilogue = !f32 ? kOutBf16 : (accumulate ? kOutF32PlusC : kOutF32);
   d.out_f32 = f32;
   d.accumulate = accumulate;
-  const auto copies = f16_copies(d, kind, E, s, a_data, a_scales, a_offs, b_data, b_scales, b_offs, true);
+  const auto copies = f16_copies(d, kind, E, s, a_data, a_scales, a_offs, b_data, b_scales, b_offs);
 
   CutlassArgs c{};
   c.groups = E;
@@ -206,7 +205,7 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
   if (force_fast_tile == kForceExactDequant) {  // exact mode over fp16 copies (docs/gemm.md, stop 30)
     nvfp4_gemm::DequantGemmArgs d{};
     const auto copies = f16_copies(d, static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
-                                   b_scales, b_offs, false);
+                                   b_scales, b_offs);
     nvfp4_gemm::launch_dequant_exact(d, probs, l, stream);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;

@@ -26,10 +26,7 @@ __device__ __forceinline__ long long swizzled_offset(long long r, long long c, l
 
 // One thread per 8 packed bytes (16 codes = one 16-block, one scale). Group g of the plane holds bytes
 // [offs[g], offs[g+1]) with a row pitch of `pitch` bytes (pitch_const, or the group's bytes / rows_const for a
-// columnwise plane, whose rows are the K features and whose pitch is roundup(m_g, 16) / 2). NATURAL_K: fp16 element
-// 8c + i holds code 8c + i (CUTLASS's operands); otherwise code kChunkOrder[i] of gemm_decode_f16.cuh (0 2 4 6 1 3 5 7,
-// the order of the warp-specialised kernels' A fragments; the exact kernel over a B copy, gemm_exact_f16.cuh).
-template <bool NATURAL_K>
+// columnwise plane, whose rows are the K features and whose pitch is roundup(m_g, 16) / 2).
 __global__ void dequant_plane_kernel(PlaneView p, uint4* __restrict__ out) {
   const long long chunk = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   const long long byte = chunk * 8;
@@ -50,11 +47,6 @@ __global__ void dequant_plane_kernel(PlaneView p, uint4* __restrict__ out) {
   uint32_t a[4], b[4];
   f16dec::e2m1x8_to_f16(w.x, sf, a);  // chunk order {0,2} {4,6} {1,3} {5,7}
   f16dec::e2m1x8_to_f16(w.y, sf, b);
-  if constexpr (!NATURAL_K) {
-    out[2 * chunk] = make_uint4(a[0], a[1], a[2], a[3]);
-    out[2 * chunk + 1] = make_uint4(b[0], b[1], b[2], b[3]);
-    return;
-  }
   out[2 * chunk] = make_uint4(__byte_perm(a[0], a[2], 0x5410), __byte_perm(a[0], a[2], 0x7632),
                               __byte_perm(a[1], a[3], 0x5410), __byte_perm(a[1], a[3], 0x7632));
   out[2 * chunk + 1] = make_uint4(__byte_perm(b[0], b[2], 0x5410), __byte_perm(b[0], b[2], 0x7632),
@@ -100,22 +92,20 @@ __global__ void zero_k_epilogue_kernel(DequantGemmArgs d) {
   }
 }
 
-// Points group g's B operand at its fp16 copy (element 2j, 2j + 1 of the copy <- packed byte j of the plane).
-__global__ void retarget_b_kernel(Prob* probs, int E, const uint8_t* b_data, const __half* b_f16) {
+// Points group g's operands at their fp16 copies (element 2j, 2j + 1 of a copy <- packed byte j of the plane).
+__global__ void retarget_probs_kernel(Prob* probs, int E, const uint8_t* a_data, const __half* a_f16,
+                                      const uint8_t* b_data, const __half* b_f16) {
   for (int g = blockIdx.x * blockDim.x + threadIdx.x; g < E; g += gridDim.x * blockDim.x) {
     Prob& p = probs[g];
+    p.a = reinterpret_cast<const uint8_t*>(a_f16 + 2 * (p.a - a_data));
     p.b = reinterpret_cast<const uint8_t*>(b_f16 + 2 * (p.b - b_data));
   }
 }
 
-void dequant_plane(const PlaneView& p, void* out, bool natural_k, cudaStream_t s) {
+void dequant_plane(const PlaneView& p, void* out, cudaStream_t s) {
   if (p.cap_bytes <= 0) return;
   const long long chunks = p.cap_bytes / 8;
-  const unsigned grid = static_cast<unsigned>((chunks + 255) / 256);
-  if (natural_k)
-    dequant_plane_kernel<true><<<grid, 256, 0, s>>>(p, static_cast<uint4*>(out));
-  else
-    dequant_plane_kernel<false><<<grid, 256, 0, s>>>(p, static_cast<uint4*>(out));
+  dequant_plane_kernel<<<static_cast<unsigned>((chunks + 255) / 256), 256, 0, s>>>(p, static_cast<uint4*>(out));
 }
 
 }  // namespace
@@ -133,8 +123,8 @@ bool cutlass_built() { return true; }
 #endif
 
 int launch_dequant_gemm(const DequantGemmArgs& d, CutlassArgs c, cudaStream_t s) {
-  dequant_plane(d.a, d.a_f16, true, s);
-  dequant_plane(d.b, d.b_f16, true, s);
+  dequant_plane(d.a, d.a_f16, s);
+  dequant_plane(d.b, d.b_f16, s);
   cutlass_args_kernel<<<(d.E + 255) / 256, 256, 0, s>>>(d, c);
   zero_k_epilogue_kernel<<<dim3(8, d.E), 256, 0, s>>>(d);
   switch (d.epilogue) {
@@ -145,8 +135,10 @@ int launch_dequant_gemm(const DequantGemmArgs& d, CutlassArgs c, cudaStream_t s)
 }
 
 void launch_dequant_exact(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
-  dequant_plane(d.b, d.b_f16, false, s);
-  retarget_b_kernel<<<(d.E + 255) / 256, 256, 0, s>>>(probs, d.E, d.b.data, static_cast<const __half*>(d.b_f16));
+  dequant_plane(d.a, d.a_f16, s);
+  dequant_plane(d.b, d.b_f16, s);
+  retarget_probs_kernel<<<(d.E + 255) / 256, 256, 0, s>>>(probs, d.E, d.a.data, static_cast<const __half*>(d.a_f16),
+                                                          d.b.data, static_cast<const __half*>(d.b_f16));
   launch_exact_f16(l, s);
 }
 

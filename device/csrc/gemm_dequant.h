@@ -39,10 +39,9 @@ struct DequantGemmArgs {
 // CUTLASS status code (0 = launched). `c` holds the device arrays and workspace (gemm_bindings.cpp sizes them).
 int launch_dequant_gemm(const DequantGemmArgs& d, CutlassArgs c, cudaStream_t s);
 size_t dequant_gemm_workspace(int epilogue, const CutlassArgs& c);
-// Exact mode over an fp16 copy of B (docs/gemm.md, stop 30): decodes the B plane into d.b_f16 (in the K order of the
-// A fragments, gemm_decode_f16.cuh), points every group's Prob::b (`probs`, the setup kernel's array) into the copy,
-// then runs gemm_exact_f16.cu's kernel over the setup kernel's tile list (`l`). d.a and d.a_f16 are not used. Needs
-// no CUTLASS.
+// Exact mode over fp16 copies (docs/gemm.md, stop 30): decodes both planes into d.a_f16 / d.b_f16, points every
+// group's Prob::a / Prob::b (`probs`, the setup kernel's array) into the copies, then runs gemm_exact_f16.cu's kernel
+// over the setup kernel's tile list (`l`). Needs no CUTLASS.
 void launch_dequant_exact(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s);
 bool cutlass_built();  // false when the extension was built without CUTLASS (the path then refuses)
 
