@@ -31,26 +31,24 @@ namespace xf16 {
 
 using wg::kBK;
 
-// WN_: columns per MMA warpgroup. 128: two MMA warpgroups (rows [64 wm, 64 wm + 64), all columns), 216 registers
-// each (accumulator + two partial fragments = 192) and 72 for the loaders (3 x 168). 64: four MMA warpgroups
-// (rows [64 wm, +64) x columns [64 wn, +64)), 112 registers each (96 of fragments), 32 for the loaders (5 x 96):
-// twice the independent wgmma -> adds chains per SM.
-template <int STAGES_, int EPI_, int WN_>
+// Two MMA warpgroups (rows [64 wm, 64 wm + 64), all 128 columns) of 216 registers each (accumulator + two partial
+// fragments = 192) and one loader warpgroup of 72 (3 x 168). Four MMA warpgroups of 64 x 64 (twice the independent
+// wgmma -> adds chains, 112 registers each) measured 11% slower on E8 fprop (docs/gemm.md, stop 30).
+template <int STAGES_, int EPI_>
 struct Shape {
-  static constexpr int BM = 128, BN = 128, WN = WN_, R = WN / 2;  // R: fp32 accumulator registers per thread
-  static constexpr int kMmaN = BN / WN;  // MMA warpgroups along N
-  static constexpr int kMma = (BM / 64) * kMmaN;
+  static constexpr int BM = 128, BN = 128, WN = BN, R = WN / 2;  // R: fp32 accumulator registers per thread
+  static constexpr int kMma = BM / 64;
   static constexpr int kThreads = 128 * (kMma + 1);
   static constexpr int kLoaderThreads = 128;
   static constexpr int kCluster = 1;  // (ws::release_b_stage)
-  static constexpr int kMmaRegs = WN == 128 ? 216 : 112, kLoaderRegs = WN == 128 ? 72 : 32;
+  static constexpr int kMmaRegs = 216, kLoaderRegs = 72;
   static constexpr int kStages = STAGES_;
   static constexpr int kTileBytes = 128 * kBK * 2;       // 128 rows x 64 fp16 = 16 KB
   static constexpr int kStageBytes = 2 * kTileBytes;     // the A tile, then the B tile
   // epilogue buffers, as ws::Shape (1: staged bf16, store_tile_staged; 2: whole-line fp32, store_tile_lines)
   static_assert(EPI_ == 1 || EPI_ == 2, "choose an epilogue");
   static constexpr bool kStagedEpi = EPI_ == 1, kLinesEpi = EPI_ == 2;
-  static constexpr int kEpiRowBytes = WN * 2;  // bf16: one pass of the warp's WN columns
+  static constexpr int kEpiRowBytes = 256;
   static constexpr int kEpiBufBytes = kLinesEpi ? 16 * 128 : 16 * (kEpiRowBytes + 32);
   static constexpr int kEpiBytes = 4 * kMma * kEpiBufBytes;
   static constexpr int kBarBytes = 8 * 2 * kStages;
@@ -58,10 +56,8 @@ struct Shape {
   static_assert(kSmem <= 227 * 1024, "shared memory");
   static_assert(kMma * kMmaRegs + kLoaderRegs <= (kMma + 1) * (65536 / kThreads / 8 * 8), "setmaxnreg budget");
 };
-using ShapeF32 = Shape<6, 2, 128>;   // fp32 output: 6 stages (192 KB) + 16 KB of line buffers
-using ShapeBf16 = Shape<5, 1, 128>;  // bf16 output: 5 stages (160 KB) + 36 KB of staging buffers
-using ShapeF32Quad = Shape<5, 2, 64>;   // 5 stages (160 KB) + 32 KB of line buffers
-using ShapeBf16Quad = Shape<5, 1, 64>;  // 5 stages (160 KB) + 40 KB of staging buffers
+using ShapeF32 = Shape<6, 2>;   // fp32 output: 6 stages (192 KB) + 16 KB of line buffers
+using ShapeBf16 = Shape<5, 1>;  // bf16 output: 5 stages (160 KB) + 36 KB of staging buffers
 
 // One loader thread's copies of a tile's K steps. Thread t copies the 16-byte piece q = t % 8 (K elements
 // [8 q, 8 q + 8) of the K tile) of rows r0 + 16 i (r0 = t / 8, i < 8) of the A tile and of the B tile. In the swizzled
@@ -147,8 +143,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     // ------------------------------------------------------------------------------------------------ MMA warpgroups
     ws::setmaxnreg_inc<S::kMmaRegs>();
     const int mt = tid - S::kLoaderThreads;
-    const int wm = (mt >> 7) & 1;  // rows [64 wm, 64 wm + 64) of the tile
-    const int wn = (mt >> 7) >> 1;  // columns [WN wn, WN wn + WN)
+    const int wm = mt >> 7;  // rows [64 wm, 64 wm + 64) of the tile
     const int warp = (mt >> 5) & 3;
     ws::Ring<S::kStages> st;
     for (int v = first_tile; v < walk.count; v += tile_stride) {
@@ -178,16 +173,12 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       for (int kt = 0; kt < KT; ++kt) {
         ws::mbar_wait(full + 8 * st.stage, st.phase);
         const uint32_t stage = ring + st.stage * S::kStageBytes;
-        const uint32_t da = wg::sw128_desc_lo(stage + wm * 64 * 128);
-        const uint32_t db = wg::sw128_desc_lo(stage + S::kTileBytes + wn * S::WN * 128);
+        const uint32_t da = wg::sw128_desc_lo(stage + wm * 64 * 128), db = wg::sw128_desc_lo(stage + S::kTileBytes);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           float(&part)[S::R] = (j & 1) ? part1 : part0;
           wg::wgmma_fence();  // `part` was read by the adds of block j - 2
-          if constexpr (S::WN == 128)
-            wgmma_m64n128k16_ss_f16(part, wg::sw128_desc_block(da, j), wg::sw128_desc_block(db, j), 0);
-          else
-            wgmma_m64n64k16_ss_f16(part, wg::sw128_desc_block(da, j), wg::sw128_desc_block(db, j), 0);
+          wgmma_m64n128k16_ss_f16(part, wg::sw128_desc_block(da, j), wg::sw128_desc_block(db, j), 0);
           wg::wgmma_commit();
           wg::fence_regs(part);
           if (j > 0) {
@@ -207,16 +198,16 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       const uint32_t buf = bars + S::kBarBytes + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
       if constexpr (S::kStagedEpi) {
         if (ws::staged_epilogue_ok<OUT_F32>(p, accumulate)) {
-          ws::store_tile_staged<S, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp, n0 + S::WN * wn, buf, lane);
+          ws::store_tile_staged<S, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane);
         } else if (m0 + 64 * wm < p.M) {
-          wg::store_tile<S::WN, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2), n0 + S::WN * wn + 2 * (lane & 3),
+          wg::store_tile<S::WN, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2), n0 + 2 * (lane & 3),
                                          accumulate);
         }
       } else {
         if (ws::lines_epilogue_ok(p)) {
-          ws::store_tile_lines<S>(acc, p, m0 + 64 * wm + 16 * warp, n0 + S::WN * wn, buf, lane, accumulate);
+          ws::store_tile_lines<S>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane, accumulate);
         } else if (m0 + 64 * wm < p.M) {
-          wg::store_tile<S::WN, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2), n0 + S::WN * wn + 2 * (lane & 3),
+          wg::store_tile<S::WN, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2), n0 + 2 * (lane & 3),
                                          accumulate);
         }
       }

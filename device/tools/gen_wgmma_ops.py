@@ -28,7 +28,7 @@ __device__ __forceinline__ void wgmma_m64n{n}k16_rs{suffix}(float (&d)[{r}], con
 """)
 # SS form (both operands in shared memory, K-major, 128-byte swizzle): exact mode over fp16 copies of the operands
 # (gemm_exact_f16.cuh), N = 128
-for n in (64, 128):
+for n in (128,):
     r = n // 2
     regs = ", ".join(f"%{i}" for i in range(r))
     cons = ", ".join(f'"+f"(d[{i}])' for i in range(r))
