@@ -251,13 +251,14 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
     from ._gemm_build import load_gemm_extension
 
     ext = load_gemm_extension()
-    force = _FAST_KERNELS[fast_kernel]
-    if mode == "fast" and fast_kernel != "fused":
-        force = _dequant_choice(ext, force, kind, e, t_a, kc, cols, a_rows, b_rows, dtype, bias_t is not None)
     if mode == "exact":
         force = _EXACT_KERNELS[exact_kernel]
         if exact_kernel in (None, "auto") and _reuse_pays(kind, e, t_a, kc, cols, a_rows, b_rows):
             force = _EXACT_KERNELS["dequant"]
+    else:
+        force = _FAST_KERNELS[fast_kernel]
+        if fast_kernel != "fused":
+            force = _dequant_choice(ext, force, kind, e, t_a, kc, cols, a_rows, b_rows, dtype, bias_t is not None)
     ws_bytes = e * int(ext.prob_size()) + 4 * (e + 1)
     ws = torch.empty(ws_bytes, dtype=torch.uint8, device=dev)
     offs_a = a.offsets.contiguous()

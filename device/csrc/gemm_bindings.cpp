@@ -124,7 +124,7 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
                    const Tensor& b_offs, const Tensor& b_amax, Tensor out, const c10::optional<Tensor>& bias,
                    bool accumulate, int64_t b_rows, int64_t a_rows, int64_t kc, int64_t ldd, double rcp,
                    int64_t grid_upper, Tensor workspace, int64_t rows_per_group,
-                   int64_t contraction_per_group, int64_t force_fast_tile, int64_t max_ctas) {
+                   int64_t contraction_per_group, int64_t force_kernel, int64_t max_ctas) {
   TORCH_CHECK(kind >= 0 && kind <= 2, "nvfp4_gemm: bad kind");
   TORCH_CHECK(E >= 1, "nvfp4_gemm: E must be >= 1");
   TORCH_CHECK(max_ctas >= 0 && max_ctas < (int64_t{1} << 31), "nvfp4_gemm: max_ctas must be >= 0 (0: no cap)");
@@ -179,13 +179,13 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
   s.rcp = static_cast<float>(rcp);
   s.probs = probs;
   s.prefix = prefix;
-  nvfp4_gemm::pick_tile(exact, rows_per_group, contraction_per_group, static_cast<int>(force_fast_tile), &s.tile_m,
+  nvfp4_gemm::pick_tile(exact, rows_per_group, contraction_per_group, static_cast<int>(force_kernel), &s.tile_m,
                         &s.tile_n);
   nvfp4_gemm::launch_setup(s, stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (grid_upper <= 0) return;
-  TORCH_CHECK(force_fast_tile != kForceExactDequant || exact, "nvfp4_gemm: kernel 5 is exact mode only");
-  if (force_fast_tile == kForceDequant) {
+  TORCH_CHECK(force_kernel != kForceExactDequant || exact, "nvfp4_gemm: kernel 5 is exact mode only");
+  if (force_kernel == kForceDequant) {
     TORCH_CHECK(!exact, "nvfp4_gemm: the dequantize-first path is fast mode only");
     TORCH_CHECK(bias_p == nullptr, "nvfp4_gemm: the dequantize-first path has no bias epilogue");
     launch_dequant_path(static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data, b_scales,
@@ -202,7 +202,7 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
   l.grid_upper = static_cast<int>(grid_upper);
   l.tile_m = s.tile_m;
   l.max_ctas = static_cast<int>(max_ctas);
-  if (force_fast_tile == kForceExactDequant) {  // exact mode over fp16 copies (docs/gemm.md, stop 30)
+  if (force_kernel == kForceExactDequant) {  // exact mode over fp16 copies (docs/gemm.md, stop 30)
     nvfp4_gemm::DequantGemmArgs d{};
     const auto copies = f16_copies(d, static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
                                    b_scales, b_offs);

@@ -53,6 +53,12 @@ __global__ void dequant_plane_kernel(PlaneView p, uint4* __restrict__ out) {
                                   __byte_perm(b[1], b[3], 0x5410), __byte_perm(b[1], b[3], 0x7632));
 }
 
+// The fp16 copy (`f16`, made by dequant_plane_kernel from `plane`) of the operand that starts at packed byte `p` of the
+// plane: fp16 elements 2j, 2j + 1 of a copy hold packed byte j.
+__device__ __forceinline__ const __half* f16_copy_of(const void* f16, const uint8_t* plane, const uint8_t* p) {
+  return static_cast<const __half*>(f16) + 2 * (p - plane);
+}
+
 __global__ void cutlass_args_kernel(DequantGemmArgs d, CutlassArgs c) {
   for (int g = blockIdx.x * blockDim.x + threadIdx.x; g < d.E; g += gridDim.x * blockDim.x) {
     const Prob& p = d.probs[g];
@@ -60,8 +66,8 @@ __global__ void cutlass_args_kernel(DequantGemmArgs d, CutlassArgs c) {
     c.shapes[3 * g + 0] = (p.K > 0 && has_tiles) ? p.M : 0;
     c.shapes[3 * g + 1] = p.N;
     c.shapes[3 * g + 2] = p.K;
-    c.ptr_a[g] = reinterpret_cast<const __half*>(d.a_f16) + 2 * (p.a - d.a.data);
-    c.ptr_b[g] = reinterpret_cast<const __half*>(d.b_f16) + 2 * (p.b - d.b.data);
+    c.ptr_a[g] = f16_copy_of(d.a_f16, d.a.data, p.a);
+    c.ptr_b[g] = f16_copy_of(d.b_f16, d.b.data, p.b);
     c.ptr_d[g] = p.d;
     if (c.ptr_c) c.ptr_c[g] = p.d;  // accumulate in place: C = the output buffer
     c.stride_a[g] = p.K;  // fprop / dgrad: the contraction; wgrad: roundup(m_g, 16), the columnwise pitch
@@ -92,13 +98,12 @@ __global__ void zero_k_epilogue_kernel(DequantGemmArgs d) {
   }
 }
 
-// Points group g's operands at their fp16 copies (element 2j, 2j + 1 of a copy <- packed byte j of the plane).
-__global__ void retarget_probs_kernel(Prob* probs, int E, const uint8_t* a_data, const __half* a_f16,
-                                      const uint8_t* b_data, const __half* b_f16) {
-  for (int g = blockIdx.x * blockDim.x + threadIdx.x; g < E; g += gridDim.x * blockDim.x) {
+// Points group g's operands at their fp16 copies.
+__global__ void retarget_probs_kernel(Prob* probs, DequantGemmArgs d) {
+  for (int g = blockIdx.x * blockDim.x + threadIdx.x; g < d.E; g += gridDim.x * blockDim.x) {
     Prob& p = probs[g];
-    p.a = reinterpret_cast<const uint8_t*>(a_f16 + 2 * (p.a - a_data));
-    p.b = reinterpret_cast<const uint8_t*>(b_f16 + 2 * (p.b - b_data));
+    p.a = reinterpret_cast<const uint8_t*>(f16_copy_of(d.a_f16, d.a.data, p.a));
+    p.b = reinterpret_cast<const uint8_t*>(f16_copy_of(d.b_f16, d.b.data, p.b));
   }
 }
 
@@ -137,8 +142,7 @@ int launch_dequant_gemm(const DequantGemmArgs& d, CutlassArgs c, cudaStream_t s)
 void launch_dequant_exact(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
   dequant_plane(d.a, d.a_f16, s);
   dequant_plane(d.b, d.b_f16, s);
-  retarget_probs_kernel<<<(d.E + 255) / 256, 256, 0, s>>>(probs, d.E, d.a.data, static_cast<const __half*>(d.a_f16),
-                                                          d.b.data, static_cast<const __half*>(d.b_f16));
+  retarget_probs_kernel<<<(d.E + 255) / 256, 256, 0, s>>>(probs, d);
   launch_exact_f16(l, s);
 }
 

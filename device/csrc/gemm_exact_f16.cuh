@@ -83,25 +83,24 @@ struct F16Loader {
     k_pieces = p.K / 8;
     dst = r0 * 128 + ((q ^ (r0 & 7)) << 4);
   }
-  __device__ __forceinline__ void load(uint32_t stage, int kt, int t) const {
+  // K tile kt into the stage's A tile at `a_tile` and B tile at `b_tile`
+  __device__ __forceinline__ void load(uint32_t a_tile, uint32_t b_tile, int kt, int t) const {
     const int piece = 8 * kt + (t & 7);
     const bool in_k = piece < k_pieces;
     const long long off = in_k ? 64LL * kt : 0;  // (src-size 0 reads nothing; the address stays inside the row)
     const int bytes = in_k ? 16 : 0;
 #pragma unroll
     for (int i = 0; i < 8; ++i)
-      if (i < rows_a) wg::cp_async16(stage + dst + 2048 * i, a + i * step16 + off, bytes);
+      if (i < rows_a) wg::cp_async16(a_tile + dst + 2048 * i, a + i * step16 + off, bytes);
 #pragma unroll
     for (int i = 0; i < 8; ++i)
-      if (i < rows_b) wg::cp_async16(stage + S_B_OFFSET + dst + 2048 * i, b + i * step16 + off, bytes);
+      if (i < rows_b) wg::cp_async16(b_tile + dst + 2048 * i, b + i * step16 + off, bytes);
   }
-  static constexpr uint32_t S_B_OFFSET = 128 * kBK * 2;  // the B tile follows the A tile in a stage
 };
 
 template <class S, bool OUT_F32>
 __global__ void __launch_bounds__(S::kThreads, 1)
     exact_f16_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate) {
-  static_assert(F16Loader::S_B_OFFSET == S::kTileBytes, "stage layout");
   extern __shared__ uint8_t smem_dyn[];
   const uint32_t smem = (wg::smem_u32(smem_dyn) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
   const uint32_t ring = smem;                                        // kStages x kStageBytes
@@ -134,7 +133,8 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         ld = F16Loader(p, (cur.local % tiles_m) * S::BM, (cur.local / tiles_m) * S::BN, tid);
       }
       ws::mbar_wait(empty + 8 * st.stage, st.phase ^ 1u);
-      ld.load(ring + st.stage * S::kStageBytes, cur.kt, tid);
+      const uint32_t stage = ring + st.stage * S::kStageBytes;
+      ld.load(stage, stage + S::kTileBytes, cur.kt, tid);
       ws::cp_async_mbar_arrive(full + 8 * st.stage);
       st.next();
       cur.next<S::BN>(probs, prefix, E, walk);
