@@ -51,7 +51,7 @@ _KINDS = {"fprop": 0, "dgrad": 1, "wgrad": 2}
 _RCP_7225344 = float(np.float32(1.0 / 7225344.0))  # SPEC 12.1: fp32(1/7225344)
 _TILE = 128
 #: -> pick_tile's `force` ("fused": chosen by the sizes like "auto", but never the dequantize-first path)
-_FAST_KERNELS = {None: 0, "auto": 0, "skinny": 1, "large": 2, "pair": 3, "dequant": 4, "fused": 0}
+_FAST_KERNELS = {None: 0, "auto": 0, "skinny": 1, "large": 2, "pair": 3, "dequant": 4, "fused": 0, "swapped": 6}
 #: the dequantize-first path pays when each weight (fprop / dgrad) or activation (wgrad) element is reused by at least
 #: this many output rows (docs/gemm.md, stop 29: E8 T16384, 2048 rows per group, gains; E64 and T512 lose)
 _DEQUANT_MIN_REUSE = 1024
@@ -103,6 +103,10 @@ def _dequant_choice(ext, force: int, kind: str, e: int, t: int, kc: int, cols: i
         why = f"its output rows must be 16-byte aligned ({cols} columns of {dtype})"
     elif e > 65535:
         why = f"it supports at most 65535 groups, got {e}"
+    if force == _FAST_KERNELS["swapped"]:
+        if kind == "wgrad":
+            raise ValueError("fast_kernel='swapped' runs fprop and dgrad only (its token operand is a rowwise plane)")
+        return force
     if force == _FAST_KERNELS["dequant"]:
         if why:
             raise ValueError(f"fast_kernel='dequant' cannot run this call: {why}")

@@ -340,6 +340,33 @@ def test_forced_fast_kernels(tile):
     run_wgrad(splits, n, k, "fast", torch.float32, accumulate=True, seed=43, fast_kernel=tile)
 
 
+# The swapped fast kernel (gemm_swapped.cuh; docs/gemm.md, stop 31: weights as wgmma's register operand, the token rows
+# from an fp16 copy in the even / odd code order), forced: the same bits as oracle.gemm(model="tensor_core"). Covers
+# the skinny cases (groups of several 64-row token tiles, N not a multiple of 256 or of 128, K tails, bias, fp32),
+# every CASES shape (empty groups, a giant expert, 64 groups), K % 32 = 16 (8-byte weight copies), odd N (fprop's weight
+# rows per group), 16x16 weight blocks, and dgrad (W's columnwise plane as the register operand).
+SWAPPED_CASES = dict(SKINNY_CASES, **{f"c_{k}": (*v, torch.bfloat16, True) for k, v in CASES.items()},
+                     k48_odd_n=([5, 0, 64, 65, 3], 131, 48, torch.float32, True))
+
+
+@pytest.mark.parametrize("case", list(SWAPPED_CASES))
+def test_swapped_kernel(case):
+    splits, n, k, od, with_bias = SWAPPED_CASES[case]
+    run_fprop(splits, n, k, "fast", od, with_bias=with_bias, seed=101, fast_kernel="swapped")
+    if n % 16 == 0:  # dgrad's contraction is n (W columnwise rows)
+        run_dgrad(splits, k, n, "fast", od, with_bias=with_bias, seed=102, fast_kernel="swapped")
+
+
+def test_swapped_kernel_capped_and_accumulate():
+    """A capped grid (every CTA walks several tiles), and an fp32 output accumulated into (C read per element)."""
+    run_fprop([64, 0, 200], 1408, 160, "fast", torch.bfloat16, with_bias=True, seed=103, fast_kernel="swapped",
+              max_ctas=3)
+    run_dgrad([64, 0, 200], 96, 1408, "fast", torch.float32, with_bias=True, seed=104, fast_kernel="swapped",
+              max_ctas=7)
+    with pytest.raises(ValueError, match="fprop and dgrad only"):
+        run_wgrad([0, 37, 200, 5], 304, 144, "fast", torch.float32, accumulate=False, fast_kernel="swapped")
+
+
 # The dequantize-first path (fp16 copies of both planes + CUTLASS's grouped GEMM; docs/gemm.md, stop 29), forced on
 # every case shape: the same bits as oracle.gemm(model="tensor_core"). Covers empty groups (M = 0 for CUTLASS, and in
 # wgrad K = 0: the zero-step epilogue, accumulating or not), unaligned group sizes (columnwise pitches roundup(m_g,16)),

@@ -26,6 +26,7 @@ const T* cptr(const Tensor& t) {
 
 constexpr int64_t kForceDequant = 4;       // device/gemm.py: fast_kernel="dequant"
 constexpr int64_t kForceExactDequant = 5;  // device/gemm.py: exact_kernel="dequant"
+constexpr int64_t kForceSwapped = 6;       // device/gemm.py: fast_kernel="swapped"
 
 // One operand plane for the dequantize-first path: rowwise planes have a constant pitch (contraction / 2 bytes);
 // columnwise planes have `rows` K-feature rows and a per-group pitch.
@@ -46,9 +47,11 @@ nvfp4_gemm::PlaneView plane_view(const Tensor& data, const Tensor& scales, const
 // fp16 copies of both operand planes for the dequantize-first paths (fast: CUTLASS, docs/gemm.md stop 29; exact:
 // gemm_exact_f16.cu, stop 30): the plane views in `d` and the scratch (2 fp16 per packed byte of each plane's buffer)
 // from the caching allocator (stream-ordered, so graph capture works). The returned tensors own the scratch.
+// With a_only, only the A plane gets a copy (d.b_f16 stays null; the swapped kernel's token operand).
 std::pair<Tensor, Tensor> f16_copies(nvfp4_gemm::DequantGemmArgs& d, int kind, int E, const nvfp4_gemm::SetupArgs& s,
                                      const Tensor& a_data, const Tensor& a_scales, const Tensor& a_offs,
-                                     const Tensor& b_data, const Tensor& b_scales, const Tensor& b_offs) {
+                                     const Tensor& b_data, const Tensor& b_scales, const Tensor& b_offs,
+                                     bool a_only = false) {
   using namespace nvfp4_gemm;
   d.E = E;
   d.probs = s.probs;
@@ -58,9 +61,9 @@ std::pair<Tensor, Tensor> f16_copies(nvfp4_gemm::DequantGemmArgs& d, int kind, i
   d.b = plane_view(b_data, b_scales, b_offs, E, kind != kFprop, s.kc, s.b_rows);
   auto half = a_data.options().dtype(at::kHalf);
   Tensor a16 = at::empty({2 * d.a.cap_bytes}, half);
-  Tensor b16 = at::empty({2 * d.b.cap_bytes}, half);
+  Tensor b16 = at::empty({a_only ? 0 : 2 * d.b.cap_bytes}, half);
   d.a_f16 = a16.data_ptr();
-  d.b_f16 = b16.data_ptr();
+  d.b_f16 = a_only ? nullptr : b16.data_ptr();
   return {a16, b16};
 }
 
@@ -185,6 +188,8 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (grid_upper <= 0) return;
   TORCH_CHECK(force_kernel != kForceExactDequant || exact, "nvfp4_gemm: kernel 5 is exact mode only");
+  TORCH_CHECK(force_kernel != kForceSwapped || (!exact && kind != nvfp4_gemm::kWgrad),
+              "nvfp4_gemm: the swapped kernel is fast mode, fprop and dgrad only");
   if (force_kernel == kForceDequant) {
     TORCH_CHECK(!exact, "nvfp4_gemm: the dequantize-first path is fast mode only");
     TORCH_CHECK(bias_p == nullptr, "nvfp4_gemm: the dequantize-first path has no bias epilogue");
@@ -207,6 +212,14 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
     const auto copies = f16_copies(d, static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
                                    b_scales, b_offs);
     nvfp4_gemm::launch_dequant_exact(d, probs, l, stream);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return;
+  }
+  if (force_kernel == kForceSwapped) {  // fast mode, weights as wgmma's A operand (docs/gemm.md, stop 31)
+    nvfp4_gemm::DequantGemmArgs d{};
+    const auto copies = f16_copies(d, static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
+                                   b_scales, b_offs, /*a_only=*/true);
+    nvfp4_gemm::launch_swapped_path(d, probs, l, stream);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }

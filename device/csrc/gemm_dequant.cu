@@ -27,6 +27,9 @@ __device__ __forceinline__ long long swizzled_offset(long long r, long long c, l
 // One thread per 8 packed bytes (16 codes = one 16-block, one scale). Group g of the plane holds bytes
 // [offs[g], offs[g+1]) with a row pitch of `pitch` bytes (pitch_const, or the group's bytes / rows_const for a
 // columnwise plane, whose rows are the K features and whose pitch is roundup(m_g, 16) / 2).
+// Order inside each 16-block of the copy: natural (codes 0..15), or EVEN_ODD (codes 0, 2, .., 14, 1, 3, .., 15: the
+// token operand of the swapped kernel, gemm_swapped.cuh, whose register fragments hold that order).
+template <bool EVEN_ODD>
 __global__ void dequant_plane_kernel(PlaneView p, uint4* __restrict__ out) {
   const long long chunk = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   const long long byte = chunk * 8;
@@ -46,7 +49,12 @@ __global__ void dequant_plane_kernel(PlaneView p, uint4* __restrict__ out) {
   const uint2 w = *reinterpret_cast<const uint2*>(p.data + byte);
   uint32_t a[4], b[4];
   f16dec::e2m1x8_to_f16(w.x, sf, a);  // chunk order {0,2} {4,6} {1,3} {5,7}
-  f16dec::e2m1x8_to_f16(w.y, sf, b);
+  f16dec::e2m1x8_to_f16(w.y, sf, b);  // {8,10} {12,14} {9,11} {13,15}
+  if constexpr (EVEN_ODD) {
+    out[2 * chunk] = make_uint4(a[0], a[1], b[0], b[1]);
+    out[2 * chunk + 1] = make_uint4(a[2], a[3], b[2], b[3]);
+    return;
+  }
   out[2 * chunk] = make_uint4(__byte_perm(a[0], a[2], 0x5410), __byte_perm(a[0], a[2], 0x7632),
                               __byte_perm(a[1], a[3], 0x5410), __byte_perm(a[1], a[3], 0x7632));
   out[2 * chunk + 1] = make_uint4(__byte_perm(b[0], b[2], 0x5410), __byte_perm(b[0], b[2], 0x7632),
@@ -98,19 +106,21 @@ __global__ void zero_k_epilogue_kernel(DequantGemmArgs d) {
   }
 }
 
-// Points group g's operands at their fp16 copies.
+// Points group g's operands at their fp16 copies (b only when it has one: d.b_f16 set).
 __global__ void retarget_probs_kernel(Prob* probs, DequantGemmArgs d) {
   for (int g = blockIdx.x * blockDim.x + threadIdx.x; g < d.E; g += gridDim.x * blockDim.x) {
     Prob& p = probs[g];
     p.a = reinterpret_cast<const uint8_t*>(f16_copy_of(d.a_f16, d.a.data, p.a));
-    p.b = reinterpret_cast<const uint8_t*>(f16_copy_of(d.b_f16, d.b.data, p.b));
+    if (d.b_f16) p.b = reinterpret_cast<const uint8_t*>(f16_copy_of(d.b_f16, d.b.data, p.b));
   }
 }
 
+template <bool EVEN_ODD = false>
 void dequant_plane(const PlaneView& p, void* out, cudaStream_t s) {
   if (p.cap_bytes <= 0) return;
   const long long chunks = p.cap_bytes / 8;
-  dequant_plane_kernel<<<static_cast<unsigned>((chunks + 255) / 256), 256, 0, s>>>(p, static_cast<uint4*>(out));
+  dequant_plane_kernel<EVEN_ODD>
+      <<<static_cast<unsigned>((chunks + 255) / 256), 256, 0, s>>>(p, static_cast<uint4*>(out));
 }
 
 }  // namespace
@@ -144,6 +154,12 @@ void launch_dequant_exact(const DequantGemmArgs& d, Prob* probs, const LaunchArg
   dequant_plane(d.b, d.b_f16, s);
   retarget_probs_kernel<<<(d.E + 255) / 256, 256, 0, s>>>(probs, d);
   launch_exact_f16(l, s);
+}
+
+void launch_swapped_path(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
+  dequant_plane<true>(d.a, d.a_f16, s);
+  retarget_probs_kernel<<<(d.E + 255) / 256, 256, 0, s>>>(probs, d);
+  launch_swapped(l, s);
 }
 
 size_t dequant_gemm_workspace(int epilogue, const CutlassArgs& c) {

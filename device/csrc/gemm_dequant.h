@@ -43,6 +43,10 @@ size_t dequant_gemm_workspace(int epilogue, const CutlassArgs& c);
 // group's Prob::a / Prob::b (`probs`, the setup kernel's array) into the copies, then runs gemm_exact_f16.cu's kernel
 // over the setup kernel's tile list (`l`). Needs no CUTLASS.
 void launch_dequant_exact(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s);
+// The swapped fast kernel (docs/gemm.md, stop 31): decodes the token plane d.a into d.a_f16 (each 16-block in the
+// even / odd code order of gemm_swapped.cuh; d.b_f16 must be null), points every group's Prob::a at the copy, then runs
+// gemm_swapped.cu's kernel over the setup kernel's 64 x 256 tile list (`l`). Needs no CUTLASS.
+void launch_swapped_path(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s);
 bool cutlass_built();  // false when the extension was built without CUTLASS (the path then refuses)
 
 }  // namespace nvfp4_gemm

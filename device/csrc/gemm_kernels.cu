@@ -94,7 +94,8 @@ void pick_tile(bool exact, long long rows_per_group, long long contraction_per_g
     // K loops, E=64 wgrad, the 128 x 256 kernel stays faster)
     *tile_m = ws::ShapePair::kTileM;
     *tile_n = ws::ShapePair::BN;
-  } else if (force == 1 || (force == 0 && rows_per_group <= 96)) {  // few tokens: no tensor work on padding rows
+  } else if (force == 1 || force == 6 || (force == 0 && rows_per_group <= 96)) {  // few tokens: no tensor work on
+    // padding rows (6: the swapped kernel walks the same 64 x 256 tiles)
     *tile_m = ws::ShapeSkinny::BM;
     *tile_n = ws::ShapeSkinny::BN;
   } else {

@@ -64,7 +64,8 @@ struct LaunchArgs {
 // Tile (rows x columns of the output; a cluster tile for the 2-CTA kernel) for this mode, given the average number of
 // output rows per group and the average contraction length per group (host-known: T / E rows and K (fprop) or N
 // (dgrad) for fprop/dgrad; the weight-gradient rows and T / E for wgrad). force (fast mode only): 0 = by the sizes,
-// 1 = the 64 x 256 kernel, 2 = the 128 x 256 kernel, 3 = the 2-CTA cluster kernel.
+// 1 = the 64 x 256 kernel, 2 = the 128 x 256 kernel, 3 = the 2-CTA cluster kernel, 6 = the swapped kernel (64 x 256
+// tiles too).
 void pick_tile(bool exact, long long rows_per_group, long long contraction_per_group, int force, int* tile_m,
                int* tile_n);
 
@@ -76,5 +77,7 @@ void launch_wgmma_exact(const LaunchArgs& a, cudaStream_t s);
 void launch_wgmma_pair(const LaunchArgs& a, cudaStream_t s);  // fast mode, 2-CTA cluster tiles
 // exact mode over fp16 copies of the operands (gemm_exact_f16.cu; probs' a / b point into the copies, pitch K)
 void launch_exact_f16(const LaunchArgs& a, cudaStream_t s);
+// fast mode with the operands swapped (gemm_swapped.cu; probs' a points into the token copy, pitch Prob::K)
+void launch_swapped(const LaunchArgs& a, cudaStream_t s);
 
 }  // namespace nvfp4_gemm

@@ -1,0 +1,357 @@
+// Fast-mode NVFP4 grouped GEMM with the operands swapped, for few rows per group (fast_kernel="swapped";
+// docs/gemm.md, stop 31). Bit for bit SPEC 12.6 (oracle.gemm(model="tensor_core")), like the other fast kernels.
+//
+// Each output tile is computed transposed: D_g^T[n, m] = sum_k B[n, k] A[m, k], so the large operand (the weights,
+// B = W_g for fprop and dgrad) is wgmma's A operand, decoded straight from packed E2M1 into registers (RS form: no fp16
+// tile in shared memory, no fence.proxy.async, no converter warps), and the few token rows (A) are wgmma's B operand,
+// read from an fp16 copy made beforehand by gemm_dequant.cu (T x K x 2 bytes: 4 MB for T = 512, K = 4096). The step
+// model is symmetric in its operands (the same 16 products per k16 step, docs/gemm.md stop 12), so the bits are those
+// of the other fast kernels as long as every k16 step holds exactly one 16-block, in K order.
+//
+// Register fragments of a k16 step (wgmma A, m64k16): thread (warp v, lane l) holds rows g = 16 v + l / 4 and g + 8 at
+// K positions 2c, 2c + 1 and 8 + 2c, 9 + 2c, c = l % 4. Inside a 16-block we choose the order: position p < 8 holds
+// code 2p, p >= 8 holds code 2 (p - 8) + 1 (even codes, then odd codes). Then lane c needs codes 4c .. 4c + 3 of every
+// block, i.e. bytes 2c, 2c + 1 of the block's 8 bytes: one PRMT gathers them for two blocks into one word, and
+// decode_two_blocks turns that word into the fragments of both blocks (2 instructions per code). The token copy holds
+// the same order inside each block (dequant_plane_kernel, kEvenOdd), so every k16 step is one whole block.
+//
+// Roles (one persistent CTA per SM; the setup kernel's 64 x 256 tile list, as the skinny kernel):
+//   loader warpgroup (first): cp.async copies per K step of 64 K: the 64 token rows x 64 fp16 of the copy (128 B per
+//       row, wgmma's K-major 128-byte swizzle), the 256 weight rows x 32 packed bytes, and the two 128-row swizzled
+//       scale tiles (SPEC 8.2) of those weight rows. Pieces past K are zero-filled; rows past M (tokens) or N (weights)
+//       are not copied: their stale contents only reach accumulator elements the epilogue does not store.
+//   MMA warpgroups (2; weight rows [128 wm, 128 wm + 128) as two m64 tiles): decode their fragments from the stage,
+//       issue 8 wgmma.m64n64k16 (2 tiles x 4 blocks) over the token tile, and release the stage one step later (after
+//       wgmma.wait_group 1); then the epilogue stores the transposed tile directly.
+//   full[s]   the loader's copies of stage s have landed (cp.async.mbarrier.arrive.noinc, 128 threads)
+//   empty[s]  every MMA warp has read stage s (its words by ld.shared, its token tile by the completed wgmmas)
+#pragma once
+
+#include "gemm_wgmma_ws.cuh"
+
+namespace nvfp4_gemm {
+namespace swp {
+
+using wg::kBK;
+
+struct Shape {
+  static constexpr int BM = 64;    // token rows per tile (output rows): the wgmma N
+  static constexpr int BN = 256;   // weight rows per tile (output columns)
+  static constexpr int kMma = 2;   // MMA warpgroups, 128 weight rows each (two m64 tiles)
+  static constexpr int kThreads = 128 * (kMma + 1);
+  static constexpr int kLoaderThreads = 128;
+  static constexpr int kCluster = 1;  // (ws::release_b_stage)
+  static constexpr int kMmaRegs = 224, kLoaderRegs = 56;
+  static constexpr int kStages = 8;
+  static constexpr int kTokBytes = BM * 128;   // 64 rows x 64 fp16
+  static constexpr int kRawBytes = BN * 32;    // 256 rows x 64 codes
+  static constexpr int kScaleBytes = 2 * 512;  // two 128-row scale tiles
+  static constexpr int kStageBytes = kTokBytes + kRawBytes + kScaleBytes;
+  static constexpr int kBarBytes = 8 * 2 * kStages;
+  static constexpr int kSmem = kStages * kStageBytes + kBarBytes + 1024;
+  static_assert(kStageBytes % 1024 == 0, "token tiles stay 1024-byte aligned (swizzle atoms)");
+  static_assert(kSmem <= 227 * 1024, "shared memory");
+  static_assert(kMma * kMmaRegs + kLoaderRegs <= (kMma + 1) * (65536 / kThreads / 8 * 8), "setmaxnreg budget");
+};
+
+// Weight row r's 32 bytes in a stage: its two 16-byte halves swapped when bit 2 of r is set, so that the 8 rows a
+// warp reads at once (g = 0..7 and their words 2j + c / 2) fall on 16 different banks.
+__host__ __device__ constexpr uint32_t raw_half_offset(int r, int half) {
+  return static_cast<uint32_t>(r * 32 + ((half ^ ((r >> 2) & 1)) << 4));
+}
+
+// One loader thread's copies of a tile's K steps.
+//   tokens: piece q = t % 8 (16 bytes, K elements [8 q, 8 q + 8) of the step) of rows r0 + 16 i (r0 = t / 8, i < 4),
+//     swizzled like gemm_exact_f16.cuh's F16Loader (row r's piece q at r * 128 + ((q ^ (r % 8)) << 4));
+//   weights (vec16: row pitch and group base 16-byte aligned): 16-byte halves c = t + 128 i (i < 4), row c / 2, half
+//     c % 2; otherwise 8-byte quarters c = t + 128 i (i < 8), row c / 4, quarter c % 4;
+//   scales: threads t < 64 copy 16 bytes each of the two 512-byte tiles (t / 32 = the 128-row tile).
+struct SwapLoader {
+  const __half* tok;      // token row m0 + r0, piece q, step 0
+  long long tok_step16;   // 16 token rows, in elements
+  int tok_rows;           // i < tok_rows: row m0 + r0 + 16 i < M
+  int k_pieces;           // K / 8
+  uint32_t tok_dst;
+  const uint8_t* w[8];    // weight piece i at step 0 (valid address also when it has no data)
+  int w_bytes[8];         // bytes of piece i's row in the step: K / 2 - its offset (<= 0: none; row past N: 0)
+  const uint8_t* sc;      // scale piece at step 0
+  bool sc_ok;
+  bool vec16;
+
+  SwapLoader() = default;
+  __device__ __forceinline__ SwapLoader(const Prob& p, int m0, int n0, int KT, int t) {
+    const int q = t & 7, r0 = t >> 3;
+    const long long K = p.K;
+    tok = reinterpret_cast<const __half*>(p.a) + (m0 + r0) * K + 8 * q;
+    tok_step16 = 16 * K;
+    tok_rows = max(0, min(4, (p.M - m0 - r0 + 15) / 16));
+    k_pieces = p.K / 8;
+    tok_dst = r0 * 128 + ((q ^ (r0 & 7)) << 4);
+    const long long ldb = K / 2;
+    vec16 = (ldb % 16 == 0) && (reinterpret_cast<uintptr_t>(p.b) % 16 == 0);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int c = t + 128 * i;
+      const int row = vec16 ? c >> 1 : c >> 2;
+      const int off = vec16 ? (c & 1) * 16 : (c & 3) * 8;
+      const bool ok = (!vec16 || i < 4) && n0 + row < p.N;
+      w[i] = p.b + (ok ? (n0 + row) * ldb + off : 0);
+      w_bytes[i] = ok ? static_cast<int>(ldb - off) : 0;
+    }
+    const int rt = (n0 >> 7) + (t >> 5);  // this thread's 128-row scale tile
+    sc_ok = t < 64 && rt * 128 < p.N;
+    sc = p.sb + (sc_ok ? static_cast<long long>(rt) * KT * 512 + (t & 31) * 16 : 0);
+  }
+
+  __device__ __forceinline__ void load(uint32_t stage, int kt, int t) const {
+    {  // token tile
+      const int piece = 8 * kt + (t & 7);
+      const bool in_k = piece < k_pieces;
+      const long long off = in_k ? 64LL * kt : 0;
+      const int bytes = in_k ? 16 : 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (i < tok_rows) wg::cp_async16(stage + tok_dst + 2048 * i, tok + i * tok_step16 + off, bytes);
+    }
+    const uint32_t raw = stage + Shape::kTokBytes;
+    const int kb = kt * 32;
+    if (vec16) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int c = t + 128 * i, left = w_bytes[i] - kb;
+        if (w_bytes[i] > 0)
+          wg::cp_async16(raw + raw_half_offset(c >> 1, c & 1), left > 0 ? w[i] + kb : w[i],
+                         left > 0 ? min(left, 16) : 0);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int c = t + 128 * i, left = w_bytes[i] - kb;
+        if (w_bytes[i] > 0)
+          wg::cp_async8(raw + raw_half_offset(c >> 2, (c & 3) >> 1) + (c & 1) * 8, left > 0 ? w[i] + kb : w[i],
+                        left > 0 ? 8 : 0);
+      }
+    }
+    if (sc_ok) wg::cp_async16(raw + Shape::kRawBytes + t * 16, sc + kt * 512, 16);
+  }
+};
+
+// Codes of two 16-blocks P, Q in one word (nibbles 0-3: codes 4c .. 4c + 3 of P, nibbles 4-7: the same of Q) times
+// their scales (f16dec::scale_to_f16x2 form) -> the fragment words: f[0] = P at positions 2c, 2c + 1 (codes 4c,
+// 4c + 2), f[1] = Q there, f[2] = P at 8 + 2c, 9 + 2c (codes 4c + 1, 4c + 3), f[3] = Q there.
+__device__ __forceinline__ void decode_two_blocks(uint32_t x, uint32_t sp, uint32_t sq, uint32_t (&f)[4]) {
+  using namespace f16dec;
+  const uint32_t even = e2m1_to_e4m3_bytes(x << 2), odd = e2m1_to_e4m3_bytes(x >> 2);
+  f[0] = hmul2_f16(e4m3x2_to_f16x2(even), sp);
+  f[1] = hmul2_f16(e4m3x2_to_f16x2(even >> 16), sq);
+  f[2] = hmul2_f16(e4m3x2_to_f16x2(odd), sp);
+  f[3] = hmul2_f16(e4m3x2_to_f16x2(odd >> 16), sq);
+}
+
+// Per-thread offsets of the fragment decode (MMA thread t of warpgroup wm; weight row R0 = 128 wm + 16 v + l / 4 of the
+// tile, and rows R0 + 8 (+256 bytes), R0 + 64 (second m64 tile, +2048) and R0 + 72).
+struct FragOffsets {
+  uint32_t word[4];  // block j's word 2 j + c / 2 of row R0 (raw_half_offset's half swap included)
+  uint32_t scale;    // row R0's 4 scales (one word) in the stage's scale tiles
+  uint32_t sel;      // PRMT selector: bytes 2c, 2c + 1 of two words (c = l % 4)
+};
+__device__ __forceinline__ FragOffsets frag_offsets(int wm, int t) {
+  const int v = t >> 5, l = t & 31, c = l & 3;
+  const int r0 = 128 * wm + 16 * v + (l >> 2);
+  FragOffsets o;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int wd = 2 * j + (c >> 1);  // the word holding bytes 8 j + 2 c, 8 j + 2 c + 1 of the row
+    o.word[j] = Shape::kTokBytes + raw_half_offset(r0, wd >> 2) + (wd & 3) * 4;
+  }
+  o.scale = Shape::kTokBytes + Shape::kRawBytes + wm * 512 + nvfp4::swizzle_in_tile<uint32_t>(r0 & 127, 0);
+  o.sel = (c & 1) ? 0x7632u : 0x5410u;
+  return o;
+}
+
+// Fragments of one K step: a[i][j] = m64 tile i (rows + 64 i), block j.
+__device__ __forceinline__ void decode_step(uint32_t stage, const FragOffsets& o, uint32_t (&a)[2][4][4]) {
+  uint32_t w[2][2][4], s[2][2];  // [tile][row g / g + 8][block]
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t d = stage + 2048 * i + 256 * h;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) w[i][h][j] = wg::lds32(d + o.word[j]);
+      // SPEC 8.2 (row r at (r mod 32) * 16 + (r / 32 mod 4) * 4): R0 mod 32 < 24, so row R0 + 8 h + 64 i is 8 h rows
+      // further in the same 32-row group (+ 128 h bytes) and 2 i groups further (+ 8 i bytes)
+      s[i][h] = wg::lds32(stage + o.scale + 128 * h + 8 * i);
+    }
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t sc[4], f[4];
+      f16dec::scales4_to_f16x2(s[i][h], sc);
+      decode_two_blocks(__byte_perm(w[i][h][0], w[i][h][1], o.sel), sc[0], sc[1], f);
+      a[i][0][h] = f[0];
+      a[i][0][2 + h] = f[2];
+      a[i][1][h] = f[1];
+      a[i][1][2 + h] = f[3];
+      decode_two_blocks(__byte_perm(w[i][h][2], w[i][h][3], o.sel), sc[2], sc[3], f);
+      a[i][2][h] = f[0];
+      a[i][2][2 + h] = f[2];
+      a[i][3][h] = f[1];
+      a[i][3][2 + h] = f[3];
+    }
+}
+
+__device__ __forceinline__ void fence_frags(uint32_t (&a)[2][4][4]) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) asm volatile("" : "+r"(a[i][j][r])::"memory");
+}
+
+// Epilogue of one m64 tile (SPEC 12.2 order: y = alpha * acc; y += C; y += bias; cast). Accumulator register
+// 4j + 2h + e of thread (warp v, lane l) is weight row (output column) n_base + 8 h, n_base = n0 + 16 v + l / 4, and
+// token (output row) m_base + 8 j + e, m_base = m0 + 2 (l % 4). Stores go element by element: a warp writes 4 rows x
+// 16 bytes (bf16) per instruction.
+template <bool OUT_F32>
+__device__ __forceinline__ void store_tile_transposed(const float (&acc)[32], const Prob& p, int m_base, int n_base,
+                                                      int accumulate) {
+  const float alpha = p.alpha;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int n = n_base + 8 * h;
+    if (n >= p.N) continue;
+    const float b = p.bias ? p.bias[n] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int m = m_base + 8 * j + e;
+        if (m >= p.M) continue;
+        float y = __fmul_rn(alpha, acc[4 * j + 2 * h + e]);
+        const long long o = static_cast<long long>(m) * p.ldd + n;
+        if (OUT_F32) {
+          float* dp = static_cast<float*>(p.d) + o;
+          if (accumulate) y = __fadd_rn(y, *dp);
+          if (p.bias) y = __fadd_rn(y, b);
+          *dp = y;
+        } else {
+          if (p.bias) y = __fadd_rn(y, b);
+          static_cast<__nv_bfloat16*>(p.d)[o] = __float2bfloat16_rn(y);
+        }
+      }
+  }
+}
+
+template <bool OUT_F32>
+__global__ void __launch_bounds__(Shape::kThreads, 1)
+    swapped_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate) {
+  using S = Shape;
+  extern __shared__ uint8_t smem_dyn[];
+  const uint32_t smem = (wg::smem_u32(smem_dyn) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
+  const uint32_t ring = smem;
+  const uint32_t bars = ring + S::kStages * S::kStageBytes;
+  const uint32_t full = bars, empty = bars + 8 * S::kStages;
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int first_tile = blockIdx.x, tile_stride = gridDim.x;
+  const ws::TileWalk<false> walk(__ldg(prefix + E), tile_stride);
+
+  if (tid == 0) {
+    for (int s = 0; s < S::kStages; ++s) {
+      ws::mbar_init(full + 8 * s, S::kLoaderThreads);
+      ws::mbar_init(empty + 8 * s, 4 * S::kMma);
+    }
+  }
+  __syncthreads();
+
+  if (tid < S::kLoaderThreads) {
+    // ------------------------------------------------------------------------------------------------ loader
+    ws::setmaxnreg_dec<S::kLoaderRegs>();
+    ws::StepCursor cur;
+    cur.stride = tile_stride;
+    cur.seek<S::BN>(probs, prefix, E, walk, first_tile);
+    ws::Ring<S::kStages> st;
+    SwapLoader ld;  // set at every tile's first K step
+    while (cur.valid(walk)) {
+      if (cur.kt == 0) {
+        const Prob& p = probs[cur.group];
+        const int tiles_m = p.tiles_m;
+        ld = SwapLoader(p, (cur.local % tiles_m) * S::BM, (cur.local / tiles_m) * S::BN, cur.KT, tid);
+      }
+      ws::mbar_wait(empty + 8 * st.stage, st.phase ^ 1u);
+      ld.load(ring + st.stage * S::kStageBytes, cur.kt, tid);
+      ws::cp_async_mbar_arrive(full + 8 * st.stage);
+      st.next();
+      cur.next<S::BN>(probs, prefix, E, walk);
+    }
+  } else {
+    // ------------------------------------------------------------------------------------------------ MMA warpgroups
+    ws::setmaxnreg_inc<S::kMmaRegs>();
+    const int mt = tid - S::kLoaderThreads;
+    const int wm = mt >> 7;  // weight rows [128 wm, 128 wm + 128) of the tile
+    const int warp = (mt >> 5) & 3;
+    const FragOffsets fo = frag_offsets(wm, mt & 127);
+    ws::Ring<S::kStages> st;
+    for (int v = first_tile; v < walk.count; v += tile_stride) {
+      int local;
+      const int group = wg::find_group(prefix, E, v, &local);
+      const Prob* pp = probs + group;
+      const int tiles_m = __ldg(&pp->tiles_m);
+      const int m0 = (local % tiles_m) * S::BM, n0 = (local / tiles_m) * S::BN;
+      const int KT = (__ldg(&pp->K) + kBK - 1) / kBK;
+
+      float acc[2][32];
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int r = 0; r < 32; ++r) acc[i][r] = 0.0f;
+      uint32_t a_even[2][4][4], a_odd[2][4][4];
+      int prev = -1;  // stage read by the wgmmas still in flight (released once they complete)
+      auto step = [&](uint32_t(&a)[2][4][4]) {
+        const uint32_t stage = ring + st.stage * S::kStageBytes;
+        ws::mbar_wait(full + 8 * st.stage, st.phase);
+        fence_frags(a);
+        decode_step(stage, fo, a);
+        const uint32_t tok_desc = wg::sw128_desc_lo(stage);
+        wg::fence_regs(acc[0]);
+        wg::fence_regs(acc[1]);
+        fence_frags(a);
+        wg::wgmma_fence();
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const uint64_t db = wg::sw128_desc_block(tok_desc, j);
+          wgmma_m64n64k16_rs_f16(acc[0], a[0][j], db, 1);
+          wgmma_m64n64k16_rs_f16(acc[1], a[1][j], db, 1);
+        }
+        wg::wgmma_commit();
+        wg::fence_regs(acc[0]);
+        wg::fence_regs(acc[1]);
+        fence_frags(a);
+        wg::wgmma_wait<1>();  // the previous step's wgmmas are done with their stage and fragment registers
+        if (prev >= 0) ws::release_b_stage<S>(empty + 8 * prev, 0u, lane);
+        prev = st.stage;
+        st.next();
+      };
+      // (explicit exits, as the fast kernels: a conditional odd step makes ptxas serialise the wgmmas, C7513)
+      for (int kt = 0; kt < KT; kt += 2) {
+        step(a_even);
+        if (kt + 1 == KT) break;
+        step(a_odd);
+      }
+      wg::wgmma_wait<0>();
+      wg::fence_regs(acc[0]);
+      wg::fence_regs(acc[1]);
+      if (prev >= 0) ws::release_b_stage<S>(empty + 8 * prev, 0u, lane);
+
+      const Prob p = *pp;
+      const int n_base = n0 + 128 * wm + 16 * warp + (lane >> 2), m_base = m0 + 2 * (lane & 3);
+      store_tile_transposed<OUT_F32>(acc[0], p, m_base, n_base, accumulate);
+      store_tile_transposed<OUT_F32>(acc[1], p, m_base, n_base + 64, accumulate);
+    }
+  }
+}
+
+}  // namespace swp
+}  // namespace nvfp4_gemm
