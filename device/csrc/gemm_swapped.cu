@@ -1,5 +1,7 @@
 // Instantiations of the swapped fast kernel (gemm_swapped.cuh; SPEC 12.6 bit for bit): 64 x 256 tiles (tokens x
 // weight rows), fp32 or bf16 output.
+#include <cstdlib>
+
 #include "gemm_swapped.cuh"
 
 namespace nvfp4_gemm {
@@ -8,12 +10,17 @@ namespace nvfp4_gemm {
 static_assert(swp::Shape::BM == ws::ShapeSkinny::BM && swp::Shape::BN == ws::ShapeSkinny::BN,
               "the swapped kernel walks the skinny kernel's tile list");
 
-void launch_swapped(const LaunchArgs& a, cudaStream_t s) {
-  using S = swp::Shape;
+template <class S>
+static void launch_shape(const LaunchArgs& a, cudaStream_t s) {
   if (a.out_f32)
-    wg::launch_persistent<swp::swapped_kernel<true>, S::kThreads, S::kSmem>(a, s);
+    wg::launch_persistent<swp::swapped_kernel<S, true>, S::kThreads, S::kSmem>(a, s);
   else
-    wg::launch_persistent<swp::swapped_kernel<false>, S::kThreads, S::kSmem>(a, s);
+    wg::launch_persistent<swp::swapped_kernel<S, false>, S::kThreads, S::kSmem>(a, s);
+}
+
+void launch_swapped(const LaunchArgs& a, cudaStream_t s) {
+  static const bool ab = getenv("NVFP4_SWAP_22") != nullptr;  // (scratch A/B, not committed)
+  if (ab) launch_shape<swp::ShapeT<2, 2>>(a, s); else launch_shape<swp::Shape>(a, s);
 }
 
 }  // namespace nvfp4_gemm

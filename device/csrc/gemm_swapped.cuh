@@ -34,14 +34,21 @@ namespace swp {
 
 using wg::kBK;
 
-struct Shape {
+// MMA_WGS warpgroups of TILES m64 tiles each (MMA_WGS * TILES * 64 = 256 weight rows). Registers per thread-slot:
+// 65536 / kThreads, rounded down to 8 (the launch bound's allocation), moved by setmaxnreg from the loader.
+template <int MMA_WGS, int TILES>
+struct ShapeT {
   static constexpr int BM = 64;    // token rows per tile (output rows): the wgmma N
   static constexpr int BN = 256;   // weight rows per tile (output columns)
-  static constexpr int kMma = 2;   // MMA warpgroups, 128 weight rows each (two m64 tiles)
+  static constexpr int kMma = MMA_WGS;
+  static constexpr int kTiles = TILES;  // m64 tiles per MMA warpgroup
+  static constexpr int kWgRows = 64 * TILES;
   static constexpr int kThreads = 128 * (kMma + 1);
   static constexpr int kLoaderThreads = 128;
   static constexpr int kCluster = 1;  // (ws::release_b_stage)
-  static constexpr int kMmaRegs = 224, kLoaderRegs = 56;
+  static constexpr int kSlotRegs = 65536 / kThreads / 8 * 8;
+  static constexpr int kLoaderRegs = 56;
+  static constexpr int kMmaRegs = ((kMma + 1) * kSlotRegs - kLoaderRegs) / kMma / 8 * 8;
   static constexpr int kStages = 8;
   static constexpr int kTokBytes = BM * 128;   // 64 rows x 64 fp16
   static constexpr int kRawBytes = BN * 32;    // 256 rows x 64 codes
@@ -49,10 +56,12 @@ struct Shape {
   static constexpr int kStageBytes = kTokBytes + kRawBytes + kScaleBytes;
   static constexpr int kBarBytes = 8 * 2 * kStages;
   static constexpr int kSmem = kStages * kStageBytes + kBarBytes + 1024;
+  static_assert(kMma * kWgRows == BN, "the warpgroups cover the tile's weight rows");
   static_assert(kStageBytes % 1024 == 0, "token tiles stay 1024-byte aligned (swizzle atoms)");
   static_assert(kSmem <= 227 * 1024, "shared memory");
-  static_assert(kMma * kMmaRegs + kLoaderRegs <= (kMma + 1) * (65536 / kThreads / 8 * 8), "setmaxnreg budget");
+  static_assert(kMmaRegs <= 256 && kMma * kMmaRegs + kLoaderRegs <= (kMma + 1) * kSlotRegs, "setmaxnreg budget");
 };
+using Shape = ShapeT<4, 1>;
 
 // Weight row r's 32 bytes in a stage: its two 16-byte halves swapped when bit 2 of r is set, so that the 8 rows a
 // warp reads at once (g = 0..7 and their words 2j + c / 2) fall on 16 different banks.
@@ -63,20 +72,22 @@ __host__ __device__ constexpr uint32_t raw_half_offset(int r, int half) {
 // One loader thread's copies of a tile's K steps.
 //   tokens: piece q = t % 8 (16 bytes, K elements [8 q, 8 q + 8) of the step) of rows r0 + 16 i (r0 = t / 8, i < 4),
 //     swizzled like gemm_exact_f16.cuh's F16Loader (row r's piece q at r * 128 + ((q ^ (r % 8)) << 4));
-//   weights (vec16: row pitch and group base 16-byte aligned): 16-byte halves c = t + 128 i (i < 4), row c / 2, half
-//     c % 2; otherwise 8-byte quarters c = t + 128 i (i < 8), row c / 4, quarter c % 4;
+//   weights (vec16: row pitch and group base 16-byte aligned): 16-byte halves of rows t / 2 + 64 i (i < 4), half t % 2;
+//     otherwise 8-byte quarters of rows t / 4 + 32 i (i < 8), quarter t % 4;
 //   scales: threads t < 64 copy 16 bytes each of the two 512-byte tiles (t / 32 = the 128-row tile).
+template <class S>
 struct SwapLoader {
   const __half* tok;      // token row m0 + r0, piece q, step 0
   long long tok_step16;   // 16 token rows, in elements
-  int tok_rows;           // i < tok_rows: row m0 + r0 + 16 i < M
-  int k_pieces;           // K / 8
-  uint32_t tok_dst;
-  const uint8_t* w[8];    // weight piece i at step 0 (valid address also when it has no data)
-  int w_bytes[8];         // bytes of piece i's row in the step: K / 2 - its offset (<= 0: none; row past N: 0)
+  const uint8_t* w;       // weight piece 0 at step 0
+  long long w_step;       // to piece i + 1: 64 (vec16) or 32 rows
   const uint8_t* sc;      // scale piece at step 0
-  bool sc_ok;
-  bool vec16;
+  int tok_rows;           // i < tok_rows: token row m0 + r0 + 16 i < M
+  int k_pieces;           // K / 8
+  int w_rows;             // i < w_rows: weight row inside N
+  int w_left;             // bytes of a piece's row from the piece's offset to K / 2
+  uint32_t tok_dst, w_dst;
+  bool sc_ok, vec16;
 
   SwapLoader() = default;
   __device__ __forceinline__ SwapLoader(const Prob& p, int m0, int n0, int KT, int t) {
@@ -89,15 +100,14 @@ struct SwapLoader {
     tok_dst = r0 * 128 + ((q ^ (r0 & 7)) << 4);
     const long long ldb = K / 2;
     vec16 = (ldb % 16 == 0) && (reinterpret_cast<uintptr_t>(p.b) % 16 == 0);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int c = t + 128 * i;
-      const int row = vec16 ? c >> 1 : c >> 2;
-      const int off = vec16 ? (c & 1) * 16 : (c & 3) * 8;
-      const bool ok = (!vec16 || i < 4) && n0 + row < p.N;
-      w[i] = p.b + (ok ? (n0 + row) * ldb + off : 0);
-      w_bytes[i] = ok ? static_cast<int>(ldb - off) : 0;
-    }
+    const int row = vec16 ? t >> 1 : t >> 2, off = vec16 ? (t & 1) * 16 : (t & 3) * 8;
+    const int rstep = vec16 ? 64 : 32;
+    w = p.b + (n0 + row) * ldb + off;
+    w_step = rstep * ldb;
+    w_rows = max(0, min(vec16 ? 4 : 8, (p.N - n0 - row + rstep - 1) / rstep));
+    w_left = static_cast<int>(ldb - off);
+    // (row, half) -> raw_half_offset(row, half); rows + 64 i / + 32 i keep bit 2 of the row
+    w_dst = vec16 ? raw_half_offset(row, t & 1) : raw_half_offset(row, (t & 3) >> 1) + (t & 1) * 8;
     const int rt = (n0 >> 7) + (t >> 5);  // this thread's 128-row scale tile
     sc_ok = t < 64 && rt * 128 < p.N;
     sc = p.sb + (sc_ok ? static_cast<long long>(rt) * KT * 512 + (t & 31) * 16 : 0);
@@ -113,67 +123,73 @@ struct SwapLoader {
       for (int i = 0; i < 4; ++i)
         if (i < tok_rows) wg::cp_async16(stage + tok_dst + 2048 * i, tok + i * tok_step16 + off, bytes);
     }
-    const uint32_t raw = stage + Shape::kTokBytes;
-    const int kb = kt * 32;
+    const uint32_t raw = stage + S::kTokBytes + w_dst;
+    const int kb = kt * 32, left = w_left - kb;
+    const uint8_t* src = left > 0 ? w + kb : w;  // (src-size 0 reads nothing; the address stays inside the row)
     if (vec16) {
+      const int bytes = left > 0 ? min(left, 16) : 0;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int c = t + 128 * i, left = w_bytes[i] - kb;
-        if (w_bytes[i] > 0)
-          wg::cp_async16(raw + raw_half_offset(c >> 1, c & 1), left > 0 ? w[i] + kb : w[i],
-                         left > 0 ? min(left, 16) : 0);
-      }
+      for (int i = 0; i < 4; ++i)
+        if (i < w_rows) wg::cp_async16(raw + 64 * 32 * i, src + i * w_step, bytes);
     } else {
+      const int bytes = left > 0 ? 8 : 0;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int c = t + 128 * i, left = w_bytes[i] - kb;
-        if (w_bytes[i] > 0)
-          wg::cp_async8(raw + raw_half_offset(c >> 2, (c & 3) >> 1) + (c & 1) * 8, left > 0 ? w[i] + kb : w[i],
-                        left > 0 ? 8 : 0);
-      }
+      for (int i = 0; i < 8; ++i)
+        if (i < w_rows) wg::cp_async8(raw + 32 * 32 * i, src + i * w_step, bytes);
     }
-    if (sc_ok) wg::cp_async16(raw + Shape::kRawBytes + t * 16, sc + kt * 512, 16);
+    if (sc_ok) wg::cp_async16(stage + S::kTokBytes + S::kRawBytes + t * 16, sc + kt * 512, 16);
   }
 };
 
 // Codes of two 16-blocks P, Q in one word (nibbles 0-3: codes 4c .. 4c + 3 of P, nibbles 4-7: the same of Q) times
-// their scales (f16dec::scale_to_f16x2 form) -> the fragment words: f[0] = P at positions 2c, 2c + 1 (codes 4c,
-// 4c + 2), f[1] = Q there, f[2] = P at 8 + 2c, 9 + 2c (codes 4c + 1, 4c + 3), f[3] = Q there.
-__device__ __forceinline__ void decode_two_blocks(uint32_t x, uint32_t sp, uint32_t sq, uint32_t (&f)[4]) {
+// their scales (spq = {sf_P * 2^6, sf_Q * 2^6} in fp16, f16dec's decode: the E4M3 bytes of gemm_decode_f16.cuh hold
+// 2^-6 * E2M1) -> the fragment words: f[0] = P at positions 2c, 2c + 1 (codes 4c, 4c + 2), f[1] = Q there, f[2] = P at
+// 8 + 2c, 9 + 2c (codes 4c + 1, 4c + 3), f[3] = Q there. Each half of spq is broadcast by the multiply's operand
+// selector (HMUL2 ... .H0_H0 / .H1_H1), not by a separate permute.
+__device__ __forceinline__ void decode_two_blocks(uint32_t x, uint32_t spq, uint32_t (&f)[4]) {
   using namespace f16dec;
   const uint32_t even = e2m1_to_e4m3_bytes(x << 2), odd = e2m1_to_e4m3_bytes(x >> 2);
-  f[0] = hmul2_f16(e4m3x2_to_f16x2(even), sp);
-  f[1] = hmul2_f16(e4m3x2_to_f16x2(even >> 16), sq);
-  f[2] = hmul2_f16(e4m3x2_to_f16x2(odd), sp);
-  f[3] = hmul2_f16(e4m3x2_to_f16x2(odd >> 16), sq);
+  const __half2 s = *reinterpret_cast<const __half2*>(&spq);
+  const __half2 sp = __low2half2(s), sq = __high2half2(s);
+  auto mul = [](uint32_t v, __half2 m) {
+    const __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&v), m);
+    return *reinterpret_cast<const uint32_t*>(&r);
+  };
+  f[0] = mul(e4m3x2_to_f16x2(even), sp);
+  f[1] = mul(e4m3x2_to_f16x2(even >> 16), sq);
+  f[2] = mul(e4m3x2_to_f16x2(odd), sp);
+  f[3] = mul(e4m3x2_to_f16x2(odd >> 16), sq);
 }
 
-// Per-thread offsets of the fragment decode (MMA thread t of warpgroup wm; weight row R0 = 128 wm + 16 v + l / 4 of the
-// tile, and rows R0 + 8 (+256 bytes), R0 + 64 (second m64 tile, +2048) and R0 + 72).
+// Per-thread offsets of the fragment decode (MMA thread t of warpgroup wm; weight row R0 = kWgRows wm + 16 v + l / 4
+// of the tile, and rows R0 + 8 (+256 bytes), R0 + 64 i (m64 tile i, +2048 i) and R0 + 64 i + 8).
 struct FragOffsets {
   uint32_t word[4];  // block j's word 2 j + c / 2 of row R0 (raw_half_offset's half swap included)
   uint32_t scale;    // row R0's 4 scales (one word) in the stage's scale tiles
   uint32_t sel;      // PRMT selector: bytes 2c, 2c + 1 of two words (c = l % 4)
 };
+template <class S>
 __device__ __forceinline__ FragOffsets frag_offsets(int wm, int t) {
   const int v = t >> 5, l = t & 31, c = l & 3;
-  const int r0 = 128 * wm + 16 * v + (l >> 2);
+  const int r0 = S::kWgRows * wm + 16 * v + (l >> 2);
   FragOffsets o;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const int wd = 2 * j + (c >> 1);  // the word holding bytes 8 j + 2 c, 8 j + 2 c + 1 of the row
-    o.word[j] = Shape::kTokBytes + raw_half_offset(r0, wd >> 2) + (wd & 3) * 4;
+    o.word[j] = S::kTokBytes + raw_half_offset(r0, wd >> 2) + (wd & 3) * 4;
   }
-  o.scale = Shape::kTokBytes + Shape::kRawBytes + wm * 512 + nvfp4::swizzle_in_tile<uint32_t>(r0 & 127, 0);
+  o.scale = S::kTokBytes + S::kRawBytes + (r0 >> 7) * 512 + nvfp4::swizzle_in_tile<uint32_t>(r0 & 127, 0);
   o.sel = (c & 1) ? 0x7632u : 0x5410u;
   return o;
 }
 
 // Fragments of one K step: a[i][j] = m64 tile i (rows + 64 i), block j.
-__device__ __forceinline__ void decode_step(uint32_t stage, const FragOffsets& o, uint32_t (&a)[2][4][4]) {
-  uint32_t w[2][2][4], s[2][2];  // [tile][row g / g + 8][block]
+template <int T>
+__device__ __forceinline__ void decode_step(uint32_t stage, const FragOffsets& o, uint32_t (&a)[T][4][4]) {
+  static_assert(T <= 2, "a thread's rows R0 + 64 i stay in its 128-row scale tile");
+  uint32_t w[T][2][4], s[T][2];  // [tile][row g / g + 8][block]
 #pragma unroll
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < T; ++i)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const uint32_t d = stage + 2048 * i + 256 * h;
@@ -184,17 +200,19 @@ __device__ __forceinline__ void decode_step(uint32_t stage, const FragOffsets& o
       s[i][h] = wg::lds32(stage + o.scale + 128 * h + 8 * i);
     }
 #pragma unroll
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < T; ++i)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      uint32_t sc[4], f[4];
-      f16dec::scales4_to_f16x2(s[i][h], sc);
-      decode_two_blocks(__byte_perm(w[i][h][0], w[i][h][1], o.sel), sc[0], sc[1], f);
+      using namespace f16dec;
+      const uint32_t s01 = hmul2_f16(e4m3x2_to_f16x2(s[i][h]), kF16x2_64);        // {sf0, sf1} * 64
+      const uint32_t s23 = hmul2_f16(e4m3x2_to_f16x2(s[i][h] >> 16), kF16x2_64);  // {sf2, sf3} * 64
+      uint32_t f[4];
+      decode_two_blocks(__byte_perm(w[i][h][0], w[i][h][1], o.sel), s01, f);
       a[i][0][h] = f[0];
       a[i][0][2 + h] = f[2];
       a[i][1][h] = f[1];
       a[i][1][2 + h] = f[3];
-      decode_two_blocks(__byte_perm(w[i][h][2], w[i][h][3], o.sel), sc[2], sc[3], f);
+      decode_two_blocks(__byte_perm(w[i][h][2], w[i][h][3], o.sel), s23, f);
       a[i][2][h] = f[0];
       a[i][2][2 + h] = f[2];
       a[i][3][h] = f[1];
@@ -202,9 +220,10 @@ __device__ __forceinline__ void decode_step(uint32_t stage, const FragOffsets& o
     }
 }
 
-__device__ __forceinline__ void fence_frags(uint32_t (&a)[2][4][4]) {
+template <int T>
+__device__ __forceinline__ void fence_frags(uint32_t (&a)[T][4][4]) {
 #pragma unroll
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < T; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
@@ -245,10 +264,10 @@ __device__ __forceinline__ void store_tile_transposed(const float (&acc)[32], co
   }
 }
 
-template <bool OUT_F32>
-__global__ void __launch_bounds__(Shape::kThreads, 1)
+template <class S, bool OUT_F32>
+__global__ void __launch_bounds__(S::kThreads, 1)
     swapped_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate) {
-  using S = Shape;
+  constexpr int T = S::kTiles;
   extern __shared__ uint8_t smem_dyn[];
   const uint32_t smem = (wg::smem_u32(smem_dyn) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
   const uint32_t ring = smem;
@@ -273,12 +292,12 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     cur.stride = tile_stride;
     cur.seek<S::BN>(probs, prefix, E, walk, first_tile);
     ws::Ring<S::kStages> st;
-    SwapLoader ld;  // set at every tile's first K step
+    SwapLoader<S> ld;  // set at every tile's first K step
     while (cur.valid(walk)) {
       if (cur.kt == 0) {
         const Prob& p = probs[cur.group];
         const int tiles_m = p.tiles_m;
-        ld = SwapLoader(p, (cur.local % tiles_m) * S::BM, (cur.local / tiles_m) * S::BN, cur.KT, tid);
+        ld = SwapLoader<S>(p, (cur.local % tiles_m) * S::BM, (cur.local / tiles_m) * S::BN, cur.KT, tid);
       }
       ws::mbar_wait(empty + 8 * st.stage, st.phase ^ 1u);
       ld.load(ring + st.stage * S::kStageBytes, cur.kt, tid);
@@ -290,9 +309,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     // ------------------------------------------------------------------------------------------------ MMA warpgroups
     ws::setmaxnreg_inc<S::kMmaRegs>();
     const int mt = tid - S::kLoaderThreads;
-    const int wm = mt >> 7;  // weight rows [128 wm, 128 wm + 128) of the tile
+    const int wm = mt >> 7;  // weight rows [kWgRows wm, kWgRows (wm + 1)) of the tile
     const int warp = (mt >> 5) & 3;
-    const FragOffsets fo = frag_offsets(wm, mt & 127);
+    const FragOffsets fo = frag_offsets<S>(wm, mt & 127);
     ws::Ring<S::kStages> st;
     for (int v = first_tile; v < walk.count; v += tile_stride) {
       int local;
@@ -302,32 +321,34 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       const int m0 = (local % tiles_m) * S::BM, n0 = (local / tiles_m) * S::BN;
       const int KT = (__ldg(&pp->K) + kBK - 1) / kBK;
 
-      float acc[2][32];
+      float acc[T][32];
 #pragma unroll
-      for (int i = 0; i < 2; ++i)
+      for (int i = 0; i < T; ++i)
 #pragma unroll
         for (int r = 0; r < 32; ++r) acc[i][r] = 0.0f;
-      uint32_t a_even[2][4][4], a_odd[2][4][4];
+      auto fence_acc = [&]() {
+#pragma unroll
+        for (int i = 0; i < T; ++i) wg::fence_regs(acc[i]);
+      };
+      uint32_t a_even[T][4][4], a_odd[T][4][4];
       int prev = -1;  // stage read by the wgmmas still in flight (released once they complete)
-      auto step = [&](uint32_t(&a)[2][4][4]) {
+      auto step = [&](uint32_t(&a)[T][4][4]) {
         const uint32_t stage = ring + st.stage * S::kStageBytes;
         ws::mbar_wait(full + 8 * st.stage, st.phase);
         fence_frags(a);
         decode_step(stage, fo, a);
         const uint32_t tok_desc = wg::sw128_desc_lo(stage);
-        wg::fence_regs(acc[0]);
-        wg::fence_regs(acc[1]);
+        fence_acc();
         fence_frags(a);
         wg::wgmma_fence();
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const uint64_t db = wg::sw128_desc_block(tok_desc, j);
-          wgmma_m64n64k16_rs_f16(acc[0], a[0][j], db, 1);
-          wgmma_m64n64k16_rs_f16(acc[1], a[1][j], db, 1);
+#pragma unroll
+          for (int i = 0; i < T; ++i) wgmma_m64n64k16_rs_f16(acc[i], a[i][j], db, 1);
         }
         wg::wgmma_commit();
-        wg::fence_regs(acc[0]);
-        wg::fence_regs(acc[1]);
+        fence_acc();
         fence_frags(a);
         wg::wgmma_wait<1>();  // the previous step's wgmmas are done with their stage and fragment registers
         if (prev >= 0) ws::release_b_stage<S>(empty + 8 * prev, 0u, lane);
@@ -341,14 +362,13 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
         step(a_odd);
       }
       wg::wgmma_wait<0>();
-      wg::fence_regs(acc[0]);
-      wg::fence_regs(acc[1]);
+      fence_acc();
       if (prev >= 0) ws::release_b_stage<S>(empty + 8 * prev, 0u, lane);
 
       const Prob p = *pp;
-      const int n_base = n0 + 128 * wm + 16 * warp + (lane >> 2), m_base = m0 + 2 * (lane & 3);
-      store_tile_transposed<OUT_F32>(acc[0], p, m_base, n_base, accumulate);
-      store_tile_transposed<OUT_F32>(acc[1], p, m_base, n_base + 64, accumulate);
+      const int n_base = n0 + S::kWgRows * wm + 16 * warp + (lane >> 2), m_base = m0 + 2 * (lane & 3);
+#pragma unroll
+      for (int i = 0; i < T; ++i) store_tile_transposed<OUT_F32>(acc[i], p, m_base, n_base + 64 * i, accumulate);
     }
   }
 }
