@@ -10,17 +10,21 @@ namespace nvfp4_gemm {
 static_assert(swp::Shape::BM == ws::ShapeSkinny::BM && swp::Shape::BN == ws::ShapeSkinny::BN,
               "the swapped kernel walks the skinny kernel's tile list");
 
-template <class S>
+template <class S, bool SPLIT>
 static void launch_shape(const LaunchArgs& a, cudaStream_t s) {
   if (a.out_f32)
-    wg::launch_persistent<swp::swapped_kernel<S, true>, S::kThreads, S::kSmem>(a, s);
+    wg::launch_persistent<swp::swapped_kernel<S, true, SPLIT>, S::kThreads, S::kSmem>(a, s);
   else
-    wg::launch_persistent<swp::swapped_kernel<S, false>, S::kThreads, S::kSmem>(a, s);
+    wg::launch_persistent<swp::swapped_kernel<S, false, SPLIT>, S::kThreads, S::kSmem>(a, s);
 }
 
 void launch_swapped(const LaunchArgs& a, cudaStream_t s) {
-  static const bool ab = getenv("NVFP4_SWAP_22") != nullptr;  // (scratch A/B, not committed)
-  if (ab) launch_shape<swp::ShapeT<2, 2>>(a, s); else launch_shape<swp::Shape>(a, s);
+  static const int ab = getenv("NVFP4_SWAP_AB") ? atoi(getenv("NVFP4_SWAP_AB")) : 0;  // (scratch A/B, not committed)
+  switch (ab) {
+    case 1: launch_shape<swp::Shape, false>(a, s); break;
+    case 2: launch_shape<swp::ShapeT<4, 1, 4>, true>(a, s); break;
+    default: launch_shape<swp::Shape, true>(a, s); break;
+  }
 }
 
 }  // namespace nvfp4_gemm

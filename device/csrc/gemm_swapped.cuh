@@ -36,18 +36,20 @@ using wg::kBK;
 
 // MMA_WGS warpgroups of TILES m64 tiles each (MMA_WGS * TILES * 64 = 256 weight rows). Registers per thread-slot:
 // 65536 / kThreads, rounded down to 8 (the launch bound's allocation), moved by setmaxnreg from the loader.
-template <int MMA_WGS, int TILES>
+template <int MMA_WGS, int TILES, int LOADER_WARPS = 1>
 struct ShapeT {
   static constexpr int BM = 64;    // token rows per tile (output rows): the wgmma N
   static constexpr int BN = 256;   // weight rows per tile (output columns)
   static constexpr int kMma = MMA_WGS;
   static constexpr int kTiles = TILES;  // m64 tiles per MMA warpgroup
   static constexpr int kWgRows = 64 * TILES;
-  static constexpr int kThreads = 128 * (kMma + 1);
-  static constexpr int kLoaderThreads = 128;
+  static constexpr int kThreads = 128 * (kMma + 1);  // the loader warpgroup first
+  // the loader warpgroup's first LOADER_WARPS warps issue the copies (the others leave after setmaxnreg): one warp
+  // issues the same copies as four with a quarter of their barrier polling
+  static constexpr int kLoaderThreads = 32 * LOADER_WARPS;
   static constexpr int kCluster = 1;  // (ws::release_b_stage)
   static constexpr int kSlotRegs = 65536 / kThreads / 8 * 8;
-  static constexpr int kLoaderRegs = 56;
+  static constexpr int kLoaderRegs = 32;
   static constexpr int kMmaRegs = ((kMma + 1) * kSlotRegs - kLoaderRegs) / kMma / 8 * 8;
   static constexpr int kStages = 8;
   static constexpr int kTokBytes = BM * 128;   // 64 rows x 64 fp16
@@ -57,6 +59,7 @@ struct ShapeT {
   static constexpr int kBarBytes = 8 * 2 * kStages;
   static constexpr int kSmem = kStages * kStageBytes + kBarBytes + 1024;
   static_assert(kMma * kWgRows == BN, "the warpgroups cover the tile's weight rows");
+  static_assert(LOADER_WARPS == 1 || LOADER_WARPS == 2 || LOADER_WARPS == 4, "copies divide evenly");
   static_assert(kStageBytes % 1024 == 0, "token tiles stay 1024-byte aligned (swizzle atoms)");
   static_assert(kSmem <= 227 * 1024, "shared memory");
   static_assert(kMmaRegs <= 256 && kMma * kMmaRegs + kLoaderRegs <= (kMma + 1) * kSlotRegs, "setmaxnreg budget");
@@ -69,48 +72,67 @@ __host__ __device__ constexpr uint32_t raw_half_offset(int r, int half) {
   return static_cast<uint32_t>(r * 32 + ((half ^ ((r >> 2) & 1)) << 4));
 }
 
-// One loader thread's copies of a tile's K steps.
-//   tokens: piece q = t % 8 (16 bytes, K elements [8 q, 8 q + 8) of the step) of rows r0 + 16 i (r0 = t / 8, i < 4),
+// One loader thread's copies of a tile's K steps (NT = S::kLoaderThreads threads, t < NT).
+//   tokens: piece q = t % 8 (16 bytes, K elements [8 q, 8 q + 8) of the step) of rows r0 + (NT / 8) i (r0 = t / 8),
 //     swizzled like gemm_exact_f16.cuh's F16Loader (row r's piece q at r * 128 + ((q ^ (r % 8)) << 4));
-//   weights (vec16: row pitch and group base 16-byte aligned): 16-byte halves of rows t / 2 + 64 i (i < 4), half t % 2;
-//     otherwise 8-byte quarters of rows t / 4 + 32 i (i < 8), quarter t % 4;
-//   scales: threads t < 64 copy 16 bytes each of the two 512-byte tiles (t / 32 = the 128-row tile).
+//   weights (vec16: row pitch and group base 16-byte aligned): 16-byte halves of rows t / 2 + (NT / 2) i, half t % 2;
+//     otherwise 8-byte quarters of rows t / 4 + (NT / 4) i, quarter t % 4 (row + a multiple of 8 keeps its bit 2, so
+//     raw_half_offset moves by a constant per i);
+//   scales: 16-byte pieces t + NT j of the two 512-byte tiles (piece / 32 = the 128-row tile).
 template <class S>
 struct SwapLoader {
+  static constexpr int NT = S::kLoaderThreads;
+  static constexpr int kTok = S::BM * 8 / NT;          // token pieces per thread
+  static constexpr int kW16 = S::BN * 2 / NT;          // 16-byte weight pieces per thread
+  static constexpr int kW8 = S::BN * 4 / NT;           // 8-byte weight pieces per thread
+  static constexpr int kSc = (64 + NT - 1) / NT;       // scale pieces per thread
   const __half* tok;      // token row m0 + r0, piece q, step 0
-  long long tok_step16;   // 16 token rows, in elements
   const uint8_t* w;       // weight piece 0 at step 0
-  long long w_step;       // to piece i + 1: 64 (vec16) or 32 rows
-  const uint8_t* sc;      // scale piece at step 0
-  int tok_rows;           // i < tok_rows: token row m0 + r0 + 16 i < M
+  const uint8_t* sc;      // scale piece 0 at step 0; piece j is (NT / 32) j scale tiles further
+  int tok_step;           // NT / 8 token rows, in elements (< 2^31: K < 2^28)
+  int w_step;             // to piece i + 1: NT / 2 (vec16) or NT / 4 rows, in bytes
+  int sc_tile;            // one 128-row scale tile of the group: KT * 512 bytes
+  int tok_rows;           // i < tok_rows: token row m0 + r0 + (NT / 8) i < M
   int k_pieces;           // K / 8
   int w_rows;             // i < w_rows: weight row inside N
   int w_left;             // bytes of a piece's row from the piece's offset to K / 2
-  uint32_t tok_dst, w_dst;
-  bool sc_ok, vec16;
+  uint32_t sc_ok;         // bit j: scale piece j has a tile
+  uint32_t tok_dst[2];    // rows r0 + (NT / 8) i for even / odd i: r * 128 + ((q ^ (r % 8)) << 4) at i = 0 / 1
+  uint32_t w_dst;
+  bool vec16;
 
   SwapLoader() = default;
   __device__ __forceinline__ SwapLoader(const Prob& p, int m0, int n0, int KT, int t) {
     const int q = t & 7, r0 = t >> 3;
     const long long K = p.K;
     tok = reinterpret_cast<const __half*>(p.a) + (m0 + r0) * K + 8 * q;
-    tok_step16 = 16 * K;
-    tok_rows = max(0, min(4, (p.M - m0 - r0 + 15) / 16));
+    tok_step = static_cast<int>((NT / 8) * K);
+    tok_rows = max(0, min(kTok, (p.M - m0 - r0 + NT / 8 - 1) / (NT / 8)));
     k_pieces = p.K / 8;
-    tok_dst = r0 * 128 + ((q ^ (r0 & 7)) << 4);
+    // (r0 + (NT / 8) i) % 8 takes at most two values: NT / 8 is 4 or a multiple of 8, and r0 < NT / 8
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = r0 + (NT / 8) * i;
+      tok_dst[i] = r * 128 + ((q ^ (r & 7)) << 4) - (NT / 8) * 128 * i;
+    }
     const long long ldb = K / 2;
     vec16 = (ldb % 16 == 0) && (reinterpret_cast<uintptr_t>(p.b) % 16 == 0);
     const int row = vec16 ? t >> 1 : t >> 2, off = vec16 ? (t & 1) * 16 : (t & 3) * 8;
-    const int rstep = vec16 ? 64 : 32;
+    const int rstep = vec16 ? NT / 2 : NT / 4;
     w = p.b + (n0 + row) * ldb + off;
-    w_step = rstep * ldb;
-    w_rows = max(0, min(vec16 ? 4 : 8, (p.N - n0 - row + rstep - 1) / rstep));
+    w_step = static_cast<int>(rstep * ldb);
+    w_rows = max(0, min(vec16 ? kW16 : kW8, (p.N - n0 - row + rstep - 1) / rstep));
     w_left = static_cast<int>(ldb - off);
-    // (row, half) -> raw_half_offset(row, half); rows + 64 i / + 32 i keep bit 2 of the row
     w_dst = vec16 ? raw_half_offset(row, t & 1) : raw_half_offset(row, (t & 3) >> 1) + (t & 1) * 8;
-    const int rt = (n0 >> 7) + (t >> 5);  // this thread's 128-row scale tile
-    sc_ok = t < 64 && rt * 128 < p.N;
-    sc = p.sb + (sc_ok ? static_cast<long long>(rt) * KT * 512 + (t & 31) * 16 : 0);
+    sc_ok = 0;
+#pragma unroll
+    for (int j = 0; j < kSc; ++j) {
+      const int piece = t + NT * j;
+      const int rt = (n0 >> 7) + (piece >> 5);  // the piece's 128-row scale tile
+      sc_ok |= (piece < 64 && rt * 128 < p.N) ? 1u << j : 0u;
+    }
+    sc_tile = KT * 512;
+    sc = p.sb + (sc_ok ? static_cast<long long>((n0 >> 7) + (t >> 5)) * sc_tile + (t & 31) * 16 : 0);
   }
 
   __device__ __forceinline__ void load(uint32_t stage, int kt, int t) const {
@@ -120,8 +142,9 @@ struct SwapLoader {
       const long long off = in_k ? 64LL * kt : 0;
       const int bytes = in_k ? 16 : 0;
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        if (i < tok_rows) wg::cp_async16(stage + tok_dst + 2048 * i, tok + i * tok_step16 + off, bytes);
+      for (int i = 0; i < kTok; ++i)
+        if (i < tok_rows)
+          wg::cp_async16(stage + tok_dst[i & 1] + (NT / 8) * 128 * i, tok + i * tok_step + off, bytes);
     }
     const uint32_t raw = stage + S::kTokBytes + w_dst;
     const int kb = kt * 32, left = w_left - kb;
@@ -129,15 +152,19 @@ struct SwapLoader {
     if (vec16) {
       const int bytes = left > 0 ? min(left, 16) : 0;
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        if (i < w_rows) wg::cp_async16(raw + 64 * 32 * i, src + i * w_step, bytes);
+      for (int i = 0; i < kW16; ++i)
+        if (i < w_rows) wg::cp_async16(raw + (NT / 2) * 32 * i, src + i * w_step, bytes);
     } else {
       const int bytes = left > 0 ? 8 : 0;
 #pragma unroll
-      for (int i = 0; i < 8; ++i)
-        if (i < w_rows) wg::cp_async8(raw + 32 * 32 * i, src + i * w_step, bytes);
+      for (int i = 0; i < kW8; ++i)
+        if (i < w_rows) wg::cp_async8(raw + (NT / 4) * 32 * i, src + i * w_step, bytes);
     }
-    if (sc_ok) wg::cp_async16(stage + S::kTokBytes + S::kRawBytes + t * 16, sc + kt * 512, 16);
+#pragma unroll
+    for (int j = 0; j < kSc; ++j)
+      if (sc_ok & (1u << j))
+        wg::cp_async16(stage + S::kTokBytes + S::kRawBytes + (t + NT * j) * 16, sc + (NT / 32) * j * sc_tile + kt * 512,
+                       16);
   }
 };
 
@@ -183,42 +210,48 @@ __device__ __forceinline__ FragOffsets frag_offsets(int wm, int t) {
   return o;
 }
 
-// Fragments of one K step: a[i][j] = m64 tile i (rows + 64 i), block j.
+// The shared-memory words one thread decodes for a K step: w[i][h][j] = block j's word of row R0 + 64 i + 8 h, and
+// s[i][h] = that row's 4 scales.
 template <int T>
-__device__ __forceinline__ void decode_step(uint32_t stage, const FragOffsets& o, uint32_t (&a)[T][4][4]) {
+struct StepWords {
   static_assert(T <= 2, "a thread's rows R0 + 64 i stay in its 128-row scale tile");
-  uint32_t w[T][2][4], s[T][2];  // [tile][row g / g + 8][block]
+  uint32_t w[T][2][4], s[T][2];
+  __device__ __forceinline__ void load(uint32_t stage, const FragOffsets& o) {
 #pragma unroll
-  for (int i = 0; i < T; ++i)
+    for (int i = 0; i < T; ++i)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint32_t d = stage + 2048 * i + 256 * h;
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t d = stage + 2048 * i + 256 * h;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) w[i][h][j] = wg::lds32(d + o.word[j]);
-      // SPEC 8.2 (row r at (r mod 32) * 16 + (r / 32 mod 4) * 4): R0 mod 32 < 24, so row R0 + 8 h + 64 i is 8 h rows
-      // further in the same 32-row group (+ 128 h bytes) and 2 i groups further (+ 8 i bytes)
-      s[i][h] = wg::lds32(stage + o.scale + 128 * h + 8 * i);
-    }
+        for (int j = 0; j < 4; ++j) w[i][h][j] = wg::lds32(d + o.word[j]);
+        // SPEC 8.2 (row r at (r mod 32) * 16 + (r / 32 mod 4) * 4): R0 mod 32 < 24, so row R0 + 8 h + 64 i is 8 h rows
+        // further in the same 32-row group (+ 128 h bytes) and 2 i groups further (+ 8 i bytes)
+        s[i][h] = wg::lds32(stage + o.scale + 128 * h + 8 * i);
+      }
+  }
+  // Fragments of the step: a[i][j] = m64 tile i (rows + 64 i), block j.
+  __device__ __forceinline__ void decode(const FragOffsets& o, uint32_t (&a)[T][4][4]) const {
 #pragma unroll
-  for (int i = 0; i < T; ++i)
+    for (int i = 0; i < T; ++i)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      using namespace f16dec;
-      const uint32_t s01 = hmul2_f16(e4m3x2_to_f16x2(s[i][h]), kF16x2_64);        // {sf0, sf1} * 64
-      const uint32_t s23 = hmul2_f16(e4m3x2_to_f16x2(s[i][h] >> 16), kF16x2_64);  // {sf2, sf3} * 64
-      uint32_t f[4];
-      decode_two_blocks(__byte_perm(w[i][h][0], w[i][h][1], o.sel), s01, f);
-      a[i][0][h] = f[0];
-      a[i][0][2 + h] = f[2];
-      a[i][1][h] = f[1];
-      a[i][1][2 + h] = f[3];
-      decode_two_blocks(__byte_perm(w[i][h][2], w[i][h][3], o.sel), s23, f);
-      a[i][2][h] = f[0];
-      a[i][2][2 + h] = f[2];
-      a[i][3][h] = f[1];
-      a[i][3][2 + h] = f[3];
-    }
-}
+      for (int h = 0; h < 2; ++h) {
+        using namespace f16dec;
+        const uint32_t s01 = hmul2_f16(e4m3x2_to_f16x2(s[i][h]), kF16x2_64);        // {sf0, sf1} * 64
+        const uint32_t s23 = hmul2_f16(e4m3x2_to_f16x2(s[i][h] >> 16), kF16x2_64);  // {sf2, sf3} * 64
+        uint32_t f[4];
+        decode_two_blocks(__byte_perm(w[i][h][0], w[i][h][1], o.sel), s01, f);
+        a[i][0][h] = f[0];
+        a[i][0][2 + h] = f[2];
+        a[i][1][h] = f[1];
+        a[i][1][2 + h] = f[3];
+        decode_two_blocks(__byte_perm(w[i][h][2], w[i][h][3], o.sel), s23, f);
+        a[i][2][h] = f[0];
+        a[i][2][2 + h] = f[2];
+        a[i][3][h] = f[1];
+        a[i][3][2 + h] = f[3];
+      }
+  }
+};
 
 template <int T>
 __device__ __forceinline__ void fence_frags(uint32_t (&a)[T][4][4]) {
@@ -264,10 +297,14 @@ __device__ __forceinline__ void store_tile_transposed(const float (&acc)[32], co
   }
 }
 
-template <class S, bool OUT_F32>
+// SPLIT: the last round's tiles may run as half tiles (ws::TileWalk: weight rows [128 h, 128 h + 128) of the tile) when
+// they fill at most half of the CTAs; the warpgroups whose rows lie in the other half then only follow the ring (wait
+// for each stage, release it at once).
+template <class S, bool OUT_F32, bool SPLIT>
 __global__ void __launch_bounds__(S::kThreads, 1)
     swapped_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate) {
   constexpr int T = S::kTiles;
+  static_assert(!SPLIT || S::kWgRows * 2 <= ws::kHalfCols, "a half tile is whole warpgroups' rows");
   extern __shared__ uint8_t smem_dyn[];
   const uint32_t smem = (wg::smem_u32(smem_dyn) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
   const uint32_t ring = smem;
@@ -275,7 +312,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   const uint32_t full = bars, empty = bars + 8 * S::kStages;
   const int tid = threadIdx.x, lane = tid & 31;
   const int first_tile = blockIdx.x, tile_stride = gridDim.x;
-  const ws::TileWalk<false> walk(__ldg(prefix + E), tile_stride);
+  const ws::TileWalk<SPLIT> walk(__ldg(prefix + E), tile_stride);
 
   if (tid == 0) {
     for (int s = 0; s < S::kStages; ++s) {
@@ -285,9 +322,10 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   }
   __syncthreads();
 
-  if (tid < S::kLoaderThreads) {
+  if (tid < 128) {
     // ------------------------------------------------------------------------------------------------ loader
     ws::setmaxnreg_dec<S::kLoaderRegs>();
+    if (tid >= S::kLoaderThreads) return;
     ws::StepCursor cur;
     cur.stride = tile_stride;
     cur.seek<S::BN>(probs, prefix, E, walk, first_tile);
@@ -295,9 +333,11 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     SwapLoader<S> ld;  // set at every tile's first K step
     while (cur.valid(walk)) {
       if (cur.kt == 0) {
-        const Prob& p = probs[cur.group];
+        Prob p = probs[cur.group];
         const int tiles_m = p.tiles_m;
-        ld = SwapLoader<S>(p, (cur.local % tiles_m) * S::BM, (cur.local / tiles_m) * S::BN, cur.KT, tid);
+        const ws::ColumnRange cols = ws::walk_columns((cur.local / tiles_m) * S::BN, SPLIT ? cur.half : -1, p.N);
+        p.N = cols.end;  // a half tile loads its 128 rows (one scale tile)
+        ld = SwapLoader<S>(p, (cur.local % tiles_m) * S::BM, cols.begin, cur.KT, tid);
       }
       ws::mbar_wait(empty + 8 * st.stage, st.phase ^ 1u);
       ld.load(ring + st.stage * S::kStageBytes, cur.kt, tid);
@@ -308,18 +348,31 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   } else {
     // ------------------------------------------------------------------------------------------------ MMA warpgroups
     ws::setmaxnreg_inc<S::kMmaRegs>();
-    const int mt = tid - S::kLoaderThreads;
+    const int mt = tid - 128;
     const int wm = mt >> 7;  // weight rows [kWgRows wm, kWgRows (wm + 1)) of the tile
     const int warp = (mt >> 5) & 3;
     const FragOffsets fo = frag_offsets<S>(wm, mt & 127);
     ws::Ring<S::kStages> st;
     for (int v = first_tile; v < walk.count; v += tile_stride) {
       int local;
-      const int group = wg::find_group(prefix, E, v, &local);
+      const int group = wg::find_group(prefix, E, walk.tile(v), &local);
+      const int half = walk.half(v);  // -1: the whole tile
       const Prob* pp = probs + group;
       const int tiles_m = __ldg(&pp->tiles_m);
-      const int m0 = (local % tiles_m) * S::BM, n0 = (local / tiles_m) * S::BN;
+      const int m0 = (local % tiles_m) * S::BM;
+      const ws::ColumnRange cols = ws::walk_columns((local / tiles_m) * S::BN, half, __ldg(&pp->N));
+      if (SPLIT && half >= 0 && cols.empty()) continue;  // a second half past N: no steps, nothing stored
+      const int n0 = cols.begin;
       const int KT = (__ldg(&pp->K) + kBK - 1) / kBK;
+      if (SPLIT && half >= 0 && S::kWgRows * wm >= ws::kHalfCols) {
+        // a half tile without rows for this warpgroup: follow the ring (the loader waits for every MMA warp)
+        for (int kt = 0; kt < KT; ++kt) {
+          ws::mbar_wait(full + 8 * st.stage, st.phase);
+          ws::release_b_stage<S>(empty + 8 * st.stage, 0u, lane);
+          st.next();
+        }
+        continue;
+      }
 
       float acc[T][32];
 #pragma unroll
@@ -331,12 +384,18 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         for (int i = 0; i < T; ++i) wg::fence_regs(acc[i]);
       };
       uint32_t a_even[T][4][4], a_odd[T][4][4];
-      int prev = -1;  // stage read by the wgmmas still in flight (released once they complete)
-      auto step = [&](uint32_t(&a)[T][4][4]) {
-        const uint32_t stage = ring + st.stage * S::kStageBytes;
+      // The words of step k + 1 are loaded right after step k's wgmmas are issued (their latency then overlaps the
+      // wait for step k - 1's wgmmas), and decoded at the start of step k + 1.
+      StepWords<T> words;
+      if (KT > 0) {
         ws::mbar_wait(full + 8 * st.stage, st.phase);
+        words.load(ring + st.stage * S::kStageBytes, fo);
+      }
+      int prev = -1;  // stage read by the wgmmas still in flight (released once they complete)
+      auto step = [&](uint32_t(&a)[T][4][4], bool more) {
+        const uint32_t stage = ring + st.stage * S::kStageBytes;
         fence_frags(a);
-        decode_step(stage, fo, a);
+        words.decode(fo, a);
         const uint32_t tok_desc = wg::sw128_desc_lo(stage);
         fence_acc();
         fence_frags(a);
@@ -350,22 +409,28 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         wg::wgmma_commit();
         fence_acc();
         fence_frags(a);
+        const int cur = st.stage;
+        st.next();
+        if (more) {
+          ws::mbar_wait(full + 8 * st.stage, st.phase);
+          words.load(ring + st.stage * S::kStageBytes, fo);
+        }
         wg::wgmma_wait<1>();  // the previous step's wgmmas are done with their stage and fragment registers
         if (prev >= 0) ws::release_b_stage<S>(empty + 8 * prev, 0u, lane);
-        prev = st.stage;
-        st.next();
+        prev = cur;
       };
       // (explicit exits, as the fast kernels: a conditional odd step makes ptxas serialise the wgmmas, C7513)
       for (int kt = 0; kt < KT; kt += 2) {
-        step(a_even);
+        step(a_even, kt + 1 < KT);
         if (kt + 1 == KT) break;
-        step(a_odd);
+        step(a_odd, kt + 2 < KT);
       }
       wg::wgmma_wait<0>();
       fence_acc();
       if (prev >= 0) ws::release_b_stage<S>(empty + 8 * prev, 0u, lane);
 
-      const Prob p = *pp;
+      Prob p = *pp;
+      p.N = cols.end;
       const int n_base = n0 + S::kWgRows * wm + 16 * warp + (lane >> 2), m_base = m0 + 2 * (lane & 3);
 #pragma unroll
       for (int i = 0; i < T; ++i) store_tile_transposed<OUT_F32>(acc[i], p, m_base, n_base + 64 * i, accumulate);
