@@ -43,14 +43,15 @@ struct ShapeT {
   static constexpr int kMma = MMA_WGS;
   static constexpr int kTiles = TILES;  // m64 tiles per MMA warpgroup
   static constexpr int kWgRows = 64 * TILES;
-  static constexpr int kThreads = 128 * (kMma + 1);  // the loader warpgroup first
+  static constexpr int kLoaderWGs = (LOADER_WARPS + 3) / 4;
+  static constexpr int kThreads = 128 * (kMma + kLoaderWGs);  // the loader warpgroups first
   // the loader warpgroup's first LOADER_WARPS warps issue the copies (the others leave after setmaxnreg): one warp
   // issues the same copies as four with a quarter of their barrier polling
   static constexpr int kLoaderThreads = 32 * LOADER_WARPS;
   static constexpr int kCluster = 1;  // (ws::release_b_stage)
   static constexpr int kSlotRegs = 65536 / kThreads / 8 * 8;
   static constexpr int kLoaderRegs = 32;
-  static constexpr int kMmaRegs = ((kMma + 1) * kSlotRegs - kLoaderRegs) / kMma / 8 * 8;
+  static constexpr int kMmaRegs = ((kMma + kLoaderWGs) * kSlotRegs - kLoaderWGs * kLoaderRegs) / kMma / 8 * 8;
   static constexpr int kStages = 8;
   static constexpr int kTokBytes = BM * 128;   // 64 rows x 64 fp16
   static constexpr int kRawBytes = BN * 32;    // 256 rows x 64 codes
@@ -59,10 +60,12 @@ struct ShapeT {
   static constexpr int kBarBytes = 8 * 2 * kStages;
   static constexpr int kSmem = kStages * kStageBytes + kBarBytes + 1024;
   static_assert(kMma * kWgRows == BN, "the warpgroups cover the tile's weight rows");
-  static_assert(LOADER_WARPS == 1 || LOADER_WARPS == 2 || LOADER_WARPS == 4, "copies divide evenly");
+  static_assert(LOADER_WARPS == 1 || LOADER_WARPS == 2 || LOADER_WARPS == 4 || LOADER_WARPS == 8,
+                "copies divide evenly");
   static_assert(kStageBytes % 1024 == 0, "token tiles stay 1024-byte aligned (swizzle atoms)");
   static_assert(kSmem <= 227 * 1024, "shared memory");
-  static_assert(kMmaRegs <= 256 && kMma * kMmaRegs + kLoaderRegs <= (kMma + 1) * kSlotRegs, "setmaxnreg budget");
+  static_assert(kMmaRegs <= 256 && kMma * kMmaRegs + kLoaderWGs * kLoaderRegs <= (kMma + kLoaderWGs) * kSlotRegs,
+                "setmaxnreg budget");
 };
 using Shape = ShapeT<4, 1>;
 
@@ -300,7 +303,7 @@ __device__ __forceinline__ void store_tile_transposed(const float (&acc)[32], co
 // SPLIT: the last round's tiles may run as half tiles (ws::TileWalk: weight rows [128 h, 128 h + 128) of the tile) when
 // they fill at most half of the CTAs; the warpgroups whose rows lie in the other half then only follow the ring (wait
 // for each stage, release it at once).
-template <class S, bool OUT_F32, bool SPLIT>
+template <class S, bool OUT_F32, bool SPLIT, bool PREFETCH = true>
 __global__ void __launch_bounds__(S::kThreads, 1)
     swapped_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate) {
   constexpr int T = S::kTiles;
@@ -322,7 +325,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   }
   __syncthreads();
 
-  if (tid < 128) {
+  if (tid < 128 * S::kLoaderWGs) {
     // ------------------------------------------------------------------------------------------------ loader
     ws::setmaxnreg_dec<S::kLoaderRegs>();
     if (tid >= S::kLoaderThreads) return;
@@ -348,7 +351,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   } else {
     // ------------------------------------------------------------------------------------------------ MMA warpgroups
     ws::setmaxnreg_inc<S::kMmaRegs>();
-    const int mt = tid - 128;
+    const int mt = tid - 128 * S::kLoaderWGs;
     const int wm = mt >> 7;  // weight rows [kWgRows wm, kWgRows (wm + 1)) of the tile
     const int warp = (mt >> 5) & 3;
     const FragOffsets fo = frag_offsets<S>(wm, mt & 127);
@@ -387,13 +390,17 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       // The words of step k + 1 are loaded right after step k's wgmmas are issued (their latency then overlaps the
       // wait for step k - 1's wgmmas), and decoded at the start of step k + 1.
       StepWords<T> words;
-      if (KT > 0) {
+      if (PREFETCH && KT > 0) {
         ws::mbar_wait(full + 8 * st.stage, st.phase);
         words.load(ring + st.stage * S::kStageBytes, fo);
       }
       int prev = -1;  // stage read by the wgmmas still in flight (released once they complete)
       auto step = [&](uint32_t(&a)[T][4][4], bool more) {
         const uint32_t stage = ring + st.stage * S::kStageBytes;
+        if (!PREFETCH) {
+          ws::mbar_wait(full + 8 * st.stage, st.phase);
+          words.load(stage, fo);
+        }
         fence_frags(a);
         words.decode(fo, a);
         const uint32_t tok_desc = wg::sw128_desc_lo(stage);
@@ -411,7 +418,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         fence_frags(a);
         const int cur = st.stage;
         st.next();
-        if (more) {
+        if (PREFETCH && more) {
           ws::mbar_wait(full + 8 * st.stage, st.phase);
           words.load(ring + st.stage * S::kStageBytes, fo);
         }
