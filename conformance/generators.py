@@ -462,10 +462,12 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
         c = (rng.standard_normal((e, n, k)) * 10.0 ** rng.uniform(-3, 3)).astype(np.float32)
         c.flat[rng.integers(c.size, size=max(1, c.size // 50))] = -0.0
         arrays["c"] = c
-    # the device's fast mode runs the kernel chosen by the sizes, or one of its four forced (same bits, SPEC 12.6);
+    # the device's fast mode runs the kernel chosen by the sizes, or one of its five forced (same bits, SPEC 12.6);
     # the exact mode its fused kernel (what the sizes choose here) or the one over fp16 operand copies (SPEC 12.2)
-    fast_kernel = pick(rng, space, "fast_kernel", ["auto", "skinny", "large", "pair", "dequant"],
-                       p=[0.35, 0.15, 0.15, 0.15, 0.2])
+    fast_kernel = pick(rng, space, "fast_kernel", ["auto", "skinny", "large", "pair", "dequant", "swapped"],
+                       p=[0.3, 0.12, 0.12, 0.12, 0.17, 0.17])
+    if fast_kernel == "swapped" and kind == "wgrad":  # (fprop and dgrad only)
+        fast_kernel = "auto"
     # the dequantize-first path has no bias epilogue and needs 16-byte aligned output rows (device/gemm.py)
     out_cols = n if kind == "fprop" else k
     if fast_kernel == "dequant" and ("bias" in arrays or out_cols % (8 if out_dtype == "bfloat16" else 4)):

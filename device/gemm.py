@@ -23,13 +23,16 @@ supported, and both give the same bits).
 ``oracle.gemm(model="exact")``. Alpha (SPEC 12.1, fp32 on the device from the groups' amaxes), C and bias are applied
 in the fp32 epilogue in SPEC 12.2's order.
 
-The fast mode picks its kernel from host-known sizes (docs/gemm.md): 64 x 256 tiles for few rows per group, 2-CTA
+The fast mode picks its kernel from host-known sizes (docs/gemm.md): for fprop / dgrad with at most 96 rows per group
+the **swapped** kernel (the weights are wgmma's register operand, decoded in its K loop, and the tokens come from an
+fp16 copy of their plane, 2 bytes of scratch per element); 64 x 256 tiles for wgrad with few output rows, 2-CTA
 clusters of 256 x 256 tiles for >= 256 rows per group with contraction >= 1024, 128 x 256 tiles otherwise; and
 for large groups (at least 1024 rows per group, and every GEMM dimension at least 1024) without bias the
 **dequantize-first** path: both operand planes are decoded to fp16 (E2M1 x E4M3, exact; about 4 bytes of scratch
 per packed byte, e.g. 0.94 GB for 8 x 14336 x 4096 weights) and multiplied by CUTLASS's SM90 grouped GEMM with the
-same epilogue. ``fast_kernel="skinny" | "large" | "pair" | "dequant"`` forces one of them (tests, benchmarks,
-conformance), ``"fused"`` excludes the dequantize-first path; every kernel gives the same bits. ``max_ctas`` caps the persistent grid (default: one CTA per SM), e.g. to leave SMs to concurrent
+same epilogue. ``fast_kernel="swapped" | "skinny" | "large" | "pair" | "dequant"`` forces one of them (tests,
+benchmarks, conformance), ``"fused"`` excludes the two with scratch copies (swapped and dequantize-first); every kernel
+gives the same bits. ``max_ctas`` caps the persistent grid (default: one CTA per SM), e.g. to leave SMs to concurrent
 work; the bits do not depend on it either.
 
 Group sizes never leave the device: problem sizes, pointers and alphas are built by a setup kernel from the
@@ -55,6 +58,10 @@ _FAST_KERNELS = {None: 0, "auto": 0, "skinny": 1, "large": 2, "pair": 3, "dequan
 #: the dequantize-first path pays when each weight (fprop / dgrad) or activation (wgrad) element is reused by at least
 #: this many output rows (docs/gemm.md, stop 29: E8 T16384, 2048 rows per group, gains; E64 and T512 lose)
 _DEQUANT_MIN_REUSE = 1024
+#: fprop / dgrad with at most this many rows per group on average run the swapped kernel (the weights as wgmma's
+#: register operand; docs/gemm.md, stop 31: E8 T512 1.85x of grouped_mm against 1.61x for the skinny kernel, E8 T256
+#: 1.89x against 1.61x, E64 T4096 equal); the same size rule as the skinny kernel's (pick_tile)
+_SWAPPED_MAX_ROWS = 96
 #: exact mode's kernels -> the binding's kernel code (5: over fp16 copies of the operands, docs/gemm.md stop 30)
 _EXACT_KERNELS = {None: 0, "auto": 0, "fused": 0, "dequant": 5}
 
@@ -90,10 +97,11 @@ def _reuse_pays(kind: str, e: int, t: int, kc: int, cols: int, a_rows: int, b_ro
     return t // e >= _DEQUANT_MIN_REUSE and min(dims) >= _DEQUANT_MIN_REUSE
 
 
-def _dequant_choice(ext, force: int, kind: str, e: int, t: int, kc: int, cols: int, a_rows: int, b_rows: int,
+def _fast_kernel_choice(ext, force: int, kind: str, e: int, t: int, kc: int, cols: int, a_rows: int, b_rows: int,
                     dtype, has_bias: bool) -> int:
-    """The fast kernel to run: ``force`` as given, or the dequantize-first path (4) when auto-selection finds it
-    eligible and paying. Raises when the dequantize-first path is forced but cannot run these operands."""
+    """The fast kernel to run: ``force`` as given, or by auto-selection the swapped kernel (6: fprop / dgrad with
+    few rows per group) or the dequantize-first path (4) when it is eligible and pays. Raises when the swapped kernel
+    or the dequantize-first path is forced but cannot run these operands."""
     why = None
     if not ext.has_dequant_path():
         why = "the extension was built without CUTLASS's headers (install nvidia-cutlass, then rebuild)"
@@ -107,6 +115,8 @@ def _dequant_choice(ext, force: int, kind: str, e: int, t: int, kc: int, cols: i
         if kind == "wgrad":
             raise ValueError("fast_kernel='swapped' runs fprop and dgrad only (its token operand is a rowwise plane)")
         return force
+    if force == 0 and kind != "wgrad" and t // e <= _SWAPPED_MAX_ROWS:
+        return _FAST_KERNELS["swapped"]
     if force == _FAST_KERNELS["dequant"]:
         if why:
             raise ValueError(f"fast_kernel='dequant' cannot run this call: {why}")
@@ -125,9 +135,11 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
     """Grouped NVFP4 GEMM (see the module docstring for the operands of each ``kind``). Returns ``out``.
 
     ``fast_kernel`` (fast mode only; ``None`` or ``"auto"``: chosen by the sizes) forces the fast kernel:
-    ``"skinny"`` (64 x 256 tiles), ``"large"`` (128 x 256), ``"pair"`` (2-CTA clusters, 256 x 256) or ``"dequant"``
-    (fp16 copies of both operands, then CUTLASS's grouped GEMM; no bias, 16-byte aligned output rows), or
-    ``"fused"`` (chosen by the sizes like ``"auto"``, but never ``"dequant"``: no scratch copies).
+    ``"swapped"`` (fprop / dgrad only: 64 tokens x 256 weight rows per tile, the weights decoded into wgmma's register
+    operand, the tokens from an fp16 copy), ``"skinny"`` (64 x 256 tiles), ``"large"`` (128 x 256), ``"pair"`` (2-CTA
+    clusters, 256 x 256) or ``"dequant"`` (fp16 copies of both operands, then CUTLASS's grouped GEMM; no bias, 16-byte
+    aligned output rows), or ``"fused"`` (chosen by the sizes like ``"auto"``, but never ``"swapped"`` nor
+    ``"dequant"``: no scratch copies).
     ``exact_kernel`` (exact mode only; ``None`` or ``"auto"``: chosen by the sizes): ``"fused"`` (operands decoded
     in the K loop) or ``"dequant"`` (fp16 copies of both operands first).
     ``max_ctas`` (``None``: one per SM): at most this many persistent CTAs, which then walk all tiles; a 2-CTA
@@ -262,7 +274,7 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
     else:
         force = _FAST_KERNELS[fast_kernel]
         if fast_kernel != "fused":
-            force = _dequant_choice(ext, force, kind, e, t_a, kc, cols, a_rows, b_rows, dtype, bias_t is not None)
+            force = _fast_kernel_choice(ext, force, kind, e, t_a, kc, cols, a_rows, b_rows, dtype, bias_t is not None)
     ws_bytes = e * int(ext.prob_size()) + 4 * (e + 1)
     ws = torch.empty(ws_bytes, dtype=torch.uint8, device=dev)
     offs_a = a.offsets.contiguous()

@@ -274,7 +274,8 @@ def test_larger_fprop(mode):
     run_fprop([300, 0, 517, 211], 384, 1088, mode, torch.bfloat16, with_bias=True, seed=7)
 
 
-# <= 96 rows per group on average: the skinny fast kernel (64 x 256 tiles, ws::ShapeSkinny). Groups
+# <= 96 rows per group on average: the skinny fast kernel (64 x 256 tiles, ws::ShapeSkinny; the one fast_kernel="fused"
+# picks, "auto" runs the swapped kernel there, which test_swapped_kernel covers on the same cases). Groups
 # longer than one 64-row tile (a 202-row group: 4 tiles, one of them in the second 128-row scale tile), N not a
 # multiple of 256, K with a partial last K tile, both copy widths (K/2 % 16 == 0 and == 8), bias, fp32 output.
 SKINNY_CASES = {
@@ -289,13 +290,13 @@ SKINNY_CASES = {
 def test_fprop_few_rows_per_group(case):
     splits, n, k, od, with_bias = SKINNY_CASES[case]
     assert sum(splits) // len(splits) <= 96  # the skinny kernel's range (device/csrc/gemm_kernels.cu pick_tile)
-    run_fprop(splits, n, k, "fast", od, with_bias=with_bias, seed=21)
+    run_fprop(splits, n, k, "fast", od, with_bias=with_bias, seed=21, fast_kernel="fused")
 
 
 @pytest.mark.parametrize("case", ["e8_bias", "e4_long_group_f32"])
 def test_dgrad_few_rows_per_group(case):
     splits, n, k, od, with_bias = SKINNY_CASES[case]
-    run_dgrad(splits, k, n, "fast", od, with_bias=with_bias, seed=22)
+    run_dgrad(splits, k, n, "fast", od, with_bias=with_bias, seed=22, fast_kernel="fused")
 
 
 # The 2-CTA cluster kernel (256 x 256 cluster tiles, ws::ShapePair; each CTA dequantizes half of the B tile and
@@ -357,12 +358,16 @@ def test_swapped_kernel(case):
         run_dgrad(splits, k, n, "fast", od, with_bias=with_bias, seed=102, fast_kernel="swapped")
 
 
-def test_swapped_kernel_capped_and_accumulate():
-    """A capped grid (every CTA walks several tiles), and an fp32 output accumulated into (C read per element)."""
-    run_fprop([64, 0, 200], 1408, 160, "fast", torch.bfloat16, with_bias=True, seed=103, fast_kernel="swapped",
-              max_ctas=3)
+def test_swapped_kernel_capped_grid_and_auto():
+    """Capped grids (every CTA walks several tiles): 30 tiles on 3 CTAs (whole rounds) and on 7 and 8 CTAs (a last
+    round of 2 tiles run as 4 half tiles, and one of 6 whole tiles); the automatic choice for few rows per group;
+    wgrad refused."""
+    for max_ctas in (3, 7, 8):
+        run_fprop([64, 0, 200], 1408, 160, "fast", torch.bfloat16, with_bias=True, seed=103, fast_kernel="swapped",
+                  max_ctas=max_ctas)
     run_dgrad([64, 0, 200], 96, 1408, "fast", torch.float32, with_bias=True, seed=104, fast_kernel="swapped",
               max_ctas=7)
+    run_fprop(rand_splits(8, 512, 7), 520, 128, "fast", torch.bfloat16, with_bias=False, seed=105)  # auto
     with pytest.raises(ValueError, match="fprop and dgrad only"):
         run_wgrad([0, 37, 200, 5], 304, 144, "fast", torch.float32, accumulate=False, fast_kernel="swapped")
 

@@ -12,18 +12,19 @@
 // K positions 2c, 2c + 1 and 8 + 2c, 9 + 2c, c = l % 4. Inside a 16-block we choose the order: position p < 8 holds
 // code 2p, p >= 8 holds code 2 (p - 8) + 1 (even codes, then odd codes). Then lane c needs codes 4c .. 4c + 3 of every
 // block, i.e. bytes 2c, 2c + 1 of the block's 8 bytes: one PRMT gathers them for two blocks into one word, and
-// decode_two_blocks turns that word into the fragments of both blocks (2 instructions per code). The token copy holds
-// the same order inside each block (dequant_plane_kernel, kEvenOdd), so every k16 step is one whole block.
+// decode_two_blocks turns that word into the fragments of both blocks (about 2.5 instructions per code with the scales;
+// 129 per warp and K step in all). The token copy holds the same order inside each block (dequant_plane_kernel with
+// EVEN_ODD), so every k16 step is one whole block.
 //
 // Roles (one persistent CTA per SM; the setup kernel's 64 x 256 tile list, as the skinny kernel):
-//   loader warpgroup (first): cp.async copies per K step of 64 K: the 64 token rows x 64 fp16 of the copy (128 B per
-//       row, wgmma's K-major 128-byte swizzle), the 256 weight rows x 32 packed bytes, and the two 128-row swizzled
+//   loader warpgroups (first, 8 warps): cp.async copies per K step of 64 K: the 64 token rows x 64 fp16 of the copy
+//       (128 B per row, wgmma's K-major 128-byte swizzle), the 256 weight rows x 32 packed bytes, and the two 128-row swizzled
 //       scale tiles (SPEC 8.2) of those weight rows. Pieces past K are zero-filled; rows past M (tokens) or N (weights)
 //       are not copied: their stale contents only reach accumulator elements the epilogue does not store.
-//   MMA warpgroups (2; weight rows [128 wm, 128 wm + 128) as two m64 tiles): decode their fragments from the stage,
-//       issue 8 wgmma.m64n64k16 (2 tiles x 4 blocks) over the token tile, and release the stage one step later (after
+//   MMA warpgroups (4; weight rows [64 wm, 64 wm + 64), one m64 tile): decode their fragments from the stage, issue
+//       4 wgmma.m64n64k16 (one per block) over the token tile, and release the stage one step later (after
 //       wgmma.wait_group 1); then the epilogue stores the transposed tile directly.
-//   full[s]   the loader's copies of stage s have landed (cp.async.mbarrier.arrive.noinc, 128 threads)
+//   full[s]   the loaders' copies of stage s have landed (cp.async.mbarrier.arrive.noinc, one per loader thread)
 //   empty[s]  every MMA warp has read stage s (its words by ld.shared, its token tile by the completed wgmmas)
 #pragma once
 
@@ -36,7 +37,7 @@ using wg::kBK;
 
 // MMA_WGS warpgroups of TILES m64 tiles each (MMA_WGS * TILES * 64 = 256 weight rows). Registers per thread-slot:
 // 65536 / kThreads, rounded down to 8 (the launch bound's allocation), moved by setmaxnreg from the loader.
-template <int MMA_WGS, int TILES, int LOADER_WARPS = 1>
+template <int MMA_WGS, int TILES, int LOADER_WARPS>
 struct ShapeT {
   static constexpr int BM = 64;    // token rows per tile (output rows): the wgmma N
   static constexpr int BN = 256;   // weight rows per tile (output columns)
@@ -45,8 +46,7 @@ struct ShapeT {
   static constexpr int kWgRows = 64 * TILES;
   static constexpr int kLoaderWGs = (LOADER_WARPS + 3) / 4;
   static constexpr int kThreads = 128 * (kMma + kLoaderWGs);  // the loader warpgroups first
-  // the loader warpgroup's first LOADER_WARPS warps issue the copies (the others leave after setmaxnreg): one warp
-  // issues the same copies as four with a quarter of their barrier polling
+  // the first LOADER_WARPS warps of the loader warpgroups issue the copies (any others leave after setmaxnreg)
   static constexpr int kLoaderThreads = 32 * LOADER_WARPS;
   static constexpr int kCluster = 1;  // (ws::release_b_stage)
   static constexpr int kSlotRegs = 65536 / kThreads / 8 * 8;
@@ -67,7 +67,10 @@ struct ShapeT {
   static_assert(kMmaRegs <= 256 && kMma * kMmaRegs + kLoaderWGs * kLoaderRegs <= (kMma + kLoaderWGs) * kSlotRegs,
                 "setmaxnreg budget");
 };
-using Shape = ShapeT<4, 1>;
+// Kept (docs/gemm.md, stop 31; E8 T512 fprop TFLOP/s, one H100 session each): 4 MMA warpgroups of one m64 tile and
+// 8 loader warps (312-318; 4 loader warps 290-306, 2 warps 245-252, 1 warp 157-168: the copies' issue rate paces the
+// kernel); 2 MMA warpgroups of two m64 tiles each measured 302-314 against 307 for 4 x 1 with 4 loader warps.
+using Shape = ShapeT<4, 1, 8>;
 
 // Weight row r's 32 bytes in a stage: its two 16-byte halves swapped when bit 2 of r is set, so that the 8 rows a
 // warp reads at once (g = 0..7 and their words 2j + c / 2) fall on 16 different banks.
@@ -300,14 +303,14 @@ __device__ __forceinline__ void store_tile_transposed(const float (&acc)[32], co
   }
 }
 
-// SPLIT: the last round's tiles may run as half tiles (ws::TileWalk: weight rows [128 h, 128 h + 128) of the tile) when
-// they fill at most half of the CTAs; the warpgroups whose rows lie in the other half then only follow the ring (wait
-// for each stage, release it at once).
-template <class S, bool OUT_F32, bool SPLIT, bool PREFETCH = true>
+// The last round's tiles run as half tiles (ws::TileWalk: weight rows [128 h, 128 h + 128) of the tile) when they fill
+// at most half of the CTAs (E8 T512 fprop: SM active 81% -> 93% of the kernel's cycles); the warpgroups whose rows lie
+// in the other half then only follow the ring (wait for each stage, release it at once).
+template <class S, bool OUT_F32>
 __global__ void __launch_bounds__(S::kThreads, 1)
     swapped_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate) {
   constexpr int T = S::kTiles;
-  static_assert(!SPLIT || S::kWgRows * 2 <= ws::kHalfCols, "a half tile is whole warpgroups' rows");
+  static_assert(S::kWgRows * 2 <= ws::kHalfCols, "a half tile is whole warpgroups' rows");
   extern __shared__ uint8_t smem_dyn[];
   const uint32_t smem = (wg::smem_u32(smem_dyn) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
   const uint32_t ring = smem;
@@ -315,7 +318,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   const uint32_t full = bars, empty = bars + 8 * S::kStages;
   const int tid = threadIdx.x, lane = tid & 31;
   const int first_tile = blockIdx.x, tile_stride = gridDim.x;
-  const ws::TileWalk<SPLIT> walk(__ldg(prefix + E), tile_stride);
+  const ws::TileWalk<true> walk(__ldg(prefix + E), tile_stride);
 
   if (tid == 0) {
     for (int s = 0; s < S::kStages; ++s) {
@@ -338,7 +341,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       if (cur.kt == 0) {
         Prob p = probs[cur.group];
         const int tiles_m = p.tiles_m;
-        const ws::ColumnRange cols = ws::walk_columns((cur.local / tiles_m) * S::BN, SPLIT ? cur.half : -1, p.N);
+        const ws::ColumnRange cols = ws::walk_columns((cur.local / tiles_m) * S::BN, cur.half, p.N);
         p.N = cols.end;  // a half tile loads its 128 rows (one scale tile)
         ld = SwapLoader<S>(p, (cur.local % tiles_m) * S::BM, cols.begin, cur.KT, tid);
       }
@@ -364,10 +367,10 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       const int tiles_m = __ldg(&pp->tiles_m);
       const int m0 = (local % tiles_m) * S::BM;
       const ws::ColumnRange cols = ws::walk_columns((local / tiles_m) * S::BN, half, __ldg(&pp->N));
-      if (SPLIT && half >= 0 && cols.empty()) continue;  // a second half past N: no steps, nothing stored
+      if (half >= 0 && cols.empty()) continue;  // a second half past N: no steps, nothing stored
       const int n0 = cols.begin;
       const int KT = (__ldg(&pp->K) + kBK - 1) / kBK;
-      if (SPLIT && half >= 0 && S::kWgRows * wm >= ws::kHalfCols) {
+      if (half >= 0 && S::kWgRows * wm >= ws::kHalfCols) {
         // a half tile without rows for this warpgroup: follow the ring (the loader waits for every MMA warp)
         for (int kt = 0; kt < KT; ++kt) {
           ws::mbar_wait(full + 8 * st.stage, st.phase);
@@ -387,20 +390,14 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         for (int i = 0; i < T; ++i) wg::fence_regs(acc[i]);
       };
       uint32_t a_even[T][4][4], a_odd[T][4][4];
-      // The words of step k + 1 are loaded right after step k's wgmmas are issued (their latency then overlaps the
-      // wait for step k - 1's wgmmas), and decoded at the start of step k + 1.
+      // (Loading the next step's words right after this step's wgmmas, before the wait for the previous step's,
+      // measured 5% slower: the stage release then waits behind the next stage's arrival.)
       StepWords<T> words;
-      if (PREFETCH && KT > 0) {
-        ws::mbar_wait(full + 8 * st.stage, st.phase);
-        words.load(ring + st.stage * S::kStageBytes, fo);
-      }
       int prev = -1;  // stage read by the wgmmas still in flight (released once they complete)
-      auto step = [&](uint32_t(&a)[T][4][4], bool more) {
+      auto step = [&](uint32_t(&a)[T][4][4]) {
         const uint32_t stage = ring + st.stage * S::kStageBytes;
-        if (!PREFETCH) {
-          ws::mbar_wait(full + 8 * st.stage, st.phase);
-          words.load(stage, fo);
-        }
+        ws::mbar_wait(full + 8 * st.stage, st.phase);
+        words.load(stage, fo);
         fence_frags(a);
         words.decode(fo, a);
         const uint32_t tok_desc = wg::sw128_desc_lo(stage);
@@ -416,21 +413,16 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         wg::wgmma_commit();
         fence_acc();
         fence_frags(a);
-        const int cur = st.stage;
-        st.next();
-        if (PREFETCH && more) {
-          ws::mbar_wait(full + 8 * st.stage, st.phase);
-          words.load(ring + st.stage * S::kStageBytes, fo);
-        }
         wg::wgmma_wait<1>();  // the previous step's wgmmas are done with their stage and fragment registers
         if (prev >= 0) ws::release_b_stage<S>(empty + 8 * prev, 0u, lane);
-        prev = cur;
+        prev = st.stage;
+        st.next();
       };
       // (explicit exits, as the fast kernels: a conditional odd step makes ptxas serialise the wgmmas, C7513)
       for (int kt = 0; kt < KT; kt += 2) {
-        step(a_even, kt + 1 < KT);
+        step(a_even);
         if (kt + 1 == KT) break;
-        step(a_odd, kt + 2 < KT);
+        step(a_odd);
       }
       wg::wgmma_wait<0>();
       fence_acc();
