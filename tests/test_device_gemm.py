@@ -518,7 +518,8 @@ def test_mostly_empty_experts():
 # CUDA graph: capture once (quantize + GEMM), replay with new data and new splits
 # ------------------------------------------------------------------------------------------------------------
 
-GRAPH_SHAPES = {  # (E, T, N, K, kernel): few rows per group (by size: the skinny kernel), the cluster one forced,
+GRAPH_SHAPES = {  # (E, T, N, K, kernel): few rows per group (by size: fprop the swapped kernel, whose token copy
+    # comes from the graph's pool, wgrad the skinny one), the cluster one forced,
     "small": (4, 256, 64, 128, None),  # the dequantize-first paths forced (their scratch comes from the graph's pool;
     "pair": (2, 640, 288, 128, "pair"),  # in exact mode the kernel over fp16 copies, otherwise the fused one)
     "dequant": (3, 384, 96, 128, "dequant"),
