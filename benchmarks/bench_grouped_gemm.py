@@ -3,9 +3,10 @@
 Columns (TFLOP/s = 2*T*N*K / time; wgrad counts the unpadded T):
   nvfp4 fast / nvfp4 exact  -- device.gemm.grouped_gemm on operands quantized beforehand (GEMM only timed); fast
                                is the kernel chosen by the sizes (E8 T16384: the dequantize-first path, whose
-                               operand decode is inside the timed call)
-  fused                     -- fast mode with fast_kernel="fused" (the fused-decode kernels only; the choice before
-                               stop 29)
+                               operand decode is inside the timed call; E8 T512: the swapped kernel, whose token
+                               copy is inside the timed call)
+  fused                     -- fast mode with fast_kernel="fused" (the fused-decode kernels only, no scratch copies:
+                               the choice before stop 29; on E8 T512 the skinny kernel, the choice before stop 31)
   x_fused / x_dq            -- exact mode with exact_kernel="fused" (the choice before stop 30) / "dequant" (over
                                fp16 operand copies, decode timed); "exact" is the one chosen by the sizes
   grouped_mm                -- torch._grouped_mm on BF16 operands (wgrad: bf16 output, fp32 is refused; the
