@@ -53,7 +53,8 @@ __all__ = ["grouped_gemm"]
 _KINDS = {"fprop": 0, "dgrad": 1, "wgrad": 2}
 _RCP_7225344 = float(np.float32(1.0 / 7225344.0))  # SPEC 12.1: fp32(1/7225344)
 _TILE = 128
-#: -> pick_tile's `force` ("fused": chosen by the sizes like "auto", but never the dequantize-first path)
+#: -> pick_tile's `force` ("fused": chosen by the sizes like "auto", but never the swapped kernel nor the
+#: dequantize-first path, the two with scratch copies)
 _FAST_KERNELS = {None: 0, "auto": 0, "skinny": 1, "large": 2, "pair": 3, "dequant": 4, "fused": 0, "swapped": 6}
 #: the dequantize-first path pays when each weight (fprop / dgrad) or activation (wgrad) element is reused by at least
 #: this many output rows (docs/gemm.md, stop 29: E8 T16384, 2048 rows per group, gains; E64 and T512 lose)
@@ -98,10 +99,16 @@ def _reuse_pays(kind: str, e: int, t: int, kc: int, cols: int, a_rows: int, b_ro
 
 
 def _fast_kernel_choice(ext, force: int, kind: str, e: int, t: int, kc: int, cols: int, a_rows: int, b_rows: int,
-                    dtype, has_bias: bool) -> int:
+                        dtype, has_bias: bool) -> int:
     """The fast kernel to run: ``force`` as given, or by auto-selection the swapped kernel (6: fprop / dgrad with
     few rows per group) or the dequantize-first path (4) when it is eligible and pays. Raises when the swapped kernel
     or the dequantize-first path is forced but cannot run these operands."""
+    if force == _FAST_KERNELS["swapped"]:
+        if kind == "wgrad":
+            raise ValueError("fast_kernel='swapped' runs fprop and dgrad only (its token operand is a rowwise plane)")
+        return force
+    if force == 0 and kind != "wgrad" and t // e <= _SWAPPED_MAX_ROWS:
+        return _FAST_KERNELS["swapped"]
     why = None
     if not ext.has_dequant_path():
         why = "the extension was built without CUTLASS's headers (install nvidia-cutlass, then rebuild)"
@@ -111,12 +118,6 @@ def _fast_kernel_choice(ext, force: int, kind: str, e: int, t: int, kc: int, col
         why = f"its output rows must be 16-byte aligned ({cols} columns of {dtype})"
     elif e > 65535:
         why = f"it supports at most 65535 groups, got {e}"
-    if force == _FAST_KERNELS["swapped"]:
-        if kind == "wgrad":
-            raise ValueError("fast_kernel='swapped' runs fprop and dgrad only (its token operand is a rowwise plane)")
-        return force
-    if force == 0 and kind != "wgrad" and t // e <= _SWAPPED_MAX_ROWS:
-        return _FAST_KERNELS["swapped"]
     if force == _FAST_KERNELS["dequant"]:
         if why:
             raise ValueError(f"fast_kernel='dequant' cannot run this call: {why}")

@@ -207,19 +207,17 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
   l.grid_upper = static_cast<int>(grid_upper);
   l.tile_m = s.tile_m;
   l.max_ctas = static_cast<int>(max_ctas);
-  if (force_kernel == kForceExactDequant) {  // exact mode over fp16 copies (docs/gemm.md, stop 30)
+  // the kernels over fp16 copies with the setup kernel's tile list: exact mode over copies of both planes (docs/gemm.md,
+  // stop 30), or the swapped fast kernel over a copy of the token plane (stop 31)
+  if (force_kernel == kForceExactDequant || force_kernel == kForceSwapped) {
+    const bool swapped = force_kernel == kForceSwapped;
     nvfp4_gemm::DequantGemmArgs d{};
     const auto copies = f16_copies(d, static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
-                                   b_scales, b_offs);
-    nvfp4_gemm::launch_dequant_exact(d, probs, l, stream);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    return;
-  }
-  if (force_kernel == kForceSwapped) {  // fast mode, weights as wgmma's A operand (docs/gemm.md, stop 31)
-    nvfp4_gemm::DequantGemmArgs d{};
-    const auto copies = f16_copies(d, static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
-                                   b_scales, b_offs, /*a_only=*/true);
-    nvfp4_gemm::launch_swapped_path(d, probs, l, stream);
+                                   b_scales, b_offs, /*a_only=*/swapped);
+    if (swapped)
+      nvfp4_gemm::launch_swapped_path(d, probs, l, stream);
+    else
+      nvfp4_gemm::launch_dequant_exact(d, probs, l, stream);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }

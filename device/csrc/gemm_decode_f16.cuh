@@ -52,10 +52,16 @@ __device__ __forceinline__ uint32_t scale_to_f16x2(uint32_t byte) {
   return hmul2_f16(__byte_perm(sf, 0u, 0x1010u), kF16x2_64);  // {sf, sf} * 64
 }
 
+// Four E4M3 scales (byte j = 16-block j) -> lo = {sf_0, sf_1} * 2^6, hi = {sf_2, sf_3} * 2^6 in fp16, exact.
+__device__ __forceinline__ void scales4_to_pairs(uint32_t four_bytes, uint32_t& lo, uint32_t& hi) {
+  lo = hmul2_f16(e4m3x2_to_f16x2(four_bytes), kF16x2_64);
+  hi = hmul2_f16(e4m3x2_to_f16x2(four_bytes >> 16), kF16x2_64);
+}
+
 // Four E4M3 scales (byte j = 16-block j) -> s[j] = {sf_j * 2^6, sf_j * 2^6}.
 __device__ __forceinline__ void scales4_to_f16x2(uint32_t four_bytes, uint32_t (&s)[4]) {
-  const uint32_t lo = hmul2_f16(e4m3x2_to_f16x2(four_bytes), kF16x2_64);        // {sf0, sf1} * 64
-  const uint32_t hi = hmul2_f16(e4m3x2_to_f16x2(four_bytes >> 16), kF16x2_64);  // {sf2, sf3} * 64
+  uint32_t lo, hi;
+  scales4_to_pairs(four_bytes, lo, hi);
   s[0] = __byte_perm(lo, 0u, 0x1010u);
   s[1] = __byte_perm(lo, 0u, 0x3232u);
   s[2] = __byte_perm(hi, 0u, 0x1010u);

@@ -241,10 +241,8 @@ struct StepWords {
     for (int i = 0; i < T; ++i)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        using namespace f16dec;
-        const uint32_t s01 = hmul2_f16(e4m3x2_to_f16x2(s[i][h]), kF16x2_64);        // {sf0, sf1} * 64
-        const uint32_t s23 = hmul2_f16(e4m3x2_to_f16x2(s[i][h] >> 16), kF16x2_64);  // {sf2, sf3} * 64
-        uint32_t f[4];
+        uint32_t s01, s23, f[4];
+        f16dec::scales4_to_pairs(s[i][h], s01, s23);  // {sf0, sf1} * 64, {sf2, sf3} * 64
         decode_two_blocks(__byte_perm(w[i][h][0], w[i][h][1], o.sel), s01, f);
         a[i][0][h] = f[0];
         a[i][0][2 + h] = f[2];
