@@ -159,7 +159,7 @@ void launch_dequant_exact(const DequantGemmArgs& d, Prob* probs, const LaunchArg
 void launch_swapped_path(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
   dequant_plane<true>(d.a, d.a_f16, s);
   retarget_probs_kernel<<<(d.E + 255) / 256, 256, 0, s>>>(probs, d);
-  launch_swapped(l, s);
+  launch_swapped(l, d, s);
 }
 
 size_t dequant_gemm_workspace(int epilogue, const CutlassArgs& c) {

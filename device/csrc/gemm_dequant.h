@@ -47,6 +47,9 @@ void launch_dequant_exact(const DequantGemmArgs& d, Prob* probs, const LaunchArg
 // even / odd code order of gemm_swapped.cuh; d.b_f16 must be null), points every group's Prob::a at the copy, then runs
 // gemm_swapped.cu's kernel over the setup kernel's 64 x 256 tile list (`l`). Needs no CUTLASS.
 void launch_swapped_path(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s);
+// The swapped kernel alone (gemm_swapped.cu; probs' a already points into the token copy d.a_f16, pitch Prob::K): the
+// TMA loader when K % 32 == 0 and both planes are 16-byte aligned, the cp.async loader otherwise.
+void launch_swapped(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s);
 bool cutlass_built();  // false when the extension was built without CUTLASS (the path then refuses)
 
 }  // namespace nvfp4_gemm

@@ -77,7 +77,6 @@ void launch_wgmma_exact(const LaunchArgs& a, cudaStream_t s);
 void launch_wgmma_pair(const LaunchArgs& a, cudaStream_t s);  // fast mode, 2-CTA cluster tiles
 // exact mode over fp16 copies of the operands (gemm_exact_f16.cu; probs' a / b point into the copies, pitch K)
 void launch_exact_f16(const LaunchArgs& a, cudaStream_t s);
-// fast mode with the operands swapped (gemm_swapped.cu; probs' a points into the token copy, pitch Prob::K)
-void launch_swapped(const LaunchArgs& a, cudaStream_t s);
+// fast mode with the operands swapped: launch_swapped in gemm_dequant.h (it needs the planes for its TMA maps)
 
 }  // namespace nvfp4_gemm

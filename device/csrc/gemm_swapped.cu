@@ -1,5 +1,11 @@
 // Instantiations of the swapped fast kernel (gemm_swapped.cuh; SPEC 12.6 bit for bit): 64 x 256 tiles (tokens x
-// weight rows), fp32 or bf16 output.
+// weight rows), fp32 or bf16 output, the TMA loader (contraction K % 32 == 0) or the cp.async one (any K), and the
+// host side of the TMA loader: its tensor maps, encoded through the runtime's driver entry point (no -lcuda).
+#include <cudaTypedefs.h>
+
+#include <cstdlib>
+
+#include "gemm_dequant.h"
 #include "gemm_swapped.cuh"
 
 namespace nvfp4_gemm {
@@ -7,13 +13,76 @@ namespace nvfp4_gemm {
 // the setup kernel's tile list is built for pick_tile's tile of force 6, the skinny kernel's
 static_assert(swp::Shape::BM == ws::ShapeSkinny::BM && swp::Shape::BN == ws::ShapeSkinny::BN,
               "the swapped kernel walks the skinny kernel's tile list");
+static_assert(swp::ShapeTma::BM == swp::Shape::BM && swp::ShapeTma::BN == swp::Shape::BN, "one tile list");
 
-void launch_swapped(const LaunchArgs& a, cudaStream_t s) {
-  using S = swp::Shape;
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      f = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A 2D row-major map {inner elements, rows} with the given box and swizzle; false when the driver refuses it.
+bool encode_2d(CUtensorMap* map, CUtensorMapDataType type, const void* base, unsigned long long inner,
+               unsigned long long rows, unsigned long long pitch_bytes, unsigned box_inner, unsigned box_rows,
+               CUtensorMapSwizzle swizzle) {
+  const auto encode = tensor_map_encoder();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[2] = {inner, rows};
+  const cuuint64_t strides[1] = {pitch_bytes};
+  const cuuint32_t box[2] = {box_inner, box_rows};
+  const cuuint32_t elem[2] = {1, 1};
+  return encode(map, type, 2, const_cast<void*>(base), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// The TMA loader's maps for the token copy d.a_f16 (made from the rowwise token plane d.a) and the weight plane d.b,
+// both with the row pitch K / 2 packed bytes; false (the cp.async loader runs) when K % 32 != 0, a base is not 16-byte
+// aligned, a plane is shorter than one row, or NVFP4_SWAP_TMA=0.
+bool swap_maps(const DequantGemmArgs& d, swp::SwapMaps* m) {
+  const char* env = std::getenv("NVFP4_SWAP_TMA");
+  const bool enabled = env == nullptr || env[0] != '0';
+  const long long pitch = d.a.pitch_const;  // K / 2
+  if (!enabled || pitch <= 0 || pitch % 16 != 0 || reinterpret_cast<uintptr_t>(d.a_f16) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(d.b.data) % 16 != 0)
+    return false;
+  const long long tok_rows = d.a.cap_bytes / pitch, w_rows = d.b.cap_bytes / pitch;
+  if (tok_rows < 1 || w_rows < 1 || tok_rows >= (1LL << 31) || w_rows >= (1LL << 31)) return false;
+  m->tok_base = static_cast<const uint8_t*>(d.a_f16);
+  m->w_base = d.b.data;
+  m->w_pitch = pitch;
+  return encode_2d(&m->tok, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, d.a_f16, 2 * pitch, tok_rows, 4 * pitch, 64, 64,
+                   CU_TENSOR_MAP_SWIZZLE_128B) &&
+         encode_2d(&m->w, CU_TENSOR_MAP_DATA_TYPE_UINT8, d.b.data, pitch, w_rows, pitch, 32, 128,
+                   CU_TENSOR_MAP_SWIZZLE_32B);
+}
+
+template <bool OUT_F32>
+void launch_out(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s) {
+  swp::SwapMaps m{};
+  if (swap_maps(d, &m)) {
+    using S = swp::ShapeTma;
+    wg::launch_persistent<swp::swapped_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(a, s, m);
+  } else {
+    using S = swp::Shape;
+    wg::launch_persistent<swp::swapped_kernel<S, OUT_F32, false>, S::kThreads, S::kSmem>(a, s, m);
+  }
+}
+
+}  // namespace
+
+void launch_swapped(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s) {
   if (a.out_f32)
-    wg::launch_persistent<swp::swapped_kernel<S, true>, S::kThreads, S::kSmem>(a, s);
+    launch_out<true>(a, d, s);
   else
-    wg::launch_persistent<swp::swapped_kernel<S, false>, S::kThreads, S::kSmem>(a, s);
+    launch_out<false>(a, d, s);
 }
 
 }  // namespace nvfp4_gemm

@@ -28,6 +28,8 @@
 //   empty[s]  every MMA warp has read stage s (its words by ld.shared, its token tile by the completed wgmmas)
 #pragma once
 
+#include <cuda.h>  // CUtensorMap (the TMA loader; the binding encodes the maps through the runtime's driver entry point)
+
 #include "gemm_wgmma_ws.cuh"
 
 namespace nvfp4_gemm {
@@ -71,6 +73,8 @@ struct ShapeT {
 // 8 loader warps (312-318; 4 loader warps 290-306, 2 warps 245-252, 1 warp 157-168: the copies' issue rate paces the
 // kernel); 2 MMA warpgroups of two m64 tiles each measured 302-314 against 307 for 4 x 1 with 4 loader warps.
 using Shape = ShapeT<4, 1, 8>;
+// The TMA loader (K % 32 == 0): one thread issues every copy, so one loader warp (the others of its warpgroup leave).
+using ShapeTma = ShapeT<4, 1, 1>;
 
 // Weight row r's 32 bytes in a stage: its two 16-byte halves swapped when bit 2 of r is set, so that the 8 rows a
 // warp reads at once (g = 0..7 and their words 2j + c / 2) fall on 16 different banks.
@@ -171,6 +175,62 @@ struct SwapLoader {
       if (sc_ok & (1u << j))
         wg::cp_async16(stage + S::kTokBytes + S::kRawBytes + (t + NT * j) * 16, sc + (NT / 32) * j * sc_tile + kt * 512,
                        16);
+  }
+};
+
+// The TMA loader's operands (contraction K % 32 == 0, 16-byte aligned planes; gemm_swapped.cu encodes the maps).
+//   tok: the fp16 token copy, {K elements, rows}, box {64, 64} with the 128-byte swizzle: row r's 16-byte piece q at
+//        r * 128 + ((q ^ (r % 8)) << 4), wgmma's K-major swizzled layout (the same as SwapLoader's copies);
+//   w:   the packed weight plane, {K / 2 bytes, rows}, box {32, 128} with the 32-byte swizzle, which swaps the 16-byte
+//        halves of row r when bit 2 of r is set: raw_half_offset's layout (address bit 4 ^= bit 7, rows of 32 bytes);
+//   the scales: each 128-row x 4-block tile of the swizzled plane (SPEC 8.2) is 512 contiguous bytes, one bulk copy.
+// Boxes past the tensor's end (K tail, the plane's last rows) are zero-filled and still count their whole bytes.
+struct SwapMaps {
+  CUtensorMap tok;
+  CUtensorMap w;
+  const uint8_t* tok_base;  // first byte of the token copy (Prob::a points into it)
+  const uint8_t* w_base;    // first byte of the weight plane (Prob::b points into it)
+  long long w_pitch;        // K / 2: bytes per weight row; the copy's rows are 4 w_pitch bytes
+};
+
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int x, int y) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
+          "r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
+// The TMA loader's per-tile state (one thread): the stage's copies are one token box, one or two 128-row weight boxes
+// (the second only when the tile, or its half, has rows past the first 128) and as many scale tiles.
+struct TmaTile {
+  const uint8_t* sc;  // scale tile of rows [n0, n0 + 128) at K step 0; the next 128 rows are sc_tile bytes further
+  int sc_tile;        // KT * 512
+  int tok_row, w_row; // map rows of the tile's first token and weight row
+  int boxes;          // 1 or 2
+
+  TmaTile() = default;
+  __device__ __forceinline__ TmaTile(const Prob& p, const SwapMaps& m, int m0, int n0, int n_end, int KT) {
+    tok_row = static_cast<int>((p.a - m.tok_base) / (4 * m.w_pitch)) + m0;
+    w_row = static_cast<int>((p.b - m.w_base) / m.w_pitch) + n0;
+    boxes = n0 + 128 < n_end ? 2 : 1;
+    sc_tile = KT * 512;
+    sc = p.sb + static_cast<long long>(n0 >> 7) * sc_tile;
+  }
+  template <class S>
+  __device__ __forceinline__ void load(const SwapMaps& m, uint32_t stage, uint32_t bar, int kt) const {
+    ws::mbar_arrive_expect_tx(bar, S::kTokBytes + boxes * (S::kRawBytes / 2 + S::kScaleBytes / 2));
+    tma_load_2d(stage, &m.tok, bar, 64 * kt, tok_row);
+    for (int h = 0; h < boxes; ++h) {
+      tma_load_2d(stage + S::kTokBytes + h * (S::kRawBytes / 2), &m.w, bar, 32 * kt, w_row + 128 * h);
+      bulk_load(stage + S::kTokBytes + S::kRawBytes + h * (S::kScaleBytes / 2), sc + h * sc_tile + kt * 512,
+                S::kScaleBytes / 2, bar);
+    }
   }
 };
 
@@ -304,9 +364,12 @@ __device__ __forceinline__ void store_tile_transposed(const float (&acc)[32], co
 // The last round's tiles run as half tiles (ws::TileWalk: weight rows [128 h, 128 h + 128) of the tile) when they fill
 // at most half of the CTAs (E8 T512 fprop: SM active 81% -> 93% of the kernel's cycles); the warpgroups whose rows lie
 // in the other half then only follow the ring (wait for each stage, release it at once).
-template <class S, bool OUT_F32>
+// TMA: the loader is one thread issuing TMA boxes and bulk copies (S = ShapeTma, `maps` set); otherwise the
+// S::kLoaderThreads threads of SwapLoader issue cp.async copies (any K; `maps` unused).
+template <class S, bool OUT_F32, bool TMA>
 __global__ void __launch_bounds__(S::kThreads, 1)
-    swapped_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate) {
+    swapped_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate,
+                   const __grid_constant__ SwapMaps maps) {
   constexpr int T = S::kTiles;
   static_assert(S::kWgRows * 2 <= ws::kHalfCols, "a half tile is whole warpgroups' rows");
   extern __shared__ uint8_t smem_dyn[];
@@ -320,34 +383,50 @@ __global__ void __launch_bounds__(S::kThreads, 1)
 
   if (tid == 0) {
     for (int s = 0; s < S::kStages; ++s) {
-      ws::mbar_init(full + 8 * s, S::kLoaderThreads);
+      ws::mbar_init(full + 8 * s, TMA ? 1 : S::kLoaderThreads);
       ws::mbar_init(empty + 8 * s, 4 * S::kMma);
     }
+    ws::fence_mbarrier_init_cluster();  // the inits are visible to the async proxy (TMA's complete_tx)
   }
   __syncthreads();
 
   if (tid < 128 * S::kLoaderWGs) {
     // ------------------------------------------------------------------------------------------------ loader
     ws::setmaxnreg_dec<S::kLoaderRegs>();
-    if (tid >= S::kLoaderThreads) return;
+    if (tid >= (TMA ? 1 : S::kLoaderThreads)) return;
     ws::StepCursor cur;
     cur.stride = tile_stride;
     cur.seek<S::BN>(probs, prefix, E, walk, first_tile);
     ws::Ring<S::kStages> st;
-    SwapLoader<S> ld;  // set at every tile's first K step
-    while (cur.valid(walk)) {
-      if (cur.kt == 0) {
-        Prob p = probs[cur.group];
-        const int tiles_m = p.tiles_m;
-        const ws::ColumnRange cols = ws::walk_columns((cur.local / tiles_m) * S::BN, cur.half, p.N);
-        p.N = cols.end;  // a half tile loads its 128 rows (one scale tile)
-        ld = SwapLoader<S>(p, (cur.local % tiles_m) * S::BM, cols.begin, cur.KT, tid);
+    if constexpr (TMA) {
+      TmaTile tt;
+      while (cur.valid(walk)) {
+        if (cur.kt == 0) {
+          const Prob p = probs[cur.group];
+          const ws::ColumnRange cols = ws::walk_columns((cur.local / p.tiles_m) * S::BN, cur.half, p.N);
+          tt = TmaTile(p, maps, (cur.local % p.tiles_m) * S::BM, cols.begin, cols.end, cur.KT);
+        }
+        ws::mbar_wait(empty + 8 * st.stage, st.phase ^ 1u);
+        tt.load<S>(maps, ring + st.stage * S::kStageBytes, full + 8 * st.stage, cur.kt);
+        st.next();
+        cur.next<S::BN>(probs, prefix, E, walk);
       }
-      ws::mbar_wait(empty + 8 * st.stage, st.phase ^ 1u);
-      ld.load(ring + st.stage * S::kStageBytes, cur.kt, tid);
-      ws::cp_async_mbar_arrive(full + 8 * st.stage);
-      st.next();
-      cur.next<S::BN>(probs, prefix, E, walk);
+    } else {
+      SwapLoader<S> ld;  // set at every tile's first K step
+      while (cur.valid(walk)) {
+        if (cur.kt == 0) {
+          Prob p = probs[cur.group];
+          const int tiles_m = p.tiles_m;
+          const ws::ColumnRange cols = ws::walk_columns((cur.local / tiles_m) * S::BN, cur.half, p.N);
+          p.N = cols.end;  // a half tile loads its 128 rows (one scale tile)
+          ld = SwapLoader<S>(p, (cur.local % tiles_m) * S::BM, cols.begin, cur.KT, tid);
+        }
+        ws::mbar_wait(empty + 8 * st.stage, st.phase ^ 1u);
+        ld.load(ring + st.stage * S::kStageBytes, cur.kt, tid);
+        ws::cp_async_mbar_arrive(full + 8 * st.stage);
+        st.next();
+        cur.next<S::BN>(probs, prefix, E, walk);
+      }
     }
   } else {
     // ------------------------------------------------------------------------------------------------ MMA warpgroups

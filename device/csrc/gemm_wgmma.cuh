@@ -260,14 +260,14 @@ inline cudaLaunchConfig_t cluster_launch_config(int clusters, int cluster, int t
   return cfg;
 }
 
-// Launches KERNEL(probs, prefix, E, accumulate) with one persistent CTA per SM (the kernels are register- and
+// Launches KERNEL(probs, prefix, E, accumulate, extra...) with one persistent CTA per SM (the kernels are register- and
 // shared-memory bound to one CTA per SM), in clusters of CLUSTER CTAs along x, at most a.grid_upper clusters (the
 // tile list's unit is the cluster tile) and at most a.max_ctas / CLUSTER (when set; at least one); the clusters
 // stride over the tile list. The grid is the number of clusters that can be resident at once, so no cluster waits
 // for another to finish. The shared-memory attribute and that number are set up once per kernel and device
 // (nvfp4::PerDevice).
-template <auto KERNEL, int kThreads, int kSmem, int CLUSTER = 1>
-void launch_persistent(const LaunchArgs& a, cudaStream_t s) {
+template <auto KERNEL, int kThreads, int kSmem, int CLUSTER = 1, class... Extra>
+void launch_persistent(const LaunchArgs& a, cudaStream_t s, const Extra&... extra) {
   static nvfp4::PerDevice<int> resident_by_device;  // clusters (CTAs when CLUSTER == 1); 0 = not set up
   int dev = 0;
   cudaGetDevice(&dev);
@@ -293,11 +293,11 @@ void launch_persistent(const LaunchArgs& a, cudaStream_t s) {
   if (a.max_ctas > 0 && a.max_ctas / CLUSTER < grid) grid = a.max_ctas / CLUSTER;
   if (grid < 1) grid = 1;
   if constexpr (CLUSTER == 1) {
-    KERNEL<<<grid, kThreads, kSmem, s>>>(a.probs, a.prefix, a.E, a.accumulate);
+    KERNEL<<<grid, kThreads, kSmem, s>>>(a.probs, a.prefix, a.E, a.accumulate, extra...);
   } else {
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = cluster_launch_config(grid, CLUSTER, kThreads, kSmem, s, &attr);
-    cudaLaunchKernelEx(&cfg, KERNEL, a.probs, a.prefix, a.E, a.accumulate);
+    cudaLaunchKernelEx(&cfg, KERNEL, a.probs, a.prefix, a.E, a.accumulate, extra...);
   }
 }
 
