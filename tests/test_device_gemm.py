@@ -358,6 +358,15 @@ def test_swapped_kernel(case):
         run_dgrad(splits, k, n, "fast", od, with_bias=with_bias, seed=102, fast_kernel="swapped")
 
 
+@pytest.mark.parametrize("case", ["e8_bias", "c_e8_rand", "c_e64", "c_giant"])
+def test_swapped_kernel_cp_async_loader(case, monkeypatch):
+    """NVFP4_SWAP_TMA=0 (read at every launch) forces the cp.async loader with its 16-byte copies on shapes where the
+    TMA loader would run (contraction % 32 == 0): the same oracle checks as test_swapped_kernel. Shapes with a
+    contraction of 16 mod 32 (k48_odd_n, most dgrad cases above) take the cp.async loader's 8-byte copies anyway."""
+    monkeypatch.setenv("NVFP4_SWAP_TMA", "0")
+    test_swapped_kernel(case)
+
+
 def test_swapped_kernel_capped_grid_and_auto():
     """Capped grids (every CTA walks several tiles): 30 tiles on 3 CTAs (whole rounds) and on 7 and 8 CTAs (a last
     round of 2 tiles run as 4 half tiles, and one of 6 whole tiles); the automatic choice for few rows per group;

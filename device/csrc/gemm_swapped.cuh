@@ -17,14 +17,20 @@
 // EVEN_ODD), so every k16 step is one whole block.
 //
 // Roles (one persistent CTA per SM; the setup kernel's 64 x 256 tile list, as the skinny kernel):
-//   loader warpgroups (first, 8 warps): cp.async copies per K step of 64 K: the 64 token rows x 64 fp16 of the copy
-//       (128 B per row, wgmma's K-major 128-byte swizzle), the 256 weight rows x 32 packed bytes, and the two 128-row swizzled
-//       scale tiles (SPEC 8.2) of those weight rows. Pieces past K are zero-filled; rows past M (tokens) or N (weights)
-//       are not copied: their stale contents only reach accumulator elements the epilogue does not store.
+//   loader: per K step of 64 K, the 64 token rows x 64 fp16 of the copy (128 B per row, wgmma's K-major 128-byte
+//       swizzle), the 256 weight rows x 32 packed bytes, and the two 128-row swizzled scale tiles (SPEC 8.2) of those
+//       weight rows. Two versions with the same shared-memory layout (docs/gemm.md, stop 32):
+//       - TMA (contraction K % 32 == 0, 16-byte aligned planes; ShapeTma): one thread issues a token box, one or two
+//         128-row weight boxes and as many 512-byte scale copies per stage (TmaTile). Boxes past the planes' ends or
+//         past K are zero-filled; rows past M / N of the group are the next group's (or zeros).
+//       - cp.async (any K; Shape, 8 loader warps, SwapLoader): pieces past K are zero-filled; rows past M (tokens) or
+//         N (weights) are not copied.
+//       Either way the rows past M / N only reach accumulator elements the epilogue does not store.
 //   MMA warpgroups (4; weight rows [64 wm, 64 wm + 64), one m64 tile): decode their fragments from the stage, issue
 //       4 wgmma.m64n64k16 (one per block) over the token tile, and release the stage one step later (after
 //       wgmma.wait_group 1); then the epilogue stores the transposed tile directly.
-//   full[s]   the loaders' copies of stage s have landed (cp.async.mbarrier.arrive.noinc, one per loader thread)
+//   full[s]   the loader's copies of stage s have landed (TMA: one arrive.expect_tx and the copies' complete_tx;
+//             cp.async: cp.async.mbarrier.arrive.noinc, one per loader thread)
 //   empty[s]  every MMA warp has read stage s (its words by ld.shared, its token tile by the completed wgmmas)
 #pragma once
 
