@@ -39,6 +39,7 @@ nvfp4_gemm::PlaneView plane_view(const Tensor& data, const Tensor& scales, const
   p.scale_offs = offs.data_ptr<int64_t>() + (columnwise ? 5 : 3) * (E + 1);
   p.E = E;
   p.cap_bytes = data.numel() / 8 * 8;
+  p.scale_cap_bytes = scales.numel();
   p.pitch_const = columnwise ? 0 : contraction / 2;
   p.rows_const = columnwise ? rows : 0;
   return p;

@@ -19,6 +19,7 @@ struct PlaneView {
   const int64_t* scale_offs;  // scale byte offsets (row 3 or 5)
   int E;
   long long cap_bytes;    // size of the data buffer (host-known upper bound, SPEC 9.3)
+  long long scale_cap_bytes;  // size of the scale buffer
   long long pitch_const;  // rowwise plane: K / 2; 0 for a columnwise plane (pitch = group bytes / rows_const)
   long long rows_const;   // columnwise plane: its rows (the K features); unused for rowwise
 };

@@ -45,7 +45,7 @@ bool encode_2d(CUtensorMap* map, CUtensorMapDataType type, const void* base, uns
 
 // The TMA loader's maps for the token copy d.a_f16 (made from the rowwise token plane d.a) and the weight plane d.b,
 // both with the row pitch K / 2 packed bytes; false (the cp.async loader runs) when K % 32 != 0, a base is not 16-byte
-// aligned, a plane is shorter than one row, or NVFP4_SWAP_TMA=0.
+// aligned, a plane is shorter than one row (the scale plane than one tile), or NVFP4_SWAP_TMA=0.
 bool swap_maps(const DequantGemmArgs& d, swp::SwapMaps* m) {
   const char* env = std::getenv("NVFP4_SWAP_TMA");
   const bool enabled = env == nullptr || env[0] != '0';
@@ -53,15 +53,20 @@ bool swap_maps(const DequantGemmArgs& d, swp::SwapMaps* m) {
   if (!enabled || pitch <= 0 || pitch % 16 != 0 || reinterpret_cast<uintptr_t>(d.a_f16) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(d.b.data) % 16 != 0)
     return false;
-  const long long tok_rows = d.a.cap_bytes / pitch, w_rows = d.b.cap_bytes / pitch;
-  if (tok_rows < 1 || w_rows < 1 || tok_rows >= (1LL << 31) || w_rows >= (1LL << 31)) return false;
+  const long long tok_rows = d.a.cap_bytes / pitch, w_rows = d.b.cap_bytes / pitch, sc_rows = d.b.scale_cap_bytes / 128;
+  if (tok_rows < 1 || w_rows < 1 || sc_rows < 4 || tok_rows >= (1LL << 31) || w_rows >= (1LL << 31) ||
+      sc_rows >= (1LL << 31) || reinterpret_cast<uintptr_t>(d.b.scales) % 16 != 0)
+    return false;
   m->tok_base = static_cast<const uint8_t*>(d.a_f16);
   m->w_base = d.b.data;
+  m->sc_base = d.b.scales;
   m->w_pitch = pitch;
   return encode_2d(&m->tok, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, d.a_f16, 2 * pitch, tok_rows, 4 * pitch, 64, 64,
                    CU_TENSOR_MAP_SWIZZLE_128B) &&
          encode_2d(&m->w, CU_TENSOR_MAP_DATA_TYPE_UINT8, d.b.data, pitch, w_rows, pitch, 32, 128,
-                   CU_TENSOR_MAP_SWIZZLE_32B);
+                   CU_TENSOR_MAP_SWIZZLE_32B) &&
+         encode_2d(&m->sc, CU_TENSOR_MAP_DATA_TYPE_UINT8, d.b.scales, 128, sc_rows, 128, 128, 4,
+                   CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 template <bool OUT_F32>

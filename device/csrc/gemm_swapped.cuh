@@ -21,7 +21,7 @@
 //       swizzle), the 256 weight rows x 32 packed bytes, and the two 128-row swizzled scale tiles (SPEC 8.2) of those
 //       weight rows. Two versions with the same shared-memory layout (docs/gemm.md, stop 32):
 //       - TMA (contraction K % 32 == 0, 16-byte aligned planes; ShapeTma): one thread issues a token box, one or two
-//         128-row weight boxes and as many 512-byte scale copies per stage (TmaTile). Boxes past the planes' ends or
+//         128-row weight boxes and as many 512-byte scale tiles per stage (TmaTile). Boxes past the planes' ends or
 //         past K are zero-filled; rows past M / N of the group are the next group's (or zeros).
 //       - cp.async (any K; Shape, 8 loader warps, SwapLoader): pieces past K are zero-filled; rows past M (tokens) or
 //         N (weights) are not copied.
@@ -189,13 +189,16 @@ struct SwapLoader {
 //        r * 128 + ((q ^ (r % 8)) << 4), wgmma's K-major swizzled layout (the same as SwapLoader's copies);
 //   w:   the packed weight plane, {K / 2 bytes, rows}, box {32, 128} with the 32-byte swizzle, which swaps the 16-byte
 //        halves of row r when bit 2 of r is set: raw_half_offset's layout (address bit 4 ^= bit 7, rows of 32 bytes);
-//   the scales: each 128-row x 4-block tile of the swizzled plane (SPEC 8.2) is 512 contiguous bytes, one bulk copy.
+//   sc:  the weights' swizzled scale plane as rows of 128 bytes, box {128, 4}: each 128-row x 4-block tile of it
+//        (SPEC 8.2) is 512 contiguous bytes, i.e. 4 map rows.
 // Boxes past the tensor's end (K tail, the plane's last rows) are zero-filled and still count their whole bytes.
 struct SwapMaps {
   CUtensorMap tok;
   CUtensorMap w;
+  CUtensorMap sc;
   const uint8_t* tok_base;  // first byte of the token copy (Prob::a points into it)
   const uint8_t* w_base;    // first byte of the weight plane (Prob::b points into it)
+  const uint8_t* sc_base;   // first byte of the weights' scale plane (Prob::sb points into it)
   long long w_pitch;        // K / 2: bytes per weight row; the copy's rows are 4 w_pitch bytes
 };
 
@@ -206,27 +209,22 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
       : "memory");
 }
-__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
-}
 
 // The TMA loader's per-tile state (one thread): the stage's copies are one token box, one or two 128-row weight boxes
 // (the second only when the tile, or its half, has rows past the first 128) and as many scale tiles.
 struct TmaTile {
-  const uint8_t* sc;  // scale tile of rows [n0, n0 + 128) at K step 0; the next 128 rows are sc_tile bytes further
-  int sc_tile;        // KT * 512
-  int tok_row, w_row; // map rows of the tile's first token and weight row
-  int boxes;          // 1 or 2
+  int tok_row, w_row;  // map rows of the tile's first token and weight row
+  int sc_row;          // map row of the scale tile of weight rows [n0, n0 + 128) at K step 0 (+4 per K step)
+  int sc_next;         // 4 KT: the scale tile of the next 128 weight rows
+  int boxes;           // 1 or 2
 
   TmaTile() = default;
   __device__ __forceinline__ TmaTile(const Prob& p, const SwapMaps& m, int m0, int n0, int n_end, int KT) {
     tok_row = static_cast<int>((p.a - m.tok_base) / (4 * m.w_pitch)) + m0;
     w_row = static_cast<int>((p.b - m.w_base) / m.w_pitch) + n0;
     boxes = n0 + 128 < n_end ? 2 : 1;
-    sc_tile = KT * 512;
-    sc = p.sb + static_cast<long long>(n0 >> 7) * sc_tile;
+    sc_next = 4 * KT;
+    sc_row = static_cast<int>((p.sb - m.sc_base) / 128) + (n0 >> 7) * sc_next;
   }
   template <class S>
   __device__ __forceinline__ void load(const SwapMaps& m, uint32_t stage, uint32_t bar, int kt) const {
@@ -234,8 +232,8 @@ struct TmaTile {
     tma_load_2d(stage, &m.tok, bar, 64 * kt, tok_row);
     for (int h = 0; h < boxes; ++h) {
       tma_load_2d(stage + S::kTokBytes + h * (S::kRawBytes / 2), &m.w, bar, 32 * kt, w_row + 128 * h);
-      bulk_load(stage + S::kTokBytes + S::kRawBytes + h * (S::kScaleBytes / 2), sc + h * sc_tile + kt * 512,
-                S::kScaleBytes / 2, bar);
+      tma_load_2d(stage + S::kTokBytes + S::kRawBytes + h * (S::kScaleBytes / 2), &m.sc, bar, 0,
+                  sc_row + h * sc_next + 4 * kt);
     }
   }
 };
@@ -370,7 +368,7 @@ __device__ __forceinline__ void store_tile_transposed(const float (&acc)[32], co
 // The last round's tiles run as half tiles (ws::TileWalk: weight rows [128 h, 128 h + 128) of the tile) when they fill
 // at most half of the CTAs (E8 T512 fprop: SM active 81% -> 93% of the kernel's cycles); the warpgroups whose rows lie
 // in the other half then only follow the ring (wait for each stage, release it at once).
-// TMA: the loader is one thread issuing TMA boxes and bulk copies (S = ShapeTma, `maps` set); otherwise the
+// TMA: the loader is one thread issuing TMA boxes (S = ShapeTma, `maps` set); otherwise the
 // S::kLoaderThreads threads of SwapLoader issue cp.async copies (any K; `maps` unused).
 template <class S, bool OUT_F32, bool TMA>
 __global__ void __launch_bounds__(S::kThreads, 1)
