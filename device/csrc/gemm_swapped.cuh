@@ -402,35 +402,30 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     cur.stride = tile_stride;
     cur.seek<S::BN>(probs, prefix, E, walk, first_tile);
     ws::Ring<S::kStages> st;
-    if constexpr (TMA) {
-      TmaTile tt;
-      while (cur.valid(walk)) {
-        if (cur.kt == 0) {
-          const Prob p = probs[cur.group];
-          const ws::ColumnRange cols = ws::walk_columns((cur.local / p.tiles_m) * S::BN, cur.half, p.N);
-          tt = TmaTile(p, maps, (cur.local % p.tiles_m) * S::BM, cols.begin, cols.end, cur.KT);
-        }
-        ws::mbar_wait(empty + 8 * st.stage, st.phase ^ 1u);
-        tt.load<S>(maps, ring + st.stage * S::kStageBytes, full + 8 * st.stage, cur.kt);
-        st.next();
-        cur.next<S::BN>(probs, prefix, E, walk);
-      }
-    } else {
-      SwapLoader<S> ld;  // set at every tile's first K step
-      while (cur.valid(walk)) {
-        if (cur.kt == 0) {
-          Prob p = probs[cur.group];
-          const int tiles_m = p.tiles_m;
-          const ws::ColumnRange cols = ws::walk_columns((cur.local / tiles_m) * S::BN, cur.half, p.N);
+    TmaTile tt;        // TMA: set at every tile's first K step
+    SwapLoader<S> ld;  // cp.async: the same
+    while (cur.valid(walk)) {
+      if (cur.kt == 0) {
+        Prob p = probs[cur.group];
+        const ws::ColumnRange cols = ws::walk_columns((cur.local / p.tiles_m) * S::BN, cur.half, p.N);
+        const int m0 = (cur.local % p.tiles_m) * S::BM;
+        if constexpr (TMA) {
+          tt = TmaTile(p, maps, m0, cols.begin, cols.end, cur.KT);
+        } else {
           p.N = cols.end;  // a half tile loads its 128 rows (one scale tile)
-          ld = SwapLoader<S>(p, (cur.local % tiles_m) * S::BM, cols.begin, cur.KT, tid);
+          ld = SwapLoader<S>(p, m0, cols.begin, cur.KT, tid);
         }
-        ws::mbar_wait(empty + 8 * st.stage, st.phase ^ 1u);
-        ld.load(ring + st.stage * S::kStageBytes, cur.kt, tid);
-        ws::cp_async_mbar_arrive(full + 8 * st.stage);
-        st.next();
-        cur.next<S::BN>(probs, prefix, E, walk);
       }
+      ws::mbar_wait(empty + 8 * st.stage, st.phase ^ 1u);
+      const uint32_t stage = ring + st.stage * S::kStageBytes;
+      if constexpr (TMA) {
+        tt.load<S>(maps, stage, full + 8 * st.stage, cur.kt);
+      } else {
+        ld.load(stage, cur.kt, tid);
+        ws::cp_async_mbar_arrive(full + 8 * st.stage);
+      }
+      st.next();
+      cur.next<S::BN>(probs, prefix, E, walk);
     }
   } else {
     // ------------------------------------------------------------------------------------------------ MMA warpgroups
