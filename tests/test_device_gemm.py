@@ -427,6 +427,35 @@ def test_exact_dequant_path(case):
     run_wgrad(splits, n, k, "exact", torch.float32, accumulate=False, seed=94, max_ctas=5, **kw)
 
 
+@pytest.mark.parametrize("tma", ["1", "0"])
+def test_exact_dequant_loaders(tma, monkeypatch):
+    """The exact kernel over fp16 copies loads fprop / dgrad stages with TMA boxes (one row pitch for every group) and
+    wgrad's with cp.async; NVFP4_XF16_TMA=0 (read at every launch) forces cp.async everywhere. Both against the oracle's
+    sequential model on shapes with K tails and unaligned groups, and on a dgrad whose weight groups do not all start on
+    a whole row of the copy: groups 0 and 1 of W have N + 8 and N - 8 rows (SPEC 12.5: NaN; columnwise they take
+    roundup(., 16) = N + 16 and N columns), so the plane of groups 2-3 starts K (2N + 16) / 2 bytes in, not a multiple
+    of its N / 2-byte rows, and the TMA loader copies their tiles with its cp.async fallback."""
+    monkeypatch.setenv("NVFP4_XF16_TMA", tma)
+    kw = dict(exact_kernel="dequant")
+    for case in ("e4_zeros", "giant", "e64"):
+        splits, n, k = CASES[case]
+        run_fprop(splits, n, k, "exact", torch.bfloat16, with_bias=True, seed=95, **kw)
+        run_dgrad(splits, n, k, "exact", torch.float32, with_bias=False, seed=96, max_ctas=3, **kw)
+    n, k = 48, 160
+    splits = [30, 0, 50, 200]
+    dy = rand_bf16((sum(splits), n), 13)
+    dyq = gq(dy, splits, rowwise=True)
+    wq_bad = gq(rand_bf16((4 * n, k), 12, 0.05), [n + 8, n - 8, n, n], rowwise=True, columnwise=True, block=(16, 16))
+    assert int(wq_bad.col_data_offsets[2]) % (n // 2) != 0  # the premise: group 2 is not on a whole row
+    out, check_tail = guarded((sum(splits), k), torch.float32)
+    _gg()(dyq, wq_bad, kind="dgrad", out=out, mode="exact", **kw)
+    check_tail("dgrad")
+    y, dyo, wo = to_np(out), dyq.to_oracle(), wq_bad.to_oracle()
+    _all_nan(y[:30], "dgrad group 0 (W group of N + 8 rows)")
+    check_group(y[30:80], dyo.row_planes[2], wo.col_planes[2], "exact", torch.float32, where="dgrad g=2")
+    check_group(y[80:], dyo.row_planes[3], wo.col_planes[3], "exact", torch.float32, where="dgrad g=3")
+
+
 def test_kernel_options_refused_in_the_other_mode():
     """fast_kernel= belongs to the fast mode and exact_kernel= to the exact mode: the other mode raises."""
     gg = _gg()

@@ -153,7 +153,7 @@ void launch_dequant_exact(const DequantGemmArgs& d, Prob* probs, const LaunchArg
   dequant_plane(d.a, d.a_f16, s);
   dequant_plane(d.b, d.b_f16, s);
   retarget_probs_kernel<<<(d.E + 255) / 256, 256, 0, s>>>(probs, d);
-  launch_exact_f16(l, s);
+  launch_exact_f16(l, d, s);
 }
 
 void launch_swapped_path(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {

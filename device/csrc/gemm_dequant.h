@@ -51,6 +51,10 @@ void launch_swapped_path(const DequantGemmArgs& d, Prob* probs, const LaunchArgs
 // The swapped kernel alone (gemm_swapped.cu; probs' a already points into the token copy d.a_f16, pitch Prob::K): the
 // TMA loader when K % 32 == 0 and both planes are 16-byte aligned, the cp.async loader otherwise.
 void launch_swapped(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s);
+// The exact kernel over fp16 copies alone (gemm_exact_f16.cu; probs' a / b already point into the copies d.a_f16 /
+// d.b_f16, pitch Prob::K): the TMA loader when A is a rowwise plane (fprop, dgrad) and both copies are 16-byte aligned,
+// the cp.async loader otherwise (wgrad) or when NVFP4_XF16_TMA=0.
+void launch_exact_f16(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s);
 bool cutlass_built();  // false when the extension was built without CUTLASS (the path then refuses)
 
 }  // namespace nvfp4_gemm

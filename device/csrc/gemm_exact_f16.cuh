@@ -10,10 +10,12 @@
 // many output rows or columns.
 //
 // Roles (one persistent CTA per SM, three 128-thread warpgroups):
-//   loader warpgroup (first): cp.async copies of each K step's fp16 tiles, A rows [m0, m0 + 128) and B rows
-//       [n0, n0 + 128) x 64 K elements, into a kStages ring in wgmma's K-major 128-byte-swizzled layout. Pieces past K
-//       are zero-filled (src-size 0); rows past M or N are not copied at all: their stale contents only reach
-//       accumulator rows / columns that the epilogue does not store (SPEC 12.6: output elements are independent).
+//   loader warpgroup (first): each K step's fp16 tiles, A rows [m0, m0 + 128) and B rows [n0, n0 + 128) x 64 K
+//       elements, into a kStages ring in wgmma's K-major 128-byte-swizzled layout, either as two TMA boxes issued by
+//       one thread (fprop / dgrad, where both copies have one row pitch; stop 33) or by cp.async copies of all 128
+//       threads. Pieces past K are zero-filled; rows past M or N are not copied (cp.async) or come from the next
+//       group (TMA): either way they only reach accumulator rows / columns that the epilogue does not store (SPEC
+//       12.6: output elements are independent).
 //   MMA warpgroups (2, rows [64 wm, 64 wm + 64)): per 16-block one wgmma.m64n128k16 (SS form) with scale-d = 0 into a
 //       partial fragment, added to the accumulator with __fadd_rn in K order (SPEC 12.2); then the epilogue
 //       (gemm_wgmma_ws.cuh's whole-line fp32 / staged bf16 epilogues, the direct stores where those cannot run).
@@ -24,6 +26,7 @@
 // phases agree without further communication.
 #pragma once
 
+#include "gemm_exact_partials.cuh"
 #include "gemm_wgmma_ws.cuh"
 
 namespace nvfp4_gemm {
@@ -98,9 +101,51 @@ struct F16Loader {
   }
 };
 
-template <class S, bool OUT_F32>
+// The TMA loader's tensor maps (gemm_exact_f16.cu encodes them when both copies have one row pitch, 2 x the contraction
+// bytes: fprop and dgrad): each copy as a {contraction, rows} fp16 matrix, box {64, 128} with the 128-byte swizzle, i.e.
+// one box is one K step's 128-row tile in the layout F16Loader writes. Boxes reaching past the contraction or past the
+// copy are zero-filled; rows past a group's M / N read the next group's rows, which reach only unstored outputs.
+struct XF16Maps {
+  CUtensorMap a, b;
+  const uint8_t* a_base;  // first byte of each copy (Prob::a / Prob::b point into them)
+  const uint8_t* b_base;
+  long long row_bytes;    // 2 x the contraction
+};
+
+// The TMA loader's per-tile state (one thread). A group whose copy does not start on a whole row of the map (a B
+// columnwise plane after a group of another size: SPEC 12.5's disagreeing groups) is copied by that thread with
+// F16Loader's copies for all 128 loader lanes, slowly but to the same bytes.
+struct TmaTile {
+  int a_row = 0, b_row = 0;  // map rows of the tile's first A and B rows
+  bool whole_rows = false;
+
+  TmaTile() = default;
+  __device__ __forceinline__ TmaTile(const Prob& p, const XF16Maps& m, int m0, int n0) {
+    const long long da = p.a - m.a_base, db = p.b - m.b_base;
+    whole_rows = da % m.row_bytes == 0 && db % m.row_bytes == 0;
+    a_row = static_cast<int>(da / m.row_bytes) + m0;
+    b_row = static_cast<int>(db / m.row_bytes) + n0;
+  }
+  template <class S>
+  __device__ __forceinline__ void load(const XF16Maps& m, const Prob& p, int m0, int n0, uint32_t stage, uint32_t bar,
+                                       int kt) const {
+    if (whole_rows) {
+      ws::mbar_arrive_expect_tx(bar, S::kStageBytes);
+      ws::tma_load_2d(stage, &m.a, bar, 64 * kt, a_row);
+      ws::tma_load_2d(stage + S::kTileBytes, &m.b, bar, 64 * kt, b_row);
+    } else {
+      for (int t = 0; t < S::kLoaderThreads; ++t) F16Loader(p, m0, n0, t).load(stage, stage + S::kTileBytes, kt, t);
+      ws::cp_async_mbar_arrive(bar);  // (.noinc: full[s] counts this one thread)
+    }
+  }
+};
+
+// TMA: one loader thread issues each stage's two boxes (full[s] counts its one arrival and the boxes' bytes); the other
+// loader threads leave. Otherwise the 128 loader threads copy with cp.async (F16Loader).
+template <class S, bool OUT_F32, bool TMA>
 __global__ void __launch_bounds__(S::kThreads, 1)
-    exact_f16_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate) {
+    exact_f16_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate,
+                     const __grid_constant__ XF16Maps maps) {
   extern __shared__ uint8_t smem_dyn[];
   const uint32_t smem = (wg::smem_u32(smem_dyn) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
   const uint32_t ring = smem;                                        // kStages x kStageBytes
@@ -112,30 +157,42 @@ __global__ void __launch_bounds__(S::kThreads, 1)
 
   if (tid == 0) {
     for (int s = 0; s < S::kStages; ++s) {
-      ws::mbar_init(full + 8 * s, S::kLoaderThreads);
+      ws::mbar_init(full + 8 * s, TMA ? 1 : S::kLoaderThreads);
       ws::mbar_init(empty + 8 * s, 4 * S::kMma);
     }
+    ws::fence_mbarrier_init_cluster();  // the inits are visible to the async proxy (TMA's complete_tx)
   }
   __syncthreads();
 
   if (tid < S::kLoaderThreads) {
     // ------------------------------------------------------------------------------------------------ loaders
     ws::setmaxnreg_dec<S::kLoaderRegs>();
+    if (TMA && tid != 0) return;
     ws::StepCursor cur;
     cur.stride = tile_stride;
     cur.seek<S::BN>(probs, prefix, E, walk, first_tile);
     ws::Ring<S::kStages> st;
-    F16Loader ld;  // set at every tile's first K step
+    F16Loader ld;  // cp.async: set at every tile's first K step
+    TmaTile tt;    // TMA: the same
+    const Prob* pp = nullptr;
+    int m0 = 0, n0 = 0;
     while (cur.valid(walk)) {
       if (cur.kt == 0) {
-        const Prob& p = probs[cur.group];
-        const int tiles_m = p.tiles_m;
-        ld = F16Loader(p, (cur.local % tiles_m) * S::BM, (cur.local / tiles_m) * S::BN, tid);
+        pp = probs + cur.group;
+        const int tiles_m = pp->tiles_m;
+        m0 = (cur.local % tiles_m) * S::BM;
+        n0 = (cur.local / tiles_m) * S::BN;
+        if constexpr (TMA) tt = TmaTile(*pp, maps, m0, n0);
+        else ld = F16Loader(*pp, m0, n0, tid);
       }
       ws::mbar_wait(empty + 8 * st.stage, st.phase ^ 1u);
       const uint32_t stage = ring + st.stage * S::kStageBytes;
-      ld.load(stage, stage + S::kTileBytes, cur.kt, tid);
-      ws::cp_async_mbar_arrive(full + 8 * st.stage);
+      if constexpr (TMA) {
+        tt.load<S>(maps, *pp, m0, n0, stage, full + 8 * st.stage, cur.kt);
+      } else {
+        ld.load(stage, stage + S::kTileBytes, cur.kt, tid);
+        ws::cp_async_mbar_arrive(full + 8 * st.stage);
+      }
       st.next();
       cur.next<S::BN>(probs, prefix, E, walk);
     }
@@ -157,39 +214,25 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       // SPEC 12.2: block j of a K step is one wgmma with scale-d = 0 into a partial fragment (exact: the products of
       // fp16 v = E2M1 * sf are exact integer multiples of g = uA * uB / 4 below 2^15 g, so SPEC 12.6's truncation
       // grid with C = 0 cuts nothing and the sum fits fp32; gemm_wgmma_ws.cuh has the argument), then
-      // acc = RN(acc + partial) in K order. Two partials alternate: block j's wgmma is issued, then block j - 1 is
-      // added once wait_group 1 shows its wgmma complete. Block 3 is added after wait_group 0 at the end of the step:
-      // carrying it into the next step (added after that step's block 0 is issued) made ptxas serialise every wgmma
-      // (C7514: it does not follow wait_group across the loop's back edge); the other MMA warpgroup's wgmmas keep the
-      // tensor pipe busy meanwhile.
-      float acc[S::R], part0[S::R], part1[S::R];
+      // acc = RN(acc + partial) in K order, through wg::exact_blocks (gemm_exact_partials.cuh).
+      float acc[S::R], parts[2][S::R];
 #pragma unroll
       for (int i = 0; i < S::R; ++i) acc[i] = 0.0f;
-      auto add_partial = [&](float(&part)[S::R]) {
-        wg::fence_regs(part);  // (after the wait: the adds read the completed partial)
-#pragma unroll
-        for (int i = 0; i < S::R; ++i) acc[i] = __fadd_rn(acc[i], part[i]);
-      };
       for (int kt = 0; kt < KT; ++kt) {
         ws::mbar_wait(full + 8 * st.stage, st.phase);
         const uint32_t stage = ring + st.stage * S::kStageBytes;
         const uint32_t da = wg::sw128_desc_lo(stage + wm * 64 * 128), db = wg::sw128_desc_lo(stage + S::kTileBytes);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          float(&part)[S::R] = (j & 1) ? part1 : part0;
-          wg::wgmma_fence();  // `part` was read by the adds of block j - 2
-          wgmma_m64n128k16_ss_f16(part, wg::sw128_desc_block(da, j), wg::sw128_desc_block(db, j), 0);
-          wg::wgmma_commit();
-          wg::fence_regs(part);
-          if (j > 0) {
-            wg::wgmma_wait<1>();  // block j - 1 is complete
-            add_partial((j & 1) ? part0 : part1);
-          }
-        }
-        wg::wgmma_wait<0>();  // block 3 is complete: the stage is free
-        ws::release_b_stage<S>(empty + 8 * st.stage, 0u, lane);
-        st.next();
-        add_partial(part1);
+        wg::exact_blocks<4>(
+            acc, parts,
+            [&](int j, float(&part)[S::R]) {
+              wgmma_m64n128k16_ss_f16(part, wg::sw128_desc_block(da, j), wg::sw128_desc_block(db, j), 0);
+            },
+            [&](int j) {  // block 3 done: the stage is free
+              if (j == 3) {
+                ws::release_b_stage<S>(empty + 8 * st.stage, 0u, lane);
+                st.next();
+              }
+            });
       }
       wg::fence_regs(acc);
 

@@ -75,8 +75,7 @@ void launch_gemm(const LaunchArgs& a, cudaStream_t s);
 void launch_wgmma_fast(const LaunchArgs& a, cudaStream_t s);
 void launch_wgmma_exact(const LaunchArgs& a, cudaStream_t s);
 void launch_wgmma_pair(const LaunchArgs& a, cudaStream_t s);  // fast mode, 2-CTA cluster tiles
-// exact mode over fp16 copies of the operands (gemm_exact_f16.cu; probs' a / b point into the copies, pitch K)
-void launch_exact_f16(const LaunchArgs& a, cudaStream_t s);
-// fast mode with the operands swapped: launch_swapped in gemm_dequant.h (it needs the planes for its TMA maps)
+// exact mode over fp16 copies of the operands, and fast mode with the operands swapped: launch_exact_f16 and
+// launch_swapped in gemm_dequant.h (they need the planes for their TMA maps)
 
 }  // namespace nvfp4_gemm

@@ -1,12 +1,9 @@
 // Instantiations of the swapped fast kernel (gemm_swapped.cuh; SPEC 12.6 bit for bit): 64 x 256 tiles (tokens x
 // weight rows), fp32 or bf16 output, the TMA loader (contraction K % 32 == 0) or the cp.async one (any K), and the
 // host side of the TMA loader: its tensor maps, encoded through the runtime's driver entry point (no -lcuda).
-#include <cudaTypedefs.h>
-
-#include <cstdlib>
-
 #include "gemm_dequant.h"
 #include "gemm_swapped.cuh"
+#include "gemm_tma_host.h"
 
 namespace nvfp4_gemm {
 
@@ -17,38 +14,13 @@ static_assert(swp::ShapeTma::BM == swp::Shape::BM && swp::ShapeTma::BN == swp::S
 
 namespace {
 
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-      f = nullptr;
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
-// A 2D row-major map {inner elements, rows} with the given box and swizzle; false when the driver refuses it.
-bool encode_2d(CUtensorMap* map, CUtensorMapDataType type, const void* base, unsigned long long inner,
-               unsigned long long rows, unsigned long long pitch_bytes, unsigned box_inner, unsigned box_rows,
-               CUtensorMapSwizzle swizzle) {
-  const auto encode = tensor_map_encoder();
-  if (encode == nullptr) return false;
-  const cuuint64_t dims[2] = {inner, rows};
-  const cuuint64_t strides[1] = {pitch_bytes};
-  const cuuint32_t box[2] = {box_inner, box_rows};
-  const cuuint32_t elem[2] = {1, 1};
-  return encode(map, type, 2, const_cast<void*>(base), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
+using tma_host::encode_2d;
 
 // The TMA loader's maps for the token copy d.a_f16 (made from the rowwise token plane d.a) and the weight plane d.b,
 // both with the row pitch K / 2 packed bytes; false (the cp.async loader runs) when K % 32 != 0, a base is not 16-byte
 // aligned, a plane is shorter than one row (the scale plane than one tile), or NVFP4_SWAP_TMA=0.
 bool swap_maps(const DequantGemmArgs& d, swp::SwapMaps* m) {
-  const char* env = std::getenv("NVFP4_SWAP_TMA");
-  const bool enabled = env == nullptr || env[0] != '0';
+  const bool enabled = tma_host::tma_enabled("NVFP4_SWAP_TMA");
   const long long pitch = d.a.pitch_const;  // K / 2
   if (!enabled || pitch <= 0 || pitch % 16 != 0 || reinterpret_cast<uintptr_t>(d.a_f16) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(d.b.data) % 16 != 0)

@@ -34,7 +34,6 @@
 //   empty[s]  every MMA warp has read stage s (its words by ld.shared, its token tile by the completed wgmmas)
 #pragma once
 
-#include <cuda.h>  // CUtensorMap (the TMA loader; the binding encodes the maps through the runtime's driver entry point)
 
 #include "gemm_wgmma_ws.cuh"
 
@@ -202,14 +201,6 @@ struct SwapMaps {
   long long w_pitch;        // K / 2: bytes per weight row; the copy's rows are 4 w_pitch bytes
 };
 
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int x, int y) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
-          "r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
-      : "memory");
-}
-
 // The TMA loader's per-tile state (one thread): the stage's copies are one token box, one or two 128-row weight boxes
 // (the second only when the tile, or its half, has rows past the first 128) and as many scale tiles.
 struct TmaTile {
@@ -229,10 +220,10 @@ struct TmaTile {
   template <class S>
   __device__ __forceinline__ void load(const SwapMaps& m, uint32_t stage, uint32_t bar, int kt) const {
     ws::mbar_arrive_expect_tx(bar, S::kTokBytes + boxes * (S::kRawBytes / 2 + S::kScaleBytes / 2));
-    tma_load_2d(stage, &m.tok, bar, 64 * kt, tok_row);
+    ws::tma_load_2d(stage, &m.tok, bar, 64 * kt, tok_row);
     for (int h = 0; h < boxes; ++h) {
-      tma_load_2d(stage + S::kTokBytes + h * (S::kRawBytes / 2), &m.w, bar, 32 * kt, w_row + 128 * h);
-      tma_load_2d(stage + S::kTokBytes + S::kRawBytes + h * (S::kScaleBytes / 2), &m.sc, bar, 0,
+      ws::tma_load_2d(stage + S::kTokBytes + h * (S::kRawBytes / 2), &m.w, bar, 32 * kt, w_row + 128 * h);
+      ws::tma_load_2d(stage + S::kTokBytes + S::kRawBytes + h * (S::kScaleBytes / 2), &m.sc, bar, 0,
                   sc_row + h * sc_next + 4 * kt);
     }
   }

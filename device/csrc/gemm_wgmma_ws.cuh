@@ -33,7 +33,10 @@
 // accumulators + two A register sets each).
 #pragma once
 
+#include <cuda.h>  // CUtensorMap (TMA loaders; the host encodes maps through the runtime's driver entry point)
+
 #include "gemm_decode_f16.cuh"
+#include "gemm_exact_partials.cuh"
 #include "gemm_wgmma.cuh"
 
 namespace nvfp4_gemm {
@@ -183,6 +186,16 @@ __device__ __forceinline__ void bulk_copy_to_peer(uint32_t dst, uint32_t src, ui
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
+// One 2D tensor-map box (TMA) into shared memory at dst, its bytes counted on mbarrier `bar` (complete_tx); box
+// coordinates {x = inner element, y = row}. Boxes reaching past the tensor are zero-filled and count in full.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int x, int y) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
+          "r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
+      : "memory");
+}
+
 __device__ __forceinline__ void fence_mbarrier_init_cluster() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
@@ -750,15 +763,9 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         // v = E2M1 * sf) and integer multiples of g = uA * uB / 4 below 2^15 g (uA, uB: the two scales' quanta,
         // powers of two; |E2M1| <= 6 = 12 halves, E4M3 significands <= 15), so the step's truncation grid
         // 2^(E - 25) (SPEC 12.6, E the largest product exponent, C = 0) is a power of two below g and cuts nothing,
-        // and the sum (below 2^19 g) fits fp32. Two partial fragments alternate so that one block's wgmma runs while
-        // the previous block is added; a partial is read only after wait_group 1 has shown its wgmma complete.
+        // and the sum (below 2^19 g) fits fp32. The partials' pipeline is wg::exact_blocks (gemm_exact_partials.cuh).
         uint32_t a_frag[4][4];
-        float part0[S::R], part1[S::R];
-        auto add_partial = [&](float(&part)[S::R]) {
-          wg::fence_regs(part);
-#pragma unroll
-          for (int i = 0; i < S::R; ++i) acc[i] = __fadd_rn(acc[i], part[i]);
-        };
+        float parts[2][S::R];
         for (int kt = 0; kt < KT; ++kt) {
           const uint32_t raw_st = raw_ring + raw.stage * S::kRaw;
           mbar_wait(raw_full + 8 * raw.stage, raw.phase);
@@ -771,22 +778,18 @@ __global__ void __launch_bounds__(S::kThreads, 1)
           mbar_wait(b_full + 8 * bst.stage, bst.phase);
           const uint32_t b_desc = wg::sw128_desc_lo(b_ring + bst.stage * S::kBBytes);
           wg::fence_uregs(a_frag);
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {  // block j into partial j % 2, then block j - 1 added
-            float(&part)[S::R] = (j & 1) ? part1 : part0;
-            if (j != 1) wg::wgmma_fence();  // the step's first wgmma; from j = 2 on, `part` was just read
-            wgmma_m64n128k16_rs_f16(part, a_frag[j], wg::sw128_desc_block(b_desc, j), 0);
-            wg::wgmma_commit();
-            wg::fence_regs(part);
-            if (j > 0) {
-              wg::wgmma_wait<1>();  // block j - 1 done
-              add_partial((j & 1) ? part0 : part1);
-            }
-          }
-          wg::wgmma_wait<0>();  // block 3 done: the B stage and the A registers are free
-          release_b_stage<S>(b_empty + 8 * bst.stage, peer_delta, lane);
-          bst.next();
-          add_partial(part1);
+          // block j into a partial, added once wait_group shows it complete (wg::exact_blocks)
+          wg::exact_blocks<4>(
+              acc, parts,
+              [&](int j, float(&part)[S::R]) {
+                wgmma_m64n128k16_rs_f16(part, a_frag[j], wg::sw128_desc_block(b_desc, j), 0);
+              },
+              [&](int j) {  // block 3 done: the B stage and the A registers are free
+                if (j == 3) {
+                  release_b_stage<S>(b_empty + 8 * bst.stage, peer_delta, lane);
+                  bst.next();
+                }
+              });
         }
         wg::fence_regs(acc);
       } else {
