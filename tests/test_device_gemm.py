@@ -429,18 +429,19 @@ def test_exact_dequant_path(case):
 
 @pytest.mark.parametrize("tma", ["1", "0"])
 def test_exact_dequant_loaders(tma, monkeypatch):
-    """The exact kernel over fp16 copies loads fprop / dgrad stages with TMA boxes (one row pitch for every group) and
-    wgrad's with cp.async; NVFP4_XF16_TMA=0 (read at every launch) forces cp.async everywhere. Both against the oracle's
-    sequential model on shapes with K tails and unaligned groups, and on a dgrad whose weight groups do not all start on
-    a whole row of the copy: groups 0 and 1 of W have N + 8 and N - 8 rows (SPEC 12.5: NaN; columnwise they take
-    roundup(., 16) = N + 16 and N columns), so the plane of groups 2-3 starts K (2N + 16) / 2 bytes in, not a multiple
-    of its N / 2-byte rows, and the TMA loader copies their tiles with its cp.async fallback."""
+    """The exact kernel over fp16 copies loads its stages with TMA boxes through two tensor maps per group, built on the
+    device from the group sizes; NVFP4_XF16_TMA=0 (read at every launch) forces its cp.async loader. Both against the
+    oracle's sequential model on shapes with K tails, unaligned groups (wgrad: a row pitch of roundup(m_g, 16) per
+    group) and capped grids, and on a dgrad whose weight groups 0 and 1 disagree with N (SPEC 12.5: NaN, no maps), so
+    that the columnwise plane of groups 2-3 starts K (2N + 16) / 2 bytes in, not on a whole row of N / 2 bytes (a
+    single map over the whole copy could not address it)."""
     monkeypatch.setenv("NVFP4_XF16_TMA", tma)
     kw = dict(exact_kernel="dequant")
     for case in ("e4_zeros", "giant", "e64"):
         splits, n, k = CASES[case]
         run_fprop(splits, n, k, "exact", torch.bfloat16, with_bias=True, seed=95, **kw)
         run_dgrad(splits, n, k, "exact", torch.float32, with_bias=False, seed=96, max_ctas=3, **kw)
+        run_wgrad(splits, n, k, "exact", torch.float32, accumulate=True, seed=97, **kw)
     n, k = 48, 160
     splits = [30, 0, 50, 200]
     dy = rand_bf16((sum(splits), n), 13)

@@ -215,10 +215,14 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
     nvfp4_gemm::DequantGemmArgs d{};
     const auto copies = f16_copies(d, static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
                                    b_scales, b_offs, /*a_only=*/swapped);
-    if (swapped)
+    if (swapped) {
       nvfp4_gemm::launch_swapped_path(d, probs, l, stream);
-    else
+    } else {
+      // the exact kernel's per-group tensor maps (2 x 128 bytes per group, 128-byte aligned; gemm_exact_f16.cu)
+      const Tensor maps = at::empty({256 * E + 128}, a_data.options());
+      d.group_maps = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(maps.data_ptr()) + 127) & ~uintptr_t{127});
       nvfp4_gemm::launch_dequant_exact(d, probs, l, stream);
+    }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }

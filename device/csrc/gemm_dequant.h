@@ -34,6 +34,7 @@ struct DequantGemmArgs {
   PlaneView a, b;
   void* a_f16;  // [2 * a.cap_bytes] fp16 each
   void* b_f16;
+  void* group_maps;  // exact kernel over the copies: 2 E tensor maps (128 bytes each, 128-byte aligned), or null
 };
 
 // Launches the dequantize kernels, the argument kernel, the zero-step epilogue and the CUTLASS GEMM; returns the
@@ -52,8 +53,8 @@ void launch_swapped_path(const DequantGemmArgs& d, Prob* probs, const LaunchArgs
 // TMA loader when K % 32 == 0 and both planes are 16-byte aligned, the cp.async loader otherwise.
 void launch_swapped(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s);
 // The exact kernel over fp16 copies alone (gemm_exact_f16.cu; probs' a / b already point into the copies d.a_f16 /
-// d.b_f16, pitch Prob::K): the TMA loader when A is a rowwise plane (fprop, dgrad) and both copies are 16-byte aligned,
-// the cp.async loader otherwise (wgrad) or when NVFP4_XF16_TMA=0.
+// d.b_f16, pitch Prob::K): the TMA loader over per-group tensor maps built into d.group_maps when that scratch is given
+// and aligned, the cp.async loader otherwise or when NVFP4_XF16_TMA=0.
 void launch_exact_f16(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s);
 bool cutlass_built();  // false when the extension was built without CUTLASS (the path then refuses)
 

@@ -1,6 +1,6 @@
 // Instantiations of the exact-mode kernel over fp16 operand copies (gemm_exact_f16.cuh; SPEC 12.2 bit for bit):
-// 128 x 128 tiles, fp32 (whole-line epilogue) or bf16 (staged epilogue) output, the TMA loader or the cp.async one,
-// and the TMA loader's tensor maps.
+// 128 x 128 tiles, fp32 (whole-line epilogue) or bf16 (staged epilogue) output, the TMA loader or the cp.async one;
+// and the TMA loader's per-group tensor maps, built on the device (the group sizes live there).
 #include "gemm_dequant.h"
 #include "gemm_exact_f16.cuh"
 #include "gemm_tma_host.h"
@@ -14,36 +14,70 @@ static_assert(xf16::ShapeF32::BM == ws::ShapeExactWs::BM && xf16::ShapeF32::BN =
 
 namespace {
 
-// The TMA loader's maps, when A is a rowwise plane (fprop, dgrad: its copy's row pitch is 2 x the contraction bytes for
-// every group) and B is rowwise with the same pitch or columnwise (dgrad's weights: groups of one size, so the same
-// pitch; a group that is not on a whole row falls back inside the kernel, see TmaTile), both copies are 16-byte aligned
-// and their rows fit the map's int32 coordinates; false (the cp.async loader runs) otherwise, e.g. for wgrad (columnwise
-// A: a pitch per group), or when NVFP4_XF16_TMA=0.
-bool exact_f16_maps(const DequantGemmArgs& d, xf16::XF16Maps* m) {
-  const long long half_k = d.a.pitch_const;  // contraction / 2 packed bytes per row
-  if (!tma_host::tma_enabled("NVFP4_XF16_TMA") || half_k <= 0 || (d.b.pitch_const != 0 && d.b.pitch_const != half_k) ||
-      d.a_f16 == nullptr || d.b_f16 == nullptr || reinterpret_cast<uintptr_t>(d.a_f16) % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(d.b_f16) % 16 != 0)
+constexpr int kMapWarps = 4;  // groups per CTA of exact_maps_kernel
+
+// Group g's two tensor maps (xf16::tensormap_acquire's comment): the host-encoded template (fp16, box {64, 128},
+// 128-byte swizzle) with the group's base, {K, rows} and row pitch 2 K bytes put in by tensormap.replace in shared
+// memory, then copied to maps[2 g + i] with the release that the loader's acquire pairs with. One warp per group;
+// groups without a K step or without rows are skipped (no tile of theirs loads anything).
+__global__ void exact_maps_kernel(const Prob* __restrict__ probs, int E, const __grid_constant__ CUtensorMap tmpl,
+                                  CUtensorMap* __restrict__ maps) {
+  __shared__ alignas(128) CUtensorMap staged[kMapWarps][2];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = blockIdx.x * kMapWarps + warp;
+  if (g >= E) return;  // (warp-uniform)
+  const Prob p = probs[g];
+  if (p.K <= 0 || p.M <= 0 || p.N <= 0) return;
+  if (lane < 2) {  // lane 0: A (rows M), lane 1: B (rows N)
+    CUtensorMap* m = &staged[warp][lane];
+    *m = tmpl;
+    const uint32_t sm = static_cast<uint32_t>(__cvta_generic_to_shared(m));
+    const uint64_t base = reinterpret_cast<uint64_t>(lane == 0 ? p.a : p.b);
+    const uint32_t rows = static_cast<uint32_t>(lane == 0 ? p.M : p.N), inner = static_cast<uint32_t>(p.K);
+    const uint64_t pitch = 2ull * static_cast<uint64_t>(p.K);
+    asm volatile("tensormap.replace.tile.global_address.shared::cta.b1024.b64 [%0], %1;\n" ::"r"(sm), "l"(base)
+                 : "memory");
+    asm volatile("tensormap.replace.tile.global_dim.shared::cta.b1024.b32 [%0], 0, %1;\n" ::"r"(sm), "r"(inner)
+                 : "memory");
+    asm volatile("tensormap.replace.tile.global_dim.shared::cta.b1024.b32 [%0], 1, %1;\n" ::"r"(sm), "r"(rows)
+                 : "memory");
+    asm volatile("tensormap.replace.tile.global_stride.shared::cta.b1024.b64 [%0], 0, %1;\n" ::"r"(sm), "l"(pitch)
+                 : "memory");
+  }
+  __syncwarp();
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {  // (.sync.aligned: the whole warp, same operands)
+    const uint32_t src = static_cast<uint32_t>(__cvta_generic_to_shared(&staged[warp][i]));
+    asm volatile(
+        "tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.gpu.sync.aligned [%0], [%1], 128;\n" ::
+            "l"(reinterpret_cast<uint64_t>(maps + 2 * g + i)),
+        "r"(src)
+        : "memory");
+  }
+}
+
+// The template map, when the TMA loader can run: NVFP4_XF16_TMA is not 0, both copies and the map scratch exist and
+// are aligned (every group's base in a copy is then 16-byte aligned too: K % 16 == 0 for rowwise planes, and columnwise
+// groups start at multiples of 8 packed bytes), and the driver encodes it.
+bool exact_template(const DequantGemmArgs& d, CUtensorMap* tmpl) {
+  if (!tma_host::tma_enabled("NVFP4_XF16_TMA") || d.a_f16 == nullptr || d.b_f16 == nullptr ||
+      d.group_maps == nullptr || reinterpret_cast<uintptr_t>(d.a_f16) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(d.b_f16) % 16 != 0 || reinterpret_cast<uintptr_t>(d.group_maps) % 128 != 0)
     return false;
-  const long long row_bytes = 4 * half_k;  // fp16 copy: 2 bytes per element, 2 elements per packed byte
-  const long long a_rows = d.a.cap_bytes / half_k, b_rows = d.b.cap_bytes / half_k;
-  if (a_rows < 1 || b_rows < 1 || a_rows >= (1LL << 31) || b_rows >= (1LL << 31)) return false;
-  m->a_base = static_cast<const uint8_t*>(d.a_f16);
-  m->b_base = static_cast<const uint8_t*>(d.b_f16);
-  m->row_bytes = row_bytes;
-  return tma_host::encode_2d(&m->a, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, d.a_f16, 2 * half_k, a_rows, row_bytes, 64, 128,
-                             CU_TENSOR_MAP_SWIZZLE_128B) &&
-         tma_host::encode_2d(&m->b, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, d.b_f16, 2 * half_k, b_rows, row_bytes, 64, 128,
+  return tma_host::encode_2d(tmpl, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, d.a_f16, 64, 128, 128, 64, 128,
                              CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
 template <class S, bool OUT_F32>
 void launch_shape(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s) {
-  xf16::XF16Maps m{};
-  if (exact_f16_maps(d, &m))
-    wg::launch_persistent<xf16::exact_f16_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(a, s, m);
-  else
-    wg::launch_persistent<xf16::exact_f16_kernel<S, OUT_F32, false>, S::kThreads, S::kSmem>(a, s, m);
+  CUtensorMap tmpl{};
+  auto* maps = static_cast<CUtensorMap*>(d.group_maps);
+  if (a.E > 0 && exact_template(d, &tmpl)) {
+    exact_maps_kernel<<<(a.E + kMapWarps - 1) / kMapWarps, 32 * kMapWarps, 0, s>>>(a.probs, a.E, tmpl, maps);
+    wg::launch_persistent<xf16::exact_f16_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(a, s, maps);
+  } else {
+    wg::launch_persistent<xf16::exact_f16_kernel<S, OUT_F32, false>, S::kThreads, S::kSmem>(a, s, maps);
+  }
 }
 
 }  // namespace

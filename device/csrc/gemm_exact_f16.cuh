@@ -12,10 +12,10 @@
 // Roles (one persistent CTA per SM, three 128-thread warpgroups):
 //   loader warpgroup (first): each K step's fp16 tiles, A rows [m0, m0 + 128) and B rows [n0, n0 + 128) x 64 K
 //       elements, into a kStages ring in wgmma's K-major 128-byte-swizzled layout, either as two TMA boxes issued by
-//       one thread (fprop / dgrad, where both copies have one row pitch; stop 33) or by cp.async copies of all 128
-//       threads. Pieces past K are zero-filled; rows past M or N are not copied (cp.async) or come from the next
-//       group (TMA): either way they only reach accumulator rows / columns that the epilogue does not store (SPEC
-//       12.6: output elements are independent).
+//       one thread through the group's tensor maps (stop 33) or by cp.async copies of all 128 threads. Pieces past K
+//       are zero-filled; rows past M or N are zero-filled (TMA) or not copied (cp.async, their stale contents): either
+//       way they only reach accumulator rows / columns that the epilogue does not store (SPEC 12.6: output elements
+//       are independent).
 //   MMA warpgroups (2, rows [64 wm, 64 wm + 64)): per 16-block one wgmma.m64n128k16 (SS form) with scale-d = 0 into a
 //       partial fragment, added to the accumulator with __fadd_rn in K order (SPEC 12.2); then the epilogue
 //       (gemm_wgmma_ws.cuh's whole-line fp32 / staged bf16 epilogues, the direct stores where those cannot run).
@@ -101,51 +101,23 @@ struct F16Loader {
   }
 };
 
-// The TMA loader's tensor maps (gemm_exact_f16.cu encodes them when both copies have one row pitch, 2 x the contraction
-// bytes: fprop and dgrad): each copy as a {contraction, rows} fp16 matrix, box {64, 128} with the 128-byte swizzle, i.e.
-// one box is one K step's 128-row tile in the layout F16Loader writes. Boxes reaching past the contraction or past the
-// copy are zero-filled; rows past a group's M / N read the next group's rows, which reach only unstored outputs.
-struct XF16Maps {
-  CUtensorMap a, b;
-  const uint8_t* a_base;  // first byte of each copy (Prob::a / Prob::b point into them)
-  const uint8_t* b_base;
-  long long row_bytes;    // 2 x the contraction
-};
+// The TMA loader's tensor maps: two per group (group_maps[2 g]: A, [2 g + 1]: B), built on the device by
+// gemm_exact_f16.cu's exact_maps_kernel from the setup kernel's problems, so every group has its own pitch (wgrad's
+// columnwise copies: 2 roundup(m_g, 16) bytes per row). Each is the copy of one operand of one group as a {K, rows}
+// fp16 matrix (rows = M for A, N for B), box {64, 128} with the 128-byte swizzle: one box is one K step's 128-row
+// tile in the layout F16Loader writes, and the parts of a box past K or past the group's rows are zero-filled.
+__device__ __forceinline__ void tensormap_acquire(const CUtensorMap* map) {
+  asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(reinterpret_cast<uint64_t>(map))
+               : "memory");
+}
 
-// The TMA loader's per-tile state (one thread). A group whose copy does not start on a whole row of the map (a B
-// columnwise plane after a group of another size: SPEC 12.5's disagreeing groups) is copied by that thread with
-// F16Loader's copies for all 128 loader lanes, slowly but to the same bytes.
-struct TmaTile {
-  int a_row = 0, b_row = 0;  // map rows of the tile's first A and B rows
-  bool whole_rows = false;
-
-  TmaTile() = default;
-  __device__ __forceinline__ TmaTile(const Prob& p, const XF16Maps& m, int m0, int n0) {
-    const long long da = p.a - m.a_base, db = p.b - m.b_base;
-    whole_rows = da % m.row_bytes == 0 && db % m.row_bytes == 0;
-    a_row = static_cast<int>(da / m.row_bytes) + m0;
-    b_row = static_cast<int>(db / m.row_bytes) + n0;
-  }
-  template <class S>
-  __device__ __forceinline__ void load(const XF16Maps& m, const Prob& p, int m0, int n0, uint32_t stage, uint32_t bar,
-                                       int kt) const {
-    if (whole_rows) {
-      ws::mbar_arrive_expect_tx(bar, S::kStageBytes);
-      ws::tma_load_2d(stage, &m.a, bar, 64 * kt, a_row);
-      ws::tma_load_2d(stage + S::kTileBytes, &m.b, bar, 64 * kt, b_row);
-    } else {
-      for (int t = 0; t < S::kLoaderThreads; ++t) F16Loader(p, m0, n0, t).load(stage, stage + S::kTileBytes, kt, t);
-      ws::cp_async_mbar_arrive(bar);  // (.noinc: full[s] counts this one thread)
-    }
-  }
-};
-
-// TMA: one loader thread issues each stage's two boxes (full[s] counts its one arrival and the boxes' bytes); the other
-// loader threads leave. Otherwise the 128 loader threads copy with cp.async (F16Loader).
+// TMA: one loader thread issues each stage's two boxes through the group's maps (full[s] counts its one arrival and
+// the boxes' bytes); the other loader threads leave. Otherwise the 128 loader threads copy with cp.async (F16Loader)
+// and group_maps is not read.
 template <class S, bool OUT_F32, bool TMA>
 __global__ void __launch_bounds__(S::kThreads, 1)
     exact_f16_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate,
-                     const __grid_constant__ XF16Maps maps) {
+                     const CUtensorMap* __restrict__ group_maps) {
   extern __shared__ uint8_t smem_dyn[];
   const uint32_t smem = (wg::smem_u32(smem_dyn) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
   const uint32_t ring = smem;                                        // kStages x kStageBytes
@@ -173,25 +145,32 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     cur.seek<S::BN>(probs, prefix, E, walk, first_tile);
     ws::Ring<S::kStages> st;
     F16Loader ld;  // cp.async: set at every tile's first K step
-    TmaTile tt;    // TMA: the same
-    const Prob* pp = nullptr;
+    const CUtensorMap* map_a = nullptr;  // TMA: the same
     int m0 = 0, n0 = 0;
     while (cur.valid(walk)) {
       if (cur.kt == 0) {
-        pp = probs + cur.group;
-        const int tiles_m = pp->tiles_m;
+        const Prob& p = probs[cur.group];
+        const int tiles_m = p.tiles_m;
         m0 = (cur.local % tiles_m) * S::BM;
         n0 = (cur.local / tiles_m) * S::BN;
-        if constexpr (TMA) tt = TmaTile(*pp, maps, m0, n0);
-        else ld = F16Loader(*pp, m0, n0, tid);
+        if constexpr (TMA) {
+          map_a = group_maps + 2 * cur.group;
+          tensormap_acquire(map_a);  // written by exact_maps_kernel (generic proxy), read here by TMA
+          tensormap_acquire(map_a + 1);
+        } else {
+          ld = F16Loader(p, m0, n0, tid);
+        }
       }
       ws::mbar_wait(empty + 8 * st.stage, st.phase ^ 1u);
       const uint32_t stage = ring + st.stage * S::kStageBytes;
+      const uint32_t bar = full + 8 * st.stage;
       if constexpr (TMA) {
-        tt.load<S>(maps, *pp, m0, n0, stage, full + 8 * st.stage, cur.kt);
+        ws::mbar_arrive_expect_tx(bar, S::kStageBytes);
+        ws::tma_load_2d(stage, map_a, bar, 64 * cur.kt, m0);
+        ws::tma_load_2d(stage + S::kTileBytes, map_a + 1, bar, 64 * cur.kt, n0);
       } else {
         ld.load(stage, stage + S::kTileBytes, cur.kt, tid);
-        ws::cp_async_mbar_arrive(full + 8 * st.stage);
+        ws::cp_async_mbar_arrive(bar);
       }
       st.next();
       cur.next<S::BN>(probs, prefix, E, walk);
