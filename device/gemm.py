@@ -59,6 +59,9 @@ _FAST_KERNELS = {None: 0, "auto": 0, "skinny": 1, "large": 2, "pair": 3, "dequan
 #: the dequantize-first path pays when each weight (fprop / dgrad) or activation (wgrad) element is reused by at least
 #: this many output rows (docs/gemm.md, stop 29: E8 T16384, 2048 rows per group, gains; E64 and T512 lose)
 _DEQUANT_MIN_REUSE = 1024
+#: exact-mode wgrad runs over fp16 copies from this many rows per group on (when N and K reach _DEQUANT_MIN_REUSE);
+#: measured at 256 (docs/gemm.md, stop 33); below it the fused exact kernel stays
+_EXACT_WGRAD_MIN_ROWS = 256
 #: fprop / dgrad with at most this many rows per group on average run the swapped kernel (the weights as wgmma's
 #: register operand; docs/gemm.md, stop 31: E8 T512 1.85x of grouped_mm against 1.61x for the skinny kernel, E8 T256
 #: 1.89x against 1.61x, E64 T4096 equal); the same size rule as the skinny kernel's (pick_tile)
@@ -96,6 +99,17 @@ def _reuse_pays(kind: str, e: int, t: int, kc: int, cols: int, a_rows: int, b_ro
     fprop / dgrad contraction and output columns; wgrad N and K)."""
     dims = (kc, cols) if kind != "wgrad" else (a_rows, b_rows)
     return t // e >= _DEQUANT_MIN_REUSE and min(dims) >= _DEQUANT_MIN_REUSE
+
+
+def _exact_dequant_pays(kind: str, e: int, t: int, kc: int, cols: int, a_rows: int, b_rows: int) -> bool:
+    """Whether exact mode runs over fp16 copies (docs/gemm.md, stops 30 and 33): where the copies pay in fast mode, and
+    for wgrad also with fewer rows per group (at least _EXACT_WGRAD_MIN_ROWS): its operand elements are reused by the
+    N and K output dimensions, not by the rows, and with the TMA loader E64 T16384 wgrad (256 rows per group) runs
+    0.49x grouped_mm over the copies against 0.44x fused (stop 33)."""
+    if _reuse_pays(kind, e, t, kc, cols, a_rows, b_rows):
+        return True
+    return (kind == "wgrad" and t // e >= _EXACT_WGRAD_MIN_ROWS
+            and min(a_rows, b_rows) >= _DEQUANT_MIN_REUSE)
 
 
 def _fast_kernel_choice(ext, force: int, kind: str, e: int, t: int, kc: int, cols: int, a_rows: int, b_rows: int,
@@ -270,7 +284,7 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
     ext = load_gemm_extension()
     if mode == "exact":
         force = _EXACT_KERNELS[exact_kernel]
-        if exact_kernel in (None, "auto") and _reuse_pays(kind, e, t_a, kc, cols, a_rows, b_rows):
+        if exact_kernel in (None, "auto") and _exact_dequant_pays(kind, e, t_a, kc, cols, a_rows, b_rows):
             force = _EXACT_KERNELS["dequant"]
     else:
         force = _FAST_KERNELS[fast_kernel]
