@@ -376,14 +376,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   const int first_tile = blockIdx.x, tile_stride = gridDim.x;
   const ws::TileWalk<true> walk(__ldg(prefix + E), tile_stride);
 
-  if (tid == 0) {
-    for (int s = 0; s < S::kStages; ++s) {
-      ws::mbar_init(full + 8 * s, TMA ? 1 : S::kLoaderThreads);
-      ws::mbar_init(empty + 8 * s, 4 * S::kMma);
-    }
-    ws::fence_mbarrier_init_cluster();  // the inits are visible to the async proxy (TMA's complete_tx)
-  }
-  __syncthreads();
+  ws::init_ring_barriers<S::kStages>(full, empty, TMA ? 1 : S::kLoaderThreads, 4 * S::kMma);
 
   if (tid < 128 * S::kLoaderWGs) {
     // ------------------------------------------------------------------------------------------------ loader

@@ -200,6 +200,21 @@ __device__ __forceinline__ void fence_mbarrier_init_cluster() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 
+// A loader -> MMA ring of STAGES stages (the swapped kernel, the exact kernel over fp16 copies): thread 0 initialises
+// full[s] (full_count arrivals) and empty[s] (empty_count), 8 bytes apart, and makes the inits visible to the async
+// proxy (TMA's complete_tx); then the CTA barrier.
+template <int STAGES>
+__device__ __forceinline__ void init_ring_barriers(uint32_t full, uint32_t empty, int full_count, int empty_count) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full + 8 * s, full_count);
+      mbar_init(empty + 8 * s, empty_count);
+    }
+    fence_mbarrier_init_cluster();
+  }
+  __syncthreads();
+}
+
 // Arrive on `bar` when all cp.async copies issued so far by this thread have completed (the count was preset).
 __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
