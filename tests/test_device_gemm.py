@@ -457,6 +457,38 @@ def test_exact_dequant_loaders(tma, monkeypatch):
     check_group(y[80:], dyo.row_planes[3], wo.col_planes[3], "exact", torch.float32, where="dgrad g=3")
 
 
+@pytest.mark.parametrize("tma", ["1", "0"])
+def test_exact_fused_loaders(tma, monkeypatch):
+    """The fused exact kernel (gemm_wgmma_ws.cuh's exact shapes) loads its raw stages (packed A and B rows, their scale
+    tiles) with TMA boxes through four tensor maps per group, built on the device, for fprop and dgrad with a
+    contraction % 32 == 0, when NVFP4_EXACT_TMA=1 (read at every launch; opt-in until it has run on a GPU, docs/gemm.md
+    stop 34); otherwise (0, or unset) the converters copy with cp.async. Both
+    against the oracle's sequential model: K tails inside a K step (K = 96 and 160: part of the last box lies past
+    K), groups and N that are not multiples of 128 rows (box rows past the group zero-filled), empty groups, 64 groups,
+    capped grids, and a dgrad whose weight group 0 disagrees with N (SPEC 12.5: NaN, no maps), so that the columnwise
+    plane of groups 1-3 starts off a whole row of N / 2 bytes (one map over the whole plane could not address it)."""
+    monkeypatch.setenv("NVFP4_EXACT_TMA", tma)
+    kw = dict(exact_kernel="fused")
+    for case in ("e4_zeros", "e64", "giant", "e8_rand"):
+        splits, n, k = CASES[case]
+        run_fprop(splits, n, k, "exact", torch.bfloat16, with_bias=True, seed=101, **kw)
+        run_dgrad(splits, n, k, "exact", torch.float32, with_bias=False, seed=102, max_ctas=3, **kw)
+    run_fprop([0, 70, 129, 5, 300], 200, 96, "exact", torch.float32, with_bias=False, seed=103, max_ctas=2, **kw)
+    run_dgrad([0, 70, 129, 5, 300], 96, 192, "exact", torch.bfloat16, with_bias=True, seed=104, **kw)
+    n, k = 96, 160
+    splits = [30, 0, 50, 200]
+    dyq = gq(rand_bf16((sum(splits), n), 13), splits, rowwise=True)
+    wq_bad = gq(rand_bf16((4 * n + 16, k), 12, 0.05), [n + 16, n, n, n], rowwise=True, columnwise=True, block=(16, 16))
+    assert int(wq_bad.col_data_offsets[1]) % (n // 2) != 0  # the premise: group 1 is not on a whole row
+    out, check_tail = guarded((sum(splits), k), torch.float32)
+    _gg()(dyq, wq_bad, kind="dgrad", out=out, mode="exact", **kw)
+    check_tail("dgrad")
+    y, dyo, wo = to_np(out), dyq.to_oracle(), wq_bad.to_oracle()
+    _all_nan(y[:30], "dgrad group 0 (W group of N + 16 rows)")
+    check_group(y[30:80], dyo.row_planes[2], wo.col_planes[2], "exact", torch.float32, where="dgrad g=2")
+    check_group(y[80:], dyo.row_planes[3], wo.col_planes[3], "exact", torch.float32, where="dgrad g=3")
+
+
 def test_kernel_options_refused_in_the_other_mode():
     """fast_kernel= belongs to the fast mode and exact_kernel= to the exact mode: the other mode raises."""
     gg = _gg()

@@ -226,6 +226,17 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }
+  // the fused exact kernel's TMA loader (gemm_wgmma_exact.cu, 4 tensor maps of 128 bytes per group): fprop / dgrad
+  // with packed rows of a multiple of 16 bytes (contraction % 32 == 0) and 16-byte aligned planes, so that SPEC 9.2's
+  // offsets keep every group's rows and scale tiles 16-byte aligned; otherwise the converters' cp.async copies
+  Tensor exact_maps;
+  const auto aligned16 = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
+  if (exact && kind != nvfp4_gemm::kWgrad && kc % 32 == 0 && aligned16(a_data) && aligned16(b_data) &&
+      aligned16(a_scales) && aligned16(b_scales)) {
+    exact_maps = at::empty({512 * E + 128}, a_data.options());
+    l.exact_maps =
+        reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(exact_maps.data_ptr()) + 127) & ~uintptr_t{127});
+  }
   nvfp4_gemm::launch_gemm(l, stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

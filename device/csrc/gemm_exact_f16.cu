@@ -3,6 +3,7 @@
 // and the TMA loader's per-group tensor maps, built on the device (the group sizes live there).
 #include "gemm_dequant.h"
 #include "gemm_exact_f16.cuh"
+#include "gemm_group_maps.cuh"
 #include "gemm_tma_host.h"
 
 namespace nvfp4_gemm {
@@ -16,7 +17,7 @@ namespace {
 
 constexpr int kMapWarps = 4;  // groups per CTA of exact_maps_kernel
 
-// Group g's two tensor maps (xf16::tensormap_acquire's comment): the host-encoded template (fp16, box {64, 128},
+// Group g's two tensor maps (gemm_group_maps.cuh): the host-encoded template (fp16, box {64, 128},
 // 128-byte swizzle) with the group's base, {K, rows} and row pitch 2 K bytes put in by tensormap.replace in shared
 // memory, then copied to maps[2 g + i] with the release that the loader's acquire pairs with. One warp per group;
 // groups without a K step or without rows are skipped (no tile of theirs loads anything).
@@ -28,32 +29,11 @@ __global__ void exact_maps_kernel(const Prob* __restrict__ probs, int E, const _
   if (g >= E) return;  // (warp-uniform)
   const Prob p = probs[g];
   if (p.K <= 0 || p.M <= 0 || p.N <= 0) return;
-  if (lane < 2) {  // lane 0: A (rows M), lane 1: B (rows N)
-    CUtensorMap* m = &staged[warp][lane];
-    *m = tmpl;
-    const uint32_t sm = static_cast<uint32_t>(__cvta_generic_to_shared(m));
-    const uint64_t base = reinterpret_cast<uint64_t>(lane == 0 ? p.a : p.b);
-    const uint32_t rows = static_cast<uint32_t>(lane == 0 ? p.M : p.N), inner = static_cast<uint32_t>(p.K);
-    const uint64_t pitch = 2ull * static_cast<uint64_t>(p.K);
-    asm volatile("tensormap.replace.tile.global_address.shared::cta.b1024.b64 [%0], %1;\n" ::"r"(sm), "l"(base)
-                 : "memory");
-    asm volatile("tensormap.replace.tile.global_dim.shared::cta.b1024.b32 [%0], 0, %1;\n" ::"r"(sm), "r"(inner)
-                 : "memory");
-    asm volatile("tensormap.replace.tile.global_dim.shared::cta.b1024.b32 [%0], 1, %1;\n" ::"r"(sm), "r"(rows)
-                 : "memory");
-    asm volatile("tensormap.replace.tile.global_stride.shared::cta.b1024.b64 [%0], 0, %1;\n" ::"r"(sm), "l"(pitch)
-                 : "memory");
-  }
+  if (lane < 2)  // lane 0: A (rows M), lane 1: B (rows N); row pitch 2 K bytes
+    gmap::stage_group_map(&staged[warp][lane], tmpl, lane == 0 ? p.a : p.b, static_cast<uint32_t>(p.K),
+                          static_cast<uint32_t>(lane == 0 ? p.M : p.N), 2ull * static_cast<uint64_t>(p.K));
   __syncwarp();
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {  // (.sync.aligned: the whole warp, same operands)
-    const uint32_t src = static_cast<uint32_t>(__cvta_generic_to_shared(&staged[warp][i]));
-    asm volatile(
-        "tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.gpu.sync.aligned [%0], [%1], 128;\n" ::
-            "l"(reinterpret_cast<uint64_t>(maps + 2 * g + i)),
-        "r"(src)
-        : "memory");
-  }
+  gmap::publish_group_maps<2>(staged[warp], maps + 2 * g);
 }
 
 // The template map, when the TMA loader can run: NVFP4_XF16_TMA is not 0, both copies and the map scratch exist and

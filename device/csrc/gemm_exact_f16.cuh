@@ -27,6 +27,7 @@
 #pragma once
 
 #include "gemm_exact_partials.cuh"
+#include "gemm_group_maps.cuh"
 #include "gemm_wgmma_ws.cuh"
 
 namespace nvfp4_gemm {
@@ -102,15 +103,11 @@ struct F16Loader {
 };
 
 // The TMA loader's tensor maps: two per group (group_maps[2 g]: A, [2 g + 1]: B), built on the device by
-// gemm_exact_f16.cu's exact_maps_kernel from the setup kernel's problems, so every group has its own pitch (wgrad's
-// columnwise copies: 2 roundup(m_g, 16) bytes per row). Each is the copy of one operand of one group as a {K, rows}
-// fp16 matrix (rows = M for A, N for B), box {64, 128} with the 128-byte swizzle: one box is one K step's 128-row
-// tile in the layout F16Loader writes, and the parts of a box past K or past the group's rows are zero-filled.
-__device__ __forceinline__ void tensormap_acquire(const CUtensorMap* map) {
-  asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(reinterpret_cast<uint64_t>(map))
-               : "memory");
-}
-
+// gemm_exact_f16.cu's exact_maps_kernel from the setup kernel's problems (gemm_group_maps.cuh), so every group has its
+// own pitch (wgrad's columnwise copies: 2 roundup(m_g, 16) bytes per row). Each is the copy of one operand of one
+// group as a {K, rows} fp16 matrix (rows = M for A, N for B), box {64, 128} with the 128-byte swizzle: one box is one
+// K step's 128-row tile in the layout F16Loader writes, and the parts of a box past K or past the group's rows are
+// zero-filled.
 // TMA: one loader thread issues each stage's two boxes through the group's maps (full[s] counts its one arrival and
 // the boxes' bytes); the other loader threads leave. Otherwise the 128 loader threads copy with cp.async (F16Loader)
 // and group_maps is not read.
@@ -148,8 +145,8 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         n0 = (cur.local / tiles_m) * S::BN;
         if constexpr (TMA) {
           map_a = group_maps + 2 * cur.group;
-          tensormap_acquire(map_a);  // written by exact_maps_kernel (generic proxy), read here by TMA
-          tensormap_acquire(map_a + 1);
+          gmap::acquire_group_map(map_a);  // written by exact_maps_kernel (generic proxy), read here by TMA
+          gmap::acquire_group_map(map_a + 1);
         } else {
           ld = F16Loader(p, m0, n0, tid);
         }

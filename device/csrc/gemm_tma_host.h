@@ -44,5 +44,12 @@ inline bool tma_enabled(const char* name) {
   return env == nullptr || env[0] != '0';
 }
 
+// True when the environment variable `name` is set and does not start with '0': a loader that stays opt-in until it
+// has been checked on a GPU (read at every launch).
+inline bool tma_opted_in(const char* name) {
+  const char* env = std::getenv(name);
+  return env != nullptr && env[0] != '\0' && env[0] != '0';
+}
+
 }  // namespace tma_host
 }  // namespace nvfp4_gemm

@@ -5,7 +5,8 @@
 //
 // Roles (one persistent CTA per SM, 128-thread warpgroups):
 //   converter warpgroups (kConv of them, first): issue the cp.async loads of the raw K tiles (packed E2M1 bytes of A
-//       and B + their swizzled E4M3 scale tiles) into a kRawStages ring, and dequantize B rows [0, kConvRows) of each
+//       and B + their swizzled E4M3 scale tiles; the exact shapes' TMA instantiation: four TMA boxes issued by
+//       converter thread 0, RawTma) into a kRawStages ring, and dequantize B rows [0, kConvRows) of each
 //       raw tile into a kBStages ring of fp16 tiles in wgmma's K-major 128-byte-swizzled layout (gemm_decode_f16.cuh);
 //   MMA warpgroups (kMma = BM / 64 of them): decode their own A fragments from the raw ring into registers (RS form),
 //       dequantize B rows [kConvRows, kLoadBN) (of the current step before its wgmmas, or with kBAhead of the next
@@ -19,7 +20,8 @@
 // same 256 B rows; each loads and dequantizes only its half of them (kLoadBN = 128 rows) and bulk-copies the finished
 // rows into the same place of the peer's B stage, so the B conversion per SM is halved.
 //
-//   raw_full[s]   completes when the converters' cp.async copies of raw stage s have landed (cp.async.mbarrier.arrive)
+//   raw_full[s]   completes when the converters' cp.async copies of raw stage s have landed (cp.async.mbarrier.arrive;
+//                 TMA: thread 0's arrive.expect_tx and the boxes' complete_tx)
 //   raw_empty[s]  every thread of both roles has read raw stage s (A fragments / B conversion)
 //   b_full[t]     every warp that writes rows of fp16 B stage t has written them (lanes: st.shared, fence.proxy.async;
 //                 lane 0: arrive); in a cluster also the peer's rows have landed (complete_tx of its bulk copies,
@@ -37,6 +39,7 @@
 
 #include "gemm_decode_f16.cuh"
 #include "gemm_exact_partials.cuh"
+#include "gemm_group_maps.cuh"
 #include "gemm_wgmma.cuh"
 
 namespace nvfp4_gemm {
@@ -326,6 +329,42 @@ struct LoaderShape {
   static constexpr int kChunks16 = ((BM + BN) * 2 + kThreads - 1) / kThreads;
   static constexpr int kChunks8 = (BM + BN) * 4 / kThreads;
   static_assert((BM + BN) * 4 % kThreads == 0 && (kSA + kSB) / 16 <= kThreads, "copy chunks divide evenly");
+};
+
+// The TMA form of the converters' loads (the exact shapes' TMA instantiation, gemm_wgmma_exact.cu): converter thread 0
+// issues each raw stage as one arrive.expect_tx and four boxes through the group's four tensor maps (built on the
+// device by gemm_wgmma_exact.cu's packed_maps_kernel, gemm_group_maps.cuh):
+//   maps[0] / maps[1]: the group's packed A / B plane as {K / 2 bytes, M / N rows} with its row pitch K / 2, box
+//       {32, 128}: one K tile of 128 rows, the raw stage's row-major 32-byte rows; bytes past K / 2 and rows past M / N
+//       are zero-filled, as RawLoader's src-size 0 copies;
+//   maps[2] / maps[3]: the group's A / B scale tiles as rows of 128 bytes, box {128, 4}: one 512-byte tile (SPEC 8.2),
+//       tile (row tile rt, K tile kt) at rows 4 (rt KT + kt). With 128-row tiles every tile of the walk has both.
+template <class S>
+struct RawTma {
+  const CUtensorMap* maps;
+  int m0, n0;              // the tile's first A / B row
+  int sa_row0, sb_row0;    // the scale rows of the tile's K tile 0
+
+  // At a tile's first K step: the group's maps (acquired: written by another kernel through the generic proxy).
+  __device__ __forceinline__ void begin(const CUtensorMap* group_maps, int group, int tile_m0, int tile_n0, int KT) {
+    static_assert(S::BM == 128 && S::kLoadBN == 128 && S::kCluster == 1 && S::kSA == 512 && S::kSB == 512,
+                  "one 128-row box and one scale tile per operand");
+    maps = group_maps + 4 * group;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) gmap::acquire_group_map(maps + i);
+    m0 = tile_m0;
+    n0 = tile_n0;
+    sa_row0 = 4 * (tile_m0 / 128) * KT;
+    sb_row0 = 4 * (tile_n0 / 128) * KT;
+  }
+  // K tile kt into raw stage st; `bar` (raw_full, one arrival) completes when its kRaw bytes have landed.
+  __device__ __forceinline__ void load(uint32_t st, uint32_t bar, int kt) const {
+    mbar_arrive_expect_tx(bar, S::kRaw);
+    tma_load_2d(st, maps, bar, 32 * kt, m0);
+    tma_load_2d(st + S::kRawA, maps + 1, bar, 32 * kt, n0);
+    tma_load_2d(st + S::kRawA + S::kRawB, maps + 2, bar, 0, sa_row0 + 4 * kt);
+    tma_load_2d(st + S::kRawA + S::kRawB + S::kSA, maps + 3, bar, 0, sb_row0 + 4 * kt);
+  }
 };
 
 // Dequantize B rows r0 + RPI i (i < COUNT), 16-block b, of raw stage `raw` into the fp16 B stage `dst`
@@ -634,9 +673,12 @@ __device__ __forceinline__ void store_tile_lines(const float (&acc)[S::R], const
   }
 }
 
-template <class S, bool OUT_F32>
+// TMA (exact shapes only, RawTma): converter thread 0 issues the raw stages through group_maps (4 per group);
+// otherwise every converter thread copies its chunks with cp.async (wg::RawLoader) and group_maps is not read.
+template <class S, bool OUT_F32, bool TMA>
 __global__ void __launch_bounds__(S::kThreads, 1)
-    ws_gemm_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate) {
+    ws_gemm_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate,
+                   const CUtensorMap* __restrict__ group_maps) {
   extern __shared__ uint8_t smem_dyn[];
   const uint32_t smem = (wg::smem_u32(smem_dyn) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
   const uint32_t b_ring = smem;                                      // kBStages x kBBytes
@@ -659,14 +701,14 @@ __global__ void __launch_bounds__(S::kThreads, 1)
 
   if (tid == 0) {
     for (int s = 0; s < S::kRawStages; ++s) {
-      mbar_init(raw_full + 8 * s, S::kConvThreads);
+      mbar_init(raw_full + 8 * s, TMA ? 1 : S::kConvThreads);
       mbar_init(raw_empty + 8 * s, S::kThreads);
     }
     for (int s = 0; s < S::kBStages; ++s) {
       mbar_init(b_full + 8 * s, S::kBFullCount);
       mbar_init(b_empty + 8 * s, S::kBEmptyCount);
     }
-    if constexpr (S::kCluster == 2) fence_mbarrier_init_cluster();
+    if constexpr (S::kCluster == 2 || TMA) fence_mbarrier_init_cluster();  // (TMA: visible to complete_tx)
   }
   if constexpr (S::kCluster == 2) cluster_sync(); else __syncthreads();
 
@@ -681,6 +723,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     Ring<S::kRawStages> load_ring, raw;
     Ring<S::kBStages> bst;
     wg::RawLoader<LoaderShape<S>> loader;  // row pointers of the load cursor's output tile
+    RawTma<S> tma;                         // TMA: its maps and rows
     auto issue_load = [&]() {  // the next raw tile in step order, once its stage has been released
       if (load.kt == 0) {
         const Prob* pp = probs + load.group;
@@ -688,14 +731,23 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         // B rows: the walk entry's columns; in a cluster (never split) this CTA's kLoadBN of them
         const ColumnRange cols =
             walk_columns((load.local / tiles_m) * S::BN, kSplitTail ? load.half : -1, __ldg(&pp->N));
-        loader = wg::RawLoader<LoaderShape<S>>(
-            *pp, (load.local % tiles_m) * S::kTileM + static_cast<int>(rank) * S::BM,
-            cols.begin + static_cast<int>(rank) * S::kLoadBN, cols.end, load.KT,
-            static_cast<long long>(__ldg(&pp->K) / 2), ct);
+        const int m0 = (load.local % tiles_m) * S::kTileM + static_cast<int>(rank) * S::BM;
+        if constexpr (TMA) {
+          tma.begin(group_maps, load.group, m0, cols.begin, load.KT);
+        } else {
+          loader = wg::RawLoader<LoaderShape<S>>(*pp, m0, cols.begin + static_cast<int>(rank) * S::kLoadBN, cols.end,
+                                                 load.KT, static_cast<long long>(__ldg(&pp->K) / 2), ct);
+        }
       }
       mbar_wait(raw_empty + 8 * load_ring.stage, load_ring.phase ^ 1u);
-      loader.load(raw_ring + load_ring.stage * S::kRaw, load.kt, ct);
-      cp_async_mbar_arrive(raw_full + 8 * load_ring.stage);
+      if constexpr (TMA) {
+        // thread 0 issues; every converter thread still walks the load cursor and waits for the stage (thread 0
+        // alone running issue_load made ptxas spill 56-76 bytes in this role)
+        if (ct == 0) tma.load(raw_ring + load_ring.stage * S::kRaw, raw_full + 8 * load_ring.stage, load.kt);
+      } else {
+        loader.load(raw_ring + load_ring.stage * S::kRaw, load.kt, ct);
+        cp_async_mbar_arrive(raw_full + 8 * load_ring.stage);
+      }
       load_ring.next();
       load.next<S::BN>(probs, prefix, E, walk);
     };
@@ -891,10 +943,12 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   if constexpr (S::kCluster == 2) cluster_sync();
 }
 
+// The cp.async form (every shape; group_maps unused).
 template <class S, bool OUT_F32>
 void launch(const LaunchArgs& a, cudaStream_t s) {
   static_assert(!S::kLinesEpi || OUT_F32, "the whole-line epilogue stores fp32 output");
-  wg::launch_persistent<ws_gemm_kernel<S, OUT_F32>, S::kThreads, S::kSmem, S::kCluster>(a, s);
+  wg::launch_persistent<ws_gemm_kernel<S, OUT_F32, false>, S::kThreads, S::kSmem, S::kCluster>(
+      a, s, static_cast<const CUtensorMap*>(nullptr));
 }
 
 }  // namespace ws
