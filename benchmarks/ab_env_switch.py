@@ -1,0 +1,97 @@
+"""A/B of a kernel switch read from the environment at every launch (a loader's on / off variable), in one process.
+
+For each case: one call with the variable set to "1" and one with "0" (their outputs must be bit-identical; the
+script says so), then two rounds of timings of both and of ``torch._grouped_mm`` (BF16), TFLOP/s and the ratios.
+
+    PYTHONPATH=. python benchmarks/ab_env_switch.py --var NVFP4_EXACT_TMA --mode exact --exact-kernel fused \
+        --cases "E64 fprop,E64 dgrad"
+
+Variables: ``NVFP4_EXACT_TMA`` (fused exact kernel, opt-in), ``NVFP4_XF16_TMA`` (exact kernel over fp16 copies, with
+``--exact-kernel dequant``), ``NVFP4_SWAP_TMA`` (swapped fast kernel, ``--mode fast --fast-kernel swapped``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import torch
+from bench_grouped_gemm import splits_for, timeit
+
+import device
+from device.gemm import grouped_gemm
+
+DEV = "cuda"
+
+#: name, E, T, K, N, skewed splits, kind
+CASES = [
+    ("E64 fprop", 64, 16384, 2048, 1408, False, "fprop"),
+    ("E64 dgrad", 64, 16384, 2048, 1408, False, "dgrad"),
+    ("E8 T512 fprop", 8, 512, 4096, 14336, False, "fprop"),
+    ("E8 T512 dgrad", 8, 512, 4096, 14336, False, "dgrad"),
+    ("E8 fprop", 8, 16384, 4096, 14336, False, "fprop"),
+    ("E8 dgrad", 8, 16384, 4096, 14336, False, "dgrad"),
+    ("E8 skew fprop", 8, 16384, 4096, 14336, True, "fprop"),
+]
+
+
+def operands(e: int, t: int, k: int, n: int, skew: bool, kind: str):
+    """(a, b, output shape, the grouped_mm call) of one case."""
+    st = torch.tensor(splits_for(e, t, skew), dtype=torch.int64, device=DEV)
+    wsplits = torch.full((e,), n, dtype=torch.int64, device=DEV)
+    offs = st.cumsum(0).to(torch.int32)
+    x = torch.randn((t, k), device=DEV, dtype=torch.bfloat16)
+    w = torch.randn((e * n, k), device=DEV, dtype=torch.bfloat16) * 0.05
+    if kind == "fprop":
+        a = device.group_quantize(x, st, rowwise=True)
+        b = device.group_quantize(w, wsplits, rowwise=True, block=(16, 16))
+        return a, b, (t, n), lambda: torch._grouped_mm(x, w.view(e, n, k).transpose(1, 2), offs=offs)
+    dy = torch.randn((t, n), device=DEV, dtype=torch.bfloat16)
+    a = device.group_quantize(dy, st, rowwise=True)
+    b = device.group_quantize(w, wsplits, rowwise=False, columnwise=True, block=(16, 16))
+    return a, b, (t, k), lambda: torch._grouped_mm(dy, w.view(e, n, k), offs=offs)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--var", default="NVFP4_EXACT_TMA")
+    ap.add_argument("--mode", default="exact", choices=["exact", "fast"])
+    ap.add_argument("--exact-kernel", default="fused")
+    ap.add_argument("--fast-kernel", default="auto")
+    ap.add_argument("--out-dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    ap.add_argument("--cases", default="E64 fprop,E64 dgrad", help="comma-separated case names (substrings)")
+    ap.add_argument("--iters", type=int, default=10)
+    args = ap.parse_args()
+    dt = torch.float32 if args.out_dtype == "float32" else torch.bfloat16
+    kernel_kw = dict(exact_kernel=args.exact_kernel) if args.mode == "exact" else dict(fast_kernel=args.fast_kernel)
+    wanted = [c.strip() for c in args.cases.split(",") if c.strip()]
+    print(f"{args.var}: 1 against 0, mode={args.mode} {kernel_kw}, out {args.out_dtype}; TFLOP/s, two rounds")
+    for name, e, t, k, n, skew, kind in CASES:
+        if wanted and not any(w == name for w in wanted):
+            continue
+        a, b, shape, gmm = operands(e, t, k, n, skew, kind)
+        outs = {v: torch.empty(shape, dtype=dt, device=DEV) for v in ("1", "0")}
+
+        def call(v: str, a=a, b=b, kind=kind, outs=outs) -> None:
+            os.environ[args.var] = v
+            grouped_gemm(a, b, kind=kind, out=outs[v], mode=args.mode, **kernel_kw)
+
+        call("1")
+        call("0")
+        torch.cuda.synchronize()
+        bits = torch.int16 if dt == torch.bfloat16 else torch.int32
+        same = torch.equal(outs["1"].view(bits), outs["0"].view(bits))
+        flops = 2.0 * t * n * k
+        tf: dict[str, list[float]] = {"1": [], "0": [], "gmm": []}
+        for _ in range(2):
+            for v in tf:
+                fn = gmm if v == "gmm" else (lambda v=v: call(v))
+                tf[v].append(flops / timeit(fn, args.iters, idle_s=0.3) / 1e12)
+        span = {v: f"{min(x):.1f}-{max(x):.1f}" for v, x in tf.items()}
+        print(f"{name:16s} bits equal: {same}  on {span['1']}  off {span['0']}  grouped_mm {span['gmm']}  "
+              f"on/gmm {max(tf['1']) / max(tf['gmm']):.3f}  off/gmm {max(tf['0']) / max(tf['gmm']):.3f}", flush=True)
+    os.environ.pop(args.var, None)
+
+
+if __name__ == "__main__":
+    main()
