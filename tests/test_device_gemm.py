@@ -367,6 +367,28 @@ def test_swapped_kernel_cp_async_loader(case, monkeypatch):
     test_swapped_kernel(case)
 
 
+def test_swapped_dgrad_groups_off_a_whole_row(monkeypatch):
+    """SPEC 12.5 on the swapped kernel's TMA loader: dgrad reads W's columnwise plane (K rows of N / 2 bytes per group),
+    so after a weight group that disagrees with N (here N + 16 rows) the next groups start K (N + 16) / 2 bytes in,
+    not on a whole row of N / 2 bytes. Their weights must still be read from their own first byte (agreeing groups are
+    unaffected), through one tensor map per group. NVFP4_SWAP_GROUP_MAPS=1 turns those maps on; it is opt-in until it
+    has run on a GPU (docs/gemm.md, stop 34), and without it this case reads those groups' rows shifted."""
+    monkeypatch.setenv("NVFP4_SWAP_GROUP_MAPS", "1")
+    n, k = 96, 80  # contraction 96 (% 32 == 0: the TMA loader), 80 output columns (W's columnwise rows)
+    splits = [30, 50, 40]
+    dyq = gq(rand_bf16((sum(splits), n), 21), splits, rowwise=True)
+    wq_bad = gq(rand_bf16((3 * n + 16, k), 22, 0.05), [n + 16, n, n], rowwise=True, columnwise=True, block=(16, 16))
+    assert int(wq_bad.col_data_offsets[1]) % (n // 2) != 0  # the premise: group 1 is not on a whole row
+    for od in (torch.float32, torch.bfloat16):
+        out, check_tail = guarded((sum(splits), k), od)
+        _gg()(dyq, wq_bad, kind="dgrad", out=out, mode="fast", fast_kernel="swapped")
+        check_tail("dgrad")
+        y, dyo, wo = to_np(out), dyq.to_oracle(), wq_bad.to_oracle()
+        _all_nan(y[:30], "dgrad group 0 (W group of N + 16 rows)")
+        check_group(y[30:80], dyo.row_planes[1], wo.col_planes[1], "fast", od, where="dgrad g=1")
+        check_group(y[80:], dyo.row_planes[2], wo.col_planes[2], "fast", od, where="dgrad g=2")
+
+
 def test_swapped_kernel_capped_grid_and_auto():
     """Capped grids (every CTA walks several tiles): 30 tiles on 3 CTAs (whole rounds) and on 7 and 8 CTAs (a last
     round of 2 tiles run as 4 half tiles, and one of 6 whole tiles); the automatic choice for few rows per group;

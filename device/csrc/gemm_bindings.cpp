@@ -216,6 +216,12 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
     const auto copies = f16_copies(d, static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
                                    b_scales, b_offs, /*a_only=*/swapped);
     if (swapped) {
+      // dgrad: one weight map per group (gemm_swapped.cu, SwapMaps::w_group_maps; 128 bytes each, 128-byte aligned)
+      Tensor maps;
+      if (kind == nvfp4_gemm::kDgrad) {
+        maps = at::empty({128 * E + 128}, a_data.options());
+        d.group_maps = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(maps.data_ptr()) + 127) & ~uintptr_t{127});
+      }
       nvfp4_gemm::launch_swapped_path(d, probs, l, stream);
     } else {
       // the exact kernel's per-group tensor maps (2 x 128 bytes per group, 128-byte aligned; gemm_exact_f16.cu)

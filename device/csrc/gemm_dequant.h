@@ -34,7 +34,9 @@ struct DequantGemmArgs {
   PlaneView a, b;
   void* a_f16;  // [2 * a.cap_bytes] fp16 each
   void* b_f16;
-  void* group_maps;  // exact kernel over the copies: 2 E tensor maps (128 bytes each, 128-byte aligned), or null
+  // 128-byte aligned scratch for per-group tensor maps (128 bytes each), or null: the exact kernel over the copies 2 E
+  // maps; the swapped kernel for dgrad E weight maps (gemm_swapped.cu)
+  void* group_maps;
 };
 
 // Launches the dequantize kernels, the argument kernel, the zero-step epilogue and the CUTLASS GEMM; returns the

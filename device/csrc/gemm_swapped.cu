@@ -2,6 +2,7 @@
 // weight rows), fp32 or bf16 output, the TMA loader (contraction K % 32 == 0) or the cp.async one (any K), and the
 // host side of the TMA loader: its tensor maps, encoded through the runtime's driver entry point (no -lcuda).
 #include "gemm_dequant.h"
+#include "gemm_group_maps.cuh"
 #include "gemm_swapped.cuh"
 #include "gemm_tma_host.h"
 
@@ -41,12 +42,48 @@ bool swap_maps(const DequantGemmArgs& d, swp::SwapMaps* m) {
                    CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
+constexpr int kMapWarps = 4;  // groups per CTA of weight_maps_kernel
+
+// Group g's weight map (SwapMaps::w_group_maps): `tmpl` (the whole plane's map `w`) with base Prob::b, {K / 2 bytes,
+// N rows} and pitch K / 2, staged in shared memory and published to maps[g] (gemm_group_maps.cuh). One warp per group;
+// groups without a K step or without rows are skipped (no tile of theirs loads anything).
+__global__ void weight_maps_kernel(const Prob* __restrict__ probs, int E, const __grid_constant__ CUtensorMap tmpl,
+                                   CUtensorMap* __restrict__ maps) {
+  __shared__ alignas(128) CUtensorMap staged[kMapWarps];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = blockIdx.x * kMapWarps + warp;
+  if (g >= E) return;  // (warp-uniform)
+  const Prob p = probs[g];
+  if (p.K <= 0 || p.M <= 0 || p.N <= 0) return;
+  if (lane == 0) {
+    const uint32_t pitch = static_cast<uint32_t>(p.K) / 2;
+    gmap::stage_group_map(&staged[warp], tmpl, p.b, pitch, static_cast<uint32_t>(p.N), pitch);
+  }
+  __syncwarp();
+  gmap::publish_group_maps<1>(&staged[warp], maps + g);
+}
+
+// Per-group weight maps (dgrad, SwapMaps::w_group_maps): when the binding gave the scratch (d.group_maps, 128-byte
+// aligned) and NVFP4_SWAP_GROUP_MAPS=1. Opt-in until it has run on a GPU (docs/gemm.md, stop 34): until then dgrad
+// keeps the one map `w`, whose row index is wrong for groups that follow a group disagreeing with N (SPEC 12.5).
+bool use_group_maps(const LaunchArgs& a, const DequantGemmArgs& d) {
+  return a.E > 0 && d.group_maps != nullptr && reinterpret_cast<uintptr_t>(d.group_maps) % 128 == 0 &&
+         tma_host::tma_opted_in("NVFP4_SWAP_GROUP_MAPS");
+}
+
 template <bool OUT_F32>
 void launch_out(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s) {
   swp::SwapMaps m{};
   if (swap_maps(d, &m)) {
     using S = swp::ShapeTma;
-    wg::launch_persistent<swp::swapped_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(a, s, m);
+    if (use_group_maps(a, d)) {
+      auto* maps = static_cast<CUtensorMap*>(d.group_maps);
+      weight_maps_kernel<<<(a.E + kMapWarps - 1) / kMapWarps, 32 * kMapWarps, 0, s>>>(a.probs, a.E, m.w, maps);
+      m.w_group_maps = maps;
+      wg::launch_persistent<swp::swapped_kernel<S, OUT_F32, true, true>, S::kThreads, S::kSmem>(a, s, m);
+    } else {
+      wg::launch_persistent<swp::swapped_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(a, s, m);
+    }
   } else {
     using S = swp::Shape;
     wg::launch_persistent<swp::swapped_kernel<S, OUT_F32, false>, S::kThreads, S::kSmem>(a, s, m);
