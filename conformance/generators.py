@@ -25,7 +25,7 @@ from .cases import Case
 SPACE_KEYS = frozenset({
     "planes", "rule", "rht", "rht_signs", "rounding", "block", "swizzled", "dtype", "amax", "scales", "out_dtype",
     "kind", "fast_kernel", "exact_kernel", "specials", "max_elems", "min_rows", "max_rows", "max_k", "small", "loose_splits",
-    "format", "mode",
+    "format", "mode", "groups_agree",
 })
 
 __all__ = ["GENERATORS", "SPACE_KEYS", "generate", "case_rng", "gen_rows", "gen_k", "gen_splits", "gen_values", "to_dtype"]
@@ -437,6 +437,21 @@ def gen_dequantize(rng, space) -> tuple[dict, dict, dict]:
     return {"data": data, "scales": scales, "amax": np.asarray([amax], np.float32)}, o, tags
 
 
+def disagreeing_splits(rng: np.random.Generator, s: np.ndarray) -> np.ndarray | None:
+    """``s`` with 1 to all of one group's rows moved to another group (the same total); None when every group is
+    empty. Moved rows of any count, so a columnwise plane's groups after them need not start on a whole row."""
+    donors = np.flatnonzero(s > 0)
+    if donors.size == 0 or s.size < 2:
+        return None
+    g1 = int(rng.choice(donors))
+    g2 = int(rng.choice([g for g in range(s.size) if g != g1]))
+    r = int(rng.integers(1, int(s[g1]) + 1))
+    out = s.astype(np.int64).copy()
+    out[g1] -= r
+    out[g2] += r
+    return out
+
+
 def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
     """Grouped GEMM inputs (SPEC 12.5): x [T, K], w [E*N, K], dy [T, N] (bf16), splits, kind, bias / C."""
     kind = pick(rng, space, "kind", ["fprop", "dgrad", "wgrad"])
@@ -478,7 +493,17 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
     exact_kernel = pick(rng, space, "exact_kernel", ["auto", "dequant"], p=[0.6, 0.4])
     o = dict(kind=kind, out_dtype=out_dtype, rht=rht, rht_signs=0xD7E8, fast_kernel=fast_kernel, max_ctas=max_ctas,
              exact_kernel=exact_kernel)
+    # SPEC 12.5: operand groups that disagree (the group sizes live on the device, so the device cannot raise): b's
+    # groups (fprop / dgrad: W's, N rows each; wgrad: X's, split like dY) with rows moved between two groups, the
+    # same total. Those two groups are NaN, the others as usual. (Drawn last: the other draws of a seed are unchanged.)
+    agree = True
+    if e >= 2 and pick(rng, space, "groups_agree", [True, False], p=[0.88, 0.12]) is False:
+        b_splits = disagreeing_splits(rng, splits if kind == "wgrad" else np.full(e, n, np.int64))
+        if b_splits is not None:
+            o["b_splits"] = b_splits.tolist()
+            agree = False
     tags = dict(kind=kind, out_dtype=out_dtype, rht=str(rht), splits=skind, values=vkind,
+                groups_agree=str(agree),
                 fast_kernel=f"exact: {exact_kernel}" if space.get("mode") == "exact" else fast_kernel,
                 grid="one CTA per SM" if max_ctas == 0 else "capped",
                 n="multiple of 16" if n % 16 == 0 else "other",

@@ -148,20 +148,42 @@ def ref_gemm_bound(case: Case) -> dict:
     return {"y": oracle.gemm(pa, pb, model="exact", **ep), "bound": oracle.gemm_error_bound(pa, pb, **ep)}
 
 
-def grouped_gemm_operands(case: Case) -> tuple[list, list]:
-    """The oracle's per-group (A, B) planes of a grouped GEMM case (SPEC 12.5); weights use 16x16 blocks."""
+def grouped_gemm_b_splits(case: Case) -> np.ndarray:
+    """The group sizes operand b is quantized with: W's rows per group (fprop / dgrad; N each unless the case makes
+    groups disagree) or X's split (wgrad; dY's unless they disagree). SPEC 12.5."""
     a, o = case.arrays, case.options
-    splits, e = a["splits"], a["splits"].size
-    n = a["w"].shape[0] // e
+    if "b_splits" in o:
+        return np.asarray(o["b_splits"], np.int64)
+    if o["kind"] == "wgrad":
+        return a["splits"].astype(np.int64)
+    e = a["splits"].size
+    return np.full(e, a["w"].shape[0] // e, np.int64)
+
+
+def grouped_gemm_disagreeing(case: Case) -> np.ndarray:
+    """Per group: True where b's group does not hold the rows the kind reads (SPEC 12.5: N rows of W for fprop /
+    dgrad, dY's m_g for wgrad); such a group's output is NaN."""
+    a, o = case.arrays, case.options
+    e = a["splits"].size
+    want = a["splits"] if o["kind"] == "wgrad" else np.full(e, a["w"].shape[0] // e)
+    return grouped_gemm_b_splits(case) != want
+
+
+def grouped_gemm_operands(case: Case) -> tuple[list, list]:
+    """The oracle's per-group (A, B) planes of a grouped GEMM case (SPEC 12.5); weights use 16x16 blocks. A group
+    whose operands disagree (grouped_gemm_disagreeing) gets planes of different sizes."""
+    a, o = case.arrays, case.options
+    splits, b_splits = a["splits"], grouped_gemm_b_splits(case)
     rht = dict(rht=bool(o["rht"]), rht_signs=int(o["rht_signs"]))
-    wq = oracle.group_quantize(a["w"], np.full(e, n, np.int64), columnwise=True, block=(16, 16))
+    if o["kind"] != "wgrad":
+        wq = oracle.group_quantize(a["w"], b_splits, columnwise=True, block=(16, 16))
     if o["kind"] == "fprop":
         xq = oracle.group_quantize(a["x"], splits)
         return xq.row_planes, wq.row_planes
     dyq = oracle.group_quantize(a["dy"], splits, columnwise=True, **rht)
     if o["kind"] == "dgrad":
         return dyq.row_planes, wq.col_planes
-    xq = oracle.group_quantize(a["x"], splits, rowwise=False, columnwise=True, **rht)
+    xq = oracle.group_quantize(a["x"], b_splits, rowwise=False, columnwise=True, **rht)
     return dyq.col_planes, xq.col_planes
 
 
@@ -169,12 +191,17 @@ def _grouped_gemm(case: Case, model: str) -> dict:
     """Per-group ``oracle.gemm`` assembled into the device's output layout: [T, N] / [T, K] / [E, N, K]."""
     a, o = case.arrays, case.options
     planes_a, planes_b = grouped_gemm_operands(case)
-    splits = a["splits"]
+    splits, disagree = a["splits"], grouped_gemm_disagreeing(case)
+    e = splits.size
+    n, k = a["w"].shape[0] // e, a["w"].shape[1]
     ys, bounds = [], []
     for g, (pa, pb) in enumerate(zip(planes_a, planes_b, strict=True)):
         bias = None if "bias" not in a else a["bias"][g]
         c = None if "c" not in a else a["c"][g]
-        if o["kind"] == "wgrad" and c is not None and splits[g] == 0:
+        if disagree[g]:  # SPEC 12.5: every output element NaN (accumulating too); bound 0: NaN required
+            shape = {"fprop": (splits[g], n), "dgrad": (splits[g], k), "wgrad": (n, k)}[o["kind"]]
+            y, bound = np.full(shape, np.nan, np.float32), np.zeros(shape)
+        elif o["kind"] == "wgrad" and c is not None and splits[g] == 0:
             y, bound = c.copy(), np.zeros(c.shape)  # SPEC 12.5: an empty expert leaves C untouched, bit for bit
         else:
             kw = dict(out_dtype=o["out_dtype"], bias=bias, accumulate=c)

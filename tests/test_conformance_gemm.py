@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
+import pytest
 
 import oracle
 from conformance.compare import compare
 from conformance.generators import generate
-from conformance.ops import OPS, grouped_gemm_operands, reference
+from conformance.ops import OPS, grouped_gemm_disagreeing, grouped_gemm_operands, reference
 
 
 def _case(op: str, kind: str, seed: int = 3):
     for i in range(200):
-        c = generate(op, seed, i, "grouped_gemm", {"kind": [kind]})
+        c = generate(op, seed, i, "grouped_gemm", {"kind": [kind], "groups_agree": [True]})
         if c.arrays["splits"].sum() > 0 and (c.arrays["splits"] > 0).sum() >= 2:
             return c
     raise AssertionError("no case with two non-empty groups")
@@ -53,7 +54,7 @@ def test_exact_mode_catches_one_ulp():
 
 def test_empty_expert_wgrad_accumulate_keeps_c_bits():
     for i in range(400):
-        c = generate("grouped_gemm_exact", 5, i, "grouped_gemm", {"kind": ["wgrad"]})
+        c = generate("grouped_gemm_exact", 5, i, "grouped_gemm", {"kind": ["wgrad"], "groups_agree": [True]})
         if "c" in c.arrays and (c.arrays["splits"] == 0).any():
             break
     else:
@@ -67,7 +68,7 @@ def test_fprop_cases_with_n_not_multiple_of_16_have_references():
     # fprop's N (weight rows per group = output columns) may be any size; the generator draws such N and the
     # reference is the per-group oracle.gemm on them
     for i in range(400):
-        c = generate("grouped_gemm_exact", 11, i, "grouped_gemm", {"kind": ["fprop"]})
+        c = generate("grouped_gemm_exact", 11, i, "grouped_gemm", {"kind": ["fprop"], "groups_agree": [True]})
         if c.tags["n"] == "other" and c.arrays["splits"].sum() > 0:
             break
     else:
@@ -83,3 +84,60 @@ def test_fprop_cases_with_n_not_multiple_of_16_have_references():
     bias = None if "bias" not in c.arrays else c.arrays["bias"][g]
     yg = oracle.gemm(pa[g], pb[g], model="sequential", out_dtype=c.options["out_dtype"], bias=bias)
     assert np.array_equal(y[r0:r0 + c.arrays["splits"][g]].astype(np.float32), yg.astype(np.float32), equal_nan=True)
+
+
+def _disagreeing_case(op: str, kind: str):
+    """A case with disagreeing groups, one of them and one agreeing group with rows (fprop / dgrad output rows)."""
+    for i in range(600):
+        c = generate(op, 17, i, "grouped_gemm", {"kind": [kind], "groups_agree": [False]})
+        bad, rows = grouped_gemm_disagreeing(c), c.arrays["splits"] > 0
+        if "b_splits" in c.options and (bad & rows).any() and (~bad & rows).any():
+            return c, bad
+    raise AssertionError(f"no {kind} case with disagreeing groups and a non-empty agreeing one")
+
+
+@pytest.mark.parametrize("kind", ["fprop", "dgrad", "wgrad"])
+def test_disagreeing_groups_are_nan_in_the_reference(kind):
+    """SPEC 12.5 in the fuzz cases: b's groups with rows moved between two groups (same total, so the device's
+    host checks pass); the reference is NaN exactly there and the per-group oracle.gemm elsewhere."""
+    c, bad = _disagreeing_case("grouped_gemm_exact", kind)
+    b_splits, splits = np.asarray(c.options["b_splits"]), c.arrays["splits"]
+    e = splits.size
+    n = c.arrays["w"].shape[0] // e
+    assert b_splits.sum() == (splits.sum() if kind == "wgrad" else e * n) and bad.sum() == 2
+    y = np.asarray(reference(c)["y"]).astype(np.float32)
+    pa, pb = grouped_gemm_operands(c)
+    offs = np.concatenate([[0], np.cumsum(splits)])
+    for g in range(e):
+        yg = y[g] if kind == "wgrad" else y[offs[g]:offs[g + 1]]
+        if bad[g]:
+            assert np.isnan(yg).all(), f"group {g} disagrees but is not NaN"
+            continue
+        if kind == "wgrad" and "c" in c.arrays and splits[g] == 0:
+            continue  # C untouched (test_empty_expert_wgrad_accumulate_keeps_c_bits)
+        kw = dict(out_dtype=c.options["out_dtype"])
+        if "bias" in c.arrays:
+            kw["bias"] = c.arrays["bias"][g]
+        if "c" in c.arrays:
+            kw["accumulate"] = c.arrays["c"][g]
+        ref = oracle.gemm(pa[g], pb[g], model="sequential", **kw).astype(np.float32)
+        assert np.array_equal(yg, ref, equal_nan=True), f"agreeing group {g} differs from oracle.gemm"
+
+
+def test_disagreeing_groups_compare_as_nan():
+    """A device result that is not NaN in a disagreeing group is a mismatch in both compare modes; any NaN payload
+    passes."""
+    c, bad = _disagreeing_case("grouped_gemm", "fprop")
+    ref = reference(c)
+    g = int(np.flatnonzero(bad & (c.arrays["splits"] > 0))[0])
+    assert compare(c, ref, {"y": ref["y"].copy()}, mode="bound", stats={}) == []
+    r0 = int(c.arrays["splits"][:g].sum())
+    y = np.asarray(ref["y"]).copy()
+    y[r0, 0] = 1.0
+    assert compare(c, ref, {"y": y}, mode="bound", stats={})
+    ce, _ = _disagreeing_case("grouped_gemm_exact", "fprop")
+    refe = reference(ce)
+    ye = np.asarray(refe["y"]).copy()
+    bits = ye.view(np.uint16 if ye.dtype == ml_dtypes.bfloat16 else np.uint32)
+    bits[np.isnan(ye.astype(np.float32))] ^= 1  # another NaN payload: still conformant
+    assert compare(ce, refe, {"y": ye}, mode=OPS["grouped_gemm_exact"].mode, stats={}) == []
