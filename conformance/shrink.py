@@ -114,10 +114,86 @@ def _shared_quantize_candidates(case: Case) -> Iterator[Case]:
         yield case.replace({"x": y})
 
 
+def _group_rows(sizes: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Row indices of ``groups`` in a tensor split by ``sizes``."""
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    return np.concatenate([np.arange(starts[g], starts[g + 1]) for g in groups] + [np.zeros(0, np.int64)])
+
+
+def _grouped_gemm_candidates(case: Case) -> Iterator[Case]:
+    """Smaller grouped-GEMM cases (SPEC 12.5; arrays x [T, K], w [E N, K], dy [T, N], splits [E], bias, c): no bias /
+    C, simpler options, agreeing operand groups, fewer groups, fewer rows in one group, fewer 16-column blocks of K
+    and of N, zeroed 16-blocks of the operands the kind reads. Every candidate keeps what the device's host checks
+    need: x and dy share T rows, w holds E N rows, and operand b's groups (option ``b_splits``) keep their totals."""
+    a, o = case.arrays, case.options
+    kind, s, x, w, dy = o["kind"], a["splits"], a["x"], a["w"], a["dy"]
+    e = s.size
+    n = w.shape[0] // e
+    b_splits = o.get("b_splits")
+    bs = np.asarray(b_splits, np.int64) if b_splits is not None else (s if kind == "wgrad" else np.full(e, n))
+    for name in ("bias", "c"):
+        if name in a:
+            c = case.replace()
+            del c.arrays[name]
+            yield c
+    if o.get("max_ctas"):
+        yield case.replace(options={"max_ctas": 0})
+    if o.get("rht"):
+        yield case.replace(options={"rht": False})
+    if b_splits is not None:
+        c = case.replace()
+        del c.options["b_splits"]
+        yield c
+    for keep in _chunks(e):  # fewer groups
+        if keep.size == 0:
+            continue
+        if kind == "wgrad" and bs[keep].sum() != s[keep].sum():  # X (split by b_splits) and dY share T
+            continue
+        if kind != "wgrad" and bs[keep].sum() != keep.size * n:  # the device needs E N weight rows
+            continue
+        rows = _group_rows(s, keep)
+        new = {"splits": s[keep], "dy": dy[rows],
+               "x": x[_group_rows(bs, keep)] if kind == "wgrad" else x[rows],
+               "w": w[: keep.size * n] if kind == "wgrad" else w[_group_rows(bs, keep)]}
+        for name in ("bias", "c"):
+            if name in a:
+                new[name] = a[name][keep]
+        yield case.replace(new, {"b_splits": bs[keep].tolist()} if b_splits is not None else None)
+    if not (kind == "wgrad" and b_splits is not None):  # fewer rows in one group (X still split like dY)
+        starts = np.concatenate([[0], np.cumsum(s)]).astype(np.int64)
+        for g in np.flatnonzero(s):
+            for keep in _chunks(int(s[g])):
+                rows = np.concatenate([np.arange(starts[g]), starts[g] + keep, np.arange(starts[g + 1], x.shape[0])])
+                s2 = s.copy()
+                s2[g] = keep.size
+                yield case.replace({"x": x[rows], "dy": dy[rows], "splits": s2})
+    for idx in _cols16(x):  # fewer 16-blocks of K (x and w columns; C's and dgrad's bias columns)
+        new = {"x": x[:, idx], "w": w[:, idx]}
+        if "c" in a:
+            new["c"] = a["c"][:, :, idx]
+        if "bias" in a and kind == "dgrad":
+            new["bias"] = a["bias"][:, idx]
+        yield case.replace(new)
+    if b_splits is None or kind == "wgrad":  # fewer 16-blocks of N (each group's weight rows, dy's columns)
+        for idx in _cols16(dy):
+            new = {"dy": dy[:, idx], "w": w[(np.arange(e)[:, None] * n + idx[None, :]).reshape(-1)]}
+            if "c" in a:
+                new["c"] = a["c"][:, idx, :]
+            if "bias" in a and kind == "fprop":
+                new["bias"] = a["bias"][:, idx]
+            yield case.replace(new)
+    for name in {"fprop": ("x", "w"), "dgrad": ("dy", "w"), "wgrad": ("dy", "x")}[kind]:
+        for y in _zero_blocks(a[name]):
+            yield case.replace({name: y})
+
+
 def candidates(case: Case) -> Iterator[Case]:
     """Smaller variants of ``case`` (not yet checked to fail)."""
     a, o = case.arrays, case.options
     op = case.op
+    if op.startswith("grouped_gemm"):
+        yield from _grouped_gemm_candidates(case)
+        return
     if op in ("e2m1", "e4m3", "bf16", "rht"):
         x = a["x"]
         for keep in _chunks(x.shape[0]):

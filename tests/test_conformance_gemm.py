@@ -3,14 +3,18 @@ device's layout, and the comparisons catch planted errors (fast mode: outside th
 
 from __future__ import annotations
 
+import time
+
 import ml_dtypes
 import numpy as np
 import pytest
 
 import oracle
+from conformance.cases import case_size
 from conformance.compare import compare
 from conformance.generators import generate
 from conformance.ops import OPS, grouped_gemm_disagreeing, grouped_gemm_operands, reference
+from conformance.shrink import shrink
 
 
 def _case(op: str, kind: str, seed: int = 3):
@@ -141,3 +145,51 @@ def test_disagreeing_groups_compare_as_nan():
     bits = ye.view(np.uint16 if ye.dtype == ml_dtypes.bfloat16 else np.uint32)
     bits[np.isnan(ye.astype(np.float32))] ^= 1  # another NaN payload: still conformant
     assert compare(ce, refe, {"y": ye}, mode=OPS["grouped_gemm_exact"].mode, stats={}) == []
+
+
+def _assert_valid_grouped_case(c):
+    """The layout the device's host checks and the reference need (conformance/shrink.py keeps it)."""
+    a, o = c.arrays, c.options
+    s = a["splits"]
+    e = s.size
+    n = a["w"].shape[0] // e
+    assert a["w"].shape[0] == e * n and a["dy"].shape == (int(s.sum()), n) and a["x"].shape[0] == int(s.sum())
+    assert a["x"].shape[1] == a["w"].shape[1]
+    if "b_splits" in o:
+        want = s.sum() if o["kind"] == "wgrad" else e * n
+        assert len(o["b_splits"]) == e and sum(o["b_splits"]) == want
+    for name, shape in (("bias", (e, n if o["kind"] == "fprop" else a["x"].shape[1])),
+                        ("c", (e, n, a["x"].shape[1]))):
+        if name in a:
+            assert a[name].shape == shape
+    reference(c)  # runs
+
+
+@pytest.mark.parametrize("kind", ["fprop", "dgrad", "wgrad"])
+def test_grouped_gemm_cases_shrink(kind):
+    """Failing grouped-GEMM cases are minimized like the others: a planted failure (any nonzero value in the operand
+    the kind reads first) shrinks to one group, one row and one 16-block, and every step is a valid case."""
+    c = _case("grouped_gemm_exact", kind)
+    first = {"fprop": "x", "dgrad": "dy", "wgrad": "dy"}[kind]
+
+    def fails(cand):
+        v = cand.arrays[first].astype(np.float32)
+        return frozenset({"y"}) if cand.arrays["splits"].sum() > 0 and np.count_nonzero(v) > 0 else None
+
+    small, tried = shrink(c, fails, deadline=time.monotonic() + 60)
+    _assert_valid_grouped_case(small)
+    assert fails(small) and tried > 1
+    assert small.arrays["splits"].size == 1 and int(small.arrays["splits"].sum()) == 1
+    assert small.arrays["x"].shape[1] == 16 and case_size(small)[0] < case_size(c)[0] // 8
+
+
+def test_disagreeing_grouped_gemm_case_shrinks_and_keeps_the_disagreement():
+    """A failure that needs the disagreement (the reference has NaN) shrinks to a valid case that still has it."""
+    c, _ = _disagreeing_case("grouped_gemm_exact", "dgrad")
+
+    def fails(cand):
+        return frozenset({"y"}) if np.isnan(np.asarray(reference(cand)["y"], np.float32)).any() else None
+
+    small, tried = shrink(c, fails, deadline=time.monotonic() + 60, max_steps=400)
+    _assert_valid_grouped_case(small)
+    assert fails(small) and "b_splits" in small.options and case_size(small) < case_size(c)
