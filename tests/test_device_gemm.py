@@ -369,24 +369,15 @@ def test_swapped_kernel_cp_async_loader(case, monkeypatch):
 
 def test_swapped_dgrad_groups_off_a_whole_row(monkeypatch):
     """SPEC 12.5 on the swapped kernel's TMA loader: dgrad reads W's columnwise plane (K rows of N / 2 bytes per group),
-    so after a weight group that disagrees with N (here N + 16 rows) the next groups start K (N + 16) / 2 bytes in,
-    not on a whole row of N / 2 bytes. Their weights must still be read from their own first byte (agreeing groups are
-    unaffected), through one tensor map per group. NVFP4_SWAP_GROUP_MAPS=1 turns those maps on; it is opt-in until it
+    so after weight groups that disagree with N the next groups need not start on a whole row of N / 2 bytes. Their
+    weights must still be read from their own first byte (agreeing groups are unaffected), through one tensor map per
+    group (_dgrad_after_disagreeing_groups). NVFP4_SWAP_GROUP_MAPS=1 turns those maps on; it is opt-in until it
     has run on a GPU (docs/gemm.md, stop 34), and without it this case reads those groups' rows shifted."""
     monkeypatch.setenv("NVFP4_SWAP_GROUP_MAPS", "1")
-    n, k = 96, 80  # contraction 96 (% 32 == 0: the TMA loader), 80 output columns (W's columnwise rows)
-    splits = [30, 50, 40]
-    dyq = gq(rand_bf16((sum(splits), n), 21), splits, rowwise=True)
-    wq_bad = gq(rand_bf16((3 * n + 16, k), 22, 0.05), [n + 16, n, n], rowwise=True, columnwise=True, block=(16, 16))
-    assert int(wq_bad.col_data_offsets[1]) % (n // 2) != 0  # the premise: group 1 is not on a whole row
-    for od in (torch.float32, torch.bfloat16):
-        out, check_tail = guarded((sum(splits), k), od)
-        _gg()(dyq, wq_bad, kind="dgrad", out=out, mode="fast", fast_kernel="swapped")
-        check_tail("dgrad")
-        y, dyo, wo = to_np(out), dyq.to_oracle(), wq_bad.to_oracle()
-        _all_nan(y[:30], "dgrad group 0 (W group of N + 16 rows)")
-        check_group(y[30:80], dyo.row_planes[1], wo.col_planes[1], "fast", od, where="dgrad g=1")
-        check_group(y[80:], dyo.row_planes[2], wo.col_planes[2], "fast", od, where="dgrad g=2")
+    # contraction 96 (% 32 == 0: the TMA loader); 80 and 1408 output columns (W's columnwise rows: one and several
+    # 256-row tiles)
+    _dgrad_after_disagreeing_groups(96, 80, "fast", torch.float32, fast_kernel="swapped")
+    _dgrad_after_disagreeing_groups(96, 1408, "fast", torch.bfloat16, fast_kernel="swapped", max_ctas=5)
 
 
 def test_swapped_kernel_capped_grid_and_auto():
@@ -449,6 +440,23 @@ def test_exact_dequant_path(case):
     run_wgrad(splits, n, k, "exact", torch.float32, accumulate=False, seed=94, max_ctas=5, **kw)
 
 
+def _dgrad_after_disagreeing_groups(n: int, k: int, mode: str, out_dtype, **kw) -> None:
+    """dgrad whose weight groups 0 and 1 disagree with N (N + 8 and N - 8 rows, the same total; SPEC 12.5: NaN), so
+    that the columnwise plane of groups 2-3 starts K (2 N + 16) / 2 bytes in, not on a whole row of N / 2 bytes (one
+    tensor map over the whole plane could not address it); groups 2 and 3 are checked against the oracle."""
+    splits = [30, 0, 50, 200]
+    dyq = gq(rand_bf16((sum(splits), n), 13), splits, rowwise=True)
+    wq_bad = gq(rand_bf16((4 * n, k), 12, 0.05), [n + 8, n - 8, n, n], rowwise=True, columnwise=True, block=(16, 16))
+    assert int(wq_bad.col_data_offsets[2]) % (n // 2) != 0  # the premise: group 2 is not on a whole row
+    out, check_tail = guarded((sum(splits), k), out_dtype)
+    _gg()(dyq, wq_bad, kind="dgrad", out=out, mode=mode, **kw)
+    check_tail("dgrad")
+    y, dyo, wo = to_np(out), dyq.to_oracle(), wq_bad.to_oracle()
+    _all_nan(y[:30], "dgrad group 0 (W group of N + 8 rows)")
+    check_group(y[30:80], dyo.row_planes[2], wo.col_planes[2], mode, out_dtype, where="dgrad g=2")
+    check_group(y[80:], dyo.row_planes[3], wo.col_planes[3], mode, out_dtype, where="dgrad g=3")
+
+
 @pytest.mark.parametrize("tma", ["1", "0"])
 def test_exact_dequant_loaders(tma, monkeypatch):
     """The exact kernel over fp16 copies loads its stages with TMA boxes through two tensor maps per group, built on the
@@ -464,19 +472,7 @@ def test_exact_dequant_loaders(tma, monkeypatch):
         run_fprop(splits, n, k, "exact", torch.bfloat16, with_bias=True, seed=95, **kw)
         run_dgrad(splits, n, k, "exact", torch.float32, with_bias=False, seed=96, max_ctas=3, **kw)
         run_wgrad(splits, n, k, "exact", torch.float32, accumulate=True, seed=97, **kw)
-    n, k = 48, 160
-    splits = [30, 0, 50, 200]
-    dy = rand_bf16((sum(splits), n), 13)
-    dyq = gq(dy, splits, rowwise=True)
-    wq_bad = gq(rand_bf16((4 * n, k), 12, 0.05), [n + 8, n - 8, n, n], rowwise=True, columnwise=True, block=(16, 16))
-    assert int(wq_bad.col_data_offsets[2]) % (n // 2) != 0  # the premise: group 2 is not on a whole row
-    out, check_tail = guarded((sum(splits), k), torch.float32)
-    _gg()(dyq, wq_bad, kind="dgrad", out=out, mode="exact", **kw)
-    check_tail("dgrad")
-    y, dyo, wo = to_np(out), dyq.to_oracle(), wq_bad.to_oracle()
-    _all_nan(y[:30], "dgrad group 0 (W group of N + 8 rows)")
-    check_group(y[30:80], dyo.row_planes[2], wo.col_planes[2], "exact", torch.float32, where="dgrad g=2")
-    check_group(y[80:], dyo.row_planes[3], wo.col_planes[3], "exact", torch.float32, where="dgrad g=3")
+    _dgrad_after_disagreeing_groups(48, 160, "exact", torch.float32, **kw)
 
 
 @pytest.mark.parametrize("tma", ["1", "0"])
@@ -487,8 +483,8 @@ def test_exact_fused_loaders(tma, monkeypatch):
     stop 34); otherwise (0, or unset) the converters copy with cp.async. Both
     against the oracle's sequential model: K tails inside a K step (K = 96 and 160: part of the last box lies past
     K), groups and N that are not multiples of 128 rows (box rows past the group zero-filled), empty groups, 64 groups,
-    capped grids, and a dgrad whose weight group 0 disagrees with N (SPEC 12.5: NaN, no maps), so that the columnwise
-    plane of groups 1-3 starts off a whole row of N / 2 bytes (one map over the whole plane could not address it)."""
+    capped grids, and a dgrad whose groups 2-3 start off a whole row after groups that disagree with N
+    (_dgrad_after_disagreeing_groups; the disagreeing groups get no maps)."""
     monkeypatch.setenv("NVFP4_EXACT_TMA", tma)
     kw = dict(exact_kernel="fused")
     for case in ("e4_zeros", "e64", "giant", "e8_rand"):
@@ -497,18 +493,7 @@ def test_exact_fused_loaders(tma, monkeypatch):
         run_dgrad(splits, n, k, "exact", torch.float32, with_bias=False, seed=102, max_ctas=3, **kw)
     run_fprop([0, 70, 129, 5, 300], 200, 96, "exact", torch.float32, with_bias=False, seed=103, max_ctas=2, **kw)
     run_dgrad([0, 70, 129, 5, 300], 96, 192, "exact", torch.bfloat16, with_bias=True, seed=104, **kw)
-    n, k = 96, 160
-    splits = [30, 0, 50, 200]
-    dyq = gq(rand_bf16((sum(splits), n), 13), splits, rowwise=True)
-    wq_bad = gq(rand_bf16((4 * n + 16, k), 12, 0.05), [n + 16, n, n, n], rowwise=True, columnwise=True, block=(16, 16))
-    assert int(wq_bad.col_data_offsets[1]) % (n // 2) != 0  # the premise: group 1 is not on a whole row
-    out, check_tail = guarded((sum(splits), k), torch.float32)
-    _gg()(dyq, wq_bad, kind="dgrad", out=out, mode="exact", **kw)
-    check_tail("dgrad")
-    y, dyo, wo = to_np(out), dyq.to_oracle(), wq_bad.to_oracle()
-    _all_nan(y[:30], "dgrad group 0 (W group of N + 16 rows)")
-    check_group(y[30:80], dyo.row_planes[2], wo.col_planes[2], "exact", torch.float32, where="dgrad g=2")
-    check_group(y[80:], dyo.row_planes[3], wo.col_planes[3], "exact", torch.float32, where="dgrad g=3")
+    _dgrad_after_disagreeing_groups(96, 160, "exact", torch.float32, **kw)  # (contraction 96: the TMA loader)
 
 
 def test_kernel_options_refused_in_the_other_mode():
