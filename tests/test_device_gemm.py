@@ -378,6 +378,8 @@ def test_swapped_dgrad_groups_off_a_whole_row(monkeypatch):
     # 256-row tiles)
     _dgrad_after_disagreeing_groups(96, 80, "fast", torch.float32, fast_kernel="swapped")
     _dgrad_after_disagreeing_groups(96, 1408, "fast", torch.bfloat16, fast_kernel="swapped", max_ctas=5)
+    # contraction 32: a weight row is 16 bytes, narrower than the 32-byte box (the rest zero-filled)
+    run_dgrad([30, 0, 50, 20], 32, 80, "fast", torch.float32, with_bias=True, seed=106, fast_kernel="swapped")
 
 
 def test_swapped_kernel_capped_grid_and_auto():
@@ -482,7 +484,7 @@ def test_exact_fused_loaders(tma, monkeypatch):
     contraction % 32 == 0, when NVFP4_EXACT_TMA=1 (read at every launch; opt-in until it has run on a GPU, docs/gemm.md
     stop 34); otherwise (0, or unset) the converters copy with cp.async. Both
     against the oracle's sequential model: K tails inside a K step (K = 96 and 160: part of the last box lies past
-    K), groups and N that are not multiples of 128 rows (box rows past the group zero-filled), empty groups, 64 groups,
+    K; K = 32: rows narrower than a box), groups and N that are not multiples of 128 rows (box rows past the group zero-filled), empty groups, 64 groups,
     capped grids, and a dgrad whose groups 2-3 start off a whole row after groups that disagree with N
     (_dgrad_after_disagreeing_groups; the disagreeing groups get no maps)."""
     monkeypatch.setenv("NVFP4_EXACT_TMA", tma)
@@ -493,6 +495,9 @@ def test_exact_fused_loaders(tma, monkeypatch):
         run_dgrad(splits, n, k, "exact", torch.float32, with_bias=False, seed=102, max_ctas=3, **kw)
     run_fprop([0, 70, 129, 5, 300], 200, 96, "exact", torch.float32, with_bias=False, seed=103, max_ctas=2, **kw)
     run_dgrad([0, 70, 129, 5, 300], 96, 192, "exact", torch.bfloat16, with_bias=True, seed=104, **kw)
+    # contraction 32: a packed row is 16 bytes, narrower than the 32-byte box (the rest zero-filled)
+    run_fprop([0, 70, 129, 5], 40, 32, "exact", torch.float32, with_bias=True, seed=105, **kw)
+    run_dgrad([0, 70, 129, 5], 32, 48, "exact", torch.bfloat16, with_bias=False, seed=106, **kw)
     _dgrad_after_disagreeing_groups(96, 160, "exact", torch.float32, **kw)  # (contraction 96: the TMA loader)
 
 

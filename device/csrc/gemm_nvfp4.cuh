@@ -78,6 +78,9 @@ void launch_gemm(const LaunchArgs& a, cudaStream_t s);
 // the GEMM kernels (gemm_wgmma_fast.cu / gemm_wgmma_exact.cu, template in gemm_wgmma.cuh)
 void launch_wgmma_fast(const LaunchArgs& a, cudaStream_t s);
 void launch_wgmma_exact(const LaunchArgs& a, cudaStream_t s);
+// its TMA form (gemm_wgmma_exact_tma.cu): false, launching nothing, when it cannot run (LaunchArgs::exact_maps null,
+// NVFP4_EXACT_TMA not 1, or the driver refuses the maps)
+bool launch_wgmma_exact_tma(const LaunchArgs& a, cudaStream_t s);
 void launch_wgmma_pair(const LaunchArgs& a, cudaStream_t s);  // fast mode, 2-CTA cluster tiles
 // exact mode over fp16 copies of the operands, and fast mode with the operands swapped: launch_exact_f16 and
 // launch_swapped in gemm_dequant.h (they need the planes for their TMA maps)

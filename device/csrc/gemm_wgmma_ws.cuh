@@ -345,13 +345,17 @@ struct RawTma {
   int m0, n0;              // the tile's first A / B row
   int sa_row0, sb_row0;    // the scale rows of the tile's K tile 0
 
-  // At a tile's first K step: the group's maps (acquired: written by another kernel through the generic proxy).
-  __device__ __forceinline__ void begin(const CUtensorMap* group_maps, int group, int tile_m0, int tile_n0, int KT) {
+  // At a tile's first K step: the group's maps, acquired by the issuing thread (written by another kernel through
+  // the generic proxy).
+  __device__ __forceinline__ void begin(const CUtensorMap* group_maps, int group, int tile_m0, int tile_n0, int KT,
+                                        bool issuer) {
     static_assert(S::BM == 128 && S::kLoadBN == 128 && S::kCluster == 1 && S::kSA == 512 && S::kSB == 512,
                   "one 128-row box and one scale tile per operand");
     maps = group_maps + 4 * group;
+    if (issuer) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) gmap::acquire_group_map(maps + i);
+      for (int i = 0; i < 4; ++i) gmap::acquire_group_map(maps + i);
+    }
     m0 = tile_m0;
     n0 = tile_n0;
     sa_row0 = 4 * (tile_m0 / 128) * KT;
@@ -733,7 +737,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
             walk_columns((load.local / tiles_m) * S::BN, kSplitTail ? load.half : -1, __ldg(&pp->N));
         const int m0 = (load.local % tiles_m) * S::kTileM + static_cast<int>(rank) * S::BM;
         if constexpr (TMA) {
-          tma.begin(group_maps, load.group, m0, cols.begin, load.KT);
+          tma.begin(group_maps, load.group, m0, cols.begin, load.KT, ct == 0);
         } else {
           loader = wg::RawLoader<LoaderShape<S>>(*pp, m0, cols.begin + static_cast<int>(rank) * S::kLoadBN, cols.end,
                                                  load.KT, static_cast<long long>(__ldg(&pp->K) / 2), ct);
