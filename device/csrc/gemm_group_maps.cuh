@@ -1,5 +1,5 @@
 // Per-group TMA tensor maps, built on the device (the exact kernels' TMA loaders: gemm_exact_f16.cu over fp16 copies,
-// gemm_wgmma_exact.cu over the packed planes). The group sizes and operand pointers live on the device (the setup
+// gemm_wgmma_exact_tma.cu over the packed planes). The group sizes and operand pointers live on the device (the setup
 // kernel's Prob array), so the host encodes one template map per kind of box and a small kernel (one warp per group)
 // fills in each group's base, {inner, rows} and row pitch:
 //   1. the lanes that own a map copy the template into shared memory and put in the fields with tensormap.replace

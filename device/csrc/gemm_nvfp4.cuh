@@ -59,7 +59,7 @@ struct LaunchArgs {
   int grid_upper;  // host upper bound on the number of tiles (grid = min(this, resident blocks))
   int tile_m;  // CTA rows (from pick_tile); selects the fast kernel's shape
   int max_ctas;  // 0, or at most this many CTAs (a cluster counts its CTAs; at least one cluster runs)
-  // The fused exact kernel's TMA loader (gemm_wgmma_exact.cu): scratch for 4 tensor maps per group (128 bytes each,
+  // The fused exact kernel's TMA loader (gemm_wgmma_exact_tma.cu): scratch for 4 tensor maps per group (128 bytes each,
   // 128-byte aligned), given only when every group's packed rows have a pitch of a multiple of 16 bytes and the planes
   // are 16-byte aligned (fprop / dgrad with a contraction % 32 == 0); null: the cp.async loader.
   void* exact_maps;

@@ -331,9 +331,9 @@ struct LoaderShape {
   static_assert((BM + BN) * 4 % kThreads == 0 && (kSA + kSB) / 16 <= kThreads, "copy chunks divide evenly");
 };
 
-// The TMA form of the converters' loads (the exact shapes' TMA instantiation, gemm_wgmma_exact.cu): converter thread 0
-// issues each raw stage as one arrive.expect_tx and four boxes through the group's four tensor maps (built on the
-// device by gemm_wgmma_exact.cu's packed_maps_kernel, gemm_group_maps.cuh):
+// The TMA form of the converters' loads (the exact shapes' TMA instantiation, gemm_wgmma_exact_tma.cu): converter
+// thread 0 issues each raw stage as one arrive.expect_tx and four boxes through the group's four tensor maps (built on
+// the device by gemm_wgmma_exact_tma.cu's packed_maps_kernel, gemm_group_maps.cuh):
 //   maps[0] / maps[1]: the group's packed A / B plane as {K / 2 bytes, M / N rows} with its row pitch K / 2, box
 //       {32, 128}: one K tile of 128 rows, the raw stage's row-major 32-byte rows; bytes past K / 2 and rows past M / N
 //       are zero-filled, as RawLoader's src-size 0 copies;
