@@ -148,25 +148,28 @@ def ref_gemm_bound(case: Case) -> dict:
     return {"y": oracle.gemm(pa, pb, model="exact", **ep), "bound": oracle.gemm_error_bound(pa, pb, **ep)}
 
 
-def grouped_gemm_b_splits(case: Case) -> np.ndarray:
-    """The group sizes operand b is quantized with: W's rows per group (fprop / dgrad; N each unless the case makes
-    groups disagree) or X's split (wgrad; dY's unless they disagree). SPEC 12.5."""
-    a, o = case.arrays, case.options
-    if "b_splits" in o:
-        return np.asarray(o["b_splits"], np.int64)
-    if o["kind"] == "wgrad":
+def _agreeing_b_splits(case: Case) -> np.ndarray:
+    """The group sizes operand b must have for the kind (SPEC 12.5): N rows of W per group (fprop / dgrad) or dY's
+    split (wgrad)."""
+    a = case.arrays
+    if case.options["kind"] == "wgrad":
         return a["splits"].astype(np.int64)
     e = a["splits"].size
     return np.full(e, a["w"].shape[0] // e, np.int64)
 
 
+def grouped_gemm_b_splits(case: Case) -> np.ndarray:
+    """The group sizes operand b is quantized with: W's rows per group (fprop / dgrad) or X's split (wgrad); the
+    agreeing ones unless the case makes groups disagree (option ``b_splits``). SPEC 12.5."""
+    if "b_splits" in case.options:
+        return np.asarray(case.options["b_splits"], np.int64)
+    return _agreeing_b_splits(case)
+
+
 def grouped_gemm_disagreeing(case: Case) -> np.ndarray:
     """Per group: True where b's group does not hold the rows the kind reads (SPEC 12.5: N rows of W for fprop /
     dgrad, dY's m_g for wgrad); such a group's output is NaN."""
-    a, o = case.arrays, case.options
-    e = a["splits"].size
-    want = a["splits"] if o["kind"] == "wgrad" else np.full(e, a["w"].shape[0] // e)
-    return grouped_gemm_b_splits(case) != want
+    return grouped_gemm_b_splits(case) != _agreeing_b_splits(case)
 
 
 def grouped_gemm_operands(case: Case) -> tuple[list, list]:

@@ -16,6 +16,7 @@ import numpy as np
 import oracle
 
 from .cases import Case, case_size
+from .ops import grouped_gemm_b_splits
 
 __all__ = ["shrink", "candidates"]
 
@@ -130,7 +131,7 @@ def _grouped_gemm_candidates(case: Case) -> Iterator[Case]:
     e = s.size
     n = w.shape[0] // e
     b_splits = o.get("b_splits")
-    bs = np.asarray(b_splits, np.int64) if b_splits is not None else (s if kind == "wgrad" else np.full(e, n))
+    bs = grouped_gemm_b_splits(case)
     for name in ("bias", "c"):
         if name in a:
             c = case.replace()
