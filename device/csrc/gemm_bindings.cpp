@@ -122,6 +122,13 @@ void launch_dequant_path(int kind, int E, const nvfp4_gemm::SetupArgs& s, const 
   TORCH_CHECK(rc == 0, "nvfp4_gemm: the CUTLASS grouped GEMM refused the launch (code ", rc, ")");
 }
 
+// Scratch for `per_group` bytes of tensor maps per group, 128-byte aligned (TMA's requirement), from the caching
+// allocator on the current stream (stream-ordered, graph-safe); `holder` keeps it until the launches are enqueued.
+void* map_scratch(Tensor& holder, int64_t per_group, int64_t E, const Tensor& like) {
+  holder = at::empty({per_group * E + 128}, like.options());
+  return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(holder.data_ptr()) + 127) & ~uintptr_t{127});
+}
+
 // workspace: uint8 [E * sizeof(Prob) + 4 * (E + 1)] (any contents; fully rewritten by the setup kernel)
 void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, const Tensor& a_scales,
                    const Tensor& a_offs, const Tensor& a_amax, const Tensor& b_data, const Tensor& b_scales,
@@ -218,30 +225,25 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
     if (swapped) {
       // dgrad: one weight map per group (gemm_swapped.cu, SwapMaps::w_group_maps; 128 bytes each, 128-byte aligned)
       Tensor maps;
-      if (kind == nvfp4_gemm::kDgrad) {
-        maps = at::empty({128 * E + 128}, a_data.options());
-        d.group_maps = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(maps.data_ptr()) + 127) & ~uintptr_t{127});
-      }
+      if (kind == nvfp4_gemm::kDgrad) d.group_maps = map_scratch(maps, 128, E, a_data);
       nvfp4_gemm::launch_swapped_path(d, probs, l, stream);
     } else {
       // the exact kernel's per-group tensor maps (2 x 128 bytes per group, 128-byte aligned; gemm_exact_f16.cu)
-      const Tensor maps = at::empty({256 * E + 128}, a_data.options());
-      d.group_maps = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(maps.data_ptr()) + 127) & ~uintptr_t{127});
+      Tensor maps;
+      d.group_maps = map_scratch(maps, 256, E, a_data);
       nvfp4_gemm::launch_dequant_exact(d, probs, l, stream);
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }
-  // the fused exact kernel's TMA loader (gemm_wgmma_exact.cu, 4 tensor maps of 128 bytes per group): fprop / dgrad
+  // the fused exact kernel's TMA loader (gemm_wgmma_exact_tma.cu, 4 tensor maps of 128 bytes per group): fprop / dgrad
   // with packed rows of a multiple of 16 bytes (contraction % 32 == 0) and 16-byte aligned planes, so that SPEC 9.2's
   // offsets keep every group's rows and scale tiles 16-byte aligned; otherwise the converters' cp.async copies
   Tensor exact_maps;
   const auto aligned16 = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
   if (exact && kind != nvfp4_gemm::kWgrad && kc % 32 == 0 && aligned16(a_data) && aligned16(b_data) &&
       aligned16(a_scales) && aligned16(b_scales)) {
-    exact_maps = at::empty({512 * E + 128}, a_data.options());
-    l.exact_maps =
-        reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(exact_maps.data_ptr()) + 127) & ~uintptr_t{127});
+    l.exact_maps = map_scratch(exact_maps, 512, E, a_data);
   }
   nvfp4_gemm::launch_gemm(l, stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
