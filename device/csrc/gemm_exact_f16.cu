@@ -15,20 +15,17 @@ static_assert(xf16::ShapeF32::BM == ws::ShapeExactWs::BM && xf16::ShapeF32::BN =
 
 namespace {
 
-constexpr int kMapWarps = 4;  // groups per CTA of exact_maps_kernel
-
 // Group g's two tensor maps (gemm_group_maps.cuh): the host-encoded template (fp16, box {64, 128},
 // 128-byte swizzle) with the group's base, {K, rows} and row pitch 2 K bytes put in by tensormap.replace in shared
 // memory, then copied to maps[2 g + i] with the release that the loader's acquire pairs with. One warp per group;
 // groups without a K step or without rows are skipped (no tile of theirs loads anything).
 __global__ void exact_maps_kernel(const Prob* __restrict__ probs, int E, const __grid_constant__ CUtensorMap tmpl,
                                   CUtensorMap* __restrict__ maps) {
-  __shared__ alignas(128) CUtensorMap staged[kMapWarps][2];
+  __shared__ alignas(128) CUtensorMap staged[gmap::kMapWarps][2];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int g = blockIdx.x * kMapWarps + warp;
-  if (g >= E) return;  // (warp-uniform)
-  const Prob p = probs[g];
-  if (p.K <= 0 || p.M <= 0 || p.N <= 0) return;
+  int g;
+  Prob p;
+  if (!gmap::map_group(probs, E, &g, &p)) return;  // (warp-uniform)
   if (lane < 2)  // lane 0: A (rows M), lane 1: B (rows N); row pitch 2 K bytes
     gmap::stage_group_map(&staged[warp][lane], tmpl, lane == 0 ? p.a : p.b, static_cast<uint32_t>(p.K),
                           static_cast<uint32_t>(lane == 0 ? p.M : p.N), 2ull * static_cast<uint64_t>(p.K));
@@ -53,7 +50,7 @@ void launch_shape(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s)
   CUtensorMap tmpl{};
   auto* maps = static_cast<CUtensorMap*>(d.group_maps);
   if (a.E > 0 && exact_template(d, &tmpl)) {
-    exact_maps_kernel<<<(a.E + kMapWarps - 1) / kMapWarps, 32 * kMapWarps, 0, s>>>(a.probs, a.E, tmpl, maps);
+    exact_maps_kernel<<<gmap::map_grid(a.E), gmap::kMapThreads, 0, s>>>(a.probs, a.E, tmpl, maps);
     wg::launch_persistent<xf16::exact_f16_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(a, s, maps);
   } else {
     wg::launch_persistent<xf16::exact_f16_kernel<S, OUT_F32, false>, S::kThreads, S::kSmem>(a, s, maps);

@@ -15,8 +15,24 @@
 
 #include <cstdint>
 
+#include "gemm_nvfp4.cuh"
+
 namespace nvfp4_gemm {
 namespace gmap {
+
+// The maps kernels run one warp per group, kMapWarps warps (groups) per CTA: map_grid(E) CTAs of kMapThreads threads.
+constexpr int kMapWarps = 4;
+constexpr int kMapThreads = 32 * kMapWarps;
+inline dim3 map_grid(int E) { return dim3(static_cast<unsigned>((E + kMapWarps - 1) / kMapWarps)); }
+
+// In a maps kernel: this warp's group `g` and its problem `p` (the setup kernel's); false (warp-uniform) when the
+// warp has no group, or the group loads nothing (no K step or no rows: no tile of it reads a map), so it builds none.
+__device__ __forceinline__ bool map_group(const Prob* __restrict__ probs, int E, int* g, Prob* p) {
+  *g = static_cast<int>(blockIdx.x) * kMapWarps + static_cast<int>(threadIdx.x >> 5);
+  if (*g >= E) return false;
+  *p = probs[*g];
+  return p->K > 0 && p->M > 0 && p->N > 0;
+}
 
 // The loader's acquire of a map that publish_group_maps wrote (generic proxy) before TMA reads it (tensormap proxy).
 __device__ __forceinline__ void acquire_group_map(const CUtensorMap* map) {

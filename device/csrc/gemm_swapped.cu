@@ -42,19 +42,16 @@ bool swap_maps(const DequantGemmArgs& d, swp::SwapMaps* m) {
                    CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
-constexpr int kMapWarps = 4;  // groups per CTA of weight_maps_kernel
-
 // Group g's weight map (SwapMaps::w_group_maps): `tmpl` (the whole plane's map `w`) with base Prob::b, {K / 2 bytes,
 // N rows} and pitch K / 2, staged in shared memory and published to maps[g] (gemm_group_maps.cuh). One warp per group;
 // groups without a K step or without rows are skipped (no tile of theirs loads anything).
 __global__ void weight_maps_kernel(const Prob* __restrict__ probs, int E, const __grid_constant__ CUtensorMap tmpl,
                                    CUtensorMap* __restrict__ maps) {
-  __shared__ alignas(128) CUtensorMap staged[kMapWarps];
+  __shared__ alignas(128) CUtensorMap staged[gmap::kMapWarps];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int g = blockIdx.x * kMapWarps + warp;
-  if (g >= E) return;  // (warp-uniform)
-  const Prob p = probs[g];
-  if (p.K <= 0 || p.M <= 0 || p.N <= 0) return;
+  int g;
+  Prob p;
+  if (!gmap::map_group(probs, E, &g, &p)) return;  // (warp-uniform)
   if (lane == 0) {
     const uint32_t pitch = static_cast<uint32_t>(p.K) / 2;
     gmap::stage_group_map(&staged[warp], tmpl, p.b, pitch, static_cast<uint32_t>(p.N), pitch);
@@ -78,7 +75,7 @@ void launch_out(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s) {
     using S = swp::ShapeTma;
     if (use_group_maps(a, d)) {
       auto* maps = static_cast<CUtensorMap*>(d.group_maps);
-      weight_maps_kernel<<<(a.E + kMapWarps - 1) / kMapWarps, 32 * kMapWarps, 0, s>>>(a.probs, a.E, m.w, maps);
+      weight_maps_kernel<<<gmap::map_grid(a.E), gmap::kMapThreads, 0, s>>>(a.probs, a.E, m.w, maps);
       m.w_group_maps = maps;
       wg::launch_persistent<swp::swapped_kernel<S, OUT_F32, true, true>, S::kThreads, S::kSmem>(a, s, m);
     } else {

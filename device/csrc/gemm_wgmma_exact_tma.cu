@@ -9,20 +9,17 @@ namespace nvfp4_gemm {
 
 namespace {
 
-constexpr int kMapWarps = 4;  // groups per CTA of packed_maps_kernel
-
 // Group g's four maps (ws::RawTma): lanes 0 / 1 the packed A / B plane as {K / 2 bytes, M / N rows}, row pitch K / 2
 // (data_tmpl: uint8, box {32, 128}); lanes 2 / 3 the A / B scale tiles as {128 bytes, 4 KT roundup(rows, 128) / 128
 // rows} (scale_tmpl: uint8, box {128, 4}; SPEC 8.2: KT = ceil(K / 64) tiles of 512 bytes per 128 rows). One warp per
 // group; groups without a K step or without rows are skipped (no tile of theirs loads anything).
 __global__ void packed_maps_kernel(const Prob* __restrict__ probs, int E, const __grid_constant__ CUtensorMap data_tmpl,
                                    const __grid_constant__ CUtensorMap scale_tmpl, CUtensorMap* __restrict__ maps) {
-  __shared__ alignas(128) CUtensorMap staged[kMapWarps][4];
+  __shared__ alignas(128) CUtensorMap staged[gmap::kMapWarps][4];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int g = blockIdx.x * kMapWarps + warp;
-  if (g >= E) return;  // (warp-uniform)
-  const Prob p = probs[g];
-  if (p.K <= 0 || p.M <= 0 || p.N <= 0) return;
+  int g;
+  Prob p;
+  if (!gmap::map_group(probs, E, &g, &p)) return;  // (warp-uniform)
   if (lane < 4) {
     const bool is_b = (lane & 1) != 0;
     const uint32_t rows = static_cast<uint32_t>(is_b ? p.N : p.M);
@@ -55,8 +52,7 @@ template <class S, bool OUT_F32>
 void launch_tma(const LaunchArgs& a, const CUtensorMap& data_tmpl, const CUtensorMap& scale_tmpl, cudaStream_t s) {
   static_assert(!S::kLinesEpi || OUT_F32, "the whole-line epilogue stores fp32 output");
   auto* maps = static_cast<CUtensorMap*>(a.exact_maps);
-  packed_maps_kernel<<<(a.E + kMapWarps - 1) / kMapWarps, 32 * kMapWarps, 0, s>>>(a.probs, a.E, data_tmpl, scale_tmpl,
-                                                                                maps);
+  packed_maps_kernel<<<gmap::map_grid(a.E), gmap::kMapThreads, 0, s>>>(a.probs, a.E, data_tmpl, scale_tmpl, maps);
   wg::launch_persistent<ws::ws_gemm_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem, S::kCluster>(
       a, s, static_cast<const CUtensorMap*>(maps));
 }
