@@ -22,7 +22,7 @@ from oracle.swizzle import swizzle_scales
 
 from . import independent as ind
 from .cases import Case
-from .ops import gemm_epilogue, gemm_planes, grouped_gemm_b_splits, quantize_kwargs
+from .ops import gemm_epilogue, gemm_planes, grouped_gemm_b_splits, operand_quant_kwargs, quantize_kwargs
 
 __all__ = ["Backend", "BACKENDS", "BackendSpecError", "CPU_DEFAULT", "DeviceBackend", "make_backend", "register_backend"]
 
@@ -404,15 +404,16 @@ class DeviceBackend(Backend):
         rht = dict(rht=bool(o["rht"]), rht_signs=int(o["rht_signs"]))
         b_splits = torch.from_numpy(grouped_gemm_b_splits(case)).to(dev)  # (SPEC 12.5: may disagree with splits)
         kind = o["kind"]
+        qa, qb = operand_quant_kwargs(case, "a"), operand_quant_kwargs(case, "b")  # (the reference's, ops.py)
         if kind != "wgrad":
-            wq = mod.group_quantize(t["w"], b_splits, rowwise=True, columnwise=True, block=(16, 16))
+            wq = mod.group_quantize(t["w"], b_splits, rowwise=True, columnwise=True, **qb)
         if kind == "fprop":
-            lhs, rhs = mod.group_quantize(t["x"], splits, rowwise=True), wq
+            lhs, rhs = mod.group_quantize(t["x"], splits, rowwise=True, **qa), wq
         elif kind == "dgrad":
-            lhs, rhs = mod.group_quantize(t["dy"], splits, rowwise=True, columnwise=True, **rht), wq
+            lhs, rhs = mod.group_quantize(t["dy"], splits, rowwise=True, columnwise=True, **rht, **qa), wq
         else:
-            lhs = mod.group_quantize(t["dy"], splits, rowwise=True, columnwise=True, **rht)
-            rhs = mod.group_quantize(t["x"], b_splits, rowwise=False, columnwise=True, **rht)
+            lhs = mod.group_quantize(t["dy"], splits, rowwise=True, columnwise=True, **rht, **qa)
+            rhs = mod.group_quantize(t["x"], b_splits, rowwise=False, columnwise=True, **rht, **qb)
         kw = dict(kind=kind, mode="exact" if op == "grouped_gemm_exact" else "fast",
                   out_dtype=torch.bfloat16 if o["out_dtype"] == "bfloat16" else torch.float32)
         if kw["mode"] == "fast":  # (cases saved before the option existed: the kernel chosen by the sizes)

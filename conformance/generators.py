@@ -395,8 +395,10 @@ def gen_gemm(rng, space) -> tuple[dict, dict, dict]:
     elif alpha_mode == "random":
         alpha = float(np.float32(rng.standard_normal() * 10.0 ** rng.uniform(-5, 5)))
     o = dict(rule=rule, out_dtype=out_dtype, alpha=alpha)
+    o.update(gen_operand_quant(rng, space, rule=rule, b_blocks=((1, 16), (16, 16))))
     tags = dict(rule=rule, out_dtype=out_dtype, alpha=alpha_mode, values=kind, dtype=dtype,
-                epilogue="+".join([x for x in ("bias", "c") if x in arrays]) or "none")
+                epilogue="+".join([x for x in ("bias", "c") if x in arrays]) or "none",
+                operands=operand_quant_tag(o, (1, 16)))
     return arrays, o, tags
 
 
@@ -452,6 +454,45 @@ def disagreeing_splits(rng: np.random.Generator, s: np.ndarray) -> np.ndarray | 
     return out
 
 
+def gen_operand_quant(rng, space, rule: str | None = None, b_blocks: tuple = ()) -> dict:
+    """How GEMM operands a and b are quantized (drawn after a case's other draws, so those stay as they were); half
+    the cases keep the defaults. Options ``quant_a`` / ``quant_b``: dict(rule, rounding, seed, offset): the given
+    scale rule, else one of the TE family (SPEC 5.2 / 5.3, the rules the device GEMM takes), and round-to-nearest or
+    stochastic rounding (SPEC 10) with its own seed and counter offset. ``b_block``: b's scale blocks, one of
+    ``b_blocks`` (the default first; none: not drawn). Read back by ``conformance.ops.operand_quant_kwargs``."""
+    out = {f"quant_{name}": dict(rule=rule or "te", rounding="rn", seed=0, offset=0) for name in ("a", "b")}
+    if b_blocks:
+        out["b_block"] = list(b_blocks[0])
+    if pick(rng, space, "operand_quant", ["default", "varied"]) == "default":
+        return out
+    for name in ("a", "b"):
+        r = rule or pick(rng, space, "operand_rule", ["te", "te_fused_rht"], p=[0.7, 0.3])
+        rounding = pick(rng, space, "operand_rounding", ["rn", "sr"])
+        sr = rounding == "sr"
+        out[f"quant_{name}"] = dict(
+            rule=r, rounding=rounding,
+            seed=int(rng.integers(0, 2**63)) * 2 + int(rng.integers(2)) if sr else 0,
+            offset=int(rng.choice([0, int(rng.integers(0, 2**32)), 2**32 - 1])) if sr else 0)
+    if b_blocks:
+        out["b_block"] = list(pick(rng, space, "b_block", list(b_blocks)))
+    return out
+
+
+def operand_quant_tag(o: dict, default_block=(16, 16)) -> str:
+    """A short tag of the operands' quantization: "default" (the case's rule or TE, round-to-nearest, b's default
+    blocks), else e.g. "a:sr b:sr+te_fused_rht b:1x16"."""
+    parts = []
+    for name in ("a", "b"):
+        q = o.get(f"quant_{name}", {})
+        bits = [x for x in (q.get("rounding") == "sr" and "sr",
+                            q.get("rule", "te") not in ("te", o.get("rule", "te")) and q.get("rule")) if x]
+        parts += [f"{name}:{'+'.join(bits)}"] if bits else []
+    block = list(o.get("b_block", default_block))
+    if block != list(default_block):
+        parts.append(f"b:{block[0]}x{block[1]}")
+    return " ".join(parts) or "default"
+
+
 def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
     """Grouped GEMM inputs (SPEC 12.5): x [T, K], w [E*N, K], dy [T, N] (bf16), splits, kind, bias / C."""
     kind = pick(rng, space, "kind", ["fprop", "dgrad", "wgrad"])
@@ -502,8 +543,10 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
         if b_splits is not None:
             o["b_splits"] = b_splits.tolist()
             agree = False
+    # (b_block: W's scale blocks; TE quantizes weights in 16x16 blocks, SPEC 6.3)
+    o.update(gen_operand_quant(rng, space, b_blocks=((16, 16), (1, 16)) if kind != "wgrad" else ()))
     tags = dict(kind=kind, out_dtype=out_dtype, rht=str(rht), splits=skind, values=vkind,
-                groups_agree=str(agree),
+                groups_agree=str(agree), operands=operand_quant_tag(o),
                 fast_kernel=f"exact: {exact_kernel}" if space.get("mode") == "exact" else fast_kernel,
                 grid="one CTA per SM" if max_ctas == 0 else "capped",
                 n="multiple of 16" if n % 16 == 0 else "other",

@@ -123,10 +123,10 @@ def ref_rht(case: Case) -> dict:
 
 
 def gemm_planes(case: Case):
-    """The oracle's rowwise planes of the GEMM operands ``a`` and ``b`` (quantized with the case's rule)."""
-    rule = case.options["rule"]
-    pa = oracle.quantize(case.arrays["a"], rule=rule).row
-    pb = oracle.quantize(case.arrays["b"], rule=rule).row
+    """The oracle's rowwise planes of the GEMM operands ``a`` and ``b`` (quantized with the case's rule, rounding
+    and b's block shape: operand_quant_kwargs)."""
+    pa = oracle.quantize(case.arrays["a"], **operand_quant_kwargs(case, "a")).row
+    pb = oracle.quantize(case.arrays["b"], **operand_quant_kwargs(case, "b")).row
     return pa, pb
 
 
@@ -172,21 +172,37 @@ def grouped_gemm_disagreeing(case: Case) -> np.ndarray:
     return grouped_gemm_b_splits(case) != _agreeing_b_splits(case)
 
 
+def operand_quant_kwargs(case: Case, name: str) -> dict:
+    """The quantize keywords of GEMM operand ``name`` ("a" or "b") of a ``gemm`` or ``grouped_gemm`` case: scale
+    rule and rounding (option ``quant_<name>``, conformance.generators.gen_operand_quant; cases saved before it
+    existed: the case's ``rule`` or "te", round-to-nearest), and for b its scale blocks (option ``b_block``; before
+    it: 16x16 for a grouped case's weights, 1x16 for a gemm case). A grouped wgrad's b (X) takes 1x16 blocks."""
+    o = case.options
+    q = o.get(f"quant_{name}", {})
+    kw = dict(rule=q.get("rule", o.get("rule", "te")), rounding=q.get("rounding", "rn"), seed=int(q.get("seed", 0)),
+              offset=int(q.get("offset", 0)))
+    if name == "b" and o.get("kind") != "wgrad":
+        kw["block"] = tuple(o.get("b_block", (16, 16) if "kind" in o else (1, 16)))
+    return kw
+
+
 def grouped_gemm_operands(case: Case) -> tuple[list, list]:
-    """The oracle's per-group (A, B) planes of a grouped GEMM case (SPEC 12.5); weights use 16x16 blocks. A group
-    whose operands disagree (grouped_gemm_disagreeing) gets planes of different sizes."""
+    """The oracle's per-group (A, B) planes of a grouped GEMM case (SPEC 12.5), quantized with the case's operand
+    options (operand_quant_kwargs). A group whose operands disagree (grouped_gemm_disagreeing) gets planes of
+    different sizes."""
     a, o = case.arrays, case.options
     splits, b_splits = a["splits"], grouped_gemm_b_splits(case)
     rht = dict(rht=bool(o["rht"]), rht_signs=int(o["rht_signs"]))
+    qa, qb = operand_quant_kwargs(case, "a"), operand_quant_kwargs(case, "b")
     if o["kind"] != "wgrad":
-        wq = oracle.group_quantize(a["w"], b_splits, columnwise=True, block=(16, 16))
+        wq = oracle.group_quantize(a["w"], b_splits, columnwise=True, **qb)
     if o["kind"] == "fprop":
-        xq = oracle.group_quantize(a["x"], splits)
+        xq = oracle.group_quantize(a["x"], splits, **qa)
         return xq.row_planes, wq.row_planes
-    dyq = oracle.group_quantize(a["dy"], splits, columnwise=True, **rht)
+    dyq = oracle.group_quantize(a["dy"], splits, columnwise=True, **rht, **qa)
     if o["kind"] == "dgrad":
         return dyq.row_planes, wq.col_planes
-    xq = oracle.group_quantize(a["x"], b_splits, rowwise=False, columnwise=True, **rht)
+    xq = oracle.group_quantize(a["x"], b_splits, rowwise=False, columnwise=True, **rht, **qb)
     return dyq.col_planes, xq.col_planes
 
 

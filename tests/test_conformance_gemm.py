@@ -13,7 +13,14 @@ import oracle
 from conformance.cases import case_size
 from conformance.compare import compare
 from conformance.generators import generate
-from conformance.ops import OPS, grouped_gemm_disagreeing, grouped_gemm_operands, reference
+from conformance.ops import (
+    OPS,
+    gemm_planes,
+    grouped_gemm_b_splits,
+    grouped_gemm_disagreeing,
+    grouped_gemm_operands,
+    reference,
+)
 from conformance.shrink import shrink
 
 
@@ -193,3 +200,146 @@ def test_disagreeing_grouped_gemm_case_shrinks_and_keeps_the_disagreement():
     small, tried = shrink(c, fails, deadline=time.monotonic() + 60, max_steps=400)
     _assert_valid_grouped_case(small)
     assert fails(small) and "b_splits" in small.options and case_size(small) < case_size(c)
+
+
+def _varied_case(op: str, kind: str, want) -> object:
+    """A grouped case of ``kind`` whose operand options (conformance.generators.gen_operand_quant) satisfy
+    ``want(options)`` and that has two non-empty groups."""
+    for i in range(600):
+        c = generate(op, 23, i, "grouped_gemm", {"kind": [kind], "operand_quant": ["varied"]})
+        if want(c.options) and (c.arrays["splits"] > 0).sum() >= 2:
+            return c
+    raise AssertionError(f"no {kind} case with the wanted operand options")
+
+
+def _sr(name):
+    return lambda o: o[f"quant_{name}"]["rounding"] == "sr"
+
+
+@pytest.mark.parametrize("kind,name", [("fprop", "a"), ("dgrad", "b"), ("wgrad", "a"), ("wgrad", "b")])
+def test_sr_operands_use_each_groups_sr_stream(kind, name):
+    """An SR-quantized operand of the reference is, group by group, oracle.quantize of that group's rows with
+    rounding="sr" and counter offset + g (SPEC 10.2, 9.1): assembled here independently of oracle.group_quantize;
+    and it differs from the round-to-nearest planes somewhere (the option takes effect)."""
+    c = _varied_case("grouped_gemm_exact", kind, _sr(name))
+    q = c.options[f"quant_{name}"]
+    a, o = c.arrays, c.options
+    src = {("fprop", "a"): "x", ("dgrad", "a"): "dy", ("wgrad", "a"): "dy", ("fprop", "b"): "w",
+           ("dgrad", "b"): "w", ("wgrad", "b"): "x"}[(kind, name)]
+    rows = grouped_gemm_b_splits(c) if name == "b" else a["splits"]
+    col = not (kind == "fprop" or (kind == "dgrad" and name == "a"))
+    rht = dict(rht=bool(o["rht"]), rht_signs=int(o["rht_signs"])) if src != "w" else {}
+    block = tuple(o.get("b_block", (16, 16))) if src == "w" else (1, 16)
+    planes = grouped_gemm_operands(c)[0 if name == "a" else 1]
+    offs = np.concatenate([[0], np.cumsum(rows)])
+    differs = False
+    for g in range(rows.size):
+        xg = a[src][offs[g]:offs[g + 1]]
+        kw = dict(rowwise=not col, columnwise=col, block=block, rule=q["rule"], **rht)
+        want = oracle.quantize(xg, rounding="sr", seed=q["seed"], offset=(q["offset"] + g) % 2**32, **kw)
+        rn = oracle.quantize(xg, **kw)
+        wp, rp = (want.col, rn.col) if col else (want.row, rn.row)
+        assert np.array_equal(planes[g].data, wp.data) and np.array_equal(planes[g].scales, wp.scales), g
+        assert planes[g].amax.tobytes() == wp.amax.tobytes()
+        differs |= not np.array_equal(wp.data, rp.data)
+    assert differs, "SR gave the round-to-nearest codes everywhere: the case does not exercise it"
+
+
+def test_operand_rule_and_weight_blocks_reach_the_reference():
+    """te_fused_rht (SPEC 5.3) and 1x16 weight blocks (SPEC 6.3) drawn for a case are the planes' rule and block."""
+    c = _varied_case("grouped_gemm_exact", "fprop",
+                     lambda o: o["quant_a"]["rule"] == "te_fused_rht" and list(o["b_block"]) == [1, 16])
+    pa, pb = grouped_gemm_operands(c)
+    assert {p.rule for p in pa} == {"te_fused_rht"} and {p.rule for p in pb} == {c.options["quant_b"]["rule"]}
+    assert {tuple(p.block) for p in pb} == {(1, 16)} and {tuple(p.block) for p in pa} == {(1, 16)}
+    c16 = _varied_case("grouped_gemm_exact", "dgrad", lambda o: list(o["b_block"]) == [16, 16])
+    assert {tuple(p.block) for p in grouped_gemm_operands(c16)[1]} == {(16, 16)}
+
+
+def test_cases_saved_before_operand_options_replay_with_the_old_operands():
+    """A case without the quant_a / quant_b / b_block options (saved by an earlier version) is quantized as before:
+    TE rule, round-to-nearest, weights in 16x16 blocks."""
+    c = _varied_case("grouped_gemm_exact", "dgrad", lambda o: _sr("a")(o) and _sr("b")(o))
+    for key in ("quant_a", "quant_b", "b_block"):
+        del c.options[key]
+    pa, pb = grouped_gemm_operands(c)
+    splits, e = c.arrays["splits"], c.arrays["splits"].size
+    dyq = oracle.group_quantize(c.arrays["dy"], splits, columnwise=True, rht=bool(c.options["rht"]),
+                                rht_signs=int(c.options["rht_signs"]))
+    wq = oracle.group_quantize(c.arrays["w"], np.full(e, c.arrays["w"].shape[0] // e), columnwise=True,
+                               block=(16, 16))
+    for got, want in ((pa, dyq.row_planes), (pb, wq.col_planes)):
+        for p, q in zip(got, want, strict=True):
+            assert np.array_equal(p.data, q.data) and np.array_equal(p.scales, q.scales) and p.rule == "te"
+
+
+class _OracleAsDevice:
+    """A stand-in for the ``device`` module on the CPU: group_quantize runs oracle.group_quantize on the torch
+    tensors it is given (keywords as passed) and grouped_gemm records its operands and returns zeros."""
+
+    def __init__(self, torch):
+        self.torch, self.calls = torch, []
+
+    def group_quantize(self, x, splits, *, swizzled=True, **kw):
+        xs = x.view(self.torch.int16).numpy().view(np.uint16).view(ml_dtypes.bfloat16)
+        return oracle.group_quantize(xs, splits.numpy(), **kw)
+
+    def grouped_gemm(self, a, b, *, kind, out_dtype, **kw):
+        self.calls.append((a, b, kind))
+        return self.torch.zeros((1,), dtype=out_dtype)
+
+
+@pytest.mark.parametrize("kind", ["fprop", "dgrad", "wgrad"])
+def test_device_backend_quantizes_operands_like_the_reference(kind, monkeypatch):
+    """The device backend's operands (device.group_quantize with the case's splits, b_splits, RHT, rule, rounding
+    and blocks) are byte for byte the reference's planes: run with the oracle standing in for the device."""
+    torch = pytest.importorskip("torch")
+    from conformance.backends import DeviceBackend
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    be = DeviceBackend.__new__(DeviceBackend)  # (its __init__ wants a GPU)
+    be.dev, be._mod = "cpu", _OracleAsDevice(torch)
+    for want in (_sr("a"), _sr("b"), lambda o: o["quant_b"]["rule"] == "te_fused_rht"):
+        c = _varied_case("grouped_gemm_exact", kind, want)
+        be._grouped_gemm("grouped_gemm_exact", c)
+        lhs, rhs, k = be._mod.calls[-1]
+        assert k == kind
+        pick = {"fprop": ("row_planes", "row_planes"), "dgrad": ("row_planes", "col_planes"),
+                "wgrad": ("col_planes", "col_planes")}[kind]
+        for got, want_planes in ((getattr(lhs, pick[0]), grouped_gemm_operands(c)[0]),
+                                 (getattr(rhs, pick[1]), grouped_gemm_operands(c)[1])):
+            for p, q in zip(got, want_planes, strict=True):
+                assert np.array_equal(p.data, q.data) and np.array_equal(p.scales, q.scales)
+                assert p.amax.tobytes() == q.amax.tobytes() and p.rule == q.rule and p.block == q.block
+
+
+def test_gemm_cases_vary_operand_quantization():
+    """The single-GEMM cases (CPU backends) draw SR and 16x16 blocks for their operands too; the planes follow."""
+    seen = set()
+    for i in range(200):
+        c = generate("gemm_exact", 4, i, "gemm", {"small": True, "operand_quant": ["varied"]})
+        pa, pb = gemm_planes(c)
+        assert pa.rule == pb.rule == c.options["rule"] and tuple(pa.block) == (1, 16)
+        assert tuple(pb.block) == tuple(c.options["b_block"])
+        seen |= {tuple(pb.block), c.options["quant_a"]["rounding"], c.options["quant_b"]["rounding"]}
+    assert seen == {(1, 16), (16, 16), "rn", "sr"}
+
+
+def test_shrinker_puts_operand_quantization_back_to_default_when_the_failure_allows():
+    """A failure that does not need SR or 1x16 weight blocks shrinks to a case with the plain operand options;
+    one that needs SR on operand a keeps exactly that."""
+    c = _varied_case("grouped_gemm_exact", "fprop",
+                     lambda o: _sr("a")(o) and _sr("b")(o) and list(o["b_block"]) == [1, 16])
+
+    def any_rows(cand):
+        return frozenset({"y"}) if cand.arrays["splits"].sum() > 0 else None
+
+    small, _ = shrink(c, any_rows, deadline=time.monotonic() + 60)
+    assert small.options["quant_a"]["rounding"] == small.options["quant_b"]["rounding"] == "rn"
+    assert list(small.options["b_block"]) == [16, 16] and case_size(small)[2] < case_size(c)[2]
+
+    def needs_sr_a(cand):
+        return frozenset({"y"}) if cand.options["quant_a"]["rounding"] == "sr" else None
+
+    small, _ = shrink(c, needs_sr_a, deadline=time.monotonic() + 60)
+    assert small.options["quant_a"] == c.options["quant_a"] and small.options["quant_b"]["rounding"] == "rn"
