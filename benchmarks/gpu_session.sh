@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# One GPU session's checks in one call (the device tool: a fresh machine per call, 600 s per command).
+#
+#   bash benchmarks/gpu_session.sh build gemm-tests sanitize ab          # stages run in the order given
+#   STAGE_TIMEOUT_gemm_tests=240 bash benchmarks/gpu_session.sh build gemm-tests
+#
+# Stages (each under `timeout -s KILL`; the log goes to $OUT/<stage>.log, its tail to stdout):
+#   build          install the wheels of .whl/ (nvidia-cutlass) into /tmp/site, JIT-build both extensions
+#   smoke          one tiny quantize and grouped GEMM against the oracle
+#   gemm-tests     tests/test_device_gemm.py (8 workers)
+#   quant-tests    tests/test_device_quantize.py, test_device_kernel_choice.py, test_device_placement.py
+#   sanitize       compute-sanitizer memcheck and racecheck on $SANITIZE_K (pytest -k of test_device_gemm.py)
+#   ab             benchmarks/ab_env_switch.py for the opt-in loaders ($AB_EXACT_CASES, $AB_SWAP_CASES)
+#   conformance    python -m conformance run on the GPU, grouped-GEMM ops, $CONF_BUDGET, seed $CONF_SEED
+#   bench-gemm     benchmarks/bench_grouped_gemm.py --iters 10 --reps 2
+#   bench-quant    benchmarks/bench_quantize.py --quick --no-compile
+# The exit status is the first failing stage's (0 when all passed); later stages still run.
+set -u
+OUT=${OUT:-/tmp/gpu_session_out}
+mkdir -p "$OUT"
+export PYTHONPATH=.:/tmp/site NVFP4_BUILD_DIR=${NVFP4_BUILD_DIR:-/tmp/nvfp4b} PYTHONUNBUFFERED=1 \
+  PYTHONWARNINGS=ignore MAX_JOBS=${MAX_JOBS:-16}
+SAN=/usr/local/cuda/bin/compute-sanitizer
+SANITIZE_K=${SANITIZE_K:-"exact_fused_loaders and 1 or off_a_whole"}
+AB_EXACT_CASES=${AB_EXACT_CASES:-"E64 fprop,E64 dgrad,E8 T512 fprop"}
+AB_SWAP_CASES=${AB_SWAP_CASES:-"E8 T512 dgrad"}
+CONF_BUDGET=${CONF_BUDGET:-45s}
+CONF_SEED=${CONF_SEED:-$(date +%s)}
+PYTEST="python3 -m pytest -q -p no:cacheprovider"
+status=0
+
+default_timeout() {
+  case "$1" in
+    build) echo 300 ;; smoke) echo 120 ;; gemm-tests) echo 240 ;; quant-tests) echo 240 ;; sanitize) echo 300 ;;
+    ab) echo 240 ;; conformance) echo 120 ;; bench-gemm) echo 300 ;; bench-quant) echo 240 ;; *) echo 60 ;;
+  esac
+}
+
+stage_body() {
+  case "$1" in
+    build)
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        .whl/*.whl || return 1
+      python3 -c "import device._gemm_build as g; g.load_gemm_extension(); import device._build as b; b.load_extension()"
+      ;;
+    smoke)
+      python3 - <<'EOF'
+import numpy as np, torch, oracle, device
+x = torch.randn(40, 64, device="cuda", dtype=torch.bfloat16)
+q = device.quantize(x, columnwise=True, rht=True).to_oracle()
+xb = x.cpu().view(torch.int16).numpy().view(np.uint16)
+import ml_dtypes
+want = oracle.quantize(xb.view(ml_dtypes.bfloat16), columnwise=True, rht=True)
+assert np.array_equal(q.row.data, want.row.data) and np.array_equal(q.col.scales, want.col.scales)
+s = torch.tensor([16, 0, 24], device="cuda")
+a = device.group_quantize(x, s)
+w = device.group_quantize(torch.randn(3 * 32, 64, device="cuda", dtype=torch.bfloat16),
+                          torch.full((3,), 32, device="cuda"), block=(16, 16))
+y = device.grouped_gemm(a, w, kind="fprop", mode="exact")
+print("smoke ok", tuple(y.shape), torch.isfinite(y.float()).all().item())
+EOF
+      ;;
+    gemm-tests) $PYTEST -n 8 tests/test_device_gemm.py ;;
+    quant-tests) $PYTEST -n 8 tests/test_device_quantize.py tests/test_device_kernel_choice.py tests/test_device_placement.py ;;
+    sanitize)
+      $SAN --tool memcheck --error-exitcode 9 $PYTEST tests/test_device_gemm.py -k "$SANITIZE_K" || return $?
+      $SAN --tool racecheck --error-exitcode 9 $PYTEST tests/test_device_gemm.py -k "$SANITIZE_K"
+      ;;
+    ab)
+      python3 benchmarks/ab_env_switch.py --var NVFP4_EXACT_TMA --mode exact --exact-kernel fused \
+        --cases "$AB_EXACT_CASES" || return $?
+      python3 benchmarks/ab_env_switch.py --var NVFP4_SWAP_GROUP_MAPS --mode fast --fast-kernel swapped \
+        --cases "$AB_SWAP_CASES"
+      ;;
+    conformance)
+      python3 -m conformance run --device cuda:0 --ops grouped_gemm,grouped_gemm_tc,grouped_gemm_exact \
+        --budget "$CONF_BUDGET" --seed "$CONF_SEED" --no-progress --report "$OUT/conformance.json" \
+        --artifacts "$OUT/conformance_failures"
+      ;;
+    bench-gemm) python3 benchmarks/bench_grouped_gemm.py --iters 10 --reps 2 ;;
+    bench-quant) python3 benchmarks/bench_quantize.py --quick --no-compile ;;
+    *) echo "unknown stage $1"; return 2 ;;
+  esac
+}
+
+for stage in "$@"; do
+  var="STAGE_TIMEOUT_${stage//-/_}"
+  limit=${!var:-$(default_timeout "$stage")}
+  start=$(date +%s)
+  # (the stage in a child shell, so that timeout can kill it and everything it started)
+  timeout -s KILL "$limit" bash -c "$(declare -f stage_body); $(declare -p PYTEST SAN SANITIZE_K AB_EXACT_CASES \
+    AB_SWAP_CASES CONF_BUDGET CONF_SEED OUT); stage_body $stage" >"$OUT/$stage.log" 2>&1
+  rc=$?
+  echo "=== $stage: rc $rc, $(( $(date +%s) - start )) s (limit $limit s)"
+  grep -v '^\[[0-9]*/[0-9]*\]' "$OUT/$stage.log" | tail -n "${TAIL_LINES:-15}"
+  [ "$rc" -ne 0 ] && [ "$status" -eq 0 ] && status=$rc
+  [ "$stage" = build ] && [ "$rc" -ne 0 ] && { echo "build failed: stopping"; exit "$rc"; }
+done
+exit "$status"
