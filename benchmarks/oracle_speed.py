@@ -1,7 +1,8 @@
 """Oracle speed on one CPU core, next to torchao's CPU nvfp4_quantize on the same input.
 
 Prints one table: quantize 4096x4096 bf16 (rowwise + RHT columnwise; rowwise only), torchao's
-`nvfp4_quantize` (rowwise; rowwise + transposed), and the exact GEMM model at 512x4096x4096.
+`nvfp4_quantize` (rowwise; rowwise + transposed), the exact GEMM model at 512x4096x4096 and the tensor-core model
+(SPEC 12.6) at 128x1024x1024.
 Targets (issue 2): oracle quantize <= 1 s and faster than torchao CPU; exact GEMM <= 10 s.
 
     python benchmarks/oracle_speed.py [--repeat 3]
@@ -72,6 +73,11 @@ def main() -> None:
         pa = oracle.quantize(rng.standard_normal((512, 4096)).astype(np.float32)).row
         pb = oracle.quantize(rng.standard_normal((4096, 4096)).astype(np.float32)).row
         rows.append(("oracle gemm exact 512x4096x4096 (bf16 out)", best_of(lambda: oracle.gemm(pa, pb, model="exact"), 1)))
+        # the Hopper tensor-core model (SPEC 12.6) is sequential over the 16-blocks: a smaller shape
+        qa = oracle.quantize(rng.standard_normal((128, 1024)).astype(np.float32)).row
+        qb = oracle.quantize(rng.standard_normal((1024, 1024)).astype(np.float32)).row
+        rows.append(("oracle gemm tensor_core 128x1024x1024 (bf16 out)",
+                     best_of(lambda: oracle.gemm(qa, qb, model="tensor_core"), 1)))
     width = max(len(r[0]) for r in rows)
     print(f"{'case':<{width}}  seconds")
     for name, t in rows:

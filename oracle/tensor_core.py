@@ -34,9 +34,10 @@ _NO_ADDEND = np.iinfo(np.int64).min // 4  # exponent of an absent addend (below 
 
 
 def _bit_length(x: np.ndarray) -> np.ndarray:
-    """Bit length of non-negative int64 values (0 for 0), vectorized: the binary exponent of x as a float64, one
-    less where that conversion rounded x up to the next power of two (possible from 2^53 on)."""
-    e = np.frexp(x.astype(np.float64))[1].astype(np.int64)
+    """Bit length of non-negative int64 values (0 for 0), vectorized: the binary exponent of x as a float64 (its
+    exponent field; 0 for 0), one less where that conversion rounded x up to the next power of two (possible from
+    2^53 on)."""
+    e = np.maximum((x.astype(np.float64).view(np.int64) >> 52) - 1022, 0)
     return e - (((x >> np.maximum(e - 1, 0)) == 0) & (x > 0))
 
 
@@ -60,6 +61,16 @@ def _exponent_seen(v: np.ndarray, emin: int) -> np.ndarray:
     return np.maximum(e, emin)
 
 
+def _trailing_zeros(x: np.ndarray) -> np.ndarray:
+    """Trailing zero bits of non-negative int64 values (x = 0: _NO_TZ)."""
+    return np.where(x > 0, _bit_length(x & -x) - 1, _NO_TZ)
+
+
+_NO_TZ = 1 << 20  # trailing zeros of 0 (above any shift): a zero product is never truncated
+_NO_ADDEND16 = -16000  # _NO_ADDEND in int16 (two of them still fit; real exponents are within +-64)
+_CHUNK_ELEMS = 1 << 25  # rows of A per chunk: about this many M x N x K elements (the block dot products: 16 MB)
+
+
 def tensor_core_sum(a_plane: QuantizedPlane, b_plane: QuantizedPlane, *, operands: str = "bf16") -> np.ndarray:
     """The fp32 accumulator [M, N] of A . B^T as Hopper's wgmma computes it (SPEC 12.6).
 
@@ -80,29 +91,81 @@ def tensor_core_sum(a_plane: QuantizedPlane, b_plane: QuantizedPlane, *, operand
     n = ib.shape[0]
     if k and int(np.abs(ia).max(initial=0)) * int(np.abs(ib).max(initial=0)) * k >= 2**62:
         raise ValueError("K too large for the int64 model")
-    # exponents of the operands as the tensor core sees them; an operand of 0 contributes no addend
-    ea = np.where(ia != 0, _exponent_seen(ia, emin), _NO_ADDEND)
-    eb = np.where(ib != 0, _exponent_seen(ib, emin), _NO_ADDEND)
-    mag_a, mag_b = np.abs(ia), np.abs(ib)
-    sign_a, sign_b = np.sign(ia), np.sign(ib)
     acc = np.zeros((m, n), np.int64)  # units of 2^-20 (true scale)
-    acc_len = np.zeros((m, n), np.int64)  # bit length of |acc|
-    for j in range(k // 16):
-        blk = slice(16 * j, 16 * j + 16)
-        # E in the presented scale: products carry 2^-28 (two operands times 2^-14); a product with a zero factor
-        # sums to below any real exponent (two _NO_ADDEND terms cannot overflow)
-        e_prod = (ea[:, None, blk] + eb[None, :, blk]).max(axis=2)
-        e_acc = np.where(acc_len > 0, acc_len - 1 + _UNIT_EXP + _PRODUCT_SHIFT, _NO_ADDEND)
-        e = np.maximum(e_prod, e_acc)
-        # truncation unit 2^(E - 25) presented = 2^(E - 25 + 28) true = 2^(E + 23) units of 2^-20; an addend
-        # truncated toward zero is sign * (|addend| >> shift) << shift, and the shift is common to the block's sum
-        shift = np.maximum(e - _WINDOW - _PRODUCT_SHIFT - _UNIT_EXP, 0)
-        units = mag_a[:, None, blk] * mag_b[None, :, blk]  # |products| [M, N, 16], exact
-        np.right_shift(units, shift[:, :, None], out=units)
-        kept = np.einsum("mnk,mk,nk->mn", units, sign_a[:, blk], sign_b[:, blk])  # integer, exact
-        acc, acc_len = _round_to_fp32_rz((kept << shift) + _truncate(acc, shift))
+    ta, tb = _Operand(ia, emin), _Operand(ib, emin)
+    rows = max(1, _CHUNK_ELEMS // max(1, n * k))
+    for r0 in range(0, m, rows):  # rows of A are independent
+        acc[r0:r0 + rows] = _accumulate(ta.rows(slice(r0, r0 + rows)), tb)
     out = np.ldexp(acc.astype(np.float64), _UNIT_EXP).astype(np.float32)  # exact: acc has at most 24 bits
     return np.where(nan_scale_rows(a_plane)[:, None] | nan_scale_rows(b_plane)[None, :], np.float32(np.nan), out)
+
+
+class _Operand:
+    """What _accumulate needs of one operand's integers i [R, K] (units of 2^-10), per 16-block: the exponents the
+    tensor core sees (int16; an operand of 0: _NO_ADDEND16), the fewest trailing zero bits of the row's nonzero
+    values, the values as float64, magnitudes and signs."""
+
+    def __init__(self, i: np.ndarray, emin: int, _parts=None):
+        if _parts is not None:
+            self.e, self.emax, self.tz, self.f, self.mag, self.sign = _parts
+            return
+        r, k = i.shape
+        self.e = np.where(i != 0, _exponent_seen(i, emin), _NO_ADDEND16).astype(np.int16).reshape(r, k // 16, 16)
+        self.emax = self.e.max(axis=2).astype(np.int64)
+        self.mag, self.sign = np.abs(i), np.sign(i)
+        self.tz = _trailing_zeros(self.mag).reshape(r, k // 16, 16).min(axis=2)
+        self.f = i.astype(np.float64).reshape(r, k // 16, 16)
+
+    def rows(self, sl: slice) -> _Operand:
+        """The same for rows ``sl``."""
+        return _Operand(None, 0, (self.e[sl], self.emax[sl], self.tz[sl], self.f[sl], self.mag[sl], self.sign[sl]))
+
+
+def _accumulate(a: _Operand, b: _Operand) -> np.ndarray:
+    """The SPEC 12.6 accumulator [M, N] (units of 2^-20) of operands A [M, K], B [N, K].
+
+    Step j needs, per output, E (the largest addend exponent), the truncation unit 2^shift it implies, and the sum
+    of the block's products each truncated toward zero to a multiple of 2^shift. A product whose trailing zero bits
+    (those of its two factors added) reach the shift is kept whole. So where every factor pair of the block has
+    enough trailing zeros (checked with each row's fewest over the block, a lower bound), the truncated sum is the
+    plain dot product, computed for all blocks at once in float64 (exact: 16 products of at most 2^43 units); only
+    the other outputs sum their truncated products one by one. The accumulator is truncated and the sum rounded to
+    fp32 per step, as SPEC 12.6 states, in int64."""
+    m, nblk = a.tz.shape
+    n = b.tz.shape[0]
+    # the exact block dot products [blocks, M, N], units of 2^-20
+    dots = np.matmul(a.f.transpose(1, 0, 2), b.f.transpose(1, 2, 0)).astype(np.int64)
+    acc = np.zeros((m, n), np.int64)
+    acc_len = np.zeros((m, n), np.int64)  # bit length of |acc|
+    for j in range(nblk):
+        # E in the presented scale: products carry 2^-28 (two operands times 2^-14). First with an upper bound of
+        # the products' part, the sum of the two rows' largest exponents in the block (ub): where neither a product
+        # nor the accumulator has a bit below the truncation unit ub implies, the exact E cannot change the step.
+        e_acc = np.where(acc_len > 0, acc_len - 1 + _UNIT_EXP + _PRODUCT_SHIFT, _NO_ADDEND16)
+        ub = a.emax[:, j, None] + b.emax[None, :, j]
+        # truncation unit 2^(E - 25) presented = 2^(E - 25 + 28) true = 2^(E + 23) units of 2^-20
+        shift = np.maximum(np.maximum(ub, e_acc) - _WINDOW - _PRODUCT_SHIFT - _UNIT_EXP, 0)
+        tz_prod = a.tz[:, j, None] + b.tz[None, :, j]  # at most the trailing zeros of any product of the block
+        tz_acc = np.where(acc_len > 0, acc_len - _FP32_BITS, _NO_TZ)  # acc has at most 24 significant bits
+        exact = np.nonzero((tz_prod < shift) | (tz_acc < shift))
+        if exact[0].size:  # the others: E from the block's products (max of e(a) + e(b); int16, sentinels low)
+            mi, ni = exact
+            e_prod = (a.e[mi, j] + b.e[ni, j]).max(axis=1).astype(np.int64)
+            shift[exact] = np.maximum(np.maximum(e_prod, e_acc[exact]) - _WINDOW - _PRODUCT_SHIFT - _UNIT_EXP, 0)
+        kept = dots[j]  # the block's sum where no product loses a bit
+        cut = np.nonzero(tz_prod < shift)
+        if cut[0].size:  # the others: |product| >> shift, signed, summed, << shift (each truncated toward zero)
+            blk = slice(16 * j, 16 * j + 16)
+            mi, ni = cut
+            sh = shift[cut]
+            units = (a.mag[mi, blk] * b.mag[ni, blk]) >> sh[:, None]
+            kept = kept.copy()
+            kept[cut] = (units * a.sign[mi, blk] * b.sign[ni, blk]).sum(axis=1) << sh
+        low = np.nonzero(tz_acc < shift)  # accumulators with a bit below the truncation unit
+        if low[0].size:
+            acc[low] = _truncate(acc[low], shift[low])
+        acc, acc_len = _round_to_fp32_rz(kept + acc)
+    return acc
 
 
 def _exponent(x: float) -> int:

@@ -84,14 +84,51 @@ def test_vectorized_model_equals_step_reference(operands):
     rng = np.random.default_rng(7)
     a, b = _heavy_planes(rng, 5, 4, 96)
     got = tensor_core_sum(a, b, operands=operands)
+    assert got.tobytes() == _step_reference(a, b, operands).tobytes()
+
+
+def _step_reference(a, b, operands):
+    """tensor_core_sum's result by wgmma_k16_step (exact fractions, SPEC 12.6 as stated), chained over the blocks."""
     va, vb = (decode_e2m1(p.codes()).astype(np.float64) * np.repeat(decode_e4m3(p.scales), 16, axis=1) for p in (a, b))
+    out = np.zeros((a.rows, b.rows), np.float32)
     for i in range(a.rows):
         for j in range(b.rows):
             acc = np.float32(0.0)
             for blk in range(a.cols // 16):
                 sl = slice(16 * blk, 16 * blk + 16)
                 acc = wgmma_k16_step(acc, va[i, sl] * 2.0**-14, vb[j, sl] * 2.0**-14, operands)
-            assert np.float32(acc * np.float32(2.0**28)) == got[i, j], (i, j)
+            out[i, j] = np.float32(acc * np.float32(2.0**28))
+    return out
+
+
+def _block_scaled_planes(rng, m, n, nblk):
+    """Operands whose 16-blocks differ in magnitude by up to 2^+-20 (so the accumulator often outweighs a block, and
+    its products lose bits, or a block outweighs the accumulator, which is then truncated), with blocks of B that
+    repeat an earlier block negated (partial sums cancel to 0 or near it), zeros, and rows quantized with SR."""
+    def mat(rows, pair):
+        v = rng.standard_normal((rows, 16 * nblk)) * np.repeat(2.0 ** rng.integers(-20, 21, (rows, nblk)), 16, axis=1)
+        v[rng.random(v.shape) < 0.2] = 0.0
+        if pair is not None:  # B: some blocks are minus an earlier block of A's row 0
+            for blk in range(1, nblk):
+                if rng.random() < 0.4:
+                    v[:, 16 * blk:16 * blk + 16] = -pair[0, 16 * (blk - 1):16 * blk]
+        return v.astype(np.float32)
+    va = mat(m, None)
+    a = oracle.quantize(va, rounding="sr", seed=int(rng.integers(1 << 30))).row
+    b = oracle.quantize(mat(n, va), block=(16, 16)).row
+    return a, b
+
+
+@pytest.mark.parametrize("operands", ["bf16", "fp16"])
+@pytest.mark.parametrize("seed", range(3))
+def test_vectorized_model_equals_step_reference_when_addends_lose_bits(operands, seed):
+    """The vectorized model takes the blocks' plain dot products where no product can lose a bit and sums truncated
+    products elsewhere; both branches, and the accumulator truncated by a dominating block, against the step
+    reference on operands built to reach them (_block_scaled_planes) and on the heavy-tailed ones."""
+    rng = np.random.default_rng(500 + seed)
+    for a, b in (_block_scaled_planes(rng, 4, 5, 7), _heavy_planes(rng, 3, 4, 128)):
+        got = tensor_core_sum(a, b, operands=operands)
+        assert got.tobytes() == _step_reference(a, b, operands).tobytes()
 
 
 @pytest.mark.parametrize("seed", range(4))
