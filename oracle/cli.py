@@ -1,4 +1,4 @@
-"""Debugging CLI: ``python -m oracle explain`` and ``python -m oracle quantize``."""
+"""Command line: ``python -m oracle explain`` / ``quantize`` (debugging) and ``vectors`` (golden test vectors)."""
 
 from __future__ import annotations
 
@@ -113,9 +113,20 @@ def quantize_to_npz(a) -> int:
     return 0
 
 
+def write_vectors_cmd(a) -> int:
+    """Write the golden vector set (oracle.vectors) and list its cases."""
+    from .vectors import write_vectors
+
+    names = write_vectors(a.output, seed=a.seed)
+    print(f"wrote {len(names)} cases to {a.output} (index.json; each folder: case.json + raw .bin files)")
+    for n in names:
+        print(f"  {n}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m oracle``."""
-    p = argparse.ArgumentParser(prog="python -m oracle", description="NVFP4 oracle debugging tools (see SPEC.md)")
+    p = argparse.ArgumentParser(prog="python -m oracle", description="NVFP4 oracle tools (see SPEC.md)")
     sub = p.add_subparsers(dest="cmd", required=True)
     e = sub.add_parser("explain", help="print how one row of a plane is quantized, block by block")
     e.add_argument("input", help=".npy file (2-D or N-D, last dim a multiple of 16)")
@@ -127,8 +138,13 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("output")
     q.add_argument("--no-columnwise", action="store_true", help="only the rowwise plane")
     _add_options(q)
+    v = sub.add_parser("vectors", help="write golden test vectors (raw .bin files + case.json) to a folder")
+    v.add_argument("output", help="folder to write (created)")
+    v.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
     a = p.parse_args(argv)
     try:
+        if a.cmd == "vectors":
+            return write_vectors_cmd(a)
         return explain(a) if a.cmd == "explain" else quantize_to_npz(a)
     except (ValueError, TypeError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)

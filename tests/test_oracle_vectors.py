@@ -1,0 +1,98 @@
+"""Golden test vectors (oracle.vectors, ``python -m oracle vectors``): the files hold what the oracle computes from
+the stored inputs and options, in the documented raw format, and the hand-worked ties of SPEC 3.1."""
+
+from __future__ import annotations
+
+import json
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import oracle
+from oracle.cli import main
+from oracle.fp4_numpy import unpack_fp4
+from oracle.swizzle import swizzle_scales
+from oracle.vectors import read_case, write_vectors
+
+
+@pytest.fixture(scope="module")
+def vectors(tmp_path_factory):
+    out = tmp_path_factory.mktemp("vectors")
+    return out, write_vectors(out)
+
+
+def _rerun(meta, ins):
+    """The op of a case run again from its stored inputs and options only (what a C++ test would do)."""
+    o = meta["options"]
+    if meta["op"] == "quantize":
+        t = oracle.quantize(ins["x"], **{k: tuple(v) if isinstance(v, list) else v for k, v in o.items()})
+        return {f"{p}_{f}": v for p, pl in (("row", t.row), ("col", t.col)) if pl is not None
+                for f, v in (("data", pl.data), ("scales", pl.scales), ("scales_swizzled", pl.swizzled_scales()),
+                             ("amax", np.float32(pl.amax)))}
+    if meta["op"] == "group_quantize":
+        t = oracle.group_quantize(ins["x"], ins["splits"],
+                                  **{k: tuple(v) if isinstance(v, list) else v for k, v in o.items()})
+        return {k: getattr(t, k) for k in ("row_offsets", "row_data", "row_scales", "row_scales_compact", "row_amax",
+                                           "row_data_offsets", "row_scale_offsets", "col_data", "col_scales",
+                                           "col_scales_compact", "col_amax", "col_data_offsets", "col_scale_offsets")}
+    if meta["op"] == "gemm":
+        k = ins["a_data"].shape[1] * 2
+        pa = oracle.QuantizedPlane(ins["a_data"], ins["a_scales"], ins["a_amax"][0], (ins["a_data"].shape[0], k),
+                                   block=tuple(o["a"]["block"]))
+        pb = oracle.QuantizedPlane(ins["b_data"], ins["b_scales"], ins["b_amax"][0], (ins["b_data"].shape[0], k),
+                                   block=tuple(o["b"]["block"]))
+        out = {"alpha": oracle.gemm_alpha(pa, pb)}
+        for model in ("sequential", "tensor_core", "exact"):
+            for od in ("bfloat16", "float32"):
+                out[f"y_{model}_{od}"] = oracle.gemm(pa, pb, model=model, out_dtype=od, bias=ins["bias"])
+        return out
+    assert meta["op"] == "swizzle_scales"
+    return {"swizzled": swizzle_scales(ins["compact"])}
+
+
+def test_every_case_is_reproduced_from_its_files(vectors):
+    out, names = vectors
+    assert len(names) == 9 and len({json.loads((out / n / "case.json").read_text())["op"] for n in names}) == 4
+    for name in names:
+        meta, ins, outs = read_case(out / name)
+        want = _rerun(meta, ins)
+        assert set(outs) == set(want), name
+        for key, v in want.items():
+            got = outs[key]
+            v = np.asarray(v).reshape(got.shape)
+            assert got.dtype == v.dtype and got.tobytes() == v.tobytes(), (name, key)
+
+
+def test_raw_files_are_headerless_little_endian_c_order(vectors):
+    out, names = vectors
+    meta = json.loads((out / names[0] / "case.json").read_text())
+    e = meta["inputs"]["x"]
+    raw = (out / names[0] / e["file"]).read_bytes()
+    assert e["dtype"] == "bfloat16" and len(raw) == 2 * int(np.prod(e["shape"]))
+    _, ins, outs = read_case(out / names[0])
+    assert raw == ins["x"].view(np.uint16).astype("<u2").tobytes()
+    amax = (out / names[0] / "row_amax.bin").read_bytes()
+    assert len(amax) == 4 and amax == np.asarray(outs["row_amax"], "<f4").tobytes()
+    assert ins["x"].dtype == ml_dtypes.bfloat16
+
+
+def test_ties_vector_matches_spec_3_1_by_hand(vectors):
+    """Case quantize_ties: amax 2688 gives S_enc = 1 (SPEC 5.1), a block amax of 6 the decode scale 1.0 (E4M3 0x38),
+    so the midpoints 0.25 ... 5 reach the E2M1 rounding as they are and go to the even index (SPEC 3.1)."""
+    out, names = vectors
+    _, ins, outs = read_case(out / names[2])
+    codes = unpack_fp4(outs["row_data"], 32)
+    # 6, +-0.25, +-0.75, +-1.25, +-1.75, +-2.5, +-3.5, +-5, 0: index 7, 0, 2, 2, 4, 4, 6, 6; sign bit 8 kept
+    assert codes[1, :16].tolist() == [7, 0, 2, 2, 4, 4, 6, 6, 8, 10, 10, 12, 12, 14, 14, 0]
+    assert outs["row_scales"][1].tolist() == [0x38, 0x38]
+    assert outs["row_scales"][0, 0] == 0x7E  # 2688 / 6 = 448, E4M3's largest
+    assert outs["row_amax"].view(np.uint32)[0] == 0x45280000  # 2688.0
+
+
+def test_cli_writes_the_set(tmp_path, capsys):
+    assert main(["vectors", str(tmp_path / "v"), "--seed", "3"]) == 0
+    index = json.loads((tmp_path / "v" / "index.json").read_text())
+    assert [c["op"] for c in index["cases"]].count("quantize") == 6 and "wrote 9 cases" in capsys.readouterr().out
+    meta = json.loads((tmp_path / "v" / index["cases"][0]["folder"] / "case.json").read_text())
+    assert meta["seed"] == 3 and meta["options"]["rht"] is True and meta["options"]["rounding"] == "rn"
