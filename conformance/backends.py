@@ -10,8 +10,10 @@ add more with :func:`register_backend` or ``--backend module:attr`` on the comma
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
+import os
 from collections.abc import Callable
 
 import ml_dtypes
@@ -237,6 +239,21 @@ class ComposedBackend(Backend):
 # the CUDA device
 # ---------------------------------------------------------------------------------------------------------------
 
+@contextlib.contextmanager
+def _environment(values: dict):
+    """Environment variables set to ``values`` for the duration of the block, then restored (or removed)."""
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def _call(fn, *args, **kw):
     """Call ``fn`` with the keyword arguments its signature accepts (the device API may lack some options)."""
     try:
@@ -426,8 +443,9 @@ class DeviceBackend(Backend):
             kw["bias"] = torch.from_numpy(a["bias"]).to(dev)
         if "c" in a:
             kw.update(out=torch.from_numpy(a["c"].copy()).to(dev), accumulate=True)
-        y = mod.grouped_gemm(lhs, rhs, **kw)
-        torch.cuda.synchronize(dev)
+        with _environment(o.get("loader_env", {})):  # (the loader switches are read at every launch)
+            y = mod.grouped_gemm(lhs, rhs, **kw)
+            torch.cuda.synchronize(dev)
         y = y.float().cpu().numpy()  # bf16 -> f32 is exact
         if op != "grouped_gemm" and o["out_dtype"] == "bfloat16":  # compared byte for byte
             y = y.astype(ml_dtypes.bfloat16)

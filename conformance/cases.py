@@ -57,21 +57,24 @@ def case_size(case: Case) -> tuple[int, int, int]:
     for a in case.arrays.values():
         v = a.astype(np.float64) if a.dtype.kind == "f" or a.dtype.name == "bfloat16" else a
         nonzero += int(np.count_nonzero(v))
-    complexity = sum(1 for k, v in case.options.items() if not _default_option(k, v, case.options))
+    complexity = sum(_option_weight(k, v, case.options) for k, v in case.options.items())
     return total, nonzero, complexity
 
 
 _PLAIN_QUANT = dict(rule="te", rounding="rn", seed=0, offset=0)  # a GEMM operand's default (gen_operand_quant)
 
 
-def _default_option(key: str, v, options: dict) -> bool:
-    """Whether option ``key`` has its plain value: off, 0, RN, the TE rule, 1x16 blocks; a GEMM operand quantized
-    the TE / RN way; a grouped GEMM's weights in 16x16 blocks (b_block: TE's weight blocks there)."""
+def _option_weight(key: str, v, options: dict) -> int:
+    """0 where option ``key`` has its plain value (off, 0, RN, the TE rule, 1x16 blocks; a GEMM operand quantized
+    the TE / RN way; a grouped GEMM's weights in 16x16 blocks, TE's weight blocks), else 1; the device's loader
+    switches (loader_env) count one each."""
     if key in ("quant_a", "quant_b"):
-        return v == _PLAIN_QUANT or v == dict(_PLAIN_QUANT, rule=options.get("rule", "te"))
+        return int(v != _PLAIN_QUANT and v != dict(_PLAIN_QUANT, rule=options.get("rule", "te")))
+    if key == "loader_env":
+        return len(v)
     if key == "b_block" and "kind" in options:
-        return list(v) == [16, 16]
-    return v in (None, False, 0, "rn", "te", [1, 16], (1, 16))
+        return int(list(v) != [16, 16])
+    return int(v not in (None, False, 0, "rn", "te", [1, 16], (1, 16)))
 
 
 def _encode(a: np.ndarray) -> tuple[np.ndarray, str]:

@@ -454,6 +454,12 @@ def disagreeing_splits(rng: np.random.Generator, s: np.ndarray) -> np.ndarray | 
     return out
 
 
+#: The device GEMM's loader switches (docs/device.md): NVFP4_SWAP_TMA (the swapped kernel's TMA loader, on by
+#: default), NVFP4_XF16_TMA (the exact kernel over fp16 copies, on), NVFP4_EXACT_TMA (the fused exact kernel's TMA
+#: loader, opt-in), NVFP4_SWAP_GROUP_MAPS (the swapped kernel's per-group weight maps for dgrad, opt-in).
+LOADER_SWITCHES = ("NVFP4_SWAP_TMA", "NVFP4_XF16_TMA", "NVFP4_EXACT_TMA", "NVFP4_SWAP_GROUP_MAPS")
+
+
 def gen_operand_quant(rng, space, rule: str | None = None, b_blocks: tuple = ()) -> dict:
     """How GEMM operands a and b are quantized (drawn after a case's other draws, so those stay as they were); half
     the cases keep the defaults. Options ``quant_a`` / ``quant_b``: dict(rule, rounding, seed, offset): the given
@@ -545,8 +551,14 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
             agree = False
     # (b_block: W's scale blocks; TE quantizes weights in 16x16 blocks, SPEC 6.3)
     o.update(gen_operand_quant(rng, space, b_blocks=((16, 16), (1, 16)) if kind != "wgrad" else ()))
+    # the device's loader switches (environment variables read at every launch; both loaders of a kernel give the
+    # same bits): half the cases keep the defaults, the others set each one to "0" or "1" (drawn last)
+    o["loader_env"] = {}
+    if pick(rng, space, "loaders", ["default", "varied"]) == "varied":
+        o["loader_env"] = {name: str(pick(rng, space, name, ["0", "1"])) for name in LOADER_SWITCHES}
     tags = dict(kind=kind, out_dtype=out_dtype, rht=str(rht), splits=skind, values=vkind,
                 groups_agree=str(agree), operands=operand_quant_tag(o),
+                loaders=" ".join(f"{k.removeprefix('NVFP4_')}={v}" for k, v in o["loader_env"].items()) or "default",
                 fast_kernel=f"exact: {exact_kernel}" if space.get("mode") == "exact" else fast_kernel,
                 grid="one CTA per SM" if max_ctas == 0 else "capped",
                 n="multiple of 16" if n % 16 == 0 else "other",

@@ -150,6 +150,10 @@ def _grouped_gemm_candidates(case: Case) -> Iterator[Case]:
             yield case.replace(options={name: dict(_PLAIN_QUANT)})
     if list(o.get("b_block", (16, 16))) != [16, 16]:
         yield case.replace(options={"b_block": [16, 16]})
+    for name in o.get("loader_env", {}):  # one loader switch back to its default
+        env = dict(o["loader_env"])
+        del env[name]
+        yield case.replace(options={"loader_env": env})
     for keep in _chunks(e):  # fewer groups
         if keep.size == 0:
             continue

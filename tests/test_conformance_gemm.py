@@ -3,6 +3,7 @@ device's layout, and the comparisons catch planted errors (fast mode: outside th
 
 from __future__ import annotations
 
+import os
 import time
 
 import ml_dtypes
@@ -12,7 +13,7 @@ import pytest
 import oracle
 from conformance.cases import case_size
 from conformance.compare import compare
-from conformance.generators import generate
+from conformance.generators import LOADER_SWITCHES, generate
 from conformance.ops import (
     OPS,
     gemm_planes,
@@ -286,6 +287,7 @@ class _OracleAsDevice:
 
     def grouped_gemm(self, a, b, *, kind, out_dtype, **kw):
         self.calls.append((a, b, kind))
+        self.env_seen = {k: os.environ.get(k) for k in LOADER_SWITCHES}
         return self.torch.zeros((1,), dtype=out_dtype)
 
 
@@ -343,3 +345,41 @@ def test_shrinker_puts_operand_quantization_back_to_default_when_the_failure_all
 
     small, _ = shrink(c, needs_sr_a, deadline=time.monotonic() + 60)
     assert small.options["quant_a"] == c.options["quant_a"] and small.options["quant_b"]["rounding"] == "rn"
+
+
+def test_device_backend_sets_the_loader_switches_for_the_gemm_call_only(monkeypatch):
+    """A case's loader_env (the device GEMM's loader switches, read at every launch) is in the environment during
+    device.grouped_gemm and gone afterwards; a variable set before the case is restored."""
+    torch = pytest.importorskip("torch")
+    from conformance.backends import DeviceBackend
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    for name in LOADER_SWITCHES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NVFP4_SWAP_TMA", "before")
+    be = DeviceBackend.__new__(DeviceBackend)
+    be.dev, be._mod = "cpu", _OracleAsDevice(torch)
+    seen = set()
+    for i in range(60):
+        c = generate("grouped_gemm", 29, i, "grouped_gemm", {"loaders": ["varied"], "kind": ["fprop"]})
+        env = c.options["loader_env"]
+        assert set(env) == set(LOADER_SWITCHES) and set(env.values()) <= {"0", "1"}
+        be._grouped_gemm("grouped_gemm", c)
+        assert be._mod.env_seen == env
+        assert os.environ["NVFP4_SWAP_TMA"] == "before" and "NVFP4_EXACT_TMA" not in os.environ
+        seen |= {(k, v) for k, v in env.items()}
+    assert len(seen) == 2 * len(LOADER_SWITCHES)  # every switch drawn both ways
+    c = generate("grouped_gemm", 29, 0, "grouped_gemm", {"loaders": ["default"]})
+    be._grouped_gemm("grouped_gemm", c)
+    assert c.options["loader_env"] == {} and be._mod.env_seen["NVFP4_SWAP_TMA"] == "before"
+
+
+def test_shrinker_drops_loader_switches_the_failure_does_not_need():
+    c = generate("grouped_gemm", 29, 3, "grouped_gemm", {"loaders": ["varied"], "groups_agree": [True]})
+    need = next(iter(c.options["loader_env"]))
+
+    def fails(cand):
+        return frozenset({"y"}) if cand.options["loader_env"].get(need) == c.options["loader_env"][need] else None
+
+    small, _ = shrink(c, fails, deadline=time.monotonic() + 60)
+    assert small.options["loader_env"] == {need: c.options["loader_env"][need]}
