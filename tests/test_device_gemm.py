@@ -367,13 +367,18 @@ def test_swapped_kernel_cp_async_loader(case, monkeypatch):
     test_swapped_kernel(case)
 
 
-def test_swapped_dgrad_groups_off_a_whole_row(monkeypatch):
-    """SPEC 12.5 on the swapped kernel's TMA loader: dgrad reads W's columnwise plane (K rows of N / 2 bytes per group),
-    so after weight groups that disagree with N the next groups need not start on a whole row of N / 2 bytes. Their
-    weights must still be read from their own first byte (agreeing groups are unaffected), through one tensor map per
-    group (_dgrad_after_disagreeing_groups). NVFP4_SWAP_GROUP_MAPS=1 turns those maps on; it is opt-in until it
-    has run on a GPU (docs/gemm.md, stop 34), and without it this case reads those groups' rows shifted."""
-    monkeypatch.setenv("NVFP4_SWAP_GROUP_MAPS", "1")
+@pytest.mark.parametrize("group_maps", ["1", None])
+def test_swapped_dgrad_groups_off_a_whole_row(group_maps, monkeypatch):
+    """SPEC 12.5 on the swapped kernel's dgrad: it reads W's columnwise plane (K rows of N / 2 bytes per group), so
+    after weight groups that disagree with N the next groups need not start on a whole row of N / 2 bytes. Their
+    weights must still be read from their own first byte (agreeing groups are unaffected)
+    (_dgrad_after_disagreeing_groups). NVFP4_SWAP_GROUP_MAPS=1: the TMA loader through one tensor map per group
+    (opt-in until it has run on a GPU, docs/gemm.md stop 34); unset: the cp.async loader (stop 35; the one map over
+    the whole plane read those groups' rows shifted)."""
+    if group_maps is None:
+        monkeypatch.delenv("NVFP4_SWAP_GROUP_MAPS", raising=False)
+    else:
+        monkeypatch.setenv("NVFP4_SWAP_GROUP_MAPS", group_maps)
     # contraction 96 (% 32 == 0: the TMA loader); 80 and 1408 output columns (W's columnwise rows: one and several
     # 256-row tiles)
     _dgrad_after_disagreeing_groups(96, 80, "fast", torch.float32, fast_kernel="swapped")

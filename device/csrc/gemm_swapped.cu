@@ -61,19 +61,24 @@ __global__ void weight_maps_kernel(const Prob* __restrict__ probs, int E, const 
 }
 
 // Per-group weight maps (dgrad, SwapMaps::w_group_maps): when the binding gave the scratch (d.group_maps, 128-byte
-// aligned) and NVFP4_SWAP_GROUP_MAPS=1. Opt-in until it has run on a GPU (docs/gemm.md, stop 34): until then dgrad
-// keeps the one map `w`, whose row index is wrong for groups that follow a group disagreeing with N (SPEC 12.5).
+// aligned) and NVFP4_SWAP_GROUP_MAPS=1. Opt-in until it has run on a GPU (docs/gemm.md, stop 34).
 bool use_group_maps(const LaunchArgs& a, const DequantGemmArgs& d) {
   return a.E > 0 && d.group_maps != nullptr && reinterpret_cast<uintptr_t>(d.group_maps) % 128 == 0 &&
          tma_host::tma_opted_in("NVFP4_SWAP_GROUP_MAPS");
 }
 
+// The loaders: TMA (swap_maps) or cp.async. dgrad (the binding gives d.group_maps for dgrad only) takes TMA only with
+// the per-group weight maps: through the one map `w`, the groups that follow a group disagreeing with N (SPEC 12.5)
+// were read shifted (docs/gemm.md, stops 34 and 35), so without the maps dgrad takes the cp.async loader,
+// which reads from Prob::b (the same bits, SPEC 12.6; GPU-tested with NVFP4_SWAP_TMA=0). fprop keeps `w`: its
+// rowwise weight groups always start on a whole row.
 template <bool OUT_F32>
 void launch_out(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s) {
   swp::SwapMaps m{};
-  if (swap_maps(d, &m)) {
+  const bool dgrad = d.group_maps != nullptr;
+  if ((!dgrad || use_group_maps(a, d)) && swap_maps(d, &m)) {
     using S = swp::ShapeTma;
-    if (use_group_maps(a, d)) {
+    if (dgrad) {
       auto* maps = static_cast<CUtensorMap*>(d.group_maps);
       weight_maps_kernel<<<gmap::map_grid(a.E), gmap::kMapThreads, 0, s>>>(a.probs, a.E, m.w, maps);
       m.w_group_maps = maps;
