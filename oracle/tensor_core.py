@@ -30,7 +30,6 @@ _WINDOW = 25  # addends are truncated at 2^(E - 25)
 _FP32_BITS = 24
 _UNIT_EXP = -20  # the model's integers count units of 2^-20 (true scale): products of two 2^-10 operand units
 _PRODUCT_SHIFT = 2 * _PRESENT_EXP  # presented products = true products * 2^-28
-_NO_ADDEND = np.iinfo(np.int64).min // 4  # exponent of an absent addend (below any real one, no overflow)
 
 
 def _bit_length(x: np.ndarray) -> np.ndarray:
@@ -67,7 +66,7 @@ def _trailing_zeros(x: np.ndarray) -> np.ndarray:
 
 
 _NO_TZ = 1 << 20  # trailing zeros of 0 (above any shift): a zero product is never truncated
-_NO_ADDEND16 = -16000  # _NO_ADDEND in int16 (two of them still fit; real exponents are within +-64)
+_NO_ADDEND16 = -16000  # exponent of an absent addend: below any real one (within +-64); two still fit in int16
 _CHUNK_ELEMS = 1 << 25  # rows of A per chunk: about this many M x N x K elements (the block dot products: 16 MB)
 
 
