@@ -4,6 +4,7 @@ from . import fp4_numpy, swizzle
 from .dequantize import dequantize
 from .gemm import gemm, gemm_alpha, gemm_error_bound, within_bound
 from .grouped import cut_splits, group_quantize, grouped_capacities
+from .grouped_gemm import grouped_gemm
 from .planes import GroupedNVFP4Tensor, NVFP4Tensor, QuantizedPlane
 from .quantize import quantize
 from .rht import rht
@@ -20,6 +21,7 @@ __all__ = [
     "gemm_error_bound",
     "group_quantize",
     "grouped_capacities",
+    "grouped_gemm",
     "quantize",
     "rht",
     "swizzle",

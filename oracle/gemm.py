@@ -122,7 +122,7 @@ def gemm(
             accumulation of normal operands, one k16 step per 16-block in K order, SPEC 12.6: what the device
             kernels' fast mode returns bit for bit); "sequential" and "tensor_core" then apply the epilogue of
             SPEC 12.2. Cost: "sequential" and "exact" take seconds for 2048^3; "tensor_core" models every k16 step
-            of every output in integer arithmetic and is over 100x slower (one CPU measurement: 305 s against 2 s
+            of every output in integer arithmetic and is about 20x slower (one CPU measurement: 33 s against 1.8 s
             for "exact" at 2048^3): use it on the sizes a test needs, e.g. a few groups of a few hundred rows.
         out_dtype: "bfloat16" (returns ml_dtypes.bfloat16) or "float32".
         bias: optional [N] float32/bfloat16 row vector added to every row.

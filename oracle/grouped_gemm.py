@@ -1,0 +1,93 @@
+"""Grouped GEMM over grouped NVFP4 tensors (SPEC 12.5): the oracle counterpart of ``device.grouped_gemm``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .gemm import gemm
+from .planes import GroupedNVFP4Tensor
+
+__all__ = ["grouped_gemm"]
+
+_KINDS = ("fprop", "dgrad", "wgrad")
+
+
+def _planes(t: GroupedNVFP4Tensor, which: str, kind: str, name: str) -> list:
+    planes = t.row_planes if which == "row" else t.col_planes
+    if not planes or any(p is None for p in planes):
+        raise ValueError(f"{kind}: {name} needs its {'rowwise' if which == 'row' else 'columnwise'} plane "
+                         f"(group_quantize(..., {'rowwise' if which == 'row' else 'columnwise'}=True))")
+    return planes
+
+
+def grouped_gemm(a: GroupedNVFP4Tensor, b: GroupedNVFP4Tensor, *, kind: str = "fprop", model: str = "sequential",
+                 out_dtype: str | None = None, bias=None, accumulate=None) -> np.ndarray:
+    """One GEMM per group, each exactly :func:`oracle.gemm` on that group's planes with that group's alpha (SPEC 12.5).
+
+    Args:
+        a, b: :func:`oracle.group_quantize` results with the same number of groups E.
+            fprop: a = X [T, K] (rowwise), b = W [E*N, K] (rowwise; group g is expert g's N rows): Y [T, N].
+            dgrad: a = dY [T, N] (rowwise), b = W [E*N, K] (columnwise, group g is W_g^T [K, N]): dX [T, K].
+            wgrad: a = dY [T, N], b = X [T, K] (both columnwise, the same splits; contraction over each group's
+            ``roundup(m_g, 16)`` padded tokens): dW [E, N, K].
+        kind: "fprop", "dgrad" or "wgrad".
+        model: as :func:`oracle.gemm` ("sequential" = the device's exact mode, "tensor_core" = its fast mode bit for
+            bit, "exact").
+        out_dtype: "bfloat16" or "float32"; default bfloat16 for fprop / dgrad, float32 for wgrad (the device's).
+        bias: fprop [E, N] / dgrad [E, K] float32, one row per group (not with wgrad).
+        accumulate: wgrad only, float32 [E, N, K] C added per group; an empty group (m_g = 0) returns its C bit for
+            bit (SPEC 12.5: no tile is scheduled), where without C it is 0.
+    Raises ValueError where the device would write NaN: groups that disagree (W's group g not N rows; wgrad's two
+    operands not split alike), and for wrong kinds, missing planes or shapes.
+    """
+    if kind not in _KINDS:
+        raise ValueError(f"kind must be one of {list(_KINDS)}, got {kind!r}")
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, GroupedNVFP4Tensor):
+            raise TypeError(f"{name} must be an oracle GroupedNVFP4Tensor, got {type(t).__name__}")
+    e = a.num_groups
+    if b.num_groups != e:
+        raise ValueError(f"a and b have different group counts ({e} vs {b.num_groups})")
+    out_dtype = out_dtype or ("float32" if kind == "wgrad" else "bfloat16")
+    if kind == "wgrad":
+        if bias is not None:
+            raise ValueError("wgrad takes no bias")
+        if not np.array_equal(a.splits, b.splits):
+            bad = np.flatnonzero(a.splits != b.splits)
+            raise ValueError(f"wgrad: the operands' groups disagree (group {int(bad[0])}: {int(a.splits[bad[0]])} vs "
+                             f"{int(b.splits[bad[0]])} tokens)")
+        pa, pb = _planes(a, "col", kind, "a (dY)"), _planes(b, "col", kind, "b (X)")
+        n, k = a.shape[1], b.shape[1]
+        if accumulate is not None:
+            accumulate = np.asarray(accumulate)
+            if accumulate.shape != (e, n, k) or accumulate.dtype != np.float32:
+                raise ValueError(f"accumulate must be float32 [E, N, K] = {(e, n, k)}, got {accumulate.dtype} "
+                                 f"{accumulate.shape}")
+        ys = []
+        for g in range(e):
+            c = None if accumulate is None else accumulate[g]
+            if c is not None and a.splits[g] == 0:  # SPEC 12.5: C untouched, bit for bit
+                ys.append(c.copy())
+                continue
+            ys.append(np.asarray(gemm(pa[g], pb[g], model=model, out_dtype=out_dtype, accumulate=c)))
+        return np.stack(ys) if ys else np.zeros((0, n, k), np.float32)
+    if accumulate is not None:
+        raise ValueError(f"{kind}: accumulate is wgrad only")
+    if b.shape[0] % e:
+        raise ValueError(f"{kind}: b (W) has {b.shape[0]} rows, not a multiple of E={e} (expected [E*N, K])")
+    n_w = b.shape[0] // e
+    bad = np.flatnonzero(b.splits != n_w)
+    if bad.size:
+        raise ValueError(f"{kind}: W's group {int(bad[0])} has {int(b.splits[bad[0]])} rows, not N={n_w}: the "
+                         "groups disagree (SPEC 12.5)")
+    pa = _planes(a, "row", kind, "a")
+    pb = _planes(b, "row" if kind == "fprop" else "col", kind, "b (W)")
+    out_cols = n_w if kind == "fprop" else b.shape[1]
+    if bias is not None:
+        bias = np.asarray(bias)
+        if bias.shape != (e, out_cols):
+            raise ValueError(f"{kind}: bias must be [E, {out_cols}], got {bias.shape}")
+    ys = [np.asarray(gemm(pa[g], pb[g], model=model, out_dtype=out_dtype,
+                          bias=None if bias is None else bias[g])).reshape(int(a.splits[g]), out_cols)
+          for g in range(e)]
+    return np.concatenate(ys) if ys else np.zeros((0, out_cols), np.float32)

@@ -1,0 +1,113 @@
+"""oracle.grouped_gemm (SPEC 12.5): per group exactly oracle.gemm on that group's planes, in the device's output
+layout; empty experts; wgrad's C untouched bit for bit; disagreeing groups raise (the device writes NaN there)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import oracle
+from conformance.generators import generate
+from conformance.ops import reference
+
+BF16 = ml_dtypes.bfloat16
+SPLITS = [5, 0, 37, 16, 0]
+
+
+def _operands(kind, n=48, k=64, seed=0):
+    rng = np.random.default_rng(seed)
+    t = sum(SPLITS)
+    e = len(SPLITS)
+    x = rng.standard_normal((t, k)).astype(BF16)
+    dy = rng.standard_normal((t, n)).astype(BF16)
+    w = (rng.standard_normal((e * n, k)) * 0.1).astype(BF16)
+    wq = oracle.group_quantize(w, [n] * e, columnwise=True, block=(16, 16))
+    if kind == "fprop":
+        return oracle.group_quantize(x, SPLITS), wq
+    if kind == "dgrad":
+        return oracle.group_quantize(dy, SPLITS), wq
+    return (oracle.group_quantize(dy, SPLITS, columnwise=True, rht=True),
+            oracle.group_quantize(x, SPLITS, rowwise=False, columnwise=True, rht=True))
+
+
+@pytest.mark.parametrize("model", ["sequential", "tensor_core"])
+def test_fprop_and_dgrad_are_per_group_gemms_in_row_order(model):
+    rng = np.random.default_rng(1)
+    offs = np.concatenate([[0], np.cumsum(SPLITS)])
+    for kind, cols in (("fprop", 48), ("dgrad", 64)):
+        a, b = _operands(kind)
+        bias = rng.standard_normal((len(SPLITS), cols)).astype(np.float32)
+        y = oracle.grouped_gemm(a, b, kind=kind, model=model, bias=bias)
+        assert y.dtype == BF16 and y.shape == (sum(SPLITS), cols)
+        for g in range(len(SPLITS)):
+            wp = b.row_planes[g] if kind == "fprop" else b.col_planes[g]
+            want = oracle.gemm(a.row_planes[g], wp, model=model, bias=bias[g])
+            assert y[offs[g]:offs[g + 1]].tobytes() == np.asarray(want).tobytes(), (kind, g)
+
+
+def test_wgrad_stacks_groups_and_keeps_c_of_empty_experts():
+    a, b = _operands("wgrad")
+    e = len(SPLITS)
+    c = np.random.default_rng(2).standard_normal((e, 48, 64)).astype(np.float32)
+    c[1, 0, 0] = -0.0  # an empty expert's C: returned bit for bit (SPEC 12.5), not +0 + -0 = +0
+    y = oracle.grouped_gemm(a, b, kind="wgrad", accumulate=c)
+    assert y.dtype == np.float32 and y.shape == (e, 48, 64)
+    for g in range(e):
+        if SPLITS[g] == 0:
+            assert y[g].tobytes() == c[g].tobytes()
+        else:
+            want = oracle.gemm(a.col_planes[g], b.col_planes[g], out_dtype="float32", accumulate=c[g])
+            assert y[g].tobytes() == want.tobytes()
+    y0 = oracle.grouped_gemm(a, b, kind="wgrad")
+    assert not y0[1].any() and not y0[4].any()  # no C: alpha * 0 = 0
+
+
+def test_equals_the_conformance_reference_on_fuzz_cases():
+    """The conformance runner's device reference (conformance/ops.py, its own per-group assembly) on agreeing cases."""
+    compared = set()
+    for i in range(12):
+        c = generate("grouped_gemm_exact", 41, i, "grouped_gemm", {"groups_agree": [True], "operand_quant": ["default"]})
+        o, arr = c.options, c.arrays
+        if "c" in arr:
+            continue
+        splits = arr["splits"]
+        e = splits.size
+        n = arr["w"].shape[0] // e
+        rht = dict(rht=bool(o["rht"]), rht_signs=int(o["rht_signs"]))
+        if o["kind"] == "fprop":
+            a, b = oracle.group_quantize(arr["x"], splits), oracle.group_quantize(arr["w"], [n] * e, block=(16, 16))
+        elif o["kind"] == "dgrad":
+            a = oracle.group_quantize(arr["dy"], splits, columnwise=True, **rht)
+            b = oracle.group_quantize(arr["w"], [n] * e, columnwise=True, block=(16, 16))
+        else:
+            a = oracle.group_quantize(arr["dy"], splits, columnwise=True, **rht)
+            b = oracle.group_quantize(arr["x"], splits, rowwise=False, columnwise=True, **rht)
+        y = oracle.grouped_gemm(a, b, kind=o["kind"], out_dtype=o["out_dtype"], bias=arr.get("bias"))
+        ref = np.asarray(reference(c)["y"])
+        assert np.asarray(y).astype(np.float32).tobytes() == ref.astype(np.float32).tobytes(), i
+        compared.add(o["kind"])
+    assert compared == {"fprop", "dgrad", "wgrad"}
+
+
+def test_disagreeing_groups_and_bad_calls_raise():
+    a, b = _operands("fprop")
+    w = oracle.group_quantize(np.zeros((5 * 48, 64), np.float32), [56, 40, 48, 48, 48])
+    with pytest.raises(ValueError, match="group 0 has 56 rows, not N=48"):
+        oracle.grouped_gemm(a, w, kind="fprop")
+    dy, x = _operands("wgrad")
+    x2 = oracle.group_quantize(np.zeros((58, 64), np.float32), [5, 1, 36, 16, 0], rowwise=False, columnwise=True)
+    with pytest.raises(ValueError, match="disagree"):
+        oracle.grouped_gemm(dy, x2, kind="wgrad")
+    with pytest.raises(ValueError, match="kind"):
+        oracle.grouped_gemm(a, b, kind="xgrad")
+    with pytest.raises(TypeError, match="GroupedNVFP4Tensor"):
+        oracle.grouped_gemm(a.row_planes[0], b)
+    with pytest.raises(ValueError, match="columnwise plane"):
+        oracle.grouped_gemm(a, oracle.group_quantize(np.zeros((240, 64), np.float32), [48] * 5), kind="dgrad")
+    with pytest.raises(ValueError, match="no bias"):
+        oracle.grouped_gemm(dy, x, kind="wgrad", bias=np.zeros((5, 48), np.float32))
+    with pytest.raises(ValueError, match="wgrad only"):
+        oracle.grouped_gemm(a, b, kind="fprop", accumulate=np.zeros((5, 48, 64), np.float32))
+    with pytest.raises(ValueError, match="bias must be"):
+        oracle.grouped_gemm(a, b, kind="fprop", bias=np.zeros((5, 64), np.float32))
