@@ -21,6 +21,7 @@ import numpy as np
 
 from .gemm import gemm, gemm_alpha
 from .grouped import group_quantize
+from .grouped_gemm import grouped_gemm
 from .planes import NVFP4Tensor, QuantizedPlane
 from .quantize import quantize
 from .swizzle import swizzle_scales
@@ -141,6 +142,24 @@ def _cases(rng) -> list[tuple[str, str, str, Callable[[], tuple[dict, dict, dict
             return ins, opts, out
         return build
 
+    def ggemm(x, w, splits, n):
+        def build():
+            e = len(splits)
+            xq = group_quantize(x, splits)
+            wq = group_quantize(w, [n] * e, block=(16, 16))
+            ins = {"splits": np.asarray(splits, np.int64)}
+            for name, t in (("a", xq), ("b", wq)):  # the flat buffers a device kernel reads (SPEC 9.2)
+                for f in ("data", "scales", "amax", "data_offsets", "scale_offsets"):
+                    ins[f"{name}_{f}"] = getattr(t, f"row_{f}")
+            out = {f"y_{m}_bfloat16": grouped_gemm(xq, wq, kind="fprop", model=m)
+                   for m in ("sequential", "tensor_core")}
+            opts = {"kind": "fprop", "a": _with_defaults(group_quantize, {}),
+                    "b": _with_defaults(group_quantize, {"block": (16, 16)}), "N": n,
+                    "outputs": "y_<model>_bfloat16 [T, N] = oracle.grouped_gemm(a, b, kind='fprop', model=...): "
+                               "rows of group g = X_g W_g^T (SPEC 12.5); scales swizzled per group (SPEC 8.2)"}
+            return ins, opts, out
+        return build
+
     def swz(compact):
         def build():
             return {"compact": compact}, {}, {"swizzled": swizzle_scales(compact)}
@@ -162,6 +181,9 @@ def _cases(rng) -> list[tuple[str, str, str, Callable[[], tuple[dict, dict, dict
         ("gemm_17x24x64", "gemm", "12", mm(rng.standard_normal((17, 64)).astype(bf16),
                                            rng.standard_normal((24, 64)).astype(bf16),
                                            bias=rng.standard_normal(24).astype(np.float32))),
+        ("grouped_gemm_fprop", "grouped_gemm", "9.2, 12.5", ggemm(rng.standard_normal((70, 64)).astype(bf16),
+                                                                  (rng.standard_normal((4 * 40, 64)) * 0.1).astype(bf16),
+                                                                  [0, 33, 1, 36], 40)),
         ("swizzle_130x7", "swizzle_scales", "8.2", swz(rng.integers(0, 256, (130, 7), dtype=np.uint8))),
     ]
 
