@@ -7,7 +7,10 @@ script says so), then two rounds of timings of both and of ``torch._grouped_mm``
         --cases "E64 fprop,E64 dgrad"
 
 Variables: ``NVFP4_EXACT_TMA`` (fused exact kernel, opt-in), ``NVFP4_XF16_TMA`` (exact kernel over fp16 copies, with
-``--exact-kernel dequant``), ``NVFP4_SWAP_TMA`` (swapped fast kernel, ``--mode fast --fast-kernel swapped``).
+``--exact-kernel dequant``), ``NVFP4_SWAP_TMA`` (swapped fast kernel, ``--mode fast --fast-kernel swapped``),
+``NVFP4_SWAP_GROUP_MAPS`` (its dgrad through per-group weight maps, opt-in; off: the cp.async loader),
+``NVFP4_EXACT_CONV_ALL_B`` (with ``NVFP4_EXACT_TMA=1`` in the environment: the fused exact kernel's converter
+converts all of B, opt-in). Other variables in the environment hold for both sides.
 """
 
 from __future__ import annotations

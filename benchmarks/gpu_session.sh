@@ -10,7 +10,8 @@
 #   gemm-tests     tests/test_device_gemm.py (8 workers)
 #   quant-tests    tests/test_device_quantize.py, test_device_kernel_choice.py, test_device_placement.py
 #   sanitize       compute-sanitizer memcheck and racecheck on $SANITIZE_K (pytest -k of test_device_gemm.py)
-#   ab             benchmarks/ab_env_switch.py for the opt-in loaders ($AB_EXACT_CASES, $AB_SWAP_CASES)
+#   ab             benchmarks/ab_env_switch.py for the opt-in switches ($AB_EXACT_CASES, $AB_SWAP_CASES): the exact TMA
+#                  loader, the swapped dgrad group maps, and (under the TMA loader) the converter converting all of B
 #   conformance    python -m conformance run on the GPU, grouped-GEMM ops, $CONF_BUDGET, seed $CONF_SEED
 #   bench-gemm     benchmarks/bench_grouped_gemm.py --iters 10 --reps 2
 #   bench-quant    benchmarks/bench_quantize.py --quick --no-compile
@@ -70,7 +71,9 @@ EOF
       python3 benchmarks/ab_env_switch.py --var NVFP4_EXACT_TMA --mode exact --exact-kernel fused \
         --cases "$AB_EXACT_CASES" || return $?
       python3 benchmarks/ab_env_switch.py --var NVFP4_SWAP_GROUP_MAPS --mode fast --fast-kernel swapped \
-        --cases "$AB_SWAP_CASES"
+        --cases "$AB_SWAP_CASES" || return $?
+      NVFP4_EXACT_TMA=1 python3 benchmarks/ab_env_switch.py --var NVFP4_EXACT_CONV_ALL_B --mode exact \
+        --exact-kernel fused --cases "$AB_EXACT_CASES"
       ;;
     conformance)
       python3 -m conformance run --device cuda:0 --ops grouped_gemm,grouped_gemm_tc,grouped_gemm_exact \

@@ -482,7 +482,7 @@ def test_exact_dequant_loaders(tma, monkeypatch):
     _dgrad_after_disagreeing_groups(48, 160, "exact", torch.float32, **kw)
 
 
-@pytest.mark.parametrize("tma", ["1", "0"])
+@pytest.mark.parametrize("tma", ["1", "0", "1-all-b"])
 def test_exact_fused_loaders(tma, monkeypatch):
     """The fused exact kernel (gemm_wgmma_ws.cuh's exact shapes) loads its raw stages (packed A and B rows, their scale
     tiles) with TMA boxes through four tensor maps per group, built on the device, for fprop and dgrad with a
@@ -491,8 +491,10 @@ def test_exact_fused_loaders(tma, monkeypatch):
     against the oracle's sequential model: K tails inside a K step (K = 96 and 160: part of the last box lies past
     K; K = 32: rows narrower than a box), groups and N that are not multiples of 128 rows (box rows past the group zero-filled), empty groups, 64 groups,
     capped grids, and a dgrad whose groups 2-3 start off a whole row after groups that disagree with N
-    (_dgrad_after_disagreeing_groups; the disagreeing groups get no maps)."""
-    monkeypatch.setenv("NVFP4_EXACT_TMA", tma)
+    (_dgrad_after_disagreeing_groups; the disagreeing groups get no maps). "1-all-b": the TMA loader with the
+    converter converting all of B (NVFP4_EXACT_CONV_ALL_B=1, ws::ShapeExactWsAllB; opt-in, stop 35)."""
+    monkeypatch.setenv("NVFP4_EXACT_TMA", tma[0])
+    monkeypatch.setenv("NVFP4_EXACT_CONV_ALL_B", "1" if tma.endswith("all-b") else "0")
     kw = dict(exact_kernel="fused")
     for case in ("e4_zeros", "e64", "giant", "e8_rand"):
         splits, n, k = CASES[case]

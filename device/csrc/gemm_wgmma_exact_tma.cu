@@ -62,10 +62,20 @@ void launch_tma(const LaunchArgs& a, const CUtensorMap& data_tmpl, const CUtenso
 bool launch_wgmma_exact_tma(const LaunchArgs& a, cudaStream_t s) {
   CUtensorMap data_tmpl{}, scale_tmpl{};
   if (!packed_templates(a, &data_tmpl, &scale_tmpl)) return false;
-  if (a.out_f32)
-    launch_tma<ws::ShapeExactWs, true>(a, data_tmpl, scale_tmpl, s);
-  else
-    launch_tma<ws::ShapeExactWsBf16, false>(a, data_tmpl, scale_tmpl, s);
+  // NVFP4_EXACT_CONV_ALL_B=1: the converter converts all of B, so the (issue-bound) MMA warpgroups convert none; the
+  // same bits (SPEC 12.2: only who writes the fp16 B stage changes). Opt-in and unrun (stop 35).
+  const bool all_b = tma_host::tma_opted_in("NVFP4_EXACT_CONV_ALL_B");
+  if (a.out_f32) {
+    if (all_b)
+      launch_tma<ws::ShapeExactWsAllB, true>(a, data_tmpl, scale_tmpl, s);
+    else
+      launch_tma<ws::ShapeExactWs, true>(a, data_tmpl, scale_tmpl, s);
+  } else {
+    if (all_b)
+      launch_tma<ws::ShapeExactWsAllBBf16, false>(a, data_tmpl, scale_tmpl, s);
+    else
+      launch_tma<ws::ShapeExactWsBf16, false>(a, data_tmpl, scale_tmpl, s);
+  }
   return true;
 }
 

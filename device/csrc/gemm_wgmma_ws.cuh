@@ -137,6 +137,11 @@ using ShapePairBf16 = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 1>;
 // per thread; 72 + 2 x 216 = 3 x 168 registers); fp32 or bf16 output as above.
 using ShapeExactWs = Shape<128, 1, 216, 72, 1, 1, 0, 6, 4, 2, 1>;
 using ShapeExactWsBf16 = Shape<128, 1, 216, 72, 1, 1, 0, 6, 4, 1, 1>;
+// The same with the converter warpgroup converting all 128 B rows (4 units per thread) and the MMA warpgroups none,
+// for the TMA loader (whose converters issue no copies): NVFP4_EXACT_CONV_ALL_B=1 with NVFP4_EXACT_TMA=1 (stop 35,
+// opt-in and unrun: gemm_wgmma_exact_tma.cu).
+using ShapeExactWsAllB = Shape<128, 1, 216, 72, 0, 1, 0, 6, 4, 2, 1>;
+using ShapeExactWsAllBBf16 = Shape<128, 1, 216, 72, 0, 1, 0, 6, 4, 1, 1>;
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
