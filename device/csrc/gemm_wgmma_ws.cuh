@@ -10,7 +10,7 @@
 //       raw tile into a kBStages ring of fp16 tiles in wgmma's K-major 128-byte-swizzled layout (gemm_decode_f16.cuh);
 //   MMA warpgroups (kMma = BM / 64 of them): decode their own A fragments from the raw ring into registers (RS form),
 //       dequantize B rows [kConvRows, kLoadBN) (of the current step before its wgmmas, or with kBAhead of the next
-//       step while the current wgmmas run), and issue wgmma.m64n256k16 over the fp16 B ring into fp32 accumulators;
+//       step while the current wgmmas run; none with MMA_UNITS 0, ShapeExactWsAllB), and issue wgmma.m64n256k16 over the fp16 B ring into fp32 accumulators;
 //       then the epilogue.
 // The two roles meet only at mbarriers, so the shared-memory traffic of the B conversion is spread over the whole
 // K loop instead of one burst between two CTA barriers (the limit of gemm_wgmma.cuh's kernel, docs/gemm.md), and the
