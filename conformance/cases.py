@@ -61,7 +61,7 @@ def case_size(case: Case) -> tuple[int, int, int]:
     return total, nonzero, complexity
 
 
-_PLAIN_QUANT = dict(rule="te", rounding="rn", seed=0, offset=0)  # a GEMM operand's default (gen_operand_quant)
+PLAIN_QUANT = dict(rule="te", rounding="rn", seed=0, offset=0)  # a GEMM operand's default (gen_operand_quant)
 
 
 def _option_weight(key: str, v, options: dict) -> int:
@@ -69,7 +69,7 @@ def _option_weight(key: str, v, options: dict) -> int:
     the TE / RN way; a grouped GEMM's weights in 16x16 blocks, TE's weight blocks), else 1; the device's loader
     switches (loader_env) count one each."""
     if key in ("quant_a", "quant_b"):
-        return int(v != _PLAIN_QUANT and v != dict(_PLAIN_QUANT, rule=options.get("rule", "te")))
+        return int(v != PLAIN_QUANT and v != dict(PLAIN_QUANT, rule=options.get("rule", "te")))
     if key == "loader_env":
         return len(v)
     if key == "b_block" and "kind" in options:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import ml_dtypes
 import numpy as np
 
-from .cases import Case
+from .cases import PLAIN_QUANT, Case
 
 #: The keys a backend's ``space()`` may set (``conformance.runner.case_space`` refuses others, so that a typo cannot
 #: silently leave a restriction out). Option lists: ``planes`` ("row", "col", "both"), ``rule``, ``rht``,
@@ -468,7 +468,7 @@ def gen_operand_quant(rng, space, rule: str | None = None, b_blocks: tuple = ())
     scale rule, else one of the TE family (SPEC 5.2 / 5.3, the rules the device GEMM takes), and round-to-nearest or
     stochastic rounding (SPEC 10) with its own seed and counter offset. ``b_block``: b's scale blocks, one of
     ``b_blocks`` (the default first; none: not drawn). Read back by ``conformance.ops.operand_quant_kwargs``."""
-    out = {f"quant_{name}": dict(rule=rule or "te", rounding="rn", seed=0, offset=0) for name in ("a", "b")}
+    out = {f"quant_{name}": dict(PLAIN_QUANT, rule=rule or "te") for name in ("a", "b")}
     if b_blocks:
         out["b_block"] = list(b_blocks[0])
     if pick(rng, space, "operand_quant", ["default", "varied"]) == "default":

@@ -15,7 +15,7 @@ import numpy as np
 
 import oracle
 
-from .cases import _PLAIN_QUANT, Case, case_size
+from .cases import PLAIN_QUANT, Case, case_size
 from .ops import grouped_gemm_b_splits
 
 __all__ = ["shrink", "candidates"]
@@ -123,8 +123,9 @@ def _group_rows(sizes: np.ndarray, groups: np.ndarray) -> np.ndarray:
 
 def _grouped_gemm_candidates(case: Case) -> Iterator[Case]:
     """Smaller grouped-GEMM cases (SPEC 12.5; arrays x [T, K], w [E N, K], dy [T, N], splits [E], bias, c): no bias /
-    C, simpler options (operands quantized the default way too), agreeing operand groups, fewer groups, fewer rows in one group, fewer 16-column blocks of K
-    and of N, zeroed 16-blocks of the operands the kind reads. Every candidate keeps what the device's host checks
+    C, simpler options (operands quantized the default way, loader switches at their defaults), agreeing operand
+    groups, fewer groups, fewer rows in one group, fewer 16-column blocks of K and of N, zeroed 16-blocks of the
+    operands the kind reads. Every candidate keeps what the device's host checks
     need: x and dy share T rows, w holds E N rows, and operand b's groups (option ``b_splits``) keep their totals."""
     a, o = case.arrays, case.options
     kind, s, x, w, dy = o["kind"], a["splits"], a["x"], a["w"], a["dy"]
@@ -146,8 +147,8 @@ def _grouped_gemm_candidates(case: Case) -> Iterator[Case]:
         del c.options["b_splits"]
         yield c
     for name in ("quant_a", "quant_b"):  # an operand quantized the default way (TE rule, round-to-nearest)
-        if o.get(name, _PLAIN_QUANT) != _PLAIN_QUANT:
-            yield case.replace(options={name: dict(_PLAIN_QUANT)})
+        if o.get(name, PLAIN_QUANT) != PLAIN_QUANT:
+            yield case.replace(options={name: dict(PLAIN_QUANT)})
     if list(o.get("b_block", (16, 16))) != [16, 16]:
         yield case.replace(options={"b_block": [16, 16]})
     for name in o.get("loader_env", {}):  # one loader switch back to its default
