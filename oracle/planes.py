@@ -89,6 +89,18 @@ class NVFP4Tensor:
     def __repr__(self) -> str:
         return f"NVFP4Tensor(shape={self.shape}, row={self.row!r}, col={self.col!r})"
 
+    def buffers(self) -> dict:
+        """Every buffer a kernel writes, by name: ``row_data``, ``row_scales`` (compact), ``row_scales_swizzled``
+        (SPEC 8.2, padding included), ``row_amax`` (float32 ``[1]``) and the same for ``col_``; a plane that was not
+        requested is absent."""
+        out = {}
+        for name, p in (("row", self.row), ("col", self.col)):
+            if p is not None:
+                out.update({f"{name}_data": p.data, f"{name}_scales": p.scales,
+                            f"{name}_scales_swizzled": p.swizzled_scales(),
+                            f"{name}_amax": np.asarray([p.amax], np.float32)})
+        return out
+
 
 @dataclass
 class GroupedNVFP4Tensor:

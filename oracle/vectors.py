@@ -22,7 +22,6 @@ import numpy as np
 from .gemm import gemm, gemm_alpha
 from .grouped import group_quantize
 from .grouped_gemm import grouped_gemm
-from .planes import NVFP4Tensor, QuantizedPlane
 from .quantize import quantize
 from .swizzle import swizzle_scales
 
@@ -68,18 +67,6 @@ def read_case(folder) -> tuple[dict, dict, dict]:
     return meta, out[0], out[1]
 
 
-def plane_outputs(prefix: str, p: QuantizedPlane | None) -> dict:
-    """The buffers of one plane: data, compact and swizzled (SPEC 8.2, padding included) scales, amax."""
-    if p is None:
-        return {}
-    return {f"{prefix}_data": p.data, f"{prefix}_scales": p.scales, f"{prefix}_scales_swizzled": p.swizzled_scales(),
-            f"{prefix}_amax": np.float32(p.amax)}
-
-
-def _tensor_outputs(t: NVFP4Tensor) -> dict:
-    return {**plane_outputs("row", t.row), **plane_outputs("col", t.col)}
-
-
 def _with_defaults(fn: Callable, options: dict) -> dict:
     """``options`` completed with ``fn``'s keyword defaults (all of a case's options, spelled out), tuples as lists."""
     full = {n: p.default for n, p in inspect.signature(fn).parameters.items()
@@ -111,7 +98,7 @@ def _cases(rng) -> list[tuple[str, str, str, Callable[[], tuple[dict, dict, dict
     """(name, op, SPEC sections, build) of every case; build() gives (inputs, options, outputs)."""
     def q(x, **o):
         def build():
-            return {"x": x}, _with_defaults(quantize, o), _tensor_outputs(quantize(x, **o))
+            return {"x": x}, _with_defaults(quantize, o), quantize(x, **o).buffers()
         return build
 
     def gq(x, splits, **o):
