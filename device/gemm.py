@@ -1,7 +1,9 @@
 """NVFP4 x NVFP4 grouped GEMM on Hopper (issue 4; SPEC 12): fprop / dgrad / wgrad over grouped tensors from
 :func:`device.group_quantize`, one graph-safe launch (plus a tiny setup kernel) per call.
 
-Per group g the result is :func:`oracle.gemm` on that group's planes with that group's alpha (SPEC 12.5):
+Per group g the result is :func:`oracle.gemm` on that group's planes with that group's alpha (SPEC 12.5), i.e.
+:func:`oracle.grouped_gemm` on the operands' ``.to_oracle()`` (``model="sequential"`` for ``mode="exact"``,
+``"tensor_core"`` for ``"fast"``; test ``test_matches_oracle_grouped_gemm``):
 
 * ``kind="fprop"``: ``Y_g = X_g W_g^T``; ``a`` = X grouped ``[T, K]`` (rowwise), ``b`` = W grouped
   ``[E*N, K]`` quantized with ``splits=[N]*E`` (rowwise); out ``[T, N]`` (bf16 default); optional bias ``[E, N]``.
