@@ -4,7 +4,7 @@ from . import fp4_numpy, swizzle
 from .dequantize import dequantize
 from .gemm import gemm, gemm_alpha, gemm_error_bound, within_bound
 from .grouped import cut_splits, group_quantize, grouped_capacities
-from .grouped_gemm import grouped_gemm
+from .grouped_gemm import grouped_gemm, grouped_gemm_error_bound
 from .planes import GroupedNVFP4Tensor, NVFP4Tensor, QuantizedPlane
 from .quantize import quantize
 from .rht import rht
@@ -22,6 +22,7 @@ __all__ = [
     "group_quantize",
     "grouped_capacities",
     "grouped_gemm",
+    "grouped_gemm_error_bound",
     "quantize",
     "rht",
     "swizzle",

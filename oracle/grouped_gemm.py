@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .gemm import gemm
+from .gemm import gemm, gemm_error_bound
 from .planes import GroupedNVFP4Tensor
 
-__all__ = ["grouped_gemm"]
+__all__ = ["grouped_gemm", "grouped_gemm_error_bound"]
 
 _KINDS = ("fprop", "dgrad", "wgrad")
 
@@ -40,6 +40,30 @@ def grouped_gemm(a: GroupedNVFP4Tensor, b: GroupedNVFP4Tensor, *, kind: str = "f
     Raises ValueError where the device would write NaN: groups that disagree (W's group g not N rows; wgrad's two
     operands not split alike), and for wrong kinds, missing planes or shapes.
     """
+    def per_group(pa, pb, **kw):
+        return np.asarray(gemm(pa, pb, model=model, **kw))
+
+    def empty_expert(c):
+        return c.copy()  # SPEC 12.5: C untouched, bit for bit
+
+    return _per_group(a, b, kind, per_group, empty_expert, out_dtype, bias, accumulate)
+
+
+def grouped_gemm_error_bound(a: GroupedNVFP4Tensor, b: GroupedNVFP4Tensor, *, kind: str = "fprop",
+                             out_dtype: str | None = None, bias=None, accumulate=None) -> np.ndarray:
+    """:func:`oracle.gemm_error_bound` per group, in :func:`grouped_gemm`'s layout (float64): every implementation
+    that forms the exact products and sums them in fp32 in any order lies within it of
+    ``grouped_gemm(..., model="exact")`` (SPEC 12.4; check with :func:`oracle.within_bound`). An empty wgrad expert
+    with C gets 0 (C is returned exactly). Same arguments and errors as :func:`grouped_gemm`."""
+    def empty_expert(c):
+        return np.zeros(c.shape)
+
+    return _per_group(a, b, kind, gemm_error_bound, empty_expert, out_dtype, bias, accumulate)
+
+
+def _per_group(a, b, kind: str, fn, empty_expert, out_dtype, bias, accumulate) -> np.ndarray:
+    """``fn(plane_a, plane_b, out_dtype=, bias=, accumulate=)`` for every group, checked and assembled (SPEC 12.5);
+    ``empty_expert(C)`` for a wgrad group without tokens when C is given."""
     if kind not in _KINDS:
         raise ValueError(f"kind must be one of {list(_KINDS)}, got {kind!r}")
     for name, t in (("a", a), ("b", b)):
@@ -66,10 +90,10 @@ def grouped_gemm(a: GroupedNVFP4Tensor, b: GroupedNVFP4Tensor, *, kind: str = "f
         ys = []
         for g in range(e):
             c = None if accumulate is None else accumulate[g]
-            if c is not None and a.splits[g] == 0:  # SPEC 12.5: C untouched, bit for bit
-                ys.append(c.copy())
-                continue
-            ys.append(np.asarray(gemm(pa[g], pb[g], model=model, out_dtype=out_dtype, accumulate=c)))
+            if c is not None and a.splits[g] == 0:
+                ys.append(empty_expert(c))
+            else:
+                ys.append(np.asarray(fn(pa[g], pb[g], out_dtype=out_dtype, accumulate=c)))
         return np.stack(ys) if ys else np.zeros((0, n, k), np.float32)
     if accumulate is not None:
         raise ValueError(f"{kind}: accumulate is wgrad only")
@@ -87,7 +111,7 @@ def grouped_gemm(a: GroupedNVFP4Tensor, b: GroupedNVFP4Tensor, *, kind: str = "f
         bias = np.asarray(bias)
         if bias.shape != (e, out_cols):
             raise ValueError(f"{kind}: bias must be [E, {out_cols}], got {bias.shape}")
-    ys = [np.asarray(gemm(pa[g], pb[g], model=model, out_dtype=out_dtype,
-                          bias=None if bias is None else bias[g])).reshape(int(a.splits[g]), out_cols)
+    ys = [np.asarray(fn(pa[g], pb[g], out_dtype=out_dtype,
+                        bias=None if bias is None else bias[g])).reshape(int(a.splits[g]), out_cols)
           for g in range(e)]
     return np.concatenate(ys) if ys else np.zeros((0, out_cols), np.float32)

@@ -111,3 +111,31 @@ def test_disagreeing_groups_and_bad_calls_raise():
         oracle.grouped_gemm(a, b, kind="fprop", accumulate=np.zeros((5, 48, 64), np.float32))
     with pytest.raises(ValueError, match="bias must be"):
         oracle.grouped_gemm(a, b, kind="fprop", bias=np.zeros((5, 64), np.float32))
+
+
+@pytest.mark.parametrize("kind", ["fprop", "dgrad", "wgrad"])
+def test_error_bound_covers_both_fp32_models_and_catches_an_error(kind):
+    """grouped_gemm_error_bound (SPEC 12.4 per group): the sequential and tensor-core models lie within it of the
+    exact model in every group; one element moved past it in one group does not; it is oracle.gemm_error_bound per
+    group, and 0 where wgrad returns an empty expert's C."""
+    a, b = _operands(kind)
+    kw = dict(out_dtype="float32")
+    if kind == "wgrad":
+        kw["accumulate"] = np.random.default_rng(3).standard_normal((len(SPLITS), 48, 64)).astype(np.float32)
+    exact = oracle.grouped_gemm(a, b, kind=kind, model="exact", **kw)
+    bound = oracle.grouped_gemm_error_bound(a, b, kind=kind, **kw)
+    assert bound.shape == exact.shape and bound.dtype == np.float64
+    for model in ("sequential", "tensor_core"):
+        assert oracle.within_bound(oracle.grouped_gemm(a, b, kind=kind, model=model, **kw), exact, bound).all()
+    bad = np.asarray(exact, np.float32).copy()
+    idx = (2, 0, 0) if kind == "wgrad" else (5, 0)  # group 2 (37 rows from row 5)
+    bad[idx] += np.float32(4 * bound[idx] + 1e-3)
+    assert oracle.within_bound(bad, exact, bound).sum() == bound.size - 1
+    if kind == "wgrad":
+        assert not bound[1].any() and not bound[4].any()  # empty experts: C returned exactly
+        want = oracle.gemm_error_bound(a.col_planes[2], b.col_planes[2], accumulate=kw["accumulate"][2],
+                                       out_dtype="float32")
+        assert np.array_equal(bound[2], want)
+    else:
+        wp = b.row_planes[2] if kind == "fprop" else b.col_planes[2]
+        assert np.array_equal(bound[5:42], oracle.gemm_error_bound(a.row_planes[2], wp, out_dtype="float32"))
