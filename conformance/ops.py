@@ -73,20 +73,11 @@ def ref_group_quantize(case: Case) -> dict:
     if case.options.get("splits_rule") == "cut":  # SPEC 9.4: the device cuts splits that do not add up to T
         splits = oracle.cut_splits(splits, x.shape[0])
         x = x[: int(splits.sum())]
-    g = oracle.group_quantize(x, splits, **quantize_kwargs(case))
-    out = {}
-    for p, on in (("row", case.options["rowwise"]), ("col", case.options["columnwise"])):
-        if not on:
-            continue
-        out[f"{p}_data"] = getattr(g, f"{p}_data")
-        out[f"{p}_scales"] = getattr(g, f"{p}_scales")
-        out[f"{p}_scales_compact"] = getattr(g, f"{p}_scales_compact")
-        out[f"{p}_amax"] = getattr(g, f"{p}_amax").astype(np.float32)
-        out[f"{p}_data_offsets"] = getattr(g, f"{p}_data_offsets")
-        out[f"{p}_scale_offsets"] = getattr(g, f"{p}_scale_offsets")
-        out[f"{p}_data_tail"] = np.zeros(cap[f"{p}_data"] - out[f"{p}_data"].size, np.uint8)
-        out[f"{p}_scales_tail"] = np.zeros(cap[f"{p}_scale"] - out[f"{p}_scales"].size, np.uint8)
-    out["row_offsets"] = g.row_offsets
+    out = oracle.group_quantize(x, splits, **quantize_kwargs(case)).buffers()
+    for p in ("row", "col"):
+        if f"{p}_data" in out:  # SPEC 9.3: the device's buffers hold zeros past the last group
+            out[f"{p}_data_tail"] = np.zeros(cap[f"{p}_data"] - out[f"{p}_data"].size, np.uint8)
+            out[f"{p}_scales_tail"] = np.zeros(cap[f"{p}_scale"] - out[f"{p}_scales"].size, np.uint8)
     return out
 
 

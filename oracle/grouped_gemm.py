@@ -15,8 +15,8 @@ _KINDS = ("fprop", "dgrad", "wgrad")
 def _planes(t: GroupedNVFP4Tensor, which: str, kind: str, name: str) -> list:
     planes = t.row_planes if which == "row" else t.col_planes
     if not planes or any(p is None for p in planes):
-        raise ValueError(f"{kind}: {name} needs its {'rowwise' if which == 'row' else 'columnwise'} plane "
-                         f"(group_quantize(..., {'rowwise' if which == 'row' else 'columnwise'}=True))")
+        usage = "rowwise" if which == "row" else "columnwise"
+        raise ValueError(f"{kind}: {name} needs its {usage} plane (group_quantize(..., {usage}=True))")
     return planes
 
 

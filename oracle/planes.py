@@ -146,3 +146,15 @@ class GroupedNVFP4Tensor:
     @property
     def num_groups(self) -> int:
         return int(self.splits.shape[0])
+
+    def buffers(self) -> dict:
+        """Every flat buffer a device writes, by name: ``row_offsets`` and, for each plane that was requested,
+        ``{row,col}_data``, ``_scales`` (swizzled per group), ``_scales_compact``, ``_amax`` (float32 ``[E]``),
+        ``_data_offsets`` and ``_scale_offsets``."""
+        out = {"row_offsets": self.row_offsets}
+        for p in ("row", "col"):
+            if getattr(self, f"{p}_data") is not None:
+                for f in ("data", "scales", "scales_compact", "amax", "data_offsets", "scale_offsets"):
+                    out[f"{p}_{f}"] = getattr(self, f"{p}_{f}")
+                out[f"{p}_amax"] = out[f"{p}_amax"].astype(np.float32)
+        return out

@@ -103,12 +103,7 @@ def _cases(rng) -> list[tuple[str, str, str, Callable[[], tuple[dict, dict, dict
 
     def gq(x, splits, **o):
         def build():
-            t = group_quantize(x, splits, **o)
-            out = {"row_offsets": t.row_offsets}
-            for p in ("row", "col"):
-                if getattr(t, f"{p}_data") is not None:
-                    for f in ("data", "scales", "scales_compact", "amax", "data_offsets", "scale_offsets"):
-                        out[f"{p}_{f}"] = getattr(t, f"{p}_{f}")
+            out = group_quantize(x, splits, **o).buffers()
             return {"x": x, "splits": np.asarray(splits, np.int64)}, _with_defaults(group_quantize, o), out
         return build
 
