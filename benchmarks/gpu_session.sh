@@ -9,7 +9,10 @@
 #   smoke          one tiny quantize and grouped GEMM against the oracle
 #   gemm-tests     tests/test_device_gemm.py (8 workers)
 #   quant-tests    tests/test_device_quantize.py, test_device_kernel_choice.py, test_device_placement.py
-#   sanitize       compute-sanitizer memcheck and racecheck on $SANITIZE_K (pytest -k of test_device_gemm.py)
+#   sanitize       compute-sanitizer $SANITIZE_TOOLS (memcheck racecheck) on $SANITIZE_K (pytest -k of
+#                  test_device_gemm.py)
+#   racecheck-repro  device/sanitizer/warp_release_repro.cu under racecheck, modes 0 1 2 (whether racecheck sees a
+#                  per-warp stage release: __syncwarp, then lane 0 arrives)
 #   ab             benchmarks/ab_env_switch.py for the opt-in switches ($AB_EXACT_CASES, $AB_SWAP_CASES): the exact TMA
 #                  loader, the swapped dgrad group maps, and (under the TMA loader) the converter converting all of B
 #   conformance    python -m conformance run on the GPU, grouped-GEMM ops, $CONF_BUDGET, seed $CONF_SEED
@@ -23,6 +26,7 @@ export PYTHONPATH=.:/tmp/site NVFP4_BUILD_DIR=${NVFP4_BUILD_DIR:-/tmp/nvfp4b} PY
   PYTHONWARNINGS=ignore MAX_JOBS=${MAX_JOBS:-16}
 SAN=/usr/local/cuda/bin/compute-sanitizer
 SANITIZE_K=${SANITIZE_K:-"exact_fused_loaders and 1 or off_a_whole"}
+SANITIZE_TOOLS=${SANITIZE_TOOLS:-"memcheck racecheck"}
 AB_EXACT_CASES=${AB_EXACT_CASES:-"E64 fprop,E64 dgrad,E8 T512 fprop"}
 AB_SWAP_CASES=${AB_SWAP_CASES:-"E8 T512 dgrad"}
 CONF_BUDGET=${CONF_BUDGET:-45s}
@@ -32,7 +36,7 @@ status=0
 
 default_timeout() {
   case "$1" in
-    build) echo 300 ;; smoke) echo 120 ;; gemm-tests) echo 240 ;; quant-tests) echo 240 ;; sanitize) echo 300 ;;
+    build) echo 300 ;; smoke) echo 120 ;; racecheck-repro) echo 90 ;; gemm-tests) echo 240 ;; quant-tests) echo 240 ;; sanitize) echo 300 ;;
     ab) echo 240 ;; conformance) echo 120 ;; bench-gemm) echo 300 ;; bench-quant) echo 240 ;; *) echo 60 ;;
   esac
 }
@@ -64,8 +68,24 @@ EOF
     gemm-tests) $PYTEST -n 8 tests/test_device_gemm.py ;;
     quant-tests) $PYTEST -n 8 tests/test_device_quantize.py tests/test_device_kernel_choice.py tests/test_device_placement.py ;;
     sanitize)
-      $SAN --tool memcheck --error-exitcode 9 $PYTEST tests/test_device_gemm.py -k "$SANITIZE_K" || return $?
-      $SAN --tool racecheck --error-exitcode 9 $PYTEST tests/test_device_gemm.py -k "$SANITIZE_K"
+      local tool rc=0
+      for tool in $SANITIZE_TOOLS; do
+        echo "--- $tool"
+        $SAN --tool "$tool" --error-exitcode 9 $PYTEST tests/test_device_gemm.py -k "$SANITIZE_K" || rc=$?
+      done
+      return $rc
+      ;;
+    racecheck-repro)
+      nvcc -gencode=arch=compute_90a,code=sm_90a -o /tmp/warp_release_repro device/sanitizer/warp_release_repro.cu \
+        || return 1
+      local mode rc=0
+      for mode in 0 1 2; do
+        echo "--- mode $mode"
+        $SAN --tool racecheck --error-exitcode 9 /tmp/warp_release_repro "$mode" 2>&1 | grep -v '^=========     and' \
+          | tail -n 8
+        [ "${PIPESTATUS[0]}" -ne 0 ] && rc=9
+      done
+      return $rc
       ;;
     ab)
       python3 benchmarks/ab_env_switch.py --var NVFP4_EXACT_TMA --mode exact --exact-kernel fused \
@@ -91,7 +111,7 @@ for stage in "$@"; do
   limit=${!var:-$(default_timeout "$stage")}
   start=$(date +%s)
   # (the stage in a child shell, so that timeout can kill it and everything it started)
-  timeout -s KILL "$limit" bash -c "$(declare -f stage_body); $(declare -p PYTEST SAN SANITIZE_K AB_EXACT_CASES \
+  timeout -s KILL "$limit" bash -c "$(declare -f stage_body); $(declare -p PYTEST SAN SANITIZE_K SANITIZE_TOOLS AB_EXACT_CASES \
     AB_SWAP_CASES CONF_BUDGET CONF_SEED OUT); stage_body $stage" >"$OUT/$stage.log" 2>&1
   rc=$?
   echo "=== $stage: rc $rc, $(( $(date +%s) - start )) s (limit $limit s)"

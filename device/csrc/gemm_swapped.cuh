@@ -32,7 +32,7 @@
 //       wgmma.wait_group 1); then the epilogue stores the transposed tile directly.
 //   full[s]   the loader's copies of stage s have landed (TMA: one arrive.expect_tx and the copies' complete_tx;
 //             cp.async: cp.async.mbarrier.arrive.noinc, one per loader thread)
-//   empty[s]  every MMA warp has read stage s (its words by ld.shared, its token tile by the completed wgmmas)
+//   empty[s]  every MMA thread has read stage s (its words by ld.shared, its token tile by the completed wgmmas)
 #pragma once
 
 #include "gemm_group_maps.cuh"
@@ -56,7 +56,6 @@ struct ShapeT {
   static constexpr int kThreads = 128 * (kMma + kLoaderWGs);  // the loader warpgroups first
   // the first LOADER_WARPS warps of the loader warpgroups issue the copies (any others leave after setmaxnreg)
   static constexpr int kLoaderThreads = 32 * LOADER_WARPS;
-  static constexpr int kCluster = 1;  // (ws::release_b_stage)
   static constexpr int kSlotRegs = 65536 / kThreads / 8 * 8;
   static constexpr int kLoaderRegs = 32;
   static constexpr int kMmaRegs = ((kMma + kLoaderWGs) * kSlotRegs - kLoaderWGs * kLoaderRegs) / kMma / 8 * 8;
@@ -381,6 +380,10 @@ __device__ __forceinline__ void store_tile_transposed(const float (&acc)[32], co
 // TMA: the loader is one thread issuing TMA boxes (S = ShapeTma, `maps` set; GROUP_MAPS: the weights through one map
 // per group, SwapMaps::w_group_maps); otherwise the S::kLoaderThreads threads of SwapLoader issue cp.async copies (any
 // K; `maps` unused).
+// Stage release (`empty`): every MMA thread arrives after its own shared-memory reads of the stage. (A per-warp release,
+// __syncwarp() and one arrival by lane 0, orders the lanes' reads as well, bar.warp.sync ordering its lanes' memory
+// accesses, and measured the same speed; but compute-sanitizer's racecheck follows only per-thread arrivals and reported
+// the loader's cp.async writes against the lanes' reads: device/sanitizer/warp_release_repro.cu, docs/gemm.md stop 36.)
 template <class S, bool OUT_F32, bool TMA, bool GROUP_MAPS = false>
 __global__ void __launch_bounds__(S::kThreads, 1)
     swapped_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate,
@@ -396,7 +399,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   const int first_tile = blockIdx.x, tile_stride = gridDim.x;
   const ws::TileWalk<true> walk(__ldg(prefix + E), tile_stride);
 
-  ws::init_ring_barriers<S::kStages>(full, empty, TMA ? 1 : S::kLoaderThreads, 4 * S::kMma);
+  ws::init_ring_barriers<S::kStages>(full, empty, TMA ? 1 : S::kLoaderThreads, 128 * S::kMma);
 
   if (tid < 128 * S::kLoaderWGs) {
     // ------------------------------------------------------------------------------------------------ loader
@@ -439,6 +442,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     const int warp = (mt >> 5) & 3;
     const FragOffsets fo = frag_offsets<S>(wm, mt & 127);
     ws::Ring<S::kStages> st;
+    auto release = [&](int stage) { ws::mbar_arrive(empty + 8 * stage); };  // this thread is done with the stage
     for (int v = first_tile; v < walk.count; v += tile_stride) {
       int local;
       const int group = wg::find_group(prefix, E, walk.tile(v), &local);
@@ -454,7 +458,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         // a half tile without rows for this warpgroup: follow the ring (the loader waits for every MMA warp)
         for (int kt = 0; kt < KT; ++kt) {
           ws::mbar_wait(full + 8 * st.stage, st.phase);
-          ws::release_b_stage<S>(empty + 8 * st.stage, 0u, lane);
+          release(st.stage);
           st.next();
         }
         continue;
@@ -494,7 +498,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         fence_acc();
         fence_frags(a);
         wg::wgmma_wait<1>();  // the previous step's wgmmas are done with their stage and fragment registers
-        if (prev >= 0) ws::release_b_stage<S>(empty + 8 * prev, 0u, lane);
+        if (prev >= 0) release(prev);
         prev = st.stage;
         st.next();
       };
@@ -506,7 +510,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       }
       wg::wgmma_wait<0>();
       fence_acc();
-      if (prev >= 0) ws::release_b_stage<S>(empty + 8 * prev, 0u, lane);
+      if (prev >= 0) release(prev);
 
       Prob p = *pp;
       p.N = cols.end;
