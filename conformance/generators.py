@@ -560,7 +560,8 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
         o["loader_env"] = {name: str(pick(rng, space, name, ["0", "1"])) for name in LOADER_SWITCHES}
     tags = dict(kind=kind, out_dtype=out_dtype, rht=str(rht), splits=skind, values=vkind,
                 groups_agree=str(agree), operands=operand_quant_tag(o),
-                loaders=" ".join(f"{k.removeprefix('NVFP4_')}={v}" for k, v in o["loader_env"].items()) or "default",
+                loaders="varied" if o["loader_env"] else "default",
+                **{f"loader {k.removeprefix('NVFP4_')}": v for k, v in o["loader_env"].items()},
                 fast_kernel=f"exact: {exact_kernel}" if space.get("mode") == "exact" else fast_kernel,
                 grid="one CTA per SM" if max_ctas == 0 else "capped",
                 n="multiple of 16" if n % 16 == 0 else "other",

@@ -364,6 +364,7 @@ def test_device_backend_sets_the_loader_switches_for_the_gemm_call_only(monkeypa
         c = generate("grouped_gemm", 29, i, "grouped_gemm", {"loaders": ["varied"], "kind": ["fprop"]})
         env = c.options["loader_env"]
         assert set(env) == set(LOADER_SWITCHES) and set(env.values()) <= {"0", "1"}
+        assert c.tags["loaders"] == "varied" and all(c.tags[f"loader {k[len('NVFP4_'):]}"] == v for k, v in env.items())
         be._grouped_gemm("grouped_gemm", c)
         assert be._mod.env_seen == env
         assert os.environ["NVFP4_SWAP_TMA"] == "before" and "NVFP4_EXACT_TMA" not in os.environ
@@ -371,6 +372,7 @@ def test_device_backend_sets_the_loader_switches_for_the_gemm_call_only(monkeypa
     assert len(seen) == 2 * len(LOADER_SWITCHES)  # every switch drawn both ways
     c = generate("grouped_gemm", 29, 0, "grouped_gemm", {"loaders": ["default"]})
     be._grouped_gemm("grouped_gemm", c)
+    assert c.tags["loaders"] == "default" and not any(t.startswith("loader ") for t in c.tags)
     assert c.options["loader_env"] == {} and be._mod.env_seen["NVFP4_SWAP_TMA"] == "before"
 
 
