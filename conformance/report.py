@@ -83,22 +83,29 @@ class Stats:
                     errors=sum(t.errors for t in ts), skipped_ops=len(self.skipped))
 
     def table(self, per_option: bool = True) -> str:
-        """The summary table: one line per (backend, op), then one per option value."""
-        lines = [f"{'backend':<12} {'op':<15} {'option':<36} {'cases':>7} {'pass':>7} {'mismatch':>8} {'error':>6} {'cases/s':>8}",
-                 "-" * 106]
+        """The summary table: one line per (backend, op), then one per option value (columns as wide as their
+        longest backend and op names)."""
+        names = list(self.tasks) + [(s["backend"], s["op"]) for s in self.skipped]
+        wb = max([len("backend")] + [len(b) for b, _ in names])
+        wo = max([len("op")] + [len(op) for _, op in names])
+        rule = "-" * (wb + wo + 77)
+        lines = [f"{'backend':<{wb}} {'op':<{wo}} {'option':<36} {'cases':>7} {'pass':>7} {'mismatch':>8} {'error':>6} "
+                 f"{'cases/s':>8}", rule]
+        pad = f"{'':<{wb}} {'':<{wo}}"
         for (b, op), t in sorted(self.tasks.items()):
             rate = f"{t.cases / t.seconds:8.1f}" if t.seconds else f"{'-':>8}"
-            lines.append(f"{b:<12} {op:<15} {'(all)':<36} {t.cases:>7} {t.passed:>7} {t.mismatched:>8} {t.errors:>6} {rate}")
+            lines.append(f"{b:<{wb}} {op:<{wo}} {'(all)':<36} {t.cases:>7} {t.passed:>7} {t.mismatched:>8} {t.errors:>6} "
+                         f"{rate}")
             if per_option:
                 for k, vals in sorted(t.tags.items()):
                     for v, (n, bad) in sorted(vals.items()):
-                        lines.append(f"{'':<12} {'':<15} {(k + '=' + v)[:36]:<36} {n:>7} {n - bad:>7} {bad:>8}")
+                        lines.append(f"{pad} {(k + '=' + v)[:36]:<36} {n:>7} {n - bad:>7} {bad:>8}")
             if t.extra:
-                lines.append(f"{'':<12} {'':<15} " + ", ".join(f"{k}={v}" for k, v in sorted(t.extra.items())))
+                lines.append(f"{pad} " + ", ".join(f"{k}={v}" for k, v in sorted(t.extra.items())))
         for s in self.skipped:
-            lines.append(f"{s['backend']:<12} {s['op']:<15} {'SKIPPED':<36} {s['reason']}")
+            lines.append(f"{s['backend']:<{wb}} {s['op']:<{wo}} {'SKIPPED':<36} {s['reason']}")
         tot = self.totals()
-        lines.append("-" * 106)
+        lines.append(rule)
         lines.append(f"total: {tot['cases']} cases, {tot['passed']} passed, {tot['mismatched']} mismatched, "
                      f"{tot['errors']} errors, {len(self.skipped)} skipped ops, {time.monotonic() - self.started:.1f}s")
         return "\n".join(lines)
