@@ -15,28 +15,15 @@
 #include <cstdio>
 #include <cstdlib>
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred p;\nwait_%=:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra wait_%=;\n}\n" ::"r"(
-          bar),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
+// the kernels' own primitives: mbarrier init / arrive / wait, cp.async and its mbarrier arrival
+#include "../csrc/gemm_wgmma_ws.cuh"
+
+using nvfp4_gemm::wg::cp_async16;
+using nvfp4_gemm::wg::smem_u32;
+using nvfp4_gemm::ws::cp_async_mbar_arrive;
+using nvfp4_gemm::ws::mbar_arrive;
+using nvfp4_gemm::ws::mbar_init;
+using nvfp4_gemm::ws::mbar_wait;
 
 constexpr int kStages = 2;
 
@@ -49,7 +36,7 @@ __global__ void ring(const int4* __restrict__ src, int rounds, int mode, long lo
       mbar_init(smem_u32(&full[s]), 32);
       mbar_init(smem_u32(&empty[s]), mode == 1 ? 32 : 1);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    nvfp4_gemm::ws::fence_mbarrier_init_cluster();
   }
   __syncthreads();
   if (warp == 1) {  // producer
@@ -57,7 +44,7 @@ __global__ void ring(const int4* __restrict__ src, int rounds, int mode, long lo
       const int s = r % kStages;
       const uint32_t phase = (r / kStages) & 1;
       mbar_wait(smem_u32(&empty[s]), phase ^ 1u);
-      cp_async16(smem_u32(&buf[s][lane]), src + r * 32 + lane);
+      cp_async16(smem_u32(&buf[s][lane]), src + r * 32 + lane, 16);
       cp_async_mbar_arrive(smem_u32(&full[s]));
     }
   } else {  // consumer
