@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .gemm import gemm, gemm_error_bound
+from .gemm import _OUT_DTYPES, gemm, gemm_error_bound
 from .planes import GroupedNVFP4Tensor
 
 __all__ = ["grouped_gemm", "grouped_gemm_error_bound"]
@@ -35,8 +35,9 @@ def grouped_gemm(a: GroupedNVFP4Tensor, b: GroupedNVFP4Tensor, *, kind: str = "f
             bit, "exact").
         out_dtype: "bfloat16" or "float32"; default bfloat16 for fprop / dgrad, float32 for wgrad (the device's).
         bias: fprop [E, N] / dgrad [E, K] float32, one row per group (not with wgrad).
-        accumulate: wgrad only, float32 [E, N, K] C added per group; an empty group (m_g = 0) returns its C bit for
-            bit (SPEC 12.5: no tile is scheduled), where without C it is 0.
+        accumulate: wgrad only, float32 [E, N, K] C added per group, with float32 output (the device adds into C in
+            place; another out_dtype raises); an empty group (m_g = 0) returns its C bit for bit (SPEC 12.5: no tile
+            is scheduled), where without C it is 0.
     Raises ValueError where the device would write NaN: groups that disagree (W's group g not N rows; wgrad's two
     operands not split alike), and for wrong kinds, missing planes or shapes.
     """
@@ -73,6 +74,8 @@ def _per_group(a, b, kind: str, fn, empty_expert, out_dtype, bias, accumulate) -
     if b.num_groups != e:
         raise ValueError(f"a and b have different group counts ({e} vs {b.num_groups})")
     out_dtype = out_dtype or ("float32" if kind == "wgrad" else "bfloat16")
+    if out_dtype not in _OUT_DTYPES:  # (checked here too: a wgrad whose groups are all empty calls no gemm)
+        raise ValueError(f"out_dtype must be one of {_OUT_DTYPES}, got {out_dtype!r}")
     if kind == "wgrad":
         if bias is not None:
             raise ValueError("wgrad takes no bias")
@@ -83,6 +86,8 @@ def _per_group(a, b, kind: str, fn, empty_expert, out_dtype, bias, accumulate) -
         pa, pb = _planes(a, "col", kind, "a (dY)"), _planes(b, "col", kind, "b (X)")
         n, k = a.shape[1], b.shape[1]
         if accumulate is not None:
+            if out_dtype != "float32":  # SPEC 12.5: C is the fp32 buffer the result is added into
+                raise ValueError(f"wgrad: accumulate needs out_dtype='float32', got {out_dtype!r}")
             accumulate = np.asarray(accumulate)
             if accumulate.shape != (e, n, k) or accumulate.dtype != np.float32:
                 raise ValueError(f"accumulate must be float32 [E, N, K] = {(e, n, k)}, got {accumulate.dtype} "

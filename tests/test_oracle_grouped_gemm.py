@@ -109,6 +109,16 @@ def test_disagreeing_groups_and_bad_calls_raise():
         oracle.grouped_gemm(dy, x, kind="wgrad", bias=np.zeros((5, 48), np.float32))
     with pytest.raises(ValueError, match="wgrad only"):
         oracle.grouped_gemm(a, b, kind="fprop", accumulate=np.zeros((5, 48, 64), np.float32))
+    # SPEC 12.5: accumulating means fp32 output, also when every group is empty (no per-group gemm checks it then)
+    c = np.zeros((5, 48, 64), np.float32)
+    with pytest.raises(ValueError, match="accumulate needs out_dtype='float32'"):
+        oracle.grouped_gemm(dy, x, kind="wgrad", out_dtype="bfloat16", accumulate=c)
+    empty_dy, empty_x = (oracle.group_quantize(np.zeros((0, w), np.float32), [0] * 5, rowwise=False, columnwise=True)
+                         for w in (48, 64))
+    assert np.array_equal(oracle.grouped_gemm(empty_dy, empty_x, kind="wgrad", accumulate=c), c)
+    for bad in ("bfloat16", "float16"):
+        with pytest.raises(ValueError, match="out_dtype"):
+            oracle.grouped_gemm(empty_dy, empty_x, kind="wgrad", out_dtype=bad, accumulate=c)
     with pytest.raises(ValueError, match="bias must be"):
         oracle.grouped_gemm(a, b, kind="fprop", bias=np.zeros((5, 64), np.float32))
 
