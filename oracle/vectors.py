@@ -188,7 +188,7 @@ def _json(obj) -> str:
 
 
 def write_vectors(out_dir, *, seed: int = 0) -> list[str]:
-    """Write the golden vector set to ``out_dir`` (created; existing case folders are overwritten); the case
+    """Write the golden vector set to ``out_dir`` (created; existing case folders are overwritten, their old ``.bin`` files removed); the case
     folder names, in order."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -196,6 +196,8 @@ def write_vectors(out_dir, *, seed: int = 0) -> list[str]:
     for i, (name, op, spec, build) in enumerate(_cases(np.random.default_rng(seed))):
         folder = out / f"{i:02d}_{name}"
         folder.mkdir(exist_ok=True)
+        for stale in folder.glob("*.bin"):  # (a rewrite leaves only this version's arrays)
+            stale.unlink()
         ins, opts, outs = build()
         meta = {"format_version": FORMAT_VERSION, "op": op, "spec": spec, "options": opts, "seed": seed,
                 "inputs": _write_arrays(folder, ins), "outputs": _write_arrays(folder, outs)}

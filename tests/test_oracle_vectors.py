@@ -114,3 +114,14 @@ def test_cli_writes_the_set(tmp_path, capsys):
     assert [c["op"] for c in index["cases"]].count("quantize") == 6 and "wrote 10 cases" in capsys.readouterr().out
     meta = json.loads((tmp_path / "v" / index["cases"][0]["folder"] / "case.json").read_text())
     assert meta["seed"] == 3 and meta["options"]["rht"] is True and meta["options"]["rounding"] == "rn"
+
+
+def test_rewrite_removes_stale_arrays(tmp_path):
+    """Writing into a folder that holds an older set leaves only the arrays the case files name."""
+    names = write_vectors(tmp_path)
+    (tmp_path / names[0] / "old_array.bin").write_bytes(b"\0" * 8)
+    assert write_vectors(tmp_path) == names
+    for name in names:
+        meta = json.loads((tmp_path / name / "case.json").read_text())
+        named = {e["file"] for part in ("inputs", "outputs") for e in meta[part].values()}
+        assert {f.name for f in (tmp_path / name).glob("*.bin")} == named
