@@ -10,7 +10,10 @@ Columns (TFLOP/s = 2*T*N*K / time; wgrad counts the unpadded T):
   x_fused / x_dq            -- exact mode with exact_kernel="fused" (the choice before stop 30) / "dequant" (over
                                fp16 operand copies, decode timed); "exact" is the one chosen by the sizes
   grouped_mm                -- torch._grouped_mm on BF16 operands (wgrad: bf16 output, fp32 is refused; the
-                               "wgrad-bf16" rows run our wgrad with bf16 output too, the same bytes written)
+                               "wgrad-bf16" rows run our wgrad with bf16 output too, the same bytes written; the
+                               "wgrad-acc" rows run ours with accumulate=True into an fp32 main_grad, and grouped_mm
+                               then adds its bf16 dW into an fp32 buffer: out.add_(grouped_mm), the BF16 way to
+                               accumulate, since grouped_mm has no fp32 output)
   matmul loop               -- one torch.matmul per expert (host-known splits; on E=64 it is bound by its 64 launches)
   wdq+gmm                   -- weight-only path: dequantize the NVFP4 weights to BF16 (a torch.compile'd kernel,
                                timed) + torch._grouped_mm on the BF16 activations (fprop / dgrad only)
@@ -98,7 +101,7 @@ dequant_weights = torch.compile(_dequant_weights, dynamic=False)
 
 
 def bench_case(name, e, t, k, n, skew, kind, iters, reps, sustain):
-    kind, _, out_name = kind.partition("-")  # "wgrad-bf16": wgrad with bf16 output
+    kind, _, out_name = kind.partition("-")  # "wgrad-bf16": wgrad with bf16 output; "wgrad-acc": accumulate=True
     splits = splits_for(e, t, skew)
     st = torch.tensor(splits, dtype=torch.int64, device=DEV)
     offs = torch.tensor(splits, device=DEV).cumsum(0).to(torch.int32)
@@ -151,9 +154,16 @@ def bench_case(name, e, t, k, n, skew, kind, iters, reps, sustain):
         bq = device.group_quantize(x, st, rowwise=False, columnwise=True)
         out = torch.empty((e, n, k), dtype=torch.bfloat16 if out_name == "bf16" else torch.float32, device=DEV)
         dyt = dy.t().contiguous()
+        if out_name == "acc":
+            out.zero_()
+            main_grad = torch.zeros((e, n, k), dtype=torch.float32, device=DEV)
 
-        def bf16_gmm():
-            return torch._grouped_mm(dyt, x, offs=offs)  # bf16 out: fp32 out is refused for bf16 inputs
+            def bf16_gmm():
+                return main_grad.add_(torch._grouped_mm(dyt, x, offs=offs))
+        else:
+
+            def bf16_gmm():
+                return torch._grouped_mm(dyt, x, offs=offs)  # bf16 out: fp32 out is refused for bf16 inputs
 
         def loop():
             r0 = 0
@@ -163,13 +173,16 @@ def bench_case(name, e, t, k, n, skew, kind, iters, reps, sustain):
 
         deq = None
     b_in = bq
-    fns = {"fast": (lambda: grouped_gemm(aq, b_in, kind=kind, out=out, mode="fast"), iters),
-           "fused": (lambda: grouped_gemm(aq, b_in, kind=kind, out=out, mode="fast", fast_kernel="fused"), iters),
-           "exact": (lambda: grouped_gemm(aq, b_in, kind=kind, out=out, mode="exact"), max(2, iters // 2)),
-           "x_fused": (lambda: grouped_gemm(aq, b_in, kind=kind, out=out, mode="exact", exact_kernel="fused"),
-                       max(2, iters // 2)),
-           "x_dq": (lambda: grouped_gemm(aq, b_in, kind=kind, out=out, mode="exact", exact_kernel="dequant"),
-                    max(2, iters // 2)),
+    acc = out_name == "acc"
+    fns = {"fast": (lambda: grouped_gemm(aq, b_in, kind=kind, out=out, accumulate=acc, mode="fast"), iters),
+           "fused": (lambda: grouped_gemm(aq, b_in, kind=kind, out=out, accumulate=acc, mode="fast",
+                                          fast_kernel="fused"), iters),
+           "exact": (lambda: grouped_gemm(aq, b_in, kind=kind, out=out, accumulate=acc, mode="exact"),
+                     max(2, iters // 2)),
+           "x_fused": (lambda: grouped_gemm(aq, b_in, kind=kind, out=out, accumulate=acc, mode="exact",
+                                            exact_kernel="fused"), max(2, iters // 2)),
+           "x_dq": (lambda: grouped_gemm(aq, b_in, kind=kind, out=out, accumulate=acc, mode="exact",
+                                         exact_kernel="dequant"), max(2, iters // 2)),
            "grouped_mm": (bf16_gmm, iters), "loop": (loop, iters), "deq+gmm": (deq, iters)}
     for key in ("fast", "exact", "grouped_mm"):  # the sustained columns
         fns[key + "_s"] = fns[key]
@@ -199,10 +212,12 @@ def main():
     ap.add_argument("--sustain", type=float, default=1.0, help="seconds of the same call before a sustained timing")
     args = ap.parse_args()
     cases = [
-        ("E8 T16384 K4096 N14336 bal", 8, 16384, 4096, 14336, False, ("fprop", "dgrad", "wgrad", "wgrad-bf16")),
+        ("E8 T16384 K4096 N14336 bal", 8, 16384, 4096, 14336, False,
+         ("fprop", "dgrad", "wgrad", "wgrad-bf16", "wgrad-acc")),
         ("E8 T16384 K4096 N14336 skew", 8, 16384, 4096, 14336, True, ("fprop",)),
         ("E8 T512 K4096 N14336", 8, 512, 4096, 14336, False, ("fprop", "dgrad")),  # (dgrad: swapped, stop 35)
-        ("E64 T16384 K2048 N1408", 64, 16384, 2048, 1408, False, ("fprop", "dgrad", "wgrad", "wgrad-bf16")),
+        ("E64 T16384 K2048 N1408", 64, 16384, 2048, 1408, False,
+         ("fprop", "dgrad", "wgrad", "wgrad-bf16", "wgrad-acc")),
     ]
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}")
     hdr = (f"{'case':30s} {'kind':10s} {'fast':>7s} {'fused':>7s} {'exact':>7s} {'x_fused':>7s} {'x_dq':>7s}"

@@ -64,6 +64,13 @@ _DEQUANT_MIN_REUSE = 1024
 #: exact-mode wgrad runs over fp16 copies from this many rows per group on (when N and K reach _DEQUANT_MIN_REUSE);
 #: measured at 256 (docs/gemm.md, stop 33); below it the fused exact kernel stays
 _EXACT_WGRAD_MIN_ROWS = 256
+#: fast-mode wgrad runs over fp16 copies (CUTLASS) from this many rows per group on when N and K reach
+#: _DEQUANT_MIN_REUSE: bf16 output and accumulate measured from 64 rows (docs/gemm.md, stop 37: E64 T16384 bf16 0.77x
+#: of grouped_mm against 0.64x fused, accumulate 0.36x against 0.25x; E8 T512 bf16 0.94x against 0.64x) ...
+_WGRAD_COPIES_MIN_ROWS = 64
+#: ... plain fp32 output from 512 rows (CUTLASS's fp32 epilogue loses to the fused kernel's on short contractions:
+#: E64 T16384, 256 rows, 0.51x against 0.59x; E8 T4096, 512 rows, 0.66x against 0.55x; stop 37)
+_WGRAD_COPIES_MIN_ROWS_F32 = 512
 #: fprop / dgrad with at most this many rows per group on average run the swapped kernel (the weights as wgmma's
 #: register operand; docs/gemm.md, stop 31: E8 T512 1.85x of grouped_mm against 1.61x for the skinny kernel, E8 T256
 #: 1.89x against 1.61x, E64 T4096 equal); the same size rule as the skinny kernel's (pick_tile)
@@ -98,9 +105,20 @@ def _out_dtype(out_dtype, default):
 def _reuse_pays(kind: str, e: int, t: int, kc: int, cols: int, a_rows: int, b_rows: int) -> bool:
     """Whether decoding both operands to fp16 copies first pays (docs/gemm.md, stops 29 and 30): every operand
     element is reused by at least _DEQUANT_MIN_REUSE output rows or columns (rows per group, and the GEMM dimensions:
-    fprop / dgrad contraction and output columns; wgrad N and K)."""
+    fprop / dgrad contraction and output columns; wgrad N and K). Fast mode asks it for fprop and dgrad (wgrad:
+    _wgrad_copies_pay), exact mode for every kind (_exact_dequant_pays)."""
     dims = (kc, cols) if kind != "wgrad" else (a_rows, b_rows)
     return t // e >= _DEQUANT_MIN_REUSE and min(dims) >= _DEQUANT_MIN_REUSE
+
+
+def _wgrad_copies_pay(e: int, t: int, a_rows: int, b_rows: int, dtype, accumulate: bool) -> bool:
+    """Whether fast-mode wgrad (dW [a_rows, b_rows] per group, contraction t / e rows on average) runs over fp16
+    copies of both columnwise planes (docs/gemm.md, stop 37). The copies cost one pass over the two activation planes,
+    which every one of dW's N x K outputs reuses, so they pay from few rows per group when N and K are large."""
+    if min(a_rows, b_rows) < _DEQUANT_MIN_REUSE:
+        return False
+    floor = _WGRAD_COPIES_MIN_ROWS_F32 if dtype == torch.float32 and not accumulate else _WGRAD_COPIES_MIN_ROWS
+    return t // e >= floor
 
 
 def _exact_dequant_pays(kind: str, e: int, t: int, kc: int, cols: int, a_rows: int, b_rows: int) -> bool:
@@ -115,7 +133,7 @@ def _exact_dequant_pays(kind: str, e: int, t: int, kc: int, cols: int, a_rows: i
 
 
 def _fast_kernel_choice(ext, force: int, kind: str, e: int, t: int, kc: int, cols: int, a_rows: int, b_rows: int,
-                        dtype, has_bias: bool) -> int:
+                        dtype, has_bias: bool, accumulate: bool = False) -> int:
     """The fast kernel to run: ``force`` as given, or by auto-selection the swapped kernel (6: fprop / dgrad with
     few rows per group) or the dequantize-first path (4) when it is eligible and pays. Raises when the swapped kernel
     or the dequantize-first path is forced but cannot run these operands."""
@@ -140,9 +158,9 @@ def _fast_kernel_choice(ext, force: int, kind: str, e: int, t: int, kc: int, col
         return force
     if force != 0 or why:
         return force
-    if _reuse_pays(kind, e, t, kc, cols, a_rows, b_rows):
-        return _FAST_KERNELS["dequant"]
-    return force
+    pays = (_wgrad_copies_pay(e, t, a_rows, b_rows, dtype, accumulate) if kind == "wgrad"
+            else _reuse_pays(kind, e, t, kc, cols, a_rows, b_rows))
+    return _FAST_KERNELS["dequant"] if pays else force
 
 
 def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, kind: str = "fprop",
@@ -291,7 +309,8 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
     else:
         force = _FAST_KERNELS[fast_kernel]
         if fast_kernel != "fused":
-            force = _fast_kernel_choice(ext, force, kind, e, t_a, kc, cols, a_rows, b_rows, dtype, bias_t is not None)
+            force = _fast_kernel_choice(ext, force, kind, e, t_a, kc, cols, a_rows, b_rows, dtype, bias_t is not None,
+                                        bool(accumulate))
     ws_bytes = e * int(ext.prob_size()) + 4 * (e + 1)
     ws = torch.empty(ws_bytes, dtype=torch.uint8, device=dev)
     offs_a = a.offsets.contiguous()

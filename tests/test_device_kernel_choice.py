@@ -19,8 +19,43 @@ E8_T512_WGRAD = ("wgrad", 8, 512, 512, 4096, 14336, 4096)
     (E8_WGRAD, True, True),
     (E64_FPROP, False, False),       # 256 rows per group: the fused kernels (exact over copies: 0.43x vs 0.49x)
     (E64_WGRAD, False, True),        # stop 33: exact over copies with TMA 0.49x vs fused 0.44x
-    (E8_T512_WGRAD, False, False),   # 64 rows per group: not measured over copies, the fused kernel stays
+    (E8_T512_WGRAD, False, False),   # 64 rows per group: exact mode keeps the fused kernel (fast wgrad: below)
 ])
 def test_copies_choice(shape, fast, exact):
     assert gemm._reuse_pays(*shape) is fast
     assert gemm._exact_dequant_pays(*shape) is exact
+
+
+class _ExtWithCutlass:
+    """The extension as _fast_kernel_choice sees it when built with CUTLASS's headers."""
+
+    @staticmethod
+    def has_dequant_path() -> bool:
+        return True
+
+
+# Fast-mode wgrad over fp16 copies or fused (docs/gemm.md, stop 37): (E, T, N, K, output, accumulate, copies chosen),
+# each the faster of the two in benchmarks/ab_fast_kernel.py on the H100 (x of grouped_mm: copies / fused).
+@pytest.mark.parametrize("e,t,n,k,dtype,acc,copies", [
+    (64, 16384, 1408, 2048, "f32", False, False),   # 0.51 / 0.59
+    (64, 16384, 1408, 2048, "bf16", False, True),   # 0.77 / 0.64
+    (64, 16384, 1408, 2048, "f32", True, True),     # 0.36 / 0.25
+    (64, 4096, 1408, 2048, "f32", True, True),      # 64 rows per group: 0.30 / 0.19
+    (64, 4096, 1408, 2048, "bf16", False, True),    # 0.86 / 0.68
+    (8, 512, 14336, 4096, "bf16", False, True),     # 0.94 / 0.64
+    (8, 1024, 14336, 4096, "f32", False, False),    # 0.47 / 0.55
+    (8, 2048, 14336, 4096, "f32", False, False),    # 0.53 / 0.55
+    (8, 4096, 14336, 4096, "f32", False, True),     # 0.66 / 0.55
+    (8, 4096, 14336, 4096, "f32", True, True),      # 0.42 / 0.28
+    (32, 16384, 1408, 2048, "f32", False, True),    # 0.63 / 0.60
+    (1, 4096, 4096, 4096, "f32", False, True),      # 0.81 / 0.73
+    (8, 16384, 14336, 4096, "f32", False, True),    # stop 29
+    (8, 4096, 512, 4096, "bf16", False, False),     # N below 1024: not measured, the fused kernel stays
+    (64, 2048, 1408, 2048, "bf16", False, False),   # 32 rows per group: not measured
+])
+def test_wgrad_fast_choice(e, t, n, k, dtype, acc, copies):
+    import torch
+
+    dt = torch.float32 if dtype == "f32" else torch.bfloat16
+    got = gemm._fast_kernel_choice(_ExtWithCutlass, 0, "wgrad", e, t, t, k, n, k, dt, False, acc)
+    assert got == (gemm._FAST_KERNELS["dequant"] if copies else 0)

@@ -1,5 +1,7 @@
 // PyTorch binding of the NVFP4 grouped GEMM (module nvfp4_gemm). Argument checking lives in device/gemm.py;
 // this layer only re-checks what would make the kernels touch invalid memory, then launches on the current stream.
+#include <cstdlib>
+
 #include <torch/extension.h>
 
 #include <c10/cuda/CUDAException.h>
@@ -211,7 +213,10 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
   l.E = static_cast<int>(E);
   l.exact = exact;
   l.out_f32 = f32;
-  l.accumulate = accumulate;
+  // bit 0: C is read back; bit 1: the whole-line epilogue prefetches the tile's C rows into L2 at the tile's start
+  // (ws::prefetch_tile_c_lines; NVFP4_C_PREFETCH=0, read at every launch, turns it off for an A/B)
+  const char* c_prefetch = std::getenv("NVFP4_C_PREFETCH");
+  l.accumulate = !accumulate ? 0 : (c_prefetch != nullptr && c_prefetch[0] == '0') ? 1 : 3;
   l.grid_upper = static_cast<int>(grid_upper);
   l.tile_m = s.tile_m;
   l.max_ctas = static_cast<int>(max_ctas);

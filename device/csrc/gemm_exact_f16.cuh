@@ -179,6 +179,12 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       const int tiles_m = __ldg(&pp->tiles_m);
       const int m0 = (local % tiles_m) * S::BM, n0 = (local / tiles_m) * S::BN;
       const int KT = (__ldg(&pp->K) + kBK - 1) / kBK;
+      if constexpr (S::kLinesEpi) {
+        if (accumulate & 2) {  // C's lines into L2 while the K loop runs (ws::prefetch_tile_c_lines; a hint)
+          const Prob p = *pp;
+          if (ws::lines_epilogue_ok(p)) ws::prefetch_tile_c_lines<S>(p, m0 + 64 * wm + 16 * warp, n0, lane);
+        }
+      }
 
       // SPEC 12.2: block j of a K step is one wgmma with scale-d = 0 into a partial fragment (exact: the products of
       // fp16 v = E2M1 * sf are exact integer multiples of g = uA * uB / 4 below 2^15 g, so SPEC 12.6's truncation

@@ -627,6 +627,22 @@ __device__ __forceinline__ bool lines_epilogue_ok(const Prob& p) {
          ((reinterpret_cast<uintptr_t>(p.d) | reinterpret_cast<uintptr_t>(p.bias)) & 15u) == 0;
 }
 
+// accumulate (C read back, wgrad's main_grad) with the whole-line epilogue: lanes 0-15 of an MMA warp ask the L2 to
+// fetch the C rows the warp will read at the end of this tile (row0 + lane, columns col0 + [0, WN) clipped to N), so
+// that the epilogue's loads hit L2 instead of waiting on DRAM after the K loop (docs/gemm.md, stop 37). A hint only:
+// no data is written and nothing waits for it. `bulk prefetch` needs 16-byte aligned rows and sizes, which
+// lines_epilogue_ok guarantees (N, ldd multiples of 4 fp32; col0 a multiple of 128).
+template <class S>
+__device__ __forceinline__ void prefetch_tile_c_lines(const Prob& p, int row0, int col0, int lane) {
+  const int row = row0 + lane;
+  const int cols = min(S::WN, p.N - col0);
+  if (lane < 16 && row < p.M && cols > 0) {
+    const float* src = static_cast<const float*>(p.d) + static_cast<long long>(row) * p.ldd + col0;
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(static_cast<uint32_t>(cols * 4))
+                 : "memory");
+  }
+}
+
 // Whole-line epilogue of one MMA warp (kLinesEpi), fp32 output (SPEC 12.2 order, as wg::store_tile: y = alpha*acc;
 // y += C; y += bias). The warp owns rows row0 + [0, 16), columns col0 + [0, WN) (accumulator layout of wgmma m64nWN:
 // register 4j + 2h + e of lane l is row l/4 + 8h, column 8j + 2(l%4) + e). Per chunk of 32 columns it writes
@@ -830,6 +846,13 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       const int KT = half_tile && cols.empty() ? 0 : (__ldg(&pp->K) + kBK - 1) / kBK;
       const uint32_t a_scale_adj = ((m0 & 127) >> 5) * 4;  // 64-row tiles: rows (m0 mod 128) of the scale tile
 
+      if constexpr (S::kLinesEpi) {
+        if (accumulate & 2) {  // (bit 1: the C prefetch; launch() sets it, NVFP4_C_PREFETCH=0 clears it)
+          Prob p = *pp;
+          if (half_tile) p.N = cols.end;
+          if (lines_epilogue_ok(p)) prefetch_tile_c_lines<S>(p, m0 + 64 * wm + 16 * warp, n0, lane);
+        }
+      }
       float acc[S::R];
 #pragma unroll
       for (int i = 0; i < S::R; ++i) acc[i] = 0.0f;
