@@ -117,10 +117,12 @@ def gen_splits(rng: np.random.Generator, total: int, groups: int) -> tuple[np.nd
 
 def _loosen_splits(rng: np.random.Generator, s: np.ndarray, total: int) -> tuple[np.ndarray, str]:
     """Splits that do not add up to T, as users get them wrong (SPEC 9.4): cumulative offsets passed as sizes,
-    negative entries, a total above or below T."""
-    kind = str(rng.choice(["offsets", "negative", "over", "under"]))
+    negative entries, a total above or below T, or any int64 values (uninitialised memory: sums that overflow)."""
+    kind = str(rng.choice(["offsets", "negative", "over", "under", "garbage"]))
     s = s.copy()
-    if kind == "offsets":
+    if kind == "garbage":
+        s = rng.integers(-2**63, 2**63 - 1, size=s.size, dtype=np.int64, endpoint=True)
+    elif kind == "offsets":
         s = np.cumsum(s)
     elif kind == "negative":
         s[rng.integers(s.size)] = -int(rng.integers(1, 300))

@@ -89,6 +89,11 @@ def _amax_tensor(amax, n: int, grouped: bool, device) -> Tensor | None:
     pair = isinstance(amax, tuple) if grouped else isinstance(amax, (tuple, list))
     if pair and len(amax) != 2:
         raise ValueError("amax pair must be (row_amax, col_amax)")
+    if pair and grouped and n > 1:
+        for a in amax:
+            if np.ndim(a) == 0 if not isinstance(a, Tensor) else a.numel() == 1:
+                raise ValueError(f"a grouped amax pair is (row_amaxes, col_amaxes), each with one value per group "
+                                 f"({n}); got a single value (as oracle.group_quantize, which refuses it too)")
     out = []
     for a in amax if pair else (amax, amax):
         if isinstance(a, Tensor):

@@ -48,6 +48,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from . import _ops
 from ._results import DeviceGroupedNVFP4Tensor
 
 __all__ = ["grouped_gemm"]
@@ -84,12 +85,38 @@ def _cdiv(a: int, b: int) -> int:
 
 
 def _plane(t: DeviceGroupedNVFP4Tensor, which: str, name: str, kind: str):
+    """(data, scales, amax) of one plane of an operand, each checked against what the kernels read: a
+    DeviceGroupedNVFP4Tensor built or changed by hand must not make them read outside its buffers."""
     data, scales = getattr(t, f"{which}_data"), getattr(t, f"{which}_scales")
     if data is None or scales is None:
         raise ValueError(f"{kind}: {name} needs its {'rowwise' if which == 'row' else 'columnwise'} plane; "
                          f"quantize it with {'rowwise' if which == 'row' else 'columnwise'}=True")
     amax = getattr(t, f"{which}_amax")
+    rows, k = (int(v) for v in t.shape)
+    e = int(t.splits.numel())
+    cap = _ops.group_capacities(rows, k, e)
+    need = {"data": cap[f"{which}_data"], "scales": cap[f"{which}_scale"]}
+    dev = t.offsets.device
+    for what, buf, dtype, size in (("data", data, torch.uint8, need["data"]),
+                                   ("scales", scales, torch.uint8, need["scales"]),
+                                   ("amax", amax, torch.float32, e)):
+        if not isinstance(buf, Tensor) or buf.device != dev or buf.dtype != dtype or not buf.is_contiguous():
+            raise ValueError(f"{kind}: {name}'s {which} {what} must be a contiguous {dtype} tensor on {dev} (the "
+                             "DeviceGroupedNVFP4Tensor of device.group_quantize)")
+        if buf.numel() < size:
+            raise ValueError(f"{kind}: {name}'s {which} {what} holds {buf.numel()} elements, its shape {tuple(t.shape)}"
+                             f" with {e} groups needs {size}")
+    if tuple(t.offsets.shape) != (6, e + 1) or t.offsets.dtype != torch.int64:
+        raise ValueError(f"{kind}: {name}.offsets must be the int64 [6, {e + 1}] table of device.group_quantize")
     return data, scales, amax
+
+
+def _shares_memory(x: Tensor, y: Tensor) -> bool:
+    """Whether the bytes of two contiguous tensors overlap (any dtypes, views included)."""
+    if x.numel() == 0 or y.numel() == 0 or x.device != y.device:
+        return False
+    x0, y0 = x.data_ptr(), y.data_ptr()
+    return x0 < y0 + y.numel() * y.element_size() and y0 < x0 + x.numel() * x.element_size()
 
 
 def _out_dtype(out_dtype, default):
@@ -263,6 +290,11 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
     if out is not None and out_dtype is None and out.dtype not in (torch.bfloat16, torch.float32):
         raise TypeError(f"out must have dtype bfloat16 or float32, got {out.dtype}")
     dtype = _out_dtype(out_dtype, default_dtype if out is None else out.dtype)
+    if not isinstance(accumulate, bool):
+        raise TypeError(f"accumulate must be True or False (C is out=, added into in place), got "
+                        f"{type(accumulate).__name__}")
+    if accumulate and kind != "wgrad":
+        raise ValueError(f"accumulate=True is for wgrad (main_grad += dW, as oracle.grouped_gemm), not {kind}")
     if accumulate and out is None:
         raise ValueError("accumulate=True needs out= (the tensor to add into)")
     if out is not None:
@@ -276,6 +308,11 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
             raise ValueError("out must be contiguous")
         if out.numel() and out.data_ptr() % 16:
             raise ValueError("out must be 16-byte aligned")
+        for what, buf in (("a's data", ad), ("a's scales", as_), ("a's amax", aa), ("b's data", bd),
+                          ("b's scales", bs), ("b's amax", ba), ("a.offsets", a.offsets), ("b.offsets", b.offsets)):
+            if _shares_memory(out, buf):
+                raise ValueError(f"out shares memory with {what}: the kernels would overwrite an operand while "
+                                 "other CTAs still read it")
     if accumulate and dtype != torch.float32:
         raise TypeError("accumulate=True needs a float32 out (SPEC 12.2: C is fp32)")
     bias_t = None

@@ -36,7 +36,9 @@ def cut_splits(splits, total_rows: int) -> np.ndarray:
     s = np.asarray(splits)
     if s.ndim != 1 or s.size == 0 or s.dtype.kind not in "iu":
         raise ValueError(f"splits must be a non-empty 1-D integer array, got {s.dtype} {s.shape}")
-    hi = np.minimum(np.cumsum(np.maximum(s.astype(np.int64), 0)), int(total_rows))
+    # each size clamped to [0, T] first (SPEC 9.4: the same groups, and no int64 overflow for huge sizes)
+    clamped = np.clip(s, 0, int(total_rows)).astype(np.int64)
+    hi = np.minimum(np.cumsum(clamped), int(total_rows))
     return np.diff(hi, prepend=np.int64(0))
 
 

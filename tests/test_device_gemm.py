@@ -791,7 +791,29 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="dgrad"):
         gg(xq, wq, kind="dgrad")  # a has K=64 columns but W has N=32 rows per group
     with pytest.raises(TypeError, match="float32"):
-        gg(xq, wq, kind="fprop", accumulate=True, out=torch.empty((40, n), dtype=torch.bfloat16, device=DEV))
+        gg(dyq, xq, kind="wgrad", accumulate=True, out=torch.empty((e, n, k), dtype=torch.bfloat16, device=DEV))
+    with pytest.raises(ValueError, match="wgrad"):  # as oracle.grouped_gemm: accumulate is wgrad's main_grad
+        gg(xq, wq, kind="fprop", accumulate=True, out=torch.empty((40, n), dtype=torch.float32, device=DEV))
+    with pytest.raises(TypeError, match="accumulate"):  # the oracle's C array, not the device's flag
+        gg(dyq, xq, kind="wgrad", accumulate=torch.zeros((e, n, k), device=DEV))
+    # a DeviceGroupedNVFP4Tensor changed by hand: its buffers are checked against what the kernels read
+    import dataclasses
+
+    # out overlapping an operand's bytes (the kernels would overwrite what other CTAs still read): here the last 8
+    # bytes of out are an operand's two amaxes
+    big = torch.zeros(e * n * k * 4, dtype=torch.uint8, device=DEV)
+    nb = 40 * n * 2
+    with pytest.raises(ValueError, match="shares memory"):
+        gg(xq, dataclasses.replace(wq, row_amax=big[nb - 8:nb].view(torch.float32)), kind="fprop",
+           out=big[:nb].view(torch.bfloat16).view(40, n))
+    with pytest.raises(ValueError, match="shares memory"):
+        gg(dataclasses.replace(dyq, col_amax=big[-8:].view(torch.float32)), xq, kind="wgrad",
+           out=big.view(torch.float32).view(e, n, k))
+
+    with pytest.raises(ValueError, match="needs"):
+        gg(dataclasses.replace(xq, shape=(40, 2 * k)), w_badk, kind="fprop")
+    with pytest.raises(ValueError, match="amax"):
+        gg(xq, dataclasses.replace(wq, row_amax=wq.row_amax.cpu()), kind="fprop")
     with pytest.raises(ValueError, match="must be on"):
         cpu_out = torch.empty((40, n), dtype=torch.bfloat16)
         gg(xq, wq, kind="fprop", out=cpu_out)

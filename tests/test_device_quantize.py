@@ -518,16 +518,22 @@ def test_group_quantize_user_amax_and_api():
 
 
 def cut_splits(splits, t: int) -> np.ndarray:
-    """SPEC 9.4 written out on its own: negative sizes count as 0, and the groups are cut at row t."""
-    hi = np.minimum(np.cumsum(np.maximum(np.asarray(splits, np.int64), 0)), t)
+    """SPEC 9.4 written out on its own: negative sizes count as 0, and the groups are cut at row t (Python
+    integers: no overflow for sizes near 2**63)."""
+    hi, run = [], 0
+    for v in splits:
+        run = min(run + max(int(v), 0), t)  # = min(P_g, t), P_g the running sum of the non-negative sizes
+        hi.append(run)
+    hi = np.array(hi, np.int64)
     return hi - np.concatenate([[0], hi[:-1]])
 
 
 @pytest.mark.parametrize("splits", [[100, 100, 150, 300], [-5, 120, 200], [50, 0, 70], [-1, -2], [400, 7], [0, 301],
-                                    [7] * 1100], ids=lambda s: "-".join(map(str, s[:6])))
+                                    [7] * 1100, [2**62, 2**62], [5, 2**63 - 1, 2**63 - 1], [-2**63, 2**63 - 1, 9]],
+                         ids=lambda s: "-".join(map(str, s[:6])))
 def test_group_quantize_splits_not_adding_up(splits):
     """Device splits that do not add up to T (SPEC 9.4): cumulative offsets passed as sizes, negative sizes, a sum
-    below T, a first group larger than T, more than 1024 groups past T. The device cuts the groups at row T and
+    below T, a first group larger than T, more than 1024 groups past T, sizes whose int64 sum would overflow. The device cuts the groups at row T and
     writes exactly what the oracle gives for the rows that are left with the cut sizes; every byte past the last
     group up to the worst-case capacity is 0 (the rowwise data tail included), and nothing is written outside."""
     t, k = 300, 48
@@ -739,3 +745,18 @@ def test_argument_errors():
     with pytest.raises(ValueError, match="row_data"):
         _ops.launch_group_quantize(good, torch.tensor([16, 16], device="cuda"), gbufs, None, swizzled=True,
                                    **device_opts(good))
+    # the public torch.ops entry points check every buffer they hand a kernel, not only the Python wrappers
+    q = device.quantize(good)
+    amax1 = q.row_amax.reshape(-1)[:1].contiguous()
+    with pytest.raises(RuntimeError, match="data holds"):  # a 1024 x 1024 plane from 512 code bytes
+        torch.ops.nvfp4_device.dequantize(q.row_data, q.row_scales, amax1, 1024, 1024, True)
+    with pytest.raises(RuntimeError, match="scales hold"):
+        torch.ops.nvfp4_device.dequantize(q.row_data, q.row_scales[:16], amax1, 32, 32, True)
+    with pytest.raises(RuntimeError, match="amax"):
+        torch.ops.nvfp4_device.dequantize(q.row_data, q.row_scales, amax1.cpu(), 32, 32, True)
+    # a grouped (row, col) amax pair holds one value per group for each plane (as the oracle: a single value
+    # per plane is refused when E > 1, not spread over the groups)
+    with pytest.raises(ValueError, match="per group"):
+        device.group_quantize(good, torch.tensor([16, 16], device="cuda"), columnwise=True, amax=(1.0, 2.0))
+    with pytest.raises(ValueError, match="per group"):
+        oracle.group_quantize(make_input(32, 32, seed=5), [16, 16], columnwise=True, amax=(1.0, 2.0))

@@ -129,6 +129,9 @@ def test_group_quantize_bad_splits(splits, exc):
     ([-1, -2], 10, [0, 0]),
     ([400, 7], 300, [300, 0]),
     ([3, 0, 4], 7, [3, 0, 4]),  # valid splits are their own cut
+    ([2**62, 2**62, 5], 300, [300, 0, 0]),  # sizes whose int64 running sum would overflow (SPEC 9.4's clamp)
+    ([5, 2**63 - 1, 2**63 - 1], 300, [5, 295, 0]),
+    ([-2**63, 2**63 - 1, 9], 300, [0, 300, 0]),
 ])
 def test_cut_splits_hand_cases(splits, t, want):
     """SPEC 9.4 by hand."""

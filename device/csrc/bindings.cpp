@@ -27,6 +27,14 @@ void check_cuda(const Tensor& t, const char* what) {
   TORCH_CHECK(t.is_contiguous(), "nvfp4: ", what, " must be contiguous");
 }
 
+// An optional buffer, when given, is a contiguous CUDA tensor on `dev` (the torch.ops entry points are public:
+// every pointer handed to a kernel is checked here, not only in the Python wrappers).
+void check_on(const optional<Tensor>& t, const c10::Device& dev, const char* what) {
+  if (!t.has_value() || !t->defined()) return;
+  check_cuda(*t, what);
+  TORCH_CHECK(t->device() == dev, "nvfp4: ", what, " must be on ", dev, ", got ", t->device());
+}
+
 template <typename P>
 P* ptr_or_null(const optional<Tensor>& t) {
   return t.has_value() && t->defined() ? reinterpret_cast<P*>(t->data_ptr()) : nullptr;
@@ -103,7 +111,19 @@ void group_setup_(const Tensor& splits, int64_t T, int64_t K, Tensor offs, const
   TORCH_CHECK(T >= 0 && K >= 0 && K % 16 == 0, "nvfp4: need T >= 0 and K a multiple of 16");
   TORCH_CHECK(offs.is_cuda() && offs.scalar_type() == at::kLong && offs.numel() == 6 * (splits.numel() + 1),
               "nvfp4: offsets must be a CUDA int64 tensor of 6 x (E + 1) elements");
-  const c10::cuda::CUDAGuard guard(splits.device());
+  const c10::Device dev = splits.device();
+  check_on(offs, dev, "offsets");
+  check_on(row_amax, dev, "row_amax");
+  check_on(col_amax, dev, "col_amax");
+  check_on(row_data, dev, "row_data");
+  check_on(row_scales, dev, "row_scales");
+  check_on(col_data, dev, "col_data");
+  check_on(col_scales, dev, "col_scales");
+  for (const auto* a : {&row_amax, &col_amax})
+    TORCH_CHECK(!a->has_value() || !(*a)->defined() ||
+                    ((*a)->scalar_type() == at::kFloat && (*a)->numel() >= splits.numel()),
+                "nvfp4: a group amax must be float32 with E values");
+  const c10::cuda::CUDAGuard guard(dev);
   uint8_t* bufs[nvfp4::kTailBufs] = {ptr_or_null<uint8_t>(row_data), ptr_or_null<uint8_t>(row_scales),
                                      ptr_or_null<uint8_t>(col_data), ptr_or_null<uint8_t>(col_scales)};
   const int64_t caps[nvfp4::kTailBufs] = {bufs[0] ? row_data->numel() : 0, bufs[1] ? row_scales->numel() : 0,
@@ -119,6 +139,10 @@ void group_setup_(const Tensor& splits, int64_t T, int64_t K, Tensor offs, const
 void swizzle_(const Tensor& compact, Tensor out) {
   check_cuda(compact, "compact scales");
   TORCH_CHECK(compact.scalar_type() == at::kByte && compact.dim() == 2, "nvfp4: compact scales must be 2-D uint8");
+  check_on(out, compact.device(), "out");
+  const int64_t need = (compact.size(0) + 127) / 128 * 128 * ((compact.size(1) + 3) / 4 * 4);
+  TORCH_CHECK(out.scalar_type() == at::kByte && out.numel() >= need, "nvfp4: the swizzled out needs ", need,
+              " uint8 bytes");
   const c10::cuda::CUDAGuard guard(compact.device());
   nvfp4::launch_swizzle(compact.data_ptr<uint8_t>(), compact.size(0), compact.size(1), out.data_ptr<uint8_t>(),
                         c10::cuda::getCurrentCUDAStream());
@@ -130,7 +154,25 @@ void dequantize_(const Tensor& data, const Tensor& scales, const Tensor& amax, i
                  bool swizzled, Tensor out) {
   check_cuda(data, "data");
   check_cuda(scales, "scales");
-  const c10::cuda::CUDAGuard guard(data.device());
+  const c10::Device dev = data.device();
+  check_on(scales, dev, "scales");
+  check_on(amax, dev, "amax");
+  check_on(out, dev, "out");
+  TORCH_CHECK(data.scalar_type() == at::kByte && scales.scalar_type() == at::kByte,
+              "nvfp4: data and scales must be uint8");
+  TORCH_CHECK(amax.scalar_type() == at::kFloat && amax.numel() >= 1, "nvfp4: amax must be float32 with one value");
+  TORCH_CHECK(rows >= 0 && cols >= 0 && cols % 16 == 0 && rows < (1LL << 31) && cols < (1LL << 31),
+              "nvfp4: dequantize needs 0 <= rows, cols < 2^31 and cols a multiple of 16");
+  const int64_t c = cols / 16;
+  const int64_t need_scales = swizzled ? (rows + 127) / 128 * 128 * ((c + 3) / 4 * 4) : rows * c;
+  TORCH_CHECK(data.numel() >= rows * cols / 2, "nvfp4: data holds ", data.numel(), " bytes, the plane needs ",
+              rows * cols / 2);
+  TORCH_CHECK(scales.numel() >= need_scales, "nvfp4: scales hold ", scales.numel(), " bytes, the plane needs ",
+              need_scales);
+  TORCH_CHECK(out.scalar_type() == at::kFloat && out.numel() == rows * cols, "nvfp4: out must be float32 [rows, cols]");
+  TORCH_CHECK(data.numel() == 0 || reinterpret_cast<uintptr_t>(data.data_ptr()) % 8 == 0,
+              "nvfp4: data must be 8-byte aligned");
+  const c10::cuda::CUDAGuard guard(dev);
   nvfp4::launch_dequantize(data.data_ptr<uint8_t>(), scales.data_ptr<uint8_t>(), amax.data_ptr<float>(), rows, cols,
                            swizzled, out.data_ptr<float>(), c10::cuda::getCurrentCUDAStream());
   C10_CUDA_KERNEL_LAUNCH_CHECK();

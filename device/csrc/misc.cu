@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kScanThreads) group_setup_kernel(const int64_t
     __syncthreads();
     const int i = base + t;
     int64_t m = i < E ? splits[i] : 0;
-    m = m < 0 ? 0 : m;
+    m = m < 0 ? 0 : (m > T ? T : m);  // SPEC 9.4: clamped to [0, T] (same groups; no int64 overflow in the sums)
     int64_t q[kNumOffRows];
     auto sizes = [&](int64_t mg) {
       q[kOffRows] = mg;
