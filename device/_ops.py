@@ -234,9 +234,42 @@ def _(compact):
     return compact.new_empty(_ru(rows, 128) * _ru(cols, 4))
 
 
+def check_dequantize_args(data: Tensor, scales: Tensor, amax: Tensor, rows: int, cols: int, swizzled: bool) -> None:
+    """What the dequantize kernel reads, checked before the launch: rows*cols/2 code bytes (8-byte aligned: it reads
+    words), one scale byte per 16-block (SPEC 8.2 offsets when swizzled), one float32 amax, all on one CUDA device."""
+    for name, t in (("data", data), ("scales", scales), ("amax", amax)):
+        if not isinstance(t, Tensor) or not t.is_cuda:
+            raise ValueError(f"{name} must be a CUDA tensor")
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous")
+    if data.dtype != torch.uint8 or scales.dtype != torch.uint8:
+        raise TypeError(f"data and scales must be uint8 tensors, got {data.dtype} and {scales.dtype}")
+    if amax.dtype != torch.float32:
+        raise TypeError(f"amax must be float32, got {amax.dtype}")
+    if scales.device != data.device or amax.device != data.device:
+        raise ValueError(f"data, scales and amax must be on one device, got {data.device}, {scales.device}, "
+                         f"{amax.device}")
+    if rows < 0 or cols < 0 or cols % 16:
+        raise ValueError(f"shape=({rows}, {cols}): rows and cols must be >= 0 and cols a multiple of 16")
+    need_scales = math.prod(scale_shape(rows, cols // 16, swizzled))
+    if data.numel() < rows * cols // 2:
+        raise ValueError(f"data holds {data.numel()} bytes, a {rows} x {cols} plane needs {rows * cols // 2}")
+    if scales.numel() < need_scales:
+        layout = "swizzled" if swizzled else "compact"
+        raise ValueError(f"scales hold {scales.numel()} bytes, {layout} scales of a {rows} x {cols} plane need "
+                         f"{need_scales}")
+    if amax.numel() < 1:
+        raise ValueError("amax must hold one value")
+    if data.numel() and data.data_ptr() % 8:
+        raise ValueError("data must be 8-byte aligned (the kernel reads the codes as 8-byte words; its storage "
+                         "offset breaks that)")
+
+
 @torch.library.custom_op("nvfp4_device::dequantize", mutates_args=())
 def dequantize_op(data: Tensor, scales: Tensor, amax: Tensor, rows: int, cols: int, swizzled: bool) -> Tensor:
-    """One NVFP4 plane -> float32 [rows, cols] (SPEC 11)."""
+    """One NVFP4 plane -> float32 [rows, cols] (SPEC 11). The arguments are checked (check_dequantize_args): this
+    op is public as torch.ops.nvfp4_device.dequantize."""
+    check_dequantize_args(data, scales, amax, rows, cols, swizzled)
     out = torch.empty((rows, cols), dtype=torch.float32, device=data.device)
     load_extension().dequantize_(data, scales, amax, rows, cols, swizzled, out)
     return out
