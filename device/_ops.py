@@ -29,6 +29,13 @@ LAYOUT_COMPACT, LAYOUT_PADDED_COMPACT, LAYOUT_SWIZZLED = 0, 1, 2
 _TILE_M = 128  # rows per kernel tile (csrc/nvfp4_layout.cuh kTileM)
 
 
+def _raise_refusal(err: str) -> None:
+    """The extension's bindings return "" or the message of a refusal / launch error instead of throwing
+    (device/csrc/bindings.cpp, returning_errors): raise it here."""
+    if err:
+        raise RuntimeError(err)
+
+
 def _ru(n: int, m: int) -> int:
     return (n + m - 1) // m * m
 
@@ -100,16 +107,17 @@ def launch_quantize(x: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: b
     amax = bufs["amax"]
     if amax_in is None:
         amax.zero_()
-        ext.amax_(x, None, 1, row_tiles, amax[0:1], amax[1:2] if columnwise else None, rht, rht_signs, False)
+        _raise_refusal(ext.amax_(x, None, 1, row_tiles, amax[0:1], amax[1:2] if columnwise else None, rht,
+                                 rht_signs, False))
     else:
         amax.copy_(amax_in)
-    ext.quantize_(
+    _raise_refusal(ext.quantize_(
         x, None, 1, row_tiles, amax[0:1], amax[1:2],
         bufs["row_data"] if rowwise else None, bufs["row_scales"] if rowwise else None,
         bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None,
         LAYOUT_SWIZZLED if swizzled else LAYOUT_COMPACT, block2d, sr, rule, rht, rht_signs, seed_lo, seed_hi, offset,
         amax_in is None,  # the amax pass is the previous launch: the quantizer may overlap its tail
-    )
+    ))
 
 
 @torch.library.custom_op("nvfp4_device::quantize", mutates_args=())
@@ -176,21 +184,23 @@ def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: Tensor
     row_tiles = t // _TILE_M + e  # worst case of sum ceil(m_g / 128)
     offs, row_amax, col_amax = bufs["offsets"], bufs["row_amax"], bufs["col_amax"]
     compute = amax_in is None
-    ext.group_setup_(splits, t, k, offs, row_amax if compute else None, col_amax if compute else None,
-                     bufs["row_data"] if rowwise else None, bufs["row_scales"] if rowwise else None,
-                     bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None)
+    _raise_refusal(ext.group_setup_(
+        splits, t, k, offs, row_amax if compute else None, col_amax if compute else None,
+        bufs["row_data"] if rowwise else None, bufs["row_scales"] if rowwise else None,
+        bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None))
     if compute:  # the setup kernel is the previous launch: the amax pass may start as it runs
-        ext.amax_(x, offs, e, row_tiles, row_amax, col_amax if columnwise else None, rht, rht_signs, True)
+        _raise_refusal(ext.amax_(x, offs, e, row_tiles, row_amax, col_amax if columnwise else None, rht,
+                                 rht_signs, True))
     else:
         row_amax.copy_(amax_in[0])
         col_amax.copy_(amax_in[1])
-    ext.quantize_(
+    _raise_refusal(ext.quantize_(
         x, offs, e, row_tiles, row_amax, col_amax,
         bufs["row_data"] if rowwise else None, bufs["row_scales"] if rowwise else None,
         bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None,
         LAYOUT_SWIZZLED if swizzled else LAYOUT_PADDED_COMPACT, block2d, sr, rule, rht, rht_signs, seed_lo, seed_hi,
         offset, compute,  # the amax pass is the previous launch: the quantizer may overlap its tail
-    )
+    ))
 
 
 @torch.library.custom_op("nvfp4_device::group_quantize", mutates_args=())
@@ -224,7 +234,7 @@ def swizzle_op(compact: Tensor) -> Tensor:
     """Compact uint8 scales [rows, C] -> swizzled zero-padded 1-D buffer (SPEC 8.2)."""
     rows, cols = compact.shape
     out = torch.empty(_ru(rows, 128) * _ru(cols, 4), dtype=torch.uint8, device=compact.device)
-    load_extension().swizzle_(compact, out)
+    _raise_refusal(load_extension().swizzle_(compact, out))
     return out
 
 
@@ -271,7 +281,7 @@ def dequantize_op(data: Tensor, scales: Tensor, amax: Tensor, rows: int, cols: i
     op is public as torch.ops.nvfp4_device.dequantize."""
     check_dequantize_args(data, scales, amax, rows, cols, swizzled)
     out = torch.empty((rows, cols), dtype=torch.float32, device=data.device)
-    load_extension().dequantize_(data, scales, amax, rows, cols, swizzled, out)
+    _raise_refusal(load_extension().dequantize_(data, scales, amax, rows, cols, swizzled, out))
     return out
 
 

@@ -352,7 +352,7 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
     ws = torch.empty(ws_bytes, dtype=torch.uint8, device=dev)
     offs_a = a.offsets.contiguous()
     offs_b = b.offsets.contiguous()
-    ext.grouped_gemm_(
+    err = ext.grouped_gemm_(  # returns its refusal / launch error instead of throwing (gemm_bindings.cpp)
         _KINDS[kind], mode == "exact", e,
         ad, as_, offs_a, aa.to(torch.float32).contiguous(),
         bd, bs, offs_b, ba.to(torch.float32).contiguous(),
@@ -362,4 +362,6 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
         t_a // e if kind == "wgrad" else int(kc),  # average contraction length per group (tile choice)
         force, int(max_ctas or 0),
     )
+    if err:
+        raise RuntimeError(err)
     return out

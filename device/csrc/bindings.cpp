@@ -1,5 +1,8 @@
 // PyTorch bindings: thin out-variant wrappers that check arguments and launch on the current stream.
 // The Python package (device/_ops.py) wraps these in torch.library custom ops that allocate the outputs.
+#include <string>
+#include <utility>
+
 #include <torch/extension.h>
 
 #include <c10/cuda/CUDAStream.h>
@@ -178,12 +181,34 @@ void dequantize_(const Tensor& data, const Tensor& scales, const Tensor& amax, i
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+
+// A binding as Python sees it: it returns "" when it ran, or the message of a refusal (TORCH_CHECK) or launch error,
+// which device/_ops.py raises as RuntimeError. No C++ exception leaves this module: on the H100 machine (torch 2.11,
+// stop 37) a TORCH_CHECK thrown out of a binding crashed the process (SIGSEGV) instead of raising
+// (device/tools/check_binding_errors.py).
+template <typename... Args>
+auto returning_errors(void (*f)(Args...)) {
+  return [f](Args... args) -> std::string {
+    try {
+      f(std::forward<Args>(args)...);
+    } catch (const c10::Error& e) {
+      return e.what_without_backtrace();
+    } catch (const std::exception& e) {
+      return e.what();
+    } catch (...) {
+      return "nvfp4: unknown C++ error";
+    }
+    return std::string();
+  };
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("amax_", &amax_, "per-tensor / per-group amax (SPEC 4)");
-  m.def("quantize_", &quantize_, "fused NVFP4 quantizer into preallocated buffers (SPEC 5-8, 10)");
-  m.def("group_setup_", &group_setup_, "device offsets, zeroed amaxes and tail fill of a grouped call (SPEC 9)");
-  m.def("swizzle_", &swizzle_, "compact -> swizzled scales (SPEC 8.2)");
-  m.def("dequantize_", &dequantize_, "NVFP4 plane -> float32 (SPEC 11)");
+  m.def("amax_", returning_errors(&amax_), "per-tensor / per-group amax (SPEC 4)");
+  m.def("quantize_", returning_errors(&quantize_), "fused NVFP4 quantizer into preallocated buffers (SPEC 5-8, 10)");
+  m.def("group_setup_", returning_errors(&group_setup_),
+        "device offsets, zeroed amaxes and tail fill of a grouped call (SPEC 9)");
+  m.def("swizzle_", returning_errors(&swizzle_), "compact -> swizzled scales (SPEC 8.2)");
+  m.def("dequantize_", returning_errors(&dequantize_), "NVFP4 plane -> float32 (SPEC 11)");
 }

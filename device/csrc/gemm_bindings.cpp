@@ -1,6 +1,8 @@
 // PyTorch binding of the NVFP4 grouped GEMM (module nvfp4_gemm). Argument checking lives in device/gemm.py;
 // this layer only re-checks what would make the kernels touch invalid memory, then launches on the current stream.
 #include <cstdlib>
+#include <string>
+#include <utility>
 
 #include <torch/extension.h>
 
@@ -256,10 +258,30 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
 
 int64_t prob_size() { return static_cast<int64_t>(sizeof(nvfp4_gemm::Prob)); }
 
+// grouped_gemm_ as Python sees it: "" when it ran, else the message of a refusal (TORCH_CHECK) or launch error, which
+// device/gemm.py raises as RuntimeError. No C++ exception leaves the module (as device/csrc/bindings.cpp: on the H100
+// machine a TORCH_CHECK thrown out of an extension crashed the process, stop 37).
+template <typename... Args>
+auto returning_errors(void (*f)(Args...)) {
+  return [f](Args... args) -> std::string {
+    try {
+      f(std::forward<Args>(args)...);
+    } catch (const c10::Error& e) {
+      return e.what_without_backtrace();
+    } catch (const std::exception& e) {
+      return e.what();
+    } catch (...) {
+      return "nvfp4_gemm: unknown C++ error";
+    }
+    return std::string();
+  };
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("grouped_gemm_", &grouped_gemm_, "NVFP4 grouped GEMM (fprop/dgrad/wgrad) on the current stream");
+  m.def("grouped_gemm_", returning_errors(&grouped_gemm_),
+        "NVFP4 grouped GEMM (fprop/dgrad/wgrad) on the current stream");
   m.def("prob_size", &prob_size);
   m.def("has_dequant_path", &nvfp4_gemm::cutlass_built, "whether the dequantize-first path (CUTLASS) was built");
 }
