@@ -213,9 +213,17 @@ def gen_values(rng: np.random.Generator, m: int, k: int, dtype: str, kind: str |
 # per-op generators
 # ---------------------------------------------------------------------------------------------------------------
 
+#: the issue's model widths past gen_k's range (drawn rarely, with as many rows as the element budget allows)
+WIDE_K = (4096, 5120, 11328)
+
+
 def _size(rng, space, max_rows=5000, max_k=2048, min_rows=0) -> tuple[int, int]:
     max_elems = int(space.get("max_elems", DEFAULT_MAX_ELEMS))
     m = gen_rows(rng, max_rows, int(space.get("min_rows", min_rows)))
+    wide = [w for w in WIDE_K if w <= int(space.get("max_k", WIDE_K[-1])) and w <= max_elems]
+    if wide and rng.random() < 0.03:
+        k = int(rng.choice(wide))
+        return min(m, max_elems // k), k
     k = gen_k(rng, min(max_k, int(space.get("max_k", max_k))))
     while m * k > max_elems and k > 16:
         k = max(16, (k // 2) // 16 * 16)
@@ -507,6 +515,8 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
     """Grouped GEMM inputs (SPEC 12.5): x [T, K], w [E*N, K], dy [T, N] (bf16), splits, kind, bias / C."""
     kind = pick(rng, space, "kind", ["fprop", "dgrad", "wgrad"])
     e = int(rng.choice([1, 2, 3, 4, 8, int(rng.integers(1, 17))]))
+    if rng.random() < 0.05:  # many experts (issue 4: E = 64), mostly empty or tiny groups at these T
+        e = int(rng.choice([32, 64]))
     t = gen_rows(rng, int(space.get("max_rows", 600)))
     # mostly N, K <= 128; a quarter up to 512, so that wgrad outputs and N tiles reach the large kernels' second
     # 128-row halves (the fast mode's 2-CTA cluster tiles are 256 x 256, device/csrc/gemm_wgmma_ws.cuh)
@@ -519,12 +529,14 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
     w, _ = gen_values(rng, e * n, k, "bfloat16", "normal", specials=False)
     dy, _ = gen_values(rng, t, n, "bfloat16", specials=bool(space.get("specials", True)))
     rht = bool(kind == "wgrad" and rng.random() < 0.5)
-    out_dtype = pick(rng, space, "out_dtype", ["float32"] if kind == "wgrad" else ["bfloat16", "float32"])
+    # (wgrad: bf16 output in a quarter of the cases, never with C: accumulating means fp32, SPEC 12.5)
+    out_dtype = pick(rng, space, "out_dtype", ["float32", "bfloat16"] if kind == "wgrad" else ["bfloat16", "float32"],
+                     p=[0.75, 0.25] if kind == "wgrad" else None)
     arrays = {"x": to_dtype(x, "bfloat16"), "w": to_dtype(w, "bfloat16"), "dy": to_dtype(dy, "bfloat16"),
               "splits": splits}
     if kind != "wgrad" and rng.random() < 0.3:
         arrays["bias"] = (rng.standard_normal((e, n if kind == "fprop" else k)) * 10.0 ** rng.uniform(-2, 2)).astype(np.float32)
-    if kind == "wgrad" and rng.random() < 0.4:
+    if kind == "wgrad" and out_dtype == "float32" and rng.random() < 0.4:
         c = (rng.standard_normal((e, n, k)) * 10.0 ** rng.uniform(-3, 3)).astype(np.float32)
         c.flat[rng.integers(c.size, size=max(1, c.size // 50))] = -0.0
         arrays["c"] = c
