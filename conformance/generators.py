@@ -526,7 +526,13 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
         n = int(rng.integers(1, 16 * hi))
     splits, skind = gen_splits(rng, t, e)
     x, vkind = gen_values(rng, t, k, "bfloat16", specials=bool(space.get("specials", True)))
-    w, _ = gen_values(rng, e * n, k, "bfloat16", "normal", specials=False)
+    # the weights: mostly plain normal values; a fifth any value kind (all-zero experts, ties, subnormals, near-max)
+    # with NaN / Inf / -0 as for x, so the B operand's quantization and alpha meet the edge cases too
+    wkind = "normal"
+    if rng.random() < 0.2:
+        w, wkind = gen_values(rng, e * n, k, "bfloat16", specials=bool(space.get("specials", True)))
+    else:
+        w, _ = gen_values(rng, e * n, k, "bfloat16", "normal", specials=False)
     dy, _ = gen_values(rng, t, n, "bfloat16", specials=bool(space.get("specials", True)))
     rht = bool(kind == "wgrad" and rng.random() < 0.5)
     # (wgrad: bf16 output in a quarter of the cases, never with C: accumulating means fp32, SPEC 12.5)
@@ -579,7 +585,7 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
                 fast_kernel=f"exact: {exact_kernel}" if space.get("mode") == "exact" else fast_kernel,
                 grid="one CTA per SM" if max_ctas == 0 else "capped",
                 n="multiple of 16" if n % 16 == 0 else "other",
-                groups="1" if e == 1 else "2-16", epilogue="+".join(x for x in ("bias", "c") if x in arrays) or "none")
+                w_values=wkind, groups="1" if e == 1 else ("2-16" if e <= 16 else "32-64"), epilogue="+".join(x for x in ("bias", "c") if x in arrays) or "none")
     return arrays, o, tags
 
 

@@ -273,6 +273,17 @@ def candidates(case: Case) -> Iterator[Case]:
             for y in _zero_elements(a[name]):
                 yield case.replace({name: y})
         return
+    if op == "dequantize":  # a stored plane: data [R, C/2], compact scales [R, C/16]; fewer rows, fewer 16-blocks
+        data, sc = a["data"], a["scales"]
+        if o.get("offset"):
+            yield case.replace(options={"offset": 0})
+        for keep in _chunks(data.shape[0]):
+            yield case.replace({"data": data[keep], "scales": sc[keep]})
+        for keep in _chunks(sc.shape[1]):
+            if keep.size:  # block j: data bytes [8 j, 8 j + 8), scale column j
+                cols = (8 * keep[:, None] + np.arange(8)).reshape(-1)
+                yield case.replace({"data": data[:, cols], "scales": sc[:, keep]})
+        return
     if op == "layout":
         sc, s = a["scales"], a["splits"]
         for keep in _chunks(sc.shape[0]):
