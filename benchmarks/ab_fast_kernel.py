@@ -22,6 +22,7 @@ import os
 import statistics
 
 import torch
+from ab_env_switch import operands as env_switch_operands
 from bench_grouped_gemm import splits_for, timeit
 
 import device
@@ -31,26 +32,17 @@ DEV = "cuda"
 
 
 def operands(e: int, t: int, k: int, n: int, kind: str):
-    """(a, b, output shape, the grouped_mm call) of one case with balanced splits."""
+    """(a, b, output shape, the grouped_mm call) of one case with balanced splits (fprop / dgrad: ab_env_switch's)."""
+    if kind != "wgrad":
+        return env_switch_operands(e, t, k, n, False, kind)
     st = torch.tensor(splits_for(e, t, False), dtype=torch.int64, device=DEV)
     offs = st.cumsum(0).to(torch.int32)
-    wsplits = torch.full((e,), n, dtype=torch.int64, device=DEV)
     x = torch.randn((t, k), device=DEV, dtype=torch.bfloat16)
-    if kind == "wgrad":
-        dy = torch.randn((t, n), device=DEV, dtype=torch.bfloat16)
-        a = device.group_quantize(dy, st, rowwise=False, columnwise=True)
-        b = device.group_quantize(x, st, rowwise=False, columnwise=True)
-        dyt = dy.t().contiguous()
-        return a, b, (e, n, k), lambda: torch._grouped_mm(dyt, x, offs=offs)
-    w = torch.randn((e * n, k), device=DEV, dtype=torch.bfloat16) * 0.05
-    if kind == "fprop":
-        a = device.group_quantize(x, st, rowwise=True)
-        b = device.group_quantize(w, wsplits, rowwise=True, block=(16, 16))
-        return a, b, (t, n), lambda: torch._grouped_mm(x, w.view(e, n, k).transpose(1, 2), offs=offs)
     dy = torch.randn((t, n), device=DEV, dtype=torch.bfloat16)
-    a = device.group_quantize(dy, st, rowwise=True)
-    b = device.group_quantize(w, wsplits, rowwise=False, columnwise=True, block=(16, 16))
-    return a, b, (t, k), lambda: torch._grouped_mm(dy, w.view(e, n, k), offs=offs)
+    a = device.group_quantize(dy, st, rowwise=False, columnwise=True)
+    b = device.group_quantize(x, st, rowwise=False, columnwise=True)
+    dyt = dy.t().contiguous()
+    return a, b, (e, n, k), lambda: torch._grouped_mm(dyt, x, offs=offs)
 
 
 def main() -> None:
