@@ -585,7 +585,8 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
                 fast_kernel=f"exact: {exact_kernel}" if space.get("mode") == "exact" else fast_kernel,
                 grid="one CTA per SM" if max_ctas == 0 else "capped",
                 n="multiple of 16" if n % 16 == 0 else "other",
-                w_values=wkind, groups="1" if e == 1 else ("2-16" if e <= 16 else "32-64"), epilogue="+".join(x for x in ("bias", "c") if x in arrays) or "none")
+                w_values=wkind, groups="1" if e == 1 else ("2-16" if e <= 16 else "32-64"),
+                epilogue="+".join(x for x in ("bias", "c") if x in arrays) or "none")
     return arrays, o, tags
 
 

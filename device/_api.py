@@ -90,7 +90,8 @@ def _amax_tensor(amax, n: int, grouped: bool, device) -> Tensor | None:
         raise ValueError("amax pair must be (row_amax, col_amax)")
     if pair and grouped and n > 1:
         for a in amax:
-            if np.ndim(a) == 0 if not isinstance(a, Tensor) else a.numel() == 1:
+            single = a.numel() == 1 if isinstance(a, Tensor) else np.ndim(a) == 0
+            if single:
                 raise ValueError(f"a grouped amax pair is (row_amaxes, col_amaxes), each with one value per group "
                                  f"({n}); got a single value (as oracle.group_quantize, which refuses it too)")
     out = []

@@ -347,7 +347,7 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
         force = _FAST_KERNELS[fast_kernel]
         if fast_kernel != "fused":
             force = _fast_kernel_choice(ext, force, kind, e, t_a, kc, cols, a_rows, b_rows, dtype, bias_t is not None,
-                                        bool(accumulate))
+                                        accumulate)
     ws_bytes = e * int(ext.prob_size()) + 4 * (e + 1)
     ws = torch.empty(ws_bytes, dtype=torch.uint8, device=dev)
     offs_a = a.offsets.contiguous()
