@@ -74,6 +74,9 @@ def ref_group_quantize(case: Case) -> dict:
         splits = oracle.cut_splits(splits, x.shape[0])
         x = x[: int(splits.sum())]
     out = oracle.group_quantize(x, splits, **quantize_kwargs(case)).buffers()
+    # the device's offset table row 1 (DeviceGroupedNVFP4Tensor.row_tile_offsets, read by its GEMM): the first
+    # 128-row tile of each group, prefix sums of ceil(m_g / 128); a device-only table, other backends skip it
+    out["row_tile_offsets"] = np.concatenate([[0], np.cumsum(-(-np.asarray(splits, np.int64) // 128))]).astype(np.int64)
     for p in ("row", "col"):
         if f"{p}_data" in out:  # SPEC 9.3: the device's buffers hold zeros past the last group
             out[f"{p}_data_tail"] = np.zeros(cap[f"{p}_data"] - out[f"{p}_data"].size, np.uint8)

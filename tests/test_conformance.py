@@ -459,6 +459,23 @@ def test_torchao_nan_amax_on_bf16():
     assert status == "pass", [str(m) for m in ms]
 
 
+def test_group_quantize_reference_has_the_device_tile_table():
+    """The grouped reference holds the device's row_tile_offsets (offset row 1, read by its GEMM): hand-worked
+    prefix sums of ceil(m_g / 128), of the cut sizes when the splits do not add up (SPEC 9.4); the composed
+    backend, which has no tile table, is not asked for it."""
+    from conformance.cases import Case
+    from conformance.runner import reference
+
+    x = np.zeros((300, 32), np.float32)
+    opts = dict(rowwise=True, columnwise=False, rht=False, rht_signs=0xD7E8, block=[1, 16], rule="te",
+                rounding="rn", seed=0, offset=0, swizzled=True)
+    case = Case("group_quantize", 0, 0, {"x": x, "splits": np.array([0, 129, 128, 1, 42], np.int64)}, opts, {})
+    assert reference(case)["row_tile_offsets"].tolist() == [0, 0, 2, 3, 4, 5]
+    cut = case.replace({"splits": np.array([200, 200, 5], np.int64)}, options={"splits_rule": "cut"})
+    assert reference(cut)["row_tile_offsets"].tolist() == [0, 2, 3, 3]  # cut sizes 200, 100, 0
+    assert "row_tile_offsets" not in B.ComposedBackend().expected_outputs("group_quantize", case, ["row_tile_offsets"])
+
+
 def test_loose_splits_cases_reference_the_cut_sizes():
     """Device spaces draw group_quantize cases whose splits do not add up to T (SPEC 9.4); their reference is the
     oracle on the rows left with the cut sizes: offsets end at the cut total, buffers and tails sized from T."""
