@@ -68,11 +68,11 @@ P* ptr_or_null(const optional<Tensor>& t) {
 // SPEC 4: per-tensor (offs absent) or per-group amax. row_amax / col_amax must be zero on entry.
 // after_setup: the previous launch on the stream is group_setup_ for `offs`.
 std::string amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int64_t row_tiles, Tensor row_amax,
-           const optional<Tensor>& col_amax, bool rht, int64_t rht_signs, bool after_setup) {
+                  const optional<Tensor>& col_amax, bool rht, int64_t rht_signs, bool after_setup) {
   NVFP4_RETURN_IF_ERROR(check_cuda(x, "x"));
   NVFP4_REFUSE_UNLESS(x.dim() == 2 && x.size(1) % 16 == 0, "nvfp4: x must be 2-D with K % 16 == 0");
   NVFP4_REFUSE_UNLESS(x.data_ptr() == nullptr || reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0,
-              "nvfp4: x must be 16-byte aligned");
+                      "nvfp4: x must be 16-byte aligned");
   NVFP4_REFUSE_UNLESS(dtype_code(x) >= 0, "nvfp4: x must be bfloat16, float16 or float32, got ", x.scalar_type());
   NVFP4_REFUSE_UNLESS(!rht || dtype_code(x) == nvfp4::kBF16, "nvfp4: rht needs bf16");
   const c10::cuda::CUDAGuard guard(x.device());
@@ -96,7 +96,7 @@ std::string quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, 
   NVFP4_RETURN_IF_ERROR(check_cuda(x, "x"));
   NVFP4_REFUSE_UNLESS(x.dim() == 2 && x.size(1) % 16 == 0, "nvfp4: x must be 2-D with K % 16 == 0");
   NVFP4_REFUSE_UNLESS(x.data_ptr() == nullptr || reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0,
-              "nvfp4: x must be 16-byte aligned");
+                      "nvfp4: x must be 16-byte aligned");
   NVFP4_REFUSE_UNLESS(dtype_code(x) >= 0, "nvfp4: x must be bfloat16, float16 or float32, got ", x.scalar_type());
   NVFP4_REFUSE_UNLESS(!rht || dtype_code(x) == nvfp4::kBF16, "nvfp4: rht needs bf16");
   const c10::cuda::CUDAGuard guard(x.device());
@@ -132,14 +132,14 @@ std::string quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, 
 // SPEC 9, one launch: device offsets [6, E+1] from device splits (running total capped at T, SPEC 9.4), zeroed
 // per-group amaxes (those given), and zero bytes past the last group of the worst-case sized buffers given.
 std::string group_setup_(const Tensor& splits, int64_t T, int64_t K, Tensor offs, const optional<Tensor>& row_amax,
-                  const optional<Tensor>& col_amax, const optional<Tensor>& row_data,
-                  const optional<Tensor>& row_scales, const optional<Tensor>& col_data,
-                  const optional<Tensor>& col_scales) {
+                         const optional<Tensor>& col_amax, const optional<Tensor>& row_data,
+                         const optional<Tensor>& row_scales, const optional<Tensor>& col_data,
+                         const optional<Tensor>& col_scales) {
   NVFP4_RETURN_IF_ERROR(check_cuda(splits, "splits"));
   NVFP4_REFUSE_UNLESS(splits.scalar_type() == at::kLong, "nvfp4: splits must be int64");
   NVFP4_REFUSE_UNLESS(T >= 0 && K >= 0 && K % 16 == 0, "nvfp4: need T >= 0 and K a multiple of 16");
   NVFP4_REFUSE_UNLESS(offs.is_cuda() && offs.scalar_type() == at::kLong && offs.numel() == 6 * (splits.numel() + 1),
-              "nvfp4: offsets must be a CUDA int64 tensor of 6 x (E + 1) elements");
+                      "nvfp4: offsets must be a CUDA int64 tensor of 6 x (E + 1) elements");
   const c10::Device dev = splits.device();
   NVFP4_RETURN_IF_ERROR(check_on(offs, dev, "offsets"));
   NVFP4_RETURN_IF_ERROR(check_on(row_amax, dev, "row_amax"));
@@ -150,8 +150,8 @@ std::string group_setup_(const Tensor& splits, int64_t T, int64_t K, Tensor offs
   NVFP4_RETURN_IF_ERROR(check_on(col_scales, dev, "col_scales"));
   for (const auto* a : {&row_amax, &col_amax})
     NVFP4_REFUSE_UNLESS(!a->has_value() || !(*a)->defined() ||
-                    ((*a)->scalar_type() == at::kFloat && (*a)->numel() >= splits.numel()),
-                "nvfp4: a group amax must be float32 with E values");
+                            ((*a)->scalar_type() == at::kFloat && (*a)->numel() >= splits.numel()),
+                        "nvfp4: a group amax must be float32 with E values");
   const c10::cuda::CUDAGuard guard(dev);
   uint8_t* bufs[nvfp4::kTailBufs] = {ptr_or_null<uint8_t>(row_data), ptr_or_null<uint8_t>(row_scales),
                                      ptr_or_null<uint8_t>(col_data), ptr_or_null<uint8_t>(col_scales)};
@@ -172,7 +172,7 @@ std::string swizzle_(const Tensor& compact, Tensor out) {
   NVFP4_RETURN_IF_ERROR(check_on(out, compact.device(), "out"));
   const int64_t need = (compact.size(0) + 127) / 128 * 128 * ((compact.size(1) + 3) / 4 * 4);
   NVFP4_REFUSE_UNLESS(out.scalar_type() == at::kByte && out.numel() >= need, "nvfp4: the swizzled out needs ", need,
-              " uint8 bytes");
+                      " uint8 bytes");
   const c10::cuda::CUDAGuard guard(compact.device());
   nvfp4::launch_swizzle(compact.data_ptr<uint8_t>(), compact.size(0), compact.size(1), out.data_ptr<uint8_t>(),
                         c10::cuda::getCurrentCUDAStream());
@@ -181,35 +181,33 @@ std::string swizzle_(const Tensor& compact, Tensor out) {
 
 // SPEC 11: dequantize one plane to float32 [rows, cols].
 std::string dequantize_(const Tensor& data, const Tensor& scales, const Tensor& amax, int64_t rows, int64_t cols,
-                 bool swizzled, Tensor out) {
+                        bool swizzled, Tensor out) {
   NVFP4_RETURN_IF_ERROR(check_cuda(data, "data"));
-  NVFP4_RETURN_IF_ERROR(check_cuda(scales, "scales"));
   const c10::Device dev = data.device();
   NVFP4_RETURN_IF_ERROR(check_on(scales, dev, "scales"));
   NVFP4_RETURN_IF_ERROR(check_on(amax, dev, "amax"));
   NVFP4_RETURN_IF_ERROR(check_on(out, dev, "out"));
   NVFP4_REFUSE_UNLESS(data.scalar_type() == at::kByte && scales.scalar_type() == at::kByte,
-              "nvfp4: data and scales must be uint8");
+                      "nvfp4: data and scales must be uint8");
   NVFP4_REFUSE_UNLESS(amax.scalar_type() == at::kFloat && amax.numel() >= 1,
                       "nvfp4: amax must be float32 with one value");
   NVFP4_REFUSE_UNLESS(rows >= 0 && cols >= 0 && cols % 16 == 0 && rows < (1LL << 31) && cols < (1LL << 31),
-              "nvfp4: dequantize needs 0 <= rows, cols < 2^31 and cols a multiple of 16");
+                      "nvfp4: dequantize needs 0 <= rows, cols < 2^31 and cols a multiple of 16");
   const int64_t c = cols / 16;
   const int64_t need_scales = swizzled ? (rows + 127) / 128 * 128 * ((c + 3) / 4 * 4) : rows * c;
   NVFP4_REFUSE_UNLESS(data.numel() >= rows * cols / 2, "nvfp4: data holds ", data.numel(), " bytes, the plane needs ",
-              rows * cols / 2);
+                      rows * cols / 2);
   NVFP4_REFUSE_UNLESS(scales.numel() >= need_scales, "nvfp4: scales hold ", scales.numel(), " bytes, the plane needs ",
-              need_scales);
+                      need_scales);
   NVFP4_REFUSE_UNLESS(out.scalar_type() == at::kFloat && out.numel() == rows * cols,
                       "nvfp4: out must be float32 [rows, cols]");
   NVFP4_REFUSE_UNLESS(data.numel() == 0 || reinterpret_cast<uintptr_t>(data.data_ptr()) % 8 == 0,
-              "nvfp4: data must be 8-byte aligned");
+                      "nvfp4: data must be 8-byte aligned");
   const c10::cuda::CUDAGuard guard(dev);
   nvfp4::launch_dequantize(data.data_ptr<uint8_t>(), scales.data_ptr<uint8_t>(), amax.data_ptr<float>(), rows, cols,
                            swizzled, out.data_ptr<float>(), c10::cuda::getCurrentCUDAStream());
   return launch_status();
 }
-
 
 // A binding as Python sees it: "" when it launched, else a refusal's message. Anything that still throws (a torch
 // call inside) is caught here too, as a last resort.
