@@ -533,8 +533,8 @@ def cut_splits(splits, t: int) -> np.ndarray:
                          ids=lambda s: "-".join(map(str, s[:6])))
 def test_group_quantize_splits_not_adding_up(splits):
     """Device splits that do not add up to T (SPEC 9.4): cumulative offsets passed as sizes, negative sizes, a sum
-    below T, a first group larger than T, more than 1024 groups past T, sizes whose int64 sum would overflow. The device cuts the groups at row T and
-    writes exactly what the oracle gives for the rows that are left with the cut sizes; every byte past the last
+    below T, a first group larger than T, more than 1024 groups past T, sizes whose int64 sum would overflow. The
+    device cuts the groups at row T and writes exactly what the oracle gives for the rows that are left with the cut sizes; every byte past the last
     group up to the worst-case capacity is 0 (the rowwise data tail included), and nothing is written outside."""
     t, k = 300, 48
     cut = cut_splits(splits, t)
@@ -754,8 +754,8 @@ def test_argument_errors():
         torch.ops.nvfp4_device.dequantize(q.row_data, q.row_scales[:16], amax1, 32, 32, True)
     with pytest.raises(ValueError, match="amax"):
         torch.ops.nvfp4_device.dequantize(q.row_data, q.row_scales, amax1.cpu(), 32, 32, True)
-    # the C++ bindings' own checks (bypassing every Python check) refuse with a RuntimeError, in a child process:
-    # a crash there must fail this test, not take the test worker down
+    # the C++ bindings' own checks (bypassing every Python check) refuse with a returned message, in a child
+    # process: a crash there must fail this test, not take the test worker down
     import subprocess
     import sys
 
