@@ -534,8 +534,9 @@ def cut_splits(splits, t: int) -> np.ndarray:
 def test_group_quantize_splits_not_adding_up(splits):
     """Device splits that do not add up to T (SPEC 9.4): cumulative offsets passed as sizes, negative sizes, a sum
     below T, a first group larger than T, more than 1024 groups past T, sizes whose int64 sum would overflow. The
-    device cuts the groups at row T and writes exactly what the oracle gives for the rows that are left with the cut sizes; every byte past the last
-    group up to the worst-case capacity is 0 (the rowwise data tail included), and nothing is written outside."""
+    device cuts the groups at row T and writes exactly what the oracle gives for the rows that are left with the cut
+    sizes; every byte past the last group up to the worst-case capacity is 0 (the rowwise data tail included), and
+    nothing is written outside."""
     t, k = 300, 48
     cut = cut_splits(splits, t)
     assert len(cut) == len(splits) and cut.sum() <= t
