@@ -16,7 +16,9 @@
 #   ab             benchmarks/ab_env_switch.py for the opt-in switches ($AB_EXACT_CASES, $AB_SWAP_CASES): the exact TMA
 #                  loader, the swapped dgrad group maps, and (under the TMA loader) the converter converting all of B
 #   ab-kernel      benchmarks/ab_fast_kernel.py: fast_kernel choices $AB_KERNELS on $AB_KERNEL_CASES (E,T,K,N,kind,out;...)
-#   conformance    python -m conformance run on the GPU, grouped-GEMM ops, $CONF_BUDGET, seed $CONF_SEED
+#   conformance    python -m conformance run on the GPU, ops $CONF_OPS (default: the grouped-GEMM ops; "all" for
+#                  every op), $CONF_BUDGET, seed $CONF_SEED
+#   binding-errors device/tools/check_binding_errors.py (every binding refusal is a Python error, not a crash)
 #   bench-gemm     benchmarks/bench_grouped_gemm.py --iters 10 --reps 2
 #   bench-quant    benchmarks/bench_quantize.py --quick --no-compile
 # The exit status is the first failing stage's (0 when all passed); later stages still run.
@@ -33,6 +35,7 @@ AB_SWAP_CASES=${AB_SWAP_CASES:-"E8 T512 dgrad"}
 AB_KERNELS=${AB_KERNELS:-"auto,fused,dequant"}
 AB_KERNEL_CASES=${AB_KERNEL_CASES:-"64,16384,2048,1408,wgrad,f32;64,16384,2048,1408,wgrad,bf16"}
 CONF_BUDGET=${CONF_BUDGET:-45s}
+CONF_OPS=${CONF_OPS:-grouped_gemm,grouped_gemm_tc,grouped_gemm_exact}
 CONF_SEED=${CONF_SEED:-$(date +%s)}
 PYTEST="python3 -m pytest -q -p no:cacheprovider"
 status=0
@@ -40,7 +43,7 @@ status=0
 default_timeout() {
   case "$1" in
     build) echo 300 ;; smoke) echo 120 ;; racecheck-repro) echo 90 ;; gemm-tests) echo 240 ;; quant-tests) echo 240 ;; sanitize) echo 300 ;;
-    ab) echo 240 ;; ab-kernel) echo 240 ;; conformance) echo 120 ;; bench-gemm) echo 300 ;; bench-quant) echo 240 ;; *) echo 60 ;;
+    ab) echo 240 ;; ab-kernel) echo 240 ;; conformance) echo 120 ;; binding-errors) echo 120 ;; bench-gemm) echo 300 ;; bench-quant) echo 240 ;; *) echo 60 ;;
   esac
 }
 
@@ -100,10 +103,13 @@ EOF
       ;;
     ab-kernel) python3 benchmarks/ab_fast_kernel.py --kernels "$AB_KERNELS" --cases "$AB_KERNEL_CASES" ;;
     conformance)
-      python3 -m conformance run --device cuda:0 --ops grouped_gemm,grouped_gemm_tc,grouped_gemm_exact \
+      local ops=()
+      [ "$CONF_OPS" != all ] && ops=(--ops "$CONF_OPS")
+      python3 -m conformance run --device cuda:0 "${ops[@]}" \
         --budget "$CONF_BUDGET" --seed "$CONF_SEED" --no-progress --report "$OUT/conformance.json" \
         --artifacts "$OUT/conformance_failures"
       ;;
+    binding-errors) python3 device/tools/check_binding_errors.py ;;
     bench-gemm) python3 benchmarks/bench_grouped_gemm.py --iters 10 --reps 2 ;;
     bench-quant) python3 benchmarks/bench_quantize.py --quick --no-compile ;;
     *) echo "unknown stage $1"; return 2 ;;
@@ -116,7 +122,7 @@ for stage in "$@"; do
   start=$(date +%s)
   # (the stage in a child shell, so that timeout can kill it and everything it started)
   timeout -s KILL "$limit" bash -c "$(declare -f stage_body); $(declare -p PYTEST SAN SANITIZE_K SANITIZE_TOOLS AB_EXACT_CASES \
-    AB_SWAP_CASES AB_KERNELS AB_KERNEL_CASES CONF_BUDGET CONF_SEED OUT); stage_body $stage" >"$OUT/$stage.log" 2>&1
+    AB_SWAP_CASES AB_KERNELS AB_KERNEL_CASES CONF_BUDGET CONF_SEED CONF_OPS OUT); stage_body $stage" >"$OUT/$stage.log" 2>&1
   rc=$?
   echo "=== $stage: rc $rc, $(( $(date +%s) - start )) s (limit $limit s)"
   grep -v '^\[[0-9]*/[0-9]*\]' "$OUT/$stage.log" | tail -n "${TAIL_LINES:-15}"

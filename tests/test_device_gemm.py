@@ -753,6 +753,21 @@ def test_disagreeing_operand_groups_are_nan(mode, kernel, max_ctas):
             assert np.all(y[1] == 0), "wgrad: the agreeing empty group is not 0"
 
 
+def test_binding_refusals_are_messages():
+    """The GEMM binding's own checks (bypassing device/gemm.py) refuse with a returned message, in a child process:
+    a crash there (stop 38: a message formatted with iostreams in a module with a static libstdc++) must fail this
+    test, not take the test worker down."""
+    import subprocess
+    import sys
+
+    root = os.path.join(os.path.dirname(__file__), "..")
+    run = subprocess.run([sys.executable, os.path.join(root, "device", "tools", "check_binding_errors.py"), "gemm"],
+                         capture_output=True, text=True, timeout=600, cwd=root)
+    assert run.returncode == 0, run.stdout + run.stderr[-2000:]
+    assert run.stdout.count("refused: nvfp4_gemm:") == 4, run.stdout
+    assert "got 5 and 5 values" in run.stdout, run.stdout  # numbers formatted into the message
+
+
 def test_bad_inputs():
     gg = _gg()
     e, n, k = 2, 32, 64

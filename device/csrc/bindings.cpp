@@ -1,7 +1,6 @@
 // PyTorch bindings: thin out-variant wrappers that check arguments and launch on the current stream.
 // The Python package (device/_ops.py) wraps these in torch.library custom ops that allocate the outputs.
 #include <string>
-#include <utility>
 
 #include <torch/extension.h>
 
@@ -10,24 +9,12 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "nvfp4_launch.h"
+#include "refusal.h"  // refusals are returned messages, formatted without iostreams
 
 namespace {
 
 using at::Tensor;
 using c10::optional;
-
-// Refusals are returned as messages, never thrown: on the H100 machine (torch 2.11) a c10::Error thrown in this
-// module crashed the process (SIGSEGV) even when caught here (stop 37, device/tools/check_binding_errors.py).
-// Each binding returns "" when it launched, else the message that device/_ops.py raises as RuntimeError.
-#define NVFP4_REFUSE_UNLESS(cond, ...)   \
-  do {                                   \
-    if (!(cond)) return c10::str(__VA_ARGS__); \
-  } while (0)
-#define NVFP4_RETURN_IF_ERROR(expr)      \
-  do {                                   \
-    std::string nvfp4_err_ = (expr);     \
-    if (!nvfp4_err_.empty()) return nvfp4_err_; \
-  } while (0)
 
 // -1: not a dtype the quantizer reads
 int dtype_code(const Tensor& x) {
@@ -54,12 +41,6 @@ std::string check_on(const optional<Tensor>& t, const c10::Device& dev, const ch
   return {};
 }
 
-// The launch's status (cudaGetLastError), as a message.
-std::string launch_status() {
-  const cudaError_t e = cudaGetLastError();
-  return e == cudaSuccess ? std::string() : c10::str("nvfp4: kernel launch failed: ", cudaGetErrorString(e));
-}
-
 template <typename P>
 P* ptr_or_null(const optional<Tensor>& t) {
   return t.has_value() && t->defined() ? reinterpret_cast<P*>(t->data_ptr()) : nullptr;
@@ -84,7 +65,7 @@ std::string amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int6
     case nvfp4::kF16: nvfp4::launch_amax_f16(a, row_tiles, s); break;
     default: nvfp4::launch_amax_f32(a, row_tiles, s); break;
   }
-  return launch_status();
+  return nvfp4::launch_status("nvfp4");
 }
 
 // SPEC 5-8, 10: the fused quantizer writing into preallocated buffers.
@@ -126,7 +107,7 @@ std::string quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, 
     case nvfp4::kF16: nvfp4::launch_quantize_f16(a, row_tiles, s); break;
     default: nvfp4::launch_quantize_f32(a, row_tiles, s); break;
   }
-  return launch_status();
+  return nvfp4::launch_status("nvfp4");
 }
 
 // SPEC 9, one launch: device offsets [6, E+1] from device splits (running total capped at T, SPEC 9.4), zeroed
@@ -161,7 +142,7 @@ std::string group_setup_(const Tensor& splits, int64_t T, int64_t K, Tensor offs
   nvfp4::launch_group_setup(splits.data_ptr<int64_t>(), (int)splits.numel(), T, K, offs.data_ptr<int64_t>(),
                             ptr_or_null<float>(row_amax), ptr_or_null<float>(col_amax), bufs, caps, rows,
                             c10::cuda::getCurrentCUDAStream());
-  return launch_status();
+  return nvfp4::launch_status("nvfp4");
 }
 
 // SPEC 8.2: compact [rows, C] uint8 -> swizzled, zero-padded buffer of roundup(rows,128)*roundup(C,4) bytes.
@@ -176,7 +157,7 @@ std::string swizzle_(const Tensor& compact, Tensor out) {
   const c10::cuda::CUDAGuard guard(compact.device());
   nvfp4::launch_swizzle(compact.data_ptr<uint8_t>(), compact.size(0), compact.size(1), out.data_ptr<uint8_t>(),
                         c10::cuda::getCurrentCUDAStream());
-  return launch_status();
+  return nvfp4::launch_status("nvfp4");
 }
 
 // SPEC 11: dequantize one plane to float32 [rows, cols].
@@ -206,31 +187,17 @@ std::string dequantize_(const Tensor& data, const Tensor& scales, const Tensor& 
   const c10::cuda::CUDAGuard guard(dev);
   nvfp4::launch_dequantize(data.data_ptr<uint8_t>(), scales.data_ptr<uint8_t>(), amax.data_ptr<float>(), rows, cols,
                            swizzled, out.data_ptr<float>(), c10::cuda::getCurrentCUDAStream());
-  return launch_status();
-}
-
-// A binding as Python sees it: "" when it launched, else a refusal's message. Anything that still throws (a torch
-// call inside) is caught here too, as a last resort.
-template <typename... Args>
-auto returning_errors(std::string (*f)(Args...)) {
-  return [f](Args... args) -> std::string {
-    try {
-      return f(std::forward<Args>(args)...);
-    } catch (const std::exception& e) {
-      return e.what();
-    } catch (...) {
-      return "nvfp4: unknown C++ error";
-    }
-  };
+  return nvfp4::launch_status("nvfp4");
 }
 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("amax_", returning_errors(&amax_), "per-tensor / per-group amax (SPEC 4)");
-  m.def("quantize_", returning_errors(&quantize_), "fused NVFP4 quantizer into preallocated buffers (SPEC 5-8, 10)");
-  m.def("group_setup_", returning_errors(&group_setup_),
+  m.def("amax_", nvfp4::returning_errors(&amax_), "per-tensor / per-group amax (SPEC 4)");
+  m.def("quantize_", nvfp4::returning_errors(&quantize_),
+        "fused NVFP4 quantizer into preallocated buffers (SPEC 5-8, 10)");
+  m.def("group_setup_", nvfp4::returning_errors(&group_setup_),
         "device offsets, zeroed amaxes and tail fill of a grouped call (SPEC 9)");
-  m.def("swizzle_", returning_errors(&swizzle_), "compact -> swizzled scales (SPEC 8.2)");
-  m.def("dequantize_", returning_errors(&dequantize_), "NVFP4 plane -> float32 (SPEC 11)");
+  m.def("swizzle_", nvfp4::returning_errors(&swizzle_), "compact -> swizzled scales (SPEC 8.2)");
+  m.def("dequantize_", nvfp4::returning_errors(&dequantize_), "NVFP4 plane -> float32 (SPEC 11)");
 }

@@ -1,5 +1,6 @@
 // PyTorch binding of the NVFP4 grouped GEMM (module nvfp4_gemm). Argument checking lives in device/gemm.py;
 // this layer only re-checks what would make the kernels touch invalid memory, then launches on the current stream.
+// A refusal is a returned message (refusal.h), which device/gemm.py raises as RuntimeError.
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -12,15 +13,17 @@
 
 #include "gemm_dequant.h"
 #include "gemm_nvfp4.cuh"
+#include "refusal.h"
 
 namespace {
 
 using at::Tensor;
 
-void check(const Tensor& t, const char* what, at::ScalarType dt) {
-  TORCH_CHECK(t.is_cuda(), "nvfp4_gemm: ", what, " must be a CUDA tensor");
-  TORCH_CHECK(t.is_contiguous(), "nvfp4_gemm: ", what, " must be contiguous");
-  TORCH_CHECK(t.scalar_type() == dt, "nvfp4_gemm: ", what, " has dtype ", t.scalar_type(), ", expected ", dt);
+std::string check(const Tensor& t, const char* what, at::ScalarType dt) {
+  NVFP4_REFUSE_UNLESS(t.is_cuda(), "nvfp4_gemm: ", what, " must be a CUDA tensor");
+  NVFP4_REFUSE_UNLESS(t.is_contiguous(), "nvfp4_gemm: ", what, " must be contiguous");
+  NVFP4_REFUSE_UNLESS(t.scalar_type() == dt, "nvfp4_gemm: ", what, " has dtype ", t.scalar_type(), ", expected ", dt);
+  return {};
 }
 
 template <typename T>
@@ -74,12 +77,14 @@ std::pair<Tensor, Tensor> f16_copies(nvfp4_gemm::DequantGemmArgs& d, int kind, i
 
 // The dequantize-first fast path (docs/gemm.md, stop 29) after the setup kernel: fp16 copies of both operand planes
 // and CUTLASS's argument arrays come from the caching allocator.
-void launch_dequant_path(int kind, int E, const nvfp4_gemm::SetupArgs& s, const Tensor& a_data, const Tensor& a_scales,
-                         const Tensor& a_offs, const Tensor& b_data, const Tensor& b_scales, const Tensor& b_offs,
-                         bool f32, bool accumulate, int device, int max_ctas, cudaStream_t stream) {
+std::string launch_dequant_path(int kind, int E, const nvfp4_gemm::SetupArgs& s, const Tensor& a_data,
+                                const Tensor& a_scales, const Tensor& a_offs, const Tensor& b_data,
+                                const Tensor& b_scales, const Tensor& b_offs, bool f32, bool accumulate, int device,
+                                int max_ctas, cudaStream_t stream) {
   using namespace nvfp4_gemm;
-  TORCH_CHECK(cutlass_built(), "nvfp4_gemm: the dequantize-first path was not built (no CUTLASS headers found)");
-  TORCH_CHECK(E <= 65535, "nvfp4_gemm: the dequantize-first path supports at most 65535 groups");
+  NVFP4_REFUSE_UNLESS(cutlass_built(),
+                      "nvfp4_gemm: the dequantize-first path was not built (no CUTLASS headers found)");
+  NVFP4_REFUSE_UNLESS(E <= 65535, "nvfp4_gemm: the dequantize-first path supports at most 65535 groups");
   DequantGemmArgs d{};
   d.epilogue = !f32 ? kOutBf16 : (accumulate ? kOutF32PlusC : kOutF32);
   d.out_f32 = f32;
@@ -122,8 +127,9 @@ void launch_dequant_path(int kind, int E, const nvfp4_gemm::SetupArgs& s, const 
   c.alpha = alpha.data_ptr<float>();
   c.workspace = next;
   const int rc = launch_dequant_gemm(d, c, stream);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  TORCH_CHECK(rc == 0, "nvfp4_gemm: the CUTLASS grouped GEMM refused the launch (code ", rc, ")");
+  NVFP4_RETURN_IF_ERROR(nvfp4::launch_status("nvfp4_gemm"));
+  NVFP4_REFUSE_UNLESS(rc == 0, "nvfp4_gemm: the CUTLASS grouped GEMM refused the launch (code ", rc, ")");
+  return {};
 }
 
 // Scratch for `per_group` bytes of tensor maps per group, 128-byte aligned (TMA's requirement), from the caching
@@ -134,37 +140,42 @@ void* map_scratch(Tensor& holder, int64_t per_group, int64_t E, const Tensor& li
 }
 
 // workspace: uint8 [E * sizeof(Prob) + 4 * (E + 1)] (any contents; fully rewritten by the setup kernel)
-void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, const Tensor& a_scales,
+std::string grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, const Tensor& a_scales,
                    const Tensor& a_offs, const Tensor& a_amax, const Tensor& b_data, const Tensor& b_scales,
                    const Tensor& b_offs, const Tensor& b_amax, Tensor out, const c10::optional<Tensor>& bias,
                    bool accumulate, int64_t b_rows, int64_t a_rows, int64_t kc, int64_t ldd, double rcp,
                    int64_t grid_upper, Tensor workspace, int64_t rows_per_group,
                    int64_t contraction_per_group, int64_t force_kernel, int64_t max_ctas) {
-  TORCH_CHECK(kind >= 0 && kind <= 2, "nvfp4_gemm: bad kind");
-  TORCH_CHECK(E >= 1, "nvfp4_gemm: E must be >= 1");
-  TORCH_CHECK(max_ctas >= 0 && max_ctas < (int64_t{1} << 31), "nvfp4_gemm: max_ctas must be >= 0 (0: no cap)");
-  check(a_data, "a data", at::kByte);
-  check(a_scales, "a scales", at::kByte);
-  check(b_data, "b data", at::kByte);
-  check(b_scales, "b scales", at::kByte);
-  check(a_offs, "a offsets", at::kLong);
-  check(b_offs, "b offsets", at::kLong);
-  check(a_amax, "a amax", at::kFloat);
-  check(b_amax, "b amax", at::kFloat);
-  check(workspace, "workspace", at::kByte);
-  TORCH_CHECK(a_offs.numel() == 6 * (E + 1) && b_offs.numel() == 6 * (E + 1), "nvfp4_gemm: offsets must be [6, E+1]");
-  TORCH_CHECK(a_amax.numel() == E && b_amax.numel() == E, "nvfp4_gemm: amax must have E values");
-  TORCH_CHECK(out.is_cuda() && out.is_contiguous(), "nvfp4_gemm: out must be a contiguous CUDA tensor");
+  NVFP4_REFUSE_UNLESS(kind >= 0 && kind <= 2, "nvfp4_gemm: kind must be 0 (fprop), 1 (dgrad) or 2 (wgrad), got ", kind);
+  NVFP4_REFUSE_UNLESS(E >= 1, "nvfp4_gemm: E must be >= 1");
+  NVFP4_REFUSE_UNLESS(max_ctas >= 0 && max_ctas < (int64_t{1} << 31), "nvfp4_gemm: max_ctas must be >= 0 (0: no cap)",
+                      ", got ", max_ctas);
+  NVFP4_RETURN_IF_ERROR(check(a_data, "a data", at::kByte));
+  NVFP4_RETURN_IF_ERROR(check(a_scales, "a scales", at::kByte));
+  NVFP4_RETURN_IF_ERROR(check(b_data, "b data", at::kByte));
+  NVFP4_RETURN_IF_ERROR(check(b_scales, "b scales", at::kByte));
+  NVFP4_RETURN_IF_ERROR(check(a_offs, "a offsets", at::kLong));
+  NVFP4_RETURN_IF_ERROR(check(b_offs, "b offsets", at::kLong));
+  NVFP4_RETURN_IF_ERROR(check(a_amax, "a amax", at::kFloat));
+  NVFP4_RETURN_IF_ERROR(check(b_amax, "b amax", at::kFloat));
+  NVFP4_RETURN_IF_ERROR(check(workspace, "workspace", at::kByte));
+  NVFP4_REFUSE_UNLESS(a_offs.numel() == 6 * (E + 1) && b_offs.numel() == 6 * (E + 1),
+                      "nvfp4_gemm: offsets must be [6, ", E + 1, "], got ", a_offs.numel(), " and ", b_offs.numel(),
+                      " values");
+  NVFP4_REFUSE_UNLESS(a_amax.numel() == E && b_amax.numel() == E, "nvfp4_gemm: amax must have ", E, " values, got ",
+                      a_amax.numel(), " and ", b_amax.numel());
+  NVFP4_REFUSE_UNLESS(out.is_cuda() && out.is_contiguous(), "nvfp4_gemm: out must be a contiguous CUDA tensor");
   const bool f32 = out.scalar_type() == at::kFloat;
-  TORCH_CHECK(f32 || out.scalar_type() == at::kBFloat16, "nvfp4_gemm: out must be float32 or bfloat16");
-  TORCH_CHECK(!accumulate || f32, "nvfp4_gemm: accumulate needs a float32 out");
+  NVFP4_REFUSE_UNLESS(f32 || out.scalar_type() == at::kBFloat16, "nvfp4_gemm: out must be float32 or bfloat16");
+  NVFP4_REFUSE_UNLESS(!accumulate || f32, "nvfp4_gemm: accumulate needs a float32 out");
   const size_t ws = E * sizeof(nvfp4_gemm::Prob) + 4 * (E + 1);
-  TORCH_CHECK(static_cast<size_t>(workspace.numel()) >= ws, "nvfp4_gemm: workspace too small");
-  TORCH_CHECK(reinterpret_cast<uintptr_t>(workspace.data_ptr()) % 16 == 0, "nvfp4_gemm: workspace alignment");
+  NVFP4_REFUSE_UNLESS(static_cast<size_t>(workspace.numel()) >= ws, "nvfp4_gemm: the workspace needs ", ws,
+                      " bytes, got ", workspace.numel());
+  NVFP4_REFUSE_UNLESS(reinterpret_cast<uintptr_t>(workspace.data_ptr()) % 16 == 0, "nvfp4_gemm: workspace alignment");
   const float* bias_p = nullptr;
   if (bias.has_value() && bias->defined()) {
-    check(*bias, "bias", at::kFloat);
-    TORCH_CHECK(bias->numel() == E * ldd, "nvfp4_gemm: bias must be [E, ", ldd, "]");
+    NVFP4_RETURN_IF_ERROR(check(*bias, "bias", at::kFloat));
+    NVFP4_REFUSE_UNLESS(bias->numel() == E * ldd, "nvfp4_gemm: bias must be [E, ", ldd, "]");
     bias_p = bias->data_ptr<float>();
   }
   const c10::cuda::CUDAGuard guard(out.device());
@@ -197,17 +208,17 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
   nvfp4_gemm::pick_tile(exact, rows_per_group, contraction_per_group, static_cast<int>(force_kernel), &s.tile_m,
                         &s.tile_n);
   nvfp4_gemm::launch_setup(s, stream);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  if (grid_upper <= 0) return;
-  TORCH_CHECK(force_kernel != kForceExactDequant || exact, "nvfp4_gemm: kernel 5 is exact mode only");
-  TORCH_CHECK(force_kernel != kForceSwapped || (!exact && kind != nvfp4_gemm::kWgrad),
+  NVFP4_RETURN_IF_ERROR(nvfp4::launch_status("nvfp4_gemm"));
+  if (grid_upper <= 0) return {};
+  NVFP4_REFUSE_UNLESS(force_kernel != kForceExactDequant || exact, "nvfp4_gemm: kernel 5 is exact mode only");
+  NVFP4_REFUSE_UNLESS(force_kernel != kForceSwapped || (!exact && kind != nvfp4_gemm::kWgrad),
               "nvfp4_gemm: the swapped kernel is fast mode, fprop and dgrad only");
   if (force_kernel == kForceDequant) {
-    TORCH_CHECK(!exact, "nvfp4_gemm: the dequantize-first path is fast mode only");
-    TORCH_CHECK(bias_p == nullptr, "nvfp4_gemm: the dequantize-first path has no bias epilogue");
-    launch_dequant_path(static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data, b_scales,
-                        b_offs, f32, accumulate, out.device().index(), static_cast<int>(max_ctas), stream);
-    return;
+    NVFP4_REFUSE_UNLESS(!exact, "nvfp4_gemm: the dequantize-first path is fast mode only");
+    NVFP4_REFUSE_UNLESS(bias_p == nullptr, "nvfp4_gemm: the dequantize-first path has no bias epilogue");
+    return launch_dequant_path(static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
+                               b_scales, b_offs, f32, accumulate, out.device().index(), static_cast<int>(max_ctas),
+                               stream);
   }
   nvfp4_gemm::LaunchArgs l{};
   l.probs = probs;
@@ -240,8 +251,7 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
       d.group_maps = map_scratch(maps, 256, E, a_data);
       nvfp4_gemm::launch_dequant_exact(d, probs, l, stream);
     }
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    return;
+    return nvfp4::launch_status("nvfp4_gemm");
   }
   // the fused exact kernel's TMA loader (gemm_wgmma_exact_tma.cu, 4 tensor maps of 128 bytes per group): fprop / dgrad
   // with packed rows of a multiple of 16 bytes (contraction % 32 == 0) and 16-byte aligned planes, so that SPEC 9.2's
@@ -253,34 +263,15 @@ void grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, co
     l.exact_maps = map_scratch(exact_maps, 512, E, a_data);
   }
   nvfp4_gemm::launch_gemm(l, stream);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return nvfp4::launch_status("nvfp4_gemm");
 }
 
 int64_t prob_size() { return static_cast<int64_t>(sizeof(nvfp4_gemm::Prob)); }
 
-// grouped_gemm_ as Python sees it: "" when it ran, else the message of a refusal (TORCH_CHECK) or launch error, which
-// device/gemm.py raises as RuntimeError. No C++ exception leaves the module (as device/csrc/bindings.cpp: on the H100
-// machine a TORCH_CHECK thrown out of an extension crashed the process, stop 37).
-template <typename... Args>
-auto returning_errors(void (*f)(Args...)) {
-  return [f](Args... args) -> std::string {
-    try {
-      f(std::forward<Args>(args)...);
-    } catch (const c10::Error& e) {
-      return e.what_without_backtrace();
-    } catch (const std::exception& e) {
-      return e.what();
-    } catch (...) {
-      return "nvfp4_gemm: unknown C++ error";
-    }
-    return std::string();
-  };
-}
-
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("grouped_gemm_", returning_errors(&grouped_gemm_),
+  m.def("grouped_gemm_", nvfp4::returning_errors(&grouped_gemm_),
         "NVFP4 grouped GEMM (fprop/dgrad/wgrad) on the current stream");
   m.def("prob_size", &prob_size);
   m.def("has_dequant_path", &nvfp4_gemm::cutlass_built, "whether the dequantize-first path (CUTLASS) was built");
