@@ -47,7 +47,8 @@ def load_extension(verbose: bool = False) -> ModuleType:
             _ext = load(
                 name="nvfp4_device_ext",
                 sources=[str(CSRC / s) for s in _SOURCES],
-                extra_cflags=["-O3", "-std=c++17"],
+                # the bindings take torch's own -std (2.11: c++17; 2.13: c++20, which its headers need)
+                extra_cflags=["-O3"],
                 extra_cuda_cflags=list(_CUDA_FLAGS),
                 extra_include_paths=[str(CSRC)],
                 build_directory=str(build_dir()),

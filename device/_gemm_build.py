@@ -67,7 +67,7 @@ def load_gemm_extension(verbose: bool = False) -> ModuleType:
             _ext = load(
                 name="nvfp4_gemm" if inc else "nvfp4_gemm_nocutlass",
                 sources=[str(CSRC / s) for s in sources],
-                extra_cflags=["-O3", "-std=c++17", *no_cutlass],
+                extra_cflags=["-O3", *no_cutlass],  # torch's own -std for the bindings, as device/_build.py
                 extra_cuda_cflags=[*_CUDA_FLAGS, *no_cutlass],
                 extra_include_paths=[str(CSRC)] + ([str(inc)] if inc else []),
                 build_directory=str(_build_dir()),
