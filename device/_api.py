@@ -79,7 +79,8 @@ def _amax_tensor(amax, n: int, grouped: bool, device) -> Tensor | None:
     """User amax -> float32 [2, n] on the device, rows (row plane, col plane) (SPEC 4.3).
 
     As in the oracle: a single tensor takes a number / 0-d tensor for both planes or a (row, col) tuple or
-    list; a grouped call takes n values (list, array, tensor) for both planes or a (row, col) tuple of them.
+    list; a grouped call takes n values (list, array, 1-d tensor) for both planes or a (row, col) tuple of them,
+    never a single number.
     Tensors must be on x's device. Host sequences and arrays are copied to the device, a synchronizing copy, so
     they are refused while a CUDA graph is being captured (pass device tensors or numbers there).
     """
@@ -88,6 +89,9 @@ def _amax_tensor(amax, n: int, grouped: bool, device) -> Tensor | None:
     pair = isinstance(amax, tuple) if grouped else isinstance(amax, (tuple, list))
     if pair and len(amax) != 2:
         raise ValueError("amax pair must be (row_amax, col_amax)")
+    if grouped and not pair and ((amax.dim() == 0) if isinstance(amax, Tensor) else np.ndim(amax) == 0):
+        raise ValueError(f"a grouped amax holds one value per group ({n}) for both planes, or is a (row, col) tuple of "
+                         "them; got a single value (as oracle.group_quantize, which refuses it too)")
     if pair and grouped and n > 1:
         for a in amax:
             single = a.numel() == 1 if isinstance(a, Tensor) else np.ndim(a) == 0
@@ -153,7 +157,9 @@ def group_quantize(x: Tensor, splits: Tensor, *, rowwise: bool = True, columnwis
 
     No host synchronization: offsets are computed on the device and every buffer is sized for the worst case
     from (T, K, E), so the call can be captured in a CUDA graph and replayed with new data and new splits.
-    Group g uses SR counter offset ``offset + g`` as in :func:`oracle.group_quantize`.
+    Group g uses SR counter offset ``offset + g`` as in :func:`oracle.group_quantize`. ``amax``: None (computed per
+    group on the device), E values for both planes (sequence, array or device tensor) or a (row, col) tuple of them;
+    a single number is refused, as by the oracle.
     """
     x2 = _check_x(x)
     if not isinstance(splits, Tensor):

@@ -771,3 +771,10 @@ def test_argument_errors():
         device.group_quantize(good, torch.tensor([16, 16], device="cuda"), columnwise=True, amax=(1.0, 2.0))
     with pytest.raises(ValueError, match="per group"):
         oracle.group_quantize(make_input(32, 32, seed=5), [16, 16], columnwise=True, amax=(1.0, 2.0))
+    # a single number is not a grouped amax, for any number of groups (the oracle refuses it as well)
+    for splits in ([16, 16], [32]):
+        for amax in (3.0, torch.tensor(3.0, device="cuda")):
+            with pytest.raises(ValueError, match="single value"):
+                device.group_quantize(good, torch.tensor(splits, device="cuda"), amax=amax)
+        with pytest.raises(ValueError, match="shape"):
+            oracle.group_quantize(make_input(32, 32, seed=5), splits, amax=3.0)
