@@ -197,19 +197,21 @@ def swizzle_scales(compact: Tensor) -> Tensor:
 
 
 def dequantize(q, plane: str = "row", *, scales: Tensor | None = None, amax: Tensor | None = None,
-               shape: tuple[int, int] | None = None, swizzled: bool = False) -> Tensor:
+               shape: tuple[int, int] | None = None, swizzled: bool | None = None) -> Tensor:
     """Dequantize one NVFP4 plane to float32 (SPEC 11, rule "te").
 
-    Either ``dequantize(result, "row" | "col")`` with a :class:`DeviceNVFP4Tensor`, or
-    ``dequantize(data, scales=..., amax=..., shape=(rows, cols), swizzled=...)`` with raw CUDA tensors.
+    Either ``dequantize(result, "row" | "col")`` with a :class:`DeviceNVFP4Tensor` (which knows its scale layout),
+    or ``dequantize(data, scales=..., amax=..., shape=(rows, cols), swizzled=True | False)`` with raw CUDA tensors:
+    raw bytes must say their scale layout (SPEC 8), as :func:`quantize` writes swizzled scales unless told otherwise.
     A columnwise plane dequantizes to X^T with its zero padding, shape ``[K, roundup(M,16)]``.
     """
     if isinstance(q, DeviceGroupedNVFP4Tensor):
         raise TypeError("dequantize takes one plane of a DeviceNVFP4Tensor or raw bytes; for a grouped result use "
                         ".to_oracle() or pass one group's bytes (its offsets) as raw data")
     if isinstance(q, DeviceNVFP4Tensor):
-        if scales is not None or amax is not None or shape is not None:
-            raise ValueError("scales=, amax= and shape= are for raw bytes; a DeviceNVFP4Tensor carries its own")
+        if scales is not None or amax is not None or shape is not None or swizzled is not None:
+            raise ValueError("scales=, amax=, shape= and swizzled= are for raw bytes; a DeviceNVFP4Tensor carries its "
+                             "own")
         if plane not in ("row", "col"):
             raise ValueError(f"plane must be 'row' or 'col', got {plane!r}")
         m, k = q.shape
@@ -219,7 +221,10 @@ def dequantize(q, plane: str = "row", *, scales: Tensor | None = None, amax: Ten
         shape = (m, k) if plane == "row" else (k, (m + 15) // 16 * 16)
         swizzled = q.swizzled
     elif scales is None or amax is None or shape is None:
-        raise ValueError("raw dequantize needs data, scales=, amax= and shape=")
+        raise ValueError("raw dequantize needs data, scales=, amax=, shape= and swizzled=")
+    elif swizzled is None:
+        raise ValueError("raw dequantize needs swizzled=True or False, the layout of the scale bytes (SPEC 8; "
+                         "device.quantize writes swizzled scales unless swizzled=False)")
     data = q if not isinstance(q, DeviceNVFP4Tensor) else data
     for name, t in (("data", data), ("scales", scales), ("amax", amax)):
         if not isinstance(t, Tensor) or not t.is_cuda:

@@ -322,4 +322,5 @@ def test_inputs_on_two_devices_are_rejected():
         dev.grouped_gemm(a0, b0, kind="fprop", bias=torch.zeros((2, 16), dtype=torch.float32, device="cuda:1"))
     q = dev.quantize(x0)
     with pytest.raises(ValueError, match="one device"):
-        dev.dequantize(q.row_data.reshape(-1), scales=q.row_scales.to("cuda:1"), amax=q.row_amax, shape=(32, 64))
+        dev.dequantize(q.row_data.reshape(-1), scales=q.row_scales.to("cuda:1"), amax=q.row_amax, shape=(32, 64),
+                       swizzled=True)

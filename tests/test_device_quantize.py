@@ -330,29 +330,31 @@ def test_dequantize_bad_inputs():
     data = torch.zeros(rows * cols // 2, dtype=torch.uint8, device="cuda")
     scales = torch.zeros(rows * cols // 16, dtype=torch.uint8, device="cuda")
     amax = torch.ones(1, device="cuda")
-    kw = dict(scales=scales, amax=amax, shape=(rows, cols))
+    kw = dict(scales=scales, amax=amax, shape=(rows, cols), swizzled=False)
+    with pytest.raises(ValueError, match="swizzled=True or False"):  # raw bytes must say their scale layout
+        device.dequantize(data, scales=scales, amax=amax, shape=(rows, cols))
     with pytest.raises(ValueError, match="CUDA"):
         device.dequantize(data.cpu(), **kw)
     with pytest.raises(TypeError, match="uint8"):
         device.dequantize(data.to(torch.int16), **kw)
     with pytest.raises(ValueError, match="multiple of 16"):
-        device.dequantize(data, scales=scales, amax=amax, shape=(rows, cols - 8))
+        device.dequantize(data, scales=scales, amax=amax, shape=(rows, cols - 8), swizzled=False)
     with pytest.raises(ValueError, match=">= 0"):
-        device.dequantize(data, scales=scales, amax=amax, shape=(-1, cols))
+        device.dequantize(data, scales=scales, amax=amax, shape=(-1, cols), swizzled=False)
     with pytest.raises(ValueError, match="data holds"):
         device.dequantize(data[:-1], **kw)
     with pytest.raises(ValueError, match="compact scales"):
-        device.dequantize(data, scales=scales[:-1], amax=amax, shape=(rows, cols))
+        device.dequantize(data, scales=scales[:-1], amax=amax, shape=(rows, cols), swizzled=False)
     with pytest.raises(ValueError, match="swizzled scales"):  # 128 x 4 tiles: 512 bytes for 20 x 4 blocks
         device.dequantize(data, scales=scales, amax=amax, shape=(rows, cols), swizzled=True)
     with pytest.raises(ValueError, match="amax"):
-        device.dequantize(data, scales=scales, amax=amax[:0], shape=(rows, cols))
+        device.dequantize(data, scales=scales, amax=amax[:0], shape=(rows, cols), swizzled=False)
     with pytest.raises(ValueError, match="8-byte aligned"):
         big = torch.zeros(rows * cols // 2 + 4, dtype=torch.uint8, device="cuda")
         device.dequantize(big[4:], **kw)
     # the checks pass for the exact sizes, and an empty plane gives an empty result
     assert device.dequantize(data, **kw).shape == (rows, cols)
-    assert device.dequantize(data[:0], scales=scales[:0], amax=amax, shape=(0, cols)).shape == (0, cols)
+    assert device.dequantize(data[:0], scales=scales[:0], amax=amax, shape=(0, cols), swizzled=False).shape == (0, cols)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -735,6 +737,8 @@ def test_argument_errors():
     single = device.quantize(good)
     with pytest.raises(ValueError, match="raw bytes"):
         device.dequantize(single, shape=(32, 32))
+    with pytest.raises(ValueError, match="raw bytes"):  # a result knows its own scale layout
+        device.dequantize(single, swizzled=False)
     from device import _ops  # the out-variant launchers check the buffers they are given
     opts = device_opts(good, columnwise=True)
     bufs = _ops.quantize_buffers(32, 32, rowwise=True, columnwise=True, swizzled=True, device=good.device)

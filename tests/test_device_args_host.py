@@ -1,0 +1,40 @@
+"""Argument checks of device/_api.py that refuse before any CUDA call, on the host (no GPU needed). Each refusal is
+one the oracle makes too, or one that prevents a silently wrong result; the GPU tests repeat them on CUDA tensors."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import oracle  # noqa: E402
+from device import _api  # noqa: E402
+
+CPU = torch.device("cpu")
+
+
+@pytest.mark.parametrize("amax", [3.0, np.float32(3.0), torch.tensor(3.0)])
+@pytest.mark.parametrize("groups", [1, 4])
+def test_grouped_amax_refuses_a_single_number(amax, groups):
+    # oracle.group_quantize refuses a single value for any number of groups (SPEC 4.3: one amax per group)
+    with pytest.raises(ValueError, match="shape"):
+        oracle.group_quantize(np.ones((groups, 16), np.float32), [1] * groups, amax=3.0)
+    with pytest.raises(ValueError, match="single value"):
+        _api._amax_tensor(amax, groups, True, CPU)
+
+
+def test_grouped_amax_forms_the_oracle_takes():
+    # E values for both planes, or a (row, col) tuple of E values each: [2, E] rows (row plane, col plane)
+    both = _api._amax_tensor(torch.tensor([1.0, 2.0]), 2, True, CPU)
+    assert both.tolist() == [[1.0, 2.0], [1.0, 2.0]]
+    pair = _api._amax_tensor((torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0])), 2, True, CPU)
+    assert pair.tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    # a single tensor's number stands for both planes
+    assert _api._amax_tensor(5.0, 1, False, CPU).tolist() == [[5.0], [5.0]]
+
+
+def test_raw_dequantize_needs_the_scale_layout():
+    # raw bytes carry no layout: without swizzled= a compact / swizzled mix-up would decode wrong scales silently
+    data = torch.zeros(8, dtype=torch.uint8)
+    scales = torch.zeros(1, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="swizzled=True or False"):
+        _api.dequantize(data, scales=scales, amax=torch.ones(1), shape=(1, 16))
+    with pytest.raises(ValueError, match="needs data, scales="):
+        _api.dequantize(data, scales=scales, shape=(1, 16), swizzled=False)
