@@ -1,0 +1,104 @@
+"""Would the dequantize-first GEMM path gain from decoding beside the GEMM instead of before it? (docs/gemm.md, stop 38)
+
+The fast path for large groups (``fast_kernel="dequant"``) first writes fp16 copies of both operand planes (memory
+bound, about 17% of an E8 fprop call in stop 29) and then runs CUTLASS's grouped GEMM (compute bound). Decoding the
+next chunk of groups while the GEMM runs the previous one would hide most of the decode, if (1) a GEMM capped to
+fewer SMs (``max_ctas``) loses little, and (2) memory-bound work on the freed SMs runs at a useful rate beside it.
+
+This probe measures both with the real GEMM and a stand-in for the decode (a bf16 copy moving as many bytes as the
+weight decode: the fp4 plane read, the fp16 copy written), kernel times from torch.profiler:
+
+  A. the dequantize-first call as is (decode kernels + CUTLASS GEMM), every SM;
+  B. the same with max_ctas = 132 - free;
+  C. B with the stand-in copy launched on a side stream at the same time (the copy's CTAs can only use the free SMs:
+     the persistent GEMM CTAs fill the others' register files).
+
+    python benchmarks/overlap_probe.py [--free 16] [--iters 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+
+import torch
+
+import device
+from device.gemm import grouped_gemm
+
+DEV = "cuda"
+
+
+def kernel_times(fn, iters: int) -> dict[str, float]:
+    """Average device time per call (us) of each kernel name that ``fn`` launches, and the wall time per call."""
+    fn()
+    torch.cuda.synchronize()
+    acts = [torch.profiler.ProfilerActivity.CUDA, torch.profiler.ProfilerActivity.CPU]
+    with torch.profiler.profile(activities=acts) as prof:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+    per = defaultdict(float)
+    for ev in prof.key_averages():
+        if ev.device_type == torch.autograd.DeviceType.CUDA and ev.device_time_total > 0:
+            per[ev.key[:60]] += ev.device_time_total / iters  # kernels (CUDA events) only
+    per["<wall per call>"] = start.elapsed_time(end) * 1000.0 / iters
+    return dict(per)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--free", type=int, default=16, help="SMs left to the side stream in B and C")
+    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--e", type=int, default=8)
+    ap.add_argument("--t", type=int, default=16384)
+    ap.add_argument("--k", type=int, default=4096)
+    ap.add_argument("--n", type=int, default=14336)
+    args = ap.parse_args()
+    e, t, k, n = args.e, args.t, args.k, args.n
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    x = torch.randn((t, k), device=DEV, dtype=torch.bfloat16)
+    w = torch.randn((e * n, k), device=DEV, dtype=torch.bfloat16) * 0.05
+    aq = device.group_quantize(x, torch.full((e,), t // e, dtype=torch.int64, device=DEV))
+    bq = device.group_quantize(w, torch.full((e,), n, dtype=torch.int64, device=DEV), block=(16, 16))
+    out = torch.empty((t, n), dtype=torch.bfloat16, device=DEV)
+    # the stand-in for the weight decode: read e*n*k/2 bytes, write e*n*k*2 bytes -> a bf16 copy of 1.25x that
+    copy_elems = e * n * k * 5 // 8
+    src = torch.empty(copy_elems, dtype=torch.bfloat16, device=DEV).normal_()
+    dst = torch.empty_like(src)
+    side = torch.cuda.Stream()
+    capped = sms - args.free
+
+    def gemm(max_ctas=None):
+        return grouped_gemm(aq, bq, kind="fprop", out=out, fast_kernel="dequant", max_ctas=max_ctas)
+
+    def copy_alone():
+        dst.copy_(src)
+
+    def overlapped():
+        side.wait_stream(torch.cuda.current_stream())
+        gemm(capped)
+        with torch.cuda.stream(side):
+            dst.copy_(src)
+        torch.cuda.current_stream().wait_stream(side)
+
+    flops = 2.0 * t * n * k
+    print(f"E{e} T{t} K{k} N{n} fprop, {sms} SMs, capped GEMM {capped} CTAs, stand-in copy "
+          f"{2 * copy_elems * 2 / 1e6:.0f} MB moved")
+    for name, fn in (("A: dequant path, every SM", lambda: gemm()),
+                     (f"B: dequant path, max_ctas={capped}", lambda: gemm(capped)),
+                     ("copy alone (every SM)", copy_alone),
+                     ("C: B + the copy on a side stream", overlapped)):
+        per = kernel_times(fn, args.iters)
+        wall = per.pop("<wall per call>")
+        tops = f", {flops / wall / 1e6:.1f} TFLOP/s" if "copy alone" not in name else ""
+        print(f"\n{name}: wall {wall:.1f} us per call{tops}")
+        for key, us in sorted(per.items(), key=lambda kv: -kv[1])[:6]:
+            print(f"    {us:9.1f} us  {key}")
+
+
+if __name__ == "__main__":
+    main()
