@@ -5,15 +5,16 @@ bound, about 17% of an E8 fprop call in stop 29) and then runs CUTLASS's grouped
 next chunk of groups while the GEMM runs the previous one would hide most of the decode, if (1) a GEMM capped to
 fewer SMs (``max_ctas``) loses little, and (2) memory-bound work on the freed SMs runs at a useful rate beside it.
 
-This probe measures both with the real GEMM and a stand-in for the decode (a bf16 copy moving as many bytes as the
-weight decode: the fp4 plane read, the fp16 copy written), kernel times from torch.profiler:
+This probe measures both with the real GEMM and a stand-in for the decode (an elementwise bf16 kernel, `neg`, moving
+as many bytes as the weight decode: the fp4 plane read, the fp16 copy written), kernel times from torch.profiler:
 
   A. the dequantize-first call as is (decode kernels + CUTLASS GEMM), every SM;
-  B. the same with max_ctas = 132 - free;
-  C. B with the stand-in copy launched on a side stream at the same time (the copy's CTAs can only use the free SMs:
-     the persistent GEMM CTAs fill the others' register files).
+  B. the same with max_ctas = SMs - free;
+  C. B with the stand-in on a side stream, started after a spin of --delay-us (about the call's own decode, so that it
+     runs beside the GEMM, not beside the decode; the stand-in's CTAs can only use the free SMs: the persistent GEMM
+     CTAs fill the others' register files). Overlap shows as C's wall time below B's plus the stand-in's.
 
-    python benchmarks/overlap_probe.py [--free 16] [--iters 5]
+    python benchmarks/overlap_probe.py [--free 16] [--delay-us 480] [--iters 5]
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--free", type=int, default=16, help="SMs left to the side stream in B and C")
     ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--delay-us", type=float, default=480.0, help="C: the side stream's spin before the stand-in")
     ap.add_argument("--e", type=int, default=8)
     ap.add_argument("--t", type=int, default=16384)
     ap.add_argument("--k", type=int, default=4096)
@@ -65,7 +67,7 @@ def main() -> None:
     aq = device.group_quantize(x, torch.full((e,), t // e, dtype=torch.int64, device=DEV))
     bq = device.group_quantize(w, torch.full((e,), n, dtype=torch.int64, device=DEV), block=(16, 16))
     out = torch.empty((t, n), dtype=torch.bfloat16, device=DEV)
-    # the stand-in for the weight decode: read e*n*k/2 bytes, write e*n*k*2 bytes -> a bf16 copy of 1.25x that
+    # the stand-in for the weight decode: read e*n*k/2 bytes, write e*n*k*2 bytes -> a bf16 neg of 1.25x that
     copy_elems = e * n * k * 5 // 8
     src = torch.empty(copy_elems, dtype=torch.bfloat16, device=DEV).normal_()
     dst = torch.empty_like(src)
@@ -75,26 +77,30 @@ def main() -> None:
     def gemm(max_ctas=None):
         return grouped_gemm(aq, bq, kind="fprop", out=out, fast_kernel="dequant", max_ctas=max_ctas)
 
-    def copy_alone():
-        dst.copy_(src)
+    clock_khz = getattr(torch.cuda.get_device_properties(0), "clock_rate", 1_755_000)
+    delay_cycles = int(args.delay_us * clock_khz / 1000)
+
+    def stand_in():
+        torch.neg(src, out=dst)
 
     def overlapped():
         side.wait_stream(torch.cuda.current_stream())
         gemm(capped)
         with torch.cuda.stream(side):
-            dst.copy_(src)
+            torch.cuda._sleep(delay_cycles)
+            stand_in()
         torch.cuda.current_stream().wait_stream(side)
 
     flops = 2.0 * t * n * k
     print(f"E{e} T{t} K{k} N{n} fprop, {sms} SMs, capped GEMM {capped} CTAs, stand-in copy "
-          f"{2 * copy_elems * 2 / 1e6:.0f} MB moved")
+          f"{2 * copy_elems * 2 / 1e6:.0f} MB moved, side-stream delay {delay_cycles} cycles ({clock_khz} kHz)")
     for name, fn in (("A: dequant path, every SM", lambda: gemm()),
                      (f"B: dequant path, max_ctas={capped}", lambda: gemm(capped)),
-                     ("copy alone (every SM)", copy_alone),
+                     ("stand-in alone (every SM)", stand_in),
                      ("C: B + the copy on a side stream", overlapped)):
         per = kernel_times(fn, args.iters)
         wall = per.pop("<wall per call>")
-        tops = f", {flops / wall / 1e6:.1f} TFLOP/s" if "copy alone" not in name else ""
+        tops = f", {flops / wall / 1e6:.1f} TFLOP/s" if "alone" not in name else ""
         print(f"\n{name}: wall {wall:.1f} us per call{tops}")
         for key, us in sorted(per.items(), key=lambda kv: -kv[1])[:6]:
             print(f"    {us:9.1f} us  {key}")
