@@ -10,11 +10,13 @@ as many bytes as the weight decode: the fp4 plane read, the fp16 copy written), 
 
   A. the dequantize-first call as is (decode kernels + CUTLASS GEMM), every SM;
   B. the same with max_ctas = SMs - free;
-  C. B with the stand-in on a side stream, started after a spin of --delay-us (about the call's own decode, so that it
+  C. B with the stand-in on a side stream, started after a spin of --delay-us (past the call's own decode, so that it
      runs beside the GEMM, not beside the decode; the stand-in's CTAs can only use the free SMs: the persistent GEMM
-     CTAs fill the others' register files). Overlap shows as C's wall time below B's plus the stand-in's.
+     CTAs fill the others' register files). Overlap shows as C's wall time below B's plus the stand-in's. A stand-in
+     launched before the GEMM's CTAs are resident takes every SM first and the two serialize (stop 38, a 480 us spin
+     against a 480 us decode): a real overlapped design must start each chunk's GEMM before the next chunk's decode.
 
-    python benchmarks/overlap_probe.py [--free 16] [--delay-us 480] [--iters 5]
+    python benchmarks/overlap_probe.py [--free 16] [--delay-us 1000] [--iters 5]
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--free", type=int, default=16, help="SMs left to the side stream in B and C")
     ap.add_argument("--iters", type=int, default=5)
-    ap.add_argument("--delay-us", type=float, default=480.0, help="C: the side stream's spin before the stand-in")
+    ap.add_argument("--delay-us", type=float, default=1000.0, help="C: the side stream's spin before the stand-in")
     ap.add_argument("--e", type=int, default=8)
     ap.add_argument("--t", type=int, default=16384)
     ap.add_argument("--k", type=int, default=4096)
