@@ -4,8 +4,8 @@ A backend is an implementation under test. The runner pairs every op a backend e
 reference for that op (:mod:`conformance.ops`) and compares the outputs (:mod:`conformance.compare`).
 
 Built-in backends (CPU, the oracle self-conformance): ``mldtypes``, ``torch``, ``torchao``, ``fractions``,
-``oracle-seq``, ``oracle-tc`` and ``composed``. GPU: ``device:cuda:N`` (the project's ``device`` package). Tests and plugins
-add more with :func:`register_backend` or ``--backend module:attr`` on the command line.
+``oracle-seq``, ``oracle-tc``, ``composed`` and ``oracle-grouped``. GPU: ``device:cuda:N`` (the project's ``device``
+package). Tests and plugins add more with :func:`register_backend` or ``--backend module:attr`` on the command line.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from . import independent as ind
 from .cases import Case
 from .ops import gemm_epilogue, gemm_planes, grouped_gemm_b_splits, operand_quant_kwargs, quantize_kwargs
 
-__all__ = ["Backend", "BACKENDS", "BackendSpecError", "CPU_DEFAULT", "DeviceBackend", "make_backend", "register_backend"]
+__all__ = ["Backend", "BACKENDS", "BackendSpecError", "CPU_DEFAULT", "DeviceBackend", "OracleGroupedBackend",
+           "grouped_gemm_operands_by", "make_backend", "register_backend"]
 
 
 class BackendSpecError(ValueError):
@@ -238,6 +239,47 @@ class ComposedBackend(Backend):
         return out
 
 
+def grouped_gemm_operands_by(group_quantize, case: Case, t: dict, splits, b_splits) -> tuple:
+    """The ``(a, b)`` grouped tensors of a grouped GEMM case as ``device.grouped_gemm`` takes them (SPEC 12.5),
+    quantized by ``group_quantize`` (``device.group_quantize`` on torch tensors or ``oracle.group_quantize`` on the
+    arrays) from ``t`` (x, w, dy) with ``splits`` and operand b's ``b_splits``: W rowwise and columnwise; fprop X
+    rowwise; dgrad / wgrad dY both planes; wgrad X columnwise. Rule, rounding and blocks per operand as the reference
+    (ops.operand_quant_kwargs); the case's RHT and sign mask on both of wgrad's operands."""
+    o, kind = case.options, case.options["kind"]
+    rht = dict(rht=bool(o["rht"]), rht_signs=int(o["rht_signs"]))
+    qa, qb = operand_quant_kwargs(case, "a"), operand_quant_kwargs(case, "b")
+    if kind != "wgrad":
+        wq = group_quantize(t["w"], b_splits, rowwise=True, columnwise=True, **qb)
+    if kind == "fprop":
+        return group_quantize(t["x"], splits, rowwise=True, **qa), wq
+    dyq = group_quantize(t["dy"], splits, rowwise=True, columnwise=True, **rht, **qa)
+    if kind == "dgrad":
+        return dyq, wq
+    return dyq, group_quantize(t["x"], b_splits, rowwise=False, columnwise=True, **rht, **qb)
+
+
+class OracleGroupedBackend(Backend):
+    """``oracle.grouped_gemm`` (the oracle's own grouped API: its SPEC 12.5 checks, per-group alphas and assembly) on
+    operands quantized by ``oracle.group_quantize`` the way the device backend quantizes them, with the case's bias as
+    drawn (float32 or bfloat16). Fast mode runs the sequential model, which must lie within the SPEC 12.4 bound; the
+    tensor-core and exact ops the tensor-core / sequential models, byte for byte. Operand groups that disagree are
+    not drawn: ``oracle.grouped_gemm`` raises where the device writes NaN."""
+
+    name = "oracle-grouped"
+    ops = ("grouped_gemm", "grouped_gemm_tc", "grouped_gemm_exact")
+    models = {"grouped_gemm": "sequential", "grouped_gemm_tc": "tensor_core", "grouped_gemm_exact": "sequential"}
+
+    def space(self, op):
+        return {"groups_agree": [True]}
+
+    def run(self, op, case):
+        a, o = case.arrays, case.options
+        lhs, rhs = grouped_gemm_operands_by(oracle.group_quantize, case, a, a["splits"], grouped_gemm_b_splits(case))
+        y = oracle.grouped_gemm(lhs, rhs, kind=o["kind"], model=self.models[op], out_dtype=o["out_dtype"],
+                                bias=a.get("bias"), accumulate=a.get("c"))
+        return {"y": y.astype(np.float32) if op == "grouped_gemm" else y}  # (fast mode: compared as float32)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # the CUDA device
 # ---------------------------------------------------------------------------------------------------------------
@@ -421,19 +463,9 @@ class DeviceBackend(Backend):
         a, o, dev, mod = case.arrays, case.options, self.dev, self._mod
         t = {n: ind._to_torch(a[n]).to(dev) for n in ("x", "w", "dy")}
         splits = torch.from_numpy(a["splits"]).to(dev)
-        rht = dict(rht=bool(o["rht"]), rht_signs=int(o["rht_signs"]))
         b_splits = torch.from_numpy(grouped_gemm_b_splits(case)).to(dev)  # (SPEC 12.5: may disagree with splits)
         kind = o["kind"]
-        qa, qb = operand_quant_kwargs(case, "a"), operand_quant_kwargs(case, "b")  # (the reference's, ops.py)
-        if kind != "wgrad":
-            wq = mod.group_quantize(t["w"], b_splits, rowwise=True, columnwise=True, **qb)
-        if kind == "fprop":
-            lhs, rhs = mod.group_quantize(t["x"], splits, rowwise=True, **qa), wq
-        elif kind == "dgrad":
-            lhs, rhs = mod.group_quantize(t["dy"], splits, rowwise=True, columnwise=True, **rht, **qa), wq
-        else:
-            lhs = mod.group_quantize(t["dy"], splits, rowwise=True, columnwise=True, **rht, **qa)
-            rhs = mod.group_quantize(t["x"], b_splits, rowwise=False, columnwise=True, **rht, **qb)
+        lhs, rhs = grouped_gemm_operands_by(mod.group_quantize, case, t, splits, b_splits)
         kw = dict(kind=kind, mode="exact" if op == "grouped_gemm_exact" else "fast",
                   out_dtype=torch.bfloat16 if o["out_dtype"] == "bfloat16" else torch.float32)
         if kw["mode"] == "fast":  # (cases saved before the option existed: the kernel chosen by the sizes)
@@ -442,8 +474,8 @@ class DeviceBackend(Backend):
             kw["exact_kernel"] = o.get("exact_kernel", "auto")
         if o.get("max_ctas"):  # (likewise: 0 or missing = one CTA per SM)
             kw["max_ctas"] = int(o["max_ctas"])
-        if "bias" in a:
-            kw["bias"] = torch.from_numpy(a["bias"]).to(dev)
+        if "bias" in a:  # float32 or bfloat16, as drawn (torch.from_numpy knows no ml_dtypes bfloat16)
+            kw["bias"] = ind._to_torch(a["bias"]).to(dev)
         if "c" in a:
             kw.update(out=torch.from_numpy(a["c"].copy()).to(dev), accumulate=True)
         with _environment(o.get("loader_env", {})):  # (the loader switches are read at every launch)
@@ -514,9 +546,10 @@ BACKENDS: dict[str, Callable[[], Backend]] = {
     "oracle-seq": SequentialBackend,
     "oracle-tc": TensorCoreBackend,
     "composed": ComposedBackend,
+    "oracle-grouped": OracleGroupedBackend,
 }
 #: The CPU self-conformance (``--device cpu``).
-CPU_DEFAULT = ("mldtypes", "torch", "torchao", "fractions", "oracle-seq", "oracle-tc", "composed")
+CPU_DEFAULT = ("mldtypes", "torch", "torchao", "fractions", "oracle-seq", "oracle-tc", "composed", "oracle-grouped")
 
 
 def register_backend(name: str, factory: Callable[[], Backend]) -> None:

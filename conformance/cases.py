@@ -15,6 +15,8 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
+from oracle.rht import DEFAULT_RHT_SIGNS
+
 __all__ = ["Case", "load_case", "save_case", "case_size"]
 
 
@@ -65,9 +67,11 @@ PLAIN_QUANT = dict(rule="te", rounding="rn", seed=0, offset=0)  # a GEMM operand
 
 
 def _option_weight(key: str, v, options: dict) -> int:
-    """0 where option ``key`` has its plain value (off, 0, RN, the TE rule, 1x16 blocks; a GEMM operand quantized
-    the TE / RN way; a grouped GEMM's weights in 16x16 blocks, TE's weight blocks), else 1; the device's loader
-    switches (loader_env) count one each."""
+    """0 where option ``key`` has its plain value (off, 0, RN, the TE rule, 1x16 blocks, the default RHT sign mask; a
+    GEMM operand quantized the TE / RN way; a grouped GEMM's weights in 16x16 blocks, TE's weight blocks), else 1; the
+    device's loader switches (loader_env) count one each."""
+    if key == "rht_signs":
+        return int(v != DEFAULT_RHT_SIGNS)
     if key in ("quant_a", "quant_b"):
         return int(v != PLAIN_QUANT and v != dict(PLAIN_QUANT, rule=options.get("rule", "te")))
     if key == "loader_env":

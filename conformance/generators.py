@@ -13,6 +13,8 @@ from collections.abc import Callable
 import ml_dtypes
 import numpy as np
 
+from oracle.rht import DEFAULT_RHT_SIGNS
+
 from .cases import PLAIN_QUANT, Case
 
 #: The keys a backend's ``space()`` may set (``conformance.runner.case_space`` refuses others, so that a typo cannot
@@ -20,15 +22,17 @@ from .cases import PLAIN_QUANT, Case
 #: ``rht_signs`` ("default", "random"), ``rounding``, ``block``, ``swizzled``, ``dtype``, ``amax`` (how an amax is
 #: supplied: "none", "one", "pair", ...), ``scales`` (dequantize), ``out_dtype``, ``kind`` (GEMM kind),
 #: ``fast_kernel``, ``exact_kernel``; flags and limits: ``specials`` (NaN / Inf / -0 sprinkled in), ``max_elems``, ``min_rows``,
-#: ``max_rows``, ``max_k``, ``small``, ``loose_splits`` (SPEC 9.4 device splits); set by the op registry:
+#: ``max_rows``, ``max_k``, ``small``, ``loose_splits`` (SPEC 9.4 device splits); grouped GEMM: ``groups_agree``,
+#: ``bias_dtype`` ("float32", "bfloat16"), ``contraction`` ("normal", "long"); set by the op registry:
 #: ``format``, ``mode``.
 SPACE_KEYS = frozenset({
     "planes", "rule", "rht", "rht_signs", "rounding", "block", "swizzled", "dtype", "amax", "scales", "out_dtype",
     "kind", "fast_kernel", "exact_kernel", "specials", "max_elems", "min_rows", "max_rows", "max_k", "small", "loose_splits",
-    "format", "mode", "groups_agree",
+    "format", "mode", "groups_agree", "bias_dtype", "contraction",
 })
 
-__all__ = ["GENERATORS", "SPACE_KEYS", "generate", "case_rng", "gen_rows", "gen_k", "gen_splits", "gen_values", "to_dtype"]
+__all__ = ["GENERATORS", "SPACE_KEYS", "generate", "case_rng", "gen_rows", "gen_k", "gen_splits", "gen_values", "to_dtype",
+           "draw_rht_signs"]
 
 EDGE_ROWS = (0, 1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257)
 EDGE_K = (16, 32, 48, 64, 80, 128, 144, 256, 512, 1024, 2048)
@@ -144,6 +148,15 @@ def to_dtype(v: np.ndarray, dtype: str) -> np.ndarray:
         return f.astype(ml_dtypes.bfloat16)
 
 
+def draw_rht_signs(rng: np.random.Generator, space: dict, p: tuple[float, float]) -> tuple[int, str]:
+    """An RHT sign mask (SPEC 7.2) and its kind: the default 0xD7E8 ("default") or a random 16-bit mask ("random"),
+    with probabilities ``p``; space key ``rht_signs`` restricts the kind. The random mask is drawn either way, so the
+    draws after it do not depend on the kind."""
+    mask = int(rng.integers(0, 1 << 16))
+    kind = pick(rng, space, "rht_signs", ["default", "random"], list(p))
+    return (DEFAULT_RHT_SIGNS if kind == "default" else mask), kind
+
+
 def _ties(rng, m: int, k: int, dtype: str) -> np.ndarray:
     """Blocks whose scaled values land exactly on E2M1 rounding ties (SPEC 3.1).
 
@@ -242,7 +255,7 @@ def _quant_options(rng, space, dtype: str) -> dict:
         rowwise=planes in ("row", "both"),
         columnwise=col,
         rht=rht,
-        rht_signs=int(pick(rng, space, "rht_signs", [0xD7E8, int(rng.integers(0, 1 << 16))], [0.7, 0.3])),
+        rht_signs=draw_rht_signs(rng, space, (0.7, 0.3))[0],
         block=list(pick(rng, space, "block", [(1, 16), (16, 16)], [0.75, 0.25])),
         rule=rule,
         rounding=rounding,
@@ -373,7 +386,7 @@ def gen_rht(rng, space) -> tuple[dict, dict, dict]:
     else:
         v = np.zeros((n, 16)) * rng.choice([-1.0, 1.0], (n, 16))
     v[rng.random((n, 16)) < 0.1] = 0.0
-    signs = int(pick(rng, space, "rht_signs", [0xD7E8, int(rng.integers(0, 1 << 16))], [0.5, 0.5]))
+    signs, _ = draw_rht_signs(rng, space, (0.5, 0.5))
     return {"x": to_dtype(v, "bfloat16")}, {"rht_signs": signs}, {"values": kind}
 
 
@@ -511,6 +524,78 @@ def operand_quant_tag(o: dict, default_block=(16, 16)) -> str:
     return " ".join(parts) or "default"
 
 
+#: Long contractions (LONG_SHARE of the grouped-GEMM cases): fprop's K or dgrad's N (weight rows per group) from
+#: 1024 to 8192, or wgrad with one group of 2048+ tokens. Half of them have few rows (tag ``contraction=long``: 1 to
+#: 3 groups, 16 or 32 weight columns, at most LONG_MACS multiply-adds and LONG_ELEMS weight elements), half are sized
+#: so that the device's size rules pick its 2-CTA pair tiles by themselves (``contraction=long+rows``: at least
+#: PAIR_ROWS output rows and PAIR_CONTRACTION contraction per group, device/csrc/gemm_kernels.cu pick_tile; one
+#: 16-column block on the other side, at most PAIR_MACS multiply-adds). So such a case costs about what an average
+#: one does.
+LONG_SHARE = 0.04
+LONG_K = (1024, 1040, 2048, 4096, 4112, 8192)
+PAIR_K = (1024, 1040, 2048)
+LONG_GROUP = (2048, 2049, 2063, 4095, 4096)
+LONG_MACS = 1 << 21
+LONG_ELEMS = 1 << 18
+PAIR_MACS = 1 << 23
+PAIR_ROWS, PAIR_CONTRACTION = 256, 1024
+
+
+def _long_length(rng, edges: tuple, lo: int, hi: int, step: int) -> int:
+    """A long contraction: one of ``edges`` (half the draws), else a multiple of ``step`` in [lo, hi]."""
+    if rng.random() < 0.5:
+        return int(rng.choice(edges))
+    return step * int(rng.integers(lo // step, hi // step + 1))
+
+
+def _long_fprop_dgrad(rng, space, kind: str, pair: bool) -> tuple[int, int, int, int]:
+    """``(E, T, K, N)``: a contraction (fprop's K, dgrad's N) of 1024..8192 (pair sizes: 1024..2048 over PAIR_ROWS+
+    tokens per group), ``max_k`` capping it; the weights' other dimension 16 or 32 (fprop's N a quarter of the time
+    any size up to it)."""
+    max_len = int(space.get("max_k", 8192)) // 16 * 16
+    if pair:
+        length, width = min(_long_length(rng, PAIR_K, 1024, 2048, 16), max_len), 16
+        t_max = max(PAIR_ROWS, PAIR_MACS // (length * width))
+        e = min(int(rng.integers(1, 3)), t_max // PAIR_ROWS)
+        t = int(rng.integers(PAIR_ROWS * e, t_max + 1))
+    else:
+        length = min(_long_length(rng, LONG_K, 1024, 8192, 16), max_len)
+        e = min(int(rng.integers(1, 4)), max(1, LONG_ELEMS // (16 * length)))
+        width = 16 * int(rng.integers(1, min(2, max(1, LONG_ELEMS // (16 * e * length))) + 1))
+        t = gen_rows(rng, max(1, LONG_MACS // (length * width)))
+    if kind == "dgrad":
+        return e, t, width, length
+    n = int(rng.integers(1, width + 1)) if rng.random() < 0.25 else width
+    return e, t, length, n
+
+
+def _long_wgrad(rng, space, pair: bool) -> tuple[int, int, int, int, int]:
+    """``(E, T, K, N, big)``: ``big`` tokens (2048..4096, ``max_rows`` capping it) for one group on top of up to 256
+    split among the E groups; K, N 16..64 with N K T <= 2 LONG_MACS (pair sizes: 1 or 2 groups, N = PAIR_ROWS,
+    K = 16, 2048..2304 + up to 256 tokens)."""
+    if pair:
+        e, big, k, n = int(rng.integers(1, 3)), int(rng.integers(2048, 2305)), 16, PAIR_ROWS
+    else:
+        e, big = int(rng.integers(1, 4)), _long_length(rng, LONG_GROUP, 2048, 4096, 1)
+        k, n = 16 * int(rng.integers(1, 5)), 16 * int(rng.integers(1, 5))
+    big = min(big, int(space.get("max_rows", big)))
+    t = big + gen_rows(rng, 256)
+    while not pair and k * n * t > 2 * LONG_MACS and max(k, n) > 16:
+        k, n = (k - 16, n) if k >= n else (k, n - 16)
+    return e, t, k, n, big
+
+
+def long_contraction_sizes(rng, space, kind: str) -> tuple[int, int, int, int, int, str]:
+    """``(E, T, K, N, big, tag)`` of a long-contraction grouped GEMM (see LONG_SHARE): ``big`` > 0 (wgrad) is the
+    long group's token count, added to one group of a split of the other ``T - big``; ``tag`` "long" or
+    "long+rows" (the pair tiles' sizes)."""
+    pair = bool(rng.random() < 0.5)
+    tag = "long+rows" if pair else "long"
+    if kind == "wgrad":
+        return (*_long_wgrad(rng, space, pair), tag)
+    return (*_long_fprop_dgrad(rng, space, kind, pair), 0, tag)
+
+
 def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
     """Grouped GEMM inputs (SPEC 12.5): x [T, K], w [E*N, K], dy [T, N] (bf16), splits, kind, bias / C."""
     kind = pick(rng, space, "kind", ["fprop", "dgrad", "wgrad"])
@@ -524,7 +609,16 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
     k, n = 16 * int(rng.integers(1, hi)), 16 * int(rng.integers(1, hi))
     if kind == "fprop" and rng.random() < 0.25:  # fprop's N (weight rows per group, output columns) may be any size
         n = int(rng.integers(1, 16 * hi))
-    splits, skind = gen_splits(rng, t, e)
+    # the draws added after stop 38 (long contractions, bf16 bias, random RHT sign masks) come from a child stream,
+    # so that a seed's other cases keep the draws they had
+    extra = rng.spawn(1)[0]
+    contraction = pick(extra, space, "contraction", ["normal", "long"], [1 - LONG_SHARE, LONG_SHARE])
+    big = 0
+    if contraction != "normal":
+        e, t, k, n, big, contraction = long_contraction_sizes(extra, space, kind)
+    splits, skind = gen_splits(rng, t - big, e)
+    if big:  # (wgrad: the long group on top of the split)
+        splits[int(extra.integers(e))] += big
     x, vkind = gen_values(rng, t, k, "bfloat16", specials=bool(space.get("specials", True)))
     # the weights: mostly plain normal values; a fifth any value kind (all-zero experts, ties, subnormals, near-max)
     # with NaN / Inf / -0 as for x, so the B operand's quantization and alpha meet the edge cases too
@@ -542,6 +636,10 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
               "splits": splits}
     if kind != "wgrad" and rng.random() < 0.3:
         arrays["bias"] = (rng.standard_normal((e, n if kind == "fprop" else k)) * 10.0 ** rng.uniform(-2, 2)).astype(np.float32)
+    bias_dtype = "none"
+    if "bias" in arrays:  # device.grouped_gemm takes a float32 or bfloat16 bias (its reference: the exact widening)
+        bias_dtype = pick(extra, space, "bias_dtype", ["float32", "bfloat16"], [0.7, 0.3])
+        arrays["bias"] = arrays["bias"].astype(ml_dtypes.bfloat16 if bias_dtype == "bfloat16" else np.float32)
     if kind == "wgrad" and out_dtype == "float32" and rng.random() < 0.4:
         c = (rng.standard_normal((e, n, k)) * 10.0 ** rng.uniform(-3, 3)).astype(np.float32)
         c.flat[rng.integers(c.size, size=max(1, c.size // 50))] = -0.0
@@ -560,7 +658,9 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
     # half tiles when they fill at most half of it (device/csrc/gemm_wgmma_ws.cuh, TileWalk)
     max_ctas = int(rng.choice([0, 0, 0, 1, 2, 3, 5, 8]))
     exact_kernel = pick(rng, space, "exact_kernel", ["auto", "dequant"], p=[0.6, 0.4])
-    o = dict(kind=kind, out_dtype=out_dtype, rht=rht, rht_signs=0xD7E8, fast_kernel=fast_kernel, max_ctas=max_ctas,
+    # wgrad's RHT (both operands, SPEC 7.2): the default sign mask, or a random one in a quarter of the cases
+    signs, signs_kind = draw_rht_signs(extra, space, (0.75, 0.25)) if rht else (DEFAULT_RHT_SIGNS, "none")
+    o = dict(kind=kind, out_dtype=out_dtype, rht=rht, rht_signs=signs, fast_kernel=fast_kernel, max_ctas=max_ctas,
              exact_kernel=exact_kernel)
     # SPEC 12.5: operand groups that disagree (the group sizes live on the device, so the device cannot raise): b's
     # groups (fprop / dgrad: W's, N rows each; wgrad: X's, split like dY) with rows moved between two groups, the
@@ -578,7 +678,8 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
     o["loader_env"] = {}
     if pick(rng, space, "loaders", ["default", "varied"]) == "varied":
         o["loader_env"] = {name: str(pick(rng, space, name, ["0", "1"])) for name in LOADER_SWITCHES}
-    tags = dict(kind=kind, out_dtype=out_dtype, rht=str(rht), splits=skind, values=vkind,
+    tags = dict(kind=kind, out_dtype=out_dtype, rht=str(rht), rht_signs=signs_kind, splits=skind, values=vkind,
+                contraction=contraction, bias_dtype=bias_dtype,
                 groups_agree=str(agree), operands=operand_quant_tag(o),
                 loaders="varied" if o["loader_env"] else "default",
                 **{f"loader {k.removeprefix('NVFP4_')}": v for k, v in o["loader_env"].items()},

@@ -190,6 +190,12 @@ def grouped_gemm_operands(case: Case) -> tuple[list, list]:
     return dyq.col_planes, xq.col_planes
 
 
+def grouped_gemm_bias(case: Case) -> np.ndarray:
+    """The reference's bias [E, cols] of a grouped GEMM case: float32, the exact widening of a bfloat16 bias (the
+    very values the device is given, SPEC 12.5)."""
+    return np.asarray(case.arrays["bias"]).astype(np.float32)
+
+
 def _grouped_gemm(case: Case, model: str) -> dict:
     """Per-group ``oracle.gemm`` assembled into the device's output layout: [T, N] / [T, K] / [E, N, K]."""
     a, o = case.arrays, case.options
@@ -197,9 +203,10 @@ def _grouped_gemm(case: Case, model: str) -> dict:
     splits, disagree = a["splits"], grouped_gemm_disagreeing(case)
     e = splits.size
     n, k = a["w"].shape[0] // e, a["w"].shape[1]
+    biases = grouped_gemm_bias(case) if "bias" in a else None
     ys, bounds = [], []
     for g, (pa, pb) in enumerate(zip(planes_a, planes_b, strict=True)):
-        bias = None if "bias" not in a else a["bias"][g]
+        bias = None if biases is None else biases[g]
         c = None if "c" not in a else a["c"][g]
         if disagree[g]:  # SPEC 12.5: every output element NaN (accumulating too); bound 0: NaN required
             shape = {"fprop": (splits[g], n), "dgrad": (splits[g], k), "wgrad": (n, k)}[o["kind"]]

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 import oracle
+from oracle.rht import DEFAULT_RHT_SIGNS
 
 from .cases import PLAIN_QUANT, Case, case_size
 from .ops import grouped_gemm_b_splits
@@ -91,8 +92,8 @@ def _quant_option_simplifications(o: dict) -> Iterator[dict]:
         yield {"seed": 0, "offset": 0}
     if o.get("rht"):
         yield {"rht": False}
-    if o.get("rht_signs") not in (None, 0xD7E8):
-        yield {"rht_signs": 0xD7E8}
+    if o.get("rht_signs") not in (None, DEFAULT_RHT_SIGNS):
+        yield {"rht_signs": DEFAULT_RHT_SIGNS}
     if list(o.get("block", [1, 16])) != [1, 16]:
         yield {"block": [1, 16]}
 
@@ -123,10 +124,10 @@ def _group_rows(sizes: np.ndarray, groups: np.ndarray) -> np.ndarray:
 
 def _grouped_gemm_candidates(case: Case) -> Iterator[Case]:
     """Smaller grouped-GEMM cases (SPEC 12.5; arrays x [T, K], w [E N, K], dy [T, N], splits [E], bias, c): no bias /
-    C, simpler options (operands quantized the default way, loader switches at their defaults), agreeing operand
-    groups, fewer groups, fewer rows in one group, fewer 16-column blocks of K and of N, zeroed 16-blocks of the
-    operands the kind reads. Every candidate keeps what the device's host checks
-    need: x and dy share T rows, w holds E N rows, and operand b's groups (option ``b_splits``) keep their totals."""
+    C, simpler options (no RHT or its default sign mask, operands quantized the default way, loader switches at their
+    defaults), agreeing operand groups, fewer groups, fewer rows in one group, fewer 16-column blocks of K and of N,
+    zeroed 16-blocks of the operands the kind reads. Every candidate keeps what the device's host checks need: x and
+    dy share T rows, w holds E N rows, and operand b's groups (option ``b_splits``) keep their totals."""
     a, o = case.arrays, case.options
     kind, s, x, w, dy = o["kind"], a["splits"], a["x"], a["w"], a["dy"]
     e = s.size
@@ -141,7 +142,9 @@ def _grouped_gemm_candidates(case: Case) -> Iterator[Case]:
     if o.get("max_ctas"):
         yield case.replace(options={"max_ctas": 0})
     if o.get("rht"):
-        yield case.replace(options={"rht": False})
+        yield case.replace(options={"rht": False, "rht_signs": DEFAULT_RHT_SIGNS})
+    if o.get("rht_signs", DEFAULT_RHT_SIGNS) != DEFAULT_RHT_SIGNS:
+        yield case.replace(options={"rht_signs": DEFAULT_RHT_SIGNS})
     if b_splits is not None:
         c = case.replace()
         del c.options["b_splits"]

@@ -420,7 +420,7 @@ def test_saved_case_round_trips_bf16_without_pickle(tmp_path):
 # the oracle self-conformance on a few cases
 # ---------------------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("backend", ["mldtypes", "composed", "fractions", "oracle-seq", "oracle-tc"])
+@pytest.mark.parametrize("backend", ["mldtypes", "composed", "fractions", "oracle-seq", "oracle-tc", "oracle-grouped"])
 def test_self_conformance_small(tmp_path, backend):
     code, stats = run(_cfg(tmp_path, backends=[backend], max_cases=5))
     assert code == 0, [f.get("mismatch_text") for f in stats.failures]

@@ -11,9 +11,19 @@ import numpy as np
 import pytest
 
 import oracle
-from conformance.cases import case_size
+from conformance.backends import OracleGroupedBackend, grouped_gemm_operands_by, register_backend
+from conformance.cases import case_size, load_case, save_case
+from conformance.cli import replay
 from conformance.compare import compare
-from conformance.generators import LOADER_SWITCHES, generate
+from conformance.generators import (
+    LOADER_SWITCHES,
+    LONG_ELEMS,
+    LONG_MACS,
+    PAIR_CONTRACTION,
+    PAIR_MACS,
+    PAIR_ROWS,
+    generate,
+)
 from conformance.ops import (
     OPS,
     gemm_planes,
@@ -23,6 +33,7 @@ from conformance.ops import (
     reference,
 )
 from conformance.shrink import shrink
+from oracle.rht import DEFAULT_RHT_SIGNS
 
 
 def _case(op: str, kind: str, seed: int = 3):
@@ -287,6 +298,7 @@ class _OracleAsDevice:
 
     def grouped_gemm(self, a, b, *, kind, out_dtype, **kw):
         self.calls.append((a, b, kind))
+        self.kw = kw
         self.env_seen = {k: os.environ.get(k) for k in LOADER_SWITCHES}
         return self.torch.zeros((1,), dtype=out_dtype)
 
@@ -406,3 +418,194 @@ def test_dequantize_cases_shrink():
     assert tried > 1 and case_size(small) < case_size(c)
     assert small.arrays["data"].shape[0] == 1 and small.arrays["scales"].shape == (1, 1)
     assert small.arrays["data"].shape[1] == 8 and fails(small)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# stop 39's draws: bf16 bias, random RHT sign masks for wgrad's operands, long contractions
+# ---------------------------------------------------------------------------------------------------------------
+
+def _drawn(op: str, space: dict, want, seed: int = 41):
+    """The first case of ``op`` under ``space`` (the op's own space updated) that satisfies ``want(case)``."""
+    for i in range(400):
+        c = generate(op, seed, i, "grouped_gemm", {**OPS[op].space, **space})
+        if want(c):
+            return c
+    raise AssertionError(f"no {op} case under {space} with the wanted property")
+
+
+def _check_long_sizes(c) -> None:
+    """A long-contraction case: fprop's K or dgrad's N in [1024, 8192] or a wgrad group of 2048+ tokens. "long": 1 to 3
+    groups, the other dimensions small (LONG_MACS multiply-adds, LONG_ELEMS weight elements); "long+rows": the sizes
+    for which the device's size rules pick the pair tiles (PAIR_ROWS+ output rows and a PAIR_CONTRACTION+ contraction
+    per group on average, device/csrc/gemm_kernels.cu pick_tile), PAIR_MACS multiply-adds at most."""
+    a, kind, tag = c.arrays, c.options["kind"], c.tags["contraction"]
+    e, (t, k), n = a["splits"].size, a["x"].shape, a["dy"].shape[1]
+    assert tag in ("long", "long+rows") and 1 <= e <= 3
+    if kind == "wgrad":  # (output rows per group: N; contraction: the tokens of a group)
+        assert a["splits"].max() >= 2048
+        rows, contraction, few_rows = n, t // e, t * n * k <= 2 * LONG_MACS
+    else:
+        length, width = (k, n) if kind == "fprop" else (n, k)
+        assert 1024 <= length <= 8192 and length % 16 == 0 and width <= 32
+        rows, contraction = t // e, length
+        few_rows = t * width * length <= LONG_MACS and a["w"].size <= 2 * LONG_ELEMS
+    if tag == "long":
+        assert few_rows
+    else:
+        assert rows >= PAIR_ROWS and contraction >= PAIR_CONTRACTION and t * n * k <= PAIR_MACS * 5 // 4
+
+
+def test_grouped_gemm_generator_draws_bias_dtype_rht_signs_and_long_contractions():
+    """Over a few hundred cases every value of the new tags is drawn, and each case is what its tags say: the bias's
+    dtype, wgrad's RHT sign mask (default, random; none without RHT), long contractions' sizes."""
+    seen = {name: set() for name in ("bias_dtype", "rht_signs", "contraction")}
+    for i in range(300):
+        c = generate("grouped_gemm", 41, i, "grouped_gemm", OPS["grouped_gemm"].space)
+        a, o, tags = c.arrays, c.options, c.tags
+        for name in seen:
+            seen[name].add(tags[name])
+        assert tags["bias_dtype"] == (a["bias"].dtype.name if "bias" in a else "none")
+        assert (tags["rht_signs"] == "none") == (not o["rht"])
+        assert 0 <= o["rht_signs"] < 1 << 16 and (tags["rht_signs"] == "random" or o["rht_signs"] == DEFAULT_RHT_SIGNS)
+        if tags["contraction"] != "normal":
+            _check_long_sizes(c)
+        else:
+            assert a["x"].shape[1] <= 512 and a["dy"].shape[1] <= 512 and a["x"].shape[0] <= 600
+    assert seen == {"bias_dtype": {"none", "float32", "bfloat16"}, "rht_signs": {"none", "default", "random"},
+                    "contraction": {"normal", "long", "long+rows"}}
+
+
+@pytest.mark.parametrize("tag", ["long", "long+rows"])
+@pytest.mark.parametrize("kind", ["fprop", "dgrad", "wgrad"])
+def test_long_contraction_cases_have_references(kind, tag):
+    """Forced long contractions of every kind and both sizes: the sizes, and the references of all three ops (the
+    tensor-core model's within seconds) that the CPU backend oracle-grouped reproduces."""
+    for op in ("grouped_gemm", "grouped_gemm_tc", "grouped_gemm_exact"):
+        c = _drawn(op, {"kind": [kind], "contraction": ["long"], "groups_agree": [True]},
+                   lambda c: c.tags["contraction"] == tag and c.arrays["splits"].sum() > 0)
+        _check_long_sizes(c)
+        t0 = time.monotonic()
+        ref = reference(c)
+        assert time.monotonic() - t0 < 5.0
+        out = OracleGroupedBackend().run(op, c)
+        assert compare(c, ref, out, mode=OPS[op].mode, stats={}) == []
+
+
+def _bits(y: np.ndarray) -> np.ndarray:
+    """The bits of a float array (bf16, fp32, fp64) as unsigned integers: equal bits, NaN payloads included."""
+    return np.ascontiguousarray(y).view({2: np.uint16, 4: np.uint32, 8: np.uint64}[y.dtype.itemsize])
+
+
+@pytest.mark.parametrize("kind", ["fprop", "dgrad"])
+def test_bf16_bias_reference_is_the_oracle_on_the_widened_bias(kind):
+    """A bf16 bias (SPEC 12.5) is kept as drawn; the reference is oracle.grouped_gemm with its exact fp32 widening,
+    bit for bit (exact and tensor-core ops; fast mode's exact value and bound), and equals the reference of the same
+    case given the widened values as a float32 bias."""
+    space = {"kind": [kind], "groups_agree": [True], "bias_dtype": ["bfloat16"]}
+    for op, model in (("grouped_gemm_exact", "sequential"), ("grouped_gemm_tc", "tensor_core"), ("grouped_gemm", "exact")):
+        c = _drawn(op, space, lambda c: "bias" in c.arrays and c.arrays["splits"].sum() > 0)
+        bias = c.arrays["bias"]
+        assert bias.dtype == ml_dtypes.bfloat16 and c.tags["bias_dtype"] == "bfloat16"
+        wide = bias.astype(np.float32)
+        assert np.array_equal(wide.view(np.uint32), bias.view(np.uint16).astype(np.uint32) << 16)  # exact widening
+        a = c.arrays
+        lhs, rhs = grouped_gemm_operands_by(oracle.group_quantize, c, a, a["splits"], grouped_gemm_b_splits(c))
+        kw = dict(kind=kind, out_dtype=c.options["out_dtype"], bias=wide)
+        want = np.asarray(oracle.grouped_gemm(lhs, rhs, model=model, **kw))
+        ref = reference(c)
+        got = ref["y"]
+        if op == "grouped_gemm":
+            want = want.astype(np.float32)
+            assert np.array_equal(_bits(ref["bound"]), _bits(oracle.grouped_gemm_error_bound(lhs, rhs, **kw)))
+        assert got.dtype == want.dtype and np.array_equal(_bits(got), _bits(want))
+        as_f32 = reference(c.replace({"bias": wide}))
+        assert all(np.array_equal(_bits(as_f32[k]), _bits(ref[k])) for k in ref)
+
+
+def test_device_backend_passes_the_bias_in_its_dtype(monkeypatch):
+    """The device backend hands device.grouped_gemm the bias as drawn: a torch bfloat16 tensor with the case's bits,
+    or float32."""
+    torch = pytest.importorskip("torch")
+    from conformance.backends import DeviceBackend
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    be = DeviceBackend.__new__(DeviceBackend)  # (its __init__ wants a GPU)
+    be.dev, be._mod = "cpu", _OracleAsDevice(torch)
+    for dtype, tdtype in (("bfloat16", torch.bfloat16), ("float32", torch.float32)):
+        c = _drawn("grouped_gemm", {"kind": ["fprop"], "bias_dtype": [dtype]}, lambda c: "bias" in c.arrays)
+        be._grouped_gemm("grouped_gemm", c)
+        got = be._mod.kw["bias"]
+        assert got.dtype == tdtype and tuple(got.shape) == c.arrays["bias"].shape
+        assert np.array_equal(got.float().numpy(), c.arrays["bias"].astype(np.float32))
+
+
+def test_random_rht_sign_mask_reaches_both_wgrad_operands(monkeypatch):
+    """wgrad's random RHT sign mask is the mask of both operands' columnwise planes, in the reference and in what the
+    device backend quantizes (the oracle standing in for device), and changes the planes (the option takes effect)."""
+    torch = pytest.importorskip("torch")
+    from conformance.backends import DeviceBackend
+
+    c = _drawn("grouped_gemm_exact", {"kind": ["wgrad"], "rht_signs": ["random"], "groups_agree": [True]},
+               lambda c: c.options["rht"] and c.options["rht_signs"] != DEFAULT_RHT_SIGNS
+               and c.arrays["splits"].sum() > 0)
+    assert c.tags["rht_signs"] == "random"
+    mask = c.options["rht_signs"]
+    pa, pb = grouped_gemm_operands(c)
+    assert {p.rht_signs for p in pa + pb} == {mask} and all(p.rht for p in pa + pb)
+    da, _ = grouped_gemm_operands(c.replace(options={"rht_signs": DEFAULT_RHT_SIGNS}))
+    assert any(not np.array_equal(p.data, q.data) for p, q in zip(pa, da, strict=True))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    be = DeviceBackend.__new__(DeviceBackend)
+    be.dev, be._mod = "cpu", _OracleAsDevice(torch)
+    be._grouped_gemm("grouped_gemm_exact", c)
+    lhs, rhs, _ = be._mod.calls[-1]
+    for got, want in ((lhs.col_planes, pa), (rhs.col_planes, pb)):
+        for p, q in zip(got, want, strict=True):
+            assert p.rht_signs == mask and np.array_equal(p.data, q.data) and np.array_equal(p.scales, q.scales)
+
+
+def test_shrinker_puts_the_rht_sign_mask_back_to_default_when_the_failure_allows():
+    c = _drawn("grouped_gemm_exact", {"kind": ["wgrad"], "rht_signs": ["random"], "groups_agree": [True]},
+               lambda c: c.options["rht_signs"] != DEFAULT_RHT_SIGNS and c.arrays["splits"].sum() > 0)
+
+    def needs_rht(cand):
+        return frozenset({"y"}) if cand.options["rht"] else None
+
+    small, _ = shrink(c, needs_rht, deadline=time.monotonic() + 60)
+    assert small.options["rht"] and small.options["rht_signs"] == DEFAULT_RHT_SIGNS
+
+    def needs_the_mask(cand):
+        return frozenset({"y"}) if cand.options["rht"] and cand.options["rht_signs"] == c.options["rht_signs"] else None
+
+    small, _ = shrink(c, needs_the_mask, deadline=time.monotonic() + 60)
+    assert small.options["rht_signs"] == c.options["rht_signs"]
+
+
+class _DropsBf16Bias(OracleGroupedBackend):
+    """oracle-grouped with a planted bug: a bfloat16 bias is ignored."""
+
+    name = "test-drops-bf16-bias"
+
+    def run(self, op, case):
+        if "bias" in case.arrays and case.arrays["bias"].dtype == ml_dtypes.bfloat16:
+            del case.arrays["bias"]
+        return super().run(op, case)
+
+
+register_backend(_DropsBf16Bias.name, _DropsBf16Bias)
+
+
+def test_bf16_bias_case_is_saved_and_replayed(tmp_path, capsys):
+    """A saved bf16-bias case (npz: the bias as uint16 bits, its dtype in meta) loads with the same bf16 bias and
+    replays: the planted bug still mismatches, the oracle's grouped API passes."""
+    c = _drawn("grouped_gemm_exact", {"kind": ["fprop"], "bias_dtype": ["bfloat16"], "groups_agree": [True]},
+               lambda c: "bias" in c.arrays and c.arrays["splits"].sum() > 0
+               and np.isfinite(reference(c)["y"].astype(np.float32)).any())
+    path = save_case(tmp_path / "case.npz", c, backend=_DropsBf16Bias.name, ref=reference(c),
+                     extra=dict(backend_spec=_DropsBf16Bias.name))
+    back, meta, _, _ = load_case(path)
+    assert back.arrays["bias"].dtype == ml_dtypes.bfloat16 and back.tags["bias_dtype"] == "bfloat16"
+    assert np.array_equal(back.arrays["bias"].view(np.uint16), c.arrays["bias"].view(np.uint16))
+    assert replay(str(path)) == 1
+    assert replay(str(path), backend="oracle-grouped") == 0
+    capsys.readouterr()
