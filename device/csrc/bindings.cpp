@@ -46,16 +46,23 @@ P* ptr_or_null(const optional<Tensor>& t) {
   return t.has_value() && t->defined() ? reinterpret_cast<P*>(t->data_ptr()) : nullptr;
 }
 
-// SPEC 4: per-tensor (offs absent) or per-group amax. row_amax / col_amax must be zero on entry.
-// after_setup: the previous launch on the stream is group_setup_ for `offs`.
-std::string amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int64_t row_tiles, Tensor row_amax,
-                  const optional<Tensor>& col_amax, bool rht, int64_t rht_signs, bool after_setup) {
+// The quantizer's input (amax_ and quantize_): a contiguous 16-byte aligned 2-D CUDA tensor, K % 16 == 0, a dtype the
+// kernels read, bf16 when the RHT is on.
+std::string check_x(const Tensor& x, bool rht) {
   NVFP4_RETURN_IF_ERROR(check_cuda(x, "x"));
   NVFP4_REFUSE_UNLESS(x.dim() == 2 && x.size(1) % 16 == 0, "nvfp4: x must be 2-D with K % 16 == 0");
   NVFP4_REFUSE_UNLESS(x.data_ptr() == nullptr || reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0,
                       "nvfp4: x must be 16-byte aligned");
   NVFP4_REFUSE_UNLESS(dtype_code(x) >= 0, "nvfp4: x must be bfloat16, float16 or float32, got ", x.scalar_type());
   NVFP4_REFUSE_UNLESS(!rht || dtype_code(x) == nvfp4::kBF16, "nvfp4: rht needs bf16");
+  return {};
+}
+
+// SPEC 4: per-tensor (offs absent) or per-group amax. row_amax / col_amax must be zero on entry.
+// after_setup: the previous launch on the stream is group_setup_ for `offs`.
+std::string amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int64_t row_tiles, Tensor row_amax,
+                  const optional<Tensor>& col_amax, bool rht, int64_t rht_signs, bool after_setup) {
+  NVFP4_RETURN_IF_ERROR(check_x(x, rht));
   const c10::cuda::CUDAGuard guard(x.device());
   nvfp4::AmaxArgs a{x.data_ptr(), x.size(0), x.size(1), ptr_or_null<const int64_t>(offs), (int)E,
                     row_amax.data_ptr<float>(), ptr_or_null<float>(col_amax), (uint32_t)rht_signs};
@@ -74,12 +81,7 @@ std::string quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, 
                       const optional<Tensor>& row_scales, const optional<Tensor>& col_data,
                       const optional<Tensor>& col_scales, int64_t layout, bool block2d, bool sr, int64_t rule, bool rht,
                       int64_t rht_signs, int64_t seed_lo, int64_t seed_hi, int64_t offset, bool after_amax) {
-  NVFP4_RETURN_IF_ERROR(check_cuda(x, "x"));
-  NVFP4_REFUSE_UNLESS(x.dim() == 2 && x.size(1) % 16 == 0, "nvfp4: x must be 2-D with K % 16 == 0");
-  NVFP4_REFUSE_UNLESS(x.data_ptr() == nullptr || reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0,
-                      "nvfp4: x must be 16-byte aligned");
-  NVFP4_REFUSE_UNLESS(dtype_code(x) >= 0, "nvfp4: x must be bfloat16, float16 or float32, got ", x.scalar_type());
-  NVFP4_REFUSE_UNLESS(!rht || dtype_code(x) == nvfp4::kBF16, "nvfp4: rht needs bf16");
+  NVFP4_RETURN_IF_ERROR(check_x(x, rht));
   const c10::cuda::CUDAGuard guard(x.device());
   nvfp4::QuantArgs a{};
   a.x = x.data_ptr();
