@@ -26,17 +26,11 @@ int dtype_code(const Tensor& x) {
   }
 }
 
-std::string check_cuda(const Tensor& t, const char* what) {
-  NVFP4_REFUSE_UNLESS(t.defined() && t.is_cuda(), "nvfp4: ", what, " must be a CUDA tensor");
-  NVFP4_REFUSE_UNLESS(t.is_contiguous(), "nvfp4: ", what, " must be contiguous");
-  return {};
-}
-
 // An optional buffer, when given, is a contiguous CUDA tensor on `dev` (the torch.ops entry points are public:
 // every pointer handed to a kernel is checked here, not only in the Python wrappers).
 std::string check_on(const optional<Tensor>& t, const c10::Device& dev, const char* what) {
   if (!t.has_value() || !t->defined()) return {};
-  NVFP4_RETURN_IF_ERROR(check_cuda(*t, what));
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4", *t, what));
   NVFP4_REFUSE_UNLESS(t->device() == dev, "nvfp4: ", what, " must be on ", dev, ", got ", t->device());
   return {};
 }
@@ -49,7 +43,7 @@ P* ptr_or_null(const optional<Tensor>& t) {
 // The quantizer's input (amax_ and quantize_): a contiguous 16-byte aligned 2-D CUDA tensor, K % 16 == 0, a dtype the
 // kernels read, bf16 when the RHT is on.
 std::string check_x(const Tensor& x, bool rht) {
-  NVFP4_RETURN_IF_ERROR(check_cuda(x, "x"));
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4", x, "x"));
   NVFP4_REFUSE_UNLESS(x.dim() == 2 && x.size(1) % 16 == 0, "nvfp4: x must be 2-D with K % 16 == 0");
   NVFP4_REFUSE_UNLESS(x.data_ptr() == nullptr || reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0,
                       "nvfp4: x must be 16-byte aligned");
@@ -118,7 +112,7 @@ std::string group_setup_(const Tensor& splits, int64_t T, int64_t K, Tensor offs
                          const optional<Tensor>& col_amax, const optional<Tensor>& row_data,
                          const optional<Tensor>& row_scales, const optional<Tensor>& col_data,
                          const optional<Tensor>& col_scales) {
-  NVFP4_RETURN_IF_ERROR(check_cuda(splits, "splits"));
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4", splits, "splits"));
   NVFP4_REFUSE_UNLESS(splits.scalar_type() == at::kLong, "nvfp4: splits must be int64");
   NVFP4_REFUSE_UNLESS(T >= 0 && K >= 0 && K % 16 == 0, "nvfp4: need T >= 0 and K a multiple of 16");
   NVFP4_REFUSE_UNLESS(offs.is_cuda() && offs.scalar_type() == at::kLong && offs.numel() == 6 * (splits.numel() + 1),
@@ -149,7 +143,7 @@ std::string group_setup_(const Tensor& splits, int64_t T, int64_t K, Tensor offs
 
 // SPEC 8.2: compact [rows, C] uint8 -> swizzled, zero-padded buffer of roundup(rows,128)*roundup(C,4) bytes.
 std::string swizzle_(const Tensor& compact, Tensor out) {
-  NVFP4_RETURN_IF_ERROR(check_cuda(compact, "compact scales"));
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4", compact, "compact scales"));
   NVFP4_REFUSE_UNLESS(compact.scalar_type() == at::kByte && compact.dim() == 2,
                       "nvfp4: compact scales must be 2-D uint8");
   NVFP4_RETURN_IF_ERROR(check_on(out, compact.device(), "out"));
@@ -165,7 +159,7 @@ std::string swizzle_(const Tensor& compact, Tensor out) {
 // SPEC 11: dequantize one plane to float32 [rows, cols].
 std::string dequantize_(const Tensor& data, const Tensor& scales, const Tensor& amax, int64_t rows, int64_t cols,
                         bool swizzled, Tensor out) {
-  NVFP4_RETURN_IF_ERROR(check_cuda(data, "data"));
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4", data, "data"));
   const c10::Device dev = data.device();
   NVFP4_RETURN_IF_ERROR(check_on(scales, dev, "scales"));
   NVFP4_RETURN_IF_ERROR(check_on(amax, dev, "amax"));

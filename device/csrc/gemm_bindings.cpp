@@ -19,13 +19,6 @@ namespace {
 
 using at::Tensor;
 
-std::string check(const Tensor& t, const char* what, at::ScalarType dt) {
-  NVFP4_REFUSE_UNLESS(t.is_cuda(), "nvfp4_gemm: ", what, " must be a CUDA tensor");
-  NVFP4_REFUSE_UNLESS(t.is_contiguous(), "nvfp4_gemm: ", what, " must be contiguous");
-  NVFP4_REFUSE_UNLESS(t.scalar_type() == dt, "nvfp4_gemm: ", what, " has dtype ", t.scalar_type(), ", expected ", dt);
-  return {};
-}
-
 template <typename T>
 const T* cptr(const Tensor& t) {
   return t.numel() ? reinterpret_cast<const T*>(t.data_ptr()) : nullptr;
@@ -150,15 +143,15 @@ std::string grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_d
   NVFP4_REFUSE_UNLESS(E >= 1, "nvfp4_gemm: E must be >= 1");
   NVFP4_REFUSE_UNLESS(max_ctas >= 0 && max_ctas < (int64_t{1} << 31), "nvfp4_gemm: max_ctas must be >= 0 (0: no cap)",
                       ", got ", max_ctas);
-  NVFP4_RETURN_IF_ERROR(check(a_data, "a data", at::kByte));
-  NVFP4_RETURN_IF_ERROR(check(a_scales, "a scales", at::kByte));
-  NVFP4_RETURN_IF_ERROR(check(b_data, "b data", at::kByte));
-  NVFP4_RETURN_IF_ERROR(check(b_scales, "b scales", at::kByte));
-  NVFP4_RETURN_IF_ERROR(check(a_offs, "a offsets", at::kLong));
-  NVFP4_RETURN_IF_ERROR(check(b_offs, "b offsets", at::kLong));
-  NVFP4_RETURN_IF_ERROR(check(a_amax, "a amax", at::kFloat));
-  NVFP4_RETURN_IF_ERROR(check(b_amax, "b amax", at::kFloat));
-  NVFP4_RETURN_IF_ERROR(check(workspace, "workspace", at::kByte));
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", a_data, "a data", at::kByte));
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", a_scales, "a scales", at::kByte));
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", b_data, "b data", at::kByte));
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", b_scales, "b scales", at::kByte));
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", a_offs, "a offsets", at::kLong));
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", b_offs, "b offsets", at::kLong));
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", a_amax, "a amax", at::kFloat));
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", b_amax, "b amax", at::kFloat));
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", workspace, "workspace", at::kByte));
   NVFP4_REFUSE_UNLESS(a_offs.numel() == 6 * (E + 1) && b_offs.numel() == 6 * (E + 1),
                       "nvfp4_gemm: offsets must be [6, ", E + 1, "], got ", a_offs.numel(), " and ", b_offs.numel(),
                       " values");
@@ -174,7 +167,7 @@ std::string grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_d
   NVFP4_REFUSE_UNLESS(reinterpret_cast<uintptr_t>(workspace.data_ptr()) % 16 == 0, "nvfp4_gemm: workspace alignment");
   const float* bias_p = nullptr;
   if (bias.has_value() && bias->defined()) {
-    NVFP4_RETURN_IF_ERROR(check(*bias, "bias", at::kFloat));
+    NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", *bias, "bias", at::kFloat));
     NVFP4_REFUSE_UNLESS(bias->numel() == E * ldd, "nvfp4_gemm: bias must be [E, ", ldd, "]");
     bias_p = bias->data_ptr<float>();
   }

@@ -21,6 +21,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
+#include <ATen/core/Tensor.h>
 
 namespace nvfp4 {
 
@@ -80,3 +81,21 @@ auto returning_errors(std::string (*f)(Args...)) {
     std::string nvfp4_err_ = (expr);                        \
     if (!nvfp4_err_.empty()) return nvfp4_err_;             \
   } while (0)
+
+namespace nvfp4 {
+
+// A buffer a kernel reads or writes: a defined CUDA tensor, contiguous, and (in the second form) of dtype `dt`;
+// "" when it is, else the refusal "<who>: <what> must be ...".
+inline std::string check_cuda_tensor(const char* who, const at::Tensor& t, const char* what) {
+  NVFP4_REFUSE_UNLESS(t.defined() && t.is_cuda(), who, ": ", what, " must be a CUDA tensor");
+  NVFP4_REFUSE_UNLESS(t.is_contiguous(), who, ": ", what, " must be contiguous");
+  return {};
+}
+
+inline std::string check_cuda_tensor(const char* who, const at::Tensor& t, const char* what, c10::ScalarType dt) {
+  NVFP4_RETURN_IF_ERROR(check_cuda_tensor(who, t, what));
+  NVFP4_REFUSE_UNLESS(t.scalar_type() == dt, who, ": ", what, " has dtype ", t.scalar_type(), ", expected ", dt);
+  return {};
+}
+
+}  // namespace nvfp4
