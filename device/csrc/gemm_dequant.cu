@@ -12,6 +12,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+
 #include "gemm_cutlass.h"
 #include "gemm_decode_f16.cuh"
 #include "gemm_dequant.h"
@@ -24,17 +26,18 @@ __device__ __forceinline__ long long swizzled_offset(long long r, long long c, l
   return ((r / 128 * (cp / 4) + c / 4) * 32 + r % 32) * 16 + ((r % 128) / 32) * 4 + c % 4;
 }
 
-// One thread per 8 packed bytes (16 codes = one 16-block, one scale). Group g of the plane holds bytes
-// [offs[g], offs[g+1]) with a row pitch of `pitch` bytes (pitch_const, or the group's bytes / rows_const for a
-// columnwise plane, whose rows are the K features and whose pitch is roundup(m_g, 16) / 2).
+// Decodes packed bytes [8 chunk, 8 chunk + 8) of plane p (16 codes = one 16-block, one scale) into out[2 chunk],
+// out[2 chunk + 1]. Group g of the plane holds bytes [offs[g], offs[g+1]) with a row pitch of `pitch` bytes
+// (pitch_const, or the group's bytes / rows_const for a columnwise plane, whose rows are the K features and whose pitch
+// is roundup(m_g, 16) / 2); the chunk's group is found by a binary search over groups [g_lo, g_hi) (the caller knows the
+// chunk lies in them). Every group starts at a multiple of 8 bytes (K % 16 == 0; columnwise pitches are multiples of 8).
 // Order inside each 16-block of the copy: natural (codes 0..15), or EVEN_ODD (codes 0, 2, .., 14, 1, 3, .., 15: the
 // token operand of the swapped kernel, gemm_swapped.cuh, whose register fragments hold that order).
 template <bool EVEN_ODD>
-__global__ void dequant_plane_kernel(PlaneView p, uint4* __restrict__ out) {
-  const long long chunk = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+__device__ __forceinline__ void decode_chunk(const PlaneView& p, uint4* __restrict__ out, long long chunk, int g_lo,
+                                             int g_hi) {
   const long long byte = chunk * 8;
-  if (byte >= p.offs[p.E]) return;  // past the last group (the buffers' worst-case tail is never read)
-  int lo = 0, hi = p.E - 1;  // the last group starting at or before `byte` (empty groups share the next start)
+  int lo = g_lo, hi = g_hi - 1;  // the last group starting at or before `byte` (empty groups share the next start)
   while (lo < hi) {
     const int mid = (lo + hi + 1) >> 1;
     if (p.offs[mid] <= byte) lo = mid; else hi = mid - 1;
@@ -59,6 +62,32 @@ __global__ void dequant_plane_kernel(PlaneView p, uint4* __restrict__ out) {
                               __byte_perm(a[1], a[3], 0x5410), __byte_perm(a[1], a[3], 0x7632));
   out[2 * chunk + 1] = make_uint4(__byte_perm(b[0], b[2], 0x5410), __byte_perm(b[0], b[2], 0x7632),
                                   __byte_perm(b[1], b[3], 0x5410), __byte_perm(b[1], b[3], 0x7632));
+}
+
+// The whole plane: one thread per 8 packed bytes, the grid sized for the buffer; only bytes below the last group's
+// end are read (the buffers' worst-case tail is never read).
+template <bool EVEN_ODD>
+__global__ void dequant_plane_kernel(PlaneView p, uint4* __restrict__ out) {
+  const long long chunk = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (chunk * 8 >= p.offs[p.E]) return;
+  decode_chunk<EVEN_ODD>(p, out, chunk, 0, p.E);
+}
+
+// Groups [g_lo, g_hi) of both planes (natural order), grid-stride: the chunked path's decode (launch_chunked below),
+// with a grid of every SM for its first chunk and of the few SMs a capped GEMM leaves free for the others. The byte
+// ranges come from the device offsets, so the launch needs no host knowledge of the splits (graph-safe).
+__global__ void dequant_groups_kernel(PlaneView a, uint4* __restrict__ out_a, PlaneView b, uint4* __restrict__ out_b,
+                                      int g_lo, int g_hi) {
+  const long long a0 = a.offs[g_lo] / 8, na = a.offs[g_hi] / 8 - a0;
+  const long long b0 = b.offs[g_lo] / 8, nb = b.offs[g_hi] / 8 - b0;
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < na + nb; i += stride) {
+    if (i < na) {
+      decode_chunk<false>(a, out_a, a0 + i, g_lo, g_hi);
+    } else {
+      decode_chunk<false>(b, out_b, b0 + i - na, g_lo, g_hi);
+    }
+  }
 }
 
 // The fp16 copy (`f16`, made by dequant_plane_kernel from `plane`) of the operand that starts at packed byte `p` of the
@@ -137,16 +166,83 @@ bool cutlass_built() { return false; }
 bool cutlass_built() { return true; }
 #endif
 
-int launch_dequant_gemm(const DequantGemmArgs& d, CutlassArgs c, cudaStream_t s) {
-  dequant_plane(d.a, d.a_f16, s);
-  dequant_plane(d.b, d.b_f16, s);
-  cutlass_args_kernel<<<(d.E + 255) / 256, 256, 0, s>>>(d, c);
-  zero_k_epilogue_kernel<<<dim3(8, d.E), 256, 0, s>>>(d);
-  switch (d.epilogue) {
+namespace {
+
+int cutlass_run(int epilogue, const CutlassArgs& c, cudaStream_t s) {
+  switch (epilogue) {
     case kOutBf16: return cutlass_run_bf16(c, s);
     case kOutF32: return cutlass_run_f32(c, s);
     default: return cutlass_run_f32_plus_c(c, s);
   }
+}
+
+// Group g_lo of chunk `i` of `chunks` over E groups (chunks of ceil(E / chunks) groups; the last may be shorter).
+int chunk_start(int i, int chunks, int E) {
+  const int per = (E + chunks - 1) / chunks;
+  return i * per < E ? i * per : E;
+}
+
+// The chunked dequantize-first path (docs/gemm.md, stop 39): the groups in d.chunks chunks; chunk 0 decoded on every
+// SM, then per chunk its CUTLASS GEMM on a grid capped to leave d.side_sms SMs free, launched with the early trigger
+// (gemm_cutlass.cuh), and the next chunk's decode launched behind it with programmatic stream serialization on
+// d.side_sms x 8 CTAs of 256 threads, which land on the free SMs while the GEMM runs. The next GEMM is an ordinary
+// launch: it waits for that decode. One stream, so graph capture records the same dependencies.
+int launch_chunked(const DequantGemmArgs& d, const CutlassArgs& c, size_t chunk_workspace, cudaStream_t s) {
+  const int chunks = d.chunks < d.E ? d.chunks : d.E;
+  auto* out_a = static_cast<uint4*>(d.a_f16);
+  auto* out_b = static_cast<uint4*>(d.b_f16);
+  // a resident grid (8 CTAs of 256 threads per SM) over every SM, capped by the work of the largest possible chunk
+  const long long most_chunks = (d.a.cap_bytes + d.b.cap_bytes) / 8;
+  const unsigned first_grid = static_cast<unsigned>(
+      std::min<long long>((most_chunks + 255) / 256, 8LL * (c.sm_count + std::max(d.side_sms, 0))));
+  dequant_groups_kernel<<<first_grid, 256, 0, s>>>(d.a, out_a, d.b, out_b, 0, chunk_start(1, chunks, d.E));
+  cutlass_args_kernel<<<(d.E + 255) / 256, 256, 0, s>>>(d, c);
+  zero_k_epilogue_kernel<<<dim3(8, d.E), 256, 0, s>>>(d);
+  for (int i = 0; i < chunks; ++i) {
+    const int g_lo = chunk_start(i, chunks, d.E), g_hi = chunk_start(i + 1, chunks, d.E);
+    if (g_hi <= g_lo) continue;
+    CutlassArgs ci = c;  // the chunk's groups: every per-group array offset by g_lo, its own workspace
+    ci.groups = g_hi - g_lo;
+    ci.shapes = c.shapes + 3 * g_lo;
+    ci.ptr_a = c.ptr_a + g_lo;
+    ci.ptr_b = c.ptr_b + g_lo;
+    ci.ptr_c = c.ptr_c ? c.ptr_c + g_lo : nullptr;
+    ci.ptr_d = c.ptr_d + g_lo;
+    ci.stride_a = c.stride_a + g_lo;
+    ci.stride_b = c.stride_b + g_lo;
+    ci.stride_c = c.stride_c ? c.stride_c + g_lo : nullptr;
+    ci.stride_d = c.stride_d + g_lo;
+    ci.alpha = c.alpha + g_lo;
+    ci.workspace = static_cast<uint8_t*>(c.workspace) + i * chunk_workspace;
+    ci.workspace_bytes = chunk_workspace;
+    const int n_lo = g_hi, n_hi = chunk_start(i + 2, chunks, d.E);
+    ci.trigger_dependents = n_hi > n_lo;
+    const int rc = cutlass_run(d.epilogue, ci, s);
+    if (rc != 0) return rc;
+    if (n_hi <= n_lo) continue;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(d.side_sms > 0 ? d.side_sms * 8 : 8));
+    cfg.blockDim = dim3(256);
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    if (cudaLaunchKernelEx(&cfg, dequant_groups_kernel, d.a, out_a, d.b, out_b, n_lo, n_hi) != cudaSuccess) return 4;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int launch_dequant_gemm(const DequantGemmArgs& d, CutlassArgs c, size_t chunk_workspace, cudaStream_t s) {
+  if (d.chunks > 1 && d.E > 1) return launch_chunked(d, c, chunk_workspace, s);
+  dequant_plane(d.a, d.a_f16, s);
+  dequant_plane(d.b, d.b_f16, s);
+  cutlass_args_kernel<<<(d.E + 255) / 256, 256, 0, s>>>(d, c);
+  zero_k_epilogue_kernel<<<dim3(8, d.E), 256, 0, s>>>(d);
+  return cutlass_run(d.epilogue, c, s);
 }
 
 void launch_dequant_exact(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
