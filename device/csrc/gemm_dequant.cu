@@ -33,23 +33,34 @@ __device__ __forceinline__ long long swizzled_offset(long long r, long long c, l
 // chunk lies in them). Every group starts at a multiple of 8 bytes (K % 16 == 0; columnwise pitches are multiples of 8).
 // Order inside each 16-block of the copy: natural (codes 0..15), or EVEN_ODD (codes 0, 2, .., 14, 1, 3, .., 15: the
 // token operand of the swapped kernel, gemm_swapped.cuh, whose register fragments hold that order).
+// Where one group of a plane lives: its first byte, row pitch (bytes), scale columns (multiple of 4) and scale base.
+struct GroupSpan {
+  long long start, pitch, cp, scale_base;
+};
+
+__device__ __forceinline__ GroupSpan group_span(const PlaneView& p, int g) {
+  GroupSpan s;
+  s.start = p.offs[g];
+  s.pitch = p.pitch_const ? p.pitch_const : (p.offs[g + 1] - s.start) / p.rows_const;
+  s.cp = s.pitch > 0 ? (s.pitch / 8 + 3) / 4 * 4 : 4;
+  s.scale_base = p.scale_offs[g];
+  return s;
+}
+
+// The byte of the swizzled scale of packed chunk `chunk` (8 bytes = one 16-block) of the group at `span`.
+__device__ __forceinline__ long long chunk_scale_byte(const GroupSpan& span, long long chunk) {
+  const long long local = chunk * 8 - span.start;
+  const long long row = local / span.pitch;
+  const long long block = (local - row * span.pitch) / 8;
+  return span.scale_base + swizzled_offset(row, block, span.cp);
+}
+
+// Decodes packed bytes w (8 bytes, one 16-block) with scale byte `scale` into out[2 chunk], out[2 chunk + 1].
+// Order inside each 16-block of the copy: natural (codes 0..15), or EVEN_ODD (codes 0, 2, .., 14, 1, 3, .., 15: the
+// token operand of the swapped kernel, gemm_swapped.cuh, whose register fragments hold that order).
 template <bool EVEN_ODD>
-__device__ __forceinline__ void decode_chunk(const PlaneView& p, uint4* __restrict__ out, long long chunk, int g_lo,
-                                             int g_hi) {
-  const long long byte = chunk * 8;
-  int lo = g_lo, hi = g_hi - 1;  // the last group starting at or before `byte` (empty groups share the next start)
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (p.offs[mid] <= byte) lo = mid; else hi = mid - 1;
-  }
-  const long long g0 = p.offs[lo];
-  const long long pitch = p.pitch_const ? p.pitch_const : (p.offs[lo + 1] - g0) / p.rows_const;
-  const long long local = byte - g0;
-  const long long row = local / pitch;
-  const long long block = (local - row * pitch) / 8;
-  const long long cp = (pitch / 8 + 3) / 4 * 4;
-  const uint32_t sf = f16dec::scale_to_f16x2(p.scales[p.scale_offs[lo] + swizzled_offset(row, block, cp)]);
-  const uint2 w = *reinterpret_cast<const uint2*>(p.data + byte);
+__device__ __forceinline__ void store_decoded(uint4* __restrict__ out, long long chunk, uint2 w, uint8_t scale) {
+  const uint32_t sf = f16dec::scale_to_f16x2(scale);
   uint32_t a[4], b[4];
   f16dec::e2m1x8_to_f16(w.x, sf, a);  // chunk order {0,2} {4,6} {1,3} {5,7}
   f16dec::e2m1x8_to_f16(w.y, sf, b);  // {8,10} {12,14} {9,11} {13,15}
@@ -64,30 +75,68 @@ __device__ __forceinline__ void decode_chunk(const PlaneView& p, uint4* __restri
                                   __byte_perm(b[1], b[3], 0x5410), __byte_perm(b[1], b[3], 0x7632));
 }
 
-// The whole plane: one thread per 8 packed bytes, the grid sized for the buffer; only bytes below the last group's
-// end are read (the buffers' worst-case tail is never read).
+// The whole plane: one thread per 8 packed bytes (chunk), the grid sized for the buffer; only bytes below the last
+// group's end are read (the buffers' worst-case tail is never read). Group g of the plane holds bytes
+// [offs[g], offs[g+1]) with a row pitch of pitch_const bytes, or for a columnwise plane (rows = the K features) the
+// group's bytes / rows_const = roundup(m_g, 16) / 2; every group starts at a multiple of 8 bytes (K % 16 == 0).
 template <bool EVEN_ODD>
 __global__ void dequant_plane_kernel(PlaneView p, uint4* __restrict__ out) {
   const long long chunk = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (chunk * 8 >= p.offs[p.E]) return;
-  decode_chunk<EVEN_ODD>(p, out, chunk, 0, p.E);
+  const long long byte = chunk * 8;
+  if (byte >= p.offs[p.E]) return;
+  int lo = 0, hi = p.E - 1;  // the last group starting at or before `byte` (empty groups share the next start)
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (p.offs[mid] <= byte) lo = mid; else hi = mid - 1;
+  }
+  const GroupSpan span = group_span(p, lo);
+  const uint2 w = *reinterpret_cast<const uint2*>(p.data + byte);
+  store_decoded<EVEN_ODD>(out, chunk, w, p.scales[chunk_scale_byte(span, chunk)]);
+}
+
+// Chunks [c0, c1) of plane p (groups [g, ..)), this thread's share of a grid-stride walk of `threads` threads, kUnroll
+// chunks per step with all their loads issued before any decode (few SMs must keep many bytes in flight: the side
+// decode runs on the SMs a capped GEMM leaves free). A thread's chunks only move forward, so its group is tracked
+// incrementally (empty groups are stepped over) instead of searched per chunk.
+constexpr int kUnroll = 8;
+
+__device__ __forceinline__ void decode_range_strided(const PlaneView& p, uint4* __restrict__ out, int g, long long c0,
+                                                     long long c1, long long first, long long threads) {
+  GroupSpan span = group_span(p, g);
+  long long end = p.offs[g + 1];
+  for (long long i = c0 + first; i < c1; i += threads * kUnroll) {
+    uint2 w[kUnroll];
+    uint8_t sc[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const long long ch = i + u * threads;
+      if (ch < c1) {
+        while (ch * 8 >= end) {  // ends before c1 * 8 = the range's end, so g stays inside it
+          ++g;
+          span = group_span(p, g);
+          end = p.offs[g + 1];
+        }
+        w[u] = __ldg(reinterpret_cast<const uint2*>(p.data) + ch);
+        sc[u] = __ldg(p.scales + chunk_scale_byte(span, ch));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const long long ch = i + u * threads;
+      if (ch < c1) store_decoded<false>(out, ch, w[u], sc[u]);
+    }
+  }
 }
 
 // Groups [g_lo, g_hi) of both planes (natural order), grid-stride: the chunked path's decode (launch_chunked below),
-// with a grid of every SM for its first chunk and of the few SMs a capped GEMM leaves free for the others. The byte
-// ranges come from the device offsets, so the launch needs no host knowledge of the splits (graph-safe).
-__global__ void dequant_groups_kernel(PlaneView a, uint4* __restrict__ out_a, PlaneView b, uint4* __restrict__ out_b,
-                                      int g_lo, int g_hi) {
-  const long long a0 = a.offs[g_lo] / 8, na = a.offs[g_hi] / 8 - a0;
-  const long long b0 = b.offs[g_lo] / 8, nb = b.offs[g_hi] / 8 - b0;
-  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
-  for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < na + nb; i += stride) {
-    if (i < na) {
-      decode_chunk<false>(a, out_a, a0 + i, g_lo, g_hi);
-    } else {
-      decode_chunk<false>(b, out_b, b0 + i - na, g_lo, g_hi);
-    }
-  }
+// on every SM for its first chunk and on the few SMs a capped GEMM leaves free for the others. The byte ranges come
+// from the device offsets, so the launch needs no host knowledge of the splits (graph-safe).
+__global__ void __launch_bounds__(256, 3) dequant_groups_kernel(PlaneView a, uint4* __restrict__ out_a, PlaneView b,
+                                                                 uint4* __restrict__ out_b, int g_lo, int g_hi) {
+  const long long first = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const long long threads = static_cast<long long>(gridDim.x) * blockDim.x;
+  decode_range_strided(a, out_a, g_lo, a.offs[g_lo] / 8, a.offs[g_hi] / 8, first, threads);
+  decode_range_strided(b, out_b, g_lo, b.offs[g_lo] / 8, b.offs[g_hi] / 8, first, threads);
 }
 
 // The fp16 copy (`f16`, made by dequant_plane_kernel from `plane`) of the operand that starts at packed byte `p` of the
@@ -185,16 +234,16 @@ int chunk_start(int i, int chunks, int E) {
 // The chunked dequantize-first path (docs/gemm.md, stop 39): the groups in d.chunks chunks; chunk 0 decoded on every
 // SM, then per chunk its CUTLASS GEMM on a grid capped to leave d.side_sms SMs free, launched with the early trigger
 // (gemm_cutlass.cuh), and the next chunk's decode launched behind it with programmatic stream serialization on
-// d.side_sms x 8 CTAs of 256 threads, which land on the free SMs while the GEMM runs. The next GEMM is an ordinary
+// d.side_sms x 3 CTAs of 256 threads, which land on the free SMs while the GEMM runs. The next GEMM is an ordinary
 // launch: it waits for that decode. One stream, so graph capture records the same dependencies.
 int launch_chunked(const DequantGemmArgs& d, const CutlassArgs& c, size_t chunk_workspace, cudaStream_t s) {
   const int chunks = d.chunks < d.E ? d.chunks : d.E;
   auto* out_a = static_cast<uint4*>(d.a_f16);
   auto* out_b = static_cast<uint4*>(d.b_f16);
-  // a resident grid (8 CTAs of 256 threads per SM) over every SM, capped by the work of the largest possible chunk
-  const long long most_chunks = (d.a.cap_bytes + d.b.cap_bytes) / 8;
+  // a resident grid (3 CTAs of 256 threads per SM) over every SM, capped by the work of the largest possible chunk
+  const long long most_steps = (d.a.cap_bytes + d.b.cap_bytes) / 8 / kUnroll;
   const unsigned first_grid = static_cast<unsigned>(
-      std::min<long long>((most_chunks + 255) / 256, 8LL * (c.sm_count + std::max(d.side_sms, 0))));
+      std::min<long long>((most_steps + 255) / 256 + 1, 3LL * (c.sm_count + std::max(d.side_sms, 0))));
   dequant_groups_kernel<<<first_grid, 256, 0, s>>>(d.a, out_a, d.b, out_b, 0, chunk_start(1, chunks, d.E));
   cutlass_args_kernel<<<(d.E + 255) / 256, 256, 0, s>>>(d, c);
   zero_k_epilogue_kernel<<<dim3(8, d.E), 256, 0, s>>>(d);
@@ -221,7 +270,7 @@ int launch_chunked(const DequantGemmArgs& d, const CutlassArgs& c, size_t chunk_
     if (rc != 0) return rc;
     if (n_hi <= n_lo) continue;
     cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(d.side_sms > 0 ? d.side_sms * 8 : 8));
+    cfg.gridDim = dim3(static_cast<unsigned>(d.side_sms > 0 ? d.side_sms * 3 : 3));
     cfg.blockDim = dim3(256);
     cfg.stream = s;
     cudaLaunchAttribute attr[1];
