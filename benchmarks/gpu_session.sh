@@ -15,8 +15,6 @@
 #                  per-warp stage release: __syncwarp, then lane 0 arrives)
 #   ab             benchmarks/ab_env_switch.py for the opt-in switches ($AB_EXACT_CASES, $AB_SWAP_CASES): the exact TMA
 #                  loader, the swapped dgrad group maps, and (under the TMA loader) the converter converting all of B
-#   ab-chunks      benchmarks/ab_env_switch.py over NVFP4_DQ_CHUNKS ($AB_CHUNKS) on $AB_CHUNK_CASES (the chunked
-#                  dequantize-first path), then benchmarks/chunk_timeline.py ($TIMELINE_KIND, chunks 1 and 4)
 #   ab-kernel      benchmarks/ab_fast_kernel.py: fast_kernel choices $AB_KERNELS on $AB_KERNEL_CASES (E,T,K,N,kind,out;...)
 #   conformance    python -m conformance run on the GPU, ops $CONF_OPS (default: the grouped-GEMM ops; "all" for
 #                  every op), $CONF_BUDGET, seed $CONF_SEED
@@ -35,9 +33,6 @@ SANITIZE_TOOLS=${SANITIZE_TOOLS:-"memcheck racecheck"}
 AB_EXACT_CASES=${AB_EXACT_CASES:-"E64 fprop,E64 dgrad,E8 T512 fprop"}
 AB_SWAP_CASES=${AB_SWAP_CASES:-"E8 T512 dgrad"}
 AB_KERNELS=${AB_KERNELS:-"auto,fused,dequant"}
-AB_CHUNKS=${AB_CHUNKS:-"1,2,4,8"}
-AB_CHUNK_CASES=${AB_CHUNK_CASES:-"E8 fprop,E8 dgrad,E8 wgrad,E8 skew fprop"}
-TIMELINE_KIND=${TIMELINE_KIND:-dgrad}
 AB_KERNEL_CASES=${AB_KERNEL_CASES:-"64,16384,2048,1408,wgrad,f32;64,16384,2048,1408,wgrad,bf16"}
 CONF_BUDGET=${CONF_BUDGET:-45s}
 CONF_OPS=${CONF_OPS:-grouped_gemm,grouped_gemm_tc,grouped_gemm_exact}
@@ -48,7 +43,7 @@ status=0
 default_timeout() {
   case "$1" in
     build) echo 300 ;; smoke) echo 120 ;; racecheck-repro) echo 90 ;; gemm-tests) echo 240 ;; quant-tests) echo 240 ;; sanitize) echo 300 ;;
-    ab) echo 240 ;; ab-chunks) echo 240 ;; ab-kernel) echo 240 ;; conformance) echo 120 ;; binding-errors) echo 120 ;; bench-gemm) echo 300 ;; bench-quant) echo 240 ;; *) echo 60 ;;
+    ab) echo 240 ;; ab-kernel) echo 240 ;; conformance) echo 120 ;; binding-errors) echo 120 ;; bench-gemm) echo 300 ;; bench-quant) echo 240 ;; *) echo 60 ;;
   esac
 }
 
@@ -106,11 +101,6 @@ EOF
       NVFP4_EXACT_TMA=1 python3 benchmarks/ab_env_switch.py --var NVFP4_EXACT_CONV_ALL_B --mode exact \
         --exact-kernel fused --cases "$AB_EXACT_CASES"
       ;;
-    ab-chunks)
-      python3 benchmarks/ab_env_switch.py --var NVFP4_DQ_CHUNKS --values "$AB_CHUNKS" --mode fast \
-        --fast-kernel dequant --cases "$AB_CHUNK_CASES" || return $?
-      python3 benchmarks/chunk_timeline.py --kind "$TIMELINE_KIND" --chunks 1,4
-      ;;
     ab-kernel) python3 benchmarks/ab_fast_kernel.py --kernels "$AB_KERNELS" --cases "$AB_KERNEL_CASES" ;;
     conformance)
       local ops=()
@@ -132,7 +122,7 @@ for stage in "$@"; do
   start=$(date +%s)
   # (the stage in a child shell, so that timeout can kill it and everything it started)
   timeout -s KILL "$limit" bash -c "$(declare -f stage_body); $(declare -p PYTEST SAN SANITIZE_K SANITIZE_TOOLS AB_EXACT_CASES \
-    AB_SWAP_CASES AB_KERNELS AB_KERNEL_CASES AB_CHUNKS AB_CHUNK_CASES TIMELINE_KIND CONF_BUDGET CONF_SEED CONF_OPS OUT); stage_body $stage" >"$OUT/$stage.log" 2>&1
+    AB_SWAP_CASES AB_KERNELS AB_KERNEL_CASES CONF_BUDGET CONF_SEED CONF_OPS OUT); stage_body $stage" >"$OUT/$stage.log" 2>&1
   rc=$?
   echo "=== $stage: rc $rc, $(( $(date +%s) - start )) s (limit $limit s)"
   grep -v '^\[[0-9]*/[0-9]*\]' "$OUT/$stage.log" | tail -n "${TAIL_LINES:-15}"

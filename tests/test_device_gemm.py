@@ -416,25 +416,6 @@ def test_dequant_path(case):
     run_wgrad(splits, n, k, "fast", torch.float32, accumulate=False, seed=84, fast_kernel="dequant", max_ctas=5)
 
 
-# The chunked variant of the same path (NVFP4_DQ_CHUNKS; docs/gemm.md, stop 39): the groups in chunks, each chunk's GEMM
-# on a capped grid, the next chunk's decode launched behind it (programmatic stream serialization) on the SMs left
-# free. Same bits as the oracle's tensor-core model for uneven chunks (E=4 in 3 chunks: 2 + 2 + none; E=64: 22 + 22 +
-# 20), one group per chunk, more chunks than groups, empty chunks' groups (e4_zeros), no SMs left free (the decode then
-# waits for the GEMM), and a grid capped below the chunked cap.
-@pytest.mark.parametrize("case", [c for c in CASES if c != "e1"])
-@pytest.mark.parametrize("chunks,side", [("3", "8"), ("64", "16"), ("2", "0")])
-def test_dequant_path_chunked(case, chunks, side, monkeypatch):
-    _needs_dequant_path()
-    monkeypatch.setenv("NVFP4_DQ_CHUNKS", chunks)
-    monkeypatch.setenv("NVFP4_DQ_SIDE_SMS", side)
-    splits, n, k = CASES[case]
-    od = torch.float32 if case in ("e4_zeros", "e64") else torch.bfloat16
-    run_fprop(splits, n, k, "fast", od, with_bias=False, seed=181, fast_kernel="dequant")
-    run_dgrad(splits, n, k, "fast", torch.bfloat16, seed=182, fast_kernel="dequant")
-    run_wgrad(splits, n, k, "fast", torch.float32, accumulate=True, seed=183, fast_kernel="dequant")
-    run_wgrad(splits, n, k, "fast", torch.bfloat16, accumulate=False, seed=184, fast_kernel="dequant", max_ctas=5)
-
-
 def test_dequant_path_refusals():
     """Forcing the dequantize-first path where it cannot run raises before any launch."""
     gg = _gg()
@@ -632,17 +613,14 @@ GRAPH_SHAPES = {  # (E, T, N, K, kernel): few rows per group (by size: fprop the
     "small": (4, 256, 64, 128, None),  # the dequantize-first paths forced (their scratch comes from the graph's pool;
     "pair": (2, 640, 288, 128, "pair"),  # in exact mode the kernel over fp16 copies, otherwise the fused one)
     "dequant": (3, 384, 96, 128, "dequant"),
-    "dequant_chunked": (3, 384, 96, 128, "dequant"),  # NVFP4_DQ_CHUNKS=2 (fast mode; exact ignores it)
 }
 
 
 @pytest.mark.parametrize("shape", list(GRAPH_SHAPES))
 @pytest.mark.parametrize("mode", ["exact", "fast"])
 @pytest.mark.parametrize("kind", ["fprop", "wgrad"])
-def test_cuda_graph_replay(kind, mode, shape, monkeypatch):
+def test_cuda_graph_replay(kind, mode, shape):
     dev = _device()
-    if shape == "dequant_chunked":
-        monkeypatch.setenv("NVFP4_DQ_CHUNKS", "2")
     gg = _gg()
     e, t, n, k, kernel = GRAPH_SHAPES[shape]
     kernel_kw = dict(fast_kernel=kernel) if mode == "fast" else dict(exact_kernel="dequant" if kernel == "dequant"

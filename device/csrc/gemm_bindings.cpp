@@ -1,7 +1,6 @@
 // PyTorch binding of the NVFP4 grouped GEMM (module nvfp4_gemm). Argument checking lives in device/gemm.py;
 // this layer only re-checks what would make the kernels touch invalid memory, then launches on the current stream.
 // A refusal is a returned message (refusal.h), which device/gemm.py raises as RuntimeError.
-#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -19,13 +18,6 @@
 namespace {
 
 using at::Tensor;
-
-// The integer in environment variable `name`, or `fallback` when it is unset or empty (a tuning switch read at every
-// launch; docs/gemm.md says which).
-int env_int(const char* name, int fallback) {
-  const char* env = std::getenv(name);
-  return env == nullptr || env[0] == '\0' ? fallback : std::atoi(env);
-}
 
 template <typename T>
 const T* cptr(const Tensor& t) {
@@ -96,23 +88,13 @@ std::string launch_dequant_path(int kind, int E, const nvfp4_gemm::SetupArgs& s,
   c.groups = E;
   c.device = device;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&c.sm_count, cudaDevAttrMultiProcessorCount, device));
-  // The chunked variant (docs/gemm.md, stop 39): NVFP4_DQ_CHUNKS groups of chunks (default 1: off), the next chunk's
-  // decode on NVFP4_DQ_SIDE_SMS SMs (default 8) that the GEMM's grid leaves free. Read at every launch.
-  d.chunks = env_int("NVFP4_DQ_CHUNKS", 1);
-  d.side_sms = env_int("NVFP4_DQ_SIDE_SMS", 8);
-  const bool chunked = d.chunks > 1 && E > 1;
-  if (chunked && d.side_sms > 0 && (max_ctas <= 0 || max_ctas > c.sm_count - d.side_sms)) {
-    max_ctas = std::max(2, c.sm_count - d.side_sms);
-  }
   if (max_ctas > 0 && max_ctas < c.sm_count) {  // CUTLASS's persistent grid: whole 2-CTA clusters, at least one
     c.sm_count = max_ctas < 2 ? 2 : max_ctas / 2 * 2;
     c.max_active_clusters = c.sm_count / 2;
   }
   const bool plus_c = d.epilogue == kOutF32PlusC;
   // the argument arrays (3 ints, 4 pointers, 4 strides per group), each 256-byte aligned, then CUTLASS's workspace
-  // (one per chunk, 256-byte aligned each)
-  const size_t chunk_workspace = (dequant_gemm_workspace(d.epilogue, c) + 255) / 256 * 256;
-  c.workspace_bytes = chunk_workspace * (chunked ? std::min(d.chunks, E) : 1);
+  c.workspace_bytes = dequant_gemm_workspace(d.epilogue, c);
   const size_t per = (static_cast<size_t>(E) * 12 + 255) / 256 * 256;
   Tensor ws = at::empty({static_cast<int64_t>(9 * per + c.workspace_bytes + 256)}, a_data.options());
   auto* next = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(ws.data_ptr()) + 255) / 256 * 256);
@@ -137,7 +119,7 @@ std::string launch_dequant_path(int kind, int E, const nvfp4_gemm::SetupArgs& s,
   Tensor alpha = at::empty({E}, a_data.options().dtype(at::kFloat));
   c.alpha = alpha.data_ptr<float>();
   c.workspace = next;
-  const int rc = launch_dequant_gemm(d, c, chunk_workspace, stream);
+  const int rc = launch_dequant_gemm(d, c, stream);
   NVFP4_RETURN_IF_ERROR(nvfp4::launch_status("nvfp4_gemm"));
   NVFP4_REFUSE_UNLESS(rc == 0, "nvfp4_gemm: the CUTLASS grouped GEMM refused the launch (code ", rc, ")");
   return {};

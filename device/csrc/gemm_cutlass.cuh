@@ -18,7 +18,6 @@
 #include <cstdint>
 
 #include "cute/tensor.hpp"
-#include "cutlass/cluster_launch.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
 #include "cutlass/epilogue/fusion/sm90_visitor_compute_tma_warpspecialized.hpp"
@@ -115,20 +114,6 @@ size_t workspace_bytes(const CutlassArgs& a) {
   return Cfg::Gemm::get_workspace_size(make_arguments<Cfg>(a));
 }
 
-// CUTLASS's device_kernel (cutlass/device_kernel.h) with one instruction in front: each CTA allows the next kernel
-// on the stream, when that one is launched with programmatic stream serialization, to start. The persistent grid is
-// at most one CTA per SM, so the dependent starts as soon as the whole grid is resident, and its CTAs can only land on
-// the SMs the grid's cap left free (a GEMM CTA takes all of an SM's registers). Nothing of this kernel's output is
-// read by that dependent (it decodes the next chunk's operands), so no griddepcontrol.wait is needed anywhere.
-template <typename Operator>
-__global__ __launch_bounds__(Operator::MaxThreadsPerBlock, Operator::MinBlocksPerMultiprocessor) void
-early_trigger_kernel(CUTLASS_GRID_CONSTANT typename Operator::Params const params) {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  extern __shared__ char smem[];
-  Operator op;
-  op(params, smem);
-}
-
 template <class Cfg>
 int run(const CutlassArgs& a, cudaStream_t stream) {
   auto args = make_arguments<Cfg>(a);
@@ -136,19 +121,8 @@ int run(const CutlassArgs& a, cudaStream_t stream) {
   if (Cfg::Gemm::get_workspace_size(args) > a.workspace_bytes) return 1;
   if (gemm.can_implement(args) != cutlass::Status::kSuccess) return 2;
   if (gemm.initialize(args, a.workspace, stream) != cutlass::Status::kSuccess) return 3;
-  if (!a.trigger_dependents) return gemm.run(stream) == cutlass::Status::kSuccess ? 0 : 4;
-  // The adapter's launch (GemmUniversalAdapter::run, cluster path) with early_trigger_kernel in place of device_kernel.
-  using K = typename Cfg::Kernel;
-  const void* kernel = reinterpret_cast<const void*>(early_trigger_kernel<K>);
-  const int smem = K::SharedStorageSize;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) return 3;
-  auto params = gemm.params();
-  void* kernel_params[] = {&params};
-  const dim3 cluster(size<0>(typename Cfg::ClusterShape{}), size<1>(typename Cfg::ClusterShape{}),
-                     size<2>(typename Cfg::ClusterShape{}));
-  const auto st = cutlass::ClusterLauncher::launch(Cfg::Gemm::get_grid_shape(params), cluster, K::get_block_shape(),
-                                                   smem, stream, kernel, kernel_params, false);
-  return st == cutlass::Status::kSuccess ? 0 : 4;
+  if (gemm.run(stream) != cutlass::Status::kSuccess) return 4;
+  return 0;
 }
 
 }  // namespace cutlass_path

@@ -28,10 +28,6 @@ struct CutlassArgs {
   float* alpha;  // written by gemm_dequant.cu's argument kernel, read by the epilogue
   void* workspace;
   size_t workspace_bytes;
-  // 1: every CTA executes griddepcontrol.launch_dependents first, so a kernel launched next on the stream with
-  // programmatic stream serialization (the chunked path's next decode, gemm_dequant.cu) starts once the persistent
-  // grid is resident, on the SMs its cap leaves free. 0: CUTLASS's own launch.
-  int trigger_dependents;
 };
 
 enum CutlassEpilogue : int { kOutBf16 = 0, kOutF32 = 1, kOutF32PlusC = 2 };

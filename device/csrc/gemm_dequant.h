@@ -37,17 +37,11 @@ struct DequantGemmArgs {
   // 128-byte aligned scratch for per-group tensor maps (128 bytes each), or null: the exact kernel over the copies 2 E
   // maps; the swapped kernel for dgrad E weight maps (gemm_swapped.cu)
   void* group_maps;
-  // The chunked fast path (launch_dequant_gemm, docs/gemm.md stop 39): groups in `chunks` chunks (<= 1: one decode of
-  // each whole plane, then one GEMM), the next chunk decoded on `side_sms` SMs beside the current chunk's GEMM.
-  int chunks;
-  int side_sms;
 };
 
-// Launches the dequantize kernels, the argument kernel, the zero-step epilogue and the CUTLASS GEMM (one, or one per
-// chunk when d.chunks > 1); returns the CUTLASS status code (0 = launched). `c` holds the device arrays and workspace
-// (gemm_bindings.cpp sizes them: with chunks, one `chunk_workspace` of CUTLASS workspace per chunk, and c's grid cap
-// already leaves d.side_sms SMs free).
-int launch_dequant_gemm(const DequantGemmArgs& d, CutlassArgs c, size_t chunk_workspace, cudaStream_t s);
+// Launches the dequantize kernels, the argument kernel, the zero-step epilogue and the CUTLASS GEMM; returns the
+// CUTLASS status code (0 = launched). `c` holds the device arrays and workspace (gemm_bindings.cpp sizes them).
+int launch_dequant_gemm(const DequantGemmArgs& d, CutlassArgs c, cudaStream_t s);
 size_t dequant_gemm_workspace(int epilogue, const CutlassArgs& c);
 // Exact mode over fp16 copies (docs/gemm.md, stop 30): decodes both planes into d.a_f16 / d.b_f16, points every
 // group's Prob::a / Prob::b (`probs`, the setup kernel's array) into the copies, then runs gemm_exact_f16.cu's kernel
