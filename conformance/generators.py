@@ -22,8 +22,8 @@ from .cases import PLAIN_QUANT, Case
 #: ``rht_signs`` ("default", "random"), ``rounding``, ``block``, ``swizzled``, ``dtype``, ``amax`` (how an amax is
 #: supplied: "none", "one", "pair", ...), ``scales`` (dequantize), ``out_dtype``, ``kind`` (GEMM kind),
 #: ``fast_kernel``, ``exact_kernel``; flags and limits: ``specials`` (NaN / Inf / -0 sprinkled in), ``max_elems``, ``min_rows``,
-#: ``max_rows``, ``max_k``, ``small``, ``loose_splits`` (SPEC 9.4 device splits); grouped GEMM: ``groups_agree``,
-#: ``bias_dtype`` ("float32", "bfloat16"), ``contraction`` ("normal", "long"); set by the op registry:
+#: ``max_rows``, ``max_k``, ``small``, ``loose_splits`` (SPEC 9.4 device splits); GEMM and grouped GEMM:
+#: ``bias_dtype`` ("float32", "bfloat16"); grouped GEMM: ``groups_agree``, ``contraction`` ("normal", "long"); set by the op registry:
 #: ``format``, ``mode``.
 SPACE_KEYS = frozenset({
     "planes", "rule", "rht", "rht_signs", "rounding", "block", "swizzled", "dtype", "amax", "scales", "out_dtype",
@@ -407,6 +407,11 @@ def gen_gemm(rng, space) -> tuple[dict, dict, dict]:
     arrays = {"a": to_dtype(a, dtype), "b": to_dtype(b, dtype)}
     if rng.random() < 0.3:
         arrays["bias"] = (rng.standard_normal(n) * 10.0 ** rng.uniform(-3, 3)).astype(np.float32)
+    bias_dtype = "none"
+    if "bias" in arrays:  # oracle.gemm takes a float32 or bfloat16 bias (SPEC 12.2: widened exactly); the dtype comes
+        # from a child stream, so that a seed's other draws stay as they were
+        bias_dtype = pick(rng.spawn(1)[0], space, "bias_dtype", ["float32", "bfloat16"], [0.7, 0.3])
+        arrays["bias"] = arrays["bias"].astype(ml_dtypes.bfloat16 if bias_dtype == "bfloat16" else np.float32)
     if rng.random() < 0.3:
         arrays["c"] = (rng.standard_normal((m, n)) * 10.0 ** rng.uniform(-3, 3)).astype(np.float32)
     alpha_mode = str(rng.choice(["auto", "auto", "auto", "huge", "tiny", "random"]))
@@ -419,7 +424,7 @@ def gen_gemm(rng, space) -> tuple[dict, dict, dict]:
         alpha = float(np.float32(rng.standard_normal() * 10.0 ** rng.uniform(-5, 5)))
     o = dict(rule=rule, out_dtype=out_dtype, alpha=alpha)
     o.update(gen_operand_quant(rng, space, rule=rule, b_blocks=((1, 16), (16, 16))))
-    tags = dict(rule=rule, out_dtype=out_dtype, alpha=alpha_mode, values=kind, dtype=dtype,
+    tags = dict(rule=rule, out_dtype=out_dtype, alpha=alpha_mode, values=kind, dtype=dtype, bias_dtype=bias_dtype,
                 epilogue="+".join([x for x in ("bias", "c") if x in arrays]) or "none",
                 operands=operand_quant_tag(o, (1, 16)))
     return arrays, o, tags

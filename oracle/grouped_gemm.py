@@ -34,7 +34,8 @@ def grouped_gemm(a: GroupedNVFP4Tensor, b: GroupedNVFP4Tensor, *, kind: str = "f
         model: as :func:`oracle.gemm` ("sequential" = the device's exact mode, "tensor_core" = its fast mode bit for
             bit, "exact").
         out_dtype: "bfloat16" or "float32"; default bfloat16 for fprop / dgrad, float32 for wgrad (the device's).
-        bias: fprop [E, N] / dgrad [E, K] float32, one row per group (not with wgrad).
+        bias: fprop [E, N] / dgrad [E, K] float32 or bfloat16 (widened exactly, SPEC 12.2), one row per group (not
+            with wgrad).
         accumulate: wgrad only, float32 [E, N, K] C added per group, with float32 output (the device adds into C in
             place; another out_dtype raises); an empty group (m_g = 0) returns its C bit for bit (SPEC 12.5: no tile
             is scheduled), where without C it is 0.

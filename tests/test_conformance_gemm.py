@@ -3,6 +3,7 @@ device's layout, and the comparisons catch planted errors (fast mode: outside th
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
@@ -11,7 +12,12 @@ import numpy as np
 import pytest
 
 import oracle
-from conformance.backends import OracleGroupedBackend, grouped_gemm_operands_by, register_backend
+from conformance.backends import (
+    FractionsBackend,
+    OracleGroupedBackend,
+    grouped_gemm_operands_by,
+    register_backend,
+)
 from conformance.cases import case_size, load_case, save_case
 from conformance.cli import replay
 from conformance.compare import compare
@@ -609,3 +615,26 @@ def test_bf16_bias_case_is_saved_and_replayed(tmp_path, capsys):
     assert replay(str(path)) == 1
     assert replay(str(path), backend="oracle-grouped") == 0
     capsys.readouterr()
+
+
+def test_gemm_generator_draws_bf16_bias_checked_by_fractions():
+    """The single-GEMM cases draw a float32 or bfloat16 bias (tag bias_dtype); for bf16-bias cases the independent
+    Fraction evaluation (conformance.independent, its own decode of the planes) agrees with oracle.gemm's exact model
+    under the comparison of the gemm_exact op, and that reference equals the one given the bias widened to float32."""
+    seen = set()
+    checked = 0
+    for i in range(400):
+        c = generate("gemm_exact", 43, i, "gemm", {**OPS["gemm_exact"].space, "specials": False, "small": True})
+        tag = c.tags["bias_dtype"]
+        seen.add(tag)
+        assert tag == (c.arrays["bias"].dtype.name if "bias" in c.arrays else "none")
+        if tag != "bfloat16" or checked >= 6:
+            continue
+        ref = reference(c)
+        out = FractionsBackend().run("gemm_exact", c)
+        assert compare(c, ref, out, mode=OPS["gemm_exact"].mode, stats={}) == []
+        wide = dict(c.arrays, bias=c.arrays["bias"].astype(np.float32))
+        ref_wide = reference(dataclasses.replace(c, arrays=wide))
+        assert np.array_equal(_bits(ref["y"]), _bits(ref_wide["y"]))
+        checked += 1
+    assert seen == {"none", "float32", "bfloat16"} and checked == 6
