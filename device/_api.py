@@ -226,9 +226,7 @@ def dequantize(q, plane: str = "row", *, scales: Tensor | None = None, amax: Ten
         raise ValueError("raw dequantize needs swizzled=True or False, the layout of the scale bytes (SPEC 8; "
                          "device.quantize writes swizzled scales unless swizzled=False)")
     data = q if not isinstance(q, DeviceNVFP4Tensor) else data
-    for name, t in (("data", data), ("scales", scales), ("amax", amax)):
-        if not isinstance(t, Tensor) or not t.is_cuda:
-            raise ValueError(f"{name} must be a CUDA tensor")
+    _ops.require_cuda_tensors(data=data, scales=scales, amax=amax)  # (before .contiguous() / .to() below)
     rows, cols = (int(s) for s in shape)
     data = data.contiguous()
     return _ops.dequantize_op(data, scales.contiguous(), amax.to(torch.float32).reshape(-1)[:1].contiguous(),

@@ -244,12 +244,18 @@ def _(compact):
     return compact.new_empty(_ru(rows, 128) * _ru(cols, 4))
 
 
+def require_cuda_tensors(**tensors) -> None:
+    """Raise ValueError naming the first keyword argument that is not a CUDA ``torch.Tensor``."""
+    for name, t in tensors.items():
+        if not isinstance(t, Tensor) or not t.is_cuda:
+            raise ValueError(f"{name} must be a CUDA tensor")
+
+
 def check_dequantize_args(data: Tensor, scales: Tensor, amax: Tensor, rows: int, cols: int, swizzled: bool) -> None:
     """What the dequantize kernel reads, checked before the launch: rows*cols/2 code bytes (8-byte aligned: it reads
     words), one scale byte per 16-block (SPEC 8.2 offsets when swizzled), one float32 amax, all on one CUDA device."""
+    require_cuda_tensors(data=data, scales=scales, amax=amax)
     for name, t in (("data", data), ("scales", scales), ("amax", amax)):
-        if not isinstance(t, Tensor) or not t.is_cuda:
-            raise ValueError(f"{name} must be a CUDA tensor")
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous")
     if data.dtype != torch.uint8 or scales.dtype != torch.uint8:

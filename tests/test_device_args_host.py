@@ -38,3 +38,18 @@ def test_raw_dequantize_needs_the_scale_layout():
         _api.dequantize(data, scales=scales, amax=torch.ones(1), shape=(1, 16))
     with pytest.raises(ValueError, match="needs data, scales="):
         _api.dequantize(data, scales=scales, shape=(1, 16), swizzled=False)
+
+
+
+def test_raw_dequantize_refuses_host_tensors_and_numbers():
+    # every buffer the kernel reads must be a CUDA tensor; the refusal names the first one that is not
+    from device import _ops
+
+    data, scales = torch.zeros(8, dtype=torch.uint8), torch.zeros(1, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="^data must be a CUDA tensor"):
+        _api.dequantize(data, scales=scales, amax=1.0, shape=(1, 16), swizzled=False)
+    with pytest.raises(ValueError, match="^scales must be a CUDA tensor"):
+        _ops.require_cuda_tensors(scales=scales, amax=torch.ones(1))
+    with pytest.raises(ValueError, match="^amax must be a CUDA tensor"):  # a number where a tensor belongs
+        _ops.require_cuda_tensors(amax=1.0)
+    _ops.require_cuda_tensors()  # nothing to check: no error
