@@ -23,26 +23,16 @@ import statistics
 
 import torch
 from ab_env_switch import operands as env_switch_operands
-from bench_grouped_gemm import splits_for, timeit
+from bench_grouped_gemm import timeit
 
-import device
 from device.gemm import grouped_gemm
 
 DEV = "cuda"
 
 
 def operands(e: int, t: int, k: int, n: int, kind: str):
-    """(a, b, output shape, the grouped_mm call) of one case with balanced splits (fprop / dgrad: ab_env_switch's)."""
-    if kind != "wgrad":
-        return env_switch_operands(e, t, k, n, False, kind)
-    st = torch.tensor(splits_for(e, t, False), dtype=torch.int64, device=DEV)
-    offs = st.cumsum(0).to(torch.int32)
-    x = torch.randn((t, k), device=DEV, dtype=torch.bfloat16)
-    dy = torch.randn((t, n), device=DEV, dtype=torch.bfloat16)
-    a = device.group_quantize(dy, st, rowwise=False, columnwise=True)
-    b = device.group_quantize(x, st, rowwise=False, columnwise=True)
-    dyt = dy.t().contiguous()
-    return a, b, (e, n, k), lambda: torch._grouped_mm(dyt, x, offs=offs)
+    """(a, b, output shape, the grouped_mm call) of one case with balanced splits: ab_env_switch's operands."""
+    return env_switch_operands(e, t, k, n, False, kind)
 
 
 def main() -> None:
@@ -89,10 +79,9 @@ def main() -> None:
                 outs[kn].copy_(c0)
             call(kn)
         torch.cuda.synchronize()
+        bits = torch.int16 if dt == torch.bfloat16 else torch.int32
         for kn in kernels[1:]:
-            same.append(bool(torch.equal(outs[kn].view(torch.int16 if dt == torch.bfloat16 else torch.int32),
-                                         outs[kernels[0]].view(torch.int16 if dt == torch.bfloat16
-                                                               else torch.int32))))
+            same.append(bool(torch.equal(outs[kn].view(bits), outs[kernels[0]].view(bits))))
         flops = 2.0 * t * n * k
         times: dict[str, list[float]] = {kn: [] for kn in kernels + ["grouped_mm"]}
         for _ in range(args.rounds):
