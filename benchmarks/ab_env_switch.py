@@ -11,7 +11,8 @@ Variables: ``NVFP4_EXACT_TMA`` (fused exact kernel, opt-in), ``NVFP4_XF16_TMA`` 
 ``--exact-kernel dequant``), ``NVFP4_SWAP_TMA`` (swapped fast kernel, ``--mode fast --fast-kernel swapped``),
 ``NVFP4_SWAP_GROUP_MAPS`` (its dgrad through per-group weight maps, opt-in; off: the cp.async loader),
 ``NVFP4_EXACT_CONV_ALL_B`` (with ``NVFP4_EXACT_TMA=1`` in the environment: the fused exact kernel's converter
-converts all of B, opt-in). Other variables in the environment hold for every side.
+converts all of B, opt-in), ``NVFP4_CUTLASS_SCHEDULE`` (the dequantize-first path's CUTLASS schedule, ``--mode fast
+--fast-kernel dequant --values 0,1,2``). Other variables in the environment hold for every side.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ CASES = [
     ("E8 dgrad", 8, 16384, 4096, 14336, False, "dgrad"),
     ("E8 skew fprop", 8, 16384, 4096, 14336, True, "fprop"),
     ("E8 wgrad", 8, 16384, 4096, 14336, False, "wgrad"),
+    ("E64 wgrad", 64, 16384, 2048, 1408, False, "wgrad"),
 ]
 
 
@@ -70,6 +72,8 @@ def main() -> None:
     ap.add_argument("--exact-kernel", default="fused")
     ap.add_argument("--fast-kernel", default="auto")
     ap.add_argument("--out-dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    ap.add_argument("--wgrad-out", default="float32", choices=["float32", "bfloat16", "float32+acc"],
+                    help="wgrad's output: fp32, bf16, or fp32 accumulated into (a zeroed main_grad, then in place)")
     ap.add_argument("--cases", default="E64 fprop,E64 dgrad", help="comma-separated case names (substrings)")
     ap.add_argument("--iters", type=int, default=10)
     args = ap.parse_args()
@@ -77,18 +81,20 @@ def main() -> None:
     kernel_kw = dict(exact_kernel=args.exact_kernel) if args.mode == "exact" else dict(fast_kernel=args.fast_kernel)
     wanted = [c.strip() for c in args.cases.split(",") if c.strip()]
     values = [v.strip() for v in args.values.split(",") if v.strip()]
-    print(f"{args.var}: {' / '.join(values)}, mode={args.mode} {kernel_kw}, out {args.out_dtype} (wgrad: float32); "
-          "TFLOP/s, two rounds")
+    print(f"{args.var}: {' / '.join(values)}, mode={args.mode} {kernel_kw}, out {args.out_dtype} (wgrad: "
+          f"{args.wgrad_out}); TFLOP/s, two rounds")
+    accumulate = args.wgrad_out == "float32+acc"
     for name, e, t, k, n, skew, kind in CASES:
         if wanted and not any(w == name for w in wanted):
             continue
         a, b, shape, gmm = operands(e, t, k, n, skew, kind)
-        odt = torch.float32 if kind == "wgrad" else dt
-        outs = {v: torch.empty(shape, dtype=odt, device=DEV) for v in values}
+        odt = (torch.bfloat16 if args.wgrad_out == "bfloat16" else torch.float32) if kind == "wgrad" else dt
+        acc = accumulate and kind == "wgrad"
+        outs = {v: torch.zeros(shape, dtype=odt, device=DEV) for v in values}
 
-        def call(v: str, a=a, b=b, kind=kind, outs=outs) -> None:
+        def call(v: str, a=a, b=b, kind=kind, outs=outs, acc=acc) -> None:
             os.environ[args.var] = v
-            grouped_gemm(a, b, kind=kind, out=outs[v], mode=args.mode, **kernel_kw)
+            grouped_gemm(a, b, kind=kind, out=outs[v], mode=args.mode, accumulate=acc, **kernel_kw)
 
         for v in values:
             call(v)
