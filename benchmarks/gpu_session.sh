@@ -15,8 +15,6 @@
 #                  per-warp stage release: __syncwarp, then lane 0 arrives)
 #   ab             benchmarks/ab_env_switch.py for the opt-in switches ($AB_EXACT_CASES, $AB_SWAP_CASES): the exact TMA
 #                  loader, the swapped dgrad group maps, and (under the TMA loader) the converter converting all of B
-#   ab-cutlass     benchmarks/ab_env_switch.py over NVFP4_CUTLASS_SCHEDULE 0,1,2 (the dequantize-first path's CUTLASS
-#                  schedules) on $AB_CUTLASS_CASES, wgrad with fp32, bf16 and accumulated fp32 output
 #   ab-kernel      benchmarks/ab_fast_kernel.py: fast_kernel choices $AB_KERNELS on $AB_KERNEL_CASES (E,T,K,N,kind,out;...)
 #   conformance    python -m conformance run on the GPU, ops $CONF_OPS (default: the grouped-GEMM ops; "all" for
 #                  every op), $CONF_BUDGET, seed $CONF_SEED
@@ -35,7 +33,6 @@ SANITIZE_TOOLS=${SANITIZE_TOOLS:-"memcheck racecheck"}
 AB_EXACT_CASES=${AB_EXACT_CASES:-"E64 fprop,E64 dgrad,E8 T512 fprop"}
 AB_SWAP_CASES=${AB_SWAP_CASES:-"E8 T512 dgrad"}
 AB_KERNELS=${AB_KERNELS:-"auto,fused,dequant"}
-AB_CUTLASS_CASES=${AB_CUTLASS_CASES:-"E64 wgrad,E8 wgrad,E8 fprop,E8 dgrad,E64 fprop,E64 dgrad"}
 AB_KERNEL_CASES=${AB_KERNEL_CASES:-"64,16384,2048,1408,wgrad,f32;64,16384,2048,1408,wgrad,bf16"}
 CONF_BUDGET=${CONF_BUDGET:-45s}
 CONF_OPS=${CONF_OPS:-grouped_gemm,grouped_gemm_tc,grouped_gemm_exact}
@@ -46,7 +43,7 @@ status=0
 default_timeout() {
   case "$1" in
     build) echo 300 ;; smoke) echo 120 ;; racecheck-repro) echo 90 ;; gemm-tests) echo 240 ;; quant-tests) echo 240 ;; sanitize) echo 300 ;;
-    ab) echo 240 ;; ab-kernel) echo 240 ;; ab-cutlass) echo 300 ;; conformance) echo 120 ;; binding-errors) echo 120 ;; bench-gemm) echo 300 ;; bench-quant) echo 240 ;; *) echo 60 ;;
+    ab) echo 240 ;; ab-kernel) echo 240 ;; conformance) echo 120 ;; binding-errors) echo 120 ;; bench-gemm) echo 300 ;; bench-quant) echo 240 ;; *) echo 60 ;;
   esac
 }
 
@@ -104,15 +101,6 @@ EOF
       NVFP4_EXACT_TMA=1 python3 benchmarks/ab_env_switch.py --var NVFP4_EXACT_CONV_ALL_B --mode exact \
         --exact-kernel fused --cases "$AB_EXACT_CASES"
       ;;
-    ab-cutlass)
-      local out rc=0
-      for out in float32 bfloat16 float32+acc; do
-        python3 benchmarks/ab_env_switch.py --var NVFP4_CUTLASS_SCHEDULE --values 0,1,2 --mode fast \
-          --fast-kernel dequant --wgrad-out "$out" --cases "$AB_CUTLASS_CASES" || rc=$?
-        AB_CUTLASS_CASES="E64 wgrad,E8 wgrad"  # the other kinds have no wgrad output option
-      done
-      return $rc
-      ;;
     ab-kernel) python3 benchmarks/ab_fast_kernel.py --kernels "$AB_KERNELS" --cases "$AB_KERNEL_CASES" ;;
     conformance)
       local ops=()
@@ -134,7 +122,7 @@ for stage in "$@"; do
   start=$(date +%s)
   # (the stage in a child shell, so that timeout can kill it and everything it started)
   timeout -s KILL "$limit" bash -c "$(declare -f stage_body); $(declare -p PYTEST SAN SANITIZE_K SANITIZE_TOOLS AB_EXACT_CASES \
-    AB_SWAP_CASES AB_KERNELS AB_KERNEL_CASES AB_CUTLASS_CASES CONF_BUDGET CONF_SEED CONF_OPS OUT); stage_body $stage" >"$OUT/$stage.log" 2>&1
+    AB_SWAP_CASES AB_KERNELS AB_KERNEL_CASES CONF_BUDGET CONF_SEED CONF_OPS OUT); stage_body $stage" >"$OUT/$stage.log" 2>&1
   rc=$?
   echo "=== $stage: rc $rc, $(( $(date +%s) - start )) s (limit $limit s)"
   grep -v '^\[[0-9]*/[0-9]*\]' "$OUT/$stage.log" | tail -n "${TAIL_LINES:-15}"

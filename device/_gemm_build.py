@@ -15,10 +15,8 @@ __all__ = ["load_gemm_extension"]
 CSRC = Path(__file__).resolve().parent / "csrc"
 _SOURCES = ("gemm_bindings.cpp", "gemm_kernels.cu", "gemm_wgmma_fast.cu", "gemm_wgmma_pair.cu", "gemm_wgmma_exact.cu",
             "gemm_wgmma_exact_tma.cu", "gemm_dequant.cu", "gemm_exact_f16.cu", "gemm_swapped.cu")
-#: the dequantize-first path's CUTLASS instantiations (one per schedule and epilogue), built when CUTLASS's headers are
-#: found
-_CUTLASS_SOURCES = tuple(f"gemm_cutlass_{s}_{e}.cu" for s in ("coop", "pp128", "pp64")
-                         for e in ("bf16", "f32", "f32_plus_c"))
+#: the dequantize-first path's CUTLASS instantiations (one per epilogue), built when CUTLASS's headers are found
+_CUTLASS_SOURCES = ("gemm_cutlass_bf16.cu", "gemm_cutlass_f32.cu", "gemm_cutlass_f32_plus_c.cu")
 _CUDA_FLAGS = [
     "-O3",
     "-std=c++17",

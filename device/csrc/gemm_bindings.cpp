@@ -68,14 +68,6 @@ std::pair<Tensor, Tensor> f16_copies(nvfp4_gemm::DequantGemmArgs& d, int kind, i
   return {a16, b16};
 }
 
-// The CUTLASS schedule of the dequantize-first path (CutlassSchedule): NVFP4_CUTLASS_SCHEDULE = 0 (cooperative
-// 128 x 256, the default), 1 (pingpong 128 x 128) or 2 (pingpong 64 x 256); read at every launch (docs/gemm.md, stop 40).
-int cutlass_schedule() {
-  const char* env = std::getenv("NVFP4_CUTLASS_SCHEDULE");
-  if (env == nullptr || env[0] < '0' || env[0] > '2' || env[1] != '\0') return nvfp4_gemm::kCooperative128x256;
-  return env[0] - '0';
-}
-
 // The dequantize-first fast path (docs/gemm.md, stop 29) after the setup kernel: fp16 copies of both operand planes
 // and CUTLASS's argument arrays come from the caching allocator.
 std::string launch_dequant_path(int kind, int E, const nvfp4_gemm::SetupArgs& s, const Tensor& a_data,
@@ -100,7 +92,6 @@ std::string launch_dequant_path(int kind, int E, const nvfp4_gemm::SetupArgs& s,
     c.sm_count = max_ctas < 2 ? 2 : max_ctas / 2 * 2;
     c.max_active_clusters = c.sm_count / 2;
   }
-  c.schedule = cutlass_schedule();
   const bool plus_c = d.epilogue == kOutF32PlusC;
   // the argument arrays (3 ints, 4 pointers, 4 strides per group), each 256-byte aligned, then CUTLASS's workspace
   c.workspace_bytes = dequant_gemm_workspace(d.epilogue, c);

@@ -50,34 +50,13 @@ using AlphaAccPlusC = fusion::Sm90EVT<
     fusion::Sm90EVT<fusion::Sm90Compute<cutlass::multiplies, float, float, kRne>, Alpha, fusion::Sm90AccFetch>,
     fusion::Sm90SrcFetch<float>>;
 
-// Kernel schedules (CutlassSchedule in gemm_cutlass.h). Cooperative 128 x 256 x 64, 2-CTA clusters along M: both
-// consumer warpgroups share one tile (64 x 256 each); the fastest of four shapes measured on E8 T16384 (docs/gemm.md,
-// stop 29). Pingpong: each consumer warpgroup takes a whole tile of its own, so one warpgroup's epilogue runs while
-// the other's mainloop does (short contractions such as wgrad over few rows per group; docs/gemm.md, stop 40).
-struct Cooperative128x256 {
-  using TileShape = Shape<_128, _256, _64>;
-  using ClusterShape = Shape<_2, _1, _1>;
-  using MainloopSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
-  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
-};
-struct Pingpong128x128 {
-  using TileShape = Shape<_128, _128, _64>;
-  using ClusterShape = Shape<_2, _1, _1>;
-  using MainloopSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
-  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
-};
-struct Pingpong64x256 {
-  using TileShape = Shape<_64, _256, _64>;
-  using ClusterShape = Shape<_2, _1, _1>;
-  using MainloopSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
-  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
-};
-
-template <class ElementD, class ElementC, class Fusion, class Schedule>
+// 128 x 256 x 64 tiles, 2 consumer warpgroups (cooperative), 2-CTA clusters along M: the fastest of four shapes
+// measured on E8 T16384 (docs/gemm.md, stop 29).
+template <class ElementD, class ElementC, class Fusion>
 struct Config {
   using ElemC = ElementC;  // void: the epilogue reads no C
-  using TileShape = typename Schedule::TileShape;
-  using ClusterShape = typename Schedule::ClusterShape;
+  using TileShape = Shape<_128, _256, _64>;
+  using ClusterShape = Shape<_2, _1, _1>;
   using LayoutA = cutlass::layout::RowMajor;     // A [M, K], K contiguous
   using LayoutB = cutlass::layout::ColumnMajor;  // B as K x N, K contiguous (= a K-major [N, K] plane)
   using LayoutD = cutlass::layout::RowMajor;
@@ -86,12 +65,12 @@ struct Config {
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementC, LayoutD*, kAlignD, ElementD, LayoutD*,
-      kAlignD, typename Schedule::EpilogueSchedule, Fusion>::CollectiveOp;
+      kAlignD, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative, Fusion>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::half_t, LayoutA*, kAlignAB, cutlass::half_t,
       LayoutB*, kAlignAB, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      typename Schedule::MainloopSchedule>::CollectiveOp;
+      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>::CollectiveOp;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   // gemm_dequant.cu writes these arrays without CUTLASS's types: one int64 row stride per group and operand, and
@@ -148,12 +127,3 @@ int run(const CutlassArgs& a, cudaStream_t stream) {
 
 }  // namespace cutlass_path
 }  // namespace nvfp4_gemm
-
-// Defines cutlass_run_<NAME> / cutlass_workspace_<NAME> (gemm_cutlass.h) for one instantiation; each gemm_cutlass_*.cu
-// holds one, so that they compile in parallel.
-#define NVFP4_CUTLASS_INSTANCE(NAME, ELEMENT_D, ELEMENT_C, FUSION, SCHEDULE)                                   \
-  namespace nvfp4_gemm {                                                                                       \
-  using Cfg_##NAME = cutlass_path::Config<ELEMENT_D, ELEMENT_C, FUSION, cutlass_path::SCHEDULE>;              \
-  int cutlass_run_##NAME(const CutlassArgs& a, cudaStream_t s) { return cutlass_path::run<Cfg_##NAME>(a, s); } \
-  size_t cutlass_workspace_##NAME(const CutlassArgs& a) { return cutlass_path::workspace_bytes<Cfg_##NAME>(a); } \
-  }

@@ -28,28 +28,16 @@ struct CutlassArgs {
   float* alpha;  // written by gemm_dequant.cu's argument kernel, read by the epilogue
   void* workspace;
   size_t workspace_bytes;
-  int schedule;  // CutlassSchedule
 };
 
 enum CutlassEpilogue : int { kOutBf16 = 0, kOutF32 = 1, kOutF32PlusC = 2 };
-// The CUTLASS kernel schedule and tile (gemm_cutlass.cuh): cooperative 128 x 256, pingpong 128 x 128, pingpong 64 x 256.
-enum CutlassSchedule : int { kCooperative128x256 = 0, kPingpong128x128 = 1, kPingpong64x256 = 2 };
 
-// One instantiation per (schedule, epilogue), each in its own gemm_cutlass_<schedule>_<epilogue>.cu.
-// run: 0 on success; otherwise a small code (1 workspace too small, 2 cannot implement, 3 init failed, 4 launch
-// failed). workspace: CUTLASS's workspace bytes for these arguments.
-#define NVFP4_CUTLASS_DECLARE(NAME)                              \
-  int cutlass_run_##NAME(const CutlassArgs& a, cudaStream_t s); \
-  size_t cutlass_workspace_##NAME(const CutlassArgs& a);
-NVFP4_CUTLASS_DECLARE(coop_bf16)
-NVFP4_CUTLASS_DECLARE(coop_f32)
-NVFP4_CUTLASS_DECLARE(coop_f32_plus_c)
-NVFP4_CUTLASS_DECLARE(pp128_bf16)
-NVFP4_CUTLASS_DECLARE(pp128_f32)
-NVFP4_CUTLASS_DECLARE(pp128_f32_plus_c)
-NVFP4_CUTLASS_DECLARE(pp64_bf16)
-NVFP4_CUTLASS_DECLARE(pp64_f32)
-NVFP4_CUTLASS_DECLARE(pp64_f32_plus_c)
-#undef NVFP4_CUTLASS_DECLARE
+// 0 on success; otherwise a small code (1 workspace too small, 2 cannot implement, 3 init failed, 4 launch failed).
+int cutlass_run_bf16(const CutlassArgs& a, cudaStream_t s);
+int cutlass_run_f32(const CutlassArgs& a, cudaStream_t s);
+int cutlass_run_f32_plus_c(const CutlassArgs& a, cudaStream_t s);
+size_t cutlass_workspace_bf16(const CutlassArgs& a);
+size_t cutlass_workspace_f32(const CutlassArgs& a);
+size_t cutlass_workspace_f32_plus_c(const CutlassArgs& a);
 
 }  // namespace nvfp4_gemm

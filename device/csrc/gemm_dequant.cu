@@ -126,44 +126,27 @@ void dequant_plane(const PlaneView& p, void* out, cudaStream_t s) {
 }  // namespace
 
 #ifdef NVFP4_NO_CUTLASS  // built without CUTLASS's headers: the path reports "not built" (code 5)
-#define NVFP4_CUTLASS_ABSENT(NAME)                                              \
-  int cutlass_run_##NAME(const CutlassArgs&, cudaStream_t) { return 5; } \
-  size_t cutlass_workspace_##NAME(const CutlassArgs&) { return 0; }
-NVFP4_CUTLASS_ABSENT(coop_bf16)
-NVFP4_CUTLASS_ABSENT(coop_f32)
-NVFP4_CUTLASS_ABSENT(coop_f32_plus_c)
-NVFP4_CUTLASS_ABSENT(pp128_bf16)
-NVFP4_CUTLASS_ABSENT(pp128_f32)
-NVFP4_CUTLASS_ABSENT(pp128_f32_plus_c)
-NVFP4_CUTLASS_ABSENT(pp64_bf16)
-NVFP4_CUTLASS_ABSENT(pp64_f32)
-NVFP4_CUTLASS_ABSENT(pp64_f32_plus_c)
-#undef NVFP4_CUTLASS_ABSENT
+int cutlass_run_bf16(const CutlassArgs&, cudaStream_t) { return 5; }
+int cutlass_run_f32(const CutlassArgs&, cudaStream_t) { return 5; }
+int cutlass_run_f32_plus_c(const CutlassArgs&, cudaStream_t) { return 5; }
+size_t cutlass_workspace_bf16(const CutlassArgs&) { return 0; }
+size_t cutlass_workspace_f32(const CutlassArgs&) { return 0; }
+size_t cutlass_workspace_f32_plus_c(const CutlassArgs&) { return 0; }
 bool cutlass_built() { return false; }
 #else
 bool cutlass_built() { return true; }
 #endif
-
-namespace {
-using CutlassRun = int (*)(const CutlassArgs&, cudaStream_t);
-using CutlassWorkspace = size_t (*)(const CutlassArgs&);
-// [schedule][epilogue] (CutlassSchedule, CutlassEpilogue)
-constexpr CutlassRun kCutlassRun[3][3] = {
-    {cutlass_run_coop_bf16, cutlass_run_coop_f32, cutlass_run_coop_f32_plus_c},
-    {cutlass_run_pp128_bf16, cutlass_run_pp128_f32, cutlass_run_pp128_f32_plus_c},
-    {cutlass_run_pp64_bf16, cutlass_run_pp64_f32, cutlass_run_pp64_f32_plus_c}};
-constexpr CutlassWorkspace kCutlassWorkspace[3][3] = {
-    {cutlass_workspace_coop_bf16, cutlass_workspace_coop_f32, cutlass_workspace_coop_f32_plus_c},
-    {cutlass_workspace_pp128_bf16, cutlass_workspace_pp128_f32, cutlass_workspace_pp128_f32_plus_c},
-    {cutlass_workspace_pp64_bf16, cutlass_workspace_pp64_f32, cutlass_workspace_pp64_f32_plus_c}};
-}  // namespace
 
 int launch_dequant_gemm(const DequantGemmArgs& d, CutlassArgs c, cudaStream_t s) {
   dequant_plane(d.a, d.a_f16, s);
   dequant_plane(d.b, d.b_f16, s);
   cutlass_args_kernel<<<(d.E + 255) / 256, 256, 0, s>>>(d, c);
   zero_k_epilogue_kernel<<<dim3(8, d.E), 256, 0, s>>>(d);
-  return kCutlassRun[c.schedule][d.epilogue](c, s);
+  switch (d.epilogue) {
+    case kOutBf16: return cutlass_run_bf16(c, s);
+    case kOutF32: return cutlass_run_f32(c, s);
+    default: return cutlass_run_f32_plus_c(c, s);
+  }
 }
 
 void launch_dequant_exact(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
@@ -179,6 +162,12 @@ void launch_swapped_path(const DequantGemmArgs& d, Prob* probs, const LaunchArgs
   launch_swapped(l, d, s);
 }
 
-size_t dequant_gemm_workspace(int epilogue, const CutlassArgs& c) { return kCutlassWorkspace[c.schedule][epilogue](c); }
+size_t dequant_gemm_workspace(int epilogue, const CutlassArgs& c) {
+  switch (epilogue) {
+    case kOutBf16: return cutlass_workspace_bf16(c);
+    case kOutF32: return cutlass_workspace_f32(c);
+    default: return cutlass_workspace_f32_plus_c(c);
+  }
+}
 
 }  // namespace nvfp4_gemm
