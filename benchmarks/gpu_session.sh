@@ -15,6 +15,8 @@
 #                  per-warp stage release: __syncwarp, then lane 0 arrives)
 #   ab             benchmarks/ab_env_switch.py for the opt-in switches ($AB_EXACT_CASES, $AB_SWAP_CASES): the exact TMA
 #                  loader, the swapped dgrad group maps, and (under the TMA loader) the converter converting all of B
+#   ab-pdl         benchmarks/ab_env_switch.py over NVFP4_GEMM_PDL 1,0 (the call's kernels chained by programmatic
+#                  dependent launch, or not) on the fast and exact paths whose calls are short
 #   timeline       benchmarks/gemm_timeline.py: host enqueue time, kernels and gaps per call (fast auto; exact on E64)
 #   ab-kernel      benchmarks/ab_fast_kernel.py: fast_kernel choices $AB_KERNELS on $AB_KERNEL_CASES (E,T,K,N,kind,out;...)
 #   conformance    python -m conformance run on the GPU, ops $CONF_OPS (default: the grouped-GEMM ops; "all" for
@@ -44,7 +46,7 @@ status=0
 default_timeout() {
   case "$1" in
     build) echo 300 ;; smoke) echo 120 ;; racecheck-repro) echo 90 ;; gemm-tests) echo 240 ;; quant-tests) echo 240 ;; sanitize) echo 300 ;;
-    ab) echo 240 ;; ab-kernel) echo 240 ;; timeline) echo 240 ;; conformance) echo 120 ;; binding-errors) echo 120 ;; bench-gemm) echo 300 ;; bench-quant) echo 240 ;; *) echo 60 ;;
+    ab) echo 240 ;; ab-kernel) echo 240 ;; timeline) echo 240 ;; ab-pdl) echo 240 ;; conformance) echo 120 ;; binding-errors) echo 120 ;; bench-gemm) echo 300 ;; bench-quant) echo 240 ;; *) echo 60 ;;
   esac
 }
 
@@ -101,6 +103,12 @@ EOF
         --cases "$AB_SWAP_CASES" || return $?
       NVFP4_EXACT_TMA=1 python3 benchmarks/ab_env_switch.py --var NVFP4_EXACT_CONV_ALL_B --mode exact \
         --exact-kernel fused --cases "$AB_EXACT_CASES"
+      ;;
+    ab-pdl)
+      python3 benchmarks/ab_env_switch.py --var NVFP4_GEMM_PDL --values 1,0 --mode fast \
+        --cases "E8 T512 fprop,E8 T512 dgrad,E64 fprop,E64 dgrad,E64 wgrad" || return $?
+      python3 benchmarks/ab_env_switch.py --var NVFP4_GEMM_PDL --values 1,0 --mode exact --exact-kernel auto \
+        --cases "E64 fprop,E64 dgrad,E64 wgrad,E8 T512 fprop"
       ;;
     timeline)
       python3 benchmarks/gemm_timeline.py || return $?

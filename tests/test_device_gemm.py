@@ -401,6 +401,53 @@ def test_swapped_kernel_capped_grid_and_auto():
         run_wgrad([0, 37, 200, 5], 304, 144, "fast", torch.float32, accumulate=False, fast_kernel="swapped")
 
 
+# Programmatic dependent launch (device/csrc/gemm_pdl.cuh; docs/gemm.md, stop 40): a call's kernels are chained, each
+# placed on the GPU while its predecessor still runs and waiting in-kernel for its results. Two calls enqueued back to
+# back with different splits (no synchronisation in between) must each match the oracle: a kernel that read its
+# problem list, tensor maps or fp16 copies before its predecessor finished would see the other call's groups. Every
+# chain (setup -> GEMM; setup -> maps -> GEMM; setup -> decode -> retarget [-> maps] -> GEMM; setup -> decodes ->
+# CUTLASS), with PDL on and off (NVFP4_GEMM_PDL=0).
+PDL_CHAINS = {  # name: kind, mode, kernel keywords, extra environment
+    "large": ("fprop", "fast", dict(fast_kernel="large"), {}),
+    "pair": ("dgrad", "fast", dict(fast_kernel="pair"), {}),
+    "swapped": ("fprop", "fast", dict(fast_kernel="swapped"), {}),
+    "swapped_maps": ("dgrad", "fast", dict(fast_kernel="swapped"), {"NVFP4_SWAP_GROUP_MAPS": "1"}),
+    "dequant": ("dgrad", "fast", dict(fast_kernel="dequant"), {}),
+    "exact": ("fprop", "exact", dict(exact_kernel="fused"), {}),
+    "exact_tma": ("dgrad", "exact", dict(exact_kernel="fused"), {"NVFP4_EXACT_TMA": "1"}),
+    "exact_dequant": ("fprop", "exact", dict(exact_kernel="dequant"), {}),
+}
+
+
+@pytest.mark.parametrize("pdl", ["1", "0"])
+@pytest.mark.parametrize("chain", list(PDL_CHAINS))
+def test_back_to_back_calls(chain, pdl, monkeypatch):
+    kind, mode, kw, env = PDL_CHAINS[chain]
+    if chain == "dequant":
+        _needs_dequant_path()
+    monkeypatch.setenv("NVFP4_GEMM_PDL", pdl)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    n, k = 256, 512
+    wq = weights(4, n, k, seed=201)
+    cols = n if kind == "fprop" else k  # output columns
+    split_sets = [[100, 0, 300, 61], [0, 257, 3, 200], [64, 64, 64, 64]]
+    acts = [gq(rand_bf16((sum(s), k if kind == "fprop" else n), 202 + i), s) for i, s in enumerate(split_sets)]
+    torch.cuda.synchronize()
+    outs = [_gg()(a, wq, kind=kind, mode=mode, **kw) for a in acts]  # enqueued back to back
+    wo = wq.to_oracle()
+    for i, (splits, a, y) in enumerate(zip(split_sets, acts, outs, strict=True)):
+        assert tuple(y.shape) == (sum(splits), cols)
+        yn, ao = to_np(y), a.to_oracle()
+        r0 = 0
+        for g, m in enumerate(splits):
+            if m:
+                b_plane = wo.row_planes[g] if kind == "fprop" else wo.col_planes[g]
+                check_group(yn[r0:r0 + m], ao.row_planes[g], b_plane, mode, torch.bfloat16,
+                            where=f"{chain} call {i} g={g}")
+            r0 += m
+
+
 # The dequantize-first path (fp16 copies of both planes + CUTLASS's grouped GEMM; docs/gemm.md, stop 29), forced on
 # every case shape: the same bits as oracle.gemm(model="tensor_core"). Covers empty groups (M = 0 for CUTLASS, and in
 # wgrad K = 0: the zero-step epilogue, accumulating or not), unaligned group sizes (columnwise pitches roundup(m_g,16)),

@@ -15,6 +15,7 @@
 #include "gemm_cutlass.h"
 #include "gemm_decode_f16.cuh"
 #include "gemm_dequant.h"
+#include "gemm_pdl.cuh"
 
 namespace nvfp4_gemm {
 namespace {
@@ -31,6 +32,8 @@ __device__ __forceinline__ long long swizzled_offset(long long r, long long c, l
 // token operand of the swapped kernel, gemm_swapped.cuh, whose register fragments hold that order).
 template <bool EVEN_ODD>
 __global__ void dequant_plane_kernel(PlaneView p, uint4* __restrict__ out) {
+  pdl_wait();  // chained launch (gemm_pdl.cuh): the previous kernel's outputs are visible from here on
+  pdl_trigger();
   const long long chunk = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   const long long byte = chunk * 8;
   if (byte >= p.offs[p.E]) return;  // past the last group (the buffers' worst-case tail is never read)
@@ -108,6 +111,8 @@ __global__ void zero_k_epilogue_kernel(DequantGemmArgs d) {
 
 // Points group g's operands at their fp16 copies (b only when it has one: d.b_f16 set).
 __global__ void retarget_probs_kernel(Prob* probs, DequantGemmArgs d) {
+  pdl_wait();  // chained launch (gemm_pdl.cuh): the previous kernel's outputs are visible from here on
+  pdl_trigger();
   for (int g = blockIdx.x * blockDim.x + threadIdx.x; g < d.E; g += gridDim.x * blockDim.x) {
     Prob& p = probs[g];
     p.a = reinterpret_cast<const uint8_t*>(f16_copy_of(d.a_f16, d.a.data, p.a));
@@ -119,8 +124,8 @@ template <bool EVEN_ODD = false>
 void dequant_plane(const PlaneView& p, void* out, cudaStream_t s) {
   if (p.cap_bytes <= 0) return;
   const long long chunks = p.cap_bytes / 8;
-  dequant_plane_kernel<EVEN_ODD>
-      <<<static_cast<unsigned>((chunks + 255) / 256), 256, 0, s>>>(p, static_cast<uint4*>(out));
+  launch_chained(dequant_plane_kernel<EVEN_ODD>, dim3(static_cast<unsigned>((chunks + 255) / 256)), 256, 0, s, p,
+                 static_cast<uint4*>(out));
 }
 
 }  // namespace
@@ -152,13 +157,13 @@ int launch_dequant_gemm(const DequantGemmArgs& d, CutlassArgs c, cudaStream_t s)
 void launch_dequant_exact(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
   dequant_plane(d.a, d.a_f16, s);
   dequant_plane(d.b, d.b_f16, s);
-  retarget_probs_kernel<<<(d.E + 255) / 256, 256, 0, s>>>(probs, d);
+  launch_chained(retarget_probs_kernel, dim3((d.E + 255) / 256), 256, 0, s, probs, d);
   launch_exact_f16(l, d, s);
 }
 
 void launch_swapped_path(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
   dequant_plane<true>(d.a, d.a_f16, s);
-  retarget_probs_kernel<<<(d.E + 255) / 256, 256, 0, s>>>(probs, d);
+  launch_chained(retarget_probs_kernel, dim3((d.E + 255) / 256), 256, 0, s, probs, d);
   launch_swapped(l, d, s);
 }
 

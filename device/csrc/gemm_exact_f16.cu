@@ -22,6 +22,8 @@ namespace {
 __global__ void exact_maps_kernel(const Prob* __restrict__ probs, int E, const __grid_constant__ CUtensorMap tmpl,
                                   CUtensorMap* __restrict__ maps) {
   __shared__ alignas(128) CUtensorMap staged[gmap::kMapWarps][2];
+  pdl_wait();  // chained launch (gemm_pdl.cuh): the previous kernel's outputs are visible from here on
+  pdl_trigger();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int g;
   Prob p;
@@ -50,7 +52,7 @@ void launch_shape(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s)
   CUtensorMap tmpl{};
   auto* maps = static_cast<CUtensorMap*>(d.group_maps);
   if (a.E > 0 && exact_template(d, &tmpl)) {
-    exact_maps_kernel<<<gmap::map_grid(a.E), gmap::kMapThreads, 0, s>>>(a.probs, a.E, tmpl, maps);
+    launch_chained(exact_maps_kernel, dim3(gmap::map_grid(a.E)), gmap::kMapThreads, 0, s, a.probs, a.E, tmpl, maps);
     wg::launch_persistent<xf16::exact_f16_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(a, s, maps);
   } else {
     wg::launch_persistent<xf16::exact_f16_kernel<S, OUT_F32, false>, S::kThreads, S::kSmem>(a, s, maps);

@@ -115,6 +115,7 @@ template <class S, bool OUT_F32, bool TMA>
 __global__ void __launch_bounds__(S::kThreads, 1)
     exact_f16_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate,
                      const CUtensorMap* __restrict__ group_maps) {
+  pdl_wait();  // the retarget / maps kernel's outputs: nothing global is touched before (gemm_pdl.cuh)
   extern __shared__ uint8_t smem_dyn[];
   const uint32_t smem = (wg::smem_u32(smem_dyn) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
   const uint32_t ring = smem;                                        // kStages x kStageBytes

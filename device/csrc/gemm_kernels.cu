@@ -16,6 +16,7 @@ namespace {
 // One thread per group: pointers into the grouped tensors' planes (offsets table of device/_results.py), sizes,
 // alpha, and the group's tile count; then a prefix sum of the tile counts (E is small: one block).
 __global__ void setup_kernel(SetupArgs a) {
+  pdl_trigger();  // the next kernel may be placed now; it waits for this one's completion (gemm_pdl.cuh)
   const int E = a.E;
   const int E1 = E + 1;
   for (int g = threadIdx.x; g < E; g += blockDim.x) {

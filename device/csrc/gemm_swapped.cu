@@ -48,6 +48,8 @@ bool swap_maps(const DequantGemmArgs& d, swp::SwapMaps* m) {
 __global__ void weight_maps_kernel(const Prob* __restrict__ probs, int E, const __grid_constant__ CUtensorMap tmpl,
                                    CUtensorMap* __restrict__ maps) {
   __shared__ alignas(128) CUtensorMap staged[gmap::kMapWarps];
+  pdl_wait();  // chained launch (gemm_pdl.cuh): the previous kernel's outputs are visible from here on
+  pdl_trigger();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int g;
   Prob p;
@@ -80,7 +82,7 @@ void launch_out(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s) {
     using S = swp::ShapeTma;
     if (dgrad) {
       auto* maps = static_cast<CUtensorMap*>(d.group_maps);
-      weight_maps_kernel<<<gmap::map_grid(a.E), gmap::kMapThreads, 0, s>>>(a.probs, a.E, m.w, maps);
+      launch_chained(weight_maps_kernel, dim3(gmap::map_grid(a.E)), gmap::kMapThreads, 0, s, a.probs, a.E, m.w, maps);
       m.w_group_maps = maps;
       wg::launch_persistent<swp::swapped_kernel<S, OUT_F32, true, true>, S::kThreads, S::kSmem>(a, s, m);
     } else {

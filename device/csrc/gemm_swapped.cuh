@@ -388,6 +388,7 @@ template <class S, bool OUT_F32, bool TMA, bool GROUP_MAPS = false>
 __global__ void __launch_bounds__(S::kThreads, 1)
     swapped_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate,
                    const __grid_constant__ SwapMaps maps) {
+  pdl_wait();  // the retarget (or maps) kernel's outputs: nothing global is touched before (gemm_pdl.cuh)
   constexpr int T = S::kTiles;
   static_assert(S::kWgRows * 2 <= ws::kHalfCols, "a half tile is whole warpgroups' rows");
   extern __shared__ uint8_t smem_dyn[];

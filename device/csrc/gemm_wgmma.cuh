@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "gemm_nvfp4.cuh"
+#include "gemm_pdl.cuh"
 #include "gemm_wgmma_ops.cuh"
 #include "per_device.h"
 #include "scale_swizzle.cuh"
@@ -243,20 +244,21 @@ __device__ __forceinline__ void store_tile(const float (&acc)[WN / 2], const Pro
     store_tile_impl<WN, OUT_F32, false>(acc, p, row_base, col_base, accumulate);
 }
 
-// Launch configuration of `clusters` clusters of `cluster` CTAs along x (attr: storage for the one attribute).
+// Launch configuration of `clusters` clusters of `cluster` CTAs along x (attr: storage for two attributes: the
+// cluster shape, then, when `chained` and NVFP4_GEMM_PDL allows, programmatic stream serialization, gemm_pdl.cuh).
 inline cudaLaunchConfig_t cluster_launch_config(int clusters, int cluster, int threads, int smem, cudaStream_t s,
-                                                cudaLaunchAttribute* attr) {
-  attr->id = cudaLaunchAttributeClusterDimension;
-  attr->val.clusterDim.x = cluster;
-  attr->val.clusterDim.y = 1;
-  attr->val.clusterDim.z = 1;
+                                                cudaLaunchAttribute* attr, bool chained = false) {
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = cluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(cluster * clusters, 1, 1);
   cfg.blockDim = dim3(threads, 1, 1);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = 1 + (chained ? pdl_attribute(attr + 1) : 0);
   return cfg;
 }
 
@@ -265,7 +267,7 @@ inline cudaLaunchConfig_t cluster_launch_config(int clusters, int cluster, int t
 // tile list's unit is the cluster tile) and at most a.max_ctas / CLUSTER (when set; at least one); the clusters
 // stride over the tile list. The grid is the number of clusters that can be resident at once, so no cluster waits
 // for another to finish. The shared-memory attribute and that number are set up once per kernel and device
-// (nvfp4::PerDevice).
+// (nvfp4::PerDevice). The launch is chained to the previous kernel (PDL, gemm_pdl.cuh): KERNEL begins with pdl_wait().
 template <auto KERNEL, int kThreads, int kSmem, int CLUSTER = 1, class... Extra>
 void launch_persistent(const LaunchArgs& a, cudaStream_t s, const Extra&... extra) {
   static nvfp4::PerDevice<int> resident_by_device;  // clusters (CTAs when CLUSTER == 1); 0 = not set up
@@ -278,8 +280,8 @@ void launch_persistent(const LaunchArgs& a, cudaStream_t s, const Extra&... extr
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     resident = sms / CLUSTER;
     if constexpr (CLUSTER > 1) {  // SMs of a GPC that cannot pair up stay idle
-      cudaLaunchAttribute attr;
-      const cudaLaunchConfig_t cfg = cluster_launch_config(resident, CLUSTER, kThreads, kSmem, s, &attr);
+      cudaLaunchAttribute attr[2];
+      const cudaLaunchConfig_t cfg = cluster_launch_config(resident, CLUSTER, kThreads, kSmem, s, attr);
       int clusters = 0;
       if (cudaOccupancyMaxActiveClusters(&clusters, KERNEL, &cfg) == cudaSuccess && clusters > 0 &&
           clusters < resident)
@@ -293,10 +295,10 @@ void launch_persistent(const LaunchArgs& a, cudaStream_t s, const Extra&... extr
   if (a.max_ctas > 0 && a.max_ctas / CLUSTER < grid) grid = a.max_ctas / CLUSTER;
   if (grid < 1) grid = 1;
   if constexpr (CLUSTER == 1) {
-    KERNEL<<<grid, kThreads, kSmem, s>>>(a.probs, a.prefix, a.E, a.accumulate, extra...);
+    launch_chained(KERNEL, dim3(grid, 1, 1), kThreads, kSmem, s, a.probs, a.prefix, a.E, a.accumulate, extra...);
   } else {
-    cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t cfg = cluster_launch_config(grid, CLUSTER, kThreads, kSmem, s, &attr);
+    cudaLaunchAttribute attr[2];
+    const cudaLaunchConfig_t cfg = cluster_launch_config(grid, CLUSTER, kThreads, kSmem, s, attr, true);
     cudaLaunchKernelEx(&cfg, KERNEL, a.probs, a.prefix, a.E, a.accumulate, extra...);
   }
 }

@@ -16,6 +16,8 @@ namespace {
 __global__ void packed_maps_kernel(const Prob* __restrict__ probs, int E, const __grid_constant__ CUtensorMap data_tmpl,
                                    const __grid_constant__ CUtensorMap scale_tmpl, CUtensorMap* __restrict__ maps) {
   __shared__ alignas(128) CUtensorMap staged[gmap::kMapWarps][4];
+  pdl_wait();  // chained launch (gemm_pdl.cuh): the previous kernel's outputs are visible from here on
+  pdl_trigger();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int g;
   Prob p;
@@ -52,7 +54,8 @@ template <class S, bool OUT_F32>
 void launch_tma(const LaunchArgs& a, const CUtensorMap& data_tmpl, const CUtensorMap& scale_tmpl, cudaStream_t s) {
   static_assert(!S::kLinesEpi || OUT_F32, "the whole-line epilogue stores fp32 output");
   auto* maps = static_cast<CUtensorMap*>(a.exact_maps);
-  packed_maps_kernel<<<gmap::map_grid(a.E), gmap::kMapThreads, 0, s>>>(a.probs, a.E, data_tmpl, scale_tmpl, maps);
+  launch_chained(packed_maps_kernel, dim3(gmap::map_grid(a.E)), gmap::kMapThreads, 0, s, a.probs, a.E, data_tmpl,
+                 scale_tmpl, maps);
   wg::launch_persistent<ws::ws_gemm_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem, S::kCluster>(
       a, s, static_cast<const CUtensorMap*>(maps));
 }
