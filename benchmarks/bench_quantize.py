@@ -83,17 +83,11 @@ def bench(fn, iters: int = 50, warmup: int = 3) -> float:
 
 def kernel_breakdown(fn, label: str) -> None:
     """Print the GPU kernels of one call of ``fn`` with their durations (torch.profiler)."""
-    from torch.profiler import ProfilerActivity, profile
+    from profiling import profiled_kernels
 
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
     print(f"-- kernels of {label}:")
-    for ev in prof.events():
-        if ev.device_type.name == "CUDA":
-            print(f"   {ev.device_time:9.1f} us  {ev.name[:90]}")
+    for name, _, duration in profiled_kernels(fn):
+        print(f"   {duration:9.1f} us  {name[:90]}")
 
 
 def copy_bandwidth() -> float:

@@ -19,28 +19,11 @@ from collections import defaultdict
 import torch
 from ab_env_switch import CASES, operands
 from bench_grouped_gemm import timeit
+from profiling import profiled_kernels
 
 from device.gemm import grouped_gemm
 
 DEV = "cuda"
-
-
-def kernel_events(fn, calls: int) -> list[tuple[str, float, float]]:
-    """(name, start us, duration us) of every GPU kernel / memset / memcpy of `calls` back-to-back calls of fn."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    out = []
-    for e in prof.events():
-        if e.device_type == DeviceType.CUDA:
-            out.append((e.name, e.time_range.start, e.time_range.elapsed_us()))
-    return sorted(out, key=lambda x: x[1])
 
 
 def main() -> None:
@@ -70,7 +53,7 @@ def main() -> None:
         host = (time.perf_counter() - t0) / 20
         torch.cuda.synchronize()
         event = timeit(fn, 10, idle_s=0.3)
-        ev = kernel_events(fn, args.calls)
+        ev = profiled_kernels(fn, args.calls)
         span = (ev[-1][1] + ev[-1][2] - ev[0][1]) / args.calls
         per: dict[str, list[float]] = defaultdict(list)
         for nm, _, d in ev:

@@ -20,24 +20,16 @@ import device
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_quantize import skewed_splits  # noqa: E402
+from profiling import profiled_kernels  # noqa: E402
 
 T, K = 16384, 4096
 
 
 def kernel_times(fn: Callable[[], object], calls: int = 5) -> dict[str, float]:
     """Mean device time per call of every kernel that ``fn`` launches, by (truncated) kernel name."""
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
     acc: dict[str, list[float]] = collections.defaultdict(list)
-    for ev in prof.events():
-        if ev.device_type.name == "CUDA":
-            acc[ev.name[:48]].append(ev.device_time)
+    for name, _, duration in profiled_kernels(fn, calls):
+        acc[name[:48]].append(duration)
     return {k: sum(v) / calls for k, v in acc.items()}
 
 

@@ -1,0 +1,23 @@
+"""GPU kernel timings of a callable through torch.profiler, shared by the benchmark scripts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+
+def profiled_kernels(fn: Callable[[], object], calls: int = 1) -> list[tuple[str, float, float]]:
+    """(name, start in us, duration in us) of every GPU activity (kernels, memsets, copies) of ``calls`` back-to-back
+    calls of ``fn``, after one warm-up call, in start order."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    events = [(ev.name, ev.time_range.start, ev.time_range.elapsed_us())
+              for ev in prof.events() if ev.device_type.name == "CUDA"]
+    return sorted(events, key=lambda e: e[1])
