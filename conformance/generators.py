@@ -485,9 +485,10 @@ def disagreeing_splits(rng: np.random.Generator, s: np.ndarray) -> np.ndarray | 
 #: The device GEMM's loader switches (docs/device.md): NVFP4_SWAP_TMA (the swapped kernel's TMA loader, on by
 #: default), NVFP4_XF16_TMA (the exact kernel over fp16 copies, on), NVFP4_EXACT_TMA (the fused exact kernel's TMA
 #: loader, opt-in), NVFP4_SWAP_GROUP_MAPS (the swapped kernel's per-group weight maps for dgrad, opt-in),
-#: NVFP4_EXACT_CONV_ALL_B (with NVFP4_EXACT_TMA: the fused exact kernel's converter converts all of B, opt-in).
+#: NVFP4_EXACT_CONV_ALL_B (with NVFP4_EXACT_TMA: the fused exact kernel's converter converts all of B, opt-in),
+#: NVFP4_GEMM_PDL (a call's kernels chained by programmatic dependent launch, on by default; docs/gemm.md, stop 40).
 LOADER_SWITCHES = ("NVFP4_SWAP_TMA", "NVFP4_XF16_TMA", "NVFP4_EXACT_TMA", "NVFP4_SWAP_GROUP_MAPS",
-                   "NVFP4_EXACT_CONV_ALL_B")
+                   "NVFP4_EXACT_CONV_ALL_B", "NVFP4_GEMM_PDL")
 
 
 def gen_operand_quant(rng, space, rule: str | None = None, b_blocks: tuple = ()) -> dict:
