@@ -32,8 +32,7 @@ __device__ __forceinline__ long long swizzled_offset(long long r, long long c, l
 // token operand of the swapped kernel, gemm_swapped.cuh, whose register fragments hold that order).
 template <bool EVEN_ODD>
 __global__ void dequant_plane_kernel(PlaneView p, uint4* __restrict__ out) {
-  pdl_wait();  // chained launch (gemm_pdl.cuh): the previous kernel's outputs are visible from here on
-  pdl_trigger();
+  pdl_wait_then_trigger();  // chained launch (gemm_pdl.cuh): the previous kernel's outputs are visible from here on
   const long long chunk = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   const long long byte = chunk * 8;
   if (byte >= p.offs[p.E]) return;  // past the last group (the buffers' worst-case tail is never read)
@@ -111,8 +110,7 @@ __global__ void zero_k_epilogue_kernel(DequantGemmArgs d) {
 
 // Points group g's operands at their fp16 copies (b only when it has one: d.b_f16 set).
 __global__ void retarget_probs_kernel(Prob* probs, DequantGemmArgs d) {
-  pdl_wait();  // chained launch (gemm_pdl.cuh): the previous kernel's outputs are visible from here on
-  pdl_trigger();
+  pdl_wait_then_trigger();  // chained launch (gemm_pdl.cuh): the previous kernel's outputs are visible from here on
   for (int g = blockIdx.x * blockDim.x + threadIdx.x; g < d.E; g += gridDim.x * blockDim.x) {
     Prob& p = probs[g];
     p.a = reinterpret_cast<const uint8_t*>(f16_copy_of(d.a_f16, d.a.data, p.a));

@@ -22,8 +22,7 @@ namespace {
 __global__ void exact_maps_kernel(const Prob* __restrict__ probs, int E, const __grid_constant__ CUtensorMap tmpl,
                                   CUtensorMap* __restrict__ maps) {
   __shared__ alignas(128) CUtensorMap staged[gmap::kMapWarps][2];
-  pdl_wait();  // chained launch (gemm_pdl.cuh): the previous kernel's outputs are visible from here on
-  pdl_trigger();
+  pdl_wait_then_trigger();  // chained launch (gemm_pdl.cuh): the previous kernel's outputs are visible from here on
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int g;
   Prob p;

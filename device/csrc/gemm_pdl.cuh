@@ -26,6 +26,13 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;"
 // Lets the next kernel of the stream, if launched with PDL, be scheduled now (it still waits in pdl_wait).
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
+// The entry of a chained kernel that has a chained successor (decode, retarget, maps kernels): wait for the previous
+// kernel, then let the next one be placed.
+__device__ __forceinline__ void pdl_wait_then_trigger() {
+  pdl_wait();
+  pdl_trigger();
+}
+
 // Whether the chain's kernels are launched with PDL: on unless NVFP4_GEMM_PDL starts with '0' (A/B switch, read at
 // every launch).
 inline bool pdl_enabled() {

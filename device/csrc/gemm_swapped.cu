@@ -48,8 +48,7 @@ bool swap_maps(const DequantGemmArgs& d, swp::SwapMaps* m) {
 __global__ void weight_maps_kernel(const Prob* __restrict__ probs, int E, const __grid_constant__ CUtensorMap tmpl,
                                    CUtensorMap* __restrict__ maps) {
   __shared__ alignas(128) CUtensorMap staged[gmap::kMapWarps];
-  pdl_wait();  // chained launch (gemm_pdl.cuh): the previous kernel's outputs are visible from here on
-  pdl_trigger();
+  pdl_wait_then_trigger();  // chained launch (gemm_pdl.cuh): the previous kernel's outputs are visible from here on
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int g;
   Prob p;
