@@ -11,7 +11,8 @@ Variables: ``NVFP4_EXACT_TMA`` (fused exact kernel, opt-in), ``NVFP4_XF16_TMA`` 
 ``--exact-kernel dequant``), ``NVFP4_SWAP_TMA`` (swapped fast kernel, ``--mode fast --fast-kernel swapped``),
 ``NVFP4_SWAP_GROUP_MAPS`` (its dgrad through per-group weight maps, opt-in; off: the cp.async loader),
 ``NVFP4_EXACT_CONV_ALL_B`` (with ``NVFP4_EXACT_TMA=1`` in the environment: the fused exact kernel's converter
-converts all of B, opt-in). Other variables in the environment hold for every side.
+converts all of B, opt-in), ``NVFP4_GEMM_PDL`` (a call's kernels chained by programmatic dependent launch, on by
+default). Other variables in the environment hold for every side.
 """
 
 from __future__ import annotations
