@@ -138,6 +138,17 @@ def check_group(y, a_plane, b_plane, mode, out_dtype, bias=None, acc=None, where
         _assert_same_bits(y, ref, od, where, "fast mode differs from oracle tensor_core")
 
 
+def check_row_groups(yn, splits, a_planes, b_planes, mode, out_dtype, bias=None, where=""):
+    """check_group on every non-empty group of a fprop / dgrad result, whose groups are stacked along the rows:
+    group g's rows against a_planes[g], b_planes[g] (and bias[g] when a bias is given)."""
+    r0 = 0
+    for g, m in enumerate(splits):
+        if m:
+            check_group(yn[r0:r0 + m], a_planes[g], b_planes[g], mode, out_dtype,
+                        bias=None if bias is None else bias[g], where=f"{where} g={g}")
+        r0 += m
+
+
 def run_fprop(splits, n, k, mode, out_dtype, with_bias, seed=0, fast_kernel=None, max_ctas=None, exact_kernel=None):
     e = len(splits)
     t = int(sum(splits))
@@ -153,12 +164,7 @@ def run_fprop(splits, n, k, mode, out_dtype, with_bias, seed=0, fast_kernel=None
     yn = to_np(y)
     xo, wo = xq.to_oracle(), wq.to_oracle()
     bn = None if bias is None else bias.cpu().numpy()
-    r0 = 0
-    for g, m in enumerate(splits):
-        if m:
-            check_group(yn[r0:r0 + m], xo.row_planes[g], wo.row_planes[g], mode, out_dtype,
-                        bias=None if bn is None else bn[g], where=f"fprop g={g}")
-        r0 += m
+    check_row_groups(yn, splits, xo.row_planes, wo.row_planes, mode, out_dtype, bias=bn, where="fprop")
 
 
 def run_dgrad(splits, n, k, mode, out_dtype, with_bias=False, seed=0, fast_kernel=None, max_ctas=None,
@@ -176,12 +182,7 @@ def run_dgrad(splits, n, k, mode, out_dtype, with_bias=False, seed=0, fast_kerne
     yn = to_np(out)
     dyo, wo = dyq.to_oracle(), wq.to_oracle()
     bn = None if bias is None else bias.float().cpu().numpy()
-    r0 = 0
-    for g, m in enumerate(splits):
-        if m:
-            check_group(yn[r0:r0 + m], dyo.row_planes[g], wo.col_planes[g], mode, out_dtype,
-                        bias=None if bn is None else bn[g], where=f"dgrad g={g}")
-        r0 += m
+    check_row_groups(yn, splits, dyo.row_planes, wo.col_planes, mode, out_dtype, bias=bn, where="dgrad")
 
 
 def run_wgrad(splits, n, k, mode, out_dtype, accumulate, seed=0, fast_kernel=None, max_ctas=None,
@@ -402,7 +403,7 @@ def test_swapped_kernel_capped_grid_and_auto():
 
 
 # Programmatic dependent launch (device/csrc/gemm_pdl.cuh; docs/gemm.md, stop 40): a call's kernels are chained, each
-# placed on the GPU while its predecessor still runs and waiting in-kernel for its results. Two calls enqueued back to
+# placed on the GPU while its predecessor still runs and waiting in-kernel for its results. Three calls enqueued back to
 # back with different splits (no synchronisation in between) must each match the oracle: a kernel that read its
 # problem list, tensor maps or fp16 copies before its predecessor finished would see the other call's groups. Every
 # chain (setup -> GEMM; setup -> maps -> GEMM; setup -> decode -> retarget [-> maps] -> GEMM; setup -> decodes ->
@@ -438,14 +439,9 @@ def test_back_to_back_calls(chain, pdl, monkeypatch):
     wo = wq.to_oracle()
     for i, (splits, a, y) in enumerate(zip(split_sets, acts, outs, strict=True)):
         assert tuple(y.shape) == (sum(splits), cols)
-        yn, ao = to_np(y), a.to_oracle()
-        r0 = 0
-        for g, m in enumerate(splits):
-            if m:
-                b_plane = wo.row_planes[g] if kind == "fprop" else wo.col_planes[g]
-                check_group(yn[r0:r0 + m], ao.row_planes[g], b_plane, mode, torch.bfloat16,
-                            where=f"{chain} call {i} g={g}")
-            r0 += m
+        b_planes = wo.row_planes if kind == "fprop" else wo.col_planes
+        check_row_groups(to_np(y), splits, a.to_oracle().row_planes, b_planes, mode, torch.bfloat16,
+                         where=f"{chain} call {i}")
 
 
 # The dequantize-first path (fp16 copies of both planes + CUTLASS's grouped GEMM; docs/gemm.md, stop 29), forced on
@@ -716,12 +712,7 @@ def test_cuda_graph_replay(kind, mode, shape):
         assert xq.splits.cpu().tolist() == splits
         xo, wo = xq.to_oracle(), wq.to_oracle()
         if kind == "fprop":
-            r0 = 0
-            for g, m in enumerate(splits):
-                if m:
-                    check_group(yn[r0:r0 + m], xo.row_planes[g], wo.row_planes[g], mode, out_dtype,
-                                where=f"replay {it} g={g}")
-                r0 += m
+            check_row_groups(yn, splits, xo.row_planes, wo.row_planes, mode, out_dtype, where=f"replay {it}")
         else:
             dyo = dyq.to_oracle()
             for g, m in enumerate(splits):
