@@ -10,11 +10,13 @@
 #   gemm-tests     tests/test_device_gemm.py (8 workers)
 #   quant-tests    tests/test_device_quantize.py, test_device_kernel_choice.py, test_device_placement.py
 #   sanitize       compute-sanitizer $SANITIZE_TOOLS (memcheck racecheck) on $SANITIZE_K (pytest -k of
-#                  test_device_gemm.py)
+#                  $SANITIZE_FILE, default tests/test_device_gemm.py)
 #   racecheck-repro  device/sanitizer/warp_release_repro.cu under racecheck, modes 0 1 2 (whether racecheck sees a
 #                  per-warp stage release: __syncwarp, then lane 0 arrives)
 #   ab             benchmarks/ab_env_switch.py for the opt-in switches ($AB_EXACT_CASES, $AB_SWAP_CASES): the exact TMA
 #                  loader, the swapped dgrad group maps, and (under the TMA loader) the converter converting all of B
+#   ab-rht         benchmarks/bench_quantize.py --quick --no-compile --profile with NVFP4_RHT_MMA=1, 0, 1, 0 (the
+#                  columnwise RHT on tensor cores, SPEC 7.4, or the fp32 butterfly; alternating processes)
 #   ab-pdl         benchmarks/ab_env_switch.py over NVFP4_GEMM_PDL 1,0 (the call's kernels chained by programmatic
 #                  dependent launch, or not) on the fast and exact paths whose calls are short
 #   timeline       benchmarks/gemm_timeline.py: host enqueue time, kernels and gaps per call (fast auto; exact on E64)
@@ -32,6 +34,7 @@ export PYTHONPATH=.:/tmp/site NVFP4_BUILD_DIR=${NVFP4_BUILD_DIR:-/tmp/nvfp4b} PY
   PYTHONWARNINGS=ignore MAX_JOBS=${MAX_JOBS:-16}
 SAN=/usr/local/cuda/bin/compute-sanitizer
 SANITIZE_K=${SANITIZE_K:-"exact_fused_loaders and 1 or off_a_whole"}
+SANITIZE_FILE=${SANITIZE_FILE:-tests/test_device_gemm.py}
 SANITIZE_TOOLS=${SANITIZE_TOOLS:-"memcheck racecheck"}
 AB_EXACT_CASES=${AB_EXACT_CASES:-"E64 fprop,E64 dgrad,E8 T512 fprop"}
 AB_SWAP_CASES=${AB_SWAP_CASES:-"E8 T512 dgrad"}
@@ -46,7 +49,7 @@ status=0
 default_timeout() {
   case "$1" in
     build) echo 300 ;; smoke) echo 120 ;; racecheck-repro) echo 90 ;; gemm-tests) echo 240 ;; quant-tests) echo 240 ;; sanitize) echo 300 ;;
-    ab) echo 240 ;; ab-kernel) echo 240 ;; timeline) echo 240 ;; ab-pdl) echo 240 ;; conformance) echo 120 ;; binding-errors) echo 120 ;; bench-gemm) echo 300 ;; bench-quant) echo 240 ;; *) echo 60 ;;
+    ab) echo 240 ;; ab-rht) echo 300 ;; ab-kernel) echo 240 ;; timeline) echo 240 ;; ab-pdl) echo 240 ;; conformance) echo 120 ;; binding-errors) echo 120 ;; bench-gemm) echo 300 ;; bench-quant) echo 240 ;; *) echo 60 ;;
   esac
 }
 
@@ -80,7 +83,7 @@ EOF
       local tool rc=0
       for tool in $SANITIZE_TOOLS; do
         echo "--- $tool"
-        $SAN --tool "$tool" --error-exitcode 9 $PYTEST tests/test_device_gemm.py -k "$SANITIZE_K" || rc=$?
+        $SAN --tool "$tool" --error-exitcode 9 $PYTEST "$SANITIZE_FILE" -k "$SANITIZE_K" || rc=$?
       done
       return $rc
       ;;
@@ -103,6 +106,13 @@ EOF
         --cases "$AB_SWAP_CASES" || return $?
       NVFP4_EXACT_TMA=1 python3 benchmarks/ab_env_switch.py --var NVFP4_EXACT_CONV_ALL_B --mode exact \
         --exact-kernel fused --cases "$AB_EXACT_CASES"
+      ;;
+    ab-rht)
+      local v
+      for v in 1 0 1 0; do
+        echo "--- NVFP4_RHT_MMA=$v"
+        NVFP4_RHT_MMA=$v python3 benchmarks/bench_quantize.py --quick --no-compile --profile || return $?
+      done
       ;;
     ab-pdl)
       python3 benchmarks/ab_env_switch.py --var NVFP4_GEMM_PDL --values 1,0 --mode fast \
@@ -134,7 +144,7 @@ for stage in "$@"; do
   limit=${!var:-$(default_timeout "$stage")}
   start=$(date +%s)
   # (the stage in a child shell, so that timeout can kill it and everything it started)
-  timeout -s KILL "$limit" bash -c "$(declare -f stage_body); $(declare -p PYTEST SAN SANITIZE_K SANITIZE_TOOLS AB_EXACT_CASES \
+  timeout -s KILL "$limit" bash -c "$(declare -f stage_body); $(declare -p PYTEST SAN SANITIZE_K SANITIZE_FILE SANITIZE_TOOLS AB_EXACT_CASES \
     AB_SWAP_CASES AB_KERNELS AB_KERNEL_CASES CONF_BUDGET CONF_SEED CONF_OPS OUT); stage_body $stage" >"$OUT/$stage.log" 2>&1
   rc=$?
   echo "=== $stage: rc $rc, $(( $(date +%s) - start )) s (limit $limit s)"

@@ -1,4 +1,4 @@
-"""A deliberately naive, scalar transcription of SPEC.md sections 3.1, 3.2, 5.1, 5.2 and 7.2, written
+"""A deliberately naive, scalar transcription of SPEC.md sections 3.1, 3.2, 5.1, 5.2, 7.2 and 7.4, written
 independently of the vectorized oracle (plain loops over np.float32 scalars) and used as a second
 implementation in the tests."""
 
@@ -131,3 +131,18 @@ def sr_scalar(y, byte: int) -> int:
     q = min(F(math.floor(j / step(j))) * step(j), F(6.0))
     idx = E2M1_MAGS.index(float(q))
     return idx | (8 if math.copysign(1.0, y) < 0 else 0)
+
+
+def rht_block_is_plain(x16, r: int = 16) -> bool:
+    """SPEC 7.4: whether a 16-block (bf16 values as float32) whose first r positions are the block's rows is plain:
+    x_0 .. x_{r-1} finite and nonzero, x_r .. x_15 zero, and over the first r the exponent fields within
+    [27, 249] and at most 12 apart."""
+    bits = [int(np.asarray(F(v)).view(np.uint32)) >> 16 for v in x16]
+    if r < 1 or any(b & 0x7FFF for b in bits[r:]):
+        return False
+    fields = []
+    for b in bits[:r]:
+        if b & 0x7FFF == 0 or (b >> 7) & 0xFF == 0xFF:
+            return False
+        fields.append((b >> 7) & 0xFF)
+    return min(fields) >= 27 and max(fields) <= 249 and max(fields) - min(fields) <= 12

@@ -17,6 +17,7 @@ ml_dtypes = pytest.importorskip("ml_dtypes")
 torch = pytest.importorskip("torch")
 
 import oracle  # noqa: E402
+from oracle.rht import rht_sign_vector  # noqa: E402
 
 pytestmark = [
     pytest.mark.cuda,
@@ -782,3 +783,175 @@ def test_argument_errors():
                 device.group_quantize(good, torch.tensor(splits, device="cuda"), amax=amax)
         with pytest.raises(ValueError, match="shape"):
             oracle.group_quantize(make_input(32, 32, seed=5), splits, amax=3.0)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# SPEC 7.4: the columnwise RHT on tensor cores (plain blocks) and by 7.2 (the blocks the amax pass marks)
+# ------------------------------------------------------------------------------------------------------------
+
+def _field_values(rng, fields, mant=None) -> np.ndarray:
+    """bf16 values (as float32) with the given exponent fields, random signs and significands (or `mant`)."""
+    fields = np.asarray(fields, np.uint32)
+    m = rng.integers(0, 128, fields.size).astype(np.uint32) if mant is None else np.full(fields.size, mant, np.uint32)
+    sign = rng.integers(0, 2, fields.size).astype(np.uint32)
+    return (((sign << 15) | (fields << 7) | m) << 16).view(np.float32)
+
+
+def _rht_edge_pattern(p: int, rng) -> np.ndarray:
+    """16 values (float32 holding bf16) of edge pattern p, on either side of each SPEC 7.4 condition."""
+    e = int(rng.integers(100, 140))
+    v = rng.standard_normal(16).astype(np.float32)
+    s = rht_sign_vector(0xD7E8)
+    if p == 1:    # span 12, both ends taken (plain)
+        v = _field_values(rng, np.r_[e, e + 12, rng.integers(e, e + 13, 14)])
+    elif p == 2:  # span 13 (not plain)
+        v = _field_values(rng, np.r_[e, e + 13, rng.integers(e, e + 14, 14)])
+    elif p == 3:  # smallest field 27 (plain)
+        v = _field_values(rng, rng.integers(27, 34, 16))
+        v[5] = _field_values(rng, [27])[0]
+    elif p == 4:  # a field of 26 (not plain)
+        v = _field_values(rng, rng.integers(27, 34, 16))
+        v[9] = _field_values(rng, [26])[0]
+    elif p == 5:  # largest field 249, largest significands: sums near 2^127 (plain)
+        v = _field_values(rng, np.full(16, 249), mant=127)
+        v[::3] = _field_values(rng, [240] * 6)
+    elif p == 6:  # a field of 250 (not plain)
+        v = _field_values(rng, rng.integers(240, 250, 16))
+        v[2] = _field_values(rng, [250])[0]
+    elif p == 7:  # a zero between nonzero values (not plain)
+        v[6] = 0.0
+    elif p == 8:  # nonzero values, then zeros of either sign (plain with r = 9; the device marks it: its r is the
+        # block's rows, and zeros among them are marked)
+        v[9:] = np.where(rng.integers(0, 2, 7) == 1, np.float32(-0.0), np.float32(0.0))
+    elif p == 9:  # all +0
+        v[:] = 0.0
+    elif p == 10:  # all -0
+        v[:] = -0.0
+    elif p == 11:  # -0 first, then values that cancel: 7.2 gives -0.0 outputs (not plain)
+        v[:] = -0.0
+        v[14:] = [0.5, -0.5]
+    elif p == 12:  # x = s * a: every output but the first is an exact +0 cancellation (plain)
+        v = s * np.float32(2.0 ** int(rng.integers(-8, 8)))
+    elif p == 13:  # a NaN
+        v[int(rng.integers(16))] = np.nan
+    elif p == 14:  # an Inf
+        v[int(rng.integers(16))] = np.inf * rng.choice([-1, 1])
+    elif p == 15:  # [a, a, 0, ...]: cancellations, a zero suffix (plain with r = 2, marked as pattern 8)
+        v[:] = 0.0
+        v[:2] = 1.5
+    elif p == 16:  # a bf16 subnormal (not plain)
+        v[3] = np.float32(3e-39)
+    elif p == 17:  # span 12 with the largest significands everywhere: |S| / q close to 2^24 (plain)
+        v = _field_values(rng, np.r_[e + 12, rng.integers(e + 11, e + 13, 14), e], mant=127)
+        v = np.abs(v) * s  # all butterfly inputs s_i x_i positive: the first output's sum is the largest
+    return v.astype(BF16).astype(np.float32)
+
+
+N_EDGE = 18
+
+
+def rht_edge_input(m: int, k: int, seed: int) -> np.ndarray:
+    """bf16 [m, k]: randn, with column c < 18 (and c + 128 when k > 128) made of edge pattern c in every 16-row
+    block (a block cut by m keeps the pattern's first rows)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    for base in range(0, k, 128):
+        for p in range(min(N_EDGE, k - base)):
+            for b in range(0, m, 16):
+                n = min(16, m - b)
+                x[b : b + n, base + p] = _rht_edge_pattern(p, rng)[:n]
+    return x.astype(BF16)
+
+
+def _device_marks(x: np.ndarray, splits=None) -> tuple[np.ndarray, np.ndarray]:
+    """The amax pass's SPEC 7.4 marks [row tiles, K] and the row-tile prefix of the groups (offsets row 1)."""
+    from device import _ops
+    from device._build import load_extension
+
+    ext = load_extension()
+    m, k = x.shape
+    x_t = to_cuda(x)
+    if splits is None:
+        row_tiles, offs, e, toff = (m + 127) // 128, None, 1, np.array([0, (m + 127) // 128])
+    else:
+        e = len(splits)
+        row_tiles = m // 128 + e
+        offs = torch.zeros((6, e + 1), dtype=torch.int64, device="cuda")
+        amax_tmp = torch.zeros(e, device="cuda")
+        _ops._raise_refusal(ext.group_setup_(torch.tensor(splits, dtype=torch.int64, device="cuda"), m, k, offs,
+                                             amax_tmp, None, None, None, None, None))
+        toff = host(offs)[1]
+    marks = torch.full((row_tiles, k), 0xAA, dtype=torch.uint8, device="cuda")
+    amax = torch.zeros((2, e), device="cuda")
+    _ops._raise_refusal(ext.amax_(x_t, offs, e, row_tiles, amax[0], amax[1], True, 0xD7E8, False, marks))
+    torch.cuda.synchronize()
+    return host(marks), toff
+
+
+def _expected_marks(x: np.ndarray, rows0: np.ndarray) -> list:
+    """(row tile, column, block, marked) for every block with rows: marked = not plain with r = its rows (the
+    device's predicate: spec_scalar.rht_block_is_plain), per group (rows0 = the groups' first rows, with T last)."""
+    from spec_scalar import rht_block_is_plain
+
+    xf = x.astype(np.float32)
+    out = []
+    rt = 0
+    for g in range(len(rows0) - 1):
+        r0, r1 = int(rows0[g]), int(rows0[g + 1])
+        for t0 in range(r0, r1, 128):
+            for j in range(8):
+                b0 = t0 + 16 * j
+                n = min(16, r1 - b0)
+                if n <= 0:
+                    break
+                blk = np.zeros((16, x.shape[1]), np.float32)
+                blk[:n] = xf[b0 : b0 + n]
+                for c in range(x.shape[1]):
+                    out.append((rt, c, j, not rht_block_is_plain(blk[:, c], n)))
+            rt += 1
+    return out
+
+
+@pytest.mark.parametrize("splits", [None, [0, 37, 100, 0, 163]], ids=["single", "grouped"])
+def test_rht_marks_are_the_blocks_that_are_not_plain(splits):
+    """The amax pass marks exactly the blocks that are not SPEC 7.4-plain (with r = the block's rows), also in a
+    group's last, partial block; every edge pattern is on both sides of its condition."""
+    m, k = 300, 256
+    x = rht_edge_input(m, k, seed=74)
+    marks, toff = _device_marks(x, splits)
+    rows0 = np.r_[0, np.cumsum(splits)] if splits is not None else np.array([0, m])
+    exp = _expected_marks(x, rows0)
+    bad = [(rt, c, j, want) for rt, c, j, want in exp if bool((marks[rt, c] >> j) & 1) != want]
+    assert not bad, f"{len(bad)} blocks marked wrongly, first {bad[:6]}"
+    assert sum(w for *_, w in exp) > 200 and sum(not w for *_, w in exp) > 2000  # both kinds are present
+
+
+@pytest.mark.parametrize("mma", ["1", "0"])
+@pytest.mark.parametrize("m,k", [(300, 256), (129, 48), (1000, 160)])
+def test_rht_tensor_core_path_matches_oracle(m, k, mma, monkeypatch):
+    """The columnwise plane with RHT through the tensor-core path (NVFP4_RHT_MMA=1, the default: plain blocks by
+    mma, marked ones recomputed by 7.2) and through the fp32 butterfly (0): the oracle's bytes either way, on the
+    edge patterns of SPEC 7.4 (signed zeros from cancellations included), single and grouped."""
+    monkeypatch.setenv("NVFP4_RHT_MMA", mma)
+    x = rht_edge_input(m, k, seed=m + k)
+    kw = dict(rowwise=True, columnwise=True, rht=True, block=(1, 16), rounding="rn")
+    check_case(x, **kw)
+    splits = np.array([0, m // 3, 5, 0, m - m // 3 - 5], np.int64)
+    ref = oracle.group_quantize(x, splits, **kw)
+    x_t = to_cuda(x)
+    for swizzled in (True, False):
+        check_grouped(run_group_poisoned(x_t, splits, swizzled=swizzled, **kw), ref, swizzled)
+
+
+def test_rht_tensor_core_path_needs_no_marks_from_a_user_amax():
+    """With a caller's amax there is no amax pass, so no marks: the quantizer keeps the fp32 butterfly (7.2)."""
+    from device import _ops
+
+    x_t = to_cuda(make_input(64, 64, seed=1))
+    assert _ops.rht_marks(x_t, 1, columnwise=True, rht=True, rht_signs=0xD7E8, block2d=False, sr=False,
+                          amax_pass=False) is None
+    got = _ops.rht_marks(x_t, 1, columnwise=True, rht=True, rht_signs=0xD7E8, block2d=False, sr=False,
+                         amax_pass=True)
+    assert got is not None and tuple(got.shape) == (1, 64) and got.dtype == torch.uint8
+    x = make_input(64, 64, seed=1)
+    check_case(x, rowwise=False, columnwise=True, rht=True, amax=(0.0, 7.5))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from spec_scalar import rht_block
+from spec_scalar import rht_block, rht_block_is_plain
 
 import oracle
 from oracle.fp4_numpy import decode_e2m1, round_to_bf16, unpack_fp4
@@ -155,3 +155,82 @@ def test_columnwise_rht_plane_and_amax():
     assert t.row.amax == np.abs(x.astype(np.float32)).max()
     ref = oracle.quantize(src.astype(ml_dtypes.bfloat16), amax=t.col.amax).row
     assert np.array_equal(t.col.data, ref.data) and np.array_equal(t.col.scales, ref.scales)
+
+
+# ---- SPEC 7.4: the exact-sum form of plain blocks (the bf16 fast quantizer's tensor-core RHT) ----------------
+def _plain(x: np.ndarray) -> np.ndarray:
+    """SPEC 7.4's predicate per row of x [n, 16] (bf16 values as float32): the zeros of a row form its suffix [r, 16)
+    (spec_scalar.rht_block_is_plain, a scalar transcription; vectorized here only through the per-row loop)."""
+    zero = (x.view(np.uint32) & 0x7FFFFFFF) == 0
+    r = 16 - np.cumprod(zero[:, ::-1], axis=1).sum(axis=1)
+    return np.array([rht_block_is_plain(x[i], int(r[i])) for i in range(len(x))])
+
+
+def _exact_form(x: np.ndarray) -> np.ndarray:
+    """RN_bf16(S_j / 4) with the exact sum S_j (float64 is exact here: |S| / q < 2^24)."""
+    s = rht_sign_vector(0xD7E8).astype(np.float64)
+    exact = (x.astype(np.float64) * s) @ hadamard16() / 4
+    return round_to_bf16(exact.astype(np.float32))  # exact / 4 is an fp32 number (SPEC 7.4)
+
+
+def _random_blocks(rng, n: int, span_max: int, lo: int = 27, hi: int = 249) -> np.ndarray:
+    """n blocks of bf16 values (as float32): r >= 2 nonzero values then 16 - r signed zeros; the exponent fields of
+    the nonzero values lie in [e0, e0 + span] with both ends taken (positions p, q < r), inside [lo, hi]."""
+    span = rng.integers(0, span_max + 1, n)
+    e0 = rng.integers(lo, hi - span + 1)
+    fields = e0[:, None] + rng.integers(0, span[:, None] + 1, (n, 16))
+    r = rng.integers(2, 17, n)
+    rows = np.arange(n)
+    p = rng.integers(0, r)
+    q = (p + 1 + rng.integers(0, r - 1)) % r  # another position below r
+    fields[rows, p] = e0
+    fields[rows, q] = e0 + span
+    mant = rng.integers(0, 128, (n, 16))
+    mant[rows, p] = rng.choice([0, 127], n)  # extremes of the significand
+    mant[rows, q] = rng.choice([0, 127], n)
+    sign = rng.integers(0, 2, (n, 16))
+    bits = (sign << 15) | (fields << 7) | mant
+    bits = np.where(np.arange(16)[None, :] < r[:, None], bits, sign << 15)  # the zero suffix, either sign
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def test_rht_plain_blocks_are_exact_sums():
+    """SPEC 7.4: on plain blocks 7.2's butterfly gives RN_bf16(S / 4) of the exact sum, and never -0.0."""
+    rng = np.random.default_rng(74)
+    x = _random_blocks(rng, 40000, 12)
+    # extremes: 16 values of the largest significand at the largest field (sums near 2^127), the smallest field,
+    # exact cancellations (outputs +0.0), a single nonzero value followed by signed zeros
+    top = np.full((2, 16), ((249 << 7) | 127) << 16, np.uint32).view(np.float32)
+    top[1, ::2] *= -1
+    low = np.full((1, 16), ((27 << 7) | 1) << 16, np.uint32).view(np.float32)
+    cancel = np.zeros((3, 16), np.float32)
+    cancel[0, :2] = 1.5
+    cancel[1, :4] = [1.0, -1.0, 1.0, -1.0]
+    cancel[2, 0] = -3.0
+    cancel[2, 1:] = -0.0
+    x = np.concatenate([x, top, low, cancel])
+    plain = _plain(x)
+    assert plain.mean() > 0.999  # the generator makes plain blocks
+    x = x[plain]
+    got = oracle.rht(x.astype(ml_dtypes.bfloat16), 0xD7E8)
+    want = _exact_form(x)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))  # bytes, signs of zero included
+    assert not np.any((got == 0) & np.signbit(got))
+
+
+def test_rht_blocks_that_are_not_plain_can_differ():
+    """The conditions of SPEC 7.4 matter (hand-built blocks): with a wide span the butterfly rounds away a tiny
+    term that decides a bf16 tie, and a zero before nonzero inputs can give -0.0 where the exact sum is zero."""
+    wide = np.zeros((1, 16), np.float32)
+    wide[0, :3] = [4.0, 2.0**-6, 2.0**-30]  # S_0 / 4 = 1 + 2^-8 + 2^-32: exactly above a bf16 tie
+    zero_first = np.zeros((1, 16), np.float32)
+    zero_first[0, :8] = -0.0
+    zero_first[0, 14:] = [0.5, -0.5]
+    for x in (wide, zero_first):
+        assert not _plain(x)[0]
+    got = oracle.rht(wide.astype(ml_dtypes.bfloat16), 0xD7E8)
+    exact = (4.0 + 2.0**-6 + 2.0**-30) / 4  # above the tie 1 + 2^-8 of bf16's grid near 1: rounds to 1 + 2^-7
+    assert 1 + 2.0**-8 < exact < 1 + 2.0**-7 and got[0, 0] == 1.0
+    y = oracle.rht(zero_first.astype(ml_dtypes.bfloat16), 0xD7E8)
+    ex = _exact_form(zero_first)
+    assert np.any((y == 0) & np.signbit(y)) and not np.any((ex == 0) & np.signbit(ex))
