@@ -127,8 +127,8 @@ __device__ __forceinline__ int col_stage_offset(int p, int j) {
 // accumulation from C = 0), with A[r][i] = s_i H16[r][i] / 4 (+-1/4 in bf16: the sign mask and the 1/4 folded in)
 // and B the tile's columns, loaded transposed by ldmatrix; the fp32 outputs are rounded to bf16 (3.3) and stored
 // back by stmatrix at the same places, output r of a column in the block's row r. For a plain block the sum is
-// exact and equals 7.2's bytes (7.4); the amax pass's marks name the other blocks, which each lane then recomputes
-// by 7.2 from X in global memory (one lane per marked column, after the warp's tensor-core stores).
+// exact and equals 7.2's bytes (7.4); the amax pass's marks name the other blocks, whose columns are recomputed by
+// 7.2 (one lane per marked column) and stored over the tensor cores' values.
 constexpr int kMmaPitch = 272;
 
 // A[r][i] for the lane's fragment registers (mma.m16n8k16 A layout: register q holds rows g + 8 (q & 1), columns
@@ -159,33 +159,37 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&p);
 }
 
-// A marked block (not plain, SPEC 7.4) of one column, by 7.2 from X in global memory (rows at or past rleft are the
-// tile's zero padding), over the tensor cores' values in the tile. Out of line: rare, and its 16 values would
-// otherwise count against the quantizer's 64 registers.
-__device__ __noinline__ void rht_column_block_fixup(uint8_t* tile, int j, int col, int rleft,
-                                                    const __nv_bfloat16* x_col0, int64_t K) {
-  float v[16];
-#pragma unroll
-  for (int r = 0; r < 16; ++r) v[r] = 16 * j + r < rleft ? __bfloat162float(x_col0[r * K + col]) : 0.0f;
-  rht16_butterfly<kDefaultRhtSigns>(v);  // SPEC 7.2
-#pragma unroll
-  for (int r = 0; r < 16; ++r)
-    *reinterpret_cast<__nv_bfloat16*>(tile + (16 * j + r) * kMmaPitch + 2 * col) =
-        __float2bfloat16_rn(__fmul_rn(v[r], 0.25f));
+// One 16-column unit of block j: the two mmas, their bf16 outputs stored over the unit's inputs.
+__device__ __forceinline__ void rht_unit_mma(uint32_t addr, const uint32_t (&a)[4]) {
+  uint32_t b[4];
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+               : "r"(addr)
+               : "memory");
+  float d0[4], d1[4];
+  mma_bf16_16816(d0, a, b[0], b[1]);
+  mma_bf16_16816(d1, a, b[2], b[3]);
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
+               "r"(pack_bf16x2(d0[0], d0[1])), "r"(pack_bf16x2(d0[2], d0[3])), "r"(pack_bf16x2(d1[0], d1[1])),
+               "r"(pack_bf16x2(d1[2], d1[3]))
+               : "memory");
 }
 
-// Block j of the tile (rows 16 j .. 16 j + 15; kleft valid columns) in place. x_col0: X's element (row 16 j of the
-// tile, column 0 of the tile); rows at or past rleft are zero (the tile's padding); marks: this tile's 128 mark bytes.
-__device__ __forceinline__ void rht_block_row_mma(uint8_t* tile, int j, int kleft, int rleft,
-                                                  const __nv_bfloat16* x_col0, int64_t K, const uint8_t* marks) {
+// Block j of the tile (rows 16 j .. 16 j + 15, zero past the group's rows; kleft valid columns) in place. mark_word:
+// this lane's 4 mark bytes (columns 4 lane .. 4 lane + 3; bit j of each), loaded right after griddepcontrol.wait.
+// The 16-column units without a marked column (most, on most data) run unrolled; a unit with one (first, in a
+// loop over them) has lanes 0-15 own its columns: those whose column is marked read it before the unit's
+// tensor-core store and write 7.2's values after it.
+__device__ __forceinline__ void rht_block_row_mma(uint8_t* tile, int j, int kleft, uint32_t mark_word) {
   const int lane = threadIdx.x & 31;
-  // this lane's possible fixups: columns lane + 32 i (loads issued before the tensor-core work)
-  uint32_t marked = 0;
+  uint32_t cols[4];  // bit L of cols[b]: column 4 L + b of the tile is marked
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int col = lane + 32 * i;
-    if (col < kleft && ((__ldg(marks + col) >> j) & 1u)) marked |= 1u << i;
-  }
+  for (int b = 0; b < 4; ++b) cols[b] = __ballot_sync(0xffffffffu, (mark_word >> (8 * b + j)) & 1u);
+  // bit u: unit u (columns 16 u .. 16 u + 15, i.e. lanes L = 4 u .. 4 u + 3 of every cols[b]) has a mark
+  const uint32_t any = cols[0] | cols[1] | cols[2] | cols[3];
+  uint32_t marked_units = 0;
+#pragma unroll
+  for (int u = 0; u < 8; ++u) marked_units |= ((any >> (4 * u)) & 0xFu) ? 1u << u : 0u;
   uint32_t a[4];
   rht_a_fragments(lane, a);
   // ldmatrix / stmatrix addresses: lane L gives row (L & 7) + 8 ((L >> 3) & 1) and column 8 (L >> 4) of a 16 x 16
@@ -193,28 +197,32 @@ __device__ __forceinline__ void rht_block_row_mma(uint8_t* tile, int j, int klef
   // (transposed: a column's consecutive tokens pair up) and, for the stores, their D fragments.
   const uint32_t base = (uint32_t)__cvta_generic_to_shared(tile) +
                         (16 * j + (lane & 7) + 8 * ((lane >> 3) & 1)) * kMmaPitch + 16 * (lane >> 4);
+  const int units = kleft >> 4;  // columns past K are never read (kleft is a multiple of 16)
+  for (uint32_t m = marked_units & ((1u << units) - 1u); m != 0u; m &= m - 1u) {
+    const int u = __ffs(m) - 1;
+    const int own = lane & 15;  // lanes 0-15: column 16 u + own, marked when bit own / 4 of cols[own % 4] >> 4 u
+    const uint32_t mine_cols = (own & 2) ? ((own & 1) ? cols[3] : cols[2]) : ((own & 1) ? cols[1] : cols[0]);
+    const bool mine = lane < 16 && ((mine_cols >> (4 * u + (own >> 2))) & 1u);
+    uint8_t* colp = tile + 16 * j * kMmaPitch + 2 * (16 * u + own);
+    float v[16];
+    if (mine) {  // SPEC 7.2 from the inputs, still in the tile
 #pragma unroll
-  for (int u = 0; u < 8; ++u) {
-    if (16 * u >= kleft) break;  // (warp-uniform) columns past K are never read
-    const uint32_t addr = base + 32 * u;
-    uint32_t b[4];
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
-                 : "r"(addr)
-                 : "memory");
-    float d0[4], d1[4];
-    mma_bf16_16816(d0, a, b[0], b[1]);
-    mma_bf16_16816(d1, a, b[2], b[3]);
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
-                 "r"(pack_bf16x2(d0[0], d0[1])), "r"(pack_bf16x2(d0[2], d0[3])), "r"(pack_bf16x2(d1[0], d1[1])),
-                 "r"(pack_bf16x2(d1[2], d1[3]))
-                 : "memory");
+      for (int r = 0; r < 16; ++r)
+        v[r] = __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(colp + r * kMmaPitch));
+      rht16_butterfly<kDefaultRhtSigns>(v);
+    }
+    rht_unit_mma(base + 32 * u, a);
+    __syncwarp();
+    if (mine) {
+#pragma unroll
+      for (int r = 0; r < 16; ++r)
+        *reinterpret_cast<__nv_bfloat16*>(colp + r * kMmaPitch) = __float2bfloat16_rn(__fmul_rn(v[r], 0.25f));
+    }
+    __syncwarp();
   }
-  __syncwarp();
-  if (marked == 0u) return;
-#pragma unroll 1
-  for (int i = 0; i < 4; ++i)
-    if ((marked >> i) & 1u) rht_column_block_fixup(tile, j, lane + 32 * i, rleft, x_col0, K);
+#pragma unroll
+  for (int u = 0; u < 8; ++u)
+    if (u < units && !((marked_units >> u) & 1u)) rht_unit_mma(base + 32 * u, a);
 }
 
 // kMma (with kRHT): the columnwise plane's RHT by rht_block_row_mma (SPEC 7.4) between the rowwise and the columnwise
@@ -268,6 +276,12 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
   // the wait, which returns once that kernel has finished and its writes are visible. Without a programmatic
   // dependency the wait returns at once.
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  uint32_t mark_word = 0;  // kMma: the SPEC 7.4 marks of this warp's block (written by the amax pass)
+  if constexpr (kMma) {
+    const int lane4 = 4 * (t & 31);
+    if (a.col_data != nullptr && lane4 < kleft)
+      mark_word = __ldg(reinterpret_cast<const uint32_t*>(a.rht_marks + gv.rt * a.K + k0 + lane4));
+  }
   const PlaneScale ps_row = make_plane_scale(a.row_data != nullptr ? a.row_amax[gv.g] : 0.0f, a.rule);
   const PlaneScale ps_col = make_plane_scale(a.col_data != nullptr ? a.col_amax[gv.g] : 0.0f, a.rule);
   if (t < 128) mtab[0][t] = block_multiplier((uint32_t)t, ps_row);
@@ -348,9 +362,7 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
   if constexpr (kMma) {
     __syncthreads();
     const int j = t >> 5;  // warp w transforms 16-row block w
-    if (a.col_data != nullptr && 16 * j < rleft)
-      rht_block_row_mma(tile, j, kleft, rleft, x + (gv.row0 + gv.m0 + 16 * j) * a.K + k0, a.K,
-                        a.rht_marks + gv.rt * a.K + k0);
+    if (a.col_data != nullptr && 16 * j < rleft) rht_block_row_mma(tile, j, kleft, mark_word);
     __syncthreads();
   }
 
