@@ -159,20 +159,41 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&p);
 }
 
-// One 16-column unit of block j: the two mmas, their bf16 outputs stored over the unit's inputs.
-__device__ __forceinline__ void rht_unit_mma(uint32_t addr, const uint32_t (&a)[4]) {
-  uint32_t b[4];
+// 16-column units of block j: the two mmas of each, their bf16 outputs stored over the unit's inputs. Units of a
+// batch load their B fragments first, so that their ldmatrix / mma latencies overlap (unit u is skipped when bit u
+// of `skip` is set).
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t addr, uint32_t (&b)[4]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
                : "r"(addr)
                : "memory");
+}
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&p)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(p[0]), "r"(p[1]),
+               "r"(p[2]), "r"(p[3])
+               : "memory");
+}
+__device__ __forceinline__ void rht_unit_outputs(const uint32_t (&a)[4], const uint32_t (&b)[4], uint32_t (&p)[4]) {
   float d0[4], d1[4];
   mma_bf16_16816(d0, a, b[0], b[1]);
   mma_bf16_16816(d1, a, b[2], b[3]);
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
-               "r"(pack_bf16x2(d0[0], d0[1])), "r"(pack_bf16x2(d0[2], d0[3])), "r"(pack_bf16x2(d1[0], d1[1])),
-               "r"(pack_bf16x2(d1[2], d1[3]))
-               : "memory");
+  p[0] = pack_bf16x2(d0[0], d0[1]);
+  p[1] = pack_bf16x2(d0[2], d0[3]);
+  p[2] = pack_bf16x2(d1[0], d1[1]);
+  p[3] = pack_bf16x2(d1[2], d1[3]);
+}
+template <int N>
+__device__ __forceinline__ void rht_units_mma(uint32_t addr0, const uint32_t (&a)[4], uint32_t skip) {
+  uint32_t b[N][4], p[N][4];
+#pragma unroll
+  for (int u = 0; u < N; ++u)
+    if (!((skip >> u) & 1u)) ldmatrix_x4_trans(addr0 + 32 * u, b[u]);
+#pragma unroll
+  for (int u = 0; u < N; ++u)
+    if (!((skip >> u) & 1u)) rht_unit_outputs(a, b[u], p[u]);
+#pragma unroll
+  for (int u = 0; u < N; ++u)
+    if (!((skip >> u) & 1u)) stmatrix_x4(addr0 + 32 * u, p[u]);
 }
 
 // Block j of the tile (rows 16 j .. 16 j + 15, zero past the group's rows; kleft valid columns) in place. mark_word:
@@ -211,7 +232,7 @@ __device__ __forceinline__ void rht_block_row_mma(uint8_t* tile, int j, int klef
         v[r] = __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(colp + r * kMmaPitch));
       rht16_butterfly<kDefaultRhtSigns>(v);
     }
-    rht_unit_mma(base + 32 * u, a);
+    rht_units_mma<1>(base + 32 * u, a, 0u);
     __syncwarp();
     if (mine) {
 #pragma unroll
@@ -220,9 +241,10 @@ __device__ __forceinline__ void rht_block_row_mma(uint8_t* tile, int j, int klef
     }
     __syncwarp();
   }
-#pragma unroll
-  for (int u = 0; u < 8; ++u)
-    if (u < units && !((marked_units >> u) & 1u)) rht_unit_mma(base + 32 * u, a);
+  // the other units, 4 per batch (units past K count as done)
+  const uint32_t done = marked_units | (0xFFu << units);
+  rht_units_mma<4>(base, a, done & 0xFu);
+  if (((done >> 4) & 0xFu) != 0xFu) rht_units_mma<4>(base + 128, a, done >> 4);
 }
 
 // kMma (with kRHT): the columnwise plane's RHT by rht_block_row_mma (SPEC 7.4) between the rowwise and the columnwise
