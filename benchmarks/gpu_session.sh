@@ -15,8 +15,6 @@
 #                  per-warp stage release: __syncwarp, then lane 0 arrives)
 #   ab             benchmarks/ab_env_switch.py for the opt-in switches ($AB_EXACT_CASES, $AB_SWAP_CASES): the exact TMA
 #                  loader, the swapped dgrad group maps, and (under the TMA loader) the converter converting all of B
-#   ab-rht         benchmarks/bench_quantize.py --quick --no-compile --profile with NVFP4_RHT_MMA=1, 0, 1, 0 (the
-#                  columnwise RHT on tensor cores, SPEC 7.4, or the fp32 butterfly; alternating processes)
 #   ab-pdl         benchmarks/ab_env_switch.py over NVFP4_GEMM_PDL 1,0 (the call's kernels chained by programmatic
 #                  dependent launch, or not) on the fast and exact paths whose calls are short
 #   timeline       benchmarks/gemm_timeline.py: host enqueue time, kernels and gaps per call (fast auto; exact on E64)
@@ -49,7 +47,7 @@ status=0
 default_timeout() {
   case "$1" in
     build) echo 300 ;; smoke) echo 120 ;; racecheck-repro) echo 90 ;; gemm-tests) echo 240 ;; quant-tests) echo 240 ;; sanitize) echo 300 ;;
-    ab) echo 240 ;; ab-rht) echo 300 ;; ab-kernel) echo 240 ;; timeline) echo 240 ;; ab-pdl) echo 240 ;; conformance) echo 120 ;; binding-errors) echo 120 ;; bench-gemm) echo 300 ;; bench-quant) echo 240 ;; *) echo 60 ;;
+    ab) echo 240 ;; ab-kernel) echo 240 ;; timeline) echo 240 ;; ab-pdl) echo 240 ;; conformance) echo 120 ;; binding-errors) echo 120 ;; bench-gemm) echo 300 ;; bench-quant) echo 240 ;; *) echo 60 ;;
   esac
 }
 
@@ -106,13 +104,6 @@ EOF
         --cases "$AB_SWAP_CASES" || return $?
       NVFP4_EXACT_TMA=1 python3 benchmarks/ab_env_switch.py --var NVFP4_EXACT_CONV_ALL_B --mode exact \
         --exact-kernel fused --cases "$AB_EXACT_CASES"
-      ;;
-    ab-rht)
-      local v
-      for v in 1 0 1 0; do
-        echo "--- NVFP4_RHT_MMA=$v"
-        NVFP4_RHT_MMA=$v python3 benchmarks/bench_quantize.py --quick --no-compile --profile || return $?
-      done
       ;;
     ab-pdl)
       python3 benchmarks/ab_env_switch.py --var NVFP4_GEMM_PDL --values 1,0 --mode fast \

@@ -9,7 +9,6 @@ for grouped outputs), never on device data.
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 from torch import Tensor
@@ -28,23 +27,6 @@ __all__ = [
 
 LAYOUT_COMPACT, LAYOUT_PADDED_COMPACT, LAYOUT_SWIZZLED = 0, 1, 2
 _TILE_M = 128  # rows per kernel tile (csrc/nvfp4_layout.cuh kTileM)
-
-
-_DEFAULT_RHT_SIGNS = 0xD7E8  # SPEC 7.1 (csrc/nvfp4_fast.cuh kDefaultRhtSigns)
-
-
-def rht_marks(x: Tensor, row_tiles: int, *, columnwise: bool, rht: bool, rht_signs: int, block2d: bool,
-              sr: bool, amax_pass: bool) -> Tensor | None:
-    """The SPEC 7.4 marks buffer (``row_tiles x K`` bytes, written by the amax pass and read by the quantizer, which
-    then forms the columnwise RHT on tensor cores), or None where that path does not run: no RHT'd columnwise
-    plane, a caller-supplied amax (no amax pass), a kernel other than the bf16 fast one (stochastic rounding, 16x16
-    blocks, another sign mask), or ``NVFP4_RHT_MMA=0`` in the environment (read at every call: the fp32 butterfly
-    of SPEC 7.2 everywhere, e.g. for an A/B; both give the same bytes)."""
-    if not (amax_pass and rht and columnwise) or block2d or sr or rht_signs != _DEFAULT_RHT_SIGNS:
-        return None
-    if os.environ.get("NVFP4_RHT_MMA", "1") == "0" or os.environ.get("NVFP4_DISABLE_FAST", "0") not in ("", "0"):
-        return None
-    return torch.empty((row_tiles, x.shape[1]), dtype=torch.uint8, device=x.device)
 
 
 def _raise_refusal(err: str) -> None:
@@ -123,12 +105,10 @@ def launch_quantize(x: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: b
     ext = load_extension()
     row_tiles = (m + _TILE_M - 1) // _TILE_M
     amax = bufs["amax"]
-    marks = rht_marks(x, row_tiles, columnwise=columnwise, rht=rht, rht_signs=rht_signs, block2d=block2d, sr=sr,
-                      amax_pass=amax_in is None)
     if amax_in is None:
         amax.zero_()
         _raise_refusal(ext.amax_(x, None, 1, row_tiles, amax[0:1], amax[1:2] if columnwise else None, rht,
-                                 rht_signs, False, marks))
+                                 rht_signs, False))
     else:
         amax.copy_(amax_in)
     _raise_refusal(ext.quantize_(
@@ -137,7 +117,6 @@ def launch_quantize(x: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: b
         bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None,
         LAYOUT_SWIZZLED if swizzled else LAYOUT_COMPACT, block2d, sr, rule, rht, rht_signs, seed_lo, seed_hi, offset,
         amax_in is None,  # the amax pass is the previous launch: the quantizer may overlap its tail
-        marks,
     ))
 
 
@@ -205,15 +184,13 @@ def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: Tensor
     row_tiles = t // _TILE_M + e  # worst case of sum ceil(m_g / 128)
     offs, row_amax, col_amax = bufs["offsets"], bufs["row_amax"], bufs["col_amax"]
     compute = amax_in is None
-    marks = rht_marks(x, row_tiles, columnwise=columnwise, rht=rht, rht_signs=rht_signs, block2d=block2d, sr=sr,
-                      amax_pass=compute)
     _raise_refusal(ext.group_setup_(
         splits, t, k, offs, row_amax if compute else None, col_amax if compute else None,
         bufs["row_data"] if rowwise else None, bufs["row_scales"] if rowwise else None,
         bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None))
     if compute:  # the setup kernel is the previous launch: the amax pass may start as it runs
         _raise_refusal(ext.amax_(x, offs, e, row_tiles, row_amax, col_amax if columnwise else None, rht,
-                                 rht_signs, True, marks))
+                                 rht_signs, True))
     else:
         row_amax.copy_(amax_in[0])
         col_amax.copy_(amax_in[1])
@@ -223,7 +200,6 @@ def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: Tensor
         bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None,
         LAYOUT_SWIZZLED if swizzled else LAYOUT_PADDED_COMPACT, block2d, sr, rule, rht, rht_signs, seed_lo, seed_hi,
         offset, compute,  # the amax pass is the previous launch: the quantizer may overlap its tail
-        marks,
     ))
 
 

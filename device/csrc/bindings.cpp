@@ -54,26 +54,12 @@ std::string check_x(const Tensor& x, bool rht) {
 
 // SPEC 4: per-tensor (offs absent) or per-group amax. row_amax / col_amax must be zero on entry.
 // after_setup: the previous launch on the stream is group_setup_ for `offs`.
-// SPEC 7.4 marks: a uint8 buffer of row_tiles x K bytes on x's device (written by the amax pass, read by the
-// quantizer), only with the RHT.
-std::string check_marks(const optional<Tensor>& marks, const Tensor& x, int64_t row_tiles, bool rht) {
-  if (!marks.has_value() || !marks->defined()) return {};
-  NVFP4_RETURN_IF_ERROR(check_on(marks, x.device(), "rht_marks"));
-  NVFP4_REFUSE_UNLESS(rht, "nvfp4: rht_marks need the RHT");
-  NVFP4_REFUSE_UNLESS(marks->scalar_type() == at::kByte && marks->numel() >= row_tiles * x.size(1),
-                      "nvfp4: rht_marks must be uint8 with row_tiles x K bytes");
-  return {};
-}
-
 std::string amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int64_t row_tiles, Tensor row_amax,
-                  const optional<Tensor>& col_amax, bool rht, int64_t rht_signs, bool after_setup,
-                  const optional<Tensor>& rht_marks) {
+                  const optional<Tensor>& col_amax, bool rht, int64_t rht_signs, bool after_setup) {
   NVFP4_RETURN_IF_ERROR(check_x(x, rht));
-  NVFP4_RETURN_IF_ERROR(check_marks(rht_marks, x, row_tiles, rht));
   const c10::cuda::CUDAGuard guard(x.device());
   nvfp4::AmaxArgs a{x.data_ptr(), x.size(0), x.size(1), ptr_or_null<const int64_t>(offs), (int)E,
-                    row_amax.data_ptr<float>(), ptr_or_null<float>(col_amax), (uint32_t)rht_signs,
-                    col_amax.has_value() && col_amax->defined() ? ptr_or_null<uint8_t>(rht_marks) : nullptr};
+                    row_amax.data_ptr<float>(), ptr_or_null<float>(col_amax), (uint32_t)rht_signs};
   auto s = c10::cuda::getCurrentCUDAStream();
   switch (dtype_code(x)) {
     case nvfp4::kBF16: nvfp4::launch_amax_bf16(a, rht, row_tiles, s, after_setup); break;
@@ -88,10 +74,8 @@ std::string quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, 
                       const Tensor& row_amax, const Tensor& col_amax, const optional<Tensor>& row_data,
                       const optional<Tensor>& row_scales, const optional<Tensor>& col_data,
                       const optional<Tensor>& col_scales, int64_t layout, bool block2d, bool sr, int64_t rule, bool rht,
-                      int64_t rht_signs, int64_t seed_lo, int64_t seed_hi, int64_t offset, bool after_amax,
-                      const optional<Tensor>& rht_marks) {
+                      int64_t rht_signs, int64_t seed_lo, int64_t seed_hi, int64_t offset, bool after_amax) {
   NVFP4_RETURN_IF_ERROR(check_x(x, rht));
-  NVFP4_RETURN_IF_ERROR(check_marks(rht_marks, x, row_tiles, rht));
   const c10::cuda::CUDAGuard guard(x.device());
   nvfp4::QuantArgs a{};
   a.x = x.data_ptr();
@@ -113,7 +97,6 @@ std::string quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, 
   a.seed_lo = (uint32_t)seed_lo;
   a.seed_hi = (uint32_t)seed_hi;
   a.offset = (uint32_t)offset;
-  a.rht_marks = ptr_or_null<const uint8_t>(rht_marks);
   auto s = c10::cuda::getCurrentCUDAStream();
   switch (dtype_code(x)) {
     case nvfp4::kBF16: nvfp4::launch_quantize_bf16(a, rht, row_tiles, s, after_amax); break;

@@ -120,143 +120,12 @@ __device__ __forceinline__ int col_stage_offset(int p, int j) {
   return pair * 128 + ((((p & 1) << 3) | j) ^ (pair & 15)) * 8;
 }
 
-// ---- SPEC 7.4: the RHT of a tile's plain 16-row blocks on tensor cores (quantize_fast4_bf16<true, true>) ----
-// The tile holds 128 rows of 128 bf16 columns at a row pitch of kMmaPitch bytes (272: the 8 rows of an ldmatrix /
-// stmatrix phase then start on 8 different 4-bank groups). Warp w transforms 16-row block j = w in place: per 16
-// columns, D[16 outputs x 8 columns] = A[16 x 16 tokens] B[16 tokens x 8 columns] twice (mma.m16n8k16, fp32
-// accumulation from C = 0), with A[r][i] = s_i H16[r][i] / 4 (+-1/4 in bf16: the sign mask and the 1/4 folded in)
-// and B the tile's columns, loaded transposed by ldmatrix; the fp32 outputs are rounded to bf16 (3.3) and stored
-// back by stmatrix at the same places, output r of a column in the block's row r. For a plain block the sum is
-// exact and equals 7.2's bytes (7.4); the amax pass's marks name the other blocks, whose columns are recomputed by
-// 7.2 (one lane per marked column) and stored over the tensor cores' values.
-constexpr int kMmaPitch = 272;
-
-// A[r][i] for the lane's fragment registers (mma.m16n8k16 A layout: register q holds rows g + 8 (q & 1), columns
-// 2c + 8 (q >> 1) and the next; g = lane / 4, c = lane % 4), as bf16 pairs (0x3E80 = 0.25, 0xBE80 = -0.25).
-__device__ __forceinline__ void rht_a_fragments(int lane, uint32_t (&a)[4]) {
-  const int g = lane >> 2, c = lane & 3;
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const int r = g + 8 * (q & 1), i = 2 * c + 8 * (q >> 1);
-    auto coef = [r](int col) -> uint32_t {
-      const uint32_t neg = (__popc(r & col) + (kDefaultRhtSigns >> col)) & 1u;
-      return neg ? 0xBE80u : 0x3E80u;
-    };
-    a[q] = coef(i) | (coef(i + 1) << 16);
-  }
-}
-
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%10, %10, %10, %10};"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
-}
-
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  const __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&p);
-}
-
-// 16-column units of block j: the two mmas of each, their bf16 outputs stored over the unit's inputs. Units of a
-// batch load their B fragments first, so that their ldmatrix / mma latencies overlap (unit u is skipped when bit u
-// of `skip` is set).
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t addr, uint32_t (&b)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
-               : "r"(addr)
-               : "memory");
-}
-__device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&p)[4]) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(p[0]), "r"(p[1]),
-               "r"(p[2]), "r"(p[3])
-               : "memory");
-}
-__device__ __forceinline__ void rht_unit_outputs(const uint32_t (&a)[4], const uint32_t (&b)[4], uint32_t (&p)[4]) {
-  float d0[4], d1[4];
-  mma_bf16_16816(d0, a, b[0], b[1]);
-  mma_bf16_16816(d1, a, b[2], b[3]);
-  p[0] = pack_bf16x2(d0[0], d0[1]);
-  p[1] = pack_bf16x2(d0[2], d0[3]);
-  p[2] = pack_bf16x2(d1[0], d1[1]);
-  p[3] = pack_bf16x2(d1[2], d1[3]);
-}
-template <int N>
-__device__ __forceinline__ void rht_units_mma(uint32_t addr0, const uint32_t (&a)[4], uint32_t skip) {
-  uint32_t b[N][4], p[N][4];
-#pragma unroll
-  for (int u = 0; u < N; ++u)
-    if (!((skip >> u) & 1u)) ldmatrix_x4_trans(addr0 + 32 * u, b[u]);
-#pragma unroll
-  for (int u = 0; u < N; ++u)
-    if (!((skip >> u) & 1u)) rht_unit_outputs(a, b[u], p[u]);
-#pragma unroll
-  for (int u = 0; u < N; ++u)
-    if (!((skip >> u) & 1u)) stmatrix_x4(addr0 + 32 * u, p[u]);
-}
-
-// Block j of the tile (rows 16 j .. 16 j + 15, zero past the group's rows; kleft valid columns) in place. mark_word:
-// this lane's 4 mark bytes (columns 4 lane .. 4 lane + 3; bit j of each), loaded right after griddepcontrol.wait.
-// The 16-column units without a marked column (most, on most data) run unrolled; a unit with one (first, in a
-// loop over them) has lanes 0-15 own its columns: those whose column is marked read it before the unit's
-// tensor-core store and write 7.2's values after it.
-__device__ __forceinline__ void rht_block_row_mma(uint8_t* tile, int j, int kleft, uint32_t mark_word) {
-  const int lane = threadIdx.x & 31;
-  uint32_t cols[4];  // bit L of cols[b]: column 4 L + b of the tile is marked
-#pragma unroll
-  for (int b = 0; b < 4; ++b) cols[b] = __ballot_sync(0xffffffffu, (mark_word >> (8 * b + j)) & 1u);
-  // bit u: unit u (columns 16 u .. 16 u + 15, i.e. lanes L = 4 u .. 4 u + 3 of every cols[b]) has a mark
-  const uint32_t any = cols[0] | cols[1] | cols[2] | cols[3];
-  uint32_t marked_units = 0;
-#pragma unroll
-  for (int u = 0; u < 8; ++u) marked_units |= ((any >> (4 * u)) & 0xFu) ? 1u << u : 0u;
-  uint32_t a[4];
-  rht_a_fragments(lane, a);
-  // ldmatrix / stmatrix addresses: lane L gives row (L & 7) + 8 ((L >> 3) & 1) and column 8 (L >> 4) of a 16 x 16
-  // piece; matrices 0-3 = (rows 0-7 | 8-15) x (columns 0-7 | 8-15) in that order: the B fragments of the two mmas
-  // (transposed: a column's consecutive tokens pair up) and, for the stores, their D fragments.
-  const uint32_t base = (uint32_t)__cvta_generic_to_shared(tile) +
-                        (16 * j + (lane & 7) + 8 * ((lane >> 3) & 1)) * kMmaPitch + 16 * (lane >> 4);
-  const int units = kleft >> 4;  // columns past K are never read (kleft is a multiple of 16)
-  for (uint32_t m = marked_units & ((1u << units) - 1u); m != 0u; m &= m - 1u) {
-    const int u = __ffs(m) - 1;
-    const int own = lane & 15;  // lanes 0-15: column 16 u + own, marked when bit own / 4 of cols[own % 4] >> 4 u
-    const uint32_t mine_cols = (own & 2) ? ((own & 1) ? cols[3] : cols[2]) : ((own & 1) ? cols[1] : cols[0]);
-    const bool mine = lane < 16 && ((mine_cols >> (4 * u + (own >> 2))) & 1u);
-    uint8_t* colp = tile + 16 * j * kMmaPitch + 2 * (16 * u + own);
-    float v[16];
-    if (mine) {  // SPEC 7.2 from the inputs, still in the tile
-#pragma unroll
-      for (int r = 0; r < 16; ++r)
-        v[r] = __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(colp + r * kMmaPitch));
-      rht16_butterfly<kDefaultRhtSigns>(v);
-    }
-    rht_units_mma<1>(base + 32 * u, a, 0u);
-    __syncwarp();
-    if (mine) {
-#pragma unroll
-      for (int r = 0; r < 16; ++r)
-        *reinterpret_cast<__nv_bfloat16*>(colp + r * kMmaPitch) = __float2bfloat16_rn(__fmul_rn(v[r], 0.25f));
-    }
-    __syncwarp();
-  }
-  // the other units, 4 per batch (units past K count as done)
-  const uint32_t done = marked_units | (0xFFu << units);
-  rht_units_mma<4>(base, a, done & 0xFu);
-  if (((done >> 4) & 0xFu) != 0xFu) rht_units_mma<4>(base + 128, a, done >> 4);
-}
-
-// kMma (with kRHT): the columnwise plane's RHT by rht_block_row_mma (SPEC 7.4) between the rowwise and the columnwise
-// passes, from the amax pass's marks (QuantArgs::rht_marks); the columnwise pass then reads RHT'd values.
-template <bool kRHT, bool kMma = false>
+template <bool kRHT>
 __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
-  static_assert(!kMma || kRHT, "kMma is the RHT's evaluation");
   using T = __nv_bfloat16;
   using G = TileGeom<T>;
   constexpr int TK = G::kTileK;  // 128
-  constexpr int kPitch = kMma ? kMmaPitch : 256;  // bytes per tile row
-  __shared__ alignas(16) uint8_t tile[kTileM * kPitch];
+  __shared__ alignas(16) uint8_t tile[kTileM * 256];
   __shared__ float mtab[2][128];
   __shared__ alignas(16) uint8_t cstage[kTileM * 64];  // columnwise codes of the tile, staged (col_stage_offset)
 
@@ -286,7 +155,7 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
     }
 #pragma unroll
     for (int it = 0; it < 8; ++it) {
-      *reinterpret_cast<uint4*>(tile + (it * 16 + rsub) * kPitch + chunk * 16) = raw[it];
+      *reinterpret_cast<uint4*>(tile + (it * 16 + rsub) * 256 + chunk * 16) = raw[it];
       uint32_t m = absmax2(absmax2(raw[it].x & 0x7FFF7FFFu, raw[it].y), absmax2(raw[it].z & 0x7FFF7FFFu, raw[it].w));
       m = __vmaxu2(m, __shfl_xor_sync(0xffffffffu, m, 1));  // the two lanes of one 16-block
       bmh[it] = max(m & 0xFFFFu, m >> 16);                  // >= 0x7F80: the block has a NaN or Inf
@@ -298,12 +167,6 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
   // the wait, which returns once that kernel has finished and its writes are visible. Without a programmatic
   // dependency the wait returns at once.
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  uint32_t mark_word = 0;  // kMma: the SPEC 7.4 marks of this warp's block (written by the amax pass)
-  if constexpr (kMma) {
-    const int lane4 = 4 * (t & 31);
-    if (a.col_data != nullptr && lane4 < kleft)
-      mark_word = __ldg(reinterpret_cast<const uint32_t*>(a.rht_marks + gv.rt * a.K + k0 + lane4));
-  }
   const PlaneScale ps_row = make_plane_scale(a.row_data != nullptr ? a.row_amax[gv.g] : 0.0f, a.rule);
   const PlaneScale ps_col = make_plane_scale(a.col_data != nullptr ? a.col_amax[gv.g] : 0.0f, a.rule);
   if (t < 128) mtab[0][t] = block_multiplier((uint32_t)t, ps_row);
@@ -341,7 +204,7 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
         if (row < rleft && col_ok) {
           const float bmax = __uint_as_float(bmh[it] << 16);
           const uint32_t sb = block_scale_byte(bmax, ps);
-          const uint4 q = *reinterpret_cast<const uint4*>(tile + row * kPitch + chunk * 16);
+          const uint4 q = *reinterpret_cast<const uint4*>(tile + row * 256 + chunk * 16);
           const uint32_t w[4] = {q.x, q.y, q.z, q.w};
           *reinterpret_cast<uint32_t*>(dptr + it * dstep) = encode8_v4(w, mtab[0][sb], bmax);
           if (lead) *sp = (uint8_t)sb;
@@ -354,7 +217,7 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
       for (int it = 0; it < 8; ++it) {
         const int row = it * 16 + rsub;
         uint8_t* sp = sptr + (it & 1) * sA + (it >> 1) * sB;
-        const uint4 qq = *reinterpret_cast<const uint4*>(tile + row * kPitch + chunk * 16);
+        const uint4 qq = *reinterpret_cast<const uint4*>(tile + row * 256 + chunk * 16);
         const uint32_t w[4] = {qq.x, qq.y, qq.z, qq.w};
         uint32_t m = absmax2(absmax2(qq.x & 0x7FFF7FFFu, qq.y), absmax2(qq.z & 0x7FFF7FFFu, qq.w));
         m = __vmaxu2(m, __shfl_xor_sync(0xffffffffu, m, 1));
@@ -378,14 +241,6 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
         }
       }
     }
-  }
-
-  // ---- 2b. kMma: the columnwise plane's RHT in place (SPEC 7.4), once the rowwise pass has read every row ----
-  if constexpr (kMma) {
-    __syncthreads();
-    const int j = t >> 5;  // warp w transforms 16-row block w
-    if (a.col_data != nullptr && 16 * j < rleft) rht_block_row_mma(tile, j, kleft, mark_word);
-    __syncthreads();
   }
 
   // ---- 3. columnwise plane of X^T (SPEC 6.2, 7): thread t owns tile columns 2(t%64) + h, h = 0, 1, and the
@@ -426,8 +281,8 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
       }
       uint32_t w[16];
 #pragma unroll
-      for (int i = 0; i < 16; ++i) w[i] = *reinterpret_cast<const uint32_t*>(tile + (j * 16 + i) * kPitch + cpair * 4);
-      if constexpr (kRHT && !kMma) {  // (kMma: the tile already holds the RHT's outputs)
+      for (int i = 0; i < 16; ++i) w[i] = *reinterpret_cast<const uint32_t*>(tile + (j * 16 + i) * 256 + cpair * 4);
+      if constexpr (kRHT) {
         float va[16], vb[16];
 #pragma unroll
         for (int i = 0; i < 16; ++i) {
@@ -519,60 +374,12 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
   }
 }
 
-// SPEC 7.4 marks of the amax pass (amax_fast4_bf16<true, true>): thread (rb, chunk) holds rows 16 rb + i (i < rows
-// valid, the rest zero) of columns gcol .. gcol + 3 as raw[i].x = columns 0-1, raw[i].y = columns 2-3. Per column:
-// the max and the min of |bits| over the valid rows (one integer SIMD max and min per word); the block is plain
-// when the min is not 0 (no zero among the valid rows; the zero rows past them are 6.2's padding) and the exponent
-// fields satisfy 7.4 (an Inf / NaN has field 255). The 8 warps' marks of a column meet in shared memory and thread
-// t < 128 writes the byte of column t (bit j = block j not plain). Returns the rowwise |bits| max (4.1).
-__device__ __forceinline__ uint32_t mark_plain_blocks(const uint2 (&raw)[16], int rows, const AmaxArgs& a,
-                                                      int64_t rt, int64_t gcol, int rb, int chunk) {
-  __shared__ uint32_t marks[8][32];  // [block][4 columns]: one byte per column, 0 or 1
-  uint32_t mx[2] = {0u, 0u}, mn[2] = {0x7FFF7FFFu, 0x7FFF7FFFu};
-  auto fold = [&](const uint2 w) {
-    const uint32_t p = w.x & 0x7FFF7FFFu, q = w.y & 0x7FFF7FFFu;
-    mx[0] = __vmaxu2(mx[0], p);
-    mn[0] = __vminu2(mn[0], p);
-    mx[1] = __vmaxu2(mx[1], q);
-    mn[1] = __vminu2(mn[1], q);
-  };
-  if (rows == 16) {  // (all threads but those of a group's last block or past K: the unrolled loop without tests)
-#pragma unroll
-    for (int i = 0; i < 16; ++i) fold(raw[i]);
-  } else {
-#pragma unroll
-    for (int i = 0; i < 16; ++i)
-      if (i < rows) fold(raw[i]);
-  }
-  uint32_t word = 0;
-#pragma unroll
-  for (int c = 0; c < 4; ++c) {
-    const uint32_t big = (mx[c >> 1] >> (16 * (c & 1))) & 0xFFFFu, small = (mn[c >> 1] >> (16 * (c & 1))) & 0xFFFFu;
-    const int eb = (int)(big >> 7), es = (int)(small >> 7);
-    const bool plain = rows > 0 && small != 0u && es >= 27 && eb <= 249 && eb - es <= 12;
-    word |= (plain ? 0u : 1u) << (8 * c);
-  }
-  marks[rb][chunk] = word;
-  __syncthreads();
-  const int t = threadIdx.x;
-  const int64_t col = gcol - 4 * chunk + t;  // this CTA's column t
-  if (t < 128 && col < a.K) {
-    const uint8_t* m = reinterpret_cast<const uint8_t*>(&marks[0][0]) + t;
-    uint32_t byte = 0;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) byte |= (uint32_t)m[j * 128] << j;
-    a.rht_marks[rt * a.K + col] = (uint8_t)byte;
-  }
-  return __vmaxu2(mx[0], mx[1]);
-}
-
 // amax, bf16, v4: the amax_kernel tile (128 rows x 128 columns, reverse tile order), 256 threads, each owns 16
 // rows x 4 columns (8-byte loads): half the registers of the v3 amax kernel per thread, so twice the warps per SM
 // to hide the load latency. Rowwise max: integer SIMD max of |bits| (equal to the NaN-ignoring fp max unless
 // a NaN is present; a thread that sees a NaN pattern, |bits| > 0x7F80, takes the fp max).
-template <bool kRHT, bool kMarks = false>
+template <bool kRHT>
 __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
-  static_assert(!kMarks || kRHT, "the SPEC 7.4 marks belong to the RHT'd columnwise plane");
   using T = __nv_bfloat16;
   // Grouped calls launch this grid with a programmatic dependency on the setup kernel (offsets, zeroed amaxes):
   // wait for it before anything is read (a no-op otherwise). Only then let a programmatically dependent quantize
@@ -601,13 +408,9 @@ __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
     src += step;
   }
   uint32_t mu = 0;
-  if constexpr (kMarks) {
-    mu = mark_plain_blocks(raw, rows, a, gv.rt, gcol, rb, chunk);
-  } else {
 #pragma unroll
-    for (int i = 0; i < 16; i += 2)
-      mu = absmax2(absmax2(absmax2(mu, raw[i].x), absmax2(raw[i].y & 0x7FFF7FFFu, raw[i + 1].x)), raw[i + 1].y);
-  }
+  for (int i = 0; i < 16; i += 2)
+    mu = absmax2(absmax2(absmax2(mu, raw[i].x), absmax2(raw[i].y & 0x7FFF7FFFu, raw[i + 1].x)), raw[i + 1].y);
   const uint32_t mh = max(mu & 0xFFFFu, mu >> 16);
   float rmax = __uint_as_float(mh << 16), cmax;
   if (mh > 0x7F80u) {  // a NaN: NaN-ignoring fp max (SPEC 4.1), re-read (rare path, keeps raw[] out of it)

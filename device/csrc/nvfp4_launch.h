@@ -16,9 +16,6 @@ struct AmaxArgs {
   float* row_amax;       // [E]; zero-initialised by the caller / offsets kernel
   float* col_amax;       // [E] or nullptr when no columnwise plane is wanted
   uint32_t rht_signs;
-  // SPEC 7.4 marks (bf16 fast path with the default RHT mask, columnwise plane; nullptr: none): byte rt * K + k,
-  // bit j set = the 16-row block j of row tile rt is not plain in column k (the quantizer recomputes it by 7.2)
-  uint8_t* rht_marks;
 };
 
 struct QuantArgs {
@@ -38,7 +35,6 @@ struct QuantArgs {
   int rule;               // Rule
   uint32_t rht_signs;
   uint32_t seed_lo, seed_hi, offset;
-  const uint8_t* rht_marks;  // the amax pass's SPEC 7.4 marks (AmaxArgs::rht_marks) or nullptr
 };
 
 

@@ -28,7 +28,6 @@ enum OffsetRow : int {
 // Where one group lives; everything a tile needs to address its group's planes.
 struct GroupView {
   int g;                // group index (0 for a single tensor)
-  int64_t rt;           // row tile index in the grid (the tile's row of the amax pass's SPEC 7.4 marks)
   int64_t m;            // rows of this group (m_g)
   int64_t row0;         // first row of the group inside X
   int64_t m0;           // first group-local row of this tile
@@ -42,7 +41,7 @@ struct GroupView {
 __device__ __forceinline__ bool resolve_tile(const int64_t* __restrict__ offs, int E, int64_t M, int64_t rt,
                                              GroupView& v) {
   if (offs == nullptr) {
-    v = GroupView{0, rt, M, 0, rt * kTileM, 0, 0, 0, 0};
+    v = GroupView{0, M, 0, rt * kTileM, 0, 0, 0, 0};
     return rt * kTileM < M;
   }
   const int64_t* toff = offs + (int64_t)kOffTiles * (E + 1);
@@ -64,7 +63,6 @@ __device__ __forceinline__ bool resolve_tile(const int64_t* __restrict__ offs, i
   }
   const int64_t* roff = offs + (int64_t)kOffRows * (E + 1);
   v.g = (int)lo;
-  v.rt = rt;
   v.row0 = roff[lo];
   v.m = roff[lo + 1] - roff[lo];
   v.m0 = (rt - toff[lo]) * kTileM;

@@ -40,8 +40,7 @@ void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream
     if (rht) amax_kernel<__nv_bfloat16, true><<<(unsigned)grid, 128, 0, s>>>(a);
     else amax_kernel<__nv_bfloat16, false><<<(unsigned)grid, 128, 0, s>>>(a);
   } else if (!rht || a.rht_signs == kDefaultRhtSigns) {  // the fast path (nvfp4_fast_v4.cuh)
-    // with SPEC 7.4 marks when the caller gives their buffer (the quantizer then forms the RHT on tensor cores)
-    auto kernel = !rht ? amax_fast4_bf16<false> : a.rht_marks ? amax_fast4_bf16<true, true> : amax_fast4_bf16<true>;
+    auto kernel = rht ? amax_fast4_bf16<true> : amax_fast4_bf16<false>;
     if (after_setup) launch_pdl(kernel, (unsigned)grid, 256, s, a);  // waits for the setup kernel in-kernel
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else {
@@ -49,14 +48,14 @@ void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream
   }
 }
 
-// 4 CTAs per SM of quantize_fast4_bf16 need 4 x 41 KB (4 x 43 KB with kMma) of static shared memory: ask for the largest carveout, once
+// 4 CTAs per SM of quantize_fast4_bf16 need 4 x 41 KB of static shared memory: ask for the largest carveout, once
 // per device (PerDevice).
 static void prefer_max_shared_fast4() {
   static PerDevice<bool> done;
   int dev = 0;
   cudaGetDevice(&dev);
   if (done.get(dev)) return;
-  for (auto kernel : {quantize_fast4_bf16<true>, quantize_fast4_bf16<false>, quantize_fast4_bf16<true, true>})
+  for (auto kernel : {quantize_fast4_bf16<true>, quantize_fast4_bf16<false>})
     cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
   done.set(dev, true);
 }
@@ -66,10 +65,7 @@ void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaS
   if (grid == 0) return;
   const bool fast = fast_enabled() && !a.sr && !a.block2d && (!rht || a.rht_signs == kDefaultRhtSigns);
   if (fast) {
-    // SPEC 7.4: the RHT on tensor cores when the amax pass left its marks (a.rht_marks; the caller passes them
-    // only together with that pass), else the fp32 butterfly of 7.2
-    auto kernel = !rht ? quantize_fast4_bf16<false>
-                       : a.rht_marks ? quantize_fast4_bf16<true, true> : quantize_fast4_bf16<true>;
+    auto kernel = rht ? quantize_fast4_bf16<true> : quantize_fast4_bf16<false>;
     prefer_max_shared_fast4();
     if (after_amax) launch_pdl(kernel, (unsigned)grid, 256, s, a);  // overlaps the amax pass's tail
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);

@@ -33,12 +33,9 @@ def quantize_calls() -> dict[str, Callable[[], str]]:
     bf16 = dict(dtype=torch.bfloat16, device="cuda")
     return {
         "amax_ K of 24": lambda: ext.amax_(torch.zeros((4, 24), **bf16), None, 1, 1, torch.zeros(1, device="cuda"),
-                                           None, False, 0, False, None),
+                                           None, False, 0, False),
         "amax_ RHT of float32": lambda: ext.amax_(torch.zeros((4, 32), device="cuda"), None, 1, 1,
-                                                  torch.zeros(1, device="cuda"), None, True, 0xD7E8, False, None),
-        "amax_ short rht_marks": lambda: ext.amax_(torch.zeros((4, 32), **bf16), None, 1, 1,
-                                                   torch.zeros(1, device="cuda"), torch.zeros(1, device="cuda"), True,
-                                                   0xD7E8, False, torch.zeros(16, **u8)),
+                                                  torch.zeros(1, device="cuda"), None, True, 0xD7E8, False),
         "swizzle_ short out": lambda: ext.swizzle_(torch.zeros((4, 4), **u8), torch.zeros(16, **u8)),
         "dequantize_ short data": lambda: ext.dequantize_(torch.zeros(512, **u8), torch.zeros(65536, **u8), one,
                                                           1024, 1024, True, out(1024, 1024)),
