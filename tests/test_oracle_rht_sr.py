@@ -157,10 +157,10 @@ def test_columnwise_rht_plane_and_amax():
     assert np.array_equal(t.col.data, ref.data) and np.array_equal(t.col.scales, ref.scales)
 
 
-# ---- SPEC 7.4: the exact-sum form of plain blocks (the bf16 fast quantizer's tensor-core RHT) ----------------
+# ---- SPEC 7.4: on plain blocks 7.2 gives the exact sum's bytes (what a tensor-core RHT must match) ---------------
 def _plain(x: np.ndarray) -> np.ndarray:
-    """SPEC 7.4's predicate per row of x [n, 16] (bf16 values as float32): the zeros of a row form its suffix [r, 16)
-    (spec_scalar.rht_block_is_plain, a scalar transcription; vectorized here only through the per-row loop)."""
+    """SPEC 7.4's predicate per row of x [n, 16] (bf16 values as float32), with r = the start of the row's trailing
+    zeros: spec_scalar.rht_block_is_plain, the scalar transcription, row by row."""
     zero = (x.view(np.uint32) & 0x7FFFFFFF) == 0
     r = 16 - np.cumprod(zero[:, ::-1], axis=1).sum(axis=1)
     return np.array([rht_block_is_plain(x[i], int(r[i])) for i in range(len(x))])
@@ -222,7 +222,7 @@ def test_rht_blocks_that_are_not_plain_can_differ():
     """The conditions of SPEC 7.4 matter (hand-built blocks): with a wide span the butterfly rounds away a tiny
     term that decides a bf16 tie, and a zero before nonzero inputs can give -0.0 where the exact sum is zero."""
     wide = np.zeros((1, 16), np.float32)
-    wide[0, :3] = [4.0, 2.0**-6, 2.0**-30]  # S_0 / 4 = 1 + 2^-8 + 2^-32: exactly above a bf16 tie
+    wide[0, :3] = [4.0, 2.0**-6, 2.0**-30]  # S_0 / 4 = 1 + 2^-8 + 2^-32: just above a bf16 tie
     zero_first = np.zeros((1, 16), np.float32)
     zero_first[0, :8] = -0.0
     zero_first[0, 14:] = [0.5, -0.5]
