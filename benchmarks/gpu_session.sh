@@ -9,6 +9,7 @@
 #   smoke          one tiny quantize and grouped GEMM against the oracle
 #   gemm-tests     tests/test_device_gemm.py (8 workers)
 #   quant-tests    tests/test_device_quantize.py, test_device_kernel_choice.py, test_device_placement.py
+#   large-tests    tests/test_device_large.py with NVFP4_LARGE=1 (buffers past 32-bit offsets, ~40 GB of GPU memory)
 #   sanitize       compute-sanitizer $SANITIZE_TOOLS (memcheck racecheck) on $SANITIZE_K (pytest -k of
 #                  $SANITIZE_FILE, default tests/test_device_gemm.py)
 #   racecheck-repro  device/sanitizer/warp_release_repro.cu under racecheck, modes 0 1 2 (whether racecheck sees a
@@ -46,7 +47,7 @@ status=0
 
 default_timeout() {
   case "$1" in
-    build) echo 300 ;; smoke) echo 120 ;; racecheck-repro) echo 90 ;; gemm-tests) echo 240 ;; quant-tests) echo 240 ;; sanitize) echo 300 ;;
+    build) echo 300 ;; smoke) echo 120 ;; large-tests) echo 420 ;; racecheck-repro) echo 90 ;; gemm-tests) echo 240 ;; quant-tests) echo 240 ;; sanitize) echo 300 ;;
     ab) echo 240 ;; ab-kernel) echo 240 ;; timeline) echo 240 ;; ab-pdl) echo 240 ;; conformance) echo 120 ;; binding-errors) echo 120 ;; bench-gemm) echo 300 ;; bench-quant) echo 240 ;; *) echo 60 ;;
   esac
 }
@@ -77,6 +78,7 @@ EOF
       ;;
     gemm-tests) $PYTEST -n 8 tests/test_device_gemm.py ;;
     quant-tests) $PYTEST -n 8 tests/test_device_quantize.py tests/test_device_kernel_choice.py tests/test_device_placement.py ;;
+    large-tests) NVFP4_LARGE=1 $PYTEST -rs --durations=0 tests/test_device_large.py ;;
     sanitize)
       local tool rc=0
       for tool in $SANITIZE_TOOLS; do

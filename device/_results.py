@@ -120,19 +120,39 @@ class DeviceGroupedNVFP4Tensor:
         """Byte offset of each group in ``col_scales``, int64 [E+1] (device; SPEC 9.2)."""
         return self.offsets[5]
 
+    def group_plane(self, g: int, plane: str = "row"):
+        """Group ``g``'s ``"row"`` or ``"col"`` plane as an :class:`oracle.planes.QuantizedPlane`, copying only that
+        group's bytes to the host (a cheap look at one group of a tensor too large for :meth:`to_oracle`).
+
+        Returns ``None`` when the plane was not produced. The sizes are those of the offsets table (SPEC 9.4)."""
+        if plane not in ("row", "col"):
+            raise ValueError(f"plane must be 'row' or 'col', got {plane!r}")
+        offs = _np(self.offsets)
+        e = offs.shape[1] - 1
+        if not (isinstance(g, (int, np.integer)) and 0 <= g < e):
+            raise IndexError(f"group {g!r} out of range for {e} groups")
+        is_col = plane == "col"
+        data, scales = (self.col_data, self.col_scales) if is_col else (self.row_data, self.row_scales)
+        if data is None:
+            return None
+        doff, soff = (offs[4], offs[5]) if is_col else (offs[2], offs[3])
+        amax = _np(self.col_amax if is_col else self.row_amax).astype(np.float32)[g]
+        return _group_plane(_np(data[doff[g]:doff[g + 1]]), _np(scales[soff[g]:soff[g + 1]]),
+                            int(offs[0][g + 1] - offs[0][g]), self.shape[1], is_col, amax, self.swizzled,
+                            self.options)
+
     def to_oracle(self):
         """Copy to the host as an :class:`oracle.planes.GroupedNVFP4Tensor` (buffers cut at the last offset; the
         group sizes are those of the offsets table, i.e. the splits, or their SPEC 9.4 cut at T)."""
         from oracle.grouped import padded_compact
-        from oracle.planes import GroupedNVFP4Tensor, QuantizedPlane
-        from oracle.swizzle import swizzle_scales, unswizzle_scales
+        from oracle.planes import GroupedNVFP4Tensor
+        from oracle.swizzle import swizzle_scales
 
         t, k = self.shape
         offs = _np(self.offsets)
         splits = np.diff(offs[0]).astype(np.int64)  # the sizes used: the splits, or their SPEC 9.4 cut
         e = splits.size
         o = self.options
-        rule, block, rht = o.get("rule", "te"), tuple(o.get("block", (1, 16))), bool(o.get("rht", False))
         row_amax = _np(self.row_amax).astype(np.float32)
         col_amax = _np(self.col_amax).astype(np.float32)
 
@@ -140,23 +160,11 @@ class DeviceGroupedNVFP4Tensor:
             if data is None:
                 return [None] * e, None, None, None
             d_all, s_all = _np(data), _np(scales)
-            out, swz, cmp = [], [], []
-            for g in range(e):
-                m = int(splits[g])
-                rows, cols = (k, (m + 15) // 16 * 16) if is_col else (m, k)
-                d = d_all[doff[g] : doff[g + 1]].reshape(rows, cols // 2)
-                sb = s_all[soff[g] : soff[g + 1]]
-                if self.swizzled:
-                    s = unswizzle_scales(sb, rows, cols // 16)
-                else:
-                    pr, pc = (rows + 127) // 128 * 128, (cols // 16 + 3) // 4 * 4
-                    s = sb.reshape(pr, pc)[:rows, : cols // 16].copy()
-                swz.append(swizzle_scales(s))
-                cmp.append(padded_compact(s))
-                out.append(QuantizedPlane(d, s, amax[g], (rows, cols), rule, block, rht if is_col else False,
-                                          valid_cols=m if is_col else k))
+            out = [_group_plane(d_all[doff[g]:doff[g + 1]], s_all[soff[g]:soff[g + 1]], int(splits[g]), k, is_col,
+                                amax[g], self.swizzled, o) for g in range(e)]
             cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.uint8)  # noqa: E731
-            return out, d_all[: doff[e]].copy(), cat(swz), cat(cmp)
+            return (out, d_all[: doff[e]].copy(), cat([swizzle_scales(p.scales) for p in out]),
+                    cat([padded_compact(p.scales) for p in out]))
 
         rp, rd, rs, rsc = planes(self.row_data, self.row_scales, offs[2], offs[3], False, row_amax)
         cp, cd, cs, csc = planes(self.col_data, self.col_scales, offs[4], offs[5], True, col_amax)
@@ -170,3 +178,21 @@ class DeviceGroupedNVFP4Tensor:
             row_scale_offsets=offs[3], col_data=cd, col_scales=cs, col_scales_compact=csc,
             col_data_offsets=offs[4], col_scale_offsets=offs[5], options=dict(o),
         )
+
+
+def _group_plane(d: np.ndarray, sb: np.ndarray, m: int, k: int, is_col: bool, amax, swizzled: bool, options: dict):
+    """One group's plane (SPEC 9.2) from its data bytes ``d`` and scale bytes ``sb`` (swizzled, or zero-padded
+    compact row-major): the rowwise plane [m, K] or the columnwise plane [K, roundup(m, 16)]."""
+    from oracle.planes import QuantizedPlane
+    from oracle.swizzle import unswizzle_scales
+
+    rows, cols = (k, (m + 15) // 16 * 16) if is_col else (m, k)
+    d = d.reshape(rows, cols // 2)
+    if swizzled:
+        s = unswizzle_scales(sb, rows, cols // 16)
+    else:
+        pr, pc = (rows + 127) // 128 * 128, (cols // 16 + 3) // 4 * 4
+        s = sb.reshape(pr, pc)[:rows, : cols // 16].copy()
+    rht = bool(options.get("rht", False)) if is_col else False
+    return QuantizedPlane(d, s, amax, (rows, cols), options.get("rule", "te"), tuple(options.get("block", (1, 16))),
+                          rht, valid_cols=m if is_col else k)

@@ -76,6 +76,9 @@ _WGRAD_COPIES_MIN_ROWS_F32 = 512
 #: register operand; docs/gemm.md, stop 31: E8 T512 1.85x of grouped_mm against 1.61x for the skinny kernel, E8 T256
 #: 1.89x against 1.61x, E64 T4096 equal); the same size rule as the skinny kernel's (pick_tile)
 _SWAPPED_MAX_ROWS = 96
+#: the swapped kernel runs contractions below this length only: its cp.async loader steps each copy by 32-bit offsets
+#: of up to 96 x the contraction (gemm_swapped.cuh, SwapLoader), which stay below 2^31 up to 22.3M
+_SWAPPED_MAX_CONTRACTION = 2**24
 #: exact mode's kernels -> the binding's kernel code (5: over fp16 copies of the operands, docs/gemm.md stop 30)
 _EXACT_KERNELS = {None: 0, "auto": 0, "fused": 0, "dequant": 5}
 
@@ -167,8 +170,10 @@ def _fast_kernel_choice(ext, force: int, kind: str, e: int, t: int, kc: int, col
     if force == _FAST_KERNELS["swapped"]:
         if kind == "wgrad":
             raise ValueError("fast_kernel='swapped' runs fprop and dgrad only (its token operand is a rowwise plane)")
+        if kc >= _SWAPPED_MAX_CONTRACTION:
+            raise ValueError(f"fast_kernel='swapped' runs contractions below {_SWAPPED_MAX_CONTRACTION} only, got {kc}")
         return force
-    if force == 0 and kind != "wgrad" and t // e <= _SWAPPED_MAX_ROWS:
+    if force == 0 and kind != "wgrad" and t // e <= _SWAPPED_MAX_ROWS and kc < _SWAPPED_MAX_CONTRACTION:
         return _FAST_KERNELS["swapped"]
     why = None
     if not ext.has_dequant_path():
@@ -279,8 +284,9 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
         a_rows, b_rows, kc, cols = k_a, k_b, 0, k_b
         grid_upper = e * _cdiv(k_a, _TILE) * _cdiv(k_b, _TILE)
         default_dtype = torch.float32
-    if max(shape) >= 2**31 or t_a * max(k_a, k_b) >= 2**62:
-        raise ValueError(f"sizes too large: {shape}")
+    # (the kernels round sizes up to whole 256-row tiles in 32-bit arithmetic)
+    if max(shape) > 2**31 - 256 or t_a * max(k_a, k_b) >= 2**62:
+        raise ValueError(f"sizes too large: {shape} (each must be at most 2**31 - 256)")
     contraction = t_a if kind == "wgrad" else kc  # wgrad: the largest possible group
     if contraction >= 2**28:  # the kernels step scale tiles by 32-bit K-tile offsets (kt * 512 bytes)
         raise ValueError(f"{kind}: contraction length {contraction} too long (the device supports < 2**28)")

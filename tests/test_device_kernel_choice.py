@@ -59,3 +59,25 @@ def test_wgrad_fast_choice(e, t, n, k, dtype, acc, copies):
     dt = torch.float32 if dtype == "f32" else torch.bfloat16
     got = gemm._fast_kernel_choice(_ExtWithCutlass, 0, "wgrad", e, t, t, k, n, k, dt, False, acc)
     assert got == (gemm._FAST_KERNELS["dequant"] if copies else 0)
+
+
+def test_swapped_kernel_only_below_its_contraction_limit():
+    """The swapped kernel's cp.async loader steps its copies by 32-bit offsets of up to 96 x the contraction K
+    (gemm_swapped.cuh: 2 token rows of 32 K elements, or 4 weight pieces 64 rows x K/2 bytes apart), which pass 2^31
+    from K = 22.4M: at or past the limit the automatic choice runs another kernel and forcing it raises."""
+    import torch
+
+    lim = gemm._SWAPPED_MAX_CONTRACTION
+    assert 96 * lim < 2**31
+    swapped = gemm._FAST_KERNELS["swapped"]
+    for kind in ("fprop", "dgrad"):
+        # E8 T512: 64 rows per group, the swapped kernel's range
+        below = gemm._fast_kernel_choice(_ExtWithCutlass, 0, kind, 8, 512, lim - 16, 4096, 512, 4096,
+                                         torch.bfloat16, False)
+        at = gemm._fast_kernel_choice(_ExtWithCutlass, 0, kind, 8, 512, lim, 4096, 512, 4096, torch.bfloat16, False)
+        assert below == swapped and at != swapped
+        assert gemm._fast_kernel_choice(_ExtWithCutlass, swapped, kind, 8, 512, lim - 16, 4096, 512, 4096,
+                                        torch.bfloat16, False) == swapped
+        with pytest.raises(ValueError, match="contractions below"):
+            gemm._fast_kernel_choice(_ExtWithCutlass, swapped, kind, 8, 512, lim, 4096, 512, 4096, torch.bfloat16,
+                                     False)

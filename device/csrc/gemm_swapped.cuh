@@ -104,8 +104,9 @@ struct SwapLoader {
   const __half* tok;      // token row m0 + r0, piece q, step 0
   const uint8_t* w;       // weight piece 0 at step 0
   const uint8_t* sc;      // scale piece 0 at step 0; piece j is (NT / 32) j scale tiles further
-  int tok_step;           // NT / 8 token rows, in elements (< 2^31: K < 2^28)
-  int w_step;             // to piece i + 1: NT / 2 (vec16) or NT / 4 rows, in bytes
+  int tok_step;           // NT / 8 token rows, in elements (NT / 8 * K)
+  int w_step;             // to piece i + 1: NT / 2 (vec16) or NT / 4 rows, in bytes (i * w_step <= 96 K: the host runs
+                          // contractions K < 2^24 only, device/gemm.py _SWAPPED_MAX_CONTRACTION, so all stay < 2^31)
   int sc_tile;            // one 128-row scale tile of the group: KT * 512 bytes
   int tok_rows;           // i < tok_rows: token row m0 + r0 + (NT / 8) i < M
   int k_pieces;           // K / 8

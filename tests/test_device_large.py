@@ -1,0 +1,210 @@
+"""GPU tests whose buffers run past 32-bit offsets (opt-in: ``NVFP4_LARGE=1``; about 40 GB of GPU memory).
+
+Real MoE layers pass those sizes: DeepSeek-V3's 256 experts of 4096 x 7168 weights are 7.5e9 elements, a packed
+FP4 plane of 3.8e9 bytes, and their fp32 weight gradient 30 GB. Here W stacks E = 72 experts of N x K = 8192 x 8192:
+4.8e9 bf16 elements (past 2^32), a packed plane of 2.4e9 bytes (expert 64 starts at byte 2^31), and wgrad writes
+72 x 8192 x 8192 fp32 (19 GB, past 2^32 bytes).
+
+Expected bytes come from the NumPy oracle on the host slices of the experts (or rows) checked: the first, those on
+each side of element 2^31 and of byte 2^31, and the last. Group g of a grouped call equals the oracle on group g
+alone (SPEC 9.1, 12.5), so a wrapped offset shows as different bytes there. Outputs start as NaN (or as a checked
+previous result) and are checked whole for unwritten elements, with a sentinel past their end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+torch = pytest.importorskip("torch")
+
+from test_device_gemm import _assert_same_bits, guarded, to_np  # noqa: E402
+from test_device_quantize import assert_bytes, assert_f32_bits  # noqa: E402
+
+import oracle  # noqa: E402
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not os.environ.get("NVFP4_LARGE"), reason="opt-in (NVFP4_LARGE=1): ~40 GB of GPU memory"),
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+E, N, K = 72, 8192, 8192
+TOK = 16                                   # tokens per expert in the GEMM calls
+CHECK = [0, 31, 32, 63, 64, 71]            # experts: first, around element 2^31, around byte 2^31, last
+EDGE = np.r_[0:256, N - 256:N]             # rows of a plane checked against the oracle (N == K here)
+# 128-aligned row ranges of the stacked W checked in the single-tensor quantize: the first rows, around element
+# 2^31 (row 2^18) and element 2^32 (byte 2^31 of a packed plane, row 2^19), and the last rows
+ROW_RANGES = [(0, 256), (2**18 - 128, 2**18 + 128), (2**19 - 128, 2**19 + 128), (E * N - 256, E * N)]
+DEV = "cuda"
+
+
+def bf16_host(t: torch.Tensor) -> np.ndarray:
+    return t.detach().cpu().view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+
+
+def rows_of(plane, rows: np.ndarray):
+    """The oracle plane of some rows of ``plane`` (rows are independent in a K-major plane; 16-row aligned runs
+    keep 16x16 blocks whole)."""
+    return dataclasses.replace(plane, data=plane.data[rows], scales=plane.scales[rows], shape=(rows.size, plane.cols))
+
+
+@pytest.fixture(scope="module")
+def big():
+    free, _ = torch.cuda.mem_get_info()
+    if free < 48e9:
+        pytest.skip(f"needs ~48 GB of free GPU memory, {free / 1e9:.1f} GB free")
+    gen = torch.Generator(device=DEV).manual_seed(20261123)
+    w = torch.randn((E * N, K), device=DEV, dtype=torch.bfloat16, generator=gen)
+    # powers of two per row (exact in bf16), so that blocks and experts get different scales and amaxes
+    w.mul_(torch.exp2((torch.arange(E * N, device=DEV) % 9 - 6).to(torch.bfloat16)).unsqueeze(1))
+    import device
+
+    splits = torch.full((E,), N, dtype=torch.int64, device=DEV)
+    wq = device.group_quantize(w, splits, rowwise=True, columnwise=True, block=(16, 16))
+    torch.cuda.synchronize()
+    return dict(w=w, wq=wq, host={g: bf16_host(w[g * N:(g + 1) * N]) for g in CHECK}, planes={})
+
+
+def weight_plane(big, g: int, which: str):
+    key = (g, which)
+    if key not in big["planes"]:
+        big["planes"][key] = big["wq"].group_plane(g, which)
+    return big["planes"][key]
+
+
+def test_group_quantize_past_32_bit_offsets(big):
+    wq = big["wq"]
+    offs = wq.offsets.cpu().numpy()
+    g = np.arange(E + 1, dtype=np.int64)
+    # SPEC 9.2 by hand: every expert has N rows, so the offsets are multiples of the per-expert sizes
+    want = np.stack([g * N, g * (N // 128), g * (N * K // 2), g * (N * K // 16), g * (K * N // 2), g * (K * N // 16)])
+    assert np.array_equal(offs, want), "offsets table"
+    assert offs[2, 64] == 2**31 and offs[4, E] > 2**31
+    # every expert's amax against torch's NaN-free max |w| (no RHT: both planes share it)
+    ref = big["w"].view(E, N * K).abs().amax(dim=1).float().cpu().numpy()
+    assert_f32_bits("row amax", wq.row_amax, ref)
+    assert_f32_bits("col amax", wq.col_amax, ref)
+    for e in CHECK:
+        q = oracle.quantize(big["host"][e], rowwise=True, columnwise=True, block=(16, 16))
+        for name, want_plane in (("row", q.row), ("col", q.col)):
+            got = weight_plane(big, e, name)
+            assert_bytes(f"g={e} {name} data", got.data, want_plane.data)
+            assert_bytes(f"g={e} {name} scales", got.scales, want_plane.scales)
+            sidx = 3 if name == "row" else 5
+            raw = getattr(wq, f"{name}_scales")[int(offs[sidx, e]):int(offs[sidx, e + 1])]
+            assert_bytes(f"g={e} {name} swizzled scales (padding included)", raw, want_plane.swizzled_scales())
+
+
+def test_quantize_single_tensor_past_32_bit_offsets(big):
+    import device
+
+    w = big["w"]
+    m = E * N
+    row_amax = float(w.abs().amax().float())
+    # computed amax: the amax pass over all 4.8e9 elements
+    q0 = device.quantize(w, rowwise=True, columnwise=False)
+    assert_f32_bits("computed row amax", q0.row_amax, [row_amax])
+    del q0
+    # supplied amaxes (row, RHT col), so that 128-row slices can be checked against the oracle on those rows
+    amax = (row_amax, 37.5)
+    q = device.quantize(w, rowwise=True, columnwise=True, rht=True, amax=amax)
+    rs = q.row_scales.view(m // 128, K // 64, 512)   # SPEC 8.2: 512-byte tiles, row tile major
+    cs = q.col_scales.view(K // 128, m // 64, 512)
+    for r0, r1 in ROW_RANGES:
+        want = oracle.quantize(bf16_host(w[r0:r1]), rowwise=True, columnwise=True, rht=True, amax=amax)
+        where = f"rows [{r0}, {r1})"
+        assert_bytes(f"{where} row data", q.row_data[r0:r1], want.row.data)
+        assert_bytes(f"{where} row scales (swizzled)", rs[r0 // 128:r1 // 128], want.row.swizzled_scales())
+        assert_bytes(f"{where} col data", q.col_data[:, r0 // 2:r1 // 2], want.col.data)
+        assert_bytes(f"{where} col scales (swizzled)", cs[:, r0 // 64:r1 // 64], want.col.swizzled_scales())
+    del q
+
+
+def check_groups(cases: dict, mode, out_dtype, where):
+    """cases: expert -> (device values to compare, oracle a plane, oracle b plane, accumulated C or None)."""
+    model = "sequential" if mode == "exact" else "tensor_core"
+    od = "float32" if out_dtype == torch.float32 else "bfloat16"
+    for e, (got, a, b, acc) in cases.items():
+        ref = oracle.gemm(a, b, model=model, out_dtype=od, accumulate=acc)
+        _assert_same_bits(got, ref, od, f"{where} g={e}", f"{mode} mode differs from oracle {model}")
+
+
+def _configs(dequant_ok: bool, fast: list, exact: list):
+    out = [("fast", dict(fast_kernel=k)) for k in fast] + [("exact", dict(exact_kernel=k)) for k in exact]
+    return [(m, kw) for m, kw in out if dequant_ok or "dequant" not in kw.values()]
+
+
+def _has_dequant_path() -> bool:
+    from device._gemm_build import load_gemm_extension
+
+    return bool(load_gemm_extension().has_dequant_path())
+
+
+def _tokens(cols: int, seed: int, **kw):
+    import device
+
+    gen = torch.Generator(device=DEV).manual_seed(seed)
+    x = torch.randn((E * TOK, cols), device=DEV, dtype=torch.bfloat16, generator=gen)
+    return device.group_quantize(x, torch.full((E,), TOK, dtype=torch.int64, device=DEV), **kw)
+
+
+def test_fprop_over_weights_past_32_bit_offsets(big):
+    from device.gemm import grouped_gemm
+
+    xq = _tokens(K, 1, rowwise=True)
+    a_planes = {e: xq.group_plane(e, "row") for e in CHECK}
+    for mode, kw in _configs(_has_dequant_path(), [None, "swapped", "skinny", "large", "pair", "dequant"],
+                             [None, "fused", "dequant"]):
+        out, check_tail = guarded((E * TOK, N), torch.bfloat16)
+        grouped_gemm(xq, big["wq"], kind="fprop", out=out, mode=mode, **kw)
+        where = f"fprop {mode} {kw}"
+        check_tail(where)
+        assert not bool(torch.isnan(out).any()), f"{where}: unwritten outputs"
+        yn = to_np(out)
+        check_groups({e: (yn[e * TOK:(e + 1) * TOK][:, EDGE], a_planes[e], rows_of(weight_plane(big, e, "row"), EDGE),
+                          None) for e in CHECK}, mode, torch.bfloat16, where)
+        del out
+
+
+def test_dgrad_over_weights_past_32_bit_offsets(big):
+    from device.gemm import grouped_gemm
+
+    dyq = _tokens(N, 2, rowwise=True)
+    a_planes = {e: dyq.group_plane(e, "row") for e in CHECK}
+    for mode, kw in _configs(_has_dequant_path(), [None, "large", "dequant"], [None, "dequant"]):
+        out, check_tail = guarded((E * TOK, K), torch.bfloat16)
+        grouped_gemm(dyq, big["wq"], kind="dgrad", out=out, mode=mode, **kw)
+        where = f"dgrad {mode} {kw}"
+        check_tail(where)
+        assert not bool(torch.isnan(out).any()), f"{where}: unwritten outputs"
+        yn = to_np(out)
+        check_groups({e: (yn[e * TOK:(e + 1) * TOK][:, EDGE], a_planes[e], rows_of(weight_plane(big, e, "col"), EDGE),
+                          None) for e in CHECK}, mode, torch.bfloat16, where)
+        del out
+
+
+def test_wgrad_output_past_32_bit_offsets(big):
+    from device.gemm import grouped_gemm
+
+    dyq = _tokens(N, 3, rowwise=False, columnwise=True, rht=True)
+    xq = _tokens(K, 4, rowwise=False, columnwise=True, rht=True)
+    a = {e: rows_of(dyq.group_plane(e, "col"), EDGE) for e in CHECK}
+    b = {e: rows_of(xq.group_plane(e, "col"), EDGE) for e in CHECK}
+    idx = torch.from_numpy(EDGE).to(DEV)
+    out, check_tail = guarded((E, N, K), torch.float32)   # 19.3 GB of fp32, NaN
+    prev = None  # the previous call's checked blocks: the C of an accumulating call
+    for mode, accumulate in (("exact", False), ("fast", True), ("fast", False), ("exact", True)):
+        where = f"wgrad {mode} accumulate={accumulate}"
+        grouped_gemm(dyq, xq, kind="wgrad", out=out, mode=mode, accumulate=accumulate)
+        check_tail(where)
+        assert not bool(torch.isnan(out).any()), f"{where}: unwritten outputs"
+        # the checked 512 x 512 block of each expert's dW, on the host
+        got = {e: out[e].index_select(0, idx).index_select(1, idx).cpu().numpy() for e in CHECK}
+        check_groups({e: (got[e], a[e], b[e], prev[e] if accumulate else None) for e in CHECK}, mode, torch.float32,
+                     where)
+        prev = got
