@@ -153,39 +153,32 @@ def _tokens(cols: int, seed: int, **kw):
     return device.group_quantize(x, torch.full((E,), TOK, dtype=torch.int64, device=DEV), **kw)
 
 
-def test_fprop_over_weights_past_32_bit_offsets(big):
+def run_over_weights(big, kind: str, fast: list, exact: list):
+    """fprop (tokens x K against W's rowwise planes) or dgrad (tokens x N against W's columnwise planes) through the
+    given kernels; the checked experts' outputs at the EDGE columns against the oracle."""
     from device.gemm import grouped_gemm
 
-    xq = _tokens(K, 1, rowwise=True)
-    a_planes = {e: xq.group_plane(e, "row") for e in CHECK}
-    for mode, kw in _configs(_has_dequant_path(), [None, "swapped", "skinny", "large", "pair", "dequant"],
-                             [None, "fused", "dequant"]):
-        out, check_tail = guarded((E * TOK, N), torch.bfloat16)
-        grouped_gemm(xq, big["wq"], kind="fprop", out=out, mode=mode, **kw)
-        where = f"fprop {mode} {kw}"
+    contraction, cols, plane = (K, N, "row") if kind == "fprop" else (N, K, "col")
+    tq = _tokens(contraction, 1 if kind == "fprop" else 2, rowwise=True)
+    a_planes = {e: tq.group_plane(e, "row") for e in CHECK}
+    for mode, kw in _configs(_has_dequant_path(), fast, exact):
+        out, check_tail = guarded((E * TOK, cols), torch.bfloat16)
+        grouped_gemm(tq, big["wq"], kind=kind, out=out, mode=mode, **kw)
+        where = f"{kind} {mode} {kw}"
         check_tail(where)
         assert not bool(torch.isnan(out).any()), f"{where}: unwritten outputs"
         yn = to_np(out)
-        check_groups({e: (yn[e * TOK:(e + 1) * TOK][:, EDGE], a_planes[e], rows_of(weight_plane(big, e, "row"), EDGE),
+        check_groups({e: (yn[e * TOK:(e + 1) * TOK][:, EDGE], a_planes[e], rows_of(weight_plane(big, e, plane), EDGE),
                           None) for e in CHECK}, mode, torch.bfloat16, where)
         del out
+
+
+def test_fprop_over_weights_past_32_bit_offsets(big):
+    run_over_weights(big, "fprop", [None, "swapped", "skinny", "large", "pair", "dequant"], [None, "fused", "dequant"])
 
 
 def test_dgrad_over_weights_past_32_bit_offsets(big):
-    from device.gemm import grouped_gemm
-
-    dyq = _tokens(N, 2, rowwise=True)
-    a_planes = {e: dyq.group_plane(e, "row") for e in CHECK}
-    for mode, kw in _configs(_has_dequant_path(), [None, "large", "dequant"], [None, "dequant"]):
-        out, check_tail = guarded((E * TOK, K), torch.bfloat16)
-        grouped_gemm(dyq, big["wq"], kind="dgrad", out=out, mode=mode, **kw)
-        where = f"dgrad {mode} {kw}"
-        check_tail(where)
-        assert not bool(torch.isnan(out).any()), f"{where}: unwritten outputs"
-        yn = to_np(out)
-        check_groups({e: (yn[e * TOK:(e + 1) * TOK][:, EDGE], a_planes[e], rows_of(weight_plane(big, e, "col"), EDGE),
-                          None) for e in CHECK}, mode, torch.bfloat16, where)
-        del out
+    run_over_weights(big, "dgrad", [None, "large", "dequant"], [None, "dequant"])
 
 
 def test_wgrad_output_past_32_bit_offsets(big):
