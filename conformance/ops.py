@@ -244,9 +244,11 @@ def ref_grouped_gemm_exact(case: Case) -> dict:
 
 
 def ref_dequantize(case: Case) -> dict:
-    """SPEC 11 on a plane of arbitrary bytes (rule "te")."""
+    """SPEC 11 on a plane of arbitrary bytes, with the block factor of the case's rule (cases saved before the rule
+    was drawn are rule "te")."""
     d, sc = case.arrays["data"], case.arrays["scales"]
-    plane = QuantizedPlane(d, sc, case.arrays["amax"][0], (d.shape[0], 2 * d.shape[1]), rule="te")
+    plane = QuantizedPlane(d, sc, case.arrays["amax"][0], (d.shape[0], 2 * d.shape[1]),
+                           rule=case.options.get("rule", "te"))
     return {"y": oracle.dequantize(plane)}
 
 

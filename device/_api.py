@@ -16,7 +16,9 @@ from ._results import DeviceGroupedNVFP4Tensor, DeviceNVFP4Tensor
 
 __all__ = ["dequantize", "group_quantize", "quantize", "swizzle_scales"]
 
-_RULES = {"te": 0, "te_fused_rht": 1}
+#: The scale rules (SPEC 5) and their codes in the CUDA extension (nvfp4_launch.h ``Rule``).
+_RULES = {"te": 0, "te_fused_rht": 1, "torchao": 2, "torchao_noscale": 3}
+_TORCHAO_RULES = ("torchao", "torchao_noscale")
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -47,8 +49,6 @@ def _options(x2: Tensor, *, rowwise, columnwise, rht, rht_signs, block, rule, ro
             raise TypeError(f"{name} must be a Python integer, got {type(v).__name__}")
     if not (rowwise or columnwise):
         raise ValueError("at least one of rowwise / columnwise must be requested")
-    if rule in ("torchao", "torchao_noscale"):
-        raise NotImplementedError(f"rule {rule!r} is implemented by the oracle only; the device supports {list(_RULES)}")
     if rule not in _RULES:
         raise ValueError(f"rule must be one of {list(_RULES)}, got {rule!r}")
     block = check_block(block)  # the oracle's parser: (1, 16) / (16, 16) or "1x16" / "16x16"
@@ -60,6 +60,11 @@ def _options(x2: Tensor, *, rowwise, columnwise, rht, rht_signs, block, rule, ro
         raise ValueError("rht=True applies to the columnwise plane; request columnwise=True")
     if rht and x2.dtype != torch.bfloat16:
         raise TypeError(f"rht=True needs bfloat16 input (SPEC 7), got {x2.dtype}")
+    if rht and rule in _TORCHAO_RULES:
+        # torchao has no RHT; the oracle defines the pair, but NaN payloads through the butterfly (which decide a
+        # torchao NaN's code, SPEC 3.5) follow NumPy's operand order there, which the device does not model
+        raise NotImplementedError(f"rule {rule!r} with rht=True is implemented by the oracle only (SPEC 15); the "
+                                  "device runs the torchao rules without RHT")
     seed, offset = int(seed), int(offset)
     if not (0 <= seed < 2**64):
         raise ValueError(f"seed must be in [0, 2**64), got {seed}")
@@ -197,21 +202,22 @@ def swizzle_scales(compact: Tensor) -> Tensor:
 
 
 def dequantize(q, plane: str = "row", *, scales: Tensor | None = None, amax: Tensor | None = None,
-               shape: tuple[int, int] | None = None, swizzled: bool | None = None) -> Tensor:
-    """Dequantize one NVFP4 plane to float32 (SPEC 11, rule "te").
+               shape: tuple[int, int] | None = None, swizzled: bool | None = None, rule: str | None = None) -> Tensor:
+    """Dequantize one NVFP4 plane to float32 (SPEC 11, with the block factor of the plane's scale rule).
 
-    Either ``dequantize(result, "row" | "col")`` with a :class:`DeviceNVFP4Tensor` (which knows its scale layout),
-    or ``dequantize(data, scales=..., amax=..., shape=(rows, cols), swizzled=True | False)`` with raw CUDA tensors:
-    raw bytes must say their scale layout (SPEC 8), as :func:`quantize` writes swizzled scales unless told otherwise.
-    A columnwise plane dequantizes to X^T with its zero padding, shape ``[K, roundup(M,16)]``.
+    Either ``dequantize(result, "row" | "col")`` with a :class:`DeviceNVFP4Tensor` (which knows its scale layout and
+    rule), or ``dequantize(data, scales=..., amax=..., shape=(rows, cols), swizzled=True | False, rule="te")`` with
+    raw CUDA tensors: raw bytes must say their scale layout (SPEC 8), as :func:`quantize` writes swizzled scales
+    unless told otherwise; ``rule`` (default "te") picks the SPEC 11.1 factor. A columnwise plane dequantizes to X^T
+    with its zero padding, shape ``[K, roundup(M,16)]``.
     """
     if isinstance(q, DeviceGroupedNVFP4Tensor):
         raise TypeError("dequantize takes one plane of a DeviceNVFP4Tensor or raw bytes; for a grouped result use "
                         ".to_oracle() or pass one group's bytes (its offsets) as raw data")
     if isinstance(q, DeviceNVFP4Tensor):
-        if scales is not None or amax is not None or shape is not None or swizzled is not None:
-            raise ValueError("scales=, amax=, shape= and swizzled= are for raw bytes; a DeviceNVFP4Tensor carries its "
-                             "own")
+        if scales is not None or amax is not None or shape is not None or swizzled is not None or rule is not None:
+            raise ValueError("scales=, amax=, shape=, swizzled= and rule= are for raw bytes; a DeviceNVFP4Tensor "
+                             "carries its own")
         if plane not in ("row", "col"):
             raise ValueError(f"plane must be 'row' or 'col', got {plane!r}")
         m, k = q.shape
@@ -220,14 +226,18 @@ def dequantize(q, plane: str = "row", *, scales: Tensor | None = None, amax: Ten
             raise ValueError(f"the {plane} plane was not requested at quantize time")
         shape = (m, k) if plane == "row" else (k, (m + 15) // 16 * 16)
         swizzled = q.swizzled
+        rule = q.options.get("rule", "te")
     elif scales is None or amax is None or shape is None:
         raise ValueError("raw dequantize needs data, scales=, amax=, shape= and swizzled=")
     elif swizzled is None:
         raise ValueError("raw dequantize needs swizzled=True or False, the layout of the scale bytes (SPEC 8; "
                          "device.quantize writes swizzled scales unless swizzled=False)")
+    rule = "te" if rule is None else rule
+    if rule not in _RULES:
+        raise ValueError(f"rule must be one of {list(_RULES)}, got {rule!r}")
     data = q if not isinstance(q, DeviceNVFP4Tensor) else data
     _ops.require_cuda_tensors(data=data, scales=scales, amax=amax)  # (before .contiguous() / .to() below)
     rows, cols = (int(s) for s in shape)
     data = data.contiguous()
     return _ops.dequantize_op(data, scales.contiguous(), amax.to(torch.float32).reshape(-1)[:1].contiguous(),
-                              rows, cols, bool(swizzled))
+                              rows, cols, bool(swizzled), _RULES[rule])

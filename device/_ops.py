@@ -26,6 +26,7 @@ __all__ = [
 ]
 
 LAYOUT_COMPACT, LAYOUT_PADDED_COMPACT, LAYOUT_SWIZZLED = 0, 1, 2
+RULE_TORCHAO = 2  # rule codes >= this are the torchao rules (NaN-propagating amax, SPEC 4.1; device._api._RULES)
 _TILE_M = 128  # rows per kernel tile (csrc/nvfp4_layout.cuh kTileM)
 
 
@@ -108,7 +109,7 @@ def launch_quantize(x: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: b
     if amax_in is None:
         amax.zero_()
         _raise_refusal(ext.amax_(x, None, 1, row_tiles, amax[0:1], amax[1:2] if columnwise else None, rht,
-                                 rht_signs, False))
+                                 rht_signs, False, rule >= RULE_TORCHAO))
     else:
         amax.copy_(amax_in)
     _raise_refusal(ext.quantize_(
@@ -190,7 +191,7 @@ def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: Tensor
         bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None))
     if compute:  # the setup kernel is the previous launch: the amax pass may start as it runs
         _raise_refusal(ext.amax_(x, offs, e, row_tiles, row_amax, col_amax if columnwise else None, rht,
-                                 rht_signs, True))
+                                 rht_signs, True, rule >= RULE_TORCHAO))
     else:
         row_amax.copy_(amax_in[0])
         col_amax.copy_(amax_in[1])
@@ -282,15 +283,18 @@ def check_dequantize_args(data: Tensor, scales: Tensor, amax: Tensor, rows: int,
 
 
 @torch.library.custom_op("nvfp4_device::dequantize", mutates_args=())
-def dequantize_op(data: Tensor, scales: Tensor, amax: Tensor, rows: int, cols: int, swizzled: bool) -> Tensor:
-    """One NVFP4 plane -> float32 [rows, cols] (SPEC 11). The arguments are checked (check_dequantize_args): this
-    op is public as torch.ops.nvfp4_device.dequantize."""
+def dequantize_op(data: Tensor, scales: Tensor, amax: Tensor, rows: int, cols: int, swizzled: bool,
+                  rule: int = 0) -> Tensor:
+    """One NVFP4 plane -> float32 [rows, cols] (SPEC 11; ``rule``: a code of device._api._RULES, 0 = "te"). The
+    arguments are checked (check_dequantize_args): this op is public as torch.ops.nvfp4_device.dequantize."""
     check_dequantize_args(data, scales, amax, rows, cols, swizzled)
+    if rule not in (0, 1, 2, 3):
+        raise ValueError(f"rule must be a scale rule code 0..3, got {rule!r}")
     out = torch.empty((rows, cols), dtype=torch.float32, device=data.device)
-    _raise_refusal(load_extension().dequantize_(data, scales, amax, rows, cols, swizzled, out))
+    _raise_refusal(load_extension().dequantize_(data, scales, amax, rows, cols, swizzled, rule, out))
     return out
 
 
 @dequantize_op.register_fake
-def _(data, scales, amax, rows, cols, swizzled):
+def _(data, scales, amax, rows, cols, swizzled, rule=0):
     return data.new_empty((rows, cols), dtype=torch.float32)

@@ -208,7 +208,7 @@ def test_dequantize_op_catches_a_wrong_factor_order():
 
     caught = 0
     for i in range(60):
-        c = generate("dequantize", 11, i, "dequantize", OPS["dequantize"].space)
+        c = generate("dequantize", 11, i, "dequantize", dict(OPS["dequantize"].space, rule=["te"]))
         a, ref = c.arrays, reference(c)
         assert not compare(c, ref, {"y": mld_dequantize(a["data"], a["scales"], a["amax"][0])}, OPS["dequantize"].mode)
         r, cols = a["data"].shape[0], 2 * a["data"].shape[1]
@@ -219,6 +219,25 @@ def test_dequantize_op_catches_a_wrong_factor_order():
             y = (q.astype(np.float32).reshape(r, cols // 16, 16) * f[:, :, None]).reshape(r, cols).astype(np.float32)
         caught += bool(compare(c, ref, {"y": y}, OPS["dequantize"].mode))
     assert caught >= 20
+
+
+def test_dequantize_op_torchao_factors():
+    """The dequantize op's torchao rules (SPEC 11.1): ml_dtypes' decoders with P * E4M3 (P = amax / 2688) and with
+    E4M3 alone conform; the TE factor on the same bytes is reported (unless every value is 0 or NaN)."""
+    from conformance.independent import mld_dequantize
+
+    caught = seen = 0
+    for rule in ("torchao", "torchao_noscale"):
+        for i in range(30):
+            c = generate("dequantize", 12, i, "dequantize", dict(OPS["dequantize"].space, rule=[rule]))
+            assert c.options["rule"] == rule
+            a, ref = c.arrays, reference(c)
+            assert not compare(c, ref, {"y": mld_dequantize(a["data"], a["scales"], a["amax"][0], rule)}, "bytes")
+            te = mld_dequantize(a["data"], a["scales"], a["amax"][0], "te")
+            if np.isfinite(ref["y"]).any() and (ref["y"][np.isfinite(ref["y"])] != 0).any():
+                seen += 1
+                caught += bool(compare(c, ref, {"y": te}, "bytes"))
+    assert seen >= 20 and caught >= seen - 2
 
 
 def test_generator_covers_the_edges():

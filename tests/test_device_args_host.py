@@ -1,5 +1,6 @@
 """Argument checks of device/_api.py that refuse before any CUDA call, on the host (no GPU needed). Each refusal is
 one the oracle makes too, or one that prevents a silently wrong result; the GPU tests repeat them on CUDA tensors."""
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -53,3 +54,26 @@ def test_raw_dequantize_refuses_host_tensors_and_numbers():
     with pytest.raises(ValueError, match="^amax must be a CUDA tensor"):  # a number where a tensor belongs
         _ops.require_cuda_tensors(amax=1.0)
     _ops.require_cuda_tensors()  # nothing to check: no error
+
+
+@pytest.mark.parametrize("rule", ["torchao", "torchao_noscale"])
+def test_torchao_rules_with_rht_are_refused_on_the_device(rule):
+    # the oracle defines the pair (and keeps it), the device runs the torchao rules without RHT (SPEC 15)
+    oracle.quantize(np.ones((16, 32), np.float32).astype(ml_dtypes.bfloat16), columnwise=True, rht=True, rule=rule)
+    x2 = torch.zeros((16, 32), dtype=torch.bfloat16)
+    with pytest.raises(NotImplementedError, match="without RHT"):
+        _api._options(x2, rowwise=True, columnwise=True, rht=True, rht_signs=0xD7E8, block=(1, 16), rule=rule,
+                      rounding="rn", seed=0, offset=0)
+    opts = _api._options(x2, rowwise=True, columnwise=True, rht=False, rht_signs=0xD7E8, block=(16, 16), rule=rule,
+                         rounding="sr", seed=0, offset=0)
+    assert opts["rule"] == {"torchao": 2, "torchao_noscale": 3}[rule]  # nvfp4_launch.h Rule
+    with pytest.raises(ValueError, match="rule must be one of"):
+        _api._options(x2, rowwise=True, columnwise=False, rht=False, rht_signs=0xD7E8, block=(1, 16), rule="TE",
+                      rounding="rn", seed=0, offset=0)
+
+
+def test_raw_dequantize_checks_the_rule():
+    data = torch.zeros(8, dtype=torch.uint8)
+    scales = torch.zeros(1, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="rule must be one of"):
+        _api.dequantize(data, scales=scales, amax=torch.ones(1), shape=(1, 16), swizzled=False, rule="mx")

@@ -53,13 +53,17 @@ std::string check_x(const Tensor& x, bool rht) {
 }
 
 // SPEC 4: per-tensor (offs absent) or per-group amax. row_amax / col_amax must be zero on entry.
-// after_setup: the previous launch on the stream is group_setup_ for `offs`.
+// after_setup: the previous launch on the stream is group_setup_ for `offs`. nan_propagating: the torchao rules'
+// amax (SPEC 4.1), without RHT.
 std::string amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int64_t row_tiles, Tensor row_amax,
-                  const optional<Tensor>& col_amax, bool rht, int64_t rht_signs, bool after_setup) {
+                  const optional<Tensor>& col_amax, bool rht, int64_t rht_signs, bool after_setup,
+                  bool nan_propagating) {
   NVFP4_RETURN_IF_ERROR(check_x(x, rht));
+  NVFP4_REFUSE_UNLESS(!(rht && nan_propagating), "nvfp4: the NaN-propagating (torchao) amax runs without RHT");
   const c10::cuda::CUDAGuard guard(x.device());
   nvfp4::AmaxArgs a{x.data_ptr(), x.size(0), x.size(1), ptr_or_null<const int64_t>(offs), (int)E,
-                    row_amax.data_ptr<float>(), ptr_or_null<float>(col_amax), (uint32_t)rht_signs};
+                    row_amax.data_ptr<float>(), ptr_or_null<float>(col_amax), (uint32_t)rht_signs,
+                    nan_propagating ? 1 : 0};
   auto s = c10::cuda::getCurrentCUDAStream();
   switch (dtype_code(x)) {
     case nvfp4::kBF16: nvfp4::launch_amax_bf16(a, rht, row_tiles, s, after_setup); break;
@@ -76,6 +80,9 @@ std::string quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, 
                       const optional<Tensor>& col_scales, int64_t layout, bool block2d, bool sr, int64_t rule, bool rht,
                       int64_t rht_signs, int64_t seed_lo, int64_t seed_hi, int64_t offset, bool after_amax) {
   NVFP4_RETURN_IF_ERROR(check_x(x, rht));
+  NVFP4_REFUSE_UNLESS(rule >= nvfp4::kRuleTE && rule <= nvfp4::kRuleTorchaoNoScale, "nvfp4: unknown scale rule ",
+                      rule);
+  NVFP4_REFUSE_UNLESS(!(rht && nvfp4::is_torchao_rule((int)rule)), "nvfp4: the torchao rules run without RHT");
   const c10::cuda::CUDAGuard guard(x.device());
   nvfp4::QuantArgs a{};
   a.x = x.data_ptr();
@@ -158,7 +165,9 @@ std::string swizzle_(const Tensor& compact, Tensor out) {
 
 // SPEC 11: dequantize one plane to float32 [rows, cols].
 std::string dequantize_(const Tensor& data, const Tensor& scales, const Tensor& amax, int64_t rows, int64_t cols,
-                        bool swizzled, Tensor out) {
+                        bool swizzled, int64_t rule, Tensor out) {
+  NVFP4_REFUSE_UNLESS(rule >= nvfp4::kRuleTE && rule <= nvfp4::kRuleTorchaoNoScale, "nvfp4: unknown scale rule ",
+                      rule);
   NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4", data, "data"));
   const c10::Device dev = data.device();
   NVFP4_RETURN_IF_ERROR(check_on(scales, dev, "scales"));
@@ -182,7 +191,7 @@ std::string dequantize_(const Tensor& data, const Tensor& scales, const Tensor& 
                       "nvfp4: data must be 8-byte aligned");
   const c10::cuda::CUDAGuard guard(dev);
   nvfp4::launch_dequantize(data.data_ptr<uint8_t>(), scales.data_ptr<uint8_t>(), amax.data_ptr<float>(), rows, cols,
-                           swizzled, out.data_ptr<float>(), c10::cuda::getCurrentCUDAStream());
+                           swizzled, (int)rule, out.data_ptr<float>(), c10::cuda::getCurrentCUDAStream());
   return nvfp4::launch_status("nvfp4");
 }
 

@@ -165,6 +165,72 @@ __device__ __forceinline__ float block_multiplier(uint32_t scale_byte, const Pla
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// SPEC 5.4 / 5.5 and 3.5: the torchao rules. torchao runs on the host's torch, so its NaNs follow x86 (SPEC 3.5):
+// an operation with a NaN operand returns that NaN quieted (for a * b and a / b with two NaNs: as listed below), and
+// an invalid operation (0/0, Inf/Inf, 0*Inf) creates the default NaN 0xFFC00000. The GPU's own arithmetic returns
+// 0x7FFFFFFF instead, so every NaN these rules can produce is formed here explicitly. Payloads matter: a NaN's E2M1
+// code depends on them (3.5), and a NaN block scale's sign decides its byte (0x7F / 0xFF).
+// ---------------------------------------------------------------------------------------------------------
+constexpr uint32_t kX86DefaultNaN = 0xFFC00000u;  // SPEC 3.5: a NaN created by an invalid operation
+constexpr uint32_t kTorchE4M3NaN = 0x7FF00000u;   // SPEC 3.5: torch's fp32 decode of the E4M3 NaN byte 0x7F
+constexpr uint32_t kQuietBit = 0x00400000u;
+
+// Per-plane constants of rule "torchao" (P = A / 2688 and 1 / P, SPEC 5.4) or "torchao_noscale" (no P, 5.5).
+struct TorchaoPlane {
+  float p, inv_p;
+  bool scaled;
+};
+
+__device__ __forceinline__ TorchaoPlane make_torchao_plane(float amax, int rule) {
+  // A NaN amax (torch.max's NaN, or a supplied one) passes its quieted pattern on to P and to 1 / P.
+  const float p = isnan(amax) ? __uint_as_float(__float_as_uint(amax) | kQuietBit) : __fdiv_rn(amax, 2688.0f);
+  return TorchaoPlane{p, isnan(p) ? p : __fdiv_rn(1.0f, p), rule == kRuleTorchao};
+}
+
+// SPEC 5.4 / 5.5: block amax b (>= 0 or a positive NaN; NaN-propagating) -> scale byte.
+// bs = (b / 6) / P; a NaN bs keeps the sign of the NaN it came from: b's (positive), else P's, else the created
+// 0xFFC00000 (b = 0 with P = 0, or b = Inf with P = Inf); clamp(bs, 2^-6, 448) keeps a NaN; torch's cast gives
+// 0x7F / 0xFF by the NaN's sign, and RNE for numbers (3.2, in range after the clamp).
+__device__ __forceinline__ uint32_t torchao_scale_byte(float b, const TorchaoPlane& tp) {
+  float bs = __fdiv_rn(b, 6.0f);
+  if (isnan(bs)) return 0x7Fu;
+  if (tp.scaled) {
+    if (isnan(tp.p)) return signbit(tp.p) ? 0xFFu : 0x7Fu;
+    bs = __fdiv_rn(bs, tp.p);
+    if (isnan(bs)) return 0xFFu;  // created: the x86 default NaN is negative
+  }
+  return e4m3_scale(fminf(fmaxf(bs, 0.015625f), 448.0f));
+}
+
+// SPEC 5.4 / 5.5: scale byte -> multiplier, (1 / P) / decode(byte) or 1 / decode(byte). A NaN P gives its own
+// pattern ((1/P) is P's NaN, and a / b keeps a's); else a NaN byte gives torch's decoded NaN 0x7FF00000 with the
+// byte's sign (a / b keeps b's when only b is NaN). No other NaN can arise: decode(byte) is in [2^-6, 448].
+__device__ __forceinline__ float torchao_multiplier(uint32_t byte, const TorchaoPlane& tp) {
+  if (tp.scaled && isnan(tp.p)) return tp.p;
+  if ((byte & 0x7Fu) == 0x7Fu) return __uint_as_float(kTorchE4M3NaN | ((byte & 0x80u) << 24));
+  const float sf = e4m3_value(byte);
+  return tp.scaled ? __fdiv_rn(tp.inv_p, sf) : __fdiv_rn(1.0f, sf);
+}
+
+// SPEC 3.5: torchao's E2M1 code of a NaN pattern q: its sign bit, and index 2, 3 or 4 from its payload.
+__device__ __forceinline__ uint32_t torchao_nan_code(uint32_t q) {
+  const uint32_t u = q & 0x7FFFFFFFu;
+  return (((u - 0x3EE00001u + ((u >> 22) & 1u)) >> 22) & 7u) | ((q >> 28) & 8u);
+}
+
+// SPEC 5.4 / 3.5, round to nearest: the code of element x (x's exact fp32 pattern, NaN payload included) with
+// multiplier mult. y = mult * x (the multiplier first, as the oracle and torch's CPU kernel: a NaN product carries
+// mult's NaN if mult is one, else x's quieted, else it was created by 0 * Inf); clamp(y, -6, 6) then 3.1, which is
+// what e2m1_rn_not_nan does to every number (it saturates at 6 and keeps the sign).
+__device__ __forceinline__ uint32_t torchao_code_rn(float x, float mult) {
+  const float y = __fmul_rn(mult, x);
+  if (!isnan(y)) return e2m1_rn_not_nan(y);
+  const uint32_t q =
+      isnan(mult) ? __float_as_uint(mult) : (isnan(x) ? (__float_as_uint(x) | kQuietBit) : kX86DefaultNaN);
+  return torchao_nan_code(q);
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // SPEC 7: the 16-point RHT of one block, in place: sign flip, 4 butterfly stages (h = 1, 2, 4, 8), * 0.25,
 // round to bf16.
 // ---------------------------------------------------------------------------------------------------------

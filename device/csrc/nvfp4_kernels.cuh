@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "nvfp4_common.cuh"
 #include "nvfp4_layout.cuh"
@@ -21,21 +22,32 @@ __host__ __device__ __forceinline__ int64_t amax_k_tiles(int64_t K) {
   return ceil_div(K, TileGeom<T>::kTileK);
 }
 
+// The max of two non-negative values (absolute values, or maxima of them). TE rules: NaN-ignoring, fmaxf (SPEC 4.1,
+// 5.2). torchao rules (kNanProp): NaN-propagating (4.1, 5.4); a NaN absolute value has a clear sign bit and a pattern
+// above +Inf's, so the integer max of the patterns propagates it.
+template <bool kNanProp>
+__device__ __forceinline__ float abs_max(float m, float a) {
+  if constexpr (kNanProp) return __uint_as_float(max(__float_as_uint(m), __float_as_uint(a)));
+  else return fmaxf(m, a);
+}
+
+template <bool kNanProp = false>
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  for (int o = 16; o > 0; o >>= 1) v = abs_max<kNanProp>(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 
 // End of an amax CTA (SPEC 4.1, 4.2): the maxima of all kWarps warps of the CTA (one value per thread, rowwise and
-// columnwise; non-negative and NaN-free) folded into group g's amaxes in `a` (the columnwise one only when `a` has
-// one). Non-negative, non-NaN floats order like their bit patterns, so an integer atomicMax is a float max.
-template <int kWarps>
+// columnwise; non-negative, and NaN-free unless kNanProp) folded into group g's amaxes in `a` (the columnwise one
+// only when `a` has one). Non-negative floats order like their bit patterns, so an integer atomicMax is a float
+// max; with kNanProp a NaN is first made the canonical 0x7FC00000 of SPEC 4.1, above every number and +Inf.
+template <int kWarps, bool kNanProp = false>
 __device__ __forceinline__ void cta_amax_atomic(float rmax, float cmax, const AmaxArgs& a, int g) {
   __shared__ float red[2][kWarps];
   const int t = threadIdx.x;
-  rmax = warp_max(rmax);
-  cmax = warp_max(cmax);
+  rmax = warp_max<kNanProp>(rmax);
+  cmax = warp_max<kNanProp>(cmax);
   if ((t & 31) == 0) {
     red[0][t >> 5] = rmax;
     red[1][t >> 5] = cmax;
@@ -46,8 +58,12 @@ __device__ __forceinline__ void cta_amax_atomic(float rmax, float cmax, const Am
     cmax = red[1][0];
 #pragma unroll
     for (int w = 1; w < kWarps; ++w) {
-      rmax = fmaxf(rmax, red[0][w]);
-      cmax = fmaxf(cmax, red[1][w]);
+      rmax = abs_max<kNanProp>(rmax, red[0][w]);
+      cmax = abs_max<kNanProp>(cmax, red[1][w]);
+    }
+    if constexpr (kNanProp) {
+      if (isnan(rmax)) rmax = __uint_as_float(0x7FC00000u);
+      if (isnan(cmax)) cmax = __uint_as_float(0x7FC00000u);
     }
     atomicMax(reinterpret_cast<int*>(a.row_amax + g), __float_as_int(rmax));
     if (a.col_amax != nullptr) atomicMax(reinterpret_cast<int*>(a.col_amax + g), __float_as_int(cmax));
@@ -71,16 +87,41 @@ __device__ __forceinline__ float chunk_elem<__half>(const uint4& r, int i) {
   const uint32_t w = chunk_word(r, i >> 1);
   return __half2float(__ushort_as_half((unsigned short)((i & 1) ? (w >> 16) : (w & 0xFFFFu))));
 }
+
+// fp16 bits -> fp32 with a NaN's payload kept (sign, the 10 payload bits shifted up by 13, no quieting), as the
+// oracle's host conversion does; every other value through the hardware conversion (exact). The torchao rules
+// need it: their E2M1 code of a NaN depends on its payload (SPEC 3.5).
+__device__ __forceinline__ float f16_bits_to_f32_exact(uint32_t h) {
+  if ((h & 0x7C00u) == 0x7C00u && (h & 0x3FFu) != 0u)
+    return __uint_as_float(((h & 0x8000u) << 16) | 0x7F800000u | ((h & 0x3FFu) << 13));
+  return __half2float(__ushort_as_half((unsigned short)h));
+}
+// Element i of a chunk as fp32 with NaN payloads kept (bf16 and fp32 already keep them).
+template <typename T>
+__device__ __forceinline__ float chunk_elem_exact(const uint4& r, int i) {
+  if constexpr (std::is_same_v<T, __half>) {
+    const uint32_t w = chunk_word(r, i >> 1);
+    return f16_bits_to_f32_exact((i & 1) ? (w >> 16) : (w & 0xFFFFu));
+  } else {
+    return chunk_elem<T>(r, i);
+  }
+}
+template <typename T>
+__device__ __forceinline__ float to_f32_exact(T v) {
+  if constexpr (std::is_same_v<T, __half>) return f16_bits_to_f32_exact(__half_as_ushort(v));
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __uint_as_float((uint32_t)__bfloat16_as_ushort(v) << 16);
+  else return v;
+}
 template <>
 __device__ __forceinline__ float chunk_elem<float>(const uint4& r, int i) {
   return __uint_as_float(chunk_word(r, i));
 }
 
-// Values of one 16-byte chunk as fp32.
-template <typename T>
+// Values of one 16-byte chunk as fp32 (kExactNaN: with NaN payloads kept, chunk_elem_exact).
+template <typename T, bool kExactNaN = false>
 __device__ __forceinline__ void chunk_to_f32(const uint4& raw, float (&v)[TileGeom<T>::kChunkElems]) {
 #pragma unroll
-  for (int i = 0; i < TileGeom<T>::kChunkElems; ++i) v[i] = chunk_elem<T>(raw, i);
+  for (int i = 0; i < TileGeom<T>::kChunkElems; ++i) v[i] = kExactNaN ? chunk_elem_exact<T>(raw, i) : chunk_elem<T>(raw, i);
 }
 
 // Word `i` (0..3, run-time) of a Philox output without indexing a register array dynamically.
@@ -99,8 +140,11 @@ __device__ __forceinline__ int64_t scale_pos(int layout, int64_t r, int64_t c, i
 // amax: one CTA of 128 threads per 128 x kTileK tile. Thread (chunk = t%16, rb = t/16) owns the 16 rows
 // rb*16.. of one 16-byte column chunk, i.e. kChunkElems whole columnwise 16-blocks (SPEC 4.1, 4.2).
 // ---------------------------------------------------------------------------------------------------------
-template <typename T, bool kRHT>
+// kNanProp: the torchao rules' NaN-propagating amax (SPEC 4.1; never with RHT, which the device runs for the TE
+// rules only).
+template <typename T, bool kRHT, bool kNanProp = false>
 __global__ void __launch_bounds__(128, 4) amax_kernel(AmaxArgs a) {
+  static_assert(!(kRHT && kNanProp), "the torchao rules run without RHT on the device");
   using G = TileGeom<T>;
   // Tiles in reverse order: the quantize kernel that follows starts at the front of X, which this pass
   // read last and which is therefore still (partly) in L2.
@@ -124,7 +168,7 @@ __global__ void __launch_bounds__(128, 4) amax_kernel(AmaxArgs a) {
     float v[G::kChunkElems];
     chunk_to_f32<T>(raw[i], v);
 #pragma unroll
-    for (int e = 0; e < G::kChunkElems; ++e) rmax = fmaxf(rmax, fabsf(v[e]));  // NaN-ignoring (SPEC 4.1)
+    for (int e = 0; e < G::kChunkElems; ++e) rmax = abs_max<kNanProp>(rmax, fabsf(v[e]));  // SPEC 4.1
   }
   if constexpr (kRHT) {
 #pragma unroll
@@ -143,7 +187,7 @@ __global__ void __launch_bounds__(128, 4) amax_kernel(AmaxArgs a) {
   } else {
     cmax = rmax;  // SPEC 4.2: without RHT the columnwise amax is the rowwise amax
   }
-  cta_amax_atomic<4>(rmax, cmax, a, gv.g);
+  cta_amax_atomic<4, kNanProp>(rmax, cmax, a, gv.g);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -157,8 +201,12 @@ __global__ void __launch_bounds__(128, 4) amax_kernel(AmaxArgs a) {
 // Padding scale bytes of the swizzled / padded-compact layouts (rows up to roundup(rows,128), scale columns up
 // to roundup(C,4)) always fall inside the last tile of a group / of K, whose threads write them as 0 (SPEC 8.2).
 // ---------------------------------------------------------------------------------------------------------
-template <typename T, bool kRHT>
+// kTorchao: the torchao rules (SPEC 5.4 / 5.5 with 3.5 and NaN-propagating block maxima; no RHT on the device):
+// per-block scale bytes and multipliers by torchao_scale_byte / torchao_multiplier instead of the table, elements
+// read with their NaN payloads (chunk_elem_exact) and encoded by torchao_code_rn.
+template <typename T, bool kRHT, bool kTorchao = false>
 __global__ void __launch_bounds__(256, 4) quantize_kernel(QuantArgs a) {
+  static_assert(!(kRHT && kTorchao), "the torchao rules run without RHT on the device");
   using G = TileGeom<T>;
   constexpr int EPL = G::kChunkElems, LPB = G::kLanesPerBlock, NB = G::kBlocksPerRow, TK = G::kTileK;
   constexpr int kThreadsPerCol = 256 / TK;              // 2 (16-bit types) or 4 (fp32)
@@ -180,10 +228,18 @@ __global__ void __launch_bounds__(256, 4) quantize_kernel(QuantArgs a) {
   const T* x = reinterpret_cast<const T*>(a.x);
   const uint32_t ctr3 = a.offset + (uint32_t)gv.g;  // SPEC 10: (offset + g) & 0xffffffff
 
-  const PlaneScale ps_row = make_plane_scale(a.row_data != nullptr ? a.row_amax[gv.g] : 0.0f, a.rule);
-  const PlaneScale ps_col = make_plane_scale(a.col_data != nullptr ? a.col_amax[gv.g] : 0.0f, a.rule);
-  if (t < 128) mtab[0][t] = block_multiplier((uint32_t)t, ps_row);
-  else mtab[1][t - 128] = block_multiplier((uint32_t)(t - 128), ps_col);
+  const float row_amax = a.row_data != nullptr ? a.row_amax[gv.g] : 0.0f;
+  const float col_amax = a.col_data != nullptr ? a.col_amax[gv.g] : 0.0f;
+  const PlaneScale ps_row = make_plane_scale(row_amax, a.rule);
+  const PlaneScale ps_col = make_plane_scale(col_amax, a.rule);
+  [[maybe_unused]] TorchaoPlane tp_row{}, tp_col{};
+  if constexpr (kTorchao) {
+    tp_row = make_torchao_plane(row_amax, a.rule);
+    tp_col = make_torchao_plane(col_amax, a.rule);
+  } else {
+    if (t < 128) mtab[0][t] = block_multiplier((uint32_t)t, ps_row);
+    else mtab[1][t - 128] = block_multiplier((uint32_t)(t - 128), ps_col);
+  }
 
   // ---- 1. load ----
   uint4 raw[8];
@@ -203,9 +259,9 @@ __global__ void __launch_bounds__(256, 4) quantize_kernel(QuantArgs a) {
     chunk_to_f32<T>(raw[it], v);
     float m = 0.0f;
 #pragma unroll
-    for (int e = 0; e < EPL; ++e) m = fmaxf(m, fabsf(v[e]));  // NaN-ignoring (SPEC 5.2)
+    for (int e = 0; e < EPL; ++e) m = abs_max<kTorchao>(m, fabsf(v[e]));  // SPEC 5.2 / 5.4
 #pragma unroll
-    for (int o = 1; o < LPB; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    for (int o = 1; o < LPB; o <<= 1) m = abs_max<kTorchao>(m, __shfl_xor_sync(0xffffffffu, m, o));
     bm[it] = m;
     if (a.block2d && (chunk % LPB) == 0) bmax_s[row][chunk / LPB] = m;
   }
@@ -215,7 +271,7 @@ __global__ void __launch_bounds__(256, 4) quantize_kernel(QuantArgs a) {
       const int tb = t / NB, cb = t % NB;
       float m = 0.0f;
 #pragma unroll
-      for (int i = 0; i < 16; ++i) m = fmaxf(m, bmax_s[tb * 16 + i][cb]);
+      for (int i = 0; i < 16; ++i) m = abs_max<kTorchao>(m, bmax_s[tb * 16 + i][cb]);
       tmax_s[tb][cb] = m;
     }
     __syncthreads();
@@ -236,11 +292,18 @@ __global__ void __launch_bounds__(256, 4) quantize_kernel(QuantArgs a) {
       const int64_t r = gv.m0 + row;
       if (r < gv.m && col_ok) {
         const float b = a.block2d ? tmax_s[row >> 4][blk_local] : bm[it];
-        const uint32_t sb = block_scale_byte(b, ps);
-        const float mult = mtab[0][sb];
+        uint32_t sb;
+        float mult;
+        if constexpr (kTorchao) {
+          sb = torchao_scale_byte(b, tp_row);
+          mult = torchao_multiplier(sb, tp_row);
+        } else {
+          sb = block_scale_byte(b, ps);
+          mult = mtab[0][sb];
+        }
         float v[EPL];
         // re-read the chunk from shared memory rather than keeping raw[] live across the barrier
-        chunk_to_f32<T>(*reinterpret_cast<const uint4*>(tile + row * 256 + chunk * 16), v);
+        chunk_to_f32<T, kTorchao>(*reinterpret_cast<const uint4*>(tile + row * 256 + chunk * 16), v);
         uint32_t packed = 0;
         bool special = false;  // a NaN or Inf element: only then can the product be NaN
 #pragma unroll
@@ -252,8 +315,12 @@ __global__ void __launch_bounds__(256, 4) quantize_kernel(QuantArgs a) {
             // element index inside the 16-block is (chunk % LPB) * EPL + e; word (index / 4), byte (index % 4)
             const uint32_t word = philox_word(rnd, ((chunk % LPB) * EPL + e) >> 2);
             const uint32_t u8 = (word >> ((e & 3) * 8)) & 0xFFu;
+            // (torchao: its clamp to [-6, 6] changes no SR code, and a NaN product is 0x7 whatever its payload)
             packed |= e2m1_sr(__fmul_rn(v[e], mult), u8) << (4 * e);
           }
+        } else if (kTorchao) {
+#pragma unroll
+          for (int e = 0; e < EPL; ++e) packed |= torchao_code_rn(v[e], mult) << (4 * e);
         } else if (special) {
 #pragma unroll
           for (int e = 0; e < EPL; ++e) packed |= e2m1_rn(__fmul_rn(v[e], mult)) << (4 * e);
@@ -286,11 +353,14 @@ __global__ void __launch_bounds__(256, 4) quantize_kernel(QuantArgs a) {
       const int64_t jg = gv.m0 / 16 + j;          // plane column block (padded-token axis)
       float v[16];
 #pragma unroll
-      for (int i = 0; i < 16; ++i) v[i] = to_f32(reinterpret_cast<const T*>(tile + (j * 16 + i) * 256)[c]);
+      for (int i = 0; i < 16; ++i) {
+        const T xi = reinterpret_cast<const T*>(tile + (j * 16 + i) * 256)[c];
+        v[i] = kTorchao ? to_f32_exact(xi) : to_f32(xi);
+      }
       if constexpr (kRHT) rht16(v, a.rht_signs);
       float b = 0.0f;
 #pragma unroll
-      for (int i = 0; i < 16; ++i) b = fmaxf(b, fabsf(v[i]));
+      for (int i = 0; i < 16; ++i) b = abs_max<kTorchao>(b, fabsf(v[i]));
       if (a.block2d) {
         if constexpr (kRHT) {  // 16x16 tile of the RHT'd plane: the 16 plane rows are 16 adjacent lanes
 #pragma unroll
@@ -300,8 +370,15 @@ __global__ void __launch_bounds__(256, 4) quantize_kernel(QuantArgs a) {
         }
       }
       if (k < a.K && jg < cblocks) {
-        const uint32_t sb = block_scale_byte(b, ps);
-        const float mult = mtab[1][sb];
+        uint32_t sb;
+        float mult;
+        if constexpr (kTorchao) {
+          sb = torchao_scale_byte(b, tp_col);
+          mult = torchao_multiplier(sb, tp_col);
+        } else {
+          sb = block_scale_byte(b, ps);
+          mult = mtab[1][sb];
+        }
         uint64_t packed = 0;
         bool special = false;
 #pragma unroll
@@ -313,6 +390,9 @@ __global__ void __launch_bounds__(256, 4) quantize_kernel(QuantArgs a) {
             const uint32_t u8 = (rnd.x[i >> 2] >> ((i & 3) * 8)) & 0xFFu;
             packed |= (uint64_t)e2m1_sr(__fmul_rn(v[i], mult), u8) << (4 * i);
           }
+        } else if (kTorchao) {
+#pragma unroll
+          for (int i = 0; i < 16; ++i) packed |= (uint64_t)torchao_code_rn(v[i], mult) << (4 * i);
         } else if (special) {
 #pragma unroll
           for (int i = 0; i < 16; ++i) packed |= (uint64_t)e2m1_rn(__fmul_rn(v[i], mult)) << (4 * i);

@@ -16,6 +16,7 @@ struct AmaxArgs {
   float* row_amax;       // [E]; zero-initialised by the caller / offsets kernel
   float* col_amax;       // [E] or nullptr when no columnwise plane is wanted
   uint32_t rht_signs;
+  int nan_propagating;   // SPEC 4.1: 1 for the torchao rules (a NaN amax is 0x7FC00000), 0 for the TE rules
 };
 
 struct QuantArgs {
@@ -38,8 +39,9 @@ struct QuantArgs {
 };
 
 
-// SPEC 5.1 / 5.3
-enum Rule : int { kRuleTE = 0, kRuleTEFusedRHT = 1 };
+// SPEC 5.1 / 5.3 / 5.4 / 5.5 (the Python API's rule names, in this order)
+enum Rule : int { kRuleTE = 0, kRuleTEFusedRHT = 1, kRuleTorchao = 2, kRuleTorchaoNoScale = 3 };
+__host__ __device__ inline bool is_torchao_rule(int rule) { return rule == kRuleTorchao || rule == kRuleTorchaoNoScale; }
 
 enum DType : int { kBF16 = 0, kF16 = 1, kF32 = 2 };
 
@@ -63,6 +65,6 @@ void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int6
                         const int rows[kTailBufs], cudaStream_t stream);
 void launch_swizzle(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t stream);
 void launch_dequantize(const uint8_t* data, const uint8_t* scales, const float* amax, int64_t rows, int64_t cols,
-                       bool swizzled, float* out, cudaStream_t stream);
+                       bool swizzled, int rule, float* out, cudaStream_t stream);
 
 }  // namespace nvfp4

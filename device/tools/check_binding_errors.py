@@ -33,16 +33,21 @@ def quantize_calls() -> dict[str, Callable[[], str]]:
     bf16 = dict(dtype=torch.bfloat16, device="cuda")
     return {
         "amax_ K of 24": lambda: ext.amax_(torch.zeros((4, 24), **bf16), None, 1, 1, torch.zeros(1, device="cuda"),
-                                           None, False, 0, False),
+                                           None, False, 0, False, False),
         "amax_ RHT of float32": lambda: ext.amax_(torch.zeros((4, 32), device="cuda"), None, 1, 1,
-                                                  torch.zeros(1, device="cuda"), None, True, 0xD7E8, False),
+                                                  torch.zeros(1, device="cuda"), None, True, 0xD7E8, False, False),
+        "amax_ NaN-propagating with RHT": lambda: ext.amax_(torch.zeros((4, 32), **bf16), None, 1, 1,
+                                                            torch.zeros(1, device="cuda"), None, True, 0xD7E8, False,
+                                                            True),
         "swizzle_ short out": lambda: ext.swizzle_(torch.zeros((4, 4), **u8), torch.zeros(16, **u8)),
         "dequantize_ short data": lambda: ext.dequantize_(torch.zeros(512, **u8), torch.zeros(65536, **u8), one,
-                                                          1024, 1024, True, out(1024, 1024)),
+                                                          1024, 1024, True, 0, out(1024, 1024)),
         "dequantize_ CPU amax": lambda: ext.dequantize_(torch.zeros(512, **u8), torch.zeros(512, **u8), one.cpu(),
-                                                        32, 32, True, out(32, 32)),
+                                                        32, 32, True, 0, out(32, 32)),
         "dequantize_ CPU data": lambda: ext.dequantize_(torch.zeros(512, dtype=torch.uint8), torch.zeros(512, **u8),
-                                                        one, 32, 32, True, out(32, 32)),
+                                                        one, 32, 32, True, 0, out(32, 32)),
+        "dequantize_ rule 4": lambda: ext.dequantize_(torch.zeros(512, **u8), torch.zeros(512, **u8), one, 32, 32,
+                                                      True, 4, out(32, 32)),
     }
 
 
