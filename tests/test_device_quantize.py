@@ -704,8 +704,8 @@ def test_argument_errors():
         device.quantize(torch.zeros((32, 24), dtype=torch.bfloat16, device="cuda"))
     with pytest.raises(TypeError, match="bfloat16"):
         device.quantize(good.half(), columnwise=True, rht=True)
-    with pytest.raises(NotImplementedError):
-        device.quantize(good, rule="torchao")
+    with pytest.raises(NotImplementedError, match="without RHT"):  # (the torchao rules run without RHT)
+        device.quantize(good, columnwise=True, rht=True, rule="torchao")
     with pytest.raises(ValueError, match="same device"):
         device.group_quantize(good, torch.tensor([32]))
     with pytest.raises(TypeError, match="int64"):
