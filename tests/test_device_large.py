@@ -195,3 +195,40 @@ def test_wgrad_output_past_32_bit_offsets(big):
         check_groups({e: (got[e], a[e], b[e], prev[e] if accumulate else None) for e in CHECK}, mode, torch.float32,
                      where)
         prev = got
+
+
+@pytest.mark.parametrize("rows,cols,swizzled", [(1, 2**31 + 64, False), (128, 2**24 + 16, False),
+                                                (128, 2**24 + 16, True)])
+def test_dequantize_past_2_31_elements(rows, cols, swizzled):
+    """The dequantize binding takes planes of 2^31 elements and more (its kernel indexes in 64-bit): a 1-row plane of
+    2^31 + 64 columns and a 128-row one (compact and swizzled scales) whose last row ends past element 2^31. Every
+    output element is written (the output starts as NaN; no scale byte is NaN), a sentinel past the end stays, and
+    the first and last 256 blocks of the first and last row equal the oracle on those blocks' bytes (blocks are
+    independent, SPEC 11.1)."""
+    import device
+    from device._build import load_extension
+
+    gen = torch.Generator(device=DEV).manual_seed(rows)
+    data = torch.randint(0, 256, (rows, cols // 2), dtype=torch.uint8, device=DEV, generator=gen)
+    scales = torch.randint(0, 255, (rows, cols // 16), dtype=torch.uint8, device=DEV, generator=gen)
+    scales[scales == 0x7F] = 0x7E  # no NaN scale byte: a NaN output then means an unwritten one
+    amax = torch.tensor([1234.5], dtype=torch.float32, device=DEV)
+    sc = device.swizzle_scales(scales) if swizzled else scales
+    n = rows * cols
+    buf = torch.full((n + 16,), float("nan"), dtype=torch.float32, device=DEV)
+    out = buf[:n].view(rows, cols)
+    err = load_extension().dequantize_(data, sc, amax, rows, cols, swizzled, 0, out)
+    assert err == "", err
+    torch.cuda.synchronize()
+    assert not torch.isnan(out).any().item(), "unwritten output elements"
+    assert torch.isnan(buf[n:]).all().item(), "written past the end"
+    nb = cols // 16
+    for r in (0, rows - 1):
+        for b0 in (0, nb - 256):
+            d = data[r : r + 1, b0 * 8 : (b0 + 256) * 8].cpu().numpy()
+            s = scales[r : r + 1, b0 : b0 + 256].cpu().numpy()
+            want = oracle.dequantize(oracle.QuantizedPlane(d, s, np.float32(1234.5), (1, 4096)))
+            got = out[r : r + 1, b0 * 16 : (b0 + 256) * 16].cpu().numpy()
+            assert_bytes(f"row {r} blocks {b0}..", got.view(np.uint32), want.view(np.uint32))
+    del buf, data, scales, sc
+    torch.cuda.empty_cache()

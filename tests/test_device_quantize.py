@@ -609,7 +609,11 @@ def test_group_quantize_no_host_sync():
 # CUDA graphs and torch.compile
 # ------------------------------------------------------------------------------------------------------------
 
-def test_cuda_graph_grouped_replay():
+@pytest.mark.parametrize("kw", [
+    dict(rowwise=True, columnwise=True, rht=True, block=(1, 16), rounding="sr", seed=7, offset=3),
+    dict(rowwise=True, columnwise=True, block=(16, 16), rule="torchao"),  # the general kernels, NaN-propagating amax
+], ids=["te-rht-sr", "torchao-16x16"])
+def test_cuda_graph_grouped_replay(kw):
     """Capture once; replay with new inputs and new split values copied into the captured tensors."""
     import device
 
@@ -618,7 +622,6 @@ def test_cuda_graph_grouped_replay():
     rng = np.random.default_rng(123)
     static_x = torch.zeros((t, k), dtype=torch.bfloat16, device="cuda")
     static_splits = torch.tensor(random_splits(rng, t, e), device="cuda")
-    kw = dict(rowwise=True, columnwise=True, rht=True, block=(1, 16), rounding="sr", seed=7, offset=3)
     device.group_quantize(static_x, static_splits, **kw)  # warm-up (JIT build, allocator)
     torch.cuda.synchronize()
     s = torch.cuda.Stream()

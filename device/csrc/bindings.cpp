@@ -177,8 +177,9 @@ std::string dequantize_(const Tensor& data, const Tensor& scales, const Tensor& 
                       "nvfp4: data and scales must be uint8");
   NVFP4_REFUSE_UNLESS(amax.scalar_type() == at::kFloat && amax.numel() >= 1,
                       "nvfp4: amax must be float32 with one value");
-  NVFP4_REFUSE_UNLESS(rows >= 0 && cols >= 0 && cols % 16 == 0 && rows < (1LL << 31) && cols < (1LL << 31),
-                      "nvfp4: dequantize needs 0 <= rows, cols < 2^31 and cols a multiple of 16");
+  // (the kernel's indices are 64-bit: any plane whose rows * cols fits well inside int64 is fine)
+  NVFP4_REFUSE_UNLESS(rows >= 0 && cols >= 0 && cols % 16 == 0 && (cols == 0 || rows <= (1LL << 62) / cols),
+                      "nvfp4: dequantize needs rows, cols >= 0, cols a multiple of 16 and rows * cols < 2^62");
   const int64_t c = cols / 16;
   const int64_t need_scales = swizzled ? (rows + 127) / 128 * 128 * ((c + 3) / 4 * 4) : rows * c;
   NVFP4_REFUSE_UNLESS(data.numel() >= rows * cols / 2, "nvfp4: data holds ", data.numel(), " bytes, the plane needs ",
