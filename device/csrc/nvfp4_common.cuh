@@ -212,6 +212,12 @@ __device__ __forceinline__ float torchao_multiplier(uint32_t byte, const Torchao
   return tp.scaled ? __fdiv_rn(tp.inv_p, sf) : __fdiv_rn(1.0f, sf);
 }
 
+// Whether every multiplier of a NaN/Inf-free block of this plane is finite and > 0 (P > 0 finite with 64 / P
+// finite; torchao_noscale: always), so that its products are numbers and the TE fast paths' encode applies.
+__device__ __forceinline__ bool torchao_fast_plane(const TorchaoPlane& tp) {
+  return !tp.scaled || (tp.p > 0.0f && tp.p < INFINITY && __fmul_rn(tp.inv_p, 64.0f) < INFINITY);
+}
+
 // SPEC 3.5: torchao's E2M1 code of a NaN pattern q: its sign bit, and index 2, 3 or 4 from its payload.
 __device__ __forceinline__ uint32_t torchao_nan_code(uint32_t q) {
   const uint32_t u = q & 0x7FFFFFFFu;

@@ -120,8 +120,14 @@ __device__ __forceinline__ int col_stage_offset(int p, int j) {
   return pair * 128 + ((((p & 1) << 3) | j) ^ (pair & 15)) * 8;
 }
 
-template <bool kRHT>
+// kTorchao (without RHT): the torchao rules (SPEC 5.4 / 5.5). A plane whose P gives finite positive multipliers
+// (torchao_fast_plane) takes the same fast paths, with the block scale byte by torchao_scale_byte (every byte of a
+// NaN/Inf-free block is then 0x08..0x7E) and the table built by torchao_multiplier: the products are finite and
+// non-NaN, where 3.5 equals 3.1. A NaN/Inf block, and every block of a plane whose P is 0, subnormal enough to
+// overflow 1 / P, Inf or NaN, take the per-element path with torchao_code_rn (NaN-propagating block maxima).
+template <bool kRHT, bool kTorchao = false>
 __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
+  static_assert(!(kRHT && kTorchao), "the torchao rules run without RHT on the device");
   using T = __nv_bfloat16;
   using G = TileGeom<T>;
   constexpr int TK = G::kTileK;  // 128
@@ -169,8 +175,19 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   const PlaneScale ps_row = make_plane_scale(a.row_data != nullptr ? a.row_amax[gv.g] : 0.0f, a.rule);
   const PlaneScale ps_col = make_plane_scale(a.col_data != nullptr ? a.col_amax[gv.g] : 0.0f, a.rule);
-  if (t < 128) mtab[0][t] = block_multiplier((uint32_t)t, ps_row);
-  else mtab[1][t - 128] = block_multiplier((uint32_t)(t - 128), ps_col);
+  [[maybe_unused]] TorchaoPlane tp_row{}, tp_col{};
+  [[maybe_unused]] bool row_fast = true, col_fast = true;  // torchao: the plane's multipliers are finite and > 0
+  if constexpr (kTorchao) {
+    tp_row = make_torchao_plane(a.row_data != nullptr ? a.row_amax[gv.g] : 0.0f, a.rule);
+    tp_col = make_torchao_plane(a.col_data != nullptr ? a.col_amax[gv.g] : 0.0f, a.rule);
+    row_fast = torchao_fast_plane(tp_row);
+    col_fast = torchao_fast_plane(tp_col);
+    if (t < 128) mtab[0][t] = torchao_multiplier((uint32_t)t, tp_row);
+    else mtab[1][t - 128] = torchao_multiplier((uint32_t)(t - 128), tp_col);
+  } else {
+    if (t < 128) mtab[0][t] = block_multiplier((uint32_t)t, ps_row);
+    else mtab[1][t - 128] = block_multiplier((uint32_t)(t - 128), ps_col);
+  }
   __syncthreads();
 
   // ---- 2. rowwise plane (SPEC 6.1) ----
@@ -195,7 +212,7 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
       sA = 16 * cols;
       sB = 32 * cols;
     }
-    const bool warp_slow = __any_sync(0xffffffffu, slow_any >= 0x7F80u);
+    const bool warp_slow = __any_sync(0xffffffffu, slow_any >= 0x7F80u) || !row_fast;
     if (!warp_slow) {
 #pragma unroll
       for (int it = 0; it < 8; ++it) {
@@ -203,7 +220,7 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
         uint8_t* sp = sptr + (it & 1) * sA + (it >> 1) * sB;
         if (row < rleft && col_ok) {
           const float bmax = __uint_as_float(bmh[it] << 16);
-          const uint32_t sb = block_scale_byte(bmax, ps);
+          const uint32_t sb = kTorchao ? torchao_scale_byte(bmax, tp_row) : block_scale_byte(bmax, ps);
           const uint4 q = *reinterpret_cast<const uint4*>(tile + row * 256 + chunk * 16);
           const uint32_t w[4] = {q.x, q.y, q.z, q.w};
           *reinterpret_cast<uint32_t*>(dptr + it * dstep) = encode8_v4(w, mtab[0][sb], bmax);
@@ -224,16 +241,25 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
         const uint32_t bh = max(m & 0xFFFFu, m >> 16);
         const bool slow = __any_sync(0xffffffffu, bh >= 0x7F80u);  // warp-uniform
         float b = __uint_as_float(bh << 16);
-        if (slow) {  // exact NaN-ignoring fp max (SPEC 5.2)
+        if (slow) {  // exact fp max: NaN-ignoring (SPEC 5.2), NaN-propagating for the torchao rules (5.4)
           float mm = 0.0f;
 #pragma unroll
-          for (int e = 0; e < 8; ++e) mm = fmaxf(mm, fabsf(bf16_half(w[e >> 1], e & 1)));
-          b = fmaxf(mm, __shfl_xor_sync(0xffffffffu, mm, 1));
+          for (int e = 0; e < 8; ++e) mm = abs_max<kTorchao>(mm, fabsf(bf16_half(w[e >> 1], e & 1)));
+          b = abs_max<kTorchao>(mm, __shfl_xor_sync(0xffffffffu, mm, 1));
         }
         if (row < rleft && col_ok) {
-          const uint32_t sb = block_scale_byte(b, ps);
-          const float mult = mtab[0][sb];
-          const uint32_t packed = slow ? encode8_slow(w, mult) : encode8_fast(w, mult);
+          uint32_t sb, packed;
+          if constexpr (kTorchao) {
+            sb = torchao_scale_byte(b, tp_row);
+            const float mult = torchao_multiplier(sb, tp_row);
+            packed = 0;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) packed |= torchao_code_rn(bf16_half(w[e >> 1], e & 1), mult) << (4 * e);
+          } else {
+            sb = block_scale_byte(b, ps);
+            const float mult = mtab[0][sb];
+            packed = slow ? encode8_slow(w, mult) : encode8_fast(w, mult);
+          }
           *reinterpret_cast<uint32_t*>(dptr + it * dstep) = packed;
           if (lead) *sp = (uint8_t)sb;
         } else if (pad_ok) {
@@ -302,7 +328,7 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
       for (int i = 0; i < 16; ++i) m = absmax2(m, w[i]);
       const uint32_t mh2[2] = {m & 0xFFFFu, m >> 16};
       const bool jpok = j < jpad;
-      if (max(mh2[0], mh2[1]) < 0x7F80u) {  // no NaN / Inf in either block
+      if (max(mh2[0], mh2[1]) < 0x7F80u && col_fast) {  // no NaN / Inf in either block
         uint32_t sg[2][2];                   // [h][rows 0-7 / 8-15]
         sign_nibbles_cols(w, sg[0][0], sg[1][0]);
         sign_nibbles_cols(w + 8, sg[0][1], sg[1][1]);
@@ -312,7 +338,7 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
           uint8_t* sp = csp + h * sH + jj * sJ;
           if (2 * cpair + h < kleft) {
             const float bmax = __uint_as_float(mh2[h] << 16);
-            const uint32_t sb = block_scale_byte(bmax, ps);
+            const uint32_t sb = kTorchao ? torchao_scale_byte(bmax, tp_col) : block_scale_byte(bmax, ps);
             const float mult = mtab[1][sb];
             Floats8 xl, xh;
 #pragma unroll
@@ -336,14 +362,19 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
           if (2 * cpair + h < kleft) {
             float b = 0.0f;
 #pragma unroll
-            for (int i = 0; i < 16; ++i) b = fmaxf(b, fabsf(bf16_half(w[i], h)));
-            const uint32_t sb = block_scale_byte(b, ps);
-            const float mult = mtab[1][sb];
+            for (int i = 0; i < 16; ++i) b = abs_max<kTorchao>(b, fabsf(bf16_half(w[i], h)));
+            const uint32_t sb = kTorchao ? torchao_scale_byte(b, tp_col) : block_scale_byte(b, ps);
+            const float mult = kTorchao ? torchao_multiplier(sb, tp_col) : mtab[1][sb];
             uint32_t lo = 0, hi = 0;
 #pragma unroll
             for (int i = 0; i < 8; ++i) {
-              lo |= e2m1_rn(__fmul_rn(bf16_half(w[i], h), mult)) << (4 * i);
-              hi |= e2m1_rn(__fmul_rn(bf16_half(w[i + 8], h), mult)) << (4 * i);
+              if constexpr (kTorchao) {
+                lo |= torchao_code_rn(bf16_half(w[i], h), mult) << (4 * i);
+                hi |= torchao_code_rn(bf16_half(w[i + 8], h), mult) << (4 * i);
+              } else {
+                lo |= e2m1_rn(__fmul_rn(bf16_half(w[i], h), mult)) << (4 * i);
+                hi |= e2m1_rn(__fmul_rn(bf16_half(w[i + 8], h), mult)) << (4 * i);
+              }
             }
             o[h] = ((uint64_t)hi << 32) | lo;
             *sp = (uint8_t)sb;
@@ -378,8 +409,11 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
 // rows x 4 columns (8-byte loads): half the registers of the v3 amax kernel per thread, so twice the warps per SM
 // to hide the load latency. Rowwise max: integer SIMD max of |bits| (equal to the NaN-ignoring fp max unless
 // a NaN is present; a thread that sees a NaN pattern, |bits| > 0x7F80, takes the fp max).
-template <bool kRHT>
+// kNanProp (without RHT): the torchao rules' NaN-propagating amax (SPEC 4.1): a NaN pattern seen by the integer max
+// makes the result the canonical NaN at once.
+template <bool kRHT, bool kNanProp = false>
 __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
+  static_assert(!(kRHT && kNanProp), "the torchao rules run without RHT on the device");
   using T = __nv_bfloat16;
   // Grouped calls launch this grid with a programmatic dependency on the setup kernel (offsets, zeroed amaxes):
   // wait for it before anything is read (a no-op otherwise). Only then let a programmatically dependent quantize
@@ -413,7 +447,9 @@ __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
     mu = absmax2(absmax2(absmax2(mu, raw[i].x), absmax2(raw[i].y & 0x7FFF7FFFu, raw[i + 1].x)), raw[i + 1].y);
   const uint32_t mh = max(mu & 0xFFFFu, mu >> 16);
   float rmax = __uint_as_float(mh << 16), cmax;
-  if (mh > 0x7F80u) {  // a NaN: NaN-ignoring fp max (SPEC 4.1), re-read (rare path, keeps raw[] out of it)
+  if (kNanProp && mh > 0x7F80u) {
+    rmax = __uint_as_float(0x7FC00000u);  // SPEC 4.1, torchao rules
+  } else if (mh > 0x7F80u) {  // a NaN: NaN-ignoring fp max (SPEC 4.1), re-read (rare path, keeps raw[] out of it)
     rmax = 0.0f;
 #pragma unroll 1
     for (int i = 0; i < rows; ++i) {
@@ -441,7 +477,7 @@ __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
   } else {
     cmax = rmax;
   }
-  cta_amax_atomic<8>(rmax, cmax, a, gv.g);
+  cta_amax_atomic<8, kNanProp>(rmax, cmax, a, gv.g);
 }
 
 }  // namespace nvfp4

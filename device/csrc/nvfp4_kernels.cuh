@@ -228,14 +228,12 @@ __global__ void __launch_bounds__(256, 4) quantize_kernel(QuantArgs a) {
   const T* x = reinterpret_cast<const T*>(a.x);
   const uint32_t ctr3 = a.offset + (uint32_t)gv.g;  // SPEC 10: (offset + g) & 0xffffffff
 
-  const float row_amax = a.row_data != nullptr ? a.row_amax[gv.g] : 0.0f;
-  const float col_amax = a.col_data != nullptr ? a.col_amax[gv.g] : 0.0f;
-  const PlaneScale ps_row = make_plane_scale(row_amax, a.rule);
-  const PlaneScale ps_col = make_plane_scale(col_amax, a.rule);
+  const PlaneScale ps_row = make_plane_scale(a.row_data != nullptr ? a.row_amax[gv.g] : 0.0f, a.rule);
+  const PlaneScale ps_col = make_plane_scale(a.col_data != nullptr ? a.col_amax[gv.g] : 0.0f, a.rule);
   [[maybe_unused]] TorchaoPlane tp_row{}, tp_col{};
   if constexpr (kTorchao) {
-    tp_row = make_torchao_plane(row_amax, a.rule);
-    tp_col = make_torchao_plane(col_amax, a.rule);
+    tp_row = make_torchao_plane(a.row_data != nullptr ? a.row_amax[gv.g] : 0.0f, a.rule);
+    tp_col = make_torchao_plane(a.col_data != nullptr ? a.col_amax[gv.g] : 0.0f, a.rule);
   } else {
     if (t < 128) mtab[0][t] = block_multiplier((uint32_t)t, ps_row);
     else mtab[1][t - 128] = block_multiplier((uint32_t)(t - 128), ps_col);

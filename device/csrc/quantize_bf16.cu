@@ -36,8 +36,11 @@ static void launch_pdl(void (*kernel)(Args), unsigned grid, unsigned threads, cu
 void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_setup) {
   const int64_t grid = row_tiles * amax_k_tiles<__nv_bfloat16>(a.K);
   if (grid == 0) return;
-  if (a.nan_propagating) {  // the torchao rules (never with RHT: the bindings refuse it)
+  if (a.nan_propagating && !fast_enabled()) {  // the torchao rules (never with RHT: the bindings refuse it)
     amax_kernel<__nv_bfloat16, false, true><<<(unsigned)grid, 128, 0, s>>>(a);
+  } else if (a.nan_propagating) {
+    if (after_setup) launch_pdl(amax_fast4_bf16<false, true>, (unsigned)grid, 256, s, a);
+    else amax_fast4_bf16<false, true><<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (!fast_enabled()) {
     if (rht) amax_kernel<__nv_bfloat16, true><<<(unsigned)grid, 128, 0, s>>>(a);
     else amax_kernel<__nv_bfloat16, false><<<(unsigned)grid, 128, 0, s>>>(a);
@@ -57,7 +60,7 @@ static void prefer_max_shared_fast4() {
   int dev = 0;
   cudaGetDevice(&dev);
   if (done.get(dev)) return;
-  for (auto kernel : {quantize_fast4_bf16<true>, quantize_fast4_bf16<false>})
+  for (auto kernel : {quantize_fast4_bf16<true>, quantize_fast4_bf16<false>, quantize_fast4_bf16<false, true>})
     cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
   done.set(dev, true);
 }
@@ -65,9 +68,12 @@ static void prefer_max_shared_fast4() {
 void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_amax) {
   const int64_t grid = row_tiles * quant_k_tiles<__nv_bfloat16>(a.K);
   if (grid == 0) return;
-  const bool fast = fast_enabled() && !a.sr && !a.block2d && (!rht || a.rht_signs == kDefaultRhtSigns) &&
-                    !is_torchao_rule(a.rule);
-  if (is_torchao_rule(a.rule)) {  // SPEC 5.4 / 5.5 (never with RHT: the bindings refuse it)
+  const bool fast = fast_enabled() && !a.sr && !a.block2d && (!rht || a.rht_signs == kDefaultRhtSigns);
+  if (is_torchao_rule(a.rule) && fast) {  // SPEC 5.4 / 5.5 (never with RHT: the bindings refuse it)
+    prefer_max_shared_fast4();
+    if (after_amax) launch_pdl(quantize_fast4_bf16<false, true>, (unsigned)grid, 256, s, a);
+    else quantize_fast4_bf16<false, true><<<(unsigned)grid, 256, 0, s>>>(a);
+  } else if (is_torchao_rule(a.rule)) {
     quantize_kernel<__nv_bfloat16, false, true><<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (fast) {
     auto kernel = rht ? quantize_fast4_bf16<true> : quantize_fast4_bf16<false>;
