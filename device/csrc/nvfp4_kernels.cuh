@@ -201,6 +201,20 @@ __global__ void __launch_bounds__(128, 4) amax_kernel(AmaxArgs a) {
 // Padding scale bytes of the swizzled / padded-compact layouts (rows up to roundup(rows,128), scale columns up
 // to roundup(C,4)) always fall inside the last tile of a group / of K, whose threads write them as 0 (SPEC 8.2).
 // ---------------------------------------------------------------------------------------------------------
+// SPEC 5.2 (TE rules: the plane's multiplier table mtab_p) or 5.4 / 5.5 (kTorchao): block max b -> the block's
+// scale byte (sb) and encode multiplier.
+template <bool kTorchao>
+__device__ __forceinline__ float block_byte_and_multiplier(float b, const PlaneScale& ps, const TorchaoPlane& tp,
+                                                           const float* mtab_p, uint32_t& sb) {
+  if constexpr (kTorchao) {
+    sb = torchao_scale_byte(b, tp);
+    return torchao_multiplier(sb, tp);
+  } else {
+    sb = block_scale_byte(b, ps);
+    return mtab_p[sb];
+  }
+}
+
 // kTorchao: the torchao rules (SPEC 5.4 / 5.5 with 3.5 and NaN-propagating block maxima; no RHT on the device):
 // per-block scale bytes and multipliers by torchao_scale_byte / torchao_multiplier instead of the table, elements
 // read with their NaN payloads (chunk_elem_exact) and encoded by torchao_code_rn.
@@ -291,14 +305,7 @@ __global__ void __launch_bounds__(256, 4) quantize_kernel(QuantArgs a) {
       if (r < gv.m && col_ok) {
         const float b = a.block2d ? tmax_s[row >> 4][blk_local] : bm[it];
         uint32_t sb;
-        float mult;
-        if constexpr (kTorchao) {
-          sb = torchao_scale_byte(b, tp_row);
-          mult = torchao_multiplier(sb, tp_row);
-        } else {
-          sb = block_scale_byte(b, ps);
-          mult = mtab[0][sb];
-        }
+        const float mult = block_byte_and_multiplier<kTorchao>(b, ps, tp_row, mtab[0], sb);
         float v[EPL];
         // re-read the chunk from shared memory rather than keeping raw[] live across the barrier
         chunk_to_f32<T, kTorchao>(*reinterpret_cast<const uint4*>(tile + row * 256 + chunk * 16), v);
@@ -369,14 +376,7 @@ __global__ void __launch_bounds__(256, 4) quantize_kernel(QuantArgs a) {
       }
       if (k < a.K && jg < cblocks) {
         uint32_t sb;
-        float mult;
-        if constexpr (kTorchao) {
-          sb = torchao_scale_byte(b, tp_col);
-          mult = torchao_multiplier(sb, tp_col);
-        } else {
-          sb = block_scale_byte(b, ps);
-          mult = mtab[1][sb];
-        }
+        const float mult = block_byte_and_multiplier<kTorchao>(b, ps, tp_col, mtab[1], sb);
         uint64_t packed = 0;
         bool special = false;
 #pragma unroll
