@@ -18,7 +18,7 @@ __all__ = ["dequantize", "group_quantize", "quantize", "swizzle_scales"]
 
 #: The scale rules (SPEC 5) and their codes in the CUDA extension (nvfp4_launch.h ``Rule``).
 _RULES = {"te": 0, "te_fused_rht": 1, "torchao": 2, "torchao_noscale": 3}
-_TORCHAO_RULES = ("torchao", "torchao_noscale")
+_TORCHAO_RULES = tuple(r for r, code in _RULES.items() if code >= _ops.RULE_TORCHAO)
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
