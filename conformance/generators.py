@@ -19,14 +19,14 @@ from .cases import PLAIN_QUANT, Case
 
 #: The keys a backend's ``space()`` may set (``conformance.runner.case_space`` refuses others, so that a typo cannot
 #: silently leave a restriction out). Option lists: ``planes`` ("row", "col", "both"), ``rule``, ``rht``,
-#: ``rht_rules`` (the rules ``rht`` may be drawn with), ``rht_signs`` ("default", "random"), ``rounding``, ``block``, ``swizzled``, ``dtype``, ``amax`` (how an amax is
+#: ``rht_signs`` ("default", "random"), ``rounding``, ``block``, ``swizzled``, ``dtype``, ``amax`` (how an amax is
 #: supplied: "none", "one", "pair", ...), ``scales`` (dequantize), ``out_dtype``, ``kind`` (GEMM kind),
 #: ``fast_kernel``, ``exact_kernel``; flags and limits: ``specials`` (NaN / Inf / -0 sprinkled in), ``max_elems``, ``min_rows``,
 #: ``max_rows``, ``max_k``, ``small``, ``loose_splits`` (SPEC 9.4 device splits); GEMM and grouped GEMM:
 #: ``bias_dtype`` ("float32", "bfloat16"); grouped GEMM: ``groups_agree``, ``contraction`` ("normal", "long"); set by the op registry:
 #: ``format``, ``mode``.
 SPACE_KEYS = frozenset({
-    "planes", "rule", "rht", "rht_rules", "rht_signs", "rounding", "block", "swizzled", "dtype", "amax", "scales", "out_dtype",
+    "planes", "rule", "rht", "rht_signs", "rounding", "block", "swizzled", "dtype", "amax", "scales", "out_dtype",
     "kind", "fast_kernel", "exact_kernel", "specials", "max_elems", "min_rows", "max_rows", "max_k", "small", "loose_splits",
     "format", "mode", "groups_agree", "bias_dtype", "contraction",
 })
@@ -250,8 +250,6 @@ def _quant_options(rng, space, dtype: str) -> dict:
     rule = pick(rng, space, "rule", ["te", "te_fused_rht", "torchao", "torchao_noscale"], [0.45, 0.2, 0.2, 0.15])
     col = planes in ("col", "both")
     rht = bool(pick(rng, space, "rht", [False, True], [0.5, 0.5])) if (col and dtype == "bfloat16") else False
-    if rule not in space.get("rht_rules", [rule]):  # (after the draw, so that the other draws stay as they were)
-        rht = False
     rounding = pick(rng, space, "rounding", ["rn", "sr"], [0.7, 0.3])
     return dict(
         rowwise=planes in ("row", "both"),

@@ -18,7 +18,6 @@ __all__ = ["dequantize", "group_quantize", "quantize", "swizzle_scales"]
 
 #: The scale rules (SPEC 5) and their codes in the CUDA extension (nvfp4_launch.h ``Rule``).
 _RULES = {"te": 0, "te_fused_rht": 1, "torchao": 2, "torchao_noscale": 3}
-_TORCHAO_RULES = tuple(r for r, code in _RULES.items() if code >= _ops.RULE_TORCHAO)
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -60,11 +59,6 @@ def _options(x2: Tensor, *, rowwise, columnwise, rht, rht_signs, block, rule, ro
         raise ValueError("rht=True applies to the columnwise plane; request columnwise=True")
     if rht and x2.dtype != torch.bfloat16:
         raise TypeError(f"rht=True needs bfloat16 input (SPEC 7), got {x2.dtype}")
-    if rht and rule in _TORCHAO_RULES:
-        # torchao has no RHT; the oracle defines the pair, but NaN payloads through the butterfly (which decide a
-        # torchao NaN's code, SPEC 3.5) follow NumPy's operand order there, which the device does not model
-        raise NotImplementedError(f"rule {rule!r} with rht=True is implemented by the oracle only (SPEC 15); the "
-                                  "device runs the torchao rules without RHT")
     seed, offset = int(seed), int(offset)
     if not (0 <= seed < 2**64):
         raise ValueError(f"seed must be in [0, 2**64), got {seed}")

@@ -57,16 +57,14 @@ def test_raw_dequantize_refuses_host_tensors_and_numbers():
 
 
 @pytest.mark.parametrize("rule", ["torchao", "torchao_noscale"])
-def test_torchao_rules_with_rht_are_refused_on_the_device(rule):
-    # the oracle defines the pair (and keeps it), the device runs the torchao rules without RHT (SPEC 15)
+def test_torchao_rules_take_the_oracles_options(rule):
+    # every option the oracle takes with a torchao rule, the RHT included, reaches the kernels (SPEC 15)
     oracle.quantize(np.ones((16, 32), np.float32).astype(ml_dtypes.bfloat16), columnwise=True, rht=True, rule=rule)
     x2 = torch.zeros((16, 32), dtype=torch.bfloat16)
-    with pytest.raises(NotImplementedError, match="without RHT"):
-        _api._options(x2, rowwise=True, columnwise=True, rht=True, rht_signs=0xD7E8, block=(1, 16), rule=rule,
-                      rounding="rn", seed=0, offset=0)
-    opts = _api._options(x2, rowwise=True, columnwise=True, rht=False, rht_signs=0xD7E8, block=(16, 16), rule=rule,
+    opts = _api._options(x2, rowwise=True, columnwise=True, rht=True, rht_signs=0xD7E8, block=(16, 16), rule=rule,
                          rounding="sr", seed=0, offset=0)
     assert opts["rule"] == {"torchao": 2, "torchao_noscale": 3}[rule]  # nvfp4_launch.h Rule
+    assert opts["rht"] and opts["block2d"] and opts["sr"]
     with pytest.raises(ValueError, match="rule must be one of"):
         _api._options(x2, rowwise=True, columnwise=False, rht=False, rht_signs=0xD7E8, block=(1, 16), rule="TE",
                       rounding="rn", seed=0, offset=0)

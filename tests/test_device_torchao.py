@@ -4,7 +4,8 @@ and dequantize, byte for byte against the oracle, whose torchao rules are checke
 
 The NaN cases are the point: under these rules NaNs are data (a NaN amax makes every code of the plane NaN, a NaN in
 a block makes its scale byte 0x7F and its codes 0x4, a created 0/0 gives 0xFF and 0xC), with x86's payload and sign
-semantics, which the GPU's own arithmetic does not follow.
+semantics, which the GPU's own arithmetic does not follow. With the RHT (bf16), Inf - Inf in the butterfly creates
+NaNs too.
 """
 
 from __future__ import annotations
@@ -65,6 +66,21 @@ def test_quantize_grid(rule, dtype, m, k):
         x = make_input(m, k, kind=kind, dtype=dtype, seed=1000 * m + k + i)
         check(x, rowwise=True, columnwise=True, rule=rule, block=block, rounding=rounding, seed=77 + i,
               offset=2**32 - 1 - i)
+
+
+@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("signs", [0xD7E8, 0x1234])
+@pytest.mark.parametrize("m,k", [(1, 16), (17, 48), (129, 160), (300, 64)])
+def test_quantize_rht(rule, signs, m, k):
+    """The columnwise plane with the RHT (SPEC 7; bf16), both blocks, RN and SR, with NaN / Inf inputs (a NaN, or an
+    Inf - Inf, makes all 16 outputs of a butterfly NaN: byte 0x7F and the multiplier's codes), both amax passes
+    NaN-propagating over the RHT'd source (SPEC 4.2)."""
+    for i, (block, rounding, kind) in enumerate(OPTIONS):
+        x = make_input(m, k, kind=kind, seed=7 * m + k + i)
+        check(x, rowwise=True, columnwise=True, rht=True, rht_signs=signs, rule=rule, block=block,
+              rounding=rounding, seed=11 + i, offset=i)
+    x = make_input(64, 48, kind="inf", seed=2)  # a supplied finite amax: NaN blocks beside finite multipliers
+    check(x, rowwise=True, columnwise=True, rht=True, rht_signs=signs, rule=rule, amax=(50.0, 30.0))
 
 
 @pytest.mark.parametrize("rule", RULES)
@@ -143,13 +159,14 @@ def test_quantize_nan_payload_inputs(dtype):
 @pytest.mark.parametrize("e", [1, 5, 64])
 def test_group_quantize(rule, e):
     """Grouped quantize (SPEC 9) with per-group amaxes (NaN-propagating, 4.1), empty and unaligned groups, both
-    planes, both scale layouts; bytes past the last group stay 0."""
+    planes, both scale layouts, every other call with the RHT; bytes past the last group stay 0."""
     rng = np.random.default_rng(e)
     t = int(rng.integers(1, 600))
     splits = random_splits(rng, t, e)
     for i, (block, rounding, kind) in enumerate(OPTIONS[::2]):
         x = make_input(t, 80, kind=kind, seed=e + i)
-        kw = dict(rowwise=True, columnwise=True, rule=rule, block=block, rounding=rounding, seed=5, offset=9)
+        kw = dict(rowwise=True, columnwise=True, rht=bool(i % 2), rule=rule, block=block, rounding=rounding, seed=5,
+                  offset=9)
         ref = oracle.group_quantize(x, splits, **kw)
         x_t = to_cuda(x)
         for swizzled in (True, False):
@@ -226,10 +243,6 @@ def test_refusals():
 
     x = torch.zeros((32, 32), dtype=torch.bfloat16, device="cuda")
     for rule in RULES:
-        with pytest.raises(NotImplementedError, match="without RHT"):
-            device.quantize(x, columnwise=True, rht=True, rule=rule)
-        with pytest.raises(NotImplementedError, match="without RHT"):
-            device.group_quantize(x, torch.tensor([32], device="cuda"), columnwise=True, rht=True, rule=rule)
         # the grouped GEMM takes the TE rules only (SPEC 15)
         a = device.group_quantize(x, torch.tensor([32], device="cuda"), rule=rule)
         b = device.group_quantize(x, torch.tensor([32], device="cuda"))

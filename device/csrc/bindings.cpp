@@ -54,12 +54,11 @@ std::string check_x(const Tensor& x, bool rht) {
 
 // SPEC 4: per-tensor (offs absent) or per-group amax. row_amax / col_amax must be zero on entry.
 // after_setup: the previous launch on the stream is group_setup_ for `offs`. nan_propagating: the torchao rules'
-// amax (SPEC 4.1), without RHT.
+// amax (SPEC 4.1).
 std::string amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int64_t row_tiles, Tensor row_amax,
                   const optional<Tensor>& col_amax, bool rht, int64_t rht_signs, bool after_setup,
                   bool nan_propagating) {
   NVFP4_RETURN_IF_ERROR(check_x(x, rht));
-  NVFP4_REFUSE_UNLESS(!(rht && nan_propagating), "nvfp4: the NaN-propagating (torchao) amax runs without RHT");
   const c10::cuda::CUDAGuard guard(x.device());
   nvfp4::AmaxArgs a{x.data_ptr(), x.size(0), x.size(1), ptr_or_null<const int64_t>(offs), (int)E,
                     row_amax.data_ptr<float>(), ptr_or_null<float>(col_amax), (uint32_t)rht_signs,
@@ -82,7 +81,6 @@ std::string quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, 
   NVFP4_RETURN_IF_ERROR(check_x(x, rht));
   NVFP4_REFUSE_UNLESS(rule >= nvfp4::kRuleTE && rule <= nvfp4::kRuleTorchaoNoScale, "nvfp4: unknown scale rule ",
                       rule);
-  NVFP4_REFUSE_UNLESS(!(rht && nvfp4::is_torchao_rule((int)rule)), "nvfp4: the torchao rules run without RHT");
   const c10::cuda::CUDAGuard guard(x.device());
   nvfp4::QuantArgs a{};
   a.x = x.data_ptr();

@@ -140,11 +140,9 @@ __device__ __forceinline__ int64_t scale_pos(int layout, int64_t r, int64_t c, i
 // amax: one CTA of 128 threads per 128 x kTileK tile. Thread (chunk = t%16, rb = t/16) owns the 16 rows
 // rb*16.. of one 16-byte column chunk, i.e. kChunkElems whole columnwise 16-blocks (SPEC 4.1, 4.2).
 // ---------------------------------------------------------------------------------------------------------
-// kNanProp: the torchao rules' NaN-propagating amax (SPEC 4.1; never with RHT, which the device runs for the TE
-// rules only).
+// kNanProp: the torchao rules' NaN-propagating amax (SPEC 4.1), also of the RHT'd columnwise source (4.2).
 template <typename T, bool kRHT, bool kNanProp = false>
 __global__ void __launch_bounds__(128, 4) amax_kernel(AmaxArgs a) {
-  static_assert(!(kRHT && kNanProp), "the torchao rules run without RHT on the device");
   using G = TileGeom<T>;
   // Tiles in reverse order: the quantize kernel that follows starts at the front of X, which this pass
   // read last and which is therefore still (partly) in L2.
@@ -182,7 +180,7 @@ __global__ void __launch_bounds__(128, 4) amax_kernel(AmaxArgs a) {
       }
       rht16(v, a.rht_signs);  // SPEC 7, then SPEC 4.2 on the bf16-rounded result
 #pragma unroll
-      for (int i = 0; i < 16; ++i) cmax = fmaxf(cmax, fabsf(v[i]));
+      for (int i = 0; i < 16; ++i) cmax = abs_max<kNanProp>(cmax, fabsf(v[i]));
     }
   } else {
     cmax = rmax;  // SPEC 4.2: without RHT the columnwise amax is the rowwise amax
@@ -215,12 +213,13 @@ __device__ __forceinline__ float block_byte_and_multiplier(float b, const PlaneS
   }
 }
 
-// kTorchao: the torchao rules (SPEC 5.4 / 5.5 with 3.5 and NaN-propagating block maxima; no RHT on the device):
-// per-block scale bytes and multipliers by torchao_scale_byte / torchao_multiplier instead of the table, elements
-// read with their NaN payloads (chunk_elem_exact) and encoded by torchao_code_rn.
+// kTorchao: the torchao rules (SPEC 5.4 / 5.5 with 3.5 and NaN-propagating block maxima): per-block scale bytes and
+// multipliers by torchao_scale_byte / torchao_multiplier instead of the table, elements read with their NaN payloads
+// (chunk_elem_exact) and encoded by torchao_code_rn. With the RHT too: a NaN output of the butterfly lies in a block
+// whose max is NaN, so the block's multiplier is NaN and gives the code (the multiplier comes first in the product,
+// 3.5); the payload the butterfly gave it never reaches a byte.
 template <typename T, bool kRHT, bool kTorchao = false>
 __global__ void __launch_bounds__(256, 4) quantize_kernel(QuantArgs a) {
-  static_assert(!(kRHT && kTorchao), "the torchao rules run without RHT on the device");
   using G = TileGeom<T>;
   constexpr int EPL = G::kChunkElems, LPB = G::kLanesPerBlock, NB = G::kBlocksPerRow, TK = G::kTileK;
   constexpr int kThreadsPerCol = 256 / TK;              // 2 (16-bit types) or 4 (fp32)
@@ -369,7 +368,7 @@ __global__ void __launch_bounds__(256, 4) quantize_kernel(QuantArgs a) {
       if (a.block2d) {
         if constexpr (kRHT) {  // 16x16 tile of the RHT'd plane: the 16 plane rows are 16 adjacent lanes
 #pragma unroll
-          for (int o = 1; o < 16; o <<= 1) b = fmaxf(b, __shfl_xor_sync(0xffffffffu, b, o));
+          for (int o = 1; o < 16; o <<= 1) b = abs_max<kTorchao>(b, __shfl_xor_sync(0xffffffffu, b, o));
         } else {
           b = tmax_s[j][c / 16];  // same 16x16 tile of X as the rowwise plane
         }

@@ -36,8 +36,11 @@ static void launch_pdl(void (*kernel)(Args), unsigned grid, unsigned threads, cu
 void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_setup) {
   const int64_t grid = row_tiles * amax_k_tiles<__nv_bfloat16>(a.K);
   if (grid == 0) return;
-  if (a.nan_propagating && !fast_enabled()) {  // the torchao rules (never with RHT: the bindings refuse it)
-    amax_kernel<__nv_bfloat16, false, true><<<(unsigned)grid, 128, 0, s>>>(a);
+  if (a.nan_propagating && (rht || !fast_enabled())) {
+    // the torchao rules; with the RHT in the general pass: the fast pass's last-stage shortcut (|p| + |q| for the
+    // larger of p + q, p - q) drops the NaN of Inf - Inf, which only a NaN-ignoring max may do
+    if (rht) amax_kernel<__nv_bfloat16, true, true><<<(unsigned)grid, 128, 0, s>>>(a);
+    else amax_kernel<__nv_bfloat16, false, true><<<(unsigned)grid, 128, 0, s>>>(a);
   } else if (a.nan_propagating) {
     if (after_setup) launch_pdl(amax_fast4_bf16<false, true>, (unsigned)grid, 256, s, a);
     else amax_fast4_bf16<false, true><<<(unsigned)grid, 256, 0, s>>>(a);
@@ -69,12 +72,13 @@ void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaS
   const int64_t grid = row_tiles * quant_k_tiles<__nv_bfloat16>(a.K);
   if (grid == 0) return;
   const bool fast = fast_enabled() && !a.sr && !a.block2d && (!rht || a.rht_signs == kDefaultRhtSigns);
-  if (is_torchao_rule(a.rule) && fast) {  // SPEC 5.4 / 5.5 (never with RHT: the bindings refuse it)
+  if (is_torchao_rule(a.rule) && fast && !rht) {  // SPEC 5.4 / 5.5
     prefer_max_shared_fast4();
     if (after_amax) launch_pdl(quantize_fast4_bf16<false, true>, (unsigned)grid, 256, s, a);
     else quantize_fast4_bf16<false, true><<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (is_torchao_rule(a.rule)) {
-    quantize_kernel<__nv_bfloat16, false, true><<<(unsigned)grid, 256, 0, s>>>(a);
+    if (rht) quantize_kernel<__nv_bfloat16, true, true><<<(unsigned)grid, 256, 0, s>>>(a);
+    else quantize_kernel<__nv_bfloat16, false, true><<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (fast) {
     auto kernel = rht ? quantize_fast4_bf16<true> : quantize_fast4_bf16<false>;
     prefer_max_shared_fast4();
