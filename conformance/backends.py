@@ -101,10 +101,11 @@ class TorchBackend(Backend):
 
 
 class TorchaoBackend(Backend):
-    """torchao 0.18 ``nvfp4_quantize`` (rules torchao / torchao_noscale) and its ``to_blocked`` swizzle."""
+    """torchao 0.18 ``nvfp4_quantize`` (rules torchao / torchao_noscale), ``NVFP4Tensor.dequantize`` of stored planes
+    (SPEC 11.1's torchao factors) and its ``to_blocked`` swizzle."""
 
     name = "torchao"
-    ops = ("quantize", "layout")
+    ops = ("quantize", "dequantize", "layout")
 
     def expected_outputs(self, op, case, ref_keys):
         return {"swizzled"} if op == "layout" else set(ref_keys)  # torchao has a swizzle, no offsets or capacities
@@ -118,11 +119,16 @@ class TorchaoBackend(Backend):
         if op == "quantize":
             return {"rule": ["torchao", "torchao_noscale"], "rounding": ["rn"], "block": [[1, 16]], "rht": [False],
                     "dtype": ["bfloat16", "float32"], "amax": ["computed"], "min_rows": 1, "swizzled": [True]}
+        if op == "dequantize":  # (an NVFP4Tensor of 0 rows reads its packed width as the row length)
+            return {"rule": ["torchao", "torchao_noscale"], "min_rows": 1}
         return {}
 
     def run(self, op, case):
         if op == "layout":
             return {"swizzled": ind.torchao_swizzle(case.arrays["scales"])}
+        if op == "dequantize":
+            a = case.arrays
+            return {"y": ind.torchao_dequantize(a["data"], a["scales"], a["amax"][0], case.options["rule"])}
         o = case.options
         return ind.torchao_quantize(case.arrays["x"], rule=o["rule"], rowwise=o["rowwise"], columnwise=o["columnwise"])
 

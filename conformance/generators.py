@@ -451,7 +451,7 @@ def gen_dequantize(rng, space) -> tuple[dict, dict, dict]:
     """A stored plane of arbitrary bytes (SPEC 11.2): data u8 [R, C/2], compact scales u8 [R, C/16] (uniform bytes,
     NaN patterns included, or E4M3 subnormals and zeros only), amax f32 [1]; options: swizzled (the device reads the
     SPEC 8.2 layout) and the byte offset (a multiple of 8) of the data inside a larger buffer (views)."""
-    r = gen_rows(rng, 300)
+    r = gen_rows(rng, 300, int(space.get("min_rows", 0)))
     c = 16 * int(rng.integers(1, 33))
     data = rng.integers(0, 256, (r, c // 2), dtype=np.uint8)
     skind = pick(rng, space, "scales", ["uniform", "subnormal"], [0.75, 0.25])

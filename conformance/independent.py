@@ -137,6 +137,19 @@ def torch_rht(x_bf16: np.ndarray, signs: int) -> np.ndarray:
 # torchao
 # ---------------------------------------------------------------------------------------------------------------
 
+def torchao_dequantize(data: np.ndarray, scales: np.ndarray, amax: np.float32, rule: str) -> np.ndarray:
+    """torchao 0.18 ``NVFP4Tensor.dequantize(torch.float32)`` of a stored plane: data u8 [R, C/2] (torchao's packing),
+    compact scales u8 [R, C/16] as float8_e4m3fn, ``per_tensor_scale = per_tensor_amax_to_scale(amax)`` under rule
+    "torchao", none under "torchao_noscale"."""
+    torch = import_torch()
+    nv, _ = import_torchao()
+    q = torch.from_numpy(np.ascontiguousarray(data))
+    s = torch.from_numpy(np.ascontiguousarray(scales)).view(torch.float8_e4m3fn)
+    pts = nv.per_tensor_amax_to_scale(torch.tensor(np.float32(amax))) if rule == "torchao" else None
+    t = nv.NVFP4Tensor(q, s, 16, torch.float32, per_tensor_scale=pts)
+    return t.dequantize(torch.float32).numpy().copy()
+
+
 def torchao_quantize(x: np.ndarray, *, rule: str, rowwise: bool, columnwise: bool) -> dict:
     """torchao 0.18 ``nvfp4_quantize`` on X (rowwise plane) and on the zero-padded X^T (columnwise, SPEC 6.2).
 

@@ -223,16 +223,21 @@ def test_dequantize_op_catches_a_wrong_factor_order():
 
 def test_dequantize_op_torchao_factors():
     """The dequantize op's torchao rules (SPEC 11.1): ml_dtypes' decoders with P * E4M3 (P = amax / 2688) and with
-    E4M3 alone conform; the TE factor on the same bytes is reported (unless every value is 0 or NaN)."""
-    from conformance.independent import mld_dequantize
+    E4M3 alone conform, and so does torchao's own ``NVFP4Tensor.dequantize`` (when torchao is installed); the TE
+    factor on the same bytes is reported (unless every value is 0 or NaN)."""
+    from conformance.independent import import_torchao, mld_dequantize, torchao_dequantize
 
+    with_torchao = import_torchao() is not None
     caught = seen = 0
     for rule in ("torchao", "torchao_noscale"):
         for i in range(30):
-            c = generate("dequantize", 12, i, "dequantize", dict(OPS["dequantize"].space, rule=[rule]))
+            c = generate("dequantize", 12, i, "dequantize", dict(OPS["dequantize"].space, rule=[rule], min_rows=1))
             assert c.options["rule"] == rule
             a, ref = c.arrays, reference(c)
             assert not compare(c, ref, {"y": mld_dequantize(a["data"], a["scales"], a["amax"][0], rule)}, "bytes")
+            if with_torchao:
+                got = torchao_dequantize(a["data"], a["scales"], a["amax"][0], rule)
+                assert not compare(c, ref, {"y": got}, "bytes")
             te = mld_dequantize(a["data"], a["scales"], a["amax"][0], "te")
             if np.isfinite(ref["y"]).any() and (ref["y"][np.isfinite(ref["y"])] != 0).any():
                 seen += 1
