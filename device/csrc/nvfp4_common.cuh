@@ -224,10 +224,11 @@ __device__ __forceinline__ uint32_t torchao_nan_code(uint32_t q) {
   return (((u - 0x3EE00001u + ((u >> 22) & 1u)) >> 22) & 7u) | ((q >> 28) & 8u);
 }
 
-// SPEC 5.4 / 3.5, round to nearest: the code of element x (x's exact fp32 pattern, NaN payload included) with
-// multiplier mult. y = mult * x (the multiplier first, as the oracle and torch's CPU kernel: a NaN product carries
-// mult's NaN if mult is one, else x's quieted, else it was created by 0 * Inf); clamp(y, -6, 6) then 3.1, which is
-// what e2m1_rn_not_nan does to every number (it saturates at 6 and keeps the sign).
+// SPEC 5.4 / 3.5, round to nearest: the code of element x with multiplier mult. y = mult * x (the multiplier first,
+// as the oracle and torch's CPU kernel: a NaN product carries mult's NaN if mult is one, else x's quieted, else it was
+// created by 0 * Inf); clamp(y, -6, 6) then 3.1, which is what e2m1_rn_not_nan does to every number (it saturates at
+// 6 and keeps the sign). In the quantizers a NaN x always comes with a NaN mult (its block's max is NaN), so x's own
+// payload, which the conversion to fp32 may not keep, never reaches a code.
 __device__ __forceinline__ uint32_t torchao_code_rn(float x, float mult) {
   const float y = __fmul_rn(mult, x);
   if (!isnan(y)) return e2m1_rn_not_nan(y);

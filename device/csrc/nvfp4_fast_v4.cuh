@@ -127,7 +127,7 @@ __device__ __forceinline__ int col_stage_offset(int p, int j) {
 // overflow 1 / P, Inf or NaN, take the per-element path with torchao_code_rn (NaN-propagating block maxima).
 template <bool kRHT, bool kTorchao = false>
 __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
-  static_assert(!(kRHT && kTorchao), "the torchao rules run without RHT on the device");
+  static_assert(!(kRHT && kTorchao), "the torchao rules with the RHT run in the general kernels");
   using T = __nv_bfloat16;
   using G = TileGeom<T>;
   constexpr int TK = G::kTileK;  // 128
@@ -249,15 +249,12 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
         }
         if (row < rleft && col_ok) {
           uint32_t sb, packed;
+          const float mult = block_byte_and_multiplier<kTorchao>(b, ps, tp_row, mtab[0], sb);
           if constexpr (kTorchao) {
-            sb = torchao_scale_byte(b, tp_row);
-            const float mult = torchao_multiplier(sb, tp_row);
             packed = 0;
 #pragma unroll
             for (int e = 0; e < 8; ++e) packed |= torchao_code_rn(bf16_half(w[e >> 1], e & 1), mult) << (4 * e);
           } else {
-            sb = block_scale_byte(b, ps);
-            const float mult = mtab[0][sb];
             packed = slow ? encode8_slow(w, mult) : encode8_fast(w, mult);
           }
           *reinterpret_cast<uint32_t*>(dptr + it * dstep) = packed;
@@ -363,8 +360,8 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
             float b = 0.0f;
 #pragma unroll
             for (int i = 0; i < 16; ++i) b = abs_max<kTorchao>(b, fabsf(bf16_half(w[i], h)));
-            const uint32_t sb = kTorchao ? torchao_scale_byte(b, tp_col) : block_scale_byte(b, ps);
-            const float mult = kTorchao ? torchao_multiplier(sb, tp_col) : mtab[1][sb];
+            uint32_t sb;
+            const float mult = block_byte_and_multiplier<kTorchao>(b, ps, tp_col, mtab[1], sb);
             uint32_t lo = 0, hi = 0;
 #pragma unroll
             for (int i = 0; i < 8; ++i) {
@@ -413,7 +410,7 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
 // makes the result the canonical NaN at once.
 template <bool kRHT, bool kNanProp = false>
 __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
-  static_assert(!(kRHT && kNanProp), "the torchao rules run without RHT on the device");
+  static_assert(!(kRHT && kNanProp), "the torchao rules with the RHT run in the general amax pass");
   using T = __nv_bfloat16;
   // Grouped calls launch this grid with a programmatic dependency on the setup kernel (offsets, zeroed amaxes):
   // wait for it before anything is read (a no-op otherwise). Only then let a programmatically dependent quantize

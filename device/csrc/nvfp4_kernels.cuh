@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include "nvfp4_common.cuh"
 #include "nvfp4_layout.cuh"
@@ -88,40 +87,16 @@ __device__ __forceinline__ float chunk_elem<__half>(const uint4& r, int i) {
   return __half2float(__ushort_as_half((unsigned short)((i & 1) ? (w >> 16) : (w & 0xFFFFu))));
 }
 
-// fp16 bits -> fp32 with a NaN's payload kept (sign, the 10 payload bits shifted up by 13, no quieting), as the
-// oracle's host conversion does; every other value through the hardware conversion (exact). The torchao rules
-// need it: their E2M1 code of a NaN depends on its payload (SPEC 3.5).
-__device__ __forceinline__ float f16_bits_to_f32_exact(uint32_t h) {
-  if ((h & 0x7C00u) == 0x7C00u && (h & 0x3FFu) != 0u)
-    return __uint_as_float(((h & 0x8000u) << 16) | 0x7F800000u | ((h & 0x3FFu) << 13));
-  return __half2float(__ushort_as_half((unsigned short)h));
-}
-// Element i of a chunk as fp32 with NaN payloads kept (bf16 and fp32 already keep them).
-template <typename T>
-__device__ __forceinline__ float chunk_elem_exact(const uint4& r, int i) {
-  if constexpr (std::is_same_v<T, __half>) {
-    const uint32_t w = chunk_word(r, i >> 1);
-    return f16_bits_to_f32_exact((i & 1) ? (w >> 16) : (w & 0xFFFFu));
-  } else {
-    return chunk_elem<T>(r, i);
-  }
-}
-template <typename T>
-__device__ __forceinline__ float to_f32_exact(T v) {
-  if constexpr (std::is_same_v<T, __half>) return f16_bits_to_f32_exact(__half_as_ushort(v));
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __uint_as_float((uint32_t)__bfloat16_as_ushort(v) << 16);
-  else return v;
-}
 template <>
 __device__ __forceinline__ float chunk_elem<float>(const uint4& r, int i) {
   return __uint_as_float(chunk_word(r, i));
 }
 
-// Values of one 16-byte chunk as fp32 (kExactNaN: with NaN payloads kept, chunk_elem_exact).
-template <typename T, bool kExactNaN = false>
+// Values of one 16-byte chunk as fp32.
+template <typename T>
 __device__ __forceinline__ void chunk_to_f32(const uint4& raw, float (&v)[TileGeom<T>::kChunkElems]) {
 #pragma unroll
-  for (int i = 0; i < TileGeom<T>::kChunkElems; ++i) v[i] = kExactNaN ? chunk_elem_exact<T>(raw, i) : chunk_elem<T>(raw, i);
+  for (int i = 0; i < TileGeom<T>::kChunkElems; ++i) v[i] = chunk_elem<T>(raw, i);
 }
 
 // Word `i` (0..3, run-time) of a Philox output without indexing a register array dynamically.
@@ -214,8 +189,8 @@ __device__ __forceinline__ float block_byte_and_multiplier(float b, const PlaneS
 }
 
 // kTorchao: the torchao rules (SPEC 5.4 / 5.5 with 3.5 and NaN-propagating block maxima): per-block scale bytes and
-// multipliers by torchao_scale_byte / torchao_multiplier instead of the table, elements read with their NaN payloads
-// (chunk_elem_exact) and encoded by torchao_code_rn. With the RHT too: a NaN output of the butterfly lies in a block
+// multipliers by torchao_scale_byte / torchao_multiplier instead of the table, elements encoded by torchao_code_rn.
+// A NaN element's own payload never gives its code (its block's max, hence its multiplier, is NaN). With the RHT too: a NaN output of the butterfly lies in a block
 // whose max is NaN, so the block's multiplier is NaN and gives the code (the multiplier comes first in the product,
 // 3.5); the payload the butterfly gave it never reaches a byte.
 template <typename T, bool kRHT, bool kTorchao = false>
@@ -307,7 +282,7 @@ __global__ void __launch_bounds__(256, 4) quantize_kernel(QuantArgs a) {
         const float mult = block_byte_and_multiplier<kTorchao>(b, ps, tp_row, mtab[0], sb);
         float v[EPL];
         // re-read the chunk from shared memory rather than keeping raw[] live across the barrier
-        chunk_to_f32<T, kTorchao>(*reinterpret_cast<const uint4*>(tile + row * 256 + chunk * 16), v);
+        chunk_to_f32<T>(*reinterpret_cast<const uint4*>(tile + row * 256 + chunk * 16), v);
         uint32_t packed = 0;
         bool special = false;  // a NaN or Inf element: only then can the product be NaN
 #pragma unroll
@@ -357,10 +332,7 @@ __global__ void __launch_bounds__(256, 4) quantize_kernel(QuantArgs a) {
       const int64_t jg = gv.m0 / 16 + j;          // plane column block (padded-token axis)
       float v[16];
 #pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const T xi = reinterpret_cast<const T*>(tile + (j * 16 + i) * 256)[c];
-        v[i] = kTorchao ? to_f32_exact(xi) : to_f32(xi);
-      }
+      for (int i = 0; i < 16; ++i) v[i] = to_f32(reinterpret_cast<const T*>(tile + (j * 16 + i) * 256)[c]);
       if constexpr (kRHT) rht16(v, a.rht_signs);
       float b = 0.0f;
 #pragma unroll
