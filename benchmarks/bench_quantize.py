@@ -3,7 +3,8 @@
 Rows: device copy bandwidth (bytes read + written); for bf16 inputs of three shapes the fused path
 (amax pass + one fused kernel: rowwise + RHT columnwise, swizzled scales), the same with compact scales,
 the unfused path (compact quantize, then the swizzle kernel on both scale tensors), both planes without RHT under
-rule "te" and rule "torchao" (SPEC 5.4), and a torch.compile'd pure-torch equivalent;
+rule "te" and rule "torchao" (SPEC 5.4), the fused path under rule "torchao", and a torch.compile'd pure-torch
+equivalent;
 grouped quantize with E=8 and E=64 skewed splits including empty experts.
 
 "frac" is achieved bytes/s over the copy bandwidth, where the bytes are what the path must move: X read
@@ -285,6 +286,9 @@ def main() -> None:
         t_ao = bench(lambda: device.quantize(x, rule="torchao", **plain), iters)  # noqa: B023 (called inside this iteration)
         add("  rule te, row+col, no RHT", shape, t_te, nbytes)
         add("  rule torchao, row+col, no RHT", shape, t_ao, nbytes, f"torchao/te time {t_ao / t_te:.2f}")
+        # with the RHT the torchao rules run in the general kernels (docs/device.md): the fused row's work
+        t_ar = bench(lambda: device.quantize(x, rule="torchao", swizzled=True, **kw), iters)  # noqa: B023 (called inside this iteration)
+        add("  rule torchao, row+RHT col+swizzled", shape, t_ar, nbytes, f"torchao/te time {t_ar / t_f:.2f}")
         if compiled is not None:
             try:
                 t_t = bench(lambda: compiled(x, signs), iters)  # noqa: B023 (called inside this iteration)

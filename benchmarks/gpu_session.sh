@@ -7,7 +7,7 @@
 # Stages (each under `timeout -s KILL`; the log goes to $OUT/<stage>.log, its tail to stdout):
 #   build          install the wheels of .whl/ (nvidia-cutlass) into /tmp/site, JIT-build both extensions
 #   smoke          one tiny quantize and grouped GEMM against the oracle
-#   gemm-tests     tests/test_device_gemm.py (8 workers)
+#   gemm-tests     tests/test_device_gemm.py, test_device_gemm_torchao.py (8 workers)
 #   quant-tests    tests/test_device_quantize.py, test_device_torchao.py, test_device_kernel_choice.py,
 #                  test_device_placement.py
 #   large-tests    tests/test_device_large.py with NVFP4_LARGE=1 (buffers past 32-bit offsets, ~40 GB of GPU memory)
@@ -77,7 +77,7 @@ y = device.grouped_gemm(a, w, kind="fprop", mode="exact")
 print("smoke ok", tuple(y.shape), torch.isfinite(y.float()).all().item())
 EOF
       ;;
-    gemm-tests) $PYTEST -n 8 tests/test_device_gemm.py ;;
+    gemm-tests) $PYTEST -n 8 tests/test_device_gemm.py tests/test_device_gemm_torchao.py ;;
     quant-tests) $PYTEST -n 8 tests/test_device_quantize.py tests/test_device_torchao.py tests/test_device_kernel_choice.py \
       tests/test_device_placement.py ;;
     large-tests) NVFP4_LARGE=1 $PYTEST -rs --durations=0 tests/test_device_large.py ;;

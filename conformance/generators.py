@@ -497,8 +497,8 @@ LOADER_SWITCHES = ("NVFP4_SWAP_TMA", "NVFP4_XF16_TMA", "NVFP4_EXACT_TMA", "NVFP4
 def gen_operand_quant(rng, space, rule: str | None = None, b_blocks: tuple = ()) -> dict:
     """How GEMM operands a and b are quantized (drawn after a case's other draws, so those stay as they were); half
     the cases keep the defaults. Options ``quant_a`` / ``quant_b``: dict(rule, rounding, seed, offset): the given
-    scale rule, else one of the TE family (SPEC 5.2 / 5.3, the rules the device GEMM takes), and round-to-nearest or
-    stochastic rounding (SPEC 10) with its own seed and counter offset. ``b_block``: b's scale blocks, one of
+    scale rule, else one of the TE family (SPEC 5.2 / 5.3; gen_grouped_gemm may then put both under one torchao rule),
+    and round-to-nearest or stochastic rounding (SPEC 10) with its own seed and counter offset. ``b_block``: b's scale blocks, one of
     ``b_blocks`` (the default first; none: not drawn). Read back by ``conformance.ops.operand_quant_kwargs``."""
     out = {f"quant_{name}": dict(PLAIN_QUANT, rule=rule or "te") for name in ("a", "b")}
     if b_blocks:
@@ -682,6 +682,12 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
             agree = False
     # (b_block: W's scale blocks; TE quantizes weights in 16x16 blocks, SPEC 6.3)
     o.update(gen_operand_quant(rng, space, b_blocks=((16, 16), (1, 16)) if kind != "wgrad" else ()))
+    # the scale rules (SPEC 12.1: both operands TE rules, as gen_operand_quant draws them, or both the same torchao
+    # rule, whose NaN block scales make rows NaN, 12.3); from the child stream, so a seed's other draws are unchanged
+    operand_rules = pick(extra, space, "operand_rules", ["te", "torchao", "torchao_noscale"], [0.7, 0.2, 0.1])
+    if operand_rules != "te":
+        for name in ("a", "b"):
+            o[f"quant_{name}"] = dict(o[f"quant_{name}"], rule=operand_rules)
     # the device's loader switches (environment variables read at every launch; both loaders of a kernel give the
     # same bits): half the cases keep the defaults, the others set each one to "0" or "1" (drawn last)
     o["loader_env"] = {}
@@ -689,7 +695,7 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
         o["loader_env"] = {name: str(pick(rng, space, name, ["0", "1"])) for name in LOADER_SWITCHES}
     tags = dict(kind=kind, out_dtype=out_dtype, rht=str(rht), rht_signs=signs_kind, splits=skind, values=vkind,
                 contraction=contraction, bias_dtype=bias_dtype,
-                groups_agree=str(agree), operands=operand_quant_tag(o),
+                groups_agree=str(agree), operands=operand_quant_tag(o), operand_rules=operand_rules,
                 loaders="varied" if o["loader_env"] else "default",
                 **{f"loader {k.removeprefix('NVFP4_')}": v for k, v in o["loader_env"].items()},
                 fast_kernel=f"exact: {exact_kernel}" if space.get("mode") == "exact" else fast_kernel,

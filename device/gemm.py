@@ -25,6 +25,12 @@ supported, and both give the same bits).
 ``oracle.gemm(model="exact")``. Alpha (SPEC 12.1, fp32 on the device from the groups' amaxes), C and bias are applied
 in the fp32 epilogue in SPEC 12.2's order.
 
+Scale rules: both operands under TE rules ("te", "te_fused_rht": alpha = (A_amax * B_amax) / 7225344), both under
+"torchao" (alpha = P_A * P_B, P = amax / 2688) or both under "torchao_noscale" (alpha = 1); other pairs are refused.
+Under the torchao rules a NaN block scale (SPEC 5.4: e.g. a block holding a NaN, or a group of zeros under "torchao")
+makes every output of its row of A or row of B NaN, as in :func:`oracle.gemm` (SPEC 12.3). torchao's own GEMM
+rounds differently (SPEC 14.7).
+
 The fast mode picks its kernel from host-known sizes (docs/gemm.md): for fprop / dgrad with at most 96 rows per group
 the **swapped** kernel (the weights are wgmma's register operand, decoded in its K loop, and the tokens come from an
 fp16 copy of their plane, 2 bytes of scratch per element); 64 x 256 tiles for wgrad with few output rows, 2-CTA
@@ -81,6 +87,25 @@ _SWAPPED_MAX_ROWS = 96
 _SWAPPED_MAX_CONTRACTION = 2**24
 #: exact mode's kernels -> the binding's kernel code (5: over fp16 copies of the operands, docs/gemm.md stop 30)
 _EXACT_KERNELS = {None: 0, "auto": 0, "fused": 0, "dequant": 5}
+
+
+#: SPEC 12.1: the alpha of each pair of compatible scale rules -> the rule code the setup kernel reads
+#: (device._api._RULES / nvfp4_launch.h Rule: 0 TE rules, 2 torchao, 3 torchao_noscale)
+_TE_RULES = ("te", "te_fused_rht")
+
+
+def _alpha_rule(rule_a: str, rule_b: str) -> int:
+    """The setup kernel's rule code for operands quantized under ``rule_a`` and ``rule_b`` (SPEC 12.1): both TE rules
+    (alpha from the amaxes and 1/7225344), both "torchao" (P_A * P_B) or both "torchao_noscale" (1); any other pair
+    has no alpha and is refused, as oracle.gemm_alpha refuses it."""
+    if rule_a in _TE_RULES and rule_b in _TE_RULES:
+        return 0
+    if rule_a == rule_b == "torchao":
+        return 2
+    if rule_a == rule_b == "torchao_noscale":
+        return 3
+    raise ValueError(f"a and b use incompatible scale rules {rule_a!r} and {rule_b!r} (SPEC 12.1: both TE rules, "
+                     "both 'torchao' or both 'torchao_noscale')")
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -231,9 +256,7 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
                             f"got {type(t).__name__}")
         if not t.swizzled:
             raise ValueError(f"{name} must hold swizzled scales (group_quantize(..., swizzled=True))")
-        rule = t.options.get("rule", "te")
-        if rule not in ("te", "te_fused_rht"):
-            raise ValueError(f"{name}: scale rule {rule!r} is not supported by the device GEMM")
+    rule = _alpha_rule(a.options.get("rule", "te"), b.options.get("rule", "te"))
     e = int(a.splits.numel())
     if int(b.splits.numel()) != e:
         raise ValueError(f"a and b have different group counts ({e} vs {int(b.splits.numel())})")
@@ -363,7 +386,7 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
         ad, as_, offs_a, aa.to(torch.float32).contiguous(),
         bd, bs, offs_b, ba.to(torch.float32).contiguous(),
         out, bias_t, bool(accumulate),
-        int(b_rows), int(a_rows), int(kc), int(cols), _RCP_7225344, int(grid_upper), ws,
+        int(b_rows), int(a_rows), int(kc), int(cols), _RCP_7225344, rule, int(grid_upper), ws,
         int(a_rows) if kind == "wgrad" else t_a // e,  # average output rows per group (tile choice)
         t_a // e if kind == "wgrad" else int(kc),  # average contraction length per group (tile choice)
         force, int(max_ctas or 0),

@@ -75,3 +75,26 @@ def test_raw_dequantize_checks_the_rule():
     scales = torch.zeros(1, dtype=torch.uint8)
     with pytest.raises(ValueError, match="rule must be one of"):
         _api.dequantize(data, scales=scales, amax=torch.ones(1), shape=(1, 16), swizzled=False, rule="mx")
+
+
+def test_gemm_rule_pairs_follow_the_oracle():
+    # device.grouped_gemm accepts exactly the rule pairs whose alpha oracle.gemm_alpha defines (SPEC 12.1), and hands
+    # the setup kernel the rule code of device._api._RULES that picks that alpha (the TE pair: 0)
+    from device import gemm as dgemm
+
+    def plane(rule):
+        return oracle.QuantizedPlane(np.zeros((1, 8), np.uint8), np.zeros((1, 1), np.uint8), np.float32(2.0),
+                                     (1, 16), rule=rule)
+
+    for ra in _api._RULES:
+        for rb in _api._RULES:
+            try:
+                oracle.gemm_alpha(plane(ra), plane(rb))
+                accepted = True
+            except ValueError:
+                accepted = False
+            if accepted:
+                assert dgemm._alpha_rule(ra, rb) == (0 if ra.startswith("te") else _api._RULES[ra])
+            else:
+                with pytest.raises(ValueError, match="incompatible scale rules"):
+                    dgemm._alpha_rule(ra, rb)

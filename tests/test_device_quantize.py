@@ -214,17 +214,29 @@ def test_quantize_subnormal_and_zero_scales(rht):
     check_case(x.astype(BF16), rowwise=True, columnwise=True, rht=rht)
 
 
-@pytest.mark.parametrize("kind", ["zeros", "neg_zeros", "all_nan", "tiny"])
-def test_quantize_degenerate_inputs(kind):
+def degenerate_input(kind: str, dtype=BF16) -> np.ndarray:
+    """A 33 x 64 tensor of one kind: "zeros", "neg_zeros", "all_nan", "one_nan" (normal data with one NaN),
+    "inf_only" (+Inf, every third row -Inf) or "tiny" (subnormals of dtype, every other row negative)."""
     x = np.zeros((33, 64), np.float32)
     if kind == "neg_zeros":
         x[:] = -0.0
     elif kind == "all_nan":
         x[:] = np.nan
+    elif kind == "one_nan":
+        x = make_input(33, 64, seed=5)
+        x[7, 21] = np.nan
+    elif kind == "inf_only":
+        x[:] = np.inf
+        x[::3] = -np.inf
     elif kind == "tiny":
-        x[:] = 1e-39
-        x[::2] = -1e-39
-    x = x.astype(BF16)
+        x[:] = 1e-39 if dtype != np.float16 else 1e-7
+        x[::2] *= -1
+    return np.asarray(x, np.float32).astype(dtype)
+
+
+@pytest.mark.parametrize("kind", ["zeros", "neg_zeros", "all_nan", "tiny"])
+def test_quantize_degenerate_inputs(kind):
+    x = degenerate_input(kind)
     for block, rht in [((1, 16), False), ((16, 16), True)]:
         check_case(x, rowwise=True, columnwise=True, rht=rht, block=block)
 

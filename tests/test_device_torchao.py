@@ -27,6 +27,7 @@ from test_device_quantize import (  # noqa: E402
     check_case,
     check_grouped,
     check_single,
+    degenerate_input,
     device_opts,
     host,
     make_input,
@@ -120,21 +121,7 @@ def test_quantize_supplied_nan_amax_payloads(rule, bits):
 def test_quantize_degenerate_inputs(rule, kind, dtype):
     """Whole tensors of one kind: all zeros (rule "torchao": P = 0, every block 0/0 -> byte 0xFF and codes 0xC, the
     x86 default NaN), -0, all NaN, one NaN (rule "torchao": amax NaN, so every code NaN), +-Inf only, subnormals."""
-    x = np.zeros((33, 64), np.float32)
-    if kind == "neg_zeros":
-        x[:] = -0.0
-    elif kind == "all_nan":
-        x[:] = np.nan
-    elif kind == "one_nan":
-        x = make_input(33, 64, seed=5)
-        x[7, 21] = np.nan
-    elif kind == "inf_only":
-        x[:] = np.inf
-        x[::3] = -np.inf
-    elif kind == "tiny":
-        x[:] = 1e-39 if dtype != np.float16 else 1e-7
-        x[::2] *= -1
-    x = np.asarray(x, np.float32).astype(dtype)
+    x = degenerate_input(kind, dtype)
     for block in ((1, 16), (16, 16)):
         check(x, rowwise=True, columnwise=True, rule=rule, block=block)
 
@@ -241,13 +228,7 @@ def test_dequantize_raw_bytes(rule, amax):
 def test_refusals():
     import device
 
-    x = torch.zeros((32, 32), dtype=torch.bfloat16, device="cuda")
-    for rule in RULES:
-        # the grouped GEMM takes the TE rules only (SPEC 15)
-        a = device.group_quantize(x, torch.tensor([32], device="cuda"), rule=rule)
-        b = device.group_quantize(x, torch.tensor([32], device="cuda"))
-        with pytest.raises(ValueError, match="not supported by the device GEMM"):
-            device.grouped_gemm(a, b, kind="fprop")
+    # (the grouped GEMM's refusal of mixed rules: tests/test_device_gemm_torchao.py)
     with pytest.raises(ValueError, match="rule must be one of"):
         device.dequantize(torch.zeros(16, dtype=torch.uint8, device="cuda"),
                           scales=torch.zeros(2, dtype=torch.uint8, device="cuda"),

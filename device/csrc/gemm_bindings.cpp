@@ -136,11 +136,12 @@ void* map_scratch(Tensor& holder, int64_t per_group, int64_t E, const Tensor& li
 std::string grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, const Tensor& a_scales,
                    const Tensor& a_offs, const Tensor& a_amax, const Tensor& b_data, const Tensor& b_scales,
                    const Tensor& b_offs, const Tensor& b_amax, Tensor out, const c10::optional<Tensor>& bias,
-                   bool accumulate, int64_t b_rows, int64_t a_rows, int64_t kc, int64_t ldd, double rcp,
+                   bool accumulate, int64_t b_rows, int64_t a_rows, int64_t kc, int64_t ldd, double rcp, int64_t rule,
                    int64_t grid_upper, Tensor workspace, int64_t rows_per_group,
                    int64_t contraction_per_group, int64_t force_kernel, int64_t max_ctas) {
   NVFP4_REFUSE_UNLESS(kind >= 0 && kind <= 2, "nvfp4_gemm: kind must be 0 (fprop), 1 (dgrad) or 2 (wgrad), got ", kind);
   NVFP4_REFUSE_UNLESS(E >= 1, "nvfp4_gemm: E must be >= 1");
+  NVFP4_REFUSE_UNLESS(rule >= 0 && rule <= 3, "nvfp4_gemm: rule must be a scale rule code 0..3, got ", rule);
   NVFP4_REFUSE_UNLESS(max_ctas >= 0 && max_ctas < (int64_t{1} << 31), "nvfp4_gemm: max_ctas must be >= 0 (0: no cap)",
                       ", got ", max_ctas);
   NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", a_data, "a data", at::kByte));
@@ -196,6 +197,7 @@ std::string grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_d
   s.kc = kc;
   s.ldd = ldd;
   s.rcp = static_cast<float>(rcp);
+  s.rule = static_cast<int>(rule);
   s.probs = probs;
   s.prefix = prefix;
   nvfp4_gemm::pick_tile(exact, rows_per_group, contraction_per_group, static_cast<int>(force_kernel), &s.tile_m,

@@ -7,11 +7,21 @@
 #include <cstdint>
 
 #include "gemm_nvfp4.cuh"
+#include "nvfp4_launch.h"  // nvfp4::Rule
 #include "gemm_wgmma.cuh"     // the kernel shapes (wg::ShapeExact, ws::Shape*), so tile counts and kernels cannot
 #include "gemm_wgmma_ws.cuh"  // disagree
 
 namespace nvfp4_gemm {
 namespace {
+
+// SPEC 12.1: a group's alpha from the amaxes of the planes its operands supply. TE rules: (A * B) * fp32(1/7225344),
+// left to right; torchao: P_A * P_B with P = A / 2688 (torchao's per-tensor scale, SPEC 5.4; a NaN amax gives a NaN
+// alpha, whose payload is free: 12.2 compares NaN as a class); torchao_noscale: 1.
+__device__ __forceinline__ float group_alpha(int rule, float a_amax, float b_amax, float rcp) {
+  if (rule == nvfp4::kRuleTorchao) return __fmul_rn(__fdiv_rn(a_amax, 2688.0f), __fdiv_rn(b_amax, 2688.0f));
+  if (rule == nvfp4::kRuleTorchaoNoScale) return 1.0f;
+  return __fmul_rn(__fmul_rn(a_amax, b_amax), rcp);
+}
 
 // One thread per group: pointers into the grouped tensors' planes (offsets table of device/_results.py), sizes,
 // alpha, and the group's tile count; then a prefix sum of the tile counts (E is small: one block).
@@ -62,7 +72,7 @@ __global__ void setup_kernel(SetupArgs a) {
     p.ldd = a.ldd;
     p.tiles_m = (p.M + a.tile_m - 1) / a.tile_m;
     if (p.tiles_m == 0) p.tiles_m = 1;
-    p.alpha = __fmul_rn(__fmul_rn(a.a_amax[g], a.b_amax[g]), a.rcp);  // SPEC 12.1, left to right
+    p.alpha = group_alpha(a.rule, a.a_amax[g], a.b_amax[g], a.rcp);
     if (!groups_agree) {
       p.K = 0;
       p.alpha = __int_as_float(0x7FC00000);

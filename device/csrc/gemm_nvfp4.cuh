@@ -44,6 +44,7 @@ struct SetupArgs {
   long long kc;       // contraction length for fprop (K) / dgrad (N); wgrad: per group roundup(m_g,16)
   long long ldd;      // output row stride (elements)
   float rcp;          // fp32(1/7225344)
+  int rule;           // the operands' scale rule (nvfp4::Rule, nvfp4_launch.h): it picks the SPEC 12.1 alpha
   int tile_m, tile_n; // CTA tile of the GEMM kernel that will run (tile counts per group)
   Prob* probs;        // out: [E]
   int* prefix;        // out: [E+1] tile prefix sum

@@ -60,13 +60,15 @@ def gemm_calls() -> dict[str, Callable[[], str]]:
     out = torch.zeros((16, 16), dtype=torch.bfloat16, device="cuda")
     ws = torch.zeros(1 << 16, **u8)
 
-    def call(kind: int = 0, offs_numel: int = 12, workspace: torch.Tensor = ws, data: torch.Tensor = plane) -> str:
+    def call(kind: int = 0, offs_numel: int = 12, workspace: torch.Tensor = ws, data: torch.Tensor = plane,
+             rule: int = 0) -> str:
         offs = torch.zeros(offs_numel, dtype=torch.int64, device="cuda")
         return ext.grouped_gemm_(kind, False, 1, data, plane, offs, amax, plane, plane, offs, amax, out, None, False,
-                                 16, 16, 16, 16, 1.0, 0, workspace, 16, 16, 0, 0)
+                                 16, 16, 16, 16, 1.0, rule, 0, workspace, 16, 16, 0, 0)
 
     return {
         "grouped_gemm_ kind 7": lambda: call(kind=7),
+        "grouped_gemm_ rule 9": lambda: call(rule=9),
         "grouped_gemm_ offsets of 5 values": lambda: call(offs_numel=5),
         "grouped_gemm_ short workspace": lambda: call(workspace=torch.zeros(8, **u8)),
         "grouped_gemm_ CPU data": lambda: call(data=plane.cpu()),

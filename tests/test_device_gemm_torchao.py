@@ -1,0 +1,197 @@
+"""GPU tests of the grouped GEMM over operands quantized under the torchao scale rules (SPEC 12.1 alpha: P_A * P_B
+under "torchao", 1 under "torchao_noscale"; SPEC 12.3: a NaN block scale makes its row of A or row of B NaN).
+
+The contracts are those of tests/test_device_gemm.py (exact mode byte-identical to ``oracle.gemm(model="sequential")``,
+fast mode within ``oracle.gemm_error_bound`` and byte-identical to ``model="tensor_core"``), on every kernel of both
+modes, with operands that hold what these rules make of odd data: a NaN element (its block's scale byte is NaN), a
+group of zeros (under "torchao" P = 0, so every scale of the group is 0/0 = NaN), an Inf element, and an empty group.
+Outputs start as a finite sentinel, not NaN, so an unwritten element cannot pass as an expected NaN.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+torch = pytest.importorskip("torch")
+
+from test_device_gemm import (  # noqa: E402
+    DEV,
+    _gg,
+    _needs_dequant_path,
+    bits,
+    check_group,
+    check_row_groups,
+    guarded,
+    rand_bf16,
+    to_np,
+)
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+RULES = ("torchao", "torchao_noscale")
+SENTINEL = 1.5 * 2.0**100  # exact in bf16 and fp32, and no product of these operands comes near it
+SPLITS = [0, 130, 1, 77, 40]  # an empty group, groups of 130 / 1 / 77 / 40 rows (zeros, Inf, NaN placed below)
+N, K = 272, 256
+
+
+def sentinel_out(shape, dtype, values=None):
+    """guarded() with a finite sentinel instead of NaN (or a copy of ``values``)."""
+    return guarded(shape, dtype, values=torch.full(shape, SENTINEL, dtype=dtype, device=DEV)
+                   if values is None else values)
+
+
+def odd_tokens(t: int, cols: int, splits, seed: int) -> torch.Tensor:
+    """bf16 [t, cols] token rows: group 3 gets a NaN (row 5, col 19), group 2 is all zeros, group 4 an Inf (row 1,
+    col 40); the rest is rand_bf16's data with outliers and zeros."""
+    x = rand_bf16((t, cols), seed)
+    starts = np.concatenate([[0], np.cumsum(splits)]).astype(int)
+    x[starts[3] + 5, 19] = float("nan")
+    x[starts[2]:starts[3]] = 0.0
+    x[starts[4] + 1, 40] = float("inf")
+    return x
+
+
+def odd_weights(e: int, n: int, k: int, rule: str, seed: int):
+    """E experts of [n, k] bf16 weights, both planes (16x16 blocks): expert 1 all zeros, expert 3 with a NaN at
+    (row 3, col 33), expert 4 with a -Inf at (row 7, col 70)."""
+    w = rand_bf16((e * n, k), seed, 0.05)
+    w[n:2 * n] = 0.0
+    w[3 * n + 3, 33] = float("nan")
+    w[4 * n + 7, 70] = float("-inf")
+    return gq(w, [n] * e, rule, rowwise=True, columnwise=True, block=(16, 16))
+
+
+def gq(x, splits, rule, *, rowwise=True, columnwise=False, block=(1, 16), rht=False):
+    import device
+
+    s = torch.tensor(list(splits), dtype=torch.int64, device=DEV)
+    return device.group_quantize(x, s, rowwise=rowwise, columnwise=columnwise, block=block, rule=rule, rht=rht,
+                                 rht_signs=0x5A3C)
+
+
+def kernel_kw(mode: str, kernel: str | None) -> dict:
+    if kernel == "dequant":
+        _needs_dequant_path()
+    return dict(fast_kernel=kernel) if mode == "fast" else dict(exact_kernel=kernel)
+
+
+FAST = [None, "swapped", "skinny", "large", "pair", "dequant"]
+EXACT = ["fused", "dequant"]
+
+
+def _row_cases(wgrad: bool):
+    fast = [k for k in FAST if not (wgrad and k == "swapped")]
+    return [("fast", k) for k in fast] + [("exact", k) for k in EXACT]
+
+
+@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("mode,kernel", _row_cases(False))
+def test_fprop(rule, mode, kernel):
+    e, t = len(SPLITS), sum(SPLITS)
+    xq = gq(odd_tokens(t, K, SPLITS, 1), SPLITS, rule)
+    wq = odd_weights(e, N, K, rule, 2)
+    with_bias = kernel not in ("dequant",)
+    bias = (torch.randn((e, N), dtype=torch.float32) * 3).to(DEV) if with_bias else None
+    out, check_tail = sentinel_out((t, N), torch.bfloat16)
+    _gg()(xq, wq, kind="fprop", out=out, bias=bias, mode=mode, **kernel_kw(mode, kernel))
+    check_tail("fprop")
+    y = to_np(out)
+    check_row_groups(y, SPLITS, xq.to_oracle().row_planes, wq.to_oracle().row_planes, mode, torch.bfloat16,
+                     bias=None if bias is None else bias.cpu().numpy(), where=f"fprop {rule}")
+    _premises(y, rule, where="fprop")
+
+
+@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("mode,kernel", _row_cases(False))
+def test_dgrad(rule, mode, kernel):
+    e, t = len(SPLITS), sum(SPLITS)
+    dyq = gq(odd_tokens(t, N, SPLITS, 3), SPLITS, rule)
+    wq = odd_weights(e, N, K, rule, 4)
+    out, check_tail = sentinel_out((t, K), torch.float32)
+    _gg()(dyq, wq, kind="dgrad", out=out, mode=mode, **kernel_kw(mode, kernel))
+    check_tail("dgrad")
+    y = to_np(out)
+    check_row_groups(y, SPLITS, dyq.to_oracle().row_planes, wq.to_oracle().col_planes, mode, torch.float32,
+                     where=f"dgrad {rule}")
+    g3 = y[sum(SPLITS[:3]):sum(SPLITS[:4])]  # expert 3's NaN weight (row 3, col 33): W^T's row 33, output column 33
+    assert np.isnan(g3[:, 33]).all() and not np.isnan(g3).all()
+
+
+@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("mode,kernel", _row_cases(True))
+@pytest.mark.parametrize("accumulate,rht", [(False, False), (True, True)])
+def test_wgrad(rule, mode, kernel, accumulate, rht):
+    e, t = len(SPLITS), sum(SPLITS)
+    n, k = 80, 48
+    dyq = gq(odd_tokens(t, n, SPLITS, 5), SPLITS, rule, rowwise=False, columnwise=True, rht=rht)
+    xq = gq(rand_bf16((t, k), 6), SPLITS, rule, rowwise=False, columnwise=True, rht=rht)
+    c = None
+    if accumulate:
+        c = (torch.randn((e, n, k), dtype=torch.float32) * 0.5).to(DEV)
+        c[0, 0, :4] = -0.0
+    out, check_tail = sentinel_out((e, n, k), torch.float32, values=c)
+    _gg()(dyq, xq, kind="wgrad", out=out, accumulate=accumulate, mode=mode, **kernel_kw(mode, kernel))
+    check_tail("wgrad")
+    y = to_np(out)
+    cn = None if c is None else c.cpu().numpy()
+    dyo, xo = dyq.to_oracle(), xq.to_oracle()
+    for g, m in enumerate(SPLITS):
+        if m == 0:  # empty expert: alpha = 0 * P_B = 0 (amax 0), so dW = 0; accumulating, C untouched bit for bit
+            if accumulate:
+                assert np.array_equal(bits(y[g]), bits(cn[g])), f"wgrad g={g}: empty expert changed C"
+            else:
+                assert np.all(y[g] == 0), f"wgrad g={g}: empty expert not zero"
+            continue
+        check_group(y[g], dyo.col_planes[g], xo.col_planes[g], mode, torch.float32,
+                    acc=None if cn is None else cn[g], where=f"wgrad {rule} g={g}")
+    # premise: dY's group of zeros makes all of dW_2 NaN under "torchao" (P = 0: every scale NaN) and not otherwise
+    assert np.isnan(y[2]).all() == (rule == "torchao")
+    # the NaN of dY's group 3 (column 19 of its columnwise plane): dW_3's row 19 is NaN, and not all of dW_3
+    assert np.isnan(y[3][19]).all() and not np.isnan(y[3]).all()
+
+
+def _premises(y: np.ndarray, rule: str, where: str) -> None:
+    """The fprop operands do what the test means them to: expert 1's zero weights make all of group 1's output NaN
+    under "torchao" only (P = 0); under both rules the NaN token of group 3 makes its output row 5 NaN and expert 3's
+    NaN weight (its row 3) makes column 3 NaN, while group 3 is not all NaN."""
+    starts = np.concatenate([[0], np.cumsum(SPLITS)]).astype(int)
+    y = np.asarray(y, np.float32)
+    assert np.isnan(y[starts[1]:starts[2]]).all() == (rule == "torchao"), f"{where}: expert 1 of zeros"
+    g3 = y[starts[3]:starts[4]]
+    assert np.isnan(g3[5]).all() and np.isnan(g3[:, 3]).all() and not np.isnan(g3).all(), f"{where}: group 3"
+
+
+def test_alpha_is_the_spec_rule():
+    """SPEC 12.1 on the device, with no NaN or zero group: fprop of one expert (amaxes 668 and 5.84375) where the TE
+    rule's alpha, (A * B) * fp32(1/7225344), is one ulp away from torchao's (A / 2688) * (B / 2688) (checked below);
+    exact mode is the oracle's sequential model bit for bit, so the device must use the rule's own alpha."""
+    for rule in RULES:
+        x = rand_bf16((64, 64), 7, 7.3)
+        w = rand_bf16((48, 64), 8, 0.07)
+        xq, wq = gq(x, [64], rule), gq(w, [48], rule)
+        a, b = float(xq.row_amax.cpu()[0]), float(wq.row_amax.cpu()[0])
+        te_alpha = np.float32(np.float32(a) * np.float32(b)) * np.float32(1 / 7225344)
+        want = np.float32(1) if rule == "torchao_noscale" else np.float32(a / np.float32(2688)) * np.float32(
+            b / np.float32(2688))
+        assert te_alpha != want  # premise: the TE formula would give another alpha on these amaxes
+        out = _gg()(xq, wq, kind="fprop", mode="exact", out_dtype=torch.float32)
+        check_group(to_np(out), xq.to_oracle().row_planes[0], wq.to_oracle().row_planes[0], "exact", torch.float32,
+                    where=f"alpha {rule}")
+
+
+def test_mixed_rules_refused():
+    import device
+
+    x = rand_bf16((32, 32), 9)
+    s = torch.tensor([32], device=DEV)
+    te = device.group_quantize(x, s)
+    ao = device.group_quantize(x, s, rule="torchao")
+    ns = device.group_quantize(x, s, rule="torchao_noscale")
+    for a, b in ((ao, te), (te, ao), (ao, ns), (ns, te)):
+        with pytest.raises(ValueError, match="incompatible scale rules"):
+            _gg()(a, b, kind="fprop")
