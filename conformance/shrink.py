@@ -116,6 +116,20 @@ def _shared_quantize_candidates(case: Case) -> Iterator[Case]:
         yield case.replace({"x": y})
 
 
+def _operand_quant_candidates(o: dict) -> Iterator[dict]:
+    """Grouped-GEMM operands quantized more simply, in pairs SPEC 12.1 accepts (the device refuses a torchao rule
+    paired with another): one operand round-to-nearest with its rule kept if it is a torchao rule (else "te"), then
+    both operands under "te" together."""
+    quants = {name: o.get(name, PLAIN_QUANT) for name in ("quant_a", "quant_b")}
+    for name, q in quants.items():
+        rule = q.get("rule", "te")
+        plain = dict(PLAIN_QUANT, rule=rule if rule.startswith("torchao") else "te")
+        if q != plain:
+            yield {name: plain}
+    if any(q.get("rule", "te").startswith("torchao") for q in quants.values()):
+        yield {name: dict(q, rule="te") for name, q in quants.items()}
+
+
 def _group_rows(sizes: np.ndarray, groups: np.ndarray) -> np.ndarray:
     """Row indices of ``groups`` in a tensor split by ``sizes``."""
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
@@ -149,9 +163,8 @@ def _grouped_gemm_candidates(case: Case) -> Iterator[Case]:
         c = case.replace()
         del c.options["b_splits"]
         yield c
-    for name in ("quant_a", "quant_b"):  # an operand quantized the default way (TE rule, round-to-nearest)
-        if o.get(name, PLAIN_QUANT) != PLAIN_QUANT:
-            yield case.replace(options={name: dict(PLAIN_QUANT)})
+    for opts in _operand_quant_candidates(o):
+        yield case.replace(options=opts)
     if list(o.get("b_block", (16, 16))) != [16, 16]:
         yield case.replace(options={"b_block": [16, 16]})
     for name in o.get("loader_env", {}):  # one loader switch back to its default

@@ -18,7 +18,7 @@ from conformance.backends import (
     grouped_gemm_operands_by,
     register_backend,
 )
-from conformance.cases import case_size, load_case, save_case
+from conformance.cases import PLAIN_QUANT, case_size, load_case, save_case
 from conformance.cli import replay
 from conformance.compare import compare
 from conformance.generators import (
@@ -222,9 +222,9 @@ def test_disagreeing_grouped_gemm_case_shrinks_and_keeps_the_disagreement():
 
 def _varied_case(op: str, kind: str, want) -> object:
     """A grouped case of ``kind`` whose operand options (conformance.generators.gen_operand_quant) satisfy
-    ``want(options)`` and that has two non-empty groups."""
+    ``want(options)`` and that has two non-empty groups (operands under TE rules)."""
     for i in range(600):
-        c = generate(op, 23, i, "grouped_gemm", {"kind": [kind], "operand_quant": ["varied"]})
+        c = generate(op, 23, i, "grouped_gemm", {"kind": [kind], "operand_quant": ["varied"], "operand_rules": ["te"]})
         if want(c.options) and (c.arrays["splits"] > 0).sum() >= 2:
             return c
     raise AssertionError(f"no {kind} case with the wanted operand options")
@@ -363,6 +363,38 @@ def test_shrinker_puts_operand_quantization_back_to_default_when_the_failure_all
 
     small, _ = shrink(c, needs_sr_a, deadline=time.monotonic() + 60)
     assert small.options["quant_a"] == c.options["quant_a"] and small.options["quant_b"]["rounding"] == "rn"
+
+
+def test_shrinker_keeps_operand_rules_the_device_accepts():
+    """Grouped cases under a torchao rule (option operand_rules): every shrink candidate pairs rules that SPEC 12.1
+    accepts (both TE rules or both the same torchao rule: the device refuses others), a failure that does not need the
+    rule shrinks to TE operands, and one that needs it keeps it on both with round-to-nearest."""
+    from conformance.shrink import _grouped_gemm_candidates
+
+    c = None
+    for i in range(600):
+        c = generate("grouped_gemm_exact", 29, i, "grouped_gemm",
+                     {"kind": ["fprop"], "operand_quant": ["varied"], "operand_rules": ["torchao"]})
+        if _sr("a")(c.options) and (c.arrays["splits"] > 0).sum() >= 2:
+            break
+    assert c.options["quant_a"]["rule"] == c.options["quant_b"]["rule"] == "torchao"
+    te_rules = ("te", "te_fused_rht")
+    for cand in _grouped_gemm_candidates(c):
+        ra, rb = cand.options["quant_a"]["rule"], cand.options["quant_b"]["rule"]
+        assert (ra in te_rules and rb in te_rules) or ra == rb, (ra, rb)
+
+    def any_rows(cand):
+        return frozenset({"y"}) if cand.arrays["splits"].sum() > 0 else None
+
+    small, _ = shrink(c, any_rows, deadline=time.monotonic() + 60)
+    assert small.options["quant_a"]["rule"] == small.options["quant_b"]["rule"] == "te"
+
+    def needs_torchao(cand):
+        return frozenset({"y"}) if cand.options["quant_a"]["rule"] == "torchao" else None
+
+    small, _ = shrink(c, needs_torchao, deadline=time.monotonic() + 60)
+    assert small.options["quant_a"] == small.options["quant_b"] == dict(PLAIN_QUANT, rule="torchao")
+    _assert_valid_grouped_case(small)
 
 
 def test_device_backend_sets_the_loader_switches_for_the_gemm_call_only(monkeypatch):
