@@ -20,6 +20,7 @@ torch = pytest.importorskip("torch")
 
 from test_device_gemm import (  # noqa: E402
     DEV,
+    FULL,
     _gg,
     _needs_dequant_path,
     bits,
@@ -27,6 +28,7 @@ from test_device_gemm import (  # noqa: E402
     check_row_groups,
     guarded,
     rand_bf16,
+    rand_splits,
     to_np,
 )
 
@@ -199,3 +201,72 @@ def test_mixed_rules_refused():
     for a, b in ((ao, te), (te, ao), (ao, ns), (ns, te)):
         with pytest.raises(ValueError, match="incompatible scale rules"):
             _gg()(a, b, kind="fprop")
+
+
+@pytest.mark.parametrize("kind", ["fprop", "wgrad"])
+def test_cuda_graph_replay(kind):
+    """Capture quantize (rule "torchao") + grouped GEMM once, replay with new data and new splits, each replay against
+    the oracle; every third replay zeroes a group (P = 0: NaN scales, alpha 0) and puts a NaN into another (NaN amax,
+    NaN alpha), so the captured setup kernel's per-group alphas follow the data."""
+    import device
+
+    gg = _gg()
+    e, t, n, k = 4, 256, 64, 128
+    replays = 100 if FULL else 12
+    x_buf = torch.zeros((t, k), dtype=torch.bfloat16, device=DEV)
+    dy_buf = torch.zeros((t, n), dtype=torch.bfloat16, device=DEV)
+    splits_buf = torch.tensor([t // e] * e, dtype=torch.int64, device=DEV)
+    wq = gq(rand_bf16((e * n, k), 11, 0.05), [n] * e, "torchao", block=(16, 16))
+    out = torch.empty((t, n) if kind == "fprop" else (e, n, k), dtype=torch.float32, device=DEV)
+    q = dict(rule="torchao")
+
+    def step():
+        if kind == "fprop":
+            xq = device.group_quantize(x_buf, splits_buf, rowwise=True, **q)
+            gg(xq, wq, kind="fprop", out=out, mode="exact")
+            return xq, None
+        dyq = device.group_quantize(dy_buf, splits_buf, rowwise=False, columnwise=True, **q)
+        xq = device.group_quantize(x_buf, splits_buf, rowwise=False, columnwise=True, **q)
+        gg(dyq, xq, kind="wgrad", out=out, mode="fast")
+        return xq, dyq
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        xq, dyq = step()
+    for it in range(replays):
+        splits = rand_splits(e, t, 300 + it)
+        x, dy = rand_bf16((t, k), 3000 + it), rand_bf16((t, n), 4000 + it)
+        if it % 3 == 0:
+            splits = [60, 0, 100, 96]
+            x[60 + 100:] = 0.0  # group 3 of x all zeros
+            dy[60 + 100:] = 0.0
+            x[7, 5] = float("nan")  # a NaN in group 0
+            dy[7, 5] = float("nan")
+        splits_buf.copy_(torch.tensor(splits, dtype=torch.int64))
+        x_buf.copy_(x)
+        dy_buf.copy_(dy)
+        out.fill_(SENTINEL)
+        graph.replay()
+        torch.cuda.synchronize()
+        y = to_np(out)
+        xo = xq.to_oracle()
+        if kind == "fprop":
+            check_row_groups(y, splits, xo.row_planes, wq.to_oracle().row_planes, "exact", torch.float32,
+                             where=f"replay {it}")
+        else:
+            dyo = dyq.to_oracle()
+            for g, m in enumerate(splits):
+                if m == 0:
+                    assert np.all(y[g] == 0), f"replay {it} g={g}: empty expert not zero"
+                    continue
+                check_group(y[g], dyo.col_planes[g], xo.col_planes[g], "fast", torch.float32,
+                            where=f"replay {it} g={g}")
+        if it % 3 == 0:  # premise: the zero group and the NaN group are all NaN
+            rows = (slice(0, 60), slice(160, 256)) if kind == "fprop" else (0, 3)
+            assert all(np.isnan(y[r]).all() for r in rows), f"replay {it}: NaN groups"
