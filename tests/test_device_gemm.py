@@ -652,6 +652,21 @@ def test_mostly_empty_experts():
 # CUDA graph: capture once (quantize + GEMM), replay with new data and new splits
 # ------------------------------------------------------------------------------------------------------------
 
+def capture_graph(step):
+    """Run ``step`` twice on a side stream (warm-up: extension loads, allocator pools), then capture one call of it
+    in a CUDA graph; returns (graph, what the captured call returned)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        res = step()
+    return graph, res
+
+
 GRAPH_SHAPES = {  # (E, T, N, K, kernel): few rows per group (by size: fprop the swapped kernel, whose token copy
     # comes from the graph's pool, wgrad the skinny one), the cluster one forced,
     "small": (4, 256, 64, 128, None),  # the dequantize-first paths forced (their scratch comes from the graph's pool;
@@ -688,15 +703,7 @@ def test_cuda_graph_replay(kind, mode, shape):
         gg(dyq, xq, kind="wgrad", out=out, mode=mode, **kernel_kw)
         return xq, dyq
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        res = step()
+    graph, res = capture_graph(step)
     for it in range(replays):
         splits = rand_splits(e, t, 100 + it)
         if it % 3 == 0:

@@ -24,6 +24,7 @@ from test_device_gemm import (  # noqa: E402
     _gg,
     _needs_dequant_path,
     bits,
+    capture_graph,
     check_group,
     check_row_groups,
     guarded,
@@ -230,15 +231,7 @@ def test_cuda_graph_replay(kind):
         gg(dyq, xq, kind="wgrad", out=out, mode="fast")
         return xq, dyq
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        xq, dyq = step()
+    graph, (xq, dyq) = capture_graph(step)
     for it in range(replays):
         splits = rand_splits(e, t, 300 + it)
         x, dy = rand_bf16((t, k), 3000 + it), rand_bf16((t, n), 4000 + it)
