@@ -64,8 +64,9 @@ def test_wgrad_stacks_groups_and_keeps_c_of_empty_experts():
 
 
 def test_equals_the_conformance_reference_on_fuzz_cases():
-    """The conformance runner's device reference (conformance/ops.py, its own per-group assembly) on agreeing cases."""
-    compared = set()
+    """The conformance runner's device reference (conformance/ops.py, its own per-group assembly) on agreeing cases,
+    operands under the TE rule and under rule "torchao" (SPEC 12.1's alpha of each)."""
+    compared, rules = set(), set()
     for i in range(12):
         c = generate("grouped_gemm_exact", 41, i, "grouped_gemm", {"groups_agree": [True], "operand_quant": ["default"]})
         o, arr = c.options, c.arrays
@@ -74,12 +75,17 @@ def test_equals_the_conformance_reference_on_fuzz_cases():
         splits = arr["splits"]
         e = splits.size
         n = arr["w"].shape[0] // e
-        rht = dict(rht=bool(o["rht"]), rht_signs=int(o["rht_signs"]))
+        # (operand_rules: both operands under the TE rule or both under one torchao rule, SPEC 12.1)
+        rule = o["quant_a"]["rule"]
+        assert o["quant_b"]["rule"] == rule
+        rules.add(rule)
+        rht = dict(rht=bool(o["rht"]), rht_signs=int(o["rht_signs"]), rule=rule)
         if o["kind"] == "fprop":
-            a, b = oracle.group_quantize(arr["x"], splits), oracle.group_quantize(arr["w"], [n] * e, block=(16, 16))
+            a = oracle.group_quantize(arr["x"], splits, rule=rule)
+            b = oracle.group_quantize(arr["w"], [n] * e, block=(16, 16), rule=rule)
         elif o["kind"] == "dgrad":
             a = oracle.group_quantize(arr["dy"], splits, columnwise=True, **rht)
-            b = oracle.group_quantize(arr["w"], [n] * e, columnwise=True, block=(16, 16))
+            b = oracle.group_quantize(arr["w"], [n] * e, columnwise=True, block=(16, 16), rule=rule)
         else:
             a = oracle.group_quantize(arr["dy"], splits, columnwise=True, **rht)
             b = oracle.group_quantize(arr["x"], splits, rowwise=False, columnwise=True, **rht)
@@ -87,7 +93,7 @@ def test_equals_the_conformance_reference_on_fuzz_cases():
         ref = np.asarray(reference(c)["y"])
         assert np.asarray(y).astype(np.float32).tobytes() == ref.astype(np.float32).tobytes(), i
         compared.add(o["kind"])
-    assert compared == {"fprop", "dgrad", "wgrad"}
+    assert compared == {"fprop", "dgrad", "wgrad"} and rules == {"te", "torchao"}
 
 
 def test_disagreeing_groups_and_bad_calls_raise():
