@@ -120,14 +120,15 @@ __device__ __forceinline__ int col_stage_offset(int p, int j) {
   return pair * 128 + ((((p & 1) << 3) | j) ^ (pair & 15)) * 8;
 }
 
-// kTorchao (without RHT): the torchao rules (SPEC 5.4 / 5.5). A plane whose P gives finite positive multipliers
+// kTorchao: the torchao rules (SPEC 5.4 / 5.5). A plane whose P gives finite positive multipliers
 // (torchao_fast_plane) takes the same fast paths, with the block scale byte by torchao_scale_byte (every byte of a
 // NaN/Inf-free block is then 0x08..0x7E) and the table built by torchao_multiplier: the products are finite and
 // non-NaN, where 3.5 equals 3.1. A NaN/Inf block, and every block of a plane whose P is 0, subnormal enough to
 // overflow 1 / P, Inf or NaN, take the per-element path with torchao_code_rn (NaN-propagating block maxima).
+// With kRHT too, a NaN out of the butterfly (an input NaN, or Inf - Inf) lies in a block whose NaN-propagating max
+// is NaN, so its multiplier is NaN and gives the code (the multiplier comes first, SPEC 3.5), as in quantize_kernel.
 template <bool kRHT, bool kTorchao = false>
 __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
-  static_assert(!(kRHT && kTorchao), "the torchao rules with the RHT run in the general kernels");
   using T = __nv_bfloat16;
   using G = TileGeom<T>;
   constexpr int TK = G::kTileK;  // 128
@@ -406,11 +407,11 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
 // rows x 4 columns (8-byte loads): half the registers of the v3 amax kernel per thread, so twice the warps per SM
 // to hide the load latency. Rowwise max: integer SIMD max of |bits| (equal to the NaN-ignoring fp max unless
 // a NaN is present; a thread that sees a NaN pattern, |bits| > 0x7F80, takes the fp max).
-// kNanProp (without RHT): the torchao rules' NaN-propagating amax (SPEC 4.1): a NaN pattern seen by the integer max
-// makes the result the canonical NaN at once.
+// kNanProp: the torchao rules' NaN-propagating amax (SPEC 4.1): a NaN pattern seen by the integer max makes the
+// rowwise result the canonical NaN at once; the columnwise (RHT) maximum runs the whole butterfly and a
+// NaN-propagating max, since the last-stage shortcut below would turn the NaN of Inf - Inf into Inf.
 template <bool kRHT, bool kNanProp = false>
 __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
-  static_assert(!(kRHT && kNanProp), "the torchao rules with the RHT run in the general amax pass");
   using T = __nv_bfloat16;
   // Grouped calls launch this grid with a programmatic dependency on the setup kernel (offsets, zeroed amaxes):
   // wait for it before anything is read (a no-op otherwise). Only then let a programmatically dependent quantize
@@ -463,12 +464,18 @@ __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
       float v[16];
 #pragma unroll
       for (int i = 0; i < 16; ++i) v[i] = bf16_half(e < 2 ? raw[i].x : raw[i].y, e & 1);
-      rht16_butterfly<kDefaultRhtSigns, 3>(v);
-      // The last butterfly stage (h = 8) outputs RN(p + q) and RN(p - q); the larger magnitude of the two is
-      // RN(|p| + |q|) (RN is monotone and odd, max(|p+q|, |p-q|) = |p| + |q|; Inf/NaN cases agree under the
-      // NaN-ignoring fmaxf), so the stage is replaced by one add per pair.
+      if constexpr (kNanProp) {  // SPEC 4.1 / 7.2: every output, NaN-propagating (Inf - Inf is NaN)
+        rht16_butterfly<kDefaultRhtSigns>(v);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) cm = fmaxf(cm, __fadd_rn(fabsf(v[i]), fabsf(v[i + 8])));
+        for (int i = 0; i < 16; ++i) cm = abs_max<true>(cm, fabsf(v[i]));
+      } else {
+        rht16_butterfly<kDefaultRhtSigns, 3>(v);
+        // The last butterfly stage (h = 8) outputs RN(p + q) and RN(p - q); the larger magnitude of the two is
+        // RN(|p| + |q|) (RN is monotone and odd, max(|p+q|, |p-q|) = |p| + |q|; Inf/NaN cases agree under the
+        // NaN-ignoring fmaxf), so the stage is replaced by one add per pair.
+#pragma unroll
+        for (int i = 0; i < 8; ++i) cm = fmaxf(cm, __fadd_rn(fabsf(v[i]), fabsf(v[i + 8])));
+      }
     }
     cmax = round_bf16(__fmul_rn(cm, 0.25f));
   } else {

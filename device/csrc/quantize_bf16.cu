@@ -36,14 +36,14 @@ static void launch_pdl(void (*kernel)(Args), unsigned grid, unsigned threads, cu
 void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_setup) {
   const int64_t grid = row_tiles * amax_k_tiles<__nv_bfloat16>(a.K);
   if (grid == 0) return;
-  if (a.nan_propagating && (rht || !fast_enabled())) {
-    // the torchao rules; with the RHT in the general pass: the fast pass's last-stage shortcut (|p| + |q| for the
-    // larger of p + q, p - q) drops the NaN of Inf - Inf, which only a NaN-ignoring max may do
+  if (a.nan_propagating && (!fast_enabled() || (rht && a.rht_signs != kDefaultRhtSigns))) {
+    // the torchao rules (NaN-propagating, SPEC 4.1) in the general pass
     if (rht) amax_kernel<__nv_bfloat16, true, true><<<(unsigned)grid, 128, 0, s>>>(a);
     else amax_kernel<__nv_bfloat16, false, true><<<(unsigned)grid, 128, 0, s>>>(a);
-  } else if (a.nan_propagating) {
-    if (after_setup) launch_pdl(amax_fast4_bf16<false, true>, (unsigned)grid, 256, s, a);
-    else amax_fast4_bf16<false, true><<<(unsigned)grid, 256, 0, s>>>(a);
+  } else if (a.nan_propagating) {  // the fast pass, NaN-propagating (with the RHT: no last-stage shortcut)
+    auto kernel = rht ? amax_fast4_bf16<true, true> : amax_fast4_bf16<false, true>;
+    if (after_setup) launch_pdl(kernel, (unsigned)grid, 256, s, a);
+    else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (!fast_enabled()) {
     if (rht) amax_kernel<__nv_bfloat16, true><<<(unsigned)grid, 128, 0, s>>>(a);
     else amax_kernel<__nv_bfloat16, false><<<(unsigned)grid, 128, 0, s>>>(a);
@@ -63,7 +63,8 @@ static void prefer_max_shared_fast4() {
   int dev = 0;
   cudaGetDevice(&dev);
   if (done.get(dev)) return;
-  for (auto kernel : {quantize_fast4_bf16<true>, quantize_fast4_bf16<false>, quantize_fast4_bf16<false, true>})
+  for (auto kernel : {quantize_fast4_bf16<true>, quantize_fast4_bf16<false>, quantize_fast4_bf16<false, true>,
+                      quantize_fast4_bf16<true, true>})
     cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
   done.set(dev, true);
 }
@@ -72,10 +73,11 @@ void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaS
   const int64_t grid = row_tiles * quant_k_tiles<__nv_bfloat16>(a.K);
   if (grid == 0) return;
   const bool fast = fast_enabled() && !a.sr && !a.block2d && (!rht || a.rht_signs == kDefaultRhtSigns);
-  if (is_torchao_rule(a.rule) && fast && !rht) {  // SPEC 5.4 / 5.5
+  if (is_torchao_rule(a.rule) && fast) {  // SPEC 5.4 / 5.5
+    auto kernel = rht ? quantize_fast4_bf16<true, true> : quantize_fast4_bf16<false, true>;
     prefer_max_shared_fast4();
-    if (after_amax) launch_pdl(quantize_fast4_bf16<false, true>, (unsigned)grid, 256, s, a);
-    else quantize_fast4_bf16<false, true><<<(unsigned)grid, 256, 0, s>>>(a);
+    if (after_amax) launch_pdl(kernel, (unsigned)grid, 256, s, a);
+    else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (is_torchao_rule(a.rule)) {
     if (rht) quantize_kernel<__nv_bfloat16, true, true><<<(unsigned)grid, 256, 0, s>>>(a);
     else quantize_kernel<__nv_bfloat16, false, true><<<(unsigned)grid, 256, 0, s>>>(a);
