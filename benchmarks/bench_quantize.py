@@ -286,7 +286,7 @@ def main() -> None:
         t_ao = bench(lambda: device.quantize(x, rule="torchao", **plain), iters)  # noqa: B023 (called inside this iteration)
         add("  rule te, row+col, no RHT", shape, t_te, nbytes)
         add("  rule torchao, row+col, no RHT", shape, t_ao, nbytes, f"torchao/te time {t_ao / t_te:.2f}")
-        # with the RHT the torchao rules run in the general kernels (docs/device.md): the fused row's work
+        # the fused row's work under rule "torchao" (the bf16 fast kernels since stop 44, docs/device.md)
         t_ar = bench(lambda: device.quantize(x, rule="torchao", swizzled=True, **kw), iters)  # noqa: B023 (called inside this iteration)
         add("  rule torchao, row+RHT col+swizzled", shape, t_ar, nbytes, f"torchao/te time {t_ar / t_f:.2f}")
         if compiled is not None:
