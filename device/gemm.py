@@ -55,6 +55,7 @@ import torch
 from torch import Tensor
 
 from . import _ops
+from ._api import _RULES
 from ._results import DeviceGroupedNVFP4Tensor
 
 __all__ = ["grouped_gemm"]
@@ -89,21 +90,18 @@ _SWAPPED_MAX_CONTRACTION = 2**24
 _EXACT_KERNELS = {None: 0, "auto": 0, "fused": 0, "dequant": 5}
 
 
-#: SPEC 12.1: the alpha of each pair of compatible scale rules -> the rule code the setup kernel reads
-#: (device._api._RULES / nvfp4_launch.h Rule: 0 TE rules, 2 torchao, 3 torchao_noscale)
 _TE_RULES = ("te", "te_fused_rht")
 
 
 def _alpha_rule(rule_a: str, rule_b: str) -> int:
-    """The setup kernel's rule code for operands quantized under ``rule_a`` and ``rule_b`` (SPEC 12.1): both TE rules
-    (alpha from the amaxes and 1/7225344), both "torchao" (P_A * P_B) or both "torchao_noscale" (1); any other pair
-    has no alpha and is refused, as oracle.gemm_alpha refuses it."""
+    """The setup kernel's rule code (device._api._RULES, nvfp4_launch.h Rule) that picks the SPEC 12.1 alpha of
+    operands quantized under ``rule_a`` and ``rule_b``: both TE rules (code 0: alpha from the amaxes and 1/7225344),
+    both "torchao" (P_A * P_B) or both "torchao_noscale" (1); any other pair has no alpha and is refused, as
+    oracle.gemm_alpha refuses it."""
     if rule_a in _TE_RULES and rule_b in _TE_RULES:
-        return 0
-    if rule_a == rule_b == "torchao":
-        return 2
-    if rule_a == rule_b == "torchao_noscale":
-        return 3
+        return _RULES["te"]
+    if rule_a == rule_b and rule_a in ("torchao", "torchao_noscale"):
+        return _RULES[rule_a]
     raise ValueError(f"a and b use incompatible scale rules {rule_a!r} and {rule_b!r} (SPEC 12.1: both TE rules, "
                      "both 'torchao' or both 'torchao_noscale')")
 
