@@ -29,11 +29,18 @@ Times are CUDA-event means; every column is timed --reps times, in rounds over a
 from round to round, so no column always follows the same one), and reports its median.
 
     PYTHONPATH=. python benchmarks/bench_grouped_gemm.py [--iters 10] [--reps 3] [--sustain 1.0]
+        [--rules te,torchao] [--only "E64 T16384 K2048 N1408 fprop"]
+
+``--rules``: the operands' scale rules, one row per case and rule (SPEC 12.1 pairs a rule with itself), the rule
+appended to the case name (under a torchao rule the wdq+gmm column, which decodes with the TE factors, is nan);
+``--only``: the rows whose "case kind" contains the text.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import itertools
 import statistics
 import sys
 import time
@@ -100,8 +107,11 @@ def _dequant_weights(wq, e: int, n: int, k: int) -> torch.Tensor:
 dequant_weights = torch.compile(_dequant_weights, dynamic=False)
 
 
-def bench_case(name, e, t, k, n, skew, kind, iters, reps, sustain):
+def bench_case(name, e, t, k, n, skew, kind, iters, reps, sustain, rule="te"):
+    """One table row: every column's TFLOP/s on this case. ``rule``: the scale rule both operands are quantized
+    under (SPEC 12.1 pairs them); under a torchao rule the weight-dequantize column (TE factors) is not run."""
     kind, _, out_name = kind.partition("-")  # "wgrad-bf16": wgrad with bf16 output; "wgrad-acc": accumulate=True
+    gq = functools.partial(device.group_quantize, rule=rule)
     splits = splits_for(e, t, skew)
     st = torch.tensor(splits, dtype=torch.int64, device=DEV)
     offs = torch.tensor(splits, device=DEV).cumsum(0).to(torch.int32)
@@ -110,8 +120,8 @@ def bench_case(name, e, t, k, n, skew, kind, iters, reps, sustain):
     x = torch.randn((t, k), device=DEV, dtype=torch.bfloat16)
     w = (torch.randn((e * n, k), device=DEV, dtype=torch.bfloat16) * 0.05)
     if kind == "fprop":
-        aq = device.group_quantize(x, st, rowwise=True)
-        bq = device.group_quantize(w, torch.full((e,), n, dtype=torch.int64, device=DEV), rowwise=True,
+        aq = gq(x, st, rowwise=True)
+        bq = gq(w, torch.full((e,), n, dtype=torch.int64, device=DEV), rowwise=True,
                                    columnwise=False, block=(16, 16))
         out = torch.empty((t, n), dtype=torch.bfloat16, device=DEV)
         wt = w.view(e, n, k).transpose(1, 2)  # [E, K, N] view of the K-major weights
@@ -130,8 +140,8 @@ def bench_case(name, e, t, k, n, skew, kind, iters, reps, sustain):
             return torch._grouped_mm(x, wd.transpose(1, 2), offs=offs)
     elif kind == "dgrad":
         dy = torch.randn((t, n), device=DEV, dtype=torch.bfloat16)
-        aq = device.group_quantize(dy, st, rowwise=True)
-        bq = device.group_quantize(w, torch.full((e,), n, dtype=torch.int64, device=DEV), rowwise=True,
+        aq = gq(dy, st, rowwise=True)
+        bq = gq(w, torch.full((e,), n, dtype=torch.int64, device=DEV), rowwise=True,
                                    columnwise=True, block=(16, 16))
         out = torch.empty((t, k), dtype=torch.bfloat16, device=DEV)
         w3 = w.view(e, n, k)
@@ -150,8 +160,8 @@ def bench_case(name, e, t, k, n, skew, kind, iters, reps, sustain):
             return torch._grouped_mm(dy, wd, offs=offs)
     else:
         dy = torch.randn((t, n), device=DEV, dtype=torch.bfloat16)
-        aq = device.group_quantize(dy, st, rowwise=False, columnwise=True)
-        bq = device.group_quantize(x, st, rowwise=False, columnwise=True)
+        aq = gq(dy, st, rowwise=False, columnwise=True)
+        bq = gq(x, st, rowwise=False, columnwise=True)
         out = torch.empty((e, n, k), dtype=torch.bfloat16 if out_name == "bf16" else torch.float32, device=DEV)
         dyt = dy.t().contiguous()
         if out_name == "acc":
@@ -171,6 +181,8 @@ def bench_case(name, e, t, k, n, skew, kind, iters, reps, sustain):
                 torch.matmul(dyt[:, r0:r0 + m], x[r0:r0 + m])
                 r0 += m
 
+        deq = None
+    if rule != "te":
         deq = None
     b_in = bq
     acc = out_name == "acc"
@@ -210,6 +222,8 @@ def main():
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--reps", type=int, default=3, help="rounds over all columns; each column reports its median")
     ap.add_argument("--sustain", type=float, default=1.0, help="seconds of the same call before a sustained timing")
+    ap.add_argument("--rules", default="te", help="comma-separated scale rules of the operands, one row each (SPEC 12.1)")
+    ap.add_argument("--only", default="", help="run only the rows whose 'case kind' contains this text")
     args = ap.parse_args()
     cases = [
         ("E8 T16384 K4096 N14336 bal", 8, 16384, 4096, 14336, False,
@@ -226,10 +240,15 @@ def main():
            f" {'fast/gmm_s':>10s} {'exact/gmm_s':>11s}")
     print(f"TFLOP/s (2*T*N*K / time); burst columns, then sustained (_s: after {args.sustain:g} s of the same call)")
     print(hdr)
+    rules = args.rules.split(",")
     for name, e, t, k, n, skew, kinds in cases:
-        for kind in kinds:
-            r = bench_case(name, e, t, k, n, skew, kind, args.iters, args.reps, args.sustain)
+        for kind, rule in itertools.product(kinds, rules):
+            if args.only not in f"{name} {kind}":
+                continue
+            r = bench_case(name, e, t, k, n, skew, kind, args.iters, args.reps, args.sustain, rule)
             torch.cuda.empty_cache()
+            if len(rules) > 1 or rule != "te":
+                r["case"] = f"{name} {rule}"
             print(f"{r['case']:30s} {kind:10s} {r['fast']:7.1f} {r['fused']:7.1f} {r['exact']:7.1f} {r['x_fused']:7.1f} "
                   f"{r['x_dq']:7.1f} {r['grouped_mm']:7.1f} "
                   f"{r['loop']:7.1f} {r['deq+gmm']:7.1f} {r['fast'] / r['grouped_mm']:8.2f} "
