@@ -234,13 +234,14 @@ def main():
          ("fprop", "dgrad", "wgrad", "wgrad-bf16", "wgrad-acc")),
     ]
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}")
-    hdr = (f"{'case':30s} {'kind':10s} {'fast':>7s} {'fused':>7s} {'exact':>7s} {'x_fused':>7s} {'x_dq':>7s}"
+    rules = args.rules.split(",")
+    width = 30 if rules == ["te"] else 30 + max(len(r) for r in rules)  # (the rule appended to the case name)
+    hdr = (f"{'case':{width}s} {'kind':10s} {'fast':>7s} {'fused':>7s} {'exact':>7s} {'x_fused':>7s} {'x_dq':>7s}"
            f" {'grp_mm':>7s} {'loop':>7s} {'wdq+gmm':>7s}"
            f" {'fast/gmm':>8s} {'exact/gmm':>9s} {'fast/wdq':>8s} | {'fast_s':>7s} {'exact_s':>7s} {'grp_mm_s':>8s}"
            f" {'fast/gmm_s':>10s} {'exact/gmm_s':>11s}")
     print(f"TFLOP/s (2*T*N*K / time); burst columns, then sustained (_s: after {args.sustain:g} s of the same call)")
     print(hdr)
-    rules = args.rules.split(",")
     for name, e, t, k, n, skew, kinds in cases:
         for kind, rule in itertools.product(kinds, rules):
             if args.only not in f"{name} {kind}":
@@ -249,7 +250,7 @@ def main():
             torch.cuda.empty_cache()
             if len(rules) > 1 or rule != "te":
                 r["case"] = f"{name} {rule}"
-            print(f"{r['case']:30s} {kind:10s} {r['fast']:7.1f} {r['fused']:7.1f} {r['exact']:7.1f} {r['x_fused']:7.1f} "
+            print(f"{r['case']:{width}s} {kind:10s} {r['fast']:7.1f} {r['fused']:7.1f} {r['exact']:7.1f} {r['x_fused']:7.1f} "
                   f"{r['x_dq']:7.1f} {r['grouped_mm']:7.1f} "
                   f"{r['loop']:7.1f} {r['deq+gmm']:7.1f} {r['fast'] / r['grouped_mm']:8.2f} "
                   f"{r['exact'] / r['grouped_mm']:9.2f} {r['fast'] / r['deq+gmm']:8.2f} | {r['fast_s']:7.1f} "
