@@ -23,10 +23,11 @@ from test_device_gemm import (  # noqa: E402
     FULL,
     _gg,
     _needs_dequant_path,
-    bits,
     capture_graph,
     check_group,
     check_row_groups,
+    check_wgrad_groups,
+    gq,
     guarded,
     rand_bf16,
     rand_splits,
@@ -41,6 +42,8 @@ pytestmark = [
 RULES = ("torchao", "torchao_noscale")
 SENTINEL = 1.5 * 2.0**100  # exact in bf16 and fp32, and no product of these operands comes near it
 SPLITS = [0, 130, 1, 77, 40]  # an empty group, groups of 130 / 1 / 77 / 40 rows (zeros, Inf, NaN placed below)
+STARTS = np.cumsum([0] + SPLITS)  # group g's rows: STARTS[g] .. STARTS[g + 1]
+RHT_SIGNS = 0x5A3C  # a sign mask other than the default (wgrad's operands, both)
 N, K = 272, 256
 
 
@@ -50,14 +53,13 @@ def sentinel_out(shape, dtype, values=None):
                    if values is None else values)
 
 
-def odd_tokens(t: int, cols: int, splits, seed: int) -> torch.Tensor:
-    """bf16 [t, cols] token rows: group 3 gets a NaN (row 5, col 19), group 2 is all zeros, group 4 an Inf (row 1,
-    col 40); the rest is rand_bf16's data with outliers and zeros."""
-    x = rand_bf16((t, cols), seed)
-    starts = np.concatenate([[0], np.cumsum(splits)]).astype(int)
-    x[starts[3] + 5, 19] = float("nan")
-    x[starts[2]:starts[3]] = 0.0
-    x[starts[4] + 1, 40] = float("inf")
+def odd_tokens(cols: int, seed: int) -> torch.Tensor:
+    """bf16 token rows [sum(SPLITS), cols]: group 3 gets a NaN (row 5, col 19), group 2 is all zeros, group 4 an Inf
+    (row 1, col 40); the rest is rand_bf16's data with outliers and zeros."""
+    x = rand_bf16((int(STARTS[-1]), cols), seed)
+    x[STARTS[3] + 5, 19] = float("nan")
+    x[STARTS[2]:STARTS[3]] = 0.0
+    x[STARTS[4] + 1, 40] = float("inf")
     return x
 
 
@@ -68,15 +70,7 @@ def odd_weights(e: int, n: int, k: int, rule: str, seed: int):
     w[n:2 * n] = 0.0
     w[3 * n + 3, 33] = float("nan")
     w[4 * n + 7, 70] = float("-inf")
-    return gq(w, [n] * e, rule, rowwise=True, columnwise=True, block=(16, 16))
-
-
-def gq(x, splits, rule, *, rowwise=True, columnwise=False, block=(1, 16), rht=False):
-    import device
-
-    s = torch.tensor(list(splits), dtype=torch.int64, device=DEV)
-    return device.group_quantize(x, s, rowwise=rowwise, columnwise=columnwise, block=block, rule=rule, rht=rht,
-                                 rht_signs=0x5A3C)
+    return gq(w, [n] * e, rowwise=True, columnwise=True, block=(16, 16), rule=rule)
 
 
 def kernel_kw(mode: str, kernel: str | None) -> dict:
@@ -98,7 +92,7 @@ def _row_cases(wgrad: bool):
 @pytest.mark.parametrize("mode,kernel", _row_cases(False))
 def test_fprop(rule, mode, kernel):
     e, t = len(SPLITS), sum(SPLITS)
-    xq = gq(odd_tokens(t, K, SPLITS, 1), SPLITS, rule)
+    xq = gq(odd_tokens(K, 1), SPLITS, rule=rule)
     wq = odd_weights(e, N, K, rule, 2)
     with_bias = kernel not in ("dequant",)
     bias = (torch.randn((e, N), dtype=torch.float32) * 3).to(DEV) if with_bias else None
@@ -115,7 +109,7 @@ def test_fprop(rule, mode, kernel):
 @pytest.mark.parametrize("mode,kernel", _row_cases(False))
 def test_dgrad(rule, mode, kernel):
     e, t = len(SPLITS), sum(SPLITS)
-    dyq = gq(odd_tokens(t, N, SPLITS, 3), SPLITS, rule)
+    dyq = gq(odd_tokens(N, 3), SPLITS, rule=rule)
     wq = odd_weights(e, N, K, rule, 4)
     out, check_tail = sentinel_out((t, K), torch.float32)
     _gg()(dyq, wq, kind="dgrad", out=out, mode=mode, **kernel_kw(mode, kernel))
@@ -123,7 +117,7 @@ def test_dgrad(rule, mode, kernel):
     y = to_np(out)
     check_row_groups(y, SPLITS, dyq.to_oracle().row_planes, wq.to_oracle().col_planes, mode, torch.float32,
                      where=f"dgrad {rule}")
-    g3 = y[sum(SPLITS[:3]):sum(SPLITS[:4])]  # expert 3's NaN weight (row 3, col 33): W^T's row 33, output column 33
+    g3 = y[STARTS[3]:STARTS[4]]  # expert 3's NaN weight (row 3, col 33): W^T's row 33, output column 33
     assert np.isnan(g3[:, 33]).all() and np.isnan(g3).all() == (rule == "torchao")  # ("torchao": dY's NaN, W's amax)
 
 
@@ -133,8 +127,9 @@ def test_dgrad(rule, mode, kernel):
 def test_wgrad(rule, mode, kernel, accumulate, rht):
     e, t = len(SPLITS), sum(SPLITS)
     n, k = 80, 48
-    dyq = gq(odd_tokens(t, n, SPLITS, 5), SPLITS, rule, rowwise=False, columnwise=True, rht=rht)
-    xq = gq(rand_bf16((t, k), 6), SPLITS, rule, rowwise=False, columnwise=True, rht=rht)
+    q = dict(rowwise=False, columnwise=True, rule=rule, rht=rht, rht_signs=RHT_SIGNS)
+    dyq = gq(odd_tokens(n, 5), SPLITS, **q)
+    xq = gq(rand_bf16((t, k), 6), SPLITS, **q)
     c = None
     if accumulate:
         c = (torch.randn((e, n, k), dtype=torch.float32) * 0.5).to(DEV)
@@ -144,16 +139,9 @@ def test_wgrad(rule, mode, kernel, accumulate, rht):
     check_tail("wgrad")
     y = to_np(out)
     cn = None if c is None else c.cpu().numpy()
-    dyo, xo = dyq.to_oracle(), xq.to_oracle()
-    for g, m in enumerate(SPLITS):
-        if m == 0:  # empty expert: alpha = 0 * P_B = 0 (amax 0), so dW = 0; accumulating, C untouched bit for bit
-            if accumulate:
-                assert np.array_equal(bits(y[g]), bits(cn[g])), f"wgrad g={g}: empty expert changed C"
-            else:
-                assert np.all(y[g] == 0), f"wgrad g={g}: empty expert not zero"
-            continue
-        check_group(y[g], dyo.col_planes[g], xo.col_planes[g], mode, torch.float32,
-                    acc=None if cn is None else cn[g], where=f"wgrad {rule} g={g}")
+    # (the empty expert: alpha = 0 * P_B = 0, amax 0, so dW = 0; accumulating, C untouched bit for bit)
+    check_wgrad_groups(y, SPLITS, dyq.to_oracle().col_planes, xq.to_oracle().col_planes, mode, torch.float32, cn=cn,
+                       where=f"wgrad {rule}")
     # premise: dY's group of zeros makes all of dW_2 NaN under "torchao" (P = 0: every scale NaN) and not otherwise
     assert np.isnan(y[2]).all() == (rule == "torchao")
     # the NaN of dY's group 3 (column 19 of its columnwise plane): dW_3's row 19 is NaN, and under "torchao" all of
@@ -165,10 +153,9 @@ def _premises(y: np.ndarray, rule: str, where: str) -> None:
     """The fprop operands do what the test means them to: expert 1's zero weights make all of group 1's output NaN
     under "torchao" only (P = 0). The NaN token of group 3 makes its output row 5 NaN and expert 3's NaN weight (its
     row 3) makes column 3 NaN; under "torchao" all of group 3 is NaN (both amaxes NaN), under "torchao_noscale" not."""
-    starts = np.concatenate([[0], np.cumsum(SPLITS)]).astype(int)
     y = np.asarray(y, np.float32)
-    assert np.isnan(y[starts[1]:starts[2]]).all() == (rule == "torchao"), f"{where}: expert 1 of zeros"
-    g3 = y[starts[3]:starts[4]]
+    assert np.isnan(y[STARTS[1]:STARTS[2]]).all() == (rule == "torchao"), f"{where}: expert 1 of zeros"
+    g3 = y[STARTS[3]:STARTS[4]]
     assert np.isnan(g3[5]).all() and np.isnan(g3[:, 3]).all(), f"{where}: group 3's NaN row and column"
     assert np.isnan(g3).all() == (rule == "torchao"), f"{where}: group 3"
 
@@ -180,7 +167,7 @@ def test_alpha_is_the_spec_rule():
     for rule in RULES:
         x = rand_bf16((64, 64), 7, 7.3)
         w = rand_bf16((48, 64), 8, 0.07)
-        xq, wq = gq(x, [64], rule), gq(w, [48], rule)
+        xq, wq = gq(x, [64], rule=rule), gq(w, [48], rule=rule)
         a, b = float(xq.row_amax.cpu()[0]), float(wq.row_amax.cpu()[0])
         te_alpha = np.float32(np.float32(a) * np.float32(b)) * np.float32(1 / 7225344)
         want = np.float32(1) if rule == "torchao_noscale" else np.float32(a / np.float32(2688)) * np.float32(
@@ -217,7 +204,7 @@ def test_cuda_graph_replay(kind):
     x_buf = torch.zeros((t, k), dtype=torch.bfloat16, device=DEV)
     dy_buf = torch.zeros((t, n), dtype=torch.bfloat16, device=DEV)
     splits_buf = torch.tensor([t // e] * e, dtype=torch.int64, device=DEV)
-    wq = gq(rand_bf16((e * n, k), 11, 0.05), [n] * e, "torchao", block=(16, 16))
+    wq = gq(rand_bf16((e * n, k), 11, 0.05), [n] * e, block=(16, 16), rule="torchao")
     out = torch.empty((t, n) if kind == "fprop" else (e, n, k), dtype=torch.float32, device=DEV)
     q = dict(rule="torchao")
 
@@ -253,13 +240,8 @@ def test_cuda_graph_replay(kind):
             check_row_groups(y, splits, xo.row_planes, wq.to_oracle().row_planes, "exact", torch.float32,
                              where=f"replay {it}")
         else:
-            dyo = dyq.to_oracle()
-            for g, m in enumerate(splits):
-                if m == 0:
-                    assert np.all(y[g] == 0), f"replay {it} g={g}: empty expert not zero"
-                    continue
-                check_group(y[g], dyo.col_planes[g], xo.col_planes[g], "fast", torch.float32,
-                            where=f"replay {it} g={g}")
+            check_wgrad_groups(y, splits, dyq.to_oracle().col_planes, xo.col_planes, "fast", torch.float32,
+                               where=f"replay {it}")
         if it % 3 == 0:  # premise: the zero group and the NaN group are all NaN
             rows = (slice(0, 60), slice(160, 256)) if kind == "fprop" else (0, 3)
             assert all(np.isnan(y[r]).all() for r in rows), f"replay {it}: NaN groups"
