@@ -107,9 +107,10 @@ def _dequant_weights(wq, e: int, n: int, k: int) -> torch.Tensor:
 dequant_weights = torch.compile(_dequant_weights, dynamic=False)
 
 
-def bench_case(name, e, t, k, n, skew, kind, iters, reps, sustain, rule="te"):
+def bench_case(name, e, t, k, n, skew, kind, iters, reps, sustain, rule="te", spread=False):
     """One table row: every column's TFLOP/s on this case. ``rule``: the scale rule both operands are quantized
-    under (SPEC 12.1 pairs them); under a torchao rule the weight-dequantize column (TE factors) is not run."""
+    under (SPEC 12.1 pairs them); under a torchao rule the weight-dequantize column (TE factors) is not run.
+    ``spread``: also print every round's TFLOP/s of each column (stderr)."""
     kind, _, out_name = kind.partition("-")  # "wgrad-bf16": wgrad with bf16 output; "wgrad-acc": accumulate=True
     gq = functools.partial(device.group_quantize, rule=rule)
     splits = splits_for(e, t, skew)
@@ -214,6 +215,8 @@ def bench_case(name, e, t, k, n, skew, kind, iters, reps, sustain, rule="te"):
                 times[key] = None
     for key, ts in times.items():
         row[key] = flops / statistics.median(ts) / 1e12 if ts else float("nan")
+        if spread and ts:
+            print(f"  {name} {rule} {kind} {key}: " + " ".join(f"{flops / x / 1e12:.1f}" for x in ts), file=sys.stderr)
     return row
 
 
@@ -224,6 +227,7 @@ def main():
     ap.add_argument("--sustain", type=float, default=1.0, help="seconds of the same call before a sustained timing")
     ap.add_argument("--rules", default="te", help="comma-separated scale rules of the operands, one row each (SPEC 12.1)")
     ap.add_argument("--only", default="", help="run only the rows whose 'case kind' contains this text")
+    ap.add_argument("--spread", action="store_true", help="also print each round's TFLOP/s per column (stderr)")
     args = ap.parse_args()
     cases = [
         ("E8 T16384 K4096 N14336 bal", 8, 16384, 4096, 14336, False,
@@ -246,7 +250,7 @@ def main():
         for kind, rule in itertools.product(kinds, rules):
             if args.only not in f"{name} {kind}":
                 continue
-            r = bench_case(name, e, t, k, n, skew, kind, args.iters, args.reps, args.sustain, rule)
+            r = bench_case(name, e, t, k, n, skew, kind, args.iters, args.reps, args.sustain, rule, args.spread)
             torch.cuda.empty_cache()
             if len(rules) > 1 or rule != "te":
                 r["case"] = f"{name} {rule}"

@@ -23,12 +23,16 @@ from .cases import PLAIN_QUANT, Case
 #: supplied: "none", "one", "pair", ...), ``scales`` (dequantize), ``out_dtype``, ``kind`` (GEMM kind),
 #: ``fast_kernel``, ``exact_kernel``; flags and limits: ``specials`` (NaN / Inf / -0 sprinkled in), ``max_elems``, ``min_rows``,
 #: ``max_rows``, ``max_k``, ``small``, ``loose_splits`` (SPEC 9.4 device splits); GEMM and grouped GEMM:
-#: ``bias_dtype`` ("float32", "bfloat16"); grouped GEMM: ``groups_agree``, ``contraction`` ("normal", "long"); set by the op registry:
-#: ``format``, ``mode``.
+#: ``bias_dtype`` ("float32", "bfloat16"), the operands' quantization: ``operand_quant`` ("default", "varied"),
+#: ``operand_rule`` ("te", "te_fused_rht"), ``operand_rounding`` ("rn", "sr"), ``b_block`` ([16, 16], [1, 16]);
+#: grouped GEMM: ``groups_agree``, ``contraction`` ("normal", "long"), ``operand_rules`` ("te", "torchao",
+#: "torchao_noscale": both operands' rule family, SPEC 12.1), ``loaders`` ("default", "varied"); set by the op
+#: registry: ``format``, ``mode``.
 SPACE_KEYS = frozenset({
     "planes", "rule", "rht", "rht_signs", "rounding", "block", "swizzled", "dtype", "amax", "scales", "out_dtype",
     "kind", "fast_kernel", "exact_kernel", "specials", "max_elems", "min_rows", "max_rows", "max_k", "small", "loose_splits",
     "format", "mode", "groups_agree", "bias_dtype", "contraction",
+    "operand_quant", "operand_rule", "operand_rounding", "b_block", "operand_rules", "loaders",
 })
 
 __all__ = ["GENERATORS", "SPACE_KEYS", "generate", "case_rng", "gen_rows", "gen_k", "gen_splits", "gen_values", "to_dtype",

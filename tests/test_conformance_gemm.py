@@ -670,3 +670,31 @@ def test_gemm_generator_draws_bf16_bias_checked_by_fractions():
         assert np.array_equal(_bits(ref["y"]), _bits(ref_wide["y"]))
         checked += 1
     assert seen == {"none", "float32", "bfloat16"} and checked == 6
+
+
+def test_a_backend_space_can_restrict_the_operand_keys():
+    """A plugin backend that implements only TE-rule, round-to-nearest operands says so in ``space()`` with the
+    operand keys (SPACE_KEYS); case_space accepts them and every drawn case then keeps to them, while the same draws
+    without the restriction do use the other rules, SR and 1x16 weight blocks."""
+    from conformance.runner import case_space
+
+    class TeOnly(OracleGroupedBackend):
+        name = "test-te-only"
+
+        def space(self, op):
+            return {"groups_agree": [True], "operand_rules": ["te"], "operand_quant": ["default"],
+                    "b_block": [[16, 16]], "loaders": ["default"]}
+
+    def draws(space):
+        cases = [generate("grouped_gemm", 45, i, "grouped_gemm", {**space, "kind": ["fprop"]}) for i in range(60)]
+        rules = {c.options[f"quant_{s}"]["rule"] for c in cases for s in "ab"}
+        rounding = {c.options[f"quant_{s}"]["rounding"] for c in cases for s in "ab"}
+        blocks = {tuple(c.options["b_block"]) for c in cases}
+        loaders = {c.tags.get("loaders") for c in cases}
+        return rules, rounding, blocks, loaders
+
+    restricted = draws(case_space(TeOnly(), "grouped_gemm"))
+    assert restricted == ({"te"}, {"rn"}, {(16, 16)}, {"default"})
+    free = draws(case_space(OracleGroupedBackend(), "grouped_gemm"))
+    assert {"torchao", "torchao_noscale"} <= free[0] and "sr" in free[1] and (1, 16) in free[2]
+    assert "varied" in free[3]
