@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from spec_scalar import te_quantize_row_blocks
+from spec_scalar import e4m3_values, nan_ignoring_max, te_quantize_row_blocks
 
 import oracle
 from oracle.dequantize import block_decode_scales
@@ -33,8 +33,49 @@ def matrices(draw, max_rows=40, max_kb=4, finite=False):
 @settings(max_examples=60, deadline=None)
 def test_te_rule_equals_scalar_transcription(x):
     t = oracle.quantize(x)
+    amax = nan_ignoring_max(x.ravel().tolist())  # SPEC 4.1 (rule te), computed independently
+    assert np.float32(t.row.amax).tobytes() == amax.tobytes()
     for r in range(x.shape[0]):
-        codes, scales = te_quantize_row_blocks(x[r], t.row.amax)
+        codes, scales = te_quantize_row_blocks(x[r], amax)
+        assert t.row.scales[r].tolist() == scales
+        assert unpack_fp4(t.row.data[r : r + 1], x.shape[1])[0].tolist() == codes
+
+
+_E4M3_MIDPOINTS = [(a + b) / 2 for a, b in zip(e4m3_values()[1:-1], e4m3_values()[2:], strict=True)]
+
+
+@st.composite
+def blocks_at_scale_midpoints(draw):
+    """(x [2, 64], amax): every 16-block's max b is chosen so that SPEC 5.2's sf = b * (S_enc * fp32(1/6)) lies
+    within a few ulps of a midpoint between two E4M3 values, where the rounding of the scale byte depends on the
+    exact order of 5.2's products (SPEC 14.3); the other elements are random fractions of b."""
+    amax = np.float32(draw(st.sampled_from([100.0, 1.0, 3.0, 7.0, 448.0, 1e-3, 12345.0, 2688.0])))
+    s_enc = np.float32(np.float32(2688.0) / amax)
+    mult = np.float32(s_enc * np.float32(1.0 / 6.0))
+    seed = draw(st.integers(0, 2**31))
+    rng = np.random.default_rng(seed)
+    x = (rng.uniform(-1, 1, (2, 64))).astype(np.float32)
+    for r in range(2):
+        for j in range(4):
+            mid = np.float32(draw(st.sampled_from(_E4M3_MIDPOINTS)))
+            ulps = draw(st.integers(-3, 3))  # b moved by a few fp32 ulps around mid / mult
+            b = (np.array([mid / mult], np.float32).view(np.int32) + ulps).view(np.float32)[0]
+            if not 0 < b <= amax:
+                b = np.float32(amax)
+            x[r, 16 * j:16 * j + 16] *= b
+            x[r, 16 * j + int(rng.integers(16))] = b * (1 if rng.random() < 0.5 else -1)
+    return x, amax
+
+
+@given(blocks_at_scale_midpoints())
+@settings(max_examples=80, deadline=None)
+def test_te_scale_bytes_at_e4m3_midpoints(case):
+    """Block maxima whose scales land next to E4M3 rounding midpoints: the oracle's scale bytes and codes equal
+    the scalar transcription of SPEC 5.1 / 5.2, which forms S_enc * fp32(1/6) before multiplying by b."""
+    x, amax = case
+    t = oracle.quantize(x, amax=amax)
+    for r in range(x.shape[0]):
+        codes, scales = te_quantize_row_blocks(x[r], amax)
         assert t.row.scales[r].tolist() == scales
         assert unpack_fp4(t.row.data[r : r + 1], x.shape[1])[0].tolist() == codes
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from spec_scalar import te_quantize_row_blocks, tile_maxima
+from spec_scalar import nan_ignoring_max, te_quantize_row_blocks, tile_maxima
 
 import oracle
 from oracle.dequantize import block_decode_scales
@@ -77,6 +77,25 @@ def test_nan_ignored_inf_saturates():
     assert t.row.scales[0, 1] == 0x7E  # block holding -Inf gets 448
 
 
+def test_scale_product_order_hand_worked():
+    """SPEC 5.2 forms S_enc * fp32(1/6) first (14.3). By hand: amax 100 gives S_enc = fp32(26.88); a block max b of
+    37.500004 (bits 0x42160001, one ulp above 37.5) gives sf = b * fp32(26.88 * fp32(1/6)) = 168.00002, just above
+    the midpoint 168 of the E4M3 neighbours 160 (0x72) and 176 (0x73), so the byte is 0x73. The other order,
+    (b / 6) * S_enc, gives exactly 168, a tie, and the even byte 0x72. The block's max then encodes 6: its
+    multiplier is 1 / (176 / 26.88) = 0.1527..., and 37.500004 * 0.1527... = 5.727, nearer 6 than 4 (code 0x7)."""
+    b = np.array([0x42160001], np.uint32).view(np.float32)[0]
+    amax = np.float32(100.0)
+    s_enc = np.float32(np.float32(2688.0) / amax)
+    rcp6 = np.array([0x3E2AAAAB], np.uint32).view(np.float32)[0]
+    e4m3 = lambda v: int(np.float32(v).astype(ml_dtypes.float8_e4m3fn).view(np.uint8))  # noqa: E731
+    assert e4m3(b * np.float32(s_enc * rcp6)) == 0x73 and e4m3(np.float32(b / np.float32(6)) * s_enc) == 0x72  # premise
+    x = np.zeros((1, 16), np.float32)
+    x[0, 0] = b
+    t = oracle.quantize(x, amax=amax)
+    assert t.row.scales.tolist() == [[0x73]]
+    assert unpack_fp4(t.row.data, 16)[0].tolist() == [0x7] + [0x0] * 15
+
+
 def _random_input(rng, m, k, specials=True):
     x = (rng.standard_normal((m, k)) * np.exp2(rng.integers(-30, 30, (m, 1)))).astype(np.float32)
     if specials and m and k:
@@ -86,35 +105,50 @@ def _random_input(rng, m, k, specials=True):
     return x
 
 
+def _independent_amax(x: np.ndarray) -> np.float32:
+    """SPEC 4.1 (rule te): the NaN-ignoring max of |x| by the scalar transcription, not by the oracle."""
+    return nan_ignoring_max(x.ravel().tolist())
+
+
+@pytest.mark.parametrize("specials", [True, False])
 @pytest.mark.parametrize("seed", range(6))
-def test_te_rule_matches_scalar_spec(seed):
+def test_te_rule_matches_scalar_spec(seed, specials):
+    """Without specials the amax is finite and moderate, so S_enc is not 1 and the block scales are mid-range."""
     rng = np.random.default_rng(seed)
     m, k = int(rng.integers(1, 9)), 16 * int(rng.integers(1, 5))
-    x = _random_input(rng, m, k)
+    x = _random_input(rng, m, k, specials)
     t = oracle.quantize(x)
+    amax = _independent_amax(x)
+    assert np.float32(t.row.amax).tobytes() == amax.tobytes()
     for r in range(m):
-        codes, scales = te_quantize_row_blocks(x[r], t.row.amax)
+        codes, scales = te_quantize_row_blocks(x[r], amax)
         assert t.row.scales[r].tolist() == scales
         assert unpack_fp4(t.row.data[r : r + 1], k)[0].tolist() == codes
 
 
+@pytest.mark.parametrize("specials", [True, False])
 @pytest.mark.parametrize("m", [1, 16, 17, 40])
-def test_2d_blocks_match_scalar_spec(m):
+def test_2d_blocks_match_scalar_spec(m, specials):
     """16x16 blocks (SPEC 6.3) against the scalar transcription: each row's block maxima come from its whole tile
-    (only the rows that exist at the M edge), for the rowwise plane and the columnwise plane (X^T padded)."""
+    (only the rows that exist at the M edge), for the rowwise plane and the columnwise plane (X^T padded). With
+    specials the amax is +Inf (S_enc = 1, saturated or zero tile scales); without, the tile scales are mid-range."""
     rng = np.random.default_rng(100 + m)
-    x = _random_input(rng, m, 48)
+    x = _random_input(rng, m, 48, specials)
     t = oracle.quantize(x, columnwise=True, block=(16, 16))
+    amax = _independent_amax(x)
+    assert np.float32(t.row.amax).tobytes() == amax.tobytes() == np.float32(t.col.amax).tobytes()
     maxima = tile_maxima(x.astype(np.float32))
+    if not specials:  # premise: some tile scale byte is neither 0x00 nor saturated
+        assert any(0 < b < 0x7E for r in range(m) for b in te_quantize_row_blocks(x[r], amax, maxima[r])[1])
     for r in range(m):
-        codes, scales = te_quantize_row_blocks(x[r], t.row.amax, maxima[r])
+        codes, scales = te_quantize_row_blocks(x[r], amax, maxima[r])
         assert t.row.scales[r].tolist() == scales, f"row {r}"
         assert unpack_fp4(t.row.data[r : r + 1], 48)[0].tolist() == codes, f"row {r}"
     xt = np.zeros((48, t.col.cols), np.float32)
     xt[:, :m] = x.T
     maxima_t = tile_maxima(xt)
     for r in range(48):
-        codes, scales = te_quantize_row_blocks(xt[r], t.col.amax, maxima_t[r])
+        codes, scales = te_quantize_row_blocks(xt[r], amax, maxima_t[r])
         assert t.col.scales[r].tolist() == scales, f"col plane row {r}"
         assert unpack_fp4(t.col.data[r : r + 1], t.col.cols)[0].tolist() == codes, f"col plane row {r}"
 

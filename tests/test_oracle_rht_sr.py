@@ -118,18 +118,31 @@ def test_rht_matches_torch_matmul_when_exact():
 
 
 def test_rht_matches_scalar_spec_everywhere():
+    """Bit for bit (the sign of a zero result too: -0 encodes as E2M1 0x8, +0 as 0x0) on random blocks, an Inf and a
+    NaN block, and blocks of zeros: +0 only, -0 only, mixed, and single nonzero values among zeros."""
     rng = np.random.default_rng(5)
-    x = (rng.standard_normal((8, 32)) * np.exp2(rng.integers(-40, 40, (8, 32)))).astype(ml_dtypes.bfloat16)
+    x = (rng.standard_normal((12, 32)) * np.exp2(rng.integers(-40, 40, (12, 32)))).astype(ml_dtypes.bfloat16)
     x[0, 0] = np.inf
     x[1, 3] = np.nan
-    y = oracle.rht(x, 0xD7E8)
-    xf = x.astype(np.float32)
-    for r in range(8):
-        for b in range(2):
-            ref = round_to_bf16(np.array(rht_block(xf[r, 16 * b : 16 * b + 16], 0xD7E8), np.float32))
-            got = y[r, 16 * b : 16 * b + 16]
-            assert np.array_equal(np.isnan(got), np.isnan(ref))
-            assert np.array_equal(got[~np.isnan(got)], ref[~np.isnan(ref)])
+    x[2] = 0.0
+    x[3] = -0.0
+    x[4] = np.where(rng.random(32) < 0.5, -0.0, 0.0)
+    x[5] = np.where(rng.random(32) < 0.5, -0.0, 0.0)
+    x[5, [2, 20]] = [1.5, -3.0]
+    x[6, :16] = 0.0  # a zero-padded block next to a random one
+    for mask in (0xD7E8, 0xFFFF, 0x0001):
+        y = oracle.rht(x, mask)
+        xf = x.astype(np.float32)
+        got_zero_signs = set()
+        for r in range(12):
+            for b in range(2):
+                ref = round_to_bf16(np.array(rht_block(xf[r, 16 * b : 16 * b + 16], mask), np.float32))
+                got = np.asarray(y[r, 16 * b : 16 * b + 16], np.float32)
+                nan = np.isnan(ref)
+                assert np.array_equal(np.isnan(got), nan), (mask, r, b)
+                assert np.array_equal(got[~nan].view(np.uint32), ref[~nan].view(np.uint32)), (mask, r, b)
+                got_zero_signs |= {bool(np.signbit(v)) for v in got[got == 0]}
+        assert got_zero_signs == {False, True}  # premise: both signs of zero occur among the results
 
 
 @given(st.integers(0, 2**16 - 1), st.integers(0, 2**31))
