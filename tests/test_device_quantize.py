@@ -604,17 +604,23 @@ def test_negative_device_amax_counts_as_its_magnitude():
 
 
 def test_group_quantize_no_host_sync():
+    """No host synchronisation in a grouped call (sync-debug mode raises on one), and the call's result is right."""
     import device
 
-    x_t = to_cuda(make_input(300, 64, seed=1))
+    x = make_input(300, 64, seed=1)
+    x_t = to_cuda(x)
     splits = torch.tensor([100, 0, 200], dtype=torch.int64, device="cuda")
     device.group_quantize(x_t, splits, columnwise=True, rht=True)  # builds / warms up outside sync-debug mode
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        device.group_quantize(x_t, splits, columnwise=True, rht=True, rounding="sr")
+        got = device.group_quantize(x_t, splits, columnwise=True, rht=True, rounding="sr", seed=5)
     finally:
         torch.cuda.set_sync_debug_mode("default")
+    ref = oracle.group_quantize(x, [100, 0, 200], columnwise=True, rht=True, rounding="sr", seed=5)
+    bufs = {"row_data": got.row_data, "row_scales": got.row_scales, "col_data": got.col_data,
+            "col_scales": got.col_scales, "row_amax": got.row_amax, "col_amax": got.col_amax, "offsets": got.offsets}
+    check_grouped(bufs, ref, True)
 
 
 # ------------------------------------------------------------------------------------------------------------
