@@ -8,6 +8,7 @@ import json
 import ml_dtypes
 import numpy as np
 import pytest
+from spec_scalar import nan_ignoring_max, te_quantize_row_blocks
 
 import oracle
 from oracle.cli import main
@@ -125,3 +126,58 @@ def test_rewrite_removes_stale_arrays(tmp_path):
         meta = json.loads((tmp_path / name / "case.json").read_text())
         named = {e["file"] for part in ("inputs", "outputs") for e in meta[part].values()}
         assert {f.name for f in (tmp_path / name).glob("*.bin")} == named
+
+
+def _case(vectors, name):
+    """The stored case whose directory is named ``NN_<name>``."""
+    out, names = vectors
+    (found,) = [n for n in names if n.split("_", 1)[1] == name]
+    return read_case(out / found)
+
+
+def _check_te_plane_by_scalar_spec(data, scales, amax, x_rows: np.ndarray, where: str) -> None:
+    """A stored TE-rule plane (1x16 blocks) against the scalar transcription of SPEC 5.1 / 5.2 with an amax computed
+    here (SPEC 4.1, NaN-ignoring)."""
+    want_amax = nan_ignoring_max(x_rows.ravel().tolist())
+    assert np.float32(amax).tobytes() == want_amax.tobytes(), where
+    k = x_rows.shape[1]
+    codes = unpack_fp4(data, k)
+    for r in range(x_rows.shape[0]):
+        c, s = te_quantize_row_blocks(x_rows[r], want_amax)
+        assert scales[r].tolist() == s and codes[r].tolist() == c, (where, r)
+
+
+def test_vectors_agree_with_independent_implementations(vectors):
+    """Five of the ten cases checked against code that is not the oracle's (the ties case has its own hand test):
+    the TE quantize cases (specials, both planes; one fp16 row) by the scalar SPEC transcription, the swizzle by the
+    SPEC 8.2 byte formula, and the GEMM's exact model by fractions.Fraction with SPEC 12.1's alpha formed here."""
+    from conformance.independent import fraction_gemm, swizzle_by_formula
+
+    _, ins, outs = _case(vectors, "quantize_specials_17x48")
+    x = ins["x"].astype(np.float32)
+    _check_te_plane_by_scalar_spec(outs["row_data"], outs["row_scales"], outs["row_amax"], x, "specials row")
+    xt = np.zeros((48, 32), np.float32)  # X^T, zero-padded to a multiple of 16 columns (SPEC 6.2)
+    xt[:, :17] = x.T
+    _check_te_plane_by_scalar_spec(outs["col_data"], outs["col_scales"], outs["col_amax"], xt, "specials col")
+    for p in ("row", "col"):
+        assert outs[f"{p}_scales_swizzled"].reshape(-1).tobytes() == swizzle_by_formula(outs[f"{p}_scales"]).tobytes()
+
+    _, ins, outs = _case(vectors, "quantize_one_row_f16")
+    _check_te_plane_by_scalar_spec(outs["row_data"], outs["row_scales"], outs["row_amax"],
+                                   ins["x"].astype(np.float32), "f16 row")
+
+    _, ins, outs = _case(vectors, "swizzle_130x7")
+    assert outs["swizzled"].reshape(-1).tobytes() == swizzle_by_formula(ins["compact"]).tobytes()
+
+    _, ins, outs = _case(vectors, "gemm_17x24x64")
+    k = 2 * ins["a_data"].shape[1]
+    pa = oracle.QuantizedPlane(ins["a_data"], ins["a_scales"], ins["a_amax"][0], (ins["a_data"].shape[0], k))
+    pb = oracle.QuantizedPlane(ins["b_data"], ins["b_scales"], ins["b_amax"][0], (ins["b_data"].shape[0], k),
+                               block=(16, 16))
+    rcp = np.float32(1.0 / 7225344.0)
+    alpha = np.float32(np.float32(ins["a_amax"][0] * ins["b_amax"][0]) * rcp)  # SPEC 12.1, TE rules
+    assert np.float32(outs["alpha"]).tobytes() == alpha.tobytes()
+    for od in ("float32", "bfloat16"):
+        want = fraction_gemm(pa, pb, alpha=alpha, bias=ins["bias"], c=None, out_dtype=od)
+        got = outs[f"y_exact_{od}"]
+        assert np.asarray(got).tobytes() == np.asarray(want).astype(got.dtype).tobytes(), od
