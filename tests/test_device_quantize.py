@@ -408,6 +408,12 @@ def run_group_poisoned(x_t, splits_np, *, swizzled: bool, amax=None, **kw) -> di
     return bufs
 
 
+def grouped_bufs(t) -> dict:
+    """The buffers of a device group_quantize result that check_grouped compares, by name."""
+    return {"row_data": t.row_data, "row_scales": t.row_scales, "col_data": t.col_data, "col_scales": t.col_scales,
+            "row_amax": t.row_amax, "col_amax": t.col_amax, "offsets": t.offsets}
+
+
 def check_grouped(bufs: dict, ref, swizzled: bool, *, rowwise=True, columnwise=True) -> None:
     offs = host(bufs["offsets"])
     e = ref.num_groups
@@ -518,10 +524,7 @@ def test_group_quantize_user_amax_and_api():
     ref = oracle.group_quantize(x, splits, columnwise=True, rht=True, amax=amax)
     got = device.group_quantize(to_cuda(x), torch.tensor(splits).cuda(), columnwise=True, rht=True,
                                 amax=tuple(torch.from_numpy(a).cuda() for a in amax))
-    bufs = {"row_data": got.row_data, "row_scales": got.row_scales, "col_data": got.col_data,
-            "col_scales": got.col_scales, "row_amax": got.row_amax, "col_amax": got.col_amax,
-            "offsets": got.offsets}
-    check_grouped(bufs, ref, True)
+    check_grouped(grouped_bufs(got), ref, True)
     conv = got.to_oracle()
     for g in range(3):
         for p in ("row_planes", "col_planes"):
@@ -598,9 +601,7 @@ def test_negative_device_amax_counts_as_its_magnitude():
     got = device.group_quantize(to_cuda(x), torch.tensor(splits, device="cuda"), columnwise=True,
                                 amax=torch.from_numpy(amax).cuda())
     ref = oracle.group_quantize(x, splits, columnwise=True, amax=np.abs(amax))
-    bufs = {"row_data": got.row_data, "row_scales": got.row_scales, "col_data": got.col_data,
-            "col_scales": got.col_scales, "row_amax": got.row_amax, "col_amax": got.col_amax, "offsets": got.offsets}
-    check_grouped(bufs, ref, True)
+    check_grouped(grouped_bufs(got), ref, True)
 
 
 def test_group_quantize_no_host_sync():
@@ -618,9 +619,7 @@ def test_group_quantize_no_host_sync():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     ref = oracle.group_quantize(x, [100, 0, 200], columnwise=True, rht=True, rounding="sr", seed=5)
-    bufs = {"row_data": got.row_data, "row_scales": got.row_scales, "col_data": got.col_data,
-            "col_scales": got.col_scales, "row_amax": got.row_amax, "col_amax": got.col_amax, "offsets": got.offsets}
-    check_grouped(bufs, ref, True)
+    check_grouped(grouped_bufs(got), ref, True)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -663,10 +662,7 @@ def test_cuda_graph_grouped_replay(kw):
         graph.replay()
         torch.cuda.synchronize()
         ref = oracle.group_quantize(x, splits, **kw)
-        bufs = {"row_data": out.row_data, "row_scales": out.row_scales, "col_data": out.col_data,
-                "col_scales": out.col_scales, "row_amax": out.row_amax, "col_amax": out.col_amax,
-                "offsets": out.offsets}
-        check_grouped(bufs, ref, True)
+        check_grouped(grouped_bufs(out), ref, True)
 
 
 def test_cuda_graph_single_replay():
