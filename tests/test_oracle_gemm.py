@@ -63,6 +63,22 @@ def _planes(rng, m, n, k, spread=20):
     return oracle.quantize(x).row, oracle.quantize(w).row
 
 
+def test_alpha_is_left_to_right_hand_worked():
+    """SPEC 12.1: alpha = fp32(fp32(A * B) * fp32(1/7225344)), left to right. With amaxes 3 and 7: A * B = 21 exactly,
+    and the exact product 21 * fp32(1/7225344), rounded to nearest by fractions (independently of numpy), has bits
+    0x36430C31. Associating the other way, 3 * fp32(7 * fp32(1/7225344)), rounds twice and gives 0x36430C32."""
+    from conformance.independent import round_fraction
+
+    rcp = np.float32(1.0 / 7225344.0)
+    want = np.float32(round_fraction(21 * Fraction(float(rcp)), "float32"))
+    assert want.view(np.uint32) == 0x36430C31
+    other = np.float32(np.float32(3.0) * np.float32(np.float32(7.0) * rcp))
+    assert other.view(np.uint32) == 0x36430C32  # premise: the order matters for these amaxes
+    a = oracle.QuantizedPlane(np.zeros((1, 8), np.uint8), np.zeros((1, 1), np.uint8), 3.0, (1, 16))
+    b = oracle.QuantizedPlane(np.zeros((1, 8), np.uint8), np.zeros((1, 1), np.uint8), 7.0, (1, 16))
+    assert np.float32(oracle.gemm_alpha(a, b)).view(np.uint32) == 0x36430C31
+
+
 def test_alpha_rule():
     a = oracle.QuantizedPlane(np.zeros((1, 8), np.uint8), np.zeros((1, 1), np.uint8), 3.0, (1, 16))
     b = oracle.QuantizedPlane(np.zeros((1, 8), np.uint8), np.zeros((1, 1), np.uint8), 5.0, (1, 16))

@@ -96,6 +96,39 @@ def test_scale_product_order_hand_worked():
     assert unpack_fp4(t.row.data, 16)[0].tolist() == [0x7] + [0x0] * 15
 
 
+def test_multiplier_is_one_over_scale_times_s_dec_hand_worked():
+    """SPEC 5.2's multiplier is fminf(1 / (decode(byte) * S_dec)), not S_enc / decode(byte). By hand: the row
+    [7, 0.875, 0 x 14] has amax 7, S_enc = 2688 / 7 = 384 exactly, sf = 7 * fp32(384 * fp32(1/6)) = 448 -> byte 0x7E;
+    S_dec = fp32(1/384); 448 * S_dec = fp32(7/6); m = fp32(1 / fp32(7/6)) = 0x3F5B6DB6 (just below 6/7), so
+    0.875 * m = 0.74999994 lies below the E2M1 midpoint 0.75 and encodes 0.5 (code 0x1), and 7 * m encodes 6 (0x7):
+    data byte 0x17. S_enc / 448 = 0x3F5B6DB7 would make 0.875 * m exactly 0.75, a tie to the even index 2."""
+    f = np.float32
+    s_dec = f(f(1.0) / f(384.0))
+    m = f(f(1.0) / f(f(448.0) * s_dec))
+    assert m.view(np.uint32) == 0x3F5B6DB6 and f(f(384.0) / f(448.0)).view(np.uint32) == 0x3F5B6DB7  # premises
+    assert f(f(0.875) * m) < f(0.75) and f(f(0.875) * f(f(384.0) / f(448.0))) == f(0.75)
+    x = np.zeros((1, 16), np.float32)
+    x[0, :2] = [7.0, 0.875]
+    t = oracle.quantize(x)
+    assert t.row.amax == 7.0 and t.row.scales.tolist() == [[0x7E]]
+    assert t.row.data.tolist() == [[0x17] + [0x00] * 7]
+
+
+def test_rht_columnwise_amax_counts_the_padding_hand_worked():
+    """SPEC 4.2: with RHT the columnwise amax runs over every position of the plane's source, the zero padding of
+    6.2 included. By hand: x [3, 16] is zero but for column 0 = (1, -1, -1). The columnwise source row 0 is
+    (1, -1, -1, 0 x 13); the default sign mask 0xD7E8 has bits 0-2 clear (signs +1), and the Hadamard rows give
+    (H[j,0] - H[j,1] - H[j,2]) / 4 = (-1, 1, 1, 3) / 4, repeating with period 4. So the amax is 0.75 (positions 3,
+    7, ... come from the padding; the 3 real tokens alone would give 0.25); S_enc = 2688 / 0.75 = 3584, the block's
+    byte saturates at 0x7E, m = 1 / (448 / 3584) = 8, and the codes are -2, 2, 2, 6 = 0xC, 0x4, 0x4, 0x7."""
+    x = np.zeros((3, 16), np.float32)
+    x[:, 0] = [1.0, -1.0, -1.0]
+    t = oracle.quantize(x.astype(ml_dtypes.bfloat16), rowwise=False, columnwise=True, rht=True)
+    assert np.float32(t.col.amax) == np.float32(0.75)
+    assert t.col.scales[0].tolist() == [0x7E]
+    assert unpack_fp4(t.col.data[:1], 16)[0].tolist() == [0xC, 0x4, 0x4, 0x7] * 4
+
+
 def _random_input(rng, m, k, specials=True):
     x = (rng.standard_normal((m, k)) * np.exp2(rng.integers(-30, 30, (m, 1)))).astype(np.float32)
     if specials and m and k:
