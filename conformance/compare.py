@@ -36,6 +36,7 @@ class Mismatch:
     got: str = ""
 
     def to_dict(self) -> dict:
+        """The mismatch's fields as a dict (``failures.jsonl``, the JSON report)."""
         return asdict(self)
 
     def __str__(self) -> str:

@@ -26,6 +26,7 @@ class TaskStats:
     indices: list = field(default_factory=list)
 
     def to_dict(self, with_indices: bool) -> dict:
+        """This task's counts, rate and per-option tallies for the JSON report (case indices only if asked)."""
         d = dict(backend=self.backend, op=self.op, cases=self.cases, passed=self.passed, mismatched=self.mismatched,
                  errors=self.errors, seconds=round(self.seconds, 3),
                  cases_per_s=round(self.cases / self.seconds, 2) if self.seconds else None,
@@ -71,13 +72,16 @@ class Stats:
 
     @property
     def cases(self) -> int:
+        """Cases run so far, over every (backend, op) task."""
         return sum(t.cases for t in self.tasks.values())
 
     @property
     def bad(self) -> int:
+        """Cases that mismatched or raised so far."""
         return sum(t.mismatched + t.errors for t in self.tasks.values())
 
     def totals(self) -> dict:
+        """The report's totals: cases, passed, mismatched, errors and skipped ops."""
         ts = self.tasks.values()
         return dict(cases=self.cases, passed=sum(t.passed for t in ts), mismatched=sum(t.mismatched for t in ts),
                     errors=sum(t.errors for t in ts), skipped_ops=len(self.skipped))
@@ -119,6 +123,7 @@ class Stats:
                     skipped=self.skipped, failures=self.failures)
 
     def write_json(self, path, config: dict, exit_code: int) -> None:
+        """Write the JSON report (:meth:`to_json`) to ``path``."""
         with open(path, "w") as f:
             json.dump(self.to_json(config, exit_code), f, indent=1, default=str)
             f.write("\n")
@@ -136,6 +141,7 @@ class Progress:
         self.last = 0.0
 
     def update(self, force: bool = False) -> None:
+        """Print the status line if the interval has passed (or ``force``): rewritten in place on a TTY."""
         if not self.enabled:
             return
         now = time.monotonic()
@@ -152,6 +158,7 @@ class Progress:
         self.stream.flush()
 
     def close(self) -> None:
+        """End the in-place status line."""
         if self.enabled and self.tty:
             self.stream.write("\n")
             self.stream.flush()
