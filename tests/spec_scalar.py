@@ -104,6 +104,22 @@ def te_quantize_row_blocks(row: np.ndarray, amax, block_max: list | None = None)
     return codes, scales
 
 
+def te_amax(x: np.ndarray) -> np.float32:
+    """SPEC 4.1 (rule te): the NaN-ignoring max of |x| over the whole tensor."""
+    return nan_ignoring_max(np.asarray(x).ravel().tolist())
+
+
+def assert_te_plane(data: np.ndarray, scales: np.ndarray, x_rows: np.ndarray, amax, block_max=None, where="") -> None:
+    """A TE-rule plane (packed codes ``data``, scale bytes ``scales``) against :func:`te_quantize_row_blocks` row by
+    row, with the codes unpacked here (SPEC 2.3: element 2i in the low nibble). ``block_max``: per-row block maxima
+    (e.g. :func:`tile_maxima`), else 1x16 blocks."""
+    for r in range(x_rows.shape[0]):
+        codes, want_scales = te_quantize_row_blocks(x_rows[r], amax, None if block_max is None else block_max[r])
+        got_codes = [(int(data[r, i // 2]) >> (4 * (i % 2))) & 0xF for i in range(x_rows.shape[1])]
+        assert np.asarray(scales[r]).tolist() == want_scales, f"{where} row {r}: scale bytes"
+        assert got_codes == codes, f"{where} row {r}: codes"
+
+
 def rht_block(x16, signs: int) -> list:
     """SPEC 7.2 for one block of 16 bf16 values given as floats; returns fp32 before the bf16 rounding."""
     v = [F(x16[i]) * F(-1.0 if (signs >> i) & 1 else 1.0) for i in range(16)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from spec_scalar import nan_ignoring_max, te_quantize_row_blocks, tile_maxima
+from spec_scalar import assert_te_plane, te_amax, te_quantize_row_blocks, tile_maxima
 
 import oracle
 from oracle.dequantize import block_decode_scales
@@ -138,11 +138,6 @@ def _random_input(rng, m, k, specials=True):
     return x
 
 
-def _independent_amax(x: np.ndarray) -> np.float32:
-    """SPEC 4.1 (rule te): the NaN-ignoring max of |x| by the scalar transcription, not by the oracle."""
-    return nan_ignoring_max(x.ravel().tolist())
-
-
 @pytest.mark.parametrize("specials", [True, False])
 @pytest.mark.parametrize("seed", range(6))
 def test_te_rule_matches_scalar_spec(seed, specials):
@@ -151,12 +146,9 @@ def test_te_rule_matches_scalar_spec(seed, specials):
     m, k = int(rng.integers(1, 9)), 16 * int(rng.integers(1, 5))
     x = _random_input(rng, m, k, specials)
     t = oracle.quantize(x)
-    amax = _independent_amax(x)
+    amax = te_amax(x)
     assert np.float32(t.row.amax).tobytes() == amax.tobytes()
-    for r in range(m):
-        codes, scales = te_quantize_row_blocks(x[r], amax)
-        assert t.row.scales[r].tolist() == scales
-        assert unpack_fp4(t.row.data[r : r + 1], k)[0].tolist() == codes
+    assert_te_plane(t.row.data, t.row.scales, x, amax)
 
 
 @pytest.mark.parametrize("specials", [True, False])
@@ -168,22 +160,15 @@ def test_2d_blocks_match_scalar_spec(m, specials):
     rng = np.random.default_rng(100 + m)
     x = _random_input(rng, m, 48, specials)
     t = oracle.quantize(x, columnwise=True, block=(16, 16))
-    amax = _independent_amax(x)
+    amax = te_amax(x)
     assert np.float32(t.row.amax).tobytes() == amax.tobytes() == np.float32(t.col.amax).tobytes()
     maxima = tile_maxima(x.astype(np.float32))
     if not specials:  # premise: some tile scale byte is neither 0x00 nor saturated
         assert any(0 < b < 0x7E for r in range(m) for b in te_quantize_row_blocks(x[r], amax, maxima[r])[1])
-    for r in range(m):
-        codes, scales = te_quantize_row_blocks(x[r], amax, maxima[r])
-        assert t.row.scales[r].tolist() == scales, f"row {r}"
-        assert unpack_fp4(t.row.data[r : r + 1], 48)[0].tolist() == codes, f"row {r}"
+    assert_te_plane(t.row.data, t.row.scales, x, amax, maxima, "row plane")
     xt = np.zeros((48, t.col.cols), np.float32)
     xt[:, :m] = x.T
-    maxima_t = tile_maxima(xt)
-    for r in range(48):
-        codes, scales = te_quantize_row_blocks(xt[r], amax, maxima_t[r])
-        assert t.col.scales[r].tolist() == scales, f"col plane row {r}"
-        assert unpack_fp4(t.col.data[r : r + 1], t.col.cols)[0].tolist() == codes, f"col plane row {r}"
+    assert_te_plane(t.col.data, t.col.scales, xt, amax, tile_maxima(xt), "col plane")
 
 
 def test_2d_block_hand_worked():

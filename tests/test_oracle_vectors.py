@@ -8,7 +8,7 @@ import json
 import ml_dtypes
 import numpy as np
 import pytest
-from spec_scalar import nan_ignoring_max, te_quantize_row_blocks
+from spec_scalar import assert_te_plane, te_amax
 
 import oracle
 from oracle.cli import main
@@ -138,13 +138,9 @@ def _case(vectors, name):
 def _check_te_plane_by_scalar_spec(data, scales, amax, x_rows: np.ndarray, where: str) -> None:
     """A stored TE-rule plane (1x16 blocks) against the scalar transcription of SPEC 5.1 / 5.2 with an amax computed
     here (SPEC 4.1, NaN-ignoring)."""
-    want_amax = nan_ignoring_max(x_rows.ravel().tolist())
+    want_amax = te_amax(x_rows)
     assert np.float32(amax).tobytes() == want_amax.tobytes(), where
-    k = x_rows.shape[1]
-    codes = unpack_fp4(data, k)
-    for r in range(x_rows.shape[0]):
-        c, s = te_quantize_row_blocks(x_rows[r], want_amax)
-        assert scales[r].tolist() == s and codes[r].tolist() == c, (where, r)
+    assert_te_plane(data, scales, x_rows, want_amax, where=where)
 
 
 def test_vectors_agree_with_independent_implementations(vectors):
