@@ -15,11 +15,13 @@ Per group g the result is :func:`oracle.gemm` on that group's planes with that g
   without accumulate it gets ``alpha * 0 = 0``).
 
 ``mode="exact"``: each 16-block partial is exact (one tensor-core step on exact fp16 operands, SPEC 12.2) and is added
-in K order with one fp32 rounding, i.e. byte-identical to ``oracle.gemm(model="sequential")``; 128 x 128 tiles. Two
-kernels: the fused one decodes the operands in its K loop; for large groups (the same size rule as the fast mode's
-dequantize-first path below) both planes are first decoded to fp16 copies (the same scratch) and the kernel only
-loads them (``exact_kernel="dequant"`` forces it, ``"fused"`` excludes it; bias, any output alignment and any E are
-supported, and both give the same bits).
+in K order with one fp32 rounding, i.e. byte-identical to ``oracle.gemm(model="sequential")``; 128 x 128 tiles. Three
+kernels, all with the same bits: for large groups (the same size rule as the fast mode's dequantize-first path below)
+both planes are first decoded to fp16 copies (the same scratch) and the kernel only loads them
+(``exact_kernel="dequant"``); otherwise, for fprop / dgrad with a contraction that is a multiple of 32, the hybrid
+kernel (``"hybrid"``): ``a`` is decoded to an fp16 copy first (2 bytes of scratch per element) and ``b`` in the K loop;
+otherwise the fused kernel (``"fused"``, which also excludes the other two: no scratch), which decodes both operands in
+its K loop. Bias, any output alignment and any E are supported by all three.
 ``mode="fast"``: one tensor-core fp32 accumulator over K (exact fp16 operands), byte-identical to
 ``oracle.gemm(model="tensor_core")`` (SPEC 12.6) and so within :func:`oracle.gemm_error_bound` of
 ``oracle.gemm(model="exact")``. Alpha (SPEC 12.1, fp32 on the device from the groups' amaxes), C and bias are applied
@@ -87,7 +89,7 @@ _SWAPPED_MAX_ROWS = 96
 #: of up to 96 x the contraction (gemm_swapped.cuh, SwapLoader), which stay below 2^31 up to 22.3M
 _SWAPPED_MAX_CONTRACTION = 2**24
 #: exact mode's kernels -> the binding's kernel code (5: over fp16 copies of the operands, docs/gemm.md stop 30)
-_EXACT_KERNELS = {None: 0, "auto": 0, "fused": 0, "dequant": 5}
+_EXACT_KERNELS = {None: 0, "auto": 0, "fused": 0, "dequant": 5, "hybrid": 7}
 
 
 _TE_RULES = ("te", "te_fused_rht")
@@ -185,6 +187,28 @@ def _exact_dequant_pays(kind: str, e: int, t: int, kc: int, cols: int, a_rows: i
             and min(a_rows, b_rows) >= _DEQUANT_MIN_REUSE)
 
 
+def _hybrid_runs(kind: str, kc: int, b_data: Tensor, b_scales: Tensor) -> bool:
+    """Whether the hybrid exact kernel can run these operands (see :func:`_check_hybrid`)."""
+    try:
+        _check_hybrid(kind, kc, b_data, b_scales)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_hybrid(kind: str, kc: int, b_data: Tensor, b_scales: Tensor) -> None:
+    """Raises when the hybrid exact kernel (A from an fp16 copy, B dequantized in the kernel through TMA boxes of its
+    packed rows; docs/gemm.md, stop 46) cannot run: wgrad, a contraction not a multiple of 32 (packed rows of a
+    multiple of 16 bytes) or B planes not 16-byte aligned."""
+    if kind == "wgrad":
+        raise ValueError("exact_kernel='hybrid' runs fprop and dgrad only (wgrad's columnwise B rows have a pitch per "
+                         "group)")
+    if kc % 32:
+        raise ValueError(f"exact_kernel='hybrid' needs a contraction that is a multiple of 32, got {kc}")
+    if b_data.data_ptr() % 16 or b_scales.data_ptr() % 16:
+        raise ValueError("exact_kernel='hybrid' needs b's data and scale buffers 16-byte aligned")
+
+
 def _fast_kernel_choice(ext, force: int, kind: str, e: int, t: int, kc: int, cols: int, a_rows: int, b_rows: int,
                         dtype, has_bias: bool, accumulate: bool = False) -> int:
     """The fast kernel to run: ``force`` as given, or by auto-selection the swapped kernel (6: fprop / dgrad with
@@ -231,7 +255,8 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
     aligned output rows), or ``"fused"`` (chosen by the sizes like ``"auto"``, but never ``"swapped"`` nor
     ``"dequant"``: no scratch copies).
     ``exact_kernel`` (exact mode only; ``None`` or ``"auto"``: chosen by the sizes): ``"fused"`` (operands decoded
-    in the K loop) or ``"dequant"`` (fp16 copies of both operands first).
+    in the K loop), ``"dequant"`` (fp16 copies of both operands first) or ``"hybrid"`` (an fp16 copy of ``a`` only,
+    ``b`` decoded in the K loop; fprop / dgrad with a contraction that is a multiple of 32).
     ``max_ctas`` (``None``: one per SM): at most this many persistent CTAs, which then walk all tiles; a 2-CTA
     cluster counts as two (an odd cap rounds down, but at least one cluster runs)."""
     if kind not in _KINDS:
@@ -368,8 +393,13 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
     ext = load_gemm_extension()
     if mode == "exact":
         force = _EXACT_KERNELS[exact_kernel]
-        if exact_kernel in (None, "auto") and _exact_dequant_pays(kind, e, t_a, kc, cols, a_rows, b_rows):
-            force = _EXACT_KERNELS["dequant"]
+        if exact_kernel == "hybrid":
+            _check_hybrid(kind, kc, bd, bs)
+        if exact_kernel in (None, "auto"):
+            if _exact_dequant_pays(kind, e, t_a, kc, cols, a_rows, b_rows):
+                force = _EXACT_KERNELS["dequant"]
+            elif _hybrid_runs(kind, kc, bd, bs):
+                force = _EXACT_KERNELS["hybrid"]
     else:
         force = _FAST_KERNELS[fast_kernel]
         if fast_kernel != "fused":

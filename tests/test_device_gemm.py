@@ -559,6 +559,59 @@ def test_exact_fused_loaders(tma, monkeypatch):
     _dgrad_after_disagreeing_groups(96, 160, "exact", torch.float32, **kw)  # (contraction 96: the TMA loader)
 
 
+# The hybrid exact kernel (gemm_exact_hybrid.cu; docs/gemm.md, stop 46): A from an fp16 copy (TMA), B's packed K tiles and
+# scale tiles by TMA, dequantized into the stages by the loader warpgroup; the same bits as oracle.gemm(model=
+# "sequential"). Every case shape whose contraction is a multiple of 32 (fprop: K, dgrad: N), bias, both outputs,
+# capped grids, K tails inside a K step (K = 96, 160: part of the last box lies past K; K = 32: packed rows narrower
+# than a box), group sizes and N that are not multiples of 128 (box rows past the group zero-filled), empty groups, and
+# a dgrad whose groups 2-3 start off a whole row after groups that disagree with N (those get no maps).
+@pytest.mark.parametrize("case", list(CASES))
+def test_exact_hybrid_kernel(case):
+    splits, n, k = CASES[case]
+    kw = dict(exact_kernel="hybrid")
+    ran = 0
+    if k % 32 == 0:
+        run_fprop(splits, n, k, "exact", torch.bfloat16, with_bias=True, seed=111, **kw)
+        run_fprop(splits, n, k, "exact", torch.float32, with_bias=False, seed=112, max_ctas=3, **kw)
+        ran += 1
+    if n % 32 == 0:
+        run_dgrad(splits, n, k, "exact", torch.float32, with_bias=case != "e1", seed=113, **kw)
+        run_dgrad(splits, n, k, "exact", torch.bfloat16, with_bias=False, seed=114, max_ctas=5, **kw)
+        ran += 1
+    assert ran > 0, "every case shape runs at least one kind"
+
+
+def test_exact_hybrid_kernel_edges():
+    """The hybrid kernel on K tails, narrow packed rows, odd group sizes and disagreeing weight groups (see above)."""
+    kw = dict(exact_kernel="hybrid")
+    run_fprop([0, 70, 129, 5, 300], 200, 96, "exact", torch.float32, with_bias=False, seed=115, max_ctas=2, **kw)
+    run_dgrad([0, 70, 129, 5, 300], 96, 192, "exact", torch.bfloat16, with_bias=True, seed=116, **kw)
+    run_fprop([0, 70, 129, 5], 40, 32, "exact", torch.float32, with_bias=True, seed=117, **kw)
+    run_dgrad([3, 0, 250], 32, 48, "exact", torch.bfloat16, with_bias=False, seed=118, **kw)
+    run_fprop([1], 8, 160, "exact", torch.bfloat16, with_bias=True, seed=119, **kw)
+    _dgrad_after_disagreeing_groups(96, 160, "exact", torch.float32, **kw)
+
+
+def test_exact_hybrid_refusals():
+    """Forcing the hybrid kernel where it cannot run raises before any launch: wgrad, a contraction not a multiple of
+    32 (fprop K = 48; dgrad N = 48)."""
+    gg = _gg()
+    xq = gq(rand_bf16((64, 48), 3), [30, 34])
+    wq = weights(2, 32, 48, 5)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        gg(xq, wq, kind="fprop", mode="exact", exact_kernel="hybrid")
+    dyq = gq(rand_bf16((64, 48), 4), [30, 34])
+    wq2 = weights(2, 48, 64, 6)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        gg(dyq, wq2, kind="dgrad", mode="exact", exact_kernel="hybrid")
+    dyc = gq(rand_bf16((64, 32), 7), [30, 34], rowwise=False, columnwise=True)
+    xc = gq(rand_bf16((64, 64), 8), [30, 34], rowwise=False, columnwise=True)
+    with pytest.raises(ValueError, match="fprop and dgrad only"):
+        gg(dyc, xc, kind="wgrad", mode="exact", exact_kernel="hybrid")
+    with pytest.raises(ValueError, match="exact_kernel"):
+        gg(xq, wq, kind="fprop", mode="fast", exact_kernel="hybrid")
+
+
 def test_kernel_options_refused_in_the_other_mode():
     """fast_kernel= belongs to the fast mode and exact_kernel= to the exact mode: the other mode raises."""
     gg = _gg()

@@ -27,6 +27,7 @@ const T* cptr(const Tensor& t) {
 constexpr int64_t kForceDequant = 4;       // device/gemm.py: fast_kernel="dequant"
 constexpr int64_t kForceExactDequant = 5;  // device/gemm.py: exact_kernel="dequant"
 constexpr int64_t kForceSwapped = 6;       // device/gemm.py: fast_kernel="swapped"
+constexpr int64_t kForceExactHybrid = 7;   // device/gemm.py: exact_kernel="hybrid"
 
 // One operand plane for the dequantize-first path: rowwise planes have a constant pitch (contraction / 2 bytes);
 // columnwise planes have `rows` K-feature rows and a per-group pitch.
@@ -208,6 +209,13 @@ std::string grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_d
   NVFP4_REFUSE_UNLESS(force_kernel != kForceExactDequant || exact, "nvfp4_gemm: kernel 5 is exact mode only");
   NVFP4_REFUSE_UNLESS(force_kernel != kForceSwapped || (!exact && kind != nvfp4_gemm::kWgrad),
               "nvfp4_gemm: the swapped kernel is fast mode, fprop and dgrad only");
+  const auto aligned16 = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
+  // the hybrid exact kernel's B maps need packed rows of a multiple of 16 bytes and 16-byte aligned B planes, so that
+  // SPEC 9.2's offsets keep every group's rows and scale tiles 16-byte aligned
+  NVFP4_REFUSE_UNLESS(force_kernel != kForceExactHybrid || (exact && kind != nvfp4_gemm::kWgrad && kc % 32 == 0 &&
+                                                            aligned16(b_data) && aligned16(b_scales)),
+                      "nvfp4_gemm: the hybrid kernel is exact mode, fprop and dgrad, with a contraction % 32 == 0 and "
+                      "16-byte aligned B planes");
   if (force_kernel == kForceDequant) {
     NVFP4_REFUSE_UNLESS(!exact, "nvfp4_gemm: the dequantize-first path is fast mode only");
     NVFP4_REFUSE_UNLESS(bias_p == nullptr, "nvfp4_gemm: the dequantize-first path has no bias epilogue");
@@ -230,6 +238,17 @@ std::string grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_d
   l.max_ctas = static_cast<int>(max_ctas);
   // the kernels over fp16 copies with the setup kernel's tile list: exact mode over copies of both planes (docs/gemm.md,
   // stop 30), or the swapped fast kernel over a copy of the token plane (stop 31)
+  // the hybrid exact kernel: an fp16 copy of A only, B dequantized in the kernel (docs/gemm.md, stop 46)
+  if (force_kernel == kForceExactHybrid) {
+    nvfp4_gemm::DequantGemmArgs d{};
+    const auto copies = f16_copies(d, static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
+                                   b_scales, b_offs, /*a_only=*/true);
+    Tensor maps;  // 3 x 128 bytes per group, 128-byte aligned (gemm_exact_hybrid.cu)
+    d.group_maps = map_scratch(maps, 3 * 128, E, a_data);
+    NVFP4_REFUSE_UNLESS(nvfp4_gemm::launch_hybrid_path(d, probs, l, stream),
+                        "nvfp4_gemm: the hybrid kernel's tensor maps could not be encoded (driver entry point missing)");
+    return nvfp4::launch_status("nvfp4_gemm");
+  }
   if (force_kernel == kForceExactDequant || force_kernel == kForceSwapped) {
     const bool swapped = force_kernel == kForceSwapped;
     nvfp4_gemm::DequantGemmArgs d{};
@@ -252,7 +271,6 @@ std::string grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_d
   // with packed rows of a multiple of 16 bytes (contraction % 32 == 0) and 16-byte aligned planes, so that SPEC 9.2's
   // offsets keep every group's rows and scale tiles 16-byte aligned; otherwise the converters' cp.async copies
   Tensor exact_maps;
-  const auto aligned16 = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
   if (exact && kind != nvfp4_gemm::kWgrad && kc % 32 == 0 && aligned16(a_data) && aligned16(b_data) &&
       aligned16(a_scales) && aligned16(b_scales)) {
     l.exact_maps = map_scratch(exact_maps, 512, E, a_data);

@@ -28,9 +28,13 @@ __device__ __forceinline__ long long swizzled_offset(long long r, long long c, l
 // One thread per 8 packed bytes (16 codes = one 16-block, one scale). Group g of the plane holds bytes
 // [offs[g], offs[g+1]) with a row pitch of `pitch` bytes (pitch_const, or the group's bytes / rows_const for a
 // columnwise plane, whose rows are the K features and whose pitch is roundup(m_g, 16) / 2).
-// Order inside each 16-block of the copy: natural (codes 0..15), or EVEN_ODD (codes 0, 2, .., 14, 1, 3, .., 15: the
-// token operand of the swapped kernel, gemm_swapped.cuh, whose register fragments hold that order).
-template <bool EVEN_ODD>
+// Order inside each 16-block of the copy (CopyOrder): natural (codes 0..15); even / odd (codes 0, 2, .., 14, 1, 3, ..,
+// 15: the token operand of the swapped kernel, gemm_swapped.cuh, whose register fragments hold that order); or the
+// decode order of gemm_decode_f16.cuh (codes 0, 2, 4, 6, 1, 3, 5, 7, then the same for 8..15: the A operand of the
+// hybrid exact kernel, whose B tiles ws::convert_b_rows writes in that order; a 16-block's partial is the same exact
+// sum of products when both operands permute its K positions alike).
+enum CopyOrder { kNaturalOrder, kEvenOddOrder, kDecodeOrder };
+template <int ORDER>
 __global__ void dequant_plane_kernel(PlaneView p, uint4* __restrict__ out) {
   pdl_wait_then_trigger();  // chained launch (gemm_pdl.cuh): the previous kernel's outputs are visible from here on
   const long long chunk = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -52,9 +56,14 @@ __global__ void dequant_plane_kernel(PlaneView p, uint4* __restrict__ out) {
   uint32_t a[4], b[4];
   f16dec::e2m1x8_to_f16(w.x, sf, a);  // chunk order {0,2} {4,6} {1,3} {5,7}
   f16dec::e2m1x8_to_f16(w.y, sf, b);  // {8,10} {12,14} {9,11} {13,15}
-  if constexpr (EVEN_ODD) {
+  if constexpr (ORDER == kEvenOddOrder) {
     out[2 * chunk] = make_uint4(a[0], a[1], b[0], b[1]);
     out[2 * chunk + 1] = make_uint4(a[2], a[3], b[2], b[3]);
+    return;
+  }
+  if constexpr (ORDER == kDecodeOrder) {
+    out[2 * chunk] = make_uint4(a[0], a[1], a[2], a[3]);
+    out[2 * chunk + 1] = make_uint4(b[0], b[1], b[2], b[3]);
     return;
   }
   out[2 * chunk] = make_uint4(__byte_perm(a[0], a[2], 0x5410), __byte_perm(a[0], a[2], 0x7632),
@@ -118,11 +127,11 @@ __global__ void retarget_probs_kernel(Prob* probs, DequantGemmArgs d) {
   }
 }
 
-template <bool EVEN_ODD = false>
+template <int ORDER = kNaturalOrder>
 void dequant_plane(const PlaneView& p, void* out, cudaStream_t s) {
   if (p.cap_bytes <= 0) return;
   const long long chunks = p.cap_bytes / 8;
-  launch_chained(dequant_plane_kernel<EVEN_ODD>, dim3(static_cast<unsigned>((chunks + 255) / 256)), 256, 0, s, p,
+  launch_chained(dequant_plane_kernel<ORDER>, dim3(static_cast<unsigned>((chunks + 255) / 256)), 256, 0, s, p,
                  static_cast<uint4*>(out));
 }
 
@@ -159,8 +168,17 @@ void launch_dequant_exact(const DequantGemmArgs& d, Prob* probs, const LaunchArg
   launch_exact_f16(l, d, s);
 }
 
+bool launch_hybrid_path(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
+  HybridTemplates t;
+  if (d.b_f16 != nullptr || !hybrid_templates(d, &t)) return false;
+  dequant_plane<kDecodeOrder>(d.a, d.a_f16, s);
+  launch_chained(retarget_probs_kernel, dim3((d.E + 255) / 256), 256, 0, s, probs, d);  // (A only: d.b_f16 is null)
+  launch_exact_hybrid(l, d, t, s);
+  return true;
+}
+
 void launch_swapped_path(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
-  dequant_plane<true>(d.a, d.a_f16, s);
+  dequant_plane<kEvenOddOrder>(d.a, d.a_f16, s);
   launch_chained(retarget_probs_kernel, dim3((d.E + 255) / 256), 256, 0, s, probs, d);
   launch_swapped(l, d, s);
 }

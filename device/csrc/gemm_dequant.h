@@ -1,6 +1,7 @@
 // Host interface of the dequantize-first fast path (gemm_dequant.cu). docs/gemm.md, stop 29.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap (the hybrid exact kernel's map templates)
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -58,6 +59,19 @@ void launch_swapped(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t 
 // d.b_f16, pitch Prob::K): the TMA loader over per-group tensor maps built into d.group_maps when that scratch is given
 // and aligned, the cp.async loader otherwise or when NVFP4_XF16_TMA=0.
 void launch_exact_f16(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s);
+// The hybrid exact kernel (gemm_exact_hybrid.cu; docs/gemm.md, stop 46): its three host-encoded map templates (A's fp16
+// copy, B's packed plane, B's scale tiles), encoded by hybrid_templates from d.a_f16 / d.group_maps (false when those
+// are missing or misaligned, or the driver refuses a map: nothing is launched then).
+struct HybridTemplates {
+  CUtensorMap f16, data, scale;
+};
+bool hybrid_templates(const DequantGemmArgs& d, HybridTemplates* t);
+// The path: decodes the A plane into d.a_f16, points every group's Prob::a at the copy, builds the per-group maps into
+// d.group_maps (3 x 128 bytes per group) and runs the hybrid kernel over the setup kernel's 128 x 128 tile list (`l`).
+// Fprop and dgrad with a contraction % 32 == 0 and 16-byte aligned B planes (the binding checks); false, launching
+// nothing, when hybrid_templates fails. Needs no CUTLASS.
+bool launch_hybrid_path(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s);
+void launch_exact_hybrid(const LaunchArgs& a, const DequantGemmArgs& d, const HybridTemplates& t, cudaStream_t s);
 bool cutlass_built();  // false when the extension was built without CUTLASS (the path then refuses)
 
 }  // namespace nvfp4_gemm

@@ -20,7 +20,14 @@
 //       partial fragment, added to the accumulator with __fadd_rn in K order (SPEC 12.2); then the epilogue
 //       (gemm_wgmma_ws.cuh's whole-line fp32 / staged bf16 epilogues, the direct stores where those cannot run).
 //
-//   full[s]   completes when the loaders' copies of stage s have landed (cp.async.mbarrier.arrive.noinc, 128 threads)
+// The hybrid form (kConvB shapes, gemm_exact_hybrid.cu; docs/gemm.md, stop 46): only A comes from an fp16 copy (in
+// gemm_decode_f16.cuh's order within each 8 codes); two loader warpgroups, thread 0 issuing each stage's boxes (A's
+// fp16 tile, B's packed K tile and its scale tile; HybridTma) and all 256 threads dequantizing the B tile into the
+// stage (ws::convert_b_rows, the fused exact kernel's converter code and order). The MMA warpgroups are unchanged.
+//
+//   full[s]   completes when the loaders' copies of stage s have landed (cp.async.mbarrier.arrive.noinc, 128 threads;
+//             TMA: one arrival and the boxes' bytes); kConvB: when every loader warp has published its B rows
+//   raw_full[s] (kConvB) stage s's boxes have landed (one arrival and their bytes)
 //   empty[s]  the wgmmas that read stage s have completed (one arrival per MMA warp)
 // Both roles walk the same list of K steps (ws::StepCursor over the setup kernel's tile list), so stage indices and
 // phases agree without further communication.
@@ -38,30 +45,49 @@ using wg::kBK;
 // Two MMA warpgroups (rows [64 wm, 64 wm + 64), all 128 columns) of 216 registers each (accumulator + two partial
 // fragments = 192) and one loader warpgroup of 72 (3 x 168). Four MMA warpgroups of 64 x 64 (twice the independent
 // wgmma -> adds chains, 112 registers each) measured 11% slower on E8 fprop (docs/gemm.md, stop 30).
-template <int STAGES_, int EPI_>
+// CONV_B_ > 0 (the hybrid kernel, docs/gemm.md stop 46): only A comes from an fp16 copy; B is loaded packed (its raw K
+// tile and scale tile, by TMA) and dequantized into the stage's B tile by CONV_B_ loader warpgroups (HybridTma).
+template <int STAGES_, int EPI_, int CONV_B_ = 0>
 struct Shape {
   static constexpr int BM = 128, BN = 128, WN = BN, R = WN / 2;  // R: fp32 accumulator registers per thread
+  static constexpr bool kConvB = CONV_B_ != 0;
+  static constexpr int kLoaderGroups = kConvB ? CONV_B_ : 1;
   static constexpr int kMma = BM / 64;
-  static constexpr int kThreads = 128 * (kMma + 1);
-  static constexpr int kLoaderThreads = 128;
+  static constexpr int kThreads = 128 * (kMma + kLoaderGroups);
+  static constexpr int kLoaderThreads = 128 * kLoaderGroups;
   static constexpr int kCluster = 1;  // (ws::release_b_stage)
-  static constexpr int kMmaRegs = 216, kLoaderRegs = 72;
+  static constexpr int kMmaRegs = 216, kLoaderRegs = kLoaderGroups == 1 ? 72 : 40;
+  // kConvB: each loader thread converts kConvUnits (B row, 16-block) units of a stage, rows t / 4 + kConvRPI i
+  static constexpr int kConvRPI = kLoaderThreads / 4, kConvUnits = 128 / kConvRPI;
   static constexpr int kStages = STAGES_;
   static constexpr int kTileBytes = 128 * kBK * 2;       // 128 rows x 64 fp16 = 16 KB
-  static constexpr int kStageBytes = 2 * kTileBytes;     // the A tile, then the B tile
+  // kConvB: after the two fp16 tiles, B's raw K tile (128 rows x 32 packed bytes) and its 512-byte scale tile (SPEC
+  // 8.2), as ws::convert_b_rows reads them through this Shape's kRawA / kRawB / kSA (a raw stage without A rows or A
+  // scales); the stage rounded up to 1 KB keeps every A tile 1024-byte aligned (swizzle atoms).
+  static constexpr int kRawA = 0, kRawB = 128 * 32, kSA = 0, kSB = 512;
+  static constexpr int kRawOff = 2 * kTileBytes;
+  static constexpr int kRawBytes = kConvB ? kRawB + kSB : 0;
+  static constexpr int kStageBytes = (2 * kTileBytes + kRawBytes + 1023) / 1024 * 1024;  // the A tile, then B
   // epilogue buffers, as ws::Shape (1: staged bf16, store_tile_staged; 2: whole-line fp32, store_tile_lines)
   static_assert(EPI_ == 1 || EPI_ == 2, "choose an epilogue");
   static constexpr bool kStagedEpi = EPI_ == 1, kLinesEpi = EPI_ == 2;
   static constexpr int kEpiRowBytes = 256;
   static constexpr int kEpiBufBytes = kLinesEpi ? 16 * 128 : 16 * (kEpiRowBytes + 32);
   static constexpr int kEpiBytes = 4 * kMma * kEpiBufBytes;
-  static constexpr int kBarBytes = 8 * 2 * kStages;
+  // full, empty (, raw_full); rounded up to 128 bytes, so that the epilogue buffers after them stay 16-byte aligned
+  static constexpr int kBarBytes = (8 * (kConvB ? 3 : 2) * kStages + 127) / 128 * 128;
   static constexpr int kSmem = kStages * kStageBytes + kBarBytes + kEpiBytes + 1024;
   static_assert(kSmem <= 227 * 1024, "shared memory");
-  static_assert(kMma * kMmaRegs + kLoaderRegs <= (kMma + 1) * (65536 / kThreads / 8 * 8), "setmaxnreg budget");
+  static_assert(kMma * kMmaRegs + kLoaderGroups * kLoaderRegs <= (kMma + kLoaderGroups) * (65536 / kThreads / 8 * 8),
+                "setmaxnreg budget");
 };
 using ShapeF32 = Shape<6, 2>;   // fp32 output: 6 stages (192 KB) + 16 KB of line buffers
 using ShapeBf16 = Shape<5, 1>;  // bf16 output: 5 stages (160 KB) + 36 KB of staging buffers
+// The hybrid kernel: stages of 37 KB (two fp16 tiles, B's raw tile and scale tile), 5 of them for either output.
+// Two converter warpgroups of 40 registers (2 units per thread): 1-3% faster than one of 72 (4 units per thread) on E64
+// fprop / dgrad, 5% on E8 fprop (docs/gemm.md, stop 46).
+using HybridF32 = Shape<5, 2, 2>;
+using HybridBf16 = Shape<5, 1, 2>;
 
 // One loader thread's copies of a tile's K steps. Thread t copies the 16-byte piece q = t % 8 (K elements
 // [8 q, 8 q + 8) of the K tile) of rows r0 + 16 i (r0 = t / 8, i < 8) of the A tile and of the B tile. In the swizzled
@@ -102,6 +128,45 @@ struct F16Loader {
   }
 };
 
+// The hybrid kernel's loads (kConvB shapes): loader thread 0 issues each stage as one arrive.expect_tx on raw_full[s]
+// and three boxes through the group's kHybridMaps tensor maps (built on the device by gemm_exact_hybrid.cu's
+// hybrid_maps_kernel, gemm_group_maps.cuh):
+//   maps[0]: the fp16 copy of A as {K, M}, row pitch 2 K bytes, box {64, 128} with the 128-byte swizzle (one K step's
+//            A tile in wgmma's layout, as the TMA loader below);
+//   maps[1]: B's packed plane as {K / 2 bytes, N rows}, row pitch K / 2, box {32, 128}: the raw tile's row-major
+//            32-byte rows;
+//   maps[2]: B's scale tiles as rows of 128 bytes, box {128, 4}: one 512-byte tile (SPEC 8.2), tile (row tile nt, K
+//            tile kt) at rows 4 (nt KT + kt).
+// Parts of a box past K, past the group's rows or past the plane are zero-filled: zero codes and scale bytes decode to
+// +0, as the copies' zero-filled pieces, and reach only accumulator rows / columns that are not stored (SPEC 12.6).
+constexpr int kHybridMaps = 3;
+template <class S>
+struct HybridTma {
+  const CUtensorMap* maps;
+  int m0, n0, sb_row0;  // the tile's first A / B row; B's scale rows of the tile's K tile 0
+
+  // At a tile's first K step: the group's maps, acquired by the issuing thread (written by another kernel through the
+  // generic proxy).
+  __device__ __forceinline__ void begin(const CUtensorMap* group_maps, int group, int tile_m0, int tile_n0, int KT,
+                                        bool issuer) {
+    maps = group_maps + kHybridMaps * group;
+    if (issuer) {
+#pragma unroll
+      for (int i = 0; i < kHybridMaps; ++i) gmap::acquire_group_map(maps + i);
+    }
+    m0 = tile_m0;
+    n0 = tile_n0;
+    sb_row0 = 4 * (tile_n0 / 128) * KT;
+  }
+  // K tile kt into `stage`; `bar` (raw_full, one arrival) completes when its bytes have landed.
+  __device__ __forceinline__ void load(uint32_t stage, uint32_t bar, int kt) const {
+    ws::mbar_arrive_expect_tx(bar, S::kTileBytes + S::kRawB + S::kSB);
+    ws::tma_load_2d(stage, maps, bar, 64 * kt, m0);
+    ws::tma_load_2d(stage + S::kRawOff, maps + 1, bar, 32 * kt, n0);
+    ws::tma_load_2d(stage + S::kRawOff + S::kRawB, maps + 2, bar, 0, sb_row0 + 4 * kt);
+  }
+};
+
 // The TMA loader's tensor maps: two per group (group_maps[2 g]: A, [2 g + 1]: B), built on the device by
 // gemm_exact_f16.cu's exact_maps_kernel from the setup kernel's problems (gemm_group_maps.cuh), so every group has its
 // own pitch (wgrad's columnwise copies: 2 roundup(m_g, 16) bytes per row). Each is the copy of one operand of one
@@ -121,15 +186,61 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   const uint32_t ring = smem;                                        // kStages x kStageBytes
   const uint32_t bars = ring + S::kStages * S::kStageBytes;
   const uint32_t full = bars, empty = bars + 8 * S::kStages;
+  const uint32_t raw_full = bars + 16 * S::kStages;  // kConvB: the stage's boxes have landed (one arrival + bytes)
   const int tid = threadIdx.x, lane = tid & 31;
   const int first_tile = blockIdx.x, tile_stride = gridDim.x;
   const ws::TileWalk<false> walk(__ldg(prefix + E), tile_stride);
 
-  ws::init_ring_barriers<S::kStages>(full, empty, TMA ? 1 : S::kLoaderThreads, 4 * S::kMma);
+  if constexpr (S::kConvB) {
+    if (tid == 0)
+      for (int s = 0; s < S::kStages; ++s) ws::mbar_init(raw_full + 8 * s, 1);  // (init_ring_barriers' fence follows)
+  }
+  // full[s]: kConvB the 4 loader warps' B publish, TMA the one issuing thread, cp.async every loader thread
+  ws::init_ring_barriers<S::kStages>(full, empty, S::kConvB ? S::kLoaderThreads / 32 : TMA ? 1 : S::kLoaderThreads,
+                                     4 * S::kMma);
 
   if (tid < S::kLoaderThreads) {
     // ------------------------------------------------------------------------------------------------ loaders
     ws::setmaxnreg_dec<S::kLoaderRegs>();
+    if constexpr (S::kConvB) {
+      // Thread 0 issues the boxes (HybridTma); every loader thread walks the load cursor and waits for the stage with
+      // it (as ws_gemm_kernel's converters). All loader threads dequantize each stage's B tile: thread t rows
+      // t / 4 + kConvRPI i (i < kConvUnits), 16-block t % 4 (ws::convert_b_rows, in gemm_decode_f16.cuh's order within
+      // each 8 codes, which the A copy shares), then each warp publishes its rows on full[s]. Loads run kStages - 1
+      // steps ahead of the conversion; the load issued after converting step c waits until the MMA warps are done
+      // with step c - 1, while they work on step c.
+      ws::StepCursor load;
+      load.stride = tile_stride;
+      load.seek<S::BN>(probs, prefix, E, walk, first_tile);
+      int steps = 0;  // this CTA's K steps
+      for (ws::StepCursor t = load; t.valid(walk); t.kt = t.KT - 1, t.next<S::BN>(probs, prefix, E, walk))
+        steps += t.KT;
+      ws::Ring<S::kStages> load_ring, st;
+      HybridTma<S> tma;
+      auto issue_load = [&]() {
+        if (load.kt == 0) {
+          const int tiles_m = __ldg(&probs[load.group].tiles_m);
+          tma.begin(group_maps, load.group, (load.local % tiles_m) * S::BM, (load.local / tiles_m) * S::BN, load.KT,
+                    tid == 0);
+        }
+        ws::mbar_wait(empty + 8 * load_ring.stage, load_ring.phase ^ 1u);
+        if (tid == 0) tma.load(ring + load_ring.stage * S::kStageBytes, raw_full + 8 * load_ring.stage, load.kt);
+        load_ring.next();
+        load.next<S::BN>(probs, prefix, E, walk);
+      };
+      for (int i = 0; i < S::kStages - 1 && load.valid(walk); ++i) issue_load();
+      for (int c = 0; c < steps; ++c) {
+        const uint32_t stage = ring + st.stage * S::kStageBytes;
+        ws::mbar_wait(raw_full + 8 * st.stage, st.phase);
+        ws::convert_b_rows<S, S::kConvRPI, 0, S::kConvUnits>(stage + S::kRawOff, stage + S::kTileBytes, tid >> 2,
+                                                             tid & 3, false);
+        ws::publish_b_rows<S, S::kConvRPI, 0, S::kConvUnits>(stage + S::kTileBytes, full + 8 * st.stage, 0u, tid >> 5,
+                                                             lane, false);
+        st.next();
+        if (load.valid(walk)) issue_load();
+      }
+      return;
+    }
     if (TMA && tid != 0) return;
     ws::StepCursor cur;
     cur.stride = tile_stride;
@@ -195,6 +306,9 @@ __global__ void __launch_bounds__(S::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < S::R; ++i) acc[i] = 0.0f;
       for (int kt = 0; kt < KT; ++kt) {
+        // kConvB: A's box landed (TMA) and the loader warps published B (their wait on raw_full orders it too; this
+        // wait, complete by then, makes the MMA threads observe the TMA completion themselves)
+        if constexpr (S::kConvB) ws::mbar_wait(raw_full + 8 * st.stage, st.phase);
         ws::mbar_wait(full + 8 * st.stage, st.phase);
         const uint32_t stage = ring + st.stage * S::kStageBytes;
         const uint32_t da = wg::sw128_desc_lo(stage + wm * 64 * 128), db = wg::sw128_desc_lo(stage + S::kTileBytes);
