@@ -62,7 +62,8 @@ def pick(rng: np.random.Generator, space: dict, name: str, choices, p=None):
         idx = [choices.index(c) for c in allowed if c in choices]
         if p is not None and len(idx) == len(allowed):
             w = np.array([p[i] for i in idx], float)
-            return allowed[int(rng.choice(len(allowed), p=w / w.sum()))]
+            if w.sum() > 0:  # (choices of weight 0 that the backend allows are drawn uniformly)
+                return allowed[int(rng.choice(len(allowed), p=w / w.sum()))]
         return allowed[int(rng.integers(len(allowed)))]
     if p is not None:
         w = np.asarray(p, float)
@@ -670,7 +671,9 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
     # a capped persistent grid (0: one CTA per SM): every CTA walks many tiles, and the last round's tiles run as
     # half tiles when they fill at most half of it (device/csrc/gemm_wgmma_ws.cuh, TileWalk)
     max_ctas = int(rng.choice([0, 0, 0, 1, 2, 3, 5, 8]))
-    exact_kernel = pick(rng, space, "exact_kernel", ["auto", "dequant"], p=[0.6, 0.4])
+    # (the exact kernels: "auto" or "dequant" from this stream, as before stop 46; "auto" is split into auto / fused /
+    # hybrid below, from the child stream after its other draws, so a seed's other cases are unchanged)
+    exact_kernel = pick(rng, space, "exact_kernel", ["auto", "dequant", "fused", "hybrid"], p=[0.6, 0.4, 0.0, 0.0])
     # wgrad's RHT (both operands, SPEC 7.2): the default sign mask, or a random one in a quarter of the cases
     signs, signs_kind = draw_rht_signs(extra, space, (0.75, 0.25)) if rht else (DEFAULT_RHT_SIGNS, "none")
     o = dict(kind=kind, out_dtype=out_dtype, rht=rht, rht_signs=signs, fast_kernel=fast_kernel, max_ctas=max_ctas,
@@ -697,6 +700,13 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
     o["loader_env"] = {}
     if pick(rng, space, "loaders", ["default", "varied"]) == "varied":
         o["loader_env"] = {name: str(pick(rng, space, name, ["0", "1"])) for name in LOADER_SWITCHES}
+    # the exact kernel: of the "auto" draws a quarter each force the fused kernel and the hybrid one (stop 46), which
+    # "auto" now picks for fprop / dgrad with a contraction % 32 == 0; the hybrid kernel runs only there
+    if exact_kernel == "auto" and "exact_kernel" not in space:
+        exact_kernel = pick(extra, space, "exact_kernel_auto", ["auto", "fused", "hybrid"], [0.5, 0.25, 0.25])
+    if exact_kernel == "hybrid" and (kind == "wgrad" or (k if kind == "fprop" else n) % 32):
+        exact_kernel = "auto"
+    o["exact_kernel"] = exact_kernel
     tags = dict(kind=kind, out_dtype=out_dtype, rht=str(rht), rht_signs=signs_kind, splits=skind, values=vkind,
                 contraction=contraction, bias_dtype=bias_dtype,
                 groups_agree=str(agree), operands=operand_quant_tag(o), operand_rules=operand_rules,
