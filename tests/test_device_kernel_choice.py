@@ -17,7 +17,8 @@ E8_T512_WGRAD = ("wgrad", 8, 512, 512, 4096, 14336, 4096)
 @pytest.mark.parametrize("shape,fast,exact", [
     (E8_FPROP, True, True),          # stops 29 / 30: 2048 rows per group, the copies pay in both modes
     (E8_WGRAD, True, True),
-    (E64_FPROP, False, False),       # 256 rows per group: the fused kernels (exact over copies: 0.43x vs 0.49x)
+    (E64_FPROP, False, False),       # 256 rows per group: no copies of both (exact over copies: 0.43x vs 0.49x
+                                     # fused; since stop 46 exact mode runs the hybrid kernel there, A copied only)
     (E64_WGRAD, False, True),        # stop 33: exact over copies with TMA 0.49x vs fused 0.44x
     (E8_T512_WGRAD, False, False),   # 64 rows per group: exact mode keeps the fused kernel (fast wgrad: below)
 ])
@@ -81,3 +82,28 @@ def test_swapped_kernel_only_below_its_contraction_limit():
         with pytest.raises(ValueError, match="contractions below"):
             gemm._fast_kernel_choice(_ExtWithCutlass, swapped, kind, 8, 512, lim, 4096, 512, 4096, torch.bfloat16,
                                      False)
+
+
+# The hybrid exact kernel (docs/gemm.md, stop 46): fprop / dgrad whose contraction is a multiple of 32, with 16-byte
+# aligned B buffers (its TMA boxes of packed rows); every other call keeps the fused kernel, and forcing it raises.
+@pytest.mark.parametrize("kind,kc,offset,runs,why", [
+    ("fprop", 2048, 0, True, None),             # E64 fprop: the shape it was measured on
+    ("dgrad", 1408, 0, True, None),             # E64 dgrad (contraction N = 1408 = 44 x 32)
+    ("fprop", 48, 0, False, "multiple of 32"),  # packed rows of 24 bytes
+    ("dgrad", 144, 0, False, "multiple of 32"),
+    ("wgrad", 2048, 0, False, "fprop and dgrad only"),
+    ("fprop", 2048, 8, False, "16-byte aligned"),  # b's data 8 bytes into its storage
+])
+def test_hybrid_eligibility(kind, kc, offset, runs, why):
+    import torch
+
+    buf = torch.zeros(4096 + 64, dtype=torch.uint8)
+    base = (-buf.data_ptr()) % 16  # the first 16-byte aligned element
+    b_data = buf[base + offset:base + offset + 2048]
+    b_scales = buf[base + 2048 + 16:base + 4096]
+    assert gemm._hybrid_runs(kind, kc, b_data, b_scales) is runs
+    if why is None:
+        gemm._check_hybrid(kind, kc, b_data, b_scales)
+    else:
+        with pytest.raises(ValueError, match=why):
+            gemm._check_hybrid(kind, kc, b_data, b_scales)
