@@ -732,7 +732,8 @@ GRAPH_SHAPES = {  # (E, T, N, K, kernel): few rows per group (by size: fprop the
     "small": (4, 256, 64, 128, None),  # the dequantize-first paths forced (their scratch comes from the graph's pool;
     "pair": (2, 640, 288, 128, "pair"),  # in exact mode the kernel over fp16 copies, otherwise the fused one)
     "dequant": (3, 384, 96, 128, "dequant"),
-}
+    "hybrid": (4, 256, 64, 128, "hybrid"),  # exact fprop: the hybrid kernel (A's copy and its maps from the graph's
+}                                           # pool; fast mode and wgrad: the kernels chosen by the sizes / fused)
 
 
 @pytest.mark.parametrize("shape", list(GRAPH_SHAPES))
@@ -742,8 +743,11 @@ def test_cuda_graph_replay(kind, mode, shape):
     dev = _device()
     gg = _gg()
     e, t, n, k, kernel = GRAPH_SHAPES[shape]
-    kernel_kw = dict(fast_kernel=kernel) if mode == "fast" else dict(exact_kernel="dequant" if kernel == "dequant"
-                                                                      else "fused")
+    if mode == "fast":
+        kernel_kw = dict(fast_kernel=None if kernel == "hybrid" else kernel)
+    else:
+        exact = kernel if kernel in ("dequant", "hybrid") else "fused"
+        kernel_kw = dict(exact_kernel="fused" if exact == "hybrid" and kind == "wgrad" else exact)
     replays = 100 if FULL else 12
     x_buf = torch.zeros((t, k), dtype=torch.bfloat16, device=DEV)
     dy_buf = torch.zeros((t, n), dtype=torch.bfloat16, device=DEV)
