@@ -84,8 +84,8 @@ struct Shape {
 using ShapeF32 = Shape<6, 2>;   // fp32 output: 6 stages (192 KB) + 16 KB of line buffers
 using ShapeBf16 = Shape<5, 1>;  // bf16 output: 5 stages (160 KB) + 36 KB of staging buffers
 // The hybrid kernel: stages of 37 KB (two fp16 tiles, B's raw tile and scale tile), 5 of them for either output.
-// Two converter warpgroups of 40 registers (2 units per thread): 1-3% faster than one of 72 (4 units per thread) on E64
-// fprop / dgrad, 5% on E8 fprop (docs/gemm.md, stop 46).
+// Two converter warpgroups of 40 registers (2 units per thread): 2-4% faster than one of 72 (4 units per thread) on E64
+// fprop / dgrad, 3-5% on E8 fprop (docs/gemm.md, stop 46).
 using HybridF32 = Shape<5, 2, 2>;
 using HybridBf16 = Shape<5, 1, 2>;
 
@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     if (tid == 0)
       for (int s = 0; s < S::kStages; ++s) ws::mbar_init(raw_full + 8 * s, 1);  // (init_ring_barriers' fence follows)
   }
-  // full[s]: kConvB the 4 loader warps' B publish, TMA the one issuing thread, cp.async every loader thread
+  // full[s]: kConvB every loader warp's B publish, TMA the one issuing thread, cp.async every loader thread
   ws::init_ring_barriers<S::kStages>(full, empty, S::kConvB ? S::kLoaderThreads / 32 : TMA ? 1 : S::kLoaderThreads,
                                      4 * S::kMma);
 
