@@ -236,8 +236,6 @@ std::string grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_d
   l.grid_upper = static_cast<int>(grid_upper);
   l.tile_m = s.tile_m;
   l.max_ctas = static_cast<int>(max_ctas);
-  // the kernels over fp16 copies with the setup kernel's tile list: exact mode over copies of both planes (docs/gemm.md,
-  // stop 30), or the swapped fast kernel over a copy of the token plane (stop 31)
   // the hybrid exact kernel: an fp16 copy of A only, B dequantized in the kernel (docs/gemm.md, stop 46)
   if (force_kernel == kForceExactHybrid) {
     nvfp4_gemm::DequantGemmArgs d{};
@@ -249,6 +247,8 @@ std::string grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_d
                         "nvfp4_gemm: the hybrid kernel's tensor maps could not be encoded (driver entry point missing)");
     return nvfp4::launch_status("nvfp4_gemm");
   }
+  // the kernels over fp16 copies with the setup kernel's tile list: exact mode over copies of both planes (docs/gemm.md,
+  // stop 30), or the swapped fast kernel over a copy of the token plane (stop 31)
   if (force_kernel == kForceExactDequant || force_kernel == kForceSwapped) {
     const bool swapped = force_kernel == kForceSwapped;
     nvfp4_gemm::DequantGemmArgs d{};

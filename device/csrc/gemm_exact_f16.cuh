@@ -45,18 +45,18 @@ using wg::kBK;
 // Two MMA warpgroups (rows [64 wm, 64 wm + 64), all 128 columns) of 216 registers each (accumulator + two partial
 // fragments = 192) and one loader warpgroup of 72 (3 x 168). Four MMA warpgroups of 64 x 64 (twice the independent
 // wgmma -> adds chains, 112 registers each) measured 11% slower on E8 fprop (docs/gemm.md, stop 30).
-// CONV_B_ > 0 (the hybrid kernel, docs/gemm.md stop 46): only A comes from an fp16 copy; B is loaded packed (its raw K
-// tile and scale tile, by TMA) and dequantized into the stage's B tile by CONV_B_ loader warpgroups (HybridTma).
-template <int STAGES_, int EPI_, int CONV_B_ = 0>
+// CONV_B_ (the hybrid kernel, docs/gemm.md stop 46): only A comes from an fp16 copy; B is loaded packed (its raw K
+// tile and scale tile, by TMA) and dequantized into the stage's B tile by two loader warpgroups (HybridTma).
+template <int STAGES_, int EPI_, bool CONV_B_ = false>
 struct Shape {
   static constexpr int BM = 128, BN = 128, WN = BN, R = WN / 2;  // R: fp32 accumulator registers per thread
-  static constexpr bool kConvB = CONV_B_ != 0;
-  static constexpr int kLoaderGroups = kConvB ? CONV_B_ : 1;
+  static constexpr bool kConvB = CONV_B_;
+  static constexpr int kLoaderGroups = kConvB ? 2 : 1;
   static constexpr int kMma = BM / 64;
   static constexpr int kThreads = 128 * (kMma + kLoaderGroups);
   static constexpr int kLoaderThreads = 128 * kLoaderGroups;
   static constexpr int kCluster = 1;  // (ws::release_b_stage)
-  static constexpr int kMmaRegs = 216, kLoaderRegs = kLoaderGroups == 1 ? 72 : 40;
+  static constexpr int kMmaRegs = 216, kLoaderRegs = kConvB ? 40 : 72;
   // kConvB: each loader thread converts kConvUnits (B row, 16-block) units of a stage, rows t / 4 + kConvRPI i
   static constexpr int kConvRPI = kLoaderThreads / 4, kConvUnits = 128 / kConvRPI;
   static constexpr int kStages = STAGES_;
@@ -86,8 +86,8 @@ using ShapeBf16 = Shape<5, 1>;  // bf16 output: 5 stages (160 KB) + 36 KB of sta
 // The hybrid kernel: stages of 37 KB (two fp16 tiles, B's raw tile and scale tile), 5 of them for either output.
 // Two converter warpgroups of 40 registers (2 units per thread): 2-4% faster than one of 72 (4 units per thread) on E64
 // fprop / dgrad, 3-5% on E8 fprop (docs/gemm.md, stop 46).
-using HybridF32 = Shape<5, 2, 2>;
-using HybridBf16 = Shape<5, 1, 2>;
+using HybridF32 = Shape<5, 2, true>;
+using HybridBf16 = Shape<5, 1, true>;
 
 // One loader thread's copies of a tile's K steps. Thread t copies the 16-byte piece q = t % 8 (K elements
 // [8 q, 8 q + 8) of the K tile) of rows r0 + 16 i (r0 = t / 8, i < 8) of the A tile and of the B tile. In the swizzled
