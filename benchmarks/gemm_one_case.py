@@ -1,6 +1,7 @@
 """Run one grouped-GEMM case a few times (for ncu / compute-sanitizer): no timing, no checking.
 
     PYTHONPATH=. python benchmarks/gemm_one_case.py --kind fprop --e 8 --t 16384 --k 4096 --n 14336 [--mode fast]
+        [--kernel auto]   (fast_kernel= in fast mode, exact_kernel= in exact mode)
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=4096)
     ap.add_argument("--n", type=int, default=14336)
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--kernel", default="auto", help="fast_kernel= (fast mode) or exact_kernel= (exact mode)")
     a = ap.parse_args()
     dev = "cuda"
     st = torch.full((a.e,), a.t // a.e, dtype=torch.int64, device=dev)
@@ -40,7 +42,10 @@ def main() -> None:
         aq = device.group_quantize(dy, st, rowwise=False, columnwise=True)
         bq = device.group_quantize(x, st, rowwise=False, columnwise=True)
     for _ in range(a.reps):
-        grouped_gemm(aq, bq, kind=a.kind, mode=a.mode)
+        if a.mode == "fast":
+            grouped_gemm(aq, bq, kind=a.kind, mode=a.mode, fast_kernel=a.kernel)
+        else:
+            grouped_gemm(aq, bq, kind=a.kind, mode=a.mode, exact_kernel=a.kernel)
     torch.cuda.synchronize()
 
 

@@ -24,6 +24,10 @@
 #   conformance    python -m conformance run on the GPU, ops $CONF_OPS (default: the grouped-GEMM ops; "all" for
 #                  every op), $CONF_BUDGET, seed $CONF_SEED
 #   binding-errors device/tools/check_binding_errors.py (every binding refusal is a Python error, not a crash)
+#   ncu            Nsight Compute on one launch of kernel $NCU_KERNEL (a regex) per case of $NCU_CASES (";"-separated
+#                  argument lists of benchmarks/gemm_one_case.py): $OUT/ncu_<i>.ncu-rep, the details page (speed of
+#                  light, warp states, scheduler, instruction mix) in $OUT/ncu_<i>_details.txt and the per-SASS-line
+#                  stall samples in $OUT/ncu_<i>_sass.csv
 #   bench-gemm     benchmarks/bench_grouped_gemm.py --iters 10 --reps 3 (three rounds: the median then survives one
 #                  disturbed round, which stop 45 saw in about one timing in 20)
 #   bench-quant    benchmarks/bench_quantize.py --quick --no-compile
@@ -44,12 +48,14 @@ AB_KERNEL_CASES=${AB_KERNEL_CASES:-"64,16384,2048,1408,wgrad,f32;64,16384,2048,1
 CONF_BUDGET=${CONF_BUDGET:-45s}
 CONF_OPS=${CONF_OPS:-grouped_gemm,grouped_gemm_tc,grouped_gemm_exact}
 CONF_SEED=${CONF_SEED:-$(date +%s)}
+NCU_KERNEL=${NCU_KERNEL:-"exact_f16_kernel"}
+NCU_CASES=${NCU_CASES:-"--mode exact --kernel hybrid --e 64 --t 16384 --k 2048 --n 1408"}
 PYTEST="python3 -m pytest -q -p no:cacheprovider"
 status=0
 
 default_timeout() {
   case "$1" in
-    build) echo 300 ;; smoke) echo 120 ;; large-tests) echo 420 ;; racecheck-repro) echo 90 ;; gemm-tests) echo 240 ;; quant-tests) echo 240 ;; sanitize) echo 300 ;;
+    build) echo 300 ;; ncu) echo 300 ;; smoke) echo 120 ;; large-tests) echo 420 ;; racecheck-repro) echo 90 ;; gemm-tests) echo 240 ;; quant-tests) echo 240 ;; sanitize) echo 300 ;;
     ab) echo 240 ;; ab-kernel) echo 240 ;; timeline) echo 240 ;; ab-pdl) echo 240 ;; conformance) echo 120 ;; binding-errors) echo 120 ;; bench-gemm) echo 450 ;; bench-quant) echo 240 ;; *) echo 60 ;;
   esac
 }
@@ -129,6 +135,24 @@ EOF
         --artifacts "$OUT/conformance_failures"
       ;;
     binding-errors) python3 device/tools/check_binding_errors.py ;;
+    ncu)
+      local NCU=ncu i=0 case rc=0
+      command -v ncu >/dev/null || NCU=$(ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
+      IFS=';' read -ra cases <<<"$NCU_CASES"
+      for case in "${cases[@]}"; do
+        echo "--- ncu $i: $case"
+        # shellcheck disable=SC2086
+        "$NCU" --clock-control none -k "regex:$NCU_KERNEL" --launch-skip 1 --launch-count 1 \
+          --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
+          --section InstructionStats --section LaunchStats --section Occupancy --section SourceCounters \
+          --import-source no -f -o "$OUT/ncu_$i" python3 benchmarks/gemm_one_case.py $case || rc=$?
+        "$NCU" -i "$OUT/ncu_$i.ncu-rep" --page details >"$OUT/ncu_${i}_details.txt" || rc=$?
+        "$NCU" -i "$OUT/ncu_$i.ncu-rep" --page source --csv --print-source sass >"$OUT/ncu_${i}_sass.csv" || rc=$?
+        grep -E "Duration|Issue Slots Busy|Tensor|No Eligible|Warp Cycles Per Issued|Registers" "$OUT/ncu_${i}_details.txt" | head -n 20
+        i=$((i + 1))
+      done
+      return $rc
+      ;;
     bench-gemm) python3 benchmarks/bench_grouped_gemm.py --iters 10 --reps 3 ;;
     bench-quant) python3 benchmarks/bench_quantize.py --quick --no-compile ;;
     *) echo "unknown stage $1"; return 2 ;;
@@ -141,7 +165,7 @@ for stage in "$@"; do
   start=$(date +%s)
   # (the stage in a child shell, so that timeout can kill it and everything it started)
   timeout -s KILL "$limit" bash -c "$(declare -f stage_body); $(declare -p PYTEST SAN SANITIZE_K SANITIZE_FILE SANITIZE_TOOLS AB_EXACT_CASES \
-    AB_SWAP_CASES AB_KERNELS AB_KERNEL_CASES CONF_BUDGET CONF_SEED CONF_OPS OUT); stage_body $stage" >"$OUT/$stage.log" 2>&1
+    AB_SWAP_CASES AB_KERNELS AB_KERNEL_CASES CONF_BUDGET CONF_SEED CONF_OPS NCU_KERNEL NCU_CASES OUT); stage_body $stage" >"$OUT/$stage.log" 2>&1
   rc=$?
   echo "=== $stage: rc $rc, $(( $(date +%s) - start )) s (limit $limit s)"
   grep -v '^\[[0-9]*/[0-9]*\]' "$OUT/$stage.log" | tail -n "${TAIL_LINES:-15}"
