@@ -52,8 +52,10 @@ using wg::kBK;
 // wgmma -> adds chains, 112 registers each) measured 11% slower on E8 fprop (docs/gemm.md, stop 30).
 // CONV_B_ (the hybrid kernel, docs/gemm.md stop 46): only A comes from an fp16 copy; B is loaded packed (its raw K
 // tile and scale tile, by TMA) and dequantized into the stage's B tile by two loader warpgroups (HybridTma).
-template <int STAGES_, int EPI_, bool CONV_B_ = false, int RAW_SLOTS_ = 0>
+template <int STAGES_, int EPI_, bool CONV_B_ = false, int RAW_SLOTS_ = 0, bool LOCKSTEP_ = false>
 struct Shape {
+  // LOCKSTEP_: the MMA warpgroups meet on a named barrier at every K step (docs/gemm.md, stop 47)
+  static constexpr bool kLockstep = LOCKSTEP_;
   static constexpr int BM = 128, BN = 128, WN = BN, R = WN / 2;  // R: fp32 accumulator registers per thread
   static constexpr bool kConvB = CONV_B_;
   static constexpr int kLoaderGroups = kConvB ? 2 : 1;
@@ -104,6 +106,10 @@ using HybridBf16 = Shape<5, 1, true>;
 // The same with the raw tiles in a ring of their own (6 slots of 4.5 KB)
 using HybridRingF32 = Shape<5, 2, true, 6>;
 using HybridRingBf16 = Shape<5, 1, true, 6>;
+using HybridRingLockF32 = Shape<5, 2, true, 6, true>;
+using HybridRingLockBf16 = Shape<5, 1, true, 6, true>;
+using HybridLockF32 = Shape<5, 2, true, 0, true>;
+using HybridLockBf16 = Shape<5, 1, true, 0, true>;
 
 // One loader thread's copies of a tile's K steps. Thread t copies the 16-byte piece q = t % 8 (K elements
 // [8 q, 8 q + 8) of the K tile) of rows r0 + 16 i (r0 = t / 8, i < 8) of the A tile and of the B tile. In the swizzled
@@ -391,6 +397,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         // published B
         if constexpr (S::kConvB) ws::mbar_wait(stage_tma + 8 * st.stage, st.phase);
         ws::mbar_wait(full + 8 * st.stage, st.phase);
+        if constexpr (S::kLockstep) wg::named_barrier_sync(1, 128 * S::kMma);
         const uint32_t stage = ring + st.stage * S::kStageBytes;
         const uint32_t da = wg::sw128_desc_lo(stage + wm * 64 * 128), db = wg::sw128_desc_lo(stage + S::kTileBytes);
         wg::exact_blocks<4>(

@@ -69,13 +69,22 @@ bool hybrid_templates(const DequantGemmArgs& d, HybridTemplates* t) {
 }
 
 void launch_exact_hybrid(const LaunchArgs& a, const DequantGemmArgs& d, const HybridTemplates& t, cudaStream_t s) {
-  const char* ring_env = std::getenv("NVFP4_HYBRID_RING");  // TEMPORARY A/B switch (stop 47), read per launch
-  const bool ring = ring_env == nullptr || ring_env[0] != '0';
-  if (ring) {
-    if (a.out_f32)
-      launch_shape<xf16::HybridRingF32, true>(a, t, d.group_maps, s);
-    else
-      launch_shape<xf16::HybridRingBf16, false>(a, t, d.group_maps, s);
+  // TEMPORARY A/B switch (stop 47), read per launch: 0 stop 46's loader, 1 raw ring, 2 raw ring + lockstep, 3 lockstep
+  const char* env = std::getenv("NVFP4_HYBRID_RING");
+  const int variant = env == nullptr ? 1 : std::atoi(env);
+  if (variant == 1) {
+    if (a.out_f32) launch_shape<xf16::HybridRingF32, true>(a, t, d.group_maps, s);
+    else launch_shape<xf16::HybridRingBf16, false>(a, t, d.group_maps, s);
+    return;
+  }
+  if (variant == 2) {
+    if (a.out_f32) launch_shape<xf16::HybridRingLockF32, true>(a, t, d.group_maps, s);
+    else launch_shape<xf16::HybridRingLockBf16, false>(a, t, d.group_maps, s);
+    return;
+  }
+  if (variant == 3) {
+    if (a.out_f32) launch_shape<xf16::HybridLockF32, true>(a, t, d.group_maps, s);
+    else launch_shape<xf16::HybridLockBf16, false>(a, t, d.group_maps, s);
     return;
   }
   if (a.out_f32)
