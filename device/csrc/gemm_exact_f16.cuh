@@ -52,10 +52,10 @@ using wg::kBK;
 // wgmma -> adds chains, 112 registers each) measured 11% slower on E8 fprop (docs/gemm.md, stop 30).
 // CONV_B_ (the hybrid kernel, docs/gemm.md stop 46): only A comes from an fp16 copy; B is loaded packed (its raw K
 // tile and scale tile, by TMA) and dequantized into the stage's B tile by two loader warpgroups (HybridTma).
-template <int STAGES_, int EPI_, bool CONV_B_ = false, int RAW_SLOTS_ = 0, bool LOCKSTEP_ = false>
+template <int STAGES_, int EPI_, bool CONV_B_ = false, int RAW_SLOTS_ = 0, bool POLL_A_ = false>
 struct Shape {
-  // LOCKSTEP_: the MMA warpgroups meet on a named barrier at every K step (docs/gemm.md, stop 47)
-  static constexpr bool kLockstep = LOCKSTEP_;
+  // POLL_A_ (with a raw ring): A's loads are issued as soon as their stage is free, found by polling (stop 47)
+  static constexpr bool kPollA = POLL_A_;
   static constexpr int BM = 128, BN = 128, WN = BN, R = WN / 2;  // R: fp32 accumulator registers per thread
   static constexpr bool kConvB = CONV_B_;
   static constexpr int kLoaderGroups = kConvB ? 2 : 1;
@@ -106,10 +106,8 @@ using HybridBf16 = Shape<5, 1, true>;
 // The same with the raw tiles in a ring of their own (6 slots of 4.5 KB)
 using HybridRingF32 = Shape<5, 2, true, 6>;
 using HybridRingBf16 = Shape<5, 1, true, 6>;
-using HybridRingLockF32 = Shape<5, 2, true, 6, true>;
-using HybridRingLockBf16 = Shape<5, 1, true, 6, true>;
-using HybridLockF32 = Shape<5, 2, true, 0, true>;
-using HybridLockBf16 = Shape<5, 1, true, 0, true>;
+using HybridPollF32 = Shape<5, 2, true, 6, true>;
+using HybridPollBf16 = Shape<5, 1, true, 6, true>;
 
 // One loader thread's copies of a tile's K steps. Thread t copies the 16-byte piece q = t % 8 (K elements
 // [8 q, 8 q + 8) of the K tile) of rows r0 + 16 i (r0 = t / 8, i < 8) of the A tile and of the B tile. In the swizzled
@@ -271,7 +269,9 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         ws::StepCursor raw_cur = load;  // (thread 0's; `load` walks A's tiles)
         HybridTma<S> a_tma, raw_tma;
         ws::Ring<S::kRawSlots> raw_issue, raw_use;
-        int raw_issued = 0;
+        ws::Ring<S::kStages> a_ring;
+        int raw_issued = 0, a_issued = 0;
+        constexpr int kRawLead = S::kPollA ? S::kRawSlots - 1 : S::kRawSlots - 2;
         auto issue_raw = [&]() {  // thread 0
           if (raw_cur.kt == 0) begin_tile(raw_tma, raw_cur);
           ws::mbar_wait(raw_empty + 8 * raw_issue.stage, raw_issue.phase ^ 1u);
@@ -280,17 +280,20 @@ __global__ void __launch_bounds__(S::kThreads, 1)
           raw_cur.next<S::BN>(probs, prefix, E, walk);
           ++raw_issued;
         };
+        auto issue_a = [&]() {  // thread 0, once the stage is free
+          if (load.kt == 0) begin_tile(a_tma, load);
+          a_tma.load_a(ring + a_ring.stage * S::kStageBytes, stage_tma + 8 * a_ring.stage, load.kt);
+          a_ring.next();
+          load.next<S::BN>(probs, prefix, E, walk);
+          ++a_issued;
+        };
         if (tid == 0)
-          while (raw_issued < S::kRawSlots - 2 && raw_issued < steps) issue_raw();
+          while (raw_issued < kRawLead && raw_issued < steps) issue_raw();
         for (int c = 0; c < steps; ++c) {
           if (tid == 0 && raw_issued < steps) issue_raw();
           const uint32_t stage = ring + st.stage * S::kStageBytes;
           ws::mbar_wait(empty + 8 * st.stage, st.phase ^ 1u);  // the MMA warps are done with step c - kStages
-          if (tid == 0) {
-            if (load.kt == 0) begin_tile(a_tma, load);
-            a_tma.load_a(stage, stage_tma + 8 * st.stage, load.kt);
-            load.next<S::BN>(probs, prefix, E, walk);
-          }
+          if (tid == 0 && a_issued == c) issue_a();
           const uint32_t raw = raw_ring + raw_use.stage * S::kRawSlotBytes;
           ws::mbar_wait(raw_full + 8 * raw_use.stage, raw_use.phase);
           ws::convert_b_rows<S, S::kConvRPI, 0, S::kConvUnits>(raw, stage + S::kTileBytes, tid >> 2, tid & 3, false);
@@ -300,6 +303,10 @@ __global__ void __launch_bounds__(S::kThreads, 1)
           if (lane == 0) ws::mbar_arrive(raw_empty + 8 * raw_use.stage);
           st.next();
           raw_use.next();
+          if constexpr (S::kPollA) {  // A's loads of the stages the MMA warps have freed meanwhile
+            if (tid == 0)
+              while (a_issued < steps && ws::mbar_test(empty + 8 * a_ring.stage, a_ring.phase ^ 1u)) issue_a();
+          }
         }
         return;
       }
@@ -397,7 +404,6 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         // published B
         if constexpr (S::kConvB) ws::mbar_wait(stage_tma + 8 * st.stage, st.phase);
         ws::mbar_wait(full + 8 * st.stage, st.phase);
-        if constexpr (S::kLockstep) wg::named_barrier_sync(1, 128 * S::kMma);
         const uint32_t stage = ring + st.stage * S::kStageBytes;
         const uint32_t da = wg::sw128_desc_lo(stage + wm * 64 * 128), db = wg::sw128_desc_lo(stage + S::kTileBytes);
         wg::exact_blocks<4>(

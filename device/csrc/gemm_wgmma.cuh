@@ -36,10 +36,7 @@ __device__ __forceinline__ void wgmma_wait() {
 }
 // Generic-proxy shared-memory writes (our st.shared) must be made visible to the async proxy (wgmma) before it reads.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-// Named barrier `id` (1..15; 0 is __syncthreads') over `threads` threads (a multiple of 32), all of which execute it.
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
+
 
 // Pin accumulator registers around wgmma issue/wait so the compiler cannot move their uses across them.
 template <int R>
