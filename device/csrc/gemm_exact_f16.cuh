@@ -52,10 +52,11 @@ using wg::kBK;
 // wgmma -> adds chains, 112 registers each) measured 11% slower on E8 fprop (docs/gemm.md, stop 30).
 // CONV_B_ (the hybrid kernel, docs/gemm.md stop 46): only A comes from an fp16 copy; B is loaded packed (its raw K
 // tile and scale tile, by TMA) and dequantized into the stage's B tile by two loader warpgroups (HybridTma).
-template <int STAGES_, int EPI_, bool CONV_B_ = false, int RAW_SLOTS_ = 0, bool POLL_A_ = false>
+template <int STAGES_, int EPI_, bool CONV_B_ = false, int RAW_SLOTS_ = 0, int LOAD_AHEAD_ = STAGES_ - 1>
 struct Shape {
-  // POLL_A_ (with a raw ring): A's loads are issued as soon as their stage is free, found by polling (stop 47)
-  static constexpr bool kPollA = POLL_A_;
+  // kConvB without a raw ring: the loads run kLoadAhead steps ahead of the conversion, which then leads the MMA warps
+  // by kStages - kLoadAhead steps
+  static constexpr int kLoadAhead = LOAD_AHEAD_;
   static constexpr int BM = 128, BN = 128, WN = BN, R = WN / 2;  // R: fp32 accumulator registers per thread
   static constexpr bool kConvB = CONV_B_;
   static constexpr int kLoaderGroups = kConvB ? 2 : 1;
@@ -106,8 +107,10 @@ using HybridBf16 = Shape<5, 1, true>;
 // The same with the raw tiles in a ring of their own (6 slots of 4.5 KB)
 using HybridRingF32 = Shape<5, 2, true, 6>;
 using HybridRingBf16 = Shape<5, 1, true, 6>;
-using HybridPollF32 = Shape<5, 2, true, 6, true>;
-using HybridPollBf16 = Shape<5, 1, true, 6, true>;
+using HybridAhead3F32 = Shape<5, 2, true, 0, 3>;
+using HybridAhead3Bf16 = Shape<5, 1, true, 0, 3>;
+using HybridAhead2F32 = Shape<5, 2, true, 0, 2>;
+using HybridAhead2Bf16 = Shape<5, 1, true, 0, 2>;
 
 // One loader thread's copies of a tile's K steps. Thread t copies the 16-byte piece q = t % 8 (K elements
 // [8 q, 8 q + 8) of the K tile) of rows r0 + 16 i (r0 = t / 8, i < 8) of the A tile and of the B tile. In the swizzled
@@ -271,7 +274,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         ws::Ring<S::kRawSlots> raw_issue, raw_use;
         ws::Ring<S::kStages> a_ring;
         int raw_issued = 0, a_issued = 0;
-        constexpr int kRawLead = S::kPollA ? S::kRawSlots - 1 : S::kRawSlots - 2;
+        constexpr int kRawLead = S::kRawSlots - 2;
         auto issue_raw = [&]() {  // thread 0
           if (raw_cur.kt == 0) begin_tile(raw_tma, raw_cur);
           ws::mbar_wait(raw_empty + 8 * raw_issue.stage, raw_issue.phase ^ 1u);
@@ -303,10 +306,6 @@ __global__ void __launch_bounds__(S::kThreads, 1)
           if (lane == 0) ws::mbar_arrive(raw_empty + 8 * raw_use.stage);
           st.next();
           raw_use.next();
-          if constexpr (S::kPollA) {  // A's loads of the stages the MMA warps have freed meanwhile
-            if (tid == 0)
-              while (a_issued < steps && ws::mbar_test(empty + 8 * a_ring.stage, a_ring.phase ^ 1u)) issue_a();
-          }
         }
         return;
       }
@@ -322,7 +321,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         load_ring.next();
         load.next<S::BN>(probs, prefix, E, walk);
       };
-      for (int i = 0; i < S::kStages - 1 && load.valid(walk); ++i) issue_load();
+      for (int i = 0; i < S::kLoadAhead && load.valid(walk); ++i) issue_load();
       for (int c = 0; c < steps; ++c) {
         const uint32_t stage = ring + st.stage * S::kStageBytes;
         ws::mbar_wait(stage_tma + 8 * st.stage, st.phase);

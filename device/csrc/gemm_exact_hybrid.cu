@@ -69,7 +69,7 @@ bool hybrid_templates(const DequantGemmArgs& d, HybridTemplates* t) {
 }
 
 void launch_exact_hybrid(const LaunchArgs& a, const DequantGemmArgs& d, const HybridTemplates& t, cudaStream_t s) {
-  // TEMPORARY A/B switch (stop 47), read per launch: 0 stop 46's loader, 1 raw ring, 2 raw ring + A polled
+  // TEMPORARY A/B switch (stop 47), read per launch: 0 stop 46's loader, 1 raw ring, 3 / 4 loads 3 / 2 steps ahead
   const char* env = std::getenv("NVFP4_HYBRID_RING");
   const int variant = env == nullptr ? 1 : std::atoi(env);
   if (variant == 1) {
@@ -77,9 +77,14 @@ void launch_exact_hybrid(const LaunchArgs& a, const DequantGemmArgs& d, const Hy
     else launch_shape<xf16::HybridRingBf16, false>(a, t, d.group_maps, s);
     return;
   }
-  if (variant == 2) {
-    if (a.out_f32) launch_shape<xf16::HybridPollF32, true>(a, t, d.group_maps, s);
-    else launch_shape<xf16::HybridPollBf16, false>(a, t, d.group_maps, s);
+  if (variant == 3) {
+    if (a.out_f32) launch_shape<xf16::HybridAhead3F32, true>(a, t, d.group_maps, s);
+    else launch_shape<xf16::HybridAhead3Bf16, false>(a, t, d.group_maps, s);
+    return;
+  }
+  if (variant == 4) {
+    if (a.out_f32) launch_shape<xf16::HybridAhead2F32, true>(a, t, d.group_maps, s);
+    else launch_shape<xf16::HybridAhead2Bf16, false>(a, t, d.group_maps, s);
     return;
   }
   if (a.out_f32)
