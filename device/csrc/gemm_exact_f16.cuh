@@ -24,15 +24,10 @@
 // gemm_decode_f16.cuh's order within each 8 codes); two loader warpgroups, thread 0 issuing each stage's boxes (A's
 // fp16 tile, B's packed K tile and its scale tile; HybridTma) and all 256 threads dequantizing the B tile into the
 // stage (ws::convert_b_rows, the fused exact kernel's converter code and order). The MMA warpgroups are unchanged.
-// With a raw ring (kRawSlots > 0, stop 47) B's packed tiles land in slots of their own, loaded ahead of the stage
-// releases, so the conversion can lead the MMA warps by up to kStages - 1 steps.
 //
 //   full[s]   completes when the loaders' copies of stage s have landed (cp.async.mbarrier.arrive.noinc, 128 threads;
 //             TMA: one arrival and the boxes' bytes); kConvB: when every loader warp has published its B rows
-//   stage_tma[s] (kConvB) stage s's boxes have landed (one arrival and their bytes: A's tile, and B's raw tiles
-//             unless they have a ring of their own)
-//   raw_full[i], raw_empty[i] (kRawSlots > 0) raw slot i's boxes have landed (one arrival and their bytes); every
-//             loader warp has converted from it (one arrival per warp)
+//   raw_full[s] (kConvB) stage s's boxes have landed (one arrival and their bytes)
 //   empty[s]  the wgmmas that read stage s have completed (one arrival per MMA warp)
 // Both roles walk the same list of K steps (ws::StepCursor over the setup kernel's tile list), so stage indices and
 // phases agree without further communication.
@@ -51,12 +46,11 @@ using wg::kBK;
 // fragments = 192) and one loader warpgroup of 72 (3 x 168). Four MMA warpgroups of 64 x 64 (twice the independent
 // wgmma -> adds chains, 112 registers each) measured 11% slower on E8 fprop (docs/gemm.md, stop 30).
 // CONV_B_ (the hybrid kernel, docs/gemm.md stop 46): only A comes from an fp16 copy; B is loaded packed (its raw K
-// tile and scale tile, by TMA) and dequantized into the stage's B tile by two loader warpgroups (HybridTma).
-template <int STAGES_, int EPI_, bool CONV_B_ = false, int RAW_SLOTS_ = 0, int LOAD_AHEAD_ = STAGES_ - 1>
+// tile and scale tile, by TMA) and dequantized into the stage's B tile by two loader warpgroups (HybridTma). Their
+// loads run LOAD_AHEAD_ steps ahead of their conversion, which then leads the MMA warps by up to
+// STAGES_ - LOAD_AHEAD_ steps (docs/gemm.md, stop 47).
+template <int STAGES_, int EPI_, bool CONV_B_ = false, int LOAD_AHEAD_ = STAGES_ - 1>
 struct Shape {
-  // kConvB without a raw ring: the loads run kLoadAhead steps ahead of the conversion, which then leads the MMA warps
-  // by kStages - kLoadAhead steps
-  static constexpr int kLoadAhead = LOAD_AHEAD_;
   static constexpr int BM = 128, BN = 128, WN = BN, R = WN / 2;  // R: fp32 accumulator registers per thread
   static constexpr bool kConvB = CONV_B_;
   static constexpr int kLoaderGroups = kConvB ? 2 : 1;
@@ -64,35 +58,29 @@ struct Shape {
   static constexpr int kThreads = 128 * (kMma + kLoaderGroups);
   static constexpr int kLoaderThreads = 128 * kLoaderGroups;
   static constexpr int kCluster = 1;  // (ws::release_b_stage)
-  static constexpr int kMmaRegs = RAW_SLOTS_ > 0 ? 208 : 216, kLoaderRegs = RAW_SLOTS_ > 0 ? 48 : kConvB ? 40 : 72;
+  static constexpr int kMmaRegs = 216, kLoaderRegs = kConvB ? 40 : 72;
   // kConvB: each loader thread converts kConvUnits (B row, 16-block) units of a stage, rows t / 4 + kConvRPI i
   static constexpr int kConvRPI = kLoaderThreads / 4, kConvUnits = 128 / kConvRPI;
   static constexpr int kStages = STAGES_;
+  static constexpr int kLoadAhead = LOAD_AHEAD_;  // (kConvB)
+  static_assert(kLoadAhead >= 1 && kLoadAhead < kStages, "loads run 1 .. kStages - 1 steps ahead");
   static constexpr int kTileBytes = 128 * kBK * 2;       // 128 rows x 64 fp16 = 16 KB
-  // kConvB: B's raw K tile (128 rows x 32 packed bytes) and its 512-byte scale tile (SPEC 8.2), as ws::convert_b_rows
-  // reads them through this Shape's kRawA / kRawB / kSA (a raw stage without A rows or A scales).
-  // kRawSlots == 0: the raw tile sits in the stage after the two fp16 tiles (kRawOff), and the stage rounded up to
-  // 1 KB keeps every A tile 1024-byte aligned (swizzle atoms). kRawSlots > 0: the raw tiles have their own ring of
-  // kRawSlots slots after the stages (kRawSlotBytes each, a multiple of 128 as TMA wants), so that the loads of B run
-  // ahead of the MMA warps' stage releases (docs/gemm.md, stop 47).
-  static constexpr int kRawSlots = RAW_SLOTS_;
-  static_assert(kRawSlots == 0 || (kConvB && kRawSlots >= 3), "a raw ring needs kConvB and 3 slots");
+  // kConvB: after the two fp16 tiles, B's raw K tile (128 rows x 32 packed bytes) and its 512-byte scale tile (SPEC
+  // 8.2), as ws::convert_b_rows reads them through this Shape's kRawA / kRawB / kSA (a raw stage without A rows or A
+  // scales); the stage rounded up to 1 KB keeps every A tile 1024-byte aligned (swizzle atoms).
   static constexpr int kRawA = 0, kRawB = 128 * 32, kSA = 0, kSB = 512;
-  static constexpr int kRawSlotBytes = kRawB + kSB;
   static constexpr int kRawOff = 2 * kTileBytes;
-  static constexpr int kRawBytes = kConvB && kRawSlots == 0 ? kRawSlotBytes : 0;
+  static constexpr int kRawBytes = kConvB ? kRawB + kSB : 0;
   static constexpr int kStageBytes = (2 * kTileBytes + kRawBytes + 1023) / 1024 * 1024;  // the A tile, then B
-  static constexpr int kRawRingBytes = kRawSlots * kRawSlotBytes;
   // epilogue buffers, as ws::Shape (1: staged bf16, store_tile_staged; 2: whole-line fp32, store_tile_lines)
   static_assert(EPI_ == 1 || EPI_ == 2, "choose an epilogue");
   static constexpr bool kStagedEpi = EPI_ == 1, kLinesEpi = EPI_ == 2;
   static constexpr int kEpiRowBytes = 256;
   static constexpr int kEpiBufBytes = kLinesEpi ? 16 * 128 : 16 * (kEpiRowBytes + 32);
   static constexpr int kEpiBytes = 4 * kMma * kEpiBufBytes;
-  // full, empty (, stage_tma; , raw_full, raw_empty); rounded up to 128 bytes, so that the epilogue buffers after them
-  // stay 16-byte aligned
-  static constexpr int kBarBytes = (8 * ((kConvB ? 3 : 2) * kStages + 2 * kRawSlots) + 127) / 128 * 128;
-  static constexpr int kSmem = kStages * kStageBytes + kRawRingBytes + kBarBytes + kEpiBytes + 1024;
+  // full, empty (, raw_full); rounded up to 128 bytes, so that the epilogue buffers after them stay 16-byte aligned
+  static constexpr int kBarBytes = (8 * (kConvB ? 3 : 2) * kStages + 127) / 128 * 128;
+  static constexpr int kSmem = kStages * kStageBytes + kBarBytes + kEpiBytes + 1024;
   static_assert(kSmem <= 227 * 1024, "shared memory");
   static_assert(kMma * kMmaRegs + kLoaderGroups * kLoaderRegs <= (kMma + kLoaderGroups) * (65536 / kThreads / 8 * 8),
                 "setmaxnreg budget");
@@ -101,16 +89,10 @@ using ShapeF32 = Shape<6, 2>;   // fp32 output: 6 stages (192 KB) + 16 KB of lin
 using ShapeBf16 = Shape<5, 1>;  // bf16 output: 5 stages (160 KB) + 36 KB of staging buffers
 // The hybrid kernel: stages of 37 KB (two fp16 tiles, B's raw tile and scale tile), 5 of them for either output.
 // Two converter warpgroups of 40 registers (2 units per thread): 2-4% faster than one of 72 (4 units per thread) on E64
-// fprop / dgrad, 3-5% on E8 fprop (docs/gemm.md, stop 46).
-using HybridF32 = Shape<5, 2, true>;
-using HybridBf16 = Shape<5, 1, true>;
-// The same with the raw tiles in a ring of their own (6 slots of 4.5 KB)
-using HybridRingF32 = Shape<5, 2, true, 6>;
-using HybridRingBf16 = Shape<5, 1, true, 6>;
-using HybridAhead3F32 = Shape<5, 2, true, 0, 3>;
-using HybridAhead3Bf16 = Shape<5, 1, true, 0, 3>;
-using HybridAhead2F32 = Shape<5, 2, true, 0, 2>;
-using HybridAhead2Bf16 = Shape<5, 1, true, 0, 2>;
+// fprop / dgrad, 3-5% on E8 fprop (docs/gemm.md, stop 46). Loads 2 steps ahead of the conversion (which then leads
+// the MMA warps by up to 3 steps): +1-4% against 4 steps ahead (stop 47).
+using HybridF32 = Shape<5, 2, true, 2>;
+using HybridBf16 = Shape<5, 1, true, 2>;
 
 // One loader thread's copies of a tile's K steps. Thread t copies the 16-byte piece q = t % 8 (K elements
 // [8 q, 8 q + 8) of the K tile) of rows r0 + 16 i (r0 = t / 8, i < 8) of the A tile and of the B tile. In the swizzled
@@ -151,8 +133,8 @@ struct F16Loader {
   }
 };
 
-// The hybrid kernel's loads (kConvB shapes): loader thread 0 issues each stage as one arrive.expect_tx on
-// stage_tma[s] and three boxes (with a raw ring: A's box on stage_tma[s], B's two on the slot's raw_full) through the group's kHybridMaps tensor maps (built on the device by gemm_exact_hybrid.cu's
+// The hybrid kernel's loads (kConvB shapes): loader thread 0 issues each stage as one arrive.expect_tx on raw_full[s]
+// and three boxes through the group's kHybridMaps tensor maps (built on the device by gemm_exact_hybrid.cu's
 // hybrid_maps_kernel, gemm_group_maps.cuh):
 //   maps[0]: the fp16 copy of A as {K, M}, row pitch 2 K bytes, box {64, 128} with the 128-byte swizzle (one K step's
 //            A tile in wgmma's layout, as the TMA loader below);
@@ -181,25 +163,12 @@ struct HybridTma {
     n0 = tile_n0;
     sb_row0 = 4 * (tile_n0 / 128) * KT;
   }
-  // K tile kt into `stage`; `bar` (stage_tma, one arrival) completes when its bytes have landed.
+  // K tile kt into `stage`; `bar` (raw_full, one arrival) completes when its bytes have landed.
   __device__ __forceinline__ void load(uint32_t stage, uint32_t bar, int kt) const {
-    ws::mbar_arrive_expect_tx(bar, S::kTileBytes + S::kRawSlotBytes);
+    ws::mbar_arrive_expect_tx(bar, S::kTileBytes + S::kRawB + S::kSB);
     ws::tma_load_2d(stage, maps, bar, 64 * kt, m0);
-    load_raw_boxes(stage + S::kRawOff, bar, kt);
-  }
-  // kRawSlots > 0: A's fp16 tile of K tile kt into `stage` alone (`bar`: the stage's stage_tma barrier) ...
-  __device__ __forceinline__ void load_a(uint32_t stage, uint32_t bar, int kt) const {
-    ws::mbar_arrive_expect_tx(bar, S::kTileBytes);
-    ws::tma_load_2d(stage, maps, bar, 64 * kt, m0);
-  }
-  // ... and B's raw K tile and scale tile into raw slot `slot` (`bar`: the slot's raw_full barrier)
-  __device__ __forceinline__ void load_raw(uint32_t slot, uint32_t bar, int kt) const {
-    ws::mbar_arrive_expect_tx(bar, S::kRawSlotBytes);
-    load_raw_boxes(slot, bar, kt);
-  }
-  __device__ __forceinline__ void load_raw_boxes(uint32_t raw, uint32_t bar, int kt) const {
-    ws::tma_load_2d(raw, maps + 1, bar, 32 * kt, n0);
-    ws::tma_load_2d(raw + S::kRawB, maps + 2, bar, 0, sb_row0 + 4 * kt);
+    ws::tma_load_2d(stage + S::kRawOff, maps + 1, bar, 32 * kt, n0);
+    ws::tma_load_2d(stage + S::kRawOff + S::kRawB, maps + 2, bar, 0, sb_row0 + 4 * kt);
   }
 };
 
@@ -220,25 +189,16 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   extern __shared__ uint8_t smem_dyn[];
   const uint32_t smem = (wg::smem_u32(smem_dyn) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
   const uint32_t ring = smem;                                        // kStages x kStageBytes
-  const uint32_t raw_ring = ring + S::kStages * S::kStageBytes;   // kRawSlots x kRawSlotBytes
-  const uint32_t bars = raw_ring + S::kRawRingBytes;
+  const uint32_t bars = ring + S::kStages * S::kStageBytes;
   const uint32_t full = bars, empty = bars + 8 * S::kStages;
-  // kConvB: the stage's TMA boxes have landed (one arrival + bytes): A's tile and, without a raw ring, B's raw tiles
-  const uint32_t stage_tma = bars + 16 * S::kStages;
-  // kRawSlots > 0: raw slot i's boxes have landed (one arrival + bytes); every loader warp has read slot i
-  const uint32_t raw_full = bars + 24 * S::kStages, raw_empty = raw_full + 8 * S::kRawSlots;
+  const uint32_t raw_full = bars + 16 * S::kStages;  // kConvB: the stage's boxes have landed (one arrival + bytes)
   const int tid = threadIdx.x, lane = tid & 31;
   const int first_tile = blockIdx.x, tile_stride = gridDim.x;
   const ws::TileWalk<false> walk(__ldg(prefix + E), tile_stride);
 
   if constexpr (S::kConvB) {
-    if (tid == 0) {  // (init_ring_barriers' fence follows)
-      for (int s = 0; s < S::kStages; ++s) ws::mbar_init(stage_tma + 8 * s, 1);
-      for (int i = 0; i < S::kRawSlots; ++i) {
-        ws::mbar_init(raw_full + 8 * i, 1);
-        ws::mbar_init(raw_empty + 8 * i, S::kLoaderThreads / 32);
-      }
-    }
+    if (tid == 0)
+      for (int s = 0; s < S::kStages; ++s) ws::mbar_init(raw_full + 8 * s, 1);  // (init_ring_barriers' fence follows)
   }
   // full[s]: kConvB every loader warp's B publish, TMA the one issuing thread, cp.async every loader thread
   ws::init_ring_barriers<S::kStages>(full, empty, S::kConvB ? S::kLoaderThreads / 32 : TMA ? 1 : S::kLoaderThreads,
@@ -248,83 +208,36 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     // ------------------------------------------------------------------------------------------------ loaders
     ws::setmaxnreg_dec<S::kLoaderRegs>();
     if constexpr (S::kConvB) {
-      // Thread 0 issues the boxes (HybridTma); all loader threads dequantize each stage's B tile: thread t rows
+      // Thread 0 issues the boxes (HybridTma); every loader thread walks the load cursor and waits for the stage with
+      // it (as ws_gemm_kernel's converters). All loader threads dequantize each stage's B tile: thread t rows
       // t / 4 + kConvRPI i (i < kConvUnits), 16-block t % 4 (ws::convert_b_rows, in gemm_decode_f16.cuh's order within
-      // each 8 codes, which the A copy shares), then each warp publishes its rows on full[s].
+      // each 8 codes, which the A copy shares), then each warp publishes its rows on full[s]. Loads run kLoadAhead
+      // steps ahead of the conversion: the load issued after converting step c (step c + kLoadAhead, into the stage
+      // of step c + kLoadAhead - kStages) waits until the MMA warps are done with that step, so the conversion leads
+      // them by up to kStages - kLoadAhead steps (stop 47: 3 measured 1-4% faster than 1).
       ws::StepCursor load;
       load.stride = tile_stride;
       load.seek<S::BN>(probs, prefix, E, walk, first_tile);
       int steps = 0;  // this CTA's K steps
       for (ws::StepCursor t = load; t.valid(walk); t.kt = t.KT - 1, t.next<S::BN>(probs, prefix, E, walk))
         steps += t.KT;
-      ws::Ring<S::kStages> st;
-      // At a cursor's first K step of a tile: that tile's maps and corners into `tma`
-      auto begin_tile = [&](HybridTma<S>& tma, const ws::StepCursor& cur) {
-        const int tiles_m = __ldg(&probs[cur.group].tiles_m);
-        tma.begin(group_maps, cur.group, (cur.local % tiles_m) * S::BM, (cur.local / tiles_m) * S::BN, cur.KT,
-                  tid == 0);
-      };
-      if constexpr (S::kRawSlots > 0) {
-        // Raw ring (docs/gemm.md, stop 47): thread 0 issues B's raw tile of step c + kRawSlots - 2 at step c (its slot
-        // last held step c - 2, which every loader warp has released on raw_empty), so B's loads never wait for the
-        // MMA warps. A's tile of step c is issued at step c, once the MMA warps have released the stage (step
-        // c - kStages): the conversion may lead the MMA warps by kStages - 1 steps.
-        ws::StepCursor raw_cur = load;  // (thread 0's; `load` walks A's tiles)
-        HybridTma<S> a_tma, raw_tma;
-        ws::Ring<S::kRawSlots> raw_issue, raw_use;
-        ws::Ring<S::kStages> a_ring;
-        int raw_issued = 0, a_issued = 0;
-        constexpr int kRawLead = S::kRawSlots - 2;
-        auto issue_raw = [&]() {  // thread 0
-          if (raw_cur.kt == 0) begin_tile(raw_tma, raw_cur);
-          ws::mbar_wait(raw_empty + 8 * raw_issue.stage, raw_issue.phase ^ 1u);
-          raw_tma.load_raw(raw_ring + raw_issue.stage * S::kRawSlotBytes, raw_full + 8 * raw_issue.stage, raw_cur.kt);
-          raw_issue.next();
-          raw_cur.next<S::BN>(probs, prefix, E, walk);
-          ++raw_issued;
-        };
-        auto issue_a = [&]() {  // thread 0, once the stage is free
-          if (load.kt == 0) begin_tile(a_tma, load);
-          a_tma.load_a(ring + a_ring.stage * S::kStageBytes, stage_tma + 8 * a_ring.stage, load.kt);
-          a_ring.next();
-          load.next<S::BN>(probs, prefix, E, walk);
-          ++a_issued;
-        };
-        if (tid == 0)
-          while (raw_issued < kRawLead && raw_issued < steps) issue_raw();
-        for (int c = 0; c < steps; ++c) {
-          if (tid == 0 && raw_issued < steps) issue_raw();
-          const uint32_t stage = ring + st.stage * S::kStageBytes;
-          ws::mbar_wait(empty + 8 * st.stage, st.phase ^ 1u);  // the MMA warps are done with step c - kStages
-          if (tid == 0 && a_issued == c) issue_a();
-          const uint32_t raw = raw_ring + raw_use.stage * S::kRawSlotBytes;
-          ws::mbar_wait(raw_full + 8 * raw_use.stage, raw_use.phase);
-          ws::convert_b_rows<S, S::kConvRPI, 0, S::kConvUnits>(raw, stage + S::kTileBytes, tid >> 2, tid & 3, false);
-          ws::publish_b_rows<S, S::kConvRPI, 0, S::kConvUnits>(stage + S::kTileBytes, full + 8 * st.stage, 0u,
-                                                               tid >> 5, lane, false);
-          // (publish_b_rows' __syncwarp: every lane's reads of the slot have returned; their values are stored)
-          if (lane == 0) ws::mbar_arrive(raw_empty + 8 * raw_use.stage);
-          st.next();
-          raw_use.next();
-        }
-        return;
-      }
-      // Without a raw ring: every loader thread walks the load cursor and waits for the stage with it (as
-      // ws_gemm_kernel's converters). Loads run kStages - 1 steps ahead of the conversion; the load issued after
-      // converting step c waits until the MMA warps are done with step c - 1, while they work on step c.
-      ws::Ring<S::kStages> load_ring;
+      ws::Ring<S::kStages> load_ring, st;
       HybridTma<S> tma;
       auto issue_load = [&]() {
-        if (load.kt == 0) begin_tile(tma, load);
+        if (load.kt == 0) {
+          const int tiles_m = __ldg(&probs[load.group].tiles_m);
+          tma.begin(group_maps, load.group, (load.local % tiles_m) * S::BM, (load.local / tiles_m) * S::BN, load.KT,
+                    tid == 0);
+        }
         ws::mbar_wait(empty + 8 * load_ring.stage, load_ring.phase ^ 1u);
-        if (tid == 0) tma.load(ring + load_ring.stage * S::kStageBytes, stage_tma + 8 * load_ring.stage, load.kt);
+        if (tid == 0) tma.load(ring + load_ring.stage * S::kStageBytes, raw_full + 8 * load_ring.stage, load.kt);
         load_ring.next();
         load.next<S::BN>(probs, prefix, E, walk);
       };
       for (int i = 0; i < S::kLoadAhead && load.valid(walk); ++i) issue_load();
       for (int c = 0; c < steps; ++c) {
         const uint32_t stage = ring + st.stage * S::kStageBytes;
-        ws::mbar_wait(stage_tma + 8 * st.stage, st.phase);
+        ws::mbar_wait(raw_full + 8 * st.stage, st.phase);
         ws::convert_b_rows<S, S::kConvRPI, 0, S::kConvUnits>(stage + S::kRawOff, stage + S::kTileBytes, tid >> 2,
                                                              tid & 3, false);
         ws::publish_b_rows<S, S::kConvRPI, 0, S::kConvUnits>(stage + S::kTileBytes, full + 8 * st.stage, 0u, tid >> 5,
@@ -399,9 +312,9 @@ __global__ void __launch_bounds__(S::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < S::R; ++i) acc[i] = 0.0f;
       for (int kt = 0; kt < KT; ++kt) {
-        // kConvB: A's box landed (TMA; the MMA threads observe its completion themselves) and the loader warps
-        // published B
-        if constexpr (S::kConvB) ws::mbar_wait(stage_tma + 8 * st.stage, st.phase);
+        // kConvB: A's box landed (TMA) and the loader warps published B (their wait on raw_full orders it too; this
+        // wait, complete by then, makes the MMA threads observe the TMA completion themselves)
+        if constexpr (S::kConvB) ws::mbar_wait(raw_full + 8 * st.stage, st.phase);
         ws::mbar_wait(full + 8 * st.stage, st.phase);
         const uint32_t stage = ring + st.stage * S::kStageBytes;
         const uint32_t da = wg::sw128_desc_lo(stage + wm * 64 * 128), db = wg::sw128_desc_lo(stage + S::kTileBytes);

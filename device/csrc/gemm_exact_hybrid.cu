@@ -4,8 +4,6 @@
 // tile into the stage's fp16 B tile. The MMA warps only issue the wgmmas, the partial adds and the ring bookkeeping
 // (no A decode, no B share), and the scratch is the A copy alone (4 bytes per packed byte of A, none for B).
 // Its per-group tensor maps (xf16::HybridTma) are built on the device here: the group sizes live there.
-#include <cstdlib>
-
 #include "gemm_dequant.h"
 #include "gemm_exact_f16.cuh"
 #include "gemm_group_maps.cuh"
@@ -69,24 +67,6 @@ bool hybrid_templates(const DequantGemmArgs& d, HybridTemplates* t) {
 }
 
 void launch_exact_hybrid(const LaunchArgs& a, const DequantGemmArgs& d, const HybridTemplates& t, cudaStream_t s) {
-  // TEMPORARY A/B switch (stop 47), read per launch: 0 stop 46's loader, 1 raw ring, 3 / 4 loads 3 / 2 steps ahead
-  const char* env = std::getenv("NVFP4_HYBRID_RING");
-  const int variant = env == nullptr ? 1 : std::atoi(env);
-  if (variant == 1) {
-    if (a.out_f32) launch_shape<xf16::HybridRingF32, true>(a, t, d.group_maps, s);
-    else launch_shape<xf16::HybridRingBf16, false>(a, t, d.group_maps, s);
-    return;
-  }
-  if (variant == 3) {
-    if (a.out_f32) launch_shape<xf16::HybridAhead3F32, true>(a, t, d.group_maps, s);
-    else launch_shape<xf16::HybridAhead3Bf16, false>(a, t, d.group_maps, s);
-    return;
-  }
-  if (variant == 4) {
-    if (a.out_f32) launch_shape<xf16::HybridAhead2F32, true>(a, t, d.group_maps, s);
-    else launch_shape<xf16::HybridAhead2Bf16, false>(a, t, d.group_maps, s);
-    return;
-  }
   if (a.out_f32)
     launch_shape<xf16::HybridF32, true>(a, t, d.group_maps, s);
   else

@@ -37,7 +37,6 @@ __device__ __forceinline__ void wgmma_wait() {
 // Generic-proxy shared-memory writes (our st.shared) must be made visible to the async proxy (wgmma) before it reads.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-
 // Pin accumulator registers around wgmma issue/wait so the compiler cannot move their uses across them.
 template <int R>
 __device__ __forceinline__ void fence_regs(float (&d)[R]) {

@@ -159,18 +159,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
-// Whether the phase with this parity has completed, without waiting (mbarrier.test_wait).
-__device__ __forceinline__ bool mbar_test(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return done != 0;
-}
 // Cluster (distributed shared memory) primitives. A shared::cta address of this CTA maps to the same offset in
 // another CTA's window through mapa; the mapping is linear inside a CTA, so one delta per CTA serves every offset.
 __device__ __forceinline__ uint32_t cluster_rank() {
