@@ -80,7 +80,9 @@ struct Shape {
   static constexpr int kEpiBytes = 4 * kMma * kEpiBufBytes;
   // full, empty (, raw_full); rounded up to 128 bytes, so that the epilogue buffers after them stay 16-byte aligned
   static constexpr int kBarBytes = (8 * (kConvB ? 3 : 2) * kStages + 127) / 128 * 128;
-  static constexpr int kSmem = kStages * kStageBytes + kBarBytes + kEpiBytes + 1024;
+  static constexpr int kSmemBase = kStages * kStageBytes + kBarBytes + kEpiBytes + 1024;
+  static constexpr int kPrefixCap = wg::prefix_cap_for(227 * 1024 - kSmemBase);  // (wg::find_group_cached)
+  static constexpr int kSmem = kSmemBase + wg::prefix_table_bytes(kPrefixCap);
   static_assert(kSmem <= 227 * 1024, "shared memory");
   static_assert(kMma * kMmaRegs + kLoaderGroups * kLoaderRegs <= (kMma + kLoaderGroups) * (65536 / kThreads / 8 * 8),
                 "setmaxnreg budget");
@@ -201,6 +203,8 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       for (int s = 0; s < S::kStages; ++s) ws::mbar_init(raw_full + 8 * s, 1);  // (init_ring_barriers' fence follows)
   }
   // full[s]: kConvB every loader warp's B publish, TMA the one issuing thread, cp.async every loader thread
+  const uint32_t prefix_table = bars + S::kBarBytes + S::kEpiBytes;  // (wg::stage_prefix; published by the barrier)
+  wg::stage_prefix<S::kPrefixCap>(prefix_table, prefix, E, tid, S::kThreads);
   ws::init_ring_barriers<S::kStages>(full, empty, S::kConvB ? S::kLoaderThreads / 32 : TMA ? 1 : S::kLoaderThreads,
                                      4 * S::kMma);
 
@@ -290,13 +294,27 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     const int wm = mt >> 7;  // rows [64 wm, 64 wm + 64) of the tile
     const int warp = (mt >> 5) & 3;
     ws::Ring<S::kStages> st;
+    // Each tile's group, place and K come from a lookup made at the start of the previous tile (stop 47): its global
+    // loads (tiles_m, K) complete during that tile's K loop instead of stalling this tile's start.
+    struct TileLookup {
+      int group, local, tiles_m, K;
+    };
+    auto lookup = [&](int v) {
+      TileLookup t;
+      t.group = wg::find_group_cached<S::kPrefixCap>(prefix, prefix_table, E, v, &t.local);
+      t.tiles_m = __ldg(&probs[t.group].tiles_m);
+      t.K = __ldg(&probs[t.group].K);
+      return t;
+    };
+    TileLookup next{};
+    if (first_tile < walk.count) next = lookup(first_tile);
     for (int v = first_tile; v < walk.count; v += tile_stride) {
-      int local;
-      const int group = wg::find_group(prefix, E, v, &local);
+      const TileLookup cur = next;
+      if (v + tile_stride < walk.count) next = lookup(v + tile_stride);
+      const int group = cur.group, local = cur.local, tiles_m = cur.tiles_m;
       const Prob* pp = probs + group;
-      const int tiles_m = __ldg(&pp->tiles_m);
       const int m0 = (local % tiles_m) * S::BM, n0 = (local / tiles_m) * S::BN;
-      const int KT = (__ldg(&pp->K) + kBK - 1) / kBK;
+      const int KT = (cur.K + kBK - 1) / kBK;
       if constexpr (S::kLinesEpi) {
         if (accumulate & 2) {  // C's lines into L2 while the K loop runs (ws::prefetch_tile_c_lines; a hint)
           const Prob p = *pp;
