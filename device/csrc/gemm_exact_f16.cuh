@@ -81,7 +81,10 @@ struct Shape {
   // full, empty (, raw_full); rounded up to 128 bytes, so that the epilogue buffers after them stay 16-byte aligned
   static constexpr int kBarBytes = (8 * (kConvB ? 3 : 2) * kStages + 127) / 128 * 128;
   static constexpr int kSmemBase = kStages * kStageBytes + kBarBytes + kEpiBytes + 1024;
-  static constexpr int kPrefixCap = wg::prefix_cap_for(227 * 1024 - kSmemBase);  // (wg::find_group_cached)
+  // The MMA warps' tile lookups through a shared-memory prefix table, one tile ahead (wg::find_group_cached; stop 47):
+  // +3% on E64 wgrad (4 K steps per tile) over copies. Not in the hybrid kernel (32 K steps per tile on E64, and
+  // 1-2% slower there in the same A/B), nor in the fused kernels (7% slower on E64 fast fprop).
+  static constexpr int kPrefixCap = kConvB ? 0 : wg::prefix_cap_for(227 * 1024 - kSmemBase);
   static constexpr int kSmem = kSmemBase + wg::prefix_table_bytes(kPrefixCap);
   static_assert(kSmem <= 227 * 1024, "shared memory");
   static_assert(kMma * kMmaRegs + kLoaderGroups * kLoaderRegs <= (kMma + kLoaderGroups) * (65536 / kThreads / 8 * 8),
@@ -294,8 +297,9 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     const int wm = mt >> 7;  // rows [64 wm, 64 wm + 64) of the tile
     const int warp = (mt >> 5) & 3;
     ws::Ring<S::kStages> st;
-    // Each tile's group, place and K come from a lookup made at the start of the previous tile (stop 47): its global
-    // loads (tiles_m, K) complete during that tile's K loop instead of stalling this tile's start.
+    // kPrefixCap > 0: each tile's group, place and K come from a lookup made at the start of the previous tile (stop
+    // 47), in the shared-memory prefix table: its global loads (tiles_m, K) complete during that tile's K loop instead
+    // of stalling this tile's start.
     struct TileLookup {
       int group, local, tiles_m, K;
     };
@@ -306,11 +310,12 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       t.K = __ldg(&probs[t.group].K);
       return t;
     };
+    constexpr bool kAhead = S::kPrefixCap > 0;  // (otherwise each tile looks itself up, in global memory)
     TileLookup next{};
-    if (first_tile < walk.count) next = lookup(first_tile);
+    if (kAhead && first_tile < walk.count) next = lookup(first_tile);
     for (int v = first_tile; v < walk.count; v += tile_stride) {
-      const TileLookup cur = next;
-      if (v + tile_stride < walk.count) next = lookup(v + tile_stride);
+      const TileLookup cur = kAhead ? next : lookup(v);
+      if (kAhead && v + tile_stride < walk.count) next = lookup(v + tile_stride);
       const int group = cur.group, local = cur.local, tiles_m = cur.tiles_m;
       const Prob* pp = probs + group;
       const int m0 = (local % tiles_m) * S::BM, n0 = (local / tiles_m) * S::BN;

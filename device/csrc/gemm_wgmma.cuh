@@ -155,8 +155,9 @@ __device__ __forceinline__ int find_group(const int* __restrict__ prefix, int E,
   return lo;
 }
 
-// The group table's prefix in shared memory (stop 47): the MMA warps look up every tile's group, and ~log2(E)
-// dependent global loads per tile cost E64 wgrad (4 K steps per tile) about a sixth of its MMA warps' time (ncu).
+// The group table's prefix in shared memory (stop 47; the exact kernel over fp16 copies, gemm_exact_f16.cuh): its MMA
+// warps look up every tile's group, and ~log2(E) dependent global loads per tile cost E64 wgrad (4 K steps per tile)
+// about a sixth of its MMA warp time (ncu).
 // A kernel reserves prefix_table_bytes(CAP) of shared memory for up to CAP groups (prefix_cap_for: as many as its
 // spare shared memory holds, at most kMaxCachedGroups); stage_prefix copies prefix[0..E] there when E <= CAP (before
 // the CTA barrier that publishes it), and find_group_cached then searches it there (shared-memory latencies), else
@@ -169,26 +170,32 @@ constexpr int prefix_cap_for(int spare_bytes) {
 template <int CAP>
 __device__ __forceinline__ void stage_prefix(uint32_t table, const int* __restrict__ prefix, int E, int tid,
                                              int threads) {
-  if (CAP == 0 || E > CAP) return;
-  for (int i = tid; i <= E; i += threads)
-    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(table + 4 * i), "r"(__ldg(prefix + i)) : "memory");
+  if constexpr (CAP > 0) {
+    if (E > CAP) return;
+    for (int i = tid; i <= E; i += threads)
+      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(table + 4 * i), "r"(__ldg(prefix + i)) : "memory");
+  }
 }
 template <int CAP>
 __device__ __forceinline__ int find_group_cached(const int* __restrict__ prefix, uint32_t table, int E, int tile,
                                                  int* local) {
-  if (CAP == 0 || E > CAP) return find_group(prefix, E, tile, local);
-  auto at = [table](int i) {
-    int v;
-    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(table + 4 * i) : "memory");
-    return v;
-  };
-  int lo = 0, hi = E;  // prefix[lo] <= tile < prefix[hi]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) >> 1;
-    if (at(mid) <= tile) lo = mid; else hi = mid;
+  if constexpr (CAP == 0) {
+    return find_group(prefix, E, tile, local);
+  } else {
+    if (E > CAP) return find_group(prefix, E, tile, local);
+    auto at = [table](int i) {
+      int v;
+      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(table + 4 * i) : "memory");
+      return v;
+    };
+    int lo = 0, hi = E;  // prefix[lo] <= tile < prefix[hi]
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) >> 1;
+      if (at(mid) <= tile) lo = mid; else hi = mid;
+    }
+    *local = tile - at(lo);
+    return lo;
   }
-  *local = tile - at(lo);
-  return lo;
 }
 
 __device__ __forceinline__ uint4 lds128(uint32_t a) {

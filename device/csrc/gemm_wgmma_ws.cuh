@@ -102,9 +102,7 @@ struct Shape {
   static constexpr int kBWriterWarps = 4 * kConv + (kMmaUnits > 0 ? 4 * kMma : 0);
   static constexpr int kBFullCount = kBWriterWarps, kBEmptyCount = kCluster * 4 * kMma;
   static constexpr int kBarBytes = 8 * 2 * (kRawStages + kBStages);
-  static constexpr int kSmemBase = kBStages * kBBytes + kRawStages * kRaw + kBarBytes + kEpiBytes + 1024;
-  static constexpr int kPrefixCap = wg::prefix_cap_for(227 * 1024 - kSmemBase);  // (wg::find_group_cached)
-  static constexpr int kSmem = kSmemBase + wg::prefix_table_bytes(kPrefixCap);
+  static constexpr int kSmem = kBStages * kBBytes + kRawStages * kRaw + kBarBytes + kEpiBytes + 1024;
   static_assert(BM == 64 || BM == 128, "one 128-row A scale tile");
   static_assert(!kExact || (kCluster == 1 && !kBAhead), "exact mode: one CTA, the B share converted per step");
   static_assert(kCluster == 1 || (kCluster == 2 && BM == 128 && kLoadBN % 128 == 0),
@@ -738,8 +736,6 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     }
     if constexpr (S::kCluster == 2 || TMA) fence_mbarrier_init_cluster();  // (TMA: visible to complete_tx)
   }
-  const uint32_t prefix_table = bars + S::kBarBytes + S::kEpiBytes;  // (wg::stage_prefix; published by the barrier)
-  wg::stage_prefix<S::kPrefixCap>(prefix_table, prefix, E, tid, S::kThreads);
   if constexpr (S::kCluster == 2) cluster_sync(); else __syncthreads();
 
   if (tid < S::kConvThreads) {
@@ -837,33 +833,18 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       bnext.seek<S::BN>(probs, prefix, E, walk, first_tile);
       convert_next_b_share();  // step 0's share
     }
-    // Each tile's group, place, N and K come from a lookup made at the start of the previous tile (stop 47): its
-    // global loads complete during that tile's K loop instead of stalling this tile's start.
-    struct TileLookup {
-      int group, local, tiles_m, N, K;
-    };
-    auto lookup = [&](int v) {
-      TileLookup t;
-      t.group = wg::find_group_cached<S::kPrefixCap>(prefix, prefix_table, E, walk.tile(v), &t.local);
-      t.tiles_m = __ldg(&probs[t.group].tiles_m);
-      t.N = __ldg(&probs[t.group].N);
-      t.K = __ldg(&probs[t.group].K);
-      return t;
-    };
-    TileLookup next{};
-    if (first_tile < walk.count) next = lookup(first_tile);
     for (int v = first_tile; v < walk.count; v += tile_stride) {
-      const TileLookup cur = next;
-      if (v + tile_stride < walk.count) next = lookup(v + tile_stride);
-      const int group = cur.group, local = cur.local, tiles_m = cur.tiles_m;
+      int local;
+      const int group = wg::find_group(prefix, E, walk.tile(v), &local);
       const int half = walk.half(v);  // -1: the whole tile; 0 / 1: columns [128 half, 128 half + 128) of it
       const bool half_tile = kSplitTail && half >= 0;
       const Prob* pp = probs + group;
+      const int tiles_m = __ldg(&pp->tiles_m);
       const int m0 = (local % tiles_m) * S::kTileM + static_cast<int>(rank) * S::BM;
-      const ColumnRange cols = walk_columns((local / tiles_m) * S::BN, half_tile ? half : -1, cur.N);
+      const ColumnRange cols = walk_columns((local / tiles_m) * S::BN, half_tile ? half : -1, __ldg(&pp->N));
       const int n0 = cols.begin;  // stored: columns [n0, cols.end)
       // (as StepCursor::seek: a half tile without columns has no K steps)
-      const int KT = half_tile && cols.empty() ? 0 : (cur.K + kBK - 1) / kBK;
+      const int KT = half_tile && cols.empty() ? 0 : (__ldg(&pp->K) + kBK - 1) / kBK;
       const uint32_t a_scale_adj = ((m0 & 127) >> 5) * 4;  // 64-row tiles: rows (m0 mod 128) of the scale tile
 
       if constexpr (S::kLinesEpi) {

@@ -1,0 +1,237 @@
+"""Public device API (torch CUDA tensors in and out, current stream), mirroring ``oracle.quantize`` /
+``oracle.group_quantize``. Every argument is checked here, before any launch."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from oracle.quantize import check_block
+
+from . import _ops
+from ._results import DeviceGroupedNVFP4Tensor, DeviceNVFP4Tensor
+
+__all__ = ["dequantize", "group_quantize", "quantize", "swizzle_scales"]
+
+#: The scale rules (SPEC 5) and their codes in the CUDA extension (nvfp4_launch.h ``Rule``).
+_RULES = {"te": 0, "te_fused_rht": 1, "torchao": 2, "torchao_noscale": 3}
+_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def _check_x(x) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_cuda:
+        raise ValueError(f"x must be a CUDA tensor, got device {x.device}")
+    if x.dtype not in _DTYPES:
+        raise TypeError(f"x must be bfloat16, float16 or float32, got {x.dtype}")
+    if x.dim() == 0:
+        raise ValueError("x must have at least one dimension")
+    if not x.is_contiguous():
+        raise ValueError("x must be contiguous (call .contiguous() first)")
+    k = x.shape[-1]
+    if k == 0 or k % 16:
+        raise ValueError(f"the last dimension K={k} must be a positive multiple of 16")
+    x2 = x.reshape(-1, k)
+    if x2.numel() and x2.data_ptr() % 16:
+        raise ValueError("x must be 16-byte aligned (its storage offset breaks vector loads)")
+    return x2
+
+
+def _options(x2: Tensor, *, rowwise, columnwise, rht, rht_signs, block, rule, rounding, seed, offset) -> dict:
+    for name, v in (("rht_signs", rht_signs), ("seed", seed), ("offset", offset)):
+        # a tensor here would need .item(), a host synchronization (and fail inside a CUDA graph capture)
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"{name} must be a Python integer, got {type(v).__name__}")
+    if not (rowwise or columnwise):
+        raise ValueError("at least one of rowwise / columnwise must be requested")
+    if rule not in _RULES:
+        raise ValueError(f"rule must be one of {list(_RULES)}, got {rule!r}")
+    block = check_block(block)  # the oracle's parser: (1, 16) / (16, 16) or "1x16" / "16x16"
+    if rounding not in ("rn", "sr"):
+        raise ValueError(f"rounding must be 'rn' or 'sr', got {rounding!r}")
+    if not (0 <= int(rht_signs) < 1 << 16):
+        raise ValueError(f"rht_signs must be a 16-bit mask, got {rht_signs!r}")
+    if rht and not columnwise:
+        raise ValueError("rht=True applies to the columnwise plane; request columnwise=True")
+    if rht and x2.dtype != torch.bfloat16:
+        raise TypeError(f"rht=True needs bfloat16 input (SPEC 7), got {x2.dtype}")
+    seed, offset = int(seed), int(offset)
+    if not (0 <= seed < 2**64):
+        raise ValueError(f"seed must be in [0, 2**64), got {seed}")
+    if not (0 <= offset < 2**32):
+        raise ValueError(f"offset must be in [0, 2**32), got {offset}")
+    return dict(rowwise=bool(rowwise), columnwise=bool(columnwise), rht=bool(rht), rht_signs=int(rht_signs),
+                block2d=block == (16, 16), rule=_RULES[rule], sr=rounding == "sr",
+                seed_lo=seed & 0xFFFFFFFF, seed_hi=seed >> 32, offset=offset)
+
+
+def _meta(opts: dict, rule: str, rounding: str, seed: int, offset: int) -> dict:
+    return dict(rht=opts["rht"], rht_signs=opts["rht_signs"], block=(16, 16) if opts["block2d"] else (1, 16),
+                rule=rule, rounding=rounding, seed=seed, offset=offset)
+
+
+def _amax_tensor(amax, n: int, grouped: bool, device) -> Tensor | None:
+    """User amax -> float32 [2, n] on the device, rows (row plane, col plane) (SPEC 4.3).
+
+    As in the oracle: a single tensor takes a number / 0-d tensor for both planes or a (row, col) tuple or
+    list; a grouped call takes n values (list, array, 1-d tensor) for both planes or a (row, col) tuple of them,
+    never a single number.
+    Tensors must be on x's device. Host sequences and arrays are copied to the device, a synchronizing copy, so
+    they are refused while a CUDA graph is being captured (pass device tensors or numbers there).
+    """
+    if amax is None:
+        return None
+    pair = isinstance(amax, tuple) if grouped else isinstance(amax, (tuple, list))
+    if pair and len(amax) != 2:
+        raise ValueError("amax pair must be (row_amax, col_amax)")
+    if grouped and not pair and ((amax.dim() == 0) if isinstance(amax, Tensor) else np.ndim(amax) == 0):
+        raise ValueError(f"a grouped amax holds one value per group ({n}) for both planes, or is a (row, col) tuple of "
+                         "them; got a single value (as oracle.group_quantize, which refuses it too)")
+    if pair and grouped and n > 1:
+        for a in amax:
+            single = a.numel() == 1 if isinstance(a, Tensor) else np.ndim(a) == 0
+            if single:
+                raise ValueError(f"a grouped amax pair is (row_amaxes, col_amaxes), each with one value per group "
+                                 f"({n}); got a single value (as oracle.group_quantize, which refuses it too)")
+    out = []
+    for a in amax if pair else (amax, amax):
+        if isinstance(a, Tensor):
+            if a.device != device:
+                raise ValueError(f"amax tensors must be on x's device ({device}), got {a.device}")
+            t = a.to(dtype=torch.float32).reshape(-1)
+            t = torch.where(t < 0, -t, t)  # SPEC 4.3: a negative device value counts as its magnitude (no sync)
+        else:
+            if isinstance(a, (bool, str)) or not isinstance(a, (int, float, np.integer, np.floating, Sequence,
+                                                               np.ndarray)):
+                raise TypeError(f"amax values must be numbers, sequences, arrays or tensors, got {type(a).__name__}")
+            host = np.asarray(a, dtype=np.float32).reshape(-1)
+            if (host < 0).any():
+                raise ValueError("amax values must be >= 0 (absolute maxima), +Inf or NaN (SPEC 4.3)")
+            if np.ndim(a) == 0:  # a number: no host-to-device copy
+                t = torch.full((n,), float(host[0]), dtype=torch.float32, device=device)
+            else:
+                if torch.cuda.is_current_stream_capturing():
+                    raise ValueError("amax given as a host sequence / array needs a host-to-device copy, which "
+                                     "cannot be captured in a CUDA graph: pass a tensor on x's device")
+                t = torch.from_numpy(host).to(device)
+        if t.numel() != n:
+            raise ValueError(f"amax must have {n} value(s) per plane, got {t.numel()}")
+        out.append(t)
+    return torch.stack(out).contiguous()
+
+
+def quantize(x: Tensor, *, rowwise: bool = True, columnwise: bool = False, rht: bool = False,
+             rht_signs: int = 0xD7E8, block: Sequence[int] = (1, 16), rule: str = "te", amax=None,
+             rounding: str = "rn", seed: int = 0, offset: int = 0, swizzled: bool = True) -> DeviceNVFP4Tensor:
+    """Quantize a CUDA tensor to NVFP4 on the device, byte-exact with :func:`oracle.quantize`.
+
+    Args mirror the oracle's; ``amax`` is None (computed on the device), a number, a (row, col) pair, or a
+    device tensor. ``swizzled`` selects the scale layout of the outputs (SPEC 8.2) or compact scales.
+    Returns a :class:`DeviceNVFP4Tensor`; ``.to_oracle()`` converts it to the oracle's NumPy result.
+    """
+    x2 = _check_x(x)
+    opts = _options(x2, rowwise=rowwise, columnwise=columnwise, rht=rht, rht_signs=rht_signs, block=block,
+                    rule=rule, rounding=rounding, seed=seed, offset=offset)
+    amax_t = _amax_tensor(amax, 1, False, x2.device)
+    rd, rs, cd, cs, am = _ops.quantize_op(x2, None if amax_t is None else amax_t.reshape(2), swizzled=bool(swizzled),
+                                          **opts)
+    return DeviceNVFP4Tensor(
+        shape=tuple(x2.shape),
+        row_data=rd if rowwise else None, row_scales=rs if rowwise else None, row_amax=am[0:1] if rowwise else None,
+        col_data=cd if columnwise else None, col_scales=cs if columnwise else None,
+        col_amax=am[1:2] if columnwise else None, swizzled=bool(swizzled),
+        options=_meta(opts, rule, rounding, int(seed), int(offset)),
+    )
+
+
+def group_quantize(x: Tensor, splits: Tensor, *, rowwise: bool = True, columnwise: bool = False,
+                   rht: bool = False, rht_signs: int = 0xD7E8, block: Sequence[int] = (1, 16), rule: str = "te",
+                   amax=None, rounding: str = "rn", seed: int = 0, offset: int = 0,
+                   swizzled: bool = True) -> DeviceGroupedNVFP4Tensor:
+    """Quantize the row groups of ``x`` ([T, K]) separately, driven by a device int64 ``splits`` tensor (SPEC 9).
+
+    No host synchronization: offsets are computed on the device and every buffer is sized for the worst case
+    from (T, K, E), so the call can be captured in a CUDA graph and replayed with new data and new splits.
+    Group g uses SR counter offset ``offset + g`` as in :func:`oracle.group_quantize`. ``amax``: None (computed per
+    group on the device), E values for both planes (sequence, array or device tensor) or a (row, col) tuple of them;
+    a single number is refused, as by the oracle.
+    """
+    x2 = _check_x(x)
+    if not isinstance(splits, Tensor):
+        raise TypeError(f"splits must be a torch.Tensor (int64, on the device), got {type(splits).__name__}")
+    if splits.dtype != torch.int64:
+        raise TypeError(f"splits must be int64, got {splits.dtype}")
+    if splits.device != x2.device:
+        raise ValueError(f"splits must be on the same device as x ({x2.device}), got {splits.device}")
+    if splits.dim() != 1 or splits.numel() == 0:
+        raise ValueError(f"splits must be a non-empty 1-D tensor, got shape {tuple(splits.shape)}")
+    splits = splits.contiguous()
+    opts = _options(x2, rowwise=rowwise, columnwise=columnwise, rht=rht, rht_signs=rht_signs, block=block,
+                    rule=rule, rounding=rounding, seed=seed, offset=offset)
+    e = splits.numel()
+    amax_t = _amax_tensor(amax, e, True, x2.device)
+    rd, rs, cd, cs, ra, ca, offs = _ops.group_quantize_op(x2, splits, amax_t, swizzled=bool(swizzled), **opts)
+    return DeviceGroupedNVFP4Tensor(
+        shape=tuple(x2.shape), splits=splits,
+        row_data=rd if rowwise else None, row_scales=rs if rowwise else None,
+        col_data=cd if columnwise else None, col_scales=cs if columnwise else None,
+        row_amax=ra, col_amax=ca, offsets=offs, swizzled=bool(swizzled),
+        options=_meta(opts, rule, rounding, int(seed), int(offset)),
+    )
+
+
+def swizzle_scales(compact: Tensor) -> Tensor:
+    """Compact uint8 scales ``[rows, C]`` (CUDA) -> the swizzled, zero-padded 1-D buffer (SPEC 8.2)."""
+    if not isinstance(compact, Tensor):
+        raise TypeError(f"compact scales must be a torch.Tensor, got {type(compact).__name__}")
+    if not compact.is_cuda:
+        raise ValueError(f"compact scales must be a CUDA tensor, got device {compact.device}")
+    if compact.dtype != torch.uint8 or compact.dim() != 2:
+        raise TypeError(f"compact scales must be a 2-D uint8 tensor, got {compact.dtype} {tuple(compact.shape)}")
+    return _ops.swizzle_op(compact.contiguous())
+
+
+def dequantize(q, plane: str = "row", *, scales: Tensor | None = None, amax: Tensor | None = None,
+               shape: tuple[int, int] | None = None, swizzled: bool | None = None, rule: str | None = None) -> Tensor:
+    """Dequantize one NVFP4 plane to float32 (SPEC 11, with the block factor of the plane's scale rule).
+
+    Either ``dequantize(result, "row" | "col")`` with a :class:`DeviceNVFP4Tensor` (which knows its scale layout and
+    rule), or ``dequantize(data, scales=..., amax=..., shape=(rows, cols), swizzled=True | False, rule="te")`` with
+    raw CUDA tensors: raw bytes must say their scale layout (SPEC 8), as :func:`quantize` writes swizzled scales
+    unless told otherwise; ``rule`` (default "te") picks the SPEC 11.1 factor. A columnwise plane dequantizes to X^T
+    with its zero padding, shape ``[K, roundup(M,16)]``.
+    """
+    if isinstance(q, DeviceGroupedNVFP4Tensor):
+        raise TypeError("dequantize takes one plane of a DeviceNVFP4Tensor or raw bytes; for a grouped result use "
+                        ".to_oracle() or pass one group's bytes (its offsets) as raw data")
+    if isinstance(q, DeviceNVFP4Tensor):
+        if scales is not None or amax is not None or shape is not None or swizzled is not None or rule is not None:
+            raise ValueError("scales=, amax=, shape=, swizzled= and rule= are for raw bytes; a DeviceNVFP4Tensor "
+                             "carries its own")
+        if plane not in ("row", "col"):
+            raise ValueError(f"plane must be 'row' or 'col', got {plane!r}")
+        m, k = q.shape
+        data, scales, amax = getattr(q, f"{plane}_data"), getattr(q, f"{plane}_scales"), getattr(q, f"{plane}_amax")
+        if data is None:
+            raise ValueError(f"the {plane} plane was not requested at quantize time")
+        shape = (m, k) if plane == "row" else (k, (m + 15) // 16 * 16)
+        swizzled = q.swizzled
+        rule = q.options.get("rule", "te")
+    elif scales is None or amax is None or shape is None:
+        raise ValueError("raw dequantize needs data, scales=, amax=, shape= and swizzled=")
+    elif swizzled is None:
+        raise ValueError("raw dequantize needs swizzled=True or False, the layout of the scale bytes (SPEC 8; "
+                         "device.quantize writes swizzled scales unless swizzled=False)")
+    rule = "te" if rule is None else rule
+    if rule not in _RULES:
+        raise ValueError(f"rule must be one of {list(_RULES)}, got {rule!r}")
+    data = q if not isinstance(q, DeviceNVFP4Tensor) else data
+    _ops.require_cuda_tensors(data=data, scales=scales, amax=amax)  # (before .contiguous() / .to() below)
+    rows, cols = (int(s) for s in shape)
+    data = data.contiguous()
+    return _ops.dequantize_op(data, scales.contiguous(), amax.to(torch.float32).reshape(-1)[:1].contiguous(),
+                              rows, cols, bool(swizzled), _RULES[rule])

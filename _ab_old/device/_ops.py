@@ -1,0 +1,300 @@
+"""torch.library custom ops around the CUDA extension, plus the out-variant launchers they use.
+
+The ops are functional (they allocate their outputs with ``torch.empty`` on the input's device and launch
+on the current stream), have fake implementations for torch.compile, and do no host synchronization, so they
+can be captured in CUDA graphs. Buffer sizes depend only on host-known shapes (SPEC 9: worst-case capacity
+for grouped outputs), never on device data.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from ._build import load_extension
+
+__all__ = [
+    "LAYOUT_COMPACT",
+    "LAYOUT_PADDED_COMPACT",
+    "LAYOUT_SWIZZLED",
+    "group_buffers",
+    "launch_group_quantize",
+    "launch_quantize",
+    "quantize_buffers",
+]
+
+LAYOUT_COMPACT, LAYOUT_PADDED_COMPACT, LAYOUT_SWIZZLED = 0, 1, 2
+RULE_TORCHAO = 2  # rule codes >= this are the torchao rules (NaN-propagating amax, SPEC 4.1; device._api._RULES)
+_TILE_M = 128  # rows per kernel tile (csrc/nvfp4_layout.cuh kTileM)
+
+
+def _raise_refusal(err: str) -> None:
+    """The extension's bindings return "" or the message of a refusal / launch error instead of throwing
+    (device/csrc/bindings.cpp, returning_errors): raise it here."""
+    if err:
+        raise RuntimeError(err)
+
+
+def _ru(n: int, m: int) -> int:
+    return (n + m - 1) // m * m
+
+
+def scale_shape(rows: int, blocks: int, swizzled: bool) -> tuple[int, ...]:
+    """Shape of one plane's scale buffer: compact ``(rows, blocks)``, or the swizzled 1-D buffer of
+    ``roundup(rows, 128) * roundup(blocks, 4)`` bytes (SPEC 8)."""
+    return (_ru(rows, 128) * _ru(blocks, 4),) if swizzled else (rows, blocks)
+
+
+def _empty(shape, device, fill: int | None, dtype=torch.uint8) -> Tensor:
+    t = torch.empty(shape, dtype=dtype, device=device)
+    if fill is not None and t.numel():
+        t.view(torch.uint8).fill_(fill)
+    return t
+
+
+def _allocate(specs: dict, device, fill: int | None) -> dict:
+    """Buffers for ``specs`` (name -> (shape, dtype)); the planes not in ``specs`` get empty uint8 tensors."""
+    b = {name: torch.empty(0, dtype=torch.uint8, device=device)
+         for name in ("row_data", "row_scales", "col_data", "col_scales")}
+    b.update({name: _empty(shape, device, fill, dtype) for name, (shape, dtype) in specs.items()})
+    return b
+
+
+def _check_buffers(bufs: dict, specs: dict, device) -> None:
+    """The out-variant launchers write raw pointers: every buffer in ``specs`` (name -> (shape, dtype), what the
+    matching ``*_buffers`` function allocates) must be a contiguous tensor of that dtype on x's device, at least
+    that large."""
+    for name, (shape, dtype) in specs.items():
+        t = bufs.get(name)
+        if not isinstance(t, Tensor) or t.device != device or t.dtype != dtype or not t.is_contiguous():
+            raise ValueError(f"buffer {name!r} must be a contiguous {dtype} tensor on {device}")
+        if t.numel() < math.prod(shape):
+            raise ValueError(f"buffer {name!r} holds {t.numel()} elements, the call writes {math.prod(shape)}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# single tensor
+# ---------------------------------------------------------------------------------------------------------
+
+def _quantize_specs(m: int, k: int, rowwise: bool, columnwise: bool, swizzled: bool) -> dict:
+    """name -> (shape, dtype) of the buffers one quantize call writes (SPEC 6, 8)."""
+    mp = _ru(m, 16)
+    specs = {"amax": ((2,), torch.float32)}
+    if rowwise:
+        specs.update(row_data=((m, k // 2), torch.uint8), row_scales=(scale_shape(m, k // 16, swizzled), torch.uint8))
+    if columnwise:
+        specs.update(col_data=((k, mp // 2), torch.uint8),
+                     col_scales=(scale_shape(k, mp // 16, swizzled), torch.uint8))
+    return specs
+
+
+def quantize_buffers(m: int, k: int, *, rowwise: bool, columnwise: bool, swizzled: bool, device,
+                     fill: int | None = None) -> dict:
+    """Output buffers of one quantize call (SPEC 6, 8); ``fill`` poisons them (tests)."""
+    return _allocate(_quantize_specs(m, k, rowwise, columnwise, swizzled), device, fill)
+
+
+def launch_quantize(x: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: bool, columnwise: bool, rht: bool,
+                    rht_signs: int, block2d: bool, rule: int, sr: bool, seed_lo: int, seed_hi: int, offset: int,
+                    swizzled: bool) -> None:
+    """Launch the amax pass (unless ``amax_in`` [2] is given) and the fused quantizer into ``bufs``
+    (``quantize_buffers``' layout; sizes checked)."""
+    m, k = x.shape
+    _check_buffers(bufs, _quantize_specs(m, k, rowwise, columnwise, swizzled), x.device)
+    ext = load_extension()
+    row_tiles = (m + _TILE_M - 1) // _TILE_M
+    amax = bufs["amax"]
+    if amax_in is None:
+        amax.zero_()
+        _raise_refusal(ext.amax_(x, None, 1, row_tiles, amax[0:1], amax[1:2] if columnwise else None, rht,
+                                 rht_signs, False, rule >= RULE_TORCHAO))
+    else:
+        amax.copy_(amax_in)
+    _raise_refusal(ext.quantize_(
+        x, None, 1, row_tiles, amax[0:1], amax[1:2],
+        bufs["row_data"] if rowwise else None, bufs["row_scales"] if rowwise else None,
+        bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None,
+        LAYOUT_SWIZZLED if swizzled else LAYOUT_COMPACT, block2d, sr, rule, rht, rht_signs, seed_lo, seed_hi, offset,
+        amax_in is None,  # the amax pass is the previous launch: the quantizer may overlap its tail
+    ))
+
+
+@torch.library.custom_op("nvfp4_device::quantize", mutates_args=())
+def quantize_op(x: Tensor, amax: Tensor | None, rowwise: bool, columnwise: bool, rht: bool, rht_signs: int,
+                block2d: bool, rule: int, sr: bool, seed_lo: int, seed_hi: int, offset: int,
+                swizzled: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Functional NVFP4 quantize of a 2-D CUDA tensor: (row_data, row_scales, col_data, col_scales, amax[2])."""
+    m, k = x.shape
+    bufs = quantize_buffers(m, k, rowwise=rowwise, columnwise=columnwise, swizzled=swizzled, device=x.device)
+    launch_quantize(x, bufs, amax, rowwise=rowwise, columnwise=columnwise, rht=rht, rht_signs=rht_signs,
+                    block2d=block2d, rule=rule, sr=sr, seed_lo=seed_lo, seed_hi=seed_hi, offset=offset,
+                    swizzled=swizzled)
+    return bufs["row_data"], bufs["row_scales"], bufs["col_data"], bufs["col_scales"], bufs["amax"]
+
+
+@quantize_op.register_fake
+def _(x, amax, rowwise, columnwise, rht, rht_signs, block2d, rule, sr, seed_lo, seed_hi, offset, swizzled):
+    m, k = x.shape
+    b = quantize_buffers(m, k, rowwise=rowwise, columnwise=columnwise, swizzled=swizzled, device=x.device)
+    return b["row_data"], b["row_scales"], b["col_data"], b["col_scales"], b["amax"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# grouped (SPEC 9)
+# ---------------------------------------------------------------------------------------------------------
+
+def group_capacities(t: int, k: int, e: int) -> dict:
+    """Worst-case byte sizes of the grouped buffers over every split of t rows into e groups (SPEC 9)."""
+    return {
+        "row_data": t * k // 2,
+        "row_scale": 128 * (t // 128 + e) * _ru(k // 16, 4),
+        "col_data": k * 16 * (t // 16 + e) // 2,
+        "col_scale": _ru(k, 128) * 4 * (t // 64 + e),
+    }
+
+
+def _group_specs(t: int, k: int, e: int, rowwise: bool, columnwise: bool) -> dict:
+    """name -> (shape, dtype) of the buffers one grouped quantize call writes, sized from (T, K, E) only."""
+    cap = group_capacities(t, k, e)
+    specs = {"row_amax": ((e,), torch.float32), "col_amax": ((e,), torch.float32),
+             "offsets": ((6, e + 1), torch.int64)}
+    if rowwise:
+        specs.update(row_data=((cap["row_data"],), torch.uint8), row_scales=((cap["row_scale"],), torch.uint8))
+    if columnwise:
+        specs.update(col_data=((cap["col_data"],), torch.uint8), col_scales=((cap["col_scale"],), torch.uint8))
+    return specs
+
+
+def group_buffers(t: int, k: int, e: int, *, rowwise: bool, columnwise: bool, device,
+                  fill: int | None = None) -> dict:
+    """Output buffers of one grouped quantize call, sized from (T, K, E) only."""
+    return _allocate(_group_specs(t, k, e, rowwise, columnwise), device, fill)
+
+
+def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: bool,
+                          columnwise: bool, rht: bool, rht_signs: int, block2d: bool, rule: int, sr: bool,
+                          seed_lo: int, seed_hi: int, offset: int, swizzled: bool) -> None:
+    """Offsets, amax (unless ``amax_in`` [2, E] is given), tail zero-fill and the fused quantizer, all on device
+    (``group_buffers``' layout; sizes checked)."""
+    t, k = x.shape
+    e = splits.numel()
+    _check_buffers(bufs, _group_specs(t, k, e, rowwise, columnwise), x.device)
+    ext = load_extension()
+    row_tiles = t // _TILE_M + e  # worst case of sum ceil(m_g / 128)
+    offs, row_amax, col_amax = bufs["offsets"], bufs["row_amax"], bufs["col_amax"]
+    compute = amax_in is None
+    _raise_refusal(ext.group_setup_(
+        splits, t, k, offs, row_amax if compute else None, col_amax if compute else None,
+        bufs["row_data"] if rowwise else None, bufs["row_scales"] if rowwise else None,
+        bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None))
+    if compute:  # the setup kernel is the previous launch: the amax pass may start as it runs
+        _raise_refusal(ext.amax_(x, offs, e, row_tiles, row_amax, col_amax if columnwise else None, rht,
+                                 rht_signs, True, rule >= RULE_TORCHAO))
+    else:
+        row_amax.copy_(amax_in[0])
+        col_amax.copy_(amax_in[1])
+    _raise_refusal(ext.quantize_(
+        x, offs, e, row_tiles, row_amax, col_amax,
+        bufs["row_data"] if rowwise else None, bufs["row_scales"] if rowwise else None,
+        bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None,
+        LAYOUT_SWIZZLED if swizzled else LAYOUT_PADDED_COMPACT, block2d, sr, rule, rht, rht_signs, seed_lo, seed_hi,
+        offset, compute,  # the amax pass is the previous launch: the quantizer may overlap its tail
+    ))
+
+
+@torch.library.custom_op("nvfp4_device::group_quantize", mutates_args=())
+def group_quantize_op(x: Tensor, splits: Tensor, amax: Tensor | None, rowwise: bool, columnwise: bool, rht: bool,
+                      rht_signs: int, block2d: bool, rule: int, sr: bool, seed_lo: int, seed_hi: int, offset: int,
+                      swizzled: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Functional grouped quantize: (row_data, row_scales, col_data, col_scales, row_amax, col_amax, offsets)."""
+    t, k = x.shape
+    bufs = group_buffers(t, k, splits.numel(), rowwise=rowwise, columnwise=columnwise, device=x.device)
+    launch_group_quantize(x, splits, bufs, amax, rowwise=rowwise, columnwise=columnwise, rht=rht,
+                          rht_signs=rht_signs, block2d=block2d, rule=rule, sr=sr, seed_lo=seed_lo, seed_hi=seed_hi,
+                          offset=offset, swizzled=swizzled)
+    return (bufs["row_data"], bufs["row_scales"], bufs["col_data"], bufs["col_scales"], bufs["row_amax"],
+            bufs["col_amax"], bufs["offsets"])
+
+
+@group_quantize_op.register_fake
+def _(x, splits, amax, rowwise, columnwise, rht, rht_signs, block2d, rule, sr, seed_lo, seed_hi, offset, swizzled):
+    t, k = x.shape
+    b = group_buffers(t, k, splits.shape[0], rowwise=rowwise, columnwise=columnwise, device=x.device)
+    return (b["row_data"], b["row_scales"], b["col_data"], b["col_scales"], b["row_amax"], b["col_amax"],
+            b["offsets"])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# swizzle (SPEC 8.2) and dequantize (SPEC 11)
+# ---------------------------------------------------------------------------------------------------------
+
+@torch.library.custom_op("nvfp4_device::swizzle_scales", mutates_args=())
+def swizzle_op(compact: Tensor) -> Tensor:
+    """Compact uint8 scales [rows, C] -> swizzled zero-padded 1-D buffer (SPEC 8.2)."""
+    rows, cols = compact.shape
+    out = torch.empty(_ru(rows, 128) * _ru(cols, 4), dtype=torch.uint8, device=compact.device)
+    _raise_refusal(load_extension().swizzle_(compact, out))
+    return out
+
+
+@swizzle_op.register_fake
+def _(compact):
+    rows, cols = compact.shape
+    return compact.new_empty(_ru(rows, 128) * _ru(cols, 4))
+
+
+def require_cuda_tensors(**tensors) -> None:
+    """Raise ValueError naming the first keyword argument that is not a CUDA ``torch.Tensor``."""
+    for name, t in tensors.items():
+        if not isinstance(t, Tensor) or not t.is_cuda:
+            raise ValueError(f"{name} must be a CUDA tensor")
+
+
+def check_dequantize_args(data: Tensor, scales: Tensor, amax: Tensor, rows: int, cols: int, swizzled: bool) -> None:
+    """What the dequantize kernel reads, checked before the launch: rows*cols/2 code bytes (8-byte aligned: it reads
+    words), one scale byte per 16-block (SPEC 8.2 offsets when swizzled), one float32 amax, all on one CUDA device."""
+    require_cuda_tensors(data=data, scales=scales, amax=amax)
+    for name, t in (("data", data), ("scales", scales), ("amax", amax)):
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous")
+    if data.dtype != torch.uint8 or scales.dtype != torch.uint8:
+        raise TypeError(f"data and scales must be uint8 tensors, got {data.dtype} and {scales.dtype}")
+    if amax.dtype != torch.float32:
+        raise TypeError(f"amax must be float32, got {amax.dtype}")
+    if scales.device != data.device or amax.device != data.device:
+        raise ValueError(f"data, scales and amax must be on one device, got {data.device}, {scales.device}, "
+                         f"{amax.device}")
+    if rows < 0 or cols < 0 or cols % 16:
+        raise ValueError(f"shape=({rows}, {cols}): rows and cols must be >= 0 and cols a multiple of 16")
+    need_scales = math.prod(scale_shape(rows, cols // 16, swizzled))
+    if data.numel() < rows * cols // 2:
+        raise ValueError(f"data holds {data.numel()} bytes, a {rows} x {cols} plane needs {rows * cols // 2}")
+    if scales.numel() < need_scales:
+        layout = "swizzled" if swizzled else "compact"
+        raise ValueError(f"scales hold {scales.numel()} bytes, {layout} scales of a {rows} x {cols} plane need "
+                         f"{need_scales}")
+    if amax.numel() < 1:
+        raise ValueError("amax must hold one value")
+    if data.numel() and data.data_ptr() % 8:
+        raise ValueError("data must be 8-byte aligned (the kernel reads the codes as 8-byte words; its storage "
+                         "offset breaks that)")
+
+
+@torch.library.custom_op("nvfp4_device::dequantize", mutates_args=())
+def dequantize_op(data: Tensor, scales: Tensor, amax: Tensor, rows: int, cols: int, swizzled: bool,
+                  rule: int = 0) -> Tensor:
+    """One NVFP4 plane -> float32 [rows, cols] (SPEC 11; ``rule``: a code of device._api._RULES, 0 = "te"). The
+    arguments are checked (check_dequantize_args): this op is public as torch.ops.nvfp4_device.dequantize."""
+    check_dequantize_args(data, scales, amax, rows, cols, swizzled)
+    if rule not in (0, 1, 2, 3):
+        raise ValueError(f"rule must be a scale rule code 0..3, got {rule!r}")
+    out = torch.empty((rows, cols), dtype=torch.float32, device=data.device)
+    _raise_refusal(load_extension().dequantize_(data, scales, amax, rows, cols, swizzled, rule, out))
+    return out
+
+
+@dequantize_op.register_fake
+def _(data, scales, amax, rows, cols, swizzled, rule=0):
+    return data.new_empty((rows, cols), dtype=torch.float32)

@@ -1,0 +1,65 @@
+// Programmatic dependent launch for the grouped GEMM's kernel chains (docs/gemm.md, stop 40).
+//
+// A call enqueues a short chain: the setup kernel, then (depending on the path) the fp16 decode, the pointer retarget,
+// the tensor-map kernel, and the GEMM kernel. Launched with programmatic stream serialization, a kernel of the chain is
+// scheduled as soon as every CTA of its predecessor has executed `griddepcontrol.launch_dependents` (pdl_trigger),
+// so its launch and CTA placement overlap the predecessor instead of following its completion.
+//
+// The rule that keeps this correct: a kernel launched this way executes `griddepcontrol.wait` (pdl_wait) in every CTA
+// before it reads or writes global memory. The wait returns once the predecessor grid has completed and its writes
+// are visible; since the predecessor, if launched the same way, completed only after its own wait returned, each
+// kernel's completion implies that of every earlier kernel of the chain (the first kernel, the setup kernel, is an
+// ordinary launch). A kernel launched without the attribute (NVFP4_GEMM_PDL=0, or any ordinary launch) returns from
+// pdl_wait at once and triggers nothing.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <utility>
+
+namespace nvfp4_gemm {
+
+// Blocks until the previous kernel of the stream has completed and its memory is visible (no-op without PDL).
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+// Lets the next kernel of the stream, if launched with PDL, be scheduled now (it still waits in pdl_wait).
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+// The entry of a chained kernel that has a chained successor (decode, retarget, maps kernels): wait for the previous
+// kernel, then let the next one be placed.
+__device__ __forceinline__ void pdl_wait_then_trigger() {
+  pdl_wait();
+  pdl_trigger();
+}
+
+// Whether the chain's kernels are launched with PDL: on unless NVFP4_GEMM_PDL starts with '0' (A/B switch, read at
+// every launch).
+inline bool pdl_enabled() {
+  const char* env = std::getenv("NVFP4_GEMM_PDL");
+  return env == nullptr || env[0] != '0';
+}
+
+// Sets `attr` to programmatic stream serialization; returns the number of attributes written (0 when disabled).
+inline int pdl_attribute(cudaLaunchAttribute* attr) {
+  if (!pdl_enabled()) return 0;
+  attr->id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr->val.programmaticStreamSerializationAllowed = 1;
+  return 1;
+}
+
+// KERNEL<<<grid, threads, smem, s>>>(args...) with PDL when enabled. KERNEL must begin with pdl_wait().
+template <class... KArgs, class... Args>
+void launch_chained(void (*kernel)(KArgs...), dim3 grid, int threads, size_t smem, cudaStream_t s, Args&&... args) {
+  cudaLaunchAttribute attr{};
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(threads, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cfg.attrs = &attr;
+  cfg.numAttrs = pdl_attribute(&attr);
+  cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+}  // namespace nvfp4_gemm

@@ -1,0 +1,216 @@
+// Small kernels: grouped setup (offsets and tail zero-fill, SPEC 9), standalone swizzle (SPEC 8.2), dequantize
+// (SPEC 11).
+#include "nvfp4_launch.h"
+
+#include "nvfp4_common.cuh"
+#include "nvfp4_layout.cuh"
+
+namespace nvfp4 {
+namespace {
+
+constexpr int kScanThreads = 1024;
+
+// Inclusive block-wide scan of kNumOffRows int64 quantities at once (warp shuffles, then warp totals).
+__device__ void block_scan(int64_t (&q)[kNumOffRows], int64_t (*warp_tot)[kNumOffRows]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int r = 0; r < kNumOffRows; ++r) {
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int64_t n = __shfl_up_sync(0xffffffffu, q[r], o);
+      if (lane >= o) q[r] += n;
+    }
+    if (lane == 31) warp_tot[warp][r] = q[r];
+  }
+  __syncthreads();
+  if (warp == 0) {
+#pragma unroll
+    for (int r = 0; r < kNumOffRows; ++r) {
+      int64_t w = warp_tot[lane][r];
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int64_t n = __shfl_up_sync(0xffffffffu, w, o);
+        if (lane >= o) w += n;
+      }
+      warp_tot[lane][r] = w;  // inclusive prefix of warp totals
+    }
+  }
+  __syncthreads();
+  if (warp > 0) {
+#pragma unroll
+    for (int r = 0; r < kNumOffRows; ++r) q[r] += warp_tot[warp - 1][r];
+  }
+}
+
+// Zero bytes [offs[row][E], cap) of up to four buffers (offsets and capacities are multiples of 8).
+struct TailFill {
+  uint8_t* buf[kTailBufs];
+  int64_t cap[kTailBufs];
+  int row[kTailBufs];
+};
+
+// The setup of a grouped call, one launch (it was two until stop 20): every CTA scans the device splits into the
+// offset table [6, E+1] (SPEC 9); CTA 0 writes the table and zeroes the per-group amaxes; all CTAs then zero the
+// bytes past the last group of the worst-case sized buffers (SPEC 9), from the scan's totals (the same numbers CTA 0
+// writes, so no CTA reads another's results).
+// Splits that do not add up to T (SPEC 9.4): a negative size counts as 0 and the running total is capped at T, so
+// every offset stays inside the buffers sized from T; a group is what is left of it below row T.
+__global__ void __launch_bounds__(kScanThreads) group_setup_kernel(const int64_t* __restrict__ splits, int E,
+                                                                    int64_t T, int64_t K, int64_t* __restrict__ offs,
+                                                                    float* __restrict__ row_amax,
+                                                                    float* __restrict__ col_amax, TailFill f) {
+  // The amax pass is launched with a programmatic dependency on this grid and waits (griddepcontrol.wait) for its
+  // completion before it reads anything: let it become resident now.
+  asm volatile("griddepcontrol.launch_dependents;");
+  __shared__ int64_t warp_tot[32][kNumOffRows];
+  __shared__ int64_t carry[kNumOffRows];
+  const int t = threadIdx.x;
+  const bool writer = blockIdx.x == 0;
+  if (t < kNumOffRows) {
+    carry[t] = 0;
+    if (writer) offs[(int64_t)t * (E + 1)] = 0;
+  }
+  const int64_t kb4 = round_up(K / 16, 4), kpad = round_up(K, 128);
+  for (int base = 0; base < E; base += kScanThreads) {
+    __syncthreads();
+    const int i = base + t;
+    int64_t m = i < E ? splits[i] : 0;
+    m = m < 0 ? 0 : (m > T ? T : m);  // SPEC 9.4: clamped to [0, T] (same groups; no int64 overflow in the sums)
+    int64_t q[kNumOffRows];
+    auto sizes = [&](int64_t mg) {
+      q[kOffRows] = mg;
+      q[kOffTiles] = ceil_div(mg, kTileM);
+      q[kOffRowData] = mg * K / 2;
+      q[kOffRowScale] = round_up(mg, 128) * kb4;
+      q[kOffColData] = K * round_up(mg, 16) / 2;
+      q[kOffColScale] = kpad * round_up(ceil_div(mg, 16), 4);
+    };
+    sizes(m);
+    block_scan(q, warp_tot);
+    // rows before this chunk (already capped) + this chunk's inclusive prefix; past T (rare, block-uniform): redo the
+    // chunk with the capped sizes min(P_i, T) - min(P_i - m_i, T). (The __syncthreads_or also separates the two
+    // scans' uses of warp_tot.) Capped totals stay at T, so every later chunk takes this path with sizes 0.
+    const int64_t incl = carry[kOffRows] + q[kOffRows];
+    if (__syncthreads_or(incl > T)) {
+      sizes(min(incl, T) - min(incl - m, T));
+      block_scan(q, warp_tot);
+    }
+    if (writer && i < E) {
+#pragma unroll
+      for (int r = 0; r < kNumOffRows; ++r) offs[(int64_t)r * (E + 1) + i + 1] = carry[r] + q[r];
+      if (row_amax) row_amax[i] = 0.0f;
+      if (col_amax) col_amax[i] = 0.0f;
+    }
+    __syncthreads();
+    if (t == kScanThreads - 1) {
+#pragma unroll
+      for (int r = 0; r < kNumOffRows; ++r) carry[r] += q[r];
+    }
+  }
+  __syncthreads();  // carry[] = the totals, offs[r][E]
+  const int64_t first = blockIdx.x * (int64_t)blockDim.x + t, stride = (int64_t)gridDim.x * blockDim.x;
+#pragma unroll
+  for (int b = 0; b < kTailBufs; ++b) {  // unrolled: f's arrays are indexed by constants (no local-memory copy)
+    if (f.buf[b] == nullptr) continue;
+    // [start, end) in bytes, both multiples of 8 (row data: m K / 2 with K % 16 == 0; the others multiples of 16);
+    // an 8-byte piece at either end, 16-byte stores between (the buffers are 256-byte aligned allocations)
+    const int64_t start = carry[f.row[b]], end = f.cap[b];
+    if (start >= end) continue;
+    const int64_t s16 = round_up(start, (int64_t)16), e16 = end / 16 * 16;
+    if (first == 0 && s16 != start) *reinterpret_cast<uint2*>(f.buf[b] + start) = make_uint2(0, 0);
+    // (start < end, both multiples of 8: e16 >= s16, so the two 8-byte pieces never overlap)
+    if (first == 1 && e16 != end) *reinterpret_cast<uint2*>(f.buf[b] + e16) = make_uint2(0, 0);
+    uint4* p = reinterpret_cast<uint4*>(f.buf[b]);
+    for (int64_t j = s16 / 16 + first; j < e16 / 16; j += stride) p[j] = make_uint4(0, 0, 0, 0);
+  }
+}
+
+// SPEC 8.2: one thread per 4 output bytes (one row r, scale columns c..c+3 of a 128x4 tile).
+__global__ void swizzle_kernel(const uint8_t* __restrict__ in, int64_t rows, int64_t cols, uint8_t* __restrict__ out,
+                               int64_t n_words) {
+  const int64_t cp4 = round_up(cols, 4) / 4;
+  for (int64_t w = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; w < n_words; w += (int64_t)gridDim.x * blockDim.x) {
+    // word w = byte 4w: tile = w / 128; inside a tile, word (r%32)*4 + (r%128)/32
+    const int64_t tile = w >> 7, in_tile = w & 127;
+    const int64_t r = (tile / cp4) * 128 + (in_tile & 3) * 32 + (in_tile >> 2);
+    const int64_t c0 = (tile % cp4) * 4;
+    uint32_t v = 0;
+    if (r < rows) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (c0 + i < cols) v |= (uint32_t)in[r * cols + c0 + i] << (8 * i);
+    }
+    reinterpret_cast<uint32_t*>(out)[w] = v;
+  }
+}
+
+// SPEC 11.1: one thread per 16-block, out = e2m1 * s with the block factor s of the scale rule:
+// TE rules s = (decode(sf) * amax) * fp32(1/2688); torchao s = P * decode(sf), P = amax / 2688; torchao_noscale
+// s = decode(sf).
+__global__ void dequantize_kernel(const uint8_t* __restrict__ data, const uint8_t* __restrict__ scales,
+                                  const float* __restrict__ amax, int64_t rows, int64_t cols, int swizzled, int rule,
+                                  float* __restrict__ out) {
+  const int64_t nb = cols / 16, total = rows * nb;
+  const float am = *amax;
+  const float p = __fdiv_rn(am, 2688.0f);  // rule "torchao" only
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = i / nb, c = i % nb;
+    const uint32_t sb = scales[swizzled ? swizzle_offset(r, c, round_up(nb, 4) / 4) : r * nb + c];
+    const float sf = e4m3_value(sb);
+    const float s = rule == kRuleTorchao ? __fmul_rn(p, sf)
+                    : rule == kRuleTorchaoNoScale ? sf
+                    : __fmul_rn(__fmul_rn(sf, am), kInv2688);
+    const uint2 d = *reinterpret_cast<const uint2*>(data + r * (cols / 2) + c * 8);
+    const uint64_t codes = (uint64_t)d.x | ((uint64_t)d.y << 32);
+    float4* o = reinterpret_cast<float4*>(out + r * cols + c * 16);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      float4 v;
+      v.x = __fmul_rn(e2m1_value((uint32_t)(codes >> (16 * q)) & 0xF), s);
+      v.y = __fmul_rn(e2m1_value((uint32_t)(codes >> (16 * q + 4)) & 0xF), s);
+      v.z = __fmul_rn(e2m1_value((uint32_t)(codes >> (16 * q + 8)) & 0xF), s);
+      v.w = __fmul_rn(e2m1_value((uint32_t)(codes >> (16 * q + 12)) & 0xF), s);
+      o[q] = v;
+    }
+  }
+}
+
+int grid_for(int64_t work, int threads) {
+  const int64_t g = ceil_div(work, threads);
+  return (int)(g < 1 ? 1 : (g > 4096 ? 4096 : g));
+}
+
+}  // namespace
+
+void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int64_t* offs, float* row_amax,
+                        float* col_amax, uint8_t* const bufs[kTailBufs], const int64_t caps[kTailBufs],
+                        const int rows[kTailBufs], cudaStream_t stream) {
+  TailFill f;
+  int64_t most = 0;
+  for (int i = 0; i < kTailBufs; ++i) {
+    f.buf[i] = bufs[i];
+    f.cap[i] = caps[i];
+    f.row[i] = rows[i];
+    if (bufs[i] && caps[i] / 16 > most) most = caps[i] / 16;
+  }
+  // The tail is at most ~E*16*K/2 bytes per buffer; size the grid by capacity, at most 66 CTAs (each also scans
+  // the E splits, which is cheap next to the fill).
+  const int grid = grid_for(most, kScanThreads) < 66 ? grid_for(most, kScanThreads) : 66;
+  group_setup_kernel<<<grid, kScanThreads, 0, stream>>>(splits, E, T, K, offs, row_amax, col_amax, f);
+}
+
+void launch_swizzle(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t stream) {
+  const int64_t n_words = round_up(rows, 128) * round_up(cols, 4) / 4;
+  if (n_words == 0) return;
+  swizzle_kernel<<<grid_for(n_words, 256), 256, 0, stream>>>(in, rows, cols, out, n_words);
+}
+
+void launch_dequantize(const uint8_t* data, const uint8_t* scales, const float* amax, int64_t rows, int64_t cols,
+                       bool swizzled, int rule, float* out, cudaStream_t stream) {
+  const int64_t total = rows * (cols / 16);
+  if (total == 0) return;
+  dequantize_kernel<<<grid_for(total, 256), 256, 0, stream>>>(data, scales, amax, rows, cols, swizzled ? 1 : 0, rule,
+                                                              out);
+}
+
+}  // namespace nvfp4

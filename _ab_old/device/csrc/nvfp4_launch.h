@@ -1,0 +1,70 @@
+// Host-side launchers of the NVFP4 kernels (implemented in the .cu files, called from bindings.cpp).
+#pragma once
+
+#include <cstdint>
+#include <cuda_runtime.h>
+
+namespace nvfp4 {
+
+enum ScaleLayout : int { kCompact = 0, kPaddedCompact = 1, kSwizzled = 2 };
+
+struct AmaxArgs {
+  const void* x;
+  int64_t M, K;          // rows of X (T when grouped) and columns
+  const int64_t* offs;   // grouped offset table [6, E+1] or nullptr
+  int E;
+  float* row_amax;       // [E]; zero-initialised by the caller / offsets kernel
+  float* col_amax;       // [E] or nullptr when no columnwise plane is wanted
+  uint32_t rht_signs;
+  int nan_propagating;   // SPEC 4.1: 1 for the torchao rules (a NaN amax is 0x7FC00000), 0 for the TE rules
+};
+
+struct QuantArgs {
+  const void* x;
+  int64_t M, K;
+  const int64_t* offs;
+  int E;
+  const float* row_amax;  // [E]
+  const float* col_amax;  // [E]
+  uint8_t* row_data;      // nullptr: no rowwise plane
+  uint8_t* row_scales;
+  uint8_t* col_data;      // nullptr: no columnwise plane
+  uint8_t* col_scales;
+  int layout;             // ScaleLayout
+  int block2d;            // 16x16 blocks (SPEC 6.3)
+  int sr;                 // stochastic rounding (SPEC 3.4, 10)
+  int rule;               // Rule
+  uint32_t rht_signs;
+  uint32_t seed_lo, seed_hi, offset;
+};
+
+
+// SPEC 5.1 / 5.3 / 5.4 / 5.5 (the Python API's rule names, in this order)
+enum Rule : int { kRuleTE = 0, kRuleTEFusedRHT = 1, kRuleTorchao = 2, kRuleTorchaoNoScale = 3 };
+__host__ __device__ inline bool is_torchao_rule(int rule) { return rule == kRuleTorchao || rule == kRuleTorchaoNoScale; }
+
+enum DType : int { kBF16 = 0, kF16 = 1, kF32 = 2 };
+
+// amax pass (SPEC 4); `row_tiles` is the (worst-case) number of 128-row tiles. after_setup: the previous launch on
+// `s` is launch_group_setup for these offsets (the bf16 fast kernel then starts with a programmatic dependency).
+void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_setup);
+void launch_amax_f16(const AmaxArgs& a, int64_t row_tiles, cudaStream_t s);
+void launch_amax_f32(const AmaxArgs& a, int64_t row_tiles, cudaStream_t s);
+// fused quantizer (SPEC 5-8, 10). after_amax: the previous launch on `s` is the amax pass of this input (so the
+// bf16 fast kernel may overlap it, reading only X and the offsets before it waits for that pass).
+void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_amax);
+void launch_quantize_f16(const QuantArgs& a, int64_t row_tiles, cudaStream_t s);
+void launch_quantize_f32(const QuantArgs& a, int64_t row_tiles, cudaStream_t s);
+
+// One launch per grouped call (SPEC 9): the offset table [6, E+1] from the device splits (running total capped at
+// the T rows of x, SPEC 9.4), zeroed per-group amaxes (those given), and zero bytes past the last group in up to
+// kTailBufs buffers (bufs[i] of caps[i] bytes, whose used length is offset row rows[i], entry E).
+constexpr int kTailBufs = 4;
+void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int64_t* offs, float* row_amax,
+                        float* col_amax, uint8_t* const bufs[kTailBufs], const int64_t caps[kTailBufs],
+                        const int rows[kTailBufs], cudaStream_t stream);
+void launch_swizzle(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t stream);
+void launch_dequantize(const uint8_t* data, const uint8_t* scales, const float* amax, int64_t rows, int64_t cols,
+                       bool swizzled, int rule, float* out, cudaStream_t stream);
+
+}  // namespace nvfp4

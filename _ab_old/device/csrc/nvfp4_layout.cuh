@@ -1,0 +1,105 @@
+// Tile -> group resolution and per-group buffer offsets (SPEC 6, 8, 9).
+//
+// Both the amax and the quantize kernels cut X into tiles of kTileM (=128) rows by one tile width of columns.
+// A tile never straddles two groups: group g owns ceil(m_g/128) row tiles, and the prefix sum of those counts
+// (offset table row kOffTiles) maps a row-tile index back to its group by a 32-way warp search. For a single tensor
+// the table is absent (offs == nullptr) and the one group is the whole tensor.
+#pragma once
+
+#include <cstdint>
+
+#include "nvfp4_common.cuh"
+
+namespace nvfp4 {
+
+constexpr int kTileM = 128;  // rows (tokens) per tile; also the swizzle row-block, so padding stays in-tile
+
+// Rows of the device offset table, each int64 [E+1] with a leading 0 (SPEC 9).
+enum OffsetRow : int {
+  kOffRows = 0,      // first row of each group (prefix sum of the splits)
+  kOffTiles = 1,     // first row tile of each group (prefix sum of ceil(m_g/128))
+  kOffRowData = 2,   // rowwise data bytes, m_g*K/2
+  kOffRowScale = 3,  // rowwise scales, roundup(m_g,128)*roundup(K/16,4)
+  kOffColData = 4,   // columnwise data bytes, K*roundup(m_g,16)/2
+  kOffColScale = 5,  // columnwise scales, roundup(K,128)*roundup(ceil(m_g/16),4)
+  kNumOffRows = 6
+};
+
+// Where one group lives; everything a tile needs to address its group's planes.
+struct GroupView {
+  int g;                // group index (0 for a single tensor)
+  int64_t m;            // rows of this group (m_g)
+  int64_t row0;         // first row of the group inside X
+  int64_t m0;           // first group-local row of this tile
+  int64_t row_data;     // byte offsets of the group's regions in the flat buffers
+  int64_t row_scale;
+  int64_t col_data;
+  int64_t col_scale;
+};
+
+// Resolve row tile `rt` to its group. Returns false when the tile lies past the last group (worst-case grid).
+__device__ __forceinline__ bool resolve_tile(const int64_t* __restrict__ offs, int E, int64_t M, int64_t rt,
+                                             GroupView& v) {
+  if (offs == nullptr) {
+    v = GroupView{0, M, 0, rt * kTileM, 0, 0, 0, 0};
+    return rt * kTileM < M;
+  }
+  const int64_t* toff = offs + (int64_t)kOffTiles * (E + 1);
+  const int64_t tiles = __ldg(toff + E);  // checked after the search, so that its load overlaps the first round
+  // Largest g < E with toff[g] <= rt (empty groups share their start with the next group and are skipped), by a
+  // 32-way search: each round, lane l tests toff[lo + l * stride] (a prefix of the lanes passes, toff being
+  // non-decreasing and toff[lo] <= rt), and lo moves to the last passing point. ceil(log32(E)) dependent loads
+  // (1 for E <= 32, 2 for E <= 1024) instead of the binary search's log2(E): those loads sit in front of every
+  // tile's X loads (stop 19, device/NOTES.md). Needs the whole warp here, as every caller has.
+  const int lane = (int)(threadIdx.x & 31u);
+  int64_t stride = 1;
+  while (stride * 32 < E) stride *= 32;
+  int64_t lo = 0;
+  for (; stride >= 1; stride >>= 5) {
+    const int64_t idx = lo + lane * stride;
+    const bool pass = idx < E && __ldg(toff + idx) <= rt;
+    lo += (int64_t)(__popc(__ballot_sync(0xffffffffu, pass)) - 1) * stride;
+    if (rt >= tiles) return false;  // a tile of the worst-case grid past the last group: leave after one round
+  }
+  const int64_t* roff = offs + (int64_t)kOffRows * (E + 1);
+  v.g = (int)lo;
+  v.row0 = roff[lo];
+  v.m = roff[lo + 1] - roff[lo];
+  v.m0 = (rt - toff[lo]) * kTileM;
+  v.row_data = offs[(int64_t)kOffRowData * (E + 1) + lo];
+  v.row_scale = offs[(int64_t)kOffRowScale * (E + 1) + lo];
+  v.col_data = offs[(int64_t)kOffColData * (E + 1) + lo];
+  v.col_scale = offs[(int64_t)kOffColScale * (E + 1) + lo];
+  return true;
+}
+
+// The tile of a grid laid out as row tiles x `nkt` column tiles (`tile` = rt * nkt + kt): its group view and its
+// column tile index kt. False when the row tile lies past the last group.
+__device__ __forceinline__ bool resolve_grid_tile(const int64_t* __restrict__ offs, int E, int64_t M, int64_t tile,
+                                                  int64_t nkt, GroupView& v, int64_t& kt) {
+  kt = tile % nkt;
+  return resolve_tile(offs, E, M, tile / nkt, v);
+}
+
+// The same grid walked in reverse tile order (the amax pass: the tiles it reads last are the ones the quantizer
+// reads first, so they are still partly in L2). Only the first `tiles * nkt` CTAs get a tile, where `tiles` is the
+// real row-tile count (offset table row kOffTiles, entry E): a grid sized for the worst case (T/128 + E row tiles)
+// would otherwise start with its empty CTAs, up to E x nkt of them (E = 128 cost ~10 us, stop 20).
+__device__ __forceinline__ bool resolve_grid_tile_reversed(const int64_t* __restrict__ offs, int E, int64_t M,
+                                                           int64_t block, int64_t nkt, GroupView& v, int64_t& kt) {
+  const int64_t tiles =
+      offs == nullptr ? ceil_div(M, (int64_t)kTileM) : __ldg(offs + (int64_t)kOffTiles * (E + 1) + E);
+  if (block >= tiles * nkt) return false;
+  return resolve_grid_tile(offs, E, M, tiles * nkt - 1 - block, nkt, v, kt);
+}
+
+// Input tile geometry per element type: a tile row is 256 bytes = 16 chunks of 16 bytes.
+template <typename T>
+struct TileGeom {
+  static constexpr int kChunkElems = 16 / (int)sizeof(T);      // elements per 16-byte chunk (8 or 4)
+  static constexpr int kTileK = 16 * kChunkElems;              // columns per tile (128 or 64)
+  static constexpr int kLanesPerBlock = 16 / kChunkElems;      // lanes sharing one 16-block (2 or 4)
+  static constexpr int kBlocksPerRow = kTileK / 16;            // 16-blocks per tile row (8 or 4)
+};
+
+}  // namespace nvfp4

@@ -1,0 +1,106 @@
+"""Calls the extensions' C++ entry points with arguments that their own checks must refuse, bypassing every Python
+check, and prints how each refusal reaches Python. Every binding re-checks what it hands a kernel
+(device/csrc/bindings.cpp, gemm_bindings.cpp) and returns the refusal's message (device/csrc/refusal.h), which the
+Python layer raises as RuntimeError; it must never become a launch or a crash. The messages carry numbers on
+purpose: on the H100 machine the compiler links libstdc++ statically into an extension, and there a message formatted
+with iostreams (c10::str, TORCH_CHECK) crashed the process (SIGSEGV; stops 37-38, refusal.h says why).
+
+Exit status 0 when every call was refused with a message. tests/test_device_quantize.py and test_device_gemm.py run
+it in a child process (a crash there would take the test worker down):
+
+    python device/tools/check_binding_errors.py [quantize|gemm|all]
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+import torch
+
+
+def quantize_calls() -> dict[str, Callable[[], str]]:
+    """Refused calls into the quantize extension (nvfp4_device_ext)."""
+    from device._build import load_extension
+
+    ext = load_extension()
+    u8 = dict(dtype=torch.uint8, device="cuda")
+    one = torch.ones(1, dtype=torch.float32, device="cuda")
+
+    def out(rows: int, cols: int) -> torch.Tensor:
+        return torch.empty((rows, cols), dtype=torch.float32, device="cuda")
+
+    bf16 = dict(dtype=torch.bfloat16, device="cuda")
+    return {
+        "amax_ K of 24": lambda: ext.amax_(torch.zeros((4, 24), **bf16), None, 1, 1, torch.zeros(1, device="cuda"),
+                                           None, False, 0, False, False),
+        "amax_ RHT of float32": lambda: ext.amax_(torch.zeros((4, 32), device="cuda"), None, 1, 1,
+                                                  torch.zeros(1, device="cuda"), None, True, 0xD7E8, False, False),
+        "swizzle_ short out": lambda: ext.swizzle_(torch.zeros((4, 4), **u8), torch.zeros(16, **u8)),
+        "dequantize_ short data": lambda: ext.dequantize_(torch.zeros(512, **u8), torch.zeros(65536, **u8), one,
+                                                          1024, 1024, True, 0, out(1024, 1024)),
+        "dequantize_ CPU amax": lambda: ext.dequantize_(torch.zeros(512, **u8), torch.zeros(512, **u8), one.cpu(),
+                                                        32, 32, True, 0, out(32, 32)),
+        "dequantize_ CPU data": lambda: ext.dequantize_(torch.zeros(512, dtype=torch.uint8), torch.zeros(512, **u8),
+                                                        one, 32, 32, True, 0, out(32, 32)),
+        "dequantize_ rule 4": lambda: ext.dequantize_(torch.zeros(512, **u8), torch.zeros(512, **u8), one, 32, 32,
+                                                      True, 4, out(32, 32)),
+    }
+
+
+def gemm_calls() -> dict[str, Callable[[], str]]:
+    """Refused calls into the grouped GEMM extension (nvfp4_gemm), in grouped_gemm_'s argument order
+    (device/gemm.py)."""
+    from device._gemm_build import load_gemm_extension
+
+    ext = load_gemm_extension()
+    u8 = dict(dtype=torch.uint8, device="cuda")
+    plane = torch.zeros(4096, **u8)
+    amax = torch.ones(1, dtype=torch.float32, device="cuda")
+    out = torch.zeros((16, 16), dtype=torch.bfloat16, device="cuda")
+    ws = torch.zeros(1 << 16, **u8)
+
+    def call(kind: int = 0, offs_numel: int = 12, workspace: torch.Tensor = ws, data: torch.Tensor = plane,
+             rule: int = 0) -> str:
+        offs = torch.zeros(offs_numel, dtype=torch.int64, device="cuda")
+        return ext.grouped_gemm_(kind, False, 1, data, plane, offs, amax, plane, plane, offs, amax, out, None, False,
+                                 16, 16, 16, 16, 1.0, rule, 0, workspace, 16, 16, 0, 0)
+
+    return {
+        "grouped_gemm_ kind 7": lambda: call(kind=7),
+        "grouped_gemm_ rule 9": lambda: call(rule=9),
+        "grouped_gemm_ offsets of 5 values": lambda: call(offs_numel=5),
+        "grouped_gemm_ short workspace": lambda: call(workspace=torch.zeros(8, **u8)),
+        "grouped_gemm_ CPU data": lambda: call(data=plane.cpu()),
+    }
+
+
+def main(which: str = "all") -> int:
+    calls: dict[str, Callable[[], str]] = {}
+    if which in ("quantize", "all"):
+        calls.update(quantize_calls())
+    if which in ("gemm", "all"):
+        calls.update(gemm_calls())
+    if not calls:
+        print(f"unknown extension {which!r}: quantize, gemm or all")
+        return 2
+    bad = 0
+    for name, call in calls.items():
+        print(f"{name}: ", end="", flush=True)
+        try:
+            err = call()
+            torch.cuda.synchronize()
+        except Exception as ex:  # noqa: BLE001 - report any exception: the bindings return their errors
+            print(f"raised {type(ex).__name__} (expected a returned message): {ex}")
+            bad += 1
+            continue
+        if isinstance(err, str) and err:
+            print(f"refused: {err.splitlines()[0][:100]}")
+        else:
+            print(f"NOT refused (returned {err!r})")
+            bad += 1
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:2]))
