@@ -498,6 +498,17 @@ def test_exact_dequant_path(case):
     run_wgrad(splits, n, k, "exact", torch.float32, accumulate=False, seed=94, max_ctas=5, **kw)
 
 
+# More groups than the kernel over copies keeps in its shared-memory prefix table (wg::kMaxCachedGroups = 512; stop
+# 47): its tile lookups then search the table in global memory. 600 groups, many empty, with a capped grid so that each
+# CTA walks many tiles (the lookup runs one tile ahead).
+def test_exact_dequant_past_cached_groups():
+    splits = rand_splits(600, 3000, 5)
+    assert len(splits) > 512 and 0 in splits
+    kw = dict(exact_kernel="dequant")
+    run_fprop(splits, 32, 64, "exact", torch.bfloat16, with_bias=True, seed=98, max_ctas=7, **kw)
+    run_wgrad(splits, 32, 48, "exact", torch.float32, accumulate=True, seed=99, max_ctas=7, **kw)
+
+
 def _dgrad_after_disagreeing_groups(n: int, k: int, mode: str, out_dtype, **kw) -> None:
     """dgrad whose weight groups 0 and 1 disagree with N (N + 8 and N - 8 rows, the same total; SPEC 12.5: NaN), so
     that the columnwise plane of groups 2-3 starts K (2 N + 16) / 2 bytes in, not on a whole row of N / 2 bytes (one
