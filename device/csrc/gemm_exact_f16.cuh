@@ -82,8 +82,8 @@ struct Shape {
   static constexpr int kBarBytes = (8 * (kConvB ? 3 : 2) * kStages + 127) / 128 * 128;
   static constexpr int kSmemBase = kStages * kStageBytes + kBarBytes + kEpiBytes + 1024;
   // The MMA warps' tile lookups through a shared-memory prefix table, one tile ahead (wg::find_group_cached; stop 47):
-  // +3% on E64 wgrad (4 K steps per tile) over copies. Not in the hybrid kernel (32 K steps per tile on E64, and
-  // 1-2% slower there in the same A/B), nor in the fused kernels (7% slower on E64 fast fprop).
+  // +5% on E64 exact wgrad (4 K steps per tile), +1-3% on E8 wgrad. Not in the hybrid kernel (32 K steps per tile on
+  // E64, and 1-2% slower there in an A/B), nor in the fused kernels (7% slower on E64 fast fprop).
   static constexpr int kPrefixCap = kConvB ? 0 : wg::prefix_cap_for(227 * 1024 - kSmemBase);
   static constexpr int kSmem = kSmemBase + wg::prefix_table_bytes(kPrefixCap);
   static_assert(kSmem <= 227 * 1024, "shared memory");
