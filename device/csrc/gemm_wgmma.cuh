@@ -144,15 +144,21 @@ struct RawLoader {
   }
 };
 
-// The group of output tile `tile` (binary search in the tile prefix sum) and the tile's index inside the group.
-__device__ __forceinline__ int find_group(const int* __restrict__ prefix, int E, int tile, int* local) {
+// The group of output tile `tile` (binary search in the tile prefix sum, entry i read by at(i)) and the tile's index
+// inside the group.
+template <class At>
+__device__ __forceinline__ int search_prefix(At&& at, int E, int tile, int* local) {
   int lo = 0, hi = E;  // prefix[lo] <= tile < prefix[hi]
   while (hi - lo > 1) {
     const int mid = (lo + hi) >> 1;
-    if (__ldg(prefix + mid) <= tile) lo = mid; else hi = mid;
+    if (at(mid) <= tile) lo = mid; else hi = mid;
   }
-  *local = tile - __ldg(prefix + lo);
+  *local = tile - at(lo);
   return lo;
+}
+// The same over the prefix in global memory.
+__device__ __forceinline__ int find_group(const int* __restrict__ prefix, int E, int tile, int* local) {
+  return search_prefix([prefix](int i) { return __ldg(prefix + i); }, E, tile, local);
 }
 
 // The group table's prefix in shared memory (stop 47; the exact kernel over fp16 copies, gemm_exact_f16.cuh): its MMA
@@ -183,18 +189,13 @@ __device__ __forceinline__ int find_group_cached(const int* __restrict__ prefix,
     return find_group(prefix, E, tile, local);
   } else {
     if (E > CAP) return find_group(prefix, E, tile, local);
-    auto at = [table](int i) {
-      int v;
-      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(table + 4 * i) : "memory");
-      return v;
-    };
-    int lo = 0, hi = E;  // prefix[lo] <= tile < prefix[hi]
-    while (hi - lo > 1) {
-      const int mid = (lo + hi) >> 1;
-      if (at(mid) <= tile) lo = mid; else hi = mid;
-    }
-    *local = tile - at(lo);
-    return lo;
+    return search_prefix(
+        [table](int i) {
+          int v;
+          asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(table + 4 * i) : "memory");
+          return v;
+        },
+        E, tile, local);
   }
 }
 
