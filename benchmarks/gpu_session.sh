@@ -26,8 +26,9 @@
 #   binding-errors device/tools/check_binding_errors.py (every binding refusal is a Python error, not a crash)
 #   ncu            Nsight Compute on one launch of kernel $NCU_KERNEL (a regex) per case of $NCU_CASES (";"-separated
 #                  argument lists of benchmarks/gemm_one_case.py): $OUT/ncu_<i>.ncu-rep, the details page (speed of
-#                  light, warp states, scheduler, instruction mix) in $OUT/ncu_<i>_details.txt and the per-SASS-line
-#                  stall samples in $OUT/ncu_<i>_sass.csv
+#                  light, warp states, scheduler, instruction mix) in $OUT/ncu_<i>_details.txt, the per-SASS-line
+#                  stall samples in $OUT/ncu_<i>_sass.csv and their summary (benchmarks/ncu_sass_summary.py) in
+#                  $OUT/ncu_<i>_summary.txt
 #   bench-gemm     benchmarks/bench_grouped_gemm.py --iters 10 --reps 3 (three rounds: the median then survives one
 #                  disturbed round, which stop 45 saw in about one timing in 20)
 #   bench-quant    benchmarks/bench_quantize.py --quick --no-compile
@@ -148,6 +149,7 @@ EOF
           --import-source no -f -o "$OUT/ncu_$i" python3 benchmarks/gemm_one_case.py $case || rc=$?
         "$NCU" -i "$OUT/ncu_$i.ncu-rep" --page details >"$OUT/ncu_${i}_details.txt" || rc=$?
         "$NCU" -i "$OUT/ncu_$i.ncu-rep" --page source --csv --print-source sass >"$OUT/ncu_${i}_sass.csv" || rc=$?
+        python3 benchmarks/ncu_sass_summary.py "$OUT/ncu_${i}_sass.csv" --top 12 >"$OUT/ncu_${i}_summary.txt" || rc=$?
         grep -E "Duration|Issue Slots Busy|Tensor|No Eligible|Warp Cycles Per Issued|Registers" "$OUT/ncu_${i}_details.txt" | head -n 20
         i=$((i + 1))
       done
