@@ -509,6 +509,33 @@ def test_exact_dequant_past_cached_groups():
     run_wgrad(splits, 32, 48, "exact", torch.float32, accumulate=True, seed=99, max_ctas=7, **kw)
 
 
+def _splits_empty_at_chunk_edges(e: int, seed: int) -> list[int]:
+    """rand_splits with groups 0, 31-33, 63-65, 127-129 and 255-257 (where < e - 1) empty as well: runs of equal
+    prefix entries on both sides of wg::find_group_warp's 32-entry chunk boundaries."""
+    splits = [int(v) for v in rand_splits(e, 40 * e, seed)]
+    for g in (0, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257):
+        if g < e - 1:
+            splits[-1] += splits[g]
+            splits[g] = 0
+    return splits
+
+
+# The MMA warps of the fast kernels over packed operands and of the hybrid exact kernel find each output tile's group
+# with a warp-wide count over prefix[1..E-1] (wg::find_group_warp, stop 48: 8 chunks of 32 entries, so E <= 257; more
+# groups take the binary search). Group counts on each side of every chunk boundary and of that limit, with empty
+# groups at the boundaries, and a capped grid (each CTA walks many tiles), against the oracle.
+@pytest.mark.parametrize("e", [31, 34, 129, 130, 257, 258])
+def test_warp_group_search(e):
+    splits = _splits_empty_at_chunk_edges(e, 40 + e)
+    assert splits[0] == 0 and splits[-1] > 0
+    for kernel in ("swapped", "skinny", "large", "pair"):
+        run_fprop(splits, 32, 64, "fast", torch.bfloat16, with_bias=True, seed=e, fast_kernel=kernel, max_ctas=7)
+    run_dgrad(splits, 64, 32, "fast", torch.float32, seed=e + 1, fast_kernel="swapped", max_ctas=5)
+    run_wgrad(splits, 32, 48, "fast", torch.float32, accumulate=True, seed=e + 2, fast_kernel="large", max_ctas=7)
+    run_fprop(splits, 32, 64, "exact", torch.float32, with_bias=True, seed=e + 3, exact_kernel="hybrid", max_ctas=7)
+    run_dgrad(splits, 64, 32, "exact", torch.bfloat16, seed=e + 4, exact_kernel="hybrid", max_ctas=5)
+
+
 def _dgrad_after_disagreeing_groups(n: int, k: int, mode: str, out_dtype, **kw) -> None:
     """dgrad whose weight groups 0 and 1 disagree with N (N + 8 and N - 8 rows, the same total; SPEC 12.5: NaN), so
     that the columnwise plane of groups 2-3 starts K (2 N + 16) / 2 bytes in, not on a whole row of N / 2 bytes (one

@@ -447,7 +447,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     auto release = [&](int stage) { ws::mbar_arrive(empty + 8 * stage); };  // this thread is done with the stage
     for (int v = first_tile; v < walk.count; v += tile_stride) {
       int local;
-      const int group = wg::find_group(prefix, E, walk.tile(v), &local);
+      const int group = wg::find_group_warp(prefix, E, walk.tile(v), &local);
       const int half = walk.half(v);  // -1: the whole tile
       const Prob* pp = probs + group;
       const int tiles_m = __ldg(&pp->tiles_m);

@@ -161,13 +161,36 @@ __device__ __forceinline__ int find_group(const int* __restrict__ prefix, int E,
   return search_prefix([prefix](int i) { return __ldg(prefix + i); }, E, tile, local);
 }
 
+// The same search by a whole warp (all 32 lanes active, the same tile in each; stop 48): the group is the number of
+// entries prefix[1..E-1] that are <= tile (prefix is non-decreasing from prefix[0] = 0 and tile < prefix[E], so that
+// count is search_prefix's lo, empty groups included). Lane l tests entries 1 + l, 33 + l, ...: the loads are
+// independent and issue together, where the binary search waits for ~log2(E) dependent loads. The MMA warps look up
+// every output tile with it; E past kWarpSearchGroups takes find_group.
+constexpr int kWarpSearchChunks = 8;
+constexpr int kWarpSearchGroups = 32 * kWarpSearchChunks + 1;
+__device__ __forceinline__ int find_group_warp(const int* __restrict__ prefix, int E, int tile, int* local) {
+  if (E > kWarpSearchGroups) return find_group(prefix, E, tile, local);
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  int entry[kWarpSearchChunks];
+#pragma unroll
+  for (int c = 0; c < kWarpSearchChunks; ++c) {
+    const int i = 1 + 32 * c + lane;
+    entry[c] = i < E ? __ldg(prefix + i) : 0x7fffffff;
+  }
+  int group = 0;
+#pragma unroll
+  for (int c = 0; c < kWarpSearchChunks; ++c) group += __popc(__ballot_sync(0xffffffffu, entry[c] <= tile));
+  *local = tile - __ldg(prefix + group);
+  return group;
+}
+
 // The group table's prefix in shared memory (stop 47; the exact kernel over fp16 copies, gemm_exact_f16.cuh): its MMA
 // warps look up every tile's group, and ~log2(E) dependent global loads per tile cost E64 wgrad (4 K steps per tile)
 // about a sixth of its MMA warp time (ncu).
 // A kernel reserves prefix_table_bytes(CAP) of shared memory for up to CAP groups (prefix_cap_for: as many as its
 // spare shared memory holds, at most kMaxCachedGroups); stage_prefix copies prefix[0..E] there when E <= CAP (before
 // the CTA barrier that publishes it), and find_group_cached then searches it there (shared-memory latencies), else
-// falls back to find_group.
+// falls back to find_group_warp (so it too needs a whole warp).
 constexpr int kMaxCachedGroups = 512;
 constexpr int prefix_table_bytes(int cap) { return cap == 0 ? 0 : ((cap + 1) * 4 + 15) / 16 * 16; }
 constexpr int prefix_cap_for(int spare_bytes) {
@@ -186,9 +209,9 @@ template <int CAP>
 __device__ __forceinline__ int find_group_cached(const int* __restrict__ prefix, uint32_t table, int E, int tile,
                                                  int* local) {
   if constexpr (CAP == 0) {
-    return find_group(prefix, E, tile, local);
+    return find_group_warp(prefix, E, tile, local);
   } else {
-    if (E > CAP) return find_group(prefix, E, tile, local);
+    if (E > CAP) return find_group_warp(prefix, E, tile, local);
     return search_prefix(
         [table](int i) {
           int v;

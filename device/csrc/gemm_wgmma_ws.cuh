@@ -835,7 +835,10 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     }
     for (int v = first_tile; v < walk.count; v += tile_stride) {
       int local;
-      const int group = wg::find_group(prefix, E, walk.tile(v), &local);
+      // (the warp search, stop 48; the exact kernels keep the binary search: with the warp search ptxas spilled 4
+      // bytes in the TMA form of 216 registers)
+      const int group = S::kExact ? wg::find_group(prefix, E, walk.tile(v), &local)
+                                  : wg::find_group_warp(prefix, E, walk.tile(v), &local);
       const int half = walk.half(v);  // -1: the whole tile; 0 / 1: columns [128 half, 128 half + 128) of it
       const bool half_tile = kSplitTail && half >= 0;
       const Prob* pp = probs + group;
