@@ -164,8 +164,9 @@ __device__ __forceinline__ int find_group(const int* __restrict__ prefix, int E,
 // The same search by a whole warp (all 32 lanes active, the same tile in each; stop 48): the group is the number of
 // entries prefix[1..E-1] that are <= tile (prefix is non-decreasing from prefix[0] = 0 and tile < prefix[E], so that
 // count is search_prefix's lo, empty groups included). Lane l tests entries 1 + l, 33 + l, ...: the loads are
-// independent and issue together, where the binary search waits for ~log2(E) dependent loads. The MMA warps look up
-// every output tile with it; E past kWarpSearchGroups takes find_group.
+// independent and issue together, where the binary search waits for ~log2(E) dependent loads (the second most
+// sampled stall line of fast E64 wgrad, 4 K steps per tile; +6% there, docs/gemm.md stop 48). E past
+// kWarpSearchGroups takes find_group.
 constexpr int kWarpSearchChunks = 8;
 constexpr int kWarpSearchGroups = 32 * kWarpSearchChunks + 1;
 __device__ __forceinline__ int find_group_warp(const int* __restrict__ prefix, int E, int tile, int* local) {
