@@ -7,6 +7,7 @@
 #   bash benchmarks/ab_two_builds.sh run 2 --mode exact --exact-kernel auto --cases "E64 wgrad,E8 wgrad"
 #                                                      # there (the device tool's carry: .whl and _ab_old):
 #                                                      # build both, then rounds x (new, old) of ab_env_switch.py
+#                                                      # (old first in even rounds)
 #
 # ab_env_switch.py runs with an unused variable (one side per process), so each line is one build's TFLOP/s and its
 # ratio to torch._grouped_mm measured in the same process; the bits check compares nothing across builds.
@@ -27,7 +28,9 @@ case "${1:-}" in
     PYTHONPATH=$old_path NVFP4_BUILD_DIR=/tmp/nvfp4old python3 -c \
       "import device._build as b, device._gemm_build as g; b.load_extension(); g.load_gemm_extension()" || exit 1
     for ((r = 1; r <= rounds; r++)); do
-      for side in new old; do
+      # the order alternates by round (new first in odd rounds), so neither build always runs first
+      if ((r % 2)); then order="new old"; else order="old new"; fi
+      for side in $order; do
         if [ "$side" = new ]; then p=$new_path b=/tmp/nvfp4b; else p=$old_path b=/tmp/nvfp4old; fi
         echo "### $side, round $r"
         PYTHONPATH=$p NVFP4_BUILD_DIR=$b PYTHONWARNINGS=ignore python3 benchmarks/ab_env_switch.py \

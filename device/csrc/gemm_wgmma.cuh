@@ -169,8 +169,8 @@ __device__ __forceinline__ int find_group(const int* __restrict__ prefix, int E,
 // kWarpSearchGroups takes find_group.
 constexpr int kWarpSearchChunks = 8;
 constexpr int kWarpSearchGroups = 32 * kWarpSearchChunks + 1;
-__device__ __forceinline__ int find_group_warp(const int* __restrict__ prefix, int E, int tile, int* local) {
-  if (E > kWarpSearchGroups) return find_group(prefix, E, tile, local);
+// The count itself (E <= kWarpSearchGroups only): the group of `tile`, without its place in the group.
+__device__ __forceinline__ int count_group_warp(const int* __restrict__ prefix, int E, int tile) {
   const int lane = static_cast<int>(threadIdx.x & 31);
   int entry[kWarpSearchChunks];
 #pragma unroll
@@ -181,6 +181,11 @@ __device__ __forceinline__ int find_group_warp(const int* __restrict__ prefix, i
   int group = 0;
 #pragma unroll
   for (int c = 0; c < kWarpSearchChunks; ++c) group += __popc(__ballot_sync(0xffffffffu, entry[c] <= tile));
+  return group;
+}
+__device__ __forceinline__ int find_group_warp(const int* __restrict__ prefix, int E, int tile, int* local) {
+  if (E > kWarpSearchGroups) return find_group(prefix, E, tile, local);
+  const int group = count_group_warp(prefix, E, tile);
   *local = tile - __ldg(prefix + group);
   return group;
 }

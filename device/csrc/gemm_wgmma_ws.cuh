@@ -699,6 +699,32 @@ __device__ __forceinline__ void store_tile_lines(const float (&acc)[S::R], const
   }
 }
 
+// A tile's group (by a whole warp, wg::count_group_warp; E > wg::kWarpSearchGroups: the binary search), its index
+// within the group, and the fields of the group's Prob that the MMA warps' K loop needs. Two rounds of global loads:
+// the count's, then prefix[group] and the three fields together (all four depend on the group only).
+struct TileLookup {
+  int group, local, tiles_m, N, K;
+};
+__device__ __forceinline__ TileLookup lookup_tile(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E,
+                                                  int tile) {
+  TileLookup t;
+  const bool by_warp = E <= wg::kWarpSearchGroups;
+  int start = 0;
+  if (by_warp) {
+    t.group = wg::count_group_warp(prefix, E, tile);
+  } else {
+    t.group = wg::find_group(prefix, E, tile, &t.local);
+    start = tile - t.local;
+  }
+  const Prob* pp = probs + t.group;
+  t.tiles_m = __ldg(&pp->tiles_m);
+  t.N = __ldg(&pp->N);
+  t.K = __ldg(&pp->K);
+  if (by_warp) start = __ldg(prefix + t.group);
+  t.local = tile - start;
+  return t;
+}
+
 // TMA (exact shapes only, RawTma): converter thread 0 issues the raw stages through group_maps (4 per group);
 // otherwise every converter thread copies its chunks with cp.async (wg::RawLoader) and group_maps is not read.
 template <class S, bool OUT_F32, bool TMA>
@@ -838,19 +864,38 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       bnext.seek<S::BN, kWarpSearch>(probs, prefix, E, walk, first_tile);
       convert_next_b_share();  // step 0's share
     }
+    // The group of tile v and the fields of its Prob that the K loop needs: two rounds of global loads (lookup_tile)
+    // during which no wgmma of this CTA runs when they come at the tile's start. The fast 128-row shapes look up
+    // tile v + stride while the last K step's wgmmas of a short tile v (at most kLookAheadSteps K steps) run, before
+    // its epilogue (kLookAhead, stop 49: E64 wgrad, 4 K steps, +3-4%). Longer tiles keep the lookup at their start:
+    // ahead, it delayed the release of the last B stage, and the B conversion paces them (E64 fprop / dgrad -2%).
+    // The exact shapes (216 registers) and the 64-row shape (its fp32 form spilled 40 bytes) never look ahead.
+    constexpr bool kLookAhead = !S::kExact && S::BM == 128;
+    constexpr int kLookAheadSteps = 8;
+    TileLookup next{};
+    bool have_next = false;  // next holds tile v's lookup
     for (int v = first_tile; v < walk.count; v += tile_stride) {
       int local;
-      const int group = kWarpSearch ? wg::find_group_warp(prefix, E, walk.tile(v), &local)
-                                    : wg::find_group(prefix, E, walk.tile(v), &local);
+      int group;
+      if constexpr (kLookAhead) {
+        if (!have_next) next = lookup_tile(probs, prefix, E, walk.tile(v));
+        have_next = false;
+        group = next.group;
+        local = next.local;
+      } else {
+        group = kWarpSearch ? wg::find_group_warp(prefix, E, walk.tile(v), &local)
+                            : wg::find_group(prefix, E, walk.tile(v), &local);
+      }
       const int half = walk.half(v);  // -1: the whole tile; 0 / 1: columns [128 half, 128 half + 128) of it
       const bool half_tile = kSplitTail && half >= 0;
       const Prob* pp = probs + group;
-      const int tiles_m = __ldg(&pp->tiles_m);
+      const int tiles_m = kLookAhead ? next.tiles_m : __ldg(&pp->tiles_m);
       const int m0 = (local % tiles_m) * S::kTileM + static_cast<int>(rank) * S::BM;
-      const ColumnRange cols = walk_columns((local / tiles_m) * S::BN, half_tile ? half : -1, __ldg(&pp->N));
+      const ColumnRange cols =
+          walk_columns((local / tiles_m) * S::BN, half_tile ? half : -1, kLookAhead ? next.N : __ldg(&pp->N));
       const int n0 = cols.begin;  // stored: columns [n0, cols.end)
       // (as StepCursor::seek: a half tile without columns has no K steps)
-      const int KT = half_tile && cols.empty() ? 0 : (__ldg(&pp->K) + kBK - 1) / kBK;
+      const int KT = half_tile && cols.empty() ? 0 : ((kLookAhead ? next.K : __ldg(&pp->K)) + kBK - 1) / kBK;
       const uint32_t a_scale_adj = ((m0 & 127) >> 5) * 4;  // 64-row tiles: rows (m0 mod 128) of the scale tile
 
       if constexpr (S::kLinesEpi) {
@@ -942,6 +987,11 @@ __global__ void __launch_bounds__(S::kThreads, 1)
           step(a_even);
           if (kt + 1 == KT) break;
           step(a_odd);
+        }
+        // a short tile: the next tile's lookup while this tile's last wgmmas run
+        if (kLookAhead && KT <= kLookAheadSteps && v + tile_stride < walk.count) {
+          next = lookup_tile(probs, prefix, E, walk.tile(v + tile_stride));
+          have_next = true;
         }
         wg::wgmma_wait<0>();
         wg::fence_regs(acc);
