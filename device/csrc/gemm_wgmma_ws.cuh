@@ -867,10 +867,12 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     // The group of tile v and the fields of its Prob that the K loop needs: two rounds of global loads (lookup_tile)
     // during which no wgmma of this CTA runs when they come at the tile's start. The fast 128-row shapes look up
     // tile v + stride while the last K step's wgmmas of a short tile v (at most kLookAheadSteps K steps) run, before
-    // its epilogue (kLookAhead, stop 49: E64 wgrad, 4 K steps, +3-4%). Longer tiles keep the lookup at their start:
+    // its epilogue (kLookAhead, stop 49: E64 wgrad, 4 K steps, +5%). Longer tiles keep the lookup at their start:
     // ahead, it delayed the release of the last B stage, and the B conversion paces them (E64 fprop / dgrad -2%).
-    // The exact shapes (216 registers) and the 64-row shape (its fp32 form spilled 40 bytes) never look ahead.
-    constexpr bool kLookAhead = !S::kExact && S::BM == 128;
+    // Only the fp32-output kernels (wgrad's output) have it: in the bf16 ones, whose long tiles (fprop / dgrad) never
+    // look ahead, the code alone cost E64 fprop / dgrad about 1% (ptxas schedules their K loop differently). The
+    // exact shapes (216 registers) and the 64-row shape (its fp32 form spilled 40 bytes) never look ahead.
+    constexpr bool kLookAhead = !S::kExact && S::BM == 128 && OUT_F32;
     constexpr int kLookAheadSteps = 8;
     TileLookup next{};
     bool have_next = false;  // next holds tile v's lookup
