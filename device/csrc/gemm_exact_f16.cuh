@@ -299,12 +299,10 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     ws::Ring<S::kStages> st;
     // kPrefixCap > 0: each tile's group, place and K come from a lookup made at the start of the previous tile (stop
     // 47), in the shared-memory prefix table: its global loads (tiles_m, K) complete during that tile's K loop instead
-    // of stalling this tile's start.
-    struct TileLookup {
-      int group, local, tiles_m, K;
-    };
+    // of stalling this tile's start. (ws::TileLookup's N is not read here.)
+    using ws::TileLookup;
     auto lookup = [&](int v) {
-      TileLookup t;
+      TileLookup t{};
       t.group = wg::find_group_cached<S::kPrefixCap>(prefix, prefix_table, E, v, &t.local);
       t.tiles_m = __ldg(&probs[t.group].tiles_m);
       t.K = __ldg(&probs[t.group].K);

@@ -864,14 +864,14 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       bnext.seek<S::BN, kWarpSearch>(probs, prefix, E, walk, first_tile);
       convert_next_b_share();  // step 0's share
     }
-    // The group of tile v and the fields of its Prob that the K loop needs: two rounds of global loads (lookup_tile)
-    // during which no wgmma of this CTA runs when they come at the tile's start. The fast 128-row shapes look up
-    // tile v + stride while the last K step's wgmmas of a short tile v (at most kLookAheadSteps K steps) run, before
-    // its epilogue (kLookAhead, stop 49: E64 wgrad, 4 K steps, +5%). Longer tiles keep the lookup at their start:
-    // ahead, it delayed the release of the last B stage, and the B conversion paces them (E64 fprop / dgrad -2%).
-    // Only the fp32-output kernels (wgrad's output) have it: in the bf16 ones, whose long tiles (fprop / dgrad) never
-    // look ahead, the code alone cost E64 fprop / dgrad about 1% (ptxas schedules their K loop differently). The
-    // exact shapes (216 registers) and the 64-row shape (its fp32 form spilled 40 bytes) never look ahead.
+    // The group of tile v and the fields of its Prob that the K loop needs: rounds of global loads during which no
+    // wgmma of this CTA runs when they come at the tile's start. kLookAhead (stop 49; the fast 128-row kernels with
+    // fp32 output, wgrad's): lookup_tile (two rounds), and for tile v + stride already while the last K step's wgmmas
+    // of a short tile v (at most kLookAheadSteps K steps) run, before its epilogue (E64 wgrad, 4 K steps, +5%).
+    // Longer tiles keep the lookup at their start: ahead, it delayed the release of the last B stage, and the B
+    // conversion paces them (E64 fprop / dgrad -2%). In the bf16 kernels (fprop / dgrad) the code alone cost about 1%
+    // (ptxas schedules their K loop differently), so they, the exact shapes (216 registers) and the 64-row shape (its
+    // fp32 form spilled 40 bytes) keep the lookup of stop 48 at each tile's start.
     constexpr bool kLookAhead = !S::kExact && S::BM == 128 && OUT_F32;
     constexpr int kLookAheadSteps = 8;
     TileLookup next{};
