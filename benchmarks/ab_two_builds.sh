@@ -8,6 +8,9 @@
 #                                                      # there (the device tool's carry: .whl and _ab_old):
 #                                                      # build both, then rounds x (new, old) of ab_env_switch.py
 #                                                      # (old first in even rounds)
+#   bash benchmarks/ab_two_builds.sh runpy 2 benchmarks/bench_quantize.py --quick --no-compile
+#                                                      # there: any script, run per build and round the same way
+#                                                      # (only the quantize extension is built for the old side)
 #
 # ab_env_switch.py runs with an unused variable (one side per process), so each line is one build's TFLOP/s and its
 # ratio to torch._grouped_mm measured in the same process; the bits check compares nothing across builds.
@@ -19,24 +22,31 @@ case "${1:-}" in
     rm -rf "$OLD_DIR" && mkdir -p "$OLD_DIR" && git archive "$rev" device | tar -x -C "$OLD_DIR" || exit 1
     echo "device/ of $(git rev-parse --short "$rev") in $OLD_DIR/"
     ;;
-  run)
-    rounds=${2:?"usage: ab_two_builds.sh run ROUNDS [ab_env_switch.py arguments]"}
+  run | runpy)
+    mode=$1
+    rounds=${2:?"usage: ab_two_builds.sh run ROUNDS [ab_env_switch.py arguments] | runpy ROUNDS SCRIPT [arguments]"}
     shift 2
     [ -d "$OLD_DIR/device" ] || { echo "no $OLD_DIR/device: run 'prepare' first and carry $OLD_DIR"; exit 2; }
     bash benchmarks/gpu_session.sh build >/dev/null || { tail -n 20 "${OUT:-/tmp/gpu_session_out}/build.log"; exit 1; }
     new_path="$PWD:/tmp/site" old_path="$PWD/$OLD_DIR:$PWD:/tmp/site"
-    PYTHONPATH=$old_path NVFP4_BUILD_DIR=/tmp/nvfp4old python3 -c \
-      "import device._build as b, device._gemm_build as g; b.load_extension(); g.load_gemm_extension()" || exit 1
+    if [ "$mode" = runpy ]; then load="import device._build as b; b.load_extension()"
+    else load="import device._build as b, device._gemm_build as g; b.load_extension(); g.load_gemm_extension()"; fi
+    PYTHONPATH=$old_path NVFP4_BUILD_DIR=/tmp/nvfp4old python3 -c "$load" || exit 1
     for ((r = 1; r <= rounds; r++)); do
       # the order alternates by round (new first in odd rounds), so neither build always runs first
       if ((r % 2)); then order="new old"; else order="old new"; fi
       for side in $order; do
         if [ "$side" = new ]; then p=$new_path b=/tmp/nvfp4b; else p=$old_path b=/tmp/nvfp4old; fi
         echo "### $side, round $r"
-        PYTHONPATH=$p NVFP4_BUILD_DIR=$b PYTHONWARNINGS=ignore python3 benchmarks/ab_env_switch.py \
-          --var NVFP4_AB_UNUSED --values 1 "$@" | grep -v '^NVFP4_AB_UNUSED'
+        if [ "$mode" = runpy ]; then
+          PYTHONPATH=$p NVFP4_BUILD_DIR=$b PYTHONWARNINGS=ignore python3 "$@"
+        else
+          PYTHONPATH=$p NVFP4_BUILD_DIR=$b PYTHONWARNINGS=ignore python3 benchmarks/ab_env_switch.py \
+            --var NVFP4_AB_UNUSED --values 1 "$@" | grep -v '^NVFP4_AB_UNUSED'
+        fi
       done
     done
     ;;
-  *) echo "usage: ab_two_builds.sh prepare REV | run ROUNDS [ab_env_switch.py arguments]"; exit 2 ;;
+  *) echo "usage: ab_two_builds.sh prepare REV | run ROUNDS [ab_env_switch.py arguments] | runpy ROUNDS SCRIPT [arguments]"
+     exit 2 ;;
 esac

@@ -7,7 +7,9 @@
 //    x * +0 keeps the sign of x), so sign(x*mult) = sign(x) for the NaN/Inf-free blocks of the fast path and
 //    the sign nibbles of 8 elements are gathered from the bf16 words with 4 PRMT + 2 ops (instead of 2 ops
 //    per element); the magnitude codes carry a constant bias (packed_bias8) removed by the accumulator's start value;
-//  * rowwise NaN/Inf detection once per warp (all 8 iterations) instead of a vote per iteration;
+//  * rowwise: one whole 16-block per thread (stop 50; two lanes per block before), so the block max, scale byte,
+//    multiplier and clamp test are formed once per 16 elements; NaN/Inf detection by one warp vote per 32 rows;
+//  * the plane constants and multiplier tables: one plane per half of the CTA, shared through shared memory;
 //  * amax: 256 threads of 16 rows x 4 columns (half the registers, twice the warps; measured neutral) and the
 //    rowwise max as an integer SIMD max.
 //  * E2M1 by the three-roundings forms of SPEC 3.6 (FMA pipe except one 3-input minimum per element);
@@ -101,14 +103,38 @@ __device__ __forceinline__ uint32_t mag8_encode(const Floats8& x, float mult, bo
   return clamp ? mag8_magic_clamped(x, mult) : mag8_magic<false>(x.v, mult);
 }
 
-// 8 consecutive elements (4 words) -> 8 packed codes; NaN/Inf-free blocks only. bmax: the block's max |x|
-// (the clamp of SPEC 3.6 is needed only when RN(bmax * mult) >= 7, i.e. for tiny or zero scales).
-__device__ __forceinline__ uint32_t encode8_v4(const uint32_t (&w)[4], float mult, float bmax) {
-  Floats8 x;
+// The 16 codes of a NaN/Inf-free 16-block held as two uint4 of bf16 pairs (element 2i in the low half of word i):
+// codes of p in lo, of q in hi. clamp: the block needs SPEC 3.6's clamp term (needs_clamp of its max); one branch
+// for both halves.
+__device__ __forceinline__ void encode16_words(const uint4& p, const uint4& q, float mult, bool clamp, uint32_t& lo,
+                                               uint32_t& hi) {
+  const uint32_t wp[4] = {p.x, p.y, p.z, p.w}, wq[4] = {q.x, q.y, q.z, q.w};
+  Floats8 xp, xq;
 #pragma unroll
-  for (int e = 0; e < 8; ++e) x.v[e] = bf16_half(w[e >> 1], e & 1);
-  const uint32_t mag = mag8_encode(x, mult, needs_clamp(bmax, mult));
-  return mag + sign_nibbles_pairs(w[0], w[1], w[2], w[3]);  // nibble bit 3 of mag is clear: + is |
+  for (int e = 0; e < 8; ++e) {
+    xp.v[e] = bf16_half(wp[e >> 1], e & 1);
+    xq.v[e] = bf16_half(wq[e >> 1], e & 1);
+  }
+  uint32_t mp, mq;
+  if (clamp) {
+    mp = mag8_magic_clamped(xp, mult);
+    mq = mag8_magic_clamped(xq, mult);
+  } else {
+    mp = mag8_magic<false>(xp.v, mult);
+    mq = mag8_magic<false>(xq.v, mult);
+  }
+  lo = mp + sign_nibbles_pairs(wp[0], wp[1], wp[2], wp[3]);  // nibble bit 3 of mag is clear: + is |
+  hi = mq + sign_nibbles_pairs(wq[0], wq[1], wq[2], wq[3]);
+}
+
+// Max |x| of a 16-block held as two uint4 of bf16 pairs, as the fp32 bits of that bf16 (integer max of the |bits|:
+// equal to the NaN-ignoring fp max of SPEC 5.2 when no element is NaN / Inf; >= 0x7F800000 flags a block that has
+// one).
+__device__ __forceinline__ uint32_t block_max_f32_bits(const uint4& p, const uint4& q) {
+  constexpr uint32_t kAbs = 0x7FFF7FFFu;
+  const uint32_t m = __vmaxu2(__vmaxu2(__vmaxu2(p.x & kAbs, p.y & kAbs), __vmaxu2(p.z & kAbs, p.w & kAbs)),
+                              __vmaxu2(__vmaxu2(q.x & kAbs, q.y & kAbs), __vmaxu2(q.z & kAbs, q.w & kAbs)));
+  return __vmaxu2(m, __byte_perm(m, 0, 0x1032)) & 0xFFFF0000u;  // the larger half, in both halves; keep the upper
 }
 
 // Byte offset of the 8 codes of (plane row p, 16-row block j) of a tile in the columnwise stage (128 rows x 64
@@ -147,9 +173,7 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
   const bool col_ok = chunk * 8 < kleft;
   const T* x = reinterpret_cast<const T*>(a.x);
 
-  // ---- 1. load; rowwise block max as bf16 bits (integer SIMD max of |bits|) ----
-  uint32_t bmh[8];
-  uint32_t slow_any = 0;
+  // ---- 1. load the tile into shared memory (rows past the group and columns past K as zeros) ----
   {
     const uint4* src = reinterpret_cast<const uint4*>(x + (gv.row0 + gv.m0 + rsub) * a.K + gcol);
     const int64_t step = 2 * a.K;  // 16 rows, in uint4 units
@@ -161,108 +185,139 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
       src += step;
     }
 #pragma unroll
-    for (int it = 0; it < 8; ++it) {
-      *reinterpret_cast<uint4*>(tile + (it * 16 + rsub) * 256 + chunk * 16) = raw[it];
-      uint32_t m = absmax2(absmax2(raw[it].x & 0x7FFF7FFFu, raw[it].y), absmax2(raw[it].z & 0x7FFF7FFFu, raw[it].w));
-      m = __vmaxu2(m, __shfl_xor_sync(0xffffffffu, m, 1));  // the two lanes of one 16-block
-      bmh[it] = max(m & 0xFFFFu, m >> 16);                  // >= 0x7F80: the block has a NaN or Inf
-      slow_any = max(slow_any, bmh[it]);
-    }
+    for (int it = 0; it < 8; ++it) *reinterpret_cast<uint4*>(tile + (it * 16 + rsub) * 256 + chunk * 16) = raw[it];
   }
   // Programmatic dependent launch (launch_quantize_bf16 with after_amax): everything above only reads X and the
   // offsets, which the kernel this one may overlap (the amax pass) does not write; the amaxes are read after
   // the wait, which returns once that kernel has finished and its writes are visible. Without a programmatic
   // dependency the wait returns at once.
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  const PlaneScale ps_row = make_plane_scale(a.row_data != nullptr ? a.row_amax[gv.g] : 0.0f, a.rule);
-  const PlaneScale ps_col = make_plane_scale(a.col_data != nullptr ? a.col_amax[gv.g] : 0.0f, a.rule);
+  // Plane constants (SPEC 5.1 / 5.2, or 5.4 / 5.5) and multiplier tables: warps 0-3 form the rowwise plane's, warps
+  // 4-7 the columnwise plane's (each thread one table entry), and the first thread of each half publishes its
+  // plane's constants; every thread reads both after the barrier (two fewer divisions per thread than forming both).
+  __shared__ PlaneScale plane_ps[2];
+  __shared__ TorchaoPlane plane_tp[2];
+  {
+    const int plane = t >> 7, entry = t & 127;  // warp-uniform plane
+    const bool present = (plane == 0 ? a.row_data : a.col_data) != nullptr;
+    const float amax = present ? (plane == 0 ? a.row_amax : a.col_amax)[gv.g] : 0.0f;
+    if constexpr (kTorchao) {
+      const TorchaoPlane tp = make_torchao_plane(amax, a.rule);
+      mtab[plane][entry] = torchao_multiplier((uint32_t)entry, tp);
+      if (entry == 0) plane_tp[plane] = tp;
+    } else {
+      const PlaneScale ps = make_plane_scale(amax, a.rule);
+      mtab[plane][entry] = block_multiplier((uint32_t)entry, ps);
+      if (entry == 0) plane_ps[plane] = ps;
+    }
+  }
+  __syncthreads();
+  [[maybe_unused]] PlaneScale ps_row{}, ps_col{};
   [[maybe_unused]] TorchaoPlane tp_row{}, tp_col{};
   [[maybe_unused]] bool row_fast = true, col_fast = true;  // torchao: the plane's multipliers are finite and > 0
   if constexpr (kTorchao) {
-    tp_row = make_torchao_plane(a.row_data != nullptr ? a.row_amax[gv.g] : 0.0f, a.rule);
-    tp_col = make_torchao_plane(a.col_data != nullptr ? a.col_amax[gv.g] : 0.0f, a.rule);
+    tp_row = plane_tp[0];
+    tp_col = plane_tp[1];
     row_fast = torchao_fast_plane(tp_row);
     col_fast = torchao_fast_plane(tp_col);
-    if (t < 128) mtab[0][t] = torchao_multiplier((uint32_t)t, tp_row);
-    else mtab[1][t - 128] = torchao_multiplier((uint32_t)(t - 128), tp_col);
   } else {
-    if (t < 128) mtab[0][t] = block_multiplier((uint32_t)t, ps_row);
-    else mtab[1][t - 128] = block_multiplier((uint32_t)(t - 128), ps_col);
+    ps_row = plane_ps[0];
+    ps_col = plane_ps[1];
   }
-  __syncthreads();
 
-  // ---- 2. rowwise plane (SPEC 6.1) ----
+  // ---- 2. rowwise plane (SPEC 6.1): thread t owns the 16-block blk = t % 8 of tile rows 32 it + t / 8, it = 0..3,
+  // i.e. a whole block per thread: its max, scale byte, multiplier and clamp test are formed once for 16 elements
+  // (two lanes per block did them twice, stop 50) ----
   if (a.row_data != nullptr) {
-    const PlaneScale& ps = ps_row;
+    const int blk = t & 7, rrow = t >> 3;
     const int64_t C = a.K / 16;
     const int64_t cp = round_up(C, 4);
-    const int64_t blk = k0 / 16 + chunk / 2;
-    const bool lead = (chunk & 1) == 0;
-    const bool pad_ok = lead && a.layout != kCompact && blk < cp;  // SPEC 8.2 padding byte of this lane
-    uint8_t* dptr = a.row_data + gv.row_data + (gv.m0 + rsub) * (a.K / 2) + gcol / 2;
-    const int64_t dstep = 16 * (a.K / 2);
+    const int64_t gblk = k0 / 16 + blk;
+    const bool blk_ok = blk * 16 < kleft;  // K % 16 == 0: a block is wholly inside K or wholly past it
+    const bool pad_ok = a.layout != kCompact && gblk < cp;  // SPEC 8.2 padding byte of this block column
+    uint8_t* dptr = a.row_data + gv.row_data + (gv.m0 + rrow) * (a.K / 2) + gblk * 8;
+    const int64_t dstep = 32 * (a.K / 2);
     uint8_t* sptr;
-    int64_t sA, sB;  // scale of iteration it at sptr + (it & 1) * sA + (it >> 1) * sB
+    int64_t sstep;  // scale of iteration it at sptr + it * sstep
     if (a.layout == kSwizzled) {
-      sptr = a.row_scales + gv.row_scale + swizzle_offset(gv.m0 + rsub, blk, cp >> 2);
-      sA = 256;  // row + 16: (r & 31) + 16
-      sB = 4;    // row + 32: (r & 127) >> 5 + 1
+      sptr = a.row_scales + gv.row_scale + swizzle_offset(gv.m0 + rrow, gblk, cp >> 2);
+      sstep = 4;  // row + 32: (r & 127) >> 5 + 1, same 128-row tile (SPEC 8.2)
     } else {
       const int64_t cols = a.layout == kPaddedCompact ? cp : C;
-      sptr = a.row_scales + gv.row_scale + (gv.m0 + rsub) * cols + blk;
-      sA = 16 * cols;
-      sB = 32 * cols;
+      sptr = a.row_scales + gv.row_scale + (gv.m0 + rrow) * cols + gblk;
+      sstep = 32 * cols;
     }
-    const bool warp_slow = __any_sync(0xffffffffu, slow_any >= 0x7F80u) || !row_fast;
-    if (!warp_slow) {
+    const uint8_t* src = tile + rrow * 256 + blk * 32;
+    int it_slow = 4;  // first iteration that needs the exact path (4: none)
+    if (kTorchao && !row_fast) it_slow = 0;
+    if (it_slow == 4) {
+      uint8_t* dp = dptr;
+      uint8_t* sp = sptr;
 #pragma unroll
-      for (int it = 0; it < 8; ++it) {
-        const int row = it * 16 + rsub;
-        uint8_t* sp = sptr + (it & 1) * sA + (it >> 1) * sB;
-        if (row < rleft && col_ok) {
-          const float bmax = __uint_as_float(bmh[it] << 16);
-          const uint32_t sb = kTorchao ? torchao_scale_byte(bmax, tp_row) : block_scale_byte(bmax, ps);
-          const uint4 q = *reinterpret_cast<const uint4*>(tile + row * 256 + chunk * 16);
-          const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-          *reinterpret_cast<uint32_t*>(dptr + it * dstep) = encode8_v4(w, mtab[0][sb], bmax);
-          if (lead) *sp = (uint8_t)sb;
+      for (int it = 0; it < 4; ++it) {
+        // (the 8 lanes of one 128-bit shared-memory phase read 8 blocks of one row at a 32-byte stride: two-way
+        // bank conflicts; ordering the halves per lane to avoid them cost more instructions than it saved)
+        const uint4 qa = *reinterpret_cast<const uint4*>(src + it * 32 * 256);
+        const uint4 qb = *reinterpret_cast<const uint4*>(src + it * 32 * 256 + 16);
+        const uint32_t bbits = block_max_f32_bits(qa, qb);
+        if (__any_sync(0xffffffffu, bbits >= 0x7F800000u)) {  // a NaN or Inf in some block of this warp
+          it_slow = it;
+          break;
+        }
+        if (it * 32 + rrow < rleft && blk_ok) {
+          const float bmax = __uint_as_float(bbits);
+          const uint32_t sb = kTorchao ? torchao_scale_byte(bmax, tp_row) : block_scale_byte(bmax, ps_row);
+          const float mult = mtab[0][sb];
+          uint32_t lo, hi;
+          encode16_words(qa, qb, mult, needs_clamp(bmax, mult), lo, hi);
+          *reinterpret_cast<uint2*>(dp) = make_uint2(lo, hi);
+          *sp = (uint8_t)sb;
         } else if (pad_ok) {
           *sp = 0;
         }
+        dp += dstep;
+        sp += sstep;
       }
-    } else {  // some block of this warp has a NaN or Inf: per-iteration vote, exact path where needed
+    }
+    // From the first iteration whose warp holds a NaN / Inf block on (or every iteration of a torchao plane whose
+    // multipliers are not all finite and positive): per-iteration vote, exact path where needed.
 #pragma unroll 1
-      for (int it = 0; it < 8; ++it) {
-        const int row = it * 16 + rsub;
-        uint8_t* sp = sptr + (it & 1) * sA + (it >> 1) * sB;
-        const uint4 qq = *reinterpret_cast<const uint4*>(tile + row * 256 + chunk * 16);
-        const uint32_t w[4] = {qq.x, qq.y, qq.z, qq.w};
-        uint32_t m = absmax2(absmax2(qq.x & 0x7FFF7FFFu, qq.y), absmax2(qq.z & 0x7FFF7FFFu, qq.w));
-        m = __vmaxu2(m, __shfl_xor_sync(0xffffffffu, m, 1));
-        const uint32_t bh = max(m & 0xFFFFu, m >> 16);
-        const bool slow = __any_sync(0xffffffffu, bh >= 0x7F80u);  // warp-uniform
-        float b = __uint_as_float(bh << 16);
-        if (slow) {  // exact fp max: NaN-ignoring (SPEC 5.2), NaN-propagating for the torchao rules (5.4)
-          float mm = 0.0f;
+    for (int it = it_slow; it < 4; ++it) {
+      const int row = it * 32 + rrow;
+      const uint4 lo = *reinterpret_cast<const uint4*>(tile + row * 256 + blk * 32);
+      const uint4 hi = *reinterpret_cast<const uint4*>(tile + row * 256 + blk * 32 + 16);
+      const uint32_t wl[4] = {lo.x, lo.y, lo.z, lo.w}, wh[4] = {hi.x, hi.y, hi.z, hi.w};
+      const uint32_t bbits = block_max_f32_bits(lo, hi);
+      const bool slow = __any_sync(0xffffffffu, bbits >= 0x7F800000u);  // warp-uniform
+      float b = __uint_as_float(bbits);
+      if (slow) {  // exact fp max: NaN-ignoring (SPEC 5.2), NaN-propagating for the torchao rules (5.4)
+        float mm = 0.0f;
 #pragma unroll
-          for (int e = 0; e < 8; ++e) mm = abs_max<kTorchao>(mm, fabsf(bf16_half(w[e >> 1], e & 1)));
-          b = abs_max<kTorchao>(mm, __shfl_xor_sync(0xffffffffu, mm, 1));
+        for (int e = 0; e < 8; ++e) {
+          mm = abs_max<kTorchao>(mm, fabsf(bf16_half(wl[e >> 1], e & 1)));
+          mm = abs_max<kTorchao>(mm, fabsf(bf16_half(wh[e >> 1], e & 1)));
         }
-        if (row < rleft && col_ok) {
-          uint32_t sb, packed;
-          const float mult = block_byte_and_multiplier<kTorchao>(b, ps, tp_row, mtab[0], sb);
-          if constexpr (kTorchao) {
-            packed = 0;
+        b = mm;
+      }
+      uint8_t* sp = sptr + it * sstep;
+      if (row < rleft && blk_ok) {
+        uint32_t sb, pl, ph;
+        const float mult = block_byte_and_multiplier<kTorchao>(b, ps_row, tp_row, mtab[0], sb);
+        if constexpr (kTorchao) {
+          pl = ph = 0;
 #pragma unroll
-            for (int e = 0; e < 8; ++e) packed |= torchao_code_rn(bf16_half(w[e >> 1], e & 1), mult) << (4 * e);
-          } else {
-            packed = slow ? encode8_slow(w, mult) : encode8_fast(w, mult);
+          for (int e = 0; e < 8; ++e) {
+            pl |= torchao_code_rn(bf16_half(wl[e >> 1], e & 1), mult) << (4 * e);
+            ph |= torchao_code_rn(bf16_half(wh[e >> 1], e & 1), mult) << (4 * e);
           }
-          *reinterpret_cast<uint32_t*>(dptr + it * dstep) = packed;
-          if (lead) *sp = (uint8_t)sb;
-        } else if (pad_ok) {
-          *sp = 0;
+        } else {
+          pl = slow ? encode8_slow(wl, mult) : encode8_fast(wl, mult);
+          ph = slow ? encode8_slow(wh, mult) : encode8_fast(wh, mult);
         }
+        *reinterpret_cast<uint2*>(dptr + it * dstep) = make_uint2(pl, ph);
+        *sp = (uint8_t)sb;
+      } else if (pad_ok) {
+        *sp = 0;
       }
     }
   }
