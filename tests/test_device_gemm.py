@@ -353,11 +353,10 @@ def test_forced_fast_kernels(tile):
 # from an fp16 copy in the even / odd code order), forced: the same bits as oracle.gemm(model="tensor_core"). Covers
 # the skinny cases (groups of several 64-row token tiles, N not a multiple of 256 or of 128, K tails, bias, fp32),
 # every CASES shape (empty groups, a giant expert, 64 groups), K % 32 = 16 (8-byte weight copies), odd N (fprop's weight
-# rows per group), 16x16 weight blocks, and dgrad (W's columnwise plane as the register operand). bf16 output goes
-# through the staged epilogue (whole token rows from shared memory; odd N and K take its element-by-element path).
+# rows per group), 16x16 weight blocks, and dgrad (W's columnwise plane as the register operand); bf16 output rows of
+# odd length too.
 SWAPPED_CASES = dict(SKINNY_CASES, **{f"c_{k}": (*v, torch.bfloat16, True) for k, v in CASES.items()},
                      k48_odd_n=([5, 0, 64, 65, 3], 131, 48, torch.float32, True),
-                     # bf16 rows of odd length: the staged bf16 epilogue's element-by-element path (stop 50)
                      k48_odd_n_bf16=([5, 0, 64, 65, 3], 131, 48, torch.bfloat16, True))
 
 

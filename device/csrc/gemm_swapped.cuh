@@ -29,8 +29,7 @@
 //       Either way the rows past M / N only reach accumulator elements the epilogue does not store.
 //   MMA warpgroups (4; weight rows [64 wm, 64 wm + 64), one m64 tile): decode their fragments from the stage, issue
 //       4 wgmma.m64n64k16 (one per block) over the token tile, and release the stage one step later (after
-//       wgmma.wait_group 1); then the epilogue stores the transposed tile: fp32 directly, element by element; bf16
-//       through a shared-memory buffer per warpgroup, as whole token rows (store_tile_staged_bf16, stop 50).
+//       wgmma.wait_group 1); then the epilogue stores the transposed tile directly.
 //   full[s]   the loader's copies of stage s have landed (TMA: one arrive.expect_tx and the copies' complete_tx;
 //             cp.async: cp.async.mbarrier.arrive.noinc, one per loader thread)
 //   empty[s]  every MMA thread has read stage s (its words by ld.shared, its token tile by the completed wgmmas)
@@ -66,11 +65,7 @@ struct ShapeT {
   static constexpr int kScaleBytes = 2 * 512;  // two 128-row scale tiles
   static constexpr int kStageBytes = kTokBytes + kRawBytes + kScaleBytes;
   static constexpr int kBarBytes = 8 * 2 * kStages;
-  // bf16 epilogue (store_tile_staged_bf16): per MMA warpgroup its 64 tokens x kWgRows weight rows, transposed, at a
-  // row pitch of 16 bytes more than a row (the 4 token rows a warp writes per st.shared fall on different banks)
-  static constexpr int kEpiPitch = kWgRows * 2 + 16;
-  static constexpr int kEpiBytes = kMma * BM * kEpiPitch;
-  static constexpr int kSmem = kStages * kStageBytes + kBarBytes + kEpiBytes + 1024;
+  static constexpr int kSmem = kStages * kStageBytes + kBarBytes + 1024;
   static_assert(kMma * kWgRows == BN, "the warpgroups cover the tile's weight rows");
   static_assert(LOADER_WARPS == 1 || LOADER_WARPS == 2 || LOADER_WARPS == 4 || LOADER_WARPS == 8,
                 "copies divide evenly");
@@ -380,56 +375,6 @@ __device__ __forceinline__ void store_tile_transposed(const float (&acc)[32], co
   }
 }
 
-// bf16 epilogue through shared memory (stop 50): the warpgroup writes its transposed m64 tile (64 tokens x 64 weight
-// rows, the values of store_tile_transposed: y = alpha * acc; y += bias; cast) into its buffer `buf`, then stores
-// whole token rows, 16 bytes per thread (a row of 64 bf16 is one 128-byte segment) instead of 16 bytes per 4 rows
-// and instruction. Rows past M are skipped; pieces crossing N, or a destination that is not 16-byte aligned, go
-// element by element. Named barrier 1 + wm (the warpgroup's 128 threads) between the two phases and after them.
-template <class S>
-__device__ __forceinline__ void store_tile_staged_bf16(const float (&acc)[32], const Prob& p, int m0, int n_wg, int wm,
-                                                       int mt, uint32_t buf) {
-  static_assert(S::kTiles == 1 && S::kWgRows == 64, "one m64 tile per warpgroup");
-  const int warp = mt >> 5, lane = mt & 31;
-  const float alpha = p.alpha;
-  // (1) accumulator register 4j + 2h + e: weight row 16 warp + lane / 4 + 8h, token 2 (lane % 4) + 8j + e
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int nl = 16 * warp + (lane >> 2) + 8 * h;
-    const float b = (p.bias != nullptr && n_wg + nl < p.N) ? p.bias[n_wg + nl] : 0.0f;
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float y = __fmul_rn(alpha, acc[4 * j + 2 * h + e]);
-        if (p.bias != nullptr) y = __fadd_rn(y, b);
-        const __nv_bfloat16 v = __float2bfloat16_rn(y);
-        const int tl = 2 * (lane & 3) + 8 * j + e;
-        asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(buf + tl * S::kEpiPitch + 2 * nl),
-                     "h"(*reinterpret_cast<const unsigned short*>(&v))
-                     : "memory");
-      }
-  }
-  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wm) : "memory");
-  // (2) 8 threads per token row, 16 bytes (8 weight rows) each, 16 rows per pass
-  const int chunk = mt & 7, n = n_wg + 8 * chunk;
-  const bool vec = (p.ldd % 8 == 0) && (reinterpret_cast<uintptr_t>(p.d) % 16 == 0);
-  __nv_bfloat16* d = static_cast<__nv_bfloat16*>(p.d);
-#pragma unroll
-  for (int pass = 0; pass < 4; ++pass) {
-    const int tl = 16 * pass + (mt >> 3), m = m0 + tl;
-    if (m >= p.M || n >= p.N) continue;
-    const uint4 v = wg::lds128(buf + tl * S::kEpiPitch + 16 * chunk);
-    __nv_bfloat16* dp = d + static_cast<long long>(m) * p.ldd + n;
-    if (vec && n + 8 <= p.N) {
-      *reinterpret_cast<uint4*>(dp) = v;
-    } else {
-      const __nv_bfloat16* e8 = reinterpret_cast<const __nv_bfloat16*>(&v);
-      for (int i = 0; i < 8 && n + i < p.N; ++i) dp[i] = e8[i];
-    }
-  }
-  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wm) : "memory");  // the buffer is free for the next tile
-}
-
 // The last round's tiles run as half tiles (ws::TileWalk: weight rows [128 h, 128 h + 128) of the tile) when they fill
 // at most half of the CTAs (E8 T512 fprop: SM active 81% -> 93% of the kernel's cycles); the warpgroups whose rows lie
 // in the other half then only follow the ring (wait for each stage, release it at once).
@@ -452,7 +397,6 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   const uint32_t ring = smem;
   const uint32_t bars = ring + S::kStages * S::kStageBytes;
   const uint32_t full = bars, empty = bars + 8 * S::kStages;
-  const uint32_t epi = bars + S::kBarBytes;  // the bf16 epilogue buffers (S::kEpiBytes)
   const int tid = threadIdx.x, lane = tid & 31;
   const int first_tile = blockIdx.x, tile_stride = gridDim.x;
   const ws::TileWalk<true> walk(__ldg(prefix + E), tile_stride);
@@ -573,12 +517,8 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       Prob p = *pp;
       p.N = cols.end;
       const int n_base = n0 + S::kWgRows * wm + 16 * warp + (lane >> 2), m_base = m0 + 2 * (lane & 3);
-      if constexpr (!OUT_F32 && T == 1) {
-        store_tile_staged_bf16<S>(acc[0], p, m0, n0 + S::kWgRows * wm, wm, mt & 127, epi + wm * S::BM * S::kEpiPitch);
-      } else {
 #pragma unroll
-        for (int i = 0; i < T; ++i) store_tile_transposed<OUT_F32>(acc[i], p, m_base, n_base + 64 * i, accumulate);
-      }
+      for (int i = 0; i < T; ++i) store_tile_transposed<OUT_F32>(acc[i], p, m_base, n_base + 64 * i, accumulate);
     }
   }
 }
