@@ -238,7 +238,8 @@ std::string grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_d
   l.max_ctas = static_cast<int>(max_ctas);
   // bf16 wgrad: the look-ahead instantiation (NVFP4_BF16_WGRAD_AHEAD=0, read at every launch, turns it off for an A/B)
   const char* ahead = std::getenv("NVFP4_BF16_WGRAD_AHEAD");
-  l.look_ahead = kind == nvfp4_gemm::kWgrad && !(ahead != nullptr && ahead[0] == '0');: an fp16 copy of A only, B dequantized in the kernel (docs/gemm.md, stop 46)
+  l.look_ahead = kind == nvfp4_gemm::kWgrad && !(ahead != nullptr && ahead[0] == '0');
+  // the hybrid exact kernel: an fp16 copy of A only, B dequantized in the kernel (docs/gemm.md, stop 46)
   if (force_kernel == kForceExactHybrid) {
     nvfp4_gemm::DequantGemmArgs d{};
     const auto copies = f16_copies(d, static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
