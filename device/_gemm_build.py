@@ -13,7 +13,7 @@ from types import ModuleType
 __all__ = ["load_gemm_extension"]
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-_SOURCES = ("gemm_bindings.cpp", "gemm_kernels.cu", "gemm_wgmma_fast.cu", "gemm_wgmma_pair.cu", "gemm_wgmma_ahead.cu", "gemm_wgmma_exact.cu",
+_SOURCES = ("gemm_bindings.cpp", "gemm_kernels.cu", "gemm_wgmma_fast.cu", "gemm_wgmma_pair.cu", "gemm_wgmma_exact.cu",
             "gemm_wgmma_exact_tma.cu", "gemm_dequant.cu", "gemm_exact_f16.cu", "gemm_exact_hybrid.cu",
             "gemm_swapped.cu")
 #: the dequantize-first path's CUTLASS instantiations (one per epilogue), built when CUTLASS's headers are found

@@ -534,7 +534,7 @@ def test_warp_group_search(e):
         run_fprop(splits, 32, 64, "fast", torch.bfloat16, with_bias=True, seed=e, fast_kernel=kernel, max_ctas=7)
     run_dgrad(splits, 64, 32, "fast", torch.float32, seed=e + 1, fast_kernel="swapped", max_ctas=5)
     run_wgrad(splits, 32, 48, "fast", torch.float32, accumulate=True, seed=e + 2, fast_kernel="large", max_ctas=7)
-    # bf16 wgrad: the 128 x 256 kernel with the look-ahead lookup (ShapeLargeBf16Ahead, stop 50)
+    # bf16 wgrad through the 128 x 256 kernel (ShapeLargeBf16, staged epilogue), many short tiles per CTA
     run_wgrad(splits, 32, 48, "fast", torch.bfloat16, accumulate=False, seed=e + 5, fast_kernel="large", max_ctas=7)
     run_fprop(splits, 32, 64, "exact", torch.float32, with_bias=True, seed=e + 3, exact_kernel="hybrid", max_ctas=7)
     run_dgrad(splits, 64, 32, "exact", torch.bfloat16, seed=e + 4, exact_kernel="hybrid", max_ctas=5)

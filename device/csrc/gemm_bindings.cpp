@@ -236,9 +236,6 @@ std::string grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_d
   l.grid_upper = static_cast<int>(grid_upper);
   l.tile_m = s.tile_m;
   l.max_ctas = static_cast<int>(max_ctas);
-  // bf16 wgrad: the look-ahead instantiation (NVFP4_BF16_WGRAD_AHEAD=0, read at every launch, turns it off for an A/B)
-  const char* ahead = std::getenv("NVFP4_BF16_WGRAD_AHEAD");
-  l.look_ahead = kind == nvfp4_gemm::kWgrad && !(ahead != nullptr && ahead[0] == '0');
   // the hybrid exact kernel: an fp16 copy of A only, B dequantized in the kernel (docs/gemm.md, stop 46)
   if (force_kernel == kForceExactHybrid) {
     nvfp4_gemm::DequantGemmArgs d{};

@@ -60,7 +60,6 @@ struct LaunchArgs {
   int grid_upper;  // host upper bound on the number of tiles (grid = min(this, resident blocks))
   int tile_m;  // CTA rows (from pick_tile); selects the fast kernel's shape
   int max_ctas;  // 0, or at most this many CTAs (a cluster counts its CTAs; at least one cluster runs)
-  int look_ahead;  // bf16 output: the 128 x 256 kernel with the next tile's lookup ahead (wgrad; gemm_wgmma_ahead.cu)
   // The fused exact kernel's TMA loader (gemm_wgmma_exact_tma.cu): scratch for 4 tensor maps per group (128 bytes each,
   // 128-byte aligned), given only when every group's packed rows have a pitch of a multiple of 16 bytes and the planes
   // are 16-byte aligned (fprop / dgrad with a contraction % 32 == 0); null: the cp.async loader.
@@ -83,8 +82,7 @@ void launch_wgmma_exact(const LaunchArgs& a, cudaStream_t s);
 // its TMA form (gemm_wgmma_exact_tma.cu): false, launching nothing, when it cannot run (LaunchArgs::exact_maps null,
 // NVFP4_EXACT_TMA not 1, or the driver refuses the maps)
 bool launch_wgmma_exact_tma(const LaunchArgs& a, cudaStream_t s);
-void launch_wgmma_pair(const LaunchArgs& a, cudaStream_t s);
-void launch_wgmma_large_bf16_ahead(const LaunchArgs& a, cudaStream_t s);  // ShapeLargeBf16Ahead (bf16 wgrad)  // fast mode, 2-CTA cluster tiles
+void launch_wgmma_pair(const LaunchArgs& a, cudaStream_t s);  // fast mode, 2-CTA cluster tiles
 // exact mode over fp16 copies of the operands, and fast mode with the operands swapped: launch_exact_f16 and
 // launch_swapped in gemm_dequant.h (they need the planes for their TMA maps)
 

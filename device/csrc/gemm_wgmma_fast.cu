@@ -11,9 +11,7 @@ void launch_wgmma_fast(const LaunchArgs& a, cudaStream_t s) {
   } else if (a.tile_m == ws::ShapeSkinny::BM) {
     if (a.out_f32) ws::launch<ws::ShapeSkinny, true>(a, s); else ws::launch<ws::ShapeSkinnyBf16, false>(a, s);
   } else {
-    if (a.out_f32) ws::launch<ws::ShapeLarge, true>(a, s);
-    else if (a.look_ahead) launch_wgmma_large_bf16_ahead(a, s);
-    else ws::launch<ws::ShapeLargeBf16, false>(a, s);
+    if (a.out_f32) ws::launch<ws::ShapeLarge, true>(a, s); else ws::launch<ws::ShapeLargeBf16, false>(a, s);
   }
 }
 

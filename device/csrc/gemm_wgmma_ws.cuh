@@ -48,11 +48,8 @@ namespace ws {
 using wg::kBK;
 
 template <int BM_, int CONV_, int MMA_REGS_, int CONV_REGS_, int MMA_UNITS_, int CLUSTER_ = 1, int AHEAD_ = 0,
-          int RAW_STAGES_ = 6, int B_STAGES_ = 4, int STAGED_EPI_ = 0, int EXACT_ = 0, int LOOK_AHEAD_ = 0>
+          int RAW_STAGES_ = 6, int B_STAGES_ = 4, int STAGED_EPI_ = 0, int EXACT_ = 0>
 struct Shape {
-  // kLookAheadBf16: the next tile's lookup under a short tile's last wgmmas (ws_gemm_kernel's kLookAhead) also with
-  // bf16 output; the fp32-output 128-row kernels always have it (stops 49, 50).
-  static constexpr bool kLookAheadBf16 = LOOK_AHEAD_ != 0;
   // kBAhead: the MMA threads convert their B share one K step ahead (after issuing the current step's wgmmas), off
   // the path between their A decode and their wgmma issue; otherwise the current step's share, before its wgmmas.
   static constexpr bool kBAhead = AHEAD_ != 0;
@@ -133,9 +130,6 @@ using ShapePair = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 2>;
 // rows x 16 bytes, half sectors, per instruction; the 128 x 256 kernel keeps 4 raw stages instead of 6 to make room
 // for the buffers).
 using ShapeLargeBf16 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 1>;
-// The same with the look-ahead lookup, for bf16-output wgrad (short K loops: T / E rows per group); fprop / dgrad keep
-// ShapeLargeBf16, whose K loop the look-ahead's code slowed by about 1% (docs/gemm.md, stops 49 and 50).
-using ShapeLargeBf16Ahead = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 1, 0, 1>;
 using ShapeSkinnyBf16 = Shape<64, 2, 200, 152, 2, 1, 0, 6, 4, 1>;
 using ShapePairBf16 = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 1>;
 // Exact mode (SPEC 12.2): 128 x 128 tiles, two MMA warpgroups (64 x 128 each: accumulator + two partial fragments =
@@ -878,7 +872,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     // conversion paces them (E64 fprop / dgrad -2%). In the bf16 kernels (fprop / dgrad) the code alone cost about 1%
     // (ptxas schedules their K loop differently), so they, the exact shapes (216 registers) and the 64-row shape (its
     // fp32 form spilled 40 bytes) keep the lookup of stop 48 at each tile's start.
-    constexpr bool kLookAhead = !S::kExact && S::BM == 128 && (OUT_F32 || S::kLookAheadBf16);
+    constexpr bool kLookAhead = !S::kExact && S::BM == 128 && OUT_F32;
     constexpr int kLookAheadSteps = 8;
     TileLookup next{};
     bool have_next = false;  // next holds tile v's lookup
