@@ -8,7 +8,8 @@
 //    the sign nibbles of 8 elements are gathered from the bf16 words with 4 PRMT + 2 ops (instead of 2 ops
 //    per element); the magnitude codes carry a constant bias (packed_bias8) removed by the accumulator's start value;
 //  * rowwise: one whole 16-block per thread (stop 50; two lanes per block before), so the block max, scale byte,
-//    multiplier and clamp test are formed once per 16 elements; NaN/Inf detection by one warp vote per 32 rows;
+//    multiplier and clamp test are formed once per 16 elements; NaN/Inf detection by one warp vote per iteration
+//    (the warp's 4 rows);
 //  * the plane constants and multiplier tables: one plane per half of the CTA, shared through shared memory;
 //  * amax: 256 threads of 16 rows x 4 columns (half the registers, twice the warps; measured neutral) and the
 //    rowwise max as an integer SIMD max.
