@@ -64,10 +64,12 @@ def _f32(v) -> np.ndarray:
 
 
 def ref_quantize(case: Case) -> dict:
+    """Every buffer of ``oracle.quantize`` with the case's options (SPEC 4-8, 10)."""
     return oracle.quantize(case.arrays["x"], **quantize_kwargs(case)).buffers()
 
 
 def ref_group_quantize(case: Case) -> dict:
+    """Every flat buffer of ``oracle.group_quantize`` at the device's worst-case capacities (SPEC 9)."""
     x, splits = case.arrays["x"], case.arrays["splits"]
     cap = oracle.grouped_capacities(x.shape[0], x.shape[1], splits.size)
     if case.options.get("splits_rule") == "cut":  # SPEC 9.4: the device cuts splits that do not add up to T
@@ -90,18 +92,22 @@ def _not_nan(case: Case) -> np.ndarray:
 
 
 def ref_e2m1(case: Case) -> dict:
+    """E2M1 codes of the case's non-NaN fp32 values (SPEC 3.1)."""
     return {"codes": F.encode_e2m1(_not_nan(case))}
 
 
 def ref_e4m3(case: Case) -> dict:
+    """E4M3 bytes of the case's non-NaN fp32 values (SPEC 3.2)."""
     return {"bytes": F.encode_e4m3(_not_nan(case))}
 
 
 def ref_bf16(case: Case) -> dict:
+    """bf16 bits of the case's non-NaN fp32 values (SPEC 3.3)."""
     return {"bits": F.f32_to_bf16_bits(_not_nan(case))}
 
 
 def ref_rht(case: Case) -> dict:
+    """The 16-point RHT of the case's rows, rounded to bf16 bits (SPEC 7, 3.3)."""
     y = oracle.rht(case.arrays["x"], case.options["rht_signs"])
     return {"y": F.f32_to_bf16_bits(y)}
 
@@ -122,11 +128,13 @@ def gemm_epilogue(case: Case) -> dict:
 
 
 def ref_gemm_exact(case: Case) -> dict:
+    """``oracle.gemm(model="exact")`` with the case's epilogue (SPEC 12.3)."""
     pa, pb = gemm_planes(case)
     return {"y": oracle.gemm(pa, pb, model="exact", **gemm_epilogue(case))}
 
 
 def ref_gemm_bound(case: Case) -> dict:
+    """The exact product and ``oracle.gemm_error_bound`` of the case (SPEC 12.3, 12.4)."""
     pa, pb = gemm_planes(case)
     ep = gemm_epilogue(case)
     return {"y": oracle.gemm(pa, pb, model="exact", **ep), "bound": oracle.gemm_error_bound(pa, pb, **ep)}
@@ -253,6 +261,7 @@ def ref_dequantize(case: Case) -> dict:
 
 
 def ref_layout(case: Case) -> dict:
+    """The case's scales swizzled and the grouped scale offsets (SPEC 8.2, 9.2)."""
     s, splits, k = case.arrays["scales"], case.arrays["splits"], int(case.options["k"])
     sw = swizzle_scales(s)
     offs = grouped_scale_offsets(splits, k)

@@ -145,6 +145,7 @@ class GroupedNVFP4Tensor:
 
     @property
     def num_groups(self) -> int:
+        """E, the number of groups (``splits`` entries, empty groups included)."""
         return int(self.splits.shape[0])
 
     def buffers(self) -> dict:
