@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+THIS_FILE = Path(__file__).resolve()
+ROOT = THIS_FILE.parent.parent
 SPEC = ROOT / "SPEC.md"
 CITING_DIRS = ("oracle", "device", "conformance", "tests", "docs", "benchmarks")
 CITING_SUFFIXES = {".py", ".cu", ".cuh", ".h", ".cpp", ".md"}
@@ -47,7 +48,7 @@ def citing_files() -> list[Path]:
     for d in CITING_DIRS:
         for p in sorted((ROOT / d).rglob("*")):
             # (this file cites an undefined section on purpose, to test the pattern)
-            if p.suffix in CITING_SUFFIXES and "_scratch" not in p.parts and p.is_file() and p != Path(__file__):
+            if p.suffix in CITING_SUFFIXES and "_scratch" not in p.parts and p.is_file() and p != THIS_FILE:
                 files.append(p)
     return files
 
@@ -59,7 +60,7 @@ def test_the_citation_pattern_reads_joined_numbers():
     ]
 
 
-def test_spec_defines_the_sections_its_table_of_kernels_needs():
+def test_defined_sections_reads_the_spec_headings():
     sections = defined_sections(SPEC.read_text())
     # the top-level sections and a sample of numbered rules, written out here from SPEC.md's headings
     assert {str(n) for n in range(1, 16)} <= sections
@@ -88,5 +89,5 @@ def spec15_files(spec_text: str) -> list[str]:
 
 @pytest.mark.parametrize("name", spec15_files(SPEC.read_text()))
 def test_every_file_spec15_names_exists(name: str):
-    where = [ROOT / name] if "/" in name else [ROOT / "device" / "csrc" / name]
-    assert any(glob.glob(str(p)) for p in where), f"SPEC 15 names {name}, which does not exist"
+    pattern = ROOT / name if "/" in name else ROOT / "device" / "csrc" / name
+    assert glob.glob(str(pattern)), f"SPEC 15 names {name}, which does not exist"
