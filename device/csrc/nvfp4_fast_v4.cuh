@@ -15,6 +15,7 @@
 //    rowwise max as an integer SIMD max.
 //  * E2M1 by the three-roundings forms of SPEC 3.6 (FMA pipe except one 3-input minimum per element);
 //  * programmatic dependent launch after the amax pass (griddepcontrol.wait before the amaxes are read).
+//  * outputs (codes, scale bytes, padding) stored evict-first (store_once, st.global.cs; stop 53, -1 to -2%).
 // H100 (ncu): ALU pipe 54%, FMA pipe 37%, issue 67% (was ALU-bound at 74% before SPEC 3.6): device/NOTES.md.
 #pragma once
 
@@ -147,6 +148,15 @@ __device__ __forceinline__ int col_stage_offset(int p, int j) {
   return pair * 128 + ((((p & 1) << 3) | j) ^ (pair & 15)) * 8;
 }
 
+// The outputs are written once and not read again by this kernel: stored evict-first (st.global.cs), so that they,
+// and not the X lines that the amax pass left in L2 (it walks the tiles in reverse order, so this grid's first
+// tiles are resident) and that this grid has still to read, are L2's first victims. H100, stop 53: fused call -1 to
+// -2%, grouped -1%; marking the X loads evict-first as well was no better (device/NOTES.md).
+template <class V>
+__device__ __forceinline__ void store_once(V* p, V v) {
+  __stcs(p, v);
+}
+
 // kTorchao: the torchao rules (SPEC 5.4 / 5.5). A plane whose P gives finite positive multipliers
 // (torchao_fast_plane) takes the same fast paths, with the block scale byte by torchao_scale_byte (every byte of a
 // NaN/Inf-free block is then 0x08..0x7E) and the table built by torchao_multiplier: the products are finite and
@@ -271,10 +281,10 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
           const float mult = mtab[0][sb];
           uint32_t lo, hi;
           encode16_words(qa, qb, mult, needs_clamp(bmax, mult), lo, hi);
-          *reinterpret_cast<uint2*>(dp) = make_uint2(lo, hi);
-          *sp = (uint8_t)sb;
+          store_once(reinterpret_cast<uint2*>(dp), make_uint2(lo, hi));
+          store_once(sp, (uint8_t)sb);
         } else if (pad_ok) {
-          *sp = 0;
+          store_once(sp, (uint8_t)0);
         }
         dp += dstep;
         sp += sstep;
@@ -315,10 +325,10 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
           pl = slow ? encode8_slow(wl, mult) : encode8_fast(wl, mult);
           ph = slow ? encode8_slow(wh, mult) : encode8_fast(wh, mult);
         }
-        *reinterpret_cast<uint2*>(dptr + it * dstep) = make_uint2(pl, ph);
-        *sp = (uint8_t)sb;
+        store_once(reinterpret_cast<uint2*>(dptr + it * dstep), make_uint2(pl, ph));
+        store_once(sp, (uint8_t)sb);
       } else if (pad_ok) {
-        *sp = 0;
+        store_once(sp, (uint8_t)0);
       }
     }
   }
@@ -356,7 +366,10 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
       uint64_t o[2];  // this block's packed codes of plane rows h = 0, 1 (constant indices: stays in registers)
       const int j = jb + 4 * jj;
       if (j >= jleft) {  // no row of the group in this block (and then none in the next): padding bytes only
-        if (a.layout != kCompact && j < jpad) csp[jj * sJ] = csp[jj * sJ + sH] = 0;
+        if (a.layout != kCompact && j < jpad) {
+          store_once(csp + jj * sJ, (uint8_t)0);
+          store_once(csp + jj * sJ + sH, (uint8_t)0);
+        }
         continue;
       }
       uint32_t w[16];
@@ -403,9 +416,9 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
             const bool clamp = needs_clamp(bmax, mult);
             const uint32_t lo = mag8_encode(xl, mult, clamp), hi = mag8_encode(xh, mult, clamp);
             o[h] = ((uint64_t)(hi + sg[h][1]) << 32) | (lo + sg[h][0]);
-            *sp = (uint8_t)sb;
+            store_once(sp, (uint8_t)sb);
           } else if (a.layout != kCompact && jpok) {
-            *sp = 0;  // SPEC 8.2 padding (every plane row of the tile is below roundup(K, 128))
+            store_once(sp, (uint8_t)0);  // SPEC 8.2 padding (every plane row of the tile is below roundup(K, 128))
           }
         }
       } else {
@@ -431,9 +444,9 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
               }
             }
             o[h] = ((uint64_t)hi << 32) | lo;
-            *sp = (uint8_t)sb;
+            store_once(sp, (uint8_t)sb);
           } else if (a.layout != kCompact && jpok) {
-            *sp = 0;
+            store_once(sp, (uint8_t)0);
           }
         }
       }
@@ -453,7 +466,7 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
     for (int i = 0; i < 4; ++i) {
       const int p = i * 32 + (t >> 3);  // plane row within the tile
       const uint64_t v = *reinterpret_cast<const uint64_t*>(cstage + col_stage_offset(p, sj));
-      if (p < kleft && sj < jleft) *reinterpret_cast<uint64_t*>(cdp) = v;
+      if (p < kleft && sj < jleft) store_once(reinterpret_cast<unsigned long long*>(cdp), (unsigned long long)v);
       cdp += 32 * dH;
     }
   }
