@@ -31,6 +31,7 @@ case "${1:-}" in
     new_path="$PWD:/tmp/site" old_path="$PWD/$OLD_DIR:$PWD:/tmp/site"
     if [ "$mode" = runpy ]; then load="import device._build as b; b.load_extension()"
     else load="import device._build as b, device._gemm_build as g; b.load_extension(); g.load_gemm_extension()"; fi
+    find /tmp/nvfp4old -name lock -print -delete 2>/dev/null  # a stale lock of a killed build (gpu_session.sh build)
     PYTHONPATH=$old_path NVFP4_BUILD_DIR=/tmp/nvfp4old python3 -c "$load" || exit 1
     for ((r = 1; r <= rounds; r++)); do
       # the order alternates by round (new first in odd rounds), so neither build always runs first

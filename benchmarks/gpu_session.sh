@@ -64,6 +64,9 @@ default_timeout() {
 stage_body() {
   case "$1" in
     build)
+      # A build killed by a timeout leaves torch's `lock` file in its directory, and every later load waits on it
+      # for ever (stop 53). No other build runs when this stage starts, so any lock found here is stale.
+      find "$NVFP4_BUILD_DIR" -name lock -print -delete 2>/dev/null
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
         .whl/*.whl || return 1
       python3 -c "import device._gemm_build as g; g.load_gemm_extension(); import device._build as b; b.load_extension()"
