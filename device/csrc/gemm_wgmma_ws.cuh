@@ -48,7 +48,7 @@ namespace ws {
 using wg::kBK;
 
 template <int BM_, int CONV_, int MMA_REGS_, int CONV_REGS_, int MMA_UNITS_, int CLUSTER_ = 1, int AHEAD_ = 0,
-          int RAW_STAGES_ = 6, int B_STAGES_ = 4, int STAGED_EPI_ = 0, int EXACT_ = 0, int BN_ = 0>
+          int RAW_STAGES_ = 6, int B_STAGES_ = 4, int STAGED_EPI_ = 0, int EXACT_ = 0, int BN_ = 0, int MMA_HALF_ = 0>
 struct Shape {
   // kBAhead: the MMA threads convert their B share one K step ahead (after issuing the current step's wgmmas), off
   // the path between their A decode and their wgmma issue; otherwise the current step's share, before its wgmmas.
@@ -100,12 +100,15 @@ struct Shape {
   // kUnalignedB: the MMA threads' one unit covers rows [64, 88) (threads t < 96), or with MMA_UNITS 0 the converter
   // converts all 88 rows (its third unit: threads t < 96); the partial unit's other threads convert nothing.
   static constexpr int kMmaUnits = MMA_UNITS_;
-  static constexpr int kConvRows = !kUnalignedB ? kLoadBN - kMmaRPI * kMmaUnits
+  // kMmaHalf (MMA_UNITS 1): each MMA thread converts half a unit (8 codes), rows [kLoadBN - kMma 16, kLoadBN)
+  // (convert_and_publish_b_half), the converter the rows before them
+  static constexpr bool kMmaHalf = MMA_HALF_ != 0;
+  static constexpr int kConvRows = kMmaHalf ? kLoadBN - kMma * 16 : !kUnalignedB ? kLoadBN - kMmaRPI * kMmaUnits
                                    : kMmaUnits == 0 ? kLoadBN : kLoadBN - kLoadBN % kMmaRPI;
   static constexpr int kConvUnits = (kConvRows + kConvRPI - 1) / kConvRPI;
   static_assert(kUnalignedB ? kMmaUnits <= 1 && kLoadBN - kConvRows <= kMmaRPI * kMmaUnits &&
                                 (kMmaUnits == 0 || (kConvRows % kMmaRPI == 0 && kBAhead))
-                            : kConvRows % kConvRPI == 0 && kConvRows % kMmaRPI == 0,
+                            : kConvRows % kConvRPI == 0 && (kMmaHalf || kConvRows % kMmaRPI == 0),
                 "conversion units are whole (but the last one when the rows are unaligned; the MMA threads' share of "
                 "unaligned rows is converted ahead, where its tile's scale-tile phase is known)");
   static_assert(128 % kMmaRPI == 0 && 128 % kConvRPI == 0,
@@ -121,6 +124,7 @@ struct Shape {
   static_assert(kCluster == 1 || (kCluster == 2 && BM == 128 && (kLoadBN % 128 == 0 || kLoadBN == 88)),
                 "two CTAs per cluster, each owning whole 128-row scale tiles of A and B (or 88 B rows, ShapePair176)");
   static_assert(!kUnalignedB || (kCluster == 2 && !kExact && STAGED_EPI_ == 1), "176-column tiles: the pair, staged");
+  static_assert(!kMmaHalf || (!kUnalignedB && kMmaUnits == 1 && kBAhead), "half units: aligned rows, converted ahead");
   static_assert(WN % (kEpiRowBytes / 4) == 0 && WN % (kEpiRowBytes / 2) == 0, "whole epilogue passes");
   // setmaxnreg moves registers inside the CTA's launch allocation (the launch bound's per-thread count, a multiple of
   // 8: 168 for 384 threads): a setmaxnreg.inc that asks for more than the decs released waits forever.
@@ -147,6 +151,9 @@ using ShapePair = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 2>;
 using ShapeLargeBf16 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 1>;
 using ShapeSkinnyBf16 = Shape<64, 2, 200, 152, 2, 1, 0, 6, 4, 1>;
 using ShapePairBf16 = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 1>;
+// (the converter 96 B rows, 3 units per thread, and the MMA threads half units of the other 32; NVFP4_PAIR_SPLIT=1)
+using ShapePairSplit = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 2, 0, 0, 1>;
+using ShapePairSplitBf16 = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 1, 0, 0, 1>;
 // 256 x 176 cluster tiles (docs/gemm.md, stop 54): the pair with 88 B rows per CTA (converter rows [0, 64), 2 units;
 // MMA threads rows [64, 88), one unit ahead) and m64n176k16 wgmmas; bf16 and fp32 output through the staged
 // epilogue. For N where 176-column tiles waste less than 256-column ones (N = 1408: 8 whole tiles against 5.5).
@@ -578,6 +585,32 @@ __device__ __forceinline__ void convert_and_publish_b(uint32_t raw, const BRing&
   publish_b_rows<S, RPI, ROW0, COUNT>(rows, br.full + 8 * b.stage, br.peer_delta, t >> 5, lane, expect);
 }
 
+// The MMA threads' share as half units (kMmaHalf): thread t converts codes [8 h, 8 h + 8) of 16-block b of B row
+// kConvRows + r (r = t / 8, b = t / 2 % 4, h = t % 2), one 16-byte chunk of the fp16 row (chunk 2 b + h at
+// ((2 b + h) ^ (row % 8)) * 16, as convert_b_rows), so that each MMA thread's share is half of a whole unit; then each
+// warp publishes its 4 rows (publish_b_rows' protocol, 512-byte blocks).
+template <class S>
+__device__ __forceinline__ void convert_and_publish_b_half(uint32_t raw, const BRing& br, const Ring<S::kBStages>& b,
+                                                           int t, int lane) {
+  mbar_wait(br.empty + 8 * b.stage, b.phase ^ 1u);
+  const uint32_t rows = br.base + b.stage * S::kBBytes + br.rows_off;
+  const int row = S::kConvRows + (t >> 3), blk = (t >> 1) & 3, h = t & 1;
+  const uint32_t word = wg::lds32(raw + S::kRawA + row * 32 + blk * 8 + h * 4);
+  const uint32_t sbyte = wg::lds8(raw + S::kRawA + S::kRawB + S::kSA + nvfp4::swizzle_offset<int>(row, blk, 1));
+  uint32_t o[4];
+  f16dec::e2m1x8_to_f16(word, f16dec::scale_to_f16x2(sbyte), o);
+  wg::sts128(rows + row * 128 + (((2 * blk + h) ^ (row & 7)) << 4), o);
+  wg::fence_proxy_async();
+  __syncwarp();
+  if (lane == 0) {
+    if constexpr (S::kCluster == 2) {
+      const uint32_t blk4 = rows + (S::kConvRows + 4 * (t >> 5)) * 128;
+      bulk_copy_to_peer(blk4 + br.peer_delta, blk4, 4 * 128, br.full + 8 * b.stage + br.peer_delta);
+    }
+    mbar_arrive(br.full + 8 * b.stage);
+  }
+}
+
 // Bulk copy (async proxy) of `bytes` (a multiple of 16; both addresses 16-byte aligned) from this CTA's shared memory
 // to global memory, in this thread's current bulk async-group.
 __device__ __forceinline__ void bulk_copy_to_global(void* dst, uint32_t src, uint32_t bytes) {
@@ -881,17 +914,19 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     // arrive) apart, with the A fragments decoded in between while the stores complete.
     // (phase: b_phase of the step's tile; 0 unless kUnalignedB, whose only shapes convert ahead)
     auto convert_b_share = [&](const Ring<S::kRawStages>& r, const Ring<S::kBStages>& b, bool half_tile, int phase) {
-      if constexpr (S::kMmaUnits > 0)
+      if constexpr (S::kMmaHalf)
+        convert_and_publish_b_half<S>(raw_ring + r.stage * S::kRaw, br, b, mt, lane);
+      else if constexpr (S::kMmaUnits > 0)
         convert_and_publish_b<S, S::kMmaRPI, S::kConvRows, S::kMmaUnits>(raw_ring + r.stage * S::kRaw, br, b, mt,
                                                                           lane, false, half_tile, phase);
     };
     auto convert_b_share_rows = [&](const Ring<S::kRawStages>& r, const Ring<S::kBStages>& b, bool half_tile) {
-      if constexpr (S::kMmaUnits > 0)
+      if constexpr (S::kMmaUnits > 0 && !S::kMmaHalf)  // (kMmaHalf shapes convert ahead)
         convert_b_stage<S, S::kMmaRPI, S::kConvRows, S::kMmaUnits>(raw_ring + r.stage * S::kRaw, br, b, mt, half_tile,
                                                                    0);
     };
     auto publish_b_share = [&](const Ring<S::kBStages>& b) {
-      if constexpr (S::kMmaUnits > 0)
+      if constexpr (S::kMmaUnits > 0 && !S::kMmaHalf)
         publish_b_stage<S, S::kMmaRPI, S::kConvRows, S::kMmaUnits>(br, b, mt, lane, false);
     };
     // kBAhead: the B share of step bnext, if there is one, converted and published while the current step's wgmmas
