@@ -48,7 +48,7 @@ namespace ws {
 using wg::kBK;
 
 template <int BM_, int CONV_, int MMA_REGS_, int CONV_REGS_, int MMA_UNITS_, int CLUSTER_ = 1, int AHEAD_ = 0,
-          int RAW_STAGES_ = 6, int B_STAGES_ = 4, int STAGED_EPI_ = 0, int EXACT_ = 0, int BN_ = 0, int MMA_HALF_ = 0>
+          int RAW_STAGES_ = 6, int B_STAGES_ = 4, int STAGED_EPI_ = 0, int EXACT_ = 0>
 struct Shape {
   // kBAhead: the MMA threads convert their B share one K step ahead (after issuing the current step's wgmmas), off
   // the path between their A decode and their wgmma issue; otherwise the current step's share, before its wgmmas.
@@ -57,8 +57,7 @@ struct Shape {
   // (exact: SPEC 12.6 with C = 0 and products on one grid, see the MMA loop), added to the accumulator with __fadd_rn
   // in K order. Two partial fragments and the accumulator take 192 registers, so the tile is 128 columns wide.
   static constexpr bool kExact = EXACT_ != 0;
-  // BN_ (0: 256, exact mode 128): the tile's columns; 176 for ShapePair176's 256 x 176 cluster tiles
-  static constexpr int BM = BM_, BN = BN_ > 0 ? BN_ : kExact ? 128 : 256, WN = BN, R = WN / 2;
+  static constexpr int BM = BM_, BN = kExact ? 128 : 256, WN = BN, R = WN / 2;
   // kCluster CTAs (a thread-block cluster along M) share one 256-column B tile: CTA rank r computes output rows
   // [m0 + BM r, m0 + BM r + BM) of a (kCluster BM) x BN cluster tile, and loads and dequantizes only B rows
   // [kLoadBN r, kLoadBN r + kLoadBN) of it into its own fp16 B stage, then bulk-copies them into the peer's
@@ -66,10 +65,6 @@ struct Shape {
   static constexpr int kCluster = CLUSTER_;
   static constexpr int kTileM = BM * kCluster;
   static constexpr int kLoadBN = BN / kCluster;
-  // kUnalignedB (ShapePair176: 88 B rows per CTA): this CTA's B rows start at (176 c + 88 rank) mod 128 inside a
-  // 128-row scale tile, so they may touch two scale tiles; the raw stage holds both, and the B conversion finds a
-  // row's scales at run time (convert_b_rows).
-  static constexpr bool kUnalignedB = kLoadBN % 128 != 0;
   static constexpr int kMma = BM / 64;   // MMA warpgroups (64 rows each, all 256 columns)
   static constexpr int kConv = CONV_;    // converter warpgroups
   static constexpr int kThreads = 128 * (kMma + kConv);
@@ -85,34 +80,23 @@ struct Shape {
   static_assert(STAGED_EPI_ == 1 || STAGED_EPI_ == 2, "choose an epilogue");
   static constexpr bool kStagedEpi = STAGED_EPI_ == 1;
   static constexpr bool kLinesEpi = STAGED_EPI_ == 2;
-  static constexpr int kEpiRowBytes = BN == 176 ? 352 : 256;  // 176 columns: one bf16 pass, two fp32 passes
+  static constexpr int kEpiRowBytes = 256;
   static constexpr int kEpiBufBytes = kLinesEpi ? 16 * 128 : 16 * (kEpiRowBytes + 32);  // 16 rows per warp
   static constexpr int kEpiBytes = 4 * kMma * kEpiBufBytes;
   static constexpr int kBBytes = BN * 128;  // one fp16 B stage
   static constexpr int kRawA = BM * 32;     // 64 E2M1 codes = 32 bytes per row
   static constexpr int kRawB = kLoadBN * 32;
   static constexpr int kSA = 512;           // one 128x4 swizzled scale tile (SPEC 8.2); a 64-row tile uses half
-  static constexpr int kSB = kUnalignedB ? 1024 : kLoadBN / 128 * 512;
+  static constexpr int kSB = kLoadBN / 128 * 512;
   static constexpr int kRaw = kRawA + kRawB + kSA + kSB;
   // B conversion split (units = (B row, 16-block) pairs, 4 per row): each converter thread converts kConvUnits units,
   // rows [0, kConvRows) of this CTA's kLoadBN B rows, and each MMA thread kMmaUnits units, rows [kConvRows, kLoadBN).
   static constexpr int kConvRPI = kConvThreads / 4, kMmaRPI = kMma * 32;  // rows per unit index
-  // kUnalignedB: the MMA threads' one unit covers rows [64, 88) (threads t < 96), or with MMA_UNITS 0 the converter
-  // converts all 88 rows (its third unit: threads t < 96); the partial unit's other threads convert nothing.
   static constexpr int kMmaUnits = MMA_UNITS_;
-  // kMmaHalf (MMA_UNITS 1): each MMA thread converts half a unit (8 codes), rows [kLoadBN - kMma 16, kLoadBN)
-  // (convert_and_publish_b_half), the converter the rows before them
-  static constexpr bool kMmaHalf = MMA_HALF_ != 0;
-  static constexpr int kConvRows = kMmaHalf ? kLoadBN - kMma * 16 : !kUnalignedB ? kLoadBN - kMmaRPI * kMmaUnits
-                                   : kMmaUnits == 0 ? kLoadBN : kLoadBN - kLoadBN % kMmaRPI;
-  static constexpr int kConvUnits = (kConvRows + kConvRPI - 1) / kConvRPI;
-  static_assert(kUnalignedB ? kMmaUnits <= 1 && kLoadBN - kConvRows <= kMmaRPI * kMmaUnits &&
-                                (kMmaUnits == 0 || (kConvRows % kMmaRPI == 0 && kBAhead))
-                            : kConvRows % kConvRPI == 0 && (kMmaHalf || kConvRows % kMmaRPI == 0),
-                "conversion units are whole (but the last one when the rows are unaligned; the MMA threads' share of "
-                "unaligned rows is converted ahead, where its tile's scale-tile phase is known)");
-  static_assert(128 % kMmaRPI == 0 && 128 % kConvRPI == 0,
-                "a thread's rows keep their position inside a 128-row scale tile (aligned B rows)");
+  static constexpr int kConvRows = kLoadBN - kMmaRPI * kMmaUnits;
+  static constexpr int kConvUnits = kConvRows / kConvRPI;
+  static_assert(kConvRows % kConvRPI == 0 && kConvRows % kMmaRPI == 0 && 128 % kMmaRPI == 0 && 128 % kConvRPI == 0,
+                "conversion units are whole, and a thread's rows keep their position inside a 128-row scale tile");
   // mbarrier arrivals are per warp (lane 0 after __syncwarp): b_full from this CTA's B writers (the peer's rows
   // arrive as complete_tx bytes), b_empty from the MMA warps of every CTA of the cluster
   static constexpr int kBWriterWarps = 4 * kConv + (kMmaUnits > 0 ? 4 * kMma : 0);
@@ -121,11 +105,8 @@ struct Shape {
   static constexpr int kSmem = kBStages * kBBytes + kRawStages * kRaw + kBarBytes + kEpiBytes + 1024;
   static_assert(BM == 64 || BM == 128, "one 128-row A scale tile");
   static_assert(!kExact || (kCluster == 1 && !kBAhead), "exact mode: one CTA, the B share converted per step");
-  static_assert(kCluster == 1 || (kCluster == 2 && BM == 128 && (kLoadBN % 128 == 0 || kLoadBN == 88)),
-                "two CTAs per cluster, each owning whole 128-row scale tiles of A and B (or 88 B rows, ShapePair176)");
-  static_assert(!kUnalignedB || (kCluster == 2 && !kExact && STAGED_EPI_ == 1), "176-column tiles: the pair, staged");
-  static_assert(!kMmaHalf || (!kUnalignedB && kMmaUnits == 1 && kBAhead), "half units: aligned rows, converted ahead");
-  static_assert(WN % (kEpiRowBytes / 4) == 0 && WN % (kEpiRowBytes / 2) == 0, "whole epilogue passes");
+  static_assert(kCluster == 1 || (kCluster == 2 && BM == 128 && kLoadBN % 128 == 0),
+                "two CTAs per cluster, each owning whole 128-row scale tiles of A and B");
   // setmaxnreg moves registers inside the CTA's launch allocation (the launch bound's per-thread count, a multiple of
   // 8: 168 for 384 threads): a setmaxnreg.inc that asks for more than the decs released waits forever.
   static_assert(kMma * kMmaRegs + kConv * kConvRegs <= (kMma + kConv) * (65536 / kThreads / 8 * 8),
@@ -151,15 +132,6 @@ using ShapePair = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 2>;
 using ShapeLargeBf16 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 1>;
 using ShapeSkinnyBf16 = Shape<64, 2, 200, 152, 2, 1, 0, 6, 4, 1>;
 using ShapePairBf16 = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 1>;
-// (the converter 96 B rows, 3 units per thread, and the MMA threads half units of the other 32; NVFP4_PAIR_SPLIT=1)
-using ShapePairSplit = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 2, 0, 0, 1>;
-using ShapePairSplitBf16 = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 1, 0, 0, 1>;
-// 256 x 176 cluster tiles (docs/gemm.md, stop 54): the pair with 88 B rows per CTA (converter rows [0, 64), 2 units;
-// MMA threads rows [64, 88), one unit ahead) and m64n176k16 wgmmas; bf16 and fp32 output through the staged
-// epilogue. For N where 176-column tiles waste less than 256-column ones (N = 1408: 8 whole tiles against 5.5).
-using ShapePair176 = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 1, 0, 176>;
-// (the same with the converter converting all 88 rows and the MMA threads none; NVFP4_PAIR176_CONV_ALL=1)
-using ShapePair176ConvAll = Shape<128, 1, 200, 104, 0, 2, 0, 6, 4, 1, 0, 176>;
 // Exact mode (SPEC 12.2): 128 x 128 tiles, two MMA warpgroups (64 x 128 each: accumulator + two partial fragments =
 // 192 registers) that also convert B rows [64, 128) (1 unit per thread), one converter warpgroup (rows [0, 64), 2 units
 // per thread; 72 + 2 x 216 = 3 x 168 registers); fp32 or bf16 output as above.
@@ -329,7 +301,6 @@ __device__ __forceinline__ ColumnRange walk_columns(int tile_n0, int half, int N
 // one thread keep the binary search.
 struct StepCursor {
   int v, kt, KT, group, local, half, stride;
-  int col0;  // BN not a multiple of 128 (ShapePair176): the tile's first column (its B rows' scale-tile position)
   template <int BN, bool WARP = false, class W>
   __device__ __forceinline__ void seek(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E,
                                        const W& w, int from) {
@@ -337,7 +308,6 @@ struct StepCursor {
       group = WARP ? wg::find_group_warp(prefix, E, w.tile(v), &local) : wg::find_group(prefix, E, w.tile(v), &local);
       const Prob* pp = probs + group;
       KT = (__ldg(&pp->K) + kBK - 1) / kBK;
-      if constexpr (BN % 128 != 0) col0 = (local / __ldg(&pp->tiles_m)) * BN;
       if constexpr (W::kSplit) {  // (otherwise `half` is never set nor read)
         half = w.half(v);
         // only a second half can be empty
@@ -363,8 +333,8 @@ struct LoaderShape {
   static constexpr int BM = S::BM, BN = S::kLoadBN, kThreads = S::kConvThreads;
   static constexpr int kRawA = S::kRawA, kRawB = S::kRawB, kSA = S::kSA, kSB = S::kSB;
   static constexpr int kChunks16 = ((BM + BN) * 2 + kThreads - 1) / kThreads;
-  static constexpr int kChunks8 = ((BM + BN) * 4 + kThreads - 1) / kThreads;  // the last round partial (ShapePair176)
-  static_assert((kSA + kSB) / 16 <= kThreads, "one 16-byte scale chunk per thread at most");
+  static constexpr int kChunks8 = (BM + BN) * 4 / kThreads;
+  static_assert((BM + BN) * 4 % kThreads == 0 && (kSA + kSB) / 16 <= kThreads, "copy chunks divide evenly");
 };
 
 // The TMA form of the converters' loads (the exact shapes' TMA instantiation, gemm_wgmma_exact_tma.cu): converter
@@ -418,25 +388,14 @@ struct RawTma {
 // them into the peer's stage). A half tile (TileWalk) converts only rows [0, kHalfCols): the wgmmas still read the
 // stage's other rows (what an earlier step left there, or anything at the kernel's start), but they only feed
 // accumulator columns that the epilogue does not store (SPEC 12.6: columns are independent).
-// The writer's rows end at b_rows_end<S, ROW0>: a unit past it (the last, partial unit of kUnalignedB shapes) is not
-// converted. kUnalignedB: `phase` is the position of this CTA's first B row inside its first scale tile (a multiple
-// of 8 below 128), and row r's scales are those of row phase + r of the raw stage's two scale tiles.
-template <class S, int ROW0>
-constexpr int b_rows_end() { return ROW0 == 0 ? S::kConvRows : S::kLoadBN; }
 template <class S, int RPI, int ROW0, int COUNT>
-__device__ __forceinline__ void convert_b_rows(uint32_t raw, uint32_t dst, int rr, int b, bool half_tile, int phase) {
+__device__ __forceinline__ void convert_b_rows(uint32_t raw, uint32_t dst, int rr, int b, bool half_tile) {
   static_assert(ROW0 % RPI == 0 && 128 % RPI == 0, "a thread's rows keep their place inside a 128-row scale tile");
-  constexpr int kEnd = b_rows_end<S, ROW0>();
-  constexpr bool kPartial = ROW0 + RPI * COUNT > kEnd;
   const uint32_t raw_row = raw + S::kRawA + (ROW0 + rr) * 32 + b * 8;
-  const uint32_t scale_tiles = raw + S::kRawA + S::kRawB + S::kSA;
-  const uint32_t scale = scale_tiles + nvfp4::swizzle_in_tile<int>(rr, b);  // rr < RPI <= 128
+  const uint32_t scale = raw + S::kRawA + S::kRawB + S::kSA + nvfp4::swizzle_in_tile<int>(rr, b);  // rr < RPI <= 128
   const uint32_t out = dst + (ROW0 + rr) * 128 + (((2 * b) ^ (rr & 7)) << 4);
-  // unit i is converted unless it lies in the second half of a half tile (ROW0 + RPI i is a compile-time constant) or
-  // past the writer's rows (only the last unit of a partial set can)
-  auto keep = [half_tile, rr](int i) {
-    return (ROW0 + RPI * i < kHalfCols || !half_tile) && (!kPartial || i + 1 < COUNT || ROW0 + RPI * i + rr < kEnd);
-  };
+  // unit i is converted unless it lies in the second half of a half tile (ROW0 + RPI i is a compile-time constant)
+  auto keep = [half_tile](int i) { return ROW0 + RPI * i < kHalfCols || !half_tile; };
   uint2 w[COUNT];
   uint32_t sbyte[COUNT];
 #pragma unroll
@@ -444,10 +403,7 @@ __device__ __forceinline__ void convert_b_rows(uint32_t raw, uint32_t dst, int r
     const int r = ROW0 + RPI * i;  // a multiple of 32: rr adds the rest (rr < RPI)
     if (!keep(i)) continue;
     w[i] = wg::lds64(raw_row + RPI * 32 * i);
-    if constexpr (S::kUnalignedB)
-      sbyte[i] = wg::lds8(scale_tiles + nvfp4::swizzle_offset<int>(phase + r + rr, b, 1));  // (two tiles, 512 B apart)
-    else
-      sbyte[i] = wg::lds8(scale + nvfp4::swizzle_offset<int>(r, 0, 1));
+    sbyte[i] = wg::lds8(scale + nvfp4::swizzle_offset<int>(r, 0, 1));
   }
 #pragma unroll
   for (int i = 0; i < COUNT; ++i) {
@@ -535,7 +491,6 @@ __device__ __forceinline__ void publish_b_rows(uint32_t rows, uint32_t full_bar,
     if constexpr (S::kCluster == 2) {
 #pragma unroll
       for (int i = 0; i < COUNT; ++i) {
-        if (ROW0 + RPI * (i + 1) > b_rows_end<S, ROW0>() && ROW0 + RPI * i + 8 * w >= b_rows_end<S, ROW0>()) continue;
         const uint32_t blk = rows + (ROW0 + RPI * i + 8 * w) * 128;
         bulk_copy_to_peer(blk + peer_delta, blk, 8 * 128, full_bar + peer_delta);
       }
@@ -564,11 +519,10 @@ struct BRing {
 // convert_and_publish_b: both, back to back (written out: the split form changed the pair kernel's SASS).
 template <class S, int RPI, int ROW0, int COUNT>
 __device__ __forceinline__ void convert_b_stage(uint32_t raw, const BRing& br, const Ring<S::kBStages>& b, int t,
-                                                bool half_tile, int phase) {
+                                                bool half_tile) {
   mbar_wait(br.empty + 8 * b.stage, b.phase ^ 1u);
   if constexpr (COUNT > 0)
-    convert_b_rows<S, RPI, ROW0, COUNT>(raw, br.base + b.stage * S::kBBytes + br.rows_off, t >> 2, t & 3, half_tile,
-                                        phase);
+    convert_b_rows<S, RPI, ROW0, COUNT>(raw, br.base + b.stage * S::kBBytes + br.rows_off, t >> 2, t & 3, half_tile);
 }
 template <class S, int RPI, int ROW0, int COUNT>
 __device__ __forceinline__ void publish_b_stage(const BRing& br, const Ring<S::kBStages>& b, int t, int lane,
@@ -578,37 +532,11 @@ __device__ __forceinline__ void publish_b_stage(const BRing& br, const Ring<S::k
 }
 template <class S, int RPI, int ROW0, int COUNT>
 __device__ __forceinline__ void convert_and_publish_b(uint32_t raw, const BRing& br, const Ring<S::kBStages>& b, int t,
-                                                      int lane, bool expect, bool half_tile, int phase) {
+                                                      int lane, bool expect, bool half_tile) {
   mbar_wait(br.empty + 8 * b.stage, b.phase ^ 1u);
   const uint32_t rows = br.base + b.stage * S::kBBytes + br.rows_off;
-  if constexpr (COUNT > 0) convert_b_rows<S, RPI, ROW0, COUNT>(raw, rows, t >> 2, t & 3, half_tile, phase);
+  if constexpr (COUNT > 0) convert_b_rows<S, RPI, ROW0, COUNT>(raw, rows, t >> 2, t & 3, half_tile);
   publish_b_rows<S, RPI, ROW0, COUNT>(rows, br.full + 8 * b.stage, br.peer_delta, t >> 5, lane, expect);
-}
-
-// The MMA threads' share as half units (kMmaHalf): thread t converts codes [8 h, 8 h + 8) of 16-block b of B row
-// kConvRows + r (r = t / 8, b = t / 2 % 4, h = t % 2), one 16-byte chunk of the fp16 row (chunk 2 b + h at
-// ((2 b + h) ^ (row % 8)) * 16, as convert_b_rows), so that each MMA thread's share is half of a whole unit; then each
-// warp publishes its 4 rows (publish_b_rows' protocol, 512-byte blocks).
-template <class S>
-__device__ __forceinline__ void convert_and_publish_b_half(uint32_t raw, const BRing& br, const Ring<S::kBStages>& b,
-                                                           int t, int lane) {
-  mbar_wait(br.empty + 8 * b.stage, b.phase ^ 1u);
-  const uint32_t rows = br.base + b.stage * S::kBBytes + br.rows_off;
-  const int row = S::kConvRows + (t >> 3), blk = (t >> 1) & 3, h = t & 1;
-  const uint32_t word = wg::lds32(raw + S::kRawA + row * 32 + blk * 8 + h * 4);
-  const uint32_t sbyte = wg::lds8(raw + S::kRawA + S::kRawB + S::kSA + nvfp4::swizzle_offset<int>(row, blk, 1));
-  uint32_t o[4];
-  f16dec::e2m1x8_to_f16(word, f16dec::scale_to_f16x2(sbyte), o);
-  wg::sts128(rows + row * 128 + (((2 * blk + h) ^ (row & 7)) << 4), o);
-  wg::fence_proxy_async();
-  __syncwarp();
-  if (lane == 0) {
-    if constexpr (S::kCluster == 2) {
-      const uint32_t blk4 = rows + (S::kConvRows + 4 * (t >> 5)) * 128;
-      bulk_copy_to_peer(blk4 + br.peer_delta, blk4, 4 * 128, br.full + 8 * b.stage + br.peer_delta);
-    }
-    mbar_arrive(br.full + 8 * b.stage);
-  }
 }
 
 // Bulk copy (async proxy) of `bytes` (a multiple of 16; both addresses 16-byte aligned) from this CTA's shared memory
@@ -827,10 +755,6 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   const uint32_t rank = S::kCluster == 2 ? cluster_rank() : 0u;
   const uint32_t peer_delta = S::kCluster == 2 ? mapa(smem, rank ^ 1u) - smem : 0u;
   const BRing br{b_ring, rank * S::kLoadBN * 128, b_full, b_empty, peer_delta};
-  // kUnalignedB: where this CTA's B rows of a cursor's tile start inside their first scale tile (convert_b_rows)
-  auto b_phase = [rank](const StepCursor& c) {
-    return S::kUnalignedB ? (c.col0 + static_cast<int>(rank) * S::kLoadBN) & 127 : 0;
-  };
 
   if (tid == 0) {
     for (int s = 0; s < S::kRawStages; ++s) {
@@ -889,7 +813,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       const uint32_t raw_st = raw_ring + raw.stage * S::kRaw;
       mbar_wait(raw_full + 8 * raw.stage, raw.phase);
       convert_and_publish_b<S, S::kConvRPI, 0, S::kConvUnits>(raw_st, br, bst, ct, lane, ct < 32,
-                                                             kSplitTail && conv.half >= 0, b_phase(conv));
+                                                             kSplitTail && conv.half >= 0);
       mbar_arrive(raw_empty + 8 * raw.stage);
       raw.next();
       bst.next();
@@ -912,21 +836,17 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     Ring<S::kBStages> bst_b;
     // This step's B share: converted and published back to back, or converted (stores issued) and published (fence,
     // arrive) apart, with the A fragments decoded in between while the stores complete.
-    // (phase: b_phase of the step's tile; 0 unless kUnalignedB, whose only shapes convert ahead)
-    auto convert_b_share = [&](const Ring<S::kRawStages>& r, const Ring<S::kBStages>& b, bool half_tile, int phase) {
-      if constexpr (S::kMmaHalf)
-        convert_and_publish_b_half<S>(raw_ring + r.stage * S::kRaw, br, b, mt, lane);
-      else if constexpr (S::kMmaUnits > 0)
+    auto convert_b_share = [&](const Ring<S::kRawStages>& r, const Ring<S::kBStages>& b, bool half_tile) {
+      if constexpr (S::kMmaUnits > 0)
         convert_and_publish_b<S, S::kMmaRPI, S::kConvRows, S::kMmaUnits>(raw_ring + r.stage * S::kRaw, br, b, mt,
-                                                                          lane, false, half_tile, phase);
+                                                                          lane, false, half_tile);
     };
     auto convert_b_share_rows = [&](const Ring<S::kRawStages>& r, const Ring<S::kBStages>& b, bool half_tile) {
-      if constexpr (S::kMmaUnits > 0 && !S::kMmaHalf)  // (kMmaHalf shapes convert ahead)
-        convert_b_stage<S, S::kMmaRPI, S::kConvRows, S::kMmaUnits>(raw_ring + r.stage * S::kRaw, br, b, mt, half_tile,
-                                                                   0);
+      if constexpr (S::kMmaUnits > 0)
+        convert_b_stage<S, S::kMmaRPI, S::kConvRows, S::kMmaUnits>(raw_ring + r.stage * S::kRaw, br, b, mt, half_tile);
     };
     auto publish_b_share = [&](const Ring<S::kBStages>& b) {
-      if constexpr (S::kMmaUnits > 0 && !S::kMmaHalf)
+      if constexpr (S::kMmaUnits > 0)
         publish_b_stage<S, S::kMmaRPI, S::kConvRows, S::kMmaUnits>(br, b, mt, lane, false);
     };
     // kBAhead: the B share of step bnext, if there is one, converted and published while the current step's wgmmas
@@ -934,7 +854,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     auto convert_next_b_share = [&]() {
       if (!bnext.valid(walk)) return;
       mbar_wait(raw_full + 8 * raw_b.stage, raw_b.phase);
-      convert_b_share(raw_b, bst_b, false, b_phase(bnext));  // (no kBAhead shape splits its last round)
+      convert_b_share(raw_b, bst_b, false);  // (no kBAhead shape splits its last round)
       raw_b.next();
       bst_b.next();
       bnext.next<S::BN, kWarpSearch>(probs, prefix, E, walk);
@@ -1042,7 +962,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
           wg::fence_uregs(cur);
           convert_a_frags_f16(raw_st, ao, a_scale_adj, cur);
           if constexpr (kShareFirst) publish_b_share(bst);
-          if constexpr (kShareLast) convert_b_share(raw, bst, half_tile, 0);
+          if constexpr (kShareLast) convert_b_share(raw, bst, half_tile);
           mbar_arrive(raw_empty + 8 * raw.stage);  // (kBAhead: the B share of this stage was converted a step ago)
           raw.next();
           mbar_wait(b_full + 8 * bst.stage, bst.phase);  // this CTA's rows stored, the peer's rows copied in
@@ -1051,12 +971,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
           wg::fence_uregs(cur);
           wg::wgmma_fence();
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            if constexpr (S::WN == 176)
-              wgmma_m64n176k16_rs_f16(acc, cur[j], wg::sw128_desc_block(b_desc, j), 1);
-            else
-              wgmma_m64n256k16_rs_f16(acc, cur[j], wg::sw128_desc_block(b_desc, j), 1);
-          }
+          for (int j = 0; j < 4; ++j) wgmma_m64n256k16_rs_f16(acc, cur[j], wg::sw128_desc_block(b_desc, j), 1);
           wg::wgmma_commit();
           wg::fence_regs(acc);
           wg::fence_uregs(cur);
