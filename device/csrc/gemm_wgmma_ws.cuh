@@ -161,9 +161,6 @@ using ShapePair288N256F32 = Shape<128, 1, 216, 72, 1, 2, 1, 6, 4, 2, 0, 288, 1>;
 // (converter rows [0, 64), 2 units as in ShapePair; MMA threads rows [64, 144), their second unit partial)
 using ShapePair288Mma80 = Shape<128, 1, 216, 72, 2, 2, 1, 6, 4, 1, 0, 288, 0, 64>;
 using ShapePair288Mma80F32 = Shape<128, 1, 216, 72, 2, 2, 1, 6, 4, 2, 0, 288, 0, 64>;
-// (the registers of ShapePair: MMA warpgroups 200, converter 104; NVFP4_PAIR288_VARIANT=3)
-using ShapePair288Regs200 = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 1, 0, 288>;
-using ShapePair288Regs200F32 = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 2, 0, 288>;
 // Exact mode (SPEC 12.2): 128 x 128 tiles, two MMA warpgroups (64 x 128 each: accumulator + two partial fragments =
 // 192 registers) that also convert B rows [64, 128) (1 unit per thread), one converter warpgroup (rows [0, 64), 2 units
 // per thread; 72 + 2 x 216 = 3 x 168 registers); fp32 or bf16 output as above.
