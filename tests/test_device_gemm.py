@@ -338,40 +338,8 @@ def test_wgrad_pair_cluster(accumulate):
     run_wgrad([0, 37, 200, 5], 304, 144, "fast", torch.float32, accumulate, fast_kernel="pair")
 
 
-# The 2-CTA kernel with 256 x 288 cluster tiles (ws::ShapePair288, fast_kernel="pair288"; docs/gemm.md, stop 55): each
-# CTA converts 144 B rows starting at (288 c + 144 rank) mod 128 inside a 128-row scale tile, so its scales come from
-# two scale tiles at run time. N = 1408 walks all 8 such positions (column tiles c = 0..3 for both ranks; the last
-# tile has 256 columns); N = 144 and 200 leave the second rank's rows wholly or partly past N; 300 ends inside the
-# second tile's first rank; K % 32 = 16 takes the 8-byte copies (the loader's last, partial round of chunks), K = 1088
-# an odd number of K tiles; bias, bf16 (staged epilogue, 6 passes) and fp32 (whole-line epilogue), N not a multiple
-# of 8 (the direct stores), dgrad and wgrad (accumulate: C read back).
-PAIR288_CASES = {
-    "n1408_bias_bf16": ([0, 300, 129, 256], 1408, 96, torch.bfloat16, True),
-    "n1408_f32": ([256, 0, 77], 1408, 64, torch.float32, False),
-    "n144_f32": ([513, 0, 40], 144, 160, torch.float32, True),
-    "n200_k48_bf16": ([200, 70], 200, 48, torch.bfloat16, False),
-    "n300_k1088_f32": ([256, 300], 300, 1088, torch.float32, False),
-    "n181_odd_bf16": ([100, 260], 181, 64, torch.bfloat16, True),
-}
-
-
-@pytest.mark.parametrize("variant", ["0", "1", "2"])
-@pytest.mark.parametrize("case", list(PAIR288_CASES))
-def test_fprop_pair288(case, variant, monkeypatch):
-    monkeypatch.setenv("NVFP4_PAIR288_VARIANT", variant)
-    splits, n, k, od, with_bias = PAIR288_CASES[case]
-    run_fprop(splits, n, k, "fast", od, with_bias=with_bias, seed=35, fast_kernel="pair288")
-
-
-@pytest.mark.parametrize("accumulate", [False, True])
-def test_dgrad_wgrad_pair288(accumulate):
-    run_dgrad([0, 300, 129, 256], 96, 1408, "fast", torch.float32 if accumulate else torch.bfloat16,
-              with_bias=not accumulate, seed=36, fast_kernel="pair288")
-    run_wgrad([0, 37, 300, 5], 400, 144, "fast", torch.float32, accumulate, seed=37, fast_kernel="pair288")
-
-
 # Every fast kernel on shapes outside its automatic range (same bits as oracle.gemm(model="tensor_core") with each).
-@pytest.mark.parametrize("tile", ["skinny", "large", "pair", "pair288"])
+@pytest.mark.parametrize("tile", ["skinny", "large", "pair"])
 def test_forced_fast_kernels(tile):
     splits, n, k = CASES["e4_zeros"]
     run_fprop(splits, n, k, "fast", torch.float32, with_bias=True, seed=41, fast_kernel=tile)
@@ -452,7 +420,6 @@ def test_swapped_kernel_capped_grid_and_auto():
 PDL_CHAINS = {  # name: kind, mode, kernel keywords, extra environment
     "large": ("fprop", "fast", dict(fast_kernel="large"), {}),
     "pair": ("dgrad", "fast", dict(fast_kernel="pair"), {}),
-    "pair288": ("fprop", "fast", dict(fast_kernel="pair288"), {}),
     "swapped": ("fprop", "fast", dict(fast_kernel="swapped"), {}),
     "swapped_maps": ("dgrad", "fast", dict(fast_kernel="swapped"), {"NVFP4_SWAP_GROUP_MAPS": "1"}),
     "dequant": ("dgrad", "fast", dict(fast_kernel="dequant"), {}),
@@ -563,7 +530,7 @@ def _splits_empty_at_chunk_edges(e: int, seed: int) -> list[int]:
 def test_warp_group_search(e):
     splits = _splits_empty_at_chunk_edges(e, 40 + e)
     assert splits[0] == 0 and splits[-1] > 0
-    for kernel in ("swapped", "skinny", "large", "pair", "pair288"):
+    for kernel in ("swapped", "skinny", "large", "pair"):
         run_fprop(splits, 32, 64, "fast", torch.bfloat16, with_bias=True, seed=e, fast_kernel=kernel, max_ctas=7)
     run_dgrad(splits, 64, 32, "fast", torch.float32, seed=e + 1, fast_kernel="swapped", max_ctas=5)
     run_wgrad(splits, 32, 48, "fast", torch.float32, accumulate=True, seed=e + 2, fast_kernel="large", max_ctas=7)
@@ -729,7 +696,7 @@ def _epilogue_test_mode(kernel: str) -> tuple[str, dict]:
 # the same kernel. Its edges: a last column tile of 8 columns (a 16-byte copy per row), one of 144 columns (a full first
 # pass and a 16-column second one), N = 8, warps whose rows all lie past a small group (5 rows), bias, wgrad with bf16
 # output (a group's rows start g * N * K elements into out), and N = 36 for the direct fallback.
-@pytest.mark.parametrize("kernel", ["auto", "skinny", "large", "pair", "pair288", "exact", "exact_dequant"])
+@pytest.mark.parametrize("kernel", ["auto", "skinny", "large", "pair", "exact", "exact_dequant"])
 def test_bf16_staged_epilogue(kernel):
     mode, kw = _epilogue_test_mode(kernel)
     run_fprop([0, 70, 129, 5], 264, 96, mode, torch.bfloat16, with_bias=True, seed=61, **kw)
@@ -744,7 +711,7 @@ def test_bf16_staged_epilogue(kernel):
 # multiple of 4, and through the direct stores otherwise, in the same kernel. Its edges: a last column tile of 8
 # columns, N = 36 (9 pieces of 4 columns per row), N = 8 with a 5-row group (warps whose rows all lie past M), bias,
 # wgrad with and without accumulate (C read back on whole lines), dgrad, and N = 18 for the direct fallback.
-@pytest.mark.parametrize("kernel", ["auto", "skinny", "large", "pair", "pair288", "exact", "exact_dequant"])
+@pytest.mark.parametrize("kernel", ["auto", "skinny", "large", "pair", "exact", "exact_dequant"])
 def test_fp32_lines_epilogue(kernel):
     mode, kw = _epilogue_test_mode(kernel)
     run_fprop([0, 70, 129, 5], 264, 96, mode, torch.float32, with_bias=True, seed=71, **kw)
@@ -766,7 +733,7 @@ def test_fp32_lines_epilogue(kernel):
 # whose second halves hold 16 columns). The cluster kernel runs max_ctas // 2 clusters (at least one), the exact one
 # max_ctas CTAs, both on whole tiles.
 @pytest.mark.parametrize("max_ctas", [1, 3, 7, 8])
-@pytest.mark.parametrize("kernel", ["skinny", "large", "pair", "pair288", "exact", "exact_dequant"])
+@pytest.mark.parametrize("kernel", ["skinny", "large", "pair", "exact", "exact_dequant"])
 def test_capped_grid_and_half_tiles(kernel, max_ctas):
     mode, kw = _epilogue_test_mode(kernel)
     run_fprop([64, 0, 200], 1408, 160, mode, torch.bfloat16, with_bias=True, seed=81, **kw,
@@ -875,7 +842,6 @@ def _all_nan(y: np.ndarray, where: str) -> None:
 @pytest.mark.parametrize("mode,kernel,max_ctas", [("exact", None, None), ("fast", None, None),
                                                        ("fast", "skinny", 3), ("fast", "large", None),
                                                        ("fast", "pair", None), ("fast", "pair", 2), ("exact", None, 1),
-                                                       ("fast", "pair288", None), ("fast", "pair288", 2),
                                                        ("fast", "dequant", None), ("exact", "dequant", None),
                                                        ("exact", "dequant", 2)])
 def test_disagreeing_operand_groups_are_nan(mode, kernel, max_ctas):

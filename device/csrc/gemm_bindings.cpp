@@ -28,7 +28,6 @@ constexpr int64_t kForceDequant = 4;       // device/gemm.py: fast_kernel="dequa
 constexpr int64_t kForceExactDequant = 5;  // device/gemm.py: exact_kernel="dequant"
 constexpr int64_t kForceSwapped = 6;       // device/gemm.py: fast_kernel="swapped"
 constexpr int64_t kForceExactHybrid = 7;   // device/gemm.py: exact_kernel="hybrid"
-constexpr int64_t kForcePair288 = 8;       // device/gemm.py: fast_kernel="pair288"
 
 // One operand plane for the dequantize-first path: rowwise planes have a constant pitch (contraction / 2 bytes);
 // columnwise planes have `rows` K-feature rows and a per-group pitch.
@@ -208,7 +207,6 @@ std::string grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_d
   NVFP4_RETURN_IF_ERROR(nvfp4::launch_status("nvfp4_gemm"));
   if (grid_upper <= 0) return {};
   NVFP4_REFUSE_UNLESS(force_kernel != kForceExactDequant || exact, "nvfp4_gemm: kernel 5 is exact mode only");
-  NVFP4_REFUSE_UNLESS(force_kernel != kForcePair288 || !exact, "nvfp4_gemm: kernel 8 is fast mode only");
   NVFP4_REFUSE_UNLESS(force_kernel != kForceSwapped || (!exact && kind != nvfp4_gemm::kWgrad),
               "nvfp4_gemm: the swapped kernel is fast mode, fprop and dgrad only");
   const auto aligned16 = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
@@ -237,7 +235,6 @@ std::string grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_d
   l.accumulate = !accumulate ? 0 : (c_prefetch != nullptr && c_prefetch[0] == '0') ? 1 : 3;
   l.grid_upper = static_cast<int>(grid_upper);
   l.tile_m = s.tile_m;
-  l.tile_n = s.tile_n;
   l.max_ctas = static_cast<int>(max_ctas);
   // the hybrid exact kernel: an fp16 copy of A only, B dequantized in the kernel (docs/gemm.md, stop 46)
   if (force_kernel == kForceExactHybrid) {

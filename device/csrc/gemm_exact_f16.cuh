@@ -61,9 +61,6 @@ struct Shape {
   static constexpr int kMmaRegs = 216, kLoaderRegs = kConvB ? 40 : 72;
   // kConvB: each loader thread converts kConvUnits (B row, 16-block) units of a stage, rows t / 4 + kConvRPI i
   static constexpr int kConvRPI = kLoaderThreads / 4, kConvUnits = 128 / kConvRPI;
-  // (ws::convert_b_rows / publish_b_rows: the converters' rows end at kConvRows = all 128 B rows, aligned)
-  static constexpr int kConvRows = 128, kLoadBN = 128;
-  static constexpr bool kUnalignedB = false;
   static constexpr int kStages = STAGES_;
   static constexpr int kLoadAhead = LOAD_AHEAD_;  // (kConvB)
   static_assert(kLoadAhead >= 1 && kLoadAhead < kStages, "loads run 1 .. kStages - 1 steps ahead");
@@ -249,7 +246,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         const uint32_t stage = ring + st.stage * S::kStageBytes;
         ws::mbar_wait(raw_full + 8 * st.stage, st.phase);
         ws::convert_b_rows<S, S::kConvRPI, 0, S::kConvUnits>(stage + S::kRawOff, stage + S::kTileBytes, tid >> 2,
-                                                             tid & 3, false, 0);
+                                                             tid & 3, false);
         ws::publish_b_rows<S, S::kConvRPI, 0, S::kConvUnits>(stage + S::kTileBytes, full + 8 * st.stage, 0u, tid >> 5,
                                                              lane, false);
         st.next();

@@ -122,9 +122,6 @@ void pick_tile(bool exact, long long rows_per_group, long long contraction_per_g
   if (exact) {
     *tile_m = ws::ShapeExactWs::BM;
     *tile_n = ws::ShapeExactWs::BN;
-  } else if (force == 8) {  // 256 x 288 cluster tiles (the caller decides when they pay: device/gemm.py)
-    *tile_m = ws::ShapePair288::kTileM;
-    *tile_n = ws::ShapePair288::BN;
   } else if (force == 3 || (force == 0 && rows_per_group >= 256 && contraction_per_group >= 1024)) {
     // large groups and long K loops: 2-CTA clusters share the B conversion (docs/gemm.md, stop 13: with 256-long
     // K loops, E=64 wgrad, the 128 x 256 kernel stays faster)

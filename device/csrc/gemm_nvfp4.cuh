@@ -59,7 +59,6 @@ struct LaunchArgs {
   int accumulate;
   int grid_upper;  // host upper bound on the number of tiles (grid = min(this, resident blocks))
   int tile_m;  // CTA rows (from pick_tile); selects the fast kernel's shape
-  int tile_n;  // tile columns (from pick_tile); 288 selects ws::ShapePair288 among the 2-CTA kernels
   int max_ctas;  // 0, or at most this many CTAs (a cluster counts its CTAs; at least one cluster runs)
   // The fused exact kernel's TMA loader (gemm_wgmma_exact_tma.cu): scratch for 4 tensor maps per group (128 bytes each,
   // 128-byte aligned), given only when every group's packed rows have a pitch of a multiple of 16 bytes and the planes
@@ -71,7 +70,7 @@ struct LaunchArgs {
 // output rows per group and the average contraction length per group (host-known: T / E rows and K (fprop) or N
 // (dgrad) for fprop/dgrad; the weight-gradient rows and T / E for wgrad). force (fast mode only): 0 = by the sizes,
 // 1 = the 64 x 256 kernel, 2 = the 128 x 256 kernel, 3 = the 2-CTA cluster kernel, 6 = the swapped kernel (64 x 256
-// tiles too), 8 = the 2-CTA cluster kernel with 256 x 288 tiles.
+// tiles too).
 void pick_tile(bool exact, long long rows_per_group, long long contraction_per_group, int force, int* tile_m,
                int* tile_n);
 

@@ -100,9 +100,7 @@ struct RawLoader {
       const int r = vec16 ? c >> 1 : c >> 2;
       const bool isb = r >= S::BM;
       const int grow = isb ? n0 + r - S::BM : m0 + r;
-      const bool ok = (vec16 ? (i < S::kChunks16 && c < (S::BM + S::BN) * 2)
-                           : ((S::BM + S::BN) * 4 % S::kThreads == 0 || c < (S::BM + S::BN) * 4)) &&
-                    grow < (isb ? n_end : p.M);
+      const bool ok = (vec16 ? (i < S::kChunks16 && c < (S::BM + S::BN) * 2) : true) && grow < (isb ? n_end : p.M);
       src[i] = ok ? (isb ? p.b : p.a) + static_cast<long long>(grow) * lda + off : p.sa;
       kt_end[i] = ok ? static_cast<int>((lda - off + kBK / 2 - 1) / (kBK / 2)) : 0;
     }
@@ -135,12 +133,8 @@ struct RawLoader {
     } else {
 #pragma unroll
       for (int i = 0; i < S::kChunks8; ++i) {
-        const int c = tid + S::kThreads * i;
-        // (a last partial round of chunks when the rows do not divide evenly: 144 B rows, ShapePair288)
-        if ((S::BM + S::BN) * 4 % S::kThreads == 0 || c < (S::BM + S::BN) * 4) {
-          const bool ok = kt < kt_end[i];
-          cp_async8(st + c * 8, ok ? src[i] + kb : src[i], ok ? 8 : 0);
-        }
+        const bool ok = kt < kt_end[i];
+        cp_async8(st + (tid + S::kThreads * i) * 8, ok ? src[i] + kb : src[i], ok ? 8 : 0);
       }
     }
     if (tid < kScaleThreads) {

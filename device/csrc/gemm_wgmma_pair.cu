@@ -1,21 +1,12 @@
 // Fast-mode instantiations of the grouped GEMM for large groups: the warp-specialised kernel of gemm_wgmma_ws.cuh
 // in 2-CTA clusters (256 x 256 cluster tiles; each CTA dequantizes half of the B tile and bulk-copies it into the
-// other CTA's shared memory), bf16 or fp32 output; or 256 x 288 cluster tiles (ShapePair288, tile_n 288), which
-// gemm_wgmma_pair288.cu instantiates. A file of its own so it compiles in parallel with the other shapes.
+// other CTA's shared memory), bf16 or fp32 output. A file of its own so it compiles in parallel with the other shapes.
 #include "gemm_wgmma_ws.cuh"
 
 namespace nvfp4_gemm {
 
-void launch_wgmma_pair288(const LaunchArgs& a, cudaStream_t s);
-
 void launch_wgmma_pair(const LaunchArgs& a, cudaStream_t s) {
-  if (a.tile_n == ws::ShapePair288::BN) {
-    launch_wgmma_pair288(a, s);
-  } else if (a.out_f32) {
-    ws::launch<ws::ShapePair, true>(a, s);
-  } else {
-    ws::launch<ws::ShapePairBf16, false>(a, s);
-  }
+  if (a.out_f32) ws::launch<ws::ShapePair, true>(a, s); else ws::launch<ws::ShapePairBf16, false>(a, s);
 }
 
 }  // namespace nvfp4_gemm

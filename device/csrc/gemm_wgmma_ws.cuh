@@ -48,7 +48,7 @@ namespace ws {
 using wg::kBK;
 
 template <int BM_, int CONV_, int MMA_REGS_, int CONV_REGS_, int MMA_UNITS_, int CLUSTER_ = 1, int AHEAD_ = 0,
-          int RAW_STAGES_ = 6, int B_STAGES_ = 4, int STAGED_EPI_ = 0, int EXACT_ = 0, int BN_ = 0, int N256_ = 0, int CONV_ROWS_ = 0>
+          int RAW_STAGES_ = 6, int B_STAGES_ = 4, int STAGED_EPI_ = 0, int EXACT_ = 0>
 struct Shape {
   // kBAhead: the MMA threads convert their B share one K step ahead (after issuing the current step's wgmmas), off
   // the path between their A decode and their wgmma issue; otherwise the current step's share, before its wgmmas.
@@ -57,10 +57,7 @@ struct Shape {
   // (exact: SPEC 12.6 with C = 0 and products on one grid, see the MMA loop), added to the accumulator with __fadd_rn
   // in K order. Two partial fragments and the accumulator take 192 registers, so the tile is 128 columns wide.
   static constexpr bool kExact = EXACT_ != 0;
-  // BN_ (0: 256, exact mode 128): the tile's columns; 288 for ShapePair288's 256 x 288 cluster tiles (two wgmma n144)
-  static constexpr int BM = BM_, BN = BN_ > 0 ? BN_ : kExact ? 128 : 256, WN = BN, R = WN / 2;
-  // (288 columns: the k16 step as m64n256k16 + m64n32k16 instead of two m64n144k16; NVFP4_PAIR288_N256=1)
-  static constexpr bool kN256 = N256_ != 0;
+  static constexpr int BM = BM_, BN = kExact ? 128 : 256, WN = BN, R = WN / 2;
   // kCluster CTAs (a thread-block cluster along M) share one 256-column B tile: CTA rank r computes output rows
   // [m0 + BM r, m0 + BM r + BM) of a (kCluster BM) x BN cluster tile, and loads and dequantizes only B rows
   // [kLoadBN r, kLoadBN r + kLoadBN) of it into its own fp16 B stage, then bulk-copies them into the peer's
@@ -68,10 +65,6 @@ struct Shape {
   static constexpr int kCluster = CLUSTER_;
   static constexpr int kTileM = BM * kCluster;
   static constexpr int kLoadBN = BN / kCluster;
-  // kUnalignedB (ShapePair288: 144 B rows per CTA): this CTA's B rows start at (288 c + 144 rank) mod 128 (a multiple
-  // of 16) inside a 128-row scale tile, so they touch two scale tiles; the raw stage holds both, and the B conversion
-  // finds a row's scales at run time (convert_b_rows).
-  static constexpr bool kUnalignedB = kLoadBN % 128 != 0;
   static constexpr int kMma = BM / 64;   // MMA warpgroups (64 rows each, all 256 columns)
   static constexpr int kConv = CONV_;    // converter warpgroups
   static constexpr int kThreads = 128 * (kMma + kConv);
@@ -87,31 +80,23 @@ struct Shape {
   static_assert(STAGED_EPI_ == 1 || STAGED_EPI_ == 2, "choose an epilogue");
   static constexpr bool kStagedEpi = STAGED_EPI_ == 1;
   static constexpr bool kLinesEpi = STAGED_EPI_ == 2;
-  static constexpr int kEpiRowBytes = BN == 288 ? 96 : 256;  // 288 columns: 6 bf16 passes of 48 (shared memory)
+  static constexpr int kEpiRowBytes = 256;
   static constexpr int kEpiBufBytes = kLinesEpi ? 16 * 128 : 16 * (kEpiRowBytes + 32);  // 16 rows per warp
   static constexpr int kEpiBytes = 4 * kMma * kEpiBufBytes;
   static constexpr int kBBytes = BN * 128;  // one fp16 B stage
   static constexpr int kRawA = BM * 32;     // 64 E2M1 codes = 32 bytes per row
   static constexpr int kRawB = kLoadBN * 32;
   static constexpr int kSA = 512;           // one 128x4 swizzled scale tile (SPEC 8.2); a 64-row tile uses half
-  static constexpr int kSB = kUnalignedB ? 1024 : kLoadBN / 128 * 512;
+  static constexpr int kSB = kLoadBN / 128 * 512;
   static constexpr int kRaw = kRawA + kRawB + kSA + kSB;
   // B conversion split (units = (B row, 16-block) pairs, 4 per row): each converter thread converts kConvUnits units,
   // rows [0, kConvRows) of this CTA's kLoadBN B rows, and each MMA thread kMmaUnits units, rows [kConvRows, kLoadBN).
   static constexpr int kConvRPI = kConvThreads / 4, kMmaRPI = kMma * 32;  // rows per unit index
-  // kUnalignedB (144 rows): the MMA threads' one unit covers rows [80, 144); the converter rows [0, 80), its third
-  // unit partial (rows [64, 80): threads t < 64; the partial unit's other threads convert nothing).
   static constexpr int kMmaUnits = MMA_UNITS_;
-  // (CONV_ROWS_ > 0: the converter's rows, the MMA threads' units then cover the rest, their last unit partial)
-  static constexpr int kConvRows = CONV_ROWS_ > 0 ? CONV_ROWS_ : kLoadBN - kMmaRPI * kMmaUnits;
-  static constexpr int kConvUnits = (kConvRows + kConvRPI - 1) / kConvRPI;
-  static_assert(kUnalignedB ? kLoadBN - kConvRows <= kMmaRPI * kMmaUnits && kConvRows % 8 == 0 &&
-                                (kMmaUnits == 0 || kBAhead)
-                            : kConvRows % kConvRPI == 0 && kConvRows % kMmaRPI == 0,
-                "conversion units are whole (but the converter's last one when the rows are unaligned; the MMA threads' "
-                "share of unaligned rows is converted ahead, where its tile's scale-tile phase is known)");
-  static_assert(128 % kMmaRPI == 0 && 128 % kConvRPI == 0,
-                "a thread's rows keep their position inside a 128-row scale tile (aligned B rows)");
+  static constexpr int kConvRows = kLoadBN - kMmaRPI * kMmaUnits;
+  static constexpr int kConvUnits = kConvRows / kConvRPI;
+  static_assert(kConvRows % kConvRPI == 0 && kConvRows % kMmaRPI == 0 && 128 % kMmaRPI == 0 && 128 % kConvRPI == 0,
+                "conversion units are whole, and a thread's rows keep their position inside a 128-row scale tile");
   // mbarrier arrivals are per warp (lane 0 after __syncwarp): b_full from this CTA's B writers (the peer's rows
   // arrive as complete_tx bytes), b_empty from the MMA warps of every CTA of the cluster
   static constexpr int kBWriterWarps = 4 * kConv + (kMmaUnits > 0 ? 4 * kMma : 0);
@@ -120,10 +105,8 @@ struct Shape {
   static constexpr int kSmem = kBStages * kBBytes + kRawStages * kRaw + kBarBytes + kEpiBytes + 1024;
   static_assert(BM == 64 || BM == 128, "one 128-row A scale tile");
   static_assert(!kExact || (kCluster == 1 && !kBAhead), "exact mode: one CTA, the B share converted per step");
-  static_assert(kCluster == 1 || (kCluster == 2 && BM == 128 && (kLoadBN % 128 == 0 || kLoadBN == 144)),
-                "two CTAs per cluster, each owning whole 128-row scale tiles of A and B (or 144 B rows, ShapePair288)");
-  static_assert(!kUnalignedB || (kCluster == 2 && !kExact && kLoadBN == 144), "288-column tiles: the pair");
-  static_assert(WN % (kEpiRowBytes / 4) == 0 && WN % (kEpiRowBytes / 2) == 0, "whole epilogue passes");
+  static_assert(kCluster == 1 || (kCluster == 2 && BM == 128 && kLoadBN % 128 == 0),
+                "two CTAs per cluster, each owning whole 128-row scale tiles of A and B");
   // setmaxnreg moves registers inside the CTA's launch allocation (the launch bound's per-thread count, a multiple of
   // 8: 168 for 384 threads): a setmaxnreg.inc that asks for more than the decs released waits forever.
   static_assert(kMma * kMmaRegs + kConv * kConvRegs <= (kMma + kConv) * (65536 / kThreads / 8 * 8),
@@ -149,18 +132,6 @@ using ShapePair = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 2>;
 using ShapeLargeBf16 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 1>;
 using ShapeSkinnyBf16 = Shape<64, 2, 200, 152, 2, 1, 0, 6, 4, 1>;
 using ShapePairBf16 = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 1>;
-// 256 x 288 cluster tiles (docs/gemm.md, stop 55): the pair with 144 B rows per CTA (converter rows [0, 80), 2.5 units;
-// MMA threads rows [80, 144), one unit ahead), two m64n144k16 wgmmas per k16 step (144 accumulators: 216 registers
-// for the MMA warpgroups, 72 for the converter); bf16 through the staged epilogue (6 passes of 48 columns), fp32
-// through the whole-line one. For N where 288-column tiles leave fewer tile rounds (N = 1408: 5 tiles per group
-// against 6 of 256 columns, one of them half empty).
-using ShapePair288 = Shape<128, 1, 216, 72, 1, 2, 1, 6, 4, 1, 0, 288>;
-using ShapePair288F32 = Shape<128, 1, 216, 72, 1, 2, 1, 6, 4, 2, 0, 288>;
-using ShapePair288N256 = Shape<128, 1, 216, 72, 1, 2, 1, 6, 4, 1, 0, 288, 1>;
-using ShapePair288N256F32 = Shape<128, 1, 216, 72, 1, 2, 1, 6, 4, 2, 0, 288, 1>;
-// (converter rows [0, 64), 2 units as in ShapePair; MMA threads rows [64, 144), their second unit partial)
-using ShapePair288Mma80 = Shape<128, 1, 216, 72, 2, 2, 1, 6, 4, 1, 0, 288, 0, 64>;
-using ShapePair288Mma80F32 = Shape<128, 1, 216, 72, 2, 2, 1, 6, 4, 2, 0, 288, 0, 64>;
 // Exact mode (SPEC 12.2): 128 x 128 tiles, two MMA warpgroups (64 x 128 each: accumulator + two partial fragments =
 // 192 registers) that also convert B rows [64, 128) (1 unit per thread), one converter warpgroup (rows [0, 64), 2 units
 // per thread; 72 + 2 x 216 = 3 x 168 registers); fp32 or bf16 output as above.
@@ -330,7 +301,6 @@ __device__ __forceinline__ ColumnRange walk_columns(int tile_n0, int half, int N
 // one thread keep the binary search.
 struct StepCursor {
   int v, kt, KT, group, local, half, stride;
-  int col0;  // BN not a multiple of 128 (ShapePair288): the tile's first column (its B rows' scale-tile position)
   template <int BN, bool WARP = false, class W>
   __device__ __forceinline__ void seek(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E,
                                        const W& w, int from) {
@@ -338,7 +308,6 @@ struct StepCursor {
       group = WARP ? wg::find_group_warp(prefix, E, w.tile(v), &local) : wg::find_group(prefix, E, w.tile(v), &local);
       const Prob* pp = probs + group;
       KT = (__ldg(&pp->K) + kBK - 1) / kBK;
-      if constexpr (BN % 128 != 0) col0 = (local / __ldg(&pp->tiles_m)) * BN;
       if constexpr (W::kSplit) {  // (otherwise `half` is never set nor read)
         half = w.half(v);
         // only a second half can be empty
@@ -364,8 +333,8 @@ struct LoaderShape {
   static constexpr int BM = S::BM, BN = S::kLoadBN, kThreads = S::kConvThreads;
   static constexpr int kRawA = S::kRawA, kRawB = S::kRawB, kSA = S::kSA, kSB = S::kSB;
   static constexpr int kChunks16 = ((BM + BN) * 2 + kThreads - 1) / kThreads;
-  static constexpr int kChunks8 = ((BM + BN) * 4 + kThreads - 1) / kThreads;  // the last round partial (ShapePair288)
-  static_assert((kSA + kSB) / 16 <= kThreads, "one 16-byte scale chunk per thread at most");
+  static constexpr int kChunks8 = (BM + BN) * 4 / kThreads;
+  static_assert((BM + BN) * 4 % kThreads == 0 && (kSA + kSB) / 16 <= kThreads, "copy chunks divide evenly");
 };
 
 // The TMA form of the converters' loads (the exact shapes' TMA instantiation, gemm_wgmma_exact_tma.cu): converter
@@ -419,26 +388,14 @@ struct RawTma {
 // them into the peer's stage). A half tile (TileWalk) converts only rows [0, kHalfCols): the wgmmas still read the
 // stage's other rows (what an earlier step left there, or anything at the kernel's start), but they only feed
 // accumulator columns that the epilogue does not store (SPEC 12.6: columns are independent).
-// The writer's rows end at b_rows_end<S, ROW0>: a unit past it (the last, partial unit of kUnalignedB shapes) is not
-// converted. kUnalignedB: `phase` is the position of this CTA's first B row inside its first scale tile (a multiple
-// of 8 below 128), and row r's scales are those of row phase + r of the raw stage's two scale tiles.
-template <class S, int ROW0>
-constexpr int b_rows_end() { return ROW0 == 0 ? S::kConvRows : S::kLoadBN; }
 template <class S, int RPI, int ROW0, int COUNT>
-__device__ __forceinline__ void convert_b_rows(uint32_t raw, uint32_t dst, int rr, int b, bool half_tile, int phase) {
-  static_assert((S::kUnalignedB ? ROW0 % 8 == 0 : ROW0 % RPI == 0) && 128 % RPI == 0,
-                "a thread's rows keep their place inside a 128-row scale tile (unaligned rows: inside a swizzle atom)");
-  constexpr int kEnd = b_rows_end<S, ROW0>();
-  constexpr bool kPartial = ROW0 + RPI * COUNT > kEnd;
+__device__ __forceinline__ void convert_b_rows(uint32_t raw, uint32_t dst, int rr, int b, bool half_tile) {
+  static_assert(ROW0 % RPI == 0 && 128 % RPI == 0, "a thread's rows keep their place inside a 128-row scale tile");
   const uint32_t raw_row = raw + S::kRawA + (ROW0 + rr) * 32 + b * 8;
-  const uint32_t scale_tiles = raw + S::kRawA + S::kRawB + S::kSA;
-  const uint32_t scale = scale_tiles + nvfp4::swizzle_in_tile<int>(rr, b);  // rr < RPI <= 128
+  const uint32_t scale = raw + S::kRawA + S::kRawB + S::kSA + nvfp4::swizzle_in_tile<int>(rr, b);  // rr < RPI <= 128
   const uint32_t out = dst + (ROW0 + rr) * 128 + (((2 * b) ^ (rr & 7)) << 4);
-  // unit i is converted unless it lies in the second half of a half tile (ROW0 + RPI i is a compile-time constant) or
-  // past the writer's rows (only the last unit of a partial set can)
-  auto keep = [half_tile, rr](int i) {
-    return (ROW0 + RPI * i < kHalfCols || !half_tile) && (!kPartial || i + 1 < COUNT || ROW0 + RPI * i + rr < kEnd);
-  };
+  // unit i is converted unless it lies in the second half of a half tile (ROW0 + RPI i is a compile-time constant)
+  auto keep = [half_tile](int i) { return ROW0 + RPI * i < kHalfCols || !half_tile; };
   uint2 w[COUNT];
   uint32_t sbyte[COUNT];
 #pragma unroll
@@ -446,10 +403,7 @@ __device__ __forceinline__ void convert_b_rows(uint32_t raw, uint32_t dst, int r
     const int r = ROW0 + RPI * i;  // a multiple of 32: rr adds the rest (rr < RPI)
     if (!keep(i)) continue;
     w[i] = wg::lds64(raw_row + RPI * 32 * i);
-    if constexpr (S::kUnalignedB)
-      sbyte[i] = wg::lds8(scale_tiles + nvfp4::swizzle_offset<int>(phase + r + rr, b, 1));  // (two tiles, 512 B apart)
-    else
-      sbyte[i] = wg::lds8(scale + nvfp4::swizzle_offset<int>(r, 0, 1));
+    sbyte[i] = wg::lds8(scale + nvfp4::swizzle_offset<int>(r, 0, 1));
   }
 #pragma unroll
   for (int i = 0; i < COUNT; ++i) {
@@ -537,7 +491,6 @@ __device__ __forceinline__ void publish_b_rows(uint32_t rows, uint32_t full_bar,
     if constexpr (S::kCluster == 2) {
 #pragma unroll
       for (int i = 0; i < COUNT; ++i) {
-        if (ROW0 + RPI * (i + 1) > b_rows_end<S, ROW0>() && ROW0 + RPI * i + 8 * w >= b_rows_end<S, ROW0>()) continue;
         const uint32_t blk = rows + (ROW0 + RPI * i + 8 * w) * 128;
         bulk_copy_to_peer(blk + peer_delta, blk, 8 * 128, full_bar + peer_delta);
       }
@@ -566,11 +519,10 @@ struct BRing {
 // convert_and_publish_b: both, back to back (written out: the split form changed the pair kernel's SASS).
 template <class S, int RPI, int ROW0, int COUNT>
 __device__ __forceinline__ void convert_b_stage(uint32_t raw, const BRing& br, const Ring<S::kBStages>& b, int t,
-                                                bool half_tile, int phase) {
+                                                bool half_tile) {
   mbar_wait(br.empty + 8 * b.stage, b.phase ^ 1u);
   if constexpr (COUNT > 0)
-    convert_b_rows<S, RPI, ROW0, COUNT>(raw, br.base + b.stage * S::kBBytes + br.rows_off, t >> 2, t & 3, half_tile,
-                                        phase);
+    convert_b_rows<S, RPI, ROW0, COUNT>(raw, br.base + b.stage * S::kBBytes + br.rows_off, t >> 2, t & 3, half_tile);
 }
 template <class S, int RPI, int ROW0, int COUNT>
 __device__ __forceinline__ void publish_b_stage(const BRing& br, const Ring<S::kBStages>& b, int t, int lane,
@@ -580,10 +532,10 @@ __device__ __forceinline__ void publish_b_stage(const BRing& br, const Ring<S::k
 }
 template <class S, int RPI, int ROW0, int COUNT>
 __device__ __forceinline__ void convert_and_publish_b(uint32_t raw, const BRing& br, const Ring<S::kBStages>& b, int t,
-                                                      int lane, bool expect, bool half_tile, int phase) {
+                                                      int lane, bool expect, bool half_tile) {
   mbar_wait(br.empty + 8 * b.stage, b.phase ^ 1u);
   const uint32_t rows = br.base + b.stage * S::kBBytes + br.rows_off;
-  if constexpr (COUNT > 0) convert_b_rows<S, RPI, ROW0, COUNT>(raw, rows, t >> 2, t & 3, half_tile, phase);
+  if constexpr (COUNT > 0) convert_b_rows<S, RPI, ROW0, COUNT>(raw, rows, t >> 2, t & 3, half_tile);
   publish_b_rows<S, RPI, ROW0, COUNT>(rows, br.full + 8 * b.stage, br.peer_delta, t >> 5, lane, expect);
 }
 
@@ -803,10 +755,6 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   const uint32_t rank = S::kCluster == 2 ? cluster_rank() : 0u;
   const uint32_t peer_delta = S::kCluster == 2 ? mapa(smem, rank ^ 1u) - smem : 0u;
   const BRing br{b_ring, rank * S::kLoadBN * 128, b_full, b_empty, peer_delta};
-  // kUnalignedB: where this CTA's B rows of a cursor's tile start inside their first scale tile (convert_b_rows)
-  auto b_phase = [rank](const StepCursor& c) {
-    return S::kUnalignedB ? (c.col0 + static_cast<int>(rank) * S::kLoadBN) & 127 : 0;
-  };
 
   if (tid == 0) {
     for (int s = 0; s < S::kRawStages; ++s) {
@@ -865,7 +813,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       const uint32_t raw_st = raw_ring + raw.stage * S::kRaw;
       mbar_wait(raw_full + 8 * raw.stage, raw.phase);
       convert_and_publish_b<S, S::kConvRPI, 0, S::kConvUnits>(raw_st, br, bst, ct, lane, ct < 32,
-                                                             kSplitTail && conv.half >= 0, b_phase(conv));
+                                                             kSplitTail && conv.half >= 0);
       mbar_arrive(raw_empty + 8 * raw.stage);
       raw.next();
       bst.next();
@@ -888,16 +836,14 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     Ring<S::kBStages> bst_b;
     // This step's B share: converted and published back to back, or converted (stores issued) and published (fence,
     // arrive) apart, with the A fragments decoded in between while the stores complete.
-    // (phase: b_phase of the step's tile; 0 unless kUnalignedB, whose only shapes convert ahead)
-    auto convert_b_share = [&](const Ring<S::kRawStages>& r, const Ring<S::kBStages>& b, bool half_tile, int phase) {
+    auto convert_b_share = [&](const Ring<S::kRawStages>& r, const Ring<S::kBStages>& b, bool half_tile) {
       if constexpr (S::kMmaUnits > 0)
         convert_and_publish_b<S, S::kMmaRPI, S::kConvRows, S::kMmaUnits>(raw_ring + r.stage * S::kRaw, br, b, mt,
-                                                                          lane, false, half_tile, phase);
+                                                                          lane, false, half_tile);
     };
     auto convert_b_share_rows = [&](const Ring<S::kRawStages>& r, const Ring<S::kBStages>& b, bool half_tile) {
       if constexpr (S::kMmaUnits > 0)
-        convert_b_stage<S, S::kMmaRPI, S::kConvRows, S::kMmaUnits>(raw_ring + r.stage * S::kRaw, br, b, mt, half_tile,
-                                                                   0);
+        convert_b_stage<S, S::kMmaRPI, S::kConvRows, S::kMmaUnits>(raw_ring + r.stage * S::kRaw, br, b, mt, half_tile);
     };
     auto publish_b_share = [&](const Ring<S::kBStages>& b) {
       if constexpr (S::kMmaUnits > 0)
@@ -908,7 +854,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     auto convert_next_b_share = [&]() {
       if (!bnext.valid(walk)) return;
       mbar_wait(raw_full + 8 * raw_b.stage, raw_b.phase);
-      convert_b_share(raw_b, bst_b, false, b_phase(bnext));  // (no kBAhead shape splits its last round)
+      convert_b_share(raw_b, bst_b, false);  // (no kBAhead shape splits its last round)
       raw_b.next();
       bst_b.next();
       bnext.next<S::BN, kWarpSearch>(probs, prefix, E, walk);
@@ -1016,7 +962,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
           wg::fence_uregs(cur);
           convert_a_frags_f16(raw_st, ao, a_scale_adj, cur);
           if constexpr (kShareFirst) publish_b_share(bst);
-          if constexpr (kShareLast) convert_b_share(raw, bst, half_tile, 0);
+          if constexpr (kShareLast) convert_b_share(raw, bst, half_tile);
           mbar_arrive(raw_empty + 8 * raw.stage);  // (kBAhead: the B share of this stage was converted a step ago)
           raw.next();
           mbar_wait(b_full + 8 * bst.stage, bst.phase);  // this CTA's rows stored, the peer's rows copied in
@@ -1025,19 +971,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
           wg::fence_uregs(cur);
           wg::wgmma_fence();
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            if constexpr (S::WN == 288 && S::kN256) {  // columns [0, 256) then [256, 288)
-              wgmma_m64n256k16_rs_f16(*reinterpret_cast<float(*)[128]>(&acc[0]), cur[j], wg::sw128_desc_block(b_desc, j), 1);
-              wgmma_m64n32k16_rs_f16(*reinterpret_cast<float(*)[16]>(&acc[128]), cur[j],
-                                     wg::sw128_desc_block(b_desc + (256 * 128 >> 4), j), 1);
-            } else if constexpr (S::WN == 288) {  // columns [0, 144) then [144, 288): B rows 144 on (18 swizzle atoms)
-              wgmma_m64n144k16_rs_f16(*reinterpret_cast<float(*)[72]>(&acc[0]), cur[j], wg::sw128_desc_block(b_desc, j), 1);
-              wgmma_m64n144k16_rs_f16(*reinterpret_cast<float(*)[72]>(&acc[72]), cur[j],
-                                      wg::sw128_desc_block(b_desc + (144 * 128 >> 4), j), 1);
-            } else {
-              wgmma_m64n256k16_rs_f16(acc, cur[j], wg::sw128_desc_block(b_desc, j), 1);
-            }
-          }
+          for (int j = 0; j < 4; ++j) wgmma_m64n256k16_rs_f16(acc, cur[j], wg::sw128_desc_block(b_desc, j), 1);
           wg::wgmma_commit();
           wg::fence_regs(acc);
           wg::fence_uregs(cur);
