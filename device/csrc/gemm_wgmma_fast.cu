@@ -1,8 +1,6 @@
 // Fast-mode instantiations of the grouped GEMM (SPEC 12.4 / 12.6): the warp-specialised kernel of gemm_wgmma_ws.cuh,
 // tile 128 x 256 (large groups) or 64 x 256 (few rows per group), bf16 (staged epilogue) or fp32 output, and the
 // dispatch to the 2-CTA cluster shape (gemm_wgmma_pair.cu). Split from the exact mode so they compile in parallel.
-#include <cstdlib>
-
 #include "gemm_wgmma_ws.cuh"
 
 namespace nvfp4_gemm {
@@ -13,12 +11,7 @@ void launch_wgmma_fast(const LaunchArgs& a, cudaStream_t s) {
   } else if (a.tile_m == ws::ShapeSkinny::BM) {
     if (a.out_f32) ws::launch<ws::ShapeSkinny, true>(a, s); else ws::launch<ws::ShapeSkinnyBf16, false>(a, s);
   } else {
-    const char* turns = std::getenv("NVFP4_EPI_TURNS");
-    if (turns && turns[0] == '1') {
-      if (a.out_f32) ws::launch<ws::ShapeLargeTurns, true>(a, s); else ws::launch<ws::ShapeLargeBf16Turns, false>(a, s);
-    } else {
-      if (a.out_f32) ws::launch<ws::ShapeLarge, true>(a, s); else ws::launch<ws::ShapeLargeBf16, false>(a, s);
-    }
+    if (a.out_f32) ws::launch<ws::ShapeLarge, true>(a, s); else ws::launch<ws::ShapeLargeBf16, false>(a, s);
   }
 }
 

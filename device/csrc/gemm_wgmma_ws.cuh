@@ -48,7 +48,7 @@ namespace ws {
 using wg::kBK;
 
 template <int BM_, int CONV_, int MMA_REGS_, int CONV_REGS_, int MMA_UNITS_, int CLUSTER_ = 1, int AHEAD_ = 0,
-          int RAW_STAGES_ = 6, int B_STAGES_ = 4, int STAGED_EPI_ = 0, int EXACT_ = 0, int EPI_TURNS_ = 0>
+          int RAW_STAGES_ = 6, int B_STAGES_ = 4, int STAGED_EPI_ = 0, int EXACT_ = 0>
 struct Shape {
   // kBAhead: the MMA threads convert their B share one K step ahead (after issuing the current step's wgmmas), off
   // the path between their A decode and their wgmma issue; otherwise the current step's share, before its wgmmas.
@@ -101,11 +101,6 @@ struct Shape {
   // arrive as complete_tx bytes), b_empty from the MMA warps of every CTA of the cluster
   static constexpr int kBWriterWarps = 4 * kConv + (kMmaUnits > 0 ? 4 * kMma : 0);
   static constexpr int kBFullCount = kBWriterWarps, kBEmptyCount = kCluster * 4 * kMma;
-  // kEpiTurns: the two MMA warpgroups take turns for their epilogues (named barriers 1 and 2): warpgroup 1 stores tile v
-  // after warpgroup 0 has stored it, warpgroup 0 stores tile v + 1 after warpgroup 1 has stored tile v, so one
-  // warpgroup's stores overlap the other's wgmmas instead of both stopping the tensor pipe together.
-  static constexpr bool kEpiTurns = EPI_TURNS_ != 0;
-  static_assert(!kEpiTurns || BM == 128, "turns between two MMA warpgroups");
   static constexpr int kBarBytes = 8 * 2 * (kRawStages + kBStages);
   static constexpr int kSmem = kBStages * kBBytes + kRawStages * kRaw + kBarBytes + kEpiBytes + 1024;
   static_assert(BM == 64 || BM == 128, "one 128-row A scale tile");
@@ -137,11 +132,6 @@ using ShapePair = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 2>;
 using ShapeLargeBf16 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 1>;
 using ShapeSkinnyBf16 = Shape<64, 2, 200, 152, 2, 1, 0, 6, 4, 1>;
 using ShapePairBf16 = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 1>;
-// The same with epilogue turns (kEpiTurns; NVFP4_EPI_TURNS=1 at launch, an experiment).
-using ShapeLargeTurns = Shape<128, 1, 200, 104, 2, 1, 0, 6, 4, 2, 0, 1>;
-using ShapeLargeBf16Turns = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 1, 0, 1>;
-using ShapePairTurns = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 2, 0, 1>;
-using ShapePairBf16Turns = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 1, 0, 1>;
 // Exact mode (SPEC 12.2): 128 x 128 tiles, two MMA warpgroups (64 x 128 each: accumulator + two partial fragments =
 // 192 registers) that also convert B rows [64, 128) (1 unit per thread), one converter warpgroup (rows [0, 64), 2 units
 // per thread; 72 + 2 x 216 = 3 x 168 registers); fp32 or bf16 output as above.
@@ -168,14 +158,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       "@!done bra WAIT;\n}\n" ::"r"(bar),
       "r"(parity)
       : "memory");
-}
-// Named barriers (ids 1-15; 0 is __syncthreads'): `threads` (a multiple of 32) threads in all, some syncing (wait for
-// the count), the others only arriving. Every lane of a warp takes the same barrier instruction.
-__device__ __forceinline__ void named_bar_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads));
-}
-__device__ __forceinline__ void named_bar_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads));
 }
 // Cluster (distributed shared memory) primitives. A shared::cta address of this CTA maps to the same offset in
 // another CTA's window through mapa; the mapping is linear inside a CTA, so one delta per CTA serves every offset.
@@ -894,9 +876,6 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     constexpr int kLookAheadSteps = 8;
     TileLookup next{};
     bool have_next = false;  // next holds tile v's lookup
-    if constexpr (S::kEpiTurns) {
-      if (wm == 1) named_bar_arrive(1, 256);  // warpgroup 0 stores the first tile without waiting
-    }
     for (int v = first_tile; v < walk.count; v += tile_stride) {
       int local;
       int group;
@@ -1020,9 +999,6 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         wg::fence_regs(acc);
         if (prev_b >= 0) release_b_stage<S>(b_empty + 8 * prev_b, peer_delta, lane);
       }
-      // kEpiTurns (named barriers 1 + w: warpgroup w may store): warpgroup 0 stores tile v once warpgroup 1 has
-      // stored the previous one (or pre-arrived, for the first), warpgroup 1 once warpgroup 0 has stored tile v.
-      if constexpr (S::kEpiTurns) named_bar_sync(1 + wm, 256);
       if constexpr (S::kStagedEpi) {
         // The staged (and the whole-line) epilogue runs in every MMA warp, also in one whose rows are all past M (it
         // then stores no row): with its __syncwarp inside a branch on the warp's rows, ptxas gave up the uniform
@@ -1048,11 +1024,6 @@ __global__ void __launch_bounds__(S::kThreads, 1)
                                                          n0 + 2 * (lane & 3), accumulate);
         }
       }
-      if constexpr (S::kEpiTurns) named_bar_arrive(2 - wm, 256);
-    }
-    // kEpiTurns: warpgroup 0 takes warpgroup 1's arrival after the last tile (every bar.arrive is matched)
-    if constexpr (S::kEpiTurns) {
-      if (wm == 0) named_bar_sync(1, 256);
     }
     // the staged epilogue's last bulk copies have read this CTA's shared memory and written their rows
     if constexpr (S::kStagedEpi) {
