@@ -1,6 +1,8 @@
 // Fast-mode instantiations of the grouped GEMM (SPEC 12.4 / 12.6): the warp-specialised kernel of gemm_wgmma_ws.cuh,
 // tile 128 x 256 (large groups) or 64 x 256 (few rows per group), bf16 (staged epilogue) or fp32 output, and the
 // dispatch to the 2-CTA cluster shape (gemm_wgmma_pair.cu). Split from the exact mode so they compile in parallel.
+#include <cstdlib>
+
 #include "gemm_wgmma_ws.cuh"
 
 namespace nvfp4_gemm {
@@ -11,7 +13,12 @@ void launch_wgmma_fast(const LaunchArgs& a, cudaStream_t s) {
   } else if (a.tile_m == ws::ShapeSkinny::BM) {
     if (a.out_f32) ws::launch<ws::ShapeSkinny, true>(a, s); else ws::launch<ws::ShapeSkinnyBf16, false>(a, s);
   } else {
-    if (a.out_f32) ws::launch<ws::ShapeLarge, true>(a, s); else ws::launch<ws::ShapeLargeBf16, false>(a, s);
+    const char* variant = std::getenv("NVFP4_WS_VARIANT");
+    const int v = variant ? std::atoi(variant) : 0;
+    if (a.out_f32 && v == 1) ws::launch<ws::ShapeLargeV1, true>(a, s);
+    else if (a.out_f32 && v == 2) ws::launch<ws::ShapeLargeV2, true>(a, s);
+    else if (a.out_f32 && v == 3) ws::launch<ws::ShapeLargeV3, true>(a, s);
+    else if (a.out_f32) ws::launch<ws::ShapeLarge, true>(a, s); else ws::launch<ws::ShapeLargeBf16, false>(a, s);
   }
 }
 

@@ -48,8 +48,9 @@ namespace ws {
 using wg::kBK;
 
 template <int BM_, int CONV_, int MMA_REGS_, int CONV_REGS_, int MMA_UNITS_, int CLUSTER_ = 1, int AHEAD_ = 0,
-          int RAW_STAGES_ = 6, int B_STAGES_ = 4, int STAGED_EPI_ = 0, int EXACT_ = 0>
+          int RAW_STAGES_ = 6, int B_STAGES_ = 4, int STAGED_EPI_ = 0, int EXACT_ = 0, int VARIANT_ = 0>
 struct Shape {
+  static constexpr int kVariant = VARIANT_;  // experiments (NVFP4_WS_VARIANT at launch)
   // kBAhead: the MMA threads convert their B share one K step ahead (after issuing the current step's wgmmas), off
   // the path between their A decode and their wgmma issue; otherwise the current step's share, before its wgmmas.
   static constexpr bool kBAhead = AHEAD_ != 0;
@@ -132,6 +133,9 @@ using ShapePair = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 2>;
 using ShapeLargeBf16 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 1>;
 using ShapeSkinnyBf16 = Shape<64, 2, 200, 152, 2, 1, 0, 6, 4, 1>;
 using ShapePairBf16 = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 1>;
+using ShapeLargeV1 = Shape<128, 1, 200, 104, 2, 1, 0, 6, 4, 2, 0, 1>;
+using ShapeLargeV2 = Shape<128, 1, 200, 104, 0, 1, 0, 6, 4, 2, 0, 0>;
+using ShapeLargeV3 = Shape<128, 1, 200, 104, 0, 1, 0, 6, 4, 2, 0, 1>;
 // Exact mode (SPEC 12.2): 128 x 128 tiles, two MMA warpgroups (64 x 128 each: accumulator + two partial fragments =
 // 192 registers) that also convert B rows [64, 128) (1 unit per thread), one converter warpgroup (rows [0, 64), 2 units
 // per thread; 72 + 2 x 216 = 3 x 168 registers); fp32 or bf16 output as above.
@@ -678,7 +682,7 @@ __device__ __forceinline__ void store_tile_lines(const float (&acc)[S::R], const
     const int col = col0 + 32 * c + 4 * piece;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      if (i > 0) __syncwarp();  // one piece in flight at a time (fewer live registers next to the accumulators)
+      if (S::kVariant != 1 && i > 0) __syncwarp();  // one piece in flight at a time (fewer live registers next to the accumulators)
       const int lr = prow + 4 * i;
       const uint4 v = wg::lds128(buf + lr * 128 + ((piece ^ ((2 * lr) & 7)) << 4));
       const int row = row0 + lr;
