@@ -656,7 +656,7 @@ __device__ __forceinline__ void prefetch_tile_c_lines(const Prob& p, int row0, i
 // access is 4 whole 128-byte rows. Piece k of buffer row r sits at slot k ^ (2r mod 8): the half-warp's 8-byte
 // fragment stores (rows r..r+3) and the read-back are then free of bank conflicts. Runs in every MMA warp, also in
 // one whose rows all lie past M (no store then): its __syncwarp must not sit in a branch on per-warp values (stop 15).
-template <class S>
+template <class S, int VARIANT = 0>
 __device__ __forceinline__ void store_tile_lines(const float (&acc)[S::R], const Prob& p, int row0, int col0,
                                                  uint32_t buf, int lane, int accumulate) {
   const int q = lane & 3, r = lane >> 2;
@@ -682,7 +682,7 @@ __device__ __forceinline__ void store_tile_lines(const float (&acc)[S::R], const
     const int col = col0 + 32 * c + 4 * piece;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      if (S::kVariant != 1 && i > 0) __syncwarp();  // one piece in flight at a time (fewer live registers next to the accumulators)
+      if (VARIANT != 1 && i > 0) __syncwarp();  // one piece in flight at a time (fewer live registers next to the accumulators)
       const int lr = prow + 4 * i;
       const uint4 v = wg::lds128(buf + lr * 128 + ((piece ^ ((2 * lr) & 7)) << 4));
       const int row = row0 + lr;
@@ -1022,7 +1022,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         if (half_tile) p.N = cols.end;
         if (lines_epilogue_ok(p)) {
           const uint32_t buf = bars + S::kBarBytes + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
-          store_tile_lines<S>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane, accumulate);
+          store_tile_lines<S, S::kVariant>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane, accumulate);
         } else if (m0 + 64 * wm < p.M) {
           wg::store_tile<S::WN, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2),
                                                          n0 + 2 * (lane & 3), accumulate);
