@@ -236,6 +236,12 @@ std::string grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_d
   l.grid_upper = static_cast<int>(grid_upper);
   l.tile_m = s.tile_m;
   l.max_ctas = static_cast<int>(max_ctas);
+  l.out = s.out;
+  l.out_rows = a_rows;
+  l.out_cols = b_rows;
+  l.ldd = ldd;
+  l.kind = static_cast<int>(kind);
+  l.has_bias = bias_p != nullptr;
   // the hybrid exact kernel: an fp16 copy of A only, B dequantized in the kernel (docs/gemm.md, stop 46)
   if (force_kernel == kForceExactHybrid) {
     nvfp4_gemm::DequantGemmArgs d{};

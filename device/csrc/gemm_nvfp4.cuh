@@ -64,6 +64,12 @@ struct LaunchArgs {
   // 128-byte aligned), given only when every group's packed rows have a pitch of a multiple of 16 bytes and the planes
   // are 16-byte aligned (fprop / dgrad with a contraction % 32 == 0); null: the cp.async loader.
   void* exact_maps;
+  // The output as the host sees it (experiment NVFP4_WS_VARIANT=4: the TMA-store epilogue of wgrad's fp32 output):
+  // wgrad's [E, out_rows, out_cols] with row stride ldd; kind; whether a bias is fused.
+  void* out;
+  long long out_rows, out_cols, ldd;
+  int kind;
+  int has_bias;
 };
 
 // Tile (rows x columns of the output; a cluster tile for the 2-CTA kernel) for this mode, given the average number of

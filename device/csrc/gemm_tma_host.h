@@ -37,6 +37,20 @@ inline bool encode_2d(CUtensorMap* map, CUtensorMapDataType type, const void* ba
                 swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// A 3D map {inner elements, rows, planes} (row pitch and plane pitch in bytes) with the given 2D box (one plane).
+inline bool encode_3d(CUtensorMap* map, CUtensorMapDataType type, const void* base, unsigned long long inner,
+                      unsigned long long rows, unsigned long long planes, unsigned long long pitch_bytes,
+                      unsigned long long plane_bytes, unsigned box_inner, unsigned box_rows, CUtensorMapSwizzle swizzle) {
+  const auto encode = tensor_map_encoder();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[3] = {inner, rows, planes};
+  const cuuint64_t strides[2] = {pitch_bytes, plane_bytes};
+  const cuuint32_t box[3] = {box_inner, box_rows, 1};
+  const cuuint32_t elem[3] = {1, 1, 1};
+  return encode(map, type, 3, const_cast<void*>(base), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                swizzle, CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 // False when the environment variable `name` starts with '0' (a test switch that forces a kernel's cp.async loader;
 // read at every launch).
 inline bool tma_enabled(const char* name) {

@@ -56,7 +56,7 @@ void launch_tma(const LaunchArgs& a, const CUtensorMap& data_tmpl, const CUtenso
   launch_chained(packed_maps_kernel, dim3(gmap::map_grid(a.E)), gmap::kMapThreads, 0, s, a.probs, a.E, data_tmpl,
                  scale_tmpl, maps);
   wg::launch_persistent<ws::ws_gemm_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem, S::kCluster>(
-      a, s, static_cast<const CUtensorMap*>(maps));
+      a, s, static_cast<const CUtensorMap*>(maps), CUtensorMap{});
 }
 
 }  // namespace

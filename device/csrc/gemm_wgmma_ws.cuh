@@ -136,6 +136,7 @@ using ShapePairBf16 = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 1>;
 using ShapeLargeV1 = Shape<128, 1, 200, 104, 2, 1, 0, 6, 4, 2, 0, 1>;
 using ShapeLargeV2 = Shape<128, 1, 200, 104, 0, 1, 0, 6, 4, 2, 0, 0>;
 using ShapeLargeV3 = Shape<128, 1, 200, 104, 0, 1, 0, 6, 4, 2, 0, 1>;
+using ShapeLargeV4 = Shape<128, 1, 200, 104, 2, 1, 0, 6, 4, 2, 0, 4>;
 // Exact mode (SPEC 12.2): 128 x 128 tiles, two MMA warpgroups (64 x 128 each: accumulator + two partial fragments =
 // 192 registers) that also convert B rows [64, 128) (1 unit per thread), one converter warpgroup (rows [0, 64), 2 units
 // per thread; 72 + 2 x 216 = 3 x 168 registers); fp32 or bf16 output as above.
@@ -557,6 +558,14 @@ __device__ __forceinline__ void bulk_wait_read() {
 }
 // Wait until all of this thread's bulk async-groups have completed (their global writes performed).
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+// One 3D tensor-map box from this CTA's shared memory to global memory (TMA store), in this thread's current bulk
+// async-group; coordinates {x = inner element, y = row, z = group}.
+__device__ __forceinline__ void tma_store_3d(const CUtensorMap* map, uint32_t src, int x, int y, int z) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(x), "r"(y), "r"(z), "r"(src)
+               : "memory");
+}
 
 // Whether store_tile_staged can write this group's output: the bulk copies need 16-byte aligned global rows and row
 // lengths (the tile's first column is a multiple of 128), and accumulate (C read back) stays on the direct path.
@@ -703,6 +712,43 @@ __device__ __forceinline__ void store_tile_lines(const float (&acc)[S::R], const
   }
 }
 
+// TMA-store epilogue of one MMA warp (kVariant 4; wgrad, fp32 output, no C, no bias): per chunk of 32 columns the
+// warp writes RN(alpha * acc) of its 16 rows into its 16 x 128-byte buffer in the tensor map's 128-byte swizzle
+// (16-byte piece k of row r at slot k ^ (r mod 8); the buffer is 1024-byte aligned), and lane 0 stores the box
+// {32 columns, 16 rows, group} through `map` ([E, M, N] fp32; rows past M and columns past N are clipped by the map).
+// The next chunk waits until that store has read the buffer.
+template <class S>
+__device__ __forceinline__ void store_tile_tma(const float (&acc)[S::R], const Prob& p, int group, int row0, int col0,
+                                               uint32_t buf, int lane, const CUtensorMap* map) {
+  const int q = lane & 3, r = lane >> 2;
+  const float alpha = p.alpha;
+  const bool rows_in = row0 < p.M;
+#pragma unroll
+  for (int c = 0; c < S::WN / 32; ++c) {
+    if (lane == 0) bulk_wait_read<0>();  // the previous chunk's store has read the buffer
+    __syncwarp();
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      const int j = 4 * c + jj;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int lr = r + 8 * h;
+        const int k = 2 * jj + (q >> 1);  // the 16-byte piece of columns 8 jj + 2 q, + 1
+        const uint32_t a = buf + lr * 128 + ((k ^ (lr & 7)) << 4) + ((q & 1) << 3);
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(__fmul_rn(alpha, acc[4 * j + 2 * h])),
+                     "f"(__fmul_rn(alpha, acc[4 * j + 2 * h + 1]))
+                     : "memory");
+      }
+    }
+    wg::fence_proxy_async();  // this lane's stores -> the async proxy of the TMA store
+    __syncwarp();
+    if (lane == 0 && rows_in && col0 + 32 * c < p.N) {
+      tma_store_3d(map, buf, col0 + 32 * c, row0, group);
+      bulk_commit();
+    }
+  }
+}
+
 // A tile's group (by a whole warp, wg::count_group_warp; E > wg::kWarpSearchGroups: the binary search), its index
 // within the group, and the fields of the group's Prob that the MMA warps' K loop needs. Two rounds of global loads:
 // the count's, then prefix[group] and the three fields together (all four depend on the group only).
@@ -734,15 +780,18 @@ __device__ __forceinline__ TileLookup lookup_tile(const Prob* __restrict__ probs
 template <class S, bool OUT_F32, bool TMA>
 __global__ void __launch_bounds__(S::kThreads, 1)
     ws_gemm_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate,
-                   const CUtensorMap* __restrict__ group_maps) {
+                   const CUtensorMap* __restrict__ group_maps, const __grid_constant__ CUtensorMap out_map) {
   pdl_wait();  // the setup (or maps) kernel's outputs: nothing global is touched before (gemm_pdl.cuh)
   extern __shared__ uint8_t smem_dyn[];
   const uint32_t smem = (wg::smem_u32(smem_dyn) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
-  const uint32_t b_ring = smem;                                      // kBStages x kBBytes
+  // kVariant 4: the epilogue buffers first (1024-byte aligned for the TMA store's swizzle), then the rings
+  const uint32_t epi_tma = smem;
+  const uint32_t b_ring = smem + (S::kVariant == 4 ? S::kEpiBytes : 0);  // kBStages x kBBytes
   const uint32_t raw_ring = b_ring + S::kBStages * S::kBBytes;       // kRawStages x kRaw
   const uint32_t bars = raw_ring + S::kRawStages * S::kRaw;          // 8-byte mbarriers
   const uint32_t raw_full = bars, raw_empty = raw_full + 8 * S::kRawStages;
   const uint32_t b_full = raw_empty + 8 * S::kRawStages, b_empty = b_full + 8 * S::kBStages;
+  const uint32_t epi_buf0 = S::kVariant == 4 ? epi_tma : bars + S::kBarBytes;  // the MMA warps' epilogue buffers
   const int tid = threadIdx.x, lane = tid & 31;
   // Half tiles for the last round (TileWalk): one CTA per tile and 256 columns, so a half is one B scale tile. Not in
   // exact mode (its 128-column tiles would split inside a scale tile) nor in clusters.
@@ -1011,7 +1060,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         Prob p = *pp;
         if (half_tile) p.N = cols.end;  // its 128 columns (accumulator columns [0, 128) are columns n0 + [0, 128))
         if (staged_epilogue_ok<OUT_F32>(p, accumulate)) {
-          const uint32_t buf = bars + S::kBarBytes + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
+          const uint32_t buf = epi_buf0 + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
           store_tile_staged<S, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane);
         } else if (m0 + 64 * wm < p.M) {
           wg::store_tile<S::WN, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2),
@@ -1020,8 +1069,11 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       } else {  // kLinesEpi
         Prob p = *pp;
         if (half_tile) p.N = cols.end;
-        if (lines_epilogue_ok(p)) {
-          const uint32_t buf = bars + S::kBarBytes + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
+        if (S::kVariant == 4 && (accumulate & 4)) {  // (bit 2: the host encoded out_map; wgrad, no C, no bias)
+          store_tile_tma<S>(acc, p, group, m0 + 64 * wm + 16 * warp, n0, epi_tma + (mt >> 5) * S::kEpiBufBytes, lane,
+                            &out_map);
+        } else if (lines_epilogue_ok(p)) {
+          const uint32_t buf = epi_buf0 + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
           store_tile_lines<S, S::kVariant>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane, accumulate);
         } else if (m0 + 64 * wm < p.M) {
           wg::store_tile<S::WN, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2),
@@ -1030,7 +1082,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       }
     }
     // the staged epilogue's last bulk copies have read this CTA's shared memory and written their rows
-    if constexpr (S::kStagedEpi) {
+    if constexpr (S::kStagedEpi || S::kVariant == 4) {
       if (lane == 0) bulk_wait_all();
     }
   }
@@ -1040,10 +1092,10 @@ __global__ void __launch_bounds__(S::kThreads, 1)
 
 // The cp.async form (every shape; group_maps unused).
 template <class S, bool OUT_F32>
-void launch(const LaunchArgs& a, cudaStream_t s) {
+void launch(const LaunchArgs& a, cudaStream_t s, const CUtensorMap& out_map = CUtensorMap{}) {
   static_assert(!S::kLinesEpi || OUT_F32, "the whole-line epilogue stores fp32 output");
   wg::launch_persistent<ws_gemm_kernel<S, OUT_F32, false>, S::kThreads, S::kSmem, S::kCluster>(
-      a, s, static_cast<const CUtensorMap*>(nullptr));
+      a, s, static_cast<const CUtensorMap*>(nullptr), out_map);
 }
 
 }  // namespace ws
