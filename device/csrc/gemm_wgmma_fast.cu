@@ -8,30 +8,43 @@
 
 namespace nvfp4_gemm {
 
+namespace {
+
+// The output's tensor map for the TMA-store epilogue (ws::Shape::kTmaEpi): wgrad's [E, out_rows, out_cols] with row
+// pitch ldd, fp32 or bf16, boxes of 128 bytes x 16 rows, 128-byte swizzle. Only where store_tile_tma may write the
+// output: wgrad (every group has the same [out_rows, out_cols] block at g * out_rows * ldd), no C read back, no bias,
+// 16-byte aligned base and row pitch. Returns the launch arguments with bit 2 of `accumulate` set when it encoded
+// the map (the kernels take their other epilogues otherwise).
+LaunchArgs with_out_map(const LaunchArgs& a, CUtensorMap* map) {
+  LaunchArgs b = a;
+  const long long size = a.out_f32 ? 4 : 2;
+  const bool applies = a.kind == kWgrad && !(a.accumulate & 1) && !a.has_bias && a.out != nullptr &&
+                       reinterpret_cast<uintptr_t>(a.out) % 16 == 0 && (a.ldd * size) % 16 == 0;
+  if (applies && tma_host::encode_3d(map, a.out_f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                                     a.out, a.out_cols, a.out_rows, a.E, a.ldd * size, a.out_rows * a.ldd * size,
+                                     static_cast<unsigned>(128 / size), 16, CU_TENSOR_MAP_SWIZZLE_128B))
+    b.accumulate |= 4;
+  return b;
+}
+
+}  // namespace
+
 void launch_wgmma_fast(const LaunchArgs& a, cudaStream_t s) {
   if (a.tile_m == ws::ShapePair::kTileM) {
     launch_wgmma_pair(a, s);
   } else if (a.tile_m == ws::ShapeSkinny::BM) {
     if (a.out_f32) ws::launch<ws::ShapeSkinny, true>(a, s); else ws::launch<ws::ShapeSkinnyBf16, false>(a, s);
   } else {
+    CUtensorMap map{};
+    const LaunchArgs b = with_out_map(a, &map);
     const char* variant = std::getenv("NVFP4_WS_VARIANT");
     const int v = variant ? std::atoi(variant) : 0;
-    if (a.out_f32 && v == 1) ws::launch<ws::ShapeLargeV1, true>(a, s);
-    else if (a.out_f32 && v == 2) ws::launch<ws::ShapeLargeV2, true>(a, s);
-    else if (a.out_f32 && v == 3) ws::launch<ws::ShapeLargeV3, true>(a, s);
-    else if (a.out_f32 && v == 4) {
-      // the TMA-store epilogue where it applies (wgrad, no C read back, no bias, 16-byte aligned rows), else the
-      // same kernel's whole-line epilogue
-      CUtensorMap map{};
-      LaunchArgs b = a;
-      const bool ok = a.kind == kWgrad && !(a.accumulate & 1) && !a.has_bias && a.out != nullptr &&
-                      reinterpret_cast<uintptr_t>(a.out) % 16 == 0 && (a.ldd * 4) % 16 == 0 &&
-                      tma_host::encode_3d(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, a.out, a.out_cols, a.out_rows, a.E,
-                                          a.ldd * 4, a.out_rows * a.ldd * 4, 32, 16, CU_TENSOR_MAP_SWIZZLE_128B);
-      if (ok) b.accumulate |= 4;
-      ws::launch<ws::ShapeLargeV4, true>(b, s, map);
-    }
-    else if (a.out_f32) ws::launch<ws::ShapeLarge, true>(a, s); else ws::launch<ws::ShapeLargeBf16, false>(a, s);
+    if (a.out_f32 && v == 5) ws::launch<ws::ShapeLargeV5, true>(b, s, map);
+    else if (a.out_f32 && v == 8) ws::launch<ws::ShapeLargeV8, true>(a, s);
+    else if (!a.out_f32 && v == 6) ws::launch<ws::ShapeLargeBf16V6, false>(b, s, map);
+    else if (!a.out_f32 && v == 7) ws::launch<ws::ShapeLargeBf16V7, false>(a, s);
+    else if (a.out_f32) ws::launch<ws::ShapeLarge, true>(b, s, map);
+    else ws::launch<ws::ShapeLargeBf16, false>(b, s, map);
   }
 }
 

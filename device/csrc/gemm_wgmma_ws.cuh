@@ -48,9 +48,8 @@ namespace ws {
 using wg::kBK;
 
 template <int BM_, int CONV_, int MMA_REGS_, int CONV_REGS_, int MMA_UNITS_, int CLUSTER_ = 1, int AHEAD_ = 0,
-          int RAW_STAGES_ = 6, int B_STAGES_ = 4, int STAGED_EPI_ = 0, int EXACT_ = 0, int VARIANT_ = 0>
+          int RAW_STAGES_ = 6, int B_STAGES_ = 4, int STAGED_EPI_ = 0, int EXACT_ = 0, int TMA_EPI_ = 0>
 struct Shape {
-  static constexpr int kVariant = VARIANT_;  // experiments (NVFP4_WS_VARIANT at launch)
   // kBAhead: the MMA threads convert their B share one K step ahead (after issuing the current step's wgmmas), off
   // the path between their A decode and their wgmma issue; otherwise the current step's share, before its wgmmas.
   static constexpr bool kBAhead = AHEAD_ != 0;
@@ -78,11 +77,19 @@ struct Shape {
   //     bulk-copied to global memory (cp.async.bulk, async proxy);
   //   2 (kLinesEpi, fp32 output, store_tile_lines): 32 columns (128 bytes) of the 16 rows, read back so that every
   //     st.global writes 4 whole 128-byte lines.
-  static_assert(STAGED_EPI_ == 1 || STAGED_EPI_ == 2, "choose an epilogue");
+  //   3 (experiment): only the TMA store below; the direct stores otherwise.
+  // kTmaEpi (1: one box buffer per warp, 2: two): where the host encoded a tensor map of the output (LaunchArgs, bit 2
+  // of `accumulate`: wgrad, no C read back, no bias), store_tile_tma writes it instead, one TMA box of 16 rows x 128
+  // bytes per warp and chunk; the buffers then lie first in shared memory, 1024-byte aligned for the box swizzle.
+  static_assert(STAGED_EPI_ >= 1 && STAGED_EPI_ <= 3, "choose an epilogue");
   static constexpr bool kStagedEpi = STAGED_EPI_ == 1;
   static constexpr bool kLinesEpi = STAGED_EPI_ == 2;
+  static constexpr int kTmaEpi = TMA_EPI_;
+  static_assert(kTmaEpi >= 0 && kTmaEpi <= 2 && (STAGED_EPI_ != 3 || kTmaEpi > 0), "TMA epilogue buffers");
+  static constexpr int kTmaBoxBytes = 16 * 128;
   static constexpr int kEpiRowBytes = 256;
-  static constexpr int kEpiBufBytes = kLinesEpi ? 16 * 128 : 16 * (kEpiRowBytes + 32);  // 16 rows per warp
+  static constexpr int kEpiBufBytes = kStagedEpi ? 16 * (kEpiRowBytes + 32)  // 16 rows per warp
+                                                 : (kTmaEpi == 2 ? 2 * kTmaBoxBytes : kTmaBoxBytes);
   static constexpr int kEpiBytes = 4 * kMma * kEpiBufBytes;
   static constexpr int kBBytes = BN * 128;  // one fp16 B stage
   static constexpr int kRawA = BM * 32;     // 64 E2M1 codes = 32 bytes per row
@@ -103,7 +110,11 @@ struct Shape {
   static constexpr int kBWriterWarps = 4 * kConv + (kMmaUnits > 0 ? 4 * kMma : 0);
   static constexpr int kBFullCount = kBWriterWarps, kBEmptyCount = kCluster * 4 * kMma;
   static constexpr int kBarBytes = 8 * 2 * (kRawStages + kBStages);
+  // (kTmaEpi: warp w's box buffers at the first 1024-byte boundary of its kEpiBufBytes; a staged buffer of 4.5 KB
+  // holds them from there)
   static constexpr int kSmem = kBStages * kBBytes + kRawStages * kRaw + kBarBytes + kEpiBytes + 1024;
+  static_assert(!kTmaEpi || kEpiBufBytes % 1024 == 0 || kEpiBufBytes - 512 >= kTmaEpi * kTmaBoxBytes,
+                "the aligned box buffers fit the warp's epilogue buffer");
   static_assert(BM == 64 || BM == 128, "one 128-row A scale tile");
   static_assert(!kExact || (kCluster == 1 && !kBAhead), "exact mode: one CTA, the B share converted per step");
   static_assert(kCluster == 1 || (kCluster == 2 && BM == 128 && kLoadBN % 128 == 0),
@@ -117,7 +128,7 @@ struct Shape {
 };
 // 128 x 256 tiles: two MMA warpgroups, one converter (104 + 2 x 200 = 3 x 168 registers per thread-slot); the MMA
 // threads convert half of B (2 units each, between their wgmma issues), the converter the other half (4 units).
-using ShapeLarge = Shape<128, 1, 200, 104, 2, 1, 0, 6, 4, 2>;
+using ShapeLarge = Shape<128, 1, 200, 104, 2, 1, 0, 6, 4, 2, 0, 1>;
 // 64 x 256 tiles (few rows per group): one MMA warpgroup, two converters (B conversion is the bottleneck there).
 using ShapeSkinny = Shape<64, 2, 200, 152, 2, 1, 0, 6, 4, 2>;
 // 256 x 256 cluster tiles of two CTAs (128 x 256 each) sharing the B conversion: each CTA dequantizes 128 B rows
@@ -130,13 +141,15 @@ using ShapePair = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 2>;
 // bf16 output: the same shapes with the staged epilogue (store_tile_staged, rows leave as bulk copies instead of 8
 // rows x 16 bytes, half sectors, per instruction; the 128 x 256 kernel keeps 4 raw stages instead of 6 to make room
 // for the buffers).
-using ShapeLargeBf16 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 1>;
+using ShapeLargeBf16 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 1, 0, 1>;
 using ShapeSkinnyBf16 = Shape<64, 2, 200, 152, 2, 1, 0, 6, 4, 1>;
 using ShapePairBf16 = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 1>;
-using ShapeLargeV1 = Shape<128, 1, 200, 104, 2, 1, 0, 6, 4, 2, 0, 1>;
-using ShapeLargeV2 = Shape<128, 1, 200, 104, 0, 1, 0, 6, 4, 2, 0, 0>;
-using ShapeLargeV3 = Shape<128, 1, 200, 104, 0, 1, 0, 6, 4, 2, 0, 1>;
-using ShapeLargeV4 = Shape<128, 1, 200, 104, 2, 1, 0, 6, 4, 2, 0, 4>;
+// experiments (NVFP4_WS_VARIANT at launch): 5 fp32 with two box buffers per warp and 4 raw stages; 6 bf16 with the
+// TMA store only (6 raw stages); 7 bf16 without the TMA store; 8 fp32 without it
+using ShapeLargeV5 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 2, 0, 2>;
+using ShapeLargeBf16V6 = Shape<128, 1, 200, 104, 2, 1, 0, 6, 4, 3, 0, 1>;
+using ShapeLargeBf16V7 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 1, 0, 0>;
+using ShapeLargeV8 = Shape<128, 1, 200, 104, 2, 1, 0, 6, 4, 2, 0, 0>;
 // Exact mode (SPEC 12.2): 128 x 128 tiles, two MMA warpgroups (64 x 128 each: accumulator + two partial fragments =
 // 192 registers) that also convert B rows [64, 128) (1 unit per thread), one converter warpgroup (rows [0, 64), 2 units
 // per thread; 72 + 2 x 216 = 3 x 168 registers); fp32 or bf16 output as above.
@@ -665,7 +678,7 @@ __device__ __forceinline__ void prefetch_tile_c_lines(const Prob& p, int row0, i
 // access is 4 whole 128-byte rows. Piece k of buffer row r sits at slot k ^ (2r mod 8): the half-warp's 8-byte
 // fragment stores (rows r..r+3) and the read-back are then free of bank conflicts. Runs in every MMA warp, also in
 // one whose rows all lie past M (no store then): its __syncwarp must not sit in a branch on per-warp values (stop 15).
-template <class S, int VARIANT = 0>
+template <class S>
 __device__ __forceinline__ void store_tile_lines(const float (&acc)[S::R], const Prob& p, int row0, int col0,
                                                  uint32_t buf, int lane, int accumulate) {
   const int q = lane & 3, r = lane >> 2;
@@ -691,7 +704,7 @@ __device__ __forceinline__ void store_tile_lines(const float (&acc)[S::R], const
     const int col = col0 + 32 * c + 4 * piece;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      if (VARIANT != 1 && i > 0) __syncwarp();  // one piece in flight at a time (fewer live registers next to the accumulators)
+      if (i > 0) __syncwarp();  // one piece in flight at a time (fewer live registers next to the accumulators)
       const int lr = prow + 4 * i;
       const uint4 v = wg::lds128(buf + lr * 128 + ((piece ^ ((2 * lr) & 7)) << 4));
       const int row = row0 + lr;
@@ -712,41 +725,57 @@ __device__ __forceinline__ void store_tile_lines(const float (&acc)[S::R], const
   }
 }
 
-// TMA-store epilogue of one MMA warp (kVariant 4; wgrad, fp32 output, no C, no bias): per chunk of 32 columns the
-// warp writes RN(alpha * acc) of its 16 rows into its 16 x 128-byte buffer in the tensor map's 128-byte swizzle
-// (16-byte piece k of row r at slot k ^ (r mod 8); the buffer is 1024-byte aligned), and lane 0 stores the box
-// {32 columns, 16 rows, group} through `map` ([E, M, N] fp32; rows past M and columns past N are clipped by the map).
-// The next chunk waits until that store has read the buffer.
-template <class S>
+// TMA-store epilogue of one MMA warp (kTmaEpi; wgrad, no C read back, no bias; SPEC 12.2's y = RN(alpha * acc), bf16:
+// RN to bf16 of y). Per chunk of 128 bytes of its 16 rows (32 fp32 / 64 bf16 columns) the warp writes y into a box
+// buffer of 16 x 128 bytes in the tensor map's 128-byte swizzle (16-byte piece k of row r at slot k ^ (r mod 8); the
+// buffer is 1024-byte aligned), and lane 0 stores the box {128 bytes of columns, 16 rows, group} through `map`
+// ([E, M, N] of the output: rows past M and columns past N are clipped by the map, nothing else is written). With one
+// buffer the next chunk waits until that store has read it; with two, until the store of the chunk before has.
+// Accumulator layout (wgmma m64nWN): register 4j + 2h + e of lane l is row l/4 + 8h, column 8j + 2(l%4) + e.
+template <class S, bool OUT_F32>
 __device__ __forceinline__ void store_tile_tma(const float (&acc)[S::R], const Prob& p, int group, int row0, int col0,
-                                               uint32_t buf, int lane, const CUtensorMap* map) {
+                                               uint32_t bufs, int lane, const CUtensorMap* map) {
+  constexpr int kCols = OUT_F32 ? 32 : 64;  // columns per chunk (128 bytes)
+  constexpr int kBufs = S::kTmaEpi;
   const int q = lane & 3, r = lane >> 2;
   const float alpha = p.alpha;
   const bool rows_in = row0 < p.M;
 #pragma unroll
-  for (int c = 0; c < S::WN / 32; ++c) {
-    if (lane == 0) bulk_wait_read<0>();  // the previous chunk's store has read the buffer
+  for (int c = 0; c < S::WN / kCols; ++c) {
+    const uint32_t buf = bufs + (c % kBufs) * S::kTmaBoxBytes;
+    if (lane == 0) bulk_wait_read<kBufs - 1>();  // the store that last read this buffer has read it
     __syncwarp();
 #pragma unroll
-    for (int jj = 0; jj < 4; ++jj) {
-      const int j = 4 * c + jj;
+    for (int jj = 0; jj < kCols / 8; ++jj) {
+      const int j = (kCols / 8) * c + jj;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int lr = r + 8 * h;
-        const int k = 2 * jj + (q >> 1);  // the 16-byte piece of columns 8 jj + 2 q, + 1
-        const uint32_t a = buf + lr * 128 + ((k ^ (lr & 7)) << 4) + ((q & 1) << 3);
-        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(__fmul_rn(alpha, acc[4 * j + 2 * h])),
-                     "f"(__fmul_rn(alpha, acc[4 * j + 2 * h + 1]))
-                     : "memory");
+        const float y0 = __fmul_rn(alpha, acc[4 * j + 2 * h]), y1 = __fmul_rn(alpha, acc[4 * j + 2 * h + 1]);
+        if constexpr (OUT_F32) {  // columns 8 jj + 2 q, + 1: 8 bytes in piece 2 jj + q / 2
+          const int k = 2 * jj + (q >> 1);
+          const uint32_t a = buf + lr * 128 + ((k ^ (lr & 7)) << 4) + ((q & 1) << 3);
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(y0), "f"(y1) : "memory");
+        } else {  // 4 bytes at 4 q of piece jj
+          const uint32_t a = buf + lr * 128 + ((jj ^ (lr & 7)) << 4) + (q << 2);
+          const __nv_bfloat162 v = __floats2bfloat162_rn(y0, y1);
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(*reinterpret_cast<const uint32_t*>(&v)) : "memory");
+        }
       }
     }
     wg::fence_proxy_async();  // this lane's stores -> the async proxy of the TMA store
     __syncwarp();
-    if (lane == 0 && rows_in && col0 + 32 * c < p.N) {
-      tma_store_3d(map, buf, col0 + 32 * c, row0, group);
-      bulk_commit();
+    if (lane == 0) {
+      if (rows_in && col0 + kCols * c < p.N) tma_store_3d(map, buf, col0 + kCols * c, row0, group);
+      bulk_commit();  // (an empty group when nothing was stored: the waits above count groups)
     }
   }
+}
+
+// Warp w's box buffers (kTmaEpi): the first 1024-byte boundary in its epilogue buffer (epi0 is 1024-byte aligned).
+template <class S>
+__device__ __forceinline__ uint32_t tma_bufs(uint32_t epi0, int w) {
+  return (epi0 + static_cast<uint32_t>(w) * S::kEpiBufBytes + 1023u) & ~1023u;
 }
 
 // A tile's group (by a whole warp, wg::count_group_warp; E > wg::kWarpSearchGroups: the binary search), its index
@@ -784,14 +813,13 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   pdl_wait();  // the setup (or maps) kernel's outputs: nothing global is touched before (gemm_pdl.cuh)
   extern __shared__ uint8_t smem_dyn[];
   const uint32_t smem = (wg::smem_u32(smem_dyn) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
-  // kVariant 4: the epilogue buffers first (1024-byte aligned for the TMA store's swizzle), then the rings
-  const uint32_t epi_tma = smem;
-  const uint32_t b_ring = smem + (S::kVariant == 4 ? S::kEpiBytes : 0);  // kBStages x kBBytes
+  // kTmaEpi: the epilogue buffers first (the box buffers 1024-byte aligned for the TMA store's swizzle), then the rings
+  const uint32_t b_ring = smem + (S::kTmaEpi ? S::kEpiBytes : 0);  // kBStages x kBBytes
   const uint32_t raw_ring = b_ring + S::kBStages * S::kBBytes;       // kRawStages x kRaw
   const uint32_t bars = raw_ring + S::kRawStages * S::kRaw;          // 8-byte mbarriers
   const uint32_t raw_full = bars, raw_empty = raw_full + 8 * S::kRawStages;
   const uint32_t b_full = raw_empty + 8 * S::kRawStages, b_empty = b_full + 8 * S::kBStages;
-  const uint32_t epi_buf0 = S::kVariant == 4 ? epi_tma : bars + S::kBarBytes;  // the MMA warps' epilogue buffers
+  const uint32_t epi_buf0 = S::kTmaEpi ? smem : bars + S::kBarBytes;  // the MMA warps' epilogue buffers
   const int tid = threadIdx.x, lane = tid & 31;
   // Half tiles for the last round (TileWalk): one CTA per tile and 256 columns, so a half is one B scale tile. Not in
   // exact mode (its 128-column tiles would split inside a scale tile) nor in clusters.
@@ -1059,7 +1087,10 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         // docs/gemm.md, stop 15). (The two branches stay separate: merged, ptxas scheduled every kernel differently.)
         Prob p = *pp;
         if (half_tile) p.N = cols.end;  // its 128 columns (accumulator columns [0, 128) are columns n0 + [0, 128))
-        if (staged_epilogue_ok<OUT_F32>(p, accumulate)) {
+        if (S::kTmaEpi && (accumulate & 4)) {  // (bit 2: the host encoded out_map)
+          store_tile_tma<S, OUT_F32>(acc, p, group, m0 + 64 * wm + 16 * warp, n0, tma_bufs<S>(epi_buf0, mt >> 5), lane,
+                                     &out_map);
+        } else if (staged_epilogue_ok<OUT_F32>(p, accumulate)) {
           const uint32_t buf = epi_buf0 + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
           store_tile_staged<S, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane);
         } else if (m0 + 64 * wm < p.M) {
@@ -1069,12 +1100,12 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       } else {  // kLinesEpi
         Prob p = *pp;
         if (half_tile) p.N = cols.end;
-        if (S::kVariant == 4 && (accumulate & 4)) {  // (bit 2: the host encoded out_map; wgrad, no C, no bias)
-          store_tile_tma<S>(acc, p, group, m0 + 64 * wm + 16 * warp, n0, epi_tma + (mt >> 5) * S::kEpiBufBytes, lane,
-                            &out_map);
-        } else if (lines_epilogue_ok(p)) {
+        if (S::kTmaEpi && (accumulate & 4)) {  // (bit 2: the host encoded out_map)
+          store_tile_tma<S, OUT_F32>(acc, p, group, m0 + 64 * wm + 16 * warp, n0, tma_bufs<S>(epi_buf0, mt >> 5), lane,
+                                     &out_map);
+        } else if (S::kLinesEpi && lines_epilogue_ok(p)) {
           const uint32_t buf = epi_buf0 + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
-          store_tile_lines<S, S::kVariant>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane, accumulate);
+          store_tile_lines<S>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane, accumulate);
         } else if (m0 + 64 * wm < p.M) {
           wg::store_tile<S::WN, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2),
                                                          n0 + 2 * (lane & 3), accumulate);
@@ -1082,7 +1113,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       }
     }
     // the staged epilogue's last bulk copies have read this CTA's shared memory and written their rows
-    if constexpr (S::kStagedEpi || S::kVariant == 4) {
+    if constexpr (S::kStagedEpi || S::kTmaEpi) {
       if (lane == 0) bulk_wait_all();
     }
   }
