@@ -41,6 +41,9 @@ void launch_wgmma_fast(const LaunchArgs& a, cudaStream_t s) {
     const int v = variant ? std::atoi(variant) : 0;
     if (a.out_f32 && v == 5) ws::launch<ws::ShapeLargeV5, true>(b, s, map);
     else if (a.out_f32 && v == 8) ws::launch<ws::ShapeLargeV8, true>(a, s);
+    else if (a.out_f32 && v == 9) ws::launch<ws::ShapeLargeV9, true>(b, s, map);
+    else if (a.out_f32 && v == 11) ws::launch<ws::ShapeLargeV11, true>(b, s, map);
+    else if (!a.out_f32 && v == 12) ws::launch<ws::ShapeLargeBf16V12, false>(b, s, map);
     else if (!a.out_f32 && v == 6) ws::launch<ws::ShapeLargeBf16V6, false>(b, s, map);
     else if (!a.out_f32 && v == 7) ws::launch<ws::ShapeLargeBf16V7, false>(a, s);
     else if (a.out_f32) ws::launch<ws::ShapeLarge, true>(b, s, map);

@@ -78,18 +78,19 @@ struct Shape {
   //   2 (kLinesEpi, fp32 output, store_tile_lines): 32 columns (128 bytes) of the 16 rows, read back so that every
   //     st.global writes 4 whole 128-byte lines.
   //   3 (experiment): only the TMA store below; the direct stores otherwise.
-  // kTmaEpi (1: one box buffer per warp, 2: two): where the host encoded a tensor map of the output (LaunchArgs, bit 2
+  // kTmaEpi (box buffers per warp: 1, 2 or 4): where the host encoded a tensor map of the output (LaunchArgs, bit 2
   // of `accumulate`: wgrad, no C read back, no bias), store_tile_tma writes it instead, one TMA box of 16 rows x 128
   // bytes per warp and chunk; the buffers then lie first in shared memory, 1024-byte aligned for the box swizzle.
   static_assert(STAGED_EPI_ >= 1 && STAGED_EPI_ <= 3, "choose an epilogue");
   static constexpr bool kStagedEpi = STAGED_EPI_ == 1;
   static constexpr bool kLinesEpi = STAGED_EPI_ == 2;
   static constexpr int kTmaEpi = TMA_EPI_;
-  static_assert(kTmaEpi >= 0 && kTmaEpi <= 2 && (STAGED_EPI_ != 3 || kTmaEpi > 0), "TMA epilogue buffers");
+  static_assert((kTmaEpi == 0 || kTmaEpi == 1 || kTmaEpi == 2 || kTmaEpi == 4) && (STAGED_EPI_ != 3 || kTmaEpi > 0),
+                "TMA epilogue buffers: a divisor of every tile's chunk count (4 or 8), so chunk c uses buffer c mod n");
   static constexpr int kTmaBoxBytes = 16 * 128;
   static constexpr int kEpiRowBytes = 256;
   static constexpr int kEpiBufBytes = kStagedEpi ? 16 * (kEpiRowBytes + 32)  // 16 rows per warp
-                                                 : (kTmaEpi == 2 ? 2 * kTmaBoxBytes : kTmaBoxBytes);
+                                                 : (kTmaEpi > 1 ? kTmaEpi * kTmaBoxBytes : kTmaBoxBytes);
   static constexpr int kEpiBytes = 4 * kMma * kEpiBufBytes;
   static constexpr int kBBytes = BN * 128;  // one fp16 B stage
   static constexpr int kRawA = BM * 32;     // 64 E2M1 codes = 32 bytes per row
@@ -150,6 +151,9 @@ using ShapeLargeV5 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 2, 0, 2>;
 using ShapeLargeBf16V6 = Shape<128, 1, 200, 104, 2, 1, 0, 6, 4, 3, 0, 1>;
 using ShapeLargeBf16V7 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 1, 0, 0>;
 using ShapeLargeV8 = Shape<128, 1, 200, 104, 2, 1, 0, 6, 4, 2, 0, 0>;
+using ShapeLargeV9 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 3, 2, 0, 4>;
+using ShapeLargeV11 = Shape<128, 1, 200, 104, 2, 1, 0, 6, 3, 2, 0, 2>;
+using ShapeLargeBf16V12 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 3, 0, 2>;
 // Exact mode (SPEC 12.2): 128 x 128 tiles, two MMA warpgroups (64 x 128 each: accumulator + two partial fragments =
 // 192 registers) that also convert B rows [64, 128) (1 unit per thread), one converter warpgroup (rows [0, 64), 2 units
 // per thread; 72 + 2 x 216 = 3 x 168 registers); fp32 or bf16 output as above.
