@@ -745,6 +745,19 @@ def test_capped_grid_and_half_tiles(kernel, max_ctas):
                   **kw, max_ctas=max_ctas)
 
 
+# wgrad's fp32 output from the 128 x 256 fast kernel leaves through TMA stores (ws::store_tile_tma: boxes of 16 rows x
+# 32 columns of an [E, N, K] tensor map, which clips rows past N and columns past K) when no C is read back (the host
+# refuses an unaligned out, so the map always applies there). Edges: N = 80 and K = 48 (warps whose rows all lie past
+# N, a chunk cut at column 48, six chunks past K) with an empty expert (+0 written); two row tiles, the last of 16
+# rows, and a second column tile of 48 columns; a single group; K = 80 (a row pitch of 320 bytes) with an empty last
+# expert. Every call writes into a guarded buffer (nothing past the end), against the oracle bit for bit.
+def test_wgrad_tma_epilogue():
+    run_wgrad([37, 0, 200, 5], 80, 48, "fast", torch.float32, accumulate=False, seed=91, fast_kernel="large")
+    run_wgrad([300, 17], 272, 304, "fast", torch.float32, accumulate=False, seed=92, fast_kernel="large")
+    run_wgrad([33], 144, 32, "fast", torch.float32, accumulate=False, seed=93, fast_kernel="large")
+    run_wgrad([19, 40, 0], 64, 80, "fast", torch.float32, accumulate=False, seed=94, fast_kernel="large")
+
+
 def test_mostly_empty_experts():
     run_fprop([0, 0, 33, 0], 64, 64, "exact", torch.bfloat16, with_bias=False)
     run_wgrad([0, 0, 33, 0], 64, 64, "fast", torch.float32, accumulate=True)

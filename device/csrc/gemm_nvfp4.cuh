@@ -64,8 +64,8 @@ struct LaunchArgs {
   // 128-byte aligned), given only when every group's packed rows have a pitch of a multiple of 16 bytes and the planes
   // are 16-byte aligned (fprop / dgrad with a contraction % 32 == 0); null: the cp.async loader.
   void* exact_maps;
-  // The output as the host sees it (experiment NVFP4_WS_VARIANT=4: the TMA-store epilogue of wgrad's fp32 output):
-  // wgrad's [E, out_rows, out_cols] with row stride ldd; kind; whether a bias is fused.
+  // The output as the host sees it, for the TMA-store epilogue of wgrad's fp32 output (gemm_wgmma_fast.cu): wgrad's
+  // [E, out_rows, out_cols] with row stride ldd; the kind; whether a bias is fused.
   void* out;
   long long out_rows, out_cols, ldd;
   int kind;

@@ -77,20 +77,21 @@ struct Shape {
   //     bulk-copied to global memory (cp.async.bulk, async proxy);
   //   2 (kLinesEpi, fp32 output, store_tile_lines): 32 columns (128 bytes) of the 16 rows, read back so that every
   //     st.global writes 4 whole 128-byte lines.
-  //   3 (experiment): only the TMA store below; the direct stores otherwise.
-  // kTmaEpi (box buffers per warp: 1, 2 or 4): where the host encoded a tensor map of the output (LaunchArgs, bit 2
-  // of `accumulate`: wgrad, no C read back, no bias), store_tile_tma writes it instead, one TMA box of 16 rows x 128
-  // bytes per warp and chunk; the buffers then lie first in shared memory, 1024-byte aligned for the box swizzle.
-  static_assert(STAGED_EPI_ >= 1 && STAGED_EPI_ <= 3, "choose an epilogue");
+  // kTmaEpi (fp32 output with kLinesEpi; box buffers per warp: 1, 2 or 4): where the host encoded a tensor map of the
+  // output (bit 2 of `accumulate`: wgrad, no C read back, no bias; gemm_wgmma_fast.cu), store_tile_tma writes it
+  // instead, one TMA box of 16 rows x 32 columns per warp and chunk (the lines epilogue's buffer is the first box
+  // buffer); the buffers then lie first in shared memory, 1024-byte aligned for the box swizzle.
+  static_assert(STAGED_EPI_ == 1 || STAGED_EPI_ == 2, "choose an epilogue");
   static constexpr bool kStagedEpi = STAGED_EPI_ == 1;
   static constexpr bool kLinesEpi = STAGED_EPI_ == 2;
   static constexpr int kTmaEpi = TMA_EPI_;
-  static_assert((kTmaEpi == 0 || kTmaEpi == 1 || kTmaEpi == 2 || kTmaEpi == 4) && (STAGED_EPI_ != 3 || kTmaEpi > 0),
-                "TMA epilogue buffers: a divisor of every tile's chunk count (4 or 8), so chunk c uses buffer c mod n");
+  static_assert(kTmaEpi == 0 || (kLinesEpi && (kTmaEpi == 1 || kTmaEpi == 2 || kTmaEpi == 4)),
+                "TMA epilogue buffers: a divisor of a tile's 8 chunks, so chunk c uses buffer c mod n");
   static constexpr int kTmaBoxBytes = 16 * 128;
   static constexpr int kEpiRowBytes = 256;
   static constexpr int kEpiBufBytes = kStagedEpi ? 16 * (kEpiRowBytes + 32)  // 16 rows per warp
                                                  : (kTmaEpi > 1 ? kTmaEpi * kTmaBoxBytes : kTmaBoxBytes);
+  static_assert(!kTmaEpi || kEpiBufBytes % 1024 == 0, "box buffers stay 1024-byte aligned");
   static constexpr int kEpiBytes = 4 * kMma * kEpiBufBytes;
   static constexpr int kBBytes = BN * 128;  // one fp16 B stage
   static constexpr int kRawA = BM * 32;     // 64 E2M1 codes = 32 bytes per row
@@ -111,11 +112,7 @@ struct Shape {
   static constexpr int kBWriterWarps = 4 * kConv + (kMmaUnits > 0 ? 4 * kMma : 0);
   static constexpr int kBFullCount = kBWriterWarps, kBEmptyCount = kCluster * 4 * kMma;
   static constexpr int kBarBytes = 8 * 2 * (kRawStages + kBStages);
-  // (kTmaEpi: warp w's box buffers at the first 1024-byte boundary of its kEpiBufBytes; a staged buffer of 4.5 KB
-  // holds them from there)
   static constexpr int kSmem = kBStages * kBBytes + kRawStages * kRaw + kBarBytes + kEpiBytes + 1024;
-  static_assert(!kTmaEpi || kEpiBufBytes % 1024 == 0 || kEpiBufBytes - 512 >= kTmaEpi * kTmaBoxBytes,
-                "the aligned box buffers fit the warp's epilogue buffer");
   static_assert(BM == 64 || BM == 128, "one 128-row A scale tile");
   static_assert(!kExact || (kCluster == 1 && !kBAhead), "exact mode: one CTA, the B share converted per step");
   static_assert(kCluster == 1 || (kCluster == 2 && BM == 128 && kLoadBN % 128 == 0),
@@ -129,7 +126,9 @@ struct Shape {
 };
 // 128 x 256 tiles: two MMA warpgroups, one converter (104 + 2 x 200 = 3 x 168 registers per thread-slot); the MMA
 // threads convert half of B (2 units each, between their wgmma issues), the converter the other half (4 units).
-using ShapeLarge = Shape<128, 1, 200, 104, 2, 1, 0, 6, 4, 2, 0, 1>;
+// Its fp32 form stores wgrad's output by TMA with two box buffers per warp (store_tile_tma; E64 wgrad 0.61-0.63 ->
+// 0.72-0.73 of grouped_mm, docs/gemm.md stop 56), so it keeps 4 raw stages instead of 6 (the buffers take 32 KB).
+using ShapeLarge = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 2, 0, 2>;
 // 64 x 256 tiles (few rows per group): one MMA warpgroup, two converters (B conversion is the bottleneck there).
 using ShapeSkinny = Shape<64, 2, 200, 152, 2, 1, 0, 6, 4, 2>;
 // 256 x 256 cluster tiles of two CTAs (128 x 256 each) sharing the B conversion: each CTA dequantizes 128 B rows
@@ -142,18 +141,9 @@ using ShapePair = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 2>;
 // bf16 output: the same shapes with the staged epilogue (store_tile_staged, rows leave as bulk copies instead of 8
 // rows x 16 bytes, half sectors, per instruction; the 128 x 256 kernel keeps 4 raw stages instead of 6 to make room
 // for the buffers).
-using ShapeLargeBf16 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 1, 0, 1>;
+using ShapeLargeBf16 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 1>;
 using ShapeSkinnyBf16 = Shape<64, 2, 200, 152, 2, 1, 0, 6, 4, 1>;
 using ShapePairBf16 = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 1>;
-// experiments (NVFP4_WS_VARIANT at launch): 5 fp32 with two box buffers per warp and 4 raw stages; 6 bf16 with the
-// TMA store only (6 raw stages); 7 bf16 without the TMA store; 8 fp32 without it
-using ShapeLargeV5 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 2, 0, 2>;
-using ShapeLargeBf16V6 = Shape<128, 1, 200, 104, 2, 1, 0, 6, 4, 3, 0, 1>;
-using ShapeLargeBf16V7 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 1, 0, 0>;
-using ShapeLargeV8 = Shape<128, 1, 200, 104, 2, 1, 0, 6, 4, 2, 0, 0>;
-using ShapeLargeV9 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 3, 2, 0, 4>;
-using ShapeLargeV11 = Shape<128, 1, 200, 104, 2, 1, 0, 6, 3, 2, 0, 2>;
-using ShapeLargeBf16V12 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 3, 0, 2>;
 // Exact mode (SPEC 12.2): 128 x 128 tiles, two MMA warpgroups (64 x 128 each: accumulator + two partial fragments =
 // 192 registers) that also convert B rows [64, 128) (1 unit per thread), one converter warpgroup (rows [0, 64), 2 units
 // per thread; 72 + 2 x 216 = 3 x 168 registers); fp32 or bf16 output as above.
@@ -729,57 +719,46 @@ __device__ __forceinline__ void store_tile_lines(const float (&acc)[S::R], const
   }
 }
 
-// TMA-store epilogue of one MMA warp (kTmaEpi; wgrad, no C read back, no bias; SPEC 12.2's y = RN(alpha * acc), bf16:
-// RN to bf16 of y). Per chunk of 128 bytes of its 16 rows (32 fp32 / 64 bf16 columns) the warp writes y into a box
-// buffer of 16 x 128 bytes in the tensor map's 128-byte swizzle (16-byte piece k of row r at slot k ^ (r mod 8); the
-// buffer is 1024-byte aligned), and lane 0 stores the box {128 bytes of columns, 16 rows, group} through `map`
-// ([E, M, N] of the output: rows past M and columns past N are clipped by the map, nothing else is written). With one
-// buffer the next chunk waits until that store has read it; with two, until the store of the chunk before has.
+// TMA-store epilogue of one MMA warp (kTmaEpi; wgrad's fp32 output, no C read back, no bias: SPEC 12.2's
+// y = RN(alpha * acc), as store_tile_lines). Per chunk of 32 columns (128 bytes) of its 16 rows the warp writes y into
+// a box buffer of 16 x 128 bytes in the tensor map's 128-byte swizzle (16-byte piece k of row r at slot k ^ (r mod 8);
+// the buffer is 1024-byte aligned; the half-warp's 8-byte stores then hit 32 distinct banks), and lane 0 stores the
+// box {32 columns, 16 rows, group} through `map` ([E, M, N]: rows past M and columns past N are clipped by the map,
+// nothing else is written). Chunk c uses buffer c mod kTmaEpi, and first waits until the store that last read it has
+// (every chunk commits one bulk group, empty when nothing was stored, so the count of groups still reading says which).
 // Accumulator layout (wgmma m64nWN): register 4j + 2h + e of lane l is row l/4 + 8h, column 8j + 2(l%4) + e.
-template <class S, bool OUT_F32>
+template <class S>
 __device__ __forceinline__ void store_tile_tma(const float (&acc)[S::R], const Prob& p, int group, int row0, int col0,
                                                uint32_t bufs, int lane, const CUtensorMap* map) {
-  constexpr int kCols = OUT_F32 ? 32 : 64;  // columns per chunk (128 bytes)
   constexpr int kBufs = S::kTmaEpi;
   const int q = lane & 3, r = lane >> 2;
   const float alpha = p.alpha;
   const bool rows_in = row0 < p.M;
 #pragma unroll
-  for (int c = 0; c < S::WN / kCols; ++c) {
+  for (int c = 0; c < S::WN / 32; ++c) {
     const uint32_t buf = bufs + (c % kBufs) * S::kTmaBoxBytes;
-    if (lane == 0) bulk_wait_read<kBufs - 1>();  // the store that last read this buffer has read it
+    if (lane == 0) bulk_wait_read<kBufs - 1>();  // the store that last read this buffer (kBufs chunks ago) is done
     __syncwarp();
 #pragma unroll
-    for (int jj = 0; jj < kCols / 8; ++jj) {
-      const int j = (kCols / 8) * c + jj;
+    for (int jj = 0; jj < 4; ++jj) {
+      const int j = 4 * c + jj;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int lr = r + 8 * h;
-        const float y0 = __fmul_rn(alpha, acc[4 * j + 2 * h]), y1 = __fmul_rn(alpha, acc[4 * j + 2 * h + 1]);
-        if constexpr (OUT_F32) {  // columns 8 jj + 2 q, + 1: 8 bytes in piece 2 jj + q / 2
-          const int k = 2 * jj + (q >> 1);
-          const uint32_t a = buf + lr * 128 + ((k ^ (lr & 7)) << 4) + ((q & 1) << 3);
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(y0), "f"(y1) : "memory");
-        } else {  // 4 bytes at 4 q of piece jj
-          const uint32_t a = buf + lr * 128 + ((jj ^ (lr & 7)) << 4) + (q << 2);
-          const __nv_bfloat162 v = __floats2bfloat162_rn(y0, y1);
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(*reinterpret_cast<const uint32_t*>(&v)) : "memory");
-        }
+        const int k = 2 * jj + (q >> 1);  // the 16-byte piece of columns 8 jj + 2 q, + 1
+        const uint32_t a = buf + lr * 128 + ((k ^ (lr & 7)) << 4) + ((q & 1) << 3);
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(__fmul_rn(alpha, acc[4 * j + 2 * h])),
+                     "f"(__fmul_rn(alpha, acc[4 * j + 2 * h + 1]))
+                     : "memory");
       }
     }
     wg::fence_proxy_async();  // this lane's stores -> the async proxy of the TMA store
     __syncwarp();
     if (lane == 0) {
-      if (rows_in && col0 + kCols * c < p.N) tma_store_3d(map, buf, col0 + kCols * c, row0, group);
-      bulk_commit();  // (an empty group when nothing was stored: the waits above count groups)
+      if (rows_in && col0 + 32 * c < p.N) tma_store_3d(map, buf, col0 + 32 * c, row0, group);
+      bulk_commit();
     }
   }
-}
-
-// Warp w's box buffers (kTmaEpi): the first 1024-byte boundary in its epilogue buffer (epi0 is 1024-byte aligned).
-template <class S>
-__device__ __forceinline__ uint32_t tma_bufs(uint32_t epi0, int w) {
-  return (epi0 + static_cast<uint32_t>(w) * S::kEpiBufBytes + 1023u) & ~1023u;
 }
 
 // A tile's group (by a whole warp, wg::count_group_warp; E > wg::kWarpSearchGroups: the binary search), its index
@@ -1091,10 +1070,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         // docs/gemm.md, stop 15). (The two branches stay separate: merged, ptxas scheduled every kernel differently.)
         Prob p = *pp;
         if (half_tile) p.N = cols.end;  // its 128 columns (accumulator columns [0, 128) are columns n0 + [0, 128))
-        if (S::kTmaEpi && (accumulate & 4)) {  // (bit 2: the host encoded out_map)
-          store_tile_tma<S, OUT_F32>(acc, p, group, m0 + 64 * wm + 16 * warp, n0, tma_bufs<S>(epi_buf0, mt >> 5), lane,
-                                     &out_map);
-        } else if (staged_epilogue_ok<OUT_F32>(p, accumulate)) {
+        if (staged_epilogue_ok<OUT_F32>(p, accumulate)) {
           const uint32_t buf = epi_buf0 + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
           store_tile_staged<S, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane);
         } else if (m0 + 64 * wm < p.M) {
@@ -1104,9 +1080,9 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       } else {  // kLinesEpi
         Prob p = *pp;
         if (half_tile) p.N = cols.end;
-        if (S::kTmaEpi && (accumulate & 4)) {  // (bit 2: the host encoded out_map)
-          store_tile_tma<S, OUT_F32>(acc, p, group, m0 + 64 * wm + 16 * warp, n0, tma_bufs<S>(epi_buf0, mt >> 5), lane,
-                                     &out_map);
+        if (S::kTmaEpi && (accumulate & 4)) {  // (bit 2: the host encoded out_map, gemm_wgmma_fast.cu)
+          store_tile_tma<S>(acc, p, group, m0 + 64 * wm + 16 * warp, n0, epi_buf0 + (mt >> 5) * S::kEpiBufBytes, lane,
+                            &out_map);
         } else if (S::kLinesEpi && lines_epilogue_ok(p)) {
           const uint32_t buf = epi_buf0 + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
           store_tile_lines<S>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane, accumulate);
@@ -1117,7 +1093,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       }
     }
     // the staged epilogue's last bulk copies have read this CTA's shared memory and written their rows
-    if constexpr (S::kStagedEpi || S::kTmaEpi) {
+    if constexpr (S::kStagedEpi || S::kTmaEpi) {  // (and the TMA stores have read theirs)
       if (lane == 0) bulk_wait_all();
     }
   }
