@@ -2,8 +2,6 @@
 // tile 128 x 256 (large groups) or 64 x 256 (few rows per group), bf16 (staged epilogue) or fp32 output, and the
 // dispatch to the 2-CTA cluster shape (gemm_wgmma_pair.cu). Split from the exact mode so they compile in parallel.
 // wgrad's fp32 output leaves the 128 x 256 kernel through TMA stores (a tensor map encoded here per launch).
-#include <cstdlib>
-
 #include "gemm_tma_host.h"
 #include "gemm_wgmma_ws.cuh"
 
@@ -35,11 +33,7 @@ void launch_wgmma_fast(const LaunchArgs& a, cudaStream_t s) {
     if (a.out_f32) ws::launch<ws::ShapeSkinny, true>(a, s); else ws::launch<ws::ShapeSkinnyBf16, false>(a, s);
   } else if (a.out_f32) {
     CUtensorMap map{};
-    const char* variant = std::getenv("NVFP4_WS_VARIANT");
-    const int v = variant ? std::atoi(variant) : 0;
-    if (v == 16) ws::launch<ws::ShapeLargeV16, true>(with_out_map(a, &map), s, map);
-    else if (v == 17) ws::launch<ws::ShapeLargeV17, true>(with_out_map(a, &map), s, map);
-    else ws::launch<ws::ShapeLarge, true>(with_out_map(a, &map), s, map);
+    ws::launch<ws::ShapeLarge, true>(with_out_map(a, &map), s, map);
   } else {
     ws::launch<ws::ShapeLargeBf16, false>(a, s);
   }

@@ -142,10 +142,6 @@ using ShapePair = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 2>;
 // rows x 16 bytes, half sectors, per instruction; the 128 x 256 kernel keeps 4 raw stages instead of 6 to make room
 // for the buffers).
 using ShapeLargeBf16 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 1>;
-// experiments (NVFP4_WS_VARIANT at launch): the fp32 128 x 256 kernel with the MMA warps converting 1 unit (16) or none
-// of B (17), the converter the rest
-using ShapeLargeV16 = Shape<128, 1, 200, 104, 1, 1, 0, 4, 4, 2, 0, 2>;
-using ShapeLargeV17 = Shape<128, 1, 200, 104, 0, 1, 0, 4, 4, 2, 0, 2>;
 using ShapeSkinnyBf16 = Shape<64, 2, 200, 152, 2, 1, 0, 6, 4, 1>;
 using ShapePairBf16 = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 1>;
 // Exact mode (SPEC 12.2): 128 x 128 tiles, two MMA warpgroups (64 x 128 each: accumulator + two partial fragments =
