@@ -664,6 +664,30 @@ __device__ __forceinline__ void prefetch_tile_c_lines(const Prob& p, int row0, i
   }
 }
 
+// RN(alpha * acc) of columns [32 c, 32 c + 32) of an MMA warp's 16 rows into its 16 x 128-byte buffer (accumulator
+// layout of wgmma m64nWN: register 4j + 2h + e of lane l is row l/4 + 8h, column 8j + 2(l%4) + e): lane l's pair of
+// columns 8 jj + 2 q, + 1 (q = l % 4) is 8 bytes of 16-byte piece k = 2 jj + q / 2 of its row lr, which sits at slot
+// k ^ (2 lr mod 8) (store_tile_lines: its read-back is conflict-free too) or, TMA_SWIZZLE, k ^ (lr mod 8) (a tensor
+// map's 128-byte swizzle, store_tile_tma). Either way a half-warp's 8-byte stores hit 32 distinct banks.
+template <class S, bool TMA_SWIZZLE>
+__device__ __forceinline__ void write_chunk_f32(const float (&acc)[S::R], int c, float alpha, uint32_t buf, int lane) {
+  const int q = lane & 3, r = lane >> 2;
+#pragma unroll
+  for (int jj = 0; jj < 4; ++jj) {
+    const int j = 4 * c + jj;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int lr = r + 8 * h;
+      const int k = 2 * jj + (q >> 1);
+      const int slot = k ^ (TMA_SWIZZLE ? (lr & 7) : ((2 * lr) & 7));
+      const uint32_t a = buf + lr * 128 + (slot << 4) + ((q & 1) << 3);
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(__fmul_rn(alpha, acc[4 * j + 2 * h])),
+                   "f"(__fmul_rn(alpha, acc[4 * j + 2 * h + 1]))
+                   : "memory");
+    }
+  }
+}
+
 // Whole-line epilogue of one MMA warp (kLinesEpi), fp32 output (SPEC 12.2 order, as wg::store_tile: y = alpha*acc;
 // y += C; y += bias). The warp owns rows row0 + [0, 16), columns col0 + [0, WN) (accumulator layout of wgmma m64nWN:
 // register 4j + 2h + e of lane l is row l/4 + 8h, column 8j + 2(l%4) + e). Per chunk of 32 columns it writes
@@ -675,25 +699,12 @@ __device__ __forceinline__ void prefetch_tile_c_lines(const Prob& p, int row0, i
 template <class S>
 __device__ __forceinline__ void store_tile_lines(const float (&acc)[S::R], const Prob& p, int row0, int col0,
                                                  uint32_t buf, int lane, int accumulate) {
-  const int q = lane & 3, r = lane >> 2;
   const int piece = lane & 7, prow = lane >> 3;
   const float alpha = p.alpha;
 #pragma unroll
   for (int c = 0; c < S::WN / 32; ++c) {  // chunks of 32 columns
     __syncwarp();                // the previous chunk's read-back is done with the buffer
-#pragma unroll
-    for (int jj = 0; jj < 4; ++jj) {
-      const int j = 4 * c + jj;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int lr = r + 8 * h;
-        const int k = 2 * jj + (q >> 1);  // the 16-byte piece of columns 8 jj + 2 q, + 1
-        const uint32_t a = buf + lr * 128 + ((k ^ ((2 * lr) & 7)) << 4) + ((q & 1) << 3);
-        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(__fmul_rn(alpha, acc[4 * j + 2 * h])),
-                     "f"(__fmul_rn(alpha, acc[4 * j + 2 * h + 1]))
-                     : "memory");
-      }
-    }
+    write_chunk_f32<S, false>(acc, c, alpha, buf, lane);
     __syncwarp();
     const int col = col0 + 32 * c + 4 * piece;
 #pragma unroll
@@ -726,12 +737,10 @@ __device__ __forceinline__ void store_tile_lines(const float (&acc)[S::R], const
 // box {32 columns, 16 rows, group} through `map` ([E, M, N]: rows past M and columns past N are clipped by the map,
 // nothing else is written). Chunk c uses buffer c mod kTmaEpi, and first waits until the store that last read it has
 // (every chunk commits one bulk group, empty when nothing was stored, so the count of groups still reading says which).
-// Accumulator layout (wgmma m64nWN): register 4j + 2h + e of lane l is row l/4 + 8h, column 8j + 2(l%4) + e.
 template <class S>
 __device__ __forceinline__ void store_tile_tma(const float (&acc)[S::R], const Prob& p, int group, int row0, int col0,
                                                uint32_t bufs, int lane, const CUtensorMap* map) {
-  constexpr int kBufs = S::kTmaEpi;
-  const int q = lane & 3, r = lane >> 2;
+  constexpr int kBufs = S::kTmaEpi > 0 ? S::kTmaEpi : 1;  // (instantiated, never run, for shapes without it)
   const float alpha = p.alpha;
   const bool rows_in = row0 < p.M;
 #pragma unroll
@@ -739,19 +748,7 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[S::R], const P
     const uint32_t buf = bufs + (c % kBufs) * S::kTmaBoxBytes;
     if (lane == 0) bulk_wait_read<kBufs - 1>();  // the store that last read this buffer (kBufs chunks ago) is done
     __syncwarp();
-#pragma unroll
-    for (int jj = 0; jj < 4; ++jj) {
-      const int j = 4 * c + jj;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int lr = r + 8 * h;
-        const int k = 2 * jj + (q >> 1);  // the 16-byte piece of columns 8 jj + 2 q, + 1
-        const uint32_t a = buf + lr * 128 + ((k ^ (lr & 7)) << 4) + ((q & 1) << 3);
-        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(__fmul_rn(alpha, acc[4 * j + 2 * h])),
-                     "f"(__fmul_rn(alpha, acc[4 * j + 2 * h + 1]))
-                     : "memory");
-      }
-    }
+    write_chunk_f32<S, true>(acc, c, alpha, buf, lane);
     wg::fence_proxy_async();  // this lane's stores -> the async proxy of the TMA store
     __syncwarp();
     if (lane == 0) {
