@@ -1080,7 +1080,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         if (S::kTmaEpi && (accumulate & 4)) {  // (bit 2: the host encoded out_map, gemm_wgmma_fast.cu)
           store_tile_tma<S>(acc, p, group, m0 + 64 * wm + 16 * warp, n0, epi_buf0 + (mt >> 5) * S::kEpiBufBytes, lane,
                             &out_map);
-        } else if (S::kLinesEpi && lines_epilogue_ok(p)) {
+        } else if (lines_epilogue_ok(p)) {
           const uint32_t buf = epi_buf0 + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
           store_tile_lines<S>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane, accumulate);
         } else if (m0 + 64 * wm < p.M) {
