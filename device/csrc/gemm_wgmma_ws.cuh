@@ -786,7 +786,7 @@ __device__ __forceinline__ TileLookup lookup_tile(const Prob* __restrict__ probs
 
 // TMA (exact shapes only, RawTma): converter thread 0 issues the raw stages through group_maps (4 per group);
 // otherwise every converter thread copies its chunks with cp.async (wg::RawLoader) and group_maps is not read.
-template <class S, bool OUT_F32, bool TMA>
+template <class S, bool OUT_F32, bool TMA, bool CONV_SEEKS = true>
 __global__ void __launch_bounds__(S::kThreads, 1)
     ws_gemm_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate,
                    const CUtensorMap* __restrict__ group_maps, const __grid_constant__ CUtensorMap out_map) {
@@ -838,6 +838,12 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     load.stride = tile_stride;
     load.seek<S::BN, kWarpSearch>(probs, prefix, E, walk, first_tile);
     conv = load;
+    // The conversion walks the steps the loads issued, in order (the same thread issues and converts): `pending`
+    // stages are loaded and not yet converted, and bit s of `half_bits` says whether raw stage s holds a step of a
+    // half tile (kSplitTail), so the conversion needs no cursor of its own (whose per-tile lookups were dependent
+    // global loads). CONV_SEEKS: the conv cursor (in the converters of 72 registers the walk above spilled).
+    int pending = 0;
+    uint32_t half_bits = 0;
     Ring<S::kRawStages> load_ring, raw;
     Ring<S::kBStages> bst;
     wg::RawLoader<LoaderShape<S>> loader;  // row pointers of the load cursor's output tile
@@ -866,19 +872,25 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         loader.load(raw_ring + load_ring.stage * S::kRaw, load.kt, ct);
         cp_async_mbar_arrive(raw_full + 8 * load_ring.stage);
       }
+      if constexpr (kSplitTail && !CONV_SEEKS) {
+        const uint32_t bit = 1u << load_ring.stage;
+        half_bits = load.half >= 0 ? (half_bits | bit) : (half_bits & ~bit);
+      }
+      if constexpr (!CONV_SEEKS) ++pending;
       load_ring.next();
       load.next<S::BN, kWarpSearch>(probs, prefix, E, walk);
     };
     for (int i = 0; i < S::kRawStages - 1 && load.valid(walk); ++i) issue_load();
-    while (conv.valid(walk)) {
+    while (CONV_SEEKS ? conv.valid(walk) : pending > 0) {
       const uint32_t raw_st = raw_ring + raw.stage * S::kRaw;
       mbar_wait(raw_full + 8 * raw.stage, raw.phase);
+      const bool half_step = CONV_SEEKS ? conv.half >= 0 : ((half_bits >> raw.stage) & 1u) != 0;
       convert_and_publish_b<S, S::kConvRPI, 0, S::kConvUnits>(raw_st, br, bst, ct, lane, ct < 32,
-                                                             kSplitTail && conv.half >= 0);
+                                                             kSplitTail && half_step);
       mbar_arrive(raw_empty + 8 * raw.stage);
       raw.next();
       bst.next();
-      conv.next<S::BN, kWarpSearch>(probs, prefix, E, walk);
+      if constexpr (CONV_SEEKS) conv.next<S::BN, kWarpSearch>(probs, prefix, E, walk); else --pending;
       if (load.valid(walk)) issue_load();
     }
   } else {
@@ -1099,10 +1111,10 @@ __global__ void __launch_bounds__(S::kThreads, 1)
 }
 
 // The cp.async form (every shape; group_maps unused).
-template <class S, bool OUT_F32>
+template <class S, bool OUT_F32, bool CONV_SEEKS = true>
 void launch(const LaunchArgs& a, cudaStream_t s, const CUtensorMap& out_map = CUtensorMap{}) {
   static_assert(!S::kLinesEpi || OUT_F32, "the whole-line epilogue stores fp32 output");
-  wg::launch_persistent<ws_gemm_kernel<S, OUT_F32, false>, S::kThreads, S::kSmem, S::kCluster>(
+  wg::launch_persistent<ws_gemm_kernel<S, OUT_F32, false, CONV_SEEKS>, S::kThreads, S::kSmem, S::kCluster>(
       a, s, static_cast<const CUtensorMap*>(nullptr), out_map);
 }
 
