@@ -2,8 +2,6 @@
 // tile 128 x 256 (large groups) or 64 x 256 (few rows per group), bf16 (staged epilogue) or fp32 output, and the
 // dispatch to the 2-CTA cluster shape (gemm_wgmma_pair.cu). Split from the exact mode so they compile in parallel.
 // wgrad's fp32 output leaves the 128 x 256 kernel through TMA stores (a tensor map encoded here per launch).
-#include <cstdlib>
-
 #include "gemm_tma_host.h"
 #include "gemm_wgmma_ws.cuh"
 
@@ -35,9 +33,8 @@ void launch_wgmma_fast(const LaunchArgs& a, cudaStream_t s) {
     if (a.out_f32) ws::launch<ws::ShapeSkinny, true>(a, s); else ws::launch<ws::ShapeSkinnyBf16, false>(a, s);
   } else if (a.out_f32) {
     CUtensorMap map{};
-    const char* e = std::getenv("NVFP4_CONV_WALK");  // experiment
-    if (e && e[0] == '1') ws::launch<ws::ShapeLarge, true, false>(with_out_map(a, &map), s, map);
-    else ws::launch<ws::ShapeLarge, true>(with_out_map(a, &map), s, map);
+    // (the converters walk the loads' steps instead of a second cursor: E64 wgrad +3-4%, docs/gemm.md stop 56)
+    ws::launch<ws::ShapeLarge, true, /*CONV_SEEKS=*/false>(with_out_map(a, &map), s, map);
   } else {
     ws::launch<ws::ShapeLargeBf16, false>(a, s);
   }

@@ -1,16 +1,12 @@
 // Fast-mode instantiations of the grouped GEMM for large groups: the warp-specialised kernel of gemm_wgmma_ws.cuh
 // in 2-CTA clusters (256 x 256 cluster tiles; each CTA dequantizes half of the B tile and bulk-copies it into the
 // other CTA's shared memory), bf16 or fp32 output. A file of its own so it compiles in parallel with the other shapes.
-#include <cstdlib>
-
 #include "gemm_wgmma_ws.cuh"
 
 namespace nvfp4_gemm {
 
 void launch_wgmma_pair(const LaunchArgs& a, cudaStream_t s) {
-  const char* e = std::getenv("NVFP4_CONV_WALK");  // experiment
-  if (e && e[0] == '1' && !a.out_f32) ws::launch<ws::ShapePairBf16, false, false>(a, s);
-  else if (a.out_f32) ws::launch<ws::ShapePair, true>(a, s); else ws::launch<ws::ShapePairBf16, false>(a, s);
+  if (a.out_f32) ws::launch<ws::ShapePair, true>(a, s); else ws::launch<ws::ShapePairBf16, false>(a, s);
 }
 
 }  // namespace nvfp4_gemm
