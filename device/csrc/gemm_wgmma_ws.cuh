@@ -127,7 +127,8 @@ struct Shape {
 // 128 x 256 tiles: two MMA warpgroups, one converter (104 + 2 x 200 = 3 x 168 registers per thread-slot); the MMA
 // threads convert half of B (2 units each, between their wgmma issues), the converter the other half (4 units).
 // Its fp32 form stores wgrad's output by TMA with two box buffers per warp (store_tile_tma; E64 wgrad 0.61-0.63 ->
-// 0.72-0.73 of grouped_mm, docs/gemm.md stop 56), so it keeps 4 raw stages instead of 6 (the buffers take 32 KB).
+// 0.72-0.73 of grouped_mm, docs/gemm.md stop 56), so it keeps 4 raw stages instead of 6 (the buffers take 32 KB),
+// and its converters walk the steps their loads issued (gemm_wgmma_fast.cu, CONV_SEEKS = false).
 using ShapeLarge = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 2, 0, 2>;
 // 64 x 256 tiles (few rows per group): one MMA warpgroup, two converters (B conversion is the bottleneck there).
 using ShapeSkinny = Shape<64, 2, 200, 152, 2, 1, 0, 6, 4, 2>;
