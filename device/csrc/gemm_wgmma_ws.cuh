@@ -887,9 +887,8 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     while (CONV_SEEKS ? conv.valid(walk) : pending > 0) {
       const uint32_t raw_st = raw_ring + raw.stage * S::kRaw;
       mbar_wait(raw_full + 8 * raw.stage, raw.phase);
-      const bool half_step = CONV_SEEKS ? conv.half >= 0 : ((half_bits >> raw.stage) & 1u) != 0;
-      convert_and_publish_b<S, S::kConvRPI, 0, S::kConvUnits>(raw_st, br, bst, ct, lane, ct < 32,
-                                                             kSplitTail && half_step);
+      const bool half_step = kSplitTail && (CONV_SEEKS ? conv.half >= 0 : ((half_bits >> raw.stage) & 1u) != 0);
+      convert_and_publish_b<S, S::kConvRPI, 0, S::kConvUnits>(raw_st, br, bst, ct, lane, ct < 32, half_step);
       mbar_arrive(raw_empty + 8 * raw.stage);
       raw.next();
       bst.next();
