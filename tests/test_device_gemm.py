@@ -751,11 +751,18 @@ def test_capped_grid_and_half_tiles(kernel, max_ctas):
 # N, a chunk cut at column 48, six chunks past K) with an empty expert (+0 written); two row tiles, the last of 16
 # rows, and a second column tile of 48 columns; a single group; K = 80 (a row pitch of 320 bytes) with an empty last
 # expert. Every call writes into a guarded buffer (nothing past the end), against the oracle bit for bit.
-def test_wgrad_tma_epilogue():
-    run_wgrad([37, 0, 200, 5], 80, 48, "fast", torch.float32, accumulate=False, seed=91, fast_kernel="large")
-    run_wgrad([300, 17], 272, 304, "fast", torch.float32, accumulate=False, seed=92, fast_kernel="large")
-    run_wgrad([33], 144, 32, "fast", torch.float32, accumulate=False, seed=93, fast_kernel="large")
-    run_wgrad([19, 40, 0], 64, 80, "fast", torch.float32, accumulate=False, seed=94, fast_kernel="large")
+# "exact_dequant": the exact kernel over fp16 copies stores the same way (128 x 128 tiles: 4 chunks per warp).
+@pytest.mark.parametrize("kernel", ["large", "exact_dequant"])
+def test_wgrad_tma_epilogue(kernel):
+    if kernel == "exact_dequant":
+        _needs_dequant_path()
+        mode, kw = "exact", dict(exact_kernel="dequant")
+    else:
+        mode, kw = "fast", dict(fast_kernel="large")
+    run_wgrad([37, 0, 200, 5], 80, 48, mode, torch.float32, accumulate=False, seed=91, **kw)
+    run_wgrad([300, 17], 272, 304, mode, torch.float32, accumulate=False, seed=92, **kw)
+    run_wgrad([33], 144, 32, mode, torch.float32, accumulate=False, seed=93, **kw)
+    run_wgrad([19, 40, 0], 64, 80, mode, torch.float32, accumulate=False, seed=94, **kw)
 
 
 def test_mostly_empty_experts():

@@ -6,6 +6,8 @@
 #include "gemm_group_maps.cuh"
 #include "gemm_tma_host.h"
 
+#include <cstdlib>
+
 namespace nvfp4_gemm {
 
 // the setup kernel's tile list is built for pick_tile's exact tile
@@ -46,25 +48,39 @@ bool exact_template(const DequantGemmArgs& d, CUtensorMap* tmpl) {
                              CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
+// out_map: wgrad's output map where the host encoded it (bit 2 of a.accumulate set; S::kTmaEpi shapes only)
 template <class S, bool OUT_F32>
-void launch_shape(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s) {
+void launch_shape(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s, const CUtensorMap& out_map = {}) {
   CUtensorMap tmpl{};
   auto* maps = static_cast<CUtensorMap*>(d.group_maps);
   if (a.E > 0 && exact_template(d, &tmpl)) {
     launch_chained(exact_maps_kernel, dim3(gmap::map_grid(a.E)), gmap::kMapThreads, 0, s, a.probs, a.E, tmpl, maps);
-    wg::launch_persistent<xf16::exact_f16_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(a, s, maps);
+    wg::launch_persistent<xf16::exact_f16_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(a, s, maps, out_map);
   } else {
-    wg::launch_persistent<xf16::exact_f16_kernel<S, OUT_F32, false>, S::kThreads, S::kSmem>(a, s, maps);
+    wg::launch_persistent<xf16::exact_f16_kernel<S, OUT_F32, false>, S::kThreads, S::kSmem>(a, s, maps, out_map);
   }
 }
 
 }  // namespace
 
 void launch_exact_f16(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s) {
-  if (a.out_f32)
-    launch_shape<xf16::ShapeF32, true>(a, d, s);
-  else
+  if (!a.out_f32) {
     launch_shape<xf16::ShapeBf16, false>(a, d, s);
+    return;
+  }
+  // wgrad's fp32 output by TMA stores where its map applies (ShapeF32Tma), the whole-line epilogue otherwise
+  CUtensorMap out_map{};
+  const LaunchArgs t = tma_host::with_wgrad_out_map(a, &out_map);
+  const char* ev = std::getenv("NVFP4_XF16_EPI");  // (experiment)
+  const int epi = ev ? std::atoi(ev) : 0;
+  if (!(t.accumulate & 4))
+    launch_shape<xf16::ShapeF32, true>(a, d, s);
+  else if (epi == 4)
+    launch_shape<xf16::ShapeF32TmaS4, true>(t, d, s, out_map);
+  else if (epi == 5)
+    launch_shape<xf16::ShapeF32TmaB4, true>(t, d, s, out_map);
+  else
+    launch_shape<xf16::ShapeF32Tma, true>(t, d, s, out_map);
 }
 
 }  // namespace nvfp4_gemm

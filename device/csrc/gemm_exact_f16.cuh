@@ -49,7 +49,7 @@ using wg::kBK;
 // tile and scale tile, by TMA) and dequantized into the stage's B tile by two loader warpgroups (HybridTma). Their
 // loads run LOAD_AHEAD_ steps ahead of their conversion, which then leads the MMA warps by up to
 // STAGES_ - LOAD_AHEAD_ steps (docs/gemm.md, stop 47).
-template <int STAGES_, int EPI_, bool CONV_B_ = false, int LOAD_AHEAD_ = STAGES_ - 1>
+template <int STAGES_, int EPI_, bool CONV_B_ = false, int LOAD_AHEAD_ = STAGES_ - 1, int TMA_EPI_ = 0>
 struct Shape {
   static constexpr int BM = 128, BN = 128, WN = BN, R = WN / 2;  // R: fp32 accumulator registers per thread
   static constexpr bool kConvB = CONV_B_;
@@ -75,8 +75,15 @@ struct Shape {
   // epilogue buffers, as ws::Shape (1: staged bf16, store_tile_staged; 2: whole-line fp32, store_tile_lines)
   static_assert(EPI_ == 1 || EPI_ == 2, "choose an epilogue");
   static constexpr bool kStagedEpi = EPI_ == 1, kLinesEpi = EPI_ == 2;
+  // kTmaEpi (fp32, box buffers per MMA warp: 1, 2 or 4; ws::store_tile_tma): where the host encoded a tensor map of
+  // wgrad's output (bit 2 of `accumulate`, tma_host::with_wgrad_out_map), one TMA box store of 16 rows x 32 columns
+  // per warp and chunk; the buffers then lie first in shared memory, 1024-byte aligned for the box swizzle.
+  static constexpr int kTmaEpi = TMA_EPI_;
+  static_assert(kTmaEpi == 0 || (kLinesEpi && !kConvB && (kTmaEpi == 1 || kTmaEpi == 2 || kTmaEpi == 4)),
+                "TMA epilogue buffers: fp32 output, a divisor of a tile's 4 chunks");
+  static constexpr int kTmaBoxBytes = 16 * 128;
   static constexpr int kEpiRowBytes = 256;
-  static constexpr int kEpiBufBytes = kLinesEpi ? 16 * 128 : 16 * (kEpiRowBytes + 32);
+  static constexpr int kEpiBufBytes = kTmaEpi ? kTmaEpi * kTmaBoxBytes : kLinesEpi ? 16 * 128 : 16 * (kEpiRowBytes + 32);
   static constexpr int kEpiBytes = 4 * kMma * kEpiBufBytes;
   // full, empty (, raw_full); rounded up to 128 bytes, so that the epilogue buffers after them stay 16-byte aligned
   static constexpr int kBarBytes = (8 * (kConvB ? 3 : 2) * kStages + 127) / 128 * 128;
@@ -91,6 +98,12 @@ struct Shape {
                 "setmaxnreg budget");
 };
 using ShapeF32 = Shape<6, 2>;   // fp32 output: 6 stages (192 KB) + 16 KB of line buffers
+// wgrad's fp32 output where the host encoded its tensor map (tma_host::with_wgrad_out_map): TMA box stores, two
+// 4 KB buffers per MMA warp (32 KB) and 5 stages (E64 wgrad 0.50 -> 0.57-0.58 of grouped_mm; 6 stages 0.56, one
+// buffer 0.53; docs/gemm.md, stop 57)
+using ShapeF32Tma = Shape<5, 2, false, 4, 2>;
+using ShapeF32TmaS4 = Shape<4, 2, false, 3, 2>;  // (experiment)
+using ShapeF32TmaB4 = Shape<5, 2, false, 4, 4>;  // (experiment)
 using ShapeBf16 = Shape<5, 1>;  // bf16 output: 5 stages (160 KB) + 36 KB of staging buffers
 // The hybrid kernel: stages of 37 KB (two fp16 tiles, B's raw tile and scale tile), 5 of them for either output.
 // Two converter warpgroups of 40 registers (2 units per thread): 2-4% faster than one of 72 (4 units per thread) on E64
@@ -186,15 +199,19 @@ struct HybridTma {
 // TMA: one loader thread issues each stage's two boxes through the group's maps (full[s] counts its one arrival and
 // the boxes' bytes); the other loader threads leave. Otherwise the 128 loader threads copy with cp.async (F16Loader)
 // and group_maps is not read.
+// out_map: wgrad's fp32 output for the TMA-store epilogue (S::kTmaEpi, read only when bit 2 of `accumulate` is set).
 template <class S, bool OUT_F32, bool TMA>
 __global__ void __launch_bounds__(S::kThreads, 1)
     exact_f16_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate,
-                     const CUtensorMap* __restrict__ group_maps) {
+                     const CUtensorMap* __restrict__ group_maps, const __grid_constant__ CUtensorMap out_map) {
   pdl_wait();  // the retarget / maps kernel's outputs: nothing global is touched before (gemm_pdl.cuh)
   extern __shared__ uint8_t smem_dyn[];
   const uint32_t smem = (wg::smem_u32(smem_dyn) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
-  const uint32_t ring = smem;                                        // kStages x kStageBytes
+  // kTmaEpi: the MMA warps' box buffers first (1024-byte aligned), then the ring; otherwise the ring first and the
+  // epilogue buffers after the barriers
+  const uint32_t ring = smem + (S::kTmaEpi ? S::kEpiBytes : 0);  // kStages x kStageBytes
   const uint32_t bars = ring + S::kStages * S::kStageBytes;
+  const uint32_t epi_buf0 = S::kTmaEpi ? smem : bars + S::kBarBytes;
   const uint32_t full = bars, empty = bars + 8 * S::kStages;
   const uint32_t raw_full = bars + 16 * S::kStages;  // kConvB: the stage's boxes have landed (one arrival + bytes)
   const int tid = threadIdx.x, lane = tid & 31;
@@ -206,7 +223,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       for (int s = 0; s < S::kStages; ++s) ws::mbar_init(raw_full + 8 * s, 1);  // (init_ring_barriers' fence follows)
   }
   // full[s]: kConvB every loader warp's B publish, TMA the one issuing thread, cp.async every loader thread
-  const uint32_t prefix_table = bars + S::kBarBytes + S::kEpiBytes;  // (wg::stage_prefix; published by the barrier)
+  const uint32_t prefix_table = bars + S::kBarBytes + (S::kTmaEpi ? 0 : S::kEpiBytes);  // (wg::stage_prefix)
   wg::stage_prefix<S::kPrefixCap>(prefix_table, prefix, E, tid, S::kThreads);
   ws::init_ring_barriers<S::kStages>(full, empty, S::kConvB ? S::kLoaderThreads / 32 : TMA ? 1 : S::kLoaderThreads,
                                      4 * S::kMma);
@@ -355,7 +372,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
 
       // epilogue (every MMA warp runs it, also one whose rows lie past M: see gemm_wgmma_ws.cuh, stop 15)
       const Prob p = *pp;
-      const uint32_t buf = bars + S::kBarBytes + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
+      const uint32_t buf = epi_buf0 + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
       if constexpr (S::kStagedEpi) {
         if (ws::staged_epilogue_ok<OUT_F32>(p, accumulate)) {
           ws::store_tile_staged<S, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane);
@@ -364,7 +381,9 @@ __global__ void __launch_bounds__(S::kThreads, 1)
                                          accumulate);
         }
       } else {
-        if (ws::lines_epilogue_ok(p)) {
+        if (S::kTmaEpi && (accumulate & 4)) {  // (bit 2: the host encoded out_map, tma_host::with_wgrad_out_map)
+          ws::store_tile_tma<S>(acc, p, group, m0 + 64 * wm + 16 * warp, n0, buf, lane, &out_map);
+        } else if (ws::lines_epilogue_ok(p)) {
           ws::store_tile_lines<S>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane, accumulate);
         } else if (m0 + 64 * wm < p.M) {
           wg::store_tile<S::WN, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2), n0 + 2 * (lane & 3),
@@ -372,8 +391,8 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         }
       }
     }
-    if constexpr (S::kStagedEpi) {
-      if (lane == 0) ws::bulk_wait_all();  // the last bulk copies have read the buffers and written their rows
+    if constexpr (S::kStagedEpi || S::kTmaEpi) {
+      if (lane == 0) ws::bulk_wait_all();  // the last bulk copies / TMA stores have read the buffers
     }
   }
 }

@@ -48,7 +48,7 @@ void launch_shape(const LaunchArgs& a, const HybridTemplates& t, void* group_map
   launch_chained(hybrid_maps_kernel, dim3(gmap::map_grid(a.E)), gmap::kMapThreads, 0, s, a.probs, a.E, t.f16, t.data,
                  t.scale, maps);
   wg::launch_persistent<xf16::exact_f16_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(
-      a, s, static_cast<const CUtensorMap*>(maps));
+      a, s, static_cast<const CUtensorMap*>(maps), CUtensorMap{});  // (no TMA-store epilogue: fprop / dgrad only)
 }
 
 }  // namespace

@@ -1,11 +1,15 @@
-// Host side of the TMA loaders (the swapped fast kernel, the exact kernel over fp16 copies): 2D tensor maps encoded
-// through the runtime's driver entry point (cudaGetDriverEntryPointByVersion), so the extension needs no -lcuda.
+// Host side of the TMA loaders (the swapped fast kernel, the exact kernel over fp16 copies) and of the TMA-store
+// epilogue of wgrad's fp32 output: tensor maps encoded through the runtime's driver entry point
+// (cudaGetDriverEntryPointByVersion), so the extension needs no -lcuda.
 #pragma once
 
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <cstdlib>
+
+#include "gemm_nvfp4.cuh"
 
 namespace nvfp4_gemm {
 namespace tma_host {
@@ -63,6 +67,22 @@ inline bool tma_enabled(const char* name) {
 inline bool tma_opted_in(const char* name) {
   const char* env = std::getenv(name);
   return env != nullptr && env[0] != '\0' && env[0] != '0';
+}
+
+// The output's tensor map for the TMA-store epilogue of the fp32 kernels (ws::Shape::kTmaEpi in the 128 x 256 fast
+// kernel, xf16::Shape::kTmaEpi in the exact kernel over fp16 copies; ws::store_tile_tma): wgrad's [E, out_rows,
+// out_cols] fp32 with row pitch ldd, boxes of 32 columns x 16 rows, 128-byte swizzle. Only where store_tile_tma may
+// write the output: wgrad (every group's block [out_rows, out_cols] at g * out_rows * ldd), no C read back, no bias,
+// 16-byte aligned base and row pitch. Returns the launch arguments with bit 2 of `accumulate` set when it encoded the
+// map (the kernels take their whole-line or direct epilogue otherwise).
+inline LaunchArgs with_wgrad_out_map(const LaunchArgs& a, CUtensorMap* map) {
+  LaunchArgs b = a;
+  const bool applies = a.out_f32 && a.kind == kWgrad && !(a.accumulate & 1) && !a.has_bias && a.out != nullptr &&
+                       reinterpret_cast<uintptr_t>(a.out) % 16 == 0 && (a.ldd * 4) % 16 == 0;
+  if (applies && encode_3d(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, a.out, a.out_cols, a.out_rows, a.E, a.ldd * 4,
+                           a.out_rows * a.ldd * 4, 32, 16, CU_TENSOR_MAP_SWIZZLE_128B))
+    b.accumulate |= 4;
+  return b;
 }
 
 }  // namespace tma_host

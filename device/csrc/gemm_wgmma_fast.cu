@@ -7,25 +7,6 @@
 
 namespace nvfp4_gemm {
 
-namespace {
-
-// The output's tensor map for the TMA-store epilogue of the 128 x 256 fp32 kernel (ws::Shape::kTmaEpi): wgrad's
-// [E, out_rows, out_cols] fp32 with row pitch ldd, boxes of 32 columns x 16 rows, 128-byte swizzle. Only where
-// store_tile_tma may write the output: wgrad (every group's block [out_rows, out_cols] at g * out_rows * ldd), no C
-// read back, no bias, 16-byte aligned base and row pitch. Returns the launch arguments with bit 2 of `accumulate` set
-// when it encoded the map (the kernel takes its whole-line or direct epilogue otherwise).
-LaunchArgs with_out_map(const LaunchArgs& a, CUtensorMap* map) {
-  LaunchArgs b = a;
-  const bool applies = a.out_f32 && a.kind == kWgrad && !(a.accumulate & 1) && !a.has_bias && a.out != nullptr &&
-                       reinterpret_cast<uintptr_t>(a.out) % 16 == 0 && (a.ldd * 4) % 16 == 0;
-  if (applies && tma_host::encode_3d(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, a.out, a.out_cols, a.out_rows, a.E,
-                                     a.ldd * 4, a.out_rows * a.ldd * 4, 32, 16, CU_TENSOR_MAP_SWIZZLE_128B))
-    b.accumulate |= 4;
-  return b;
-}
-
-}  // namespace
-
 void launch_wgmma_fast(const LaunchArgs& a, cudaStream_t s) {
   if (a.tile_m == ws::ShapePair::kTileM) {
     launch_wgmma_pair(a, s);
@@ -34,7 +15,7 @@ void launch_wgmma_fast(const LaunchArgs& a, cudaStream_t s) {
   } else if (a.out_f32) {
     CUtensorMap map{};
     // (the converters walk the loads' steps instead of a second cursor: E64 wgrad +3-4%, docs/gemm.md stop 56)
-    ws::launch<ws::ShapeLarge, true, /*CONV_SEEKS=*/false>(with_out_map(a, &map), s, map);
+    ws::launch<ws::ShapeLarge, true, /*CONV_SEEKS=*/false>(tma_host::with_wgrad_out_map(a, &map), s, map);
   } else {
     ws::launch<ws::ShapeLargeBf16, false>(a, s);
   }
