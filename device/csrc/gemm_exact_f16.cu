@@ -1,12 +1,11 @@
 // Instantiations of the exact-mode kernel over fp16 operand copies (gemm_exact_f16.cuh; SPEC 12.2 bit for bit):
-// 128 x 128 tiles, fp32 (whole-line epilogue) or bf16 (staged epilogue) output, the TMA loader or the cp.async one;
-// and the TMA loader's per-group tensor maps, built on the device (the group sizes live there).
+// 128 x 128 tiles, fp32 (whole-line epilogue; wgrad's output by TMA stores through a map encoded per launch) or bf16
+// (staged epilogue) output, the TMA loader or the cp.async one; and the TMA loader's per-group tensor maps, built on
+// the device (the group sizes live there).
 #include "gemm_dequant.h"
 #include "gemm_exact_f16.cuh"
 #include "gemm_group_maps.cuh"
 #include "gemm_tma_host.h"
-
-#include <cstdlib>
 
 namespace nvfp4_gemm {
 
@@ -71,14 +70,8 @@ void launch_exact_f16(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_
   // wgrad's fp32 output by TMA stores where its map applies (ShapeF32Tma), the whole-line epilogue otherwise
   CUtensorMap out_map{};
   const LaunchArgs t = tma_host::with_wgrad_out_map(a, &out_map);
-  const char* ev = std::getenv("NVFP4_XF16_EPI");  // (experiment)
-  const int epi = ev ? std::atoi(ev) : 0;
   if (!(t.accumulate & 4))
     launch_shape<xf16::ShapeF32, true>(a, d, s);
-  else if (epi == 4)
-    launch_shape<xf16::ShapeF32TmaS4, true>(t, d, s, out_map);
-  else if (epi == 5)
-    launch_shape<xf16::ShapeF32TmaB4, true>(t, d, s, out_map);
   else
     launch_shape<xf16::ShapeF32Tma, true>(t, d, s, out_map);
 }

@@ -18,7 +18,8 @@
 //       are independent).
 //   MMA warpgroups (2, rows [64 wm, 64 wm + 64)): per 16-block one wgmma.m64n128k16 (SS form) with scale-d = 0 into a
 //       partial fragment, added to the accumulator with __fadd_rn in K order (SPEC 12.2); then the epilogue
-//       (gemm_wgmma_ws.cuh's whole-line fp32 / staged bf16 epilogues, the direct stores where those cannot run).
+//       (gemm_wgmma_ws.cuh's whole-line fp32 / staged bf16 epilogues, the direct stores where those cannot run; wgrad's
+//       fp32 output, where the host encoded its tensor map, by TMA box stores: ws::store_tile_tma, ShapeF32Tma).
 //
 // The hybrid form (kConvB shapes, gemm_exact_hybrid.cu; docs/gemm.md, stop 46): only A comes from an fp16 copy (in
 // gemm_decode_f16.cuh's order within each 8 codes); two loader warpgroups, thread 0 issuing each stage's boxes (A's
@@ -98,12 +99,10 @@ struct Shape {
                 "setmaxnreg budget");
 };
 using ShapeF32 = Shape<6, 2>;   // fp32 output: 6 stages (192 KB) + 16 KB of line buffers
-// wgrad's fp32 output where the host encoded its tensor map (tma_host::with_wgrad_out_map): TMA box stores, two
-// 4 KB buffers per MMA warp (32 KB) and 5 stages (E64 wgrad 0.50 -> 0.57-0.58 of grouped_mm; 6 stages 0.56, one
-// buffer 0.53; docs/gemm.md, stop 57)
-using ShapeF32Tma = Shape<5, 2, false, 4, 2>;
-using ShapeF32TmaS4 = Shape<4, 2, false, 3, 2>;  // (experiment)
-using ShapeF32TmaB4 = Shape<5, 2, false, 4, 4>;  // (experiment)
+// wgrad's fp32 output where the host encoded its tensor map (tma_host::with_wgrad_out_map): TMA box stores, four
+// 2 KB box buffers per MMA warp (64 KB) and 5 stages (E64 exact wgrad 0.50 -> 0.59 of grouped_mm; 2 buffers 0.56-0.58,
+// 4 stages or 6 stages slower; docs/gemm.md, stop 57)
+using ShapeF32Tma = Shape<5, 2, false, 4, 4>;
 using ShapeBf16 = Shape<5, 1>;  // bf16 output: 5 stages (160 KB) + 36 KB of staging buffers
 // The hybrid kernel: stages of 37 KB (two fp16 tiles, B's raw tile and scale tile), 5 of them for either output.
 // Two converter warpgroups of 40 registers (2 units per thread): 2-4% faster than one of 72 (4 units per thread) on E64

@@ -3,16 +3,10 @@
 // other CTA's shared memory), bf16 or fp32 output. A file of its own so it compiles in parallel with the other shapes.
 #include "gemm_wgmma_ws.cuh"
 
-#include <cstdlib>
-
 namespace nvfp4_gemm {
 
 void launch_wgmma_pair(const LaunchArgs& a, cudaStream_t s) {
-  const char* wv = std::getenv("NVFP4_PAIR_WALK");  // (experiment)
-  const bool walk = wv && wv[0] == '1';
-  if (a.out_f32) ws::launch<ws::ShapePair, true>(a, s);
-  else if (walk) ws::launch<ws::ShapePairBf16, false, false>(a, s);
-  else ws::launch<ws::ShapePairBf16, false>(a, s);
+  if (a.out_f32) ws::launch<ws::ShapePair, true>(a, s); else ws::launch<ws::ShapePairBf16, false>(a, s);
 }
 
 }  // namespace nvfp4_gemm
