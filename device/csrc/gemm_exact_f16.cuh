@@ -50,8 +50,7 @@ using wg::kBK;
 // tile and scale tile, by TMA) and dequantized into the stage's B tile by two loader warpgroups (HybridTma). Their
 // loads run LOAD_AHEAD_ steps ahead of their conversion, which then leads the MMA warps by up to
 // STAGES_ - LOAD_AHEAD_ steps (docs/gemm.md, stop 47).
-template <int STAGES_, int EPI_, bool CONV_B_ = false, int LOAD_AHEAD_ = STAGES_ - 1, int TMA_EPI_ = 0,
-          int SPLIT_A_ = 0>
+template <int STAGES_, int EPI_, bool CONV_B_ = false, int LOAD_AHEAD_ = STAGES_ - 1, int TMA_EPI_ = 0>
 struct Shape {
   static constexpr int BM = 128, BN = 128, WN = BN, R = WN / 2;  // R: fp32 accumulator registers per thread
   static constexpr bool kConvB = CONV_B_;
@@ -65,10 +64,6 @@ struct Shape {
   static constexpr int kConvRPI = kLoaderThreads / 4, kConvUnits = 128 / kConvRPI;
   static constexpr int kStages = STAGES_;
   static constexpr int kLoadAhead = LOAD_AHEAD_;  // (kConvB)
-  // kSplitA (kConvB; experiment): A's box completes on a barrier of its own (a_full, waited by the MMA warps only), B's
-  // raw and scale boxes, issued first, on raw_full (waited by the converters)
-  static constexpr bool kSplitA = SPLIT_A_ != 0;
-  static_assert(!kSplitA || kConvB, "split barriers: the hybrid kernel");
   static_assert(kLoadAhead >= 1 && kLoadAhead < kStages, "loads run 1 .. kStages - 1 steps ahead");
   static constexpr int kTileBytes = 128 * kBK * 2;       // 128 rows x 64 fp16 = 16 KB
   // kConvB: after the two fp16 tiles, B's raw K tile (128 rows x 32 packed bytes) and its 512-byte scale tile (SPEC
@@ -92,7 +87,7 @@ struct Shape {
   static constexpr int kEpiBufBytes = kTmaEpi ? kTmaEpi * kTmaBoxBytes : kLinesEpi ? 16 * 128 : 16 * (kEpiRowBytes + 32);
   static constexpr int kEpiBytes = 4 * kMma * kEpiBufBytes;
   // full, empty (, raw_full); rounded up to 128 bytes, so that the epilogue buffers after them stay 16-byte aligned
-  static constexpr int kBarBytes = (8 * (kConvB ? (kSplitA ? 4 : 3) : 2) * kStages + 127) / 128 * 128;
+  static constexpr int kBarBytes = (8 * (kConvB ? 3 : 2) * kStages + 127) / 128 * 128;
   static constexpr int kSmemBase = kStages * kStageBytes + kBarBytes + kEpiBytes + 1024;
   // The MMA warps' tile lookups through a shared-memory prefix table, one tile ahead (wg::find_group_cached; stop 47):
   // +5% on E64 exact wgrad (4 K steps per tile), +1-3% on E8 wgrad. Not in the hybrid kernel (32 K steps per tile on
@@ -115,8 +110,6 @@ using ShapeBf16 = Shape<5, 1>;  // bf16 output: 5 stages (160 KB) + 36 KB of sta
 // the MMA warps by up to 3 steps): +1-4% against 4 steps ahead (stop 47).
 using HybridF32 = Shape<5, 2, true, 2>;
 using HybridBf16 = Shape<5, 1, true, 2>;
-using HybridF32Split = Shape<5, 2, true, 2, 0, 1>;   // (experiment)
-using HybridBf16Split = Shape<5, 1, true, 2, 0, 1>;  // (experiment)
 
 // One loader thread's copies of a tile's K steps. Thread t copies the 16-byte piece q = t % 8 (K elements
 // [8 q, 8 q + 8) of the K tile) of rows r0 + 16 i (r0 = t / 8, i < 8) of the A tile and of the B tile. In the swizzled
@@ -187,21 +180,12 @@ struct HybridTma {
     n0 = tile_n0;
     sb_row0 = 4 * (tile_n0 / 128) * KT;
   }
-  // K tile kt into `stage`; `bar` (raw_full, one arrival) completes when its bytes have landed (kSplitA: B's boxes
-  // only, issued first; A's box completes on `a_bar`).
-  __device__ __forceinline__ void load(uint32_t stage, uint32_t bar, uint32_t a_bar, int kt) const {
-    if constexpr (S::kSplitA) {
-      ws::mbar_arrive_expect_tx(bar, S::kRawB + S::kSB);
-      ws::tma_load_2d(stage + S::kRawOff, maps + 1, bar, 32 * kt, n0);
-      ws::tma_load_2d(stage + S::kRawOff + S::kRawB, maps + 2, bar, 0, sb_row0 + 4 * kt);
-      ws::mbar_arrive_expect_tx(a_bar, S::kTileBytes);
-      ws::tma_load_2d(stage, maps, a_bar, 64 * kt, m0);
-    } else {
-      ws::mbar_arrive_expect_tx(bar, S::kTileBytes + S::kRawB + S::kSB);
-      ws::tma_load_2d(stage, maps, bar, 64 * kt, m0);
-      ws::tma_load_2d(stage + S::kRawOff, maps + 1, bar, 32 * kt, n0);
-      ws::tma_load_2d(stage + S::kRawOff + S::kRawB, maps + 2, bar, 0, sb_row0 + 4 * kt);
-    }
+  // K tile kt into `stage`; `bar` (raw_full, one arrival) completes when its bytes have landed.
+  __device__ __forceinline__ void load(uint32_t stage, uint32_t bar, int kt) const {
+    ws::mbar_arrive_expect_tx(bar, S::kTileBytes + S::kRawB + S::kSB);
+    ws::tma_load_2d(stage, maps, bar, 64 * kt, m0);
+    ws::tma_load_2d(stage + S::kRawOff, maps + 1, bar, 32 * kt, n0);
+    ws::tma_load_2d(stage + S::kRawOff + S::kRawB, maps + 2, bar, 0, sb_row0 + 4 * kt);
   }
 };
 
@@ -229,17 +213,13 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   const uint32_t epi_buf0 = S::kTmaEpi ? smem : bars + S::kBarBytes;
   const uint32_t full = bars, empty = bars + 8 * S::kStages;
   const uint32_t raw_full = bars + 16 * S::kStages;  // kConvB: the stage's boxes have landed (one arrival + bytes)
-  const uint32_t a_full = bars + 24 * S::kStages;    // kSplitA: the stage's A box has landed
   const int tid = threadIdx.x, lane = tid & 31;
   const int first_tile = blockIdx.x, tile_stride = gridDim.x;
   const ws::TileWalk<false> walk(__ldg(prefix + E), tile_stride);
 
   if constexpr (S::kConvB) {
     if (tid == 0)
-      for (int s = 0; s < S::kStages; ++s) {  // (init_ring_barriers' fence follows)
-        ws::mbar_init(raw_full + 8 * s, 1);
-        if constexpr (S::kSplitA) ws::mbar_init(a_full + 8 * s, 1);
-      }
+      for (int s = 0; s < S::kStages; ++s) ws::mbar_init(raw_full + 8 * s, 1);  // (init_ring_barriers' fence follows)
   }
   // full[s]: kConvB every loader warp's B publish, TMA the one issuing thread, cp.async every loader thread
   const uint32_t prefix_table = bars + S::kBarBytes + (S::kTmaEpi ? 0 : S::kEpiBytes);  // (wg::stage_prefix)
@@ -273,9 +253,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
                     tid == 0);
         }
         ws::mbar_wait(empty + 8 * load_ring.stage, load_ring.phase ^ 1u);
-        if (tid == 0)
-          tma.load(ring + load_ring.stage * S::kStageBytes, raw_full + 8 * load_ring.stage, a_full + 8 * load_ring.stage,
-                   load.kt);
+        if (tid == 0) tma.load(ring + load_ring.stage * S::kStageBytes, raw_full + 8 * load_ring.stage, load.kt);
         load_ring.next();
         load.next<S::BN>(probs, prefix, E, walk);
       };
@@ -373,7 +351,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       for (int kt = 0; kt < KT; ++kt) {
         // kConvB: A's box landed (TMA) and the loader warps published B (their wait on raw_full orders it too; this
         // wait, complete by then, makes the MMA threads observe the TMA completion themselves)
-        if constexpr (S::kConvB) ws::mbar_wait((S::kSplitA ? a_full : raw_full) + 8 * st.stage, st.phase);
+        if constexpr (S::kConvB) ws::mbar_wait(raw_full + 8 * st.stage, st.phase);
         ws::mbar_wait(full + 8 * st.stage, st.phase);
         const uint32_t stage = ring + st.stage * S::kStageBytes;
         const uint32_t da = wg::sw128_desc_lo(stage + wm * 64 * 128), db = wg::sw128_desc_lo(stage + S::kTileBytes);

@@ -9,8 +9,6 @@
 #include "gemm_group_maps.cuh"
 #include "gemm_tma_host.h"
 
-#include <cstdlib>
-
 namespace nvfp4_gemm {
 
 static_assert(xf16::HybridF32::BM == ws::ShapeExactWs::BM && xf16::HybridF32::BN == ws::ShapeExactWs::BN &&
@@ -69,14 +67,8 @@ bool hybrid_templates(const DequantGemmArgs& d, HybridTemplates* t) {
 }
 
 void launch_exact_hybrid(const LaunchArgs& a, const DequantGemmArgs& d, const HybridTemplates& t, cudaStream_t s) {
-  const char* sv = std::getenv("NVFP4_HYBRID_SPLIT");  // (experiment)
-  const bool split = sv && sv[0] == '1';
-  if (a.out_f32 && split)
-    launch_shape<xf16::HybridF32Split, true>(a, t, d.group_maps, s);
-  else if (a.out_f32)
+  if (a.out_f32)
     launch_shape<xf16::HybridF32, true>(a, t, d.group_maps, s);
-  else if (split)
-    launch_shape<xf16::HybridBf16Split, false>(a, t, d.group_maps, s);
   else
     launch_shape<xf16::HybridBf16, false>(a, t, d.group_maps, s);
 }
