@@ -84,7 +84,9 @@ struct Shape {
                 "TMA epilogue buffers: fp32 output, a divisor of a tile's 4 chunks");
   static constexpr int kTmaBoxBytes = 16 * 128;
   static constexpr int kEpiRowBytes = 256;
-  static constexpr int kEpiBufBytes = kTmaEpi ? kTmaEpi * kTmaBoxBytes : kLinesEpi ? 16 * 128 : 16 * (kEpiRowBytes + 32);
+  static constexpr int kEpiBufBytes = kTmaEpi     ? kTmaEpi * kTmaBoxBytes
+                                     : kLinesEpi ? 16 * 128
+                                                 : 16 * (kEpiRowBytes + 32);
   static constexpr int kEpiBytes = 4 * kMma * kEpiBufBytes;
   // full, empty (, raw_full); rounded up to 128 bytes, so that the epilogue buffers after them stay 16-byte aligned
   static constexpr int kBarBytes = (8 * (kConvB ? 3 : 2) * kStages + 127) / 128 * 128;

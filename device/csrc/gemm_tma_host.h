@@ -44,7 +44,8 @@ inline bool encode_2d(CUtensorMap* map, CUtensorMapDataType type, const void* ba
 // A 3D map {inner elements, rows, planes} (row pitch and plane pitch in bytes) with the given 2D box (one plane).
 inline bool encode_3d(CUtensorMap* map, CUtensorMapDataType type, const void* base, unsigned long long inner,
                       unsigned long long rows, unsigned long long planes, unsigned long long pitch_bytes,
-                      unsigned long long plane_bytes, unsigned box_inner, unsigned box_rows, CUtensorMapSwizzle swizzle) {
+                      unsigned long long plane_bytes, unsigned box_inner, unsigned box_rows,
+                      CUtensorMapSwizzle swizzle) {
   const auto encode = tensor_map_encoder();
   if (encode == nullptr) return false;
   const cuuint64_t dims[3] = {inner, rows, planes};
