@@ -164,8 +164,8 @@ __device__ __forceinline__ void store_once(V* p, V v) {
 // overflow 1 / P, Inf or NaN, take the per-element path with torchao_code_rn (NaN-propagating block maxima).
 // With kRHT too, a NaN out of the butterfly (an input NaN, or Inf - Inf) lies in a block whose NaN-propagating max
 // is NaN, so its multiplier is NaN and gives the code (the multiplier comes first, SPEC 3.5), as in quantize_kernel.
-template <bool kRHT, bool kTorchao = false>
-__global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
+template <bool kRHT, bool kTorchao = false, int kVariant = 0>
+__global__ void __launch_bounds__(256, kVariant == 2 ? 5 : 4) quantize_fast4_bf16(QuantArgs a) {
   using T = __nv_bfloat16;
   using G = TileGeom<T>;
   constexpr int TK = G::kTileK;  // 128
@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
   const T* x = reinterpret_cast<const T*>(a.x);
 
   // ---- 1. load the tile into shared memory (rows past the group and columns past K as zeros) ----
-  {
+  if constexpr (kVariant == 0) {
     const uint4* src = reinterpret_cast<const uint4*>(x + (gv.row0 + gv.m0 + rsub) * a.K + gcol);
     const int64_t step = 2 * a.K;  // 16 rows, in uint4 units
     uint4 raw[8];
@@ -197,6 +197,20 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
     }
 #pragma unroll
     for (int it = 0; it < 8; ++it) *reinterpret_cast<uint4*>(tile + (it * 16 + rsub) * 256 + chunk * 16) = raw[it];
+  } else {
+    // cp.async: the 16-byte pieces go from global to shared memory without registers; a piece past the group's
+    // rows or past K is zero-filled (source size 0, the source address is then not read).
+    const char* src = reinterpret_cast<const char*>(x + (gv.row0 + gv.m0 + rsub) * a.K + gcol);
+    const int64_t step = 32 * a.K;  // 16 rows, in bytes
+    const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(tile + rsub * 256 + chunk * 16));
+#pragma unroll
+    for (int it = 0; it < 8; ++it) {
+      const bool ok = col_ok && it * 16 + rsub < rleft;
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + it * 16 * 256),
+                   "l"(ok ? src : reinterpret_cast<const char*>(x)), "r"(ok ? 16 : 0));
+      src += step;
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
   }
   // Programmatic dependent launch (launch_quantize_bf16 with after_amax): everything above only reads X and the
   // offsets, which the kernel this one may overlap (the amax pass) does not write; the amaxes are read after
@@ -222,6 +236,7 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
       if (entry == 0) plane_ps[plane] = ps;
     }
   }
+  if constexpr (kVariant != 0) asm volatile("cp.async.wait_all;\n" ::: "memory");
   __syncthreads();
   [[maybe_unused]] PlaneScale ps_row{}, ps_col{};
   [[maybe_unused]] TorchaoPlane tp_row{}, tp_col{};
