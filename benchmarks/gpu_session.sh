@@ -25,7 +25,8 @@
 #                  every op), $CONF_BUDGET, seed $CONF_SEED
 #   binding-errors device/tools/check_binding_errors.py (every binding refusal is a Python error, not a crash)
 #   ncu            Nsight Compute on one launch of kernel $NCU_KERNEL (a regex) per case of $NCU_CASES (";"-separated
-#                  argument lists of benchmarks/gemm_one_case.py): $OUT/ncu_<i>.ncu-rep, the details page (speed of
+#                  argument lists of $NCU_SCRIPT, default benchmarks/gemm_one_case.py; benchmarks/quant_one_case.py
+#                  for the quantizer): $OUT/ncu_<i>.ncu-rep, the details page (speed of
 #                  light, warp states, scheduler, instruction mix) in $OUT/ncu_<i>_details.txt, the per-SASS-line
 #                  stall samples in $OUT/ncu_<i>_sass.csv and their summary (benchmarks/ncu_sass_summary.py) in
 #                  $OUT/ncu_<i>_summary.txt
@@ -51,6 +52,7 @@ CONF_OPS=${CONF_OPS:-grouped_gemm,grouped_gemm_tc,grouped_gemm_exact}
 CONF_SEED=${CONF_SEED:-$(date +%s)}
 NCU_KERNEL=${NCU_KERNEL:-"exact_f16_kernel"}
 NCU_CASES=${NCU_CASES:-"--mode exact --kernel hybrid --e 64 --t 16384 --k 2048 --n 1408"}
+NCU_SCRIPT=${NCU_SCRIPT:-benchmarks/gemm_one_case.py}
 PYTEST="python3 -m pytest -q -p no:cacheprovider"
 status=0
 
@@ -149,7 +151,7 @@ EOF
         "$NCU" --clock-control none -k "regex:$NCU_KERNEL" --launch-skip 1 --launch-count 1 \
           --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
           --section InstructionStats --section LaunchStats --section Occupancy --section SourceCounters \
-          --import-source no -f -o "$OUT/ncu_$i" python3 benchmarks/gemm_one_case.py $case || rc=$?
+          --import-source no -f -o "$OUT/ncu_$i" python3 "$NCU_SCRIPT" $case || rc=$?
         "$NCU" -i "$OUT/ncu_$i.ncu-rep" --page details >"$OUT/ncu_${i}_details.txt" || rc=$?
         "$NCU" -i "$OUT/ncu_$i.ncu-rep" --page source --csv --print-source sass >"$OUT/ncu_${i}_sass.csv" || rc=$?
         python3 benchmarks/ncu_sass_summary.py "$OUT/ncu_${i}_sass.csv" --top 12 >"$OUT/ncu_${i}_summary.txt" || rc=$?

@@ -157,6 +157,15 @@ __device__ __forceinline__ void store_once(V* p, V v) {
   __stcs(p, v);
 }
 
+// EXPERIMENT (stop 58): where the 16-byte chunk c (0..15) of a tile row is stored. kSwz: c ^ (c >> 3 & 1), so the
+// 8 lanes of one rowwise 128-bit shared-memory phase (chunks 2b or 2b + 1 of one row, b = 0..7) fall on 8 different
+// bank groups (without it, chunks c and c + 8 share banks: two-way conflicts); the columnwise 4-byte reads of 32
+// consecutive column pairs still cover 128 contiguous bytes.
+template <bool kSwz>
+__device__ __forceinline__ int tile_chunk(int c) {
+  return kSwz ? c ^ ((c >> 3) & 1) : c;
+}
+
 // kTorchao: the torchao rules (SPEC 5.4 / 5.5). A plane whose P gives finite positive multipliers
 // (torchao_fast_plane) takes the same fast paths, with the block scale byte by torchao_scale_byte (every byte of a
 // NaN/Inf-free block is then 0x08..0x7E) and the table built by torchao_multiplier: the products are finite and
@@ -183,6 +192,7 @@ __global__ void __launch_bounds__(256, kVariant == 2 ? 5 : 4) quantize_fast4_bf1
   const int rleft = (int)min(gv.m - gv.m0, (int64_t)kTileM);  // valid rows of this tile (> 0)
   const bool col_ok = chunk * 8 < kleft;
   const T* x = reinterpret_cast<const T*>(a.x);
+  constexpr bool kSwz = kVariant == 3;  // EXPERIMENT: tile rows permuted by 16-byte chunk (tile_chunk)
 
   // ---- 1. load the tile into shared memory (rows past the group and columns past K as zeros) ----
   if constexpr (kVariant == 0) {
@@ -202,7 +212,7 @@ __global__ void __launch_bounds__(256, kVariant == 2 ? 5 : 4) quantize_fast4_bf1
     // rows or past K is zero-filled (source size 0, the source address is then not read).
     const char* src = reinterpret_cast<const char*>(x + (gv.row0 + gv.m0 + rsub) * a.K + gcol);
     const int64_t step = 32 * a.K;  // 16 rows, in bytes
-    const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(tile + rsub * 256 + chunk * 16));
+    const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(tile + rsub * 256 + tile_chunk<kSwz>(chunk) * 16));
 #pragma unroll
     for (int it = 0; it < 8; ++it) {
       const bool ok = col_ok && it * 16 + rsub < rleft;
@@ -274,6 +284,7 @@ __global__ void __launch_bounds__(256, kVariant == 2 ? 5 : 4) quantize_fast4_bf1
       sstep = 32 * cols;
     }
     const uint8_t* src = tile + rrow * 256 + blk * 32;
+    const int ha = kSwz ? (blk >> 2) << 4 : 0, hb = ha ^ 16;  // where the block's first / second 16 bytes lie
     int it_slow = 4;  // first iteration that needs the exact path (4: none)
     if (kTorchao && !row_fast) it_slow = 0;
     if (it_slow == 4) {
@@ -283,8 +294,8 @@ __global__ void __launch_bounds__(256, kVariant == 2 ? 5 : 4) quantize_fast4_bf1
       for (int it = 0; it < 4; ++it) {
         // (the 8 lanes of one 128-bit shared-memory phase read 8 blocks of one row at a 32-byte stride: two-way
         // bank conflicts; ordering the halves per lane to avoid them cost more instructions than it saved)
-        const uint4 qa = *reinterpret_cast<const uint4*>(src + it * 32 * 256);
-        const uint4 qb = *reinterpret_cast<const uint4*>(src + it * 32 * 256 + 16);
+        const uint4 qa = *reinterpret_cast<const uint4*>(src + it * 32 * 256 + ha);
+        const uint4 qb = *reinterpret_cast<const uint4*>(src + it * 32 * 256 + hb);
         const uint32_t bbits = block_max_f32_bits(qa, qb);
         if (__any_sync(0xffffffffu, bbits >= 0x7F800000u)) {  // a NaN or Inf in some block of this warp
           it_slow = it;
@@ -310,8 +321,8 @@ __global__ void __launch_bounds__(256, kVariant == 2 ? 5 : 4) quantize_fast4_bf1
 #pragma unroll 1
     for (int it = it_slow; it < 4; ++it) {
       const int row = it * 32 + rrow;
-      const uint4 lo = *reinterpret_cast<const uint4*>(tile + row * 256 + blk * 32);
-      const uint4 hi = *reinterpret_cast<const uint4*>(tile + row * 256 + blk * 32 + 16);
+      const uint4 lo = *reinterpret_cast<const uint4*>(tile + row * 256 + blk * 32 + ha);
+      const uint4 hi = *reinterpret_cast<const uint4*>(tile + row * 256 + blk * 32 + hb);
       const uint32_t wl[4] = {lo.x, lo.y, lo.z, lo.w}, wh[4] = {hi.x, hi.y, hi.z, hi.w};
       const uint32_t bbits = block_max_f32_bits(lo, hi);
       const bool slow = __any_sync(0xffffffffu, bbits >= 0x7F800000u);  // warp-uniform
@@ -355,6 +366,7 @@ __global__ void __launch_bounds__(256, kVariant == 2 ? 5 : 4) quantize_fast4_bf1
   if (a.col_data != nullptr) {
     const PlaneScale& ps = ps_col;
     const int cpair = t & 63;
+    const int ccol = kSwz ? (cpair * 4) ^ ((cpair & 32) >> 1) : cpair * 4;  // byte of column pair cpair in a tile row
     const int jb = t >> 6;
     const int64_t cblocks = ceil_div(gv.m, 16);
     const int64_t cpd = round_up(cblocks, 4);
@@ -389,7 +401,7 @@ __global__ void __launch_bounds__(256, kVariant == 2 ? 5 : 4) quantize_fast4_bf1
       }
       uint32_t w[16];
 #pragma unroll
-      for (int i = 0; i < 16; ++i) w[i] = *reinterpret_cast<const uint32_t*>(tile + (j * 16 + i) * 256 + cpair * 4);
+      for (int i = 0; i < 16; ++i) w[i] = *reinterpret_cast<const uint32_t*>(tile + (j * 16 + i) * 256 + ccol);
       if constexpr (kRHT) {
         float va[16], vb[16];
 #pragma unroll

@@ -64,12 +64,14 @@ static QuantKernel fast4_kernel(bool rht, bool torchao) {
   if (torchao) return rht ? quantize_fast4_bf16<true, true, V> : quantize_fast4_bf16<false, true, V>;
   return rht ? quantize_fast4_bf16<true, false, V> : quantize_fast4_bf16<false, false, V>;
 }
-// EXPERIMENT (stop 58): NVFP4_QUANT_VARIANT=0 ldg + sts, 1 cp.async, 2 cp.async at 5 CTAs per SM; read per launch.
+// EXPERIMENT (stop 58): NVFP4_QUANT_VARIANT=0 ldg + sts, 1 cp.async, 2 cp.async at 5 CTAs per SM, 3 cp.async
+// into a tile whose rows are permuted by 16-byte chunk (tile_chunk); read per launch.
 static QuantKernel fast4_variant(bool rht, bool torchao) {
   const char* e = std::getenv("NVFP4_QUANT_VARIANT");
   const int v = e == nullptr ? 0 : std::atoi(e);
   if (v == 1) return fast4_kernel<1>(rht, torchao);
   if (v == 2) return fast4_kernel<2>(rht, torchao);
+  if (v == 3) return fast4_kernel<3>(rht, torchao);
   return fast4_kernel<0>(rht, torchao);
 }
 
@@ -80,7 +82,7 @@ static void prefer_max_shared_fast4() {
   if (done.get(dev)) return;
   for (int r = 0; r < 2; ++r)
     for (int t = 0; t < 2; ++t)
-      for (auto kernel : {fast4_kernel<0>(r, t), fast4_kernel<1>(r, t), fast4_kernel<2>(r, t)})
+      for (auto kernel : {fast4_kernel<0>(r, t), fast4_kernel<1>(r, t), fast4_kernel<2>(r, t), fast4_kernel<3>(r, t)})
         cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
   done.set(dev, true);
 }
