@@ -1,11 +1,13 @@
-"""A/B of the bf16 fast quantizer's variants (``NVFP4_QUANT_VARIANT``, read at every launch), in one process.
+"""A/B of quantizer switches read from the environment at every launch, in one process.
 
-First every variant's outputs are compared with the first variant's, byte for byte, on a few single and grouped
+A side is a set of environment assignments (``"A=1 B=2"``; sides separated by ``;``). First every side's outputs are
+compared with the first side's, byte for byte, on a few single and grouped
 calls (odd shapes, empty groups, NaN / Inf blocks, both rules); then ``--rounds`` rounds, each timing every variant in
 turn (the order rotates per round) on the fused path of ``bench_quantize.py`` (row + RHT col, swizzled, amax; graph
-replay after the 256 MB zeroing flush, median) and the quantize kernel alone (torch.profiler, mean of 5 calls).
+replay after the 256 MB zeroing flush, median), the quantize kernel and the amax pass alone (torch.profiler, mean of
+5 calls).
 
-    PYTHONPATH=.:benchmarks python benchmarks/ab_quant_variant.py --variants 0,1,2 --rounds 3
+    PYTHONPATH=.:benchmarks python benchmarks/ab_quant_variant.py --sides "X=0;X=1" --rounds 3
 """
 
 from __future__ import annotations
@@ -20,11 +22,17 @@ from profiling import profiled_kernels
 
 import device
 
-VAR = "NVFP4_QUANT_VARIANT"
+_SET: set[str] = set()
 
 
-def set_variant(v: str) -> None:
-    os.environ[VAR] = v
+def set_variant(side: str) -> None:
+    """Apply one side's assignments; variables that another side set and this one does not are removed."""
+    pairs = dict(kv.split("=", 1) for kv in side.split())
+    for name in _SET - set(pairs):
+        os.environ.pop(name, None)
+    for name, value in pairs.items():
+        os.environ[name] = value
+        _SET.add(name)
 
 
 def outputs(q) -> list[torch.Tensor]:
@@ -70,24 +78,27 @@ def check_same_bytes(variants: list[str]) -> None:
             same = len(got) == len(ref) and all(torch.equal(a, b) for a, b in zip(got, ref, strict=True))
             if not same:
                 bad += 1
-                print(f"MISMATCH variant {v} vs {variants[0]}: {name}")
+                print(f"MISMATCH side {v!r} against {variants[0]!r}: {name}")
     torch.cuda.synchronize()
-    print(f"bytes: {len(cases)} calls x {len(variants) - 1} variants against variant {variants[0]}: "
+    print(f"bytes: {len(cases)} calls x {len(variants) - 1} sides against side 0: "
           f"{'all equal' if bad == 0 else f'{bad} differ'}")
 
 
-def quant_kernel_us(fn) -> float:
-    ks = [d for n, _, d in profiled_kernels(fn, calls=5) if "quantize_fast4" in n]
-    return sum(ks) / max(1, len(ks))
+def kernel_us(fn) -> tuple[float, float]:
+    """Mean torch.profiler time of the quantize kernel and of the amax pass over 5 calls."""
+    ev = profiled_kernels(fn, calls=5)
+    q = [d for n, _, d in ev if "quantize_" in n]
+    a = [d for n, _, d in ev if "amax_" in n]
+    return sum(q) / max(1, len(q)), sum(a) / max(1, len(a))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--variants", default="0,1,2")
+    ap.add_argument("--sides", required=True, help='environment assignments per side, e.g. "X=0;X=1 Y=2"')
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--iters", type=int, default=10)
     args = ap.parse_args()
-    variants = args.variants.split(",")
+    variants = [v.strip() for v in args.sides.split(";")]
     check_same_bytes(variants)
     kw = dict(rowwise=True, columnwise=True, rht=True, swizzled=True)
     cases = []
@@ -101,21 +112,24 @@ def main() -> None:
                                                                           rht=True)))
     call = {(c, v): [] for c, _ in cases for v in variants}
     kern = {(c, v): [] for c, _ in cases for v in variants}
+    amax = {(c, v): [] for c, _ in cases for v in variants}
     for r in range(args.rounds):
         order = variants[r % len(variants):] + variants[: r % len(variants)]
         for name, fn in cases:
             for v in order:
                 set_variant(v)
                 call[(name, v)].append(bench(fn, args.iters))
-                kern[(name, v)].append(quant_kernel_us(fn))
-    print(f"{'case':16s} " + " ".join(f"{'v' + v + ' call us':>24s} {'v' + v + ' kernel us':>24s}" for v in variants))
+                q, am = kernel_us(fn)
+                kern[(name, v)].append(q)
+                amax[(name, v)].append(am)
+    for i, v in enumerate(variants):
+        print(f"side {i}: {v or '(nothing set)'}")
+    print("median [min-max] us: call (graph, flushed) | quantize kernel | amax pass")
     for name, _ in cases:
-        cells = []
-        for v in variants:
-            c, k = call[(name, v)], kern[(name, v)]
-            cells.append(f"{statistics.median(c):7.1f} [{min(c):6.1f}-{max(c):6.1f}]".rjust(24))
-            cells.append(f"{statistics.median(k):7.1f} [{min(k):6.1f}-{max(k):6.1f}]".rjust(24))
-        print(f"{name:16s} " + " ".join(cells))
+        for i, v in enumerate(variants):
+            cells = [f"{statistics.median(d[(name, v)]):7.1f} [{min(d[(name, v)]):6.1f}-{max(d[(name, v)]):6.1f}]"
+                     for d in (call, kern, amax)]
+            print(f"{name:16s} side {i}  " + " | ".join(cells))
 
 
 if __name__ == "__main__":

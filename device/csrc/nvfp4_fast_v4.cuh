@@ -216,8 +216,12 @@ __global__ void __launch_bounds__(256, kVariant == 2 ? 5 : 4) quantize_fast4_bf1
 #pragma unroll
     for (int it = 0; it < 8; ++it) {
       const bool ok = col_ok && it * 16 + rsub < rleft;
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + it * 16 * 256),
-                   "l"(ok ? src : reinterpret_cast<const char*>(x)), "r"(ok ? 16 : 0));
+      if constexpr (kVariant == 4)
+        asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst + it * 16 * 256),
+                     "l"(ok ? src : reinterpret_cast<const char*>(x)), "r"(ok ? 16 : 0));
+      else
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + it * 16 * 256),
+                     "l"(ok ? src : reinterpret_cast<const char*>(x)), "r"(ok ? 16 : 0));
       src += step;
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -506,7 +510,7 @@ __global__ void __launch_bounds__(256, kVariant == 2 ? 5 : 4) quantize_fast4_bf1
 // kNanProp: the torchao rules' NaN-propagating amax (SPEC 4.1): a NaN pattern seen by the integer max makes the
 // rowwise result the canonical NaN at once; the columnwise (RHT) maximum runs the whole butterfly and a
 // NaN-propagating max, since the last-stage shortcut below would turn the NaN of Inf - Inf into Inf.
-template <bool kRHT, bool kNanProp = false>
+template <bool kRHT, bool kNanProp = false, int kAmaxVariant = 0>
 __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
   using T = __nv_bfloat16;
   // Grouped calls launch this grid with a programmatic dependency on the setup kernel (offsets, zeroed amaxes):
@@ -532,7 +536,14 @@ __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
     raw[i] = make_uint2(0, 0);
-    if (i < rows) raw[i] = __ldg(src);
+    if (i < rows) {
+      if constexpr (kAmaxVariant == 1)  // EXPERIMENT: 256-byte L2 prefetch hint
+        asm("ld.global.nc.L2::256B.v2.u32 {%0, %1}, [%2];" : "=r"(raw[i].x), "=r"(raw[i].y) : "l"(src));
+      else if constexpr (kAmaxVariant == 2)  // EXPERIMENT: no L1 allocation + 256-byte L2 prefetch
+        asm("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];" : "=r"(raw[i].x), "=r"(raw[i].y) : "l"(src));
+      else
+        raw[i] = __ldg(src);
+    }
     src += step;
   }
   uint32_t mu = 0;

@@ -48,7 +48,11 @@ void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream
     if (rht) amax_kernel<__nv_bfloat16, true><<<(unsigned)grid, 128, 0, s>>>(a);
     else amax_kernel<__nv_bfloat16, false><<<(unsigned)grid, 128, 0, s>>>(a);
   } else if (!rht || a.rht_signs == kDefaultRhtSigns) {  // the fast path (nvfp4_fast_v4.cuh)
-    auto kernel = rht ? amax_fast4_bf16<true> : amax_fast4_bf16<false>;
+    const char* e = std::getenv("NVFP4_AMAX_VARIANT");  // EXPERIMENT (stop 58), read per launch
+    const int v = e == nullptr ? 0 : std::atoi(e);
+    auto kernel = v == 1   ? (rht ? amax_fast4_bf16<true, false, 1> : amax_fast4_bf16<false, false, 1>)
+                  : v == 2 ? (rht ? amax_fast4_bf16<true, false, 2> : amax_fast4_bf16<false, false, 2>)
+                           : (rht ? amax_fast4_bf16<true> : amax_fast4_bf16<false>);
     if (after_setup) launch_pdl(kernel, (unsigned)grid, 256, s, a);  // waits for the setup kernel in-kernel
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else {
@@ -72,6 +76,7 @@ static QuantKernel fast4_variant(bool rht, bool torchao) {
   if (v == 1) return fast4_kernel<1>(rht, torchao);
   if (v == 2) return fast4_kernel<2>(rht, torchao);
   if (v == 3) return fast4_kernel<3>(rht, torchao);
+  if (v == 4) return fast4_kernel<4>(rht, torchao);
   return fast4_kernel<0>(rht, torchao);
 }
 
@@ -82,7 +87,8 @@ static void prefer_max_shared_fast4() {
   if (done.get(dev)) return;
   for (int r = 0; r < 2; ++r)
     for (int t = 0; t < 2; ++t)
-      for (auto kernel : {fast4_kernel<0>(r, t), fast4_kernel<1>(r, t), fast4_kernel<2>(r, t), fast4_kernel<3>(r, t)})
+      for (auto kernel : {fast4_kernel<0>(r, t), fast4_kernel<1>(r, t), fast4_kernel<2>(r, t), fast4_kernel<3>(r, t),
+                           fast4_kernel<4>(r, t)})
         cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
   done.set(dev, true);
 }
