@@ -541,6 +541,10 @@ __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
         asm("ld.global.nc.L2::256B.v2.u32 {%0, %1}, [%2];" : "=r"(raw[i].x), "=r"(raw[i].y) : "l"(src));
       else if constexpr (kAmaxVariant == 2)  // EXPERIMENT: no L1 allocation + 256-byte L2 prefetch
         asm("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];" : "=r"(raw[i].x), "=r"(raw[i].y) : "l"(src));
+      else if constexpr (kAmaxVariant == 3)  // EXPERIMENT: no L1 allocation
+        asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(raw[i].x), "=r"(raw[i].y) : "l"(src));
+      else if constexpr (kAmaxVariant == 4)  // EXPERIMENT: no L1 allocation + 128-byte L2 prefetch
+        asm("ld.global.nc.L1::no_allocate.L2::128B.v2.u32 {%0, %1}, [%2];" : "=r"(raw[i].x), "=r"(raw[i].y) : "l"(src));
       else
         raw[i] = __ldg(src);
     }

@@ -52,7 +52,12 @@ void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream
     const int v = e == nullptr ? 0 : std::atoi(e);
     auto kernel = v == 1   ? (rht ? amax_fast4_bf16<true, false, 1> : amax_fast4_bf16<false, false, 1>)
                   : v == 2 ? (rht ? amax_fast4_bf16<true, false, 2> : amax_fast4_bf16<false, false, 2>)
+                  : v == 3 ? (rht ? amax_fast4_bf16<true, false, 3> : amax_fast4_bf16<false, false, 3>)
+                  : v == 4 ? (rht ? amax_fast4_bf16<true, false, 4> : amax_fast4_bf16<false, false, 4>)
+                  : v == 5 ? (rht ? amax_fast4_bf16<true, false, 5> : amax_fast4_bf16<false, false, 5>)
                            : (rht ? amax_fast4_bf16<true> : amax_fast4_bf16<false>);
+    if (v == 5)  // EXPERIMENT: variant 0's loads with the whole carveout as L1
+      cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxL1);
     if (after_setup) launch_pdl(kernel, (unsigned)grid, 256, s, a);  // waits for the setup kernel in-kernel
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else {
