@@ -16,6 +16,7 @@
 //  * E2M1 by the three-roundings forms of SPEC 3.6 (FMA pipe except one 3-input minimum per element);
 //  * programmatic dependent launch after the amax pass (griddepcontrol.wait before the amaxes are read).
 //  * outputs (codes, scale bytes, padding) stored evict-first (store_once, st.global.cs; stop 53, -1 to -2%).
+//  * the quantizer's tile loaded by cp.async, the amax pass's loads without L1 allocation (stop 58).
 // H100 (ncu): ALU pipe 54%, FMA pipe 37%, issue 67% (was ALU-bound at 74% before SPEC 3.6): device/NOTES.md.
 #pragma once
 
@@ -157,15 +158,6 @@ __device__ __forceinline__ void store_once(V* p, V v) {
   __stcs(p, v);
 }
 
-// EXPERIMENT (stop 58): where the 16-byte chunk c (0..15) of a tile row is stored. kSwz: c ^ (c >> 3 & 1), so the
-// 8 lanes of one rowwise 128-bit shared-memory phase (chunks 2b or 2b + 1 of one row, b = 0..7) fall on 8 different
-// bank groups (without it, chunks c and c + 8 share banks: two-way conflicts); the columnwise 4-byte reads of 32
-// consecutive column pairs still cover 128 contiguous bytes.
-template <bool kSwz>
-__device__ __forceinline__ int tile_chunk(int c) {
-  return kSwz ? c ^ ((c >> 3) & 1) : c;
-}
-
 // kTorchao: the torchao rules (SPEC 5.4 / 5.5). A plane whose P gives finite positive multipliers
 // (torchao_fast_plane) takes the same fast paths, with the block scale byte by torchao_scale_byte (every byte of a
 // NaN/Inf-free block is then 0x08..0x7E) and the table built by torchao_multiplier: the products are finite and
@@ -173,8 +165,8 @@ __device__ __forceinline__ int tile_chunk(int c) {
 // overflow 1 / P, Inf or NaN, take the per-element path with torchao_code_rn (NaN-propagating block maxima).
 // With kRHT too, a NaN out of the butterfly (an input NaN, or Inf - Inf) lies in a block whose NaN-propagating max
 // is NaN, so its multiplier is NaN and gives the code (the multiplier comes first, SPEC 3.5), as in quantize_kernel.
-template <bool kRHT, bool kTorchao = false, int kVariant = 0>
-__global__ void __launch_bounds__(256, kVariant == 2 ? 5 : 4) quantize_fast4_bf16(QuantArgs a) {
+template <bool kRHT, bool kTorchao = false>
+__global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
   using T = __nv_bfloat16;
   using G = TileGeom<T>;
   constexpr int TK = G::kTileK;  // 128
@@ -192,39 +184,24 @@ __global__ void __launch_bounds__(256, kVariant == 2 ? 5 : 4) quantize_fast4_bf1
   const int rleft = (int)min(gv.m - gv.m0, (int64_t)kTileM);  // valid rows of this tile (> 0)
   const bool col_ok = chunk * 8 < kleft;
   const T* x = reinterpret_cast<const T*>(a.x);
-  constexpr bool kSwz = kVariant == 3;  // EXPERIMENT: tile rows permuted by 16-byte chunk (tile_chunk)
 
   // ---- 1. load the tile into shared memory (rows past the group and columns past K as zeros) ----
-  if constexpr (kVariant == 0) {
-    const uint4* src = reinterpret_cast<const uint4*>(x + (gv.row0 + gv.m0 + rsub) * a.K + gcol);
-    const int64_t step = 2 * a.K;  // 16 rows, in uint4 units
-    uint4 raw[8];
-#pragma unroll
-    for (int it = 0; it < 8; ++it) {
-      raw[it] = make_uint4(0, 0, 0, 0);
-      if (col_ok && it * 16 + rsub < rleft) raw[it] = __ldg(src);
-      src += step;
-    }
-#pragma unroll
-    for (int it = 0; it < 8; ++it) *reinterpret_cast<uint4*>(tile + (it * 16 + rsub) * 256 + chunk * 16) = raw[it];
-  } else {
-    // cp.async: the 16-byte pieces go from global to shared memory without registers; a piece past the group's
-    // rows or past K is zero-filled (source size 0, the source address is then not read).
+  // cp.async (stop 58): the 16-byte pieces go from global to shared memory without passing through registers, and the
+  // thread goes on (plane constants below) while they are in flight; cp.async.wait_all before the barrier. A piece
+  // past the group's rows or past K is zero-filled (source size 0: its source address is not read). Against loads
+  // into registers and shared-memory stores: quantize kernel -3 to -6%, fused call -2 to -4% (device/NOTES.md).
+  {
     const char* src = reinterpret_cast<const char*>(x + (gv.row0 + gv.m0 + rsub) * a.K + gcol);
     const int64_t step = 32 * a.K;  // 16 rows, in bytes
-    const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(tile + rsub * 256 + tile_chunk<kSwz>(chunk) * 16));
+    const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(tile + rsub * 256 + chunk * 16));
 #pragma unroll
     for (int it = 0; it < 8; ++it) {
       const bool ok = col_ok && it * 16 + rsub < rleft;
-      if constexpr (kVariant == 4)
-        asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst + it * 16 * 256),
-                     "l"(ok ? src : reinterpret_cast<const char*>(x)), "r"(ok ? 16 : 0));
-      else
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + it * 16 * 256),
-                     "l"(ok ? src : reinterpret_cast<const char*>(x)), "r"(ok ? 16 : 0));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + it * 16 * 256),
+                   "l"(ok ? src : reinterpret_cast<const char*>(x)), "r"(ok ? 16 : 0)
+                   : "memory");
       src += step;
     }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
   }
   // Programmatic dependent launch (launch_quantize_bf16 with after_amax): everything above only reads X and the
   // offsets, which the kernel this one may overlap (the amax pass) does not write; the amaxes are read after
@@ -250,7 +227,7 @@ __global__ void __launch_bounds__(256, kVariant == 2 ? 5 : 4) quantize_fast4_bf1
       if (entry == 0) plane_ps[plane] = ps;
     }
   }
-  if constexpr (kVariant != 0) asm volatile("cp.async.wait_all;\n" ::: "memory");
+  asm volatile("cp.async.wait_all;\n" ::: "memory");  // this thread's tile pieces have landed; the barrier: all
   __syncthreads();
   [[maybe_unused]] PlaneScale ps_row{}, ps_col{};
   [[maybe_unused]] TorchaoPlane tp_row{}, tp_col{};
@@ -288,7 +265,6 @@ __global__ void __launch_bounds__(256, kVariant == 2 ? 5 : 4) quantize_fast4_bf1
       sstep = 32 * cols;
     }
     const uint8_t* src = tile + rrow * 256 + blk * 32;
-    const int ha = kSwz ? (blk >> 2) << 4 : 0, hb = ha ^ 16;  // where the block's first / second 16 bytes lie
     int it_slow = 4;  // first iteration that needs the exact path (4: none)
     if (kTorchao && !row_fast) it_slow = 0;
     if (it_slow == 4) {
@@ -298,8 +274,8 @@ __global__ void __launch_bounds__(256, kVariant == 2 ? 5 : 4) quantize_fast4_bf1
       for (int it = 0; it < 4; ++it) {
         // (the 8 lanes of one 128-bit shared-memory phase read 8 blocks of one row at a 32-byte stride: two-way
         // bank conflicts; ordering the halves per lane to avoid them cost more instructions than it saved)
-        const uint4 qa = *reinterpret_cast<const uint4*>(src + it * 32 * 256 + ha);
-        const uint4 qb = *reinterpret_cast<const uint4*>(src + it * 32 * 256 + hb);
+        const uint4 qa = *reinterpret_cast<const uint4*>(src + it * 32 * 256);
+        const uint4 qb = *reinterpret_cast<const uint4*>(src + it * 32 * 256 + 16);
         const uint32_t bbits = block_max_f32_bits(qa, qb);
         if (__any_sync(0xffffffffu, bbits >= 0x7F800000u)) {  // a NaN or Inf in some block of this warp
           it_slow = it;
@@ -325,8 +301,8 @@ __global__ void __launch_bounds__(256, kVariant == 2 ? 5 : 4) quantize_fast4_bf1
 #pragma unroll 1
     for (int it = it_slow; it < 4; ++it) {
       const int row = it * 32 + rrow;
-      const uint4 lo = *reinterpret_cast<const uint4*>(tile + row * 256 + blk * 32 + ha);
-      const uint4 hi = *reinterpret_cast<const uint4*>(tile + row * 256 + blk * 32 + hb);
+      const uint4 lo = *reinterpret_cast<const uint4*>(tile + row * 256 + blk * 32);
+      const uint4 hi = *reinterpret_cast<const uint4*>(tile + row * 256 + blk * 32 + 16);
       const uint32_t wl[4] = {lo.x, lo.y, lo.z, lo.w}, wh[4] = {hi.x, hi.y, hi.z, hi.w};
       const uint32_t bbits = block_max_f32_bits(lo, hi);
       const bool slow = __any_sync(0xffffffffu, bbits >= 0x7F800000u);  // warp-uniform
@@ -370,7 +346,6 @@ __global__ void __launch_bounds__(256, kVariant == 2 ? 5 : 4) quantize_fast4_bf1
   if (a.col_data != nullptr) {
     const PlaneScale& ps = ps_col;
     const int cpair = t & 63;
-    const int ccol = kSwz ? (cpair * 4) ^ ((cpair & 32) >> 1) : cpair * 4;  // byte of column pair cpair in a tile row
     const int jb = t >> 6;
     const int64_t cblocks = ceil_div(gv.m, 16);
     const int64_t cpd = round_up(cblocks, 4);
@@ -405,7 +380,7 @@ __global__ void __launch_bounds__(256, kVariant == 2 ? 5 : 4) quantize_fast4_bf1
       }
       uint32_t w[16];
 #pragma unroll
-      for (int i = 0; i < 16; ++i) w[i] = *reinterpret_cast<const uint32_t*>(tile + (j * 16 + i) * 256 + ccol);
+      for (int i = 0; i < 16; ++i) w[i] = *reinterpret_cast<const uint32_t*>(tile + (j * 16 + i) * 256 + cpair * 4);
       if constexpr (kRHT) {
         float va[16], vb[16];
 #pragma unroll
@@ -510,7 +485,7 @@ __global__ void __launch_bounds__(256, kVariant == 2 ? 5 : 4) quantize_fast4_bf1
 // kNanProp: the torchao rules' NaN-propagating amax (SPEC 4.1): a NaN pattern seen by the integer max makes the
 // rowwise result the canonical NaN at once; the columnwise (RHT) maximum runs the whole butterfly and a
 // NaN-propagating max, since the last-stage shortcut below would turn the NaN of Inf - Inf into Inf.
-template <bool kRHT, bool kNanProp = false, int kAmaxVariant = 0>
+template <bool kRHT, bool kNanProp = false>
 __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
   using T = __nv_bfloat16;
   // Grouped calls launch this grid with a programmatic dependency on the setup kernel (offsets, zeroed amaxes):
@@ -536,18 +511,11 @@ __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
     raw[i] = make_uint2(0, 0);
-    if (i < rows) {
-      if constexpr (kAmaxVariant == 1)  // EXPERIMENT: 256-byte L2 prefetch hint
-        asm("ld.global.nc.L2::256B.v2.u32 {%0, %1}, [%2];" : "=r"(raw[i].x), "=r"(raw[i].y) : "l"(src));
-      else if constexpr (kAmaxVariant == 2)  // EXPERIMENT: no L1 allocation + 256-byte L2 prefetch
-        asm("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];" : "=r"(raw[i].x), "=r"(raw[i].y) : "l"(src));
-      else if constexpr (kAmaxVariant == 3)  // EXPERIMENT: no L1 allocation
-        asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(raw[i].x), "=r"(raw[i].y) : "l"(src));
-      else if constexpr (kAmaxVariant == 4)  // EXPERIMENT: no L1 allocation + 128-byte L2 prefetch
-        asm("ld.global.nc.L1::no_allocate.L2::128B.v2.u32 {%0, %1}, [%2];" : "=r"(raw[i].x), "=r"(raw[i].y) : "l"(src));
-      else
-        raw[i] = __ldg(src);
-    }
+    // ld.global.nc.L1::no_allocate (stop 58): the pass reads each byte once; without allocating L1 lines for the
+    // loads in flight it runs 9-11% faster on the H100 (33.0 -> 29.1 us on 8192x5120; a 128- or 256-byte L2 prefetch
+    // hint on top, or the whole carveout as L1 for the allocating loads, changed nothing; device/NOTES.md).
+    if (i < rows)
+      asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(raw[i].x), "=r"(raw[i].y) : "l"(src));
     src += step;
   }
   uint32_t mu = 0;

@@ -48,16 +48,7 @@ void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream
     if (rht) amax_kernel<__nv_bfloat16, true><<<(unsigned)grid, 128, 0, s>>>(a);
     else amax_kernel<__nv_bfloat16, false><<<(unsigned)grid, 128, 0, s>>>(a);
   } else if (!rht || a.rht_signs == kDefaultRhtSigns) {  // the fast path (nvfp4_fast_v4.cuh)
-    const char* e = std::getenv("NVFP4_AMAX_VARIANT");  // EXPERIMENT (stop 58), read per launch
-    const int v = e == nullptr ? 0 : std::atoi(e);
-    auto kernel = v == 1   ? (rht ? amax_fast4_bf16<true, false, 1> : amax_fast4_bf16<false, false, 1>)
-                  : v == 2 ? (rht ? amax_fast4_bf16<true, false, 2> : amax_fast4_bf16<false, false, 2>)
-                  : v == 3 ? (rht ? amax_fast4_bf16<true, false, 3> : amax_fast4_bf16<false, false, 3>)
-                  : v == 4 ? (rht ? amax_fast4_bf16<true, false, 4> : amax_fast4_bf16<false, false, 4>)
-                  : v == 5 ? (rht ? amax_fast4_bf16<true, false, 5> : amax_fast4_bf16<false, false, 5>)
-                           : (rht ? amax_fast4_bf16<true> : amax_fast4_bf16<false>);
-    if (v == 5)  // EXPERIMENT: variant 0's loads with the whole carveout as L1
-      cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxL1);
+    auto kernel = rht ? amax_fast4_bf16<true> : amax_fast4_bf16<false>;
     if (after_setup) launch_pdl(kernel, (unsigned)grid, 256, s, a);  // waits for the setup kernel in-kernel
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else {
@@ -67,34 +58,14 @@ void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream
 
 // 4 CTAs per SM of quantize_fast4_bf16 need 4 x 41 KB of static shared memory: ask for the largest carveout, once
 // per device (PerDevice).
-using QuantKernel = void (*)(QuantArgs);
-template <int V>
-static QuantKernel fast4_kernel(bool rht, bool torchao) {
-  if (torchao) return rht ? quantize_fast4_bf16<true, true, V> : quantize_fast4_bf16<false, true, V>;
-  return rht ? quantize_fast4_bf16<true, false, V> : quantize_fast4_bf16<false, false, V>;
-}
-// EXPERIMENT (stop 58): NVFP4_QUANT_VARIANT=0 ldg + sts, 1 cp.async, 2 cp.async at 5 CTAs per SM, 3 cp.async
-// into a tile whose rows are permuted by 16-byte chunk (tile_chunk); read per launch.
-static QuantKernel fast4_variant(bool rht, bool torchao) {
-  const char* e = std::getenv("NVFP4_QUANT_VARIANT");
-  const int v = e == nullptr ? 0 : std::atoi(e);
-  if (v == 1) return fast4_kernel<1>(rht, torchao);
-  if (v == 2) return fast4_kernel<2>(rht, torchao);
-  if (v == 3) return fast4_kernel<3>(rht, torchao);
-  if (v == 4) return fast4_kernel<4>(rht, torchao);
-  return fast4_kernel<0>(rht, torchao);
-}
-
 static void prefer_max_shared_fast4() {
   static PerDevice<bool> done;
   int dev = 0;
   cudaGetDevice(&dev);
   if (done.get(dev)) return;
-  for (int r = 0; r < 2; ++r)
-    for (int t = 0; t < 2; ++t)
-      for (auto kernel : {fast4_kernel<0>(r, t), fast4_kernel<1>(r, t), fast4_kernel<2>(r, t), fast4_kernel<3>(r, t),
-                           fast4_kernel<4>(r, t)})
-        cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  for (auto kernel : {quantize_fast4_bf16<true>, quantize_fast4_bf16<false>, quantize_fast4_bf16<false, true>,
+                      quantize_fast4_bf16<true, true>})
+    cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
   done.set(dev, true);
 }
 
@@ -103,7 +74,7 @@ void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaS
   if (grid == 0) return;
   const bool fast = fast_enabled() && !a.sr && !a.block2d && (!rht || a.rht_signs == kDefaultRhtSigns);
   if (is_torchao_rule(a.rule) && fast) {  // SPEC 5.4 / 5.5
-    auto kernel = fast4_variant(rht, true);
+    auto kernel = rht ? quantize_fast4_bf16<true, true> : quantize_fast4_bf16<false, true>;
     prefer_max_shared_fast4();
     if (after_amax) launch_pdl(kernel, (unsigned)grid, 256, s, a);
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
@@ -111,7 +82,7 @@ void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaS
     if (rht) quantize_kernel<__nv_bfloat16, true, true><<<(unsigned)grid, 256, 0, s>>>(a);
     else quantize_kernel<__nv_bfloat16, false, true><<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (fast) {
-    auto kernel = fast4_variant(rht, false);
+    auto kernel = rht ? quantize_fast4_bf16<true> : quantize_fast4_bf16<false>;
     prefer_max_shared_fast4();
     if (after_amax) launch_pdl(kernel, (unsigned)grid, 256, s, a);  // overlaps the amax pass's tail
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
