@@ -188,8 +188,9 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
   // ---- 1. load the tile into shared memory (rows past the group and columns past K as zeros) ----
   // cp.async (stop 58): the 16-byte pieces go from global to shared memory without passing through registers, and the
   // thread goes on (plane constants below) while they are in flight; cp.async.wait_all before the barrier. A piece
-  // past the group's rows or past K is zero-filled (source size 0: its source address is not read). Against loads
-  // into registers and shared-memory stores: quantize kernel -3 to -6%, fused call -2 to -4% (device/NOTES.md).
+  // past the group's rows or past K is zero-filled (source size 0: its source address, which may lie past X, is
+  // not read). Against loads into registers and shared-memory stores: quantize kernel -3 to -6%, fused call -2 to
+  // -4% (device/NOTES.md).
   {
     const char* src = reinterpret_cast<const char*>(x + (gv.row0 + gv.m0 + rsub) * a.K + gcol);
     const int64_t step = 32 * a.K;  // 16 rows, in bytes
@@ -197,8 +198,8 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
 #pragma unroll
     for (int it = 0; it < 8; ++it) {
       const bool ok = col_ok && it * 16 + rsub < rleft;
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + it * 16 * 256),
-                   "l"(ok ? src : reinterpret_cast<const char*>(x)), "r"(ok ? 16 : 0)
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + it * 16 * 256), "l"(src),
+                   "r"(ok ? 16 : 0)
                    : "memory");
       src += step;
     }
