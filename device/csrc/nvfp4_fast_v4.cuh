@@ -248,13 +248,14 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
   // (two lanes per block did them twice, stop 50) ----
   if (a.row_data != nullptr) {
     const int blk = t & 7, rrow = t >> 3;
-    const int64_t C = a.K / 16;
-    const int64_t cp = round_up(C, 4);
-    const int64_t gblk = k0 / 16 + blk;
+    // (every size and offset here is non-negative: shifts and masks instead of the signed divisions' sign fix-ups)
+    const int64_t C = a.K >> 4;
+    const int64_t cp = (C + 3) & ~int64_t{3};  // round_up(C, 4)
+    const int64_t gblk = (k0 >> 4) + blk;
     const bool blk_ok = blk * 16 < kleft;  // K % 16 == 0: a block is wholly inside K or wholly past it
     const bool pad_ok = a.layout != kCompact && gblk < cp;  // SPEC 8.2 padding byte of this block column
-    uint8_t* dptr = a.row_data + gv.row_data + (gv.m0 + rrow) * (a.K / 2) + gblk * 8;
-    const int64_t dstep = 32 * (a.K / 2);
+    uint8_t* dptr = a.row_data + gv.row_data + (gv.m0 + rrow) * (a.K >> 1) + gblk * 8;
+    const int64_t dstep = 16 * a.K;  // 32 rows of K / 2 bytes
     uint8_t* sptr;
     int64_t sstep;  // scale of iteration it at sptr + it * sstep
     if (a.layout == kSwizzled) {
@@ -348,12 +349,13 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
     const PlaneScale& ps = ps_col;
     const int cpair = t & 63;
     const int jb = t >> 6;
-    const int64_t cblocks = ceil_div(gv.m, 16);
-    const int64_t cpd = round_up(cblocks, 4);
-    const int64_t jg0 = gv.m0 / 16 + jb;  // block column of jj = 0 (gv.m0 / 16 is a multiple of 8)
+    const int64_t cblocks = (gv.m + 15) >> 4;            // ceil_div(m_g, 16); sizes are non-negative
+    const int64_t cpd = (cblocks + 3) & ~int64_t{3};     // round_up(cblocks, 4)
+    const int64_t mb0 = gv.m0 >> 4;                      // the tile's first 16-row block (a multiple of 8)
+    const int64_t jg0 = mb0 + jb;  // block column of jj = 0
     const int64_t kk = k0 + 2 * cpair;               // plane row of h = 0
-    const int jleft = (int)(cblocks - gv.m0 / 16);   // valid 16-row blocks of this tile
-    const int jpad = (int)(cpd - gv.m0 / 16);        // blocks with a (padding) scale byte
+    const int jleft = (int)(cblocks - mb0);  // valid 16-row blocks of this tile
+    const int jpad = (int)(cpd - mb0);       // blocks with a (padding) scale byte
     uint8_t* csp;
     int64_t sH, sJ;  // scale (h, jj) at csp + h * sH + jj * sJ
     if (a.layout == kSwizzled) {
@@ -468,11 +470,13 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
     __syncthreads();
     const int64_t dH = cblocks * 8;
     const int sj = t & 7;  // block of this lane's piece
-    uint8_t* cdp = a.col_data + gv.col_data + (k0 + (t >> 3)) * dH + (gv.m0 / 16 + sj) * 8;
+    uint8_t* cdp = a.col_data + gv.col_data + (k0 + (t >> 3)) * dH + (mb0 + sj) * 8;
+    // plane row p + 32 is pair + 16, whose swizzle (pair & 15) is p's: its unit lies 16 x 128 bytes further on
+    const uint8_t* stage_piece = cstage + col_stage_offset(t >> 3, sj);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int p = i * 32 + (t >> 3);  // plane row within the tile
-      const uint64_t v = *reinterpret_cast<const uint64_t*>(cstage + col_stage_offset(p, sj));
+      const uint64_t v = *reinterpret_cast<const uint64_t*>(stage_piece + i * 2048);
       if (p < kleft && sj < jleft) store_once(reinterpret_cast<unsigned long long*>(cdp), (unsigned long long)v);
       cdp += 32 * dH;
     }
