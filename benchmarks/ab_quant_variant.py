@@ -13,6 +13,7 @@ replay after the 256 MB zeroing flush, median), the quantize kernel and the amax
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 
@@ -36,18 +37,10 @@ def set_variant(side: str) -> None:
 
 
 def outputs(q) -> list[torch.Tensor]:
-    """Every output buffer of a device quantize result (single or grouped), as uint8 views."""
-    got = []
-    for name in ("row_data", "row_scales", "col_data", "col_scales", "row_amax", "col_amax", "amax"):
-        t = getattr(q, name, None)
-        if isinstance(t, torch.Tensor):
-            got.append(t.contiguous().view(torch.uint8).reshape(-1))
-    for plane in ("row", "col"):
-        p = getattr(q, plane, None)
-        for name in ("data", "scales", "amax"):
-            t = getattr(p, name, None) if p is not None else None
-            if isinstance(t, torch.Tensor):
-                got.append(t.contiguous().view(torch.uint8).reshape(-1))
+    """Every tensor field of a device quantize result (single or grouped: data, scales, amaxes, the offset table), as
+    uint8 views."""
+    got = [t.contiguous().view(torch.uint8).reshape(-1)
+           for t in (getattr(q, f.name) for f in dataclasses.fields(q)) if isinstance(t, torch.Tensor)]
     assert got, "no output buffers found"
     return got
 
