@@ -23,6 +23,7 @@
 
 #include <cstdint>
 
+#include "async_copy.cuh"
 #include "nvfp4_common.cuh"
 #include "nvfp4_fast.cuh"
 #include "nvfp4_kernels.cuh"
@@ -166,12 +167,13 @@ __device__ __forceinline__ void store_once(V* p, V v) {
 // overflow 1 / P, Inf or NaN, take the per-element path with torchao_code_rn (NaN-propagating block maxima).
 // With kRHT too, a NaN out of the butterfly (an input NaN, or Inf - Inf) lies in a block whose NaN-propagating max
 // is NaN, so its multiplier is NaN and gives the code (the multiplier comes first, SPEC 3.5), as in quantize_kernel.
-template <bool kRHT, bool kTorchao = false>
+template <bool kRHT, bool kTorchao = false, bool kBulkLoad = true>
 __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
   using T = __nv_bfloat16;
   using G = TileGeom<T>;
   constexpr int TK = G::kTileK;  // 128
-  __shared__ alignas(16) uint8_t tile[kTileM * 256];
+  __shared__ alignas(128) uint8_t tile[kTileM * 256];
+  __shared__ alignas(8) uint64_t tile_full;  // mbarrier of the bulk-copied tile (kBulkLoad)
   __shared__ float mtab[2][128];
   __shared__ alignas(16) uint8_t cstage[kTileM * 64];  // columnwise codes of the tile, staged (col_stage_offset)
 
@@ -192,7 +194,37 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
   // past the group's rows or past K is zero-filled (source size 0: its source address, which may lie past X, is
   // not read). Against loads into registers and shared-memory stores: quantize kernel -3 to -6%, fused call -2 to
   // -4% (device/NOTES.md).
-  {
+  if constexpr (kBulkLoad) {
+    // One bulk copy (async proxy) per valid tile row, of the row's kleft columns, issued by warp 0 (four rows per
+    // lane) and counted on the tile's mbarrier; the rest of the tile (rows past the group's rows, columns past K:
+    // partial tiles only) is zeroed by ordinary stores, which the barrier below publishes. Every thread waits for the
+    // mbarrier's phase 0 after that barrier (which also orders the mbarrier's init before every wait). Against the cp.async load of every thread: the address, predicate and
+    // copy instructions of 7 of the 8 warps go (device/NOTES.md, stop 59).
+    const uint32_t row_bytes = static_cast<uint32_t>(kleft) * 2;  // a multiple of 32 (K % 16 == 0)
+    if (t < 32) {
+      const uint32_t tile_bar = static_cast<uint32_t>(__cvta_generic_to_shared(&tile_full));
+      if (t == 0) {
+        async_copy::mbar_init(tile_bar, 1);
+        async_copy::fence_mbarrier_init_cluster();
+        async_copy::mbar_arrive_expect_tx(tile_bar, static_cast<uint32_t>(rleft) * row_bytes);
+      }
+      __syncwarp();
+      const char* src = reinterpret_cast<const char*>(x + (gv.row0 + gv.m0 + t) * a.K + k0);
+      const int64_t step = 64 * a.K;  // 32 rows, in bytes
+      const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(tile + t * 256));
+#pragma unroll
+      for (int it = 0; it < 4; ++it) {
+        if (it * 32 + t < rleft) async_copy::bulk_copy_g2s(dst + it * 32 * 256, src, row_bytes, tile_bar);
+        src += step;
+      }
+    }
+    if (rleft < kTileM || kleft < TK) {  // CTA-uniform: a partial tile's padding, zeroed (the cp.async path's zero-fill)
+#pragma unroll
+      for (int it = 0; it < 8; ++it)
+        if (!(col_ok && it * 16 + rsub < rleft))
+          *reinterpret_cast<uint4*>(tile + (it * 16 + rsub) * 256 + chunk * 16) = make_uint4(0, 0, 0, 0);
+    }
+  } else {
     const char* src = reinterpret_cast<const char*>(x + (gv.row0 + gv.m0 + rsub) * a.K + gcol);
     const int64_t step = 32 * a.K;  // 16 rows, in bytes
     const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(tile + rsub * 256 + chunk * 16));
@@ -229,8 +261,10 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
       if (entry == 0) plane_ps[plane] = ps;
     }
   }
-  asm volatile("cp.async.wait_all;\n" ::: "memory");  // this thread's tile pieces have landed; the barrier: all
+  if constexpr (!kBulkLoad) asm volatile("cp.async.wait_all;\n" ::: "memory");  // this thread's pieces have landed
   __syncthreads();
+  if constexpr (kBulkLoad)  // the tile's bulk copies have landed (and are visible to this thread)
+    async_copy::mbar_wait(static_cast<uint32_t>(__cvta_generic_to_shared(&tile_full)), 0);
   [[maybe_unused]] PlaneScale ps_row{}, ps_col{};
   [[maybe_unused]] TorchaoPlane tp_row{}, tp_col{};
   [[maybe_unused]] bool row_fast = true, col_fast = true;  // torchao: the plane's multipliers are finite and > 0

@@ -64,9 +64,18 @@ static void prefer_max_shared_fast4() {
   cudaGetDevice(&dev);
   if (done.get(dev)) return;
   for (auto kernel : {quantize_fast4_bf16<true>, quantize_fast4_bf16<false>, quantize_fast4_bf16<false, true>,
-                      quantize_fast4_bf16<true, true>})
+                      quantize_fast4_bf16<true, true>, quantize_fast4_bf16<true, false, false>,
+                      quantize_fast4_bf16<false, false, false>, quantize_fast4_bf16<false, true, false>,
+                      quantize_fast4_bf16<true, true, false>})
     cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
   done.set(dev, true);
+}
+
+// A/B switch (stop 59, temporary): NVFP4_QUANT_BULK=0 loads the tile by cp.async instead of bulk copies; read at
+// every launch.
+static bool bulk_load() {
+  const char* e = std::getenv("NVFP4_QUANT_BULK");
+  return e == nullptr || e[0] != '0';
 }
 
 void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_amax) {
@@ -74,7 +83,8 @@ void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaS
   if (grid == 0) return;
   const bool fast = fast_enabled() && !a.sr && !a.block2d && (!rht || a.rht_signs == kDefaultRhtSigns);
   if (is_torchao_rule(a.rule) && fast) {  // SPEC 5.4 / 5.5
-    auto kernel = rht ? quantize_fast4_bf16<true, true> : quantize_fast4_bf16<false, true>;
+    auto kernel = bulk_load() ? (rht ? quantize_fast4_bf16<true, true> : quantize_fast4_bf16<false, true>)
+                              : (rht ? quantize_fast4_bf16<true, true, false> : quantize_fast4_bf16<false, true, false>);
     prefer_max_shared_fast4();
     if (after_amax) launch_pdl(kernel, (unsigned)grid, 256, s, a);
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
@@ -82,7 +92,8 @@ void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaS
     if (rht) quantize_kernel<__nv_bfloat16, true, true><<<(unsigned)grid, 256, 0, s>>>(a);
     else quantize_kernel<__nv_bfloat16, false, true><<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (fast) {
-    auto kernel = rht ? quantize_fast4_bf16<true> : quantize_fast4_bf16<false>;
+    auto kernel = bulk_load() ? (rht ? quantize_fast4_bf16<true> : quantize_fast4_bf16<false>)
+                              : (rht ? quantize_fast4_bf16<true, false, false> : quantize_fast4_bf16<false, false, false>);
     prefer_max_shared_fast4();
     if (after_amax) launch_pdl(kernel, (unsigned)grid, 256, s, a);  // overlaps the amax pass's tail
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
