@@ -2,6 +2,8 @@
 // quantizer's tile load (nvfp4_fast_v4.cuh) and the GEMM kernels (gemm_wgmma_ws.cuh).
 #pragma once
 
+#include <cuda.h>  // CUtensorMap
+
 #include <cstdint>
 
 namespace async_copy {
@@ -36,6 +38,16 @@ __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uin
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
                "l"(src), "r"(bytes), "r"(bar)
                : "memory");
+}
+
+// One 2D tensor-map box (TMA) into shared memory at dst, its bytes counted on mbarrier `bar` (complete_tx); box
+// coordinates {x = inner element, y = row}. Boxes reaching past the tensor are zero-filled and count in full.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int x, int y) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
+          "r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
+      : "memory");
 }
 
 }  // namespace async_copy

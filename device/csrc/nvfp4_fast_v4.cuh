@@ -21,6 +21,8 @@
 // cp.async load: issue 74%, 2,364 instructions per warp and tile, ~20% of them per-tile work: device/NOTES.md.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap
+
 #include <cstdint>
 
 #include "async_copy.cuh"
@@ -167,13 +169,13 @@ __device__ __forceinline__ void store_once(V* p, V v) {
 // overflow 1 / P, Inf or NaN, take the per-element path with torchao_code_rn (NaN-propagating block maxima).
 // With kRHT too, a NaN out of the butterfly (an input NaN, or Inf - Inf) lies in a block whose NaN-propagating max
 // is NaN, so its multiplier is NaN and gives the code (the multiplier comes first, SPEC 3.5), as in quantize_kernel.
-template <bool kRHT, bool kTorchao = false, bool kBulkLoad = true>
-__global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
+template <bool kRHT, bool kTorchao = false, bool kTmaLoad = true>
+__global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a, const __grid_constant__ CUtensorMap xmap) {
   using T = __nv_bfloat16;
   using G = TileGeom<T>;
   constexpr int TK = G::kTileK;  // 128
   __shared__ alignas(128) uint8_t tile[kTileM * 256];
-  __shared__ alignas(8) uint64_t tile_full;  // mbarrier of the bulk-copied tile (kBulkLoad)
+  __shared__ alignas(8) uint64_t tile_full;  // mbarrier of the tile's TMA box (kTmaLoad)
   __shared__ float mtab[2][128];
   __shared__ alignas(16) uint8_t cstage[kTileM * 64];  // columnwise codes of the tile, staged (col_stage_offset)
 
@@ -194,35 +196,20 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
   // past the group's rows or past K is zero-filled (source size 0: its source address, which may lie past X, is
   // not read). Against loads into registers and shared-memory stores: quantize kernel -3 to -6%, fused call -2 to
   // -4% (device/NOTES.md).
-  if constexpr (kBulkLoad) {
-    // One bulk copy (async proxy) per valid tile row, of the row's kleft columns, issued by warp 0 (four rows per
-    // lane) and counted on the tile's mbarrier; the rest of the tile (rows past the group's rows, columns past K:
-    // partial tiles only) is zeroed by ordinary stores, which the barrier below publishes. Every thread waits for the
-    // mbarrier's phase 0 after that barrier (which also orders the mbarrier's init before every wait). Against the cp.async load of every thread: the address, predicate and
-    // copy instructions of 7 of the 8 warps go (device/NOTES.md, stop 59).
-    const uint32_t row_bytes = static_cast<uint32_t>(kleft) * 2;  // a multiple of 32 (K % 16 == 0)
-    if (t < 32) {
+  if constexpr (kTmaLoad) {
+    // The whole tile by one TMA box (thread 0; xmap: X as {K, rows} bf16, boxes of 128 x 128, no swizzle, so the box
+    // lands in the tile's row-major layout), counted on the tile's mbarrier. Columns past K and rows past X are
+    // zero-filled by the TMA unit (and count in full); rows past the group's rows inside X are zeroed after the box
+    // has landed (partial tiles of grouped calls, below). Every thread waits for the mbarrier's phase 0 after the
+    // barrier that also orders its init before every wait. Against the cp.async load of every thread: the address,
+    // predicate and copy instructions of all 8 warps go (device/NOTES.md, stop 59).
+    if (t == 0) {
       const uint32_t tile_bar = static_cast<uint32_t>(__cvta_generic_to_shared(&tile_full));
-      if (t == 0) {
-        async_copy::mbar_init(tile_bar, 1);
-        async_copy::fence_mbarrier_init_cluster();
-        async_copy::mbar_arrive_expect_tx(tile_bar, static_cast<uint32_t>(rleft) * row_bytes);
-      }
-      __syncwarp();
-      const char* src = reinterpret_cast<const char*>(x + (gv.row0 + gv.m0 + t) * a.K + k0);
-      const int64_t step = 64 * a.K;  // 32 rows, in bytes
-      const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(tile + t * 256));
-#pragma unroll
-      for (int it = 0; it < 4; ++it) {
-        if (it * 32 + t < rleft) async_copy::bulk_copy_g2s(dst + it * 32 * 256, src, row_bytes, tile_bar);
-        src += step;
-      }
-    }
-    if (rleft < kTileM || kleft < TK) {  // CTA-uniform: a partial tile's padding, zeroed (the cp.async path's zero-fill)
-#pragma unroll
-      for (int it = 0; it < 8; ++it)
-        if (!(col_ok && it * 16 + rsub < rleft))
-          *reinterpret_cast<uint4*>(tile + (it * 16 + rsub) * 256 + chunk * 16) = make_uint4(0, 0, 0, 0);
+      async_copy::mbar_init(tile_bar, 1);
+      async_copy::fence_mbarrier_init_cluster();
+      async_copy::mbar_arrive_expect_tx(tile_bar, kTileM * 256);
+      async_copy::tma_load_2d(static_cast<uint32_t>(__cvta_generic_to_shared(tile)), &xmap, tile_bar, (int)k0,
+                              (int)(gv.row0 + gv.m0));
     }
   } else {
     const char* src = reinterpret_cast<const char*>(x + (gv.row0 + gv.m0 + rsub) * a.K + gcol);
@@ -261,10 +248,18 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
       if (entry == 0) plane_ps[plane] = ps;
     }
   }
-  if constexpr (!kBulkLoad) asm volatile("cp.async.wait_all;\n" ::: "memory");  // this thread's pieces have landed
+  if constexpr (!kTmaLoad) asm volatile("cp.async.wait_all;\n" ::: "memory");  // this thread's pieces have landed
   __syncthreads();
-  if constexpr (kBulkLoad)  // the tile's bulk copies have landed (and are visible to this thread)
-    async_copy::mbar_wait(static_cast<uint32_t>(__cvta_generic_to_shared(&tile_full)), 0);
+  if constexpr (kTmaLoad) {
+    async_copy::mbar_wait(static_cast<uint32_t>(__cvta_generic_to_shared(&tile_full)), 0);  // the box has landed
+    if (rleft < kTileM) {  // CTA-uniform: rows past the group hold the next group's rows (or TMA's zeros): zero them
+#pragma unroll
+      for (int it = 0; it < 8; ++it)
+        if (it * 16 + rsub >= rleft)
+          *reinterpret_cast<uint4*>(tile + (it * 16 + rsub) * 256 + chunk * 16) = make_uint4(0, 0, 0, 0);
+      __syncthreads();
+    }
+  }
   [[maybe_unused]] PlaneScale ps_row{}, ps_col{};
   [[maybe_unused]] TorchaoPlane tp_row{}, tp_col{};
   [[maybe_unused]] bool row_fast = true, col_fast = true;  // torchao: the plane's multipliers are finite and > 0
