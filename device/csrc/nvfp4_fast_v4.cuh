@@ -21,11 +21,8 @@
 // cp.async load: issue 74%, 2,364 instructions per warp and tile, ~20% of them per-tile work: device/NOTES.md.
 #pragma once
 
-#include <cuda.h>  // CUtensorMap
-
 #include <cstdint>
 
-#include "async_copy.cuh"
 #include "nvfp4_common.cuh"
 #include "nvfp4_fast.cuh"
 #include "nvfp4_kernels.cuh"
@@ -162,6 +159,309 @@ __device__ __forceinline__ void store_once(V* p, V v) {
   __stcs(p, v);
 }
 
+// The plane constants (SPEC 5.1 / 5.2, or 5.4 / 5.5) and multiplier tables of one group, in shared memory.
+struct PlaneTables {
+  float mtab[2][128];  // [plane][scale byte & 127]: the encode multiplier (rowwise plane 0, columnwise plane 1)
+  PlaneScale ps[2];
+  TorchaoPlane tp[2];
+};
+
+// Forms group g's plane tables: warps 0-3 the rowwise plane's, warps 4-7 the columnwise plane's (each thread one
+// table entry), and the first thread of each half publishes its plane's constants; every thread reads both after
+// the CTA barrier that must follow (two fewer divisions per thread than forming both).
+template <bool kTorchao>
+__device__ __forceinline__ void build_plane_tables(const QuantArgs& a, int g, PlaneTables& pt) {
+  const int t = threadIdx.x;
+  const int plane = t >> 7, entry = t & 127;  // warp-uniform plane
+  const bool present = (plane == 0 ? a.row_data : a.col_data) != nullptr;
+  const float amax = present ? (plane == 0 ? a.row_amax : a.col_amax)[g] : 0.0f;
+  if constexpr (kTorchao) {
+    const TorchaoPlane tp = make_torchao_plane(amax, a.rule);
+    pt.mtab[plane][entry] = torchao_multiplier((uint32_t)entry, tp);
+    if (entry == 0) pt.tp[plane] = tp;
+  } else {
+    const PlaneScale ps = make_plane_scale(amax, a.rule);
+    pt.mtab[plane][entry] = block_multiplier((uint32_t)entry, ps);
+    if (entry == 0) pt.ps[plane] = ps;
+  }
+}
+
+// Each thread's copy of both planes' constants (after the barrier that follows build_plane_tables).
+struct PlaneConsts {
+  PlaneScale ps_row{}, ps_col{};
+  TorchaoPlane tp_row{}, tp_col{};
+  bool row_fast = true, col_fast = true;  // torchao: the plane's multipliers are finite and > 0
+};
+template <bool kTorchao>
+__device__ __forceinline__ PlaneConsts read_plane_consts(const PlaneTables& pt) {
+  PlaneConsts c;
+  if constexpr (kTorchao) {
+    c.tp_row = pt.tp[0];
+    c.tp_col = pt.tp[1];
+    c.row_fast = torchao_fast_plane(c.tp_row);
+    c.col_fast = torchao_fast_plane(c.tp_col);
+  } else {
+    c.ps_row = pt.ps[0];
+    c.ps_col = pt.ps[1];
+  }
+  return c;
+}
+
+// rowwise plane (SPEC 6.1): thread t owns the 16-block blk = t % 8 of tile rows 32 it + t / 8, it = 0..3,
+// i.e. a whole block per thread: its max, scale byte, multiplier and clamp test are formed once for 16 elements
+// (two lanes per block did them twice, stop 50)
+template <bool kTorchao>
+__device__ __forceinline__ void rowwise_tile(const QuantArgs& a, const GroupView& gv, int64_t k0, int kleft, int rleft,
+                                             const uint8_t* tile, const float* mtab, const PlaneScale& ps_row,
+                                             [[maybe_unused]] const TorchaoPlane& tp_row, [[maybe_unused]] bool row_fast) {
+  const int t = threadIdx.x;
+  const int blk = t & 7, rrow = t >> 3;
+  // (every size and offset here is non-negative: shifts and masks instead of the signed divisions' sign fix-ups)
+  const int64_t C = a.K >> 4;
+  const int64_t cp = (C + 3) & ~int64_t{3};  // round_up(C, 4)
+  const int64_t gblk = (k0 >> 4) + blk;
+  const bool blk_ok = blk * 16 < kleft;  // K % 16 == 0: a block is wholly inside K or wholly past it
+  const bool pad_ok = a.layout != kCompact && gblk < cp;  // SPEC 8.2 padding byte of this block column
+  uint8_t* dptr = a.row_data + gv.row_data + (gv.m0 + rrow) * (a.K >> 1) + gblk * 8;
+  const int64_t dstep = 16 * a.K;  // 32 rows of K / 2 bytes
+  uint8_t* sptr;
+  int64_t sstep;  // scale of iteration it at sptr + it * sstep
+  if (a.layout == kSwizzled) {
+    sptr = a.row_scales + gv.row_scale + swizzle_offset(gv.m0 + rrow, gblk, cp >> 2);
+    sstep = 4;  // row + 32: (r & 127) >> 5 + 1, same 128-row tile (SPEC 8.2)
+  } else {
+    const int64_t cols = a.layout == kPaddedCompact ? cp : C;
+    sptr = a.row_scales + gv.row_scale + (gv.m0 + rrow) * cols + gblk;
+    sstep = 32 * cols;
+  }
+  const uint8_t* src = tile + rrow * 256 + blk * 32;
+  int it_slow = 4;  // first iteration that needs the exact path (4: none)
+  if (kTorchao && !row_fast) it_slow = 0;
+  if (it_slow == 4) {
+    uint8_t* dp = dptr;
+    uint8_t* sp = sptr;
+#pragma unroll
+    for (int it = 0; it < 4; ++it) {
+      // (the 8 lanes of one 128-bit shared-memory phase read 8 blocks of one row at a 32-byte stride: two-way
+      // bank conflicts; ordering the halves per lane to avoid them cost more instructions than it saved)
+      const uint4 qa = *reinterpret_cast<const uint4*>(src + it * 32 * 256);
+      const uint4 qb = *reinterpret_cast<const uint4*>(src + it * 32 * 256 + 16);
+      const uint32_t bbits = block_max_f32_bits(qa, qb);
+      if (__any_sync(0xffffffffu, bbits >= 0x7F800000u)) {  // a NaN or Inf in some block of this warp
+        it_slow = it;
+        break;
+      }
+      if (it * 32 + rrow < rleft && blk_ok) {
+        const float bmax = __uint_as_float(bbits);
+        const uint32_t sb = kTorchao ? torchao_scale_byte(bmax, tp_row) : block_scale_byte(bmax, ps_row);
+        const float mult = mtab[sb];
+        uint32_t lo, hi;
+        encode16_words(qa, qb, mult, needs_clamp(bmax, mult), lo, hi);
+        store_once(reinterpret_cast<uint2*>(dp), make_uint2(lo, hi));
+        store_once(sp, (uint8_t)sb);
+      } else if (pad_ok) {
+        store_once(sp, (uint8_t)0);
+      }
+      dp += dstep;
+      sp += sstep;
+    }
+  }
+  // From the first iteration whose warp holds a NaN / Inf block on (or every iteration of a torchao plane whose
+  // multipliers are not all finite and positive): per-iteration vote, exact path where needed.
+#pragma unroll 1
+  for (int it = it_slow; it < 4; ++it) {
+    const int row = it * 32 + rrow;
+    const uint4 lo = *reinterpret_cast<const uint4*>(tile + row * 256 + blk * 32);
+    const uint4 hi = *reinterpret_cast<const uint4*>(tile + row * 256 + blk * 32 + 16);
+    const uint32_t wl[4] = {lo.x, lo.y, lo.z, lo.w}, wh[4] = {hi.x, hi.y, hi.z, hi.w};
+    const uint32_t bbits = block_max_f32_bits(lo, hi);
+    const bool slow = __any_sync(0xffffffffu, bbits >= 0x7F800000u);  // warp-uniform
+    float b = __uint_as_float(bbits);
+    if (slow) {  // exact fp max: NaN-ignoring (SPEC 5.2), NaN-propagating for the torchao rules (5.4)
+      float mm = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        mm = abs_max<kTorchao>(mm, fabsf(bf16_half(wl[e >> 1], e & 1)));
+        mm = abs_max<kTorchao>(mm, fabsf(bf16_half(wh[e >> 1], e & 1)));
+      }
+      b = mm;
+    }
+    uint8_t* sp = sptr + it * sstep;
+    if (row < rleft && blk_ok) {
+      uint32_t sb, pl, ph;
+      const float mult = block_byte_and_multiplier<kTorchao>(b, ps_row, tp_row, mtab, sb);
+      if constexpr (kTorchao) {
+        pl = ph = 0;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          pl |= torchao_code_rn(bf16_half(wl[e >> 1], e & 1), mult) << (4 * e);
+          ph |= torchao_code_rn(bf16_half(wh[e >> 1], e & 1), mult) << (4 * e);
+        }
+      } else {
+        pl = slow ? encode8_slow(wl, mult) : encode8_fast(wl, mult);
+        ph = slow ? encode8_slow(wh, mult) : encode8_fast(wh, mult);
+      }
+      store_once(reinterpret_cast<uint2*>(dptr + it * dstep), make_uint2(pl, ph));
+      store_once(sp, (uint8_t)sb);
+    } else if (pad_ok) {
+      store_once(sp, (uint8_t)0);
+    }
+  }
+}
+
+// columnwise plane of X^T (SPEC 6.2, 7): thread t owns tile columns 2(t%64) + h, h = 0, 1, and the
+// 16-row blocks jb + 4 jj, jb = t/64, jj = 0, 1 (warp-uniform). A block wholly past the group's rows only writes
+// its padding scale bytes, so the last tile of a group with <= 64 rows left runs one block per warp instead of
+// two: every warp's share of the tile shrinks with the tile, not only some warps' (stop 20)
+template <bool kRHT, bool kTorchao>
+__device__ __forceinline__ void columnwise_tile_encode(const QuantArgs& a, const GroupView& gv, int64_t k0, int kleft,
+                                                      const uint8_t* tile, const float* mtab, const PlaneScale& ps_col,
+                                                      [[maybe_unused]] const TorchaoPlane& tp_col,
+                                                      [[maybe_unused]] bool col_fast, uint8_t* cstage) {
+  const int t = threadIdx.x;
+  const int cpair = t & 63;
+  const int jb = t >> 6;
+  const int64_t cblocks = (gv.m + 15) >> 4;            // ceil_div(m_g, 16); sizes are non-negative
+  const int64_t cpd = (cblocks + 3) & ~int64_t{3};     // round_up(cblocks, 4)
+  const int64_t mb0 = gv.m0 >> 4;                      // the tile's first 16-row block (a multiple of 8)
+  const int64_t jg0 = mb0 + jb;  // block column of jj = 0
+  const int64_t kk = k0 + 2 * cpair;               // plane row of h = 0
+  const int jleft = (int)(cblocks - mb0);  // valid 16-row blocks of this tile
+  const int jpad = (int)(cpd - mb0);       // blocks with a (padding) scale byte
+  uint8_t* csp;
+  int64_t sH, sJ;  // scale (h, jj) at csp + h * sH + jj * sJ
+  if (a.layout == kSwizzled) {
+    csp = a.col_scales + gv.col_scale + swizzle_offset(kk, jg0, cpd >> 2);
+    sH = 16;
+    sJ = 512;  // block column + 4: the next 128x4 scale tile of the same rows (SPEC 8.2)
+  } else {
+    const int64_t cols = a.layout == kPaddedCompact ? cpd : cblocks;
+    csp = a.col_scales + gv.col_scale + kk * cols + jg0;
+    sH = cols;
+    sJ = 4;
+  }
+  // Not unrolled: the two blocks run the same code, so the kernel is 26% smaller (3,570 instead of 4,808 SASS
+  // instructions) and the quantize kernel 1.5-2% faster on the H100 (device/NOTES.md, stop 18).
+#pragma unroll 1
+  for (int jj = 0; jj < 2; ++jj) {
+    uint64_t o[2];  // this block's packed codes of plane rows h = 0, 1 (constant indices: stays in registers)
+    const int j = jb + 4 * jj;
+    if (j >= jleft) {  // no row of the group in this block (and then none in the next): padding bytes only
+      if (a.layout != kCompact && j < jpad) {
+        store_once(csp + jj * sJ, (uint8_t)0);
+        store_once(csp + jj * sJ + sH, (uint8_t)0);
+      }
+      continue;
+    }
+    uint32_t w[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) w[i] = *reinterpret_cast<const uint32_t*>(tile + (j * 16 + i) * 256 + cpair * 4);
+    if constexpr (kRHT) {
+      float va[16], vb[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        va[i] = bf16_lo(w[i]);
+        vb[i] = bf16_hi(w[i]);
+      }
+      rht16_butterfly<kDefaultRhtSigns>(va);
+      rht16_butterfly<kDefaultRhtSigns>(vb);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const __nv_bfloat162 p = __floats2bfloat162_rn(__fmul_rn(va[i], 0.25f), __fmul_rn(vb[i], 0.25f));
+        w[i] = *reinterpret_cast<const uint32_t*>(&p);
+      }
+    }
+    uint32_t m = 0;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) m = absmax2(m, w[i]);
+    const uint32_t mh2[2] = {m & 0xFFFFu, m >> 16};
+    const bool jpok = j < jpad;
+    if (max(mh2[0], mh2[1]) < 0x7F80u && col_fast) {  // no NaN / Inf in either block
+      uint32_t sg[2][2];                   // [h][rows 0-7 / 8-15]
+      sign_nibbles_cols(w, sg[0][0], sg[1][0]);
+      sign_nibbles_cols(w + 8, sg[0][1], sg[1][1]);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        o[h] = 0;
+        uint8_t* sp = csp + h * sH + jj * sJ;
+        if (2 * cpair + h < kleft) {
+          const float bmax = __uint_as_float(mh2[h] << 16);
+          const uint32_t sb = kTorchao ? torchao_scale_byte(bmax, tp_col) : block_scale_byte(bmax, ps_col);
+          const float mult = mtab[sb];
+          Floats8 xl, xh;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            xl.v[i] = bf16_half(w[i], h);
+            xh.v[i] = bf16_half(w[i + 8], h);
+          }
+          const bool clamp = needs_clamp(bmax, mult);
+          const uint32_t lo = mag8_encode(xl, mult, clamp), hi = mag8_encode(xh, mult, clamp);
+          o[h] = ((uint64_t)(hi + sg[h][1]) << 32) | (lo + sg[h][0]);
+          store_once(sp, (uint8_t)sb);
+        } else if (a.layout != kCompact && jpok) {
+          store_once(sp, (uint8_t)0);  // SPEC 8.2 padding (every plane row of the tile is below roundup(K, 128))
+        }
+      }
+    } else {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        o[h] = 0;
+        uint8_t* sp = csp + h * sH + jj * sJ;
+        if (2 * cpair + h < kleft) {
+          float b = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 16; ++i) b = abs_max<kTorchao>(b, fabsf(bf16_half(w[i], h)));
+          uint32_t sb;
+          const float mult = block_byte_and_multiplier<kTorchao>(b, ps_col, tp_col, mtab, sb);
+          uint32_t lo = 0, hi = 0;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            if constexpr (kTorchao) {
+              lo |= torchao_code_rn(bf16_half(w[i], h), mult) << (4 * i);
+              hi |= torchao_code_rn(bf16_half(w[i + 8], h), mult) << (4 * i);
+            } else {
+              lo |= e2m1_rn(__fmul_rn(bf16_half(w[i], h), mult)) << (4 * i);
+              hi |= e2m1_rn(__fmul_rn(bf16_half(w[i + 8], h), mult)) << (4 * i);
+            }
+          }
+          o[h] = ((uint64_t)hi << 32) | lo;
+          store_once(sp, (uint8_t)sb);
+        } else if (a.layout != kCompact && jpok) {
+          store_once(sp, (uint8_t)0);
+        }
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) *reinterpret_cast<uint64_t*>(cstage + col_stage_offset(2 * cpair + h, j)) = o[h];
+  }
+}
+
+  // The tile's columnwise codes are 128 plane rows of 8 blocks x 8 bytes, at a row pitch of ceil(m_g/16) * 8
+  // bytes: 8-byte aligned only, for a group whose m_g is not a multiple of 32. Written from the threads that
+  // encoded them, each warp store would touch 32 plane rows with 16 bytes (two 8-byte pieces when misaligned);
+  // from the stage, lanes 8i..8i+7 write the 64 contiguous bytes of one plane row (4 rows per warp store), so a
+  // misaligned group costs about as much as an aligned one (stop 19, device/NOTES.md).
+// Called after a CTA barrier that follows columnwise_tile_encode.
+__device__ __forceinline__ void columnwise_tile_store(const QuantArgs& a, const GroupView& gv, int64_t k0, int kleft,
+                                                     const uint8_t* cstage) {
+  const int t = threadIdx.x;
+  const int64_t cblocks = (gv.m + 15) >> 4;  // ceil_div(m_g, 16)
+  const int64_t mb0 = gv.m0 >> 4;            // the tile's first 16-row block
+  const int jleft = (int)(cblocks - mb0);    // valid 16-row blocks of this tile
+  const int64_t dH = cblocks * 8;
+  const int sj = t & 7;  // block of this lane's piece
+  uint8_t* cdp = a.col_data + gv.col_data + (k0 + (t >> 3)) * dH + (mb0 + sj) * 8;
+  // plane row p + 32 is pair + 16, whose swizzle (pair & 15) is p's: its unit lies 16 x 128 bytes further on
+  const uint8_t* stage_piece = cstage + col_stage_offset(t >> 3, sj);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int p = i * 32 + (t >> 3);  // plane row within the tile
+    const uint64_t v = *reinterpret_cast<const uint64_t*>(stage_piece + i * 2048);
+    if (p < kleft && sj < jleft) store_once(reinterpret_cast<unsigned long long*>(cdp), (unsigned long long)v);
+    cdp += 32 * dH;
+  }
+}
+
 // kTorchao: the torchao rules (SPEC 5.4 / 5.5). A plane whose P gives finite positive multipliers
 // (torchao_fast_plane) takes the same fast paths, with the block scale byte by torchao_scale_byte (every byte of a
 // NaN/Inf-free block is then 0x08..0x7E) and the table built by torchao_multiplier: the products are finite and
@@ -169,14 +469,12 @@ __device__ __forceinline__ void store_once(V* p, V v) {
 // overflow 1 / P, Inf or NaN, take the per-element path with torchao_code_rn (NaN-propagating block maxima).
 // With kRHT too, a NaN out of the butterfly (an input NaN, or Inf - Inf) lies in a block whose NaN-propagating max
 // is NaN, so its multiplier is NaN and gives the code (the multiplier comes first, SPEC 3.5), as in quantize_kernel.
-template <bool kRHT, bool kTorchao = false, bool kTmaLoad = true>
-__global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a, const __grid_constant__ CUtensorMap xmap) {
+template <bool kRHT, bool kTorchao = false>
+__global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
   using T = __nv_bfloat16;
   using G = TileGeom<T>;
   constexpr int TK = G::kTileK;  // 128
-  __shared__ alignas(128) uint8_t tile[kTileM * 256];
-  __shared__ alignas(8) uint64_t tile_full;  // mbarrier of the tile's TMA box (kTmaLoad)
-  __shared__ float mtab[2][128];
+  __shared__ alignas(16) uint8_t tile[kTileM * 256];
   __shared__ alignas(16) uint8_t cstage[kTileM * 64];  // columnwise codes of the tile, staged (col_stage_offset)
 
   GroupView gv;
@@ -196,22 +494,7 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a, const
   // past the group's rows or past K is zero-filled (source size 0: its source address, which may lie past X, is
   // not read). Against loads into registers and shared-memory stores: quantize kernel -3 to -6%, fused call -2 to
   // -4% (device/NOTES.md).
-  if constexpr (kTmaLoad) {
-    // The whole tile by one TMA box (thread 0; xmap: X as {K, rows} bf16, boxes of 128 x 128, no swizzle, so the box
-    // lands in the tile's row-major layout), counted on the tile's mbarrier. Columns past K and rows past X are
-    // zero-filled by the TMA unit (and count in full); rows past the group's rows inside X are zeroed after the box
-    // has landed (partial tiles of grouped calls, below). Every thread waits for the mbarrier's phase 0 after the
-    // barrier that also orders its init before every wait. Against the cp.async load of every thread: the address,
-    // predicate and copy instructions of all 8 warps go (device/NOTES.md, stop 59).
-    if (t == 0) {
-      const uint32_t tile_bar = static_cast<uint32_t>(__cvta_generic_to_shared(&tile_full));
-      async_copy::mbar_init(tile_bar, 1);
-      async_copy::fence_mbarrier_init_cluster();
-      async_copy::mbar_arrive_expect_tx(tile_bar, kTileM * 256);
-      async_copy::tma_load_2d(static_cast<uint32_t>(__cvta_generic_to_shared(tile)), &xmap, tile_bar, (int)k0,
-                              (int)(gv.row0 + gv.m0));
-    }
-  } else {
+  {
     const char* src = reinterpret_cast<const char*>(x + (gv.row0 + gv.m0 + rsub) * a.K + gcol);
     const int64_t step = 32 * a.K;  // 16 rows, in bytes
     const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(tile + rsub * 256 + chunk * 16));
@@ -229,287 +512,18 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a, const
   // the wait, which returns once that kernel has finished and its writes are visible. Without a programmatic
   // dependency the wait returns at once.
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  // Plane constants (SPEC 5.1 / 5.2, or 5.4 / 5.5) and multiplier tables: warps 0-3 form the rowwise plane's, warps
-  // 4-7 the columnwise plane's (each thread one table entry), and the first thread of each half publishes its
-  // plane's constants; every thread reads both after the barrier (two fewer divisions per thread than forming both).
-  __shared__ PlaneScale plane_ps[2];
-  __shared__ TorchaoPlane plane_tp[2];
-  {
-    const int plane = t >> 7, entry = t & 127;  // warp-uniform plane
-    const bool present = (plane == 0 ? a.row_data : a.col_data) != nullptr;
-    const float amax = present ? (plane == 0 ? a.row_amax : a.col_amax)[gv.g] : 0.0f;
-    if constexpr (kTorchao) {
-      const TorchaoPlane tp = make_torchao_plane(amax, a.rule);
-      mtab[plane][entry] = torchao_multiplier((uint32_t)entry, tp);
-      if (entry == 0) plane_tp[plane] = tp;
-    } else {
-      const PlaneScale ps = make_plane_scale(amax, a.rule);
-      mtab[plane][entry] = block_multiplier((uint32_t)entry, ps);
-      if (entry == 0) plane_ps[plane] = ps;
-    }
-  }
-  if constexpr (!kTmaLoad) asm volatile("cp.async.wait_all;\n" ::: "memory");  // this thread's pieces have landed
+  __shared__ PlaneTables planes;
+  build_plane_tables<kTorchao>(a, gv.g, planes);
+  asm volatile("cp.async.wait_all;\n" ::: "memory");  // this thread's tile pieces have landed; the barrier: all
   __syncthreads();
-  if constexpr (kTmaLoad) {
-    async_copy::mbar_wait(static_cast<uint32_t>(__cvta_generic_to_shared(&tile_full)), 0);  // the box has landed
-    if (rleft < kTileM) {  // CTA-uniform: rows past the group hold the next group's rows (or TMA's zeros): zero them
-#pragma unroll
-      for (int it = 0; it < 8; ++it)
-        if (it * 16 + rsub >= rleft)
-          *reinterpret_cast<uint4*>(tile + (it * 16 + rsub) * 256 + chunk * 16) = make_uint4(0, 0, 0, 0);
-      __syncthreads();
-    }
-  }
-  [[maybe_unused]] PlaneScale ps_row{}, ps_col{};
-  [[maybe_unused]] TorchaoPlane tp_row{}, tp_col{};
-  [[maybe_unused]] bool row_fast = true, col_fast = true;  // torchao: the plane's multipliers are finite and > 0
-  if constexpr (kTorchao) {
-    tp_row = plane_tp[0];
-    tp_col = plane_tp[1];
-    row_fast = torchao_fast_plane(tp_row);
-    col_fast = torchao_fast_plane(tp_col);
-  } else {
-    ps_row = plane_ps[0];
-    ps_col = plane_ps[1];
-  }
-
-  // ---- 2. rowwise plane (SPEC 6.1): thread t owns the 16-block blk = t % 8 of tile rows 32 it + t / 8, it = 0..3,
-  // i.e. a whole block per thread: its max, scale byte, multiplier and clamp test are formed once for 16 elements
-  // (two lanes per block did them twice, stop 50) ----
-  if (a.row_data != nullptr) {
-    const int blk = t & 7, rrow = t >> 3;
-    // (every size and offset here is non-negative: shifts and masks instead of the signed divisions' sign fix-ups)
-    const int64_t C = a.K >> 4;
-    const int64_t cp = (C + 3) & ~int64_t{3};  // round_up(C, 4)
-    const int64_t gblk = (k0 >> 4) + blk;
-    const bool blk_ok = blk * 16 < kleft;  // K % 16 == 0: a block is wholly inside K or wholly past it
-    const bool pad_ok = a.layout != kCompact && gblk < cp;  // SPEC 8.2 padding byte of this block column
-    uint8_t* dptr = a.row_data + gv.row_data + (gv.m0 + rrow) * (a.K >> 1) + gblk * 8;
-    const int64_t dstep = 16 * a.K;  // 32 rows of K / 2 bytes
-    uint8_t* sptr;
-    int64_t sstep;  // scale of iteration it at sptr + it * sstep
-    if (a.layout == kSwizzled) {
-      sptr = a.row_scales + gv.row_scale + swizzle_offset(gv.m0 + rrow, gblk, cp >> 2);
-      sstep = 4;  // row + 32: (r & 127) >> 5 + 1, same 128-row tile (SPEC 8.2)
-    } else {
-      const int64_t cols = a.layout == kPaddedCompact ? cp : C;
-      sptr = a.row_scales + gv.row_scale + (gv.m0 + rrow) * cols + gblk;
-      sstep = 32 * cols;
-    }
-    const uint8_t* src = tile + rrow * 256 + blk * 32;
-    int it_slow = 4;  // first iteration that needs the exact path (4: none)
-    if (kTorchao && !row_fast) it_slow = 0;
-    if (it_slow == 4) {
-      uint8_t* dp = dptr;
-      uint8_t* sp = sptr;
-#pragma unroll
-      for (int it = 0; it < 4; ++it) {
-        // (the 8 lanes of one 128-bit shared-memory phase read 8 blocks of one row at a 32-byte stride: two-way
-        // bank conflicts; ordering the halves per lane to avoid them cost more instructions than it saved)
-        const uint4 qa = *reinterpret_cast<const uint4*>(src + it * 32 * 256);
-        const uint4 qb = *reinterpret_cast<const uint4*>(src + it * 32 * 256 + 16);
-        const uint32_t bbits = block_max_f32_bits(qa, qb);
-        if (__any_sync(0xffffffffu, bbits >= 0x7F800000u)) {  // a NaN or Inf in some block of this warp
-          it_slow = it;
-          break;
-        }
-        if (it * 32 + rrow < rleft && blk_ok) {
-          const float bmax = __uint_as_float(bbits);
-          const uint32_t sb = kTorchao ? torchao_scale_byte(bmax, tp_row) : block_scale_byte(bmax, ps_row);
-          const float mult = mtab[0][sb];
-          uint32_t lo, hi;
-          encode16_words(qa, qb, mult, needs_clamp(bmax, mult), lo, hi);
-          store_once(reinterpret_cast<uint2*>(dp), make_uint2(lo, hi));
-          store_once(sp, (uint8_t)sb);
-        } else if (pad_ok) {
-          store_once(sp, (uint8_t)0);
-        }
-        dp += dstep;
-        sp += sstep;
-      }
-    }
-    // From the first iteration whose warp holds a NaN / Inf block on (or every iteration of a torchao plane whose
-    // multipliers are not all finite and positive): per-iteration vote, exact path where needed.
-#pragma unroll 1
-    for (int it = it_slow; it < 4; ++it) {
-      const int row = it * 32 + rrow;
-      const uint4 lo = *reinterpret_cast<const uint4*>(tile + row * 256 + blk * 32);
-      const uint4 hi = *reinterpret_cast<const uint4*>(tile + row * 256 + blk * 32 + 16);
-      const uint32_t wl[4] = {lo.x, lo.y, lo.z, lo.w}, wh[4] = {hi.x, hi.y, hi.z, hi.w};
-      const uint32_t bbits = block_max_f32_bits(lo, hi);
-      const bool slow = __any_sync(0xffffffffu, bbits >= 0x7F800000u);  // warp-uniform
-      float b = __uint_as_float(bbits);
-      if (slow) {  // exact fp max: NaN-ignoring (SPEC 5.2), NaN-propagating for the torchao rules (5.4)
-        float mm = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          mm = abs_max<kTorchao>(mm, fabsf(bf16_half(wl[e >> 1], e & 1)));
-          mm = abs_max<kTorchao>(mm, fabsf(bf16_half(wh[e >> 1], e & 1)));
-        }
-        b = mm;
-      }
-      uint8_t* sp = sptr + it * sstep;
-      if (row < rleft && blk_ok) {
-        uint32_t sb, pl, ph;
-        const float mult = block_byte_and_multiplier<kTorchao>(b, ps_row, tp_row, mtab[0], sb);
-        if constexpr (kTorchao) {
-          pl = ph = 0;
-#pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            pl |= torchao_code_rn(bf16_half(wl[e >> 1], e & 1), mult) << (4 * e);
-            ph |= torchao_code_rn(bf16_half(wh[e >> 1], e & 1), mult) << (4 * e);
-          }
-        } else {
-          pl = slow ? encode8_slow(wl, mult) : encode8_fast(wl, mult);
-          ph = slow ? encode8_slow(wh, mult) : encode8_fast(wh, mult);
-        }
-        store_once(reinterpret_cast<uint2*>(dptr + it * dstep), make_uint2(pl, ph));
-        store_once(sp, (uint8_t)sb);
-      } else if (pad_ok) {
-        store_once(sp, (uint8_t)0);
-      }
-    }
-  }
-
-  // ---- 3. columnwise plane of X^T (SPEC 6.2, 7): thread t owns tile columns 2(t%64) + h, h = 0, 1, and the
-  // 16-row blocks jb + 4 jj, jb = t/64, jj = 0, 1 (warp-uniform). A block wholly past the group's rows only writes
-  // its padding scale bytes, so the last tile of a group with <= 64 rows left runs one block per warp instead of
-  // two: every warp's share of the tile shrinks with the tile, not only some warps' (stop 20) ----
+  const PlaneConsts pc = read_plane_consts<kTorchao>(planes);
+  if (a.row_data != nullptr)
+    rowwise_tile<kTorchao>(a, gv, k0, kleft, rleft, tile, planes.mtab[0], pc.ps_row, pc.tp_row, pc.row_fast);
   if (a.col_data != nullptr) {
-    const PlaneScale& ps = ps_col;
-    const int cpair = t & 63;
-    const int jb = t >> 6;
-    const int64_t cblocks = (gv.m + 15) >> 4;            // ceil_div(m_g, 16); sizes are non-negative
-    const int64_t cpd = (cblocks + 3) & ~int64_t{3};     // round_up(cblocks, 4)
-    const int64_t mb0 = gv.m0 >> 4;                      // the tile's first 16-row block (a multiple of 8)
-    const int64_t jg0 = mb0 + jb;  // block column of jj = 0
-    const int64_t kk = k0 + 2 * cpair;               // plane row of h = 0
-    const int jleft = (int)(cblocks - mb0);  // valid 16-row blocks of this tile
-    const int jpad = (int)(cpd - mb0);       // blocks with a (padding) scale byte
-    uint8_t* csp;
-    int64_t sH, sJ;  // scale (h, jj) at csp + h * sH + jj * sJ
-    if (a.layout == kSwizzled) {
-      csp = a.col_scales + gv.col_scale + swizzle_offset(kk, jg0, cpd >> 2);
-      sH = 16;
-      sJ = 512;  // block column + 4: the next 128x4 scale tile of the same rows (SPEC 8.2)
-    } else {
-      const int64_t cols = a.layout == kPaddedCompact ? cpd : cblocks;
-      csp = a.col_scales + gv.col_scale + kk * cols + jg0;
-      sH = cols;
-      sJ = 4;
-    }
-    // Not unrolled: the two blocks run the same code, so the kernel is 26% smaller (3,570 instead of 4,808 SASS
-    // instructions) and the quantize kernel 1.5-2% faster on the H100 (device/NOTES.md, stop 18).
-#pragma unroll 1
-    for (int jj = 0; jj < 2; ++jj) {
-      uint64_t o[2];  // this block's packed codes of plane rows h = 0, 1 (constant indices: stays in registers)
-      const int j = jb + 4 * jj;
-      if (j >= jleft) {  // no row of the group in this block (and then none in the next): padding bytes only
-        if (a.layout != kCompact && j < jpad) {
-          store_once(csp + jj * sJ, (uint8_t)0);
-          store_once(csp + jj * sJ + sH, (uint8_t)0);
-        }
-        continue;
-      }
-      uint32_t w[16];
-#pragma unroll
-      for (int i = 0; i < 16; ++i) w[i] = *reinterpret_cast<const uint32_t*>(tile + (j * 16 + i) * 256 + cpair * 4);
-      if constexpr (kRHT) {
-        float va[16], vb[16];
-#pragma unroll
-        for (int i = 0; i < 16; ++i) {
-          va[i] = bf16_lo(w[i]);
-          vb[i] = bf16_hi(w[i]);
-        }
-        rht16_butterfly<kDefaultRhtSigns>(va);
-        rht16_butterfly<kDefaultRhtSigns>(vb);
-#pragma unroll
-        for (int i = 0; i < 16; ++i) {
-          const __nv_bfloat162 p = __floats2bfloat162_rn(__fmul_rn(va[i], 0.25f), __fmul_rn(vb[i], 0.25f));
-          w[i] = *reinterpret_cast<const uint32_t*>(&p);
-        }
-      }
-      uint32_t m = 0;
-#pragma unroll
-      for (int i = 0; i < 16; ++i) m = absmax2(m, w[i]);
-      const uint32_t mh2[2] = {m & 0xFFFFu, m >> 16};
-      const bool jpok = j < jpad;
-      if (max(mh2[0], mh2[1]) < 0x7F80u && col_fast) {  // no NaN / Inf in either block
-        uint32_t sg[2][2];                   // [h][rows 0-7 / 8-15]
-        sign_nibbles_cols(w, sg[0][0], sg[1][0]);
-        sign_nibbles_cols(w + 8, sg[0][1], sg[1][1]);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          o[h] = 0;
-          uint8_t* sp = csp + h * sH + jj * sJ;
-          if (2 * cpair + h < kleft) {
-            const float bmax = __uint_as_float(mh2[h] << 16);
-            const uint32_t sb = kTorchao ? torchao_scale_byte(bmax, tp_col) : block_scale_byte(bmax, ps);
-            const float mult = mtab[1][sb];
-            Floats8 xl, xh;
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-              xl.v[i] = bf16_half(w[i], h);
-              xh.v[i] = bf16_half(w[i + 8], h);
-            }
-            const bool clamp = needs_clamp(bmax, mult);
-            const uint32_t lo = mag8_encode(xl, mult, clamp), hi = mag8_encode(xh, mult, clamp);
-            o[h] = ((uint64_t)(hi + sg[h][1]) << 32) | (lo + sg[h][0]);
-            store_once(sp, (uint8_t)sb);
-          } else if (a.layout != kCompact && jpok) {
-            store_once(sp, (uint8_t)0);  // SPEC 8.2 padding (every plane row of the tile is below roundup(K, 128))
-          }
-        }
-      } else {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          o[h] = 0;
-          uint8_t* sp = csp + h * sH + jj * sJ;
-          if (2 * cpair + h < kleft) {
-            float b = 0.0f;
-#pragma unroll
-            for (int i = 0; i < 16; ++i) b = abs_max<kTorchao>(b, fabsf(bf16_half(w[i], h)));
-            uint32_t sb;
-            const float mult = block_byte_and_multiplier<kTorchao>(b, ps, tp_col, mtab[1], sb);
-            uint32_t lo = 0, hi = 0;
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-              if constexpr (kTorchao) {
-                lo |= torchao_code_rn(bf16_half(w[i], h), mult) << (4 * i);
-                hi |= torchao_code_rn(bf16_half(w[i + 8], h), mult) << (4 * i);
-              } else {
-                lo |= e2m1_rn(__fmul_rn(bf16_half(w[i], h), mult)) << (4 * i);
-                hi |= e2m1_rn(__fmul_rn(bf16_half(w[i + 8], h), mult)) << (4 * i);
-              }
-            }
-            o[h] = ((uint64_t)hi << 32) | lo;
-            store_once(sp, (uint8_t)sb);
-          } else if (a.layout != kCompact && jpok) {
-            store_once(sp, (uint8_t)0);
-          }
-        }
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) *reinterpret_cast<uint64_t*>(cstage + col_stage_offset(2 * cpair + h, j)) = o[h];
-    }
-    // The tile's columnwise codes are 128 plane rows of 8 blocks x 8 bytes, at a row pitch of ceil(m_g/16) * 8
-    // bytes: 8-byte aligned only, for a group whose m_g is not a multiple of 32. Written from the threads that
-    // encoded them, each warp store would touch 32 plane rows with 16 bytes (two 8-byte pieces when misaligned);
-    // from the stage, lanes 8i..8i+7 write the 64 contiguous bytes of one plane row (4 rows per warp store), so a
-    // misaligned group costs about as much as an aligned one (stop 19, device/NOTES.md).
+    columnwise_tile_encode<kRHT, kTorchao>(a, gv, k0, kleft, tile, planes.mtab[1], pc.ps_col, pc.tp_col, pc.col_fast,
+                                           cstage);
     __syncthreads();
-    const int64_t dH = cblocks * 8;
-    const int sj = t & 7;  // block of this lane's piece
-    uint8_t* cdp = a.col_data + gv.col_data + (k0 + (t >> 3)) * dH + (mb0 + sj) * 8;
-    // plane row p + 32 is pair + 16, whose swizzle (pair & 15) is p's: its unit lies 16 x 128 bytes further on
-    const uint8_t* stage_piece = cstage + col_stage_offset(t >> 3, sj);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int p = i * 32 + (t >> 3);  // plane row within the tile
-      const uint64_t v = *reinterpret_cast<const uint64_t*>(stage_piece + i * 2048);
-      if (p < kleft && sj < jleft) store_once(reinterpret_cast<unsigned long long*>(cdp), (unsigned long long)v);
-      cdp += 32 * dH;
-    }
+    columnwise_tile_store(a, gv, k0, kleft, cstage);
   }
 }
 

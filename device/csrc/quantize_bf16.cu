@@ -3,7 +3,6 @@
 #include "nvfp4_fast_v4.cuh"
 #include "nvfp4_launch.h"
 #include "per_device.h"
-#include "tma_encode.h"
 
 #include <cstdlib>
 
@@ -20,9 +19,8 @@ static bool fast_enabled() {
 
 // A launch that may start while the previous kernel of the stream still runs (programmatic dependent launch);
 // only for kernels that execute griddepcontrol.wait before they read anything that kernel writes.
-template <typename... Params, typename... Args>
-static void launch_pdl(void (*kernel)(Params...), unsigned grid, unsigned threads, cudaStream_t s,
-                       const Args&... args) {
+template <typename Args>
+static void launch_pdl(void (*kernel)(Args), unsigned grid, unsigned threads, cudaStream_t s, const Args& a) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(grid);
   cfg.blockDim = dim3(threads);
@@ -32,7 +30,7 @@ static void launch_pdl(void (*kernel)(Params...), unsigned grid, unsigned thread
   attr.val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
-  cudaLaunchKernelEx(&cfg, kernel, args...);
+  cudaLaunchKernelEx(&cfg, kernel, a);
 }
 
 void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_setup) {
@@ -66,25 +64,9 @@ static void prefer_max_shared_fast4() {
   cudaGetDevice(&dev);
   if (done.get(dev)) return;
   for (auto kernel : {quantize_fast4_bf16<true>, quantize_fast4_bf16<false>, quantize_fast4_bf16<false, true>,
-                      quantize_fast4_bf16<true, true>, quantize_fast4_bf16<true, false, false>,
-                      quantize_fast4_bf16<false, false, false>, quantize_fast4_bf16<false, true, false>,
-                      quantize_fast4_bf16<true, true, false>})
+                      quantize_fast4_bf16<true, true>})
     cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
   done.set(dev, true);
-}
-
-// The quantizer's TMA map of X: {K, M} bf16, boxes of 128 columns x 128 rows, no swizzle (the tile's row-major
-// layout). False (the kernel then loads its tile by cp.async) when NVFP4_QUANT_TMA=0 (an A/B switch read at every
-// launch), when X's base is not 16-byte aligned or its rows do not fit TMA's 32-bit coordinates, or when the driver
-// refuses the map.
-static bool encode_x_map(const QuantArgs& a, CUtensorMap* map) {
-  const char* e = std::getenv("NVFP4_QUANT_TMA");
-  if (e != nullptr && e[0] == '0') return false;
-  if (reinterpret_cast<uintptr_t>(a.x) % 16 != 0 || a.M >= (int64_t{1} << 31) || a.K >= (int64_t{1} << 31))
-    return false;
-  return tma_encode::encode_2d(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, a.x, (unsigned long long)a.K,
-                               (unsigned long long)a.M, (unsigned long long)a.K * 2, 128, 128,
-                               CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_amax) {
@@ -92,24 +74,18 @@ void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaS
   if (grid == 0) return;
   const bool fast = fast_enabled() && !a.sr && !a.block2d && (!rht || a.rht_signs == kDefaultRhtSigns);
   if (is_torchao_rule(a.rule) && fast) {  // SPEC 5.4 / 5.5
-    CUtensorMap xmap{};
-    const bool tma = encode_x_map(a, &xmap);
-    auto kernel = tma ? (rht ? quantize_fast4_bf16<true, true> : quantize_fast4_bf16<false, true>)
-                      : (rht ? quantize_fast4_bf16<true, true, false> : quantize_fast4_bf16<false, true, false>);
+    auto kernel = rht ? quantize_fast4_bf16<true, true> : quantize_fast4_bf16<false, true>;
     prefer_max_shared_fast4();
-    if (after_amax) launch_pdl(kernel, (unsigned)grid, 256, s, a, xmap);
-    else kernel<<<(unsigned)grid, 256, 0, s>>>(a, xmap);
+    if (after_amax) launch_pdl(kernel, (unsigned)grid, 256, s, a);
+    else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (is_torchao_rule(a.rule)) {
     if (rht) quantize_kernel<__nv_bfloat16, true, true><<<(unsigned)grid, 256, 0, s>>>(a);
     else quantize_kernel<__nv_bfloat16, false, true><<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (fast) {
-    CUtensorMap xmap{};
-    const bool tma = encode_x_map(a, &xmap);
-    auto kernel = tma ? (rht ? quantize_fast4_bf16<true> : quantize_fast4_bf16<false>)
-                      : (rht ? quantize_fast4_bf16<true, false, false> : quantize_fast4_bf16<false, false, false>);
+    auto kernel = rht ? quantize_fast4_bf16<true> : quantize_fast4_bf16<false>;
     prefer_max_shared_fast4();
-    if (after_amax) launch_pdl(kernel, (unsigned)grid, 256, s, a, xmap);  // overlaps the amax pass's tail
-    else kernel<<<(unsigned)grid, 256, 0, s>>>(a, xmap);
+    if (after_amax) launch_pdl(kernel, (unsigned)grid, 256, s, a);  // overlaps the amax pass's tail
+    else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (rht) quantize_kernel<__nv_bfloat16, true><<<(unsigned)grid, 256, 0, s>>>(a);
   else quantize_kernel<__nv_bfloat16, false><<<(unsigned)grid, 256, 0, s>>>(a);
 }
