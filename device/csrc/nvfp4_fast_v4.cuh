@@ -21,11 +21,8 @@
 // cp.async load: issue 74%, 2,364 instructions per warp and tile, ~20% of them per-tile work: device/NOTES.md.
 #pragma once
 
-#include <cuda.h>  // CUtensorMap
-
 #include <cstdint>
 
-#include "async_copy.cuh"
 #include "nvfp4_common.cuh"
 #include "nvfp4_fast.cuh"
 #include "nvfp4_kernels.cuh"
@@ -527,73 +524,6 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
                                            cstage);
     __syncthreads();
     columnwise_tile_store(a, gv, k0, kleft, cstage);
-  }
-}
-
-// Persistent form of quantize_fast4_bf16 for a single tensor (stop 59; same outputs, byte for byte). The grid is one
-// wave (launch_quantize_bf16: 3 CTAs per SM by the occupancy query, at most one CTA per tile); CTA b walks the tiles
-// b, b + G, b + 2G, ... (G = gridDim.x: the same forward order as quantize_fast4_bf16's grid, which the amax pass's
-// reverse order leaves partly in L2). Each tile arrives as one TMA box (xmap: X as {K, M} bf16, boxes of 128 x 128,
-// no swizzle, so a box lands in the tile's row-major layout; columns past K and rows past M are zero-filled by the
-// TMA unit) in one of two 32 KB buffers, on that buffer's mbarrier; the box of tile i + 2 is issued into tile i's
-// buffer as soon as every thread has read tile i. So a tile's load overlaps the quantization of the one before it,
-// and the plane tables (SPEC 5.1 / 5.2, or 5.4 / 5.5) are formed once per CTA instead of once per tile.
-constexpr int kPersistTileBytes = kTileM * 256;                          // one bf16 tile of 128 x 128
-constexpr int kPersistDynSmem = 2 * kPersistTileBytes + kTileM * 64;     // two tile buffers + the column stage
-template <bool kRHT, bool kTorchao = false>
-__global__ void __launch_bounds__(256, 3) quantize_persist4_bf16(QuantArgs a, const __grid_constant__ CUtensorMap xmap) {
-  using T = __nv_bfloat16;
-  extern __shared__ __align__(128) uint8_t persist_smem[];
-  uint8_t* const cstage = persist_smem + 2 * kPersistTileBytes;  // columnwise codes of the tile (col_stage_offset)
-  __shared__ PlaneTables planes;
-  __shared__ alignas(8) uint64_t tile_full[2];  // mbarrier of each tile buffer
-  const int t = threadIdx.x;
-  // total < 2^31 (checked on the host), so tile indices and their division are 32-bit
-  const uint32_t nkt = static_cast<uint32_t>(quant_k_tiles<T>(a.K));
-  const uint32_t total = static_cast<uint32_t>(ceil_div(a.M, (int64_t)kTileM)) * nkt;
-  uint32_t tile = blockIdx.x;
-  if (tile >= total) return;
-  const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(tile_full));
-  const uint32_t buf0 = static_cast<uint32_t>(__cvta_generic_to_shared(persist_smem));
-  // (thread 0) the box of tile `tl` into buffer `buf`, counted on that buffer's mbarrier
-  auto issue = [&](uint32_t tl, uint32_t buf) {
-    const uint32_t rt = tl / nkt, kt = tl - rt * nkt;
-    async_copy::mbar_arrive_expect_tx(bar0 + 8 * buf, kPersistTileBytes);
-    async_copy::tma_load_2d(buf0 + buf * kPersistTileBytes, &xmap, bar0 + 8 * buf, (int)(kt * 128), (int)(rt * kTileM));
-  };
-  if (t == 0) {
-    async_copy::mbar_init(bar0, 1);
-    async_copy::mbar_init(bar0 + 8, 1);
-    async_copy::fence_mbarrier_init_cluster();
-    issue(tile, 0);
-    if (tile + gridDim.x < total) issue(tile + gridDim.x, 1);
-  }
-  // Programmatic dependent launch (launch_quantize_bf16 with after_amax): the boxes above only read X; the amaxes
-  // are read after the wait.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  build_plane_tables<kTorchao>(a, 0, planes);
-  __syncthreads();  // the tables, and the mbarrier inits before every wait
-  const PlaneConsts pc = read_plane_consts<kTorchao>(planes);
-  GroupView gv{0, a.M, 0, 0, 0, 0, 0, 0};
-  for (uint32_t i = 0; tile < total; ++i, tile += gridDim.x) {
-    const uint32_t buf = i & 1;
-    const uint32_t rt = tile / nkt, kt = tile - rt * nkt;
-    gv.m0 = (int64_t)rt * kTileM;
-    const int64_t k0 = (int64_t)kt * 128;
-    const int kleft = (int)min(a.K - k0, (int64_t)128);       // valid columns of this tile (> 0)
-    const int rleft = (int)min(a.M - gv.m0, (int64_t)kTileM);  // valid rows of this tile (> 0)
-    const uint8_t* tl = persist_smem + buf * kPersistTileBytes;
-    async_copy::mbar_wait(bar0 + 8 * buf, (i >> 1) & 1);  // this buffer's (i / 2)-th box has landed
-    if (a.row_data != nullptr)
-      rowwise_tile<kTorchao>(a, gv, k0, kleft, rleft, tl, planes.mtab[0], pc.ps_row, pc.tp_row, pc.row_fast);
-    if (a.col_data != nullptr) {
-      if (i > 0) __syncthreads();  // the previous tile's stage stores have read the stage
-      columnwise_tile_encode<kRHT, kTorchao>(a, gv, k0, kleft, tl, planes.mtab[1], pc.ps_col, pc.tp_col,
-                                             pc.col_fast, cstage);
-    }
-    __syncthreads();  // every read of this tile's buffer is done (and the stage is complete)
-    if (t == 0 && tile + 2 * gridDim.x < total) issue(tile + 2 * gridDim.x, buf);
-    if (a.col_data != nullptr) columnwise_tile_store(a, gv, k0, kleft, cstage);
   }
 }
 

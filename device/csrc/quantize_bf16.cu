@@ -3,9 +3,7 @@
 #include "nvfp4_fast_v4.cuh"
 #include "nvfp4_launch.h"
 #include "per_device.h"
-#include "tma_encode.h"
 
-#include <algorithm>
 #include <cstdlib>
 
 namespace nvfp4 {
@@ -21,20 +19,18 @@ static bool fast_enabled() {
 
 // A launch that may start while the previous kernel of the stream still runs (programmatic dependent launch);
 // only for kernels that execute griddepcontrol.wait before they read anything that kernel writes.
-template <typename... Params, typename... Args>
-static void launch_pdl(void (*kernel)(Params...), unsigned grid, unsigned threads, size_t smem, cudaStream_t s,
-                       const Args&... args) {
+template <typename Args>
+static void launch_pdl(void (*kernel)(Args), unsigned grid, unsigned threads, cudaStream_t s, const Args& a) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(grid);
   cfg.blockDim = dim3(threads);
-  cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
-  cudaLaunchKernelEx(&cfg, kernel, args...);
+  cudaLaunchKernelEx(&cfg, kernel, a);
 }
 
 void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_setup) {
@@ -46,14 +42,14 @@ void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream
     else amax_kernel<__nv_bfloat16, false, true><<<(unsigned)grid, 128, 0, s>>>(a);
   } else if (a.nan_propagating) {  // the fast pass, NaN-propagating (with the RHT: no last-stage shortcut)
     auto kernel = rht ? amax_fast4_bf16<true, true> : amax_fast4_bf16<false, true>;
-    if (after_setup) launch_pdl(kernel, (unsigned)grid, 256, 0, s, a);
+    if (after_setup) launch_pdl(kernel, (unsigned)grid, 256, s, a);
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (!fast_enabled()) {
     if (rht) amax_kernel<__nv_bfloat16, true><<<(unsigned)grid, 128, 0, s>>>(a);
     else amax_kernel<__nv_bfloat16, false><<<(unsigned)grid, 128, 0, s>>>(a);
   } else if (!rht || a.rht_signs == kDefaultRhtSigns) {  // the fast path (nvfp4_fast_v4.cuh)
     auto kernel = rht ? amax_fast4_bf16<true> : amax_fast4_bf16<false>;
-    if (after_setup) launch_pdl(kernel, (unsigned)grid, 256, 0, s, a);  // waits for the setup kernel in-kernel
+    if (after_setup) launch_pdl(kernel, (unsigned)grid, 256, s, a);  // waits for the setup kernel in-kernel
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else {
     amax_kernel<__nv_bfloat16, true><<<(unsigned)grid, 128, 0, s>>>(a);
@@ -73,62 +69,22 @@ static void prefer_max_shared_fast4() {
   done.set(dev, true);
 }
 
-// The persistent single-tensor quantizer (quantize_persist4_bf16): its X map ({K, M} bf16, boxes of 128 x 128, no
-// swizzle) and its one-wave grid. False (quantize_fast4_bf16 then runs) when NVFP4_QUANT_PERSIST=0 (an A/B switch
-// read at every launch), for grouped calls, when the tile count or X's rows do not fit 32 bits or X's base is not
-// 16-byte aligned (TMA), or when the driver refuses the map.
-template <bool kRHT, bool kTorchao>
-static bool launch_persistent(const QuantArgs& a, int64_t tiles, cudaStream_t s, bool after_amax) {
-  const char* e = std::getenv("NVFP4_QUANT_PERSIST");
-  if ((e != nullptr && e[0] == '0') || a.offs != nullptr || tiles >= (int64_t{1} << 31) ||
-      a.M >= (int64_t{1} << 31) || reinterpret_cast<uintptr_t>(a.x) % 16 != 0)
-    return false;
-  CUtensorMap xmap{};
-  if (!tma_encode::encode_2d(&xmap, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, a.x, (unsigned long long)a.K,
-                             (unsigned long long)a.M, (unsigned long long)a.K * 2, 128, 128, CU_TENSOR_MAP_SWIZZLE_NONE))
-    return false;
-  auto kernel = quantize_persist4_bf16<kRHT, kTorchao>;
-  static PerDevice<int> per_sm;  // resident CTAs per SM (0: not yet asked on this device)
-  static PerDevice<int> sms;
-  int dev = 0;
-  cudaGetDevice(&dev);
-  if (per_sm.get(dev) == 0) {
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kPersistDynSmem);
-    cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-    int n = 0, count = 0;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 256, kPersistDynSmem);
-    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev);
-    sms.set(dev, count);
-    per_sm.set(dev, n > 0 ? n : -1);
-  }
-  if (per_sm.get(dev) < 0) return false;
-  const int64_t grid = std::min<int64_t>(tiles, (int64_t)per_sm.get(dev) * sms.get(dev));
-  if (after_amax) launch_pdl(kernel, (unsigned)grid, 256, kPersistDynSmem, s, a, xmap);
-  else kernel<<<(unsigned)grid, 256, kPersistDynSmem, s>>>(a, xmap);
-  return true;
-}
-
 void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_amax) {
   const int64_t grid = row_tiles * quant_k_tiles<__nv_bfloat16>(a.K);
   if (grid == 0) return;
   const bool fast = fast_enabled() && !a.sr && !a.block2d && (!rht || a.rht_signs == kDefaultRhtSigns);
   if (is_torchao_rule(a.rule) && fast) {  // SPEC 5.4 / 5.5
-    if (rht ? launch_persistent<true, true>(a, grid, s, after_amax) : launch_persistent<false, true>(a, grid, s, after_amax))
-      return;
     auto kernel = rht ? quantize_fast4_bf16<true, true> : quantize_fast4_bf16<false, true>;
     prefer_max_shared_fast4();
-    if (after_amax) launch_pdl(kernel, (unsigned)grid, 256, 0, s, a);
+    if (after_amax) launch_pdl(kernel, (unsigned)grid, 256, s, a);
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (is_torchao_rule(a.rule)) {
     if (rht) quantize_kernel<__nv_bfloat16, true, true><<<(unsigned)grid, 256, 0, s>>>(a);
     else quantize_kernel<__nv_bfloat16, false, true><<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (fast) {
-    if (rht ? launch_persistent<true, false>(a, grid, s, after_amax)
-            : launch_persistent<false, false>(a, grid, s, after_amax))
-      return;
     auto kernel = rht ? quantize_fast4_bf16<true> : quantize_fast4_bf16<false>;
     prefer_max_shared_fast4();
-    if (after_amax) launch_pdl(kernel, (unsigned)grid, 256, 0, s, a);  // overlaps the amax pass's tail
+    if (after_amax) launch_pdl(kernel, (unsigned)grid, 256, s, a);  // overlaps the amax pass's tail
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (rht) quantize_kernel<__nv_bfloat16, true><<<(unsigned)grid, 256, 0, s>>>(a);
   else quantize_kernel<__nv_bfloat16, false><<<(unsigned)grid, 256, 0, s>>>(a);
