@@ -498,19 +498,6 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
     const char* src = reinterpret_cast<const char*>(x + (gv.row0 + gv.m0 + rsub) * a.K + gcol);
     const int64_t step = 32 * a.K;  // 16 rows, in bytes
     const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(tile + rsub * 256 + chunk * 16));
-    // (full tiles only: with a source size of 0 the cache-hint form is an illegal instruction on the H100, CUDA 13.0;
-    // benchmarks/_scratch/l2hint_probe.cu)
-    if (a.l2_evict_first && rleft == kTileM && kleft == TK) {
-      uint64_t pol;
-      asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-#pragma unroll
-      for (int it = 0; it < 8; ++it) {
-        asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, 16, %2;\n" ::"r"(dst + it * 16 * 256),
-                     "l"(src), "l"(pol)
-                     : "memory");
-        src += step;
-      }
-    } else {
 #pragma unroll
     for (int it = 0; it < 8; ++it) {
       const bool ok = col_ok && it * 16 + rsub < rleft;
@@ -518,7 +505,6 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
                    "r"(ok ? 16 : 0)
                    : "memory");
       src += step;
-    }
     }
   }
   // Programmatic dependent launch (launch_quantize_bf16 with after_amax): everything above only reads X and the
@@ -571,19 +557,6 @@ __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
   const uint2* src = reinterpret_cast<const uint2*>(x + (gv.row0 + r0) * a.K + gcol);
   const int64_t step = a.K / 4;  // one row, in uint2 units (K % 16 == 0)
   uint2 raw[16];
-  if (a.l2_evict_first) {
-    uint64_t pol;
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      raw[i] = make_uint2(0, 0);
-      if (i < rows)
-        asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;"
-            : "=r"(raw[i].x), "=r"(raw[i].y)
-            : "l"(src), "l"(pol));
-      src += step;
-    }
-  } else
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
     raw[i] = make_uint2(0, 0);

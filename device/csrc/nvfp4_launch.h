@@ -17,7 +17,6 @@ struct AmaxArgs {
   float* col_amax;       // [E] or nullptr when no columnwise plane is wanted
   uint32_t rht_signs;
   int nan_propagating;   // SPEC 4.1: 1 for the torchao rules (a NaN amax is 0x7FC00000), 0 for the TE rules
-  int l2_evict_first = 0;  // (A/B, stop 59) bf16 fast pass: X loaded at L2 evict-first priority
 };
 
 struct QuantArgs {
@@ -37,7 +36,6 @@ struct QuantArgs {
   int rule;               // Rule
   uint32_t rht_signs;
   uint32_t seed_lo, seed_hi, offset;
-  int l2_evict_first = 0;  // (A/B, stop 59) bf16 fast kernel: the tile loaded at L2 evict-first priority
 };
 
 

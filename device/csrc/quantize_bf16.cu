@@ -33,16 +33,7 @@ static void launch_pdl(void (*kernel)(Args), unsigned grid, unsigned threads, cu
   cudaLaunchKernelEx(&cfg, kernel, a);
 }
 
-// A/B switch (stop 59): NVFP4_L2_STREAM bit 0 loads X at L2 evict-first priority in the fast amax pass, bit 1 in the
-// fast quantize kernel; read at every launch.
-static int l2_stream() {
-  const char* e = std::getenv("NVFP4_L2_STREAM");
-  return e == nullptr ? 0 : std::atoi(e);
-}
-
-void launch_amax_bf16(const AmaxArgs& a_in, bool rht, int64_t row_tiles, cudaStream_t s, bool after_setup) {
-  AmaxArgs a = a_in;
-  a.l2_evict_first = l2_stream() & 1;
+void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_setup) {
   const int64_t grid = row_tiles * amax_k_tiles<__nv_bfloat16>(a.K);
   if (grid == 0) return;
   if (a.nan_propagating && (!fast_enabled() || (rht && a.rht_signs != kDefaultRhtSigns))) {
@@ -78,9 +69,7 @@ static void prefer_max_shared_fast4() {
   done.set(dev, true);
 }
 
-void launch_quantize_bf16(const QuantArgs& a_in, bool rht, int64_t row_tiles, cudaStream_t s, bool after_amax) {
-  QuantArgs a = a_in;
-  a.l2_evict_first = (l2_stream() >> 1) & 1;
+void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_amax) {
   const int64_t grid = row_tiles * quant_k_tiles<__nv_bfloat16>(a.K);
   if (grid == 0) return;
   const bool fast = fast_enabled() && !a.sr && !a.block2d && (!rht || a.rht_signs == kDefaultRhtSigns);
