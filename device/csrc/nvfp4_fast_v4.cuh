@@ -207,9 +207,12 @@ __device__ __forceinline__ PlaneConsts read_plane_consts(const PlaneTables& pt) 
   return c;
 }
 
-// rowwise plane (SPEC 6.1): thread t owns the 16-block blk = t % 8 of tile rows 32 it + t / 8, it = 0..3,
-// i.e. a whole block per thread: its max, scale byte, multiplier and clamp test are formed once for 16 elements
-// (two lanes per block did them twice, stop 50)
+// The rowwise plane (SPEC 6.1) of one tile: codes and scale bytes (padding included, SPEC 8.2) of the tile's rows of
+// group gv, from `tile` (128 rows x 256 bytes of bf16 in shared memory, rows past the group and columns past K zero),
+// columns k0 .. k0 + kleft and rleft valid rows; mtab is the rowwise plane's multiplier table (PlaneTables).
+// Thread t owns the 16-block blk = t % 8 of tile rows 32 it + t / 8, it = 0..3, i.e. a whole block per thread: its
+// max, scale byte, multiplier and clamp test are formed once for 16 elements (two lanes per block did them twice,
+// stop 50).
 template <bool kTorchao>
 __device__ __forceinline__ void rowwise_tile(const QuantArgs& a, const GroupView& gv, int64_t k0, int kleft, int rleft,
                                              const uint8_t* tile, const float* mtab, const PlaneScale& ps_row,
@@ -309,10 +312,13 @@ __device__ __forceinline__ void rowwise_tile(const QuantArgs& a, const GroupView
   }
 }
 
-// columnwise plane of X^T (SPEC 6.2, 7): thread t owns tile columns 2(t%64) + h, h = 0, 1, and the
-// 16-row blocks jb + 4 jj, jb = t/64, jj = 0, 1 (warp-uniform). A block wholly past the group's rows only writes
-// its padding scale bytes, so the last tile of a group with <= 64 rows left runs one block per warp instead of
-// two: every warp's share of the tile shrinks with the tile, not only some warps' (stop 20)
+// The columnwise plane of X^T (SPEC 6.2, 7) of one tile, first half: the scale bytes (padding included) are stored,
+// the codes go to the stage `cstage` (col_stage_offset), which columnwise_tile_store writes out after a CTA barrier.
+// Same tile and table conventions as rowwise_tile (mtab: the columnwise plane's table).
+// Thread t owns tile columns 2(t%64) + h, h = 0, 1, and the 16-row blocks jb + 4 jj, jb = t/64, jj = 0, 1
+// (warp-uniform). A block wholly past the group's rows only writes its padding scale bytes, so the last tile of a
+// group with <= 64 rows left runs one block per warp instead of two: every warp's share of the tile shrinks with the
+// tile, not only some warps' (stop 20).
 template <bool kRHT, bool kTorchao>
 __device__ __forceinline__ void columnwise_tile_encode(const QuantArgs& a, const GroupView& gv, int64_t k0, int kleft,
                                                       const uint8_t* tile, const float* mtab, const PlaneScale& ps_col,
@@ -436,12 +442,12 @@ __device__ __forceinline__ void columnwise_tile_encode(const QuantArgs& a, const
   }
 }
 
-  // The tile's columnwise codes are 128 plane rows of 8 blocks x 8 bytes, at a row pitch of ceil(m_g/16) * 8
-  // bytes: 8-byte aligned only, for a group whose m_g is not a multiple of 32. Written from the threads that
-  // encoded them, each warp store would touch 32 plane rows with 16 bytes (two 8-byte pieces when misaligned);
-  // from the stage, lanes 8i..8i+7 write the 64 contiguous bytes of one plane row (4 rows per warp store), so a
-  // misaligned group costs about as much as an aligned one (stop 19, device/NOTES.md).
-// Called after a CTA barrier that follows columnwise_tile_encode.
+// The columnwise plane of one tile, second half: the staged codes to the plane (called after a CTA barrier that
+// follows columnwise_tile_encode). The tile's columnwise codes are 128 plane rows of 8 blocks x 8 bytes, at a row
+// pitch of ceil(m_g/16) * 8 bytes: 8-byte aligned only, for a group whose m_g is not a multiple of 32. Written from the
+// threads that encoded them, each warp store would touch 32 plane rows with 16 bytes (two 8-byte pieces when
+// misaligned); from the stage, lanes 8i..8i+7 write the 64 contiguous bytes of one plane row (4 rows per warp store),
+// so a misaligned group costs about as much as an aligned one (stop 19, device/NOTES.md).
 __device__ __forceinline__ void columnwise_tile_store(const QuantArgs& a, const GroupView& gv, int64_t k0, int kleft,
                                                      const uint8_t* cstage) {
   const int t = threadIdx.x;
