@@ -47,23 +47,18 @@ __device__ __forceinline__ bool resolve_tile(const int64_t* __restrict__ offs, i
   const int64_t* toff = offs + (int64_t)kOffTiles * (E + 1);
   const int64_t tiles = __ldg(toff + E);  // checked after the search, so that its load overlaps the first round
   // Largest g < E with toff[g] <= rt (empty groups share their start with the next group and are skipped), by a
-  // 256-way search: each round, lane l tests the 8 points toff[lo + (8 l + j) * stride], j = 0..7, whose loads are
-  // independent (the points passing form a prefix, toff being non-decreasing and toff[lo] <= rt), and lo moves to
-  // the last passing point. ceil(log256(E)) rounds of dependent loads (1 for E <= 256, 2 for E <= 65536) instead of
-  // the binary search's log2(E): they sit in front of every tile's X loads (stop 19, device/NOTES.md; 32 points per
-  // round until stop 59). Needs the whole warp here, as every caller has.
+  // 32-way search: each round, lane l tests toff[lo + l * stride] (a prefix of the lanes passes, toff being
+  // non-decreasing and toff[lo] <= rt), and lo moves to the last passing point. ceil(log32(E)) dependent loads
+  // (1 for E <= 32, 2 for E <= 1024) instead of the binary search's log2(E): those loads sit in front of every
+  // tile's X loads (stop 19, device/NOTES.md). Needs the whole warp here, as every caller has.
   const int lane = (int)(threadIdx.x & 31u);
   int64_t stride = 1;
-  while (stride * 256 < E) stride *= 256;
+  while (stride * 32 < E) stride *= 32;
   int64_t lo = 0;
-  for (; stride >= 1; stride >>= 8) {
-    int passing = 0;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int64_t idx = lo + (int64_t)(8 * lane + j) * stride;
-      passing += (idx < E && __ldg(toff + idx) <= rt) ? 1 : 0;
-    }
-    lo += (int64_t)(__reduce_add_sync(0xffffffffu, passing) - 1) * stride;
+  for (; stride >= 1; stride >>= 5) {
+    const int64_t idx = lo + lane * stride;
+    const bool pass = idx < E && __ldg(toff + idx) <= rt;
+    lo += (int64_t)(__popc(__ballot_sync(0xffffffffu, pass)) - 1) * stride;
     if (rt >= tiles) return false;  // a tile of the worst-case grid past the last group: leave after one round
   }
   const int64_t* roff = offs + (int64_t)kOffRows * (E + 1);
