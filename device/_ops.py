@@ -109,7 +109,7 @@ def launch_quantize(x: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: b
     if amax_in is None:
         amax.zero_()
         _raise_refusal(ext.amax_(x, None, 1, row_tiles, amax[0:1], amax[1:2] if columnwise else None, rht,
-                                 rht_signs, False, rule >= RULE_TORCHAO))
+                                 rht_signs, False, rule >= RULE_TORCHAO, None))
     else:
         amax.copy_(amax_in)
     _raise_refusal(ext.quantize_(
@@ -118,6 +118,7 @@ def launch_quantize(x: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: b
         bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None,
         LAYOUT_SWIZZLED if swizzled else LAYOUT_COMPACT, block2d, sr, rule, rht, rht_signs, seed_lo, seed_hi, offset,
         amax_in is None,  # the amax pass is the previous launch: the quantizer may overlap its tail
+        None,
     ))
 
 
@@ -184,14 +185,16 @@ def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: Tensor
     ext = load_extension()
     row_tiles = t // _TILE_M + e  # worst case of sum ceil(m_g / 128)
     offs, row_amax, col_amax = bufs["offsets"], bufs["row_amax"], bufs["col_amax"]
+    # each row tile's place in X, written by the setup kernel for the bf16 fast kernels (scratch, not returned)
+    recs = torch.empty((row_tiles, 4), dtype=torch.int32, device=x.device)
     compute = amax_in is None
     _raise_refusal(ext.group_setup_(
         splits, t, k, offs, row_amax if compute else None, col_amax if compute else None,
         bufs["row_data"] if rowwise else None, bufs["row_scales"] if rowwise else None,
-        bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None))
+        bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None, recs))
     if compute:  # the setup kernel is the previous launch: the amax pass may start as it runs
         _raise_refusal(ext.amax_(x, offs, e, row_tiles, row_amax, col_amax if columnwise else None, rht,
-                                 rht_signs, True, rule >= RULE_TORCHAO))
+                                 rht_signs, True, rule >= RULE_TORCHAO, recs))
     else:
         row_amax.copy_(amax_in[0])
         col_amax.copy_(amax_in[1])
@@ -201,6 +204,7 @@ def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: Tensor
         bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None,
         LAYOUT_SWIZZLED if swizzled else LAYOUT_PADDED_COMPACT, block2d, sr, rule, rht, rht_signs, seed_lo, seed_hi,
         offset, compute,  # the amax pass is the previous launch: the quantizer may overlap its tail
+        recs,
     ))
 
 

@@ -52,17 +52,29 @@ std::string check_x(const Tensor& x, bool rht) {
   return {};
 }
 
+// The optional row-tile records of a grouped call (nvfp4_layout.cuh, TileRecord): int32 [R, 4] on `dev` with R at least
+// the worst-case row-tile count `tiles` (0: a single tensor, where the records are not used).
+std::string check_tile_recs(const optional<Tensor>& recs, c10::Device dev, int64_t tiles) {
+  if (!recs.has_value() || !recs->defined()) return {};
+  NVFP4_RETURN_IF_ERROR(check_on(recs, dev, "tile_recs"));
+  NVFP4_REFUSE_UNLESS(recs->scalar_type() == at::kInt && recs->is_contiguous() && recs->numel() >= 4 * tiles,
+                      "nvfp4: tile_recs must be a contiguous int32 tensor of at least 4 x ", tiles, " elements");
+  return {};
+}
+
 // SPEC 4: per-tensor (offs absent) or per-group amax. row_amax / col_amax must be zero on entry.
 // after_setup: the previous launch on the stream is group_setup_ for `offs`. nan_propagating: the torchao rules'
 // amax (SPEC 4.1).
 std::string amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int64_t row_tiles, Tensor row_amax,
                   const optional<Tensor>& col_amax, bool rht, int64_t rht_signs, bool after_setup,
-                  bool nan_propagating) {
+                  bool nan_propagating, const optional<Tensor>& tile_recs) {
   NVFP4_RETURN_IF_ERROR(check_x(x, rht));
+  NVFP4_RETURN_IF_ERROR(check_tile_recs(tile_recs, x.device(), offs.has_value() ? row_tiles : 0));
   const c10::cuda::CUDAGuard guard(x.device());
   nvfp4::AmaxArgs a{x.data_ptr(), x.size(0), x.size(1), ptr_or_null<const int64_t>(offs), (int)E,
                     row_amax.data_ptr<float>(), ptr_or_null<float>(col_amax), (uint32_t)rht_signs,
                     nan_propagating ? 1 : 0};
+  a.tile_recs = ptr_or_null<const int4>(tile_recs);
   auto s = c10::cuda::getCurrentCUDAStream();
   switch (dtype_code(x)) {
     case nvfp4::kBF16: nvfp4::launch_amax_bf16(a, rht, row_tiles, s, after_setup); break;
@@ -77,8 +89,10 @@ std::string quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, 
                       const Tensor& row_amax, const Tensor& col_amax, const optional<Tensor>& row_data,
                       const optional<Tensor>& row_scales, const optional<Tensor>& col_data,
                       const optional<Tensor>& col_scales, int64_t layout, bool block2d, bool sr, int64_t rule, bool rht,
-                      int64_t rht_signs, int64_t seed_lo, int64_t seed_hi, int64_t offset, bool after_amax) {
+                      int64_t rht_signs, int64_t seed_lo, int64_t seed_hi, int64_t offset, bool after_amax,
+                      const optional<Tensor>& tile_recs) {
   NVFP4_RETURN_IF_ERROR(check_x(x, rht));
+  NVFP4_RETURN_IF_ERROR(check_tile_recs(tile_recs, x.device(), offs.has_value() ? row_tiles : 0));
   NVFP4_REFUSE_UNLESS(rule >= nvfp4::kRuleTE && rule <= nvfp4::kRuleTorchaoNoScale, "nvfp4: unknown scale rule ",
                       rule);
   const c10::cuda::CUDAGuard guard(x.device());
@@ -102,6 +116,7 @@ std::string quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, 
   a.seed_lo = (uint32_t)seed_lo;
   a.seed_hi = (uint32_t)seed_hi;
   a.offset = (uint32_t)offset;
+  a.tile_recs = ptr_or_null<const int4>(tile_recs);
   auto s = c10::cuda::getCurrentCUDAStream();
   switch (dtype_code(x)) {
     case nvfp4::kBF16: nvfp4::launch_quantize_bf16(a, rht, row_tiles, s, after_amax); break;
@@ -116,8 +131,10 @@ std::string quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, 
 std::string group_setup_(const Tensor& splits, int64_t T, int64_t K, Tensor offs, const optional<Tensor>& row_amax,
                          const optional<Tensor>& col_amax, const optional<Tensor>& row_data,
                          const optional<Tensor>& row_scales, const optional<Tensor>& col_data,
-                         const optional<Tensor>& col_scales) {
+                         const optional<Tensor>& col_scales, const optional<Tensor>& tile_recs) {
   NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4", splits, "splits"));
+  // (the worst-case row-tile count, T / 128 + E: kTileM = 128, nvfp4_layout.cuh)
+  NVFP4_RETURN_IF_ERROR(check_tile_recs(tile_recs, splits.device(), T / 128 + splits.numel()));
   NVFP4_REFUSE_UNLESS(splits.scalar_type() == at::kLong, "nvfp4: splits must be int64");
   NVFP4_REFUSE_UNLESS(T >= 0 && K >= 0 && K % 16 == 0, "nvfp4: need T >= 0 and K a multiple of 16");
   NVFP4_REFUSE_UNLESS(offs.is_cuda() && offs.scalar_type() == at::kLong && offs.numel() == 6 * (splits.numel() + 1),
@@ -142,7 +159,7 @@ std::string group_setup_(const Tensor& splits, int64_t T, int64_t K, Tensor offs
   const int rows[nvfp4::kTailBufs] = {2, 3, 4, 5};  // kOffRowData, kOffRowScale, kOffColData, kOffColScale
   nvfp4::launch_group_setup(splits.data_ptr<int64_t>(), (int)splits.numel(), T, K, offs.data_ptr<int64_t>(),
                             ptr_or_null<float>(row_amax), ptr_or_null<float>(col_amax), bufs, caps, rows,
-                            c10::cuda::getCurrentCUDAStream());
+                            ptr_or_null<int4>(tile_recs), c10::cuda::getCurrentCUDAStream());
   return nvfp4::launch_status("nvfp4");
 }
 

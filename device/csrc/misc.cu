@@ -58,7 +58,8 @@ struct TailFill {
 __global__ void __launch_bounds__(kScanThreads) group_setup_kernel(const int64_t* __restrict__ splits, int E,
                                                                     int64_t T, int64_t K, int64_t* __restrict__ offs,
                                                                     float* __restrict__ row_amax,
-                                                                    float* __restrict__ col_amax, TailFill f) {
+                                                                    float* __restrict__ col_amax, TailFill f,
+                                                                    TileRecord* __restrict__ recs) {
   // The amax pass is launched with a programmatic dependency on this grid and waits (griddepcontrol.wait) for its
   // completion before it reads anything: let it become resident now.
   asm volatile("griddepcontrol.launch_dependents;");
@@ -85,6 +86,7 @@ __global__ void __launch_bounds__(kScanThreads) group_setup_kernel(const int64_t
       q[kOffColData] = K * round_up(mg, 16) / 2;
       q[kOffColScale] = kpad * round_up(ceil_div(mg, 16), 4);
     };
+    int64_t own = m;  // this group's rows (capped below when the running total passes T)
     sizes(m);
     block_scan(q, warp_tot);
     // rows before this chunk (already capped) + this chunk's inclusive prefix; past T (rare, block-uniform): redo the
@@ -92,12 +94,22 @@ __global__ void __launch_bounds__(kScanThreads) group_setup_kernel(const int64_t
     // scans' uses of warp_tot.) Capped totals stay at T, so every later chunk takes this path with sizes 0.
     const int64_t incl = carry[kOffRows] + q[kOffRows];
     if (__syncthreads_or(incl > T)) {
-      sizes(min(incl, T) - min(incl - m, T));
+      own = min(incl, T) - min(incl - m, T);
+      sizes(own);
       block_scan(q, warp_tot);
     }
     if (writer && i < E) {
 #pragma unroll
       for (int r = 0; r < kNumOffRows; ++r) offs[(int64_t)r * (E + 1) + i + 1] = carry[r] + q[r];
+      if (recs != nullptr) {  // this group's row tiles (nvfp4_layout.cuh, TileRecord)
+        const int64_t tile0 = carry[kOffTiles] + q[kOffTiles] - ceil_div(own, (int64_t)kTileM);
+        const int64_t row0 = carry[kOffRows] + q[kOffRows] - own;
+        for (int64_t j = 0; j * kTileM < own; ++j) {
+          const int64_t first = row0 + j * kTileM;
+          recs[tile0 + j] = make_int4((int)(uint32_t)first, (int)(uint32_t)((uint64_t)first >> 32),
+                                      (int)min(own - j * kTileM, (int64_t)kTileM), i);
+        }
+      }
       if (row_amax) row_amax[i] = 0.0f;
       if (col_amax) col_amax[i] = 0.0f;
     }
@@ -184,7 +196,7 @@ int grid_for(int64_t work, int threads) {
 
 void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int64_t* offs, float* row_amax,
                         float* col_amax, uint8_t* const bufs[kTailBufs], const int64_t caps[kTailBufs],
-                        const int rows[kTailBufs], cudaStream_t stream) {
+                        const int rows[kTailBufs], int4* tile_recs, cudaStream_t stream) {
   TailFill f;
   int64_t most = 0;
   for (int i = 0; i < kTailBufs; ++i) {
@@ -196,7 +208,7 @@ void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int6
   // The tail is at most ~E*16*K/2 bytes per buffer; size the grid by capacity, at most 66 CTAs (each also scans
   // the E splits, which is cheap next to the fill).
   const int grid = grid_for(most, kScanThreads) < 66 ? grid_for(most, kScanThreads) : 66;
-  group_setup_kernel<<<grid, kScanThreads, 0, stream>>>(splits, E, T, K, offs, row_amax, col_amax, f);
+  group_setup_kernel<<<grid, kScanThreads, 0, stream>>>(splits, E, T, K, offs, row_amax, col_amax, f, tile_recs);
 }
 
 void launch_swizzle(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t stream) {

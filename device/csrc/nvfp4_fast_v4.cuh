@@ -485,12 +485,12 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
 
   GroupView gv;
   int64_t kt;
-  if (!resolve_grid_tile(a.offs, a.E, a.M, blockIdx.x, quant_k_tiles<T>(a.K), gv, kt)) return;
+  if (!resolve_grid_tile(a.offs, a.E, a.M, blockIdx.x, quant_k_tiles<T>(a.K), gv, kt, a.tile_recs)) return;
   const int t = threadIdx.x, chunk = t & 15, rsub = t >> 4;
   const int64_t k0 = kt * TK;
   const int64_t gcol = k0 + chunk * 8;
   const int kleft = (int)min(a.K - k0, (int64_t)TK);        // valid columns of this tile (> 0)
-  const int rleft = (int)min(gv.m - gv.m0, (int64_t)kTileM);  // valid rows of this tile (> 0)
+  const int rleft = gv.rows;  // valid rows of this tile (> 0)
   const bool col_ok = chunk * 8 < kleft;
   const T* x = reinterpret_cast<const T*>(a.x);
 
@@ -501,7 +501,7 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
   // not read). Against loads into registers and shared-memory stores: quantize kernel -3 to -6%, fused call -2 to
   // -4% (device/NOTES.md).
   {
-    const char* src = reinterpret_cast<const char*>(x + (gv.row0 + gv.m0 + rsub) * a.K + gcol);
+    const char* src = reinterpret_cast<const char*>(x + (gv.first_row + rsub) * a.K + gcol);
     const int64_t step = 32 * a.K;  // 16 rows, in bytes
     const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(tile + rsub * 256 + chunk * 16));
 #pragma unroll
@@ -551,16 +551,15 @@ __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
   asm volatile("griddepcontrol.launch_dependents;");
   GroupView gv;
   int64_t kt;
-  if (!resolve_grid_tile_reversed(a.offs, a.E, a.M, blockIdx.x, amax_k_tiles<T>(a.K), gv, kt)) return;
+  if (!resolve_grid_tile_reversed(a.offs, a.E, a.M, blockIdx.x, amax_k_tiles<T>(a.K), gv, kt, a.tile_recs)) return;
   const int t = threadIdx.x, chunk = t & 31, rb = t >> 5;
   const int64_t gcol = kt * 128 + chunk * 4;
   const T* x = reinterpret_cast<const T*>(a.x);
 
   // One pointer per thread, stepped by one row per load, and a 32-bit count of this thread's valid rows (the
   // per-load 64-bit row products and compares were ~40% of this kernel's instructions).
-  const int64_t r0 = gv.m0 + rb * 16;  // first group-local row of this thread
-  const int rows = gcol < a.K ? (int)max(min(gv.m - r0, (int64_t)16), (int64_t)0) : 0;
-  const uint2* src = reinterpret_cast<const uint2*>(x + (gv.row0 + r0) * a.K + gcol);
+  const int rows = gcol < a.K ? max(min(gv.rows - rb * 16, 16), 0) : 0;  // this thread's valid rows
+  const uint2* src = reinterpret_cast<const uint2*>(x + (gv.first_row + rb * 16) * a.K + gcol);
   const int64_t step = a.K / 4;  // one row, in uint2 units (K % 16 == 0)
   uint2 raw[16];
 #pragma unroll
@@ -585,7 +584,7 @@ __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
     rmax = 0.0f;
 #pragma unroll 1
     for (int i = 0; i < rows; ++i) {
-      const uint2 q = __ldg(reinterpret_cast<const uint2*>(x + (gv.row0 + r0 + i) * a.K + gcol));
+      const uint2 q = __ldg(reinterpret_cast<const uint2*>(x + (gv.first_row + rb * 16 + i) * a.K + gcol));
       const uint32_t w[2] = {q.x, q.y};
 #pragma unroll
       for (int e = 0; e < 4; ++e) rmax = fmaxf(rmax, fabsf(bf16_half(w[e >> 1], e & 1)));

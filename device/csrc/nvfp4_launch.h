@@ -17,6 +17,7 @@ struct AmaxArgs {
   float* col_amax;       // [E] or nullptr when no columnwise plane is wanted
   uint32_t rht_signs;
   int nan_propagating;   // SPEC 4.1: 1 for the torchao rules (a NaN amax is 0x7FC00000), 0 for the TE rules
+  const int4* tile_recs = nullptr;  // grouped: the setup kernel's row-tile records (nvfp4_layout.cuh), or nullptr
 };
 
 struct QuantArgs {
@@ -36,6 +37,7 @@ struct QuantArgs {
   int rule;               // Rule
   uint32_t rht_signs;
   uint32_t seed_lo, seed_hi, offset;
+  const int4* tile_recs = nullptr;  // grouped: the setup kernel's row-tile records (nvfp4_layout.cuh), or nullptr
 };
 
 
@@ -60,9 +62,10 @@ void launch_quantize_f32(const QuantArgs& a, int64_t row_tiles, cudaStream_t s);
 // the T rows of x, SPEC 9.4), zeroed per-group amaxes (those given), and zero bytes past the last group in up to
 // kTailBufs buffers (bufs[i] of caps[i] bytes, whose used length is offset row rows[i], entry E).
 constexpr int kTailBufs = 4;
+// tile_recs (optional): [T/128 + E] row-tile records for the bf16 fast kernels (nvfp4_layout.cuh, TileRecord).
 void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int64_t* offs, float* row_amax,
                         float* col_amax, uint8_t* const bufs[kTailBufs], const int64_t caps[kTailBufs],
-                        const int rows[kTailBufs], cudaStream_t stream);
+                        const int rows[kTailBufs], int4* tile_recs, cudaStream_t stream);
 void launch_swizzle(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t stream);
 void launch_dequantize(const uint8_t* data, const uint8_t* scales, const float* amax, int64_t rows, int64_t cols,
                        bool swizzled, int rule, float* out, cudaStream_t stream);

@@ -35,17 +35,42 @@ struct GroupView {
   int64_t row_scale;
   int64_t col_data;
   int64_t col_scale;
+  int64_t first_row;    // row0 + m0: the tile's first row inside X
+  int rows;             // min(m - m0, kTileM): the tile's rows of the group (> 0)
 };
 
+// One row tile of a grouped call, written by the setup kernel (misc.cu) so that a CTA knows where its tile lies in X
+// after one load instead of a search of the tile prefix: x, y = low and high words of the tile's first row inside X,
+// z = its rows of the group (1..128), w = the group.
+using TileRecord = int4;
+
 // Resolve row tile `rt` to its group. Returns false when the tile lies past the last group (worst-case grid).
+// recs (grouped calls, optional): the setup kernel's TileRecord of every row tile; the tile's place in X then comes
+// from one load, and the group's offsets, which only the output addresses need, are loaded after it.
 __device__ __forceinline__ bool resolve_tile(const int64_t* __restrict__ offs, int E, int64_t M, int64_t rt,
-                                             GroupView& v) {
+                                             GroupView& v, const TileRecord* __restrict__ recs = nullptr) {
   if (offs == nullptr) {
-    v = GroupView{0, M, 0, rt * kTileM, 0, 0, 0, 0};
+    v = GroupView{0, M, 0, rt * kTileM, 0, 0, 0, 0, rt * kTileM, (int)min(M - rt * kTileM, (int64_t)kTileM)};
     return rt * kTileM < M;
   }
   const int64_t* toff = offs + (int64_t)kOffTiles * (E + 1);
   const int64_t tiles = __ldg(toff + E);  // checked after the search, so that its load overlaps the first round
+  if (recs != nullptr) {
+    const TileRecord r = __ldg(recs + rt);  // (past the last tile: not written, and not used)
+    if (rt >= tiles) return false;
+    const int64_t* roff = offs + (int64_t)kOffRows * (E + 1);
+    v.g = r.w;
+    v.first_row = (int64_t)(((uint64_t)(uint32_t)r.y << 32) | (uint32_t)r.x);
+    v.rows = r.z;
+    v.row0 = roff[r.w];
+    v.m = roff[r.w + 1] - v.row0;
+    v.m0 = v.first_row - v.row0;
+    v.row_data = offs[(int64_t)kOffRowData * (E + 1) + r.w];
+    v.row_scale = offs[(int64_t)kOffRowScale * (E + 1) + r.w];
+    v.col_data = offs[(int64_t)kOffColData * (E + 1) + r.w];
+    v.col_scale = offs[(int64_t)kOffColScale * (E + 1) + r.w];
+    return true;
+  }
   // Largest g < E with toff[g] <= rt (empty groups share their start with the next group and are skipped), by a
   // 32-way search: each round, lane l tests toff[lo + l * stride] (a prefix of the lanes passes, toff being
   // non-decreasing and toff[lo] <= rt), and lo moves to the last passing point. ceil(log32(E)) dependent loads
@@ -70,6 +95,8 @@ __device__ __forceinline__ bool resolve_tile(const int64_t* __restrict__ offs, i
   v.row_scale = offs[(int64_t)kOffRowScale * (E + 1) + lo];
   v.col_data = offs[(int64_t)kOffColData * (E + 1) + lo];
   v.col_scale = offs[(int64_t)kOffColScale * (E + 1) + lo];
+  v.first_row = v.row0 + v.m0;
+  v.rows = (int)min(v.m - v.m0, (int64_t)kTileM);
   return true;
 }
 
@@ -78,10 +105,11 @@ __device__ __forceinline__ bool resolve_tile(const int64_t* __restrict__ offs, i
 // tile is a CTA index (< 2^31, the grid's x limit) and nkt divides the grid, so the division is done in 32 bits
 // (the 64-bit one was ~30 instructions per CTA of the quantize kernel; stop 58).
 __device__ __forceinline__ bool resolve_grid_tile(const int64_t* __restrict__ offs, int E, int64_t M, int64_t tile,
-                                                  int64_t nkt, GroupView& v, int64_t& kt) {
+                                                  int64_t nkt, GroupView& v, int64_t& kt,
+                                                  const TileRecord* __restrict__ recs = nullptr) {
   const uint32_t t32 = static_cast<uint32_t>(tile), n32 = static_cast<uint32_t>(nkt);
   kt = t32 % n32;
-  return resolve_tile(offs, E, M, t32 / n32, v);
+  return resolve_tile(offs, E, M, t32 / n32, v, recs);
 }
 
 // The same grid walked in reverse tile order (the amax pass: the tiles it reads last are the ones the quantizer
@@ -89,11 +117,12 @@ __device__ __forceinline__ bool resolve_grid_tile(const int64_t* __restrict__ of
 // real row-tile count (offset table row kOffTiles, entry E): a grid sized for the worst case (T/128 + E row tiles)
 // would otherwise start with its empty CTAs, up to E x nkt of them (E = 128 cost ~10 us, stop 20).
 __device__ __forceinline__ bool resolve_grid_tile_reversed(const int64_t* __restrict__ offs, int E, int64_t M,
-                                                           int64_t block, int64_t nkt, GroupView& v, int64_t& kt) {
+                                                           int64_t block, int64_t nkt, GroupView& v, int64_t& kt,
+                                                           const TileRecord* __restrict__ recs = nullptr) {
   const int64_t tiles =
       offs == nullptr ? ceil_div(M, (int64_t)kTileM) : __ldg(offs + (int64_t)kOffTiles * (E + 1) + E);
   if (block >= tiles * nkt) return false;
-  return resolve_grid_tile(offs, E, M, tiles * nkt - 1 - block, nkt, v, kt);
+  return resolve_grid_tile(offs, E, M, tiles * nkt - 1 - block, nkt, v, kt, recs);
 }
 
 // Input tile geometry per element type: a tile row is 256 bytes = 16 chunks of 16 bytes.

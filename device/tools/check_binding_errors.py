@@ -33,9 +33,10 @@ def quantize_calls() -> dict[str, Callable[[], str]]:
     bf16 = dict(dtype=torch.bfloat16, device="cuda")
     return {
         "amax_ K of 24": lambda: ext.amax_(torch.zeros((4, 24), **bf16), None, 1, 1, torch.zeros(1, device="cuda"),
-                                           None, False, 0, False, False),
+                                           None, False, 0, False, False, None),
         "amax_ RHT of float32": lambda: ext.amax_(torch.zeros((4, 32), device="cuda"), None, 1, 1,
-                                                  torch.zeros(1, device="cuda"), None, True, 0xD7E8, False, False),
+                                                  torch.zeros(1, device="cuda"), None, True, 0xD7E8, False, False,
+                                                  None),
         "swizzle_ short out": lambda: ext.swizzle_(torch.zeros((4, 4), **u8), torch.zeros(16, **u8)),
         "dequantize_ short data": lambda: ext.dequantize_(torch.zeros(512, **u8), torch.zeros(65536, **u8), one,
                                                           1024, 1024, True, 0, out(1024, 1024)),
