@@ -50,9 +50,10 @@ struct TailFill {
 };
 
 // The setup of a grouped call, one launch (it was two until stop 20): every CTA scans the device splits into the
-// offset table [6, E+1] (SPEC 9); CTA 0 writes the table and zeroes the per-group amaxes; all CTAs then zero the
-// bytes past the last group of the worst-case sized buffers (SPEC 9), from the scan's totals (the same numbers CTA 0
-// writes, so no CTA reads another's results).
+// offset table [6, E+1] (SPEC 9); CTA 0 writes the table and zeroes the per-group amaxes; all CTAs write their share
+// of the row-tile records (`recs`, when given; stop 59) and then zero the bytes past the last group of the
+// worst-case sized buffers (SPEC 9), from the scan's totals (the same numbers CTA 0 writes, so no CTA reads another's
+// results).
 // Splits that do not add up to T (SPEC 9.4): a negative size counts as 0 and the running total is capped at T, so
 // every offset stays inside the buffers sized from T; a group is what is left of it below row T.
 __global__ void __launch_bounds__(kScanThreads) group_setup_kernel(const int64_t* __restrict__ splits, int E,
@@ -101,17 +102,21 @@ __global__ void __launch_bounds__(kScanThreads) group_setup_kernel(const int64_t
     if (writer && i < E) {
 #pragma unroll
       for (int r = 0; r < kNumOffRows; ++r) offs[(int64_t)r * (E + 1) + i + 1] = carry[r] + q[r];
-      if (recs != nullptr) {  // this group's row tiles (nvfp4_layout.cuh, TileRecord)
-        const int64_t tile0 = carry[kOffTiles] + q[kOffTiles] - ceil_div(own, (int64_t)kTileM);
-        const int64_t row0 = carry[kOffRows] + q[kOffRows] - own;
-        for (int64_t j = 0; j * kTileM < own; ++j) {
-          const int64_t first = row0 + j * kTileM;
-          recs[tile0 + j] = make_int4((int)(uint32_t)first, (int)(uint32_t)((uint64_t)first >> 32),
-                                      (int)min(own - j * kTileM, (int64_t)kTileM), i);
-        }
-      }
+
       if (row_amax) row_amax[i] = 0.0f;
       if (col_amax) col_amax[i] = 0.0f;
+    }
+    if (recs != nullptr && i < E) {
+      // this group's row tiles (nvfp4_layout.cuh, TileRecord), tile j by CTA j % gridDim.x: every CTA has the whole
+      // scan, and a large group's records are spread over the grid (one thread writing a 110-tile group's records
+      // made the setup 3 us longer)
+      const int64_t tile0 = carry[kOffTiles] + q[kOffTiles] - ceil_div(own, (int64_t)kTileM);
+      const int64_t row0 = carry[kOffRows] + q[kOffRows] - own;
+      for (int64_t j = blockIdx.x; j * kTileM < own; j += gridDim.x) {
+        const int64_t first = row0 + j * kTileM;
+        recs[tile0 + j] = make_int4((int)(uint32_t)first, (int)(uint32_t)((uint64_t)first >> 32),
+                                    (int)min(own - j * kTileM, (int64_t)kTileM), i);
+      }
     }
     __syncthreads();
     if (t == kScanThreads - 1) {
