@@ -102,7 +102,6 @@ __global__ void __launch_bounds__(kScanThreads) group_setup_kernel(const int64_t
     if (writer && i < E) {
 #pragma unroll
       for (int r = 0; r < kNumOffRows; ++r) offs[(int64_t)r * (E + 1) + i + 1] = carry[r] + q[r];
-
       if (row_amax) row_amax[i] = 0.0f;
       if (col_amax) col_amax[i] = 0.0f;
     }

@@ -56,7 +56,10 @@ __device__ __forceinline__ bool resolve_tile(const int64_t* __restrict__ offs, i
   const int64_t* toff = offs + (int64_t)kOffTiles * (E + 1);
   const int64_t tiles = __ldg(toff + E);  // checked after the search, so that its load overlaps the first round
   if (recs != nullptr) {
-    const TileRecord r = __ldg(recs + rt);  // (past the last tile: not written, and not used)
+    // (rt < T/128 + E, the records' length; a record past the last tile is not written, and not used.) The quantize
+    // kernel reads it before its griddepcontrol.wait, as it reads the offsets: the amax pass lets it launch only after
+    // its own wait for the setup kernel, whose writes are then complete.
+    const TileRecord r = __ldg(recs + rt);
     if (rt >= tiles) return false;
     const int64_t* roff = offs + (int64_t)kOffRows * (E + 1);
     v.g = r.w;
