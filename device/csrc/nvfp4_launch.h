@@ -8,6 +8,18 @@ namespace nvfp4 {
 
 enum ScaleLayout : int { kCompact = 0, kPaddedCompact = 1, kSwizzled = 2 };
 
+// Sizes of a grouped call's slot table (nvfp4_layout.cuh, "Tile slots"; host and device). The most tiles a call of T
+// rows and E groups can have (the grid's tile rows): 8 tiles <= 8 full tiles + remainder blocks + 7 <= sum ceil(m_g /
+// 16) + 7, and sum ceil(m_g / 16) <= T / 16 + E.
+constexpr int kSlotTableTileRows = 128;
+__host__ __device__ inline constexpr int64_t max_slot_tiles(int64_t T, int64_t E) { return (T / 16 + E + 7) / 8; }
+// First record of the mixed tiles' slots (after the header and T / 128 full tiles at most, 8 records each).
+__host__ __device__ inline constexpr int64_t slot_mixed_base(int64_t T) { return 1 + 8 * (T / kSlotTableTileRows); }
+// int4 records of a slot table.
+__host__ __device__ inline constexpr int64_t slot_records(int64_t T, int64_t E) {
+  return slot_mixed_base(T) + 8 * max_slot_tiles(T, E);
+}
+
 struct AmaxArgs {
   const void* x;
   int64_t M, K;          // rows of X (T when grouped) and columns
@@ -18,6 +30,7 @@ struct AmaxArgs {
   uint32_t rht_signs;
   int nan_propagating;   // SPEC 4.1: 1 for the torchao rules (a NaN amax is 0x7FC00000), 0 for the TE rules
   const int4* tile_recs = nullptr;  // grouped: the setup kernel's row-tile records (nvfp4_layout.cuh), or nullptr
+  const int4* tile_slots = nullptr;  // grouped: the setup kernel's slot table (nvfp4_layout.cuh), or nullptr
 };
 
 struct QuantArgs {
@@ -38,6 +51,7 @@ struct QuantArgs {
   uint32_t rht_signs;
   uint32_t seed_lo, seed_hi, offset;
   const int4* tile_recs = nullptr;  // grouped: the setup kernel's row-tile records (nvfp4_layout.cuh), or nullptr
+  const int4* tile_slots = nullptr;  // grouped: the setup kernel's slot table (nvfp4_layout.cuh), or nullptr
 };
 
 
@@ -62,10 +76,11 @@ void launch_quantize_f32(const QuantArgs& a, int64_t row_tiles, cudaStream_t s);
 // the T rows of x, SPEC 9.4), zeroed per-group amaxes (those given), and zero bytes past the last group in up to
 // kTailBufs buffers (bufs[i] of caps[i] bytes, whose used length is offset row rows[i], entry E).
 constexpr int kTailBufs = 4;
-// tile_recs (optional): [T/128 + E] row-tile records for the bf16 fast kernels (nvfp4_layout.cuh, TileRecord).
+// tile_recs (optional): [T/128 + E] row-tile records for the bf16 fast kernels (nvfp4_layout.cuh, TileRecord);
+// tile_slots (optional): the slot table [slot_records(T, E)] for them (nvfp4_layout.cuh).
 void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int64_t* offs, float* row_amax,
                         float* col_amax, uint8_t* const bufs[kTailBufs], const int64_t caps[kTailBufs],
-                        const int rows[kTailBufs], int4* tile_recs, cudaStream_t stream);
+                        const int rows[kTailBufs], int4* tile_recs, int4* tile_slots, cudaStream_t stream);
 void launch_swizzle(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t stream);
 void launch_dequantize(const uint8_t* data, const uint8_t* scales, const float* amax, int64_t rows, int64_t cols,
                        bool swizzled, int rule, float* out, cudaStream_t stream);
