@@ -75,13 +75,6 @@ std::string check_tile_recs(const optional<Tensor>& recs, c10::Device dev, int64
   return {};
 }
 
-// Hands a grouped call's tile table to the kernels' arguments as the slot table or as row-tile records.
-template <typename Args>
-void set_tile_table(Args& a, const optional<Tensor>& recs) {
-  const int4* p = ptr_or_null<const int4>(recs);
-  if (use_tile_slots()) a.tile_slots = p;
-  else a.tile_recs = p;
-}
 
 // SPEC 4: per-tensor (offs absent) or per-group amax. row_amax / col_amax must be zero on entry.
 // after_setup: the previous launch on the stream is group_setup_ for `offs`. nan_propagating: the torchao rules'
@@ -95,10 +88,11 @@ std::string amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int6
   nvfp4::AmaxArgs a{x.data_ptr(), x.size(0), x.size(1), ptr_or_null<const int64_t>(offs), (int)E,
                     row_amax.data_ptr<float>(), ptr_or_null<float>(col_amax), (uint32_t)rht_signs,
                     nan_propagating ? 1 : 0};
-  set_tile_table(a, tile_recs);
+  a.tile_recs = ptr_or_null<const int4>(tile_recs);
+  const bool slots = a.tile_recs != nullptr && use_tile_slots();
   auto s = c10::cuda::getCurrentCUDAStream();
   switch (dtype_code(x)) {
-    case nvfp4::kBF16: nvfp4::launch_amax_bf16(a, rht, row_tiles, s, after_setup); break;
+    case nvfp4::kBF16: nvfp4::launch_amax_bf16(a, rht, row_tiles, s, after_setup, slots); break;
     case nvfp4::kF16: nvfp4::launch_amax_f16(a, row_tiles, s); break;
     default: nvfp4::launch_amax_f32(a, row_tiles, s); break;
   }
@@ -137,10 +131,11 @@ std::string quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, 
   a.seed_lo = (uint32_t)seed_lo;
   a.seed_hi = (uint32_t)seed_hi;
   a.offset = (uint32_t)offset;
-  set_tile_table(a, tile_recs);
+  a.tile_recs = ptr_or_null<const int4>(tile_recs);
+  const bool slots = a.tile_recs != nullptr && use_tile_slots();
   auto s = c10::cuda::getCurrentCUDAStream();
   switch (dtype_code(x)) {
-    case nvfp4::kBF16: nvfp4::launch_quantize_bf16(a, rht, row_tiles, s, after_amax); break;
+    case nvfp4::kBF16: nvfp4::launch_quantize_bf16(a, rht, row_tiles, s, after_amax, slots); break;
     case nvfp4::kF16: nvfp4::launch_quantize_f16(a, row_tiles, s); break;
     default: nvfp4::launch_quantize_f32(a, row_tiles, s); break;
   }

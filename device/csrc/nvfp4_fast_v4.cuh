@@ -528,7 +528,7 @@ __device__ __forceinline__ void columnwise_tile_store(const QuantArgs& a, const 
 // shared memory (declared there, so that the mixed tiles' code uses the same arrays).
 template <bool kRHT, bool kTorchao>
 __device__ __forceinline__ void quantize_group_tile(const QuantArgs& a, const GroupView& gv, int64_t kt, uint8_t* tile,
-                                                    uint8_t* cstage, PlaneTables& planes) {
+                                                    uint8_t* cstage) {
   using T = __nv_bfloat16;
   using G = TileGeom<T>;
   constexpr int TK = G::kTileK;  // 128
@@ -564,6 +564,7 @@ __device__ __forceinline__ void quantize_group_tile(const QuantArgs& a, const Gr
   // the wait, which returns once that kernel has finished and its writes are visible. Without a programmatic
   // dependency the wait returns at once.
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  __shared__ PlaneTables planes;
   build_plane_tables<kTorchao>(a, gv.g, planes);
   asm volatile("cp.async.wait_all;\n" ::: "memory");  // this thread's tile pieces have landed; the barrier: all
   __syncthreads();
@@ -619,6 +620,7 @@ __device__ __forceinline__ void mixed_rowwise(const QuantArgs& a, const MixedTil
     const uint32_t bbits = block_max_f32_bits(lo, hi);
     const bool slow = __any_sync(0xffffffffu, bbits >= 0x7F800000u);  // a NaN / Inf block in the warp
     const float b = rowwise_block_max<kTorchao>(lo, hi, bbits, slow);
+    const bool fast = !slow && (!kTorchao || torchao_fast_plane(ms.tp[s][0]));  // rowwise_tile's fast path applies
     const SlotView v = decode_slot(ms.rec[s]);
     if (sub >= v.rows) continue;  // past the group's rows: the padding rows below
     const int64_t r = 16 * (int64_t)v.mb + sub;  // the row inside its group
@@ -626,7 +628,12 @@ __device__ __forceinline__ void mixed_rowwise(const QuantArgs& a, const MixedTil
                   (a.layout == kSwizzled ? swizzle_offset(r, gblk, cp >> 2) : r * cols + gblk);
     if (blk_ok) {
       uint32_t sb, pl, ph;
-      rowwise_block_general<kTorchao, false>(lo, hi, b, slow, nullptr, ms.ps[s][0], ms.tp[s][0], sb, pl, ph);
+      if (fast) {
+        const float mult = slot_byte_and_multiplier<kTorchao>(b, ms.ps[s][0], ms.tp[s][0], sb);
+        encode16_words(lo, hi, mult, needs_clamp(b, mult), pl, ph);
+      } else {
+        rowwise_block_general<kTorchao, false>(lo, hi, b, slow, nullptr, ms.ps[s][0], ms.tp[s][0], sb, pl, ph);
+      }
       // the rowwise data of the groups is X's rows in order (SPEC 9): the group's region starts at its first row
       store_once(reinterpret_cast<uint2*>(a.row_data + (v.first_row + sub) * (a.K >> 1) + gblk * 8),
                  make_uint2(pl, ph));
@@ -767,14 +774,13 @@ template <bool kRHT, bool kTorchao = false, bool kSlots = false>
 __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
   __shared__ alignas(16) uint8_t tile[kTileM * 256];
   __shared__ alignas(16) uint8_t cstage[kTileM * 64];  // columnwise codes of the tile, staged (col_stage_offset)
-  __shared__ PlaneTables planes;
   GroupView gv;
   int64_t kt;
   if constexpr (kSlots) {
     const uint32_t nkt = (uint32_t)quant_k_tiles<__nv_bfloat16>(a.K);  // (32-bit: nkt divides the grid, < 2^31)
     const int warp = (int)(threadIdx.x >> 5);
     int4 rec;
-    if (!tile_slot(a.tile_slots, a.M, blockIdx.x / nkt, warp, rec)) return;
+    if (!tile_slot(a.tile_recs, a.M, blockIdx.x / nkt, warp, rec)) return;
     kt = blockIdx.x % nkt;
     SlotView sv = decode_slot(rec);
     if (!sv.full) {
@@ -788,7 +794,7 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
                                 a.tile_recs)) {
     return;
   }
-  quantize_group_tile<kRHT, kTorchao>(a, gv, kt, tile, cstage, planes);
+  quantize_group_tile<kRHT, kTorchao>(a, gv, kt, tile, cstage);
 }
 
 // amax, bf16, v4: the amax_kernel tile (128 rows x 128 columns, reverse tile order), 256 threads, each owns 16
@@ -814,12 +820,13 @@ __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
   int rows16, g;     // this thread's rows of its group (0..16); the group
   if constexpr (kSlots) {
     const uint32_t nkt = (uint32_t)amax_k_tiles<T>(a.K);
-    const int4 hdr = __ldg(a.tile_slots);
+    const int4 hdr = __ldg(a.tile_recs);
     const uint32_t total = (uint32_t)hdr.x * nkt;  // (< 2^31: the grid is sized for at least as many tiles)
     if (blockIdx.x >= total) return;
     const uint32_t tile = total - 1 - blockIdx.x;
     kt = tile % nkt;
-    const SlotView sv = decode_slot(__ldg(slot_tile_records(a.tile_slots, a.M, tile / nkt, (uint32_t)hdr.y) + rb));
+    const int4* trec = slot_tile_records(a.tile_recs, a.M, tile / nkt, (uint32_t)hdr.x, (uint32_t)hdr.y);
+    const SlotView sv = decode_slot(__ldg(trec + rb));
     row0 = sv.first_row;
     rows16 = sv.rows;
     g = sv.g;

@@ -29,8 +29,9 @@ struct AmaxArgs {
   float* col_amax;       // [E] or nullptr when no columnwise plane is wanted
   uint32_t rht_signs;
   int nan_propagating;   // SPEC 4.1: 1 for the torchao rules (a NaN amax is 0x7FC00000), 0 for the TE rules
-  const int4* tile_recs = nullptr;  // grouped: the setup kernel's row-tile records (nvfp4_layout.cuh), or nullptr
-  const int4* tile_slots = nullptr;  // grouped: the setup kernel's slot table (nvfp4_layout.cuh), or nullptr
+  // grouped: the setup kernel's row-tile records or slot table (nvfp4_layout.cuh; which one: the launch's `slots`), or
+  // nullptr. (One pointer for both: a further field made the quantize kernels 96 SASS instructions longer, stop 60.)
+  const int4* tile_recs = nullptr;
 };
 
 struct QuantArgs {
@@ -50,8 +51,7 @@ struct QuantArgs {
   int rule;               // Rule
   uint32_t rht_signs;
   uint32_t seed_lo, seed_hi, offset;
-  const int4* tile_recs = nullptr;  // grouped: the setup kernel's row-tile records (nvfp4_layout.cuh), or nullptr
-  const int4* tile_slots = nullptr;  // grouped: the setup kernel's slot table (nvfp4_layout.cuh), or nullptr
+  const int4* tile_recs = nullptr;  // as AmaxArgs::tile_recs
 };
 
 
@@ -63,12 +63,15 @@ enum DType : int { kBF16 = 0, kF16 = 1, kF32 = 2 };
 
 // amax pass (SPEC 4); `row_tiles` is the (worst-case) number of 128-row tiles. after_setup: the previous launch on
 // `s` is launch_group_setup for these offsets (the bf16 fast kernel then starts with a programmatic dependency).
-void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_setup);
+// slots: a.tile_recs is a slot table (nvfp4_layout.cuh), not row-tile records.
+void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_setup,
+                      bool slots = false);
 void launch_amax_f16(const AmaxArgs& a, int64_t row_tiles, cudaStream_t s);
 void launch_amax_f32(const AmaxArgs& a, int64_t row_tiles, cudaStream_t s);
 // fused quantizer (SPEC 5-8, 10). after_amax: the previous launch on `s` is the amax pass of this input (so the
 // bf16 fast kernel may overlap it, reading only X and the offsets before it waits for that pass).
-void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_amax);
+void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_amax,
+                          bool slots = false);
 void launch_quantize_f16(const QuantArgs& a, int64_t row_tiles, cudaStream_t s);
 void launch_quantize_f32(const QuantArgs& a, int64_t row_tiles, cudaStream_t s);
 

@@ -52,8 +52,8 @@ using TileRecord = int4;
 // sum ceil(m_g / 128) (158), and no tile is mostly empty. The setup kernel (misc.cu) writes the slot table:
 //  * record 0, the header: {tiles, full tiles, 0, 0};
 //  * the full tiles' slots from record 1 (8 per tile, for T / 128 tiles at most), then the mixed tiles' slots (from
-//    record slot_mixed_base(T)); tile p of a grid is full tile p for p < full tiles, else mixed tile p - full tiles.
-//    (Full tiles first: a CTA can load a full tile's slot before it knows the header, tile_slot.)
+//    record slot_mixed_base(T)); tile p of a grid is mixed tile p for p < mixed tiles, else full tile p - mixed tiles
+//    (slot_tile_records).
 // A slot record (int4): x = low word of the block's first row in X, y = bits 32..47 of that row | rows << 16 (1..16;
 // 0: an unused slot of the last mixed tile) | kSlotLast (the group's last block) | kSlotFull (a slot of a full tile),
 // z = the group (-1 when unused), w = the block's index in its group (mb: group-local rows 16 mb ..).
@@ -91,22 +91,21 @@ __host__ __device__ __forceinline__ int4 encode_slot(int64_t first_row, int rows
 
 static_assert(kTileM == kSlotTableTileRows, "the slot table's sizes (nvfp4_launch.h) assume 128-row tiles");
 
-// The 8 slot records of tile p of a slot table with `full` full tiles (header.y).
+// The 8 slot records of tile p of a slot table with `full` full tiles and `tiles` tiles (the header): the mixed tiles
+// first (tile p < tiles - full is mixed tile p), so that the grid's slower tiles do not form its tail.
 __device__ __forceinline__ const int4* slot_tile_records(const int4* __restrict__ slots, int64_t T, uint32_t p,
-                                                         uint32_t full) {
-  return p < full ? slots + 1 + kSlotsPerTile * (int64_t)p
-                  : slots + slot_mixed_base(T) + kSlotsPerTile * (int64_t)(p - full);
+                                                         uint32_t tiles, uint32_t full) {
+  const uint32_t mixed = tiles - full;
+  return p < mixed ? slots + slot_mixed_base(T) + kSlotsPerTile * (int64_t)p
+                   : slots + 1 + kSlotsPerTile * (int64_t)(p - mixed);
 }
 
-// Slot `s` of tile p of a slot table (the quantizer's grid, in table order). For p < T / 128 the full-tile record
-// is loaded beside the header, so that a full tile (most tiles) waits for one load; a mixed tile loads its record
-// after the header. False when p lies past the last tile (the grid is sized for max_slot_tiles).
+// Slot `s` of tile p of a slot table (the quantizer's grid, in table order). False when p lies past the last tile
+// (the grid is sized for max_slot_tiles).
 __device__ __forceinline__ bool tile_slot(const int4* __restrict__ slots, int64_t T, uint32_t p, int s, int4& rec) {
   const int4 hdr = __ldg(slots);
-  const bool maybe_full = (int64_t)p < T / kTileM;
-  if (maybe_full) rec = __ldg(slots + 1 + kSlotsPerTile * (int64_t)p + s);
   if (p >= (uint32_t)hdr.x) return false;
-  if (p >= (uint32_t)hdr.y) rec = __ldg(slot_tile_records(slots, T, p, (uint32_t)hdr.y) + s);
+  rec = __ldg(slot_tile_records(slots, T, p, (uint32_t)hdr.x, (uint32_t)hdr.y) + s);
   return true;
 }
 
