@@ -185,9 +185,8 @@ def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: Tensor
     ext = load_extension()
     row_tiles = t // _TILE_M + e  # worst case of sum ceil(m_g / 128)
     offs, row_amax, col_amax = bufs["offsets"], bufs["row_amax"], bufs["col_amax"]
-    # where each tile's rows lie in X (the slot table), written by the setup kernel for the bf16 fast kernels
-    # (scratch, not returned)
-    recs = torch.empty((ext.tile_table_len(t, e), 4), dtype=torch.int32, device=x.device)
+    # each row tile's place in X, written by the setup kernel for the bf16 fast kernels (scratch, not returned)
+    recs = torch.empty((row_tiles, 4), dtype=torch.int32, device=x.device)
     compute = amax_in is None
     _raise_refusal(ext.group_setup_(
         splits, t, k, offs, row_amax if compute else None, col_amax if compute else None,

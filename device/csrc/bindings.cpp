@@ -1,6 +1,5 @@
 // PyTorch bindings: thin out-variant wrappers that check arguments and launch on the current stream.
 // The Python package (device/_ops.py) wraps these in torch.library custom ops that allocate the outputs.
-#include <cstdlib>
 #include <string>
 
 #include <torch/extension.h>
@@ -53,28 +52,15 @@ std::string check_x(const Tensor& x, bool rht) {
   return {};
 }
 
-// Grouped calls of the bf16 fast kernels cut their tiles by the slot table (nvfp4_layout.cuh, "Tile slots"; stop 60)
-// unless NVFP4_TILE_SLOTS=0 selects stop 59's row-tile records. Read at every call (A/B timing in one process); the
-// setup kernel and the kernels of one call see the same value.
-bool use_tile_slots() {
-  const char* e = std::getenv("NVFP4_TILE_SLOTS");
-  return e == nullptr || e[0] != '0';
-}
-
-// int4 records of the grouped scratch table (`tile_recs`) for T rows and E groups: the slot table, or the row-tile
-// records (T / 128 + E).
-int64_t tile_table_len(int64_t T, int64_t E) { return use_tile_slots() ? nvfp4::slot_records(T, E) : T / 128 + E; }
-
-// The optional tile table of a grouped call (slot table or row-tile records, tile_table_len): int32 [R, 4] on `dev`
-// with R >= `need` (0: a single tensor, where the table is not used).
-std::string check_tile_recs(const optional<Tensor>& recs, c10::Device dev, int64_t need) {
+// The optional row-tile records of a grouped call (nvfp4_layout.cuh, TileRecord): int32 [R, 4] on `dev` with R at least
+// the worst-case row-tile count `tiles` (0: a single tensor, where the records are not used).
+std::string check_tile_recs(const optional<Tensor>& recs, c10::Device dev, int64_t tiles) {
   if (!recs.has_value() || !recs->defined()) return {};
   NVFP4_RETURN_IF_ERROR(check_on(recs, dev, "tile_recs"));
-  NVFP4_REFUSE_UNLESS(recs->scalar_type() == at::kInt && recs->is_contiguous() && recs->numel() >= 4 * need,
-                      "nvfp4: tile_recs must be a contiguous int32 tensor of at least 4 x ", need, " elements");
+  NVFP4_REFUSE_UNLESS(recs->scalar_type() == at::kInt && recs->is_contiguous() && recs->numel() >= 4 * tiles,
+                      "nvfp4: tile_recs must be a contiguous int32 tensor of at least 4 x ", tiles, " elements");
   return {};
 }
-
 
 // SPEC 4: per-tensor (offs absent) or per-group amax. row_amax / col_amax must be zero on entry.
 // after_setup: the previous launch on the stream is group_setup_ for `offs`. nan_propagating: the torchao rules'
@@ -83,16 +69,15 @@ std::string amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int6
                   const optional<Tensor>& col_amax, bool rht, int64_t rht_signs, bool after_setup,
                   bool nan_propagating, const optional<Tensor>& tile_recs) {
   NVFP4_RETURN_IF_ERROR(check_x(x, rht));
-  NVFP4_RETURN_IF_ERROR(check_tile_recs(tile_recs, x.device(), offs.has_value() ? tile_table_len(x.size(0), E) : 0));
+  NVFP4_RETURN_IF_ERROR(check_tile_recs(tile_recs, x.device(), offs.has_value() ? row_tiles : 0));
   const c10::cuda::CUDAGuard guard(x.device());
   nvfp4::AmaxArgs a{x.data_ptr(), x.size(0), x.size(1), ptr_or_null<const int64_t>(offs), (int)E,
                     row_amax.data_ptr<float>(), ptr_or_null<float>(col_amax), (uint32_t)rht_signs,
                     nan_propagating ? 1 : 0};
   a.tile_recs = ptr_or_null<const int4>(tile_recs);
-  const bool slots = a.tile_recs != nullptr && use_tile_slots();
   auto s = c10::cuda::getCurrentCUDAStream();
   switch (dtype_code(x)) {
-    case nvfp4::kBF16: nvfp4::launch_amax_bf16(a, rht, row_tiles, s, after_setup, slots); break;
+    case nvfp4::kBF16: nvfp4::launch_amax_bf16(a, rht, row_tiles, s, after_setup); break;
     case nvfp4::kF16: nvfp4::launch_amax_f16(a, row_tiles, s); break;
     default: nvfp4::launch_amax_f32(a, row_tiles, s); break;
   }
@@ -107,7 +92,7 @@ std::string quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, 
                       int64_t rht_signs, int64_t seed_lo, int64_t seed_hi, int64_t offset, bool after_amax,
                       const optional<Tensor>& tile_recs) {
   NVFP4_RETURN_IF_ERROR(check_x(x, rht));
-  NVFP4_RETURN_IF_ERROR(check_tile_recs(tile_recs, x.device(), offs.has_value() ? tile_table_len(x.size(0), E) : 0));
+  NVFP4_RETURN_IF_ERROR(check_tile_recs(tile_recs, x.device(), offs.has_value() ? row_tiles : 0));
   NVFP4_REFUSE_UNLESS(rule >= nvfp4::kRuleTE && rule <= nvfp4::kRuleTorchaoNoScale, "nvfp4: unknown scale rule ",
                       rule);
   const c10::cuda::CUDAGuard guard(x.device());
@@ -132,10 +117,9 @@ std::string quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, 
   a.seed_hi = (uint32_t)seed_hi;
   a.offset = (uint32_t)offset;
   a.tile_recs = ptr_or_null<const int4>(tile_recs);
-  const bool slots = a.tile_recs != nullptr && use_tile_slots();
   auto s = c10::cuda::getCurrentCUDAStream();
   switch (dtype_code(x)) {
-    case nvfp4::kBF16: nvfp4::launch_quantize_bf16(a, rht, row_tiles, s, after_amax, slots); break;
+    case nvfp4::kBF16: nvfp4::launch_quantize_bf16(a, rht, row_tiles, s, after_amax); break;
     case nvfp4::kF16: nvfp4::launch_quantize_f16(a, row_tiles, s); break;
     default: nvfp4::launch_quantize_f32(a, row_tiles, s); break;
   }
@@ -149,7 +133,8 @@ std::string group_setup_(const Tensor& splits, int64_t T, int64_t K, Tensor offs
                          const optional<Tensor>& row_scales, const optional<Tensor>& col_data,
                          const optional<Tensor>& col_scales, const optional<Tensor>& tile_recs) {
   NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4", splits, "splits"));
-  NVFP4_RETURN_IF_ERROR(check_tile_recs(tile_recs, splits.device(), tile_table_len(T, splits.numel())));
+  // (the worst-case row-tile count, T / 128 + E: kTileM = 128, nvfp4_layout.cuh)
+  NVFP4_RETURN_IF_ERROR(check_tile_recs(tile_recs, splits.device(), T / 128 + splits.numel()));
   NVFP4_REFUSE_UNLESS(splits.scalar_type() == at::kLong, "nvfp4: splits must be int64");
   NVFP4_REFUSE_UNLESS(T >= 0 && K >= 0 && K % 16 == 0, "nvfp4: need T >= 0 and K a multiple of 16");
   NVFP4_REFUSE_UNLESS(offs.is_cuda() && offs.scalar_type() == at::kLong && offs.numel() == 6 * (splits.numel() + 1),
@@ -174,8 +159,7 @@ std::string group_setup_(const Tensor& splits, int64_t T, int64_t K, Tensor offs
   const int rows[nvfp4::kTailBufs] = {2, 3, 4, 5};  // kOffRowData, kOffRowScale, kOffColData, kOffColScale
   nvfp4::launch_group_setup(splits.data_ptr<int64_t>(), (int)splits.numel(), T, K, offs.data_ptr<int64_t>(),
                             ptr_or_null<float>(row_amax), ptr_or_null<float>(col_amax), bufs, caps, rows,
-                            use_tile_slots() ? nullptr : ptr_or_null<int4>(tile_recs),
-                            use_tile_slots() ? ptr_or_null<int4>(tile_recs) : nullptr, c10::cuda::getCurrentCUDAStream());
+                            ptr_or_null<int4>(tile_recs), c10::cuda::getCurrentCUDAStream());
   return nvfp4::launch_status("nvfp4");
 }
 
@@ -235,8 +219,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "fused NVFP4 quantizer into preallocated buffers (SPEC 5-8, 10)");
   m.def("group_setup_", nvfp4::returning_errors(&group_setup_),
         "device offsets, zeroed amaxes and tail fill of a grouped call (SPEC 9)");
-  m.def("tile_table_len", &tile_table_len,
-        "int4 records of a grouped call's tile table (tile_recs of group_setup_, amax_, quantize_) for T rows, E groups");
   m.def("swizzle_", nvfp4::returning_errors(&swizzle_), "compact -> swizzled scales (SPEC 8.2)");
   m.def("dequantize_", nvfp4::returning_errors(&dequantize_), "NVFP4 plane -> float32 (SPEC 11)");
 }

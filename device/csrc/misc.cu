@@ -10,12 +10,11 @@ namespace {
 
 constexpr int kScanThreads = 1024;
 
-// Inclusive block-wide scan of N int64 quantities at once (warp shuffles, then warp totals).
-template <int N>
-__device__ void block_scan(int64_t (&q)[N], int64_t (*warp_tot)[N]) {
+// Inclusive block-wide scan of kNumOffRows int64 quantities at once (warp shuffles, then warp totals).
+__device__ void block_scan(int64_t (&q)[kNumOffRows], int64_t (*warp_tot)[kNumOffRows]) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
-  for (int r = 0; r < N; ++r) {
+  for (int r = 0; r < kNumOffRows; ++r) {
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
       const int64_t n = __shfl_up_sync(0xffffffffu, q[r], o);
@@ -26,7 +25,7 @@ __device__ void block_scan(int64_t (&q)[N], int64_t (*warp_tot)[N]) {
   __syncthreads();
   if (warp == 0) {
 #pragma unroll
-    for (int r = 0; r < N; ++r) {
+    for (int r = 0; r < kNumOffRows; ++r) {
       int64_t w = warp_tot[lane][r];
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
@@ -39,7 +38,7 @@ __device__ void block_scan(int64_t (&q)[N], int64_t (*warp_tot)[N]) {
   __syncthreads();
   if (warp > 0) {
 #pragma unroll
-    for (int r = 0; r < N; ++r) q[r] += warp_tot[warp - 1][r];
+    for (int r = 0; r < kNumOffRows; ++r) q[r] += warp_tot[warp - 1][r];
   }
 }
 
@@ -61,20 +60,17 @@ __global__ void __launch_bounds__(kScanThreads) group_setup_kernel(const int64_t
                                                                     int64_t T, int64_t K, int64_t* __restrict__ offs,
                                                                     float* __restrict__ row_amax,
                                                                     float* __restrict__ col_amax, TailFill f,
-                                                                    TileRecord* __restrict__ recs,
-                                                                    int4* __restrict__ slots) {
+                                                                    TileRecord* __restrict__ recs) {
   // The amax pass is launched with a programmatic dependency on this grid and waits (griddepcontrol.wait) for its
   // completion before it reads anything: let it become resident now.
   asm volatile("griddepcontrol.launch_dependents;");
-  // scanned: the offset rows, then (tile slots) each group's full 128-row tiles and its remainder's 16-row blocks
-  constexpr int kScanFull = kNumOffRows, kScanRem = kNumOffRows + 1, kScanQ = kNumOffRows + 2;
-  __shared__ int64_t warp_tot[32][kScanQ];
-  __shared__ int64_t carry[kScanQ];
+  __shared__ int64_t warp_tot[32][kNumOffRows];
+  __shared__ int64_t carry[kNumOffRows];
   const int t = threadIdx.x;
   const bool writer = blockIdx.x == 0;
-  if (t < kScanQ) {
+  if (t < kNumOffRows) {
     carry[t] = 0;
-    if (writer && t < kNumOffRows) offs[(int64_t)t * (E + 1)] = 0;
+    if (writer) offs[(int64_t)t * (E + 1)] = 0;
   }
   const int64_t kb4 = round_up(K / 16, 4), kpad = round_up(K, 128);
   for (int base = 0; base < E; base += kScanThreads) {
@@ -82,10 +78,8 @@ __global__ void __launch_bounds__(kScanThreads) group_setup_kernel(const int64_t
     const int i = base + t;
     int64_t m = i < E ? splits[i] : 0;
     m = m < 0 ? 0 : (m > T ? T : m);  // SPEC 9.4: clamped to [0, T] (same groups; no int64 overflow in the sums)
-    int64_t q[kScanQ];
+    int64_t q[kNumOffRows];
     auto sizes = [&](int64_t mg) {
-      q[kScanFull] = mg / kTileM;
-      q[kScanRem] = ceil_div(mg % kTileM, (int64_t)16);
       q[kOffRows] = mg;
       q[kOffTiles] = ceil_div(mg, kTileM);
       q[kOffRowData] = mg * K / 2;
@@ -111,26 +105,6 @@ __global__ void __launch_bounds__(kScanThreads) group_setup_kernel(const int64_t
       if (row_amax) row_amax[i] = 0.0f;
       if (col_amax) col_amax[i] = 0.0f;
     }
-    if (slots != nullptr && i < E) {
-      // this group's tile slots (nvfp4_layout.cuh): its full tiles (tile j by CTA j % gridDim.x, 8 slots each) and
-      // its remainder blocks (block k by CTA k % gridDim.x) in the mixed tiles' region
-      const int64_t nfull = own / kTileM, nrem = ceil_div(own % kTileM, (int64_t)16);
-      const int64_t full0 = carry[kScanFull] + q[kScanFull] - nfull;
-      const int64_t rem0 = carry[kScanRem] + q[kScanRem] - nrem;
-      const int64_t row0 = carry[kOffRows] + q[kOffRows] - own;
-      for (int64_t j = blockIdx.x; j < nfull; j += gridDim.x) {
-        int4* dst = slots + 1 + kSlotsPerTile * (full0 + j);
-#pragma unroll
-        for (int sl = 0; sl < kSlotsPerTile; ++sl)
-          dst[sl] = encode_slot(row0 + j * kTileM + sl * 16, 16, i, j * kSlotsPerTile + sl,
-                                nrem == 0 && j == nfull - 1 && sl == kSlotsPerTile - 1, true);
-      }
-      for (int64_t k = blockIdx.x; k < nrem; k += gridDim.x) {
-        const int64_t r = nfull * kTileM + k * 16;  // group-local first row
-        slots[slot_mixed_base(T) + rem0 + k] =
-            encode_slot(row0 + r, (int)min(own - r, (int64_t)16), i, nfull * kSlotsPerTile + k, k == nrem - 1, false);
-      }
-    }
     if (recs != nullptr && i < E) {
       // this group's row tiles (nvfp4_layout.cuh, TileRecord), tile j by CTA j % gridDim.x: every CTA has the whole
       // scan, and a large group's records are spread over the grid (one thread writing a 110-tile group's records
@@ -146,16 +120,10 @@ __global__ void __launch_bounds__(kScanThreads) group_setup_kernel(const int64_t
     __syncthreads();
     if (t == kScanThreads - 1) {
 #pragma unroll
-      for (int r = 0; r < kScanQ; ++r) carry[r] += q[r];
+      for (int r = 0; r < kNumOffRows; ++r) carry[r] += q[r];
     }
   }
   __syncthreads();  // carry[] = the totals, offs[r][E]
-  if (slots != nullptr && writer && t < kSlotsPerTile) {
-    // the header, and the unused slots of the last mixed tile
-    const int64_t nrem = carry[kScanRem], nmixed = ceil_div(nrem, (int64_t)kSlotsPerTile);
-    if (t == 0) slots[0] = make_int4((int)(carry[kScanFull] + nmixed), (int)carry[kScanFull], 0, 0);
-    if (nrem + t < nmixed * kSlotsPerTile) slots[slot_mixed_base(T) + nrem + t] = encode_slot(0, 0, -1, 0, false, false);
-  }
   const int64_t first = blockIdx.x * (int64_t)blockDim.x + t, stride = (int64_t)gridDim.x * blockDim.x;
 #pragma unroll
   for (int b = 0; b < kTailBufs; ++b) {  // unrolled: f's arrays are indexed by constants (no local-memory copy)
@@ -232,7 +200,7 @@ int grid_for(int64_t work, int threads) {
 
 void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int64_t* offs, float* row_amax,
                         float* col_amax, uint8_t* const bufs[kTailBufs], const int64_t caps[kTailBufs],
-                        const int rows[kTailBufs], int4* tile_recs, int4* tile_slots, cudaStream_t stream) {
+                        const int rows[kTailBufs], int4* tile_recs, cudaStream_t stream) {
   TailFill f;
   int64_t most = 0;
   for (int i = 0; i < kTailBufs; ++i) {
@@ -244,8 +212,7 @@ void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int6
   // The tail is at most ~E*16*K/2 bytes per buffer; size the grid by capacity, at most 66 CTAs (each also scans
   // the E splits, which is cheap next to the fill).
   const int grid = grid_for(most, kScanThreads) < 66 ? grid_for(most, kScanThreads) : 66;
-  group_setup_kernel<<<grid, kScanThreads, 0, stream>>>(splits, E, T, K, offs, row_amax, col_amax, f, tile_recs,
-                                                        tile_slots);
+  group_setup_kernel<<<grid, kScanThreads, 0, stream>>>(splits, E, T, K, offs, row_amax, col_amax, f, tile_recs);
 }
 
 void launch_swizzle(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t stream) {

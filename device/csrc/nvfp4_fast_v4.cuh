@@ -207,62 +207,6 @@ __device__ __forceinline__ PlaneConsts read_plane_consts(const PlaneTables& pt) 
   return c;
 }
 
-// The multiplier of scale byte sb formed directly (the mixed tiles of grouped calls, whose blocks may belong to
-// several groups, have no per-group tables): the table entries of build_plane_tables, the same values.
-template <bool kTorchao>
-__device__ __forceinline__ float slot_multiplier(uint32_t sb, const PlaneScale& ps, const TorchaoPlane& tp) {
-  if constexpr (kTorchao) return torchao_multiplier(sb, tp);
-  else return block_multiplier(sb, ps);
-}
-template <bool kTorchao>
-__device__ __forceinline__ float slot_byte_and_multiplier(float b, const PlaneScale& ps, const TorchaoPlane& tp,
-                                                          uint32_t& sb) {
-  sb = kTorchao ? torchao_scale_byte(b, tp) : block_scale_byte(b, ps);
-  return slot_multiplier<kTorchao>(sb, ps, tp);
-}
-
-// The max |x| of a rowwise 16-block (lo, hi) for the general path: bbits (block_max_f32_bits) unless the warp holds a
-// NaN / Inf block (slow), then the exact fp max: NaN-ignoring (SPEC 5.2), NaN-propagating for the torchao rules (5.4).
-template <bool kTorchao>
-__device__ __forceinline__ float rowwise_block_max(const uint4& lo, const uint4& hi, uint32_t bbits, bool slow) {
-  const uint32_t wl[4] = {lo.x, lo.y, lo.z, lo.w}, wh[4] = {hi.x, hi.y, hi.z, hi.w};
-  float b = __uint_as_float(bbits);
-  if (slow) {
-    float mm = 0.0f;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      mm = abs_max<kTorchao>(mm, fabsf(bf16_half(wl[e >> 1], e & 1)));
-      mm = abs_max<kTorchao>(mm, fabsf(bf16_half(wh[e >> 1], e & 1)));
-    }
-    b = mm;
-  }
-  return b;
-}
-
-// One rowwise 16-block (lo, hi) of max b (rowwise_block_max) by the general path (any values): its scale byte and
-// codes; slow: exact encode. kTable: the multiplier from mtab (build_plane_tables), else formed directly
-// (slot_multiplier).
-template <bool kTorchao, bool kTable>
-__device__ __forceinline__ void rowwise_block_general(const uint4& lo, const uint4& hi, float b, bool slow,
-                                                      const float* mtab, const PlaneScale& ps,
-                                                      [[maybe_unused]] const TorchaoPlane& tp, uint32_t& sb,
-                                                      uint32_t& pl, uint32_t& ph) {
-  const uint32_t wl[4] = {lo.x, lo.y, lo.z, lo.w}, wh[4] = {hi.x, hi.y, hi.z, hi.w};
-  const float mult = kTable ? block_byte_and_multiplier<kTorchao>(b, ps, tp, mtab, sb)
-                            : slot_byte_and_multiplier<kTorchao>(b, ps, tp, sb);
-  if constexpr (kTorchao) {
-    pl = ph = 0;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      pl |= torchao_code_rn(bf16_half(wl[e >> 1], e & 1), mult) << (4 * e);
-      ph |= torchao_code_rn(bf16_half(wh[e >> 1], e & 1), mult) << (4 * e);
-    }
-  } else {
-    pl = slow ? encode8_slow(wl, mult) : encode8_fast(wl, mult);
-    ph = slow ? encode8_slow(wh, mult) : encode8_fast(wh, mult);
-  }
-}
-
 // The rowwise plane (SPEC 6.1) of one tile: codes and scale bytes (padding included, SPEC 8.2) of the tile's rows of
 // group gv, from `tile` (128 rows x 256 bytes of bf16 in shared memory, rows past the group and columns past K zero),
 // columns k0 .. k0 + kleft and rleft valid rows; mtab is the rowwise plane's multiplier table (PlaneTables).
@@ -332,106 +276,38 @@ __device__ __forceinline__ void rowwise_tile(const QuantArgs& a, const GroupView
     const int row = it * 32 + rrow;
     const uint4 lo = *reinterpret_cast<const uint4*>(tile + row * 256 + blk * 32);
     const uint4 hi = *reinterpret_cast<const uint4*>(tile + row * 256 + blk * 32 + 16);
+    const uint32_t wl[4] = {lo.x, lo.y, lo.z, lo.w}, wh[4] = {hi.x, hi.y, hi.z, hi.w};
     const uint32_t bbits = block_max_f32_bits(lo, hi);
     const bool slow = __any_sync(0xffffffffu, bbits >= 0x7F800000u);  // warp-uniform
-    const float b = rowwise_block_max<kTorchao>(lo, hi, bbits, slow);
+    float b = __uint_as_float(bbits);
+    if (slow) {  // exact fp max: NaN-ignoring (SPEC 5.2), NaN-propagating for the torchao rules (5.4)
+      float mm = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        mm = abs_max<kTorchao>(mm, fabsf(bf16_half(wl[e >> 1], e & 1)));
+        mm = abs_max<kTorchao>(mm, fabsf(bf16_half(wh[e >> 1], e & 1)));
+      }
+      b = mm;
+    }
     uint8_t* sp = sptr + it * sstep;
     if (row < rleft && blk_ok) {
       uint32_t sb, pl, ph;
-      rowwise_block_general<kTorchao, true>(lo, hi, b, slow, mtab, ps_row, tp_row, sb, pl, ph);
+      const float mult = block_byte_and_multiplier<kTorchao>(b, ps_row, tp_row, mtab, sb);
+      if constexpr (kTorchao) {
+        pl = ph = 0;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          pl |= torchao_code_rn(bf16_half(wl[e >> 1], e & 1), mult) << (4 * e);
+          ph |= torchao_code_rn(bf16_half(wh[e >> 1], e & 1), mult) << (4 * e);
+        }
+      } else {
+        pl = slow ? encode8_slow(wl, mult) : encode8_fast(wl, mult);
+        ph = slow ? encode8_slow(wh, mult) : encode8_fast(wh, mult);
+      }
       store_once(reinterpret_cast<uint2*>(dptr + it * dstep), make_uint2(pl, ph));
       store_once(sp, (uint8_t)sb);
     } else if (pad_ok) {
       store_once(sp, (uint8_t)0);
-    }
-  }
-}
-
-// One 16-row block j of a tile's columnwise plane (SPEC 6.2, 7), plane rows 2 cpair + h, h = 0, 1: the scale bytes
-// stored at sp0 + h * sH (a zero padding byte, when `pad`, for a plane row at or past kleft), the codes returned in
-// o[h]. kTable: the multipliers from mtab (one group's table, build_plane_tables); else formed per block.
-template <bool kRHT, bool kTorchao, bool kTable>
-__device__ __forceinline__ void columnwise_block(const QuantArgs& a, const uint8_t* tile, int j, int cpair, int kleft,
-                                                 bool jpok, const float* mtab, const PlaneScale& ps_col,
-                                                 [[maybe_unused]] const TorchaoPlane& tp_col,
-                                                 [[maybe_unused]] bool col_fast, uint8_t* sp0, int64_t sH,
-                                                 uint64_t (&o)[2]) {
-  uint32_t w[16];
-#pragma unroll
-  for (int i = 0; i < 16; ++i) w[i] = *reinterpret_cast<const uint32_t*>(tile + (j * 16 + i) * 256 + cpair * 4);
-  if constexpr (kRHT) {
-    float va[16], vb[16];
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      va[i] = bf16_lo(w[i]);
-      vb[i] = bf16_hi(w[i]);
-    }
-    rht16_butterfly<kDefaultRhtSigns>(va);
-    rht16_butterfly<kDefaultRhtSigns>(vb);
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const __nv_bfloat162 p = __floats2bfloat162_rn(__fmul_rn(va[i], 0.25f), __fmul_rn(vb[i], 0.25f));
-      w[i] = *reinterpret_cast<const uint32_t*>(&p);
-    }
-  }
-  uint32_t m = 0;
-#pragma unroll
-  for (int i = 0; i < 16; ++i) m = absmax2(m, w[i]);
-  const uint32_t mh2[2] = {m & 0xFFFFu, m >> 16};
-  if (max(mh2[0], mh2[1]) < 0x7F80u && col_fast) {  // no NaN / Inf in either block
-    uint32_t sg[2][2];  // [h][rows 0-7 / 8-15]
-    sign_nibbles_cols(w, sg[0][0], sg[1][0]);
-    sign_nibbles_cols(w + 8, sg[0][1], sg[1][1]);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      o[h] = 0;
-      uint8_t* sp = sp0 + h * sH;
-      if (2 * cpair + h < kleft) {
-        const float bmax = __uint_as_float(mh2[h] << 16);
-        const uint32_t sb = kTorchao ? torchao_scale_byte(bmax, tp_col) : block_scale_byte(bmax, ps_col);
-        const float mult = kTable ? mtab[sb] : slot_multiplier<kTorchao>(sb, ps_col, tp_col);
-        Floats8 xl, xh;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          xl.v[i] = bf16_half(w[i], h);
-          xh.v[i] = bf16_half(w[i + 8], h);
-        }
-        const bool clamp = needs_clamp(bmax, mult);
-        const uint32_t lo = mag8_encode(xl, mult, clamp), hi = mag8_encode(xh, mult, clamp);
-        o[h] = ((uint64_t)(hi + sg[h][1]) << 32) | (lo + sg[h][0]);
-        store_once(sp, (uint8_t)sb);
-      } else if (a.layout != kCompact && jpok) {
-        store_once(sp, (uint8_t)0);  // SPEC 8.2 padding (every plane row of the tile is below roundup(K, 128))
-      }
-    }
-  } else {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      o[h] = 0;
-      uint8_t* sp = sp0 + h * sH;
-      if (2 * cpair + h < kleft) {
-        float b = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 16; ++i) b = abs_max<kTorchao>(b, fabsf(bf16_half(w[i], h)));
-        uint32_t sb;
-        const float mult = kTable ? block_byte_and_multiplier<kTorchao>(b, ps_col, tp_col, mtab, sb)
-                                    : slot_byte_and_multiplier<kTorchao>(b, ps_col, tp_col, sb);
-        uint32_t lo = 0, hi = 0;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          if constexpr (kTorchao) {
-            lo |= torchao_code_rn(bf16_half(w[i], h), mult) << (4 * i);
-            hi |= torchao_code_rn(bf16_half(w[i + 8], h), mult) << (4 * i);
-          } else {
-            lo |= e2m1_rn(__fmul_rn(bf16_half(w[i], h), mult)) << (4 * i);
-            hi |= e2m1_rn(__fmul_rn(bf16_half(w[i + 8], h), mult)) << (4 * i);
-          }
-        }
-        o[h] = ((uint64_t)hi << 32) | lo;
-        store_once(sp, (uint8_t)sb);
-      } else if (a.layout != kCompact && jpok) {
-        store_once(sp, (uint8_t)0);
-      }
     }
   }
 }
@@ -483,8 +359,84 @@ __device__ __forceinline__ void columnwise_tile_encode(const QuantArgs& a, const
       }
       continue;
     }
-    columnwise_block<kRHT, kTorchao, true>(a, tile, j, cpair, kleft, j < jpad, mtab, ps_col, tp_col, col_fast,
-                                           csp + jj * sJ, sH, o);
+    uint32_t w[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) w[i] = *reinterpret_cast<const uint32_t*>(tile + (j * 16 + i) * 256 + cpair * 4);
+    if constexpr (kRHT) {
+      float va[16], vb[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        va[i] = bf16_lo(w[i]);
+        vb[i] = bf16_hi(w[i]);
+      }
+      rht16_butterfly<kDefaultRhtSigns>(va);
+      rht16_butterfly<kDefaultRhtSigns>(vb);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const __nv_bfloat162 p = __floats2bfloat162_rn(__fmul_rn(va[i], 0.25f), __fmul_rn(vb[i], 0.25f));
+        w[i] = *reinterpret_cast<const uint32_t*>(&p);
+      }
+    }
+    uint32_t m = 0;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) m = absmax2(m, w[i]);
+    const uint32_t mh2[2] = {m & 0xFFFFu, m >> 16};
+    const bool jpok = j < jpad;
+    if (max(mh2[0], mh2[1]) < 0x7F80u && col_fast) {  // no NaN / Inf in either block
+      uint32_t sg[2][2];                   // [h][rows 0-7 / 8-15]
+      sign_nibbles_cols(w, sg[0][0], sg[1][0]);
+      sign_nibbles_cols(w + 8, sg[0][1], sg[1][1]);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        o[h] = 0;
+        uint8_t* sp = csp + h * sH + jj * sJ;
+        if (2 * cpair + h < kleft) {
+          const float bmax = __uint_as_float(mh2[h] << 16);
+          const uint32_t sb = kTorchao ? torchao_scale_byte(bmax, tp_col) : block_scale_byte(bmax, ps_col);
+          const float mult = mtab[sb];
+          Floats8 xl, xh;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            xl.v[i] = bf16_half(w[i], h);
+            xh.v[i] = bf16_half(w[i + 8], h);
+          }
+          const bool clamp = needs_clamp(bmax, mult);
+          const uint32_t lo = mag8_encode(xl, mult, clamp), hi = mag8_encode(xh, mult, clamp);
+          o[h] = ((uint64_t)(hi + sg[h][1]) << 32) | (lo + sg[h][0]);
+          store_once(sp, (uint8_t)sb);
+        } else if (a.layout != kCompact && jpok) {
+          store_once(sp, (uint8_t)0);  // SPEC 8.2 padding (every plane row of the tile is below roundup(K, 128))
+        }
+      }
+    } else {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        o[h] = 0;
+        uint8_t* sp = csp + h * sH + jj * sJ;
+        if (2 * cpair + h < kleft) {
+          float b = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 16; ++i) b = abs_max<kTorchao>(b, fabsf(bf16_half(w[i], h)));
+          uint32_t sb;
+          const float mult = block_byte_and_multiplier<kTorchao>(b, ps_col, tp_col, mtab, sb);
+          uint32_t lo = 0, hi = 0;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            if constexpr (kTorchao) {
+              lo |= torchao_code_rn(bf16_half(w[i], h), mult) << (4 * i);
+              hi |= torchao_code_rn(bf16_half(w[i + 8], h), mult) << (4 * i);
+            } else {
+              lo |= e2m1_rn(__fmul_rn(bf16_half(w[i], h), mult)) << (4 * i);
+              hi |= e2m1_rn(__fmul_rn(bf16_half(w[i + 8], h), mult)) << (4 * i);
+            }
+          }
+          o[h] = ((uint64_t)hi << 32) | lo;
+          store_once(sp, (uint8_t)sb);
+        } else if (a.layout != kCompact && jpok) {
+          store_once(sp, (uint8_t)0);
+        }
+      }
+    }
 #pragma unroll
     for (int h = 0; h < 2; ++h) *reinterpret_cast<uint64_t*>(cstage + col_stage_offset(2 * cpair + h, j)) = o[h];
   }
@@ -496,21 +448,6 @@ __device__ __forceinline__ void columnwise_tile_encode(const QuantArgs& a, const
 // threads that encoded them, each warp store would touch 32 plane rows with 16 bytes (two 8-byte pieces when
 // misaligned); from the stage, lanes 8i..8i+7 write the 64 contiguous bytes of one plane row (4 rows per warp store),
 // so a misaligned group costs about as much as an aligned one (stop 19, device/NOTES.md).
-// Lanes 8i..8i+7 of the staged codes' plane rows p = 32 i' + t / 8 (i' = 0..3): piece t % 8 (8 bytes) of each, to
-// cdp + 32 i' dH, when p < kleft and `ok`.
-__device__ __forceinline__ void store_column_pieces(uint8_t* cdp, int64_t dH, int kleft, bool ok, const uint8_t* cstage) {
-  const int t = threadIdx.x;
-  // plane row p + 32 is pair + 16, whose swizzle (pair & 15) is p's: its unit lies 16 x 128 bytes further on
-  const uint8_t* stage_piece = cstage + col_stage_offset(t >> 3, t & 7);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int p = i * 32 + (t >> 3);  // plane row within the tile
-    const uint64_t v = *reinterpret_cast<const uint64_t*>(stage_piece + i * 2048);
-    if (p < kleft && ok) store_once(reinterpret_cast<unsigned long long*>(cdp), (unsigned long long)v);
-    cdp += 32 * dH;
-  }
-}
-
 __device__ __forceinline__ void columnwise_tile_store(const QuantArgs& a, const GroupView& gv, int64_t k0, int kleft,
                                                      const uint8_t* cstage) {
   const int t = threadIdx.x;
@@ -519,19 +456,36 @@ __device__ __forceinline__ void columnwise_tile_store(const QuantArgs& a, const 
   const int jleft = (int)(cblocks - mb0);    // valid 16-row blocks of this tile
   const int64_t dH = cblocks * 8;
   const int sj = t & 7;  // block of this lane's piece
-  store_column_pieces(a.col_data + gv.col_data + (k0 + (t >> 3)) * dH + (mb0 + sj) * 8, dH, kleft, sj < jleft,
-                      cstage);
+  uint8_t* cdp = a.col_data + gv.col_data + (k0 + (t >> 3)) * dH + (mb0 + sj) * 8;
+  // plane row p + 32 is pair + 16, whose swizzle (pair & 15) is p's: its unit lies 16 x 128 bytes further on
+  const uint8_t* stage_piece = cstage + col_stage_offset(t >> 3, sj);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int p = i * 32 + (t >> 3);  // plane row within the tile
+    const uint64_t v = *reinterpret_cast<const uint64_t*>(stage_piece + i * 2048);
+    if (p < kleft && sj < jleft) store_once(reinterpret_cast<unsigned long long*>(cdp), (unsigned long long)v);
+    cdp += 32 * dH;
+  }
 }
 
-// The quantizer's work on one tile of one group (gv; single tensors, the full tiles of the slot table and the
-// record path): load, plane tables, rowwise plane, columnwise plane. `tile`, `cstage` and `planes` are the kernel's
-// shared memory (declared there, so that the mixed tiles' code uses the same arrays).
-template <bool kRHT, bool kTorchao>
-__device__ __forceinline__ void quantize_group_tile(const QuantArgs& a, const GroupView& gv, int64_t kt, uint8_t* tile,
-                                                    uint8_t* cstage) {
+// kTorchao: the torchao rules (SPEC 5.4 / 5.5). A plane whose P gives finite positive multipliers
+// (torchao_fast_plane) takes the same fast paths, with the block scale byte by torchao_scale_byte (every byte of a
+// NaN/Inf-free block is then 0x08..0x7E) and the table built by torchao_multiplier: the products are finite and
+// non-NaN, where 3.5 equals 3.1. A NaN/Inf block, and every block of a plane whose P is 0, subnormal enough to
+// overflow 1 / P, Inf or NaN, take the per-element path with torchao_code_rn (NaN-propagating block maxima).
+// With kRHT too, a NaN out of the butterfly (an input NaN, or Inf - Inf) lies in a block whose NaN-propagating max
+// is NaN, so its multiplier is NaN and gives the code (the multiplier comes first, SPEC 3.5), as in quantize_kernel.
+template <bool kRHT, bool kTorchao = false>
+__global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
   using T = __nv_bfloat16;
   using G = TileGeom<T>;
   constexpr int TK = G::kTileK;  // 128
+  __shared__ alignas(16) uint8_t tile[kTileM * 256];
+  __shared__ alignas(16) uint8_t cstage[kTileM * 64];  // columnwise codes of the tile, staged (col_stage_offset)
+
+  GroupView gv;
+  int64_t kt;
+  if (!resolve_grid_tile(a.offs, a.E, a.M, blockIdx.x, quant_k_tiles<T>(a.K), gv, kt, a.tile_recs)) return;
   const int t = threadIdx.x, chunk = t & 15, rsub = t >> 4;
   const int64_t k0 = kt * TK;
   const int64_t gcol = k0 + chunk * 8;
@@ -579,224 +533,6 @@ __device__ __forceinline__ void quantize_group_tile(const QuantArgs& a, const Gr
   }
 }
 
-// ---- mixed tiles (grouped calls with a slot table, nvfp4_layout.cuh; stop 60) ----
-// A mixed tile holds up to 8 16-row blocks (slots) of one or more groups, each from its own rows of X. Everything a
-// block's outputs need is per slot: its rows, its group's offsets and plane constants; a block's multiplier is formed
-// from its scale byte (slot_multiplier) instead of a table, since a tile may need up to 8 groups' tables. The
-// element maps are quantize_group_tile's, so that warp-uniform things stay warp-uniform: rowwise, thread t's rows
-// 32 it + t / 8 lie in slot 2 it + t / 128; columnwise, warp w's blocks are slots w / 2 and w / 2 + 4. Only the load
-// differs: warp w loads slot w's 16 rows.
-struct MixedTileShared {
-  int4 rec[kSlotsPerTile];           // the slot records
-  int64_t m[kSlotsPerTile];          // each slot's group: its rows and its regions' offsets (SPEC 9; 0 when unused)
-  int64_t row_scale[kSlotsPerTile];
-  int64_t col_data[kSlotsPerTile];
-  int64_t col_scale[kSlotsPerTile];
-  PlaneScale ps[kSlotsPerTile][2];   // [slot][plane: rowwise, columnwise] (TE rules)
-  TorchaoPlane tp[kSlotsPerTile][2];  // (torchao rules)
-};
-
-// The rowwise plane of a mixed tile (SPEC 6.1), by the general per-block path (rowwise_block_general), and the
-// padding rows m_g .. roundup(m_g, 128) of the rowwise scales (SPEC 8.2) of every group whose last block is here:
-// those rows belong to no tile, so the tile with the group's last block writes them, 4 scale columns per thread,
-// this column tile's columns below roundup(K / 16, 4).
-template <bool kTorchao>
-__device__ __forceinline__ void mixed_rowwise(const QuantArgs& a, const MixedTileShared& ms, int64_t kt, int64_t k0,
-                                              int kleft, const uint8_t* tile) {
-  const int t = threadIdx.x;
-  const int blk = t & 7, rrow = t >> 3, sub = rrow & 15;
-  const int64_t C = a.K >> 4;
-  const int64_t cp = (C + 3) & ~int64_t{3};  // round_up(C, 4)
-  const int64_t gblk = (k0 >> 4) + blk;
-  const bool blk_ok = blk * 16 < kleft;
-  const bool pad_ok = a.layout != kCompact && gblk < cp;
-  const int64_t cols = a.layout == kPaddedCompact ? cp : C;  // the compact layouts' row pitch
-#pragma unroll 1
-  for (int it = 0; it < 4; ++it) {
-    const int s = (rrow >> 4) + 2 * it;  // this row's slot (warp-uniform)
-    const uint8_t* src = tile + (16 * s + sub) * 256 + blk * 32;
-    const uint4 lo = *reinterpret_cast<const uint4*>(src);
-    const uint4 hi = *reinterpret_cast<const uint4*>(src + 16);
-    const uint32_t bbits = block_max_f32_bits(lo, hi);
-    const bool slow = __any_sync(0xffffffffu, bbits >= 0x7F800000u);  // a NaN / Inf block in the warp
-    const float b = rowwise_block_max<kTorchao>(lo, hi, bbits, slow);
-    const bool fast = !slow && (!kTorchao || torchao_fast_plane(ms.tp[s][0]));  // rowwise_tile's fast path applies
-    const SlotView v = decode_slot(ms.rec[s]);
-    if (sub >= v.rows) continue;  // past the group's rows: the padding rows below
-    const int64_t r = 16 * (int64_t)v.mb + sub;  // the row inside its group
-    uint8_t* sp = a.row_scales + ms.row_scale[s] +
-                  (a.layout == kSwizzled ? swizzle_offset(r, gblk, cp >> 2) : r * cols + gblk);
-    if (blk_ok) {
-      uint32_t sb, pl, ph;
-      if (fast) {
-        const float mult = slot_byte_and_multiplier<kTorchao>(b, ms.ps[s][0], ms.tp[s][0], sb);
-        encode16_words(lo, hi, mult, needs_clamp(b, mult), pl, ph);
-      } else {
-        rowwise_block_general<kTorchao, false>(lo, hi, b, slow, nullptr, ms.ps[s][0], ms.tp[s][0], sb, pl, ph);
-      }
-      // the rowwise data of the groups is X's rows in order (SPEC 9): the group's region starts at its first row
-      store_once(reinterpret_cast<uint2*>(a.row_data + (v.first_row + sub) * (a.K >> 1) + gblk * 8),
-                 make_uint2(pl, ph));
-      store_once(sp, (uint8_t)sb);
-    } else if (pad_ok) {
-      store_once(sp, (uint8_t)0);
-    }
-  }
-  if (a.layout == kCompact) return;
-#pragma unroll 1
-  for (int s = 0; s < kSlotsPerTile; ++s) {
-    if (!(ms.rec[s].y & kSlotLast)) continue;
-    const int64_t m = ms.m[s];
-    const int64_t r = m + (t >> 1);                 // a padding row of the group
-    const int64_t c = (2 * kt + (t & 1)) * 4;       // its first of 4 scale columns (this tile: 8 columns from 8 kt)
-    if (r < round_up(m, (int64_t)kTileM) && c < cp) {
-      const int64_t off = a.layout == kSwizzled ? swizzle_offset(r, c, cp >> 2) : r * cp + c;  // 4-byte aligned
-      store_once(reinterpret_cast<uint32_t*>(a.row_scales + ms.row_scale[s] + off), 0u);
-    }
-  }
-}
-
-// The columnwise plane of a mixed tile, first half (columnwise_tile_encode's, per slot): scale bytes, and for a
-// group's last block the padding block columns ceil(m_g / 16) .. roundup(ceil(m_g / 16), 4) of its plane rows (SPEC
-// 8.2; in the 4-column scale group of the last block, so the bytes that follow its scale byte in both padded
-// layouts); the codes to the stage.
-template <bool kRHT, bool kTorchao>
-__device__ __forceinline__ void mixed_columnwise_encode(const QuantArgs& a, const MixedTileShared& ms, int64_t k0,
-                                                        int kleft, const uint8_t* tile, uint8_t* cstage) {
-  const int t = threadIdx.x;
-  const int cpair = t & 63, jb = t >> 6;
-  const int64_t kk = k0 + 2 * cpair;  // plane row of h = 0
-#pragma unroll 1
-  for (int jj = 0; jj < 2; ++jj) {
-    const int j = jb + 4 * jj;  // the slot (warp-uniform)
-    const SlotView v = decode_slot(ms.rec[j]);
-    if (v.rows == 0) continue;  // an unused slot
-    const int64_t cblocks = (ms.m[j] + 15) >> 4;         // ceil_div(m_g, 16)
-    const int64_t cpd = (cblocks + 3) & ~int64_t{3};     // round_up(cblocks, 4)
-    uint8_t* sp;
-    int64_t sH;  // scale of plane row kk + h at sp + h * sH
-    if (a.layout == kSwizzled) {
-      sp = a.col_scales + ms.col_scale[j] + swizzle_offset(kk, (int64_t)v.mb, cpd >> 2);
-      sH = 16;
-    } else {
-      const int64_t cols = a.layout == kPaddedCompact ? cpd : cblocks;
-      sp = a.col_scales + ms.col_scale[j] + kk * cols + v.mb;
-      sH = cols;
-    }
-    const TorchaoPlane& tp = ms.tp[j][1];
-    uint64_t o[2];
-    columnwise_block<kRHT, kTorchao, false>(a, tile, j, cpair, kleft, true, nullptr, ms.ps[j][1], tp,
-                                            kTorchao ? torchao_fast_plane(tp) : true, sp, sH, o);
-    if (v.last && a.layout != kCompact) {
-      for (int64_t pb = v.mb + 1; pb < cpd; ++pb) {
-        store_once(sp + (pb - v.mb), (uint8_t)0);
-        store_once(sp + sH + (pb - v.mb), (uint8_t)0);
-      }
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) *reinterpret_cast<uint64_t*>(cstage + col_stage_offset(2 * cpair + h, j)) = o[h];
-  }
-}
-
-// One mixed tile (column tile kt): rec is this warp's slot record.
-template <bool kRHT, bool kTorchao>
-__device__ __forceinline__ void quantize_mixed_tile(const QuantArgs& a, const int4& rec, int64_t kt, uint8_t* tile,
-                                                    uint8_t* cstage) {
-  __shared__ MixedTileShared ms;
-  const int t = threadIdx.x, lane = t & 31, w = t >> 5;
-  const SlotView sv = decode_slot(rec);
-  const int64_t k0 = kt * 128;
-  const int kleft = (int)min(a.K - k0, (int64_t)128);  // valid columns of this tile (> 0)
-  {
-    // warp w: slot w's rows (zero past them and past K, as quantize_group_tile's load); lanes 0-15 and 16-31 take
-    // the 16 chunks of two rows
-    const int chunk = lane & 15, sub = lane >> 4;
-    const bool col_ok = chunk * 8 < kleft;
-    const char* src = reinterpret_cast<const char*>(reinterpret_cast<const __nv_bfloat16*>(a.x) +
-                                                    (sv.first_row + sub) * a.K + k0 + chunk * 8);
-    const int64_t step = 4 * a.K;  // 2 rows, in bytes
-    const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(tile + (w * 16 + sub) * 256 + chunk * 16));
-#pragma unroll
-    for (int it = 0; it < 8; ++it) {
-      const bool ok = col_ok && sub + 2 * it < sv.rows;
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + it * 2 * 256), "l"(src),
-                   "r"(ok ? 16 : 0)
-                   : "memory");
-      src += step;
-    }
-  }
-  if (lane == 0) {  // the slot's group offsets (the setup kernel's, complete before this grid started)
-    ms.rec[w] = rec;
-    int64_t m = 0, rs = 0, cd = 0, cs = 0;
-    if (sv.g >= 0) {
-      const int64_t e1 = a.E + 1;
-      m = a.offs[kOffRows * e1 + sv.g + 1] - a.offs[kOffRows * e1 + sv.g];
-      rs = a.offs[kOffRowScale * e1 + sv.g];
-      cd = a.offs[kOffColData * e1 + sv.g];
-      cs = a.offs[kOffColScale * e1 + sv.g];
-    }
-    ms.m[w] = m;
-    ms.row_scale[w] = rs;
-    ms.col_data[w] = cd;
-    ms.col_scale[w] = cs;
-  }
-  asm volatile("griddepcontrol.wait;" ::: "memory");  // the amaxes (quantize_group_tile)
-  if (lane < 2) {  // the slot's plane constants, lane 0 rowwise, lane 1 columnwise (build_plane_tables' amaxes)
-    const bool present = (lane == 0 ? a.row_data : a.col_data) != nullptr && sv.g >= 0;
-    const float amax = present ? (lane == 0 ? a.row_amax : a.col_amax)[sv.g] : 0.0f;
-    if constexpr (kTorchao) ms.tp[w][lane] = make_torchao_plane(amax, a.rule);
-    else ms.ps[w][lane] = make_plane_scale(amax, a.rule);
-  }
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
-  __syncthreads();
-  if (a.row_data != nullptr) mixed_rowwise<kTorchao>(a, ms, kt, k0, kleft, tile);
-  if (a.col_data != nullptr) {
-    mixed_columnwise_encode<kRHT, kTorchao>(a, ms, k0, kleft, tile, cstage);
-    __syncthreads();
-    const int sj = t & 7;
-    const SlotView v = decode_slot(ms.rec[sj]);
-    const int64_t dH = ((ms.m[sj] + 15) >> 4) * 8;
-    store_column_pieces(a.col_data + ms.col_data[sj] + (k0 + (t >> 3)) * dH + (int64_t)v.mb * 8, dH, kleft,
-                        v.rows > 0, cstage);
-  }
-}
-
-// kTorchao: the torchao rules (SPEC 5.4 / 5.5). A plane whose P gives finite positive multipliers
-// (torchao_fast_plane) takes the same fast paths, with the block scale byte by torchao_scale_byte (every byte of a
-// NaN/Inf-free block is then 0x08..0x7E) and the table built by torchao_multiplier: the products are finite and
-// non-NaN, where 3.5 equals 3.1. A NaN/Inf block, and every block of a plane whose P is 0, subnormal enough to
-// overflow 1 / P, Inf or NaN, take the per-element path with torchao_code_rn (NaN-propagating block maxima).
-// With kRHT too, a NaN out of the butterfly (an input NaN, or Inf - Inf) lies in a block whose NaN-propagating max
-// is NaN, so its multiplier is NaN and gives the code (the multiplier comes first, SPEC 3.5), as in quantize_kernel.
-// kSlots (grouped calls with a slot table, nvfp4_layout.cuh): the grid walks the table's tiles; a full tile runs
-// quantize_group_tile, a mixed tile quantize_mixed_tile.
-template <bool kRHT, bool kTorchao = false, bool kSlots = false>
-__global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
-  __shared__ alignas(16) uint8_t tile[kTileM * 256];
-  __shared__ alignas(16) uint8_t cstage[kTileM * 64];  // columnwise codes of the tile, staged (col_stage_offset)
-  GroupView gv;
-  int64_t kt;
-  if constexpr (kSlots) {
-    const uint32_t nkt = (uint32_t)quant_k_tiles<__nv_bfloat16>(a.K);  // (32-bit: nkt divides the grid, < 2^31)
-    const int warp = (int)(threadIdx.x >> 5);
-    int4 rec;
-    if (!tile_slot(a.tile_recs, a.M, blockIdx.x / nkt, warp, rec)) return;
-    kt = blockIdx.x % nkt;
-    SlotView sv = decode_slot(rec);
-    if (!sv.full) {
-      quantize_mixed_tile<kRHT, kTorchao>(a, rec, kt, tile, cstage);
-      return;
-    }
-    sv.first_row -= 16 * warp;  // slot 0 of the tile (this warp's slot is slot `warp` of the same group)
-    sv.mb -= warp;
-    gv = full_tile_view(a.offs, a.E, sv);
-  } else if (!resolve_grid_tile(a.offs, a.E, a.M, blockIdx.x, quant_k_tiles<__nv_bfloat16>(a.K), gv, kt,
-                                a.tile_recs)) {
-    return;
-  }
-  quantize_group_tile<kRHT, kTorchao>(a, gv, kt, tile, cstage);
-}
-
 // amax, bf16, v4: the amax_kernel tile (128 rows x 128 columns, reverse tile order), 256 threads, each owns 16
 // rows x 4 columns (8-byte loads): half the registers of the v3 amax kernel per thread, so twice the warps per SM
 // to hide the load latency. Rowwise max: integer SIMD max of |bits| (equal to the NaN-ignoring fp max unless
@@ -804,9 +540,7 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
 // kNanProp: the torchao rules' NaN-propagating amax (SPEC 4.1): a NaN pattern seen by the integer max makes the
 // rowwise result the canonical NaN at once; the columnwise (RHT) maximum runs the whole butterfly and a
 // NaN-propagating max, since the last-stage shortcut below would turn the NaN of Inf - Inf into Inf.
-// kSlots (grouped calls with a slot table, nvfp4_layout.cuh): the grid walks the table's tiles in reverse; warp w
-// reads slot w (16 rows, thread rows = the slot's) and adds to the slot's group (slot_amax_atomic).
-template <bool kRHT, bool kNanProp = false, bool kSlots = false>
+template <bool kRHT, bool kNanProp = false>
 __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
   using T = __nv_bfloat16;
   // Grouped calls launch this grid with a programmatic dependency on the setup kernel (offsets, zeroed amaxes):
@@ -815,35 +549,17 @@ __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
   // be complete by then; it waits for this grid's completion before it reads the amaxes).
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
+  GroupView gv;
+  int64_t kt;
+  if (!resolve_grid_tile_reversed(a.offs, a.E, a.M, blockIdx.x, amax_k_tiles<T>(a.K), gv, kt, a.tile_recs)) return;
   const int t = threadIdx.x, chunk = t & 31, rb = t >> 5;
-  int64_t kt, row0;  // column tile; first of this thread's 16 rows inside X
-  int rows16, g;     // this thread's rows of its group (0..16); the group
-  if constexpr (kSlots) {
-    const uint32_t nkt = (uint32_t)amax_k_tiles<T>(a.K);
-    const int4 hdr = __ldg(a.tile_recs);
-    const uint32_t total = (uint32_t)hdr.x * nkt;  // (< 2^31: the grid is sized for at least as many tiles)
-    if (blockIdx.x >= total) return;
-    const uint32_t tile = total - 1 - blockIdx.x;
-    kt = tile % nkt;
-    const int4* trec = slot_tile_records(a.tile_recs, a.M, tile / nkt, (uint32_t)hdr.x, (uint32_t)hdr.y);
-    const SlotView sv = decode_slot(__ldg(trec + rb));
-    row0 = sv.first_row;
-    rows16 = sv.rows;
-    g = sv.g;
-  } else {
-    GroupView gv;
-    if (!resolve_grid_tile_reversed(a.offs, a.E, a.M, blockIdx.x, amax_k_tiles<T>(a.K), gv, kt, a.tile_recs)) return;
-    row0 = gv.first_row + rb * 16;
-    rows16 = max(min(gv.rows - rb * 16, 16), 0);
-    g = gv.g;
-  }
   const int64_t gcol = kt * 128 + chunk * 4;
   const T* x = reinterpret_cast<const T*>(a.x);
 
   // One pointer per thread, stepped by one row per load, and a 32-bit count of this thread's valid rows (the
   // per-load 64-bit row products and compares were ~40% of this kernel's instructions).
-  const int rows = gcol < a.K ? rows16 : 0;  // this thread's valid rows
-  const uint2* src = reinterpret_cast<const uint2*>(x + row0 * a.K + gcol);
+  const int rows = gcol < a.K ? max(min(gv.rows - rb * 16, 16), 0) : 0;  // this thread's valid rows
+  const uint2* src = reinterpret_cast<const uint2*>(x + (gv.first_row + rb * 16) * a.K + gcol);
   const int64_t step = a.K / 4;  // one row, in uint2 units (K % 16 == 0)
   uint2 raw[16];
 #pragma unroll
@@ -868,7 +584,7 @@ __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
     rmax = 0.0f;
 #pragma unroll 1
     for (int i = 0; i < rows; ++i) {
-      const uint2 q = __ldg(reinterpret_cast<const uint2*>(x + (row0 + i) * a.K + gcol));
+      const uint2 q = __ldg(reinterpret_cast<const uint2*>(x + (gv.first_row + rb * 16 + i) * a.K + gcol));
       const uint32_t w[2] = {q.x, q.y};
 #pragma unroll
       for (int e = 0; e < 4; ++e) rmax = fmaxf(rmax, fabsf(bf16_half(w[e >> 1], e & 1)));
@@ -898,8 +614,7 @@ __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
   } else {
     cmax = rmax;
   }
-  if constexpr (kSlots) slot_amax_atomic<kNanProp>(rmax, cmax, a, g);
-  else cta_amax_atomic<8, kNanProp>(rmax, cmax, a, g);
+  cta_amax_atomic<8, kNanProp>(rmax, cmax, a, gv.g);
 }
 
 }  // namespace nvfp4

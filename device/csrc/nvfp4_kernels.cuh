@@ -41,18 +41,6 @@ __device__ __forceinline__ float warp_max(float v) {
 // columnwise; non-negative, and NaN-free unless kNanProp) folded into group g's amaxes in `a` (the columnwise one
 // only when `a` has one). Non-negative floats order like their bit patterns, so an integer atomicMax is a float
 // max; with kNanProp a NaN is first made the canonical 0x7FC00000 of SPEC 4.1, above every number and +Inf.
-// rmax / cmax (non-negative; NaN-free unless kNanProp) into group g's amaxes of `a` by integer atomicMax (the
-// columnwise one only when `a` has one); with kNanProp a NaN is first made the canonical 0x7FC00000 of SPEC 4.1.
-template <bool kNanProp>
-__device__ __forceinline__ void fold_group_amax(float rmax, float cmax, const AmaxArgs& a, int g) {
-  if constexpr (kNanProp) {
-    if (isnan(rmax)) rmax = __uint_as_float(0x7FC00000u);
-    if (isnan(cmax)) cmax = __uint_as_float(0x7FC00000u);
-  }
-  atomicMax(reinterpret_cast<int*>(a.row_amax + g), __float_as_int(rmax));
-  if (a.col_amax != nullptr) atomicMax(reinterpret_cast<int*>(a.col_amax + g), __float_as_int(cmax));
-}
-
 template <int kWarps, bool kNanProp = false>
 __device__ __forceinline__ void cta_amax_atomic(float rmax, float cmax, const AmaxArgs& a, int g) {
   __shared__ float red[2][kWarps];
@@ -72,37 +60,12 @@ __device__ __forceinline__ void cta_amax_atomic(float rmax, float cmax, const Am
       rmax = abs_max<kNanProp>(rmax, red[0][w]);
       cmax = abs_max<kNanProp>(cmax, red[1][w]);
     }
-    fold_group_amax<kNanProp>(rmax, cmax, a, g);
-  }
-}
-
-// The same for a tile of a slot table (nvfp4_layout.cuh): warp w's maxima belong to slot w's group g (-1: an unused
-// slot); the warps of one group (consecutive slots) are folded together, one atomic per group and plane.
-template <bool kNanProp = false>
-__device__ __forceinline__ void slot_amax_atomic(float rmax, float cmax, const AmaxArgs& a, int g) {
-  constexpr int kWarps = 8;  // = kSlotsPerTile
-  __shared__ float red[2][kWarps];
-  __shared__ int grp[kWarps];
-  const int t = threadIdx.x;
-  rmax = warp_max<kNanProp>(rmax);
-  cmax = warp_max<kNanProp>(cmax);
-  if ((t & 31) == 0) {
-    red[0][t >> 5] = rmax;
-    red[1][t >> 5] = cmax;
-    grp[t >> 5] = g;
-  }
-  __syncthreads();
-  if (t < kWarps) {
-    const int gs = grp[t];
-    if (gs >= 0 && (t == 0 || grp[t - 1] != gs)) {  // the first slot of its group in this tile
-      rmax = red[0][t];
-      cmax = red[1][t];
-      for (int w = t + 1; w < kWarps && grp[w] == gs; ++w) {
-        rmax = abs_max<kNanProp>(rmax, red[0][w]);
-        cmax = abs_max<kNanProp>(cmax, red[1][w]);
-      }
-      fold_group_amax<kNanProp>(rmax, cmax, a, gs);
+    if constexpr (kNanProp) {
+      if (isnan(rmax)) rmax = __uint_as_float(0x7FC00000u);
+      if (isnan(cmax)) cmax = __uint_as_float(0x7FC00000u);
     }
+    atomicMax(reinterpret_cast<int*>(a.row_amax + g), __float_as_int(rmax));
+    if (a.col_amax != nullptr) atomicMax(reinterpret_cast<int*>(a.col_amax + g), __float_as_int(cmax));
   }
 }
 

@@ -8,18 +8,6 @@ namespace nvfp4 {
 
 enum ScaleLayout : int { kCompact = 0, kPaddedCompact = 1, kSwizzled = 2 };
 
-// Sizes of a grouped call's slot table (nvfp4_layout.cuh, "Tile slots"; host and device). The most tiles a call of T
-// rows and E groups can have (the grid's tile rows): 8 tiles <= 8 full tiles + remainder blocks + 7 <= sum ceil(m_g /
-// 16) + 7, and sum ceil(m_g / 16) <= T / 16 + E.
-constexpr int kSlotTableTileRows = 128;
-__host__ __device__ inline constexpr int64_t max_slot_tiles(int64_t T, int64_t E) { return (T / 16 + E + 7) / 8; }
-// First record of the mixed tiles' slots (after the header and T / 128 full tiles at most, 8 records each).
-__host__ __device__ inline constexpr int64_t slot_mixed_base(int64_t T) { return 1 + 8 * (T / kSlotTableTileRows); }
-// int4 records of a slot table.
-__host__ __device__ inline constexpr int64_t slot_records(int64_t T, int64_t E) {
-  return slot_mixed_base(T) + 8 * max_slot_tiles(T, E);
-}
-
 struct AmaxArgs {
   const void* x;
   int64_t M, K;          // rows of X (T when grouped) and columns
@@ -29,9 +17,7 @@ struct AmaxArgs {
   float* col_amax;       // [E] or nullptr when no columnwise plane is wanted
   uint32_t rht_signs;
   int nan_propagating;   // SPEC 4.1: 1 for the torchao rules (a NaN amax is 0x7FC00000), 0 for the TE rules
-  // grouped: the setup kernel's row-tile records or slot table (nvfp4_layout.cuh; which one: the launch's `slots`), or
-  // nullptr. (One pointer for both: a further field made the quantize kernels 96 SASS instructions longer, stop 60.)
-  const int4* tile_recs = nullptr;
+  const int4* tile_recs = nullptr;  // grouped: the setup kernel's row-tile records (nvfp4_layout.cuh), or nullptr
 };
 
 struct QuantArgs {
@@ -51,7 +37,7 @@ struct QuantArgs {
   int rule;               // Rule
   uint32_t rht_signs;
   uint32_t seed_lo, seed_hi, offset;
-  const int4* tile_recs = nullptr;  // as AmaxArgs::tile_recs
+  const int4* tile_recs = nullptr;  // grouped: the setup kernel's row-tile records (nvfp4_layout.cuh), or nullptr
 };
 
 
@@ -63,15 +49,12 @@ enum DType : int { kBF16 = 0, kF16 = 1, kF32 = 2 };
 
 // amax pass (SPEC 4); `row_tiles` is the (worst-case) number of 128-row tiles. after_setup: the previous launch on
 // `s` is launch_group_setup for these offsets (the bf16 fast kernel then starts with a programmatic dependency).
-// slots: a.tile_recs is a slot table (nvfp4_layout.cuh), not row-tile records.
-void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_setup,
-                      bool slots = false);
+void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_setup);
 void launch_amax_f16(const AmaxArgs& a, int64_t row_tiles, cudaStream_t s);
 void launch_amax_f32(const AmaxArgs& a, int64_t row_tiles, cudaStream_t s);
 // fused quantizer (SPEC 5-8, 10). after_amax: the previous launch on `s` is the amax pass of this input (so the
 // bf16 fast kernel may overlap it, reading only X and the offsets before it waits for that pass).
-void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_amax,
-                          bool slots = false);
+void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_amax);
 void launch_quantize_f16(const QuantArgs& a, int64_t row_tiles, cudaStream_t s);
 void launch_quantize_f32(const QuantArgs& a, int64_t row_tiles, cudaStream_t s);
 
@@ -79,11 +62,10 @@ void launch_quantize_f32(const QuantArgs& a, int64_t row_tiles, cudaStream_t s);
 // the T rows of x, SPEC 9.4), zeroed per-group amaxes (those given), and zero bytes past the last group in up to
 // kTailBufs buffers (bufs[i] of caps[i] bytes, whose used length is offset row rows[i], entry E).
 constexpr int kTailBufs = 4;
-// tile_recs (optional): [T/128 + E] row-tile records for the bf16 fast kernels (nvfp4_layout.cuh, TileRecord);
-// tile_slots (optional): the slot table [slot_records(T, E)] for them (nvfp4_layout.cuh).
+// tile_recs (optional): [T/128 + E] row-tile records for the bf16 fast kernels (nvfp4_layout.cuh, TileRecord).
 void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int64_t* offs, float* row_amax,
                         float* col_amax, uint8_t* const bufs[kTailBufs], const int64_t caps[kTailBufs],
-                        const int rows[kTailBufs], int4* tile_recs, int4* tile_slots, cudaStream_t stream);
+                        const int rows[kTailBufs], int4* tile_recs, cudaStream_t stream);
 void launch_swizzle(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t stream);
 void launch_dequantize(const uint8_t* data, const uint8_t* scales, const float* amax, int64_t rows, int64_t cols,
                        bool swizzled, int rule, float* out, cudaStream_t stream);

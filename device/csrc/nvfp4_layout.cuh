@@ -9,7 +9,6 @@
 #include <cstdint>
 
 #include "nvfp4_common.cuh"
-#include "nvfp4_launch.h"
 
 namespace nvfp4 {
 
@@ -44,87 +43,6 @@ struct GroupView {
 // after one load instead of a search of the tile prefix: x, y = low and high words of the tile's first row inside X,
 // z = its rows of the group (1..128), w = the group.
 using TileRecord = int4;
-
-// Tile slots (grouped calls of the bf16 fast kernels; stop 60). Group g's rows are cut into floor(m_g / 128) full
-// tiles of 128 rows and a remainder of m_g % 128 rows in 16-row blocks (the last one partial); the remainder blocks
-// of all groups, in group order, are packed 8 to a "mixed" tile, which may hold blocks of several groups. A grouped
-// call then has sum floor(m_g / 128) + ceil(sum ceil((m_g % 128) / 16) / 8) tiles (E=64 skewed: 132) instead of
-// sum ceil(m_g / 128) (158), and no tile is mostly empty. The setup kernel (misc.cu) writes the slot table:
-//  * record 0, the header: {tiles, full tiles, 0, 0};
-//  * the full tiles' slots from record 1 (8 per tile, for T / 128 tiles at most), then the mixed tiles' slots (from
-//    record slot_mixed_base(T)); tile p of a grid is mixed tile p for p < mixed tiles, else full tile p - mixed tiles
-//    (slot_tile_records).
-// A slot record (int4): x = low word of the block's first row in X, y = bits 32..47 of that row | rows << 16 (1..16;
-// 0: an unused slot of the last mixed tile) | kSlotLast (the group's last block) | kSlotFull (a slot of a full tile),
-// z = the group (-1 when unused), w = the block's index in its group (mb: group-local rows 16 mb ..).
-constexpr int kSlotsPerTile = kTileM / 16;  // 8
-constexpr int kSlotLast = 1 << 21;
-constexpr int kSlotFull = 1 << 22;
-
-struct SlotView {
-  int64_t first_row;  // the block's first row inside X
-  int rows;           // its rows (0: unused slot)
-  int g;              // its group (-1: unused slot)
-  int mb;             // its 16-row block index inside the group
-  bool last;          // the group's last block
-  bool full;          // a slot of a full tile (one group, 128 rows, 128-row aligned in the group)
-};
-
-__device__ __forceinline__ SlotView decode_slot(const int4& r) {
-  SlotView v;
-  v.first_row = (int64_t)(((uint64_t)((uint32_t)r.y & 0xFFFFu) << 32) | (uint32_t)r.x);
-  v.rows = (r.y >> 16) & 31;
-  v.g = r.z;
-  v.mb = r.w;
-  v.last = (r.y & kSlotLast) != 0;
-  v.full = (r.y & kSlotFull) != 0;
-  return v;
-}
-
-__host__ __device__ __forceinline__ int4 encode_slot(int64_t first_row, int rows, int g, int64_t mb, bool last,
-                                                     bool full) {
-  return make_int4((int)(uint32_t)first_row,
-                   (int)(((uint32_t)((uint64_t)first_row >> 32) & 0xFFFFu) | ((uint32_t)rows << 16) |
-                         (last ? (uint32_t)kSlotLast : 0u) | (full ? (uint32_t)kSlotFull : 0u)),
-                   g, (int)mb);
-}
-
-static_assert(kTileM == kSlotTableTileRows, "the slot table's sizes (nvfp4_launch.h) assume 128-row tiles");
-
-// The 8 slot records of tile p of a slot table with `full` full tiles and `tiles` tiles (the header): the mixed tiles
-// first (tile p < tiles - full is mixed tile p), so that the grid's slower tiles do not form its tail.
-__device__ __forceinline__ const int4* slot_tile_records(const int4* __restrict__ slots, int64_t T, uint32_t p,
-                                                         uint32_t tiles, uint32_t full) {
-  const uint32_t mixed = tiles - full;
-  return p < mixed ? slots + slot_mixed_base(T) + kSlotsPerTile * (int64_t)p
-                   : slots + 1 + kSlotsPerTile * (int64_t)(p - mixed);
-}
-
-// Slot `s` of tile p of a slot table (the quantizer's grid, in table order). False when p lies past the last tile
-// (the grid is sized for max_slot_tiles).
-__device__ __forceinline__ bool tile_slot(const int4* __restrict__ slots, int64_t T, uint32_t p, int s, int4& rec) {
-  const int4 hdr = __ldg(slots);
-  if (p >= (uint32_t)hdr.x) return false;
-  rec = __ldg(slot_tile_records(slots, T, p, (uint32_t)hdr.x, (uint32_t)hdr.y) + s);
-  return true;
-}
-
-// A full tile's group view (slot 0 of the tile): the tile's first row and the group's offsets (SPEC 9).
-__device__ __forceinline__ GroupView full_tile_view(const int64_t* __restrict__ offs, int E, const SlotView& s) {
-  const int64_t* roff = offs + (int64_t)kOffRows * (E + 1);
-  GroupView v;
-  v.g = s.g;
-  v.first_row = s.first_row;
-  v.rows = kTileM;
-  v.row0 = roff[s.g];
-  v.m = roff[s.g + 1] - v.row0;
-  v.m0 = (int64_t)s.mb * 16;
-  v.row_data = offs[(int64_t)kOffRowData * (E + 1) + s.g];
-  v.row_scale = offs[(int64_t)kOffRowScale * (E + 1) + s.g];
-  v.col_data = offs[(int64_t)kOffColData * (E + 1) + s.g];
-  v.col_scale = offs[(int64_t)kOffColScale * (E + 1) + s.g];
-  return v;
-}
 
 // Resolve row tile `rt` to its group. Returns false when the tile lies past the last group (worst-case grid).
 // recs (grouped calls, optional): the setup kernel's TileRecord of every row tile; the tile's place in X then comes

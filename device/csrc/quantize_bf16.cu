@@ -33,14 +33,7 @@ static void launch_pdl(void (*kernel)(Args), unsigned grid, unsigned threads, cu
   cudaLaunchKernelEx(&cfg, kernel, a);
 }
 
-// The grid of a bf16 fast kernel: the slot table's worst-case tiles x nkt column tiles when it has one (grouped
-// calls, nvfp4_layout.cuh), else `grid` (row tiles x column tiles).
-static int64_t fast_grid(bool slots, int64_t M, int E, int64_t grid, int64_t nkt) {
-  return slots ? max_slot_tiles(M, E) * nkt : grid;
-}
-
-void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_setup,
-                      bool slots) {
+void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_setup) {
   const int64_t grid = row_tiles * amax_k_tiles<__nv_bfloat16>(a.K);
   if (grid == 0) return;
   if (a.nan_propagating && (!fast_enabled() || (rht && a.rht_signs != kDefaultRhtSigns))) {
@@ -48,20 +41,16 @@ void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream
     if (rht) amax_kernel<__nv_bfloat16, true, true><<<(unsigned)grid, 128, 0, s>>>(a);
     else amax_kernel<__nv_bfloat16, false, true><<<(unsigned)grid, 128, 0, s>>>(a);
   } else if (a.nan_propagating) {  // the fast pass, NaN-propagating (with the RHT: no last-stage shortcut)
-    auto kernel = slots ? (rht ? amax_fast4_bf16<true, true, true> : amax_fast4_bf16<false, true, true>)
-                               : (rht ? amax_fast4_bf16<true, true> : amax_fast4_bf16<false, true>);
-    const unsigned g = (unsigned)fast_grid(slots, a.M, a.E, grid, amax_k_tiles<__nv_bfloat16>(a.K));
-    if (after_setup) launch_pdl(kernel, g, 256, s, a);
-    else kernel<<<g, 256, 0, s>>>(a);
+    auto kernel = rht ? amax_fast4_bf16<true, true> : amax_fast4_bf16<false, true>;
+    if (after_setup) launch_pdl(kernel, (unsigned)grid, 256, s, a);
+    else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (!fast_enabled()) {
     if (rht) amax_kernel<__nv_bfloat16, true><<<(unsigned)grid, 128, 0, s>>>(a);
     else amax_kernel<__nv_bfloat16, false><<<(unsigned)grid, 128, 0, s>>>(a);
   } else if (!rht || a.rht_signs == kDefaultRhtSigns) {  // the fast path (nvfp4_fast_v4.cuh)
-    auto kernel = slots ? (rht ? amax_fast4_bf16<true, false, true> : amax_fast4_bf16<false, false, true>)
-                               : (rht ? amax_fast4_bf16<true> : amax_fast4_bf16<false>);
-    const unsigned g = (unsigned)fast_grid(slots, a.M, a.E, grid, amax_k_tiles<__nv_bfloat16>(a.K));
-    if (after_setup) launch_pdl(kernel, g, 256, s, a);  // waits for the setup kernel in-kernel
-    else kernel<<<g, 256, 0, s>>>(a);
+    auto kernel = rht ? amax_fast4_bf16<true> : amax_fast4_bf16<false>;
+    if (after_setup) launch_pdl(kernel, (unsigned)grid, 256, s, a);  // waits for the setup kernel in-kernel
+    else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else {
     amax_kernel<__nv_bfloat16, true><<<(unsigned)grid, 128, 0, s>>>(a);
   }
@@ -75,34 +64,28 @@ static void prefer_max_shared_fast4() {
   cudaGetDevice(&dev);
   if (done.get(dev)) return;
   for (auto kernel : {quantize_fast4_bf16<true>, quantize_fast4_bf16<false>, quantize_fast4_bf16<false, true>,
-                      quantize_fast4_bf16<true, true>, quantize_fast4_bf16<true, false, true>,
-                      quantize_fast4_bf16<false, false, true>, quantize_fast4_bf16<false, true, true>,
-                      quantize_fast4_bf16<true, true, true>})
+                      quantize_fast4_bf16<true, true>})
     cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
   done.set(dev, true);
 }
 
-void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_amax,
-                          bool slots) {
+void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_amax) {
   const int64_t grid = row_tiles * quant_k_tiles<__nv_bfloat16>(a.K);
   if (grid == 0) return;
   const bool fast = fast_enabled() && !a.sr && !a.block2d && (!rht || a.rht_signs == kDefaultRhtSigns);
-  const unsigned fgrid = (unsigned)fast_grid(slots, a.M, a.E, grid, quant_k_tiles<__nv_bfloat16>(a.K));
   if (is_torchao_rule(a.rule) && fast) {  // SPEC 5.4 / 5.5
-    auto kernel = slots ? (rht ? quantize_fast4_bf16<true, true, true> : quantize_fast4_bf16<false, true, true>)
-                               : (rht ? quantize_fast4_bf16<true, true> : quantize_fast4_bf16<false, true>);
+    auto kernel = rht ? quantize_fast4_bf16<true, true> : quantize_fast4_bf16<false, true>;
     prefer_max_shared_fast4();
-    if (after_amax) launch_pdl(kernel, fgrid, 256, s, a);
-    else kernel<<<fgrid, 256, 0, s>>>(a);
+    if (after_amax) launch_pdl(kernel, (unsigned)grid, 256, s, a);
+    else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (is_torchao_rule(a.rule)) {
     if (rht) quantize_kernel<__nv_bfloat16, true, true><<<(unsigned)grid, 256, 0, s>>>(a);
     else quantize_kernel<__nv_bfloat16, false, true><<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (fast) {
-    auto kernel = slots ? (rht ? quantize_fast4_bf16<true, false, true> : quantize_fast4_bf16<false, false, true>)
-                        : (rht ? quantize_fast4_bf16<true> : quantize_fast4_bf16<false>);
+    auto kernel = rht ? quantize_fast4_bf16<true> : quantize_fast4_bf16<false>;
     prefer_max_shared_fast4();
-    if (after_amax) launch_pdl(kernel, fgrid, 256, s, a);  // overlaps the amax pass's tail
-    else kernel<<<fgrid, 256, 0, s>>>(a);
+    if (after_amax) launch_pdl(kernel, (unsigned)grid, 256, s, a);  // overlaps the amax pass's tail
+    else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (rht) quantize_kernel<__nv_bfloat16, true><<<(unsigned)grid, 256, 0, s>>>(a);
   else quantize_kernel<__nv_bfloat16, false><<<(unsigned)grid, 256, 0, s>>>(a);
 }
