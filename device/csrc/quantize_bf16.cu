@@ -17,6 +17,12 @@ static bool fast_enabled() {
   return on;
 }
 
+// NVFP4_STACK=0 in the environment runs grouped calls without stacked tiles (for A/B timing; read at every launch).
+static bool stacked_tiles_enabled() {
+  const char* e = std::getenv("NVFP4_STACK");
+  return e == nullptr || e[0] == '\0' || e[0] != '0';
+}
+
 // A launch that may start while the previous kernel of the stream still runs (programmatic dependent launch);
 // only for kernels that execute griddepcontrol.wait before they read anything that kernel writes.
 template <typename Args>
@@ -64,7 +70,8 @@ static void prefer_max_shared_fast4() {
   cudaGetDevice(&dev);
   if (done.get(dev)) return;
   for (auto kernel : {quantize_fast4_bf16<true>, quantize_fast4_bf16<false>, quantize_fast4_bf16<false, true>,
-                      quantize_fast4_bf16<true, true>})
+                      quantize_fast4_bf16<true, true>, quantize_fast4_bf16<true, false, true>,
+                      quantize_fast4_bf16<false, false, true>})
     cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
   done.set(dev, true);
 }
@@ -82,7 +89,10 @@ void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaS
     if (rht) quantize_kernel<__nv_bfloat16, true, true><<<(unsigned)grid, 256, 0, s>>>(a);
     else quantize_kernel<__nv_bfloat16, false, true><<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (fast) {
-    auto kernel = rht ? quantize_fast4_bf16<true> : quantize_fast4_bf16<false>;
+    // grouped calls (row-tile records): the kernel with stacked tiles (nvfp4_fast_v4.cuh)
+    const bool stack = a.tile_recs != nullptr && stacked_tiles_enabled();
+    auto kernel = stack ? (rht ? quantize_fast4_bf16<true, false, true> : quantize_fast4_bf16<false, false, true>)
+                        : (rht ? quantize_fast4_bf16<true> : quantize_fast4_bf16<false>);
     prefer_max_shared_fast4();
     if (after_amax) launch_pdl(kernel, (unsigned)grid, 256, s, a);  // overlaps the amax pass's tail
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
