@@ -656,6 +656,13 @@ __device__ __forceinline__ void stacked_tile(const QuantArgs& a, const GroupView
   stacked_tile_padding(a, gv, k0, kleft0, lg_rows);
 }
 
+// EXPERIMENT (kStack 3): the same out of line, so that the full-tile path keeps its own register allocation.
+template <bool kRHT>
+__device__ __noinline__ void stacked_tile_call(const QuantArgs a, const GroupView gv, int64_t k0, int kleft0,
+                                               int lg_rows, uint8_t* tile, uint8_t* cstage, PlaneTables* planes) {
+  stacked_tile<kRHT>(a, gv, k0, kleft0, lg_rows, tile, cstage, *planes);
+}
+
 // kTorchao: the torchao rules (SPEC 5.4 / 5.5). A plane whose P gives finite positive multipliers
 // (torchao_fast_plane) takes the same fast paths, with the block scale byte by torchao_scale_byte (every byte of a
 // NaN/Inf-free block is then 0x08..0x7E) and the table built by torchao_multiplier: the products are finite and
@@ -664,7 +671,7 @@ __device__ __forceinline__ void stacked_tile(const QuantArgs& a, const GroupView
 // With kRHT too, a NaN out of the butterfly (an input NaN, or Inf - Inf) lies in a block whose NaN-propagating max
 // is NaN, so its multiplier is NaN and gives the code (the multiplier comes first, SPEC 3.5), as in quantize_kernel.
 // kStack (rule "te", grouped calls): a group's last row tile of at most 64 rows runs as a stacked tile (above).
-template <bool kRHT, bool kTorchao = false, bool kStack = false>
+template <bool kRHT, bool kTorchao = false, int kStack = 0>
 __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
   static_assert(!(kStack && kTorchao), "stacked tiles are built for rule te only");
   using T = __nv_bfloat16;
@@ -688,9 +695,13 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
   int lg_rows = 7;  // 7: one K tile; 5 / 6: a stacked tile of 4 / 2 K tiles
   if constexpr (kStack) {
     lg_rows = stacked_lg_rows(rleft);
+    if (kStack == 2 && a.K >= 0) lg_rows = 7;  // EXPERIMENT: the stacked code present, never taken
     if ((kt & ((1 << (7 - lg_rows)) - 1)) != 0) return;  // a K tile that the CTA of K tile kt - kt % S takes
     if (lg_rows < 7) {
-      stacked_tile<kRHT>(a, gv, k0, (int)min(a.K - k0, (int64_t)4 * TK), lg_rows, tile, cstage, planes);
+      if constexpr (kStack == 3)
+        stacked_tile_call<kRHT>(a, gv, k0, (int)min(a.K - k0, (int64_t)4 * TK), lg_rows, tile, cstage, &planes);
+      else
+        stacked_tile<kRHT>(a, gv, k0, (int)min(a.K - k0, (int64_t)4 * TK), lg_rows, tile, cstage, planes);
       return;
     }
   }
