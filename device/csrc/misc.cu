@@ -2,8 +2,6 @@
 // (SPEC 11).
 #include "nvfp4_launch.h"
 
-#include <cstdlib>
-
 #include "nvfp4_common.cuh"
 #include "nvfp4_layout.cuh"
 
@@ -62,7 +60,7 @@ __global__ void __launch_bounds__(kScanThreads) group_setup_kernel(const int64_t
                                                                     int64_t T, int64_t K, int64_t* __restrict__ offs,
                                                                     float* __restrict__ row_amax,
                                                                     float* __restrict__ col_amax, TailFill f,
-                                                                    TileRecord* __restrict__ recs, int stacked_first) {
+                                                                    TileRecord* __restrict__ recs) {
   // The amax pass is launched with a programmatic dependency on this grid and waits (griddepcontrol.wait) for its
   // completion before it reads anything: let it become resident now.
   asm volatile("griddepcontrol.launch_dependents;");
@@ -107,37 +105,16 @@ __global__ void __launch_bounds__(kScanThreads) group_setup_kernel(const int64_t
       if (row_amax) row_amax[i] = 0.0f;
       if (col_amax) col_amax[i] = 0.0f;
     }
-    // EXPERIMENT (stacked_first, E <= kScanThreads): the groups' stacked last tiles (<= 64 rows) first in the
-    // record order, the other tiles after them in their order.
-    const bool stk = stacked_first && E <= kScanThreads && i < E && own > 0 && (own - 1) % kTileM < 64;
-    int stk_before = 0, stk_total = 0;
-    if (stacked_first && E <= kScanThreads) {
-      const int lane = t & 31, warp = t >> 5;
-      const unsigned bal = __ballot_sync(0xffffffffu, stk);
-      __shared__ int warp_stk[32];
-      if (lane == 0) warp_stk[warp] = __popc(bal);
-      __syncthreads();
-      for (int w = 0; w < kScanThreads / 32; ++w) {
-        if (w < warp) stk_before += warp_stk[w];
-        stk_total += warp_stk[w];
-      }
-      stk_before += __popc(bal & ((1u << lane) - 1u));
-      __syncthreads();
-    }
     if (recs != nullptr && i < E) {
       // this group's row tiles (nvfp4_layout.cuh, TileRecord), tile j by CTA j % gridDim.x: every CTA has the whole
       // scan, and a large group's records are spread over the grid (one thread writing a 110-tile group's records
       // made the setup 3 us longer)
-      const int64_t ntiles = ceil_div(own, (int64_t)kTileM);
-      const int64_t tile0 = carry[kOffTiles] + q[kOffTiles] - ntiles;
+      const int64_t tile0 = carry[kOffTiles] + q[kOffTiles] - ceil_div(own, (int64_t)kTileM);
       const int64_t row0 = carry[kOffRows] + q[kOffRows] - own;
       for (int64_t j = blockIdx.x; j * kTileM < own; j += gridDim.x) {
         const int64_t first = row0 + j * kTileM;
-        int64_t idx = tile0 + j;
-        if (stacked_first && E <= kScanThreads)
-          idx = (stk && j == ntiles - 1) ? stk_before : stk_total + tile0 - stk_before + j;
-        recs[idx] = make_int4((int)(uint32_t)first, (int)(uint32_t)((uint64_t)first >> 32),
-                              (int)min(own - j * kTileM, (int64_t)kTileM), i);
+        recs[tile0 + j] = make_int4((int)(uint32_t)first, (int)(uint32_t)((uint64_t)first >> 32),
+                                    (int)min(own - j * kTileM, (int64_t)kTileM), i);
       }
     }
     __syncthreads();
@@ -235,9 +212,7 @@ void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int6
   // The tail is at most ~E*16*K/2 bytes per buffer; size the grid by capacity, at most 66 CTAs (each also scans
   // the E splits, which is cheap next to the fill).
   const int grid = grid_for(most, kScanThreads) < 66 ? grid_for(most, kScanThreads) : 66;
-  const char* sf = std::getenv("NVFP4_STACK_FIRST");  // EXPERIMENT
-  group_setup_kernel<<<grid, kScanThreads, 0, stream>>>(splits, E, T, K, offs, row_amax, col_amax, f, tile_recs,
-                                                         sf != nullptr && sf[0] == '1');
+  group_setup_kernel<<<grid, kScanThreads, 0, stream>>>(splits, E, T, K, offs, row_amax, col_amax, f, tile_recs);
 }
 
 void launch_swizzle(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t stream) {

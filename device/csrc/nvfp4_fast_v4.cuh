@@ -30,10 +30,6 @@
 
 namespace nvfp4 {
 
-// Columns of one K tile of the bf16 kernels (TileGeom<__nv_bfloat16>::kTileK): the step between the K tiles of a
-// stacked tile.
-constexpr int kStackedTileK = 128;
-
 // SPEC 3.1 magnitude of y = RN(|x| * mult) by the three-rounding forms of SPEC 3.6, all on the FMA pipe except
 // the minimum (the ALU pipe was this kernel's bound, see device/NOTES.md). kClamp = true: the first form, returns
 // kMagicBits + index; kClamp = false (only valid when y < 7, then the fourth term never wins): the second form,
@@ -323,30 +319,19 @@ __device__ __forceinline__ void rowwise_tile(const QuantArgs& a, const GroupView
 // (warp-uniform). A block wholly past the group's rows only writes its padding scale bytes, so the last tile of a
 // group with <= 64 rows left runs one block per warp instead of two: every warp's share of the tile shrinks with the
 // tile, not only some warps' (stop 20).
-// kStacked: the tile is a stacked one (StackedTile; lg_rows < 7): tile block j is block j % nb of K tile j / nb, with
-// nb = 2^(lg_rows - 4) blocks per K tile, so thread t's two blocks (jj = 0, 1) are the same block of two K tiles.
-template <bool kRHT, bool kTorchao, bool kStacked = false>
+template <bool kRHT, bool kTorchao>
 __device__ __forceinline__ void columnwise_tile_encode(const QuantArgs& a, const GroupView& gv, int64_t k0, int kleft,
                                                       const uint8_t* tile, const float* mtab, const PlaneScale& ps_col,
                                                       [[maybe_unused]] const TorchaoPlane& tp_col,
-                                                      [[maybe_unused]] bool col_fast, uint8_t* cstage,
-                                                      [[maybe_unused]] int lg_rows = 7) {
+                                                      [[maybe_unused]] bool col_fast, uint8_t* cstage) {
   const int t = threadIdx.x;
   const int cpair = t & 63;
   const int jb = t >> 6;
   const int64_t cblocks = (gv.m + 15) >> 4;            // ceil_div(m_g, 16); sizes are non-negative
   const int64_t cpd = (cblocks + 3) & ~int64_t{3};     // round_up(cblocks, 4)
   const int64_t mb0 = gv.m0 >> 4;                      // the tile's first 16-row block (a multiple of 8)
-  // jj = 0's block within its K tile, that K tile (0: the tile's own), and K tiles per jj step
-  int lj0 = jb, s0 = 0, s_step = 0;
-  if constexpr (kStacked) {
-    const int lg_nb = lg_rows - 4;
-    lj0 = jb & ((1 << lg_nb) - 1);
-    s0 = jb >> lg_nb;
-    s_step = 4 >> lg_nb;
-  }
-  const int64_t jg0 = mb0 + lj0;  // block column of jj = 0
-  const int64_t kk = k0 + kStackedTileK * s0 + 2 * cpair;  // plane row of h = 0
+  const int64_t jg0 = mb0 + jb;  // block column of jj = 0
+  const int64_t kk = k0 + 2 * cpair;               // plane row of h = 0
   const int jleft = (int)(cblocks - mb0);  // valid 16-row blocks of this tile
   const int jpad = (int)(cpd - mb0);       // blocks with a (padding) scale byte
   uint8_t* csp;
@@ -354,25 +339,21 @@ __device__ __forceinline__ void columnwise_tile_encode(const QuantArgs& a, const
   if (a.layout == kSwizzled) {
     csp = a.col_scales + gv.col_scale + swizzle_offset(kk, jg0, cpd >> 2);
     sH = 16;
-    // block column + 4: the next 128x4 scale tile of the same rows (SPEC 8.2); stacked: plane rows + 128 s_step
-    sJ = kStacked ? s_step * (cpd >> 2) * 512 : 512;
+    sJ = 512;  // block column + 4: the next 128x4 scale tile of the same rows (SPEC 8.2)
   } else {
     const int64_t cols = a.layout == kPaddedCompact ? cpd : cblocks;
     csp = a.col_scales + gv.col_scale + kk * cols + jg0;
     sH = cols;
-    sJ = kStacked ? s_step * kStackedTileK * cols : 4;
+    sJ = 4;
   }
   // Not unrolled: the two blocks run the same code, so the kernel is 26% smaller (3,570 instead of 4,808 SASS
   // instructions) and the quantize kernel 1.5-2% faster on the H100 (device/NOTES.md, stop 18).
 #pragma unroll 1
   for (int jj = 0; jj < 2; ++jj) {
     uint64_t o[2];  // this block's packed codes of plane rows h = 0, 1 (constant indices: stays in registers)
-    const int j = jb + 4 * jj;  // the tile's block (its rows in `tile`, its place in `cstage`)
-    const int lj = kStacked ? lj0 : j;  // that block within its K tile
-    const int kl = kStacked ? kleft - kStackedTileK * (s0 + s_step * jj) : kleft;  // valid columns of its K tile
-    if (kStacked && kl <= 0) continue;  // a K tile past K: nothing of it exists
-    if (lj >= jleft) {  // no row of the group in this block (and then none in the next): padding bytes only
-      if (a.layout != kCompact && lj < jpad) {
+    const int j = jb + 4 * jj;
+    if (j >= jleft) {  // no row of the group in this block (and then none in the next): padding bytes only
+      if (a.layout != kCompact && j < jpad) {
         store_once(csp + jj * sJ, (uint8_t)0);
         store_once(csp + jj * sJ + sH, (uint8_t)0);
       }
@@ -400,7 +381,7 @@ __device__ __forceinline__ void columnwise_tile_encode(const QuantArgs& a, const
 #pragma unroll
     for (int i = 0; i < 16; ++i) m = absmax2(m, w[i]);
     const uint32_t mh2[2] = {m & 0xFFFFu, m >> 16};
-    const bool jpok = lj < jpad;
+    const bool jpok = j < jpad;
     if (max(mh2[0], mh2[1]) < 0x7F80u && col_fast) {  // no NaN / Inf in either block
       uint32_t sg[2][2];                   // [h][rows 0-7 / 8-15]
       sign_nibbles_cols(w, sg[0][0], sg[1][0]);
@@ -409,7 +390,7 @@ __device__ __forceinline__ void columnwise_tile_encode(const QuantArgs& a, const
       for (int h = 0; h < 2; ++h) {
         o[h] = 0;
         uint8_t* sp = csp + h * sH + jj * sJ;
-        if (2 * cpair + h < kl) {
+        if (2 * cpair + h < kleft) {
           const float bmax = __uint_as_float(mh2[h] << 16);
           const uint32_t sb = kTorchao ? torchao_scale_byte(bmax, tp_col) : block_scale_byte(bmax, ps_col);
           const float mult = mtab[sb];
@@ -432,7 +413,7 @@ __device__ __forceinline__ void columnwise_tile_encode(const QuantArgs& a, const
       for (int h = 0; h < 2; ++h) {
         o[h] = 0;
         uint8_t* sp = csp + h * sH + jj * sJ;
-        if (2 * cpair + h < kl) {
+        if (2 * cpair + h < kleft) {
           float b = 0.0f;
 #pragma unroll
           for (int i = 0; i < 16; ++i) b = abs_max<kTorchao>(b, fabsf(bf16_half(w[i], h)));
@@ -467,200 +448,24 @@ __device__ __forceinline__ void columnwise_tile_encode(const QuantArgs& a, const
 // threads that encoded them, each warp store would touch 32 plane rows with 16 bytes (two 8-byte pieces when
 // misaligned); from the stage, lanes 8i..8i+7 write the 64 contiguous bytes of one plane row (4 rows per warp store),
 // so a misaligned group costs about as much as an aligned one (stop 19, device/NOTES.md).
-// kStacked: a stacked tile (columnwise_tile_encode): tile block sj is block sj % nb of K tile sj / nb.
-template <bool kStacked = false>
 __device__ __forceinline__ void columnwise_tile_store(const QuantArgs& a, const GroupView& gv, int64_t k0, int kleft,
-                                                     const uint8_t* cstage, [[maybe_unused]] int lg_rows = 7) {
+                                                     const uint8_t* cstage) {
   const int t = threadIdx.x;
   const int64_t cblocks = (gv.m + 15) >> 4;  // ceil_div(m_g, 16)
   const int64_t mb0 = gv.m0 >> 4;            // the tile's first 16-row block
   const int jleft = (int)(cblocks - mb0);    // valid 16-row blocks of this tile
   const int64_t dH = cblocks * 8;
-  const int sj = t & 7;  // the tile's block of this lane's piece
-  int lj = sj, s = 0;    // that block within its K tile, and that K tile
-  if constexpr (kStacked) {
-    lj = sj & ((1 << (lg_rows - 4)) - 1);
-    s = sj >> (lg_rows - 4);
-  }
-  const int kl = kleft - kStackedTileK * s;  // valid columns (plane rows) of that K tile
-  uint8_t* cdp = a.col_data + gv.col_data + (k0 + kStackedTileK * s + (t >> 3)) * dH + (mb0 + lj) * 8;
+  const int sj = t & 7;  // block of this lane's piece
+  uint8_t* cdp = a.col_data + gv.col_data + (k0 + (t >> 3)) * dH + (mb0 + sj) * 8;
   // plane row p + 32 is pair + 16, whose swizzle (pair & 15) is p's: its unit lies 16 x 128 bytes further on
   const uint8_t* stage_piece = cstage + col_stage_offset(t >> 3, sj);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int p = i * 32 + (t >> 3);  // plane row within the tile
     const uint64_t v = *reinterpret_cast<const uint64_t*>(stage_piece + i * 2048);
-    if (p < kl && lj < jleft) store_once(reinterpret_cast<unsigned long long*>(cdp), (unsigned long long)v);
+    if (p < kleft && sj < jleft) store_once(reinterpret_cast<unsigned long long*>(cdp), (unsigned long long)v);
     cdp += 32 * dH;
   }
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// Stacked tiles (grouped calls, rule "te"; stop 61). A group's last row tile holds its m_g % 128 rows (fewer when
-// m_g < 128), yet its CTA pays a whole tile's fixed work (launch, record and offset loads, the plane tables, the
-// barriers). When it has at most 32 (64) rows, the CTA of K tile kt (kt % S == 0, S = 4 (2)) also takes K tiles
-// kt + 1 .. kt + S - 1 of the same rows, and their CTAs leave at once: tile rows [s n, (s + 1) n), n = 128 / S =
-// 2^lg_rows, hold rows m0 .. m0 + n - 1 of K tile kt + s (rows past the group and columns past K zero). Every output
-// byte is the one the separate tiles write (SPEC 6, 8.2, 9): the code paths are theirs, only addresses differ, and
-// the padding rows and blocks that lie outside the stacked rows are written by stacked_tile_padding.
-// ---------------------------------------------------------------------------------------------------------
-
-// Rows per K tile (log2) of row tile `rows` in a stacked tile: 5 (S = 4), 6 (S = 2), or 7 (not stacked).
-__device__ __forceinline__ int stacked_lg_rows(int rows) { return rows <= 32 ? 5 : (rows <= 64 ? 6 : 7); }
-
-// Tile row `trow` of a stacked tile: its K tile s and its row r within that K tile's rows.
-__device__ __forceinline__ void stacked_row(int trow, int lg_rows, int& s, int& r) {
-  s = trow >> lg_rows;
-  r = trow & ((1 << lg_rows) - 1);
-}
-
-// The rowwise plane (SPEC 6.1) of a stacked tile: what rowwise_tile writes for each of its K tiles, but for the scale
-// padding rows n .. 127 (stacked_tile_padding). kleft0 = K - k0 (columns from k0 on, possibly more than one K tile).
-// Rule "te" only; a NaN / Inf block takes the exact path per thread (rowwise_tile votes per warp: same bytes, SPEC
-// 3.1 / 5.2 in both forms).
-__device__ __forceinline__ void rowwise_tile_stacked(const QuantArgs& a, const GroupView& gv, int64_t k0, int kleft0,
-                                                     int lg_rows, const uint8_t* tile, const float* mtab,
-                                                     const PlaneScale& ps_row) {
-  const int t = threadIdx.x;
-  const int blk = t & 7, rrow = t >> 3;
-  const int64_t C = a.K >> 4;
-  const int64_t cp = (C + 3) & ~int64_t{3};  // round_up(C, 4)
-  const int64_t cols = a.layout == kPaddedCompact ? cp : C;
-#pragma unroll 1
-  for (int it = 0; it < 4; ++it) {
-    const int trow = it * 32 + rrow;
-    int s, r;
-    stacked_row(trow, lg_rows, s, r);  // s is the same for the whole CTA (lg_rows >= 5) and grows with it
-    const int kl = kleft0 - kStackedTileK * s;  // valid columns of K tile kt + s
-    if (kl <= 0) break;                          // that K tile (and every later one) lies past K
-    const int64_t gblk = (k0 >> 4) + 8 * s + blk;
-    const bool blk_ok = blk * 16 < kl;
-    const bool pad_ok = a.layout != kCompact && gblk < cp;
-    const int64_t row = gv.m0 + r;  // group-local row
-    uint8_t* sp = a.row_scales + gv.row_scale +
-                  (a.layout == kSwizzled ? swizzle_offset(row, gblk, cp >> 2) : row * cols + gblk);
-    if (r < gv.rows && blk_ok) {
-      const uint4 qa = *reinterpret_cast<const uint4*>(tile + trow * 256 + blk * 32);
-      const uint4 qb = *reinterpret_cast<const uint4*>(tile + trow * 256 + blk * 32 + 16);
-      const uint32_t bbits = block_max_f32_bits(qa, qb);
-      uint32_t sb, lo, hi;
-      if (bbits < 0x7F800000u) {  // no NaN / Inf: rowwise_tile's fast encode
-        const float bmax = __uint_as_float(bbits);
-        sb = block_scale_byte(bmax, ps_row);
-        const float mult = mtab[sb];
-        encode16_words(qa, qb, mult, needs_clamp(bmax, mult), lo, hi);
-      } else {  // rowwise_tile's exact path: NaN-ignoring max (SPEC 5.2), per-element encode
-        const uint32_t wl[4] = {qa.x, qa.y, qa.z, qa.w}, wh[4] = {qb.x, qb.y, qb.z, qb.w};
-        float b = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          b = abs_max<false>(b, fabsf(bf16_half(wl[e >> 1], e & 1)));
-          b = abs_max<false>(b, fabsf(bf16_half(wh[e >> 1], e & 1)));
-        }
-        const float mult = block_byte_and_multiplier<false>(b, ps_row, TorchaoPlane{}, mtab, sb);
-        lo = encode8_slow(wl, mult);
-        hi = encode8_slow(wh, mult);
-      }
-      store_once(reinterpret_cast<uint2*>(a.row_data + gv.row_data + row * (a.K >> 1) + gblk * 8), make_uint2(lo, hi));
-      store_once(sp, (uint8_t)sb);
-    } else if (pad_ok) {
-      store_once(sp, (uint8_t)0);
-    }
-  }
-}
-
-// The padding bytes of a stacked tile's K tiles that lie outside its stacked rows (layouts other than compact,
-// SPEC 8.1 / 8.2): the rowwise scale rows m0 + n .. m0 + 127, and (S = 4: a K tile holds two 16-row blocks) the
-// columnwise scale blocks mb0 + 2 .. mb0 + 3, of every K tile kt + s that exists. The group's last tile ends at
-// m0 + 128 = roundup(m_g, 128), and roundup(ceil(m_g / 16), 4) = mb0 + 4, so these are exactly the bytes the
-// separate tiles' padding branches write and the stacked ones do not reach.
-__device__ __forceinline__ void stacked_tile_padding(const QuantArgs& a, const GroupView& gv, int64_t k0, int kleft0,
-                                                     int lg_rows) {
-  if (a.layout == kCompact) return;
-  const int t = threadIdx.x;
-  const int S = 1 << (7 - lg_rows);
-  const int ks = min(S, (kleft0 + kStackedTileK - 1) / kStackedTileK);  // K tiles that exist
-  if (a.row_data != nullptr) {
-    const int64_t C = a.K >> 4;
-    const int64_t cp = (C + 3) & ~int64_t{3};
-    if (a.layout == kSwizzled) {
-      // the 32 16-byte lines of each 128 x 4 scale tile hold rows r, r + 32, r + 64, r + 96 at bytes 0-3, 4-7, 8-11,
-      // 12-15 (SPEC 8.2): rows n .. 127 are bytes 4 n / 32 .. 15 of every line. Thread t: K tile t / 64, scale tile
-      // (t / 32) % 2 (block columns + 4), line t % 32.
-      const int s = t >> 6, q = (t >> 5) & 1, line = t & 31;
-      const int64_t c = (k0 >> 4) + 8 * s + 4 * q;
-      if (s < ks && c < cp) {
-        uint8_t* p = a.row_scales + gv.row_scale + swizzle_offset(gv.m0 + line, c, cp >> 2);
-        if (lg_rows == 5) store_once(reinterpret_cast<uint32_t*>(p + 4), 0u);
-        store_once(reinterpret_cast<uint2*>(p + 8), make_uint2(0, 0));
-      }
-    } else {  // padded compact, [roundup(m_g, 128), cp] row-major: 8 (or 4, at cp) bytes per row and K tile
-      const int n = 1 << lg_rows;
-      for (int i = t; i < ks * (kTileM - n); i += 256) {
-        const int s = i / (kTileM - n), r = n + i % (kTileM - n);
-        const int64_t c = (k0 >> 4) + 8 * s;  // a multiple of 8; cp a multiple of 4: 4-byte aligned
-        if (c >= cp) continue;
-        uint32_t* p = reinterpret_cast<uint32_t*>(a.row_scales + gv.row_scale + (gv.m0 + r) * cp + c);
-        store_once(p, 0u);
-        if (c + 4 < cp) store_once(p + 1, 0u);
-      }
-    }
-  }
-  if (a.col_data != nullptr && lg_rows == 5) {
-    // columnwise blocks mb0 + 2, mb0 + 3 of every plane row of the existing K tiles (all below roundup(K, 128)):
-    // two adjacent bytes (mb0 is a multiple of 8; cpd a multiple of 4), thread t: plane rows t, t + 256
-    const int64_t cblocks = (gv.m + 15) >> 4, cpd = (cblocks + 3) & ~int64_t{3};
-    const int64_t c = (gv.m0 >> 4) + 2;
-    for (int i = t; i < ks * kStackedTileK; i += 256) {
-      const int64_t kk = k0 + i;
-      uint8_t* p = a.col_scales + gv.col_scale + (a.layout == kSwizzled ? swizzle_offset(kk, c, cpd >> 2) : kk * cpd + c);
-      store_once(reinterpret_cast<uint16_t*>(p), (uint16_t)0);
-    }
-  }
-}
-
-// The whole of a stacked tile's CTA after its record (quantize_fast4_bf16 with kStack): load, plane tables, rowwise,
-// columnwise, padding. kleft0 = min(K - k0, 4 * 128).
-template <bool kRHT>
-__device__ __forceinline__ void stacked_tile(const QuantArgs& a, const GroupView& gv, int64_t k0, int kleft0,
-                                             int lg_rows, uint8_t* tile, uint8_t* cstage, PlaneTables& planes) {
-  const int t = threadIdx.x, chunk = t & 15, rsub = t >> 4;
-  {
-    // tile row it * 16 + rsub = row r of K tile s (zero past the group's rows or past K; source size 0)
-    const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(tile + rsub * 256 + chunk * 16));
-    const __nv_bfloat16* x = reinterpret_cast<const __nv_bfloat16*>(a.x);
-#pragma unroll
-    for (int it = 0; it < 8; ++it) {
-      int s, r;
-      stacked_row(it * 16 + rsub, lg_rows, s, r);
-      const int col = kStackedTileK * s + chunk * 8;
-      const bool ok = r < gv.rows && col < kleft0;
-      const __nv_bfloat16* src = x + (gv.first_row + r) * a.K + k0 + col;
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + it * 16 * 256), "l"(src),
-                   "r"(ok ? 16 : 0)
-                   : "memory");
-    }
-  }
-  asm volatile("griddepcontrol.wait;" ::: "memory");  // as in quantize_fast4_bf16: the amaxes are read after it
-  build_plane_tables<false>(a, gv.g, planes);
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
-  __syncthreads();
-  const PlaneConsts pc = read_plane_consts<false>(planes);
-  if (a.row_data != nullptr) rowwise_tile_stacked(a, gv, k0, kleft0, lg_rows, tile, planes.mtab[0], pc.ps_row);
-  if (a.col_data != nullptr) {
-    columnwise_tile_encode<kRHT, false, true>(a, gv, k0, kleft0, tile, planes.mtab[1], pc.ps_col, pc.tp_col, true,
-                                              cstage, lg_rows);
-    __syncthreads();
-    columnwise_tile_store<true>(a, gv, k0, kleft0, cstage, lg_rows);
-  }
-  stacked_tile_padding(a, gv, k0, kleft0, lg_rows);
-}
-
-// EXPERIMENT (kStack 3): the same out of line, so that the full-tile path keeps its own register allocation.
-template <bool kRHT>
-__device__ __noinline__ void stacked_tile_call(const QuantArgs a, const GroupView gv, int64_t k0, int kleft0,
-                                               int lg_rows, uint8_t* tile, uint8_t* cstage, PlaneTables* planes) {
-  stacked_tile<kRHT>(a, gv, k0, kleft0, lg_rows, tile, cstage, *planes);
 }
 
 // kTorchao: the torchao rules (SPEC 5.4 / 5.5). A plane whose P gives finite positive multipliers
@@ -670,17 +475,13 @@ __device__ __noinline__ void stacked_tile_call(const QuantArgs a, const GroupVie
 // overflow 1 / P, Inf or NaN, take the per-element path with torchao_code_rn (NaN-propagating block maxima).
 // With kRHT too, a NaN out of the butterfly (an input NaN, or Inf - Inf) lies in a block whose NaN-propagating max
 // is NaN, so its multiplier is NaN and gives the code (the multiplier comes first, SPEC 3.5), as in quantize_kernel.
-// kStack (rule "te", grouped calls): a group's last row tile of at most 64 rows runs as a stacked tile (above).
-template <bool kRHT, bool kTorchao = false, int kStack = 0>
+template <bool kRHT, bool kTorchao = false>
 __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
-  static_assert(!(kStack && kTorchao), "stacked tiles are built for rule te only");
   using T = __nv_bfloat16;
   using G = TileGeom<T>;
   constexpr int TK = G::kTileK;  // 128
-  static_assert(TK == kStackedTileK, "a stacked tile steps by whole K tiles");
   __shared__ alignas(16) uint8_t tile[kTileM * 256];
   __shared__ alignas(16) uint8_t cstage[kTileM * 64];  // columnwise codes of the tile, staged (col_stage_offset)
-  __shared__ PlaneTables planes;
 
   GroupView gv;
   int64_t kt;
@@ -692,19 +493,6 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
   const int rleft = gv.rows;  // valid rows of this tile (> 0)
   const bool col_ok = chunk * 8 < kleft;
   const T* x = reinterpret_cast<const T*>(a.x);
-  int lg_rows = 7;  // 7: one K tile; 5 / 6: a stacked tile of 4 / 2 K tiles
-  if constexpr (kStack) {
-    lg_rows = stacked_lg_rows(rleft);
-    if (kStack == 2 && a.K >= 0) lg_rows = 7;  // EXPERIMENT: the stacked code present, never taken
-    if ((kt & ((1 << (7 - lg_rows)) - 1)) != 0) return;  // a K tile that the CTA of K tile kt - kt % S takes
-    if (lg_rows < 7) {
-      if constexpr (kStack == 3)
-        stacked_tile_call<kRHT>(a, gv, k0, (int)min(a.K - k0, (int64_t)4 * TK), lg_rows, tile, cstage, &planes);
-      else
-        stacked_tile<kRHT>(a, gv, k0, (int)min(a.K - k0, (int64_t)4 * TK), lg_rows, tile, cstage, planes);
-      return;
-    }
-  }
 
   // ---- 1. load the tile into shared memory (rows past the group and columns past K as zeros) ----
   // cp.async (stop 58): the 16-byte pieces go from global to shared memory without passing through registers, and the
@@ -730,6 +518,7 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
   // the wait, which returns once that kernel has finished and its writes are visible. Without a programmatic
   // dependency the wait returns at once.
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  __shared__ PlaneTables planes;
   build_plane_tables<kTorchao>(a, gv.g, planes);
   asm volatile("cp.async.wait_all;\n" ::: "memory");  // this thread's tile pieces have landed; the barrier: all
   __syncthreads();

@@ -17,12 +17,6 @@ static bool fast_enabled() {
   return on;
 }
 
-// NVFP4_STACK=0 in the environment runs grouped calls without stacked tiles (for A/B timing; read at every launch).
-static int stacked_tiles_mode() {
-  const char* e = std::getenv("NVFP4_STACK");
-  return e == nullptr || e[0] == '\0' ? 1 : e[0] - '0';
-}
-
 // A launch that may start while the previous kernel of the stream still runs (programmatic dependent launch);
 // only for kernels that execute griddepcontrol.wait before they read anything that kernel writes.
 template <typename Args>
@@ -70,10 +64,7 @@ static void prefer_max_shared_fast4() {
   cudaGetDevice(&dev);
   if (done.get(dev)) return;
   for (auto kernel : {quantize_fast4_bf16<true>, quantize_fast4_bf16<false>, quantize_fast4_bf16<false, true>,
-                      quantize_fast4_bf16<true, true>, quantize_fast4_bf16<true, false, 1>,
-                      quantize_fast4_bf16<false, false, 1>, quantize_fast4_bf16<true, false, 2>,
-                      quantize_fast4_bf16<false, false, 2>, quantize_fast4_bf16<true, false, 3>,
-                      quantize_fast4_bf16<false, false, 3>})
+                      quantize_fast4_bf16<true, true>})
     cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
   done.set(dev, true);
 }
@@ -91,12 +82,7 @@ void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaS
     if (rht) quantize_kernel<__nv_bfloat16, true, true><<<(unsigned)grid, 256, 0, s>>>(a);
     else quantize_kernel<__nv_bfloat16, false, true><<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (fast) {
-    // grouped calls (row-tile records): the kernel with stacked tiles (nvfp4_fast_v4.cuh)
-    const int stack = a.tile_recs != nullptr ? stacked_tiles_mode() : 0;
-    auto kernel = stack == 1   ? (rht ? quantize_fast4_bf16<true, false, 1> : quantize_fast4_bf16<false, false, 1>)
-                  : stack == 2 ? (rht ? quantize_fast4_bf16<true, false, 2> : quantize_fast4_bf16<false, false, 2>)
-                  : stack == 3 ? (rht ? quantize_fast4_bf16<true, false, 3> : quantize_fast4_bf16<false, false, 3>)
-                               : (rht ? quantize_fast4_bf16<true> : quantize_fast4_bf16<false>);
+    auto kernel = rht ? quantize_fast4_bf16<true> : quantize_fast4_bf16<false>;
     prefer_max_shared_fast4();
     if (after_amax) launch_pdl(kernel, (unsigned)grid, 256, s, a);  // overlaps the amax pass's tail
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
