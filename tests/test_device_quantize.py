@@ -514,7 +514,7 @@ def test_group_fast_quantize_short_last_tiles(planes, rht, k):
     x[starts[3] + 5, k - 16:] = np.nan  # group of 17 rows: a NaN block in the last K tile
     x[starts[8] + 40, 3] = np.inf  # 48 rows
     x[starts[0], k // 2] = -np.inf  # one row
-    x[starts[14] + 300, 17:40] = np.nan  # 320 rows: the stacked tile of its last 64 rows
+    x[starts[14] + 300, 17:40] = np.nan  # 320 rows: its last tile of 64 rows
     x[starts[12] + 140, 0] = np.float32(3e38)  # 148 rows: the largest element sits in the 20-row last tile
     x = x.astype(BF16)
     kw = dict(rowwise=planes != "col", columnwise=planes != "row", rht=rht, block=(1, 16), rounding="rn")

@@ -62,6 +62,26 @@ std::string check_tile_recs(const optional<Tensor>& recs, c10::Device dev, int64
   return {};
 }
 
+// The grid arguments of amax_ / quantize_: a grouped call's offset table (int64 [6, E+1] on x's device, E >= 1) and
+// a row-tile count that covers every tile (row_tiles_needed); per-group amaxes of at least E (single tensor: 1)
+// float32 values on that device.
+std::string check_grid(const Tensor& x, const optional<Tensor>& offs, int64_t E, int64_t row_tiles,
+                       const Tensor& row_amax, const optional<Tensor>& col_amax) {
+  const bool grouped = offs.has_value() && offs->defined();
+  NVFP4_RETURN_IF_ERROR(check_on(offs, x.device(), "offsets"));
+  NVFP4_REFUSE_UNLESS(!grouped || (E >= 1 && offs->scalar_type() == at::kLong && offs->numel() == 6 * (E + 1)),
+                      "nvfp4: offsets must be int64 with 6 x (E + 1) values and E >= 1, got E = ", E);
+  const int64_t need = nvfp4::row_tiles_needed(x.size(0), E, grouped);
+  NVFP4_REFUSE_UNLESS(row_tiles >= need, "nvfp4: row_tiles must be at least ", need, ", got ", row_tiles);
+  const int64_t groups = grouped ? E : 1;
+  for (const optional<Tensor> a : {optional<Tensor>(row_amax), col_amax}) {
+    NVFP4_RETURN_IF_ERROR(check_on(a, x.device(), "amax"));
+    NVFP4_REFUSE_UNLESS(!a.has_value() || !a->defined() || (a->scalar_type() == at::kFloat && a->numel() >= groups),
+                        "nvfp4: an amax must be float32 with at least ", groups, " values");
+  }
+  return {};
+}
+
 // SPEC 4: per-tensor (offs absent) or per-group amax. row_amax / col_amax must be zero on entry.
 // after_setup: the previous launch on the stream is group_setup_ for `offs`. nan_propagating: the torchao rules'
 // amax (SPEC 4.1).
@@ -69,6 +89,7 @@ std::string amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int6
                   const optional<Tensor>& col_amax, bool rht, int64_t rht_signs, bool after_setup,
                   bool nan_propagating, const optional<Tensor>& tile_recs) {
   NVFP4_RETURN_IF_ERROR(check_x(x, rht));
+  NVFP4_RETURN_IF_ERROR(check_grid(x, offs, E, row_tiles, row_amax, col_amax));
   NVFP4_RETURN_IF_ERROR(check_tile_recs(tile_recs, x.device(), offs.has_value() ? row_tiles : 0));
   const c10::cuda::CUDAGuard guard(x.device());
   nvfp4::AmaxArgs a{x.data_ptr(), x.size(0), x.size(1), ptr_or_null<const int64_t>(offs), (int)E,
@@ -92,7 +113,10 @@ std::string quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, 
                       int64_t rht_signs, int64_t seed_lo, int64_t seed_hi, int64_t offset, bool after_amax,
                       const optional<Tensor>& tile_recs) {
   NVFP4_RETURN_IF_ERROR(check_x(x, rht));
+  NVFP4_RETURN_IF_ERROR(check_grid(x, offs, E, row_tiles, row_amax, col_amax));
   NVFP4_RETURN_IF_ERROR(check_tile_recs(tile_recs, x.device(), offs.has_value() ? row_tiles : 0));
+  for (const auto* b : {&row_data, &row_scales, &col_data, &col_scales})
+    NVFP4_RETURN_IF_ERROR(check_on(*b, x.device(), "an output buffer"));
   NVFP4_REFUSE_UNLESS(rule >= nvfp4::kRuleTE && rule <= nvfp4::kRuleTorchaoNoScale, "nvfp4: unknown scale rule ",
                       rule);
   const c10::cuda::CUDAGuard guard(x.device());
@@ -133,8 +157,8 @@ std::string group_setup_(const Tensor& splits, int64_t T, int64_t K, Tensor offs
                          const optional<Tensor>& row_scales, const optional<Tensor>& col_data,
                          const optional<Tensor>& col_scales, const optional<Tensor>& tile_recs) {
   NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4", splits, "splits"));
-  // (the worst-case row-tile count, T / 128 + E: kTileM = 128, nvfp4_layout.cuh)
-  NVFP4_RETURN_IF_ERROR(check_tile_recs(tile_recs, splits.device(), T / 128 + splits.numel()));
+  // (the setup kernel writes one record per row tile: at most row_tiles_needed of them)
+  NVFP4_RETURN_IF_ERROR(check_tile_recs(tile_recs, splits.device(), nvfp4::row_tiles_needed(T, splits.numel(), true)));
   NVFP4_REFUSE_UNLESS(splits.scalar_type() == at::kLong, "nvfp4: splits must be int64");
   NVFP4_REFUSE_UNLESS(T >= 0 && K >= 0 && K % 16 == 0, "nvfp4: need T >= 0 and K a multiple of 16");
   NVFP4_REFUSE_UNLESS(offs.is_cuda() && offs.scalar_type() == at::kLong && offs.numel() == 6 * (splits.numel() + 1),

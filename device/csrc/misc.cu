@@ -6,6 +6,7 @@
 #include "nvfp4_layout.cuh"
 
 namespace nvfp4 {
+static_assert(kTileM == kRowTileRows, "the host's row-tile counts (nvfp4_launch.h) are the kernels' tiles");
 namespace {
 
 constexpr int kScanThreads = 1024;

@@ -41,6 +41,15 @@ struct QuantArgs {
 };
 
 
+// Rows per row tile of the amax and quantize grids (kTileM, nvfp4_layout.cuh), and the row tiles a grid must cover:
+// ceil(M / 128) for a single tensor of M rows; for a grouped call over T rows and E groups the worst case of
+// sum ceil(m_g / 128), T / 128 + E (grids and the setup kernel's records are sized for it, the kernels read the real
+// count from the offset table). device/_ops.py computes the same numbers.
+constexpr int64_t kRowTileRows = 128;
+constexpr int64_t row_tiles_needed(int64_t rows, int64_t E, bool grouped) {
+  return grouped ? rows / kRowTileRows + E : (rows + kRowTileRows - 1) / kRowTileRows;
+}
+
 // SPEC 5.1 / 5.3 / 5.4 / 5.5 (the Python API's rule names, in this order)
 enum Rule : int { kRuleTE = 0, kRuleTEFusedRHT = 1, kRuleTorchao = 2, kRuleTorchaoNoScale = 3 };
 __host__ __device__ inline bool is_torchao_rule(int rule) { return rule == kRuleTorchao || rule == kRuleTorchaoNoScale; }

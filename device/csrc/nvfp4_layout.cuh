@@ -44,6 +44,23 @@ struct GroupView {
 // z = its rows of the group (1..128), w = the group.
 using TileRecord = int4;
 
+// Group g's place in X (v.g, row0, m) and its regions in the flat buffers (the four byte offsets), from the offset
+// table (SPEC 9.2). (I: the caller's index type, int or int64_t; the callers' code is the one they had inline.)
+template <typename I>
+__device__ __forceinline__ void load_group_rows(const int64_t* __restrict__ offs, int E, I g, GroupView& v) {
+  const int64_t* roff = offs + (int64_t)kOffRows * (E + 1);
+  v.g = (int)g;
+  v.row0 = roff[g];
+  v.m = roff[g + 1] - v.row0;
+}
+template <typename I>
+__device__ __forceinline__ void load_group_regions(const int64_t* __restrict__ offs, int E, I g, GroupView& v) {
+  v.row_data = offs[(int64_t)kOffRowData * (E + 1) + g];
+  v.row_scale = offs[(int64_t)kOffRowScale * (E + 1) + g];
+  v.col_data = offs[(int64_t)kOffColData * (E + 1) + g];
+  v.col_scale = offs[(int64_t)kOffColScale * (E + 1) + g];
+}
+
 // Resolve row tile `rt` to its group. Returns false when the tile lies past the last group (worst-case grid).
 // recs (grouped calls, optional): the setup kernel's TileRecord of every row tile; the tile's place in X then comes
 // from one load, and the group's offsets, which only the output addresses need, are loaded after it.
@@ -61,17 +78,11 @@ __device__ __forceinline__ bool resolve_tile(const int64_t* __restrict__ offs, i
     // its own wait for the setup kernel, whose writes are then complete.
     const TileRecord r = __ldg(recs + rt);
     if (rt >= tiles) return false;
-    const int64_t* roff = offs + (int64_t)kOffRows * (E + 1);
-    v.g = r.w;
     v.first_row = (int64_t)(((uint64_t)(uint32_t)r.y << 32) | (uint32_t)r.x);
     v.rows = r.z;
-    v.row0 = roff[r.w];
-    v.m = roff[r.w + 1] - v.row0;
+    load_group_rows(offs, E, r.w, v);
     v.m0 = v.first_row - v.row0;
-    v.row_data = offs[(int64_t)kOffRowData * (E + 1) + r.w];
-    v.row_scale = offs[(int64_t)kOffRowScale * (E + 1) + r.w];
-    v.col_data = offs[(int64_t)kOffColData * (E + 1) + r.w];
-    v.col_scale = offs[(int64_t)kOffColScale * (E + 1) + r.w];
+    load_group_regions(offs, E, r.w, v);
     return true;
   }
   // Largest g < E with toff[g] <= rt (empty groups share their start with the next group and are skipped), by a
@@ -89,15 +100,9 @@ __device__ __forceinline__ bool resolve_tile(const int64_t* __restrict__ offs, i
     lo += (int64_t)(__popc(__ballot_sync(0xffffffffu, pass)) - 1) * stride;
     if (rt >= tiles) return false;  // a tile of the worst-case grid past the last group: leave after one round
   }
-  const int64_t* roff = offs + (int64_t)kOffRows * (E + 1);
-  v.g = (int)lo;
-  v.row0 = roff[lo];
-  v.m = roff[lo + 1] - roff[lo];
+  load_group_rows(offs, E, lo, v);
   v.m0 = (rt - toff[lo]) * kTileM;
-  v.row_data = offs[(int64_t)kOffRowData * (E + 1) + lo];
-  v.row_scale = offs[(int64_t)kOffRowScale * (E + 1) + lo];
-  v.col_data = offs[(int64_t)kOffColData * (E + 1) + lo];
-  v.col_scale = offs[(int64_t)kOffColScale * (E + 1) + lo];
+  load_group_regions(offs, E, lo, v);
   v.first_row = v.row0 + v.m0;
   v.rows = (int)min(v.m - v.m0, (int64_t)kTileM);
   return true;

@@ -31,12 +31,26 @@ def quantize_calls() -> dict[str, Callable[[], str]]:
         return torch.empty((rows, cols), dtype=torch.float32, device="cuda")
 
     bf16 = dict(dtype=torch.bfloat16, device="cuda")
+
+    def offsets(e: int) -> torch.Tensor:
+        return torch.zeros(6 * (e + 1), dtype=torch.int64, device="cuda")
+
     return {
         "amax_ K of 24": lambda: ext.amax_(torch.zeros((4, 24), **bf16), None, 1, 1, torch.zeros(1, device="cuda"),
                                            None, False, 0, False, False, None),
         "amax_ RHT of float32": lambda: ext.amax_(torch.zeros((4, 32), device="cuda"), None, 1, 1,
                                                   torch.zeros(1, device="cuda"), None, True, 0xD7E8, False, False,
                                                   None),
+        "amax_ grouped, row_tiles short": lambda: ext.amax_(torch.zeros((300, 32), **bf16), offsets(2), 2, 3,
+                                                           torch.zeros(2, device="cuda"), None, False, 0, False,
+                                                           False, None),
+        "amax_ offsets of 5 values": lambda: ext.amax_(torch.zeros((4, 32), **bf16),
+                                                       torch.zeros(5, dtype=torch.int64, device="cuda"), 1, 1,
+                                                       torch.zeros(1, device="cuda"), None, False, 0, False, False,
+                                                       None),
+        "quantize_ amax of 1 value for 2 groups": lambda: ext.quantize_(
+            torch.zeros((64, 32), **bf16), offsets(2), 2, 2, one, one, torch.zeros(1024, **u8),
+            torch.zeros(1024, **u8), None, None, 2, False, False, 0, False, 0, 0, 0, 0, False, None),
         "swizzle_ short out": lambda: ext.swizzle_(torch.zeros((4, 4), **u8), torch.zeros(16, **u8)),
         "dequantize_ short data": lambda: ext.dequantize_(torch.zeros(512, **u8), torch.zeros(65536, **u8), one,
                                                           1024, 1024, True, 0, out(1024, 1024)),
