@@ -814,7 +814,9 @@ def test_argument_errors():
     run = subprocess.run([sys.executable, tool, "quantize"], capture_output=True, text=True, timeout=300,
                          cwd=os.path.join(os.path.dirname(__file__), ".."))
     assert run.returncode == 0, run.stdout + run.stderr[-2000:]
-    assert run.stdout.count("refused: nvfp4:") == 7, run.stdout
+    assert run.stdout.count("refused: nvfp4:") == 10, run.stdout
+    # 300 rows in 2 groups: at most 300 // 128 + 2 = 4 row tiles (the worst case of sum ceil(m_g / 128))
+    assert "row_tiles must be at least 4, got 3" in run.stdout, run.stdout
     # a grouped (row, col) amax pair holds one value per group for each plane (as the oracle: a single value
     # per plane is refused when E > 1, not spread over the groups)
     with pytest.raises(ValueError, match="per group"):
