@@ -62,6 +62,14 @@ std::string check_tile_recs(const optional<Tensor>& recs, c10::Device dev, int64
   return {};
 }
 
+// Per-group amaxes, when given: float32 with at least `groups` values on `dev` (group_setup_, amax_, quantize_).
+std::string check_amax(const optional<Tensor>& a, const c10::Device& dev, int64_t groups) {
+  NVFP4_RETURN_IF_ERROR(check_on(a, dev, "amax"));
+  NVFP4_REFUSE_UNLESS(!a.has_value() || !a->defined() || (a->scalar_type() == at::kFloat && a->numel() >= groups),
+                      "nvfp4: an amax must be float32 with at least ", groups, " values");
+  return {};
+}
+
 // The grid arguments of amax_ / quantize_: a grouped call's offset table (int64 [6, E+1] on x's device, E >= 1) and
 // a row-tile count that covers every tile (row_tiles_needed); per-group amaxes of at least E (single tensor: 1)
 // float32 values on that device.
@@ -74,11 +82,8 @@ std::string check_grid(const Tensor& x, const optional<Tensor>& offs, int64_t E,
   const int64_t need = nvfp4::row_tiles_needed(x.size(0), E, grouped);
   NVFP4_REFUSE_UNLESS(row_tiles >= need, "nvfp4: row_tiles must be at least ", need, ", got ", row_tiles);
   const int64_t groups = grouped ? E : 1;
-  for (const optional<Tensor> a : {optional<Tensor>(row_amax), col_amax}) {
-    NVFP4_RETURN_IF_ERROR(check_on(a, x.device(), "amax"));
-    NVFP4_REFUSE_UNLESS(!a.has_value() || !a->defined() || (a->scalar_type() == at::kFloat && a->numel() >= groups),
-                        "nvfp4: an amax must be float32 with at least ", groups, " values");
-  }
+  NVFP4_RETURN_IF_ERROR(check_amax(row_amax, x.device(), groups));
+  NVFP4_RETURN_IF_ERROR(check_amax(col_amax, x.device(), groups));
   return {};
 }
 
@@ -165,16 +170,12 @@ std::string group_setup_(const Tensor& splits, int64_t T, int64_t K, Tensor offs
                       "nvfp4: offsets must be a CUDA int64 tensor of 6 x (E + 1) elements");
   const c10::Device dev = splits.device();
   NVFP4_RETURN_IF_ERROR(check_on(offs, dev, "offsets"));
-  NVFP4_RETURN_IF_ERROR(check_on(row_amax, dev, "row_amax"));
-  NVFP4_RETURN_IF_ERROR(check_on(col_amax, dev, "col_amax"));
+  NVFP4_RETURN_IF_ERROR(check_amax(row_amax, dev, splits.numel()));
+  NVFP4_RETURN_IF_ERROR(check_amax(col_amax, dev, splits.numel()));
   NVFP4_RETURN_IF_ERROR(check_on(row_data, dev, "row_data"));
   NVFP4_RETURN_IF_ERROR(check_on(row_scales, dev, "row_scales"));
   NVFP4_RETURN_IF_ERROR(check_on(col_data, dev, "col_data"));
   NVFP4_RETURN_IF_ERROR(check_on(col_scales, dev, "col_scales"));
-  for (const auto* a : {&row_amax, &col_amax})
-    NVFP4_REFUSE_UNLESS(!a->has_value() || !(*a)->defined() ||
-                            ((*a)->scalar_type() == at::kFloat && (*a)->numel() >= splits.numel()),
-                        "nvfp4: a group amax must be float32 with E values");
   const c10::cuda::CUDAGuard guard(dev);
   uint8_t* bufs[nvfp4::kTailBufs] = {ptr_or_null<uint8_t>(row_data), ptr_or_null<uint8_t>(row_scales),
                                      ptr_or_null<uint8_t>(col_data), ptr_or_null<uint8_t>(col_scales)};
