@@ -4,8 +4,8 @@ A side is a set of environment assignments (``"A=1 B=2"``; sides separated by ``
 compared with the first side's, byte for byte, on a few single and grouped
 calls (odd shapes, empty groups, NaN / Inf blocks, both rules); then ``--rounds`` rounds, each timing every variant in
 turn (the order rotates per round) on the fused path of ``bench_quantize.py`` (row + RHT col, swizzled, amax; graph
-replay after the 256 MB zeroing flush, median), the quantize kernel and the amax pass alone (torch.profiler, mean of
-5 calls).
+replay after the 256 MB zeroing flush, median), the quantize kernel, the amax pass and the grouped setup kernel alone
+(torch.profiler, mean of 5 calls).
 
     PYTHONPATH=.:benchmarks python benchmarks/ab_quant_variant.py --sides "X=0;X=1" --rounds 3
 """
@@ -61,6 +61,15 @@ def check_same_bytes(variants: list[str]) -> None:
     x = torch.randn(3000, 512, device="cuda", dtype=torch.bfloat16)
     sp = torch.tensor([0, 17, 1000, 0, 129, 1854, 0], dtype=torch.int64, device="cuda")
     cases.append(("grouped 3000x512", lambda: device.group_quantize(x, sp, rowwise=True, columnwise=True, rht=True)))
+    # the setup kernel's scan: many groups (several 256-group chunks), sizes past T (capped), negative sizes, E = 1
+    gen = torch.Generator().manual_seed(7)
+    for name, sizes in (("E=600", torch.randint(0, 12, (600,), generator=gen)),
+                        ("E=300 over T", torch.randint(0, 25, (300,), generator=gen)),
+                        ("E=40 negatives", torch.randint(-50, 150, (40,), generator=gen)),
+                        ("E=1", torch.tensor([3000])), ("E=2000 zeros", torch.zeros(2000, dtype=torch.int64))):
+        spg = sizes.to(torch.int64).cuda()
+        cases.append((f"grouped 3000x512 {name}", lambda spg=spg: device.group_quantize(
+            x, spg, rowwise=True, columnwise=True, rht=True)))
     bad = 0
     for name, fn in cases:
         set_variant(variants[0])
@@ -77,12 +86,14 @@ def check_same_bytes(variants: list[str]) -> None:
           f"{'all equal' if bad == 0 else f'{bad} differ'}")
 
 
-def kernel_us(fn) -> tuple[float, float]:
-    """Mean torch.profiler time of the quantize kernel and of the amax pass over 5 calls."""
+def kernel_us(fn) -> tuple[float, float, float]:
+    """Mean torch.profiler time of the quantize kernel, the amax pass and the grouped setup kernel over 5 calls (0
+    where the call has no such kernel)."""
     ev = profiled_kernels(fn, calls=5)
     q = [d for n, _, d in ev if "quantize_" in n]
     a = [d for n, _, d in ev if "amax_" in n]
-    return sum(q) / max(1, len(q)), sum(a) / max(1, len(a))
+    s = [d for n, _, d in ev if "group_setup" in n]
+    return sum(q) / max(1, len(q)), sum(a) / max(1, len(a)), sum(s) / max(1, len(s))
 
 
 def main() -> None:
@@ -106,22 +117,24 @@ def main() -> None:
     call = {(c, v): [] for c, _ in cases for v in variants}
     kern = {(c, v): [] for c, _ in cases for v in variants}
     amax = {(c, v): [] for c, _ in cases for v in variants}
+    setup = {(c, v): [] for c, _ in cases for v in variants}
     for r in range(args.rounds):
         order = variants[r % len(variants):] + variants[: r % len(variants)]
         for name, fn in cases:
             for v in order:
                 set_variant(v)
                 call[(name, v)].append(bench(fn, args.iters))
-                q, am = kernel_us(fn)
+                q, am, st = kernel_us(fn)
                 kern[(name, v)].append(q)
                 amax[(name, v)].append(am)
+                setup[(name, v)].append(st)
     for i, v in enumerate(variants):
         print(f"side {i}: {v or '(nothing set)'}")
-    print("median [min-max] us: call (graph, flushed) | quantize kernel | amax pass")
+    print("median [min-max] us: call (graph, flushed) | quantize kernel | amax pass | grouped setup kernel")
     for name, _ in cases:
         for i, v in enumerate(variants):
             cells = [f"{statistics.median(d[(name, v)]):7.1f} [{min(d[(name, v)]):6.1f}-{max(d[(name, v)]):6.1f}]"
-                     for d in (call, kern, amax)]
+                     for d in (call, kern, amax, setup)]
             print(f"{name:16s} side {i}  " + " | ".join(cells))
 
 

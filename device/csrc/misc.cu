@@ -2,6 +2,8 @@
 // (SPEC 11).
 #include "nvfp4_launch.h"
 
+#include <cstdlib>
+
 #include "nvfp4_common.cuh"
 #include "nvfp4_layout.cuh"
 
@@ -142,6 +144,148 @@ __global__ void __launch_bounds__(kScanThreads) group_setup_kernel(const int64_t
   }
 }
 
+// The same setup with one warp per CTA doing the scan (stop 62): the kernel above runs six int64 block-wide scans
+// over 1024 threads (three barriers) before anything else, which made it a ~5 us step in front of the amax pass.
+// Here warp 0 of each CTA scans the splits alone, each lane taking G consecutive groups (G = ceil(E / 32) up to
+// kSetupGroupsPerLane), and only four counts are scanned: rows, ceil(m/16), ceil(m/64), ceil(m/128). The six rows of
+// the offset table are these counts times constants (SPEC 9.2):
+//   rows; tiles = n128; row data = rows K/2; row scales = 128 n128 roundup(K/16, 4);
+//   col data = K roundup(m, 16) / 2 = 8K n16; col scales = roundup(K, 128) roundup(n16, 4) = 4 roundup(K, 128) n64
+// (roundup(ceil(m/16), 4) = 4 ceil(m/64)). The other warps wait at one barrier for the totals and fill the tail.
+constexpr int kSetupThreads = 256;
+constexpr int kSetupGroupsPerLane = 8;
+enum SetupCount : int { kCntRows = 0, kCnt16 = 1, kCnt64 = 2, kCnt128 = 3, kNumCounts = 4 };
+
+// Offset-table row r from the four counts (SPEC 9.2, as above).
+__device__ __forceinline__ int64_t offset_from_counts(int r, const int64_t (&c)[kNumCounts], int64_t K) {
+  switch (r) {
+    case kOffRows: return c[kCntRows];
+    case kOffTiles: return c[kCnt128];
+    case kOffRowData: return c[kCntRows] * (K / 2);
+    case kOffRowScale: return c[kCnt128] * kTileM * round_up(K / 16, 4);
+    case kOffColData: return c[kCnt16] * 8 * K;
+    default: return c[kCnt64] * 4 * round_up(K, 128);  // kOffColScale
+  }
+}
+
+__global__ void __launch_bounds__(kSetupThreads) group_setup_warp_kernel(const int64_t* __restrict__ splits, int E,
+                                                                         int64_t T, int64_t K,
+                                                                         int64_t* __restrict__ offs,
+                                                                         float* __restrict__ row_amax,
+                                                                         float* __restrict__ col_amax, TailFill f,
+                                                                         TileRecord* __restrict__ recs) {
+  asm volatile("griddepcontrol.launch_dependents;");  // as group_setup_kernel
+  __shared__ int64_t total[kNumCounts];
+  const int lane = threadIdx.x & 31;
+  const bool writer = blockIdx.x == 0;
+  if (threadIdx.x < 32) {
+    const int G = min(kSetupGroupsPerLane, max(1, (E + 31) / 32));
+    int64_t raw = 0;                    // running sum of the clamped splits before this chunk, capped at T
+    int64_t carry[kNumCounts] = {0, 0, 0, 0};  // the counts before this chunk (warp-uniform)
+    if (writer && lane < kNumOffRows) offs[(int64_t)lane * (E + 1)] = 0;
+    for (int base = 0; base < E; base += 32 * G) {
+      const int g0 = base + lane * G;  // this lane's groups: g0 .. g0 + G - 1
+      int64_t m[kSetupGroupsPerLane];
+#pragma unroll
+      for (int e = 0; e < kSetupGroupsPerLane; ++e) {
+        const int i = g0 + e;
+        const int64_t v = (e < G && i < E) ? splits[i] : 0;
+        m[e] = v < 0 ? 0 : (v > T ? T : v);  // SPEC 9.4: clamped to [0, T]
+      }
+      // SPEC 9.4: the groups are what is left of each below row T: own_i = min(P_i, T) - min(P_i - m_i, T) with P the
+      // running sum of the clamped sizes (min(P, T) = min(min(P_before, T) + local, T): `raw` may stay capped).
+      int64_t local = 0;
+#pragma unroll
+      for (int e = 0; e < kSetupGroupsPerLane; ++e) local += m[e];
+      int64_t incl = local;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int64_t n = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += n;
+      }
+      int64_t p = min(raw + incl - local, T);  // capped running sum before g0
+      int64_t cnt[kNumCounts] = {0, 0, 0, 0};  // this lane's counts
+#pragma unroll
+      for (int e = 0; e < kSetupGroupsPerLane; ++e) {
+        const int64_t next = min(p + m[e], T);
+        m[e] = next - p;  // own rows of group g0 + e
+        p = next;
+        cnt[kCntRows] += m[e];
+        cnt[kCnt16] += ceil_div(m[e], 16);
+        cnt[kCnt64] += ceil_div(m[e], 64);
+        cnt[kCnt128] += ceil_div(m[e], (int64_t)kTileM);
+      }
+      raw = min(raw + __shfl_sync(0xffffffffu, incl, 31), T);
+      // exclusive prefix of the four counts over the lanes, plus the chunks before
+      int64_t pre[kNumCounts];
+#pragma unroll
+      for (int c = 0; c < kNumCounts; ++c) pre[c] = cnt[c];
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+#pragma unroll
+        for (int c = 0; c < kNumCounts; ++c) {
+          const int64_t n = __shfl_up_sync(0xffffffffu, pre[c], o);
+          if (lane >= o) pre[c] += n;
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < kNumCounts; ++c) {
+        const int64_t lane_incl = pre[c];
+        pre[c] = carry[c] + lane_incl - cnt[c];
+        carry[c] += __shfl_sync(0xffffffffu, lane_incl, 31);
+      }
+      // pre = the counts before group g0; walk this lane's groups
+#pragma unroll
+      for (int e = 0; e < kSetupGroupsPerLane; ++e) {
+        const int i = g0 + e;
+        if (e >= G || i >= E) break;
+        const int64_t own = m[e];
+        if (recs != nullptr) {  // tile j of the group by CTA j % gridDim.x (as group_setup_kernel)
+          for (int64_t j = blockIdx.x; j * kTileM < own; j += gridDim.x) {
+            const int64_t first = pre[kCntRows] + j * kTileM;
+            recs[pre[kCnt128] + j] = make_int4((int)(uint32_t)first, (int)(uint32_t)((uint64_t)first >> 32),
+                                               (int)min(own - j * kTileM, (int64_t)kTileM), i);
+          }
+        }
+        pre[kCntRows] += own;
+        pre[kCnt16] += ceil_div(own, 16);
+        pre[kCnt64] += ceil_div(own, 64);
+        pre[kCnt128] += ceil_div(own, (int64_t)kTileM);
+        if (writer) {
+#pragma unroll
+          for (int r = 0; r < kNumOffRows; ++r) offs[(int64_t)r * (E + 1) + i + 1] = offset_from_counts(r, pre, K);
+          if (row_amax) row_amax[i] = 0.0f;
+          if (col_amax) col_amax[i] = 0.0f;
+        }
+      }
+    }
+    if (lane == 0) {  // carry is warp-uniform (constant indices: no local-memory copy)
+#pragma unroll
+      for (int c = 0; c < kNumCounts; ++c) total[c] = carry[c];
+    }
+  }
+  __syncthreads();
+  int64_t tot[kNumCounts];
+#pragma unroll
+  for (int c = 0; c < kNumCounts; ++c) tot[c] = total[c];
+  const int64_t first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
+#pragma unroll
+  for (int b = 0; b < kTailBufs; ++b) {  // as group_setup_kernel's fill
+    if (f.buf[b] == nullptr) continue;
+    int64_t start = 0;
+#pragma unroll
+    for (int r = 0; r < kNumOffRows; ++r)  // constant r (a runtime row would copy tot to local memory)
+      if (f.row[b] == r) start = offset_from_counts(r, tot, K);
+    const int64_t end = f.cap[b];
+    if (start >= end) continue;
+    const int64_t s16 = round_up(start, (int64_t)16), e16 = end / 16 * 16;
+    if (first == 0 && s16 != start) *reinterpret_cast<uint2*>(f.buf[b] + start) = make_uint2(0, 0);
+    if (first == 1 && e16 != end) *reinterpret_cast<uint2*>(f.buf[b] + e16) = make_uint2(0, 0);
+    uint4* p = reinterpret_cast<uint4*>(f.buf[b]);
+    for (int64_t j = s16 / 16 + first; j < e16 / 16; j += stride) p[j] = make_uint4(0, 0, 0, 0);
+  }
+}
+
 // SPEC 8.2: one thread per 4 output bytes (one row r, scale columns c..c+3 of a 128x4 tile).
 __global__ void swizzle_kernel(const uint8_t* __restrict__ in, int64_t rows, int64_t cols, uint8_t* __restrict__ out,
                                int64_t n_words) {
@@ -212,6 +356,13 @@ void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int6
   }
   // The tail is at most ~E*16*K/2 bytes per buffer; size the grid by capacity, at most 66 CTAs (each also scans
   // the E splits, which is cheap next to the fill).
+  const char* v = std::getenv("NVFP4_SETUP_WARP");
+  if (v != nullptr && v[0] == '1') {
+    const int grid = grid_for(most, kSetupThreads) < 132 ? grid_for(most, kSetupThreads) : 132;
+    group_setup_warp_kernel<<<grid, kSetupThreads, 0, stream>>>(splits, E, T, K, offs, row_amax, col_amax, f,
+                                                                tile_recs);
+    return;
+  }
   const int grid = grid_for(most, kScanThreads) < 66 ? grid_for(most, kScanThreads) : 66;
   group_setup_kernel<<<grid, kScanThreads, 0, stream>>>(splits, E, T, K, offs, row_amax, col_amax, f, tile_recs);
 }
