@@ -357,8 +357,12 @@ void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int6
   // The tail is at most ~E*16*K/2 bytes per buffer; size the grid by capacity, at most 66 CTAs (each also scans
   // the E splits, which is cheap next to the fill).
   const char* v = std::getenv("NVFP4_SETUP_WARP");
-  if (v != nullptr && v[0] == '1') {
-    const int grid = grid_for(most, kSetupThreads) < 132 ? grid_for(most, kSetupThreads) : 132;
+  if (v != nullptr && v[0] >= '1') {
+    int grid = grid_for(most, kSetupThreads) < 132 ? grid_for(most, kSetupThreads) : 132;
+    if (v[0] >= '2') {  // timing only: no tail fill (2), and one CTA (3)
+      for (int i = 0; i < kTailBufs; ++i) f.buf[i] = nullptr;
+      if (v[0] == '3') grid = 1;
+    }
     group_setup_warp_kernel<<<grid, kSetupThreads, 0, stream>>>(splits, E, T, K, offs, row_amax, col_amax, f,
                                                                 tile_recs);
     return;
