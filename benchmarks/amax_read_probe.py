@@ -56,9 +56,9 @@ def _cases(ext, x: torch.Tensor) -> list:
     row_tiles = (m + 127) // 128
     cases = [
         ("ours: amax pass, row + RHT col",
-         lambda: ext.amax_(x, None, 1, row_tiles, amax[0:1], amax[1:2], True, 0xD7E8, False, False, None), nbytes),
+         lambda: ext.amax_(x, None, 1, row_tiles, amax[0:1], amax[1:2], True, 0xD7E8, False, False, None, None), nbytes),
         ("ours: amax pass, row only",
-         lambda: ext.amax_(x, None, 1, row_tiles, amax[0:1], None, False, 0xD7E8, False, False, None),
+         lambda: ext.amax_(x, None, 1, row_tiles, amax[0:1], None, False, 0xD7E8, False, False, None, None),
          nbytes),
         ("torch.amax", lambda: torch.amax(x), nbytes),
         ("x.clone()", lambda: x.clone(), 2 * nbytes),

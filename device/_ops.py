@@ -109,7 +109,7 @@ def launch_quantize(x: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: b
     if amax_in is None:
         amax.zero_()
         _raise_refusal(ext.amax_(x, None, 1, row_tiles, amax[0:1], amax[1:2] if columnwise else None, rht,
-                                 rht_signs, False, rule >= RULE_TORCHAO, None))
+                                 rht_signs, False, rule >= RULE_TORCHAO, None, None))
     else:
         amax.copy_(amax_in)
     _raise_refusal(ext.quantize_(
@@ -192,9 +192,9 @@ def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: Tensor
         splits, t, k, offs, row_amax if compute else None, col_amax if compute else None,
         bufs["row_data"] if rowwise else None, bufs["row_scales"] if rowwise else None,
         bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None, recs))
-    if compute:  # the setup kernel is the previous launch: the amax pass may start as it runs
+    if compute:  # the setup kernel is the previous launch: the amax pass may start as it runs (from the splits)
         _raise_refusal(ext.amax_(x, offs, e, row_tiles, row_amax, col_amax if columnwise else None, rht,
-                                 rht_signs, True, rule >= RULE_TORCHAO, recs))
+                                 rht_signs, True, rule >= RULE_TORCHAO, recs, splits))
     else:
         row_amax.copy_(amax_in[0])
         col_amax.copy_(amax_in[1])

@@ -92,15 +92,22 @@ std::string check_grid(const Tensor& x, const optional<Tensor>& offs, int64_t E,
 // amax (SPEC 4.1).
 std::string amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int64_t row_tiles, Tensor row_amax,
                   const optional<Tensor>& col_amax, bool rht, int64_t rht_signs, bool after_setup,
-                  bool nan_propagating, const optional<Tensor>& tile_recs) {
+                  bool nan_propagating, const optional<Tensor>& tile_recs, const optional<Tensor>& splits) {
   NVFP4_RETURN_IF_ERROR(check_x(x, rht));
   NVFP4_RETURN_IF_ERROR(check_grid(x, offs, E, row_tiles, row_amax, col_amax));
   NVFP4_RETURN_IF_ERROR(check_tile_recs(tile_recs, x.device(), offs.has_value() ? row_tiles : 0));
+  NVFP4_RETURN_IF_ERROR(check_on(splits, x.device(), "splits"));
+  NVFP4_REFUSE_UNLESS(!splits.has_value() || !splits->defined() ||
+                          (offs.has_value() && splits->scalar_type() == at::kLong && splits->is_contiguous() &&
+                           splits->numel() == E),
+                      "nvfp4: splits must be a contiguous int64 tensor of E values, with the offsets of a grouped "
+                      "call");
   const c10::cuda::CUDAGuard guard(x.device());
   nvfp4::AmaxArgs a{x.data_ptr(), x.size(0), x.size(1), ptr_or_null<const int64_t>(offs), (int)E,
                     row_amax.data_ptr<float>(), ptr_or_null<float>(col_amax), (uint32_t)rht_signs,
                     nan_propagating ? 1 : 0};
   a.tile_recs = ptr_or_null<const int4>(tile_recs);
+  a.splits = ptr_or_null<const int64_t>(splits);
   auto s = c10::cuda::getCurrentCUDAStream();
   switch (dtype_code(x)) {
     case nvfp4::kBF16: nvfp4::launch_amax_bf16(a, rht, row_tiles, s, after_setup); break;

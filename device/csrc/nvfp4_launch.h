@@ -18,6 +18,10 @@ struct AmaxArgs {
   uint32_t rht_signs;
   int nan_propagating;   // SPEC 4.1: 1 for the torchao rules (a NaN amax is 0x7FC00000), 0 for the TE rules
   const int4* tile_recs = nullptr;  // grouped: the setup kernel's row-tile records (nvfp4_layout.cuh), or nullptr
+  // grouped, bf16 fast pass after the setup kernel, E <= kSplitScanMaxGroups: the device splits, from which the pass
+  // finds its tiles itself (resolve_grid_tile_reversed_splits) instead of waiting for the records; or nullptr
+  const int64_t* splits = nullptr;
+  int64_t late_wait_ctas = 0;  // with `splits`: CTAs below this index wait for the setup kernel only before their atomics
 };
 
 struct QuantArgs {

@@ -133,6 +133,91 @@ __device__ __forceinline__ bool resolve_grid_tile_reversed(const int64_t* __rest
   return resolve_grid_tile(offs, E, M, tiles * nkt - 1 - block, nkt, v, kt, recs);
 }
 
+// The amax pass of a grouped call with at most kSplitScanMaxGroups groups, without the setup kernel's outputs (stop
+// 62): warp 0 reads the device splits itself (lane l takes groups l G .. l G + G - 1, G = ceil(E / 32)), forms the
+// groups of SPEC 9.4 (sizes clamped to [0, M], running total capped at M) and their row-tile counts, and finds the
+// reverse-order tile of `block` as resolve_grid_tile_reversed does from the records: the same tile, group, first row
+// and rows, since both follow the same rule (the setup kernel writes the offset table the quantizer reads from it).
+// So the pass need not wait for the setup kernel before its loads, only before its atomics (amax_fast4_bf16).
+constexpr int kSplitScanLaneGroups = 8;
+constexpr int kSplitScanMaxGroups = 32 * kSplitScanLaneGroups;
+
+__device__ __forceinline__ int64_t warp_inclusive_sum(int64_t v) {
+  const int lane = (int)(threadIdx.x & 31u);
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int64_t n = __shfl_up_sync(0xffffffffu, v, o);
+    if (lane >= o) v += n;
+  }
+  return v;
+}
+
+// Needs the whole CTA (one barrier); E <= kSplitScanMaxGroups.
+__device__ __forceinline__ bool resolve_grid_tile_reversed_splits(const int64_t* __restrict__ splits, int E,
+                                                                  int64_t M, int64_t block, int64_t nkt,
+                                                                  GroupView& v, int64_t& kt) {
+  struct Found {
+    long long first_row;
+    int rows, g, kt, valid;
+  };
+  __shared__ Found found;
+  if (threadIdx.x < 32) {
+    const int lane = (int)threadIdx.x;
+    const int G = min(kSplitScanLaneGroups, max(1, (E + 31) / 32));
+    const int g0 = lane * G;
+    int64_t m[kSplitScanLaneGroups];
+#pragma unroll
+    for (int e = 0; e < kSplitScanLaneGroups; ++e) {
+      const int i = g0 + e;
+      const int64_t s = (e < G && i < E) ? __ldg(splits + i) : 0;
+      m[e] = s < 0 ? 0 : (s > M ? M : s);  // SPEC 9.4
+    }
+    int64_t local = 0;
+#pragma unroll
+    for (int e = 0; e < kSplitScanLaneGroups; ++e) local += m[e];
+    const int64_t incl = warp_inclusive_sum(local);
+    const int64_t row_start = min(incl - local, M);  // the first row of group g0 (the capped running total)
+    int64_t p = row_start, ntiles = 0;
+#pragma unroll
+    for (int e = 0; e < kSplitScanLaneGroups; ++e) {
+      const int64_t next = min(p + m[e], M);
+      m[e] = next - p;  // the group's rows below row M
+      p = next;
+      ntiles += ceil_div(m[e], (int64_t)kTileM);
+    }
+    const int64_t tincl = warp_inclusive_sum(ntiles);
+    const int64_t tiles = __shfl_sync(0xffffffffu, tincl, 31);
+    if (block < tiles * nkt) {
+      // (as resolve_grid_tile: a CTA index and a divisor of the grid, so 32-bit division)
+      const uint32_t tile = static_cast<uint32_t>(tiles * nkt - 1 - block), n32 = static_cast<uint32_t>(nkt);
+      const int64_t rt = tile / n32;
+      int64_t t0 = tincl - ntiles, row = row_start;
+      if (t0 <= rt && rt < tincl) {  // this lane's groups hold row tile rt (exactly one lane)
+#pragma unroll
+        for (int e = 0; e < kSplitScanLaneGroups; ++e) {
+          const int64_t c = ceil_div(m[e], (int64_t)kTileM);
+          if (rt < t0 + c) {
+            const int64_t m0 = (rt - t0) * kTileM;
+            found = Found{row + m0, (int)min(m[e] - m0, (int64_t)kTileM), g0 + e, (int)(tile % n32), 1};
+            break;
+          }
+          t0 += c;
+          row += m[e];
+        }
+      }
+    } else if (lane == 0) {
+      found.valid = 0;
+    }
+  }
+  __syncthreads();
+  const Found f = found;
+  v.first_row = f.first_row;
+  v.rows = f.rows;
+  v.g = f.g;
+  kt = f.kt;
+  return f.valid != 0;
+}
+
 // Input tile geometry per element type: a tile row is 256 bytes = 16 chunks of 16 bytes.
 template <typename T>
 struct TileGeom {

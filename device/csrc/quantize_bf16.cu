@@ -33,7 +33,30 @@ static void launch_pdl(void (*kernel)(Args), unsigned grid, unsigned threads, cu
   cudaLaunchKernelEx(&cfg, kernel, a);
 }
 
-void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_setup) {
+// The grouped fast pass after the setup kernel finds its tiles from the splits (stop 62) when it has them and
+// E <= kSplitScanMaxGroups; its first wave (the CTAs resident beside the setup kernel: occupancy x SMs) waits for the
+// setup kernel only before its atomics. Otherwise `splits` is cleared and the pass waits at its start.
+// (A/B switches, read per launch: NVFP4_AMAX_SPLITS=0 clears splits; NVFP4_AMAX_LATE=all / none: every CTA / none.)
+static AmaxArgs with_split_scan(AmaxArgs a, void (*kernel)(AmaxArgs), int64_t grid, bool after_setup) {
+  const char* on = std::getenv("NVFP4_AMAX_SPLITS");
+  if (!after_setup || a.splits == nullptr || a.E > kSplitScanMaxGroups || (on != nullptr && on[0] == '0')) {
+    a.splits = nullptr;
+    return a;
+  }
+  int dev = 0, sms = 0, per_sm = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0);
+  a.late_wait_ctas = (int64_t)sms * per_sm;
+  const char* late = std::getenv("NVFP4_AMAX_LATE");
+  if (late != nullptr && late[0] == 'a') a.late_wait_ctas = grid;
+  if (late != nullptr && late[0] == 'n') a.late_wait_ctas = 0;
+  return a;
+}
+
+void launch_amax_bf16(const AmaxArgs& a_in, bool rht, int64_t row_tiles, cudaStream_t s, bool after_setup) {
+  AmaxArgs a = a_in;
+  a.splits = nullptr;  // only the fast passes below take it (with_split_scan)
   const int64_t grid = row_tiles * amax_k_tiles<__nv_bfloat16>(a.K);
   if (grid == 0) return;
   if (a.nan_propagating && (!fast_enabled() || (rht && a.rht_signs != kDefaultRhtSigns))) {
@@ -42,14 +65,15 @@ void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream
     else amax_kernel<__nv_bfloat16, false, true><<<(unsigned)grid, 128, 0, s>>>(a);
   } else if (a.nan_propagating) {  // the fast pass, NaN-propagating (with the RHT: no last-stage shortcut)
     auto kernel = rht ? amax_fast4_bf16<true, true> : amax_fast4_bf16<false, true>;
-    if (after_setup) launch_pdl(kernel, (unsigned)grid, 256, s, a);
+    if (after_setup) launch_pdl(kernel, (unsigned)grid, 256, s, with_split_scan(a_in, kernel, grid, after_setup));
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (!fast_enabled()) {
     if (rht) amax_kernel<__nv_bfloat16, true><<<(unsigned)grid, 128, 0, s>>>(a);
     else amax_kernel<__nv_bfloat16, false><<<(unsigned)grid, 128, 0, s>>>(a);
   } else if (!rht || a.rht_signs == kDefaultRhtSigns) {  // the fast path (nvfp4_fast_v4.cuh)
     auto kernel = rht ? amax_fast4_bf16<true> : amax_fast4_bf16<false>;
-    if (after_setup) launch_pdl(kernel, (unsigned)grid, 256, s, a);  // waits for the setup kernel in-kernel
+    if (after_setup)  // waits for the setup kernel in-kernel
+      launch_pdl(kernel, (unsigned)grid, 256, s, with_split_scan(a_in, kernel, grid, after_setup));
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else {
     amax_kernel<__nv_bfloat16, true><<<(unsigned)grid, 128, 0, s>>>(a);

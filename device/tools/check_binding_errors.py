@@ -37,17 +37,17 @@ def quantize_calls() -> dict[str, Callable[[], str]]:
 
     return {
         "amax_ K of 24": lambda: ext.amax_(torch.zeros((4, 24), **bf16), None, 1, 1, torch.zeros(1, device="cuda"),
-                                           None, False, 0, False, False, None),
+                                           None, False, 0, False, False, None, None),
         "amax_ RHT of float32": lambda: ext.amax_(torch.zeros((4, 32), device="cuda"), None, 1, 1,
                                                   torch.zeros(1, device="cuda"), None, True, 0xD7E8, False, False,
-                                                  None),
+                                                  None, None),
         "amax_ grouped, row_tiles short": lambda: ext.amax_(torch.zeros((300, 32), **bf16), offsets(2), 2, 3,
                                                            torch.zeros(2, device="cuda"), None, False, 0, False,
-                                                           False, None),
+                                                           False, None, None),
         "amax_ offsets of 5 values": lambda: ext.amax_(torch.zeros((4, 32), **bf16),
                                                        torch.zeros(5, dtype=torch.int64, device="cuda"), 1, 1,
                                                        torch.zeros(1, device="cuda"), None, False, 0, False, False,
-                                                       None),
+                                                       None, None),
         "quantize_ amax of 1 value for 2 groups": lambda: ext.quantize_(
             torch.zeros((64, 32), **bf16), offsets(2), 2, 2, one, one, torch.zeros(1024, **u8),
             torch.zeros(1024, **u8), None, None, 2, False, False, 0, False, 0, 0, 0, 0, False, None),
