@@ -547,11 +547,12 @@ __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
   // wait for it before anything is read (a no-op otherwise). Only then let a programmatically dependent quantize
   // grid start its X loads as this grid's last wave runs (it reads the offsets before its own wait, so they must
   // be complete by then; it waits for this grid's completion before it reads the amaxes).
-  // With a.splits (stop 62) the CTA finds its tile from the splits, so only its atomics need the setup kernel (the
-  // zeroed amaxes): the CTAs below a.late_wait_ctas (the first wave, resident beside the setup kernel) wait just before
-  // them; the others, which start after the setup kernel has ended, wait at once, so that the quantize grid is let
-  // in as early as before. Every CTA waits before it triggers or exits: the quantizer reads the setup kernel's
-  // offsets and records before its own wait, and it starts only when every CTA of this grid has triggered or exited.
+  // With a.splits (stop 62) the CTAs below a.late_wait_ctas (the first wave, resident beside the setup kernel) find
+  // their tiles from the splits, so only their atomics need the setup kernel (the zeroed amaxes): they wait just
+  // before them. The others, which start after the setup kernel has ended, wait at once and read the records (one
+  // load against the scan's loads, shuffles and barrier), and let the quantize grid in as early as before. Every CTA
+  // waits before it triggers or exits: the quantizer reads the setup kernel's offsets and records before its own
+  // wait, and it starts only when every CTA of this grid has triggered or exited.
   const bool wait_late = a.splits != nullptr && blockIdx.x < a.late_wait_ctas;
   if (!wait_late) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -560,9 +561,8 @@ __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
   GroupView gv;
   int64_t kt;
   const bool has_tile =
-      a.splits != nullptr
-          ? resolve_grid_tile_reversed_splits(a.splits, a.E, a.M, blockIdx.x, amax_k_tiles<T>(a.K), gv, kt)
-          : resolve_grid_tile_reversed(a.offs, a.E, a.M, blockIdx.x, amax_k_tiles<T>(a.K), gv, kt, a.tile_recs);
+      wait_late ? resolve_grid_tile_reversed_splits(a.splits, a.E, a.M, blockIdx.x, amax_k_tiles<T>(a.K), gv, kt)
+                : resolve_grid_tile_reversed(a.offs, a.E, a.M, blockIdx.x, amax_k_tiles<T>(a.K), gv, kt, a.tile_recs);
   if (!has_tile) {
     if (wait_late) asm volatile("griddepcontrol.wait;" ::: "memory");
     return;

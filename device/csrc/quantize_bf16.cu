@@ -51,6 +51,7 @@ static AmaxArgs with_split_scan(AmaxArgs a, void (*kernel)(AmaxArgs), int64_t gr
   const char* late = std::getenv("NVFP4_AMAX_LATE");
   if (late != nullptr && late[0] == 'a') a.late_wait_ctas = grid;
   if (late != nullptr && late[0] == 'n') a.late_wait_ctas = 0;
+  if (late != nullptr && late[0] == '2') a.late_wait_ctas *= 2;
   return a;
 }
 
