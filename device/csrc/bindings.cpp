@@ -1,6 +1,5 @@
 // PyTorch bindings: thin out-variant wrappers that check arguments and launch on the current stream.
 // The Python package (device/_ops.py) wraps these in torch.library custom ops that allocate the outputs.
-#include <cstdlib>
 #include <string>
 
 #include <torch/extension.h>
@@ -154,25 +153,12 @@ std::string quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, 
   a.seed_hi = (uint32_t)seed_hi;
   a.offset = (uint32_t)offset;
   a.tile_recs = ptr_or_null<const int4>(tile_recs);
-  // grouped: every byte of the output buffers past the last group is zeroed (SPEC 9), by the quantize grid itself
-  // (bf16 fast kernel) or by a fill launch after it
-  const bool grouped = offs.has_value() && offs->defined();
-  const char* fill_env = std::getenv("NVFP4_FILL_IN_QUANT");  // A/B: 0 leaves the tails to group_setup_
-  const bool fill_here = grouped && !(fill_env != nullptr && fill_env[0] == '0');
-  nvfp4::GroupTails tails{};
-  const optional<Tensor>* planes[nvfp4::kTailBufs] = {&row_data, &row_scales, &col_data, &col_scales};
-  for (int i = 0; i < nvfp4::kTailBufs; ++i) {
-    tails.buf[i] = fill_here ? ptr_or_null<uint8_t>(*planes[i]) : nullptr;
-    tails.cap[i] = tails.buf[i] ? (*planes[i])->numel() : 0;
-  }
   auto s = c10::cuda::getCurrentCUDAStream();
-  bool fast = false;
   switch (dtype_code(x)) {
-    case nvfp4::kBF16: fast = nvfp4::launch_quantize_bf16(a, rht, row_tiles, s, after_amax); break;
+    case nvfp4::kBF16: nvfp4::launch_quantize_bf16(a, rht, row_tiles, s, after_amax); break;
     case nvfp4::kF16: nvfp4::launch_quantize_f16(a, row_tiles, s); break;
     default: nvfp4::launch_quantize_f32(a, row_tiles, s); break;
   }
-  if (fill_here) nvfp4::launch_group_tail_fill(a.offs, a.E, tails, s, fast);
   return nvfp4::launch_status("nvfp4");
 }
 
@@ -200,9 +186,6 @@ std::string group_setup_(const Tensor& splits, int64_t T, int64_t K, Tensor offs
   const c10::cuda::CUDAGuard guard(dev);
   uint8_t* bufs[nvfp4::kTailBufs] = {ptr_or_null<uint8_t>(row_data), ptr_or_null<uint8_t>(row_scales),
                                      ptr_or_null<uint8_t>(col_data), ptr_or_null<uint8_t>(col_scales)};
-  const char* fill_env = std::getenv("NVFP4_FILL_IN_QUANT");  // A/B: the tails here only with 0
-  if (!(fill_env != nullptr && fill_env[0] == '0'))
-    for (auto& b : bufs) b = nullptr;
   const int64_t caps[nvfp4::kTailBufs] = {bufs[0] ? row_data->numel() : 0, bufs[1] ? row_scales->numel() : 0,
                                           bufs[2] ? col_data->numel() : 0, bufs[3] ? col_scales->numel() : 0};
   const int rows[nvfp4::kTailBufs] = {2, 3, 4, 5};  // kOffRowData, kOffRowScale, kOffColData, kOffColScale

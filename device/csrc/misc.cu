@@ -286,16 +286,6 @@ __global__ void __launch_bounds__(kSetupThreads) group_setup_warp_kernel(const i
   }
 }
 
-// The tails of a grouped call whose quantizer did not zero them itself (SPEC 9; launch_group_tail_fill).
-// Launched with a programmatic dependency on the fast quantizer (launch_group_tail_fill), it starts in that grid's
-// last wave: the offsets it reads are complete by then (the quantizer reads them before its own wait too), and it
-// writes no byte that grid writes. It waits for that grid before it ends, so that whatever follows it on the stream
-// also follows the quantizer (a no-op without the dependency).
-__global__ void group_tail_fill_kernel(const int64_t* __restrict__ offs, int E, GroupTails t) {
-  zero_group_tails(offs, E, t, blockIdx.x * (int64_t)blockDim.x + threadIdx.x, (int64_t)gridDim.x * blockDim.x);
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-}
-
 // SPEC 8.2: one thread per 4 output bytes (one row r, scale columns c..c+3 of a 128x4 tile).
 __global__ void swizzle_kernel(const uint8_t* __restrict__ in, int64_t rows, int64_t cols, uint8_t* __restrict__ out,
                                int64_t n_words) {
@@ -379,24 +369,6 @@ void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int6
   }
   const int grid = grid_for(most, kScanThreads) < 66 ? grid_for(most, kScanThreads) : 66;
   group_setup_kernel<<<grid, kScanThreads, 0, stream>>>(splits, E, T, K, offs, row_amax, col_amax, f, tile_recs);
-}
-
-void launch_group_tail_fill(const int64_t* offs, int E, const GroupTails& t, cudaStream_t stream,
-                            bool after_fast_quantize) {
-  int64_t most = 0;
-  for (int i = 0; i < kTailBufs; ++i)
-    if (t.buf[i] && t.cap[i] / 16 > most) most = t.cap[i] / 16;
-  if (most == 0) return;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(grid_for(most, 256) < 132 ? grid_for(most, 256) : 132);
-  cfg.blockDim = dim3(256);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = after_fast_quantize ? 1 : 0;
-  cudaLaunchKernelEx(&cfg, group_tail_fill_kernel, offs, E, t);
 }
 
 void launch_swizzle(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t stream) {

@@ -483,10 +483,6 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
   __shared__ alignas(16) uint8_t tile[kTileM * 256];
   __shared__ alignas(16) uint8_t cstage[kTileM * 64];  // columnwise codes of the tile, staged (col_stage_offset)
 
-  // A grouped call's tail fill (launch_group_tail_fill) is launched behind this grid with a programmatic dependency:
-  // let it in once every CTA of this grid has started, so that it runs in this grid's last wave, whose DRAM traffic
-  // leaves room for it (stop 62). It writes only bytes no CTA of this grid writes.
-  asm volatile("griddepcontrol.launch_dependents;");
   GroupView gv;
   int64_t kt;
   if (!resolve_grid_tile(a.offs, a.E, a.M, blockIdx.x, quant_k_tiles<T>(a.K), gv, kt, a.tile_recs)) return;

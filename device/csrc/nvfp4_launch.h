@@ -8,15 +8,6 @@ namespace nvfp4 {
 
 enum ScaleLayout : int { kCompact = 0, kPaddedCompact = 1, kSwizzled = 2 };
 
-// The output buffers of a grouped call whose bytes past the last group are zeroed (SPEC 9), in the order row data,
-// row scales, col data, col scales (offset-table rows kOffRowData .. kOffColScale); cap: each buffer's size in bytes
-// (0: none).
-constexpr int kTailBufs = 4;
-struct GroupTails {
-  uint8_t* buf[kTailBufs];
-  int64_t cap[kTailBufs];
-};
-
 struct AmaxArgs {
   const void* x;
   int64_t M, K;          // rows of X (T when grouped) and columns
@@ -76,23 +67,18 @@ void launch_amax_f16(const AmaxArgs& a, int64_t row_tiles, cudaStream_t s);
 void launch_amax_f32(const AmaxArgs& a, int64_t row_tiles, cudaStream_t s);
 // fused quantizer (SPEC 5-8, 10). after_amax: the previous launch on `s` is the amax pass of this input (so the
 // bf16 fast kernel may overlap it, reading only X and the offsets before it waits for that pass).
-// Returns whether the launch was the bf16 fast kernel (which lets a programmatically dependent grid start early).
-bool launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_amax);
+void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_amax);
 void launch_quantize_f16(const QuantArgs& a, int64_t row_tiles, cudaStream_t s);
 void launch_quantize_f32(const QuantArgs& a, int64_t row_tiles, cudaStream_t s);
 
 // One launch per grouped call (SPEC 9): the offset table [6, E+1] from the device splits (running total capped at
 // the T rows of x, SPEC 9.4), zeroed per-group amaxes (those given), and zero bytes past the last group in up to
 // kTailBufs buffers (bufs[i] of caps[i] bytes, whose used length is offset row rows[i], entry E).
+constexpr int kTailBufs = 4;
 // tile_recs (optional): [T/128 + E] row-tile records for the bf16 fast kernels (nvfp4_layout.cuh, TileRecord).
 void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int64_t* offs, float* row_amax,
                         float* col_amax, uint8_t* const bufs[kTailBufs], const int64_t caps[kTailBufs],
                         const int rows[kTailBufs], int4* tile_recs, cudaStream_t stream);
-// Zero the bytes past the last group of the buffers in `t` (offset table `offs` of E groups), one launch after the
-// grouped quantizer. after_fast_quantize: that launch was the bf16 fast kernel, and this one may start in its last
-// wave (programmatic dependency; it waits for that grid before it ends, so the stream's order holds after it).
-void launch_group_tail_fill(const int64_t* offs, int E, const GroupTails& t, cudaStream_t stream,
-                            bool after_fast_quantize);
 void launch_swizzle(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t stream);
 void launch_dequantize(const uint8_t* data, const uint8_t* scales, const float* amax, int64_t rows, int64_t cols,
                        bool swizzled, int rule, float* out, cudaStream_t stream);

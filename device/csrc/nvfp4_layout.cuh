@@ -218,27 +218,6 @@ __device__ __forceinline__ bool resolve_grid_tile_reversed_splits(const int64_t*
   return f.valid != 0;
 }
 
-// Zero bytes [start, end) of `buf` (both multiples of 8, buf 16-byte aligned), thread `first` of `stride` threads:
-// an 8-byte piece at either end, 16-byte stores between (the grouped tails of SPEC 9).
-__device__ __forceinline__ void zero_bytes(uint8_t* buf, int64_t start, int64_t end, int64_t first, int64_t stride) {
-  if (start >= end) return;
-  const int64_t s16 = round_up(start, (int64_t)16), e16 = end / 16 * 16;
-  if (first == 0 && s16 != start) *reinterpret_cast<uint2*>(buf + start) = make_uint2(0, 0);
-  // (start < end, both multiples of 8: e16 >= s16, so the two 8-byte pieces never overlap)
-  if (first == 1 && e16 != end) *reinterpret_cast<uint2*>(buf + e16) = make_uint2(0, 0);
-  uint4* p = reinterpret_cast<uint4*>(buf);
-  for (int64_t j = s16 / 16 + first; j < e16 / 16; j += stride) p[j] = make_uint4(0, 0, 0, 0);
-}
-
-// The bytes past the last group (SPEC 9) of the buffers in `t`, from the offset table's totals (row r, entry E, for
-// buffer r - kOffRowData), thread `first` of `stride`.
-__device__ __forceinline__ void zero_group_tails(const int64_t* __restrict__ offs, int E, const GroupTails& t,
-                                                 int64_t first, int64_t stride) {
-#pragma unroll
-  for (int b = 0; b < kTailBufs; ++b)  // unrolled: t's arrays are indexed by constants (no local-memory copy)
-    if (t.buf[b] != nullptr) zero_bytes(t.buf[b], offs[(int64_t)(kOffRowData + b) * (E + 1) + E], t.cap[b], first, stride);
-}
-
 // Input tile geometry per element type: a tile row is 256 bytes = 16 chunks of 16 bytes.
 template <typename T>
 struct TileGeom {

@@ -94,9 +94,9 @@ static void prefer_max_shared_fast4() {
   done.set(dev, true);
 }
 
-bool launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_amax) {
+void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_amax) {
   const int64_t grid = row_tiles * quant_k_tiles<__nv_bfloat16>(a.K);
-  if (grid == 0) return false;
+  if (grid == 0) return;
   const bool fast = fast_enabled() && !a.sr && !a.block2d && (!rht || a.rht_signs == kDefaultRhtSigns);
   if (is_torchao_rule(a.rule) && fast) {  // SPEC 5.4 / 5.5
     auto kernel = rht ? quantize_fast4_bf16<true, true> : quantize_fast4_bf16<false, true>;
@@ -113,7 +113,6 @@ bool launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaS
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (rht) quantize_kernel<__nv_bfloat16, true><<<(unsigned)grid, 256, 0, s>>>(a);
   else quantize_kernel<__nv_bfloat16, false><<<(unsigned)grid, 256, 0, s>>>(a);
-  return fast;
 }
 
 }  // namespace nvfp4
