@@ -462,7 +462,9 @@ def test_group_quantize_random_splits(e):
 @pytest.mark.parametrize("rht", [False, True])
 def test_group_fast_quantize_64_groups(rht):
     """The fast kernel on 64 skewed groups (empty and unaligned ones included), 8192 x 1024: each group's tiles
-    take that group's amaxes and multiplier table (the other grouped fast-path cases have E <= 7 or SR)."""
+    take that group's amaxes and multiplier table (the other grouped fast-path cases have E <= 7 or SR). Its amax grid
+    (~800 CTAs) is larger than one wave on an H100 (528), so its first wave finds its tiles from the splits and the
+    rest from the setup kernel's records (stop 62), in one call."""
     rng = np.random.default_rng(64 + rht)
     splits = random_splits(rng, 8192, 64)
     x = make_input(8192, 1024, kind="normal", seed=17 + rht)
@@ -577,12 +579,14 @@ def cut_splits(splits, t: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("splits", [[100, 100, 150, 300], [-5, 120, 200], [50, 0, 70], [-1, -2], [400, 7], [0, 301],
-                                    [7] * 1100, [2**62, 2**62], [5, 2**63 - 1, 2**63 - 1], [-2**63, 2**63 - 1, 9]],
-                         ids=lambda s: "-".join(map(str, s[:6])))
+                                    [7] * 1100, [2**62, 2**62], [5, 2**63 - 1, 2**63 - 1], [-2**63, 2**63 - 1, 9],
+                                    [2] * 100 + [-3, 5] * 50, [1, 2] * 128, [1] * 257],
+                         ids=lambda s: f"E{len(s)}-" + "-".join(map(str, s[:6])))
 def test_group_quantize_splits_not_adding_up(splits):
     """Device splits that do not add up to T (SPEC 9.4): cumulative offsets passed as sizes, negative sizes, a sum
-    below T, a first group larger than T, more than 1024 groups past T, sizes whose int64 sum would overflow. The
-    device cuts the groups at row T and writes exactly what the oracle gives for the rows that are left with the cut
+    below T, a first group larger than T, more than 1024 groups past T, sizes whose int64 sum would overflow, 200 and
+    256 groups (the bf16 amax pass then finds its tiles from the splits, 8 groups per lane, stop 62) whose sum passes T
+    inside a lane's groups, and 257 (the records). The device cuts the groups at row T and writes exactly what the oracle gives for the rows that are left with the cut
     sizes; every byte past the last group up to the worst-case capacity is 0 (the rowwise data tail included), and
     nothing is written outside."""
     t, k = 300, 48
@@ -814,7 +818,8 @@ def test_argument_errors():
     run = subprocess.run([sys.executable, tool, "quantize"], capture_output=True, text=True, timeout=300,
                          cwd=os.path.join(os.path.dirname(__file__), ".."))
     assert run.returncode == 0, run.stdout + run.stderr[-2000:]
-    assert run.stdout.count("refused: nvfp4:") == 10, run.stdout
+    assert run.stdout.count("refused: nvfp4:") == 11, run.stdout
+    assert "splits must be a contiguous int64 tensor of E values" in run.stdout, run.stdout
     # 300 rows in 2 groups: at most 300 // 128 + 2 = 4 row tiles (the worst case of sum ceil(m_g / 128))
     assert "row_tiles must be at least 4, got 3" in run.stdout, run.stdout
     # a grouped (row, col) amax pair holds one value per group for each plane (as the oracle: a single value

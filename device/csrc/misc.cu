@@ -2,48 +2,12 @@
 // (SPEC 11).
 #include "nvfp4_launch.h"
 
-#include <cstdlib>
-
 #include "nvfp4_common.cuh"
 #include "nvfp4_layout.cuh"
 
 namespace nvfp4 {
 static_assert(kTileM == kRowTileRows, "the host's row-tile counts (nvfp4_launch.h) are the kernels' tiles");
 namespace {
-
-constexpr int kScanThreads = 1024;
-
-// Inclusive block-wide scan of kNumOffRows int64 quantities at once (warp shuffles, then warp totals).
-__device__ void block_scan(int64_t (&q)[kNumOffRows], int64_t (*warp_tot)[kNumOffRows]) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int r = 0; r < kNumOffRows; ++r) {
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int64_t n = __shfl_up_sync(0xffffffffu, q[r], o);
-      if (lane >= o) q[r] += n;
-    }
-    if (lane == 31) warp_tot[warp][r] = q[r];
-  }
-  __syncthreads();
-  if (warp == 0) {
-#pragma unroll
-    for (int r = 0; r < kNumOffRows; ++r) {
-      int64_t w = warp_tot[lane][r];
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int64_t n = __shfl_up_sync(0xffffffffu, w, o);
-        if (lane >= o) w += n;
-      }
-      warp_tot[lane][r] = w;  // inclusive prefix of warp totals
-    }
-  }
-  __syncthreads();
-  if (warp > 0) {
-#pragma unroll
-    for (int r = 0; r < kNumOffRows; ++r) q[r] += warp_tot[warp - 1][r];
-  }
-}
 
 // Zero bytes [offs[row][E], cap) of up to four buffers (offsets and capacities are multiples of 8).
 struct TailFill {
@@ -52,106 +16,19 @@ struct TailFill {
   int row[kTailBufs];
 };
 
-// The setup of a grouped call, one launch (it was two until stop 20): every CTA scans the device splits into the
-// offset table [6, E+1] (SPEC 9); CTA 0 writes the table and zeroes the per-group amaxes; all CTAs write their share
-// of the row-tile records (`recs`, when given; stop 59) and then zero the bytes past the last group of the
-// worst-case sized buffers (SPEC 9), from the scan's totals (the same numbers CTA 0 writes, so no CTA reads another's
-// results).
-// Splits that do not add up to T (SPEC 9.4): a negative size counts as 0 and the running total is capped at T, so
-// every offset stays inside the buffers sized from T; a group is what is left of it below row T.
-__global__ void __launch_bounds__(kScanThreads) group_setup_kernel(const int64_t* __restrict__ splits, int E,
-                                                                    int64_t T, int64_t K, int64_t* __restrict__ offs,
-                                                                    float* __restrict__ row_amax,
-                                                                    float* __restrict__ col_amax, TailFill f,
-                                                                    TileRecord* __restrict__ recs) {
-  // The amax pass is launched with a programmatic dependency on this grid and waits (griddepcontrol.wait) for its
-  // completion before it reads anything: let it become resident now.
-  asm volatile("griddepcontrol.launch_dependents;");
-  __shared__ int64_t warp_tot[32][kNumOffRows];
-  __shared__ int64_t carry[kNumOffRows];
-  const int t = threadIdx.x;
-  const bool writer = blockIdx.x == 0;
-  if (t < kNumOffRows) {
-    carry[t] = 0;
-    if (writer) offs[(int64_t)t * (E + 1)] = 0;
-  }
-  const int64_t kb4 = round_up(K / 16, 4), kpad = round_up(K, 128);
-  for (int base = 0; base < E; base += kScanThreads) {
-    __syncthreads();
-    const int i = base + t;
-    int64_t m = i < E ? splits[i] : 0;
-    m = m < 0 ? 0 : (m > T ? T : m);  // SPEC 9.4: clamped to [0, T] (same groups; no int64 overflow in the sums)
-    int64_t q[kNumOffRows];
-    auto sizes = [&](int64_t mg) {
-      q[kOffRows] = mg;
-      q[kOffTiles] = ceil_div(mg, kTileM);
-      q[kOffRowData] = mg * K / 2;
-      q[kOffRowScale] = round_up(mg, 128) * kb4;
-      q[kOffColData] = K * round_up(mg, 16) / 2;
-      q[kOffColScale] = kpad * round_up(ceil_div(mg, 16), 4);
-    };
-    int64_t own = m;  // this group's rows (capped below when the running total passes T)
-    sizes(m);
-    block_scan(q, warp_tot);
-    // rows before this chunk (already capped) + this chunk's inclusive prefix; past T (rare, block-uniform): redo the
-    // chunk with the capped sizes min(P_i, T) - min(P_i - m_i, T). (The __syncthreads_or also separates the two
-    // scans' uses of warp_tot.) Capped totals stay at T, so every later chunk takes this path with sizes 0.
-    const int64_t incl = carry[kOffRows] + q[kOffRows];
-    if (__syncthreads_or(incl > T)) {
-      own = min(incl, T) - min(incl - m, T);
-      sizes(own);
-      block_scan(q, warp_tot);
-    }
-    if (writer && i < E) {
-#pragma unroll
-      for (int r = 0; r < kNumOffRows; ++r) offs[(int64_t)r * (E + 1) + i + 1] = carry[r] + q[r];
-      if (row_amax) row_amax[i] = 0.0f;
-      if (col_amax) col_amax[i] = 0.0f;
-    }
-    if (recs != nullptr && i < E) {
-      // this group's row tiles (nvfp4_layout.cuh, TileRecord), tile j by CTA j % gridDim.x: every CTA has the whole
-      // scan, and a large group's records are spread over the grid (one thread writing a 110-tile group's records
-      // made the setup 3 us longer)
-      const int64_t tile0 = carry[kOffTiles] + q[kOffTiles] - ceil_div(own, (int64_t)kTileM);
-      const int64_t row0 = carry[kOffRows] + q[kOffRows] - own;
-      for (int64_t j = blockIdx.x; j * kTileM < own; j += gridDim.x) {
-        const int64_t first = row0 + j * kTileM;
-        recs[tile0 + j] = make_int4((int)(uint32_t)first, (int)(uint32_t)((uint64_t)first >> 32),
-                                    (int)min(own - j * kTileM, (int64_t)kTileM), i);
-      }
-    }
-    __syncthreads();
-    if (t == kScanThreads - 1) {
-#pragma unroll
-      for (int r = 0; r < kNumOffRows; ++r) carry[r] += q[r];
-    }
-  }
-  __syncthreads();  // carry[] = the totals, offs[r][E]
-  const int64_t first = blockIdx.x * (int64_t)blockDim.x + t, stride = (int64_t)gridDim.x * blockDim.x;
-#pragma unroll
-  for (int b = 0; b < kTailBufs; ++b) {  // unrolled: f's arrays are indexed by constants (no local-memory copy)
-    if (f.buf[b] == nullptr) continue;
-    // [start, end) in bytes, both multiples of 8 (row data: m K / 2 with K % 16 == 0; the others multiples of 16);
-    // an 8-byte piece at either end, 16-byte stores between (the buffers are 256-byte aligned allocations)
-    const int64_t start = carry[f.row[b]], end = f.cap[b];
-    if (start >= end) continue;
-    const int64_t s16 = round_up(start, (int64_t)16), e16 = end / 16 * 16;
-    if (first == 0 && s16 != start) *reinterpret_cast<uint2*>(f.buf[b] + start) = make_uint2(0, 0);
-    // (start < end, both multiples of 8: e16 >= s16, so the two 8-byte pieces never overlap)
-    if (first == 1 && e16 != end) *reinterpret_cast<uint2*>(f.buf[b] + e16) = make_uint2(0, 0);
-    uint4* p = reinterpret_cast<uint4*>(f.buf[b]);
-    for (int64_t j = s16 / 16 + first; j < e16 / 16; j += stride) p[j] = make_uint4(0, 0, 0, 0);
-  }
-}
-
-// The same setup with one warp per CTA doing the scan (stop 62): the kernel above runs six int64 block-wide scans
-// over 1024 threads (three barriers) before anything else, which made it a ~5 us step in front of the amax pass.
-// Here warp 0 of each CTA scans the splits alone, each lane taking G consecutive groups (G = ceil(E / 32) up to
-// kSetupGroupsPerLane), and only four counts are scanned: rows, ceil(m/16), ceil(m/64), ceil(m/128). The six rows of
-// the offset table are these counts times constants (SPEC 9.2):
+// The setup of a grouped call, one launch (SPEC 9): the offset table [6, E+1] from the device splits (CTA 0 writes
+// it and zeroes the per-group amaxes), the row-tile records (`recs`, when given; stop 59), and zeros past the last
+// group of the worst-case sized buffers. Splits that do not add up to T (SPEC 9.4): a negative size counts as 0 and
+// the running total is capped at T, so every offset stays inside the buffers sized from T; a group is what is left
+// of it below row T.
+// Warp 0 of every CTA scans the splits alone (stop 62; until then six int64 block-wide scans over 1024 threads with
+// three barriers made this a 5.3-5.6 us kernel, now 3.7-3.9), each lane taking G consecutive groups (G = ceil(E / 32)
+// up to kSetupGroupsPerLane, more groups in further rounds), and only four counts are scanned: rows, ceil(m/16),
+// ceil(m/64), ceil(m/128). The six rows of the offset table are these counts times constants (SPEC 9.2):
 //   rows; tiles = n128; row data = rows K/2; row scales = 128 n128 roundup(K/16, 4);
 //   col data = K roundup(m, 16) / 2 = 8K n16; col scales = roundup(K, 128) roundup(n16, 4) = 4 roundup(K, 128) n64
-// (roundup(ceil(m/16), 4) = 4 ceil(m/64)). The other warps wait at one barrier for the totals and fill the tail.
+// (roundup(ceil(m/16), 4) = 4 ceil(m/64)). Every CTA has the whole scan, so no CTA reads another's results; the other
+// warps wait at one barrier for the totals and zero the tail.
 constexpr int kSetupThreads = 256;
 constexpr int kSetupGroupsPerLane = 8;
 enum SetupCount : int { kCntRows = 0, kCnt16 = 1, kCnt64 = 2, kCnt128 = 3, kNumCounts = 4 };
@@ -168,13 +45,15 @@ __device__ __forceinline__ int64_t offset_from_counts(int r, const int64_t (&c)[
   }
 }
 
-__global__ void __launch_bounds__(kSetupThreads) group_setup_warp_kernel(const int64_t* __restrict__ splits, int E,
+__global__ void __launch_bounds__(kSetupThreads) group_setup_kernel(const int64_t* __restrict__ splits, int E,
                                                                          int64_t T, int64_t K,
                                                                          int64_t* __restrict__ offs,
                                                                          float* __restrict__ row_amax,
                                                                          float* __restrict__ col_amax, TailFill f,
                                                                          TileRecord* __restrict__ recs) {
-  asm volatile("griddepcontrol.launch_dependents;");  // as group_setup_kernel
+  // The amax pass is launched with a programmatic dependency on this grid: let it become resident now (its first
+  // wave finds its tiles from the splits and waits for this grid only before its atomics; amax_fast4_bf16).
+  asm volatile("griddepcontrol.launch_dependents;");
   __shared__ int64_t total[kNumCounts];
   const int lane = threadIdx.x & 31;
   const bool writer = blockIdx.x == 0;
@@ -240,7 +119,9 @@ __global__ void __launch_bounds__(kSetupThreads) group_setup_warp_kernel(const i
         const int i = g0 + e;
         if (e >= G || i >= E) break;
         const int64_t own = m[e];
-        if (recs != nullptr) {  // tile j of the group by CTA j % gridDim.x (as group_setup_kernel)
+        if (recs != nullptr) {
+          // tile j of the group by CTA j % gridDim.x: a large group's records spread over the grid (one thread
+          // writing a 110-tile group's records made the setup 3 us longer, stop 59)
           for (int64_t j = blockIdx.x; j * kTileM < own; j += gridDim.x) {
             const int64_t first = pre[kCntRows] + j * kTileM;
             recs[pre[kCnt128] + j] = make_int4((int)(uint32_t)first, (int)(uint32_t)((uint64_t)first >> 32),
@@ -270,7 +151,9 @@ __global__ void __launch_bounds__(kSetupThreads) group_setup_warp_kernel(const i
   for (int c = 0; c < kNumCounts; ++c) tot[c] = total[c];
   const int64_t first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
 #pragma unroll
-  for (int b = 0; b < kTailBufs; ++b) {  // as group_setup_kernel's fill
+  for (int b = 0; b < kTailBufs; ++b) {  // unrolled: f's arrays are indexed by constants (no local-memory copy)
+    // [start, end) in bytes, both multiples of 8 (row data: m K / 2 with K % 16 == 0; the others multiples of 16);
+    // an 8-byte piece at either end, 16-byte stores between (the buffers are 256-byte aligned allocations)
     if (f.buf[b] == nullptr) continue;
     int64_t start = 0;
 #pragma unroll
@@ -280,6 +163,7 @@ __global__ void __launch_bounds__(kSetupThreads) group_setup_warp_kernel(const i
     if (start >= end) continue;
     const int64_t s16 = round_up(start, (int64_t)16), e16 = end / 16 * 16;
     if (first == 0 && s16 != start) *reinterpret_cast<uint2*>(f.buf[b] + start) = make_uint2(0, 0);
+    // (start < end, both multiples of 8: e16 >= s16, so the two 8-byte pieces never overlap)
     if (first == 1 && e16 != end) *reinterpret_cast<uint2*>(f.buf[b] + e16) = make_uint2(0, 0);
     uint4* p = reinterpret_cast<uint4*>(f.buf[b]);
     for (int64_t j = s16 / 16 + first; j < e16 / 16; j += stride) p[j] = make_uint4(0, 0, 0, 0);
@@ -354,21 +238,10 @@ void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int6
     f.row[i] = rows[i];
     if (bufs[i] && caps[i] / 16 > most) most = caps[i] / 16;
   }
-  // The tail is at most ~E*16*K/2 bytes per buffer; size the grid by capacity, at most 66 CTAs (each also scans
+  // The tail is at most ~E*16*K/2 bytes per buffer; size the grid by capacity, at most 132 CTAs (each also scans
   // the E splits, which is cheap next to the fill).
-  const char* v = std::getenv("NVFP4_SETUP_WARP");
-  if (v != nullptr && v[0] >= '1') {
-    int grid = grid_for(most, kSetupThreads) < 132 ? grid_for(most, kSetupThreads) : 132;
-    if (v[0] >= '2') {  // timing only: no tail fill (2), and one CTA (3)
-      for (int i = 0; i < kTailBufs; ++i) f.buf[i] = nullptr;
-      if (v[0] == '3') grid = 1;
-    }
-    group_setup_warp_kernel<<<grid, kSetupThreads, 0, stream>>>(splits, E, T, K, offs, row_amax, col_amax, f,
-                                                                tile_recs);
-    return;
-  }
-  const int grid = grid_for(most, kScanThreads) < 66 ? grid_for(most, kScanThreads) : 66;
-  group_setup_kernel<<<grid, kScanThreads, 0, stream>>>(splits, E, T, K, offs, row_amax, col_amax, f, tile_recs);
+  const int grid = grid_for(most, kSetupThreads) < 132 ? grid_for(most, kSetupThreads) : 132;
+  group_setup_kernel<<<grid, kSetupThreads, 0, stream>>>(splits, E, T, K, offs, row_amax, col_amax, f, tile_recs);
 }
 
 void launch_swizzle(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t stream) {

@@ -543,16 +543,17 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
 template <bool kRHT, bool kNanProp = false>
 __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
   using T = __nv_bfloat16;
-  // Grouped calls launch this grid with a programmatic dependency on the setup kernel (offsets, zeroed amaxes):
-  // wait for it before anything is read (a no-op otherwise). Only then let a programmatically dependent quantize
-  // grid start its X loads as this grid's last wave runs (it reads the offsets before its own wait, so they must
-  // be complete by then; it waits for this grid's completion before it reads the amaxes).
-  // With a.splits (stop 62) the CTAs below a.late_wait_ctas (the first wave, resident beside the setup kernel) find
-  // their tiles from the splits, so only their atomics need the setup kernel (the zeroed amaxes): they wait just
-  // before them. The others, which start after the setup kernel has ended, wait at once and read the records (one
-  // load against the scan's loads, shuffles and barrier), and let the quantize grid in as early as before. Every CTA
-  // waits before it triggers or exits: the quantizer reads the setup kernel's offsets and records before its own
-  // wait, and it starts only when every CTA of this grid has triggered or exited.
+  // Grouped calls launch this grid with a programmatic dependency on the setup kernel (offsets, records, zeroed
+  // amaxes); a CTA waits for it (griddepcontrol.wait, a no-op without the dependency) before it reads what that
+  // kernel writes, and only then lets a programmatically dependent quantize grid start its X loads as this grid's
+  // last wave runs (the quantizer reads the offsets and records before its own wait, so they must be complete by
+  // then; it waits for this grid's completion before it reads the amaxes).
+  // Where: with a.splits (stop 62) the CTAs below a.late_wait_ctas (the first wave, resident beside the setup kernel)
+  // find their tiles from the splits themselves, so only their atomics need the setup kernel (the zeroed amaxes):
+  // they wait just before them, and their loads overlap the setup kernel. The others, which start after the setup
+  // kernel has ended, wait at once and read the records (one load against the scan's loads, shuffles and barrier; every
+  // CTA on the scan cost the E=64 pass 2.6 us). Every CTA waits before it triggers or exits: the quantize grid starts
+  // only when every CTA of this grid has done one or the other.
   const bool wait_late = a.splits != nullptr && blockIdx.x < a.late_wait_ctas;
   if (!wait_late) {
     asm volatile("griddepcontrol.wait;" ::: "memory");

@@ -33,31 +33,34 @@ static void launch_pdl(void (*kernel)(Args), unsigned grid, unsigned threads, cu
   cudaLaunchKernelEx(&cfg, kernel, a);
 }
 
-// The grouped fast pass after the setup kernel finds its tiles from the splits (stop 62) when it has them and
-// E <= kSplitScanMaxGroups; its first wave (the CTAs resident beside the setup kernel: occupancy x SMs) waits for the
-// setup kernel only before its atomics. Otherwise `splits` is cleared and the pass waits at its start.
-// (A/B switches, read per launch: NVFP4_AMAX_SPLITS=0 clears splits; NVFP4_AMAX_LATE=all / none: every CTA / none.)
-static AmaxArgs with_split_scan(AmaxArgs a, void (*kernel)(AmaxArgs), int64_t grid, bool after_setup) {
-  const char* on = std::getenv("NVFP4_AMAX_SPLITS");
-  if (!after_setup || a.splits == nullptr || a.E > kSplitScanMaxGroups || (on != nullptr && on[0] == '0')) {
+// The grouped fast pass after the setup kernel: its first wave (the CTAs resident beside the setup kernel, occupancy x
+// SMs, cached per device and kernel) finds its tiles from the splits and waits for the setup kernel only before its
+// atomics (stop 62; amax_fast4_bf16). With more than kSplitScanMaxGroups groups, or no splits, `splits` is cleared and
+// every CTA waits at its start and reads the records.
+template <bool kRHT, bool kNanProp>
+static AmaxArgs with_split_scan(AmaxArgs a) {
+  if (a.splits == nullptr || a.E > kSplitScanMaxGroups) {
     a.splits = nullptr;
     return a;
   }
-  int dev = 0, sms = 0, per_sm = 0;
+  static PerDevice<int64_t> wave;
+  int dev = 0;
   cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0);
-  a.late_wait_ctas = (int64_t)sms * per_sm;
-  const char* late = std::getenv("NVFP4_AMAX_LATE");
-  if (late != nullptr && late[0] == 'a') a.late_wait_ctas = grid;
-  if (late != nullptr && late[0] == 'n') a.late_wait_ctas = 0;
-  if (late != nullptr && late[0] == '2') a.late_wait_ctas *= 2;
+  int64_t ctas = wave.get(dev);
+  if (ctas == 0) {
+    int sms = 0, per_sm = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, amax_fast4_bf16<kRHT, kNanProp>, 256, 0);
+    ctas = (int64_t)sms * per_sm;
+    wave.set(dev, ctas);
+  }
+  a.late_wait_ctas = ctas;
   return a;
 }
 
 void launch_amax_bf16(const AmaxArgs& a_in, bool rht, int64_t row_tiles, cudaStream_t s, bool after_setup) {
   AmaxArgs a = a_in;
-  a.splits = nullptr;  // only the fast passes below take it (with_split_scan)
+  a.splits = nullptr;  // only the fast passes after the setup kernel take it (with_split_scan)
   const int64_t grid = row_tiles * amax_k_tiles<__nv_bfloat16>(a.K);
   if (grid == 0) return;
   if (a.nan_propagating && (!fast_enabled() || (rht && a.rht_signs != kDefaultRhtSigns))) {
@@ -66,7 +69,9 @@ void launch_amax_bf16(const AmaxArgs& a_in, bool rht, int64_t row_tiles, cudaStr
     else amax_kernel<__nv_bfloat16, false, true><<<(unsigned)grid, 128, 0, s>>>(a);
   } else if (a.nan_propagating) {  // the fast pass, NaN-propagating (with the RHT: no last-stage shortcut)
     auto kernel = rht ? amax_fast4_bf16<true, true> : amax_fast4_bf16<false, true>;
-    if (after_setup) launch_pdl(kernel, (unsigned)grid, 256, s, with_split_scan(a_in, kernel, grid, after_setup));
+    if (after_setup)
+      launch_pdl(kernel, (unsigned)grid, 256, s,
+                 rht ? with_split_scan<true, true>(a_in) : with_split_scan<false, true>(a_in));
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (!fast_enabled()) {
     if (rht) amax_kernel<__nv_bfloat16, true><<<(unsigned)grid, 128, 0, s>>>(a);
@@ -74,7 +79,8 @@ void launch_amax_bf16(const AmaxArgs& a_in, bool rht, int64_t row_tiles, cudaStr
   } else if (!rht || a.rht_signs == kDefaultRhtSigns) {  // the fast path (nvfp4_fast_v4.cuh)
     auto kernel = rht ? amax_fast4_bf16<true> : amax_fast4_bf16<false>;
     if (after_setup)  // waits for the setup kernel in-kernel
-      launch_pdl(kernel, (unsigned)grid, 256, s, with_split_scan(a_in, kernel, grid, after_setup));
+      launch_pdl(kernel, (unsigned)grid, 256, s,
+                 rht ? with_split_scan<true, false>(a_in) : with_split_scan<false, false>(a_in));
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else {
     amax_kernel<__nv_bfloat16, true><<<(unsigned)grid, 128, 0, s>>>(a);

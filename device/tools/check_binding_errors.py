@@ -44,6 +44,9 @@ def quantize_calls() -> dict[str, Callable[[], str]]:
         "amax_ grouped, row_tiles short": lambda: ext.amax_(torch.zeros((300, 32), **bf16), offsets(2), 2, 3,
                                                            torch.zeros(2, device="cuda"), None, False, 0, False,
                                                            False, None, None),
+        "amax_ splits of 3 values for 2 groups": lambda: ext.amax_(
+            torch.zeros((300, 32), **bf16), offsets(2), 2, 4, torch.zeros(2, device="cuda"), None, False, 0, True,
+            False, None, torch.zeros(3, dtype=torch.int64, device="cuda")),
         "amax_ offsets of 5 values": lambda: ext.amax_(torch.zeros((4, 32), **bf16),
                                                        torch.zeros(5, dtype=torch.int64, device="cuda"), 1, 1,
                                                        torch.zeros(1, device="cuda"), None, False, 0, False, False,
