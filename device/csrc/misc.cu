@@ -2,8 +2,6 @@
 // (SPEC 11).
 #include "nvfp4_launch.h"
 
-#include <cstdlib>
-
 #include "nvfp4_common.cuh"
 #include "nvfp4_layout.cuh"
 
@@ -242,9 +240,7 @@ void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int6
   }
   // The tail is at most ~E*16*K/2 bytes per buffer; size the grid by capacity, at most 132 CTAs (each also scans
   // the E splits, which is cheap next to the fill).
-  const char* cap_env = std::getenv("NVFP4_SETUP_CTAS");  // A/B (stop 62)
-  const int cap = cap_env != nullptr ? std::atoi(cap_env) : 132;
-  const int grid = grid_for(most, kSetupThreads) < cap ? grid_for(most, kSetupThreads) : cap;
+  const int grid = grid_for(most, kSetupThreads) < 132 ? grid_for(most, kSetupThreads) : 132;
   group_setup_kernel<<<grid, kSetupThreads, 0, stream>>>(splits, E, T, K, offs, row_amax, col_amax, f, tile_recs);
 }
 
