@@ -22,15 +22,14 @@ struct TailFill {
 // the running total is capped at T, so every offset stays inside the buffers sized from T; a group is what is left
 // of it below row T.
 // Warp 0 of every CTA scans the splits alone (stop 62; until then six int64 block-wide scans over 1024 threads with
-// three barriers made this a 5.3-5.6 us kernel, now 3.7-3.9), each lane taking G consecutive groups (G = ceil(E / 32)
-// up to kSetupGroupsPerLane, more groups in further rounds), and only four counts are scanned: rows, ceil(m/16),
+// three barriers made this a 5.3-5.6 us kernel, now 3.6-3.9), each lane taking G consecutive groups (G = ceil(E / 32)
+// up to kSplitScanLaneGroups, more groups in further rounds; cut_lane_groups, nvfp4_layout.cuh), and only four counts are scanned: rows, ceil(m/16),
 // ceil(m/64), ceil(m/128). The six rows of the offset table are these counts times constants (SPEC 9.2):
 //   rows; tiles = n128; row data = rows K/2; row scales = 128 n128 roundup(K/16, 4);
 //   col data = K roundup(m, 16) / 2 = 8K n16; col scales = roundup(K, 128) roundup(n16, 4) = 4 roundup(K, 128) n64
 // (roundup(ceil(m/16), 4) = 4 ceil(m/64)). Every CTA has the whole scan, so no CTA reads another's results; the other
 // warps wait at one barrier for the totals and zero the tail.
 constexpr int kSetupThreads = 256;
-constexpr int kSetupGroupsPerLane = 8;
 enum SetupCount : int { kCntRows = 0, kCnt16 = 1, kCnt64 = 2, kCnt128 = 3, kNumCounts = 4 };
 
 // Offset-table row r from the four counts (SPEC 9.2, as above).
@@ -58,43 +57,22 @@ __global__ void __launch_bounds__(kSetupThreads) group_setup_kernel(const int64_
   const int lane = threadIdx.x & 31;
   const bool writer = blockIdx.x == 0;
   if (threadIdx.x < 32) {
-    const int G = min(kSetupGroupsPerLane, max(1, (E + 31) / 32));
-    int64_t raw = 0;                    // running sum of the clamped splits before this chunk, capped at T
+    const int G = min(kSplitScanLaneGroups, max(1, (E + 31) / 32));
+    int64_t raw = 0;  // SPEC 9.4's capped running total before this round (cut_lane_groups)
     int64_t carry[kNumCounts] = {0, 0, 0, 0};  // the counts before this chunk (warp-uniform)
     if (writer && lane < kNumOffRows) offs[(int64_t)lane * (E + 1)] = 0;
     for (int base = 0; base < E; base += 32 * G) {
       const int g0 = base + lane * G;  // this lane's groups: g0 .. g0 + G - 1
-      int64_t m[kSetupGroupsPerLane];
-#pragma unroll
-      for (int e = 0; e < kSetupGroupsPerLane; ++e) {
-        const int i = g0 + e;
-        const int64_t v = (e < G && i < E) ? splits[i] : 0;
-        m[e] = v < 0 ? 0 : (v > T ? T : v);  // SPEC 9.4: clamped to [0, T]
-      }
-      // SPEC 9.4: the groups are what is left of each below row T: own_i = min(P_i, T) - min(P_i - m_i, T) with P the
-      // running sum of the clamped sizes (min(P, T) = min(min(P_before, T) + local, T): `raw` may stay capped).
-      int64_t local = 0;
-#pragma unroll
-      for (int e = 0; e < kSetupGroupsPerLane; ++e) local += m[e];
-      int64_t incl = local;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int64_t n = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += n;
-      }
-      int64_t p = min(raw + incl - local, T);  // capped running sum before g0
+      int64_t m[kSplitScanLaneGroups];
+      cut_lane_groups(splits, E, T, base, G, raw, m);  // SPEC 9.4: m[e] = the rows of group g0 + e
       int64_t cnt[kNumCounts] = {0, 0, 0, 0};  // this lane's counts
 #pragma unroll
-      for (int e = 0; e < kSetupGroupsPerLane; ++e) {
-        const int64_t next = min(p + m[e], T);
-        m[e] = next - p;  // own rows of group g0 + e
-        p = next;
+      for (int e = 0; e < kSplitScanLaneGroups; ++e) {
         cnt[kCntRows] += m[e];
         cnt[kCnt16] += ceil_div(m[e], 16);
         cnt[kCnt64] += ceil_div(m[e], 64);
         cnt[kCnt128] += ceil_div(m[e], (int64_t)kTileM);
       }
-      raw = min(raw + __shfl_sync(0xffffffffu, incl, 31), T);
       // exclusive prefix of the four counts over the lanes, plus the chunks before
       int64_t pre[kNumCounts];
 #pragma unroll
@@ -115,7 +93,7 @@ __global__ void __launch_bounds__(kSetupThreads) group_setup_kernel(const int64_
       }
       // pre = the counts before group g0; walk this lane's groups
 #pragma unroll
-      for (int e = 0; e < kSetupGroupsPerLane; ++e) {
+      for (int e = 0; e < kSplitScanLaneGroups; ++e) {
         const int i = g0 + e;
         if (e >= G || i >= E) break;
         const int64_t own = m[e];

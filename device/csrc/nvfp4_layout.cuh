@@ -152,6 +152,37 @@ __device__ __forceinline__ int64_t warp_inclusive_sum(int64_t v) {
   return v;
 }
 
+// SPEC 9.4 for one round of a warp's scan of the device splits: lane l takes groups g0 .. g0 + G - 1, g0 = base +
+// l G (G <= kSplitScanLaneGroups; sizes past E count 0), clamps each size to [0, T] and cuts the groups at row T.
+// `raw` (warp-uniform) is the capped running total of the rounds before, min(P_base, T); it advances past this
+// round (min(P, T) = min(min(P_before, T) + sizes, T), so it may stay capped). Out: m[e] = the rows of group g0 + e
+// below row T; returns the first row of group g0. (Used by the setup kernel, misc.cu, and the amax pass below: the
+// same groups in both.)
+__device__ __forceinline__ int64_t cut_lane_groups(const int64_t* __restrict__ splits, int E, int64_t T, int base,
+                                                   int G, int64_t& raw, int64_t (&m)[kSplitScanLaneGroups]) {
+  const int g0 = base + (int)(threadIdx.x & 31u) * G;
+#pragma unroll
+  for (int e = 0; e < kSplitScanLaneGroups; ++e) {
+    const int i = g0 + e;
+    const int64_t s = (e < G && i < E) ? __ldg(splits + i) : 0;
+    m[e] = s < 0 ? 0 : (s > T ? T : s);  // clamped to [0, T]: the same groups, and no int64 overflow in the sums
+  }
+  int64_t local = 0;
+#pragma unroll
+  for (int e = 0; e < kSplitScanLaneGroups; ++e) local += m[e];
+  const int64_t incl = warp_inclusive_sum(local);
+  const int64_t first = min(raw + incl - local, T);
+  int64_t p = first;
+#pragma unroll
+  for (int e = 0; e < kSplitScanLaneGroups; ++e) {
+    const int64_t next = min(p + m[e], T);
+    m[e] = next - p;
+    p = next;
+  }
+  raw = min(raw + __shfl_sync(0xffffffffu, incl, 31), T);
+  return first;
+}
+
 // Needs the whole CTA (one barrier); E <= kSplitScanMaxGroups.
 __device__ __forceinline__ bool resolve_grid_tile_reversed_splits(const int64_t* __restrict__ splits, int E,
                                                                   int64_t M, int64_t block, int64_t nkt,
@@ -162,29 +193,13 @@ __device__ __forceinline__ bool resolve_grid_tile_reversed_splits(const int64_t*
   };
   __shared__ Found found;
   if (threadIdx.x < 32) {
-    const int lane = (int)threadIdx.x;
-    const int G = min(kSplitScanLaneGroups, max(1, (E + 31) / 32));
-    const int g0 = lane * G;
-    int64_t m[kSplitScanLaneGroups];
+    const int G = min(kSplitScanLaneGroups, max(1, (E + 31) / 32));  // one round: E <= 32 G
+    const int g0 = (int)threadIdx.x * G;
+    int64_t m[kSplitScanLaneGroups], raw = 0;
+    const int64_t row_start = cut_lane_groups(splits, E, M, 0, G, raw, m);  // the first row of group g0
+    int64_t ntiles = 0;
 #pragma unroll
-    for (int e = 0; e < kSplitScanLaneGroups; ++e) {
-      const int i = g0 + e;
-      const int64_t s = (e < G && i < E) ? __ldg(splits + i) : 0;
-      m[e] = s < 0 ? 0 : (s > M ? M : s);  // SPEC 9.4
-    }
-    int64_t local = 0;
-#pragma unroll
-    for (int e = 0; e < kSplitScanLaneGroups; ++e) local += m[e];
-    const int64_t incl = warp_inclusive_sum(local);
-    const int64_t row_start = min(incl - local, M);  // the first row of group g0 (the capped running total)
-    int64_t p = row_start, ntiles = 0;
-#pragma unroll
-    for (int e = 0; e < kSplitScanLaneGroups; ++e) {
-      const int64_t next = min(p + m[e], M);
-      m[e] = next - p;  // the group's rows below row M
-      p = next;
-      ntiles += ceil_div(m[e], (int64_t)kTileM);
-    }
+    for (int e = 0; e < kSplitScanLaneGroups; ++e) ntiles += ceil_div(m[e], (int64_t)kTileM);
     const int64_t tincl = warp_inclusive_sum(ntiles);
     const int64_t tiles = __shfl_sync(0xffffffffu, tincl, 31);
     if (block < tiles * nkt) {
@@ -205,7 +220,7 @@ __device__ __forceinline__ bool resolve_grid_tile_reversed_splits(const int64_t*
           row += m[e];
         }
       }
-    } else if (lane == 0) {
+    } else if (threadIdx.x == 0) {
       found.valid = 0;
     }
   }
