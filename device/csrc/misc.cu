@@ -23,14 +23,23 @@ struct TailFill {
 // of it below row T.
 // Warp 0 of every CTA scans the splits alone (stop 62; until then six int64 block-wide scans over 1024 threads with
 // three barriers made this a 5.3-5.6 us kernel, now 3.6-3.9), each lane taking G consecutive groups (G = ceil(E / 32)
-// up to kSplitScanLaneGroups, more groups in further rounds; cut_lane_groups, nvfp4_layout.cuh), and only four counts are scanned: rows, ceil(m/16),
-// ceil(m/64), ceil(m/128). The six rows of the offset table are these counts times constants (SPEC 9.2):
+// up to kSplitScanLaneGroups, more groups in further rounds; cut_lane_groups, nvfp4_layout.cuh), and only four counts
+// are scanned: rows, ceil(m/16), ceil(m/64), ceil(m/128). The six rows of the offset table are these counts times
+// constants (SPEC 9.2):
 //   rows; tiles = n128; row data = rows K/2; row scales = 128 n128 roundup(K/16, 4);
 //   col data = K roundup(m, 16) / 2 = 8K n16; col scales = roundup(K, 128) roundup(n16, 4) = 4 roundup(K, 128) n64
 // (roundup(ceil(m/16), 4) = 4 ceil(m/64)). Every CTA has the whole scan, so no CTA reads another's results; the other
 // warps wait at one barrier for the totals and zero the tail.
 constexpr int kSetupThreads = 256;
 enum SetupCount : int { kCntRows = 0, kCnt16 = 1, kCnt64 = 2, kCnt128 = 3, kNumCounts = 4 };
+
+// Adds a group of `rows` rows to the four counts.
+__device__ __forceinline__ void add_group_counts(int64_t (&c)[kNumCounts], int64_t rows) {
+  c[kCntRows] += rows;
+  c[kCnt16] += ceil_div(rows, 16);
+  c[kCnt64] += ceil_div(rows, 64);
+  c[kCnt128] += ceil_div(rows, (int64_t)kTileM);
+}
 
 // Offset-table row r from the four counts (SPEC 9.2, as above).
 __device__ __forceinline__ int64_t offset_from_counts(int r, const int64_t (&c)[kNumCounts], int64_t K) {
@@ -67,12 +76,7 @@ __global__ void __launch_bounds__(kSetupThreads) group_setup_kernel(const int64_
       cut_lane_groups(splits, E, T, base, G, raw, m);  // SPEC 9.4: m[e] = the rows of group g0 + e
       int64_t cnt[kNumCounts] = {0, 0, 0, 0};  // this lane's counts
 #pragma unroll
-      for (int e = 0; e < kSplitScanLaneGroups; ++e) {
-        cnt[kCntRows] += m[e];
-        cnt[kCnt16] += ceil_div(m[e], 16);
-        cnt[kCnt64] += ceil_div(m[e], 64);
-        cnt[kCnt128] += ceil_div(m[e], (int64_t)kTileM);
-      }
+      for (int e = 0; e < kSplitScanLaneGroups; ++e) add_group_counts(cnt, m[e]);
       // exclusive prefix of the four counts over the lanes, plus the chunks before
       int64_t pre[kNumCounts];
 #pragma unroll
@@ -106,10 +110,7 @@ __global__ void __launch_bounds__(kSetupThreads) group_setup_kernel(const int64_
                                                (int)min(own - j * kTileM, (int64_t)kTileM), i);
           }
         }
-        pre[kCntRows] += own;
-        pre[kCnt16] += ceil_div(own, 16);
-        pre[kCnt64] += ceil_div(own, 64);
-        pre[kCnt128] += ceil_div(own, (int64_t)kTileM);
+        add_group_counts(pre, own);
         if (writer) {
 #pragma unroll
           for (int r = 0; r < kNumOffRows; ++r) offs[(int64_t)r * (E + 1) + i + 1] = offset_from_counts(r, pre, K);
