@@ -107,7 +107,8 @@ def launch_quantize(x: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: b
     row_tiles = (m + _TILE_M - 1) // _TILE_M
     amax = bufs["amax"]
     if amax_in is None:
-        amax.zero_()
+        if not columnwise:  # amax_ zeroes the amaxes it computes (SPEC 4); the columnwise one is then 0 too
+            amax[1:2].zero_()
         _raise_refusal(ext.amax_(x, None, 1, row_tiles, amax[0:1], amax[1:2] if columnwise else None, rht,
                                  rht_signs, False, rule >= RULE_TORCHAO, None, None))
     else:

@@ -92,14 +92,15 @@ def device_opts(x2, **kw) -> dict:
     return _options(x2, **{**_DEFAULTS, **kw})
 
 
-def run_poisoned(x_t, *, swizzled: bool, amax=None, **kw) -> dict:
-    """Quantize into 0xFF-poisoned buffers through the out-variant launcher; returns the buffers."""
+def run_poisoned(x_t, *, swizzled: bool, amax=None, poison: int = 0xFF, **kw) -> dict:
+    """Quantize into buffers poisoned with the byte ``poison`` through the out-variant launcher; returns the
+    buffers."""
     from device import _ops
 
     x2 = x_t.reshape(-1, x_t.shape[-1])
     opts = device_opts(x2, **kw)
     bufs = _ops.quantize_buffers(x2.shape[0], x2.shape[1], rowwise=opts["rowwise"], columnwise=opts["columnwise"],
-                                 swizzled=swizzled, device=x2.device, fill=0xFF)
+                                 swizzled=swizzled, device=x2.device, fill=poison)
     amax_t = None if amax is None else torch.tensor(amax, dtype=torch.float32, device=x2.device).reshape(2)
     _ops.launch_quantize(x2, bufs, amax_t, swizzled=swizzled, **opts)
     torch.cuda.synchronize()
@@ -181,6 +182,23 @@ def test_quantize_other_dtypes(dtype, m, k):
 def test_quantize_single_plane(rowwise, columnwise, rht):
     x = make_input(200, 96, kind="special", seed=5)
     check_case(x, rowwise=rowwise, columnwise=columnwise, rht=rht)
+
+
+@pytest.mark.parametrize("rule", ["te", "torchao"])
+@pytest.mark.parametrize("rowwise,columnwise,rht", [(True, True, True), (True, True, False), (True, False, False),
+                                                    (False, True, True)])
+def test_quantize_amax_buffer_starts_dirty(rule, rowwise, columnwise, rht):
+    """The single-tensor amax pass zeroes the amaxes it computes before its atomic maxima (SPEC 4; a one-CTA kernel
+    the pass overlaps since stop 63): buffers poisoned with 0x7F (amax bits 0x7F7F7F7F = 3.4e38, above any finite
+    bf16 |x|, so a missing zero would win every maximum) come back with the oracle's amaxes; an amax that was not
+    asked for (no columnwise plane) comes back as +0."""
+    x = make_input(300, 160, kind="normal", seed=63)
+    ref = oracle.quantize(x, rowwise=rowwise, columnwise=columnwise, rht=rht, rule=rule)
+    bufs = run_poisoned(to_cuda(x), swizzled=True, poison=0x7F, rowwise=rowwise, columnwise=columnwise, rht=rht,
+                        rule=rule)
+    check_single(bufs, ref, True)
+    if not columnwise:  # quantize_op returns both amaxes
+        assert_f32_bits("unrequested col amax", bufs["amax"][1:2], np.float32(0.0))
 
 
 @pytest.mark.parametrize("rule", ["te", "te_fused_rht"])

@@ -1,5 +1,6 @@
 // PyTorch bindings: thin out-variant wrappers that check arguments and launch on the current stream.
 // The Python package (device/_ops.py) wraps these in torch.library custom ops that allocate the outputs.
+#include <cstdlib>
 #include <string>
 
 #include <torch/extension.h>
@@ -87,8 +88,9 @@ std::string check_grid(const Tensor& x, const optional<Tensor>& offs, int64_t E,
   return {};
 }
 
-// SPEC 4: per-tensor (offs absent) or per-group amax. row_amax / col_amax must be zero on entry.
-// after_setup: the previous launch on the stream is group_setup_ for `offs`. nan_propagating: the torchao rules'
+// SPEC 4: per-tensor (offs absent) or per-group amax. Per tensor, row_amax / col_amax are zeroed here first (a
+// one-CTA kernel the bf16 fast pass overlaps, launch_zero_amax); per group they must be zero on entry (group_setup_
+// zeroes them). after_setup: the previous launch on the stream is group_setup_ for `offs`. nan_propagating: the torchao rules'
 // amax (SPEC 4.1).
 std::string amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int64_t row_tiles, Tensor row_amax,
                   const optional<Tensor>& col_amax, bool rht, int64_t rht_signs, bool after_setup,
@@ -109,6 +111,11 @@ std::string amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int6
   a.tile_recs = ptr_or_null<const int4>(tile_recs);
   a.splits = ptr_or_null<const int64_t>(splits);
   auto s = c10::cuda::getCurrentCUDAStream();
+  if (a.offs == nullptr) {
+    nvfp4::launch_zero_amax(a.row_amax, a.col_amax, s);
+    const bool plain = [] { const char* e = std::getenv("NVFP4_AB_ZERO_PLAIN"); return e && e[0] == '1'; }();
+    a.after_zero = plain ? 0 : 1;
+  }
   switch (dtype_code(x)) {
     case nvfp4::kBF16: nvfp4::launch_amax_bf16(a, rht, row_tiles, s, after_setup); break;
     case nvfp4::kF16: nvfp4::launch_amax_f16(a, row_tiles, s); break;

@@ -2,6 +2,8 @@
 // (SPEC 11).
 #include "nvfp4_launch.h"
 
+#include <cstdlib>
+
 #include "nvfp4_common.cuh"
 #include "nvfp4_layout.cuh"
 
@@ -23,7 +25,7 @@ struct TailFill {
 // of it below row T.
 // Warp 0 of every CTA scans the splits alone (stop 62; until then six int64 block-wide scans over 1024 threads with
 // three barriers made this a 5.3-5.6 us kernel, now 3.6-3.9), each lane taking G consecutive groups (G = ceil(E / 32)
-// up to kSplitScanLaneGroups, more groups in further rounds; cut_lane_groups, nvfp4_layout.cuh), and only four counts
+// up to kSetupLaneGroups, more groups in further rounds; cut_lane_groups, nvfp4_layout.cuh), and only four counts
 // are scanned: rows, ceil(m/16), ceil(m/64), ceil(m/128). The six rows of the offset table are these counts times
 // constants (SPEC 9.2):
 //   rows; tiles = n128; row data = rows K/2; row scales = 128 n128 roundup(K/16, 4);
@@ -53,7 +55,8 @@ __device__ __forceinline__ int64_t offset_from_counts(int r, const int64_t (&c)[
   }
 }
 
-__global__ void __launch_bounds__(kSetupThreads) group_setup_kernel(const int64_t* __restrict__ splits, int E,
+template <int kSetupLaneGroups, int kMinBlocks>
+__global__ void __launch_bounds__(kSetupThreads, kMinBlocks) group_setup_kernel(const int64_t* __restrict__ splits, int E,
                                                                          int64_t T, int64_t K,
                                                                          int64_t* __restrict__ offs,
                                                                          float* __restrict__ row_amax,
@@ -66,17 +69,17 @@ __global__ void __launch_bounds__(kSetupThreads) group_setup_kernel(const int64_
   const int lane = threadIdx.x & 31;
   const bool writer = blockIdx.x == 0;
   if (threadIdx.x < 32) {
-    const int G = min(kSplitScanLaneGroups, max(1, (E + 31) / 32));
+    const int G = min(kSetupLaneGroups, max(1, (E + 31) / 32));
     int64_t raw = 0;  // SPEC 9.4's capped running total before this round (cut_lane_groups)
     int64_t carry[kNumCounts] = {0, 0, 0, 0};  // the counts before this chunk (warp-uniform)
     if (writer && lane < kNumOffRows) offs[(int64_t)lane * (E + 1)] = 0;
     for (int base = 0; base < E; base += 32 * G) {
       const int g0 = base + lane * G;  // this lane's groups: g0 .. g0 + G - 1
-      int64_t m[kSplitScanLaneGroups];
+      int64_t m[kSetupLaneGroups];
       cut_lane_groups(splits, E, T, base, G, raw, m);  // SPEC 9.4: m[e] = the rows of group g0 + e
       int64_t cnt[kNumCounts] = {0, 0, 0, 0};  // this lane's counts
 #pragma unroll
-      for (int e = 0; e < kSplitScanLaneGroups; ++e) add_group_counts(cnt, m[e]);
+      for (int e = 0; e < kSetupLaneGroups; ++e) add_group_counts(cnt, m[e]);
       // exclusive prefix of the four counts over the lanes, plus the chunks before
       int64_t pre[kNumCounts];
 #pragma unroll
@@ -97,7 +100,7 @@ __global__ void __launch_bounds__(kSetupThreads) group_setup_kernel(const int64_
       }
       // pre = the counts before group g0; walk this lane's groups
 #pragma unroll
-      for (int e = 0; e < kSplitScanLaneGroups; ++e) {
+      for (int e = 0; e < kSetupLaneGroups; ++e) {
         const int i = g0 + e;
         if (e >= G || i >= E) break;
         const int64_t own = m[e];
@@ -147,6 +150,15 @@ __global__ void __launch_bounds__(kSetupThreads) group_setup_kernel(const int64_
     uint4* p = reinterpret_cast<uint4*>(f.buf[b]);
     for (int64_t j = s16 / 16 + first; j < e16 / 16; j += stride) p[j] = make_uint4(0, 0, 0, 0);
   }
+}
+
+// The single-tensor amax pass's zeroed amaxes (launch_zero_amax). The pass is launched with a programmatic
+// dependency on this grid and waits for it only before its atomics, so it lets that grid start at once: the zeroing
+// then overlaps the pass's loads instead of a kernel boundary (stop 63; until then a `zero_()` before the pass).
+__global__ void zero_amax_kernel(float* __restrict__ row_amax, float* __restrict__ col_amax) {
+  asm volatile("griddepcontrol.launch_dependents;");
+  row_amax[0] = 0.0f;
+  if (col_amax != nullptr) col_amax[0] = 0.0f;
 }
 
 // SPEC 8.2: one thread per 4 output bytes (one row r, scale columns c..c+3 of a 128x4 tile).
@@ -220,7 +232,15 @@ void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int6
   // The tail is at most ~E*16*K/2 bytes per buffer; size the grid by capacity, at most 132 CTAs (each also scans
   // the E splits, which is cheap next to the fill).
   const int grid = grid_for(most, kSetupThreads) < 132 ? grid_for(most, kSetupThreads) : 132;
-  group_setup_kernel<<<grid, kSetupThreads, 0, stream>>>(splits, E, T, K, offs, row_amax, col_amax, f, tile_recs);
+  const bool wide = [] { const char* e = std::getenv("NVFP4_AB_SETUP_WIDE"); return e && e[0] == '1'; }();
+  if (wide)
+    group_setup_kernel<8, 1><<<grid, kSetupThreads, 0, stream>>>(splits, E, T, K, offs, row_amax, col_amax, f, tile_recs);
+  else
+    group_setup_kernel<2, 4><<<grid, kSetupThreads, 0, stream>>>(splits, E, T, K, offs, row_amax, col_amax, f, tile_recs);
+}
+
+void launch_zero_amax(float* row_amax, float* col_amax, cudaStream_t stream) {
+  zero_amax_kernel<<<1, 1, 0, stream>>>(row_amax, col_amax);
 }
 
 void launch_swizzle(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t stream) {

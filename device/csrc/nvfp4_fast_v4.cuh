@@ -554,16 +554,18 @@ __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
   // kernel has ended, wait at once and read the records (one load against the scan's loads, shuffles and barrier; every
   // CTA on the scan cost the E=64 pass 2.6 us). Every CTA waits before it triggers or exits: the quantize grid starts
   // only when every CTA of this grid has done one or the other.
-  const bool wait_late = a.splits != nullptr && blockIdx.x < a.late_wait_ctas;
-  if (!wait_late) {
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;");
-  }
+  // A single tensor with a.after_zero (stop 63) is launched with a programmatic dependency on launch_zero_amax: every
+  // CTA lets the quantize grid start at once (it reads nothing of this grid's before its own wait, which waits for
+  // this grid's completion) and waits for the zeroing only before its atomics.
+  const bool from_splits = a.splits != nullptr && blockIdx.x < a.late_wait_ctas;
+  const bool wait_late = from_splits || a.after_zero;
+  if (!wait_late) asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (!from_splits) asm volatile("griddepcontrol.launch_dependents;");
   GroupView gv;
   int64_t kt;
   const bool has_tile =
-      wait_late ? resolve_grid_tile_reversed_splits(a.splits, a.E, a.M, blockIdx.x, amax_k_tiles<T>(a.K), gv, kt)
-                : resolve_grid_tile_reversed(a.offs, a.E, a.M, blockIdx.x, amax_k_tiles<T>(a.K), gv, kt, a.tile_recs);
+      from_splits ? resolve_grid_tile_reversed_splits(a.splits, a.E, a.M, blockIdx.x, amax_k_tiles<T>(a.K), gv, kt)
+                  : resolve_grid_tile_reversed(a.offs, a.E, a.M, blockIdx.x, amax_k_tiles<T>(a.K), gv, kt, a.tile_recs);
   if (!has_tile) {
     if (wait_late) asm volatile("griddepcontrol.wait;" ::: "memory");
     return;
@@ -630,10 +632,8 @@ __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
   } else {
     cmax = rmax;
   }
-  if (wait_late) {
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;");
-  }
+  if (wait_late) asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (from_splits) asm volatile("griddepcontrol.launch_dependents;");
   cta_amax_atomic<8, kNanProp>(rmax, cmax, a, gv.g);
 }
 

@@ -22,6 +22,9 @@ struct AmaxArgs {
   // finds its tiles itself (resolve_grid_tile_reversed_splits) instead of waiting for the records; or nullptr
   const int64_t* splits = nullptr;
   int64_t late_wait_ctas = 0;  // with `splits`: CTAs below this index wait for the setup kernel only before their atomics
+  // single tensor: the previous launch is launch_zero_amax for these amaxes (the bf16 fast pass then starts with a
+  // programmatic dependency on it and waits for it only before its atomics)
+  int after_zero = 0;
 };
 
 struct QuantArgs {
@@ -76,6 +79,9 @@ void launch_quantize_f32(const QuantArgs& a, int64_t row_tiles, cudaStream_t s);
 // kTailBufs buffers (bufs[i] of caps[i] bytes, whose used length is offset row rows[i], entry E).
 constexpr int kTailBufs = 4;
 // tile_recs (optional): [T/128 + E] row-tile records for the bf16 fast kernels (nvfp4_layout.cuh, TileRecord).
+// Zeroes row_amax[0] and, when given, col_amax[0] (the single-tensor amax pass's atomics start from 0, SPEC 4); one
+// CTA, which lets a programmatically dependent amax pass start at once (AmaxArgs::after_zero).
+void launch_zero_amax(float* row_amax, float* col_amax, cudaStream_t stream);
 void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int64_t* offs, float* row_amax,
                         float* col_amax, uint8_t* const bufs[kTailBufs], const int64_t caps[kTailBufs],
                         const int rows[kTailBufs], int4* tile_recs, cudaStream_t stream);

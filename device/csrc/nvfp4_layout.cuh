@@ -158,23 +158,24 @@ __device__ __forceinline__ int64_t warp_inclusive_sum(int64_t v) {
 // round (min(P, T) = min(min(P_before, T) + sizes, T), so it may stay capped). Out: m[e] = the rows of group g0 + e
 // below row T; returns the first row of group g0. (Used by the setup kernel, misc.cu, and the amax pass below: the
 // same groups in both.)
+template <int kLaneGroups>
 __device__ __forceinline__ int64_t cut_lane_groups(const int64_t* __restrict__ splits, int E, int64_t T, int base,
-                                                   int G, int64_t& raw, int64_t (&m)[kSplitScanLaneGroups]) {
+                                                   int G, int64_t& raw, int64_t (&m)[kLaneGroups]) {
   const int g0 = base + (int)(threadIdx.x & 31u) * G;
 #pragma unroll
-  for (int e = 0; e < kSplitScanLaneGroups; ++e) {
+  for (int e = 0; e < kLaneGroups; ++e) {
     const int i = g0 + e;
     const int64_t s = (e < G && i < E) ? __ldg(splits + i) : 0;
     m[e] = s < 0 ? 0 : (s > T ? T : s);  // clamped to [0, T]: the same groups, and no int64 overflow in the sums
   }
   int64_t local = 0;
 #pragma unroll
-  for (int e = 0; e < kSplitScanLaneGroups; ++e) local += m[e];
+  for (int e = 0; e < kLaneGroups; ++e) local += m[e];
   const int64_t incl = warp_inclusive_sum(local);
   const int64_t first = min(raw + incl - local, T);
   int64_t p = first;
 #pragma unroll
-  for (int e = 0; e < kSplitScanLaneGroups; ++e) {
+  for (int e = 0; e < kLaneGroups; ++e) {
     const int64_t next = min(p + m[e], T);
     m[e] = next - p;
     p = next;

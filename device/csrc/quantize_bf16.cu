@@ -72,6 +72,7 @@ void launch_amax_bf16(const AmaxArgs& a_in, bool rht, int64_t row_tiles, cudaStr
     if (after_setup)
       launch_pdl(kernel, (unsigned)grid, 256, s,
                  rht ? with_split_scan<true, true>(a_in) : with_split_scan<false, true>(a_in));
+    else if (a.after_zero) launch_pdl(kernel, (unsigned)grid, 256, s, a);
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (!fast_enabled()) {
     if (rht) amax_kernel<__nv_bfloat16, true><<<(unsigned)grid, 128, 0, s>>>(a);
@@ -81,6 +82,7 @@ void launch_amax_bf16(const AmaxArgs& a_in, bool rht, int64_t row_tiles, cudaStr
     if (after_setup)  // waits for the setup kernel in-kernel
       launch_pdl(kernel, (unsigned)grid, 256, s,
                  rht ? with_split_scan<true, false>(a_in) : with_split_scan<false, false>(a_in));
+    else if (a.after_zero) launch_pdl(kernel, (unsigned)grid, 256, s, a);  // waits for launch_zero_amax in-kernel
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else {
     amax_kernel<__nv_bfloat16, true><<<(unsigned)grid, 128, 0, s>>>(a);
