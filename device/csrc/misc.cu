@@ -45,7 +45,7 @@ __device__ __forceinline__ void zero_tail(uint8_t* buf, int64_t start, int64_t e
   uint4* p = reinterpret_cast<uint4*>(buf);
   for (int64_t j = s16 / 16 + first; j < e16 / 16; j += stride) p[j] = make_uint4(0, 0, 0, 0);
 }
-enum SetupCount : int { kCntRows = 0, kCnt16 = 1, kCnt64 = 2, kCnt128 = 3, kCntPart = 4, kNumCounts = 5 };
+enum SetupCount : int { kCntRows = 0, kCnt16 = 1, kCnt64 = 2, kCnt128 = 3, kNumCounts = 4 };
 
 // Adds a group of `rows` rows to the four counts.
 __device__ __forceinline__ void add_group_counts(int64_t (&c)[kNumCounts], int64_t rows) {
@@ -53,7 +53,6 @@ __device__ __forceinline__ void add_group_counts(int64_t (&c)[kNumCounts], int64
   c[kCnt16] += ceil_div(rows, 16);
   c[kCnt64] += ceil_div(rows, 64);
   c[kCnt128] += ceil_div(rows, (int64_t)kTileM);
-  c[kCntPart] += (rows % kTileM) != 0;  // a short last tile
 }
 
 // Offset-table row r from the four counts (SPEC 9.2, as above).
@@ -74,8 +73,7 @@ __global__ void __launch_bounds__(kSetupThreads, kMinBlocks) group_setup_kernel(
                                                                          int64_t* __restrict__ offs,
                                                                          float* __restrict__ row_amax,
                                                                          float* __restrict__ col_amax, TailFill f,
-                                                                         TileRecord* __restrict__ recs,
-                                                                         int short_last) {
+                                                                         TileRecord* __restrict__ recs) {
   // The amax pass is launched with a programmatic dependency on this grid: let it become resident now (its first
   // wave finds its tiles from the splits and waits for this grid only before its atomics; amax_fast4_bf16).
   asm volatile("griddepcontrol.launch_dependents;");
@@ -85,26 +83,13 @@ __global__ void __launch_bounds__(kSetupThreads, kMinBlocks) group_setup_kernel(
   if (threadIdx.x < 32) {
     const int G = min(kSetupLaneGroups, max(1, (E + 31) / 32));
     int64_t raw = 0;  // SPEC 9.4's capped running total before this round (cut_lane_groups)
-    int64_t carry[kNumCounts] = {0, 0, 0, 0, 0};  // the counts before this chunk (warp-uniform)
+    int64_t carry[kNumCounts] = {0, 0, 0, 0};  // the counts before this chunk (warp-uniform)
     if (writer && lane < kNumOffRows) offs[(int64_t)lane * (E + 1)] = 0;
-    // experiment: short last tiles after every full tile in the record order (needs the full tiles' total first)
-    int64_t tot_full = 0;
-    if (short_last && recs != nullptr) {
-      int64_t raw2 = 0;
-      for (int base = 0; base < E; base += 32 * G) {
-        int64_t m[kSetupLaneGroups];
-        cut_lane_groups(splits, E, T, base, G, raw2, m);
-        int64_t nf = 0;
-#pragma unroll
-        for (int e = 0; e < kSetupLaneGroups; ++e) nf += m[e] / kTileM;
-        tot_full += __shfl_sync(0xffffffffu, warp_inclusive_sum(nf), 31);
-      }
-    }
     for (int base = 0; base < E; base += 32 * G) {
       const int g0 = base + lane * G;  // this lane's groups: g0 .. g0 + G - 1
       int64_t m[kSetupLaneGroups];
       cut_lane_groups(splits, E, T, base, G, raw, m);  // SPEC 9.4: m[e] = the rows of group g0 + e
-      int64_t cnt[kNumCounts] = {0, 0, 0, 0, 0};  // this lane's counts
+      int64_t cnt[kNumCounts] = {0, 0, 0, 0};  // this lane's counts
 #pragma unroll
       for (int e = 0; e < kSetupLaneGroups; ++e) add_group_counts(cnt, m[e]);
       // exclusive prefix of the four counts over the lanes, plus the chunks before
@@ -134,12 +119,9 @@ __global__ void __launch_bounds__(kSetupThreads, kMinBlocks) group_setup_kernel(
         if (recs != nullptr) {
           // tile j of the group by CTA j % gridDim.x: a large group's records spread over the grid (one thread
           // writing a 110-tile group's records made the setup 3 us longer, stop 59)
-          const int64_t nf = own / kTileM;
           for (int64_t j = blockIdx.x; j * kTileM < own; j += gridDim.x) {
             const int64_t first = pre[kCntRows] + j * kTileM;
-            const int64_t idx = !short_last ? pre[kCnt128] + j
-                                : j < nf ? pre[kCnt128] - pre[kCntPart] + j : tot_full + pre[kCntPart];
-            recs[idx] = make_int4((int)(uint32_t)first, (int)(uint32_t)((uint64_t)first >> 32),
+            recs[pre[kCnt128] + j] = make_int4((int)(uint32_t)first, (int)(uint32_t)((uint64_t)first >> 32),
                                                (int)min(own - j * kTileM, (int64_t)kTileM), i);
           }
         }
@@ -269,10 +251,11 @@ void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int6
   const char* side = std::getenv("NVFP4_AB_FILL_SIDE");
   if (side && side[0] != '\0' && side[0] != '0')
     for (int i = 0; i < kTailBufs; ++i) f.buf[i] = nullptr;
-  const char* sl = std::getenv("NVFP4_AB_SHORT_LAST");
-  const int short_last = sl && sl[0] == '1';
-  group_setup_kernel<2, 4><<<grid, kSetupThreads, 0, stream>>>(splits, E, T, K, offs, row_amax, col_amax, f, tile_recs,
-                                                               short_last);
+  const bool wide = [] { const char* e = std::getenv("NVFP4_AB_SETUP_WIDE"); return e && e[0] == '1'; }();
+  if (wide)
+    group_setup_kernel<8, 1><<<grid, kSetupThreads, 0, stream>>>(splits, E, T, K, offs, row_amax, col_amax, f, tile_recs);
+  else
+    group_setup_kernel<2, 4><<<grid, kSetupThreads, 0, stream>>>(splits, E, T, K, offs, row_amax, col_amax, f, tile_recs);
 }
 
 void launch_zero_amax(float* row_amax, float* col_amax, cudaStream_t stream) {

@@ -564,8 +564,7 @@ __global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
   GroupView gv;
   int64_t kt;
   const bool has_tile =
-      from_splits ? resolve_grid_tile_reversed_splits(a.splits, a.E, a.M, blockIdx.x, amax_k_tiles<T>(a.K), gv, kt,
-                                                          a.short_last)
+      from_splits ? resolve_grid_tile_reversed_splits(a.splits, a.E, a.M, blockIdx.x, amax_k_tiles<T>(a.K), gv, kt)
                   : resolve_grid_tile_reversed(a.offs, a.E, a.M, blockIdx.x, amax_k_tiles<T>(a.K), gv, kt, a.tile_recs);
   if (!has_tile) {
     if (wait_late) asm volatile("griddepcontrol.wait;" ::: "memory");

@@ -25,7 +25,6 @@ struct AmaxArgs {
   // single tensor: the previous launch is launch_zero_amax for these amaxes (the bf16 fast pass then starts with a
   // programmatic dependency on it and waits for it only before its atomics)
   int after_zero = 0;
-  int short_last = 0;  // experiment: the setup kernel's records put the short last tiles after every full tile
 };
 
 struct QuantArgs {

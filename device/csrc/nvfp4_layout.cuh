@@ -187,7 +187,7 @@ __device__ __forceinline__ int64_t cut_lane_groups(const int64_t* __restrict__ s
 // Needs the whole CTA (one barrier); E <= kSplitScanMaxGroups.
 __device__ __forceinline__ bool resolve_grid_tile_reversed_splits(const int64_t* __restrict__ splits, int E,
                                                                   int64_t M, int64_t block, int64_t nkt,
-                                                                  GroupView& v, int64_t& kt, int short_last) {
+                                                                  GroupView& v, int64_t& kt) {
   struct Found {
     long long first_row;
     int rows, g, kt, valid;
@@ -198,44 +198,6 @@ __device__ __forceinline__ bool resolve_grid_tile_reversed_splits(const int64_t*
     const int g0 = (int)threadIdx.x * G;
     int64_t m[kSplitScanLaneGroups], raw = 0;
     const int64_t row_start = cut_lane_groups(splits, E, M, 0, G, raw, m);  // the first row of group g0
-    if (short_last) {  // experiment: every full tile first, then the short last tiles (group order in each)
-      int64_t nfull = 0, npart = 0;
-#pragma unroll
-      for (int e = 0; e < kSplitScanLaneGroups; ++e) {
-        nfull += m[e] / kTileM;
-        npart += (m[e] % kTileM) != 0;
-      }
-      const int64_t fincl = warp_inclusive_sum(nfull), pincl = warp_inclusive_sum(npart);
-      const int64_t full_all = __shfl_sync(0xffffffffu, fincl, 31);
-      const int64_t tiles = full_all + __shfl_sync(0xffffffffu, pincl, 31);
-      if (block < tiles * nkt) {
-        const uint32_t tile = static_cast<uint32_t>(tiles * nkt - 1 - block), n32 = static_cast<uint32_t>(nkt);
-        const int64_t rt = tile / n32;
-        const bool is_full = rt < full_all;
-        const int64_t q = is_full ? rt : rt - full_all;
-        const int64_t own = is_full ? nfull : npart, incl = is_full ? fincl : pincl;
-        int64_t t0 = incl - own, row = row_start;
-        if (t0 <= q && q < incl) {
-          int64_t first = 0, rows = 0;
-          int g = -1;
-#pragma unroll
-          for (int e = 0; e < kSplitScanLaneGroups; ++e) {
-            const int64_t c = is_full ? m[e] / kTileM : (int64_t)((m[e] % kTileM) != 0);
-            if (g < 0 && q < t0 + c) {
-              const int64_t m0 = is_full ? (q - t0) * kTileM : m[e] / kTileM * kTileM;
-              first = row + m0;
-              rows = min(m[e] - m0, (int64_t)kTileM);
-              g = g0 + e;
-            }
-            t0 += c;
-            row += m[e];
-          }
-          found = Found{first, (int)rows, g, (int)(tile % n32), 1};
-        }
-      } else if (threadIdx.x == 0) {
-        found.valid = 0;
-      }
-    } else {
     int64_t ntiles = 0;
 #pragma unroll
     for (int e = 0; e < kSplitScanLaneGroups; ++e) ntiles += ceil_div(m[e], (int64_t)kTileM);
@@ -261,7 +223,6 @@ __device__ __forceinline__ bool resolve_grid_tile_reversed_splits(const int64_t*
       }
     } else if (threadIdx.x == 0) {
       found.valid = 0;
-    }
     }
   }
   __syncthreads();

@@ -55,8 +55,6 @@ static AmaxArgs with_split_scan(AmaxArgs a) {
     wave.set(dev, ctas);
   }
   a.late_wait_ctas = ctas;
-  const char* sl = std::getenv("NVFP4_AB_SHORT_LAST");
-  a.short_last = sl && sl[0] == '1';
   return a;
 }
 
