@@ -196,7 +196,7 @@ def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: Tensor
         bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None, recs))
     side_mode = os.environ.get("NVFP4_AB_FILL_SIDE", "0")
     cur = side = None
-    if side_mode in ("1", "2"):  # experiment: the tail fill on a high-priority side stream ("3": no fill)
+    if side_mode != "0":  # experiment: the tail fill on a high-priority side stream
         cur = torch.cuda.current_stream(x.device)
         side = _side_stream(x.device)
         if side_mode == "2":  # after the setup kernel
