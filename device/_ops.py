@@ -9,7 +9,6 @@ for grouped outputs), never on device data.
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 from torch import Tensor
@@ -194,25 +193,12 @@ def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: Tensor
         splits, t, k, offs, row_amax if compute else None, col_amax if compute else None,
         bufs["row_data"] if rowwise else None, bufs["row_scales"] if rowwise else None,
         bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None, recs))
-    side_mode = os.environ.get("NVFP4_AB_FILL_SIDE", "0")
-    cur = side = None
-    if side_mode != "0":  # experiment: the tail fill on a high-priority side stream
-        cur = torch.cuda.current_stream(x.device)
-        side = _side_stream(x.device)
-        if side_mode == "2":  # after the setup kernel
-            side.wait_stream(cur)
-            with torch.cuda.stream(side):
-                _fill_tails(ext, offs, e, bufs, rowwise, columnwise)
     if compute:  # the setup kernel is the previous launch: the amax pass may start as it runs (from the splits)
         _raise_refusal(ext.amax_(x, offs, e, row_tiles, row_amax, col_amax if columnwise else None, rht,
                                  rht_signs, True, rule >= RULE_TORCHAO, recs, splits))
     else:
         row_amax.copy_(amax_in[0])
         col_amax.copy_(amax_in[1])
-    if side_mode == "1":  # after the amax pass
-        side.wait_stream(cur)
-        with torch.cuda.stream(side):
-            _fill_tails(ext, offs, e, bufs, rowwise, columnwise)
     _raise_refusal(ext.quantize_(
         x, offs, e, row_tiles, row_amax, col_amax,
         bufs["row_data"] if rowwise else None, bufs["row_scales"] if rowwise else None,
@@ -221,26 +207,6 @@ def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: Tensor
         offset, compute,  # the amax pass is the previous launch: the quantizer may overlap its tail
         recs,
     ))
-    if side is not None:
-        cur.wait_stream(side)
-
-
-_SIDE: dict = {}
-
-
-def _side_stream(dev):
-    if dev not in _SIDE:
-        _SIDE[dev] = torch.cuda.Stream(dev, priority=-1)
-    return _SIDE[dev]
-
-
-def _fill_tails(ext, offs, e, bufs, rowwise, columnwise):
-    _raise_refusal(ext.group_tail_fill_(offs, e, bufs["row_data"] if rowwise else None,
-                                        bufs["row_scales"] if rowwise else None,
-                                        bufs["col_data"] if columnwise else None,
-                                        bufs["col_scales"] if columnwise else None,
-                                        int(os.environ.get("NVFP4_AB_FILL_CTAS", "2")),
-                                        int(os.environ.get("NVFP4_AB_FILL_THREADS", "512"))))
 
 
 @torch.library.custom_op("nvfp4_device::group_quantize", mutates_args=())

@@ -202,21 +202,6 @@ std::string group_setup_(const Tensor& splits, int64_t T, int64_t K, Tensor offs
   return nvfp4::launch_status("nvfp4");
 }
 
-// Experiment: the tail fill of group_setup_ alone (offsets written by an earlier group_setup_ on the same splits).
-std::string group_tail_fill_(Tensor offs, int64_t E, const optional<Tensor>& row_data,
-                             const optional<Tensor>& row_scales, const optional<Tensor>& col_data,
-                             const optional<Tensor>& col_scales, int64_t ctas, int64_t threads) {
-  const c10::cuda::CUDAGuard guard(offs.device());
-  uint8_t* bufs[nvfp4::kTailBufs] = {ptr_or_null<uint8_t>(row_data), ptr_or_null<uint8_t>(row_scales),
-                                     ptr_or_null<uint8_t>(col_data), ptr_or_null<uint8_t>(col_scales)};
-  const int64_t caps[nvfp4::kTailBufs] = {bufs[0] ? row_data->numel() : 0, bufs[1] ? row_scales->numel() : 0,
-                                          bufs[2] ? col_data->numel() : 0, bufs[3] ? col_scales->numel() : 0};
-  const int rows[nvfp4::kTailBufs] = {2, 3, 4, 5};
-  nvfp4::launch_tail_fill(offs.data_ptr<int64_t>(), (int)E, bufs, caps, rows, (int)ctas, (int)threads,
-                          c10::cuda::getCurrentCUDAStream());
-  return nvfp4::launch_status("nvfp4");
-}
-
 // SPEC 8.2: compact [rows, C] uint8 -> swizzled, zero-padded buffer of roundup(rows,128)*roundup(C,4) bytes.
 std::string swizzle_(const Tensor& compact, Tensor out) {
   NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4", compact, "compact scales"));
@@ -273,7 +258,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "fused NVFP4 quantizer into preallocated buffers (SPEC 5-8, 10)");
   m.def("group_setup_", nvfp4::returning_errors(&group_setup_),
         "device offsets, zeroed amaxes and tail fill of a grouped call (SPEC 9)");
-  m.def("group_tail_fill_", nvfp4::returning_errors(&group_tail_fill_), "experiment");
   m.def("swizzle_", nvfp4::returning_errors(&swizzle_), "compact -> swizzled scales (SPEC 8.2)");
   m.def("dequantize_", nvfp4::returning_errors(&dequantize_), "NVFP4 plane -> float32 (SPEC 11)");
 }

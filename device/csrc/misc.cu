@@ -33,18 +33,6 @@ struct TailFill {
 // (roundup(ceil(m/16), 4) = 4 ceil(m/64)). Every CTA has the whole scan, so no CTA reads another's results; the other
 // warps wait at one barrier for the totals and zero the tail.
 constexpr int kSetupThreads = 256;
-
-// Zeroes bytes [start, end) of buf (both multiples of 8; the buffers are 256-byte aligned allocations): an 8-byte
-// piece at either end, 16-byte stores between, spread over the threads `first` (0 .. stride - 1) of the grid.
-__device__ __forceinline__ void zero_tail(uint8_t* buf, int64_t start, int64_t end, int64_t first, int64_t stride) {
-  if (start >= end) return;
-  const int64_t s16 = round_up(start, (int64_t)16), e16 = end / 16 * 16;
-  if (first == 0 && s16 != start) *reinterpret_cast<uint2*>(buf + start) = make_uint2(0, 0);
-  // (start < end, both multiples of 8: e16 >= s16, so the two 8-byte pieces never overlap)
-  if (first == 1 && e16 != end) *reinterpret_cast<uint2*>(buf + e16) = make_uint2(0, 0);
-  uint4* p = reinterpret_cast<uint4*>(buf);
-  for (int64_t j = s16 / 16 + first; j < e16 / 16; j += stride) p[j] = make_uint4(0, 0, 0, 0);
-}
 enum SetupCount : int { kCntRows = 0, kCnt16 = 1, kCnt64 = 2, kCnt128 = 3, kNumCounts = 4 };
 
 // Adds a group of `rows` rows to the four counts.
@@ -153,18 +141,14 @@ __global__ void __launch_bounds__(kSetupThreads, kMinBlocks) group_setup_kernel(
 #pragma unroll
     for (int r = 0; r < kNumOffRows; ++r)  // constant r (a runtime row would copy tot to local memory)
       if (f.row[b] == r) start = offset_from_counts(r, tot, K);
-    zero_tail(f.buf[b], start, f.cap[b], first, stride);
-  }
-}
-
-// The tail fill alone, from the totals in the offset table (column E of each row), for a launch on another stream
-// after the setup kernel (experiment NVFP4_AB_FILL_SIDE).
-__global__ void tail_fill_kernel(const int64_t* __restrict__ offs, int E, TailFill f) {
-  const int64_t first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
-#pragma unroll
-  for (int b = 0; b < kTailBufs; ++b) {
-    if (f.buf[b] == nullptr) continue;
-    zero_tail(f.buf[b], offs[(int64_t)f.row[b] * (E + 1) + E], f.cap[b], first, stride);
+    const int64_t end = f.cap[b];
+    if (start >= end) continue;
+    const int64_t s16 = round_up(start, (int64_t)16), e16 = end / 16 * 16;
+    if (first == 0 && s16 != start) *reinterpret_cast<uint2*>(f.buf[b] + start) = make_uint2(0, 0);
+    // (start < end, both multiples of 8: e16 >= s16, so the two 8-byte pieces never overlap)
+    if (first == 1 && e16 != end) *reinterpret_cast<uint2*>(f.buf[b] + e16) = make_uint2(0, 0);
+    uint4* p = reinterpret_cast<uint4*>(f.buf[b]);
+    for (int64_t j = s16 / 16 + first; j < e16 / 16; j += stride) p[j] = make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -248,9 +232,6 @@ void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int6
   // The tail is at most ~E*16*K/2 bytes per buffer; size the grid by capacity, at most 132 CTAs (each also scans
   // the E splits, which is cheap next to the fill).
   const int grid = grid_for(most, kSetupThreads) < 132 ? grid_for(most, kSetupThreads) : 132;
-  const char* side = std::getenv("NVFP4_AB_FILL_SIDE");
-  if (side && side[0] != '\0' && side[0] != '0')
-    for (int i = 0; i < kTailBufs; ++i) f.buf[i] = nullptr;
   const bool wide = [] { const char* e = std::getenv("NVFP4_AB_SETUP_WIDE"); return e && e[0] == '1'; }();
   if (wide)
     group_setup_kernel<8, 1><<<grid, kSetupThreads, 0, stream>>>(splits, E, T, K, offs, row_amax, col_amax, f, tile_recs);
@@ -260,17 +241,6 @@ void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int6
 
 void launch_zero_amax(float* row_amax, float* col_amax, cudaStream_t stream) {
   zero_amax_kernel<<<1, 1, 0, stream>>>(row_amax, col_amax);
-}
-
-void launch_tail_fill(const int64_t* offs, int E, uint8_t* const bufs[kTailBufs], const int64_t caps[kTailBufs],
-                      const int rows[kTailBufs], int ctas, int threads, cudaStream_t stream) {
-  TailFill f;
-  for (int i = 0; i < kTailBufs; ++i) {
-    f.buf[i] = bufs[i];
-    f.cap[i] = caps[i];
-    f.row[i] = rows[i];
-  }
-  tail_fill_kernel<<<ctas, threads, 0, stream>>>(offs, E, f);
 }
 
 void launch_swizzle(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t stream) {

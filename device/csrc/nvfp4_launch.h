@@ -79,9 +79,6 @@ void launch_quantize_f32(const QuantArgs& a, int64_t row_tiles, cudaStream_t s);
 // kTailBufs buffers (bufs[i] of caps[i] bytes, whose used length is offset row rows[i], entry E).
 constexpr int kTailBufs = 4;
 // tile_recs (optional): [T/128 + E] row-tile records for the bf16 fast kernels (nvfp4_layout.cuh, TileRecord).
-// The tail zero-fill of launch_group_setup alone, from the offset table's totals (experiment).
-void launch_tail_fill(const int64_t* offs, int E, uint8_t* const bufs[kTailBufs], const int64_t caps[kTailBufs],
-                      const int rows[kTailBufs], int ctas, int threads, cudaStream_t stream);
 // Zeroes row_amax[0] and, when given, col_amax[0] (the single-tensor amax pass's atomics start from 0, SPEC 4); one
 // CTA, which lets a programmatically dependent amax pass start at once (AmaxArgs::after_zero).
 void launch_zero_amax(float* row_amax, float* col_amax, cudaStream_t stream);
