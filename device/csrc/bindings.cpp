@@ -1,6 +1,5 @@
 // PyTorch bindings: thin out-variant wrappers that check arguments and launch on the current stream.
 // The Python package (device/_ops.py) wraps these in torch.library custom ops that allocate the outputs.
-#include <cstdlib>
 #include <string>
 
 #include <torch/extension.h>
@@ -113,8 +112,7 @@ std::string amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int6
   auto s = c10::cuda::getCurrentCUDAStream();
   if (a.offs == nullptr) {
     nvfp4::launch_zero_amax(a.row_amax, a.col_amax, s);
-    const bool plain = [] { const char* e = std::getenv("NVFP4_AB_ZERO_PLAIN"); return e && e[0] == '1'; }();
-    a.after_zero = plain ? 0 : 1;
+    a.after_zero = 1;  // (the bf16 fast pass starts with a programmatic dependency on the zeroing; the others after it)
   }
   switch (dtype_code(x)) {
     case nvfp4::kBF16: nvfp4::launch_amax_bf16(a, rht, row_tiles, s, after_setup); break;

@@ -2,8 +2,6 @@
 // (SPEC 11).
 #include "nvfp4_launch.h"
 
-#include <cstdlib>
-
 #include "nvfp4_common.cuh"
 #include "nvfp4_layout.cuh"
 
@@ -24,7 +22,7 @@ struct TailFill {
 // the running total is capped at T, so every offset stays inside the buffers sized from T; a group is what is left
 // of it below row T.
 // Warp 0 of every CTA scans the splits alone (stop 62; until then six int64 block-wide scans over 1024 threads with
-// three barriers made this a 5.3-5.6 us kernel, now 3.6-3.9), each lane taking G consecutive groups (G = ceil(E / 32)
+// three barriers made this a 5.3-5.6 us kernel, then 3.6-3.9; 3.1-3.3 since stop 63), each lane taking G consecutive groups (G = ceil(E / 32)
 // up to kSetupLaneGroups, more groups in further rounds; cut_lane_groups, nvfp4_layout.cuh), and only four counts
 // are scanned: rows, ceil(m/16), ceil(m/64), ceil(m/128). The six rows of the offset table are these counts times
 // constants (SPEC 9.2):
@@ -33,6 +31,12 @@ struct TailFill {
 // (roundup(ceil(m/16), 4) = 4 ceil(m/64)). Every CTA has the whole scan, so no CTA reads another's results; the other
 // warps wait at one barrier for the totals and zero the tail.
 constexpr int kSetupThreads = 256;
+// At most 64 registers per thread (stop 63): a setup CTA then takes a quarter of an SM's register file, so 3 of the
+// amax pass's CTAs (256 threads x 64 registers) stay resident beside it; at 8 groups per lane and 168 registers only
+// 1 did. 2 groups per lane (E <= 64 in one round) keep the scan inside that bound without spills; setup kernel 3.8 /
+// 4.0 -> 3.1 / 3.3 us (E = 8 / 64; the calls within their spread).
+constexpr int kSetupMinBlocks = 4;
+constexpr int kSetupLaneGroups = 2;
 enum SetupCount : int { kCntRows = 0, kCnt16 = 1, kCnt64 = 2, kCnt128 = 3, kNumCounts = 4 };
 
 // Adds a group of `rows` rows to the four counts.
@@ -55,13 +59,10 @@ __device__ __forceinline__ int64_t offset_from_counts(int r, const int64_t (&c)[
   }
 }
 
-template <int kSetupLaneGroups, int kMinBlocks>
-__global__ void __launch_bounds__(kSetupThreads, kMinBlocks) group_setup_kernel(const int64_t* __restrict__ splits, int E,
-                                                                         int64_t T, int64_t K,
-                                                                         int64_t* __restrict__ offs,
-                                                                         float* __restrict__ row_amax,
-                                                                         float* __restrict__ col_amax, TailFill f,
-                                                                         TileRecord* __restrict__ recs) {
+__global__ void __launch_bounds__(kSetupThreads, kSetupMinBlocks)
+    group_setup_kernel(const int64_t* __restrict__ splits, int E, int64_t T, int64_t K, int64_t* __restrict__ offs,
+                       float* __restrict__ row_amax, float* __restrict__ col_amax, TailFill f,
+                       TileRecord* __restrict__ recs) {
   // The amax pass is launched with a programmatic dependency on this grid: let it become resident now (its first
   // wave finds its tiles from the splits and waits for this grid only before its atomics; amax_fast4_bf16).
   asm volatile("griddepcontrol.launch_dependents;");
@@ -232,11 +233,7 @@ void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int6
   // The tail is at most ~E*16*K/2 bytes per buffer; size the grid by capacity, at most 132 CTAs (each also scans
   // the E splits, which is cheap next to the fill).
   const int grid = grid_for(most, kSetupThreads) < 132 ? grid_for(most, kSetupThreads) : 132;
-  const bool wide = [] { const char* e = std::getenv("NVFP4_AB_SETUP_WIDE"); return e && e[0] == '1'; }();
-  if (wide)
-    group_setup_kernel<8, 1><<<grid, kSetupThreads, 0, stream>>>(splits, E, T, K, offs, row_amax, col_amax, f, tile_recs);
-  else
-    group_setup_kernel<2, 4><<<grid, kSetupThreads, 0, stream>>>(splits, E, T, K, offs, row_amax, col_amax, f, tile_recs);
+  group_setup_kernel<<<grid, kSetupThreads, 0, stream>>>(splits, E, T, K, offs, row_amax, col_amax, f, tile_recs);
 }
 
 void launch_zero_amax(float* row_amax, float* col_amax, cudaStream_t stream) {
