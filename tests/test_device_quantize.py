@@ -836,8 +836,12 @@ def test_argument_errors():
     run = subprocess.run([sys.executable, tool, "quantize"], capture_output=True, text=True, timeout=300,
                          cwd=os.path.join(os.path.dirname(__file__), ".."))
     assert run.returncode == 0, run.stdout + run.stderr[-2000:]
-    assert run.stdout.count("refused: nvfp4:") == 11, run.stdout
+    assert run.stdout.count("refused: nvfp4:") == 14, run.stdout
     assert "splits must be a contiguous int64 tensor of E values" in run.stdout, run.stdout
+    # output buffers checked in C++ too (bindings.cpp check_outputs): 64 x 32 swizzled rowwise scales need 512 bytes
+    assert "row_scales holds 256 bytes, the call writes 512" in run.stdout, run.stdout
+    assert "col_data must be a contiguous uint8 tensor" in run.stdout, run.stdout
+    assert "scale layout 0 is not one of this call's" in run.stdout, run.stdout
     # 300 rows in 2 groups: at most 300 // 128 + 2 = 4 row tiles (the worst case of sum ceil(m_g / 128))
     assert "row_tiles must be at least 4, got 3" in run.stdout, run.stdout
     # a grouped (row, col) amax pair holds one value per group for each plane (as the oracle: a single value

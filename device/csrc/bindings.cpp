@@ -122,6 +122,47 @@ std::string amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int6
   return nvfp4::launch_status("nvfp4");
 }
 
+// The bytes quantize_ writes into each output buffer it is given, so that a short buffer is refused rather than
+// written past its end (the Python allocators, device/_ops.py, use the same sizes). Single tensor (SPEC 6, 8):
+// rowwise data M K / 2; columnwise data K Mp / 2 (Mp = roundup(M, 16)); scales [rows, C] compact, or
+// roundup(rows, 128) roundup(C, 4) swizzled or padded (rows = M, C = K / 16 rowwise; rows = K, C = Mp / 16
+// columnwise). Grouped: the worst-case capacities of SPEC 9.3, with swizzled or padded compact scales (9.2).
+std::string check_outputs(const Tensor& x, bool grouped, int64_t E, int64_t layout, const optional<Tensor>& row_data,
+                          const optional<Tensor>& row_scales, const optional<Tensor>& col_data,
+                          const optional<Tensor>& col_scales) {
+  NVFP4_REFUSE_UNLESS(layout == nvfp4::kSwizzled || layout == (grouped ? nvfp4::kPaddedCompact : nvfp4::kCompact) ||
+                          (!grouped && layout == nvfp4::kPaddedCompact),
+                      "nvfp4: scale layout ", layout, " is not one of this call's (grouped: 1 or 2; single: 0, 1 or 2)");
+  NVFP4_REFUSE_UNLESS(row_data.has_value() == row_scales.has_value() && col_data.has_value() == col_scales.has_value(),
+                      "nvfp4: a plane needs both its data and its scale buffer");
+  const auto ru = [](int64_t v, int64_t q) { return (v + q - 1) / q * q; };
+  const int64_t M = x.size(0), K = x.size(1), Mp = ru(M, 16);
+  const bool padded = layout != nvfp4::kCompact;
+  int64_t need[4];
+  if (grouped) {
+    need[0] = M * K / 2;
+    need[1] = 128 * (M / 128 + E) * ru(K / 16, 4);
+    need[2] = K * 16 * (M / 16 + E) / 2;
+    need[3] = ru(K, 128) * 4 * (M / 64 + E);
+  } else {
+    need[0] = M * K / 2;
+    need[1] = padded ? ru(M, 128) * ru(K / 16, 4) : M * (K / 16);
+    need[2] = K * Mp / 2;
+    need[3] = padded ? ru(K, 128) * ru(Mp / 16, 4) : K * (Mp / 16);
+  }
+  const optional<Tensor>* bufs[4] = {&row_data, &row_scales, &col_data, &col_scales};
+  const char* names[4] = {"row_data", "row_scales", "col_data", "col_scales"};
+  for (int i = 0; i < 4; ++i) {
+    const optional<Tensor>& b = *bufs[i];
+    if (!b.has_value() || !b->defined()) continue;
+    NVFP4_REFUSE_UNLESS(b->scalar_type() == at::kByte && b->is_contiguous(), "nvfp4: ", names[i],
+                        " must be a contiguous uint8 tensor");
+    NVFP4_REFUSE_UNLESS(b->numel() >= need[i], "nvfp4: ", names[i], " holds ", b->numel(),
+                        " bytes, the call writes ", need[i]);
+  }
+  return {};
+}
+
 // SPEC 5-8, 10: the fused quantizer writing into preallocated buffers.
 std::string quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int64_t row_tiles,
                       const Tensor& row_amax, const Tensor& col_amax, const optional<Tensor>& row_data,
@@ -134,6 +175,8 @@ std::string quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, 
   NVFP4_RETURN_IF_ERROR(check_tile_recs(tile_recs, x.device(), offs.has_value() ? row_tiles : 0));
   for (const auto* b : {&row_data, &row_scales, &col_data, &col_scales})
     NVFP4_RETURN_IF_ERROR(check_on(*b, x.device(), "an output buffer"));
+  NVFP4_RETURN_IF_ERROR(check_outputs(x, offs.has_value() && offs->defined(), E, layout, row_data, row_scales,
+                                      col_data, col_scales));
   NVFP4_REFUSE_UNLESS(rule >= nvfp4::kRuleTE && rule <= nvfp4::kRuleTorchaoNoScale, "nvfp4: unknown scale rule ",
                       rule);
   const c10::cuda::CUDAGuard guard(x.device());

@@ -54,6 +54,18 @@ def quantize_calls() -> dict[str, Callable[[], str]]:
         "quantize_ amax of 1 value for 2 groups": lambda: ext.quantize_(
             torch.zeros((64, 32), **bf16), offsets(2), 2, 2, one, one, torch.zeros(1024, **u8),
             torch.zeros(1024, **u8), None, None, 2, False, False, 0, False, 0, 0, 0, 0, False, None),
+        # the output buffers' sizes (bindings.cpp check_outputs): 64 x 32 single tensor, swizzled scales need
+        # roundup(64, 128) * roundup(2, 4) = 512 bytes
+        "quantize_ row_scales of 256 bytes": lambda: ext.quantize_(
+            torch.zeros((64, 32), **bf16), None, 1, 1, one, one, torch.zeros(1024, **u8), torch.zeros(256, **u8),
+            None, None, 2, False, False, 0, False, 0, 0, 0, 0, False, None),
+        "quantize_ float32 col_data": lambda: ext.quantize_(
+            torch.zeros((64, 32), **bf16), None, 1, 1, one, one, None, None, torch.zeros(256, device="cuda"),
+            torch.zeros(512, **u8), 2, False, False, 0, False, 0, 0, 0, 0, False, None),
+        "quantize_ grouped compact layout": lambda: ext.quantize_(
+            torch.zeros((64, 32), **bf16), offsets(2), 2, 2, torch.ones(2, device="cuda"),
+            torch.ones(2, device="cuda"), torch.zeros(1024, **u8), torch.zeros(1024, **u8), None, None, 0, False,
+            False, 0, False, 0, 0, 0, 0, False, None),
         "swizzle_ short out": lambda: ext.swizzle_(torch.zeros((4, 4), **u8), torch.zeros(16, **u8)),
         "dequantize_ short data": lambda: ext.dequantize_(torch.zeros(512, **u8), torch.zeros(65536, **u8), one,
                                                           1024, 1024, True, 0, out(1024, 1024)),
