@@ -13,7 +13,7 @@ struct AmaxArgs {
   int64_t M, K;          // rows of X (T when grouped) and columns
   const int64_t* offs;   // grouped offset table [6, E+1] or nullptr
   int E;
-  float* row_amax;       // [E]; zero-initialised by the caller / offsets kernel
+  float* row_amax;       // [E]; zeroed by launch_zero_amax (single tensor) or the setup kernel (grouped)
   float* col_amax;       // [E] or nullptr when no columnwise plane is wanted
   uint32_t rht_signs;
   int nan_propagating;   // SPEC 4.1: 1 for the torchao rules (a NaN amax is 0x7FC00000), 0 for the TE rules
