@@ -89,8 +89,8 @@ std::string check_grid(const Tensor& x, const optional<Tensor>& offs, int64_t E,
 
 // SPEC 4: per-tensor (offs absent) or per-group amax. Per tensor, row_amax / col_amax are zeroed here first (a
 // one-CTA kernel the bf16 fast pass overlaps, launch_zero_amax); per group they must be zero on entry (group_setup_
-// zeroes them). after_setup: the previous launch on the stream is group_setup_ for `offs`. nan_propagating: the torchao rules'
-// amax (SPEC 4.1).
+// zeroes them). after_setup: the previous launch on the stream is group_setup_ for `offs`. nan_propagating: the
+// torchao rules' amax (SPEC 4.1).
 std::string amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int64_t row_tiles, Tensor row_amax,
                   const optional<Tensor>& col_amax, bool rht, int64_t rht_signs, bool after_setup,
                   bool nan_propagating, const optional<Tensor>& tile_recs, const optional<Tensor>& splits) {
@@ -130,9 +130,10 @@ std::string amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int6
 std::string check_outputs(const Tensor& x, bool grouped, int64_t E, int64_t layout, const optional<Tensor>& row_data,
                           const optional<Tensor>& row_scales, const optional<Tensor>& col_data,
                           const optional<Tensor>& col_scales) {
-  NVFP4_REFUSE_UNLESS(layout == nvfp4::kSwizzled || layout == (grouped ? nvfp4::kPaddedCompact : nvfp4::kCompact) ||
-                          (!grouped && layout == nvfp4::kPaddedCompact),
-                      "nvfp4: scale layout ", layout, " is not one of this call's (grouped: 1 or 2; single: 0, 1 or 2)");
+  NVFP4_REFUSE_UNLESS(layout == nvfp4::kSwizzled || layout == nvfp4::kPaddedCompact ||
+                          (!grouped && layout == nvfp4::kCompact),
+                      "nvfp4: scale layout ", layout,
+                      " is not one of this call's (grouped: 1 or 2; single: 0, 1 or 2)");
   NVFP4_REFUSE_UNLESS(row_data.has_value() == row_scales.has_value() && col_data.has_value() == col_scales.has_value(),
                       "nvfp4: a plane needs both its data and its scale buffer");
   const auto ru = [](int64_t v, int64_t q) { return (v + q - 1) / q * q; };

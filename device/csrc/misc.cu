@@ -22,10 +22,10 @@ struct TailFill {
 // the running total is capped at T, so every offset stays inside the buffers sized from T; a group is what is left
 // of it below row T.
 // Warp 0 of every CTA scans the splits alone (stop 62; until then six int64 block-wide scans over 1024 threads with
-// three barriers made this a 5.3-5.6 us kernel, then 3.6-3.9; 3.1-3.3 since stop 63), each lane taking G consecutive groups (G = ceil(E / 32)
-// up to kSetupLaneGroups, more groups in further rounds; cut_lane_groups, nvfp4_layout.cuh), and only four counts
-// are scanned: rows, ceil(m/16), ceil(m/64), ceil(m/128). The six rows of the offset table are these counts times
-// constants (SPEC 9.2):
+// three barriers made this a 5.3-5.6 us kernel, then 3.6-3.9; 3.1-3.3 since stop 63), each lane taking G consecutive
+// groups (G = ceil(E / 32) up to kSetupLaneGroups, more groups in further rounds; cut_lane_groups, nvfp4_layout.cuh),
+// and only four counts are scanned: rows, ceil(m/16), ceil(m/64), ceil(m/128). The six rows of the offset table are
+// these counts times constants (SPEC 9.2):
 //   rows; tiles = n128; row data = rows K/2; row scales = 128 n128 roundup(K/16, 4);
 //   col data = K roundup(m, 16) / 2 = 8K n16; col scales = roundup(K, 128) roundup(n16, 4) = 4 roundup(K, 128) n64
 // (roundup(ceil(m/16), 4) = 4 ceil(m/64)). Every CTA has the whole scan, so no CTA reads another's results; the other

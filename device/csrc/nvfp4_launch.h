@@ -74,14 +74,15 @@ void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaS
 void launch_quantize_f16(const QuantArgs& a, int64_t row_tiles, cudaStream_t s);
 void launch_quantize_f32(const QuantArgs& a, int64_t row_tiles, cudaStream_t s);
 
+// Zeroes row_amax[0] and, when given, col_amax[0] (the single-tensor amax pass's atomics start from 0, SPEC 4); one
+// CTA, which lets a programmatically dependent amax pass start at once (AmaxArgs::after_zero).
+void launch_zero_amax(float* row_amax, float* col_amax, cudaStream_t stream);
+
 // One launch per grouped call (SPEC 9): the offset table [6, E+1] from the device splits (running total capped at
 // the T rows of x, SPEC 9.4), zeroed per-group amaxes (those given), and zero bytes past the last group in up to
 // kTailBufs buffers (bufs[i] of caps[i] bytes, whose used length is offset row rows[i], entry E).
 constexpr int kTailBufs = 4;
 // tile_recs (optional): [T/128 + E] row-tile records for the bf16 fast kernels (nvfp4_layout.cuh, TileRecord).
-// Zeroes row_amax[0] and, when given, col_amax[0] (the single-tensor amax pass's atomics start from 0, SPEC 4); one
-// CTA, which lets a programmatically dependent amax pass start at once (AmaxArgs::after_zero).
-void launch_zero_amax(float* row_amax, float* col_amax, cudaStream_t stream);
 void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int64_t* offs, float* row_amax,
                         float* col_amax, uint8_t* const bufs[kTailBufs], const int64_t caps[kTailBufs],
                         const int rows[kTailBufs], int4* tile_recs, cudaStream_t stream);
