@@ -122,6 +122,14 @@ std::string amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int6
   return nvfp4::launch_status("nvfp4");
 }
 
+int64_t round_up_to(int64_t v, int64_t q) { return (v + q - 1) / q * q; }
+
+// Bytes of one plane's scales (SPEC 8): [rows, C] compact, or roundup(rows, 128) * roundup(C, 4) swizzled or
+// padded compact (quantize_'s outputs, swizzle_'s out, dequantize_'s input).
+int64_t scale_bytes(int64_t rows, int64_t C, bool padded) {
+  return padded ? round_up_to(rows, 128) * round_up_to(C, 4) : rows * C;
+}
+
 // The bytes quantize_ writes into each output buffer it is given, so that a short buffer is refused rather than
 // written past its end (the Python allocators, device/_ops.py, use the same sizes). Single tensor (SPEC 6, 8):
 // rowwise data M K / 2; columnwise data K Mp / 2 (Mp = roundup(M, 16)); scales [rows, C] compact, or
@@ -136,20 +144,19 @@ std::string check_outputs(const Tensor& x, bool grouped, int64_t E, int64_t layo
                       " is not one of this call's (grouped: 1 or 2; single: 0, 1 or 2)");
   NVFP4_REFUSE_UNLESS(row_data.has_value() == row_scales.has_value() && col_data.has_value() == col_scales.has_value(),
                       "nvfp4: a plane needs both its data and its scale buffer");
-  const auto ru = [](int64_t v, int64_t q) { return (v + q - 1) / q * q; };
-  const int64_t M = x.size(0), K = x.size(1), Mp = ru(M, 16);
+  const int64_t M = x.size(0), K = x.size(1), Mp = round_up_to(M, 16);
   const bool padded = layout != nvfp4::kCompact;
   int64_t need[4];
   if (grouped) {
     need[0] = M * K / 2;
-    need[1] = 128 * (M / 128 + E) * ru(K / 16, 4);
+    need[1] = 128 * (M / 128 + E) * round_up_to(K / 16, 4);
     need[2] = K * 16 * (M / 16 + E) / 2;
-    need[3] = ru(K, 128) * 4 * (M / 64 + E);
+    need[3] = round_up_to(K, 128) * 4 * (M / 64 + E);
   } else {
     need[0] = M * K / 2;
-    need[1] = padded ? ru(M, 128) * ru(K / 16, 4) : M * (K / 16);
+    need[1] = scale_bytes(M, K / 16, padded);
     need[2] = K * Mp / 2;
-    need[3] = padded ? ru(K, 128) * ru(Mp / 16, 4) : K * (Mp / 16);
+    need[3] = scale_bytes(K, Mp / 16, padded);
   }
   const optional<Tensor>* bufs[4] = {&row_data, &row_scales, &col_data, &col_scales};
   const char* names[4] = {"row_data", "row_scales", "col_data", "col_scales"};
@@ -250,7 +257,7 @@ std::string swizzle_(const Tensor& compact, Tensor out) {
   NVFP4_REFUSE_UNLESS(compact.scalar_type() == at::kByte && compact.dim() == 2,
                       "nvfp4: compact scales must be 2-D uint8");
   NVFP4_RETURN_IF_ERROR(check_on(out, compact.device(), "out"));
-  const int64_t need = (compact.size(0) + 127) / 128 * 128 * ((compact.size(1) + 3) / 4 * 4);
+  const int64_t need = scale_bytes(compact.size(0), compact.size(1), true);
   NVFP4_REFUSE_UNLESS(out.scalar_type() == at::kByte && out.numel() >= need, "nvfp4: the swizzled out needs ", need,
                       " uint8 bytes");
   const c10::cuda::CUDAGuard guard(compact.device());
@@ -277,7 +284,7 @@ std::string dequantize_(const Tensor& data, const Tensor& scales, const Tensor& 
   NVFP4_REFUSE_UNLESS(rows >= 0 && cols >= 0 && cols % 16 == 0 && (cols == 0 || rows <= (1LL << 62) / cols),
                       "nvfp4: dequantize needs rows, cols >= 0, cols a multiple of 16 and rows * cols < 2^62");
   const int64_t c = cols / 16;
-  const int64_t need_scales = swizzled ? (rows + 127) / 128 * 128 * ((c + 3) / 4 * 4) : rows * c;
+  const int64_t need_scales = scale_bytes(rows, c, swizzled);
   NVFP4_REFUSE_UNLESS(data.numel() >= rows * cols / 2, "nvfp4: data holds ", data.numel(), " bytes, the plane needs ",
                       rows * cols / 2);
   NVFP4_REFUSE_UNLESS(scales.numel() >= need_scales, "nvfp4: scales hold ", scales.numel(), " bytes, the plane needs ",
