@@ -253,8 +253,6 @@ std::string grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_d
                  (force_kernel == 0 && kind == nvfp4_gemm::kWgrad && contraction_per_group <= kReuseMaxContraction);
   if (reuse_env != nullptr && (reuse_env[0] == '0' || reuse_env[0] == '1')) reuse_b = reuse_env[0] == '1';
   l.reuse_b = reuse_b && !exact;  // (launch_wgmma_fast reads it for the 128 x 256 shape only)
-  if (l.reuse_b && reuse_env != nullptr && (reuse_env[0] == '2' || reuse_env[0] == '3'))
-    l.reuse_b = reuse_env[0] - '0';  // (experiments: 2 epilogue turns, 3 the walk without sharing B)
   // the hybrid exact kernel: an fp16 copy of A only, B dequantized in the kernel (docs/gemm.md, stop 46)
   if (force_kernel == kForceExactHybrid) {
     nvfp4_gemm::DequantGemmArgs d{};

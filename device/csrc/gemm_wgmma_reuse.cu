@@ -7,18 +7,14 @@
 
 namespace nvfp4_gemm {
 
-template <int MODE>
-void launch_mode(const LaunchArgs& a, cudaStream_t s) {
+void launch_wgmma_reuse(const LaunchArgs& a, cudaStream_t s) {
   if (a.out_f32) {
     CUtensorMap map{};
-    ws::launch<ws::ShapeLarge, true, /*CONV_SEEKS=*/false, MODE>(tma_host::with_wgrad_out_map(a, &map), s, map);
+    ws::launch<ws::ShapeLarge, true, /*CONV_SEEKS=*/false, /*REUSE_B=*/true>(tma_host::with_wgrad_out_map(a, &map), s,
+                                                                              map);
   } else {
-    ws::launch<ws::ShapeLargeBf16, false, /*CONV_SEEKS=*/false, MODE>(a, s);
+    ws::launch<ws::ShapeLargeBf16, false, /*CONV_SEEKS=*/false, /*REUSE_B=*/true>(a, s);
   }
-}
-
-void launch_wgmma_reuse(const LaunchArgs& a, cudaStream_t s) {
-  if (a.reuse_b == 2) launch_mode<2>(a, s); else if (a.reuse_b == 3) launch_mode<3>(a, s); else launch_mode<1>(a, s);
 }
 
 }  // namespace nvfp4_gemm

@@ -172,14 +172,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
-// Named barriers (ids 1-15; 0 is __syncthreads'): `threads` (a multiple of 32) threads in all, some syncing (waiting
-// for the count), the others only arriving. Every lane of a warp takes the same barrier instruction.
-__device__ __forceinline__ void named_bar_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_bar_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
 // Cluster (distributed shared memory) primitives. A shared::cta address of this CTA maps to the same offset in
 // another CTA's window through mapa; the mapping is linear inside a CTA, so one delta per CTA serves every offset.
 __device__ __forceinline__ uint32_t cluster_rank() {
@@ -851,7 +843,7 @@ __device__ __forceinline__ TileLookup lookup_tile(const Prob* __restrict__ probs
 // range of tiles (reuse_walk_range), and a tile whose group has at most kBStages K steps and whose previous tile (in
 // this CTA's walk) is the row tile above it in the same column tile computes over the fp16 B stages that tile left:
 // its raw stages carry A only, nobody converts B, and the B stages are released by the last tile of such a chain.
-template <class S, bool OUT_F32, bool TMA, bool CONV_SEEKS = true, int REUSE_B = 0>
+template <class S, bool OUT_F32, bool TMA, bool CONV_SEEKS = true, bool REUSE_B = false>
 __global__ void __launch_bounds__(S::kThreads, 1)
     ws_gemm_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate,
                    const CUtensorMap* __restrict__ group_maps, const __grid_constant__ CUtensorMap out_map) {
@@ -868,13 +860,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   const int tid = threadIdx.x, lane = tid & 31;
   // Half tiles for the last round (TileWalk): one CTA per tile and 256 columns, so a half is one B scale tile. Not in
   // exact mode (its 128-column tiles would split inside a scale tile) nor in clusters.
-  constexpr bool kReuse = REUSE_B != 0;
-  // REUSE_B == 2 (an experiment): the two MMA warpgroups take turns for their epilogues (named barriers 1 and 2:
-  // warpgroup 1 stores tile v after warpgroup 0 has, warpgroup 0 stores tile v + 1 after warpgroup 1 has stored v), so
-  // that one warpgroup's stores overlap the other's wgmmas; the lag no longer holds B stages inside a chain.
-  constexpr bool kEpiTurns = REUSE_B == 2;
-  constexpr bool kShareB = REUSE_B != 3;  // (3, an experiment: the contiguous walk without sharing B stages)
-  static_assert(!kEpiTurns || S::kMma == 2, "turns between two MMA warpgroups");
+  constexpr bool kReuse = REUSE_B;
   static_assert(!kReuse || (!S::kExact && S::kCluster == 1 && !S::kBAhead && !TMA && !CONV_SEEKS),
                 "B reuse: the fast one-CTA shapes with the converters' walk");
   constexpr bool kSplitTail = S::kCluster == 1 && !S::kExact && S::BN == 2 * kHalfCols && !kReuse;
@@ -923,10 +909,10 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   // (the row tile above it in the same column tile, on this CTA), and whether tile v + 1 will over v's (so v keeps its
   // B stages). Every role evaluates the same expressions.
   auto reuses_b = [&](int v, int local, int tiles_m, int KT) {
-    return kReuse && kShareB && v != first_tile && local % tiles_m != 0 && KT <= S::kBStages;
+    return kReuse && v != first_tile && local % tiles_m != 0 && KT <= S::kBStages;
   };
   auto next_reuses_b = [&](int v, int local, int tiles_m, int KT) {
-    return kReuse && kShareB && KT > 0 && KT <= S::kBStages && v + 1 < walk.count && (local + 1) % tiles_m != 0;
+    return kReuse && KT > 0 && KT <= S::kBStages && v + 1 < walk.count && (local + 1) % tiles_m != 0;
   };
 
   if (tid < S::kConvThreads) {
@@ -1058,9 +1044,6 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     constexpr int kLookAheadSteps = 8;
     TileLookup next{};
     bool have_next = false;  // next holds tile v's lookup
-    if constexpr (kEpiTurns) {
-      if (wm == 1) named_bar_arrive(1, 256);  // warpgroup 0 stores its first tile without waiting
-    }
     for (int v = first_tile; v < walk.count; v += tile_stride) {
       int local;
       int group;
@@ -1196,7 +1179,6 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         if (prev_b >= 0 && !hold) release_b_stage<S>(b_empty + 8 * prev_b, peer_delta, lane);
         if (hold) bst.back(KT);  // the next tile walks this tile's B stages again (KT <= kBStages)
       }
-      if constexpr (kEpiTurns) named_bar_sync(1 + wm, 256);  // this warpgroup's turn to store
       if constexpr (S::kStagedEpi) {
         // The staged (and the whole-line) epilogue runs in every MMA warp, also in one whose rows are all past M (it
         // then stores no row): with its __syncwarp inside a branch on the warp's rows, ptxas gave up the uniform
@@ -1225,11 +1207,6 @@ __global__ void __launch_bounds__(S::kThreads, 1)
                                                          n0 + 2 * (lane & 3), accumulate);
         }
       }
-      if constexpr (kEpiTurns) named_bar_arrive(2 - wm, 256);  // the other warpgroup's turn
-    }
-    // kEpiTurns: warpgroup 0 takes warpgroup 1's arrival after the last tile (every bar.arrive is matched)
-    if constexpr (kEpiTurns) {
-      if (wm == 0) named_bar_sync(1, 256);
     }
     // the staged epilogue's last bulk copies have read this CTA's shared memory and written their rows
     if constexpr (S::kStagedEpi || S::kTmaEpi) {  // (and the TMA stores have read theirs)
@@ -1241,7 +1218,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
 }
 
 // The cp.async form (every shape; group_maps unused).
-template <class S, bool OUT_F32, bool CONV_SEEKS = true, int REUSE_B = 0>
+template <class S, bool OUT_F32, bool CONV_SEEKS = true, bool REUSE_B = false>
 void launch(const LaunchArgs& a, cudaStream_t s, const CUtensorMap& out_map = CUtensorMap{}) {
   static_assert(!S::kLinesEpi || OUT_F32, "the whole-line epilogue stores fp32 output");
   wg::launch_persistent<ws_gemm_kernel<S, OUT_F32, false, CONV_SEEKS, REUSE_B>, S::kThreads, S::kSmem, S::kCluster>(
