@@ -15,7 +15,7 @@ __all__ = ["load_gemm_extension"]
 CSRC = Path(__file__).resolve().parent / "csrc"
 _SOURCES = ("gemm_bindings.cpp", "gemm_kernels.cu", "gemm_wgmma_fast.cu", "gemm_wgmma_pair.cu", "gemm_wgmma_exact.cu",
             "gemm_wgmma_exact_tma.cu", "gemm_dequant.cu", "gemm_exact_f16.cu", "gemm_exact_hybrid.cu",
-            "gemm_swapped.cu", "gemm_wgmma_reuse.cu")
+            "gemm_swapped.cu")
 #: the dequantize-first path's CUTLASS instantiations (one per epilogue), built when CUTLASS's headers are found
 _CUTLASS_SOURCES = ("gemm_cutlass_bf16.cu", "gemm_cutlass_f32.cu", "gemm_cutlass_f32_plus_c.cu")
 _CUDA_FLAGS = [

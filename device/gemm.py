@@ -36,13 +36,11 @@ rounds differently (SPEC 14.7).
 The fast mode picks its kernel from host-known sizes (docs/gemm.md): for fprop / dgrad with at most 96 rows per group
 the **swapped** kernel (the weights are wgmma's register operand, decoded in its K loop, and the tokens come from an
 fp16 copy of their plane, 2 bytes of scratch per element); 64 x 256 tiles for wgrad with few output rows, 2-CTA
-clusters of 256 x 256 tiles for >= 256 rows per group with contraction >= 1024, 128 x 256 tiles otherwise (for wgrad
-with at most 256 tokens per group on average in their **reuse** form: each CTA walks a contiguous range of tiles, and
-the row tiles of one column tile share the dequantized B stages instead of converting them again); and
+clusters of 256 x 256 tiles for >= 256 rows per group with contraction >= 1024, 128 x 256 tiles otherwise; and
 for large groups (at least 1024 rows per group, and every GEMM dimension at least 1024) without bias the
 **dequantize-first** path: both operand planes are decoded to fp16 (E2M1 x E4M3, exact; about 4 bytes of scratch
 per packed byte, e.g. 0.94 GB for 8 x 14336 x 4096 weights) and multiplied by CUTLASS's SM90 grouped GEMM with the
-same epilogue. ``fast_kernel="swapped" | "skinny" | "large" | "reuse" | "pair" | "dequant"`` forces one of them (tests,
+same epilogue. ``fast_kernel="swapped" | "skinny" | "large" | "pair" | "dequant"`` forces one of them (tests,
 benchmarks, conformance), ``"fused"`` excludes the two with scratch copies (swapped and dequantize-first); every kernel
 gives the same bits. ``max_ctas`` caps the persistent grid (default: one CTA per SM), e.g. to leave SMs to concurrent
 work; the bits do not depend on it either.
@@ -69,8 +67,7 @@ _RCP_7225344 = float(np.float32(1.0 / 7225344.0))  # SPEC 12.1: fp32(1/7225344)
 _TILE = 128
 #: -> pick_tile's `force` ("fused": chosen by the sizes like "auto", but never the swapped kernel nor the
 #: dequantize-first path, the two with scratch copies)
-_FAST_KERNELS = {None: 0, "auto": 0, "skinny": 1, "large": 2, "pair": 3, "dequant": 4, "fused": 0, "swapped": 6,
-                 "reuse": 8}
+_FAST_KERNELS = {None: 0, "auto": 0, "skinny": 1, "large": 2, "pair": 3, "dequant": 4, "fused": 0, "swapped": 6}
 #: the dequantize-first path pays when each weight (fprop / dgrad) or activation (wgrad) element is reused by at least
 #: this many output rows (docs/gemm.md, stop 29: E8 T16384, 2048 rows per group, gains; E64 and T512 lose)
 _DEQUANT_MIN_REUSE = 1024
@@ -253,8 +250,7 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
 
     ``fast_kernel`` (fast mode only; ``None`` or ``"auto"``: chosen by the sizes) forces the fast kernel:
     ``"swapped"`` (fprop / dgrad only: 64 tokens x 256 weight rows per tile, the weights decoded into wgmma's register
-    operand, the tokens from an fp16 copy), ``"skinny"`` (64 x 256 tiles), ``"large"`` (128 x 256), ``"reuse"`` (128 x
-    256, B stages shared by the row tiles of a column tile where a group has at most 4 K steps), ``"pair"`` (2-CTA
+    operand, the tokens from an fp16 copy), ``"skinny"`` (64 x 256 tiles), ``"large"`` (128 x 256), ``"pair"`` (2-CTA
     clusters, 256 x 256) or ``"dequant"`` (fp16 copies of both operands, then CUTLASS's grouped GEMM; no bias, 16-byte
     aligned output rows), or ``"fused"`` (chosen by the sizes like ``"auto"``, but never ``"swapped"`` nor
     ``"dequant"``: no scratch copies).

@@ -339,7 +339,7 @@ def test_wgrad_pair_cluster(accumulate):
 
 
 # Every fast kernel on shapes outside its automatic range (same bits as oracle.gemm(model="tensor_core") with each).
-@pytest.mark.parametrize("tile", ["skinny", "large", "reuse", "pair"])
+@pytest.mark.parametrize("tile", ["skinny", "large", "pair"])
 def test_forced_fast_kernels(tile):
     splits, n, k = CASES["e4_zeros"]
     run_fprop(splits, n, k, "fast", torch.float32, with_bias=True, seed=41, fast_kernel=tile)
@@ -536,9 +536,6 @@ def test_warp_group_search(e):
     run_wgrad(splits, 32, 48, "fast", torch.float32, accumulate=True, seed=e + 2, fast_kernel="large", max_ctas=7)
     # bf16 wgrad through the 128 x 256 kernel (ShapeLargeBf16, staged epilogue), many short tiles per CTA
     run_wgrad(splits, 32, 48, "fast", torch.bfloat16, accumulate=False, seed=e + 5, fast_kernel="large", max_ctas=7)
-    # its B-reuse form: the work line's 32-way group search over E groups (ws::first_tile_at), fp32 and bf16
-    run_wgrad(splits, 160, 48, "fast", torch.float32, accumulate=False, seed=e + 6, fast_kernel="reuse", max_ctas=7)
-    run_wgrad(splits, 160, 48, "fast", torch.bfloat16, accumulate=False, seed=e + 7, fast_kernel="reuse")
     run_fprop(splits, 32, 64, "exact", torch.float32, with_bias=True, seed=e + 3, exact_kernel="hybrid", max_ctas=7)
     run_dgrad(splits, 64, 32, "exact", torch.bfloat16, seed=e + 4, exact_kernel="hybrid", max_ctas=5)
 
@@ -699,7 +696,7 @@ def _epilogue_test_mode(kernel: str) -> tuple[str, dict]:
 # the same kernel. Its edges: a last column tile of 8 columns (a 16-byte copy per row), one of 144 columns (a full first
 # pass and a 16-column second one), N = 8, warps whose rows all lie past a small group (5 rows), bias, wgrad with bf16
 # output (a group's rows start g * N * K elements into out), and N = 36 for the direct fallback.
-@pytest.mark.parametrize("kernel", ["auto", "skinny", "large", "reuse", "pair", "exact", "exact_dequant"])
+@pytest.mark.parametrize("kernel", ["auto", "skinny", "large", "pair", "exact", "exact_dequant"])
 def test_bf16_staged_epilogue(kernel):
     mode, kw = _epilogue_test_mode(kernel)
     run_fprop([0, 70, 129, 5], 264, 96, mode, torch.bfloat16, with_bias=True, seed=61, **kw)
@@ -714,7 +711,7 @@ def test_bf16_staged_epilogue(kernel):
 # multiple of 4, and through the direct stores otherwise, in the same kernel. Its edges: a last column tile of 8
 # columns, N = 36 (9 pieces of 4 columns per row), N = 8 with a 5-row group (warps whose rows all lie past M), bias,
 # wgrad with and without accumulate (C read back on whole lines), dgrad, and N = 18 for the direct fallback.
-@pytest.mark.parametrize("kernel", ["auto", "skinny", "large", "reuse", "pair", "exact", "exact_dequant"])
+@pytest.mark.parametrize("kernel", ["auto", "skinny", "large", "pair", "exact", "exact_dequant"])
 def test_fp32_lines_epilogue(kernel):
     mode, kw = _epilogue_test_mode(kernel)
     run_fprop([0, 70, 129, 5], 264, 96, mode, torch.float32, with_bias=True, seed=71, **kw)
@@ -736,7 +733,7 @@ def test_fp32_lines_epilogue(kernel):
 # whose second halves hold 16 columns). The cluster kernel runs max_ctas // 2 clusters (at least one), the exact one
 # max_ctas CTAs, both on whole tiles.
 @pytest.mark.parametrize("max_ctas", [1, 3, 7, 8])
-@pytest.mark.parametrize("kernel", ["skinny", "large", "reuse", "pair", "exact", "exact_dequant"])
+@pytest.mark.parametrize("kernel", ["skinny", "large", "pair", "exact", "exact_dequant"])
 def test_capped_grid_and_half_tiles(kernel, max_ctas):
     mode, kw = _epilogue_test_mode(kernel)
     run_fprop([64, 0, 200], 1408, 160, mode, torch.bfloat16, with_bias=True, seed=81, **kw,
@@ -755,40 +752,17 @@ def test_capped_grid_and_half_tiles(kernel, max_ctas):
 # rows, and a second column tile of 48 columns; a single group; K = 80 (a row pitch of 320 bytes) with an empty last
 # expert. Every call writes into a guarded buffer (nothing past the end), against the oracle bit for bit.
 # "exact_dequant": the exact kernel over fp16 copies stores the same way (128 x 128 tiles: 4 chunks per warp).
-@pytest.mark.parametrize("kernel", ["large", "reuse", "exact_dequant"])
+@pytest.mark.parametrize("kernel", ["large", "exact_dequant"])
 def test_wgrad_tma_epilogue(kernel):
     if kernel == "exact_dequant":
         _needs_dequant_path()
         mode, kw = "exact", dict(exact_kernel="dequant")
     else:
-        mode, kw = "fast", dict(fast_kernel=kernel)
+        mode, kw = "fast", dict(fast_kernel="large")
     run_wgrad([37, 0, 200, 5], 80, 48, mode, torch.float32, accumulate=False, seed=91, **kw)
     run_wgrad([300, 17], 272, 304, mode, torch.float32, accumulate=False, seed=92, **kw)
     run_wgrad([33], 144, 32, mode, torch.float32, accumulate=False, seed=93, **kw)
     run_wgrad([19, 40, 0], 64, 80, mode, torch.float32, accumulate=False, seed=94, **kw)
-
-
-# The 128 x 256 kernel's B-reuse form (fast_kernel="reuse", gemm_wgmma_reuse.cu; chosen by the sizes for wgrad with at
-# most 256 tokens per group on average): each CTA walks a contiguous range of tiles balanced by work (ws::reuse_walk_range),
-# and a tile whose group has at most 4 K steps and which follows the row tile above it in the same column tile on the
-# same CTA computes over the fp16 B stages that tile converted (its raw stages carry A only). Edges: groups of 1-4 K
-# steps (reused) next to groups of 5 (streamed) and empty ones; N = 304 (3 row tiles per column tile, the last of 48
-# rows: chains of up to 3 tiles), K = 528 (a last column tile of 16 columns); grids of 1, 2, 5 and 7 CTAs and the full
-# one (ranges that start and end inside chains and groups); a skewed split (one group of 40 K steps next to groups of
-# 0-1: the work line, not the tile count, splits the ranges); fp32 with and without accumulate (TMA and whole-line
-# epilogues) and bf16 (staged), in guarded buffers, against the oracle bit for bit.
-@pytest.mark.parametrize("max_ctas", [1, 2, 5, 7, None])
-def test_reuse_kernel_chains(max_ctas):
-    splits = [0, 37, 64, 200, 256, 257, 300, 5]
-    for accumulate in (False, True):
-        run_wgrad(splits, 304, 528, "fast", torch.float32, accumulate, seed=111, fast_kernel="reuse",
-                  max_ctas=max_ctas)
-    run_wgrad(splits, 304, 528, "fast", torch.bfloat16, False, seed=112, fast_kernel="reuse", max_ctas=max_ctas)
-    run_wgrad([2560, 3, 0, 60, 64, 1], 160, 272, "fast", torch.float32, False, seed=113, fast_kernel="reuse",
-              max_ctas=max_ctas)
-    # fprop through it: 3 row tiles of one group share each column tile's B (the weights), K = 192 (3 K steps)
-    run_fprop([300, 0, 17], 528, 192, "fast", torch.bfloat16, with_bias=True, seed=114, fast_kernel="reuse",
-              max_ctas=max_ctas)
 
 
 def test_mostly_empty_experts():
@@ -821,10 +795,7 @@ GRAPH_SHAPES = {  # (E, T, N, K, kernel): few rows per group (by size: fprop the
     "pair": (2, 640, 288, 128, "pair"),  # in exact mode the kernel over fp16 copies, otherwise the fused one)
     "dequant": (3, 384, 96, 128, "dequant"),
     "hybrid": (4, 256, 64, 128, "hybrid"),  # exact fprop: the hybrid kernel (A's copy and its maps from the graph's
-    # pool; fast mode and wgrad: the kernels chosen by the sizes / fused); the 128 x 256 kernel's B-reuse form forced
-    # (exact mode: the fused exact kernel), whose walk is found on the device from each replay's splits
-    "reuse": (4, 512, 160, 128, "reuse"),
-}
+}                                           # pool; fast mode and wgrad: the kernels chosen by the sizes / fused)
 
 
 @pytest.mark.parametrize("shape", list(GRAPH_SHAPES))
@@ -890,7 +861,6 @@ def _all_nan(y: np.ndarray, where: str) -> None:
 
 @pytest.mark.parametrize("mode,kernel,max_ctas", [("exact", None, None), ("fast", None, None),
                                                        ("fast", "skinny", 3), ("fast", "large", None),
-                                                       ("fast", "reuse", None), ("fast", "reuse", 3),
                                                        ("fast", "pair", None), ("fast", "pair", 2), ("exact", None, 1),
                                                        ("fast", "dequant", None), ("exact", "dequant", None),
                                                        ("exact", "dequant", 2)])

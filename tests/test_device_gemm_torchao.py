@@ -79,7 +79,7 @@ def kernel_kw(mode: str, kernel: str | None) -> dict:
     return dict(fast_kernel=kernel) if mode == "fast" else dict(exact_kernel=kernel)
 
 
-FAST = [None, "swapped", "skinny", "large", "reuse", "pair", "dequant"]
+FAST = [None, "swapped", "skinny", "large", "pair", "dequant"]
 EXACT = ["fused", "dequant"]
 
 

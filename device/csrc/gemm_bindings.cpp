@@ -28,11 +28,6 @@ constexpr int64_t kForceDequant = 4;       // device/gemm.py: fast_kernel="dequa
 constexpr int64_t kForceExactDequant = 5;  // device/gemm.py: exact_kernel="dequant"
 constexpr int64_t kForceSwapped = 6;       // device/gemm.py: fast_kernel="swapped"
 constexpr int64_t kForceExactHybrid = 7;   // device/gemm.py: exact_kernel="hybrid"
-constexpr int64_t kForceReuse = 8;         // device/gemm.py: fast_kernel="reuse"
-// The 128 x 256 fast kernel shares fp16 B stages between the row tiles of a column tile (gemm_wgmma_reuse.cu) when
-// forced, or by the sizes for wgrad whose groups average at most this many rows (4 K steps: its B ring's 4 stages hold
-// a whole contraction); docs/gemm.md, stop 64.
-constexpr int64_t kReuseMaxContraction = 256;
 
 // One operand plane for the dequantize-first path: rowwise planes have a constant pitch (contraction / 2 bytes);
 // columnwise planes have `rows` K-feature rows and a per-group pitch.
@@ -247,12 +242,6 @@ std::string grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_d
   l.ldd = ldd;
   l.kind = static_cast<int>(kind);
   l.has_bias = bias_p != nullptr;
-  // (NVFP4_REUSE_B=0 / =1, read at every launch, turns the B-reuse form off / on for an A/B of the 128 x 256 kernel)
-  const char* reuse_env = std::getenv("NVFP4_REUSE_B");
-  bool reuse_b = force_kernel == kForceReuse ||
-                 (force_kernel == 0 && kind == nvfp4_gemm::kWgrad && contraction_per_group <= kReuseMaxContraction);
-  if (reuse_env != nullptr && (reuse_env[0] == '0' || reuse_env[0] == '1')) reuse_b = reuse_env[0] == '1';
-  l.reuse_b = reuse_b && !exact;  // (launch_wgmma_fast reads it for the 128 x 256 shape only)
   // the hybrid exact kernel: an fp16 copy of A only, B dequantized in the kernel (docs/gemm.md, stop 46)
   if (force_kernel == kForceExactHybrid) {
     nvfp4_gemm::DequantGemmArgs d{};

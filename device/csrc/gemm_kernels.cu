@@ -24,9 +24,8 @@ __device__ __forceinline__ float group_alpha(int rule, float a_amax, float b_ama
 }
 
 // Group g's problem (pointers into the grouped tensors' planes, offsets table of device/_results.py; sizes; alpha)
-// into a.probs[g] (all but work_before, which the scan writes); returns the group's tile count, and its work on the
-// walk's work line (Prob::work_before) in *work.
-__device__ int setup_group(const SetupArgs& a, int g, long long* work) {
+// into a.probs[g]; returns the group's tile count.
+__device__ int setup_group(const SetupArgs& a, int g) {
   const int E1 = a.E + 1;
   const long long row0 = a.a_offs[g];
   const long long m = a.a_offs[g + 1] - row0;
@@ -76,61 +75,40 @@ __device__ int setup_group(const SetupArgs& a, int g, long long* work) {
     p.alpha = __int_as_float(0x7FC00000);
   }
   a.probs[g] = p;
-  *work = static_cast<long long>(tiles) * ((p.K + wg::kBK - 1) / wg::kBK + kTileWorkEpilogue);
   return tiles;
 }
 
 constexpr int kSetupThreads = 256;
 
-// One thread per group (setup_group), then the prefix sums of the tile counts and of the groups' work (one block;
-// chunks of kSetupThreads groups, each scanned by warp shuffles and the warps' totals in shared memory, so no thread
-// walks all E groups through global memory).
+// One thread per group (setup_group), then the prefix sum of the tile counts (one block; chunks of kSetupThreads
+// groups, each scanned by warp shuffles and the warps' totals in shared memory, so no thread walks all E groups
+// through global memory).
 __global__ void __launch_bounds__(kSetupThreads) setup_kernel(SetupArgs a) {
   pdl_trigger();  // the next kernel may be placed now; it waits for this one's completion (gemm_pdl.cuh)
   __shared__ int warp_tiles[kSetupThreads / 32];
-  __shared__ long long warp_work[kSetupThreads / 32];
   const int E = a.E;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (threadIdx.x == 0) a.prefix[0] = 0;
-  int before_chunk = 0;             // tiles of the groups before this chunk (the same in every thread)
-  long long work_before_chunk = 0;  // their work (Prob::work_before)
+  int before_chunk = 0;  // tiles of the groups before this chunk (the same in every thread)
   for (int base = 0; base < E; base += kSetupThreads) {  // (block-uniform trip count: the barriers below)
     const int g = base + static_cast<int>(threadIdx.x);
-    // inclusive scans of the chunk's tile counts and work: within each warp, then the totals of the warps before it
-    long long work = 0;
-    int incl = g < E ? setup_group(a, g, &work) : 0;
-    long long work_incl = work;
+    // inclusive scan of the chunk's tile counts: within each warp, then the totals of the warps before it
+    int incl = g < E ? setup_group(a, g) : 0;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
       const int n = __shfl_up_sync(0xffffffffu, incl, o);
-      const long long w = __shfl_up_sync(0xffffffffu, work_incl, o);
-      if (lane >= o) {
-        incl += n;
-        work_incl += w;
-      }
+      if (lane >= o) incl += n;
     }
-    if (lane == 31) {
-      warp_tiles[warp] = incl;
-      warp_work[warp] = work_incl;
-    }
+    if (lane == 31) warp_tiles[warp] = incl;
     __syncthreads();
     int chunk = 0;
-    long long work_chunk = 0;
 #pragma unroll
     for (int w = 0; w < kSetupThreads / 32; ++w) {
-      if (w < warp) {
-        incl += warp_tiles[w];
-        work_incl += warp_work[w];
-      }
+      if (w < warp) incl += warp_tiles[w];
       chunk += warp_tiles[w];
-      work_chunk += warp_work[w];
     }
-    if (g < E) {
-      a.prefix[g + 1] = before_chunk + incl;
-      a.probs[g].work_before = work_before_chunk + work_incl - work;
-    }
+    if (g < E) a.prefix[g + 1] = before_chunk + incl;
     before_chunk += chunk;
-    work_before_chunk += work_chunk;
     __syncthreads();  // every thread has read warp_tiles before the next chunk writes it
   }
 }

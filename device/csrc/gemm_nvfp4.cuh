@@ -21,14 +21,8 @@ struct Prob {
   long long ldd;
   int M, N, K, tiles_m;
   float alpha;
-  int pad;
-  // The walk's work line (the B-reuse kernels, ws::reuse_walk_range): the work of the groups before this one, each
-  // tile counted as its K steps plus kTileWorkEpilogue (the setup kernel's scan).
-  long long work_before;
+  int pad[3];
 };
-// A tile's cost on the work line, in K steps: its K steps plus this for its epilogue and lookups (a rough weight: it
-// only balances the B-reuse kernels' contiguous tile ranges, never changes a result).
-constexpr int kTileWorkEpilogue = 2;
 
 struct SetupArgs {
   int kind;
@@ -76,9 +70,6 @@ struct LaunchArgs {
   long long out_rows, out_cols, ldd;
   int kind;
   int has_bias;
-  // The 128 x 256 fast kernel in its B-reuse form (gemm_wgmma_reuse.cu; wgrad with short contractions, chosen by the
-  // host: device/gemm.py); ignored by every other shape.
-  int reuse_b;
 };
 
 // Tile (rows x columns of the output; a cluster tile for the 2-CTA kernel) for this mode, given the average number of
@@ -98,7 +89,6 @@ void launch_wgmma_exact(const LaunchArgs& a, cudaStream_t s);
 // NVFP4_EXACT_TMA not 1, or the driver refuses the maps)
 bool launch_wgmma_exact_tma(const LaunchArgs& a, cudaStream_t s);
 void launch_wgmma_pair(const LaunchArgs& a, cudaStream_t s);  // fast mode, 2-CTA cluster tiles
-void launch_wgmma_reuse(const LaunchArgs& a, cudaStream_t s);  // fast mode, 128 x 256 tiles sharing B stages
 // exact mode over fp16 copies of the operands, and fast mode with the operands swapped: launch_exact_f16 and
 // launch_swapped in gemm_dequant.h (they need the planes for their TMA maps)
 

@@ -118,16 +118,14 @@ struct RawLoader {
     }
   }
 
-  // Copies of K tile kt into stage st: one compare, one address add and the cp.async per chunk. with_b = false (the
-  // B-reuse kernels' steps whose fp16 B stage is already converted): A's rows and scale tile only, the stage's B part
-  // left as it is (a constant true folds away).
-  __device__ __forceinline__ void load(uint32_t st, int kt, int tid, bool with_b = true) const {
+  // Copies of K tile kt into stage st: one compare, one address add and the cp.async per chunk.
+  __device__ __forceinline__ void load(uint32_t st, int kt, int tid) const {
     const int kb = kt * (kBK / 2);
     if (vec16) {
 #pragma unroll
       for (int i = 0; i < S::kChunks16; ++i) {
         const int c = tid + S::kThreads * i;
-        if (c < (S::BM + S::BN) * 2 && (with_b || c < S::BM * 2)) {
+        if (c < (S::BM + S::BN) * 2) {
           const bool ok = kt < kt_end[i];
           cp_async16(st + c * 16, ok ? src[i] + kb : src[i], ok ? 16 : 0);
         }
@@ -135,14 +133,11 @@ struct RawLoader {
     } else {
 #pragma unroll
       for (int i = 0; i < S::kChunks8; ++i) {
-        const int c = tid + S::kThreads * i;
-        if (with_b || c < S::BM * 4) {
-          const bool ok = kt < kt_end[i];
-          cp_async8(st + c * 8, ok ? src[i] + kb : src[i], ok ? 8 : 0);
-        }
+        const bool ok = kt < kt_end[i];
+        cp_async8(st + (tid + S::kThreads * i) * 8, ok ? src[i] + kb : src[i], ok ? 8 : 0);
       }
     }
-    if (tid < kScaleThreads && (with_b || tid < S::kSA / 16)) {
+    if (tid < kScaleThreads) {
       const bool ok = kt < scale_end;
       cp_async16(st + S::kRawA + S::kRawB + tid * 16, ok ? scale + kt * 512 : scale, ok ? 16 : 0);
     }

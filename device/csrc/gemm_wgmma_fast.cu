@@ -12,8 +12,6 @@ void launch_wgmma_fast(const LaunchArgs& a, cudaStream_t s) {
     launch_wgmma_pair(a, s);
   } else if (a.tile_m == ws::ShapeSkinny::BM) {
     if (a.out_f32) ws::launch<ws::ShapeSkinny, true>(a, s); else ws::launch<ws::ShapeSkinnyBf16, false>(a, s);
-  } else if (a.reuse_b) {
-    launch_wgmma_reuse(a, s);
   } else if (a.out_f32) {
     CUtensorMap map{};
     // (the converters walk the loads' steps instead of a second cursor: E64 wgrad +3-4%, docs/gemm.md stop 56)

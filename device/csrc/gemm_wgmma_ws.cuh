@@ -260,14 +260,6 @@ struct Ring {
       phase ^= 1u;
     }
   }
-  // n (<= N) positions back: where the ring was n next() calls ago
-  __device__ __forceinline__ void back(int n) {
-    stage -= n;
-    if (stage < 0) {
-      stage += N;
-      phase ^= 1u;
-    }
-  }
 };
 
 // The list of output tiles the CTAs walk (walk index v = first, first + stride, ...; stride = the number of walkers,
@@ -767,49 +759,6 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[S::R], const P
   }
 }
 
-// The B-reuse kernels' walk (REUSE_B): CTA c of G walks a contiguous range of tiles, those whose start on the work
-// line lies in [W c / G, W (c + 1) / G) (W: the total work; a tile's work is its K steps plus kTileWorkEpilogue, and
-// Prob::work_before, from the setup kernel's scan, is the work of the groups before it). Contiguous, so that the
-// row tiles of one column tile (a group's tiles are numbered local = column tile * tiles_m + row tile) follow each
-// other on one CTA and can share its fp16 B stages; by work, not by tile count, so that a group with long K loops
-// does not land on a few CTAs. first_tile_at: the first tile whose start is >= target, by a whole warp (all lanes,
-// same target): a 32-way search of work_before (non-decreasing in g) for the last group starting at or before the
-// target (log32(E) rounds of independent loads), then the first of its tiles at or past the target (or the next
-// group's first tile, prefix[g + 1], when none is).
-__device__ __forceinline__ int first_tile_at(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E,
-                                             long long target, int lane) {
-  int lo = 0, hi = E;  // work_before[lo] <= target (work_before[0] = 0), and the group sought is in [lo, hi)
-  while (hi - lo > 1) {
-    const int step = (hi - lo + 31) >> 5;
-    const int i = lo + (lane + 1) * step;
-    const bool le = i < hi && __ldg(&probs[i].work_before) <= target;
-    const int n = __popc(__ballot_sync(0xffffffffu, le));  // pivots at or before the target: a prefix of the lanes
-    hi = min(hi, lo + (n + 1) * step);
-    lo += n * step;
-  }
-  const Prob* pp = probs + lo;
-  const int t0 = __ldg(prefix + lo), tiles = __ldg(prefix + lo + 1) - t0;
-  const long long cost = (__ldg(&pp->K) + kBK - 1) / kBK + kTileWorkEpilogue;
-  const long long local = (target - __ldg(&pp->work_before) + cost - 1) / cost;
-  return t0 + static_cast<int>(local < tiles ? local : tiles);
-}
-// This CTA's range [*begin, *end) of the tile list (whole warp; the last CTA's end is the tile count).
-__device__ __forceinline__ void reuse_walk_range(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E,
-                                                 int cta, int ctas, int lane, int* begin, int* end) {
-  const int total = __ldg(prefix + E);
-  if (total == 0) {
-    *begin = *end = 0;
-    return;
-  }
-  const Prob* last = probs + (E - 1);
-  const long long last_cost = (__ldg(&last->K) + kBK - 1) / kBK + kTileWorkEpilogue;
-  const long long work = __ldg(&last->work_before) + (total - __ldg(prefix + E - 1)) * last_cost;
-  // target(c) = floor(work c / ctas), in double: monotonic in c, which is all a partition needs (exact up to 2^53)
-  auto target = [&](int c) { return static_cast<long long>(static_cast<double>(work) * c / ctas); };
-  *begin = cta == 0 ? 0 : first_tile_at(probs, prefix, E, target(cta), lane);
-  *end = cta + 1 == ctas ? total : first_tile_at(probs, prefix, E, target(cta + 1), lane);
-}
-
 // A tile's group (by a whole warp, wg::count_group_warp; E > wg::kWarpSearchGroups: the binary search), its index
 // within the group, and the fields of the group's Prob that the MMA warps' K loop needs. Two rounds of global loads:
 // the count's, then prefix[group] and the three fields together (all four depend on the group only).
@@ -838,12 +787,7 @@ __device__ __forceinline__ TileLookup lookup_tile(const Prob* __restrict__ probs
 
 // TMA (exact shapes only, RawTma): converter thread 0 issues the raw stages through group_maps (4 per group);
 // otherwise every converter thread copies its chunks with cp.async (wg::RawLoader) and group_maps is not read.
-//
-// REUSE_B (the 128 x 256 kernels for wgrad with short contractions, gemm_wgmma_reuse.cu): each CTA walks a contiguous
-// range of tiles (reuse_walk_range), and a tile whose group has at most kBStages K steps and whose previous tile (in
-// this CTA's walk) is the row tile above it in the same column tile computes over the fp16 B stages that tile left:
-// its raw stages carry A only, nobody converts B, and the B stages are released by the last tile of such a chain.
-template <class S, bool OUT_F32, bool TMA, bool CONV_SEEKS = true, bool REUSE_B = false>
+template <class S, bool OUT_F32, bool TMA, bool CONV_SEEKS = true>
 __global__ void __launch_bounds__(S::kThreads, 1)
     ws_gemm_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate,
                    const CUtensorMap* __restrict__ group_maps, const __grid_constant__ CUtensorMap out_map) {
@@ -860,24 +804,10 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   const int tid = threadIdx.x, lane = tid & 31;
   // Half tiles for the last round (TileWalk): one CTA per tile and 256 columns, so a half is one B scale tile. Not in
   // exact mode (its 128-column tiles would split inside a scale tile) nor in clusters.
-  constexpr bool kReuse = REUSE_B;
-  static_assert(!kReuse || (!S::kExact && S::kCluster == 1 && !S::kBAhead && !TMA && !CONV_SEEKS),
-                "B reuse: the fast one-CTA shapes with the converters' walk");
-  constexpr bool kSplitTail = S::kCluster == 1 && !S::kExact && S::BN == 2 * kHalfCols && !kReuse;
+  constexpr bool kSplitTail = S::kCluster == 1 && !S::kExact && S::BN == 2 * kHalfCols;
   static_assert(!(kSplitTail && S::kBAhead), "the B share converted ahead assumes whole tiles");
-  int first_tile = blockIdx.x / S::kCluster, tile_stride = gridDim.x / S::kCluster;
-  TileWalk<kSplitTail> walk(__ldg(prefix + E), tile_stride);
-  __shared__ int reuse_range[2];  // kReuse: this CTA's tiles [begin, end), found by warp 0 before the barrier below
-  if constexpr (kReuse) {
-    if (tid < 32) {
-      int b, e;
-      reuse_walk_range(probs, prefix, E, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), lane, &b, &e);
-      if (lane == 0) {
-        reuse_range[0] = b;
-        reuse_range[1] = e;
-      }
-    }
-  }
+  const int first_tile = blockIdx.x / S::kCluster, tile_stride = gridDim.x / S::kCluster;
+  const TileWalk<kSplitTail> walk(__ldg(prefix + E), tile_stride);
   // Tile lookups by wg::find_group_warp (stop 48; every role walks its cursor with whole warps): E64 fast wgrad +6%
   // (4 K steps per tile). The exact shapes keep the binary search: with the warp search ptxas spilled 4 bytes in the
   // MMA warps of the TMA form (216 registers).
@@ -900,20 +830,6 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     if constexpr (S::kCluster == 2 || TMA) fence_mbarrier_init_cluster();  // (TMA: visible to complete_tx)
   }
   if constexpr (S::kCluster == 2) cluster_sync(); else __syncthreads();
-  if constexpr (kReuse) {
-    first_tile = reuse_range[0];
-    walk.count = reuse_range[1];
-    tile_stride = 1;
-  }
-  // kReuse: whether tile (walk index) v of a group with KT K steps at `local` computes over the B stages of tile v - 1
-  // (the row tile above it in the same column tile, on this CTA), and whether tile v + 1 will over v's (so v keeps its
-  // B stages). Every role evaluates the same expressions.
-  auto reuses_b = [&](int v, int local, int tiles_m, int KT) {
-    return kReuse && v != first_tile && local % tiles_m != 0 && KT <= S::kBStages;
-  };
-  auto next_reuses_b = [&](int v, int local, int tiles_m, int KT) {
-    return kReuse && KT > 0 && KT <= S::kBStages && v + 1 < walk.count && (local + 1) % tiles_m != 0;
-  };
 
   if (tid < S::kConvThreads) {
     // ---------------------------------------------------------------- converters: loads + B dequantization
@@ -931,8 +847,6 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     // converters of the exact shapes spilled with it).
     int pending = 0;
     uint32_t half_bits = 0;
-    uint32_t reuse_bits = 0;     // kReuse: bit s says that raw stage s holds a step of a tile that reuses its B stages
-    bool load_reuses = false;    // kReuse: the load cursor's tile does
     Ring<S::kRawStages> load_ring, raw;
     Ring<S::kBStages> bst;
     wg::RawLoader<LoaderShape<S>> loader;  // row pointers of the load cursor's output tile
@@ -945,7 +859,6 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         const ColumnRange cols =
             walk_columns((load.local / tiles_m) * S::BN, kSplitTail ? load.half : -1, __ldg(&pp->N));
         const int m0 = (load.local % tiles_m) * S::kTileM + static_cast<int>(rank) * S::BM;
-        if constexpr (kReuse) load_reuses = reuses_b(load.v, load.local, tiles_m, load.KT);
         if constexpr (TMA) {
           tma.begin(group_maps, load.group, m0, cols.begin, load.KT, ct == 0);
         } else {
@@ -959,12 +872,8 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         // alone running issue_load made ptxas spill 56-76 bytes in this role)
         if (ct == 0) tma.load(raw_ring + load_ring.stage * S::kRaw, raw_full + 8 * load_ring.stage, load.kt);
       } else {
-        loader.load(raw_ring + load_ring.stage * S::kRaw, load.kt, ct, !(kReuse && load_reuses));
+        loader.load(raw_ring + load_ring.stage * S::kRaw, load.kt, ct);
         cp_async_mbar_arrive(raw_full + 8 * load_ring.stage);
-      }
-      if constexpr (kReuse) {
-        const uint32_t bit = 1u << load_ring.stage;
-        reuse_bits = load_reuses ? (reuse_bits | bit) : (reuse_bits & ~bit);
       }
       if constexpr (kSplitTail && !CONV_SEEKS) {
         const uint32_t bit = 1u << load_ring.stage;
@@ -979,12 +888,10 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       const uint32_t raw_st = raw_ring + raw.stage * S::kRaw;
       mbar_wait(raw_full + 8 * raw.stage, raw.phase);
       const bool half_step = kSplitTail && (CONV_SEEKS ? conv.half >= 0 : ((half_bits >> raw.stage) & 1u) != 0);
-      // (kReuse: a step over B stages converted for an earlier tile converts nothing and keeps the B ring's position)
-      const bool convert = !kReuse || ((reuse_bits >> raw.stage) & 1u) == 0;
-      if (convert) convert_and_publish_b<S, S::kConvRPI, 0, S::kConvUnits>(raw_st, br, bst, ct, lane, ct < 32, half_step);
+      convert_and_publish_b<S, S::kConvRPI, 0, S::kConvUnits>(raw_st, br, bst, ct, lane, ct < 32, half_step);
       mbar_arrive(raw_empty + 8 * raw.stage);
       raw.next();
-      if (convert) bst.next();
+      bst.next();
       if constexpr (CONV_SEEKS) conv.next<S::BN, kWarpSearch>(probs, prefix, E, walk); else --pending;
       if (load.valid(walk)) issue_load();
     }
@@ -1067,10 +974,6 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       // (as StepCursor::seek: a half tile without columns has no K steps)
       const int KT = half_tile && cols.empty() ? 0 : ((kLookAhead ? next.K : __ldg(&pp->K)) + kBK - 1) / kBK;
       const uint32_t a_scale_adj = ((m0 & 127) >> 5) * 4;  // 64-row tiles: rows (m0 mod 128) of the scale tile
-      // kReuse: this tile computes over the B stages of the previous one (its steps convert no B share), and the next
-      // tile will over this one's (they are not released, and the B ring goes back to this tile's first stage)
-      const bool reuse = reuses_b(v, local, tiles_m, KT);
-      const bool hold = next_reuses_b(v, local, tiles_m, KT);
 
       if constexpr (S::kLinesEpi) {
         if (accumulate & 2) {  // (bit 1: the C prefetch; launch() sets it, NVFP4_C_PREFETCH=0 clears it)
@@ -1122,7 +1025,6 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         int prev_b = -1;  // B stage read by the wgmmas still in flight (released once they complete)
         // One K step: A fragments of the raw stage into `cur` (the wgmmas of the previous step still read the other
         // set), then the 4 wgmmas over the fp16 B stage; wait for the previous step's wgmmas and release its B stage.
-        // (kReuse: a tile over the previous tile's B stages, `reuse`, converts no B share)
         auto step = [&](uint32_t(&cur)[4][4]) {
           const uint32_t raw_st = raw_ring + raw.stage * S::kRaw;
           mbar_wait(raw_full + 8 * raw.stage, raw.phase);
@@ -1131,17 +1033,11 @@ __global__ void __launch_bounds__(S::kThreads, 1)
           // A fragments first: the reordered fp32 variant spilled 8 bytes and gained nothing measurable.
           constexpr bool kShareFirst = S::kMmaUnits > 0 && !S::kBAhead && S::BM == 128;
           constexpr bool kShareLast = S::kMmaUnits > 0 && !S::kBAhead && S::BM != 128;
-          if constexpr (kShareFirst) {
-            if (!reuse) convert_b_share_rows(raw, bst, half_tile);
-          }
+          if constexpr (kShareFirst) convert_b_share_rows(raw, bst, half_tile);
           wg::fence_uregs(cur);
           convert_a_frags_f16(raw_st, ao, a_scale_adj, cur);
-          if constexpr (kShareFirst) {
-            if (!reuse) publish_b_share(bst);
-          }
-          if constexpr (kShareLast) {
-            if (!reuse) convert_b_share(raw, bst, half_tile);
-          }
+          if constexpr (kShareFirst) publish_b_share(bst);
+          if constexpr (kShareLast) convert_b_share(raw, bst, half_tile);
           mbar_arrive(raw_empty + 8 * raw.stage);  // (kBAhead: the B share of this stage was converted a step ago)
           raw.next();
           mbar_wait(b_full + 8 * bst.stage, bst.phase);  // this CTA's rows stored, the peer's rows copied in
@@ -1158,7 +1054,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
           // k - 3, released during step k - 2)
           if constexpr (S::kMmaUnits > 0 && S::kBAhead) convert_next_b_share();
           wg::wgmma_wait<1>();  // the previous step's wgmmas are done with their B stage and A registers
-          if (prev_b >= 0 && !hold) release_b_stage<S>(b_empty + 8 * prev_b, peer_delta, lane);
+          if (prev_b >= 0) release_b_stage<S>(b_empty + 8 * prev_b, peer_delta, lane);
           prev_b = bst.stage;
           bst.next();
         };
@@ -1176,8 +1072,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         }
         wg::wgmma_wait<0>();
         wg::fence_regs(acc);
-        if (prev_b >= 0 && !hold) release_b_stage<S>(b_empty + 8 * prev_b, peer_delta, lane);
-        if (hold) bst.back(KT);  // the next tile walks this tile's B stages again (KT <= kBStages)
+        if (prev_b >= 0) release_b_stage<S>(b_empty + 8 * prev_b, peer_delta, lane);
       }
       if constexpr (S::kStagedEpi) {
         // The staged (and the whole-line) epilogue runs in every MMA warp, also in one whose rows are all past M (it
@@ -1218,10 +1113,10 @@ __global__ void __launch_bounds__(S::kThreads, 1)
 }
 
 // The cp.async form (every shape; group_maps unused).
-template <class S, bool OUT_F32, bool CONV_SEEKS = true, bool REUSE_B = false>
+template <class S, bool OUT_F32, bool CONV_SEEKS = true>
 void launch(const LaunchArgs& a, cudaStream_t s, const CUtensorMap& out_map = CUtensorMap{}) {
   static_assert(!S::kLinesEpi || OUT_F32, "the whole-line epilogue stores fp32 output");
-  wg::launch_persistent<ws_gemm_kernel<S, OUT_F32, false, CONV_SEEKS, REUSE_B>, S::kThreads, S::kSmem, S::kCluster>(
+  wg::launch_persistent<ws_gemm_kernel<S, OUT_F32, false, CONV_SEEKS>, S::kThreads, S::kSmem, S::kCluster>(
       a, s, static_cast<const CUtensorMap*>(nullptr), out_map);
 }
 
