@@ -237,8 +237,9 @@ std::string grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_d
   l.tile_m = s.tile_m;
   l.max_ctas = static_cast<int>(max_ctas);
   l.out = s.out;
-  l.out_rows = a_rows;
-  l.out_cols = b_rows;
+  // the output as the TMA-store epilogues' maps see it: wgrad [E, a_rows, b_rows]; fprop / dgrad [T, cols]
+  l.out_rows = kind == nvfp4_gemm::kWgrad ? a_rows : out.size(0);
+  l.out_cols = kind == nvfp4_gemm::kWgrad ? b_rows : ldd;
   l.ldd = ldd;
   l.kind = static_cast<int>(kind);
   l.has_bias = bias_p != nullptr;

@@ -60,6 +60,7 @@ __device__ int setup_group(const SetupArgs& a, int g) {
     p.M = static_cast<int>(m);
     p.N = static_cast<int>(a.b_rows);
     p.K = static_cast<int>(a.kc);
+    p.row0 = static_cast<int>(row0);  // < T < 2^31 (device/gemm.py bounds the sizes)
     const long long doff = row0 * a.ldd;
     p.d = a.out_f32 ? static_cast<void*>(static_cast<float*>(a.out) + doff)
                     : static_cast<void*>(static_cast<__nv_bfloat16*>(a.out) + doff);

@@ -21,7 +21,8 @@ struct Prob {
   long long ldd;
   int M, N, K, tiles_m;
   float alpha;
-  int pad[3];
+  int row0;  // fprop / dgrad: the group's first row in the [T, cols] output (the bf16 TMA-store epilogue's box row)
+  int pad[2];
 };
 
 struct SetupArgs {

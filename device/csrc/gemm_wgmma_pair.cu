@@ -1,12 +1,21 @@
 // Fast-mode instantiations of the grouped GEMM for large groups: the warp-specialised kernel of gemm_wgmma_ws.cuh
 // in 2-CTA clusters (256 x 256 cluster tiles; each CTA dequantizes half of the B tile and bulk-copies it into the
 // other CTA's shared memory), bf16 or fp32 output. A file of its own so it compiles in parallel with the other shapes.
+#include "gemm_tma_host.h"
 #include "gemm_wgmma_ws.cuh"
 
 namespace nvfp4_gemm {
 
 void launch_wgmma_pair(const LaunchArgs& a, cudaStream_t s) {
-  if (a.out_f32) ws::launch<ws::ShapePair, true>(a, s); else ws::launch<ws::ShapePairBf16, false>(a, s);
+  if (a.out_f32) {
+    ws::launch<ws::ShapePair, true>(a, s);
+    return;
+  }
+  // bf16 fprop / dgrad: the TMA-store epilogue when the output's map applies (NVFP4_BF16_TMA=0, read at every launch,
+  // takes the staged one)
+  CUtensorMap map{};
+  const LaunchArgs b = tma_host::with_rows_out_map(a, &map);
+  if (b.accumulate & 4) ws::launch<ws::ShapePairBf16Tma, false>(b, s, map); else ws::launch<ws::ShapePairBf16, false>(a, s);
 }
 
 }  // namespace nvfp4_gemm

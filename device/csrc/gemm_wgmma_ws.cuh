@@ -77,20 +77,23 @@ struct Shape {
   //     bulk-copied to global memory (cp.async.bulk, async proxy);
   //   2 (kLinesEpi, fp32 output, store_tile_lines): 32 columns (128 bytes) of the 16 rows, read back so that every
   //     st.global writes 4 whole 128-byte lines.
-  // kTmaEpi (fp32 output with kLinesEpi; box buffers per warp: 1, 2 or 4): where the host encoded a tensor map of the
-  // output (bit 2 of `accumulate`: wgrad, no C read back, no bias; gemm_wgmma_fast.cu), store_tile_tma writes it
-  // instead, one TMA box of 16 rows x 32 columns per warp and chunk (the lines epilogue's buffer is the first box
-  // buffer); the buffers then lie first in shared memory, 1024-byte aligned for the box swizzle.
+  // kTmaEpi (box buffers per warp: 1, 2 or 4): where the host encoded a tensor map of the output (bit 2 of
+  // `accumulate`), the TMA-store epilogue writes it instead, one box of 16 rows x 128 bytes per warp and chunk; the
+  // buffers then lie first in shared memory, 1024-byte aligned for the box swizzle:
+  //   with kLinesEpi (fp32; wgrad, no C read back, no bias; gemm_wgmma_fast.cu): store_tile_tma, 32 columns per box
+  //     (the lines epilogue's buffer is the first box buffer);
+  //   with kStagedEpi (bf16; fprop / dgrad, gemm_wgmma_pair.cu): store_tile_tma_bf16, 64 columns per box through a
+  //     map of the whole [T, cols] output; a warp whose 16 rows cross its group's last row stores directly instead.
   static_assert(STAGED_EPI_ == 1 || STAGED_EPI_ == 2, "choose an epilogue");
   static constexpr bool kStagedEpi = STAGED_EPI_ == 1;
   static constexpr bool kLinesEpi = STAGED_EPI_ == 2;
   static constexpr int kTmaEpi = TMA_EPI_;
-  static_assert(kTmaEpi == 0 || (kLinesEpi && (kTmaEpi == 1 || kTmaEpi == 2 || kTmaEpi == 4)),
-                "TMA epilogue buffers: a divisor of a tile's 8 chunks, so chunk c uses buffer c mod n");
+  static_assert(kTmaEpi == 0 || kTmaEpi == 1 || kTmaEpi == 2 || kTmaEpi == 4,
+                "TMA epilogue buffers: a divisor of a tile's 8 (fp32) or 4 (bf16) chunks, so chunk c uses buffer c mod n");
   static constexpr int kTmaBoxBytes = 16 * 128;
   static constexpr int kEpiRowBytes = 256;
-  static constexpr int kEpiBufBytes = kStagedEpi ? 16 * (kEpiRowBytes + 32)  // 16 rows per warp
-                                                 : (kTmaEpi > 1 ? kTmaEpi * kTmaBoxBytes : kTmaBoxBytes);
+  static constexpr int kEpiBufBytes = kStagedEpi && !kTmaEpi ? 16 * (kEpiRowBytes + 32)  // 16 rows per warp
+                                                             : (kTmaEpi > 1 ? kTmaEpi * kTmaBoxBytes : kTmaBoxBytes);
   static_assert(!kTmaEpi || kEpiBufBytes % 1024 == 0, "box buffers stay 1024-byte aligned");
   static constexpr int kEpiBytes = 4 * kMma * kEpiBufBytes;
   static constexpr int kBBytes = BN * 128;  // one fp16 B stage
@@ -145,6 +148,9 @@ using ShapePair = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 2>;
 using ShapeLargeBf16 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 1>;
 using ShapeSkinnyBf16 = Shape<64, 2, 200, 152, 2, 1, 0, 6, 4, 1>;
 using ShapePairBf16 = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 1>;
+// The pair's bf16 form with TMA-store boxes (two 2 KB box buffers per warp, 32 KB in all, in place of the staged
+// buffers' 36 KB): fprop / dgrad output through a map of [T, cols] when the host encodes it (gemm_wgmma_pair.cu).
+using ShapePairBf16Tma = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 1, 0, 2>;
 // Exact mode (SPEC 12.2): 128 x 128 tiles, two MMA warpgroups (64 x 128 each: accumulator + two partial fragments =
 // 192 registers) that also convert B rows [64, 128) (1 unit per thread), one converter warpgroup (rows [0, 64), 2 units
 // per thread; 72 + 2 x 216 = 3 x 168 registers); fp32 or bf16 output as above.
@@ -759,6 +765,74 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[S::R], const P
   }
 }
 
+// One 2D tensor-map box from this CTA's shared memory to global memory (TMA store), in this thread's current bulk
+// async-group; coordinates {x = inner element, y = row}.
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, uint32_t src, int x, int y) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(x), "r"(y), "r"(src)
+               : "memory");
+}
+
+// TMA-store epilogue of one MMA warp for bf16 output (kStagedEpi with kTmaEpi; fprop / dgrad, no C: SPEC 12.2's
+// y = alpha * acc; y += bias; RN to bf16, as store_tile_staged). Per chunk of 64 columns (128 bytes) of its 16 rows the
+// warp writes y into a 16 x 128-byte box buffer in the map's 128-byte swizzle (the bf16 pair of columns 8 jj + 2 q, +1
+// of row lr, jj < 8, is 4 bytes of 16-byte piece jj, at slot jj ^ (lr mod 8): a warp's 32 stores of one (jj, h) hit 32
+// distinct banks), and lane 0 stores the box {64 columns, 16 rows} at row p.row0 + row0 of the [T, cols] map, which
+// clips columns past N (cols) and nothing else. So only a warp whose 16 rows all lie inside the group stores boxes
+// (full_rows); a warp whose rows cross the group's last row M (every warp runs the same loop, stop 15) copies its
+// rows below M from the box buffer to global memory itself, one 16-byte piece (8 columns; N is a multiple of 8) per
+// lane and step. Chunk c uses buffer c mod kTmaEpi after the store that last read it has (one bulk group per chunk;
+// the direct copies' shared-memory loads have completed before the __syncwarp that precedes its next use).
+template <class S>
+__device__ __forceinline__ void store_tile_tma_bf16(const float (&acc)[S::R], const Prob& p, int row0, int col0,
+                                                    uint32_t bufs, int lane, const CUtensorMap* map) {
+  constexpr int kBufs = S::kTmaEpi > 0 ? S::kTmaEpi : 1;
+  const float alpha = p.alpha;
+  const bool full_rows = row0 + 16 <= p.M;
+  const int q = lane & 3, r = lane >> 2;
+#pragma unroll
+  for (int c = 0; c < S::WN / 64; ++c) {
+    const uint32_t buf = bufs + (c % kBufs) * S::kTmaBoxBytes;
+    if (lane == 0) bulk_wait_read<kBufs - 1>();  // the store that last read this buffer (kBufs chunks ago) is done
+    __syncwarp();
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {
+      const int j = 8 * c + jj;
+      const int col = col0 + 8 * j + 2 * q;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float y0 = __fmul_rn(alpha, acc[4 * j + 2 * h]), y1 = __fmul_rn(alpha, acc[4 * j + 2 * h + 1]);
+        if (p.bias && col < p.N) {  // N is a multiple of 8 here (the map's 16-byte pitch): col + 1 < N too
+          y0 = __fadd_rn(y0, p.bias[col]);
+          y1 = __fadd_rn(y1, p.bias[col + 1]);
+        }
+        const __nv_bfloat162 v = __floats2bfloat162_rn(y0, y1);
+        const int lr = r + 8 * h;
+        const uint32_t a = buf + lr * 128 + ((jj ^ (lr & 7)) << 4) + 4 * q;
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(*reinterpret_cast<const uint32_t*>(&v)) : "memory");
+      }
+    }
+    wg::fence_proxy_async();  // this lane's stores -> the async proxy of the TMA store
+    __syncwarp();
+    if (!full_rows) {  // (warp-uniform; no __syncwarp inside)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int i = lane + 32 * k, lr = i >> 3, slot = i & 7;
+        const int col = col0 + 64 * c + 8 * (slot ^ (lr & 7));
+        if (row0 + lr < p.M && col < p.N) {
+          const uint4 v = wg::lds128(buf + lr * 128 + (slot << 4));
+          *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.d) + static_cast<long long>(row0 + lr) * p.ldd + col) = v;
+        }
+      }
+    }
+    if (lane == 0) {
+      if (full_rows && col0 + 64 * c < p.N) tma_store_2d(map, buf, col0 + 64 * c, p.row0 + row0);
+      bulk_commit();
+    }
+  }
+}
+
 // A tile's group (by a whole warp, wg::count_group_warp; E > wg::kWarpSearchGroups: the binary search), its index
 // within the group, and the fields of the group's Prob that the MMA warps' K loop needs. Two rounds of global loads:
 // the count's, then prefix[group] and the three fields together (all four depend on the group only).
@@ -1081,7 +1155,10 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         // docs/gemm.md, stop 15). (The two branches stay separate: merged, ptxas scheduled every kernel differently.)
         Prob p = *pp;
         if (half_tile) p.N = cols.end;  // its 128 columns (accumulator columns [0, 128) are columns n0 + [0, 128))
-        if (staged_epilogue_ok<OUT_F32>(p, accumulate)) {
+        if (S::kTmaEpi && (accumulate & 4)) {  // (bit 2: the host encoded out_map, gemm_wgmma_pair.cu)
+          store_tile_tma_bf16<S>(acc, p, m0 + 64 * wm + 16 * warp, n0, epi_buf0 + (mt >> 5) * S::kEpiBufBytes, lane,
+                                 &out_map);
+        } else if (staged_epilogue_ok<OUT_F32>(p, accumulate)) {
           const uint32_t buf = epi_buf0 + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
           store_tile_staged<S, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane);
         } else if (m0 + 64 * wm < p.M) {
