@@ -336,7 +336,7 @@ def test_dgrad_pair_cluster(case):
 # [T, cols] tensor map, which clips columns past cols) where the map applies (cols a multiple of 8, a 16-byte aligned
 # output), and through the staged bulk copies with NVFP4_BF16_TMA=0 (read at every launch) or when it does not. Edges:
 # groups whose rows end inside a warp's 16 rows (that warp copies its rows from the box buffer itself: a box would
-# write into the next group's rows), empty groups, a last column tile of 16 / 8 columns (boxes cut by the map), bias,
+# write into the next group's rows), empty groups, a last column tile of 144 / 8 columns (boxes cut by the map), bias,
 # dgrad, 40 columns (a whole box past cols), 36 columns (no map: the staged epilogue), capped grids; guarded outputs,
 # against the oracle bit for bit.
 @pytest.mark.parametrize("tma", ["1", "0"])
@@ -345,7 +345,7 @@ def test_pair_bf16_epilogues(tma, monkeypatch):
     run_fprop([0, 700, 129, 300, 17], 400, 208, "fast", torch.bfloat16, with_bias=True, seed=121, fast_kernel="pair")
     run_fprop([33, 0, 300, 1], 264, 64, "fast", torch.bfloat16, with_bias=False, seed=122, fast_kernel="pair",
               max_ctas=4)
-    run_dgrad([0, 700, 129, 300, 17], 208, 136, "fast", torch.bfloat16, with_bias=True, seed=123, fast_kernel="pair")
+    run_dgrad([0, 700, 129, 300, 17], 208, 144, "fast", torch.bfloat16, with_bias=True, seed=123, fast_kernel="pair")
     run_fprop([500, 3, 250], 40, 96, "fast", torch.bfloat16, with_bias=True, seed=124, fast_kernel="pair", max_ctas=2)
     run_fprop([500, 3, 250], 36, 96, "fast", torch.bfloat16, with_bias=True, seed=125, fast_kernel="pair")
 
