@@ -93,7 +93,8 @@ inline LaunchArgs with_wgrad_out_map(const LaunchArgs& a, CUtensorMap* map) {
 inline LaunchArgs with_rows_out_map(const LaunchArgs& a, CUtensorMap* map) {
   LaunchArgs b = a;
   const bool applies = !a.out_f32 && a.kind != kWgrad && !(a.accumulate & 1) && a.out != nullptr &&
-                       reinterpret_cast<uintptr_t>(a.out) % 16 == 0 && (a.ldd * 2) % 16 == 0 && tma_enabled("NVFP4_BF16_TMA");
+                       reinterpret_cast<uintptr_t>(a.out) % 16 == 0 && (a.ldd * 2) % 16 == 0 &&
+                       tma_enabled("NVFP4_BF16_TMA");
   if (applies && encode_2d(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, a.out, a.out_cols, a.out_rows, a.ldd * 2, 64, 16,
                            CU_TENSOR_MAP_SWIZZLE_128B))
     b.accumulate |= 4;

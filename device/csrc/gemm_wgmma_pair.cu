@@ -15,7 +15,11 @@ void launch_wgmma_pair(const LaunchArgs& a, cudaStream_t s) {
   // takes the staged one)
   CUtensorMap map{};
   const LaunchArgs b = tma_host::with_rows_out_map(a, &map);
-  if (b.accumulate & 4) ws::launch<ws::ShapePairBf16Tma, false>(b, s, map); else ws::launch<ws::ShapePairBf16, false>(a, s);
+  if (b.accumulate & 4) {
+    ws::launch<ws::ShapePairBf16Tma, false>(b, s, map);
+  } else {
+    ws::launch<ws::ShapePairBf16, false>(a, s);
+  }
 }
 
 }  // namespace nvfp4_gemm

@@ -83,13 +83,14 @@ struct Shape {
   //   with kLinesEpi (fp32; wgrad, no C read back, no bias; gemm_wgmma_fast.cu): store_tile_tma, 32 columns per box
   //     (the lines epilogue's buffer is the first box buffer);
   //   with kStagedEpi (bf16; fprop / dgrad, gemm_wgmma_pair.cu): store_tile_tma_bf16, 64 columns per box through a
-  //     map of the whole [T, cols] output; a warp whose 16 rows cross its group's last row stores directly instead.
+  //     map of the whole [T, cols] output; a warp whose 16 rows cross its group's last row copies them from its box
+  //     buffer instead.
   static_assert(STAGED_EPI_ == 1 || STAGED_EPI_ == 2, "choose an epilogue");
   static constexpr bool kStagedEpi = STAGED_EPI_ == 1;
   static constexpr bool kLinesEpi = STAGED_EPI_ == 2;
   static constexpr int kTmaEpi = TMA_EPI_;
   static_assert(kTmaEpi == 0 || kTmaEpi == 1 || kTmaEpi == 2 || kTmaEpi == 4,
-                "TMA epilogue buffers: a divisor of a tile's 8 (fp32) or 4 (bf16) chunks, so chunk c uses buffer c mod n");
+                "TMA epilogue buffers: a divisor of a tile's 8 (fp32) or 4 (bf16) chunks (chunk c uses buffer c mod n)");
   static constexpr int kTmaBoxBytes = 16 * 128;
   static constexpr int kEpiRowBytes = 256;
   static constexpr int kEpiBufBytes = kStagedEpi && !kTmaEpi ? 16 * (kEpiRowBytes + 32)  // 16 rows per warp
@@ -590,6 +591,28 @@ __device__ __forceinline__ bool staged_epilogue_ok(const Prob& p, int accumulate
                           static_cast<uintptr_t>(p.N * kSize)) & 15u) == 0;
 }
 
+// SPEC 12.2's epilogue value of an accumulator pair without C: y = RN(alpha * acc) (+ RN(y + bias) when a bias is
+// fused); register 4j + 2h + e of the wgmma m64nWN layout, columns col and col + 1 (col + 1 < N whenever col < N:
+// both callers' rows have an even length). The staged and the bf16 TMA-store epilogues write it.
+template <class S>
+__device__ __forceinline__ float2 epilogue_pair(const float (&acc)[S::R], int j, int h, float alpha, const Prob& p,
+                                                int col) {
+  float y0 = __fmul_rn(alpha, acc[4 * j + 2 * h]), y1 = __fmul_rn(alpha, acc[4 * j + 2 * h + 1]);
+  if (p.bias && col < p.N) {
+    y0 = __fadd_rn(y0, p.bias[col]);
+    y1 = __fadd_rn(y1, p.bias[col + 1]);
+  }
+  return make_float2(y0, y1);
+}
+// The same rounded to a bf16 pair (column col in the low half), as one 32-bit word.
+template <class S>
+__device__ __forceinline__ uint32_t epilogue_bf16x2(const float (&acc)[S::R], int j, int h, float alpha, const Prob& p,
+                                                    int col) {
+  const float2 y = epilogue_pair<S>(acc, j, h, alpha, p, col);
+  const __nv_bfloat162 v = __floats2bfloat162_rn(y.x, y.y);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
 // Staged epilogue of one MMA warp (SPEC 12.2 order, as wg::store_tile without accumulate: y = alpha*acc; y += bias;
 // cast). The warp owns rows row0 + [0, 16) and columns col0 + [0, WN) of the output (accumulator layout of
 // wgmma m64nWN: register 4j + 2h + e of lane l is row l/4 + 8h, column 8j + 2(l%4) + e). Per pass, kEpiRowBytes of
@@ -617,17 +640,14 @@ __device__ __forceinline__ void store_tile_staged(const float (&acc)[S::R], cons
       const int col = col0 + 8 * j + 2 * c;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float y0 = __fmul_rn(alpha, acc[4 * j + 2 * h]), y1 = __fmul_rn(alpha, acc[4 * j + 2 * h + 1]);
-        if (p.bias && col < p.N) {  // N * size is a multiple of 16 here (staged_epilogue_ok): col + 1 < N too
-          y0 = __fadd_rn(y0, p.bias[col]);
-          y1 = __fadd_rn(y1, p.bias[col + 1]);
-        }
+        // (N * size is a multiple of 16 here, staged_epilogue_ok: col + 1 < N whenever col < N)
         const uint32_t a = buf + (r + 8 * h) * kPitch + (8 * jj + 2 * c) * kSize;
         if constexpr (OUT_F32) {
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(y0), "f"(y1) : "memory");
+          const float2 y = epilogue_pair<S>(acc, j, h, alpha, p, col);
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(y.x), "f"(y.y) : "memory");
         } else {
-          const __nv_bfloat162 v = __floats2bfloat162_rn(y0, y1);
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(*reinterpret_cast<const uint32_t*>(&v)) : "memory");
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(epilogue_bf16x2<S>(acc, j, h, alpha, p, col))
+                       : "memory");
         }
       }
     }
@@ -802,15 +822,11 @@ __device__ __forceinline__ void store_tile_tma_bf16(const float (&acc)[S::R], co
       const int col = col0 + 8 * j + 2 * q;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float y0 = __fmul_rn(alpha, acc[4 * j + 2 * h]), y1 = __fmul_rn(alpha, acc[4 * j + 2 * h + 1]);
-        if (p.bias && col < p.N) {  // N is a multiple of 8 here (the map's 16-byte pitch): col + 1 < N too
-          y0 = __fadd_rn(y0, p.bias[col]);
-          y1 = __fadd_rn(y1, p.bias[col + 1]);
-        }
-        const __nv_bfloat162 v = __floats2bfloat162_rn(y0, y1);
+        // (N is a multiple of 8 here, the map's 16-byte pitch: col + 1 < N whenever col < N)
         const int lr = r + 8 * h;
         const uint32_t a = buf + lr * 128 + ((jj ^ (lr & 7)) << 4) + 4 * q;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(*reinterpret_cast<const uint32_t*>(&v)) : "memory");
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(epilogue_bf16x2<S>(acc, j, h, alpha, p, col))
+                     : "memory");
       }
     }
     wg::fence_proxy_async();  // this lane's stores -> the async proxy of the TMA store
@@ -821,8 +837,8 @@ __device__ __forceinline__ void store_tile_tma_bf16(const float (&acc)[S::R], co
         const int i = lane + 32 * k, lr = i >> 3, slot = i & 7;
         const int col = col0 + 64 * c + 8 * (slot ^ (lr & 7));
         if (row0 + lr < p.M && col < p.N) {
-          const uint4 v = wg::lds128(buf + lr * 128 + (slot << 4));
-          *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.d) + static_cast<long long>(row0 + lr) * p.ldd + col) = v;
+          __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.d) + static_cast<long long>(row0 + lr) * p.ldd + col;
+          *reinterpret_cast<uint4*>(dst) = wg::lds128(buf + lr * 128 + (slot << 4));
         }
       }
     }
