@@ -332,22 +332,29 @@ def test_dgrad_pair_cluster(case):
     run_dgrad(splits, k, n, "fast", od, with_bias=with_bias, seed=32, fast_kernel="pair")
 
 
-# The pair kernel's bf16 output leaves through TMA-store boxes (ws::store_tile_tma_bf16: 16 rows x 64 columns of a
-# [T, cols] tensor map, which clips columns past cols) where the map applies (cols a multiple of 8, a 16-byte aligned
-# output), and through the staged bulk copies with NVFP4_BF16_TMA=0 (read at every launch) or when it does not. Edges:
-# groups whose rows end inside a warp's 16 rows (that warp copies its rows from the box buffer itself: a box would
-# write into the next group's rows), empty groups, a last column tile of 144 / 8 columns (boxes cut by the map), bias,
-# dgrad, 40 columns (a whole box past cols), 36 columns (no map: the staged epilogue), capped grids; guarded outputs,
-# against the oracle bit for bit.
+# The fused fast kernels' bf16 output (pair, large, skinny) leaves through TMA-store boxes (ws::store_tile_tma_bf16:
+# 16 rows x 64 columns of a 2D map of the output's rows, which clips columns past cols: fprop / dgrad [T, cols], wgrad
+# the E planes [N, K] as E N rows) where the map applies (cols a multiple of 8, a 16-byte aligned output), and through
+# the staged bulk copies with NVFP4_BF16_TMA=0 (read at every launch) or when it does not. Edges: groups whose rows end
+# inside a warp's 16 rows (that warp copies its rows from the box buffer itself: a box would write into the next
+# group's rows, or wgrad's next plane: N = 200 and 72), empty groups and experts, a last column tile of 144 / 8 / 48
+# columns (boxes cut by the map), bias, dgrad, 40 columns (a whole box past cols), 36 columns (fprop: no map, the
+# staged epilogue; wgrad's K is a multiple of 16, so its map always applies to an aligned output), capped grids
+# (max_ctas = 8 on wgrad [0, 37, 200, 5] x [304, 144]: half tiles in the large and skinny kernels, see
+# test_capped_grid_and_half_tiles); guarded outputs, against the oracle bit for bit.
 @pytest.mark.parametrize("tma", ["1", "0"])
-def test_pair_bf16_epilogues(tma, monkeypatch):
+@pytest.mark.parametrize("kernel", ["pair", "large", "skinny"])
+def test_bf16_epilogues(kernel, tma, monkeypatch):
     monkeypatch.setenv("NVFP4_BF16_TMA", tma)
-    run_fprop([0, 700, 129, 300, 17], 400, 208, "fast", torch.bfloat16, with_bias=True, seed=121, fast_kernel="pair")
-    run_fprop([33, 0, 300, 1], 264, 64, "fast", torch.bfloat16, with_bias=False, seed=122, fast_kernel="pair",
-              max_ctas=4)
-    run_dgrad([0, 700, 129, 300, 17], 208, 144, "fast", torch.bfloat16, with_bias=True, seed=123, fast_kernel="pair")
-    run_fprop([500, 3, 250], 40, 96, "fast", torch.bfloat16, with_bias=True, seed=124, fast_kernel="pair", max_ctas=2)
-    run_fprop([500, 3, 250], 36, 96, "fast", torch.bfloat16, with_bias=True, seed=125, fast_kernel="pair")
+    bf16 = torch.bfloat16
+    run_fprop([0, 700, 129, 300, 17], 400, 208, "fast", bf16, with_bias=True, seed=121, fast_kernel=kernel)
+    run_fprop([33, 0, 300, 1], 264, 64, "fast", bf16, with_bias=False, seed=122, fast_kernel=kernel, max_ctas=4)
+    run_dgrad([0, 700, 129, 300, 17], 208, 144, "fast", bf16, with_bias=True, seed=123, fast_kernel=kernel)
+    run_fprop([500, 3, 250], 40, 96, "fast", bf16, with_bias=True, seed=124, fast_kernel=kernel, max_ctas=2)
+    run_fprop([500, 3, 250], 36, 96, "fast", bf16, with_bias=True, seed=125, fast_kernel=kernel)
+    run_wgrad([0, 37, 200, 5], 200, 264, "fast", bf16, False, seed=126, fast_kernel=kernel)
+    run_wgrad([0, 37, 200, 5], 304, 144, "fast", bf16, False, seed=127, fast_kernel=kernel, max_ctas=8)
+    run_wgrad([64, 0, 100], 72, 48, "fast", bf16, False, seed=128, fast_kernel=kernel, max_ctas=3)
 
 
 @pytest.mark.parametrize("accumulate", [False, True])

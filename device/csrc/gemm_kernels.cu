@@ -44,7 +44,9 @@ __device__ int setup_group(const SetupArgs& a, int g) {
     p.M = static_cast<int>(a.a_rows);
     p.N = static_cast<int>(a.b_rows);
     p.K = static_cast<int>((m + 15) / 16 * 16);
-    const long long doff = static_cast<long long>(g) * a.a_rows * a.ldd;
+    const long long plane_row0 = static_cast<long long>(g) * a.a_rows;
+    p.row0 = plane_row0 < (1ll << 31) ? static_cast<int>(plane_row0) : 0;  // (the host maps E N < 2^31 rows only)
+    const long long doff = plane_row0 * a.ldd;
     p.d = a.out_f32 ? static_cast<void*>(static_cast<float*>(a.out) + doff)
                     : static_cast<void*>(static_cast<__nv_bfloat16*>(a.out) + doff);
     // an empty expert (K = 0): dW = alpha * 0 (the kernel's zero accumulator), or C left untouched; operands that

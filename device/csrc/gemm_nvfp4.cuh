@@ -21,7 +21,8 @@ struct Prob {
   long long ldd;
   int M, N, K, tiles_m;
   float alpha;
-  int row0;  // fprop / dgrad: the group's first row in the [T, cols] output (the bf16 TMA-store epilogue's box row)
+  int row0;  // the group's first output row in the bf16 TMA-store epilogue's 2D map: fprop / dgrad its first row
+             // of [T, cols], wgrad g N (its plane's first row of the E N rows; 0 when that passes 2^31)
   int pad[2];
 };
 

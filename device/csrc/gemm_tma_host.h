@@ -86,16 +86,19 @@ inline LaunchArgs with_wgrad_out_map(const LaunchArgs& a, CUtensorMap* map) {
   return b;
 }
 
-// The output's tensor map for the bf16 TMA-store epilogue (ws::ShapePairBf16Tma, ws::store_tile_tma_bf16): fprop /
-// dgrad's [T, cols] bf16 output (out_rows = T, out_cols = cols, row pitch ldd), boxes of 64 columns x 16 rows,
-// 128-byte swizzle. Only without C (never read back for fprop / dgrad), a 16-byte aligned base and pitch. Returns the
-// launch arguments with bit 2 of `accumulate` set when it encoded the map.
+// The output's tensor map for the bf16 TMA-store epilogue (ws::Shape*Bf16Tma, ws::store_tile_tma_bf16): a 2D map of
+// the output's rows, boxes of 64 columns x 16 rows, 128-byte swizzle. fprop / dgrad: [T, cols] (out_rows = T,
+// out_cols = cols, row pitch ldd); wgrad: the E planes [out_rows = N, out_cols = K] as E N rows (plane g starts at row
+// g N, Prob::row0, ldd N elements after the previous one), only while E N < 2^31 (TMA coordinates are 32-bit). Only
+// without C read back, with a 16-byte aligned base and pitch, and unless NVFP4_BF16_TMA=0 (read at every launch).
+// Returns the launch arguments with bit 2 of `accumulate` set when it encoded the map.
 inline LaunchArgs with_rows_out_map(const LaunchArgs& a, CUtensorMap* map) {
   LaunchArgs b = a;
-  const bool applies = !a.out_f32 && a.kind != kWgrad && !(a.accumulate & 1) && a.out != nullptr &&
+  const unsigned long long rows = a.kind == kWgrad ? static_cast<unsigned long long>(a.E) * a.out_rows : a.out_rows;
+  const bool applies = !a.out_f32 && !(a.accumulate & 1) && a.out != nullptr && rows < (1ull << 31) &&
                        reinterpret_cast<uintptr_t>(a.out) % 16 == 0 && (a.ldd * 2) % 16 == 0 &&
                        tma_enabled("NVFP4_BF16_TMA");
-  if (applies && encode_2d(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, a.out, a.out_cols, a.out_rows, a.ldd * 2, 64, 16,
+  if (applies && encode_2d(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, a.out, a.out_cols, rows, a.ldd * 2, 64, 16,
                            CU_TENSOR_MAP_SWIZZLE_128B))
     b.accumulate |= 4;
   return b;

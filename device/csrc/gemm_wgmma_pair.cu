@@ -11,8 +11,8 @@ void launch_wgmma_pair(const LaunchArgs& a, cudaStream_t s) {
     ws::launch<ws::ShapePair, true>(a, s);
     return;
   }
-  // bf16 fprop / dgrad: the TMA-store epilogue when the output's map applies (NVFP4_BF16_TMA=0, read at every launch,
-  // takes the staged one)
+  // bf16: the TMA-store epilogue when the output's row map applies (NVFP4_BF16_TMA=0, read at every launch, takes the
+  // staged one)
   CUtensorMap map{};
   const LaunchArgs b = tma_host::with_rows_out_map(a, &map);
   if (b.accumulate & 4) {

@@ -82,9 +82,9 @@ struct Shape {
   // buffers then lie first in shared memory, 1024-byte aligned for the box swizzle:
   //   with kLinesEpi (fp32; wgrad, no C read back, no bias; gemm_wgmma_fast.cu): store_tile_tma, 32 columns per box
   //     (the lines epilogue's buffer is the first box buffer);
-  //   with kStagedEpi (bf16; fprop / dgrad, gemm_wgmma_pair.cu): store_tile_tma_bf16, 64 columns per box through a
-  //     map of the whole [T, cols] output; a warp whose 16 rows cross its group's last row copies them from its box
-  //     buffer instead.
+  //   with kStagedEpi (bf16, no C read back; gemm_wgmma_pair.cu, gemm_wgmma_fast.cu): store_tile_tma_bf16, 64
+  //     columns per box through a 2D map of the output's rows (fprop / dgrad [T, cols], wgrad E N rows of K); a warp
+  //     whose 16 rows cross its group's last row copies them from its box buffer instead.
   static_assert(STAGED_EPI_ == 1 || STAGED_EPI_ == 2, "choose an epilogue");
   static constexpr bool kStagedEpi = STAGED_EPI_ == 1;
   static constexpr bool kLinesEpi = STAGED_EPI_ == 2;
@@ -149,9 +149,13 @@ using ShapePair = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 2>;
 using ShapeLargeBf16 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 1>;
 using ShapeSkinnyBf16 = Shape<64, 2, 200, 152, 2, 1, 0, 6, 4, 1>;
 using ShapePairBf16 = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 1>;
-// The pair's bf16 form with TMA-store boxes (two 2 KB box buffers per warp, 32 KB in all, in place of the staged
-// buffers' 36 KB): fprop / dgrad output through a map of [T, cols] when the host encodes it (gemm_wgmma_pair.cu).
+// The bf16 forms with TMA-store boxes (two 2 KB box buffers per MMA warp in place of the staged buffers' 4.5 KB):
+// the output through a 2D map of its rows (fprop / dgrad: [T, cols]; wgrad: the E planes [N, K] as E N rows) when the
+// host encodes it (tma_host::with_rows_out_map; gemm_wgmma_pair.cu, gemm_wgmma_fast.cu), the staged forms above
+// otherwise.
 using ShapePairBf16Tma = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 1, 0, 2>;
+using ShapeLargeBf16Tma = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 1, 0, 2>;
+using ShapeSkinnyBf16Tma = Shape<64, 2, 200, 152, 2, 1, 0, 6, 4, 1, 0, 2>;
 // Exact mode (SPEC 12.2): 128 x 128 tiles, two MMA warpgroups (64 x 128 each: accumulator + two partial fragments =
 // 192 registers) that also convert B rows [64, 128) (1 unit per thread), one converter warpgroup (rows [0, 64), 2 units
 // per thread; 72 + 2 x 216 = 3 x 168 registers); fp32 or bf16 output as above.
@@ -794,12 +798,12 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, uint32_t sr
                : "memory");
 }
 
-// TMA-store epilogue of one MMA warp for bf16 output (kStagedEpi with kTmaEpi; fprop / dgrad, no C: SPEC 12.2's
-// y = alpha * acc; y += bias; RN to bf16, as store_tile_staged). Per chunk of 64 columns (128 bytes) of its 16 rows the
-// warp writes y into a 16 x 128-byte box buffer in the map's 128-byte swizzle (the bf16 pair of columns 8 jj + 2 q, +1
-// of row lr, jj < 8, is 4 bytes of 16-byte piece jj, at slot jj ^ (lr mod 8): a warp's 32 stores of one (jj, h) hit 32
-// distinct banks), and lane 0 stores the box {64 columns, 16 rows} at row p.row0 + row0 of the [T, cols] map, which
-// clips columns past N (cols) and nothing else. So only a warp whose 16 rows all lie inside the group stores boxes
+// TMA-store epilogue of one MMA warp for bf16 output (kStagedEpi with kTmaEpi; no C: SPEC 12.2's y = alpha * acc;
+// y += bias; RN to bf16, as store_tile_staged). Per chunk of 64 columns (128 bytes) of its 16 rows the warp writes y
+// into a 16 x 128-byte box buffer in the map's 128-byte swizzle (the bf16 pair of columns 8 jj + 2 q, +1 of row lr,
+// jj < 8, is 4 bytes of 16-byte piece jj, at slot jj ^ (lr mod 8): a warp's 32 stores of one (jj, h) hit 32 distinct
+// banks), and lane 0 stores the box {64 columns, 16 rows} at row p.row0 + row0 of the 2D map (fprop / dgrad: [T,
+// cols]; wgrad: E N rows of K, plane g from row g N), which clips columns past N (cols) and nothing else. So only a warp whose 16 rows all lie inside the group stores boxes
 // (full_rows); a warp whose rows cross the group's last row M (every warp runs the same loop, stop 15) copies its
 // rows below M from the box buffer to global memory itself, one 16-byte piece (8 columns; N is a multiple of 8) per
 // lane and step. Chunk c uses buffer c mod kTmaEpi after the store that last read it has (one bulk group per chunk;
