@@ -338,7 +338,7 @@ def test_dgrad_pair_cluster(case):
 # the staged bulk copies with NVFP4_BF16_TMA=0 (read at every launch) or when it does not. Edges: groups whose rows end
 # inside a warp's 16 rows (that warp copies its rows from the box buffer itself: a box would write into the next
 # group's rows), empty groups and experts, wgrad planes whose last row tile has warps past N (208 and 80 rows), a last
-# column tile of 144 / 8 / 48 columns (boxes cut by the map), bias, dgrad, 40 columns (a whole box past cols), 36
+# column tile of 144 / 8 / 16 / 48 columns (boxes cut by the map), bias, dgrad, 40 columns (a whole box past cols), 36
 # columns (fprop: no map, the staged epilogue; wgrad's N and K are multiples of 16, so its map always applies to an
 # aligned output, and no warp's rows cross a plane's end), capped grids
 # (max_ctas = 8 on wgrad [0, 37, 200, 5] x [304, 144]: half tiles in the large and skinny kernels, see
@@ -353,7 +353,7 @@ def test_bf16_epilogues(kernel, tma, monkeypatch):
     run_dgrad([0, 700, 129, 300, 17], 208, 144, "fast", bf16, with_bias=True, seed=123, fast_kernel=kernel)
     run_fprop([500, 3, 250], 40, 96, "fast", bf16, with_bias=True, seed=124, fast_kernel=kernel, max_ctas=2)
     run_fprop([500, 3, 250], 36, 96, "fast", bf16, with_bias=True, seed=125, fast_kernel=kernel)
-    run_wgrad([0, 37, 200, 5], 208, 264, "fast", bf16, False, seed=126, fast_kernel=kernel)
+    run_wgrad([0, 37, 200, 5], 208, 272, "fast", bf16, False, seed=126, fast_kernel=kernel)
     run_wgrad([0, 37, 200, 5], 304, 144, "fast", bf16, False, seed=127, fast_kernel=kernel, max_ctas=8)
     run_wgrad([64, 0, 100], 80, 48, "fast", bf16, False, seed=128, fast_kernel=kernel, max_ctas=3)
 
