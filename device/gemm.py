@@ -81,6 +81,11 @@ _WGRAD_COPIES_MIN_ROWS = 64
 #: ... plain fp32 output from 512 rows (CUTLASS's fp32 epilogue loses to the fused kernel's on short contractions:
 #: E64 T16384, 256 rows, 0.51x against 0.59x; E8 T4096, 512 rows, 0.66x against 0.55x; stop 37)
 _WGRAD_COPIES_MIN_ROWS_F32 = 512
+#: ... and plain bf16 output only where dW's N x K outputs reuse each copied element enough: N K / (N + K) (outputs
+#: per decoded element and token) at least this. Since the fused kernels' bf16 output leaves by TMA boxes (stop 65)
+#: they match or beat the copies up to 1024 (N = K = 2048; E64's N = 1408, K = 2048: 834) and lose from 1365
+#: (N = 4096, K = 2048) on (docs/gemm.md, stop 65)
+_WGRAD_COPIES_MIN_REUSE_BF16 = 1200
 #: fprop / dgrad with at most this many rows per group on average run the swapped kernel (the weights as wgmma's
 #: register operand; docs/gemm.md, stop 31: E8 T512 1.85x of grouped_mm against 1.61x for the skinny kernel, E8 T256
 #: 1.89x against 1.61x, E64 T4096 equal); the same size rule as the skinny kernel's (pick_tile)
@@ -168,9 +173,12 @@ def _reuse_pays(kind: str, e: int, t: int, kc: int, cols: int, a_rows: int, b_ro
 
 def _wgrad_copies_pay(e: int, t: int, a_rows: int, b_rows: int, dtype, accumulate: bool) -> bool:
     """Whether fast-mode wgrad (dW [a_rows, b_rows] per group, contraction t / e rows on average) runs over fp16
-    copies of both columnwise planes (docs/gemm.md, stop 37). The copies cost one pass over the two activation planes,
-    which every one of dW's N x K outputs reuses, so they pay from few rows per group when N and K are large."""
+    copies of both columnwise planes (docs/gemm.md, stops 37 and 65). The copies cost one pass over the two activation
+    planes, which every one of dW's N x K outputs reuses, so they pay from few rows per group when N and K are large
+    (bf16 output: when N K / (N + K) reaches _WGRAD_COPIES_MIN_REUSE_BF16)."""
     if min(a_rows, b_rows) < _DEQUANT_MIN_REUSE:
+        return False
+    if dtype != torch.float32 and not accumulate and a_rows * b_rows < _WGRAD_COPIES_MIN_REUSE_BF16 * (a_rows + b_rows):
         return False
     floor = _WGRAD_COPIES_MIN_ROWS_F32 if dtype == torch.float32 and not accumulate else _WGRAD_COPIES_MIN_ROWS
     return t // e >= floor
