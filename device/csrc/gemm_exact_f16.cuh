@@ -375,8 +375,11 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       const Prob p = *pp;
       const uint32_t buf = epi_buf0 + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
       if constexpr (S::kStagedEpi) {
-        if (ws::staged_epilogue_ok<OUT_F32>(p, accumulate)) {
-          ws::store_tile_staged<S, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane);
+        if (ws::staged_epilogue_ok<OUT_F32>(p, accumulate)) {  // (the bias test once per tile: ws::epilogue_pair)
+          if (p.bias)
+            ws::store_tile_staged<S, OUT_F32, true>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane);
+          else
+            ws::store_tile_staged<S, OUT_F32, false>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane);
         } else if (m0 + 64 * wm < p.M) {
           wg::store_tile<S::WN, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2), n0 + 2 * (lane & 3),
                                          accumulate);

@@ -595,26 +595,39 @@ __device__ __forceinline__ bool staged_epilogue_ok(const Prob& p, int accumulate
                           static_cast<uintptr_t>(p.N * kSize)) & 15u) == 0;
 }
 
-// SPEC 12.2's epilogue value of an accumulator pair without C: y = RN(alpha * acc) (+ RN(y + bias) when a bias is
-// fused); register 4j + 2h + e of the wgmma m64nWN layout, columns col and col + 1 (col + 1 < N whenever col < N:
-// both callers' rows have an even length). The staged and the bf16 TMA-store epilogues write it.
-template <class S>
-__device__ __forceinline__ float2 epilogue_pair(const float (&acc)[S::R], int j, int h, float alpha, const Prob& p,
-                                                int col) {
+// SPEC 12.2's epilogue value of an accumulator pair without C: y = RN(alpha * acc), then y = RN(y + b) when BIAS (b:
+// the bias of the pair's columns, bias_pair); register 4j + 2h + e of the wgmma m64nWN layout. The staged and the bf16
+// TMA-store epilogues write it.
+// BIAS is a template parameter: the callers branch once per tile on p.bias (warp-uniform). With the test per pair
+// and the loads between the stores (volatile asm with memory clobbers: no load moves above one), every pair's FADD
+// waited on its load's scoreboard, also where the load was predicated off (no bias), and the bf16 chunk writes took
+// ~0.45 us per 64 columns (ncu and the per-chunk trace, docs/gemm.md "Stop 66"). With a bias the callers still load
+// each pair's two values between the stores (once per column pair, for both rows h): preloading a chunk's values
+// spilled registers.
+template <class S, bool BIAS>
+__device__ __forceinline__ float2 epilogue_pair(const float (&acc)[S::R], int j, int h, float alpha, float2 b) {
   float y0 = __fmul_rn(alpha, acc[4 * j + 2 * h]), y1 = __fmul_rn(alpha, acc[4 * j + 2 * h + 1]);
-  if (p.bias && col < p.N) {
-    y0 = __fadd_rn(y0, p.bias[col]);
-    y1 = __fadd_rn(y1, p.bias[col + 1]);
+  if constexpr (BIAS) {
+    y0 = __fadd_rn(y0, b.x);
+    y1 = __fadd_rn(y1, b.y);
   }
   return make_float2(y0, y1);
 }
-// The same rounded to a bf16 pair (column col in the low half), as one 32-bit word.
-template <class S>
-__device__ __forceinline__ uint32_t epilogue_bf16x2(const float (&acc)[S::R], int j, int h, float alpha, const Prob& p,
-                                                    int col) {
-  const float2 y = epilogue_pair<S>(acc, j, h, alpha, p, col);
+// The same rounded to a bf16 pair (the first column in the low half), as one 32-bit word.
+template <class S, bool BIAS>
+__device__ __forceinline__ uint32_t epilogue_bf16x2(const float (&acc)[S::R], int j, int h, float alpha, float2 b) {
+  const float2 y = epilogue_pair<S, BIAS>(acc, j, h, alpha, b);
   const __nv_bfloat162 v = __floats2bfloat162_rn(y.x, y.y);
   return *reinterpret_cast<const uint32_t*>(&v);
+}
+// The bias of columns col, col + 1 (both exist whenever col < N: the callers' rows have an even length); 0 past N,
+// whose columns no epilogue stores, and without BIAS.
+template <bool BIAS>
+__device__ __forceinline__ float2 bias_pair(const Prob& p, int col) {
+  if constexpr (BIAS) {
+    if (col < p.N) return make_float2(p.bias[col], p.bias[col + 1]);
+  }
+  return make_float2(0.0f, 0.0f);
 }
 
 // Staged epilogue of one MMA warp (SPEC 12.2 order, as wg::store_tile without accumulate: y = alpha*acc; y += bias;
@@ -625,7 +638,7 @@ __device__ __forceinline__ uint32_t epilogue_bf16x2(const float (&acc)[S::R], in
 // bulk-copies the rows inside the problem (row < M, column < N) to global memory and commits one bulk group. The
 // buffer is rewritten only after that group has finished reading it (wait_group.read): within a tile the warp may
 // wait there (fp32: 4 passes, bf16: 2), across tiles the copies have usually drained.
-template <class S, bool OUT_F32>
+template <class S, bool OUT_F32, bool BIAS>
 __device__ __forceinline__ void store_tile_staged(const float (&acc)[S::R], const Prob& p, int row0, int col0,
                                                   uint32_t buf, int lane) {
   constexpr int kSize = OUT_F32 ? 4 : 2;
@@ -641,16 +654,16 @@ __device__ __forceinline__ void store_tile_staged(const float (&acc)[S::R], cons
 #pragma unroll
     for (int jj = 0; jj < kCols / 8; ++jj) {
       const int j = pass * (kCols / 8) + jj;
-      const int col = col0 + 8 * j + 2 * c;
+      // (N * size is a multiple of 16 here, staged_epilogue_ok: col + 1 < N whenever col < N)
+      const float2 b = bias_pair<BIAS>(p, col0 + 8 * j + 2 * c);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        // (N * size is a multiple of 16 here, staged_epilogue_ok: col + 1 < N whenever col < N)
         const uint32_t a = buf + (r + 8 * h) * kPitch + (8 * jj + 2 * c) * kSize;
         if constexpr (OUT_F32) {
-          const float2 y = epilogue_pair<S>(acc, j, h, alpha, p, col);
+          const float2 y = epilogue_pair<S, BIAS>(acc, j, h, alpha, b);
           asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(y.x), "f"(y.y) : "memory");
         } else {
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(epilogue_bf16x2<S>(acc, j, h, alpha, p, col))
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(epilogue_bf16x2<S, BIAS>(acc, j, h, alpha, b))
                        : "memory");
         }
       }
@@ -697,23 +710,31 @@ __device__ __forceinline__ void prefetch_tile_c_lines(const Prob& p, int row0, i
 
 // RN(alpha * acc) of columns [32 c, 32 c + 32) of an MMA warp's 16 rows into its 16 x 128-byte buffer (accumulator
 // layout of wgmma m64nWN: register 4j + 2h + e of lane l is row l/4 + 8h, column 8j + 2(l%4) + e): lane l's pair of
-// columns 8 jj + 2 q, + 1 (q = l % 4) is 8 bytes of 16-byte piece k = 2 jj + q / 2 of its row lr, which sits at slot
-// k ^ (2 lr mod 8) (store_tile_lines: its read-back is conflict-free too) or, TMA_SWIZZLE, k ^ (lr mod 8) (a tensor
-// map's 128-byte swizzle, store_tile_tma). Either way a half-warp's 8-byte stores hit 32 distinct banks.
+// columns 8 jj + 2 q, + 1 (q = l % 4) is 8 bytes of 16-byte piece k = 2 jj + q / 2 of its row lr. A half-warp's
+// 8-byte stores (rows lr..lr+3, one jj each) then hit 32 distinct banks, 2 wavefronts per store, when
+//   - piece k sits at slot k ^ (2 lr mod 8) (store_tile_lines, whose read-back is conflict-free too): every row stores
+//     the same jj, and the 4 rows' pairs of slots are distinct;
+//   - TMA_SWIZZLE (a tensor map's 128-byte swizzle, store_tile_tma): piece k sits at slot k ^ (lr mod 8), and rows lr
+//     and lr ^ 1 would share their pair of slots if they stored the same jj (4 wavefronts per store: ncu, docs/gemm.md
+//     "Stop 66"), so an odd row stores jj ^ 2 where an even row stores jj: the slot pairs jj ^ (lr / 2 mod 4) ^
+//     (2 (lr mod 2)) of 4 consecutive rows are distinct. The odd rows' registers come by selects.
 template <class S, bool TMA_SWIZZLE>
 __device__ __forceinline__ void write_chunk_f32(const float (&acc)[S::R], int c, float alpha, uint32_t buf, int lane) {
   const int q = lane & 3, r = lane >> 2;
+  const bool odd = TMA_SWIZZLE && (r & 1);  // (lr = r + 8 h has r's parity)
 #pragma unroll
-  for (int jj = 0; jj < 4; ++jj) {
-    const int j = 4 * c + jj;
+  for (int i = 0; i < 4; ++i) {
+    const int jj = odd ? i ^ 2 : i;
+    const int j = 4 * c + i, j_odd = 4 * c + (i ^ 2);  // (the registers of jj, both a compile-time index)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int lr = r + 8 * h;
       const int k = 2 * jj + (q >> 1);
       const int slot = k ^ (TMA_SWIZZLE ? (lr & 7) : ((2 * lr) & 7));
       const uint32_t a = buf + lr * 128 + (slot << 4) + ((q & 1) << 3);
-      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(__fmul_rn(alpha, acc[4 * j + 2 * h])),
-                   "f"(__fmul_rn(alpha, acc[4 * j + 2 * h + 1]))
+      const float x0 = odd ? acc[4 * j_odd + 2 * h] : acc[4 * j + 2 * h];
+      const float x1 = odd ? acc[4 * j_odd + 2 * h + 1] : acc[4 * j + 2 * h + 1];
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(__fmul_rn(alpha, x0)), "f"(__fmul_rn(alpha, x1))
                    : "memory");
     }
   }
@@ -764,7 +785,7 @@ __device__ __forceinline__ void store_tile_lines(const float (&acc)[S::R], const
 // TMA-store epilogue of one MMA warp (kTmaEpi; wgrad's fp32 output, no C read back, no bias: SPEC 12.2's
 // y = RN(alpha * acc), as store_tile_lines). Per chunk of 32 columns (128 bytes) of its 16 rows the warp writes y into
 // a box buffer of 16 x 128 bytes in the tensor map's 128-byte swizzle (16-byte piece k of row r at slot k ^ (r mod 8);
-// the buffer is 1024-byte aligned; the half-warp's 8-byte stores then hit 32 distinct banks), and lane 0 stores the
+// the buffer is 1024-byte aligned; write_chunk_f32 orders the odd rows' stores so that they hit 32 distinct banks), and lane 0 stores the
 // box {32 columns, 16 rows, group} through `map` ([E, M, N]: rows past M and columns past N are clipped by the map,
 // nothing else is written). Chunk c uses buffer c mod kTmaEpi, and first waits until the store that last read it has
 // (every chunk commits one bulk group, empty when nothing was stored, so the count of groups still reading says which).
@@ -808,7 +829,7 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, uint32_t sr
 // rows below M from the box buffer to global memory itself, one 16-byte piece (8 columns; N is a multiple of 8) per
 // lane and step. Chunk c uses buffer c mod kTmaEpi after the store that last read it has (one bulk group per chunk;
 // the direct copies' shared-memory loads have completed before the __syncwarp that precedes its next use).
-template <class S>
+template <class S, bool BIAS>
 __device__ __forceinline__ void store_tile_tma_bf16(const float (&acc)[S::R], const Prob& p, int row0, int col0,
                                                     uint32_t bufs, int lane, const CUtensorMap* map) {
   constexpr int kBufs = S::kTmaEpi > 0 ? S::kTmaEpi : 1;
@@ -823,13 +844,13 @@ __device__ __forceinline__ void store_tile_tma_bf16(const float (&acc)[S::R], co
 #pragma unroll
     for (int jj = 0; jj < 8; ++jj) {
       const int j = 8 * c + jj;
-      const int col = col0 + 8 * j + 2 * q;
+      // (N is a multiple of 8 here, the map's 16-byte pitch: col + 1 < N whenever col < N)
+      const float2 b = bias_pair<BIAS>(p, col0 + 8 * j + 2 * q);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        // (N is a multiple of 8 here, the map's 16-byte pitch: col + 1 < N whenever col < N)
         const int lr = r + 8 * h;
         const uint32_t a = buf + lr * 128 + ((jj ^ (lr & 7)) << 4) + 4 * q;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(epilogue_bf16x2<S>(acc, j, h, alpha, p, col))
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(epilogue_bf16x2<S, BIAS>(acc, j, h, alpha, b))
                      : "memory");
       }
     }
@@ -1175,12 +1196,18 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         // docs/gemm.md, stop 15). (The two branches stay separate: merged, ptxas scheduled every kernel differently.)
         Prob p = *pp;
         if (half_tile) p.N = cols.end;  // its 128 columns (accumulator columns [0, 128) are columns n0 + [0, 128))
+        // (the bias test once per tile, warp-uniform: epilogue_pair)
+        const uint32_t buf = epi_buf0 + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer(s)
         if (S::kTmaEpi && (accumulate & 4)) {  // (bit 2: the host encoded out_map, gemm_wgmma_pair.cu)
-          store_tile_tma_bf16<S>(acc, p, m0 + 64 * wm + 16 * warp, n0, epi_buf0 + (mt >> 5) * S::kEpiBufBytes, lane,
-                                 &out_map);
+          if (p.bias)
+            store_tile_tma_bf16<S, true>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane, &out_map);
+          else
+            store_tile_tma_bf16<S, false>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane, &out_map);
         } else if (staged_epilogue_ok<OUT_F32>(p, accumulate)) {
-          const uint32_t buf = epi_buf0 + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
-          store_tile_staged<S, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane);
+          if (p.bias)
+            store_tile_staged<S, OUT_F32, true>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane);
+          else
+            store_tile_staged<S, OUT_F32, false>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane);
         } else if (m0 + 64 * wm < p.M) {
           wg::store_tile<S::WN, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2),
                                                          n0 + 2 * (lane & 3), accumulate);
