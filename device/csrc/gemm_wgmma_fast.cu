@@ -19,16 +19,10 @@ void launch_wgmma_fast(const LaunchArgs& a, cudaStream_t s) {
       // (the converters walk the loads' steps instead of a second cursor: E64 wgrad +3-4%, docs/gemm.md stop 56)
       ws::launch<ws::ShapeLarge, true, /*CONV_SEEKS=*/false>(tma_host::with_wgrad_out_map(a, &map), s, map);
     }
+  } else if (a.tile_m == ws::ShapeSkinny::BM) {  // bf16: TMA-store boxes where the row map applies (ws::launch_bf16)
+    ws::launch_bf16<ws::ShapeSkinnyBf16, ws::ShapeSkinnyBf16Tma>(a, s);
   } else {
-    // bf16: the TMA-store epilogue when the output's row map applies (NVFP4_BF16_TMA=0 takes the staged one)
-    CUtensorMap map{};
-    const LaunchArgs b = tma_host::with_rows_out_map(a, &map);
-    const bool tma = (b.accumulate & 4) != 0;
-    if (a.tile_m == ws::ShapeSkinny::BM) {
-      if (tma) ws::launch<ws::ShapeSkinnyBf16Tma, false>(b, s, map); else ws::launch<ws::ShapeSkinnyBf16, false>(a, s);
-    } else {
-      if (tma) ws::launch<ws::ShapeLargeBf16Tma, false>(b, s, map); else ws::launch<ws::ShapeLargeBf16, false>(a, s);
-    }
+    ws::launch_bf16<ws::ShapeLargeBf16, ws::ShapeLargeBf16Tma>(a, s);
   }
 }
 

@@ -11,15 +11,7 @@ void launch_wgmma_pair(const LaunchArgs& a, cudaStream_t s) {
     ws::launch<ws::ShapePair, true>(a, s);
     return;
   }
-  // bf16: the TMA-store epilogue when the output's row map applies (NVFP4_BF16_TMA=0, read at every launch, takes the
-  // staged one)
-  CUtensorMap map{};
-  const LaunchArgs b = tma_host::with_rows_out_map(a, &map);
-  if (b.accumulate & 4) {
-    ws::launch<ws::ShapePairBf16Tma, false>(b, s, map);
-  } else {
-    ws::launch<ws::ShapePairBf16, false>(a, s);
-  }
+  ws::launch_bf16<ws::ShapePairBf16, ws::ShapePairBf16Tma>(a, s);  // bf16: TMA-store boxes where the row map applies
 }
 
 }  // namespace nvfp4_gemm

@@ -40,6 +40,7 @@
 #include "gemm_decode_f16.cuh"
 #include "gemm_exact_partials.cuh"
 #include "gemm_group_maps.cuh"
+#include "gemm_tma_host.h"  // (launch_bf16: the output's row map)
 #include "gemm_wgmma.cuh"
 
 namespace nvfp4_gemm {
@@ -1242,6 +1243,19 @@ void launch(const LaunchArgs& a, cudaStream_t s, const CUtensorMap& out_map = CU
   static_assert(!S::kLinesEpi || OUT_F32, "the whole-line epilogue stores fp32 output");
   wg::launch_persistent<ws_gemm_kernel<S, OUT_F32, false, CONV_SEEKS>, S::kThreads, S::kSmem, S::kCluster>(
       a, s, static_cast<const CUtensorMap*>(nullptr), out_map);
+}
+
+// bf16 output of a fast shape: its TMA-store form `Tma` where the host encodes the output's row map
+// (tma_host::with_rows_out_map: bit 2 of `accumulate`; NVFP4_BF16_TMA=0, read at every launch, takes the staged
+// one), its staged form `Staged` otherwise (gemm_wgmma_fast.cu, gemm_wgmma_pair.cu).
+template <class Staged, class Tma>
+void launch_bf16(const LaunchArgs& a, cudaStream_t s) {
+  CUtensorMap map{};
+  const LaunchArgs b = tma_host::with_rows_out_map(a, &map);
+  if (b.accumulate & 4)
+    launch<Tma, false>(b, s, map);
+  else
+    launch<Staged, false>(a, s);
 }
 
 }  // namespace ws
