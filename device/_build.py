@@ -15,7 +15,8 @@ from types import ModuleType
 __all__ = ["CSRC", "build_dir", "load_extension"]
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-_SOURCES = ("bindings.cpp", "misc.cu", "quantize_bf16.cu", "quantize_f16.cu", "quantize_f32.cu")
+_SOURCES = ("quantize/bindings.cpp", "quantize/grouped_setup.cu", "quantize/quantize_bf16.cu", "quantize/quantize_f16.cu",
+            "quantize/quantize_f32.cu")
 _CUDA_FLAGS = [
     "-O3",
     "-std=c++17",

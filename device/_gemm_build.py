@@ -13,11 +13,11 @@ from types import ModuleType
 __all__ = ["load_gemm_extension"]
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-_SOURCES = ("gemm_bindings.cpp", "gemm_kernels.cu", "gemm_wgmma_fast.cu", "gemm_wgmma_pair.cu", "gemm_wgmma_exact.cu",
-            "gemm_wgmma_exact_tma.cu", "gemm_dequant.cu", "gemm_exact_f16.cu", "gemm_exact_hybrid.cu",
-            "gemm_swapped.cu")
+_SOURCES = ("gemm/bindings.cpp", "gemm/setup.cu", "gemm/fused_fast.cu", "gemm/fused_pair.cu", "gemm/fused_exact.cu",
+            "gemm/fused_exact_tma.cu", "gemm/copies.cu", "gemm/exact_copies.cu", "gemm/exact_hybrid.cu",
+            "gemm/swapped.cu")
 #: the dequantize-first path's CUTLASS instantiations (one per epilogue), built when CUTLASS's headers are found
-_CUTLASS_SOURCES = ("gemm_cutlass_bf16.cu", "gemm_cutlass_f32.cu", "gemm_cutlass_f32_plus_c.cu")
+_CUTLASS_SOURCES = ("gemm/cutlass_bf16.cu", "gemm/cutlass_f32.cu", "gemm/cutlass_f32_plus_c.cu")
 _CUDA_FLAGS = [
     "-O3",
     "-std=c++17",

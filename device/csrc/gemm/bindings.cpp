@@ -1,0 +1,298 @@
+// PyTorch binding of the NVFP4 grouped GEMM (module nvfp4_gemm). Argument checking lives in device/gemm.py;
+// this layer only re-checks what would make the kernels touch invalid memory, then launches on the current stream.
+// A refusal is a returned message (refusal.h), which device/gemm.py raises as RuntimeError.
+#include <cstdlib>
+#include <string>
+#include <utility>
+
+#include <torch/extension.h>
+
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "gemm/copies.h"
+#include "gemm/problem.h"
+#include "common/refusal.h"
+
+namespace {
+
+using at::Tensor;
+
+template <typename T>
+const T* cptr(const Tensor& t) {
+  return t.numel() ? reinterpret_cast<const T*>(t.data_ptr()) : nullptr;
+}
+
+constexpr int64_t kForceDequant = 4;       // device/gemm.py: fast_kernel="dequant"
+constexpr int64_t kForceExactDequant = 5;  // device/gemm.py: exact_kernel="dequant"
+constexpr int64_t kForceSwapped = 6;       // device/gemm.py: fast_kernel="swapped"
+constexpr int64_t kForceExactHybrid = 7;   // device/gemm.py: exact_kernel="hybrid"
+
+// One operand plane for the dequantize-first path: rowwise planes have a constant pitch (contraction / 2 bytes);
+// columnwise planes have `rows` K-feature rows and a per-group pitch.
+nvfp4_gemm::PlaneView plane_view(const Tensor& data, const Tensor& scales, const Tensor& offs, int E, bool columnwise,
+                                 long long contraction, long long rows) {
+  nvfp4_gemm::PlaneView p{};
+  p.data = cptr<uint8_t>(data);
+  p.scales = cptr<uint8_t>(scales);
+  p.offs = offs.data_ptr<int64_t>() + (columnwise ? 4 : 2) * (E + 1);
+  p.scale_offs = offs.data_ptr<int64_t>() + (columnwise ? 5 : 3) * (E + 1);
+  p.E = E;
+  p.cap_bytes = data.numel() / 8 * 8;
+  p.scale_cap_bytes = scales.numel();
+  p.pitch_const = columnwise ? 0 : contraction / 2;
+  p.rows_const = columnwise ? rows : 0;
+  return p;
+}
+
+// fp16 copies of both operand planes for the dequantize-first paths (fast: CUTLASS, docs/gemm.md stop 29; exact:
+// gemm_exact_f16.cu, stop 30): the plane views in `d` and the scratch (2 fp16 per packed byte of each plane's buffer)
+// from the caching allocator (stream-ordered, so graph capture works). The returned tensors own the scratch.
+// With a_only, only the A plane gets a copy (d.b_f16 stays null; the swapped kernel's token operand).
+std::pair<Tensor, Tensor> f16_copies(nvfp4_gemm::DequantGemmArgs& d, int kind, int E, const nvfp4_gemm::SetupArgs& s,
+                                     const Tensor& a_data, const Tensor& a_scales, const Tensor& a_offs,
+                                     const Tensor& b_data, const Tensor& b_scales, const Tensor& b_offs,
+                                     bool a_only = false) {
+  using namespace nvfp4_gemm;
+  d.E = E;
+  d.probs = s.probs;
+  d.prefix = s.prefix;
+  // fprop: X rowwise, W rowwise; dgrad: dY rowwise, W columnwise (rows K); wgrad: both columnwise (rows N, K)
+  d.a = plane_view(a_data, a_scales, a_offs, E, kind == kWgrad, s.kc, s.a_rows);
+  d.b = plane_view(b_data, b_scales, b_offs, E, kind != kFprop, s.kc, s.b_rows);
+  auto half = a_data.options().dtype(at::kHalf);
+  Tensor a16 = at::empty({2 * d.a.cap_bytes}, half);
+  Tensor b16 = at::empty({a_only ? 0 : 2 * d.b.cap_bytes}, half);
+  d.a_f16 = a16.data_ptr();
+  d.b_f16 = a_only ? nullptr : b16.data_ptr();
+  return {a16, b16};
+}
+
+// The dequantize-first fast path (docs/gemm.md, stop 29) after the setup kernel: fp16 copies of both operand planes
+// and CUTLASS's argument arrays come from the caching allocator.
+std::string launch_dequant_path(int kind, int E, const nvfp4_gemm::SetupArgs& s, const Tensor& a_data,
+                                const Tensor& a_scales, const Tensor& a_offs, const Tensor& b_data,
+                                const Tensor& b_scales, const Tensor& b_offs, bool f32, bool accumulate, int device,
+                                int max_ctas, cudaStream_t stream) {
+  using namespace nvfp4_gemm;
+  NVFP4_REFUSE_UNLESS(cutlass_built(),
+                      "nvfp4_gemm: the dequantize-first path was not built (no CUTLASS headers found)");
+  NVFP4_REFUSE_UNLESS(E <= 65535, "nvfp4_gemm: the dequantize-first path supports at most 65535 groups");
+  DequantGemmArgs d{};
+  d.epilogue = !f32 ? kOutBf16 : (accumulate ? kOutF32PlusC : kOutF32);
+  d.out_f32 = f32;
+  d.accumulate = accumulate;
+  const auto copies = f16_copies(d, kind, E, s, a_data, a_scales, a_offs, b_data, b_scales, b_offs);
+
+  CutlassArgs c{};
+  c.groups = E;
+  c.device = device;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&c.sm_count, cudaDevAttrMultiProcessorCount, device));
+  if (max_ctas > 0 && max_ctas < c.sm_count) {  // CUTLASS's persistent grid: whole 2-CTA clusters, at least one
+    c.sm_count = max_ctas < 2 ? 2 : max_ctas / 2 * 2;
+    c.max_active_clusters = c.sm_count / 2;
+  }
+  const bool plus_c = d.epilogue == kOutF32PlusC;
+  // the argument arrays (3 ints, 4 pointers, 4 strides per group), each 256-byte aligned, then CUTLASS's workspace
+  c.workspace_bytes = dequant_gemm_workspace(d.epilogue, c);
+  const size_t per = (static_cast<size_t>(E) * 12 + 255) / 256 * 256;
+  Tensor ws = at::empty({static_cast<int64_t>(9 * per + c.workspace_bytes + 256)}, a_data.options());
+  auto* next = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(ws.data_ptr()) + 255) / 256 * 256);
+  auto take = [&]() {
+    void* p = next;
+    next += per;
+    return p;
+  };
+  c.shapes = static_cast<int*>(take());
+  c.ptr_a = static_cast<const void**>(take());
+  c.ptr_b = static_cast<const void**>(take());
+  c.ptr_c = static_cast<const void**>(take());
+  c.ptr_d = static_cast<void**>(take());
+  c.stride_a = static_cast<int64_t*>(take());
+  c.stride_b = static_cast<int64_t*>(take());
+  c.stride_c = static_cast<int64_t*>(take());
+  c.stride_d = static_cast<int64_t*>(take());
+  if (!plus_c) {
+    c.ptr_c = nullptr;
+    c.stride_c = nullptr;
+  }
+  Tensor alpha = at::empty({E}, a_data.options().dtype(at::kFloat));
+  c.alpha = alpha.data_ptr<float>();
+  c.workspace = next;
+  const int rc = launch_dequant_gemm(d, c, stream);
+  NVFP4_RETURN_IF_ERROR(nvfp4::launch_status("nvfp4_gemm"));
+  NVFP4_REFUSE_UNLESS(rc == 0, "nvfp4_gemm: the CUTLASS grouped GEMM refused the launch (code ", rc, ")");
+  return {};
+}
+
+// Scratch for `per_group` bytes of tensor maps per group, 128-byte aligned (TMA's requirement), from the caching
+// allocator on the current stream (stream-ordered, graph-safe); `holder` keeps it until the launches are enqueued.
+void* map_scratch(Tensor& holder, int64_t per_group, int64_t E, const Tensor& like) {
+  holder = at::empty({per_group * E + 128}, like.options());
+  return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(holder.data_ptr()) + 127) & ~uintptr_t{127});
+}
+
+// workspace: uint8 [E * sizeof(Prob) + 4 * (E + 1)] (any contents; fully rewritten by the setup kernel)
+std::string grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, const Tensor& a_scales,
+                   const Tensor& a_offs, const Tensor& a_amax, const Tensor& b_data, const Tensor& b_scales,
+                   const Tensor& b_offs, const Tensor& b_amax, Tensor out, const c10::optional<Tensor>& bias,
+                   bool accumulate, int64_t b_rows, int64_t a_rows, int64_t kc, int64_t ldd, double rcp, int64_t rule,
+                   int64_t grid_upper, Tensor workspace, int64_t rows_per_group,
+                   int64_t contraction_per_group, int64_t force_kernel, int64_t max_ctas) {
+  NVFP4_REFUSE_UNLESS(kind >= 0 && kind <= 2, "nvfp4_gemm: kind must be 0 (fprop), 1 (dgrad) or 2 (wgrad), got ", kind);
+  NVFP4_REFUSE_UNLESS(E >= 1, "nvfp4_gemm: E must be >= 1");
+  NVFP4_REFUSE_UNLESS(rule >= 0 && rule <= 3, "nvfp4_gemm: rule must be a scale rule code 0..3, got ", rule);
+  NVFP4_REFUSE_UNLESS(max_ctas >= 0 && max_ctas < (int64_t{1} << 31), "nvfp4_gemm: max_ctas must be >= 0 (0: no cap)",
+                      ", got ", max_ctas);
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", a_data, "a data", at::kByte));
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", a_scales, "a scales", at::kByte));
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", b_data, "b data", at::kByte));
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", b_scales, "b scales", at::kByte));
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", a_offs, "a offsets", at::kLong));
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", b_offs, "b offsets", at::kLong));
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", a_amax, "a amax", at::kFloat));
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", b_amax, "b amax", at::kFloat));
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", workspace, "workspace", at::kByte));
+  NVFP4_REFUSE_UNLESS(a_offs.numel() == 6 * (E + 1) && b_offs.numel() == 6 * (E + 1),
+                      "nvfp4_gemm: offsets must be [6, ", E + 1, "], got ", a_offs.numel(), " and ", b_offs.numel(),
+                      " values");
+  NVFP4_REFUSE_UNLESS(a_amax.numel() == E && b_amax.numel() == E, "nvfp4_gemm: amax must have ", E, " values, got ",
+                      a_amax.numel(), " and ", b_amax.numel());
+  NVFP4_REFUSE_UNLESS(out.is_cuda() && out.is_contiguous(), "nvfp4_gemm: out must be a contiguous CUDA tensor");
+  const bool f32 = out.scalar_type() == at::kFloat;
+  NVFP4_REFUSE_UNLESS(f32 || out.scalar_type() == at::kBFloat16, "nvfp4_gemm: out must be float32 or bfloat16");
+  NVFP4_REFUSE_UNLESS(!accumulate || f32, "nvfp4_gemm: accumulate needs a float32 out");
+  const size_t ws = E * sizeof(nvfp4_gemm::Prob) + 4 * (E + 1);
+  NVFP4_REFUSE_UNLESS(static_cast<size_t>(workspace.numel()) >= ws, "nvfp4_gemm: the workspace needs ", ws,
+                      " bytes, got ", workspace.numel());
+  NVFP4_REFUSE_UNLESS(reinterpret_cast<uintptr_t>(workspace.data_ptr()) % 16 == 0, "nvfp4_gemm: workspace alignment");
+  const float* bias_p = nullptr;
+  if (bias.has_value() && bias->defined()) {
+    NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", *bias, "bias", at::kFloat));
+    NVFP4_REFUSE_UNLESS(bias->numel() == E * ldd, "nvfp4_gemm: bias must be [E, ", ldd, "]");
+    bias_p = bias->data_ptr<float>();
+  }
+  const c10::cuda::CUDAGuard guard(out.device());
+  auto stream = c10::cuda::getCurrentCUDAStream();
+
+  auto* probs = reinterpret_cast<nvfp4_gemm::Prob*>(workspace.data_ptr());
+  int* prefix = reinterpret_cast<int*>(reinterpret_cast<uint8_t*>(workspace.data_ptr()) + E * sizeof(nvfp4_gemm::Prob));
+  nvfp4_gemm::SetupArgs s{};
+  s.kind = static_cast<int>(kind);
+  s.E = static_cast<int>(E);
+  s.a_data = cptr<uint8_t>(a_data);
+  s.a_scales = cptr<uint8_t>(a_scales);
+  s.a_offs = a_offs.data_ptr<int64_t>();
+  s.a_amax = a_amax.data_ptr<float>();
+  s.b_data = cptr<uint8_t>(b_data);
+  s.b_scales = cptr<uint8_t>(b_scales);
+  s.b_offs = b_offs.data_ptr<int64_t>();
+  s.b_amax = b_amax.data_ptr<float>();
+  s.out = out.numel() ? out.data_ptr() : nullptr;
+  s.bias = bias_p;
+  s.out_f32 = f32;
+  s.accumulate = accumulate;
+  s.b_rows = b_rows;
+  s.a_rows = a_rows;
+  s.kc = kc;
+  s.ldd = ldd;
+  s.rcp = static_cast<float>(rcp);
+  s.rule = static_cast<int>(rule);
+  s.probs = probs;
+  s.prefix = prefix;
+  nvfp4_gemm::pick_tile(exact, rows_per_group, contraction_per_group, static_cast<int>(force_kernel), &s.tile_m,
+                        &s.tile_n);
+  nvfp4_gemm::launch_setup(s, stream);
+  NVFP4_RETURN_IF_ERROR(nvfp4::launch_status("nvfp4_gemm"));
+  if (grid_upper <= 0) return {};
+  NVFP4_REFUSE_UNLESS(force_kernel != kForceExactDequant || exact, "nvfp4_gemm: kernel 5 is exact mode only");
+  NVFP4_REFUSE_UNLESS(force_kernel != kForceSwapped || (!exact && kind != nvfp4_gemm::kWgrad),
+              "nvfp4_gemm: the swapped kernel is fast mode, fprop and dgrad only");
+  const auto aligned16 = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
+  // the hybrid exact kernel's B maps need packed rows of a multiple of 16 bytes and 16-byte aligned B planes, so that
+  // SPEC 9.2's offsets keep every group's rows and scale tiles 16-byte aligned
+  NVFP4_REFUSE_UNLESS(force_kernel != kForceExactHybrid || (exact && kind != nvfp4_gemm::kWgrad && kc % 32 == 0 &&
+                                                            aligned16(b_data) && aligned16(b_scales)),
+                      "nvfp4_gemm: the hybrid kernel is exact mode, fprop and dgrad, with a contraction % 32 == 0 and "
+                      "16-byte aligned B planes");
+  if (force_kernel == kForceDequant) {
+    NVFP4_REFUSE_UNLESS(!exact, "nvfp4_gemm: the dequantize-first path is fast mode only");
+    NVFP4_REFUSE_UNLESS(bias_p == nullptr, "nvfp4_gemm: the dequantize-first path has no bias epilogue");
+    return launch_dequant_path(static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
+                               b_scales, b_offs, f32, accumulate, out.device().index(), static_cast<int>(max_ctas),
+                               stream);
+  }
+  nvfp4_gemm::LaunchArgs l{};
+  l.probs = probs;
+  l.prefix = prefix;
+  l.E = static_cast<int>(E);
+  l.exact = exact;
+  l.out_f32 = f32;
+  // bit 0: C is read back; bit 1: the whole-line epilogue prefetches the tile's C rows into L2 at the tile's start
+  // (ws::prefetch_tile_c_lines; NVFP4_C_PREFETCH=0, read at every launch, turns it off for an A/B)
+  const char* c_prefetch = std::getenv("NVFP4_C_PREFETCH");
+  l.accumulate = !accumulate ? 0 : (c_prefetch != nullptr && c_prefetch[0] == '0') ? 1 : 3;
+  l.grid_upper = static_cast<int>(grid_upper);
+  l.tile_m = s.tile_m;
+  l.max_ctas = static_cast<int>(max_ctas);
+  l.out = s.out;
+  // the output as the TMA-store epilogues' maps see it: wgrad [E, a_rows, b_rows]; fprop / dgrad [T, cols]
+  l.out_rows = kind == nvfp4_gemm::kWgrad ? a_rows : out.size(0);
+  l.out_cols = kind == nvfp4_gemm::kWgrad ? b_rows : ldd;
+  l.ldd = ldd;
+  l.kind = static_cast<int>(kind);
+  l.has_bias = bias_p != nullptr;
+  // the hybrid exact kernel: an fp16 copy of A only, B dequantized in the kernel (docs/gemm.md, stop 46)
+  if (force_kernel == kForceExactHybrid) {
+    nvfp4_gemm::DequantGemmArgs d{};
+    const auto copies = f16_copies(d, static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
+                                   b_scales, b_offs, /*a_only=*/true);
+    Tensor maps;  // 3 x 128 bytes per group, 128-byte aligned (gemm_exact_hybrid.cu)
+    d.group_maps = map_scratch(maps, 3 * 128, E, a_data);
+    NVFP4_REFUSE_UNLESS(nvfp4_gemm::launch_hybrid_path(d, probs, l, stream),
+                        "nvfp4_gemm: the hybrid kernel's tensor maps could not be encoded (driver entry point missing)");
+    return nvfp4::launch_status("nvfp4_gemm");
+  }
+  // the kernels over fp16 copies with the setup kernel's tile list: exact mode over copies of both planes (docs/gemm.md,
+  // stop 30), or the swapped fast kernel over a copy of the token plane (stop 31)
+  if (force_kernel == kForceExactDequant || force_kernel == kForceSwapped) {
+    const bool swapped = force_kernel == kForceSwapped;
+    nvfp4_gemm::DequantGemmArgs d{};
+    const auto copies = f16_copies(d, static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
+                                   b_scales, b_offs, /*a_only=*/swapped);
+    if (swapped) {
+      // dgrad: one weight map per group (gemm_swapped.cu, SwapMaps::w_group_maps; 128 bytes each, 128-byte aligned)
+      Tensor maps;
+      if (kind == nvfp4_gemm::kDgrad) d.group_maps = map_scratch(maps, 128, E, a_data);
+      nvfp4_gemm::launch_swapped_path(d, probs, l, stream);
+    } else {
+      // the exact kernel's per-group tensor maps (2 x 128 bytes per group, 128-byte aligned; gemm_exact_f16.cu)
+      Tensor maps;
+      d.group_maps = map_scratch(maps, 256, E, a_data);
+      nvfp4_gemm::launch_dequant_exact(d, probs, l, stream);
+    }
+    return nvfp4::launch_status("nvfp4_gemm");
+  }
+  // the fused exact kernel's TMA loader (gemm_wgmma_exact_tma.cu, 4 tensor maps of 128 bytes per group): fprop / dgrad
+  // with packed rows of a multiple of 16 bytes (contraction % 32 == 0) and 16-byte aligned planes, so that SPEC 9.2's
+  // offsets keep every group's rows and scale tiles 16-byte aligned; otherwise the converters' cp.async copies
+  Tensor exact_maps;
+  if (exact && kind != nvfp4_gemm::kWgrad && kc % 32 == 0 && aligned16(a_data) && aligned16(b_data) &&
+      aligned16(a_scales) && aligned16(b_scales)) {
+    l.exact_maps = map_scratch(exact_maps, 512, E, a_data);
+  }
+  nvfp4_gemm::launch_gemm(l, stream);
+  return nvfp4::launch_status("nvfp4_gemm");
+}
+
+int64_t prob_size() { return static_cast<int64_t>(sizeof(nvfp4_gemm::Prob)); }
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("grouped_gemm_", nvfp4::returning_errors(&grouped_gemm_),
+        "NVFP4 grouped GEMM (fprop/dgrad/wgrad) on the current stream");
+  m.def("prob_size", &prob_size);
+  m.def("has_dequant_path", &nvfp4_gemm::cutlass_built, "whether the dequantize-first path (CUTLASS) was built");
+}

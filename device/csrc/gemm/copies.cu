@@ -1,0 +1,194 @@
+// The dequantize-first fast path (fast_kernel="dequant"; docs/gemm.md, stop 29). Three kernels around one CUTLASS
+// grouped GEMM (gemm_cutlass.cuh), all on the caller's stream and driven by the setup kernel's per-group problems
+// (gemm_kernels.cu), so the path stays graph-safe:
+//  1. dequant_plane_kernel: each operand plane (SPEC 9.2 layout, swizzled scales of SPEC 8.2) -> fp16 values
+//     E2M1 x E4M3 (exact and normal, SPEC 12.6; no S_enc: alpha is applied in the epilogue, SPEC 12.1), in the
+//     plane's own layout (fp16 element 2j, 2j + 1 <- packed byte j), natural K order.
+//  2. cutlass_args_kernel: per group {M, N, K}, operand / output pointers into those buffers, row pitches, alpha.
+//     A group without a K step (an empty wgrad expert, or operand groups that disagree, SPEC 12.5) gets M = 0 (CUTLASS
+//     SM90 computes garbage for K = 0, NVIDIA/cutlass#2674) and is written by 3.
+//  3. zero_k_epilogue_kernel: the epilogue of SPEC 12.2 with acc = +0 for those groups (alpha * 0, plus C when
+//     accumulating; a NaN alpha gives NaN), exactly where the fused kernels write their zero-step tiles.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "gemm/cutlass.h"
+#include "gemm/decode_f16.cuh"
+#include "gemm/copies.h"
+#include "common/pdl.cuh"
+
+namespace nvfp4_gemm {
+namespace {
+
+// Byte of compact scale (row r, 16-block c) in a swizzled plane with Cp (multiple of 4) scale columns: SPEC 8.2.
+__device__ __forceinline__ long long swizzled_offset(long long r, long long c, long long cp) {
+  return ((r / 128 * (cp / 4) + c / 4) * 32 + r % 32) * 16 + ((r % 128) / 32) * 4 + c % 4;
+}
+
+// One thread per 8 packed bytes (16 codes = one 16-block, one scale). Group g of the plane holds bytes
+// [offs[g], offs[g+1]) with a row pitch of `pitch` bytes (pitch_const, or the group's bytes / rows_const for a
+// columnwise plane, whose rows are the K features and whose pitch is roundup(m_g, 16) / 2).
+// Order inside each 16-block of the copy (CopyOrder): natural (codes 0..15); even / odd (codes 0, 2, .., 14, 1, 3, ..,
+// 15: the token operand of the swapped kernel, gemm_swapped.cuh, whose register fragments hold that order); or the
+// decode order of gemm_decode_f16.cuh (codes 0, 2, 4, 6, 1, 3, 5, 7, then the same for 8..15: the A operand of the
+// hybrid exact kernel, whose B tiles ws::convert_b_rows writes in that order; a 16-block's partial is the same exact
+// sum of products when both operands permute its K positions alike).
+enum CopyOrder { kNaturalOrder, kEvenOddOrder, kDecodeOrder };
+template <int ORDER>
+__global__ void dequant_plane_kernel(PlaneView p, uint4* __restrict__ out) {
+  pdl_wait_then_trigger();  // chained launch (gemm_pdl.cuh): the previous kernel's outputs are visible from here on
+  const long long chunk = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const long long byte = chunk * 8;
+  if (byte >= p.offs[p.E]) return;  // past the last group (the buffers' worst-case tail is never read)
+  int lo = 0, hi = p.E - 1;  // the last group starting at or before `byte` (empty groups share the next start)
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (p.offs[mid] <= byte) lo = mid; else hi = mid - 1;
+  }
+  const long long g0 = p.offs[lo];
+  const long long pitch = p.pitch_const ? p.pitch_const : (p.offs[lo + 1] - g0) / p.rows_const;
+  const long long local = byte - g0;
+  const long long row = local / pitch;
+  const long long block = (local - row * pitch) / 8;
+  const long long cp = (pitch / 8 + 3) / 4 * 4;
+  const uint32_t sf = f16dec::scale_to_f16x2(p.scales[p.scale_offs[lo] + swizzled_offset(row, block, cp)]);
+  const uint2 w = *reinterpret_cast<const uint2*>(p.data + byte);
+  uint32_t a[4], b[4];
+  f16dec::e2m1x8_to_f16(w.x, sf, a);  // chunk order {0,2} {4,6} {1,3} {5,7}
+  f16dec::e2m1x8_to_f16(w.y, sf, b);  // {8,10} {12,14} {9,11} {13,15}
+  if constexpr (ORDER == kEvenOddOrder) {
+    out[2 * chunk] = make_uint4(a[0], a[1], b[0], b[1]);
+    out[2 * chunk + 1] = make_uint4(a[2], a[3], b[2], b[3]);
+    return;
+  }
+  if constexpr (ORDER == kDecodeOrder) {
+    out[2 * chunk] = make_uint4(a[0], a[1], a[2], a[3]);
+    out[2 * chunk + 1] = make_uint4(b[0], b[1], b[2], b[3]);
+    return;
+  }
+  out[2 * chunk] = make_uint4(__byte_perm(a[0], a[2], 0x5410), __byte_perm(a[0], a[2], 0x7632),
+                              __byte_perm(a[1], a[3], 0x5410), __byte_perm(a[1], a[3], 0x7632));
+  out[2 * chunk + 1] = make_uint4(__byte_perm(b[0], b[2], 0x5410), __byte_perm(b[0], b[2], 0x7632),
+                                  __byte_perm(b[1], b[3], 0x5410), __byte_perm(b[1], b[3], 0x7632));
+}
+
+// The fp16 copy (`f16`, made by dequant_plane_kernel from `plane`) of the operand that starts at packed byte `p` of the
+// plane: fp16 elements 2j, 2j + 1 of a copy hold packed byte j.
+__device__ __forceinline__ const __half* f16_copy_of(const void* f16, const uint8_t* plane, const uint8_t* p) {
+  return static_cast<const __half*>(f16) + 2 * (p - plane);
+}
+
+__global__ void cutlass_args_kernel(DequantGemmArgs d, CutlassArgs c) {
+  for (int g = blockIdx.x * blockDim.x + threadIdx.x; g < d.E; g += gridDim.x * blockDim.x) {
+    const Prob& p = d.probs[g];
+    const bool has_tiles = d.prefix[g + 1] > d.prefix[g];
+    c.shapes[3 * g + 0] = (p.K > 0 && has_tiles) ? p.M : 0;
+    c.shapes[3 * g + 1] = p.N;
+    c.shapes[3 * g + 2] = p.K;
+    c.ptr_a[g] = f16_copy_of(d.a_f16, d.a.data, p.a);
+    c.ptr_b[g] = f16_copy_of(d.b_f16, d.b.data, p.b);
+    c.ptr_d[g] = p.d;
+    if (c.ptr_c) c.ptr_c[g] = p.d;  // accumulate in place: C = the output buffer
+    c.stride_a[g] = p.K;  // fprop / dgrad: the contraction; wgrad: roundup(m_g, 16), the columnwise pitch
+    c.stride_b[g] = p.K;
+    c.stride_d[g] = p.ldd;
+    if (c.stride_c) c.stride_c[g] = p.ldd;
+    c.alpha[g] = p.alpha;
+  }
+}
+
+// Groups with tiles but no K step: y = fp32(alpha * +0) [+ C], cast to the output (SPEC 12.2 with acc = +0).
+__global__ void zero_k_epilogue_kernel(DequantGemmArgs d) {
+  const int g = blockIdx.y;
+  const Prob& p = d.probs[g];
+  if (p.K != 0 || d.prefix[g + 1] == d.prefix[g]) return;
+  const long long n = static_cast<long long>(p.M) * p.N;
+  for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long off = (i / p.N) * p.ldd + i % p.N;
+    float y = __fmul_rn(p.alpha, 0.0f);
+    if (d.out_f32) {
+      float* o = static_cast<float*>(p.d) + off;
+      if (d.accumulate) y = __fadd_rn(y, *o);
+      *o = y;
+    } else {
+      static_cast<__nv_bfloat16*>(p.d)[off] = __float2bfloat16_rn(y);
+    }
+  }
+}
+
+// Points group g's operands at their fp16 copies (b only when it has one: d.b_f16 set).
+__global__ void retarget_probs_kernel(Prob* probs, DequantGemmArgs d) {
+  pdl_wait_then_trigger();  // chained launch (gemm_pdl.cuh): the previous kernel's outputs are visible from here on
+  for (int g = blockIdx.x * blockDim.x + threadIdx.x; g < d.E; g += gridDim.x * blockDim.x) {
+    Prob& p = probs[g];
+    p.a = reinterpret_cast<const uint8_t*>(f16_copy_of(d.a_f16, d.a.data, p.a));
+    if (d.b_f16) p.b = reinterpret_cast<const uint8_t*>(f16_copy_of(d.b_f16, d.b.data, p.b));
+  }
+}
+
+template <int ORDER = kNaturalOrder>
+void dequant_plane(const PlaneView& p, void* out, cudaStream_t s) {
+  if (p.cap_bytes <= 0) return;
+  const long long chunks = p.cap_bytes / 8;
+  launch_chained(dequant_plane_kernel<ORDER>, dim3(static_cast<unsigned>((chunks + 255) / 256)), 256, 0, s, p,
+                 static_cast<uint4*>(out));
+}
+
+}  // namespace
+
+#ifdef NVFP4_NO_CUTLASS  // built without CUTLASS's headers: the path reports "not built" (code 5)
+int cutlass_run_bf16(const CutlassArgs&, cudaStream_t) { return 5; }
+int cutlass_run_f32(const CutlassArgs&, cudaStream_t) { return 5; }
+int cutlass_run_f32_plus_c(const CutlassArgs&, cudaStream_t) { return 5; }
+size_t cutlass_workspace_bf16(const CutlassArgs&) { return 0; }
+size_t cutlass_workspace_f32(const CutlassArgs&) { return 0; }
+size_t cutlass_workspace_f32_plus_c(const CutlassArgs&) { return 0; }
+bool cutlass_built() { return false; }
+#else
+bool cutlass_built() { return true; }
+#endif
+
+int launch_dequant_gemm(const DequantGemmArgs& d, CutlassArgs c, cudaStream_t s) {
+  dequant_plane(d.a, d.a_f16, s);
+  dequant_plane(d.b, d.b_f16, s);
+  cutlass_args_kernel<<<(d.E + 255) / 256, 256, 0, s>>>(d, c);
+  zero_k_epilogue_kernel<<<dim3(8, d.E), 256, 0, s>>>(d);
+  switch (d.epilogue) {
+    case kOutBf16: return cutlass_run_bf16(c, s);
+    case kOutF32: return cutlass_run_f32(c, s);
+    default: return cutlass_run_f32_plus_c(c, s);
+  }
+}
+
+void launch_dequant_exact(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
+  dequant_plane(d.a, d.a_f16, s);
+  dequant_plane(d.b, d.b_f16, s);
+  launch_chained(retarget_probs_kernel, dim3((d.E + 255) / 256), 256, 0, s, probs, d);
+  launch_exact_f16(l, d, s);
+}
+
+bool launch_hybrid_path(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
+  HybridTemplates t;
+  if (d.b_f16 != nullptr || !hybrid_templates(d, &t)) return false;
+  dequant_plane<kDecodeOrder>(d.a, d.a_f16, s);
+  launch_chained(retarget_probs_kernel, dim3((d.E + 255) / 256), 256, 0, s, probs, d);  // (A only: d.b_f16 is null)
+  launch_exact_hybrid(l, d, t, s);
+  return true;
+}
+
+void launch_swapped_path(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
+  dequant_plane<kEvenOddOrder>(d.a, d.a_f16, s);
+  launch_chained(retarget_probs_kernel, dim3((d.E + 255) / 256), 256, 0, s, probs, d);
+  launch_swapped(l, d, s);
+}
+
+size_t dequant_gemm_workspace(int epilogue, const CutlassArgs& c) {
+  switch (epilogue) {
+    case kOutBf16: return cutlass_workspace_bf16(c);
+    case kOutF32: return cutlass_workspace_f32(c);
+    default: return cutlass_workspace_f32_plus_c(c);
+  }
+}
+
+}  // namespace nvfp4_gemm

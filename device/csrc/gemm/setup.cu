@@ -1,0 +1,147 @@
+// NVFP4 grouped GEMM (sm_90a): the setup kernel (per-group problems on the device, SPEC 12.1 alpha and 12.5 group
+// semantics), the tile choice and the launcher. The GEMM kernels are in gemm_wgmma.cuh (instantiated by
+// gemm_wgmma_fast.cu and gemm_wgmma_exact.cu); see docs/gemm.md for the design and its measurements.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "gemm/problem.h"
+#include "quantize/launch.h"  // nvfp4::Rule
+#include "gemm/wgmma_common.cuh"     // the kernel shapes (wg::ShapeExact, ws::Shape*), so tile counts and kernels cannot
+#include "gemm/fused.cuh"  // disagree
+
+namespace nvfp4_gemm {
+namespace {
+
+// SPEC 12.1: a group's alpha from the amaxes of the planes its operands supply. TE rules: (A * B) * fp32(1/7225344),
+// left to right; torchao: P_A * P_B with P = A / 2688 (torchao's per-tensor scale, SPEC 5.4; a NaN amax gives a NaN
+// alpha, whose payload is free: 12.2 compares NaN as a class); torchao_noscale: 1.
+__device__ __forceinline__ float group_alpha(int rule, float a_amax, float b_amax, float rcp) {
+  if (rule == nvfp4::kRuleTorchao) return __fmul_rn(__fdiv_rn(a_amax, 2688.0f), __fdiv_rn(b_amax, 2688.0f));
+  if (rule == nvfp4::kRuleTorchaoNoScale) return 1.0f;
+  return __fmul_rn(__fmul_rn(a_amax, b_amax), rcp);
+}
+
+// Group g's problem (pointers into the grouped tensors' planes, offsets table of device/_results.py; sizes; alpha)
+// into a.probs[g]; returns the group's tile count.
+__device__ int setup_group(const SetupArgs& a, int g) {
+  const int E1 = a.E + 1;
+  const long long row0 = a.a_offs[g];
+  const long long m = a.a_offs[g + 1] - row0;
+  // B's group g (offset row 0) must hold the rows this kind reads (SPEC 12.5): wgrad the same m_g as A, fprop and
+  // dgrad the N rows of W_g (fprop: the output columns b_rows, dgrad: the contraction kc). Sizes live on the device,
+  // so a disagreement cannot raise: that group reads nothing (K = 0) and is written as NaN (alpha = NaN).
+  const long long mb = a.b_offs[g + 1] - a.b_offs[g];
+  const bool groups_agree = mb == (a.kind == kWgrad ? m : (a.kind == kFprop ? a.b_rows : a.kc));
+  Prob p{};
+  int tiles = 0;
+  if (a.kind == kWgrad) {
+    p.a = a.a_data + a.a_offs[4 * E1 + g];
+    p.sa = a.a_scales + a.a_offs[5 * E1 + g];
+    p.b = a.b_data + a.b_offs[4 * E1 + g];
+    p.sb = a.b_scales + a.b_offs[5 * E1 + g];
+    p.M = static_cast<int>(a.a_rows);
+    p.N = static_cast<int>(a.b_rows);
+    p.K = static_cast<int>((m + 15) / 16 * 16);
+    const long long plane_row0 = static_cast<long long>(g) * a.a_rows;
+    p.row0 = plane_row0 < (1ll << 31) ? static_cast<int>(plane_row0) : 0;  // (the host maps E N < 2^31 rows only)
+    const long long doff = plane_row0 * a.ldd;
+    p.d = a.out_f32 ? static_cast<void*>(static_cast<float*>(a.out) + doff)
+                    : static_cast<void*>(static_cast<__nv_bfloat16*>(a.out) + doff);
+    // an empty expert (K = 0): dW = alpha * 0 (the kernel's zero accumulator), or C left untouched; operands that
+    // disagree on m_g (SPEC 12.5): no K step, alpha NaN, every tile written (accumulating too)
+    if (p.K > 0 || !a.accumulate || !groups_agree)
+      tiles = ((p.M + a.tile_m - 1) / a.tile_m) * ((p.N + a.tile_n - 1) / a.tile_n);
+  } else {
+    p.a = a.a_data + a.a_offs[2 * E1 + g];
+    p.sa = a.a_scales + a.a_offs[3 * E1 + g];
+    const int bp = a.kind == kFprop ? 2 : 4;
+    p.b = a.b_data + a.b_offs[bp * E1 + g];
+    p.sb = a.b_scales + a.b_offs[(bp + 1) * E1 + g];
+    p.M = static_cast<int>(m);
+    p.N = static_cast<int>(a.b_rows);
+    p.K = static_cast<int>(a.kc);
+    p.row0 = static_cast<int>(row0);  // < T < 2^31 (device/gemm.py bounds the sizes)
+    const long long doff = row0 * a.ldd;
+    p.d = a.out_f32 ? static_cast<void*>(static_cast<float*>(a.out) + doff)
+                    : static_cast<void*>(static_cast<__nv_bfloat16*>(a.out) + doff);
+    if (m > 0) tiles = ((p.M + a.tile_m - 1) / a.tile_m) * ((p.N + a.tile_n - 1) / a.tile_n);
+  }
+  p.bias = a.bias ? a.bias + static_cast<long long>(g) * a.ldd : nullptr;
+  p.ldd = a.ldd;
+  p.tiles_m = (p.M + a.tile_m - 1) / a.tile_m;
+  if (p.tiles_m == 0) p.tiles_m = 1;
+  p.alpha = group_alpha(a.rule, a.a_amax[g], a.b_amax[g], a.rcp);
+  if (!groups_agree) {
+    p.K = 0;
+    p.alpha = __int_as_float(0x7FC00000);
+  }
+  a.probs[g] = p;
+  return tiles;
+}
+
+constexpr int kSetupThreads = 256;
+
+// One thread per group (setup_group), then the prefix sum of the tile counts (one block; chunks of kSetupThreads
+// groups, each scanned by warp shuffles and the warps' totals in shared memory, so no thread walks all E groups
+// through global memory).
+__global__ void __launch_bounds__(kSetupThreads) setup_kernel(SetupArgs a) {
+  pdl_trigger();  // the next kernel may be placed now; it waits for this one's completion (gemm_pdl.cuh)
+  __shared__ int warp_tiles[kSetupThreads / 32];
+  const int E = a.E;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (threadIdx.x == 0) a.prefix[0] = 0;
+  int before_chunk = 0;  // tiles of the groups before this chunk (the same in every thread)
+  for (int base = 0; base < E; base += kSetupThreads) {  // (block-uniform trip count: the barriers below)
+    const int g = base + static_cast<int>(threadIdx.x);
+    // inclusive scan of the chunk's tile counts: within each warp, then the totals of the warps before it
+    int incl = g < E ? setup_group(a, g) : 0;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int n = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += n;
+    }
+    if (lane == 31) warp_tiles[warp] = incl;
+    __syncthreads();
+    int chunk = 0;
+#pragma unroll
+    for (int w = 0; w < kSetupThreads / 32; ++w) {
+      if (w < warp) incl += warp_tiles[w];
+      chunk += warp_tiles[w];
+    }
+    if (g < E) a.prefix[g + 1] = before_chunk + incl;
+    before_chunk += chunk;
+    __syncthreads();  // every thread has read warp_tiles before the next chunk writes it
+  }
+}
+
+}  // namespace
+
+void launch_setup(const SetupArgs& a, cudaStream_t s) { setup_kernel<<<1, kSetupThreads, 0, s>>>(a); }
+
+void pick_tile(bool exact, long long rows_per_group, long long contraction_per_group, int force, int* tile_m,
+               int* tile_n) {
+  if (exact) {
+    *tile_m = ws::ShapeExactWs::BM;
+    *tile_n = ws::ShapeExactWs::BN;
+  } else if (force == 3 || (force == 0 && rows_per_group >= 256 && contraction_per_group >= 1024)) {
+    // large groups and long K loops: 2-CTA clusters share the B conversion (docs/gemm.md, stop 13: with 256-long
+    // K loops, E=64 wgrad, the 128 x 256 kernel stays faster)
+    *tile_m = ws::ShapePair::kTileM;
+    *tile_n = ws::ShapePair::BN;
+  } else if (force == 1 || force == 6 || (force == 0 && rows_per_group <= 96)) {  // few tokens: no tensor work on
+    // padding rows (6: the swapped kernel walks the same 64 x 256 tiles)
+    *tile_m = ws::ShapeSkinny::BM;
+    *tile_n = ws::ShapeSkinny::BN;
+  } else {
+    *tile_m = ws::ShapeLarge::BM;
+    *tile_n = ws::ShapeLarge::BN;
+  }
+}
+
+void launch_gemm(const LaunchArgs& a, cudaStream_t s) {
+  if (a.exact) launch_wgmma_exact(a, s); else launch_wgmma_fast(a, s);
+}
+
+}  // namespace nvfp4_gemm

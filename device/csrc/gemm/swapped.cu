@@ -1,0 +1,105 @@
+// Instantiations of the swapped fast kernel (gemm_swapped.cuh; SPEC 12.6 bit for bit): 64 x 256 tiles (tokens x
+// weight rows), fp32 or bf16 output, the TMA loader (contraction K % 32 == 0) or the cp.async one (any K), and the
+// host side of the TMA loader: its tensor maps, encoded through the runtime's driver entry point (no -lcuda).
+#include "gemm/copies.h"
+#include "gemm/group_maps.cuh"
+#include "gemm/swapped.cuh"
+#include "gemm/tma_host.h"
+
+namespace nvfp4_gemm {
+
+// the setup kernel's tile list is built for pick_tile's tile of force 6, the skinny kernel's
+static_assert(swp::Shape::BM == ws::ShapeSkinny::BM && swp::Shape::BN == ws::ShapeSkinny::BN,
+              "the swapped kernel walks the skinny kernel's tile list");
+static_assert(swp::ShapeTma::BM == swp::Shape::BM && swp::ShapeTma::BN == swp::Shape::BN, "one tile list");
+
+namespace {
+
+using tma_host::encode_2d;
+
+// The TMA loader's maps for the token copy d.a_f16 (made from the rowwise token plane d.a) and the weight plane d.b,
+// both with the row pitch K / 2 packed bytes; false (the cp.async loader runs) when K % 32 != 0, a base is not 16-byte
+// aligned, a plane is shorter than one row (the scale plane than one tile), or NVFP4_SWAP_TMA=0.
+bool swap_maps(const DequantGemmArgs& d, swp::SwapMaps* m) {
+  const bool enabled = tma_host::tma_enabled("NVFP4_SWAP_TMA");
+  const long long pitch = d.a.pitch_const;  // K / 2
+  if (!enabled || pitch <= 0 || pitch % 16 != 0 || reinterpret_cast<uintptr_t>(d.a_f16) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(d.b.data) % 16 != 0)
+    return false;
+  const long long tok_rows = d.a.cap_bytes / pitch, w_rows = d.b.cap_bytes / pitch, sc_rows = d.b.scale_cap_bytes / 128;
+  if (tok_rows < 1 || w_rows < 1 || sc_rows < 4 || tok_rows >= (1LL << 31) || w_rows >= (1LL << 31) ||
+      sc_rows >= (1LL << 31) || reinterpret_cast<uintptr_t>(d.b.scales) % 16 != 0)
+    return false;
+  m->tok_base = static_cast<const uint8_t*>(d.a_f16);
+  m->w_base = d.b.data;
+  m->sc_base = d.b.scales;
+  m->w_pitch = pitch;
+  return encode_2d(&m->tok, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, d.a_f16, 2 * pitch, tok_rows, 4 * pitch, 64, 64,
+                   CU_TENSOR_MAP_SWIZZLE_128B) &&
+         encode_2d(&m->w, CU_TENSOR_MAP_DATA_TYPE_UINT8, d.b.data, pitch, w_rows, pitch, 32, 128,
+                   CU_TENSOR_MAP_SWIZZLE_32B) &&
+         encode_2d(&m->sc, CU_TENSOR_MAP_DATA_TYPE_UINT8, d.b.scales, 128, sc_rows, 128, 128, 4,
+                   CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
+// Group g's weight map (SwapMaps::w_group_maps): `tmpl` (the whole plane's map `w`) with base Prob::b, {K / 2 bytes,
+// N rows} and pitch K / 2, staged in shared memory and published to maps[g] (gemm_group_maps.cuh). One warp per group;
+// groups without a K step or without rows are skipped (no tile of theirs loads anything).
+__global__ void weight_maps_kernel(const Prob* __restrict__ probs, int E, const __grid_constant__ CUtensorMap tmpl,
+                                   CUtensorMap* __restrict__ maps) {
+  __shared__ alignas(128) CUtensorMap staged[gmap::kMapWarps];
+  pdl_wait_then_trigger();  // chained launch (gemm_pdl.cuh): the previous kernel's outputs are visible from here on
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int g;
+  Prob p;
+  if (!gmap::map_group(probs, E, &g, &p)) return;  // (warp-uniform)
+  if (lane == 0) {
+    const uint32_t pitch = static_cast<uint32_t>(p.K) / 2;
+    gmap::stage_group_map(&staged[warp], tmpl, p.b, pitch, static_cast<uint32_t>(p.N), pitch);
+  }
+  __syncwarp();
+  gmap::publish_group_maps<1>(&staged[warp], maps + g);
+}
+
+// Per-group weight maps (dgrad, SwapMaps::w_group_maps): when the binding gave the scratch (d.group_maps, 128-byte
+// aligned) and NVFP4_SWAP_GROUP_MAPS=1. Opt-in until it has run on a GPU (docs/gemm.md, stop 34).
+bool use_group_maps(const LaunchArgs& a, const DequantGemmArgs& d) {
+  return a.E > 0 && d.group_maps != nullptr && reinterpret_cast<uintptr_t>(d.group_maps) % 128 == 0 &&
+         tma_host::tma_opted_in("NVFP4_SWAP_GROUP_MAPS");
+}
+
+// The loaders: TMA (swap_maps) or cp.async. dgrad (the binding gives d.group_maps for dgrad only) takes TMA only with
+// the per-group weight maps: through the one map `w`, the groups that follow a group disagreeing with N (SPEC 12.5)
+// were read shifted (docs/gemm.md, stops 34 and 35), so without the maps dgrad takes the cp.async loader,
+// which reads from Prob::b (the same bits, SPEC 12.6; GPU-tested with NVFP4_SWAP_TMA=0). fprop keeps `w`: its
+// rowwise weight groups always start on a whole row.
+template <bool OUT_F32>
+void launch_out(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s) {
+  swp::SwapMaps m{};
+  const bool dgrad = d.group_maps != nullptr;
+  if ((!dgrad || use_group_maps(a, d)) && swap_maps(d, &m)) {
+    using S = swp::ShapeTma;
+    if (dgrad) {
+      auto* maps = static_cast<CUtensorMap*>(d.group_maps);
+      launch_chained(weight_maps_kernel, dim3(gmap::map_grid(a.E)), gmap::kMapThreads, 0, s, a.probs, a.E, m.w, maps);
+      m.w_group_maps = maps;
+      wg::launch_persistent<swp::swapped_kernel<S, OUT_F32, true, true>, S::kThreads, S::kSmem>(a, s, m);
+    } else {
+      wg::launch_persistent<swp::swapped_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(a, s, m);
+    }
+  } else {
+    using S = swp::Shape;
+    wg::launch_persistent<swp::swapped_kernel<S, OUT_F32, false>, S::kThreads, S::kSmem>(a, s, m);
+  }
+}
+
+}  // namespace
+
+void launch_swapped(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s) {
+  if (a.out_f32)
+    launch_out<true>(a, d, s);
+  else
+    launch_out<false>(a, d, s);
+}
+
+}  // namespace nvfp4_gemm

@@ -1,0 +1,527 @@
+// Fast-mode NVFP4 grouped GEMM with the operands swapped, for few rows per group (fast_kernel="swapped";
+// docs/gemm.md, stop 31). Bit for bit SPEC 12.6 (oracle.gemm(model="tensor_core")), like the other fast kernels.
+//
+// Each output tile is computed transposed: D_g^T[n, m] = sum_k B[n, k] A[m, k], so the large operand (the weights,
+// B = W_g for fprop and dgrad) is wgmma's A operand, decoded straight from packed E2M1 into registers (RS form: no fp16
+// tile in shared memory, no fence.proxy.async, no converter warps), and the few token rows (A) are wgmma's B operand,
+// read from an fp16 copy made beforehand by gemm_dequant.cu (T x K x 2 bytes: 4 MB for T = 512, K = 4096). The step
+// model is symmetric in its operands (the same 16 products per k16 step, docs/gemm.md stop 12), so the bits are those
+// of the other fast kernels as long as every k16 step holds exactly one 16-block, in K order.
+//
+// Register fragments of a k16 step (wgmma A, m64k16): thread (warp v, lane l) holds rows g = 16 v + l / 4 and g + 8 at
+// K positions 2c, 2c + 1 and 8 + 2c, 9 + 2c, c = l % 4. Inside a 16-block we choose the order: position p < 8 holds
+// code 2p, p >= 8 holds code 2 (p - 8) + 1 (even codes, then odd codes). Then lane c needs codes 4c .. 4c + 3 of every
+// block, i.e. bytes 2c, 2c + 1 of the block's 8 bytes: one PRMT gathers them for two blocks into one word, and
+// decode_two_blocks turns that word into the fragments of both blocks (about 2.5 instructions per code with the scales;
+// 129 per warp and K step in all). The token copy holds the same order inside each block (dequant_plane_kernel with
+// EVEN_ODD), so every k16 step is one whole block.
+//
+// Roles (one persistent CTA per SM; the setup kernel's 64 x 256 tile list, as the skinny kernel):
+//   loader: per K step of 64 K, the 64 token rows x 64 fp16 of the copy (128 B per row, wgmma's K-major 128-byte
+//       swizzle), the 256 weight rows x 32 packed bytes, and the two 128-row swizzled scale tiles (SPEC 8.2) of those
+//       weight rows. Two versions with the same shared-memory layout (docs/gemm.md, stop 32):
+//       - TMA (contraction K % 32 == 0, 16-byte aligned planes; ShapeTma): one thread issues a token box, one or two
+//         128-row weight boxes and as many 512-byte scale tiles per stage (TmaTile). Boxes past the planes' ends or
+//         past K are zero-filled; rows past M / N of the group are the next group's (or zeros; dgrad with one weight
+//         map per group, SwapMaps::w_group_maps: zeros).
+//       - cp.async (any K; Shape, 8 loader warps, SwapLoader): pieces past K are zero-filled; rows past M (tokens) or
+//         N (weights) are not copied.
+//       Either way the rows past M / N only reach accumulator elements the epilogue does not store.
+//   MMA warpgroups (4; weight rows [64 wm, 64 wm + 64), one m64 tile): decode their fragments from the stage, issue
+//       4 wgmma.m64n64k16 (one per block) over the token tile, and release the stage one step later (after
+//       wgmma.wait_group 1); then the epilogue stores the transposed tile directly.
+//   full[s]   the loader's copies of stage s have landed (TMA: one arrive.expect_tx and the copies' complete_tx;
+//             cp.async: cp.async.mbarrier.arrive.noinc, one per loader thread)
+//   empty[s]  every MMA thread has read stage s (its words by ld.shared, its token tile by the completed wgmmas)
+#pragma once
+
+#include "gemm/group_maps.cuh"
+#include "gemm/fused.cuh"
+
+namespace nvfp4_gemm {
+namespace swp {
+
+using wg::kBK;
+
+// MMA_WGS warpgroups of TILES m64 tiles each (MMA_WGS * TILES * 64 = 256 weight rows). Registers per thread-slot:
+// 65536 / kThreads, rounded down to 8 (the launch bound's allocation), moved by setmaxnreg from the loader.
+template <int MMA_WGS, int TILES, int LOADER_WARPS>
+struct ShapeT {
+  static constexpr int BM = 64;    // token rows per tile (output rows): the wgmma N
+  static constexpr int BN = 256;   // weight rows per tile (output columns)
+  static constexpr int kMma = MMA_WGS;
+  static constexpr int kTiles = TILES;  // m64 tiles per MMA warpgroup
+  static constexpr int kWgRows = 64 * TILES;
+  static constexpr int kLoaderWGs = (LOADER_WARPS + 3) / 4;
+  static constexpr int kThreads = 128 * (kMma + kLoaderWGs);  // the loader warpgroups first
+  // the first LOADER_WARPS warps of the loader warpgroups issue the copies (any others leave after setmaxnreg)
+  static constexpr int kLoaderThreads = 32 * LOADER_WARPS;
+  static constexpr int kSlotRegs = 65536 / kThreads / 8 * 8;
+  static constexpr int kLoaderRegs = 32;
+  static constexpr int kMmaRegs = ((kMma + kLoaderWGs) * kSlotRegs - kLoaderWGs * kLoaderRegs) / kMma / 8 * 8;
+  static constexpr int kStages = 8;
+  static constexpr int kTokBytes = BM * 128;   // 64 rows x 64 fp16
+  static constexpr int kRawBytes = BN * 32;    // 256 rows x 64 codes
+  static constexpr int kScaleBytes = 2 * 512;  // two 128-row scale tiles
+  static constexpr int kStageBytes = kTokBytes + kRawBytes + kScaleBytes;
+  static constexpr int kBarBytes = 8 * 2 * kStages;
+  static constexpr int kSmem = kStages * kStageBytes + kBarBytes + 1024;
+  static_assert(kMma * kWgRows == BN, "the warpgroups cover the tile's weight rows");
+  static_assert(LOADER_WARPS == 1 || LOADER_WARPS == 2 || LOADER_WARPS == 4 || LOADER_WARPS == 8,
+                "copies divide evenly");
+  static_assert(kStageBytes % 1024 == 0, "token tiles stay 1024-byte aligned (swizzle atoms)");
+  static_assert(kSmem <= 227 * 1024, "shared memory");
+  static_assert(kMmaRegs <= 256 && kMma * kMmaRegs + kLoaderWGs * kLoaderRegs <= (kMma + kLoaderWGs) * kSlotRegs,
+                "setmaxnreg budget");
+};
+// Kept (docs/gemm.md, stop 31; E8 T512 fprop TFLOP/s, one H100 session each): 4 MMA warpgroups of one m64 tile and
+// 8 loader warps (312-318; 4 loader warps 290-306, 2 warps 245-252, 1 warp 157-168: the copies' issue rate paces the
+// kernel); 2 MMA warpgroups of two m64 tiles each measured 302-314 against 307 for 4 x 1 with 4 loader warps.
+using Shape = ShapeT<4, 1, 8>;
+// The TMA loader (K % 32 == 0): one thread issues every copy, so one loader warp (the others of its warpgroup leave).
+using ShapeTma = ShapeT<4, 1, 1>;
+
+// Weight row r's 32 bytes in a stage: its two 16-byte halves swapped when bit 2 of r is set, so that the 8 rows a
+// warp reads at once (g = 0..7 and their words 2j + c / 2) fall on 16 different banks.
+__host__ __device__ constexpr uint32_t raw_half_offset(int r, int half) {
+  return static_cast<uint32_t>(r * 32 + ((half ^ ((r >> 2) & 1)) << 4));
+}
+
+// One loader thread's copies of a tile's K steps (NT = S::kLoaderThreads threads, t < NT).
+//   tokens: piece q = t % 8 (16 bytes, K elements [8 q, 8 q + 8) of the step) of rows r0 + (NT / 8) i (r0 = t / 8),
+//     swizzled like gemm_exact_f16.cuh's F16Loader (row r's piece q at r * 128 + ((q ^ (r % 8)) << 4));
+//   weights (vec16: row pitch and group base 16-byte aligned): 16-byte halves of rows t / 2 + (NT / 2) i, half t % 2;
+//     otherwise 8-byte quarters of rows t / 4 + (NT / 4) i, quarter t % 4 (row + a multiple of 8 keeps its bit 2, so
+//     raw_half_offset moves by a constant per i);
+//   scales: 16-byte pieces t + NT j of the two 512-byte tiles (piece / 32 = the 128-row tile).
+template <class S>
+struct SwapLoader {
+  static constexpr int NT = S::kLoaderThreads;
+  static constexpr int kTok = S::BM * 8 / NT;          // token pieces per thread
+  static constexpr int kW16 = S::BN * 2 / NT;          // 16-byte weight pieces per thread
+  static constexpr int kW8 = S::BN * 4 / NT;           // 8-byte weight pieces per thread
+  static constexpr int kSc = (64 + NT - 1) / NT;       // scale pieces per thread
+  const __half* tok;      // token row m0 + r0, piece q, step 0
+  const uint8_t* w;       // weight piece 0 at step 0
+  const uint8_t* sc;      // scale piece 0 at step 0; piece j is (NT / 32) j scale tiles further
+  int tok_step;           // NT / 8 token rows, in elements (NT / 8 * K)
+  int w_step;             // to piece i + 1: NT / 2 (vec16) or NT / 4 rows, in bytes (i * w_step <= 96 K: the host runs
+                          // contractions K < 2^24 only, device/gemm.py _SWAPPED_MAX_CONTRACTION, so all stay < 2^31)
+  int sc_tile;            // one 128-row scale tile of the group: KT * 512 bytes
+  int tok_rows;           // i < tok_rows: token row m0 + r0 + (NT / 8) i < M
+  int k_pieces;           // K / 8
+  int w_rows;             // i < w_rows: weight row inside N
+  int w_left;             // bytes of a piece's row from the piece's offset to K / 2
+  uint32_t sc_ok;         // bit j: scale piece j has a tile
+  uint32_t tok_dst[2];    // rows r0 + (NT / 8) i for even / odd i: r * 128 + ((q ^ (r % 8)) << 4) at i = 0 / 1
+  uint32_t w_dst;
+  bool vec16;
+
+  SwapLoader() = default;
+  __device__ __forceinline__ SwapLoader(const Prob& p, int m0, int n0, int KT, int t) {
+    const int q = t & 7, r0 = t >> 3;
+    const long long K = p.K;
+    tok = reinterpret_cast<const __half*>(p.a) + (m0 + r0) * K + 8 * q;
+    tok_step = static_cast<int>((NT / 8) * K);
+    tok_rows = max(0, min(kTok, (p.M - m0 - r0 + NT / 8 - 1) / (NT / 8)));
+    k_pieces = p.K / 8;
+    // (r0 + (NT / 8) i) % 8 takes at most two values: NT / 8 is 4 or a multiple of 8, and r0 < NT / 8
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = r0 + (NT / 8) * i;
+      tok_dst[i] = r * 128 + ((q ^ (r & 7)) << 4) - (NT / 8) * 128 * i;
+    }
+    const long long ldb = K / 2;
+    vec16 = (ldb % 16 == 0) && (reinterpret_cast<uintptr_t>(p.b) % 16 == 0);
+    const int row = vec16 ? t >> 1 : t >> 2, off = vec16 ? (t & 1) * 16 : (t & 3) * 8;
+    const int rstep = vec16 ? NT / 2 : NT / 4;
+    w = p.b + (n0 + row) * ldb + off;
+    w_step = static_cast<int>(rstep * ldb);
+    w_rows = max(0, min(vec16 ? kW16 : kW8, (p.N - n0 - row + rstep - 1) / rstep));
+    w_left = static_cast<int>(ldb - off);
+    w_dst = vec16 ? raw_half_offset(row, t & 1) : raw_half_offset(row, (t & 3) >> 1) + (t & 1) * 8;
+    sc_ok = 0;
+#pragma unroll
+    for (int j = 0; j < kSc; ++j) {
+      const int piece = t + NT * j;
+      const int rt = (n0 >> 7) + (piece >> 5);  // the piece's 128-row scale tile
+      sc_ok |= (piece < 64 && rt * 128 < p.N) ? 1u << j : 0u;
+    }
+    sc_tile = KT * 512;
+    sc = p.sb + (sc_ok ? static_cast<long long>((n0 >> 7) + (t >> 5)) * sc_tile + (t & 31) * 16 : 0);
+  }
+
+  __device__ __forceinline__ void load(uint32_t stage, int kt, int t) const {
+    {  // token tile
+      const int piece = 8 * kt + (t & 7);
+      const bool in_k = piece < k_pieces;
+      const long long off = in_k ? 64LL * kt : 0;
+      const int bytes = in_k ? 16 : 0;
+#pragma unroll
+      for (int i = 0; i < kTok; ++i)
+        if (i < tok_rows)
+          wg::cp_async16(stage + tok_dst[i & 1] + (NT / 8) * 128 * i, tok + i * tok_step + off, bytes);
+    }
+    const uint32_t raw = stage + S::kTokBytes + w_dst;
+    const int kb = kt * 32, left = w_left - kb;
+    const uint8_t* src = left > 0 ? w + kb : w;  // (src-size 0 reads nothing; the address stays inside the row)
+    if (vec16) {
+      const int bytes = left > 0 ? min(left, 16) : 0;
+#pragma unroll
+      for (int i = 0; i < kW16; ++i)
+        if (i < w_rows) wg::cp_async16(raw + (NT / 2) * 32 * i, src + i * w_step, bytes);
+    } else {
+      const int bytes = left > 0 ? 8 : 0;
+#pragma unroll
+      for (int i = 0; i < kW8; ++i)
+        if (i < w_rows) wg::cp_async8(raw + (NT / 4) * 32 * i, src + i * w_step, bytes);
+    }
+#pragma unroll
+    for (int j = 0; j < kSc; ++j)
+      if (sc_ok & (1u << j))
+        wg::cp_async16(stage + S::kTokBytes + S::kRawBytes + (t + NT * j) * 16, sc + (NT / 32) * j * sc_tile + kt * 512,
+                       16);
+  }
+};
+
+// The TMA loader's operands (contraction K % 32 == 0, 16-byte aligned planes; gemm_swapped.cu encodes the maps).
+//   tok: the fp16 token copy, {K elements, rows}, box {64, 64} with the 128-byte swizzle: row r's 16-byte piece q at
+//        r * 128 + ((q ^ (r % 8)) << 4), wgmma's K-major swizzled layout (the same as SwapLoader's copies);
+//   w:   the packed weight plane, {K / 2 bytes, rows}, box {32, 128} with the 32-byte swizzle, which swaps the 16-byte
+//        halves of row r when bit 2 of r is set: raw_half_offset's layout (address bit 4 ^= bit 7, rows of 32 bytes);
+//   sc:  the weights' swizzled scale plane as rows of 128 bytes, box {128, 4}: each 128-row x 4-block tile of it
+//        (SPEC 8.2) is 512 contiguous bytes, i.e. 4 map rows.
+// Boxes past the tensor's end (K tail, the plane's last rows) are zero-filled and still count their whole bytes.
+struct SwapMaps {
+  CUtensorMap tok;
+  CUtensorMap w;
+  CUtensorMap sc;
+  const uint8_t* tok_base;  // first byte of the token copy (Prob::a points into it)
+  const uint8_t* w_base;    // first byte of the weight plane (Prob::b points into it)
+  const uint8_t* sc_base;   // first byte of the weights' scale plane (Prob::sb points into it)
+  long long w_pitch;        // K / 2: bytes per weight row; the copy's rows are 4 w_pitch bytes
+  // GROUP_MAPS (dgrad): one weight map per group (w_group_maps[g]: `w` with base Prob::b and {K / 2, N rows}, built on
+  // the device by gemm_swapped.cu's weight_maps_kernel, gemm_group_maps.cuh). dgrad's weights are W's columnwise
+  // plane, K rows of N / 2 bytes per group; after a group that disagrees with N (SPEC 12.5) the next group starts
+  // K roundup(N_g, 16) / 2 bytes later, which need not be a whole row of the one map `w` (its row index would be
+  // rounded down: the bug that GROUP_MAPS fixes). Rows past the group's N are then zero-filled, not the next group's.
+  // fprop's rowwise weight groups always start on a whole row (N_g K / 2 bytes) and keep `w`.
+  const CUtensorMap* w_group_maps;
+};
+
+// The TMA loader's per-tile state (one thread): the stage's copies are one token box, one or two 128-row weight boxes
+// (the second only when the tile, or its half, has rows past the first 128) and as many scale tiles. GROUP_MAPS: the
+// weight boxes go through the group's own map (SwapMaps::w_group_maps), at group rows.
+template <bool GROUP_MAPS>
+struct TmaTile {
+  int tok_row, w_row;  // map rows of the tile's first token and weight row
+  int sc_row;          // map row of the scale tile of weight rows [n0, n0 + 128) at K step 0 (+4 per K step)
+  int sc_next;         // 4 KT: the scale tile of the next 128 weight rows
+  int boxes;           // 1 or 2
+  const CUtensorMap* w_map;  // GROUP_MAPS: the group's weight map
+
+  TmaTile() = default;
+  __device__ __forceinline__ TmaTile(const Prob& p, const SwapMaps& m, int group, int m0, int n0, int n_end, int KT) {
+    tok_row = static_cast<int>((p.a - m.tok_base) / (4 * m.w_pitch)) + m0;
+    if constexpr (GROUP_MAPS) {
+      w_map = m.w_group_maps + group;
+      gmap::acquire_group_map(w_map);  // written by weight_maps_kernel (generic proxy), read here by TMA
+      w_row = n0;
+    } else {
+      w_row = static_cast<int>((p.b - m.w_base) / m.w_pitch) + n0;
+    }
+    boxes = n0 + 128 < n_end ? 2 : 1;
+    sc_next = 4 * KT;
+    // (scale groups start at multiples of 512 bytes, SPEC 9.2: always a whole tile of `sc`)
+    sc_row = static_cast<int>((p.sb - m.sc_base) / 128) + (n0 >> 7) * sc_next;
+  }
+  template <class S>
+  __device__ __forceinline__ void load(const SwapMaps& m, uint32_t stage, uint32_t bar, int kt) const {
+    ws::mbar_arrive_expect_tx(bar, S::kTokBytes + boxes * (S::kRawBytes / 2 + S::kScaleBytes / 2));
+    ws::tma_load_2d(stage, &m.tok, bar, 64 * kt, tok_row);
+    for (int h = 0; h < boxes; ++h) {
+      ws::tma_load_2d(stage + S::kTokBytes + h * (S::kRawBytes / 2), GROUP_MAPS ? w_map : &m.w, bar, 32 * kt,
+                      w_row + 128 * h);
+      ws::tma_load_2d(stage + S::kTokBytes + S::kRawBytes + h * (S::kScaleBytes / 2), &m.sc, bar, 0,
+                  sc_row + h * sc_next + 4 * kt);
+    }
+  }
+};
+
+// Codes of two 16-blocks P, Q in one word (nibbles 0-3: codes 4c .. 4c + 3 of P, nibbles 4-7: the same of Q) times
+// their scales (spq = {sf_P * 2^6, sf_Q * 2^6} in fp16, f16dec's decode: the E4M3 bytes of gemm_decode_f16.cuh hold
+// 2^-6 * E2M1) -> the fragment words: f[0] = P at positions 2c, 2c + 1 (codes 4c, 4c + 2), f[1] = Q there, f[2] = P at
+// 8 + 2c, 9 + 2c (codes 4c + 1, 4c + 3), f[3] = Q there. Each half of spq is broadcast by the multiply's operand
+// selector (HMUL2 ... .H0_H0 / .H1_H1), not by a separate permute.
+__device__ __forceinline__ void decode_two_blocks(uint32_t x, uint32_t spq, uint32_t (&f)[4]) {
+  using namespace f16dec;
+  const uint32_t even = e2m1_to_e4m3_bytes(x << 2), odd = e2m1_to_e4m3_bytes(x >> 2);
+  const __half2 s = *reinterpret_cast<const __half2*>(&spq);
+  const __half2 sp = __low2half2(s), sq = __high2half2(s);
+  auto mul = [](uint32_t v, __half2 m) {
+    const __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&v), m);
+    return *reinterpret_cast<const uint32_t*>(&r);
+  };
+  f[0] = mul(e4m3x2_to_f16x2(even), sp);
+  f[1] = mul(e4m3x2_to_f16x2(even >> 16), sq);
+  f[2] = mul(e4m3x2_to_f16x2(odd), sp);
+  f[3] = mul(e4m3x2_to_f16x2(odd >> 16), sq);
+}
+
+// Per-thread offsets of the fragment decode (MMA thread t of warpgroup wm; weight row R0 = kWgRows wm + 16 v + l / 4
+// of the tile, and rows R0 + 8 (+256 bytes), R0 + 64 i (m64 tile i, +2048 i) and R0 + 64 i + 8).
+struct FragOffsets {
+  uint32_t word[4];  // block j's word 2 j + c / 2 of row R0 (raw_half_offset's half swap included)
+  uint32_t scale;    // row R0's 4 scales (one word) in the stage's scale tiles
+  uint32_t sel;      // PRMT selector: bytes 2c, 2c + 1 of two words (c = l % 4)
+};
+template <class S>
+__device__ __forceinline__ FragOffsets frag_offsets(int wm, int t) {
+  const int v = t >> 5, l = t & 31, c = l & 3;
+  const int r0 = S::kWgRows * wm + 16 * v + (l >> 2);
+  FragOffsets o;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int wd = 2 * j + (c >> 1);  // the word holding bytes 8 j + 2 c, 8 j + 2 c + 1 of the row
+    o.word[j] = S::kTokBytes + raw_half_offset(r0, wd >> 2) + (wd & 3) * 4;
+  }
+  o.scale = S::kTokBytes + S::kRawBytes + (r0 >> 7) * 512 + nvfp4::swizzle_in_tile<uint32_t>(r0 & 127, 0);
+  o.sel = (c & 1) ? 0x7632u : 0x5410u;
+  return o;
+}
+
+// The shared-memory words one thread decodes for a K step: w[i][h][j] = block j's word of row R0 + 64 i + 8 h, and
+// s[i][h] = that row's 4 scales.
+template <int T>
+struct StepWords {
+  static_assert(T <= 2, "a thread's rows R0 + 64 i stay in its 128-row scale tile");
+  uint32_t w[T][2][4], s[T][2];
+  __device__ __forceinline__ void load(uint32_t stage, const FragOffsets& o) {
+#pragma unroll
+    for (int i = 0; i < T; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t d = stage + 2048 * i + 256 * h;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) w[i][h][j] = wg::lds32(d + o.word[j]);
+        // SPEC 8.2 (row r at (r mod 32) * 16 + (r / 32 mod 4) * 4): R0 mod 32 < 24, so row R0 + 8 h + 64 i is 8 h rows
+        // further in the same 32-row group (+ 128 h bytes) and 2 i groups further (+ 8 i bytes)
+        s[i][h] = wg::lds32(stage + o.scale + 128 * h + 8 * i);
+      }
+  }
+  // Fragments of the step: a[i][j] = m64 tile i (rows + 64 i), block j.
+  __device__ __forceinline__ void decode(const FragOffsets& o, uint32_t (&a)[T][4][4]) const {
+#pragma unroll
+    for (int i = 0; i < T; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        uint32_t s01, s23, f[4];
+        f16dec::scales4_to_pairs(s[i][h], s01, s23);  // {sf0, sf1} * 64, {sf2, sf3} * 64
+        decode_two_blocks(__byte_perm(w[i][h][0], w[i][h][1], o.sel), s01, f);
+        a[i][0][h] = f[0];
+        a[i][0][2 + h] = f[2];
+        a[i][1][h] = f[1];
+        a[i][1][2 + h] = f[3];
+        decode_two_blocks(__byte_perm(w[i][h][2], w[i][h][3], o.sel), s23, f);
+        a[i][2][h] = f[0];
+        a[i][2][2 + h] = f[2];
+        a[i][3][h] = f[1];
+        a[i][3][2 + h] = f[3];
+      }
+  }
+};
+
+template <int T>
+__device__ __forceinline__ void fence_frags(uint32_t (&a)[T][4][4]) {
+#pragma unroll
+  for (int i = 0; i < T; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) asm volatile("" : "+r"(a[i][j][r])::"memory");
+}
+
+// Epilogue of one m64 tile (SPEC 12.2 order: y = alpha * acc; y += C; y += bias; cast). Accumulator register
+// 4j + 2h + e of thread (warp v, lane l) is weight row (output column) n_base + 8 h, n_base = n0 + 16 v + l / 4, and
+// token (output row) m_base + 8 j + e, m_base = m0 + 2 (l % 4). Stores go element by element: a warp writes 4 rows x
+// 16 bytes (bf16) per instruction.
+template <bool OUT_F32>
+__device__ __forceinline__ void store_tile_transposed(const float (&acc)[32], const Prob& p, int m_base, int n_base,
+                                                      int accumulate) {
+  const float alpha = p.alpha;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int n = n_base + 8 * h;
+    if (n >= p.N) continue;
+    const float b = p.bias ? p.bias[n] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int m = m_base + 8 * j + e;
+        if (m >= p.M) continue;
+        float y = __fmul_rn(alpha, acc[4 * j + 2 * h + e]);
+        const long long o = static_cast<long long>(m) * p.ldd + n;
+        if (OUT_F32) {
+          float* dp = static_cast<float*>(p.d) + o;
+          if (accumulate) y = __fadd_rn(y, *dp);
+          if (p.bias) y = __fadd_rn(y, b);
+          *dp = y;
+        } else {
+          if (p.bias) y = __fadd_rn(y, b);
+          static_cast<__nv_bfloat16*>(p.d)[o] = __float2bfloat16_rn(y);
+        }
+      }
+  }
+}
+
+// The last round's tiles run as half tiles (ws::TileWalk: weight rows [128 h, 128 h + 128) of the tile) when they fill
+// at most half of the CTAs (E8 T512 fprop: SM active 81% -> 93% of the kernel's cycles); the warpgroups whose rows lie
+// in the other half then only follow the ring (wait for each stage, release it at once).
+// TMA: the loader is one thread issuing TMA boxes (S = ShapeTma, `maps` set; GROUP_MAPS: the weights through one map
+// per group, SwapMaps::w_group_maps); otherwise the S::kLoaderThreads threads of SwapLoader issue cp.async copies (any
+// K; `maps` unused).
+// Stage release (`empty`): every MMA thread arrives after its own shared-memory reads of the stage. (A per-warp release,
+// __syncwarp() and one arrival by lane 0, orders the lanes' reads as well, bar.warp.sync ordering its lanes' memory
+// accesses, and measured the same speed; but compute-sanitizer's racecheck follows only per-thread arrivals and reported
+// the loader's cp.async writes against the lanes' reads: device/sanitizer/warp_release_repro.cu, docs/gemm.md stop 36.)
+template <class S, bool OUT_F32, bool TMA, bool GROUP_MAPS = false>
+__global__ void __launch_bounds__(S::kThreads, 1)
+    swapped_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate,
+                   const __grid_constant__ SwapMaps maps) {
+  pdl_wait();  // the retarget (or maps) kernel's outputs: nothing global is touched before (gemm_pdl.cuh)
+  constexpr int T = S::kTiles;
+  static_assert(S::kWgRows * 2 <= ws::kHalfCols, "a half tile is whole warpgroups' rows");
+  extern __shared__ uint8_t smem_dyn[];
+  const uint32_t smem = (wg::smem_u32(smem_dyn) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
+  const uint32_t ring = smem;
+  const uint32_t bars = ring + S::kStages * S::kStageBytes;
+  const uint32_t full = bars, empty = bars + 8 * S::kStages;
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int first_tile = blockIdx.x, tile_stride = gridDim.x;
+  const ws::TileWalk<true> walk(__ldg(prefix + E), tile_stride);
+
+  ws::init_ring_barriers<S::kStages>(full, empty, TMA ? 1 : S::kLoaderThreads, 128 * S::kMma);
+
+  if (tid < 128 * S::kLoaderWGs) {
+    // ------------------------------------------------------------------------------------------------ loader
+    ws::setmaxnreg_dec<S::kLoaderRegs>();
+    if (tid >= (TMA ? 1 : S::kLoaderThreads)) return;
+    ws::StepCursor cur;
+    cur.stride = tile_stride;
+    cur.seek<S::BN>(probs, prefix, E, walk, first_tile);
+    ws::Ring<S::kStages> st;
+    TmaTile<GROUP_MAPS> tt;  // TMA: set at every tile's first K step
+    SwapLoader<S> ld;  // cp.async: the same
+    while (cur.valid(walk)) {
+      if (cur.kt == 0) {
+        Prob p = probs[cur.group];
+        const ws::ColumnRange cols = ws::walk_columns((cur.local / p.tiles_m) * S::BN, cur.half, p.N);
+        const int m0 = (cur.local % p.tiles_m) * S::BM;
+        if constexpr (TMA) {
+          tt = TmaTile<GROUP_MAPS>(p, maps, cur.group, m0, cols.begin, cols.end, cur.KT);
+        } else {
+          p.N = cols.end;  // a half tile loads its 128 rows (one scale tile)
+          ld = SwapLoader<S>(p, m0, cols.begin, cur.KT, tid);
+        }
+      }
+      ws::mbar_wait(empty + 8 * st.stage, st.phase ^ 1u);
+      const uint32_t stage = ring + st.stage * S::kStageBytes;
+      if constexpr (TMA) {
+        tt.template load<S>(maps, stage, full + 8 * st.stage, cur.kt);
+      } else {
+        ld.load(stage, cur.kt, tid);
+        ws::cp_async_mbar_arrive(full + 8 * st.stage);
+      }
+      st.next();
+      cur.next<S::BN>(probs, prefix, E, walk);
+    }
+  } else {
+    // ------------------------------------------------------------------------------------------------ MMA warpgroups
+    ws::setmaxnreg_inc<S::kMmaRegs>();
+    const int mt = tid - 128 * S::kLoaderWGs;
+    const int wm = mt >> 7;  // weight rows [kWgRows wm, kWgRows (wm + 1)) of the tile
+    const int warp = (mt >> 5) & 3;
+    const FragOffsets fo = frag_offsets<S>(wm, mt & 127);
+    ws::Ring<S::kStages> st;
+    auto release = [&](int stage) { ws::mbar_arrive(empty + 8 * stage); };  // this thread is done with the stage
+    for (int v = first_tile; v < walk.count; v += tile_stride) {
+      int local;
+      const int group = wg::find_group_warp(prefix, E, walk.tile(v), &local);
+      const int half = walk.half(v);  // -1: the whole tile
+      const Prob* pp = probs + group;
+      const int tiles_m = __ldg(&pp->tiles_m);
+      const int m0 = (local % tiles_m) * S::BM;
+      const ws::ColumnRange cols = ws::walk_columns((local / tiles_m) * S::BN, half, __ldg(&pp->N));
+      if (half >= 0 && cols.empty()) continue;  // a second half past N: no steps, nothing stored
+      const int n0 = cols.begin;
+      const int KT = (__ldg(&pp->K) + kBK - 1) / kBK;
+      if (half >= 0 && S::kWgRows * wm >= ws::kHalfCols) {
+        // a half tile without rows for this warpgroup: follow the ring (the loader waits for every MMA warp)
+        for (int kt = 0; kt < KT; ++kt) {
+          ws::mbar_wait(full + 8 * st.stage, st.phase);
+          release(st.stage);
+          st.next();
+        }
+        continue;
+      }
+
+      float acc[T][32];
+#pragma unroll
+      for (int i = 0; i < T; ++i)
+#pragma unroll
+        for (int r = 0; r < 32; ++r) acc[i][r] = 0.0f;
+      auto fence_acc = [&]() {
+#pragma unroll
+        for (int i = 0; i < T; ++i) wg::fence_regs(acc[i]);
+      };
+      uint32_t a_even[T][4][4], a_odd[T][4][4];
+      // (Loading the next step's words right after this step's wgmmas, before the wait for the previous step's,
+      // measured 5% slower: the stage release then waits behind the next stage's arrival.)
+      StepWords<T> words;
+      int prev = -1;  // stage read by the wgmmas still in flight (released once they complete)
+      auto step = [&](uint32_t(&a)[T][4][4]) {
+        const uint32_t stage = ring + st.stage * S::kStageBytes;
+        ws::mbar_wait(full + 8 * st.stage, st.phase);
+        words.load(stage, fo);
+        fence_frags(a);
+        words.decode(fo, a);
+        const uint32_t tok_desc = wg::sw128_desc_lo(stage);
+        fence_acc();
+        fence_frags(a);
+        wg::wgmma_fence();
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const uint64_t db = wg::sw128_desc_block(tok_desc, j);
+#pragma unroll
+          for (int i = 0; i < T; ++i) wgmma_m64n64k16_rs_f16(acc[i], a[i][j], db, 1);
+        }
+        wg::wgmma_commit();
+        fence_acc();
+        fence_frags(a);
+        wg::wgmma_wait<1>();  // the previous step's wgmmas are done with their stage and fragment registers
+        if (prev >= 0) release(prev);
+        prev = st.stage;
+        st.next();
+      };
+      // (explicit exits, as the fast kernels: a conditional odd step makes ptxas serialise the wgmmas, C7513)
+      for (int kt = 0; kt < KT; kt += 2) {
+        step(a_even);
+        if (kt + 1 == KT) break;
+        step(a_odd);
+      }
+      wg::wgmma_wait<0>();
+      fence_acc();
+      if (prev >= 0) release(prev);
+
+      Prob p = *pp;
+      p.N = cols.end;
+      const int n_base = n0 + S::kWgRows * wm + 16 * warp + (lane >> 2), m_base = m0 + 2 * (lane & 3);
+#pragma unroll
+      for (int i = 0; i < T; ++i) store_tile_transposed<OUT_F32>(acc[i], p, m_base, n_base + 64 * i, accumulate);
+    }
+  }
+}
+
+}  // namespace swp
+}  // namespace nvfp4_gemm

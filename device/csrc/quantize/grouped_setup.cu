@@ -1,0 +1,257 @@
+// Small kernels: grouped setup (offsets and tail zero-fill, SPEC 9), standalone swizzle (SPEC 8.2), dequantize
+// (SPEC 11).
+#include "quantize/launch.h"
+
+#include "quantize/numerics.cuh"
+#include "quantize/layout.cuh"
+
+namespace nvfp4 {
+static_assert(kTileM == kRowTileRows, "the host's row-tile counts (nvfp4_launch.h) are the kernels' tiles");
+namespace {
+
+// Zero bytes [offs[row][E], cap) of up to four buffers (offsets and capacities are multiples of 8).
+struct TailFill {
+  uint8_t* buf[kTailBufs];
+  int64_t cap[kTailBufs];
+  int row[kTailBufs];
+};
+
+// The setup of a grouped call, one launch (SPEC 9): the offset table [6, E+1] from the device splits (CTA 0 writes
+// it and zeroes the per-group amaxes), the row-tile records (`recs`, when given; stop 59), and zeros past the last
+// group of the worst-case sized buffers. Splits that do not add up to T (SPEC 9.4): a negative size counts as 0 and
+// the running total is capped at T, so every offset stays inside the buffers sized from T; a group is what is left
+// of it below row T.
+// Warp 0 of every CTA scans the splits alone (stop 62; until then six int64 block-wide scans over 1024 threads with
+// three barriers made this a 5.3-5.6 us kernel, then 3.6-3.9; 3.1-3.3 since stop 63), each lane taking G consecutive
+// groups (G = ceil(E / 32) up to kSetupLaneGroups, more groups in further rounds; cut_lane_groups, nvfp4_layout.cuh),
+// and only four counts are scanned: rows, ceil(m/16), ceil(m/64), ceil(m/128). The six rows of the offset table are
+// these counts times constants (SPEC 9.2):
+//   rows; tiles = n128; row data = rows K/2; row scales = 128 n128 roundup(K/16, 4);
+//   col data = K roundup(m, 16) / 2 = 8K n16; col scales = roundup(K, 128) roundup(n16, 4) = 4 roundup(K, 128) n64
+// (roundup(ceil(m/16), 4) = 4 ceil(m/64)). Every CTA has the whole scan, so no CTA reads another's results; the other
+// warps wait at one barrier for the totals and zero the tail.
+constexpr int kSetupThreads = 256;
+// At most 64 registers per thread (stop 63): a setup CTA then takes a quarter of an SM's register file, so 3 of the
+// amax pass's CTAs (256 threads x 64 registers) stay resident beside it; at 8 groups per lane and 168 registers only
+// 1 did. 2 groups per lane (E <= 64 in one round) keep the scan inside that bound without spills; setup kernel 3.8 /
+// 4.0 -> 3.1 / 3.3 us (E = 8 / 64; the calls within their spread).
+constexpr int kSetupMinBlocks = 4;
+constexpr int kSetupLaneGroups = 2;
+enum SetupCount : int { kCntRows = 0, kCnt16 = 1, kCnt64 = 2, kCnt128 = 3, kNumCounts = 4 };
+
+// Adds a group of `rows` rows to the four counts.
+__device__ __forceinline__ void add_group_counts(int64_t (&c)[kNumCounts], int64_t rows) {
+  c[kCntRows] += rows;
+  c[kCnt16] += ceil_div(rows, 16);
+  c[kCnt64] += ceil_div(rows, 64);
+  c[kCnt128] += ceil_div(rows, (int64_t)kTileM);
+}
+
+// Offset-table row r from the four counts (SPEC 9.2, as above).
+__device__ __forceinline__ int64_t offset_from_counts(int r, const int64_t (&c)[kNumCounts], int64_t K) {
+  switch (r) {
+    case kOffRows: return c[kCntRows];
+    case kOffTiles: return c[kCnt128];
+    case kOffRowData: return c[kCntRows] * (K / 2);
+    case kOffRowScale: return c[kCnt128] * kTileM * round_up(K / 16, 4);
+    case kOffColData: return c[kCnt16] * 8 * K;
+    default: return c[kCnt64] * 4 * round_up(K, 128);  // kOffColScale
+  }
+}
+
+__global__ void __launch_bounds__(kSetupThreads, kSetupMinBlocks)
+    group_setup_kernel(const int64_t* __restrict__ splits, int E, int64_t T, int64_t K, int64_t* __restrict__ offs,
+                       float* __restrict__ row_amax, float* __restrict__ col_amax, TailFill f,
+                       TileRecord* __restrict__ recs) {
+  // The amax pass is launched with a programmatic dependency on this grid: let it become resident now (its first
+  // wave finds its tiles from the splits and waits for this grid only before its atomics; amax_fast4_bf16).
+  asm volatile("griddepcontrol.launch_dependents;");
+  __shared__ int64_t total[kNumCounts];
+  const int lane = threadIdx.x & 31;
+  const bool writer = blockIdx.x == 0;
+  if (threadIdx.x < 32) {
+    const int G = min(kSetupLaneGroups, max(1, (E + 31) / 32));
+    int64_t raw = 0;  // SPEC 9.4's capped running total before this round (cut_lane_groups)
+    int64_t carry[kNumCounts] = {0, 0, 0, 0};  // the counts before this chunk (warp-uniform)
+    if (writer && lane < kNumOffRows) offs[(int64_t)lane * (E + 1)] = 0;
+    for (int base = 0; base < E; base += 32 * G) {
+      const int g0 = base + lane * G;  // this lane's groups: g0 .. g0 + G - 1
+      int64_t m[kSetupLaneGroups];
+      cut_lane_groups(splits, E, T, base, G, raw, m);  // SPEC 9.4: m[e] = the rows of group g0 + e
+      int64_t cnt[kNumCounts] = {0, 0, 0, 0};  // this lane's counts
+#pragma unroll
+      for (int e = 0; e < kSetupLaneGroups; ++e) add_group_counts(cnt, m[e]);
+      // exclusive prefix of the four counts over the lanes, plus the chunks before
+      int64_t pre[kNumCounts];
+#pragma unroll
+      for (int c = 0; c < kNumCounts; ++c) pre[c] = cnt[c];
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+#pragma unroll
+        for (int c = 0; c < kNumCounts; ++c) {
+          const int64_t n = __shfl_up_sync(0xffffffffu, pre[c], o);
+          if (lane >= o) pre[c] += n;
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < kNumCounts; ++c) {
+        const int64_t lane_incl = pre[c];
+        pre[c] = carry[c] + lane_incl - cnt[c];
+        carry[c] += __shfl_sync(0xffffffffu, lane_incl, 31);
+      }
+      // pre = the counts before group g0; walk this lane's groups
+#pragma unroll
+      for (int e = 0; e < kSetupLaneGroups; ++e) {
+        const int i = g0 + e;
+        if (e >= G || i >= E) break;
+        const int64_t own = m[e];
+        if (recs != nullptr) {
+          // tile j of the group by CTA j % gridDim.x: a large group's records spread over the grid (one thread
+          // writing a 110-tile group's records made the setup 3 us longer, stop 59)
+          for (int64_t j = blockIdx.x; j * kTileM < own; j += gridDim.x) {
+            const int64_t first = pre[kCntRows] + j * kTileM;
+            recs[pre[kCnt128] + j] = make_int4((int)(uint32_t)first, (int)(uint32_t)((uint64_t)first >> 32),
+                                               (int)min(own - j * kTileM, (int64_t)kTileM), i);
+          }
+        }
+        add_group_counts(pre, own);
+        if (writer) {
+#pragma unroll
+          for (int r = 0; r < kNumOffRows; ++r) offs[(int64_t)r * (E + 1) + i + 1] = offset_from_counts(r, pre, K);
+          if (row_amax) row_amax[i] = 0.0f;
+          if (col_amax) col_amax[i] = 0.0f;
+        }
+      }
+    }
+    if (lane == 0) {  // carry is warp-uniform (constant indices: no local-memory copy)
+#pragma unroll
+      for (int c = 0; c < kNumCounts; ++c) total[c] = carry[c];
+    }
+  }
+  __syncthreads();
+  int64_t tot[kNumCounts];
+#pragma unroll
+  for (int c = 0; c < kNumCounts; ++c) tot[c] = total[c];
+  const int64_t first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
+#pragma unroll
+  for (int b = 0; b < kTailBufs; ++b) {  // unrolled: f's arrays are indexed by constants (no local-memory copy)
+    // [start, end) in bytes, both multiples of 8 (row data: m K / 2 with K % 16 == 0; the others multiples of 16);
+    // an 8-byte piece at either end, 16-byte stores between (the buffers are 256-byte aligned allocations)
+    if (f.buf[b] == nullptr) continue;
+    int64_t start = 0;
+#pragma unroll
+    for (int r = 0; r < kNumOffRows; ++r)  // constant r (a runtime row would copy tot to local memory)
+      if (f.row[b] == r) start = offset_from_counts(r, tot, K);
+    const int64_t end = f.cap[b];
+    if (start >= end) continue;
+    const int64_t s16 = round_up(start, (int64_t)16), e16 = end / 16 * 16;
+    if (first == 0 && s16 != start) *reinterpret_cast<uint2*>(f.buf[b] + start) = make_uint2(0, 0);
+    // (start < end, both multiples of 8: e16 >= s16, so the two 8-byte pieces never overlap)
+    if (first == 1 && e16 != end) *reinterpret_cast<uint2*>(f.buf[b] + e16) = make_uint2(0, 0);
+    uint4* p = reinterpret_cast<uint4*>(f.buf[b]);
+    for (int64_t j = s16 / 16 + first; j < e16 / 16; j += stride) p[j] = make_uint4(0, 0, 0, 0);
+  }
+}
+
+// The single-tensor amax pass's zeroed amaxes (launch_zero_amax). The pass is launched with a programmatic
+// dependency on this grid and waits for it only before its atomics, so it lets that grid start at once: the zeroing
+// then overlaps the pass's loads instead of a kernel boundary (stop 63; until then a `zero_()` before the pass).
+__global__ void zero_amax_kernel(float* __restrict__ row_amax, float* __restrict__ col_amax) {
+  asm volatile("griddepcontrol.launch_dependents;");
+  row_amax[0] = 0.0f;
+  if (col_amax != nullptr) col_amax[0] = 0.0f;
+}
+
+// SPEC 8.2: one thread per 4 output bytes (one row r, scale columns c..c+3 of a 128x4 tile).
+__global__ void swizzle_kernel(const uint8_t* __restrict__ in, int64_t rows, int64_t cols, uint8_t* __restrict__ out,
+                               int64_t n_words) {
+  const int64_t cp4 = round_up(cols, 4) / 4;
+  for (int64_t w = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; w < n_words; w += (int64_t)gridDim.x * blockDim.x) {
+    // word w = byte 4w: tile = w / 128; inside a tile, word (r%32)*4 + (r%128)/32
+    const int64_t tile = w >> 7, in_tile = w & 127;
+    const int64_t r = (tile / cp4) * 128 + (in_tile & 3) * 32 + (in_tile >> 2);
+    const int64_t c0 = (tile % cp4) * 4;
+    uint32_t v = 0;
+    if (r < rows) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (c0 + i < cols) v |= (uint32_t)in[r * cols + c0 + i] << (8 * i);
+    }
+    reinterpret_cast<uint32_t*>(out)[w] = v;
+  }
+}
+
+// SPEC 11.1: one thread per 16-block, out = e2m1 * s with the block factor s of the scale rule:
+// TE rules s = (decode(sf) * amax) * fp32(1/2688); torchao s = P * decode(sf), P = amax / 2688; torchao_noscale
+// s = decode(sf).
+__global__ void dequantize_kernel(const uint8_t* __restrict__ data, const uint8_t* __restrict__ scales,
+                                  const float* __restrict__ amax, int64_t rows, int64_t cols, int swizzled, int rule,
+                                  float* __restrict__ out) {
+  const int64_t nb = cols / 16, total = rows * nb;
+  const float am = *amax;
+  const float p = __fdiv_rn(am, 2688.0f);  // rule "torchao" only
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = i / nb, c = i % nb;
+    const uint32_t sb = scales[swizzled ? swizzle_offset(r, c, round_up(nb, 4) / 4) : r * nb + c];
+    const float sf = e4m3_value(sb);
+    const float s = rule == kRuleTorchao ? __fmul_rn(p, sf)
+                    : rule == kRuleTorchaoNoScale ? sf
+                    : __fmul_rn(__fmul_rn(sf, am), kInv2688);
+    const uint2 d = *reinterpret_cast<const uint2*>(data + r * (cols / 2) + c * 8);
+    const uint64_t codes = (uint64_t)d.x | ((uint64_t)d.y << 32);
+    float4* o = reinterpret_cast<float4*>(out + r * cols + c * 16);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      float4 v;
+      v.x = __fmul_rn(e2m1_value((uint32_t)(codes >> (16 * q)) & 0xF), s);
+      v.y = __fmul_rn(e2m1_value((uint32_t)(codes >> (16 * q + 4)) & 0xF), s);
+      v.z = __fmul_rn(e2m1_value((uint32_t)(codes >> (16 * q + 8)) & 0xF), s);
+      v.w = __fmul_rn(e2m1_value((uint32_t)(codes >> (16 * q + 12)) & 0xF), s);
+      o[q] = v;
+    }
+  }
+}
+
+int grid_for(int64_t work, int threads) {
+  const int64_t g = ceil_div(work, threads);
+  return (int)(g < 1 ? 1 : (g > 4096 ? 4096 : g));
+}
+
+}  // namespace
+
+void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int64_t* offs, float* row_amax,
+                        float* col_amax, uint8_t* const bufs[kTailBufs], const int64_t caps[kTailBufs],
+                        const int rows[kTailBufs], int4* tile_recs, cudaStream_t stream) {
+  TailFill f;
+  int64_t most = 0;
+  for (int i = 0; i < kTailBufs; ++i) {
+    f.buf[i] = bufs[i];
+    f.cap[i] = caps[i];
+    f.row[i] = rows[i];
+    if (bufs[i] && caps[i] / 16 > most) most = caps[i] / 16;
+  }
+  // The tail is at most ~E*16*K/2 bytes per buffer; size the grid by capacity, at most 132 CTAs (each also scans
+  // the E splits, which is cheap next to the fill).
+  const int grid = grid_for(most, kSetupThreads) < 132 ? grid_for(most, kSetupThreads) : 132;
+  group_setup_kernel<<<grid, kSetupThreads, 0, stream>>>(splits, E, T, K, offs, row_amax, col_amax, f, tile_recs);
+}
+
+void launch_zero_amax(float* row_amax, float* col_amax, cudaStream_t stream) {
+  zero_amax_kernel<<<1, 1, 0, stream>>>(row_amax, col_amax);
+}
+
+void launch_swizzle(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t stream) {
+  const int64_t n_words = round_up(rows, 128) * round_up(cols, 4) / 4;
+  if (n_words == 0) return;
+  swizzle_kernel<<<grid_for(n_words, 256), 256, 0, stream>>>(in, rows, cols, out, n_words);
+}
+
+void launch_dequantize(const uint8_t* data, const uint8_t* scales, const float* amax, int64_t rows, int64_t cols,
+                       bool swizzled, int rule, float* out, cudaStream_t stream) {
+  const int64_t total = rows * (cols / 16);
+  if (total == 0) return;
+  dequantize_kernel<<<grid_for(total, 256), 256, 0, stream>>>(data, scales, amax, rows, cols, swizzled ? 1 : 0, rule,
+                                                              out);
+}
+
+}  // namespace nvfp4
