@@ -14,7 +14,7 @@ __all__ = ["load_gemm_extension"]
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 _SOURCES = ("gemm/bindings.cpp", "gemm/setup.cu", "gemm/fused_fast.cu", "gemm/fused_pair.cu", "gemm/fused_exact.cu",
-            "gemm/fused_exact_tma.cu", "gemm/copies.cu", "gemm/exact_copies.cu", "gemm/exact_hybrid.cu",
+            "gemm/copies.cu", "gemm/exact_copies.cu", "gemm/exact_hybrid.cu",
             "gemm/swapped.cu")
 #: the dequantize-first path's CUTLASS instantiations (one per epilogue), built when CUTLASS's headers are found
 _CUTLASS_SOURCES = ("gemm/cutlass_bf16.cu", "gemm/cutlass_f32.cu", "gemm/cutlass_f32_plus_c.cu")

@@ -15,7 +15,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
 #include <utility>
 
 namespace nvfp4_gemm {
@@ -33,22 +32,15 @@ __device__ __forceinline__ void pdl_wait_then_trigger() {
   pdl_trigger();
 }
 
-// Whether the chain's kernels are launched with PDL: on unless NVFP4_GEMM_PDL starts with '0' (A/B switch, read at
-// every launch).
-inline bool pdl_enabled() {
-  const char* env = std::getenv("NVFP4_GEMM_PDL");
-  return env == nullptr || env[0] != '0';
-}
-
-// Sets `attr` to programmatic stream serialization; returns the number of attributes written (0 when disabled).
+// Sets `attr` to programmatic stream serialization; returns the number of attributes written.
 inline int pdl_attribute(cudaLaunchAttribute* attr) {
-  if (!pdl_enabled()) return 0;
   attr->id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr->val.programmaticStreamSerializationAllowed = 1;
   return 1;
 }
 
-// KERNEL<<<grid, threads, smem, s>>>(args...) with PDL when enabled. KERNEL must begin with pdl_wait().
+// KERNEL<<<grid, threads, smem, s>>>(args...) with PDL. KERNEL must execute pdl_wait() before it touches memory that
+// the previous kernel of the stream writes.
 template <class... KArgs, class... Args>
 void launch_chained(void (*kernel)(KArgs...), dim3 grid, int threads, size_t smem, cudaStream_t s, Args&&... args) {
   cudaLaunchAttribute attr{};

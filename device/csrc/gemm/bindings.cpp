@@ -1,7 +1,6 @@
 // PyTorch binding of the NVFP4 grouped GEMM (module nvfp4_gemm). Argument checking lives in device/gemm.py;
 // this layer only re-checks what would make the kernels touch invalid memory, then launches on the current stream.
 // A refusal is a returned message (refusal.h), which device/gemm.py raises as RuntimeError.
-#include <cstdlib>
 #include <string>
 #include <utility>
 
@@ -230,9 +229,8 @@ std::string grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_d
   l.exact = exact;
   l.out_f32 = f32;
   // bit 0: C is read back; bit 1: the whole-line epilogue prefetches the tile's C rows into L2 at the tile's start
-  // (ws::prefetch_tile_c_lines; NVFP4_C_PREFETCH=0, read at every launch, turns it off for an A/B)
-  const char* c_prefetch = std::getenv("NVFP4_C_PREFETCH");
-  l.accumulate = !accumulate ? 0 : (c_prefetch != nullptr && c_prefetch[0] == '0') ? 1 : 3;
+  // (ws::prefetch_tile_c_lines)
+  l.accumulate = accumulate ? 3 : 0;
   l.grid_upper = static_cast<int>(grid_upper);
   l.tile_m = s.tile_m;
   l.max_ctas = static_cast<int>(max_ctas);
@@ -262,9 +260,6 @@ std::string grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_d
     const auto copies = f16_copies(d, static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
                                    b_scales, b_offs, /*a_only=*/swapped);
     if (swapped) {
-      // dgrad: one weight map per group (gemm_swapped.cu, SwapMaps::w_group_maps; 128 bytes each, 128-byte aligned)
-      Tensor maps;
-      if (kind == nvfp4_gemm::kDgrad) d.group_maps = map_scratch(maps, 128, E, a_data);
       nvfp4_gemm::launch_swapped_path(d, probs, l, stream);
     } else {
       // the exact kernel's per-group tensor maps (2 x 128 bytes per group, 128-byte aligned; gemm_exact_f16.cu)
@@ -273,14 +268,6 @@ std::string grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_d
       nvfp4_gemm::launch_dequant_exact(d, probs, l, stream);
     }
     return nvfp4::launch_status("nvfp4_gemm");
-  }
-  // the fused exact kernel's TMA loader (gemm_wgmma_exact_tma.cu, 4 tensor maps of 128 bytes per group): fprop / dgrad
-  // with packed rows of a multiple of 16 bytes (contraction % 32 == 0) and 16-byte aligned planes, so that SPEC 9.2's
-  // offsets keep every group's rows and scale tiles 16-byte aligned; otherwise the converters' cp.async copies
-  Tensor exact_maps;
-  if (exact && kind != nvfp4_gemm::kWgrad && kc % 32 == 0 && aligned16(a_data) && aligned16(b_data) &&
-      aligned16(a_scales) && aligned16(b_scales)) {
-    l.exact_maps = map_scratch(exact_maps, 512, E, a_data);
   }
   nvfp4_gemm::launch_gemm(l, stream);
   return nvfp4::launch_status("nvfp4_gemm");

@@ -162,11 +162,6 @@ using ShapeSkinnyBf16Tma = Shape<64, 2, 200, 152, 2, 1, 0, 6, 4, 1, 0, 2>;
 // per thread; 72 + 2 x 216 = 3 x 168 registers); fp32 or bf16 output as above.
 using ShapeExactWs = Shape<128, 1, 216, 72, 1, 1, 0, 6, 4, 2, 1>;
 using ShapeExactWsBf16 = Shape<128, 1, 216, 72, 1, 1, 0, 6, 4, 1, 1>;
-// The same with the converter warpgroup converting all 128 B rows (4 units per thread) and the MMA warpgroups none,
-// for the TMA loader (whose converters issue no copies): NVFP4_EXACT_CONV_ALL_B=1 with NVFP4_EXACT_TMA=1 (stop 35,
-// opt-in and unrun: gemm_wgmma_exact_tma.cu).
-using ShapeExactWsAllB = Shape<128, 1, 216, 72, 0, 1, 0, 6, 4, 2, 1>;
-using ShapeExactWsAllBBf16 = Shape<128, 1, 216, 72, 0, 1, 0, 6, 4, 1, 1>;
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -360,46 +355,6 @@ struct LoaderShape {
   static constexpr int kChunks16 = ((BM + BN) * 2 + kThreads - 1) / kThreads;
   static constexpr int kChunks8 = (BM + BN) * 4 / kThreads;
   static_assert((BM + BN) * 4 % kThreads == 0 && (kSA + kSB) / 16 <= kThreads, "copy chunks divide evenly");
-};
-
-// The TMA form of the converters' loads (the exact shapes' TMA instantiation, gemm_wgmma_exact_tma.cu): converter
-// thread 0 issues each raw stage as one arrive.expect_tx and four boxes through the group's four tensor maps (built on
-// the device by gemm_wgmma_exact_tma.cu's packed_maps_kernel, gemm_group_maps.cuh):
-//   maps[0] / maps[1]: the group's packed A / B plane as {K / 2 bytes, M / N rows} with its row pitch K / 2, box
-//       {32, 128}: one K tile of 128 rows, the raw stage's row-major 32-byte rows; bytes past K / 2 and rows past M / N
-//       are zero-filled, as RawLoader's src-size 0 copies;
-//   maps[2] / maps[3]: the group's A / B scale tiles as rows of 128 bytes, box {128, 4}: one 512-byte tile (SPEC 8.2),
-//       tile (row tile rt, K tile kt) at rows 4 (rt KT + kt). With 128-row tiles every tile of the walk has both.
-template <class S>
-struct RawTma {
-  const CUtensorMap* maps;
-  int m0, n0;              // the tile's first A / B row
-  int sa_row0, sb_row0;    // the scale rows of the tile's K tile 0
-
-  // At a tile's first K step: the group's maps, acquired by the issuing thread (written by another kernel through
-  // the generic proxy).
-  __device__ __forceinline__ void begin(const CUtensorMap* group_maps, int group, int tile_m0, int tile_n0, int KT,
-                                        bool issuer) {
-    static_assert(S::BM == 128 && S::kLoadBN == 128 && S::kCluster == 1 && S::kSA == 512 && S::kSB == 512,
-                  "one 128-row box and one scale tile per operand");
-    maps = group_maps + 4 * group;
-    if (issuer) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) gmap::acquire_group_map(maps + i);
-    }
-    m0 = tile_m0;
-    n0 = tile_n0;
-    sa_row0 = 4 * (tile_m0 / 128) * KT;
-    sb_row0 = 4 * (tile_n0 / 128) * KT;
-  }
-  // K tile kt into raw stage st; `bar` (raw_full, one arrival) completes when its kRaw bytes have landed.
-  __device__ __forceinline__ void load(uint32_t st, uint32_t bar, int kt) const {
-    mbar_arrive_expect_tx(bar, S::kRaw);
-    tma_load_2d(st, maps, bar, 32 * kt, m0);
-    tma_load_2d(st + S::kRawA, maps + 1, bar, 32 * kt, n0);
-    tma_load_2d(st + S::kRawA + S::kRawB, maps + 2, bar, 0, sa_row0 + 4 * kt);
-    tma_load_2d(st + S::kRawA + S::kRawB + S::kSA, maps + 3, bar, 0, sb_row0 + 4 * kt);
-  }
 };
 
 // Dequantize B rows r0 + RPI i (i < COUNT), 16-block b, of raw stage `raw` into the fp16 B stage `dst`
@@ -901,12 +856,11 @@ __device__ __forceinline__ TileLookup lookup_tile(const Prob* __restrict__ probs
   return t;
 }
 
-// TMA (exact shapes only, RawTma): converter thread 0 issues the raw stages through group_maps (4 per group);
-// otherwise every converter thread copies its chunks with cp.async (wg::RawLoader) and group_maps is not read.
-template <class S, bool OUT_F32, bool TMA, bool CONV_SEEKS = true>
+// The converter threads copy the raw stages with cp.async (wg::RawLoader).
+template <class S, bool OUT_F32, bool CONV_SEEKS = true>
 __global__ void __launch_bounds__(S::kThreads, 1)
     ws_gemm_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate,
-                   const CUtensorMap* __restrict__ group_maps, const __grid_constant__ CUtensorMap out_map) {
+                   const __grid_constant__ CUtensorMap out_map) {
   pdl_wait();  // the setup (or maps) kernel's outputs: nothing global is touched before (gemm_pdl.cuh)
   extern __shared__ uint8_t smem_dyn[];
   const uint32_t smem = (wg::smem_u32(smem_dyn) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
@@ -936,14 +890,14 @@ __global__ void __launch_bounds__(S::kThreads, 1)
 
   if (tid == 0) {
     for (int s = 0; s < S::kRawStages; ++s) {
-      mbar_init(raw_full + 8 * s, TMA ? 1 : S::kConvThreads);
+      mbar_init(raw_full + 8 * s, S::kConvThreads);
       mbar_init(raw_empty + 8 * s, S::kThreads);
     }
     for (int s = 0; s < S::kBStages; ++s) {
       mbar_init(b_full + 8 * s, S::kBFullCount);
       mbar_init(b_empty + 8 * s, S::kBEmptyCount);
     }
-    if constexpr (S::kCluster == 2 || TMA) fence_mbarrier_init_cluster();  // (TMA: visible to complete_tx)
+    if constexpr (S::kCluster == 2) fence_mbarrier_init_cluster();
   }
   if constexpr (S::kCluster == 2) cluster_sync(); else __syncthreads();
 
@@ -966,7 +920,6 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     Ring<S::kRawStages> load_ring, raw;
     Ring<S::kBStages> bst;
     wg::RawLoader<LoaderShape<S>> loader;  // row pointers of the load cursor's output tile
-    RawTma<S> tma;                         // TMA: its maps and rows
     auto issue_load = [&]() {  // the next raw tile in step order, once its stage has been released
       if (load.kt == 0) {
         const Prob* pp = probs + load.group;
@@ -975,22 +928,12 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         const ColumnRange cols =
             walk_columns((load.local / tiles_m) * S::BN, kSplitTail ? load.half : -1, __ldg(&pp->N));
         const int m0 = (load.local % tiles_m) * S::kTileM + static_cast<int>(rank) * S::BM;
-        if constexpr (TMA) {
-          tma.begin(group_maps, load.group, m0, cols.begin, load.KT, ct == 0);
-        } else {
-          loader = wg::RawLoader<LoaderShape<S>>(*pp, m0, cols.begin + static_cast<int>(rank) * S::kLoadBN, cols.end,
-                                                 load.KT, static_cast<long long>(__ldg(&pp->K) / 2), ct);
-        }
+        loader = wg::RawLoader<LoaderShape<S>>(*pp, m0, cols.begin + static_cast<int>(rank) * S::kLoadBN, cols.end,
+                                               load.KT, static_cast<long long>(__ldg(&pp->K) / 2), ct);
       }
       mbar_wait(raw_empty + 8 * load_ring.stage, load_ring.phase ^ 1u);
-      if constexpr (TMA) {
-        // thread 0 issues; every converter thread still walks the load cursor and waits for the stage (thread 0
-        // alone running issue_load made ptxas spill 56-76 bytes in this role)
-        if (ct == 0) tma.load(raw_ring + load_ring.stage * S::kRaw, raw_full + 8 * load_ring.stage, load.kt);
-      } else {
-        loader.load(raw_ring + load_ring.stage * S::kRaw, load.kt, ct);
-        cp_async_mbar_arrive(raw_full + 8 * load_ring.stage);
-      }
+      loader.load(raw_ring + load_ring.stage * S::kRaw, load.kt, ct);
+      cp_async_mbar_arrive(raw_full + 8 * load_ring.stage);
       if constexpr (kSplitTail && !CONV_SEEKS) {
         const uint32_t bit = 1u << load_ring.stage;
         half_bits = load.half >= 0 ? (half_bits | bit) : (half_bits & ~bit);
@@ -1237,12 +1180,10 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   if constexpr (S::kCluster == 2) cluster_sync();
 }
 
-// The cp.async form (every shape; group_maps unused).
 template <class S, bool OUT_F32, bool CONV_SEEKS = true>
 void launch(const LaunchArgs& a, cudaStream_t s, const CUtensorMap& out_map = CUtensorMap{}) {
   static_assert(!S::kLinesEpi || OUT_F32, "the whole-line epilogue stores fp32 output");
-  wg::launch_persistent<ws_gemm_kernel<S, OUT_F32, false, CONV_SEEKS>, S::kThreads, S::kSmem, S::kCluster>(
-      a, s, static_cast<const CUtensorMap*>(nullptr), out_map);
+  wg::launch_persistent<ws_gemm_kernel<S, OUT_F32, CONV_SEEKS>, S::kThreads, S::kSmem, S::kCluster>(a, s, out_map);
 }
 
 // bf16 output of a fast shape: its TMA-store form `Tma` where the host encodes the output's row map

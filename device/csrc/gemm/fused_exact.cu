@@ -7,7 +7,6 @@
 namespace nvfp4_gemm {
 
 void launch_wgmma_exact(const LaunchArgs& a, cudaStream_t s) {
-  if (launch_wgmma_exact_tma(a, s)) return;
   if (a.out_f32) ws::launch<ws::ShapeExactWs, true>(a, s); else ws::launch<ws::ShapeExactWsBf16, false>(a, s);
 }
 

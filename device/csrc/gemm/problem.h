@@ -62,10 +62,6 @@ struct LaunchArgs {
   int grid_upper;  // host upper bound on the number of tiles (grid = min(this, resident blocks))
   int tile_m;  // CTA rows (from pick_tile); selects the fast kernel's shape
   int max_ctas;  // 0, or at most this many CTAs (a cluster counts its CTAs; at least one cluster runs)
-  // The fused exact kernel's TMA loader (gemm_wgmma_exact_tma.cu): scratch for 4 tensor maps per group (128 bytes each,
-  // 128-byte aligned), given only when every group's packed rows have a pitch of a multiple of 16 bytes and the planes
-  // are 16-byte aligned (fprop / dgrad with a contraction % 32 == 0); null: the cp.async loader.
-  void* exact_maps;
   // The output as the host sees it, for the TMA-store epilogue of wgrad's fp32 output (gemm_wgmma_fast.cu): wgrad's
   // [E, out_rows, out_cols] with row stride ldd; the kind; whether a bias is fused.
   void* out;
@@ -87,9 +83,6 @@ void launch_gemm(const LaunchArgs& a, cudaStream_t s);
 // the GEMM kernels (gemm_wgmma_fast.cu / gemm_wgmma_exact.cu, template in gemm_wgmma.cuh)
 void launch_wgmma_fast(const LaunchArgs& a, cudaStream_t s);
 void launch_wgmma_exact(const LaunchArgs& a, cudaStream_t s);
-// its TMA form (gemm_wgmma_exact_tma.cu): false, launching nothing, when it cannot run (LaunchArgs::exact_maps null,
-// NVFP4_EXACT_TMA not 1, or the driver refuses the maps)
-bool launch_wgmma_exact_tma(const LaunchArgs& a, cudaStream_t s);
 void launch_wgmma_pair(const LaunchArgs& a, cudaStream_t s);  // fast mode, 2-CTA cluster tiles
 // exact mode over fp16 copies of the operands, and fast mode with the operands swapped: launch_exact_f16 and
 // launch_swapped in gemm_dequant.h (they need the planes for their TMA maps)

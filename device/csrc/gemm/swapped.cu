@@ -42,51 +42,15 @@ bool swap_maps(const DequantGemmArgs& d, swp::SwapMaps* m) {
                    CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
-// Group g's weight map (SwapMaps::w_group_maps): `tmpl` (the whole plane's map `w`) with base Prob::b, {K / 2 bytes,
-// N rows} and pitch K / 2, staged in shared memory and published to maps[g] (gemm_group_maps.cuh). One warp per group;
-// groups without a K step or without rows are skipped (no tile of theirs loads anything).
-__global__ void weight_maps_kernel(const Prob* __restrict__ probs, int E, const __grid_constant__ CUtensorMap tmpl,
-                                   CUtensorMap* __restrict__ maps) {
-  __shared__ alignas(128) CUtensorMap staged[gmap::kMapWarps];
-  pdl_wait_then_trigger();  // chained launch (gemm_pdl.cuh): the previous kernel's outputs are visible from here on
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  int g;
-  Prob p;
-  if (!gmap::map_group(probs, E, &g, &p)) return;  // (warp-uniform)
-  if (lane == 0) {
-    const uint32_t pitch = static_cast<uint32_t>(p.K) / 2;
-    gmap::stage_group_map(&staged[warp], tmpl, p.b, pitch, static_cast<uint32_t>(p.N), pitch);
-  }
-  __syncwarp();
-  gmap::publish_group_maps<1>(&staged[warp], maps + g);
-}
-
-// Per-group weight maps (dgrad, SwapMaps::w_group_maps): when the binding gave the scratch (d.group_maps, 128-byte
-// aligned) and NVFP4_SWAP_GROUP_MAPS=1. Opt-in until it has run on a GPU (docs/gemm.md, stop 34).
-bool use_group_maps(const LaunchArgs& a, const DequantGemmArgs& d) {
-  return a.E > 0 && d.group_maps != nullptr && reinterpret_cast<uintptr_t>(d.group_maps) % 128 == 0 &&
-         tma_host::tma_opted_in("NVFP4_SWAP_GROUP_MAPS");
-}
-
-// The loaders: TMA (swap_maps) or cp.async. dgrad (the binding gives d.group_maps for dgrad only) takes TMA only with
-// the per-group weight maps: through the one map `w`, the groups that follow a group disagreeing with N (SPEC 12.5)
-// were read shifted (docs/gemm.md, stops 34 and 35), so without the maps dgrad takes the cp.async loader,
-// which reads from Prob::b (the same bits, SPEC 12.6; GPU-tested with NVFP4_SWAP_TMA=0). fprop keeps `w`: its
-// rowwise weight groups always start on a whole row.
+// The loaders: TMA (swap_maps) or cp.async. dgrad takes the cp.async loader, which reads from Prob::b: its weights are
+// W's columnwise plane, and after a group that disagrees with N (SPEC 12.5) the next group need not start on a whole
+// row of the one map `w`. fprop's rowwise weight groups always start on a whole row.
 template <bool OUT_F32>
 void launch_out(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s) {
   swp::SwapMaps m{};
-  const bool dgrad = d.group_maps != nullptr;
-  if ((!dgrad || use_group_maps(a, d)) && swap_maps(d, &m)) {
+  if (a.kind != kDgrad && swap_maps(d, &m)) {
     using S = swp::ShapeTma;
-    if (dgrad) {
-      auto* maps = static_cast<CUtensorMap*>(d.group_maps);
-      launch_chained(weight_maps_kernel, dim3(gmap::map_grid(a.E)), gmap::kMapThreads, 0, s, a.probs, a.E, m.w, maps);
-      m.w_group_maps = maps;
-      wg::launch_persistent<swp::swapped_kernel<S, OUT_F32, true, true>, S::kThreads, S::kSmem>(a, s, m);
-    } else {
-      wg::launch_persistent<swp::swapped_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(a, s, m);
-    }
+    wg::launch_persistent<swp::swapped_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(a, s, m);
   } else {
     using S = swp::Shape;
     wg::launch_persistent<swp::swapped_kernel<S, OUT_F32, false>, S::kThreads, S::kSmem>(a, s, m);

@@ -200,36 +200,20 @@ struct SwapMaps {
   const uint8_t* w_base;    // first byte of the weight plane (Prob::b points into it)
   const uint8_t* sc_base;   // first byte of the weights' scale plane (Prob::sb points into it)
   long long w_pitch;        // K / 2: bytes per weight row; the copy's rows are 4 w_pitch bytes
-  // GROUP_MAPS (dgrad): one weight map per group (w_group_maps[g]: `w` with base Prob::b and {K / 2, N rows}, built on
-  // the device by gemm_swapped.cu's weight_maps_kernel, gemm_group_maps.cuh). dgrad's weights are W's columnwise
-  // plane, K rows of N / 2 bytes per group; after a group that disagrees with N (SPEC 12.5) the next group starts
-  // K roundup(N_g, 16) / 2 bytes later, which need not be a whole row of the one map `w` (its row index would be
-  // rounded down: the bug that GROUP_MAPS fixes). Rows past the group's N are then zero-filled, not the next group's.
-  // fprop's rowwise weight groups always start on a whole row (N_g K / 2 bytes) and keep `w`.
-  const CUtensorMap* w_group_maps;
 };
 
 // The TMA loader's per-tile state (one thread): the stage's copies are one token box, one or two 128-row weight boxes
-// (the second only when the tile, or its half, has rows past the first 128) and as many scale tiles. GROUP_MAPS: the
-// weight boxes go through the group's own map (SwapMaps::w_group_maps), at group rows.
-template <bool GROUP_MAPS>
+// (the second only when the tile, or its half, has rows past the first 128) and as many scale tiles.
 struct TmaTile {
   int tok_row, w_row;  // map rows of the tile's first token and weight row
   int sc_row;          // map row of the scale tile of weight rows [n0, n0 + 128) at K step 0 (+4 per K step)
   int sc_next;         // 4 KT: the scale tile of the next 128 weight rows
   int boxes;           // 1 or 2
-  const CUtensorMap* w_map;  // GROUP_MAPS: the group's weight map
 
   TmaTile() = default;
-  __device__ __forceinline__ TmaTile(const Prob& p, const SwapMaps& m, int group, int m0, int n0, int n_end, int KT) {
+  __device__ __forceinline__ TmaTile(const Prob& p, const SwapMaps& m, int m0, int n0, int n_end, int KT) {
     tok_row = static_cast<int>((p.a - m.tok_base) / (4 * m.w_pitch)) + m0;
-    if constexpr (GROUP_MAPS) {
-      w_map = m.w_group_maps + group;
-      gmap::acquire_group_map(w_map);  // written by weight_maps_kernel (generic proxy), read here by TMA
-      w_row = n0;
-    } else {
-      w_row = static_cast<int>((p.b - m.w_base) / m.w_pitch) + n0;
-    }
+    w_row = static_cast<int>((p.b - m.w_base) / m.w_pitch) + n0;
     boxes = n0 + 128 < n_end ? 2 : 1;
     sc_next = 4 * KT;
     // (scale groups start at multiples of 512 bytes, SPEC 9.2: always a whole tile of `sc`)
@@ -240,7 +224,7 @@ struct TmaTile {
     ws::mbar_arrive_expect_tx(bar, S::kTokBytes + boxes * (S::kRawBytes / 2 + S::kScaleBytes / 2));
     ws::tma_load_2d(stage, &m.tok, bar, 64 * kt, tok_row);
     for (int h = 0; h < boxes; ++h) {
-      ws::tma_load_2d(stage + S::kTokBytes + h * (S::kRawBytes / 2), GROUP_MAPS ? w_map : &m.w, bar, 32 * kt,
+      ws::tma_load_2d(stage + S::kTokBytes + h * (S::kRawBytes / 2), &m.w, bar, 32 * kt,
                       w_row + 128 * h);
       ws::tma_load_2d(stage + S::kTokBytes + S::kRawBytes + h * (S::kScaleBytes / 2), &m.sc, bar, 0,
                   sc_row + h * sc_next + 4 * kt);
@@ -378,14 +362,13 @@ __device__ __forceinline__ void store_tile_transposed(const float (&acc)[32], co
 // The last round's tiles run as half tiles (ws::TileWalk: weight rows [128 h, 128 h + 128) of the tile) when they fill
 // at most half of the CTAs (E8 T512 fprop: SM active 81% -> 93% of the kernel's cycles); the warpgroups whose rows lie
 // in the other half then only follow the ring (wait for each stage, release it at once).
-// TMA: the loader is one thread issuing TMA boxes (S = ShapeTma, `maps` set; GROUP_MAPS: the weights through one map
-// per group, SwapMaps::w_group_maps); otherwise the S::kLoaderThreads threads of SwapLoader issue cp.async copies (any
+// TMA: the loader is one thread issuing TMA boxes (S = ShapeTma, `maps` set); otherwise the S::kLoaderThreads threads of SwapLoader issue cp.async copies (any
 // K; `maps` unused).
 // Stage release (`empty`): every MMA thread arrives after its own shared-memory reads of the stage. (A per-warp release,
 // __syncwarp() and one arrival by lane 0, orders the lanes' reads as well, bar.warp.sync ordering its lanes' memory
 // accesses, and measured the same speed; but compute-sanitizer's racecheck follows only per-thread arrivals and reported
 // the loader's cp.async writes against the lanes' reads: device/sanitizer/warp_release_repro.cu, docs/gemm.md stop 36.)
-template <class S, bool OUT_F32, bool TMA, bool GROUP_MAPS = false>
+template <class S, bool OUT_F32, bool TMA>
 __global__ void __launch_bounds__(S::kThreads, 1)
     swapped_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate,
                    const __grid_constant__ SwapMaps maps) {
@@ -411,7 +394,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     cur.stride = tile_stride;
     cur.seek<S::BN>(probs, prefix, E, walk, first_tile);
     ws::Ring<S::kStages> st;
-    TmaTile<GROUP_MAPS> tt;  // TMA: set at every tile's first K step
+    TmaTile tt;  // TMA: set at every tile's first K step
     SwapLoader<S> ld;  // cp.async: the same
     while (cur.valid(walk)) {
       if (cur.kt == 0) {
@@ -419,7 +402,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         const ws::ColumnRange cols = ws::walk_columns((cur.local / p.tiles_m) * S::BN, cur.half, p.N);
         const int m0 = (cur.local % p.tiles_m) * S::BM;
         if constexpr (TMA) {
-          tt = TmaTile<GROUP_MAPS>(p, maps, cur.group, m0, cols.begin, cols.end, cur.KT);
+          tt = TmaTile(p, maps, m0, cols.begin, cols.end, cur.KT);
         } else {
           p.N = cols.end;  // a half tile loads its 128 rows (one scale tile)
           ld = SwapLoader<S>(p, m0, cols.begin, cur.KT, tid);

@@ -79,30 +79,6 @@ __device__ __forceinline__ float e2m1_value(uint32_t code) {
   return (code & 8u) ? -v : v;
 }
 
-// ---------------------------------------------------------------------------------------------------------
-// SPEC 3.2: fp32 -> E4M3 ("fn"), RNE, satfinite. |x| > 448 or Inf -> 448 with sign; NaN -> 0x7F; -0 -> 0x80.
-// Integer implementation (bit-exact by construction, no dependence on the cvt instruction).
-// ---------------------------------------------------------------------------------------------------------
-__device__ __forceinline__ uint32_t e4m3_rn_sat(float x) {
-  if (isnan(x)) return 0x7Fu;
-  const uint32_t sign = signbit(x) ? 0x80u : 0u;
-  const float a = fabsf(x);
-  if (a > 448.0f) return sign | 0x7Eu;
-  uint32_t code;
-  if (a < 0.015625f) {  // below 2^-6: subnormal grid of quantum 2^-9; a*2^9 is exact, rintf is RNE
-    code = (uint32_t)rintf(__fmul_rn(a, 512.0f));  // 0..8 (8 == smallest normal 0x08, consistent)
-  } else {
-    const uint32_t bits = __float_as_uint(a);
-    const uint32_t e = (bits >> 23) - 127u + 7u;  // biased E4M3 exponent, 1..15
-    const uint32_t m = bits & 0x7FFFFFu;
-    code = (e << 3) | (m >> 20);
-    const uint32_t rem = m & 0xFFFFFu;
-    // round the 20 dropped mantissa bits to nearest even; a carry ripples into the exponent field
-    if (rem > 0x80000u || (rem == 0x80000u && (code & 1u))) code += 1u;
-  }
-  return sign | code;
-}
-
 // SPEC 2.2: E4M3 byte -> fp32 (0x7F / 0xFF -> NaN).
 __device__ __forceinline__ float e4m3_value(uint32_t b) {
   const uint32_t e = (b >> 3) & 0xFu, m = b & 7u;
@@ -145,15 +121,10 @@ __device__ __forceinline__ PlaneScale make_plane_scale(float amax, int rule) {
   return PlaneScale{__fmul_rn(s, kOneSixth), __fdiv_rn(1.0f, s)};
 }
 
-// SPEC 3.2 through the hardware conversion (cvt.rn.satfinite.e4m3x2.f32, sm_89+): RNE, saturating to 448.
-// Only used on the non-negative, non-NaN block scales of SPEC 5.2; NVFP4_SOFT_E4M3 selects the integer
-// implementation above instead (both are checked byte-for-byte against the oracle by the tests).
+// SPEC 3.2 through the hardware conversion (cvt.rn.satfinite.e4m3x2.f32, sm_89+): RNE, saturating to 448. Only used
+// on the non-negative, non-NaN block scales of SPEC 5.2.
 __device__ __forceinline__ uint32_t e4m3_scale(float sf) {
-#ifdef NVFP4_SOFT_E4M3
-  return e4m3_rn_sat(sf);
-#else
   return (uint32_t)__nv_cvt_float_to_fp8(sf, __NV_SATFINITE, __NV_E4M3);
-#endif
 }
 
 // SPEC 5.2: block max b -> scale byte, and scale byte -> encode multiplier m.
