@@ -1,16 +1,18 @@
 """Benchmark of the NVFP4 grouped GEMM (device/gemm.py) against BF16 baselines. One table, one GPU run.
 
 Columns (TFLOP/s = 2*T*N*K / time; wgrad counts the unpadded T):
-  nvfp4 fast / nvfp4 exact  -- device.gemm.grouped_gemm on operands quantized beforehand (GEMM only timed); fast
-                               is the kernel chosen by the sizes (E8 T16384: the dequantize-first path, whose
-                               operand decode is inside the timed call; E8 T512: the swapped kernel, whose token
-                               copy is inside the timed call)
-  fused                     -- fast mode with fast_kernel="fused" (the fused-decode kernels only, no scratch copies:
-                               the choice before stop 29; on E8 T512 the skinny kernel, the choice before stop 31)
-  x_fused / x_dq            -- exact mode with exact_kernel="fused" (the choice before stop 30) / "dequant" (over
-                               fp16 operand copies, decode timed); "exact" is the one chosen by the sizes
-  x_hyb                     -- exact mode with exact_kernel="hybrid" (an fp16 copy of A only, decode timed; B
-                               dequantized in the kernel; fprop / dgrad, nan for wgrad)
+  nvfp4 fast / nvfp4 exact  -- device.gemm.grouped_gemm on operands quantized beforehand (GEMM only timed), the
+                               plan chosen by the sizes (fast on E8 T16384: copies_cutlass, whose operand decode is
+                               inside the timed call; on E8 T512: swapped_64x256, whose token copy is inside the
+                               timed call)
+  fused                     -- fast mode with the fused-decode kernel that the sizes choose (fused_64x256,
+                               fused_128x256 or fused_pair_256x256, see fused_algorithm; no scratch copies), forced
+                               through device.testing.force_plan
+  x_fused / x_dq            -- exact mode with the plan exact_fused (both operands decoded in the K loop) /
+                               exact_copies (over fp16 operand copies, decode timed); "exact" is the plan chosen by
+                               the sizes
+  x_hyb                     -- exact mode with the plan exact_hybrid (an fp16 copy of A only, decode timed; B
+                               decoded in the kernel; fprop / dgrad, nan for wgrad)
   grouped_mm                -- torch._grouped_mm on BF16 operands (wgrad: bf16 output, fp32 is refused; the
                                "wgrad-bf16" rows run our wgrad with bf16 output too, the same bytes written; the
                                "wgrad-acc" rows run ours with accumulate=True into an fp32 main_grad, and grouped_mm
@@ -21,8 +23,8 @@ Columns (TFLOP/s = 2*T*N*K / time; wgrad counts the unpadded T):
                                timed) + torch._grouped_mm on the BF16 activations (fprop / dgrad only)
 Only the GEMM is timed: quantizing the operands (e.g. the weights, each step) is not in these numbers.
 Two GPU states, because the H100 (700 W cap) lowers its clock within ~0.1-1 s of sustained tensor load, and not by
-the same amount for every kernel (docs/gemm.md, stop 21: on the E8 T16384 shapes cuBLAS BF16 settles at 1.29-1.41
-GHz, the NVFP4 fast kernel at 1.62-1.77 GHz):
+the same amount for every kernel (measured on the E8 T16384 shapes: cuBLAS BF16 settles at 1.29-1.41 GHz, the NVFP4
+fast kernel at 1.62-1.77 GHz):
   burst      -- 0.3 s idle, two warm-up calls, then --iters calls: the clock near its maximum (not measured here)
   sustained  -- (columns marked _s) the same call enqueued back to back for --sustain seconds first (no
                 synchronisation between calls, so host overhead does not lower the GPU's duty cycle), then --iters
@@ -50,6 +52,7 @@ import time
 import torch
 
 import device
+from device import testing
 from device.gemm import grouped_gemm
 
 DEV = "cuda"
@@ -107,6 +110,31 @@ def _dequant_weights(wq, e: int, n: int, k: int) -> torch.Tensor:
 
 #: the weight dequantize as one fused kernel (eager torch would move ~20 GB through int64 codes on E=8)
 dequant_weights = torch.compile(_dequant_weights, dynamic=False)
+
+
+def fused_algorithm(kind: str, e: int, t: int, k: int, n: int) -> str:
+    """The fused-decode fast plan that the sizes choose for a case: the "fused" column, which never takes the plans
+    with scratch copies (swapped_64x256, copies_cutlass). The tile rule of the fused kernels reads the output rows per
+    group and the contraction per group (fprop: T/E rows over K; dgrad: T/E rows over N; wgrad: dW's N rows over
+    T/E tokens): at most 96 rows -> fused_64x256 (no tensor work on padding rows); at least 256 rows with a
+    contraction of at least 1024 -> fused_pair_256x256 (2-CTA clusters share the B conversion); otherwise
+    fused_128x256."""
+    rows, contraction = {"fprop": (t // e, k), "dgrad": (t // e, n), "wgrad": (n, t // e)}[kind]
+    if rows <= 96:
+        return "fused_64x256"
+    if rows >= 256 and contraction >= 1024:
+        return "fused_pair_256x256"
+    return "fused_128x256"
+
+
+def planned(fn, **plan):
+    """``fn`` called under ``device.testing.force_plan(**plan)`` (the plan forced for each call)."""
+
+    def call():
+        with testing.force_plan(**plan):
+            return fn()
+
+    return call
 
 
 def bench_case(name, e, t, k, n, skew, kind, iters, reps, sustain, rule="te", spread=False):
@@ -187,19 +215,18 @@ def bench_case(name, e, t, k, n, skew, kind, iters, reps, sustain, rule="te", sp
         deq = None
     if rule != "te":
         deq = None
-    b_in = bq
     acc = out_name == "acc"
-    fns = {"fast": (lambda: grouped_gemm(aq, b_in, kind=kind, out=out, accumulate=acc, mode="fast"), iters),
-           "fused": (lambda: grouped_gemm(aq, b_in, kind=kind, out=out, accumulate=acc, mode="fast",
-                                          fast_kernel="fused"), iters),
-           "exact": (lambda: grouped_gemm(aq, b_in, kind=kind, out=out, accumulate=acc, mode="exact"),
-                     max(2, iters // 2)),
-           "x_fused": (lambda: grouped_gemm(aq, b_in, kind=kind, out=out, accumulate=acc, mode="exact",
-                                            exact_kernel="fused"), max(2, iters // 2)),
-           "x_dq": (lambda: grouped_gemm(aq, b_in, kind=kind, out=out, accumulate=acc, mode="exact",
-                                         exact_kernel="dequant"), max(2, iters // 2)),
-           "x_hyb": ((lambda: grouped_gemm(aq, b_in, kind=kind, out=out, accumulate=acc, mode="exact",
-                                           exact_kernel="hybrid")) if kind != "wgrad" else None, max(2, iters // 2)),
+
+    def ours(mode: str):
+        return lambda: grouped_gemm(aq, bq, kind=kind, out=out, accumulate=acc, mode=mode)
+
+    x_iters = max(2, iters // 2)
+    fns = {"fast": (ours("fast"), iters),
+           "fused": (planned(ours("fast"), algorithm=fused_algorithm(kind, e, t, k, n)), iters),
+           "exact": (ours("exact"), x_iters),
+           "x_fused": (planned(ours("exact"), algorithm="exact_fused"), x_iters),
+           "x_dq": (planned(ours("exact"), algorithm="exact_copies"), x_iters),
+           "x_hyb": (planned(ours("exact"), algorithm="exact_hybrid") if kind != "wgrad" else None, x_iters),
            "grouped_mm": (bf16_gmm, iters), "loop": (loop, iters), "deq+gmm": (deq, iters)}
     for key in ("fast", "exact", "grouped_mm"):  # the sustained columns
         fns[key + "_s"] = fns[key]
@@ -225,8 +252,8 @@ def bench_case(name, e, t, k, n, skew, kind, iters, reps, sustain, rule="te", sp
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--iters", type=int, default=10)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--iters", type=int, default=10, help="timed calls per column and round (exact columns: half)")
     ap.add_argument("--reps", type=int, default=3, help="rounds over all columns; each column reports its median")
     ap.add_argument("--sustain", type=float, default=1.0, help="seconds of the same call before a sustained timing")
     ap.add_argument("--rules", default="te", help="comma-separated scale rules of the operands, one row each (SPEC 12.1)")
@@ -237,7 +264,7 @@ def main():
         ("E8 T16384 K4096 N14336 bal", 8, 16384, 4096, 14336, False,
          ("fprop", "dgrad", "wgrad", "wgrad-bf16", "wgrad-acc")),
         ("E8 T16384 K4096 N14336 skew", 8, 16384, 4096, 14336, True, ("fprop",)),
-        ("E8 T512 K4096 N14336", 8, 512, 4096, 14336, False, ("fprop", "dgrad")),  # (dgrad: swapped, stop 35)
+        ("E8 T512 K4096 N14336", 8, 512, 4096, 14336, False, ("fprop", "dgrad")),  # (fast: swapped_64x256)
         ("E64 T16384 K2048 N1408", 64, 16384, 2048, 1408, False,
          ("fprop", "dgrad", "wgrad", "wgrad-bf16", "wgrad-acc")),
     ]

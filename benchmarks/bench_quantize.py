@@ -8,7 +8,7 @@ equivalent;
 grouped quantize with E=8 and E=64 skewed splits including empty experts.
 
 "frac" is achieved bytes/s over the copy bandwidth, where the bytes are what the path must move: X read
-twice (amax pass and quantize pass), every output written once. That is the issue's convention, not HBM traffic:
+twice (amax pass and quantize pass), every output written once. That is the algorithm's traffic, not HBM traffic:
 the amax pass walks X in reverse tile order, so part of the second read hits L2. The copy bandwidth is a steady
 state (1 GiB copies back to back, best of 5), so "frac" also carries the timed call's own costs (one launch, its
 ramp and tail, the flush's dirty lines); "vs copy" divides the time of a copy of the same number of bytes, timed
@@ -22,6 +22,8 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
+from pathlib import Path
 
 # The torch.compile baseline must round like eager torch (and SPEC 1.1): IEEE division, not Triton's div.full.f32
 # (<= 2 ulp), and the bf16 round trip of the RHT kept, not elided. Set before torch is imported.
@@ -84,7 +86,9 @@ def bench(fn, iters: int = 50, warmup: int = 3) -> float:
 
 
 def kernel_breakdown(fn, label: str) -> None:
-    """Print the GPU kernels of one call of ``fn`` with their durations (torch.profiler)."""
+    """Print the GPU kernels of one call of ``fn`` with their durations (torch.profiler, through
+    tools/profile/profiling.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools" / "profile"))
     from profiling import profiled_kernels
 
     print(f"-- kernels of {label}:")
@@ -286,7 +290,7 @@ def main() -> None:
         t_ao = bench(lambda: device.quantize(x, rule="torchao", **plain), iters)  # noqa: B023 (called inside this iteration)
         add("  rule te, row+col, no RHT", shape, t_te, nbytes)
         add("  rule torchao, row+col, no RHT", shape, t_ao, nbytes, f"torchao/te time {t_ao / t_te:.2f}")
-        # the fused row's work under rule "torchao" (the bf16 fast kernels since stop 44, docs/device.md)
+        # the fused row's work under rule "torchao" (the bf16 fast kernels)
         t_ar = bench(lambda: device.quantize(x, rule="torchao", swizzled=True, **kw), iters)  # noqa: B023 (called inside this iteration)
         add("  rule torchao, row+RHT col+swizzled", shape, t_ar, nbytes, f"torchao/te time {t_ar / t_f:.2f}")
         if compiled is not None:

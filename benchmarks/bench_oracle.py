@@ -3,9 +3,9 @@
 Prints one table: quantize 4096x4096 bf16 (rowwise + RHT columnwise; rowwise only), torchao's
 `nvfp4_quantize` (rowwise; rowwise + transposed), the exact GEMM model at 512x4096x4096 and the tensor-core model
 (SPEC 12.6) at 128x1024x1024.
-Targets (issue 2): oracle quantize <= 1 s and faster than torchao CPU; exact GEMM <= 10 s.
+Targets: oracle quantize <= 1 s and faster than torchao CPU; exact GEMM <= 10 s.
 
-    python benchmarks/oracle_speed.py [--repeat 3]
+    python benchmarks/bench_oracle.py [--repeat 3] [--skip-gemm]
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ def best_of(fn, repeat: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--skip-gemm", action="store_true")
+    ap.add_argument("--repeat", type=int, default=3, help="timed calls per row after one warm-up; the best is shown")
+    ap.add_argument("--skip-gemm", action="store_true", help="time the quantize rows only")
     a = ap.parse_args()
     rng = np.random.default_rng(0)
     x = rng.standard_normal((4096, 4096)).astype(ml_dtypes.bfloat16)

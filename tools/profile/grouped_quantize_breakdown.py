@@ -1,14 +1,14 @@
 """Grouped quantize kernel times by split pattern (GPU; torch.profiler, mean of 5 calls).
 
-Run from the repository root: ``PYTHONPATH=. python3 benchmarks/grouped_quantize_breakdown.py``.
+Run from the repository root: ``PYTHONPATH=. python3 tools/profile/grouped_quantize_breakdown.py``.
 One 16384x4096 bf16 input, rowwise + RHT columnwise + swizzled scales, quantized as a single tensor and as groups
-of several split patterns (aligned, unaligned, skewed as in bench_quantize.py). Prints the quantize kernel, the
-amax pass and the small kernels (setup, fills) of each call: the numbers behind device/NOTES.md "v4, stop 19" and
-"v4, stop 20".
+of several split patterns (aligned, unaligned, skewed as in benchmarks/bench_quantize.py). Prints the quantize
+kernel, the amax pass and the small kernels (setup, fills) of each call: what a group split costs against one tensor.
 """
 
 from __future__ import annotations
 
+import argparse
 import collections
 import sys
 from collections.abc import Callable
@@ -18,7 +18,7 @@ import torch
 
 import device
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[2] / "benchmarks")]
 from bench_quantize import skewed_splits  # noqa: E402
 from profiling import profiled_kernels  # noqa: E402
 
@@ -51,6 +51,7 @@ def split_patterns() -> dict[str, list[int]]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     x = torch.randn(T, K, device="cuda", dtype=torch.bfloat16)
     kw = dict(rowwise=True, columnwise=True, rht=True)
     cases: dict[str, Callable[[], object]] = {"single tensor": lambda: device.quantize(x, swizzled=True, **kw)}

@@ -2,7 +2,7 @@
 subnormal operands, the alignment window inside one k16 step, how the accumulator joins it, negative terms, and
 whether terms are truncated one by one. Evidence for SPEC 12.4's accumulation assumption; prints one line per probe.
 
-    PYTHONPATH=. python3 benchmarks/probe_wgmma_numerics.py        (needs a GPU and triton)
+    PYTHONPATH=. python3 tools/probes/probe_wgmma_numerics.py        (needs a GPU and triton)
 
 Each probe is a list of k16 steps; each step a list of (a, b) pairs at K positions 0, 1, ... (fp16 values). Only
 element (0, 0) of a 64x64 tile is nonzero; it is sum_k a_k b_k accumulated by consecutive wgmma k16 instructions.
@@ -10,6 +10,7 @@ element (0, 0) of a 64x64 tile is nonzero; it is sum_k a_k b_k accumulated by co
 
 from __future__ import annotations
 
+import argparse
 import sys
 from fractions import Fraction
 
@@ -69,6 +70,7 @@ def at(pos: dict[int, tuple[float, float]]):
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     tc_dot([pad([(1.0, 1.0)])])
     try:
         ok = "wgmma" in _LAST.asm["ptx"]

@@ -1,4 +1,5 @@
-"""GPU kernel timings of a callable through torch.profiler, shared by the benchmark scripts."""
+"""GPU kernel timings of a callable through torch.profiler (imported by benchmarks/bench_quantize.py --profile and
+by the scripts of tools/)."""
 
 from __future__ import annotations
 
@@ -21,3 +22,10 @@ def profiled_kernels(fn: Callable[[], object], calls: int = 1) -> list[tuple[str
     events = [(ev.name, ev.time_range.start, ev.time_range.elapsed_us())
               for ev in prof.events() if ev.device_type.name == "CUDA"]
     return sorted(events, key=lambda e: e[1])
+
+
+def kernel_function(name: str) -> str:
+    """The function name in a profiled kernel's signature (``void ns::quantize_kernel<4, true>(Args const&)`` ->
+    ``quantize_kernel``)."""
+    head = name.split("(")[0].split("<")[0].split()
+    return head[-1].split("::")[-1] if head else name

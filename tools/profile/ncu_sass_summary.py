@@ -1,9 +1,9 @@
-"""Summarise Nsight Compute's per-SASS-line CSV (`ncu -i REP --page source --csv --print-source sass`, as written by
-`gpu_session.sh ncu`): executed instructions and stall samples per opcode, the lines with the most stall samples and
-their top stall reasons, the stall reasons in total, and the samples of the spin loops that wait on each mbarrier
-(the branch after a `SYNCS.PHASECHK...TRYWAIT`, grouped by the barrier's address operand). docs/gemm.md, stop 47.
+"""Summarise Nsight Compute's per-SASS-line CSV (`ncu -i REP --page source --csv --print-source sass`, as written
+by `tools/gpu_session.sh ncu`): executed instructions and stall samples per opcode, the lines with the most stall
+samples and their top stall reasons, the stall reasons in total, and the samples of the spin loops that wait on each
+mbarrier (the branch after a `SYNCS.PHASECHK...TRYWAIT`, grouped by the barrier's address operand).
 
-    python benchmarks/ncu_sass_summary.py ncu_0_sass.csv [--top 20]
+    python tools/profile/ncu_sass_summary.py ncu_0_sass.csv [--top 20]
 """
 
 from __future__ import annotations
@@ -55,9 +55,9 @@ def barrier_waits(header: list[str], rows: list[list[str]], lookahead: int = 6) 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("csv")
-    ap.add_argument("--top", type=int, default=20)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("csv", help="ncu's per-SASS-line CSV (--page source --csv --print-source sass)")
+    ap.add_argument("--top", type=int, default=20, help="opcodes and lines to list")
     a = ap.parse_args()
     header, rows = read_rows(a.csv)
     col = {h: i for i, h in enumerate(header)}

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# One GPU session's checks in one call (the device tool: a fresh machine per call, 600 s per command).
+# GPU checks and benchmarks in one command, run from the repository root on a machine with an H100 / H200.
 #
-#   bash benchmarks/gpu_session.sh build gemm-tests sanitize ab          # stages run in the order given
-#   STAGE_TIMEOUT_gemm_tests=240 bash benchmarks/gpu_session.sh build gemm-tests
+#   bash tools/gpu_session.sh build gemm-tests sanitize ab-kernel       # stages run in the order given
+#   STAGE_TIMEOUT_gemm_tests=240 bash tools/gpu_session.sh build gemm-tests
 #
 # Stages (each under `timeout -s KILL`; the log goes to $OUT/<stage>.log, its tail to stdout):
 #   build          install the wheels of .whl/ (nvidia-cutlass) into /tmp/site, JIT-build both extensions
+#                  (device._build.load_extensions)
 #   smoke          one tiny quantize and grouped GEMM against the oracle
 #   gemm-tests     tests/test_device_gemm.py, test_device_gemm_torchao.py (8 workers)
 #   quant-tests    tests/test_device_quantize.py, test_device_torchao.py, test_device_kernel_choice.py,
@@ -13,27 +14,26 @@
 #   large-tests    tests/test_device_large.py with NVFP4_LARGE=1 (buffers past 32-bit offsets, ~40 GB of GPU memory)
 #   sanitize       compute-sanitizer $SANITIZE_TOOLS (memcheck racecheck) on $SANITIZE_K (pytest -k of
 #                  $SANITIZE_FILE, default tests/test_device_gemm.py)
-#   racecheck-repro  device/sanitizer/warp_release_repro.cu under racecheck, modes 0 1 2 (whether racecheck sees a
+#   racecheck-repro  tools/sanitizer/warp_release_repro.cu under racecheck, modes 0 1 2 (whether racecheck sees a
 #                  per-warp stage release: __syncwarp, then lane 0 arrives)
-#   ab             benchmarks/ab_env_switch.py for the opt-in switches ($AB_EXACT_CASES, $AB_SWAP_CASES): the exact TMA
-#                  loader, the swapped dgrad group maps, and (under the TMA loader) the converter converting all of B
-#   ab-pdl         benchmarks/ab_env_switch.py over NVFP4_GEMM_PDL 1,0 (the call's kernels chained by programmatic
-#                  dependent launch, or not) on the fast and exact paths whose calls are short
-#   timeline       benchmarks/gemm_timeline.py: host enqueue time, kernels and gaps per call (fast auto; exact on E64)
-#   ab-kernel      benchmarks/ab_fast_kernel.py: fast_kernel choices $AB_KERNELS on $AB_KERNEL_CASES (E,T,K,N,kind,out;...)
+#   timeline       tools/profile/gemm_timeline.py: host enqueue time, kernels and gaps per call (fast plans chosen by
+#                  the sizes; exact mode on E64 and E8 T512)
+#   ab-kernel      tools/ab/ab_plans.py gemm: the plans $AB_PLANS on the cases $AB_CASES (E,T,K,N,kind[,out];...)
+#   ab-quant       tools/ab/ab_plans.py quantize: the plans $AB_QUANT_PLANS (bytes compared, then timed)
 #   conformance    python -m conformance run on the GPU, ops $CONF_OPS (default: the grouped-GEMM ops; "all" for
 #                  every op), $CONF_BUDGET, seed $CONF_SEED
-#   binding-errors device/tools/check_binding_errors.py (every binding refusal is a Python error, not a crash)
+#   binding-errors tools/sanitizer/check_binding_errors.py (every binding refusal is a Python error, not a crash)
 #   ncu            Nsight Compute on one launch of kernel $NCU_KERNEL (a regex) per case of $NCU_CASES (";"-separated
-#                  argument lists of $NCU_SCRIPT, default benchmarks/gemm_one_case.py; benchmarks/quant_one_case.py
-#                  for the quantizer): $OUT/ncu_<i>.ncu-rep, the details page (speed of
-#                  light, warp states, scheduler, instruction mix) in $OUT/ncu_<i>_details.txt, the per-SASS-line
-#                  stall samples in $OUT/ncu_<i>_sass.csv and their summary (benchmarks/ncu_sass_summary.py) in
+#                  argument lists of $NCU_SCRIPT, default tools/profile/gemm_one_case.py;
+#                  tools/profile/quant_one_case.py for the quantizer): $OUT/ncu_<i>.ncu-rep, the details page (speed
+#                  of light, warp states, scheduler, instruction mix) in $OUT/ncu_<i>_details.txt, the per-SASS-line
+#                  stall samples in $OUT/ncu_<i>_sass.csv and their summary (tools/profile/ncu_sass_summary.py) in
 #                  $OUT/ncu_<i>_summary.txt
-#   bench-gemm     benchmarks/bench_grouped_gemm.py --iters 10 --reps 3 (three rounds: the median then survives one
-#                  disturbed round, which stop 45 saw in about one timing in 20)
+#   bench-gemm     benchmarks/bench_grouped_gemm.py --iters 10 --reps 3 (three rounds: the median survives one
+#                  disturbed round, which happens in about one timing in 20)
 #   bench-quant    benchmarks/bench_quantize.py --quick --no-compile
-# The exit status is the first failing stage's (0 when all passed); later stages still run.
+# The exit status is the first failing stage's (0 when all passed); later stages still run, except after a failed
+# build. tools/ab/two_trees.py compares the benchmarks of two source trees (it builds both itself).
 set -u
 OUT=${OUT:-/tmp/gpu_session_out}
 mkdir -p "$OUT"
@@ -43,23 +43,24 @@ SAN=/usr/local/cuda/bin/compute-sanitizer
 SANITIZE_K=${SANITIZE_K:-"exact_fused_loaders and 1 or off_a_whole"}
 SANITIZE_FILE=${SANITIZE_FILE:-tests/test_device_gemm.py}
 SANITIZE_TOOLS=${SANITIZE_TOOLS:-"memcheck racecheck"}
-AB_EXACT_CASES=${AB_EXACT_CASES:-"E64 fprop,E64 dgrad,E8 T512 fprop"}
-AB_SWAP_CASES=${AB_SWAP_CASES:-"E8 T512 dgrad"}
-AB_KERNELS=${AB_KERNELS:-"auto,fused,dequant"}
-AB_KERNEL_CASES=${AB_KERNEL_CASES:-"64,16384,2048,1408,wgrad,f32;64,16384,2048,1408,wgrad,bf16"}
+AB_PLANS=${AB_PLANS:-"auto; algorithm=fused_128x256; algorithm=copies_cutlass"}
+AB_CASES=${AB_CASES:-"64,16384,2048,1408,wgrad,f32;64,16384,2048,1408,wgrad,bf16"}
+AB_QUANT_PLANS=${AB_QUANT_PLANS:-"quantize=general; quantize=fast_bf16"}
 CONF_BUDGET=${CONF_BUDGET:-45s}
 CONF_OPS=${CONF_OPS:-grouped_gemm,grouped_gemm_tc,grouped_gemm_exact}
 CONF_SEED=${CONF_SEED:-$(date +%s)}
 NCU_KERNEL=${NCU_KERNEL:-"exact_f16_kernel"}
-NCU_CASES=${NCU_CASES:-"--mode exact --kernel hybrid --e 64 --t 16384 --k 2048 --n 1408"}
-NCU_SCRIPT=${NCU_SCRIPT:-benchmarks/gemm_one_case.py}
+NCU_CASES=${NCU_CASES:-"--algorithm exact_hybrid --e 64 --t 16384 --k 2048 --n 1408"}
+NCU_SCRIPT=${NCU_SCRIPT:-tools/profile/gemm_one_case.py}
 PYTEST="python3 -m pytest -q -p no:cacheprovider"
 status=0
 
 default_timeout() {
   case "$1" in
-    build) echo 300 ;; ncu) echo 300 ;; smoke) echo 120 ;; large-tests) echo 420 ;; racecheck-repro) echo 90 ;; gemm-tests) echo 240 ;; quant-tests) echo 240 ;; sanitize) echo 300 ;;
-    ab) echo 240 ;; ab-kernel) echo 240 ;; timeline) echo 240 ;; ab-pdl) echo 240 ;; conformance) echo 120 ;; binding-errors) echo 120 ;; bench-gemm) echo 450 ;; bench-quant) echo 240 ;; *) echo 60 ;;
+    build) echo 300 ;; ncu) echo 300 ;; smoke) echo 120 ;; large-tests) echo 420 ;; racecheck-repro) echo 90 ;;
+    gemm-tests) echo 240 ;; quant-tests) echo 240 ;; sanitize) echo 300 ;; ab-kernel) echo 240 ;; ab-quant) echo 240 ;;
+    timeline) echo 240 ;; conformance) echo 120 ;; binding-errors) echo 120 ;; bench-gemm) echo 450 ;;
+    bench-quant) echo 240 ;; *) echo 60 ;;
   esac
 }
 
@@ -67,11 +68,11 @@ stage_body() {
   case "$1" in
     build)
       # A build killed by a timeout leaves torch's `lock` file in its directory, and every later load waits on it
-      # for ever (stop 53). No other build runs when this stage starts, so any lock found here is stale.
+      # for ever. No other build runs when this stage starts, so any lock found here is stale.
       find "$NVFP4_BUILD_DIR" -name lock -print -delete 2>/dev/null
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
         .whl/*.whl || return 1
-      python3 -c "import device._gemm_build as g; g.load_gemm_extension(); import device._build as b; b.load_extension()"
+      python3 -c "import device._build as b; b.load_extensions()"
       ;;
     smoke)
       python3 - <<'EOF'
@@ -103,8 +104,8 @@ EOF
       return $rc
       ;;
     racecheck-repro)
-      nvcc -gencode=arch=compute_90a,code=sm_90a -o /tmp/warp_release_repro device/sanitizer/warp_release_repro.cu \
-        || return 1
+      nvcc -gencode=arch=compute_90a,code=sm_90a -I device/csrc -o /tmp/warp_release_repro \
+        tools/sanitizer/warp_release_repro.cu || return 1
       local mode rc=0
       for mode in 0 1 2; do
         echo "--- mode $mode"
@@ -114,25 +115,13 @@ EOF
       done
       return $rc
       ;;
-    ab)
-      python3 benchmarks/ab_env_switch.py --var NVFP4_EXACT_TMA --mode exact --exact-kernel fused \
-        --cases "$AB_EXACT_CASES" || return $?
-      python3 benchmarks/ab_env_switch.py --var NVFP4_SWAP_GROUP_MAPS --mode fast --fast-kernel swapped \
-        --cases "$AB_SWAP_CASES" || return $?
-      NVFP4_EXACT_TMA=1 python3 benchmarks/ab_env_switch.py --var NVFP4_EXACT_CONV_ALL_B --mode exact \
-        --exact-kernel fused --cases "$AB_EXACT_CASES"
-      ;;
-    ab-pdl)
-      python3 benchmarks/ab_env_switch.py --var NVFP4_GEMM_PDL --values 1,0 --mode fast \
-        --cases "E8 T512 fprop,E8 T512 dgrad,E64 fprop,E64 dgrad,E64 wgrad" || return $?
-      python3 benchmarks/ab_env_switch.py --var NVFP4_GEMM_PDL --values 1,0 --mode exact --exact-kernel auto \
-        --cases "E64 fprop,E64 dgrad,E64 wgrad,E8 T512 fprop"
-      ;;
     timeline)
-      python3 benchmarks/gemm_timeline.py || return $?
-      python3 benchmarks/gemm_timeline.py --mode exact --cases "E64 fprop,E64 dgrad,E64 wgrad,E8 T512 fprop"
+      python3 tools/profile/gemm_timeline.py || return $?
+      python3 tools/profile/gemm_timeline.py --plan "mode=exact" \
+        --cases "64,16384,2048,1408,fprop;64,16384,2048,1408,dgrad;64,16384,2048,1408,wgrad;8,512,4096,14336,fprop"
       ;;
-    ab-kernel) python3 benchmarks/ab_fast_kernel.py --kernels "$AB_KERNELS" --cases "$AB_KERNEL_CASES" ;;
+    ab-kernel) python3 tools/ab/ab_plans.py gemm --plans "$AB_PLANS" --cases "$AB_CASES" ;;
+    ab-quant) python3 tools/ab/ab_plans.py quantize --plans "$AB_QUANT_PLANS" ;;
     conformance)
       local ops=()
       [ "$CONF_OPS" != all ] && ops=(--ops "$CONF_OPS")
@@ -140,7 +129,7 @@ EOF
         --budget "$CONF_BUDGET" --seed "$CONF_SEED" --no-progress --report "$OUT/conformance.json" \
         --artifacts "$OUT/conformance_failures"
       ;;
-    binding-errors) python3 device/tools/check_binding_errors.py ;;
+    binding-errors) python3 tools/sanitizer/check_binding_errors.py ;;
     ncu)
       local NCU=ncu i=0 case rc=0
       command -v ncu >/dev/null || NCU=$(ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
@@ -154,7 +143,7 @@ EOF
           --import-source no -f -o "$OUT/ncu_$i" python3 "$NCU_SCRIPT" $case || rc=$?
         "$NCU" -i "$OUT/ncu_$i.ncu-rep" --page details >"$OUT/ncu_${i}_details.txt" || rc=$?
         "$NCU" -i "$OUT/ncu_$i.ncu-rep" --page source --csv --print-source sass >"$OUT/ncu_${i}_sass.csv" || rc=$?
-        python3 benchmarks/ncu_sass_summary.py "$OUT/ncu_${i}_sass.csv" --top 12 >"$OUT/ncu_${i}_summary.txt" || rc=$?
+        python3 tools/profile/ncu_sass_summary.py "$OUT/ncu_${i}_sass.csv" --top 12 >"$OUT/ncu_${i}_summary.txt" || rc=$?
         grep -E "Duration|Issue Slots Busy|Tensor|No Eligible|Warp Cycles Per Issued|Registers" "$OUT/ncu_${i}_details.txt" | head -n 20
         i=$((i + 1))
       done
@@ -171,8 +160,9 @@ for stage in "$@"; do
   limit=${!var:-$(default_timeout "$stage")}
   start=$(date +%s)
   # (the stage in a child shell, so that timeout can kill it and everything it started)
-  timeout -s KILL "$limit" bash -c "$(declare -f stage_body); $(declare -p PYTEST SAN SANITIZE_K SANITIZE_FILE SANITIZE_TOOLS AB_EXACT_CASES \
-    AB_SWAP_CASES AB_KERNELS AB_KERNEL_CASES CONF_BUDGET CONF_SEED CONF_OPS NCU_KERNEL NCU_CASES OUT); stage_body $stage" >"$OUT/$stage.log" 2>&1
+  timeout -s KILL "$limit" bash -c "$(declare -f stage_body); $(declare -p PYTEST SAN SANITIZE_K SANITIZE_FILE \
+    SANITIZE_TOOLS AB_PLANS AB_CASES AB_QUANT_PLANS CONF_BUDGET CONF_SEED CONF_OPS NCU_KERNEL NCU_CASES NCU_SCRIPT \
+    OUT); stage_body $stage" >"$OUT/$stage.log" 2>&1
   rc=$?
   echo "=== $stage: rc $rc, $(( $(date +%s) - start )) s (limit $limit s)"
   grep -v '^\[[0-9]*/[0-9]*\]' "$OUT/$stage.log" | tail -n "${TAIL_LINES:-15}"
