@@ -1,24 +1,35 @@
-"""Hopper (sm_90a) CUDA kernels for NVFP4 quantization, byte-exact with the NumPy oracle (SPEC.md).
+"""Hopper (sm_90a) CUDA kernels for NVFP4, byte-exact with the NumPy oracle (SPEC.md).
 
-Importing this package needs neither torch nor CUDA: everything heavy is imported on first use, and the
-CUDA extension is JIT-built on the first kernel call (see :mod:`device._build`). Public API:
+The API mirrors the oracle name for name on torch CUDA tensors (current stream, no host synchronization):
 
-* :func:`quantize` / :func:`group_quantize`: mirror :func:`oracle.quantize` / :func:`oracle.group_quantize`
-  on torch CUDA tensors; results have ``.to_oracle()``.
+* :func:`quantize` / :func:`group_quantize`: :func:`oracle.quantize` / :func:`oracle.group_quantize`; the results
+  (:class:`DeviceNVFP4Tensor`, :class:`DeviceGroupedNVFP4Tensor`) have ``.to_oracle()``.
 * :func:`swizzle_scales`, :func:`dequantize`.
-* :func:`grouped_gemm`: graph-safe grouped NVFP4 GEMM (fprop / dgrad / wgrad, "fast" and "exact" modes, SPEC 12).
+* :func:`grouped_gemm`: graph-safe grouped NVFP4 GEMM (fprop / dgrad / wgrad; "fast" and "exact" modes, SPEC 12).
+* :func:`set_num_sms` / :func:`get_num_sms`: cap the GEMM's persistent grid.
 * :func:`is_available`: whether a CUDA device that can run the kernels (sm_90) is present.
-* :class:`DeviceNVFP4Tensor` / :class:`DeviceGroupedNVFP4Tensor`: the result types (``device._results``).
+* :mod:`device.testing`: test-only hooks (``force_plan``).
+
+Importing this package needs neither torch nor CUDA: the functions above are imported on first access (their
+modules import torch), and the CUDA extensions are JIT-built on the first kernel call (:mod:`device._build`).
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 __all__ = [
-    "DeviceGroupedNVFP4Tensor", "DeviceNVFP4Tensor", "dequantize", "group_quantize", "grouped_gemm", "is_available",
-    "quantize", "swizzle_scales",
+    "DeviceGroupedNVFP4Tensor", "DeviceNVFP4Tensor", "dequantize", "get_num_sms", "group_quantize", "grouped_gemm",
+    "is_available", "quantize", "set_num_sms", "swizzle_scales",
 ]
+
+# public name -> the module that defines it
+_LAZY = {
+    "quantize": "quantization", "group_quantize": "quantization", "swizzle_scales": "quantization",
+    "dequantize": "quantization", "grouped_gemm": "gemm", "set_num_sms": "gemm", "get_num_sms": "gemm",
+    "DeviceNVFP4Tensor": "_results", "DeviceGroupedNVFP4Tensor": "_results",
+}
 
 
 def is_available() -> bool:
@@ -33,45 +44,16 @@ def is_available() -> bool:
         return False
 
 
-def quantize(x, **kwargs) -> Any:
-    """NVFP4-quantize a CUDA tensor; see :func:`device._api.quantize` for the options."""
-    from ._api import quantize as _f
-
-    return _f(x, **kwargs)
-
-
-def group_quantize(x, splits, **kwargs) -> Any:
-    """Grouped NVFP4 quantize driven by device int64 splits; see :func:`device._api.group_quantize`."""
-    from ._api import group_quantize as _f
-
-    return _f(x, splits, **kwargs)
-
-
-def swizzle_scales(compact) -> Any:
-    """Compact uint8 scales -> swizzled zero-padded buffer (SPEC 8.2); see :func:`device._api.swizzle_scales`."""
-    from ._api import swizzle_scales as _f
-
-    return _f(compact)
-
-
-def dequantize(q, plane: str = "row", **kwargs) -> Any:
-    """Dequantize one NVFP4 plane to float32 (SPEC 11); see :func:`device._api.dequantize`."""
-    from ._api import dequantize as _f
-
-    return _f(q, plane, **kwargs)
-
-
-def grouped_gemm(a, b, **kwargs) -> Any:
-    """NVFP4 grouped GEMM (fprop / dgrad / wgrad) over grouped quantized tensors; see :func:`device.gemm.grouped_gemm`."""
-    from .gemm import grouped_gemm as _f
-
-    return _f(a, b, **kwargs)
-
-
 def __getattr__(name: str) -> Any:
-    """The result classes, imported on first use (``device.DeviceNVFP4Tensor``, ``device.DeviceGroupedNVFP4Tensor``)."""
-    if name in ("DeviceNVFP4Tensor", "DeviceGroupedNVFP4Tensor"):
-        from . import _results
-
-        return getattr(_results, name)
+    """The public functions and classes, imported from their modules on first access (PEP 562)."""
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value  # later accesses skip this function
+        return value
+    if name == "testing":
+        return importlib.import_module(".testing", __name__)
     raise AttributeError(f"module 'device' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__) | {"testing"})

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from ._build import load_extension
+from ._codes import Rule, ScaleLayout
 
 __all__ = [
     "LAYOUT_COMPACT",
@@ -25,8 +26,9 @@ __all__ = [
     "quantize_buffers",
 ]
 
-LAYOUT_COMPACT, LAYOUT_PADDED_COMPACT, LAYOUT_SWIZZLED = 0, 1, 2
-RULE_TORCHAO = 2  # rule codes >= this are the torchao rules (NaN-propagating amax, SPEC 4.1; device._api._RULES)
+LAYOUT_COMPACT, LAYOUT_PADDED_COMPACT, LAYOUT_SWIZZLED = (int(ScaleLayout[n]) for n in ("compact", "padded_compact",
+                                                                                          "swizzled"))
+_NAN_PROPAGATING = (int(Rule.torchao), int(Rule.torchao_noscale))  # the torchao rules' amax (SPEC 4.1)
 _TILE_M = 128  # rows per kernel tile (csrc/nvfp4_layout.cuh kTileM)
 
 
@@ -98,9 +100,10 @@ def quantize_buffers(m: int, k: int, *, rowwise: bool, columnwise: bool, swizzle
 
 def launch_quantize(x: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: bool, columnwise: bool, rht: bool,
                     rht_signs: int, block2d: bool, rule: int, sr: bool, seed_lo: int, seed_hi: int, offset: int,
-                    swizzled: bool) -> None:
+                    swizzled: bool, amax_kernel: int, quantize_kernel: int) -> None:
     """Launch the amax pass (unless ``amax_in`` [2] is given) and the fused quantizer into ``bufs``
-    (``quantize_buffers``' layout; sizes checked)."""
+    (``quantize_buffers``' layout; sizes checked); ``amax_kernel`` / ``quantize_kernel``: the plan's QuantizeKernel
+    codes (device._dispatch.plan_quantize)."""
     m, k = x.shape
     _check_buffers(bufs, _quantize_specs(m, k, rowwise, columnwise, swizzled), x.device)
     ext = load_extension()
@@ -110,7 +113,7 @@ def launch_quantize(x: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: b
         if not columnwise:  # amax_ zeroes the amaxes it computes (SPEC 4); the columnwise one is then 0 too
             amax[1:2].zero_()
         _raise_refusal(ext.amax_(x, None, 1, row_tiles, amax[0:1], amax[1:2] if columnwise else None, rht,
-                                 rht_signs, False, rule >= RULE_TORCHAO, None, None))
+                                 rht_signs, False, rule in _NAN_PROPAGATING, None, None, amax_kernel))
     else:
         amax.copy_(amax_in)
     _raise_refusal(ext.quantize_(
@@ -119,25 +122,26 @@ def launch_quantize(x: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: b
         bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None,
         LAYOUT_SWIZZLED if swizzled else LAYOUT_COMPACT, block2d, sr, rule, rht, rht_signs, seed_lo, seed_hi, offset,
         amax_in is None,  # the amax pass is the previous launch: the quantizer may overlap its tail
-        None,
+        None, quantize_kernel,
     ))
 
 
 @torch.library.custom_op("nvfp4_device::quantize", mutates_args=())
 def quantize_op(x: Tensor, amax: Tensor | None, rowwise: bool, columnwise: bool, rht: bool, rht_signs: int,
-                block2d: bool, rule: int, sr: bool, seed_lo: int, seed_hi: int, offset: int,
-                swizzled: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+                block2d: bool, rule: int, sr: bool, seed_lo: int, seed_hi: int, offset: int, swizzled: bool,
+                amax_kernel: int, quantize_kernel: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Functional NVFP4 quantize of a 2-D CUDA tensor: (row_data, row_scales, col_data, col_scales, amax[2])."""
     m, k = x.shape
     bufs = quantize_buffers(m, k, rowwise=rowwise, columnwise=columnwise, swizzled=swizzled, device=x.device)
     launch_quantize(x, bufs, amax, rowwise=rowwise, columnwise=columnwise, rht=rht, rht_signs=rht_signs,
                     block2d=block2d, rule=rule, sr=sr, seed_lo=seed_lo, seed_hi=seed_hi, offset=offset,
-                    swizzled=swizzled)
+                    swizzled=swizzled, amax_kernel=amax_kernel, quantize_kernel=quantize_kernel)
     return bufs["row_data"], bufs["row_scales"], bufs["col_data"], bufs["col_scales"], bufs["amax"]
 
 
 @quantize_op.register_fake
-def _(x, amax, rowwise, columnwise, rht, rht_signs, block2d, rule, sr, seed_lo, seed_hi, offset, swizzled):
+def _(x, amax, rowwise, columnwise, rht, rht_signs, block2d, rule, sr, seed_lo, seed_hi, offset, swizzled,
+      amax_kernel, quantize_kernel):
     m, k = x.shape
     b = quantize_buffers(m, k, rowwise=rowwise, columnwise=columnwise, swizzled=swizzled, device=x.device)
     return b["row_data"], b["row_scales"], b["col_data"], b["col_scales"], b["amax"]
@@ -177,7 +181,8 @@ def group_buffers(t: int, k: int, e: int, *, rowwise: bool, columnwise: bool, de
 
 def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: bool,
                           columnwise: bool, rht: bool, rht_signs: int, block2d: bool, rule: int, sr: bool,
-                          seed_lo: int, seed_hi: int, offset: int, swizzled: bool) -> None:
+                          seed_lo: int, seed_hi: int, offset: int, swizzled: bool, amax_kernel: int,
+                          quantize_kernel: int) -> None:
     """Offsets, amax (unless ``amax_in`` [2, E] is given), tail zero-fill and the fused quantizer, all on device
     (``group_buffers``' layout; sizes checked)."""
     t, k = x.shape
@@ -195,7 +200,7 @@ def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: Tensor
         bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None, recs))
     if compute:  # the setup kernel is the previous launch: the amax pass may start as it runs (from the splits)
         _raise_refusal(ext.amax_(x, offs, e, row_tiles, row_amax, col_amax if columnwise else None, rht,
-                                 rht_signs, True, rule >= RULE_TORCHAO, recs, splits))
+                                 rht_signs, True, rule in _NAN_PROPAGATING, recs, splits, amax_kernel))
     else:
         row_amax.copy_(amax_in[0])
         col_amax.copy_(amax_in[1])
@@ -205,26 +210,29 @@ def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: Tensor
         bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None,
         LAYOUT_SWIZZLED if swizzled else LAYOUT_PADDED_COMPACT, block2d, sr, rule, rht, rht_signs, seed_lo, seed_hi,
         offset, compute,  # the amax pass is the previous launch: the quantizer may overlap its tail
-        recs,
+        recs, quantize_kernel,
     ))
 
 
 @torch.library.custom_op("nvfp4_device::group_quantize", mutates_args=())
 def group_quantize_op(x: Tensor, splits: Tensor, amax: Tensor | None, rowwise: bool, columnwise: bool, rht: bool,
                       rht_signs: int, block2d: bool, rule: int, sr: bool, seed_lo: int, seed_hi: int, offset: int,
-                      swizzled: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+                      swizzled: bool, amax_kernel: int,
+                      quantize_kernel: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Functional grouped quantize: (row_data, row_scales, col_data, col_scales, row_amax, col_amax, offsets)."""
     t, k = x.shape
     bufs = group_buffers(t, k, splits.numel(), rowwise=rowwise, columnwise=columnwise, device=x.device)
     launch_group_quantize(x, splits, bufs, amax, rowwise=rowwise, columnwise=columnwise, rht=rht,
                           rht_signs=rht_signs, block2d=block2d, rule=rule, sr=sr, seed_lo=seed_lo, seed_hi=seed_hi,
-                          offset=offset, swizzled=swizzled)
+                          offset=offset, swizzled=swizzled, amax_kernel=amax_kernel,
+                          quantize_kernel=quantize_kernel)
     return (bufs["row_data"], bufs["row_scales"], bufs["col_data"], bufs["col_scales"], bufs["row_amax"],
             bufs["col_amax"], bufs["offsets"])
 
 
 @group_quantize_op.register_fake
-def _(x, splits, amax, rowwise, columnwise, rht, rht_signs, block2d, rule, sr, seed_lo, seed_hi, offset, swizzled):
+def _(x, splits, amax, rowwise, columnwise, rht, rht_signs, block2d, rule, sr, seed_lo, seed_hi, offset, swizzled,
+      amax_kernel, quantize_kernel):
     t, k = x.shape
     b = group_buffers(t, k, splits.shape[0], rowwise=rowwise, columnwise=columnwise, device=x.device)
     return (b["row_data"], b["row_scales"], b["col_data"], b["col_scales"], b["row_amax"], b["col_amax"],
@@ -290,11 +298,11 @@ def check_dequantize_args(data: Tensor, scales: Tensor, amax: Tensor, rows: int,
 @torch.library.custom_op("nvfp4_device::dequantize", mutates_args=())
 def dequantize_op(data: Tensor, scales: Tensor, amax: Tensor, rows: int, cols: int, swizzled: bool,
                   rule: int = 0) -> Tensor:
-    """One NVFP4 plane -> float32 [rows, cols] (SPEC 11; ``rule``: a code of device._api._RULES, 0 = "te"). The
+    """One NVFP4 plane -> float32 [rows, cols] (SPEC 11; ``rule``: a code of device._codes.Rule, 0 = "te"). The
     arguments are checked (check_dequantize_args): this op is public as torch.ops.nvfp4_device.dequantize."""
     check_dequantize_args(data, scales, amax, rows, cols, swizzled)
-    if rule not in (0, 1, 2, 3):
-        raise ValueError(f"rule must be a scale rule code 0..3, got {rule!r}")
+    if rule not in {int(r) for r in Rule}:
+        raise ValueError(f"rule must be a scale rule code of device._codes.Rule, got {rule!r}")
     out = torch.empty((rows, cols), dtype=torch.float32, device=data.device)
     _raise_refusal(load_extension().dequantize_(data, scales, amax, rows, cols, swizzled, rule, out))
     return out

@@ -15,13 +15,7 @@ Per group g the result is :func:`oracle.gemm` on that group's planes with that g
   without accumulate it gets ``alpha * 0 = 0``).
 
 ``mode="exact"``: each 16-block partial is exact (one tensor-core step on exact fp16 operands, SPEC 12.2) and is added
-in K order with one fp32 rounding, i.e. byte-identical to ``oracle.gemm(model="sequential")``; 128 x 128 tiles. Three
-kernels, all with the same bits: for large groups (the same size rule as the fast mode's dequantize-first path below)
-both planes are first decoded to fp16 copies (the same scratch) and the kernel only loads them
-(``exact_kernel="dequant"``); otherwise, for fprop / dgrad with a contraction that is a multiple of 32, the hybrid
-kernel (``"hybrid"``): ``a`` is decoded to an fp16 copy first (2 bytes of scratch per element) and ``b`` in the K loop;
-otherwise the fused kernel (``"fused"``, which also excludes the other two: no scratch), which decodes both operands in
-its K loop. Bias, any output alignment and any E are supported by all three.
+in K order with one fp32 rounding, i.e. byte-identical to ``oracle.gemm(model="sequential")``.
 ``mode="fast"``: one tensor-core fp32 accumulator over K (exact fp16 operands), byte-identical to
 ``oracle.gemm(model="tensor_core")`` (SPEC 12.6) and so within :func:`oracle.gemm_error_bound` of
 ``oracle.gemm(model="exact")``. Alpha (SPEC 12.1, fp32 on the device from the groups' amaxes), C and bias are applied
@@ -33,17 +27,9 @@ Under the torchao rules a NaN block scale (SPEC 5.4: e.g. a block holding a NaN,
 makes every output of its row of A or row of B NaN, as in :func:`oracle.gemm` (SPEC 12.3). torchao's own GEMM
 rounds differently (SPEC 14.7).
 
-The fast mode picks its kernel from host-known sizes (docs/gemm.md): for fprop / dgrad with at most 96 rows per group
-the **swapped** kernel (the weights are wgmma's register operand, decoded in its K loop, and the tokens come from an
-fp16 copy of their plane, 2 bytes of scratch per element); 64 x 256 tiles for wgrad with few output rows, 2-CTA
-clusters of 256 x 256 tiles for >= 256 rows per group with contraction >= 1024, 128 x 256 tiles otherwise; and
-for large groups (at least 1024 rows per group, and every GEMM dimension at least 1024) without bias the
-**dequantize-first** path: both operand planes are decoded to fp16 (E2M1 x E4M3, exact; about 4 bytes of scratch
-per packed byte, e.g. 0.94 GB for 8 x 14336 x 4096 weights) and multiplied by CUTLASS's SM90 grouped GEMM with the
-same epilogue. ``fast_kernel="swapped" | "skinny" | "large" | "pair" | "dequant"`` forces one of them (tests,
-benchmarks, conformance), ``"fused"`` excludes the two with scratch copies (swapped and dequantize-first); every kernel
-gives the same bits. ``max_ctas`` caps the persistent grid (default: one CTA per SM), e.g. to leave SMs to concurrent
-work; the bits do not depend on it either.
+The kernels are chosen per call from host-known sizes by :func:`device._dispatch.plan_gemm` (a named plan: algorithm,
+loader, epilogue; docs/design.md describes each); every plan of a mode gives the same bits.
+:func:`set_num_sms` caps the persistent grid, e.g. to leave SMs to concurrent work; the bits do not depend on it.
 
 Group sizes never leave the device: problem sizes, pointers and alphas are built by a setup kernel from the
 grouped tensors' offsets table and the grid is fixed by host-known sizes, so the call can be captured in a CUDA
@@ -56,59 +42,45 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from . import _ops
-from ._api import _RULES
+from . import _dispatch, _ops
+from ._codes import GemmKind, Rule
 from ._results import DeviceGroupedNVFP4Tensor
 
-__all__ = ["grouped_gemm"]
+__all__ = ["get_num_sms", "grouped_gemm", "set_num_sms"]
 
-_KINDS = {"fprop": 0, "dgrad": 1, "wgrad": 2}
 _RCP_7225344 = float(np.float32(1.0 / 7225344.0))  # SPEC 12.1: fp32(1/7225344)
 _TILE = 128
-#: -> pick_tile's `force` ("fused": chosen by the sizes like "auto", but never the swapped kernel nor the
-#: dequantize-first path, the two with scratch copies)
-_FAST_KERNELS = {None: 0, "auto": 0, "skinny": 1, "large": 2, "pair": 3, "dequant": 4, "fused": 0, "swapped": 6}
-#: the dequantize-first path pays when each weight (fprop / dgrad) or activation (wgrad) element is reused by at least
-#: this many output rows (docs/gemm.md, stop 29: E8 T16384, 2048 rows per group, gains; E64 and T512 lose)
-_DEQUANT_MIN_REUSE = 1024
-#: exact-mode wgrad runs over fp16 copies from this many rows per group on (when N and K reach _DEQUANT_MIN_REUSE);
-#: measured at 256 (docs/gemm.md, stop 33); below it the fused exact kernel stays
-_EXACT_WGRAD_MIN_ROWS = 256
-#: fast-mode wgrad runs over fp16 copies (CUTLASS) from this many rows per group on when N and K reach
-#: _DEQUANT_MIN_REUSE: bf16 output and accumulate measured from 64 rows (docs/gemm.md, stop 37: E64 T16384 bf16 0.77x
-#: of grouped_mm against 0.64x fused, accumulate 0.36x against 0.25x; E8 T512 bf16 0.94x against 0.64x) ...
-_WGRAD_COPIES_MIN_ROWS = 64
-#: ... plain fp32 output from 512 rows (CUTLASS's fp32 epilogue loses to the fused kernel's on short contractions:
-#: E64 T16384, 256 rows, 0.51x against 0.59x; E8 T4096, 512 rows, 0.66x against 0.55x; stop 37)
-_WGRAD_COPIES_MIN_ROWS_F32 = 512
-#: ... and plain bf16 output only where dW's N x K outputs reuse each copied element enough: N K / (N + K) (outputs
-#: per decoded element and token) at least this. Since the fused kernels' bf16 output leaves by TMA boxes (stop 65)
-#: they match or beat the copies up to 1024 (N = K = 2048; E64's N = 1408, K = 2048: 834) and lose from 1365
-#: (N = 4096, K = 2048) on (docs/gemm.md, stop 65)
-_WGRAD_COPIES_MIN_REUSE_BF16 = 1200
-#: fprop / dgrad with at most this many rows per group on average run the swapped kernel (the weights as wgmma's
-#: register operand; docs/gemm.md, stop 31: E8 T512 1.85x of grouped_mm against 1.61x for the skinny kernel, E8 T256
-#: 1.89x against 1.61x, E64 T4096 equal); the same size rule as the skinny kernel's (pick_tile)
-_SWAPPED_MAX_ROWS = 96
-#: the swapped kernel runs contractions below this length only: its cp.async loader steps each copy by 32-bit offsets
-#: of up to 96 x the contraction (gemm_swapped.cuh, SwapLoader), which stay below 2^31 up to 22.3M
-_SWAPPED_MAX_CONTRACTION = 2**24
-#: exact mode's kernels -> the binding's kernel code (5: over fp16 copies of the operands, docs/gemm.md stop 30)
-_EXACT_KERNELS = {None: 0, "auto": 0, "fused": 0, "dequant": 5, "hybrid": 7}
+_num_sms: int | None = None
+
+
+def set_num_sms(num_sms: int | None) -> None:
+    """Cap the grouped GEMM's persistent grid at ``num_sms`` CTAs (one per SM; a 2-CTA cluster counts as two, an odd
+    cap rounds down, at least one cluster runs), e.g. to leave SMs to work on other streams. ``None``: one CTA per SM
+    of the device (the default). Applies to every later :func:`grouped_gemm` call of the process (a CUDA graph keeps
+    the cap it was captured with); the bits of the result do not depend on it."""
+    global _num_sms
+    if num_sms is not None and (isinstance(num_sms, bool) or not isinstance(num_sms, int) or num_sms < 1):
+        raise ValueError(f"num_sms must be None or an int >= 1, got {num_sms!r}")
+    _num_sms = num_sms
+
+
+def get_num_sms() -> int | None:
+    """The cap :func:`set_num_sms` set (``None``: one CTA per SM)."""
+    return _num_sms
 
 
 _TE_RULES = ("te", "te_fused_rht")
 
 
 def _alpha_rule(rule_a: str, rule_b: str) -> int:
-    """The setup kernel's rule code (device._api._RULES, nvfp4_launch.h Rule) that picks the SPEC 12.1 alpha of
+    """The setup kernel's rule code (device._codes.Rule) that picks the SPEC 12.1 alpha of
     operands quantized under ``rule_a`` and ``rule_b``: both TE rules (code 0: alpha from the amaxes and 1/7225344),
     both "torchao" (P_A * P_B) or both "torchao_noscale" (1); any other pair has no alpha and is refused, as
     oracle.gemm_alpha refuses it."""
     if rule_a in _TE_RULES and rule_b in _TE_RULES:
-        return _RULES["te"]
+        return int(Rule.te)
     if rule_a == rule_b and rule_a in ("torchao", "torchao_noscale"):
-        return _RULES[rule_a]
+        return int(Rule[rule_a])
     raise ValueError(f"a and b use incompatible scale rules {rule_a!r} and {rule_b!r} (SPEC 12.1: both TE rules, "
                      "both 'torchao' or both 'torchao_noscale')")
 
@@ -162,125 +134,30 @@ def _out_dtype(out_dtype, default):
     return out_dtype
 
 
-def _reuse_pays(kind: str, e: int, t: int, kc: int, cols: int, a_rows: int, b_rows: int) -> bool:
-    """Whether decoding both operands to fp16 copies first pays (docs/gemm.md, stops 29 and 30): every operand
-    element is reused by at least _DEQUANT_MIN_REUSE output rows or columns (rows per group, and the GEMM dimensions:
-    fprop / dgrad contraction and output columns; wgrad N and K). Fast mode asks it for fprop and dgrad (wgrad:
-    _wgrad_copies_pay), exact mode for every kind (_exact_dequant_pays)."""
-    dims = (kc, cols) if kind != "wgrad" else (a_rows, b_rows)
-    return t // e >= _DEQUANT_MIN_REUSE and min(dims) >= _DEQUANT_MIN_REUSE
-
-
-def _wgrad_copies_pay(e: int, t: int, a_rows: int, b_rows: int, dtype, accumulate: bool) -> bool:
-    """Whether fast-mode wgrad (dW [a_rows, b_rows] per group, contraction t / e rows on average) runs over fp16
-    copies of both columnwise planes (docs/gemm.md, stops 37 and 65). The copies cost one pass over the two activation
-    planes, which every one of dW's N x K outputs reuses, so they pay from few rows per group when N and K are large
-    (bf16 output: when N K / (N + K) reaches _WGRAD_COPIES_MIN_REUSE_BF16)."""
-    if min(a_rows, b_rows) < _DEQUANT_MIN_REUSE:
-        return False
-    if dtype != torch.float32 and not accumulate and a_rows * b_rows < _WGRAD_COPIES_MIN_REUSE_BF16 * (a_rows + b_rows):
-        return False
-    floor = _WGRAD_COPIES_MIN_ROWS_F32 if dtype == torch.float32 and not accumulate else _WGRAD_COPIES_MIN_ROWS
-    return t // e >= floor
-
-
-def _exact_dequant_pays(kind: str, e: int, t: int, kc: int, cols: int, a_rows: int, b_rows: int) -> bool:
-    """Whether exact mode runs over fp16 copies (docs/gemm.md, stops 30 and 33): where the copies pay in fast mode, and
-    for wgrad also with fewer rows per group (at least _EXACT_WGRAD_MIN_ROWS): its operand elements are reused by the
-    N and K output dimensions, not by the rows, and with the TMA loader E64 T16384 wgrad (256 rows per group) runs
-    0.49x grouped_mm over the copies against 0.44x fused (stop 33)."""
-    if _reuse_pays(kind, e, t, kc, cols, a_rows, b_rows):
-        return True
-    return (kind == "wgrad" and t // e >= _EXACT_WGRAD_MIN_ROWS
-            and min(a_rows, b_rows) >= _DEQUANT_MIN_REUSE)
-
-
-def _hybrid_runs(kind: str, kc: int, b_data: Tensor, b_scales: Tensor) -> bool:
-    """Whether the hybrid exact kernel can run these operands (see :func:`_check_hybrid`)."""
-    try:
-        _check_hybrid(kind, kc, b_data, b_scales)
-    except ValueError:
-        return False
-    return True
-
-
-def _check_hybrid(kind: str, kc: int, b_data: Tensor, b_scales: Tensor) -> None:
-    """Raises when the hybrid exact kernel (A from an fp16 copy, B dequantized in the kernel through TMA boxes of its
-    packed rows; docs/gemm.md, stop 46) cannot run: wgrad, a contraction not a multiple of 32 (packed rows of a
-    multiple of 16 bytes) or B planes not 16-byte aligned."""
-    if kind == "wgrad":
-        raise ValueError("exact_kernel='hybrid' runs fprop and dgrad only (wgrad's columnwise B rows have a pitch per "
-                         "group)")
-    if kc % 32:
-        raise ValueError(f"exact_kernel='hybrid' needs a contraction that is a multiple of 32, got {kc}")
-    if b_data.data_ptr() % 16 or b_scales.data_ptr() % 16:
-        raise ValueError("exact_kernel='hybrid' needs b's data and scale buffers 16-byte aligned")
-
-
-def _fast_kernel_choice(ext, force: int, kind: str, e: int, t: int, kc: int, cols: int, a_rows: int, b_rows: int,
-                        dtype, has_bias: bool, accumulate: bool = False) -> int:
-    """The fast kernel to run: ``force`` as given, or by auto-selection the swapped kernel (6: fprop / dgrad with
-    few rows per group) or the dequantize-first path (4) when it is eligible and pays. Raises when the swapped kernel
-    or the dequantize-first path is forced but cannot run these operands."""
-    if force == _FAST_KERNELS["swapped"]:
-        if kind == "wgrad":
-            raise ValueError("fast_kernel='swapped' runs fprop and dgrad only (its token operand is a rowwise plane)")
-        if kc >= _SWAPPED_MAX_CONTRACTION:
-            raise ValueError(f"fast_kernel='swapped' runs contractions below {_SWAPPED_MAX_CONTRACTION} only, got {kc}")
-        return force
-    if force == 0 and kind != "wgrad" and t // e <= _SWAPPED_MAX_ROWS and kc < _SWAPPED_MAX_CONTRACTION:
-        return _FAST_KERNELS["swapped"]
-    why = None
-    if not ext.has_dequant_path():
-        why = "the extension was built without CUTLASS's headers (install nvidia-cutlass, then rebuild)"
-    elif has_bias:
-        why = "it has no bias epilogue"
-    elif cols % (8 if dtype == torch.bfloat16 else 4):
-        why = f"its output rows must be 16-byte aligned ({cols} columns of {dtype})"
-    elif e > 65535:
-        why = f"it supports at most 65535 groups, got {e}"
-    if force == _FAST_KERNELS["dequant"]:
-        if why:
-            raise ValueError(f"fast_kernel='dequant' cannot run this call: {why}")
-        return force
-    if force != 0 or why:
-        return force
-    pays = (_wgrad_copies_pay(e, t, a_rows, b_rows, dtype, accumulate) if kind == "wgrad"
-            else _reuse_pays(kind, e, t, kc, cols, a_rows, b_rows))
-    return _FAST_KERNELS["dequant"] if pays else force
-
-
 def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, kind: str = "fprop",
-                 out_dtype=None, out: Tensor | None = None, accumulate: bool = False, bias: Tensor | None = None,
-                 mode: str = "fast", fast_kernel: str | None = None, exact_kernel: str | None = None,
-                 max_ctas: int | None = None) -> Tensor:
-    """Grouped NVFP4 GEMM (see the module docstring for the operands of each ``kind``). Returns ``out``.
+                 out_dtype: torch.dtype | str | None = None, out: Tensor | None = None, accumulate: bool = False,
+                 bias: Tensor | None = None, mode: str = "fast") -> Tensor:
+    """Grouped NVFP4 GEMM of two grouped quantized tensors from :func:`device.group_quantize` (SPEC 12.5).
 
-    ``fast_kernel`` (fast mode only; ``None`` or ``"auto"``: chosen by the sizes) forces the fast kernel:
-    ``"swapped"`` (fprop / dgrad only: 64 tokens x 256 weight rows per tile, the weights decoded into wgmma's register
-    operand, the tokens from an fp16 copy), ``"skinny"`` (64 x 256 tiles), ``"large"`` (128 x 256), ``"pair"`` (2-CTA
-    clusters, 256 x 256) or ``"dequant"`` (fp16 copies of both operands, then CUTLASS's grouped GEMM; no bias, 16-byte
-    aligned output rows), or ``"fused"`` (chosen by the sizes like ``"auto"``, but never ``"swapped"`` nor
-    ``"dequant"``: no scratch copies).
-    ``exact_kernel`` (exact mode only; ``None`` or ``"auto"``: chosen by the sizes): ``"fused"`` (operands decoded
-    in the K loop), ``"dequant"`` (fp16 copies of both operands first) or ``"hybrid"`` (an fp16 copy of ``a`` only,
-    ``b`` decoded in the K loop; fprop / dgrad with a contraction that is a multiple of 32).
-    ``max_ctas`` (``None``: one per SM): at most this many persistent CTAs, which then walk all tiles; a 2-CTA
-    cluster counts as two (an odd cap rounds down, but at least one cluster runs)."""
-    if kind not in _KINDS:
-        raise ValueError(f"kind must be one of {list(_KINDS)}, got {kind!r}")
+    Args:
+        a, b: the operands of ``kind`` (their planes are listed in the module docstring); both with swizzled scales.
+        kind: ``"fprop"`` (``Y_g = X_g W_g^T``), ``"dgrad"`` (``dX_g = dY_g W_g``) or ``"wgrad"`` (``dW_g = dY_g^T X_g``).
+        out_dtype: ``torch.bfloat16`` or ``torch.float32`` (or their names); default bf16 for fprop / dgrad, fp32
+            for wgrad, or ``out``'s dtype.
+        out: the output tensor to write (contiguous, 16-byte aligned, not overlapping an operand); allocated if None.
+        accumulate: wgrad only, with an fp32 ``out``: ``out += dW`` (SPEC 12.2's C; main_grad accumulation).
+        bias: fprop / dgrad only: ``[E, cols]`` float32 or bfloat16, added per group in the epilogue.
+        mode: ``"fast"`` (``oracle.gemm(model="tensor_core")`` bit for bit) or ``"exact"``
+            (``model="sequential"`` bit for bit).
+
+    Returns:
+        ``out``: ``[T, N]`` (fprop), ``[T, K]`` (dgrad) or ``[E, N, K]`` (wgrad).
+
+    The call is graph-safe: no group size leaves the device, and the grid is fixed by host-known sizes."""
+    if kind not in GemmKind.__members__:
+        raise ValueError(f"kind must be one of {list(GemmKind.__members__)}, got {kind!r}")
     if mode not in ("fast", "exact"):
         raise ValueError(f"mode must be 'fast' or 'exact', got {mode!r}")
-    if fast_kernel not in _FAST_KERNELS:
-        raise ValueError(f"fast_kernel must be one of {list(_FAST_KERNELS)}, got {fast_kernel!r}")
-    if exact_kernel not in _EXACT_KERNELS:
-        raise ValueError(f"exact_kernel must be one of {list(_EXACT_KERNELS)}, got {exact_kernel!r}")
-    if mode == "exact" and fast_kernel not in (None, "auto"):
-        raise ValueError(f"fast_kernel={fast_kernel!r} selects a fast-mode kernel; use exact_kernel= in exact mode")
-    if mode == "fast" and exact_kernel not in (None, "auto"):
-        raise ValueError(f"exact_kernel={exact_kernel!r} selects an exact-mode kernel; use fast_kernel= in fast mode")
-    if max_ctas is not None and (isinstance(max_ctas, bool) or not isinstance(max_ctas, int) or max_ctas < 1):
-        raise ValueError(f"max_ctas must be None or an int >= 1, got {max_ctas!r}")
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, DeviceGroupedNVFP4Tensor):
             raise TypeError(f"{name} must be a DeviceGroupedNVFP4Tensor from device.group_quantize, "
@@ -396,36 +273,26 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
     if bias_t is not None and bias_t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
         bias_t = bias_t.clone()  # the epilogue reads bias while other CTAs write out: never the same memory
 
-    from ._gemm_build import load_gemm_extension
+    from ._build import load_gemm_extension
 
     ext = load_gemm_extension()
-    if mode == "exact":
-        force = _EXACT_KERNELS[exact_kernel]
-        if exact_kernel == "hybrid":
-            _check_hybrid(kind, kc, bd, bs)
-        if exact_kernel in (None, "auto"):
-            if _exact_dequant_pays(kind, e, t_a, kc, cols, a_rows, b_rows):
-                force = _EXACT_KERNELS["dequant"]
-            elif _hybrid_runs(kind, kc, bd, bs):
-                force = _EXACT_KERNELS["hybrid"]
-    else:
-        force = _FAST_KERNELS[fast_kernel]
-        if fast_kernel != "fused":
-            force = _fast_kernel_choice(ext, force, kind, e, t_a, kc, cols, a_rows, b_rows, dtype, bias_t is not None,
-                                        accumulate)
+    problem = _dispatch.GemmProblem(
+        kind=kind, mode=mode, groups=e, tokens=t_a, n=k_a if kind != "fprop" else b_rows, k=k_b,
+        out_dtype="float32" if dtype == torch.float32 else "bfloat16", accumulate=accumulate, bias=bias_t is not None,
+        b_aligned=bd.data_ptr() % 16 == 0 and bs.data_ptr() % 16 == 0, a_data_bytes=ad.numel(),
+        b_data_bytes=bd.numel(), b_scale_bytes=bs.numel(), cutlass=bool(ext.has_dequant_path()))
+    forced = _dispatch.FORCED
+    plan = _dispatch.plan_gemm(problem, algorithm=forced.get("algorithm"), loader=forced.get("loader"),
+                               epilogue=forced.get("epilogue"))
     ws_bytes = e * int(ext.prob_size()) + 4 * (e + 1)
     ws = torch.empty(ws_bytes, dtype=torch.uint8, device=dev)
-    offs_a = a.offsets.contiguous()
-    offs_b = b.offsets.contiguous()
-    err = ext.grouped_gemm_(  # returns its refusal / launch error instead of throwing (gemm_bindings.cpp)
-        _KINDS[kind], mode == "exact", e,
-        ad, as_, offs_a, aa.to(torch.float32).contiguous(),
-        bd, bs, offs_b, ba.to(torch.float32).contiguous(),
+    err = ext.grouped_gemm_(  # returns its refusal / launch error instead of throwing (csrc/gemm/bindings.cpp)
+        int(GemmKind[kind]), e,
+        ad, as_, a.offsets.contiguous(), aa.to(torch.float32).contiguous(),
+        bd, bs, b.offsets.contiguous(), ba.to(torch.float32).contiguous(),
         out, bias_t, bool(accumulate),
         int(b_rows), int(a_rows), int(kc), int(cols), _RCP_7225344, rule, int(grid_upper), ws,
-        int(a_rows) if kind == "wgrad" else t_a // e,  # average output rows per group (tile choice)
-        t_a // e if kind == "wgrad" else int(kc),  # average contraction length per group (tile choice)
-        force, int(max_ctas or 0),
+        int(plan.algorithm), int(plan.loader), int(plan.epilogue), int(_num_sms or 0),
     )
     if err:
         raise RuntimeError(err)

@@ -17,7 +17,7 @@
 
 #include <utility>
 
-namespace nvfp4_gemm {
+namespace nvfp4 {
 
 // Blocks until the previous kernel of the stream has completed and its memory is visible (no-op without PDL).
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
@@ -54,4 +54,12 @@ void launch_chained(void (*kernel)(KArgs...), dim3 grid, int threads, size_t sme
   cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
+}  // namespace nvfp4
+
+namespace nvfp4_gemm {  // (the GEMM's kernel chains use them unqualified)
+using nvfp4::launch_chained;
+using nvfp4::pdl_attribute;
+using nvfp4::pdl_trigger;
+using nvfp4::pdl_wait;
+using nvfp4::pdl_wait_then_trigger;
 }  // namespace nvfp4_gemm

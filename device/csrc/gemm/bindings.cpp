@@ -2,6 +2,7 @@
 // this layer only re-checks what would make the kernels touch invalid memory, then launches on the current stream.
 // A refusal is a returned message (refusal.h), which device/gemm.py raises as RuntimeError.
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include <torch/extension.h>
@@ -22,11 +23,6 @@ template <typename T>
 const T* cptr(const Tensor& t) {
   return t.numel() ? reinterpret_cast<const T*>(t.data_ptr()) : nullptr;
 }
-
-constexpr int64_t kForceDequant = 4;       // device/gemm.py: fast_kernel="dequant"
-constexpr int64_t kForceExactDequant = 5;  // device/gemm.py: exact_kernel="dequant"
-constexpr int64_t kForceSwapped = 6;       // device/gemm.py: fast_kernel="swapped"
-constexpr int64_t kForceExactHybrid = 7;   // device/gemm.py: exact_kernel="hybrid"
 
 // One operand plane for the dequantize-first path: rowwise planes have a constant pitch (contraction / 2 bytes);
 // columnwise planes have `rows` K-feature rows and a per-group pitch.
@@ -132,18 +128,33 @@ void* map_scratch(Tensor& holder, int64_t per_group, int64_t E, const Tensor& li
   return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(holder.data_ptr()) + 127) & ~uintptr_t{127});
 }
 
-// workspace: uint8 [E * sizeof(Prob) + 4 * (E + 1)] (any contents; fully rewritten by the setup kernel)
-std::string grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_data, const Tensor& a_scales,
-                   const Tensor& a_offs, const Tensor& a_amax, const Tensor& b_data, const Tensor& b_scales,
-                   const Tensor& b_offs, const Tensor& b_amax, Tensor out, const c10::optional<Tensor>& bias,
-                   bool accumulate, int64_t b_rows, int64_t a_rows, int64_t kc, int64_t ldd, double rcp, int64_t rule,
-                   int64_t grid_upper, Tensor workspace, int64_t rows_per_group,
-                   int64_t contraction_per_group, int64_t force_kernel, int64_t max_ctas) {
+// The plan's codes, each a value of its enum (common/codes.h).
+std::string check_plan(int64_t algorithm, int64_t loader, int64_t epilogue) {
+  NVFP4_REFUSE_UNLESS(algorithm >= nvfp4_gemm::kFused64x256 && algorithm <= nvfp4_gemm::kExactHybrid,
+                      "nvfp4_gemm: unknown algorithm code ", algorithm);
+  NVFP4_REFUSE_UNLESS(loader == nvfp4_gemm::kLoaderCpAsync || loader == nvfp4_gemm::kLoaderTma,
+                      "nvfp4_gemm: unknown loader code ", loader);
+  NVFP4_REFUSE_UNLESS(epilogue >= nvfp4_gemm::kEpilogueStaged && epilogue <= nvfp4_gemm::kEpilogueCutlass,
+                      "nvfp4_gemm: unknown epilogue code ", epilogue);
+  return {};
+}
+
+// Runs the plan (algorithm, loader, epilogue; device/_dispatch.py) on the current stream: the setup kernel, then the
+// algorithm's kernels. workspace: uint8 [E * sizeof(Prob) + 4 * (E + 1)] (any contents; fully rewritten by the setup
+// kernel). A plan that cannot run this call is refused (before the GEMM kernel is launched; the operand copies of the
+// algorithms over copies may already be enqueued, the output is untouched).
+std::string grouped_gemm_(int64_t kind, int64_t E, const Tensor& a_data, const Tensor& a_scales, const Tensor& a_offs,
+                          const Tensor& a_amax, const Tensor& b_data, const Tensor& b_scales, const Tensor& b_offs,
+                          const Tensor& b_amax, Tensor out, const c10::optional<Tensor>& bias, bool accumulate,
+                          int64_t b_rows, int64_t a_rows, int64_t kc, int64_t ldd, double rcp, int64_t rule,
+                          int64_t grid_upper, Tensor workspace, int64_t algorithm, int64_t loader, int64_t epilogue,
+                          int64_t max_ctas) {
   NVFP4_REFUSE_UNLESS(kind >= 0 && kind <= 2, "nvfp4_gemm: kind must be 0 (fprop), 1 (dgrad) or 2 (wgrad), got ", kind);
   NVFP4_REFUSE_UNLESS(E >= 1, "nvfp4_gemm: E must be >= 1");
   NVFP4_REFUSE_UNLESS(rule >= 0 && rule <= 3, "nvfp4_gemm: rule must be a scale rule code 0..3, got ", rule);
   NVFP4_REFUSE_UNLESS(max_ctas >= 0 && max_ctas < (int64_t{1} << 31), "nvfp4_gemm: max_ctas must be >= 0 (0: no cap)",
                       ", got ", max_ctas);
+  NVFP4_RETURN_IF_ERROR(check_plan(algorithm, loader, epilogue));
   NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", a_data, "a data", at::kByte));
   NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", a_scales, "a scales", at::kByte));
   NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", b_data, "b data", at::kByte));
@@ -200,24 +211,26 @@ std::string grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_d
   s.rule = static_cast<int>(rule);
   s.probs = probs;
   s.prefix = prefix;
-  nvfp4_gemm::pick_tile(exact, rows_per_group, contraction_per_group, static_cast<int>(force_kernel), &s.tile_m,
-                        &s.tile_n);
+  const auto algo = static_cast<nvfp4_gemm::Algorithm>(algorithm);
+  nvfp4_gemm::tile_of(algo, &s.tile_m, &s.tile_n);
   nvfp4_gemm::launch_setup(s, stream);
   NVFP4_RETURN_IF_ERROR(nvfp4::launch_status("nvfp4_gemm"));
   if (grid_upper <= 0) return {};
-  NVFP4_REFUSE_UNLESS(force_kernel != kForceExactDequant || exact, "nvfp4_gemm: kernel 5 is exact mode only");
-  NVFP4_REFUSE_UNLESS(force_kernel != kForceSwapped || (!exact && kind != nvfp4_gemm::kWgrad),
-              "nvfp4_gemm: the swapped kernel is fast mode, fprop and dgrad only");
+  const bool swapped = algo == nvfp4_gemm::kSwapped64x256;
+  NVFP4_REFUSE_UNLESS(!swapped || kind != nvfp4_gemm::kWgrad, "nvfp4_gemm: the swapped kernel runs fprop and dgrad only");
+  NVFP4_REFUSE_UNLESS(!swapped || loader == nvfp4_gemm::kLoaderCpAsync || kind == nvfp4_gemm::kFprop,
+                      "nvfp4_gemm: the swapped kernel's TMA loader runs fprop only");
   const auto aligned16 = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
   // the hybrid exact kernel's B maps need packed rows of a multiple of 16 bytes and 16-byte aligned B planes, so that
   // SPEC 9.2's offsets keep every group's rows and scale tiles 16-byte aligned
-  NVFP4_REFUSE_UNLESS(force_kernel != kForceExactHybrid || (exact && kind != nvfp4_gemm::kWgrad && kc % 32 == 0 &&
-                                                            aligned16(b_data) && aligned16(b_scales)),
-                      "nvfp4_gemm: the hybrid kernel is exact mode, fprop and dgrad, with a contraction % 32 == 0 and "
-                      "16-byte aligned B planes");
-  if (force_kernel == kForceDequant) {
-    NVFP4_REFUSE_UNLESS(!exact, "nvfp4_gemm: the dequantize-first path is fast mode only");
+  NVFP4_REFUSE_UNLESS(algo != nvfp4_gemm::kExactHybrid ||
+                          (kind != nvfp4_gemm::kWgrad && kc % 32 == 0 && aligned16(b_data) && aligned16(b_scales)),
+                      "nvfp4_gemm: the hybrid kernel runs fprop and dgrad with a contraction % 32 == 0 and 16-byte "
+                      "aligned B planes");
+  if (algo == nvfp4_gemm::kCopiesCutlass) {
     NVFP4_REFUSE_UNLESS(bias_p == nullptr, "nvfp4_gemm: the dequantize-first path has no bias epilogue");
+    NVFP4_REFUSE_UNLESS(loader == nvfp4_gemm::kLoaderTma && epilogue == nvfp4_gemm::kEpilogueCutlass,
+                        "nvfp4_gemm: copies_cutlass runs CUTLASS's TMA loader and epilogue");
     return launch_dequant_path(static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
                                b_scales, b_offs, f32, accumulate, out.device().index(), static_cast<int>(max_ctas),
                                stream);
@@ -226,13 +239,14 @@ std::string grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_d
   l.probs = probs;
   l.prefix = prefix;
   l.E = static_cast<int>(E);
-  l.exact = exact;
+  l.algorithm = algo;
+  l.loader = static_cast<nvfp4_gemm::Loader>(loader);
+  l.epilogue = static_cast<nvfp4_gemm::Epilogue>(epilogue);
   l.out_f32 = f32;
   // bit 0: C is read back; bit 1: the whole-line epilogue prefetches the tile's C rows into L2 at the tile's start
   // (ws::prefetch_tile_c_lines)
   l.accumulate = accumulate ? 3 : 0;
   l.grid_upper = static_cast<int>(grid_upper);
-  l.tile_m = s.tile_m;
   l.max_ctas = static_cast<int>(max_ctas);
   l.out = s.out;
   // the output as the TMA-store epilogues' maps see it: wgrad [E, a_rows, b_rows]; fprop / dgrad [T, cols]
@@ -241,36 +255,44 @@ std::string grouped_gemm_(int64_t kind, bool exact, int64_t E, const Tensor& a_d
   l.ldd = ldd;
   l.kind = static_cast<int>(kind);
   l.has_bias = bias_p != nullptr;
-  // the hybrid exact kernel: an fp16 copy of A only, B dequantized in the kernel (docs/gemm.md, stop 46)
-  if (force_kernel == kForceExactHybrid) {
+  bool launched = false;
+  if (algo == nvfp4_gemm::kExactHybrid) {
+    // an fp16 copy of A only, B dequantized in the kernel
     nvfp4_gemm::DequantGemmArgs d{};
     const auto copies = f16_copies(d, static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
                                    b_scales, b_offs, /*a_only=*/true);
-    Tensor maps;  // 3 x 128 bytes per group, 128-byte aligned (gemm_exact_hybrid.cu)
+    Tensor maps;  // 3 x 128 bytes per group, 128-byte aligned (exact_hybrid.cu)
     d.group_maps = map_scratch(maps, 3 * 128, E, a_data);
-    NVFP4_REFUSE_UNLESS(nvfp4_gemm::launch_hybrid_path(d, probs, l, stream),
-                        "nvfp4_gemm: the hybrid kernel's tensor maps could not be encoded (driver entry point missing)");
-    return nvfp4::launch_status("nvfp4_gemm");
-  }
-  // the kernels over fp16 copies with the setup kernel's tile list: exact mode over copies of both planes (docs/gemm.md,
-  // stop 30), or the swapped fast kernel over a copy of the token plane (stop 31)
-  if (force_kernel == kForceExactDequant || force_kernel == kForceSwapped) {
-    const bool swapped = force_kernel == kForceSwapped;
+    launched = nvfp4_gemm::launch_hybrid_path(d, probs, l, stream);
+  } else if (algo == nvfp4_gemm::kExactCopies || swapped) {
+    // the kernels over fp16 copies with the setup kernel's tile list: exact mode over copies of both planes, or the
+    // swapped fast kernel over a copy of the token plane
     nvfp4_gemm::DequantGemmArgs d{};
     const auto copies = f16_copies(d, static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
                                    b_scales, b_offs, /*a_only=*/swapped);
     if (swapped) {
-      nvfp4_gemm::launch_swapped_path(d, probs, l, stream);
+      launched = nvfp4_gemm::launch_swapped_path(d, probs, l, stream);
     } else {
-      // the exact kernel's per-group tensor maps (2 x 128 bytes per group, 128-byte aligned; gemm_exact_f16.cu)
+      // the exact kernel's per-group tensor maps (2 x 128 bytes per group, 128-byte aligned; exact_copies.cu)
       Tensor maps;
       d.group_maps = map_scratch(maps, 256, E, a_data);
-      nvfp4_gemm::launch_dequant_exact(d, probs, l, stream);
+      launched = nvfp4_gemm::launch_dequant_exact(d, probs, l, stream);
     }
-    return nvfp4::launch_status("nvfp4_gemm");
+  } else {
+    launched = nvfp4_gemm::launch_fused(l, stream);
   }
-  nvfp4_gemm::launch_gemm(l, stream);
-  return nvfp4::launch_status("nvfp4_gemm");
+  NVFP4_RETURN_IF_ERROR(nvfp4::launch_status("nvfp4_gemm"));
+  NVFP4_REFUSE_UNLESS(launched, "nvfp4_gemm: the plan (algorithm ", algorithm, ", loader ", loader, ", epilogue ",
+                      epilogue, ") cannot run this call (its tensor maps do not apply to these buffers, or the driver "
+                      "refused them)");
+  return {};
+}
+
+// The output tile whose list the setup kernel builds for an algorithm (a test checks device/_dispatch.py's table).
+std::tuple<int64_t, int64_t> algorithm_tile(int64_t algorithm) {
+  int m = 0, n = 0;
+  nvfp4_gemm::tile_of(static_cast<nvfp4_gemm::Algorithm>(algorithm), &m, &n);
+  return {m, n};
 }
 
 int64_t prob_size() { return static_cast<int64_t>(sizeof(nvfp4_gemm::Prob)); }
@@ -281,5 +303,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("grouped_gemm_", nvfp4::returning_errors(&grouped_gemm_),
         "NVFP4 grouped GEMM (fprop/dgrad/wgrad) on the current stream");
   m.def("prob_size", &prob_size);
+  m.def("algorithm_tile", &algorithm_tile, "the (rows, columns) output tile of an algorithm code");
   m.def("has_dequant_path", &nvfp4_gemm::cutlass_built, "whether the dequantize-first path (CUTLASS) was built");
 }

@@ -161,26 +161,28 @@ int launch_dequant_gemm(const DequantGemmArgs& d, CutlassArgs c, cudaStream_t s)
   }
 }
 
-void launch_dequant_exact(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
+bool launch_dequant_exact(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
   dequant_plane(d.a, d.a_f16, s);
   dequant_plane(d.b, d.b_f16, s);
   launch_chained(retarget_probs_kernel, dim3((d.E + 255) / 256), 256, 0, s, probs, d);
-  launch_exact_f16(l, d, s);
+  return launch_exact_f16(l, d, s);
 }
 
 bool launch_hybrid_path(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
   HybridTemplates t;
-  if (d.b_f16 != nullptr || !hybrid_templates(d, &t)) return false;
+  if (d.b_f16 != nullptr || l.loader != kLoaderTma || l.epilogue != kEpilogueStaged || !hybrid_templates(d, &t))
+    return false;
   dequant_plane<kDecodeOrder>(d.a, d.a_f16, s);
   launch_chained(retarget_probs_kernel, dim3((d.E + 255) / 256), 256, 0, s, probs, d);  // (A only: d.b_f16 is null)
   launch_exact_hybrid(l, d, t, s);
   return true;
 }
 
-void launch_swapped_path(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
+bool launch_swapped_path(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
+  if (l.epilogue != kEpilogueDirect) return false;
   dequant_plane<kEvenOddOrder>(d.a, d.a_f16, s);
   launch_chained(retarget_probs_kernel, dim3((d.E + 255) / 256), 256, 0, s, probs, d);
-  launch_swapped(l, d, s);
+  return launch_swapped(l, d, s);
 }
 
 size_t dequant_gemm_workspace(int epilogue, const CutlassArgs& c) {

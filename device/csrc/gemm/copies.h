@@ -47,18 +47,18 @@ size_t dequant_gemm_workspace(int epilogue, const CutlassArgs& c);
 // Exact mode over fp16 copies (docs/gemm.md, stop 30): decodes both planes into d.a_f16 / d.b_f16, points every
 // group's Prob::a / Prob::b (`probs`, the setup kernel's array) into the copies, then runs gemm_exact_f16.cu's kernel
 // over the setup kernel's tile list (`l`). Needs no CUTLASS.
-void launch_dequant_exact(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s);
+bool launch_dequant_exact(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s);
 // The swapped fast kernel (docs/gemm.md, stop 31): decodes the token plane d.a into d.a_f16 (each 16-block in the
 // even / odd code order of gemm_swapped.cuh; d.b_f16 must be null), points every group's Prob::a at the copy, then runs
 // gemm_swapped.cu's kernel over the setup kernel's 64 x 256 tile list (`l`). Needs no CUTLASS.
-void launch_swapped_path(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s);
+bool launch_swapped_path(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s);
 // The swapped kernel alone (gemm_swapped.cu; probs' a already points into the token copy d.a_f16, pitch Prob::K): the
 // TMA loader when K % 32 == 0 and both planes are 16-byte aligned, the cp.async loader otherwise.
-void launch_swapped(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s);
+bool launch_swapped(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s);
 // The exact kernel over fp16 copies alone (gemm_exact_f16.cu; probs' a / b already point into the copies d.a_f16 /
 // d.b_f16, pitch Prob::K): the TMA loader over per-group tensor maps built into d.group_maps when that scratch is given
 // and aligned, the cp.async loader otherwise or when NVFP4_XF16_TMA=0.
-void launch_exact_f16(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s);
+bool launch_exact_f16(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s);
 // The hybrid exact kernel (gemm_exact_hybrid.cu; docs/gemm.md, stop 46): its three host-encoded map templates (A's fp16
 // copy, B's packed plane, B's scale tiles), encoded by hybrid_templates from d.a_f16 / d.group_maps (false when those
 // are missing or misaligned, or the driver refuses a map: nothing is launched then).

@@ -5,7 +5,8 @@
 #include "gemm/copies.h"
 #include "gemm/exact_copies.cuh"
 #include "gemm/group_maps.cuh"
-#include "gemm/tma_host.h"
+#include "common/tensor_map.h"
+#include "gemm/out_maps.h"
 
 namespace nvfp4_gemm {
 
@@ -35,45 +36,44 @@ __global__ void exact_maps_kernel(const Prob* __restrict__ probs, int E, const _
   gmap::publish_group_maps<2>(staged[warp], maps + 2 * g);
 }
 
-// The template map, when the TMA loader can run: NVFP4_XF16_TMA is not 0, both copies and the map scratch exist and
-// are aligned (every group's base in a copy is then 16-byte aligned too: K % 16 == 0 for rowwise planes, and columnwise
-// groups start at multiples of 8 packed bytes), and the driver encodes it.
+// The template map of the TMA loader: both copies and the map scratch exist and are aligned (every group's base in a
+// copy is then 16-byte aligned too: K % 16 == 0 for rowwise planes, and columnwise groups start at multiples of 8
+// packed bytes), and the driver encodes it.
 bool exact_template(const DequantGemmArgs& d, CUtensorMap* tmpl) {
-  if (!tma_host::tma_enabled("NVFP4_XF16_TMA") || d.a_f16 == nullptr || d.b_f16 == nullptr ||
-      d.group_maps == nullptr || reinterpret_cast<uintptr_t>(d.a_f16) % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(d.b_f16) % 16 != 0 || reinterpret_cast<uintptr_t>(d.group_maps) % 128 != 0)
+  if (d.a_f16 == nullptr || d.b_f16 == nullptr || d.group_maps == nullptr ||
+      reinterpret_cast<uintptr_t>(d.a_f16) % 16 != 0 || reinterpret_cast<uintptr_t>(d.b_f16) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(d.group_maps) % 128 != 0)
     return false;
-  return tma_host::encode_2d(tmpl, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, d.a_f16, 64, 128, 128, 64, 128,
-                             CU_TENSOR_MAP_SWIZZLE_128B);
+  return nvfp4::encode_2d(tmpl, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, d.a_f16, 64, 128, 128, 64, 128,
+                          CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
-// out_map: wgrad's output map where the host encoded it (bit 2 of a.accumulate set; S::kTmaEpi shapes only)
+// The plan's loader: TMA (per-group maps from exact_template's template; false, launching nothing, when it cannot be
+// encoded) or cp.async. out_map: wgrad's output map where the host encoded it (bit 2 of a.accumulate; S::kTmaEpi).
 template <class S, bool OUT_F32>
-void launch_shape(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s, const CUtensorMap& out_map = {}) {
-  CUtensorMap tmpl{};
+bool launch_shape(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s, const CUtensorMap& out_map = {}) {
   auto* maps = static_cast<CUtensorMap*>(d.group_maps);
-  if (a.E > 0 && exact_template(d, &tmpl)) {
+  if (a.loader == kLoaderTma) {
+    CUtensorMap tmpl{};
+    if (!exact_template(d, &tmpl)) return false;
     launch_chained(exact_maps_kernel, dim3(gmap::map_grid(a.E)), gmap::kMapThreads, 0, s, a.probs, a.E, tmpl, maps);
     wg::launch_persistent<xf16::exact_f16_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(a, s, maps, out_map);
   } else {
     wg::launch_persistent<xf16::exact_f16_kernel<S, OUT_F32, false>, S::kThreads, S::kSmem>(a, s, maps, out_map);
   }
+  return true;
 }
 
 }  // namespace
 
-void launch_exact_f16(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s) {
-  if (!a.out_f32) {
-    launch_shape<xf16::ShapeBf16, false>(a, d, s);
-    return;
-  }
-  // wgrad's fp32 output by TMA stores where its map applies (ShapeF32Tma), the whole-line epilogue otherwise
+bool launch_exact_f16(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s) {
+  if (a.epilogue == kEpilogueStaged)
+    return a.out_f32 ? launch_shape<xf16::ShapeF32, true>(a, d, s) : launch_shape<xf16::ShapeBf16, false>(a, d, s);
+  // wgrad's fp32 output by TMA stores (ShapeF32Tma)
   CUtensorMap out_map{};
-  const LaunchArgs t = tma_host::with_wgrad_out_map(a, &out_map);
-  if (!(t.accumulate & 4))
-    launch_shape<xf16::ShapeF32, true>(a, d, s);
-  else
-    launch_shape<xf16::ShapeF32Tma, true>(t, d, s, out_map);
+  LaunchArgs t = a;
+  if (a.epilogue != kEpilogueTmaStore || !encode_wgrad_out_map(&t, &out_map)) return false;
+  return launch_shape<xf16::ShapeF32Tma, true>(t, d, s, out_map);
 }
 
 }  // namespace nvfp4_gemm

@@ -7,7 +7,7 @@
 #include "gemm/copies.h"
 #include "gemm/exact_copies.cuh"
 #include "gemm/group_maps.cuh"
-#include "gemm/tma_host.h"
+#include "common/tensor_map.h"
 
 namespace nvfp4_gemm {
 
@@ -58,11 +58,11 @@ bool hybrid_templates(const DequantGemmArgs& d, HybridTemplates* t) {
       reinterpret_cast<uintptr_t>(d.group_maps) % 128 != 0)
     return false;
   // placeholders (every group replaces base, dims and pitch); the boxes, element types and swizzles stay
-  return tma_host::encode_2d(&t->f16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, d.a_f16, 64, 128, 128, 64, 128,
+  return nvfp4::encode_2d(&t->f16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, d.a_f16, 64, 128, 128, 64, 128,
                              CU_TENSOR_MAP_SWIZZLE_128B) &&
-         tma_host::encode_2d(&t->data, CU_TENSOR_MAP_DATA_TYPE_UINT8, d.group_maps, 32, 128, 32, 32, 128,
+         nvfp4::encode_2d(&t->data, CU_TENSOR_MAP_DATA_TYPE_UINT8, d.group_maps, 32, 128, 32, 32, 128,
                              CU_TENSOR_MAP_SWIZZLE_NONE) &&
-         tma_host::encode_2d(&t->scale, CU_TENSOR_MAP_DATA_TYPE_UINT8, d.group_maps, 128, 4, 128, 128, 4,
+         nvfp4::encode_2d(&t->scale, CU_TENSOR_MAP_DATA_TYPE_UINT8, d.group_maps, 128, 4, 128, 128, 4,
                              CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 

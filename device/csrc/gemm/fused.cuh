@@ -40,7 +40,7 @@
 #include "gemm/decode_f16.cuh"
 #include "gemm/exact_partials.cuh"
 #include "gemm/group_maps.cuh"
-#include "gemm/tma_host.h"  // (launch_bf16: the output's row map)
+#include "gemm/out_maps.h"  // (launch_bf16: the output's row map)
 #include "gemm/wgmma_common.cuh"
 
 namespace nvfp4_gemm {
@@ -1186,17 +1186,19 @@ void launch(const LaunchArgs& a, cudaStream_t s, const CUtensorMap& out_map = CU
   wg::launch_persistent<ws_gemm_kernel<S, OUT_F32, CONV_SEEKS>, S::kThreads, S::kSmem, S::kCluster>(a, s, out_map);
 }
 
-// bf16 output of a fast shape: its TMA-store form `Tma` where the host encodes the output's row map
-// (tma_host::with_rows_out_map: bit 2 of `accumulate`; NVFP4_BF16_TMA=0, read at every launch, takes the staged
-// one), its staged form `Staged` otherwise (gemm_wgmma_fast.cu, gemm_wgmma_pair.cu).
+// bf16 output of a fast shape: its TMA-store form `Tma` for the plan's epilogue "tma_store" (false, launching nothing,
+// when the output's row map cannot be encoded for this call), its staged form `Staged` otherwise.
 template <class Staged, class Tma>
-void launch_bf16(const LaunchArgs& a, cudaStream_t s) {
-  CUtensorMap map{};
-  const LaunchArgs b = tma_host::with_rows_out_map(a, &map);
-  if (b.accumulate & 4)
-    launch<Tma, false>(b, s, map);
-  else
+bool launch_bf16(const LaunchArgs& a, cudaStream_t s) {
+  if (a.epilogue != kEpilogueTmaStore) {
     launch<Staged, false>(a, s);
+    return true;
+  }
+  CUtensorMap map{};
+  LaunchArgs b = a;
+  if (!encode_rows_out_map(&b, &map)) return false;
+  launch<Tma, false>(b, s, map);
+  return true;
 }
 
 }  // namespace ws

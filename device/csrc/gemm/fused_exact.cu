@@ -1,13 +1,13 @@
-// Exact-mode instantiations of the grouped GEMM (SPEC 12.2 bit for bit): the warp-specialised kernel of
-// gemm_wgmma_ws.cuh with exact per-block partials, tile 128 x 128, bf16 (staged epilogue) or fp32 output, its raw
-// stages copied by the converters' cp.async; or, when launch_wgmma_exact_tma takes the launch
-// (gemm_wgmma_exact_tma.cu), loaded by TMA through per-group tensor maps.
+// Exact-mode instantiations of the fused kernel (fused.cuh with exact per-block partials; SPEC 12.2 bit for bit):
+// exact_fused, 128 x 128 tiles, fp32 (whole-line epilogue) or bf16 (staged epilogue) output.
 #include "gemm/fused.cuh"
 
 namespace nvfp4_gemm {
 
-void launch_wgmma_exact(const LaunchArgs& a, cudaStream_t s) {
+bool launch_fused_exact(const LaunchArgs& a, cudaStream_t s) {
+  if (a.epilogue != kEpilogueStaged) return false;
   if (a.out_f32) ws::launch<ws::ShapeExactWs, true>(a, s); else ws::launch<ws::ShapeExactWsBf16, false>(a, s);
+  return true;
 }
 
 }  // namespace nvfp4_gemm

@@ -1,17 +1,15 @@
-// Fast-mode instantiations of the grouped GEMM for large groups: the warp-specialised kernel of gemm_wgmma_ws.cuh
-// in 2-CTA clusters (256 x 256 cluster tiles; each CTA dequantizes half of the B tile and bulk-copies it into the
-// other CTA's shared memory), bf16 or fp32 output. A file of its own so it compiles in parallel with the other shapes.
-#include "gemm/tma_host.h"
+// Fast-mode instantiations of the fused kernel in 2-CTA clusters (fused.cuh; fused_pair_256x256: 256 x 256 cluster
+// tiles, each CTA dequantizes half of the B tile and bulk-copies it into the other CTA's shared memory), bf16 or fp32
+// output. A file of its own so that it compiles in parallel with the other shapes.
 #include "gemm/fused.cuh"
 
 namespace nvfp4_gemm {
 
-void launch_wgmma_pair(const LaunchArgs& a, cudaStream_t s) {
-  if (a.out_f32) {
-    ws::launch<ws::ShapePair, true>(a, s);
-    return;
-  }
-  ws::launch_bf16<ws::ShapePairBf16, ws::ShapePairBf16Tma>(a, s);  // bf16: TMA-store boxes where the row map applies
+bool launch_fused_pair(const LaunchArgs& a, cudaStream_t s) {
+  if (!a.out_f32) return ws::launch_bf16<ws::ShapePairBf16, ws::ShapePairBf16Tma>(a, s);
+  if (a.epilogue != kEpilogueStaged) return false;
+  ws::launch<ws::ShapePair, true>(a, s);
+  return true;
 }
 
 }  // namespace nvfp4_gemm

@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <cuda_runtime.h>
 
-namespace nvfp4_gemm {
+#include "common/codes.h"  // Kind, Algorithm, Loader, Epilogue
 
-enum Kind : int { kFprop = 0, kDgrad = 1, kWgrad = 2 };
+namespace nvfp4_gemm {
 
 // One group's GEMM: D[M, N] (+)= alpha * A[M, K] . B[N, K]^T (both K-major NVFP4 planes, swizzled scales).
 struct Prob {
@@ -52,39 +52,40 @@ struct SetupArgs {
   int* prefix;        // out: [E+1] tile prefix sum
 };
 
+// The GEMM kernel's launch: the setup kernel's problems and tile list, and the plan (device/_dispatch.py).
 struct LaunchArgs {
   const Prob* probs;
   const int* prefix;
   int E;
-  int exact;
+  Algorithm algorithm;
+  Loader loader;
+  Epilogue epilogue;
   int out_f32;
+  // bit 0: C is read back (wgrad's accumulate); bit 1: the whole-line epilogue prefetches the tile's C rows into L2;
+  // bit 2: the host encoded the output's tensor map (the TMA-store epilogues run)
   int accumulate;
   int grid_upper;  // host upper bound on the number of tiles (grid = min(this, resident blocks))
-  int tile_m;  // CTA rows (from pick_tile); selects the fast kernel's shape
   int max_ctas;  // 0, or at most this many CTAs (a cluster counts its CTAs; at least one cluster runs)
-  // The output as the host sees it, for the TMA-store epilogue of wgrad's fp32 output (gemm_wgmma_fast.cu): wgrad's
-  // [E, out_rows, out_cols] with row stride ldd; the kind; whether a bias is fused.
+  // The output as the host sees it, for the TMA-store epilogues' maps (out_maps.h): wgrad's [E, out_rows, out_cols],
+  // fprop / dgrad [out_rows = T, out_cols], row stride ldd; the kind; whether a bias is fused.
   void* out;
   long long out_rows, out_cols, ldd;
   int kind;
   int has_bias;
 };
 
-// Tile (rows x columns of the output; a cluster tile for the 2-CTA kernel) for this mode, given the average number of
-// output rows per group and the average contraction length per group (host-known: T / E rows and K (fprop) or N
-// (dgrad) for fprop/dgrad; the weight-gradient rows and T / E for wgrad). force (fast mode only): 0 = by the sizes,
-// 1 = the 64 x 256 kernel, 2 = the 128 x 256 kernel, 3 = the 2-CTA cluster kernel, 6 = the swapped kernel (64 x 256
-// tiles too).
-void pick_tile(bool exact, long long rows_per_group, long long contraction_per_group, int force, int* tile_m,
-               int* tile_n);
+// The output tile (rows x columns; a cluster's tile for the 2-CTA kernel) whose list the setup kernel builds for
+// `algorithm` (device/_dispatch.py ALGORITHM_TILES holds the same table).
+void tile_of(Algorithm algorithm, int* tile_m, int* tile_n);
 
 void launch_setup(const SetupArgs& a, cudaStream_t s);
-void launch_gemm(const LaunchArgs& a, cudaStream_t s);
-// the GEMM kernels (gemm_wgmma_fast.cu / gemm_wgmma_exact.cu, template in gemm_wgmma.cuh)
-void launch_wgmma_fast(const LaunchArgs& a, cudaStream_t s);
-void launch_wgmma_exact(const LaunchArgs& a, cudaStream_t s);
-void launch_wgmma_pair(const LaunchArgs& a, cudaStream_t s);  // fast mode, 2-CTA cluster tiles
-// exact mode over fp16 copies of the operands, and fast mode with the operands swapped: launch_exact_f16 and
-// launch_swapped in gemm_dequant.h (they need the planes for their TMA maps)
+// The fused kernels (fused.cuh) for the fused algorithms, instantiated in fused_fast.cu (64 x 256, 128 x 256),
+// fused_pair.cu (2-CTA clusters) and fused_exact.cu (exact mode). False, launching nothing, when the plan's epilogue
+// cannot run this call (its output map does not apply or the driver refuses it).
+bool launch_fused(const LaunchArgs& a, cudaStream_t s);
+bool launch_fused_fast(const LaunchArgs& a, cudaStream_t s);
+bool launch_fused_pair(const LaunchArgs& a, cudaStream_t s);
+bool launch_fused_exact(const LaunchArgs& a, cudaStream_t s);
+// the algorithms over fp16 copies (swapped, exact_copies, exact_hybrid, copies_cutlass): copies.h
 
 }  // namespace nvfp4_gemm

@@ -120,28 +120,37 @@ __global__ void __launch_bounds__(kSetupThreads) setup_kernel(SetupArgs a) {
 
 void launch_setup(const SetupArgs& a, cudaStream_t s) { setup_kernel<<<1, kSetupThreads, 0, s>>>(a); }
 
-void pick_tile(bool exact, long long rows_per_group, long long contraction_per_group, int force, int* tile_m,
-               int* tile_n) {
-  if (exact) {
-    *tile_m = ws::ShapeExactWs::BM;
-    *tile_n = ws::ShapeExactWs::BN;
-  } else if (force == 3 || (force == 0 && rows_per_group >= 256 && contraction_per_group >= 1024)) {
-    // large groups and long K loops: 2-CTA clusters share the B conversion (docs/gemm.md, stop 13: with 256-long
-    // K loops, E=64 wgrad, the 128 x 256 kernel stays faster)
-    *tile_m = ws::ShapePair::kTileM;
-    *tile_n = ws::ShapePair::BN;
-  } else if (force == 1 || force == 6 || (force == 0 && rows_per_group <= 96)) {  // few tokens: no tensor work on
-    // padding rows (6: the swapped kernel walks the same 64 x 256 tiles)
-    *tile_m = ws::ShapeSkinny::BM;
-    *tile_n = ws::ShapeSkinny::BN;
-  } else {
-    *tile_m = ws::ShapeLarge::BM;
-    *tile_n = ws::ShapeLarge::BN;
+void tile_of(Algorithm algorithm, int* tile_m, int* tile_n) {
+  switch (algorithm) {
+    case kFused64x256:
+    case kSwapped64x256:  // (the swapped kernel walks the same 64 x 256 tiles)
+      *tile_m = ws::ShapeSkinny::BM;
+      *tile_n = ws::ShapeSkinny::BN;
+      return;
+    case kFusedPair256x256:
+      *tile_m = ws::ShapePair::kTileM;
+      *tile_n = ws::ShapePair::BN;
+      return;
+    case kExactFused:
+    case kExactCopies:
+    case kExactHybrid:
+      *tile_m = ws::ShapeExactWs::BM;
+      *tile_n = ws::ShapeExactWs::BN;
+      return;
+    default:  // fused_128x256; copies_cutlass (CUTLASS tiles its groups itself; the list is not walked)
+      *tile_m = ws::ShapeLarge::BM;
+      *tile_n = ws::ShapeLarge::BN;
   }
 }
 
-void launch_gemm(const LaunchArgs& a, cudaStream_t s) {
-  if (a.exact) launch_wgmma_exact(a, s); else launch_wgmma_fast(a, s);
+bool launch_fused(const LaunchArgs& a, cudaStream_t s) {
+  switch (a.algorithm) {
+    case kFused64x256:
+    case kFused128x256: return launch_fused_fast(a, s);
+    case kFusedPair256x256: return launch_fused_pair(a, s);
+    case kExactFused: return launch_fused_exact(a, s);
+    default: return false;
+  }
 }
 
 }  // namespace nvfp4_gemm

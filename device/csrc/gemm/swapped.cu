@@ -4,7 +4,7 @@
 #include "gemm/copies.h"
 #include "gemm/group_maps.cuh"
 #include "gemm/swapped.cuh"
-#include "gemm/tma_host.h"
+#include "common/tensor_map.h"
 
 namespace nvfp4_gemm {
 
@@ -15,15 +15,14 @@ static_assert(swp::ShapeTma::BM == swp::Shape::BM && swp::ShapeTma::BN == swp::S
 
 namespace {
 
-using tma_host::encode_2d;
+using nvfp4::encode_2d;
 
 // The TMA loader's maps for the token copy d.a_f16 (made from the rowwise token plane d.a) and the weight plane d.b,
-// both with the row pitch K / 2 packed bytes; false (the cp.async loader runs) when K % 32 != 0, a base is not 16-byte
-// aligned, a plane is shorter than one row (the scale plane than one tile), or NVFP4_SWAP_TMA=0.
+// both with the row pitch K / 2 packed bytes; false when K % 32 != 0, a base is not 16-byte aligned, a plane is
+// shorter than one row (the scale plane than one tile), or the driver refuses a map.
 bool swap_maps(const DequantGemmArgs& d, swp::SwapMaps* m) {
-  const bool enabled = tma_host::tma_enabled("NVFP4_SWAP_TMA");
   const long long pitch = d.a.pitch_const;  // K / 2
-  if (!enabled || pitch <= 0 || pitch % 16 != 0 || reinterpret_cast<uintptr_t>(d.a_f16) % 16 != 0 ||
+  if (pitch <= 0 || pitch % 16 != 0 || reinterpret_cast<uintptr_t>(d.a_f16) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(d.b.data) % 16 != 0)
     return false;
   const long long tok_rows = d.a.cap_bytes / pitch, w_rows = d.b.cap_bytes / pitch, sc_rows = d.b.scale_cap_bytes / 128;
@@ -42,28 +41,28 @@ bool swap_maps(const DequantGemmArgs& d, swp::SwapMaps* m) {
                    CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
-// The loaders: TMA (swap_maps) or cp.async. dgrad takes the cp.async loader, which reads from Prob::b: its weights are
-// W's columnwise plane, and after a group that disagrees with N (SPEC 12.5) the next group need not start on a whole
-// row of the one map `w`. fprop's rowwise weight groups always start on a whole row.
+// The plan's loader: TMA (swap_maps; false, launching nothing, when its maps cannot be encoded) or cp.async. dgrad
+// runs the cp.async loader, which reads from Prob::b: its weights are W's columnwise plane, and after a group that
+// disagrees with N (SPEC 12.5) the next group need not start on a whole row of the one map `w` (the binding refuses
+// TMA for dgrad). fprop's rowwise weight groups always start on a whole row.
 template <bool OUT_F32>
-void launch_out(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s) {
+bool launch_out(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s) {
   swp::SwapMaps m{};
-  if (a.kind != kDgrad && swap_maps(d, &m)) {
+  if (a.loader == kLoaderTma) {
+    if (a.kind == kDgrad || !swap_maps(d, &m)) return false;
     using S = swp::ShapeTma;
     wg::launch_persistent<swp::swapped_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(a, s, m);
   } else {
     using S = swp::Shape;
     wg::launch_persistent<swp::swapped_kernel<S, OUT_F32, false>, S::kThreads, S::kSmem>(a, s, m);
   }
+  return true;
 }
 
 }  // namespace
 
-void launch_swapped(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s) {
-  if (a.out_f32)
-    launch_out<true>(a, d, s);
-  else
-    launch_out<false>(a, d, s);
+bool launch_swapped(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s) {
+  return a.out_f32 ? launch_out<true>(a, d, s) : launch_out<false>(a, d, s);
 }
 
 }  // namespace nvfp4_gemm

@@ -26,6 +26,20 @@ int dtype_code(const Tensor& x) {
   }
 }
 
+// The kernel family of a pass (device/_dispatch.py plan_quantize): the bf16 fast kernels read bf16 and compile the
+// default RHT sign mask in; the fast quantizer also rounds to nearest and writes 1x16 blocks only.
+std::string check_kernel(const Tensor& x, int64_t kernel, bool rht, int64_t rht_signs, bool sr, bool block2d) {
+  NVFP4_REFUSE_UNLESS(kernel == nvfp4::kQuantizeGeneral || kernel == nvfp4::kQuantizeFastBf16,
+                      "nvfp4: unknown quantize kernel code ", kernel);
+  if (kernel == nvfp4::kQuantizeFastBf16) {
+    NVFP4_REFUSE_UNLESS(dtype_code(x) == nvfp4::kBF16, "nvfp4: the fast kernels read bfloat16 input only");
+    NVFP4_REFUSE_UNLESS(!rht || rht_signs == nvfp4::kDefaultRhtSigns,
+                        "nvfp4: the fast kernels run the RHT with the default sign mask only");
+    NVFP4_REFUSE_UNLESS(!sr && !block2d, "nvfp4: the fast quantizer rounds to nearest and writes 1x16 blocks only");
+  }
+  return {};
+}
+
 // An optional buffer, when given, is a contiguous CUDA tensor on `dev` (the torch.ops entry points are public:
 // every pointer handed to a kernel is checked here, not only in the Python wrappers).
 std::string check_on(const optional<Tensor>& t, const c10::Device& dev, const char* what) {
@@ -93,8 +107,10 @@ std::string check_grid(const Tensor& x, const optional<Tensor>& offs, int64_t E,
 // torchao rules' amax (SPEC 4.1).
 std::string amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int64_t row_tiles, Tensor row_amax,
                   const optional<Tensor>& col_amax, bool rht, int64_t rht_signs, bool after_setup,
-                  bool nan_propagating, const optional<Tensor>& tile_recs, const optional<Tensor>& splits) {
+                  bool nan_propagating, const optional<Tensor>& tile_recs, const optional<Tensor>& splits,
+                  int64_t kernel) {
   NVFP4_RETURN_IF_ERROR(check_x(x, rht));
+  NVFP4_RETURN_IF_ERROR(check_kernel(x, kernel, rht, rht_signs, false, false));
   NVFP4_RETURN_IF_ERROR(check_grid(x, offs, E, row_tiles, row_amax, col_amax));
   NVFP4_RETURN_IF_ERROR(check_tile_recs(tile_recs, x.device(), offs.has_value() ? row_tiles : 0));
   NVFP4_RETURN_IF_ERROR(check_on(splits, x.device(), "splits"));
@@ -115,7 +131,9 @@ std::string amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int6
     a.after_zero = 1;  // (the bf16 fast pass starts with a programmatic dependency on the zeroing; the others after it)
   }
   switch (dtype_code(x)) {
-    case nvfp4::kBF16: nvfp4::launch_amax_bf16(a, rht, row_tiles, s, after_setup); break;
+    case nvfp4::kBF16:
+      nvfp4::launch_amax_bf16(a, rht, row_tiles, s, after_setup, static_cast<nvfp4::QuantizeKernel>(kernel));
+      break;
     case nvfp4::kF16: nvfp4::launch_amax_f16(a, row_tiles, s); break;
     default: nvfp4::launch_amax_f32(a, row_tiles, s); break;
   }
@@ -177,8 +195,9 @@ std::string quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, 
                       const optional<Tensor>& row_scales, const optional<Tensor>& col_data,
                       const optional<Tensor>& col_scales, int64_t layout, bool block2d, bool sr, int64_t rule, bool rht,
                       int64_t rht_signs, int64_t seed_lo, int64_t seed_hi, int64_t offset, bool after_amax,
-                      const optional<Tensor>& tile_recs) {
+                      const optional<Tensor>& tile_recs, int64_t kernel) {
   NVFP4_RETURN_IF_ERROR(check_x(x, rht));
+  NVFP4_RETURN_IF_ERROR(check_kernel(x, kernel, rht, rht_signs, sr, block2d));
   NVFP4_RETURN_IF_ERROR(check_grid(x, offs, E, row_tiles, row_amax, col_amax));
   NVFP4_RETURN_IF_ERROR(check_tile_recs(tile_recs, x.device(), offs.has_value() ? row_tiles : 0));
   for (const auto* b : {&row_data, &row_scales, &col_data, &col_scales})
@@ -211,7 +230,9 @@ std::string quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, 
   a.tile_recs = ptr_or_null<const int4>(tile_recs);
   auto s = c10::cuda::getCurrentCUDAStream();
   switch (dtype_code(x)) {
-    case nvfp4::kBF16: nvfp4::launch_quantize_bf16(a, rht, row_tiles, s, after_amax); break;
+    case nvfp4::kBF16:
+      nvfp4::launch_quantize_bf16(a, rht, row_tiles, s, after_amax, static_cast<nvfp4::QuantizeKernel>(kernel));
+      break;
     case nvfp4::kF16: nvfp4::launch_quantize_f16(a, row_tiles, s); break;
     default: nvfp4::launch_quantize_f32(a, row_tiles, s); break;
   }

@@ -17,8 +17,6 @@
 
 namespace nvfp4 {
 
-constexpr uint32_t kDefaultRhtSigns = 0xD7E8u;  // SPEC 7 default mask (also the Python API default)
-
 // SPEC 3.1 for a y that is not NaN: returns code + 256 (bit 3 of 256 + index is clear, so the sign ORs in; the
 // bias cancels in pack sums, see kBias8).
 //  * a = min(|y|, 6) (Inf -> 6 -> index 7);

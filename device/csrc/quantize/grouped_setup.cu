@@ -1,5 +1,5 @@
-// Small kernels: grouped setup (offsets and tail zero-fill, SPEC 9), standalone swizzle (SPEC 8.2), dequantize
-// (SPEC 11).
+// The grouped setup kernel (SPEC 9: device offsets from the splits, zeroed amaxes, the tail zero-fill, the row-tile
+// records) and the single tensor's amax zeroing (SPEC 4).
 #include "quantize/launch.h"
 
 #include "quantize/numerics.cuh"
@@ -162,61 +162,6 @@ __global__ void zero_amax_kernel(float* __restrict__ row_amax, float* __restrict
   if (col_amax != nullptr) col_amax[0] = 0.0f;
 }
 
-// SPEC 8.2: one thread per 4 output bytes (one row r, scale columns c..c+3 of a 128x4 tile).
-__global__ void swizzle_kernel(const uint8_t* __restrict__ in, int64_t rows, int64_t cols, uint8_t* __restrict__ out,
-                               int64_t n_words) {
-  const int64_t cp4 = round_up(cols, 4) / 4;
-  for (int64_t w = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; w < n_words; w += (int64_t)gridDim.x * blockDim.x) {
-    // word w = byte 4w: tile = w / 128; inside a tile, word (r%32)*4 + (r%128)/32
-    const int64_t tile = w >> 7, in_tile = w & 127;
-    const int64_t r = (tile / cp4) * 128 + (in_tile & 3) * 32 + (in_tile >> 2);
-    const int64_t c0 = (tile % cp4) * 4;
-    uint32_t v = 0;
-    if (r < rows) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        if (c0 + i < cols) v |= (uint32_t)in[r * cols + c0 + i] << (8 * i);
-    }
-    reinterpret_cast<uint32_t*>(out)[w] = v;
-  }
-}
-
-// SPEC 11.1: one thread per 16-block, out = e2m1 * s with the block factor s of the scale rule:
-// TE rules s = (decode(sf) * amax) * fp32(1/2688); torchao s = P * decode(sf), P = amax / 2688; torchao_noscale
-// s = decode(sf).
-__global__ void dequantize_kernel(const uint8_t* __restrict__ data, const uint8_t* __restrict__ scales,
-                                  const float* __restrict__ amax, int64_t rows, int64_t cols, int swizzled, int rule,
-                                  float* __restrict__ out) {
-  const int64_t nb = cols / 16, total = rows * nb;
-  const float am = *amax;
-  const float p = __fdiv_rn(am, 2688.0f);  // rule "torchao" only
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t r = i / nb, c = i % nb;
-    const uint32_t sb = scales[swizzled ? swizzle_offset(r, c, round_up(nb, 4) / 4) : r * nb + c];
-    const float sf = e4m3_value(sb);
-    const float s = rule == kRuleTorchao ? __fmul_rn(p, sf)
-                    : rule == kRuleTorchaoNoScale ? sf
-                    : __fmul_rn(__fmul_rn(sf, am), kInv2688);
-    const uint2 d = *reinterpret_cast<const uint2*>(data + r * (cols / 2) + c * 8);
-    const uint64_t codes = (uint64_t)d.x | ((uint64_t)d.y << 32);
-    float4* o = reinterpret_cast<float4*>(out + r * cols + c * 16);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      float4 v;
-      v.x = __fmul_rn(e2m1_value((uint32_t)(codes >> (16 * q)) & 0xF), s);
-      v.y = __fmul_rn(e2m1_value((uint32_t)(codes >> (16 * q + 4)) & 0xF), s);
-      v.z = __fmul_rn(e2m1_value((uint32_t)(codes >> (16 * q + 8)) & 0xF), s);
-      v.w = __fmul_rn(e2m1_value((uint32_t)(codes >> (16 * q + 12)) & 0xF), s);
-      o[q] = v;
-    }
-  }
-}
-
-int grid_for(int64_t work, int threads) {
-  const int64_t g = ceil_div(work, threads);
-  return (int)(g < 1 ? 1 : (g > 4096 ? 4096 : g));
-}
-
 }  // namespace
 
 void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int64_t* offs, float* row_amax,
@@ -238,20 +183,6 @@ void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int6
 
 void launch_zero_amax(float* row_amax, float* col_amax, cudaStream_t stream) {
   zero_amax_kernel<<<1, 1, 0, stream>>>(row_amax, col_amax);
-}
-
-void launch_swizzle(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t stream) {
-  const int64_t n_words = round_up(rows, 128) * round_up(cols, 4) / 4;
-  if (n_words == 0) return;
-  swizzle_kernel<<<grid_for(n_words, 256), 256, 0, stream>>>(in, rows, cols, out, n_words);
-}
-
-void launch_dequantize(const uint8_t* data, const uint8_t* scales, const float* amax, int64_t rows, int64_t cols,
-                       bool swizzled, int rule, float* out, cudaStream_t stream) {
-  const int64_t total = rows * (cols / 16);
-  if (total == 0) return;
-  dequantize_kernel<<<grid_for(total, 256), 256, 0, stream>>>(data, scales, amax, rows, cols, swizzled ? 1 : 0, rule,
-                                                              out);
 }
 
 }  // namespace nvfp4

@@ -4,9 +4,9 @@
 #include <cstdint>
 #include <cuda_runtime.h>
 
-namespace nvfp4 {
+#include "common/codes.h"  // Rule, ScaleLayout, QuantizeKernel
 
-enum ScaleLayout : int { kCompact = 0, kPaddedCompact = 1, kSwizzled = 2 };
+namespace nvfp4 {
 
 struct AmaxArgs {
   const void* x;
@@ -57,20 +57,31 @@ constexpr int64_t row_tiles_needed(int64_t rows, int64_t E, bool grouped) {
   return grouped ? rows / kRowTileRows + E : (rows + kRowTileRows - 1) / kRowTileRows;
 }
 
-// SPEC 5.1 / 5.3 / 5.4 / 5.5 (the Python API's rule names, in this order)
-enum Rule : int { kRuleTE = 0, kRuleTEFusedRHT = 1, kRuleTorchao = 2, kRuleTorchaoNoScale = 3 };
+// The grid of a grid-stride loop over `work` items, `threads` per CTA: at least 1, at most 4096 CTAs.
+inline int grid_for(int64_t work, int threads) {
+  const int64_t g = (work + threads - 1) / threads;
+  return (int)(g < 1 ? 1 : (g > 4096 ? 4096 : g));
+}
+
 __host__ __device__ inline bool is_torchao_rule(int rule) { return rule == kRuleTorchao || rule == kRuleTorchaoNoScale; }
+
+// SPEC 7's default RHT sign mask: the bf16 fast kernels compile it in (kQuantizeFastBf16 runs the RHT with it only).
+constexpr uint32_t kDefaultRhtSigns = 0xD7E8u;
 
 enum DType : int { kBF16 = 0, kF16 = 1, kF32 = 2 };
 
-// amax pass (SPEC 4); `row_tiles` is the (worst-case) number of 128-row tiles. after_setup: the previous launch on
-// `s` is launch_group_setup for these offsets (the bf16 fast kernel then starts with a programmatic dependency).
-void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_setup);
+// amax pass (SPEC 4); `row_tiles` is the (worst-case) number of 128-row tiles; `kernel` the QuantizeKernel family
+// (bf16 input: kQuantizeFastBf16 needs no RHT or the default sign mask). after_setup: the previous launch on `s` is
+// launch_group_setup for these offsets (the bf16 fast kernel then starts with a programmatic dependency).
+void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_setup,
+                      QuantizeKernel kernel);
 void launch_amax_f16(const AmaxArgs& a, int64_t row_tiles, cudaStream_t s);
 void launch_amax_f32(const AmaxArgs& a, int64_t row_tiles, cudaStream_t s);
-// fused quantizer (SPEC 5-8, 10). after_amax: the previous launch on `s` is the amax pass of this input (so the
-// bf16 fast kernel may overlap it, reading only X and the offsets before it waits for that pass).
-void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_amax);
+// fused quantizer (SPEC 5-8, 10); `kernel` as above (kQuantizeFastBf16 also needs round-to-nearest and 1x16 blocks).
+// after_amax: the previous launch on `s` is the amax pass of this input (so the bf16 fast kernel may overlap it,
+// reading only X and the offsets before it waits for that pass).
+void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_amax,
+                          QuantizeKernel kernel);
 void launch_quantize_f16(const QuantArgs& a, int64_t row_tiles, cudaStream_t s);
 void launch_quantize_f32(const QuantArgs& a, int64_t row_tiles, cudaStream_t s);
 

@@ -2,36 +2,10 @@
 #include "quantize/general.cuh"
 #include "quantize/fast_bf16.cuh"
 #include "quantize/launch.h"
+#include "common/pdl.cuh"
 #include "common/per_device.h"
 
-#include <cstdlib>
-
 namespace nvfp4 {
-
-// NVFP4_DISABLE_FAST=1 in the environment keeps every launch on the general kernels (for A/B timing).
-static bool fast_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("NVFP4_DISABLE_FAST");
-    return e == nullptr || e[0] == '\0' || e[0] == '0';
-  }();
-  return on;
-}
-
-// A launch that may start while the previous kernel of the stream still runs (programmatic dependent launch);
-// only for kernels that execute griddepcontrol.wait before they read anything that kernel writes.
-template <typename Args>
-static void launch_pdl(void (*kernel)(Args), unsigned grid, unsigned threads, cudaStream_t s, const Args& a) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(threads);
-  cfg.stream = s;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  cudaLaunchKernelEx(&cfg, kernel, a);
-}
 
 // The grouped fast pass after the setup kernel: its first wave (the CTAs resident beside the setup kernel, occupancy x
 // SMs, cached per device and kernel) finds its tiles from the splits and waits for the setup kernel only before its
@@ -58,34 +32,34 @@ static AmaxArgs with_split_scan(AmaxArgs a) {
   return a;
 }
 
-void launch_amax_bf16(const AmaxArgs& a_in, bool rht, int64_t row_tiles, cudaStream_t s, bool after_setup) {
+void launch_amax_bf16(const AmaxArgs& a_in, bool rht, int64_t row_tiles, cudaStream_t s, bool after_setup,
+                      QuantizeKernel kernel) {
   AmaxArgs a = a_in;
   a.splits = nullptr;  // only the fast passes after the setup kernel take it (with_split_scan)
   const int64_t grid = row_tiles * amax_k_tiles<__nv_bfloat16>(a.K);
   if (grid == 0) return;
-  if (a.nan_propagating && (!fast_enabled() || (rht && a.rht_signs != kDefaultRhtSigns))) {
-    // the torchao rules (NaN-propagating, SPEC 4.1) in the general pass
-    if (rht) amax_kernel<__nv_bfloat16, true, true><<<(unsigned)grid, 128, 0, s>>>(a);
-    else amax_kernel<__nv_bfloat16, false, true><<<(unsigned)grid, 128, 0, s>>>(a);
+  if (kernel == kQuantizeGeneral) {
+    if (a.nan_propagating) {  // the torchao rules (SPEC 4.1)
+      if (rht) amax_kernel<__nv_bfloat16, true, true><<<(unsigned)grid, 128, 0, s>>>(a);
+      else amax_kernel<__nv_bfloat16, false, true><<<(unsigned)grid, 128, 0, s>>>(a);
+    } else {
+      if (rht) amax_kernel<__nv_bfloat16, true><<<(unsigned)grid, 128, 0, s>>>(a);
+      else amax_kernel<__nv_bfloat16, false><<<(unsigned)grid, 128, 0, s>>>(a);
+    }
   } else if (a.nan_propagating) {  // the fast pass, NaN-propagating (with the RHT: no last-stage shortcut)
     auto kernel = rht ? amax_fast4_bf16<true, true> : amax_fast4_bf16<false, true>;
     if (after_setup)
-      launch_pdl(kernel, (unsigned)grid, 256, s,
-                 rht ? with_split_scan<true, true>(a_in) : with_split_scan<false, true>(a_in));
-    else if (a.after_zero) launch_pdl(kernel, (unsigned)grid, 256, s, a);
+      launch_chained(kernel, dim3((unsigned)grid), 256, 0, s,
+                     rht ? with_split_scan<true, true>(a_in) : with_split_scan<false, true>(a_in));
+    else if (a.after_zero) launch_chained(kernel, dim3((unsigned)grid), 256, 0, s, a);
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
-  } else if (!fast_enabled()) {
-    if (rht) amax_kernel<__nv_bfloat16, true><<<(unsigned)grid, 128, 0, s>>>(a);
-    else amax_kernel<__nv_bfloat16, false><<<(unsigned)grid, 128, 0, s>>>(a);
-  } else if (!rht || a.rht_signs == kDefaultRhtSigns) {  // the fast path (nvfp4_fast_v4.cuh)
+  } else {  // the fast pass (fast_bf16.cuh)
     auto kernel = rht ? amax_fast4_bf16<true> : amax_fast4_bf16<false>;
     if (after_setup)  // waits for the setup kernel in-kernel
-      launch_pdl(kernel, (unsigned)grid, 256, s,
-                 rht ? with_split_scan<true, false>(a_in) : with_split_scan<false, false>(a_in));
-    else if (a.after_zero) launch_pdl(kernel, (unsigned)grid, 256, s, a);  // waits for launch_zero_amax in-kernel
+      launch_chained(kernel, dim3((unsigned)grid), 256, 0, s,
+                     rht ? with_split_scan<true, false>(a_in) : with_split_scan<false, false>(a_in));
+    else if (a.after_zero) launch_chained(kernel, dim3((unsigned)grid), 256, 0, s, a);  // waits for launch_zero_amax
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
-  } else {
-    amax_kernel<__nv_bfloat16, true><<<(unsigned)grid, 128, 0, s>>>(a);
   }
 }
 
@@ -102,14 +76,15 @@ static void prefer_max_shared_fast4() {
   done.set(dev, true);
 }
 
-void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_amax) {
+void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_amax,
+                          QuantizeKernel kernel) {
   const int64_t grid = row_tiles * quant_k_tiles<__nv_bfloat16>(a.K);
   if (grid == 0) return;
-  const bool fast = fast_enabled() && !a.sr && !a.block2d && (!rht || a.rht_signs == kDefaultRhtSigns);
+  const bool fast = kernel == kQuantizeFastBf16;
   if (is_torchao_rule(a.rule) && fast) {  // SPEC 5.4 / 5.5
     auto kernel = rht ? quantize_fast4_bf16<true, true> : quantize_fast4_bf16<false, true>;
     prefer_max_shared_fast4();
-    if (after_amax) launch_pdl(kernel, (unsigned)grid, 256, s, a);
+    if (after_amax) launch_chained(kernel, dim3((unsigned)grid), 256, 0, s, a);
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (is_torchao_rule(a.rule)) {
     if (rht) quantize_kernel<__nv_bfloat16, true, true><<<(unsigned)grid, 256, 0, s>>>(a);
@@ -117,7 +92,7 @@ void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaS
   } else if (fast) {
     auto kernel = rht ? quantize_fast4_bf16<true> : quantize_fast4_bf16<false>;
     prefer_max_shared_fast4();
-    if (after_amax) launch_pdl(kernel, (unsigned)grid, 256, s, a);  // overlaps the amax pass's tail
+    if (after_amax) launch_chained(kernel, dim3((unsigned)grid), 256, 0, s, a);  // overlaps the amax pass's tail
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (rht) quantize_kernel<__nv_bfloat16, true><<<(unsigned)grid, 256, 0, s>>>(a);
   else quantize_kernel<__nv_bfloat16, false><<<(unsigned)grid, 256, 0, s>>>(a);

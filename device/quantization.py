@@ -1,5 +1,8 @@
-"""Public device API (torch CUDA tensors in and out, current stream), mirroring ``oracle.quantize`` /
-``oracle.group_quantize``. Every argument is checked here, before any launch."""
+"""The device's quantize API: :func:`quantize`, :func:`group_quantize`, :func:`swizzle_scales`, :func:`dequantize`.
+
+torch CUDA tensors in and out, on the current stream, mirroring :func:`oracle.quantize` / :func:`oracle.group_quantize`
+byte for byte. Every argument is checked here, before any launch; the kernels are chosen by
+:func:`device._dispatch.plan_quantize`."""
 
 from __future__ import annotations
 
@@ -11,14 +14,13 @@ from torch import Tensor
 
 from oracle.quantize import check_block
 
-from . import _ops
+from . import _dispatch, _ops
+from ._codes import Rule
 from ._results import DeviceGroupedNVFP4Tensor, DeviceNVFP4Tensor
 
 __all__ = ["dequantize", "group_quantize", "quantize", "swizzle_scales"]
 
-#: The scale rules (SPEC 5) and their codes in the CUDA extension (nvfp4_launch.h ``Rule``).
-_RULES = {"te": 0, "te_fused_rht": 1, "torchao": 2, "torchao_noscale": 3}
-_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 
 
 def _check_x(x) -> Tensor:
@@ -48,8 +50,8 @@ def _options(x2: Tensor, *, rowwise, columnwise, rht, rht_signs, block, rule, ro
             raise TypeError(f"{name} must be a Python integer, got {type(v).__name__}")
     if not (rowwise or columnwise):
         raise ValueError("at least one of rowwise / columnwise must be requested")
-    if rule not in _RULES:
-        raise ValueError(f"rule must be one of {list(_RULES)}, got {rule!r}")
+    if rule not in Rule.__members__:
+        raise ValueError(f"rule must be one of {list(Rule.__members__)}, got {rule!r}")
     block = check_block(block)  # the oracle's parser: (1, 16) / (16, 16) or "1x16" / "16x16"
     if rounding not in ("rn", "sr"):
         raise ValueError(f"rounding must be 'rn' or 'sr', got {rounding!r}")
@@ -64,9 +66,12 @@ def _options(x2: Tensor, *, rowwise, columnwise, rht, rht_signs, block, rule, ro
         raise ValueError(f"seed must be in [0, 2**64), got {seed}")
     if not (0 <= offset < 2**32):
         raise ValueError(f"offset must be in [0, 2**32), got {offset}")
+    block2d, sr = block == (16, 16), rounding == "sr"
+    plan = _dispatch.plan_quantize(_DTYPES[x2.dtype], rht=bool(rht), rht_signs=int(rht_signs), block2d=block2d, sr=sr,
+                                   kernel=_dispatch.FORCED.get("quantize"))
     return dict(rowwise=bool(rowwise), columnwise=bool(columnwise), rht=bool(rht), rht_signs=int(rht_signs),
-                block2d=block == (16, 16), rule=_RULES[rule], sr=rounding == "sr",
-                seed_lo=seed & 0xFFFFFFFF, seed_hi=seed >> 32, offset=offset)
+                block2d=block2d, rule=int(Rule[rule]), sr=sr, seed_lo=seed & 0xFFFFFFFF, seed_hi=seed >> 32,
+                offset=offset, amax_kernel=int(plan.amax), quantize_kernel=int(plan.quantize))
 
 
 def _meta(opts: dict, rule: str, rounding: str, seed: int, offset: int) -> dict:
@@ -227,11 +232,11 @@ def dequantize(q, plane: str = "row", *, scales: Tensor | None = None, amax: Ten
         raise ValueError("raw dequantize needs swizzled=True or False, the layout of the scale bytes (SPEC 8; "
                          "device.quantize writes swizzled scales unless swizzled=False)")
     rule = "te" if rule is None else rule
-    if rule not in _RULES:
-        raise ValueError(f"rule must be one of {list(_RULES)}, got {rule!r}")
+    if rule not in Rule.__members__:
+        raise ValueError(f"rule must be one of {list(Rule.__members__)}, got {rule!r}")
     data = q if not isinstance(q, DeviceNVFP4Tensor) else data
     _ops.require_cuda_tensors(data=data, scales=scales, amax=amax)  # (before .contiguous() / .to() below)
     rows, cols = (int(s) for s in shape)
     data = data.contiguous()
     return _ops.dequantize_op(data, scales.contiguous(), amax.to(torch.float32).reshape(-1)[:1].contiguous(),
-                              rows, cols, bool(swizzled), _RULES[rule])
+                              rows, cols, bool(swizzled), int(Rule[rule]))

@@ -1,0 +1,355 @@
+"""Every kernel choice of the device package, in one place: a problem in, a named plan out.
+
+The extensions execute the plan they are given (``csrc/gemm/bindings.cpp``, ``csrc/quantize/bindings.cpp``) and
+refuse one they cannot run; they choose nothing themselves. The plan's codes are those of ``csrc/common/codes.h``
+(:mod:`device._codes`). Each threshold below names the measurement behind it; docs/performance.md holds the numbers
+and docs/design.md the algorithms. :func:`device.testing.force_plan` overrides any part of a plan (tests, benchmarks);
+a forced part that cannot run the call raises :class:`ValueError` before anything is launched.
+
+This module imports neither torch nor CUDA: the choices are plain functions of host-known sizes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from oracle.rht import DEFAULT_RHT_SIGNS
+
+from ._codes import Algorithm, Epilogue, Loader, QuantizeKernel
+
+__all__ = ["ALGORITHM_TILES", "FORCED", "GemmPlan", "GemmProblem", "QuantizePlan", "plan_gemm", "plan_quantize"]
+
+#: The plan parts that :func:`device.testing.force_plan` forces (``algorithm``, ``loader``, ``epilogue``,
+#: ``quantize``: name -> value); empty outside its blocks. Read when a call chooses its plan.
+FORCED: dict[str, str] = {}
+
+# ------------------------------------------------------------------------------------------------------------------
+# quantize
+# ------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QuantizePlan:
+    """The kernel families of a quantize call's two passes: the amax pass (SPEC 4) and the quantizer (SPEC 5-8)."""
+
+    amax: QuantizeKernel
+    quantize: QuantizeKernel
+
+
+def fast_bf16_reason(dtype: str, *, rht: bool, rht_signs: int, block2d: bool = False, sr: bool = False,
+                     quantizer: bool = True) -> str | None:
+    """Why the bf16 fast kernels cannot run a pass (None: they can). They read bf16 only and compile the default RHT
+    sign mask in; the quantizer also rounds to nearest only and writes 1x16 blocks only."""
+    if dtype != "bfloat16":
+        return f"the fast kernels read bfloat16 input, not {dtype}"
+    if rht and rht_signs != DEFAULT_RHT_SIGNS:
+        return f"the fast kernels compile the default RHT sign mask 0x{DEFAULT_RHT_SIGNS:04X} in"
+    if quantizer and sr:
+        return "the fast quantizer rounds to nearest only"
+    if quantizer and block2d:
+        return "the fast quantizer writes 1x16 blocks only"
+    return None
+
+
+def plan_quantize(dtype: str, *, rht: bool, rht_signs: int, block2d: bool, sr: bool,
+                  kernel: str | None = None) -> QuantizePlan:
+    """The kernels of a quantize call on ``dtype`` input (``"bfloat16"``, ``"float16"``, ``"float32"``).
+
+    Each pass runs the bf16 fast kernels where they can (2.1-2.4x faster than the general kernels on the same bytes,
+    docs/performance.md), else the general ones. ``kernel`` (:func:`device.testing.force_plan`'s ``quantize``) forces
+    ``"general"`` or ``"fast_bf16"`` for both passes."""
+    if kernel is None:
+        amax_fast = fast_bf16_reason(dtype, rht=rht, rht_signs=rht_signs, quantizer=False) is None
+        quant_fast = fast_bf16_reason(dtype, rht=rht, rht_signs=rht_signs, block2d=block2d, sr=sr) is None
+        return QuantizePlan(QuantizeKernel.fast_bf16 if amax_fast else QuantizeKernel.general,
+                            QuantizeKernel.fast_bf16 if quant_fast else QuantizeKernel.general)
+    if kernel not in QuantizeKernel.__members__:
+        raise ValueError(f"quantize kernel must be one of {list(QuantizeKernel.__members__)}, got {kernel!r}")
+    if kernel == "fast_bf16":
+        why = fast_bf16_reason(dtype, rht=rht, rht_signs=rht_signs, block2d=block2d, sr=sr)
+        if why:
+            raise ValueError(f"quantize='fast_bf16' cannot run this call: {why}")
+    return QuantizePlan(QuantizeKernel[kernel], QuantizeKernel[kernel])
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# grouped GEMM
+# ------------------------------------------------------------------------------------------------------------------
+
+#: Output tile (rows x columns; a 2-CTA cluster's tile for the pair) of each algorithm, as csrc/gemm/setup.cu's
+#: tile_of builds the tile list (a GPU test checks the two agree).
+ALGORITHM_TILES = {
+    Algorithm.fused_64x256: (64, 256),
+    Algorithm.fused_128x256: (128, 256),
+    Algorithm.fused_pair_256x256: (256, 256),
+    Algorithm.swapped_64x256: (64, 256),
+    Algorithm.copies_cutlass: (128, 256),  # (CUTLASS's own tiles; the setup kernel's list is not walked)
+    Algorithm.exact_fused: (128, 128),
+    Algorithm.exact_copies: (128, 128),
+    Algorithm.exact_hybrid: (128, 128),
+}
+FAST = (Algorithm.fused_64x256, Algorithm.fused_128x256, Algorithm.fused_pair_256x256, Algorithm.swapped_64x256,
+        Algorithm.copies_cutlass)
+EXACT = (Algorithm.exact_fused, Algorithm.exact_copies, Algorithm.exact_hybrid)
+FUSED_FAST = (Algorithm.fused_64x256, Algorithm.fused_128x256, Algorithm.fused_pair_256x256)
+
+# --- thresholds (each the crossover of an A/B on the benchmark shapes; docs/performance.md, "Kernel choice") ---
+#: fused_64x256 up to this many output rows per group: no tensor work on padding rows of 128-row tiles
+SKINNY_MAX_ROWS = 96
+#: fused_pair_256x256 from this many output rows per group ...
+PAIR_MIN_ROWS = 256
+#: ... with a contraction of at least this length (shorter K loops: the 128 x 256 kernel stays faster, E64 wgrad)
+PAIR_MIN_CONTRACTION = 1024
+#: swapped_64x256 for fprop / dgrad with at most this many rows per group on average (E8 T512 1.98x of grouped_mm
+#: against 1.62x for fused_64x256)
+SWAPPED_MAX_ROWS = 96
+#: swapped_64x256 runs contractions below this length only (a correctness bound, not a tuning: its cp.async loader
+#: steps each copy by 32-bit offsets of up to 96 x the contraction, below 2^31 up to 22.3M)
+SWAPPED_MAX_CONTRACTION = 2**24
+#: fp16 copies of both operands pay when every element is reused by at least this many output rows and columns
+#: (E8 T16384, 2048 rows per group, gains; E64 and T512 lose)
+COPIES_MIN_REUSE = 1024
+#: exact-mode wgrad runs over copies from this many rows per group (when N and K reach COPIES_MIN_REUSE)
+EXACT_WGRAD_COPIES_MIN_ROWS = 256
+#: fast wgrad runs over copies (CUTLASS) from this many rows per group with bf16 output or accumulate ...
+WGRAD_COPIES_MIN_ROWS = 64
+#: ... from this many with plain fp32 output (CUTLASS's fp32 epilogue loses to the fused kernel's on short K loops)
+WGRAD_COPIES_MIN_ROWS_F32 = 512
+#: ... and with plain bf16 output only where N K / (N + K), dW's outputs per decoded element and token, reaches this
+WGRAD_COPIES_MIN_REUSE_BF16 = 1200
+#: CUTLASS's grouped GEMM takes at most this many groups
+CUTLASS_MAX_GROUPS = 65535
+
+
+@dataclass(frozen=True)
+class GemmProblem:
+    """What the choice of a grouped GEMM's plan depends on; every field is host-known (no group size is).
+
+    ``n`` / ``k`` follow SPEC 12.5's names: fprop ``Y [T, N] = X [T, K] W^T``, dgrad ``dX [T, K] = dY [T, N] W``,
+    wgrad ``dW [E, N, K] = dY^T X``. ``b_aligned``: b's data and scale buffers are 16-byte aligned.
+    ``a_data_bytes`` / ``b_data_bytes`` / ``b_scale_bytes``: the sizes of the operand planes' buffers (TMA maps
+    over them need at least one row). ``cutlass``: the extension was built with CUTLASS's headers."""
+
+    kind: str
+    mode: str
+    groups: int
+    tokens: int
+    n: int
+    k: int
+    out_dtype: str
+    accumulate: bool = False
+    bias: bool = False
+    b_aligned: bool = True
+    a_data_bytes: int = 0
+    b_data_bytes: int = 0
+    b_scale_bytes: int = 0
+    cutlass: bool = True
+
+    @property
+    def rows_per_group(self) -> int:
+        """Output rows per group on average: tokens for fprop / dgrad, dW's N rows for wgrad."""
+        return self.n if self.kind == "wgrad" else self.tokens // self.groups
+
+    @property
+    def contraction(self) -> int:
+        """The contraction length per group (on average for wgrad, whose K loop runs over the group's tokens)."""
+        return {"fprop": self.k, "dgrad": self.n, "wgrad": self.tokens // self.groups}[self.kind]
+
+    @property
+    def cols(self) -> int:
+        """Output columns: N for fprop, K for dgrad and wgrad."""
+        return self.n if self.kind == "fprop" else self.k
+
+
+@dataclass(frozen=True)
+class GemmPlan:
+    """A grouped GEMM's named plan: the algorithm, how its operand tiles are loaded, how its output is stored."""
+
+    algorithm: Algorithm
+    loader: Loader
+    epilogue: Epilogue
+
+    @property
+    def tile(self) -> tuple[int, int]:
+        """The output tile of the algorithm (rows x columns)."""
+        return ALGORITHM_TILES[self.algorithm]
+
+    def __str__(self) -> str:
+        return f"{self.algorithm.name} (loader {self.loader.name}, epilogue {self.epilogue.name})"
+
+
+def _copies_pay(p: GemmProblem) -> bool:
+    """Whether fp16 copies of both operand planes pay: every operand element is reused by at least COPIES_MIN_REUSE
+    output rows (rows per group) and columns (fprop / dgrad: contraction and output columns; wgrad: N and K)."""
+    dims = (p.n, p.k) if p.kind == "wgrad" else (p.contraction, p.cols)
+    return p.tokens // p.groups >= COPIES_MIN_REUSE and min(dims) >= COPIES_MIN_REUSE
+
+
+def _wgrad_copies_pay(p: GemmProblem) -> bool:
+    """Whether fast wgrad runs over fp16 copies of both columnwise planes: the copies cost one pass over the two
+    activation planes, which every one of dW's N x K outputs reuses, so they pay from few rows per group when N and K
+    are large."""
+    n, k, rows = p.n, p.k, p.tokens // p.groups
+    if min(n, k) < COPIES_MIN_REUSE:
+        return False
+    f32 = p.out_dtype == "float32"
+    if not f32 and not p.accumulate and n * k < WGRAD_COPIES_MIN_REUSE_BF16 * (n + k):
+        return False
+    return rows >= (WGRAD_COPIES_MIN_ROWS_F32 if f32 and not p.accumulate else WGRAD_COPIES_MIN_ROWS)
+
+
+def _exact_copies_pay(p: GemmProblem) -> bool:
+    """Whether exact mode runs over fp16 copies: where the copies pay in fast mode, and for wgrad also from
+    EXACT_WGRAD_COPIES_MIN_ROWS rows per group (its operand elements are reused by the N and K output dimensions)."""
+    if _copies_pay(p):
+        return True
+    return (p.kind == "wgrad" and p.tokens // p.groups >= EXACT_WGRAD_COPIES_MIN_ROWS
+            and min(p.n, p.k) >= COPIES_MIN_REUSE)
+
+
+def _fused_fast_algorithm(p: GemmProblem) -> Algorithm:
+    """The fused fast kernel for these sizes: 2-CTA pairs for large groups with long K loops, 64-row tiles for few
+    rows per group, 128 x 256 otherwise."""
+    rows, contraction = p.rows_per_group, p.contraction
+    if rows >= PAIR_MIN_ROWS and contraction >= PAIR_MIN_CONTRACTION:
+        return Algorithm.fused_pair_256x256
+    if rows <= SKINNY_MAX_ROWS:
+        return Algorithm.fused_64x256
+    return Algorithm.fused_128x256
+
+
+def algorithm_unavailable(a: Algorithm, p: GemmProblem) -> str | None:
+    """Why algorithm ``a`` cannot run problem ``p`` (None: it can)."""
+    if (a in FAST) != (p.mode == "fast"):
+        return f"{a.name} is a {'fast' if a in FAST else 'exact'}-mode algorithm, the call is mode={p.mode!r}"
+    if a == Algorithm.swapped_64x256:
+        if p.kind == "wgrad":
+            return "it runs fprop and dgrad only (its token operand is a rowwise plane)"
+        if p.contraction >= SWAPPED_MAX_CONTRACTION:
+            return f"it runs contractions below {SWAPPED_MAX_CONTRACTION} only, got {p.contraction}"
+    if a == Algorithm.copies_cutlass:
+        if not p.cutlass:
+            return "the extension was built without CUTLASS's headers (install nvidia-cutlass, then rebuild)"
+        if p.bias:
+            return "it has no bias epilogue"
+        if p.cols % (8 if p.out_dtype == "bfloat16" else 4):
+            return f"its output rows must be 16-byte aligned ({p.cols} columns of {p.out_dtype})"
+        if p.groups > CUTLASS_MAX_GROUPS:
+            return f"it supports at most {CUTLASS_MAX_GROUPS} groups, got {p.groups}"
+    if a == Algorithm.exact_hybrid:
+        if p.kind == "wgrad":
+            return "it runs fprop and dgrad only (wgrad's columnwise B rows have a pitch per group)"
+        if p.contraction % 32:
+            return f"it needs a contraction that is a multiple of 32, got {p.contraction}"
+        if not p.b_aligned:
+            return "it needs b's data and scale buffers 16-byte aligned"
+    return None
+
+
+def _auto_algorithm(p: GemmProblem) -> Algorithm:
+    if p.mode == "exact":
+        if _exact_copies_pay(p):
+            return Algorithm.exact_copies
+        if algorithm_unavailable(Algorithm.exact_hybrid, p) is None:
+            return Algorithm.exact_hybrid
+        return Algorithm.exact_fused
+    if (p.kind != "wgrad" and p.tokens // p.groups <= SWAPPED_MAX_ROWS
+            and algorithm_unavailable(Algorithm.swapped_64x256, p) is None):
+        return Algorithm.swapped_64x256
+    if algorithm_unavailable(Algorithm.copies_cutlass, p) is None and (
+            _wgrad_copies_pay(p) if p.kind == "wgrad" else _copies_pay(p)):
+        return Algorithm.copies_cutlass
+    return _fused_fast_algorithm(p)
+
+
+def _swapped_tma_reason(p: GemmProblem) -> str | None:
+    """Why swapped_64x256's TMA loader cannot run (None: it can). Its boxes are whole 16-byte rows of the token copy
+    and the weight plane through one map each; dgrad's weight groups after a group that disagrees with N (SPEC 12.5)
+    need not start on a whole row of one map, so dgrad takes the cp.async loader."""
+    pitch = p.contraction // 2  # packed bytes per weight row
+    if p.kind == "dgrad":
+        return "dgrad's weight groups need not start on a whole row of one tensor map (the cp.async loader reads them)"
+    if p.contraction % 32:
+        return f"it needs a contraction that is a multiple of 32, got {p.contraction}"
+    if not p.b_aligned:
+        return "it needs b's data and scale buffers 16-byte aligned"
+    rows = (p.a_data_bytes // 8 * 8 // pitch, p.b_data_bytes // 8 * 8 // pitch, p.b_scale_bytes // 128 // 4)
+    if min(rows) < 1 or max(rows) >= 2**31:
+        return "its tensor maps need between one row and 2^31 rows of each plane"
+    return None
+
+
+def loader_unavailable(a: Algorithm, loader: Loader, p: GemmProblem) -> str | None:
+    """Why ``a`` cannot load its operands with ``loader`` (None: it can)."""
+    if a == Algorithm.swapped_64x256:
+        return _swapped_tma_reason(p) if loader == Loader.tma else None
+    has = {Algorithm.exact_copies: (Loader.tma, Loader.cp_async), Algorithm.exact_hybrid: (Loader.tma,),
+           Algorithm.copies_cutlass: (Loader.tma,)}.get(a, (Loader.cp_async,))
+    return None if loader in has else f"{a.name} has the loader(s) {[x.name for x in has]} only"
+
+
+def epilogue_unavailable(a: Algorithm, epilogue: Epilogue, p: GemmProblem) -> str | None:
+    """Why ``a`` cannot store its output with ``epilogue`` (None: it can). The TMA store writes boxes through a
+    tensor map of the output: fp32 wgrad without C and bias (fused_128x256, exact_copies; row pitch K a multiple of 4)
+    and bf16 output (the fused fast kernels; row pitch a multiple of 8, fewer than 2^31 map rows)."""
+    own = {Algorithm.swapped_64x256: Epilogue.direct, Algorithm.copies_cutlass: Epilogue.cutlass}
+    if a in own:
+        return None if epilogue == own[a] else f"{a.name} has the {own[a].name} epilogue only"
+    if epilogue == Epilogue.staged:
+        return None
+    if epilogue != Epilogue.tma_store:
+        return f"{a.name} has the staged and tma_store epilogues only"
+    if p.out_dtype == "float32":
+        if a not in (Algorithm.fused_128x256, Algorithm.exact_copies):
+            return "the fp32 TMA store runs in fused_128x256 and exact_copies only"
+        if p.kind != "wgrad" or p.accumulate or p.bias:
+            return "the fp32 TMA store writes wgrad's output without C and bias only"
+        if p.k % 4:
+            return f"it needs a row pitch of a multiple of 16 bytes, got {p.k} fp32 columns"
+        return None
+    if a not in FUSED_FAST:
+        return "the bf16 TMA store runs in the fused fast kernels only"
+    map_rows = p.groups * p.n if p.kind == "wgrad" else p.tokens
+    if p.cols % 8:
+        return f"it needs a row pitch of a multiple of 16 bytes, got {p.cols} bf16 columns"
+    if map_rows >= 2**31:
+        return "its map of the output has 2^31 rows or more"
+    return None
+
+
+def plan_gemm(p: GemmProblem, *, algorithm: str | None = None, loader: str | None = None,
+              epilogue: str | None = None) -> GemmPlan:
+    """The plan of a grouped GEMM: chosen by the sizes (the rules above), or with parts forced by name
+    (:func:`device.testing.force_plan`); a forced part that cannot run ``p`` raises :class:`ValueError`.
+
+    Loader and epilogue, unless forced: TMA where the algorithm has it and the call allows it, else cp.async; the TMA
+    store where it applies, else the algorithm's staged (or only) epilogue."""
+    if algorithm is None:
+        a = _auto_algorithm(p)
+    else:
+        if algorithm not in Algorithm.__members__:
+            raise ValueError(f"algorithm must be one of {list(Algorithm.__members__)}, got {algorithm!r}")
+        a = Algorithm[algorithm]
+        why = algorithm_unavailable(a, p)
+        if why:
+            raise ValueError(f"algorithm={algorithm!r} cannot run this call: {why}")
+    if loader is None:
+        ld = Loader.tma if loader_unavailable(a, Loader.tma, p) is None else Loader.cp_async
+    else:
+        if loader not in Loader.__members__:
+            raise ValueError(f"loader must be one of {list(Loader.__members__)}, got {loader!r}")
+        ld = Loader[loader]
+        why = loader_unavailable(a, ld, p)
+        if why:
+            raise ValueError(f"loader={loader!r} cannot run this call: {why}")
+    if epilogue is None:
+        ep = next(e for e in (Epilogue.tma_store, Epilogue.staged, Epilogue.direct, Epilogue.cutlass)
+                  if epilogue_unavailable(a, e, p) is None)
+    else:
+        if epilogue not in Epilogue.__members__:
+            raise ValueError(f"epilogue must be one of {list(Epilogue.__members__)}, got {epilogue!r}")
+        ep = Epilogue[epilogue]
+        why = epilogue_unavailable(a, ep, p)
+        if why:
+            raise ValueError(f"epilogue={epilogue!r} cannot run this call: {why}")
+    return GemmPlan(a, ld, ep)

@@ -1,0 +1,49 @@
+"""Test-only hooks: reach every kernel path of the device package from tests, benchmarks and the fuzzer.
+
+Production code never needs these: the plans chosen by :mod:`device._dispatch` are the fast ones, and every plan of a
+mode gives the same bits. Tests use :func:`force_plan` to check each plan against the oracle on inputs the automatic
+choice would send elsewhere; benchmarks use it to time the alternatives side by side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from . import _dispatch
+from ._codes import Algorithm, Epilogue, Loader, QuantizeKernel
+
+__all__ = ["force_plan"]
+
+_CHOICES = {"algorithm": Algorithm, "loader": Loader, "epilogue": Epilogue, "quantize": QuantizeKernel}
+
+
+@contextlib.contextmanager
+def force_plan(*, algorithm: str | None = None, loader: str | None = None, epilogue: str | None = None,
+               quantize: str | None = None) -> Iterator[None]:
+    """Within the block, calls run with the named parts of their plan forced (``None``: chosen as usual).
+
+    Args:
+        algorithm: the grouped GEMM's algorithm: ``"fused_64x256"``, ``"fused_128x256"``, ``"fused_pair_256x256"``,
+            ``"swapped_64x256"``, ``"copies_cutlass"`` (fast mode) or ``"exact_fused"``, ``"exact_copies"``,
+            ``"exact_hybrid"`` (exact mode).
+        loader: ``"cp_async"`` or ``"tma"`` (``swapped_64x256`` and ``exact_copies`` have both).
+        epilogue: ``"staged"`` or ``"tma_store"`` (the others, ``"direct"`` and ``"cutlass"``, are the only
+            epilogues of ``swapped_64x256`` and ``copies_cutlass``).
+        quantize: the quantize passes' kernels, ``"general"`` or ``"fast_bf16"``.
+
+    A call whose forced plan cannot run it raises :class:`ValueError` (saying why) before launching anything. The
+    names are checked on entry. Blocks nest: an inner block replaces only the parts it names. Not thread-safe (one
+    process-wide setting, read when a call chooses its plan; a CUDA graph keeps the plan it was captured with).
+    """
+    given = {"algorithm": algorithm, "loader": loader, "epilogue": epilogue, "quantize": quantize}
+    for part, value in given.items():
+        if value is not None and value not in _CHOICES[part].__members__:
+            raise ValueError(f"{part} must be one of {list(_CHOICES[part].__members__)}, got {value!r}")
+    before = dict(_dispatch.FORCED)
+    _dispatch.FORCED.update({k: v for k, v in given.items() if v is not None})
+    try:
+        yield
+    finally:
+        _dispatch.FORCED.clear()
+        _dispatch.FORCED.update(before)
