@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
-import os
 from collections.abc import Callable
 
 import ml_dtypes
@@ -27,7 +26,7 @@ from .cases import Case
 from .ops import gemm_epilogue, gemm_planes, grouped_gemm_b_splits, operand_quant_kwargs, quantize_kwargs
 
 __all__ = ["Backend", "BACKENDS", "BackendSpecError", "CPU_DEFAULT", "DeviceBackend", "OracleGroupedBackend",
-           "grouped_gemm_operands_by", "make_backend", "register_backend"]
+           "grouped_gemm_operands_by", "grouped_gemm_plan", "make_backend", "register_backend"]
 
 
 class BackendSpecError(ValueError):
@@ -290,19 +289,28 @@ class OracleGroupedBackend(Backend):
 # the CUDA device
 # ---------------------------------------------------------------------------------------------------------------
 
-@contextlib.contextmanager
-def _environment(values: dict):
-    """Environment variables set to ``values`` for the duration of the block, then restored (or removed)."""
-    before = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+#: Saved cases may name their plan with the options ``fast_kernel`` (fast mode) / ``exact_kernel`` (exact mode); these
+#: map those names to the device's algorithms ("fused", chosen by the sizes among the fused kernels: "auto").
+_FAST_KERNEL_ALGORITHMS = {"skinny": "fused_64x256", "large": "fused_128x256", "pair": "fused_pair_256x256",
+                           "swapped": "swapped_64x256", "dequant": "copies_cutlass", "fused": "auto", "auto": "auto"}
+_EXACT_KERNEL_ALGORITHMS = {"fused": "exact_fused", "dequant": "exact_copies", "hybrid": "exact_hybrid", "auto": "auto"}
+
+
+def grouped_gemm_plan(case: Case) -> dict:
+    """The device plan a grouped-GEMM case asks for: ``algorithm`` ("auto": the device's choice), ``loader`` and
+    ``epilogue`` (None: the plan's own) and ``num_sms`` (0: one CTA per SM). A saved case that names its plan
+    with the options ``fast_kernel`` / ``exact_kernel`` (by the op's mode) and ``max_ctas`` is read through the
+    mapping above and ``max_ctas`` as ``num_sms``; its ``loader_env`` (environment switches the device does not read)
+    is ignored."""
+    o = case.options
+    if "algorithm" in o:
+        algorithm = o["algorithm"]
+    elif case.op == "grouped_gemm_exact":
+        algorithm = _EXACT_KERNEL_ALGORITHMS[o.get("exact_kernel", "auto")]
+    else:
+        algorithm = _FAST_KERNEL_ALGORITHMS[o.get("fast_kernel", "auto")]
+    return dict(algorithm=algorithm, loader=o.get("loader"), epilogue=o.get("epilogue"),
+                num_sms=int(o.get("num_sms", o.get("max_ctas", 0)) or 0))
 
 
 def _call(fn, *args, **kw):
@@ -325,7 +333,7 @@ def _layout_kw(fn, swizzled: bool) -> dict:
         if name in params:
             return {name: swizzled}
     if any(p.kind == p.VAR_KEYWORD for p in params.values()):
-        return {"swizzled": swizzled}  # device/_api.py's keyword (its public wrappers take **kwargs)
+        return {"swizzled": swizzled}  # device.quantize's keyword (behind a wrapper that takes **kwargs)
     if "layout" in params:
         return {"layout": "swizzled" if swizzled else "compact"}
     return {}
@@ -340,7 +348,12 @@ class DeviceBackend(Backend):
     results (``.to_oracle()`` plus the raw scale buffers), ``device.grouped_gemm`` (three ops: fast within the bound,
     fast against the tensor-core model, exact), ``device.dequantize`` of raw planes and ``device.swizzle_scales``
     (the ``layout`` op's ``swizzled`` buffer) against the oracle. Ops are the ones ``device`` exposes; a device that
-    is missing or whose ``is_available()`` raises makes the backend unavailable."""
+    is missing or whose ``is_available()`` raises makes the backend unavailable.
+
+    A case's kernel choices reach the device through its test hooks, around the one call they are for and never
+    through the environment: ``device.testing.force_plan(algorithm=, loader=, epilogue=)`` and
+    ``device.set_num_sms(n)`` (the previous ``device.get_num_sms()`` restored after the call) for a grouped GEMM,
+    ``force_plan(quantize="general")`` for a quantize case that draws the general kernels."""
 
     ops = ("quantize", "group_quantize")
 
@@ -383,8 +396,8 @@ class DeviceBackend(Backend):
     def warmup(self, ops: tuple[str, ...]) -> None:
         """Create the CUDA context and load the JIT-built extensions that ``ops`` need, with one tiny call per
         kernel family. Each worker process loads them itself and torch serialises the loads on the build directory's
-        lock, so the first case of an op would otherwise carry seconds of waiting, and the scheduler would starve
-        that op (a 45 s run once gave the first op, quantize, one case per worker)."""
+        lock, so the first case of an op would otherwise carry seconds of waiting, and the scheduler, which shares
+        the budget by the time the cases took, would starve that op."""
         import torch
 
         x = torch.zeros((16, 16), dtype=torch.bfloat16, device=self.dev)
@@ -399,7 +412,7 @@ class DeviceBackend(Backend):
     def space(self, op):
         if op.startswith("grouped_gemm") or op in ("dequantize", "layout"):
             return {}
-        s = {"max_elems": 1 << 22}
+        s = {"max_elems": 1 << 22, "quantize_kernel": ["auto", "general"]}
         if op == "group_quantize":
             s["loose_splits"] = True  # device splits need not add up to T (SPEC 9.4)
         sup = getattr(self._mod, "SUPPORTED", None)  # (every option of SPEC 4-10 runs on the device)
@@ -421,10 +434,12 @@ class DeviceBackend(Backend):
         kw = quantize_kwargs(case)
         swz = bool(case.options["swizzled"])
         x = self._x(case)
+        kernel = case.options.get("quantize_kernel", "auto")
         if op == "quantize":
             fn = self._mod.quantize
-            res = _call(fn, x, **kw, **_layout_kw(fn, swz))
-            torch.cuda.synchronize(self.dev)
+            with self._forced(quantize=None if kernel == "auto" else kernel):
+                res = _call(fn, x, **kw, **_layout_kw(fn, swz))
+                torch.cuda.synchronize(self.dev)
             return self._quantize_outputs(res)
         fn = self._mod.group_quantize
         splits = torch.from_numpy(case.arrays["splits"]).to(self.dev)
@@ -432,9 +447,27 @@ class DeviceBackend(Backend):
             a = kw["amax"]
             kw["amax"] = tuple(torch.from_numpy(np.asarray(v, np.float32)).to(self.dev) for v in a) if isinstance(a, tuple) \
                 else torch.from_numpy(np.asarray(a, np.float32)).to(self.dev)
-        res = _call(fn, x, splits, **kw, **_layout_kw(fn, swz))
-        torch.cuda.synchronize(self.dev)
+        with self._forced(quantize=None if kernel == "auto" else kernel):
+            res = _call(fn, x, splits, **kw, **_layout_kw(fn, swz))
+            torch.cuda.synchronize(self.dev)
         return self._group_outputs(res)
+
+    @contextlib.contextmanager
+    def _forced(self, num_sms: int = 0, **plan):
+        """``device.testing.force_plan`` with the plan entries that are not None (none: not entered), and with
+        ``num_sms`` > 0 the persistent grid capped by ``device.set_num_sms``, the previous value set back after."""
+        plan = {k: v for k, v in plan.items() if v is not None}
+        with contextlib.ExitStack() as stack:
+            if plan:
+                testing = getattr(self._mod, "testing", None)  # (a package's submodule: an attribute once imported)
+                if testing is None:
+                    testing = importlib.import_module(f"{self._mod.__name__}.testing")
+                stack.enter_context(testing.force_plan(**plan))
+            if num_sms:
+                before = self._mod.get_num_sms()
+                self._mod.set_num_sms(int(num_sms))
+                stack.callback(self._mod.set_num_sms, before)
+            yield
 
     def _standalone(self, op: str, case) -> dict:
         """The standalone kernels: ``device.swizzle_scales`` of the layout case's compact scales (SPEC 8.2), and
@@ -461,7 +494,8 @@ class DeviceBackend(Backend):
         return {"y": _np(y)}
 
     def _grouped_gemm(self, op: str, case) -> dict:
-        """device.group_quantize of the operands, then device.grouped_gemm (SPEC 12.5)."""
+        """device.group_quantize of the operands, then device.grouped_gemm (SPEC 12.5) under the case's plan
+        (:func:`grouped_gemm_plan`)."""
         import torch
 
         ind.import_torch()
@@ -473,17 +507,14 @@ class DeviceBackend(Backend):
         lhs, rhs = grouped_gemm_operands_by(mod.group_quantize, case, t, splits, b_splits)
         kw = dict(kind=kind, mode="exact" if op == "grouped_gemm_exact" else "fast",
                   out_dtype=torch.bfloat16 if o["out_dtype"] == "bfloat16" else torch.float32)
-        if kw["mode"] == "fast":  # (cases saved before the option existed: the kernel chosen by the sizes)
-            kw["fast_kernel"] = o.get("fast_kernel", "auto")
-        else:  # (likewise, before stop 30)
-            kw["exact_kernel"] = o.get("exact_kernel", "auto")
-        if o.get("max_ctas"):  # (likewise: 0 or missing = one CTA per SM)
-            kw["max_ctas"] = int(o["max_ctas"])
+        plan = grouped_gemm_plan(case)
+        if plan["algorithm"] == "auto":
+            plan["algorithm"] = None
         if "bias" in a:  # float32 or bfloat16, as drawn (torch.from_numpy knows no ml_dtypes bfloat16)
             kw["bias"] = ind._to_torch(a["bias"]).to(dev)
         if "c" in a:
             kw.update(out=torch.from_numpy(a["c"].copy()).to(dev), accumulate=True)
-        with _environment(o.get("loader_env", {})):  # (the loader switches are read at every launch)
+        with self._forced(**plan):
             y = mod.grouped_gemm(lhs, rhs, **kw)
             torch.cuda.synchronize(dev)
         y = y.float().cpu().numpy()  # bf16 -> f32 is exact

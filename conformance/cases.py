@@ -67,19 +67,17 @@ PLAIN_QUANT = dict(rule="te", rounding="rn", seed=0, offset=0)  # a GEMM operand
 
 
 def _option_weight(key: str, v, options: dict) -> int:
-    """0 where option ``key`` has its plain value (off, 0, RN, the TE rule, 1x16 blocks, the default RHT sign mask; a
-    GEMM operand quantized the TE / RN way; a grouped GEMM's weights in 16x16 blocks, TE's weight blocks), else 1; the
-    device's loader switches (loader_env) count one each, a GEMM operand's quantization one per non-plain part."""
+    """0 where option ``key`` has its plain value (off, 0, None, "auto", RN, the TE rule, 1x16 blocks, the default RHT
+    sign mask; a GEMM operand quantized the TE / RN way; a grouped GEMM's weights in 16x16 blocks, TE's weight blocks),
+    else 1; a GEMM operand's quantization one per non-plain part."""
     if key == "rht_signs":
         return int(v != DEFAULT_RHT_SIGNS)
     if key in ("quant_a", "quant_b"):  # one per non-plain part: the rule (other than TE and the case's), SR, its seeds
         return (int(v.get("rule", "te") not in ("te", options.get("rule", "te"))) + int(v.get("rounding") == "sr")
                 + int(bool(v.get("seed") or v.get("offset"))))
-    if key == "loader_env":
-        return len(v)
     if key == "b_block" and "kind" in options:
         return int(list(v) != [16, 16])
-    return int(v not in (None, False, 0, "rn", "te", [1, 16], (1, 16)))
+    return int(v not in (None, False, 0, "auto", "rn", "te", [1, 16], (1, 16)))
 
 
 def _encode(a: np.ndarray) -> tuple[np.ndarray, str]:

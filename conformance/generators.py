@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
@@ -20,23 +21,28 @@ from .cases import PLAIN_QUANT, Case
 #: The keys a backend's ``space()`` may set (``conformance.runner.case_space`` refuses others, so that a typo cannot
 #: silently leave a restriction out). Option lists: ``planes`` ("row", "col", "both"), ``rule``, ``rht``,
 #: ``rht_signs`` ("default", "random"), ``rounding``, ``block``, ``swizzled``, ``dtype``, ``amax`` (how an amax is
-#: supplied: "none", "one", "pair", ...), ``scales`` (dequantize), ``out_dtype``, ``kind`` (GEMM kind),
-#: ``fast_kernel``, ``exact_kernel``; flags and limits: ``specials`` (NaN / Inf / -0 sprinkled in), ``max_elems``, ``min_rows``,
-#: ``max_rows``, ``max_k``, ``small``, ``loose_splits`` (SPEC 9.4 device splits); GEMM and grouped GEMM:
-#: ``bias_dtype`` ("float32", "bfloat16"), the operands' quantization: ``operand_quant`` ("default", "varied"),
-#: ``operand_rule`` ("te", "te_fused_rht"), ``operand_rounding`` ("rn", "sr"), ``b_block`` ([16, 16], [1, 16]);
-#: grouped GEMM: ``groups_agree``, ``contraction`` ("normal", "long"), ``operand_rules`` ("te", "torchao",
-#: "torchao_noscale": both operands' rule family, SPEC 12.1), ``loaders`` ("default", "varied"); set by the op
-#: registry: ``format``, ``mode``.
+#: supplied: "computed", "one", "pair"; dequantize: the amax's kind), ``scales`` (dequantize), ``out_dtype``,
+#: ``kind`` (GEMM kind); quantize and group_quantize: ``quantize_kernel`` (the kernels a backend can be made to run,
+#: "auto" and "general"; drawn only where the backend's space names them); flags and limits: ``specials`` (NaN / Inf
+#: / -0 sprinkled in), ``max_elems``, ``min_rows``, ``max_rows``, ``max_k``, ``small``, ``loose_splits`` (SPEC 9.4
+#: device splits); GEMM and grouped GEMM: ``bias_dtype`` ("float32", "bfloat16"), the operands' quantization:
+#: ``operand_quant`` ("default", "varied"), ``operand_rule`` ("te", "te_fused_rht"), ``operand_rounding`` ("rn",
+#: "sr"), ``b_block`` ([16, 16], [1, 16]); grouped GEMM: ``groups_agree``, ``contraction`` ("normal", "long"),
+#: ``operand_rules`` ("te", "torchao", "torchao_noscale": both operands' rule family, SPEC 12.1), and the device
+#: plan: ``algorithm`` ("auto" and the names of FAST_ALGORITHMS / EXACT_ALGORITHMS), ``loader`` (None, "cp_async",
+#: "tma"), ``epilogue`` (None, "staged", "tma_store"), ``num_sms`` (0 = one CTA per SM, 1, 2, 3, 5, 8); set by the
+#: op registry: ``format``, ``mode``.
 SPACE_KEYS = frozenset({
     "planes", "rule", "rht", "rht_signs", "rounding", "block", "swizzled", "dtype", "amax", "scales", "out_dtype",
-    "kind", "fast_kernel", "exact_kernel", "specials", "max_elems", "min_rows", "max_rows", "max_k", "small", "loose_splits",
+    "kind", "quantize_kernel", "specials", "max_elems", "min_rows", "max_rows", "max_k", "small", "loose_splits",
     "format", "mode", "groups_agree", "bias_dtype", "contraction",
-    "operand_quant", "operand_rule", "operand_rounding", "b_block", "operand_rules", "loaders",
+    "operand_quant", "operand_rule", "operand_rounding", "b_block", "operand_rules",
+    "algorithm", "loader", "epilogue", "num_sms",
 })
 
-__all__ = ["GENERATORS", "SPACE_KEYS", "generate", "case_rng", "gen_rows", "gen_k", "gen_splits", "gen_values", "to_dtype",
-           "draw_rht_signs"]
+__all__ = ["EXACT_ALGORITHMS", "FAST_ALGORITHMS", "GENERATORS", "SPACE_KEYS", "GemmShape", "algorithm_runs",
+           "case_rng", "draw_rht_signs", "epilogues_of", "fit_plan", "gen_k", "gen_rows", "gen_splits", "gen_values",
+           "generate", "loaders_of", "to_dtype"]
 
 EDGE_ROWS = (0, 1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257)
 EDGE_K = (16, 32, 48, 64, 80, 128, 144, 256, 512, 1024, 2048)
@@ -231,7 +237,7 @@ def gen_values(rng: np.random.Generator, m: int, k: int, dtype: str, kind: str |
 # per-op generators
 # ---------------------------------------------------------------------------------------------------------------
 
-#: the issue's model widths past gen_k's range (drawn rarely, with as many rows as the element budget allows)
+#: model widths past gen_k's range (drawn rarely, with as many rows as the element budget allows)
 WIDE_K = (4096, 5120, 11328)
 
 
@@ -298,6 +304,18 @@ def _tags_quant(o: dict, dtype: str, kind: str, m: int) -> dict:
                 rows="edge" if m in EDGE_ROWS else "random")
 
 
+def _quantize_kernel(rng, space, dtype: str, o: dict) -> str | None:
+    """The quantize kernel a device backend is made to run (option and tag ``quantize_kernel``; drawn only where the
+    backend's space names the kernels): "general" forces the general kernels onto inputs the fast bf16 kernels
+    normally take (bf16, round-to-nearest, 1x16 blocks, no RHT or its default sign mask), "auto" leaves the choice to
+    the device. None for other inputs. Drawn last, so a case's other draws do not depend on it."""
+    fast_input = (dtype == "bfloat16" and o["rounding"] == "rn" and list(o["block"]) == [1, 16]
+                  and (not o["rht"] or o["rht_signs"] == DEFAULT_RHT_SIGNS))
+    if "quantize_kernel" not in space or not fast_input:
+        return None
+    return pick(rng, space, "quantize_kernel", ["auto", "general"])
+
+
 def gen_quantize(rng, space) -> tuple[dict, dict, dict]:
     """``oracle.quantize`` inputs: x [M, K] (f32/f16/bf16) and every option of SPEC 4-10."""
     dtype = pick(rng, space, "dtype", ["bfloat16", "float32", "float16"], [0.5, 0.3, 0.2])
@@ -310,6 +328,9 @@ def gen_quantize(rng, space) -> tuple[dict, dict, dict]:
         arrays["amax"] = amax
     tags = _tags_quant(o, dtype, kind, m)
     tags.update(amax=mode, specials=_has_specials(v))
+    qk = _quantize_kernel(rng, space, dtype, o)
+    if qk is not None:
+        o["quantize_kernel"] = tags["quantize_kernel"] = qk
     return arrays, o, tags
 
 
@@ -331,6 +352,9 @@ def gen_group_quantize(rng, space) -> tuple[dict, dict, dict]:
     tags = _tags_quant(o, dtype, kind, t)
     tags.update(splits=skind, groups="1" if e == 1 else ("2-16" if e <= 16 else "17-128"), amax=mode,
                 specials=_has_specials(v))
+    qk = _quantize_kernel(rng, space, dtype, o)
+    if qk is not None:
+        o["quantize_kernel"] = tags["quantize_kernel"] = qk
     return arrays, o, tags
 
 
@@ -414,7 +438,7 @@ def gen_gemm(rng, space) -> tuple[dict, dict, dict]:
         arrays["bias"] = (rng.standard_normal(n) * 10.0 ** rng.uniform(-3, 3)).astype(np.float32)
     bias_dtype = "none"
     if "bias" in arrays:  # oracle.gemm takes a float32 or bfloat16 bias (SPEC 12.2: widened exactly); the dtype comes
-        # from a child stream, so that a seed's other draws stay as they were
+        # from a child stream, so that the case's other draws do not depend on it
         bias_dtype = pick(rng.spawn(1)[0], space, "bias_dtype", ["float32", "bfloat16"], [0.7, 0.3])
         arrays["bias"] = arrays["bias"].astype(ml_dtypes.bfloat16 if bias_dtype == "bfloat16" else np.float32)
     if rng.random() < 0.3:
@@ -430,7 +454,7 @@ def gen_gemm(rng, space) -> tuple[dict, dict, dict]:
     o = dict(rule=rule, out_dtype=out_dtype, alpha=alpha)
     o.update(gen_operand_quant(rng, space, rule=rule, b_blocks=((1, 16), (16, 16))))
     tags = dict(rule=rule, out_dtype=out_dtype, alpha=alpha_mode, values=kind, dtype=dtype, bias_dtype=bias_dtype,
-                epilogue="+".join([x for x in ("bias", "c") if x in arrays]) or "none",
+                bias_c="+".join([x for x in ("bias", "c") if x in arrays]) or "none",
                 operands=operand_quant_tag(o, (1, 16)))
     return arrays, o, tags
 
@@ -468,7 +492,7 @@ def gen_dequantize(rng, space) -> tuple[dict, dict, dict]:
     a = _DEQ_AMAX[akind]
     amax = np.float32(np.exp(rng.uniform(-20, 20))) if a is None else np.float32(a)
     o = {"swizzled": bool(rng.random() < 0.5), "offset": int(rng.choice([0, 0, 0, 8, 24]))}
-    # the block factor's rule (SPEC 11.1), drawn last so that the draws above stay as they were
+    # the block factor's rule (SPEC 11.1), drawn last so that the draws above do not depend on it
     o["rule"] = pick(rng, space, "rule", ["te", "torchao", "torchao_noscale"], [0.6, 0.25, 0.15])
     tags = {"scales": skind, "amax": akind, "swizzled": str(o["swizzled"]), "rule": o["rule"],
             "rows": "edge" if r in EDGE_ROWS else "random"}
@@ -490,17 +514,167 @@ def disagreeing_splits(rng: np.random.Generator, s: np.ndarray) -> np.ndarray | 
     return out
 
 
-#: The device GEMM's loader switches (docs/device.md): NVFP4_SWAP_TMA (the swapped kernel's TMA loader, on by
-#: default), NVFP4_XF16_TMA (the exact kernel over fp16 copies, on), NVFP4_EXACT_TMA (the fused exact kernel's TMA
-#: loader, opt-in), NVFP4_SWAP_GROUP_MAPS (the swapped kernel's per-group weight maps for dgrad, opt-in),
-#: NVFP4_EXACT_CONV_ALL_B (with NVFP4_EXACT_TMA: the fused exact kernel's converter converts all of B, opt-in),
-#: NVFP4_GEMM_PDL (a call's kernels chained by programmatic dependent launch, on by default; docs/gemm.md, stop 40).
-LOADER_SWITCHES = ("NVFP4_SWAP_TMA", "NVFP4_XF16_TMA", "NVFP4_EXACT_TMA", "NVFP4_SWAP_GROUP_MAPS",
-                   "NVFP4_EXACT_CONV_ALL_B", "NVFP4_GEMM_PDL")
+#: The device's grouped-GEMM algorithms (``device.testing.force_plan(algorithm=...)``; docs/design.md). Fast mode
+#: (every one bit-exact with the oracle's tensor-core model, SPEC 12.6): the fused-decode kernel in 64 x 256 and
+#: 128 x 256 tiles and in 2-CTA clusters of 256 x 256, fp16 copies of both operands then CUTLASS's grouped GEMM, and
+#: the swapped kernel (weights as wgmma's register operand; fprop / dgrad). Exact mode (the sequential model, SPEC
+#: 12.2): the fused kernel with exact per-16-block partials, fp16 copies of both operands, and an fp16 copy of A with B
+#: decoded in the K loop (fprop / dgrad). Listed in the generator's draw order.
+FAST_ALGORITHMS = ("fused_64x256", "fused_128x256", "fused_pair_256x256", "copies_cutlass", "swapped_64x256")
+EXACT_ALGORITHMS = ("exact_copies", "exact_fused", "exact_hybrid")
+#: the fused fast kernels: both epilogues ("staged"; "tma_store" for bf16 output)
+FUSED_FAST = FAST_ALGORITHMS[:3]
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    """What decides which algorithms, loaders and epilogues a grouped-GEMM case can force: the kind, the contraction
+    length (fprop K, dgrad N, wgrad the tokens), the output's rows and columns (fprop [T, N], dgrad [T, K], wgrad E
+    planes [N, K] as E N rows), its dtype, and whether there is a bias or a C to accumulate into."""
+
+    kind: str
+    contraction: int
+    out_rows: int
+    out_cols: int
+    out_dtype: str
+    bias: bool
+    c: bool
+
+    @classmethod
+    def of(cls, kind: str, out_dtype: str, arrays: dict) -> GemmShape:
+        """The shape of a grouped-GEMM case's arrays x [T, K], w [E N, K], splits [E] (and bias, c)."""
+        (t, k), e = arrays["x"].shape, arrays["splits"].size
+        n = arrays["w"].shape[0] // e
+        contraction, rows, cols = {"fprop": (k, t, n), "dgrad": (n, t, k), "wgrad": (t, e * n, k)}[kind]
+        return cls(kind, contraction, rows, cols, out_dtype, "bias" in arrays, "c" in arrays)
+
+    def rows_aligned(self) -> bool:
+        """Whether the output's rows are 16 bytes apart (a whole number of 16-byte units per row)."""
+        return self.out_cols % (8 if self.out_dtype == "bfloat16" else 4) == 0
+
+
+def algorithm_runs(name: str, g: GemmShape) -> bool:
+    """Whether the device can run algorithm ``name`` ("auto": always) on a case of shape ``g``: the swapped and hybrid
+    kernels fprop and dgrad only, the hybrid one with a contraction % 32 == 0 (its B rows read as TMA boxes of 16-byte
+    multiples; device.group_quantize's planes are 16-byte aligned), the CUTLASS copies without a bias and with
+    16-byte aligned output rows."""
+    if name in ("swapped_64x256", "exact_hybrid") and g.kind == "wgrad":
+        return False
+    if name == "exact_hybrid":
+        return g.contraction % 32 == 0
+    if name == "copies_cutlass":
+        return not g.bias and g.rows_aligned()
+    return name == "auto" or name in FAST_ALGORITHMS or name in EXACT_ALGORITHMS
+
+
+def loaders_of(name: str, g: GemmShape) -> tuple[str, ...]:
+    """The loaders a case can force on algorithm ``name``: the swapped kernel's cp.async loader, and its TMA loader for
+    fprop with a contraction % 32 == 0 and at least one token (its tensor maps need a row of each plane; dgrad always
+    takes cp.async); both loaders of the exact kernel over fp16 copies. None for the algorithms with one loader, nor
+    for "auto" (the algorithm is not known here)."""
+    if name == "swapped_64x256":
+        tma = g.kind == "fprop" and g.contraction % 32 == 0 and g.out_rows > 0
+        return ("cp_async", "tma") if tma else ("cp_async",)
+    if name == "exact_copies":
+        return ("cp_async", "tma")
+    return ()
+
+
+def epilogues_of(name: str, g: GemmShape) -> tuple[str, ...]:
+    """The epilogues a case can force on algorithm ``name``: "staged" on the fused fast kernels; "tma_store" for fp32
+    wgrad without C or bias on fused_128x256 and exact_copies, and for bf16 output without C on the fused fast kernels
+    (both with 16-byte aligned output rows and at least one row: the output's TMA tensor map)."""
+    out = ["staged"] if name in FUSED_FAST else []
+    if g.c or not g.rows_aligned() or g.out_rows == 0:
+        return tuple(out)
+    if g.out_dtype == "float32" and g.kind == "wgrad" and not g.bias and name in ("fused_128x256", "exact_copies"):
+        out.append("tma_store")
+    elif g.out_dtype == "bfloat16" and name in FUSED_FAST:
+        out.append("tma_store")
+    return tuple(out)
+
+
+def fit_plan(options: dict, g: GemmShape) -> dict:
+    """The plan options of ``options`` (algorithm, loader, epilogue) that no longer apply to shape ``g`` put back to
+    their defaults ("auto", None, None), so that a shrunk case does not ask the device for a plan it must refuse."""
+    out = {}
+    algorithm = options.get("algorithm", "auto")
+    if not algorithm_runs(algorithm, g):
+        algorithm = out["algorithm"] = "auto"
+    if options.get("loader") is not None and options["loader"] not in loaders_of(algorithm, g):
+        out["loader"] = None
+    if options.get("epilogue") is not None and options["epilogue"] not in epilogues_of(algorithm, g):
+        out["epilogue"] = None
+    return out
+
+
+def _pick_valid(rng, space: dict, name: str, choices: list, p=None):
+    """One of ``choices`` (weights ``p``, else uniform) restricted to ``space[name]`` when the backend restricts it,
+    never outside ``choices`` (the first choice when the restriction allows none). Exactly one ``rng.random()`` is
+    drawn whatever the restriction, so the draws after it stay in place; unrestricted, the value is the one
+    :func:`pick` would draw (``rng.choice`` with ``p``)."""
+    u = rng.random()
+    w = np.asarray(p if p is not None else np.ones(len(choices)), float)
+    if name in space:
+        allowed = np.array([_norm(c) in [_norm(a) for a in space[name]] for c in choices])
+        if not allowed.any():
+            return choices[0]
+        w = np.where(allowed, w, 0.0)
+        if w.sum() == 0:  # (choices of weight 0 that the backend allows are drawn uniformly)
+            w = allowed.astype(float)
+    cdf = np.cumsum(w / w.sum())
+    cdf /= cdf[-1]
+    return choices[int(cdf.searchsorted(u, side="right"))]
+
+
+#: the grid caps drawn (0: one CTA per SM), as one uniform draw of this list
+NUM_SMS_DRAWS = (0, 0, 0, 1, 2, 3, 5, 8)
+
+
+def _draw_algorithms(rng, space: dict) -> tuple[str, int, str]:
+    """The first part of a grouped-GEMM case's device plan, from the case's stream ``rng``: a fast algorithm, the grid
+    (0 = one CTA per SM, else the persistent grid capped at that many CTAs by ``device.set_num_sms``: every CTA walks
+    many tiles, and the last round's tiles run as half tiles) and an exact algorithm, both algorithms whatever the
+    case's mode, so that the draws after them do not depend on it. Every algorithm of a mode gives the same bits (SPEC
+    12.6 / 12.2), so each case checks one of them; "auto" leaves the choice to the device's plan (by the sizes)."""
+    fast = _pick_valid(rng, space, "algorithm", ["auto", *FAST_ALGORITHMS], [0.3, 0.12, 0.12, 0.12, 0.17, 0.17])
+    j = int(rng.integers(len(NUM_SMS_DRAWS)))  # (restricted: an allowed value picked by the same draw)
+    allowed = [v for v in NUM_SMS_DRAWS if v in space.get("num_sms", NUM_SMS_DRAWS)] or [0]
+    num_sms = NUM_SMS_DRAWS[j] if NUM_SMS_DRAWS[j] in allowed else allowed[j % len(allowed)]
+    exact = _pick_valid(rng, space, "algorithm", ["auto", *EXACT_ALGORITHMS], [0.6, 0.4, 0.0, 0.0])
+    return fast, num_sms, exact
+
+
+def _draw_plan(rng, extra, space: dict, g: GemmShape, drawn: tuple[str, int, str]) -> dict:
+    """The device plan of a grouped-GEMM case of shape ``g`` (options ``algorithm``, ``loader``, ``epilogue``,
+    ``num_sms``) from the draws of :func:`_draw_algorithms`: a further split of the exact "auto" draws from ``extra``
+    (its last draw), the mode's algorithm ("auto" where it cannot run), then from ``rng`` (its last draws) the loader
+    and the epilogue where the algorithm has a choice (None: the plan's own)."""
+    fast, num_sms, exact = drawn
+    if exact == "auto" and "algorithm" not in space:  # a quarter each of these force the fused and the hybrid kernel
+        exact = pick(extra, {}, "algorithm", ["auto", "exact_fused", "exact_hybrid"], [0.5, 0.25, 0.25])
+    algorithm = exact if space.get("mode") == "exact" else fast
+    if not algorithm_runs(algorithm, g):
+        algorithm = "auto"
+    loaders, epilogues = loaders_of(algorithm, g), epilogues_of(algorithm, g)
+    loader = _pick_valid(rng, space, "loader", [None, *loaders]) if loaders else None
+    epilogue = None
+    if epilogues:
+        epilogue = _pick_valid(rng, space, "epilogue", [None, *epilogues],
+                               [0.5] + [0.5 / len(epilogues)] * len(epilogues))
+    return dict(algorithm=algorithm, loader=loader, epilogue=epilogue, num_sms=num_sms)
+
+
+def plan_tags(o: dict) -> dict:
+    """The report's tags of a grouped-GEMM case's plan options."""
+    n = int(o.get("num_sms", 0))
+    return dict(algorithm=o.get("algorithm", "auto"), loader=o.get("loader") or "default",
+                epilogue=o.get("epilogue") or "default",
+                grid=f"{n} SM{'s' if n > 1 else ''}" if n else "one CTA per SM")
 
 
 def gen_operand_quant(rng, space, rule: str | None = None, b_blocks: tuple = ()) -> dict:
-    """How GEMM operands a and b are quantized (drawn after a case's other draws, so those stay as they were); half
+    """How GEMM operands a and b are quantized (drawn late in a case, so that the draws before it do not depend on it); half
     the cases keep the defaults. Options ``quant_a`` / ``quant_b``: dict(rule, rounding, seed, offset): the given
     scale rule, else one of the TE family (SPEC 5.2 / 5.3; gen_grouped_gemm may then put both under one torchao rule),
     and round-to-nearest or stochastic rounding (SPEC 10) with its own seed and counter offset. ``b_block``: b's scale blocks, one of
@@ -542,7 +716,7 @@ def operand_quant_tag(o: dict, default_block=(16, 16)) -> str:
 #: 1024 to 8192, or wgrad with one group of 2048+ tokens. Half of them have few rows (tag ``contraction=long``: 1 to
 #: 3 groups, 16 or 32 weight columns, at most LONG_MACS multiply-adds and LONG_ELEMS weight elements), half are sized
 #: so that the device's size rules pick its 2-CTA pair tiles by themselves (``contraction=long+rows``: at least
-#: PAIR_ROWS output rows and PAIR_CONTRACTION contraction per group, device/csrc/gemm_kernels.cu pick_tile; one
+#: PAIR_ROWS output rows and PAIR_CONTRACTION contraction per group, the device plan's tile rule; one
 #: 16-column block on the other side, at most PAIR_MACS multiply-adds). So such a case costs about what an average
 #: one does.
 LONG_SHARE = 0.04
@@ -611,20 +785,24 @@ def long_contraction_sizes(rng, space, kind: str) -> tuple[int, int, int, int, i
 
 
 def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
-    """Grouped GEMM inputs (SPEC 12.5): x [T, K], w [E*N, K], dy [T, N] (bf16), splits, kind, bias / C."""
+    """Grouped GEMM inputs (SPEC 12.5): x [T, K], w [E*N, K], dy [T, N] (bf16), splits, kind, bias / C, the operands'
+    quantization and the device plan.
+
+    Draw order: the case's stream ``rng`` and its child stream ``extra`` (``rng.spawn``) are each drawn in a fixed
+    order, and the draws that depend on others come last in their stream, so that adding or changing one draw moves
+    as few of a seed's other draws as possible. ``extra`` holds the long contractions, the bias dtype, wgrad's RHT sign
+    mask, the operands' rule family and the split of the exact "auto" draws."""
     kind = pick(rng, space, "kind", ["fprop", "dgrad", "wgrad"])
     e = int(rng.choice([1, 2, 3, 4, 8, int(rng.integers(1, 17))]))
-    if rng.random() < 0.05:  # many experts (issue 4: E = 64), mostly empty or tiny groups at these T
+    if rng.random() < 0.05:  # many experts (E = 32 or 64), mostly empty or tiny groups at these T
         e = int(rng.choice([32, 64]))
     t = gen_rows(rng, int(space.get("max_rows", 600)))
     # mostly N, K <= 128; a quarter up to 512, so that wgrad outputs and N tiles reach the large kernels' second
-    # 128-row halves (the fast mode's 2-CTA cluster tiles are 256 x 256, device/csrc/gemm_wgmma_ws.cuh)
+    # 128-row halves (the fast mode's 2-CTA cluster tiles are 256 x 256)
     hi = 33 if rng.random() < 0.25 else 9
     k, n = 16 * int(rng.integers(1, hi)), 16 * int(rng.integers(1, hi))
     if kind == "fprop" and rng.random() < 0.25:  # fprop's N (weight rows per group, output columns) may be any size
         n = int(rng.integers(1, 16 * hi))
-    # the draws added after stop 38 (long contractions, bf16 bias, random RHT sign masks) come from a child stream,
-    # so that a seed's other cases keep the draws they had
     extra = rng.spawn(1)[0]
     contraction = pick(extra, space, "contraction", ["normal", "long"], [1 - LONG_SHARE, LONG_SHARE])
     big = 0
@@ -658,29 +836,14 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
         c = (rng.standard_normal((e, n, k)) * 10.0 ** rng.uniform(-3, 3)).astype(np.float32)
         c.flat[rng.integers(c.size, size=max(1, c.size // 50))] = -0.0
         arrays["c"] = c
-    # the device's fast mode runs the kernel chosen by the sizes, or one of its five forced (same bits, SPEC 12.6);
-    # the exact mode its fused kernel (what the sizes choose here) or the one over fp16 operand copies (SPEC 12.2)
-    fast_kernel = pick(rng, space, "fast_kernel", ["auto", "skinny", "large", "pair", "dequant", "swapped"],
-                       p=[0.3, 0.12, 0.12, 0.12, 0.17, 0.17])
-    if fast_kernel == "swapped" and kind == "wgrad":  # (fprop and dgrad only)
-        fast_kernel = "auto"
-    # the dequantize-first path has no bias epilogue and needs 16-byte aligned output rows (device/gemm.py)
-    out_cols = n if kind == "fprop" else k
-    if fast_kernel == "dequant" and ("bias" in arrays or out_cols % (8 if out_dtype == "bfloat16" else 4)):
-        fast_kernel = "auto"
-    # a capped persistent grid (0: one CTA per SM): every CTA walks many tiles, and the last round's tiles run as
-    # half tiles when they fill at most half of it (device/csrc/gemm_wgmma_ws.cuh, TileWalk)
-    max_ctas = int(rng.choice([0, 0, 0, 1, 2, 3, 5, 8]))
-    # (the exact kernels: "auto" or "dequant" from this stream, as before stop 46; "auto" is split into auto / fused /
-    # hybrid below, from the child stream after its other draws, so a seed's other cases are unchanged)
-    exact_kernel = pick(rng, space, "exact_kernel", ["auto", "dequant", "fused", "hybrid"], p=[0.6, 0.4, 0.0, 0.0])
+    shape = GemmShape.of(kind, out_dtype, arrays)
+    drawn = _draw_algorithms(rng, space)
     # wgrad's RHT (both operands, SPEC 7.2): the default sign mask, or a random one in a quarter of the cases
     signs, signs_kind = draw_rht_signs(extra, space, (0.75, 0.25)) if rht else (DEFAULT_RHT_SIGNS, "none")
-    o = dict(kind=kind, out_dtype=out_dtype, rht=rht, rht_signs=signs, fast_kernel=fast_kernel, max_ctas=max_ctas,
-             exact_kernel=exact_kernel)
+    o = dict(kind=kind, out_dtype=out_dtype, rht=rht, rht_signs=signs)
     # SPEC 12.5: operand groups that disagree (the group sizes live on the device, so the device cannot raise): b's
     # groups (fprop / dgrad: W's, N rows each; wgrad: X's, split like dY) with rows moved between two groups, the
-    # same total. Those two groups are NaN, the others as usual. (Drawn last: the other draws of a seed are unchanged.)
+    # same total. Those two groups are NaN, the others as usual.
     agree = True
     if e >= 2 and pick(rng, space, "groups_agree", [True, False], p=[0.88, 0.12]) is False:
         b_splits = disagreeing_splits(rng, splits if kind == "wgrad" else np.full(e, n, np.int64))
@@ -689,34 +852,20 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
             agree = False
     # (b_block: W's scale blocks; TE quantizes weights in 16x16 blocks, SPEC 6.3)
     o.update(gen_operand_quant(rng, space, b_blocks=((16, 16), (1, 16)) if kind != "wgrad" else ()))
-    # the scale rules (SPEC 12.1: both operands TE rules, as gen_operand_quant draws them, or both the same torchao
-    # rule, whose NaN block scales make rows NaN, 12.3); from the child stream, so a seed's other draws are unchanged
+    # the scale rules (SPEC 12.1): both operands TE rules, as gen_operand_quant draws them, or both the same torchao
+    # rule, whose NaN block scales make rows NaN (12.3)
     operand_rules = pick(extra, space, "operand_rules", ["te", "torchao", "torchao_noscale"], [0.7, 0.2, 0.1])
     if operand_rules != "te":
         for name in ("a", "b"):
             o[f"quant_{name}"] = dict(o[f"quant_{name}"], rule=operand_rules)
-    # the device's loader switches (environment variables read at every launch; both loaders of a kernel give the
-    # same bits): half the cases keep the defaults, the others set each one to "0" or "1" (drawn last)
-    o["loader_env"] = {}
-    if pick(rng, space, "loaders", ["default", "varied"]) == "varied":
-        o["loader_env"] = {name: str(pick(rng, space, name, ["0", "1"])) for name in LOADER_SWITCHES}
-    # the exact kernel: of the "auto" draws a quarter each force the fused kernel and the hybrid one (stop 46), which
-    # "auto" now picks for fprop / dgrad with a contraction % 32 == 0; the hybrid kernel runs only there
-    if exact_kernel == "auto" and "exact_kernel" not in space:
-        exact_kernel = pick(extra, space, "exact_kernel_auto", ["auto", "fused", "hybrid"], [0.5, 0.25, 0.25])
-    if exact_kernel == "hybrid" and (kind == "wgrad" or (k if kind == "fprop" else n) % 32):
-        exact_kernel = "auto"
-    o["exact_kernel"] = exact_kernel
+    o.update(_draw_plan(rng, extra, space, shape, drawn))
     tags = dict(kind=kind, out_dtype=out_dtype, rht=str(rht), rht_signs=signs_kind, splits=skind, values=vkind,
                 contraction=contraction, bias_dtype=bias_dtype,
                 groups_agree=str(agree), operands=operand_quant_tag(o), operand_rules=operand_rules,
-                loaders="varied" if o["loader_env"] else "default",
-                **{f"loader {k.removeprefix('NVFP4_')}": v for k, v in o["loader_env"].items()},
-                fast_kernel=f"exact: {exact_kernel}" if space.get("mode") == "exact" else fast_kernel,
-                grid="one CTA per SM" if max_ctas == 0 else "capped",
+                **plan_tags(o),
                 n="multiple of 16" if n % 16 == 0 else "other",
                 w_values=wkind, groups="1" if e == 1 else ("2-16" if e <= 16 else "32-64"),
-                epilogue="+".join(x for x in ("bias", "c") if x in arrays) or "none")
+                bias_c="+".join(x for x in ("bias", "c") if x in arrays) or "none")
     return arrays, o, tags
 
 

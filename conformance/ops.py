@@ -166,9 +166,9 @@ def grouped_gemm_disagreeing(case: Case) -> np.ndarray:
 
 def operand_quant_kwargs(case: Case, name: str) -> dict:
     """The quantize keywords of GEMM operand ``name`` ("a" or "b") of a ``gemm`` or ``grouped_gemm`` case: scale
-    rule and rounding (option ``quant_<name>``, conformance.generators.gen_operand_quant; cases saved before it
-    existed: the case's ``rule`` or "te", round-to-nearest), and for b its scale blocks (option ``b_block``; before
-    it: 16x16 for a grouped case's weights, 1x16 for a gemm case). A grouped wgrad's b (X) takes 1x16 blocks."""
+    rule and rounding (option ``quant_<name>``, conformance.generators.gen_operand_quant; a saved case without it:
+    the case's ``rule`` or "te", round-to-nearest), and for b its scale blocks (option ``b_block``; without it: 16x16
+    for a grouped case's weights, 1x16 for a gemm case). A grouped wgrad's b (X) takes 1x16 blocks."""
     o = case.options
     q = o.get(f"quant_{name}", {})
     kw = dict(rule=q.get("rule", o.get("rule", "te")), rounding=q.get("rounding", "rn"), seed=int(q.get("seed", 0)),
@@ -252,8 +252,8 @@ def ref_grouped_gemm_exact(case: Case) -> dict:
 
 
 def ref_dequantize(case: Case) -> dict:
-    """SPEC 11 on a plane of arbitrary bytes, with the block factor of the case's rule (cases saved before the rule
-    was drawn are rule "te")."""
+    """SPEC 11 on a plane of arbitrary bytes, with the block factor of the case's rule (a saved case without one:
+    rule "te")."""
     d, sc = case.arrays["data"], case.arrays["scales"]
     plane = QuantizedPlane(d, sc, case.arrays["amax"][0], (d.shape[0], 2 * d.shape[1]),
                            rule=case.options.get("rule", "te"))

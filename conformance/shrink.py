@@ -17,6 +17,7 @@ import oracle
 from oracle.rht import DEFAULT_RHT_SIGNS
 
 from .cases import PLAIN_QUANT, Case, case_size
+from .generators import GemmShape, fit_plan
 from .ops import grouped_gemm_b_splits
 
 __all__ = ["shrink", "candidates"]
@@ -99,8 +100,8 @@ def _quant_option_simplifications(o: dict) -> Iterator[dict]:
 
 
 def _shared_quantize_candidates(case: Case) -> Iterator[Case]:
-    """Candidates common to quantize and group_quantize: fewer 16-column blocks, no supplied amax, simpler
-    options, then zeroed blocks / elements of x."""
+    """Candidates common to quantize and group_quantize: fewer 16-column blocks, no supplied amax, the device's own
+    kernel choice, simpler options, then zeroed blocks / elements of x."""
     x, o = case.arrays["x"], case.options
     for idx in _cols16(x):
         yield case.replace({"x": x[:, idx]})
@@ -108,6 +109,8 @@ def _shared_quantize_candidates(case: Case) -> Iterator[Case]:
         c = case.replace()
         del c.arrays["amax"]
         yield c
+    if o.get("quantize_kernel", "auto") != "auto":  # (forcing the general kernels runs on any input)
+        yield case.replace(options={"quantize_kernel": "auto"})
     for opts in _quant_option_simplifications(o):
         yield case.replace(options=opts)
     for y in _zero_blocks(x):
@@ -138,10 +141,21 @@ def _group_rows(sizes: np.ndarray, groups: np.ndarray) -> np.ndarray:
 
 def _grouped_gemm_candidates(case: Case) -> Iterator[Case]:
     """Smaller grouped-GEMM cases (SPEC 12.5; arrays x [T, K], w [E N, K], dy [T, N], splits [E], bias, c): no bias /
-    C, simpler options (no RHT or its default sign mask, operands quantized the default way, loader switches at their
-    defaults), agreeing operand groups, fewer groups, fewer rows in one group, fewer 16-column blocks of K and of N,
-    zeroed 16-blocks of the operands the kind reads. Every candidate keeps what the device's host checks need: x and
-    dy share T rows, w holds E N rows, and operand b's groups (option ``b_splits``) keep their totals."""
+    C, the device's own plan (algorithm, loader, epilogue, grid), simpler options (no RHT or its default sign mask,
+    operands quantized the default way), agreeing operand groups, fewer groups, fewer rows in one group, fewer
+    16-column blocks of K and of N, zeroed 16-blocks of the operands the kind reads. Every candidate keeps what the
+    device's host checks need: x and dy share T rows, w holds E N rows, and operand b's groups (option ``b_splits``)
+    keep their totals; and a forced plan that no longer applies to its sizes goes back to the default
+    (generators.fit_plan), so that the device does not refuse it."""
+    for cand in _grouped_gemm_smaller(case):
+        if "algorithm" in cand.options:
+            o = cand.options
+            cand = cand.replace(options=fit_plan(o, GemmShape.of(o["kind"], o["out_dtype"], cand.arrays)))
+        yield cand
+
+
+def _grouped_gemm_smaller(case: Case) -> Iterator[Case]:
+    """The candidates of :func:`_grouped_gemm_candidates`, before their plans are fitted."""
     a, o = case.arrays, case.options
     kind, s, x, w, dy = o["kind"], a["splits"], a["x"], a["w"], a["dy"]
     e = s.size
@@ -153,8 +167,13 @@ def _grouped_gemm_candidates(case: Case) -> Iterator[Case]:
             c = case.replace()
             del c.arrays[name]
             yield c
-    if o.get("max_ctas"):
-        yield case.replace(options={"max_ctas": 0})
+    if o.get("num_sms"):
+        yield case.replace(options={"num_sms": 0})
+    if o.get("algorithm", "auto") != "auto":
+        yield case.replace(options={"algorithm": "auto", "loader": None, "epilogue": None})
+    for name in ("loader", "epilogue"):
+        if o.get(name) is not None:
+            yield case.replace(options={name: None})
     if o.get("rht"):
         yield case.replace(options={"rht": False, "rht_signs": DEFAULT_RHT_SIGNS})
     if o.get("rht_signs", DEFAULT_RHT_SIGNS) != DEFAULT_RHT_SIGNS:
@@ -167,10 +186,6 @@ def _grouped_gemm_candidates(case: Case) -> Iterator[Case]:
         yield case.replace(options=opts)
     if list(o.get("b_block", (16, 16))) != [16, 16]:
         yield case.replace(options={"b_block": [16, 16]})
-    for name in o.get("loader_env", {}):  # one loader switch back to its default
-        env = dict(o["loader_env"])
-        del env[name]
-        yield case.replace(options={"loader_env": env})
     for keep in _chunks(e):  # fewer groups
         if keep.size == 0:
             continue

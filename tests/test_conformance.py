@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import ml_dtypes
@@ -523,6 +524,97 @@ def test_loose_splits_cases_reference_the_cut_sizes():
         if case.options["rowwise"]:
             assert ref["row_data"].size + ref["row_data_tail"].size == cap["row_data"]
     assert {"loose_offsets", "loose_negative", "loose_over", "loose_under", "loose_garbage"} <= seen
+
+
+def _fast_quantize_input(case) -> bool:
+    """The inputs the device's fast bf16 quantize kernels take (bf16, RN, 1x16 blocks, no RHT or its default mask)."""
+    o = case.options
+    return (case.arrays["x"].dtype == ml_dtypes.bfloat16 and o["rounding"] == "rn" and list(o["block"]) == [1, 16]
+            and (not o["rht"] or o["rht_signs"] == 0xD7E8))
+
+
+@pytest.mark.parametrize("op", ["quantize", "group_quantize"])
+def test_quantize_kernel_is_drawn_on_fast_inputs_for_backends_that_name_it(op):
+    """A space naming the quantize kernels (the device's) draws auto / general on exactly the fast kernels' inputs,
+    as the last draw (the case is otherwise the one drawn without the key); a space without it draws none, and a
+    space allowing only "auto" draws only that."""
+    base = {**OPS[op].space, "max_elems": 1 << 14}
+    seen = set()
+    for i in range(120):
+        plain = generate(op, 13, i, OPS[op].generator, base)
+        c = generate(op, 13, i, OPS[op].generator, {**base, "quantize_kernel": ["auto", "general"]})
+        assert "quantize_kernel" not in plain.options and "quantize_kernel" not in plain.tags
+        kernel = c.options.pop("quantize_kernel", None)
+        assert (kernel is not None) == _fast_quantize_input(c) and c.tags.get("quantize_kernel") == kernel
+        assert _same(c, plain)
+        seen.add(kernel)
+        only_auto = generate(op, 13, i, OPS[op].generator, {**base, "quantize_kernel": ["auto"]})
+        assert only_auto.options.get("quantize_kernel") in (None, "auto")
+    assert seen == {None, "auto", "general"}
+
+
+class _QuantizeDevice:
+    """A stand-in for ``device`` on the CPU that records the plan forced (``testing.force_plan``) during each
+    quantize / group_quantize call."""
+
+    def __init__(self):
+        import contextlib
+
+        self.active, self.seen = None, []
+        outer = self
+
+        class Testing:
+            @contextlib.contextmanager
+            def force_plan(self, *, algorithm=None, loader=None, epilogue=None, quantize=None):
+                outer.active = dict(algorithm=algorithm, loader=loader, epilogue=epilogue, quantize=quantize)
+                try:
+                    yield
+                finally:
+                    outer.active = None
+
+        self.testing = Testing()
+
+    def quantize(self, x, **kw):
+        self.seen.append(self.active)
+
+    def group_quantize(self, x, splits, **kw):
+        self.seen.append(self.active)
+
+
+@pytest.mark.parametrize("op", ["quantize", "group_quantize"])
+def test_device_backend_forces_the_general_quantize_kernels_for_the_call(op, monkeypatch):
+    """The device backend names the quantize kernels in its space, and a case that drew "general" runs under
+    device.testing.force_plan(quantize="general"), any other case without a forced plan."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    be = B.DeviceBackend.__new__(B.DeviceBackend)  # (its __init__ wants a GPU)
+    be.dev, be._mod = "cpu", _QuantizeDevice()
+    monkeypatch.setattr(B.DeviceBackend, "_quantize_outputs", staticmethod(lambda res: {}))
+    monkeypatch.setattr(B.DeviceBackend, "_group_outputs", staticmethod(lambda res: {}))
+    space = {**OPS[op].space, **be.space(op), "max_elems": 1 << 14}
+    assert space["quantize_kernel"] == ["auto", "general"]
+    kernels = []
+    for i in range(40):
+        c = generate(op, 13, i, OPS[op].generator, space)
+        be.run(op, c)
+        kernel = c.options.get("quantize_kernel", "auto")
+        want = None if kernel == "auto" else dict(algorithm=None, loader=None, epilogue=None, quantize="general")
+        assert be._mod.seen[-1] == want and be._mod.active is None
+        kernels.append(kernel)
+    assert "general" in kernels and "auto" in kernels
+
+
+def test_shrinker_lets_the_device_choose_the_quantize_kernel_when_the_failure_allows():
+    from conformance.shrink import shrink
+
+    space = {**OPS["quantize"].space, "max_elems": 1 << 14, "quantize_kernel": ["general"]}
+    c = next(c for i in range(100) if (c := generate("quantize", 13, i, "quantize", space)).options.get(
+        "quantize_kernel") == "general" and c.arrays["x"].shape[0] > 0)
+    small, _ = shrink(c, lambda cand: frozenset({"row_data"}), deadline=time.monotonic() + 30)
+    assert small.options["quantize_kernel"] == "auto" and case_size(small)[2] < case_size(c)[2]
+    small, _ = shrink(c, lambda cand: frozenset({"row_data"}) if cand.options["quantize_kernel"] == "general" else None,
+                      deadline=time.monotonic() + 30)
+    assert small.options["quantize_kernel"] == "general"
 
 
 # ---------------------------------------------------------------------------------------------------------------

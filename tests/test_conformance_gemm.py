@@ -3,6 +3,7 @@ device's layout, and the comparisons catch planted errors (fast mode: outside th
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
@@ -16,19 +17,25 @@ from conformance.backends import (
     FractionsBackend,
     OracleGroupedBackend,
     grouped_gemm_operands_by,
+    grouped_gemm_plan,
     register_backend,
 )
 from conformance.cases import PLAIN_QUANT, case_size, load_case, save_case
 from conformance.cli import replay
 from conformance.compare import compare
 from conformance.generators import (
-    LOADER_SWITCHES,
+    EXACT_ALGORITHMS,
+    FAST_ALGORITHMS,
     LONG_ELEMS,
     LONG_MACS,
     PAIR_CONTRACTION,
     PAIR_MACS,
     PAIR_ROWS,
+    GemmShape,
+    algorithm_runs,
+    epilogues_of,
     generate,
+    loaders_of,
 )
 from conformance.ops import (
     OPS,
@@ -274,9 +281,9 @@ def test_operand_rule_and_weight_blocks_reach_the_reference():
     assert {tuple(p.block) for p in grouped_gemm_operands(c16)[1]} == {(16, 16)}
 
 
-def test_cases_saved_before_operand_options_replay_with_the_old_operands():
-    """A case without the quant_a / quant_b / b_block options (saved by an earlier version) is quantized as before:
-    TE rule, round-to-nearest, weights in 16x16 blocks."""
+def test_cases_saved_without_operand_options_replay_with_the_default_operands():
+    """A saved case without the quant_a / quant_b / b_block options is quantized with the defaults: TE rule,
+    round-to-nearest, weights in 16x16 blocks."""
     c = _varied_case("grouped_gemm_exact", "dgrad", lambda o: _sr("a")(o) and _sr("b")(o))
     for key in ("quant_a", "quant_b", "b_block"):
         del c.options[key]
@@ -291,21 +298,51 @@ def test_cases_saved_before_operand_options_replay_with_the_old_operands():
             assert np.array_equal(p.data, q.data) and np.array_equal(p.scales, q.scales) and p.rule == "te"
 
 
+class _FakeTesting:
+    """A stand-in for ``device.testing``: force_plan takes the keywords of the real one (a typo raises TypeError) and
+    makes them the active plan for the block; nested use is refused, as a leak from an earlier call would be."""
+
+    def __init__(self):
+        self.active = None
+        self.entered = 0
+
+    @contextlib.contextmanager
+    def force_plan(self, *, algorithm=None, loader=None, epilogue=None, quantize=None):
+        assert self.active is None, "force_plan entered twice"
+        self.active = dict(algorithm=algorithm, loader=loader, epilogue=epilogue, quantize=quantize)
+        self.entered += 1
+        try:
+            yield
+        finally:
+            self.active = None
+
+
 class _OracleAsDevice:
     """A stand-in for the ``device`` module on the CPU: group_quantize runs oracle.group_quantize on the torch
-    tensors it is given (keywords as passed) and grouped_gemm records its operands and returns zeros."""
+    tensors it is given (keywords as passed); grouped_gemm records its operands, its keywords and the forced plan and
+    grid cap in force during the call (``testing.force_plan``, ``set_num_sms``), and returns zeros."""
 
-    def __init__(self, torch):
+    def __init__(self, torch, num_sms=None):
         self.torch, self.calls = torch, []
+        self.testing = _FakeTesting()
+        self.num_sms = num_sms
+
+    def set_num_sms(self, n):
+        assert n is None or (isinstance(n, int) and n >= 1), n
+        self.num_sms = n
+
+    def get_num_sms(self):
+        return self.num_sms
 
     def group_quantize(self, x, splits, *, swizzled=True, **kw):
+        assert self.testing.active is None, "a GEMM case's operands quantized under a forced plan"
         xs = x.view(self.torch.int16).numpy().view(np.uint16).view(ml_dtypes.bfloat16)
         return oracle.group_quantize(xs, splits.numpy(), **kw)
 
     def grouped_gemm(self, a, b, *, kind, out_dtype, **kw):
         self.calls.append((a, b, kind))
         self.kw = kw
-        self.env_seen = {k: os.environ.get(k) for k in LOADER_SWITCHES}
+        self.plan_seen, self.num_sms_seen = self.testing.active, self.num_sms
         return self.torch.zeros((1,), dtype=out_dtype)
 
 
@@ -397,49 +434,251 @@ def test_shrinker_keeps_operand_rules_the_device_accepts():
     _assert_valid_grouped_case(small)
 
 
-def test_device_backend_sets_the_loader_switches_for_the_gemm_call_only(monkeypatch):
-    """A case's loader_env (the device GEMM's loader switches, read at every launch) is in the environment during
-    device.grouped_gemm and gone afterwards; a variable set before the case is restored."""
-    torch = pytest.importorskip("torch")
+def _fake_device_backend(torch, monkeypatch, num_sms=None):
     from conformance.backends import DeviceBackend
 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
-    for name in LOADER_SWITCHES:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("NVFP4_SWAP_TMA", "before")
-    be = DeviceBackend.__new__(DeviceBackend)
-    be.dev, be._mod = "cpu", _OracleAsDevice(torch)
+    be = DeviceBackend.__new__(DeviceBackend)  # (its __init__ wants a GPU)
+    be.dev, be._mod = "cpu", _OracleAsDevice(torch, num_sms)
+    return be
+
+
+def _forced(o: dict) -> dict | None:
+    """The force_plan keywords a grouped-GEMM case's options ask for (None: no force_plan at all)."""
+    plan = dict(algorithm=None if o["algorithm"] == "auto" else o["algorithm"], loader=o["loader"],
+                epilogue=o["epilogue"], quantize=None)
+    return plan if any(plan.values()) else None
+
+
+@pytest.mark.parametrize("op", ["grouped_gemm", "grouped_gemm_exact"])
+def test_device_backend_forces_the_plan_for_the_gemm_call_only(op, monkeypatch):
+    """A case's plan (algorithm, loader, epilogue) is the active device.testing.force_plan during device.grouped_gemm
+    and only then (not while its operands are quantized, not after); its num_sms is the grid cap during the call, and
+    the cap set before the case is back afterwards; a case with the default plan enters no force_plan."""
+    torch = pytest.importorskip("torch")
+    be = _fake_device_backend(torch, monkeypatch, num_sms=7)
     seen = set()
-    for i in range(60):
-        c = generate("grouped_gemm", 29, i, "grouped_gemm", {"loaders": ["varied"], "kind": ["fprop"]})
-        env = c.options["loader_env"]
-        assert set(env) == set(LOADER_SWITCHES) and set(env.values()) <= {"0", "1"}
-        assert c.tags["loaders"] == "varied" and all(c.tags[f"loader {k[len('NVFP4_'):]}"] == v for k, v in env.items())
+    for i in range(150):
+        c = generate(op, 29, i, "grouped_gemm", OPS[op].space)
+        o = c.options
+        entered = be._mod.testing.entered
+        be._grouped_gemm(op, c)
+        assert be._mod.plan_seen == _forced(o), (o["algorithm"], o["loader"], o["epilogue"])
+        assert be._mod.testing.entered == entered + (_forced(o) is not None)
+        assert be._mod.num_sms_seen == (o["num_sms"] or 7) and be._mod.num_sms == 7
+        assert be._mod.testing.active is None
+        seen |= {("algorithm", o["algorithm"]), ("loader", o["loader"]), ("epilogue", o["epilogue"]),
+                 ("num_sms", o["num_sms"])}
+    names = ["auto", *(EXACT_ALGORITHMS if op == "grouped_gemm_exact" else FAST_ALGORITHMS)]
+    assert {v for k, v in seen if k == "algorithm"} == set(names)
+    assert {v for k, v in seen if k == "num_sms"} == {0, 1, 2, 3, 5, 8}
+    assert {v for k, v in seen if k == "loader"} == {None, "cp_async", "tma"}
+    want_epilogues = {None, "tma_store"} | ({"staged"} if op == "grouped_gemm" else set())
+    assert {v for k, v in seen if k == "epilogue"} == want_epilogues
+
+
+def test_device_backend_restores_the_grid_cap_when_the_gemm_raises(monkeypatch):
+    """A device call that raises (a refused plan) leaves no forced plan and the grid cap as it was."""
+    torch = pytest.importorskip("torch")
+    be = _fake_device_backend(torch, monkeypatch, num_sms=None)
+
+    def refuses(*a, **k):
+        raise ValueError("plan refused")
+
+    be._mod.grouped_gemm = refuses
+    c = _drawn("grouped_gemm", {"kind": ["fprop"]}, lambda c: c.options["num_sms"] and c.options["algorithm"] != "auto")
+    with pytest.raises(ValueError, match="plan refused"):
         be._grouped_gemm("grouped_gemm", c)
-        assert be._mod.env_seen == env
-        assert os.environ["NVFP4_SWAP_TMA"] == "before" and "NVFP4_EXACT_TMA" not in os.environ
-        seen |= {(k, v) for k, v in env.items()}
-    assert len(seen) == 2 * len(LOADER_SWITCHES)  # every switch drawn both ways
-    c = generate("grouped_gemm", 29, 0, "grouped_gemm", {"loaders": ["default"]})
-    be._grouped_gemm("grouped_gemm", c)
-    assert c.tags["loaders"] == "default" and not any(t.startswith("loader ") for t in c.tags)
-    assert c.options["loader_env"] == {} and be._mod.env_seen["NVFP4_SWAP_TMA"] == "before"
+    assert be._mod.num_sms is None and be._mod.testing.active is None
 
 
-def test_shrinker_drops_loader_switches_the_failure_does_not_need():
-    c = generate("grouped_gemm", 29, 3, "grouped_gemm", {"loaders": ["varied"], "groups_agree": [True]})
-    need = next(iter(c.options["loader_env"]))
+@pytest.mark.parametrize("op,old,want", [
+    ("grouped_gemm", dict(fast_kernel="skinny", max_ctas=3), ("fused_64x256", 3)),
+    ("grouped_gemm_tc", dict(fast_kernel="large"), ("fused_128x256", 0)),
+    ("grouped_gemm", dict(fast_kernel="pair", max_ctas=0), ("fused_pair_256x256", 0)),
+    ("grouped_gemm", dict(fast_kernel="swapped", exact_kernel="hybrid"), ("swapped_64x256", 0)),
+    ("grouped_gemm", dict(fast_kernel="dequant", max_ctas=8), ("copies_cutlass", 8)),
+    ("grouped_gemm", dict(fast_kernel="fused"), ("auto", 0)),
+    ("grouped_gemm_tc", dict(fast_kernel="auto", exact_kernel="dequant"), ("auto", 0)),
+    ("grouped_gemm_exact", dict(fast_kernel="skinny", exact_kernel="fused", max_ctas=5), ("exact_fused", 5)),
+    ("grouped_gemm_exact", dict(exact_kernel="dequant"), ("exact_copies", 0)),
+    ("grouped_gemm_exact", dict(exact_kernel="hybrid", max_ctas=1), ("exact_hybrid", 1)),
+    ("grouped_gemm_exact", dict(exact_kernel="auto"), ("auto", 0)),
+    ("grouped_gemm_exact", {}, ("auto", 0)),
+])
+def test_cases_saved_with_kernel_names_replay_with_the_mapped_plan(op, old, want, monkeypatch):
+    """A case saved with fast_kernel / exact_kernel / max_ctas / loader_env replays on the device with the algorithm
+    those named (by the op's mode) and max_ctas as the grid cap; its loader switches stay out of the environment."""
+    c = _case(op, "fprop")
+    for key in ("algorithm", "loader", "epilogue", "num_sms"):
+        del c.options[key]
+    env = {"NVFP4_SWAP_TMA": "0", "NVFP4_GEMM_PDL": "0"}
+    c = c.replace(options=dict(old, loader_env=env))
+    assert grouped_gemm_plan(c) == dict(algorithm=want[0], loader=None, epilogue=None, num_sms=want[1])
+    torch = pytest.importorskip("torch")
+    for name in env:
+        monkeypatch.delenv(name, raising=False)
+    be = _fake_device_backend(torch, monkeypatch)
+    be._grouped_gemm(op, c)
+    assert be._mod.plan_seen == (None if want[0] == "auto" else
+                                 dict(algorithm=want[0], loader=None, epilogue=None, quantize=None))
+    assert be._mod.num_sms_seen == (want[1] or None)
+    assert not set(env) & set(os.environ)
 
-    def fails(cand):
-        return frozenset({"y"}) if cand.options["loader_env"].get(need) == c.options["loader_env"][need] else None
 
-    small, _ = shrink(c, fails, deadline=time.monotonic() + 60)
-    assert small.options["loader_env"] == {need: c.options["loader_env"][need]}
+def _shape(kind, out_dtype, t=64, k=64, n=64, e=2, bias=False, c=False) -> GemmShape:
+    arrays = {"x": np.zeros((t, k)), "w": np.zeros((e * n, k)), "splits": np.zeros(e, np.int64)}
+    arrays.update({"bias": np.zeros(1)} if bias else {})
+    arrays.update({"c": np.zeros(1)} if c else {})
+    return GemmShape.of(kind, out_dtype, arrays)
+
+
+def test_plan_rules_say_where_each_algorithm_loader_and_epilogue_runs():
+    """The generator's rules of what a case may force, on hand-picked shapes (the device refuses anything else with
+    ValueError): algorithms by kind, bias and alignment; loaders per algorithm; epilogues per dtype, kind and C."""
+    f32, bf16 = "float32", "bfloat16"
+    for name, shape, runs in [
+        ("swapped_64x256", _shape("wgrad", f32), False), ("swapped_64x256", _shape("dgrad", f32), True),
+        ("exact_hybrid", _shape("wgrad", f32), False),
+        ("exact_hybrid", _shape("fprop", f32, k=64), True), ("exact_hybrid", _shape("fprop", f32, k=48), False),
+        ("exact_hybrid", _shape("dgrad", f32, n=96), True), ("exact_hybrid", _shape("dgrad", f32, n=80), False),
+        ("copies_cutlass", _shape("fprop", bf16, bias=True), False),
+        ("copies_cutlass", _shape("fprop", bf16, n=24), True), ("copies_cutlass", _shape("fprop", bf16, n=20), False),
+        ("copies_cutlass", _shape("fprop", f32, n=20), True), ("copies_cutlass", _shape("fprop", f32, n=22), False),
+        ("fused_pair_256x256", _shape("wgrad", bf16, c=True), True), ("exact_fused", _shape("dgrad", f32, n=17), True),
+    ]:
+        assert algorithm_runs(name, shape) == runs, (name, shape)
+    assert not algorithm_runs("skinny", _shape("fprop", f32))  # (a fast_kernel name is not an algorithm)
+    assert loaders_of("swapped_64x256", _shape("fprop", f32, k=64)) == ("cp_async", "tma")
+    assert loaders_of("swapped_64x256", _shape("fprop", f32, k=48)) == ("cp_async",)
+    assert loaders_of("swapped_64x256", _shape("fprop", f32, k=64, t=0)) == ("cp_async",)  # (no token row to map)
+    assert loaders_of("swapped_64x256", _shape("dgrad", f32, n=64)) == ("cp_async",)
+    assert loaders_of("exact_copies", _shape("wgrad", bf16)) == ("cp_async", "tma")
+    for name in ("auto", "fused_64x256", "fused_128x256", "fused_pair_256x256", "copies_cutlass", "exact_fused",
+                 "exact_hybrid"):
+        assert loaders_of(name, _shape("fprop", f32)) == ()
+    assert epilogues_of("fused_128x256", _shape("wgrad", f32)) == ("staged", "tma_store")
+    assert epilogues_of("fused_128x256", _shape("wgrad", f32, c=True)) == ("staged",)
+    assert epilogues_of("fused_64x256", _shape("wgrad", f32)) == ("staged",)
+    assert epilogues_of("fused_pair_256x256", _shape("wgrad", f32)) == ("staged",)
+    assert epilogues_of("exact_copies", _shape("wgrad", f32)) == ("tma_store",)
+    assert epilogues_of("exact_copies", _shape("fprop", f32)) == ()
+    assert epilogues_of("exact_copies", _shape("wgrad", bf16)) == ()
+    assert epilogues_of("fused_128x256", _shape("fprop", f32)) == ("staged",)
+    for name in ("fused_64x256", "fused_128x256", "fused_pair_256x256"):
+        assert epilogues_of(name, _shape("fprop", bf16, bias=True)) == ("staged", "tma_store")
+        assert epilogues_of(name, _shape("wgrad", bf16)) == ("staged", "tma_store")
+        assert epilogues_of(name, _shape("fprop", bf16, n=20)) == ("staged",)  # rows 40 bytes apart
+        assert epilogues_of(name, _shape("dgrad", bf16, t=0)) == ("staged",)  # no output row
+    for name in ("auto", "copies_cutlass", "swapped_64x256", "exact_fused", "exact_hybrid"):
+        assert epilogues_of(name, _shape("wgrad", f32)) == epilogues_of(name, _shape("fprop", bf16)) == ()
+
+
+@pytest.mark.parametrize("op", ["grouped_gemm", "grouped_gemm_tc", "grouped_gemm_exact"])
+def test_drawn_plans_are_ones_the_device_accepts(op):
+    """Every drawn plan keeps to the rules for its case's sizes and its op's mode, and its tags say what it is."""
+    for i in range(300):
+        c = generate(op, 31, i, "grouped_gemm", OPS[op].space)
+        o, t = c.options, c.tags
+        g = GemmShape.of(o["kind"], o["out_dtype"], c.arrays)
+        names = EXACT_ALGORITHMS if op == "grouped_gemm_exact" else FAST_ALGORITHMS
+        assert o["algorithm"] == "auto" or (o["algorithm"] in names and algorithm_runs(o["algorithm"], g))
+        assert o["loader"] is None or o["loader"] in loaders_of(o["algorithm"], g)
+        assert o["epilogue"] is None or o["epilogue"] in epilogues_of(o["algorithm"], g)
+        assert o["num_sms"] in (0, 1, 2, 3, 5, 8)
+        assert (t["algorithm"], t["loader"], t["epilogue"]) == (o["algorithm"], o["loader"] or "default",
+                                                                o["epilogue"] or "default")
+        assert t["grid"] == {0: "one CTA per SM", 1: "1 SM"}.get(o["num_sms"], f"{o['num_sms']} SMs")
+        assert not {"fast_kernel", "exact_kernel", "max_ctas", "loader_env"} & set(o)
+
+
+def test_plan_draws_leave_the_other_draws_in_place():
+    """Restricting the plan (no forced algorithm, loader, epilogue or grid) changes no array or other option of a
+    case: the plan's draws keep their places in the case's streams."""
+    off = {"algorithm": ["auto"], "loader": [None], "epilogue": [None], "num_sms": [0]}
+    plan_keys = {"algorithm", "loader", "epilogue", "num_sms"}
+    forced = 0
+    for op in ("grouped_gemm", "grouped_gemm_exact"):
+        for i in range(80):
+            free = generate(op, 37, i, "grouped_gemm", OPS[op].space)
+            plain = generate(op, 37, i, "grouped_gemm", {**OPS[op].space, **off})
+            assert plain.options["algorithm"] == "auto" and plain.options["num_sms"] == 0
+            assert plain.options["loader"] is None and plain.options["epilogue"] is None
+            assert set(free.arrays) == set(plain.arrays)
+            for k in free.arrays:
+                assert np.array_equal(_bits(np.asarray(free.arrays[k])), _bits(np.asarray(plain.arrays[k])))
+            strip = lambda o: {k: v for k, v in o.items() if k not in plan_keys}  # noqa: E731
+            assert strip(free.options) == strip(plain.options)
+            forced += free.options["algorithm"] != "auto"
+    assert forced > 40
+
+
+def test_a_restricted_algorithm_space_keeps_to_the_mode():
+    """A backend space naming algorithms of both modes draws, in each op, only that mode's names it lists."""
+    space = {"algorithm": ["fused_pair_256x256", "exact_copies"]}
+    for op, want in (("grouped_gemm", "fused_pair_256x256"), ("grouped_gemm_exact", "exact_copies")):
+        got = {generate(op, 3, i, "grouped_gemm", {**OPS[op].space, **space}).options["algorithm"] for i in range(40)}
+        assert got == {want}
+    got = {generate("grouped_gemm", 3, i, "grouped_gemm", {"algorithm": ["exact_copies"]}).options["algorithm"]
+           for i in range(20)}
+    assert got == {"auto"}
+
+
+def test_shrinker_drops_the_plan_options_the_failure_does_not_need():
+    """A failure that needs the forced algorithm keeps it and loses the loader, epilogue and grid cap; one that needs
+    none of the plan goes back to the device's own choice."""
+    c = _drawn("grouped_gemm_exact", {"kind": ["fprop"], "groups_agree": [True]},
+               lambda c: c.options["algorithm"] == "exact_copies" and c.options["loader"]
+               and c.options["epilogue"] is None and c.options["num_sms"] and c.arrays["splits"].sum() > 0)
+
+    def needs_algorithm(cand):
+        return frozenset({"y"}) if cand.options["algorithm"] == "exact_copies" else None
+
+    small, _ = shrink(c, needs_algorithm, deadline=time.monotonic() + 60)
+    assert (small.options["algorithm"], small.options["loader"], small.options["num_sms"]) == ("exact_copies", None, 0)
+
+    def needs_the_loader(cand):
+        return frozenset({"y"}) if cand.options["loader"] == c.options["loader"] else None
+
+    small, _ = shrink(c, needs_the_loader, deadline=time.monotonic() + 60)
+    assert small.options["loader"] == c.options["loader"] and small.options["num_sms"] == 0
+
+    def any_rows(cand):
+        return frozenset({"y"}) if cand.arrays["splits"].sum() > 0 else None
+
+    small, _ = shrink(c, any_rows, deadline=time.monotonic() + 60)
+    assert (small.options["algorithm"], small.options["loader"], small.options["num_sms"]) == ("auto", None, 0)
+
+
+@pytest.mark.parametrize("algorithm,loader", [("exact_hybrid", None), ("swapped_64x256", "tma")])
+def test_shrink_candidates_never_force_a_plan_their_sizes_refuse(algorithm, loader):
+    """Fewer 16-blocks of K can take a case out of its forced plan's reach (the hybrid kernel and the swapped kernel's
+    TMA loader need a contraction % 32 == 0): such candidates go back to the device's own choice, and every candidate
+    asks only for what its own sizes allow."""
+    from conformance.shrink import _grouped_gemm_candidates, _grouped_gemm_smaller
+
+    op = "grouped_gemm_exact" if algorithm.startswith("exact") else "grouped_gemm"
+    c = _drawn(op, {"kind": ["fprop"]}, lambda c: c.options["algorithm"] == algorithm and c.options["loader"] == loader
+               and c.arrays["x"].shape[1] >= 128, seed=47)
+
+    def valid(o, g):
+        name = o["algorithm"]
+        return (algorithm_runs(name, g) and (o["loader"] is None or o["loader"] in loaders_of(name, g))
+                and (o["epilogue"] is None or o["epilogue"] in epilogues_of(name, g)))
+
+    refused = 0
+    for raw, cand in zip(_grouped_gemm_smaller(c), _grouped_gemm_candidates(c), strict=True):
+        g = GemmShape.of(c.options["kind"], c.options["out_dtype"], cand.arrays)
+        assert valid(cand.options, g)
+        if not valid(raw.options, g):
+            refused += 1
+            key, default = ("algorithm", "auto") if loader is None else ("loader", None)
+            assert cand.options[key] == default
+    assert refused > 0
 
 
 def test_dequantize_cases_shrink():
-    """A dequantize failure shrinks to the rows and 16-blocks that carry it (helper-19's audit: the shrinker had no
-    dequantize branch, so such a case was saved at full size)."""
+    """A dequantize failure shrinks to the rows and 16-blocks that carry it."""
     from conformance import ops as O
 
     c = next(c for i in range(200)
@@ -459,7 +698,7 @@ def test_dequantize_cases_shrink():
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# stop 39's draws: bf16 bias, random RHT sign masks for wgrad's operands, long contractions
+# bf16 bias, random RHT sign masks for wgrad's operands, long contractions
 # ---------------------------------------------------------------------------------------------------------------
 
 def _drawn(op: str, space: dict, want, seed: int = 41):
@@ -475,7 +714,7 @@ def _check_long_sizes(c) -> None:
     """A long-contraction case: fprop's K or dgrad's N in [1024, 8192] or a wgrad group of 2048+ tokens. "long": 1 to 3
     groups, the other dimensions small (LONG_MACS multiply-adds, LONG_ELEMS weight elements); "long+rows": the sizes
     for which the device's size rules pick the pair tiles (PAIR_ROWS+ output rows and a PAIR_CONTRACTION+ contraction
-    per group on average, device/csrc/gemm_kernels.cu pick_tile), PAIR_MACS multiply-adds at most."""
+    per group on average), PAIR_MACS multiply-adds at most."""
     a, kind, tag = c.arrays, c.options["kind"], c.tags["contraction"]
     e, (t, k), n = a["splits"].size, a["x"].shape, a["dy"].shape[1]
     assert tag in ("long", "long+rows") and 1 <= e <= 3
@@ -672,10 +911,11 @@ def test_gemm_generator_draws_bf16_bias_checked_by_fractions():
     assert seen == {"none", "float32", "bfloat16"} and checked == 6
 
 
-def test_a_backend_space_can_restrict_the_operand_keys():
-    """A plugin backend that implements only TE-rule, round-to-nearest operands says so in ``space()`` with the
-    operand keys (SPACE_KEYS); case_space accepts them and every drawn case then keeps to them, while the same draws
-    without the restriction do use the other rules, SR and 1x16 weight blocks."""
+def test_a_backend_space_can_restrict_the_operand_and_plan_keys():
+    """A plugin backend that implements only TE-rule, round-to-nearest operands and has no kernels to force says so in
+    ``space()`` with the operand and plan keys (SPACE_KEYS); case_space accepts them and every drawn case then keeps
+    to them, while the same draws without the restriction do use the other rules, SR, 1x16 weight blocks, forced
+    algorithms and capped grids."""
     from conformance.runner import case_space
 
     class TeOnly(OracleGroupedBackend):
@@ -683,18 +923,46 @@ def test_a_backend_space_can_restrict_the_operand_keys():
 
         def space(self, op):
             return {"groups_agree": [True], "operand_rules": ["te"], "operand_quant": ["default"],
-                    "b_block": [[16, 16]], "loaders": ["default"]}
+                    "b_block": [[16, 16]], "algorithm": ["auto"], "num_sms": [0]}
 
     def draws(space):
         cases = [generate("grouped_gemm", 45, i, "grouped_gemm", {**space, "kind": ["fprop"]}) for i in range(60)]
         rules = {c.options[f"quant_{s}"]["rule"] for c in cases for s in "ab"}
         rounding = {c.options[f"quant_{s}"]["rounding"] for c in cases for s in "ab"}
         blocks = {tuple(c.options["b_block"]) for c in cases}
-        loaders = {c.tags.get("loaders") for c in cases}
-        return rules, rounding, blocks, loaders
+        plans = {(c.tags["algorithm"], c.tags["loader"], c.tags["epilogue"], c.tags["grid"]) for c in cases}
+        return rules, rounding, blocks, plans
 
     restricted = draws(case_space(TeOnly(), "grouped_gemm"))
-    assert restricted == ({"te"}, {"rn"}, {(16, 16)}, {"default"})
+    assert restricted == ({"te"}, {"rn"}, {(16, 16)}, {("auto", "default", "default", "one CTA per SM")})
     free = draws(case_space(OracleGroupedBackend(), "grouped_gemm"))
     assert {"torchao", "torchao_noscale"} <= free[0] and "sr" in free[1] and (1, 16) in free[2]
-    assert "varied" in free[3]
+    assert {p[0] for p in free[3]} >= {"auto", *FAST_ALGORITHMS} and "one CTA per SM" in {p[3] for p in free[3]}
+    assert "2 SMs" in {p[3] for p in free[3]} and "staged" in {p[2] for p in free[3]}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("op", ["grouped_gemm", "grouped_gemm_tc", "grouped_gemm_exact",
+                                "quantize", "group_quantize"])
+def test_device_accepts_every_drawn_plan(op):
+    """On a GPU: the device runs every plan the generator draws for it (a forced plan it cannot run would raise
+    ValueError) and conforms under each; the grid cap is as it was after every case."""
+    from conformance.backends import DeviceBackend
+    from conformance.runner import case_space, check_case
+
+    be = DeviceBackend("cuda:0")
+    assert be.available() is None, be.available()
+    before = be._mod.get_num_sms()
+    seen = set()
+    for i in range(60 if op.startswith("grouped") else 30):
+        c = generate(op, 53, i, OPS[op].generator, case_space(be, op))
+        o = c.options
+        status, ms, _, _, err = check_case(be, c)
+        plan = {k: o[k] for k in ("algorithm", "loader", "epilogue", "num_sms", "quantize_kernel") if k in o}
+        assert status == "pass", (i, plan, err, [str(m) for m in ms])
+        assert be._mod.get_num_sms() == before
+        seen.add(o.get("algorithm", o.get("quantize_kernel")))
+    if op.startswith("grouped"):
+        assert len(seen - {"auto"}) >= 3, seen
+    else:
+        assert "general" in seen, seen

@@ -7,7 +7,7 @@ def test_summary_columns_line_up_with_long_names():
     st = Stats()
     for backend, op, status in [("device:cuda:0", "grouped_gemm_exact", "pass"), ("oracle", "quantize", "mismatch")]:
         st.add(dict(backend=backend, op=op, index=0, status=status, seconds=0.5,
-                    tags={"loader SWAP_GROUP_MAPS": "1", "values": "normal"}))
+                    tags={"algorithm": "fused_pair_256x256", "values": "normal"}))
     st.skipped.append(dict(backend="(none)", op="layout", reason="no backend"))
     lines = st.table().splitlines()
     header = lines[0]
@@ -16,6 +16,6 @@ def test_summary_columns_line_up_with_long_names():
     assert len(rows) == 2 * 3 + 1  # (all) + two option rows per task, one skipped op
     for ln in rows:  # the option column starts at the header's "option" in every row
         assert ln[col - 1] == " " and ln[col] != " ", ln
-    assert "loader SWAP_GROUP_MAPS=1" in lines[3]
+    assert "algorithm=fused_pair_256x256" in lines[3]
     assert set(lines[1]) == {"-"} and len(lines[1]) >= len(header) - 2
     assert lines[-1].startswith("total: 2 cases, 1 passed, 1 mismatched, 0 errors, 1 skipped ops")
