@@ -244,7 +244,7 @@ std::string grouped_gemm_(int64_t kind, int64_t E, const Tensor& a_data, const T
   l.epilogue = static_cast<nvfp4_gemm::Epilogue>(epilogue);
   l.out_f32 = f32;
   // bit 0: C is read back; bit 1: the whole-line epilogue prefetches the tile's C rows into L2 at the tile's start
-  // (ws::prefetch_tile_c_lines)
+  // (prefetch_tile_c_lines)
   l.accumulate = accumulate ? 3 : 0;
   l.grid_upper = static_cast<int>(grid_upper);
   l.max_ctas = static_cast<int>(max_ctas);

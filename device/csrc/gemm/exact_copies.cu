@@ -57,9 +57,9 @@ bool launch_shape(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s,
     CUtensorMap tmpl{};
     if (!exact_template(d, &tmpl)) return false;
     launch_chained(exact_maps_kernel, dim3(gmap::map_grid(a.E)), gmap::kMapThreads, 0, s, a.probs, a.E, tmpl, maps);
-    wg::launch_persistent<xf16::exact_f16_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(a, s, maps, out_map);
+    launch_persistent<xf16::exact_f16_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(a, s, maps, out_map);
   } else {
-    wg::launch_persistent<xf16::exact_f16_kernel<S, OUT_F32, false>, S::kThreads, S::kSmem>(a, s, maps, out_map);
+    launch_persistent<xf16::exact_f16_kernel<S, OUT_F32, false>, S::kThreads, S::kSmem>(a, s, maps, out_map);
   }
   return true;
 }

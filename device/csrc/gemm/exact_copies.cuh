@@ -19,7 +19,7 @@
 //   MMA warpgroups (2, rows [64 wm, 64 wm + 64)): per 16-block one wgmma.m64n128k16 (SS form) with scale-d = 0 into a
 //       partial fragment, added to the accumulator with __fadd_rn in K order (SPEC 12.2); then the epilogue
 //       (gemm_wgmma_ws.cuh's whole-line fp32 / staged bf16 epilogues, the direct stores where those cannot run; wgrad's
-//       fp32 output, where the host encoded its tensor map, by TMA box stores: ws::store_tile_tma, ShapeF32Tma).
+//       fp32 output, where the host encoded its tensor map, by TMA box stores: store_tile_tma, ShapeF32Tma).
 //
 // The hybrid form (kConvB shapes, gemm_exact_hybrid.cu; docs/gemm.md, stop 46): only A comes from an fp16 copy (in
 // gemm_decode_f16.cuh's order within each 8 codes); two loader warpgroups, thread 0 issuing each stage's boxes (A's
@@ -30,7 +30,7 @@
 //             TMA: one arrival and the boxes' bytes); kConvB: when every loader warp has published its B rows
 //   raw_full[s] (kConvB) stage s's boxes have landed (one arrival and their bytes)
 //   empty[s]  the wgmmas that read stage s have completed (one arrival per MMA warp)
-// Both roles walk the same list of K steps (ws::StepCursor over the setup kernel's tile list), so stage indices and
+// Both roles walk the same list of K steps (StepCursor over the setup kernel's tile list), so stage indices and
 // phases agree without further communication.
 #pragma once
 
@@ -40,8 +40,6 @@
 
 namespace nvfp4_gemm {
 namespace xf16 {
-
-using wg::kBK;
 
 // Two MMA warpgroups (rows [64 wm, 64 wm + 64), all 128 columns) of 216 registers each (accumulator + two partial
 // fragments = 192) and one loader warpgroup of 72 (3 x 168). Four MMA warpgroups of 64 x 64 (twice the independent
@@ -76,7 +74,7 @@ struct Shape {
   // epilogue buffers, as ws::Shape (1: staged bf16, store_tile_staged; 2: whole-line fp32, store_tile_lines)
   static_assert(EPI_ == 1 || EPI_ == 2, "choose an epilogue");
   static constexpr bool kStagedEpi = EPI_ == 1, kLinesEpi = EPI_ == 2;
-  // kTmaEpi (fp32, box buffers per MMA warp: 1, 2 or 4; ws::store_tile_tma): where the host encoded a tensor map of
+  // kTmaEpi (fp32, box buffers per MMA warp: 1, 2 or 4; store_tile_tma): where the host encoded a tensor map of
   // wgrad's output (bit 2 of `accumulate`, tma_host::with_wgrad_out_map), one TMA box store of 16 rows x 32 columns
   // per warp and chunk; the buffers then lie first in shared memory, 1024-byte aligned for the box swizzle.
   static constexpr int kTmaEpi = TMA_EPI_;
@@ -91,11 +89,11 @@ struct Shape {
   // full, empty (, raw_full); rounded up to 128 bytes, so that the epilogue buffers after them stay 16-byte aligned
   static constexpr int kBarBytes = (8 * (kConvB ? 3 : 2) * kStages + 127) / 128 * 128;
   static constexpr int kSmemBase = kStages * kStageBytes + kBarBytes + kEpiBytes + 1024;
-  // The MMA warps' tile lookups through a shared-memory prefix table, one tile ahead (wg::find_group_cached; stop 47):
+  // The MMA warps' tile lookups through a shared-memory prefix table, one tile ahead (find_group_cached; stop 47):
   // +5% on E64 exact wgrad (4 K steps per tile), +1-3% on E8 wgrad. Not in the hybrid kernel (32 K steps per tile on
   // E64, and 1-2% slower there in an A/B), nor in the fused kernels (7% slower on E64 fast fprop).
-  static constexpr int kPrefixCap = kConvB ? 0 : wg::prefix_cap_for(227 * 1024 - kSmemBase);
-  static constexpr int kSmem = kSmemBase + wg::prefix_table_bytes(kPrefixCap);
+  static constexpr int kPrefixCap = kConvB ? 0 : prefix_cap_for(227 * 1024 - kSmemBase);
+  static constexpr int kSmem = kSmemBase + prefix_table_bytes(kPrefixCap);
   static_assert(kSmem <= 227 * 1024, "shared memory");
   static_assert(kMma * kMmaRegs + kLoaderGroups * kLoaderRegs <= (kMma + kLoaderGroups) * (65536 / kThreads / 8 * 8),
                 "setmaxnreg budget");
@@ -145,10 +143,10 @@ struct F16Loader {
     const int bytes = in_k ? 16 : 0;
 #pragma unroll
     for (int i = 0; i < 8; ++i)
-      if (i < rows_a) wg::cp_async16(a_tile + dst + 2048 * i, a + i * step16 + off, bytes);
+      if (i < rows_a) cp_async16(a_tile + dst + 2048 * i, a + i * step16 + off, bytes);
 #pragma unroll
     for (int i = 0; i < 8; ++i)
-      if (i < rows_b) wg::cp_async16(b_tile + dst + 2048 * i, b + i * step16 + off, bytes);
+      if (i < rows_b) cp_async16(b_tile + dst + 2048 * i, b + i * step16 + off, bytes);
   }
 };
 
@@ -184,10 +182,10 @@ struct HybridTma {
   }
   // K tile kt into `stage`; `bar` (raw_full, one arrival) completes when its bytes have landed.
   __device__ __forceinline__ void load(uint32_t stage, uint32_t bar, int kt) const {
-    ws::mbar_arrive_expect_tx(bar, S::kTileBytes + S::kRawB + S::kSB);
-    ws::tma_load_2d(stage, maps, bar, 64 * kt, m0);
-    ws::tma_load_2d(stage + S::kRawOff, maps + 1, bar, 32 * kt, n0);
-    ws::tma_load_2d(stage + S::kRawOff + S::kRawB, maps + 2, bar, 0, sb_row0 + 4 * kt);
+    mbar_arrive_expect_tx(bar, S::kTileBytes + S::kRawB + S::kSB);
+    tma_load_2d(stage, maps, bar, 64 * kt, m0);
+    tma_load_2d(stage + S::kRawOff, maps + 1, bar, 32 * kt, n0);
+    tma_load_2d(stage + S::kRawOff + S::kRawB, maps + 2, bar, 0, sb_row0 + 4 * kt);
   }
 };
 
@@ -207,7 +205,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
                      const CUtensorMap* __restrict__ group_maps, const __grid_constant__ CUtensorMap out_map) {
   pdl_wait();  // the retarget / maps kernel's outputs: nothing global is touched before (gemm_pdl.cuh)
   extern __shared__ uint8_t smem_dyn[];
-  const uint32_t smem = (wg::smem_u32(smem_dyn) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
+  const uint32_t smem = (smem_u32(smem_dyn) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
   // kTmaEpi: the MMA warps' box buffers first (1024-byte aligned), then the ring; otherwise the ring first and the
   // epilogue buffers after the barriers
   const uint32_t ring = smem + (S::kTmaEpi ? S::kEpiBytes : 0);  // kStages x kStageBytes
@@ -217,21 +215,21 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   const uint32_t raw_full = bars + 16 * S::kStages;  // kConvB: the stage's boxes have landed (one arrival + bytes)
   const int tid = threadIdx.x, lane = tid & 31;
   const int first_tile = blockIdx.x, tile_stride = gridDim.x;
-  const ws::TileWalk<false> walk(__ldg(prefix + E), tile_stride);
+  const TileWalk<false> walk(__ldg(prefix + E), tile_stride);
 
   if constexpr (S::kConvB) {
     if (tid == 0)
-      for (int s = 0; s < S::kStages; ++s) ws::mbar_init(raw_full + 8 * s, 1);  // (init_ring_barriers' fence follows)
+      for (int s = 0; s < S::kStages; ++s) mbar_init(raw_full + 8 * s, 1);  // (init_ring_barriers' fence follows)
   }
   // full[s]: kConvB every loader warp's B publish, TMA the one issuing thread, cp.async every loader thread
-  const uint32_t prefix_table = bars + S::kBarBytes + (S::kTmaEpi ? 0 : S::kEpiBytes);  // (wg::stage_prefix)
-  wg::stage_prefix<S::kPrefixCap>(prefix_table, prefix, E, tid, S::kThreads);
-  ws::init_ring_barriers<S::kStages>(full, empty, S::kConvB ? S::kLoaderThreads / 32 : TMA ? 1 : S::kLoaderThreads,
+  const uint32_t prefix_table = bars + S::kBarBytes + (S::kTmaEpi ? 0 : S::kEpiBytes);  // (stage_prefix)
+  stage_prefix<S::kPrefixCap>(prefix_table, prefix, E, tid, S::kThreads);
+  init_ring_barriers<S::kStages>(full, empty, S::kConvB ? S::kLoaderThreads / 32 : TMA ? 1 : S::kLoaderThreads,
                                      4 * S::kMma);
 
   if (tid < S::kLoaderThreads) {
     // ------------------------------------------------------------------------------------------------ loaders
-    ws::setmaxnreg_dec<S::kLoaderRegs>();
+    setmaxnreg_dec<S::kLoaderRegs>();
     if constexpr (S::kConvB) {
       // Thread 0 issues the boxes (HybridTma); every loader thread walks the load cursor and waits for the stage with
       // it (as ws_gemm_kernel's converters). All loader threads dequantize each stage's B tile: thread t rows
@@ -240,13 +238,13 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       // steps ahead of the conversion: the load issued after converting step c (step c + kLoadAhead, into the stage
       // of step c + kLoadAhead - kStages) waits until the MMA warps are done with that step, so the conversion leads
       // them by up to kStages - kLoadAhead steps (stop 47: 3 measured 1-4% faster than 1).
-      ws::StepCursor load;
+      StepCursor load;
       load.stride = tile_stride;
       load.seek<S::BN>(probs, prefix, E, walk, first_tile);
       int steps = 0;  // this CTA's K steps
-      for (ws::StepCursor t = load; t.valid(walk); t.kt = t.KT - 1, t.next<S::BN>(probs, prefix, E, walk))
+      for (StepCursor t = load; t.valid(walk); t.kt = t.KT - 1, t.next<S::BN>(probs, prefix, E, walk))
         steps += t.KT;
-      ws::Ring<S::kStages> load_ring, st;
+      Ring<S::kStages> load_ring, st;
       HybridTma<S> tma;
       auto issue_load = [&]() {
         if (load.kt == 0) {
@@ -254,7 +252,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
           tma.begin(group_maps, load.group, (load.local % tiles_m) * S::BM, (load.local / tiles_m) * S::BN, load.KT,
                     tid == 0);
         }
-        ws::mbar_wait(empty + 8 * load_ring.stage, load_ring.phase ^ 1u);
+        mbar_wait(empty + 8 * load_ring.stage, load_ring.phase ^ 1u);
         if (tid == 0) tma.load(ring + load_ring.stage * S::kStageBytes, raw_full + 8 * load_ring.stage, load.kt);
         load_ring.next();
         load.next<S::BN>(probs, prefix, E, walk);
@@ -262,7 +260,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       for (int i = 0; i < S::kLoadAhead && load.valid(walk); ++i) issue_load();
       for (int c = 0; c < steps; ++c) {
         const uint32_t stage = ring + st.stage * S::kStageBytes;
-        ws::mbar_wait(raw_full + 8 * st.stage, st.phase);
+        mbar_wait(raw_full + 8 * st.stage, st.phase);
         ws::convert_b_rows<S, S::kConvRPI, 0, S::kConvUnits>(stage + S::kRawOff, stage + S::kTileBytes, tid >> 2,
                                                              tid & 3, false);
         ws::publish_b_rows<S, S::kConvRPI, 0, S::kConvUnits>(stage + S::kTileBytes, full + 8 * st.stage, 0u, tid >> 5,
@@ -273,10 +271,10 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       return;
     }
     if (TMA && tid != 0) return;
-    ws::StepCursor cur;
+    StepCursor cur;
     cur.stride = tile_stride;
     cur.seek<S::BN>(probs, prefix, E, walk, first_tile);
-    ws::Ring<S::kStages> st;
+    Ring<S::kStages> st;
     F16Loader ld;  // cp.async: set at every tile's first K step
     const CUtensorMap* map_a = nullptr;  // TMA: the same
     int m0 = 0, n0 = 0;
@@ -294,34 +292,34 @@ __global__ void __launch_bounds__(S::kThreads, 1)
           ld = F16Loader(p, m0, n0, tid);
         }
       }
-      ws::mbar_wait(empty + 8 * st.stage, st.phase ^ 1u);
+      mbar_wait(empty + 8 * st.stage, st.phase ^ 1u);
       const uint32_t stage = ring + st.stage * S::kStageBytes;
       const uint32_t bar = full + 8 * st.stage;
       if constexpr (TMA) {
-        ws::mbar_arrive_expect_tx(bar, S::kStageBytes);
-        ws::tma_load_2d(stage, map_a, bar, 64 * cur.kt, m0);
-        ws::tma_load_2d(stage + S::kTileBytes, map_a + 1, bar, 64 * cur.kt, n0);
+        mbar_arrive_expect_tx(bar, S::kStageBytes);
+        tma_load_2d(stage, map_a, bar, 64 * cur.kt, m0);
+        tma_load_2d(stage + S::kTileBytes, map_a + 1, bar, 64 * cur.kt, n0);
       } else {
         ld.load(stage, stage + S::kTileBytes, cur.kt, tid);
-        ws::cp_async_mbar_arrive(bar);
+        cp_async_mbar_arrive(bar);
       }
       st.next();
       cur.next<S::BN>(probs, prefix, E, walk);
     }
   } else {
     // ------------------------------------------------------------------------------------------------ MMA warpgroups
-    ws::setmaxnreg_inc<S::kMmaRegs>();
+    setmaxnreg_inc<S::kMmaRegs>();
     const int mt = tid - S::kLoaderThreads;
     const int wm = mt >> 7;  // rows [64 wm, 64 wm + 64) of the tile
     const int warp = (mt >> 5) & 3;
-    ws::Ring<S::kStages> st;
+    Ring<S::kStages> st;
     // kPrefixCap > 0: each tile's group, place and K come from a lookup made at the start of the previous tile (stop
     // 47), in the shared-memory prefix table: its global loads (tiles_m, K) complete during that tile's K loop instead
-    // of stalling this tile's start. (ws::TileLookup's N is not read here.)
-    using ws::TileLookup;
+    // of stalling this tile's start. (TileLookup's N is not read here.)
+
     auto lookup = [&](int v) {
       TileLookup t{};
-      t.group = wg::find_group_cached<S::kPrefixCap>(prefix, prefix_table, E, v, &t.local);
+      t.group = find_group_cached<S::kPrefixCap>(prefix, prefix_table, E, v, &t.local);
       t.tiles_m = __ldg(&probs[t.group].tiles_m);
       t.K = __ldg(&probs[t.group].K);
       return t;
@@ -337,30 +335,30 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       const int m0 = (local % tiles_m) * S::BM, n0 = (local / tiles_m) * S::BN;
       const int KT = (cur.K + kBK - 1) / kBK;
       if constexpr (S::kLinesEpi) {
-        if (accumulate & 2) {  // C's lines into L2 while the K loop runs (ws::prefetch_tile_c_lines; a hint)
+        if (accumulate & 2) {  // C's lines into L2 while the K loop runs (prefetch_tile_c_lines; a hint)
           const Prob p = *pp;
-          if (ws::lines_epilogue_ok(p)) ws::prefetch_tile_c_lines<S>(p, m0 + 64 * wm + 16 * warp, n0, lane);
+          if (lines_epilogue_ok(p)) prefetch_tile_c_lines<S>(p, m0 + 64 * wm + 16 * warp, n0, lane);
         }
       }
 
       // SPEC 12.2: block j of a K step is one wgmma with scale-d = 0 into a partial fragment (exact: the products of
       // fp16 v = E2M1 * sf are exact integer multiples of g = uA * uB / 4 below 2^15 g, so SPEC 12.6's truncation
       // grid with C = 0 cuts nothing and the sum fits fp32; gemm_wgmma_ws.cuh has the argument), then
-      // acc = RN(acc + partial) in K order, through wg::exact_blocks (gemm_exact_partials.cuh).
+      // acc = RN(acc + partial) in K order, through exact_blocks (gemm_exact_partials.cuh).
       float acc[S::R], parts[2][S::R];
 #pragma unroll
       for (int i = 0; i < S::R; ++i) acc[i] = 0.0f;
       for (int kt = 0; kt < KT; ++kt) {
         // kConvB: A's box landed (TMA) and the loader warps published B (their wait on raw_full orders it too; this
         // wait, complete by then, makes the MMA threads observe the TMA completion themselves)
-        if constexpr (S::kConvB) ws::mbar_wait(raw_full + 8 * st.stage, st.phase);
-        ws::mbar_wait(full + 8 * st.stage, st.phase);
+        if constexpr (S::kConvB) mbar_wait(raw_full + 8 * st.stage, st.phase);
+        mbar_wait(full + 8 * st.stage, st.phase);
         const uint32_t stage = ring + st.stage * S::kStageBytes;
-        const uint32_t da = wg::sw128_desc_lo(stage + wm * 64 * 128), db = wg::sw128_desc_lo(stage + S::kTileBytes);
-        wg::exact_blocks<4>(
+        const uint32_t da = sw128_desc_lo(stage + wm * 64 * 128), db = sw128_desc_lo(stage + S::kTileBytes);
+        exact_blocks<4>(
             acc, parts,
             [&](int j, float(&part)[S::R]) {
-              wgmma_m64n128k16_ss_f16(part, wg::sw128_desc_block(da, j), wg::sw128_desc_block(db, j), 0);
+              wgmma_m64n128k16_ss_f16(part, sw128_desc_block(da, j), sw128_desc_block(db, j), 0);
             },
             [&](int j) {  // block 3 done: the stage is free
               if (j == 3) {
@@ -369,34 +367,34 @@ __global__ void __launch_bounds__(S::kThreads, 1)
               }
             });
       }
-      wg::fence_regs(acc);
+      fence_regs(acc);
 
       // epilogue (every MMA warp runs it, also one whose rows lie past M: see gemm_wgmma_ws.cuh, stop 15)
       const Prob p = *pp;
       const uint32_t buf = epi_buf0 + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
       if constexpr (S::kStagedEpi) {
-        if (ws::staged_epilogue_ok<OUT_F32>(p, accumulate)) {  // (the bias test once per tile: ws::epilogue_pair)
+        if (staged_epilogue_ok<OUT_F32>(p, accumulate)) {  // (the bias test once per tile: epilogue_pair)
           if (p.bias)
-            ws::store_tile_staged<S, OUT_F32, true>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane);
+            store_tile_staged<S, OUT_F32, true>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane);
           else
-            ws::store_tile_staged<S, OUT_F32, false>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane);
+            store_tile_staged<S, OUT_F32, false>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane);
         } else if (m0 + 64 * wm < p.M) {
-          wg::store_tile<S::WN, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2), n0 + 2 * (lane & 3),
+          store_tile<S::WN, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2), n0 + 2 * (lane & 3),
                                          accumulate);
         }
       } else {
         if (S::kTmaEpi && (accumulate & 4)) {  // (bit 2: the host encoded out_map, tma_host::with_wgrad_out_map)
-          ws::store_tile_tma<S>(acc, p, group, m0 + 64 * wm + 16 * warp, n0, buf, lane, &out_map);
-        } else if (ws::lines_epilogue_ok(p)) {
-          ws::store_tile_lines<S>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane, accumulate);
+          store_tile_tma<S>(acc, p, group, m0 + 64 * wm + 16 * warp, n0, buf, lane, &out_map);
+        } else if (lines_epilogue_ok(p)) {
+          store_tile_lines<S>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane, accumulate);
         } else if (m0 + 64 * wm < p.M) {
-          wg::store_tile<S::WN, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2), n0 + 2 * (lane & 3),
+          store_tile<S::WN, OUT_F32>(acc, p, m0 + 64 * wm + 16 * warp + (lane >> 2), n0 + 2 * (lane & 3),
                                          accumulate);
         }
       }
     }
     if constexpr (S::kStagedEpi || S::kTmaEpi) {
-      if (lane == 0) ws::bulk_wait_all();  // the last bulk copies / TMA stores have read the buffers
+      if (lane == 0) bulk_wait_all();  // the last bulk copies / TMA stores have read the buffers
     }
   }
 }

@@ -31,7 +31,7 @@ __global__ void hybrid_maps_kernel(const Prob* __restrict__ probs, int E, const 
   Prob p;
   if (!gmap::map_group(probs, E, &g, &p)) return;  // (warp-uniform)
   const uint32_t K = static_cast<uint32_t>(p.K), N = static_cast<uint32_t>(p.N);
-  const uint32_t kt = (K + wg::kBK - 1) / wg::kBK;
+  const uint32_t kt = (K + kBK - 1) / kBK;
   if (lane == 0)
     gmap::stage_group_map(&staged[warp][0], f16_tmpl, p.a, K, static_cast<uint32_t>(p.M), 2ull * K);
   else if (lane == 1)
@@ -47,7 +47,7 @@ void launch_shape(const LaunchArgs& a, const HybridTemplates& t, void* group_map
   auto* maps = static_cast<CUtensorMap*>(group_maps);
   launch_chained(hybrid_maps_kernel, dim3(gmap::map_grid(a.E)), gmap::kMapThreads, 0, s, a.probs, a.E, t.f16, t.data,
                  t.scale, maps);
-  wg::launch_persistent<xf16::exact_f16_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(
+  launch_persistent<xf16::exact_f16_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(
       a, s, static_cast<const CUtensorMap*>(maps), CUtensorMap{});  // (no TMA-store epilogue: fprop / dgrad only)
 }
 

@@ -8,10 +8,9 @@
 // during an add) and two K steps per pass both measured the same speed (docs/gemm.md, stop 33).
 #pragma once
 
-#include "gemm/wgmma_common.cuh"
+#include "gemm/ptx.cuh"
 
 namespace nvfp4_gemm {
-namespace wg {
 
 // BLOCKS consecutive 16-blocks:
 //   issue(j, part): issues block j's wgmma into `part` (after wgmma_fence; the commit follows here);
@@ -46,5 +45,4 @@ __device__ __forceinline__ void exact_blocks(float (&acc)[R], float (&part)[2][R
   }
 }
 
-}  // namespace wg
 }  // namespace nvfp4_gemm

@@ -6,10 +6,9 @@
 
 #include <cstdint>
 
+#include "common/codes.h"  // nvfp4::Rule
+#include "gemm/fused.cuh"   // the kernel shapes (tile_of), so tile counts and kernels cannot disagree
 #include "gemm/problem.h"
-#include "quantize/launch.h"  // nvfp4::Rule
-#include "gemm/wgmma_common.cuh"     // the kernel shapes (wg::ShapeExact, ws::Shape*), so tile counts and kernels cannot
-#include "gemm/fused.cuh"  // disagree
 
 namespace nvfp4_gemm {
 namespace {

@@ -51,10 +51,10 @@ bool launch_out(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s) {
   if (a.loader == kLoaderTma) {
     if (a.kind == kDgrad || !swap_maps(d, &m)) return false;
     using S = swp::ShapeTma;
-    wg::launch_persistent<swp::swapped_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(a, s, m);
+    launch_persistent<swp::swapped_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(a, s, m);
   } else {
     using S = swp::Shape;
-    wg::launch_persistent<swp::swapped_kernel<S, OUT_F32, false>, S::kThreads, S::kSmem>(a, s, m);
+    launch_persistent<swp::swapped_kernel<S, OUT_F32, false>, S::kThreads, S::kSmem>(a, s, m);
   }
   return true;
 }

@@ -41,8 +41,6 @@
 namespace nvfp4_gemm {
 namespace swp {
 
-using wg::kBK;
-
 // MMA_WGS warpgroups of TILES m64 tiles each (MMA_WGS * TILES * 64 = 256 weight rows). Registers per thread-slot:
 // 65536 / kThreads, rounded down to 8 (the launch bound's allocation), moved by setmaxnreg from the loader.
 template <int MMA_WGS, int TILES, int LOADER_WARPS>
@@ -160,7 +158,7 @@ struct SwapLoader {
 #pragma unroll
       for (int i = 0; i < kTok; ++i)
         if (i < tok_rows)
-          wg::cp_async16(stage + tok_dst[i & 1] + (NT / 8) * 128 * i, tok + i * tok_step + off, bytes);
+          cp_async16(stage + tok_dst[i & 1] + (NT / 8) * 128 * i, tok + i * tok_step + off, bytes);
     }
     const uint32_t raw = stage + S::kTokBytes + w_dst;
     const int kb = kt * 32, left = w_left - kb;
@@ -169,17 +167,17 @@ struct SwapLoader {
       const int bytes = left > 0 ? min(left, 16) : 0;
 #pragma unroll
       for (int i = 0; i < kW16; ++i)
-        if (i < w_rows) wg::cp_async16(raw + (NT / 2) * 32 * i, src + i * w_step, bytes);
+        if (i < w_rows) cp_async16(raw + (NT / 2) * 32 * i, src + i * w_step, bytes);
     } else {
       const int bytes = left > 0 ? 8 : 0;
 #pragma unroll
       for (int i = 0; i < kW8; ++i)
-        if (i < w_rows) wg::cp_async8(raw + (NT / 4) * 32 * i, src + i * w_step, bytes);
+        if (i < w_rows) cp_async8(raw + (NT / 4) * 32 * i, src + i * w_step, bytes);
     }
 #pragma unroll
     for (int j = 0; j < kSc; ++j)
       if (sc_ok & (1u << j))
-        wg::cp_async16(stage + S::kTokBytes + S::kRawBytes + (t + NT * j) * 16, sc + (NT / 32) * j * sc_tile + kt * 512,
+        cp_async16(stage + S::kTokBytes + S::kRawBytes + (t + NT * j) * 16, sc + (NT / 32) * j * sc_tile + kt * 512,
                        16);
   }
 };
@@ -221,12 +219,12 @@ struct TmaTile {
   }
   template <class S>
   __device__ __forceinline__ void load(const SwapMaps& m, uint32_t stage, uint32_t bar, int kt) const {
-    ws::mbar_arrive_expect_tx(bar, S::kTokBytes + boxes * (S::kRawBytes / 2 + S::kScaleBytes / 2));
-    ws::tma_load_2d(stage, &m.tok, bar, 64 * kt, tok_row);
+    mbar_arrive_expect_tx(bar, S::kTokBytes + boxes * (S::kRawBytes / 2 + S::kScaleBytes / 2));
+    tma_load_2d(stage, &m.tok, bar, 64 * kt, tok_row);
     for (int h = 0; h < boxes; ++h) {
-      ws::tma_load_2d(stage + S::kTokBytes + h * (S::kRawBytes / 2), &m.w, bar, 32 * kt,
+      tma_load_2d(stage + S::kTokBytes + h * (S::kRawBytes / 2), &m.w, bar, 32 * kt,
                       w_row + 128 * h);
-      ws::tma_load_2d(stage + S::kTokBytes + S::kRawBytes + h * (S::kScaleBytes / 2), &m.sc, bar, 0,
+      tma_load_2d(stage + S::kTokBytes + S::kRawBytes + h * (S::kScaleBytes / 2), &m.sc, bar, 0,
                   sc_row + h * sc_next + 4 * kt);
     }
   }
@@ -287,10 +285,10 @@ struct StepWords {
       for (int h = 0; h < 2; ++h) {
         const uint32_t d = stage + 2048 * i + 256 * h;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) w[i][h][j] = wg::lds32(d + o.word[j]);
+        for (int j = 0; j < 4; ++j) w[i][h][j] = lds32(d + o.word[j]);
         // SPEC 8.2 (row r at (r mod 32) * 16 + (r / 32 mod 4) * 4): R0 mod 32 < 24, so row R0 + 8 h + 64 i is 8 h rows
         // further in the same 32-row group (+ 128 h bytes) and 2 i groups further (+ 8 i bytes)
-        s[i][h] = wg::lds32(stage + o.scale + 128 * h + 8 * i);
+        s[i][h] = lds32(stage + o.scale + 128 * h + 8 * i);
       }
   }
   // Fragments of the step: a[i][j] = m64 tile i (rows + 64 i), block j.
@@ -359,7 +357,7 @@ __device__ __forceinline__ void store_tile_transposed(const float (&acc)[32], co
   }
 }
 
-// The last round's tiles run as half tiles (ws::TileWalk: weight rows [128 h, 128 h + 128) of the tile) when they fill
+// The last round's tiles run as half tiles (TileWalk: weight rows [128 h, 128 h + 128) of the tile) when they fill
 // at most half of the CTAs (E8 T512 fprop: SM active 81% -> 93% of the kernel's cycles); the warpgroups whose rows lie
 // in the other half then only follow the ring (wait for each stage, release it at once).
 // TMA: the loader is one thread issuing TMA boxes (S = ShapeTma, `maps` set); otherwise the S::kLoaderThreads threads of SwapLoader issue cp.async copies (any
@@ -374,32 +372,32 @@ __global__ void __launch_bounds__(S::kThreads, 1)
                    const __grid_constant__ SwapMaps maps) {
   pdl_wait();  // the retarget (or maps) kernel's outputs: nothing global is touched before (gemm_pdl.cuh)
   constexpr int T = S::kTiles;
-  static_assert(S::kWgRows * 2 <= ws::kHalfCols, "a half tile is whole warpgroups' rows");
+  static_assert(S::kWgRows * 2 <= kHalfCols, "a half tile is whole warpgroups' rows");
   extern __shared__ uint8_t smem_dyn[];
-  const uint32_t smem = (wg::smem_u32(smem_dyn) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
+  const uint32_t smem = (smem_u32(smem_dyn) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
   const uint32_t ring = smem;
   const uint32_t bars = ring + S::kStages * S::kStageBytes;
   const uint32_t full = bars, empty = bars + 8 * S::kStages;
   const int tid = threadIdx.x, lane = tid & 31;
   const int first_tile = blockIdx.x, tile_stride = gridDim.x;
-  const ws::TileWalk<true> walk(__ldg(prefix + E), tile_stride);
+  const TileWalk<true> walk(__ldg(prefix + E), tile_stride);
 
-  ws::init_ring_barriers<S::kStages>(full, empty, TMA ? 1 : S::kLoaderThreads, 128 * S::kMma);
+  init_ring_barriers<S::kStages>(full, empty, TMA ? 1 : S::kLoaderThreads, 128 * S::kMma);
 
   if (tid < 128 * S::kLoaderWGs) {
     // ------------------------------------------------------------------------------------------------ loader
-    ws::setmaxnreg_dec<S::kLoaderRegs>();
+    setmaxnreg_dec<S::kLoaderRegs>();
     if (tid >= (TMA ? 1 : S::kLoaderThreads)) return;
-    ws::StepCursor cur;
+    StepCursor cur;
     cur.stride = tile_stride;
     cur.seek<S::BN>(probs, prefix, E, walk, first_tile);
-    ws::Ring<S::kStages> st;
+    Ring<S::kStages> st;
     TmaTile tt;  // TMA: set at every tile's first K step
     SwapLoader<S> ld;  // cp.async: the same
     while (cur.valid(walk)) {
       if (cur.kt == 0) {
         Prob p = probs[cur.group];
-        const ws::ColumnRange cols = ws::walk_columns((cur.local / p.tiles_m) * S::BN, cur.half, p.N);
+        const ColumnRange cols = walk_columns((cur.local / p.tiles_m) * S::BN, cur.half, p.N);
         const int m0 = (cur.local % p.tiles_m) * S::BM;
         if constexpr (TMA) {
           tt = TmaTile(p, maps, m0, cols.begin, cols.end, cur.KT);
@@ -408,41 +406,41 @@ __global__ void __launch_bounds__(S::kThreads, 1)
           ld = SwapLoader<S>(p, m0, cols.begin, cur.KT, tid);
         }
       }
-      ws::mbar_wait(empty + 8 * st.stage, st.phase ^ 1u);
+      mbar_wait(empty + 8 * st.stage, st.phase ^ 1u);
       const uint32_t stage = ring + st.stage * S::kStageBytes;
       if constexpr (TMA) {
         tt.template load<S>(maps, stage, full + 8 * st.stage, cur.kt);
       } else {
         ld.load(stage, cur.kt, tid);
-        ws::cp_async_mbar_arrive(full + 8 * st.stage);
+        cp_async_mbar_arrive(full + 8 * st.stage);
       }
       st.next();
       cur.next<S::BN>(probs, prefix, E, walk);
     }
   } else {
     // ------------------------------------------------------------------------------------------------ MMA warpgroups
-    ws::setmaxnreg_inc<S::kMmaRegs>();
+    setmaxnreg_inc<S::kMmaRegs>();
     const int mt = tid - 128 * S::kLoaderWGs;
     const int wm = mt >> 7;  // weight rows [kWgRows wm, kWgRows (wm + 1)) of the tile
     const int warp = (mt >> 5) & 3;
     const FragOffsets fo = frag_offsets<S>(wm, mt & 127);
-    ws::Ring<S::kStages> st;
-    auto release = [&](int stage) { ws::mbar_arrive(empty + 8 * stage); };  // this thread is done with the stage
+    Ring<S::kStages> st;
+    auto release = [&](int stage) { mbar_arrive(empty + 8 * stage); };  // this thread is done with the stage
     for (int v = first_tile; v < walk.count; v += tile_stride) {
       int local;
-      const int group = wg::find_group_warp(prefix, E, walk.tile(v), &local);
+      const int group = find_group_warp(prefix, E, walk.tile(v), &local);
       const int half = walk.half(v);  // -1: the whole tile
       const Prob* pp = probs + group;
       const int tiles_m = __ldg(&pp->tiles_m);
       const int m0 = (local % tiles_m) * S::BM;
-      const ws::ColumnRange cols = ws::walk_columns((local / tiles_m) * S::BN, half, __ldg(&pp->N));
+      const ColumnRange cols = walk_columns((local / tiles_m) * S::BN, half, __ldg(&pp->N));
       if (half >= 0 && cols.empty()) continue;  // a second half past N: no steps, nothing stored
       const int n0 = cols.begin;
       const int KT = (__ldg(&pp->K) + kBK - 1) / kBK;
-      if (half >= 0 && S::kWgRows * wm >= ws::kHalfCols) {
+      if (half >= 0 && S::kWgRows * wm >= kHalfCols) {
         // a half tile without rows for this warpgroup: follow the ring (the loader waits for every MMA warp)
         for (int kt = 0; kt < KT; ++kt) {
-          ws::mbar_wait(full + 8 * st.stage, st.phase);
+          mbar_wait(full + 8 * st.stage, st.phase);
           release(st.stage);
           st.next();
         }
@@ -456,7 +454,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         for (int r = 0; r < 32; ++r) acc[i][r] = 0.0f;
       auto fence_acc = [&]() {
 #pragma unroll
-        for (int i = 0; i < T; ++i) wg::fence_regs(acc[i]);
+        for (int i = 0; i < T; ++i) fence_regs(acc[i]);
       };
       uint32_t a_even[T][4][4], a_odd[T][4][4];
       // (Loading the next step's words right after this step's wgmmas, before the wait for the previous step's,
@@ -465,24 +463,24 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       int prev = -1;  // stage read by the wgmmas still in flight (released once they complete)
       auto step = [&](uint32_t(&a)[T][4][4]) {
         const uint32_t stage = ring + st.stage * S::kStageBytes;
-        ws::mbar_wait(full + 8 * st.stage, st.phase);
+        mbar_wait(full + 8 * st.stage, st.phase);
         words.load(stage, fo);
         fence_frags(a);
         words.decode(fo, a);
-        const uint32_t tok_desc = wg::sw128_desc_lo(stage);
+        const uint32_t tok_desc = sw128_desc_lo(stage);
         fence_acc();
         fence_frags(a);
-        wg::wgmma_fence();
+        wgmma_fence();
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          const uint64_t db = wg::sw128_desc_block(tok_desc, j);
+          const uint64_t db = sw128_desc_block(tok_desc, j);
 #pragma unroll
           for (int i = 0; i < T; ++i) wgmma_m64n64k16_rs_f16(acc[i], a[i][j], db, 1);
         }
-        wg::wgmma_commit();
+        wgmma_commit();
         fence_acc();
         fence_frags(a);
-        wg::wgmma_wait<1>();  // the previous step's wgmmas are done with their stage and fragment registers
+        wgmma_wait<1>();  // the previous step's wgmmas are done with their stage and fragment registers
         if (prev >= 0) release(prev);
         prev = st.stage;
         st.next();
@@ -493,7 +491,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         if (kt + 1 == KT) break;
         step(a_odd);
       }
-      wg::wgmma_wait<0>();
+      wgmma_wait<0>();
       fence_acc();
       if (prev >= 0) release(prev);
 
