@@ -45,7 +45,7 @@ nvfp4_gemm::PlaneView plane_view(const Tensor& data, const Tensor& scales, const
 // gemm_exact_f16.cu, stop 30): the plane views in `d` and the scratch (2 fp16 per packed byte of each plane's buffer)
 // from the caching allocator (stream-ordered, so graph capture works). The returned tensors own the scratch.
 // With a_only, only the A plane gets a copy (d.b_f16 stays null; the swapped kernel's token operand).
-std::pair<Tensor, Tensor> f16_copies(nvfp4_gemm::DequantGemmArgs& d, int kind, int E, const nvfp4_gemm::SetupArgs& s,
+std::pair<Tensor, Tensor> f16_copies(nvfp4_gemm::CopiesArgs& d, int kind, int E, const nvfp4_gemm::SetupArgs& s,
                                      const Tensor& a_data, const Tensor& a_scales, const Tensor& a_offs,
                                      const Tensor& b_data, const Tensor& b_scales, const Tensor& b_offs,
                                      bool a_only = false) {
@@ -66,7 +66,7 @@ std::pair<Tensor, Tensor> f16_copies(nvfp4_gemm::DequantGemmArgs& d, int kind, i
 
 // The dequantize-first fast path (docs/gemm.md, stop 29) after the setup kernel: fp16 copies of both operand planes
 // and CUTLASS's argument arrays come from the caching allocator.
-std::string launch_dequant_path(int kind, int E, const nvfp4_gemm::SetupArgs& s, const Tensor& a_data,
+std::string launch_copies_cutlass_path(int kind, int E, const nvfp4_gemm::SetupArgs& s, const Tensor& a_data,
                                 const Tensor& a_scales, const Tensor& a_offs, const Tensor& b_data,
                                 const Tensor& b_scales, const Tensor& b_offs, bool f32, bool accumulate, int device,
                                 int max_ctas, cudaStream_t stream) {
@@ -74,7 +74,7 @@ std::string launch_dequant_path(int kind, int E, const nvfp4_gemm::SetupArgs& s,
   NVFP4_REFUSE_UNLESS(cutlass_built(),
                       "nvfp4_gemm: the dequantize-first path was not built (no CUTLASS headers found)");
   NVFP4_REFUSE_UNLESS(E <= 65535, "nvfp4_gemm: the dequantize-first path supports at most 65535 groups");
-  DequantGemmArgs d{};
+  CopiesArgs d{};
   d.epilogue = !f32 ? kOutBf16 : (accumulate ? kOutF32PlusC : kOutF32);
   d.out_f32 = f32;
   d.accumulate = accumulate;
@@ -90,7 +90,7 @@ std::string launch_dequant_path(int kind, int E, const nvfp4_gemm::SetupArgs& s,
   }
   const bool plus_c = d.epilogue == kOutF32PlusC;
   // the argument arrays (3 ints, 4 pointers, 4 strides per group), each 256-byte aligned, then CUTLASS's workspace
-  c.workspace_bytes = dequant_gemm_workspace(d.epilogue, c);
+  c.workspace_bytes = copies_cutlass_workspace(d.epilogue, c);
   const size_t per = (static_cast<size_t>(E) * 12 + 255) / 256 * 256;
   Tensor ws = at::empty({static_cast<int64_t>(9 * per + c.workspace_bytes + 256)}, a_data.options());
   auto* next = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(ws.data_ptr()) + 255) / 256 * 256);
@@ -115,7 +115,7 @@ std::string launch_dequant_path(int kind, int E, const nvfp4_gemm::SetupArgs& s,
   Tensor alpha = at::empty({E}, a_data.options().dtype(at::kFloat));
   c.alpha = alpha.data_ptr<float>();
   c.workspace = next;
-  const int rc = launch_dequant_gemm(d, c, stream);
+  const int rc = launch_copies_cutlass(d, c, stream);
   NVFP4_RETURN_IF_ERROR(nvfp4::launch_status("nvfp4_gemm"));
   NVFP4_REFUSE_UNLESS(rc == 0, "nvfp4_gemm: the CUTLASS grouped GEMM refused the launch (code ", rc, ")");
   return {};
@@ -231,7 +231,7 @@ std::string grouped_gemm_(int64_t kind, int64_t E, const Tensor& a_data, const T
     NVFP4_REFUSE_UNLESS(bias_p == nullptr, "nvfp4_gemm: the dequantize-first path has no bias epilogue");
     NVFP4_REFUSE_UNLESS(loader == nvfp4_gemm::kLoaderTma && epilogue == nvfp4_gemm::kEpilogueCutlass,
                         "nvfp4_gemm: copies_cutlass runs CUTLASS's TMA loader and epilogue");
-    return launch_dequant_path(static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
+    return launch_copies_cutlass_path(static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
                                b_scales, b_offs, f32, accumulate, out.device().index(), static_cast<int>(max_ctas),
                                stream);
   }
@@ -258,16 +258,16 @@ std::string grouped_gemm_(int64_t kind, int64_t E, const Tensor& a_data, const T
   bool launched = false;
   if (algo == nvfp4_gemm::kExactHybrid) {
     // an fp16 copy of A only, B dequantized in the kernel
-    nvfp4_gemm::DequantGemmArgs d{};
+    nvfp4_gemm::CopiesArgs d{};
     const auto copies = f16_copies(d, static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
                                    b_scales, b_offs, /*a_only=*/true);
     Tensor maps;  // 3 x 128 bytes per group, 128-byte aligned (exact_hybrid.cu)
     d.group_maps = map_scratch(maps, 3 * 128, E, a_data);
-    launched = nvfp4_gemm::launch_hybrid_path(d, probs, l, stream);
+    launched = nvfp4_gemm::launch_exact_hybrid_path(d, probs, l, stream);
   } else if (algo == nvfp4_gemm::kExactCopies || swapped) {
     // the kernels over fp16 copies with the setup kernel's tile list: exact mode over copies of both planes, or the
     // swapped fast kernel over a copy of the token plane
-    nvfp4_gemm::DequantGemmArgs d{};
+    nvfp4_gemm::CopiesArgs d{};
     const auto copies = f16_copies(d, static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
                                    b_scales, b_offs, /*a_only=*/swapped);
     if (swapped) {
@@ -276,7 +276,7 @@ std::string grouped_gemm_(int64_t kind, int64_t E, const Tensor& a_data, const T
       // the exact kernel's per-group tensor maps (2 x 128 bytes per group, 128-byte aligned; exact_copies.cu)
       Tensor maps;
       d.group_maps = map_scratch(maps, 256, E, a_data);
-      launched = nvfp4_gemm::launch_dequant_exact(d, probs, l, stream);
+      launched = nvfp4_gemm::launch_exact_copies_path(d, probs, l, stream);
     }
   } else {
     launched = nvfp4_gemm::launch_fused(l, stream);

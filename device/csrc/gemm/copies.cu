@@ -1,7 +1,7 @@
 // The dequantize-first fast path (fast_kernel="dequant"; docs/gemm.md, stop 29). Three kernels around one CUTLASS
 // grouped GEMM (gemm_cutlass.cuh), all on the caller's stream and driven by the setup kernel's per-group problems
 // (gemm_kernels.cu), so the path stays graph-safe:
-//  1. dequant_plane_kernel: each operand plane (SPEC 9.2 layout, swizzled scales of SPEC 8.2) -> fp16 values
+//  1. decode_plane_kernel: each operand plane (SPEC 9.2 layout, swizzled scales of SPEC 8.2) -> fp16 values
 //     E2M1 x E4M3 (exact and normal, SPEC 12.6; no S_enc: alpha is applied in the epilogue, SPEC 12.1), in the
 //     plane's own layout (fp16 element 2j, 2j + 1 <- packed byte j), natural K order.
 //  2. cutlass_args_kernel: per group {M, N, K}, operand / output pointers into those buffers, row pitches, alpha.
@@ -31,11 +31,11 @@ __device__ __forceinline__ long long swizzled_offset(long long r, long long c, l
 // Order inside each 16-block of the copy (CopyOrder): natural (codes 0..15); even / odd (codes 0, 2, .., 14, 1, 3, ..,
 // 15: the token operand of the swapped kernel, gemm_swapped.cuh, whose register fragments hold that order); or the
 // decode order of gemm_decode_f16.cuh (codes 0, 2, 4, 6, 1, 3, 5, 7, then the same for 8..15: the A operand of the
-// hybrid exact kernel, whose B tiles ws::convert_b_rows writes in that order; a 16-block's partial is the same exact
+// hybrid exact kernel, whose B tiles fused::convert_b_rows writes in that order; a 16-block's partial is the same exact
 // sum of products when both operands permute its K positions alike).
 enum CopyOrder { kNaturalOrder, kEvenOddOrder, kDecodeOrder };
 template <int ORDER>
-__global__ void dequant_plane_kernel(PlaneView p, uint4* __restrict__ out) {
+__global__ void decode_plane_kernel(PlaneView p, uint4* __restrict__ out) {
   pdl_wait_then_trigger();  // chained launch (gemm_pdl.cuh): the previous kernel's outputs are visible from here on
   const long long chunk = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   const long long byte = chunk * 8;
@@ -72,13 +72,13 @@ __global__ void dequant_plane_kernel(PlaneView p, uint4* __restrict__ out) {
                                   __byte_perm(b[1], b[3], 0x5410), __byte_perm(b[1], b[3], 0x7632));
 }
 
-// The fp16 copy (`f16`, made by dequant_plane_kernel from `plane`) of the operand that starts at packed byte `p` of the
+// The fp16 copy (`f16`, made by decode_plane_kernel from `plane`) of the operand that starts at packed byte `p` of the
 // plane: fp16 elements 2j, 2j + 1 of a copy hold packed byte j.
 __device__ __forceinline__ const __half* f16_copy_of(const void* f16, const uint8_t* plane, const uint8_t* p) {
   return static_cast<const __half*>(f16) + 2 * (p - plane);
 }
 
-__global__ void cutlass_args_kernel(DequantGemmArgs d, CutlassArgs c) {
+__global__ void cutlass_args_kernel(CopiesArgs d, CutlassArgs c) {
   for (int g = blockIdx.x * blockDim.x + threadIdx.x; g < d.E; g += gridDim.x * blockDim.x) {
     const Prob& p = d.probs[g];
     const bool has_tiles = d.prefix[g + 1] > d.prefix[g];
@@ -98,7 +98,7 @@ __global__ void cutlass_args_kernel(DequantGemmArgs d, CutlassArgs c) {
 }
 
 // Groups with tiles but no K step: y = fp32(alpha * +0) [+ C], cast to the output (SPEC 12.2 with acc = +0).
-__global__ void zero_k_epilogue_kernel(DequantGemmArgs d) {
+__global__ void zero_k_epilogue_kernel(CopiesArgs d) {
   const int g = blockIdx.y;
   const Prob& p = d.probs[g];
   if (p.K != 0 || d.prefix[g + 1] == d.prefix[g]) return;
@@ -118,7 +118,7 @@ __global__ void zero_k_epilogue_kernel(DequantGemmArgs d) {
 }
 
 // Points group g's operands at their fp16 copies (b only when it has one: d.b_f16 set).
-__global__ void retarget_probs_kernel(Prob* probs, DequantGemmArgs d) {
+__global__ void retarget_probs_kernel(Prob* probs, CopiesArgs d) {
   pdl_wait_then_trigger();  // chained launch (gemm_pdl.cuh): the previous kernel's outputs are visible from here on
   for (int g = blockIdx.x * blockDim.x + threadIdx.x; g < d.E; g += gridDim.x * blockDim.x) {
     Prob& p = probs[g];
@@ -128,10 +128,10 @@ __global__ void retarget_probs_kernel(Prob* probs, DequantGemmArgs d) {
 }
 
 template <int ORDER = kNaturalOrder>
-void dequant_plane(const PlaneView& p, void* out, cudaStream_t s) {
+void decode_plane(const PlaneView& p, void* out, cudaStream_t s) {
   if (p.cap_bytes <= 0) return;
   const long long chunks = p.cap_bytes / 8;
-  launch_chained(dequant_plane_kernel<ORDER>, dim3(static_cast<unsigned>((chunks + 255) / 256)), 256, 0, s, p,
+  launch_chained(decode_plane_kernel<ORDER>, dim3(static_cast<unsigned>((chunks + 255) / 256)), 256, 0, s, p,
                  static_cast<uint4*>(out));
 }
 
@@ -149,9 +149,9 @@ bool cutlass_built() { return false; }
 bool cutlass_built() { return true; }
 #endif
 
-int launch_dequant_gemm(const DequantGemmArgs& d, CutlassArgs c, cudaStream_t s) {
-  dequant_plane(d.a, d.a_f16, s);
-  dequant_plane(d.b, d.b_f16, s);
+int launch_copies_cutlass(const CopiesArgs& d, CutlassArgs c, cudaStream_t s) {
+  decode_plane(d.a, d.a_f16, s);
+  decode_plane(d.b, d.b_f16, s);
   cutlass_args_kernel<<<(d.E + 255) / 256, 256, 0, s>>>(d, c);
   zero_k_epilogue_kernel<<<dim3(8, d.E), 256, 0, s>>>(d);
   switch (d.epilogue) {
@@ -161,31 +161,31 @@ int launch_dequant_gemm(const DequantGemmArgs& d, CutlassArgs c, cudaStream_t s)
   }
 }
 
-bool launch_dequant_exact(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
-  dequant_plane(d.a, d.a_f16, s);
-  dequant_plane(d.b, d.b_f16, s);
+bool launch_exact_copies_path(const CopiesArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
+  decode_plane(d.a, d.a_f16, s);
+  decode_plane(d.b, d.b_f16, s);
   launch_chained(retarget_probs_kernel, dim3((d.E + 255) / 256), 256, 0, s, probs, d);
-  return launch_exact_f16(l, d, s);
+  return launch_exact_copies(l, d, s);
 }
 
-bool launch_hybrid_path(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
+bool launch_exact_hybrid_path(const CopiesArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
   HybridTemplates t;
   if (d.b_f16 != nullptr || l.loader != kLoaderTma || l.epilogue != kEpilogueStaged || !hybrid_templates(d, &t))
     return false;
-  dequant_plane<kDecodeOrder>(d.a, d.a_f16, s);
+  decode_plane<kDecodeOrder>(d.a, d.a_f16, s);
   launch_chained(retarget_probs_kernel, dim3((d.E + 255) / 256), 256, 0, s, probs, d);  // (A only: d.b_f16 is null)
   launch_exact_hybrid(l, d, t, s);
   return true;
 }
 
-bool launch_swapped_path(const DequantGemmArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
+bool launch_swapped_path(const CopiesArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
   if (l.epilogue != kEpilogueDirect) return false;
-  dequant_plane<kEvenOddOrder>(d.a, d.a_f16, s);
+  decode_plane<kEvenOddOrder>(d.a, d.a_f16, s);
   launch_chained(retarget_probs_kernel, dim3((d.E + 255) / 256), 256, 0, s, probs, d);
   return launch_swapped(l, d, s);
 }
 
-size_t dequant_gemm_workspace(int epilogue, const CutlassArgs& c) {
+size_t copies_cutlass_workspace(int epilogue, const CutlassArgs& c) {
   switch (epilogue) {
     case kOutBf16: return cutlass_workspace_bf16(c);
     case kOutF32: return cutlass_workspace_f32(c);

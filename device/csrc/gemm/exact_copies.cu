@@ -11,8 +11,8 @@
 namespace nvfp4_gemm {
 
 // the setup kernel's tile list is built for pick_tile's exact tile
-static_assert(xf16::ShapeF32::BM == ws::ShapeExactWs::BM && xf16::ShapeF32::BN == ws::ShapeExactWs::BN &&
-                  xf16::ShapeBf16::BM == ws::ShapeExactWs::BM && xf16::ShapeBf16::BN == ws::ShapeExactWs::BN,
+static_assert(exact_copies::ShapeF32::BM == fused::ExactFusedF32::BM && exact_copies::ShapeF32::BN == fused::ExactFusedF32::BN &&
+                  exact_copies::ShapeBf16::BM == fused::ExactFusedF32::BM && exact_copies::ShapeBf16::BN == fused::ExactFusedF32::BN,
               "exact kernels share one tile");
 
 namespace {
@@ -39,7 +39,7 @@ __global__ void exact_maps_kernel(const Prob* __restrict__ probs, int E, const _
 // The template map of the TMA loader: both copies and the map scratch exist and are aligned (every group's base in a
 // copy is then 16-byte aligned too: K % 16 == 0 for rowwise planes, and columnwise groups start at multiples of 8
 // packed bytes), and the driver encodes it.
-bool exact_template(const DequantGemmArgs& d, CUtensorMap* tmpl) {
+bool exact_template(const CopiesArgs& d, CUtensorMap* tmpl) {
   if (d.a_f16 == nullptr || d.b_f16 == nullptr || d.group_maps == nullptr ||
       reinterpret_cast<uintptr_t>(d.a_f16) % 16 != 0 || reinterpret_cast<uintptr_t>(d.b_f16) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(d.group_maps) % 128 != 0)
@@ -51,29 +51,29 @@ bool exact_template(const DequantGemmArgs& d, CUtensorMap* tmpl) {
 // The plan's loader: TMA (per-group maps from exact_template's template; false, launching nothing, when it cannot be
 // encoded) or cp.async. out_map: wgrad's output map where the host encoded it (bit 2 of a.accumulate; S::kTmaEpi).
 template <class S, bool OUT_F32>
-bool launch_shape(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s, const CUtensorMap& out_map = {}) {
+bool launch_shape(const LaunchArgs& a, const CopiesArgs& d, cudaStream_t s, const CUtensorMap& out_map = {}) {
   auto* maps = static_cast<CUtensorMap*>(d.group_maps);
   if (a.loader == kLoaderTma) {
     CUtensorMap tmpl{};
     if (!exact_template(d, &tmpl)) return false;
     launch_chained(exact_maps_kernel, dim3(gmap::map_grid(a.E)), gmap::kMapThreads, 0, s, a.probs, a.E, tmpl, maps);
-    launch_persistent<xf16::exact_f16_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(a, s, maps, out_map);
+    launch_persistent<exact_copies::exact_copies_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(a, s, maps, out_map);
   } else {
-    launch_persistent<xf16::exact_f16_kernel<S, OUT_F32, false>, S::kThreads, S::kSmem>(a, s, maps, out_map);
+    launch_persistent<exact_copies::exact_copies_kernel<S, OUT_F32, false>, S::kThreads, S::kSmem>(a, s, maps, out_map);
   }
   return true;
 }
 
 }  // namespace
 
-bool launch_exact_f16(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s) {
+bool launch_exact_copies(const LaunchArgs& a, const CopiesArgs& d, cudaStream_t s) {
   if (a.epilogue == kEpilogueStaged)
-    return a.out_f32 ? launch_shape<xf16::ShapeF32, true>(a, d, s) : launch_shape<xf16::ShapeBf16, false>(a, d, s);
+    return a.out_f32 ? launch_shape<exact_copies::ShapeF32, true>(a, d, s) : launch_shape<exact_copies::ShapeBf16, false>(a, d, s);
   // wgrad's fp32 output by TMA stores (ShapeF32Tma)
   CUtensorMap out_map{};
   LaunchArgs t = a;
   if (a.epilogue != kEpilogueTmaStore || !encode_wgrad_out_map(&t, &out_map)) return false;
-  return launch_shape<xf16::ShapeF32Tma, true>(t, d, s, out_map);
+  return launch_shape<exact_copies::ShapeF32Tma, true>(t, d, s, out_map);
 }
 
 }  // namespace nvfp4_gemm

@@ -1,6 +1,6 @@
 // Exact-mode NVFP4 grouped GEMM over fp16 copies of the operands (SPEC 12.2 bit for bit, oracle.gemm(model=
 // "sequential")); docs/gemm.md, stop 30. The operand planes were decoded beforehand by gemm_dequant.cu's
-// dequant_plane_kernel into fp16 v = E2M1 x E4M3 (exact and normal, SPEC 12.6; natural K order, each plane in its own
+// decode_plane_kernel into fp16 v = E2M1 x E4M3 (exact and normal, SPEC 12.6; natural K order, each plane in its own
 // layout), and each group's Prob::a / Prob::b point into those copies (row pitch Prob::K fp16 elements).
 //
 // Why: the fused exact kernel (gemm_wgmma_ws.cuh, kExact) is issue-bound, about 1,333 instructions per K step and
@@ -24,7 +24,7 @@
 // The hybrid form (kConvB shapes, gemm_exact_hybrid.cu; docs/gemm.md, stop 46): only A comes from an fp16 copy (in
 // gemm_decode_f16.cuh's order within each 8 codes); two loader warpgroups, thread 0 issuing each stage's boxes (A's
 // fp16 tile, B's packed K tile and its scale tile; HybridTma) and all 256 threads dequantizing the B tile into the
-// stage (ws::convert_b_rows, the fused exact kernel's converter code and order). The MMA warpgroups are unchanged.
+// stage (fused::convert_b_rows, the fused exact kernel's converter code and order). The MMA warpgroups are unchanged.
 //
 //   full[s]   completes when the loaders' copies of stage s have landed (cp.async.mbarrier.arrive.noinc, 128 threads;
 //             TMA: one arrival and the boxes' bytes); kConvB: when every loader warp has published its B rows
@@ -39,7 +39,7 @@
 #include "gemm/fused.cuh"
 
 namespace nvfp4_gemm {
-namespace xf16 {
+namespace exact_copies {
 
 // Two MMA warpgroups (rows [64 wm, 64 wm + 64), all 128 columns) of 216 registers each (accumulator + two partial
 // fragments = 192) and one loader warpgroup of 72 (3 x 168). Four MMA warpgroups of 64 x 64 (twice the independent
@@ -48,7 +48,7 @@ namespace xf16 {
 // tile and scale tile, by TMA) and dequantized into the stage's B tile by two loader warpgroups (HybridTma). Their
 // loads run LOAD_AHEAD_ steps ahead of their conversion, which then leads the MMA warps by up to
 // STAGES_ - LOAD_AHEAD_ steps (docs/gemm.md, stop 47).
-template <int STAGES_, int EPI_, bool CONV_B_ = false, int LOAD_AHEAD_ = STAGES_ - 1, int TMA_EPI_ = 0>
+template <int STAGES_, int STORE, bool CONV_B_ = false, int LOAD_AHEAD_ = STAGES_ - 1, int TMA_EPI_ = 0>
 struct Shape {
   static constexpr int BM = 128, BN = 128, WN = BN, R = WN / 2;  // R: fp32 accumulator registers per thread
   static constexpr bool kConvB = CONV_B_;
@@ -56,7 +56,7 @@ struct Shape {
   static constexpr int kMma = BM / 64;
   static constexpr int kThreads = 128 * (kMma + kLoaderGroups);
   static constexpr int kLoaderThreads = 128 * kLoaderGroups;
-  static constexpr int kCluster = 1;  // (ws::release_b_stage)
+  static constexpr int kCluster = 1;  // (fused::release_b_stage)
   static constexpr int kMmaRegs = 216, kLoaderRegs = kConvB ? 40 : 72;
   // kConvB: each loader thread converts kConvUnits (B row, 16-block) units of a stage, rows t / 4 + kConvRPI i
   static constexpr int kConvRPI = kLoaderThreads / 4, kConvUnits = 128 / kConvRPI;
@@ -65,15 +65,15 @@ struct Shape {
   static_assert(kLoadAhead >= 1 && kLoadAhead < kStages, "loads run 1 .. kStages - 1 steps ahead");
   static constexpr int kTileBytes = 128 * kBK * 2;       // 128 rows x 64 fp16 = 16 KB
   // kConvB: after the two fp16 tiles, B's raw K tile (128 rows x 32 packed bytes) and its 512-byte scale tile (SPEC
-  // 8.2), as ws::convert_b_rows reads them through this Shape's kRawA / kRawB / kSA (a raw stage without A rows or A
+  // 8.2), as fused::convert_b_rows reads them through this Shape's kRawA / kRawB / kSA (a raw stage without A rows or A
   // scales); the stage rounded up to 1 KB keeps every A tile 1024-byte aligned (swizzle atoms).
   static constexpr int kRawA = 0, kRawB = 128 * 32, kSA = 0, kSB = 512;
   static constexpr int kRawOff = 2 * kTileBytes;
   static constexpr int kRawBytes = kConvB ? kRawB + kSB : 0;
   static constexpr int kStageBytes = (2 * kTileBytes + kRawBytes + 1023) / 1024 * 1024;  // the A tile, then B
-  // epilogue buffers, as ws::Shape (1: staged bf16, store_tile_staged; 2: whole-line fp32, store_tile_lines)
-  static_assert(EPI_ == 1 || EPI_ == 2, "choose an epilogue");
-  static constexpr bool kStagedEpi = EPI_ == 1, kLinesEpi = EPI_ == 2;
+  // epilogue buffers, as fused::Shape (the buffered store: bf16 bulk-copied rows or fp32 whole lines)
+  static_assert(STORE == fused::kBulkCopyRows || STORE == fused::kWholeLines, "choose a buffered store");
+  static constexpr bool kStagedEpi = STORE == fused::kBulkCopyRows, kLinesEpi = STORE == fused::kWholeLines;
   // kTmaEpi (fp32, box buffers per MMA warp: 1, 2 or 4; store_tile_tma): where the host encoded a tensor map of
   // wgrad's output (bit 2 of `accumulate`, tma_host::with_wgrad_out_map), one TMA box store of 16 rows x 32 columns
   // per warp and chunk; the buffers then lie first in shared memory, 1024-byte aligned for the box swizzle.
@@ -98,18 +98,18 @@ struct Shape {
   static_assert(kMma * kMmaRegs + kLoaderGroups * kLoaderRegs <= (kMma + kLoaderGroups) * (65536 / kThreads / 8 * 8),
                 "setmaxnreg budget");
 };
-using ShapeF32 = Shape<6, 2>;   // fp32 output: 6 stages (192 KB) + 16 KB of line buffers
+using ShapeF32 = Shape<6, fused::kWholeLines>;   // fp32 output: 6 stages (192 KB) + 16 KB of line buffers
 // wgrad's fp32 output where the host encoded its tensor map (tma_host::with_wgrad_out_map): TMA box stores, four
 // 2 KB box buffers per MMA warp (64 KB) and 5 stages (E64 exact wgrad 0.50 -> 0.59 of grouped_mm; 2 buffers 0.56-0.58,
 // 4 stages or 6 stages slower; docs/gemm.md, stop 57)
-using ShapeF32Tma = Shape<5, 2, false, 4, 4>;
-using ShapeBf16 = Shape<5, 1>;  // bf16 output: 5 stages (160 KB) + 36 KB of staging buffers
+using ShapeF32Tma = Shape<5, fused::kWholeLines, false, 4, 4>;
+using ShapeBf16 = Shape<5, fused::kBulkCopyRows>;  // bf16 output: 5 stages (160 KB) + 36 KB of staging buffers
 // The hybrid kernel: stages of 37 KB (two fp16 tiles, B's raw tile and scale tile), 5 of them for either output.
 // Two converter warpgroups of 40 registers (2 units per thread): 2-4% faster than one of 72 (4 units per thread) on E64
 // fprop / dgrad, 3-5% on E8 fprop (docs/gemm.md, stop 46). Loads 2 steps ahead of the conversion (which then leads
 // the MMA warps by up to 3 steps): +1-4% against 4 steps ahead (stop 47).
-using HybridF32 = Shape<5, 2, true, 2>;
-using HybridBf16 = Shape<5, 1, true, 2>;
+using HybridF32 = Shape<5, fused::kWholeLines, true, 2>;
+using HybridBf16 = Shape<5, fused::kBulkCopyRows, true, 2>;
 
 // One loader thread's copies of a tile's K steps. Thread t copies the 16-byte piece q = t % 8 (K elements
 // [8 q, 8 q + 8) of the K tile) of rows r0 + 16 i (r0 = t / 8, i < 8) of the A tile and of the B tile. In the swizzled
@@ -201,7 +201,7 @@ struct HybridTma {
 // out_map: wgrad's fp32 output for the TMA-store epilogue (S::kTmaEpi, read only when bit 2 of `accumulate` is set).
 template <class S, bool OUT_F32, bool TMA>
 __global__ void __launch_bounds__(S::kThreads, 1)
-    exact_f16_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate,
+    exact_copies_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate,
                      const CUtensorMap* __restrict__ group_maps, const __grid_constant__ CUtensorMap out_map) {
   pdl_wait();  // the retarget / maps kernel's outputs: nothing global is touched before (gemm_pdl.cuh)
   extern __shared__ uint8_t smem_dyn[];
@@ -232,8 +232,8 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     setmaxnreg_dec<S::kLoaderRegs>();
     if constexpr (S::kConvB) {
       // Thread 0 issues the boxes (HybridTma); every loader thread walks the load cursor and waits for the stage with
-      // it (as ws_gemm_kernel's converters). All loader threads dequantize each stage's B tile: thread t rows
-      // t / 4 + kConvRPI i (i < kConvUnits), 16-block t % 4 (ws::convert_b_rows, in gemm_decode_f16.cuh's order within
+      // it (as fused_gemm_kernel's converters). All loader threads dequantize each stage's B tile: thread t rows
+      // t / 4 + kConvRPI i (i < kConvUnits), 16-block t % 4 (fused::convert_b_rows, in gemm_decode_f16.cuh's order within
       // each 8 codes, which the A copy shares), then each warp publishes its rows on full[s]. Loads run kLoadAhead
       // steps ahead of the conversion: the load issued after converting step c (step c + kLoadAhead, into the stage
       // of step c + kLoadAhead - kStages) waits until the MMA warps are done with that step, so the conversion leads
@@ -261,9 +261,9 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       for (int c = 0; c < steps; ++c) {
         const uint32_t stage = ring + st.stage * S::kStageBytes;
         mbar_wait(raw_full + 8 * st.stage, st.phase);
-        ws::convert_b_rows<S, S::kConvRPI, 0, S::kConvUnits>(stage + S::kRawOff, stage + S::kTileBytes, tid >> 2,
+        fused::convert_b_rows<S, S::kConvRPI, 0, S::kConvUnits>(stage + S::kRawOff, stage + S::kTileBytes, tid >> 2,
                                                              tid & 3, false);
-        ws::publish_b_rows<S, S::kConvRPI, 0, S::kConvUnits>(stage + S::kTileBytes, full + 8 * st.stage, 0u, tid >> 5,
+        fused::publish_b_rows<S, S::kConvRPI, 0, S::kConvUnits>(stage + S::kTileBytes, full + 8 * st.stage, 0u, tid >> 5,
                                                              lane, false);
         st.next();
         if (load.valid(walk)) issue_load();
@@ -362,7 +362,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
             },
             [&](int j) {  // block 3 done: the stage is free
               if (j == 3) {
-                ws::release_b_stage<S>(empty + 8 * st.stage, 0u, lane);
+                fused::release_b_stage<S>(empty + 8 * st.stage, 0u, lane);
                 st.next();
               }
             });
@@ -399,5 +399,5 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   }
 }
 
-}  // namespace xf16
+}  // namespace exact_copies
 }  // namespace nvfp4_gemm

@@ -3,7 +3,7 @@
 // the stages; B (the weights) stays packed in global memory and the loader warpgroup dequantizes each K step's raw B
 // tile into the stage's fp16 B tile. The MMA warps only issue the wgmmas, the partial adds and the ring bookkeeping
 // (no A decode, no B share), and the scratch is the A copy alone (4 bytes per packed byte of A, none for B).
-// Its per-group tensor maps (xf16::HybridTma) are built on the device here: the group sizes live there.
+// Its per-group tensor maps (exact_copies::HybridTma) are built on the device here: the group sizes live there.
 #include "gemm/copies.h"
 #include "gemm/exact_copies.cuh"
 #include "gemm/group_maps.cuh"
@@ -11,20 +11,20 @@
 
 namespace nvfp4_gemm {
 
-static_assert(xf16::HybridF32::BM == ws::ShapeExactWs::BM && xf16::HybridF32::BN == ws::ShapeExactWs::BN &&
-                  xf16::HybridBf16::BM == ws::ShapeExactWs::BM && xf16::HybridBf16::BN == ws::ShapeExactWs::BN,
+static_assert(exact_copies::HybridF32::BM == fused::ExactFusedF32::BM && exact_copies::HybridF32::BN == fused::ExactFusedF32::BN &&
+                  exact_copies::HybridBf16::BM == fused::ExactFusedF32::BM && exact_copies::HybridBf16::BN == fused::ExactFusedF32::BN,
               "exact kernels share one tile");
 
 namespace {
 
-// Group g's three maps (xf16::HybridTma): lane 0 A's fp16 copy {K, M}, pitch 2 K bytes (the f16 template); lane 1 the
+// Group g's three maps (exact_copies::HybridTma): lane 0 A's fp16 copy {K, M}, pitch 2 K bytes (the f16 template); lane 1 the
 // packed B plane {K / 2, N}, pitch K / 2 (the data template); lane 2 B's scale tiles {128, 4 KT roundup(N, 128) / 128},
 // pitch 128 (the scale template; SPEC 8.2: KT = ceil(K / 64) tiles of 512 bytes per 128 rows). One warp per group;
 // groups without a K step or without rows are skipped (no tile of theirs loads anything).
 __global__ void hybrid_maps_kernel(const Prob* __restrict__ probs, int E, const __grid_constant__ CUtensorMap f16_tmpl,
                                    const __grid_constant__ CUtensorMap data_tmpl,
                                    const __grid_constant__ CUtensorMap scale_tmpl, CUtensorMap* __restrict__ maps) {
-  __shared__ alignas(128) CUtensorMap staged[gmap::kMapWarps][xf16::kHybridMaps];
+  __shared__ alignas(128) CUtensorMap staged[gmap::kMapWarps][exact_copies::kHybridMaps];
   pdl_wait_then_trigger();  // chained launch (gemm_pdl.cuh): the retarget kernel's Prob::a is visible from here on
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int g;
@@ -39,7 +39,7 @@ __global__ void hybrid_maps_kernel(const Prob* __restrict__ probs, int E, const 
   else if (lane == 2)
     gmap::stage_group_map(&staged[warp][2], scale_tmpl, p.sb, 128, 4 * kt * ((N + 127) / 128), 128);
   __syncwarp();
-  gmap::publish_group_maps<xf16::kHybridMaps>(staged[warp], maps + xf16::kHybridMaps * g);
+  gmap::publish_group_maps<exact_copies::kHybridMaps>(staged[warp], maps + exact_copies::kHybridMaps * g);
 }
 
 template <class S, bool OUT_F32>
@@ -47,13 +47,13 @@ void launch_shape(const LaunchArgs& a, const HybridTemplates& t, void* group_map
   auto* maps = static_cast<CUtensorMap*>(group_maps);
   launch_chained(hybrid_maps_kernel, dim3(gmap::map_grid(a.E)), gmap::kMapThreads, 0, s, a.probs, a.E, t.f16, t.data,
                  t.scale, maps);
-  launch_persistent<xf16::exact_f16_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(
+  launch_persistent<exact_copies::exact_copies_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(
       a, s, static_cast<const CUtensorMap*>(maps), CUtensorMap{});  // (no TMA-store epilogue: fprop / dgrad only)
 }
 
 }  // namespace
 
-bool hybrid_templates(const DequantGemmArgs& d, HybridTemplates* t) {
+bool hybrid_templates(const CopiesArgs& d, HybridTemplates* t) {
   if (d.a_f16 == nullptr || d.group_maps == nullptr || reinterpret_cast<uintptr_t>(d.a_f16) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(d.group_maps) % 128 != 0)
     return false;
@@ -66,11 +66,11 @@ bool hybrid_templates(const DequantGemmArgs& d, HybridTemplates* t) {
                              CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
-void launch_exact_hybrid(const LaunchArgs& a, const DequantGemmArgs& d, const HybridTemplates& t, cudaStream_t s) {
+void launch_exact_hybrid(const LaunchArgs& a, const CopiesArgs& d, const HybridTemplates& t, cudaStream_t s) {
   if (a.out_f32)
-    launch_shape<xf16::HybridF32, true>(a, t, d.group_maps, s);
+    launch_shape<exact_copies::HybridF32, true>(a, t, d.group_maps, s);
   else
-    launch_shape<xf16::HybridBf16, false>(a, t, d.group_maps, s);
+    launch_shape<exact_copies::HybridBf16, false>(a, t, d.group_maps, s);
 }
 
 }  // namespace nvfp4_gemm

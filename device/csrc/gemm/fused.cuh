@@ -16,7 +16,7 @@
 // K loop instead of one burst between two CTA barriers (the limit of gemm_wgmma.cuh's kernel, docs/gemm.md), and the
 // converters run ahead into the next output tile while the MMA warpgroups store the previous one.
 //
-// 2-CTA clusters (kCluster = 2, ShapePair): both CTAs compute 128 rows each of one 256 x 256 cluster tile against the
+// 2-CTA clusters (kCluster = 2, FusedPairF32): both CTAs compute 128 rows each of one 256 x 256 cluster tile against the
 // same 256 B rows; each loads and dequantizes only its half of them (kLoadBN = 128 rows) and bulk-copies the finished
 // rows into the same place of the peer's B stage, so the B conversion per SM is halved.
 //
@@ -46,33 +46,79 @@
 #include "gemm/wgmma_ops.cuh"
 
 namespace nvfp4_gemm {
-namespace ws {
+namespace fused {
 
-template <int BM_, int CONV_, int MMA_REGS_, int CONV_REGS_, int MMA_UNITS_, int CLUSTER_ = 1, int AHEAD_ = 0,
-          int RAW_STAGES_ = 6, int B_STAGES_ = 4, int STAGED_EPI_ = 0, int EXACT_ = 0, int TMA_EPI_ = 0>
+// A configuration of the fused kernel: what differs between its algorithms. Each names every field:
+//   kRows            output rows per CTA (BM; one MMA warpgroup per 64 rows)
+//   kConverters      converter warpgroups (the raw loads and most of the B decode)
+//   kMmaRegs, kConverterRegs   registers per thread of each role after setmaxnreg
+//   kMmaUnits        B decode units (a B row's 16-block) per MMA thread and K step; the converters decode the rest
+//   kClusterCtas     CTAs per thread-block cluster sharing one B tile (2: each decodes half of it for both)
+//   kConvertAhead    the MMA threads decode their B share one K step ahead, while the current step's wgmmas run,
+//                    off the path between their A decode and their wgmma issue (otherwise the current step's share,
+//                    before its wgmmas)
+//   kRawStages, kBStages   ring depths: raw K tiles (packed operands and scales), fp16 B tiles
+//   kExact           exact mode (SPEC 12.2): every 16-block is one wgmma.m64n128k16 with scale-d = 0 into a partial
+//                    fragment (exact: SPEC 12.6 with C = 0 and products on one grid, see the MMA loop), added to the
+//                    accumulator with __fadd_rn in K order; two partials and the accumulator take 192 registers, so
+//                    the tile is 128 columns wide (256 otherwise)
+// Registers: setmaxnreg moves them from the converters to the MMA warpgroups inside the launch bound's allocation
+// (168 per thread-slot for 384 threads): 104 + 2 x 200 = 3 x 168, 2 x 152 + 200 = 3 x 168, 72 + 2 x 216 = 3 x 168.
+
+// fused_64x256 (few rows per group): one MMA warpgroup, two converters (the B decode bounds these tiles).
+struct Fused64x256 {
+  static constexpr int kRows = 64, kConverters = 2, kMmaRegs = 200, kConverterRegs = 152, kMmaUnits = 2;
+  static constexpr int kClusterCtas = 1, kRawStages = 6, kBStages = 4;
+  static constexpr bool kConvertAhead = false, kExact = false;
+};
+// fused_128x256: two MMA warpgroups, one converter; the MMA threads decode half of B (2 units each, between their
+// wgmma issues), the converter the other half (4 units). 4 raw stages: its epilogue buffers take 32 KB.
+struct Fused128x256 {
+  static constexpr int kRows = 128, kConverters = 1, kMmaRegs = 200, kConverterRegs = 104, kMmaUnits = 2;
+  static constexpr int kClusterCtas = 1, kRawStages = 4, kBStages = 4;
+  static constexpr bool kConvertAhead = false, kExact = false;
+};
+// fused_pair_256x256: clusters of two 128 x 256 CTAs sharing the B decode: each CTA decodes 128 B rows (its converter
+// 64 of them, 2 units per thread; its MMA threads the other 64, 1 unit each, one K step ahead) into its own B stage and
+// bulk-copies them into the peer's.
+struct FusedPair256x256 {
+  static constexpr int kRows = 128, kConverters = 1, kMmaRegs = 200, kConverterRegs = 104, kMmaUnits = 1;
+  static constexpr int kClusterCtas = 2, kRawStages = 6, kBStages = 4;
+  static constexpr bool kConvertAhead = true, kExact = false;
+};
+// exact_fused: 128 x 128 tiles, two MMA warpgroups (64 x 128 each: accumulator + two partial fragments = 192
+// registers) that also decode B rows [64, 128) (1 unit per thread), one converter warpgroup (rows [0, 64), 2 units).
+struct ExactFused128x128 {
+  static constexpr int kRows = 128, kConverters = 1, kMmaRegs = 216, kConverterRegs = 72, kMmaUnits = 1;
+  static constexpr int kClusterCtas = 1, kRawStages = 6, kBStages = 4;
+  static constexpr bool kConvertAhead = false, kExact = true;
+};
+
+// The output's way out of shared memory (epilogue.cuh), each through a buffer per MMA warp: bf16 rows by bulk copies
+// (store_tile_staged), or fp32 whole 128-byte lines (store_tile_lines).
+enum BufferedStore : int { kBulkCopyRows = 1, kWholeLines = 2 };
+
+// Every size of a fused kernel: its configuration C, its buffered store and TMA_BOXES box buffers per MMA warp for
+// the TMA-store epilogue (0: none).
+template <class C, int STORE, int TMA_BOXES = 0>
 struct Shape {
-  // kBAhead: the MMA threads convert their B share one K step ahead (after issuing the current step's wgmmas), off
-  // the path between their A decode and their wgmma issue; otherwise the current step's share, before its wgmmas.
-  static constexpr bool kBAhead = AHEAD_ != 0;
-  // kExact (SPEC 12.2, exact mode): every 16-block is one wgmma.m64n128k16 with scale-d = 0 into a partial fragment
-  // (exact: SPEC 12.6 with C = 0 and products on one grid, see the MMA loop), added to the accumulator with __fadd_rn
-  // in K order. Two partial fragments and the accumulator take 192 registers, so the tile is 128 columns wide.
-  static constexpr bool kExact = EXACT_ != 0;
-  static constexpr int BM = BM_, BN = kExact ? 128 : 256, WN = BN, R = WN / 2;
+  static constexpr bool kBAhead = C::kConvertAhead;
+  static constexpr bool kExact = C::kExact;
+  static constexpr int BM = C::kRows, BN = kExact ? 128 : 256, WN = BN, R = WN / 2;
   // kCluster CTAs (a thread-block cluster along M) share one 256-column B tile: CTA rank r computes output rows
   // [m0 + BM r, m0 + BM r + BM) of a (kCluster BM) x BN cluster tile, and loads and dequantizes only B rows
   // [kLoadBN r, kLoadBN r + kLoadBN) of it into its own fp16 B stage, then bulk-copies them into the peer's
   // (publish_b_rows). The tile list's unit is the cluster tile (kTileM rows).
-  static constexpr int kCluster = CLUSTER_;
+  static constexpr int kCluster = C::kClusterCtas;
   static constexpr int kTileM = BM * kCluster;
   static constexpr int kLoadBN = BN / kCluster;
   static constexpr int kMma = BM / 64;   // MMA warpgroups (64 rows each, all 256 columns)
-  static constexpr int kConv = CONV_;    // converter warpgroups
+  static constexpr int kConv = C::kConverters;  // converter warpgroups
   static constexpr int kThreads = 128 * (kMma + kConv);
   static constexpr int kConvThreads = 128 * kConv;
-  static constexpr int kMmaRegs = MMA_REGS_, kConvRegs = CONV_REGS_;
-  static constexpr int kRawStages = RAW_STAGES_, kBStages = B_STAGES_;
-  // The epilogue (STAGED_EPI_), each through a shared-memory buffer per MMA warp; both fall back to the direct
+  static constexpr int kMmaRegs = C::kMmaRegs, kConvRegs = C::kConverterRegs;
+  static constexpr int kRawStages = C::kRawStages, kBStages = C::kBStages;
+  // The buffered store (STORE), each through a shared-memory buffer per MMA warp; both fall back to the direct
   // stores (store_tile) for the groups they cannot write:
   //   1 (kStagedEpi, bf16 output, store_tile_staged): kEpiRowBytes of each of the warp's 16 output rows per pass,
   //     bulk-copied to global memory (cp.async.bulk, async proxy);
@@ -86,10 +132,10 @@ struct Shape {
   //   with kStagedEpi (bf16, no C read back; gemm_wgmma_pair.cu, gemm_wgmma_fast.cu): store_tile_tma_bf16, 64
   //     columns per box through a 2D map of the output's rows (fprop / dgrad [T, cols], wgrad E N rows of K); a warp
   //     whose 16 rows cross its group's last row copies them from its box buffer instead.
-  static_assert(STAGED_EPI_ == 1 || STAGED_EPI_ == 2, "choose an epilogue");
-  static constexpr bool kStagedEpi = STAGED_EPI_ == 1;
-  static constexpr bool kLinesEpi = STAGED_EPI_ == 2;
-  static constexpr int kTmaEpi = TMA_EPI_;
+  static_assert(STORE == kBulkCopyRows || STORE == kWholeLines, "choose a buffered store");
+  static constexpr bool kStagedEpi = STORE == kBulkCopyRows;
+  static constexpr bool kLinesEpi = STORE == kWholeLines;
+  static constexpr int kTmaEpi = TMA_BOXES;
   static_assert(kTmaEpi == 0 || kTmaEpi == 1 || kTmaEpi == 2 || kTmaEpi == 4,
                 "TMA epilogue buffers: a divisor of a tile's 8 (fp32) or 4 (bf16) chunks (chunk c uses buffer c mod n)");
   static constexpr int kTmaBoxBytes = 16 * 128;
@@ -107,7 +153,7 @@ struct Shape {
   // B conversion split (units = (B row, 16-block) pairs, 4 per row): each converter thread converts kConvUnits units,
   // rows [0, kConvRows) of this CTA's kLoadBN B rows, and each MMA thread kMmaUnits units, rows [kConvRows, kLoadBN).
   static constexpr int kConvRPI = kConvThreads / 4, kMmaRPI = kMma * 32;  // rows per unit index
-  static constexpr int kMmaUnits = MMA_UNITS_;
+  static constexpr int kMmaUnits = C::kMmaUnits;
   static constexpr int kConvRows = kLoadBN - kMmaRPI * kMmaUnits;
   static constexpr int kConvUnits = kConvRows / kConvRPI;
   static_assert(kConvRows % kConvRPI == 0 && kConvRows % kMmaRPI == 0 && 128 % kMmaRPI == 0 && 128 % kConvRPI == 0,
@@ -129,44 +175,28 @@ struct Shape {
   static_assert(kSmem <= 227 * 1024, "shared memory");
   static_assert(kBBytes % 1024 == 0, "fp16 B stages stay 1024-byte aligned (swizzle atoms, sw128_desc_block)");
 };
-// 128 x 256 tiles: two MMA warpgroups, one converter (104 + 2 x 200 = 3 x 168 registers per thread-slot); the MMA
-// threads convert half of B (2 units each, between their wgmma issues), the converter the other half (4 units).
-// Its fp32 form stores wgrad's output by TMA with two box buffers per warp (store_tile_tma; E64 wgrad 0.61-0.63 ->
-// 0.72-0.73 of grouped_mm, docs/gemm.md stop 56), so it keeps 4 raw stages instead of 6 (the buffers take 32 KB),
-// and its converters walk the steps their loads issued (gemm_wgmma_fast.cu, CONV_SEEKS = false).
-using ShapeLarge = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 2, 0, 2>;
-// 64 x 256 tiles (few rows per group): one MMA warpgroup, two converters (B conversion is the bottleneck there).
-using ShapeSkinny = Shape<64, 2, 200, 152, 2, 1, 0, 6, 4, 2>;
-// 256 x 256 cluster tiles of two CTAs (128 x 256 each) sharing the B conversion: each CTA dequantizes 128 B rows
-// (its converter 64 of them, 2 units per thread; its MMA threads the other 64, 1 unit each, one K step ahead) into
-// its own B stage and bulk-copies them into the peer's (docs/gemm.md, stop 13, has the variants measured).
-using ShapePair = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 2>;
-// The three shapes above store fp32 output with the whole-line epilogue (store_tile_lines, 2 KB per MMA warp; +5% on
-// E64 wgrad and fp32 fprop against the direct stores, which write 8 rows x 32 bytes per instruction; the staged bulk
-// copies measured 2-4% slower than direct ones for fp32: docs/gemm.md, stops 15 and 16).
-// bf16 output: the same shapes with the staged epilogue (store_tile_staged, rows leave as bulk copies instead of 8
-// rows x 16 bytes, half sectors, per instruction; the 128 x 256 kernel keeps 4 raw stages instead of 6 to make room
-// for the buffers).
-using ShapeLargeBf16 = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 1>;
-using ShapeSkinnyBf16 = Shape<64, 2, 200, 152, 2, 1, 0, 6, 4, 1>;
-using ShapePairBf16 = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 1>;
-// The bf16 forms with TMA-store boxes (two 2 KB box buffers per MMA warp in place of the staged buffers' 4.5 KB):
-// the output through a 2D map of its rows (fprop / dgrad: [T, cols]; wgrad: the E planes [N, K] as E N rows) when the
-// host encodes it (tma_host::with_rows_out_map; gemm_wgmma_pair.cu, gemm_wgmma_fast.cu), the staged forms above
-// otherwise.
-using ShapePairBf16Tma = Shape<128, 1, 200, 104, 1, 2, 1, 6, 4, 1, 0, 2>;
-using ShapeLargeBf16Tma = Shape<128, 1, 200, 104, 2, 1, 0, 4, 4, 1, 0, 2>;
-using ShapeSkinnyBf16Tma = Shape<64, 2, 200, 152, 2, 1, 0, 6, 4, 1, 0, 2>;
-// Exact mode (SPEC 12.2): 128 x 128 tiles, two MMA warpgroups (64 x 128 each: accumulator + two partial fragments =
-// 192 registers) that also convert B rows [64, 128) (1 unit per thread), one converter warpgroup (rows [0, 64), 2 units
-// per thread; 72 + 2 x 216 = 3 x 168 registers); fp32 or bf16 output as above.
-using ShapeExactWs = Shape<128, 1, 216, 72, 1, 1, 0, 6, 4, 2, 1>;
-using ShapeExactWsBf16 = Shape<128, 1, 216, 72, 1, 1, 0, 6, 4, 1, 1>;
+// The kernels. fp32 output leaves by whole lines (store_tile_lines: +5% on E64 wgrad and fp32 fprop against direct
+// stores, which write 8 rows x 32 bytes per instruction; bulk copies measured 2-4% slower than direct stores for
+// fp32), bf16 by bulk-copied rows (rather than 8 rows x 16 bytes, half sectors, per instruction). fused_128x256's
+// fp32 form also stores wgrad's output by TMA, with two box buffers per warp (store_tile_tma, where the plan says
+// "tma_store": E64 wgrad 0.61-0.63 -> 0.72-0.73 of grouped_mm); the bf16 *Tma forms store by TMA boxes through a 2D
+// map of the output's rows (store_tile_tma_bf16; two 2 KB box buffers per warp in place of the staged 4.5 KB).
+using Fused64x256F32 = Shape<Fused64x256, kWholeLines>;
+using Fused64x256Bf16 = Shape<Fused64x256, kBulkCopyRows>;
+using Fused64x256Bf16Tma = Shape<Fused64x256, kBulkCopyRows, 2>;
+using Fused128x256F32 = Shape<Fused128x256, kWholeLines, 2>;
+using Fused128x256Bf16 = Shape<Fused128x256, kBulkCopyRows>;
+using Fused128x256Bf16Tma = Shape<Fused128x256, kBulkCopyRows, 2>;
+using FusedPairF32 = Shape<FusedPair256x256, kWholeLines>;
+using FusedPairBf16 = Shape<FusedPair256x256, kBulkCopyRows>;
+using FusedPairBf16Tma = Shape<FusedPair256x256, kBulkCopyRows, 2>;
+using ExactFusedF32 = Shape<ExactFused128x128, kWholeLines>;
+using ExactFusedBf16 = Shape<ExactFused128x128, kBulkCopyRows>;
 
 // The converter threads copy the raw stages with cp.async (RawLoader).
 template <class S, bool OUT_F32, bool CONV_SEEKS = true>
 __global__ void __launch_bounds__(S::kThreads, 1)
-    ws_gemm_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate,
+    fused_gemm_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate,
                    const __grid_constant__ CUtensorMap out_map) {
   pdl_wait();  // the setup (or maps) kernel's outputs: nothing global is touched before (gemm_pdl.cuh)
   extern __shared__ uint8_t smem_dyn[];
@@ -490,7 +520,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
 template <class S, bool OUT_F32, bool CONV_SEEKS = true>
 void launch(const LaunchArgs& a, cudaStream_t s, const CUtensorMap& out_map = CUtensorMap{}) {
   static_assert(!S::kLinesEpi || OUT_F32, "the whole-line epilogue stores fp32 output");
-  launch_persistent<ws_gemm_kernel<S, OUT_F32, CONV_SEEKS>, S::kThreads, S::kSmem, S::kCluster>(a, s, out_map);
+  launch_persistent<fused_gemm_kernel<S, OUT_F32, CONV_SEEKS>, S::kThreads, S::kSmem, S::kCluster>(a, s, out_map);
 }
 
 // bf16 output of a fast shape: its TMA-store form `Tma` for the plan's epilogue "tma_store" (false, launching nothing,
@@ -508,5 +538,5 @@ bool launch_bf16(const LaunchArgs& a, cudaStream_t s) {
   return true;
 }
 
-}  // namespace ws
+}  // namespace fused
 }  // namespace nvfp4_gemm

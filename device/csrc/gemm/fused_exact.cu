@@ -6,7 +6,7 @@ namespace nvfp4_gemm {
 
 bool launch_fused_exact(const LaunchArgs& a, cudaStream_t s) {
   if (a.epilogue != kEpilogueStaged) return false;
-  if (a.out_f32) ws::launch<ws::ShapeExactWs, true>(a, s); else ws::launch<ws::ShapeExactWsBf16, false>(a, s);
+  if (a.out_f32) fused::launch<fused::ExactFusedF32, true>(a, s); else fused::launch<fused::ExactFusedBf16, false>(a, s);
   return true;
 }
 

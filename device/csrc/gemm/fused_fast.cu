@@ -10,18 +10,18 @@ namespace nvfp4_gemm {
 bool launch_fused_fast(const LaunchArgs& a, cudaStream_t s) {
   const bool skinny = a.algorithm == kFused64x256;
   if (!a.out_f32)
-    return skinny ? ws::launch_bf16<ws::ShapeSkinnyBf16, ws::ShapeSkinnyBf16Tma>(a, s)
-                  : ws::launch_bf16<ws::ShapeLargeBf16, ws::ShapeLargeBf16Tma>(a, s);
+    return skinny ? fused::launch_bf16<fused::Fused64x256Bf16, fused::Fused64x256Bf16Tma>(a, s)
+                  : fused::launch_bf16<fused::Fused128x256Bf16, fused::Fused128x256Bf16Tma>(a, s);
   if (skinny) {
     if (a.epilogue != kEpilogueStaged) return false;
-    ws::launch<ws::ShapeSkinny, true>(a, s);
+    fused::launch<fused::Fused64x256F32, true>(a, s);
     return true;
   }
   // (the 128 x 256 fp32 kernel's converters walk the loads' steps instead of a second cursor: E64 wgrad +3-4%)
   CUtensorMap map{};
   LaunchArgs b = a;
   if (a.epilogue == kEpilogueTmaStore && !encode_wgrad_out_map(&b, &map)) return false;
-  ws::launch<ws::ShapeLarge, true, /*CONV_SEEKS=*/false>(b, s, map);
+  fused::launch<fused::Fused128x256F32, true, /*CONV_SEEKS=*/false>(b, s, map);
   return true;
 }
 

@@ -6,9 +6,9 @@
 namespace nvfp4_gemm {
 
 bool launch_fused_pair(const LaunchArgs& a, cudaStream_t s) {
-  if (!a.out_f32) return ws::launch_bf16<ws::ShapePairBf16, ws::ShapePairBf16Tma>(a, s);
+  if (!a.out_f32) return fused::launch_bf16<fused::FusedPairBf16, fused::FusedPairBf16Tma>(a, s);
   if (a.epilogue != kEpilogueStaged) return false;
-  ws::launch<ws::ShapePair, true>(a, s);
+  fused::launch<fused::FusedPairF32, true>(a, s);
   return true;
 }
 

@@ -10,7 +10,7 @@
 #include "gemm/tile_list.cuh"
 
 namespace nvfp4_gemm {
-namespace ws {
+namespace fused {
 
 // Raw K tiles of A rows [m0, m0+128) and B rows [n0, n0+BN) into raw stages. Stage layout: raw A rows (32 B each)
 // then raw B rows, so copy chunk c of a thread lands at stage + c * chunk bytes; then the A scale tile and the B
@@ -260,5 +260,5 @@ __device__ __forceinline__ void convert_and_publish_b(uint32_t raw, const BRing&
   publish_b_rows<S, RPI, ROW0, COUNT>(rows, br.full + 8 * b.stage, br.peer_delta, t >> 5, lane, expect);
 }
 
-}  // namespace ws
+}  // namespace fused
 }  // namespace nvfp4_gemm

@@ -123,22 +123,22 @@ void tile_of(Algorithm algorithm, int* tile_m, int* tile_n) {
   switch (algorithm) {
     case kFused64x256:
     case kSwapped64x256:  // (the swapped kernel walks the same 64 x 256 tiles)
-      *tile_m = ws::ShapeSkinny::BM;
-      *tile_n = ws::ShapeSkinny::BN;
+      *tile_m = fused::Fused64x256F32::BM;
+      *tile_n = fused::Fused64x256F32::BN;
       return;
     case kFusedPair256x256:
-      *tile_m = ws::ShapePair::kTileM;
-      *tile_n = ws::ShapePair::BN;
+      *tile_m = fused::FusedPairF32::kTileM;
+      *tile_n = fused::FusedPairF32::BN;
       return;
     case kExactFused:
     case kExactCopies:
     case kExactHybrid:
-      *tile_m = ws::ShapeExactWs::BM;
-      *tile_n = ws::ShapeExactWs::BN;
+      *tile_m = fused::ExactFusedF32::BM;
+      *tile_n = fused::ExactFusedF32::BN;
       return;
     default:  // fused_128x256; copies_cutlass (CUTLASS tiles its groups itself; the list is not walked)
-      *tile_m = ws::ShapeLarge::BM;
-      *tile_n = ws::ShapeLarge::BN;
+      *tile_m = fused::Fused128x256F32::BM;
+      *tile_n = fused::Fused128x256F32::BN;
   }
 }
 

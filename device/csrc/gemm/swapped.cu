@@ -9,9 +9,9 @@
 namespace nvfp4_gemm {
 
 // the setup kernel's tile list is built for pick_tile's tile of force 6, the skinny kernel's
-static_assert(swp::Shape::BM == ws::ShapeSkinny::BM && swp::Shape::BN == ws::ShapeSkinny::BN,
+static_assert(swapped::Shape::BM == fused::Fused64x256F32::BM && swapped::Shape::BN == fused::Fused64x256F32::BN,
               "the swapped kernel walks the skinny kernel's tile list");
-static_assert(swp::ShapeTma::BM == swp::Shape::BM && swp::ShapeTma::BN == swp::Shape::BN, "one tile list");
+static_assert(swapped::ShapeTma::BM == swapped::Shape::BM && swapped::ShapeTma::BN == swapped::Shape::BN, "one tile list");
 
 namespace {
 
@@ -20,7 +20,7 @@ using nvfp4::encode_2d;
 // The TMA loader's maps for the token copy d.a_f16 (made from the rowwise token plane d.a) and the weight plane d.b,
 // both with the row pitch K / 2 packed bytes; false when K % 32 != 0, a base is not 16-byte aligned, a plane is
 // shorter than one row (the scale plane than one tile), or the driver refuses a map.
-bool swap_maps(const DequantGemmArgs& d, swp::SwapMaps* m) {
+bool swap_maps(const CopiesArgs& d, swapped::SwapMaps* m) {
   const long long pitch = d.a.pitch_const;  // K / 2
   if (pitch <= 0 || pitch % 16 != 0 || reinterpret_cast<uintptr_t>(d.a_f16) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(d.b.data) % 16 != 0)
@@ -46,22 +46,22 @@ bool swap_maps(const DequantGemmArgs& d, swp::SwapMaps* m) {
 // disagrees with N (SPEC 12.5) the next group need not start on a whole row of the one map `w` (the binding refuses
 // TMA for dgrad). fprop's rowwise weight groups always start on a whole row.
 template <bool OUT_F32>
-bool launch_out(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s) {
-  swp::SwapMaps m{};
+bool launch_out(const LaunchArgs& a, const CopiesArgs& d, cudaStream_t s) {
+  swapped::SwapMaps m{};
   if (a.loader == kLoaderTma) {
     if (a.kind == kDgrad || !swap_maps(d, &m)) return false;
-    using S = swp::ShapeTma;
-    launch_persistent<swp::swapped_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(a, s, m);
+    using S = swapped::ShapeTma;
+    launch_persistent<swapped::swapped_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(a, s, m);
   } else {
-    using S = swp::Shape;
-    launch_persistent<swp::swapped_kernel<S, OUT_F32, false>, S::kThreads, S::kSmem>(a, s, m);
+    using S = swapped::Shape;
+    launch_persistent<swapped::swapped_kernel<S, OUT_F32, false>, S::kThreads, S::kSmem>(a, s, m);
   }
   return true;
 }
 
 }  // namespace
 
-bool launch_swapped(const LaunchArgs& a, const DequantGemmArgs& d, cudaStream_t s) {
+bool launch_swapped(const LaunchArgs& a, const CopiesArgs& d, cudaStream_t s) {
   return a.out_f32 ? launch_out<true>(a, d, s) : launch_out<false>(a, d, s);
 }
 

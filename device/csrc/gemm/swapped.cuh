@@ -13,7 +13,7 @@
 // code 2p, p >= 8 holds code 2 (p - 8) + 1 (even codes, then odd codes). Then lane c needs codes 4c .. 4c + 3 of every
 // block, i.e. bytes 2c, 2c + 1 of the block's 8 bytes: one PRMT gathers them for two blocks into one word, and
 // decode_two_blocks turns that word into the fragments of both blocks (about 2.5 instructions per code with the scales;
-// 129 per warp and K step in all). The token copy holds the same order inside each block (dequant_plane_kernel with
+// 129 per warp and K step in all). The token copy holds the same order inside each block (decode_plane_kernel with
 // EVEN_ODD), so every k16 step is one whole block.
 //
 // Roles (one persistent CTA per SM; the setup kernel's 64 x 256 tile list, as the skinny kernel):
@@ -39,7 +39,7 @@
 #include "gemm/fused.cuh"
 
 namespace nvfp4_gemm {
-namespace swp {
+namespace swapped {
 
 // MMA_WGS warpgroups of TILES m64 tiles each (MMA_WGS * TILES * 64 = 256 weight rows). Registers per thread-slot:
 // 65536 / kThreads, rounded down to 8 (the launch bound's allocation), moved by setmaxnreg from the loader.
@@ -504,5 +504,5 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   }
 }
 
-}  // namespace swp
+}  // namespace swapped
 }  // namespace nvfp4_gemm

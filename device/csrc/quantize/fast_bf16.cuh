@@ -476,7 +476,7 @@ __device__ __forceinline__ void columnwise_tile_store(const QuantArgs& a, const 
 // With kRHT too, a NaN out of the butterfly (an input NaN, or Inf - Inf) lies in a block whose NaN-propagating max
 // is NaN, so its multiplier is NaN and gives the code (the multiplier comes first, SPEC 3.5), as in quantize_kernel.
 template <bool kRHT, bool kTorchao = false>
-__global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
+__global__ void __launch_bounds__(256, 4) quantize_fast_bf16(QuantArgs a) {
   using T = __nv_bfloat16;
   using G = TileGeom<T>;
   constexpr int TK = G::kTileK;  // 128
@@ -541,7 +541,7 @@ __global__ void __launch_bounds__(256, 4) quantize_fast4_bf16(QuantArgs a) {
 // rowwise result the canonical NaN at once; the columnwise (RHT) maximum runs the whole butterfly and a
 // NaN-propagating max, since the last-stage shortcut below would turn the NaN of Inf - Inf into Inf.
 template <bool kRHT, bool kNanProp = false>
-__global__ void __launch_bounds__(256, 4) amax_fast4_bf16(AmaxArgs a) {
+__global__ void __launch_bounds__(256, 4) amax_fast_bf16(AmaxArgs a) {
   using T = __nv_bfloat16;
   // Grouped calls launch this grid with a programmatic dependency on the setup kernel (offsets, records, zeroed
   // amaxes); a CTA waits for it (griddepcontrol.wait, a no-op without the dependency) before it reads what that

@@ -56,7 +56,7 @@ __device__ __forceinline__ uint32_t absmax2(uint32_t m, uint32_t w) { return __v
 // ---------------------------------------------------------------------------------------------------------
 // 16-point RHT with compile-time signs, without the final * 0.25 / rounding (SPEC 7).
 // ---------------------------------------------------------------------------------------------------------
-// kStages = 3 stops before the last stage (h = 8), for the amax shortcut of amax_fast4_bf16.
+// kStages = 3 stops before the last stage (h = 8), for the amax shortcut of amax_fast_bf16.
 template <uint32_t kSigns, int kStages = 4>
 __device__ __forceinline__ void rht16_butterfly(float (&v)[16]) {
 #pragma unroll

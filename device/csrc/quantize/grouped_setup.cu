@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(kSetupThreads, kSetupMinBlocks)
                        float* __restrict__ row_amax, float* __restrict__ col_amax, TailFill f,
                        TileRecord* __restrict__ recs) {
   // The amax pass is launched with a programmatic dependency on this grid: let it become resident now (its first
-  // wave finds its tiles from the splits and waits for this grid only before its atomics; amax_fast4_bf16).
+  // wave finds its tiles from the splits and waits for this grid only before its atomics; amax_fast_bf16).
   asm volatile("griddepcontrol.launch_dependents;");
   __shared__ int64_t total[kNumCounts];
   const int lane = threadIdx.x & 31;

@@ -138,7 +138,7 @@ __device__ __forceinline__ bool resolve_grid_tile_reversed(const int64_t* __rest
 // groups of SPEC 9.4 (sizes clamped to [0, M], running total capped at M) and their row-tile counts, and finds the
 // reverse-order tile of `block` as resolve_grid_tile_reversed does from the records: the same tile, group, first row
 // and rows, since both follow the same rule (the setup kernel writes the offset table the quantizer reads from it).
-// So the pass need not wait for the setup kernel before its loads, only before its atomics (amax_fast4_bf16).
+// So the pass need not wait for the setup kernel before its loads, only before its atomics (amax_fast_bf16).
 constexpr int kSplitScanLaneGroups = 8;
 constexpr int kSplitScanMaxGroups = 32 * kSplitScanLaneGroups;
 

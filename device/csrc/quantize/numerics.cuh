@@ -220,7 +220,7 @@ __device__ __forceinline__ uint32_t torchao_code_rn(float x, float mult) {
 // round to bf16.
 // ---------------------------------------------------------------------------------------------------------
 // The butterfly stages h = 1, 2, .., 2^(kStages-1) of SPEC 7 in place (kStages = 4: the whole transform
-// before the * 0.25; fewer stages serve the amax shortcut of amax_fast4_bf16).
+// before the * 0.25; fewer stages serve the amax shortcut of amax_fast_bf16).
 template <int kStages = 4>
 __device__ __forceinline__ void hadamard16_stages(float (&v)[16]) {
 #pragma unroll

@@ -9,7 +9,7 @@ namespace nvfp4 {
 
 // The grouped fast pass after the setup kernel: its first wave (the CTAs resident beside the setup kernel, occupancy x
 // SMs, cached per device and kernel) finds its tiles from the splits and waits for the setup kernel only before its
-// atomics (stop 62; amax_fast4_bf16). With more than kSplitScanMaxGroups groups, or no splits, `splits` is cleared and
+// atomics (stop 62; amax_fast_bf16). With more than kSplitScanMaxGroups groups, or no splits, `splits` is cleared and
 // every CTA waits at its start and reads the records.
 template <bool kRHT, bool kNanProp>
 static AmaxArgs with_split_scan(AmaxArgs a) {
@@ -24,7 +24,7 @@ static AmaxArgs with_split_scan(AmaxArgs a) {
   if (ctas == 0) {
     int sms = 0, per_sm = 0;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, amax_fast4_bf16<kRHT, kNanProp>, 256, 0);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, amax_fast_bf16<kRHT, kNanProp>, 256, 0);
     ctas = (int64_t)sms * per_sm;
     wave.set(dev, ctas);
   }
@@ -47,14 +47,14 @@ void launch_amax_bf16(const AmaxArgs& a_in, bool rht, int64_t row_tiles, cudaStr
       else amax_kernel<__nv_bfloat16, false><<<(unsigned)grid, 128, 0, s>>>(a);
     }
   } else if (a.nan_propagating) {  // the fast pass, NaN-propagating (with the RHT: no last-stage shortcut)
-    auto kernel = rht ? amax_fast4_bf16<true, true> : amax_fast4_bf16<false, true>;
+    auto kernel = rht ? amax_fast_bf16<true, true> : amax_fast_bf16<false, true>;
     if (after_setup)
       launch_chained(kernel, dim3((unsigned)grid), 256, 0, s,
                      rht ? with_split_scan<true, true>(a_in) : with_split_scan<false, true>(a_in));
     else if (a.after_zero) launch_chained(kernel, dim3((unsigned)grid), 256, 0, s, a);
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else {  // the fast pass (fast_bf16.cuh)
-    auto kernel = rht ? amax_fast4_bf16<true> : amax_fast4_bf16<false>;
+    auto kernel = rht ? amax_fast_bf16<true> : amax_fast_bf16<false>;
     if (after_setup)  // waits for the setup kernel in-kernel
       launch_chained(kernel, dim3((unsigned)grid), 256, 0, s,
                      rht ? with_split_scan<true, false>(a_in) : with_split_scan<false, false>(a_in));
@@ -63,15 +63,15 @@ void launch_amax_bf16(const AmaxArgs& a_in, bool rht, int64_t row_tiles, cudaStr
   }
 }
 
-// 4 CTAs per SM of quantize_fast4_bf16 need 4 x 41 KB of static shared memory: ask for the largest carveout, once
+// 4 CTAs per SM of quantize_fast_bf16 need 4 x 41 KB of static shared memory: ask for the largest carveout, once
 // per device (PerDevice).
-static void prefer_max_shared_fast4() {
+static void prefer_max_shared_fast() {
   static PerDevice<bool> done;
   int dev = 0;
   cudaGetDevice(&dev);
   if (done.get(dev)) return;
-  for (auto kernel : {quantize_fast4_bf16<true>, quantize_fast4_bf16<false>, quantize_fast4_bf16<false, true>,
-                      quantize_fast4_bf16<true, true>})
+  for (auto kernel : {quantize_fast_bf16<true>, quantize_fast_bf16<false>, quantize_fast_bf16<false, true>,
+                      quantize_fast_bf16<true, true>})
     cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
   done.set(dev, true);
 }
@@ -82,16 +82,16 @@ void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaS
   if (grid == 0) return;
   const bool fast = kernel == kQuantizeFastBf16;
   if (is_torchao_rule(a.rule) && fast) {  // SPEC 5.4 / 5.5
-    auto kernel = rht ? quantize_fast4_bf16<true, true> : quantize_fast4_bf16<false, true>;
-    prefer_max_shared_fast4();
+    auto kernel = rht ? quantize_fast_bf16<true, true> : quantize_fast_bf16<false, true>;
+    prefer_max_shared_fast();
     if (after_amax) launch_chained(kernel, dim3((unsigned)grid), 256, 0, s, a);
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (is_torchao_rule(a.rule)) {
     if (rht) quantize_kernel<__nv_bfloat16, true, true><<<(unsigned)grid, 256, 0, s>>>(a);
     else quantize_kernel<__nv_bfloat16, false, true><<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (fast) {
-    auto kernel = rht ? quantize_fast4_bf16<true> : quantize_fast4_bf16<false>;
-    prefer_max_shared_fast4();
+    auto kernel = rht ? quantize_fast_bf16<true> : quantize_fast_bf16<false>;
+    prefer_max_shared_fast();
     if (after_amax) launch_chained(kernel, dim3((unsigned)grid), 256, 0, s, a);  // overlaps the amax pass's tail
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (rht) quantize_kernel<__nv_bfloat16, true><<<(unsigned)grid, 256, 0, s>>>(a);
