@@ -221,7 +221,7 @@ def _fused_fast_algorithm(p: GemmProblem) -> Algorithm:
 def algorithm_unavailable(a: Algorithm, p: GemmProblem) -> str | None:
     """Why algorithm ``a`` cannot run problem ``p`` (None: it can)."""
     if (a in FAST) != (p.mode == "fast"):
-        return f"{a.name} is a {'fast' if a in FAST else 'exact'}-mode algorithm, the call is mode={p.mode!r}"
+        return f"{a.name} is {'a fast' if a in FAST else 'an exact'}-mode algorithm, the call is mode={p.mode!r}"
     if a == Algorithm.swapped_64x256:
         if p.kind == "wgrad":
             return "it runs fprop and dgrad only (its token operand is a rowwise plane)"

@@ -1,12 +1,14 @@
-"""Argument checks of device/_api.py that refuse before any CUDA call, on the host (no GPU needed). Each refusal is
-one the oracle makes too, or one that prevents a silently wrong result; the GPU tests repeat them on CUDA tensors."""
+"""Argument checks of device/quantization.py and device/gemm.py that refuse before any CUDA call, and the quantize
+plan they hand the kernels, on the host (no GPU needed). Each refusal is one the oracle makes too, or one that prevents
+a silently wrong result; the GPU tests repeat them on CUDA tensors."""
 import ml_dtypes
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 import oracle  # noqa: E402
-from device import _api  # noqa: E402
+from device import quantization, testing  # noqa: E402
+from device._codes import QuantizeKernel, Rule  # noqa: E402
 
 CPU = torch.device("cpu")
 
@@ -18,17 +20,17 @@ def test_grouped_amax_refuses_a_single_number(amax, groups):
     with pytest.raises(ValueError, match="shape"):
         oracle.group_quantize(np.ones((groups, 16), np.float32), [1] * groups, amax=3.0)
     with pytest.raises(ValueError, match="single value"):
-        _api._amax_tensor(amax, groups, True, CPU)
+        quantization._amax_tensor(amax, groups, True, CPU)
 
 
 def test_grouped_amax_forms_the_oracle_takes():
     # E values for both planes, or a (row, col) tuple of E values each: [2, E] rows (row plane, col plane)
-    both = _api._amax_tensor(torch.tensor([1.0, 2.0]), 2, True, CPU)
+    both = quantization._amax_tensor(torch.tensor([1.0, 2.0]), 2, True, CPU)
     assert both.tolist() == [[1.0, 2.0], [1.0, 2.0]]
-    pair = _api._amax_tensor((torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0])), 2, True, CPU)
+    pair = quantization._amax_tensor((torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0])), 2, True, CPU)
     assert pair.tolist() == [[1.0, 2.0], [3.0, 4.0]]
     # a single tensor's number stands for both planes
-    assert _api._amax_tensor(5.0, 1, False, CPU).tolist() == [[5.0], [5.0]]
+    assert quantization._amax_tensor(5.0, 1, False, CPU).tolist() == [[5.0], [5.0]]
 
 
 def test_raw_dequantize_needs_the_scale_layout():
@@ -36,10 +38,9 @@ def test_raw_dequantize_needs_the_scale_layout():
     data = torch.zeros(8, dtype=torch.uint8)
     scales = torch.zeros(1, dtype=torch.uint8)
     with pytest.raises(ValueError, match="swizzled=True or False"):
-        _api.dequantize(data, scales=scales, amax=torch.ones(1), shape=(1, 16))
+        quantization.dequantize(data, scales=scales, amax=torch.ones(1), shape=(1, 16))
     with pytest.raises(ValueError, match="needs data, scales="):
-        _api.dequantize(data, scales=scales, shape=(1, 16), swizzled=False)
-
+        quantization.dequantize(data, scales=scales, shape=(1, 16), swizzled=False)
 
 
 def test_raw_dequantize_refuses_host_tensors_and_numbers():
@@ -48,7 +49,7 @@ def test_raw_dequantize_refuses_host_tensors_and_numbers():
 
     data, scales = torch.zeros(8, dtype=torch.uint8), torch.zeros(1, dtype=torch.uint8)
     with pytest.raises(ValueError, match="^data must be a CUDA tensor"):
-        _api.dequantize(data, scales=scales, amax=1.0, shape=(1, 16), swizzled=False)
+        quantization.dequantize(data, scales=scales, amax=1.0, shape=(1, 16), swizzled=False)
     with pytest.raises(ValueError, match="^scales must be a CUDA tensor"):
         _ops.require_cuda_tensors(scales=scales, amax=torch.ones(1))
     with pytest.raises(ValueError, match="^amax must be a CUDA tensor"):  # a number where a tensor belongs
@@ -61,12 +62,14 @@ def test_torchao_rules_take_the_oracles_options(rule):
     # every option the oracle takes with a torchao rule, the RHT included, reaches the kernels (SPEC 15)
     oracle.quantize(np.ones((16, 32), np.float32).astype(ml_dtypes.bfloat16), columnwise=True, rht=True, rule=rule)
     x2 = torch.zeros((16, 32), dtype=torch.bfloat16)
-    opts = _api._options(x2, rowwise=True, columnwise=True, rht=True, rht_signs=0xD7E8, block=(16, 16), rule=rule,
-                         rounding="sr", seed=0, offset=0)
-    assert opts["rule"] == {"torchao": 2, "torchao_noscale": 3}[rule]  # nvfp4_launch.h Rule
+    opts = quantization._options(x2, rowwise=True, columnwise=True, rht=True, rht_signs=0xD7E8, block=(16, 16),
+                                 rule=rule, rounding="sr", seed=0, offset=0)
+    assert opts["rule"] == {"torchao": 2, "torchao_noscale": 3}[rule]  # csrc/common/codes.h Rule
     assert opts["rht"] and opts["block2d"] and opts["sr"]
+    # bf16 with the default RHT mask: the fast amax pass; SR and 16x16 blocks: the general quantizer
+    assert (opts["amax_kernel"], opts["quantize_kernel"]) == (QuantizeKernel.fast_bf16, QuantizeKernel.general)
     with pytest.raises(ValueError, match="rule must be one of"):
-        _api._options(x2, rowwise=True, columnwise=False, rht=False, rht_signs=0xD7E8, block=(1, 16), rule="TE",
+        quantization._options(x2, rowwise=True, columnwise=False, rht=False, rht_signs=0xD7E8, block=(1, 16), rule="TE",
                       rounding="rn", seed=0, offset=0)
 
 
@@ -74,27 +77,94 @@ def test_raw_dequantize_checks_the_rule():
     data = torch.zeros(8, dtype=torch.uint8)
     scales = torch.zeros(1, dtype=torch.uint8)
     with pytest.raises(ValueError, match="rule must be one of"):
-        _api.dequantize(data, scales=scales, amax=torch.ones(1), shape=(1, 16), swizzled=False, rule="mx")
+        quantization.dequantize(data, scales=scales, amax=torch.ones(1), shape=(1, 16), swizzled=False, rule="mx")
 
 
 def test_gemm_rule_pairs_follow_the_oracle():
     # device.grouped_gemm accepts exactly the rule pairs whose alpha oracle.gemm_alpha defines (SPEC 12.1), and hands
-    # the setup kernel the rule code of device._api._RULES that picks that alpha (the TE pair: 0)
+    # the setup kernel the rule code of device._codes.Rule that picks that alpha (the TE pair: 0)
     from device import gemm as dgemm
 
     def plane(rule):
         return oracle.QuantizedPlane(np.zeros((1, 8), np.uint8), np.zeros((1, 1), np.uint8), np.float32(2.0),
                                      (1, 16), rule=rule)
 
-    for ra in _api._RULES:
-        for rb in _api._RULES:
+    for ra in Rule.__members__:
+        for rb in Rule.__members__:
             try:
                 oracle.gemm_alpha(plane(ra), plane(rb))
                 accepted = True
             except ValueError:
                 accepted = False
             if accepted:
-                assert dgemm._alpha_rule(ra, rb) == (0 if ra.startswith("te") else _api._RULES[ra])
+                assert dgemm._alpha_rule(ra, rb) == (0 if ra.startswith("te") else Rule[ra])
             else:
                 with pytest.raises(ValueError, match="incompatible scale rules"):
                     dgemm._alpha_rule(ra, rb)
+
+
+def _kernels(x2, **kw) -> tuple:
+    """(amax kernel, quantize kernel) of the options device.quantize hands the launchers for ``x2``."""
+    defaults = dict(rowwise=True, columnwise=True, rht=False, rht_signs=0xD7E8, block=(1, 16), rule="te",
+                    rounding="rn", seed=0, offset=0)
+    opts = quantization._options(x2, **{**defaults, **kw})
+    return opts["amax_kernel"], opts["quantize_kernel"]
+
+
+FAST, GENERAL = int(QuantizeKernel.fast_bf16), int(QuantizeKernel.general)
+
+
+def test_quantize_plan_in_the_options():
+    """device.quantize / group_quantize take the quantize plan of device._dispatch.plan_quantize (the bf16 fast kernels
+    for bf16, RN, 1x16 blocks, with or without the RHT under the default mask), or the forced one."""
+    bf16 = torch.zeros((16, 32), dtype=torch.bfloat16)
+    assert _kernels(bf16) == (FAST, FAST)
+    assert _kernels(bf16, rht=True) == (FAST, FAST)
+    assert _kernels(bf16, rht=True, rht_signs=0x1234) == (GENERAL, GENERAL)
+    assert _kernels(bf16, rounding="sr") == (FAST, GENERAL)
+    assert _kernels(bf16, block=(16, 16)) == (FAST, GENERAL)
+    for dtype in (torch.float16, torch.float32):
+        assert _kernels(torch.zeros((16, 32), dtype=dtype)) == (GENERAL, GENERAL)
+    with testing.force_plan(quantize="general"):
+        assert _kernels(bf16) == (GENERAL, GENERAL)
+        assert _kernels(bf16, rht=True) == (GENERAL, GENERAL)
+    with testing.force_plan(quantize="fast_bf16"):
+        assert _kernels(bf16, rht=True) == (FAST, FAST)
+    assert _kernels(bf16) == (FAST, FAST)  # the block restored the automatic choice
+
+
+@pytest.mark.parametrize("dtype,kw,why", [
+    (torch.bfloat16, dict(rounding="sr"), "rounds to nearest only"),
+    (torch.bfloat16, dict(block=(16, 16)), "writes 1x16 blocks only"),
+    (torch.bfloat16, dict(rht=True, rht_signs=0x1234), "default RHT sign mask"),
+    (torch.float16, dict(), "read bfloat16 input, not float16"),
+    (torch.float32, dict(), "read bfloat16 input, not float32"),
+])
+def test_forcing_the_fast_quantize_kernels_where_they_cannot_run_raises(dtype, kw, why):
+    x2 = torch.zeros((16, 32), dtype=dtype)
+    with testing.force_plan(quantize="fast_bf16"):
+        with pytest.raises(ValueError, match=f"quantize='fast_bf16' cannot run this call: .*{why}"):
+            _kernels(x2, **kw)
+
+
+@pytest.mark.parametrize("bad", [0, -3, True, 2.0, "4"])
+def test_set_num_sms_refuses_bad_values(bad):
+    import device
+
+    before = device.get_num_sms()
+    with pytest.raises(ValueError, match="num_sms must be None or an int >= 1"):
+        device.set_num_sms(bad)
+    assert device.get_num_sms() == before
+
+
+def test_set_num_sms_and_get_num_sms():
+    import device
+
+    before = device.get_num_sms()
+    try:
+        device.set_num_sms(7)
+        assert device.get_num_sms() == 7
+        device.set_num_sms(None)
+        assert device.get_num_sms() is None
+    finally:
+        device.set_num_sms(before)

@@ -10,6 +10,7 @@ are poisoned (NaN) so unwritten rows fail. Every test is marked ``cuda`` and ski
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
@@ -45,6 +46,31 @@ def _gg():
     return grouped_gemm
 
 
+@contextlib.contextmanager
+def capped(num_sms):
+    """``device.set_num_sms(num_sms)`` within the block (None: the cap as it is), the previous cap restored after it,
+    also when the block raises."""
+    if num_sms is None:
+        yield
+        return
+    dev = _device()
+    before = dev.get_num_sms()
+    dev.set_num_sms(num_sms)
+    try:
+        yield
+    finally:
+        dev.set_num_sms(before)
+
+
+def gemm(a, b, *, algorithm=None, loader=None, epilogue=None, num_sms=None, **kw):
+    """``device.grouped_gemm(a, b, **kw)`` with the named parts of its plan forced (``device.testing.force_plan``;
+    None: chosen by the sizes) and its persistent grid capped at ``num_sms`` CTAs (``device.set_num_sms``)."""
+    from device.testing import force_plan
+
+    with force_plan(algorithm=algorithm, loader=loader, epilogue=epilogue), capped(num_sms):
+        return _gg()(a, b, **kw)
+
+
 def rand_bf16(shape, seed, scale=1.0):
     g = torch.Generator(device="cpu").manual_seed(seed)
     x = torch.randn(shape, generator=g, dtype=torch.float32) * scale
@@ -64,12 +90,12 @@ def gq(x, splits, *, rowwise=True, columnwise=False, block=(1, 16), **opts):
     return _device().group_quantize(x, s, rowwise=rowwise, columnwise=columnwise, block=block, **opts)
 
 
-def _needs_dequant_path():
+def _needs_cutlass():
     """Skip when the GEMM extension was built without CUTLASS's headers (the nvidia-cutlass wheel is missing)."""
-    from device._gemm_build import load_gemm_extension
+    from device._build import load_gemm_extension
 
     if not load_gemm_extension().has_dequant_path():
-        pytest.skip("the dequantize-first path is not built (nvidia-cutlass not installed)")
+        pytest.skip("copies_cutlass is not built (nvidia-cutlass not installed)")
 
 
 def weights(e, n, k, seed):
@@ -150,7 +176,9 @@ def check_row_groups(yn, splits, a_planes, b_planes, mode, out_dtype, bias=None,
         r0 += m
 
 
-def run_fprop(splits, n, k, mode, out_dtype, with_bias, seed=0, fast_kernel=None, max_ctas=None, exact_kernel=None):
+def run_fprop(splits, n, k, mode, out_dtype, with_bias, seed=0, **plan):
+    """fprop of random tokens against random weights into a guarded output, each group against the oracle; ``plan``:
+    gemm()'s algorithm / loader / epilogue / num_sms."""
     e = len(splits)
     t = int(sum(splits))
     x = rand_bf16((t, k), seed + 1)
@@ -158,8 +186,7 @@ def run_fprop(splits, n, k, mode, out_dtype, with_bias, seed=0, fast_kernel=None
     wq = weights(e, n, k, seed + 2)
     bias = (torch.randn((e, n), dtype=torch.float32) * 3).to(DEV) if with_bias else None
     out, check_tail = guarded((t, n), out_dtype)
-    y = _gg()(xq, wq, kind="fprop", out=out, out_dtype=out_dtype, bias=bias, mode=mode, fast_kernel=fast_kernel,
-              max_ctas=max_ctas, exact_kernel=exact_kernel)
+    y = gemm(xq, wq, kind="fprop", out=out, out_dtype=out_dtype, bias=bias, mode=mode, **plan)
     assert y is out
     check_tail("fprop")
     yn = to_np(y)
@@ -168,8 +195,7 @@ def run_fprop(splits, n, k, mode, out_dtype, with_bias, seed=0, fast_kernel=None
     check_row_groups(yn, splits, xo.row_planes, wo.row_planes, mode, out_dtype, bias=bn, where="fprop")
 
 
-def run_dgrad(splits, n, k, mode, out_dtype, with_bias=False, seed=0, fast_kernel=None, max_ctas=None,
-              exact_kernel=None):
+def run_dgrad(splits, n, k, mode, out_dtype, with_bias=False, seed=0, **plan):
     e = len(splits)
     t = int(sum(splits))
     dy = rand_bf16((t, n), seed + 3)
@@ -177,8 +203,7 @@ def run_dgrad(splits, n, k, mode, out_dtype, with_bias=False, seed=0, fast_kerne
     wq = weights(e, n, k, seed + 4)
     bias = (torch.randn((e, k), dtype=torch.float32)).to(torch.bfloat16).to(DEV) if with_bias else None
     out, check_tail = guarded((t, k), out_dtype)
-    _gg()(dyq, wq, kind="dgrad", out=out, bias=bias, mode=mode, fast_kernel=fast_kernel, max_ctas=max_ctas,
-          exact_kernel=exact_kernel)
+    gemm(dyq, wq, kind="dgrad", out=out, bias=bias, mode=mode, **plan)
     check_tail("dgrad")
     yn = to_np(out)
     dyo, wo = dyq.to_oracle(), wq.to_oracle()
@@ -186,8 +211,7 @@ def run_dgrad(splits, n, k, mode, out_dtype, with_bias=False, seed=0, fast_kerne
     check_row_groups(yn, splits, dyo.row_planes, wo.col_planes, mode, out_dtype, bias=bn, where="dgrad")
 
 
-def run_wgrad(splits, n, k, mode, out_dtype, accumulate, seed=0, fast_kernel=None, max_ctas=None,
-              exact_kernel=None):
+def run_wgrad(splits, n, k, mode, out_dtype, accumulate, seed=0, **plan):
     e = len(splits)
     t = int(sum(splits))
     dy = rand_bf16((t, n), seed + 5)
@@ -201,8 +225,7 @@ def run_wgrad(splits, n, k, mode, out_dtype, accumulate, seed=0, fast_kernel=Non
     else:
         c = None
         out, check_tail = guarded((e, n, k), out_dtype)
-    _gg()(dyq, xq, kind="wgrad", out=out, out_dtype=out_dtype, accumulate=accumulate, mode=mode,
-          fast_kernel=fast_kernel, max_ctas=max_ctas, exact_kernel=exact_kernel)
+    gemm(dyq, xq, kind="wgrad", out=out, out_dtype=out_dtype, accumulate=accumulate, mode=mode, **plan)
     check_tail("wgrad")
     yn = to_np(out)
     cn = None if c is None else c.cpu().numpy()
@@ -222,6 +245,20 @@ def check_wgrad_groups(y, splits, dy_planes, x_planes, mode, out_dtype, cn=None,
             continue
         check_group(y[g], dy_planes[g], x_planes[g], mode, out_dtype, acc=None if cn is None else cn[g],
                     where=f"{where} g={g}")
+
+
+def planned(kind, splits, n, k, out_dtype, *, mode="fast", bias=False, accumulate=False, **forced):
+    """The plan (device._dispatch.plan_gemm) of a call on these sizes with the ``forced`` parts (algorithm, loader,
+    epilogue): a test's premise that it runs the path it means to. (The buffers' sizes are not known here: the loader
+    of swapped_64x256, which depends on them, is not meant.)"""
+    from device import _dispatch
+    from device._build import load_gemm_extension
+
+    problem = _dispatch.GemmProblem(
+        kind=kind, mode=mode, groups=len(splits), tokens=int(sum(splits)), n=n, k=k,
+        out_dtype="float32" if out_dtype == torch.float32 else "bfloat16", accumulate=accumulate, bias=bias,
+        cutlass=bool(load_gemm_extension().has_dequant_path()))
+    return _dispatch.plan_gemm(problem, **forced)
 
 
 def rand_splits(e, t, seed, zeros=True):
@@ -282,8 +319,8 @@ def test_larger_fprop(mode):
     run_fprop([300, 0, 517, 211], 384, 1088, mode, torch.bfloat16, with_bias=True, seed=7)
 
 
-# <= 96 rows per group on average: the skinny fast kernel (64 x 256 tiles, ws::ShapeSkinny; the one fast_kernel="fused"
-# picks, "auto" runs the swapped kernel there, which test_swapped_kernel covers on the same cases). Groups
+# <= 96 rows per group on average: the fused kernel with 64 x 256 tiles (fused_64x256, the fused kernel for these sizes;
+# the automatic choice runs swapped_64x256 there, which test_swapped_kernel covers on the same cases). Groups
 # longer than one 64-row tile (a 202-row group: 4 tiles, one of them in the second 128-row scale tile), N not a
 # multiple of 256, K with a partial last K tile, both copy widths (K/2 % 16 == 0 and == 8), bias, fp32 output.
 SKINNY_CASES = {
@@ -297,21 +334,22 @@ SKINNY_CASES = {
 @pytest.mark.parametrize("case", list(SKINNY_CASES))
 def test_fprop_few_rows_per_group(case):
     splits, n, k, od, with_bias = SKINNY_CASES[case]
-    assert sum(splits) // len(splits) <= 96  # the skinny kernel's range (device/csrc/gemm_kernels.cu pick_tile)
-    run_fprop(splits, n, k, "fast", od, with_bias=with_bias, seed=21, fast_kernel="fused")
+    assert sum(splits) // len(splits) <= 96  # fused_64x256's range (device/_dispatch.py SKINNY_MAX_ROWS)
+    run_fprop(splits, n, k, "fast", od, with_bias=with_bias, seed=21, algorithm="fused_64x256")
 
 
 @pytest.mark.parametrize("case", ["e8_bias", "e4_long_group_f32"])
 def test_dgrad_few_rows_per_group(case):
     splits, n, k, od, with_bias = SKINNY_CASES[case]
-    run_dgrad(splits, k, n, "fast", od, with_bias=with_bias, seed=22, fast_kernel="fused")
+    assert sum(splits) // len(splits) <= 96
+    run_dgrad(splits, k, n, "fast", od, with_bias=with_bias, seed=22, algorithm="fused_64x256")
 
 
-# The 2-CTA cluster kernel (256 x 256 cluster tiles, ws::ShapePair; each CTA dequantizes half of the B tile and
-# bulk-copies it into the other CTA's shared memory), chosen by size for >= 256 rows per group with contraction
-# >= 1024 and forced here (fast_kernel="pair") on small problems: groups whose last cluster tile leaves the second
-# CTA partly or wholly past the group (700 = 2 x 256 + 188, 129, 300), N not a multiple of 256 (the second CTA's
-# B half partly or wholly past N), K tails, both copy widths, an odd number of K tiles, bias, fp32 output.
+# The 2-CTA cluster kernel (fused_pair_256x256: 256 x 256 cluster tiles; each CTA dequantizes half of the B tile and
+# bulk-copies it into the other CTA's shared memory), chosen by size for >= 256 rows per group with contraction >= 1024
+# and forced here on small problems: groups whose last cluster tile leaves the second CTA partly or wholly past the
+# group (700 = 2 x 256 + 188, 129, 300), N not a multiple of 256 (the second CTA's B half partly or wholly past N), K
+# tails, both copy widths, an odd number of K tiles, bias, fp32 output.
 PAIR_CASES = {
     "e4_tails_bias": ([0, 700, 129, 300], 400, 208, torch.bfloat16, True),
     "e2_odd_kt_f32": ([513, 256], 272, 1088, torch.float32, False),
@@ -322,224 +360,234 @@ PAIR_CASES = {
 @pytest.mark.parametrize("case", list(PAIR_CASES))
 def test_fprop_pair_cluster(case):
     splits, n, k, od, with_bias = PAIR_CASES[case]
-    forced = None if case == "e2_odd_kt_f32" else "pair"  # (that one is chosen by size: 384 rows/group, K = 1088)
-    run_fprop(splits, n, k, "fast", od, with_bias=with_bias, seed=31, fast_kernel=forced)
+    forced = None if case == "e2_odd_kt_f32" else "fused_pair_256x256"
+    if forced is None:  # that one is chosen by size: 384 rows per group, K = 1088
+        assert planned("fprop", splits, n, k, od, bias=with_bias).algorithm.name == "fused_pair_256x256"
+    run_fprop(splits, n, k, "fast", od, with_bias=with_bias, seed=31, algorithm=forced)
 
 
 @pytest.mark.parametrize("case", ["e4_tails_bias", "e8_one_giant"])
 def test_dgrad_pair_cluster(case):
     splits, n, k, od, with_bias = PAIR_CASES[case]
-    run_dgrad(splits, k, n, "fast", od, with_bias=with_bias, seed=32, fast_kernel="pair")
+    run_dgrad(splits, k, n, "fast", od, with_bias=with_bias, seed=32, algorithm="fused_pair_256x256")
 
 
-# The fused fast kernels' bf16 output (pair, large, skinny) leaves through TMA-store boxes (ws::store_tile_tma_bf16:
-# 16 rows x 64 columns of a 2D map of the output's rows, which clips columns past cols: fprop / dgrad [T, cols], wgrad
-# the E planes [N, K] as E N rows) where the map applies (cols a multiple of 8, a 16-byte aligned output), and through
-# the staged bulk copies with NVFP4_BF16_TMA=0 (read at every launch) or when it does not. Edges: groups whose rows end
-# inside a warp's 16 rows (that warp copies its rows from the box buffer itself: a box would write into the next
-# group's rows), empty groups and experts, wgrad planes whose last row tile has warps past N (208 and 80 rows), a last
-# column tile of 144 / 8 / 16 / 48 columns (boxes cut by the map), bias, dgrad, 40 columns (a whole box past cols), 36
-# columns (fprop: no map, the staged epilogue; wgrad's N and K are multiples of 16, so its map always applies to an
-# aligned output, and no warp's rows cross a plane's end), capped grids
-# (max_ctas = 8 on wgrad [0, 37, 200, 5] x [304, 144]: half tiles in the large and skinny kernels, see
-# test_capped_grid_and_half_tiles); guarded outputs, against the oracle bit for bit.
-@pytest.mark.parametrize("tma", ["1", "0"])
-@pytest.mark.parametrize("kernel", ["pair", "large", "skinny"])
-def test_bf16_epilogues(kernel, tma, monkeypatch):
-    monkeypatch.setenv("NVFP4_BF16_TMA", tma)
+# The fused fast kernels' bf16 output (fused_pair_256x256, fused_128x256, fused_64x256) leaves through TMA-store boxes
+# (epilogue "tma_store", store_tile_tma_bf16: 16 rows x 64 columns of a 2D map of the output's rows, which clips
+# columns past cols: fprop / dgrad [T, cols], wgrad the E planes [N, K] as E N rows) where the map applies (cols a
+# multiple of 8, a 16-byte aligned output; the default there), and through the staged bulk copies (epilogue "staged",
+# forced here) or when it does not. Edges: groups whose rows end inside a warp's 16 rows (that warp copies its rows from
+# the box buffer itself: a box would write into the next group's rows), empty groups and experts, wgrad planes whose
+# last row tile has warps past N (208 and 80 rows), a last column tile of 144 / 8 / 16 / 48 columns (boxes cut by the
+# map), bias, dgrad, 40 columns (a whole box past cols), 36 columns (fprop: no map, so forcing the TMA store raises and
+# the default is the staged epilogue; wgrad's N and K are multiples of 16, so its map always applies to an aligned
+# output, and no warp's rows cross a plane's end), capped grids (8 CTAs on wgrad [0, 37, 200, 5] x [304, 144]: half
+# tiles in fused_128x256 and fused_64x256, see test_capped_grid_and_half_tiles); guarded outputs, against the oracle
+# bit for bit.
+@pytest.mark.parametrize("epilogue", ["tma_store", "staged"])
+@pytest.mark.parametrize("algorithm", ["fused_pair_256x256", "fused_128x256", "fused_64x256"])
+def test_bf16_epilogues(algorithm, epilogue):
     bf16 = torch.bfloat16
-    run_fprop([0, 700, 129, 300, 17], 400, 208, "fast", bf16, with_bias=True, seed=121, fast_kernel=kernel)
-    run_fprop([33, 0, 300, 1], 264, 64, "fast", bf16, with_bias=False, seed=122, fast_kernel=kernel, max_ctas=4)
-    run_dgrad([0, 700, 129, 300, 17], 208, 144, "fast", bf16, with_bias=True, seed=123, fast_kernel=kernel)
-    run_fprop([500, 3, 250], 40, 96, "fast", bf16, with_bias=True, seed=124, fast_kernel=kernel, max_ctas=2)
-    run_fprop([500, 3, 250], 36, 96, "fast", bf16, with_bias=True, seed=125, fast_kernel=kernel)
-    run_wgrad([0, 37, 200, 5], 208, 272, "fast", bf16, False, seed=126, fast_kernel=kernel)
-    run_wgrad([0, 37, 200, 5], 304, 144, "fast", bf16, False, seed=127, fast_kernel=kernel, max_ctas=8)
-    run_wgrad([64, 0, 100], 80, 48, "fast", bf16, False, seed=128, fast_kernel=kernel, max_ctas=3)
+    kw = dict(algorithm=algorithm, epilogue=epilogue)
+    run_fprop([0, 700, 129, 300, 17], 400, 208, "fast", bf16, with_bias=True, seed=121, **kw)
+    run_fprop([33, 0, 300, 1], 264, 64, "fast", bf16, with_bias=False, seed=122, num_sms=4, **kw)
+    run_dgrad([0, 700, 129, 300, 17], 208, 144, "fast", bf16, with_bias=True, seed=123, **kw)
+    run_fprop([500, 3, 250], 40, 96, "fast", bf16, with_bias=True, seed=124, num_sms=2, **kw)
+    if epilogue == "tma_store":
+        with pytest.raises(ValueError, match="epilogue='tma_store' cannot run this call: .*got 36 bf16 columns"):
+            run_fprop([500, 3, 250], 36, 96, "fast", bf16, with_bias=True, seed=125, **kw)
+        assert planned("fprop", [500, 3, 250], 36, 96, bf16, bias=True, algorithm=algorithm).epilogue.name == "staged"
+        run_fprop([500, 3, 250], 36, 96, "fast", bf16, with_bias=True, seed=125, algorithm=algorithm)
+    else:
+        run_fprop([500, 3, 250], 36, 96, "fast", bf16, with_bias=True, seed=125, **kw)
+    run_wgrad([0, 37, 200, 5], 208, 272, "fast", bf16, False, seed=126, **kw)
+    run_wgrad([0, 37, 200, 5], 304, 144, "fast", bf16, False, seed=127, num_sms=8, **kw)
+    run_wgrad([64, 0, 100], 80, 48, "fast", bf16, False, seed=128, num_sms=3, **kw)
 
 
 @pytest.mark.parametrize("accumulate", [False, True])
 def test_wgrad_pair_cluster(accumulate):
     # 304 output rows: the second cluster tile's second CTA has no rows; an empty expert
-    run_wgrad([0, 37, 200, 5], 304, 144, "fast", torch.float32, accumulate, fast_kernel="pair")
+    run_wgrad([0, 37, 200, 5], 304, 144, "fast", torch.float32, accumulate, algorithm="fused_pair_256x256")
 
 
 # Every fast kernel on shapes outside its automatic range (same bits as oracle.gemm(model="tensor_core") with each).
-@pytest.mark.parametrize("tile", ["skinny", "large", "pair"])
-def test_forced_fast_kernels(tile):
+@pytest.mark.parametrize("algorithm", ["fused_64x256", "fused_128x256", "fused_pair_256x256"])
+def test_forced_fast_kernels(algorithm):
     splits, n, k = CASES["e4_zeros"]
-    run_fprop(splits, n, k, "fast", torch.float32, with_bias=True, seed=41, fast_kernel=tile)
+    run_fprop(splits, n, k, "fast", torch.float32, with_bias=True, seed=41, algorithm=algorithm)
     splits, n, k = CASES["giant"]
-    run_dgrad(splits, n, k, "fast", torch.bfloat16, seed=42, fast_kernel=tile)
+    run_dgrad(splits, n, k, "fast", torch.bfloat16, seed=42, algorithm=algorithm)
     splits, n, k = CASES["e8_rand"]
-    run_wgrad(splits, n, k, "fast", torch.float32, accumulate=True, seed=43, fast_kernel=tile)
+    run_wgrad(splits, n, k, "fast", torch.float32, accumulate=True, seed=43, algorithm=algorithm)
 
 
-# The swapped fast kernel (gemm_swapped.cuh; docs/gemm.md, stop 31: weights as wgmma's register operand, the token rows
+# The swapped fast kernel (swapped_64x256, csrc/gemm/swapped.cuh: weights as wgmma's register operand, the token rows
 # from an fp16 copy in the even / odd code order), forced: the same bits as oracle.gemm(model="tensor_core"). Covers
-# the skinny cases (groups of several 64-row token tiles, N not a multiple of 256 or of 128, K tails, bias, fp32),
-# every CASES shape (empty groups, a giant expert, 64 groups), K % 32 = 16 (8-byte weight copies), odd N (fprop's weight
-# rows per group), 16x16 weight blocks, and dgrad (W's columnwise plane as the register operand); bf16 output rows of
-# odd length too.
+# the fused_64x256 cases (groups of several 64-row token tiles, N not a multiple of 256 or of 128, K tails, bias,
+# fp32), every CASES shape (empty groups, a giant expert, 64 groups), K % 32 = 16 (8-byte weight copies), odd N
+# (fprop's weight rows per group), 16x16 weight blocks, and dgrad (W's columnwise plane as the register operand); bf16
+# output rows of odd length too. Loaders as chosen: fprop through TMA boxes where the contraction is a multiple of 32,
+# dgrad always with cp.async.
 SWAPPED_CASES = dict(SKINNY_CASES, **{f"c_{k}": (*v, torch.bfloat16, True) for k, v in CASES.items()},
                      k48_odd_n=([5, 0, 64, 65, 3], 131, 48, torch.float32, True),
                      k48_odd_n_bf16=([5, 0, 64, 65, 3], 131, 48, torch.bfloat16, True))
 
 
+def _run_swapped(case, loader=None):
+    splits, n, k, od, with_bias = SWAPPED_CASES[case]
+    kw = dict(algorithm="swapped_64x256", loader=loader)
+    run_fprop(splits, n, k, "fast", od, with_bias=with_bias, seed=101, **kw)
+    if n % 16 == 0:  # dgrad quantizes W [E*k, n] rowwise too, which needs n % 16 == 0
+        run_dgrad(splits, k, n, "fast", od, with_bias=with_bias, seed=102, **kw)
+
+
 @pytest.mark.parametrize("case", list(SWAPPED_CASES))
 def test_swapped_kernel(case):
-    splits, n, k, od, with_bias = SWAPPED_CASES[case]
-    run_fprop(splits, n, k, "fast", od, with_bias=with_bias, seed=101, fast_kernel="swapped")
-    if n % 16 == 0:  # dgrad quantizes W [E*k, n] rowwise too, which needs n % 16 == 0
-        run_dgrad(splits, k, n, "fast", od, with_bias=with_bias, seed=102, fast_kernel="swapped")
+    _run_swapped(case)
 
 
 @pytest.mark.parametrize("case", ["e8_bias", "c_e8_rand", "c_e64", "c_giant"])
-def test_swapped_kernel_cp_async_loader(case, monkeypatch):
-    """NVFP4_SWAP_TMA=0 (read at every launch) forces the cp.async loader with its 16-byte copies on shapes where the
-    TMA loader would run (contraction % 32 == 0): the same oracle checks as test_swapped_kernel. Shapes with a
-    contraction of 16 mod 32 (k48_odd_n, most dgrad cases above) take the cp.async loader's 8-byte copies anyway."""
-    monkeypatch.setenv("NVFP4_SWAP_TMA", "0")
-    test_swapped_kernel(case)
+def test_swapped_kernel_cp_async_loader(case):
+    """loader="cp_async" forces the cp.async loader with its 16-byte copies on shapes where fprop takes the TMA
+    loader (contraction % 32 == 0): the same oracle checks as test_swapped_kernel. Shapes with a contraction of 16 mod
+    32 (k48_odd_n, most dgrad cases above) take the cp.async loader's 8-byte copies anyway."""
+    splits, n, k, od, with_bias = SWAPPED_CASES[case]
+    assert k % 32 == 0  # the premise: fprop's loader would be TMA here
+    _run_swapped(case, loader="cp_async")
 
 
-@pytest.mark.parametrize("group_maps", ["1", None])
-def test_swapped_dgrad_groups_off_a_whole_row(group_maps, monkeypatch):
+def test_swapped_dgrad_groups_off_a_whole_row():
     """SPEC 12.5 on the swapped kernel's dgrad: it reads W's columnwise plane (K rows of N / 2 bytes per group), so
     after weight groups that disagree with N the next groups need not start on a whole row of N / 2 bytes. Their
     weights must still be read from their own first byte (agreeing groups are unaffected)
-    (_dgrad_after_disagreeing_groups). NVFP4_SWAP_GROUP_MAPS=1: the TMA loader through one tensor map per group
-    (opt-in until it has run on a GPU, docs/gemm.md stop 34); unset: the cp.async loader (stop 35; the one map over
-    the whole plane read those groups' rows shifted)."""
-    if group_maps is None:
-        monkeypatch.delenv("NVFP4_SWAP_GROUP_MAPS", raising=False)
-    else:
-        monkeypatch.setenv("NVFP4_SWAP_GROUP_MAPS", group_maps)
-    # contraction 96 (% 32 == 0: the TMA loader); 80 and 1408 output columns (W's columnwise rows: one and several
-    # 256-row tiles)
-    _dgrad_after_disagreeing_groups(96, 80, "fast", torch.float32, fast_kernel="swapped")
-    _dgrad_after_disagreeing_groups(96, 1408, "fast", torch.bfloat16, fast_kernel="swapped", max_ctas=5)
-    # contraction 32: a weight row is 16 bytes, narrower than the 32-byte box (the rest zero-filled)
-    run_dgrad([30, 0, 50, 20], 32, 80, "fast", torch.float32, with_bias=True, seed=106, fast_kernel="swapped")
+    (_dgrad_after_disagreeing_groups). dgrad runs the cp.async loader (one tensor map over the whole plane would read
+    those groups' rows shifted), so forcing the TMA loader raises."""
+    # contraction 96 (% 32 == 0: the cp.async loader's 16-byte copies); 80 and 1408 output columns (W's columnwise
+    # rows: one and several 256-row tiles)
+    kw = dict(algorithm="swapped_64x256", loader="cp_async")
+    _dgrad_after_disagreeing_groups(96, 80, "fast", torch.float32, **kw)
+    _dgrad_after_disagreeing_groups(96, 1408, "fast", torch.bfloat16, num_sms=5, **kw)
+    # contraction 32: a weight row of 16 bytes
+    run_dgrad([30, 0, 50, 20], 32, 80, "fast", torch.float32, with_bias=True, seed=106, **kw)
+    with pytest.raises(ValueError, match="loader='tma' cannot run this call: dgrad's weight groups"):
+        run_dgrad([30, 0, 50, 20], 32, 80, "fast", torch.float32, seed=106, algorithm="swapped_64x256", loader="tma")
 
 
 def test_swapped_kernel_capped_grid_and_auto():
     """Capped grids (every CTA walks several tiles): 30 tiles on 3 CTAs (whole rounds) and on 7 and 8 CTAs (a last
     round of 2 tiles run as 4 half tiles, and one of 6 whole tiles); the automatic choice for few rows per group;
     wgrad refused."""
-    for max_ctas in (3, 7, 8):
-        run_fprop([64, 0, 200], 1408, 160, "fast", torch.bfloat16, with_bias=True, seed=103, fast_kernel="swapped",
-                  max_ctas=max_ctas)
-    run_dgrad([64, 0, 200], 96, 1408, "fast", torch.float32, with_bias=True, seed=104, fast_kernel="swapped",
-              max_ctas=7)
-    run_fprop(rand_splits(8, 512, 7), 520, 128, "fast", torch.bfloat16, with_bias=False, seed=105)  # auto
-    with pytest.raises(ValueError, match="fprop and dgrad only"):
-        run_wgrad([0, 37, 200, 5], 304, 144, "fast", torch.float32, accumulate=False, fast_kernel="swapped")
+    for num_sms in (3, 7, 8):
+        run_fprop([64, 0, 200], 1408, 160, "fast", torch.bfloat16, with_bias=True, seed=103,
+                  algorithm="swapped_64x256", num_sms=num_sms)
+    run_dgrad([64, 0, 200], 96, 1408, "fast", torch.float32, with_bias=True, seed=104, algorithm="swapped_64x256",
+              num_sms=7)
+    splits = rand_splits(8, 512, 7)
+    assert planned("fprop", splits, 520, 128, torch.bfloat16).algorithm.name == "swapped_64x256"
+    run_fprop(splits, 520, 128, "fast", torch.bfloat16, with_bias=False, seed=105)  # auto
+    with pytest.raises(ValueError, match="algorithm='swapped_64x256' cannot run this call: it runs fprop and dgrad"):
+        run_wgrad([0, 37, 200, 5], 304, 144, "fast", torch.float32, accumulate=False, algorithm="swapped_64x256")
 
 
-# Programmatic dependent launch (device/csrc/gemm_pdl.cuh; docs/gemm.md, stop 40): a call's kernels are chained, each
-# placed on the GPU while its predecessor still runs and waiting in-kernel for its results. Three calls enqueued back to
-# back with different splits (no synchronisation in between) must each match the oracle: a kernel that read its
-# problem list, tensor maps or fp16 copies before its predecessor finished would see the other call's groups. Every
-# chain (setup -> GEMM; setup -> maps -> GEMM; setup -> decode -> retarget [-> maps] -> GEMM; setup -> decodes ->
-# CUTLASS), with PDL on and off (NVFP4_GEMM_PDL=0).
-PDL_CHAINS = {  # name: kind, mode, kernel keywords, extra environment
-    "large": ("fprop", "fast", dict(fast_kernel="large"), {}),
-    "pair": ("dgrad", "fast", dict(fast_kernel="pair"), {}),
-    "swapped": ("fprop", "fast", dict(fast_kernel="swapped"), {}),
-    "swapped_maps": ("dgrad", "fast", dict(fast_kernel="swapped"), {"NVFP4_SWAP_GROUP_MAPS": "1"}),
-    "dequant": ("dgrad", "fast", dict(fast_kernel="dequant"), {}),
-    "exact": ("fprop", "exact", dict(exact_kernel="fused"), {}),
-    "exact_tma": ("dgrad", "exact", dict(exact_kernel="fused"), {"NVFP4_EXACT_TMA": "1"}),
-    "exact_dequant": ("fprop", "exact", dict(exact_kernel="dequant"), {}),
+# Programmatic dependent launch (csrc/common/pdl.cuh; always on): a call's kernels are chained, each placed on the GPU
+# while its predecessor still runs and waiting in-kernel for its results. Three calls enqueued back to back with
+# different splits (no synchronisation in between) must each match the oracle: a kernel that read its problem list,
+# tensor maps or fp16 copies before its predecessor finished would see the other call's groups. Every chain (setup ->
+# GEMM; setup -> decode -> retarget [-> maps] -> GEMM; setup -> decodes -> CUTLASS).
+PDL_CHAINS = {  # name: kind, mode, forced algorithm
+    "fused_128x256": ("fprop", "fast", "fused_128x256"),
+    "fused_pair_256x256": ("dgrad", "fast", "fused_pair_256x256"),
+    "swapped_64x256": ("fprop", "fast", "swapped_64x256"),
+    "swapped_64x256_dgrad": ("dgrad", "fast", "swapped_64x256"),
+    "copies_cutlass": ("dgrad", "fast", "copies_cutlass"),
+    "exact_fused": ("fprop", "exact", "exact_fused"),
+    "exact_copies": ("fprop", "exact", "exact_copies"),
+    "exact_hybrid": ("dgrad", "exact", "exact_hybrid"),
 }
 
 
-@pytest.mark.parametrize("pdl", ["1", "0"])
 @pytest.mark.parametrize("chain", list(PDL_CHAINS))
-def test_back_to_back_calls(chain, pdl, monkeypatch):
-    kind, mode, kw, env = PDL_CHAINS[chain]
-    if chain == "dequant":
-        _needs_dequant_path()
-    monkeypatch.setenv("NVFP4_GEMM_PDL", pdl)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
+def test_back_to_back_calls(chain):
+    kind, mode, algorithm = PDL_CHAINS[chain]
+    if algorithm == "copies_cutlass":
+        _needs_cutlass()
     n, k = 256, 512
     wq = weights(4, n, k, seed=201)
     cols = n if kind == "fprop" else k  # output columns
     split_sets = [[100, 0, 300, 61], [0, 257, 3, 200], [64, 64, 64, 64]]
     acts = [gq(rand_bf16((sum(s), k if kind == "fprop" else n), 202 + i), s) for i, s in enumerate(split_sets)]
     torch.cuda.synchronize()
-    outs = [_gg()(a, wq, kind=kind, mode=mode, **kw) for a in acts]  # enqueued back to back
+    outs = [gemm(a, wq, kind=kind, mode=mode, algorithm=algorithm) for a in acts]  # enqueued back to back
     wo = wq.to_oracle()
-    for i, (splits, a, y) in enumerate(zip(split_sets, acts, outs, strict=True)):
+    for splits, a, y in zip(split_sets, acts, outs, strict=True):
         assert tuple(y.shape) == (sum(splits), cols)
         b_planes = wo.row_planes if kind == "fprop" else wo.col_planes
         check_row_groups(to_np(y), splits, a.to_oracle().row_planes, b_planes, mode, torch.bfloat16,
-                         where=f"{chain} call {i}")
+                         where=f"{chain}, the call on splits {splits}")
 
 
-# The dequantize-first path (fp16 copies of both planes + CUTLASS's grouped GEMM; docs/gemm.md, stop 29), forced on
-# every case shape: the same bits as oracle.gemm(model="tensor_core"). Covers empty groups (M = 0 for CUTLASS, and in
-# wgrad K = 0: the zero-step epilogue, accumulating or not), unaligned group sizes (columnwise pitches roundup(m_g,16)),
-# one giant expert, 64 groups, RHT'd wgrad operands and both output dtypes (wgrad's too). No bias (the path has none).
+# copies_cutlass (fp16 copies of both planes + CUTLASS's grouped GEMM), forced on every case shape: the same bits as
+# oracle.gemm(model="tensor_core"). Covers empty groups (M = 0 for CUTLASS, and in wgrad K = 0: the zero-step epilogue,
+# accumulating or not), unaligned group sizes (columnwise pitches roundup(m_g,16)), one giant expert, 64 groups, RHT'd
+# wgrad operands and both output dtypes (wgrad's too). No bias (the path has none).
 @pytest.mark.parametrize("case", list(CASES))
-def test_dequant_path(case):
-    _needs_dequant_path()
+def test_copies_cutlass(case):
+    _needs_cutlass()
     splits, n, k = CASES[case]
     od = torch.float32 if case in ("e4_zeros", "e64") else torch.bfloat16
-    run_fprop(splits, n, k, "fast", od, with_bias=False, seed=81, fast_kernel="dequant")
-    run_dgrad(splits, n, k, "fast", torch.bfloat16, seed=82, fast_kernel="dequant")
-    run_wgrad(splits, n, k, "fast", torch.float32, accumulate=case != "e1", seed=83, fast_kernel="dequant")
-    run_wgrad(splits, n, k, "fast", torch.float32, accumulate=False, seed=84, fast_kernel="dequant", max_ctas=5)
-    run_wgrad(splits, n, k, "fast", torch.bfloat16, accumulate=False, seed=85, fast_kernel="dequant")
+    kw = dict(algorithm="copies_cutlass")
+    run_fprop(splits, n, k, "fast", od, with_bias=False, seed=81, **kw)
+    run_dgrad(splits, n, k, "fast", torch.bfloat16, seed=82, **kw)
+    run_wgrad(splits, n, k, "fast", torch.float32, accumulate=case != "e1", seed=83, **kw)
+    run_wgrad(splits, n, k, "fast", torch.float32, accumulate=False, seed=84, num_sms=5, **kw)
+    run_wgrad(splits, n, k, "fast", torch.bfloat16, accumulate=False, seed=85, **kw)
 
 
-def test_dequant_path_refusals():
-    """Forcing the dequantize-first path where it cannot run raises before any launch."""
-    gg = _gg()
+def test_copies_cutlass_refusals():
+    """Forcing copies_cutlass where it cannot run raises before any launch."""
     e, n, k = 2, 36, 64  # bf16 rows of 36 columns: 72 bytes, not 16-byte aligned
-    _needs_dequant_path()
+    _needs_cutlass()
     xq = gq(rand_bf16((64, k), 3), [30, 34])
     wq = weights(e, n, k, 5)
-    with pytest.raises(ValueError, match="16-byte aligned"):
-        gg(xq, wq, kind="fprop", fast_kernel="dequant")
+    with pytest.raises(ValueError, match="algorithm='copies_cutlass' cannot run this call: .*16-byte aligned"):
+        gemm(xq, wq, kind="fprop", algorithm="copies_cutlass")
     wq = weights(e, 32, k, 5)
     with pytest.raises(ValueError, match="no bias"):
-        gg(xq, wq, kind="fprop", fast_kernel="dequant", bias=torch.zeros((e, 32), device=DEV))
-    with pytest.raises(ValueError, match="exact mode"):
-        gg(xq, wq, kind="fprop", fast_kernel="dequant", mode="exact")
+        gemm(xq, wq, kind="fprop", algorithm="copies_cutlass", bias=torch.zeros((e, 32), device=DEV))
+    with pytest.raises(ValueError, match="copies_cutlass is a fast-mode algorithm, the call is mode='exact'"):
+        gemm(xq, wq, kind="fprop", algorithm="copies_cutlass", mode="exact")
 
 
-# Exact mode over fp16 copies of both planes (gemm_exact_f16.cuh; docs/gemm.md, stop 30), forced on every case shape:
-# the same bits as oracle.gemm(model="sequential"). Covers empty groups (no tiles; in wgrad with accumulate none, without
-# it the zero-step tiles), unaligned group sizes (columnwise copies with pitch roundup(m_g, 16), K tails inside a
-# 64-element K step), one giant expert, 64 groups, bias (fprop, dgrad), both output dtypes and a capped grid.
+# Exact mode over fp16 copies of both planes (exact_copies, csrc/gemm/exact_copies.cuh), forced on every case shape:
+# the same bits as oracle.gemm(model="sequential"). Covers empty groups (no tiles; in wgrad with accumulate none,
+# without it the zero-step tiles), unaligned group sizes (columnwise copies with pitch roundup(m_g, 16), K tails inside
+# a 64-element K step), one giant expert, 64 groups, bias (fprop, dgrad), both output dtypes and a capped grid.
 @pytest.mark.parametrize("case", list(CASES))
-def test_exact_dequant_path(case):
+def test_exact_copies(case):
     splits, n, k = CASES[case]
     od = torch.float32 if case in ("e4_zeros", "e64") else torch.bfloat16
-    kw = dict(exact_kernel="dequant")
+    kw = dict(algorithm="exact_copies")
     run_fprop(splits, n, k, "exact", od, with_bias=True, seed=91, **kw)
     run_dgrad(splits, n, k, "exact", torch.bfloat16, with_bias=case != "e1", seed=92, **kw)
     run_wgrad(splits, n, k, "exact", torch.float32, accumulate=case != "e1", seed=93, **kw)
-    run_wgrad(splits, n, k, "exact", torch.float32, accumulate=False, seed=94, max_ctas=5, **kw)
+    run_wgrad(splits, n, k, "exact", torch.float32, accumulate=False, seed=94, num_sms=5, **kw)
 
 
-# More groups than the kernel over copies keeps in its shared-memory prefix table (wg::kMaxCachedGroups = 512; stop
-# 47): its tile lookups then search the table in global memory. 600 groups, many empty, with a capped grid so that each
-# CTA walks many tiles (the lookup runs one tile ahead).
-def test_exact_dequant_past_cached_groups():
+# More groups than the kernel over copies keeps in its shared-memory prefix table (kMaxCachedGroups = 512): its
+# tile lookups then search the table in global memory. 600 groups, many empty, with a capped grid so that each CTA
+# walks many tiles (the lookup runs one tile ahead).
+def test_exact_copies_past_cached_groups():
     splits = rand_splits(600, 3000, 5)
     assert len(splits) > 512 and 0 in splits
-    kw = dict(exact_kernel="dequant")
-    run_fprop(splits, 32, 64, "exact", torch.bfloat16, with_bias=True, seed=98, max_ctas=7, **kw)
-    run_wgrad(splits, 32, 48, "exact", torch.float32, accumulate=True, seed=99, max_ctas=7, **kw)
+    kw = dict(algorithm="exact_copies")
+    run_fprop(splits, 32, 64, "exact", torch.bfloat16, with_bias=True, seed=98, num_sms=7, **kw)
+    run_wgrad(splits, 32, 48, "exact", torch.float32, accumulate=True, seed=99, num_sms=7, **kw)
 
 
 def _splits_empty_at_chunk_edges(e: int, seed: int) -> list[int]:
     """rand_splits with groups 0, 31-33, 63-65, 127-129 and 255-257 (where < e - 1) empty as well: runs of equal
-    prefix entries on both sides of wg::find_group_warp's 32-entry chunk boundaries."""
+    prefix entries on both sides of find_group_warp's 32-entry chunk boundaries."""
     splits = [int(v) for v in rand_splits(e, 40 * e, seed)]
     for g in (0, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257):
         if g < e - 1:
@@ -549,33 +597,39 @@ def _splits_empty_at_chunk_edges(e: int, seed: int) -> list[int]:
 
 
 # The MMA warps of the fast kernels over packed operands and of the hybrid exact kernel find each output tile's group
-# with a warp-wide count over prefix[1..E-1] (wg::find_group_warp, stop 48: 8 chunks of 32 entries, so E <= 257; more
-# groups take the binary search). Group counts on each side of every chunk boundary and of that limit, with empty
-# groups at the boundaries, and a capped grid (each CTA walks many tiles), against the oracle.
+# with a warp-wide count over prefix[1..E-1] (find_group_warp in csrc/gemm/tile_list.cuh: 8 chunks of 32 entries, so
+# E <= 257; more groups take the binary search). Group counts on each side of every chunk boundary and of that limit,
+# with empty groups at the boundaries, and a capped grid (each CTA walks many tiles), against the oracle.
 @pytest.mark.parametrize("e", [31, 34, 129, 130, 257, 258])
 def test_warp_group_search(e):
     splits = _splits_empty_at_chunk_edges(e, 40 + e)
     assert splits[0] == 0 and splits[-1] > 0
-    for kernel in ("swapped", "skinny", "large", "pair"):
-        run_fprop(splits, 32, 64, "fast", torch.bfloat16, with_bias=True, seed=e, fast_kernel=kernel, max_ctas=7)
-    run_dgrad(splits, 64, 32, "fast", torch.float32, seed=e + 1, fast_kernel="swapped", max_ctas=5)
-    run_wgrad(splits, 32, 48, "fast", torch.float32, accumulate=True, seed=e + 2, fast_kernel="large", max_ctas=7)
-    # bf16 wgrad through the 128 x 256 kernel (ShapeLargeBf16, staged epilogue), many short tiles per CTA
-    run_wgrad(splits, 32, 48, "fast", torch.bfloat16, accumulate=False, seed=e + 5, fast_kernel="large", max_ctas=7)
-    run_fprop(splits, 32, 64, "exact", torch.float32, with_bias=True, seed=e + 3, exact_kernel="hybrid", max_ctas=7)
-    run_dgrad(splits, 64, 32, "exact", torch.bfloat16, seed=e + 4, exact_kernel="hybrid", max_ctas=5)
+    for algorithm in ("swapped_64x256", "fused_64x256", "fused_128x256", "fused_pair_256x256"):
+        run_fprop(splits, 32, 64, "fast", torch.bfloat16, with_bias=True, seed=e, algorithm=algorithm, num_sms=7)
+    run_dgrad(splits, 64, 32, "fast", torch.float32, seed=e + 1, algorithm="swapped_64x256", num_sms=5)
+    run_wgrad(splits, 32, 48, "fast", torch.float32, accumulate=True, seed=e + 2, algorithm="fused_128x256",
+              num_sms=7)
+    # bf16 wgrad through the 128 x 256 kernel (both of its bf16 instantiations: the staged epilogue and the TMA
+    # store), many short tiles per CTA
+    for epilogue in ("staged", "tma_store"):
+        run_wgrad(splits, 32, 48, "fast", torch.bfloat16, accumulate=False, seed=e + 5, algorithm="fused_128x256",
+                  epilogue=epilogue, num_sms=7)
+    run_fprop(splits, 32, 64, "exact", torch.float32, with_bias=True, seed=e + 3, algorithm="exact_hybrid",
+              num_sms=7)
+    run_dgrad(splits, 64, 32, "exact", torch.bfloat16, seed=e + 4, algorithm="exact_hybrid", num_sms=5)
 
 
-def _dgrad_after_disagreeing_groups(n: int, k: int, mode: str, out_dtype, **kw) -> None:
+def _dgrad_after_disagreeing_groups(n: int, k: int, mode: str, out_dtype, **plan) -> None:
     """dgrad whose weight groups 0 and 1 disagree with N (N + 8 and N - 8 rows, the same total; SPEC 12.5: NaN), so
     that the columnwise plane of groups 2-3 starts K (2 N + 16) / 2 bytes in, not on a whole row of N / 2 bytes (one
-    tensor map over the whole plane could not address it); groups 2 and 3 are checked against the oracle."""
+    tensor map over the whole plane could not address it); groups 2 and 3 are checked against the oracle. ``plan``:
+    gemm()'s algorithm / loader / epilogue / num_sms."""
     splits = [30, 0, 50, 200]
     dyq = gq(rand_bf16((sum(splits), n), 13), splits, rowwise=True)
     wq_bad = gq(rand_bf16((4 * n, k), 12, 0.05), [n + 8, n - 8, n, n], rowwise=True, columnwise=True, block=(16, 16))
     assert int(wq_bad.col_data_offsets[2]) % (n // 2) != 0  # the premise: group 2 is not on a whole row
     out, check_tail = guarded((sum(splits), k), out_dtype)
-    _gg()(dyq, wq_bad, kind="dgrad", out=out, mode=mode, **kw)
+    gemm(dyq, wq_bad, kind="dgrad", out=out, mode=mode, **plan)
     check_tail("dgrad")
     y, dyo, wo = to_np(out), dyq.to_oracle(), wq_bad.to_oracle()
     _all_nan(y[:30], "dgrad group 0 (W group of N + 8 rows)")
@@ -583,51 +637,47 @@ def _dgrad_after_disagreeing_groups(n: int, k: int, mode: str, out_dtype, **kw) 
     check_group(y[80:], dyo.row_planes[3], wo.col_planes[3], mode, out_dtype, where="dgrad g=3")
 
 
-@pytest.mark.parametrize("tma", ["1", "0"])
-def test_exact_dequant_loaders(tma, monkeypatch):
+@pytest.mark.parametrize("loader", ["tma", "cp_async"])
+def test_exact_copies_loaders(loader):
     """The exact kernel over fp16 copies loads its stages with TMA boxes through two tensor maps per group, built on the
-    device from the group sizes; NVFP4_XF16_TMA=0 (read at every launch) forces its cp.async loader. Both against the
+    device from the group sizes (loader "tma", the default), or with cp.async (loader "cp_async"). Both against the
     oracle's sequential model on shapes with K tails, unaligned groups (wgrad: a row pitch of roundup(m_g, 16) per
     group) and capped grids, and on a dgrad whose weight groups 0 and 1 disagree with N (SPEC 12.5: NaN, no maps), so
     that the columnwise plane of groups 2-3 starts K (2N + 16) / 2 bytes in, not on a whole row of N / 2 bytes (a
     single map over the whole copy could not address it)."""
-    monkeypatch.setenv("NVFP4_XF16_TMA", tma)
-    kw = dict(exact_kernel="dequant")
+    assert planned("fprop", [0, 130, 1, 77], 272, 256, torch.bfloat16, mode="exact",
+                   algorithm="exact_copies").loader.name == "tma"  # the default
+    kw = dict(algorithm="exact_copies", loader=loader)
     for case in ("e4_zeros", "giant", "e64"):
         splits, n, k = CASES[case]
         run_fprop(splits, n, k, "exact", torch.bfloat16, with_bias=True, seed=95, **kw)
-        run_dgrad(splits, n, k, "exact", torch.float32, with_bias=False, seed=96, max_ctas=3, **kw)
+        run_dgrad(splits, n, k, "exact", torch.float32, with_bias=False, seed=96, num_sms=3, **kw)
         run_wgrad(splits, n, k, "exact", torch.float32, accumulate=True, seed=97, **kw)
     _dgrad_after_disagreeing_groups(48, 160, "exact", torch.float32, **kw)
 
 
-@pytest.mark.parametrize("tma", ["1", "0", "1-all-b"])
-def test_exact_fused_loaders(tma, monkeypatch):
-    """The fused exact kernel (gemm_wgmma_ws.cuh's exact shapes) loads its raw stages (packed A and B rows, their scale
-    tiles) with TMA boxes through four tensor maps per group, built on the device, for fprop and dgrad with a
-    contraction % 32 == 0, when NVFP4_EXACT_TMA=1 (read at every launch; opt-in until it has run on a GPU, docs/gemm.md
-    stop 34); otherwise (0, or unset) the converters copy with cp.async. Both
-    against the oracle's sequential model: K tails inside a K step (K = 96 and 160: part of the last box lies past
-    K; K = 32: rows narrower than a box), groups and N that are not multiples of 128 rows (box rows past the group zero-filled), empty groups, 64 groups,
-    capped grids, and a dgrad whose groups 2-3 start off a whole row after groups that disagree with N
-    (_dgrad_after_disagreeing_groups; the disagreeing groups get no maps). "1-all-b": the TMA loader with the
-    converter converting all of B (NVFP4_EXACT_CONV_ALL_B=1, ws::ShapeExactWsAllB; opt-in, stop 35)."""
-    monkeypatch.setenv("NVFP4_EXACT_TMA", tma[0])
-    monkeypatch.setenv("NVFP4_EXACT_CONV_ALL_B", "1" if tma.endswith("all-b") else "0")
-    kw = dict(exact_kernel="fused")
+def test_exact_fused_edges():
+    """The fused exact kernel (exact_fused, csrc/gemm/fused.cuh; its converters copy the raw stages, packed A and B
+    rows and their scale tiles, with cp.async, its only loader) against the oracle's sequential model: K tails inside a
+    K step (K = 96 and 160; K = 32: packed rows of 16 bytes), groups and N that are not multiples of 128 rows, empty
+    groups, 64 groups, capped grids, and a dgrad whose groups 2-3 start off a whole row after groups that disagree with
+    N (_dgrad_after_disagreeing_groups)."""
+    kw = dict(algorithm="exact_fused")
     for case in ("e4_zeros", "e64", "giant", "e8_rand"):
         splits, n, k = CASES[case]
         run_fprop(splits, n, k, "exact", torch.bfloat16, with_bias=True, seed=101, **kw)
-        run_dgrad(splits, n, k, "exact", torch.float32, with_bias=False, seed=102, max_ctas=3, **kw)
-    run_fprop([0, 70, 129, 5, 300], 200, 96, "exact", torch.float32, with_bias=False, seed=103, max_ctas=2, **kw)
+        run_dgrad(splits, n, k, "exact", torch.float32, with_bias=False, seed=102, num_sms=3, **kw)
+    run_fprop([0, 70, 129, 5, 300], 200, 96, "exact", torch.float32, with_bias=False, seed=103, num_sms=2, **kw)
     run_dgrad([0, 70, 129, 5, 300], 96, 192, "exact", torch.bfloat16, with_bias=True, seed=104, **kw)
-    # contraction 32: a packed row is 16 bytes, narrower than the 32-byte box (the rest zero-filled)
+    # contraction 32: a packed row of 16 bytes
     run_fprop([0, 70, 129, 5], 40, 32, "exact", torch.float32, with_bias=True, seed=105, **kw)
     run_dgrad([0, 70, 129, 5], 32, 48, "exact", torch.bfloat16, with_bias=False, seed=106, **kw)
-    _dgrad_after_disagreeing_groups(96, 160, "exact", torch.float32, **kw)  # (contraction 96: the TMA loader)
+    _dgrad_after_disagreeing_groups(96, 160, "exact", torch.float32, **kw)
+    with pytest.raises(ValueError, match="loader='tma' cannot run this call: exact_fused has the loader"):
+        run_fprop([0, 70, 129, 5], 40, 32, "exact", torch.float32, with_bias=True, seed=105, loader="tma", **kw)
 
 
-# The hybrid exact kernel (gemm_exact_hybrid.cu; docs/gemm.md, stop 46): A from an fp16 copy (TMA), B's packed K tiles and
+# The hybrid exact kernel (exact_hybrid, csrc/gemm/exact_hybrid.cu): A from an fp16 copy (TMA), B's packed K tiles and
 # scale tiles by TMA, dequantized into the stages by the loader warpgroup; the same bits as oracle.gemm(model=
 # "sequential"). Every case shape whose contraction is a multiple of 32 (fprop: K, dgrad: N), bias, both outputs,
 # capped grids, K tails inside a K step (K = 96, 160: part of the last box lies past K; K = 32: packed rows narrower
@@ -636,23 +686,23 @@ def test_exact_fused_loaders(tma, monkeypatch):
 @pytest.mark.parametrize("case", list(CASES))
 def test_exact_hybrid_kernel(case):
     splits, n, k = CASES[case]
-    kw = dict(exact_kernel="hybrid")
+    kw = dict(algorithm="exact_hybrid")
     ran = 0
     if k % 32 == 0:
         run_fprop(splits, n, k, "exact", torch.bfloat16, with_bias=True, seed=111, **kw)
-        run_fprop(splits, n, k, "exact", torch.float32, with_bias=False, seed=112, max_ctas=3, **kw)
+        run_fprop(splits, n, k, "exact", torch.float32, with_bias=False, seed=112, num_sms=3, **kw)
         ran += 1
     if n % 32 == 0:
         run_dgrad(splits, n, k, "exact", torch.float32, with_bias=case != "e1", seed=113, **kw)
-        run_dgrad(splits, n, k, "exact", torch.bfloat16, with_bias=False, seed=114, max_ctas=5, **kw)
+        run_dgrad(splits, n, k, "exact", torch.bfloat16, with_bias=False, seed=114, num_sms=5, **kw)
         ran += 1
     assert ran > 0, "every case shape runs at least one kind"
 
 
 def test_exact_hybrid_kernel_edges():
     """The hybrid kernel on K tails, narrow packed rows, odd group sizes and disagreeing weight groups (see above)."""
-    kw = dict(exact_kernel="hybrid")
-    run_fprop([0, 70, 129, 5, 300], 200, 96, "exact", torch.float32, with_bias=False, seed=115, max_ctas=2, **kw)
+    kw = dict(algorithm="exact_hybrid")
+    run_fprop([0, 70, 129, 5, 300], 200, 96, "exact", torch.float32, with_bias=False, seed=115, num_sms=2, **kw)
     run_dgrad([0, 70, 129, 5, 300], 96, 192, "exact", torch.bfloat16, with_bias=True, seed=116, **kw)
     run_fprop([0, 70, 129, 5], 40, 32, "exact", torch.float32, with_bias=True, seed=117, **kw)
     run_dgrad([3, 0, 250], 32, 48, "exact", torch.bfloat16, with_bias=False, seed=118, **kw)
@@ -662,84 +712,105 @@ def test_exact_hybrid_kernel_edges():
 
 def test_exact_hybrid_refusals():
     """Forcing the hybrid kernel where it cannot run raises before any launch: wgrad, a contraction not a multiple of
-    32 (fprop K = 48; dgrad N = 48)."""
-    gg = _gg()
+    32 (fprop K = 48; dgrad N = 48), b's buffers not 16-byte aligned, fast mode."""
+    import dataclasses
+
     xq = gq(rand_bf16((64, 48), 3), [30, 34])
     wq = weights(2, 32, 48, 5)
-    with pytest.raises(ValueError, match="multiple of 32"):
-        gg(xq, wq, kind="fprop", mode="exact", exact_kernel="hybrid")
+    hybrid = dict(mode="exact", algorithm="exact_hybrid")
+    with pytest.raises(ValueError, match="algorithm='exact_hybrid' cannot run this call: .*multiple of 32, got 48"):
+        gemm(xq, wq, kind="fprop", **hybrid)
     dyq = gq(rand_bf16((64, 48), 4), [30, 34])
     wq2 = weights(2, 48, 64, 6)
-    with pytest.raises(ValueError, match="multiple of 32"):
-        gg(dyq, wq2, kind="dgrad", mode="exact", exact_kernel="hybrid")
+    with pytest.raises(ValueError, match="multiple of 32, got 48"):
+        gemm(dyq, wq2, kind="dgrad", **hybrid)
     dyc = gq(rand_bf16((64, 32), 7), [30, 34], rowwise=False, columnwise=True)
     xc = gq(rand_bf16((64, 64), 8), [30, 34], rowwise=False, columnwise=True)
     with pytest.raises(ValueError, match="fprop and dgrad only"):
-        gg(dyc, xc, kind="wgrad", mode="exact", exact_kernel="hybrid")
-    with pytest.raises(ValueError, match="exact_kernel"):
-        gg(xq, wq, kind="fprop", mode="fast", exact_kernel="hybrid")
+        gemm(dyc, xc, kind="wgrad", **hybrid)
+    # b's data 8 bytes into a copy of its buffer (the plane's bytes unchanged): the automatic choice takes the fused
+    # exact kernel, whose result is checked, and forcing the hybrid one raises
+    xq64 = gq(rand_bf16((64, 64), 9), [30, 34])
+    wq64 = weights(2, 32, 64, 10)
+    buf = torch.zeros(wq64.row_data.numel() + 8, dtype=torch.uint8, device=DEV)
+    buf[8:] = wq64.row_data
+    shifted = dataclasses.replace(wq64, row_data=buf[8:])
+    assert shifted.row_data.data_ptr() % 16 == 8
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        gemm(xq64, shifted, kind="fprop", **hybrid)
+    y = to_np(gemm(xq64, shifted, kind="fprop", mode="exact", out_dtype=torch.float32))
+    check_row_groups(y, [30, 34], xq64.to_oracle().row_planes, wq64.to_oracle().row_planes, "exact", torch.float32,
+                     where="fprop, b unaligned")
+    with pytest.raises(ValueError, match="exact_hybrid is an? exact-mode algorithm, the call is mode='fast'"):
+        gemm(xq, wq, kind="fprop", mode="fast", algorithm="exact_hybrid")
 
 
-def test_kernel_options_refused_in_the_other_mode():
-    """fast_kernel= belongs to the fast mode and exact_kernel= to the exact mode: the other mode raises."""
-    gg = _gg()
+def test_algorithms_refused_in_the_other_mode():
+    """The fast-mode algorithms run mode="fast" calls and the exact-mode ones mode="exact" calls: forcing one on the
+    other mode raises before any launch; an unknown name raises on entering force_plan."""
     xq = gq(rand_bf16((64, 64), 3), [30, 34])
     wq = weights(2, 32, 64, 5)
-    with pytest.raises(ValueError, match="exact_kernel"):
-        gg(xq, wq, kind="fprop", mode="fast", exact_kernel="dequant")
-    with pytest.raises(ValueError, match="fast_kernel"):
-        gg(xq, wq, kind="fprop", mode="exact", fast_kernel="large")
-    with pytest.raises(ValueError, match="exact_kernel must be one of"):
-        gg(xq, wq, kind="fprop", mode="exact", exact_kernel="pair")
+    with pytest.raises(ValueError, match="exact_copies is an? exact-mode algorithm, the call is mode='fast'"):
+        gemm(xq, wq, kind="fprop", mode="fast", algorithm="exact_copies")
+    with pytest.raises(ValueError, match="fused_128x256 is a fast-mode algorithm, the call is mode='exact'"):
+        gemm(xq, wq, kind="fprop", mode="exact", algorithm="fused_128x256")
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        gemm(xq, wq, kind="fprop", mode="exact", algorithm="pair")
 
 
 # fprop's output has N = the weight rows per group columns, which need not be a multiple of 16 (any split of the
 # weights is allowed): odd N (single-element stores, the last column of a row checked against N; the old pair stores
-# were misaligned there), N % 16 = 8 (pair stores, a partial last 16-column group), N < 16. Every mode and fast
-# kernel; the guarded output catches a write past the last row.
-@pytest.mark.parametrize("mode_kernel", ["exact", "fast-auto", "fast-skinny", "fast-large", "fast-pair"])
+# were misaligned there), N % 16 = 8 (pair stores, a partial last 16-column group), N < 16. Every mode and fused fast
+# algorithm; the guarded output catches a write past the last row.
+@pytest.mark.parametrize("mode_algorithm", ["exact", "fast-auto", "fast-fused_64x256", "fast-fused_128x256",
+                                            "fast-fused_pair_256x256"])
 @pytest.mark.parametrize("n", [17, 24, 40, 7])
-def test_fprop_n_not_multiple_of_16(n, mode_kernel):
-    mode, _, kernel = mode_kernel.partition("-")
-    fast_kernel = kernel or None
-    run_fprop([0, 70, 261, 5], n, 96, mode, torch.float32, with_bias=True, seed=51, fast_kernel=fast_kernel)
-    run_fprop([33, 0, 300, 1], n, 160, mode, torch.bfloat16, with_bias=n % 2 == 1, seed=52, fast_kernel=fast_kernel)
+def test_fprop_n_not_multiple_of_16(n, mode_algorithm):
+    mode, _, algorithm = mode_algorithm.partition("-")
+    algorithm = None if algorithm in ("", "auto") else algorithm
+    run_fprop([0, 70, 261, 5], n, 96, mode, torch.float32, with_bias=True, seed=51, algorithm=algorithm)
+    run_fprop([33, 0, 300, 1], n, 160, mode, torch.bfloat16, with_bias=n % 2 == 1, seed=52, algorithm=algorithm)
 
 
-def _epilogue_test_mode(kernel: str) -> tuple[str, dict]:
-    """(mode, kernel keyword arguments) of an epilogue test's kernel name: a fast kernel ("auto" = by the sizes),
-    "exact" (the fused exact-mode kernel, 128-column tiles, same epilogues) or "exact_dequant" (the exact kernel over
-    fp16 operand copies, same tiles and epilogues)."""
-    if kernel == "exact":
-        return "exact", dict(exact_kernel="fused")
-    if kernel == "exact_dequant":
-        return "exact", dict(exact_kernel="dequant")
-    return "fast", dict(fast_kernel=None if kernel == "auto" else kernel)
+FUSED_FAST = ("fused_64x256", "fused_128x256", "fused_pair_256x256")
 
 
-# bf16 output goes through the staged epilogue (ws::store_tile_staged: rows written to shared memory, then bulk-copied
-# to global memory 256 bytes of a row per pass) when N is a multiple of 8, and through the direct stores otherwise, in
-# the same kernel. Its edges: a last column tile of 8 columns (a 16-byte copy per row), one of 144 columns (a full first
-# pass and a 16-column second one), N = 8, warps whose rows all lie past a small group (5 rows), bias, wgrad with bf16
-# output (a group's rows start g * N * K elements into out), and N = 36 for the direct fallback.
-@pytest.mark.parametrize("kernel", ["auto", "skinny", "large", "pair", "exact", "exact_dequant"])
-def test_bf16_staged_epilogue(kernel):
-    mode, kw = _epilogue_test_mode(kernel)
-    run_fprop([0, 70, 129, 5], 264, 96, mode, torch.bfloat16, with_bias=True, seed=61, **kw)
-    run_fprop([3, 0, 40, 17], 8, 64, mode, torch.bfloat16, with_bias=True, seed=62, **kw)
-    run_dgrad([0, 70, 129, 5], 96, 144, mode, torch.bfloat16, with_bias=True, seed=63, **kw)
-    run_wgrad([37, 0, 200, 5], 80, 48, mode, torch.bfloat16, accumulate=False, seed=64, **kw)
-    run_fprop([0, 70, 129, 5], 36, 96, mode, torch.bfloat16, with_bias=True, seed=65, **kw)
+def _epilogue_test_mode(algorithm: str) -> tuple[str, dict]:
+    """(mode, gemm() plan keywords) of an epilogue test's algorithm: a fast one ("auto" = by the sizes), "exact_fused"
+    (the fused exact-mode kernel, 128-column tiles, same epilogues) or "exact_copies" (the exact kernel over fp16
+    operand copies, same tiles and epilogues)."""
+    mode = "exact" if algorithm.startswith("exact") else "fast"
+    return mode, dict(algorithm=None if algorithm == "auto" else algorithm)
 
 
-# fp32 output goes through the whole-line epilogue (ws::store_tile_lines: 32 columns of a warp's 16 rows written to
-# shared memory and read back so that each store is 4 whole 128-byte rows, C and bias read the same way) when N is a
-# multiple of 4, and through the direct stores otherwise, in the same kernel. Its edges: a last column tile of 8
-# columns, N = 36 (9 pieces of 4 columns per row), N = 8 with a 5-row group (warps whose rows all lie past M), bias,
-# wgrad with and without accumulate (C read back on whole lines), dgrad, and N = 18 for the direct fallback.
-@pytest.mark.parametrize("kernel", ["auto", "skinny", "large", "pair", "exact", "exact_dequant"])
-def test_fp32_lines_epilogue(kernel):
-    mode, kw = _epilogue_test_mode(kernel)
+# bf16 output goes through the staged epilogue (epilogue "staged", store_tile_staged: rows written to shared
+# memory, then bulk-copied to global memory 256 bytes of a row per pass) when N is a multiple of 8, and through the
+# direct stores otherwise, in the same kernel. Its edges: a last column tile of 8 columns (a 16-byte copy per row), one
+# of 144 columns (a full first pass and a 16-column second one), N = 8, warps whose rows all lie past a small group (5
+# rows), bias, wgrad with bf16 output (a group's rows start g * N * K elements into out), and N = 36 for the direct
+# fallback. The fused fast algorithms take the TMA store by default where it applies (test_bf16_epilogues), so they
+# run every call twice: with the plan as chosen and with the staged epilogue forced; the exact algorithms' bf16
+# output has this epilogue only.
+@pytest.mark.parametrize("algorithm", ["auto", *FUSED_FAST, "exact_fused", "exact_copies"])
+def test_bf16_staged_epilogue(algorithm):
+    mode, kw = _epilogue_test_mode(algorithm)
+    for epilogue in (None, "staged") if algorithm in FUSED_FAST else (None,):
+        run_fprop([0, 70, 129, 5], 264, 96, mode, torch.bfloat16, with_bias=True, seed=61, epilogue=epilogue, **kw)
+        run_fprop([3, 0, 40, 17], 8, 64, mode, torch.bfloat16, with_bias=True, seed=62, epilogue=epilogue, **kw)
+        run_dgrad([0, 70, 129, 5], 96, 144, mode, torch.bfloat16, with_bias=True, seed=63, epilogue=epilogue, **kw)
+        run_wgrad([37, 0, 200, 5], 80, 48, mode, torch.bfloat16, accumulate=False, seed=64, epilogue=epilogue, **kw)
+        run_fprop([0, 70, 129, 5], 36, 96, mode, torch.bfloat16, with_bias=True, seed=65, epilogue=epilogue, **kw)
+
+
+# fp32 output goes through the whole-line epilogue (epilogue "staged", store_tile_lines: 32 columns of a warp's 16
+# rows written to shared memory and read back so that each store is 4 whole 128-byte rows, C and bias read the same way)
+# when N is a multiple of 4, and through the direct stores otherwise, in the same kernel. Its edges: a last column tile
+# of 8 columns, N = 36 (9 pieces of 4 columns per row), N = 8 with a 5-row group (warps whose rows all lie past M),
+# bias, wgrad with and without accumulate (C read back on whole lines; without C, fused_128x256 and exact_copies take
+# the TMA store by default, test_wgrad_tma_epilogue), dgrad, and N = 18 for the direct fallback.
+@pytest.mark.parametrize("algorithm", ["auto", *FUSED_FAST, "exact_fused", "exact_copies"])
+def test_fp32_lines_epilogue(algorithm):
+    mode, kw = _epilogue_test_mode(algorithm)
     run_fprop([0, 70, 129, 5], 264, 96, mode, torch.float32, with_bias=True, seed=71, **kw)
     run_fprop([3, 0, 40, 17], 36, 64, mode, torch.float32, with_bias=True, seed=72, **kw)
     run_fprop([5, 0, 1, 2], 8, 64, mode, torch.float32, with_bias=True, seed=73, **kw)
@@ -747,48 +818,63 @@ def test_fp32_lines_epilogue(kernel):
     for accumulate in (False, True):
         run_wgrad([37, 0, 200, 5], 80, 48, mode, torch.float32, accumulate=accumulate, seed=75,
                   **kw)
+    if algorithm in ("fused_128x256", "exact_copies"):  # wgrad without C through the lines too
+        run_wgrad([37, 0, 200, 5], 80, 48, mode, torch.float32, accumulate=False, seed=75, epilogue="staged", **kw)
     run_fprop([0, 70, 129, 5], 18, 96, mode, torch.float32, with_bias=True, seed=76, **kw)
 
 
-# max_ctas caps the persistent grid, so every CTA walks several tiles; when the last round's tiles fill at most half of
-# the CTAs, the one-CTA fast kernels run them as half tiles (128 columns each, TileWalk in gemm_wgmma_ws.cuh). Tile
-# counts here (skinny / large): fprop [64, 0, 200] x N = 1408 has 30 / 18 tiles of which the last N tile holds 128
-# columns; wgrad [0, 37, 200, 5] x [304, 144] has 20 / 12 tiles (15 / 9 with accumulate: the empty expert has none)
-# of 144 columns. So the caps give: whole rounds only (1, 3), a last round of whole tiles (skinny fprop 8, large fprop
-# 7, ...), and half tiles (skinny fprop 7 and large fprop 8, whose second halves of the last N tile are empty; wgrad,
-# whose second halves hold 16 columns). The cluster kernel runs max_ctas // 2 clusters (at least one), the exact one
-# max_ctas CTAs, both on whole tiles.
-@pytest.mark.parametrize("max_ctas", [1, 3, 7, 8])
-@pytest.mark.parametrize("kernel", ["skinny", "large", "pair", "exact", "exact_dequant"])
-def test_capped_grid_and_half_tiles(kernel, max_ctas):
-    mode, kw = _epilogue_test_mode(kernel)
-    run_fprop([64, 0, 200], 1408, 160, mode, torch.bfloat16, with_bias=True, seed=81, **kw,
-              max_ctas=max_ctas)
-    run_dgrad([64, 0, 200], 96, 1408, mode, torch.float32, with_bias=True, seed=82, **kw,
-              max_ctas=max_ctas)
+# device.set_num_sms caps the persistent grid, so every CTA walks several tiles; when the last round's tiles fill at
+# most half of the CTAs, the one-CTA fast kernels run them as half tiles (128 columns each, TileWalk in
+# csrc/gemm/tile_list.cuh). Tile counts here (fused_64x256 / fused_128x256): fprop [64, 0, 200] x N = 1408 has 30 / 18
+# tiles of which the last N tile holds 128 columns; wgrad [0, 37, 200, 5] x [304, 144] has 20 / 12 tiles (15 / 9 with
+# accumulate: the empty expert has none) of 144 columns. So the caps give: whole rounds only (1, 3), a last round of
+# whole tiles (fused_64x256 fprop 8, fused_128x256 fprop 7, ...), and half tiles (fused_64x256 fprop 7 and
+# fused_128x256 fprop 8, whose second halves of the last N tile are empty; wgrad, whose second halves hold 16 columns).
+# The cluster kernel runs num_sms // 2 clusters (at least one), the exact ones num_sms CTAs, all on whole tiles.
+@pytest.mark.parametrize("num_sms", [1, 3, 7, 8])
+@pytest.mark.parametrize("algorithm", [*FUSED_FAST, "exact_fused", "exact_copies"])
+def test_capped_grid_and_half_tiles(algorithm, num_sms):
+    mode, kw = _epilogue_test_mode(algorithm)
+    run_fprop([64, 0, 200], 1408, 160, mode, torch.bfloat16, with_bias=True, seed=81, **kw, num_sms=num_sms)
+    run_dgrad([64, 0, 200], 96, 1408, mode, torch.float32, with_bias=True, seed=82, **kw, num_sms=num_sms)
     for accumulate in (False, True):
         run_wgrad([0, 37, 200, 5], 304, 144, mode, torch.float32, accumulate=accumulate, seed=83,
-                  **kw, max_ctas=max_ctas)
+                  **kw, num_sms=num_sms)
 
 
-# wgrad's fp32 output from the 128 x 256 fast kernel leaves through TMA stores (ws::store_tile_tma: boxes of 16 rows x
-# 32 columns of an [E, N, K] tensor map, which clips rows past N and columns past K) when no C is read back (the host
-# refuses an unaligned out, so the map always applies there). Edges: N = 80 and K = 48 (warps whose rows all lie past
-# N, a chunk cut at column 48, six chunks past K) with an empty expert (+0 written); two row tiles, the last of 16
-# rows, and a second column tile of 48 columns; a single group; K = 80 (a row pitch of 320 bytes) with an empty last
+def test_set_num_sms_is_restored():
+    """The cap of capped() (device.set_num_sms) holds within the block only, also when the call raises."""
+    dev = _device()
+    before = dev.get_num_sms()
+    xq, wq = gq(rand_bf16((64, 64), 3), [30, 34]), weights(2, 32, 64, 5)
+    with pytest.raises(ValueError, match="cannot run this call"):
+        gemm(xq, wq, kind="fprop", mode="exact", algorithm="copies_cutlass", num_sms=3)
+    assert dev.get_num_sms() == before
+    with capped(5):
+        assert dev.get_num_sms() == 5
+    assert dev.get_num_sms() == before
+
+
+# wgrad's fp32 output from fused_128x256 leaves through TMA stores (epilogue "tma_store", store_tile_tma: boxes of
+# 16 rows x 32 columns of an [E, N, K] tensor map, which clips rows past N and columns past K) when no C is read back
+# (the host refuses an unaligned out, so the map always applies there). Edges: N = 80 and K = 48 (warps whose rows all
+# lie past N, a chunk cut at column 48, six chunks past K) with an empty expert (+0 written); two row tiles, the last of
+# 16 rows, and a second column tile of 48 columns; a single group; K = 80 (a row pitch of 320 bytes) with an empty last
 # expert. Every call writes into a guarded buffer (nothing past the end), against the oracle bit for bit.
-# "exact_dequant": the exact kernel over fp16 copies stores the same way (128 x 128 tiles: 4 chunks per warp).
-@pytest.mark.parametrize("kernel", ["large", "exact_dequant"])
-def test_wgrad_tma_epilogue(kernel):
-    if kernel == "exact_dequant":
-        _needs_dequant_path()
-        mode, kw = "exact", dict(exact_kernel="dequant")
-    else:
-        mode, kw = "fast", dict(fast_kernel="large")
+# exact_copies (the exact kernel over fp16 copies) stores the same way (128 x 128 tiles: 4 chunks per warp). With C
+# (accumulate) the TMA store cannot run: forcing it raises.
+@pytest.mark.parametrize("algorithm", ["fused_128x256", "exact_copies"])
+def test_wgrad_tma_epilogue(algorithm):
+    mode, kw = _epilogue_test_mode(algorithm)
+    kw["epilogue"] = "tma_store"
+    assert planned("wgrad", [37, 0, 200, 5], 80, 48, torch.float32, mode=mode,
+                   algorithm=algorithm).epilogue.name == "tma_store"  # the default
     run_wgrad([37, 0, 200, 5], 80, 48, mode, torch.float32, accumulate=False, seed=91, **kw)
     run_wgrad([300, 17], 272, 304, mode, torch.float32, accumulate=False, seed=92, **kw)
     run_wgrad([33], 144, 32, mode, torch.float32, accumulate=False, seed=93, **kw)
     run_wgrad([19, 40, 0], 64, 80, mode, torch.float32, accumulate=False, seed=94, **kw)
+    with pytest.raises(ValueError, match="epilogue='tma_store' cannot run this call: .*without C and bias only"):
+        run_wgrad([19, 40, 0], 64, 80, mode, torch.float32, accumulate=True, seed=94, **kw)
 
 
 def test_mostly_empty_experts():
@@ -815,13 +901,16 @@ def capture_graph(step):
     return graph, res
 
 
-GRAPH_SHAPES = {  # (E, T, N, K, kernel): few rows per group (by size: fprop the swapped kernel, whose token copy
-    # comes from the graph's pool, wgrad the skinny one), the cluster one forced,
-    "small": (4, 256, 64, 128, None),  # the dequantize-first paths forced (their scratch comes from the graph's pool;
-    "pair": (2, 640, 288, 128, "pair"),  # in exact mode the kernel over fp16 copies, otherwise the fused one)
-    "dequant": (3, 384, 96, 128, "dequant"),
-    "hybrid": (4, 256, 64, 128, "hybrid"),  # exact fprop: the hybrid kernel (A's copy and its maps from the graph's
-}                                           # pool; fast mode and wgrad: the kernels chosen by the sizes / fused)
+# (E, T, N, K, algorithm forced in fast mode, in exact fprop, in exact wgrad; None: chosen by the sizes)
+GRAPH_SHAPES = {
+    # few rows per group: by size, fprop the swapped kernel (its token copy from the graph's pool), wgrad fused_64x256
+    "small": (4, 256, 64, 128, None, "exact_fused", "exact_fused"),
+    "fused_pair": (2, 640, 288, 128, "fused_pair_256x256", "exact_fused", "exact_fused"),
+    # the algorithms over copies (their scratch from the graph's pool)
+    "copies": (3, 384, 96, 128, "copies_cutlass", "exact_copies", "exact_copies"),
+    # exact fprop: exact_hybrid (A's copy and its maps from the graph's pool)
+    "hybrid": (4, 256, 64, 128, None, "exact_hybrid", "exact_fused"),
+}
 
 
 @pytest.mark.parametrize("shape", list(GRAPH_SHAPES))
@@ -829,13 +918,8 @@ GRAPH_SHAPES = {  # (E, T, N, K, kernel): few rows per group (by size: fprop the
 @pytest.mark.parametrize("kind", ["fprop", "wgrad"])
 def test_cuda_graph_replay(kind, mode, shape):
     dev = _device()
-    gg = _gg()
-    e, t, n, k, kernel = GRAPH_SHAPES[shape]
-    if mode == "fast":
-        kernel_kw = dict(fast_kernel=None if kernel == "hybrid" else kernel)
-    else:
-        exact = kernel if kernel in ("dequant", "hybrid") else "fused"
-        kernel_kw = dict(exact_kernel="fused" if exact == "hybrid" and kind == "wgrad" else exact)
+    e, t, n, k, fast, exact_fprop, exact_wgrad = GRAPH_SHAPES[shape]
+    algorithm = fast if mode == "fast" else exact_fprop if kind == "fprop" else exact_wgrad
     replays = 100 if FULL else 12
     x_buf = torch.zeros((t, k), dtype=torch.bfloat16, device=DEV)
     dy_buf = torch.zeros((t, n), dtype=torch.bfloat16, device=DEV)
@@ -848,11 +932,11 @@ def test_cuda_graph_replay(kind, mode, shape):
     def step():
         if kind == "fprop":
             xq = dev.group_quantize(x_buf, splits_buf, rowwise=True)
-            gg(xq, wq, kind="fprop", out=out, mode=mode, **kernel_kw)
+            gemm(xq, wq, kind="fprop", out=out, mode=mode, algorithm=algorithm)
             return xq, None
         dyq = dev.group_quantize(dy_buf, splits_buf, rowwise=False, columnwise=True)
         xq = dev.group_quantize(x_buf, splits_buf, rowwise=False, columnwise=True)
-        gg(dyq, xq, kind="wgrad", out=out, mode=mode, **kernel_kw)
+        gemm(dyq, xq, kind="wgrad", out=out, mode=mode, algorithm=algorithm)
         return xq, dyq
 
     graph, res = capture_graph(step)
@@ -885,24 +969,23 @@ def _all_nan(y: np.ndarray, where: str) -> None:
     assert np.isnan(np.asarray(y, np.float32)).all(), f"{where}: not every element is NaN"
 
 
-@pytest.mark.parametrize("mode,kernel,max_ctas", [("exact", None, None), ("fast", None, None),
-                                                       ("fast", "skinny", 3), ("fast", "large", None),
-                                                       ("fast", "pair", None), ("fast", "pair", 2), ("exact", None, 1),
-                                                       ("fast", "dequant", None), ("exact", "dequant", None),
-                                                       ("exact", "dequant", 2)])
-def test_disagreeing_operand_groups_are_nan(mode, kernel, max_ctas):
+@pytest.mark.parametrize("mode,algorithm,num_sms", [("exact", None, None), ("fast", None, None),
+                                                     ("fast", "fused_64x256", 3), ("fast", "fused_128x256", None),
+                                                     ("fast", "fused_pair_256x256", None),
+                                                     ("fast", "fused_pair_256x256", 2), ("exact", None, 1),
+                                                     ("fast", "copies_cutlass", None), ("exact", "exact_copies", None),
+                                                     ("exact", "exact_copies", 2)])
+def test_disagreeing_operand_groups_are_nan(mode, algorithm, num_sms):
     """SPEC 12.5: a group whose operands disagree on its size (sizes live on the device, so this cannot raise) reads
     nothing of that group and is written as NaN; the agreeing groups are unaffected. fprop / dgrad: W quantized with
     unequal splits (one group longer, one shorter than N: reading N rows of either would cross into the next group
     or past the buffer); wgrad: dY and X quantized with different splits of the same T. Under compute-sanitizer
-    memcheck this also shows that nothing outside the operands is read. Every fast kernel (their K-step-free tiles
-    only occurred in wgrad before), both exact kernels, and capped grids, where a CTA walks agreeing and disagreeing tiles in turn."""
-    gg0 = _gg()
-
-    kernel_kw = dict(fast_kernel=kernel) if mode == "fast" else dict(exact_kernel=kernel)
+    memcheck this also shows that nothing outside the operands is read. Every fast algorithm (their K-step-free tiles
+    only occurred in wgrad before; None: fprop / dgrad by size run swapped_64x256, exact fprop exact_hybrid), the exact
+    ones, and capped grids, where a CTA walks agreeing and disagreeing tiles in turn."""
 
     def gg(*args, **kw):
-        return gg0(*args, max_ctas=max_ctas, **kernel_kw, **kw)
+        return gemm(*args, algorithm=algorithm, num_sms=num_sms, **kw)
 
     n, k = 48, 64
     splits = [30, 0, 50]
@@ -922,7 +1005,7 @@ def test_disagreeing_operand_groups_are_nan(mode, kernel, max_ctas):
     dy = rand_bf16((t, n), 13)
     dyq = gq(dy, splits, rowwise=True)
     out, check_tail = guarded((t, k), torch.float32)
-    with_bias = mode == "exact" or kernel != "dequant"  # the fast dequantize-first path has no bias epilogue
+    with_bias = algorithm != "copies_cutlass"  # copies_cutlass has no bias epilogue
     gg(dyq, wq_bad, kind="dgrad", out=out, mode=mode, bias=torch.ones((3, k), device=DEV) if with_bias else None)
     check_tail("dgrad")
     y = to_np(out)
@@ -949,14 +1032,14 @@ def test_disagreeing_operand_groups_are_nan(mode, kernel, max_ctas):
 
 def test_binding_refusals_are_messages():
     """The GEMM binding's own checks (bypassing device/gemm.py) refuse with a returned message, in a child process:
-    a crash there (stop 38: a message formatted with iostreams in a module with a static libstdc++) must fail this
-    test, not take the test worker down."""
+    a crash there (e.g. a message formatted with iostreams in a module with a static libstdc++,
+    csrc/common/refusal.h) must fail this test, not take the test worker down."""
     import subprocess
     import sys
 
     root = os.path.join(os.path.dirname(__file__), "..")
-    run = subprocess.run([sys.executable, os.path.join(root, "device", "tools", "check_binding_errors.py"), "gemm"],
-                         capture_output=True, text=True, timeout=600, cwd=root)
+    tool = os.path.join(root, "tools", "sanitizer", "check_binding_errors.py")
+    run = subprocess.run([sys.executable, tool, "gemm"], capture_output=True, text=True, timeout=600, cwd=root)
     assert run.returncode == 0, run.stdout + run.stderr[-2000:]
     assert run.stdout.count("refused: nvfp4_gemm:") == 5, run.stdout
     assert "got 5 and 5 values" in run.stdout, run.stdout  # numbers formatted into the message
@@ -976,11 +1059,16 @@ def test_bad_inputs():
         gg(xq, wq, kind="forward")
     with pytest.raises(ValueError, match="mode"):
         gg(xq, wq, mode="turbo")
-    with pytest.raises(ValueError, match="fast_kernel"):
-        gg(xq, wq, fast_kernel="huge")
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        gemm(xq, wq, algorithm="huge")
+    for gone in (dict(fast_kernel="large"), dict(exact_kernel="fused"), dict(max_ctas=4)):  # force_plan, set_num_sms
+        with pytest.raises(TypeError, match="unexpected keyword argument"):
+            gg(xq, wq, **gone)
+    before = _device().get_num_sms()
     for bad in (0, -3, True, 2.0):
-        with pytest.raises(ValueError, match="max_ctas"):
-            gg(xq, wq, max_ctas=bad)
+        with pytest.raises(ValueError, match="num_sms"):
+            _device().set_num_sms(bad)
+        assert _device().get_num_sms() == before
     with pytest.raises(ValueError, match="shape"):
         gg(xq, wq, kind="fprop", out=torch.empty((40, n + 16), dtype=torch.bfloat16, device=DEV))
     with pytest.raises(TypeError, match="dtype"):
@@ -1026,8 +1114,8 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="must be on"):
         cpu_out = torch.empty((40, n), dtype=torch.bfloat16)
         gg(xq, wq, kind="fprop", out=cpu_out)
-    with pytest.raises(ValueError, match="exact mode"):
-        gg(xq, wq, mode="exact", fast_kernel="pair")
+    with pytest.raises(ValueError, match="fused_pair_256x256 is a fast-mode algorithm, the call is mode='exact'"):
+        gemm(xq, wq, mode="exact", algorithm="fused_pair_256x256")
     w_rht = _device().group_quantize(rand_bf16((e * n, k), 6), torch.tensor([n] * e, device=DEV), rowwise=True,
                                      columnwise=True, rht=True)
     with pytest.raises(ValueError, match="rht"):
@@ -1059,3 +1147,88 @@ def test_matches_oracle_grouped_gemm(kind):
         y = to_np(_gg()(a, b, kind=kind, mode=mode))
         want = np.asarray(oracle.grouped_gemm(ao, bo, kind=kind, model=model))
         assert y.dtype == want.dtype and y.shape == want.shape and y.tobytes() == want.tobytes(), (kind, mode)
+
+
+def test_algorithm_tiles_agree_with_the_extension():
+    """device/_dispatch.py's ALGORITHM_TILES is the tile whose list the setup kernel builds for each algorithm
+    (csrc/gemm/setup.cu tile_of, through the binding's algorithm_tile)."""
+    from device._build import load_gemm_extension
+    from device._codes import Algorithm
+    from device._dispatch import ALGORITHM_TILES
+
+    ext = load_gemm_extension()
+    assert set(ALGORITHM_TILES) == set(Algorithm)
+    for a in Algorithm:
+        assert tuple(ext.algorithm_tile(int(a))) == ALGORITHM_TILES[a], a.name
+
+
+def _raw_gemm(kind, a, b, out, *, algorithm, loader, epilogue, bias=None, num_sms=0):
+    """The GEMM binding called directly (csrc/gemm/bindings.cpp grouped_gemm_), with the arguments device/gemm.py
+    builds for a call on these operands but the plan given here (names of device._codes' enums, or raw codes): what
+    the binding does with a plan that Python would refuse. Returns the binding's message ("" when it ran)."""
+    from device import gemm as dgemm
+    from device._build import load_gemm_extension
+    from device._codes import Algorithm, Epilogue, GemmKind, Loader
+
+    ext = load_gemm_extension()
+    e = int(a.splits.numel())
+    (t_a, k_a), (t_b, k_b) = a.shape, b.shape
+    if kind == "wgrad":
+        planes = ("col", "col")
+        b_rows, a_rows, kc, cols = k_b, k_a, 0, k_b
+        grid_upper = e * -(-k_a // 128) * -(-k_b // 128)
+    else:
+        planes = ("row", "row" if kind == "fprop" else "col")
+        n_w = t_b // e
+        b_rows, a_rows, kc, cols = (n_w, 0, k_a, n_w) if kind == "fprop" else (k_b, 0, n_w, k_b)
+        grid_upper = (t_a // 128 + e) * -(-cols // 128)
+    (ad, as_, aa), (bd, bs, ba) = (dgemm._plane(x, p, name, kind) for x, p, name in ((a, planes[0], "a"),
+                                                                                     (b, planes[1], "b")))
+    ws = torch.empty(e * int(ext.prob_size()) + 4 * (e + 1), dtype=torch.uint8, device=DEV)
+    return ext.grouped_gemm_(int(GemmKind[kind]), e, ad, as_, a.offsets, aa, bd, bs, b.offsets, ba, out, bias, False,
+                             int(b_rows), int(a_rows), int(kc), int(cols), dgemm._RCP_7225344, 0, int(grid_upper), ws,
+                             *(int(enum[v]) if isinstance(v, str) else int(v)
+                               for enum, v in ((Algorithm, algorithm), (Loader, loader), (Epilogue, epilogue))),
+                             num_sms)
+
+
+def test_binding_refuses_plans_it_cannot_run():
+    """The extension runs the plan it is given and refuses one it cannot run, with a returned message, before the GEMM
+    kernel is launched (the output untouched): the checks device/_dispatch.py makes, made again in C++ (a plan forced
+    past Python, e.g. by a stale plan table, must not become a wrong launch)."""
+    splits, n, k = [30, 0, 50, 20], 48, 64
+    t = sum(splits)
+    xq = gq(rand_bf16((t, k), 1), splits)
+    wq = weights(len(splits), n, k, 2)
+    dyq = gq(rand_bf16((t, n), 3), splits)
+    dyc = gq(rand_bf16((t, n), 4), splits, rowwise=False, columnwise=True)
+    xc = gq(rand_bf16((t, k), 5), splits, rowwise=False, columnwise=True)
+
+    def refused(kind, a, b, out, want, **plan):
+        out.fill_(float("nan"))
+        err = _raw_gemm(kind, a, b, out, **plan)
+        torch.cuda.synchronize()
+        assert want in err, (plan, err)
+        assert bool(torch.isnan(out).all()), f"{plan}: the output was written"
+
+    y = torch.empty((t, n), dtype=torch.bfloat16, device=DEV)
+    dx = torch.empty((t, k), dtype=torch.float32, device=DEV)
+    dw = torch.empty((len(splits), n, k), dtype=torch.float32, device=DEV)
+    refused("wgrad", dyc, xc, dw, "the swapped kernel runs fprop and dgrad only", algorithm="swapped_64x256",
+            loader="cp_async", epilogue="direct")
+    refused("dgrad", dyq, wq, dx, "the swapped kernel's TMA loader runs fprop only", algorithm="swapped_64x256",
+            loader="tma", epilogue="direct")
+    refused("wgrad", dyc, xc, dw, "the hybrid kernel runs fprop and dgrad", algorithm="exact_hybrid", loader="tma",
+            epilogue="staged")
+    refused("fprop", xq, wq, y, "unknown algorithm code 8", algorithm=8, loader="cp_async", epilogue="staged")
+    refused("fprop", xq, wq, y, "unknown loader code 2", algorithm="fused_128x256", loader=2, epilogue="staged")
+    refused("fprop", xq, wq, y, "unknown epilogue code 4", algorithm="fused_128x256", loader="cp_async", epilogue=4)
+    # the TMA store of an output whose map does not apply: fprop's fp32 output (wgrad's map only)
+    y32 = torch.empty((t, n), dtype=torch.float32, device=DEV)
+    refused("fprop", xq, wq, y32, "cannot run this call", algorithm="fused_128x256", loader="cp_async",
+            epilogue="tma_store")
+    # and a plan that can run these operands runs, with the oracle's bits
+    out = torch.full((t, n), float("nan"), dtype=torch.bfloat16, device=DEV)
+    assert _raw_gemm("fprop", xq, wq, out, algorithm="fused_128x256", loader="cp_async", epilogue="staged") == ""
+    check_row_groups(to_np(out), splits, xq.to_oracle().row_planes, wq.to_oracle().row_planes, "fast",
+                     torch.bfloat16, where="raw binding, fused_128x256")

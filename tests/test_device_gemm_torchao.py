@@ -2,7 +2,7 @@
 under "torchao", 1 under "torchao_noscale"; SPEC 12.3: a NaN block scale makes its row of A or row of B NaN).
 
 The contracts are those of tests/test_device_gemm.py (exact mode byte-identical to ``oracle.gemm(model="sequential")``,
-fast mode within ``oracle.gemm_error_bound`` and byte-identical to ``model="tensor_core"``), on every kernel of both
+fast mode within ``oracle.gemm_error_bound`` and byte-identical to ``model="tensor_core"``), on the algorithms of both
 modes, with operands that hold what these rules make of odd data: a NaN element (its block's scale byte is NaN), a
 group of zeros (under "torchao" P = 0, so every scale of the group is 0/0 = NaN), an Inf element, and an empty group.
 Under "torchao" a NaN element also makes its group's amax, P and alpha NaN (SPEC 4.1), so the whole group is NaN;
@@ -22,11 +22,12 @@ from test_device_gemm import (  # noqa: E402
     DEV,
     FULL,
     _gg,
-    _needs_dequant_path,
+    _needs_cutlass,
     capture_graph,
     check_group,
     check_row_groups,
     check_wgrad_groups,
+    gemm,
     gq,
     guarded,
     rand_bf16,
@@ -73,31 +74,32 @@ def odd_weights(e: int, n: int, k: int, rule: str, seed: int):
     return gq(w, [n] * e, rowwise=True, columnwise=True, block=(16, 16), rule=rule)
 
 
-def kernel_kw(mode: str, kernel: str | None) -> dict:
-    if kernel == "dequant":
-        _needs_dequant_path()
-    return dict(fast_kernel=kernel) if mode == "fast" else dict(exact_kernel=kernel)
+def plan_kw(algorithm: str | None) -> dict:
+    """gemm()'s keywords forcing ``algorithm`` (None: chosen by the sizes)."""
+    if algorithm == "copies_cutlass":
+        _needs_cutlass()
+    return dict(algorithm=algorithm)
 
 
-FAST = [None, "swapped", "skinny", "large", "pair", "dequant"]
-EXACT = ["fused", "dequant"]
+FAST = [None, "swapped_64x256", "fused_64x256", "fused_128x256", "fused_pair_256x256", "copies_cutlass"]
+EXACT = ["exact_fused", "exact_copies"]
 
 
 def _row_cases(wgrad: bool):
-    fast = [k for k in FAST if not (wgrad and k == "swapped")]
-    return [("fast", k) for k in fast] + [("exact", k) for k in EXACT]
+    fast = [a for a in FAST if not (wgrad and a == "swapped_64x256")]
+    return [("fast", a) for a in fast] + [("exact", a) for a in EXACT]
 
 
 @pytest.mark.parametrize("rule", RULES)
-@pytest.mark.parametrize("mode,kernel", _row_cases(False))
-def test_fprop(rule, mode, kernel):
+@pytest.mark.parametrize("mode,algorithm", _row_cases(False))
+def test_fprop(rule, mode, algorithm):
     e, t = len(SPLITS), sum(SPLITS)
     xq = gq(odd_tokens(K, 1), SPLITS, rule=rule)
     wq = odd_weights(e, N, K, rule, 2)
-    with_bias = kernel not in ("dequant",)
+    with_bias = algorithm != "copies_cutlass"  # (it has no bias epilogue)
     bias = (torch.randn((e, N), dtype=torch.float32) * 3).to(DEV) if with_bias else None
     out, check_tail = sentinel_out((t, N), torch.bfloat16)
-    _gg()(xq, wq, kind="fprop", out=out, bias=bias, mode=mode, **kernel_kw(mode, kernel))
+    gemm(xq, wq, kind="fprop", out=out, bias=bias, mode=mode, **plan_kw(algorithm))
     check_tail("fprop")
     y = to_np(out)
     check_row_groups(y, SPLITS, xq.to_oracle().row_planes, wq.to_oracle().row_planes, mode, torch.bfloat16,
@@ -106,13 +108,13 @@ def test_fprop(rule, mode, kernel):
 
 
 @pytest.mark.parametrize("rule", RULES)
-@pytest.mark.parametrize("mode,kernel", _row_cases(False))
-def test_dgrad(rule, mode, kernel):
+@pytest.mark.parametrize("mode,algorithm", _row_cases(False))
+def test_dgrad(rule, mode, algorithm):
     e, t = len(SPLITS), sum(SPLITS)
     dyq = gq(odd_tokens(N, 3), SPLITS, rule=rule)
     wq = odd_weights(e, N, K, rule, 4)
     out, check_tail = sentinel_out((t, K), torch.float32)
-    _gg()(dyq, wq, kind="dgrad", out=out, mode=mode, **kernel_kw(mode, kernel))
+    gemm(dyq, wq, kind="dgrad", out=out, mode=mode, **plan_kw(algorithm))
     check_tail("dgrad")
     y = to_np(out)
     check_row_groups(y, SPLITS, dyq.to_oracle().row_planes, wq.to_oracle().col_planes, mode, torch.float32,
@@ -122,9 +124,9 @@ def test_dgrad(rule, mode, kernel):
 
 
 @pytest.mark.parametrize("rule", RULES)
-@pytest.mark.parametrize("mode,kernel", _row_cases(True))
+@pytest.mark.parametrize("mode,algorithm", _row_cases(True))
 @pytest.mark.parametrize("accumulate,rht", [(False, False), (True, True)])
-def test_wgrad(rule, mode, kernel, accumulate, rht):
+def test_wgrad(rule, mode, algorithm, accumulate, rht):
     e, t = len(SPLITS), sum(SPLITS)
     n, k = 80, 48
     q = dict(rowwise=False, columnwise=True, rule=rule, rht=rht, rht_signs=RHT_SIGNS)
@@ -135,7 +137,7 @@ def test_wgrad(rule, mode, kernel, accumulate, rht):
         c = (torch.randn((e, n, k), dtype=torch.float32) * 0.5).to(DEV)
         c[0, 0, :4] = -0.0
     out, check_tail = sentinel_out((e, n, k), torch.float32, values=c)
-    _gg()(dyq, xq, kind="wgrad", out=out, accumulate=accumulate, mode=mode, **kernel_kw(mode, kernel))
+    gemm(dyq, xq, kind="wgrad", out=out, accumulate=accumulate, mode=mode, **plan_kw(algorithm))
     check_tail("wgrad")
     y = to_np(out)
     cn = None if c is None else c.cpu().numpy()

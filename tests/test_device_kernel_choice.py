@@ -1,116 +1,392 @@
-"""The device GEMM's automatic kernel choice (device/gemm.py), on the host: no GPU needed. The expected choices are the
-measured decisions of docs/gemm.md (stops 29, 30 and 33) on the benchmark shapes, not values read off the functions."""
+"""The device GEMM's plan choice (device/_dispatch.py ``plan_gemm``), on the host: no GPU and no torch needed.
+
+The expected plans are the decisions measured on the H100 on the benchmark shapes (x of torch._grouped_mm, or
+TFLOP/s, in the comments; benchmarks/bench_grouped_gemm.py and tools/ab/ab_plans.py time the alternatives), not values
+read off the functions. docs/design.md describes the algorithms, loaders and epilogues.
+"""
+
+from __future__ import annotations
+
 import pytest
 
-pytest.importorskip("torch")
-from device import gemm  # noqa: E402
-
-# (kind, E, T, contraction kc, output columns, a_rows, b_rows) as grouped_gemm passes them: fprop / dgrad rows are the
-# tokens; wgrad's a_rows / b_rows are dW's N and K
-E8_FPROP = ("fprop", 8, 16384, 4096, 14336, 16384, 14336)
-E8_WGRAD = ("wgrad", 8, 16384, 16384, 4096, 14336, 4096)
-E64_FPROP = ("fprop", 64, 16384, 2048, 1408, 16384, 1408)
-E64_WGRAD = ("wgrad", 64, 16384, 16384, 2048, 1408, 2048)
-E8_T512_WGRAD = ("wgrad", 8, 512, 512, 4096, 14336, 4096)
+from device import _dispatch
+from device._codes import Algorithm, Epilogue, Loader
+from device._dispatch import ALGORITHM_TILES, GemmPlan, GemmProblem, plan_gemm
 
 
+def _ru(v: int, q: int) -> int:
+    return -(-v // q) * q
+
+
+def problem(kind: str, e: int, t: int, n: int, k: int, *, mode: str = "fast", out_dtype: str | None = None,
+            accumulate: bool = False, bias: bool = False, b_aligned: bool = True, cutlass: bool = True,
+            sized: bool = True) -> GemmProblem:
+    """The GemmProblem device.grouped_gemm builds for E groups over T tokens (SPEC 12.5's N and K), with operand buffers
+    as device.group_quantize allocates them (SPEC 9.3's worst-case capacities; ``sized=False``: empty buffers). The
+    output dtype defaults to grouped_gemm's: bf16 for fprop / dgrad, fp32 for wgrad."""
+    if out_dtype is None:
+        out_dtype = "float32" if kind == "wgrad" else "bfloat16"
+    a_bytes = b_bytes = b_scale_bytes = 0
+    if sized:
+        # SPEC 9.3: rowwise [rows, cols] data rows * cols / 2, scales 128 (rows / 128 + E) roundup(cols / 16, 4);
+        # columnwise data cols * 16 (rows / 16 + E) / 2, scales roundup(cols, 128) 4 (rows / 64 + E)
+        if kind == "fprop":  # a: X [T, K] rowwise; b: W [E N, K] rowwise
+            a_bytes, b_bytes = t * k // 2, e * n * k // 2
+            b_scale_bytes = 128 * (e * n // 128 + e) * _ru(k // 16, 4)
+        elif kind == "dgrad":  # a: dY [T, N] rowwise; b: W [E N, K] columnwise
+            a_bytes, b_bytes = t * n // 2, k * 16 * (e * n // 16 + e) // 2
+            b_scale_bytes = _ru(k, 128) * 4 * (e * n // 64 + e)
+        else:  # a: dY [T, N], b: X [T, K], both columnwise
+            a_bytes, b_bytes = n * 16 * (t // 16 + e) // 2, k * 16 * (t // 16 + e) // 2
+            b_scale_bytes = _ru(k, 128) * 4 * (t // 64 + e)
+    return GemmProblem(kind=kind, mode=mode, groups=e, tokens=t, n=n, k=k, out_dtype=out_dtype, accumulate=accumulate,
+                       bias=bias, b_aligned=b_aligned, a_data_bytes=a_bytes, b_data_bytes=b_bytes,
+                       b_scale_bytes=b_scale_bytes, cutlass=cutlass)
+
+
+def plan(algorithm: str, loader: str, epilogue: str) -> GemmPlan:
+    return GemmPlan(Algorithm[algorithm], Loader[loader], Epilogue[epilogue])
+
+
+COPIES = plan("copies_cutlass", "tma", "cutlass")
+
+# (kind, E, T, N, K) of the benchmark shapes (SPEC 12.5's names: fprop Y [T, N] = X [T, K] W^T, wgrad dW [E, N, K])
+E8_FPROP = ("fprop", 8, 16384, 14336, 4096)
+E8_WGRAD = ("wgrad", 8, 16384, 14336, 4096)
+E64_FPROP = ("fprop", 64, 16384, 1408, 2048)
+E64_WGRAD = ("wgrad", 64, 16384, 1408, 2048)
+E8_T512_WGRAD = ("wgrad", 8, 512, 14336, 4096)
+
+
+# fp16 copies of both operands (copies_cutlass in fast mode, exact_copies in exact mode) on the benchmark shapes, and
+# what runs where they do not pay.
 @pytest.mark.parametrize("shape,fast,exact", [
-    (E8_FPROP, True, True),          # stops 29 / 30: 2048 rows per group, the copies pay in both modes
-    (E8_WGRAD, True, True),
-    (E64_FPROP, False, False),       # 256 rows per group: no copies of both (exact over copies: 0.43x vs 0.49x
-                                     # fused; since stop 46 exact mode runs the hybrid kernel there, A copied only)
-    (E64_WGRAD, False, True),        # stop 33: exact over copies with TMA 0.49x vs fused 0.44x
-    (E8_T512_WGRAD, False, False),   # 64 rows per group: exact mode keeps the fused kernel (fast wgrad: below)
+    # 2048 rows per group, the copies pay in both modes (fast fprop: CUTLASS over the copies 857 TFLOP/s against 472
+    # fused, the decode about 15% of the GEMM; exact: 0.33-0.36x -> 0.44-0.50x of grouped_mm, with TMA 0.51-0.56x)
+    (E8_FPROP, COPIES, plan("exact_copies", "tma", "staged")),
+    # (exact fp32 wgrad stores by TMA: 0.47-0.50x -> 0.59x on E64, the same epilogue here)
+    (E8_WGRAD, COPIES, plan("exact_copies", "tma", "tma_store")),
+    # 256 rows per group: no copies of both (exact over copies: 0.43x vs 0.49x fused; the hybrid kernel, A copied
+    # only, 0.47 -> 0.50x); fast: the 2-CTA pair 0.881 against 0.795 for the 128 x 256 kernel, its bf16 output by TMA
+    # boxes 0.88 -> 0.92x
+    (E64_FPROP, plan("fused_pair_256x256", "cp_async", "tma_store"), plan("exact_hybrid", "tma", "staged")),
+    # exact over copies with TMA 0.49x vs fused 0.44x, its fp32 output by TMA stores 0.47-0.50x -> 0.59x; fast: no
+    # copies (0.51 / 0.59, the wgrad table below), the 128 x 256 kernel on the 256-long K loops (213-218 TFLOP/s
+    # against 190-203 for the pair), its fp32 output by TMA stores 0.61 -> 0.75x
+    (E64_WGRAD, plan("fused_128x256", "cp_async", "tma_store"), plan("exact_copies", "tma", "tma_store")),
+    # 64 rows per group: exact mode keeps the fused kernel (fast wgrad: below)
+    (E8_T512_WGRAD, plan("fused_128x256", "cp_async", "tma_store"), plan("exact_fused", "cp_async", "staged")),
 ])
 def test_copies_choice(shape, fast, exact):
-    assert gemm._reuse_pays(*shape) is fast
-    assert gemm._exact_dequant_pays(*shape) is exact
+    assert plan_gemm(problem(*shape)) == fast
+    assert plan_gemm(problem(*shape, mode="exact")) == exact
 
 
-class _ExtWithCutlass:
-    """The extension as _fast_kernel_choice sees it when built with CUTLASS's headers."""
-
-    @staticmethod
-    def has_dequant_path() -> bool:
-        return True
-
-
-# Fast-mode wgrad over fp16 copies or fused (docs/gemm.md, stops 37 and 65): (E, T, N, K, output, accumulate, copies
-# chosen), each the faster of the two in benchmarks/ab_fast_kernel.py on the H100 (x of grouped_mm: copies / fused;
-# bf16 rows: stop 65's, with the fused kernels' bf16 output by TMA boxes; a tie goes to the fused kernel, which needs
-# no scratch).
+# Fast-mode wgrad over fp16 copies or fused: (E, T, N, K, output, accumulate, copies chosen), each the faster of the two
+# in the fast-kernel A/B on the H100 (x of grouped_mm: copies / fused; bf16 rows: with the fused kernels' bf16 output by
+# TMA boxes; a tie goes to the fused kernel, which needs no scratch). Where the copies lose, the fused kernel runs with
+# 128 x 256 tiles (every contraction here is below 1024: the pair loses on short K loops) and its output by TMA (fp32
+# without C; bf16), or staged when C is read back.
 @pytest.mark.parametrize("e,t,n,k,dtype,acc,copies", [
     (64, 16384, 1408, 2048, "f32", False, False),   # 0.51 / 0.59
-    (64, 16384, 1408, 2048, "bf16", False, False),  # 0.765 / 0.760 (stop 37, staged epilogue: 0.77 / 0.64)
+    (64, 16384, 1408, 2048, "bf16", False, False),  # 0.765 / 0.760 (staged bf16 epilogue: 0.77 / 0.64)
     (64, 8192, 1408, 2048, "bf16", False, False),   # 0.819 / 0.833
     (64, 16384, 1408, 2048, "f32", True, True),     # 0.36 / 0.25
     (64, 4096, 1408, 2048, "f32", True, True),      # 64 rows per group: 0.30 / 0.19
-    (64, 4096, 1408, 2048, "bf16", False, False),   # 0.860 / 0.895 (stop 37: 0.86 / 0.68)
+    (64, 4096, 1408, 2048, "bf16", False, False),   # 0.860 / 0.895 (staged bf16 epilogue: 0.86 / 0.68)
     (8, 2048, 2048, 2048, "bf16", False, False),    # 0.584 / 0.694 (N K / (N + K) = 1024)
     (32, 8192, 4096, 2048, "bf16", False, True),    # 0.823 / 0.679 (1365)
     (64, 16384, 2048, 7168, "bf16", False, True),   # 0.886 / 0.679 (1593)
     (16, 4096, 4096, 4096, "bf16", False, True),    # 0.864 / 0.670 (2048)
-    (8, 512, 14336, 4096, "bf16", False, True),     # 0.942 / 0.850 (3186; stop 37: 0.94 / 0.64)
+    (8, 512, 14336, 4096, "bf16", False, True),     # 0.942 / 0.850 (3186; staged bf16 epilogue: 0.94 / 0.64)
     (8, 1024, 14336, 4096, "f32", False, False),    # 0.47 / 0.55
     (8, 2048, 14336, 4096, "f32", False, False),    # 0.53 / 0.55
     (8, 4096, 14336, 4096, "f32", False, True),     # 0.66 / 0.55
     (8, 4096, 14336, 4096, "f32", True, True),      # 0.42 / 0.28
     (32, 16384, 1408, 2048, "f32", False, True),    # 0.63 / 0.60
     (1, 4096, 4096, 4096, "f32", False, True),      # 0.81 / 0.73
-    (8, 16384, 14336, 4096, "f32", False, True),    # stop 29
+    (8, 16384, 14336, 4096, "f32", False, True),    # E8 T16384: CUTLASS over the copies, as fprop
     (8, 4096, 512, 4096, "bf16", False, False),     # N below 1024: not measured, the fused kernel stays
     (64, 2048, 1408, 2048, "bf16", False, False),   # 32 rows per group: not measured
 ])
 def test_wgrad_fast_choice(e, t, n, k, dtype, acc, copies):
-    import torch
+    p = problem("wgrad", e, t, n, k, out_dtype="float32" if dtype == "f32" else "bfloat16", accumulate=acc)
+    got = plan_gemm(p)
+    if copies:
+        assert got == COPIES
+    else:
+        assert got == plan("fused_128x256", "cp_async", "staged" if acc else "tma_store")
+    # without CUTLASS's headers in the build the fused kernel runs where the copies would, and forcing them raises
+    no_cutlass = problem("wgrad", e, t, n, k, out_dtype=p.out_dtype, accumulate=acc, cutlass=False)
+    assert plan_gemm(no_cutlass).algorithm in _dispatch.FUSED_FAST
+    if not copies:
+        assert plan_gemm(no_cutlass) == got
+    with pytest.raises(ValueError, match="without CUTLASS's headers"):
+        plan_gemm(no_cutlass, algorithm="copies_cutlass")
 
-    dt = torch.float32 if dtype == "f32" else torch.bfloat16
-    got = gemm._fast_kernel_choice(_ExtWithCutlass, 0, "wgrad", e, t, t, k, n, k, dt, False, acc)
-    assert got == (gemm._FAST_KERNELS["dequant"] if copies else 0)
+
+# The fast algorithm for fprop / dgrad by rows per group (plans as measured; bf16 output, no bias unless said).
+@pytest.mark.parametrize("shape,kw,algorithm", [
+    # E8 T512 (64 rows per group): the swapped kernel, 1.85x of grouped_mm against 1.61x for the 64 x 256 fused kernel
+    (("fprop", 8, 512, 14336, 4096), {}, "swapped_64x256"),
+    (("dgrad", 8, 512, 14336, 4096), {}, "swapped_64x256"),  # (E8 T512 dgrad 1.84-1.87x)
+    (("fprop", 8, 256, 14336, 4096), {}, "swapped_64x256"),  # E8 T256: 1.89x against 1.61x
+    # E64 T16384 (256 rows per group): the 2-CTA pair, fprop 0.881 / 0.882 and dgrad 0.846 / 0.880 of grouped_mm
+    # against 0.795 / 0.784 and 0.767 / 0.809 for the 128 x 256 kernel
+    (E64_FPROP, {}, "fused_pair_256x256"),
+    (("dgrad", 64, 16384, 1408, 2048), {}, "fused_pair_256x256"),
+    # E8 T16384 with a bias (the copies have no bias epilogue): the pair 0.705 / 0.713 against 0.616 / 0.613; skewed
+    # splits (the same host-known sizes) 0.722 / 0.723 against 0.638 / 0.634
+    (E8_FPROP, dict(bias=True), "fused_pair_256x256"),
+    # E8 T16384 without: CUTLASS over the copies (857 TFLOP/s against 472 fused)
+    (E8_FPROP, {}, "copies_cutlass"),
+    (("dgrad", 8, 16384, 14336, 4096), {}, "copies_cutlass"),
+])
+def test_fast_fprop_dgrad_choice(shape, kw, algorithm):
+    assert plan_gemm(problem(*shape, **kw)).algorithm == Algorithm[algorithm]
 
 
 def test_swapped_kernel_only_below_its_contraction_limit():
-    """The swapped kernel's cp.async loader steps its copies by 32-bit offsets of up to 96 x the contraction K
-    (gemm_swapped.cuh: 2 token rows of 32 K elements, or 4 weight pieces 64 rows x K/2 bytes apart), which pass 2^31
-    from K = 22.4M: at or past the limit the automatic choice runs another kernel and forcing it raises."""
-    import torch
-
-    lim = gemm._SWAPPED_MAX_CONTRACTION
+    """The swapped kernel's cp.async loader steps its copies by 32-bit offsets of up to 96 x the contraction K (2 token
+    rows of 32 K elements, or 4 weight pieces 64 rows x K/2 bytes apart), which pass 2^31 from K = 22.4M: at or past
+    the limit the automatic choice runs the 64 x 256 fused kernel (the next fastest for few rows per group) and forcing
+    the swapped kernel raises."""
+    lim = _dispatch.SWAPPED_MAX_CONTRACTION
     assert 96 * lim < 2**31
-    swapped = gemm._FAST_KERNELS["swapped"]
     for kind in ("fprop", "dgrad"):
-        # E8 T512: 64 rows per group, the swapped kernel's range
-        below = gemm._fast_kernel_choice(_ExtWithCutlass, 0, kind, 8, 512, lim - 16, 4096, 512, 4096,
-                                         torch.bfloat16, False)
-        at = gemm._fast_kernel_choice(_ExtWithCutlass, 0, kind, 8, 512, lim, 4096, 512, 4096, torch.bfloat16, False)
-        assert below == swapped and at != swapped
-        assert gemm._fast_kernel_choice(_ExtWithCutlass, swapped, kind, 8, 512, lim - 16, 4096, 512, 4096,
-                                        torch.bfloat16, False) == swapped
+        # E8 T512: 64 rows per group, the swapped kernel's range (fprop's contraction is K, dgrad's N)
+        def p(contraction: int, kind: str = kind) -> GemmProblem:
+            n, k = (4096, contraction) if kind == "fprop" else (contraction, 4096)
+            return problem(kind, 8, 512, n, k, sized=False)
+
+        assert plan_gemm(p(lim - 16)).algorithm == Algorithm.swapped_64x256
+        assert plan_gemm(p(lim)).algorithm == Algorithm.fused_64x256
+        assert plan_gemm(p(lim - 16), algorithm="swapped_64x256").algorithm == Algorithm.swapped_64x256
         with pytest.raises(ValueError, match="contractions below"):
-            gemm._fast_kernel_choice(_ExtWithCutlass, swapped, kind, 8, 512, lim, 4096, 512, 4096, torch.bfloat16,
-                                     False)
+            plan_gemm(p(lim), algorithm="swapped_64x256")
 
 
-# The hybrid exact kernel (docs/gemm.md, stop 46): fprop / dgrad whose contraction is a multiple of 32, with 16-byte
-# aligned B buffers (its TMA boxes of packed rows); every other call keeps the fused kernel, and forcing it raises.
+def test_swapped_kernel_runs_fprop_and_dgrad_only():
+    p = problem("wgrad", 8, 512, 4096, 4096)  # 64 rows per group: wgrad keeps the fused kernels
+    assert plan_gemm(p).algorithm != Algorithm.swapped_64x256
+    with pytest.raises(ValueError, match="algorithm='swapped_64x256' cannot run this call: it runs fprop and dgrad"):
+        plan_gemm(p, algorithm="swapped_64x256")
+
+
+# The hybrid exact kernel: fprop / dgrad whose contraction is a multiple of 32, with 16-byte aligned B buffers (its
+# TMA boxes of packed rows); every other call keeps the fused kernel (or the copies where they pay), and forcing it
+# raises. Rows: (kind, contraction kc, b's data offset in bytes past 16-byte alignment, runs, why), on E64 T16384.
 @pytest.mark.parametrize("kind,kc,offset,runs,why", [
-    ("fprop", 2048, 0, True, None),             # E64 fprop: the shape it was measured on
-    ("dgrad", 1408, 0, True, None),             # E64 dgrad (contraction N = 1408 = 44 x 32)
+    ("fprop", 2048, 0, True, None),             # E64 fprop: the shape it was measured on (0.47 -> 0.50x)
+    ("dgrad", 1408, 0, True, None),             # E64 dgrad (contraction N = 1408 = 44 x 32; 0.45 -> 0.48x)
     ("fprop", 48, 0, False, "multiple of 32"),  # packed rows of 24 bytes
     ("dgrad", 144, 0, False, "multiple of 32"),
     ("wgrad", 2048, 0, False, "fprop and dgrad only"),
     ("fprop", 2048, 8, False, "16-byte aligned"),  # b's data 8 bytes into its storage
 ])
 def test_hybrid_eligibility(kind, kc, offset, runs, why):
-    import torch
-
-    buf = torch.zeros(4096 + 64, dtype=torch.uint8)
-    base = (-buf.data_ptr()) % 16  # the first 16-byte aligned element
-    b_data = buf[base + offset:base + offset + 2048]
-    b_scales = buf[base + 2048 + 16:base + 4096]
-    assert gemm._hybrid_runs(kind, kc, b_data, b_scales) is runs
+    # fprop's contraction is K, dgrad's N; wgrad: dW [1408, 2048] (its contraction is the tokens)
+    n, k = {"fprop": (1408, kc), "dgrad": (kc, 2048), "wgrad": (1408, kc)}[kind]
+    p = problem(kind, 64, 16384, n, k, mode="exact", b_aligned=offset % 16 == 0)
+    assert (plan_gemm(p).algorithm == Algorithm.exact_hybrid) is runs
     if why is None:
-        gemm._check_hybrid(kind, kc, b_data, b_scales)
+        assert plan_gemm(p, algorithm="exact_hybrid") == plan("exact_hybrid", "tma", "staged")
     else:
         with pytest.raises(ValueError, match=why):
-            gemm._check_hybrid(kind, kc, b_data, b_scales)
+            plan_gemm(p, algorithm="exact_hybrid")
+        if kind != "wgrad":  # (wgrad's 256 rows per group with N, K >= 1024: over copies)
+            assert plan_gemm(p).algorithm == Algorithm.exact_fused
+
+
+def test_fused_algorithm_by_size_when_forced_off_the_others():
+    """The fused fast algorithms by rows per group and contraction (wgrad: dW's N rows and the tokens per group), as
+    the automatic choice takes them where neither the swapped kernel nor the copies run: 64 x 256 tiles up to 96 rows
+    (decode-like MoE; fprop / dgrad with so few rows run the swapped kernel), the 2-CTA pair from 256 rows with a
+    contraction of at least 1024 (on E64 wgrad's 256-long K loops the 128 x 256 kernel is faster), 128 x 256
+    otherwise."""
+    cases = [
+        (("fprop", 4, 388, 272, 64), "fused_128x256"),   # 97 rows per group
+        (("fprop", 2, 769, 272, 1088), "fused_pair_256x256"),  # 384 rows, K = 1088
+        (("fprop", 2, 769, 272, 1008), "fused_128x256"),  # contraction below 1024
+        (("fprop", 2, 511, 272, 4096), "fused_128x256"),  # 255 rows per group
+        (("wgrad", 4, 4096, 96, 512), "fused_64x256"),     # dW's 96 rows
+        (("wgrad", 4, 4096, 97, 512), "fused_128x256"),
+        (("wgrad", 4, 4096, 256, 512), "fused_pair_256x256"),  # 1024 tokens per group
+        (("wgrad", 4, 4092, 256, 512), "fused_128x256"),  # 1023
+    ]
+    for shape, want in cases:
+        # fprop with a bias: no copies; more than 96 rows per group: not the swapped kernel
+        p = problem(*shape, bias=shape[0] == "fprop")
+        assert plan_gemm(p).algorithm == Algorithm[want], shape
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# loaders
+# ------------------------------------------------------------------------------------------------------------------
+
+def test_swapped_loader_defaults_and_refusals():
+    """The swapped kernel loads through TMA boxes (E8 T512 fprop 1.86x -> 1.96x of grouped_mm) where its maps apply:
+    fprop with a contraction that is a multiple of 32, 16-byte aligned b buffers and planes of at least one row; dgrad
+    always takes the cp.async loader (its weight groups after a group that disagrees with N need not start on a whole
+    row of one tensor map). Forcing TMA where it cannot run raises."""
+    fprop = problem("fprop", 8, 512, 14336, 4096)
+    assert plan_gemm(fprop) == plan("swapped_64x256", "tma", "direct")
+    assert plan_gemm(fprop, loader="cp_async") == plan("swapped_64x256", "cp_async", "direct")
+    refusals = [
+        (problem("dgrad", 8, 512, 14336, 4096), "dgrad's weight groups need not start on a whole row"),
+        (problem("dgrad", 8, 512, 4096, 14336), "dgrad's weight groups need not start on a whole row"),
+        (problem("fprop", 8, 512, 14336, 4112), "multiple of 32, got 4112"),
+        (problem("fprop", 8, 512, 14336, 4096, b_aligned=False), "16-byte aligned"),
+        (problem("fprop", 8, 512, 14336, 4096, sized=False), "between one row and 2\\^31 rows"),
+    ]
+    for p, why in refusals:
+        assert plan_gemm(p) == plan("swapped_64x256", "cp_async", "direct"), p
+        with pytest.raises(ValueError, match=f"loader='tma' cannot run this call: .*{why}"):
+            plan_gemm(p, loader="tma")
+
+
+@pytest.mark.parametrize("algorithm,mode,loaders", [
+    ("fused_64x256", "fast", ["cp_async"]),
+    ("fused_128x256", "fast", ["cp_async"]),
+    ("fused_pair_256x256", "fast", ["cp_async"]),
+    ("copies_cutlass", "fast", ["tma"]),
+    ("exact_fused", "exact", ["cp_async"]),
+    ("exact_copies", "exact", ["tma", "cp_async"]),  # default first: TMA (E8 exact 0.45-0.48x -> 0.51-0.56x)
+    ("exact_hybrid", "exact", ["tma"]),
+])
+def test_loaders_of_each_algorithm(algorithm, mode, loaders):
+    p = problem("fprop", 4, 4096, 1024, 1024, mode=mode)
+    assert plan_gemm(p, algorithm=algorithm).loader == Loader[loaders[0]]
+    for name in Loader.__members__:
+        if name in loaders:
+            assert plan_gemm(p, algorithm=algorithm, loader=name).loader == Loader[name]
+        else:
+            with pytest.raises(ValueError, match=f"loader='{name}' cannot run this call: {algorithm} has the loader"):
+                plan_gemm(p, algorithm=algorithm, loader=name)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# epilogues
+# ------------------------------------------------------------------------------------------------------------------
+
+def test_fp32_tma_store_only_for_wgrad_without_c_or_bias():
+    """fp32 output leaves by TMA stores only for wgrad without C (accumulate) and without bias, in fused_128x256 (E64
+    wgrad 0.61 -> 0.75x of grouped_mm) and exact_copies (0.47-0.50 -> 0.59x); everywhere else the staged epilogue
+    (whole 128-byte lines) runs, and forcing the TMA store raises."""
+    wgrad = problem("wgrad", 64, 16384, 1408, 2048)
+    for algorithm, mode in (("fused_128x256", "fast"), ("exact_copies", "exact")):
+        p = problem("wgrad", 64, 16384, 1408, 2048, mode=mode)
+        assert plan_gemm(p, algorithm=algorithm).epilogue == Epilogue.tma_store
+        assert plan_gemm(p, algorithm=algorithm, epilogue="staged").epilogue == Epilogue.staged
+        acc = problem("wgrad", 64, 16384, 1408, 2048, mode=mode, accumulate=True)
+        assert plan_gemm(acc, algorithm=algorithm).epilogue == Epilogue.staged
+        with pytest.raises(ValueError, match="epilogue='tma_store' cannot run this call: .*without C and bias only"):
+            plan_gemm(acc, algorithm=algorithm, epilogue="tma_store")
+        fprop = problem("fprop", 4, 4096, 1024, 1024, mode=mode, out_dtype="float32")
+        assert plan_gemm(fprop, algorithm=algorithm).epilogue == Epilogue.staged
+        with pytest.raises(ValueError, match="without C and bias only"):
+            plan_gemm(fprop, algorithm=algorithm, epilogue="tma_store")
+        bias = problem("fprop", 4, 4096, 1024, 1024, mode=mode, out_dtype="float32", bias=True)
+        with pytest.raises(ValueError, match="without C and bias only"):
+            plan_gemm(bias, algorithm=algorithm, epilogue="tma_store")
+    for algorithm, mode in (("fused_64x256", "fast"), ("fused_pair_256x256", "fast"), ("exact_fused", "exact"),
+                            ("exact_hybrid", "exact")):
+        p = problem("fprop" if algorithm == "exact_hybrid" else "wgrad", 64, 16384, 1408, 2048, mode=mode,
+                    out_dtype="float32")
+        assert plan_gemm(p, algorithm=algorithm).epilogue == Epilogue.staged
+        with pytest.raises(ValueError, match="the fp32 TMA store runs in fused_128x256 and exact_copies only"):
+            plan_gemm(p, algorithm=algorithm, epilogue="tma_store")
+    assert plan_gemm(wgrad).epilogue == Epilogue.tma_store
+
+
+@pytest.mark.parametrize("algorithm", ["fused_64x256", "fused_128x256", "fused_pair_256x256"])
+def test_bf16_tma_store_only_with_whole_16_byte_rows(algorithm):
+    """bf16 output leaves the fused fast kernels by TMA boxes (E64 fprop 0.88 -> 0.92x of grouped_mm in the pair, E64
+    wgrad-bf16 0.64 -> 0.76x in the 128 x 256 kernel) when the output's rows are a multiple of 16 bytes (columns % 8
+    == 0) and its map has fewer than 2^31 rows; otherwise through the staged epilogue (36 columns), and forcing the TMA
+    store there raises. The other algorithms have no bf16 TMA store."""
+    for shape in (("fprop", 5, 1200, 40, 96), ("dgrad", 5, 1200, 208, 144), ("wgrad", 4, 242, 304, 144)):
+        p = problem(*shape, out_dtype="bfloat16")
+        assert plan_gemm(p, algorithm=algorithm).epilogue == Epilogue.tma_store, shape
+        assert plan_gemm(p, algorithm=algorithm, epilogue="staged").epilogue == Epilogue.staged, shape
+    odd = problem("fprop", 3, 753, 36, 96)
+    assert plan_gemm(odd, algorithm=algorithm).epilogue == Epilogue.staged
+    with pytest.raises(ValueError, match="epilogue='tma_store' cannot run this call: .*got 36 bf16 columns"):
+        plan_gemm(odd, algorithm=algorithm, epilogue="tma_store")
+    huge = problem("fprop", 1, 2**31, 64, 64, sized=False)  # 2^31 output rows: past a map's 32-bit coordinates
+    assert plan_gemm(huge, algorithm=algorithm).epilogue == Epilogue.staged
+    with pytest.raises(ValueError, match="2\\^31 rows or more"):
+        plan_gemm(huge, algorithm=algorithm, epilogue="tma_store")
+    for other, mode in (("exact_fused", "exact"), ("exact_copies", "exact"), ("exact_hybrid", "exact")):
+        p = problem("fprop", 5, 1200, 40, 96, mode=mode)
+        assert plan_gemm(p, algorithm=other).epilogue == Epilogue.staged
+        with pytest.raises(ValueError, match="the bf16 TMA store runs in the fused fast kernels only"):
+            plan_gemm(p, algorithm=other, epilogue="tma_store")
+
+
+def test_own_epilogues_of_swapped_and_copies():
+    """swapped_64x256 stores its fragments directly, copies_cutlass through CUTLASS's epilogue: their only epilogues;
+    the others have staged and tma_store, never those two."""
+    p = problem("fprop", 8, 512, 4096, 4096)
+    assert plan_gemm(p, algorithm="swapped_64x256").epilogue == Epilogue.direct
+    assert plan_gemm(p, algorithm="copies_cutlass").epilogue == Epilogue.cutlass
+    for name in ("staged", "tma_store", "cutlass"):
+        with pytest.raises(ValueError, match="swapped_64x256 has the direct epilogue only"):
+            plan_gemm(p, algorithm="swapped_64x256", epilogue=name)
+    for name in ("staged", "tma_store", "direct"):
+        with pytest.raises(ValueError, match="copies_cutlass has the cutlass epilogue only"):
+            plan_gemm(p, algorithm="copies_cutlass", epilogue=name)
+    for name in ("direct", "cutlass"):
+        with pytest.raises(ValueError, match="has the staged and tma_store epilogues only"):
+            plan_gemm(p, algorithm="fused_128x256", epilogue=name)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# refusals of forced algorithms; names
+# ------------------------------------------------------------------------------------------------------------------
+
+def test_copies_cutlass_refusals():
+    p = problem("fprop", 2, 64, 36, 64)  # bf16 rows of 36 columns: 72 bytes, not 16-byte aligned
+    with pytest.raises(ValueError, match="algorithm='copies_cutlass' cannot run this call: its output rows must be "
+                                         "16-byte aligned \\(36 columns of bfloat16\\)"):
+        plan_gemm(p, algorithm="copies_cutlass")
+    plan_gemm(problem("fprop", 2, 64, 36, 64, out_dtype="float32"), algorithm="copies_cutlass")  # 144 bytes
+    with pytest.raises(ValueError, match="no bias epilogue"):
+        plan_gemm(problem("fprop", 2, 64, 32, 64, bias=True), algorithm="copies_cutlass")
+    with pytest.raises(ValueError, match="at most 65535 groups"):
+        plan_gemm(problem("fprop", 65536, 65536, 32, 64), algorithm="copies_cutlass")
+
+
+def test_mode_of_a_forced_algorithm():
+    fast, exact = problem("fprop", 2, 64, 32, 64), problem("fprop", 2, 64, 32, 64, mode="exact")
+    for a in _dispatch.FAST:
+        with pytest.raises(ValueError, match=f"{a.name} is a fast-mode algorithm, the call is mode='exact'"):
+            plan_gemm(exact, algorithm=a.name)
+    for a in _dispatch.EXACT:
+        with pytest.raises(ValueError, match=f"{a.name} is an? exact-mode algorithm, the call is mode='fast'"):
+            plan_gemm(fast, algorithm=a.name)
+    for part in ("algorithm", "loader", "epilogue"):
+        with pytest.raises(ValueError, match=f"{part} must be one of"):
+            plan_gemm(fast, **{part: "pair"})
+
+
+def test_plan_names_are_the_codes():
+    """The plan vocabulary (force_plan's names, docs/design.md's) is the Python names of csrc/common/codes.h's enums,
+    the algorithms split into the two modes, each with its output tile; plans carry the enums themselves."""
+    assert list(Algorithm.__members__) == ["fused_64x256", "fused_128x256", "fused_pair_256x256", "swapped_64x256",
+                                           "copies_cutlass", "exact_fused", "exact_copies", "exact_hybrid"]
+    assert list(Loader.__members__) == ["cp_async", "tma"]
+    assert list(Epilogue.__members__) == ["staged", "tma_store", "direct", "cutlass"]
+    assert set(_dispatch.FAST) | set(_dispatch.EXACT) == set(Algorithm)
+    assert not set(_dispatch.FAST) & set(_dispatch.EXACT)
+    assert set(ALGORITHM_TILES) == set(Algorithm)
+    for a in Algorithm:  # the tile is in the name of the fused fast algorithms and of the swapped one
+        if a.name.startswith(("fused", "swapped")):
+            assert a.name.endswith("_{}x{}".format(*ALGORITHM_TILES[a]))
+    got = plan_gemm(problem(*E64_FPROP))
+    assert type(got.algorithm) is Algorithm and type(got.loader) is Loader and type(got.epilogue) is Epilogue
+    assert got.tile == (256, 256)
+    assert str(got) == "fused_pair_256x256 (loader cp_async, epilogue tma_store)"
+    for a in Algorithm:  # a forced algorithm is that enum, whatever the sizes
+        p = problem("fprop", 4, 4096, 1024, 1024, mode="fast" if a in _dispatch.FAST else "exact")
+        assert plan_gemm(p, algorithm=a.name).algorithm is a

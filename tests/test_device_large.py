@@ -23,7 +23,7 @@ import pytest
 ml_dtypes = pytest.importorskip("ml_dtypes")
 torch = pytest.importorskip("torch")
 
-from test_device_gemm import check_group, guarded, to_np  # noqa: E402
+from test_device_gemm import check_group, gemm, guarded, to_np  # noqa: E402
 from test_device_quantize import assert_bytes, assert_f32_bits  # noqa: E402
 
 import oracle  # noqa: E402
@@ -129,19 +129,19 @@ def check_groups(cases: dict, mode, out_dtype, where):
         check_group(got, a, b, mode, out_dtype, acc=acc, where=f"{where} g={e}")
 
 
-def _configs(dequant_ok: bool, fast: list, exact: list):
-    """(mode, kernel keyword) pairs to run; without the dequantize-first path (no CUTLASS in the build) its pairs are
-    left out with a warning in pytest's summary, not silently."""
-    out = [("fast", dict(fast_kernel=k)) for k in fast] + [("exact", dict(exact_kernel=k)) for k in exact]
-    kept = [(m, kw) for m, kw in out if dequant_ok or "dequant" not in kw.values()]
+def _configs(cutlass: bool, fast: list, exact: list):
+    """(mode, forced algorithm) pairs to run (None: chosen by the sizes); without CUTLASS in the build, copies_cutlass
+    is left out with a warning in pytest's summary, not silently."""
+    out = [("fast", a) for a in fast] + [("exact", a) for a in exact]
+    kept = [(m, a) for m, a in out if cutlass or a != "copies_cutlass"]
     if len(kept) < len(out):
-        warnings.warn(f"dequantize-first path not built (no CUTLASS): {len(out) - len(kept)} configurations not "
-                      "checked", stacklevel=2)
+        warnings.warn(f"copies_cutlass not built (no CUTLASS): {len(out) - len(kept)} configurations not checked",
+                      stacklevel=2)
     return kept
 
 
-def _has_dequant_path() -> bool:
-    from device._gemm_build import load_gemm_extension
+def _has_cutlass() -> bool:
+    from device._build import load_gemm_extension
 
     return bool(load_gemm_extension().has_dequant_path())
 
@@ -156,16 +156,14 @@ def _tokens(cols: int, seed: int, **kw):
 
 def run_over_weights(big, kind: str, fast: list, exact: list):
     """fprop (tokens x K against W's rowwise planes) or dgrad (tokens x N against W's columnwise planes) through the
-    given kernels; the checked experts' outputs at the EDGE columns against the oracle."""
-    from device.gemm import grouped_gemm
-
+    given algorithms; the checked experts' outputs at the EDGE columns against the oracle."""
     contraction, cols, plane = (K, N, "row") if kind == "fprop" else (N, K, "col")
     tq = _tokens(contraction, 1 if kind == "fprop" else 2, rowwise=True)
     a_planes = {e: tq.group_plane(e, "row") for e in CHECK}
-    for mode, kw in _configs(_has_dequant_path(), fast, exact):
+    for mode, algorithm in _configs(_has_cutlass(), fast, exact):
         out, check_tail = guarded((E * TOK, cols), torch.bfloat16)
-        grouped_gemm(tq, big["wq"], kind=kind, out=out, mode=mode, **kw)
-        where = f"{kind} {mode} {kw}"
+        gemm(tq, big["wq"], kind=kind, out=out, mode=mode, algorithm=algorithm)
+        where = f"{kind} {mode} {algorithm or 'chosen by the sizes'}"
         check_tail(where)
         assert not bool(torch.isnan(out).any()), f"{where}: unwritten outputs"
         yn = to_np(out)
@@ -175,11 +173,12 @@ def run_over_weights(big, kind: str, fast: list, exact: list):
 
 
 def test_fprop_over_weights_past_32_bit_offsets(big):
-    run_over_weights(big, "fprop", [None, "swapped", "skinny", "large", "pair", "dequant"], [None, "fused", "dequant"])
+    run_over_weights(big, "fprop", [None, "swapped_64x256", "fused_64x256", "fused_128x256", "fused_pair_256x256",
+                                    "copies_cutlass"], [None, "exact_fused", "exact_copies"])
 
 
 def test_dgrad_over_weights_past_32_bit_offsets(big):
-    run_over_weights(big, "dgrad", [None, "large", "dequant"], [None, "dequant"])
+    run_over_weights(big, "dgrad", [None, "fused_128x256", "copies_cutlass"], [None, "exact_copies"])
 
 
 def test_wgrad_output_past_32_bit_offsets(big):

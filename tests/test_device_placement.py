@@ -4,8 +4,8 @@
   fills its input. An op launched on any other stream (the legacy default stream, the device's default stream) would
   read the input before the copy lands and produce different bytes than the oracle's.
 * Two GPUs (skipped with fewer): inputs on ``cuda:1`` while ``cuda:0`` is current, both devices used alternately
-  in one process (the per-device kernel set-up of ``per_device.h``), a CUDA graph captured on ``cuda:1``, and inputs
-  spread over two devices rejected before any launch.
+  in one process (the per-device kernel set-up of ``csrc/common/per_device.h``), a CUDA graph captured on ``cuda:1``,
+  and inputs spread over two devices rejected before any launch.
 
 Expected bytes come from the oracle (``oracle.quantize`` / ``group_quantize`` / ``gemm`` / ``dequantize`` /
 ``swizzle``), never from another device call.
@@ -235,6 +235,8 @@ def test_grouped_ops_on_the_device_that_is_not_current():
 def test_both_devices_in_turn():
     """The same calls on cuda:0, cuda:1, cuda:0, cuda:1 (each launcher sets its kernels up once per device, on
     first use there), both matching the oracle each time."""
+    from device.testing import force_plan
+
     dev = _dev()
     k, n = 128, 256
     x = rand_bf16(sum(SPLITS), k, seed=20)
@@ -247,10 +249,11 @@ def test_both_devices_in_turn():
             splits = torch.tensor(SPLITS, dtype=torch.int64, device=d)
             xq = dev.group_quantize(to_dev(x, d), splits)
             wq = dev.group_quantize(to_dev(w, d), torch.full_like(splits, n))
-            y = dev.grouped_gemm(xq, wq, kind="fprop", fast_kernel="pair" if i % 2 else "large")
-        check_quantized(q, ref_q, f"call {i} on {d}")
-        check_grouped(xq, ref_g, f"call {i} on {d}")
-        check_fprop(y, xq, wq, SPLITS, "fast", f"call {i} on {d}")
+            with force_plan(algorithm="fused_pair_256x256" if i % 2 else "fused_128x256"):
+                y = dev.grouped_gemm(xq, wq, kind="fprop")
+        check_quantized(q, ref_q, f"round {i} on {d}")
+        check_grouped(xq, ref_g, f"round {i} on {d}")
+        check_fprop(y, xq, wq, SPLITS, "fast", f"round {i} on {d}")
 
 
 @two_gpus

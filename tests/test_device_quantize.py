@@ -87,7 +87,9 @@ _DEFAULTS = dict(rowwise=True, columnwise=False, rht=False, rht_signs=0xD7E8, bl
 
 
 def device_opts(x2, **kw) -> dict:
-    from device._api import _options
+    """The options device.quantize hands the launchers (the quantize plan's kernel codes included: the automatic
+    choice, or the one device.testing.force_plan forces around the call)."""
+    from device.quantization import _options
 
     return _options(x2, **{**_DEFAULTS, **kw})
 
@@ -164,8 +166,8 @@ def test_quantize_largest():
 
 @pytest.mark.parametrize("rht,kind", [(False, "normal"), (True, "normal"), (True, "special")])
 def test_fast_quantize_many_tiles(rht, kind):
-    """bf16, RN, 1x16 blocks (the fast kernel, nvfp4_fast_v4.cuh) on 4096 x 5120: 1280 tiles of 128 x 128, more
-    than two waves of CTAs on an H100, with and without RHT, and with NaN blocks (its slow branches)."""
+    """bf16, RN, 1x16 blocks (the fast kernels, csrc/quantize/fast_bf16.cuh) on 4096 x 5120: 1280 tiles of 128 x 128,
+    more than two waves of CTAs on an H100, with and without RHT, and with NaN blocks (its slow branches)."""
     x = make_input(4096, 5120, kind=kind, seed=5 + rht)
     check_case(x, rowwise=True, columnwise=True, rht=rht, block=(1, 16), rounding="rn")
 
@@ -189,7 +191,7 @@ def test_quantize_single_plane(rowwise, columnwise, rht):
                                                     (False, True, True)])
 def test_quantize_amax_buffer_starts_dirty(rule, rowwise, columnwise, rht):
     """The single-tensor amax pass zeroes the amaxes it computes before its atomic maxima (SPEC 4; a one-CTA kernel
-    the pass overlaps since stop 63): buffers poisoned with 0x7F (amax bits 0x7F7F7F7F = 3.4e38, above any finite
+    that the bf16 fast pass overlaps): buffers poisoned with 0x7F (amax bits 0x7F7F7F7F = 3.4e38, above any finite
     bf16 |x|, so a missing zero would win every maximum) come back with the oracle's amaxes; an amax that was not
     asked for (no columnwise plane) comes back as +0."""
     x = make_input(300, 160, kind="normal", seed=63)
@@ -482,7 +484,7 @@ def test_group_fast_quantize_64_groups(rht):
     """The fast kernel on 64 skewed groups (empty and unaligned ones included), 8192 x 1024: each group's tiles
     take that group's amaxes and multiplier table (the other grouped fast-path cases have E <= 7 or SR). Its amax grid
     (~800 CTAs) is larger than one wave on an H100 (528), so its first wave finds its tiles from the splits and the
-    rest from the setup kernel's records (stop 62), in one call."""
+    rest from the setup kernel's records, in one call."""
     rng = np.random.default_rng(64 + rht)
     splits = random_splits(rng, 8192, 64)
     x = make_input(8192, 1024, kind="normal", seed=17 + rht)
@@ -514,9 +516,7 @@ def test_group_fast_quantize_mixed_groups(planes, rht):
     check_grouped(bufs, ref, True, rowwise=kw["rowwise"], columnwise=kw["columnwise"])
 
 
-# Groups whose last row tile has 1-64 rows (stop 61 built "stacked" tiles for them: <= 32 rows taking 4 K tiles per
-# CTA, 33-64 rows 2; measured slower and dropped, device/NOTES.md), next to tiles of 65-127 rows and whole ones, and
-# empty groups.
+# Groups whose last row tile has 1-64 rows, next to tiles of 65-127 rows and whole ones, and empty groups.
 SHORT_TILE_SPLITS = np.array([1, 0, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 148, 0, 320, 129, 96, 7], np.int64)
 
 
@@ -543,6 +543,110 @@ def test_group_fast_quantize_short_last_tiles(planes, rht, k):
     for swizzled in (True, False):
         bufs = run_group_poisoned(x_t, splits, swizzled=swizzled, **kw)
         check_grouped(bufs, ref, swizzled, rowwise=kw["rowwise"], columnwise=kw["columnwise"])
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the quantize plan: the general kernels on the fast kernels' inputs; the fast kernels refused where they cannot run
+# ------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rht", [False, True])
+def test_general_kernels_on_the_fast_kernels_inputs(rht):
+    """device.testing.force_plan(quantize="general"): the general amax and quantize kernels on what the bf16 fast
+    kernels take by default (bf16, RN, 1x16 blocks, with the RHT under the default sign mask and without) give the
+    oracle's bytes too: the single-tensor check of test_fast_quantize_many_tiles (special values, both scale layouts)
+    on a smaller tensor, the grouped check of test_group_fast_quantize_mixed_groups, and the public calls."""
+    from device._codes import QuantizeKernel
+    from device.testing import force_plan
+
+    def kernels(x_t, **kw):
+        opts = device_opts(x_t, **kw)
+        return opts["amax_kernel"], opts["quantize_kernel"]
+
+    x = make_input(1000, 1104, kind="special", seed=70 + rht)
+    kw = dict(rowwise=True, columnwise=True, rht=rht, block=(1, 16), rounding="rn")
+    # the premises: these inputs take the fast kernels unless forced, the general ones when forced
+    assert kernels(to_cuda(x), **kw) == (QuantizeKernel.fast_bf16, QuantizeKernel.fast_bf16)
+    with force_plan(quantize="general"):
+        assert kernels(to_cuda(x), **kw) == (QuantizeKernel.general, QuantizeKernel.general)
+        check_case(x, **kw)
+    splits = np.array([3000, 0, 1, 700, 129, 0, 1500, 15, 0, 655, 1], np.int64)
+    xg = make_input(int(splits.sum()), 400, kind="special", seed=72 + rht)
+    ref = oracle.group_quantize(xg, splits, **kw)
+    xg_t = to_cuda(xg)
+    with force_plan(quantize="general"):
+        for swizzled in (True, False):
+            check_grouped(run_group_poisoned(xg_t, splits, swizzled=swizzled, **kw), ref, swizzled)
+        import device
+
+        got = device.group_quantize(xg_t, torch.tensor(splits, device="cuda"), **kw)
+        single = device.quantize(to_cuda(x), **kw)
+    check_grouped(grouped_bufs(got), ref, True)
+    check_single({"row_data": single.row_data, "row_scales": single.row_scales, "col_data": single.col_data,
+                  "col_scales": single.col_scales, "amax": torch.cat([single.row_amax, single.col_amax])},
+                 oracle.quantize(x, **kw), True)
+
+
+@pytest.mark.parametrize("dtype,kw,why", [
+    (BF16, dict(rounding="sr"), "rounds to nearest only"),
+    (BF16, dict(block=(16, 16)), "writes 1x16 blocks only"),
+    (BF16, dict(columnwise=True, rht=True, rht_signs=0x1234), "default RHT sign mask"),
+    (np.float16, dict(), "read bfloat16 input, not float16"),
+    (np.float32, dict(), "read bfloat16 input, not float32"),
+])
+def test_forcing_the_fast_kernels_where_they_cannot_run_raises(dtype, kw, why):
+    """force_plan(quantize="fast_bf16") on input the fast kernels cannot quantize (SR, 16x16 blocks, another RHT sign
+    mask, fp16 / fp32) raises ValueError before any launch, single and grouped; the C++ bindings refuse those kernel
+    codes as well (their own check, bypassing Python), in a child process: a crash there must fail this test, not take
+    the test worker down."""
+    import subprocess
+    import sys
+
+    import device
+    from device.testing import force_plan
+
+    x_t = to_cuda(make_input(64, 32, dtype=dtype, seed=3))
+    with force_plan(quantize="fast_bf16"):
+        with pytest.raises(ValueError, match=f"quantize='fast_bf16' cannot run this call: .*{why}"):
+            device.quantize(x_t, **kw)
+        with pytest.raises(ValueError, match=f"quantize='fast_bf16' cannot run this call: .*{why}"):
+            device.group_quantize(x_t, torch.tensor([30, 34], device="cuda"), **kw)
+    device.quantize(x_t, **kw)  # the automatic plan runs it
+    torch_dtype = {BF16: "bfloat16", np.float16: "float16", np.float32: "float32"}[dtype]
+    script = f"""
+import torch
+from device._build import load_extension
+from device._codes import QuantizeKernel, ScaleLayout
+ext = load_extension()
+fast = int(QuantizeKernel.fast_bf16)
+u8 = dict(dtype=torch.uint8, device="cuda")
+one = torch.ones(1, device="cuda")
+x = torch.zeros((64, 32), dtype=torch.{torch_dtype}, device="cuda")
+kw = {dict(sr=kw.get("rounding") == "sr", block2d=kw.get("block") == (16, 16), rht=bool(kw.get("rht")),
+           signs=kw.get("rht_signs", 0xD7E8))!r}
+rd, rs = torch.full((1024,), 0xFF, **u8), torch.full((512,), 0xFF, **u8)
+if not (kw["sr"] or kw["block2d"]):  # the amax pass refuses what is not bf16 or another sign mask
+    print("amax_:", ext.amax_(x, None, 1, 1, torch.zeros(1, device="cuda"), None, kw["rht"], kw["signs"], False,
+                              False, None, None, fast))
+print("quantize_:", ext.quantize_(x, None, 1, 1, one, one, rd, rs, None, None, int(ScaleLayout.swizzled),
+                                  kw["block2d"], kw["sr"], 0, kw["rht"], kw["signs"], 0, 0, 0, False, None, fast))
+print("unknown:", ext.quantize_(x, None, 1, 1, one, one, rd, rs, None, None, int(ScaleLayout.swizzled), False,
+                                False, 0, False, 0xD7E8, 0, 0, 0, False, None, 5))
+torch.cuda.synchronize()
+print("untouched:", bool((rd == 0xFF).all()) and bool((rs == 0xFF).all()))
+"""
+    root = os.path.join(os.path.dirname(__file__), "..")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=root)
+    assert run.returncode == 0, run.stdout + run.stderr[-2000:]
+    cpp_why = {"rounds to nearest only": "the fast quantizer rounds to nearest and writes 1x16 blocks only",
+               "writes 1x16 blocks only": "the fast quantizer rounds to nearest and writes 1x16 blocks only",
+               "default RHT sign mask": "the fast kernels run the RHT with the default sign mask only"}.get(
+                   why, "the fast kernels read bfloat16 input only")
+    lines = run.stdout.splitlines()
+    assert f"quantize_: nvfp4: {cpp_why}" in lines, run.stdout
+    if "amax_:" in run.stdout:
+        assert f"amax_: nvfp4: {cpp_why}" in lines, run.stdout
+    assert "unknown: nvfp4: unknown quantize kernel code 5" in lines, run.stdout
+    assert "untouched: True" in lines, run.stdout
 
 
 @pytest.mark.parametrize("rounding", ["rn", "sr"])
@@ -603,10 +707,10 @@ def cut_splits(splits, t: int) -> np.ndarray:
 def test_group_quantize_splits_not_adding_up(splits):
     """Device splits that do not add up to T (SPEC 9.4): cumulative offsets passed as sizes, negative sizes, a sum
     below T, a first group larger than T, more than 1024 groups past T, sizes whose int64 sum would overflow, 200 and
-    256 groups (the bf16 amax pass then finds its tiles from the splits, 8 groups per lane, stop 62) whose sum passes T
-    inside a lane's groups, and 257 (the records). The device cuts the groups at row T and writes exactly what the oracle gives for the rows that are left with the cut
-    sizes; every byte past the last group up to the worst-case capacity is 0 (the rowwise data tail included), and
-    nothing is written outside."""
+    256 groups (the bf16 amax pass then finds its tiles from the splits, 8 groups per lane) whose sum passes T
+    inside a lane's groups, and 257 (the records). The device cuts the groups at row T and writes exactly what the
+    oracle gives for the rows that are left with the cut sizes; every byte past the last group up to the worst-case
+    capacity is 0 (the rowwise data tail included), and nothing is written outside."""
     t, k = 300, 48
     cut = cut_splits(splits, t)
     assert len(cut) == len(splits) and cut.sum() <= t
@@ -832,13 +936,14 @@ def test_argument_errors():
     import subprocess
     import sys
 
-    tool = os.path.join(os.path.dirname(__file__), "..", "device", "tools", "check_binding_errors.py")
+    tool = os.path.join(os.path.dirname(__file__), "..", "tools", "sanitizer", "check_binding_errors.py")
     run = subprocess.run([sys.executable, tool, "quantize"], capture_output=True, text=True, timeout=300,
                          cwd=os.path.join(os.path.dirname(__file__), ".."))
     assert run.returncode == 0, run.stdout + run.stderr[-2000:]
     assert run.stdout.count("refused: nvfp4:") == 14, run.stdout
     assert "splits must be a contiguous int64 tensor of E values" in run.stdout, run.stdout
-    # output buffers checked in C++ too (bindings.cpp check_outputs): 64 x 32 swizzled rowwise scales need 512 bytes
+    # output buffers checked in C++ too (csrc/quantize/bindings.cpp check_outputs): 64 x 32 swizzled rowwise scales
+    # need 512 bytes
     assert "row_scales holds 256 bytes, the call writes 512" in run.stdout, run.stdout
     assert "col_data must be a contiguous uint8 tensor" in run.stdout, run.stdout
     assert "scale layout 0 is not one of this call's" in run.stdout, run.stdout

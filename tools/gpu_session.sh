@@ -40,7 +40,7 @@ mkdir -p "$OUT"
 export PYTHONPATH=.:/tmp/site NVFP4_BUILD_DIR=${NVFP4_BUILD_DIR:-/tmp/nvfp4b} PYTHONUNBUFFERED=1 \
   PYTHONWARNINGS=ignore MAX_JOBS=${MAX_JOBS:-16}
 SAN=/usr/local/cuda/bin/compute-sanitizer
-SANITIZE_K=${SANITIZE_K:-"exact_fused_loaders and 1 or off_a_whole"}
+SANITIZE_K=${SANITIZE_K:-"exact_fused_edges or off_a_whole"}
 SANITIZE_FILE=${SANITIZE_FILE:-tests/test_device_gemm.py}
 SANITIZE_TOOLS=${SANITIZE_TOOLS:-"memcheck racecheck"}
 AB_PLANS=${AB_PLANS:-"auto; algorithm=fused_128x256; algorithm=copies_cutlass"}

@@ -46,35 +46,35 @@ def quantize_calls() -> dict[str, Callable[[], str]]:
 
     return {
         "amax_ K of 24": lambda: ext.amax_(torch.zeros((4, 24), **bf16), None, 1, 1, torch.zeros(1, device="cuda"),
-                                           None, False, 0, False, False, None, None),
+                                           None, False, 0, False, False, None, None, 0),
         "amax_ RHT of float32": lambda: ext.amax_(torch.zeros((4, 32), device="cuda"), None, 1, 1,
                                                   torch.zeros(1, device="cuda"), None, True, 0xD7E8, False, False,
-                                                  None, None),
+                                                  None, None, 0),
         "amax_ grouped, row_tiles short": lambda: ext.amax_(torch.zeros((300, 32), **bf16), offsets(2), 2, 3,
                                                            torch.zeros(2, device="cuda"), None, False, 0, False,
-                                                           False, None, None),
+                                                           False, None, None, 0),
         "amax_ splits of 3 values for 2 groups": lambda: ext.amax_(
             torch.zeros((300, 32), **bf16), offsets(2), 2, 4, torch.zeros(2, device="cuda"), None, False, 0, True,
-            False, None, torch.zeros(3, dtype=torch.int64, device="cuda")),
+            False, None, torch.zeros(3, dtype=torch.int64, device="cuda"), 0),
         "amax_ offsets of 5 values": lambda: ext.amax_(torch.zeros((4, 32), **bf16),
                                                        torch.zeros(5, dtype=torch.int64, device="cuda"), 1, 1,
                                                        torch.zeros(1, device="cuda"), None, False, 0, False, False,
-                                                       None, None),
+                                                       None, None, 0),
         "quantize_ amax of 1 value for 2 groups": lambda: ext.quantize_(
             torch.zeros((64, 32), **bf16), offsets(2), 2, 2, one, one, torch.zeros(1024, **u8),
-            torch.zeros(1024, **u8), None, None, 2, False, False, 0, False, 0, 0, 0, 0, False, None),
+            torch.zeros(1024, **u8), None, None, 2, False, False, 0, False, 0, 0, 0, 0, False, None, 0),
         # the output buffers' sizes (quantize/bindings.cpp check_outputs): 64 x 32 single tensor, swizzled scales need
         # roundup(64, 128) * roundup(2, 4) = 512 bytes
         "quantize_ row_scales of 256 bytes": lambda: ext.quantize_(
             torch.zeros((64, 32), **bf16), None, 1, 1, one, one, torch.zeros(1024, **u8), torch.zeros(256, **u8),
-            None, None, 2, False, False, 0, False, 0, 0, 0, 0, False, None),
+            None, None, 2, False, False, 0, False, 0, 0, 0, 0, False, None, 0),
         "quantize_ float32 col_data": lambda: ext.quantize_(
             torch.zeros((64, 32), **bf16), None, 1, 1, one, one, None, None, torch.zeros(256, device="cuda"),
-            torch.zeros(512, **u8), 2, False, False, 0, False, 0, 0, 0, 0, False, None),
+            torch.zeros(512, **u8), 2, False, False, 0, False, 0, 0, 0, 0, False, None, 0),
         "quantize_ grouped compact layout": lambda: ext.quantize_(
             torch.zeros((64, 32), **bf16), offsets(2), 2, 2, torch.ones(2, device="cuda"),
             torch.ones(2, device="cuda"), torch.zeros(1024, **u8), torch.zeros(1024, **u8), None, None, 0, False,
-            False, 0, False, 0, 0, 0, 0, False, None),
+            False, 0, False, 0, 0, 0, 0, False, None, 0),
         "swizzle_ short out": lambda: ext.swizzle_(torch.zeros((4, 4), **u8), torch.zeros(16, **u8)),
         "dequantize_ short data": lambda: ext.dequantize_(torch.zeros(512, **u8), torch.zeros(65536, **u8), one,
                                                           1024, 1024, True, 0, out(1024, 1024)),
@@ -99,8 +99,9 @@ def gemm_calls() -> dict[str, Callable[[], str]]:
     def call(kind: int = 0, offs_numel: int = 12, workspace: torch.Tensor = ws, data: torch.Tensor = plane,
              rule: int = 0) -> str:
         offs = torch.zeros(offs_numel, dtype=torch.int64, device="cuda")
-        return ext.grouped_gemm_(kind, False, 1, data, plane, offs, amax, plane, plane, offs, amax, out, None, False,
-                                 16, 16, 16, 16, 1.0, rule, 0, workspace, 16, 16, 0, 0)
+        # (plan: fused_128x256, cp_async, staged, no grid cap; device._codes)
+        return ext.grouped_gemm_(kind, 1, data, plane, offs, amax, plane, plane, offs, amax, out, None, False,
+                                 16, 16, 16, 16, 1.0, rule, 0, workspace, 1, 0, 0, 0)
 
     return {
         "grouped_gemm_ kind 7": lambda: call(kind=7),

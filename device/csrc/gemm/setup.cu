@@ -143,6 +143,8 @@ void tile_of(Algorithm algorithm, int* tile_m, int* tile_n) {
 }
 
 bool launch_fused(const LaunchArgs& a, cudaStream_t s) {
+  // the fused kernels load by cp.async and store through their staged buffers or TMA boxes
+  if (a.loader != kLoaderCpAsync || (a.epilogue != kEpilogueStaged && a.epilogue != kEpilogueTmaStore)) return false;
   switch (a.algorithm) {
     case kFused64x256:
     case kFused128x256: return launch_fused_fast(a, s);
