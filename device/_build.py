@@ -110,10 +110,5 @@ def load_gemm_extension(verbose: bool = False) -> ModuleType:
 
 
 def load_extensions(verbose: bool = False) -> tuple[ModuleType, ModuleType]:
-    """Both extensions, ``(quantize, gemm)``, built on first use (in parallel threads: each build runs ninja)."""
-    threads = [threading.Thread(target=f, args=(verbose,)) for f in (load_extension, load_gemm_extension)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    """Both extensions, ``(quantize, gemm)``, built on first use."""
     return load_extension(verbose), load_gemm_extension(verbose)

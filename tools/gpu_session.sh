@@ -49,7 +49,7 @@ AB_QUANT_PLANS=${AB_QUANT_PLANS:-"quantize=general; quantize=fast_bf16"}
 CONF_BUDGET=${CONF_BUDGET:-45s}
 CONF_OPS=${CONF_OPS:-grouped_gemm,grouped_gemm_tc,grouped_gemm_exact}
 CONF_SEED=${CONF_SEED:-$(date +%s)}
-NCU_KERNEL=${NCU_KERNEL:-"exact_f16_kernel"}
+NCU_KERNEL=${NCU_KERNEL:-"exact_copies_kernel"}
 NCU_CASES=${NCU_CASES:-"--algorithm exact_hybrid --e 64 --t 16384 --k 2048 --n 1408"}
 NCU_SCRIPT=${NCU_SCRIPT:-tools/profile/gemm_one_case.py}
 PYTEST="python3 -m pytest -q -p no:cacheprovider"
@@ -92,8 +92,8 @@ print("smoke ok", tuple(y.shape), torch.isfinite(y.float()).all().item())
 EOF
       ;;
     gemm-tests) $PYTEST -n 8 tests/test_device_gemm.py tests/test_device_gemm_torchao.py ;;
-    quant-tests) $PYTEST -n 8 tests/test_device_quantize.py tests/test_device_torchao.py tests/test_device_kernel_choice.py \
-      tests/test_device_placement.py ;;
+    quant-tests) $PYTEST -n 8 tests/test_device_quantize.py tests/test_device_torchao.py tests/test_device_placement.py \
+      tests/test_device_results.py tests/test_device_args_host.py ;;
     large-tests) NVFP4_LARGE=1 $PYTEST -rs --durations=0 tests/test_device_large.py ;;
     sanitize)
       local tool rc=0
