@@ -17,25 +17,6 @@ static_assert(exact_copies::ShapeF32::BM == fused::ExactFusedF32::BM && exact_co
 
 namespace {
 
-// Group g's two tensor maps (gemm_group_maps.cuh): the host-encoded template (fp16, box {64, 128},
-// 128-byte swizzle) with the group's base, {K, rows} and row pitch 2 K bytes put in by tensormap.replace in shared
-// memory, then copied to maps[2 g + i] with the release that the loader's acquire pairs with. One warp per group;
-// groups without a K step or without rows are skipped (no tile of theirs loads anything).
-__global__ void exact_maps_kernel(const Prob* __restrict__ probs, int E, const __grid_constant__ CUtensorMap tmpl,
-                                  CUtensorMap* __restrict__ maps) {
-  __shared__ alignas(128) CUtensorMap staged[gmap::kMapWarps][2];
-  pdl_wait_then_trigger();  // chained launch (gemm_pdl.cuh): the previous kernel's outputs are visible from here on
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  int g;
-  Prob p;
-  if (!gmap::map_group(probs, E, &g, &p)) return;  // (warp-uniform)
-  if (lane < 2)  // lane 0: A (rows M), lane 1: B (rows N); row pitch 2 K bytes
-    gmap::stage_group_map(&staged[warp][lane], tmpl, lane == 0 ? p.a : p.b, static_cast<uint32_t>(p.K),
-                          static_cast<uint32_t>(lane == 0 ? p.M : p.N), 2ull * static_cast<uint64_t>(p.K));
-  __syncwarp();
-  gmap::publish_group_maps<2>(staged[warp], maps + 2 * g);
-}
-
 // The template map of the TMA loader: both copies and the map scratch exist and are aligned (every group's base in a
 // copy is then 16-byte aligned too: K % 16 == 0 for rowwise planes, and columnwise groups start at multiples of 8
 // packed bytes), and the driver encodes it.
@@ -54,9 +35,13 @@ template <class S, bool OUT_F32>
 bool launch_shape(const LaunchArgs& a, const CopiesArgs& d, cudaStream_t s, const CUtensorMap& out_map = {}) {
   auto* maps = static_cast<CUtensorMap*>(d.group_maps);
   if (a.loader == kLoaderTma) {
-    CUtensorMap tmpl{};
-    if (!exact_template(d, &tmpl)) return false;
-    launch_chained(exact_maps_kernel, dim3(gmap::map_grid(a.E)), gmap::kMapThreads, 0, s, a.probs, a.E, tmpl, maps);
+    // one map of each fp16 copy per group (the same template: fp16, box {64, 128}, 128-byte swizzle)
+    gmap::MapSet<2> set{};
+    if (!exact_template(d, &set.templates[0])) return false;
+    set.templates[1] = set.templates[0];
+    set.what[0] = gmap::MapOf::kAF16;
+    set.what[1] = gmap::MapOf::kBF16;
+    gmap::launch_group_maps(a.probs, a.E, set, maps, s);
     launch_persistent<exact_copies::exact_copies_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(a, s, maps, out_map);
   } else {
     launch_persistent<exact_copies::exact_copies_kernel<S, OUT_F32, false>, S::kThreads, S::kSmem>(a, s, maps, out_map);

@@ -17,36 +17,18 @@ static_assert(exact_copies::HybridF32::BM == fused::ExactFusedF32::BM && exact_c
 
 namespace {
 
-// Group g's three maps (exact_copies::HybridTma): lane 0 A's fp16 copy {K, M}, pitch 2 K bytes (the f16 template); lane 1 the
-// packed B plane {K / 2, N}, pitch K / 2 (the data template); lane 2 B's scale tiles {128, 4 KT roundup(N, 128) / 128},
-// pitch 128 (the scale template; SPEC 8.2: KT = ceil(K / 64) tiles of 512 bytes per 128 rows). One warp per group;
-// groups without a K step or without rows are skipped (no tile of theirs loads anything).
-__global__ void hybrid_maps_kernel(const Prob* __restrict__ probs, int E, const __grid_constant__ CUtensorMap f16_tmpl,
-                                   const __grid_constant__ CUtensorMap data_tmpl,
-                                   const __grid_constant__ CUtensorMap scale_tmpl, CUtensorMap* __restrict__ maps) {
-  __shared__ alignas(128) CUtensorMap staged[gmap::kMapWarps][exact_copies::kHybridMaps];
-  pdl_wait_then_trigger();  // chained launch (gemm_pdl.cuh): the retarget kernel's Prob::a is visible from here on
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  int g;
-  Prob p;
-  if (!gmap::map_group(probs, E, &g, &p)) return;  // (warp-uniform)
-  const uint32_t K = static_cast<uint32_t>(p.K), N = static_cast<uint32_t>(p.N);
-  const uint32_t kt = (K + kBK - 1) / kBK;
-  if (lane == 0)
-    gmap::stage_group_map(&staged[warp][0], f16_tmpl, p.a, K, static_cast<uint32_t>(p.M), 2ull * K);
-  else if (lane == 1)
-    gmap::stage_group_map(&staged[warp][1], data_tmpl, p.b, K / 2, N, K / 2);
-  else if (lane == 2)
-    gmap::stage_group_map(&staged[warp][2], scale_tmpl, p.sb, 128, 4 * kt * ((N + 127) / 128), 128);
-  __syncwarp();
-  gmap::publish_group_maps<exact_copies::kHybridMaps>(staged[warp], maps + exact_copies::kHybridMaps * g);
-}
-
 template <class S, bool OUT_F32>
 void launch_shape(const LaunchArgs& a, const HybridTemplates& t, void* group_maps, cudaStream_t s) {
   auto* maps = static_cast<CUtensorMap*>(group_maps);
-  launch_chained(hybrid_maps_kernel, dim3(gmap::map_grid(a.E)), gmap::kMapThreads, 0, s, a.probs, a.E, t.f16, t.data,
-                 t.scale, maps);
+  // the group's three maps (exact_copies::HybridTma): A's fp16 copy, B's packed plane, B's scale tiles
+  gmap::MapSet<exact_copies::kHybridMaps> set{};
+  set.templates[0] = t.f16;
+  set.templates[1] = t.data;
+  set.templates[2] = t.scale;
+  set.what[0] = gmap::MapOf::kAF16;
+  set.what[1] = gmap::MapOf::kBPacked;
+  set.what[2] = gmap::MapOf::kBScales;
+  gmap::launch_group_maps(a.probs, a.E, set, maps, s);
   launch_persistent<exact_copies::exact_copies_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(
       a, s, static_cast<const CUtensorMap*>(maps), CUtensorMap{});  // (no TMA-store epilogue: fprop / dgrad only)
 }

@@ -454,13 +454,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
           prev_b = bst.stage;
           bst.next();
         };
-        // (explicit exits: with `kt + 1 < KT` guarding the odd step, ptxas sees a path even -> even with the first
-        // set still in flight and serialises every wgmma, C7513)
-        for (int kt = 0; kt < KT; kt += 2) {
-          step(a_even);
-          if (kt + 1 == KT) break;
-          step(a_odd);
-        }
+        k_loop_two_sets(KT, a_even, a_odd, step);
         // a short tile: the next tile's lookup while this tile's last wgmmas run
         if (kLookAhead && KT <= kLookAheadSteps && v + tile_stride < walk.count) {
           next = lookup_tile(probs, prefix, E, walk.tile(v + tile_stride));

@@ -1,7 +1,6 @@
-// Per-group TMA tensor maps, built on the device (the exact kernels' TMA loaders: gemm_exact_f16.cu over fp16 copies,
-// gemm_wgmma_exact_tma.cu over the packed planes). The group sizes and operand pointers live on the device (the setup
-// kernel's Prob array), so the host encodes one template map per kind of box and a small kernel (one warp per group)
-// fills in each group's base, {inner, rows} and row pitch:
+// Per-group TMA tensor maps, built on the device for the TMA loaders of exact_copies and exact_hybrid. The group sizes
+// and operand pointers live on the device (the setup kernel's Prob array), so the host encodes one template map per
+// kind of box and group_maps_kernel (one warp per group) fills in each group's base, {inner, rows} and row pitch:
 //   1. the lanes that own a map copy the template into shared memory and put in the fields with tensormap.replace
 //      (stage_group_map);
 //   2. the whole warp copies the staged maps to global memory with tensormap.cp_fenceproxy ... release.gpu
@@ -15,7 +14,9 @@
 
 #include <cstdint>
 
+#include "common/pdl.cuh"
 #include "gemm/problem.h"
+#include "gemm/tile_list.cuh"  // kBK
 
 namespace nvfp4_gemm {
 namespace gmap {
@@ -70,6 +71,60 @@ __device__ __forceinline__ void publish_group_maps(const CUtensorMap* staged, CU
         "r"(src)
         : "memory");
   }
+}
+
+// What a group's map covers (its template gives the element type, the box and the swizzle):
+enum class MapOf : int {
+  kAF16,     // A's fp16 copy: {K, M rows}, row pitch 2 K bytes
+  kBF16,     // B's fp16 copy: {K, N rows}, row pitch 2 K bytes
+  kBPacked,  // B's packed E2M1 plane: {K / 2 bytes, N rows}, row pitch K / 2
+  kBScales,  // B's swizzled scale tiles as rows of 128 bytes: {128, 4 KT roundup(N, 128) / 128} (SPEC 8.2: KT =
+             // ceil(K / 64) tiles of 512 bytes per 128 rows), row pitch 128
+};
+
+// A group's N maps: map i is templates[i] over what[i] of the group's problem.
+template <int N>
+struct MapSet {
+  CUtensorMap templates[N];
+  MapOf what[N];
+};
+
+// One lane: `staged` = the group's map of `what` (stage_group_map), from the template and the group's problem.
+__device__ __forceinline__ void stage_map_of(MapOf what, CUtensorMap* staged, const CUtensorMap& tmpl, const Prob& p) {
+  const uint32_t K = static_cast<uint32_t>(p.K), N = static_cast<uint32_t>(p.N);
+  switch (what) {
+    case MapOf::kAF16: stage_group_map(staged, tmpl, p.a, K, static_cast<uint32_t>(p.M), 2ull * K); break;
+    case MapOf::kBF16: stage_group_map(staged, tmpl, p.b, K, N, 2ull * K); break;
+    case MapOf::kBPacked: stage_group_map(staged, tmpl, p.b, K / 2, N, K / 2); break;
+    case MapOf::kBScales: {
+      const uint32_t kt = (K + kBK - 1) / kBK;
+      stage_group_map(staged, tmpl, p.sb, 128, 4 * kt * ((N + 127) / 128), 128);
+      break;
+    }
+  }
+}
+
+// maps[N g + i] = group g's map i of `set`: one warp per group, lane i < N stages map i; groups without a K step or
+// without rows are skipped (no tile of theirs loads anything). Chained after the kernel that wrote the problems.
+template <int N>
+__global__ void group_maps_kernel(const Prob* __restrict__ probs, int E, const __grid_constant__ MapSet<N> set,
+                                  CUtensorMap* __restrict__ maps) {
+  static_assert(N <= 32, "one lane per map");
+  __shared__ alignas(128) CUtensorMap staged[kMapWarps][N];
+  pdl_wait_then_trigger();  // chained launch (common/pdl.cuh): the previous kernel's problems are visible from here on
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int g;
+  Prob p;
+  if (!map_group(probs, E, &g, &p)) return;  // (warp-uniform)
+  if (lane < N) stage_map_of(set.what[lane], &staged[warp][lane], set.templates[lane], p);
+  __syncwarp();
+  publish_group_maps<N>(staged[warp], maps + N * g);
+}
+
+// Launches group_maps_kernel<N> for E groups on `s`, chained (PDL) to the previous kernel.
+template <int N>
+void launch_group_maps(const Prob* probs, int E, const MapSet<N>& set, CUtensorMap* maps, cudaStream_t s) {
+  launch_chained(group_maps_kernel<N>, map_grid(E), kMapThreads, 0, s, probs, E, set, maps);
 }
 
 }  // namespace gmap

@@ -246,4 +246,17 @@ struct Ring {
   }
 };
 
+// The K loop of a kernel whose wgmmas read A from registers: KT steps, alternating two register sets (`even`,
+// `odd`), so that a step's A fragments are written while the previous step's wgmmas still read the other set.
+// The exits are explicit: with `kt + 1 < KT` guarding the odd step, ptxas sees a path even -> even with the first set
+// still in flight and serialises every wgmma (warning C7513).
+template <class Set, class Step>
+__device__ __forceinline__ void k_loop_two_sets(int KT, Set& even, Set& odd, Step&& step) {
+  for (int kt = 0; kt < KT; kt += 2) {
+    step(even);
+    if (kt + 1 == KT) break;
+    step(odd);
+  }
+}
+
 }  // namespace nvfp4_gemm

@@ -485,12 +485,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         prev = st.stage;
         st.next();
       };
-      // (explicit exits, as the fast kernels: a conditional odd step makes ptxas serialise the wgmmas, C7513)
-      for (int kt = 0; kt < KT; kt += 2) {
-        step(a_even);
-        if (kt + 1 == KT) break;
-        step(a_odd);
-      }
+      k_loop_two_sets(KT, a_even, a_odd, step);
       wgmma_wait<0>();
       fence_acc();
       if (prev >= 0) release(prev);

@@ -1,34 +1,86 @@
-// v4 of the bf16 fast quantizer (same outputs as quantize_kernel, byte for byte): the tiling and arithmetic of the
-// earlier v3 kernels (removed in stop 13) with the per-block overheads taken out of the unrolled loops.
-//  * addresses: every data / scale pointer is formed once per thread; inside a tile the swizzled scale offset
-//    of SPEC 8.2 is base + a per-iteration constant (the tile is 128-row aligned, so r>>7, c>>2 are fixed),
-//    compact layouts add a per-iteration stride; bounds are 32-bit tile-local compares;
-//  * signs: mult >= 0 and never NaN (SPEC 5.2: fminf(1/(scale*s_dec), FLT_MAX); +0 only when S_enc = 0, and
-//    x * +0 keeps the sign of x), so sign(x*mult) = sign(x) for the NaN/Inf-free blocks of the fast path and
-//    the sign nibbles of 8 elements are gathered from the bf16 words with 4 PRMT + 2 ops (instead of 2 ops
-//    per element); the magnitude codes carry a constant bias (packed_bias8) removed by the accumulator's start value;
-//  * rowwise: one whole 16-block per thread (stop 50; two lanes per block before), so the block max, scale byte,
-//    multiplier and clamp test are formed once per 16 elements; NaN/Inf detection by one warp vote per iteration
-//    (the warp's 4 rows);
+// The bf16 fast kernels, amax_fast_bf16 and quantize_fast_bf16: bf16 input, round-to-nearest, 1x16 blocks, no RHT or
+// the RHT with SPEC 7's default sign mask (device/_dispatch.py plan_quantize runs them there; the general kernels of
+// general.cuh everywhere else). Their outputs are the general kernels' byte for byte, with fewer instructions per
+// element (2.1-2.4x faster on the same bytes):
+//  * compile-time RHT signs: the sign flips become operand negations of the first butterfly FADDs (free);
+//  * block maxima on packed bf16 pairs by integer SIMD max (the NaN-ignoring fp max of SPEC 5.2 equals the integer
+//    max of the |bits| when no element is NaN / Inf; a block that has one goes to the exact slow path); the rowwise
+//    pass takes one whole 16-block per thread, so its max, scale byte, multiplier and clamp test are formed once per
+//    16 elements, and detects NaN / Inf by one warp vote per iteration (the warp's 4 rows);
+//  * E2M1 by the three-roundings forms of SPEC 3.6, on the FMA pipe except one 3-input minimum per element;
+//  * signs: mult >= 0 and never NaN (SPEC 5.2: fminf(1/(scale*s_dec), FLT_MAX); +0 only when S_enc = 0, and x * +0
+//    keeps the sign of x), so sign(x*mult) = sign(x) for the NaN/Inf-free blocks and the sign nibbles of 8 elements
+//    are gathered from the bf16 words with 4 PRMT + 2 ops; the magnitude codes carry a constant bias (kBias8)
+//    removed by the accumulator's start value;
+//  * addresses: every data / scale pointer is formed once per thread; inside a tile the swizzled scale offset of
+//    SPEC 8.2 is base + a per-iteration constant (the tile is 128-row aligned, so r>>7, c>>2 are fixed), compact
+//    layouts add a per-iteration stride; bounds are 32-bit tile-local compares;
 //  * the plane constants and multiplier tables: one plane per half of the CTA, shared through shared memory;
-//  * amax: 256 threads of 16 rows x 4 columns (half the registers, twice the warps; measured neutral) and the
-//    rowwise max as an integer SIMD max.
-//  * E2M1 by the three-roundings forms of SPEC 3.6 (FMA pipe except one 3-input minimum per element);
-//  * programmatic dependent launch after the amax pass (griddepcontrol.wait before the amaxes are read).
-//  * outputs (codes, scale bytes, padding) stored evict-first (store_once, st.global.cs; stop 53, -1 to -2%).
-//  * the quantizer's tile loaded by cp.async, the amax pass's loads without L1 allocation (stop 58).
-// H100 (ncu): ALU pipe 54%, FMA pipe 37%, issue 67% (was ALU-bound at 74% before SPEC 3.6); stop 58, after the
-// cp.async load: issue 74%, 2,364 instructions per warp and tile, ~20% of them per-tile work: device/NOTES.md.
+//  * the quantizer's tile is loaded by cp.async, the amax pass's loads skip L1; outputs (codes, scale bytes, padding)
+//    are stored evict-first (st.global.cs);
+//  * the amax pass: 256 threads of 16 rows x 4 columns, the last RHT stage skipped for the maximum
+//    (max(|p+q|, |p-q|) = |p| + |q|; not under the torchao rules, where Inf - Inf must give NaN);
+//  * programmatic dependent launch: the quantizer starts during the amax pass (griddepcontrol.wait before it reads
+//    the amaxes).
+// H100 (ncu, the quantize kernel on 8192x5120): issue 74%, 2,364 instructions per warp and tile, about 20% of them
+// per-tile work.
 #pragma once
 
 #include <cstdint>
 
-#include "quantize/numerics.cuh"
-#include "quantize/fast_bf16_parts.cuh"
 #include "quantize/general.cuh"
 #include "quantize/layout.cuh"
+#include "quantize/numerics.cuh"
 
 namespace nvfp4 {
+
+// SPEC 3.1 for a y that is not NaN: returns code + 256 (bit 3 of 256 + index is clear, so the sign ORs in; the
+// bias cancels in pack sums, see kBias8).
+//  * a = min(|y|, 6) (Inf -> 6 -> index 7);
+//  * a < 2: the quantum is 0.5 in [0, 2): a + 1.5*2^22 rounds a to a multiple of 0.5 (RNE; an even mantissa
+//    LSB is an even code), so bits - 0x4AC00000 = index;
+//  * a >= 2: round the pattern to 1 mantissa bit, ties to even; (bits >> 22) - 252 = index.
+__device__ __forceinline__ uint32_t e2m1_biased(float y) {
+  const float a = fminf(fabsf(y), 6.0f);
+  const uint32_t b = __float_as_uint(a);
+  const uint32_t n = (b + (0x1FFFFFu + (4u << 22)) + ((b >> 22) & 1u)) >> 22;
+  const uint32_t s = __float_as_uint(__fadd_rn(a, 6291456.0f)) - (0x4AC00000u - 256u);
+  return (a < 2.0f ? s : n) | ((__float_as_uint(y) >> 28) & 8u);
+}
+constexpr uint32_t kBias8 = 256u * 0x11111111u;  // sum of 256 << 4e, e = 0..7 (mod 2^32)
+
+__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
+__device__ __forceinline__ float bf16_half(uint32_t w, int h) { return h ? bf16_hi(w) : bf16_lo(w); }
+
+// 8 consecutive elements (4 packed words, element 2i in the low half) -> 8 packed E2M1 nibbles.
+__device__ __forceinline__ uint32_t encode8_fast(const uint32_t (&w)[4], float mult) {
+  uint32_t acc = 0;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) acc += e2m1_biased(__fmul_rn(bf16_half(w[e >> 1], e & 1), mult)) << (4 * e);
+  return acc - kBias8;
+}
+__device__ __forceinline__ uint32_t encode8_slow(const uint32_t (&w)[4], float mult) {
+  uint32_t acc = 0;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) acc |= e2m1_rn(__fmul_rn(bf16_half(w[e >> 1], e & 1), mult)) << (4 * e);
+  return acc;
+}
+
+// |bf16| pair max (per 16-bit lane, unsigned)
+__device__ __forceinline__ uint32_t absmax2(uint32_t m, uint32_t w) { return __vmaxu2(m, w & 0x7FFF7FFFu); }
+
+// ---------------------------------------------------------------------------------------------------------
+// 16-point RHT with compile-time signs, without the final * 0.25 / rounding (SPEC 7).
+// ---------------------------------------------------------------------------------------------------------
+// kStages = 3 stops before the last stage (h = 8), for the amax shortcut of amax_fast_bf16.
+template <uint32_t kSigns, int kStages = 4>
+__device__ __forceinline__ void rht16_butterfly(float (&v)[16]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) v[i] = ((kSigns >> i) & 1u) ? -v[i] : v[i];
+  hadamard16_stages<kStages>(v);
+}
+
 
 // SPEC 3.1 magnitude of y = RN(|x| * mult) by the three-rounding forms of SPEC 3.6, all on the FMA pipe except
 // the minimum (the ALU pipe was this kernel's bound, see device/NOTES.md). kClamp = true: the first form, returns
