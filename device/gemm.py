@@ -38,6 +38,8 @@ graph and replayed with new data and new splits.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -46,7 +48,7 @@ from . import _dispatch, _ops
 from ._codes import GemmKind, Rule
 from ._results import DeviceGroupedNVFP4Tensor
 
-__all__ = ["get_num_sms", "grouped_gemm", "set_num_sms"]
+__all__ = ["get_num_sms", "grouped_gemm", "grouped_gemm_plan", "set_num_sms"]
 
 _RCP_7225344 = float(np.float32(1.0 / 7225344.0))  # SPEC 12.1: fp32(1/7225344)
 _TILE = 128
@@ -154,6 +156,88 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
         ``out``: ``[T, N]`` (fprop), ``[T, K]`` (dgrad) or ``[E, N, K]`` (wgrad).
 
     The call is graph-safe: no group size leaves the device, and the grid is fixed by host-known sizes."""
+    c = _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode)
+    out = c.out
+    if out is None:
+        out = torch.empty(c.shape, dtype=c.dtype, device=c.device)
+    if out.numel() == 0:
+        return out
+    bias_t = c.bias
+    if bias_t is not None and bias_t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
+        bias_t = bias_t.clone()  # the epilogue reads bias while other CTAs write out: never the same memory
+
+    from ._build import load_gemm_extension
+
+    ext = load_gemm_extension()
+    plan = _plan(c, bool(ext.has_dequant_path()))
+    ws = torch.empty(c.groups * int(ext.prob_size()) + 4 * (c.groups + 1), dtype=torch.uint8, device=c.device)
+    (ad, as_, aa), (bd, bs, ba) = c.a_plane, c.b_plane
+    err = ext.grouped_gemm_(  # returns its refusal / launch error instead of throwing (csrc/gemm/bindings.cpp)
+        int(GemmKind[kind]), c.groups,
+        ad, as_, a.offsets.contiguous(), aa.to(torch.float32).contiguous(),
+        bd, bs, b.offsets.contiguous(), ba.to(torch.float32).contiguous(),
+        out, bias_t, bool(accumulate),
+        c.b_rows, c.a_rows, c.kc, c.cols, _RCP_7225344, c.rule, c.grid_upper, ws,
+        int(plan.algorithm), int(plan.loader), int(plan.epilogue), int(_num_sms or 0),
+    )
+    if err:
+        raise RuntimeError(err)
+    return out
+
+
+def grouped_gemm_plan(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, kind: str = "fprop",
+                      out_dtype: torch.dtype | str | None = None, out: Tensor | None = None, accumulate: bool = False,
+                      bias: Tensor | None = None, mode: str = "fast") -> _dispatch.GemmPlan:
+    """The plan (algorithm, loader, epilogue) that :func:`grouped_gemm` runs for these arguments, with the same checks
+    (and :func:`device.testing.force_plan`'s forced parts); launches nothing. Builds the GEMM extension on first use
+    (whether it has CUTLASS's algorithm is part of the choice)."""
+    c = _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode)
+    from ._build import load_gemm_extension
+
+    return _plan(c, bool(load_gemm_extension().has_dequant_path()))
+
+
+@dataclass(frozen=True)
+class _Call:
+    """A checked grouped_gemm call: the operand planes, the sizes the kernels take, the output's shape and dtype."""
+
+    kind: str
+    mode: str
+    groups: int
+    tokens: int
+    n: int
+    k: int
+    a_plane: tuple
+    b_plane: tuple
+    b_rows: int
+    a_rows: int
+    kc: int
+    cols: int
+    rule: int
+    grid_upper: int
+    shape: tuple
+    dtype: torch.dtype
+    device: torch.device
+    out: Tensor | None
+    accumulate: bool
+    bias: Tensor | None
+
+
+def _plan(c: _Call, cutlass: bool) -> _dispatch.GemmPlan:
+    """The call's plan from device._dispatch (with the parts device.testing.force_plan forces)."""
+    (ad, _, _), (bd, bs, _) = c.a_plane, c.b_plane
+    problem = _dispatch.GemmProblem(
+        kind=c.kind, mode=c.mode, groups=c.groups, tokens=c.tokens, n=c.n, k=c.k,
+        out_dtype="float32" if c.dtype == torch.float32 else "bfloat16", accumulate=c.accumulate,
+        bias=c.bias is not None, b_aligned=bd.data_ptr() % 16 == 0 and bs.data_ptr() % 16 == 0,
+        a_data_bytes=ad.numel(), b_data_bytes=bd.numel(), b_scale_bytes=bs.numel(), cutlass=cutlass)
+    forced = _dispatch.FORCED
+    return _dispatch.plan_gemm(problem, algorithm=forced.get("algorithm"), loader=forced.get("loader"),
+                               epilogue=forced.get("epilogue"))
+
+
+def _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode) -> _Call:
+    """Every check of grouped_gemm's arguments (before anything is allocated or launched); the sizes they give."""
     if kind not in GemmKind.__members__:
         raise ValueError(f"kind must be one of {list(GemmKind.__members__)}, got {kind!r}")
     if mode not in ("fast", "exact"):
@@ -266,34 +350,7 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
             raise ValueError(f"{kind}: bias must have shape {(e, cols)}, got {tuple(bias.shape)}")
         bias_t = bias.to(torch.float32).contiguous()  # bf16 -> fp32 is exact
 
-    if out is None:
-        out = torch.empty(shape, dtype=dtype, device=dev)
-    if out.numel() == 0:
-        return out
-    if bias_t is not None and bias_t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
-        bias_t = bias_t.clone()  # the epilogue reads bias while other CTAs write out: never the same memory
-
-    from ._build import load_gemm_extension
-
-    ext = load_gemm_extension()
-    problem = _dispatch.GemmProblem(
-        kind=kind, mode=mode, groups=e, tokens=t_a, n=k_a if kind != "fprop" else b_rows, k=k_b,
-        out_dtype="float32" if dtype == torch.float32 else "bfloat16", accumulate=accumulate, bias=bias_t is not None,
-        b_aligned=bd.data_ptr() % 16 == 0 and bs.data_ptr() % 16 == 0, a_data_bytes=ad.numel(),
-        b_data_bytes=bd.numel(), b_scale_bytes=bs.numel(), cutlass=bool(ext.has_dequant_path()))
-    forced = _dispatch.FORCED
-    plan = _dispatch.plan_gemm(problem, algorithm=forced.get("algorithm"), loader=forced.get("loader"),
-                               epilogue=forced.get("epilogue"))
-    ws_bytes = e * int(ext.prob_size()) + 4 * (e + 1)
-    ws = torch.empty(ws_bytes, dtype=torch.uint8, device=dev)
-    err = ext.grouped_gemm_(  # returns its refusal / launch error instead of throwing (csrc/gemm/bindings.cpp)
-        int(GemmKind[kind]), e,
-        ad, as_, a.offsets.contiguous(), aa.to(torch.float32).contiguous(),
-        bd, bs, b.offsets.contiguous(), ba.to(torch.float32).contiguous(),
-        out, bias_t, bool(accumulate),
-        int(b_rows), int(a_rows), int(kc), int(cols), _RCP_7225344, rule, int(grid_upper), ws,
-        int(plan.algorithm), int(plan.loader), int(plan.epilogue), int(_num_sms or 0),
-    )
-    if err:
-        raise RuntimeError(err)
-    return out
+    return _Call(kind=kind, mode=mode, groups=e, tokens=t_a, n=k_a if kind != "fprop" else b_rows, k=k_b,
+                 a_plane=(ad, as_, aa), b_plane=(bd, bs, ba), b_rows=int(b_rows), a_rows=int(a_rows), kc=int(kc),
+                 cols=int(cols), rule=rule, grid_upper=int(grid_upper), shape=shape, dtype=dtype, device=dev, out=out,
+                 accumulate=accumulate, bias=bias_t)

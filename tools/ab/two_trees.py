@@ -243,8 +243,13 @@ def run(args: argparse.Namespace) -> int:
             print("\n".join((out / f"build_{side}.log").read_text().splitlines()[-20:]))
             return 1
     extra = {"quant": shlex.split(args.quant_args), "gemm": shlex.split(args.gemm_args)}
+    chosen = [b for b in args.benches.split(",") if b]
+    if not chosen:  # (build only: a later command on the same machine runs the benchmarks)
+        return 0
     last: dict[str, float] = {}
     for bench, script in BENCHES.items():
+        if bench not in chosen:
+            continue
         for r in range(1, args.rounds + 1):
             for side in SIDES:
                 elapsed = time.time() - t_start
@@ -285,6 +290,8 @@ def main() -> int:
     r.add_argument("--gemm-args", default="--iters 5 --reps 1 --sustain 0.2", help="bench_grouped_gemm.py's arguments")
     r.add_argument("--build-root", default="build/two_trees", help="the builds' folder (one per tree inside)")
     r.add_argument("--threshold", type=float, default=0.03, help="flag rows slower by more than this fraction")
+    r.add_argument("--benches", default="quant,gemm",
+                   help="comma-separated benchmarks to run (quant, gemm); empty: build both trees only")
     r.add_argument("--budget", type=float, default=540.0, help="seconds after which no new benchmark run starts")
     r.add_argument("--run-timeout", type=float, default=300.0, help="seconds one benchmark run may take")
     t = sub.add_parser("table", help="print the table of a run's saved outputs")

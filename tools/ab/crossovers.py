@@ -1,0 +1,108 @@
+"""The kernel-choice thresholds of device/_dispatch.py, measured: both sides of each rule timed on shapes below, at
+and above its threshold, in one process.
+
+For every rule, each case runs the two plans the rule decides between (forced through device.testing.force_plan),
+alternating, ``--rounds`` rounds of ``--iters`` calls each, and prints the median time of each, their ratio and
+whether the plan the rule picks for that case (device._dispatch.plan_gemm, unforced) is the faster one. A rule whose
+pick loses by more than the rounds' spread on a case next to its threshold is a rule to move.
+
+    PYTHONPATH=. python tools/ab/crossovers.py [--rounds 3] [--iters 10] [--only swapped,pair]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT), str(ROOT / "tools" / "ab"), str(ROOT / "benchmarks")]
+from ab_plans import OUT_DTYPES, gemm_call, operands, parse_case, parse_plan  # noqa: E402
+from bench_grouped_gemm import timeit  # noqa: E402
+
+import device  # noqa: E402
+from device import _dispatch  # noqa: E402
+
+# rule name -> (the threshold it sets, [(case, plan A, plan B)]): cases "E,T,K,N,kind[,out]" (ab_plans' syntax)
+RULES = {
+    "swapped": ("SWAPPED_MAX_ROWS = 96: fprop / dgrad rows per group", [
+        (f"8,{8 * r},4096,14336,fprop", "algorithm=swapped_64x256", "algorithm=fused") for r in (64, 96, 128)]
+        + [(f"8,{8 * r},4096,14336,dgrad", "algorithm=swapped_64x256", "algorithm=fused") for r in (96, 128)]),
+    "skinny": ("SKINNY_MAX_ROWS = 96: output rows per group (wgrad: dW's N)", [
+        (f"64,16384,2048,{n},wgrad", "algorithm=fused_64x256", "algorithm=fused_128x256") for n in (64, 96, 128)]),
+    "pair_rows": ("PAIR_MIN_ROWS = 256: rows per group (contraction >= 1024)", [
+        (f"16,{16 * r},4096,4096,fprop", "algorithm=fused_pair_256x256", "algorithm=fused_128x256")
+        for r in (128, 256, 512)]),
+    "pair_contraction": ("PAIR_MIN_CONTRACTION = 1024: contraction (512 rows per group)", [
+        (f"16,8192,{k},4096,fprop", "algorithm=fused_pair_256x256", "algorithm=fused_128x256")
+        for k in (512, 1024, 2048)]),
+    "copies": ("COPIES_MIN_REUSE = 1024: fprop rows per group (N, K >= 1024)", [
+        (f"8,{8 * r},4096,14336,fprop", "algorithm=copies_cutlass", "algorithm=fused") for r in (512, 1024, 2048)]),
+    "wgrad_f32": ("WGRAD_COPIES_MIN_ROWS_F32 = 512: fp32 wgrad rows per group", [
+        (f"8,{8 * r},4096,14336,wgrad,f32", "algorithm=copies_cutlass", "algorithm=fused") for r in (256, 512, 1024)]),
+    "wgrad_acc": ("WGRAD_COPIES_MIN_ROWS = 64: accumulating wgrad rows per group", [
+        (f"64,{64 * r},2048,1408,wgrad,f32+c", "algorithm=copies_cutlass", "algorithm=fused") for r in (32, 64, 128)]),
+    "wgrad_bf16": ("WGRAD_COPIES_MIN_REUSE_BF16 = 1200: bf16 wgrad N K / (N + K)", [
+        (f"32,8192,2048,{n},wgrad,bf16", "algorithm=copies_cutlass", "algorithm=fused") for n in (1024, 2048, 4096)]),
+    "exact_wgrad": ("EXACT_WGRAD_COPIES_MIN_ROWS = 256: exact wgrad rows per group", [
+        (f"64,{64 * r},2048,1408,wgrad", "algorithm=exact_copies", "algorithm=exact_fused") for r in (128, 256, 512)]),
+    "exact_copies": ("COPIES_MIN_REUSE = 1024 (exact fprop): rows per group", [
+        (f"8,{8 * r},4096,14336,fprop", "algorithm=exact_copies", "algorithm=exact_hybrid") for r in (512, 2048)]),
+}
+
+
+def resolve(plan_text: str, case) -> str:
+    """``algorithm=fused`` stands for the fused fast kernel the sizes pick (device._dispatch's rule without the copies
+    and the swapped kernel); any other plan text is returned as it is."""
+    if plan_text != "algorithm=fused":
+        return plan_text
+    rows = case.n if case.kind == "wgrad" else case.t // case.e
+    contraction = {"fprop": case.k, "dgrad": case.n, "wgrad": case.t // case.e}[case.kind]
+    if rows >= _dispatch.PAIR_MIN_ROWS and contraction >= _dispatch.PAIR_MIN_CONTRACTION:
+        return "algorithm=fused_pair_256x256"
+    return "algorithm=fused_64x256" if rows <= _dispatch.SKINNY_MAX_ROWS else "algorithm=fused_128x256"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of alternating timings per case")
+    ap.add_argument("--iters", type=int, default=10, help="calls per timing")
+    ap.add_argument("--only", default="", help="comma-separated rule names (default: all): " + ", ".join(RULES))
+    args = ap.parse_args()
+    only = [r for r in args.only.split(",") if r] or list(RULES)
+    print(f"kernel-choice crossovers on {torch.cuda.get_device_name()}: median us of {args.rounds} rounds x "
+          f"{args.iters} calls; 'rule picks' = device._dispatch.plan_gemm's choice")
+    print(f"{'case':34s} {'A':22s} {'B':22s} {'A us':>9s} {'B us':>9s} {'B/A':>6s} {'spread':>6s}  rule picks")
+    for name in only:
+        threshold, cases = RULES[name]
+        print(f"--- {name}: {threshold}")
+        for case_text, pa, pb in cases:
+            case = parse_case(case_text)
+            a, b, shape, _ = operands(case)
+            plans = [parse_plan(resolve(pa, case)), parse_plan(resolve(pb, case))]
+            dt = OUT_DTYPES[case.out]
+            outs = [torch.zeros(shape, dtype=dt, device="cuda") for _ in plans]
+            calls = [gemm_call(p, a, b, case, o) for p, o in zip(plans, outs, strict=True)]
+            times: list[list[float]] = [[], []]
+            for _ in range(args.rounds):
+                for i, call in enumerate(calls):
+                    times[i].append(timeit(call, args.iters, idle_s=0.05) * 1e6)
+            med = [statistics.median(t) for t in times]
+            spread = max((max(t) - min(t)) / statistics.median(t) for t in times)
+            pick = device.grouped_gemm_plan(a, b, kind=case.kind, out_dtype=dt, accumulate=case.out == "f32+c",
+                                            out=outs[0], mode=plans[0].mode).algorithm.name
+            names = [p.force["algorithm"] for p in plans]
+            faster = names[0] if med[0] <= med[1] else names[1]
+            verdict = pick if pick not in names else (f"{pick} (faster)" if pick == faster else f"{pick} (SLOWER)")
+            print(f"{case.label:34s} {names[0]:22s} {names[1]:22s} {med[0]:9.1f} {med[1]:9.1f} "
+                  f"{med[1] / med[0]:6.3f} {spread:6.1%}  {verdict}", flush=True)
+            del a, b, outs
+            torch.cuda.empty_cache()
+    device.set_num_sms(None)
+
+
+if __name__ == "__main__":
+    main()
