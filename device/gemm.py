@@ -169,7 +169,7 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
     from ._build import load_gemm_extension
 
     ext = load_gemm_extension()
-    plan = _plan(c, bool(ext.has_dequant_path()))
+    plan = _plan(c, bool(ext.has_cutlass()))
     ws = torch.empty(c.groups * int(ext.prob_size()) + 4 * (c.groups + 1), dtype=torch.uint8, device=c.device)
     (ad, as_, aa), (bd, bs, ba) = c.a_plane, c.b_plane
     err = ext.grouped_gemm_(  # returns its refusal / launch error instead of throwing (csrc/gemm/bindings.cpp)
@@ -194,7 +194,7 @@ def grouped_gemm_plan(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, 
     c = _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode)
     from ._build import load_gemm_extension
 
-    return _plan(c, bool(load_gemm_extension().has_dequant_path()))
+    return _plan(c, bool(load_gemm_extension().has_cutlass()))
 
 
 @dataclass(frozen=True)

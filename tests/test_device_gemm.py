@@ -94,7 +94,7 @@ def _needs_cutlass():
     """Skip when the GEMM extension was built without CUTLASS's headers (the nvidia-cutlass wheel is missing)."""
     from device._build import load_gemm_extension
 
-    if not load_gemm_extension().has_dequant_path():
+    if not load_gemm_extension().has_cutlass():
         pytest.skip("copies_cutlass is not built (nvidia-cutlass not installed)")
 
 
@@ -257,7 +257,7 @@ def planned(kind, splits, n, k, out_dtype, *, mode="fast", bias=False, accumulat
     problem = _dispatch.GemmProblem(
         kind=kind, mode=mode, groups=len(splits), tokens=int(sum(splits)), n=n, k=k,
         out_dtype="float32" if out_dtype == torch.float32 else "bfloat16", accumulate=accumulate, bias=bias,
-        cutlass=bool(load_gemm_extension().has_dequant_path()))
+        cutlass=bool(load_gemm_extension().has_cutlass()))
     return _dispatch.plan_gemm(problem, **forced)
 
 
@@ -1214,11 +1214,11 @@ def test_binding_refuses_plans_it_cannot_run():
     y = torch.empty((t, n), dtype=torch.bfloat16, device=DEV)
     dx = torch.empty((t, k), dtype=torch.float32, device=DEV)
     dw = torch.empty((len(splits), n, k), dtype=torch.float32, device=DEV)
-    refused("wgrad", dyc, xc, dw, "the swapped kernel runs fprop and dgrad only", algorithm="swapped_64x256",
+    refused("wgrad", dyc, xc, dw, "swapped_64x256 runs fprop and dgrad only", algorithm="swapped_64x256",
             loader="cp_async", epilogue="direct")
-    refused("dgrad", dyq, wq, dx, "the swapped kernel's TMA loader runs fprop only", algorithm="swapped_64x256",
+    refused("dgrad", dyq, wq, dx, "swapped_64x256's TMA loader runs fprop only", algorithm="swapped_64x256",
             loader="tma", epilogue="direct")
-    refused("wgrad", dyc, xc, dw, "the hybrid kernel runs fprop and dgrad", algorithm="exact_hybrid", loader="tma",
+    refused("wgrad", dyc, xc, dw, "exact_hybrid runs fprop and dgrad", algorithm="exact_hybrid", loader="tma",
             epilogue="staged")
     refused("fprop", xq, wq, y, "unknown algorithm code 8", algorithm=8, loader="cp_async", epilogue="staged")
     refused("fprop", xq, wq, y, "unknown loader code 2", algorithm="fused_128x256", loader=2, epilogue="staged")

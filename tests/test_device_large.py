@@ -143,7 +143,7 @@ def _configs(cutlass: bool, fast: list, exact: list):
 def _has_cutlass() -> bool:
     from device._build import load_gemm_extension
 
-    return bool(load_gemm_extension().has_dequant_path())
+    return bool(load_gemm_extension().has_cutlass())
 
 
 def _tokens(cols: int, seed: int, **kw):

@@ -1,4 +1,4 @@
-"""Would the dequantize-first GEMM plan gain from decoding beside the GEMM instead of before it?
+"""Would the copies_cutlass GEMM plan gain from decoding beside the GEMM instead of before it?
 
 The fast plan for large groups (``copies_cutlass``) first writes fp16 copies of both operand planes (memory bound,
 about 17% of an E8 fprop call on the H100) and then runs CUTLASS's grouped GEMM (compute bound). Decoding the next

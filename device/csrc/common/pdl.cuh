@@ -1,4 +1,4 @@
-// Programmatic dependent launch for the grouped GEMM's kernel chains (docs/gemm.md, stop 40).
+// Programmatic dependent launch for the grouped GEMM's kernel chains.
 //
 // A call enqueues a short chain: the setup kernel, then (depending on the path) the fp16 decode, the pointer retarget,
 // the tensor-map kernel, and the GEMM kernel. Launched with programmatic stream serialization, a kernel of the chain is
@@ -9,8 +9,8 @@
 // before it reads or writes global memory. The wait returns once the predecessor grid has completed and its writes
 // are visible; since the predecessor, if launched the same way, completed only after its own wait returned, each
 // kernel's completion implies that of every earlier kernel of the chain (the first kernel, the setup kernel, is an
-// ordinary launch). A kernel launched without the attribute (NVFP4_GEMM_PDL=0, or any ordinary launch) returns from
-// pdl_wait at once and triggers nothing.
+// ordinary launch). A kernel launched without the attribute (an ordinary launch) returns from pdl_wait at once and
+// triggers nothing.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,6 +1,6 @@
 // A host-side value cached once per CUDA device of the process: kernel attributes and occupancy belong to one
-// device's context, and the devices of one process may differ. Used by the launchers (quantize_bf16.cu,
-// gemm_wgmma.cuh) to set a kernel up on its first launch on each device.
+// device's context, and the devices of one process may differ. Used by the launchers (quantize/quantize_bf16.cu,
+// gemm/tile_list.cuh) to set a kernel up on its first launch on each device.
 #pragma once
 
 #include <atomic>

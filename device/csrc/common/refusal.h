@@ -1,13 +1,13 @@
-// How both extensions (nvfp4_device_ext: bindings.cpp, nvfp4_gemm: gemm_bindings.cpp) report a refused call: the
-// binding returns "" when it launched, else a message that the Python layer raises as RuntimeError
+// How both extensions (nvfp4_quantize: quantize/bindings.cpp, nvfp4_gemm: gemm/bindings.cpp) report a refused call:
+// the binding returns "" when it launched, else a message that the Python layer raises as RuntimeError
 // (device/_ops.py _raise_refusal, device/gemm.py). No C++ exception leaves a module, and no message is formatted
 // with iostreams:
 //
 //   The H100 machine's compiler (/opt/gcc) links libstdc++ statically into an extension. Inside such a module an
 //   ostream's numeric output (operator<<(long), which c10::str and TORCH_CHECK's message use) looks its num_put
 //   facet up by an id that this private copy of libstdc++ never initialised, calls an unrelated facet and crashes
-//   (SIGSEGV in codecvt<char16_t>::do_unshift, called from ostream::_M_insert<long>; stop 38,
-//   device/tools/check_binding_errors.py). Messages are therefore built by nvfp4::message from strings and
+//   (SIGSEGV in codecvt<char16_t>::do_unshift, called from ostream::_M_insert<long>;
+//   tools/sanitizer/check_binding_errors.py). Messages are therefore built by nvfp4::message from strings and
 //   std::to_string, which use no locale.
 #pragma once
 

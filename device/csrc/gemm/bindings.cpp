@@ -1,6 +1,6 @@
 // PyTorch binding of the NVFP4 grouped GEMM (module nvfp4_gemm). Argument checking lives in device/gemm.py;
 // this layer only re-checks what would make the kernels touch invalid memory, then launches on the current stream.
-// A refusal is a returned message (refusal.h), which device/gemm.py raises as RuntimeError.
+// A refusal is a returned message (common/refusal.h), which device/gemm.py raises as RuntimeError.
 #include <string>
 #include <tuple>
 #include <utility>
@@ -24,7 +24,7 @@ const T* cptr(const Tensor& t) {
   return t.numel() ? reinterpret_cast<const T*>(t.data_ptr()) : nullptr;
 }
 
-// One operand plane for the dequantize-first path: rowwise planes have a constant pitch (contraction / 2 bytes);
+// One operand plane for the algorithms over fp16 copies: rowwise planes have a constant pitch (contraction / 2 bytes);
 // columnwise planes have `rows` K-feature rows and a per-group pitch.
 nvfp4_gemm::PlaneView plane_view(const Tensor& data, const Tensor& scales, const Tensor& offs, int E, bool columnwise,
                                  long long contraction, long long rows) {
@@ -41,10 +41,10 @@ nvfp4_gemm::PlaneView plane_view(const Tensor& data, const Tensor& scales, const
   return p;
 }
 
-// fp16 copies of both operand planes for the dequantize-first paths (fast: CUTLASS, docs/gemm.md stop 29; exact:
-// gemm_exact_f16.cu, stop 30): the plane views in `d` and the scratch (2 fp16 per packed byte of each plane's buffer)
-// from the caching allocator (stream-ordered, so graph capture works). The returned tensors own the scratch.
-// With a_only, only the A plane gets a copy (d.b_f16 stays null; the swapped kernel's token operand).
+// fp16 copies of both operand planes for the algorithms over copies (copies_cutlass, exact_copies): the plane views in
+// `d` and the scratch (2 fp16 per packed byte of each plane's buffer) from the caching allocator (stream-ordered, so
+// graph capture works). The returned tensors own the scratch.
+// With a_only, only the A plane gets a copy (d.b_f16 stays null: swapped_64x256's token operand, exact_hybrid's A).
 std::pair<Tensor, Tensor> f16_copies(nvfp4_gemm::CopiesArgs& d, int kind, int E, const nvfp4_gemm::SetupArgs& s,
                                      const Tensor& a_data, const Tensor& a_scales, const Tensor& a_offs,
                                      const Tensor& b_data, const Tensor& b_scales, const Tensor& b_offs,
@@ -64,16 +64,16 @@ std::pair<Tensor, Tensor> f16_copies(nvfp4_gemm::CopiesArgs& d, int kind, int E,
   return {a16, b16};
 }
 
-// The dequantize-first fast path (docs/gemm.md, stop 29) after the setup kernel: fp16 copies of both operand planes
-// and CUTLASS's argument arrays come from the caching allocator.
+// copies_cutlass after the setup kernel: fp16 copies of both operand planes and CUTLASS's argument arrays come from
+// the caching allocator.
 std::string launch_copies_cutlass_path(int kind, int E, const nvfp4_gemm::SetupArgs& s, const Tensor& a_data,
                                 const Tensor& a_scales, const Tensor& a_offs, const Tensor& b_data,
                                 const Tensor& b_scales, const Tensor& b_offs, bool f32, bool accumulate, int device,
                                 int max_ctas, cudaStream_t stream) {
   using namespace nvfp4_gemm;
   NVFP4_REFUSE_UNLESS(cutlass_built(),
-                      "nvfp4_gemm: the dequantize-first path was not built (no CUTLASS headers found)");
-  NVFP4_REFUSE_UNLESS(E <= 65535, "nvfp4_gemm: the dequantize-first path supports at most 65535 groups");
+                      "nvfp4_gemm: copies_cutlass was not built (no CUTLASS headers found)");
+  NVFP4_REFUSE_UNLESS(E <= 65535, "nvfp4_gemm: copies_cutlass supports at most 65535 groups");
   CopiesArgs d{};
   d.epilogue = !f32 ? kOutBf16 : (accumulate ? kOutF32PlusC : kOutF32);
   d.out_f32 = f32;
@@ -217,18 +217,20 @@ std::string grouped_gemm_(int64_t kind, int64_t E, const Tensor& a_data, const T
   NVFP4_RETURN_IF_ERROR(nvfp4::launch_status("nvfp4_gemm"));
   if (grid_upper <= 0) return {};
   const bool swapped = algo == nvfp4_gemm::kSwapped64x256;
-  NVFP4_REFUSE_UNLESS(!swapped || kind != nvfp4_gemm::kWgrad, "nvfp4_gemm: the swapped kernel runs fprop and dgrad only");
+  NVFP4_REFUSE_UNLESS(!swapped || kind != nvfp4_gemm::kWgrad, "nvfp4_gemm: swapped_64x256 runs fprop and dgrad only");
+  // (its cp.async loader steps each copy by 32-bit offsets of up to 96 x the contraction)
+  NVFP4_REFUSE_UNLESS(!swapped || kc < (int64_t{1} << 24), "nvfp4_gemm: swapped_64x256 runs contractions below 2^24 only");
   NVFP4_REFUSE_UNLESS(!swapped || loader == nvfp4_gemm::kLoaderCpAsync || kind == nvfp4_gemm::kFprop,
-                      "nvfp4_gemm: the swapped kernel's TMA loader runs fprop only");
+                      "nvfp4_gemm: swapped_64x256's TMA loader runs fprop only");
   const auto aligned16 = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
-  // the hybrid exact kernel's B maps need packed rows of a multiple of 16 bytes and 16-byte aligned B planes, so that
+  // exact_hybrid's B maps need packed rows of a multiple of 16 bytes and 16-byte aligned B planes, so that
   // SPEC 9.2's offsets keep every group's rows and scale tiles 16-byte aligned
   NVFP4_REFUSE_UNLESS(algo != nvfp4_gemm::kExactHybrid ||
                           (kind != nvfp4_gemm::kWgrad && kc % 32 == 0 && aligned16(b_data) && aligned16(b_scales)),
-                      "nvfp4_gemm: the hybrid kernel runs fprop and dgrad with a contraction % 32 == 0 and 16-byte "
+                      "nvfp4_gemm: exact_hybrid runs fprop and dgrad with a contraction % 32 == 0 and 16-byte "
                       "aligned B planes");
   if (algo == nvfp4_gemm::kCopiesCutlass) {
-    NVFP4_REFUSE_UNLESS(bias_p == nullptr, "nvfp4_gemm: the dequantize-first path has no bias epilogue");
+    NVFP4_REFUSE_UNLESS(bias_p == nullptr, "nvfp4_gemm: the copies_cutlass has no bias epilogue");
     NVFP4_REFUSE_UNLESS(loader == nvfp4_gemm::kLoaderTma && epilogue == nvfp4_gemm::kEpilogueCutlass,
                         "nvfp4_gemm: copies_cutlass runs CUTLASS's TMA loader and epilogue");
     return launch_copies_cutlass_path(static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
@@ -261,19 +263,19 @@ std::string grouped_gemm_(int64_t kind, int64_t E, const Tensor& a_data, const T
     nvfp4_gemm::CopiesArgs d{};
     const auto copies = f16_copies(d, static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
                                    b_scales, b_offs, /*a_only=*/true);
-    Tensor maps;  // 3 x 128 bytes per group, 128-byte aligned (exact_hybrid.cu)
+    Tensor maps;  // 3 x 128 bytes per group, 128-byte aligned (gemm/exact_hybrid.cu)
     d.group_maps = map_scratch(maps, 3 * 128, E, a_data);
     launched = nvfp4_gemm::launch_exact_hybrid_path(d, probs, l, stream);
   } else if (algo == nvfp4_gemm::kExactCopies || swapped) {
-    // the kernels over fp16 copies with the setup kernel's tile list: exact mode over copies of both planes, or the
-    // swapped fast kernel over a copy of the token plane
+    // the kernels over fp16 copies with the setup kernel's tile list: exact_copies over copies of both planes, or
+    // swapped_64x256 over a copy of the token plane
     nvfp4_gemm::CopiesArgs d{};
     const auto copies = f16_copies(d, static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
                                    b_scales, b_offs, /*a_only=*/swapped);
     if (swapped) {
       launched = nvfp4_gemm::launch_swapped_path(d, probs, l, stream);
     } else {
-      // the exact kernel's per-group tensor maps (2 x 128 bytes per group, 128-byte aligned; exact_copies.cu)
+      // the exact kernel's per-group tensor maps (2 x 128 bytes per group, 128-byte aligned; gemm/exact_copies.cu)
       Tensor maps;
       d.group_maps = map_scratch(maps, 256, E, a_data);
       launched = nvfp4_gemm::launch_exact_copies_path(d, probs, l, stream);
@@ -304,5 +306,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "NVFP4 grouped GEMM (fprop/dgrad/wgrad) on the current stream");
   m.def("prob_size", &prob_size);
   m.def("algorithm_tile", &algorithm_tile, "the (rows, columns) output tile of an algorithm code");
-  m.def("has_dequant_path", &nvfp4_gemm::cutlass_built, "whether the dequantize-first path (CUTLASS) was built");
+  m.def("has_cutlass", &nvfp4_gemm::cutlass_built, "whether copies_cutlass (CUTLASS's grouped GEMM) was built");
 }

@@ -1,6 +1,6 @@
-// The dequantize-first fast path (fast_kernel="dequant"; docs/gemm.md, stop 29). Three kernels around one CUTLASS
-// grouped GEMM (gemm_cutlass.cuh), all on the caller's stream and driven by the setup kernel's per-group problems
-// (gemm_kernels.cu), so the path stays graph-safe:
+// The fp16 operand copies and the algorithms over them (copies.h). copies_cutlass is three kernels around one CUTLASS
+// grouped GEMM (gemm/cutlass.cuh), all on the caller's stream and driven by the setup kernel's per-group problems
+// (gemm/setup.cu), so the path stays graph-safe:
 //  1. decode_plane_kernel: each operand plane (SPEC 9.2 layout, swizzled scales of SPEC 8.2) -> fp16 values
 //     E2M1 x E4M3 (exact and normal, SPEC 12.6; no S_enc: alpha is applied in the epilogue, SPEC 12.1), in the
 //     plane's own layout (fp16 element 2j, 2j + 1 <- packed byte j), natural K order.
@@ -29,14 +29,14 @@ __device__ __forceinline__ long long swizzled_offset(long long r, long long c, l
 // [offs[g], offs[g+1]) with a row pitch of `pitch` bytes (pitch_const, or the group's bytes / rows_const for a
 // columnwise plane, whose rows are the K features and whose pitch is roundup(m_g, 16) / 2).
 // Order inside each 16-block of the copy (CopyOrder): natural (codes 0..15); even / odd (codes 0, 2, .., 14, 1, 3, ..,
-// 15: the token operand of the swapped kernel, gemm_swapped.cuh, whose register fragments hold that order); or the
-// decode order of gemm_decode_f16.cuh (codes 0, 2, 4, 6, 1, 3, 5, 7, then the same for 8..15: the A operand of the
-// hybrid exact kernel, whose B tiles fused::convert_b_rows writes in that order; a 16-block's partial is the same exact
+// 15: the token operand of swapped_64x256, gemm/swapped.cuh, whose register fragments hold that order); or the
+// decode order of gemm/decode_f16.cuh (codes 0, 2, 4, 6, 1, 3, 5, 7, then the same for 8..15: the A operand of
+// exact_hybrid, whose B tiles fused::convert_b_rows writes in that order; a 16-block's partial is the same exact
 // sum of products when both operands permute its K positions alike).
 enum CopyOrder { kNaturalOrder, kEvenOddOrder, kDecodeOrder };
 template <int ORDER>
 __global__ void decode_plane_kernel(PlaneView p, uint4* __restrict__ out) {
-  pdl_wait_then_trigger();  // chained launch (gemm_pdl.cuh): the previous kernel's outputs are visible from here on
+  pdl_wait_then_trigger();  // chained launch (common/pdl.cuh): the previous kernel's outputs are visible from here on
   const long long chunk = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   const long long byte = chunk * 8;
   if (byte >= p.offs[p.E]) return;  // past the last group (the buffers' worst-case tail is never read)
@@ -119,7 +119,7 @@ __global__ void zero_k_epilogue_kernel(CopiesArgs d) {
 
 // Points group g's operands at their fp16 copies (b only when it has one: d.b_f16 set).
 __global__ void retarget_probs_kernel(Prob* probs, CopiesArgs d) {
-  pdl_wait_then_trigger();  // chained launch (gemm_pdl.cuh): the previous kernel's outputs are visible from here on
+  pdl_wait_then_trigger();  // chained launch (common/pdl.cuh): the previous kernel's outputs are visible from here on
   for (int g = blockIdx.x * blockDim.x + threadIdx.x; g < d.E; g += gridDim.x * blockDim.x) {
     Prob& p = probs[g];
     p.a = reinterpret_cast<const uint8_t*>(f16_copy_of(d.a_f16, d.a.data, p.a));

@@ -1,7 +1,8 @@
-// Host interface of the dequantize-first fast path (gemm_dequant.cu). docs/gemm.md, stop 29.
+// Host interface of the algorithms over fp16 operand copies (gemm/copies.cu): copies_cutlass, exact_copies,
+// exact_hybrid and swapped_64x256.
 #pragma once
 
-#include <cuda.h>  // CUtensorMap (the hybrid exact kernel's map templates)
+#include <cuda.h>  // CUtensorMap (exact_hybrid's map templates)
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -30,46 +31,50 @@ struct CopiesArgs {
   int epilogue;  // CutlassEpilogue
   int out_f32;
   int accumulate;
-  const Prob* probs;  // from the setup kernel (gemm_kernels.cu)
+  const Prob* probs;  // from the setup kernel (gemm/setup.cu)
   const int* prefix;
   PlaneView a, b;
   void* a_f16;  // [2 * a.cap_bytes] fp16 each
   void* b_f16;
-  // 128-byte aligned scratch for per-group tensor maps (128 bytes each), or null: the exact kernel over the copies 2 E
-  // maps; the swapped kernel for dgrad E weight maps (gemm_swapped.cu)
+  // 128-byte aligned scratch for per-group tensor maps (128 bytes each), or null: exact_copies' TMA loader 2 E maps,
+  // exact_hybrid 3 E maps
   void* group_maps;
 };
 
 // Launches the dequantize kernels, the argument kernel, the zero-step epilogue and the CUTLASS GEMM; returns the
-// CUTLASS status code (0 = launched). `c` holds the device arrays and workspace (gemm_bindings.cpp sizes them).
+// CUTLASS status code (0 = launched). `c` holds the device arrays and workspace (gemm/bindings.cpp sizes them).
 int launch_copies_cutlass(const CopiesArgs& d, CutlassArgs c, cudaStream_t s);
 size_t copies_cutlass_workspace(int epilogue, const CutlassArgs& c);
-// Exact mode over fp16 copies (docs/gemm.md, stop 30): decodes both planes into d.a_f16 / d.b_f16, points every
-// group's Prob::a / Prob::b (`probs`, the setup kernel's array) into the copies, then runs gemm_exact_f16.cu's kernel
-// over the setup kernel's tile list (`l`). Needs no CUTLASS.
+// exact_copies: decodes both planes into d.a_f16 / d.b_f16, points every group's Prob::a / Prob::b (`probs`, the
+// setup kernel's array) into the copies, then runs gemm/exact_copies.cu's kernel over the setup kernel's tile list
+// (`l`). Needs no CUTLASS.
 bool launch_exact_copies_path(const CopiesArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s);
-// The swapped fast kernel (docs/gemm.md, stop 31): decodes the token plane d.a into d.a_f16 (each 16-block in the
-// even / odd code order of gemm_swapped.cuh; d.b_f16 must be null), points every group's Prob::a at the copy, then runs
-// gemm_swapped.cu's kernel over the setup kernel's 64 x 256 tile list (`l`). Needs no CUTLASS.
+// swapped_64x256: decodes the token plane d.a into d.a_f16 (each 16-block in the even / odd code order of
+// gemm/swapped.cuh; d.b_f16 must be null), points every group's Prob::a at the copy, then runs gemm/swapped.cu's
+// kernel over the setup kernel's 64 x 256 tile list (`l`); false, launching nothing, when the plan's epilogue is not
+// the direct one or its loader cannot run. Needs no CUTLASS.
 bool launch_swapped_path(const CopiesArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s);
-// The swapped kernel alone (gemm_swapped.cu; probs' a already points into the token copy d.a_f16, pitch Prob::K): the
-// TMA loader when K % 32 == 0 and both planes are 16-byte aligned, the cp.async loader otherwise.
+// The swapped kernel alone (gemm/swapped.cu; probs' a already points into the token copy d.a_f16, pitch Prob::K) with
+// the plan's loader: TMA (fprop with K % 32 == 0 and both planes 16-byte aligned; false, launching nothing,
+// otherwise) or cp.async (any K).
 bool launch_swapped(const LaunchArgs& a, const CopiesArgs& d, cudaStream_t s);
-// The exact kernel over fp16 copies alone (gemm_exact_f16.cu; probs' a / b already point into the copies d.a_f16 /
-// d.b_f16, pitch Prob::K): the TMA loader over per-group tensor maps built into d.group_maps when that scratch is given
-// and aligned, the cp.async loader otherwise or when NVFP4_XF16_TMA=0.
+// The exact kernel over fp16 copies alone (gemm/exact_copies.cu; probs' a / b already point into the copies d.a_f16 /
+// d.b_f16, pitch Prob::K) with the plan's loader and epilogue: TMA over per-group tensor maps built into d.group_maps
+// (false, launching nothing, when that scratch is missing or misaligned or the driver refuses the map) or cp.async;
+// the staged epilogue, or wgrad's fp32 TMA store (false when its output map does not apply).
 bool launch_exact_copies(const LaunchArgs& a, const CopiesArgs& d, cudaStream_t s);
-// The hybrid exact kernel (gemm_exact_hybrid.cu; docs/gemm.md, stop 46): its three host-encoded map templates (A's fp16
-// copy, B's packed plane, B's scale tiles), encoded by hybrid_templates from d.a_f16 / d.group_maps (false when those
-// are missing or misaligned, or the driver refuses a map: nothing is launched then).
+// exact_hybrid (gemm/exact_hybrid.cu): its three host-encoded map templates (A's fp16 copy, B's packed plane, B's
+// scale tiles), encoded by hybrid_templates from d.a_f16 / d.group_maps (false when those are missing or misaligned,
+// or the driver refuses a map: nothing is launched then).
 struct HybridTemplates {
   CUtensorMap f16, data, scale;
 };
 bool hybrid_templates(const CopiesArgs& d, HybridTemplates* t);
 // The path: decodes the A plane into d.a_f16, points every group's Prob::a at the copy, builds the per-group maps into
-// d.group_maps (3 x 128 bytes per group) and runs the hybrid kernel over the setup kernel's 128 x 128 tile list (`l`).
+// d.group_maps (3 x 128 bytes per group) and runs exact_hybrid's kernel over the setup kernel's 128 x 128 tile list
+// (`l`).
 // Fprop and dgrad with a contraction % 32 == 0 and 16-byte aligned B planes (the binding checks); false, launching
-// nothing, when hybrid_templates fails. Needs no CUTLASS.
+// nothing, when the plan is not the TMA loader with the staged epilogue or hybrid_templates fails. Needs no CUTLASS.
 bool launch_exact_hybrid_path(const CopiesArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s);
 void launch_exact_hybrid(const LaunchArgs& a, const CopiesArgs& d, const HybridTemplates& t, cudaStream_t s);
 bool cutlass_built();  // false when the extension was built without CUTLASS (the path then refuses)

@@ -1,10 +1,10 @@
-// The dequantize-first fast path's GEMM (docs/gemm.md, stop 29): CUTLASS's SM90 ptr-array grouped GEMM (from the
-// nvidia-cutlass wheel's headers) over fp16 operands that gemm_dequant.cu decoded exactly (E2M1 x E4M3, no S_enc),
-// fp32 wgmma accumulation in K order, and an epilogue that applies alpha and C in the order of SPEC 12.2:
+// copies_cutlass's GEMM: CUTLASS's SM90 ptr-array grouped GEMM (from the nvidia-cutlass wheel's headers) over fp16
+// operands that gemm/copies.cu decoded exactly (E2M1 x E4M3, no S_enc), fp32 wgmma accumulation in K order, and an
+// epilogue that applies alpha and C in the order of SPEC 12.2:
 //   y = fp32(alpha_g * acc); accumulating: y = fp32(y + C); then the output cast (bf16 RNE or fp32).
 // Each multiply / add is its own rounding (the extension builds with --fmad=false), so the result equals the
 // hand-written fast kernels' bit for bit (SPEC 12.6: same operands, same wgmma k16 steps in the same order).
-// Problem shapes, pointers, strides and alphas are device arrays written by gemm_dequant.cu (graph-safe).
+// Problem shapes, pointers, strides and alphas are device arrays written by gemm/copies.cu (graph-safe).
 #pragma once
 
 // torch's extension flags disable the half operators; CUTLASS's headers need them.
@@ -51,7 +51,7 @@ using AlphaAccPlusC = fusion::Sm90EVT<
     fusion::Sm90SrcFetch<float>>;
 
 // 128 x 256 x 64 tiles, 2 consumer warpgroups (cooperative), 2-CTA clusters along M: the fastest of four shapes
-// measured on E8 T16384 (docs/gemm.md, stop 29).
+// measured on E8 T16384.
 template <class ElementD, class ElementC, class Fusion>
 struct Config {
   using ElemC = ElementC;  // void: the epilogue reads no C
@@ -73,7 +73,7 @@ struct Config {
       cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>::CollectiveOp;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
-  // gemm_dequant.cu writes these arrays without CUTLASS's types: one int64 row stride per group and operand, and
+  // gemm/copies.cu writes these arrays without CUTLASS's types: one int64 row stride per group and operand, and
   // three ints per problem shape.
   static_assert(sizeof(typename Kernel::InternalStrideA) == 8 && sizeof(typename Kernel::InternalStrideB) == 8 &&
                 sizeof(typename Kernel::InternalStrideD) == 8, "CUTLASS stride layout changed");

@@ -1,5 +1,5 @@
-// Interface between the dequantize-first fast path (gemm_dequant.cu, no CUTLASS headers) and its CUTLASS GEMM
-// instantiations (gemm_cutlass_*.cu, one per epilogue, compiled in parallel). docs/gemm.md, stop 29.
+// Interface between copies_cutlass's host side (gemm/copies.cu, no CUTLASS headers) and its CUTLASS GEMM
+// instantiations (gemm/cutlass_*.cu, one per epilogue, compiled in parallel).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -25,7 +25,7 @@ struct CutlassArgs {
   int64_t* stride_b;
   int64_t* stride_c;
   int64_t* stride_d;
-  float* alpha;  // written by gemm_dequant.cu's argument kernel, read by the epilogue
+  float* alpha;  // written by gemm/copies.cu's argument kernel, read by the epilogue
   void* workspace;
   size_t workspace_bytes;
 };

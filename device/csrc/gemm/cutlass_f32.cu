@@ -1,4 +1,4 @@
-// CUTLASS grouped GEMM instantiation of the dequantize-first fast path, epilogue "f32" (gemm_cutlass.cuh).
+// CUTLASS grouped GEMM instantiation of copies_cutlass, epilogue "f32" (gemm/cutlass.cuh).
 #include "gemm/cutlass.cuh"
 
 namespace nvfp4_gemm {

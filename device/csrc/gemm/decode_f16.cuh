@@ -1,21 +1,22 @@
-// E2M1 x E4M3 -> fp16 wgmma operands through the hardware E4M3 converter (the warp-specialised fast kernel,
-// gemm_wgmma_ws.cuh). Semantics: SPEC 12.6 (operands are exact and normal, so the tensor-core model holds).
+// E2M1 x E4M3 -> fp16 wgmma operands through the hardware E4M3 converter (the fused kernels' A and B decodes,
+// gemm/fused_stages.cuh; the fp16 copies, gemm/copies.cu; exact_hybrid's and swapped_64x256's decodes).
+// Semantics: SPEC 12.6 (operands are exact and normal, so the tensor-core model holds).
 //
 // An E2M1 nibble (s, e1, e0, m) becomes the E4M3 byte (s, 0, 0, e1, e0, m, 0, 0): exponent field e1e0, top mantissa
 // bit m. Its value is exactly 2^-6 * E2M1 (E4M3 bias 7 vs E2M1 bias 1; the E2M1 subnormal 0.5 = m * 2^-1 becomes the
 // E4M3 subnormal 4 * 2^-9 = 2^-7). The converter (cvt.rn.f16x2.e4m3x2) turns two such bytes into two fp16 numbers,
 // and one HMUL2 by sf * 2^6 (also exact in fp16: |sf| * 2^6 <= 28672) gives v = E2M1 * sf exactly: v has at most
 // 6 significant bits and |v| lies in [2^-10, 2688], so every nonzero operand is a NORMAL fp16 number (min 2^-14).
-// Unlike the bf16 decode of gemm_wgmma.cuh there is no 2^-14 offset to undo in the epilogue.
+// Unlike a bf16 decode there is no 2^-14 offset to undo in the epilogue.
 //
 // Byte construction for 4 codes at once: shift the packed word so that the wanted nibbles sit on bits 2-5 of their
 // bytes (m on bit 2, e0 on 3, e1 on 4, s on 5), mask, and move the sign from bit 5 to bit 7 by adding 3 times itself
 // (bits 6 and 7 are zero after the mask, so 0x20 + 0x60 = 0x80 carries no further): 2 LOP3 + 1 IMAD + the shift
-// for 4 codes, against 4 LOP3 + 2 IMAD + 2 shifts in the bf16 decode.
+// for 4 codes, against 4 LOP3 + 2 IMAD + 2 shifts for a bf16 decode.
 //
 // Element order inside an 8-code group: the word pair (w << 2, w >> 2) holds the even codes (0, 2, 4, 6) and the odd
 // codes (1, 3, 5, 7) in their bytes, so the four fp16x2 words are {0, 2}, {4, 6}, {1, 3}, {5, 7}: K position 2j, 2j+1
-// of the chunk holds elements kChunkOrder[2j], kChunkOrder[2j+1] = 0 2 4 6 1 3 5 7. Both operands use this
+// of the chunk holds elements o[2j], o[2j+1] of the order o = 0 2 4 6 1 3 5 7. Both operands use this
 // permutation, which leaves every 16-block dot product (one wgmma k16 step, SPEC 12.6) unchanged.
 #pragma once
 

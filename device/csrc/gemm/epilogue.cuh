@@ -100,10 +100,9 @@ __device__ __forceinline__ bool staged_epilogue_ok(const Prob& p, int accumulate
 // TMA-store epilogues write it.
 // BIAS is a template parameter: the callers branch once per tile on p.bias (warp-uniform). With the test per pair
 // and the loads between the stores (volatile asm with memory clobbers: no load moves above one), every pair's FADD
-// waited on its load's scoreboard, also where the load was predicated off (no bias), and the bf16 chunk writes took
-// ~0.45 us per 64 columns (ncu and the per-chunk trace, docs/gemm.md "Stop 66"). With a bias the callers still load
-// each pair's two values between the stores (once per column pair, for both rows h): preloading a chunk's values
-// spilled registers.
+// would wait on its load's scoreboard, also where the load is predicated off (no bias), and the bf16 chunk writes
+// took ~0.45 us per 64 columns (ncu and a per-chunk trace). With a bias the callers still load each pair's two
+// values between the stores (once per column pair, for both rows h): preloading a chunk's values spilled registers.
 template <class S, bool BIAS>
 __device__ __forceinline__ float2 epilogue_pair(const float (&acc)[S::R], int j, int h, float alpha, float2 b) {
   float y0 = __fmul_rn(alpha, acc[4 * j + 2 * h]), y1 = __fmul_rn(alpha, acc[4 * j + 2 * h + 1]);
@@ -196,9 +195,9 @@ __device__ __forceinline__ bool lines_epilogue_ok(const Prob& p) {
 
 // accumulate (C read back, wgrad's main_grad) with the whole-line epilogue: lanes 0-15 of an MMA warp ask the L2 to
 // fetch the C rows the warp will read at the end of this tile (row0 + lane, columns col0 + [0, WN) clipped to N), so
-// that the epilogue's loads hit L2 instead of waiting on DRAM after the K loop (docs/gemm.md, stop 37). A hint only:
-// no data is written and nothing waits for it. `bulk prefetch` needs 16-byte aligned rows and sizes, which
-// lines_epilogue_ok guarantees (N, ldd multiples of 4 fp32; col0 a multiple of 128).
+// that the epilogue's loads hit L2 instead of waiting on DRAM after the K loop. A hint only: no data is written and
+// nothing waits for it. `bulk prefetch` needs 16-byte aligned rows and sizes, which lines_epilogue_ok guarantees (N,
+// ldd multiples of 4 fp32; col0 a multiple of 128).
 template <class S>
 __device__ __forceinline__ void prefetch_tile_c_lines(const Prob& p, int row0, int col0, int lane) {
   const int row = row0 + lane;
@@ -217,9 +216,9 @@ __device__ __forceinline__ void prefetch_tile_c_lines(const Prob& p, int row0, i
 //   - piece k sits at slot k ^ (2 lr mod 8) (store_tile_lines, whose read-back is conflict-free too): every row stores
 //     the same jj, and the 4 rows' pairs of slots are distinct;
 //   - TMA_SWIZZLE (a tensor map's 128-byte swizzle, store_tile_tma): piece k sits at slot k ^ (lr mod 8), and rows lr
-//     and lr ^ 1 would share their pair of slots if they stored the same jj (4 wavefronts per store: ncu, docs/gemm.md
-//     "Stop 66"), so an odd row stores jj ^ 2 where an even row stores jj: the slot pairs jj ^ (lr / 2 mod 4) ^
-//     (2 (lr mod 2)) of 4 consecutive rows are distinct. The odd rows' registers come by selects.
+//     and lr ^ 1 would share their pair of slots if they stored the same jj (4 wavefronts per store, ncu), so an odd
+//     row stores jj ^ 2 where an even row stores jj: the slot pairs jj ^ (lr / 2 mod 4) ^ (2 (lr mod 2)) of 4
+//     consecutive rows are distinct. The odd rows' registers come by selects.
 template <class S, bool TMA_SWIZZLE>
 __device__ __forceinline__ void write_chunk_f32(const float (&acc)[S::R], int c, float alpha, uint32_t buf, int lane) {
   const int q = lane & 3, r = lane >> 2;
@@ -249,7 +248,8 @@ __device__ __forceinline__ void write_chunk_f32(const float (&acc)[S::R], int c,
 // lane (lanes 8i..8i+7: pieces 0..7 of one row), adds C and the bias on those pieces and stores them: every global
 // access is 4 whole 128-byte rows. Piece k of buffer row r sits at slot k ^ (2r mod 8): the half-warp's 8-byte
 // fragment stores (rows r..r+3) and the read-back are then free of bank conflicts. Runs in every MMA warp, also in
-// one whose rows all lie past M (no store then): its __syncwarp must not sit in a branch on per-warp values (stop 15).
+// one whose rows all lie past M (no store then): its __syncwarp must not sit in a branch on per-warp values (the
+// fused kernel's epilogue says why).
 template <class S>
 __device__ __forceinline__ void store_tile_lines(const float (&acc)[S::R], const Prob& p, int row0, int col0,
                                                  uint32_t buf, int lane, int accumulate) {
@@ -287,10 +287,11 @@ __device__ __forceinline__ void store_tile_lines(const float (&acc)[S::R], const
 // TMA-store epilogue of one MMA warp (kTmaEpi; wgrad's fp32 output, no C read back, no bias: SPEC 12.2's
 // y = RN(alpha * acc), as store_tile_lines). Per chunk of 32 columns (128 bytes) of its 16 rows the warp writes y into
 // a box buffer of 16 x 128 bytes in the tensor map's 128-byte swizzle (16-byte piece k of row r at slot k ^ (r mod 8);
-// the buffer is 1024-byte aligned; write_chunk_f32 orders the odd rows' stores so that they hit 32 distinct banks), and lane 0 stores the
-// box {32 columns, 16 rows, group} through `map` ([E, M, N]: rows past M and columns past N are clipped by the map,
-// nothing else is written). Chunk c uses buffer c mod kTmaEpi, and first waits until the store that last read it has
-// (every chunk commits one bulk group, empty when nothing was stored, so the count of groups still reading says which).
+// the buffer is 1024-byte aligned; write_chunk_f32 orders the odd rows' stores so that they hit 32 distinct banks),
+// and lane 0 stores the box {32 columns, 16 rows, group} through `map` ([E, M, N]: rows past M and columns past N are
+// clipped by the map, nothing else is written). Chunk c uses buffer c mod kTmaEpi, and first waits until the store
+// that last read it has (every chunk commits one bulk group, empty when nothing was stored, so the count of groups
+// still reading says which).
 template <class S>
 __device__ __forceinline__ void store_tile_tma(const float (&acc)[S::R], const Prob& p, int group, int row0, int col0,
                                                uint32_t bufs, int lane, const CUtensorMap* map) {
@@ -317,11 +318,12 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[S::R], const P
 // into a 16 x 128-byte box buffer in the map's 128-byte swizzle (the bf16 pair of columns 8 jj + 2 q, +1 of row lr,
 // jj < 8, is 4 bytes of 16-byte piece jj, at slot jj ^ (lr mod 8): a warp's 32 stores of one (jj, h) hit 32 distinct
 // banks), and lane 0 stores the box {64 columns, 16 rows} at row p.row0 + row0 of the 2D map (fprop / dgrad: [T,
-// cols]; wgrad: E N rows of K, plane g from row g N), which clips columns past N (cols) and nothing else. So only a warp whose 16 rows all lie inside the group stores boxes
-// (full_rows); a warp whose rows cross the group's last row M (every warp runs the same loop, stop 15) copies its
-// rows below M from the box buffer to global memory itself, one 16-byte piece (8 columns; N is a multiple of 8) per
-// lane and step. Chunk c uses buffer c mod kTmaEpi after the store that last read it has (one bulk group per chunk;
-// the direct copies' shared-memory loads have completed before the __syncwarp that precedes its next use).
+// cols]; wgrad: E N rows of K, plane g from row g N), which clips columns past N (cols) and nothing else. So only a
+// warp whose 16 rows all lie inside the group stores boxes (full_rows); a warp whose rows cross the group's last row M
+// (every warp runs the same loop) copies its rows below M from the box buffer to global memory itself, one 16-byte
+// piece (8 columns; N is a multiple of 8) per lane and step. Chunk c uses buffer c mod kTmaEpi after the store that
+// last read it has (one bulk group per chunk; the direct copies' shared-memory loads have completed before the
+// __syncwarp that precedes its next use).
 template <class S, bool BIAS>
 __device__ __forceinline__ void store_tile_tma_bf16(const float (&acc)[S::R], const Prob& p, int row0, int col0,
                                                     uint32_t bufs, int lane, const CUtensorMap* map) {

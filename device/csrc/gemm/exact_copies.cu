@@ -1,4 +1,4 @@
-// Instantiations of the exact-mode kernel over fp16 operand copies (gemm_exact_f16.cuh; SPEC 12.2 bit for bit):
+// Instantiations of the exact-mode kernel over fp16 operand copies (gemm/exact_copies.cuh; SPEC 12.2 bit for bit):
 // 128 x 128 tiles, fp32 (whole-line epilogue; wgrad's output by TMA stores through a map encoded per launch) or bf16
 // (staged epilogue) output, the TMA loader or the cp.async one; and the TMA loader's per-group tensor maps, built on
 // the device (the group sizes live there).
@@ -10,7 +10,7 @@
 
 namespace nvfp4_gemm {
 
-// the setup kernel's tile list is built for pick_tile's exact tile
+// the setup kernel's tile list is built for tile_of's exact tile
 static_assert(exact_copies::ShapeF32::BM == fused::ExactFusedF32::BM && exact_copies::ShapeF32::BN == fused::ExactFusedF32::BN &&
                   exact_copies::ShapeBf16::BM == fused::ExactFusedF32::BM && exact_copies::ShapeBf16::BN == fused::ExactFusedF32::BN,
               "exact kernels share one tile");

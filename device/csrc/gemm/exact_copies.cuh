@@ -1,28 +1,27 @@
-// Exact-mode NVFP4 grouped GEMM over fp16 copies of the operands (SPEC 12.2 bit for bit, oracle.gemm(model=
-// "sequential")); docs/gemm.md, stop 30. The operand planes were decoded beforehand by gemm_dequant.cu's
+// Exact-mode NVFP4 grouped GEMM over fp16 copies of the operands (exact_copies, and exact_hybrid below; SPEC 12.2 bit
+// for bit, oracle.gemm(model="sequential")). The operand planes are decoded beforehand by gemm/copies.cu's
 // decode_plane_kernel into fp16 v = E2M1 x E4M3 (exact and normal, SPEC 12.6; natural K order, each plane in its own
 // layout), and each group's Prob::a / Prob::b point into those copies (row pitch Prob::K fp16 elements).
 //
-// Why: the fused exact kernel (gemm_wgmma_ws.cuh, kExact) is issue-bound, about 1,333 instructions per K step and
-// scheduler of which 512 are the partial adds (docs/gemm.md, stop 17). Here the MMA warps issue only the wgmmas, the
-// adds and the ring bookkeeping: no A decode, no B conversion, no B publish. The decode moved into a separate
-// bandwidth-bound pass (about 4 bytes written per packed byte), which pays when each operand element is reused by
-// many output rows or columns.
+// Why: the fused exact kernel (exact_fused, gemm/fused.cuh kExact) is issue-bound, about 1,333 instructions per K
+// step and scheduler of which 512 are the partial adds. Here the MMA warps issue only the wgmmas, the adds and the
+// ring bookkeeping: no A decode, no B conversion, no B publish. The decode is a separate bandwidth-bound pass (about
+// 4 bytes written per packed byte), which pays when each operand element is reused by many output rows or columns.
 //
 // Roles (one persistent CTA per SM, three 128-thread warpgroups):
 //   loader warpgroup (first): each K step's fp16 tiles, A rows [m0, m0 + 128) and B rows [n0, n0 + 128) x 64 K
 //       elements, into a kStages ring in wgmma's K-major 128-byte-swizzled layout, either as two TMA boxes issued by
-//       one thread through the group's tensor maps (stop 33) or by cp.async copies of all 128 threads. Pieces past K
+//       one thread through the group's tensor maps or by cp.async copies of all 128 threads. Pieces past K
 //       are zero-filled; rows past M or N are zero-filled (TMA) or not copied (cp.async, their stale contents): either
 //       way they only reach accumulator rows / columns that the epilogue does not store (SPEC 12.6: output elements
 //       are independent).
 //   MMA warpgroups (2, rows [64 wm, 64 wm + 64)): per 16-block one wgmma.m64n128k16 (SS form) with scale-d = 0 into a
 //       partial fragment, added to the accumulator with __fadd_rn in K order (SPEC 12.2); then the epilogue
-//       (gemm_wgmma_ws.cuh's whole-line fp32 / staged bf16 epilogues, the direct stores where those cannot run; wgrad's
+//       (gemm/epilogue.cuh's whole-line fp32 / staged bf16 epilogues, the direct stores where those cannot run; wgrad's
 //       fp32 output, where the host encoded its tensor map, by TMA box stores: store_tile_tma, ShapeF32Tma).
 //
-// The hybrid form (kConvB shapes, gemm_exact_hybrid.cu; docs/gemm.md, stop 46): only A comes from an fp16 copy (in
-// gemm_decode_f16.cuh's order within each 8 codes); two loader warpgroups, thread 0 issuing each stage's boxes (A's
+// The hybrid form (exact_hybrid: kConvB shapes, gemm/exact_hybrid.cu): only A comes from an fp16 copy (in
+// gemm/decode_f16.cuh's order within each 8 codes); two loader warpgroups, thread 0 issuing each stage's boxes (A's
 // fp16 tile, B's packed K tile and its scale tile; HybridTma) and all 256 threads dequantizing the B tile into the
 // stage (fused::convert_b_rows, the fused exact kernel's converter code and order). The MMA warpgroups are unchanged.
 //
@@ -43,11 +42,10 @@ namespace exact_copies {
 
 // Two MMA warpgroups (rows [64 wm, 64 wm + 64), all 128 columns) of 216 registers each (accumulator + two partial
 // fragments = 192) and one loader warpgroup of 72 (3 x 168). Four MMA warpgroups of 64 x 64 (twice the independent
-// wgmma -> adds chains, 112 registers each) measured 11% slower on E8 fprop (docs/gemm.md, stop 30).
-// CONV_B_ (the hybrid kernel, docs/gemm.md stop 46): only A comes from an fp16 copy; B is loaded packed (its raw K
-// tile and scale tile, by TMA) and dequantized into the stage's B tile by two loader warpgroups (HybridTma). Their
-// loads run LOAD_AHEAD_ steps ahead of their conversion, which then leads the MMA warps by up to
-// STAGES_ - LOAD_AHEAD_ steps (docs/gemm.md, stop 47).
+// wgmma -> adds chains, 112 registers each) measured 11% slower on E8 fprop.
+// CONV_B_ (exact_hybrid): only A comes from an fp16 copy; B is loaded packed (its raw K tile and scale tile, by TMA)
+// and dequantized into the stage's B tile by two loader warpgroups (HybridTma). Their loads run LOAD_AHEAD_ steps
+// ahead of their conversion, which then leads the MMA warps by up to STAGES_ - LOAD_AHEAD_ steps.
 template <int STAGES_, int STORE, bool CONV_B_ = false, int LOAD_AHEAD_ = STAGES_ - 1, int TMA_EPI_ = 0>
 struct Shape {
   static constexpr int BM = 128, BN = 128, WN = BN, R = WN / 2;  // R: fp32 accumulator registers per thread
@@ -75,7 +73,7 @@ struct Shape {
   static_assert(STORE == fused::kBulkCopyRows || STORE == fused::kWholeLines, "choose a buffered store");
   static constexpr bool kStagedEpi = STORE == fused::kBulkCopyRows, kLinesEpi = STORE == fused::kWholeLines;
   // kTmaEpi (fp32, box buffers per MMA warp: 1, 2 or 4; store_tile_tma): where the host encoded a tensor map of
-  // wgrad's output (bit 2 of `accumulate`, tma_host::with_wgrad_out_map), one TMA box store of 16 rows x 32 columns
+  // wgrad's output (bit 2 of `accumulate`, encode_wgrad_out_map), one TMA box store of 16 rows x 32 columns
   // per warp and chunk; the buffers then lie first in shared memory, 1024-byte aligned for the box swizzle.
   static constexpr int kTmaEpi = TMA_EPI_;
   static_assert(kTmaEpi == 0 || (kLinesEpi && !kConvB && (kTmaEpi == 1 || kTmaEpi == 2 || kTmaEpi == 4)),
@@ -89,8 +87,8 @@ struct Shape {
   // full, empty (, raw_full); rounded up to 128 bytes, so that the epilogue buffers after them stay 16-byte aligned
   static constexpr int kBarBytes = (8 * (kConvB ? 3 : 2) * kStages + 127) / 128 * 128;
   static constexpr int kSmemBase = kStages * kStageBytes + kBarBytes + kEpiBytes + 1024;
-  // The MMA warps' tile lookups through a shared-memory prefix table, one tile ahead (find_group_cached; stop 47):
-  // +5% on E64 exact wgrad (4 K steps per tile), +1-3% on E8 wgrad. Not in the hybrid kernel (32 K steps per tile on
+  // The MMA warps' tile lookups through a shared-memory prefix table, one tile ahead (find_group_cached):
+  // +5% on E64 exact wgrad (4 K steps per tile), +1-3% on E8 wgrad. Not in exact_hybrid (32 K steps per tile on
   // E64, and 1-2% slower there in an A/B), nor in the fused kernels (7% slower on E64 fast fprop).
   static constexpr int kPrefixCap = kConvB ? 0 : prefix_cap_for(227 * 1024 - kSmemBase);
   static constexpr int kSmem = kSmemBase + prefix_table_bytes(kPrefixCap);
@@ -99,15 +97,15 @@ struct Shape {
                 "setmaxnreg budget");
 };
 using ShapeF32 = Shape<6, fused::kWholeLines>;   // fp32 output: 6 stages (192 KB) + 16 KB of line buffers
-// wgrad's fp32 output where the host encoded its tensor map (tma_host::with_wgrad_out_map): TMA box stores, four
-// 2 KB box buffers per MMA warp (64 KB) and 5 stages (E64 exact wgrad 0.50 -> 0.59 of grouped_mm; 2 buffers 0.56-0.58,
-// 4 stages or 6 stages slower; docs/gemm.md, stop 57)
+// wgrad's fp32 output where the host encoded its tensor map (encode_wgrad_out_map, gemm/out_maps.h): TMA box stores,
+// four 2 KB box buffers per MMA warp (64 KB) and 5 stages (E64 exact wgrad 0.50 -> 0.59 of grouped_mm; 2 buffers
+// 0.56-0.58, 4 stages or 6 stages slower)
 using ShapeF32Tma = Shape<5, fused::kWholeLines, false, 4, 4>;
 using ShapeBf16 = Shape<5, fused::kBulkCopyRows>;  // bf16 output: 5 stages (160 KB) + 36 KB of staging buffers
-// The hybrid kernel: stages of 37 KB (two fp16 tiles, B's raw tile and scale tile), 5 of them for either output.
+// exact_hybrid: stages of 37 KB (two fp16 tiles, B's raw tile and scale tile), 5 of them for either output.
 // Two converter warpgroups of 40 registers (2 units per thread): 2-4% faster than one of 72 (4 units per thread) on E64
-// fprop / dgrad, 3-5% on E8 fprop (docs/gemm.md, stop 46). Loads 2 steps ahead of the conversion (which then leads
-// the MMA warps by up to 3 steps): +1-4% against 4 steps ahead (stop 47).
+// fprop / dgrad, 3-5% on E8 fprop. Loads 2 steps ahead of the conversion (which then leads the MMA warps by up to 3
+// steps): +1-4% against 4 steps ahead.
 using HybridF32 = Shape<5, fused::kWholeLines, true, 2>;
 using HybridBf16 = Shape<5, fused::kBulkCopyRows, true, 2>;
 
@@ -150,9 +148,9 @@ struct F16Loader {
   }
 };
 
-// The hybrid kernel's loads (kConvB shapes): loader thread 0 issues each stage as one arrive.expect_tx on raw_full[s]
-// and three boxes through the group's kHybridMaps tensor maps (built on the device by gemm_exact_hybrid.cu's
-// hybrid_maps_kernel, gemm_group_maps.cuh):
+// exact_hybrid's loads (kConvB shapes): loader thread 0 issues each stage as one arrive.expect_tx on raw_full[s]
+// and three boxes through the group's kHybridMaps tensor maps (built on the device by gmap::group_maps_kernel,
+// gemm/group_maps.cuh, which gemm/exact_hybrid.cu launches):
 //   maps[0]: the fp16 copy of A as {K, M}, row pitch 2 K bytes, box {64, 128} with the 128-byte swizzle (one K step's
 //            A tile in wgmma's layout, as the TMA loader below);
 //   maps[1]: B's packed plane as {K / 2 bytes, N rows}, row pitch K / 2, box {32, 128}: the raw tile's row-major
@@ -190,11 +188,11 @@ struct HybridTma {
 };
 
 // The TMA loader's tensor maps: two per group (group_maps[2 g]: A, [2 g + 1]: B), built on the device by
-// gemm_exact_f16.cu's exact_maps_kernel from the setup kernel's problems (gemm_group_maps.cuh), so every group has its
-// own pitch (wgrad's columnwise copies: 2 roundup(m_g, 16) bytes per row). Each is the copy of one operand of one
-// group as a {K, rows} fp16 matrix (rows = M for A, N for B), box {64, 128} with the 128-byte swizzle: one box is one
-// K step's 128-row tile in the layout F16Loader writes, and the parts of a box past K or past the group's rows are
-// zero-filled.
+// gmap::group_maps_kernel (gemm/group_maps.cuh, launched by gemm/exact_copies.cu) from the setup kernel's problems,
+// so every group has its own pitch (wgrad's columnwise copies: 2 roundup(m_g, 16) bytes per row). Each is the copy of
+// one operand of one group as a {K, rows} fp16 matrix (rows = M for A, N for B), box {64, 128} with the 128-byte
+// swizzle: one box is one K step's 128-row tile in the layout F16Loader writes, and the parts of a box past K or past
+// the group's rows are zero-filled.
 // TMA: one loader thread issues each stage's two boxes through the group's maps (full[s] counts its one arrival and
 // the boxes' bytes); the other loader threads leave. Otherwise the 128 loader threads copy with cp.async (F16Loader)
 // and group_maps is not read.
@@ -203,7 +201,7 @@ template <class S, bool OUT_F32, bool TMA>
 __global__ void __launch_bounds__(S::kThreads, 1)
     exact_copies_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate,
                      const CUtensorMap* __restrict__ group_maps, const __grid_constant__ CUtensorMap out_map) {
-  pdl_wait();  // the retarget / maps kernel's outputs: nothing global is touched before (gemm_pdl.cuh)
+  pdl_wait();  // the retarget / maps kernel's outputs: nothing global is touched before (common/pdl.cuh)
   extern __shared__ uint8_t smem_dyn[];
   const uint32_t smem = (smem_u32(smem_dyn) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
   // kTmaEpi: the MMA warps' box buffers first (1024-byte aligned), then the ring; otherwise the ring first and the
@@ -233,11 +231,11 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     if constexpr (S::kConvB) {
       // Thread 0 issues the boxes (HybridTma); every loader thread walks the load cursor and waits for the stage with
       // it (as fused_gemm_kernel's converters). All loader threads dequantize each stage's B tile: thread t rows
-      // t / 4 + kConvRPI i (i < kConvUnits), 16-block t % 4 (fused::convert_b_rows, in gemm_decode_f16.cuh's order within
-      // each 8 codes, which the A copy shares), then each warp publishes its rows on full[s]. Loads run kLoadAhead
-      // steps ahead of the conversion: the load issued after converting step c (step c + kLoadAhead, into the stage
-      // of step c + kLoadAhead - kStages) waits until the MMA warps are done with that step, so the conversion leads
-      // them by up to kStages - kLoadAhead steps (stop 47: 3 measured 1-4% faster than 1).
+      // t / 4 + kConvRPI i (i < kConvUnits), 16-block t % 4 (fused::convert_b_rows, in gemm/decode_f16.cuh's order
+      // within each 8 codes, which the A copy shares), then each warp publishes its rows on full[s]. Loads run
+      // kLoadAhead steps ahead of the conversion: the load issued after converting step c (step c + kLoadAhead, into
+      // the stage of step c + kLoadAhead - kStages) waits until the MMA warps are done with that step, so the
+      // conversion leads them by up to kStages - kLoadAhead steps (3 measured 1-4% faster than 1).
       StepCursor load;
       load.stride = tile_stride;
       load.seek<S::BN>(probs, prefix, E, walk, first_tile);
@@ -286,7 +284,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         n0 = (cur.local / tiles_m) * S::BN;
         if constexpr (TMA) {
           map_a = group_maps + 2 * cur.group;
-          gmap::acquire_group_map(map_a);  // written by exact_maps_kernel (generic proxy), read here by TMA
+          gmap::acquire_group_map(map_a);  // written by group_maps_kernel (generic proxy), read here by TMA
           gmap::acquire_group_map(map_a + 1);
         } else {
           ld = F16Loader(p, m0, n0, tid);
@@ -313,9 +311,9 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     const int wm = mt >> 7;  // rows [64 wm, 64 wm + 64) of the tile
     const int warp = (mt >> 5) & 3;
     Ring<S::kStages> st;
-    // kPrefixCap > 0: each tile's group, place and K come from a lookup made at the start of the previous tile (stop
-    // 47), in the shared-memory prefix table: its global loads (tiles_m, K) complete during that tile's K loop instead
-    // of stalling this tile's start. (TileLookup's N is not read here.)
+    // kPrefixCap > 0: each tile's group, place and K come from a lookup made at the start of the previous tile, in the
+    // shared-memory prefix table: its global loads (tiles_m, K) complete during that tile's K loop instead of stalling
+    // this tile's start. (TileLookup's N is not read here.)
 
     auto lookup = [&](int v) {
       TileLookup t{};
@@ -343,8 +341,8 @@ __global__ void __launch_bounds__(S::kThreads, 1)
 
       // SPEC 12.2: block j of a K step is one wgmma with scale-d = 0 into a partial fragment (exact: the products of
       // fp16 v = E2M1 * sf are exact integer multiples of g = uA * uB / 4 below 2^15 g, so SPEC 12.6's truncation
-      // grid with C = 0 cuts nothing and the sum fits fp32; gemm_wgmma_ws.cuh has the argument), then
-      // acc = RN(acc + partial) in K order, through exact_blocks (gemm_exact_partials.cuh).
+      // grid with C = 0 cuts nothing and the sum fits fp32; gemm/fused.cuh has the argument), then
+      // acc = RN(acc + partial) in K order, through exact_blocks (gemm/exact_partials.cuh).
       float acc[S::R], parts[2][S::R];
 #pragma unroll
       for (int i = 0; i < S::R; ++i) acc[i] = 0.0f;
@@ -369,7 +367,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       }
       fence_regs(acc);
 
-      // epilogue (every MMA warp runs it, also one whose rows lie past M: see gemm_wgmma_ws.cuh, stop 15)
+      // epilogue (every MMA warp runs it, also one whose rows lie past M: see gemm/fused.cuh's epilogue)
       const Prob p = *pp;
       const uint32_t buf = epi_buf0 + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer
       if constexpr (S::kStagedEpi) {
@@ -383,7 +381,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
                                          accumulate);
         }
       } else {
-        if (S::kTmaEpi && (accumulate & 4)) {  // (bit 2: the host encoded out_map, tma_host::with_wgrad_out_map)
+        if (S::kTmaEpi && (accumulate & 4)) {  // (bit 2: the host encoded out_map, encode_wgrad_out_map)
           store_tile_tma<S>(acc, p, group, m0 + 64 * wm + 16 * warp, n0, buf, lane, &out_map);
         } else if (lines_epilogue_ok(p)) {
           store_tile_lines<S>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane, accumulate);

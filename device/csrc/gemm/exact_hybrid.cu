@@ -1,9 +1,10 @@
-// The hybrid exact kernel (docs/gemm.md, stop 46; SPEC 12.2 bit for bit): gemm_exact_f16.cuh's kernel with a kConvB
-// shape. Only A (the token operand of fprop / dgrad) is decoded beforehand into an fp16 copy, which TMA loads into
-// the stages; B (the weights) stays packed in global memory and the loader warpgroup dequantizes each K step's raw B
-// tile into the stage's fp16 B tile. The MMA warps only issue the wgmmas, the partial adds and the ring bookkeeping
+// exact_hybrid's kernel (SPEC 12.2 bit for bit): gemm/exact_copies.cuh's kernel with a kConvB shape. Only A (the
+// token operand of fprop / dgrad) is decoded beforehand into an fp16 copy, which TMA loads into the stages; B (the
+// weights) stays packed in global memory and the loader warpgroup dequantizes each K step's raw B tile into the
+// stage's fp16 B tile. The MMA warps only issue the wgmmas, the partial adds and the ring bookkeeping
 // (no A decode, no B share), and the scratch is the A copy alone (4 bytes per packed byte of A, none for B).
-// Its per-group tensor maps (exact_copies::HybridTma) are built on the device here: the group sizes live there.
+// Its per-group tensor maps (exact_copies::HybridTma) are built on the device (gmap::launch_group_maps): the group
+// sizes live there.
 #include "gemm/copies.h"
 #include "gemm/exact_copies.cuh"
 #include "gemm/group_maps.cuh"

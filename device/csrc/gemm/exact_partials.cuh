@@ -1,11 +1,11 @@
-// Exact mode's partial pipeline (SPEC 12.2), shared by both exact kernels (gemm_wgmma_ws.cuh kExact,
-// gemm_exact_f16.cuh): per 16-block, the exact partial product of a warpgroup's 64 x 128 tile is computed by one wgmma
-// with scale-d = 0 into a partial fragment and added to the fp32 accumulator with __fadd_rn, block by block in K order.
-// Why the partial is exact is argued in gemm_wgmma_ws.cuh.
+// Exact mode's partial pipeline (SPEC 12.2), shared by both exact kernels (gemm/fused.cuh kExact,
+// gemm/exact_copies.cuh): per 16-block, the exact partial product of a warpgroup's 64 x 128 tile is computed by one
+// wgmma with scale-d = 0 into a partial fragment and added to the fp32 accumulator with __fadd_rn, block by block in K
+// order. Why the partial is exact is argued in gemm/fused.cuh (the exact MMA loop).
 //
 // Two partial fragments alternate, so one block's wgmma runs while the previous block is added (accumulator + two
 // partials = 192 registers). Deeper pipelines did not pay: two m64n64 partials per block (three wgmmas in flight
-// during an add) and two K steps per pass both measured the same speed (docs/gemm.md, stop 33).
+// during an add) and two K steps per pass both measured the same speed.
 #pragma once
 
 #include "gemm/ptx.cuh"
@@ -17,7 +17,7 @@ namespace nvfp4_gemm {
 //   done(j):        called once block j's wgmma has completed, before its partial is added (a stage is free once the
 //                   last block that reads it is done; wait_group completes groups in order).
 // The last block ends with wait_group 0, so no wgmma stays in flight past the caller's loop back edge (ptxas would
-// then serialise every wgmma, C7514; docs/gemm.md, stop 30).
+// then serialise every wgmma, C7514).
 template <int BLOCKS, int R, class Issue, class Done>
 __device__ __forceinline__ void exact_blocks(float (&acc)[R], float (&part)[2][R], Issue&& issue, Done&& done) {
 #pragma unroll

@@ -5,23 +5,21 @@
 //
 // Roles (one persistent CTA per SM, 128-thread warpgroups):
 //   converter warpgroups (kConv of them, first): issue the cp.async loads of the raw K tiles (packed E2M1 bytes of A
-//       and B + their swizzled E4M3 scale tiles; the exact shapes' TMA instantiation: four TMA boxes issued by
-//       converter thread 0, RawTma) into a kRawStages ring, and dequantize B rows [0, kConvRows) of each
-//       raw tile into a kBStages ring of fp16 tiles in wgmma's K-major 128-byte-swizzled layout (gemm_decode_f16.cuh);
+//       and B + their swizzled E4M3 scale tiles) into a kRawStages ring, and dequantize B rows [0, kConvRows) of each
+//       raw tile into a kBStages ring of fp16 tiles in wgmma's K-major 128-byte-swizzled layout (gemm/decode_f16.cuh);
 //   MMA warpgroups (kMma = BM / 64 of them): decode their own A fragments from the raw ring into registers (RS form),
 //       dequantize B rows [kConvRows, kLoadBN) (of the current step before its wgmmas, or with kBAhead of the next
-//       step while the current wgmmas run; none with MMA_UNITS 0, ShapeExactWsAllB), and issue wgmma.m64n256k16 over the fp16 B ring into fp32 accumulators;
+//       step while the current wgmmas run), and issue wgmma.m64n256k16 over the fp16 B ring into fp32 accumulators;
 //       then the epilogue.
 // The two roles meet only at mbarriers, so the shared-memory traffic of the B conversion is spread over the whole
-// K loop instead of one burst between two CTA barriers (the limit of gemm_wgmma.cuh's kernel, docs/gemm.md), and the
-// converters run ahead into the next output tile while the MMA warpgroups store the previous one.
+// K loop instead of one burst between two CTA barriers, and the converters run ahead into the next output tile while
+// the MMA warpgroups store the previous one.
 //
-// 2-CTA clusters (kCluster = 2, FusedPairF32): both CTAs compute 128 rows each of one 256 x 256 cluster tile against the
-// same 256 B rows; each loads and dequantizes only its half of them (kLoadBN = 128 rows) and bulk-copies the finished
-// rows into the same place of the peer's B stage, so the B conversion per SM is halved.
+// 2-CTA clusters (kCluster = 2, fused_pair_256x256): both CTAs compute 128 rows each of one 256 x 256 cluster tile
+// against the same 256 B rows; each loads and dequantizes only its half of them (kLoadBN = 128 rows) and bulk-copies
+// the finished rows into the same place of the peer's B stage, so the B conversion per SM is halved.
 //
-//   raw_full[s]   completes when the converters' cp.async copies of raw stage s have landed (cp.async.mbarrier.arrive;
-//                 TMA: thread 0's arrive.expect_tx and the boxes' complete_tx)
+//   raw_full[s]   completes when the converters' cp.async copies of raw stage s have landed (cp.async.mbarrier.arrive)
 //   raw_empty[s]  every thread of both roles has read raw stage s (A fragments / B conversion)
 //   b_full[t]     every warp that writes rows of fp16 B stage t has written them (lanes: st.shared, fence.proxy.async;
 //                 lane 0: arrive); in a cluster also the peer's rows have landed (complete_tx of its bulk copies,
@@ -127,9 +125,9 @@ struct Shape {
   // kTmaEpi (box buffers per warp: 1, 2 or 4): where the host encoded a tensor map of the output (bit 2 of
   // `accumulate`), the TMA-store epilogue writes it instead, one box of 16 rows x 128 bytes per warp and chunk; the
   // buffers then lie first in shared memory, 1024-byte aligned for the box swizzle:
-  //   with kLinesEpi (fp32; wgrad, no C read back, no bias; gemm_wgmma_fast.cu): store_tile_tma, 32 columns per box
+  //   with kLinesEpi (fp32; wgrad, no C read back, no bias; gemm/fused_fast.cu): store_tile_tma, 32 columns per box
   //     (the lines epilogue's buffer is the first box buffer);
-  //   with kStagedEpi (bf16, no C read back; gemm_wgmma_pair.cu, gemm_wgmma_fast.cu): store_tile_tma_bf16, 64
+  //   with kStagedEpi (bf16, no C read back; gemm/fused_pair.cu, gemm/fused_fast.cu): store_tile_tma_bf16, 64
   //     columns per box through a 2D map of the output's rows (fprop / dgrad [T, cols], wgrad E N rows of K); a warp
   //     whose 16 rows cross its group's last row copies them from its box buffer instead.
   static_assert(STORE == kBulkCopyRows || STORE == kWholeLines, "choose a buffered store");
@@ -198,7 +196,7 @@ template <class S, bool OUT_F32, bool CONV_SEEKS = true>
 __global__ void __launch_bounds__(S::kThreads, 1)
     fused_gemm_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate,
                    const __grid_constant__ CUtensorMap out_map) {
-  pdl_wait();  // the setup (or maps) kernel's outputs: nothing global is touched before (gemm_pdl.cuh)
+  pdl_wait();  // the setup (or maps) kernel's outputs: nothing global is touched before (common/pdl.cuh)
   extern __shared__ uint8_t smem_dyn[];
   const uint32_t smem = (smem_u32(smem_dyn) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
   // kTmaEpi: the epilogue buffers first (the box buffers 1024-byte aligned for the TMA store's swizzle), then the rings
@@ -215,9 +213,9 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   static_assert(!(kSplitTail && S::kBAhead), "the B share converted ahead assumes whole tiles");
   const int first_tile = blockIdx.x / S::kCluster, tile_stride = gridDim.x / S::kCluster;
   const TileWalk<kSplitTail> walk(__ldg(prefix + E), tile_stride);
-  // Tile lookups by find_group_warp (stop 48; every role walks its cursor with whole warps): E64 fast wgrad +6%
-  // (4 K steps per tile). The exact shapes keep the binary search: with the warp search ptxas spilled 4 bytes in the
-  // MMA warps of the TMA form (216 registers).
+  // Tile lookups by find_group_warp (every role walks its cursor with whole warps): E64 fast wgrad +6% (4 K steps per
+  // tile). The exact shapes keep the binary search: their MMA warps run at 216 registers, where the warp search
+  // spilled (4 bytes).
   constexpr bool kWarpSearch = !S::kExact;
   // Cluster: rank, the peer's shared::cluster address of our offsets (same dynamic layout in both CTAs), and the
   // B rows this CTA converts (rows [kLoadBN rank, ...) of the B tile, at the same place in both CTAs' stages).
@@ -249,8 +247,8 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     // The conversion walks the steps the loads issued, in order (the same thread issues and converts): `pending`
     // stages are loaded and not yet converted, and bit s of `half_bits` says whether raw stage s holds a step of a
     // half tile (kSplitTail), so the conversion needs no cursor of its own (whose per-tile lookups were dependent
-    // global loads). Taken by the 128 x 256 fp32 kernel (E64 wgrad, 4 K steps per tile: +3-4%); CONV_SEEKS (the
-    // others): the conv cursor (the pair bf16 kernel measured neutral to -4% with the walk, and the 72-register
+    // global loads). Taken by fused_128x256's fp32 form (E64 wgrad, 4 K steps per tile: +3-4%); CONV_SEEKS (the
+    // others): the conv cursor (the pair's bf16 form measured neutral to -4% with the walk, and the 72-register
     // converters of the exact shapes spilled with it).
     int pending = 0;
     uint32_t half_bits = 0;
@@ -321,7 +319,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         publish_b_stage<S, S::kMmaRPI, S::kConvRows, S::kMmaUnits>(br, b, mt, lane, false);
     };
     // kBAhead: the B share of step bnext, if there is one, converted and published while the current step's wgmmas
-    // run (publishing it after the wait for the previous wgmmas instead was 3-7% slower: docs/gemm.md, stop 25)
+    // run (publishing it after the wait for the previous wgmmas instead measured 3-7% slower)
     auto convert_next_b_share = [&]() {
       if (!bnext.valid(walk)) return;
       mbar_wait(raw_full + 8 * raw_b.stage, raw_b.phase);
@@ -336,13 +334,13 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       convert_next_b_share();  // step 0's share
     }
     // The group of tile v and the fields of its Prob that the K loop needs: rounds of global loads during which no
-    // wgmma of this CTA runs when they come at the tile's start. kLookAhead (stop 49; the fast 128-row kernels with
+    // wgmma of this CTA runs when they come at the tile's start. kLookAhead (the fast 128-row kernels with
     // fp32 output, wgrad's): lookup_tile (two rounds), and for tile v + stride already while the last K step's wgmmas
     // of a short tile v (at most kLookAheadSteps K steps) run, before its epilogue (E64 wgrad, 4 K steps, +5%).
     // Longer tiles keep the lookup at their start: ahead, it delayed the release of the last B stage, and the B
     // conversion paces them (E64 fprop / dgrad -2%). In the bf16 kernels (fprop / dgrad) the code alone cost about 1%
     // (ptxas schedules their K loop differently), so they, the exact shapes (216 registers) and the 64-row shape (its
-    // fp32 form spilled 40 bytes) keep the lookup of stop 48 at each tile's start.
+    // fp32 form spilled 40 bytes) keep the lookup (find_group_warp / find_group) at each tile's start.
     constexpr bool kLookAhead = !S::kExact && S::BM == 128 && OUT_F32;
     constexpr int kLookAheadSteps = 8;
     TileLookup next{};
@@ -372,7 +370,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       const uint32_t a_scale_adj = ((m0 & 127) >> 5) * 4;  // 64-row tiles: rows (m0 mod 128) of the scale tile
 
       if constexpr (S::kLinesEpi) {
-        if (accumulate & 2) {  // (bit 1: the C prefetch; launch() sets it, NVFP4_C_PREFETCH=0 clears it)
+        if (accumulate & 2) {  // (bit 1: the C prefetch; the binding sets it with bit 0)
           Prob p = *pp;
           if (half_tile) p.N = cols.end;
           if (lines_epilogue_ok(p)) prefetch_tile_c_lines<S>(p, m0 + 64 * wm + 16 * warp, n0, lane);
@@ -387,7 +385,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         // v = E2M1 * sf) and integer multiples of g = uA * uB / 4 below 2^15 g (uA, uB: the two scales' quanta,
         // powers of two; |E2M1| <= 6 = 12 halves, E4M3 significands <= 15), so the step's truncation grid
         // 2^(E - 25) (SPEC 12.6, E the largest product exponent, C = 0) is a power of two below g and cuts nothing,
-        // and the sum (below 2^19 g) fits fp32. The partials' pipeline is exact_blocks (gemm_exact_partials.cuh).
+        // and the sum (below 2^19 g) fits fp32. The partials' pipeline is exact_blocks (gemm/exact_partials.cuh).
         uint32_t a_frag[4][4];
         float parts[2][S::R];
         for (int kt = 0; kt < KT; ++kt) {
@@ -425,7 +423,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
           const uint32_t raw_st = raw_ring + raw.stage * S::kRaw;
           mbar_wait(raw_full + 8 * raw.stage, raw.phase);
           // This step's B share (not kBAhead). 128-row tiles: its rows first, then the A fragments while its stores
-          // complete, then its publish (+5% on E8 fprop with 128 x 256 tiles, stop 25). The 64-row tile keeps the
+          // complete, then its publish (+5% on E8 fprop with 128 x 256 tiles). The 64-row tile keeps the
           // A fragments first: the reordered fp32 variant spilled 8 bytes and gained nothing measurable.
           constexpr bool kShareFirst = S::kMmaUnits > 0 && !S::kBAhead && S::BM == 128;
           constexpr bool kShareLast = S::kMmaUnits > 0 && !S::kBAhead && S::BM != 128;
@@ -467,13 +465,13 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       if constexpr (S::kStagedEpi) {
         // The staged (and the whole-line) epilogue runs in every MMA warp, also in one whose rows are all past M (it
         // then stores no row): with its __syncwarp inside a branch on the warp's rows, ptxas gave up the uniform
-        // registers of the K loop's ring addresses and sank the A decode past the b_full wait (5-15% slower;
-        // docs/gemm.md, stop 15). (The two branches stay separate: merged, ptxas scheduled every kernel differently.)
+        // registers of the K loop's ring addresses and sank the A decode past the b_full wait (5-15% slower).
+        // (The two branches stay separate: merged, ptxas scheduled every kernel differently.)
         Prob p = *pp;
         if (half_tile) p.N = cols.end;  // its 128 columns (accumulator columns [0, 128) are columns n0 + [0, 128))
         // (the bias test once per tile, warp-uniform: epilogue_pair)
         const uint32_t buf = epi_buf0 + (mt >> 5) * S::kEpiBufBytes;  // this warp's buffer(s)
-        if (S::kTmaEpi && (accumulate & 4)) {  // (bit 2: the host encoded out_map, gemm_wgmma_pair.cu)
+        if (S::kTmaEpi && (accumulate & 4)) {  // (bit 2: the host encoded out_map, launch_bf16)
           if (p.bias)
             store_tile_tma_bf16<S, true>(acc, p, m0 + 64 * wm + 16 * warp, n0, buf, lane, &out_map);
           else
@@ -490,7 +488,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       } else {  // kLinesEpi
         Prob p = *pp;
         if (half_tile) p.N = cols.end;
-        if (S::kTmaEpi && (accumulate & 4)) {  // (bit 2: the host encoded out_map, gemm_wgmma_fast.cu)
+        if (S::kTmaEpi && (accumulate & 4)) {  // (bit 2: the host encoded out_map, gemm/fused_fast.cu)
           store_tile_tma<S>(acc, p, group, m0 + 64 * wm + 16 * warp, n0, epi_buf0 + (mt >> 5) * S::kEpiBufBytes, lane,
                             &out_map);
         } else if (lines_epilogue_ok(p)) {

@@ -96,7 +96,7 @@ struct LoaderShape {
 };
 
 // Dequantize B rows r0 + RPI i (i < COUNT), 16-block b, of raw stage `raw` into the fp16 B stage `dst`
-// (gemm_decode_f16.cuh). r0 < ROW0 + RPI with ROW0 a multiple of RPI, so every offset is a per-thread base plus a
+// (gemm/decode_f16.cuh). r0 < ROW0 + RPI with ROW0 a multiple of RPI, so every offset is a per-thread base plus a
 // compile-time constant of i. Raw stage: A rows, B rows (32 B each), A scale tile, B scale tiles (SPEC 8.2: row r,
 // block b of a 128-row tile at (r % 32) * 16 + (r / 32 % 4) * 4 + b). fp16 stage: row r at r * 128, its 16-byte chunk c
 // (elements 8c..8c+7) at (c ^ (r % 8)) * 16 (wgmma's K-major 128-byte swizzle). All shared-memory loads first, then the
@@ -138,7 +138,7 @@ __device__ __forceinline__ void convert_b_rows(uint32_t raw, uint32_t dst, int r
 
 // A operand straight into wgmma's register fragment (RS form): thread (warp v, lane l) of an MMA warpgroup holds, for
 // each 16-block j of the K tile, rows 16v + l/4 and +8 of the warpgroup's 64 rows at K positions 2c, 2c+1 (chunk 0)
-// and 8 + 2c, 9 + 2c (chunk 1), c = l % 4: word c of each 8-code group in the order of gemm_decode_f16.cuh, which
+// and 8 + 2c, 9 + 2c (chunk 1), c = l % 4: word c of each 8-code group in the order of gemm/decode_f16.cuh, which
 // this lane decodes alone (f16dec::e2m1_word_to_f16). No A tile in shared memory, no A stores.
 struct AFragOffsets {
   uint32_t row0;    // raw offset of row r0 (32 B per row); row r0 + 8 is at + 256
@@ -164,7 +164,7 @@ __device__ __forceinline__ AFragOffsets afrag_offsets(int wm, int t, uint32_t sc
 }
 
 // The A fragments of the 4 16-blocks of a raw stage (RS form, see AFragOffsets): a[j] = rows r0, r0 + 8 at K
-// positions 2c, 2c+1 (+8) of block j, i.e. word c of each 8-code group in the fp16 order of gemm_decode_f16.cuh.
+// positions 2c, 2c+1 (+8) of block j, i.e. word c of each 8-code group in the fp16 order of gemm/decode_f16.cuh.
 __device__ __forceinline__ void convert_a_frags_f16(uint32_t raw, const AFragOffsets& o, uint32_t a_scale_adj,
                                                     uint32_t (&a)[4][4]) {
   const uint4 r0a = lds128(raw + o.row0), r0b = lds128(raw + o.row0 + 16);
@@ -234,8 +234,8 @@ struct BRing {
 //   < kHalfCols) and issue their stores;
 // - publish_b_stage: publish them (publish_b_rows, also when nothing was converted; `expect`: the warp that expects
 //   the peer's bytes). Its fence waits for the warp's fp16 stores to complete, so callers put independent work
-//   between the two where they can (docs/gemm.md, stop 25: without any fence the fast kernels ran 4-6% faster).
-// convert_and_publish_b: both, back to back (written out: the split form changed the pair kernel's SASS).
+//   between the two where they can (the fence costs the fast kernels 4-6%).
+// convert_and_publish_b: both, back to back (written out: the split form changed fused_pair_256x256's SASS).
 template <class S, int RPI, int ROW0, int COUNT>
 __device__ __forceinline__ void convert_b_stage(uint32_t raw, const BRing& br, const Ring<S::kBStages>& b, int t,
                                                 bool half_tile) {

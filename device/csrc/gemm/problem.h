@@ -1,6 +1,6 @@
-// NVFP4 x NVFP4 grouped GEMM for Hopper (sm_90a): shared declarations of the kernel and its host launcher.
-// See docs/gemm.md for the design. Everything the kernel needs per group (pointers, sizes, alpha) is built on
-// the device by a setup kernel from the grouped tensors' offsets table, so the launch is CUDA-graph safe.
+// NVFP4 x NVFP4 grouped GEMM for Hopper (sm_90a): shared declarations of the kernels and their host launchers.
+// Everything the kernels need per group (pointers, sizes, alpha) is built on the device by a setup kernel from the
+// grouped tensors' offsets table, so the launch is CUDA-graph safe.
 #pragma once
 
 #include <cstdint>
@@ -46,7 +46,7 @@ struct SetupArgs {
   long long kc;       // contraction length for fprop (K) / dgrad (N); wgrad: per group roundup(m_g,16)
   long long ldd;      // output row stride (elements)
   float rcp;          // fp32(1/7225344)
-  int rule;           // the operands' scale rule (nvfp4::Rule, nvfp4_launch.h): it picks the SPEC 12.1 alpha
+  int rule;           // the operands' scale rule (nvfp4::Rule, common/codes.h): it picks the SPEC 12.1 alpha
   int tile_m, tile_n; // CTA tile of the GEMM kernel that will run (tile counts per group)
   Prob* probs;        // out: [E]
   int* prefix;        // out: [E+1] tile prefix sum

@@ -167,7 +167,7 @@ __device__ __forceinline__ void fence_mbarrier_init_cluster() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 
-// A loader -> MMA ring of STAGES stages (the swapped kernel, the exact kernel over fp16 copies): thread 0 initialises
+// A loader -> MMA ring of STAGES stages (swapped.cuh, exact_copies.cuh): thread 0 initialises
 // full[s] (full_count arrivals) and empty[s] (empty_count), 8 bytes apart, and makes the inits visible to the async
 // proxy (TMA's complete_tx); then the CTA barrier.
 template <int STAGES>

@@ -1,6 +1,6 @@
 // NVFP4 grouped GEMM (sm_90a): the setup kernel (per-group problems on the device, SPEC 12.1 alpha and 12.5 group
-// semantics), the tile choice and the launcher. The GEMM kernels are in gemm_wgmma.cuh (instantiated by
-// gemm_wgmma_fast.cu and gemm_wgmma_exact.cu); see docs/gemm.md for the design and its measurements.
+// semantics), the algorithms' tiles (tile_of) and launch_fused. The fused kernel is in gemm/fused.cuh (instantiated
+// by gemm/fused_fast.cu, gemm/fused_pair.cu and gemm/fused_exact.cu).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -86,7 +86,7 @@ constexpr int kSetupThreads = 256;
 // groups, each scanned by warp shuffles and the warps' totals in shared memory, so no thread walks all E groups
 // through global memory).
 __global__ void __launch_bounds__(kSetupThreads) setup_kernel(SetupArgs a) {
-  pdl_trigger();  // the next kernel may be placed now; it waits for this one's completion (gemm_pdl.cuh)
+  pdl_trigger();  // the next kernel may be placed now; it waits for this one's completion (common/pdl.cuh)
   __shared__ int warp_tiles[kSetupThreads / 32];
   const int E = a.E;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

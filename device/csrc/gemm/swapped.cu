@@ -1,4 +1,4 @@
-// Instantiations of the swapped fast kernel (gemm_swapped.cuh; SPEC 12.6 bit for bit): 64 x 256 tiles (tokens x
+// Instantiations of the swapped fast kernel (gemm/swapped.cuh; SPEC 12.6 bit for bit): 64 x 256 tiles (tokens x
 // weight rows), fp32 or bf16 output, the TMA loader (contraction K % 32 == 0) or the cp.async one (any K), and the
 // host side of the TMA loader: its tensor maps, encoded through the runtime's driver entry point (no -lcuda).
 #include "gemm/copies.h"
@@ -8,9 +8,9 @@
 
 namespace nvfp4_gemm {
 
-// the setup kernel's tile list is built for pick_tile's tile of force 6, the skinny kernel's
+// the setup kernel's tile list is built for tile_of's tile of swapped_64x256, which is fused_64x256's
 static_assert(swapped::Shape::BM == fused::Fused64x256F32::BM && swapped::Shape::BN == fused::Fused64x256F32::BN,
-              "the swapped kernel walks the skinny kernel's tile list");
+              "swapped_64x256 walks fused_64x256's tile list");
 static_assert(swapped::ShapeTma::BM == swapped::Shape::BM && swapped::ShapeTma::BN == swapped::Shape::BN, "one tile list");
 
 namespace {

@@ -1,11 +1,11 @@
-// Fast-mode NVFP4 grouped GEMM with the operands swapped, for few rows per group (fast_kernel="swapped";
-// docs/gemm.md, stop 31). Bit for bit SPEC 12.6 (oracle.gemm(model="tensor_core")), like the other fast kernels.
+// Fast-mode NVFP4 grouped GEMM with the operands swapped, for few rows per group (swapped_64x256). Bit for bit
+// SPEC 12.6 (oracle.gemm(model="tensor_core")), like the other fast kernels.
 //
 // Each output tile is computed transposed: D_g^T[n, m] = sum_k B[n, k] A[m, k], so the large operand (the weights,
 // B = W_g for fprop and dgrad) is wgmma's A operand, decoded straight from packed E2M1 into registers (RS form: no fp16
 // tile in shared memory, no fence.proxy.async, no converter warps), and the few token rows (A) are wgmma's B operand,
-// read from an fp16 copy made beforehand by gemm_dequant.cu (T x K x 2 bytes: 4 MB for T = 512, K = 4096). The step
-// model is symmetric in its operands (the same 16 products per k16 step, docs/gemm.md stop 12), so the bits are those
+// read from an fp16 copy made beforehand by gemm/copies.cu (T x K x 2 bytes: 4 MB for T = 512, K = 4096). The step
+// model is symmetric in its operands (the same 16 products per k16 step), so the bits are those
 // of the other fast kernels as long as every k16 step holds exactly one 16-block, in K order.
 //
 // Register fragments of a k16 step (wgmma A, m64k16): thread (warp v, lane l) holds rows g = 16 v + l / 4 and g + 8 at
@@ -14,16 +14,15 @@
 // block, i.e. bytes 2c, 2c + 1 of the block's 8 bytes: one PRMT gathers them for two blocks into one word, and
 // decode_two_blocks turns that word into the fragments of both blocks (about 2.5 instructions per code with the scales;
 // 129 per warp and K step in all). The token copy holds the same order inside each block (decode_plane_kernel with
-// EVEN_ODD), so every k16 step is one whole block.
+// kEvenOddOrder), so every k16 step is one whole block.
 //
-// Roles (one persistent CTA per SM; the setup kernel's 64 x 256 tile list, as the skinny kernel):
+// Roles (one persistent CTA per SM; the setup kernel's 64 x 256 tile list, as fused_64x256's):
 //   loader: per K step of 64 K, the 64 token rows x 64 fp16 of the copy (128 B per row, wgmma's K-major 128-byte
 //       swizzle), the 256 weight rows x 32 packed bytes, and the two 128-row swizzled scale tiles (SPEC 8.2) of those
-//       weight rows. Two versions with the same shared-memory layout (docs/gemm.md, stop 32):
-//       - TMA (contraction K % 32 == 0, 16-byte aligned planes; ShapeTma): one thread issues a token box, one or two
-//         128-row weight boxes and as many 512-byte scale tiles per stage (TmaTile). Boxes past the planes' ends or
-//         past K are zero-filled; rows past M / N of the group are the next group's (or zeros; dgrad with one weight
-//         map per group, SwapMaps::w_group_maps: zeros).
+//       weight rows. Two versions with the same shared-memory layout (the plan's loader):
+//       - TMA (fprop; contraction K % 32 == 0, 16-byte aligned planes; ShapeTma): one thread issues a token box, one
+//         or two 128-row weight boxes and as many 512-byte scale tiles per stage (TmaTile). Boxes past the planes'
+//         ends or past K are zero-filled; rows past M / N of the group are the next group's (or zeros).
 //       - cp.async (any K; Shape, 8 loader warps, SwapLoader): pieces past K are zero-filled; rows past M (tokens) or
 //         N (weights) are not copied.
 //       Either way the rows past M / N only reach accumulator elements the epilogue does not store.
@@ -72,9 +71,9 @@ struct ShapeT {
   static_assert(kMmaRegs <= 256 && kMma * kMmaRegs + kLoaderWGs * kLoaderRegs <= (kMma + kLoaderWGs) * kSlotRegs,
                 "setmaxnreg budget");
 };
-// Kept (docs/gemm.md, stop 31; E8 T512 fprop TFLOP/s, one H100 session each): 4 MMA warpgroups of one m64 tile and
-// 8 loader warps (312-318; 4 loader warps 290-306, 2 warps 245-252, 1 warp 157-168: the copies' issue rate paces the
-// kernel); 2 MMA warpgroups of two m64 tiles each measured 302-314 against 307 for 4 x 1 with 4 loader warps.
+// Chosen by E8 T512 fprop TFLOP/s on an H100: 4 MMA warpgroups of one m64 tile and 8 loader warps (312-318; 4 loader
+// warps 290-306, 2 warps 245-252, 1 warp 157-168: the copies' issue rate paces the kernel); 2 MMA warpgroups of two
+// m64 tiles each measured 302-314 against 307 for 4 x 1 with 4 loader warps.
 using Shape = ShapeT<4, 1, 8>;
 // The TMA loader (K % 32 == 0): one thread issues every copy, so one loader warp (the others of its warpgroup leave).
 using ShapeTma = ShapeT<4, 1, 1>;
@@ -87,7 +86,7 @@ __host__ __device__ constexpr uint32_t raw_half_offset(int r, int half) {
 
 // One loader thread's copies of a tile's K steps (NT = S::kLoaderThreads threads, t < NT).
 //   tokens: piece q = t % 8 (16 bytes, K elements [8 q, 8 q + 8) of the step) of rows r0 + (NT / 8) i (r0 = t / 8),
-//     swizzled like gemm_exact_f16.cuh's F16Loader (row r's piece q at r * 128 + ((q ^ (r % 8)) << 4));
+//     swizzled like gemm/exact_copies.cuh's F16Loader (row r's piece q at r * 128 + ((q ^ (r % 8)) << 4));
 //   weights (vec16: row pitch and group base 16-byte aligned): 16-byte halves of rows t / 2 + (NT / 2) i, half t % 2;
 //     otherwise 8-byte quarters of rows t / 4 + (NT / 4) i, quarter t % 4 (row + a multiple of 8 keeps its bit 2, so
 //     raw_half_offset moves by a constant per i);
@@ -104,7 +103,7 @@ struct SwapLoader {
   const uint8_t* sc;      // scale piece 0 at step 0; piece j is (NT / 32) j scale tiles further
   int tok_step;           // NT / 8 token rows, in elements (NT / 8 * K)
   int w_step;             // to piece i + 1: NT / 2 (vec16) or NT / 4 rows, in bytes (i * w_step <= 96 K: the host runs
-                          // contractions K < 2^24 only, device/gemm.py _SWAPPED_MAX_CONTRACTION, so all stay < 2^31)
+                          // contractions K < 2^24 only, _dispatch.py SWAPPED_MAX_CONTRACTION, so all stay < 2^31)
   int sc_tile;            // one 128-row scale tile of the group: KT * 512 bytes
   int tok_rows;           // i < tok_rows: token row m0 + r0 + (NT / 8) i < M
   int k_pieces;           // K / 8
@@ -182,7 +181,7 @@ struct SwapLoader {
   }
 };
 
-// The TMA loader's operands (contraction K % 32 == 0, 16-byte aligned planes; gemm_swapped.cu encodes the maps).
+// The TMA loader's operands (fprop, contraction K % 32 == 0, 16-byte aligned planes; gemm/swapped.cu encodes the maps).
 //   tok: the fp16 token copy, {K elements, rows}, box {64, 64} with the 128-byte swizzle: row r's 16-byte piece q at
 //        r * 128 + ((q ^ (r % 8)) << 4), wgmma's K-major swizzled layout (the same as SwapLoader's copies);
 //   w:   the packed weight plane, {K / 2 bytes, rows}, box {32, 128} with the 32-byte swizzle, which swaps the 16-byte
@@ -231,7 +230,7 @@ struct TmaTile {
 };
 
 // Codes of two 16-blocks P, Q in one word (nibbles 0-3: codes 4c .. 4c + 3 of P, nibbles 4-7: the same of Q) times
-// their scales (spq = {sf_P * 2^6, sf_Q * 2^6} in fp16, f16dec's decode: the E4M3 bytes of gemm_decode_f16.cuh hold
+// their scales (spq = {sf_P * 2^6, sf_Q * 2^6} in fp16, f16dec's decode: the E4M3 bytes of gemm/decode_f16.cuh hold
 // 2^-6 * E2M1) -> the fragment words: f[0] = P at positions 2c, 2c + 1 (codes 4c, 4c + 2), f[1] = Q there, f[2] = P at
 // 8 + 2c, 9 + 2c (codes 4c + 1, 4c + 3), f[3] = Q there. Each half of spq is broadcast by the multiply's operand
 // selector (HMUL2 ... .H0_H0 / .H1_H1), not by a separate permute.
@@ -360,17 +359,17 @@ __device__ __forceinline__ void store_tile_transposed(const float (&acc)[32], co
 // The last round's tiles run as half tiles (TileWalk: weight rows [128 h, 128 h + 128) of the tile) when they fill
 // at most half of the CTAs (E8 T512 fprop: SM active 81% -> 93% of the kernel's cycles); the warpgroups whose rows lie
 // in the other half then only follow the ring (wait for each stage, release it at once).
-// TMA: the loader is one thread issuing TMA boxes (S = ShapeTma, `maps` set); otherwise the S::kLoaderThreads threads of SwapLoader issue cp.async copies (any
-// K; `maps` unused).
-// Stage release (`empty`): every MMA thread arrives after its own shared-memory reads of the stage. (A per-warp release,
-// __syncwarp() and one arrival by lane 0, orders the lanes' reads as well, bar.warp.sync ordering its lanes' memory
-// accesses, and measured the same speed; but compute-sanitizer's racecheck follows only per-thread arrivals and reported
-// the loader's cp.async writes against the lanes' reads: device/sanitizer/warp_release_repro.cu, docs/gemm.md stop 36.)
+// TMA: the loader is one thread issuing TMA boxes (S = ShapeTma, `maps` set); otherwise the S::kLoaderThreads
+// threads of SwapLoader issue cp.async copies (any K; `maps` unused).
+// Stage release (`empty`): every MMA thread arrives after its own shared-memory reads of the stage. (A per-warp
+// release, __syncwarp() and one arrival by lane 0, orders the lanes' reads as well, bar.warp.sync ordering its lanes'
+// memory accesses, and measured the same speed; but compute-sanitizer's racecheck follows only per-thread arrivals
+// and reports the loader's cp.async writes against the lanes' reads: tools/sanitizer/warp_release_repro.cu.)
 template <class S, bool OUT_F32, bool TMA>
 __global__ void __launch_bounds__(S::kThreads, 1)
     swapped_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate,
                    const __grid_constant__ SwapMaps maps) {
-  pdl_wait();  // the retarget (or maps) kernel's outputs: nothing global is touched before (gemm_pdl.cuh)
+  pdl_wait();  // the retarget kernel's outputs: nothing global is touched before (common/pdl.cuh)
   constexpr int T = S::kTiles;
   static_assert(S::kWgRows * 2 <= kHalfCols, "a half tile is whole warpgroups' rows");
   extern __shared__ uint8_t smem_dyn[];

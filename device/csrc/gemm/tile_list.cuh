@@ -30,11 +30,11 @@ __device__ __forceinline__ int find_group(const int* __restrict__ prefix, int E,
   return search_prefix([prefix](int i) { return __ldg(prefix + i); }, E, tile, local);
 }
 
-// The same search by a whole warp (all 32 lanes active, the same tile in each; stop 48): the group is the number of
+// The same search by a whole warp (all 32 lanes active, the same tile in each): the group is the number of
 // entries prefix[1..E-1] that are <= tile (prefix is non-decreasing from prefix[0] = 0 and tile < prefix[E], so that
 // count is search_prefix's lo, empty groups included). Lane l tests entries 1 + l, 33 + l, ...: the loads are
 // independent and issue together, where the binary search waits for ~log2(E) dependent loads (the second most
-// sampled stall line of fast E64 wgrad, 4 K steps per tile; +6% there, docs/gemm.md stop 48). E past
+// sampled stall line of fast E64 wgrad, 4 K steps per tile; +6% there). E past
 // kWarpSearchGroups takes find_group.
 constexpr int kWarpSearchChunks = 8;
 
@@ -62,7 +62,7 @@ __device__ __forceinline__ int find_group_warp(const int* __restrict__ prefix, i
   return group;
 }
 
-// The group table's prefix in shared memory (stop 47; the exact kernel over fp16 copies, gemm_exact_f16.cuh): its MMA
+// The group table's prefix in shared memory (exact_copies and exact_hybrid, gemm/exact_copies.cuh): its MMA
 // warps look up every tile's group, and ~log2(E) dependent global loads per tile cost E64 wgrad (4 K steps per tile)
 // about a sixth of its MMA warp time (ncu).
 // A kernel reserves prefix_table_bytes(CAP) of shared memory for up to CAP groups (prefix_cap_for: as many as its
@@ -211,7 +211,7 @@ __device__ __forceinline__ TileLookup lookup_tile(const Prob* __restrict__ probs
 }
 
 // Launch configuration of `clusters` clusters of `cluster` CTAs along x (attr: storage for two attributes: the
-// cluster shape, then, when `chained` and NVFP4_GEMM_PDL allows, programmatic stream serialization, gemm_pdl.cuh).
+// cluster shape, then, when `chained`, programmatic stream serialization, common/pdl.cuh).
 inline cudaLaunchConfig_t cluster_launch_config(int clusters, int cluster, int threads, int smem, cudaStream_t s,
                                                 cudaLaunchAttribute* attr, bool chained = false) {
   attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -230,10 +230,11 @@ inline cudaLaunchConfig_t cluster_launch_config(int clusters, int cluster, int t
 
 // Launches KERNEL(probs, prefix, E, accumulate, extra...) with one persistent CTA per SM (the kernels are register- and
 // shared-memory bound to one CTA per SM), in clusters of CLUSTER CTAs along x, at most a.grid_upper clusters (the
-// tile list's unit is the cluster tile) and at most a.max_ctas / CLUSTER (when set; at least one); the clusters
-// stride over the tile list. The grid is the number of clusters that can be resident at once, so no cluster waits
-// for another to finish. The shared-memory attribute and that number are set up once per kernel and device
-// (nvfp4::PerDevice). The launch is chained to the previous kernel (PDL, gemm_pdl.cuh): KERNEL begins with pdl_wait().
+// tile list's unit is the cluster tile) and at most a.max_ctas / CLUSTER (device.set_num_sms; when set; at least
+// one); the clusters stride over the tile list. The grid is the number of clusters that can be resident at once, so
+// no cluster waits for another to finish. The shared-memory attribute and that number are set up once per kernel and
+// device (nvfp4::PerDevice). The launch is chained to the previous kernel (PDL, common/pdl.cuh): KERNEL begins with
+// pdl_wait().
 template <auto KERNEL, int kThreads, int kSmem, int CLUSTER = 1, class... Extra>
 void launch_persistent(const LaunchArgs& a, cudaStream_t s, const Extra&... extra) {
   static nvfp4::PerDevice<int> resident_by_device;  // clusters (CTAs when CLUSTER == 1); 0 = not set up

@@ -66,8 +66,8 @@ std::string check_x(const Tensor& x, bool rht) {
   return {};
 }
 
-// The optional row-tile records of a grouped call (nvfp4_layout.cuh, TileRecord): int32 [R, 4] on `dev` with R at least
-// the worst-case row-tile count `tiles` (0: a single tensor, where the records are not used).
+// The optional row-tile records of a grouped call (quantize/layout.cuh, TileRecord): int32 [R, 4] on `dev` with R at
+// least the worst-case row-tile count `tiles` (0: a single tensor, where the records are not used).
 std::string check_tile_recs(const optional<Tensor>& recs, c10::Device dev, int64_t tiles) {
   if (!recs.has_value() || !recs->defined()) return {};
   NVFP4_RETURN_IF_ERROR(check_on(recs, dev, "tile_recs"));

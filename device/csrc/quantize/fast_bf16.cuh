@@ -83,7 +83,7 @@ __device__ __forceinline__ void rht16_butterfly(float (&v)[16]) {
 
 
 // SPEC 3.1 magnitude of y = RN(|x| * mult) by the three-rounding forms of SPEC 3.6, all on the FMA pipe except
-// the minimum (the ALU pipe was this kernel's bound, see device/NOTES.md). kClamp = true: the first form, returns
+// the minimum (the ALU pipe was this kernel's bound). kClamp = true: the first form, returns
 // kMagicBits + index; kClamp = false (only valid when y < 7, then the fourth term never wins): the second form,
 // returns kMagicLoBits + index.
 constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23: RN(v + kMagic) = kMagic + RNE(v) for 0 <= v < 2^22
@@ -204,8 +204,8 @@ __device__ __forceinline__ int col_stage_offset(int p, int j) {
 
 // The outputs are written once and not read again by this kernel: stored evict-first (st.global.cs), so that they,
 // and not the X lines that the amax pass left in L2 (it walks the tiles in reverse order, so this grid's first
-// tiles are resident) and that this grid has still to read, are L2's first victims. H100, stop 53: fused call -1 to
-// -2%, grouped -1%; marking the X loads evict-first as well was no better (device/NOTES.md).
+// tiles are resident) and that this grid has still to read, are L2's first victims. H100: fused call -1 to -2%,
+// grouped -1%; marking the X loads evict-first as well was no better.
 template <class V>
 __device__ __forceinline__ void store_once(V* p, V v) {
   __stcs(p, v);
@@ -263,8 +263,8 @@ __device__ __forceinline__ PlaneConsts read_plane_consts(const PlaneTables& pt) 
 // group gv, from `tile` (128 rows x 256 bytes of bf16 in shared memory, rows past the group and columns past K zero),
 // columns k0 .. k0 + kleft and rleft valid rows; mtab is the rowwise plane's multiplier table (PlaneTables).
 // Thread t owns the 16-block blk = t % 8 of tile rows 32 it + t / 8, it = 0..3, i.e. a whole block per thread: its
-// max, scale byte, multiplier and clamp test are formed once for 16 elements (two lanes per block did them twice,
-// stop 50).
+// max, scale byte, multiplier and clamp test are formed once for 16 elements (two lanes per block would form them
+// twice).
 template <bool kTorchao>
 __device__ __forceinline__ void rowwise_tile(const QuantArgs& a, const GroupView& gv, int64_t k0, int kleft, int rleft,
                                              const uint8_t* tile, const float* mtab, const PlaneScale& ps_row,
@@ -370,7 +370,7 @@ __device__ __forceinline__ void rowwise_tile(const QuantArgs& a, const GroupView
 // Thread t owns tile columns 2(t%64) + h, h = 0, 1, and the 16-row blocks jb + 4 jj, jb = t/64, jj = 0, 1
 // (warp-uniform). A block wholly past the group's rows only writes its padding scale bytes, so the last tile of a
 // group with <= 64 rows left runs one block per warp instead of two: every warp's share of the tile shrinks with the
-// tile, not only some warps' (stop 20).
+// tile, not only some warps'.
 template <bool kRHT, bool kTorchao>
 __device__ __forceinline__ void columnwise_tile_encode(const QuantArgs& a, const GroupView& gv, int64_t k0, int kleft,
                                                       const uint8_t* tile, const float* mtab, const PlaneScale& ps_col,
@@ -399,7 +399,7 @@ __device__ __forceinline__ void columnwise_tile_encode(const QuantArgs& a, const
     sJ = 4;
   }
   // Not unrolled: the two blocks run the same code, so the kernel is 26% smaller (3,570 instead of 4,808 SASS
-  // instructions) and the quantize kernel 1.5-2% faster on the H100 (device/NOTES.md, stop 18).
+  // instructions) and the quantize kernel 1.5-2% faster on the H100.
 #pragma unroll 1
   for (int jj = 0; jj < 2; ++jj) {
     uint64_t o[2];  // this block's packed codes of plane rows h = 0, 1 (constant indices: stays in registers)
@@ -499,7 +499,7 @@ __device__ __forceinline__ void columnwise_tile_encode(const QuantArgs& a, const
 // pitch of ceil(m_g/16) * 8 bytes: 8-byte aligned only, for a group whose m_g is not a multiple of 32. Written from the
 // threads that encoded them, each warp store would touch 32 plane rows with 16 bytes (two 8-byte pieces when
 // misaligned); from the stage, lanes 8i..8i+7 write the 64 contiguous bytes of one plane row (4 rows per warp store),
-// so a misaligned group costs about as much as an aligned one (stop 19, device/NOTES.md).
+// so a misaligned group costs about as much as an aligned one.
 __device__ __forceinline__ void columnwise_tile_store(const QuantArgs& a, const GroupView& gv, int64_t k0, int kleft,
                                                      const uint8_t* cstage) {
   const int t = threadIdx.x;
@@ -547,11 +547,11 @@ __global__ void __launch_bounds__(256, 4) quantize_fast_bf16(QuantArgs a) {
   const T* x = reinterpret_cast<const T*>(a.x);
 
   // ---- 1. load the tile into shared memory (rows past the group and columns past K as zeros) ----
-  // cp.async (stop 58): the 16-byte pieces go from global to shared memory without passing through registers, and the
+  // cp.async: the 16-byte pieces go from global to shared memory without passing through registers, and the
   // thread goes on (plane constants below) while they are in flight; cp.async.wait_all before the barrier. A piece
   // past the group's rows or past K is zero-filled (source size 0: its source address, which may lie past X, is
   // not read). Against loads into registers and shared-memory stores: quantize kernel -3 to -6%, fused call -2 to
-  // -4% (device/NOTES.md).
+  // -4%.
   {
     const char* src = reinterpret_cast<const char*>(x + (gv.first_row + rsub) * a.K + gcol);
     const int64_t step = 32 * a.K;  // 16 rows, in bytes
@@ -585,10 +585,10 @@ __global__ void __launch_bounds__(256, 4) quantize_fast_bf16(QuantArgs a) {
   }
 }
 
-// amax, bf16, v4: the amax_kernel tile (128 rows x 128 columns, reverse tile order), 256 threads, each owns 16
-// rows x 4 columns (8-byte loads): half the registers of the v3 amax kernel per thread, so twice the warps per SM
-// to hide the load latency. Rowwise max: integer SIMD max of |bits| (equal to the NaN-ignoring fp max unless
-// a NaN is present; a thread that sees a NaN pattern, |bits| > 0x7F80, takes the fp max).
+// amax, bf16: the amax_kernel tile (128 rows x 128 columns, reverse tile order), 256 threads, each owns 16 rows x 4
+// columns (8-byte loads): half the registers per thread of amax_kernel's 16 rows x one 16-byte chunk, so twice the
+// warps per SM to hide the load latency. Rowwise max: integer SIMD max of |bits| (equal to the NaN-ignoring fp max
+// unless a NaN is present; a thread that sees a NaN pattern, |bits| > 0x7F80, takes the fp max).
 // kNanProp: the torchao rules' NaN-propagating amax (SPEC 4.1): a NaN pattern seen by the integer max makes the
 // rowwise result the canonical NaN at once; the columnwise (RHT) maximum runs the whole butterfly and a
 // NaN-propagating max, since the last-stage shortcut below would turn the NaN of Inf - Inf into Inf.
@@ -600,13 +600,13 @@ __global__ void __launch_bounds__(256, 4) amax_fast_bf16(AmaxArgs a) {
   // kernel writes, and only then lets a programmatically dependent quantize grid start its X loads as this grid's
   // last wave runs (the quantizer reads the offsets and records before its own wait, so they must be complete by
   // then; it waits for this grid's completion before it reads the amaxes).
-  // Where: with a.splits (stop 62) the CTAs below a.late_wait_ctas (the first wave, resident beside the setup kernel)
+  // Where: with a.splits the CTAs below a.late_wait_ctas (the first wave, resident beside the setup kernel)
   // find their tiles from the splits themselves, so only their atomics need the setup kernel (the zeroed amaxes):
   // they wait just before them, and their loads overlap the setup kernel. The others, which start after the setup
   // kernel has ended, wait at once and read the records (one load against the scan's loads, shuffles and barrier; every
   // CTA on the scan cost the E=64 pass 2.6 us). Every CTA waits before it triggers or exits: the quantize grid starts
   // only when every CTA of this grid has done one or the other.
-  // A single tensor with a.after_zero (stop 63) is launched with a programmatic dependency on launch_zero_amax: every
+  // A single tensor with a.after_zero is launched with a programmatic dependency on launch_zero_amax: every
   // CTA lets the quantize grid start at once (it reads nothing of this grid's before its own wait, which waits for
   // this grid's completion) and waits for the zeroing only before its atomics.
   const bool from_splits = a.splits != nullptr && blockIdx.x < a.late_wait_ctas;
@@ -635,9 +635,9 @@ __global__ void __launch_bounds__(256, 4) amax_fast_bf16(AmaxArgs a) {
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
     raw[i] = make_uint2(0, 0);
-    // ld.global.nc.L1::no_allocate (stop 58): the pass reads each byte once; without allocating L1 lines for the
+    // ld.global.nc.L1::no_allocate: the pass reads each byte once; without allocating L1 lines for the
     // loads in flight it runs 9-11% faster on the H100 (33.0 -> 29.1 us on 8192x5120; a 128- or 256-byte L2 prefetch
-    // hint on top, or the whole carveout as L1 for the allocating loads, changed nothing; device/NOTES.md).
+    // hint on top, or the whole carveout as L1 for the allocating loads, changed nothing).
     if (i < rows)
       asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(raw[i].x), "=r"(raw[i].y) : "l"(src));
     src += step;
@@ -661,7 +661,7 @@ __global__ void __launch_bounds__(256, 4) amax_fast_bf16(AmaxArgs a) {
     }
   }
   if constexpr (kRHT) {
-    float cm = 0.0f;  // NaN-ignoring max of |v| before * 0.25 and rounding (monotone, see nvfp4_fast.cuh)
+    float cm = 0.0f;  // NaN-ignoring max of |v| before * 0.25 and rounding (both monotone: the max commutes)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       float v[16];

@@ -1,5 +1,5 @@
 // Kernel templates: amax (SPEC 4) and the fused rowwise + columnwise quantizer (SPEC 5, 6, 7, 8, 10).
-// Instantiated per input dtype in quantize_{bf16,f16,f32}.cu so that the build parallelizes.
+// Instantiated per input dtype in quantize/quantize_bf16.cu and quantize/quantize_f16_f32.cu.
 #pragma once
 
 #include <cstdint>
@@ -190,9 +190,9 @@ __device__ __forceinline__ float block_byte_and_multiplier(float b, const PlaneS
 
 // kTorchao: the torchao rules (SPEC 5.4 / 5.5 with 3.5 and NaN-propagating block maxima): per-block scale bytes and
 // multipliers by torchao_scale_byte / torchao_multiplier instead of the table, elements encoded by torchao_code_rn.
-// A NaN element's own payload never gives its code (its block's max, hence its multiplier, is NaN). With the RHT too: a NaN output of the butterfly lies in a block
-// whose max is NaN, so the block's multiplier is NaN and gives the code (the multiplier comes first in the product,
-// 3.5); the payload the butterfly gave it never reaches a byte.
+// A NaN element's own payload never gives its code (its block's max, hence its multiplier, is NaN). With the RHT
+// too: a NaN output of the butterfly lies in a block whose max is NaN, so the block's multiplier is NaN and gives the
+// code (the multiplier comes first in the product, 3.5); the payload the butterfly gave it never reaches a byte.
 template <typename T, bool kRHT, bool kTorchao = false>
 __global__ void __launch_bounds__(256, 4) quantize_kernel(QuantArgs a) {
   using G = TileGeom<T>;

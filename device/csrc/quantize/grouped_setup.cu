@@ -17,13 +17,13 @@ struct TailFill {
 };
 
 // The setup of a grouped call, one launch (SPEC 9): the offset table [6, E+1] from the device splits (CTA 0 writes
-// it and zeroes the per-group amaxes), the row-tile records (`recs`, when given; stop 59), and zeros past the last
+// it and zeroes the per-group amaxes), the row-tile records (`recs`, when given), and zeros past the last
 // group of the worst-case sized buffers. Splits that do not add up to T (SPEC 9.4): a negative size counts as 0 and
 // the running total is capped at T, so every offset stays inside the buffers sized from T; a group is what is left
 // of it below row T.
-// Warp 0 of every CTA scans the splits alone (stop 62; until then six int64 block-wide scans over 1024 threads with
-// three barriers made this a 5.3-5.6 us kernel, then 3.6-3.9; 3.1-3.3 since stop 63), each lane taking G consecutive
-// groups (G = ceil(E / 32) up to kSetupLaneGroups, more groups in further rounds; cut_lane_groups, nvfp4_layout.cuh),
+// Warp 0 of every CTA scans the splits alone (3.1-3.3 us; six int64 block-wide scans over 1024 threads with three
+// barriers made it a 5.3-5.6 us kernel), each lane taking G consecutive groups (G = ceil(E / 32) up to
+// kSetupLaneGroups, more groups in further rounds; cut_lane_groups, quantize/layout.cuh),
 // and only four counts are scanned: rows, ceil(m/16), ceil(m/64), ceil(m/128). The six rows of the offset table are
 // these counts times constants (SPEC 9.2):
 //   rows; tiles = n128; row data = rows K/2; row scales = 128 n128 roundup(K/16, 4);
@@ -31,7 +31,7 @@ struct TailFill {
 // (roundup(ceil(m/16), 4) = 4 ceil(m/64)). Every CTA has the whole scan, so no CTA reads another's results; the other
 // warps wait at one barrier for the totals and zero the tail.
 constexpr int kSetupThreads = 256;
-// At most 64 registers per thread (stop 63): a setup CTA then takes a quarter of an SM's register file, so 3 of the
+// At most 64 registers per thread: a setup CTA then takes a quarter of an SM's register file, so 3 of the
 // amax pass's CTAs (256 threads x 64 registers) stay resident beside it; at 8 groups per lane and 168 registers only
 // 1 did. 2 groups per lane (E <= 64 in one round) keep the scan inside that bound without spills; setup kernel 3.8 /
 // 4.0 -> 3.1 / 3.3 us (E = 8 / 64; the calls within their spread).
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(kSetupThreads, kSetupMinBlocks)
         const int64_t own = m[e];
         if (recs != nullptr) {
           // tile j of the group by CTA j % gridDim.x: a large group's records spread over the grid (one thread
-          // writing a 110-tile group's records made the setup 3 us longer, stop 59)
+          // writing a 110-tile group's records made the setup 3 us longer)
           for (int64_t j = blockIdx.x; j * kTileM < own; j += gridDim.x) {
             const int64_t first = pre[kCntRows] + j * kTileM;
             recs[pre[kCnt128] + j] = make_int4((int)(uint32_t)first, (int)(uint32_t)((uint64_t)first >> 32),
@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(kSetupThreads, kSetupMinBlocks)
 
 // The single-tensor amax pass's zeroed amaxes (launch_zero_amax). The pass is launched with a programmatic
 // dependency on this grid and waits for it only before its atomics, so it lets that grid start at once: the zeroing
-// then overlaps the pass's loads instead of a kernel boundary (stop 63; until then a `zero_()` before the pass).
+// then overlaps the pass's loads instead of a kernel boundary (a `zero_()` before the pass).
 __global__ void zero_amax_kernel(float* __restrict__ row_amax, float* __restrict__ col_amax) {
   asm volatile("griddepcontrol.launch_dependents;");
   row_amax[0] = 0.0f;

@@ -1,4 +1,5 @@
-// Host-side launchers of the NVFP4 kernels (implemented in the .cu files, called from bindings.cpp).
+// Host-side launchers of the NVFP4 quantize-side kernels (implemented in quantize/*.cu, called from
+// quantize/bindings.cpp).
 #pragma once
 
 #include <cstdint>
@@ -17,11 +18,11 @@ struct AmaxArgs {
   float* col_amax;       // [E] or nullptr when no columnwise plane is wanted
   uint32_t rht_signs;
   int nan_propagating;   // SPEC 4.1: 1 for the torchao rules (a NaN amax is 0x7FC00000), 0 for the TE rules
-  const int4* tile_recs = nullptr;  // grouped: the setup kernel's row-tile records (nvfp4_layout.cuh), or nullptr
+  const int4* tile_recs = nullptr;  // grouped: the setup kernel's row-tile records (quantize/layout.cuh), or nullptr
   // grouped, bf16 fast pass after the setup kernel, E <= kSplitScanMaxGroups: the device splits, from which the pass
   // finds its tiles itself (resolve_grid_tile_reversed_splits) instead of waiting for the records; or nullptr
   const int64_t* splits = nullptr;
-  int64_t late_wait_ctas = 0;  // with `splits`: CTAs below this index wait for the setup kernel only before their atomics
+  int64_t late_wait_ctas = 0;  // with `splits`: CTAs below it wait for the setup kernel only before their atomics
   // single tensor: the previous launch is launch_zero_amax for these amaxes (the bf16 fast pass then starts with a
   // programmatic dependency on it and waits for it only before its atomics)
   int after_zero = 0;
@@ -44,11 +45,11 @@ struct QuantArgs {
   int rule;               // Rule
   uint32_t rht_signs;
   uint32_t seed_lo, seed_hi, offset;
-  const int4* tile_recs = nullptr;  // grouped: the setup kernel's row-tile records (nvfp4_layout.cuh), or nullptr
+  const int4* tile_recs = nullptr;  // grouped: the setup kernel's row-tile records (quantize/layout.cuh), or nullptr
 };
 
 
-// Rows per row tile of the amax and quantize grids (kTileM, nvfp4_layout.cuh), and the row tiles a grid must cover:
+// Rows per row tile of the amax and quantize grids (kTileM, quantize/layout.cuh), and the row tiles a grid must cover:
 // ceil(M / 128) for a single tensor of M rows; for a grouped call over T rows and E groups the worst case of
 // sum ceil(m_g / 128), T / 128 + E (grids and the setup kernel's records are sized for it, the kernels read the real
 // count from the offset table). device/_ops.py computes the same numbers.
@@ -93,7 +94,7 @@ void launch_zero_amax(float* row_amax, float* col_amax, cudaStream_t stream);
 // the T rows of x, SPEC 9.4), zeroed per-group amaxes (those given), and zero bytes past the last group in up to
 // kTailBufs buffers (bufs[i] of caps[i] bytes, whose used length is offset row rows[i], entry E).
 constexpr int kTailBufs = 4;
-// tile_recs (optional): [T/128 + E] row-tile records for the bf16 fast kernels (nvfp4_layout.cuh, TileRecord).
+// tile_recs (optional): [T/128 + E] row-tile records for the bf16 fast kernels (quantize/layout.cuh, TileRecord).
 void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int64_t* offs, float* row_amax,
                         float* col_amax, uint8_t* const bufs[kTailBufs], const int64_t caps[kTailBufs],
                         const int rows[kTailBufs], int4* tile_recs, cudaStream_t stream);

@@ -39,9 +39,9 @@ struct GroupView {
   int rows;             // min(m - m0, kTileM): the tile's rows of the group (> 0)
 };
 
-// One row tile of a grouped call, written by the setup kernel (misc.cu) so that a CTA knows where its tile lies in X
-// after one load instead of a search of the tile prefix: x, y = low and high words of the tile's first row inside X,
-// z = its rows of the group (1..128), w = the group.
+// One row tile of a grouped call, written by the setup kernel (quantize/grouped_setup.cu) so that a CTA knows where
+// its tile lies in X after one load instead of a search of the tile prefix: x, y = low and high words of the tile's
+// first row inside X, z = its rows of the group (1..128), w = the group.
 using TileRecord = int4;
 
 // Group g's place in X (v.g, row0, m) and its regions in the flat buffers (the four byte offsets), from the offset
@@ -89,7 +89,7 @@ __device__ __forceinline__ bool resolve_tile(const int64_t* __restrict__ offs, i
   // 32-way search: each round, lane l tests toff[lo + l * stride] (a prefix of the lanes passes, toff being
   // non-decreasing and toff[lo] <= rt), and lo moves to the last passing point. ceil(log32(E)) dependent loads
   // (1 for E <= 32, 2 for E <= 1024) instead of the binary search's log2(E): those loads sit in front of every
-  // tile's X loads (stop 19, device/NOTES.md). Needs the whole warp here, as every caller has.
+  // tile's X loads. Needs the whole warp here, as every caller has.
   const int lane = (int)(threadIdx.x & 31u);
   int64_t stride = 1;
   while (stride * 32 < E) stride *= 32;
@@ -111,7 +111,7 @@ __device__ __forceinline__ bool resolve_tile(const int64_t* __restrict__ offs, i
 // The tile of a grid laid out as row tiles x `nkt` column tiles (`tile` = rt * nkt + kt): its group view and its
 // column tile index kt. False when the row tile lies past the last group.
 // tile is a CTA index (< 2^31, the grid's x limit) and nkt divides the grid, so the division is done in 32 bits
-// (the 64-bit one was ~30 instructions per CTA of the quantize kernel; stop 58).
+// (the 64-bit one was ~30 instructions per CTA of the quantize kernel).
 __device__ __forceinline__ bool resolve_grid_tile(const int64_t* __restrict__ offs, int E, int64_t M, int64_t tile,
                                                   int64_t nkt, GroupView& v, int64_t& kt,
                                                   const TileRecord* __restrict__ recs = nullptr) {
@@ -123,7 +123,7 @@ __device__ __forceinline__ bool resolve_grid_tile(const int64_t* __restrict__ of
 // The same grid walked in reverse tile order (the amax pass: the tiles it reads last are the ones the quantizer
 // reads first, so they are still partly in L2). Only the first `tiles * nkt` CTAs get a tile, where `tiles` is the
 // real row-tile count (offset table row kOffTiles, entry E): a grid sized for the worst case (T/128 + E row tiles)
-// would otherwise start with its empty CTAs, up to E x nkt of them (E = 128 cost ~10 us, stop 20).
+// would otherwise start with its empty CTAs, up to E x nkt of them (E = 128 cost ~10 us).
 __device__ __forceinline__ bool resolve_grid_tile_reversed(const int64_t* __restrict__ offs, int E, int64_t M,
                                                            int64_t block, int64_t nkt, GroupView& v, int64_t& kt,
                                                            const TileRecord* __restrict__ recs = nullptr) {
@@ -133,8 +133,8 @@ __device__ __forceinline__ bool resolve_grid_tile_reversed(const int64_t* __rest
   return resolve_grid_tile(offs, E, M, tiles * nkt - 1 - block, nkt, v, kt, recs);
 }
 
-// The amax pass of a grouped call with at most kSplitScanMaxGroups groups, without the setup kernel's outputs (stop
-// 62): warp 0 reads the device splits itself (lane l takes groups l G .. l G + G - 1, G = ceil(E / 32)), forms the
+// The amax pass of a grouped call with at most kSplitScanMaxGroups groups, without the setup kernel's outputs:
+// warp 0 reads the device splits itself (lane l takes groups l G .. l G + G - 1, G = ceil(E / 32)), forms the
 // groups of SPEC 9.4 (sizes clamped to [0, M], running total capped at M) and their row-tile counts, and finds the
 // reverse-order tile of `block` as resolve_grid_tile_reversed does from the records: the same tile, group, first row
 // and rows, since both follow the same rule (the setup kernel writes the offset table the quantizer reads from it).
@@ -156,8 +156,8 @@ __device__ __forceinline__ int64_t warp_inclusive_sum(int64_t v) {
 // l G (G <= kSplitScanLaneGroups; sizes past E count 0), clamps each size to [0, T] and cuts the groups at row T.
 // `raw` (warp-uniform) is the capped running total of the rounds before, min(P_base, T); it advances past this
 // round (min(P, T) = min(min(P_before, T) + sizes, T), so it may stay capped). Out: m[e] = the rows of group g0 + e
-// below row T; returns the first row of group g0. (Used by the setup kernel, misc.cu, and the amax pass below: the
-// same groups in both.)
+// below row T; returns the first row of group g0. (Used by the setup kernel, quantize/grouped_setup.cu, and the amax
+// pass below: the same groups in both.)
 template <int kLaneGroups>
 __device__ __forceinline__ int64_t cut_lane_groups(const int64_t* __restrict__ splits, int E, int64_t T, int base,
                                                    int G, int64_t& raw, int64_t (&m)[kLaneGroups]) {

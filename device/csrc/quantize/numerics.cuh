@@ -136,7 +136,7 @@ __device__ __forceinline__ float block_multiplier(uint32_t scale_byte, const Pla
   // d = +0 (byte 0x00, or a product that underflows) and d = NaN (byte 0x7F) give 1 / d = +Inf and NaN, and fminf
   // makes both kFltMax. Those lanes divide 1 by 1 instead and take kFltMax directly: the same values, without the
   // division's slow path, which cost 4 of every 8 warps of the quantize kernel a call (entries 0 and 127 of each
-  // table; stop 58).
+  // table).
   const bool inf_or_nan = __float_as_uint(d) == 0u || d != d;
   const float q = __fdiv_rn(1.0f, inf_or_nan ? 1.0f : d);
   return inf_or_nan ? kFltMax : fminf(q, kFltMax);

@@ -9,7 +9,7 @@ namespace nvfp4 {
 
 // The grouped fast pass after the setup kernel: its first wave (the CTAs resident beside the setup kernel, occupancy x
 // SMs, cached per device and kernel) finds its tiles from the splits and waits for the setup kernel only before its
-// atomics (stop 62; amax_fast_bf16). With more than kSplitScanMaxGroups groups, or no splits, `splits` is cleared and
+// atomics (amax_fast_bf16). With more than kSplitScanMaxGroups groups, or no splits, `splits` is cleared and
 // every CTA waits at its start and reads the records.
 template <bool kRHT, bool kNanProp>
 static AmaxArgs with_split_scan(AmaxArgs a) {
