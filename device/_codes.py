@@ -36,17 +36,17 @@ def read_enums(text: str) -> dict[str, dict[str, int]]:
 
 _ENUMS = read_enums(HEADER.read_text())
 
-Rule = enum.IntEnum("Rule", _ENUMS["Rule"])
-Rule.__doc__ = "The scale rules (SPEC 5), by their Python names."
-ScaleLayout = enum.IntEnum("ScaleLayout", _ENUMS["ScaleLayout"])
-ScaleLayout.__doc__ = "The layouts of a plane's scale bytes (SPEC 8)."
-QuantizeKernel = enum.IntEnum("QuantizeKernel", _ENUMS["QuantizeKernel"])
-QuantizeKernel.__doc__ = "The kernel family of an amax or quantize pass."
-GemmKind = enum.IntEnum("GemmKind", _ENUMS["Kind"])
-GemmKind.__doc__ = "The three GEMMs of a linear layer (SPEC 12.5)."
-Algorithm = enum.IntEnum("Algorithm", _ENUMS["Algorithm"])
-Algorithm.__doc__ = "The grouped GEMM's algorithms (docs/design.md describes each)."
-Loader = enum.IntEnum("Loader", _ENUMS["Loader"])
-Loader.__doc__ = "How an algorithm's operand tiles reach shared memory."
-Epilogue = enum.IntEnum("Epilogue", _ENUMS["Epilogue"])
-Epilogue.__doc__ = "How an algorithm's output tiles reach global memory."
+
+def _codes(python_name: str, header_name: str, doc: str) -> type[enum.IntEnum]:
+    codes = enum.IntEnum(python_name, _ENUMS[header_name])
+    codes.__doc__ = doc
+    return codes
+
+
+Rule = _codes("Rule", "Rule", "The scale rules (SPEC 5), by their Python names.")
+ScaleLayout = _codes("ScaleLayout", "ScaleLayout", "The layouts of a plane's scale bytes (SPEC 8).")
+QuantizeKernel = _codes("QuantizeKernel", "QuantizeKernel", "The kernel family of an amax or quantize pass.")
+GemmKind = _codes("GemmKind", "Kind", "The three GEMMs of a linear layer (SPEC 12.5).")
+Algorithm = _codes("Algorithm", "Algorithm", "The grouped GEMM's algorithms (docs/design.md describes each).")
+Loader = _codes("Loader", "Loader", "How an algorithm's operand tiles reach shared memory.")
+Epilogue = _codes("Epilogue", "Epilogue", "How an algorithm's output tiles reach global memory.")

@@ -317,6 +317,17 @@ def epilogue_unavailable(a: Algorithm, epilogue: Epilogue, p: GemmProblem) -> st
     return None
 
 
+def _forced(part: str, name: str, codes, unavailable):
+    """The member of ``codes`` named ``name``, which ``unavailable(member)`` must find no reason against; raises
+    ValueError naming the plan ``part`` otherwise."""
+    if name not in codes.__members__:
+        raise ValueError(f"{part} must be one of {list(codes.__members__)}, got {name!r}")
+    why = unavailable(codes[name])
+    if why:
+        raise ValueError(f"{part}={name!r} cannot run this call: {why}")
+    return codes[name]
+
+
 def plan_gemm(p: GemmProblem, *, algorithm: str | None = None, loader: str | None = None,
               epilogue: str | None = None) -> GemmPlan:
     """The plan of a grouped GEMM: chosen by the sizes (the rules above), or with parts forced by name
@@ -324,32 +335,15 @@ def plan_gemm(p: GemmProblem, *, algorithm: str | None = None, loader: str | Non
 
     Loader and epilogue, unless forced: TMA where the algorithm has it and the call allows it, else cp.async; the TMA
     store where it applies, else the algorithm's staged (or only) epilogue."""
-    if algorithm is None:
-        a = _auto_algorithm(p)
-    else:
-        if algorithm not in Algorithm.__members__:
-            raise ValueError(f"algorithm must be one of {list(Algorithm.__members__)}, got {algorithm!r}")
-        a = Algorithm[algorithm]
-        why = algorithm_unavailable(a, p)
-        if why:
-            raise ValueError(f"algorithm={algorithm!r} cannot run this call: {why}")
+    a = _auto_algorithm(p) if algorithm is None else _forced("algorithm", algorithm, Algorithm,
+                                                            lambda x: algorithm_unavailable(x, p))
     if loader is None:
         ld = Loader.tma if loader_unavailable(a, Loader.tma, p) is None else Loader.cp_async
     else:
-        if loader not in Loader.__members__:
-            raise ValueError(f"loader must be one of {list(Loader.__members__)}, got {loader!r}")
-        ld = Loader[loader]
-        why = loader_unavailable(a, ld, p)
-        if why:
-            raise ValueError(f"loader={loader!r} cannot run this call: {why}")
+        ld = _forced("loader", loader, Loader, lambda x: loader_unavailable(a, x, p))
     if epilogue is None:
         ep = next(e for e in (Epilogue.tma_store, Epilogue.staged, Epilogue.direct, Epilogue.cutlass)
                   if epilogue_unavailable(a, e, p) is None)
     else:
-        if epilogue not in Epilogue.__members__:
-            raise ValueError(f"epilogue must be one of {list(Epilogue.__members__)}, got {epilogue!r}")
-        ep = Epilogue[epilogue]
-        why = epilogue_unavailable(a, ep, p)
-        if why:
-            raise ValueError(f"epilogue={epilogue!r} cannot run this call: {why}")
+        ep = _forced("epilogue", epilogue, Epilogue, lambda x: epilogue_unavailable(a, x, p))
     return GemmPlan(a, ld, ep)
