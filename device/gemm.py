@@ -38,7 +38,7 @@ graph and replayed with new data and new splits.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -197,8 +197,7 @@ def grouped_gemm_plan(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, 
     return _plan(c, bool(load_gemm_extension().has_cutlass()))
 
 
-@dataclass(frozen=True)
-class _Call:
+class _Call(NamedTuple):
     """A checked grouped_gemm call: the operand planes, the sizes the kernels take, the output's shape and dtype."""
 
     kind: str
