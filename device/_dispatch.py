@@ -108,15 +108,26 @@ SWAPPED_MAX_ROWS = 96
 #: steps each copy by 32-bit offsets of up to 96 x the contraction, below 2^31 up to 22.3M)
 SWAPPED_MAX_CONTRACTION = 2**24
 #: fp16 copies of both operands pay when every element is reused by at least this many output rows and columns
-#: (E8 T16384, 2048 rows per group, gains; E64 and T512 lose)
+#: (H200: copies_cutlass 1.16x faster than fused_pair_256x256 at 1024 rows per group, 0.94x at 512; E8 K4096 N14336)
 COPIES_MIN_REUSE = 1024
-#: exact-mode wgrad runs over copies from this many rows per group (when N and K reach COPIES_MIN_REUSE)
-EXACT_WGRAD_COPIES_MIN_ROWS = 256
-#: fast wgrad runs over copies (CUTLASS) from this many rows per group with bf16 output or accumulate ...
+#: exact-mode fprop / dgrad runs over copies from this many rows per group (every dimension >= COPIES_MIN_REUSE)
+#: (H200: exact_copies 1.12x faster than exact_hybrid at 512 rows; E8 K4096 N14336 fprop)
+EXACT_COPIES_MIN_ROWS = 512
+#: exact-mode wgrad runs over copies from this many rows per group (N and K >= COPIES_MIN_REUSE)
+#: (H200: exact_copies 1.34x faster than exact_fused at 128 rows; E64 N1408 K2048)
+EXACT_WGRAD_COPIES_MIN_ROWS = 128
+#: fast wgrad runs over copies (CUTLASS) from this many rows per group when it accumulates into C ...
+#: (H200: 1.38x faster than fused_128x256 at 32 rows; E64 N1408 K2048)
+WGRAD_COPIES_MIN_ROWS_ACC = 32
+#: ... from this many with bf16 output ...
 WGRAD_COPIES_MIN_ROWS = 64
-#: ... from this many with plain fp32 output (CUTLASS's fp32 epilogue loses to the fused kernel's on short K loops)
+#: ... from this many with plain fp32 output (CUTLASS's fp32 epilogue loses to the fused kernel's on short K loops;
+#: H200: 1.33x faster at 512 rows, 1.035x at 256 rows of E8 N14336 K4096, where the H100 measured the fused kernel
+#: faster at 256 rows of E64 N1408 K2048)
 WGRAD_COPIES_MIN_ROWS_F32 = 512
 #: ... and with plain bf16 output only where N K / (N + K), dW's outputs per decoded element and token, reaches this
+#: (H100: the fused kernel ties or wins up to 1024 on E8 T2048, copies win from 1365; H200: copies 1.09x faster at
+#: 1024 on E32 T8192, 0.77x at 683)
 WGRAD_COPIES_MIN_REUSE_BF16 = 1200
 #: CUTLASS's grouped GEMM takes at most this many groups
 CUTLASS_MAX_GROUPS = 65535
@@ -194,16 +205,20 @@ def _wgrad_copies_pay(p: GemmProblem) -> bool:
     f32 = p.out_dtype == "float32"
     if not f32 and not p.accumulate and n * k < WGRAD_COPIES_MIN_REUSE_BF16 * (n + k):
         return False
-    return rows >= (WGRAD_COPIES_MIN_ROWS_F32 if f32 and not p.accumulate else WGRAD_COPIES_MIN_ROWS)
+    if p.accumulate:
+        return rows >= WGRAD_COPIES_MIN_ROWS_ACC
+    return rows >= (WGRAD_COPIES_MIN_ROWS_F32 if f32 else WGRAD_COPIES_MIN_ROWS)
 
 
 def _exact_copies_pay(p: GemmProblem) -> bool:
-    """Whether exact mode runs over fp16 copies: where the copies pay in fast mode, and for wgrad also from
-    EXACT_WGRAD_COPIES_MIN_ROWS rows per group (its operand elements are reused by the N and K output dimensions)."""
-    if _copies_pay(p):
-        return True
-    return (p.kind == "wgrad" and p.tokens // p.groups >= EXACT_WGRAD_COPIES_MIN_ROWS
-            and min(p.n, p.k) >= COPIES_MIN_REUSE)
+    """Whether exact mode runs over fp16 copies of both planes: fprop / dgrad from EXACT_COPIES_MIN_ROWS rows per
+    group, wgrad from EXACT_WGRAD_COPIES_MIN_ROWS (its operand elements are reused by the N and K output dimensions),
+    with every reusing dimension at least COPIES_MIN_REUSE (the exact kernels' K loop is slower than the fast
+    kernels', so the copies pay earlier than in fast mode)."""
+    rows = p.tokens // p.groups
+    if p.kind == "wgrad":
+        return rows >= EXACT_WGRAD_COPIES_MIN_ROWS and min(p.n, p.k) >= COPIES_MIN_REUSE
+    return rows >= EXACT_COPIES_MIN_ROWS and min(p.contraction, p.cols) >= COPIES_MIN_REUSE
 
 
 def _fused_fast_algorithm(p: GemmProblem) -> Algorithm:

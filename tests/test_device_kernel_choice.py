@@ -390,3 +390,32 @@ def test_plan_names_are_the_codes():
     for a in Algorithm:  # a forced algorithm is that enum, whatever the sizes
         p = problem("fprop", 4, 4096, 1024, 1024, mode="fast" if a in _dispatch.FAST else "exact")
         assert plan_gemm(p, algorithm=a.name).algorithm is a
+
+
+# The decisions measured on the H200 by tools/ab/crossovers.py (both sides of each rule timed in one process, median of
+# 3 rounds; docs/performance.md, "Kernel choice"): (mode, kind, E, T, N, K, output, accumulate) -> the faster
+# algorithm, with the time ratio B/A of the rule's two plans. Cases where the two measurements disagree across GPUs or
+# the rounds' spread exceeds the margin are not listed (docs/performance.md names them).
+@pytest.mark.parametrize("mode,kind,e,t,n,k,dtype,acc,faster", [
+    ("fast", "fprop", 8, 512, 14336, 4096, "bf16", False, "swapped_64x256"),        # fused_64x256 / swapped 1.158
+    ("fast", "fprop", 8, 768, 14336, 4096, "bf16", False, "swapped_64x256"),        # 1.162 (96 rows per group)
+    ("fast", "fprop", 8, 1024, 14336, 4096, "bf16", False, "fused_128x256"),        # 0.920 (128 rows)
+    ("fast", "dgrad", 8, 768, 14336, 4096, "bf16", False, "swapped_64x256"),        # 1.104
+    ("fast", "dgrad", 8, 1024, 14336, 4096, "bf16", False, "fused_128x256"),        # 0.796
+    ("fast", "fprop", 16, 2048, 4096, 4096, "bf16", False, "fused_128x256"),        # pair / 128x256 0.603 (128 rows)
+    ("fast", "fprop", 16, 4096, 4096, 4096, "bf16", False, "fused_pair_256x256"),   # 1.132 (256 rows)
+    ("fast", "fprop", 16, 8192, 4096, 512, "bf16", False, "fused_128x256"),         # 0.928 (contraction 512)
+    ("fast", "fprop", 16, 8192, 4096, 1024, "bf16", False, "fused_pair_256x256"),   # 1.121 (contraction 1024)
+    ("fast", "fprop", 8, 4096, 14336, 4096, "bf16", False, "fused_pair_256x256"),   # copies / pair 0.943 (512 rows)
+    ("fast", "fprop", 8, 8192, 14336, 4096, "bf16", False, "copies_cutlass"),       # 1.160 (1024 rows)
+    ("fast", "wgrad", 8, 4096, 14336, 4096, "f32", False, "copies_cutlass"),        # 1.332 (512 rows)
+    ("fast", "wgrad", 64, 2048, 1408, 2048, "f32", True, "copies_cutlass"),         # 1.379 (accumulate, 32 rows)
+    ("fast", "wgrad", 32, 8192, 1024, 2048, "bf16", False, "fused_128x256"),        # 0.766 (N K / (N + K) = 683)
+    ("fast", "wgrad", 32, 8192, 4096, 2048, "bf16", False, "copies_cutlass"),       # 1.181 (1365)
+    ("exact", "wgrad", 64, 8192, 1408, 2048, "f32", False, "exact_copies"),         # exact_fused / copies 1.339
+    ("exact", "fprop", 8, 4096, 14336, 4096, "bf16", False, "exact_copies"),        # hybrid / copies 1.119 (512)
+    ("exact", "fprop", 8, 16384, 14336, 4096, "bf16", False, "exact_copies"),       # 1.344
+])
+def test_h200_crossover_decisions(mode, kind, e, t, n, k, dtype, acc, faster):
+    p = problem(kind, e, t, n, k, mode=mode, out_dtype="float32" if dtype == "f32" else "bfloat16", accumulate=acc)
+    assert plan_gemm(p).algorithm == Algorithm[faster]
