@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 import ml_dtypes
@@ -15,16 +16,57 @@ from .quantize import as_2d_f32, block_scales, columnwise_source, quantize
 from .rht import DEFAULT_RHT_SIGNS
 from .scale_rules import RULES
 
-__all__ = ["main"]
+__all__ = ["build_parser", "check_input", "main"]
+
+INPUT_DTYPES = ("auto", "float32", "float16", "bfloat16")
+
+#: how to hand the CLI bf16 data (shown under ``explain --help`` and ``quantize --help``)
+BF16_INPUT_HELP = """\
+bf16 input (--rht needs it, SPEC 7.3). Either of:
+  an ml_dtypes.bfloat16 array saved with np.save (it loads as 2-byte void, which
+  --input-dtype auto reads as bfloat16):
+    np.save("x.npy", x.astype(ml_dtypes.bfloat16))
+  a uint16 (or int16) array holding bf16 bit patterns, with --input-dtype bfloat16:
+    np.save("x.npy", x.astype(ml_dtypes.bfloat16).view(np.uint16))
+A float32 or float16 file is not bf16: convert it with x.astype(ml_dtypes.bfloat16)
+before np.save (the CLI does not round values to bf16).
+
+example:
+  {example}"""
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Every option's default in its help, except where there is none (``None``) or the help names it itself;
+    descriptions and epilogs as written."""
+
+    def _get_help_string(self, action):
+        h = action.help or ""
+        if action.default is None or "%(default)" in h or "(default:" in h:
+            return h
+        return super()._get_help_string(action)
+
+
+def _integer(s: str) -> int:
+    """An integer in any base Python reads (``0xD7E8``, ``55272``, ``0b...``)."""
+    return int(s, 0)
+
+
+_integer.__name__ = "integer"  # argparse's "invalid integer value: ..."
 
 
 def _load(path: str, input_dtype: str) -> np.ndarray:
-    """Load an .npy; ``--input-dtype bfloat16`` reinterprets 2-byte elements, float32/float16 convert."""
+    """Load an .npy. ``auto``: as stored, a saved ml_dtypes.bfloat16 array (2-byte void) read as bfloat16;
+    ``bfloat16``: the 2-byte integer or void elements reinterpreted as bf16 bit patterns; ``float32`` /
+    ``float16``: the values converted (a saved bfloat16 array decoded first)."""
     x = np.load(path, allow_pickle=False)
     two_byte = x.dtype.itemsize == 2 and x.dtype.kind in "Vu"
     if input_dtype == "bfloat16" or (input_dtype == "auto" and x.dtype.kind == "V" and x.dtype.itemsize == 2):
         if x.dtype.itemsize != 2:
             raise ValueError(f"--input-dtype bfloat16 needs 2-byte elements, got {x.dtype}")
+        if x.dtype.kind == "f":
+            raise ValueError(
+                f"--input-dtype bfloat16 reads the elements as bf16 bit patterns, but {path} holds {x.dtype} "
+                "values; convert them with x.astype(ml_dtypes.bfloat16) before np.save")
         return x.view(np.uint16).view(ml_dtypes.bfloat16)
     if input_dtype in ("float32", "float16"):
         if two_byte and x.dtype.kind == "V":  # a saved bf16 array: decode it before converting
@@ -33,18 +75,56 @@ def _load(path: str, input_dtype: str) -> np.ndarray:
     return x
 
 
+def check_input(x, what: str = "the input") -> None:
+    """Refuse, in the CLI's words, an input :func:`oracle.quantize` cannot take: a NumPy scalar (an np.float32
+    or a 0-d array, e.g. ``np.save`` of a scalar), or a dtype other than float32 / float16 / bfloat16."""
+    if isinstance(x, np.generic) or (isinstance(x, np.ndarray) and x.ndim == 0):
+        raise ValueError(
+            f"{what} is a NumPy scalar (a 0-d array, shape ()), not a matrix: explain and quantize need an array "
+            "of at least one dimension whose last dimension is a multiple of 16, e.g. shape (1, 16)")
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{what} must be a NumPy array, got {type(x).__name__}")
+    if x.dtype.kind in "iu" and x.dtype.itemsize == 2:
+        raise TypeError(f"{what} holds {x.dtype}: if those are bf16 bit patterns, pass --input-dtype bfloat16")
+    if x.dtype not in (np.float32, np.float16) and x.dtype.name != "bfloat16":
+        raise TypeError(f"{what} holds {x.dtype}; the oracle takes float32, float16 or bfloat16 "
+                        "(see --input-dtype)")
+
+
+def _check_rht(x: np.ndarray, what: str, columnwise: bool, plane_flag: str) -> None:
+    """--rht's preconditions in the CLI's words (SPEC 7.3): bf16 input, and the columnwise plane."""
+    if x.dtype.name != "bfloat16":
+        raise TypeError(
+            f"--rht needs bf16 input (SPEC 7.3) and {what} holds {x.dtype}: save an ml_dtypes.bfloat16 array with "
+            "np.save, or pass bf16 bit patterns in a uint16 array with --input-dtype bfloat16 (see --help)")
+    if not columnwise:
+        raise ValueError(f"--rht applies to the columnwise plane only (SPEC 7.3); {plane_flag}")
+
+
 def _add_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--input-dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"],
-                   help="interpret the .npy data as this dtype (bfloat16 reinterprets 2-byte elements)")
-    p.add_argument("--rht", action="store_true", help="RHT on the columnwise plane (bf16 input)")
-    p.add_argument("--rht-signs", type=lambda s: int(s, 0), default=DEFAULT_RHT_SIGNS)
-    p.add_argument("--block", default="1x16", choices=["1x16", "16x16"])
-    p.add_argument("--rule", default="te", choices=list(RULES))
+    p.add_argument("--input-dtype", default="auto", choices=INPUT_DTYPES,
+                   help="how to read the .npy: auto = as stored (a saved ml_dtypes.bfloat16 array is read as "
+                        "bfloat16); bfloat16 = the file's 2-byte elements (uint16, int16 or a saved bfloat16 "
+                        "array) are bf16 bit patterns; float32 / float16 = convert the values to that dtype "
+                        "(a saved bfloat16 array is decoded first)")
+    p.add_argument("--rht", action="store_true",
+                   help="apply the Random Hadamard Transform to the columnwise plane only (SPEC 7); needs bf16 input: "
+                        "an ml_dtypes.bfloat16 array saved with np.save, or a uint16 array of bf16 bit patterns "
+                        "with --input-dtype bfloat16")
+    p.add_argument("--rht-signs", type=_integer, default=DEFAULT_RHT_SIGNS, metavar="MASK",
+                   help="16-bit RHT sign mask, bit i set <=> sign -1 (SPEC 7.1); any base, e.g. 0xD7E8 "
+                        "(default: 0x%(default)04X)")
+    p.add_argument("--block", default="1x16", choices=["1x16", "16x16"],
+                   help="scale block shape: 1x16, or 16x16 tiles for weights (SPEC 6.3)")
+    p.add_argument("--rule", default="te", choices=list(RULES), help="scale rule (SPEC 5)")
     p.add_argument("--amax", type=float, nargs="+", default=None, metavar="A",
-                   help="use this amax instead of computing it (two values: row amax, col amax)")
-    p.add_argument("--rounding", default="rn", choices=["rn", "sr"])
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--offset", type=int, default=0)
+                   help="use this amax instead of computing it (SPEC 4.3): one value for both planes, or two "
+                        "(row amax, col amax) (default: computed from the input, SPEC 4)")
+    p.add_argument("--rounding", default="rn", choices=["rn", "sr"],
+                   help="rn = round to nearest even (SPEC 3.1), sr = stochastic rounding (SPEC 3.4)")
+    p.add_argument("--seed", type=int, default=0, help="Philox key of the stochastic rounding (SPEC 10.2)")
+    p.add_argument("--offset", type=int, default=0,
+                   help="Philox counter offset of the stochastic rounding (SPEC 10.2)")
 
 
 def _opts(a) -> dict:
@@ -62,8 +142,11 @@ def _fmt(v) -> str:
 def explain(a) -> int:
     """Print, block by block, how one row of one plane was quantized."""
     x = _load(a.input, a.input_dtype)
-    opts = _opts(a)
+    check_input(x, a.input)
     col = a.plane == "col"
+    if a.rht:
+        _check_rht(x, a.input, col, "explain it with --plane col")
+    opts = _opts(a)
     t = quantize(x, rowwise=not col, columnwise=col, **opts)
     plane = t.col if col else t.row
     if not 0 <= a.row < plane.rows:
@@ -75,6 +158,14 @@ def explain(a) -> int:
     fac = block_decode_scales(plane)[a.row]
     print(f"plane={a.plane} shape={plane.shape} rule={plane.rule} block={plane.block} rht={plane.rht} "
           f"rounding={opts['rounding']} amax={_fmt(plane.amax)} (bits 0x{np.float32(plane.amax).view(np.uint32):08X})")
+    # under --rht the plane quantizes the RHT of each 16 tokens (SPEC 7.2, 7.3), not the input itself
+    src_label = "rht(input)" if plane.rht else "input"
+    if plane.rht:
+        print(f"{src_label} = RHT of each 16 tokens (SPEC 7.2, signs 0x{opts['rht_signs']:04X}): the values quantized, "
+              "and |error| is against them")
+    labels = (src_label, "code", "dequant", "|error|")
+    w = max(map(len, labels))
+    lab = {k: f"  {k:<{w}} " for k in labels}
     for k in range(plane.cols // 16):
         vals = src[a.row, 16 * k : 16 * k + 16]
         c = codes[16 * k : 16 * k + 16]
@@ -83,16 +174,19 @@ def explain(a) -> int:
             err = np.abs(deq.astype(np.float64) - vals.astype(np.float64))
         print(f"block {k}: block_amax={_fmt(b[a.row, k])} scale=0x{sbytes[a.row, k]:02X} "
               f"({_fmt(decode_e4m3(sbytes[a.row, k]))}) multiplier={_fmt(mult[a.row, k])} factor={_fmt(fac[k])}")
-        print("  input   " + " ".join(f"{_fmt(v):>9}" for v in vals))
-        print("  code    " + " ".join(f"0x{v:X}".rjust(9) for v in c))
-        print("  dequant " + " ".join(f"{_fmt(v):>9}" for v in deq))
-        print("  |error| " + " ".join(f"{_fmt(v):>9}" for v in err))
+        print(lab[src_label] + " ".join(f"{_fmt(v):>9}" for v in vals))
+        print(lab["code"] + " ".join(f"0x{v:X}".rjust(9) for v in c))
+        print(lab["dequant"] + " ".join(f"{_fmt(v):>9}" for v in deq))
+        print(lab["|error|"] + " ".join(f"{_fmt(v):>9}" for v in err))
     return 0
 
 
 def quantize_to_npz(a) -> int:
     """Write every plane and buffer of one quantization to an .npz (loadable with allow_pickle=False)."""
     x = _load(a.input, a.input_dtype)
+    check_input(x, a.input)
+    if a.rht:
+        _check_rht(x, a.input, not a.no_columnwise, "drop --no-columnwise")
     opts = _opts(a)
     t = quantize(x, rowwise=True, columnwise=not a.no_columnwise, **opts)
     out = {}
@@ -124,28 +218,72 @@ def write_vectors_cmd(a) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m oracle``."""
-    p = argparse.ArgumentParser(prog="python -m oracle", description="NVFP4 oracle tools (see SPEC.md)")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    e = sub.add_parser("explain", help="print how one row of a plane is quantized, block by block")
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m oracle`` and its subcommands (every option has help; defaults are shown)."""
+    p = argparse.ArgumentParser(prog="python -m oracle", description="NVFP4 oracle tools (see SPEC.md)",
+                                formatter_class=_HelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND", help="the tool to run")
+    e = sub.add_parser("explain", help="print how one row of a plane is quantized, block by block",
+                       description="Print how one row of one plane is quantized, block by block: the values\n"
+                                   "the plane quantizes (labelled rht(input) under --rht: the RHT outputs, SPEC 7.2),\n"
+                                   "block amax, scale byte, multiplier, codes, dequantized values and |error|.",
+                       epilog=BF16_INPUT_HELP.format(example="python -m oracle explain x.npy --row 3 --plane col --rht "
+                                                               "--input-dtype bfloat16"),
+                       formatter_class=_HelpFormatter)
     e.add_argument("input", help=".npy file (2-D or N-D, last dim a multiple of 16)")
     e.add_argument("--row", type=int, required=True, help="row of the plane (for --plane col: a column of X)")
-    e.add_argument("--plane", default="row", choices=["row", "col"])
+    e.add_argument("--plane", default="row", choices=["row", "col"],
+                   help="row = rowwise plane of X; col = columnwise plane, X^T zero-padded to [K, roundup(M, 16)] "
+                        "(SPEC 6.2; the plane --rht applies to)")
     _add_options(e)
-    q = sub.add_parser("quantize", help="quantize an .npy file and write every plane and buffer to an .npz")
-    q.add_argument("input")
-    q.add_argument("output")
-    q.add_argument("--no-columnwise", action="store_true", help="only the rowwise plane")
+    q = sub.add_parser("quantize", help="quantize an .npy file and write every plane and buffer to an .npz",
+                       description="Quantize an .npy file and write every plane's data, scales (compact and\n"
+                                   "swizzled), amax and shape, and the options, to an .npz.",
+                       epilog=BF16_INPUT_HELP.format(example="python -m oracle quantize x.npy out.npz --rht --input-dtype bfloat16"),
+                       formatter_class=_HelpFormatter)
+    q.add_argument("input", help=".npy file (2-D or N-D, last dim a multiple of 16)")
+    q.add_argument("output", help=".npz file to write")
+    q.add_argument("--no-columnwise", action="store_true",
+                   help="only the rowwise plane (no columnwise plane, so no --rht)")
     _add_options(q)
-    v = sub.add_parser("vectors", help="write golden test vectors (raw .bin files + case.json) to a folder")
+    v = sub.add_parser("vectors", help="write golden test vectors (raw .bin files + case.json) to a folder",
+                       description="Write the golden test vectors (raw .bin files + case.json per case, and\n"
+                                   "index.json) to a folder.", formatter_class=_HelpFormatter)
     v.add_argument("output", help="folder to write (created)")
     v.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
-    a = p.parse_args(argv)
+    return p
+
+
+def _run(argv: list[str] | None) -> int:
+    a = build_parser().parse_args(argv)
     try:
         if a.cmd == "vectors":
             return write_vectors_cmd(a)
         return explain(a) if a.cmd == "explain" else quantize_to_npz(a)
+    except BrokenPipeError:
+        raise  # (an OSError, but not a failure of the command: main handles it)
     except (ValueError, TypeError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m oracle``.
+
+    A reader that closes the pipe early (``python -m oracle explain X.npy --row 0 | head -3``) ends the output
+    quietly with exit status 0: whatever the command computes or writes to disk is complete before it prints,
+    and only the rest of its printout is dropped.
+    """
+    try:
+        rc = _run(argv)
+        sys.stdout.flush()  # inside the try: a closed pipe shows up here at the latest
+        return rc
+    except BrokenPipeError:
+        # Python's documented recipe (library/signal.html, "Note on SIGPIPE"): point stdout at devnull so that
+        # the interpreter's final flush of the unwritten rest does not fail again
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (AttributeError, OSError, ValueError):
+            pass  # stdout is not a file descriptor (an in-process call): nothing would be flushed to a pipe
+        return 0

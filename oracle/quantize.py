@@ -35,6 +35,9 @@ def as_2d_f32(x) -> tuple[np.ndarray, bool]:
     """
     if type(x).__module__.startswith("torch") and hasattr(x, "detach"):
         x = _from_torch(x)
+    if isinstance(x, np.generic):
+        raise TypeError(f"x must be an array of at least one dimension, got a NumPy scalar ({type(x).__name__}); "
+                        "quantize a block of 16 values at least, e.g. np.full(16, x)")
     if not isinstance(x, np.ndarray):
         raise TypeError(f"x must be a NumPy array of float32, float16 or bfloat16, got {type(x).__name__}")
     if x.dtype not in (np.float32, np.float16) and x.dtype.name != "bfloat16":

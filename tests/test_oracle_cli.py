@@ -1,13 +1,18 @@
-"""The debugging CLI (`python -m oracle explain|quantize`) end to end."""
+"""The debugging CLI (`python -m oracle explain|quantize`) end to end: results, help, messages, pipes."""
 
 from __future__ import annotations
 
+import io
 import json
+import re
+import shlex
+import shutil
 import subprocess
 import sys
 
 import ml_dtypes
 import numpy as np
+import pytest
 
 import oracle
 
@@ -65,3 +70,181 @@ def test_cli_amax_pair_and_dtype_conversion(tmp_path):
     assert float(d["row_amax"]) == 2688.0 and float(d["col_amax"]) == 7.0
     ref = oracle.quantize(x.astype(np.float32), columnwise=True, amax=(2688.0, 7.0))
     assert np.array_equal(d["row_data"], ref.row.data)
+
+
+# ---- the CLI's own surface: help, labels, odd inputs, pipes --------------------------------------------------
+
+
+def test_explain_help_says_how_to_pass_bf16_and_the_recipes_work(tmp_path, monkeypatch):
+    """`explain --help` tells how to give --rht its bf16 input, and following it to the letter works."""
+    r = _run("explain", "--help")
+    assert r.returncode == 0, r.stderr
+    h = r.stdout
+    assert "--input-dtype {auto,float32,float16,bfloat16}" in h
+    assert "needs bf16 input" in h and "uint16" in h and "--input-dtype bfloat16" in h and "np.save" in h
+    recipes = [ln.strip() for ln in h.splitlines() if ln.strip().startswith("np.save(")]
+    example = [ln.strip() for ln in h.splitlines() if ln.strip().startswith("python -m oracle explain")]
+    assert len(recipes) == 2 and len(example) == 1, h
+    x = np.random.default_rng(5).standard_normal((20, 32)).astype(np.float32)
+    outs = []
+    monkeypatch.chdir(tmp_path)  # the recipes write x.npy in the working directory
+    for recipe in recipes:  # each writes x.npy in its own way; the example command then reads it
+        (tmp_path / "x.npy").unlink(missing_ok=True)
+        exec(recipe, {"np": np, "ml_dtypes": ml_dtypes, "x": x, "__builtins__": {}}, {})
+        r = subprocess.run([sys.executable, *example[0].split()[1:]], capture_output=True, text=True, cwd=tmp_path)
+        assert r.returncode == 0, (recipe, r.stderr)
+        outs.append(r.stdout)
+    assert outs[0] == outs[1] and "rht=True" in outs[0]
+    # the saved ml_dtypes array also works without --input-dtype (auto reads it as bfloat16)
+    np.save(tmp_path / "b.npy", x.astype(ml_dtypes.bfloat16))
+    r = _run("explain", str(tmp_path / "b.npy"), "--row", "3", "--plane", "col", "--rht")
+    assert r.returncode == 0 and r.stdout == outs[0], r.stderr
+    # what the help warns about gets a message that points back to it
+    np.save(tmp_path / "f.npy", x)
+    r = _run("explain", str(tmp_path / "f.npy"), "--row", "3", "--plane", "col", "--rht")
+    assert r.returncode == 2 and "--rht needs bf16 input" in r.stderr and "--input-dtype bfloat16" in r.stderr
+    np.save(tmp_path / "u.npy", x.astype(ml_dtypes.bfloat16).view(np.uint16))
+    r = _run("explain", str(tmp_path / "u.npy"), "--row", "3", "--plane", "col", "--rht")
+    assert r.returncode == 2 and "pass --input-dtype bfloat16" in r.stderr
+    np.save(tmp_path / "h.npy", x.astype(np.float16))
+    r = _run("explain", str(tmp_path / "h.npy"), "--row", "3", "--plane", "col", "--rht", "--input-dtype", "bfloat16")
+    assert r.returncode == 2 and "holds float16 values" in r.stderr
+    r = _run("explain", str(tmp_path / "b.npy"), "--row", "3", "--rht")
+    assert r.returncode == 2 and "--plane col" in r.stderr
+    r = _run("quantize", str(tmp_path / "b.npy"), str(tmp_path / "o.npz"), "--rht", "--no-columnwise")
+    assert r.returncode == 2 and "columnwise plane only" in r.stderr
+
+
+def _help_problems(parser) -> list[str]:
+    """Every action of ``parser`` and its subparsers without help text, or whose non-None default the rendered
+    help does not show as ``(default: V)`` with V read back equal to it."""
+    import argparse
+
+    problems, todo = [], [(parser.prog, parser)]
+    while todo:
+        name, p = todo.pop()
+        lines = p.format_help().splitlines()
+        for act in p._actions:
+            what = f"{name} {'/'.join(act.option_strings) or act.dest}"
+            if not (act.help or "").strip():
+                problems.append(f"{what}: no help")
+            if isinstance(act, argparse._SubParsersAction):
+                for choice in act._choices_actions:
+                    if not (choice.help or "").strip():
+                        problems.append(f"{name} {choice.dest}: no help")
+                todo.extend((sp.prog, sp) for sp in act.choices.values())
+                continue
+            if act.default is None or act.default is argparse.SUPPRESS:
+                continue
+            head = act.option_strings[0] if act.option_strings else (act.metavar or act.dest)
+            at = [i for i, ln in enumerate(lines) if ln.split() and ln.split()[0].rstrip(",") == head]
+            entry = []  # the option's line and its continuation lines (help under a long invocation)
+            for ln in lines[at[0]:] if at else []:  # (the first: an epilog may quote the option too)
+                if entry and not (ln.startswith("    ") and not ln.lstrip().startswith("-")):
+                    break
+                entry.append(ln)
+            shown = re.findall(r"\(default: ([^)]*)\)", " ".join(entry))
+            if len(shown) != 1:
+                problems.append(f"{what}: the help does not show its default {act.default!r}")
+                continue
+            v, d = shown[0], act.default
+            ok = v == str(d) if isinstance(d, (bool, str)) else (int(v, 0) == d if isinstance(d, int) else False)
+            if not ok:
+                problems.append(f"{what}: help shows default {v!r}, the parser's is {d!r}")
+    return problems
+
+
+def test_every_option_has_help_and_shows_its_default(monkeypatch):
+    import argparse
+
+    from oracle.cli import build_parser
+
+    monkeypatch.setenv("COLUMNS", "2000")  # one line per option, so each default is on its option's line
+    p = build_parser()
+    assert _help_problems(p) == []
+    subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)][0].choices
+    assert set(subs) == {"explain", "quantize", "vectors"}
+    assert len(subs["explain"]._actions) >= 12 and "(default: 0xD7E8)" in subs["explain"].format_help()
+    # the walk finds what it looks for: an option without help, and a default the help does not show
+    bad = argparse.ArgumentParser(prog="bad")
+    bad.add_argument("--quiet-default", type=int, default=3, help="shows nothing")
+    bad.add_argument("--no-help", action="store_true")
+    assert _help_problems(bad) == ["bad --quiet-default: the help does not show its default 3",
+                                   "bad --no-help: no help", "bad --no-help: the help does not show its default False"]
+
+
+def test_explain_labels_rht_output_as_such(tmp_path):
+    """Under --rht the values explain prints are the RHT outputs (SPEC 7.2, 7.3), and the row says so."""
+    from oracle.cli import _fmt
+    from oracle.rht import rht
+
+    x = np.random.default_rng(9).standard_normal((16, 32)).astype(ml_dtypes.bfloat16)
+    np.save(tmp_path / "x.npy", x)
+
+    def rows(*extra):
+        r = _run("explain", str(tmp_path / "x.npy"), "--row", "5", "--plane", "col", *extra)
+        assert r.returncode == 0, r.stderr
+        return {ln.split()[0]: ln.split()[1:] for ln in r.stdout.splitlines() if ln.startswith("  ")}
+
+    with_rht = rows("--rht")
+    assert "input" not in with_rht
+    assert with_rht["rht(input)"] == [_fmt(v) for v in rht(x[:, 5])]  # column 5 of X: 16 tokens, one block
+    plain = rows()
+    assert "rht(input)" not in plain and plain["input"] == [_fmt(v) for v in x[:, 5]]
+    assert with_rht["rht(input)"] != plain["input"]
+
+
+def test_scalar_input_gets_a_message_that_makes_sense(tmp_path):
+    from oracle.cli import check_input
+
+    np.save(tmp_path / "s.npy", np.float32(3.0))  # np.save of a scalar writes a 0-d array
+    for args in (("explain", str(tmp_path / "s.npy"), "--row", "0"),
+                 ("quantize", str(tmp_path / "s.npy"), str(tmp_path / "o.npz")),
+                 ("explain", str(tmp_path / "s.npy"), "--row", "0", "--input-dtype", "float16")):
+        r = _run(*args)
+        assert r.returncode == 2 and r.stdout == "", r.stderr
+        assert "is a NumPy scalar (a 0-d array, shape ())" in r.stderr and "multiple of 16" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr and "got float32" not in r.stderr
+    for s in (np.float32(3.0), np.array(3.0, np.float32), np.array(3.0, ml_dtypes.bfloat16)):
+        with pytest.raises(ValueError, match=r"NumPy scalar \(a 0-d array, shape \(\)\)"):
+            check_input(s, "x")
+    check_input(np.zeros((1, 16), np.float32), "x")  # a matrix passes
+
+
+def _big_explain_input(tmp_path):
+    """An input whose explain output (~1.5 MB) is far larger than a pipe's buffer."""
+    np.save(tmp_path / "big.npy", np.random.default_rng(0).standard_normal((2, 16 * 2000)).astype(np.float32))
+    return str(tmp_path / "big.npy")
+
+
+def test_explain_into_a_pipe_closed_early_exits_quietly(tmp_path):
+    """A reader that stops early: exit status 0, nothing on stderr (no "Broken pipe", no traceback)."""
+    p = subprocess.Popen([sys.executable, "-m", "oracle", "explain", _big_explain_input(tmp_path), "--row", "0"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = [p.stdout.readline() for _ in range(3)]
+    p.stdout.close()
+    err = p.stderr.read()
+    assert p.wait(timeout=120) == 0, err
+    assert err == b"" and first[0].startswith(b"plane=row") and first[1].startswith(b"block 0:")
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("head") is None, reason="needs bash and head")
+def test_explain_piped_to_head(tmp_path):
+    cmd = f"set -o pipefail; {shlex.quote(sys.executable)} -m oracle explain {_big_explain_input(tmp_path)} --row 0 | head -3"
+    r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stderr == "", r.stderr  # pipefail: the oracle's own status is 0 too
+    assert len(r.stdout.splitlines()) == 3
+
+
+def test_main_in_process_treats_a_broken_pipe_as_done(tmp_path, monkeypatch, capsys):
+    """main() itself (as tests call it) returns 0 on a BrokenPipeError and prints no "error:"."""
+    from oracle.cli import main
+
+    class ClosedPipe(io.StringIO):
+        def write(self, s):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    np.save(tmp_path / "x.npy", np.zeros((2, 32), np.float32))
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert main(["explain", str(tmp_path / "x.npy"), "--row", "0"]) == 0
+    assert "error" not in capsys.readouterr().err

@@ -381,3 +381,11 @@ def test_torch_tensors_and_block_strings_are_accepted():
     for bad in (16, "1x8", "big"):
         with pytest.raises(ValueError, match="block must be"):
             oracle.quantize(xb, block=bad)
+
+
+def test_a_numpy_scalar_is_refused_as_a_scalar():
+    """A NumPy scalar is not an array of values to quantize: the message says so (not "got float32")."""
+    with pytest.raises(TypeError, match="NumPy scalar"):
+        oracle.quantize(np.float32(3.0))
+    with pytest.raises(ValueError, match="at least one dimension"):
+        oracle.quantize(np.array(3.0, dtype=np.float32))
