@@ -3,8 +3,8 @@
 A backend is an implementation under test. The runner pairs every op a backend exposes with the oracle's
 reference for that op (:mod:`conformance.ops`) and compares the outputs (:mod:`conformance.compare`).
 
-Built-in backends (CPU, the oracle self-conformance): ``mldtypes``, ``torch``, ``torchao``, ``fractions``,
-``oracle-seq``, ``oracle-tc``, ``composed`` and ``oracle-grouped``. GPU: ``device:cuda:N`` (the project's ``device``
+Built-in backends (CPU, the oracle self-conformance): ``mldtypes``, ``torch``, ``torchao``, ``torch-te``,
+``fractions``, ``oracle-seq``, ``oracle-tc``, ``composed`` and ``oracle-grouped``. GPU: ``device:cuda:N`` (the project's ``device``
 package). Tests and plugins add more with :func:`register_backend` or ``--backend module:attr`` on the command line.
 """
 
@@ -130,6 +130,39 @@ class TorchaoBackend(Backend):
             return {"y": ind.torchao_dequantize(a["data"], a["scales"], a["amax"][0], case.options["rule"])}
         o = case.options
         return ind.torchao_quantize(case.arrays["x"], rule=o["rule"], rowwise=o["rowwise"], columnwise=o["columnwise"])
+
+
+class TorchTEBackend(Backend):
+    """Rule "te" / "te_fused_rht" quantization and grouped quantization (round to nearest, both planes, 1x16 and
+    16x16 blocks, the RHT, compact and swizzled scales, a computed or supplied amax, SPEC 9's flat buffers) by
+    :mod:`conformance.te_torch`: torch float32 ops written from SPEC 4-9 alone, sharing no code with the oracle, so
+    the oracle's TE arithmetic meets a second implementation on the CPU. Stochastic rounding and the torchao rules
+    are not implemented (space: ``rule=["te", "te_fused_rht"]``, ``rounding=["rn"]``)."""
+
+    name = "torch-te"
+    ops = ("quantize", "group_quantize")
+
+    def available(self):
+        return None if ind.import_torch() is not None else "torch is not installed (pip install .[torch])"
+
+    def space(self, op):
+        return {"rule": ["te", "te_fused_rht"], "rounding": ["rn"]}
+
+    def expected_outputs(self, op, case, ref_keys):
+        return set(ref_keys) - {"row_tile_offsets"}  # the device's tile table; SPEC 9 has no tiles
+
+    def run(self, op, case):
+        from . import te_torch  # (imports torch)
+
+        o = case.options
+        if o["rounding"] != "rn" or o["rule"] not in te_torch.RULES or o.get("splits_rule", "exact") != "exact":
+            raise ValueError(f"torch-te runs rules {te_torch.RULES}, rounding 'rn' and splits adding up to T, not "
+                             f"{o['rule']!r} / {o['rounding']!r} / {o.get('splits_rule')!r}")
+        kw = dict(rowwise=o["rowwise"], columnwise=o["columnwise"], rht=o["rht"], rht_signs=o["rht_signs"],
+                  block=o["block"], rule=o["rule"], amax=case.arrays.get("amax"))
+        if op == "group_quantize":
+            return te_torch.group_quantize(case.arrays["x"], case.arrays["splits"], **kw)
+        return te_torch.quantize(case.arrays["x"], **kw)
 
 
 def _alpha_by_hand(pa, pb, rule: str) -> np.float32:
@@ -578,6 +611,7 @@ BACKENDS: dict[str, Callable[[], Backend]] = {
     "mldtypes": MlDtypesBackend,
     "torch": TorchBackend,
     "torchao": TorchaoBackend,
+    "torch-te": TorchTEBackend,
     "fractions": FractionsBackend,
     "oracle-seq": SequentialBackend,
     "oracle-tc": TensorCoreBackend,
@@ -585,7 +619,8 @@ BACKENDS: dict[str, Callable[[], Backend]] = {
     "oracle-grouped": OracleGroupedBackend,
 }
 #: The CPU self-conformance (``--device cpu``).
-CPU_DEFAULT = ("mldtypes", "torch", "torchao", "fractions", "oracle-seq", "oracle-tc", "composed", "oracle-grouped")
+CPU_DEFAULT = ("mldtypes", "torch", "torchao", "torch-te", "fractions", "oracle-seq", "oracle-tc", "composed",
+               "oracle-grouped")
 
 
 def register_backend(name: str, factory: Callable[[], Backend]) -> None:

@@ -9,6 +9,8 @@ dtype names go in the JSON ``meta`` entry.
 from __future__ import annotations
 
 import json
+import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,7 +19,7 @@ import numpy as np
 
 from oracle.rht import DEFAULT_RHT_SIGNS
 
-__all__ = ["Case", "load_case", "save_case", "case_size"]
+__all__ = ["Case", "CaseFileError", "load_case", "save_case", "case_size"]
 
 
 @dataclass
@@ -118,16 +120,78 @@ def save_case(path, case: Case, *, backend: str, ref: dict | None = None, out: d
     return path
 
 
+class CaseFileError(ValueError):
+    """A file :func:`load_case` cannot read as a saved case; the message says what is wrong with it (one line)."""
+
+
+_NPY_MAGIC = b"\x93NUMPY"
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a zip's first local header; an empty zip's end record
+
+
+def _check_file(path: Path) -> None:
+    """Refuse what is not an ``.npz`` archive before numpy reads it (numpy's own errors mislead: random bytes read
+    as "pickled (object) data", an ``.npy`` file as an array without the context-manager protocol)."""
+    if not path.exists():
+        raise CaseFileError("no such file")
+    if path.is_dir():
+        raise CaseFileError("a directory, not a case file (.npz)")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError as e:
+        raise CaseFileError(f"cannot read it ({e.strerror or e})") from None
+    if not head:
+        raise CaseFileError("an empty file (0 bytes), not a case file (.npz)")
+    if head.startswith(_NPY_MAGIC):
+        raise CaseFileError("a single .npy array, not a saved case (an .npz archive written by save_case)")
+    if not head.startswith(_ZIP_MAGIC):
+        raise CaseFileError(f"not an .npz archive (it starts with {head[:4]!r}, not the zip signature b'PK\\x03\\x04')")
+
+
 def load_case(path) -> tuple[Case, dict, dict, dict]:
-    """Read a case written by :func:`save_case`. Returns ``(case, meta, ref_outputs, out_outputs)``."""
-    with np.load(path, allow_pickle=False) as z:
-        meta = json.loads(str(z["meta"]))
-        options = json.loads(str(z["options"]))
-        groups: dict[str, dict] = {"in": {}, "ref": {}, "out": {}}
-        for name in z.files:
-            if "__" not in name:
-                continue
-            prefix, key = name.split("__", 1)
-            groups[prefix][key] = _decode(z[name], meta["dtypes"].get(name, z[name].dtype.name))
-    case = Case(meta["op"], int(meta["seed"]), int(meta["index"]), groups["in"], options, meta.get("tags", {}))
+    """Read a case written by :func:`save_case`. Returns ``(case, meta, ref_outputs, out_outputs)``.
+
+    Raises :class:`CaseFileError` (a ``ValueError``) with a one-line reason for anything else: a missing file, a
+    directory, an empty, truncated or corrupt file, an ``.npy`` array, an ``.npz`` without the case entries.
+    """
+    path = Path(path)
+    _check_file(path)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            missing = [k for k in ("meta", "options") if k not in z.files]
+            if missing:
+                raise CaseFileError(f"an .npz archive without the case entries {missing} (its entries: "
+                                    f"{', '.join(z.files[:8]) or 'none'}{', ...' if len(z.files) > 8 else ''}): not "
+                                    "a case saved by conformance")
+            try:
+                meta = json.loads(str(z["meta"]))
+                options = json.loads(str(z["options"]))
+            except ValueError as e:
+                raise CaseFileError(f"its 'meta' or 'options' entry is not JSON ({e})") from None
+            if not isinstance(meta, dict) or not isinstance(options, dict):
+                raise CaseFileError("its 'meta' or 'options' entry is not a JSON object")
+            lacking = [k for k in ("op", "seed", "index") if k not in meta]
+            if lacking:
+                raise CaseFileError(f"its 'meta' entry lacks {lacking}: not a case saved by conformance")
+            dtypes = meta.get("dtypes") or {}
+            groups: dict[str, dict] = {"in": {}, "ref": {}, "out": {}}
+            for name in z.files:
+                if "__" not in name:
+                    continue
+                prefix, key = name.split("__", 1)
+                if prefix in groups:
+                    groups[prefix][key] = _decode(z[name], dtypes.get(name, z[name].dtype.name))
+        case = Case(str(meta["op"]), int(meta["seed"]), int(meta["index"]), groups["in"], options,
+                    meta.get("tags", {}))
+    except CaseFileError:
+        raise
+    except zipfile.BadZipFile as e:
+        raise CaseFileError(f"a truncated or damaged .npz archive (zip: {e})") from None
+    except (EOFError, zlib.error) as e:
+        raise CaseFileError(f"a truncated or damaged .npz archive ({type(e).__name__}: {e})") from None
+    except Exception as e:  # noqa: BLE001 -- anything numpy or the decoding raises: one line, no traceback
+        text = " ".join(str(e).split())
+        if "pickle" in text:
+            text = "an entry holds Python objects (pickled data), which a saved case never does"
+        raise CaseFileError(f"cannot read it as a saved case ({type(e).__name__}: {text})") from None
     return case, meta, groups["ref"], groups["out"]

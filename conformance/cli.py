@@ -1,36 +1,85 @@
-"""Command line: ``python -m conformance run ...`` and ``python -m conformance replay CASE.npz``.
+"""Command line: ``python -m conformance run|replay|case|merge ...``.
 
-``run``: fuzz every usable backend against the oracle for ``--budget`` (default 60s), print a summary table,
-write ``--report`` JSON, save shrunk failures under ``--artifacts`` (plus ``failures.jsonl``). Exit 0 only when
-at least one case ran and nothing mismatched; 1 on a mismatch or an exception; 2 when nothing ran.
-``replay``: re-run one saved case against the current oracle and backend; exit 1 while it still mismatches.
+``run``: fuzz every usable backend against the oracle for ``--budget`` (default 60s, counted from the first case),
+print a summary table (one row per backend and op; ``--detail``: per option), write ``--report`` JSON, save shrunk
+failures under ``--artifacts`` (plus ``failures.jsonl``). Exit 0 only when at least one case ran and nothing
+mismatched; 1 on a mismatch or an exception; 2 when nothing ran (the reason is printed) or on a usage error.
+``replay``: re-run one saved case against the current oracle and backend; exit 1 while it still mismatches, 2 when
+it cannot run (an unreadable file: one line on stderr).
 ``case``: print (or save) case ``--index`` of ``--seed`` for one op, to inspect the generator.
+``merge``: combine the JSON reports of the shards of one run (``--shard i/n`` or ``--shard auto``) into one table
+and one exit code.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
+import time
 
 import numpy as np
 
-__all__ = ["main", "parse_budget"]
+__all__ = ["main", "entry", "parse_budget", "shard_from_env"]
 
 
 def parse_budget(s: str) -> float:
-    """``"60s"``, ``"2m"``, ``"1h"``, ``"90"`` -> seconds."""
+    """``"60s"``, ``"2m"``, ``"1h"``, ``"90"`` -> seconds (more than 0)."""
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smh]?)\s*", s)
     if not m:
         raise argparse.ArgumentTypeError(f"bad budget {s!r} (use e.g. 60s, 5m, 1h)")
-    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+    v = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"bad budget {s!r}: it must be more than 0 (use e.g. 60s, 5m, 1h)")
+    return v
+
+
+#: the launcher variables ``--shard auto`` reads, in this order
+SHARD_VARIABLES = ("RANK and WORLD_SIZE (torchrun), SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT (a Slurm job "
+                   "array) or SLURM_PROCID and SLURM_NTASKS (srun)")
+
+
+def shard_from_env(env=None) -> tuple[int, int]:
+    """``(i, n)`` for ``--shard auto``: torchrun's RANK / WORLD_SIZE, else a Slurm job array's task (its index in
+    the array's range), else srun's SLURM_PROCID / SLURM_NTASKS."""
+    env = os.environ if env is None else env
+
+    def num(name: str) -> int:
+        try:
+            return int(env[name])
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"--shard auto: {name}={env[name]!r} is not an integer") from None
+
+    if "RANK" in env and "WORLD_SIZE" in env:
+        i, n, src = num("RANK"), num("WORLD_SIZE"), "RANK / WORLD_SIZE"
+    elif "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
+        tid, n = num("SLURM_ARRAY_TASK_ID"), num("SLURM_ARRAY_TASK_COUNT")
+        lo = num("SLURM_ARRAY_TASK_MIN") if "SLURM_ARRAY_TASK_MIN" in env else 0
+        step = num("SLURM_ARRAY_TASK_STEP") if "SLURM_ARRAY_TASK_STEP" in env else 1
+        i, src = ((tid - lo) // step if step > 0 and (tid - lo) % step == 0 else -1), "SLURM_ARRAY_TASK_ID"
+    elif "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
+        i, n, src = num("SLURM_PROCID"), num("SLURM_NTASKS"), "SLURM_PROCID / SLURM_NTASKS"
+    else:
+        raise argparse.ArgumentTypeError(f"--shard auto needs the variables of a launcher: {SHARD_VARIABLES}; none "
+                                         "is set (use --shard i/n)")
+    if not 0 <= i < n:
+        raise argparse.ArgumentTypeError(f"--shard auto: {src} give shard {i} of {n}, not 0 <= i < n (a job array "
+                                         "with gaps? use --shard i/n)")
+    return i, n
+
+
+class _AutoShard(tuple):
+    """A shard that ``--shard auto`` took from the launcher's variables."""
 
 
 def _shard(s: str) -> tuple[int, int]:
+    if s == "auto":
+        return _AutoShard(shard_from_env())
     m = re.fullmatch(r"(\d+)/(\d+)", s)
     if not m or not (0 <= int(m.group(1)) < int(m.group(2))):
-        raise argparse.ArgumentTypeError(f"bad shard {s!r} (use i/n with 0 <= i < n)")
+        raise argparse.ArgumentTypeError(f"bad shard {s!r} (use i/n with 0 <= i < n, or auto)")
     return int(m.group(1)), int(m.group(2))
 
 
@@ -61,7 +110,8 @@ def _parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="fuzz backends against the oracle")
-    r.add_argument("--budget", type=parse_budget, default=60.0, help="wall-clock budget (default 60s)")
+    r.add_argument("--budget", type=parse_budget, default=60.0,
+                   help="wall-clock budget from the first case, more than 0 (default 60s; start-up is not counted)")
     r.add_argument("--seed", type=_seed, default=0)
     r.add_argument("--ops", type=lambda s: [x for x in s.split(",") if x], default=None,
                    help=f"comma-separated subset of: {','.join(OPS)}")
@@ -69,19 +119,24 @@ def _parser() -> argparse.ArgumentParser:
                    help="auto (GPU if usable, else CPU self-conformance), cpu, cuda:N, all")
     r.add_argument("--backend", action="append", dest="backends", default=None,
                    help="backend spec (repeatable): a built-in name, device:cuda:N or module:attr; overrides --device")
-    r.add_argument("--shard", type=_shard, default=(0, 1), help="i/n: run only case indices = i mod n")
+    r.add_argument("--shard", type=_shard, default=(0, 1),
+                   help="i/n: run only case indices = i mod n; auto: i and n from torchrun (RANK, WORLD_SIZE) or "
+                        "Slurm (SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT, SLURM_PROCID / SLURM_NTASKS)")
     r.add_argument("--workers", type=_positive_int, default=None,
                    help="worker processes (default min(cpu_count, 8); 1 runs in this process, where a backend that "
                         "kills the process or hangs cannot be caught)")
     r.add_argument("--cases", type=_positive_int, default=None, dest="max_cases",
-                   help="stop after this many cases per op and worker (deterministic runs)")
-    r.add_argument("--report", default=None, help="write the JSON report here")
+                   help="run the case indices 0..N-1 of each op (split over shards and workers) instead of a budget")
+    r.add_argument("--report", default=None,
+                   help="write the JSON report here ({shard} and {nshards} in the path are replaced; with --shard auto "
+                        "and more than one shard, a path without {shard} gets -IofN before its suffix)")
     r.add_argument("--artifacts", default="artifacts/conformance", help="where failing cases are saved")
     r.add_argument("--shrink-time", type=float, default=10.0, help="seconds per failure for shrinking")
     r.add_argument("--case-timeout", type=float, default=300.0,
                    help="seconds one case (with its shrinking) may take before its worker is killed and the case "
                         "reported as an error (worker processes only; default 300)")
     r.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    r.add_argument("--detail", action="store_true", help="one table row per option value, and the comparison counters")
     rp = sub.add_parser("replay", help="re-run one saved case")
     rp.add_argument("npz")
     rp.add_argument("--backend", default=None, help="run it on this backend instead of the recorded one")
@@ -91,41 +146,57 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--index", type=_seed, default=0)
     c.add_argument("--backend", default=None, help="apply this backend's option restrictions")
     c.add_argument("--save", default=None, help="save it as .npz (replayable with --backend)")
+    m = sub.add_parser("merge", help="combine the JSON reports of a run's shards")
+    m.add_argument("reports", nargs="+", metavar="REPORT", help="run --report files, one per shard")
+    m.add_argument("--detail", action="store_true", help="one table row per option value, and the comparison counters")
+    m.add_argument("--report", default=None, help="write the merged JSON report here")
     return p
 
 
-def replay(path: str, backend: str | None = None, out=None) -> int:
-    """Re-run a saved case; print the diff; 0 if it now passes, 1 if it still fails, 2 if it cannot run."""
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def replay(path: str, backend: str | None = None, out=None, err=None) -> int:
+    """Re-run a saved case; print the diff; 0 if it now passes, 1 if it still fails, 2 if it cannot run (the reason
+    in one line on ``err``, stderr by default)."""
     from .backends import make_backend
-    from .cases import load_case
+    from .cases import CaseFileError, load_case
+    from .ops import OPS
     from .runner import check_case
 
     out = out or sys.stdout
+    err = err or sys.stderr
+
+    def cannot(why: str) -> int:
+        print(f"error: cannot replay {path}: {_one_line(why)}", file=err)
+        return 2
+
     try:
         case, meta, _, _ = load_case(path)
-    except (OSError, ValueError, KeyError) as e:
-        print(f"cannot load case {path!r}: {type(e).__name__}: {e}", file=out)
-        return 2
-    spec = backend or meta.get("backend_spec") or meta["backend"]
+    except CaseFileError as e:
+        return cannot(str(e))
+    if case.op not in OPS:
+        return cannot(f"the case's op {case.op!r} is not an op of this version (known: {','.join(OPS)})")
+    spec = backend or meta.get("backend_spec") or meta.get("backend")
+    if not spec:
+        return cannot("the case names no backend (give --backend)")
     try:
         b = make_backend(spec)
     except Exception as e:  # noqa: BLE001
-        print(f"cannot build backend {spec!r}: {e}", file=out)
-        return 2
+        return cannot(f"backend {spec!r}: {e}")
     reason = b.available()
     if reason:
-        print(f"backend {b.name} unavailable: {reason}", file=out)
-        return 2
+        return cannot(f"backend {b.name} is unavailable: {reason}")
     if case.op not in (b.ops or ()):
-        print(f"backend {b.name} does not implement op {case.op!r} (its ops: {', '.join(b.ops or ())})", file=out)
-        return 2
+        return cannot(f"backend {b.name} does not implement op {case.op!r} (its ops: {', '.join(b.ops or ())})")
     shapes = ", ".join(f"{k}={v.dtype}{list(v.shape)}" for k, v in case.arrays.items())
     print(f"case {case.key()} on {b.name}: {shapes}\noptions: {json.dumps(case.options)}", file=out)
-    status, ms, _, _, err = check_case(b, case)
+    status, ms, _, _, error = check_case(b, case)
     if status == "pass":
         print("PASS: the case no longer mismatches", file=out)
         return 0
-    print(f"{status.upper()}" + (f": {err}" if err else ""), file=out)
+    print(f"{status.upper()}" + (f": {error}" if error else ""), file=out)
     for m in ms:
         print(f"  {m}", file=out)
     return 1
@@ -155,14 +226,65 @@ def _show_case(args) -> int:
     return 0
 
 
+def merge(paths: list[str], detail: bool = False, report: str | None = None, out=None, err=None) -> int:
+    """``merge``: one table and one exit code for the shard reports ``paths`` (0 only when every shard ran cases,
+    none is missing and nothing mismatched or raised; 1 on a mismatch or error; 2 otherwise)."""
+    from .report import ReportError, merge_reports, read_report, write_json
+
+    out = out or sys.stdout
+    err = err or sys.stderr
+    try:
+        stats, doc, problems = merge_reports([(p, read_report(p)) for p in paths])
+    except ReportError as e:
+        print(f"error: {_one_line(e)}", file=err)
+        return 2
+    commits = {((src.get("run") or {}).get("project") or {}).get("git_commit") for src in doc["merged_from"]}
+    if report:
+        write_json(report, doc)
+    print(stats.summary(detail), file=out)
+    if len(commits) > 1:
+        print(f"note: the shards ran different commits: {', '.join(sorted(str(c) for c in commits))}", file=err)
+    for p in problems:
+        print(f"merge: {p}", file=err)
+    return doc["exit_code"]
+
+
+def _process_start() -> float:
+    """``time.monotonic()`` when this process started (Linux: ``/proc/self/stat``), else now: the start-up that a
+    run reports includes the interpreter's and the imports' time."""
+    now = time.monotonic()
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return now
+    return now - age if 0 <= age < 600 else now
+
+
+def _shard_path(path: str | None, shard: tuple[int, int]) -> str | None:
+    """``{shard}`` / ``{nshards}`` replaced; with ``--shard auto`` over several shards, a path without ``{shard}``
+    gets ``-IofN`` before its suffix (every shard runs the same command line)."""
+    if path is None:
+        return None
+    i, n = shard
+    if isinstance(shard, _AutoShard) and n > 1 and "{shard}" not in path:
+        root, ext = os.path.splitext(path)
+        path = f"{root}-{i}of{n}{ext}"
+    return path.replace("{shard}", str(i)).replace("{nshards}", str(n))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code."""
+    started = _process_start() if argv is None else time.monotonic()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
     if args.cmd == "replay":
         return replay(args.npz, args.backend)
     if args.cmd == "case":
         return _show_case(args)
+    if args.cmd == "merge":
+        return merge(args.reports, args.detail, args.report)
     from .ops import OPS
     from .runner import RunConfig, run
 
@@ -171,10 +293,16 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             print(f"unknown ops {unknown}; known: {','.join(OPS)}", file=sys.stderr)
             return 2
-    cfg = RunConfig(budget=args.budget, seed=args.seed, ops=args.ops, device=args.device, shard=args.shard,
-                    workers=args.workers, report=args.report, artifacts=args.artifacts, backends=args.backends,
-                    max_cases=args.max_cases, shrink_time=args.shrink_time, case_timeout=args.case_timeout,
-                    progress=not args.no_progress, argv=argv)
+    report = _shard_path(args.report, args.shard)
+    cfg = RunConfig(budget=args.budget, seed=args.seed, ops=args.ops, device=args.device, shard=tuple(args.shard),
+                    workers=args.workers, report=report,
+                    artifacts=args.artifacts.replace("{shard}", str(args.shard[0])).replace("{nshards}",
+                                                                                              str(args.shard[1])),
+                    backends=args.backends, max_cases=args.max_cases, shrink_time=args.shrink_time,
+                    case_timeout=args.case_timeout, progress=not args.no_progress, argv=argv, detail=args.detail,
+                    started=started)
+    if report != args.report and not args.no_progress:
+        print(f"shard {args.shard[0]}/{args.shard[1]}: report {report}", file=sys.stderr)
     from .backends import BackendSpecError
 
     try:
@@ -183,3 +311,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return code
+
+
+def entry(argv: list[str] | None = None) -> int:
+    """``python -m conformance``: :func:`main`, with a reader that goes away (``... | head``) ending the command
+    quietly: the rest of the output is dropped (stdout goes to ``os.devnull``) and the exit code is 141 (128 +
+    SIGPIPE, as a shell reports a command that a closed pipe stopped)."""
+    try:
+        code = main(argv)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                try:
+                    devnull = os.open(os.devnull, os.O_WRONLY)
+                    os.dup2(devnull, stream.fileno())
+                except (OSError, ValueError):
+                    pass
+        return 141

@@ -26,7 +26,8 @@ class Mismatch:
     """The first difference in one output buffer.
 
     ``where``: the location (op, buffer, group, plane, row, block, nibble / element), ``ref`` / ``got``: the
-    decoded values there, ``count``: how many bytes (or elements) of that buffer differ.
+    decoded values there of the reference and of the backend under test, ``ref_name`` / ``got_name``: whose they
+    are (``oracle`` and the backend's name), ``count``: how many bytes (or elements) of that buffer differ.
     """
 
     buffer: str
@@ -34,21 +35,24 @@ class Mismatch:
     where: dict = field(default_factory=dict)
     ref: str = ""
     got: str = ""
+    ref_name: str = "oracle"
+    got_name: str = "backend"
 
     def to_dict(self) -> dict:
         """The mismatch's fields as a dict (``failures.jsonl``, the JSON report)."""
         return asdict(self)
 
     def __str__(self) -> str:
+        rn, gn = self.ref_name, self.got_name
         if self.count == -1:  # a buffer the backend did not return (runner._check_case)
-            return f"{self.buffer}: missing from the backend's outputs (op={self.where.get('op')})"
+            return f"{self.buffer}: missing from {gn}'s outputs ({rn} has it; op={self.where.get('op')})"
         if self.count == -2:  # a key the op does not have
-            return (f"{self.buffer}: not an output of op {self.where.get('op')} (its buffers: "
-                    f"{self.where.get('expected')})")
+            return (f"{self.buffer}: {gn} returned it, but it is not an output of op {self.where.get('op')} (its "
+                    f"buffers: {self.where.get('expected')})")
         if self.where.get("shape") == "differs":
-            return f"{self.buffer}: dtype/shape differs: ref {self.ref} != got {self.got} ({self.count} bytes differ)"
+            return f"{self.buffer}: dtype/shape differs: {rn}={self.ref}  {gn}={self.got} ({self.count} bytes differ)"
         loc = ", ".join(f"{k}={v}" for k, v in self.where.items())
-        return f"{self.buffer}: {self.count} differ; first at ({loc}): ref {self.ref} != got {self.got}"
+        return f"{self.buffer}: {self.count} differ; first at ({loc}): {rn}={self.ref}  {gn}={self.got}"
 
 
 def _u8(a: np.ndarray) -> np.ndarray:
@@ -274,8 +278,17 @@ def _rht_compare(case: Case, ref: dict, out: dict, stats: dict) -> list[Mismatch
                      f"0x{int(yg[b, i]):04X} ({fg[b, i]:g})")]
 
 
-def compare(case: Case, ref: dict, out: dict, mode: str = "bytes", stats: dict | None = None) -> list[Mismatch]:
-    """All mismatches of ``out`` against ``ref`` (empty list: conformant). ``stats`` collects mode counters."""
+def compare(case: Case, ref: dict, out: dict, mode: str = "bytes", stats: dict | None = None,
+            names: tuple[str, str] = ("oracle", "backend")) -> list[Mismatch]:
+    """All mismatches of ``out`` against ``ref`` (empty list: conformant). ``stats`` collects mode counters;
+    ``names``: whose ``ref`` and ``out`` are (the reference's and the backend's names), for the mismatch texts."""
+    ms = _compare(case, ref, out, mode, stats)
+    for m in ms:
+        m.ref_name, m.got_name = names
+    return ms
+
+
+def _compare(case: Case, ref: dict, out: dict, mode: str, stats: dict | None) -> list[Mismatch]:
     stats = stats if stats is not None else {}
     if mode == "bound":
         return _bound_compare(case, ref, out, stats)

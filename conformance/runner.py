@@ -3,7 +3,11 @@ worker processes, failure shrinking and saving.
 
 Case indices: shard ``i/n``, worker ``w`` of ``W``, the j-th case of an op gets index ``i + n * (w + W * j)``,
 so shards and workers partition the index space of each op and every case is rebuilt from
-``(op, seed, index)`` alone (see :func:`conformance.generators.generate`).
+``(op, seed, index)`` alone (see :func:`conformance.generators.generate`). A case cap (``max_cases = N``) runs the
+indices ``0 .. N-1`` of each op, whatever the shards and workers.
+
+The budget counts from the first case: the start-up before it (imports, backend set-up, extension builds) is
+reported, not spent.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from .cases import Case, case_size, save_case
 from .compare import Mismatch, compare
 from .generators import SPACE_KEYS, generate
 from .ops import OPS, reference
-from .report import Progress, Stats
+from .report import Progress, Stats, run_identity
 from .shrink import shrink
 
 __all__ = ["RunConfig", "run", "check_case", "select_backends", "case_space"]
@@ -51,6 +55,46 @@ class RunConfig:
     case_timeout: float = 300.0
     progress: bool = True
     argv: list[str] = field(default_factory=list)
+    detail: bool = False  # the summary table's per-option rows
+    started: float | None = None  # when the command started (time.monotonic()); None: when run() is called
+
+
+class _LocalClock:
+    """When the first case started (the budget counts from there): one process."""
+
+    def __init__(self) -> None:
+        self.t0: float | None = None
+
+    def start(self) -> float:
+        """The first case's start, set now by the first caller."""
+        if self.t0 is None:
+            self.t0 = time.monotonic()
+        return self.t0
+
+    def get(self) -> float | None:
+        return self.t0
+
+
+class _SharedClock(_LocalClock):
+    """The same over worker processes: a shared double (0: not yet), set once under its lock (the monotonic clock
+    is system-wide on the platforms that fork or spawn these workers)."""
+
+    def __init__(self, value) -> None:
+        self.value = value
+
+    def start(self) -> float:
+        with self.value.get_lock():
+            if self.value.value == 0.0:
+                self.value.value = time.monotonic()
+            return self.value.value
+
+    def get(self) -> float | None:
+        return self.value.value or None
+
+
+def _deadline(cfg: RunConfig, t0: float) -> float:
+    """The end of the budget that starts at ``t0``, less a little for the joins and the table."""
+    return t0 + cfg.budget - min(2.0, 0.03 * cfg.budget)
 
 
 def case_space(backend: B.Backend, op: str) -> dict:
@@ -94,8 +138,9 @@ def _check_case(backend: B.Backend, case: Case, stats: dict | None):
         mode = OPS[case.op].mode
         keys = [k for k in ref if k not in _NOT_OUTPUTS.get(mode, ())]
         missing = sorted(set(backend.expected_outputs(case.op, case, keys)) - set(out))
-        ms = [Mismatch(k, -1, {"op": case.op}, "(present)", "(missing)") for k in missing]
-        ms += compare(case, ref, out, mode, stats)
+        names = ("oracle", backend.name)
+        ms = [Mismatch(k, -1, {"op": case.op}, "(present)", "(missing)", *names) for k in missing]
+        ms += compare(case, ref, out, mode, stats, names=names)
     except KeyboardInterrupt:
         raise
     except BaseException as e:  # noqa: BLE001 -- SystemExit from a backend is an error of the case, too
@@ -155,9 +200,12 @@ def _tasks(backends: list[B.Backend], ops: list[str] | None) -> list[tuple[B.Bac
     return [(b, op) for b in backends for op in b.ops if op in OPS and (ops is None or op in ops)]
 
 
-def worker_main(wid: int, nworkers: int, specs: list[str], cfg: RunConfig, deadline: float,
+def worker_main(wid: int, nworkers: int, specs: list[str], cfg: RunConfig, clock: _LocalClock,
                 emit: Callable[[dict], None]) -> None:
-    """One worker: generate, run, compare its share of every task until the budget or ``max_cases`` ends."""
+    """One worker: generate, run, compare its share of every task until the budget or ``max_cases`` ends.
+
+    The budget's clock starts with the first case of any worker (``clock``); a worker still setting up by then
+    gets the rest of it."""
     import sys
 
     torch = sys.modules.get("torch")  # only when a backend already imported it (importing costs seconds)
@@ -179,19 +227,20 @@ def worker_main(wid: int, nworkers: int, specs: list[str], cfg: RunConfig, deadl
     count = {i: 0 for i in range(len(tasks))}
     longest = {i: 0.0 for i in range(len(tasks))}
     active = set(spent)
+    deadline = _deadline(cfg, clock.start()) if tasks else 0.0
     # shrinking happens inside the budget (a late failure is saved less shrunk); --cases runs are not timed
     hard_deadline = deadline if cfg.max_cases is None else float("inf")
     while active:
         i = min(active, key=lambda t: (spent[t] * OPS[tasks[t][1]].cost ** -0.5, t))
         b, op = tasks[i]
-        if cfg.max_cases is not None and count[i] >= cfg.max_cases:
+        index = si + sn * (wid + nworkers * count[i])
+        if cfg.max_cases is not None and index >= cfg.max_cases:
             active.discard(i)
             continue
         now = time.monotonic()
         if cfg.max_cases is None and now + longest[i] > deadline:
             active.discard(i)
             continue
-        index = si + sn * (wid + nworkers * count[i])
         count[i] += 1
         t0 = time.monotonic()
         try:
@@ -256,22 +305,30 @@ def _plan(specs: list[str], nworkers: int) -> list[list[str]]:
     return plans
 
 
+def failures_log(cfg: RunConfig) -> Path:
+    """This run's ``failures.jsonl`` (``failures-IofN.jsonl`` for shard ``I/N``: shards may share a folder)."""
+    si, sn = cfg.shard
+    return Path(cfg.artifacts) / ("failures.jsonl" if sn == 1 else f"failures-{si}of{sn}.jsonl")
+
+
 def run(cfg: RunConfig, stdout=None, stderr=None) -> tuple[int, Stats]:
     """Run the conformance campaign; print the table; write the report. Returns ``(exit_code, stats)``.
 
     Exit code: 0 when at least one case ran and nothing mismatched or raised, 1 on any mismatch or error,
-    2 when no case ran (everything skipped).
+    2 when no case ran (the reason is printed on ``stderr`` and written to the report).
     """
     import sys
 
     stdout = stdout or sys.stdout
-    stats = Stats()
-    t_start = time.monotonic()
-    # keep a little of the budget for interpreter start-up already spent, the joins and the table
-    deadline = t_start + cfg.budget - min(2.0, 0.03 * cfg.budget)
+    stderr = stderr or sys.stderr
+    stats = Stats(started=cfg.started)
+    stats.shard = tuple(cfg.shard)
+    progress = Progress(stats, enabled=cfg.progress, stream=stderr, budget=cfg.budget, max_cases=cfg.max_cases)
+    progress.update(force=True)  # "start-up": importing and setting up the backends can take seconds
     printed: dict = {}
     specs = select_backends(cfg)
     usable, offered = [], set()
+    why_not: list[tuple[bool, str]] = []  # (unavailable?, why) for each selected backend that runs nothing
     for s in specs:
         b = B.make_backend(s)
         unknown = [op for op in (b.ops or ()) if op not in OPS]
@@ -283,12 +340,16 @@ def run(cfg: RunConfig, stdout=None, stderr=None) -> tuple[int, Stats]:
             wanted = ops or [op for op in ("quantize", "group_quantize") if cfg.ops is None or op in cfg.ops]
             stats.skipped += [dict(backend=b.name, op=op, reason=reason) for op in wanted]
             offered.update(wanted)
+            why_not.append((True, f"{b.name} is unavailable ({reason})"))
             continue
         offered.update(ops)
         for op in ops:
             case_space(b, op)  # an unknown restriction key is a usage error, before any worker starts
         if ops:
             usable.append(s)
+        else:
+            why_not.append((False, f"{b.name} implements none of the ops asked for (its ops: "
+                                   f"{','.join(b.ops or ()) or '-'})"))
     for op in cfg.ops or ():  # asked for, but no selected backend has it: say so instead of dropping it
         if op not in offered:
             stats.skipped.append(dict(backend="(none)", op=op, reason="no selected backend implements this op"))
@@ -298,14 +359,18 @@ def run(cfg: RunConfig, stdout=None, stderr=None) -> tuple[int, Stats]:
     if any(s.startswith("device:") for s in usable):
         nworkers = max(nworkers, sum(s.startswith("device:") for s in usable))
     plans = _plan(usable, nworkers)
-    progress = Progress(stats, enabled=cfg.progress, stream=stderr)
-    fail_log = Path(cfg.artifacts) / "failures.jsonl"
+    fail_log = failures_log(cfg)
     if fail_log.exists():
         fail_log.unlink()  # this run's failures only (the saved .npz cases stay)
 
     def consume(rec: dict) -> None:
-        if rec.get("kind") != "case":
+        kind = rec.get("kind")
+        if kind == "start":  # (in-process workers only: the op now running)
+            progress.op = rec["op"]
             return
+        if kind != "case":
+            return
+        progress.op = rec["op"]
         stats.add(rec)
         f = rec.get("failure")
         if f:
@@ -319,33 +384,50 @@ def run(cfg: RunConfig, stdout=None, stderr=None) -> tuple[int, Stats]:
             label = "MISMATCH" if rec["status"] == "mismatch" else "ERROR"
             print(f"\n{label} {f['op']} [{f['backend']}] seed={f.get('seed')} index={f.get('index')}: "
                   + "; ".join(f.get("mismatch_text", [])[:3]) + (f" {f['error']}" if f.get("error") else "")
-                  + (f"\n  replay: {f['replay']}" if f.get("replay") else ""), file=stderr or sys.stderr)
+                  + (f"\n  replay: {f['replay']}" if f.get("replay") else ""), file=stderr)
         progress.update()
 
+    clock: _LocalClock = _LocalClock()
+    stats.clock = clock
     if usable and nworkers == 1:
-        worker_main(0, 1, plans[0], cfg, deadline, consume)
+        worker_main(0, 1, plans[0], cfg, clock, consume)
     elif usable:
-        _run_workers(cfg, plans, nworkers, deadline, consume, progress)
+        clock = _run_workers(cfg, plans, nworkers, consume, progress, stats)
     progress.update(force=True)
     progress.close()
-    bad = stats.bad
-    code = 2 if stats.cases == 0 else (1 if bad else 0)
-    print(stats.table(), file=stdout)
-    for n, f in enumerate(stats.failures):
-        if n == 20:
-            print(f"... {len(stats.failures) - 20} more failures in {fail_log}", file=stdout)
-            break
-        where = f"seed={f['seed']} index={f['index']}" if "seed" in f else "(worker crash)"
-        what = f.get("replay") or f.get("error") or "; ".join(f.get("mismatch_text", [])[:1])
-        if f.get("replay") and f.get("error") and f["replay"].startswith("python -m conformance case"):
-            what = f"{f['error']}\n  reproduce: {f['replay']}"  # a lost case: why, and how to rebuild it
-        print(f"FAILED {f['op']} [{f['backend']}] {where}: {what}", file=stdout)
-    if cfg.report:
+    code = 2 if stats.cases == 0 else (1 if stats.bad else 0)
+    if code == 2:
+        stats.no_case_reason = _no_case_reason(cfg, specs, usable, why_not)
+    if cfg.report:  # first: a reader of stdout that goes away (| head) must not cost the report
         conf = asdict(cfg)
+        conf.pop("started", None)
         conf["backends_used"] = usable
         conf["workers_used"] = nworkers
-        stats.write_json(cfg.report, conf, code)
+        gpus = [s.split(":", 1)[1] for s in usable if s.startswith("device:")]
+        ident = run_identity(seed=cfg.seed, shard=cfg.shard, max_cases=cfg.max_cases,
+                             budget=None if cfg.max_cases is not None else cfg.budget, gpus=gpus, argv=cfg.argv)
+        stats.write_json(cfg.report, conf, code, ident)
+    print(stats.summary(cfg.detail, fail_log), file=stdout)
+    if stats.no_case_reason:
+        print(f"no case ran: {stats.no_case_reason}", file=stderr)
     return code, stats
+
+
+def _no_case_reason(cfg: RunConfig, specs: list[str], usable: list[str], why_not: list[tuple[bool, str]]) -> str:
+    """Why a run executed no case (its exit code is 2)."""
+    if not specs:
+        return "no backend selected"
+    if not usable:
+        text = "; ".join(w for _, w in why_not)
+        if all(unavailable for unavailable, _ in why_not):
+            return "every selected backend is unavailable: " + text
+        asked = f" the ops asked for (--ops {','.join(cfg.ops)})" if cfg.ops else ""
+        return f"no selected backend can run{asked}: " + text
+    si, sn = cfg.shard
+    if cfg.max_cases is not None and si >= cfg.max_cases:
+        return (f"the case cap --cases {cfg.max_cases} leaves shard {si}/{sn} no case (its indices {si}, {si + sn}, "
+                f"... are all >= {cfg.max_cases})")
+    return "no case finished: every worker stopped before its first case (see the errors above)"
 
 
 def _lost_case(cur: dict | None, wid: int, why: str) -> dict:
@@ -362,17 +444,19 @@ def _lost_case(cur: dict | None, wid: int, why: str) -> dict:
                              index=cur["index"], status="error", error=why, replay=hint))
 
 
-def _run_workers(cfg: RunConfig, plans: list, nworkers: int, deadline: float, consume, progress) -> None:
+def _run_workers(cfg: RunConfig, plans: list, nworkers: int, consume, progress, stats) -> _SharedClock:
     """Worker processes; every case is accounted for. A worker that dies without its "done" record (a crash in
     native code, ``os._exit``) gets an error on the case it was running; one that stays on a case longer than
     ``cfg.case_timeout``, or well past the budget, is killed and gets a timeout error on that case."""
     gpu = any(s.startswith("device:") for plan in plans for s in plan)
     ctx = mp.get_context("spawn" if gpu or "fork" not in mp.get_all_start_methods() else "fork")
     q = ctx.Queue()
+    clock = _SharedClock(ctx.Value("d", 0.0))
+    stats.clock = clock
     # the case each worker is on, as JSON in shared memory: written synchronously, so it survives a worker that
     # dies before its queue's feeder thread has sent anything (os._exit, a signal)
     slots = [ctx.Array("c", _SLOT_BYTES) for _ in range(nworkers)]
-    procs = [ctx.Process(target=_proc_entry, args=(w, nworkers, plans[w], cfg, deadline, q, slots[w]), daemon=True)
+    procs = [ctx.Process(target=_proc_entry, args=(w, nworkers, plans[w], cfg, clock, q, slots[w]), daemon=True)
              for w in range(nworkers)]
     for p in procs:
         p.start()
@@ -405,6 +489,8 @@ def _run_workers(cfg: RunConfig, plans: list, nworkers: int, deadline: float, co
             continue
         progress.update()
         now = time.monotonic()
+        t0 = clock.get()
+        deadline = _deadline(cfg, t0) if t0 is not None else float("inf")
         for w, p in enumerate(procs):
             if w in finished:
                 continue
@@ -421,12 +507,13 @@ def _run_workers(cfg: RunConfig, plans: list, nworkers: int, deadline: float, co
                 finished.add(w)
     for p in procs:
         p.join(timeout=5)
+    return clock
 
 
 _SLOT_BYTES = 4096  # a worker's current case as JSON (backend, spec, op, index, seed, start time)
 
 
-def _proc_entry(wid, nworkers, specs, cfg, deadline, q, slot) -> None:
+def _proc_entry(wid, nworkers, specs, cfg, clock, q, slot) -> None:
     def emit(rec):
         if rec.get("kind") == "start":
             slot.value = json.dumps(rec).encode()[: _SLOT_BYTES - 1]
@@ -436,6 +523,6 @@ def _proc_entry(wid, nworkers, specs, cfg, deadline, q, slot) -> None:
         q.put(rec)
 
     try:
-        worker_main(wid, nworkers, specs, cfg, deadline, emit)
+        worker_main(wid, nworkers, specs, cfg, clock, emit)
     except BaseException as e:  # noqa: BLE001 -- SystemExit / KeyboardInterrupt included: report, then end
         q.put(dict(kind="crash", worker=wid, error=f"{type(e).__name__}: {e}"))  # its case: still in the slot

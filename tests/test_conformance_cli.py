@@ -1,0 +1,487 @@
+"""The conformance command line as a newcomer meets it: replay of unreadable files, the budget and its start-up, runs
+that execute no case, the progress line, pipes to ``head``, the summary table, mismatch texts that name both sides,
+the report's run identity, ``--shard auto`` and ``merge``."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import io
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conformance import backends as B
+from conformance.backends import Backend, register_backend
+from conformance.cases import CaseFileError, load_case, save_case
+from conformance.cli import main, merge, shard_from_env
+from conformance.generators import generate
+from conformance.ops import OPS, reference
+from conformance.report import Progress, Stats, compress_indices, expand_indices
+from conformance.runner import RunConfig, check_case, run
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}")
+PY = [sys.executable, "-m", "conformance"]
+
+
+def _cfg(tmp_path, **kw) -> RunConfig:
+    base = dict(budget=30.0, seed=0, progress=False, artifacts=str(tmp_path / "art"), workers=1, shrink_time=5.0)
+    base.update(kw)
+    return RunConfig(**base)
+
+
+def _cli(args, timeout=120, **kw):
+    return subprocess.run(PY + args, cwd=kw.pop("cwd", ROOT), env=kw.pop("env", ENV), capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+class SlowSetUp(Backend):
+    """Seconds of one-time set-up (a GPU context, extension builds) before a correct e2m1."""
+
+    name = "test-cli-slowsetup"
+    ops = ("e2m1",)
+    warmup_s = 2.5
+
+    def warmup(self, ops):
+        time.sleep(self.warmup_s)
+
+    def run(self, op, case):
+        return reference(case)
+
+
+register_backend(SlowSetUp.name, SlowSetUp)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 1. replay never crashes
+# ---------------------------------------------------------------------------------------------------------------
+
+def _good_case(path: Path) -> Path:
+    case = generate("e2m1", 0, 1, OPS["e2m1"].generator, dict(OPS["e2m1"].space))
+    return save_case(path, case, backend="mldtypes", extra=dict(backend_spec="mldtypes"))
+
+
+def _unreadable(kind: str, tmp: Path) -> Path:
+    p = tmp / f"{kind}.npz"
+    if kind == "truncated":
+        data = _good_case(tmp / "good.npz").read_bytes()
+        p.write_bytes(data[: len(data) // 2])
+    elif kind == "empty":
+        p.write_bytes(b"")
+    elif kind == "npy":
+        p = tmp / "array.npy"
+        np.save(p, np.arange(5))
+    elif kind == "random":
+        p.write_bytes(np.random.default_rng(1).integers(0, 256, 4096, dtype=np.uint8).tobytes())
+    elif kind == "missing":
+        pass
+    elif kind == "directory":
+        p.mkdir()
+    elif kind == "no_fields":
+        np.savez(p, a=np.arange(3))
+    elif kind == "bad_meta":
+        np.savez(p, meta=np.array("{not json"), options=np.array("{}"))
+    elif kind == "damaged_member":  # a zip whose member's bytes were overwritten: CRC / inflate error
+        _good_case(p)
+        data = bytearray(p.read_bytes())
+        with zipfile.ZipFile(p) as z:
+            info = z.infolist()[0]
+        h = info.header_offset
+        start = h + 30 + int.from_bytes(data[h + 26 : h + 28], "little") + int.from_bytes(data[h + 28 : h + 30], "little")
+        data[start : start + info.compress_size] = b"\xff" * info.compress_size
+        p.write_bytes(bytes(data))
+    return p
+
+
+UNREADABLE = {  # kind -> what the message says
+    "truncated": "truncated or damaged .npz",
+    "empty": "empty file",
+    "npy": ".npy array",
+    "random": "not an .npz archive",
+    "missing": "no such file",
+    "directory": "a directory",
+    "no_fields": "without the case entries",
+    "bad_meta": "not JSON",
+    "damaged_member": "damaged",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(UNREADABLE))
+def test_load_case_names_what_is_wrong(kind, tmp_path):
+    p = _unreadable(kind, tmp_path)
+    with pytest.raises(CaseFileError) as e:
+        load_case(p)
+    assert UNREADABLE[kind] in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("kind", sorted(UNREADABLE))
+def test_replay_of_an_unreadable_file_is_one_line_and_exit_2(kind, tmp_path):
+    p = _unreadable(kind, tmp_path)
+    r = _cli(["replay", str(p)])
+    assert r.returncode == 2, r.stderr
+    assert r.stdout == ""
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1, r.stderr  # no traceback
+    assert lines[0].startswith(f"error: cannot replay {p}: ") and UNREADABLE[kind] in lines[0]
+
+
+def test_replay_of_a_good_case_still_runs(tmp_path, capsys):
+    p = _good_case(tmp_path / "good.npz")
+    assert main(["replay", str(p)]) == 0
+    assert "PASS" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 2. run: budget, runs without cases, usage errors, progress, pipes
+# ---------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_budget_counts_from_the_first_case(tmp_path, workers, capsys):
+    budget = 1.5  # shorter than the set-up: a budget that counted from the start would run no case
+    code, stats = run(_cfg(tmp_path, backends=[SlowSetUp.name], budget=budget, workers=workers))
+    assert code == 0 and stats.cases > 10, stats.no_case_reason
+    assert stats.startup_s >= SlowSetUp.warmup_s
+    assert stats.tasks[(SlowSetUp.name, "e2m1")].seconds < budget * workers
+    total = capsys.readouterr().out.splitlines()[-1]
+    assert total.startswith("total: ") and "s start-up" in total
+
+
+def test_a_run_without_cases_says_why(tmp_path, capsys):
+    code, stats = run(_cfg(tmp_path, backends=["mldtypes"], ops=["quantize"], max_cases=2))
+    err = capsys.readouterr().err
+    assert code == 2 and stats.cases == 0
+    assert "no case ran: no selected backend can run the ops asked for (--ops quantize)" in err
+    assert "mldtypes implements none of the ops asked for" in err
+    code, stats = run(_cfg(tmp_path, backends=["mldtypes"], ops=["e2m1"], max_cases=2, shard=(3, 4)))
+    assert code == 2 and "the case cap --cases 2 leaves shard 3/4 no case" in capsys.readouterr().err
+    r = _cli(["run", "--backend", "mldtypes", "--backend", "composed", "--ops", "gemm", "--budget", "5s",
+              "--no-progress", "--artifacts", str(tmp_path / "a")])
+    assert r.returncode == 2
+    assert "no case ran: " in r.stderr and "composed implements none" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("budget", ["0", "0s", "0.0m", "-5", "-1s", "soon", "5 minutes", ""])
+def test_a_budget_of_zero_negative_or_garbage_is_a_usage_error(budget, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["run", f"--budget={budget}", "--no-progress"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage:" in err and f"bad budget {budget!r}" in err
+    with pytest.raises(SystemExit) as e:  # (argparse reads "-1s" after a space as an option: a usage error too)
+        main(["run", "--budget", budget, "--no-progress"])
+    assert e.value.code == 2 and "usage:" in capsys.readouterr().err
+
+
+def test_the_progress_line_shows_time_budget_op_cases_and_mismatches(tmp_path):
+    err = io.StringIO()
+    code, stats = run(_cfg(tmp_path, backends=["test-cli-flip-e2m1"], ops=["e2m1"], budget=1.0, progress=True),
+                      stdout=io.StringIO(), stderr=err)
+    line = [ln for ln in err.getvalue().splitlines() if ln.startswith("[")][-1]
+    n = stats.cases
+    assert code == 1
+    assert line.startswith("[") and " / 1s] e2m1: " in line and f"{n} cases" in line
+    assert f"{stats.mismatched} mismatches" in line and stats.mismatched > 0
+    # capped runs show the cap; before the first case the line says it is starting
+    st = Stats()
+    p = Progress(st, stream=io.StringIO(), max_cases=20)
+    assert p.line().startswith("[start-up ")
+    err = io.StringIO()
+    run(_cfg(tmp_path, backends=["mldtypes"], ops=["e4m3"], max_cases=4, progress=True), stdout=io.StringIO(),
+        stderr=err)
+    assert "/ --cases 4] e4m3: 4 cases" in err.getvalue() and "0 mismatches" in err.getvalue()
+
+
+class FlipE2M1(Backend):
+    """Planted bug: every e2m1 code off by one (a backend that mismatches on every case)."""
+
+    name = "test-cli-flip-e2m1"
+    ops = ("e2m1",)
+
+    def run(self, op, case):
+        out = reference(case)
+        return {k: v ^ np.uint8(1) for k, v in out.items()}
+
+
+register_backend(FlipE2M1.name, FlipE2M1)
+
+
+def _reports(tmp_path: Path, seed=0, cases=6, shards=2, backend="mldtypes", ops="e2m1") -> list[Path]:
+    paths = []
+    for i in range(shards):
+        p = tmp_path / f"s{seed}-{i}.json"
+        code, _ = run(_cfg(tmp_path, backends=[backend], ops=[ops], max_cases=cases, seed=seed, shard=(i, shards),
+                           report=str(p)), stdout=io.StringIO(), stderr=io.StringIO())
+        paths.append(p)
+    return paths
+
+
+def _closed_pipe(args, tmp_path) -> subprocess.CompletedProcess:
+    """Run with stdout a pipe whose reader is already gone (as ``| head`` once it has its lines)."""
+    p = subprocess.Popen(PY + args, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    p.wait(timeout=120)
+    return subprocess.CompletedProcess(args, p.returncode, "", err)
+
+
+@pytest.mark.parametrize("cmd", ["run", "run-detail", "case", "replay", "merge"])
+def test_a_closed_pipe_ends_every_subcommand_quietly_with_141(cmd, tmp_path):
+    args = {
+        "run": ["run", "--backend", "mldtypes", "--ops", "e2m1", "--cases", "5", "--no-progress", "--report", "r.json"],
+        "run-detail": ["run", "--backend", "mldtypes", "--ops", "e2m1", "--cases", "5", "--detail"],
+        "case": ["case", "grouped_gemm", "--index", "3"],
+        "replay": ["replay", str(_good_case(tmp_path / "c.npz"))],
+        "merge": ["merge", *map(str, _reports(tmp_path))] if cmd == "merge" else [],
+    }[cmd]
+    r = _closed_pipe(args, tmp_path)
+    assert r.returncode == 141, r.stderr
+    assert "Traceback" not in r.stderr and "BrokenPipe" not in r.stderr and "Exception ignored" not in r.stderr
+    if cmd == "run":  # the report is written before the table
+        assert json.loads((tmp_path / "r.json").read_text())["totals"]["cases"] == 5
+
+
+@pytest.mark.skipif(shutil.which("head") is None or shutil.which("bash") is None, reason="needs bash and head")
+def test_piping_to_head_prints_the_first_lines(tmp_path):
+    cmd = (f"{sys.executable} -m conformance run --backend mldtypes --ops e2m1,e4m3,bf16 --cases 50 --detail "
+           f"--no-progress --artifacts {tmp_path}/a | head -3; echo \"status ${{PIPESTATUS[0]}}\"")
+    r = subprocess.run(["bash", "-c", cmd], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("backend ") and len(lines) == 4, r.stdout
+    assert lines[-1] in ("status 141", "status 0")  # 0 only if the table fit the pipe before head left
+    assert "Traceback" not in r.stderr and "BrokenPipe" not in r.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 3. the table and mismatch texts
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_the_default_table_has_one_row_per_backend_and_op(tmp_path):
+    out = io.StringIO()
+    code, stats = run(_cfg(tmp_path, backends=["mldtypes", "composed"], ops=["e2m1", "e4m3", "layout"],
+                           max_cases=20), stdout=out)
+    lines = out.getvalue().splitlines()
+    assert code == 0
+    assert lines[0].split() == ["backend", "op", "cases", "pass", "mismatch", "error", "cases/s"]
+    rows = lines[2:-2]
+    assert [r.split()[:5] for r in rows] == [["composed", "layout", "20", "20", "0"], ["mldtypes", "e2m1", "20", "20", "0"],
+                                             ["mldtypes", "e4m3", "20", "20", "0"]]
+    assert set(lines[-2]) == {"-"} and lines[-1].startswith("total: 60 cases, 60 passed, 0 mismatched, 0 errors")
+    out = io.StringIO()
+    run(_cfg(tmp_path, backends=["mldtypes"], ops=["e2m1"], max_cases=20, detail=True), stdout=out)
+    detail = out.getvalue()
+    assert "option" in detail.splitlines()[0] and "(all)" in detail and "values=" in detail
+
+
+def test_a_mismatch_names_both_sides_by_backend(tmp_path, monkeypatch):
+    """A planted oracle bug reads as the oracle's value against ml_dtypes', not as "got" (ml_dtypes) being wrong."""
+    import conformance.runner as R
+
+    real = R.reference
+
+    def wrong_oracle(case):
+        out = real(case)
+        return {k: v ^ np.uint8(1) for k, v in out.items()} if case.op == "e2m1" else out
+
+    monkeypatch.setattr(R, "reference", wrong_oracle)
+    case = generate("e2m1", 0, 0, OPS["e2m1"].generator, dict(OPS["e2m1"].space))
+    status, ms, *_ = check_case(B.make_backend("mldtypes"), case)
+    assert status == "mismatch"
+    text = str(ms[0])
+    assert "oracle=0x" in text and "  mldtypes=0x" in text and "ref " not in text and "got " not in text
+    assert ms[0].to_dict()["ref_name"] == "oracle" and ms[0].to_dict()["got_name"] == "mldtypes"
+    err = io.StringIO()
+    code, stats = run(_cfg(tmp_path, backends=["mldtypes"], ops=["e2m1"], max_cases=2), stdout=io.StringIO(),
+                      stderr=err)
+    assert code == 1 and "oracle=0x" in stats.failures[0]["mismatch_text"][0]
+    assert "mldtypes=0x" in err.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 4. the report identifies the run
+# ---------------------------------------------------------------------------------------------------------------
+
+def _installed(dist: str):
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def test_the_report_identifies_the_run(tmp_path):
+    rep = tmp_path / "r.json"
+    r = _cli(["run", "--backend", "mldtypes", "--ops", "e2m1", "--cases", "30", "--seed", "4", "--shard", "1/3",
+              "--report", str(rep), "--no-progress", "--artifacts", str(tmp_path / "a")])
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(rep.read_text())
+    run_ = doc["run"]
+    assert run_["seed"] == 4 and run_["shard"] == [1, 3] and run_["max_cases"] == 30
+    assert "-m conformance run --backend mldtypes" in run_["command"] and "--shard 1/3" in run_["command"]
+    assert run_["argv"][:2] == ["run", "--backend"]
+    v = run_["versions"]
+    assert v["python"] == platform.python_version() and v["numpy"] == np.__version__
+    assert v["ml_dtypes"] == _installed("ml_dtypes")
+    for dist in ("torch", "torchao", "mmasim"):
+        assert v[dist] == _installed(dist), dist  # null when absent
+    assert v["cuda_runtime"] is None and v["cuda_driver"] is None and v["gpus"] is None  # no GPU used
+    proj = run_["project"]
+    if (ROOT / ".git").exists() and shutil.which("git"):
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        assert proj["git_commit"] == head and isinstance(proj["git_dirty"], bool)
+    assert proj["package_version"] == _installed("nvfp4-oracle")
+    assert doc["startup_s"] > 0 and doc["elapsed_s"] >= doc["startup_s"]
+    (op,) = doc["ops"]
+    assert op["indices"] == dict(count=10, step=3, ranges=[[1, 28]])  # shard 1/3 of the indices 0..29
+
+
+def test_indices_are_ranges():
+    assert compress_indices([]) == dict(count=0, step=1, ranges=[])
+    assert compress_indices([5]) == dict(count=1, step=1, ranges=[[5, 5]])
+    assert compress_indices([0, 1, 2, 3, 7, 8, 9]) == dict(count=7, step=1, ranges=[[0, 3], [7, 9]])
+    assert compress_indices([2, 10, 6, 14, 30]) == dict(count=5, step=4, ranges=[[2, 14], [30, 30]])
+    # two workers, the second one ran more cases: the odd tail is one strided range
+    tail = list(range(208)) + list(range(209, 258, 2))
+    assert compress_indices(tail) == dict(count=233, step=1, ranges=[[0, 207], [209, 257, 2]])
+    assert compress_indices([1, 2, 3, 10, 20]) == dict(count=5, step=1, ranges=[[1, 3], [10, 10], [20, 20]])
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        idx = sorted(set(rng.integers(0, 300, rng.integers(1, 80)).tolist()))
+        assert expand_indices(compress_indices(idx)) == idx
+    assert expand_indices([3, 1]) == [3, 1]  # a version 1 report's list
+
+
+def test_a_version_1_report_reads_back(tmp_path):
+    doc = dict(version=1, config=dict(seed=0, shard=[0, 1], max_cases=3), elapsed_s=1.0, exit_code=0,
+               totals=dict(cases=3), skipped=[], failures=[],
+               ops=[dict(backend="mldtypes", op="e2m1", cases=3, passed=3, mismatched=0, errors=0, seconds=0.1,
+                         options={"values": {"ties": dict(cases=3, bad=0)}}, extra={}, indices=[0, 1, 2])])
+    st = Stats.from_report(doc)
+    assert st.tasks[("mldtypes", "e2m1")].indices == [0, 1, 2] and "values=ties" in st.table(detail=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 6. shards: --shard auto, merge, torchrun
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_shard_auto_reads_torchrun_and_slurm():
+    assert shard_from_env(dict(RANK="3", WORLD_SIZE="8", SLURM_PROCID="0", SLURM_NTASKS="1")) == (3, 8)
+    assert shard_from_env(dict(SLURM_PROCID="2", SLURM_NTASKS="4")) == (2, 4)
+    assert shard_from_env(dict(SLURM_ARRAY_TASK_ID="5", SLURM_ARRAY_TASK_COUNT="4", SLURM_ARRAY_TASK_MIN="3",
+                               SLURM_PROCID="0", SLURM_NTASKS="1")) == (2, 4)
+    assert shard_from_env(dict(SLURM_ARRAY_TASK_ID="2", SLURM_ARRAY_TASK_COUNT="8")) == (2, 8)
+
+
+@pytest.mark.parametrize("env", [{}, dict(RANK="2", WORLD_SIZE="2"), dict(RANK="x", WORLD_SIZE="2"),
+                                 dict(SLURM_ARRAY_TASK_ID="9", SLURM_ARRAY_TASK_COUNT="4")])
+def test_shard_auto_without_a_launcher_is_a_usage_error(env, monkeypatch, capsys):
+    for k in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT",
+              "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_STEP"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--shard", "auto", "--cases", "1"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage:" in err and "--shard auto" in err
+    if not env:
+        for var in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
+            assert var in err
+
+
+def test_shard_auto_gives_each_shard_its_own_report(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    code = main(["run", "--shard", "auto", "--backend", "mldtypes", "--ops", "e2m1", "--cases", "6", "--no-progress",
+                 "--report", str(tmp_path / "r.json"), "--artifacts", str(tmp_path / "a")])
+    assert code == 0
+    assert "total: 3 cases, 3 passed, 0 mismatched, 0 errors, 0 skipped ops, shard 1/2, " in capsys.readouterr().out
+    doc = json.loads((tmp_path / "r-1of2.json").read_text())
+    assert doc["config"]["shard"] == [1, 2] and doc["ops"][0]["indices"]["ranges"] == [[1, 5]]
+    code = main(["run", "--shard", "auto", "--backend", "mldtypes", "--ops", "e2m1", "--cases", "6", "--no-progress",
+                 "--report", str(tmp_path / "t-{shard}-of-{nshards}.json"), "--artifacts", str(tmp_path / "a")])
+    assert code == 0 and (tmp_path / "t-1-of-2.json").exists()
+
+
+def test_merge_gives_one_table_and_exit_code(tmp_path, capsys):
+    paths = _reports(tmp_path, cases=9, shards=3)
+    full = tmp_path / "full.json"
+    run(_cfg(tmp_path, backends=["mldtypes"], ops=["e2m1"], max_cases=9, report=str(full)), stdout=io.StringIO())
+    capsys.readouterr()
+    out = tmp_path / "merged.json"
+    assert main(["merge", *map(str, paths), "--report", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text.splitlines()[2].split()[:5] == ["mldtypes", "e2m1", "9", "9", "0"]
+    assert "total: 9 cases, 9 passed, 0 mismatched, 0 errors, 0 skipped ops, 3 shards" in text
+    doc, ref = json.loads(out.read_text()), json.loads(full.read_text())
+    assert doc["ops"][0]["indices"] == ref["ops"][0]["indices"] == dict(count=9, step=1, ranges=[[0, 8]])
+    assert doc["ops"][0]["options"] == ref["ops"][0]["options"]
+    assert doc["exit_code"] == 0 and doc["config"]["shard"] == [0, 1] and len(doc["merged_from"]) == 3
+    # the merged report merges again with nothing else (it is the whole run, shard 0/1)
+    assert main(["merge", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["merge", *map(str, paths), "--detail"]) == 0
+    assert "values=" in capsys.readouterr().out
+
+
+def test_merge_refuses_what_is_not_one_run(tmp_path, capsys):
+    a = _reports(tmp_path, seed=0, cases=4)
+    b = _reports(tmp_path, seed=1, cases=4)
+    assert merge([str(a[0]), str(b[1])]) == 2
+    err = capsys.readouterr().err
+    assert "cannot merge reports of different seeds: seed=0: " in err and "seed=1: " in err
+    (tmp_path / "c").mkdir()
+    c = _reports(tmp_path / "c", seed=0, cases=5)
+    assert merge([str(a[0]), str(c[1])]) == 2
+    assert "different case caps" in capsys.readouterr().err
+    assert merge([str(a[0]), str(a[0])]) == 2
+    assert "shard 0/2 appears twice" in capsys.readouterr().err
+    assert merge([str(a[0])]) == 2  # shard 1/2 missing: a table, and exit 2
+    cap = capsys.readouterr()
+    assert "mldtypes" in cap.out and "incomplete: no report for shard 1/2" in cap.err
+    (tmp_path / "junk.json").write_text("{")
+    assert merge([str(tmp_path / "junk.json")]) == 2 and "not JSON" in capsys.readouterr().err
+    assert merge([str(tmp_path / "none.json")]) == 2 and "no such file" in capsys.readouterr().err
+
+
+def test_merge_fails_when_a_shard_mismatched(tmp_path, capsys):
+    good = _reports(tmp_path, cases=4)
+    bad_dir = tmp_path / "bad"
+    bad_dir.mkdir()
+    bad = _reports(bad_dir, cases=4, backend=FlipE2M1.name)
+    assert merge([str(good[0]), str(bad[1])]) == 1
+    assert "FAILED e2m1 [test-cli-flip-e2m1]" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun (installed with torch) missing")
+def test_torchrun_shards_merge_to_the_unsharded_run(tmp_path):
+    """2 shards under ``torchrun --shard auto`` merge to the per-op counts of the unsharded run (same seed and cap)."""
+    common = ["--seed", "11", "--cases", "40", "--backend", "mldtypes", "--backend", "composed", "--ops",
+              "e2m1,layout", "--no-progress", "--artifacts", str(tmp_path / "art")]
+    tr = subprocess.run(["torchrun", "--standalone", "--nproc-per-node", "2", "-m", "conformance", "run", "--shard",
+                         "auto", "--report", str(tmp_path / "shard.json"), *common],
+                        cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=180)
+    assert tr.returncode == 0, tr.stdout + tr.stderr
+    shards = sorted(tmp_path.glob("shard-*of2.json"))
+    assert [p.name for p in shards] == ["shard-0of2.json", "shard-1of2.json"]
+    full = _cli(["run", "--report", str(tmp_path / "full.json"), *common], cwd=tmp_path)
+    assert full.returncode == 0, full.stderr
+    m = _cli(["merge", *map(str, shards), "--report", str(tmp_path / "merged.json")], cwd=tmp_path)
+    assert m.returncode == 0, m.stderr
+    merged = {(o["backend"], o["op"]): o for o in json.loads((tmp_path / "merged.json").read_text())["ops"]}
+    unsharded = {(o["backend"], o["op"]): o for o in json.loads((tmp_path / "full.json").read_text())["ops"]}
+    assert set(merged) == set(unsharded) == {("mldtypes", "e2m1"), ("composed", "layout")}
+    for key, o in unsharded.items():
+        assert (merged[key]["cases"], merged[key]["passed"]) == (o["cases"], o["passed"]) == (40, 40), key
+        assert merged[key]["indices"] == o["indices"] and merged[key]["options"] == o["options"]
+    for p in shards:
+        assert json.loads(p.read_text())["ops"][0]["cases"] == 20
+    assert "total: 80 cases, 80 passed" in m.stdout and "2 shards" in m.stdout
