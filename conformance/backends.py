@@ -4,8 +4,9 @@ A backend is an implementation under test. The runner pairs every op a backend e
 reference for that op (:mod:`conformance.ops`) and compares the outputs (:mod:`conformance.compare`).
 
 Built-in backends (CPU, the oracle self-conformance): ``mldtypes``, ``torch``, ``torchao``, ``torch-te``,
-``fractions``, ``oracle-seq``, ``oracle-tc``, ``composed`` and ``oracle-grouped``. GPU: ``device:cuda:N`` (the project's ``device``
-package). Tests and plugins add more with :func:`register_backend` or ``--backend module:attr`` on the command line.
+``fractions``, ``oracle-seq``, ``oracle-tc``, ``composed``, ``oracle-grouped`` and ``mmasim``. GPU: ``device:cuda:N``
+(the project's ``device`` package). Tests and plugins add more with :func:`register_backend` or
+``--backend module:attr`` on the command line.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from . import independent as ind
 from .cases import Case
 from .ops import gemm_epilogue, gemm_planes, grouped_gemm_b_splits, operand_quant_kwargs, quantize_kwargs
 
-__all__ = ["Backend", "BACKENDS", "BackendSpecError", "CPU_DEFAULT", "DeviceBackend", "OracleGroupedBackend",
-           "grouped_gemm_operands_by", "grouped_gemm_plan", "make_backend", "register_backend"]
+__all__ = ["Backend", "BACKENDS", "BackendSpecError", "CPU_DEFAULT", "DeviceBackend", "MmasimBackend",
+           "OracleGroupedBackend", "grouped_gemm_operands_by", "grouped_gemm_plan", "make_backend", "register_backend"]
 
 
 class BackendSpecError(ValueError):
@@ -316,6 +317,38 @@ class OracleGroupedBackend(Backend):
         y = oracle.grouped_gemm(lhs, rhs, kind=o["kind"], model=self.models[op], out_dtype=o["out_dtype"],
                                 bias=a.get("bias"), accumulate=a.get("c"))
         return {"y": y.astype(np.float32) if op == "grouped_gemm" else y}  # (fast mode: compared as float32)
+
+
+class MmasimBackend(Backend):
+    """mmasim 2.1.1, MMA-Sim's bit-accurate instruction models (Xie et al., arXiv:2511.10909), run case by case on raw
+    planes (generators.gen_mma): ``mma_sm100`` chains its Blackwell ``tcgen05.mma kind::mxf4nvf4.block16`` (k64)
+    model over K and applies SPEC 12.7's epilogue written independently (``independent.sm100_epilogue_by_hand``),
+    against ``oracle.sm100.sm100_sum`` and ``oracle.gemm(model="sm100")``; ``mma_tc`` chains its Hopper wgmma k16
+    model (``m64n8k16.f32.bf16.bf16`` and ``.f32.f16.f16``) against ``oracle.tensor_core.tensor_core_sum`` with
+    bf16 and fp16 operands (SPEC 12.6). Unavailable (its ops skipped) without mmasim."""
+
+    name = "mmasim"
+    ops = ("mma_sm100", "mma_tc")
+
+    def available(self):
+        if ind.import_torch() is None or ind.import_mmasim() is None:
+            return "mmasim is not installed (pip install mmasim==2.1.1)"
+        return None
+
+    def run(self, op, case):
+        a = case.arrays
+        planes = (a["a_data"], a["a_scales"], a["b_data"], a["b_scales"])
+        if op == "mma_tc":
+            return {"acc_bf16": ind.mmasim_wgmma(*planes, "bf16"), "acc_fp16": ind.mmasim_wgmma(*planes, "fp16")}
+        acc = ind.mmasim_tcgen05_nvf4(*planes)
+        ep = gemm_epilogue(case)
+        alpha = ep["alpha"]
+        if alpha is None:  # SPEC 12.1 with the raw planes' amax of 1 (ops.mma_planes)
+            one = np.float32(1.0)
+            alpha = np.float32(np.float32(one * one) * np.float32(1.0 / 7225344.0))
+        bias = None if ep["bias"] is None else np.asarray(ep["bias"]).astype(np.float32)
+        y = ind.sm100_epilogue_by_hand(acc, alpha, c=ep["accumulate"], bias=bias, out_dtype=ep["out_dtype"])
+        return {"acc": acc, "y": y}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -617,10 +650,11 @@ BACKENDS: dict[str, Callable[[], Backend]] = {
     "oracle-tc": TensorCoreBackend,
     "composed": ComposedBackend,
     "oracle-grouped": OracleGroupedBackend,
+    "mmasim": MmasimBackend,
 }
 #: The CPU self-conformance (``--device cpu``).
 CPU_DEFAULT = ("mldtypes", "torch", "torchao", "torch-te", "fractions", "oracle-seq", "oracle-tc", "composed",
-               "oracle-grouped")
+               "oracle-grouped", "mmasim")
 
 
 def register_backend(name: str, factory: Callable[[], Backend]) -> None:

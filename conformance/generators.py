@@ -40,9 +40,9 @@ SPACE_KEYS = frozenset({
     "algorithm", "loader", "epilogue", "num_sms",
 })
 
-__all__ = ["EXACT_ALGORITHMS", "FAST_ALGORITHMS", "GENERATORS", "SPACE_KEYS", "GemmShape", "algorithm_runs",
-           "case_rng", "draw_rht_signs", "epilogues_of", "fit_plan", "gen_k", "gen_rows", "gen_splits", "gen_values",
-           "generate", "loaders_of", "to_dtype"]
+__all__ = ["EXACT_ALGORITHMS", "FAST_ALGORITHMS", "GENERATORS", "MMA_CODES", "MMA_SCALES", "SPACE_KEYS", "GemmShape",
+           "algorithm_runs", "case_rng", "draw_rht_signs", "epilogues_of", "fit_plan", "gen_k", "gen_rows", "gen_splits",
+           "gen_values", "generate", "loaders_of", "to_dtype"]
 
 EDGE_ROWS = (0, 1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257)
 EDGE_K = (16, 32, 48, 64, 80, 128, 144, 256, 512, 1024, 2048)
@@ -869,6 +869,122 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
     return arrays, o, tags
 
 
+#: How gen_mma draws the E2M1 codes and the scale bytes of its raw planes (its tags ``codes`` and ``scales``).
+MMA_CODES = ("uniform", "sparse", "cancel_groups", "cancel_products", "zero_groups")
+MMA_SCALES = ("narrow", "spread", "extreme", "subnormal")
+
+
+def _mma_scale_bytes(rng: np.random.Generator, shape: tuple, kind: str) -> np.ndarray:
+    """Scale bytes (never NaN here) of one scale kind: "narrow" (exponent fields within 1 of one value), "spread"
+    (any exponent field), "extreme" (each byte 2^-9 .. 2^-6 or 2^7 .. 448) or "subnormal" (E4M3 subnormals and 0)."""
+    mant = rng.integers(0, 8, shape)
+    if kind == "narrow":
+        ef = np.clip(int(rng.integers(1, 15)) + rng.integers(-1, 2, shape), 0, 15)
+    elif kind == "spread":
+        ef = rng.integers(0, 16, shape)
+    elif kind == "extreme":
+        ef = np.where(rng.random(shape) < 0.5, rng.integers(14, 16, shape), rng.integers(0, 2, shape))
+    else:
+        ef = np.zeros(shape, np.int64)
+    b = (ef << 3) | mant
+    return np.where(b == 0x7F, 0x7E, b).astype(np.uint8)
+
+
+def gen_mma(rng, space) -> tuple[dict, dict, dict]:
+    """Raw operand planes for the MMA step models (SPEC 12.6, 12.7): E2M1 codes and scale bytes of A [M, K] and
+    B [N, K] (``a_data``, ``a_scales``, ``b_data``, ``b_scales``, packed as SPEC 2.3 and 8.1) drawn to stress the
+    steps' arithmetic, and an epilogue (alpha, out dtype, optional bias and C).
+
+    Codes: uniform nibbles; sparse (mostly +-0); ``cancel_groups`` (in some k64 steps one 16-group of A is another's
+    negation with the same scales on both sides, so their values cancel exactly for every output; the pair gets
+    large scales half the time; sometimes the negated copy is in the next step, against the accumulator);
+    ``cancel_products`` (some groups hold products p, -p: their sum is 0 but they are not zero groups); zero groups
+    (all-zero codes or zero scale bytes in random 16-blocks). Scales: narrow, spread, extreme (2^-9 against 448:
+    tiny and huge scale products) or subnormal; in 15% of the cases some scale bytes carry a sign bit, in 10% a few are
+    NaN (0x7F / 0xFF). K: a multiple of 16 up to 512 (not always of 64: the k64 padding), 10% 1024..2048."""
+    m, n = int(rng.integers(1, 13)), int(rng.integers(1, 13))
+    u = rng.random()
+    if u < 0.1:
+        k, kkind = 16 * int(rng.integers(64, 129)), "long"
+    elif u < 0.55:
+        k, kkind = int(rng.choice([16, 32, 48, 64, 80, 112, 128, 144, 192, 256])), "edge"
+    else:
+        k, kkind = 16 * int(rng.integers(1, 33)), "random"
+    nb = k // 16
+    ckind = str(rng.choice(MMA_CODES, p=[0.2, 0.15, 0.3, 0.15, 0.2]))
+    skind = str(rng.choice(MMA_SCALES, p=[0.25, 0.3, 0.3, 0.15]))
+    ca, cb = rng.integers(0, 16, (m, k)), rng.integers(0, 16, (n, k))
+    sa, sb = _mma_scale_bytes(rng, (m, nb), skind), _mma_scale_bytes(rng, (n, nb), skind)
+    if ckind == "sparse":
+        ca = np.where(rng.random(ca.shape) < 0.7, 8 * rng.integers(0, 2, ca.shape), ca)
+        cb = np.where(rng.random(cb.shape) < 0.7, 8 * rng.integers(0, 2, cb.shape), cb)
+    elif ckind == "cancel_groups" and nb >= 2:
+        for _ in range(int(rng.integers(1, max(2, nb // 2) + 1))):
+            g1 = int(rng.integers(nb))
+            step = g1 // 4
+            same_step = [g for g in range(4 * step, min(4 * step + 4, nb)) if g != g1]
+            nxt = list(range(4 * step + 4, min(4 * step + 8, nb)))
+            pool = same_step if (rng.random() < 0.7 or not nxt) else nxt
+            if not pool:
+                continue
+            g2 = int(rng.choice(pool))
+            c1, c2 = slice(16 * g1, 16 * g1 + 16), slice(16 * g2, 16 * g2 + 16)
+            ca[:, c2], cb[:, c2] = ca[:, c1] ^ 8, cb[:, c1]
+            if rng.random() < 0.5:  # a large pair next to small groups: the window cuts the others' bits
+                sa[:, g1], sb[:, g1] = rng.integers(0x70, 0x7F, m), rng.integers(0x70, 0x7F, n)
+            sa[:, g2], sb[:, g2] = sa[:, g1], sb[:, g1]
+    elif ckind == "cancel_products":
+        for g in np.flatnonzero(rng.random(nb) < 0.5):
+            c = slice(16 * g, 16 * g + 16)
+            blk_a, blk_b = ca[:, c].copy(), cb[:, c].copy()
+            blk_a[:, 1::2], blk_b[:, 1::2] = blk_a[:, 0::2], blk_b[:, 0::2] ^ 8
+            ca[:, c], cb[:, c] = blk_a, blk_b
+            if rng.random() < 0.5:
+                sa[:, g], sb[:, g] = 0x7E, 0x7E
+    elif ckind == "zero_groups":
+        for codes, scales in ((ca, sa), (cb, sb)):
+            for g in np.flatnonzero(rng.random(nb) < 0.3):
+                if rng.random() < 0.6:
+                    codes[:, 16 * g : 16 * g + 16] = 8 * rng.integers(0, 2, (codes.shape[0], 16))
+                    if rng.random() < 0.5:
+                        scales[:, g] = 0x7E  # a zero group with the largest scale: it must not set the window
+                else:
+                    scales[:, g] = rng.choice([0x00, 0x80])
+    signed = rng.random() < 0.15
+    if signed:
+        sa |= ((rng.random(sa.shape) < 0.3) << 7).astype(np.uint8)
+        sb |= ((rng.random(sb.shape) < 0.3) << 7).astype(np.uint8)
+    nan = rng.random() < 0.1
+    if nan:
+        for scales in (sa, sb):
+            hit = rng.random(scales.shape) < 0.05
+            scales[hit] = rng.choice([0x7F, 0xFF], size=int(hit.sum()))
+    arrays = {"a_data": (ca[:, 0::2] | (ca[:, 1::2] << 4)).astype(np.uint8), "a_scales": sa.astype(np.uint8),
+              "b_data": (cb[:, 0::2] | (cb[:, 1::2] << 4)).astype(np.uint8), "b_scales": sb.astype(np.uint8)}
+    out_dtype = pick(rng, space, "out_dtype", ["bfloat16", "float32"])
+    amode = str(rng.choice(["auto", "one", "random", "negative", "zero", "tiny", "huge"],
+                           p=[0.2, 0.2, 0.2, 0.15, 0.1, 0.1, 0.05]))
+    alpha = {"auto": None, "one": 1.0, "zero": 0.0,
+             "random": float(np.float32(np.exp(rng.uniform(-20, 20)))),
+             "negative": -float(np.float32(np.exp(rng.uniform(-20, 20)))),
+             "tiny": float(np.float32(2.0 ** rng.integers(-149, -125))),
+             "huge": float(np.float32(2.0 ** rng.integers(100, 128)))}[amode]
+    if rng.random() < 0.3:
+        bias = (rng.standard_normal(n) * 10.0 ** rng.uniform(-6, 6)).astype(np.float32)
+        bias[rng.random(n) < 0.2] = -0.0
+        if rng.random() < 0.1:
+            bias[int(rng.integers(n))] = rng.choice([np.nan, np.inf, -np.inf])
+        arrays["bias"] = bias.astype(ml_dtypes.bfloat16) if rng.random() < 0.3 else bias
+    if rng.random() < 0.3:
+        c = (rng.standard_normal((m, n)) * 10.0 ** rng.uniform(-6, 6)).astype(np.float32)
+        c[rng.random((m, n)) < 0.2] = -0.0
+        arrays["c"] = c
+    o = {"out_dtype": out_dtype, "alpha": alpha}
+    tags = {"codes": ckind, "scales": skind, "k": kkind, "signed_scales": str(signed), "nan_scales": str(nan),
+            "alpha": amode, "out_dtype": out_dtype, "bias_c": "+".join(x for x in ("bias", "c") if x in arrays) or "none"}
+    return arrays, o, tags
+
+
 GENERATORS: dict[str, Callable] = {
     "grouped_gemm": gen_grouped_gemm,
     "quantize": gen_quantize,
@@ -878,6 +994,7 @@ GENERATORS: dict[str, Callable] = {
     "gemm": gen_gemm,
     "layout": gen_layout,
     "dequantize": gen_dequantize,
+    "mma": gen_mma,
 }
 
 

@@ -1,10 +1,11 @@
 """Implementations the oracle is checked against (CPU self-conformance).
 
 Libraries we did not write: ml_dtypes (E2M1, E4M3, bf16 casts), torch (bf16 cast, a float64 matmul RHT),
-torchao 0.18 (``nvfp4_quantize`` and its ``to_blocked`` scale swizzle) and Python's ``fractions`` (exact GEMM).
+torchao 0.18 (``nvfp4_quantize`` and its ``to_blocked`` scale swizzle), Python's ``fractions`` (exact GEMM) and
+mmasim 2.1.1 (MMA-Sim's instruction models of Blackwell's tcgen05.mma and Hopper's wgmma).
 Layout code here (swizzle scatter, offsets, capacities) is written from SPEC 8.2 / 9.2 / 9.3 independently of
 ``oracle/swizzle.py`` (a scatter by the published byte formula instead of a reshape/transpose).
-torch and torchao are imported lazily: they are optional extras.
+torch, torchao and mmasim are imported lazily: they are optional extras.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import numpy as np
 __all__ = [
     "mld_e2m1", "mld_e4m3", "mld_bf16", "mld_dequantize", "torch_bf16", "torch_rht", "torchao_quantize", "torchao_swizzle",
     "swizzle_by_formula", "offsets_by_table", "capacities_by_formula", "fraction_gemm", "round_fraction",
-    "import_torch", "import_torchao",
+    "import_torch", "import_torchao", "import_mmasim", "mmasim_tcgen05_nvf4", "mmasim_wgmma",
+    "sm100_epilogue_by_hand",
 ]
 
 
@@ -334,3 +336,121 @@ def fraction_gemm(a_plane, b_plane, *, alpha, bias, c, out_dtype: str) -> np.nda
                 v += Fraction(float(bias[j]))
             out[i, j] = round_fraction(v, out_dtype)
     return out.astype(ml_dtypes.bfloat16) if out_dtype == "bfloat16" else out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# mmasim: MMA-Sim's instruction models (Xie et al., arXiv:2511.10909)
+# ---------------------------------------------------------------------------------------------------------------
+
+#: the instructions whose models the backend runs (mmasim's shape-and-type strings; the models take any M and N)
+TCGEN05_NVF4 = "m128n8k64.kind::mxf4nvf4.block16.f32.e2m1.e2m1.ue4m3"
+WGMMA_FORMS = {"bf16": "m64n8k16.f32.bf16.bf16", "fp16": "m64n8k16.f32.f16.f16"}
+
+
+def import_mmasim():
+    """``(TCGen05MMABlockScale, WGMMA)`` from ``mmasim.nv_ptx``, or None (optional extra)."""
+    try:
+        from mmasim.nv_ptx import WGMMA, TCGen05MMABlockScale
+    except Exception:  # noqa: BLE001
+        return None
+    return TCGen05MMABlockScale, WGMMA
+
+
+def mmasim_tcgen05_nvf4(a_data: np.ndarray, a_scales: np.ndarray, b_data: np.ndarray,
+                        b_scales: np.ndarray) -> np.ndarray:
+    """fp32 [M, N]: A . B^T as a chain of mmasim's ``tcgen05.mma kind::mxf4nvf4.block16`` (k64) instruction model,
+    one call per 64 K positions in K order, each call's D the next one's C, from C = +0.
+
+    Inputs: codes u8 [R, K/2] (element 2i in the low nibble, SPEC 2.3) and scale bytes u8 [R, K/16]. K is padded to
+    a multiple of 64 with zero bytes (zero codes, zero scales: what a TMA zero-fill delivers). mmasim unpacks the high
+    nibble of a byte first, so the nibbles are swapped for it; scale bytes go in as ``float8_e4m3fn`` (the model reads
+    them as UE4M3 itself). mmasim's ``__call__(A, B, C, alpha, beta)`` takes A [M, K/2], B [K/2, N], C [M, N] and the
+    scales of A [M, K/16] and of B [K/16, N]."""
+    import torch
+
+    tcgen05, _ = import_mmasim()
+    op = tcgen05("Blackwell", TCGEN05_NVF4)
+    m, n, k = a_data.shape[0], b_data.shape[0], 2 * a_data.shape[1]
+    kp = -(-k // 64) * 64
+
+    def pad(d, s):
+        dp = np.zeros((d.shape[0], kp // 2), np.uint8)
+        dp[:, : d.shape[1]] = d
+        sp = np.zeros((s.shape[0], kp // 16), np.uint8)
+        sp[:, : s.shape[1]] = s
+        return torch.from_numpy(((dp & 0x0F) << 4) | (dp >> 4)), torch.from_numpy(sp).view(torch.float8_e4m3fn)
+
+    a, sa = pad(a_data, a_scales)
+    b, sb = pad(b_data, b_scales)
+    c = torch.zeros((m, n), dtype=torch.float32)
+    for j in range(kp // 64):
+        c = op(a[:, 32 * j : 32 * j + 32], b[:, 32 * j : 32 * j + 32].T, c, sa[:, 4 * j : 4 * j + 4],
+               sb[:, 4 * j : 4 * j + 4].T)
+    return c.numpy().astype(np.float32)
+
+
+def mmasim_wgmma(a_data: np.ndarray, a_scales: np.ndarray, b_data: np.ndarray, b_scales: np.ndarray,
+                 operands: str) -> np.ndarray:
+    """fp32 [M, N]: A . B^T as a chain of mmasim's Hopper ``wgmma ... k16`` instruction model (fp32 accumulator,
+    ``operands`` "bf16" or "fp16"), one call per 16-block in K order from C = +0, with every dequantized element
+    ``v = E2M1 * E4M3`` (decoded by ml_dtypes, the scale's sign included) presented as ``v * 2^-14`` in that format
+    (exact, checked) and the sum scaled back by 2^28 (exact: a nonzero sum is a normal fp32 number)."""
+    import torch
+
+    _, wgmma = import_mmasim()
+    op = wgmma("Hopper", WGMMA_FORMS[operands])
+    dtype = torch.bfloat16 if operands == "bf16" else torch.float16
+
+    def present(d, s):
+        r, k = d.shape[0], 2 * d.shape[1]
+        nib = np.stack((d & 0x0F, d >> 4), axis=-1).reshape(r, k).astype(np.uint8)
+        q = nib.view(ml_dtypes.float4_e2m1fn).astype(np.float32)
+        sf = s.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+        with np.errstate(invalid="ignore"):
+            v = (q.reshape(r, k // 16, 16) * sf[:, :, None]).reshape(r, k) * np.float32(2.0**-14)
+        t = torch.from_numpy(v).to(dtype)
+        back = t.to(torch.float32).numpy()
+        if not np.array_equal(back, v, equal_nan=True):
+            raise ValueError(f"an operand is not exactly representable in {operands}")
+        return t
+
+    a, b = present(a_data, a_scales), present(b_data, b_scales)
+    c = torch.zeros((a.shape[0], b.shape[0]), dtype=torch.float32)
+    for j in range(a.shape[1] // 16):
+        c = op(a[:, 16 * j : 16 * j + 16], b[:, 16 * j : 16 * j + 16].T, c)
+    return (c.numpy() * np.float32(2.0**28)).astype(np.float32)
+
+
+def sm100_epilogue_by_hand(acc: np.ndarray, alpha, *, c, bias, out_dtype: str) -> np.ndarray:
+    """SPEC 12.7's epilogue from its text, element by element: ``z = alpha * acc`` in fp32, or with a bias the exact
+    ``alpha * acc + bias`` (fractions) rounded once to fp32 (an exact zero: -0 only when both parts are -0, as IEEE's
+    fused multiply-add; non-finite parts by IEEE arithmetic); then ``C + z`` with C, ``0 + z`` without C or bias, else
+    z; then the cast to ``out_dtype`` (RNE)."""
+    f = np.float32
+    al = f(alpha)
+    m, n = acc.shape
+    y = np.zeros((m, n), np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for i in range(m):
+            for j in range(n):
+                x = f(acc[i, j])
+                if bias is None:
+                    z = f(al * x)
+                else:
+                    bj = f(bias[j])
+                    if np.isfinite(al) and np.isfinite(x) and np.isfinite(bj):
+                        exact = Fraction(float(al)) * Fraction(float(x)) + Fraction(float(bj))
+                        if exact == 0:
+                            prod_neg = bool(np.signbit(al)) != bool(np.signbit(x))
+                            both_neg_zero = al * x == 0 and prod_neg and bj == 0 and np.signbit(bj)
+                            z = f(-0.0) if both_neg_zero else f(0.0)
+                        else:
+                            z = f(round_fraction(exact, "float32"))
+                    else:
+                        z = f(float(al) * float(x) + float(bj))
+                if c is not None:
+                    z = f(f(c[i, j]) + z)
+                elif bias is None:
+                    z = f(z + f(0.0))
+                y[i, j] = z
+    return y.astype(ml_dtypes.bfloat16) if out_dtype == "bfloat16" else y

@@ -12,6 +12,9 @@ Canonical output dicts (every backend returns a subset of the reference's keys, 
 * ``gemm`` / ``gemm_exact``: ``y`` (out dtype) [M, N]; ``gemm`` also ``bound`` (f64, SPEC 12.4).
 * ``layout``: ``swizzled``, ``roundtrip``, ``offsets_*``, ``capacities``.
 * ``dequantize``: ``y`` f32 [R, C] (SPEC 11 on arbitrary bytes; NaN compared as a class, SPEC 11.2).
+* ``mma_sm100``: ``acc`` f32 [M, N] (the chain of Blackwell k64 steps, SPEC 12.7) and ``y`` (out dtype) [M, N] (with
+  SPEC 12.7's epilogue); ``mma_tc``: ``acc_bf16`` and ``acc_fp16`` f32 [M, N] (the Hopper k16 chain over the operands
+  presented in bf16 / fp16, SPEC 12.6). NaN compared as a class.
 """
 
 from __future__ import annotations
@@ -25,11 +28,13 @@ import numpy as np
 import oracle
 from oracle import fp4_numpy as F
 from oracle.planes import QuantizedPlane
+from oracle.sm100 import sm100_sum
 from oracle.swizzle import grouped_scale_offsets, swizzle_scales, unswizzle_scales
+from oracle.tensor_core import tensor_core_sum
 
 from .cases import Case
 
-__all__ = ["OPS", "OpSpec", "quantize_kwargs", "gemm_planes", "reference"]
+__all__ = ["MMA_OPS", "OPS", "OpSpec", "quantize_kwargs", "gemm_planes", "mma_planes", "reference"]
 
 
 @dataclass(frozen=True)
@@ -272,6 +277,33 @@ def ref_layout(case: Case) -> dict:
     return out
 
 
+def mma_planes(case: Case) -> tuple[QuantizedPlane, QuantizedPlane]:
+    """The raw operand planes of an ``mma_*`` case (generators.gen_mma): A [M, K] and B [N, K] from the stored codes and
+    scale bytes, amax 1 under rule "te" (only an automatic alpha reads it: SPEC 12.1)."""
+    a = case.arrays
+
+    def plane(name: str) -> QuantizedPlane:
+        d = a[f"{name}_data"]
+        return QuantizedPlane(d, a[f"{name}_scales"], np.float32(1.0), (d.shape[0], 2 * d.shape[1]))
+
+    return plane("a"), plane("b")
+
+
+def ref_mma_sm100(case: Case) -> dict:
+    """The Blackwell model's accumulator and its result with the case's epilogue (SPEC 12.7)."""
+    pa, pb = mma_planes(case)
+    return {"acc": sm100_sum(pa, pb), "y": oracle.gemm(pa, pb, model="sm100", **gemm_epilogue(case))}
+
+
+def ref_mma_tc(case: Case) -> dict:
+    """The Hopper tensor-core model's accumulator with the operands presented in bf16 and in fp16 (SPEC 12.6)."""
+    pa, pb = mma_planes(case)
+    return {"acc_bf16": tensor_core_sum(pa, pb, operands="bf16"), "acc_fp16": tensor_core_sum(pa, pb, operands="fp16")}
+
+
+#: the ops on raw planes (generator "mma"): their outputs hold NaN compared as a class (conformance.compare)
+MMA_OPS = ("mma_sm100", "mma_tc")
+
 OPS: dict[str, OpSpec] = {
     s.name: s
     for s in (
@@ -288,6 +320,8 @@ OPS: dict[str, OpSpec] = {
         OpSpec("grouped_gemm", "grouped_gemm", ref_grouped_gemm_fast, mode="bound", cost=2.0),
         OpSpec("grouped_gemm_exact", "grouped_gemm", ref_grouped_gemm_exact, space={"mode": "exact"}, cost=2.0),
         OpSpec("grouped_gemm_tc", "grouped_gemm", ref_grouped_gemm_tensor_core, cost=2.0),
+        OpSpec("mma_sm100", "mma", ref_mma_sm100, cost=1.5),
+        OpSpec("mma_tc", "mma", ref_mma_tc, cost=1.5),
     )
 }
 

@@ -18,7 +18,7 @@ from oracle.rht import DEFAULT_RHT_SIGNS
 
 from .cases import PLAIN_QUANT, Case, case_size
 from .generators import GemmShape, fit_plan
-from .ops import grouped_gemm_b_splits
+from .ops import MMA_OPS, grouped_gemm_b_splits
 
 __all__ = ["shrink", "candidates"]
 
@@ -229,6 +229,43 @@ def _grouped_gemm_smaller(case: Case) -> Iterator[Case]:
             yield case.replace({name: y})
 
 
+def _mma_candidates(case: Case) -> Iterator[Case]:
+    """Smaller ``mma_*`` cases: no bias / C / explicit alpha, fewer rows of A or B, fewer 16-blocks (both operands),
+    zeroed 16-blocks of codes."""
+    a, o = case.arrays, case.options
+    for name in ("bias", "c"):
+        if name in a:
+            c = case.replace()
+            del c.arrays[name]
+            yield c
+    if o.get("alpha") is not None:
+        yield case.replace(options={"alpha": None})
+    for side, axis in (("a", 0), ("b", 1)):
+        rows = a[f"{side}_data"].shape[0]
+        for keep in _chunks(rows):
+            if keep.size == 0:
+                continue
+            new = {f"{side}_data": a[f"{side}_data"][keep], f"{side}_scales": a[f"{side}_scales"][keep]}
+            if "c" in a:
+                new["c"] = np.take(a["c"], keep, axis=axis)
+            if side == "b" and "bias" in a:
+                new["bias"] = a["bias"][keep]
+            yield case.replace(new)
+    nb = a["a_scales"].shape[1]
+    for keep in _chunks(nb):
+        if keep.size:  # block j: data bytes [8 j, 8 j + 8), scale column j
+            cols = (8 * keep[:, None] + np.arange(8)).reshape(-1)
+            yield case.replace({f"{s}_{f}": a[f"{s}_{f}"][:, cols if f == "data" else keep]
+                                for s in ("a", "b") for f in ("data", "scales")})
+    for side in ("a", "b"):
+        d = a[f"{side}_data"]
+        for j in range(nb):
+            if d[:, 8 * j : 8 * j + 8].any():
+                z = d.copy()
+                z[:, 8 * j : 8 * j + 8] = 0
+                yield case.replace({f"{side}_data": z})
+
+
 def candidates(case: Case) -> Iterator[Case]:
     """Smaller variants of ``case`` (not yet checked to fail)."""
     a, o = case.arrays, case.options
@@ -303,6 +340,9 @@ def candidates(case: Case) -> Iterator[Case]:
         for name in ("a", "b"):
             for y in _zero_elements(a[name]):
                 yield case.replace({name: y})
+        return
+    if op in MMA_OPS:  # raw planes: codes [R, K/2] (low nibble first), scales [R, K/16]
+        yield from _mma_candidates(case)
         return
     if op == "dequantize":  # a stored plane: data [R, C/2], compact scales [R, C/16]; fewer rows, fewer 16-blocks
         data, sc = a["data"], a["scales"]

@@ -1,5 +1,6 @@
 """Block-scaled NVFP4 GEMM models (SPEC 12): alpha, TE's sequential fp32 model, the exact model and the
-proven elementwise error bound that any fp32-accumulating implementation must meet."""
+proven elementwise error bound that any fp32-accumulating implementation must meet; the Hopper and Blackwell
+tensor-core models live in ``tensor_core.py`` and ``sm100.py``."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from .exact import exact_int_matmul, f32_to_int_exp, round_certified, round_dyad
 from .fp4_numpy import decode_e2m1, decode_e4m3
 from .planes import QuantizedPlane
 from .scale_rules import torchao_per_tensor_scale
+from .sm100 import sm100_epilogue, sm100_sum
 from .tensor_core import tensor_core_sum
 
 __all__ = ["gemm", "gemm_alpha", "gemm_error_bound", "within_bound"]
@@ -124,6 +126,8 @@ def gemm(
             SPEC 12.2. Cost: "sequential" and "exact" take seconds for 2048^3; "tensor_core" models every k16 step
             of every output in integer arithmetic and is about 20x slower (one CPU measurement: 33 s against 1.8 s
             for "exact" at 2048^3): use it on the sizes a test needs, e.g. a few groups of a few hundred rows.
+            "sm100": Blackwell's block-scaled MMA (tcgen05.mma kind::mxf4nvf4, k64 steps in K order, SPEC 12.7) and
+            the epilogue of a CUTLASS SM100 grouped GEMM (SPEC 12.7, not 12.2's); a few times "sequential"'s cost.
         out_dtype: "bfloat16" (returns ml_dtypes.bfloat16) or "float32".
         bias: optional [N] float32/bfloat16 row vector added to every row.
         accumulate: optional float32 [M, N] C added to the product (wgrad's main_grad).
@@ -141,8 +145,11 @@ def gemm(
             if bv is not None:
                 y = (y + bv[None, :]).astype(np.float32)
         return _finish(y, out_dtype)
+    if model == "sm100":
+        y = sm100_epilogue(sm100_sum(a_plane, b_plane), al, c=c, bias=bv)
+        return _finish(y, out_dtype)
     if model != "exact":
-        raise ValueError(f"model must be 'sequential', 'exact' or 'tensor_core', got {model!r}")
+        raise ValueError(f"model must be 'sequential', 'exact', 'tensor_core' or 'sm100', got {model!r}")
     return _finish(_exact(a_plane, b_plane, al, c, bv, out_dtype), out_dtype)
 
 

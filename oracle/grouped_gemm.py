@@ -32,7 +32,7 @@ def grouped_gemm(a: GroupedNVFP4Tensor, b: GroupedNVFP4Tensor, *, kind: str = "f
             ``roundup(m_g, 16)`` padded tokens): dW [E, N, K].
         kind: "fprop", "dgrad" or "wgrad".
         model: as :func:`oracle.gemm` ("sequential" = the device's exact mode, "tensor_core" = its fast mode bit for
-            bit, "exact").
+            bit, "exact", "sm100" = a B200's CUTLASS grouped GEMM, SPEC 12.7).
         out_dtype: "bfloat16" or "float32"; default bfloat16 for fprop / dgrad, float32 for wgrad (the device's).
         bias: fprop [E, N] / dgrad [E, K] float32 or bfloat16 (widened exactly, SPEC 12.2), one row per group (not
             with wgrad).

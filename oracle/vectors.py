@@ -113,13 +113,14 @@ def _cases(rng) -> list[tuple[str, str, str, Callable[[], tuple[dict, dict, dict
             ins = {"a_data": pa.data, "a_scales": pa.scales, "a_amax": np.float32(pa.amax),
                    "b_data": pb.data, "b_scales": pb.scales, "b_amax": np.float32(pb.amax)}
             out = {"alpha": gemm_alpha(pa, pb)}
-            for model in ("sequential", "tensor_core", "exact"):
+            for model in ("sequential", "tensor_core", "sm100", "exact"):
                 for od in ("bfloat16", "float32"):
                     out[f"y_{model}_{od}"] = gemm(pa, pb, model=model, out_dtype=od, **o)
             ins.update({k: v for k, v in o.items() if isinstance(v, np.ndarray)})
             opts = {"a": _with_defaults(quantize, {}), "b": _with_defaults(quantize, {"block": (16, 16)}),
                     "outputs": "y_<model>_<out_dtype> = oracle.gemm(a, b, model=..., out_dtype=..., bias=bias): "
-                               "sequential (TE, SPEC 12.2), tensor_core (Hopper wgmma, 12.6), exact (12.3); "
+                               "sequential (TE, SPEC 12.2), tensor_core (Hopper wgmma, 12.6), sm100 (B200 "
+                               "tcgen05 and CUTLASS's epilogue, 12.7), exact (12.3); "
                                "alpha from the amaxes (12.1)"}
             return ins, opts, out
         return build
@@ -134,7 +135,7 @@ def _cases(rng) -> list[tuple[str, str, str, Callable[[], tuple[dict, dict, dict
                 for f in ("data", "scales", "amax", "data_offsets", "scale_offsets"):
                     ins[f"{name}_{f}"] = getattr(t, f"row_{f}")
             out = {f"y_{m}_bfloat16": grouped_gemm(xq, wq, kind="fprop", model=m)
-                   for m in ("sequential", "tensor_core")}
+                   for m in ("sequential", "tensor_core", "sm100")}
             opts = {"kind": "fprop", "a": _with_defaults(group_quantize, {}),
                     "b": _with_defaults(group_quantize, {"block": (16, 16)}), "N": n,
                     "outputs": "y_<model>_bfloat16 [T, N] = oracle.grouped_gemm(a, b, kind='fprop', model=...): "

@@ -44,7 +44,7 @@ def _rerun(meta, ins):
         pb = oracle.QuantizedPlane(ins["b_data"], ins["b_scales"], ins["b_amax"][0], (ins["b_data"].shape[0], k),
                                    block=tuple(o["b"]["block"]))
         out = {"alpha": oracle.gemm_alpha(pa, pb)}
-        for model in ("sequential", "tensor_core", "exact"):
+        for model in ("sequential", "tensor_core", "sm100", "exact"):
             for od in ("bfloat16", "float32"):
                 out[f"y_{model}_{od}"] = oracle.gemm(pa, pb, model=model, out_dtype=od, bias=ins["bias"])
         return out
@@ -65,7 +65,7 @@ def _rerun(meta, ins):
         pa = planes("a", ins["splits"].tolist(), (1, 16))
         pb = planes("b", [o["N"]] * e, (16, 16))
         return {f"y_{m}_bfloat16": np.concatenate([oracle.gemm(pa[g], pb[g], model=m) for g in range(e)])
-                for m in ("sequential", "tensor_core")}
+                for m in ("sequential", "tensor_core", "sm100")}
     assert meta["op"] == "swizzle_scales"
     return {"swizzled": swizzle_scales(ins["compact"])}
 
