@@ -13,6 +13,8 @@ Columns (TFLOP/s = 2*T*N*K / time; wgrad counts the unpadded T):
                                the sizes
   x_hyb                     -- exact mode with the plan exact_hybrid (an fp16 copy of A only, decode timed; B
                                decoded in the kernel; fprop / dgrad, nan for wgrad)
+  sm100                     -- mode "sm100" (a B200's bits, SPEC 12.7; its integer kernel sm100_simt), 2 calls per
+                               round
   grouped_mm                -- torch._grouped_mm on BF16 operands (wgrad: bf16 output, fp32 is refused; the
                                "wgrad-bf16" rows run our wgrad with bf16 output too, the same bytes written; the
                                "wgrad-acc" rows run ours with accumulate=True into an fp32 main_grad, and grouped_mm
@@ -229,6 +231,7 @@ def bench_case(name, e, t, k, n, skew, kind, iters, reps, sustain, rule="te", sp
            "x_fused": (Planned(ours("exact"), algorithm="exact_fused"), x_iters),
            "x_dq": (Planned(ours("exact"), algorithm="exact_copies"), x_iters),
            "x_hyb": (Planned(ours("exact"), algorithm="exact_hybrid") if kind != "wgrad" else None, x_iters),
+           "sm100": (ours("sm100"), 2),
            "grouped_mm": (bf16_gmm, iters), "loop": (loop, iters), "deq+gmm": (deq, iters)}
     for key in ("fast", "exact", "grouped_mm"):  # the sustained columns
         fns[key + "_s"] = fns[key]
@@ -278,8 +281,8 @@ def main():
     rules = args.rules.split(",")
     width = 30 if rules == ["te"] else 30 + max(len(r) for r in rules)  # (the rule appended to the case name)
     hdr = (f"{'case':{width}s} {'kind':10s} {'fast':>7s} {'fused':>7s} {'exact':>7s} {'x_fused':>7s} {'x_dq':>7s}"
-           f" {'x_hyb':>7s} {'grp_mm':>7s} {'loop':>7s} {'wdq+gmm':>7s}"
-           f" {'fast/gmm':>8s} {'exact/gmm':>9s} {'fast/wdq':>8s} | {'fast_s':>7s} {'exact_s':>7s} {'grp_mm_s':>8s}"
+           f" {'x_hyb':>7s} {'sm100':>7s} {'grp_mm':>7s} {'loop':>7s} {'wdq+gmm':>7s}"
+           f" {'fast/gmm':>8s} {'exact/gmm':>9s} {'sm100/gmm':>9s} {'fast/wdq':>8s} | {'fast_s':>7s} {'exact_s':>7s} {'grp_mm_s':>8s}"
            f" {'fast/gmm_s':>10s} {'exact/gmm_s':>11s}")
     print(f"TFLOP/s (2*T*N*K / time); burst columns, then sustained (_s: after {args.sustain:g} s of the same call)")
     print(hdr)
@@ -292,9 +295,10 @@ def main():
             if len(rules) > 1 or rule != "te":
                 r["case"] = f"{name} {rule}"
             print(f"{r['case']:{width}s} {kind:10s} {r['fast']:7.1f} {r['fused']:7.1f} {r['exact']:7.1f} {r['x_fused']:7.1f} "
-                  f"{r['x_dq']:7.1f} {r['x_hyb']:7.1f} {r['grouped_mm']:7.1f} "
+                  f"{r['x_dq']:7.1f} {r['x_hyb']:7.1f} {r['sm100']:7.1f} {r['grouped_mm']:7.1f} "
                   f"{r['loop']:7.1f} {r['deq+gmm']:7.1f} {r['fast'] / r['grouped_mm']:8.2f} "
-                  f"{r['exact'] / r['grouped_mm']:9.2f} {r['fast'] / r['deq+gmm']:8.2f} | {r['fast_s']:7.1f} "
+                  f"{r['exact'] / r['grouped_mm']:9.2f} {r['sm100'] / r['grouped_mm']:9.2f} "
+                  f"{r['fast'] / r['deq+gmm']:8.2f} | {r['fast_s']:7.1f} "
                   f"{r['exact_s']:7.1f} {r['grouped_mm_s']:8.1f} {r['fast_s'] / r['grouped_mm_s']:10.2f} "
                   f"{r['exact_s'] / r['grouped_mm_s']:11.2f}", flush=True)
 

@@ -305,8 +305,9 @@ class OracleGroupedBackend(Backend):
     not drawn: ``oracle.grouped_gemm`` raises where the device writes NaN."""
 
     name = "oracle-grouped"
-    ops = ("grouped_gemm", "grouped_gemm_tc", "grouped_gemm_exact")
-    models = {"grouped_gemm": "sequential", "grouped_gemm_tc": "tensor_core", "grouped_gemm_exact": "sequential"}
+    ops = ("grouped_gemm", "grouped_gemm_tc", "grouped_gemm_exact", "grouped_gemm_sm100")
+    models = {"grouped_gemm": "sequential", "grouped_gemm_tc": "tensor_core", "grouped_gemm_exact": "sequential",
+              "grouped_gemm_sm100": "sm100"}
 
     def space(self, op):
         return {"groups_agree": [True]}
@@ -440,7 +441,7 @@ class DeviceBackend(Backend):
             if hasattr(self._mod, "swizzle_scales"):
                 self.ops += ("layout",)
             if hasattr(self._mod, "grouped_gemm"):
-                self.ops += ("grouped_gemm", "grouped_gemm_exact", "grouped_gemm_tc")
+                self.ops += ("grouped_gemm", "grouped_gemm_exact", "grouped_gemm_tc", "grouped_gemm_sm100")
 
     def available(self):
         return self._reason
@@ -571,7 +572,8 @@ class DeviceBackend(Backend):
         b_splits = torch.from_numpy(grouped_gemm_b_splits(case)).to(dev)  # (SPEC 12.5: may disagree with splits)
         kind = o["kind"]
         lhs, rhs = grouped_gemm_operands_by(mod.group_quantize, case, t, splits, b_splits)
-        kw = dict(kind=kind, mode="exact" if op == "grouped_gemm_exact" else "fast",
+        mode = {"grouped_gemm_exact": "exact", "grouped_gemm_sm100": "sm100"}.get(op, "fast")
+        kw = dict(kind=kind, mode=mode,
                   out_dtype=torch.bfloat16 if o["out_dtype"] == "bfloat16" else torch.float32)
         plan = grouped_gemm_plan(case)
         if plan["algorithm"] == "auto":

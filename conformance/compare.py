@@ -295,7 +295,7 @@ def _compare(case: Case, ref: dict, out: dict, mode: str, stats: dict | None) ->
         return _bound_compare(case, ref, out, stats)
     if mode == "rht":
         return _rht_compare(case, ref, out, stats)
-    if case.op in ("gemm_exact", "grouped_gemm_exact", "grouped_gemm_tc", "dequantize"):
+    if case.op in ("gemm_exact", "grouped_gemm_exact", "grouped_gemm_tc", "grouped_gemm_sm100", "dequantize"):
         ref = dict(ref)
         out = dict(out)
         for d in (ref, out):

@@ -251,6 +251,11 @@ def ref_grouped_gemm_tensor_core(case: Case) -> dict:
     return _grouped_gemm(case, "tensor_core")
 
 
+def ref_grouped_gemm_sm100(case: Case) -> dict:
+    """mode="sm100": byte-identical to the Blackwell model per group (SPEC 12.7)."""
+    return _grouped_gemm(case, "sm100")
+
+
 def ref_grouped_gemm_exact(case: Case) -> dict:
     """mode="exact": byte-identical to the sequential model per group."""
     return _grouped_gemm(case, "sequential")
@@ -320,6 +325,7 @@ OPS: dict[str, OpSpec] = {
         OpSpec("grouped_gemm", "grouped_gemm", ref_grouped_gemm_fast, mode="bound", cost=2.0),
         OpSpec("grouped_gemm_exact", "grouped_gemm", ref_grouped_gemm_exact, space={"mode": "exact"}, cost=2.0),
         OpSpec("grouped_gemm_tc", "grouped_gemm", ref_grouped_gemm_tensor_core, cost=2.0),
+        OpSpec("grouped_gemm_sm100", "grouped_gemm", ref_grouped_gemm_sm100, space={"mode": "sm100"}, cost=2.0),
         OpSpec("mma_sm100", "mma", ref_mma_sm100, cost=1.5),
         OpSpec("mma_tc", "mma", ref_mma_tc, cost=1.5),
     )

@@ -88,10 +88,12 @@ ALGORITHM_TILES = {
     Algorithm.exact_fused: (128, 128),
     Algorithm.exact_copies: (128, 128),
     Algorithm.exact_hybrid: (128, 128),
+    Algorithm.sm100_simt: (64, 64),
 }
 FAST = (Algorithm.fused_64x256, Algorithm.fused_128x256, Algorithm.fused_pair_256x256, Algorithm.swapped_64x256,
         Algorithm.copies_cutlass)
 EXACT = (Algorithm.exact_fused, Algorithm.exact_copies, Algorithm.exact_hybrid)
+SM100 = (Algorithm.sm100_simt,)
 FUSED_FAST = (Algorithm.fused_64x256, Algorithm.fused_128x256, Algorithm.fused_pair_256x256)
 
 # --- thresholds (each the crossover of an A/B on the benchmark shapes; docs/performance.md, "Kernel choice") ---
@@ -234,8 +236,9 @@ def _fused_fast_algorithm(p: GemmProblem) -> Algorithm:
 
 def algorithm_unavailable(a: Algorithm, p: GemmProblem) -> str | None:
     """Why algorithm ``a`` cannot run problem ``p`` (None: it can)."""
-    if (a in FAST) != (p.mode == "fast"):
-        return f"{a.name} is {'a fast' if a in FAST else 'an exact'}-mode algorithm, the call is mode={p.mode!r}"
+    mode = "fast" if a in FAST else ("exact" if a in EXACT else "sm100")
+    if mode != p.mode:
+        return f"{a.name} is {'an' if mode == 'exact' else 'a'} {mode}-mode algorithm, the call is mode={p.mode!r}"
     if a == Algorithm.swapped_64x256:
         if p.kind == "wgrad":
             return "it runs fprop and dgrad only (its token operand is a rowwise plane)"
@@ -261,6 +264,8 @@ def algorithm_unavailable(a: Algorithm, p: GemmProblem) -> str | None:
 
 
 def _auto_algorithm(p: GemmProblem) -> Algorithm:
+    if p.mode == "sm100":
+        return Algorithm.sm100_simt
     if p.mode == "exact":
         if _exact_copies_pay(p):
             return Algorithm.exact_copies
@@ -298,7 +303,7 @@ def loader_unavailable(a: Algorithm, loader: Loader, p: GemmProblem) -> str | No
     if a == Algorithm.swapped_64x256:
         return _swapped_tma_reason(p) if loader == Loader.tma else None
     has = {Algorithm.exact_copies: (Loader.tma, Loader.cp_async), Algorithm.exact_hybrid: (Loader.tma,),
-           Algorithm.copies_cutlass: (Loader.tma,)}.get(a, (Loader.cp_async,))
+           Algorithm.copies_cutlass: (Loader.tma,), Algorithm.sm100_simt: (Loader.loads,)}.get(a, (Loader.cp_async,))
     return None if loader in has else f"{a.name} has the loader(s) {[x.name for x in has]} only"
 
 
@@ -306,7 +311,8 @@ def epilogue_unavailable(a: Algorithm, epilogue: Epilogue, p: GemmProblem) -> st
     """Why ``a`` cannot store its output with ``epilogue`` (None: it can). The TMA store writes boxes through a
     tensor map of the output: fp32 wgrad without C and bias (fused_128x256, exact_copies; row pitch K a multiple of 4)
     and bf16 output (the fused fast kernels; row pitch a multiple of 8, fewer than 2^31 map rows)."""
-    own = {Algorithm.swapped_64x256: Epilogue.direct, Algorithm.copies_cutlass: Epilogue.cutlass}
+    own = {Algorithm.swapped_64x256: Epilogue.direct, Algorithm.copies_cutlass: Epilogue.cutlass,
+           Algorithm.sm100_simt: Epilogue.direct}
     if a in own:
         return None if epilogue == own[a] else f"{a.name} has the {own[a].name} epilogue only"
     if epilogue == Epilogue.staged:
@@ -358,7 +364,7 @@ def _plan_gemm(p: GemmProblem, algorithm: str | None, loader: str | None, epilog
     a = _auto_algorithm(p) if algorithm is None else _forced("algorithm", algorithm, Algorithm,
                                                             lambda x: algorithm_unavailable(x, p))
     if loader is None:
-        ld = Loader.tma if loader_unavailable(a, Loader.tma, p) is None else Loader.cp_async
+        ld = next(x for x in (Loader.tma, Loader.cp_async, Loader.loads) if loader_unavailable(a, x, p) is None)
     else:
         ld = _forced("loader", loader, Loader, lambda x: loader_unavailable(a, x, p))
     if epilogue is None:

@@ -20,6 +20,9 @@ in K order with one fp32 rounding, i.e. byte-identical to ``oracle.gemm(model="s
 ``oracle.gemm(model="tensor_core")`` (SPEC 12.6) and so within :func:`oracle.gemm_error_bound` of
 ``oracle.gemm(model="exact")``. Alpha (SPEC 12.1, fp32 on the device from the groups' amaxes), C and bias are applied
 in the fp32 epilogue in SPEC 12.2's order.
+``mode="sm100"``: Blackwell's block-scaled MMA (tcgen05.mma kind::mxf4nvf4, k64 steps in K order) and the CUTLASS
+SM100 epilogue, byte-identical to ``oracle.gemm(model="sm100")`` (SPEC 12.7): a Hopper run gives a B200's bits. Its
+kernel (``sm100_simt``) models each step in integer arithmetic on the CUDA cores.
 
 Scale rules: both operands under TE rules ("te", "te_fused_rht": alpha = (A_amax * B_amax) / 7225344), both under
 "torchao" (alpha = P_A * P_B, P = amax / 2688) or both under "torchao_noscale" (alpha = 1); other pairs are refused.
@@ -52,6 +55,8 @@ __all__ = ["get_num_sms", "grouped_gemm", "grouped_gemm_plan", "set_num_sms"]
 
 _RCP_7225344 = float(np.float32(1.0 / 7225344.0))  # SPEC 12.1: fp32(1/7225344)
 _TILE = 128
+#: mode "sm100" (gemm/sm100_simt.cu): fewer than 2^13 k64 steps keep its int64 accumulator below 2^62 (SPEC 12.7)
+SM100_MAX_CONTRACTION = 2**19
 _num_sms: int | None = None
 
 
@@ -149,8 +154,9 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
         out: the output tensor to write (contiguous, 16-byte aligned, not overlapping an operand); allocated if None.
         accumulate: wgrad only, with an fp32 ``out``: ``out += dW`` (SPEC 12.2's C; main_grad accumulation).
         bias: fprop / dgrad only: ``[E, cols]`` float32 or bfloat16, added per group in the epilogue.
-        mode: ``"fast"`` (``oracle.gemm(model="tensor_core")`` bit for bit) or ``"exact"``
-            (``model="sequential"`` bit for bit).
+        mode: ``"fast"`` (``oracle.gemm(model="tensor_core")`` bit for bit), ``"exact"`` (``model="sequential"``
+            bit for bit) or ``"sm100"`` (``model="sm100"`` bit for bit: what a B200's CUTLASS grouped GEMM returns,
+            SPEC 12.7; contractions below 2^19; integer arithmetic on the CUDA cores, many times slower).
 
     Returns:
         ``out``: ``[T, N]`` (fprop), ``[T, K]`` (dgrad) or ``[E, N, K]`` (wgrad).
@@ -239,8 +245,8 @@ def _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode) -> _Call:
     """Every check of grouped_gemm's arguments (before anything is allocated or launched); the sizes they give."""
     if kind not in GemmKind.__members__:
         raise ValueError(f"kind must be one of {list(GemmKind.__members__)}, got {kind!r}")
-    if mode not in ("fast", "exact"):
-        raise ValueError(f"mode must be 'fast' or 'exact', got {mode!r}")
+    if mode not in ("fast", "exact", "sm100"):
+        raise ValueError(f"mode must be 'fast', 'exact' or 'sm100', got {mode!r}")
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, DeviceGroupedNVFP4Tensor):
             raise TypeError(f"{name} must be a DeviceGroupedNVFP4Tensor from device.group_quantize, "
@@ -304,6 +310,9 @@ def _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode) -> _Call:
     contraction = t_a if kind == "wgrad" else kc  # wgrad: the largest possible group
     if contraction >= 2**28:  # the kernels step scale tiles by 32-bit K-tile offsets (kt * 512 bytes)
         raise ValueError(f"{kind}: contraction length {contraction} too long (the device supports < 2**28)")
+    if mode == "sm100" and -(-contraction // 16) * 16 >= SM100_MAX_CONTRACTION:
+        raise ValueError(f"{kind}: mode 'sm100' runs contractions below {SM100_MAX_CONTRACTION} only (its int64 "
+                         f"model of SPEC 12.7, like oracle.gemm(model='sm100')), got {contraction}")
 
     if out is not None and not isinstance(out, Tensor):
         raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")

@@ -152,6 +152,9 @@ def check_group(y, a_plane, b_plane, mode, out_dtype, bias=None, acc=None, where
     if mode == "exact":
         ref = oracle.gemm(a_plane, b_plane, model="sequential", **kw)
         _assert_same_bits(y, ref, od, where, "exact mode differs from oracle sequential")
+    elif mode == "sm100":
+        ref = oracle.gemm(a_plane, b_plane, model="sm100", **kw)
+        _assert_same_bits(y, ref, od, where, "sm100 mode differs from oracle sm100 (SPEC 12.7)")
     else:
         ye = oracle.gemm(a_plane, b_plane, model="exact", **kw)
         bnd = oracle.gemm_error_bound(a_plane, b_plane, **kw)
@@ -284,7 +287,7 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("mode", ["exact", "fast"])
+@pytest.mark.parametrize("mode", ["exact", "fast", "sm100"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_fprop(case, mode):
     splits, n, k = CASES[case]
@@ -292,7 +295,7 @@ def test_fprop(case, mode):
     run_fprop(splits, n, k, mode, out_dtype, with_bias=case in ("e1", "e4_zeros", "giant"))
 
 
-@pytest.mark.parametrize("mode", ["exact", "fast"])
+@pytest.mark.parametrize("mode", ["exact", "fast", "sm100"])
 @pytest.mark.parametrize("case", ["e1", "e4_zeros", "e8_rand", "e64", "giant"])
 def test_dgrad(case, mode):
     splits, n, k = CASES[case]
@@ -301,7 +304,7 @@ def test_dgrad(case, mode):
 
 
 @pytest.mark.parametrize("accumulate", [False, True])
-@pytest.mark.parametrize("mode", ["exact", "fast"])
+@pytest.mark.parametrize("mode", ["exact", "fast", "sm100"])
 @pytest.mark.parametrize("case", ["e1", "e4_zeros", "e8_rand", "e64", "giant"])
 def test_wgrad(case, mode, accumulate):
     splits, n, k = CASES[case]
@@ -880,6 +883,55 @@ def test_wgrad_tma_epilogue(algorithm):
 def test_mostly_empty_experts():
     run_fprop([0, 0, 33, 0], 64, 64, "exact", torch.bfloat16, with_bias=False)
     run_wgrad([0, 0, 33, 0], 64, 64, "fast", torch.float32, accumulate=True)
+    run_wgrad([0, 0, 33, 0], 64, 64, "sm100", torch.float32, accumulate=True)
+
+
+@pytest.mark.parametrize("num_sms", [None, 1])
+def test_sm100_heavy_tailed_and_capped(num_sms):
+    """Mode sm100 (SPEC 12.7) where its window truncation decides bits: tokens and weights with block amaxes spread over
+    many binades (so a step's groups have scale products far apart, and zero codes beside large ones), K not a
+    multiple of 64 (a padded last step), fprop with bias, dgrad and accumulating wgrad; a grid of one CTA walks every
+    tile."""
+    rng = np.random.default_rng(7)
+    splits, n, k = [37, 0, 130, 5], 80, 208
+    t, e = sum(splits), len(splits)
+
+    def heavy(shape, seed):
+        r = np.random.default_rng(seed)
+        v = r.standard_normal(shape) * np.exp2(r.integers(-12, 12, size=(shape[0], shape[1] // 16)).repeat(16, 1))
+        v[r.random(shape) < 0.3] = 0.0
+        return torch.from_numpy(v.astype(np.float32)).to(torch.bfloat16).to(DEV)
+
+    x, dy = heavy((t, k), 1), heavy((t, n), 2)
+    w = heavy((e * n, k), 3)
+    xq = gq(x, splits, rowwise=True, columnwise=True)
+    dyq = gq(dy, splits, rowwise=True, columnwise=True)
+    wq = gq(w, [n] * e, rowwise=True, columnwise=True, block=(16, 16))
+    bias = torch.from_numpy(rng.standard_normal((e, n)).astype(np.float32)).to(DEV)
+    y = gemm(xq, wq, kind="fprop", bias=bias, mode="sm100", num_sms=num_sms)
+    xo, wo, dyo = xq.to_oracle(), wq.to_oracle(), dyq.to_oracle()
+    check_row_groups(to_np(y), splits, xo.row_planes, wo.row_planes, "sm100", torch.bfloat16, bias=bias.cpu().numpy(),
+                     where="sm100 fprop")
+    dx = gemm(dyq, wq, kind="dgrad", mode="sm100", out_dtype=torch.float32, num_sms=num_sms)
+    check_row_groups(to_np(dx), splits, dyo.row_planes, wo.col_planes, "sm100", torch.float32, where="sm100 dgrad")
+    c = torch.from_numpy(rng.standard_normal((e, n, k)).astype(np.float32)).to(DEV)
+    cn = c.cpu().numpy()
+    gemm(dyq, xq, kind="wgrad", out=c, accumulate=True, mode="sm100", num_sms=num_sms)
+    check_wgrad_groups(to_np(c), splits, dyo.col_planes, xo.col_planes, "sm100", torch.float32, cn=cn,
+                       where="sm100 wgrad")
+
+
+def test_sm100_refusals():
+    """Mode sm100 has one algorithm (sm100_simt) and runs contractions below 2^19 only (its int64 model)."""
+    xq = gq(rand_bf16((32, 64), 1), [32], rowwise=True)
+    wq = weights(1, 16, 64, 2)
+    with pytest.raises(ValueError, match="sm100-mode algorithm"):
+        gemm(xq, wq, kind="fprop", mode="exact", algorithm="sm100_simt")
+    with pytest.raises(ValueError, match="exact-mode algorithm"):
+        gemm(xq, wq, kind="fprop", mode="sm100", algorithm="exact_fused")
+    with pytest.raises(ValueError, match="below 524288"):
+        big = gq(torch.zeros((2**19, 16), dtype=torch.bfloat16, device=DEV), [2**19], rowwise=False, columnwise=True)
+        gemm(big, big, kind="wgrad", mode="sm100")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -913,12 +965,18 @@ GRAPH_SHAPES = {
 }
 
 
-@pytest.mark.parametrize("shape", list(GRAPH_SHAPES))
+@pytest.mark.parametrize("shape", list(GRAPH_SHAPES) + ["sm100"])
 @pytest.mark.parametrize("mode", ["exact", "fast"])
 @pytest.mark.parametrize("kind", ["fprop", "wgrad"])
 def test_cuda_graph_replay(kind, mode, shape):
     dev = _device()
-    e, t, n, k, fast, exact_fprop, exact_wgrad = GRAPH_SHAPES[shape]
+    if shape == "sm100":  # mode sm100 has one algorithm; run it once per kind
+        if mode == "fast":
+            pytest.skip("the sm100 shape runs under the 'exact' parametrization only")
+        mode = "sm100"
+        e, t, n, k, fast, exact_fprop, exact_wgrad = (4, 256, 64, 128, None, None, None)
+    else:
+        e, t, n, k, fast, exact_fprop, exact_wgrad = GRAPH_SHAPES[shape]
     algorithm = fast if mode == "fast" else exact_fprop if kind == "fprop" else exact_wgrad
     replays = 100 if FULL else 12
     x_buf = torch.zeros((t, k), dtype=torch.bfloat16, device=DEV)

@@ -48,12 +48,14 @@ enum Algorithm : int {
   kExactFused = 5,        // "exact_fused": exact, operands decoded in the K loop, 128 x 128 tiles
   kExactCopies = 6,       // "exact_copies": exact, over fp16 copies of both planes
   kExactHybrid = 7,       // "exact_hybrid": exact, an fp16 copy of A, B decoded in the K loop
+  kSm100Simt = 8,         // "sm100_simt": mode sm100, SPEC 12.7's k64 steps in integer arithmetic, 64 x 64 tiles
 };
 
 // How an algorithm's operand tiles reach shared memory.
 enum Loader : int {
   kLoaderCpAsync = 0,  // "cp_async": per-thread cp.async copies (any alignment)
   kLoaderTma = 1,      // "tma": TMA boxes issued by one thread (16-byte aligned rows)
+  kLoaderLoads = 2,    // "loads": ordinary per-thread loads, decoded into shared memory (sm100_simt; any alignment)
 };
 
 // How an algorithm's output tiles reach global memory.

@@ -86,6 +86,8 @@ bool launch_fused(const LaunchArgs& a, cudaStream_t s);
 bool launch_fused_fast(const LaunchArgs& a, cudaStream_t s);
 bool launch_fused_pair(const LaunchArgs& a, cudaStream_t s);
 bool launch_fused_exact(const LaunchArgs& a, cudaStream_t s);
+// Mode sm100 (gemm/sm100_simt.cu, SPEC 12.7): the loads loader and direct epilogue only (false otherwise).
+bool launch_sm100(const LaunchArgs& a, cudaStream_t s);
 // the algorithms over fp16 copies (swapped, exact_copies, exact_hybrid, copies_cutlass): copies.h
 
 }  // namespace nvfp4_gemm

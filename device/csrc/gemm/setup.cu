@@ -136,6 +136,10 @@ void tile_of(Algorithm algorithm, int* tile_m, int* tile_n) {
       *tile_m = fused::ExactFusedF32::BM;
       *tile_n = fused::ExactFusedF32::BN;
       return;
+    case kSm100Simt:
+      *tile_m = 64;  // gemm/sm100_simt.cu's CTA tile
+      *tile_n = 64;
+      return;
     default:  // fused_128x256; copies_cutlass (CUTLASS tiles its groups itself; the list is not walked)
       *tile_m = fused::Fused128x256F32::BM;
       *tile_n = fused::Fused128x256F32::BN;
