@@ -11,7 +11,7 @@ from .scale_rules import RULES
 __all__ = ["DEFAULT_RECIPE", "NVFP4Recipe"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class NVFP4Recipe:
     """How a grouped linear layer quantizes its tensors (SPEC 16.1 states every use of every field).
 
@@ -59,6 +59,10 @@ class NVFP4Recipe:
             if not 0 <= int(v) < limit:
                 raise ValueError(f"NVFP4Recipe.{name} must be in [0, {limit:#x}), got {int(v)}")
             object.__setattr__(self, name, int(v))
+
+    def __repr__(self) -> str:
+        return (f"NVFP4Recipe(rule={self.rule!r}, weight_block={self.weight_block}, rht_wgrad={self.rht_wgrad}, "
+                f"rht_signs=0x{self.rht_signs:04X}, sr_grad={self.sr_grad}, seed={self.seed})")
 
     @property
     def grad_rounding(self) -> str:

@@ -74,6 +74,9 @@ def test_recipe_is_frozen_and_normalises_the_weight_block():
     assert NVFP4Recipe(weight_block=[16, 16]) == NVFP4Recipe()
     with pytest.raises(dataclasses.FrozenInstanceError):
         r.seed = 1
+    assert repr(NVFP4Recipe()) == ("NVFP4Recipe(rule='te', weight_block=(16, 16), rht_wgrad=True, rht_signs=0xD7E8, "
+                                   "sr_grad=True, seed=0)")
+    assert eval(repr(r), {"NVFP4Recipe": NVFP4Recipe}) == r
 
 
 @pytest.mark.parametrize("kwargs, exc, match", [
