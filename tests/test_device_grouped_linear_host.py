@@ -209,3 +209,22 @@ def test_dynamo_traces_the_layer_forward(fake, bias):
         ex = _explain(layer, cuda(100, 64), cuda(4, dtype=torch.int64))
     assert ex.graph_break_count == 0, [str(r.reason) for r in ex.break_reasons]
     assert ex.graph_count == 1
+
+
+def test_torch_views_reinterpret_without_copy():
+    """Results view their codes as torch.float4_e2m1fn_x2 and their scales as torch.float8_e4m3fn (same bytes)."""
+    from device._results import DeviceGroupedNVFP4Tensor, DeviceNVFP4Tensor
+
+    data = torch.tensor([0x21, 0xF7], dtype=torch.uint8)  # codes (1, 2) and (7, 15): 0.5, 1.0 / 6.0, -6.0
+    scales = torch.tensor([0x38], dtype=torch.uint8)  # E4M3 0x38 = 1.0
+    q = DeviceNVFP4Tensor((1, 4), row_data=data, row_scales=scales)
+    d, s = q.torch_views("row")
+    assert d.dtype == torch.float4_e2m1fn_x2 and s.dtype == torch.float8_e4m3fn
+    assert d.data_ptr() == data.data_ptr() and s.data_ptr() == scales.data_ptr()
+    assert float(s.float()[0]) == 1.0
+    with pytest.raises(ValueError, match="col plane was not requested"):
+        q.torch_views("col")
+    g = DeviceGroupedNVFP4Tensor((1, 4), None, None, None, data, scales, None, None, None)
+    assert g.torch_views("col")[0].dtype == torch.float4_e2m1fn_x2
+    with pytest.raises(ValueError, match="plane"):
+        g.torch_views("both")
