@@ -7,6 +7,8 @@ The API mirrors the oracle name for name on torch CUDA tensors (current stream, 
 * :func:`swizzle_scales`, :func:`dequantize`.
 * :func:`grouped_gemm`: graph-safe grouped NVFP4 GEMM (fprop / dgrad / wgrad; "fast" and "exact" modes, SPEC 12);
   :func:`grouped_gemm_plan`: the kernel plan a call runs.
+* :class:`GroupedLinear`: the grouped (MoE) linear layer of NVFP4 training (SPEC 16), a ``torch.nn.Module`` whose
+  forward and backward run these kernels (CUDA-graph and ``torch.compile`` safe).
 * :func:`set_num_sms` / :func:`get_num_sms`: cap the GEMM's persistent grid.
 * :func:`is_available`: whether a CUDA device that can run the kernels (sm_90) is present.
 * :mod:`device.testing`: test-only hooks (``force_plan``).
@@ -21,8 +23,8 @@ import importlib
 from typing import Any
 
 __all__ = [
-    "DeviceGroupedNVFP4Tensor", "DeviceNVFP4Tensor", "dequantize", "get_num_sms", "group_quantize", "grouped_gemm",
-    "grouped_gemm_plan", "is_available", "quantize", "set_num_sms", "swizzle_scales",
+    "DeviceGroupedNVFP4Tensor", "DeviceNVFP4Tensor", "GroupedLinear", "dequantize", "get_num_sms", "group_quantize",
+    "grouped_gemm", "grouped_gemm_plan", "is_available", "quantize", "set_num_sms", "swizzle_scales",
 ]
 
 # public name -> the module that defines it
@@ -30,7 +32,7 @@ _LAZY = {
     "quantize": "quantization", "group_quantize": "quantization", "swizzle_scales": "quantization",
     "dequantize": "quantization", "grouped_gemm": "gemm", "grouped_gemm_plan": "gemm", "set_num_sms": "gemm",
     "get_num_sms": "gemm",
-    "DeviceNVFP4Tensor": "_results", "DeviceGroupedNVFP4Tensor": "_results",
+    "DeviceNVFP4Tensor": "_results", "DeviceGroupedNVFP4Tensor": "_results", "GroupedLinear": "grouped_linear",
 }
 
 

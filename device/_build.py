@@ -1,6 +1,7 @@
 """JIT build of the two CUDA extensions through ``torch.utils.cpp_extension.load``.
 
-* ``nvfp4_quantize``: ``csrc/quantize/`` (amax, quantize, grouped setup, swizzle, dequantize);
+* ``nvfp4_quantize``: ``csrc/quantize/`` (amax, quantize, grouped setup, swizzle, dequantize) and ``csrc/layer/``
+  (the grouped linear layer's bias gradient);
 * ``nvfp4_gemm``: ``csrc/gemm/`` (the grouped GEMM), with the CUTLASS instantiations of ``copies_cutlass`` when
   CUTLASS's headers are found (:func:`cutlass_include_dir`); without them that algorithm is not built and the rest is.
 
@@ -44,7 +45,7 @@ class _Extension:
 
 _QUANTIZE = _Extension("nvfp4_quantize", "quantize", (
     "quantize/bindings.cpp", "quantize/grouped_setup.cu", "quantize/swizzle_dequantize.cu",
-    "quantize/quantize_bf16.cu", "quantize/quantize_f16_f32.cu"))
+    "quantize/quantize_bf16.cu", "quantize/quantize_f16_f32.cu", "layer/bias_grad.cu"))
 _GEMM = _Extension("nvfp4_gemm", "gemm", (
     "gemm/bindings.cpp", "gemm/setup.cu", "gemm/fused_fast.cu", "gemm/fused_pair.cu", "gemm/fused_exact.cu",
     "gemm/copies.cu", "gemm/exact_copies.cu", "gemm/exact_hybrid.cu", "gemm/swapped.cu", "gemm/sm100_simt.cu"),

@@ -10,18 +10,24 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch import Tensor
 
-from ._build import load_extension
-from ._codes import Rule, ScaleLayout
+from . import _dispatch
+from ._build import load_extension, load_gemm_extension
+from ._codes import GemmKind, Rule, ScaleLayout
 
 __all__ = [
+    "GEMM_SIZES",
     "LAYOUT_COMPACT",
     "LAYOUT_PADDED_COMPACT",
     "LAYOUT_SWIZZLED",
     "group_buffers",
+    "bias_grad_op",
+    "gemm_problem",
     "launch_group_quantize",
+    "launch_grouped_gemm",
     "launch_quantize",
     "quantize_buffers",
 ]
@@ -311,3 +317,111 @@ def dequantize_op(data: Tensor, scales: Tensor, amax: Tensor, rows: int, cols: i
 @dequantize_op.register_fake
 def _(data, scales, amax, rows, cols, swizzled, rule=0):
     return data.new_empty((rows, cols), dtype=torch.float32)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# grouped GEMM (SPEC 12.5)
+# ---------------------------------------------------------------------------------------------------------
+
+_RCP_7225344 = float(np.float32(1.0 / 7225344.0))  # SPEC 12.1: fp32(1/7225344)
+
+#: The names of the ints in the ``sizes`` argument of the grouped GEMM ops, in order (device/gemm.py computes them
+#: from the operands' host-known shapes): the plan's problem (tokens, n, k; SPEC 12.5's names), the kernel's
+#: arguments (b_rows, a_rows, kc, cols), the SPEC 12.1 alpha rule code and the upper bound on output tiles.
+GEMM_SIZES = ("tokens", "n", "k", "b_rows", "a_rows", "kc", "cols", "rule", "grid_upper")
+
+
+def gemm_problem(kind: int, mode: str, groups: int, sizes, out_dtype: torch.dtype, accumulate: bool, bias: bool,
+                 a_data: Tensor, b_data: Tensor, b_scales: Tensor, cutlass: bool) -> _dispatch.GemmProblem:
+    """The host-known description of a grouped GEMM call from which device._dispatch chooses its plan (reads the
+    operand buffers' addresses for the alignment of b: a real tensor, not a fake one)."""
+    s = dict(zip(GEMM_SIZES, sizes, strict=True))
+    return _dispatch.GemmProblem(
+        kind=GemmKind(kind).name, mode=mode, groups=groups, tokens=s["tokens"], n=s["n"], k=s["k"],
+        out_dtype="float32" if out_dtype == torch.float32 else "bfloat16", accumulate=accumulate, bias=bias,
+        b_aligned=b_data.data_ptr() % 16 == 0 and b_scales.data_ptr() % 16 == 0,
+        a_data_bytes=a_data.numel(), b_data_bytes=b_data.numel(), b_scale_bytes=b_scales.numel(), cutlass=cutlass)
+
+
+def launch_grouped_gemm(kind: int, mode: str, a_data: Tensor, a_scales: Tensor, a_amax: Tensor, a_offsets: Tensor,
+                        b_data: Tensor, b_scales: Tensor, b_amax: Tensor, b_offsets: Tensor, out: Tensor,
+                        bias: Tensor | None, accumulate: bool, sizes, algorithm: str, loader: str, epilogue: str,
+                        num_sms: int) -> None:
+    """Plan (device._dispatch.plan_gemm, with the forced parts named by ``algorithm`` / ``loader`` / ``epilogue``;
+    "" = chosen by the sizes) and launch one grouped GEMM into ``out`` on the current stream: the setup kernel, then
+    the plan's kernels. The arguments were checked by device/gemm.py (or the layer); the binding re-checks what would
+    make a kernel touch invalid memory. ``num_sms``: the persistent grid's cap (0: none)."""
+    if out.numel() == 0:
+        return
+    groups = a_offsets.shape[1] - 1
+    if bias is not None and bias.numel() and bias.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
+        bias = bias.clone()  # the epilogue reads bias while other CTAs write out: never the same memory
+    ext = load_gemm_extension()
+    problem = gemm_problem(kind, mode, groups, sizes, out.dtype, accumulate, bias is not None, a_data, b_data,
+                           b_scales, bool(ext.has_cutlass()))
+    plan = _dispatch.plan_gemm(problem, algorithm=algorithm or None, loader=loader or None,
+                               epilogue=epilogue or None)
+    s = dict(zip(GEMM_SIZES, sizes, strict=True))
+    ws = torch.empty(groups * int(ext.prob_size()) + 4 * (groups + 1), dtype=torch.uint8, device=out.device)
+    _raise_refusal(ext.grouped_gemm_(  # returns its refusal / launch error instead of throwing (csrc/gemm/bindings.cpp)
+        kind, groups, a_data, a_scales, a_offsets, a_amax, b_data, b_scales, b_offsets, b_amax, out, bias,
+        bool(accumulate), s["b_rows"], s["a_rows"], s["kc"], s["cols"], _RCP_7225344, s["rule"], s["grid_upper"], ws,
+        int(plan.algorithm), int(plan.loader), int(plan.epilogue), int(num_sms)))
+
+
+@torch.library.custom_op("nvfp4_device::grouped_gemm", mutates_args=())
+def grouped_gemm_op(a_data: Tensor, a_scales: Tensor, a_amax: Tensor, a_offsets: Tensor, b_data: Tensor,
+                    b_scales: Tensor, b_amax: Tensor, b_offsets: Tensor, bias: Tensor | None, kind: int, mode: str,
+                    out_shape: list[int], out_dtype: torch.dtype, sizes: list[int], algorithm: str, loader: str,
+                    epilogue: str, num_sms: int) -> Tensor:
+    """Functional grouped NVFP4 GEMM (SPEC 12.5): a new ``out_shape`` tensor of ``out_dtype`` on the operands' device.
+    ``kind``: a device._codes.GemmKind code; ``sizes``: the ints named by GEMM_SIZES; ``algorithm`` / ``loader`` /
+    ``epilogue``: forced plan parts ("" = chosen by the sizes); ``num_sms``: the grid cap (0: none)."""
+    out = torch.empty(out_shape, dtype=out_dtype, device=a_offsets.device)
+    launch_grouped_gemm(kind, mode, a_data, a_scales, a_amax, a_offsets, b_data, b_scales, b_amax, b_offsets, out, bias,
+                        False, sizes, algorithm, loader, epilogue, num_sms)
+    return out
+
+
+@grouped_gemm_op.register_fake
+def _(a_data, a_scales, a_amax, a_offsets, b_data, b_scales, b_amax, b_offsets, bias, kind, mode, out_shape, out_dtype,
+      sizes, algorithm, loader, epilogue, num_sms):
+    return a_offsets.new_empty(out_shape, dtype=out_dtype)
+
+
+@torch.library.custom_op("nvfp4_device::grouped_gemm_out", mutates_args=("out",))
+def grouped_gemm_out_op(a_data: Tensor, a_scales: Tensor, a_amax: Tensor, a_offsets: Tensor, b_data: Tensor,
+                        b_scales: Tensor, b_amax: Tensor, b_offsets: Tensor, out: Tensor, bias: Tensor | None,
+                        accumulate: bool, kind: int, mode: str, sizes: list[int], algorithm: str, loader: str,
+                        epilogue: str, num_sms: int) -> None:
+    """Grouped NVFP4 GEMM into ``out`` in place (declared mutated): written, or with ``accumulate`` (wgrad, fp32)
+    ``out += dW`` (SPEC 12.2's C; an empty group leaves its slice of ``out`` unchanged). Arguments as
+    :func:`grouped_gemm_op`."""
+    launch_grouped_gemm(kind, mode, a_data, a_scales, a_amax, a_offsets, b_data, b_scales, b_amax, b_offsets, out, bias,
+                        accumulate, sizes, algorithm, loader, epilogue, num_sms)
+
+
+@grouped_gemm_out_op.register_fake
+def _(a_data, a_scales, a_amax, a_offsets, b_data, b_scales, b_amax, b_offsets, out, bias, accumulate, kind, mode,
+      sizes, algorithm, loader, epilogue, num_sms):
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the grouped linear layer's bias gradient (SPEC 16.4)
+# ---------------------------------------------------------------------------------------------------------
+
+@torch.library.custom_op("nvfp4_device::bias_grad", mutates_args=())
+def bias_grad_op(dy: Tensor, offsets: Tensor) -> Tensor:
+    """dbias ``[E, N]`` float32 of a bf16 ``dy`` ``[T, N]`` (N % 4 == 0) over the groups of ``offsets`` (the int64
+    ``[6, E+1]`` table of dY's grouped quantize; row 0, the groups' first rows, is read on the device): each group's
+    column sums in SPEC 16.4's chunked fp32 order (csrc/layer/bias_grad.cu). No host synchronization."""
+    e = offsets.shape[1] - 1
+    out = torch.empty((e, dy.shape[1]), dtype=torch.float32, device=dy.device)
+    _raise_refusal(load_extension().bias_grad_(dy, offsets, e, out))
+    return out
+
+
+@bias_grad_op.register_fake
+def _(dy, offsets):
+    return dy.new_empty((offsets.shape[1] - 1, dy.shape[1]), dtype=torch.float32)

@@ -14,6 +14,18 @@ def _np(t) -> np.ndarray:
     return t.detach().cpu().numpy()
 
 
+def _torch_views(obj, plane: str):
+    """(data, scales) of ``plane`` ("row" / "col") reinterpreted as torch's NVFP4 dtypes, without a copy."""
+    import torch
+
+    if plane not in ("row", "col"):
+        raise ValueError(f"plane must be 'row' or 'col', got {plane!r}")
+    data, scales = getattr(obj, f"{plane}_data"), getattr(obj, f"{plane}_scales")
+    if data is None:
+        raise ValueError(f"the {plane} plane was not requested at quantize time")
+    return data.view(torch.float4_e2m1fn_x2), scales.view(torch.float8_e4m3fn)
+
+
 @dataclass
 class DeviceNVFP4Tensor:
     """The result of :func:`device.quantize`: CUDA tensors of the rowwise plane of X and/or the columnwise
@@ -38,6 +50,13 @@ class DeviceNVFP4Tensor:
     col_amax: Any = None
     swizzled: bool = True
     options: dict = field(default_factory=dict)
+
+    def torch_views(self, plane: str = "row"):
+        """``(data, scales)`` of the ``"row"`` or ``"col"`` plane as views (no copy) in torch's dtypes:
+        ``torch.float4_e2m1fn_x2`` codes (two E2M1 codes per byte, element 2i in the low nibble, SPEC 2.3) and
+        ``torch.float8_e4m3fn`` scales (in this result's scale layout: swizzled, SPEC 8.2, unless
+        ``swizzled=False``). The per-tensor factor is not in the scales: it comes from the amax (SPEC 5, 11)."""
+        return _torch_views(self, plane)
 
     def to_oracle(self):
         """Copy to the host as an :class:`oracle.planes.NVFP4Tensor` (compact scales)."""
@@ -88,6 +107,13 @@ class DeviceGroupedNVFP4Tensor:
     offsets: Any
     swizzled: bool = True
     options: dict = field(default_factory=dict)
+
+    def torch_views(self, plane: str = "row"):
+        """``(data, scales)`` of the ``"row"`` or ``"col"`` plane as views (no copy) in torch's dtypes:
+        ``torch.float4_e2m1fn_x2`` codes (two E2M1 codes per byte, element 2i in the low nibble, SPEC 2.3) and
+        ``torch.float8_e4m3fn`` scales (each group's swizzled layout at its offset, SPEC 9.2, unless
+        ``swizzled=False``). The per-tensor factor is not in the scales: it comes from the amax (SPEC 5, 11)."""
+        return _torch_views(self, plane)
 
     @property
     def row_offsets(self):

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -53,7 +52,10 @@ from ._results import DeviceGroupedNVFP4Tensor
 
 __all__ = ["get_num_sms", "grouped_gemm", "grouped_gemm_plan", "set_num_sms"]
 
-_RCP_7225344 = float(np.float32(1.0 / 7225344.0))  # SPEC 12.1: fp32(1/7225344)
+_RCP_7225344 = _ops._RCP_7225344  # SPEC 12.1: fp32(1/7225344)
+# (plain dicts of the enums: what torch.compile traces without looking into enum machinery)
+_KIND_CODES = {name: int(code) for name, code in GemmKind.__members__.items()}
+_RULE_CODES = {name: int(code) for name, code in Rule.__members__.items()}
 _TILE = 128
 #: mode "sm100" (gemm/sm100_simt.cu): fewer than 2^13 k64 steps keep its int64 accumulator below 2^62 (SPEC 12.7)
 SM100_MAX_CONTRACTION = 2**19
@@ -85,9 +87,9 @@ def _alpha_rule(rule_a: str, rule_b: str) -> int:
     both "torchao" (P_A * P_B) or both "torchao_noscale" (1); any other pair has no alpha and is refused, as
     oracle.gemm_alpha refuses it."""
     if rule_a in _TE_RULES and rule_b in _TE_RULES:
-        return int(Rule.te)
+        return _RULE_CODES["te"]
     if rule_a == rule_b and rule_a in ("torchao", "torchao_noscale"):
-        return int(Rule[rule_a])
+        return _RULE_CODES[rule_a]
     raise ValueError(f"a and b use incompatible scale rules {rule_a!r} and {rule_b!r} (SPEC 12.1: both TE rules, "
                      "both 'torchao' or both 'torchao_noscale')")
 
@@ -163,32 +165,24 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
 
     The call is graph-safe: no group size leaves the device, and the grid is fixed by host-known sizes."""
     c = _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode)
-    out = c.out
-    if out is None:
-        out = torch.empty(c.shape, dtype=c.dtype, device=c.device)
-    if out.numel() == 0:
-        return out
-    bias_t = c.bias
-    if bias_t is not None and bias_t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
-        bias_t = bias_t.clone()  # the epilogue reads bias while other CTAs write out: never the same memory
-
-    from ._build import load_gemm_extension
-
-    ext = load_gemm_extension()
-    plan = _plan(c, bool(ext.has_cutlass()))
-    ws = torch.empty(c.groups * int(ext.prob_size()) + 4 * (c.groups + 1), dtype=torch.uint8, device=c.device)
     (ad, as_, aa), (bd, bs, ba) = c.a_plane, c.b_plane
-    err = ext.grouped_gemm_(  # returns its refusal / launch error instead of throwing (csrc/gemm/bindings.cpp)
-        int(GemmKind[kind]), c.groups,
-        ad, as_, a.offsets.contiguous(), aa.to(torch.float32).contiguous(),
-        bd, bs, b.offsets.contiguous(), ba.to(torch.float32).contiguous(),
-        out, bias_t, bool(accumulate),
-        c.b_rows, c.a_rows, c.kc, c.cols, _RCP_7225344, c.rule, c.grid_upper, ws,
-        int(plan.algorithm), int(plan.loader), int(plan.epilogue), int(_num_sms or 0),
-    )
-    if err:
-        raise RuntimeError(err)
-    return out
+    operands = (ad, as_, aa.to(torch.float32).contiguous(), a.offsets.contiguous(),
+                bd, bs, ba.to(torch.float32).contiguous(), b.offsets.contiguous())
+    forced = _dispatch.FORCED
+    plan = (forced.get("algorithm", ""), forced.get("loader", ""), forced.get("epilogue", ""))
+    # one torch.library custom op per form (device/_ops.py): torch.compile traces them through their fake
+    # implementations; the plan is chosen inside them, from host-known sizes and the buffers' alignment
+    if c.out is None:
+        return _ops.grouped_gemm_op(*operands, c.bias, _KIND_CODES[kind], mode, list(c.shape), c.dtype, _sizes(c),
+                                    *plan, int(_num_sms or 0))
+    _ops.grouped_gemm_out_op(*operands, c.out, c.bias, bool(accumulate), _KIND_CODES[kind], mode, _sizes(c), *plan,
+                             int(_num_sms or 0))
+    return c.out
+
+
+def _sizes(c: _Call) -> list[int]:
+    """The ints the grouped GEMM ops take, in device._ops.GEMM_SIZES' order."""
+    return [c.tokens, c.n, c.k, c.b_rows, c.a_rows, c.kc, c.cols, c.rule, c.grid_upper]
 
 
 def grouped_gemm_plan(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, kind: str = "fprop",
@@ -229,13 +223,11 @@ class _Call(NamedTuple):
 
 
 def _plan(c: _Call, cutlass: bool) -> _dispatch.GemmPlan:
-    """The call's plan from device._dispatch (with the parts device.testing.force_plan forces)."""
+    """The call's plan from device._dispatch (with the parts device.testing.force_plan forces), as the grouped GEMM
+    ops choose it (device._ops.launch_grouped_gemm)."""
     (ad, _, _), (bd, bs, _) = c.a_plane, c.b_plane
-    problem = _dispatch.GemmProblem(
-        kind=c.kind, mode=c.mode, groups=c.groups, tokens=c.tokens, n=c.n, k=c.k,
-        out_dtype="float32" if c.dtype == torch.float32 else "bfloat16", accumulate=c.accumulate,
-        bias=c.bias is not None, b_aligned=bd.data_ptr() % 16 == 0 and bs.data_ptr() % 16 == 0,
-        a_data_bytes=ad.numel(), b_data_bytes=bd.numel(), b_scale_bytes=bs.numel(), cutlass=cutlass)
+    problem = _ops.gemm_problem(_KIND_CODES[c.kind], c.mode, c.groups, _sizes(c), c.dtype, c.accumulate,
+                                c.bias is not None, ad, bd, bs, cutlass)
     forced = _dispatch.FORCED
     return _dispatch.plan_gemm(problem, algorithm=forced.get("algorithm"), loader=forced.get("loader"),
                                epilogue=forced.get("epilogue"))
@@ -243,8 +235,8 @@ def _plan(c: _Call, cutlass: bool) -> _dispatch.GemmPlan:
 
 def _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode) -> _Call:
     """Every check of grouped_gemm's arguments (before anything is allocated or launched); the sizes they give."""
-    if kind not in GemmKind.__members__:
-        raise ValueError(f"kind must be one of {list(GemmKind.__members__)}, got {kind!r}")
+    if kind not in _KIND_CODES:
+        raise ValueError(f"kind must be one of {list(_KIND_CODES)}, got {kind!r}")
     if mode not in ("fast", "exact", "sm100"):
         raise ValueError(f"mode must be 'fast', 'exact' or 'sm100', got {mode!r}")
     for name, t in (("a", a), ("b", b)):

@@ -9,6 +9,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "quantize/launch.h"
+#include "layer/bias_grad.h"
 #include "common/refusal.h"  // refusals are returned messages, formatted without iostreams
 
 namespace {
@@ -320,6 +321,31 @@ std::string dequantize_(const Tensor& data, const Tensor& scales, const Tensor& 
   return nvfp4::launch_status("nvfp4");
 }
 
+// The grouped linear layer's bias gradient (layer/bias_grad.cu, SPEC 16.4): out [E, N] fp32 from dy [T, N] bf16 and
+// the grouped offsets table offsets [6, E+1] of dY's group_quantize (row 0: the groups' first rows, SPEC 9.4's cut
+// applied, so every row read lies inside dy).
+std::string bias_grad_(const Tensor& dy, const Tensor& offsets, int64_t E, Tensor out) {
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4", dy, "dy", at::kBFloat16));
+  const c10::Device dev = dy.device();
+  NVFP4_RETURN_IF_ERROR(check_on(offsets, dev, "offsets"));
+  NVFP4_RETURN_IF_ERROR(check_on(out, dev, "out"));
+  NVFP4_REFUSE_UNLESS(E >= 1 && E <= 65535, "nvfp4: bias_grad supports 1 to 65535 groups, got ", E);
+  NVFP4_REFUSE_UNLESS(dy.dim() == 2 && dy.size(1) % 4 == 0, "nvfp4: dy must be 2-D [T, N] with N % 4 == 0");
+  const int64_t N = dy.size(1);
+  NVFP4_REFUSE_UNLESS(offsets.scalar_type() == at::kLong && offsets.numel() >= E + 1,
+                      "nvfp4: offsets must be int64 with at least E + 1 values");
+  NVFP4_REFUSE_UNLESS(out.scalar_type() == at::kFloat && out.numel() == E * N, "nvfp4: out must be float32 [E, N]");
+  NVFP4_REFUSE_UNLESS(dy.numel() == 0 || reinterpret_cast<uintptr_t>(dy.data_ptr()) % 8 == 0,
+                      "nvfp4: dy must be 8-byte aligned");
+  NVFP4_REFUSE_UNLESS(out.numel() == 0 || reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0,
+                      "nvfp4: out must be 16-byte aligned");
+  if (out.numel() == 0) return {};
+  const c10::cuda::CUDAGuard guard(dev);
+  nvfp4_layer::launch_bias_grad(dy.numel() ? dy.data_ptr() : nullptr, offsets.data_ptr<int64_t>(),
+                                static_cast<int>(E), N, out.data_ptr<float>(), c10::cuda::getCurrentCUDAStream());
+  return nvfp4::launch_status("nvfp4");
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -330,4 +356,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "device offsets, zeroed amaxes and tail fill of a grouped call (SPEC 9)");
   m.def("swizzle_", nvfp4::returning_errors(&swizzle_), "compact -> swizzled scales (SPEC 8.2)");
   m.def("dequantize_", nvfp4::returning_errors(&dequantize_), "NVFP4 plane -> float32 (SPEC 11)");
+  m.def("bias_grad_", nvfp4::returning_errors(&bias_grad_),
+        "grouped linear layer's bias gradient, per-group column sums of dY in SPEC 16.4's order");
 }

@@ -1,0 +1,160 @@
+"""Benchmark of a training step of device.GroupedLinear against the BF16 step on torch._grouped_mm. One table, one GPU
+run.
+
+Each step is captured in one CUDA graph (the whole-step mode: forward + backward, or the forward alone on the "fwd"
+rows) and timed by replaying the graph (CUDA-event mean over --iters replays after two warm-up replays); every column
+is timed --reps times, in rounds whose column order rotates, and reports its median, so the ratios come from one run.
+
+Columns:
+  bf16 us         -- the step a Hopper user runs today on BF16 weights: torch._grouped_mm for fprop (Y = X W^T),
+                     dgrad (dX = dY W) and wgrad (dW = dY^T X, bf16 out), offs the int32 cumulative ends of the splits
+  nvfp4 us        -- device.GroupedLinear(mode="fast", bias=False): the forward and backward of SPEC 16 (X and dY
+                     group-quantized, three NVFP4 grouped GEMMs), weight planes reused (quantized before the capture,
+                     as between micro-batches of one optimizer step)
+  nvfp4 requant us -- the same with layer.weight_plane_reuse = False: both weight planes quantized inside every step
+  x bf16 / requant x bf16 -- nvfp4 us / bf16 us and nvfp4 requant us / bf16 us (below 1: faster than BF16)
+  saved MB / x bf16 -- bytes the layer's autograd saves for the backward apart from the (cached) weight planes,
+                     counted by torch.autograd.graph.saved_tensors_hooks, against the 2 T K bytes of the bf16 X that the
+                     BF16 step saves for its wgrad
+
+    PYTHONPATH=. python benchmarks/bench_grouped_linear.py [--iters 20] [--reps 5] [--only E64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+import torch
+from bench_grouped_gemm import splits_for, timeit
+
+import device
+
+DEV = "cuda"
+
+# (name, E, T, K, N, skewed splits, forward only)
+CASES = [
+    ("E8 T16384 K4096 N14336 skew", 8, 16384, 4096, 14336, True, False),
+    ("E64 T16384 K2048 N1408", 64, 16384, 2048, 1408, False, False),
+    ("E8 T512 K4096 N14336", 8, 512, 4096, 14336, False, False),
+    ("E8 T512 K4096 N14336 fwd", 8, 512, 4096, 14336, False, True),
+]
+
+
+def capture(step) -> torch.cuda.CUDAGraph:
+    """Run ``step`` twice on a side stream (warm-up: extension loads, allocator pools, caches), then capture it."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph
+
+
+def bf16_step(x, w, dy, splits, forward_only):
+    """The BF16 step's callable: torch._grouped_mm for fprop (+ dgrad + wgrad)."""
+    offs = torch.tensor(splits, device=DEV).cumsum(0).to(torch.int32)
+    wt = w.transpose(1, 2)  # [E, K, N] view of the [E, N, K] weights
+    dyt = dy.t()
+    try:  # wgrad's A operand as the transposed view (what autograd passes); some versions want it contiguous
+        torch._grouped_mm(dyt, x, offs=offs)
+    except RuntimeError:
+        dyt = dy.t().contiguous()
+    torch.cuda.synchronize()
+
+    def step():
+        torch._grouped_mm(x, wt, offs=offs)
+        if not forward_only:
+            torch._grouped_mm(dy, w, offs=offs)
+            torch._grouped_mm(dyt, x, offs=offs)
+
+    return step
+
+
+def saved_activation_bytes(layer, x, splits) -> int:
+    """Bytes of the tensors the layer's forward saves for backward, weight planes excluded (distinct storages)."""
+    storages = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        layer(x, splits)
+    planes = layer._weight_cache[2] if layer._weight_cache is not None else ()
+    for t in planes:
+        storages.pop(t.untyped_storage().data_ptr(), None)
+    return sum(storages.values())
+
+
+def bench_case(name, e, t, k, n, skew, forward_only, iters, reps):
+    splits = splits_for(e, t, skew)
+    s_dev = torch.tensor(splits, dtype=torch.int64, device=DEV)
+    x = torch.randn((t, k), device=DEV, dtype=torch.bfloat16)
+    dy = torch.randn((t, n), device=DEV, dtype=torch.bfloat16)
+    w = torch.randn((e, n, k), device=DEV, dtype=torch.bfloat16) * 0.05
+    graphs = {"bf16": capture(bf16_step(x, w, dy, splits, forward_only))}
+
+    layer = device.GroupedLinear(e, k, n, bias=False, mode="fast")
+    with torch.no_grad():
+        layer.weight.copy_(w)
+    xg = x.clone().requires_grad_(not forward_only)
+    saved = 0 if forward_only else saved_activation_bytes(layer, xg, s_dev)
+
+    def ours():
+        if forward_only:
+            with torch.no_grad():
+                layer(xg, s_dev)
+            return
+        layer(xg, s_dev).backward(dy)
+
+    for column, reuse in (("nvfp4", True), ("requant", False)):
+        layer.weight_plane_reuse = reuse
+        xg.grad = layer.weight.grad = None  # the captured backward allocates them from the graph's pool
+        graphs[column] = capture(ours)
+    times = {c: [] for c in graphs}
+    order = list(graphs)
+    for r in range(reps):
+        for c in order[r % len(order):] + order[:r % len(order)]:
+            times[c].append(timeit(graphs[c].replay, iters))
+    us = {c: statistics.median(v) * 1e6 for c, v in times.items()}
+    bf16_saved = 2 * t * k
+    return {"case": name, "bf16 us": us["bf16"], "nvfp4 us": us["nvfp4"], "x bf16": us["nvfp4"] / us["bf16"],
+            "nvfp4 requant us": us["requant"], "requant x bf16": us["requant"] / us["bf16"],
+            "saved MB": saved / 2**20 if saved else float("nan"),
+            "saved x bf16": saved / bf16_saved if saved else float("nan")}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--iters", type=int, default=20, help="graph replays per timing (default 20)")
+    ap.add_argument("--reps", type=int, default=5, help="timings per column; the median is reported (default 5)")
+    ap.add_argument("--only", default="", help="run only the cases whose name contains this text")
+    args = ap.parse_args()
+    if not device.is_available():
+        print("needs an sm_90 GPU (device.is_available() is False)", file=sys.stderr)
+        return 2
+    props = torch.cuda.get_device_properties(0)
+    print(f"# {props.name}, torch {torch.__version__}; whole-step CUDA graphs; medians of {args.reps} x {args.iters} "
+          "replays")
+    cols = ["case", "bf16 us", "nvfp4 us", "x bf16", "nvfp4 requant us", "requant x bf16", "saved MB", "saved x bf16"]
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "|".join("---" for _ in cols) + "|")
+    for name, e, t, k, n, skew, fwd in CASES:
+        if args.only not in name:
+            continue
+        row = bench_case(name, e, t, k, n, skew, fwd, args.iters, args.reps)
+        cells = [row["case"]] + [f"{row[c]:.3f}" if "x " in c or c.startswith("x") else f"{row[c]:,.1f}"
+                                 for c in cols[1:]]
+        print("| " + " | ".join(cells) + " |", flush=True)
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,442 @@
+"""``device.GroupedLinear``: the grouped (MoE) linear layer of NVFP4 training on the device kernels (SPEC 16).
+
+Forward and backward are built from :func:`device.group_quantize`'s and :func:`device.grouped_gemm`'s custom ops
+(``torch.ops.nvfp4_device``) and the bias-gradient kernel (``csrc/layer/bias_grad.cu``), with the quantizations and
+GEMMs of SPEC 16.1-16.3, so every output equals :func:`oracle.grouped_linear_forward` /
+:func:`oracle.grouped_linear_backward` byte for byte (``mode="exact"``: ``model="sequential"``; ``mode="fast"``:
+``model="tensor_core"``; ``mode="sm100"``: ``model="sm100"``; SPEC 16.5). No group size reaches the host: a whole training step can be captured in one
+CUDA graph and compiled with ``torch.compile(fullgraph=True)``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from oracle.recipe import DEFAULT_RECIPE, NVFP4Recipe
+
+from . import _dispatch, _ops
+from . import gemm as _gemm
+from .gemm import SM100_MAX_CONTRACTION
+from .quantization import _options
+
+__all__ = ["GroupedLinear"]
+
+_MODES = ("fast", "exact", "sm100")
+_PARAMS_DTYPES = (torch.bfloat16, torch.float32)
+_FPROP, _DGRAD, _WGRAD = (_gemm._KIND_CODES[k] for k in ("fprop", "dgrad", "wgrad"))
+_TILE = 128
+
+
+class _Planes(NamedTuple):
+    """The outputs of one grouped quantize (device._ops.group_quantize_op), in its order; unrequested planes are
+    empty tensors."""
+
+    row_data: Tensor
+    row_scales: Tensor
+    col_data: Tensor
+    col_scales: Tensor
+    row_amax: Tensor
+    col_amax: Tensor
+    offsets: Tensor
+
+
+class _Config(NamedTuple):
+    """Host constants of one forward call (Python values only: torch.compile specializes on them)."""
+
+    mode: str
+    e: int
+    n: int
+    k: int
+    rule: str
+    rht_wgrad: bool
+    rht_signs: int
+    sr_grad: bool
+    seed: int
+    need_dx: bool
+    need_dw: bool
+    need_dbias: bool
+    fuse_wgrad: bool
+    delay_wgrad: bool
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# the quantizations and GEMMs of SPEC 16.1-16.3, on raw tensors (no result objects: simple to trace)
+# ------------------------------------------------------------------------------------------------------------------
+
+def _quantize(t: Tensor, splits: Tensor, *, rowwise: bool, columnwise: bool, rht: bool, rht_signs: int,
+              block: tuple[int, int], rule: str, rounding: str, seed: int) -> _Planes:
+    """device.group_quantize's op on ``t`` [rows, cols] with swizzled scales and Philox offset 0 (SPEC 9, 16.1)."""
+    opts = _options(t, rowwise=rowwise, columnwise=columnwise, rht=rht, rht_signs=rht_signs, block=block, rule=rule,
+                    rounding=rounding, seed=seed, offset=0)
+    return _Planes(*_ops.group_quantize_op(t, splits, None, swizzled=True, **opts))
+
+
+def _quantize_x(x: Tensor, splits: Tensor, cfg: _Config, *, columnwise: bool) -> _Planes:
+    """SPEC 16.1: X in 1x16 blocks, RN; the RHT (rht_wgrad) on its columnwise plane only."""
+    return _quantize(x, splits, rowwise=True, columnwise=columnwise, rht=cfg.rht_wgrad and columnwise,
+                     rht_signs=cfg.rht_signs, block=(1, 16), rule=cfg.rule, rounding="rn", seed=0)
+
+
+def _quantize_dy(dy: Tensor, splits: Tensor, cfg: _Config, *, rowwise: bool, columnwise: bool) -> _Planes:
+    """SPEC 16.1-16.2: dY in 1x16 blocks; the RHT (rht_wgrad) on its columnwise plane; SR (sr_grad) with the
+    recipe's seed and offset 0 (a plane's bytes do not depend on whether the other plane is produced)."""
+    return _quantize(dy, splits, rowwise=rowwise, columnwise=columnwise, rht=cfg.rht_wgrad and columnwise,
+                     rht_signs=cfg.rht_signs, block=(1, 16), rule=cfg.rule,
+                     rounding="sr" if cfg.sr_grad else "rn", seed=cfg.seed)
+
+
+def _gemm_sizes(kind: int, e: int, t: int, n: int, k: int, rule: str) -> list[int]:
+    """The ints of device._ops.GEMM_SIZES for the layer's GEMMs (as device.gemm._checked_call computes them from the
+    operands: fprop X [T, K] x W [E*N, K]; dgrad dY [T, N] x W; wgrad dY [T, N] x X [T, K])."""
+    code = _gemm._alpha_rule(rule, rule)
+    if kind == _FPROP:  # tokens, n, k, b_rows, a_rows, kc, cols, rule, grid_upper
+        return [t, n, k, n, 0, k, n, code, (t // _TILE + e) * -(-n // _TILE)]
+    if kind == _DGRAD:
+        return [t, n, k, k, 0, n, k, code, (t // _TILE + e) * -(-k // _TILE)]
+    return [t, n, k, k, n, 0, k, code, e * -(-n // _TILE) * -(-k // _TILE)]
+
+
+def _plan_parts() -> tuple[str, str, str, int]:
+    """The forced plan parts (device.testing.force_plan; "" = by the sizes) and the grid cap (device.set_num_sms)."""
+    forced = _dispatch.FORCED
+    return (forced.get("algorithm", ""), forced.get("loader", ""), forced.get("epilogue", ""),
+            int(_gemm.get_num_sms() or 0))
+
+
+def _operands(a: _Planes, a_plane: str, b: _Planes, b_plane: str) -> tuple[Tensor, ...]:
+    """The GEMM ops' 8 operand tensors: (data, scales, amax, offsets) of plane ``a_plane`` of a, then of b."""
+    return (getattr(a, f"{a_plane}_data"), getattr(a, f"{a_plane}_scales"), getattr(a, f"{a_plane}_amax"), a.offsets,
+            getattr(b, f"{b_plane}_data"), getattr(b, f"{b_plane}_scales"), getattr(b, f"{b_plane}_amax"), b.offsets)
+
+
+def _gemm_new(kind: int, a: _Planes, a_plane: str, b: _Planes, b_plane: str, cfg: _Config, t: int, shape: list[int],
+              dtype: torch.dtype, bias: Tensor | None = None) -> Tensor:
+    return _ops.grouped_gemm_op(*_operands(a, a_plane, b, b_plane), bias, kind, cfg.mode, shape, dtype,
+                                _gemm_sizes(kind, cfg.e, t, cfg.n, cfg.k, cfg.rule), *_plan_parts())
+
+
+def _wgrad(dyq: _Planes, xq: _Planes, cfg: _Config, t: int, dtype: torch.dtype, main_grad: Tensor | None):
+    """dW [E, N, K] of ``dtype`` (the GEMM's epilogue casts; the same bits as casting its fp32 result), or
+    ``main_grad += dW`` in place (SPEC 16.3; an empty expert leaves main_grad[g] unchanged) and None."""
+    if main_grad is None:
+        return _gemm_new(_WGRAD, dyq, "col", xq, "col", cfg, t, [cfg.e, cfg.n, cfg.k], dtype)
+    _ops.grouped_gemm_out_op(*_operands(dyq, "col", xq, "col"), main_grad, None, True, _WGRAD, cfg.mode,
+                             _gemm_sizes(_WGRAD, cfg.e, t, cfg.n, cfg.k, cfg.rule), *_plan_parts())
+    return None
+
+
+def _check_main_grad(weight: Tensor) -> Tensor:
+    """``weight.main_grad``: an fp32 contiguous 16-byte aligned tensor of weight's shape on its device."""
+    mg = getattr(weight, "main_grad", None)
+    if not isinstance(mg, Tensor):
+        raise ValueError("fuse_wgrad_accumulation=True needs weight.main_grad, a float32 tensor of the weight's shape "
+                         "(the layer allocates one at construction; it was removed or replaced)")
+    if mg.dtype != torch.float32 or tuple(mg.shape) != tuple(weight.shape) or mg.device != weight.device:
+        raise ValueError(f"weight.main_grad must be float32 {tuple(weight.shape)} on {weight.device}, got {mg.dtype} "
+                         f"{tuple(mg.shape)} on {mg.device}")
+    if not mg.is_contiguous():
+        raise ValueError("weight.main_grad must be contiguous")
+    if not torch.compiler.is_compiling() and mg.numel() and mg.data_ptr() % 16:
+        raise ValueError("weight.main_grad must be 16-byte aligned")
+    return mg
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# autograd
+# ------------------------------------------------------------------------------------------------------------------
+
+class _GroupedLinearFunction(torch.autograd.Function):
+    """Y = X W^T + bias per expert; backward dX, dW (or main_grad +=, or deferred), dbias (SPEC 16.3, 16.4)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, splits: Tensor, w_row_data: Tensor,
+                w_row_scales: Tensor, w_col_data: Tensor, w_col_scales: Tensor, w_row_amax: Tensor, w_col_amax: Tensor,
+                w_offsets: Tensor, cfg: _Config, layer: GroupedLinear | None) -> Tensor:
+        wq = _Planes(w_row_data, w_row_scales, w_col_data, w_col_scales, w_row_amax, w_col_amax, w_offsets)
+        t = x.shape[0]
+        xq = _quantize_x(x, splits, cfg, columnwise=cfg.need_dw)
+        b = None if bias is None else bias.to(torch.float32)  # (bf16 -> fp32 is exact)
+        y = _gemm_new(_FPROP, xq, "row", wq, "row", cfg, t, [t, cfg.n], torch.bfloat16, b)
+        # saved: X's columnwise plane (wgrad B; NVFP4, not the bf16 X), its amaxes and offsets (their row 0 also
+        # bounds dY's groups for dbias), W's columnwise plane (dgrad B), the splits; X's rowwise plane is freed here
+        ctx.save_for_backward(xq.col_data, xq.col_scales, xq.col_amax, xq.offsets, w_col_data, w_col_scales,
+                              w_col_amax, w_offsets, splits)
+        ctx.cfg = cfg
+        ctx.t = t
+        ctx.weight_dtype = weight.dtype
+        ctx.layer = layer  # fuse_wgrad_accumulation / delay_wgrad_compute only (main_grad, the deferred queue)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy: Tensor):
+        x_cd, x_cs, x_ca, x_offs, w_cd, w_cs, w_ca, w_offs, splits = ctx.saved_tensors
+        cfg, t = ctx.cfg, ctx.t
+        empty = x_offs.new_empty(0, dtype=torch.uint8)
+        xq = _Planes(empty, empty, x_cd, x_cs, x_ca, x_ca, x_offs)
+        wq = _Planes(empty, empty, w_cd, w_cs, w_ca, w_ca, w_offs)
+        main_grad = _check_main_grad(ctx.layer.weight) if cfg.need_dw and cfg.fuse_wgrad and not cfg.delay_wgrad \
+            else None
+        dy = dy.contiguous()
+        if dy.dtype != torch.bfloat16:
+            dy = dy.to(torch.bfloat16)
+        dx = dw = dbias = None
+        if cfg.need_dx or cfg.need_dw:
+            dyq = _quantize_dy(dy, splits, cfg, rowwise=cfg.need_dx, columnwise=cfg.need_dw)
+            if cfg.need_dx:
+                dx = _gemm_new(_DGRAD, dyq, "row", wq, "col", cfg, t, [t, cfg.k], torch.bfloat16)
+            if cfg.need_dw:
+                if cfg.delay_wgrad:
+                    ctx.layer._pending_wgrad.append((dyq, xq, cfg, t))  # backward_dw() runs it
+                else:
+                    dw = _wgrad(dyq, xq, cfg, t, ctx.weight_dtype, main_grad)
+        if cfg.need_dbias:
+            dbias = _ops.bias_grad_op(dy, x_offs)  # X's offsets: the same groups as dY's (same splits and T)
+        return (dx, dw, dbias) + (None,) * 10
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# the module
+# ------------------------------------------------------------------------------------------------------------------
+
+class GroupedLinear(torch.nn.Module):
+    """E experts' linear layers on NVFP4 (TE's ``GroupedLinear``): ``y[rows of g] = x[rows of g] @ weight[g].T +
+    bias[g]`` for groups of consecutive rows given by ``m_splits``, forward and backward on the device kernels.
+
+    Args:
+        num_gemms: E, the number of experts (>= 1).
+        in_features: K, a positive multiple of 16.
+        out_features: N, a positive multiple of 16.
+        bias: whether the layer has a bias ``[E, N]`` (initialised to zeros).
+        device: where the parameters live (a CUDA device).
+        params_dtype: ``torch.bfloat16`` (default; the oracle's model) or ``torch.float32`` (the weights are then
+            quantized from fp32 values).
+        recipe: an :class:`oracle.NVFP4Recipe` (SPEC 16.1): the scale rule, the weights' block, the RHT on the wgrad
+            operands, SR on dY with its seed. Read at every forward: assign ``layer.recipe`` to change it between
+            steps (e.g. a new ``seed`` for fresh random bits; SPEC 16.2).
+        mode: ``"fast"`` (every GEMM equals ``oracle.grouped_gemm(model="tensor_core")``), ``"exact"``
+            (``model="sequential"``) or ``"sm100"`` (``model="sm100"``: a B200's GEMM bits, SPEC 12.7; slow, and
+            T, N and K below 2^19); SPEC 16.5.
+        fuse_wgrad_accumulation: add dW into ``weight.main_grad`` (fp32 ``[E, N, K]``) in place instead of producing
+            ``weight.grad`` (Megatron's convention). The layer allocates ``weight.main_grad`` (zeros) at construction;
+            a caller may replace it by its own fp32 contiguous tensor of the weight's shape (e.g. a view into a
+            gradient buffer) and zeroes it when it wants. ``weight.grad`` then stays None. An expert with no rows
+            leaves its ``main_grad[g]`` unchanged bit for bit.
+        delay_wgrad_compute: the backward computes dX and dbias only and queues the wgrad GEMM (with its NVFP4
+            operands); :meth:`backward_dw` runs the oldest queued one (TE's convention).
+
+    Parameters: ``weight`` ``[E, N, K]`` (one Parameter; ``weight[g]`` is expert g's ``[N, K]`` matrix, row-major,
+    so the layout is that of TE's E separate ``weight{g}`` parameters stacked; initialised as ``torch.nn.Linear``
+    initialises each ``[N, K]`` matrix) and ``bias`` ``[E, N]`` (or None).
+
+    **Saved for backward** (NVFP4 only, never the bf16 X): X's columnwise plane (the wgrad operand, RHT'd when
+    ``recipe.rht_wgrad``) with its per-group amaxes and offsets table, W's columnwise plane (the dgrad operand) and
+    the splits; X's rowwise plane is freed after the forward GEMM. That is about 0.56 bytes per element of X against
+    2 for a BF16 layer's saved X.
+
+    **Weight planes** are quantized once (both planes, 16x16 blocks by default) and reused by later forwards while
+    the weight is unchanged: the cache is keyed on ``weight._version`` (bumped by every in-place update, e.g. the
+    optimizer's), ``weight.data_ptr()``, dtype, shape and the recipe's weight fields, so reuse stops as soon as the
+    weight changes. ``layer.weight_plane_reuse = False`` quantizes the weights in every forward instead. Under
+    ``torch.compile`` the planes are quantized inside the compiled graph at every call.
+
+    **Graphs and compile**: no host synchronization (no ``.item()``, ``.tolist()``, ``.cpu()``) and no allocation
+    whose size depends on device data happen in forward or backward, so a whole step (forward + backward) can be
+    captured in one CUDA graph and replayed with new x, dy and ``m_splits`` (empty experts included). A captured
+    step replays the weight planes it was captured with when they came from the cache: in a graph that also updates
+    the weights, set ``weight_plane_reuse = False`` before capturing. ``torch.compile(fullgraph=True)`` traces the
+    layer's forward and backward (custom ops with fake implementations) without graph breaks and gives the eager
+    bits; fuse_wgrad_accumulation and delay_wgrad_compute are for eager / CUDA-graph use.
+    """
+
+    def __init__(self, num_gemms: int, in_features: int, out_features: int, *, bias: bool = True,
+                 device: torch.device | str | int = "cuda", params_dtype: torch.dtype = torch.bfloat16,
+                 recipe: NVFP4Recipe = DEFAULT_RECIPE, mode: str = "fast", fuse_wgrad_accumulation: bool = False,
+                 delay_wgrad_compute: bool = False) -> None:
+        super().__init__()
+        for name, v, lo in (("num_gemms", num_gemms, 1), ("in_features", in_features, 16),
+                            ("out_features", out_features, 16)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
+        for name, v in (("in_features", in_features), ("out_features", out_features)):
+            if v % 16:
+                raise ValueError(f"{name}={v} must be a multiple of 16 (one E4M3 scale per 16 elements; it is a GEMM "
+                                 "contraction length)")
+        if num_gemms > 65535:
+            raise ValueError(f"num_gemms={num_gemms}: at most 65535 experts (the bias-gradient kernel's grid)")
+        if params_dtype not in _PARAMS_DTYPES:
+            raise TypeError(f"params_dtype must be torch.bfloat16 or torch.float32, got {params_dtype!r}")
+        dev = torch.device(device)
+        if dev.type != "cuda":
+            raise ValueError(f"device must be a CUDA device, got {dev}")
+        for name, v in (("bias", bias), ("fuse_wgrad_accumulation", fuse_wgrad_accumulation),
+                        ("delay_wgrad_compute", delay_wgrad_compute)):
+            if not isinstance(v, bool):
+                raise TypeError(f"{name} must be True or False, got {v!r}")
+        self.num_gemms, self.in_features, self.out_features = num_gemms, in_features, out_features
+        self.recipe = recipe
+        self.mode = mode
+        self._check_settings()
+        self.fuse_wgrad_accumulation = fuse_wgrad_accumulation
+        self.delay_wgrad_compute = delay_wgrad_compute
+        self.weight_plane_reuse = True
+        self.weight = torch.nn.Parameter(torch.empty((num_gemms, out_features, in_features), dtype=params_dtype,
+                                                     device=dev))
+        self.bias = torch.nn.Parameter(torch.zeros((num_gemms, out_features), dtype=params_dtype, device=dev)) \
+            if bias else None
+        # W as [E*N, K] is grouped with splits [N] * E (SPEC 16.1)
+        self.register_buffer("_weight_splits", torch.full((num_gemms,), out_features, dtype=torch.int64, device=dev),
+                             persistent=False)
+        self._weight_cache: tuple | None = None
+        self._pending_wgrad: list = []
+        self.reset_parameters()
+        if fuse_wgrad_accumulation:
+            self.weight.main_grad = torch.zeros(self.weight.shape, dtype=torch.float32, device=dev)
+
+    def reset_parameters(self) -> None:
+        """Each expert's ``[N, K]`` weight as ``torch.nn.Linear`` initialises its weight (uniform in
+        ``[-1/sqrt(K), 1/sqrt(K)]``); the bias to zeros (TE's default)."""
+        bound = 1.0 / self.in_features ** 0.5
+        with torch.no_grad():
+            self.weight.uniform_(-bound, bound)
+            if self.bias is not None:
+                self.bias.zero_()
+        self._weight_cache = None
+
+    def extra_repr(self) -> str:
+        return (f"num_gemms={self.num_gemms}, in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, mode={self.mode!r}, recipe={self.recipe!r}, "
+                f"fuse_wgrad_accumulation={self.fuse_wgrad_accumulation}, "
+                f"delay_wgrad_compute={self.delay_wgrad_compute}")
+
+    def _check_settings(self) -> None:
+        if not isinstance(self.recipe, NVFP4Recipe):
+            raise TypeError(f"recipe must be an oracle.NVFP4Recipe, got {type(self.recipe).__name__}")
+        if self.mode not in _MODES:
+            raise ValueError(f"mode must be one of {_MODES}, got {self.mode!r}")
+
+    # --------------------------------------------------------------------------------------------------- inputs
+
+    def _device_splits(self, m_splits, t: int, device: torch.device) -> Tensor:
+        """m_splits as an int64 [E] tensor on x's device, checked (host metadata only for a tensor)."""
+        e = self.num_gemms
+        if isinstance(m_splits, Tensor):
+            if m_splits.dtype != torch.int64:
+                raise TypeError(f"m_splits must be an int64 tensor, got {m_splits.dtype}")
+            if m_splits.device != device:
+                raise ValueError(f"m_splits must be on x's device ({device}), got {m_splits.device}")
+            if m_splits.dim() != 1 or m_splits.shape[0] != e:
+                raise ValueError(f"m_splits must be 1-D with num_gemms={e} sizes, got shape {tuple(m_splits.shape)}")
+            return m_splits.contiguous()
+        if not isinstance(m_splits, (list, tuple)):
+            raise TypeError(f"m_splits must be an int64 CUDA tensor or a list of ints, got {type(m_splits).__name__}")
+        if len(m_splits) != e:
+            raise ValueError(f"m_splits has {len(m_splits)} sizes, the layer has num_gemms={e}")
+        if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in m_splits):
+            raise ValueError(f"m_splits must hold ints >= 0, got {list(m_splits)}")
+        if sum(m_splits) != t:
+            raise ValueError(f"m_splits add up to {sum(m_splits)}, x has {t} rows")
+        if torch.cuda.is_current_stream_capturing():
+            raise ValueError("m_splits given as a list needs a host-to-device copy, which a CUDA graph would replay "
+                             "with the captured values: pass an int64 tensor on x's device")
+        host = torch.tensor(list(m_splits), dtype=torch.int64)
+        return host.pin_memory().to(device, non_blocking=True)  # one copy, no synchronization
+
+    def _check_x(self, x) -> None:
+        if not isinstance(x, Tensor):
+            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+        if x.dtype != torch.bfloat16:
+            raise TypeError(f"x must be bfloat16, got {x.dtype}")
+        if x.device != self.weight.device:
+            raise ValueError(f"x must be on the layer's device ({self.weight.device}), got {x.device}")
+        if x.dim() != 2:
+            raise ValueError(f"x must be 2-D [T, in_features], got shape {tuple(x.shape)}")
+        if x.shape[1] != self.in_features:
+            raise ValueError(f"x has K={x.shape[1]} columns, the layer has in_features={self.in_features}")
+        t, n, k = x.shape[0], self.out_features, self.in_features
+        if max(t, n, k) > 2**31 - 256 or t >= 2**28:  # (device.grouped_gemm's limits, SPEC-free size bounds)
+            raise ValueError(f"sizes too large: T={t}, N={n}, K={k} (each at most 2**31 - 256, T below 2**28)")
+        if self.mode == "sm100" and -(-max(t, n, k) // 16) * 16 >= SM100_MAX_CONTRACTION:
+            raise ValueError(f"mode 'sm100' runs contractions below {SM100_MAX_CONTRACTION} only (SPEC 12.7's int64 "
+                             f"model): T={t}, N={n}, K={k}")
+
+    # --------------------------------------------------------------------------------------------------- weights
+
+    def _weight_planes(self, columnwise: bool) -> _Planes:
+        """W's planes (SPEC 16.1: [E*N, K], splits [N]*E, recipe.weight_block, RN), from the cache while the weight
+        and the recipe's weight fields are unchanged."""
+        w = self.weight.detach()
+        r = self.recipe
+        e, n, k = w.shape
+        if torch.compiler.is_compiling() or not self.weight_plane_reuse:  # (no cache state inside a compiled graph)
+            return _quantize(w.reshape(e * n, k), self._weight_splits, rowwise=True, columnwise=columnwise,
+                             rht=False, rht_signs=r.rht_signs, block=r.weight_block, rule=r.rule, rounding="rn", seed=0)
+        key = (w._version, w.data_ptr(), w.dtype, tuple(w.shape), w.device, r.rule, r.weight_block)
+        cached = self._weight_cache
+        if cached is not None and cached[0] == key and (cached[1] or not columnwise):
+            return cached[2]
+        planes = _quantize(w.reshape(e * n, k), self._weight_splits, rowwise=True, columnwise=columnwise, rht=False,
+                           rht_signs=r.rht_signs, block=r.weight_block, rule=r.rule, rounding="rn", seed=0)
+        self._weight_cache = (key, columnwise, planes)
+        return planes
+
+    # --------------------------------------------------------------------------------------------------- forward
+
+    def forward(self, x: Tensor, m_splits: Tensor | list[int]) -> Tensor:
+        """``y`` ``[T, out_features]`` bfloat16 for ``x`` ``[T, in_features]`` bfloat16 (CUDA) whose rows are grouped
+        by ``m_splits``: expert g takes the next ``m_splits[g]`` rows.
+
+        ``m_splits``: an int64 CUDA tensor ``[num_gemms]`` (never read on the host), or a list of ints, checked to
+        add up to T and copied to the device once. Device splits that do not add up to T take SPEC 9.4's meaning:
+        negative sizes count as 0 and the running total is cut at T; every quantization and GEMM uses the cut
+        sizes, and the rows of y and of x.grad past the last (cut) group belong to no expert and are not defined.
+
+        Raises TypeError / ValueError before any launch for an x of the wrong type, dtype, device or shape
+        (``[T, in_features]``), m_splits of the wrong type, dtype, device or length, or a list that does not add up
+        to T."""
+        self._check_settings()
+        self._check_x(x)
+        if x.numel() and not torch.compiler.is_compiling() and x.data_ptr() % 16:
+            x = x.clone()  # the kernels read 16-byte vectors
+        x = x.contiguous()
+        splits = self._device_splits(m_splits, x.shape[0], x.device)
+        grad = torch.is_grad_enabled()
+        need_dx = grad and x.requires_grad
+        need_dw = grad and self.weight.requires_grad
+        need_dbias = grad and self.bias is not None and self.bias.requires_grad
+        if need_dw and self.fuse_wgrad_accumulation and not self.delay_wgrad_compute:
+            _check_main_grad(self.weight)
+        r = self.recipe
+        cfg = _Config(mode=self.mode, e=self.num_gemms, n=self.out_features, k=self.in_features, rule=r.rule,
+                      rht_wgrad=r.rht_wgrad, rht_signs=r.rht_signs, sr_grad=r.sr_grad, seed=r.seed, need_dx=need_dx,
+                      need_dw=need_dw, need_dbias=need_dbias, fuse_wgrad=self.fuse_wgrad_accumulation,
+                      delay_wgrad=self.delay_wgrad_compute)
+        wq = self._weight_planes(columnwise=need_dx)
+        layer = self if (self.fuse_wgrad_accumulation or self.delay_wgrad_compute) else None
+        return _GroupedLinearFunction.apply(x, self.weight, self.bias, splits, wq.row_data, wq.row_scales,
+                                            wq.col_data, wq.col_scales, wq.row_amax, wq.col_amax, wq.offsets, cfg,
+                                            layer)
+
+    # --------------------------------------------------------------------------------------------------- deferred
+
+    def need_backward_dw(self) -> bool:
+        """Whether a wgrad deferred by ``delay_wgrad_compute`` waits for :meth:`backward_dw`."""
+        return bool(self._pending_wgrad)
+
+    def backward_dw(self) -> None:
+        """Run the oldest wgrad GEMM that a backward deferred (``delay_wgrad_compute=True``; nothing when none
+        waits): with ``fuse_wgrad_accumulation`` ``weight.main_grad += dW`` in place, else ``weight.grad`` set to dW
+        (in the weight's dtype) or, when it already holds a gradient, dW added to it."""
+        if not self._pending_wgrad:
+            return
+        dyq, xq, cfg, t = self._pending_wgrad.pop(0)
+        if self.fuse_wgrad_accumulation:
+            _wgrad(dyq, xq, cfg, t, self.weight.dtype, _check_main_grad(self.weight))
+            return
+        dw = _wgrad(dyq, xq, cfg, t, self.weight.dtype, None)
+        if self.weight.grad is None:
+            self.weight.grad = dw
+        else:
+            self.weight.grad.add_(dw)

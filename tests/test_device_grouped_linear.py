@@ -1,0 +1,456 @@
+"""GPU tests of device.GroupedLinear (SPEC 16) against the NumPy oracle's layer, byte for byte.
+
+* mode="exact" equals ``oracle.grouped_linear_forward`` / ``grouped_linear_backward`` with ``model="sequential"``,
+  mode="fast" with ``model="tensor_core"``, mode="sm100" with ``model="sm100"`` (SPEC 16.5): y, x.grad, weight.grad (the oracle's fp32 dW rounded to the
+  parameter dtype by torch), main_grad (fp32, in place), bias.grad; the bias-gradient kernel's fp32 output against
+  ``oracle.grouped_bias_grad`` and SPEC 16.4's hand-worked column.
+* A whole step captured in one CUDA graph and replayed with new x, dy and m_splits matches eager bit for bit;
+  ``torch.compile(fullgraph=True)`` matches eager bit for bit with no graph break; forward + backward run under
+  ``torch.cuda.set_sync_debug_mode("error")``.
+Every test is marked ``cuda`` and skipped without a GPU. The oracle runs on the CPU: the sweep keeps K x N small where
+E and T are large. ``NVFP4_FULL=1`` replays the captured step 200 times instead of 60.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+torch = pytest.importorskip("torch")
+
+import oracle  # noqa: E402
+from oracle.recipe import NVFP4Recipe  # noqa: E402
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+DEV = "cuda"
+FULL = bool(os.environ.get("NVFP4_FULL"))
+MODELS = {"exact": "sequential", "fast": "tensor_core", "sm100": "sm100"}  # SPEC 16.5
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# helpers
+# ------------------------------------------------------------------------------------------------------------------
+
+def _device():
+    import device
+
+    return device
+
+
+def rand_bf16(shape, seed, scale=1.0):
+    """bf16 CUDA tensor: normal values with a few outliers (x40) and exact zeros, so blocks get different scales."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(shape, generator=g, dtype=torch.float32) * scale
+    if x.numel():
+        flat = x.view(-1)
+        flat[torch.randint(0, flat.numel(), (max(1, flat.numel() // 97),), generator=g)] *= 40.0
+        flat[torch.randint(0, flat.numel(), (max(1, flat.numel() // 89),), generator=g)] = 0.0
+    return x.to(torch.bfloat16).to(DEV)
+
+
+def rand_splits(e, t, seed, zero_frac=0.25):
+    """E sizes >= 0 adding up to t, about zero_frac of them 0, the others unaligned."""
+    rng = np.random.default_rng(seed)
+    live = rng.random(e) >= zero_frac
+    if not live.any():
+        live[rng.integers(e)] = True
+    w = rng.random(e) * live
+    s = np.floor(w / w.sum() * t).astype(np.int64)
+    s[np.flatnonzero(live)[-1]] += t - s.sum()
+    return [int(v) for v in s]
+
+
+def host(t):
+    """A CUDA tensor as a NumPy array (bf16 as ml_dtypes.bfloat16)."""
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def as_dtype(a: np.ndarray, dtype) -> np.ndarray:
+    """An oracle fp32 array in the parameter dtype, rounded by torch (round to nearest even)."""
+    return host(torch.from_numpy(np.ascontiguousarray(a, np.float32)).to(dtype))
+
+
+def assert_bytes(got, want, what):
+    """Byte-equality of two arrays of one dtype and shape, naming the first differing element."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype and got.shape == want.shape, f"{what}: {got.dtype}{got.shape} vs " \
+                                                                f"{want.dtype}{want.shape}"
+    gb = got.view(np.uint16 if got.itemsize == 2 else np.uint32)
+    wb = want.view(np.uint16 if want.itemsize == 2 else np.uint32)
+    if not np.array_equal(gb, wb):
+        idx = tuple(int(i) for i in np.argwhere(gb != wb)[0])
+        raise AssertionError(f"{what}: {int((gb != wb).sum())} of {gb.size} elements differ; first at {idx}: "
+                             f"device {got[idx]!r} ({int(gb[idx]):#x}), oracle {want[idx]!r} ({int(wb[idx]):#x})")
+
+
+def make_layer(e, k, n, *, w, b=None, **kw):
+    layer = _device().GroupedLinear(e, k, n, bias=b is not None, **kw)
+    with torch.no_grad():
+        layer.weight.copy_(w)
+        if b is not None:
+            layer.bias.copy_(b)
+    return layer
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# the sweep against the oracle
+# ------------------------------------------------------------------------------------------------------------------
+
+DEFAULT = NVFP4Recipe()
+# (E, splits, N, K, bias, fuse_wgrad_accumulation, delay_wgrad_compute, recipe, params dtype)
+SWEEP = {
+    "T0": (1, [0], 16, 16, True, False, False, DEFAULT, torch.bfloat16),
+    "E1": (1, [37], 32, 64, True, False, False, DEFAULT, torch.bfloat16),
+    "E2-first-empty-main-grad": (2, [0, 130], 48, 96, True, True, False, DEFAULT, torch.bfloat16),
+    "E2-K4096": (2, [17, 0], 16, 4096, False, False, False, DEFAULT, torch.bfloat16),
+    "E2-N4096-rn-delayed": (2, [33, 40], 4096, 32, True, False, True,
+                            NVFP4Recipe(rht_wgrad=False, sr_grad=False), torch.bfloat16),
+    "E2-fp32-params": (2, [20, 44], 32, 64, True, False, False, DEFAULT, torch.float32),
+    "E8-main-grad-delayed": (8, rand_splits(8, 600, 1), 64, 128, True, True, True, DEFAULT, torch.bfloat16),
+    "E8-1x16-weights-seed5": (8, rand_splits(8, 300, 2), 32, 64, True, False, False,
+                              NVFP4Recipe(weight_block=(1, 16), seed=5), torch.bfloat16),
+    "E8-torchao": (8, rand_splits(8, 300, 3), 32, 64, False, False, False, NVFP4Recipe(rule="torchao"),
+                   torch.bfloat16),
+    "E8-rht-mask": (8, rand_splits(8, 300, 4), 32, 64, True, False, False, NVFP4Recipe(rht_signs=0x1234),
+                    torch.bfloat16),
+    "E8-128-rows": (8, rand_splits(8, 1024, 5, zero_frac=0.0), 128, 256, True, False, False, DEFAULT,
+                    torch.bfloat16),
+    # 300 rows per expert and K = 1024: fast fprop by the 2-CTA pair kernel
+    "E2-K1024-N256": (2, [300, 301], 256, 1024, True, True, False, DEFAULT, torch.bfloat16),
+    "E64": (64, rand_splits(64, 2000, 6, zero_frac=0.4), 32, 48, True, True, False, DEFAULT, torch.bfloat16),
+    "E128-T5000": (128, rand_splits(128, 5000, 7), 16, 32, True, False, False, DEFAULT, torch.bfloat16),
+}
+
+
+def run_step(layer, x, splits, dy):
+    """Forward + backward (+ backward_dw when delayed); returns y, x.grad."""
+    xg = x.detach().clone().requires_grad_(True)
+    y = layer(xg, splits)
+    y.backward(dy)
+    return y, xg.grad
+
+
+@pytest.mark.parametrize("mode", ["exact", "fast", "sm100"])
+@pytest.mark.parametrize("case", list(SWEEP))
+def test_layer_matches_oracle(case, mode):
+    e, splits, n, k, with_bias, fuse, delay, recipe, pdtype = SWEEP[case]
+    t = sum(splits)
+    seed = 1000 + len(case)
+    x = rand_bf16((t, k), seed)
+    w = rand_bf16((e, n, k), seed + 1, 0.05)
+    dy = rand_bf16((t, n), seed + 2)
+    b = rand_bf16((e, n), seed + 3) if with_bias else None
+    layer = make_layer(e, k, n, w=w.to(pdtype), b=None if b is None else b.to(pdtype), recipe=recipe, mode=mode,
+                       params_dtype=pdtype, fuse_wgrad_accumulation=fuse, delay_wgrad_compute=delay)
+    mg0 = None
+    if fuse:  # an accumulator with values, and -0.0 / NaN payloads in the first empty expert (left bit for bit)
+        mg0 = torch.randn((e, n, k), generator=torch.Generator().manual_seed(seed + 4)).to(DEV)
+        empty = [g for g in range(e) if splits[g] == 0]
+        if empty:
+            mg0[empty[0], 0, :3] = torch.tensor([-0.0, float("nan"), float("-inf")])
+            mg0.view(torch.int32)[empty[0], 1, 0] = 0x7FC01234  # a NaN payload
+        layer.weight.main_grad.copy_(mg0)
+    s_dev = torch.tensor(splits, dtype=torch.int64, device=DEV)
+    y, dx = run_step(layer, x, s_dev, dy)
+    if delay:
+        assert layer.weight.grad is None and layer.need_backward_dw()
+        if fuse:
+            assert_bytes(host(layer.weight.main_grad), host(mg0), f"{case}: main_grad before backward_dw")
+        layer.backward_dw()
+        assert not layer.need_backward_dw()
+
+    model = MODELS[mode]
+    xo, wo, dyo = host(x), host(w), host(dy)
+    bo = None if b is None else host(b)
+    want_y = oracle.grouped_linear_forward(xo, wo, np.array(splits, np.int64), bias=bo, recipe=recipe, model=model)
+    mg_np = None if mg0 is None else host(mg0).copy()
+    dx_o, dw_o, db_o = oracle.grouped_linear_backward(xo, wo, np.array(splits, np.int64), dyo, with_bias=with_bias,
+                                                      recipe=recipe, model=model, main_grad=mg_np)
+    assert_bytes(host(y), want_y, f"{case} {mode}: y")
+    assert_bytes(host(dx), dx_o, f"{case} {mode}: x.grad")
+    if fuse:
+        assert layer.weight.grad is None
+        assert_bytes(host(layer.weight.main_grad), dw_o, f"{case} {mode}: main_grad")
+    else:
+        assert layer.weight.grad.dtype == pdtype
+        assert_bytes(host(layer.weight.grad), as_dtype(dw_o, pdtype), f"{case} {mode}: weight.grad")
+    if with_bias:
+        assert_bytes(host(layer.bias.grad), as_dtype(db_o, pdtype), f"{case} {mode}: bias.grad")
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# the bias-gradient kernel (SPEC 16.4), fp32 out
+# ------------------------------------------------------------------------------------------------------------------
+
+def bias_grad(dy, splits):
+    """The kernel's fp32 dbias over the groups of dY's grouped quantize (its offsets table)."""
+    dyq = _device().group_quantize(dy, torch.tensor(splits, dtype=torch.int64, device=DEV), rowwise=True)
+    return torch.ops.nvfp4_device.bias_grad(dy, dyq.offsets)
+
+
+def test_bias_grad_hand_worked_column():
+    """SPEC 16.4: 32 rows 1 (x15), 2^24, 1 (x16) of one column: chunks give 2^24 + 16 and 16, the total 2^24 + 32
+    (one sequential pass would stay at 2^24 + 16); an empty group gives +0.0."""
+    col = np.array([1.0] * 15 + [2.0**24] + [1.0] * 16, np.float32)
+    dy = torch.zeros((32, 16), dtype=torch.bfloat16)
+    dy[:, 5] = torch.from_numpy(col).to(torch.bfloat16)  # all exact in bf16
+    dy[:, 6] = -0.0
+    got = bias_grad(dy.to(DEV), [0, 32]).cpu().numpy()
+    assert got[1, 5] == np.float32(2.0**24 + 32)
+    assert np.signbit(got[:, 6]).sum() == 0 and (got[:, 6] == 0).all()  # -0.0 rows sum to +0.0
+    assert (got[0] == 0).all() and np.signbit(got[0]).sum() == 0  # the empty group: +0.0
+
+
+@pytest.mark.parametrize("splits,n", [([0], 16), ([1], 16), ([15, 17, 0, 33], 48), ([0, 700, 3], 144),
+                                      (rand_splits(64, 3000, 9), 272), ([4100, 0], 16)])
+def test_bias_grad_kernel_matches_oracle(splits, n):
+    """Groups of 1-4100 rows (many rounds of 8 chunks), empty groups, N past whole 128-column slices."""
+    t = sum(splits)
+    dy = rand_bf16((t, n), 77, 1000.0)  # large values: the fp32 order shows in the low bits
+    got = bias_grad(dy, splits)
+    assert_bytes(host(got), oracle.grouped_bias_grad(host(dy), np.array(splits, np.int64)), f"dbias {splits[:4]}")
+
+
+def test_bias_grad_splits_past_t():
+    """SPEC 9.4: the kernel reads the cut groups of the offsets table, never a row past T."""
+    dy = rand_bf16((50, 32), 5)
+    got = bias_grad(dy, [30, 90, 5])
+    want = oracle.grouped_bias_grad(host(dy), oracle.cut_splits(np.array([30, 90, 5]), 50))
+    assert_bytes(host(got), want, "dbias cut at T")
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# SPEC 9.4: device splits that do not add up to T
+# ------------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("splits", [[30, 90, 5], [-5, 20, 10], [0, 0, 0]])
+def test_splits_not_adding_up_to_t(splits):
+    e, t, n, k = 3, 100, 32, 64
+    x, w, dy, b = rand_bf16((t, k), 1), rand_bf16((e, n, k), 2, 0.05), rand_bf16((t, n), 3), rand_bf16((e, n), 4)
+    layer = make_layer(e, k, n, w=w, b=b, mode="exact")
+    y, dx = run_step(layer, x, torch.tensor(splits, dtype=torch.int64, device=DEV), dy)
+    cut = oracle.cut_splits(np.array(splits, np.int64), t)
+    p = int(cut.sum())  # rows [0, p) belong to the cut groups; the rest of y and dx is not defined (SPEC 16.5)
+    xo, wo, dyo = host(x)[:p], host(w), host(dy)[:p]
+    assert_bytes(host(y)[:p], oracle.grouped_linear_forward(xo, wo, cut, bias=host(b)), "y")
+    dx_o, dw_o, db_o = oracle.grouped_linear_backward(xo, wo, cut, dyo, with_bias=True)
+    assert_bytes(host(dx)[:p], dx_o, "x.grad")
+    assert_bytes(host(layer.weight.grad), as_dtype(dw_o, torch.bfloat16), "weight.grad")
+    assert_bytes(host(layer.bias.grad), as_dtype(db_o, torch.bfloat16), "bias.grad")
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# weight-plane reuse
+# ------------------------------------------------------------------------------------------------------------------
+
+def test_weight_planes_reused_until_the_weight_changes():
+    e, t, n, k = 4, 200, 32, 64
+    splits = rand_splits(e, t, 11)
+    s_dev = torch.tensor(splits, dtype=torch.int64, device=DEV)
+    x = rand_bf16((t, k), 12)
+    layer = make_layer(e, k, n, w=rand_bf16((e, n, k), 13, 0.05), mode="exact")
+
+    def check(what):
+        y = layer(x, s_dev)
+        want = oracle.grouped_linear_forward(host(x), host(layer.weight), np.array(splits))
+        assert_bytes(host(y), want, what)
+        return layer._weight_cache[2]
+
+    first = check("first forward")
+    assert check("second forward") is first, "unchanged weights were quantized again"
+    with torch.no_grad():
+        layer.weight.mul_(1.5)  # in place: the version counter moves
+    second = check("after an in-place update")
+    assert second is not first
+    layer.weight.data = rand_bf16((e, n, k), 14, 0.05)  # new storage
+    assert check("after weight.data =") is not second
+    layer.weight_plane_reuse = False
+    check("without reuse")
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# CUDA graph: one capture of forward + backward, replayed with new data and splits
+# ------------------------------------------------------------------------------------------------------------------
+
+def _graph_splits(e, t, it):
+    if it % 5 == 0:
+        return [0] * (e - 1) + [t]  # every expert but one empty
+    if it % 5 == 1:
+        return [t] + [0] * (e - 1)
+    if it % 5 == 2:
+        return [t // e] * (e - 1) + [t - t // e * (e - 1)]
+    return rand_splits(e, t, 500 + it, zero_frac=0.3)
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+def test_cuda_graph_whole_step(reuse):
+    e, t, n, k = 8, 512, 64, 128
+    w, b = rand_bf16((e, n, k), 21, 0.05), rand_bf16((e, n), 22)
+    layer = make_layer(e, k, n, w=w, b=b)
+    layer.weight_plane_reuse = reuse
+    ref = make_layer(e, k, n, w=w, b=b)  # the eager twin
+    x_buf = rand_bf16((t, k), 23).requires_grad_(True)
+    dy_buf = rand_bf16((t, n), 24)
+    s_buf = torch.tensor(_graph_splits(e, t, 3), dtype=torch.int64, device=DEV)
+
+    def step():
+        y = layer(x_buf, s_buf)
+        y.backward(dy_buf)
+        return y
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):  # warm-up: extension loads, allocator pools, the weight-plane cache
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    for p in (x_buf, layer.weight, layer.bias):
+        p.grad = None  # the captured backward allocates the gradients from the graph's pool
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y_static = step()
+    grads = (x_buf.grad, layer.weight.grad, layer.bias.grad)
+
+    replays = 200 if FULL else 60
+    for it in range(replays):
+        splits = _graph_splits(e, t, it)
+        s_buf.copy_(torch.tensor(splits, dtype=torch.int64))
+        with torch.no_grad():
+            x_buf.copy_(rand_bf16((t, k), 3000 + it))
+        dy_buf.copy_(rand_bf16((t, n), 4000 + it))
+        graph.replay()
+        ref.weight.grad = ref.bias.grad = None
+        y_ref, dx_ref = run_step(ref, x_buf, torch.tensor(splits, dtype=torch.int64, device=DEV), dy_buf)
+        torch.cuda.synchronize()
+        where = f"replay {it} splits {splits}"
+        assert_bytes(host(y_static), host(y_ref), f"{where}: y")
+        assert_bytes(host(grads[0]), host(dx_ref), f"{where}: x.grad")
+        assert_bytes(host(grads[1]), host(ref.weight.grad), f"{where}: weight.grad")
+        assert_bytes(host(grads[2]), host(ref.bias.grad), f"{where}: bias.grad")
+
+
+def test_cuda_graph_main_grad_accumulates():
+    """fuse_wgrad_accumulation in a captured step: every replay adds its dW into main_grad; empty experts stay."""
+    e, t, n, k = 4, 256, 32, 64
+    w = rand_bf16((e, n, k), 31, 0.05)
+    layer = make_layer(e, k, n, w=w, fuse_wgrad_accumulation=True)
+    ref = make_layer(e, k, n, w=w, fuse_wgrad_accumulation=True)
+    x_buf, dy_buf = rand_bf16((t, k), 32), rand_bf16((t, n), 33)
+    s_buf = torch.tensor([t, 0, 0, 0], dtype=torch.int64, device=DEV)
+
+    def step():
+        layer(x_buf, s_buf).backward(dy_buf)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    layer.weight.main_grad.zero_()  # (the warm-up step added into it; ref's starts at zeros too)
+    for it in range(12):
+        splits = _graph_splits(e, t, it)
+        s_buf.copy_(torch.tensor(splits, dtype=torch.int64))
+        x_buf.copy_(rand_bf16((t, k), 5000 + it))
+        dy_buf.copy_(rand_bf16((t, n), 6000 + it))
+        graph.replay()
+        run_step(ref, x_buf, torch.tensor(splits, dtype=torch.int64, device=DEV), dy_buf)
+        torch.cuda.synchronize()
+        assert_bytes(host(layer.weight.main_grad), host(ref.weight.main_grad), f"replay {it}: main_grad")
+    assert layer.weight.grad is None
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# torch.compile
+# ------------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend,mode", [("aot_eager", "exact"), ("inductor", "fast")])
+def test_torch_compile_fullgraph_matches_eager(backend, mode):
+    e, t, n, k = 4, 300, 32, 64
+    splits = torch.tensor(rand_splits(e, t, 41), dtype=torch.int64, device=DEV)
+    w, b = rand_bf16((e, n, k), 42, 0.05), rand_bf16((e, n), 43)
+    x, dy = rand_bf16((t, k), 44), rand_bf16((t, n), 45)
+    eager = make_layer(e, k, n, w=w, b=b, mode=mode)
+    layer = make_layer(e, k, n, w=w, b=b, mode=mode)
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(layer)(x.clone().requires_grad_(True), splits)
+    assert explained.graph_break_count == 0, [str(r.reason) for r in explained.break_reasons]
+    compiled = torch.compile(layer, backend=backend, fullgraph=True)
+    y_ref, dx_ref = run_step(eager, x, splits, dy)
+    for step in range(2):  # the second call runs the cached compiled graph
+        layer.weight.grad = layer.bias.grad = None
+        y, dx = run_step(compiled, x, splits, dy)
+        assert_bytes(host(y), host(y_ref), f"step {step}: y")
+        assert_bytes(host(dx), host(dx_ref), f"step {step}: x.grad")
+        assert_bytes(host(layer.weight.grad), host(eager.weight.grad), f"step {step}: weight.grad")
+        assert_bytes(host(layer.bias.grad), host(eager.bias.grad), f"step {step}: bias.grad")
+    torch._dynamo.reset()
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# no host synchronization
+# ------------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fuse,delay", [(False, False), (True, True)])
+def test_no_host_synchronization(fuse, delay):
+    e, t, n, k = 8, 400, 64, 128
+    layer = make_layer(e, k, n, w=rand_bf16((e, n, k), 51, 0.05), b=rand_bf16((e, n), 52),
+                       fuse_wgrad_accumulation=fuse, delay_wgrad_compute=delay)
+    splits = torch.tensor(rand_splits(e, t, 53), dtype=torch.int64, device=DEV)
+    x, dy = rand_bf16((t, k), 54).requires_grad_(True), rand_bf16((t, n), 55)
+    layer(x, splits).backward(dy)  # warm-up: extension loads
+    layer.backward_dw()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        layer(x, splits).backward(dy)
+        layer.backward_dw()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# bad input on the device
+# ------------------------------------------------------------------------------------------------------------------
+
+def test_bad_input_errors():
+    layer = make_layer(3, 32, 16, w=rand_bf16((3, 16, 32), 61))
+    x = rand_bf16((40, 32), 62)
+    ok = torch.tensor([10, 10, 20], dtype=torch.int64, device=DEV)
+    cases = [
+        ((x.float(), ok), TypeError, "bfloat16"),
+        ((x.cpu(), ok), ValueError, "device"),
+        ((rand_bf16((40, 48), 63), ok), ValueError, "in_features=32"),
+        ((x, ok.cpu()), ValueError, "m_splits must be on x's device"),
+        ((x, ok.int()), TypeError, "int64"),
+        ((x, ok[:2]), ValueError, "num_gemms=3"),
+        ((x, [10, 10]), ValueError, "num_gemms=3"),
+        ((x, [10, 10, 19]), ValueError, "add up to 39"),
+    ]
+    for args, err, match in cases:
+        with pytest.raises(err, match=match):
+            layer(*args)
+    y = layer(x, [10, 10, 20])  # a list is accepted and copied once
+    assert y.shape == (40, 16) and y.dtype == torch.bfloat16
+
+
+def test_list_splits_equal_device_splits():
+    e, t, n, k = 3, 40, 16, 32
+    layer = make_layer(e, k, n, w=rand_bf16((e, n, k), 71))
+    x = rand_bf16((t, k), 72)
+    y1 = layer(x, [5, 0, 35])
+    y2 = layer(x, torch.tensor([5, 0, 35], dtype=torch.int64, device=DEV))
+    assert_bytes(host(y1), host(y2), "list vs tensor splits")

@@ -1,0 +1,230 @@
+"""CPU checks of device.GroupedLinear and the grouped GEMM's custom ops (no GPU needed).
+
+Tensors on the "cuda" device are torch FakeTensors (``FakeTensorMode``: metadata only, no memory, no kernel), which a
+CPU-only torch can create: argument checks that read only metadata, the fake implementations of the custom ops, and
+torch.compile's tracer (dynamo) all run on them. The GPU tests (tests/test_device_grouped_linear.py) check the bytes.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+
+import device  # noqa: E402
+from device import gemm as dgemm  # noqa: E402
+from device import grouped_linear as gl  # noqa: E402
+from oracle.recipe import NVFP4Recipe  # noqa: E402
+
+BF16 = torch.bfloat16
+
+
+class _Layer(gl.GroupedLinear):
+    """GroupedLinear with a deterministic fill instead of uniform_ (random fills need a real CUDA generator)."""
+
+    def reset_parameters(self) -> None:
+        with torch.no_grad():
+            self.weight.fill_(0.01)
+
+
+@pytest.fixture
+def fake():
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        yield mode
+
+
+def cuda(*shape, dtype=BF16):
+    return torch.empty(shape, dtype=dtype, device="cuda")
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# constructor
+# ------------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs,err,match", [
+    (dict(num_gemms=0), ValueError, "num_gemms"),
+    (dict(num_gemms=2.0), ValueError, "num_gemms"),
+    (dict(in_features=40), ValueError, "in_features=40 must be a multiple of 16"),
+    (dict(out_features=8), ValueError, "out_features"),
+    (dict(params_dtype=torch.float16), TypeError, "params_dtype"),
+    (dict(device="cpu"), ValueError, "CUDA device"),
+    (dict(mode="sm100"), ValueError, "mode"),
+    (dict(recipe="te"), TypeError, "NVFP4Recipe"),
+    (dict(bias=1), TypeError, "bias"),
+    (dict(fuse_wgrad_accumulation=None), TypeError, "fuse_wgrad_accumulation"),
+    (dict(num_gemms=65536), ValueError, "65535"),
+])
+def test_constructor_refuses_bad_arguments(kwargs, err, match):
+    args = dict(num_gemms=2, in_features=32, out_features=16)
+    args.update(kwargs)
+    e, k, n = args.pop("num_gemms"), args.pop("in_features"), args.pop("out_features")
+    with pytest.raises(err, match=match):  # raised before any parameter is allocated (no CUDA needed)
+        device.GroupedLinear(e, k, n, **args)
+
+
+def test_layout_and_main_grad(fake):
+    layer = _Layer(3, 32, 48, fuse_wgrad_accumulation=True)
+    assert tuple(layer.weight.shape) == (3, 48, 32) and layer.weight.dtype == BF16
+    assert tuple(layer.bias.shape) == (3, 48)
+    mg = layer.weight.main_grad
+    assert mg.dtype == torch.float32 and tuple(mg.shape) == (3, 48, 32) and mg.device.type == "cuda"
+    assert _Layer(2, 16, 16, bias=False).bias is None
+    assert "GroupedLinear" in device.__all__ and device.GroupedLinear is gl.GroupedLinear
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# forward arguments: errors before any launch
+# ------------------------------------------------------------------------------------------------------------------
+
+def _bad_forward_cases():
+    e, k, t = 3, 32, 40
+    return [
+        (lambda: (cuda(t, k).float(), cuda(e, dtype=torch.int64)), TypeError, "bfloat16"),
+        (lambda: (torch.empty(t, k, dtype=BF16), cuda(e, dtype=torch.int64)), ValueError, "device"),
+        (lambda: (cuda(2, t, k), cuda(e, dtype=torch.int64)), ValueError, "2-D"),
+        (lambda: (cuda(t, 48), cuda(e, dtype=torch.int64)), ValueError, "in_features=32"),
+        (lambda: ("x", cuda(e, dtype=torch.int64)), TypeError, "torch.Tensor"),
+        (lambda: (cuda(t, k), cuda(e, dtype=torch.int32)), TypeError, "int64"),
+        (lambda: (cuda(t, k), torch.zeros(e, dtype=torch.int64)), ValueError, "m_splits must be on x's device"),
+        (lambda: (cuda(t, k), cuda(e + 1, dtype=torch.int64)), ValueError, "num_gemms=3"),
+        (lambda: (cuda(t, k), cuda(1, e, dtype=torch.int64)), ValueError, "1-D"),
+        (lambda: (cuda(t, k), [10, 10]), ValueError, "num_gemms=3"),
+        (lambda: (cuda(t, k), [10, 10, 10]), ValueError, "add up to 30, x has 40 rows"),
+        (lambda: (cuda(t, k), [10, -1, 31]), ValueError, "ints >= 0"),
+        (lambda: (cuda(t, k), [10.0, 10, 20]), ValueError, "ints >= 0"),
+        (lambda: (cuda(t, k), (10, 10, 20.5)), ValueError, "ints"),
+        (lambda: (cuda(t, k), "10,10,20"), TypeError, "m_splits"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_bad_forward_cases())))
+def test_forward_refuses_bad_input(fake, case):
+    make, err, match = _bad_forward_cases()[case]
+    layer = _Layer(3, 32, 16)
+    x, splits = make()
+    with pytest.raises(err, match=match):
+        layer(x, splits)
+
+
+def test_settings_checked_at_forward(fake):
+    layer = _Layer(2, 32, 16)
+    layer.mode = "fastest"
+    with pytest.raises(ValueError, match="mode"):
+        layer(cuda(8, 32), cuda(2, dtype=torch.int64))
+    layer.mode = "fast"
+    layer.recipe = {"rule": "te"}
+    with pytest.raises(TypeError, match="NVFP4Recipe"):
+        layer(cuda(8, 32), cuda(2, dtype=torch.int64))
+
+
+def test_main_grad_checked_before_any_launch(fake):
+    layer = _Layer(2, 32, 16, fuse_wgrad_accumulation=True)
+    layer.weight.main_grad = cuda(2, 16, 32)  # bf16, not fp32
+    with pytest.raises(ValueError, match="main_grad must be float32"):
+        layer(cuda(8, 32), cuda(2, dtype=torch.int64))
+    del layer.weight.main_grad
+    with pytest.raises(ValueError, match="needs weight.main_grad"):
+        layer(cuda(8, 32), cuda(2, dtype=torch.int64))
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# the layer's GEMM sizes are device.grouped_gemm's
+# ------------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("e,t,n,k", [(1, 0, 16, 16), (3, 40, 48, 32), (8, 1000, 1408, 2048), (64, 300, 16, 4096)])
+@pytest.mark.parametrize("rule", ["te", "torchao"])
+def test_gemm_sizes_match_grouped_gemm(fake, e, t, n, k, rule):
+    """device.grouped_linear._gemm_sizes (the layer's GEMMs on raw tensors) gives the ints device.grouped_gemm
+    computes from the quantized operands (device.gemm._checked_call) for fprop, dgrad and wgrad."""
+    splits = cuda(e, dtype=torch.int64)
+    w_splits = cuda(e, dtype=torch.int64)
+    xq = device.group_quantize(cuda(t, k), splits, rowwise=True, columnwise=True, rule=rule)
+    dyq = device.group_quantize(cuda(t, n), splits, rowwise=True, columnwise=True, rule=rule)
+    wq = device.group_quantize(cuda(e * n, k), w_splits, rowwise=True, columnwise=True, block=(16, 16), rule=rule)
+    for kind, a, b in (("fprop", xq, wq), ("dgrad", dyq, wq), ("wgrad", dyq, xq)):
+        c = dgemm._checked_call(a, b, kind, None, None, False, None, "fast")
+        assert gl._gemm_sizes(dgemm._KIND_CODES[kind], e, t, n, k, rule) == dgemm._sizes(c), kind
+
+
+def test_fake_implementations_shapes(fake):
+    e, t, n, k = 3, 40, 48, 32
+    splits = cuda(e, dtype=torch.int64)
+    xq = device.group_quantize(cuda(t, k), splits, rowwise=True, columnwise=True)
+    wq = device.group_quantize(cuda(e * n, k), splits, rowwise=True, columnwise=True, block=(16, 16))
+    dyq = device.group_quantize(cuda(t, n), splits, rowwise=True, columnwise=True)
+    y = device.grouped_gemm(xq, wq, kind="fprop")
+    assert (tuple(y.shape), y.dtype) == ((t, n), BF16)
+    dw = device.grouped_gemm(dyq, xq, kind="wgrad")
+    assert (tuple(dw.shape), dw.dtype) == ((e, n, k), torch.float32)
+    db = torch.ops.nvfp4_device.bias_grad(cuda(t, n), dyq.offsets)
+    assert (tuple(db.shape), db.dtype) == ((e, n), torch.float32)
+
+
+def test_out_form_declares_its_mutation():
+    """torch.compile and functionalization must know that the out= form writes out (main_grad accumulation)."""
+    schema = torch.ops.nvfp4_device.grouped_gemm_out.default._schema
+    mutated = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    assert mutated == ["out"]
+    schema = torch.ops.nvfp4_device.grouped_gemm.default._schema
+    assert not any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# torch.compile's tracer: no graph break
+# ------------------------------------------------------------------------------------------------------------------
+
+def _explain(fn, *args):
+    torch._dynamo.reset()
+    try:
+        return torch._dynamo.explain(fn)(*args)
+    finally:
+        torch._dynamo.reset()
+
+
+def test_dynamo_traces_group_quantize_and_grouped_gemm(fake):
+    e, t, n, k = 4, 100, 32, 64
+    splits, w_splits = cuda(e, dtype=torch.int64), cuda(e, dtype=torch.int64)
+
+    def step(x, s, w, ws, dy):
+        xq = device.group_quantize(x, s, rowwise=True, columnwise=True, rht=True)
+        wq = device.group_quantize(w, ws, rowwise=True, columnwise=True, block=(16, 16))
+        dyq = device.group_quantize(dy, s, rowwise=True, columnwise=True, rht=True, rounding="sr", seed=7)
+        y = device.grouped_gemm(xq, wq, kind="fprop")
+        dx = device.grouped_gemm(dyq, wq, kind="dgrad", mode="exact")
+        dw = device.grouped_gemm(dyq, xq, kind="wgrad")
+        return y, dx, dw
+
+    ex = _explain(step, cuda(t, k), splits, cuda(e * n, k), w_splits, cuda(t, n))
+    assert ex.graph_break_count == 0, [str(r.reason) for r in ex.break_reasons]
+    assert ex.graph_count == 1
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_dynamo_traces_the_layer_forward(fake, bias):
+    """The inference forward (autograd off; the autograd path needs a real CUDA device: the GPU test)."""
+    layer = _Layer(4, 64, 32, bias=bias, recipe=NVFP4Recipe(rule="te", sr_grad=False))
+    with torch.no_grad():
+        ex = _explain(layer, cuda(100, 64), cuda(4, dtype=torch.int64))
+    assert ex.graph_break_count == 0, [str(r.reason) for r in ex.break_reasons]
+    assert ex.graph_count == 1
+
+
+def test_torch_views_reinterpret_without_copy():
+    """Results view their codes as torch.float4_e2m1fn_x2 and their scales as torch.float8_e4m3fn (same bytes)."""
+    from device._results import DeviceGroupedNVFP4Tensor, DeviceNVFP4Tensor
+
+    data = torch.tensor([0x21, 0xF7], dtype=torch.uint8)  # codes (1, 2) and (7, 15): 0.5, 1.0 / 6.0, -6.0
+    scales = torch.tensor([0x38], dtype=torch.uint8)  # E4M3 0x38 = 1.0
+    q = DeviceNVFP4Tensor((1, 4), row_data=data, row_scales=scales)
+    d, s = q.torch_views("row")
+    assert d.dtype == torch.float4_e2m1fn_x2 and s.dtype == torch.float8_e4m3fn
+    assert d.data_ptr() == data.data_ptr() and s.data_ptr() == scales.data_ptr()
+    assert float(s.float()[0]) == 1.0
+    with pytest.raises(ValueError, match="col plane was not requested"):
+        q.torch_views("col")
+    g = DeviceGroupedNVFP4Tensor((1, 4), None, None, None, data, scales, None, None, None)
+    assert g.torch_views("col")[0].dtype == torch.float4_e2m1fn_x2
+    with pytest.raises(ValueError, match="plane"):
+        g.torch_views("both")
