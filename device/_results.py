@@ -63,6 +63,19 @@ class DeviceNVFP4Tensor:
             col = plane(self.col_data, self.col_scales, self.col_amax, k, mp, bool(o.get("rht", False)), m)
         return NVFP4Tensor(row, col, (m, k), options=dict(o))
 
+    def to_torchao(self, plane: str = "row", *, swizzled: bool | None = None, orig_dtype=None):
+        """One plane as a torchao ``NVFP4Tensor`` on this result's device (:func:`oracle.interop.to_torchao`)."""
+        from oracle.interop import to_torchao
+
+        return to_torchao(self, plane, swizzled=swizzled, orig_dtype=orig_dtype)
+
+    def to_te_fields(self, *, swizzled: bool | None = None) -> dict:
+        """TransformerEngine's NVFP4 tensor fields, tensors on this result's device
+        (:func:`oracle.interop.to_te_fields`)."""
+        from oracle.interop import to_te_fields
+
+        return to_te_fields(self, swizzled=swizzled)
+
 
 @dataclass
 class DeviceGroupedNVFP4Tensor:

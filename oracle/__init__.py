@@ -5,6 +5,7 @@ from .dequantize import dequantize
 from .gemm import gemm, gemm_alpha, gemm_error_bound, within_bound
 from .grouped import cut_splits, group_quantize, grouped_capacities
 from .grouped_gemm import grouped_gemm, grouped_gemm_error_bound
+from .interop import from_te_fields, from_torchao, to_te_fields, to_torchao
 from .planes import GroupedNVFP4Tensor, NVFP4Tensor, QuantizedPlane
 from .quantize import quantize
 from .rht import rht
@@ -16,6 +17,8 @@ __all__ = [
     "cut_splits",
     "dequantize",
     "fp4_numpy",
+    "from_te_fields",
+    "from_torchao",
     "gemm",
     "gemm_alpha",
     "gemm_error_bound",
@@ -26,5 +29,7 @@ __all__ = [
     "quantize",
     "rht",
     "swizzle",
+    "to_te_fields",
+    "to_torchao",
     "within_bound",
 ]
