@@ -2,6 +2,7 @@
 
 from . import fp4_numpy, swizzle
 from .dequantize import dequantize
+from .diagnose import diagnose
 from .gemm import gemm, gemm_alpha, gemm_error_bound, within_bound
 from .grouped import cut_splits, group_quantize, grouped_capacities
 from .grouped_gemm import grouped_gemm, grouped_gemm_error_bound
@@ -16,6 +17,7 @@ __all__ = [
     "QuantizedPlane",
     "cut_splits",
     "dequantize",
+    "diagnose",
     "fp4_numpy",
     "from_te_fields",
     "from_torchao",
