@@ -228,8 +228,8 @@ def _declared_reading(buf_shape: tuple, rows: int, c16: int, layout: str) -> str
     """The layout the caller says (or the buffer's 2-D shape says) the scales are in, for the layout hypotheses."""
     if layout in ("compact", "padded", "swizzled"):
         return layout
-    if len(buf_shape) == 2 and tuple(buf_shape) == (rows, c16):
-        return "compact"
+    if len(buf_shape) == 2 and tuple(buf_shape) == (rows, c16) != padded_scale_shape(rows, c16):
+        return "compact"  # (a [rows, C] matrix that is also the padded shape may be TE's swizzled storage)
     if layout == "torchao" and len(buf_shape) == 2 and tuple(buf_shape) == (-(-rows // 128) * 32, -(-c16 // 4) * 16):
         return "swizzled"
     return None
