@@ -175,15 +175,21 @@ def test_torchao_variants_from_torchaos_own_functions():
     assert "torchao_div" in r.matches and "torchao" not in r.matches, str(r)
 
 
-@pytest.mark.skipif(not any("4over6" in r.name for r in DIAGNOSE_RULES), reason="no 4over6 rules in the table")
-def test_4over6_and_row_scaled_rules_are_in_the_table_when_the_oracle_has_them():
-    import inspect
-
-    has = "four_over_six" in inspect.signature(oracle.quantize).parameters
-    from oracle.diagnose import _rule_available
-
-    names = {r.name for r in DIAGNOSE_RULES if _rule_available(r)}
-    assert ("te_4over6_mae" in names) == has and ("te_row_scaled" in names) == has
+def test_4over6_and_row_scaled_bytes_are_diagnosed_as_such():
+    """oracle.quantize's TE variants (SPEC 5.6, 5.7; their own tests check them against TE's facts): diagnose names
+    them among all rules; a row-scaled plane needs its per-row amaxes."""
+    x = (np.random.default_rng(9).standard_normal((32, 64)) * np.exp2(np.arange(32) % 7)[:, None]).astype(
+        ml_dtypes.bfloat16)
+    q = oracle.quantize(x, four_over_six="mse").row
+    r = diagnose(x, q.data, q.scales)
+    assert r.matches[0] == "te_4over6_mse" and "te" not in r.matches, str(r)
+    q = oracle.quantize(x, row_scaled=True).row
+    r = diagnose(x, q.data, q.scales, amax=q.amax)
+    assert r.matches == ["te_row_scaled (amax given)"], str(r)
+    f = oracle.to_te_fields(oracle.quantize(x, row_scaled=True))  # TE's row-scaled fields: amax_rowwise [M]
+    assert f["row_scaled_nvfp4"] and f["amax_rowwise"].shape == (32,)
+    back = oracle.from_te_fields(**f).row
+    assert back.row_scaled and np.array_equal(back.amax, q.amax) and np.array_equal(back.scales, q.scales)
 
 
 # ---- planted bugs are named -------------------------------------------------------------------------------------
