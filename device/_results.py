@@ -14,6 +14,13 @@ def _np(t) -> np.ndarray:
     return t.detach().cpu().numpy()
 
 
+def _variant_fields(options: dict) -> dict:
+    """The QuantizedPlane fields of TE's 4over6 variant (SPEC 5.6) recorded in a result's options (defaults: plain)."""
+    return dict(global_scale_max=int(options.get("global_scale_max", 448)),
+                four_over_six=options.get("four_over_six"),
+                four_over_six_fast_math=bool(options.get("four_over_six_fast_math", False)))
+
+
 @dataclass
 class DeviceNVFP4Tensor:
     """The result of :func:`device.quantize`: CUDA tensors of the rowwise plane of X and/or the columnwise
@@ -47,7 +54,7 @@ class DeviceNVFP4Tensor:
         m, k = self.shape
         mp = (m + 15) // 16 * 16
         o = self.options
-        common = dict(rule=o.get("rule", "te"), block=tuple(o.get("block", (1, 16))))
+        common = dict(rule=o.get("rule", "te"), block=tuple(o.get("block", (1, 16))), **_variant_fields(o))
 
         def plane(data, scales, amax, rows, cols, rht, valid):
             d = _np(data).reshape(rows, cols // 2)
@@ -208,4 +215,4 @@ def _group_plane(d: np.ndarray, sb: np.ndarray, m: int, k: int, is_col: bool, am
         s = sb.reshape(pr, pc)[:rows, : cols // 16].copy()
     rht = bool(options.get("rht", False)) if is_col else False
     return QuantizedPlane(d, s, amax, (rows, cols), options.get("rule", "te"), tuple(options.get("block", (1, 16))),
-                          rht, valid_cols=m if is_col else k)
+                          rht, valid_cols=m if is_col else k, **_variant_fields(options))

@@ -21,8 +21,9 @@ in K order with one fp32 rounding, i.e. byte-identical to ``oracle.gemm(model="s
 ``oracle.gemm(model="exact")``. Alpha (SPEC 12.1, fp32 on the device from the groups' amaxes), C and bias are applied
 in the fp32 epilogue in SPEC 12.2's order.
 
-Scale rules: both operands under TE rules ("te", "te_fused_rht": alpha = (A_amax * B_amax) / 7225344), both under
-"torchao" (alpha = P_A * P_B, P = amax / 2688) or both under "torchao_noscale" (alpha = 1); other pairs are refused.
+Scale rules: both operands under TE rules ("te", "te_fused_rht": alpha = (A_amax * B_amax) * fp32(1/(36 G_A G_B)),
+36 G_A G_B = 7225344 unless 4over6 used G = 256, SPEC 5.6), both under "torchao" (alpha = P_A * P_B,
+P = amax / 2688) or both under "torchao_noscale" (alpha = 1); other pairs are refused.
 Under the torchao rules a NaN block scale (SPEC 5.4: e.g. a block holding a NaN, or a group of zeros under "torchao")
 makes every output of its row of A or row of B NaN, as in :func:`oracle.gemm` (SPEC 12.3). torchao's own GEMM
 rounds differently (SPEC 14.7).
@@ -50,7 +51,11 @@ from ._results import DeviceGroupedNVFP4Tensor
 
 __all__ = ["get_num_sms", "grouped_gemm", "grouped_gemm_plan", "set_num_sms"]
 
-_RCP_7225344 = float(np.float32(1.0 / 7225344.0))  # SPEC 12.1: fp32(1/7225344)
+def _alpha_factor(a, b) -> float:
+    """SPEC 12.1: fp32(1/(36 G_A G_B)) from the operands' G (``global_scale_max``, 448 unless 4over6 used 256, SPEC
+    5.6): 36 G_A G_B is exact in fp32, its reciprocal rounded once (448 for both: fp32(1/7225344))."""
+    g_a, g_b = (int(t.options.get("global_scale_max", 448)) for t in (a, b))
+    return float(np.float32(1.0) / np.float32(36 * g_a * g_b))
 _TILE = 128
 _num_sms: int | None = None
 
@@ -177,7 +182,7 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
         ad, as_, a.offsets.contiguous(), aa.to(torch.float32).contiguous(),
         bd, bs, b.offsets.contiguous(), ba.to(torch.float32).contiguous(),
         out, bias_t, bool(accumulate),
-        c.b_rows, c.a_rows, c.kc, c.cols, _RCP_7225344, c.rule, c.grid_upper, ws,
+        c.b_rows, c.a_rows, c.kc, c.cols, _alpha_factor(a, b), c.rule, c.grid_upper, ws,
         int(plan.algorithm), int(plan.loader), int(plan.epilogue), int(_num_sms or 0),
     )
     if err:
