@@ -212,3 +212,26 @@ def test_four_over_six_refusals_host():
         _options(bf, **base, four_over_six="mae")
     with force_plan(quantize="four_over_six"), pytest.raises(ValueError, match="4over6 calls only"):
         _options(bf, **base)
+
+
+def test_input_domain_value_by_parts_is_exact():
+    """The identity the kernel's input-domain error rests on (four_over_six.cuh, fo6_plane_value): for every E4M3
+    scale d, every E2M1 value q = 2^k or 1.5 * 2^k and A in [2^-100, 2^100], ((q d) A) / 6G in fp32 equals
+    2^k * ((d A) / 6G) or 2^k * ((1.5 d A) / 6G), bit for bit (NumPy's fp32 arithmetic, one rounding per operation)."""
+    from oracle.fp4_numpy import decode_e4m3
+
+    f = np.float32
+    rng = np.random.default_rng(0)
+    d = decode_e4m3(np.arange(0x7F, dtype=np.uint8)).astype(f)
+    q = np.array([0.5, 1, 1.5, 2, 3, 4, 6], f)
+    q = np.concatenate([q, -q])
+    a = np.concatenate([np.exp2(rng.uniform(-100, 100, 2000)), [2.0**-100, 2.0**100, 2688.0, 1.0]]).astype(f)
+    dd, qq, aa = np.meshgrid(d, q, a, indexing="ij")
+    for six_g in (f(2688), f(1536)):
+        want = ((((qq * dd).astype(f) * aa).astype(f)) / six_g).astype(f)
+        w1 = ((dd * aa).astype(f) / six_g).astype(f)
+        w15 = ((((dd * f(1.5)).astype(f)) * aa).astype(f) / six_g).astype(f)
+        bits = qq.view(np.uint32)
+        pow2 = (bits & ~np.uint32(0x00400000)).view(f)  # 1.5 * 2^k -> 2^k
+        got = (pow2 * np.where(bits & 0x00400000, w15, w1)).astype(f)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
