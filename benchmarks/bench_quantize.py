@@ -3,8 +3,9 @@
 Rows: device copy bandwidth (bytes read + written); for bf16 inputs of three shapes the fused path
 (amax pass + one fused kernel: rowwise + RHT columnwise, swizzled scales), the same with compact scales,
 the unfused path (compact quantize, then the swizzle kernel on both scale tensors), both planes without RHT under
-rule "te" and rule "torchao" (SPEC 5.4), the fused path under rule "torchao", and a torch.compile'd pure-torch
-equivalent;
+rule "te" and rule "torchao" (SPEC 5.4), the fused path under rule "torchao", 4over6 (SPEC 5.6; 1x16 and 16x16
+blocks, two of its variants) with its time over plain rule "te" on the same planes and blocks, and a torch.compile'd
+pure-torch equivalent;
 grouped quantize with E=8 and E=64 skewed splits including empty experts.
 
 "frac" is achieved bytes/s over the copy bandwidth, where the bytes are what the path must move: X read
@@ -293,6 +294,15 @@ def main() -> None:
         # the fused row's work under rule "torchao" (the bf16 fast kernels)
         t_ar = bench(lambda: device.quantize(x, rule="torchao", swizzled=True, **kw), iters)  # noqa: B023 (called inside this iteration)
         add("  rule torchao, row+RHT col+swizzled", shape, t_ar, nbytes, f"torchao/te time {t_ar / t_f:.2f}")
+        # 4over6 (SPEC 5.6, its own quantizer) against plain rule "te" on the same planes and blocks (no RHT, swizzled
+        # scales, the same bytes moved): 1x16 blocks (plain: the bf16 fast kernels) and 16x16 (plain: the general ones)
+        for block in ((1, 16), (16, 16)):
+            t_p = t_te if block == (1, 16) else bench(lambda: device.quantize(x, block=block, **plain), iters)  # noqa: B023 (called inside this iteration)
+            for error, fast in (("mse", False), ("mae", True)):
+                t_46 = bench(lambda: device.quantize(x, block=block, four_over_six=error,  # noqa: B023 (called inside this iteration)
+                                                     four_over_six_fast_math=fast, **plain), iters)  # noqa: B023
+                name = f"  4over6 {error}{' fast-math' if fast else ''} {block[0]}x{block[1]}, row+col"
+                add(name, shape, t_46, nbytes, f"4over6/plain time {t_46 / t_p:.2f}")
         if compiled is not None:
             try:
                 t_t = bench(lambda: compiled(x, signs), iters)  # noqa: B023 (called inside this iteration)

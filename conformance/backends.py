@@ -101,8 +101,9 @@ class TorchBackend(Backend):
 
 
 class TorchaoBackend(Backend):
-    """torchao 0.18 ``nvfp4_quantize`` (rules torchao / torchao_noscale), ``NVFP4Tensor.dequantize`` of stored planes
-    (SPEC 11.1's torchao factors) and its ``to_blocked`` swizzle."""
+    """torchao 0.18 ``NVFP4Tensor.to_nvfp4`` (rules torchao / torchao_noscale), ``NVFP4Tensor.dequantize`` of stored
+    planes (SPEC 11.1's torchao factors) and its ``to_blocked`` swizzle. torchao computes every byte and value; its
+    tensors' fields are read and written by ``oracle.interop`` (SPEC 14.10)."""
 
     name = "torchao"
     ops = ("quantize", "dequantize", "layout")

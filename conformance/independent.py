@@ -142,25 +142,30 @@ def torch_rht(x_bf16: np.ndarray, signs: int) -> np.ndarray:
 def torchao_dequantize(data: np.ndarray, scales: np.ndarray, amax: np.float32, rule: str) -> np.ndarray:
     """torchao 0.18 ``NVFP4Tensor.dequantize(torch.float32)`` of a stored plane: data u8 [R, C/2] (torchao's packing),
     compact scales u8 [R, C/16] as float8_e4m3fn, ``per_tensor_scale = per_tensor_amax_to_scale(amax)`` under rule
-    "torchao", none under "torchao_noscale"."""
-    torch = import_torch()
-    nv, _ = import_torchao()
-    q = torch.from_numpy(np.ascontiguousarray(data))
-    s = torch.from_numpy(np.ascontiguousarray(scales)).view(torch.float8_e4m3fn)
-    pts = nv.per_tensor_amax_to_scale(torch.tensor(np.float32(amax))) if rule == "torchao" else None
-    t = nv.NVFP4Tensor(q, s, 16, torch.float32, per_tensor_scale=pts)
-    return t.dequantize(torch.float32).numpy().copy()
+    "torchao", none under "torchao_noscale". The tensor is built by ``oracle.interop.to_torchao``, which only places
+    the bytes in torchao's fields; the per-tensor scale and every value come from torchao."""
+    import torch
+
+    from oracle.interop import to_torchao
+    from oracle.planes import QuantizedPlane
+
+    plane = QuantizedPlane(np.ascontiguousarray(data), np.ascontiguousarray(scales), np.float32(amax),
+                           (data.shape[0], 2 * data.shape[1]), rule)
+    return to_torchao(plane, orig_dtype=torch.float32).dequantize(torch.float32).numpy().copy()
 
 
 def torchao_quantize(x: np.ndarray, *, rule: str, rowwise: bool, columnwise: bool) -> dict:
-    """torchao 0.18 ``nvfp4_quantize`` on X (rowwise plane) and on the zero-padded X^T (columnwise, SPEC 6.2).
+    """torchao 0.18 ``NVFP4Tensor.to_nvfp4`` (``nvfp4_quantize``) on X (rowwise plane) and on the zero-padded X^T
+    (columnwise, SPEC 6.2), its tensor's fields read by ``oracle.interop.from_torchao``.
 
     ``rule="torchao"``: ``per_tensor_scale = per_tensor_amax_to_scale(torch.max(torch.abs(x)))``;
     ``"torchao_noscale"``: no per-tensor scale. Scales are also swizzled by torchao's ``to_blocked``.
     Returns canonical quantize outputs (SPEC-independent).
     """
+    from oracle.interop import from_torchao
+
     torch = import_torch()
-    nv, utils = import_torchao()
+    nv, _ = import_torchao()
     xt = _to_torch(x)
     if xt.dtype == torch.float16:
         raise TypeError("torchao's nvfp4_quantize takes bfloat16 or float32")
@@ -174,11 +179,12 @@ def torchao_quantize(x: np.ndarray, *, rule: str, rowwise: bool, columnwise: boo
     out = {}
 
     def plane(src, prefix):
-        scales, data = nv.nvfp4_quantize(src.contiguous(), block_size=16, per_tensor_scale=pts)
-        out[f"{prefix}_data"] = data.view(torch.uint8).numpy().copy()
-        s = scales.view(torch.uint8)
-        out[f"{prefix}_scales"] = s.numpy().copy()
-        out[f"{prefix}_scales_swizzled"] = torchao_swizzle(out[f"{prefix}_scales"])
+        # torchao's own quantizer (NVFP4Tensor.to_nvfp4 runs nvfp4_quantize); oracle.interop reads its fields
+        t = nv.NVFP4Tensor.to_nvfp4(src.contiguous(), block_size=16, per_tensor_scale=pts)
+        p = from_torchao(t, amax=amax.numpy() if rule == "torchao" else None).row
+        out[f"{prefix}_data"] = p.data
+        out[f"{prefix}_scales"] = p.scales
+        out[f"{prefix}_scales_swizzled"] = torchao_swizzle(p.scales)
         out[f"{prefix}_amax"] = amax.reshape(1).numpy().astype(np.float32).copy()
 
     if rowwise:

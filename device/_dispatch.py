@@ -51,14 +51,36 @@ def fast_bf16_reason(dtype: str, *, rht: bool, rht_signs: int, block2d: bool = F
     return None
 
 
+def four_over_six_reason(dtype: str, *, rht: bool, sr: bool) -> str | None:
+    """Why the 4over6 quantizer cannot run a call (None: it can): it reads bf16 and rounds to nearest, without RHT
+    (SPEC 5.6; the oracle refuses RHT and stochastic rounding with 4over6 too)."""
+    if dtype != "bfloat16":
+        return f"the 4over6 quantizer reads bfloat16 input, not {dtype}"
+    if rht or sr:
+        return "4over6 rounds to nearest without RHT (SPEC 5.6)"
+    return None
+
+
 @functools.lru_cache(maxsize=256)
 def plan_quantize(dtype: str, *, rht: bool, rht_signs: int, block2d: bool, sr: bool,
-                  kernel: str | None = None) -> QuantizePlan:
+                  kernel: str | None = None, four_over_six: bool = False) -> QuantizePlan:
     """The kernels of a quantize call on ``dtype`` input (``"bfloat16"``, ``"float16"``, ``"float32"``).
 
     Each pass runs the bf16 fast kernels where they can (2.1-2.4x faster than the general kernels on the same bytes,
     docs/performance.md), else the general ones. ``kernel`` (:func:`device.testing.force_plan`'s ``quantize``) forces
-    ``"general"`` or ``"fast_bf16"`` for both passes."""
+    ``"general"`` or ``"fast_bf16"`` for both passes. A 4over6 call (``four_over_six``, SPEC 5.6) runs its quantize
+    pass on the 4over6 kernel, the only one that selects between two block scales, after the fast amax pass; a forced
+    ``"four_over_six"`` names that plan, any other forced kernel cannot run it."""
+    if four_over_six:
+        why = four_over_six_reason(dtype, rht=rht, sr=sr)
+        if why:
+            raise ValueError(f"4over6 cannot run this call: {why}")
+        if kernel not in (None, "four_over_six"):
+            raise ValueError(f"quantize={kernel!r} cannot run a 4over6 call: its quantize pass is 'four_over_six'")
+        amax = fast_bf16_reason(dtype, rht=rht, rht_signs=rht_signs, quantizer=False) is None
+        return QuantizePlan(QuantizeKernel.fast_bf16 if amax else QuantizeKernel.general, QuantizeKernel.four_over_six)
+    if kernel == "four_over_six":
+        raise ValueError("quantize='four_over_six' runs 4over6 calls only (four_over_six='mae' or 'mse')")
     if kernel is None:
         amax_fast = fast_bf16_reason(dtype, rht=rht, rht_signs=rht_signs, quantizer=False) is None
         quant_fast = fast_bf16_reason(dtype, rht=rht, rht_signs=rht_signs, block2d=block2d, sr=sr) is None

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from . import _dispatch
 from ._build import load_extension, load_gemm_extension
-from ._codes import GemmKind, Rule, ScaleLayout
+from ._codes import GemmKind, QuantizeKernel, Rule, ScaleLayout
 
 __all__ = [
     "GEMM_SIZES",
@@ -36,6 +36,7 @@ LAYOUT_COMPACT, LAYOUT_PADDED_COMPACT, LAYOUT_SWIZZLED = (int(ScaleLayout[n]) fo
                                                                                           "swizzled"))
 _NAN_PROPAGATING = (int(Rule.torchao), int(Rule.torchao_noscale))  # the torchao rules' amax (SPEC 4.1)
 _TILE_M = 128  # rows per kernel tile (csrc/nvfp4_layout.cuh kTileM)
+_FOUR_OVER_SIX = int(QuantizeKernel.four_over_six)  # the 4over6 quantizer's plan code (SPEC 5.6)
 
 
 def _raise_refusal(err: str) -> None:
@@ -106,10 +107,12 @@ def quantize_buffers(m: int, k: int, *, rowwise: bool, columnwise: bool, swizzle
 
 def launch_quantize(x: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: bool, columnwise: bool, rht: bool,
                     rht_signs: int, block2d: bool, rule: int, sr: bool, seed_lo: int, seed_hi: int, offset: int,
-                    swizzled: bool, amax_kernel: int, quantize_kernel: int) -> None:
+                    swizzled: bool, amax_kernel: int, quantize_kernel: int, four_over_six: int = 0,
+                    four_over_six_fast_math: bool = False, global_scale_max: int = 448) -> None:
     """Launch the amax pass (unless ``amax_in`` [2] is given) and the fused quantizer into ``bufs``
     (``quantize_buffers``' layout; sizes checked); ``amax_kernel`` / ``quantize_kernel``: the plan's QuantizeKernel
-    codes (device._dispatch.plan_quantize)."""
+    codes (device._dispatch.plan_quantize). ``four_over_six``: 0, or the 4over6 error code (1 MAE, 2 MSE, SPEC 5.6)
+    that the ``four_over_six`` quantize kernel runs with ``four_over_six_fast_math`` and ``global_scale_max``."""
     m, k = x.shape
     _check_buffers(bufs, _quantize_specs(m, k, rowwise, columnwise, swizzled), x.device)
     ext = load_extension()
@@ -122,6 +125,14 @@ def launch_quantize(x: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: b
                                  rht_signs, False, rule in _NAN_PROPAGATING, None, None, amax_kernel))
     else:
         amax.copy_(amax_in)
+    if quantize_kernel == _FOUR_OVER_SIX:
+        _raise_refusal(ext.quantize_4over6_(
+            x, None, 1, row_tiles, amax[0:1], amax[1:2],
+            bufs["row_data"] if rowwise else None, bufs["row_scales"] if rowwise else None,
+            bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None,
+            LAYOUT_SWIZZLED if swizzled else LAYOUT_COMPACT, block2d, four_over_six, four_over_six_fast_math,
+            global_scale_max, amax_in is None, None))
+        return
     _raise_refusal(ext.quantize_(
         x, None, 1, row_tiles, amax[0:1], amax[1:2],
         bufs["row_data"] if rowwise else None, bufs["row_scales"] if rowwise else None,
@@ -135,19 +146,22 @@ def launch_quantize(x: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: b
 @torch.library.custom_op("nvfp4_device::quantize", mutates_args=())
 def quantize_op(x: Tensor, amax: Tensor | None, rowwise: bool, columnwise: bool, rht: bool, rht_signs: int,
                 block2d: bool, rule: int, sr: bool, seed_lo: int, seed_hi: int, offset: int, swizzled: bool,
-                amax_kernel: int, quantize_kernel: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+                amax_kernel: int, quantize_kernel: int, four_over_six: int = 0, four_over_six_fast_math: bool = False,
+                global_scale_max: int = 448) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Functional NVFP4 quantize of a 2-D CUDA tensor: (row_data, row_scales, col_data, col_scales, amax[2])."""
     m, k = x.shape
     bufs = quantize_buffers(m, k, rowwise=rowwise, columnwise=columnwise, swizzled=swizzled, device=x.device)
     launch_quantize(x, bufs, amax, rowwise=rowwise, columnwise=columnwise, rht=rht, rht_signs=rht_signs,
                     block2d=block2d, rule=rule, sr=sr, seed_lo=seed_lo, seed_hi=seed_hi, offset=offset,
-                    swizzled=swizzled, amax_kernel=amax_kernel, quantize_kernel=quantize_kernel)
+                    swizzled=swizzled, amax_kernel=amax_kernel, quantize_kernel=quantize_kernel,
+                    four_over_six=four_over_six, four_over_six_fast_math=four_over_six_fast_math,
+                    global_scale_max=global_scale_max)
     return bufs["row_data"], bufs["row_scales"], bufs["col_data"], bufs["col_scales"], bufs["amax"]
 
 
 @quantize_op.register_fake
 def _(x, amax, rowwise, columnwise, rht, rht_signs, block2d, rule, sr, seed_lo, seed_hi, offset, swizzled,
-      amax_kernel, quantize_kernel):
+      amax_kernel, quantize_kernel, four_over_six=0, four_over_six_fast_math=False, global_scale_max=448):
     m, k = x.shape
     b = quantize_buffers(m, k, rowwise=rowwise, columnwise=columnwise, swizzled=swizzled, device=x.device)
     return b["row_data"], b["row_scales"], b["col_data"], b["col_scales"], b["amax"]
@@ -188,9 +202,10 @@ def group_buffers(t: int, k: int, e: int, *, rowwise: bool, columnwise: bool, de
 def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: bool,
                           columnwise: bool, rht: bool, rht_signs: int, block2d: bool, rule: int, sr: bool,
                           seed_lo: int, seed_hi: int, offset: int, swizzled: bool, amax_kernel: int,
-                          quantize_kernel: int) -> None:
+                          quantize_kernel: int, four_over_six: int = 0, four_over_six_fast_math: bool = False,
+                          global_scale_max: int = 448) -> None:
     """Offsets, amax (unless ``amax_in`` [2, E] is given), tail zero-fill and the fused quantizer, all on device
-    (``group_buffers``' layout; sizes checked)."""
+    (``group_buffers``' layout; sizes checked); the 4over6 options as in :func:`launch_quantize`."""
     t, k = x.shape
     e = splits.numel()
     _check_buffers(bufs, _group_specs(t, k, e, rowwise, columnwise), x.device)
@@ -210,6 +225,14 @@ def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: Tensor
     else:
         row_amax.copy_(amax_in[0])
         col_amax.copy_(amax_in[1])
+    if quantize_kernel == _FOUR_OVER_SIX:
+        _raise_refusal(ext.quantize_4over6_(
+            x, offs, e, row_tiles, row_amax, col_amax,
+            bufs["row_data"] if rowwise else None, bufs["row_scales"] if rowwise else None,
+            bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None,
+            LAYOUT_SWIZZLED if swizzled else LAYOUT_PADDED_COMPACT, block2d, four_over_six, four_over_six_fast_math,
+            global_scale_max, compute, recs))
+        return
     _raise_refusal(ext.quantize_(
         x, offs, e, row_tiles, row_amax, col_amax,
         bufs["row_data"] if rowwise else None, bufs["row_scales"] if rowwise else None,
@@ -223,22 +246,24 @@ def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: Tensor
 @torch.library.custom_op("nvfp4_device::group_quantize", mutates_args=())
 def group_quantize_op(x: Tensor, splits: Tensor, amax: Tensor | None, rowwise: bool, columnwise: bool, rht: bool,
                       rht_signs: int, block2d: bool, rule: int, sr: bool, seed_lo: int, seed_hi: int, offset: int,
-                      swizzled: bool, amax_kernel: int,
-                      quantize_kernel: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+                      swizzled: bool, amax_kernel: int, quantize_kernel: int, four_over_six: int = 0,
+                      four_over_six_fast_math: bool = False, global_scale_max: int = 448,
+                      ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Functional grouped quantize: (row_data, row_scales, col_data, col_scales, row_amax, col_amax, offsets)."""
     t, k = x.shape
     bufs = group_buffers(t, k, splits.numel(), rowwise=rowwise, columnwise=columnwise, device=x.device)
     launch_group_quantize(x, splits, bufs, amax, rowwise=rowwise, columnwise=columnwise, rht=rht,
                           rht_signs=rht_signs, block2d=block2d, rule=rule, sr=sr, seed_lo=seed_lo, seed_hi=seed_hi,
                           offset=offset, swizzled=swizzled, amax_kernel=amax_kernel,
-                          quantize_kernel=quantize_kernel)
+                          quantize_kernel=quantize_kernel, four_over_six=four_over_six,
+                          four_over_six_fast_math=four_over_six_fast_math, global_scale_max=global_scale_max)
     return (bufs["row_data"], bufs["row_scales"], bufs["col_data"], bufs["col_scales"], bufs["row_amax"],
             bufs["col_amax"], bufs["offsets"])
 
 
 @group_quantize_op.register_fake
 def _(x, splits, amax, rowwise, columnwise, rht, rht_signs, block2d, rule, sr, seed_lo, seed_hi, offset, swizzled,
-      amax_kernel, quantize_kernel):
+      amax_kernel, quantize_kernel, four_over_six=0, four_over_six_fast_math=False, global_scale_max=448):
     t, k = x.shape
     b = group_buffers(t, k, splits.shape[0], rowwise=rowwise, columnwise=columnwise, device=x.device)
     return (b["row_data"], b["row_scales"], b["col_data"], b["col_scales"], b["row_amax"], b["col_amax"],
@@ -323,12 +348,19 @@ def _(data, scales, amax, rows, cols, swizzled, rule=0):
 # grouped GEMM (SPEC 12.5)
 # ---------------------------------------------------------------------------------------------------------
 
-_RCP_7225344 = float(np.float32(1.0 / 7225344.0))  # SPEC 12.1: fp32(1/7225344)
+def alpha_factor(g_a: int, g_b: int) -> float:
+    """SPEC 12.1: fp32(1/(36 G_A G_B)) from the operands' G (``global_scale_max``: 448, or 256 under 4over6, SPEC
+    5.6); 36 G_A G_B is exact in fp32 and its reciprocal is rounded once (448 for both: fp32(1/7225344))."""
+    return float(np.float32(1.0) / np.float32(36 * g_a * g_b))
+
+
+_RCP_7225344 = alpha_factor(448, 448)  # SPEC 12.1: fp32(1/7225344)
 
 #: The names of the ints in the ``sizes`` argument of the grouped GEMM ops, in order (device/gemm.py computes them
 #: from the operands' host-known shapes): the plan's problem (tokens, n, k; SPEC 12.5's names), the kernel's
-#: arguments (b_rows, a_rows, kc, cols), the SPEC 12.1 alpha rule code and the upper bound on output tiles.
-GEMM_SIZES = ("tokens", "n", "k", "b_rows", "a_rows", "kc", "cols", "rule", "grid_upper")
+#: arguments (b_rows, a_rows, kc, cols), the SPEC 12.1 alpha rule code, the upper bound on output tiles and the
+#: operands' G (SPEC 5.6, 12.1).
+GEMM_SIZES = ("tokens", "n", "k", "b_rows", "a_rows", "kc", "cols", "rule", "grid_upper", "g_a", "g_b")
 
 
 def gemm_problem(kind: int, mode: str, groups: int, sizes, out_dtype: torch.dtype, accumulate: bool, bias: bool,
@@ -365,7 +397,8 @@ def launch_grouped_gemm(kind: int, mode: str, a_data: Tensor, a_scales: Tensor, 
     ws = torch.empty(groups * int(ext.prob_size()) + 4 * (groups + 1), dtype=torch.uint8, device=out.device)
     _raise_refusal(ext.grouped_gemm_(  # returns its refusal / launch error instead of throwing (csrc/gemm/bindings.cpp)
         kind, groups, a_data, a_scales, a_offsets, a_amax, b_data, b_scales, b_offsets, b_amax, out, bias,
-        bool(accumulate), s["b_rows"], s["a_rows"], s["kc"], s["cols"], _RCP_7225344, s["rule"], s["grid_upper"], ws,
+        bool(accumulate), s["b_rows"], s["a_rows"], s["kc"], s["cols"], alpha_factor(s["g_a"], s["g_b"]), s["rule"],
+        s["grid_upper"], ws,
         int(plan.algorithm), int(plan.loader), int(plan.epilogue), int(num_sms)))
 
 

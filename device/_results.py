@@ -26,6 +26,13 @@ def _torch_views(obj, plane: str):
     return data.view(torch.float4_e2m1fn_x2), scales.view(torch.float8_e4m3fn)
 
 
+def _variant_fields(options: dict) -> dict:
+    """The QuantizedPlane fields of TE's 4over6 variant (SPEC 5.6) recorded in a result's options (defaults: plain)."""
+    return dict(global_scale_max=int(options.get("global_scale_max", 448)),
+                four_over_six=options.get("four_over_six"),
+                four_over_six_fast_math=bool(options.get("four_over_six_fast_math", False)))
+
+
 @dataclass
 class DeviceNVFP4Tensor:
     """The result of :func:`device.quantize`: CUDA tensors of the rowwise plane of X and/or the columnwise
@@ -66,7 +73,7 @@ class DeviceNVFP4Tensor:
         m, k = self.shape
         mp = (m + 15) // 16 * 16
         o = self.options
-        common = dict(rule=o.get("rule", "te"), block=tuple(o.get("block", (1, 16))))
+        common = dict(rule=o.get("rule", "te"), block=tuple(o.get("block", (1, 16))), **_variant_fields(o))
 
         def plane(data, scales, amax, rows, cols, rht, valid):
             d = _np(data).reshape(rows, cols // 2)
@@ -81,6 +88,19 @@ class DeviceNVFP4Tensor:
         if self.col_data is not None:
             col = plane(self.col_data, self.col_scales, self.col_amax, k, mp, bool(o.get("rht", False)), m)
         return NVFP4Tensor(row, col, (m, k), options=dict(o))
+
+    def to_torchao(self, plane: str = "row", *, swizzled: bool | None = None, orig_dtype=None):
+        """One plane as a torchao ``NVFP4Tensor`` on this result's device (:func:`oracle.interop.to_torchao`)."""
+        from oracle.interop import to_torchao
+
+        return to_torchao(self, plane, swizzled=swizzled, orig_dtype=orig_dtype)
+
+    def to_te_fields(self, *, swizzled: bool | None = None) -> dict:
+        """TransformerEngine's NVFP4 tensor fields, tensors on this result's device
+        (:func:`oracle.interop.to_te_fields`)."""
+        from oracle.interop import to_te_fields
+
+        return to_te_fields(self, swizzled=swizzled)
 
 
 @dataclass
@@ -221,4 +241,4 @@ def _group_plane(d: np.ndarray, sb: np.ndarray, m: int, k: int, is_col: bool, am
         s = sb.reshape(pr, pc)[:rows, : cols // 16].copy()
     rht = bool(options.get("rht", False)) if is_col else False
     return QuantizedPlane(d, s, amax, (rows, cols), options.get("rule", "te"), tuple(options.get("block", (1, 16))),
-                          rht, valid_cols=m if is_col else k)
+                          rht, valid_cols=m if is_col else k, **_variant_fields(options))

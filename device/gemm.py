@@ -24,8 +24,9 @@ in the fp32 epilogue in SPEC 12.2's order.
 SM100 epilogue, byte-identical to ``oracle.gemm(model="sm100")`` (SPEC 12.7): a Hopper run gives a B200's bits. Its
 kernel (``sm100_simt``) models each step in integer arithmetic on the CUDA cores.
 
-Scale rules: both operands under TE rules ("te", "te_fused_rht": alpha = (A_amax * B_amax) / 7225344), both under
-"torchao" (alpha = P_A * P_B, P = amax / 2688) or both under "torchao_noscale" (alpha = 1); other pairs are refused.
+Scale rules: both operands under TE rules ("te", "te_fused_rht": alpha = (A_amax * B_amax) * fp32(1/(36 G_A G_B)),
+36 G_A G_B = 7225344 unless 4over6 used G = 256, SPEC 5.6), both under "torchao" (alpha = P_A * P_B,
+P = amax / 2688) or both under "torchao_noscale" (alpha = 1); other pairs are refused.
 Under the torchao rules a NaN block scale (SPEC 5.4: e.g. a block holding a NaN, or a group of zeros under "torchao")
 makes every output of its row of A or row of B NaN, as in :func:`oracle.gemm` (SPEC 12.3). torchao's own GEMM
 rounds differently (SPEC 14.7).
@@ -56,6 +57,8 @@ _RCP_7225344 = _ops._RCP_7225344  # SPEC 12.1: fp32(1/7225344)
 # (plain dicts of the enums: what torch.compile traces without looking into enum machinery)
 _KIND_CODES = {name: int(code) for name, code in GemmKind.__members__.items()}
 _RULE_CODES = {name: int(code) for name, code in Rule.__members__.items()}
+
+
 _TILE = 128
 #: mode "sm100" (gemm/sm100_simt.cu): fewer than 2^13 k64 steps keep its int64 accumulator below 2^62 (SPEC 12.7)
 SM100_MAX_CONTRACTION = 2**19
@@ -182,7 +185,7 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
 
 def _sizes(c: _Call) -> list[int]:
     """The ints the grouped GEMM ops take, in device._ops.GEMM_SIZES' order."""
-    return [c.tokens, c.n, c.k, c.b_rows, c.a_rows, c.kc, c.cols, c.rule, c.grid_upper]
+    return [c.tokens, c.n, c.k, c.b_rows, c.a_rows, c.kc, c.cols, c.rule, c.grid_upper, c.g_a, c.g_b]
 
 
 def grouped_gemm_plan(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, kind: str = "fprop",
@@ -214,6 +217,8 @@ class _Call(NamedTuple):
     cols: int
     rule: int
     grid_upper: int
+    g_a: int  # the operands' G (global_scale_max, SPEC 5.6): alpha's factor fp32(1/(36 G_A G_B)), SPEC 12.1
+    g_b: int
     shape: tuple
     dtype: torch.dtype
     device: torch.device
@@ -350,7 +355,8 @@ def _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode) -> _Call:
             raise ValueError(f"{kind}: bias must have shape {(e, cols)}, got {tuple(bias.shape)}")
         bias_t = bias.to(torch.float32).contiguous()  # bf16 -> fp32 is exact
 
+    g_a, g_b = (int(t.options.get("global_scale_max", 448)) for t in (a, b))
     return _Call(kind=kind, mode=mode, groups=e, tokens=t_a, n=k_a if kind != "fprop" else b_rows, k=k_b,
                  a_plane=(ad, as_, aa), b_plane=(bd, bs, ba), b_rows=int(b_rows), a_rows=int(a_rows), kc=int(kc),
-                 cols=int(cols), rule=rule, grid_upper=int(grid_upper), shape=shape, dtype=dtype, device=dev, out=out,
-                 accumulate=accumulate, bias=bias_t)
+                 cols=int(cols), rule=rule, grid_upper=int(grid_upper), g_a=g_a, g_b=g_b, shape=shape, dtype=dtype,
+                 device=dev, out=out, accumulate=accumulate, bias=bias_t)

@@ -92,11 +92,12 @@ def _gemm_sizes(kind: int, e: int, t: int, n: int, k: int, rule: str) -> list[in
     """The ints of device._ops.GEMM_SIZES for the layer's GEMMs (as device.gemm._checked_call computes them from the
     operands: fprop X [T, K] x W [E*N, K]; dgrad dY [T, N] x W; wgrad dY [T, N] x X [T, K])."""
     code = _gemm._alpha_rule(rule, rule)
-    if kind == _FPROP:  # tokens, n, k, b_rows, a_rows, kc, cols, rule, grid_upper
-        return [t, n, k, n, 0, k, n, code, (t // _TILE + e) * -(-n // _TILE)]
+    g = [448, 448]  # the operands' G (SPEC 5.6, 12.1): the layer's quantizations do not use 4over6
+    if kind == _FPROP:  # tokens, n, k, b_rows, a_rows, kc, cols, rule, grid_upper, g_a, g_b
+        return [t, n, k, n, 0, k, n, code, (t // _TILE + e) * -(-n // _TILE)] + g
     if kind == _DGRAD:
-        return [t, n, k, k, 0, n, k, code, (t // _TILE + e) * -(-k // _TILE)]
-    return [t, n, k, k, n, 0, k, code, e * -(-n // _TILE) * -(-k // _TILE)]
+        return [t, n, k, k, 0, n, k, code, (t // _TILE + e) * -(-k // _TILE)] + g
+    return [t, n, k, k, n, 0, k, code, e * -(-n // _TILE) * -(-k // _TILE)] + g
 
 
 def _plan_parts() -> tuple[str, str, str, int]:

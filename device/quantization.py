@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from oracle.quantize import check_block
+from oracle.quantize import check_block, check_te_scale_options
 
 from . import _dispatch, _ops
 from ._codes import Rule
@@ -44,7 +44,26 @@ def _check_x(x) -> Tensor:
     return x2
 
 
-def _options(x2: Tensor, *, rowwise, columnwise, rht, rht_signs, block, rule, rounding, seed, offset) -> dict:
+_FO6_ERRORS = {"mae": 1, "mse": 2}  # the 4over6 quantizer's error codes (csrc/quantize/launch.h FourOverSixError)
+
+
+def _te_scale_options(x2: Tensor, *, four_over_six, four_over_six_fast_math, global_scale_max, row_scaled, rowwise,
+                      columnwise, rht, block, rule, rounding) -> dict:
+    """The 4over6 / row-scaled options (SPEC 5.6, 5.7) checked as the oracle checks them, then against what the device
+    runs: 4over6 on bfloat16 input; no row-scaled planes."""
+    o = check_te_scale_options(
+        four_over_six=four_over_six, four_over_six_fast_math=four_over_six_fast_math,
+        global_scale_max=global_scale_max, row_scaled=row_scaled, rowwise=rowwise, columnwise=columnwise, rht=rht,
+        block=block, rule=rule, rounding=rounding)
+    if o.row_scaled:
+        raise ValueError("row_scaled=True is not implemented on the device (oracle.quantize models it, SPEC 5.7)")
+    if o.four_over_six and x2.dtype != torch.bfloat16:
+        raise TypeError(f"four_over_six on the device needs bfloat16 input, got {x2.dtype}")
+    return o.plane_fields()
+
+
+def _options(x2: Tensor, *, rowwise, columnwise, rht, rht_signs, block, rule, rounding, seed, offset,
+             four_over_six=None, four_over_six_fast_math=False, global_scale_max=448, row_scaled=False) -> dict:
     for name, v in (("rht_signs", rht_signs), ("seed", seed), ("offset", offset)):
         # a tensor here would need .item(), a host synchronization (and fail inside a CUDA graph capture)
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
@@ -68,16 +87,26 @@ def _options(x2: Tensor, *, rowwise, columnwise, rht, rht_signs, block, rule, ro
     if not (0 <= offset < 2**32):
         raise ValueError(f"offset must be in [0, 2**32), got {offset}")
     block2d, sr = block == (16, 16), rounding == "sr"
+    te = _te_scale_options(x2, four_over_six=four_over_six, four_over_six_fast_math=four_over_six_fast_math,
+                           global_scale_max=global_scale_max, row_scaled=row_scaled, rowwise=rowwise,
+                           columnwise=columnwise, rht=rht, block=block, rule=rule, rounding=rounding)
     plan = _dispatch.plan_quantize(_DTYPES[x2.dtype], rht=bool(rht), rht_signs=int(rht_signs), block2d=block2d, sr=sr,
-                                   kernel=_dispatch.FORCED.get("quantize"))
+                                   kernel=_dispatch.FORCED.get("quantize"), four_over_six=bool(te["four_over_six"]))
     return dict(rowwise=bool(rowwise), columnwise=bool(columnwise), rht=bool(rht), rht_signs=int(rht_signs),
                 block2d=block2d, rule=int(Rule[rule]), sr=sr, seed_lo=seed & 0xFFFFFFFF, seed_hi=seed >> 32,
-                offset=offset, amax_kernel=int(plan.amax), quantize_kernel=int(plan.quantize))
+                offset=offset, amax_kernel=int(plan.amax), quantize_kernel=int(plan.quantize),
+                four_over_six=_FO6_ERRORS.get(te["four_over_six"], 0),
+                four_over_six_fast_math=te["four_over_six_fast_math"], global_scale_max=te["global_scale_max"])
 
 
 def _meta(opts: dict, rule: str, rounding: str, seed: int, offset: int) -> dict:
+    """The options a result records (as the oracle's ``NVFP4Tensor.options``), so that ``.to_oracle()`` can give its
+    planes the 4over6 fields (SPEC 5.6) that dequantization and the GEMM's alpha read."""
+    fo6 = {v: k for k, v in _FO6_ERRORS.items()}.get(opts["four_over_six"])
     return dict(rht=opts["rht"], rht_signs=opts["rht_signs"], block=(16, 16) if opts["block2d"] else (1, 16),
-                rule=rule, rounding=rounding, seed=seed, offset=offset)
+                rule=rule, rounding=rounding, seed=seed, offset=offset, row_scaled=False,
+                global_scale_max=opts["global_scale_max"], four_over_six=fo6,
+                four_over_six_fast_math=opts["four_over_six_fast_math"])
 
 
 def _amax_tensor(amax, n: int, grouped: bool, device) -> Tensor | None:
@@ -132,16 +161,22 @@ def _amax_tensor(amax, n: int, grouped: bool, device) -> Tensor | None:
 
 def quantize(x: Tensor, *, rowwise: bool = True, columnwise: bool = False, rht: bool = False,
              rht_signs: int = 0xD7E8, block: Sequence[int] = (1, 16), rule: str = "te", amax=None,
-             rounding: str = "rn", seed: int = 0, offset: int = 0, swizzled: bool = True) -> DeviceNVFP4Tensor:
+             rounding: str = "rn", seed: int = 0, offset: int = 0, swizzled: bool = True,
+             four_over_six: str | None = None, four_over_six_fast_math: bool = False, global_scale_max: int = 448,
+             row_scaled: bool = False) -> DeviceNVFP4Tensor:
     """Quantize a CUDA tensor to NVFP4 on the device, byte-exact with :func:`oracle.quantize`.
 
     Args mirror the oracle's; ``amax`` is None (computed on the device), a number, a (row, col) pair, or a
     device tensor. ``swizzled`` selects the scale layout of the outputs (SPEC 8.2) or compact scales.
+    ``four_over_six`` ("mae" / "mse"), ``four_over_six_fast_math`` and ``global_scale_max`` (448, or 256 with 4over6):
+    TE's 4over6 block-scale selection (SPEC 5.6), on bfloat16 input; ``row_scaled=True`` (SPEC 5.7) is refused.
     Returns a :class:`DeviceNVFP4Tensor`; ``.to_oracle()`` converts it to the oracle's NumPy result.
     """
     x2 = _check_x(x)
     opts = _options(x2, rowwise=rowwise, columnwise=columnwise, rht=rht, rht_signs=rht_signs, block=block,
-                    rule=rule, rounding=rounding, seed=seed, offset=offset)
+                    rule=rule, rounding=rounding, seed=seed, offset=offset, four_over_six=four_over_six,
+                    four_over_six_fast_math=four_over_six_fast_math, global_scale_max=global_scale_max,
+                    row_scaled=row_scaled)
     amax_t = _amax_tensor(amax, 1, False, x2.device)
     rd, rs, cd, cs, am = _ops.quantize_op(x2, None if amax_t is None else amax_t.reshape(2), swizzled=bool(swizzled),
                                           **opts)
@@ -157,14 +192,16 @@ def quantize(x: Tensor, *, rowwise: bool = True, columnwise: bool = False, rht: 
 def group_quantize(x: Tensor, splits: Tensor, *, rowwise: bool = True, columnwise: bool = False,
                    rht: bool = False, rht_signs: int = 0xD7E8, block: Sequence[int] = (1, 16), rule: str = "te",
                    amax=None, rounding: str = "rn", seed: int = 0, offset: int = 0,
-                   swizzled: bool = True) -> DeviceGroupedNVFP4Tensor:
+                   swizzled: bool = True, four_over_six: str | None = None, four_over_six_fast_math: bool = False,
+                   global_scale_max: int = 448, row_scaled: bool = False) -> DeviceGroupedNVFP4Tensor:
     """Quantize the row groups of ``x`` ([T, K]) separately, driven by a device int64 ``splits`` tensor (SPEC 9).
 
     No host synchronization: offsets are computed on the device and every buffer is sized for the worst case
     from (T, K, E), so the call can be captured in a CUDA graph and replayed with new data and new splits.
     Group g uses SR counter offset ``offset + g`` as in :func:`oracle.group_quantize`. ``amax``: None (computed per
     group on the device), E values for both planes (sequence, array or device tensor) or a (row, col) tuple of them;
-    a single number is refused, as by the oracle.
+    a single number is refused, as by the oracle. The 4over6 options as in :func:`quantize` (SPEC 5.6 per group, as
+    :func:`oracle.group_quantize`).
     """
     x2 = _check_x(x)
     if not isinstance(splits, Tensor):
@@ -177,7 +214,9 @@ def group_quantize(x: Tensor, splits: Tensor, *, rowwise: bool = True, columnwis
         raise ValueError(f"splits must be a non-empty 1-D tensor, got shape {tuple(splits.shape)}")
     splits = splits.contiguous()
     opts = _options(x2, rowwise=rowwise, columnwise=columnwise, rht=rht, rht_signs=rht_signs, block=block,
-                    rule=rule, rounding=rounding, seed=seed, offset=offset)
+                    rule=rule, rounding=rounding, seed=seed, offset=offset, four_over_six=four_over_six,
+                    four_over_six_fast_math=four_over_six_fast_math, global_scale_max=global_scale_max,
+                    row_scaled=row_scaled)
     e = splits.numel()
     amax_t = _amax_tensor(amax, e, True, x2.device)
     rd, rs, cd, cs, ra, ca, offs = _ops.group_quantize_op(x2, splits, amax_t, swizzled=bool(swizzled), **opts)
@@ -227,6 +266,9 @@ def dequantize(q, plane: str = "row", *, scales: Tensor | None = None, amax: Ten
         shape = (m, k) if plane == "row" else (k, (m + 15) // 16 * 16)
         swizzled = q.swizzled
         rule = q.options.get("rule", "te")
+        if int(q.options.get("global_scale_max", 448)) != 448:
+            raise ValueError("device.dequantize applies SPEC 11.1's fp32(1/2688) (G = 448); this result was quantized "
+                             "with global_scale_max=256: dequantize it with .to_oracle() and oracle.dequantize")
     elif scales is None or amax is None or shape is None:
         raise ValueError("raw dequantize needs data, scales=, amax=, shape= and swizzled=")
     elif swizzled is None:

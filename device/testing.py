@@ -30,7 +30,8 @@ def force_plan(*, algorithm: str | None = None, loader: str | None = None, epilo
         loader: ``"cp_async"`` or ``"tma"`` (``swapped_64x256`` and ``exact_copies`` have both).
         epilogue: ``"staged"`` or ``"tma_store"`` (the others, ``"direct"`` and ``"cutlass"``, are the only
             epilogues of ``swapped_64x256`` and ``copies_cutlass``).
-        quantize: the quantize passes' kernels, ``"general"`` or ``"fast_bf16"``.
+        quantize: the quantize passes' kernels, ``"general"`` or ``"fast_bf16"`` (``"four_over_six"``: the 4over6
+            quantizer, which 4over6 calls run anyway and other calls cannot).
 
     A call whose forced plan cannot run it raises :class:`ValueError` (saying why) before launching anything. The
     names are checked on entry. Blocks nest: an inner block replaces only the parts it names. Not thread-safe (one

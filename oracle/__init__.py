@@ -3,6 +3,7 @@
 from . import fp4_numpy, swizzle
 from .bias_grad import grouped_bias_grad
 from .dequantize import dequantize
+from .diagnose import diagnose
 from .gemm import gemm, gemm_alpha, gemm_error_bound, within_bound
 from .grouped import cut_splits, group_quantize, grouped_capacities
 from .grouped_gemm import grouped_gemm, grouped_gemm_error_bound
@@ -13,6 +14,7 @@ from .grouped_linear import (
     grouped_linear_forward,
     grouped_linear_operands,
 )
+from .interop import from_te_fields, from_torchao, to_te_fields, to_torchao
 from .planes import GroupedNVFP4Tensor, NVFP4Tensor, QuantizedPlane
 from .quantize import quantize
 from .recipe import DEFAULT_RECIPE, NVFP4Recipe
@@ -28,7 +30,10 @@ __all__ = [
     "QuantizedPlane",
     "cut_splits",
     "dequantize",
+    "diagnose",
     "fp4_numpy",
+    "from_te_fields",
+    "from_torchao",
     "gemm",
     "gemm_alpha",
     "gemm_error_bound",
@@ -43,5 +48,7 @@ __all__ = [
     "quantize",
     "rht",
     "swizzle",
+    "to_te_fields",
+    "to_torchao",
     "within_bound",
 ]

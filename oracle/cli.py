@@ -1,4 +1,5 @@
-"""Command line: ``python -m oracle explain`` / ``quantize`` (debugging) and ``vectors`` (golden test vectors)."""
+"""Command line: ``python -m oracle explain`` / ``quantize`` / ``diagnose`` (debugging) and ``vectors`` (golden test
+vectors)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ import ml_dtypes
 import numpy as np
 
 from .dequantize import block_decode_scales
+from .diagnose import DIAGNOSE_RULES, LAYOUTS, diagnose, format_block
 from .fp4_numpy import E2M1_VALUES, decode_e4m3, unpack_fp4
 from .quantize import as_2d_f32, block_scales, columnwise_source, quantize
 from .rht import DEFAULT_RHT_SIGNS
 from .scale_rules import RULES
 
-__all__ = ["build_parser", "check_input", "main"]
+__all__ = ["THEIRS_KEYS", "build_parser", "check_input", "main", "read_theirs"]
 
 INPUT_DTYPES = ("auto", "float32", "float16", "bfloat16")
 
@@ -163,9 +165,6 @@ def explain(a) -> int:
     if plane.rht:
         print(f"{src_label} = RHT of each 16 tokens (SPEC 7.2, signs 0x{opts['rht_signs']:04X}): the values quantized, "
               "and |error| is against them")
-    labels = (src_label, "code", "dequant", "|error|")
-    w = max(map(len, labels))
-    lab = {k: f"  {k:<{w}} " for k in labels}
     for k in range(plane.cols // 16):
         vals = src[a.row, 16 * k : 16 * k + 16]
         c = codes[16 * k : 16 * k + 16]
@@ -174,10 +173,9 @@ def explain(a) -> int:
             err = np.abs(deq.astype(np.float64) - vals.astype(np.float64))
         print(f"block {k}: block_amax={_fmt(b[a.row, k])} scale=0x{sbytes[a.row, k]:02X} "
               f"({_fmt(decode_e4m3(sbytes[a.row, k]))}) multiplier={_fmt(mult[a.row, k])} factor={_fmt(fac[k])}")
-        print(lab[src_label] + " ".join(f"{_fmt(v):>9}" for v in vals))
-        print(lab["code"] + " ".join(f"0x{v:X}".rjust(9) for v in c))
-        print(lab["dequant"] + " ".join(f"{_fmt(v):>9}" for v in deq))
-        print(lab["|error|"] + " ".join(f"{_fmt(v):>9}" for v in err))
+        for line in format_block([(src_label, [_fmt(v) for v in vals]), ("code", [f"0x{v:X}" for v in c]),
+                                  ("dequant", [_fmt(v) for v in deq]), ("|error|", [_fmt(v) for v in err])]):
+            print(line)
     return 0
 
 
@@ -205,6 +203,59 @@ def quantize_to_npz(a) -> int:
     np.savez(a.output, **out)
     print(f"wrote {a.output}: " + ", ".join(f"{k} {v.shape}" for k, v in out.items()))
     return 0
+
+
+#: the names ``diagnose`` looks for in THEIRS.npz, per plane: (data, scales, per-tensor value), first found wins
+THEIRS_KEYS = {
+    "row": (("data", "scales", "amax"), ("row_data", "row_scales", "row_amax"),
+            ("rowwise_data", "rowwise_scale_inv", "amax_rowwise"), ("qdata", "scale", "per_tensor_scale")),
+    "col": (("col_data", "col_scales", "col_amax"), ("columnwise_data", "columnwise_scale_inv", "amax_columnwise")),
+}
+
+THEIRS_HELP = """THEIRS.npz holds their plane under one of these sets of names (the first set found is used):
+  data, scales[, amax]                          any layout (see --layout)
+  row_data, row_scales[, row_amax]              python -m oracle quantize's output
+  col_data, col_scales[, col_amax]                (--plane col for the columnwise plane)
+  rowwise_data, rowwise_scale_inv[, amax_rowwise]   TE's NVFP4Tensor fields
+  columnwise_data, columnwise_scale_inv[, amax_columnwise]
+  qdata, scale[, per_tensor_scale]              torchao's NVFP4Tensor fields (P = amax / 2688)
+Scales may be uint8 or float8_e4m3fn bytes (saved as uint8). A flashinfer result: save its
+two outputs as data and scales (128x4 or linear layout) and its global_scale as amax; the
+report then says that the value given is S_enc rather than the amax.
+
+examples:
+  python -m oracle diagnose x.npy theirs.npz
+  python -m oracle diagnose x.npy te_fields.npz --layout te --plane col"""
+
+
+def read_theirs(path: str, plane: str) -> tuple:
+    """(data, scales, amax or None, plane) from THEIRS.npz by :data:`THEIRS_KEYS` (a torchao per_tensor_scale is
+    turned into its amax, SPEC 14.10)."""
+    from .interop import amax_from_torchao_scale
+
+    with np.load(path, allow_pickle=False) as z:
+        keys = set(z.files)
+        planes = ("row", "col") if plane == "auto" else (plane,)
+        for p in planes:
+            for dk, sk, ak in THEIRS_KEYS[p]:
+                if dk in keys and sk in keys:
+                    amax = z[ak] if ak in keys else None
+                    if ak == "per_tensor_scale" and amax is not None:
+                        amax = amax_from_torchao_scale(amax.reshape(-1)[:1])
+                    return z[dk], z[sk], amax, p
+    raise ValueError(f"{path} holds {sorted(keys)}; diagnose needs a data and a scales array under one of the names "
+                     "of --help (e.g. data and scales)")
+
+
+def diagnose_cmd(a) -> int:
+    """Print which rule made THEIRS' bytes from X, or the closest rule and the bug classes that fit."""
+    x = _load(a.input, a.input_dtype)
+    check_input(x, a.input)
+    data, scales, amax, plane = read_theirs(a.theirs, a.plane)
+    rules = None if a.rules is None else [r.strip() for r in a.rules.split(",") if r.strip()]
+    d = diagnose(x, data, scales, amax=amax, layout=a.layout, plane=plane, rht_signs=a.rht_signs, rules=rules)
+    print(d)
+    return 0 if d.matches else 1
 
 
 def write_vectors_cmd(a) -> int:
@@ -246,6 +297,28 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--no-columnwise", action="store_true",
                    help="only the rowwise plane (no columnwise plane, so no --rht)")
     _add_options(q)
+    dg = sub.add_parser("diagnose", help="find the rule that made someone's NVFP4 bytes from an input",
+                        description="Quantize X by every rule the oracle knows (SPEC 5, 14.11) and compare with\n"
+                                    "THEIRS byte for byte, reading their scales in every layout they fit (SPEC 8,\n"
+                                    "14.10). Prints the rules that reproduce the bytes, or the closest rule with its\n"
+                                    "differing blocks, the known bug classes that fit, and the first differing block\n"
+                                    "decoded side by side. Exit status 0 when a rule reproduces every byte, 1 when\n"
+                                    "none does, 2 on bad input.",
+                        epilog=THEIRS_HELP, formatter_class=_HelpFormatter)
+    dg.add_argument("input", help="X: the .npy their bytes were made from (2-D or N-D, last dim a multiple of 16)")
+    dg.add_argument("theirs", help="THEIRS: an .npz with their data and scales (names below)")
+    dg.add_argument("--layout", default="auto", choices=list(LAYOUTS),
+                    help="their scale layout: auto = every layout the size fits; compact, padded (SPEC 8.1), "
+                         "swizzled (SPEC 8.2); or a library's storage: torchao, te, flashinfer (SPEC 14.10)")
+    dg.add_argument("--plane", default="auto", choices=["auto", "row", "col"],
+                    help="the plane their bytes are: auto = from the names in THEIRS and the data's shape")
+    dg.add_argument("--rules", default=None, metavar="A,B",
+                    help="try only these rules (default: all; " + ", ".join(r.name for r in DIAGNOSE_RULES) + ")")
+    dg.add_argument("--rht-signs", type=_integer, default=DEFAULT_RHT_SIGNS, metavar="MASK",
+                    help="the RHT sign mask tried for a columnwise plane of bf16 input (default: 0x%(default)04X)")
+    dg.add_argument("--input-dtype", default="auto", choices=INPUT_DTYPES,
+                    help="how to read X (as for explain): auto = as stored, a saved ml_dtypes.bfloat16 array as "
+                         "bfloat16; bfloat16 = 2-byte elements are bf16 bit patterns; float32 / float16 = convert")
     v = sub.add_parser("vectors", help="write golden test vectors (raw .bin files + case.json) to a folder",
                        description="Write the golden test vectors (raw .bin files + case.json per case, and\n"
                                    "index.json) to a folder.", formatter_class=_HelpFormatter)
@@ -259,6 +332,8 @@ def _run(argv: list[str] | None) -> int:
     try:
         if a.cmd == "vectors":
             return write_vectors_cmd(a)
+        if a.cmd == "diagnose":
+            return diagnose_cmd(a)
         return explain(a) if a.cmd == "explain" else quantize_to_npz(a)
     except BrokenPipeError:
         raise  # (an OSError, but not a failure of the command: main handles it)

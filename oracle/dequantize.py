@@ -10,19 +10,22 @@ from .scale_rules import torchao_per_tensor_scale
 
 __all__ = ["dequantize", "block_decode_scales", "nan_scale_rows", "scaled_ints"]
 
-_RCP_2688 = np.float32(1.0 / 2688.0)
+# SPEC 11.1: fp32(1 / (6 G)) for the E4M3 maximum G inside S_enc (448: fp32(1/2688); 256, 4over6 only: fp32(1/1536))
+_RCP_6G = {448: np.float32(1.0 / 2688.0), 256: np.float32(1.0 / 1536.0)}
 
 
 def block_decode_scales(plane: QuantizedPlane) -> np.ndarray:
     """The fp32 factor each 16-block's E2M1 values are multiplied by (SPEC 11), shape [rows, cols/16].
 
-    TE rules: (float(sf) * amax) * fp32(1/2688), left to right. torchao: P * float(sf) with
+    TE rules: (float(sf) * amax) * fp32(1/(6 G)), left to right, G = ``plane.global_scale_max`` (448 gives
+    fp32(1/2688)); a row-scaled plane uses its row's amax (SPEC 5.7). torchao: P * float(sf) with
     P = amax / 2688 (torchao's get_hp_scales). torchao_noscale: float(sf).
     """
     sf = decode_e4m3(plane.scales)
     with np.errstate(invalid="ignore", over="ignore"):
         if plane.rule in ("te", "te_fused_rht"):
-            return ((sf * plane.amax).astype(np.float32) * _RCP_2688).astype(np.float32)
+            amax = plane.amax.reshape(-1, 1) if plane.row_scaled else plane.amax
+            return ((sf * amax).astype(np.float32) * _RCP_6G[plane.global_scale_max]).astype(np.float32)
         if plane.rule == "torchao":
             return (torchao_per_tensor_scale(plane.amax) * sf).astype(np.float32)
     return sf

@@ -15,9 +15,9 @@ from .scale_rules import torchao_per_tensor_scale
 from .sm100 import sm100_epilogue, sm100_sum
 from .tensor_core import tensor_core_sum
 
-__all__ = ["gemm", "gemm_alpha", "gemm_error_bound", "within_bound"]
+__all__ = ["alpha_factor", "gemm", "gemm_alpha", "gemm_error_bound", "within_bound"]
 
-_RCP_7225344 = np.float32(1.0 / 7225344.0)  # 7225344 = 6*6*448*448
+_TE_RULES = ("te", "te_fused_rht")
 _OUT_DTYPES = ("bfloat16", "float32")
 _U32 = 2.0**-24  # fp32 unit roundoff
 _U_ACC = 2.0**-23  # per-step accumulation error allowed to any implementation (covers truncation too)
@@ -26,17 +26,29 @@ _OUT_ERR = {"float32": (2.0**-24, 2.0**-150), "bfloat16": (2.0**-8, 2.0**-134)}
 _OVERFLOW_BF16 = 2.0**128 - 2.0**119  # bf16 values at or above this round to Inf (fp32's threshold is higher)
 
 
-def gemm_alpha(a_plane: QuantizedPlane, b_plane: QuantizedPlane) -> np.float32:
-    """The GEMM's fp32 alpha from the operands' amaxes (SPEC 12.1).
+def alpha_factor(g_a: int, g_b: int) -> np.float32:
+    """fp32(1 / (36 G_A G_B)) (SPEC 12.1): the product 36 G_A G_B is exact in fp32, its reciprocal rounded once
+    (G = 448 for both: fp32(1/7225344))."""
+    return np.float32(np.float32(1.0) / np.float32(36 * int(g_a) * int(g_b)))
 
-    TE rules: alpha = (amax_A * amax_B) * fp32(1/7225344), left to right in fp32.
+
+def gemm_alpha(a_plane: QuantizedPlane, b_plane: QuantizedPlane):
+    """The GEMM's fp32 alpha from the operands' amaxes (SPEC 12.1, 12.8).
+
+    TE rules: alpha = (amax_A * amax_B) * fp32(1/(36 G_A G_B)), left to right in fp32 (G = the planes'
+    ``global_scale_max``; 448 for both gives fp32(1/7225344)). A row-scaled operand (SPEC 5.7) contributes one amax
+    per row, so alpha is one value per output row (A) or column (B): a float32 array ``[M, 1]``, ``[1, N]`` or
+    ``[M, N]`` (both row-scaled) that broadcasts against the output (SPEC 12.8); otherwise an ``np.float32``.
     torchao: alpha = P_A * P_B with P = amax / 2688; torchao_noscale: alpha = 1.
     """
     ra, rb = a_plane.rule, b_plane.rule
-    te = ("te", "te_fused_rht")
-    if ra in te and rb in te:
+    if ra in _TE_RULES and rb in _TE_RULES:
+        aa = a_plane.amax.reshape(-1, 1) if a_plane.row_scaled else a_plane.amax
+        ab = b_plane.amax.reshape(1, -1) if b_plane.row_scaled else b_plane.amax
         with np.errstate(over="ignore", invalid="ignore"):
-            return np.float32(np.float32(a_plane.amax * b_plane.amax) * _RCP_7225344)
+            al = ((aa * ab).astype(np.float32) * alpha_factor(a_plane.global_scale_max, b_plane.global_scale_max))
+        al = np.asarray(al, np.float32)
+        return np.float32(al) if al.ndim == 0 else al
     if ra == rb == "torchao":
         with np.errstate(over="ignore", invalid="ignore"):
             return np.float32(torchao_per_tensor_scale(a_plane.amax) * torchao_per_tensor_scale(b_plane.amax))
@@ -77,7 +89,8 @@ def _check_epilogue(m: int, n: int, bias, accumulate, out_dtype: str):
     return c, bv
 
 
-def _resolve_alpha(a, b, alpha) -> np.float32:
+def _resolve_alpha(a, b, alpha):
+    """A scalar np.float32, or a float32 array broadcasting to [M, N] for row-scaled operands (SPEC 12.8)."""
     if alpha is None:
         return gemm_alpha(a, b)
     al = np.asarray(alpha)
@@ -161,7 +174,7 @@ def _exact(a, b, al, c, bv, out_dtype) -> np.ndarray:
     extras = [x for x in (c, None if bv is None else np.broadcast_to(bv[None, :], (m, n))) if x is not None]
     # float64 estimate; each of its <= 4 roundings errs by <= 2**-53 of a magnitude <= mag (1 + 2**-50)
     with np.errstate(invalid="ignore", over="ignore"):
-        est = np.ldexp(s.astype(np.float64), s_exp) * np.float64(al)
+        est = np.ldexp(s.astype(np.float64), s_exp) * np.asarray(al, np.float64)
         mag = np.abs(est)
         for x in extras:
             est = est + x
@@ -171,8 +184,8 @@ def _exact(a, b, al, c, bv, out_dtype) -> np.ndarray:
     r, ok = round_certified(np.where(finite, est, 0.0), np.ldexp(np.where(finite, mag, 0.0), -50), out_dtype)
     todo = finite & ~ok
     if todo.any():  # exact path: everything as integers in units of 2**unit
-        am, ae = f32_to_int_exp(np.float32(al))
-        parts = [(s[todo].astype(object) * int(am), s_exp + int(ae))]
+        am, ae = f32_to_int_exp(np.broadcast_to(np.asarray(al, np.float32), (m, n))[todo])  # SPEC 12.8: per element
+        parts = [(s[todo].astype(object) * am.astype(object), s_exp + ae)]
         for x in extras:
             xm, xe = f32_to_int_exp(x[todo].astype(np.float32))
             parts.append((xm.astype(object), xe))
@@ -205,7 +218,7 @@ def gemm_error_bound(
     _check_operands(a_plane, b_plane)
     m, n = a_plane.rows, b_plane.rows
     c, bv = _check_epilogue(m, n, bias, accumulate, out_dtype)
-    al = abs(float(_resolve_alpha(a_plane, b_plane, alpha)))
+    al = np.abs(np.asarray(_resolve_alpha(a_plane, b_plane, alpha), np.float64))  # [M, 1], [1, N], [M, N] row-scaled
     k = a_plane.cols
     # P = |A| @ |B|^T: float32 BLAS on the scaled integers rounds, so inflate by (1 + (K + 2) * 2**-23)
     # (a valid bound for any summation order of non-negative terms) to keep an upper bound
@@ -227,11 +240,11 @@ def gemm_error_bound(
     # near overflow the proof's "error <= u|z| + eta" fails (a step can round to Inf): no bound there (SPEC 12.4)
     near_overflow = t * (1 + u) ** 4 + bound >= _OVERFLOW_BF16
     bad = ~np.isfinite(bound) | near_overflow | nan_scale_rows(a_plane)[:, None] | nan_scale_rows(b_plane)[None, :]
-    if not np.isfinite(al):
-        # an infinite / NaN alpha turns any accumulation error into a different non-finite result (0 * Inf,
-        # or the sign of a cancelled sum): only "non-finite" is required there (SPEC 12.4), marked by NaN
-        return np.full(bound.shape, np.nan)
-    return np.where(bad, np.inf, bound)
+    # an infinite / NaN alpha turns any accumulation error into a different non-finite result (0 * Inf,
+    # or the sign of a cancelled sum): only "non-finite" is required there (SPEC 12.4), marked by NaN; with one alpha
+    # per output row or column (SPEC 12.8) this holds per element
+    bound = np.where(bad, np.inf, bound)
+    return np.where(np.broadcast_to(np.isfinite(al), bound.shape), bound, np.nan)
 
 
 def within_bound(y_impl, y_exact, bound) -> np.ndarray:

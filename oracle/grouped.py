@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .planes import GroupedNVFP4Tensor
-from .quantize import as_2d_f32, check_options, quantize_2d
+from .quantize import as_2d_f32, check_options, check_te_scale_options, quantize_2d
 from .rht import DEFAULT_RHT_SIGNS
 from .swizzle import grouped_scale_offsets, padded_scale_shape, swizzle_scales
 
@@ -68,6 +68,18 @@ def _group_amax(amax, e: int) -> list:
     return [(pairs[g, 0], pairs[g, 1]) for g in range(e)]
 
 
+def _row_scaled_group_amax(amax, row_offsets: np.ndarray) -> list:
+    """Per-group slices of a supplied row-scaled amax (SPEC 5.7): None, or T values (one per row)."""
+    e = row_offsets.size - 1
+    if amax is None:
+        return [None] * e
+    a = np.asarray(amax)
+    t = int(row_offsets[-1])
+    if a.dtype.kind not in "fiu" or a.shape != (t,):
+        raise ValueError(f"a row-scaled amax must hold one real number per row ({t}), got {a.dtype} {a.shape}")
+    return [a[row_offsets[g] : row_offsets[g + 1]] for g in range(e)]
+
+
 def grouped_capacities(total_rows: int, cols: int, num_groups: int) -> dict:
     """Worst-case byte sizes of the grouped buffers over all splits of ``total_rows`` into ``num_groups``
     groups (SPEC 9.3): what a device allocates without knowing the splits."""
@@ -109,36 +121,47 @@ def group_quantize(
     rounding: str = "rn",
     seed: int = 0,
     offset: int = 0,
+    four_over_six: str | None = None,
+    four_over_six_fast_math: bool = False,
+    global_scale_max: int = 448,
+    row_scaled: bool = False,
 ) -> GroupedNVFP4Tensor:
     """Quantize the row groups of ``x`` ([T, K]) separately, each with its own amax (SPEC 9).
 
     ``splits``: group sizes m_g (any value >= 0, summing to T). Group g is exactly
     ``quantize(x[rows of g], ..., offset=offset + g)`` (the SR stream of group g, SPEC 10.2).
     ``amax``: None, E per-group values for both planes, an [E, 2] array of (row, col) pairs, or a tuple
-    (row_amaxes, col_amaxes).
-    Other options as in :func:`oracle.quantize`.
+    (row_amaxes, col_amaxes); with ``row_scaled``, None or T values (one per row, SPEC 5.7).
+    Other options (4over6, SPEC 5.6; row-scaled, SPEC 5.7) as in :func:`oracle.quantize`.
     """
     x2, is_bf16 = as_2d_f32(x)
     block = check_options(
         rowwise=rowwise, columnwise=columnwise, rht=rht, rht_signs=rht_signs, block=block, rule=rule,
         rounding=rounding, seed=seed, offset=offset, is_bf16=is_bf16,
     )
+    options = check_te_scale_options(
+        four_over_six=four_over_six, four_over_six_fast_math=four_over_six_fast_math,
+        global_scale_max=global_scale_max, row_scaled=row_scaled, rowwise=rowwise, columnwise=columnwise, rht=rht,
+        block=block, rule=rule, rounding=rounding,
+    )
     m = check_splits(splits, x2.shape[0])
     e = m.size
     k = x2.shape[1]
-    amax_g = _group_amax(amax, e)
     offs = grouped_scale_offsets(m, k)
+    amax_g = _row_scaled_group_amax(amax, offs["row_offsets"]) if row_scaled else _group_amax(amax, e)
     row_planes, col_planes = [], []
     for g in range(e):
         xg = x2[offs["row_offsets"][g] : offs["row_offsets"][g + 1]]
         t = quantize_2d(
             xg, rowwise=rowwise, columnwise=columnwise, rht=rht, rht_signs=rht_signs, block=block, rule=rule,
-            amax=amax_g[g], rounding=rounding, seed=int(seed), offset=(int(offset) + g) & 0xFFFFFFFF,
+            amax=amax_g[g], rounding=rounding, seed=int(seed), offset=(int(offset) + g) & 0xFFFFFFFF, options=options,
         )
         row_planes.append(t.row)
         col_planes.append(t.col)
 
     def amaxes(planes):
+        if options.row_scaled:  # SPEC 5.7: one amax per row, in row order
+            return _concat([p.amax for p in planes if p is not None]).astype(np.float32)
         return np.array([p.amax if p is not None else 0 for p in planes], np.float32)
 
     row_amax, col_amax = amaxes(row_planes), amaxes(col_planes)
@@ -160,5 +183,6 @@ def group_quantize(
         col_scales_compact=_concat([padded_compact(p.scales) for p in col_planes]) if columnwise else None,
         col_data_offsets=offs["col_data"],
         col_scale_offsets=offs["col_scale"],
-        options=dict(rht=rht, rht_signs=rht_signs, block=block, rule=rule, rounding=rounding, seed=seed, offset=offset),
+        options=dict(rht=rht, rht_signs=rht_signs, block=block, rule=rule, rounding=rounding, seed=seed, offset=offset,
+                     **options.plane_fields()),
     )

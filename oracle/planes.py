@@ -22,7 +22,8 @@ class QuantizedPlane:
     Attributes:
         data: uint8 ``[rows, ceil(cols/2)]``, two E2M1 codes per byte, low nibble first (SPEC 2.3).
         scales: uint8 ``[rows, ceil(cols/16)]``, compact E4M3 decode-scale bytes (SPEC 8.1).
-        amax: ``np.float32`` per-tensor amax used by the scale rule (SPEC 4).
+        amax: ``np.float32`` per-tensor amax used by the scale rule (SPEC 4); for a row-scaled plane a float32
+            array ``[rows]``, one amax per row (SPEC 5.7).
         shape: ``(rows, cols)`` of the quantized matrix. For a columnwise plane this is X^T with the
             token axis padded to a multiple of 16 (SPEC 6.2).
         rule: scale rule name (SPEC 5): "te", "te_fused_rht", "torchao" or "torchao_noscale".
@@ -30,27 +31,48 @@ class QuantizedPlane:
         rht: whether the plane holds the Random Hadamard Transform of its source (SPEC 7).
         valid_cols: number of columns that came from real data (the rest is the SPEC 6.2 padding).
         rht_signs: the RHT sign mask used (``None`` when unknown or without RHT).
+        row_scaled: one amax (hence one S_enc) per row (SPEC 5.7).
+        global_scale_max: G, the E4M3 maximum inside S_enc: 448, or 256 under 4over6 (SPEC 5.6); it enters
+            dequantization (SPEC 11.1) and the GEMM's alpha (SPEC 12.1).
+        four_over_six: ``None``, or the 4over6 error mode that chose the block scales, "mae" or "mse" (SPEC 5.6).
+        four_over_six_fast_math: whether that error was measured in the product domain (SPEC 5.6).
     """
 
     data: np.ndarray
     scales: np.ndarray
-    amax: np.float32
+    amax: np.float32 | np.ndarray
     shape: tuple[int, int]
     rule: str = "te"
     block: tuple[int, int] = (1, 16)
     rht: bool = False
     valid_cols: int | None = None
     rht_signs: int | None = None
+    row_scaled: bool = False
+    global_scale_max: int = 448
+    four_over_six: str | None = None
+    four_over_six_fast_math: bool = False
 
     def __post_init__(self) -> None:
-        self.amax = np.float32(self.amax)
+        if self.row_scaled:
+            self.amax = np.asarray(self.amax, np.float32).reshape(-1)
+            if self.amax.shape[0] != int(self.shape[0]):
+                raise ValueError(f"a row-scaled plane needs one amax per row ({self.shape[0]}), got {self.amax.shape[0]}")
+        else:
+            self.amax = np.float32(self.amax)
+        if self.global_scale_max not in (448, 256):
+            raise ValueError(f"global_scale_max must be 448 or 256, got {self.global_scale_max!r}")
         self.shape = (int(self.shape[0]), int(self.shape[1]))
         if self.valid_cols is None:
             self.valid_cols = self.shape[1]
 
     def __repr__(self) -> str:
-        return (f"QuantizedPlane(shape={self.shape}, rule={self.rule!r}, block={self.block}, rht={self.rht}, "
-                f"amax={float(self.amax)!r}, data=uint8{list(self.data.shape)}, scales=uint8{list(self.scales.shape)})")
+        amax = f"float32{list(self.amax.shape)}" if self.row_scaled else repr(float(self.amax))
+        extra = "".join(f", {k}={v!r}" for k, v, default in (
+            ("row_scaled", self.row_scaled, False), ("global_scale_max", self.global_scale_max, 448),
+            ("four_over_six", self.four_over_six, None), ("four_over_six_fast_math", self.four_over_six_fast_math, False),
+        ) if v != default)
+        return (f"QuantizedPlane(shape={self.shape}, rule={self.rule!r}, block={self.block}, rht={self.rht}{extra}, "
+                f"amax={amax}, data=uint8{list(self.data.shape)}, scales=uint8{list(self.scales.shape)})")
 
     @property
     def rows(self) -> int:
@@ -92,13 +114,13 @@ class NVFP4Tensor:
     def buffers(self) -> dict:
         """Every buffer a kernel writes, by name: ``row_data``, ``row_scales`` (compact), ``row_scales_swizzled``
         (SPEC 8.2, padding included), ``row_amax`` (float32 ``[1]``) and the same for ``col_``; a plane that was not
-        requested is absent."""
+        requested is absent. A row-scaled plane's amax is float32 ``[rows]`` (SPEC 5.7)."""
         out = {}
         for name, p in (("row", self.row), ("col", self.col)):
             if p is not None:
                 out.update({f"{name}_data": p.data, f"{name}_scales": p.scales,
                             f"{name}_scales_swizzled": p.swizzled_scales(),
-                            f"{name}_amax": np.asarray([p.amax], np.float32)})
+                            f"{name}_amax": np.asarray(p.amax, np.float32).reshape(-1)})
         return out
 
 
@@ -114,7 +136,7 @@ class GroupedNVFP4Tensor:
     * ``row_scales``: uint8, each group swizzled separately (SPEC 8.2), at ``row_scale_offsets``.
     * ``row_scales_compact``: uint8, each group's padded compact scales, row-major, at ``row_scale_offsets``.
     * ``col_data`` / ``col_scales`` / ``col_scales_compact`` with ``col_data_offsets`` / ``col_scale_offsets``.
-    * ``row_amax`` / ``col_amax``: float32 ``[E]``.
+    * ``row_amax`` / ``col_amax``: float32 ``[E]``; row-scaled (SPEC 5.7): ``row_amax`` is float32 ``[T]``, one per row.
     * ``row_offsets``: int64 ``[E+1]``, prefix sum of the splits (first row of each group).
     All offsets are int64 ``[E+1]`` with a leading 0.
     """
@@ -150,7 +172,7 @@ class GroupedNVFP4Tensor:
 
     def buffers(self) -> dict:
         """Every flat buffer a device writes, by name: ``row_offsets`` and, for each plane that was requested,
-        ``{row,col}_data``, ``_scales`` (swizzled per group), ``_scales_compact``, ``_amax`` (float32 ``[E]``),
+        ``{row,col}_data``, ``_scales`` (swizzled per group), ``_scales_compact``, ``_amax`` (float32 ``[E]``, or ``[T]`` row-scaled),
         ``_data_offsets`` and ``_scale_offsets``."""
         out = {"row_offsets": self.row_offsets}
         for p in ("row", "col"):

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from .four_over_six import ERROR_MODES, GLOBAL_SCALE_MAXES, four_over_six_scales
 from .fp4_numpy import encode_e2m1, pack_fp4
 from .philox import sr_random_bytes
 from .planes import NVFP4Tensor, QuantizedPlane
@@ -21,7 +24,10 @@ from .scale_rules import (
 )
 from .swizzle import round_up
 
-__all__ = ["as_2d_f32", "block_scales", "check_options", "columnwise_source", "quantize", "quantize_2d", "quantize_columnwise", "quantize_matrix"]
+__all__ = [
+    "TeScaleOptions", "as_2d_f32", "block_scales", "check_options", "check_te_scale_options", "columnwise_source",
+    "quantize", "quantize_2d", "quantize_columnwise", "quantize_matrix", "row_amaxes",
+]
 
 _BLOCKS = ((1, 16), (16, 16))
 _ROUNDINGS = ("rn", "sr")
@@ -102,6 +108,72 @@ def check_options(*, rowwise, columnwise, rht, rht_signs, block, rule, rounding,
     return block
 
 
+@dataclass(frozen=True)
+class TeScaleOptions:
+    """TE's scale-selection variants of rule "te" (SPEC 5.6, 5.7); the defaults are plain rule "te".
+
+    Attributes:
+        four_over_six: ``None`` or the 4over6 error mode, "mae" or "mse" (SPEC 5.6).
+        four_over_six_fast_math: the 4over6 error in the product domain (SPEC 5.6).
+        global_scale_max: G, the E4M3 maximum inside S_enc: 448, or 256 with 4over6 (SPEC 5.6).
+        row_scaled: one amax per row of the rowwise plane (SPEC 5.7).
+    """
+
+    four_over_six: str | None = None
+    four_over_six_fast_math: bool = False
+    global_scale_max: int = 448
+    row_scaled: bool = False
+
+    def plane_fields(self) -> dict:
+        """The :class:`QuantizedPlane` fields that record these options."""
+        return dict(row_scaled=self.row_scaled, global_scale_max=self.global_scale_max,
+                    four_over_six=self.four_over_six, four_over_six_fast_math=self.four_over_six_fast_math)
+
+
+PLAIN_TE = TeScaleOptions()
+
+
+def check_te_scale_options(
+    *, four_over_six, four_over_six_fast_math, global_scale_max, row_scaled, rowwise, columnwise, rht, block, rule,
+    rounding,
+) -> TeScaleOptions:
+    """Validate the 4over6 / row-scaled options against the others (what TE supports, SPEC 5.6, 5.7)."""
+    if four_over_six is not None:
+        if not isinstance(four_over_six, str) or four_over_six.lower() not in ERROR_MODES:
+            raise ValueError(f"four_over_six must be None, 'mae' or 'mse', got {four_over_six!r}")
+        four_over_six = four_over_six.lower()
+    for name, v in (("four_over_six_fast_math", four_over_six_fast_math), ("row_scaled", row_scaled)):
+        if not isinstance(v, (bool, np.bool_)):
+            raise TypeError(f"{name} must be True or False, got {v!r}")
+    if isinstance(global_scale_max, bool) or global_scale_max not in GLOBAL_SCALE_MAXES:
+        raise ValueError(f"global_scale_max must be 448 or 256, got {global_scale_max!r}")
+    variant = "4over6" if four_over_six else "row_scaled" if row_scaled else None
+    if four_over_six_fast_math and not four_over_six:
+        raise ValueError("four_over_six_fast_math=True selects 4over6's error path: give four_over_six='mae' or 'mse'")
+    if int(global_scale_max) != 448 and not four_over_six:
+        raise ValueError("global_scale_max=256 is defined only with 4over6 (four_over_six='mae' or 'mse'), as in TE; "
+                         "the other rules use 448 (SPEC 5.1)")
+    if variant:
+        if rule != "te":
+            raise ValueError(f"{variant} is defined for rule 'te' only (TE's kernels), got rule={rule!r}")
+        if rounding != "rn":
+            raise ValueError(f"{variant} supports rounding='rn' only (TE has no stochastic rounding there)")
+        if rht:
+            raise ValueError(f"{variant} does not support rht=True (TE refuses the combination)")
+    if row_scaled:
+        if tuple(block) != (1, 16):
+            raise ValueError("row_scaled supports 1x16 blocks only (TE refuses 2D quantization with it)")
+        if not rowwise or columnwise:
+            raise ValueError("row_scaled applies to the rowwise plane only: request rowwise=True, columnwise=False "
+                             "(SPEC 5.7)")
+    return TeScaleOptions(four_over_six, bool(four_over_six_fast_math), int(global_scale_max), bool(row_scaled))
+
+
+def row_amaxes(x2: np.ndarray) -> np.ndarray:
+    """One amax per row of a float32 matrix, NaN-ignoring (SPEC 5.7 with 4.1's TE rule): float32 ``[M]``."""
+    return block_amax(np.abs(x2), "te", axis=1)
+
+
 def _block_amax(a: np.ndarray, block: tuple, rule: str) -> np.ndarray:
     """Per-block amax ``[R, C/16]`` of absolute values ``a`` ``[R, C]`` (SPEC 5.2, 6.3)."""
     rows, cols = a.shape
@@ -115,12 +187,22 @@ def _block_amax(a: np.ndarray, block: tuple, rule: str) -> np.ndarray:
     return np.repeat(tiles, 16, axis=0)[:rows]
 
 
-def block_scales(y: np.ndarray, *, amax, rule: str, block: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def block_scales(
+    y: np.ndarray, *, amax, rule: str, block: tuple, options: TeScaleOptions = PLAIN_TE
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-block amax, E4M3 scale bytes and fp32 encode multipliers of a float32 matrix (SPEC 5, 6.3).
 
+    ``options``: 4over6 (SPEC 5.6) and row-scaled (SPEC 5.7, ``amax`` then one value per row) variants of rule "te".
     Returns ``(block_amax, scale_bytes, multipliers)``, each ``[R, C/16]``.
     """
     b = _block_amax(np.abs(y), block, rule)
+    if options.four_over_six:
+        return (b, *four_over_six_scales(y, b, amax=amax, mode=options.four_over_six,
+                                         fast_math=options.four_over_six_fast_math,
+                                         global_scale_max=options.global_scale_max, block=block))
+    if options.row_scaled:
+        s_enc = global_encode_scale(np.asarray(amax, np.float32).reshape(-1, 1), rule)
+        return (b, *te_block_scales(b, s_enc))
     return (b, *_rule_scales(b, amax, rule))
 
 
@@ -143,14 +225,16 @@ def quantize_matrix(
     seed: int,
     offset: int,
     plane: int,
+    options: TeScaleOptions = PLAIN_TE,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Quantize a float32 matrix ``[R, C]`` (C % 16 == 0) along its rows. Returns (packed data, scale bytes).
 
-    SPEC 5.2 (te rules) or 5.4/5.5 (torchao rules) per 16-block, then SPEC 3.1/3.5 (RN) or 3.4 + 10 (SR).
+    SPEC 5.2 (te rules; 5.6 4over6, 5.7 row-scaled) or 5.4/5.5 (torchao rules) per 16-block, then SPEC 3.1/3.5 (RN)
+    or 3.4 + 10 (SR).
     """
     rows, cols = y.shape
     nb = cols // 16
-    _, sbytes, mult = block_scales(y, amax=amax, rule=rule, block=block)
+    _, sbytes, mult = block_scales(y, amax=amax, rule=rule, block=block, options=options)
     with np.errstate(invalid="ignore", over="ignore"):
         # multiplier first: for the torchao rules a NaN product then carries the multiplier's payload,
         # as torch's CPU kernel does (SPEC 3.5); for finite values the order does not matter
@@ -186,11 +270,20 @@ def _token_blocks_source(x2: np.ndarray, rht: bool, rht_signs: int) -> np.ndarra
 
 
 def quantize_columnwise(
-    x2: np.ndarray, *, rht: bool, rht_signs: int, amax, rule: str, block: tuple, rounding: str, seed: int, offset: int
+    x2: np.ndarray, *, rht: bool, rht_signs: int, amax, rule: str, block: tuple, rounding: str, seed: int, offset: int,
+    options: TeScaleOptions = PLAIN_TE,
 ) -> QuantizedPlane:
     """The columnwise plane of X (SPEC 6.2), computed in X's layout and transposed at the end (same bytes as
-    quantizing :func:`columnwise_source` row by row; only the codes and scale bytes are transposed)."""
+    quantizing :func:`columnwise_source` row by row; only the codes and scale bytes are transposed). Under 4over6 it
+    quantizes :func:`columnwise_source` itself (its error sums run along the rows of X^T, SPEC 5.6)."""
     m, k = x2.shape
+    if options.four_over_six:
+        xt = columnwise_source(x2, False, 0)
+        if amax is None:
+            amax = tensor_amax(xt, rule)
+        data, sbytes = quantize_matrix(xt, amax=amax, rule=rule, block=block, rounding=rounding, seed=seed,
+                                       offset=offset, plane=COL_PLANE, options=options)
+        return QuantizedPlane(data, sbytes, amax, xt.shape, rule, block, False, valid_cols=m, **options.plane_fields())
     y = _token_blocks_source(x2, rht, rht_signs)
     mp = y.shape[0]
     if amax is None:
@@ -238,6 +331,19 @@ def _amax_value(v, what: str) -> np.float32:
     return f
 
 
+def _row_scaled_amax(amax, rows: int):
+    """A supplied row-scaled amax (SPEC 5.7, 4.3): ``None`` or ``rows`` real values, each >= 0, +Inf or NaN."""
+    if amax is None:
+        return None
+    a = np.asarray(amax)
+    if a.dtype.kind not in "fiu" or a.shape != (rows,):
+        raise ValueError(f"a row-scaled amax must hold one real number per row ({rows}), got {a.dtype} {a.shape}")
+    a = a.astype(np.float32)
+    if np.any(a < 0):
+        raise ValueError("row amaxes must be >= 0 (absolute maxima)")
+    return a
+
+
 def _split_amax(amax) -> tuple:
     """``None``, one number for both planes, or a (row, col) pair (tuple, list or 2-element array)."""
     if amax is None:
@@ -263,16 +369,23 @@ def quantize_2d(
     rounding: str,
     seed: int,
     offset: int,
+    options: TeScaleOptions = PLAIN_TE,
 ) -> NVFP4Tensor:
     """:func:`quantize` on an already validated float32 matrix (options already checked)."""
     m, k = x2.shape
-    row_amax_in, col_amax_in = _split_amax(amax)
-    row_amax = row_amax_in if row_amax_in is not None else tensor_amax(x2, rule)
-    common = dict(rule=rule, block=block, rounding=rounding, seed=seed, offset=offset)
+    if options.row_scaled:
+        row_amax_in, col_amax_in = _row_scaled_amax(amax, m), None
+    else:
+        row_amax_in, col_amax_in = _split_amax(amax)
+    if row_amax_in is not None:
+        row_amax = row_amax_in
+    else:
+        row_amax = row_amaxes(x2) if options.row_scaled else tensor_amax(x2, rule)
+    common = dict(rule=rule, block=block, rounding=rounding, seed=seed, offset=offset, options=options)
     row = col = None
     if rowwise:
         data, scales = quantize_matrix(x2, amax=row_amax, plane=ROW_PLANE, **common)
-        row = QuantizedPlane(data, scales, row_amax, (m, k), rule, block, False)
+        row = QuantizedPlane(data, scales, row_amax, (m, k), rule, block, False, **options.plane_fields())
     if columnwise:
         # SPEC 4.2: without RHT the rowwise amax serves both planes; with RHT it is computed on the plane
         col_amax = col_amax_in if col_amax_in is not None else (None if rht else row_amax)
@@ -293,6 +406,10 @@ def quantize(
     rounding: str = "rn",
     seed: int = 0,
     offset: int = 0,
+    four_over_six: str | None = None,
+    four_over_six_fast_math: bool = False,
+    global_scale_max: int = 448,
+    row_scaled: bool = False,
 ) -> NVFP4Tensor:
     """Quantize ``x`` to NVFP4 exactly as SPEC.md defines it.
 
@@ -305,9 +422,15 @@ def quantize(
         rht_signs: 16-bit sign mask of the RHT (bit i set <=> sign -1), default TE's 0xD7E8.
         block: (1, 16) or (16, 16) scale blocks (SPEC 6.3); also "1x16" / "16x16".
         rule: "te" (default), "te_fused_rht", "torchao", "torchao_noscale" (SPEC 5).
-        amax: None (computed, SPEC 4), a number for both planes, or a (row_amax, col_amax) pair.
+        amax: None (computed, SPEC 4), a number for both planes, or a (row_amax, col_amax) pair; with
+            ``row_scaled``, None or M values (one per row).
         rounding: "rn" (round to nearest even) or "sr" (stochastic, SPEC 3.4).
         seed, offset: Philox key and counter offset for "sr" (SPEC 10.2).
+        four_over_six: None, "mae" or "mse": TE's 4over6 block-scale selection (SPEC 5.6; rule "te", rounding "rn",
+            no RHT).
+        four_over_six_fast_math: measure the 4over6 error in the product domain (SPEC 5.6).
+        global_scale_max: 448, or 256 with 4over6: the E4M3 maximum inside S_enc (SPEC 5.6).
+        row_scaled: one amax per row of the rowwise plane (SPEC 5.7; rule "te", 1x16 blocks, rowwise plane only).
     Returns:
         :class:`oracle.planes.NVFP4Tensor`.
     """
@@ -316,9 +439,15 @@ def quantize(
         rowwise=rowwise, columnwise=columnwise, rht=rht, rht_signs=rht_signs, block=block, rule=rule,
         rounding=rounding, seed=seed, offset=offset, is_bf16=is_bf16,
     )
+    options = check_te_scale_options(
+        four_over_six=four_over_six, four_over_six_fast_math=four_over_six_fast_math,
+        global_scale_max=global_scale_max, row_scaled=row_scaled, rowwise=rowwise, columnwise=columnwise, rht=rht,
+        block=block, rule=rule, rounding=rounding,
+    )
     t = quantize_2d(
         x2, rowwise=rowwise, columnwise=columnwise, rht=rht, rht_signs=rht_signs, block=block, rule=rule,
-        amax=amax, rounding=rounding, seed=int(seed), offset=int(offset),
+        amax=amax, rounding=rounding, seed=int(seed), offset=int(offset), options=options,
     )
-    t.options = dict(rht=rht, rht_signs=rht_signs, block=block, rule=rule, rounding=rounding, seed=seed, offset=offset)
+    t.options = dict(rht=rht, rht_signs=rht_signs, block=block, rule=rule, rounding=rounding, seed=seed, offset=offset,
+                     **options.plane_fields())
     return t

@@ -56,37 +56,39 @@ def block_amax(a_blocks: np.ndarray, rule: str, axis) -> np.ndarray:
     return b.astype(np.float32)
 
 
-def global_encode_scale(amax, rule: str = "te") -> np.float32:
-    """S_enc from the per-tensor amax (SPEC 5.1, variant 5.3).
+def global_encode_scale(amax, rule: str = "te", global_scale_max: int = 448):
+    """S_enc from the per-tensor amax (SPEC 5.1, variant 5.3); elementwise on an array of amaxes (SPEC 5.7).
 
-    te: S = fminf(2688/amax, FLT_MAX); S = 1 if amax == 0 or S == 0.
+    te: S = fminf(fp32(6 G)/amax, FLT_MAX); S = 1 if amax == 0 or S == 0, with G = ``global_scale_max`` (448, or 256
+    under 4over6, SPEC 5.6): 6 G = 2688 or 1536.
     te_fused_rht: S = amax > 0 ? min_nan_propagating(2688/amax, FLT_MAX) : 1.
+    Returns ``np.float32`` for a scalar amax, a float32 array of the same shape otherwise.
     """
-    amax = np.float32(amax)
+    a = np.asarray(amax, np.float32)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        q = _F2688 / amax
+        q = (np.float32(6 * int(global_scale_max)) / a).astype(np.float32)
     if rule == "te":
         s = np.fmin(q, F32_MAX)
-        if amax == 0 or s == 0:
-            s = _ONE
-        return np.float32(s)
-    if rule == "te_fused_rht":
-        if not amax > 0:
-            return _ONE
-        return np.float32(q if np.isnan(q) else min(q, F32_MAX))
-    raise ValueError(f"global_encode_scale is defined for the TE rules, not {rule!r}")
+        s = np.where((a == 0) | (s == 0), _ONE, s)
+    elif rule == "te_fused_rht":
+        s = np.where(a > 0, np.minimum(q, F32_MAX), _ONE)  # np.minimum keeps a NaN quotient
+    else:
+        raise ValueError(f"global_encode_scale is defined for the TE rules, not {rule!r}")
+    s = s.astype(np.float32)
+    return np.float32(s) if s.ndim == 0 else s
 
 
 def te_block_scales(b: np.ndarray, s_enc: np.float32) -> tuple[np.ndarray, np.ndarray]:
-    """TE block scale bytes and encode multipliers from block amaxes ``b`` (SPEC 5.2).
+    """TE block scale bytes and encode multipliers from block amaxes ``b`` (SPEC 5.2); ``s_enc`` is one number or,
+    for a row-scaled plane, an array that broadcasts against ``b`` (one S_enc per row, SPEC 5.7).
 
     sf = fminf(b * (S_enc * fp32(1/6)), FLT_MAX) -> E4M3 (RNE, satfinite);
     m = fminf(1 / (float(sf_e4m3) * S_dec), FLT_MAX) with S_dec = 1 / S_enc.
     """
-    s_enc = np.float32(s_enc)
+    s_enc = np.asarray(s_enc, np.float32)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        s_dec = _ONE / s_enc
-        sf = np.fmin(b * np.float32(s_enc * _RCP6), F32_MAX)
+        s_dec = (_ONE / s_enc).astype(np.float32)
+        sf = np.fmin(b * (s_enc * _RCP6).astype(np.float32), F32_MAX)
         sbytes = encode_e4m3(sf)
         m = np.fmin(_ONE / (decode_e4m3(sbytes) * s_dec), F32_MAX)
     return sbytes, m.astype(np.float32)

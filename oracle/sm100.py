@@ -210,11 +210,11 @@ def sm100_epilogue(acc: np.ndarray, alpha, *, c=None, bias=None) -> np.ndarray:
 
     Args:
         acc: float32 [M, N] accumulator (:func:`sm100_sum`).
-        alpha: fp32 scalar.
+        alpha: fp32 scalar, or a float32 array broadcasting to [M, N] (one alpha per output row or column, SPEC 12.8).
         c: optional float32 [M, N] C (beta = 1).
         bias: optional float32 [N] (a bfloat16 bias widened exactly).
     """
-    al = np.float32(alpha)
+    al = np.asarray(alpha, np.float32)
     with np.errstate(invalid="ignore", over="ignore"):
         if bias is None:
             z = (al * acc).astype(np.float32)

@@ -72,4 +72,4 @@ def test_other_names():
     # the kinds are grouped_gemm's, the scale layouts SPEC 8's, the quantize kernels device.testing.force_plan's
     assert list(GemmKind.__members__) == ["fprop", "dgrad", "wgrad"]
     assert list(ScaleLayout.__members__) == ["compact", "padded_compact", "swizzled"]
-    assert list(QuantizeKernel.__members__) == ["general", "fast_bf16"]
+    assert list(QuantizeKernel.__members__) == ["general", "fast_bf16", "four_over_six"]

@@ -163,7 +163,7 @@ def test_every_option_has_help_and_shows_its_default(monkeypatch):
     p = build_parser()
     assert _help_problems(p) == []
     subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)][0].choices
-    assert set(subs) == {"explain", "quantize", "vectors"}
+    assert set(subs) == {"explain", "quantize", "diagnose", "vectors"}
     assert len(subs["explain"]._actions) >= 12 and "(default: 0xD7E8)" in subs["explain"].format_help()
     # the walk finds what it looks for: an option without help, and a default the help does not show
     bad = argparse.ArgumentParser(prog="bad")

@@ -25,6 +25,7 @@ enum ScaleLayout : int {
 enum QuantizeKernel : int {
   kQuantizeGeneral = 0,  // "general": quantize/general.cuh, every dtype and option
   kQuantizeFastBf16 = 1,  // "fast_bf16": quantize/fast_bf16.cuh, bf16, default RHT signs (quantize: RN, 1x16 too)
+  kQuantizeFourOverSix = 2,  // "four_over_six": quantize/four_over_six.cuh, the 4over6 quantizer (SPEC 5.6; bf16)
 };
 
 }  // namespace nvfp4

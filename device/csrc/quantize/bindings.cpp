@@ -240,6 +240,51 @@ std::string quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, 
   return nvfp4::launch_status("nvfp4");
 }
 
+// SPEC 5.6: the 4over6 quantizer writing into preallocated buffers (bf16, rule "te", round to nearest, no RHT; the
+// buffers and grid of quantize_). error: 1 MAE, 2 MSE (FourOverSixError); fast_math: the product-domain error;
+// global_scale_max: G, 448 or 256.
+std::string quantize_4over6_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int64_t row_tiles,
+                             const Tensor& row_amax, const Tensor& col_amax, const optional<Tensor>& row_data,
+                             const optional<Tensor>& row_scales, const optional<Tensor>& col_data,
+                             const optional<Tensor>& col_scales, int64_t layout, bool block2d, int64_t error,
+                             bool fast_math, int64_t global_scale_max, bool after_amax,
+                             const optional<Tensor>& tile_recs) {
+  NVFP4_RETURN_IF_ERROR(check_x(x, false));
+  NVFP4_REFUSE_UNLESS(dtype_code(x) == nvfp4::kBF16, "nvfp4: the 4over6 quantizer reads bfloat16 input only, got ",
+                      x.scalar_type());
+  NVFP4_REFUSE_UNLESS(error == nvfp4::kFo6Mae || error == nvfp4::kFo6Mse, "nvfp4: unknown 4over6 error code ", error,
+                      " (1: mae, 2: mse)");
+  NVFP4_REFUSE_UNLESS(global_scale_max == 448 || global_scale_max == 256, "nvfp4: global_scale_max must be 448 or 256, "
+                      "got ", global_scale_max);
+  NVFP4_RETURN_IF_ERROR(check_grid(x, offs, E, row_tiles, row_amax, col_amax));
+  NVFP4_RETURN_IF_ERROR(check_tile_recs(tile_recs, x.device(), offs.has_value() ? row_tiles : 0));
+  for (const auto* b : {&row_data, &row_scales, &col_data, &col_scales})
+    NVFP4_RETURN_IF_ERROR(check_on(*b, x.device(), "an output buffer"));
+  NVFP4_RETURN_IF_ERROR(check_outputs(x, offs.has_value() && offs->defined(), E, layout, row_data, row_scales,
+                                      col_data, col_scales));
+  const c10::cuda::CUDAGuard guard(x.device());
+  nvfp4::QuantArgs a{};
+  a.x = x.data_ptr();
+  a.M = x.size(0);
+  a.K = x.size(1);
+  a.offs = ptr_or_null<const int64_t>(offs);
+  a.E = (int)E;
+  a.row_amax = row_amax.data_ptr<float>();
+  a.col_amax = col_amax.data_ptr<float>();
+  a.row_data = ptr_or_null<uint8_t>(row_data);
+  a.row_scales = ptr_or_null<uint8_t>(row_scales);
+  a.col_data = ptr_or_null<uint8_t>(col_data);
+  a.col_scales = ptr_or_null<uint8_t>(col_scales);
+  a.layout = (int)layout;
+  a.block2d = block2d ? 1 : 0;
+  a.rule = nvfp4::kRuleTE;
+  a.tile_recs = ptr_or_null<const int4>(tile_recs);
+  a.global_scale_max = (int)global_scale_max;
+  nvfp4::launch_quantize_4over6_bf16(a, (int)error, fast_math, row_tiles, c10::cuda::getCurrentCUDAStream(),
+                                     after_amax);
+  return nvfp4::launch_status("nvfp4");
+}
+
 // SPEC 9, one launch: device offsets [6, E+1] from device splits (running total capped at T, SPEC 9.4), zeroed
 // per-group amaxes (those given), and zero bytes past the last group of the worst-case sized buffers given.
 std::string group_setup_(const Tensor& splits, int64_t T, int64_t K, Tensor offs, const optional<Tensor>& row_amax,
@@ -352,6 +397,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("amax_", nvfp4::returning_errors(&amax_), "per-tensor / per-group amax (SPEC 4)");
   m.def("quantize_", nvfp4::returning_errors(&quantize_),
         "fused NVFP4 quantizer into preallocated buffers (SPEC 5-8, 10)");
+  m.def("quantize_4over6_", nvfp4::returning_errors(&quantize_4over6_),
+        "4over6 NVFP4 quantizer into preallocated buffers (SPEC 5.6)");
   m.def("group_setup_", nvfp4::returning_errors(&group_setup_),
         "device offsets, zeroed amaxes and tail fill of a grouped call (SPEC 9)");
   m.def("swizzle_", nvfp4::returning_errors(&swizzle_), "compact -> swizzled scales (SPEC 8.2)");

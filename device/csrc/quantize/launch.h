@@ -46,7 +46,11 @@ struct QuantArgs {
   uint32_t rht_signs;
   uint32_t seed_lo, seed_hi, offset;
   const int4* tile_recs = nullptr;  // grouped: the setup kernel's row-tile records (quantize/layout.cuh), or nullptr
+  int global_scale_max = 448;  // G, the E4M3 maximum inside S_enc (SPEC 5.6): 448, or 256 (4over6 only)
 };
+
+// The 4over6 variants (SPEC 5.6): the error measure and its domain.
+enum FourOverSixError : int { kFo6Mae = 1, kFo6Mse = 2 };
 
 
 // Rows per row tile of the amax and quantize grids (kTileM, quantize/layout.cuh), and the row tiles a grid must cover:
@@ -84,6 +88,10 @@ void launch_amax_f32(const AmaxArgs& a, int64_t row_tiles, cudaStream_t s);
 void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_amax,
                           QuantizeKernel kernel);
 void launch_quantize_f16(const QuantArgs& a, int64_t row_tiles, cudaStream_t s);
+// the 4over6 quantizer (SPEC 5.6; quantize/four_over_six.cuh): bf16, rule "te", round to nearest, no RHT, 1x16 or
+// 16x16 blocks (a.block2d), G = a.global_scale_max; `error` a FourOverSixError, fast_math its product domain.
+void launch_quantize_4over6_bf16(const QuantArgs& a, int error, bool fast_math, int64_t row_tiles, cudaStream_t s,
+                                 bool after_amax);
 void launch_quantize_f32(const QuantArgs& a, int64_t row_tiles, cudaStream_t s);
 
 // Zeroes row_amax[0] and, when given, col_amax[0] (the single-tensor amax pass's atomics start from 0, SPEC 4); one

@@ -121,6 +121,20 @@ __device__ __forceinline__ PlaneScale make_plane_scale(float amax, int rule) {
   return PlaneScale{__fmul_rn(s, kOneSixth), __fdiv_rn(1.0f, s)};
 }
 
+// SPEC 5.6: S_enc of rule "te" with the E4M3 maximum G inside it, six_g = fp32(6G) (2688 or 1536): 5.1 with 2688
+// replaced by 6G (G = 448 is s_enc_from_amax's rule "te").
+__device__ __forceinline__ float s_enc_te_g(float amax, float six_g) {
+  float s = fminf(__fdiv_rn(six_g, amax), kFltMax);  // (fminf drops a NaN quotient)
+  if (amax == 0.0f || s == 0.0f) s = 1.0f;
+  return s;
+}
+
+// SPEC 11.1 / 12.1 with G (5.6): fp32(1/(6G)), correctly rounded: 0x1.861862p-12f (1/2688) or 0x1.555556p-11f (1/1536).
+constexpr float kInv1536 = 0x1.555556p-11f;
+__host__ __device__ __forceinline__ float inv_six_g(int global_scale_max) {
+  return global_scale_max == 256 ? kInv1536 : kInv2688;
+}
+
 // SPEC 3.2 through the hardware conversion (cvt.rn.satfinite.e4m3x2.f32, sm_89+): RNE, saturating to 448. Only used
 // on the non-negative, non-NaN block scales of SPEC 5.2.
 __device__ __forceinline__ uint32_t e4m3_scale(float sf) {

@@ -1,0 +1,574 @@
+"""Which rule made these NVFP4 bytes? ``oracle.diagnose`` quantizes the input by every rule the oracle knows
+(SPEC 5, and the variants of SPEC 14.11), reads the given bytes in every layout they fit (SPEC 8, 14.10), and
+reports the rules that reproduce them, or the closest one with its differing blocks and the known bug classes
+that explain them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .dequantize import block_decode_scales
+from .fp4_numpy import E2M1_VALUES, decode_e4m3, encode_e2m1, pack_fp4, unpack_fp4
+from .planes import QuantizedPlane
+from .quantize import as_2d_f32, block_scales, columnwise_source, quantize
+from .rht import DEFAULT_RHT_SIGNS
+from .scale_rules import (
+    global_encode_scale,
+    te_block_scales,
+    tensor_amax,
+    torchao_block_scales,
+    torchao_encode_e2m1,
+    torchao_per_tensor_scale,
+)
+from .swizzle import padded_scale_shape, unswizzle_scales
+
+__all__ = ["DIAGNOSE_RULES", "LAYOUTS", "Diagnosis", "DiagnoseRule", "diagnose", "format_block"]
+
+_F2688 = np.float32(2688.0)
+_ONE = np.float32(1.0)
+_SHOWN_TRIED = 8  # candidates listed in the report (Diagnosis.tried has them all)
+
+
+@dataclass(frozen=True)
+class DiagnoseRule:
+    """One way of making NVFP4 bytes. ``quantize``: keywords of :func:`oracle.quantize` (the oracle's own rules);
+    ``variant``: a variant of SPEC 14.11 applied to the base rule ``quantize["rule"]``. ``planes``: the planes the
+    rule defines."""
+
+    name: str
+    spec: str
+    what: str
+    quantize: dict
+    variant: str | None = None
+    planes: tuple = ("row", "col")
+
+
+#: Every rule diagnose tries, in the order a tie is reported. Adding a rule is one line; a rule whose
+#: ``oracle.quantize`` keywords this oracle does not have is left out.
+DIAGNOSE_RULES = (
+    DiagnoseRule("te", "5.1-5.2", "TE's kernels (the default)", {"rule": "te"}),
+    DiagnoseRule("te_fused_rht", "5.3", "TE's fused RHT cast kernels", {"rule": "te_fused_rht"}),
+    DiagnoseRule("torchao", "5.4", "torchao 0.18 with a per-tensor scale", {"rule": "torchao"}),
+    DiagnoseRule("torchao_noscale", "5.5", "torchao 0.18 without a per-tensor scale", {"rule": "torchao_noscale"}),
+    DiagnoseRule("te_4over6_mae", "5.6", "TE 4over6, MAE", {"rule": "te", "four_over_six": "mae"}),
+    DiagnoseRule("te_4over6_mse", "5.6", "TE 4over6, MSE", {"rule": "te", "four_over_six": "mse"}),
+    DiagnoseRule("te_4over6_mae_fast", "5.6", "TE 4over6, MAE, fast-math error",
+                 {"rule": "te", "four_over_six": "mae", "four_over_six_fast_math": True}),
+    DiagnoseRule("te_4over6_mse_fast", "5.6", "TE 4over6, MSE, fast-math error",
+                 {"rule": "te", "four_over_six": "mse", "four_over_six_fast_math": True}),
+    DiagnoseRule("te_4over6_mae_g256", "5.6", "TE 4over6, MAE, global E4M3 max 256",
+                 {"rule": "te", "four_over_six": "mae", "global_scale_max": 256}),
+    DiagnoseRule("te_4over6_mse_g256", "5.6", "TE 4over6, MSE, global E4M3 max 256",
+                 {"rule": "te", "four_over_six": "mse", "global_scale_max": 256}),
+    DiagnoseRule("te_row_scaled", "5.7", "TE row-scaled (one amax per row)", {"rule": "te", "row_scaled": True},
+                 planes=("row",)),
+    DiagnoseRule("te_div", "14.11", "TE's rule dividing by the decode scale", {"rule": "te"}, "division"),
+    DiagnoseRule("torchao_div", "14.11", "torchao's rule dividing by the decode scale", {"rule": "torchao"},
+                 "division"),
+    DiagnoseRule("torchao_noscale_div", "14.11", "torchao_noscale dividing by the block scale",
+                 {"rule": "torchao_noscale"}, "division"),
+    DiagnoseRule("te_inverted_global", "14.11", "TE's rule given 1/S_enc for S_enc", {"rule": "te"}, "inverted"),
+    DiagnoseRule("torchao_inverted_global", "14.11", "torchao given 1/P for P", {"rule": "torchao"}, "inverted"),
+    DiagnoseRule("te_negzero_positive", "14.11", "TE's rule, -0.0 encoded as +0 (TE's pure-torch reference, 14.1)",
+                 {"rule": "te"}, "negzero_positive"),
+    DiagnoseRule("te_unsigned_zero", "14.11", "TE's rule, every zero code unsigned", {"rule": "te"},
+                 "unsigned_zero"),
+    DiagnoseRule("torchao_unsigned_zero", "14.11", "torchao, every zero code unsigned", {"rule": "torchao"},
+                 "unsigned_zero"),
+    DiagnoseRule("te_nan_propagating", "14.11", "TE's rule with NaN-propagating amaxes (torch.max / torch.amax)",
+                 {"rule": "te"}, "nan_propagating"),
+    DiagnoseRule("torchao_nan_ignoring", "14.11", "torchao with NaN-ignoring amaxes", {"rule": "torchao"},
+                 "nan_ignoring"),
+)
+
+#: scale layouts ``diagnose`` reads (SPEC 8, 14.10); "auto" tries every layout the buffer's size fits
+LAYOUTS = ("auto", "compact", "padded", "swizzled", "torchao", "te", "flashinfer")
+_READINGS = {"auto": ("compact", "padded", "swizzled"), "compact": ("compact",), "padded": ("padded",),
+             "swizzled": ("swizzled",), "torchao": ("compact", "swizzled"), "te": ("padded", "swizzled"),
+             "flashinfer": ("compact", "swizzled")}
+_READING_WORDS = {"compact": "compact row-major (SPEC 8.1)", "padded": "padded compact row-major (SPEC 8.1)",
+                  "swizzled": "128x4 swizzled (SPEC 8.2)"}
+
+
+def _rule_available(r: DiagnoseRule) -> bool:
+    params = inspect.signature(quantize).parameters
+    return all(k in params for k in r.quantize)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the variant quantizers of SPEC 14.11
+# ---------------------------------------------------------------------------------------------------------------
+
+def _variant_plane(y: np.ndarray, *, base: str, variant: str, block: tuple, amax) -> tuple:
+    """(data, scales, amax) of the plane source ``y`` [R, C] under a SPEC 14.11 variant of rule ``base``."""
+    nan_rule = {"nan_propagating": "torchao", "nan_ignoring": "te"}.get(variant, base)
+    a = tensor_amax(y, nan_rule) if amax is None else np.float32(amax)
+    b = block_scales(y, amax=a, rule=nan_rule, block=block)[0]
+    rows, cols = y.shape
+    nb = cols // 16
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if base.startswith("te"):
+            s = global_encode_scale(a, base)
+            if variant == "inverted":
+                s = np.float32(_ONE / s)
+            sbytes, mult = te_block_scales(b, s)
+            divisor = (decode_e4m3(sbytes) * np.float32(_ONE / s)).astype(np.float32)
+        else:
+            p = torchao_per_tensor_scale(a) if base == "torchao" else None
+            if variant == "inverted" and p is not None:
+                p = np.float32(_ONE / p)
+            sbytes, mult = torchao_block_scales(b, p)
+            sf = decode_e4m3(sbytes)
+            divisor = sf if p is None else (np.float32(p) * sf).astype(np.float32)
+        y3 = y.reshape(rows, nb, 16)
+        if variant == "division":
+            # SPEC 14.11: x / d with d the decode scale; a zero d (TE's underflowed block) keeps TE's multiplier
+            scaled = np.where(divisor[:, :, None] == 0, mult[:, :, None] * y3, y3 / divisor[:, :, None])
+        else:
+            scaled = mult[:, :, None] * y3
+        scaled = scaled.astype(np.float32).reshape(rows, cols)
+    codes = encode_e2m1(scaled) if base.startswith("te") else torchao_encode_e2m1(scaled)
+    if variant == "negzero_positive":
+        codes = np.where(scaled.view(np.uint32) == np.uint32(0x80000000), np.uint8(0), codes)
+    elif variant == "unsigned_zero":
+        codes = np.where(codes == 0x8, np.uint8(0), codes)
+    return pack_fp4(codes.astype(np.uint8)), sbytes, a
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# candidates: one rule on one plane with one block shape (and RHT or not)
+# ---------------------------------------------------------------------------------------------------------------
+
+@dataclass
+class _Candidate:
+    rule: DiagnoseRule
+    plane: str
+    block: tuple
+    rht: bool
+    amax_source: str  # "computed" or "given"
+    expected: QuantizedPlane
+    reading: str = ""
+    diff: np.ndarray | None = None  # [R, C/16] bool: the block differs (scale byte or any code)
+    padding_garbage: int = 0
+
+    @property
+    def label(self) -> str:
+        extra = []
+        if self.block != (1, 16):
+            extra.append("block 16x16")
+        if self.rht:
+            extra.append("rht")
+        if self.amax_source == "given":
+            extra.append("amax given")
+        return self.rule.name + (f" ({', '.join(extra)})" if extra else "")
+
+    @property
+    def n_diff(self) -> int:
+        return int(self.diff.sum()) if self.diff is not None else -1
+
+
+def _expected(x, x2, r: DiagnoseRule, plane: str, block: tuple, rht: bool, signs: int, amax) -> QuantizedPlane:
+    """The plane rule ``r`` makes."""
+    if r.variant is None:
+        t = quantize(x, rowwise=plane == "row", columnwise=plane == "col", rht=rht, rht_signs=signs, block=block,
+                     amax=amax, **r.quantize)
+        return t.row if plane == "row" else t.col
+    m, k = x2.shape
+    y = x2 if plane == "row" else columnwise_source(x2, rht, signs)
+    if plane == "col" and not rht and amax is None:
+        amax_in = None  # SPEC 4.2: the rowwise amax, which the padded X^T has too
+    else:
+        amax_in = amax
+    data, scales, a = _variant_plane(y, base=r.quantize["rule"], variant=r.variant, block=block, amax=amax_in)
+    return QuantizedPlane(data, scales, a, y.shape, r.quantize["rule"], block, rht,
+                          valid_cols=m if plane == "col" else k, rht_signs=signs if rht else None)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# reading the given bytes
+# ---------------------------------------------------------------------------------------------------------------
+
+def _u8(a, what: str) -> np.ndarray:
+    if type(a).__module__.startswith("torch") and hasattr(a, "detach"):
+        import torch
+
+        t = a.detach().cpu()
+        if t.element_size() != 1:
+            raise TypeError(f"{what} must hold bytes (uint8 or float8), got {t.dtype}")
+        return t.contiguous().view(torch.uint8).numpy().copy()
+    a = np.asarray(a)
+    if a.dtype.itemsize != 1 or a.dtype.kind == "b":
+        raise TypeError(f"{what} must hold bytes (uint8 or float8_e4m3fn), got {a.dtype}")
+    return np.ascontiguousarray(a).view(np.uint8)
+
+
+def _read(buf: np.ndarray, rows: int, c16: int, reading: str):
+    """(compact [rows, c16], number of nonzero padding bytes) or None when the size does not fit."""
+    b = buf.reshape(-1)
+    pr, pc = padded_scale_shape(rows, c16)
+    if reading == "compact":
+        return (b.reshape(rows, c16), 0) if b.size == rows * c16 else None
+    if b.size != pr * pc:
+        return None
+    if reading == "padded":
+        full = b.reshape(pr, pc)
+    else:
+        full = unswizzle_scales(b, pr, pc)
+    pad = full.copy()
+    pad[:rows, :c16] = 0
+    return full[:rows, :c16], int(np.count_nonzero(pad))
+
+
+def _declared_reading(buf_shape: tuple, rows: int, c16: int, layout: str) -> str | None:
+    """The layout the caller says (or the buffer's 2-D shape says) the scales are in, for the layout hypotheses."""
+    if layout in ("compact", "padded", "swizzled"):
+        return layout
+    if len(buf_shape) == 2 and tuple(buf_shape) == (rows, c16) != padded_scale_shape(rows, c16):
+        return "compact"  # (a [rows, C] matrix that is also the padded shape may be TE's swizzled storage)
+    if layout == "torchao" and len(buf_shape) == 2 and tuple(buf_shape) == (-(-rows // 128) * 32, -(-c16 // 4) * 16):
+        return "swizzled"
+    return None
+
+
+def _block_diff(exp: QuantizedPlane, data: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    r, c16 = exp.scales.shape
+    dd = (exp.data.reshape(r, c16, 8) != data.reshape(r, c16, 8)).any(axis=2)
+    return dd | (exp.scales != scales)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the report
+# ---------------------------------------------------------------------------------------------------------------
+
+@dataclass
+class Diagnosis:
+    """What :func:`diagnose` found. ``str()`` gives the report.
+
+    Attributes:
+        matches: labels of the rules that reproduce every byte (data, scales and zero padding).
+        plane, reading: the plane the bytes were compared as (``"row"`` / ``"col"``) and the scale layout read.
+        closest: label of the closest rule (fewest differing 16-blocks), when nothing matches.
+        n_blocks, n_diff, first_diff: blocks of the plane, blocks that differ under the closest rule, and the first
+            differing one as ``(row, block)`` of the plane.
+        hypotheses: one line per known bug class that fits.
+        side_by_side: the explain view of the first differing block, the closest rule's and theirs.
+        tried: ``(label, differing blocks)`` of every candidate, best first.
+    """
+
+    matches: list
+    plane: str
+    reading: str
+    closest: str | None
+    n_blocks: int
+    n_diff: int
+    first_diff: tuple | None
+    hypotheses: list
+    side_by_side: list = field(default_factory=list)
+    tried: list = field(default_factory=list)
+    header: list = field(default_factory=list)
+
+    def __str__(self) -> str:
+        out = list(self.header)
+        out.append(f"compared as the {self.plane} plane, scales read as {_READING_WORDS.get(self.reading, self.reading)}")
+        if self.matches:
+            out.append("reproduced exactly by: " + ", ".join(self.matches)
+                       + (" (these rules agree on this input)" if len(self.matches) > 1 else ""))
+        elif self.n_diff == 0:
+            out.append(f"every block matches {self.closest}; the padding does not (see below)")
+        else:
+            pct = 100.0 * self.n_diff / max(self.n_blocks, 1)
+            where = f"; first at row {self.first_diff[0]}, block {self.first_diff[1]}" if self.first_diff else ""
+            out.append(f"no rule reproduces these bytes. closest: {self.closest}: {self.n_diff} of {self.n_blocks} "
+                       f"blocks differ ({pct:.3g}%){where}")
+        if self.hypotheses:
+            out.append("hypotheses:")
+            out.extend(f"  - {h}" for h in self.hypotheses)
+        if self.side_by_side:
+            out.append("")
+            out.extend(self.side_by_side)
+        if self.tried:
+            shown = ", ".join(f"{n} {d}" for n, d in self.tried[:_SHOWN_TRIED])
+            more = len(self.tried) - _SHOWN_TRIED
+            out.append("")
+            out.append(f"rules tried, fewest differing blocks first: {shown}" + (f", ... ({more} more)" if more > 0 else ""))
+        return "\n".join(out)
+
+
+def _fmt(v) -> str:
+    return f"{float(v):.6g}"
+
+
+def format_block(rows: list) -> list:
+    """The explain view's rows: ``[(label, cells), ...]`` with the labels aligned and 9-wide cells."""
+    w = max(len(lab) for lab, _ in rows)
+    return [f"  {lab:<{w}} " + " ".join(f"{c:>9}" for c in cells) for lab, cells in rows]
+
+
+def _side_by_side(src: np.ndarray, ours: QuantizedPlane, theirs: QuantizedPlane, plane: str, row: int, blk: int,
+                  label: str) -> list:
+    """The explain view (``python -m oracle explain``) of one block: the values quantized, then the closest rule's
+    scale byte, factor (SPEC 11.1), codes and dequantized values, and theirs."""
+    cols = slice(16 * blk, 16 * blk + 16)
+    lines = [f"first differing block: row {row}, block {blk} of the {plane} plane ({label} vs theirs)"]
+    rows = [("rht(input)" if ours.rht else "input", [_fmt(v) for v in src[row, cols]])]
+    for who, p in (("ours", ours), ("theirs", theirs)):
+        codes = unpack_fp4(p.data[row:row + 1], p.cols)[0, cols]
+        with np.errstate(invalid="ignore", over="ignore"):
+            fac = np.float32(block_decode_scales(p)[row, blk])
+            deq = (E2M1_VALUES[codes] * fac).astype(np.float32)
+        sb = int(p.scales[row, blk])
+        lines.append(f"  {who}: scale=0x{sb:02X} ({_fmt(decode_e4m3(np.uint8(sb)))}) factor={_fmt(fac)}")
+        rows.append((f"{who} code", [f"0x{c:X}" for c in codes]))
+        rows.append((f"{who} dequant", [_fmt(v) for v in deq]))
+    return lines + format_block(rows)
+
+
+def _row_scaled(p: QuantizedPlane) -> bool:
+    return bool(getattr(p, "row_scaled", False))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# bug-class hypotheses
+# ---------------------------------------------------------------------------------------------------------------
+
+def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: str | None, layout: str,
+                other_scales, given_amax) -> list:
+    exp = best.expected
+    rows, c16 = exp.scales.shape
+    out = []
+    # layout: the scales fit in a layout other than the one declared
+    for reading in ("compact", "padded", "swizzled"):
+        got = _read(sbuf, rows, c16, reading)
+        if got is None or reading == best.reading:
+            continue
+        if np.array_equal(got[0], exp.scales) and not np.array_equal(_read(sbuf, rows, c16, best.reading)[0],
+                                                                      exp.scales):
+            kind = "swizzled scales read as linear" if reading == "swizzled" else "linear scales read as swizzled"
+            out.append(f"{kind}: the scale bytes are {best.label}'s in the {_READING_WORDS[reading]} layout"
+                       + (f", not the {declared} layout given" if declared else ""))
+    if declared and declared != best.reading and best.n_diff == 0:
+        kind = "swizzled scales read as linear" if best.reading == "swizzled" else "linear scales read as swizzled"
+        out.append(f"{kind}: the scale bytes match in the {_READING_WORDS[best.reading]} layout, not the "
+                   f"{declared} layout " + ("given" if declared == layout else
+                                            f"their shape {list(sbuf.shape)} suggests"))
+    # transposed scales
+    b = sbuf.reshape(-1)
+    tr = []
+    if b.size == rows * c16:
+        tr.append(b.reshape(c16, rows).T)
+    for reading in ("padded", "swizzled"):
+        got = _read(b, c16, rows, reading)
+        if got is not None:
+            tr.append(got[0].T)
+    if any(np.array_equal(t, exp.scales) for t in tr) and best.n_diff:
+        out.append("transposed scales: the scale bytes are the transpose of the expected [rows, K/16] matrix")
+    # scales of the other plane
+    if other_scales is not None and best.n_diff:
+        o_rows, o_c16 = other_scales.shape
+        for reading in ("compact", "padded", "swizzled"):
+            got = _read(b, o_rows, o_c16, reading)
+            if got is not None and np.array_equal(got[0], other_scales):
+                other = "columnwise" if best.plane == "row" else "rowwise"
+                out.append(f"scales of the wrong plane: the scale bytes are the {other} plane's "
+                           f"([{o_rows}, {o_c16}], {reading}) under {best.rule.name}")
+                break
+    # one ulp off in the scale
+    got = _read(b, rows, c16, best.reading)
+    if got is not None:
+        theirs_s = got[0].astype(np.int16)
+        ours_s = exp.scales.astype(np.int16)
+        sd = theirs_s != ours_s
+        if sd.any():
+            step = (theirs_s - ours_s)[sd]
+            ulp = np.abs(step) == 1
+            if ulp.all():
+                data_only = int((best.diff & ~sd).sum())
+                out.append(f"one ulp off in the scale: all {int(sd.sum())} differing scale bytes are one E4M3 step from "
+                           f"{best.rule.name}'s ({int((step > 0).sum())} up, {int((step < 0).sum())} down)"
+                           + (f"; {data_only} more blocks differ in codes only" if data_only else "")
+                           + ": a rounding difference in the block scale (SPEC 5.2, 14.3)")
+    # garbage in the padding
+    if best.padding_garbage:
+        out.append(f"garbage in the padding: {best.padding_garbage} padding bytes of the {best.reading} scale buffer "
+                   "are not 0x00 (SPEC 8.1, 8.2)")
+    if best.plane == "col" and exp.valid_cols < exp.cols and not exp.rht:
+        m = exp.valid_cols
+        theirs_codes = unpack_fp4(data.reshape(exp.rows, -1), exp.cols)
+        ours_codes = exp.codes()
+        bad_pad = int((theirs_codes[:, m:] != ours_codes[:, m:]).sum())
+        bad_real = int((theirs_codes[:, :m] != ours_codes[:, :m]).sum())
+        if bad_pad and not bad_real:
+            out.append(f"garbage in the padding: {bad_pad} codes of the zero-padded tokens {m}..{exp.cols - 1} "
+                       "(SPEC 6.2) differ; every real token matches")
+    # nibble order
+    swapped = ((data >> 4) | (data << 4)).astype(np.uint8)
+    if best.n_diff and np.array_equal(swapped.reshape(exp.data.shape), exp.data):
+        out.append("nibble order: the codes are the expected ones with element 2i in the HIGH nibble (SPEC 2.3 puts "
+                   "it in the low nibble)")
+    # the per-tensor value given
+    if given_amax is not None and np.size(given_amax) == 1 and not _row_scaled(exp):
+        g = np.float32(np.asarray(given_amax).reshape(-1)[0])
+        a = np.float32(exp.amax)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            forms = {"S_enc = 2688 / amax (flashinfer's global_scale)": np.float32(_F2688 / a),
+                     "1 / S_enc = amax / 2688 (torchao's per_tensor_scale, flashinfer's is_global_scale_inversed)":
+                     np.float32(a / _F2688)}
+        if g.view(np.uint32) != a.view(np.uint32):
+            named = [k for k, v in forms.items() if np.isfinite(v) and abs(float(g) - float(v)) <= abs(float(v)) * 2**-22]
+            if named:
+                out.append(f"the amax given ({_fmt(g)}) is {named[0]} of the amax {_fmt(a)}, not the amax itself "
+                           "(SPEC 14.10)")
+            else:
+                out.append(f"the amax given ({_fmt(g)}) is not the amax {best.rule.name} computes ({_fmt(a)})")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# diagnose
+# ---------------------------------------------------------------------------------------------------------------
+
+def _planes_for(data_shape: tuple, data_size: int, m: int, k: int, plane: str) -> list:
+    mp = -(-m // 16) * 16
+    fits = {"row": m * k // 2, "col": k * mp // 2}
+    if plane != "auto":
+        if plane not in fits:
+            raise ValueError(f"plane must be 'auto', 'row' or 'col', got {plane!r}")
+        if data_size != fits[plane]:
+            raise ValueError(f"data of {data_size} bytes is not the {plane} plane of x [{m}, {k}] "
+                             f"({fits[plane]} bytes)")
+        return [plane]
+    shapes = {"row": (m, k // 2), "col": (k, mp // 2)}
+    by_shape = [p for p in ("row", "col") if len(data_shape) == 2 and tuple(data_shape) == shapes[p]]
+    if len(by_shape) == 1:
+        return by_shape
+    by_size = [p for p in ("row", "col") if data_size == fits[p]]
+    if not by_size:
+        raise ValueError(f"data of {data_size} bytes is neither the rowwise plane of x [{m}, {k}] ({fits['row']} bytes) "
+                         f"nor its columnwise plane [{k}, {mp}] ({fits['col']} bytes)")
+    return by_size
+
+
+def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "auto",
+             rht_signs: int = DEFAULT_RHT_SIGNS, rules=None) -> Diagnosis:
+    """Find the rule that made ``data`` / ``scales`` from ``x``.
+
+    Args:
+        x: the input (as :func:`oracle.quantize` takes it).
+        data: their packed codes, uint8 (any shape with the plane's number of bytes).
+        scales: their scale bytes, uint8 or float8_e4m3fn, in any layout of ``layout``.
+        amax: their stored per-tensor amax (a number, or one per row for a row-scaled plane), if any. Every rule
+            runs with its own computed amax, and again with this one when it differs.
+        layout: "auto" (every layout the size fits), "compact", "padded", "swizzled", or a library's storage
+            (SPEC 14.10): "torchao" (compact or swizzled), "te" (padded or swizzled), "flashinfer" (linear
+            compact or 128x4).
+        plane: "row", "col" or "auto" (from the data's shape and size).
+        rht_signs: the RHT sign mask tried for a columnwise plane of bf16 input.
+        rules: names of :data:`DIAGNOSE_RULES` to try (default: all this oracle has).
+    Returns:
+        :class:`Diagnosis` (``print()`` it).
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    x2, is_bf16 = as_2d_f32(x)
+    m, k = x2.shape
+    d = _u8(data, "data")
+    sbuf = _u8(scales, "scales")
+    planes = _planes_for(d.shape, d.size, m, k, plane)
+    table = [r for r in DIAGNOSE_RULES if _rule_available(r)]
+    if rules is not None:
+        names = {r.name for r in DIAGNOSE_RULES}
+        unknown = [n for n in rules if n not in names]
+        if unknown:
+            raise ValueError(f"unknown rule(s) {unknown}; diagnose knows {sorted(names)}")
+        table = [r for r in table if r.name in rules]
+    given = None
+    if amax is not None:
+        given = np.asarray(amax, np.float32).reshape(-1)
+    cands = []
+    for p in planes:
+        rows, cols = (m, k) if p == "row" else (k, -(-m // 16) * 16)
+        c16 = cols // 16
+        readings = [r for r in _READINGS[layout] if _read(sbuf, rows, c16, r) is not None]
+        if not readings:  # the size fits another layout only: read it so, and name the mismatch as a hypothesis
+            readings = [r for r in _READINGS["auto"] if _read(sbuf, rows, c16, r) is not None]
+        if not readings:
+            raise ValueError(f"scales of {sbuf.size} bytes fit no {layout} layout of the {p} plane [{rows}, {c16}] "
+                             f"(compact {rows * c16} bytes, padded or swizzled {np.prod(padded_scale_shape(rows, c16))})")
+        dp = d.reshape(rows, cols // 2)
+        for r in table:
+            if p not in r.planes:
+                continue
+            for block in ((1, 16), (16, 16)):
+                for rht in ((False, True) if p == "col" and is_bf16 else (False,)):
+                    amaxes = [("computed", None)]
+                    if given is not None:
+                        if r.quantize.get("row_scaled"):
+                            if given.size == m:
+                                amaxes = [("given", given)]
+                        elif given.size == 1:
+                            amaxes.append(("given", np.float32(given[0])))
+                    for src, a in amaxes:
+                        try:
+                            exp = _expected(x, x2, r, p, block, rht, rht_signs, a)
+                        except (ValueError, TypeError):
+                            continue  # a combination the rule does not define (e.g. 4over6 with RHT)
+                        if src == "given" and any(c.expected.amax.tobytes() == exp.amax.tobytes()
+                                                  and c.rule is r and c.block == block and c.rht == rht
+                                                  and c.plane == p for c in cands):
+                            continue  # the given amax is the computed one
+                        for reading in readings:
+                            compact, garbage = _read(sbuf, rows, c16, reading)
+                            c = _Candidate(r, p, block, rht, src, exp, reading, _block_diff(exp, dp, compact), garbage)
+                            cands.append(c)
+    if not cands:
+        raise ValueError("no rule of this oracle applies to this input and plane")
+    order = {id(c): i for i, c in enumerate(cands)}
+    cands.sort(key=lambda c: (c.n_diff, c.padding_garbage > 0, order[id(c)]))
+    best = cands[0]
+    exact = [c for c in cands if c.n_diff == 0 and c.padding_garbage == 0]
+    if exact:
+        best = exact[0]
+    matches = []
+    for c in exact:
+        if c.reading == best.reading and c.label not in matches:
+            matches.append(c.label)
+    rows, c16 = best.expected.scales.shape
+    declared = _declared_reading(sbuf.shape, rows, c16, layout)
+    other = None
+    if best.n_diff:
+        o = "col" if best.plane == "row" else "row"
+        if o in best.rule.planes:
+            try:
+                other = _expected(x, x2, best.rule, o, best.block, best.rht and o == "col", rht_signs, None).scales
+            except (ValueError, TypeError):
+                other = None
+    hyps = _hypotheses(best, d, sbuf, declared, layout, other, given)
+    first = None
+    side = []
+    if best.n_diff:
+        rr, bb = np.argwhere(best.diff)[0]
+        first = (int(rr), int(bb))
+        compact, _ = _read(sbuf, rows, c16, best.reading)
+        theirs = dataclasses.replace(best.expected, data=d.reshape(best.expected.data.shape), scales=compact.copy())
+        src = x2 if best.plane == "row" else columnwise_source(x2, best.rht, rht_signs)
+        side = _side_by_side(src, best.expected, theirs, best.plane, first[0], first[1], best.label)
+        if not hyps:
+            hyps = ["none of the known bug classes (padding, layout, transpose, wrong plane, one-ulp scale, nibble "
+                    "order, per-tensor value) fits; compare the first differing block below"]
+    seen, tried = set(), []
+    for c in cands:
+        if c.label not in seen:
+            seen.add(c.label)
+            tried.append((c.label, c.n_diff))
+    header = [f"input: x {list(np.shape(x))} {np.asarray(x).dtype if not hasattr(x, 'detach') else x.dtype}; "
+              f"theirs: data uint8{list(d.shape)}, scales {list(sbuf.shape)} ({sbuf.size} bytes)"
+              + (f", amax {', '.join(_fmt(v) for v in given[:4])}{' ...' if given.size > 4 else ''}"
+                 if given is not None else "")]
+    return Diagnosis(matches=matches, plane=best.plane, reading=best.reading, closest=None if matches else best.label,
+                     n_blocks=rows * c16, n_diff=best.n_diff, first_diff=first, hypotheses=hyps, side_by_side=side,
+                     tried=tried, header=header)

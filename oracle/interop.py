@@ -1,0 +1,457 @@
+"""Other libraries' NVFP4 tensors as oracle planes and back (SPEC 14.10): torchao 0.18's ``NVFP4Tensor`` and the
+fields of TransformerEngine's ``NVFP4Tensor`` (read without importing TE).
+
+Both libraries store what SPEC 2.4 calls a plane: packed E2M1 codes (element 2i in the low nibble, SPEC 2.3) and one
+E4M3 byte per 16-block, compact or in the 128x4 layout (SPEC 8). They differ in how the scales are padded and how
+the per-tensor value is kept:
+
+* torchao: ``qdata`` uint8 ``[..., M, K/2]``; ``scale`` float8_e4m3fn ``[..., M, K/16]`` (compact, unpadded) or, with
+  ``is_swizzled_scales``, the 128x4 layout of the flattened ``[prod(...) * M, K/16]`` matrix viewed as
+  ``[ceil(M/128)*32, ceil(K/64)*16]``; ``per_tensor_scale`` is P = amax / 2688 (SPEC 5.4), or ``None`` (rule
+  "torchao_noscale").
+* TE: ``rowwise_data`` uint8 ``[..., K/2]`` and ``columnwise_data`` ``[K, ..., M/2]`` (the plane of X^T, SPEC 6.2);
+  ``rowwise_scale_inv`` ``[roundup(M,128), roundup(K/16,4)]`` and ``columnwise_scale_inv``
+  ``[roundup(K,128), roundup(M/16,4)]`` uint8, padded compact, or swizzled in the same 2-D shape when
+  ``with_gemm_swizzled_scales``; ``amax_rowwise`` / ``amax_columnwise`` float32 ``[1]`` hold the amax itself (rule
+  "te", SPEC 5.1), ``[M]`` for a row-scaled tensor.
+
+The functions take NumPy arrays or torch tensors (any device; read ones are copied to the host). Device results
+(:class:`device.DeviceNVFP4Tensor`) convert through the same functions and keep their tensors on the device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .planes import NVFP4Tensor, QuantizedPlane
+from .swizzle import padded_scale_shape, swizzle_scales, unswizzle_scales
+
+__all__ = [
+    "TE_FIELD_NAMES",
+    "amax_from_torchao_scale",
+    "from_te_fields",
+    "from_torchao",
+    "read_scales",
+    "to_te_fields",
+    "to_torchao",
+    "torchao_fields",
+]
+
+_F2688 = np.float32(2688.0)  # 448 * 6: P = amax / 2688 (SPEC 5.4)
+
+#: TE's NVFP4 tensor fields (``NVFP4TensorStorage.get_metadata()`` keys) that :func:`from_te_fields` reads
+TE_FIELD_NAMES = ("rowwise_data", "rowwise_scale_inv", "columnwise_data", "columnwise_scale_inv", "amax_rowwise",
+                  "amax_columnwise", "with_gemm_swizzled_scales", "row_scaled_nvfp4", "nvfp4_use_4over6",
+                  "nvfp4_e4m3_max")
+#: get_metadata() keys that carry no bytes of the planes (accepted and ignored)
+_TE_IGNORED = ("fp4_dtype", "quantizer", "fake_dtype")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# host arrays and plane construction
+# ---------------------------------------------------------------------------------------------------------------
+
+def _is_torch(a) -> bool:
+    return type(a).__module__.startswith("torch") and hasattr(a, "detach")
+
+
+def _host_u8(a, what: str) -> np.ndarray:
+    """A uint8 / float8 / float4x2 array or tensor as a host uint8 NumPy array (bytes unchanged)."""
+    if _is_torch(a):
+        import torch
+
+        t = a.detach()
+        if t.dtype != torch.uint8:
+            if t.element_size() != 1:
+                raise TypeError(f"{what} must hold bytes (uint8, float8 or float4x2), got {t.dtype}")
+            t = t.view(torch.uint8)
+        return t.cpu().contiguous().numpy().copy()
+    a = np.asarray(a)
+    if a.dtype != np.uint8:
+        if a.dtype.itemsize != 1 or a.dtype.kind == "b":
+            raise TypeError(f"{what} must hold bytes (uint8 or float8_e4m3fn), got {a.dtype}")
+        a = a.view(np.uint8)
+    return np.ascontiguousarray(a)
+
+
+def _host_f32(a, what: str) -> np.ndarray:
+    """A float32 scalar / array / tensor as a host float32 array (bits unchanged)."""
+    if _is_torch(a):
+        import torch
+
+        if a.dtype != torch.float32:
+            raise TypeError(f"{what} must be float32, got {a.dtype}")
+        return a.detach().cpu().numpy().astype(np.float32).reshape(-1).copy()
+    v = np.asarray(a)
+    if v.dtype.kind not in "fiu":
+        raise TypeError(f"{what} must be a float32 number or array, got {v.dtype}")
+    return v.astype(np.float32).reshape(-1)
+
+
+def _plane_fields() -> set:
+    return {f.name for f in dataclasses.fields(QuantizedPlane)}
+
+
+def _make_plane(data, scales, amax, shape, rule, *, block=(1, 16), rht=False, valid_cols=None, **extra):
+    """A QuantizedPlane; ``extra`` (row_scaled, global_scale_max, ...) only where the plane class knows the field."""
+    known = _plane_fields()
+    extra = {k: v for k, v in extra.items() if k in known and v is not None}
+    if np.asarray(amax).size != 1 and not extra.get("row_scaled"):
+        raise ValueError(f"one amax per row ({np.asarray(amax).size} values) is a row-scaled plane (SPEC 5.7), which "
+                         "this oracle's QuantizedPlane does not hold")
+    a = np.asarray(amax, np.float32)
+    return QuantizedPlane(data, scales, a.reshape(-1) if extra.get("row_scaled") else a.reshape(-1)[0], shape, rule,
+                          tuple(block), rht, valid_cols=valid_cols, **extra)
+
+
+def read_scales(buf, rows: int, scale_cols: int, layout: str) -> np.ndarray:
+    """Compact scale bytes ``[rows, scale_cols]`` from a stored buffer (SPEC 8).
+
+    ``layout``: ``"compact"`` (``rows * scale_cols`` bytes, row-major), ``"padded"`` (the SPEC 8.1 padded compact
+    matrix, row-major, its padding dropped) or ``"swizzled"`` (the 128x4 layout, SPEC 8.2). Any shape with the right
+    number of bytes is accepted.
+    """
+    b = _host_u8(buf, "scales").reshape(-1)
+    pr, pc = padded_scale_shape(rows, scale_cols)
+    if layout == "compact":
+        if b.size != rows * scale_cols:
+            raise ValueError(f"compact scales of [{rows}, {scale_cols}] need {rows * scale_cols} bytes, got {b.size}")
+        return b.reshape(rows, scale_cols).copy()
+    if b.size != pr * pc:
+        raise ValueError(f"{layout} scales of [{rows}, {scale_cols}] need {pr * pc} bytes ([{pr}, {pc}]), got {b.size}")
+    if layout == "padded":
+        return b.reshape(pr, pc)[:rows, :scale_cols].copy()
+    if layout == "swizzled":
+        return unswizzle_scales(b, rows, scale_cols)
+    raise ValueError(f"layout must be 'compact', 'padded' or 'swizzled', got {layout!r}")
+
+
+def _padded(compact: np.ndarray) -> np.ndarray:
+    pr, pc = padded_scale_shape(*compact.shape)
+    out = np.zeros((pr, pc), np.uint8)
+    out[: compact.shape[0], : compact.shape[1]] = compact
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# torchao
+# ---------------------------------------------------------------------------------------------------------------
+
+def amax_from_torchao_scale(p) -> np.float32:
+    """An fp32 amax A with ``fp32(A) / 2688 == P`` (SPEC 5.4), the one nearest to ``P * 2688``.
+
+    torchao keeps P; the oracle's rule "torchao" keeps A and recomputes P from it, so any such A gives the same
+    bytes and the same dequantized values. NaN, +Inf and zeros map to themselves. Raises ``ValueError`` when P is
+    negative, or when no fp32 A gives P (a per-tensor scale that is not the quotient of an amax by 2688).
+    """
+    p = np.float32(_host_f32(p, "per_tensor_scale")[0])
+    if np.isnan(p) or np.isinf(p) or p == 0:
+        if p < 0:
+            raise ValueError(f"per_tensor_scale must be >= 0, got {float(p)}")
+        return p  # NaN / 2688 keeps the payload, Inf / 2688 = Inf, 0 / 2688 = 0
+    if p < 0:
+        raise ValueError(f"per_tensor_scale must be >= 0, got {float(p)}")
+    centre = np.float32(np.float64(p) * 2688.0)
+    bits = centre.view(np.uint32).astype(np.int64)
+    cand = (bits + np.arange(-8, 9)).astype(np.uint32).view(np.float32)
+    with np.errstate(over="ignore"):
+        ok = cand[(cand / _F2688).astype(np.float32) == p]
+    if ok.size == 0:
+        raise ValueError(f"per_tensor_scale {float(p)!r} (0x{p.view(np.uint32):08X}) is not fp32(amax / 2688) for any "
+                         "fp32 amax; the oracle's rule 'torchao' keeps the amax (SPEC 5.4)")
+    return np.float32(ok[np.argmin(np.abs(ok.astype(np.float64) - np.float64(p) * 2688.0))])
+
+
+def torchao_fields(t) -> dict:
+    """The stored fields of a torchao 0.18 ``NVFP4Tensor`` as host NumPy values, bytes as stored:
+    ``qdata`` uint8, ``scale`` uint8 (its layout as stored), ``per_tensor_scale`` float32 ``[1]`` or ``None``,
+    ``is_swizzled_scales``, ``block_size``, ``orig_dtype`` (the torch dtype's name), ``shape`` (logical, the
+    tensor's) and ``transposed`` (a ``.t()`` view: qdata's last stride is not 1)."""
+    for name in ("qdata", "scale", "block_size", "orig_dtype", "per_tensor_scale", "is_swizzled_scales"):
+        if not hasattr(t, name):
+            raise TypeError(f"expected a torchao NVFP4Tensor (fields qdata, scale, per_tensor_scale, ...), "
+                            f"got {type(t).__name__} without {name!r}")
+    q = t.qdata
+    pts = t.per_tensor_scale
+    return {
+        "qdata": _host_u8(q, "qdata"),
+        "scale": _host_u8(t.scale, "scale"),
+        "per_tensor_scale": None if pts is None else _host_f32(pts, "per_tensor_scale"),
+        "per_tensor_scale_shape": None if pts is None else tuple(pts.shape),
+        "is_swizzled_scales": bool(t.is_swizzled_scales),
+        "block_size": int(t.block_size),
+        "orig_dtype": str(t.orig_dtype).replace("torch.", ""),
+        "shape": tuple(int(s) for s in t.shape),
+        "transposed": q.dim() >= 2 and q.stride(-2) < q.stride(-1),
+    }
+
+
+def from_torchao(t, *, amax=None) -> NVFP4Tensor:
+    """An oracle :class:`NVFP4Tensor` (rowwise plane) from a torchao 0.18 ``NVFP4Tensor``.
+
+    The plane's rule is "torchao" when the tensor has a ``per_tensor_scale`` P, else "torchao_noscale" (SPEC 5.4,
+    5.5). An N-D tensor becomes the plane of its 2-D flattening ``[prod(...) * M, K]`` (SPEC 1.3). The amax is the
+    one given (checked: ``fp32(amax) / 2688`` must be P) or :func:`amax_from_torchao_scale` of P.
+    ``act_per_tensor_scale`` (a setting for quantizing the other GEMM operand) is not part of the plane. Refused:
+    a per-expert (3-D) P, a block size other than 16, and a transposed view (convert ``t.t()``, the stored matrix).
+    """
+    f = torchao_fields(t)
+    if f["block_size"] != 16:
+        raise ValueError(f"NVFP4 blocks are 16 elements, the tensor says block_size={f['block_size']}")
+    if f["transposed"]:
+        raise ValueError("a transposed NVFP4Tensor view (qdata is column-major): convert t.t(), the matrix as stored")
+    if f["per_tensor_scale_shape"] not in (None, ()) and len(f["per_tensor_scale_shape"]) != 0:
+        raise ValueError(f"a per-expert per_tensor_scale of shape {f['per_tensor_scale_shape']} has one amax per "
+                         "expert: convert each expert's slice separately")
+    q = f["qdata"]
+    k = 2 * q.shape[-1]
+    m = int(np.prod(q.shape[:-1])) if q.ndim > 1 else 1
+    scales = read_scales(f["scale"], m, k // 16, "swizzled" if f["is_swizzled_scales"] else "compact")
+    if f["per_tensor_scale"] is None:
+        rule = "torchao_noscale"
+        a = np.float32(0.0) if amax is None else np.float32(amax)
+    else:
+        rule = "torchao"
+        p = np.float32(f["per_tensor_scale"][0])
+        if amax is None:
+            a = amax_from_torchao_scale(p)
+        else:
+            a = np.float32(amax)
+            with np.errstate(invalid="ignore", over="ignore"):
+                back = np.float32(a / _F2688)
+            if not (back.view(np.uint32) == p.view(np.uint32) or (np.isnan(back) and np.isnan(p))):
+                raise ValueError(f"amax {float(a)!r} does not give the tensor's per_tensor_scale {float(p)!r} "
+                                 f"(fp32(amax) / 2688 = {float(back)!r}, SPEC 5.4)")
+    plane = _make_plane(q.reshape(m, k // 2), scales, a, (m, k), rule)
+    return NVFP4Tensor(plane, None, (m, k), options={"rule": rule, "block": (1, 16), "orig_dtype": f["orig_dtype"],
+                                                     "source": "torchao"})
+
+
+def _as_plane(t, plane: str):
+    """The named plane of an oracle NVFP4Tensor, or a QuantizedPlane itself."""
+    if isinstance(t, QuantizedPlane):
+        return t
+    if not isinstance(t, NVFP4Tensor):
+        raise TypeError(f"expected an oracle NVFP4Tensor or QuantizedPlane, got {type(t).__name__}")
+    if plane not in ("row", "col"):
+        raise ValueError(f"plane must be 'row' or 'col', got {plane!r}")
+    p = t.row if plane == "row" else t.col
+    if p is None:
+        raise ValueError(f"the tensor has no {plane} plane")
+    return p
+
+
+def _torch_dtype(name):
+    import torch
+
+    if name is None:
+        return torch.bfloat16
+    if isinstance(name, torch.dtype):
+        return name
+    return getattr(torch, str(name).replace("torch.", ""))
+
+
+def to_torchao(t, plane: str = "row", *, swizzled: bool | None = None, orig_dtype=None):
+    """A torchao 0.18 ``NVFP4Tensor`` holding one plane's bytes.
+
+    ``t``: an oracle :class:`NVFP4Tensor` (``plane`` picks "row" or "col"), a :class:`QuantizedPlane`, or a device
+    result (``device.DeviceNVFP4Tensor``, whose tensors stay on their device). ``swizzled``: store the scales in the
+    128x4 layout (``is_swizzled_scales``); default: compact for oracle planes, the device result's own layout.
+    ``orig_dtype``: the tensor's nominal dtype (default: the one recorded in the options, else bfloat16).
+    The per-tensor scale is torchao's ``per_tensor_amax_to_scale(amax)`` for every rule but "torchao_noscale" (no
+    per-tensor scale). torchao dequantizes by its own factor ``P * sf`` (SPEC 11.1), so a TE-rule plane's values can
+    differ from :func:`oracle.dequantize` in the last bit. A row-scaled or 16x16-block plane has no torchao form.
+    """
+    import torch
+    from torchao.prototype.mx_formats.nvfp4_tensor import NVFP4Tensor as AoTensor
+    from torchao.prototype.mx_formats.nvfp4_tensor import per_tensor_amax_to_scale
+
+    if hasattr(t, "row_data") and hasattr(t, "swizzled"):  # a device result: keep its tensors where they are
+        data, scales, amax, rows, cols, is_swz, rule, block = _device_plane(t, plane)
+        opts = dict(t.options)
+        if swizzled is None:
+            swizzled = is_swz
+        sc = _torch_scales(scales, rows, cols // 16, is_swz, bool(swizzled))
+        q = data.reshape(rows, cols // 2)
+        amax_t = amax.reshape(-1)[:1].reshape(())
+    else:
+        p = _as_plane(t, plane)
+        opts = dict(getattr(t, "options", {}) or {})
+        rows, cols, rule, block = p.rows, p.cols, p.rule, tuple(p.block)
+        if getattr(p, "row_scaled", False):
+            raise ValueError("a row-scaled plane (one amax per row, SPEC 5.7) has no torchao NVFP4Tensor form")
+        q = torch.from_numpy(np.ascontiguousarray(p.data))
+        sb = p.swizzled_scales() if swizzled else p.scales
+        sc = torch.from_numpy(np.ascontiguousarray(sb))
+        amax_t = torch.tensor(np.float32(p.amax))
+    if tuple(block) != (1, 16):
+        raise ValueError(f"torchao's NVFP4Tensor has 1x16 blocks; this plane has {block} blocks")
+    if swizzled:
+        sc = sc.reshape((rows + 127) // 128 * 32, (cols + 63) // 64 * 16)
+    else:
+        sc = sc.reshape(rows, cols // 16)
+    pts = None if rule == "torchao_noscale" else per_tensor_amax_to_scale(amax_t)
+    return AoTensor(q.contiguous(), sc.contiguous().view(torch.float8_e4m3fn), 16,
+                    _torch_dtype(orig_dtype or opts.get("orig_dtype")), per_tensor_scale=pts,
+                    is_swizzled_scales=bool(swizzled))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# TransformerEngine
+# ---------------------------------------------------------------------------------------------------------------
+
+def from_te_fields(*, rowwise_data=None, rowwise_scale_inv=None, columnwise_data=None, columnwise_scale_inv=None,
+                   amax_rowwise=None, amax_columnwise=None, with_gemm_swizzled_scales: bool = False,
+                   row_scaled_nvfp4: bool = False, nvfp4_use_4over6: bool = False, nvfp4_e4m3_max: int = 448,
+                   rule: str = "te", rht: bool = False, block=(1, 16), four_over_six=None, **ignored) -> NVFP4Tensor:
+    """An oracle :class:`NVFP4Tensor` from TransformerEngine's NVFP4 tensor fields, without importing TE.
+
+    Pass the fields by name, e.g. ``from_te_fields(**te_tensor.get_metadata())`` (``fp4_dtype``, ``quantizer`` and
+    ``fake_dtype`` are accepted and ignored). Arrays may be NumPy arrays or torch tensors on any device.
+    What TE's fields do not record is given here: ``rule`` ("te", or "te_fused_rht" for TE's fused RHT cast),
+    ``rht`` (whether the columnwise plane holds the RHT, SPEC 7), ``block`` ((16, 16) for 2-D weight quantization)
+    and ``four_over_six`` (the 4over6 error mode, when ``nvfp4_use_4over6``).
+    The columnwise plane is ``[K, M]``: TE stores one only for M a multiple of 16, where it equals SPEC 6.2's.
+    """
+    unknown = sorted(set(ignored) - set(_TE_IGNORED))
+    if unknown:
+        raise TypeError(f"unknown TE field(s) {unknown}; the fields read are {list(TE_FIELD_NAMES)} "
+                        f"(and {list(_TE_IGNORED)}, ignored)")
+    if rowwise_data is None and columnwise_data is None:
+        raise ValueError("no plane: give rowwise_data and/or columnwise_data")
+    layout = "swizzled" if with_gemm_swizzled_scales else "padded"
+    extra = dict(row_scaled=bool(row_scaled_nvfp4) or None, global_scale_max=int(nvfp4_e4m3_max) if nvfp4_use_4over6
+                 else None, four_over_six=four_over_six if nvfp4_use_4over6 else None)
+    row = col = None
+    m = k = None
+    if rowwise_data is not None:
+        d = _host_u8(rowwise_data, "rowwise_data")
+        k = 2 * d.shape[-1]
+        m = int(np.prod(d.shape[:-1])) if d.ndim > 1 else 1
+        if rowwise_scale_inv is None or amax_rowwise is None:
+            raise ValueError("rowwise_data needs rowwise_scale_inv and amax_rowwise")
+        s = read_scales(rowwise_scale_inv, m, k // 16, layout)
+        row = _make_plane(d.reshape(m, k // 2), s, _host_f32(amax_rowwise, "amax_rowwise"), (m, k), rule,
+                          block=block, **extra)
+    if columnwise_data is not None:
+        d = _host_u8(columnwise_data, "columnwise_data")
+        kc = int(d.shape[0])
+        mc = int(np.prod(d.shape[1:])) * 2
+        if k is not None and (kc, mc) != (k, m):
+            raise ValueError(f"columnwise_data {list(d.shape)} is not the plane of X^T for rowwise X [{m}, {k}]")
+        if mc % 16:
+            raise ValueError(f"a columnwise plane of {mc} tokens: TE stores one only for M a multiple of 16")
+        if columnwise_scale_inv is None or amax_columnwise is None:
+            raise ValueError("columnwise_data needs columnwise_scale_inv and amax_columnwise")
+        s = read_scales(columnwise_scale_inv, kc, mc // 16, layout)
+        a = _host_f32(amax_columnwise, "amax_columnwise")
+        col = _make_plane(d.reshape(kc, mc // 2), s, a, (kc, mc), rule, block=block, rht=rht, valid_cols=mc,
+                          **{**extra, "row_scaled": None})
+        m, k = mc, kc
+    opts = {"rule": rule, "block": tuple(block), "rht": rht, "source": "te",
+            "with_gemm_swizzled_scales": bool(with_gemm_swizzled_scales)}
+    return NVFP4Tensor(row, col, (m, k), options=opts)
+
+
+def to_te_fields(t, *, swizzled: bool | None = None, as_torch: bool = False) -> dict:
+    """TransformerEngine's NVFP4 tensor fields (the names of :data:`TE_FIELD_NAMES`) of an oracle
+    :class:`NVFP4Tensor` or a device result.
+
+    Scales are TE's padded ``[roundup(rows,128), roundup(cols/16,4)]`` matrices, compact or (``swizzled``) in the
+    128x4 layout; the amaxes float32 ``[1]`` (``[M]`` for a row-scaled plane). Absent planes give ``None``.
+    Oracle tensors give NumPy arrays (``as_torch``: CPU torch tensors); a device result gives tensors on its device,
+    its scale layout by default. A columnwise plane needs M to be a multiple of 16 (TE's columnwise data is
+    ``[K, M/2]``).
+    """
+    if hasattr(t, "row_data") and hasattr(t, "swizzled"):
+        return _device_te_fields(t, swizzled)
+    if not isinstance(t, NVFP4Tensor):
+        raise TypeError(f"expected an oracle NVFP4Tensor or a device result, got {type(t).__name__}")
+    out = {"rowwise_data": None, "rowwise_scale_inv": None, "columnwise_data": None, "columnwise_scale_inv": None,
+           "amax_rowwise": None, "amax_columnwise": None, "with_gemm_swizzled_scales": bool(swizzled)}
+    for name, p in (("rowwise", t.row), ("columnwise", t.col)):
+        if p is None:
+            continue
+        if name == "columnwise" and p.valid_cols != p.cols:
+            raise ValueError(f"the columnwise plane pads M={p.valid_cols} tokens to {p.cols} (SPEC 6.2); TE stores a "
+                             "columnwise plane only for M a multiple of 16")
+        out[f"{name}_data"] = p.data
+        pad = _padded(p.scales)
+        out[f"{name}_scale_inv"] = swizzle_scales(p.scales).reshape(pad.shape) if swizzled else pad
+        out[f"amax_{name}"] = np.asarray(p.amax, np.float32).reshape(-1)
+    row = t.row
+    out["row_scaled_nvfp4"] = bool(getattr(row, "row_scaled", False)) if row is not None else False
+    gmax = int(getattr(row or t.col, "global_scale_max", 448))
+    out["nvfp4_use_4over6"] = getattr(row or t.col, "four_over_six", None) is not None
+    out["nvfp4_e4m3_max"] = gmax
+    if as_torch:
+        import torch
+
+        out = {k: torch.from_numpy(np.ascontiguousarray(v)) if isinstance(v, np.ndarray) else v
+               for k, v in out.items()}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# device results (torch tensors kept on their device)
+# ---------------------------------------------------------------------------------------------------------------
+
+def _device_plane(t, plane: str):
+    """(data, scales, amax, rows, cols, swizzled, rule, block) of one plane of a device result."""
+    if plane not in ("row", "col"):
+        raise ValueError(f"plane must be 'row' or 'col', got {plane!r}")
+    m, k = t.shape
+    data = t.row_data if plane == "row" else t.col_data
+    if data is None:
+        raise ValueError(f"the device result has no {plane} plane")
+    rows, cols = (m, k) if plane == "row" else (k, (m + 15) // 16 * 16)
+    o = t.options
+    scales = t.row_scales if plane == "row" else t.col_scales
+    amax = t.row_amax if plane == "row" else t.col_amax
+    return data, scales, amax, rows, cols, bool(t.swizzled), o.get("rule", "te"), tuple(o.get("block", (1, 16)))
+
+
+def _torch_scales(s, rows: int, scale_cols: int, is_swizzled: bool, want_swizzled: bool):
+    """Device scale bytes in the other layout, by torch reshapes (SPEC 8.2), padding kept as 0x00: compact
+    ``[rows, C]`` or, swizzled, a 1-D buffer of the padded size."""
+    import torch
+
+    pr, pc = padded_scale_shape(rows, scale_cols)
+    if is_swizzled == want_swizzled:
+        return s.reshape(-1) if want_swizzled else s.reshape(rows, scale_cols)
+    if want_swizzled:
+        padded = torch.zeros((pr, pc), dtype=torch.uint8, device=s.device)
+        padded[:rows, :scale_cols] = s.reshape(rows, scale_cols)
+        return padded.reshape(pr // 128, 4, 32, pc // 4, 4).permute(0, 3, 2, 1, 4).reshape(-1)
+    t = s.reshape(pr // 128, pc // 4, 32, 4, 4).permute(0, 3, 2, 1, 4).reshape(pr, pc)
+    return t[:rows, :scale_cols]
+
+
+def _device_te_fields(t, swizzled):
+    import torch
+
+    out = {"rowwise_data": None, "rowwise_scale_inv": None, "columnwise_data": None, "columnwise_scale_inv": None,
+           "amax_rowwise": None, "amax_columnwise": None}
+    want = bool(t.swizzled) if swizzled is None else bool(swizzled)
+    for name, plane in (("rowwise", "row"), ("columnwise", "col")):
+        if (t.row_data if plane == "row" else t.col_data) is None:
+            continue
+        data, scales, amax, rows, cols, is_swz, _, _ = _device_plane(t, plane)
+        if plane == "col" and t.shape[0] % 16:
+            raise ValueError(f"the columnwise plane pads M={t.shape[0]} tokens (SPEC 6.2); TE stores a columnwise "
+                             "plane only for M a multiple of 16")
+        pr, pc = padded_scale_shape(rows, cols // 16)
+        s = _torch_scales(scales, rows, cols // 16, is_swz, want)
+        if want:
+            s = s.reshape(pr, pc)
+        else:
+            padded = torch.zeros((pr, pc), dtype=torch.uint8, device=s.device)
+            padded[:rows, : cols // 16] = s
+            s = padded
+        out[f"{name}_data"] = data.reshape(rows, cols // 2)
+        out[f"{name}_scale_inv"] = s
+        out[f"amax_{name}"] = amax.reshape(-1).to(torch.float32)
+    out.update(with_gemm_swizzled_scales=want, row_scaled_nvfp4=False, nvfp4_use_4over6=False, nvfp4_e4m3_max=448)
+    return out

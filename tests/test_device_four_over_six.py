@@ -1,0 +1,237 @@
+"""The device's 4over6 quantizer (SPEC 5.6; csrc/quantize/four_over_six.cuh) against the NumPy oracle, byte for byte.
+
+GPU tests are marked ``cuda`` and skip without a CUDA device; output buffers are poisoned (0xFF) before the kernel
+runs, so an unwritten byte fails. The inputs mix random values with blocks built so that the two candidates tie (values
+on both grids: the tie keeps map-to-6), blocks that only map-to-4 encodes exactly, NaN / Inf / zero blocks, and amaxes
+outside [2^-100, 2^100] (the kernel's per-element division path). Host-side tests check the options' refusals.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+torch = pytest.importorskip("torch")
+
+import oracle  # noqa: E402
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+BF16 = ml_dtypes.bfloat16
+VARIANTS = list(itertools.product(("mae", "mse"), (False, True), (448, 256)))  # error, fast math, G
+
+
+def make_input(m: int, k: int, seed: int, *, scale: float = 1.0, specials: bool = True) -> np.ndarray:
+    """Random bf16 values times ``scale``, with built blocks (see the module docstring) where the shape allows.
+
+    With an amax of 2688 (448 * 6, one element set to it) S_enc is 1 for G = 448, so map-to-6 of a block whose max is
+    6 has scale 1 and map-to-4 scale 1.5: values in {0, 1.5, 3, 6} lie on both grids (a tie at error 0), values in
+    {0.75, 4.5, 6} only on map-to-4's.
+    """
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((m, k)) * rng.choice([0.5, 1.0, 40.0], size=(m, 1))).astype(np.float32)
+    if specials and m >= 4 and k >= 64:
+        x[0, 0] = 2688.0
+        x[1, :16] = rng.choice([0.0, 1.5, -3.0, 6.0], size=16)
+        x[1, 0] = 6.0
+        x[2, :16] = rng.choice([0.75, -4.5, 6.0, 0.0], size=16)
+        x[2, 0] = -6.0
+        x[3, :16] = 0.0  # an all-zero block (a tie at 0)
+        x[1:3, 16:32] = -0.0
+        x[3, 32] = np.nan  # a NaN element: a NaN error, map-to-6
+        x[min(m - 1, 20), 48:64] = rng.choice([1.5, 3.0], size=16)
+    if specials and m * k >= 4096:
+        flat = x.reshape(-1)
+        idx = rng.choice(flat.size, size=flat.size // 200, replace=False)
+        flat[idx[: idx.size // 2]] = np.nan
+        flat[idx[idx.size // 2:]] = -0.0
+    return (x * np.float32(scale)).astype(BF16)
+
+
+def to_cuda(a: np.ndarray):
+    return torch.from_numpy(np.ascontiguousarray(a).view(np.uint16).copy()).view(torch.bfloat16).cuda()
+
+
+def host(t) -> np.ndarray:
+    return t.detach().cpu().numpy()
+
+
+def assert_bytes(what: str, got, want: np.ndarray) -> None:
+    g = host(got).reshape(-1).view(np.uint8)
+    w = np.ascontiguousarray(want).reshape(-1).view(np.uint8)
+    assert g.size == w.size, f"{what}: {g.size} bytes, oracle {w.size}"
+    bad = np.flatnonzero(g != w)
+    assert bad.size == 0, f"{what}: {bad.size} bytes differ, first at {bad[:8].tolist()}: {g[bad[:8]]} vs {w[bad[:8]]}"
+
+
+def run_poisoned(x_t, *, swizzled: bool, amax=None, **kw) -> dict:
+    """Quantize through the out-variant launcher into buffers poisoned with 0xFF; returns the buffers."""
+    from device import _ops
+    from device.quantization import _options
+
+    opts = _options(x_t, rht=False, rht_signs=0xD7E8, rule="te", rounding="rn", seed=0, offset=0, **kw)
+    bufs = _ops.quantize_buffers(x_t.shape[0], x_t.shape[1], rowwise=opts["rowwise"], columnwise=opts["columnwise"],
+                                 swizzled=swizzled, device=x_t.device, fill=0xFF)
+    amax_t = None if amax is None else torch.tensor([amax, amax], dtype=torch.float32, device=x_t.device)
+    _ops.launch_quantize(x_t, bufs, amax_t, swizzled=swizzled, **opts)
+    torch.cuda.synchronize()
+    return bufs
+
+
+def check_case(x: np.ndarray, *, amax=None, **kw) -> None:
+    """Oracle once; the device with swizzled and with compact scales, both planes."""
+    ref = oracle.quantize(x, rowwise=True, columnwise=True, amax=amax, **kw)
+    x_t = to_cuda(x)
+    for swizzled in (True, False):
+        bufs = run_poisoned(x_t, swizzled=swizzled, amax=amax, rowwise=True, columnwise=True, **kw)
+        for name, plane in (("row", ref.row), ("col", ref.col)):
+            assert_bytes(f"{name} data {kw}", bufs[f"{name}_data"], plane.data)
+            assert_bytes(f"{name} scales {kw}", bufs[f"{name}_scales"],
+                         plane.swizzled_scales() if swizzled else plane.scales)
+
+
+@pytest.mark.parametrize("m,k", [(1, 16), (17, 48), (129, 160), (300, 256), (1000, 512)])
+@pytest.mark.parametrize("block", [(1, 16), (16, 16)])
+@pytest.mark.parametrize("error,fast_math,g", VARIANTS)
+@pytest.mark.cuda
+@needs_cuda
+def test_four_over_six_bytes(m, k, block, error, fast_math, g):
+    """Every variant x block shape on M not a multiple of 16 / 128 (rows past M add +0 to a 16x16 tile's rowwise sum;
+    the columnwise plane's padded tokens are zero elements)."""
+    x = make_input(m, k, seed=m * 31 + k + g + fast_math)
+    check_case(x, block=block, four_over_six=error, four_over_six_fast_math=fast_math, global_scale_max=g)
+
+
+@pytest.mark.parametrize("amax", [0.0, 1e-35, 3e33, float("inf"), float("nan"), 2688.0])
+@pytest.mark.cuda
+@needs_cuda
+def test_four_over_six_supplied_amax(amax):
+    """A supplied amax of 0, outside [2^-100, 2^100] (the per-element division path), +Inf (input-domain errors Inf or
+    NaN: map-to-6 everywhere, while the fast-math domain still chooses), NaN, and S_enc = 1 exactly."""
+    scale = 1e-36 if amax == 1e-35 else (1e33 if amax == 3e33 else 1.0)
+    x = make_input(64, 96, seed=7, scale=scale)
+    for (error, fast_math, g), block in itertools.product(VARIANTS, ((1, 16), (16, 16))):
+        check_case(x, amax=amax, block=block, four_over_six=error, four_over_six_fast_math=fast_math,
+                   global_scale_max=g)
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_four_over_six_inf_and_tiny_tensors():
+    """Computed amaxes: a tensor holding +-Inf (amax Inf), and tensors whose amax lies outside [2^-100, 2^100]."""
+    for scale in (1.0, 1e-33, 1e32):
+        x = make_input(48, 64, seed=11, scale=scale).astype(np.float32)
+        if scale == 1.0:
+            x[5, 7], x[40, 60] = np.inf, -np.inf
+        x = x.astype(BF16)
+        for error, fast_math in itertools.product(("mae", "mse"), (False, True)):
+            for block in ((1, 16), (16, 16)):
+                check_case(x, block=block, four_over_six=error, four_over_six_fast_math=fast_math)
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_four_over_six_chooses_both_candidates():
+    """The test inputs exercise both outcomes: the oracle keeps map-to-4 on some blocks and map-to-6 on others (a
+    guard on the inputs of the byte tests above, which would pass trivially if one candidate always won)."""
+    x = make_input(300, 256, seed=1)
+    ref = oracle.quantize(x, four_over_six="mse")
+    plain = oracle.quantize(x)
+    differs = ref.row.scales != plain.row.scales
+    assert differs.any() and (~differs).any()
+
+
+@pytest.mark.parametrize("splits", [(0, 17, 128, 0, 201), (64,), (0, 0, 33)])
+@pytest.mark.parametrize("block", [(1, 16), (16, 16)])
+@pytest.mark.cuda
+@needs_cuda
+def test_four_over_six_grouped(splits, block):
+    """device.group_quantize applies 5.6 per group (empty groups included), as oracle.group_quantize."""
+    import device
+
+    x = make_input(sum(splits), 160, seed=len(splits))
+    for error, fast_math, g in VARIANTS[::3]:
+        kw = dict(block=block, four_over_six=error, four_over_six_fast_math=fast_math, global_scale_max=g)
+        ref = oracle.group_quantize(x, list(splits), rowwise=True, columnwise=True, **kw)
+        got = device.group_quantize(to_cuda(x), torch.tensor(splits, dtype=torch.int64, device="cuda"),
+                                    rowwise=True, columnwise=True, **kw)
+        for p in ("row", "col"):
+            data, scales = getattr(ref, f"{p}_data"), getattr(ref, f"{p}_scales")
+            assert_bytes(f"{p} data {kw}", getattr(got, f"{p}_data")[: data.size], data)
+            assert_bytes(f"{p} scales {kw}", getattr(got, f"{p}_scales")[: scales.size], scales)
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_four_over_six_result_records_options():
+    """A result's options reach its oracle planes (dequantization and the GEMM's alpha read G, SPEC 11.1 / 12.1)."""
+    import device
+
+    x = make_input(40, 64, seed=3)
+    q = device.quantize(to_cuda(x), columnwise=True, four_over_six="mae", four_over_six_fast_math=True,
+                        global_scale_max=256, block=(16, 16))
+    o = q.to_oracle()
+    ref = oracle.quantize(x, columnwise=True, four_over_six="mae", four_over_six_fast_math=True, global_scale_max=256,
+                          block=(16, 16))
+    for got, want in ((o.row, ref.row), (o.col, ref.col)):
+        assert (got.global_scale_max, got.four_over_six, got.four_over_six_fast_math) == (256, "mae", True)
+        assert np.array_equal(oracle.dequantize(got), oracle.dequantize(want), equal_nan=True)
+    with pytest.raises(ValueError, match="global_scale_max=256"):
+        device.dequantize(q, "row")
+
+
+def test_four_over_six_refusals_host():
+    """What the device refuses, before any launch (host-side: CPU tensors reach only the option checks)."""
+    from device.quantization import _options
+
+    base = dict(rowwise=True, columnwise=False, rht=False, rht_signs=0xD7E8, block=(1, 16), rule="te", rounding="rn",
+                seed=0, offset=0)
+    bf = torch.zeros(16, 16, dtype=torch.bfloat16)
+    assert _options(bf, **base, four_over_six="MSE")["four_over_six"] == 2
+    with pytest.raises(TypeError, match="bfloat16"):
+        _options(torch.zeros(16, 16, dtype=torch.float16), **base, four_over_six="mae")
+    with pytest.raises(ValueError, match="row_scaled"):
+        _options(bf, **base, row_scaled=True)
+    with pytest.raises(ValueError):
+        _options(bf, **{**base, "rounding": "sr"}, four_over_six="mae")
+    with pytest.raises(ValueError):
+        _options(bf, **{**base, "columnwise": True, "rht": True}, four_over_six="mae")
+    with pytest.raises(ValueError):
+        _options(bf, **{**base, "rule": "torchao"}, four_over_six="mae")
+    with pytest.raises(ValueError):
+        _options(bf, **base, global_scale_max=256)
+    with pytest.raises(ValueError):
+        _options(bf, **base, four_over_six="max")
+    with pytest.raises(ValueError):
+        _options(bf, **base, four_over_six_fast_math=True)
+    from device.testing import force_plan
+
+    with force_plan(quantize="fast_bf16"), pytest.raises(ValueError, match="4over6"):
+        _options(bf, **base, four_over_six="mae")
+    with force_plan(quantize="four_over_six"), pytest.raises(ValueError, match="4over6 calls only"):
+        _options(bf, **base)
+
+
+def test_input_domain_value_by_parts_is_exact():
+    """The identity the kernel's input-domain error rests on (four_over_six.cuh, fo6_plane_value): for every E4M3
+    scale d, every E2M1 value q = 2^k or 1.5 * 2^k and A in [2^-100, 2^100], ((q d) A) / 6G in fp32 equals
+    2^k * ((d A) / 6G) or 2^k * ((1.5 d A) / 6G), bit for bit (NumPy's fp32 arithmetic, one rounding per operation)."""
+    from oracle.fp4_numpy import decode_e4m3
+
+    f = np.float32
+    rng = np.random.default_rng(0)
+    d = decode_e4m3(np.arange(0x7F, dtype=np.uint8)).astype(f)
+    q = np.array([0.5, 1, 1.5, 2, 3, 4, 6], f)
+    q = np.concatenate([q, -q])
+    a = np.concatenate([np.exp2(rng.uniform(-100, 100, 2000)), [2.0**-100, 2.0**100, 2688.0, 1.0]]).astype(f)
+    dd, qq, aa = np.meshgrid(d, q, a, indexing="ij")
+    for six_g in (f(2688), f(1536)):
+        want = ((((qq * dd).astype(f) * aa).astype(f)) / six_g).astype(f)
+        w1 = ((dd * aa).astype(f) / six_g).astype(f)
+        w15 = ((((dd * f(1.5)).astype(f)) * aa).astype(f) / six_g).astype(f)
+        bits = qq.view(np.uint32)
+        pow2 = (bits & ~np.uint32(0x00400000)).view(f)  # 1.5 * 2^k -> 2^k
+        got = (pow2 * np.where(bits & 0x00400000, w15, w1)).astype(f)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32))

@@ -1,0 +1,317 @@
+"""oracle.diagnose (SPEC 14.10, 14.11) and `python -m oracle diagnose`.
+
+The bytes diagnosed come from implementations other than the oracle: TE's rules from ``conformance.te_torch``
+(torch, written from SPEC alone), torchao's from torchao 0.18 itself, and the SPEC 14.11 variants from those two
+with the variant's one change made in torch. Planted bugs are made by hand from those bytes.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+torch = pytest.importorskip("torch")
+
+import oracle  # noqa: E402
+from conformance import te_torch as tt  # noqa: E402
+from oracle.diagnose import DIAGNOSE_RULES, diagnose  # noqa: E402
+
+pytestmark = pytest.mark.torch
+BASIC = [r.name for r in DIAGNOSE_RULES if "4over6" not in r.name]  # fast enough for many calls
+
+
+def _x(m=64, k=64, seed=0, scale=3.0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((m, k)) * scale * np.exp2(rng.integers(-3, 4, (m, 1)))).astype(ml_dtypes.bfloat16)
+
+
+def _ao():
+    from conformance.independent import import_torchao
+
+    mods = import_torchao()
+    if mods is None:
+        pytest.skip("torchao is not installed")
+    return mods[0]
+
+
+def _te_bytes(x, **kw):
+    o = tt.quantize(x, **kw)
+    return o["row_data"], o["row_scales"], o["row_amax"]
+
+
+def _te_variant(x, variant):
+    """The rowwise plane of rule te with one SPEC 14.11 change, in torch (te_torch's building blocks)."""
+    src, _ = tt.to_f32(x)
+    r, c = src.shape
+    b = tt.block_amax(src, (1, 16))
+    a = tt.amax_of_blocks(b)
+    if variant == "nan_propagating":
+        a = src.abs().max()  # torch.max: NaN-propagating
+        b = src.abs().reshape(r, c // 16, 16).amax(dim=2)  # torch.amax: NaN-propagating
+    s_enc, s_dec = tt.encode_scale(a, "te")
+    if variant == "inverted":
+        s_enc = tt.ONE / s_enc
+        s_dec = tt.ONE / s_enc
+    sf = torch.fmin(b * (s_enc * tt.SIXTH), tt.FLT_MAX)
+    byte = tt.e4m3_encode(sf)
+    dec = tt.E4M3_VALUES[byte.to(torch.int64)]
+    m = torch.fmin(tt.ONE / (dec * s_dec), tt.FLT_MAX)
+    y3 = src.reshape(r, c // 16, 16)
+    if variant == "division":
+        d = (dec * s_dec).unsqueeze(2)
+        y = torch.where(d == 0, y3 * m.unsqueeze(2), y3 / d)
+    else:
+        y = y3 * m.unsqueeze(2)
+    y = y.reshape(r, c)
+    codes = tt.e2m1_encode(y)
+    if variant == "negzero_positive":
+        codes = torch.where((y == 0) & torch.signbit(y), torch.zeros_like(codes), codes)
+    if variant == "unsigned_zero":
+        codes = torch.where(codes == 8, torch.zeros_like(codes), codes)
+    return tt.pack(codes).numpy(), byte.numpy().astype(np.uint8)
+
+
+def _ties_input(seed=1, rule="te"):
+    """Blocks whose elements are E2M1 decision points times the block's decode scale d (made with te_torch's
+    arithmetic for rule te, torch's for torchao: d = S_dec * E4M3 or P * E4M3), so that ``x * m`` and ``x / d`` land
+    on different sides of them in some blocks; and -0.0 and tiny negatives, where the zero variants differ."""
+    rng = np.random.default_rng(seed)
+    m, k = 64, 64
+    a = np.float32(1000.3)
+    x = np.zeros((m, k), np.float32)
+    x[0, 0] = a
+    ties = np.float32([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+    at = torch.tensor(a)
+    s_enc, s_dec = tt.encode_scale(at, "te")
+    p = at / 2688.0
+    for r in range(m):
+        for blk in range(1 if r == 0 else 0, k // 16):
+            b = torch.tensor(np.float32(rng.uniform(1, 900)))
+            if rule == "te":
+                byte = tt.e4m3_encode(torch.fmin(b * (s_enc * tt.SIXTH), tt.FLT_MAX))
+                d = tt.E4M3_VALUES[byte.to(torch.int64)] * s_dec
+            else:
+                sf = torch.clamp(b / 6.0 / p, 2.0**-6, 448.0).to(torch.float8_e4m3fn).to(torch.float32)
+                d = p * sf
+            vals = torch.from_numpy(rng.choice(ties, 16)) * d * torch.from_numpy(rng.choice(np.float32([-1, 1]), 16))
+            vals[0] = b
+            x[r, 16 * blk:16 * blk + 16] = vals.numpy()
+    x[1:, 5] = -0.0
+    x[1::3, 9] = np.float32(-1e-6)
+    return x
+
+
+# ---- the bytes of each rule are diagnosed as that rule ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("rule", ["te", "te_fused_rht"])
+def test_te_bytes_are_diagnosed_as_te(rule):
+    x = _x()
+    if rule == "te_fused_rht":  # the rules differ only at amax = +Inf (SPEC 5.3)
+        x = x.astype(np.float32)
+        x[3, 7] = np.inf
+    d, s, a = _te_bytes(x, rule=rule)
+    r = diagnose(x, d, s, amax=a, rules=BASIC)
+    assert rule in r.matches and r.plane == "row"
+    if rule == "te_fused_rht":
+        assert "te" not in r.matches
+
+
+@pytest.mark.parametrize("rule", ["torchao", "torchao_noscale"])
+def test_torchao_bytes_are_diagnosed_as_torchao(rule):
+    nv = _ao()
+    x = (np.random.default_rng(0).standard_normal((64, 128)) * 3).astype(ml_dtypes.bfloat16)  # 3 blocks: te differs
+    xt = torch.from_numpy(x.view(np.int16).copy()).view(torch.bfloat16)
+    pts = nv.per_tensor_amax_to_scale(xt.abs().max().float()) if rule == "torchao" else None
+    t = nv.NVFP4Tensor.to_nvfp4(xt, per_tensor_scale=pts, is_swizzled_scales=True)
+    r = diagnose(x, t.qdata, t.scale, layout="torchao", rules=BASIC)
+    assert r.matches and r.matches[0] == rule and r.reading == "swizzled", str(r)
+    assert "te" not in r.matches
+
+
+@pytest.mark.parametrize("variant,name", [("division", "te_div"), ("inverted", "te_inverted_global"),
+                                          ("negzero_positive", "te_negzero_positive"),
+                                          ("unsigned_zero", "te_unsigned_zero")])
+def test_te_variant_bytes_are_diagnosed_as_the_variant(variant, name):
+    x = _ties_input()
+    d, s = _te_variant(x, variant)
+    r = diagnose(x, d, s, rules=BASIC)
+    assert r.matches and r.matches[0] == name, str(r)
+    assert "te" not in r.matches  # the input tells the variant from its base rule
+
+
+def test_nan_amax_variant():
+    x = _x(seed=4).astype(np.float32)
+    x[2, 3] = np.nan
+    d, s = _te_variant(x, "nan_propagating")
+    r = diagnose(x, d, s, rules=BASIC)
+    assert r.matches[0] == "te_nan_propagating" and "te" not in r.matches, str(r)
+    # without a NaN in the input the NaN variants are their base rules, and the report says so
+    d, s, _ = _te_bytes(_x(seed=4))
+    r = diagnose(_x(seed=4), d, s, rules=BASIC)
+    assert {"te", "te_nan_propagating"} <= set(r.matches)
+    assert "these rules agree on this input" in str(r)
+
+
+def test_torchao_variants_from_torchaos_own_functions():
+    """torchao given 1/P (its own quantizer with the other per-tensor scale) and torchao dividing by P * sf
+    (torchao's E2M1 conversion of the quotient)."""
+    nv = _ao()
+    from torchao.prototype.mx_formats.kernels import f32_to_f4_unpacked, pack_uint4
+
+    x = _ties_input(2, "torchao")
+    xt = torch.from_numpy(x)
+    p = nv.per_tensor_amax_to_scale(xt.abs().max())
+    s_inv, d_inv = nv.nvfp4_quantize(xt, 16, 1.0 / p)
+    assert "torchao_inverted_global" in diagnose(x, d_inv, s_inv, rules=BASIC).matches
+    sc, _ = nv.nvfp4_quantize(xt, 16, p)
+    div = xt.reshape(64, 4, 16) / (p * sc.to(torch.float32)).unsqueeze(-1)
+    codes = f32_to_f4_unpacked(torch.clamp(div, -6.0, 6.0).reshape(64, 64))
+    r = diagnose(x, pack_uint4(codes), sc, rules=BASIC)
+    assert "torchao_div" in r.matches and "torchao" not in r.matches, str(r)
+
+
+def test_4over6_and_row_scaled_bytes_are_diagnosed_as_such():
+    """oracle.quantize's TE variants (SPEC 5.6, 5.7; their own tests check them against TE's facts): diagnose names
+    them among all rules; a row-scaled plane needs its per-row amaxes."""
+    x = (np.random.default_rng(9).standard_normal((32, 64)) * np.exp2(np.arange(32) % 7)[:, None]).astype(
+        ml_dtypes.bfloat16)
+    q = oracle.quantize(x, four_over_six="mse").row
+    r = diagnose(x, q.data, q.scales)
+    assert r.matches[0] == "te_4over6_mse" and "te" not in r.matches, str(r)
+    q = oracle.quantize(x, row_scaled=True).row
+    r = diagnose(x, q.data, q.scales, amax=q.amax)
+    assert r.matches == ["te_row_scaled (amax given)"], str(r)
+    f = oracle.to_te_fields(oracle.quantize(x, row_scaled=True))  # TE's row-scaled fields: amax_rowwise [M]
+    assert f["row_scaled_nvfp4"] and f["amax_rowwise"].shape == (32,)
+    back = oracle.from_te_fields(**f).row
+    assert back.row_scaled and np.array_equal(back.amax, q.amax) and np.array_equal(back.scales, q.scales)
+
+
+# ---- planted bugs are named -------------------------------------------------------------------------------------
+
+
+def test_planted_swizzled_read_as_linear():
+    x = _x(256, 128)
+    o = tt.quantize(x)
+    r = diagnose(x, o["row_data"], o["row_scales_swizzled"], layout="compact", rules=["te", "torchao"])
+    assert any(h.startswith("swizzled scales read as linear") for h in r.hypotheses), str(r)
+    r = diagnose(x, o["row_data"], o["row_scales"].copy().reshape(-1), layout="swizzled", rules=["te"])
+    assert any(h.startswith("linear scales read as swizzled") for h in r.hypotheses), str(r)
+
+
+def test_planted_transposed_scales():
+    x = _x(64, 128)
+    o = tt.quantize(x)
+    r = diagnose(x, o["row_data"], np.ascontiguousarray(o["row_scales"].T), rules=["te"])
+    assert not r.matches and any(h.startswith("transposed scales") for h in r.hypotheses), str(r)
+
+
+def test_planted_scales_of_the_wrong_plane():
+    x = _x(128, 128, seed=5)
+    o = tt.quantize(x, columnwise=True)
+    r = diagnose(x, o["row_data"], o["col_scales_swizzled"], layout="swizzled", plane="row", rules=["te"])
+    assert any(h.startswith("scales of the wrong plane") for h in r.hypotheses), str(r)
+
+
+def test_planted_one_ulp_scale():
+    x = _x(seed=6)
+    d, s, a = _te_bytes(x)
+    s = s.copy()
+    s[5, 1] += 1
+    s[9, 2] -= 1
+    r = diagnose(x, d, s, rules=BASIC)
+    assert not r.matches and r.closest == "te" and r.n_diff == 2 and r.first_diff == (5, 1)
+    h = [h for h in r.hypotheses if h.startswith("one ulp off in the scale")]
+    assert h and "1 up, 1 down" in h[0], str(r)
+    assert "ours: scale=0x" in str(r) and "theirs dequant" in str(r)  # the side-by-side view of block (5, 1)
+
+
+def test_planted_garbage_in_the_padding():
+    x = _x(200, 64)  # 200 rows: 56 padding rows in the 128x4 layout
+    o = tt.quantize(x, columnwise=True)
+    sw = o["row_scales_swizzled"].copy()
+    sw[-1] = 0x3C
+    r = diagnose(x, o["row_data"], sw, rules=["te"])
+    assert not r.matches and r.n_diff == 0
+    assert any(h.startswith("garbage in the padding: 1 padding bytes") for h in r.hypotheses), str(r)
+    xc = _x(40, 64)  # columnwise plane: tokens 40..47 are SPEC 6.2's zero padding
+    o = tt.quantize(xc, columnwise=True)
+    cd = o["col_data"].copy()
+    cd[:, 21] = 0x77  # tokens 42, 43
+    r = diagnose(xc, cd, o["col_scales"], plane="col", rules=["te"])
+    assert any("zero-padded tokens 40..47" in h for h in r.hypotheses), str(r)
+
+
+def test_planted_nibble_order_and_the_per_tensor_value():
+    x = _x(seed=7)
+    d, s, a = _te_bytes(x)
+    r = diagnose(x, ((d >> 4) | (d << 4)).astype(np.uint8), s, rules=["te"])
+    assert any(h.startswith("nibble order") for h in r.hypotheses), str(r)
+    r = diagnose(x, d, s, amax=np.float32(2688) / a[0], rules=["te"])  # flashinfer's global_scale stored
+    assert r.matches == ["te"] and any("S_enc = 2688 / amax" in h for h in r.hypotheses), str(r)
+    r = diagnose(x, d, s, amax=a[0] / np.float32(2688), rules=["te"])  # torchao's P stored
+    assert any("amax / 2688" in h for h in r.hypotheses), str(r)
+
+
+def test_bad_input_is_refused():
+    x = _x()
+    d, s, _ = _te_bytes(x)
+    with pytest.raises(ValueError, match="neither the rowwise plane"):
+        diagnose(x, d[:10], s)
+    with pytest.raises(ValueError, match="fit no"):
+        diagnose(x, d, s[:3])
+    with pytest.raises(ValueError, match="layout must be"):
+        diagnose(x, d, s, layout="8x4")
+    with pytest.raises(ValueError, match="unknown rule"):
+        diagnose(x, d, s, rules=["te", "nvidia"])
+    with pytest.raises(TypeError, match="bytes"):
+        diagnose(x, d.astype(np.float32), s)
+
+
+# ---- the command line --------------------------------------------------------------------------------------------
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, "-m", "oracle", *args], capture_output=True, text=True)
+
+
+def test_cli_diagnose_end_to_end(tmp_path):
+    nv = _ao()
+    x = _x(48, 64, seed=8)
+    np.save(tmp_path / "x.npy", x)
+    o = tt.quantize(x, columnwise=True)
+    # TE's fields (padded scale_inv), both planes: the rowwise one by default, --plane col for the other
+    pad = lambda s: np.pad(s, ((0, -s.shape[0] % 128), (0, -s.shape[1] % 4)))  # noqa: E731
+    np.savez(tmp_path / "te.npz", rowwise_data=o["row_data"], rowwise_scale_inv=pad(o["row_scales"]),
+             amax_rowwise=o["row_amax"], columnwise_data=o["col_data"], columnwise_scale_inv=pad(o["col_scales"]),
+             amax_columnwise=o["col_amax"])
+    r = _run("diagnose", str(tmp_path / "x.npy"), str(tmp_path / "te.npz"), "--rules", "te,torchao")
+    assert r.returncode == 0 and "reproduced exactly by: te" in r.stdout, r.stdout + r.stderr
+    assert "padded compact" in r.stdout
+    r = _run("diagnose", str(tmp_path / "x.npy"), str(tmp_path / "te.npz"), "--plane", "col", "--layout", "te",
+             "--rules", "te")
+    assert r.returncode == 0 and "compared as the col plane" in r.stdout, r.stdout + r.stderr
+    # torchao's fields, its per_tensor_scale turned into the amax
+    xt = torch.from_numpy(x.view(np.int16).copy()).view(torch.bfloat16)
+    t = nv.NVFP4Tensor.to_nvfp4(xt, per_tensor_scale=nv.per_tensor_amax_to_scale(xt.abs().max().float()))
+    np.savez(tmp_path / "ao.npz", qdata=t.qdata.numpy(), scale=t.scale.view(torch.uint8).numpy(),
+             per_tensor_scale=t.per_tensor_scale.numpy())
+    r = _run("diagnose", str(tmp_path / "x.npy"), str(tmp_path / "ao.npz"), "--rules", "te,torchao")
+    assert r.returncode == 0 and "reproduced exactly by: torchao" in r.stdout, r.stdout + r.stderr
+    # a planted bug: exit 1 and the hypothesis
+    s = o["row_scales"].copy()
+    s[0, 0] += 1
+    np.savez(tmp_path / "bad.npz", data=o["row_data"], scales=s)
+    r = _run("diagnose", str(tmp_path / "x.npy"), str(tmp_path / "bad.npz"), "--rules", "te")
+    assert r.returncode == 1 and "one ulp off in the scale" in r.stdout and "first differing block" in r.stdout
+    # bad input: exit 2 and one line
+    np.savez(tmp_path / "none.npz", foo=np.zeros(3))
+    r = _run("diagnose", str(tmp_path / "x.npy"), str(tmp_path / "none.npz"))
+    assert r.returncode == 2 and r.stderr.startswith("error:") and "data and a scales" in r.stderr
+    r = _run("diagnose", "--help")
+    assert r.returncode == 0 and "rowwise_data, rowwise_scale_inv" in r.stdout and "qdata, scale" in r.stdout

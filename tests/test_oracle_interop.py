@@ -1,0 +1,267 @@
+"""oracle.interop (SPEC 14.10): torchao 0.18's NVFP4Tensor and TE's NVFP4 tensor fields as oracle planes and back.
+
+Expected bytes come from torchao itself (its quantizer, its ``to_blocked`` / ``from_blocked``, its dequantize and
+``per_tensor_amax_to_scale``) and from TE's field shapes as its source states them
+(``NVFP4Quantizer.get_scale_shape``: rowwise ``(roundup(M,128), roundup(K/16,4))``, columnwise
+``(roundup(K,128), roundup(M/16,4))``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+torch = pytest.importorskip("torch")
+
+import oracle  # noqa: E402
+from oracle.interop import (  # noqa: E402
+    amax_from_torchao_scale,
+    from_te_fields,
+    from_torchao,
+    read_scales,
+    to_te_fields,
+    to_torchao,
+    torchao_fields,
+)
+
+pytestmark = pytest.mark.torch
+
+
+def _ao():
+    from conformance.independent import import_torchao
+
+    mods = import_torchao()
+    if mods is None:
+        pytest.skip("torchao is not installed")
+    return mods  # (nvfp4_tensor, utils)
+
+
+def _bf16_np(t) -> np.ndarray:
+    return t.contiguous().view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+
+
+def _ru(n, m):
+    return -(-n // m) * m
+
+
+# ---- torchao ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape,swizzled", [((200, 96), False), ((200, 96), True), ((3, 40, 64), False),
+                                            ((2, 128, 64), True), ((1, 16), False), ((1, 16), True)])
+@pytest.mark.parametrize("with_scale", [False, True])
+def test_from_torchao_reads_torchaos_own_bytes(shape, swizzled, with_scale):
+    """The plane holds torchao's nvfp4_quantize bytes (read with plain torch views, as the conformance backend did
+    before the adapter) whether torchao stored its scales compact or swizzled (its own from_blocked)."""
+    nv, utils = _ao()
+    x = torch.randn(*shape, dtype=torch.bfloat16) * 3
+    pts = nv.per_tensor_amax_to_scale(x.abs().max().float()) if with_scale else None
+    t = nv.NVFP4Tensor.to_nvfp4(x, per_tensor_scale=pts, is_swizzled_scales=swizzled)
+    ref_scales, ref_data = nv.nvfp4_quantize(x.contiguous(), block_size=16, per_tensor_scale=pts)
+    m = int(np.prod(shape[:-1]))
+    o = from_torchao(t)
+    p = o.row
+    assert p.shape == (m, shape[-1]) and p.rule == ("torchao" if with_scale else "torchao_noscale")
+    assert np.array_equal(p.data, ref_data.view(torch.uint8).reshape(m, -1).numpy())
+    assert np.array_equal(p.scales, ref_scales.view(torch.uint8).reshape(m, -1).numpy())
+    if swizzled:  # torchao's inverse of its own layout reads the same compact bytes
+        back = utils.from_blocked(t.scale.view(torch.uint8).reshape(-1), m, shape[-1] // 16)
+        assert np.array_equal(p.scales, back.numpy())
+    if with_scale:  # the amax gives back torchao's per-tensor scale, bit for bit
+        assert torch.equal(nv.per_tensor_amax_to_scale(torch.tensor(p.amax)), pts)
+    # and the oracle's own torchao rule gives the same bytes (SPEC 5.4 / 5.5)
+    q = oracle.quantize(_bf16_np(x).reshape(m, -1), rule=p.rule, amax=p.amax if with_scale else None).row
+    assert np.array_equal(q.data, p.data) and np.array_equal(q.scales, p.scales)
+
+
+@pytest.mark.parametrize("swizzled", [False, True])
+@pytest.mark.parametrize("rule", ["torchao", "torchao_noscale"])
+def test_to_torchao_round_trip_and_torchaos_dequantize(swizzled, rule):
+    nv, utils = _ao()
+    x = np.random.default_rng(3).standard_normal((130, 80)).astype(ml_dtypes.bfloat16)
+    q = oracle.quantize(x, rule=rule)
+    t = to_torchao(q, swizzled=swizzled, orig_dtype=torch.bfloat16)
+    assert t.is_swizzled_scales == swizzled and t.orig_dtype == torch.bfloat16 and tuple(t.shape) == (130, 80)
+    raw = t.scale.view(torch.uint8)
+    if swizzled:  # torchao's own layout function on the compact bytes
+        assert torch.equal(raw.reshape(-1), utils.to_blocked(torch.from_numpy(q.row.scales)).reshape(-1))
+        assert tuple(raw.shape) == (_ru(130, 128) // 4, _ru(80, 64) // 4)
+    else:
+        assert np.array_equal(raw.numpy(), q.row.scales)
+    assert (t.per_tensor_scale is None) == (rule == "torchao_noscale")
+    # torchao's dequantize of the oracle's bytes is the oracle's dequantize (SPEC 11.1's torchao factors)
+    got = t.dequantize(torch.float32).numpy()
+    want = oracle.dequantize(q.row)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    back = from_torchao(t).row
+    assert np.array_equal(back.data, q.row.data) and np.array_equal(back.scales, q.row.scales)
+    if rule == "torchao":
+        assert back.amax.view(np.uint32) == q.row.amax.view(np.uint32)
+
+
+def test_torchao_fields_are_the_stored_bytes():
+    nv, _ = _ao()
+    x = torch.randn(64, 32)
+    t = nv.NVFP4Tensor.to_nvfp4(x, per_tensor_scale=nv.per_tensor_amax_to_scale(x.abs().max()),
+                                is_swizzled_scales=True)
+    f = torchao_fields(t)
+    assert f["qdata"].shape == (64, 16) and f["scale"].shape == (32, 16) and f["is_swizzled_scales"]
+    assert f["orig_dtype"] == "float32" and f["block_size"] == 16 and not f["transposed"]
+    assert np.array_equal(f["scale"], t.scale.view(torch.uint8).numpy())
+    with pytest.raises(TypeError, match="torchao NVFP4Tensor"):
+        torchao_fields(np.zeros(3))
+
+
+def test_amax_from_torchao_scale_inverts_torchaos_division():
+    """For amaxes over many binades, the recovered A gives torchao's P back (torch's division); a P that no amax
+    gives is refused, and so is a negative one."""
+    nv, _ = _ao()
+    rng = np.random.default_rng(0)
+    amaxes = np.concatenate([(rng.random(300) * np.exp2(rng.integers(-30, 30, 300))).astype(np.float32),
+                             np.float32([1.0, 2688.0, 448.0, 1e-30, 3e38])])
+    for a in amaxes:
+        p = nv.per_tensor_amax_to_scale(torch.tensor(a))
+        got = amax_from_torchao_scale(p)
+        assert torch.equal(nv.per_tensor_amax_to_scale(torch.tensor(got)), p), a
+    assert np.isnan(amax_from_torchao_scale(np.float32(np.nan))) and amax_from_torchao_scale(np.float32(0)) == 0
+    # a P without an amax: the quotients skip fp32 values where the amaxes are sparser than the quotients
+    start = int(np.float32(1.6).view(np.uint32))  # P in [4096/2688, 2): its amaxes (in [4096, 5376)) are sparser
+    unreachable = None
+    for bits in range(start, start + 64):
+        p = np.uint32(bits).view(np.float32)
+        cands = (np.float32(np.float64(p) * 2688).view(np.uint32) + np.arange(-32, 33)).astype(np.uint32)
+        outs = nv.per_tensor_amax_to_scale(torch.from_numpy(cands.view(np.float32)))
+        if not (outs == torch.tensor(p)).any():
+            unreachable = p
+            break
+    assert unreachable is not None
+    with pytest.raises(ValueError, match="not fp32\\(amax / 2688\\)"):
+        amax_from_torchao_scale(unreachable)
+    with pytest.raises(ValueError, match=">= 0"):
+        amax_from_torchao_scale(np.float32(-1.0))
+
+
+def test_from_torchao_refusals_and_a_checked_amax():
+    nv, _ = _ao()
+    x = torch.randn(32, 32)
+    pts = nv.per_tensor_amax_to_scale(x.abs().max())
+    t = nv.NVFP4Tensor.to_nvfp4(x, per_tensor_scale=pts)
+    with pytest.raises(ValueError, match="transposed"):
+        from_torchao(t.t())
+    with pytest.raises(ValueError, match="does not give the tensor's per_tensor_scale"):
+        from_torchao(t, amax=np.float32(x.abs().max().item() * 2))
+    assert from_torchao(t, amax=x.abs().max().numpy()).row.amax == np.float32(x.abs().max().item())
+    per_expert = nv.NVFP4Tensor.to_nvfp4(x.reshape(1, 32, 32), per_tensor_scale=pts.reshape(1, 1, 1))
+    with pytest.raises(ValueError, match="per-expert"):
+        from_torchao(per_expert)
+
+
+# ---- TE fields ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("swizzled", [False, True])
+def test_te_fields_shapes_padding_and_round_trip(swizzled):
+    _, utils = _ao()
+    m, k = 48, 80  # M a multiple of 16 (TE's columnwise condition); K/16 = 5 scale columns
+    x = np.random.default_rng(1).standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    t = oracle.quantize(x, columnwise=True)
+    f = to_te_fields(t, swizzled=swizzled)
+    assert f["rowwise_data"].shape == (m, k // 2) and f["columnwise_data"].shape == (k, m // 2)
+    assert f["rowwise_scale_inv"].shape == (_ru(m, 128), _ru(k // 16, 4))
+    assert f["columnwise_scale_inv"].shape == (_ru(k, 128), _ru(m // 16, 4))
+    assert f["amax_rowwise"].dtype == np.float32 and f["amax_rowwise"].shape == (1,)
+    assert f["with_gemm_swizzled_scales"] is swizzled
+    for name, p in (("rowwise", t.row), ("columnwise", t.col)):
+        s = f[f"{name}_scale_inv"]
+        if swizzled:  # torchao's to_blocked is an independent implementation of the 128x4 layout
+            assert np.array_equal(s.reshape(-1), utils.to_blocked(torch.from_numpy(p.scales)).numpy().reshape(-1))
+        else:
+            assert np.array_equal(s[: p.rows, : p.cols // 16], p.scales)
+            s2 = s.copy()
+            s2[: p.rows, : p.cols // 16] = 0
+            assert not s2.any()  # the padding is 0x00 (SPEC 8.1)
+    extra = {"fp4_dtype": "kFloat4E2M1", "quantizer": None, "fake_dtype": torch.bfloat16}
+    back = from_te_fields(**f, **extra)
+    for got, want in ((back.row, t.row), (back.col, t.col)):
+        assert got.shape == want.shape and np.array_equal(got.data, want.data)
+        assert np.array_equal(got.scales, want.scales) and got.amax == want.amax
+    assert back.shape == (m, k)
+    # torch tensors (TE's own type) read the same
+    tf = to_te_fields(t, swizzled=swizzled, as_torch=True)
+    assert isinstance(tf["rowwise_data"], torch.Tensor)
+    back2 = from_te_fields(**tf)
+    assert np.array_equal(back2.col.scales, t.col.scales)
+
+
+def test_te_fields_of_an_nd_tensor_and_refusals():
+    x = np.random.default_rng(2).standard_normal((2, 8, 32)).astype(np.float32)
+    t = oracle.quantize(x, columnwise=True)  # M = 16 rows after flattening
+    f = to_te_fields(t)
+    nd = dict(f, rowwise_data=f["rowwise_data"].reshape(2, 8, 16), columnwise_data=f["columnwise_data"].reshape(32, 2, 4))
+    back = from_te_fields(**nd)
+    assert back.shape == (16, 32) and np.array_equal(back.row.data, t.row.data)
+    assert np.array_equal(back.col.data, t.col.data)
+    with pytest.raises(TypeError, match="unknown TE field"):
+        from_te_fields(**f, rowwise_scale=None)
+    with pytest.raises(ValueError, match="no plane"):
+        from_te_fields()
+    odd = oracle.quantize(np.ones((20, 32), np.float32), columnwise=True)  # M = 20: padded to 32 tokens
+    with pytest.raises(ValueError, match="multiple of 16"):
+        to_te_fields(odd)
+    with pytest.raises(ValueError, match="need 512 bytes"):
+        read_scales(np.zeros(100, np.uint8), 16, 2, "swizzled")
+
+
+# ---- device results (CPU tensors in the device classes; the CUDA path below) --------------------------------------
+
+
+def _device_result(q, swizzled):
+    from device._results import DeviceNVFP4Tensor
+
+    m, k = q.shape
+
+    def s(p):
+        return torch.from_numpy(p.swizzled_scales() if swizzled else p.scales)
+
+    return DeviceNVFP4Tensor(shape=(m, k), row_data=torch.from_numpy(q.row.data), row_scales=s(q.row),
+                             row_amax=torch.tensor([q.row.amax]), col_data=torch.from_numpy(q.col.data),
+                             col_scales=s(q.col), col_amax=torch.tensor([q.col.amax]), swizzled=swizzled,
+                             options=dict(q.options))
+
+
+@pytest.mark.parametrize("swizzled", [False, True])
+def test_device_result_converts_through_interop(swizzled):
+    x = np.random.default_rng(4).standard_normal((32, 64)).astype(ml_dtypes.bfloat16)
+    q = oracle.quantize(x, columnwise=True, rule="torchao")
+    dev = _device_result(q, swizzled)
+    for want_swz in (False, True):
+        ao = dev.to_torchao("row", swizzled=want_swz)
+        ref = to_torchao(q, "row", swizzled=want_swz)
+        assert torch.equal(ao.qdata, ref.qdata) and torch.equal(ao.scale.view(torch.uint8), ref.scale.view(torch.uint8))
+        assert torch.equal(ao.per_tensor_scale, ref.per_tensor_scale)
+        te = dev.to_te_fields(swizzled=want_swz)
+        te_ref = to_te_fields(q, swizzled=want_swz)
+        for key in ("rowwise_data", "rowwise_scale_inv", "columnwise_data", "columnwise_scale_inv", "amax_rowwise"):
+            assert np.array_equal(te[key].numpy(), te_ref[key]), (key, want_swz)
+    assert dev.to_te_fields()["with_gemm_swizzled_scales"] is swizzled  # its own layout by default
+
+
+@pytest.mark.cuda
+def test_device_quantize_to_torchao_and_te_fields_on_the_gpu():
+    import device
+
+    x = torch.randn(96, 128, dtype=torch.bfloat16, device="cuda")
+    xo = _bf16_np(x.cpu())
+    for rule in ("torchao", "te"):
+        q = device.quantize(x, columnwise=True, rule=rule)
+        ref = oracle.quantize(xo, columnwise=True, rule=rule)
+        ao = q.to_torchao("row")
+        assert ao.qdata.device.type == "cuda"
+        assert np.array_equal(ao.qdata.cpu().numpy(), ref.row.data)
+        back = from_torchao(ao)
+        assert np.array_equal(back.row.scales, ref.row.scales)
+        te = q.to_te_fields(swizzled=False)
+        assert te["rowwise_scale_inv"].device.type == "cuda"
+        got = from_te_fields(**te, rule=rule)
+        assert np.array_equal(got.col.data, ref.col.data) and np.array_equal(got.col.scales, ref.col.scales)

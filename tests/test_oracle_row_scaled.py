@@ -1,0 +1,245 @@
+"""SPEC 5.7 (row-scaled NVFP4: one amax per row) and 12.8 (one GEMM alpha per output row or column): hand-worked
+rows, a scalar re-implementation per row, dequantization, and every GEMM model's per-row alpha against independent
+computations (scalar fp32 loops and Fractions)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from spec_scalar import e4m3_value, te_quantize_row_blocks
+from test_oracle_four_over_six import pack, ref_4over6, rn_f32
+
+import oracle
+from oracle.fp4_numpy import E2M1_VALUES, unpack_fp4
+
+F = np.float32
+
+
+def _rows(rng, m: int, k: int) -> np.ndarray:
+    """Rows of very different magnitudes (what row scaling is for), with zeros and a NaN."""
+    x = rng.standard_normal((m, k)) * np.exp(rng.uniform(-6, 6, (m, 1)))
+    x[rng.random((m, k)) < 0.05] = 0
+    x = x.astype(np.float32)
+    x[1, 3] = np.nan
+    return x
+
+
+def test_hand_two_rows():
+    # row 0: amax 2688 -> S_enc 1; block max 12: sf = 12 * fp32(1/6) -> 2.0 (0x40), multiplier 1/2.
+    # row 1: amax 12 -> S_enc = fp32(2688/12) = 224; block max 12: sf = 12 * (224 * fp32(1/6)) = 448 (0x7E);
+    #        multiplier 1 / (448 * fp32(1/224)) = 0.5: the same codes, the finest scale for the row.
+    x = np.zeros((2, 32), np.float32)
+    x[0, :3] = [12, 5, -1]
+    x[0, 16] = 2688
+    x[1, :3] = [12, 5, -1]
+    t = oracle.quantize(x, row_scaled=True)
+    assert t.row.row_scaled and t.row.amax.tolist() == [2688.0, 12.0]
+    assert t.row.scales[0, 0] == 0x40 and t.row.scales[1].tolist() == [0x7E, 0x00]
+    assert t.row.data[0, :2].tolist() == pack([7, 4, 9, 0]) and t.row.data[1, :2].tolist() == pack([7, 4, 9, 0])
+    plain = oracle.quantize(x)  # one amax 2688: row 1's block scale is 2.0 as well
+    assert plain.row.scales[1, 0] == 0x40
+
+
+def test_matches_scalar_transcription_per_row():
+    """SPEC 5.1 + 5.2 run per row with that row's amax (tests/spec_scalar.py, a scalar transcription)."""
+    rng = np.random.default_rng(0)
+    x = _rows(rng, 24, 64)
+    t = oracle.quantize(x, row_scaled=True)
+    codes = unpack_fp4(t.row.data, 64)
+    for r in range(x.shape[0]):
+        a = F(np.nanmax(np.abs(x[r])))
+        assert t.row.amax[r] == a
+        want_codes, want_scales = te_quantize_row_blocks(x[r], a)
+        assert t.row.scales[r].tolist() == want_scales and codes[r].tolist() == want_codes, r
+    # supplied per-row amaxes (SPEC 4.3 per value), including 0, +Inf and NaN
+    amax = np.abs(rng.standard_normal(24)).astype(np.float32)
+    amax[:3] = [0.0, np.inf, np.nan]
+    t = oracle.quantize(x, row_scaled=True, amax=amax)
+    codes = unpack_fp4(t.row.data, 64)
+    for r in range(x.shape[0]):
+        want_codes, want_scales = te_quantize_row_blocks(x[r], amax[r])
+        assert t.row.scales[r].tolist() == want_scales and codes[r].tolist() == want_codes, r
+
+
+def test_row_amax_is_nan_ignoring_and_zero_rows_give_zero():
+    x = np.zeros((3, 16), np.float32)
+    x[0, :2] = [np.nan, -3.0]
+    x[2, :] = np.nan
+    t = oracle.quantize(x, row_scaled=True)
+    assert t.row.amax.tolist() == [3.0, 0.0, 0.0]
+    assert t.row.scales.tolist() == [te_quantize_row_blocks(x[r], t.row.amax[r])[1] for r in range(3)]
+
+
+def test_with_four_over_six_uses_the_row_amax():
+    rng = np.random.default_rng(1)
+    x = _rows(rng, 20, 48)
+    for mode, fast, g in (("mae", False, 448), ("mse", True, 256), ("mse", False, 256)):
+        t = oracle.quantize(x, row_scaled=True, four_over_six=mode, four_over_six_fast_math=fast, global_scale_max=g)
+        a = np.array([np.nanmax(np.abs(r)) for r in x], np.float32)
+        scales, codes, _ = ref_4over6(x, amax=a, mode=mode, fast=fast, g=g)
+        assert np.array_equal(t.row.scales, scales)
+        assert np.array_equal(unpack_fp4(t.row.data, 48), codes)
+
+
+def test_dequantize_uses_each_rows_amax():
+    rng = np.random.default_rng(2)
+    x = _rows(rng, 6, 32)
+    for kw in (dict(), dict(four_over_six="mae", global_scale_max=256)):
+        p = oracle.quantize(x, row_scaled=True, **kw).row
+        rcp = rn_f32(Fraction(1, 6 * p.global_scale_max))
+        codes = unpack_fp4(p.data, 32)
+        got = oracle.dequantize(p)
+        for r in range(6):
+            for c in range(32):
+                f = F(F(F(e4m3_value(int(p.scales[r, c // 16]))) * p.amax[r]) * rcp)  # SPEC 11.1, left to right
+                want = F(E2M1_VALUES[codes[r, c]] * f)
+                assert np.asarray(got[r, c]).tobytes() == np.asarray(want).tobytes(), (r, c)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(columnwise=True), "rowwise plane only"),
+    (dict(rowwise=False, columnwise=True), "rowwise plane only"),
+    (dict(block=(16, 16)), "1x16 blocks only"),
+    (dict(rule="torchao"), "rule 'te' only"),
+    (dict(rounding="sr"), "rounding='rn'"),
+    (dict(amax=np.ones(3, np.float32)), "one real number per row"),
+    (dict(amax=-np.ones(16, np.float32)), ">= 0"),
+])
+def test_refused(kwargs, message):
+    x = np.ones((16, 32), np.float32)
+    with pytest.raises(ValueError, match=message):
+        oracle.quantize(x, row_scaled=True, **kwargs)
+
+
+def test_grouped_row_amax_has_one_entry_per_row():
+    rng = np.random.default_rng(3)
+    x = _rows(rng, 40, 32)
+    g = oracle.group_quantize(x, [15, 0, 25], row_scaled=True)
+    want = np.array([np.nanmax(np.abs(r)) for r in x], np.float32)
+    assert g.row_amax.shape == (40,) and np.array_equal(g.row_amax, want)
+    assert np.array_equal(g.buffers()["row_amax"], want)
+    codes = unpack_fp4(g.row_planes[2].data, 32)
+    for r in range(25):
+        want_codes, want_scales = te_quantize_row_blocks(x[15 + r], want[15 + r])
+        assert g.row_planes[2].scales[r].tolist() == want_scales and codes[r].tolist() == want_codes
+    with pytest.raises(ValueError, match="one real number per row"):
+        oracle.group_quantize(x, [15, 0, 25], row_scaled=True, amax=np.ones(3))
+
+
+# ---------------------------------------------------------------- SPEC 12.8
+
+def _alpha_scalar(a_amax, b_amax, g_a=448, g_b=448) -> np.float32:
+    """SPEC 12.1 / 12.8 for one output element: (amax_A * amax_B) * fp32(1/(36 G_A G_B))."""
+    return F(F(F(a_amax) * F(b_amax)) * rn_f32(Fraction(1, 36 * g_a * g_b)))
+
+
+def _planes(rng, m=12, n=10, k=64):
+    x = np.nan_to_num(_rows(rng, m, k))
+    w = (rng.standard_normal((n, k)) * np.exp(rng.uniform(-4, 4, (n, 1)))).astype(np.float32)
+    return x, w
+
+
+def test_gemm_alpha_shapes_and_values():
+    rng = np.random.default_rng(4)
+    x, w = _planes(rng)
+    a_rs = oracle.quantize(x, row_scaled=True).row
+    b_rs = oracle.quantize(w, row_scaled=True, four_over_six="mse", global_scale_max=256).row
+    a, b = oracle.quantize(x).row, oracle.quantize(w).row
+    al = oracle.gemm_alpha(a_rs, b)
+    assert al.shape == (12, 1)
+    assert [al[i, 0] for i in range(12)] == [_alpha_scalar(a_rs.amax[i], b.amax) for i in range(12)]
+    al = oracle.gemm_alpha(a, b_rs)
+    assert al.shape == (1, 10)
+    assert [al[0, j] for j in range(10)] == [_alpha_scalar(a.amax, b_rs.amax[j], 448, 256) for j in range(10)]
+    al = oracle.gemm_alpha(a_rs, b_rs)
+    assert al.shape == (12, 10)
+    assert all(al[i, j] == _alpha_scalar(a_rs.amax[i], b_rs.amax[j], 448, 256) for i in range(12) for j in range(10))
+
+
+def _dequant_fractions(p) -> list:
+    """Each element of a plane as an exact Fraction: E2M1 value * E4M3 scale (no amax: 12.2's block terms)."""
+    codes = unpack_fp4(p.data, p.cols)
+    return [[Fraction(float(E2M1_VALUES[codes[r, c]])) * Fraction(e4m3_value(int(p.scales[r, c // 16])))
+             for c in range(p.cols)] for r in range(p.rows)]
+
+
+def test_sequential_model_with_per_row_alpha_scalar_loop():
+    """SPEC 12.2 with 12.8's alpha: acc = fp32 sum over 16-blocks in K order (each block term exact), then
+    RN(alpha_m * acc), + C, + bias, written as scalar fp32 steps."""
+    rng = np.random.default_rng(5)
+    x, w = _planes(rng, 6, 5, 48)
+    a = oracle.quantize(x, row_scaled=True).row
+    b = oracle.quantize(w).row
+    c = rng.standard_normal((6, 5)).astype(np.float32)
+    bias = rng.standard_normal(5).astype(np.float32)
+    got = oracle.gemm(a, b, model="sequential", out_dtype="float32", accumulate=c, bias=bias)
+    da, db = _dequant_fractions(a), _dequant_fractions(b)
+    for i in range(6):
+        for j in range(5):
+            acc = F(0.0)
+            for kb in range(3):
+                term = sum(da[i][16 * kb + t] * db[j][16 * kb + t] for t in range(16))
+                acc = F(acc + F(float(term)))  # the term is exact in fp32 (SPEC 12.2)
+            y = F(F(F(_alpha_scalar(a.amax[i], b.amax) * acc) + c[i, j]) + bias[j])
+            assert np.asarray(got[i, j]).tobytes() == np.asarray(y).tobytes(), (i, j)
+
+
+def test_exact_model_with_per_row_alpha_fractions():
+    """SPEC 12.3 with 12.8: alpha_mn * S + C rounded once, the exact sum S from Fractions."""
+    rng = np.random.default_rng(6)
+    x, w = _planes(rng, 5, 4, 32)
+    a = oracle.quantize(x, row_scaled=True).row
+    b = oracle.quantize(w, row_scaled=True).row
+    c = rng.standard_normal((5, 4)).astype(np.float32)
+    got = oracle.gemm(a, b, model="exact", out_dtype="float32", accumulate=c)
+    da, db = _dequant_fractions(a), _dequant_fractions(b)
+    for i in range(5):
+        for j in range(4):
+            s = sum(da[i][t] * db[j][t] for t in range(32))
+            v = Fraction(float(_alpha_scalar(a.amax[i], b.amax[j]))) * s + Fraction(float(c[i, j]))
+            assert got[i, j] == rn_f32(v), (i, j)
+
+
+@pytest.mark.parametrize("model", ["sequential", "exact", "tensor_core", "sm100"])
+def test_every_model_applies_the_row_alpha_as_its_scalar_alpha(model):
+    """Row m of a GEMM with a row-scaled A equals the same model with alpha given as the scalar alpha_m (SPEC 12.8:
+    the epilogue is unchanged, only its alpha is per element)."""
+    rng = np.random.default_rng(7)
+    x, w = _planes(rng, 6, 8, 64)
+    a = oracle.quantize(x, row_scaled=True).row
+    b = oracle.quantize(w).row
+    bias = rng.standard_normal(8).astype(np.float32)
+    got = oracle.gemm(a, b, model=model, out_dtype="bfloat16", bias=bias)
+    for i in range(6):
+        ai = oracle.QuantizedPlane(a.data[i : i + 1], a.scales[i : i + 1], F(1.0), (1, 64))
+        want = oracle.gemm(ai, b, model=model, out_dtype="bfloat16", bias=bias, alpha=_alpha_scalar(a.amax[i], b.amax))
+        assert np.asarray(got[i]).tobytes() == np.asarray(want[0]).tobytes(), (model, i)
+
+
+def test_error_bound_per_element():
+    rng = np.random.default_rng(8)
+    x, w = _planes(rng, 6, 5, 64)
+    amax = np.array([np.nanmax(np.abs(r)) for r in x], np.float32)
+    amax[2] = np.inf  # alpha of row 2 is not finite: its bound is NaN, the others are finite (SPEC 12.4 / 12.8)
+    a = oracle.quantize(x, row_scaled=True, amax=amax).row
+    b = oracle.quantize(w).row
+    bound = oracle.gemm_error_bound(a, b, out_dtype="float32")
+    assert np.isnan(bound[2]).all() and np.isfinite(bound[[0, 1, 3, 4, 5]]).all()
+    ys = oracle.gemm(a, b, out_dtype="float32")
+    ye = oracle.gemm(a, b, model="exact", out_dtype="float32")
+    assert oracle.within_bound(ys, ye, bound).all()
+
+
+def test_grouped_gemm_fprop_per_row_alpha():
+    rng = np.random.default_rng(9)
+    x = np.nan_to_num(_rows(rng, 30, 32))
+    w = rng.standard_normal((2 * 8, 32)).astype(np.float32)
+    gx = oracle.group_quantize(x, [10, 20], row_scaled=True)
+    gw = oracle.group_quantize(w, [8, 8])
+    y = oracle.grouped_gemm(gx, gw, kind="fprop", out_dtype="float32")
+    for g, (r0, r1) in enumerate(((0, 10), (10, 30))):
+        want = oracle.gemm(gx.row_planes[g], gw.row_planes[g], out_dtype="float32")
+        assert np.array_equal(y[r0:r1], want)
+        assert oracle.gemm_alpha(gx.row_planes[g], gw.row_planes[g]).shape == (r1 - r0, 1)
