@@ -372,13 +372,15 @@ def test_mode_of_a_forced_algorithm():
 
 def test_plan_names_are_the_codes():
     """The plan vocabulary (force_plan's names, docs/design.md's) is the Python names of csrc/common/codes.h's enums,
-    the algorithms split into the two modes, each with its output tile; plans carry the enums themselves."""
+    the algorithms split into the three modes, each with its output tile; plans carry the enums themselves."""
     assert list(Algorithm.__members__) == ["fused_64x256", "fused_128x256", "fused_pair_256x256", "swapped_64x256",
-                                           "copies_cutlass", "exact_fused", "exact_copies", "exact_hybrid"]
-    assert list(Loader.__members__) == ["cp_async", "tma"]
+                                           "copies_cutlass", "exact_fused", "exact_copies", "exact_hybrid",
+                                           "sm100_simt"]
+    assert list(Loader.__members__) == ["cp_async", "tma", "loads"]
     assert list(Epilogue.__members__) == ["staged", "tma_store", "direct", "cutlass"]
-    assert set(_dispatch.FAST) | set(_dispatch.EXACT) == set(Algorithm)
-    assert not set(_dispatch.FAST) & set(_dispatch.EXACT)
+    assert set(_dispatch.FAST) | set(_dispatch.EXACT) | set(_dispatch.SM100) == set(Algorithm)
+    assert not set(_dispatch.FAST) & set(_dispatch.EXACT) and not (set(_dispatch.FAST) | set(_dispatch.EXACT)) & set(
+        _dispatch.SM100)
     assert set(ALGORITHM_TILES) == set(Algorithm)
     for a in Algorithm:  # the tile is in the name of the fused fast algorithms and of the swapped one
         if a.name.startswith(("fused", "swapped")):
@@ -388,7 +390,8 @@ def test_plan_names_are_the_codes():
     assert got.tile == (256, 256)
     assert str(got) == "fused_pair_256x256 (loader cp_async, epilogue tma_store)"
     for a in Algorithm:  # a forced algorithm is that enum, whatever the sizes
-        p = problem("fprop", 4, 4096, 1024, 1024, mode="fast" if a in _dispatch.FAST else "exact")
+        mode = "fast" if a in _dispatch.FAST else ("exact" if a in _dispatch.EXACT else "sm100")
+        p = problem("fprop", 4, 4096, 1024, 1024, mode=mode)
         assert plan_gemm(p, algorithm=a.name).algorithm is a
 
 
