@@ -29,6 +29,10 @@ FORCED: dict[str, str] = {}
 # ------------------------------------------------------------------------------------------------------------------
 
 
+# the kernel names as a plain tuple: torch.compile (dynamo 2.11) cannot test membership in an enum's __members__
+_QUANTIZE_KERNEL_NAMES = tuple(QuantizeKernel.__members__)
+
+
 class QuantizePlan(NamedTuple):
     """The kernel families of a quantize call's two passes: the amax pass (SPEC 4) and the quantizer (SPEC 5-8)."""
 
@@ -86,8 +90,8 @@ def plan_quantize(dtype: str, *, rht: bool, rht_signs: int, block2d: bool, sr: b
         quant_fast = fast_bf16_reason(dtype, rht=rht, rht_signs=rht_signs, block2d=block2d, sr=sr) is None
         return QuantizePlan(QuantizeKernel.fast_bf16 if amax_fast else QuantizeKernel.general,
                             QuantizeKernel.fast_bf16 if quant_fast else QuantizeKernel.general)
-    if kernel not in QuantizeKernel.__members__:
-        raise ValueError(f"quantize kernel must be one of {list(QuantizeKernel.__members__)}, got {kernel!r}")
+    if kernel not in _QUANTIZE_KERNEL_NAMES:
+        raise ValueError(f"quantize kernel must be one of {list(_QUANTIZE_KERNEL_NAMES)}, got {kernel!r}")
     if kernel == "fast_bf16":
         why = fast_bf16_reason(dtype, rht=rht, rht_signs=rht_signs, block2d=block2d, sr=sr)
         if why:

@@ -21,6 +21,8 @@ from ._results import DeviceGroupedNVFP4Tensor, DeviceNVFP4Tensor
 __all__ = ["dequantize", "group_quantize", "quantize", "swizzle_scales"]
 
 _DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
+# the rule names as a plain tuple: torch.compile (dynamo 2.11) cannot test membership in an enum's __members__
+_RULE_NAMES = tuple(Rule.__members__)
 
 
 def _check_x(x) -> Tensor:
@@ -70,8 +72,8 @@ def _options(x2: Tensor, *, rowwise, columnwise, rht, rht_signs, block, rule, ro
             raise TypeError(f"{name} must be a Python integer, got {type(v).__name__}")
     if not (rowwise or columnwise):
         raise ValueError("at least one of rowwise / columnwise must be requested")
-    if rule not in Rule.__members__:
-        raise ValueError(f"rule must be one of {list(Rule.__members__)}, got {rule!r}")
+    if rule not in _RULE_NAMES:
+        raise ValueError(f"rule must be one of {list(_RULE_NAMES)}, got {rule!r}")
     block = check_block(block)  # the oracle's parser: (1, 16) / (16, 16) or "1x16" / "16x16"
     if rounding not in ("rn", "sr"):
         raise ValueError(f"rounding must be 'rn' or 'sr', got {rounding!r}")
@@ -275,8 +277,8 @@ def dequantize(q, plane: str = "row", *, scales: Tensor | None = None, amax: Ten
         raise ValueError("raw dequantize needs swizzled=True or False, the layout of the scale bytes (SPEC 8; "
                          "device.quantize writes swizzled scales unless swizzled=False)")
     rule = "te" if rule is None else rule
-    if rule not in Rule.__members__:
-        raise ValueError(f"rule must be one of {list(Rule.__members__)}, got {rule!r}")
+    if rule not in _RULE_NAMES:
+        raise ValueError(f"rule must be one of {list(_RULE_NAMES)}, got {rule!r}")
     data = q if not isinstance(q, DeviceNVFP4Tensor) else data
     _ops.require_cuda_tensors(data=data, scales=scales, amax=amax)  # (before .contiguous() / .to() below)
     rows, cols = (int(s) for s in shape)

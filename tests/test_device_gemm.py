@@ -1279,7 +1279,7 @@ def test_binding_refuses_plans_it_cannot_run():
     refused("wgrad", dyc, xc, dw, "exact_hybrid runs fprop and dgrad", algorithm="exact_hybrid", loader="tma",
             epilogue="staged")
     refused("fprop", xq, wq, y, "unknown algorithm code 9", algorithm=9, loader="cp_async", epilogue="staged")
-    refused("fprop", xq, wq, y, "unknown loader code 2", algorithm="fused_128x256", loader=2, epilogue="staged")
+    refused("fprop", xq, wq, y, "unknown loader code 3", algorithm="fused_128x256", loader=3, epilogue="staged")
     refused("fprop", xq, wq, y, "unknown epilogue code 4", algorithm="fused_128x256", loader="cp_async", epilogue=4)
     # the TMA store of an output whose map does not apply: fprop's fp32 output (wgrad's map only)
     y32 = torch.empty((t, n), dtype=torch.float32, device=DEV)
