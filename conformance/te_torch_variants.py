@@ -12,7 +12,8 @@ The sibling of :mod:`conformance.te_torch`, written from the SPEC text alone in 
 * :func:`candidate` -- SPEC 5.6 per candidate (map-to-6, map-to-4): scale byte, multiplier, codes, E2M1 values;
 * :func:`row_errors`, :func:`tile_tree_sum` -- SPEC 5.6's error of a candidate on every block row (input or product
   domain, MAE or MSE, summed in element order) and the 16x16 tiles' tree sum of their 16 row errors;
-* :func:`four_over_six_blocks` -- the choice (map-to-4 iff its error is strictly smaller) and the plane's bytes;
+* :func:`prefers_map4`, :func:`four_over_six_blocks` -- the choice (map-to-4 iff its error is strictly smaller) and
+  the plane's bytes;
 * :func:`encode_variant_plane` -- one plane's bytes under a variant (4over6 and / or per-row amaxes).
 """
 
@@ -35,8 +36,8 @@ from .te_torch import (
 )
 
 __all__ = ["E2M1_VALUES", "ERROR_MODES", "GLOBAL_SCALE_MAXES", "PLAIN", "Variant", "candidate", "check_variant",
-           "encode_scale_g", "encode_variant_plane", "four_over_six_blocks", "row_amax", "row_errors",
-           "tile_tree_sum"]
+           "encode_scale_g", "encode_variant_plane", "four_over_six_blocks", "prefers_map4", "row_amax",
+           "row_errors", "tile_tree_sum"]
 
 ERROR_MODES = ("mae", "mse")
 GLOBAL_SCALE_MAXES = (448, 256)
@@ -160,9 +161,14 @@ def four_over_six_blocks(src: torch.Tensor, b: torch.Tensor, amax: torch.Tensor,
         if real is None:
             real = torch.arange(-(-r // 16) * 16) < r
         err6, err4 = (_tiles_of(e, real) for e in (err6, err4))
-    take4 = err4 < err6
+    take4 = prefers_map4(err4, err6)
     codes = torch.where(take4.unsqueeze(2), codes4, codes6)
     return pack(codes.reshape(r, c)), torch.where(take4, byte4, byte6)
+
+
+def prefers_map4(err4: torch.Tensor, err6: torch.Tensor) -> torch.Tensor:
+    """SPEC 5.6: a block (or tile) takes map-to-4 iff ``err_4 < err_6``; a tie, and a NaN error, keep map-to-6."""
+    return err4 < err6
 
 
 def _tiles_of(err: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
