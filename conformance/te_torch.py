@@ -23,6 +23,10 @@ Organisation, one function per SPEC section:
 * :func:`quantize` -- SPEC 4.2, 4.3, 6 (both planes, the amax of each, the buffers of a quantize case);
 * :func:`group_quantize` -- SPEC 9.1-9.3 (every group at once with its own amax and S_enc; the flat buffers,
   offsets and zero tails up to the device capacity).
+
+TE's variants of rule "te" (4over6, SPEC 5.6; row scaling, SPEC 5.7) live in the sibling
+:mod:`conformance.te_torch_variants`, written the same way; :func:`quantize` and :func:`group_quantize` take their
+keywords and call into it.
 """
 
 from __future__ import annotations
