@@ -24,7 +24,14 @@ from oracle.swizzle import swizzle_scales
 
 from . import independent as ind
 from .cases import Case
-from .ops import gemm_epilogue, gemm_planes, grouped_gemm_b_splits, operand_quant_kwargs, quantize_kwargs
+from .ops import (
+    gemm_epilogue,
+    gemm_planes,
+    grouped_gemm_b_splits,
+    operand_quant_kwargs,
+    quantize_kwargs,
+    te_variant_kwargs,
+)
 
 __all__ = ["Backend", "BACKENDS", "BackendSpecError", "CPU_DEFAULT", "DeviceBackend", "MmasimBackend",
            "OracleGroupedBackend", "grouped_gemm_operands_by", "grouped_gemm_plan", "make_backend", "register_backend"]
@@ -32,6 +39,11 @@ __all__ = ["Backend", "BACKENDS", "BackendSpecError", "CPU_DEFAULT", "DeviceBack
 
 class BackendSpecError(ValueError):
     """A ``--backend`` spec that names no backend, or a backend object that cannot be used (a usage error)."""
+
+
+#: The space of a quantize backend without TE's variants of rule "te" (SPEC 5.6, 5.7): plain rule "te" only.
+NO_TE_VARIANTS = {"four_over_six": [None], "four_over_six_fast_math": [False], "global_scale_max": [448],
+                  "row_scaled": [False]}
 
 
 class Backend:
@@ -71,15 +83,17 @@ class Backend:
 
 
 class MlDtypesBackend(Backend):
-    """E2M1 / E4M3 / bf16 conversions by ml_dtypes, and dequantize (SPEC 11) with ml_dtypes' decoders."""
+    """E2M1 / E4M3 / bf16 conversions by ml_dtypes, and dequantize (SPEC 11, G = 448 or 256) with ml_dtypes'
+    decoders."""
 
     name = "mldtypes"
     ops = ("e2m1", "e4m3", "bf16", "dequantize")
 
     def run(self, op, case):
         if op == "dequantize":
-            a = case.arrays
-            return {"y": ind.mld_dequantize(a["data"], a["scales"], a["amax"][0], case.options.get("rule", "te"))}
+            a, o = case.arrays, case.options
+            return {"y": ind.mld_dequantize(a["data"], a["scales"], a["amax"][0], o.get("rule", "te"),
+                                            int(o.get("global_scale_max", 448)))}
         x = case.arrays["x"]
         return {"e2m1": lambda: {"codes": ind.mld_e2m1(x)}, "e4m3": lambda: {"bytes": ind.mld_e4m3(x)},
                 "bf16": lambda: {"bits": ind.mld_bf16(x)}}[op]()
@@ -117,11 +131,12 @@ class TorchaoBackend(Backend):
         return None
 
     def space(self, op):
-        if op == "quantize":
+        if op == "quantize":  # (torchao has no 4over6 or row scaling)
             return {"rule": ["torchao", "torchao_noscale"], "rounding": ["rn"], "block": [[1, 16]], "rht": [False],
-                    "dtype": ["bfloat16", "float32"], "amax": ["computed"], "min_rows": 1, "swizzled": [True]}
+                    "dtype": ["bfloat16", "float32"], "amax": ["computed"], "min_rows": 1, "swizzled": [True],
+                    **NO_TE_VARIANTS}
         if op == "dequantize":  # (an NVFP4Tensor of 0 rows reads its packed width as the row length)
-            return {"rule": ["torchao", "torchao_noscale"], "min_rows": 1}
+            return {"rule": ["torchao", "torchao_noscale"], "min_rows": 1, "global_scale_max": [448]}
         return {}
 
     def run(self, op, case):
@@ -136,10 +151,12 @@ class TorchaoBackend(Backend):
 
 class TorchTEBackend(Backend):
     """Rule "te" / "te_fused_rht" quantization and grouped quantization (round to nearest, both planes, 1x16 and
-    16x16 blocks, the RHT, compact and swizzled scales, a computed or supplied amax, SPEC 9's flat buffers) by
-    :mod:`conformance.te_torch`: torch float32 ops written from SPEC 4-9 alone, sharing no code with the oracle, so
-    the oracle's TE arithmetic meets a second implementation on the CPU. Stochastic rounding and the torchao rules
-    are not implemented (space: ``rule=["te", "te_fused_rht"]``, ``rounding=["rn"]``)."""
+    16x16 blocks, the RHT, compact and swizzled scales, a computed or supplied amax, SPEC 9's flat buffers) and TE's
+    variants of rule "te" (4over6: MAE / MSE, input or product domain, G = 448 or 256; row scaling; SPEC 5.6, 5.7) by
+    :mod:`conformance.te_torch` and :mod:`conformance.te_torch_variants`: torch float32 ops written from SPEC 4-9
+    alone, sharing no code with the oracle, so the oracle's TE arithmetic meets a second implementation on the CPU.
+    Stochastic rounding and the torchao rules are not implemented (space: ``rule=["te", "te_fused_rht"]``,
+    ``rounding=["rn"]``)."""
 
     name = "torch-te"
     ops = ("quantize", "group_quantize")
@@ -161,7 +178,7 @@ class TorchTEBackend(Backend):
             raise ValueError(f"torch-te runs rules {te_torch.RULES}, rounding 'rn' and splits adding up to T, not "
                              f"{o['rule']!r} / {o['rounding']!r} / {o.get('splits_rule')!r}")
         kw = dict(rowwise=o["rowwise"], columnwise=o["columnwise"], rht=o["rht"], rht_signs=o["rht_signs"],
-                  block=o["block"], rule=o["rule"], amax=case.arrays.get("amax"))
+                  block=o["block"], rule=o["rule"], amax=case.arrays.get("amax"), **te_variant_kwargs(case))
         if op == "group_quantize":
             return te_torch.group_quantize(case.arrays["x"], case.arrays["splits"], **kw)
         return te_torch.quantize(case.arrays["x"], **kw)
@@ -219,8 +236,9 @@ class TensorCoreBackend(Backend):
 
 
 class ComposedBackend(Backend):
-    """Grouped quantization composed from per-group ``oracle.quantize`` calls and layout code written from
-    SPEC 8/9 (scatter swizzle, offsets, capacities): checks ``oracle.group_quantize`` and ``oracle.swizzle``."""
+    """Grouped quantization composed from per-group ``oracle.quantize`` calls (TE's variants too, SPEC 5.6, 5.7) and
+    layout code written from SPEC 8/9 (scatter swizzle, offsets, capacities): checks ``oracle.group_quantize`` and
+    ``oracle.swizzle``."""
 
     name = "composed"
     ops = ("group_quantize", "layout")
@@ -248,10 +266,14 @@ class ComposedBackend(Backend):
         cap = dict(zip(("row_data", "row_scale", "col_data", "col_scale"), ind.capacities_by_formula(t, k, e), strict=True))
         parts: dict[str, list] = {}
         amaxes: dict[str, list] = {"row": [], "col": []}
+        row_scaled = bool(kw.get("row_scaled"))
         for g in range(e):
-            xg = x[offs["row_offsets"][g] : offs["row_offsets"][g + 1]]
+            rows = slice(offs["row_offsets"][g], offs["row_offsets"][g + 1])
+            xg = x[rows]
             ag = None
-            if amax is not None:
+            if amax is not None and row_scaled:  # SPEC 5.7: the group's rows' own amaxes
+                ag = amax[rows]
+            elif amax is not None:
                 ag = (np.float32(amax[0][g]), np.float32(amax[1][g])) if isinstance(amax, tuple) else np.float32(amax[g])
             kw_g = dict(kw, offset=(int(kw["offset"]) + g) % 2**32)
             tq = oracle.quantize(xg, amax=ag, **kw_g)
@@ -270,7 +292,9 @@ class ComposedBackend(Backend):
             for name in ("data", "scales", "scales_compact"):
                 chunks = parts.get(f"{p}_{name}", [])
                 out[f"{p}_{name}"] = np.concatenate(chunks) if chunks else np.zeros(0, np.uint8)
-            out[f"{p}_amax"] = np.array(amaxes[p], np.float32)
+            # (row-scaled: each group's [m_g] row amaxes, one after the other, SPEC 5.7)
+            out[f"{p}_amax"] = (np.concatenate([np.zeros(0, np.float32), *amaxes[p]]) if row_scaled
+                                else np.array(amaxes[p], np.float32))
             out[f"{p}_data_offsets"] = offs[f"{p}_data"]
             out[f"{p}_scale_offsets"] = offs[f"{p}_scale"]
             out[f"{p}_data_tail"] = np.zeros(int(cap[f"{p}_data"]) - out[f"{p}_data"].size, np.uint8)
@@ -480,7 +504,9 @@ class DeviceBackend(Backend):
     def space(self, op):
         if op.startswith("grouped_gemm") or op in ("dequantize", "layout"):
             return {}
-        s = {"max_elems": 1 << 22, "quantize_kernel": ["auto", "general"]}
+        # 4over6 (SPEC 5.6) on bfloat16 input; no row-scaled planes (SPEC 5.7: the oracle's only)
+        s = {"max_elems": 1 << 22, "quantize_kernel": ["auto", "general"], "four_over_six_dtype": ["bfloat16"],
+             "row_scaled": [False]}
         if op == "group_quantize":
             s["loose_splits"] = True  # device splits need not add up to T (SPEC 9.4)
         sup = getattr(self._mod, "SUPPORTED", None)  # (every option of SPEC 4-10 runs on the device)
@@ -555,9 +581,12 @@ class DeviceBackend(Backend):
         data.copy_(torch.from_numpy(d.reshape(-1)))
         swz = bool(case.options["swizzled"])
         scales = torch.from_numpy(swizzle_scales(sc) if swz else sc).to(dev)
+        kw = {}
+        if int(case.options.get("global_scale_max", 448)) != 448:  # (SPEC 11.1's G; a plain case passes none)
+            kw["global_scale_max"] = int(case.options["global_scale_max"])
         y = self._mod.dequantize(data, scales=scales, amax=torch.from_numpy(a["amax"]).to(dev),
                                  shape=(d.shape[0], 2 * d.shape[1]), swizzled=swz,
-                                 rule=case.options.get("rule", "te"))
+                                 rule=case.options.get("rule", "te"), **kw)
         torch.cuda.synchronize(dev)
         return {"y": _np(y)}
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from oracle.rht import DEFAULT_RHT_SIGNS
 
-__all__ = ["Case", "CaseFileError", "load_case", "save_case", "case_size"]
+__all__ = ["Case", "CaseFileError", "PLAIN_QUANT", "TE_VARIANT_DEFAULTS", "load_case", "save_case", "case_size"]
 
 
 @dataclass
@@ -67,6 +67,11 @@ def case_size(case: Case) -> tuple[int, int, int]:
 
 PLAIN_QUANT = dict(rule="te", rounding="rn", seed=0, offset=0)  # a GEMM operand's default (gen_operand_quant)
 
+#: TE's variants of rule "te" (SPEC 5.6, 5.7) and their plain values: a quantize case's options hold only the others
+#: (generators._te_variants), so a plain case's options are what they were before the variants existed.
+TE_VARIANT_DEFAULTS = {"four_over_six": None, "four_over_six_fast_math": False, "global_scale_max": 448,
+                       "row_scaled": False}
+
 
 def _option_weight(key: str, v, options: dict) -> int:
     """0 where option ``key`` has its plain value (off, 0, None, "auto", RN, the TE rule, 1x16 blocks, the default RHT
@@ -77,6 +82,8 @@ def _option_weight(key: str, v, options: dict) -> int:
     if key in ("quant_a", "quant_b"):  # one per non-plain part: the rule (other than TE and the case's), SR, its seeds
         return (int(v.get("rule", "te") not in ("te", options.get("rule", "te"))) + int(v.get("rounding") == "sr")
                 + int(bool(v.get("seed") or v.get("offset"))))
+    if key == "global_scale_max":
+        return int(v != 448)
     if key == "b_block" and "kind" in options:
         return int(list(v) != [16, 16])
     return int(v not in (None, False, 0, "auto", "rn", "te", [1, 16], (1, 16)))

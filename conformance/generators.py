@@ -31,13 +31,18 @@ from .cases import PLAIN_QUANT, Case
 #: ``operand_rules`` ("te", "torchao", "torchao_noscale": both operands' rule family, SPEC 12.1), and the device
 #: plan: ``algorithm`` ("auto" and the names of FAST_ALGORITHMS / EXACT_ALGORITHMS), ``loader`` (None, "cp_async",
 #: "tma"), ``epilogue`` (None, "staged", "tma_store"), ``num_sms`` (0 = one CTA per SM, 1, 2, 3, 5, 8); set by the
-#: op registry: ``format``, ``mode``.
+#: op registry: ``format``, ``mode``. TE's variants of rule "te" (quantize and group_quantize, SPEC 5.6, 5.7; drawn
+#: only where rule "te", round to nearest and no RHT were drawn): ``four_over_six`` (None, "mae", "mse"),
+#: ``four_over_six_fast_math``, ``global_scale_max`` (448, 256), ``four_over_six_dtype`` (the input dtypes 4over6 is
+#: drawn on), ``row_scaled`` (False, True: rowwise plane only, 1x16 blocks); dequantize: ``global_scale_max`` (rule
+#: "te" planes).
 SPACE_KEYS = frozenset({
     "planes", "rule", "rht", "rht_signs", "rounding", "block", "swizzled", "dtype", "amax", "scales", "out_dtype",
     "kind", "quantize_kernel", "specials", "max_elems", "min_rows", "max_rows", "max_k", "small", "loose_splits",
     "format", "mode", "groups_agree", "bias_dtype", "contraction",
     "operand_quant", "operand_rule", "operand_rounding", "b_block", "operand_rules",
     "algorithm", "loader", "epilogue", "num_sms",
+    "four_over_six", "four_over_six_fast_math", "global_scale_max", "four_over_six_dtype", "row_scaled",
 })
 
 __all__ = ["EXACT_ALGORITHMS", "FAST_ALGORITHMS", "GENERATORS", "MMA_CODES", "MMA_SCALES", "SPACE_KEYS", "GemmShape",
@@ -304,13 +309,77 @@ def _tags_quant(o: dict, dtype: str, kind: str, m: int) -> dict:
                 rows="edge" if m in EDGE_ROWS else "random")
 
 
+
+
+def _te_variants(rng, space, dtype: str, o: dict) -> dict:
+    """TE's variants of rule "te" for a quantize case with options ``o`` (SPEC 5.6, 5.7): the options among
+    TE_VARIANT_DEFAULTS that are not plain. Drawn from the case's child stream (``rng.spawn``), so the case's own
+    stream, and with it every case drawn before these options existed, is unchanged; the draws are always made, in a
+    fixed order, and applied where the case's other options allow them: 4over6 where rule "te", round to nearest and
+    no RHT were drawn (and the dtype is in the space's ``four_over_six_dtype``), row scaling there too with only the
+    rowwise plane and 1x16 blocks. 4over6 in 40% of those cases (MAE and MSE alike), its product-domain error in 30%
+    of them and G = 256 in 40%; row scaling in 40% (with 4over6 or without)."""
+    extra = rng.spawn(1)[0]
+    fo6 = pick(extra, space, "four_over_six", [None, "mae", "mse"], [0.6, 0.2, 0.2])
+    fast = bool(pick(extra, space, "four_over_six_fast_math", [False, True], [0.7, 0.3]))
+    g = int(pick(extra, space, "global_scale_max", [448, 256], [0.6, 0.4]))
+    rs = bool(pick(extra, space, "row_scaled", [False, True], [0.6, 0.4]))
+    te_rn = o["rule"] == "te" and o["rounding"] == "rn" and not o["rht"]
+    out = {}
+    if te_rn and fo6 is not None and dtype in space.get("four_over_six_dtype", [dtype]):
+        out["four_over_six"] = fo6
+        if fast:
+            out["four_over_six_fast_math"] = True
+        if g != 448:
+            out["global_scale_max"] = g
+    if te_rn and rs and o["rowwise"] and not o["columnwise"] and list(o["block"]) == [1, 16]:
+        out["row_scaled"] = True
+    return out
+
+
+def te_variant_tag(o: dict) -> str:
+    """The ``te_variant`` tag of a quantize case: "plain", or "4over6:mae" / "4over6:mse" with ":fast" and ":G256",
+    "row_scaled", or both joined by "+"."""
+    parts = []
+    if o.get("four_over_six"):
+        parts.append(":".join(["4over6", o["four_over_six"]] + (["fast"] if o.get("four_over_six_fast_math") else [])
+                              + ([f"G{o['global_scale_max']}"] if o.get("global_scale_max", 448) != 448 else [])))
+    if o.get("row_scaled"):
+        parts.append("row_scaled")
+    return "+".join(parts) or "plain"
+
+
+def _row_amax_supply(rng, x64: np.ndarray) -> np.ndarray:
+    """A supplied amax for a row-scaled plane (SPEC 5.7, 4.3 per row): each row's max |x| (1 for a row without a
+    finite one) times 1, 2, 0.5 or 1 + 2^-20; now and then one of them 0, +Inf or NaN. float32 [rows]."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        a = np.abs(np.where(np.isfinite(x64), x64, 0.0)).max(axis=1) if x64.shape[1] else np.zeros(x64.shape[0])
+        a = np.where(a > 0, a, 1.0) * rng.choice([1.0, 2.0, 0.5, 1.0 + 2.0**-20], size=a.shape)
+        vals = a.astype(np.float32)
+    if vals.size and rng.random() < 0.2:
+        vals[rng.integers(vals.size)] = rng.choice([0.0, np.inf, np.nan])
+    return vals
+
+
+def _apply_te_variants(rng, space, dtype: str, o: dict, arrays: dict, x64: np.ndarray, tags: dict) -> None:
+    """Add :func:`_te_variants`' options to ``o`` and the ``te_variant`` tag; a row-scaled case that supplies its
+    amax gets one value per row instead (from the child stream after the variant draws; tag ``amax`` "rows")."""
+    v = _te_variants(rng, space, dtype, o)
+    o.update(v)
+    tags["te_variant"] = te_variant_tag(o)
+    if v.get("row_scaled") and "amax" in arrays:
+        arrays["amax"] = _row_amax_supply(rng.spawn(1)[0], x64)
+        tags["amax"] = "rows"
+
+
 def _quantize_kernel(rng, space, dtype: str, o: dict) -> str | None:
     """The quantize kernel a device backend is made to run (option and tag ``quantize_kernel``; drawn only where the
     backend's space names the kernels): "general" forces the general kernels onto inputs the fast bf16 kernels
     normally take (bf16, round-to-nearest, 1x16 blocks, no RHT or its default sign mask), "auto" leaves the choice to
-    the device. None for other inputs. Drawn last, so a case's other draws do not depend on it."""
+    the device. None for other inputs and for 4over6 (its own kernel, SPEC 5.6). Drawn last, so a case's other draws
+    do not depend on it."""
     fast_input = (dtype == "bfloat16" and o["rounding"] == "rn" and list(o["block"]) == [1, 16]
-                  and (not o["rht"] or o["rht_signs"] == DEFAULT_RHT_SIGNS))
+                  and (not o["rht"] or o["rht_signs"] == DEFAULT_RHT_SIGNS) and not o.get("four_over_six"))
     if "quantize_kernel" not in space or not fast_input:
         return None
     return pick(rng, space, "quantize_kernel", ["auto", "general"])
@@ -328,6 +397,7 @@ def gen_quantize(rng, space) -> tuple[dict, dict, dict]:
         arrays["amax"] = amax
     tags = _tags_quant(o, dtype, kind, m)
     tags.update(amax=mode, specials=_has_specials(v))
+    _apply_te_variants(rng, space, dtype, o, arrays, v, tags)
     qk = _quantize_kernel(rng, space, dtype, o)
     if qk is not None:
         o["quantize_kernel"] = tags["quantize_kernel"] = qk
@@ -352,6 +422,7 @@ def gen_group_quantize(rng, space) -> tuple[dict, dict, dict]:
     tags = _tags_quant(o, dtype, kind, t)
     tags.update(splits=skind, groups="1" if e == 1 else ("2-16" if e <= 16 else "17-128"), amax=mode,
                 specials=_has_specials(v))
+    _apply_te_variants(rng, space, dtype, o, arrays, v, tags)
     qk = _quantize_kernel(rng, space, dtype, o)
     if qk is not None:
         o["quantize_kernel"] = tags["quantize_kernel"] = qk
@@ -494,8 +565,13 @@ def gen_dequantize(rng, space) -> tuple[dict, dict, dict]:
     o = {"swizzled": bool(rng.random() < 0.5), "offset": int(rng.choice([0, 0, 0, 8, 24]))}
     # the block factor's rule (SPEC 11.1), drawn last so that the draws above do not depend on it
     o["rule"] = pick(rng, space, "rule", ["te", "torchao", "torchao_noscale"], [0.6, 0.25, 0.15])
+    # a rule "te" plane's G (SPEC 11.1: fp32(1/(6G)); 256 for a 4over6 plane, SPEC 5.6), from the child stream so the
+    # case's own draws stay as they were; the option only where it is not 448
+    g = int(pick(rng.spawn(1)[0], space, "global_scale_max", [448, 256], [0.7, 0.3]))
+    if o["rule"] == "te" and g != 448:
+        o["global_scale_max"] = g
     tags = {"scales": skind, "amax": akind, "swizzled": str(o["swizzled"]), "rule": o["rule"],
-            "rows": "edge" if r in EDGE_ROWS else "random"}
+            "rows": "edge" if r in EDGE_ROWS else "random", "global_scale_max": str(o.get("global_scale_max", 448))}
     return {"data": data, "scales": scales, "amax": np.asarray([amax], np.float32)}, o, tags
 
 

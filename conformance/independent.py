@@ -81,17 +81,19 @@ def mld_bf16(x: np.ndarray) -> np.ndarray:
     return _finite_domain(x).astype(ml_dtypes.bfloat16).view(np.uint16)
 
 
-def mld_dequantize(data: np.ndarray, scales: np.ndarray, amax: np.float32, rule: str = "te") -> np.ndarray:
+def mld_dequantize(data: np.ndarray, scales: np.ndarray, amax: np.float32, rule: str = "te",
+                   global_scale_max: int = 448) -> np.ndarray:
     """SPEC 11.1 with ml_dtypes' decoders: data u8 [R, C/2] (low nibble first), compact scales u8 [R, C/16] ->
-    float32 [R, C] = E2M1 * f, every product in float32, with f = (E4M3 * amax) * fp32(1/2688) (TE rules),
-    (amax / 2688) * E4M3 (torchao's ``get_hp_scales``) or E4M3 (torchao_noscale)."""
+    float32 [R, C] = E2M1 * f, every product in float32, with f = (E4M3 * amax) * fp32(1/(6G)) (TE rules; G =
+    ``global_scale_max``, 448 or 256: fp32(1/2688) or fp32(1/1536)), (amax / 2688) * E4M3 (torchao's
+    ``get_hp_scales``) or E4M3 (torchao_noscale)."""
     r, c = data.shape[0], 2 * data.shape[1]
     nib = np.stack((data & 0x0F, data >> 4), axis=-1).reshape(r, c).astype(np.uint8)
     q = nib.view(ml_dtypes.float4_e2m1fn).astype(np.float32)
     sf = scales.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         if rule in ("te", "te_fused_rht"):
-            f = (sf * np.float32(amax)).astype(np.float32) * np.float32(1.0 / 2688.0)
+            f = (sf * np.float32(amax)).astype(np.float32) * np.float32(1.0 / (6.0 * int(global_scale_max)))
         elif rule == "torchao":
             f = (np.float32(amax) / np.float32(2688.0)) * sf
         elif rule == "torchao_noscale":

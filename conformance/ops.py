@@ -32,9 +32,10 @@ from oracle.sm100 import sm100_sum
 from oracle.swizzle import grouped_scale_offsets, swizzle_scales, unswizzle_scales
 from oracle.tensor_core import tensor_core_sum
 
-from .cases import Case
+from .cases import TE_VARIANT_DEFAULTS, Case
 
-__all__ = ["MMA_OPS", "OPS", "OpSpec", "quantize_kwargs", "gemm_planes", "mma_planes", "reference"]
+__all__ = ["MMA_OPS", "OPS", "OpSpec", "TE_VARIANT_DEFAULTS", "quantize_kwargs", "te_variant_kwargs", "gemm_planes",
+           "mma_planes", "reference"]
 
 
 @dataclass(frozen=True)
@@ -50,13 +51,26 @@ class OpSpec:
     cost: float = 1.0
 
 
+
+
+def te_variant_kwargs(case: Case) -> dict:
+    """The case's 4over6 / row-scaled keywords (SPEC 5.6, 5.7) that are not plain (none for a plain case, and for a
+    case saved before these options existed)."""
+    o = case.options
+    return {k: o[k] for k, d in TE_VARIANT_DEFAULTS.items() if o.get(k, d) != d}
+
+
 def quantize_kwargs(case: Case) -> dict:
-    """The ``oracle.quantize`` / ``oracle.group_quantize`` keyword arguments of a quantize case."""
+    """The ``oracle.quantize`` / ``oracle.group_quantize`` keyword arguments of a quantize case (the variants'
+    keywords only where they are not plain; a row-scaled case's supplied amax: one value per row, SPEC 5.7)."""
     o = case.options
     kw = dict(rowwise=o["rowwise"], columnwise=o["columnwise"], rht=o["rht"], rht_signs=o["rht_signs"],
               block=tuple(o["block"]), rule=o["rule"], rounding=o["rounding"], seed=o["seed"], offset=o["offset"])
+    kw.update(te_variant_kwargs(case))
     a = case.arrays.get("amax")
-    if a is not None:
+    if a is not None and kw.get("row_scaled"):
+        kw["amax"] = np.asarray(a, np.float32).reshape(-1)
+    elif a is not None:
         if case.op.startswith("group") or "splits" in case.arrays:
             kw["amax"] = a[0] if a.shape[0] == 1 else (a[0], a[1])
         else:
@@ -77,10 +91,13 @@ def ref_group_quantize(case: Case) -> dict:
     """Every flat buffer of ``oracle.group_quantize`` at the device's worst-case capacities (SPEC 9)."""
     x, splits = case.arrays["x"], case.arrays["splits"]
     cap = oracle.grouped_capacities(x.shape[0], x.shape[1], splits.size)
+    kw = quantize_kwargs(case)
     if case.options.get("splits_rule") == "cut":  # SPEC 9.4: the device cuts splits that do not add up to T
         splits = oracle.cut_splits(splits, x.shape[0])
         x = x[: int(splits.sum())]
-    out = oracle.group_quantize(x, splits, **quantize_kwargs(case)).buffers()
+        if kw.get("row_scaled") and "amax" in kw:  # (one amax per row: the rows kept)
+            kw["amax"] = kw["amax"][: x.shape[0]]
+    out = oracle.group_quantize(x, splits, **kw).buffers()
     # the device's offset table row 1 (DeviceGroupedNVFP4Tensor.row_tile_offsets, read by its GEMM): the first
     # 128-row tile of each group, prefix sums of ceil(m_g / 128); a device-only table, other backends skip it
     out["row_tile_offsets"] = np.concatenate([[0], np.cumsum(-(-np.asarray(splits, np.int64) // 128))]).astype(np.int64)
@@ -262,11 +279,12 @@ def ref_grouped_gemm_exact(case: Case) -> dict:
 
 
 def ref_dequantize(case: Case) -> dict:
-    """SPEC 11 on a plane of arbitrary bytes, with the block factor of the case's rule (a saved case without one:
-    rule "te")."""
+    """SPEC 11 on a plane of arbitrary bytes, with the block factor of the case's rule and G (a saved case without
+    them: rule "te", G = 448)."""
     d, sc = case.arrays["data"], case.arrays["scales"]
     plane = QuantizedPlane(d, sc, case.arrays["amax"][0], (d.shape[0], 2 * d.shape[1]),
-                           rule=case.options.get("rule", "te"))
+                           rule=case.options.get("rule", "te"),
+                           global_scale_max=int(case.options.get("global_scale_max", 448)))
     return {"y": oracle.dequantize(plane)}
 
 

@@ -97,6 +97,12 @@ def _quant_option_simplifications(o: dict) -> Iterator[dict]:
         yield {"rht_signs": DEFAULT_RHT_SIGNS}
     if list(o.get("block", [1, 16])) != [1, 16]:
         yield {"block": [1, 16]}
+    if o.get("four_over_six"):  # TE's variants (SPEC 5.6): plain rule "te", then one 4over6 option at a time
+        yield {"four_over_six": None, "four_over_six_fast_math": False, "global_scale_max": 448}
+    if o.get("four_over_six_fast_math"):
+        yield {"four_over_six_fast_math": False}
+    if o.get("global_scale_max", 448) != 448:
+        yield {"global_scale_max": 448}
 
 
 def _shared_quantize_candidates(case: Case) -> Iterator[Case]:
@@ -108,6 +114,10 @@ def _shared_quantize_candidates(case: Case) -> Iterator[Case]:
     if "amax" in case.arrays:
         c = case.replace()
         del c.arrays["amax"]
+        yield c
+    if o.get("row_scaled"):  # SPEC 5.7 off: one amax per plane (a supplied per-row amax dropped with it)
+        c = case.replace(options={"row_scaled": False})
+        c.arrays.pop("amax", None)
         yield c
     if o.get("quantize_kernel", "auto") != "auto":  # (forcing the general kernels runs on any input)
         yield case.replace(options={"quantize_kernel": "auto"})
@@ -279,17 +289,21 @@ def candidates(case: Case) -> Iterator[Case]:
             if keep.size:
                 yield case.replace({"x": x[keep]})
         return
+    per_row = bool(o.get("row_scaled")) and "amax" in a  # (a row-scaled amax holds one value per row, SPEC 5.7)
     if op == "quantize":
         x = a["x"]
         for keep in _chunks(x.shape[0]):
-            yield case.replace({"x": x[keep]})
+            yield case.replace({"x": x[keep], **({"amax": a["amax"][keep]} if per_row else {})})
         yield from _shared_quantize_candidates(case)
         return
     if op == "group_quantize":
         x, s = a["x"], a["splits"]
         if o.get("splits_rule") == "cut":  # loose device splits (SPEC 9.4): shrink on the sizes actually used
             s = oracle.cut_splits(s, x.shape[0])
-            yield case.replace({"x": x[: int(s.sum())], "splits": s})
+            new = {"x": x[: int(s.sum())], "splits": s}
+            if per_row:
+                new["amax"] = a["amax"][: int(s.sum())]
+            yield case.replace(new)
         starts = np.concatenate([[0], np.cumsum(s)])
         amax = a.get("amax")
         for keep in _chunks(s.size):  # fewer groups
@@ -298,14 +312,15 @@ def candidates(case: Case) -> Iterator[Case]:
             rows = np.concatenate([np.arange(starts[g], starts[g + 1]) for g in keep]).astype(np.int64)
             new = {"x": x[rows], "splits": s[keep]}
             if amax is not None:
-                new["amax"] = amax[:, keep]
+                new["amax"] = amax[rows] if per_row else amax[:, keep]
             yield case.replace(new)
         for g in np.flatnonzero(s):  # fewer rows in one group
             for keep in _chunks(int(s[g])):
                 rows = np.concatenate([np.arange(starts[g]), starts[g] + keep, np.arange(starts[g + 1], x.shape[0])])
                 s2 = s.copy()
                 s2[g] = keep.size
-                yield case.replace({"x": x[rows.astype(np.int64)], "splits": s2})
+                rows = rows.astype(np.int64)
+                yield case.replace({"x": x[rows], "splits": s2, **({"amax": amax[rows]} if per_row else {})})
         yield from _shared_quantize_candidates(case)
         return
     if op in ("gemm", "gemm_exact"):

@@ -23,6 +23,10 @@ Organisation, one function per SPEC section:
 * :func:`quantize` -- SPEC 4.2, 4.3, 6 (both planes, the amax of each, the buffers of a quantize case);
 * :func:`group_quantize` -- SPEC 9.1-9.3 (every group at once with its own amax and S_enc; the flat buffers,
   offsets and zero tails up to the device capacity).
+
+TE's variants of rule "te" (4over6, SPEC 5.6; row scaling, SPEC 5.7) live in the sibling
+:mod:`conformance.te_torch_variants`, written the same way; :func:`quantize` and :func:`group_quantize` take their
+keywords and call into it.
 """
 
 from __future__ import annotations
@@ -255,14 +259,25 @@ def _tile_max(a: torch.Tensor) -> torch.Tensor:
 
 
 def quantize_plane(src: torch.Tensor, rule: str, block: tuple[int, int] = (1, 16),
-                   amax: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   amax: torch.Tensor | None = None,
+                   variant=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """SPEC 5.2 on a plane source [R, C] (fp32) under ``rule``: returns (packed data [R, C/2], scale bytes
     [R, C/16], both uint8, and the plane's amax, 0-d fp32). ``amax`` None: the plane's own (SPEC 4.1 over the
-    source, :func:`amax_of_blocks`); else used as is (SPEC 4.3). S_enc, S_dec by :func:`encode_scale`."""
+    source, :func:`amax_of_blocks`); else used as is (SPEC 4.3). S_enc, S_dec by :func:`encode_scale`.
+
+    ``variant`` (a :class:`conformance.te_torch_variants.Variant`): 4over6 (SPEC 5.6) and / or one amax per row
+    (SPEC 5.7: the amax is then fp32 [R], each row's own unless supplied)."""
     b = block_amax(src, block)
+    if variant is None or variant.plain:
+        if amax is None:
+            amax = amax_of_blocks(b)
+        data, byte = encode_blocks(src, b, *encode_scale(amax, rule))
+        return data, byte, amax
+    from .te_torch_variants import encode_variant_plane, row_amax
+
     if amax is None:
-        amax = amax_of_blocks(b)
-    data, byte = encode_blocks(src, b, *encode_scale(amax, rule))
+        amax = row_amax(b) if variant.row_scaled else amax_of_blocks(b)
+    data, byte = encode_variant_plane(src, b, amax.unsqueeze(1) if variant.row_scaled else amax, variant, block)
     return data, byte, amax
 
 
@@ -305,12 +320,18 @@ def swizzle(compact: torch.Tensor) -> torch.Tensor:
     return pad.reshape(rp // 128, 4, 32, cp // 4, 4).permute(0, 3, 2, 1, 4).reshape(-1)
 
 
-def _supplied(amax) -> tuple[torch.Tensor, torch.Tensor] | None:
+def _supplied(amax, rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
     """SPEC 4.3: a supplied amax (one value for both planes, or a (row, col) pair) as 0-d fp32 tensors, bits kept;
-    a negative value is refused."""
+    a negative value is refused. ``rows`` given (a row-scaled plane, SPEC 5.7): ``rows`` values, one per row, as
+    fp32 [rows] (both entries)."""
     if amax is None:
         return None
     vals = np.asarray(amax, np.float32).reshape(-1)
+    if rows is not None:
+        if vals.size != rows or np.any(vals < 0):
+            raise ValueError(f"a row-scaled amax is {rows} values >= 0, +Inf or NaN, not {vals.size}: {vals[:4]}")
+        t = torch.from_numpy(vals.copy())
+        return t, t
     if vals.size not in (1, 2):
         raise ValueError(f"a supplied amax is one value or a (row, col) pair, not {vals.size} values")
     if np.any(vals < 0):
@@ -320,40 +341,56 @@ def _supplied(amax) -> tuple[torch.Tensor, torch.Tensor] | None:
 
 
 def quantize(x: np.ndarray, *, rowwise: bool = True, columnwise: bool = False, rht: bool = False,
-             rht_signs: int = DEFAULT_RHT_SIGNS, block=(1, 16), rule: str = "te", amax=None) -> dict:
+             rht_signs: int = DEFAULT_RHT_SIGNS, block=(1, 16), rule: str = "te", amax=None,
+             four_over_six: str | None = None, four_over_six_fast_math: bool = False, global_scale_max: int = 448,
+             row_scaled: bool = False) -> dict:
     """SPEC 4-8 for the TE rules, round to nearest: the buffers of a quantize case as numpy arrays:
     ``{row,col}_data`` u8 [rows, cols/2], ``{row,col}_scales`` u8 [rows, cols/16] (compact, SPEC 8.1),
     ``{row,col}_scales_swizzled`` u8 1-D (SPEC 8.2) and ``{row,col}_amax`` f32 [1], for the planes asked for.
 
     Rowwise plane: X [M, K] (SPEC 6.1), amax per SPEC 4.1. Columnwise plane: SPEC 6.2's padded X^T, with the RHT
     when ``rht`` (bf16 input only, SPEC 7.3); its amax is the rowwise one without RHT and the NaN-ignoring max |v|
-    over the RHT's bf16 outputs with it (SPEC 4.2). A supplied ``amax`` is used as is (SPEC 4.3)."""
+    over the RHT's bf16 outputs with it (SPEC 4.2). A supplied ``amax`` is used as is (SPEC 4.3).
+
+    ``four_over_six`` ("mae" / "mse"), ``four_over_six_fast_math``, ``global_scale_max`` (448, or 256 with 4over6)
+    and ``row_scaled`` (``row_amax`` then [M]; a supplied ``amax`` M values): SPEC 5.6, 5.7 by
+    :mod:`conformance.te_torch_variants`."""
     if rule not in RULES:
         raise ValueError(f"rule {rule!r} is not a TE rule {RULES}")
+    block = tuple(int(b) for b in block)
+    variant = _variant(locals())
     xt, is_bf16 = to_f32(x)
     if rht and not is_bf16:
         raise TypeError("the RHT takes bfloat16 input (SPEC 7.3)")
-    block = tuple(int(b) for b in block)
-    sup = _supplied(amax)
+    sup = _supplied(amax, xt.shape[0] if variant.row_scaled else None)
     out: dict[str, np.ndarray] = {}
     row_amax = None if sup is None else sup[0]
     if rowwise:
-        data, scales, row_amax = quantize_plane(xt, rule, block, row_amax)
+        data, scales, row_amax = quantize_plane(xt, rule, block, row_amax, variant)
         _put(out, "row", data, scales, row_amax)
     if columnwise:
         src = columnwise_source(xt, rht, rht_signs)
         # SPEC 4.2: with the RHT the plane's own amax over its source (the bf16 RHT outputs, padding included);
         # without, the rowwise amax, which is also the plane's own (X^T and zeros) when no rowwise plane was asked
         col_amax = sup[1] if sup is not None else (None if rht else row_amax)
-        _put(out, "col", *quantize_plane(src, rule, block, col_amax))
+        _put(out, "col", *quantize_plane(src, rule, block, col_amax, variant))
     return out
+
+
+def _variant(kw: dict):
+    """The :class:`conformance.te_torch_variants.Variant` of a call's keywords (``locals()`` of :func:`quantize` /
+    :func:`group_quantize`), checked against its other options."""
+    from .te_torch_variants import check_variant
+
+    return check_variant(**{k: kw[k] for k in ("four_over_six", "four_over_six_fast_math", "global_scale_max",
+                                               "row_scaled", "rule", "rht", "block", "rowwise", "columnwise")})
 
 
 def _put(out: dict, name: str, data: torch.Tensor, scales: torch.Tensor, amax: torch.Tensor) -> None:
     out[f"{name}_data"] = data.numpy()
     out[f"{name}_scales"] = scales.numpy()
     out[f"{name}_scales_swizzled"] = swizzle(scales).numpy()
-    out[f"{name}_amax"] = amax.reshape(1).numpy().astype(np.float32)
+    out[f"{name}_amax"] = amax.reshape(-1).numpy().astype(np.float32)  # [1], or [M] row-scaled
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -389,7 +426,9 @@ def _scatter_scales(byte: torch.Tensor, g: torch.Tensor, r: torch.Tensor, c: tor
 
 
 def group_quantize(x: np.ndarray, splits, *, rowwise: bool = True, columnwise: bool = False, rht: bool = False,
-                   rht_signs: int = DEFAULT_RHT_SIGNS, block=(1, 16), rule: str = "te", amax=None) -> dict:
+                   rht_signs: int = DEFAULT_RHT_SIGNS, block=(1, 16), rule: str = "te", amax=None,
+                   four_over_six: str | None = None, four_over_six_fast_math: bool = False,
+                   global_scale_max: int = 448, row_scaled: bool = False) -> dict:
     """SPEC 9: the row groups of X [T, K] (sizes ``splits`` >= 0 adding up to T, 9.1), each quantized as one tensor
     with its own amax per plane (an empty group: 0), as the flat buffers of SPEC 9.2: ``{p}_data``, ``{p}_scales``
     (each group swizzled, 8.2), ``{p}_scales_compact`` (each group's padded compact scales, 8.1), ``{p}_amax`` [E],
@@ -399,11 +438,15 @@ def group_quantize(x: np.ndarray, splits, *, rowwise: bool = True, columnwise: b
 
     All groups at once: the rowwise plane is X itself with one S_enc per group; the columnwise source puts every
     group's padded X_g^T (6.2) side by side, [K, sum roundup(m_g, 16)], so that no 16-block or 16x16 tile spans two
-    groups, and the RHT, the block amaxes and the codes run on it in one go."""
+    groups, and the RHT, the block amaxes and the codes run on it in one go.
+
+    The variants as in :func:`quantize` (SPEC 5.6, 5.7) per group; row-scaled, ``row_amax`` is [T] (one per row, in
+    row order) and a supplied ``amax`` T values."""
     if rule not in RULES:
         raise ValueError(f"rule {rule!r} is not a TE rule {RULES}")
     _check_block(block)
     block = tuple(int(v) for v in block)
+    variant = _variant(locals())
     xt, is_bf16 = to_f32(x)
     if rht and not is_bf16:
         raise TypeError("the RHT takes bfloat16 input (SPEC 7.3)")
@@ -413,7 +456,9 @@ def group_quantize(x: np.ndarray, splits, *, rowwise: bool = True, columnwise: b
     if e == 0 or bool((sizes < 0).any()) or int(sizes.sum()) != t:
         raise ValueError(f"splits {sizes.tolist()} are not E >= 1 non-negative sizes adding up to {t}")
     sup = None
-    if amax is not None:
+    if amax is not None and variant.row_scaled:
+        sup = _supplied(amax, t)
+    elif amax is not None:
         a = np.asarray(amax, np.float32).reshape(-1, e)
         if np.any(a < 0):
             raise ValueError("a supplied amax must be >= 0, +Inf or NaN")
@@ -426,16 +471,25 @@ def group_quantize(x: np.ndarray, splits, *, rowwise: bool = True, columnwise: b
     row_amax = None if sup is None else sup[0]
     if rowwise:
         gid = torch.repeat_interleave(ar, sizes)  # the group of every row
+        real = None
         if block == (1, 16):
             b = block_amax(xt, block)
         else:  # SPEC 6.3 per group: tiles from each group's first row, the rows past m_g absent (zeros)
             pad_rows, real = _padded_index(sizes, starts, t)
             a = torch.cat((_abs_nan_ignoring(xt), torch.zeros((1, k), dtype=F32)))[pad_rows]
             b = _tile_max(a)[real]
-        if row_amax is None:
+        if row_amax is None and variant.row_scaled:
+            row_amax = b.amax(dim=1) if nb else torch.zeros(t, dtype=F32)  # SPEC 5.7: one amax per row
+        elif row_amax is None:
             row_amax = _group_max(b.amax(dim=1), gid, e)  # SPEC 4.1 per group (the blocks cover every element)
-        s_enc, s_dec = encode_scale(row_amax, rule)
-        data, byte = encode_blocks(xt, b, s_enc[gid].unsqueeze(1), s_dec[gid].unsqueeze(1))
+        if variant.plain:
+            s_enc, s_dec = encode_scale(row_amax, rule)
+            data, byte = encode_blocks(xt, b, s_enc[gid].unsqueeze(1), s_dec[gid].unsqueeze(1))
+        else:  # SPEC 5.6 / 5.7: the amax of each row's group, or of the row itself
+            from .te_torch_variants import encode_variant_plane
+
+            per_row = row_amax if variant.row_scaled else row_amax[gid]
+            data, byte = encode_variant_plane(xt, b, per_row.unsqueeze(1), variant, block, real)
         off_s = _prefix(_ru(sizes, 128) * cp_row)
         r_loc = (torch.arange(t) - starts[gid]).unsqueeze(1).expand(t, nb)
         c_loc = torch.arange(nb).unsqueeze(0).expand(t, nb)
@@ -459,8 +513,13 @@ def group_quantize(x: np.ndarray, splits, *, rowwise: bool = True, columnwise: b
             col_amax = _group_max(b.amax(dim=0), bg, e)
         else:
             col_amax = row_amax
-        s_enc, s_dec = encode_scale(col_amax, rule)
-        data, byte = encode_blocks(src, b, s_enc[bg].unsqueeze(0), s_dec[bg].unsqueeze(0))
+        if variant.plain:
+            s_enc, s_dec = encode_scale(col_amax, rule)
+            data, byte = encode_blocks(src, b, s_enc[bg].unsqueeze(0), s_dec[bg].unsqueeze(0))
+        else:  # SPEC 5.6 with each block column's group amax (its 16x16 tiles: 16 rows of X_g^T, K % 16 == 0)
+            from .te_torch_variants import encode_variant_plane
+
+            data, byte = encode_variant_plane(src, b, col_amax[bg].unsqueeze(0), variant, block)
         cols = tok // 16  # scale columns per group: ceil(m_g / 16)
         off_s = _prefix(_ru(k, 128) * _ru(cols, 4))
         nbc = p // 16

@@ -328,19 +328,23 @@ def check_dequantize_args(data: Tensor, scales: Tensor, amax: Tensor, rows: int,
 
 @torch.library.custom_op("nvfp4_device::dequantize", mutates_args=())
 def dequantize_op(data: Tensor, scales: Tensor, amax: Tensor, rows: int, cols: int, swizzled: bool,
-                  rule: int = 0) -> Tensor:
-    """One NVFP4 plane -> float32 [rows, cols] (SPEC 11; ``rule``: a code of device._codes.Rule, 0 = "te"). The
-    arguments are checked (check_dequantize_args): this op is public as torch.ops.nvfp4_device.dequantize."""
+                  rule: int = 0, global_scale_max: int = 448) -> Tensor:
+    """One NVFP4 plane -> float32 [rows, cols] (SPEC 11; ``rule``: a code of device._codes.Rule, 0 = "te";
+    ``global_scale_max``: the plane's G, 448 or 256 (a 4over6 plane, SPEC 5.6), in the TE rules' factor
+    fp32(1/(6G)), SPEC 11.1). The arguments are checked (check_dequantize_args): this op is public as
+    torch.ops.nvfp4_device.dequantize."""
     check_dequantize_args(data, scales, amax, rows, cols, swizzled)
     if rule not in {int(r) for r in Rule}:
         raise ValueError(f"rule must be a scale rule code of device._codes.Rule, got {rule!r}")
+    if global_scale_max not in (448, 256):
+        raise ValueError(f"global_scale_max must be 448 or 256 (SPEC 5.6), got {global_scale_max!r}")
     out = torch.empty((rows, cols), dtype=torch.float32, device=data.device)
-    _raise_refusal(load_extension().dequantize_(data, scales, amax, rows, cols, swizzled, rule, out))
+    _raise_refusal(load_extension().dequantize_(data, scales, amax, rows, cols, swizzled, rule, global_scale_max, out))
     return out
 
 
 @dequantize_op.register_fake
-def _(data, scales, amax, rows, cols, swizzled, rule=0):
+def _(data, scales, amax, rows, cols, swizzled, rule=0, global_scale_max=448):
     return data.new_empty((rows, cols), dtype=torch.float32)
 
 

@@ -243,22 +243,25 @@ def swizzle_scales(compact: Tensor) -> Tensor:
 
 
 def dequantize(q, plane: str = "row", *, scales: Tensor | None = None, amax: Tensor | None = None,
-               shape: tuple[int, int] | None = None, swizzled: bool | None = None, rule: str | None = None) -> Tensor:
+               shape: tuple[int, int] | None = None, swizzled: bool | None = None, rule: str | None = None,
+               global_scale_max: int | None = None) -> Tensor:
     """Dequantize one NVFP4 plane to float32 (SPEC 11, with the block factor of the plane's scale rule).
 
-    Either ``dequantize(result, "row" | "col")`` with a :class:`DeviceNVFP4Tensor` (which knows its scale layout and
-    rule), or ``dequantize(data, scales=..., amax=..., shape=(rows, cols), swizzled=True | False, rule="te")`` with
-    raw CUDA tensors: raw bytes must say their scale layout (SPEC 8), as :func:`quantize` writes swizzled scales
-    unless told otherwise; ``rule`` (default "te") picks the SPEC 11.1 factor. A columnwise plane dequantizes to X^T
-    with its zero padding, shape ``[K, roundup(M,16)]``.
+    Either ``dequantize(result, "row" | "col")`` with a :class:`DeviceNVFP4Tensor` (which knows its scale layout, rule
+    and G), or ``dequantize(data, scales=..., amax=..., shape=(rows, cols), swizzled=True | False, rule="te",
+    global_scale_max=448)`` with raw CUDA tensors: raw bytes must say their scale layout (SPEC 8), as :func:`quantize`
+    writes swizzled scales unless told otherwise; ``rule`` (default "te") picks the SPEC 11.1 factor and
+    ``global_scale_max`` (default 448; 256 for a plane quantized by 4over6 with G = 256, SPEC 5.6) the G in the TE
+    rules' fp32(1/(6G)). A columnwise plane dequantizes to X^T with its zero padding, shape ``[K, roundup(M,16)]``.
     """
     if isinstance(q, DeviceGroupedNVFP4Tensor):
         raise TypeError("dequantize takes one plane of a DeviceNVFP4Tensor or raw bytes; for a grouped result use "
                         ".to_oracle() or pass one group's bytes (its offsets) as raw data")
     if isinstance(q, DeviceNVFP4Tensor):
-        if scales is not None or amax is not None or shape is not None or swizzled is not None or rule is not None:
-            raise ValueError("scales=, amax=, shape=, swizzled= and rule= are for raw bytes; a DeviceNVFP4Tensor "
-                             "carries its own")
+        if (scales is not None or amax is not None or shape is not None or swizzled is not None or rule is not None
+                or global_scale_max is not None):
+            raise ValueError("scales=, amax=, shape=, swizzled=, rule= and global_scale_max= are for raw bytes; a "
+                             "DeviceNVFP4Tensor carries its own")
         if plane not in ("row", "col"):
             raise ValueError(f"plane must be 'row' or 'col', got {plane!r}")
         m, k = q.shape
@@ -268,9 +271,7 @@ def dequantize(q, plane: str = "row", *, scales: Tensor | None = None, amax: Ten
         shape = (m, k) if plane == "row" else (k, (m + 15) // 16 * 16)
         swizzled = q.swizzled
         rule = q.options.get("rule", "te")
-        if int(q.options.get("global_scale_max", 448)) != 448:
-            raise ValueError("device.dequantize applies SPEC 11.1's fp32(1/2688) (G = 448); this result was quantized "
-                             "with global_scale_max=256: dequantize it with .to_oracle() and oracle.dequantize")
+        global_scale_max = int(q.options.get("global_scale_max", 448))
     elif scales is None or amax is None or shape is None:
         raise ValueError("raw dequantize needs data, scales=, amax=, shape= and swizzled=")
     elif swizzled is None:
@@ -279,9 +280,12 @@ def dequantize(q, plane: str = "row", *, scales: Tensor | None = None, amax: Ten
     rule = "te" if rule is None else rule
     if rule not in _RULE_NAMES:
         raise ValueError(f"rule must be one of {list(_RULE_NAMES)}, got {rule!r}")
+    global_scale_max = 448 if global_scale_max is None else global_scale_max
+    if isinstance(global_scale_max, bool) or global_scale_max not in (448, 256):
+        raise ValueError(f"global_scale_max must be 448 or 256 (SPEC 5.6), got {global_scale_max!r}")
     data = q if not isinstance(q, DeviceNVFP4Tensor) else data
     _ops.require_cuda_tensors(data=data, scales=scales, amax=amax)  # (before .contiguous() / .to() below)
     rows, cols = (int(s) for s in shape)
     data = data.contiguous()
     return _ops.dequantize_op(data, scales.contiguous(), amax.to(torch.float32).reshape(-1)[:1].contiguous(),
-                              rows, cols, bool(swizzled), int(Rule[rule]))
+                              rows, cols, bool(swizzled), int(Rule[rule]), int(global_scale_max))

@@ -204,22 +204,28 @@ def test_generator_is_deterministic_per_seed_and_index(op):
 
 def test_dequantize_op_catches_a_wrong_factor_order():
     """The dequantize op (SPEC 11 on arbitrary bytes) is sensitive: ml_dtypes' decoders with the SPEC order
-    ((sf * amax) * 1/2688) conform, the other association (sf * (amax * 1/2688)) is reported on most cases."""
+    ((sf * amax) * fp32(1/(6G)), G = 448 or 256 as the case draws it) conform, the other association
+    (sf * (amax * fp32(1/(6G)))) is reported on most cases."""
     from conformance.independent import mld_dequantize
 
     caught = 0
+    gs = set()
     for i in range(60):
         c = generate("dequantize", 11, i, "dequantize", dict(OPS["dequantize"].space, rule=["te"]))
         a, ref = c.arrays, reference(c)
-        assert not compare(c, ref, {"y": mld_dequantize(a["data"], a["scales"], a["amax"][0])}, OPS["dequantize"].mode)
+        g = int(c.options.get("global_scale_max", 448))
+        gs.add(g)
+        got = mld_dequantize(a["data"], a["scales"], a["amax"][0], "te", g)
+        assert not compare(c, ref, {"y": got}, OPS["dequantize"].mode)
         r, cols = a["data"].shape[0], 2 * a["data"].shape[1]
         q = np.stack((a["data"] & 15, a["data"] >> 4), -1).reshape(r, cols).view(ml_dtypes.float4_e2m1fn)
         sf = a["scales"].view(ml_dtypes.float8_e4m3fn).astype(np.float32)
         with np.errstate(all="ignore"):
-            f = (sf * (a["amax"][0] * np.float32(1.0 / 2688.0))).astype(np.float32)
+            f = (sf * (a["amax"][0] * np.float32(1.0 / (6.0 * g)))).astype(np.float32)
             y = (q.astype(np.float32).reshape(r, cols // 16, 16) * f[:, :, None]).reshape(r, cols).astype(np.float32)
         caught += bool(compare(c, ref, {"y": y}, OPS["dequantize"].mode))
     assert caught >= 20
+    assert gs == {448, 256}
 
 
 def test_dequantize_op_torchao_factors():
@@ -535,10 +541,11 @@ def test_loose_splits_cases_reference_the_cut_sizes():
 
 
 def _fast_quantize_input(case) -> bool:
-    """The inputs the device's fast bf16 quantize kernels take (bf16, RN, 1x16 blocks, no RHT or its default mask)."""
+    """The inputs the device's fast bf16 quantize kernels take (bf16, RN, 1x16 blocks, no RHT or its default mask), not
+    4over6 (its own kernel, SPEC 5.6)."""
     o = case.options
     return (case.arrays["x"].dtype == ml_dtypes.bfloat16 and o["rounding"] == "rn" and list(o["block"]) == [1, 16]
-            and (not o["rht"] or o["rht_signs"] == 0xD7E8))
+            and (not o["rht"] or o["rht_signs"] == 0xD7E8) and not o.get("four_over_six"))
 
 
 @pytest.mark.parametrize("op", ["quantize", "group_quantize"])

@@ -55,16 +55,21 @@ def test_torch_te_is_in_the_cpu_default_run():
     assert b.space("quantize") == {"rule": ["te", "te_fused_rht"], "rounding": ["rn"]}  # no SR, no torchao rules
 
 
-def test_te_torch_imports_neither_the_oracle_nor_the_rest_of_conformance():
-    tree = ast.parse((ROOT / "conformance" / "te_torch.py").read_text())
+@pytest.mark.parametrize("module,allowed", [
+    ("te_torch", {"__future__", "numpy", "torch", ".te_torch_variants"}),
+    ("te_torch_variants", {"__future__", "dataclasses", "torch", ".te_torch"}),
+])
+def test_te_torch_imports_neither_the_oracle_nor_the_rest_of_conformance(module, allowed):
+    """te_torch and its sibling te_torch_variants (SPEC 5.6, 5.7) import each other and nothing else of the project."""
+    tree = ast.parse((ROOT / "conformance" / f"{module}.py").read_text())
     imported = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             imported |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, "te_torch must not import from its package"
-            imported.add(node.module.split(".")[0])
-    assert imported == {"__future__", "numpy", "torch"}
+            assert node.level in (0, 1), f"{module} must not import from outside its package"
+            imported.add("." * node.level + node.module.split(".")[0])
+    assert imported == allowed
 
 
 # ---------------------------------------------------------------------------------------------------------------

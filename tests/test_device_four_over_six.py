@@ -178,8 +178,67 @@ def test_four_over_six_result_records_options():
     for got, want in ((o.row, ref.row), (o.col, ref.col)):
         assert (got.global_scale_max, got.four_over_six, got.four_over_six_fast_math) == (256, "mae", True)
         assert np.array_equal(oracle.dequantize(got), oracle.dequantize(want), equal_nan=True)
-    with pytest.raises(ValueError, match="global_scale_max=256"):
-        device.dequantize(q, "row")
+
+
+@pytest.mark.parametrize("swizzled", [True, False])
+@pytest.mark.parametrize("g", [448, 256])
+@pytest.mark.cuda
+@needs_cuda
+def test_dequantize_four_over_six_result(g, swizzled):
+    """device.dequantize of a 4over6 result reads its G: each plane's float32 bits equal oracle.dequantize of the
+    oracle's plane (SPEC 11.1, f = (decode(byte) * A) * fp32(1/(6G))), with the result's own and with raw bytes."""
+    import device
+
+    x = make_input(70, 96, seed=11, scale=3.0)
+    q = device.quantize(to_cuda(x), columnwise=True, four_over_six="mse", global_scale_max=g, swizzled=swizzled)
+    ref = oracle.quantize(x, columnwise=True, four_over_six="mse", global_scale_max=g)
+    for p in ("row", "col"):
+        want = oracle.dequantize(getattr(ref, p))
+        assert_bytes(f"{p} G={g}", device.dequantize(q, p), want)
+        with pytest.raises(ValueError, match="global_scale_max"):
+            device.dequantize(q, p, global_scale_max=g)  # (a result carries its own G)
+        raw = device.dequantize(getattr(q, f"{p}_data"), scales=getattr(q, f"{p}_scales"), amax=getattr(q, f"{p}_amax"),
+                                shape=want.shape, swizzled=swizzled, global_scale_max=g)
+        assert_bytes(f"{p} raw G={g}", raw, want)
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_dequantize_g256_factor_by_hand():
+    """Raw bytes under G = 256: every value equals E2M1 * ((E4M3 * A) * fp32(1/1536)) computed in float32 from the
+    bytes (SPEC 11.1), and differs from the G = 448 dequantization of the same bytes wherever it is finite and
+    nonzero."""
+    import device
+
+    rng = np.random.default_rng(5)
+    rows, cols = 33, 64
+    data = rng.integers(0, 256, (rows, cols // 2), dtype=np.uint8)
+    scales = rng.integers(1, 0x7F, (rows, cols // 16), dtype=np.uint8)
+    amax = np.float32(1234.5)
+    e2m1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], np.float32)
+    codes = np.stack((data & 0xF, data >> 4), axis=-1).reshape(rows, cols)
+    dec = scales.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    f = ((dec * amax).astype(np.float32) * np.float32(1.0 / 1536.0)).astype(np.float32)
+    want = (e2m1[codes].reshape(rows, cols // 16, 16) * f[:, :, None]).astype(np.float32).reshape(rows, cols)
+    args = dict(scales=torch.from_numpy(scales).cuda(), amax=torch.tensor([amax], device="cuda"), shape=(rows, cols),
+                swizzled=False)
+    got = device.dequantize(torch.from_numpy(data).cuda(), global_scale_max=256, **args)
+    assert_bytes("G=256 by hand", got, want)
+    g448 = host(device.dequantize(torch.from_numpy(data).cuda(), **args))
+    moved = (want != 0) & np.isfinite(want)
+    assert moved.any() and np.all(g448[moved] != want[moved])
+
+
+def test_dequantize_global_scale_max_refusals_host():
+    """device.dequantize refuses a G other than 448 / 256 before any tensor reaches the device (host-side: CPU tensors
+    get only as far as the option checks)."""
+    import device
+
+    d = torch.zeros(16, 8, dtype=torch.uint8)
+    kw = dict(scales=torch.zeros(16, 1, dtype=torch.uint8), amax=torch.ones(1), shape=(16, 16), swizzled=False)
+    for bad in (512, 0, True):
+        with pytest.raises(ValueError, match="global_scale_max"):
+            device.dequantize(d, global_scale_max=bad, **kw)
 
 
 def test_four_over_six_refusals_host():

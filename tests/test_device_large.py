@@ -223,7 +223,7 @@ def test_dequantize_past_2_31_elements(rows, cols, swizzled):
     n = rows * cols
     buf = torch.full((n + 16,), float("nan"), dtype=torch.float32, device=DEV)
     out = buf[:n].view(rows, cols)
-    err = load_extension().dequantize_(data, sc, amax, rows, cols, swizzled, 0, out)
+    err = load_extension().dequantize_(data, sc, amax, rows, cols, swizzled, 0, 448, out)
     assert err == "", err
     torch.cuda.synchronize()
     assert not torch.isnan(out).any().item(), "unwritten output elements"

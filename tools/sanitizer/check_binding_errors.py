@@ -77,13 +77,15 @@ def quantize_calls() -> dict[str, Callable[[], str]]:
             False, 0, False, 0, 0, 0, 0, False, None, 0),
         "swizzle_ short out": lambda: ext.swizzle_(torch.zeros((4, 4), **u8), torch.zeros(16, **u8)),
         "dequantize_ short data": lambda: ext.dequantize_(torch.zeros(512, **u8), torch.zeros(65536, **u8), one,
-                                                          1024, 1024, True, 0, out(1024, 1024)),
+                                                          1024, 1024, True, 0, 448, out(1024, 1024)),
         "dequantize_ CPU amax": lambda: ext.dequantize_(torch.zeros(512, **u8), torch.zeros(512, **u8), one.cpu(),
-                                                        32, 32, True, 0, out(32, 32)),
+                                                        32, 32, True, 0, 448, out(32, 32)),
         "dequantize_ CPU data": lambda: ext.dequantize_(torch.zeros(512, dtype=torch.uint8), torch.zeros(512, **u8),
-                                                        one, 32, 32, True, 0, out(32, 32)),
+                                                        one, 32, 32, True, 0, 448, out(32, 32)),
         "dequantize_ rule 4": lambda: ext.dequantize_(torch.zeros(512, **u8), torch.zeros(512, **u8), one, 32, 32,
-                                                      True, 4, out(32, 32)),
+                                                      True, 4, 448, out(32, 32)),
+        "dequantize_ G 512": lambda: ext.dequantize_(torch.zeros(512, **u8), torch.zeros(512, **u8), one, 32, 32,
+                                                     True, 0, 512, out(32, 32)),
     }
 
 

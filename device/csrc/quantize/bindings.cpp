@@ -333,11 +333,14 @@ std::string swizzle_(const Tensor& compact, Tensor out) {
   return nvfp4::launch_status("nvfp4");
 }
 
-// SPEC 11: dequantize one plane to float32 [rows, cols].
+// SPEC 11: dequantize one plane to float32 [rows, cols]; global_scale_max is the plane's G (SPEC 5.6: 448, or 256
+// for a 4over6 plane), read by the TE rules' factor fp32(1/(6G)) (SPEC 11.1).
 std::string dequantize_(const Tensor& data, const Tensor& scales, const Tensor& amax, int64_t rows, int64_t cols,
-                        bool swizzled, int64_t rule, Tensor out) {
+                        bool swizzled, int64_t rule, int64_t global_scale_max, Tensor out) {
   NVFP4_REFUSE_UNLESS(rule >= nvfp4::kRuleTE && rule <= nvfp4::kRuleTorchaoNoScale, "nvfp4: unknown scale rule ",
                       rule);
+  NVFP4_REFUSE_UNLESS(global_scale_max == 448 || global_scale_max == 256, "nvfp4: global_scale_max must be 448 or 256, "
+                      "got ", global_scale_max);
   NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4", data, "data"));
   const c10::Device dev = data.device();
   NVFP4_RETURN_IF_ERROR(check_on(scales, dev, "scales"));
@@ -362,7 +365,8 @@ std::string dequantize_(const Tensor& data, const Tensor& scales, const Tensor& 
                       "nvfp4: data must be 8-byte aligned");
   const c10::cuda::CUDAGuard guard(dev);
   nvfp4::launch_dequantize(data.data_ptr<uint8_t>(), scales.data_ptr<uint8_t>(), amax.data_ptr<float>(), rows, cols,
-                           swizzled, (int)rule, out.data_ptr<float>(), c10::cuda::getCurrentCUDAStream());
+                           swizzled, (int)rule, (int)global_scale_max, out.data_ptr<float>(),
+                           c10::cuda::getCurrentCUDAStream());
   return nvfp4::launch_status("nvfp4");
 }
 

@@ -107,7 +107,8 @@ void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int6
                         float* col_amax, uint8_t* const bufs[kTailBufs], const int64_t caps[kTailBufs],
                         const int rows[kTailBufs], int4* tile_recs, cudaStream_t stream);
 void launch_swizzle(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t stream);
+// SPEC 11.1; global_scale_max: the plane's G (448, or 256 under 4over6, SPEC 5.6) in the TE rules' fp32(1/(6G)).
 void launch_dequantize(const uint8_t* data, const uint8_t* scales, const float* amax, int64_t rows, int64_t cols,
-                       bool swizzled, int rule, float* out, cudaStream_t stream);
+                       bool swizzled, int rule, int global_scale_max, float* out, cudaStream_t stream);
 
 }  // namespace nvfp4

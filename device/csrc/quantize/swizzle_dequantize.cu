@@ -25,11 +25,11 @@ __global__ void swizzle_kernel(const uint8_t* __restrict__ in, int64_t rows, int
 }
 
 // SPEC 11.1: one thread per 16-block, out = e2m1 * s with the block factor s of the scale rule:
-// TE rules s = (decode(sf) * amax) * fp32(1/2688); torchao s = P * decode(sf), P = amax / 2688; torchao_noscale
-// s = decode(sf).
+// TE rules s = (decode(sf) * amax) * rcp_six_g, rcp_six_g = fp32(1/(6G)) (G = 448: fp32(1/2688); G = 256, 4over6:
+// fp32(1/1536), SPEC 5.6); torchao s = P * decode(sf), P = amax / 2688; torchao_noscale s = decode(sf).
 __global__ void dequantize_kernel(const uint8_t* __restrict__ data, const uint8_t* __restrict__ scales,
                                   const float* __restrict__ amax, int64_t rows, int64_t cols, int swizzled, int rule,
-                                  float* __restrict__ out) {
+                                  float rcp_six_g, float* __restrict__ out) {
   const int64_t nb = cols / 16, total = rows * nb;
   const float am = *amax;
   const float p = __fdiv_rn(am, 2688.0f);  // rule "torchao" only
@@ -39,7 +39,7 @@ __global__ void dequantize_kernel(const uint8_t* __restrict__ data, const uint8_
     const float sf = e4m3_value(sb);
     const float s = rule == kRuleTorchao ? __fmul_rn(p, sf)
                     : rule == kRuleTorchaoNoScale ? sf
-                    : __fmul_rn(__fmul_rn(sf, am), kInv2688);
+                    : __fmul_rn(__fmul_rn(sf, am), rcp_six_g);
     const uint2 d = *reinterpret_cast<const uint2*>(data + r * (cols / 2) + c * 8);
     const uint64_t codes = (uint64_t)d.x | ((uint64_t)d.y << 32);
     float4* o = reinterpret_cast<float4*>(out + r * cols + c * 16);
@@ -64,11 +64,11 @@ void launch_swizzle(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out,
 }
 
 void launch_dequantize(const uint8_t* data, const uint8_t* scales, const float* amax, int64_t rows, int64_t cols,
-                       bool swizzled, int rule, float* out, cudaStream_t stream) {
+                       bool swizzled, int rule, int global_scale_max, float* out, cudaStream_t stream) {
   const int64_t total = rows * (cols / 16);
   if (total == 0) return;
   dequantize_kernel<<<grid_for(total, 256), 256, 0, stream>>>(data, scales, amax, rows, cols, swizzled ? 1 : 0, rule,
-                                                              out);
+                                                              inv_six_g(global_scale_max), out);
 }
 
 }  // namespace nvfp4
