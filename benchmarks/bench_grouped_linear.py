@@ -54,6 +54,7 @@ def capture(step) -> torch.cuda.CUDAGraph:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step()
+    graph.step = step  # the graph reads the tensors the step holds (e.g. grouped_mm's offs): keep them alive
     return graph
 
 
