@@ -98,21 +98,22 @@ __global__ void cutlass_args_kernel(CopiesArgs d, CutlassArgs c) {
 }
 
 // Groups with tiles but no K step: y = fp32(alpha * +0) [+ C], cast to the output (SPEC 12.2 with acc = +0).
+// Grid (x, E): the group's rows are strided over blockIdx.x, its columns over the threads (coalesced stores, no
+// division per element).
 __global__ void zero_k_epilogue_kernel(CopiesArgs d) {
   const int g = blockIdx.y;
   const Prob& p = d.probs[g];
   if (p.K != 0 || d.prefix[g + 1] == d.prefix[g]) return;
-  const long long n = static_cast<long long>(p.M) * p.N;
-  for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<long long>(gridDim.x) * blockDim.x) {
-    const long long off = (i / p.N) * p.ldd + i % p.N;
-    float y = __fmul_rn(p.alpha, 0.0f);
-    if (d.out_f32) {
-      float* o = static_cast<float*>(p.d) + off;
-      if (d.accumulate) y = __fadd_rn(y, *o);
-      *o = y;
-    } else {
-      static_cast<__nv_bfloat16*>(p.d)[off] = __float2bfloat16_rn(y);
+  const float y0 = __fmul_rn(p.alpha, 0.0f);
+  for (long long r = blockIdx.x; r < p.M; r += gridDim.x) {
+    const long long row = r * p.ldd;
+    for (int c = threadIdx.x; c < p.N; c += blockDim.x) {
+      if (d.out_f32) {
+        float* o = static_cast<float*>(p.d) + row + c;
+        *o = d.accumulate ? __fadd_rn(y0, *o) : y0;
+      } else {
+        static_cast<__nv_bfloat16*>(p.d)[row + c] = __float2bfloat16_rn(y0);
+      }
     }
   }
 }
@@ -153,7 +154,8 @@ int launch_copies_cutlass(const CopiesArgs& d, CutlassArgs c, cudaStream_t s) {
   decode_plane(d.a, d.a_f16, s);
   decode_plane(d.b, d.b_f16, s);
   cutlass_args_kernel<<<(d.E + 255) / 256, 256, 0, s>>>(d, c);
-  zero_k_epilogue_kernel<<<dim3(8, d.E), 256, 0, s>>>(d);
+  // (at most ~8K CTAs in all: most groups have K steps and their CTAs return at once)
+  zero_k_epilogue_kernel<<<dim3(d.E >= 8192 ? 1 : (d.E >= 64 ? 8192 / d.E : 128), d.E), 256, 0, s>>>(d);
   switch (d.epilogue) {
     case kOutBf16: return cutlass_run_bf16(c, s);
     case kOutF32: return cutlass_run_f32(c, s);
