@@ -174,12 +174,13 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
     forced = _dispatch.FORCED
     plan = (forced.get("algorithm", ""), forced.get("loader", ""), forced.get("epilogue", ""))
     # one torch.library custom op per form (device/_ops.py): torch.compile traces them through their fake
-    # implementations; the plan is chosen inside them, from host-known sizes and the buffers' alignment
+    # implementations (eager calls launch without their dispatch); the plan is chosen at the launch, from host-known
+    # sizes and the buffers' alignment
     if c.out is None:
-        return _ops.grouped_gemm_op(*operands, c.bias, _KIND_CODES[kind], mode, list(c.shape), c.dtype, _sizes(c),
-                                    *plan, int(_num_sms or 0))
-    _ops.grouped_gemm_out_op(*operands, c.out, c.bias, bool(accumulate), _KIND_CODES[kind], mode, _sizes(c), *plan,
-                             int(_num_sms or 0))
+        return _ops.grouped_gemm_new(*operands, c.bias, _KIND_CODES[kind], mode, list(c.shape), c.dtype, _sizes(c),
+                                     *plan, int(_num_sms or 0))
+    _ops.grouped_gemm_into(*operands, c.out, c.bias, bool(accumulate), _KIND_CODES[kind], mode, _sizes(c), *plan,
+                           int(_num_sms or 0))
     return c.out
 
 

@@ -115,8 +115,8 @@ def _operands(a: _Planes, a_plane: str, b: _Planes, b_plane: str) -> tuple[Tenso
 
 def _gemm_new(kind: int, a: _Planes, a_plane: str, b: _Planes, b_plane: str, cfg: _Config, t: int, shape: list[int],
               dtype: torch.dtype, bias: Tensor | None = None) -> Tensor:
-    return _ops.grouped_gemm_op(*_operands(a, a_plane, b, b_plane), bias, kind, cfg.mode, shape, dtype,
-                                _gemm_sizes(kind, cfg.e, t, cfg.n, cfg.k, cfg.rule), *_plan_parts())
+    return _ops.grouped_gemm_new(*_operands(a, a_plane, b, b_plane), bias, kind, cfg.mode, shape, dtype,
+                                 _gemm_sizes(kind, cfg.e, t, cfg.n, cfg.k, cfg.rule), *_plan_parts())
 
 
 def _wgrad(dyq: _Planes, xq: _Planes, cfg: _Config, t: int, dtype: torch.dtype, main_grad: Tensor | None):
@@ -124,8 +124,8 @@ def _wgrad(dyq: _Planes, xq: _Planes, cfg: _Config, t: int, dtype: torch.dtype, 
     ``main_grad += dW`` in place (SPEC 16.3; an empty expert leaves main_grad[g] unchanged) and None."""
     if main_grad is None:
         return _gemm_new(_WGRAD, dyq, "col", xq, "col", cfg, t, [cfg.e, cfg.n, cfg.k], dtype)
-    _ops.grouped_gemm_out_op(*_operands(dyq, "col", xq, "col"), main_grad, None, True, _WGRAD, cfg.mode,
-                             _gemm_sizes(_WGRAD, cfg.e, t, cfg.n, cfg.k, cfg.rule), *_plan_parts())
+    _ops.grouped_gemm_into(*_operands(dyq, "col", xq, "col"), main_grad, None, True, _WGRAD, cfg.mode,
+                           _gemm_sizes(_WGRAD, cfg.e, t, cfg.n, cfg.k, cfg.rule), *_plan_parts())
     return None
 
 

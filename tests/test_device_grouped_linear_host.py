@@ -228,3 +228,50 @@ def test_torch_views_reinterpret_without_copy():
     assert g.torch_views("col")[0].dtype == torch.float4_e2m1fn_x2
     with pytest.raises(ValueError, match="plane"):
         g.torch_views("both")
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# eager calls skip the ops' dispatch, and launch what the ops launch
+# ------------------------------------------------------------------------------------------------------------------
+
+def test_eager_grouped_gemm_launches_what_the_ops_launch(fake, monkeypatch):
+    """device._ops.grouped_gemm_new / grouped_gemm_into (the eager path of device.grouped_gemm and of the layer) call
+    launch_grouped_gemm with the arguments the custom ops' own implementations pass it, and go through the ops on
+    fake tensors or while torch.compile traces."""
+    from device import _ops
+
+    calls = []
+    monkeypatch.setattr(_ops, "launch_grouped_gemm", lambda *args: calls.append(args))
+    e, t, n, k = 3, 40, 48, 32
+    splits = cuda(e, dtype=torch.int64)
+    xq = device.group_quantize(cuda(t, k), splits, rowwise=True)
+    wq = device.group_quantize(cuda(e * n, k), splits, rowwise=True, block=(16, 16))
+    operands = (xq.row_data, xq.row_scales, xq.row_amax, xq.offsets, wq.row_data, wq.row_scales, wq.row_amax,
+                wq.offsets)
+    sizes = gl._gemm_sizes(dgemm._KIND_CODES["fprop"], e, t, n, k, "te")
+    plan = ("", "", "", 0)
+    bias = cuda(e, n, dtype=torch.float32)
+    out = cuda(t, n)
+
+    assert _ops._traced(xq.offsets)  # fake tensors: through the op (its fake implementation launches nothing)
+    _ops.grouped_gemm_new(*operands, bias, 0, "fast", [t, n], BF16, sizes, *plan)
+    _ops.grouped_gemm_into(*operands, out, bias, False, 0, "fast", sizes, *plan)
+    assert calls == []
+
+    monkeypatch.setattr(_ops, "_traced", lambda _t: False)  # an eager call
+    y = _ops.grouped_gemm_new(*operands, bias, 0, "exact", [t, n], BF16, sizes, *plan)
+    _ops.grouped_gemm_into(*operands, out, bias, True, 0, "sm100", sizes, *plan)
+    _ops.grouped_gemm_op._init_fn(*operands, bias, 0, "exact", [t, n], BF16, sizes, *plan)  # the ops' bodies
+    _ops.grouped_gemm_out_op._init_fn(*operands, out, bias, True, 0, "sm100", sizes, *plan)
+    assert len(calls) == 4
+    (new, into, op_new, op_into) = calls
+    for a, b in ((new, op_new), (into, op_into)):
+        assert len(a) == len(b) == 18
+        for i, (u, v) in enumerate(zip(a, b, strict=True)):
+            if i == 10 and a is new:  # the output each allocated: same shape, dtype and device
+                assert (u.shape, u.dtype, u.device) == (v.shape, v.dtype, v.device) == ((t, n), BF16, out.device)
+            elif isinstance(u, torch.Tensor):
+                assert u is v, i
+            else:
+                assert u == v, i
+    assert new[10] is y and into[10] is out and into[12] is True and new[12] is False
