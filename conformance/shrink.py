@@ -239,17 +239,23 @@ def _grouped_gemm_smaller(case: Case) -> Iterator[Case]:
             yield case.replace({name: y})
 
 
-def _mma_candidates(case: Case) -> Iterator[Case]:
-    """Smaller ``mma_*`` cases: no bias / C / explicit alpha, fewer rows of A or B, fewer 16-blocks (both operands),
-    zeroed 16-blocks of codes."""
-    a, o = case.arrays, case.options
+def _epilogue_candidates(case: Case) -> Iterator[Case]:
+    """A GEMM case without its bias, without its C, and with the automatic alpha (SPEC 12.1) instead of an explicit
+    one: each that applies."""
     for name in ("bias", "c"):
-        if name in a:
+        if name in case.arrays:
             c = case.replace()
             del c.arrays[name]
             yield c
-    if o.get("alpha") is not None:
+    if case.options.get("alpha") is not None:
         yield case.replace(options={"alpha": None})
+
+
+def _mma_candidates(case: Case) -> Iterator[Case]:
+    """Smaller ``mma_*`` cases: no bias / C / explicit alpha, fewer rows of A or B, fewer 16-blocks (both operands),
+    zeroed 16-blocks of codes."""
+    a = case.arrays
+    yield from _epilogue_candidates(case)
     for side, axis in (("a", 0), ("b", 1)):
         rows = a[f"{side}_data"].shape[0]
         for keep in _chunks(rows):
@@ -325,13 +331,7 @@ def candidates(case: Case) -> Iterator[Case]:
         return
     if op in ("gemm", "gemm_exact"):
         am, bm = a["a"], a["b"]
-        for name in ("bias", "c"):
-            if name in a:
-                c = case.replace()
-                del c.arrays[name]
-                yield c
-        if o.get("alpha") is not None:
-            yield case.replace(options={"alpha": None})
+        yield from _epilogue_candidates(case)
         for keep in _chunks(am.shape[0]):
             new = {"a": am[keep]}
             if "c" in a:
