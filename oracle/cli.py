@@ -205,15 +205,18 @@ def quantize_to_npz(a) -> int:
     return 0
 
 
+#: the generic names of THEIRS.npz (data, scales, per-tensor value): either plane, told apart by --plane or the shape
+THEIRS_GENERIC_KEYS = ("data", "scales", "amax")
 #: the names ``diagnose`` looks for in THEIRS.npz, per plane: (data, scales, per-tensor value), first found wins
 THEIRS_KEYS = {
-    "row": (("data", "scales", "amax"), ("row_data", "row_scales", "row_amax"),
+    "row": (("row_data", "row_scales", "row_amax"),
             ("rowwise_data", "rowwise_scale_inv", "amax_rowwise"), ("qdata", "scale", "per_tensor_scale")),
     "col": (("col_data", "col_scales", "col_amax"), ("columnwise_data", "columnwise_scale_inv", "amax_columnwise")),
 }
 
 THEIRS_HELP = """THEIRS.npz holds their plane under one of these sets of names (the first set found is used):
-  data, scales[, amax]                          any layout (see --layout)
+  data, scales[, amax]                          any layout (see --layout), either plane (--plane, or
+                                                  auto: from the data's shape and size)
   row_data, row_scales[, row_amax]              python -m oracle quantize's output
   col_data, col_scales[, col_amax]                (--plane col for the columnwise plane)
   rowwise_data, rowwise_scale_inv[, amax_rowwise]   TE's NVFP4Tensor fields
@@ -229,12 +232,16 @@ examples:
 
 
 def read_theirs(path: str, plane: str) -> tuple:
-    """(data, scales, amax or None, plane) from THEIRS.npz by :data:`THEIRS_KEYS` (a torchao per_tensor_scale is
-    turned into its amax, SPEC 14.10)."""
+    """(data, scales, amax or None, plane) from THEIRS.npz: the generic names :data:`THEIRS_GENERIC_KEYS` first (the
+    plane then stays ``plane``, "auto" included, for :func:`oracle.diagnose` to tell from the data), else the
+    per-plane names of :data:`THEIRS_KEYS` (a torchao per_tensor_scale is turned into its amax, SPEC 14.10)."""
     from .interop import amax_from_torchao_scale
 
     with np.load(path, allow_pickle=False) as z:
         keys = set(z.files)
+        dk, sk, ak = THEIRS_GENERIC_KEYS
+        if dk in keys and sk in keys:
+            return z[dk], z[sk], z[ak] if ak in keys else None, plane
         planes = ("row", "col") if plane == "auto" else (plane,)
         for p in planes:
             for dk, sk, ak in THEIRS_KEYS[p]:

@@ -29,7 +29,6 @@ from .swizzle import padded_scale_shape, unswizzle_scales
 
 __all__ = ["DIAGNOSE_RULES", "LAYOUTS", "Diagnosis", "DiagnoseRule", "diagnose", "format_block"]
 
-_F2688 = np.float32(2688.0)
 _ONE = np.float32(1.0)
 _SHOWN_TRIED = 8  # candidates listed in the report (Diagnosis.tried has them all)
 
@@ -127,8 +126,12 @@ def _variant_plane(y: np.ndarray, *, base: str, variant: str, block: tuple, amax
             divisor = sf if p is None else (np.float32(p) * sf).astype(np.float32)
         y3 = y.reshape(rows, nb, 16)
         if variant == "division":
-            # SPEC 14.11: x / d with d the decode scale; a zero d (TE's underflowed block) keeps TE's multiplier
-            scaled = np.where(divisor[:, :, None] == 0, mult[:, :, None] * y3, y3 / divisor[:, :, None])
+            # SPEC 14.11: x / d with d the decode scale; under te a zero d (an underflowed block) keeps 5.2's
+            # multiplier. torchao's d is never 0 with a finite multiplier, so x / d runs as written there
+            quotient = y3 / divisor[:, :, None]
+            if base.startswith("te"):
+                quotient = np.where(divisor[:, :, None] == 0, mult[:, :, None] * y3, quotient)
+            scaled = quotient
         else:
             scaled = mult[:, :, None] * y3
         scaled = scaled.astype(np.float32).reshape(rows, cols)
@@ -414,10 +417,13 @@ def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: 
     if given_amax is not None and np.size(given_amax) == 1 and not _row_scaled(exp):
         g = np.float32(np.asarray(given_amax).reshape(-1)[0])
         a = np.float32(exp.amax)
+        six_g = int(6 * getattr(exp, "global_scale_max", 448))  # 6G: 2688, or 1536 for a G = 256 plane (SPEC 5.6)
+        libs = (" (flashinfer's global_scale)", " (torchao's per_tensor_scale, flashinfer's is_global_scale_inversed)")
+        if six_g != 2688:
+            libs = ("", "")  # those libraries' values are 2688 / amax and amax / 2688
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            forms = {"S_enc = 2688 / amax (flashinfer's global_scale)": np.float32(_F2688 / a),
-                     "1 / S_enc = amax / 2688 (torchao's per_tensor_scale, flashinfer's is_global_scale_inversed)":
-                     np.float32(a / _F2688)}
+            forms = {f"S_enc = {six_g} / amax{libs[0]}": np.float32(np.float32(six_g) / a),
+                     f"1 / S_enc = amax / {six_g}{libs[1]}": np.float32(a / np.float32(six_g))}
         if g.view(np.uint32) != a.view(np.uint32):
             named = [k for k, v in forms.items() if np.isfinite(v) and abs(float(g) - float(v)) <= abs(float(v)) * 2**-22]
             if named:
@@ -468,7 +474,7 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
             compact or 128x4).
         plane: "row", "col" or "auto" (from the data's shape and size).
         rht_signs: the RHT sign mask tried for a columnwise plane of bf16 input.
-        rules: names of :data:`DIAGNOSE_RULES` to try (default: all this oracle has).
+        rules: a name of :data:`DIAGNOSE_RULES`, or several, to try (default: all this oracle has).
     Returns:
         :class:`Diagnosis` (``print()`` it).
     """
@@ -480,6 +486,8 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
     sbuf = _u8(scales, "scales")
     planes = _planes_for(d.shape, d.size, m, k, plane)
     table = [r for r in DIAGNOSE_RULES if _rule_available(r)]
+    if isinstance(rules, str):
+        rules = (rules,)
     if rules is not None:
         names = {r.name for r in DIAGNOSE_RULES}
         unknown = [n for n in rules if n not in names]
@@ -509,7 +517,7 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
                     if given is not None:
                         if r.quantize.get("row_scaled"):
                             if given.size == m:
-                                amaxes = [("given", given)]
+                                amaxes.append(("given", given))
                         elif given.size == 1:
                             amaxes.append(("given", np.float32(given[0])))
                     for src, a in amaxes:

@@ -194,15 +194,16 @@ def from_torchao(t, *, amax=None) -> NVFP4Tensor:
     The plane's rule is "torchao" when the tensor has a ``per_tensor_scale`` P, else "torchao_noscale" (SPEC 5.4,
     5.5). An N-D tensor becomes the plane of its 2-D flattening ``[prod(...) * M, K]`` (SPEC 1.3). The amax is the
     one given (checked: ``fp32(amax) / 2688`` must be P) or :func:`amax_from_torchao_scale` of P.
-    ``act_per_tensor_scale`` (a setting for quantizing the other GEMM operand) is not part of the plane. Refused:
-    a per-expert (3-D) P, a block size other than 16, and a transposed view (convert ``t.t()``, the stored matrix).
+    ``act_per_tensor_scale`` (a setting for quantizing the other GEMM operand) is not part of the plane. A P of one
+    value in any shape (``()``, ``(1,)``, a single expert's ``(1, 1, 1)``) is the tensor's. Refused: a per-expert P
+    of several values, a block size other than 16, and a transposed view (convert ``t.t()``, the stored matrix).
     """
     f = torchao_fields(t)
     if f["block_size"] != 16:
         raise ValueError(f"NVFP4 blocks are 16 elements, the tensor says block_size={f['block_size']}")
     if f["transposed"]:
         raise ValueError("a transposed NVFP4Tensor view (qdata is column-major): convert t.t(), the matrix as stored")
-    if f["per_tensor_scale_shape"] not in (None, ()) and len(f["per_tensor_scale_shape"]) != 0:
+    if f["per_tensor_scale_shape"] is not None and int(np.prod(f["per_tensor_scale_shape"])) != 1:
         raise ValueError(f"a per-expert per_tensor_scale of shape {f['per_tensor_scale_shape']} has one amax per "
                          "expert: convert each expert's slice separately")
     q = f["qdata"]
@@ -253,6 +254,14 @@ def _torch_dtype(name):
     return getattr(torch, str(name).replace("torch.", ""))
 
 
+def _check_torchao_g(g) -> None:
+    """Refuse a plane whose G (``global_scale_max``, SPEC 5.6) is not 448: torchao's P is amax / 2688 = amax / (6 * 448)
+    (SPEC 5.4), so it cannot hold the factor amax / (6 * 256) of a G = 256 plane."""
+    if int(g) != 448:
+        raise ValueError(f"a plane with global_scale_max={int(g)} (4over6, SPEC 5.6) has no torchao NVFP4Tensor form: "
+                         f"its per-tensor factor is amax / {6 * int(g)}, torchao's P is amax / 2688 (SPEC 5.4)")
+
+
 def to_torchao(t, plane: str = "row", *, swizzled: bool | None = None, orig_dtype=None):
     """A torchao 0.18 ``NVFP4Tensor`` holding one plane's bytes.
 
@@ -262,7 +271,9 @@ def to_torchao(t, plane: str = "row", *, swizzled: bool | None = None, orig_dtyp
     ``orig_dtype``: the tensor's nominal dtype (default: the one recorded in the options, else bfloat16).
     The per-tensor scale is torchao's ``per_tensor_amax_to_scale(amax)`` for every rule but "torchao_noscale" (no
     per-tensor scale). torchao dequantizes by its own factor ``P * sf`` (SPEC 11.1), so a TE-rule plane's values can
-    differ from :func:`oracle.dequantize` in the last bit. A row-scaled or 16x16-block plane has no torchao form.
+    differ from :func:`oracle.dequantize` in the last bit. A row-scaled or 16x16-block plane has no torchao form, nor
+    has a 4over6 plane with ``global_scale_max=256`` (its factor is amax / 1536, SPEC 5.6; torchao's P is always
+    amax / 2688): ``ValueError``.
     """
     import torch
     from torchao.prototype.mx_formats.nvfp4_tensor import NVFP4Tensor as AoTensor
@@ -271,6 +282,7 @@ def to_torchao(t, plane: str = "row", *, swizzled: bool | None = None, orig_dtyp
     if hasattr(t, "row_data") and hasattr(t, "swizzled"):  # a device result: keep its tensors where they are
         data, scales, amax, rows, cols, is_swz, rule, block = _device_plane(t, plane)
         opts = dict(t.options)
+        _check_torchao_g(opts.get("global_scale_max", 448))
         if swizzled is None:
             swizzled = is_swz
         sc = _torch_scales(scales, rows, cols // 16, is_swz, bool(swizzled))
@@ -282,6 +294,7 @@ def to_torchao(t, plane: str = "row", *, swizzled: bool | None = None, orig_dtyp
         rows, cols, rule, block = p.rows, p.cols, p.rule, tuple(p.block)
         if getattr(p, "row_scaled", False):
             raise ValueError("a row-scaled plane (one amax per row, SPEC 5.7) has no torchao NVFP4Tensor form")
+        _check_torchao_g(getattr(p, "global_scale_max", 448))
         q = torch.from_numpy(np.ascontiguousarray(p.data))
         sb = p.swizzled_scales() if swizzled else p.scales
         sc = torch.from_numpy(np.ascontiguousarray(sb))
@@ -305,15 +318,19 @@ def to_torchao(t, plane: str = "row", *, swizzled: bool | None = None, orig_dtyp
 def from_te_fields(*, rowwise_data=None, rowwise_scale_inv=None, columnwise_data=None, columnwise_scale_inv=None,
                    amax_rowwise=None, amax_columnwise=None, with_gemm_swizzled_scales: bool = False,
                    row_scaled_nvfp4: bool = False, nvfp4_use_4over6: bool = False, nvfp4_e4m3_max: int = 448,
-                   rule: str = "te", rht: bool = False, block=(1, 16), four_over_six=None, **ignored) -> NVFP4Tensor:
+                   rule: str = "te", rht: bool = False, block=(1, 16), four_over_six=None,
+                   four_over_six_fast_math: bool = False, **ignored) -> NVFP4Tensor:
     """An oracle :class:`NVFP4Tensor` from TransformerEngine's NVFP4 tensor fields, without importing TE.
 
     Pass the fields by name, e.g. ``from_te_fields(**te_tensor.get_metadata())`` (``fp4_dtype``, ``quantizer`` and
     ``fake_dtype`` are accepted and ignored). Arrays may be NumPy arrays or torch tensors on any device.
     What TE's fields do not record is given here: ``rule`` ("te", or "te_fused_rht" for TE's fused RHT cast),
     ``rht`` (whether the columnwise plane holds the RHT, SPEC 7), ``block`` ((16, 16) for 2-D weight quantization)
-    and ``four_over_six`` (the 4over6 error mode, when ``nvfp4_use_4over6``).
+    ``four_over_six`` and ``four_over_six_fast_math`` (the 4over6 error mode and path, when ``nvfp4_use_4over6``:
+    TE keeps them on the quantizer, ``NVFP4Quantizer.nvfp4_4over6_err_mode``, not in the tensor's fields).
     The columnwise plane is ``[K, M]``: TE stores one only for M a multiple of 16, where it equals SPEC 6.2's.
+    ``nvfp4_e4m3_max`` (G, SPEC 5.6) must be 448 or 256, and 256 only with ``nvfp4_use_4over6`` (TE's quantizer and
+    the oracle define G = 256 for 4over6 alone): ``ValueError`` otherwise.
     """
     unknown = sorted(set(ignored) - set(_TE_IGNORED))
     if unknown:
@@ -321,9 +338,15 @@ def from_te_fields(*, rowwise_data=None, rowwise_scale_inv=None, columnwise_data
                         f"(and {list(_TE_IGNORED)}, ignored)")
     if rowwise_data is None and columnwise_data is None:
         raise ValueError("no plane: give rowwise_data and/or columnwise_data")
+    if isinstance(nvfp4_e4m3_max, bool) or int(nvfp4_e4m3_max) not in (448, 256):
+        raise ValueError(f"nvfp4_e4m3_max must be 448 or 256 (SPEC 5.6), got {nvfp4_e4m3_max!r}")
+    if int(nvfp4_e4m3_max) != 448 and not nvfp4_use_4over6:
+        raise ValueError(f"nvfp4_e4m3_max={int(nvfp4_e4m3_max)} with nvfp4_use_4over6=False: G = 256 is defined only "
+                         "for 4over6 (SPEC 5.6); a plain TE tensor has 448")
     layout = "swizzled" if with_gemm_swizzled_scales else "padded"
     extra = dict(row_scaled=bool(row_scaled_nvfp4) or None, global_scale_max=int(nvfp4_e4m3_max) if nvfp4_use_4over6
-                 else None, four_over_six=four_over_six if nvfp4_use_4over6 else None)
+                 else None, four_over_six=four_over_six if nvfp4_use_4over6 else None,
+                 four_over_six_fast_math=bool(four_over_six_fast_math) if nvfp4_use_4over6 else None)
     row = col = None
     m = k = None
     if rowwise_data is not None:
@@ -355,6 +378,15 @@ def from_te_fields(*, rowwise_data=None, rowwise_scale_inv=None, columnwise_data
     return NVFP4Tensor(row, col, (m, k), options=opts)
 
 
+_TE_RULES = ("te", "te_fused_rht")
+
+
+def _check_te_rule(rule: str) -> None:
+    if rule not in _TE_RULES:
+        raise ValueError(f"a plane of rule {rule!r} has no TE fields: TE's tensors hold the TE rules {_TE_RULES} "
+                         "(SPEC 5.1-5.3, 5.6, 5.7)")
+
+
 def to_te_fields(t, *, swizzled: bool | None = None, as_torch: bool = False) -> dict:
     """TransformerEngine's NVFP4 tensor fields (the names of :data:`TE_FIELD_NAMES`) of an oracle
     :class:`NVFP4Tensor` or a device result.
@@ -363,12 +395,19 @@ def to_te_fields(t, *, swizzled: bool | None = None, as_torch: bool = False) -> 
     128x4 layout; the amaxes float32 ``[1]`` (``[M]`` for a row-scaled plane). Absent planes give ``None``.
     Oracle tensors give NumPy arrays (``as_torch``: CPU torch tensors); a device result gives tensors on its device,
     its scale layout by default. A columnwise plane needs M to be a multiple of 16 (TE's columnwise data is
-    ``[K, M/2]``).
+    ``[K, M/2]``). ``nvfp4_use_4over6`` and ``nvfp4_e4m3_max`` (G) record a 4over6 plane (SPEC 5.6); its error mode
+    and path (``four_over_six``, ``four_over_six_fast_math``) are not carried: TE keeps them on the quantizer
+    (``NVFP4Quantizer.nvfp4_4over6_err_mode``), not in the tensor, and the bytes do not need them to be read.
+    Only TE's rules have TE fields: a plane of another rule (torchao's) raises ``ValueError``.
     """
     if hasattr(t, "row_data") and hasattr(t, "swizzled"):
+        _check_te_rule(t.options.get("rule", "te"))
         return _device_te_fields(t, swizzled)
     if not isinstance(t, NVFP4Tensor):
         raise TypeError(f"expected an oracle NVFP4Tensor or a device result, got {type(t).__name__}")
+    for p in (t.row, t.col):
+        if p is not None:
+            _check_te_rule(p.rule)
     out = {"rowwise_data": None, "rowwise_scale_inv": None, "columnwise_data": None, "columnwise_scale_inv": None,
            "amax_rowwise": None, "amax_columnwise": None, "with_gemm_swizzled_scales": bool(swizzled)}
     for name, p in (("rowwise", t.row), ("columnwise", t.col)):
@@ -453,5 +492,8 @@ def _device_te_fields(t, swizzled):
         out[f"{name}_data"] = data.reshape(rows, cols // 2)
         out[f"{name}_scale_inv"] = s
         out[f"amax_{name}"] = amax.reshape(-1).to(torch.float32)
-    out.update(with_gemm_swizzled_scales=want, row_scaled_nvfp4=False, nvfp4_use_4over6=False, nvfp4_e4m3_max=448)
+    o = t.options
+    out.update(with_gemm_swizzled_scales=want, row_scaled_nvfp4=False,
+               nvfp4_use_4over6=o.get("four_over_six") is not None,
+               nvfp4_e4m3_max=int(o.get("global_scale_max", 448)))
     return out

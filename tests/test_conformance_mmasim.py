@@ -95,7 +95,7 @@ def test_without_mmasim_the_backend_is_unavailable_and_its_ops_are_skipped(tmp_p
     assert {(s["backend"], s["op"]) for s in stats.skipped} == {("mmasim", "mma_sm100"), ("mmasim", "mma_tc")}
 
 
-class _RoundsToNearest(MmasimBackend):
+class _UnfusedBias(MmasimBackend):
     """mmasim with a planted bug in its epilogue: a bias is added after rounding alpha * acc (12.2's order, not the
     fused multiply-add of SPEC 12.7)."""
 
@@ -113,12 +113,12 @@ class _RoundsToNearest(MmasimBackend):
         return out
 
 
-register_backend(_RoundsToNearest.name, _RoundsToNearest)
+register_backend(_UnfusedBias.name, _UnfusedBias)
 
 
 def test_a_wrong_epilogue_is_caught_shrunk_saved_and_replayed(tmp_path, capsys):
     _needs_mmasim()
-    be = _RoundsToNearest()
+    be = _UnfusedBias()
     found = None
     for i in range(400):
         c = generate("mma_sm100", 9, i, "mma", OPS["mma_sm100"].space)

@@ -243,7 +243,7 @@ def _both(x, **kw) -> dict:
 def _tie_and_map4_rows() -> np.ndarray:
     """Row 0: 2688 and zeros (A = 2688: S_enc = fp32(2688) / 2688 = 1, G = 448). Row 1: 6, 1.5, -3 and zeros, on both
     candidates' grids: map-to-6 has base = (6 / 6) * 1 = 1, byte 0x38 (1.0), m = 1, codes 6 -> 0x7, 1.5 -> 0x3,
-    -3 -> 0xB (sign 8 | 3.0's index 5 = 0xD), error 0; map-to-4 has byte E4M3(1.5) = 0x3C, m = fp32(1/1.5), codes of
+    -3 -> 0xD (sign 8 | 3.0's index 5), error 0; map-to-4 has byte E4M3(1.5) = 0x3C, m = fp32(1/1.5), codes of
     4, 1, -2, values times 1.5 = 6, 1.5, -3: error 0 too, a tie: map-to-6. Row 2: 6, 4.5, 0.75 and zeros: map-to-6
     gives 4.5 -> 4 (0x6) and 0.75 -> 1 (0x2, SPEC 3.1's tie index), error 0.5 + 0.25 (MAE); map-to-4's values 4, 3,
     0.5 times 1.5 are exact (0x6, 0x5, 0x1), error 0: map-to-4, byte 0x3C."""

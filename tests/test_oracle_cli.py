@@ -248,3 +248,21 @@ def test_main_in_process_treats_a_broken_pipe_as_done(tmp_path, monkeypatch, cap
     monkeypatch.setattr(sys, "stdout", ClosedPipe())
     assert main(["explain", str(tmp_path / "x.npy"), "--row", "0"]) == 0
     assert "error" not in capsys.readouterr().err
+
+
+def test_diagnose_a_columnwise_plane_saved_under_the_generic_names(tmp_path):
+    """A columnwise plane (bytes from conformance.te_torch, torch written from SPEC 6.2) saved as data / scales is
+    diagnosed as the columnwise plane: found from the data's shape, or named by --plane col."""
+    pytest.importorskip("torch")  # conformance.te_torch runs on torch
+    from conformance import te_torch as tt
+
+    x = (np.random.default_rng(3).standard_normal((40, 64)) * 4).astype(np.float32)  # M = 40: X^T padded to 48
+    o = tt.quantize(x, rowwise=False, columnwise=True)
+    np.save(tmp_path / "x.npy", x)
+    np.savez(tmp_path / "col.npz", data=o["col_data"], scales=o["col_scales"])
+    for extra in ((), ("--plane", "col")):
+        r = _run("diagnose", str(tmp_path / "x.npy"), str(tmp_path / "col.npz"), "--rules", "te,torchao", *extra)
+        assert r.returncode == 0, (extra, r.stdout, r.stderr)
+        assert "compared as the col plane" in r.stdout and "reproduced exactly by: te" in r.stdout, r.stdout
+    r = _run("diagnose", str(tmp_path / "x.npy"), str(tmp_path / "col.npz"), "--plane", "row")
+    assert r.returncode == 2 and "is not the row plane" in r.stderr, r.stderr

@@ -176,20 +176,38 @@ def test_torchao_variants_from_torchaos_own_functions():
 
 
 def test_4over6_and_row_scaled_bytes_are_diagnosed_as_such():
-    """oracle.quantize's TE variants (SPEC 5.6, 5.7; their own tests check them against TE's facts): diagnose names
-    them among all rules; a row-scaled plane needs its per-row amaxes."""
+    """TE's variants (SPEC 5.6, 5.7) made by conformance.te_torch (torch, written from SPEC): diagnose names them
+    among all rules, G = 256 included; a row-scaled plane is tried with its computed per-row amaxes and again with
+    the ones given."""
     x = (np.random.default_rng(9).standard_normal((32, 64)) * np.exp2(np.arange(32) % 7)[:, None]).astype(
         ml_dtypes.bfloat16)
-    q = oracle.quantize(x, four_over_six="mse").row
-    r = diagnose(x, q.data, q.scales)
+    o = tt.quantize(x, four_over_six="mse")
+    r = diagnose(x, o["row_data"], o["row_scales"])
     assert r.matches[0] == "te_4over6_mse" and "te" not in r.matches, str(r)
-    q = oracle.quantize(x, row_scaled=True).row
-    r = diagnose(x, q.data, q.scales, amax=q.amax)
+    o = tt.quantize(x, four_over_six="mae", global_scale_max=256)
+    r = diagnose(x, o["row_data"], o["row_scales"])
+    assert "te_4over6_mae_g256" in r.matches and all(n.endswith("_g256") for n in r.matches), str(r)
+    # one rule by name (a string), and the per-tensor value given as S_enc = 1536 / amax (6G with G = 256)
+    s_enc = np.float32(np.float32(1536.0) / o["row_amax"][0])
+    r = diagnose(x, o["row_data"], o["row_scales"], amax=s_enc, rules="te_4over6_mae_g256")
+    assert r.matches == ["te_4over6_mae_g256"], str(r)
+    assert any(h.startswith(f"the amax given ({float(s_enc):.6g}) is S_enc = 1536 / amax") for h in r.hypotheses), str(r)
+    o = tt.quantize(x, row_scaled=True)
+    r = diagnose(x, o["row_data"], o["row_scales"], amax=o["row_amax"])
+    assert r.matches == ["te_row_scaled"], str(r)  # the amax given is the computed one
+    # bytes made with other per-row amaxes: only the given ones reproduce them ...
+    other = (o["row_amax"] * np.float32(2.0)).astype(np.float32)
+    o2 = tt.quantize(x, row_scaled=True, amax=other)
+    r = diagnose(x, o2["row_data"], o2["row_scales"], amax=other)
     assert r.matches == ["te_row_scaled (amax given)"], str(r)
+    # ... and the computed ones still run when a wrong amax is given
+    r = diagnose(x, o["row_data"], o["row_scales"], amax=other)
+    assert r.matches == ["te_row_scaled"], str(r)
     f = oracle.to_te_fields(oracle.quantize(x, row_scaled=True))  # TE's row-scaled fields: amax_rowwise [M]
     assert f["row_scaled_nvfp4"] and f["amax_rowwise"].shape == (32,)
     back = oracle.from_te_fields(**f).row
-    assert back.row_scaled and np.array_equal(back.amax, q.amax) and np.array_equal(back.scales, q.scales)
+    assert back.row_scaled and np.array_equal(back.amax, o["row_amax"]) and np.array_equal(back.scales,
+                                                                                           o["row_scales"])
 
 
 # ---- planted bugs are named -------------------------------------------------------------------------------------

@@ -152,9 +152,26 @@ def test_from_torchao_refusals_and_a_checked_amax():
     with pytest.raises(ValueError, match="does not give the tensor's per_tensor_scale"):
         from_torchao(t, amax=np.float32(x.abs().max().item() * 2))
     assert from_torchao(t, amax=x.abs().max().numpy()).row.amax == np.float32(x.abs().max().item())
-    per_expert = nv.NVFP4Tensor.to_nvfp4(x.reshape(1, 32, 32), per_tensor_scale=pts.reshape(1, 1, 1))
+    x2 = torch.randn(2, 32, 32)
+    per_expert = nv.NVFP4Tensor.to_nvfp4(x2, per_tensor_scale=nv.per_tensor_amax_to_scale(
+        x2.abs().amax(dim=(1, 2), keepdim=True)))  # torchao's per-expert P: [2, 1, 1]
     with pytest.raises(ValueError, match="per-expert"):
         from_torchao(per_expert)
+
+
+def test_from_torchao_reads_a_one_value_per_tensor_scale_of_any_shape():
+    """A P of shape (1,) or (1, 1, 1) (one expert) is the tensor's one per-tensor scale: the plane equals the one read
+    from torchao's own 0-d P, and its amax gives that P back (torchao's per_tensor_amax_to_scale)."""
+    nv, _ = _ao()
+    x = torch.randn(32, 64) * 5
+    pts = nv.per_tensor_amax_to_scale(x.abs().max())
+    t = nv.NVFP4Tensor.to_nvfp4(x, per_tensor_scale=pts)
+    want = from_torchao(t).row
+    for shape in ((1,), (1, 1, 1)):
+        t.per_tensor_scale = pts.reshape(shape)
+        got = from_torchao(t).row
+        assert got.rule == "torchao" and np.array_equal(got.data, want.data) and np.array_equal(got.scales, want.scales)
+        assert torch.equal(nv.per_tensor_amax_to_scale(torch.tensor(got.amax)), pts), shape
 
 
 # ---- TE fields ----------------------------------------------------------------------------------------------------
@@ -211,6 +228,38 @@ def test_te_fields_of_an_nd_tensor_and_refusals():
         to_te_fields(odd)
     with pytest.raises(ValueError, match="need 512 bytes"):
         read_scales(np.zeros(100, np.uint8), 16, 2, "swizzled")
+    with pytest.raises(ValueError, match="no TE fields"):  # torchao's rules are not TE's
+        to_te_fields(oracle.quantize(x, rule="torchao"))
+    with pytest.raises(ValueError, match="only for 4over6"):  # G = 256 without 4over6: TE has 448 there
+        from_te_fields(**dict(f, nvfp4_use_4over6=False, nvfp4_e4m3_max=256))
+    with pytest.raises(ValueError, match="448 or 256"):
+        from_te_fields(**dict(f, nvfp4_use_4over6=True, nvfp4_e4m3_max=300))
+
+
+def test_te_fields_of_a_4over6_g256_plane():
+    """A 4over6 plane with G = 256 (SPEC 5.6) gives TE's flags nvfp4_use_4over6=True, nvfp4_e4m3_max=256 (the values
+    the quantize call was given), and from_te_fields reads G back; the error mode comes from the caller."""
+    x = np.random.default_rng(5).standard_normal((32, 64)).astype(ml_dtypes.bfloat16)
+    t = oracle.quantize(x, columnwise=True, four_over_six="mse", global_scale_max=256)
+    f = to_te_fields(t)
+    assert f["nvfp4_use_4over6"] is True and f["nvfp4_e4m3_max"] == 256
+    back = from_te_fields(**f, four_over_six="mse")
+    for p in (back.row, back.col):
+        assert p.global_scale_max == 256 and p.four_over_six == "mse"
+    assert np.array_equal(back.row.data, t.row.data) and np.array_equal(back.col.scales, t.col.scales)
+
+
+def test_to_torchao_refuses_a_g256_plane():
+    """torchao's P is amax / 2688 (SPEC 5.4); a G = 256 plane's factor is amax / 1536 (SPEC 5.6): no torchao form."""
+    x = np.random.default_rng(6).standard_normal((32, 64)).astype(ml_dtypes.bfloat16)
+    q = oracle.quantize(x, columnwise=True, four_over_six="mae", global_scale_max=256)
+    for plane in ("row", "col"):
+        with pytest.raises(ValueError, match="global_scale_max=256"):
+            to_torchao(q, plane)
+    with pytest.raises(ValueError, match="global_scale_max=256"):
+        to_torchao(q.row)
+    with pytest.raises(ValueError, match="global_scale_max=256"):
+        _device_result(q, True).to_torchao("row")
 
 
 # ---- device results (CPU tensors in the device classes; the CUDA path below) --------------------------------------
@@ -240,11 +289,20 @@ def test_device_result_converts_through_interop(swizzled):
         ref = to_torchao(q, "row", swizzled=want_swz)
         assert torch.equal(ao.qdata, ref.qdata) and torch.equal(ao.scale.view(torch.uint8), ref.scale.view(torch.uint8))
         assert torch.equal(ao.per_tensor_scale, ref.per_tensor_scale)
-        te = dev.to_te_fields(swizzled=want_swz)
-        te_ref = to_te_fields(q, swizzled=want_swz)
-        for key in ("rowwise_data", "rowwise_scale_inv", "columnwise_data", "columnwise_scale_inv", "amax_rowwise"):
-            assert np.array_equal(te[key].numpy(), te_ref[key]), (key, want_swz)
-    assert dev.to_te_fields()["with_gemm_swizzled_scales"] is swizzled  # its own layout by default
+    with pytest.raises(ValueError, match="no TE fields"):
+        dev.to_te_fields()
+    # TE fields of TE-rule results: plain, and 4over6 with G = 256 (its flags are the quantize call's options)
+    for kw, use_4over6, gmax in (({}, False, 448), ({"four_over_six": "mae", "global_scale_max": 256}, True, 256)):
+        q = oracle.quantize(x, columnwise=True, **kw)
+        dev = _device_result(q, swizzled)
+        for want_swz in (False, True):
+            te = dev.to_te_fields(swizzled=want_swz)
+            te_ref = to_te_fields(q, swizzled=want_swz)
+            for key in ("rowwise_data", "rowwise_scale_inv", "columnwise_data", "columnwise_scale_inv",
+                        "amax_rowwise"):
+                assert np.array_equal(te[key].numpy(), te_ref[key]), (key, want_swz, kw)
+            assert te["nvfp4_use_4over6"] is use_4over6 and te["nvfp4_e4m3_max"] == gmax, kw
+        assert dev.to_te_fields()["with_gemm_swizzled_scales"] is swizzled  # its own layout by default
 
 
 @pytest.mark.cuda
@@ -261,6 +319,10 @@ def test_device_quantize_to_torchao_and_te_fields_on_the_gpu():
         assert np.array_equal(ao.qdata.cpu().numpy(), ref.row.data)
         back = from_torchao(ao)
         assert np.array_equal(back.row.scales, ref.row.scales)
+        if rule == "torchao":
+            with pytest.raises(ValueError, match="no TE fields"):
+                q.to_te_fields()
+            continue
         te = q.to_te_fields(swizzled=False)
         assert te["rowwise_scale_inv"].device.type == "cuda"
         got = from_te_fields(**te, rule=rule)

@@ -99,7 +99,9 @@ __device__ __forceinline__ void load_operand(uint32_t (*vals)[kStepK / 4 + 1], u
     const int r = i / kGroups, g = i % kGroups;
     const int row = row0 + r, blk = j * kGroups + g;  // the scale's 16-block column
     uint32_t p = scale_parts(0);
-    if (row < rows && blk < k / 16) p = scale_parts(scales[nvfp4::swizzle_offset(row, blk, cp4)]);
+    // 64-bit offset: a plane's swizzled scale buffer can reach 2^31 bytes (SPEC 8.2)
+    if (row < rows && blk < k / 16)
+      p = scale_parts(scales[nvfp4::swizzle_offset<int64_t>(row, blk, cp4)]);
     uint32_t mask = 0;  // bit 4 w + c: code c of word w of the group is nonzero
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
