@@ -485,9 +485,12 @@ def _(a_data, a_scales, a_amax, a_offsets, b_data, b_scales, b_amax, b_offsets, 
 
 @torch.library.custom_op("nvfp4_device::bias_grad", mutates_args=())
 def bias_grad_op(dy: Tensor, offsets: Tensor) -> Tensor:
-    """dbias ``[E, N]`` float32 of a bf16 ``dy`` ``[T, N]`` (N % 4 == 0) over the groups of ``offsets`` (the int64
-    ``[6, E+1]`` table of dY's grouped quantize; row 0, the groups' first rows, is read on the device): each group's
-    column sums in SPEC 16.4's chunked fp32 order (csrc/layer/bias_grad.cu). No host synchronization."""
+    """dbias ``[E, N]`` float32 of a bf16 ``dy`` ``[T, N]`` (N % 4 == 0) over the groups of ``offsets``, an int64
+    ``[6, E+1]`` grouped offsets table of dY's groups (row 0, the groups' first rows, is read on the device):
+    each group's column sums in SPEC 16.4's chunked fp32 order (csrc/layer/bias_grad.cu). GroupedLinear passes the
+    table of X's grouped quantize, which equals dY's by construction (same splits, same T). The kernel clamps
+    every group's bounds to ``[0, T]``, so a table that does not belong to dy reads no row outside it. No host
+    synchronization."""
     e = offsets.shape[1] - 1
     out = torch.empty((e, dy.shape[1]), dtype=torch.float32, device=dy.device)
     _raise_refusal(load_extension().bias_grad_(dy, offsets, e, out))

@@ -333,13 +333,15 @@ def _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode) -> _Call:
             raise TypeError(f"out has dtype {out.dtype} but out_dtype is {dtype}")
         if not out.is_contiguous():
             raise ValueError("out must be contiguous")
-        if out.numel() and out.data_ptr() % 16:
-            raise ValueError("out must be 16-byte aligned")
-        for what, buf in (("a's data", ad), ("a's scales", as_), ("a's amax", aa), ("b's data", bd),
-                          ("b's scales", bs), ("b's amax", ba), ("a.offsets", a.offsets), ("b.offsets", b.offsets)):
-            if _shares_memory(out, buf):
-                raise ValueError(f"out shares memory with {what}: the kernels would overwrite an operand while "
-                                 "other CTAs still read it")
+        if not _ops._traced(out):  # (no addresses while torch.compile traces; a fake tensor's data_ptr() is 0)
+            if out.numel() and out.data_ptr() % 16:
+                raise ValueError("out must be 16-byte aligned")
+            for what, buf in (("a's data", ad), ("a's scales", as_), ("a's amax", aa), ("b's data", bd),
+                              ("b's scales", bs), ("b's amax", ba), ("a.offsets", a.offsets),
+                              ("b.offsets", b.offsets)):
+                if _shares_memory(out, buf):
+                    raise ValueError(f"out shares memory with {what}: the kernels would overwrite an operand while "
+                                     "other CTAs still read it")
     if accumulate and dtype != torch.float32:
         raise TypeError("accumulate=True needs a float32 out (SPEC 12.2: C is fp32)")
     bias_t = None

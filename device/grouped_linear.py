@@ -4,8 +4,8 @@ Forward and backward are built from :func:`device.group_quantize`'s and :func:`d
 (``torch.ops.nvfp4_device``) and the bias-gradient kernel (``csrc/layer/bias_grad.cu``), with the quantizations and
 GEMMs of SPEC 16.1-16.3, so every output equals :func:`oracle.grouped_linear_forward` /
 :func:`oracle.grouped_linear_backward` byte for byte (``mode="exact"``: ``model="sequential"``; ``mode="fast"``:
-``model="tensor_core"``; ``mode="sm100"``: ``model="sm100"``; SPEC 16.5). No group size reaches the host: a whole training step can be captured in one
-CUDA graph and compiled with ``torch.compile(fullgraph=True)``.
+``model="tensor_core"``; ``mode="sm100"``: ``model="sm100"``; SPEC 16.5). No group size reaches the host: a whole
+training step can be captured in one CUDA graph and compiled with ``torch.compile(fullgraph=True)``.
 """
 
 from __future__ import annotations
@@ -183,6 +183,8 @@ class _GroupedLinearFunction(torch.autograd.Function):
         dy = dy.contiguous()
         if dy.dtype != torch.bfloat16:
             dy = dy.to(torch.bfloat16)
+        if dy.numel() and not torch.compiler.is_compiling() and dy.data_ptr() % 16:
+            dy = dy.clone()  # the kernels read 16-byte vectors (as x in the forward)
         dx = dw = dbias = None
         if cfg.need_dx or cfg.need_dw:
             dyq = _quantize_dy(dy, splits, cfg, rowwise=cfg.need_dx, columnwise=cfg.need_dw)
@@ -212,11 +214,16 @@ class GroupedLinear(torch.nn.Module):
         out_features: N, a positive multiple of 16.
         bias: whether the layer has a bias ``[E, N]`` (initialised to zeros).
         device: where the parameters live (a CUDA device).
-        params_dtype: ``torch.bfloat16`` (default; the oracle's model) or ``torch.float32`` (the weights are then
-            quantized from fp32 values).
+        params_dtype: ``torch.bfloat16`` (default; the oracle's model) or ``torch.float32``. fp32 weights are
+            quantized from their fp32 values (not rounded to bf16 first); the oracle's layer model takes bf16
+            weights, so its byte-for-byte comparison covers fp32 weights whose values are bf16-representable only.
         recipe: an :class:`oracle.NVFP4Recipe` (SPEC 16.1): the scale rule, the weights' block, the RHT on the wgrad
             operands, SR on dY with its seed. Read at every forward: assign ``layer.recipe`` to change it between
-            steps (e.g. a new ``seed`` for fresh random bits; SPEC 16.2).
+            steps (e.g. a new ``seed`` for fresh random bits; SPEC 16.2). **The seed is the only source of dY's
+            random bits**: with a fixed seed every step (and every replay of a captured CUDA graph) draws the same
+            bits, and layers with the same seed draw the same bits as each other (for the same group and position);
+            give each layer its own seed, and a new one per step where the steps should differ. Under
+            ``torch.compile`` the seed is a constant of the compiled graph: a new seed is a recompile.
         mode: ``"fast"`` (every GEMM equals ``oracle.grouped_gemm(model="tensor_core")``), ``"exact"``
             (``model="sequential"``) or ``"sm100"`` (``model="sm100"``: a B200's GEMM bits, SPEC 12.7; slow, and
             T, N and K below 2^19); SPEC 16.5.
@@ -224,13 +231,20 @@ class GroupedLinear(torch.nn.Module):
             ``weight.grad`` (Megatron's convention). The layer allocates ``weight.main_grad`` (zeros) at construction;
             a caller may replace it by its own fp32 contiguous tensor of the weight's shape (e.g. a view into a
             gradient buffer) and zeroes it when it wants. ``weight.grad`` then stays None. An expert with no rows
-            leaves its ``main_grad[g]`` unchanged bit for bit.
+            leaves its ``main_grad[g]`` unchanged bit for bit. Not supported under torch.compile (RuntimeError).
         delay_wgrad_compute: the backward computes dX and dbias only and queues the wgrad GEMM (with its NVFP4
-            operands); :meth:`backward_dw` runs the oldest queued one (TE's convention).
+            operands); :meth:`backward_dw` runs the oldest queued one (TE's convention). Each queued entry holds
+            dY's and X's columnwise NVFP4 planes (with their amaxes and offsets tables) until :meth:`backward_dw`
+            runs it. Not supported under torch.compile (RuntimeError).
 
     Parameters: ``weight`` ``[E, N, K]`` (one Parameter; ``weight[g]`` is expert g's ``[N, K]`` matrix, row-major,
     so the layout is that of TE's E separate ``weight{g}`` parameters stacked; initialised as ``torch.nn.Linear``
     initialises each ``[N, K]`` matrix) and ``bias`` ``[E, N]`` (or None).
+
+    **Gradients** (SPEC 16.5): ``weight.grad`` is the model's fp32 dW rounded to nearest-even to ``params_dtype``
+    (the wgrad epilogue's cast), ``bias.grad`` the model's fp32 dbias (SPEC 16.4) rounded the same way;
+    ``weight.main_grad`` (``fuse_wgrad_accumulation``) holds the fp32 bits. With ``params_dtype=torch.float32`` both
+    are the fp32 values themselves.
 
     **Saved for backward** (NVFP4 only, never the bf16 X): X's columnwise plane (the wgrad operand, RHT'd when
     ``recipe.rht_wgrad``) with its per-group amaxes and offsets table, W's columnwise plane (the dgrad operand) and
@@ -238,18 +252,26 @@ class GroupedLinear(torch.nn.Module):
     2 for a BF16 layer's saved X.
 
     **Weight planes** are quantized once (both planes, 16x16 blocks by default) and reused by later forwards while
-    the weight is unchanged: the cache is keyed on ``weight._version`` (bumped by every in-place update, e.g. the
-    optimizer's), ``weight.data_ptr()``, dtype, shape and the recipe's weight fields, so reuse stops as soon as the
-    weight changes. ``layer.weight_plane_reuse = False`` quantizes the weights in every forward instead. Under
-    ``torch.compile`` the planes are quantized inside the compiled graph at every call.
+    the weight is unchanged. By default (``forward(..., is_first_microbatch=None)``) the cache is keyed on
+    ``weight._version`` (bumped by every in-place update through the parameter, e.g. the optimizer's),
+    ``weight.data_ptr()``, dtype, shape and the recipe's weight fields. That check cannot see a write that bumps no
+    version counter of the parameter: ``weight.data.copy_(...)`` or another in-place op on ``weight.data``, a
+    collective or other library writing into the parameter's memory through a tensor of its own, or
+    ``weight.data = buf`` with a ``buf`` at the old address. After such an update pass ``is_first_microbatch=True``
+    to the next forward (or call :meth:`invalidate_weight_planes`); TE's convention, ``True`` on the first
+    micro-batch of a step and ``False`` on the others, states it for every step. ``layer.weight_plane_reuse = False``
+    quantizes the weights in every forward instead. Under ``torch.compile`` the planes are quantized inside the
+    compiled graph at every call.
 
     **Graphs and compile**: no host synchronization (no ``.item()``, ``.tolist()``, ``.cpu()``) and no allocation
     whose size depends on device data happen in forward or backward, so a whole step (forward + backward) can be
     captured in one CUDA graph and replayed with new x, dy and ``m_splits`` (empty experts included). A captured
     step replays the weight planes it was captured with when they came from the cache: in a graph that also updates
-    the weights, set ``weight_plane_reuse = False`` before capturing. ``torch.compile(fullgraph=True)`` traces the
+    the weights, capture the forward with ``is_first_microbatch=True`` (the quantization is then part of the graph)
+    or set ``weight_plane_reuse = False`` before capturing. ``torch.compile(fullgraph=True)`` traces the
     layer's forward and backward (custom ops with fake implementations) without graph breaks and gives the eager
-    bits; fuse_wgrad_accumulation and delay_wgrad_compute are for eager / CUDA-graph use.
+    bits; fuse_wgrad_accumulation and delay_wgrad_compute are for eager / CUDA-graph use (a forward traced by
+    torch.compile with either raises RuntimeError).
     """
 
     def __init__(self, num_gemms: int, in_features: int, out_features: int, *, bias: bool = True,
@@ -290,7 +312,9 @@ class GroupedLinear(torch.nn.Module):
         # W as [E*N, K] is grouped with splits [N] * E (SPEC 16.1)
         self.register_buffer("_weight_splits", torch.full((num_gemms,), out_features, dtype=torch.int64, device=dev),
                              persistent=False)
-        self._weight_cache: tuple | None = None
+        self._weight_cache: tuple | None = None  # ((layout key, version key), has the columnwise plane, _Planes)
+        # deferred wgrads (delay_wgrad_compute), oldest first: (dY's planes, X's planes, _Config, T) per backward; an
+        # entry keeps dY's and X's columnwise NVFP4 planes (with amaxes and offsets) alive until backward_dw() runs it
         self._pending_wgrad: list = []
         self.reset_parameters()
         if fuse_wgrad_accumulation:
@@ -304,7 +328,7 @@ class GroupedLinear(torch.nn.Module):
             self.weight.uniform_(-bound, bound)
             if self.bias is not None:
                 self.bias.zero_()
-        self._weight_cache = None
+        self.invalidate_weight_planes()
 
     def extra_repr(self) -> str:
         return (f"num_gemms={self.num_gemms}, in_features={self.in_features}, out_features={self.out_features}, "
@@ -365,27 +389,39 @@ class GroupedLinear(torch.nn.Module):
 
     # --------------------------------------------------------------------------------------------------- weights
 
-    def _weight_planes(self, columnwise: bool) -> _Planes:
-        """W's planes (SPEC 16.1: [E*N, K], splits [N]*E, recipe.weight_block, RN), from the cache while the weight
-        and the recipe's weight fields are unchanged."""
+    def _weight_planes(self, columnwise: bool, is_first_microbatch: bool | None) -> _Planes:
+        """W's planes (SPEC 16.1: [E*N, K], splits [N]*E, recipe.weight_block, RN): quantized, or taken from the cache
+        as ``is_first_microbatch`` says (see :meth:`forward`). A cached entry serves only the dtype, shape, device and
+        recipe weight fields it was quantized for, and a forward that needs the columnwise plane only an entry that
+        holds it."""
         w = self.weight.detach()
         r = self.recipe
         e, n, k = w.shape
-        if torch.compiler.is_compiling() or not self.weight_plane_reuse:  # (no cache state inside a compiled graph)
+
+        def quantize() -> _Planes:
             return _quantize(w.reshape(e * n, k), self._weight_splits, rowwise=True, columnwise=columnwise,
                              rht=False, rht_signs=r.rht_signs, block=r.weight_block, rule=r.rule, rounding="rn", seed=0)
-        key = (w._version, w.data_ptr(), w.dtype, tuple(w.shape), w.device, r.rule, r.weight_block)
+
+        if torch.compiler.is_compiling() or not self.weight_plane_reuse:  # (no cache state inside a compiled graph)
+            return quantize()
+        layout = (w.dtype, tuple(w.shape), w.device, r.rule, r.weight_block)
+        version = (w._version, w.data_ptr())
         cached = self._weight_cache
-        if cached is not None and cached[0] == key and (cached[1] or not columnwise):
+        if (is_first_microbatch is not True and cached is not None and cached[0][0] == layout
+                and (is_first_microbatch is False or cached[0][1] == version) and (cached[1] or not columnwise)):
             return cached[2]
-        planes = _quantize(w.reshape(e * n, k), self._weight_splits, rowwise=True, columnwise=columnwise, rht=False,
-                           rht_signs=r.rht_signs, block=r.weight_block, rule=r.rule, rounding="rn", seed=0)
-        self._weight_cache = (key, columnwise, planes)
+        planes = quantize()
+        self._weight_cache = ((layout, version), columnwise, planes)
         return planes
+
+    def invalidate_weight_planes(self) -> None:
+        """Drop the cached weight planes: the next forward quantizes the weights (whatever its
+        ``is_first_microbatch``). Call it after a weight update that the version check cannot see (:meth:`forward`)."""
+        self._weight_cache = None
 
     # --------------------------------------------------------------------------------------------------- forward
 
-    def forward(self, x: Tensor, m_splits: Tensor | list[int]) -> Tensor:
+    def forward(self, x: Tensor, m_splits: Tensor | list[int], *, is_first_microbatch: bool | None = None) -> Tensor:
         """``y`` ``[T, out_features]`` bfloat16 for ``x`` ``[T, in_features]`` bfloat16 (CUDA) whose rows are grouped
         by ``m_splits``: expert g takes the next ``m_splits[g]`` rows.
 
@@ -394,10 +430,31 @@ class GroupedLinear(torch.nn.Module):
         negative sizes count as 0 and the running total is cut at T; every quantization and GEMM uses the cut
         sizes, and the rows of y and of x.grad past the last (cut) group belong to no expert and are not defined.
 
+        ``is_first_microbatch`` (TE's argument) controls the weight-plane cache (see the class docstring):
+
+        * ``None`` (default): the cached planes are reused while ``weight._version`` and ``weight.data_ptr()`` are
+          those they were quantized at, else the weights are quantized and cached;
+        * ``True``: the weights are quantized and cached (the first micro-batch after an optimizer step);
+        * ``False``: the cached planes are reused without looking at the weight's version or address (later
+          micro-batches of the same step); the weights are quantized only when nothing usable is cached (none yet,
+          after :meth:`invalidate_weight_planes`, another dtype, shape or recipe weight field, or a cached entry
+          without the columnwise plane that a forward with x.requires_grad needs).
+
+        ``layer.weight_plane_reuse = False`` and torch.compile quantize the weights in every forward, whatever
+        ``is_first_microbatch`` says.
+
         Raises TypeError / ValueError before any launch for an x of the wrong type, dtype, device or shape
-        (``[T, in_features]``), m_splits of the wrong type, dtype, device or length, or a list that does not add up
-        to T."""
+        (``[T, in_features]``), m_splits of the wrong type, dtype, device or length, a list that does not add up
+        to T, or an ``is_first_microbatch`` that is not None, True or False; RuntimeError under torch.compile when
+        ``fuse_wgrad_accumulation`` or ``delay_wgrad_compute`` is set (they keep Python state that a compiled graph
+        cannot update: ``weight.main_grad`` looked up at backward time, the deferred-wgrad queue)."""
         self._check_settings()
+        if is_first_microbatch is not None and not isinstance(is_first_microbatch, bool):
+            raise TypeError(f"is_first_microbatch must be None, True or False, got {is_first_microbatch!r}")
+        if torch.compiler.is_compiling() and (self.fuse_wgrad_accumulation or self.delay_wgrad_compute):
+            raise RuntimeError("GroupedLinear with fuse_wgrad_accumulation or delay_wgrad_compute is not supported "
+                               "under torch.compile (the backward updates weight.main_grad / the deferred-wgrad "
+                               "queue, Python state outside the graph): run it eagerly or in a CUDA graph")
         self._check_x(x)
         if x.numel() and not torch.compiler.is_compiling() and x.data_ptr() % 16:
             x = x.clone()  # the kernels read 16-byte vectors
@@ -414,7 +471,7 @@ class GroupedLinear(torch.nn.Module):
                       rht_wgrad=r.rht_wgrad, rht_signs=r.rht_signs, sr_grad=r.sr_grad, seed=r.seed, need_dx=need_dx,
                       need_dw=need_dw, need_dbias=need_dbias, fuse_wgrad=self.fuse_wgrad_accumulation,
                       delay_wgrad=self.delay_wgrad_compute)
-        wq = self._weight_planes(columnwise=need_dx)
+        wq = self._weight_planes(need_dx, is_first_microbatch)
         layer = self if (self.fuse_wgrad_accumulation or self.delay_wgrad_compute) else None
         return _GroupedLinearFunction.apply(x, self.weight, self.bias, splits, wq.row_data, wq.row_scales,
                                             wq.col_data, wq.col_scales, wq.row_amax, wq.col_amax, wq.offsets, cfg,

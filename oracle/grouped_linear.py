@@ -8,7 +8,9 @@ state; ``device.GroupedLinear`` returns the same bytes (SPEC 16.5).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,6 +20,14 @@ from .grouped_gemm import grouped_gemm
 from .planes import GroupedNVFP4Tensor
 from .quantize import _from_torch
 from .recipe import DEFAULT_RECIPE, NVFP4Recipe
+
+if TYPE_CHECKING:
+    import torch
+
+    #: a NumPy array or a torch tensor (CPU; converted by the checks below)
+    ArrayOrTensor = np.ndarray | torch.Tensor
+    #: E group sizes: a sequence of ints, a NumPy array or a torch tensor
+    Splits = Sequence[int] | np.ndarray | torch.Tensor
 
 __all__ = [
     "GroupedLinearGrads",
@@ -41,7 +51,8 @@ class GroupedLinearGrads(tuple):
         recipe: the :class:`NVFP4Recipe` the gradients were computed with.
     """
 
-    def __new__(cls, dx, dw, dbias, recipe: NVFP4Recipe):
+    def __new__(cls, dx: np.ndarray, dw: np.ndarray | torch.Tensor, dbias: np.ndarray | None,
+                recipe: NVFP4Recipe) -> GroupedLinearGrads:
         self = super().__new__(cls, (dx, dw, dbias))
         self.recipe = recipe
         return self
@@ -197,8 +208,8 @@ def _quantize_dy(dy, splits, recipe: NVFP4Recipe) -> GroupedNVFP4Tensor:
                           rounding=recipe.grad_rounding, seed=recipe.seed, offset=0)
 
 
-def grouped_linear_operands(x, weight, splits, dy=None, *,
-                            recipe: NVFP4Recipe = DEFAULT_RECIPE) -> GroupedLinearOperands:
+def grouped_linear_operands(x: ArrayOrTensor, weight: ArrayOrTensor, splits: Splits, dy: ArrayOrTensor | None = None,
+                            *, recipe: NVFP4Recipe = DEFAULT_RECIPE) -> GroupedLinearOperands:
     """Every quantized operand of the layer (SPEC 16.1-16.2), both planes of each: what
     :func:`grouped_linear_forward` and :func:`grouped_linear_backward` multiply, for comparing the planes a device
     layer saves or reuses byte for byte. Arguments as in :func:`grouped_linear_backward` (``dy`` optional)."""
@@ -217,7 +228,8 @@ def grouped_linear_operands(x, weight, splits, dy=None, *,
 # ---------------------------------------------------------------------------------------------- the layer
 
 
-def grouped_linear_forward(x, weight, splits, *, bias=None, recipe: NVFP4Recipe = DEFAULT_RECIPE,
+def grouped_linear_forward(x: ArrayOrTensor, weight: ArrayOrTensor, splits: Splits, *,
+                           bias: ArrayOrTensor | None = None, recipe: NVFP4Recipe = DEFAULT_RECIPE,
                            model: str = "sequential") -> np.ndarray:
     """Y ``[T, N]`` bfloat16 of the grouped linear layer: ``Y_g = X_g W_g^T + bias_g`` as one NVFP4 grouped GEMM
     (SPEC 16.3: fprop of X's rowwise plane and W's rowwise plane, the bias in 12.2's epilogue).
@@ -247,9 +259,9 @@ def grouped_linear_forward(x, weight, splits, *, bias=None, recipe: NVFP4Recipe 
     return grouped_gemm(xq, wq, kind="fprop", model=model, bias=bias)
 
 
-def grouped_linear_backward(x, weight, splits, dy, *, with_bias: bool = False,
-                            recipe: NVFP4Recipe = DEFAULT_RECIPE, model: str = "sequential",
-                            main_grad=None) -> GroupedLinearGrads:
+def grouped_linear_backward(x: ArrayOrTensor, weight: ArrayOrTensor, splits: Splits, dy: ArrayOrTensor, *,
+                            with_bias: bool = False, recipe: NVFP4Recipe = DEFAULT_RECIPE, model: str = "sequential",
+                            main_grad: ArrayOrTensor | None = None) -> GroupedLinearGrads:
     """The gradients ``(dx, dw, dbias)`` of :func:`grouped_linear_forward` for the output gradient ``dy`` (SPEC 16.3).
 
     * dx ``[T, K]`` bfloat16: dgrad of dY's rowwise plane and W's columnwise plane, ``dX_g = dY_g W_g``.

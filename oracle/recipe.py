@@ -33,7 +33,8 @@ class NVFP4Recipe:
         rht_wgrad: RHT (SPEC 7) on the columnwise planes of X and dY, the wgrad operands (default True).
         rht_signs: the RHT's 16-bit sign mask (SPEC 7.1), default TE's 0xD7E8.
         sr_grad: stochastic rounding (SPEC 3.4, 10) on both planes of dY (default True).
-        seed: the Philox seed of dY's stochastic rounding, an integer in [0, 2**64) (default 0; SPEC 16.2).
+        seed: the Philox seed of dY's stochastic rounding, an integer in [0, 2**64) (default 0; SPEC 16.2). Every
+            step and every layer quantized with the same seed draws the same random bits: give each layer its own.
 
     Raises ``TypeError`` / ``ValueError`` at construction for a field of the wrong type or value.
     """

@@ -1,8 +1,9 @@
 """GPU tests of device.GroupedLinear (SPEC 16) against the NumPy oracle's layer, byte for byte.
 
 * mode="exact" equals ``oracle.grouped_linear_forward`` / ``grouped_linear_backward`` with ``model="sequential"``,
-  mode="fast" with ``model="tensor_core"``, mode="sm100" with ``model="sm100"`` (SPEC 16.5): y, x.grad, weight.grad (the oracle's fp32 dW rounded to the
-  parameter dtype by torch), main_grad (fp32, in place), bias.grad; the bias-gradient kernel's fp32 output against
+  mode="fast" with ``model="tensor_core"``, mode="sm100" with ``model="sm100"`` (SPEC 16.5): y, x.grad,
+  weight.grad (the oracle's fp32 dW rounded to the parameter dtype by torch), main_grad (fp32, in place),
+  bias.grad; the bias-gradient kernel's fp32 output against
   ``oracle.grouped_bias_grad`` and SPEC 16.4's hand-worked column.
 * A whole step captured in one CUDA graph and replayed with new x, dy and m_splits matches eager bit for bit;
   ``torch.compile(fullgraph=True)`` matches eager bit for bit with no graph break; forward + backward run under
@@ -133,7 +134,7 @@ SWEEP = {
 
 
 def run_step(layer, x, splits, dy):
-    """Forward + backward (+ backward_dw when delayed); returns y, x.grad."""
+    """Forward + autograd backward (a delayed wgrad stays queued: the caller runs backward_dw); returns y, x.grad."""
     xg = x.detach().clone().requires_grad_(True)
     y = layer(xg, splits)
     y.backward(dy)
@@ -229,6 +230,22 @@ def test_bias_grad_splits_past_t():
     assert_bytes(host(got), want, "dbias cut at T")
 
 
+def test_bias_grad_clamps_a_foreign_offsets_table():
+    """A table that does not belong to dY (bounds negative, decreasing, past T): each group's rows are the table's
+    bounds clamped to [lo, hi] with lo = min(max(off[g], 0), T), hi = min(max(off[g + 1], lo), T); no read outside
+    dY. Expected: the oracle's bias gradient of each clamped row range alone."""
+    t, n = 50, 32
+    dy = rand_bf16((t, n), 6, 100.0)
+    row0 = [-7, 10, 3, 45, 200, 60, -1]  # groups [0, 10), [10, 10), [3, 45), [45, 50), [50, 50), [50, 50)
+    offsets = torch.zeros((6, len(row0)), dtype=torch.int64)
+    offsets[0] = torch.tensor(row0)
+    got = host(torch.ops.nvfp4_device.bias_grad(dy, offsets.to(DEV)))
+    d = host(dy)
+    for g, (lo, hi) in enumerate([(0, 10), (10, 10), (3, 45), (45, 50), (50, 50), (50, 50)]):
+        want = oracle.grouped_bias_grad(d[lo:hi], np.array([hi - lo], np.int64))[0]
+        assert_bytes(got[g], want, f"dbias group {g}, rows [{lo}, {hi})")
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # SPEC 9.4: device splits that do not add up to T
 # ------------------------------------------------------------------------------------------------------------------
@@ -276,6 +293,36 @@ def test_weight_planes_reused_until_the_weight_changes():
     assert check("after weight.data =") is not second
     layer.weight_plane_reuse = False
     check("without reuse")
+
+
+def test_is_first_microbatch_controls_the_cache():
+    """A write through weight.data bumps no version: the default check keeps the old planes (the documented limit);
+    is_first_microbatch=True quantizes the new weights; False reuses the cached planes even after a versioned
+    update; after invalidate_weight_planes() False quantizes again."""
+    e, t, n, k = 4, 200, 32, 64
+    splits = rand_splits(e, t, 15)
+    s_dev = torch.tensor(splits, dtype=torch.int64, device=DEV)
+    x = rand_bf16((t, k), 16)
+    w0, w1 = rand_bf16((e, n, k), 17, 0.05), rand_bf16((e, n, k), 18, 0.05)
+    layer = make_layer(e, k, n, w=w0, mode="exact")
+
+    def want(w):
+        return oracle.grouped_linear_forward(host(x), host(w), np.array(splits))
+
+    assert_bytes(host(layer(x, s_dev)), want(w0), "first forward")
+    planes0 = layer._weight_cache[2]
+    layer.weight.data.copy_(w1)  # no version bump
+    assert_bytes(host(layer(x, s_dev)), want(w0), "default after .data.copy_: the cached (stale) planes")
+    assert layer._weight_cache[2] is planes0
+    assert_bytes(host(layer(x, s_dev, is_first_microbatch=True)), want(w1), "is_first_microbatch=True")
+    planes1 = layer._weight_cache[2]
+    assert planes1 is not planes0
+    with torch.no_grad():
+        layer.weight.mul_(2.0)  # versioned, but False does not look
+    assert_bytes(host(layer(x, s_dev, is_first_microbatch=False)), want(w1), "is_first_microbatch=False")
+    assert layer._weight_cache[2] is planes1
+    layer.invalidate_weight_planes()
+    assert_bytes(host(layer(x, s_dev, is_first_microbatch=False)), want(w1 * 2.0), "False after invalidate")
 
 
 # ------------------------------------------------------------------------------------------------------------------

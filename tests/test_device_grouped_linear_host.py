@@ -275,3 +275,126 @@ def test_eager_grouped_gemm_launches_what_the_ops_launch(fake, monkeypatch):
             else:
                 assert u == v, i
     assert new[10] is y and into[10] is out and into[12] is True and new[12] is False
+
+
+def test_dynamo_traces_grouped_gemm_into_out(fake):
+    """grouped_gemm(out=..., accumulate=True) (main_grad += dW) traces without a graph break: the checks that read
+    out's address (alignment, overlap with an operand) are skipped on fake tensors and while dynamo traces (a fake
+    data_ptr() is 0, which would also look like an overlap)."""
+    e, t, n, k = 4, 100, 32, 64
+    splits = cuda(e, dtype=torch.int64)
+
+    def wgrad_into(x, s, dy, mg):
+        xq = device.group_quantize(x, s, columnwise=True, rowwise=False, rht=True)
+        dyq = device.group_quantize(dy, s, columnwise=True, rowwise=False, rht=True, rounding="sr", seed=3)
+        device.grouped_gemm(dyq, xq, kind="wgrad", out=mg, accumulate=True)
+        return mg
+
+    ex = _explain(wgrad_into, cuda(t, k), splits, cuda(t, n), cuda(e, n, k, dtype=torch.float32))
+    assert ex.graph_break_count == 0, [str(r.reason) for r in ex.break_reasons]
+    assert ex.graph_count == 1
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# the weight-plane cache and is_first_microbatch
+# ------------------------------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def weight_quantizations(monkeypatch):
+    """The list of weight quantizations the layer runs (device.grouped_linear._quantize called with the layer's
+    weight splits), one entry (columnwise requested) per call; X's quantizations are not counted."""
+    calls = []
+    real = gl._quantize
+
+    def counting(t, splits, **kwargs):
+        if getattr(splits, "_is_weight_splits", False):
+            calls.append(kwargs["columnwise"])
+        return real(t, splits, **kwargs)
+
+    monkeypatch.setattr(gl, "_quantize", counting)
+    return calls
+
+
+def _cache_layer(**kwargs) -> _Layer:
+    layer = _Layer(2, 32, 16, **kwargs)
+    layer._weight_splits._is_weight_splits = True  # (marks the weight's splits for weight_quantizations)
+    return layer
+
+
+def _infer(layer, **kwargs):
+    with torch.no_grad():  # (the autograd path launches kernels: GPU tests)
+        return layer(cuda(40, 32), cuda(2, dtype=torch.int64), **kwargs)
+
+
+def test_weight_planes_default_follow_the_version_counter(fake, weight_quantizations):
+    layer = _cache_layer()
+    _infer(layer)
+    _infer(layer)
+    assert len(weight_quantizations) == 1  # reused: same version and address
+    with torch.no_grad():
+        layer.weight.mul_(2.0)  # an in-place update through the parameter bumps its version
+    _infer(layer)
+    assert len(weight_quantizations) == 2
+    layer.weight.data.mul_(0.5)  # through .data (as .data.copy_): no version bump, the check cannot see it
+    _infer(layer)
+    assert len(weight_quantizations) == 2  # (the documented limit: stale planes)
+    _infer(layer, is_first_microbatch=True)
+    assert len(weight_quantizations) == 3
+
+
+def test_is_first_microbatch_true_quantizes_and_false_reuses(fake, weight_quantizations):
+    layer = _cache_layer()
+    _infer(layer, is_first_microbatch=False)  # nothing cached yet: quantized
+    assert len(weight_quantizations) == 1
+    _infer(layer, is_first_microbatch=True)
+    _infer(layer, is_first_microbatch=True)
+    assert len(weight_quantizations) == 3  # True always quantizes
+    with torch.no_grad():
+        layer.weight.add_(1.0)  # version bumped, but False does not look
+    _infer(layer, is_first_microbatch=False)
+    _infer(layer, is_first_microbatch=False)
+    assert len(weight_quantizations) == 3
+    _infer(layer)  # None: the version changed since the planes were quantized
+    assert len(weight_quantizations) == 4
+    layer.invalidate_weight_planes()
+    _infer(layer, is_first_microbatch=False)
+    assert len(weight_quantizations) == 5
+    layer.recipe = NVFP4Recipe(weight_block=(1, 16))  # another recipe weight field: the cache does not serve it
+    _infer(layer, is_first_microbatch=False)
+    assert len(weight_quantizations) == 6
+    _infer(layer, is_first_microbatch=False)
+    assert len(weight_quantizations) == 6
+
+
+def test_is_first_microbatch_false_quantizes_a_missing_columnwise_plane(fake, weight_quantizations):
+    """A cache entry from a forward without x.requires_grad has no columnwise plane (dgrad's operand)."""
+    layer = _cache_layer()
+    _infer(layer, is_first_microbatch=True)
+    assert weight_quantizations == [False]
+    planes = layer._weight_planes(True, False)
+    assert weight_quantizations == [False, True] and planes.col_data.numel() > 0
+    assert layer._weight_planes(True, False) is planes and layer._weight_planes(False, False) is planes
+    assert len(weight_quantizations) == 2
+
+
+def test_weight_plane_reuse_off_quantizes_every_forward(fake, weight_quantizations):
+    layer = _cache_layer()
+    layer.weight_plane_reuse = False
+    for first in (None, False, False, True):
+        _infer(layer, is_first_microbatch=first)
+    assert len(weight_quantizations) == 4
+
+
+@pytest.mark.parametrize("value", [1, 0, "yes", torch.tensor(True)])
+def test_is_first_microbatch_must_be_none_or_bool(fake, value):
+    with pytest.raises(TypeError, match="is_first_microbatch"):
+        _infer(_cache_layer(), is_first_microbatch=value)
+
+
+@pytest.mark.parametrize("kwargs", [dict(fuse_wgrad_accumulation=True), dict(delay_wgrad_compute=True)])
+def test_python_state_options_refused_under_compile(fake, monkeypatch, kwargs):
+    """fuse_wgrad_accumulation / delay_wgrad_compute update Python state in the backward: a traced forward raises."""
+    layer = _cache_layer(**kwargs)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    with pytest.raises(RuntimeError, match="not supported under torch.compile"):
+        layer(cuda(40, 32), cuda(2, dtype=torch.int64))

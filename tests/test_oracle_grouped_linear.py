@@ -123,6 +123,7 @@ def test_layer_equals_the_composition_sequential(recipe):
     assert dx.dtype == BF16 and dx.shape == (T, K) and _bits(dx) == _bits(want_dx)
     assert dw is mg and _bits(dw) == _bits(want_dw)
     assert dbias.dtype == np.float32 and dbias.shape == (E, N)
+    assert _bits(dbias) == _bits(_bias_grad_loop(dy, SPLITS))  # SPEC 16.4, the test's scalar loop
 
 
 @pytest.mark.parametrize("model", ["tensor_core", "exact", "sm100"])

@@ -5,7 +5,9 @@
 //   * each chunk summed sequentially in row order, in fp32 (one round-to-nearest-even add per row), from +0.0;
 //   * the chunk sums added sequentially in chunk order, in fp32, from +0.0; an empty group gives +0.0.
 // Graph-safe: the group bounds are read from the device offset table (row 0: first row of each group, SPEC 9.2, with
-// SPEC 9.4's cut already applied by the grouped setup kernel); the grid depends only on (E, N).
+// SPEC 9.4's cut already applied by the grouped setup kernel); the grid depends only on (E, N). The bounds are
+// clamped to [0, T] (dY's rows) on the device, so a table that does not belong to dY cannot make the kernel read
+// outside it; a table of dY's splits passes unchanged.
 #include <cuda_bf16.h>
 
 #include "layer/bias_grad.h"
@@ -34,8 +36,8 @@ __device__ __forceinline__ void add4(float4& s, const float4& v) {
 // after each round of kWarps chunks, warp 0 adds the round's chunk sums to the running total in chunk order. So every
 // column sees exactly SPEC 16.4's sequence of adds, whatever the number of warps.
 __global__ void __launch_bounds__(kWarps * 32) bias_grad_kernel(const uint2* __restrict__ dy,
-                                                                const int64_t* __restrict__ row_offsets, int64_t N,
-                                                                float* __restrict__ dbias) {
+                                                                const int64_t* __restrict__ row_offsets, int64_t T,
+                                                                int64_t N, float* __restrict__ dbias) {
   __shared__ float4 round_sums[kWarps][32];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -43,8 +45,11 @@ __global__ void __launch_bounds__(kWarps * 32) bias_grad_kernel(const uint2* __r
   // this lane's first column; N % 4 == 0, so the lane's 4 columns are all inside N or all outside
   const int64_t col = static_cast<int64_t>(blockIdx.x) * kBiasGradCols + lane * kColsPerLane;
   const bool active = col < N;
-  const int64_t first_row = row_offsets[g];
-  const int64_t rows = row_offsets[g + 1] - first_row;  // >= 0 (SPEC 9.4: the setup kernel's cut)
+  // group g's rows [first_row, end): the table's bounds clamped to 0 <= first_row <= end <= T (a table of dY's
+  // splits, SPEC 9.4's cut applied, is already inside; the clamp only guards the reads against any other table)
+  const int64_t first_row = min(max(row_offsets[g], static_cast<int64_t>(0)), T);
+  const int64_t end = min(max(row_offsets[g + 1], first_row), T);
+  const int64_t rows = end - first_row;  // 0 <= rows <= T - first_row
   const int64_t chunks = (rows + kChunkRows - 1) / kChunkRows;
   const int64_t pitch = N / kColsPerLane;  // uint2 words per row of dY
   float4 total = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -84,10 +89,10 @@ __global__ void __launch_bounds__(kWarps * 32) bias_grad_kernel(const uint2* __r
 
 }  // namespace
 
-void launch_bias_grad(const void* dy, const int64_t* row_offsets, int E, int64_t N, float* dbias,
+void launch_bias_grad(const void* dy, const int64_t* row_offsets, int E, int64_t T, int64_t N, float* dbias,
                       cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((N + kBiasGradCols - 1) / kBiasGradCols), static_cast<unsigned>(E));
-  bias_grad_kernel<<<grid, kWarps * 32, 0, stream>>>(static_cast<const uint2*>(dy), row_offsets, N, dbias);
+  bias_grad_kernel<<<grid, kWarps * 32, 0, stream>>>(static_cast<const uint2*>(dy), row_offsets, T, N, dbias);
 }
 
 }  // namespace nvfp4_layer

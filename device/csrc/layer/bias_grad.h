@@ -13,7 +13,8 @@ constexpr int kBiasGradCols = 128;
 // dbias [E, N] fp32 from dY [T, N] bf16 and the group row offsets row_offsets[0..E] (row 0 of a grouped offsets table,
 // SPEC 9.2 / 9.4), in SPEC 16.4's order. N % 4 == 0, dY 8-byte aligned, 1 <= E <= 65535 (checked by the binding).
 // Reads the offsets on the device only: the grid depends on (E, N), so the launch can be captured in a CUDA graph.
-void launch_bias_grad(const void* dy, const int64_t* row_offsets, int E, int64_t N, float* dbias,
+// Each group's bounds are clamped to [0, T] on the device, so a table that does not match dY reads no row outside it.
+void launch_bias_grad(const void* dy, const int64_t* row_offsets, int E, int64_t T, int64_t N, float* dbias,
                       cudaStream_t stream);
 
 }  // namespace nvfp4_layer

@@ -371,8 +371,9 @@ std::string dequantize_(const Tensor& data, const Tensor& scales, const Tensor& 
 }
 
 // The grouped linear layer's bias gradient (layer/bias_grad.cu, SPEC 16.4): out [E, N] fp32 from dy [T, N] bf16 and
-// the grouped offsets table offsets [6, E+1] of dY's group_quantize (row 0: the groups' first rows, SPEC 9.4's cut
-// applied, so every row read lies inside dy).
+// a grouped offsets table offsets [6, E+1] of dY's groups (row 0: the groups' first rows, SPEC 9.4's cut applied).
+// The layer passes X's table from the forward, equal to dY's by construction (same splits, same T). The kernel
+// clamps every group's bounds to [0, T], so no table makes it read outside dy.
 std::string bias_grad_(const Tensor& dy, const Tensor& offsets, int64_t E, Tensor out) {
   NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4", dy, "dy", at::kBFloat16));
   const c10::Device dev = dy.device();
@@ -391,7 +392,8 @@ std::string bias_grad_(const Tensor& dy, const Tensor& offsets, int64_t E, Tenso
   if (out.numel() == 0) return {};
   const c10::cuda::CUDAGuard guard(dev);
   nvfp4_layer::launch_bias_grad(dy.numel() ? dy.data_ptr() : nullptr, offsets.data_ptr<int64_t>(),
-                                static_cast<int>(E), N, out.data_ptr<float>(), c10::cuda::getCurrentCUDAStream());
+                                static_cast<int>(E), dy.size(0), N, out.data_ptr<float>(),
+                                c10::cuda::getCurrentCUDAStream());
   return nvfp4::launch_status("nvfp4");
 }
 
