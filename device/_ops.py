@@ -418,25 +418,39 @@ def grouped_gemm_new(a_data: Tensor, a_scales: Tensor, a_amax: Tensor, a_offsets
                      b_scales: Tensor, b_amax: Tensor, b_offsets: Tensor, bias: Tensor | None, kind: int, mode: str,
                      out_shape: list[int], out_dtype: torch.dtype, sizes: list[int], algorithm: str, loader: str,
                      epilogue: str, num_sms: int) -> Tensor:
-    """:func:`grouped_gemm_op` (traced or fake tensors) or the same launch without its dispatch (eager)."""
-    if _traced(a_offsets):
-        return grouped_gemm_op(a_data, a_scales, a_amax, a_offsets, b_data, b_scales, b_amax, b_offsets, bias, kind,
-                               mode, out_shape, out_dtype, sizes, algorithm, loader, epilogue, num_sms)
-    out = torch.empty(out_shape, dtype=out_dtype, device=a_offsets.device)
-    launch_grouped_gemm(kind, mode, a_data, a_scales, a_amax, a_offsets, b_data, b_scales, b_amax, b_offsets, out, bias,
-                        False, sizes, algorithm, loader, epilogue, num_sms)
-    return out
+    """:func:`grouped_gemm_op` (traced or fake tensors) or its body without the op's dispatch (eager)."""
+    op = grouped_gemm_op if _traced(a_offsets) else _grouped_gemm_new_eager
+    return op(a_data, a_scales, a_amax, a_offsets, b_data, b_scales, b_amax, b_offsets, bias, kind, mode, out_shape,
+              out_dtype, sizes, algorithm, loader, epilogue, num_sms)
 
 
 def grouped_gemm_into(a_data: Tensor, a_scales: Tensor, a_amax: Tensor, a_offsets: Tensor, b_data: Tensor,
                       b_scales: Tensor, b_amax: Tensor, b_offsets: Tensor, out: Tensor, bias: Tensor | None,
                       accumulate: bool, kind: int, mode: str, sizes: list[int], algorithm: str, loader: str,
                       epilogue: str, num_sms: int) -> None:
-    """:func:`grouped_gemm_out_op` (traced or fake tensors) or the same launch without its dispatch (eager)."""
-    if _traced(out):
-        grouped_gemm_out_op(a_data, a_scales, a_amax, a_offsets, b_data, b_scales, b_amax, b_offsets, out, bias,
-                            accumulate, kind, mode, sizes, algorithm, loader, epilogue, num_sms)
-        return
+    """:func:`grouped_gemm_out_op` (traced or fake tensors) or its body, the launch, without the op's dispatch
+    (eager)."""
+    op = grouped_gemm_out_op if _traced(out) else _launch_into
+    op(a_data, a_scales, a_amax, a_offsets, b_data, b_scales, b_amax, b_offsets, out, bias, accumulate, kind, mode,
+       sizes, algorithm, loader, epilogue, num_sms)
+
+
+def _grouped_gemm_new_eager(a_data: Tensor, a_scales: Tensor, a_amax: Tensor, a_offsets: Tensor, b_data: Tensor,
+                            b_scales: Tensor, b_amax: Tensor, b_offsets: Tensor, bias: Tensor | None, kind: int,
+                            mode: str, out_shape: list[int], out_dtype: torch.dtype, sizes: list[int], algorithm: str,
+                            loader: str, epilogue: str, num_sms: int) -> Tensor:
+    """The functional op's body: a new output, then the launch."""
+    out = torch.empty(out_shape, dtype=out_dtype, device=a_offsets.device)
+    launch_grouped_gemm(kind, mode, a_data, a_scales, a_amax, a_offsets, b_data, b_scales, b_amax, b_offsets, out, bias,
+                        False, sizes, algorithm, loader, epilogue, num_sms)
+    return out
+
+
+def _launch_into(a_data: Tensor, a_scales: Tensor, a_amax: Tensor, a_offsets: Tensor, b_data: Tensor,
+                 b_scales: Tensor, b_amax: Tensor, b_offsets: Tensor, out: Tensor, bias: Tensor | None, accumulate: bool,
+                 kind: int, mode: str, sizes: list[int], algorithm: str, loader: str, epilogue: str,
+                 num_sms: int) -> None:
+    """launch_grouped_gemm in the argument order of the out= op."""
     launch_grouped_gemm(kind, mode, a_data, a_scales, a_amax, a_offsets, b_data, b_scales, b_amax, b_offsets, out, bias,
                         accumulate, sizes, algorithm, loader, epilogue, num_sms)
 
@@ -449,10 +463,8 @@ def grouped_gemm_op(a_data: Tensor, a_scales: Tensor, a_amax: Tensor, a_offsets:
     """Functional grouped NVFP4 GEMM (SPEC 12.5): a new ``out_shape`` tensor of ``out_dtype`` on the operands' device.
     ``kind``: a device._codes.GemmKind code; ``sizes``: the ints named by GEMM_SIZES; ``algorithm`` / ``loader`` /
     ``epilogue``: forced plan parts ("" = chosen by the sizes); ``num_sms``: the grid cap (0: none)."""
-    out = torch.empty(out_shape, dtype=out_dtype, device=a_offsets.device)
-    launch_grouped_gemm(kind, mode, a_data, a_scales, a_amax, a_offsets, b_data, b_scales, b_amax, b_offsets, out, bias,
-                        False, sizes, algorithm, loader, epilogue, num_sms)
-    return out
+    return _grouped_gemm_new_eager(a_data, a_scales, a_amax, a_offsets, b_data, b_scales, b_amax, b_offsets, bias, kind,
+                                   mode, out_shape, out_dtype, sizes, algorithm, loader, epilogue, num_sms)
 
 
 @grouped_gemm_op.register_fake
@@ -469,8 +481,8 @@ def grouped_gemm_out_op(a_data: Tensor, a_scales: Tensor, a_amax: Tensor, a_offs
     """Grouped NVFP4 GEMM into ``out`` in place (declared mutated): written, or with ``accumulate`` (wgrad, fp32)
     ``out += dW`` (SPEC 12.2's C; an empty group leaves its slice of ``out`` unchanged). Arguments as
     :func:`grouped_gemm_op`."""
-    launch_grouped_gemm(kind, mode, a_data, a_scales, a_amax, a_offsets, b_data, b_scales, b_amax, b_offsets, out, bias,
-                        accumulate, sizes, algorithm, loader, epilogue, num_sms)
+    _launch_into(a_data, a_scales, a_amax, a_offsets, b_data, b_scales, b_amax, b_offsets, out, bias, accumulate, kind,
+                 mode, sizes, algorithm, loader, epilogue, num_sms)
 
 
 @grouped_gemm_out_op.register_fake

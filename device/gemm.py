@@ -186,7 +186,23 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
 
 def _sizes(c: _Call) -> list[int]:
     """The ints the grouped GEMM ops take, in device._ops.GEMM_SIZES' order."""
-    return [c.tokens, c.n, c.k, c.b_rows, c.a_rows, c.kc, c.cols, c.rule, c.grid_upper, c.g_a, c.g_b]
+    return list(c.sizes)
+
+
+def gemm_sizes(kind: str, e: int, t: int, n: int, k: int, rule: int, g_a: int = 448, g_b: int = 448) -> list[int]:
+    """The ints of device._ops.GEMM_SIZES for a grouped GEMM of SPEC 12.5's sizes (fprop ``Y [T, N] = X [T, K] W^T``,
+    dgrad ``dX [T, K] = dY [T, N] W``, wgrad ``dW [E, N, K] = dY^T X``): the plan's problem (T, N, K), the kernels'
+    B rows, A rows (wgrad), contraction (fprop K, dgrad N; wgrad per group, 0 here) and output columns, the SPEC 12.1
+    rule code, the upper bound on output tiles and the operands' G (SPEC 5.6). Used by :func:`grouped_gemm` and by
+    :class:`device.GroupedLinear`."""
+    if kind == "fprop":
+        b_rows, a_rows, kc, cols = n, 0, k, n
+    elif kind == "dgrad":
+        b_rows, a_rows, kc, cols = k, 0, n, k
+    else:
+        b_rows, a_rows, kc, cols = k, n, 0, k
+    grid_upper = e * _cdiv(n, _TILE) * _cdiv(k, _TILE) if kind == "wgrad" else (t // _TILE + e) * _cdiv(cols, _TILE)
+    return [t, n, k, b_rows, a_rows, kc, cols, rule, grid_upper, g_a, g_b]
 
 
 def grouped_gemm_plan(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, kind: str = "fprop",
@@ -207,19 +223,9 @@ class _Call(NamedTuple):
     kind: str
     mode: str
     groups: int
-    tokens: int
-    n: int
-    k: int
     a_plane: tuple
     b_plane: tuple
-    b_rows: int
-    a_rows: int
-    kc: int
-    cols: int
-    rule: int
-    grid_upper: int
-    g_a: int  # the operands' G (global_scale_max, SPEC 5.6): alpha's factor fp32(1/(36 G_A G_B)), SPEC 12.1
-    g_b: int
+    sizes: list  # the kernels' ints (gemm_sizes; device._ops.GEMM_SIZES' order)
     shape: tuple
     dtype: torch.dtype
     device: torch.device
@@ -272,7 +278,7 @@ def _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode) -> _Call:
             bd, bs, ba = _plane(b, "row", "b", kind)
             if k_a != k_b:
                 raise ValueError(f"fprop: mismatched K: a (X) has K={k_a}, b (W) has K={k_b}")
-            rows, cols, b_rows, kc = t_a, n_w, n_w, k_a
+            n = n_w
         else:
             bd, bs, ba = _plane(b, "col", "b", kind)
             if k_a != n_w:
@@ -281,10 +287,8 @@ def _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode) -> _Call:
             if b.options.get("rht", False):
                 raise ValueError("dgrad: b (W) was quantized with rht=True, but dY's rowwise plane has no RHT: the "
                                  "product is meaningless (quantize W with rht=False)")
-            rows, cols, b_rows, kc = t_a, k_b, k_b, n_w
-        shape = (rows, cols)
-        a_rows = 0
-        grid_upper = (t_a // _TILE + e) * _cdiv(cols, _TILE)
+            n = k_a
+        shape = (t_a, n if kind == "fprop" else k_b)
         default_dtype = torch.bfloat16
     else:
         ad, as_, aa = _plane(a, "col", "a", kind)
@@ -298,10 +302,12 @@ def _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode) -> _Call:
         if ra and a.options.get("rht_signs") != b.options.get("rht_signs"):
             raise ValueError(f"wgrad: the operands use different RHT sign masks ({a.options.get('rht_signs')!r} vs "
                              f"{b.options.get('rht_signs')!r})")
+        n = k_a
         shape = (e, k_a, k_b)
-        a_rows, b_rows, kc, cols = k_a, k_b, 0, k_b
-        grid_upper = e * _cdiv(k_a, _TILE) * _cdiv(k_b, _TILE)
         default_dtype = torch.float32
+    g_a, g_b = (int(t.options.get("global_scale_max", 448)) for t in (a, b))
+    sizes = gemm_sizes(kind, e, t_a, n, k_b, rule, g_a, g_b)
+    kc, cols = sizes[_ops.GEMM_SIZES.index("kc")], sizes[_ops.GEMM_SIZES.index("cols")]
     # (the kernels round sizes up to whole 256-row tiles in 32-bit arithmetic)
     if max(shape) > 2**31 - 256 or t_a * max(k_a, k_b) >= 2**62:
         raise ValueError(f"sizes too large: {shape} (each must be at most 2**31 - 256)")
@@ -358,8 +364,5 @@ def _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode) -> _Call:
             raise ValueError(f"{kind}: bias must have shape {(e, cols)}, got {tuple(bias.shape)}")
         bias_t = bias.to(torch.float32).contiguous()  # bf16 -> fp32 is exact
 
-    g_a, g_b = (int(t.options.get("global_scale_max", 448)) for t in (a, b))
-    return _Call(kind=kind, mode=mode, groups=e, tokens=t_a, n=k_a if kind != "fprop" else b_rows, k=k_b,
-                 a_plane=(ad, as_, aa), b_plane=(bd, bs, ba), b_rows=int(b_rows), a_rows=int(a_rows), kc=int(kc),
-                 cols=int(cols), rule=rule, grid_upper=int(grid_upper), g_a=g_a, g_b=g_b, shape=shape, dtype=dtype,
-                 device=dev, out=out, accumulate=accumulate, bias=bias_t)
+    return _Call(kind=kind, mode=mode, groups=e, a_plane=(ad, as_, aa), b_plane=(bd, bs, ba), sizes=sizes, shape=shape,
+                 dtype=dtype, device=dev, out=out, accumulate=accumulate, bias=bias_t)

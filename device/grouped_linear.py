@@ -27,7 +27,7 @@ __all__ = ["GroupedLinear"]
 _MODES = ("fast", "exact", "sm100")
 _PARAMS_DTYPES = (torch.bfloat16, torch.float32)
 _FPROP, _DGRAD, _WGRAD = (_gemm._KIND_CODES[k] for k in ("fprop", "dgrad", "wgrad"))
-_TILE = 128
+_KIND_NAMES = {code: name for name, code in _gemm._KIND_CODES.items()}
 
 
 class _Planes(NamedTuple):
@@ -89,15 +89,9 @@ def _quantize_dy(dy: Tensor, splits: Tensor, cfg: _Config, *, rowwise: bool, col
 
 
 def _gemm_sizes(kind: int, e: int, t: int, n: int, k: int, rule: str) -> list[int]:
-    """The ints of device._ops.GEMM_SIZES for the layer's GEMMs (as device.gemm._checked_call computes them from the
-    operands: fprop X [T, K] x W [E*N, K]; dgrad dY [T, N] x W; wgrad dY [T, N] x X [T, K])."""
-    code = _gemm._alpha_rule(rule, rule)
-    g = [448, 448]  # the operands' G (SPEC 5.6, 12.1): the layer's quantizations do not use 4over6
-    if kind == _FPROP:  # tokens, n, k, b_rows, a_rows, kc, cols, rule, grid_upper, g_a, g_b
-        return [t, n, k, n, 0, k, n, code, (t // _TILE + e) * -(-n // _TILE)] + g
-    if kind == _DGRAD:
-        return [t, n, k, k, 0, n, k, code, (t // _TILE + e) * -(-k // _TILE)] + g
-    return [t, n, k, k, n, 0, k, code, e * -(-n // _TILE) * -(-k // _TILE)] + g
+    """device.gemm.gemm_sizes for the layer's GEMMs: fprop X [T, K] x W [E*N, K]; dgrad dY [T, N] x W; wgrad
+    dY [T, N] x X [T, K]; G = 448 for both operands (the layer's quantizations do not use 4over6, SPEC 5.6)."""
+    return _gemm.gemm_sizes(_KIND_NAMES[kind], e, t, n, k, _gemm._alpha_rule(rule, rule))
 
 
 def _plan_parts() -> tuple[str, str, str, int]:
@@ -140,7 +134,7 @@ def _check_main_grad(weight: Tensor) -> Tensor:
                          f"{tuple(mg.shape)} on {mg.device}")
     if not mg.is_contiguous():
         raise ValueError("weight.main_grad must be contiguous")
-    if not torch.compiler.is_compiling() and mg.numel() and mg.data_ptr() % 16:
+    if not _ops._traced(mg) and mg.numel() and mg.data_ptr() % 16:
         raise ValueError("weight.main_grad must be 16-byte aligned")
     return mg
 
@@ -183,7 +177,7 @@ class _GroupedLinearFunction(torch.autograd.Function):
         dy = dy.contiguous()
         if dy.dtype != torch.bfloat16:
             dy = dy.to(torch.bfloat16)
-        if dy.numel() and not torch.compiler.is_compiling() and dy.data_ptr() % 16:
+        if dy.numel() and not _ops._traced(dy) and dy.data_ptr() % 16:
             dy = dy.clone()  # the kernels read 16-byte vectors (as x in the forward)
         dx = dw = dbias = None
         if cfg.need_dx or cfg.need_dw:
@@ -456,7 +450,7 @@ class GroupedLinear(torch.nn.Module):
                                "under torch.compile (the backward updates weight.main_grad / the deferred-wgrad "
                                "queue, Python state outside the graph): run it eagerly or in a CUDA graph")
         self._check_x(x)
-        if x.numel() and not torch.compiler.is_compiling() and x.data_ptr() % 16:
+        if x.numel() and not _ops._traced(x) and x.data_ptr() % 16:
             x = x.clone()  # the kernels read 16-byte vectors
         x = x.contiguous()
         splits = self._device_splits(m_splits, x.shape[0], x.device)

@@ -40,8 +40,8 @@ def _check_x(x) -> Tensor:
     if k == 0 or k % 16:
         raise ValueError(f"the last dimension K={k} must be a positive multiple of 16")
     x2 = x.reshape(-1, k)
-    # (under torch.compile the address is not known when tracing: the binding refuses a misaligned x instead)
-    if x2.numel() and not torch.compiler.is_compiling() and x2.data_ptr() % 16:
+    # (while torch.compile traces, or on fake tensors, the address is not known: the binding refuses a misaligned x)
+    if x2.numel() and not _ops._traced(x2) and x2.data_ptr() % 16:
         raise ValueError("x must be 16-byte aligned (its storage offset breaks vector loads)")
     return x2
 
