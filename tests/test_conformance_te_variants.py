@@ -19,6 +19,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from test_conformance_te_torch import _both  # noqa: E402  (te_torch's and the oracle's buffers, byte-equal)
+
 import oracle  # noqa: E402
 from conformance import backends as B  # noqa: E402
 from conformance import te_torch as T  # noqa: E402
@@ -228,17 +230,6 @@ def test_the_planted_tie_bug_is_caught(tmp_path, ties_take_map4):
 # ---------------------------------------------------------------------------------------------------------------
 # hand vectors (expected bytes from SPEC 5.6 / 5.7; both implementations must give them)
 # ---------------------------------------------------------------------------------------------------------------
-
-def _both(x, **kw) -> dict:
-    """te_torch's and the oracle's buffers of the same call (every key, dtype and byte equal)."""
-    ours = T.quantize(x, **kw)
-    ref = oracle.quantize(x, **kw).buffers()
-    assert sorted(ours) == sorted(ref)
-    for k in ref:
-        assert ours[k].dtype == ref[k].dtype and ours[k].shape == ref[k].shape, k
-        assert ours[k].tobytes() == ref[k].tobytes(), k
-    return ours
-
 
 def _tie_and_map4_rows() -> np.ndarray:
     """Row 0: 2688 and zeros (A = 2688: S_enc = fp32(2688) / 2688 = 1, G = 448). Row 1: 6, 1.5, -3 and zeros, on both

@@ -16,6 +16,8 @@ import pytest
 ml_dtypes = pytest.importorskip("ml_dtypes")
 torch = pytest.importorskip("torch")
 
+from test_device_quantize import assert_bytes, host  # noqa: E402
+
 import oracle  # noqa: E402
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -52,18 +54,6 @@ def make_input(m: int, k: int, seed: int, *, scale: float = 1.0, specials: bool 
 
 def to_cuda(a: np.ndarray):
     return torch.from_numpy(np.ascontiguousarray(a).view(np.uint16).copy()).view(torch.bfloat16).cuda()
-
-
-def host(t) -> np.ndarray:
-    return t.detach().cpu().numpy()
-
-
-def assert_bytes(what: str, got, want: np.ndarray) -> None:
-    g = host(got).reshape(-1).view(np.uint8)
-    w = np.ascontiguousarray(want).reshape(-1).view(np.uint8)
-    assert g.size == w.size, f"{what}: {g.size} bytes, oracle {w.size}"
-    bad = np.flatnonzero(g != w)
-    assert bad.size == 0, f"{what}: {bad.size} bytes differ, first at {bad[:8].tolist()}: {g[bad[:8]]} vs {w[bad[:8]]}"
 
 
 def run_poisoned(x_t, *, swizzled: bool, amax=None, **kw) -> dict:
