@@ -86,20 +86,27 @@ def test_all_zero_block_and_nan_element_keep_map_to_6():
     assert t.row.data.tolist()[1] == pack([7, 6, 7] + [0] * 13)  # 18/4 = 4.5 -> 4; NaN -> 0x7 (SPEC 3.1)
 
 
-def _scalar_block(blk, a, mode="mae"):
-    """SPEC 5.6 for one block with scalar fp32 steps (G = 448, input-domain error): (byte, codes) chosen, and the
-    two candidates' bytes."""
+def _scalar_candidates(blk, s_enc, s_dec) -> dict:
+    """SPEC 5.6's two candidates of one block with scalar fp32 steps: {4: (byte, d, codes), 6: (byte, d, codes)}."""
     flt_max = F(np.finfo(np.float32).max)
-    s_enc = min(rn_f32(Fraction(2688) / Fraction(float(a))), flt_max)
-    s_dec = rn_f32(1 / Fraction(float(s_enc)))
     base = F(rn_f32(Fraction(float(F(np.max(np.abs(blk))))) / 6) * s_enc)
-    cand = {}
+    out = {}
     for c, sf in ((4, F(base * F(1.5))), (6, base)):
         byte = e4m3_rn(min(sf, F(448.0)))
         d = F(e4m3_value(byte))
         ds = F(d * s_dec)
         m = min(rn_f32(1 / Fraction(float(ds))), flt_max) if ds else flt_max
-        codes = [e2m1_rn(F(v * m)) for v in blk]
+        out[c] = (byte, d, [e2m1_rn(F(v * m)) for v in blk])
+    return out
+
+
+def _scalar_block(blk, a, mode="mae"):
+    """SPEC 5.6 for one block with scalar fp32 steps (G = 448, input-domain error): (byte, codes) chosen, and the
+    two candidates' bytes."""
+    s_enc = min(rn_f32(Fraction(2688) / Fraction(float(a))), F(np.finfo(np.float32).max))
+    s_dec = rn_f32(1 / Fraction(float(s_enc)))
+    cand = {}
+    for c, (byte, d, codes) in _scalar_candidates(blk, s_enc, s_dec).items():
         err = F(0.0)
         for v, code in zip(blk, codes, strict=True):
             diff = F(rn_f32(Fraction(float(F(F(oracle.fp4_numpy.E2M1_VALUES[code]) * d) * a)) / 2688) - v)
@@ -443,21 +450,15 @@ def test_fast_math_difference_checked_with_scalars():
     _, _, p_fast = ref_4over6(x, amax=a, mode="mae", fast=True)
     rows = np.argwhere(p_exact[:, 0] != p_fast[:, 0])[:, 0]
     assert rows.size > 10
-    flt_max = F(np.finfo(np.float32).max)
     s_enc = rn_f32(Fraction(2688) / Fraction(float(a)))
     s_dec = rn_f32(1 / Fraction(float(s_enc)))
     for r in rows[:8]:
         blk = x[r]
-        base = F(rn_f32(Fraction(float(F(np.max(np.abs(blk))))) / 6) * s_enc)
         errs = {}
-        for c, sf in ((4, F(base * F(1.5))), (6, base)):
-            byte = e4m3_rn(min(sf, F(448.0)))
-            d = F(e4m3_value(byte))
-            ds = F(d * s_dec)
-            m = min(rn_f32(1 / Fraction(float(ds))), flt_max) if ds else flt_max
+        for c, (byte, d, codes) in _scalar_candidates(blk, s_enc, s_dec).items():
             exact = fast = F(0.0)
-            for v in blk:
-                p = F(F(oracle.fp4_numpy.E2M1_VALUES[e2m1_rn(F(v * m))]) * d)
+            for v, code in zip(blk, codes, strict=True):
+                p = F(F(oracle.fp4_numpy.E2M1_VALUES[code]) * d)
                 exact = F(exact + abs(F(rn_f32(Fraction(float(F(p * a))) / 2688) - v)))
                 fast = F(fast + abs(F(p - F(v * s_enc))))
             errs[c] = (exact, fast, byte)
