@@ -1,7 +1,8 @@
 """Benchmark of the device NVFP4 quantizer on one GPU; prints one table.
 
 Rows: device copy bandwidth (bytes read + written); for bf16 inputs of three shapes the fused path
-(amax pass + one fused kernel: rowwise + RHT columnwise, swizzled scales), the same with compact scales,
+(amax pass + one fused kernel: rowwise + RHT columnwise, swizzled scales), the same with compact scales, the same with
+stochastic rounding (the fast kernel against the general kernel on the same call),
 the unfused path (compact quantize, then the swizzle kernel on both scale tensors), both planes without RHT under
 rule "te" and rule "torchao" (SPEC 5.4), the fused path under rule "torchao", 4over6 (SPEC 5.6; 1x16 and 16x16
 blocks, two of its variants) with its time over plain rule "te" on the same planes and blocks, and a torch.compile'd
@@ -34,6 +35,7 @@ os.environ.setdefault("TORCHINDUCTOR_EMULATE_PRECISION_CASTS", "1")
 import torch  # noqa: E402
 
 import device  # noqa: E402
+from device.testing import force_plan  # noqa: E402
 
 
 def _inductor_eager_numerics() -> None:
@@ -284,6 +286,14 @@ def main() -> None:
         add("fused row+RHT col+swizzled+amax", shape, t_f, nbytes, f"swizzled/compact {t_f / t_c:.3f}")
         add("  same, compact scales", shape, t_c, nbytes)
         add("  unfused (compact + swizzle kernel)", shape, t_u, nbytes)
+        # stochastic rounding (SPEC 3.4, the gradient's rounding in training) on the same fused work: the fast kernel
+        # (SPEC 3.7's form) against the general kernel forced on the same call, and against rounding to nearest
+        sr = dict(kw, swizzled=True, rounding="sr", seed=1)
+        t_sr = bench(lambda: device.quantize(x, **sr), iters)  # noqa: B023 (called inside this iteration)
+        with force_plan(quantize="general"):
+            t_srg = bench(lambda: device.quantize(x, **sr), iters)  # noqa: B023 (called inside this iteration)
+        add("  same, stochastic rounding", shape, t_sr, nbytes,
+            f"sr/rn time {t_sr / t_f:.2f}, general kernel {t_srg:.1f} us ({t_srg / t_sr:.2f}x)")
         # the torchao rules (SPEC 5.4) run without RHT: side by side with the TE rule on the same planes (no RHT,
         # swizzled scales, the same bytes moved); both take the bf16 fast kernels
         plain = dict(rowwise=True, columnwise=True, swizzled=True)

@@ -40,16 +40,14 @@ class QuantizePlan(NamedTuple):
     quantize: QuantizeKernel
 
 
-def fast_bf16_reason(dtype: str, *, rht: bool, rht_signs: int, block2d: bool = False, sr: bool = False,
+def fast_bf16_reason(dtype: str, *, rht: bool, rht_signs: int, block2d: bool = False,
                      quantizer: bool = True) -> str | None:
     """Why the bf16 fast kernels cannot run a pass (None: they can). They read bf16 only and compile the default RHT
-    sign mask in; the quantizer also rounds to nearest only and writes 1x16 blocks only."""
+    sign mask in; the quantizer also writes 1x16 blocks only."""
     if dtype != "bfloat16":
         return f"the fast kernels read bfloat16 input, not {dtype}"
     if rht and rht_signs != DEFAULT_RHT_SIGNS:
         return f"the fast kernels compile the default RHT sign mask 0x{DEFAULT_RHT_SIGNS:04X} in"
-    if quantizer and sr:
-        return "the fast quantizer rounds to nearest only"
     if quantizer and block2d:
         return "the fast quantizer writes 1x16 blocks only"
     return None
@@ -87,13 +85,13 @@ def plan_quantize(dtype: str, *, rht: bool, rht_signs: int, block2d: bool, sr: b
         raise ValueError("quantize='four_over_six' runs 4over6 calls only (four_over_six='mae' or 'mse')")
     if kernel is None:
         amax_fast = fast_bf16_reason(dtype, rht=rht, rht_signs=rht_signs, quantizer=False) is None
-        quant_fast = fast_bf16_reason(dtype, rht=rht, rht_signs=rht_signs, block2d=block2d, sr=sr) is None
+        quant_fast = fast_bf16_reason(dtype, rht=rht, rht_signs=rht_signs, block2d=block2d) is None
         return QuantizePlan(QuantizeKernel.fast_bf16 if amax_fast else QuantizeKernel.general,
                             QuantizeKernel.fast_bf16 if quant_fast else QuantizeKernel.general)
     if kernel not in _QUANTIZE_KERNEL_NAMES:
         raise ValueError(f"quantize kernel must be one of {list(_QUANTIZE_KERNEL_NAMES)}, got {kernel!r}")
     if kernel == "fast_bf16":
-        why = fast_bf16_reason(dtype, rht=rht, rht_signs=rht_signs, block2d=block2d, sr=sr)
+        why = fast_bf16_reason(dtype, rht=rht, rht_signs=rht_signs, block2d=block2d)
         if why:
             raise ValueError(f"quantize='fast_bf16' cannot run this call: {why}")
     return QuantizePlan(QuantizeKernel[kernel], QuantizeKernel[kernel])

@@ -164,12 +164,32 @@ def test_quantize_largest():
     check_case(x, rowwise=True, columnwise=True, rht=True, block=(16, 16), rounding="sr", seed=2**63 + 5, offset=9)
 
 
+@pytest.mark.parametrize("rounding", ["rn", "sr"])
 @pytest.mark.parametrize("rht,kind", [(False, "normal"), (True, "normal"), (True, "special")])
-def test_fast_quantize_many_tiles(rht, kind):
-    """bf16, RN, 1x16 blocks (the fast kernels, csrc/quantize/fast_bf16.cuh) on 4096 x 5120: 1280 tiles of 128 x 128,
-    more than two waves of CTAs on an H100, with and without RHT, and with NaN blocks (its slow branches)."""
+def test_fast_quantize_many_tiles(rht, kind, rounding):
+    """bf16, 1x16 blocks (the fast kernels, csrc/quantize/fast_bf16.cuh) on 4096 x 5120: 1280 tiles of 128 x 128,
+    more than two waves of CTAs, with and without RHT, with NaN blocks (its slow branches), rounding to nearest and
+    stochastically (SPEC 3.4, 10.2's counters of both planes)."""
     x = make_input(4096, 5120, kind=kind, seed=5 + rht)
-    check_case(x, rowwise=True, columnwise=True, rht=rht, block=(1, 16), rounding="rn")
+    check_case(x, rowwise=True, columnwise=True, rht=rht, block=(1, 16), rounding=rounding, seed=2**40 + 3,
+               offset=2**32 - 2)
+
+
+@pytest.mark.parametrize("rht", [False, True])
+@pytest.mark.parametrize("rule", ["torchao", "torchao_noscale", "te_fused_rht"])
+@pytest.mark.parametrize("kind", ["special", "inf"])
+def test_fast_quantize_sr_other_rules(kind, rule, rht):
+    """Stochastic rounding on the bf16 fast quantizer under the other scale rules (SPEC 5.3-5.5) with NaN and Inf
+    blocks (the per-element SR path; under the torchao rules a NaN amax makes every multiplier NaN), single tensor
+    and grouped with empty groups, both scale layouts."""
+    x = make_input(600, 320, kind=kind, seed=41 + rht)
+    kw = dict(rowwise=True, columnwise=True, rht=rht, block=(1, 16), rule=rule, rounding="sr", seed=2**35 + 1,
+              offset=7)
+    check_case(x, **kw)
+    splits = np.array([250, 0, 17, 333, 0], np.int64)
+    ref = oracle.group_quantize(x, splits, **kw)
+    for swizzled in (True, False):
+        check_grouped(run_group_poisoned(to_cuda(x), splits, swizzled=swizzled, **kw), ref, swizzled)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
@@ -222,16 +242,18 @@ def test_quantize_user_amax_and_rules(rule, amax):
                   "col_scales": q.col_scales, "amax": torch.cat([q.row_amax, q.col_amax])}, ref, True)
 
 
+@pytest.mark.parametrize("rounding", ["rn", "sr"])
 @pytest.mark.parametrize("rht", [False, True])
-def test_quantize_subnormal_and_zero_scales(rht):
+def test_quantize_subnormal_and_zero_scales(rht, rounding):
     """Block maxima 2^-6..2^-16 of a tensor with amax 1000: E4M3 block scales in the subnormal range and zero
-    (SPEC 3.2, 5.2), where RN(block max * multiplier) reaches 7 and more, the clamp case of SPEC 3.6."""
+    (SPEC 3.2, 5.2), where RN(block max * multiplier) reaches 7 and more, the clamp case of SPEC 3.6 (and, under
+    stochastic rounding, products far past 6)."""
     rng = np.random.default_rng(7)
     m, k = 256, 256
     x = rng.standard_normal((m, k)).astype(np.float32)
     x *= np.exp2(-rng.integers(6, 16, size=(m, k // 16)).astype(np.float32)).repeat(16, axis=1)
     x[0, 0] = 1000.0
-    check_case(x.astype(BF16), rowwise=True, columnwise=True, rht=rht)
+    check_case(x.astype(BF16), rowwise=True, columnwise=True, rht=rht, rounding=rounding, seed=31, offset=5)
 
 
 def degenerate_input(kind: str, dtype=BF16) -> np.ndarray:
@@ -549,11 +571,12 @@ def test_group_fast_quantize_short_last_tiles(planes, rht, k):
 # the quantize plan: the general kernels on the fast kernels' inputs; the fast kernels refused where they cannot run
 # ------------------------------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("rounding", ["rn", "sr"])
 @pytest.mark.parametrize("rht", [False, True])
-def test_general_kernels_on_the_fast_kernels_inputs(rht):
+def test_general_kernels_on_the_fast_kernels_inputs(rht, rounding):
     """device.testing.force_plan(quantize="general"): the general amax and quantize kernels on what the bf16 fast
-    kernels take by default (bf16, RN, 1x16 blocks, with the RHT under the default sign mask and without) give the
-    oracle's bytes too: the single-tensor check of test_fast_quantize_many_tiles (special values, both scale layouts)
+    kernels take by default (bf16, 1x16 blocks, RN or SR, with the RHT under the default sign mask and without) give
+    the oracle's bytes too: the single-tensor check of test_fast_quantize_many_tiles (special values, both scale layouts)
     on a smaller tensor, the grouped check of test_group_fast_quantize_mixed_groups, and the public calls."""
     from device._codes import QuantizeKernel
     from device.testing import force_plan
@@ -563,7 +586,7 @@ def test_general_kernels_on_the_fast_kernels_inputs(rht):
         return opts["amax_kernel"], opts["quantize_kernel"]
 
     x = make_input(1000, 1104, kind="special", seed=70 + rht)
-    kw = dict(rowwise=True, columnwise=True, rht=rht, block=(1, 16), rounding="rn")
+    kw = dict(rowwise=True, columnwise=True, rht=rht, block=(1, 16), rounding=rounding, seed=9, offset=2)
     # the premises: these inputs take the fast kernels unless forced, the general ones when forced
     assert kernels(to_cuda(x), **kw) == (QuantizeKernel.fast_bf16, QuantizeKernel.fast_bf16)
     with force_plan(quantize="general"):
@@ -587,14 +610,13 @@ def test_general_kernels_on_the_fast_kernels_inputs(rht):
 
 
 @pytest.mark.parametrize("dtype,kw,why", [
-    (BF16, dict(rounding="sr"), "rounds to nearest only"),
     (BF16, dict(block=(16, 16)), "writes 1x16 blocks only"),
     (BF16, dict(columnwise=True, rht=True, rht_signs=0x1234), "default RHT sign mask"),
     (np.float16, dict(), "read bfloat16 input, not float16"),
     (np.float32, dict(), "read bfloat16 input, not float32"),
 ])
 def test_forcing_the_fast_kernels_where_they_cannot_run_raises(dtype, kw, why):
-    """force_plan(quantize="fast_bf16") on input the fast kernels cannot quantize (SR, 16x16 blocks, another RHT sign
+    """force_plan(quantize="fast_bf16") on input the fast kernels cannot quantize (16x16 blocks, another RHT sign
     mask, fp16 / fp32) raises ValueError before any launch, single and grouped; the C++ bindings refuse those kernel
     codes as well (their own check, bypassing Python), in a child process: a crash there must fail this test, not take
     the test worker down."""
@@ -637,8 +659,7 @@ print("untouched:", bool((rd == 0xFF).all()) and bool((rs == 0xFF).all()))
     root = os.path.join(os.path.dirname(__file__), "..")
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=root)
     assert run.returncode == 0, run.stdout + run.stderr[-2000:]
-    cpp_why = {"rounds to nearest only": "the fast quantizer rounds to nearest and writes 1x16 blocks only",
-               "writes 1x16 blocks only": "the fast quantizer rounds to nearest and writes 1x16 blocks only",
+    cpp_why = {"writes 1x16 blocks only": "the fast quantizer writes 1x16 blocks only",
                "default RHT sign mask": "the fast kernels run the RHT with the default sign mask only"}.get(
                    why, "the fast kernels read bfloat16 input only")
     lines = run.stdout.splitlines()
@@ -653,7 +674,7 @@ print("untouched:", bool((rd == 0xFF).all()) and bool((rs == 0xFF).all()))
 def test_group_quantize_more_than_1024_groups(rounding):
     """E = 1100 (most groups empty or tiny): the setup kernel scans the splits in two 1024-wide chunks in each of
     its CTAs, a tile's group search takes three rounds, and the amax pass skips the empty CTAs of its worst-case
-    grid; rn runs the fast kernels, sr the general quantizer."""
+    grid; both roundings run the fast kernels."""
     rng = np.random.default_rng(1100)
     splits = random_splits(rng, 5000, 1100)
     x = make_input(5000, 64, kind="normal", seed=1100)

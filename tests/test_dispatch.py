@@ -1,7 +1,7 @@
 """device/_dispatch.py's quantize plans and device/testing.py's force_plan, on the host (no GPU, no torch).
 
 The quantize passes run the bf16 fast kernels where they can (bf16 input, the default RHT sign mask compiled in; the
-quantizer also rounds to nearest only and writes 1x16 blocks only; 2.1-2.4x faster than the general kernels on the
+quantizer also writes 1x16 blocks only; 2.1-2.4x faster than the general kernels on the
 same bytes), else the general kernels. GPU tests check both families' bytes against the oracle
 (tests/test_device_quantize.py); the GEMM plans are in tests/test_device_kernel_choice.py.
 """
@@ -31,8 +31,9 @@ def test_default_rht_signs():
     (dict(rht=True), FAST, FAST),                           # the RHT with the default mask
     (dict(rht=True, rht_signs=0x1234), GENERAL, GENERAL),   # another mask: neither pass
     (dict(rht=False, rht_signs=0x1234), FAST, FAST),        # (the mask is unused without the RHT)
-    (dict(sr=True), FAST, GENERAL),                         # the amax pass does not round
+    (dict(sr=True), FAST, FAST),                            # either rounding
     (dict(block2d=True), FAST, GENERAL),                    # nor has blocks
+    (dict(rht=True, sr=True), FAST, FAST),
     (dict(rht=True, block2d=True, sr=True), FAST, GENERAL),
     (dict(dtype="float16"), GENERAL, GENERAL),
     (dict(dtype="float32"), GENERAL, GENERAL),
@@ -44,7 +45,6 @@ def test_plan_quantize_default(kw, amax, quantize):
 
 
 @pytest.mark.parametrize("kw,why", [
-    (dict(sr=True), "rounds to nearest only"),
     (dict(block2d=True), "writes 1x16 blocks only"),
     (dict(dtype="float16"), "read bfloat16 input, not float16"),
     (dict(dtype="float32"), "read bfloat16 input, not float32"),
@@ -56,7 +56,7 @@ def test_forcing_fast_bf16_where_it_cannot_run_raises(kw, why):
 
 
 def test_forcing_fast_bf16_where_it_runs():
-    for kw in (dict(), dict(rht=True)):
+    for kw in (dict(), dict(rht=True), dict(sr=True), dict(rht=True, sr=True)):
         assert q(**kw, kernel="fast_bf16") == QuantizePlan(FAST, FAST)
     with pytest.raises(ValueError, match="quantize kernel must be one of"):
         q(kernel="fast")

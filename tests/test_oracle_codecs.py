@@ -201,3 +201,34 @@ def test_e2m1_three_roundings_form_equals_threshold_sum():
     high = np.minimum(np.minimum(c[0] >> 16, c[1] >> 16), c[2] >> 16)
     assert np.all(high == 0x4AC0)
     assert np.array_equal(low, expect[below])
+
+
+def test_e2m1_sr_floor_form_equals_spec_3_4():
+    """SPEC 3.7 (the bf16 fast quantizer's stochastic rounding) against SPEC 3.4 written out here with float64
+    floors, for every random byte: every fp32 magnitude below 8 whose low 12 bits are 0 or 0xFFF, 512 ulps around
+    each grid point and step change, subnormals, and large values up to +Inf."""
+    k = np.arange(0x41000000 >> 12, dtype=np.uint32) << 12
+    points = np.array([0.5, 1, 1.5, 2, 3, 4, 6, 7, 8], np.float32).view(np.uint32)
+    near = (points[:, None].astype(np.int64) + np.arange(-512, 513)).ravel().astype(np.uint32)
+    a = np.concatenate([k, k | 0xFFF, near, np.arange(0, 1 << 12, dtype=np.uint32)]).view(np.float32)
+    a = np.concatenate([a, np.array([100, 2.0**22, 2.0**24, 3.4028235e38, np.inf], np.float32)])
+    grid = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6])
+    # SPEC 3.4's step(a), as a float32
+    step_a = np.where(a < 2, np.float32(0.5), np.where(a < 4, np.float32(1), np.float32(2))).astype(np.float32)
+    # SPEC 3.7's P: the bits of a clamped to [1.0, 4.0], mantissa cleared
+    p = (np.clip(a.view(np.uint32), 0x3F800000, 0x40800000) & 0xFF800000).view(np.float32)
+    for r in range(256):
+        u_step = (np.float32(r / 256) * step_a).astype(np.float32)  # exact
+        r512 = (np.array([(r << 15) | 0x3F800000], np.uint32).view(np.float32) * np.float32(0.5) - np.float32(0.5))
+        assert r512[0] == np.float32(r / 512)  # fma(1 + r/256, 0.5, -0.5) is exact
+        prod = (r512[0] * p).astype(np.float32)
+        assert np.array_equal(prod, u_step)  # (r / 512) P = u step(a), exactly
+        with np.errstate(over="ignore", invalid="ignore"):
+            j = (a + u_step).astype(np.float32).astype(np.float64)  # SPEC 3.4's j: one fp32 rounding
+            step_j = np.where(j < 2, 0.5, np.where(j < 4, 1.0, 2.0))
+            expect = np.searchsorted(grid, np.minimum(np.floor(j / step_j) * step_j, 6.0))
+            cap = 2.0**22  # a floor past M's exact range is at least 7 (SPEC 3.7): the cap's value
+            got = np.minimum(np.minimum(np.minimum(np.floor(np.minimum(2 * j, cap)), np.floor(np.minimum(j, cap)) + 2),
+                                        np.floor(np.minimum(j / 2, cap)) + 4), 7).astype(np.int64)
+        bad = np.flatnonzero(got != expect)
+        assert bad.size == 0, f"r={r}: {bad.size} mismatches, first a={a[bad[0]]!r}"

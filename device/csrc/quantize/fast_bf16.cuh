@@ -1,13 +1,14 @@
-// The bf16 fast kernels, amax_fast_bf16 and quantize_fast_bf16: bf16 input, round-to-nearest, 1x16 blocks, no RHT or
-// the RHT with SPEC 7's default sign mask (device/_dispatch.py plan_quantize runs them there; the general kernels of
-// general.cuh everywhere else). Their outputs are the general kernels' byte for byte, with fewer instructions per
+// The bf16 fast kernels, amax_fast_bf16 and quantize_fast_bf16: bf16 input, 1x16 blocks, round to nearest or
+// stochastic rounding, no RHT or the RHT with SPEC 7's default sign mask (device/_dispatch.py plan_quantize runs them
+// there; the general kernels of general.cuh everywhere else). Their outputs are the general kernels' byte for byte, with fewer instructions per
 // element (2.1-2.4x faster on the same bytes):
 //  * compile-time RHT signs: the sign flips become operand negations of the first butterfly FADDs (free);
 //  * block maxima on packed bf16 pairs by integer SIMD max (the NaN-ignoring fp max of SPEC 5.2 equals the integer
 //    max of the |bits| when no element is NaN / Inf; a block that has one goes to the exact slow path); the rowwise
 //    pass takes one whole 16-block per thread, so its max, scale byte, multiplier and clamp test are formed once per
 //    16 elements, and detects NaN / Inf by one warp vote per iteration (the warp's 4 rows);
-//  * E2M1 by the three-roundings forms of SPEC 3.6, on the FMA pipe except one 3-input minimum per element;
+//  * E2M1 by the three-roundings forms of SPEC 3.6, on the FMA pipe except one 3-input minimum per element; stochastic
+//    rounding by SPEC 3.7's round-down form of the same candidates, one Philox4x32-10 call per 16-block (SPEC 10.2);
 //  * signs: mult >= 0 and never NaN (SPEC 5.2: fminf(1/(scale*s_dec), FLT_MAX); +0 only when S_enc = 0, and x * +0
 //    keeps the sign of x), so sign(x*mult) = sign(x) for the NaN/Inf-free blocks and the sign nibbles of 8 elements
 //    are gathered from the bf16 words with 4 PRMT + 2 ops; the magnitude codes carry a constant bias (kBias8)
@@ -122,6 +123,57 @@ __device__ __forceinline__ uint32_t mag8_magic(const float (&x)[8], float mult) 
   return acc;
 }
 
+// SPEC 3.4's magnitude code of y = RN(|x| * mult) >= 0 (not NaN) with the random byte `kByte` of `word`, on the FMA
+// pipe as e2m1_mag_magic: returns kMagicBits + index.
+//  * u * step(y) / 256 = u * P / 512, with P = 2 step(y) = 1, 2, 4 for y < 2, in [2, 4), >= 4: y's bits clamped to
+//    [1.0, 4.0] with the mantissa cleared (the integer order of non-negative floats' bits is their order; +Inf -> 4);
+//  * u / 512 = fma(1 + u/256, 0.5, -0.5) with 1 + u/256 built from the byte's bits (exact), so j = fma(u/512, P, y) is
+//    SPEC 3.4's single rounding of y + u * step(y) (the product is exact);
+//  * index(min(floor(j / step(j)) * step(j), 6)) = min(floor(2j), floor(j) + 2, floor(j / 2) + 4, 7): each term is
+//    the index on its own step's range ([0, 2), [2, 4), [4, 8)) and no smaller on the others (floor(2j) <= 3 <
+//    floor(j) + 2 on [0, 1) and <= floor(j) + 2 on [1, 2); floor(j) + 2 <= 5 <= floor(j / 2) + 4 below 4; j >= 8
+//    makes all three >= 8). The floors are the round-down forms of e2m1_mag_magic's sums (kMagic's ulp is 1; a j too
+//    large for the ulp still rounds every sum to at least kMagic + 7, which the last minimum takes).
+template <int kByte>
+__device__ __forceinline__ uint32_t e2m1_sr_mag_magic(float y, uint32_t word) {
+  const uint32_t u15 = (kByte == 0 ? word << 15 : word >> (8 * kByte - 15)) & 0x007F8000u;  // u << 15
+  const float u512 = __fmaf_rn(__uint_as_float(0x3F800000u | u15), 0.5f, -0.5f);            // u / 512 (exact)
+  const uint32_t yb = __float_as_uint(y);
+  const float p = __uint_as_float(min(max(yb, 0x3F800000u), 0x40800000u) & 0xFF800000u);  // 2 step(y)
+  const float j = __fmaf_rn(u512, p, y);
+  const float r2 = __fmaf_rd(j, 2.0f, kMagic);         // kMagic + floor(2j)
+  const float r1 = __fadd_rd(j, kMagic + 2.0f);        // kMagic + floor(j) + 2
+  const float rh = __fmaf_rd(j, 0.5f, kMagic + 4.0f);  // kMagic + floor(j / 2) + 4
+  const int m = min(min(__float_as_int(r2), __float_as_int(r1)), __float_as_int(rh));
+  return static_cast<uint32_t>(min(m, __float_as_int(kMagic + 7.0f)));
+}
+
+// 8 SPEC 3.4 magnitude codes (element e in nibble e, sign bits clear) of a NaN/Inf-free block part with a finite
+// multiplier: element e takes byte e % 4 of r0 (e < 4) or r1 (SPEC 10.2's bytes of the part's two Philox words).
+__device__ __forceinline__ uint32_t mag8_sr(const float (&x)[8], float mult, uint32_t r0, uint32_t r1) {
+  const float y[8] = {__fmul_rn(fabsf(x[0]), mult), __fmul_rn(fabsf(x[1]), mult), __fmul_rn(fabsf(x[2]), mult),
+                      __fmul_rn(fabsf(x[3]), mult), __fmul_rn(fabsf(x[4]), mult), __fmul_rn(fabsf(x[5]), mult),
+                      __fmul_rn(fabsf(x[6]), mult), __fmul_rn(fabsf(x[7]), mult)};
+  return (e2m1_sr_mag_magic<0>(y[0], r0) + (e2m1_sr_mag_magic<1>(y[1], r0) << 4) +
+          (e2m1_sr_mag_magic<2>(y[2], r0) << 8) + (e2m1_sr_mag_magic<3>(y[3], r0) << 12) +
+          (e2m1_sr_mag_magic<0>(y[4], r1) << 16) + (e2m1_sr_mag_magic<1>(y[5], r1) << 20) +
+          (e2m1_sr_mag_magic<2>(y[6], r1) << 24) + (e2m1_sr_mag_magic<3>(y[7], r1) << 28)) -
+         packed_bias8(kMagicBits);
+}
+
+// 16 SPEC 3.4 codes of any block (the exact per-element form, NaN / Inf included): element i with byte i % 4 of word
+// i / 4 of rnd. Out of line: the blocks that need it are rare, and the hot loops stay small.
+struct Floats16 {
+  float v[16];
+};
+__device__ __noinline__ uint64_t encode16_sr_exact(Floats16 x, float mult, Philox4 rnd) {
+  uint64_t packed = 0;
+#pragma unroll
+  for (int i = 0; i < 16; ++i)
+    packed |= (uint64_t)e2m1_sr(__fmul_rn(x.v[i], mult), (rnd.x[i >> 2] >> (8 * (i & 3))) & 0xFFu) << (4 * i);
+  return packed;
+}
+
 // Sign bits (bit 3 of every nibble) of 8 elements held as 4 bf16 words, element 2i in the low half of w_i:
 // output byte i = sign(2i) << 3 | sign(2i+1) << 7. The other bits are zero.
 __device__ __forceinline__ uint32_t sign_nibbles_pairs(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3) {
@@ -181,6 +233,21 @@ __device__ __forceinline__ void encode16_words(const uint4& p, const uint4& q, f
   }
   lo = mp + sign_nibbles_pairs(wp[0], wp[1], wp[2], wp[3]);  // nibble bit 3 of mag is clear: + is |
   hi = mq + sign_nibbles_pairs(wq[0], wq[1], wq[2], wq[3]);
+}
+
+// encode16_words under SPEC 3.4's stochastic rounding: element i takes byte i % 4 of word i / 4 of rnd (SPEC 10.2;
+// no clamp test: the SR form always clamps).
+__device__ __forceinline__ void encode16_words_sr(const uint4& p, const uint4& q, float mult, const Philox4& rnd,
+                                                  uint32_t& lo, uint32_t& hi) {
+  const uint32_t wp[4] = {p.x, p.y, p.z, p.w}, wq[4] = {q.x, q.y, q.z, q.w};
+  float xp[8], xq[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    xp[e] = bf16_half(wp[e >> 1], e & 1);
+    xq[e] = bf16_half(wq[e >> 1], e & 1);
+  }
+  lo = mag8_sr(xp, mult, rnd.x[0], rnd.x[1]) + sign_nibbles_pairs(wp[0], wp[1], wp[2], wp[3]);
+  hi = mag8_sr(xq, mult, rnd.x[2], rnd.x[3]) + sign_nibbles_pairs(wq[0], wq[1], wq[2], wq[3]);
 }
 
 // Max |x| of a 16-block held as two uint4 of bf16 pairs, as the fp32 bits of that bf16 (integer max of the |bits|:
@@ -265,7 +332,7 @@ __device__ __forceinline__ PlaneConsts read_plane_consts(const PlaneTables& pt) 
 // Thread t owns the 16-block blk = t % 8 of tile rows 32 it + t / 8, it = 0..3, i.e. a whole block per thread: its
 // max, scale byte, multiplier and clamp test are formed once for 16 elements (two lanes per block would form them
 // twice).
-template <bool kTorchao>
+template <bool kTorchao, bool kSR>
 __device__ __forceinline__ void rowwise_tile(const QuantArgs& a, const GroupView& gv, int64_t k0, int kleft, int rleft,
                                              const uint8_t* tile, const float* mtab, const PlaneScale& ps_row,
                                              [[maybe_unused]] const TorchaoPlane& tp_row, [[maybe_unused]] bool row_fast) {
@@ -311,7 +378,13 @@ __device__ __forceinline__ void rowwise_tile(const QuantArgs& a, const GroupView
         const uint32_t sb = kTorchao ? torchao_scale_byte(bmax, tp_row) : block_scale_byte(bmax, ps_row);
         const float mult = mtab[sb];
         uint32_t lo, hi;
-        encode16_words(qa, qb, mult, needs_clamp(bmax, mult), lo, hi);
+        if constexpr (kSR) {  // SPEC 10.2: counter (block column, group-local row, plane 0, offset + g)
+          const Philox4 rnd = philox4x32_10((uint32_t)gblk, (uint32_t)(gv.m0 + it * 32 + rrow), 0u,
+                                            a.offset + (uint32_t)gv.g, a.seed_lo, a.seed_hi);
+          encode16_words_sr(qa, qb, mult, rnd, lo, hi);
+        } else {
+          encode16_words(qa, qb, mult, needs_clamp(bmax, mult), lo, hi);
+        }
         store_once(reinterpret_cast<uint2*>(dp), make_uint2(lo, hi));
         store_once(sp, (uint8_t)sb);
       } else if (pad_ok) {
@@ -345,7 +418,19 @@ __device__ __forceinline__ void rowwise_tile(const QuantArgs& a, const GroupView
     if (row < rleft && blk_ok) {
       uint32_t sb, pl, ph;
       const float mult = block_byte_and_multiplier<kTorchao>(b, ps_row, tp_row, mtab, sb);
-      if constexpr (kTorchao) {
+      if constexpr (kSR) {  // SPEC 3.4 per element (torchao too: its clamp changes no SR code, a NaN product is 0x7)
+        const Philox4 rnd =
+            philox4x32_10((uint32_t)gblk, (uint32_t)(gv.m0 + row), 0u, a.offset + (uint32_t)gv.g, a.seed_lo, a.seed_hi);
+        Floats16 xb;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          xb.v[e] = bf16_half(wl[e >> 1], e & 1);
+          xb.v[e + 8] = bf16_half(wh[e >> 1], e & 1);
+        }
+        const uint64_t packed = encode16_sr_exact(xb, mult, rnd);
+        pl = (uint32_t)packed;
+        ph = (uint32_t)(packed >> 32);
+      } else if constexpr (kTorchao) {
         pl = ph = 0;
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
@@ -371,7 +456,7 @@ __device__ __forceinline__ void rowwise_tile(const QuantArgs& a, const GroupView
 // (warp-uniform). A block wholly past the group's rows only writes its padding scale bytes, so the last tile of a
 // group with <= 64 rows left runs one block per warp instead of two: every warp's share of the tile shrinks with the
 // tile, not only some warps'.
-template <bool kRHT, bool kTorchao>
+template <bool kRHT, bool kTorchao, bool kSR>
 __device__ __forceinline__ void columnwise_tile_encode(const QuantArgs& a, const GroupView& gv, int64_t k0, int kleft,
                                                       const uint8_t* tile, const float* mtab, const PlaneScale& ps_col,
                                                       [[maybe_unused]] const TorchaoPlane& tp_col,
@@ -452,8 +537,17 @@ __device__ __forceinline__ void columnwise_tile_encode(const QuantArgs& a, const
             xl.v[i] = bf16_half(w[i], h);
             xh.v[i] = bf16_half(w[i + 8], h);
           }
-          const bool clamp = needs_clamp(bmax, mult);
-          const uint32_t lo = mag8_encode(xl, mult, clamp), hi = mag8_encode(xh, mult, clamp);
+          uint32_t lo, hi;
+          if constexpr (kSR) {  // SPEC 10.2: counter (plane column block, plane row, plane 1, offset + g)
+            const Philox4 rnd = philox4x32_10((uint32_t)(mb0 + j), (uint32_t)(kk + h), 1u, a.offset + (uint32_t)gv.g,
+                                              a.seed_lo, a.seed_hi);
+            lo = mag8_sr(xl.v, mult, rnd.x[0], rnd.x[1]);
+            hi = mag8_sr(xh.v, mult, rnd.x[2], rnd.x[3]);
+          } else {
+            const bool clamp = needs_clamp(bmax, mult);
+            lo = mag8_encode(xl, mult, clamp);
+            hi = mag8_encode(xh, mult, clamp);
+          }
           o[h] = ((uint64_t)(hi + sg[h][1]) << 32) | (lo + sg[h][0]);
           store_once(sp, (uint8_t)sb);
         } else if (a.layout != kCompact && jpok) {
@@ -471,18 +565,27 @@ __device__ __forceinline__ void columnwise_tile_encode(const QuantArgs& a, const
           for (int i = 0; i < 16; ++i) b = abs_max<kTorchao>(b, fabsf(bf16_half(w[i], h)));
           uint32_t sb;
           const float mult = block_byte_and_multiplier<kTorchao>(b, ps_col, tp_col, mtab, sb);
-          uint32_t lo = 0, hi = 0;
+          if constexpr (kSR) {
+            const Philox4 rnd = philox4x32_10((uint32_t)(mb0 + j), (uint32_t)(kk + h), 1u, a.offset + (uint32_t)gv.g,
+                                              a.seed_lo, a.seed_hi);
+            Floats16 xb;
 #pragma unroll
-          for (int i = 0; i < 8; ++i) {
-            if constexpr (kTorchao) {
-              lo |= torchao_code_rn(bf16_half(w[i], h), mult) << (4 * i);
-              hi |= torchao_code_rn(bf16_half(w[i + 8], h), mult) << (4 * i);
-            } else {
-              lo |= e2m1_rn(__fmul_rn(bf16_half(w[i], h), mult)) << (4 * i);
-              hi |= e2m1_rn(__fmul_rn(bf16_half(w[i + 8], h), mult)) << (4 * i);
+            for (int i = 0; i < 16; ++i) xb.v[i] = bf16_half(w[i], h);
+            o[h] = encode16_sr_exact(xb, mult, rnd);
+          } else {
+            uint32_t lo = 0, hi = 0;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+              if constexpr (kTorchao) {
+                lo |= torchao_code_rn(bf16_half(w[i], h), mult) << (4 * i);
+                hi |= torchao_code_rn(bf16_half(w[i + 8], h), mult) << (4 * i);
+              } else {
+                lo |= e2m1_rn(__fmul_rn(bf16_half(w[i], h), mult)) << (4 * i);
+                hi |= e2m1_rn(__fmul_rn(bf16_half(w[i + 8], h), mult)) << (4 * i);
+              }
             }
+            o[h] = ((uint64_t)hi << 32) | lo;
           }
-          o[h] = ((uint64_t)hi << 32) | lo;
           store_once(sp, (uint8_t)sb);
         } else if (a.layout != kCompact && jpok) {
           store_once(sp, (uint8_t)0);
@@ -527,7 +630,7 @@ __device__ __forceinline__ void columnwise_tile_store(const QuantArgs& a, const 
 // overflow 1 / P, Inf or NaN, take the per-element path with torchao_code_rn (NaN-propagating block maxima).
 // With kRHT too, a NaN out of the butterfly (an input NaN, or Inf - Inf) lies in a block whose NaN-propagating max
 // is NaN, so its multiplier is NaN and gives the code (the multiplier comes first, SPEC 3.5), as in quantize_kernel.
-template <bool kRHT, bool kTorchao = false>
+template <bool kRHT, bool kTorchao = false, bool kSR = false>
 __global__ void __launch_bounds__(256, 4) quantize_fast_bf16(QuantArgs a) {
   using T = __nv_bfloat16;
   using G = TileGeom<T>;
@@ -576,10 +679,10 @@ __global__ void __launch_bounds__(256, 4) quantize_fast_bf16(QuantArgs a) {
   __syncthreads();
   const PlaneConsts pc = read_plane_consts<kTorchao>(planes);
   if (a.row_data != nullptr)
-    rowwise_tile<kTorchao>(a, gv, k0, kleft, rleft, tile, planes.mtab[0], pc.ps_row, pc.tp_row, pc.row_fast);
+    rowwise_tile<kTorchao, kSR>(a, gv, k0, kleft, rleft, tile, planes.mtab[0], pc.ps_row, pc.tp_row, pc.row_fast);
   if (a.col_data != nullptr) {
-    columnwise_tile_encode<kRHT, kTorchao>(a, gv, k0, kleft, tile, planes.mtab[1], pc.ps_col, pc.tp_col, pc.col_fast,
-                                           cstage);
+    columnwise_tile_encode<kRHT, kTorchao, kSR>(a, gv, k0, kleft, tile, planes.mtab[1], pc.ps_col, pc.tp_col,
+                                                pc.col_fast, cstage);
     __syncthreads();
     columnwise_tile_store(a, gv, k0, kleft, cstage);
   }

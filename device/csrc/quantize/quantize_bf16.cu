@@ -63,6 +63,17 @@ void launch_amax_bf16(const AmaxArgs& a_in, bool rht, int64_t row_tiles, cudaStr
   }
 }
 
+// The fast quantizer's instantiation for the RHT, the rule family and the rounding (SPEC 3.4 under a.sr).
+using FastQuantizer = void (*)(QuantArgs);
+static FastQuantizer fast_quantizer(bool rht, bool torchao, bool sr) {
+  constexpr FastQuantizer kernels[2][2][2] = {  // [rht][torchao][sr]
+      {{quantize_fast_bf16<false, false, false>, quantize_fast_bf16<false, false, true>},
+       {quantize_fast_bf16<false, true, false>, quantize_fast_bf16<false, true, true>}},
+      {{quantize_fast_bf16<true, false, false>, quantize_fast_bf16<true, false, true>},
+       {quantize_fast_bf16<true, true, false>, quantize_fast_bf16<true, true, true>}}};
+  return kernels[rht][torchao][sr];
+}
+
 // 4 CTAs per SM of quantize_fast_bf16 need 4 x 41 KB of static shared memory: ask for the largest carveout, once
 // per device (PerDevice).
 static void prefer_max_shared_fast() {
@@ -70,9 +81,9 @@ static void prefer_max_shared_fast() {
   int dev = 0;
   cudaGetDevice(&dev);
   if (done.get(dev)) return;
-  for (auto kernel : {quantize_fast_bf16<true>, quantize_fast_bf16<false>, quantize_fast_bf16<false, true>,
-                      quantize_fast_bf16<true, true>})
-    cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  for (int i = 0; i < 8; ++i)
+    cudaFuncSetAttribute(fast_quantizer(i & 1, i & 2, i & 4), cudaFuncAttributePreferredSharedMemoryCarveout,
+                         cudaSharedmemCarveoutMaxShared);
   done.set(dev, true);
 }
 
@@ -80,20 +91,14 @@ void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaS
                           QuantizeKernel kernel) {
   const int64_t grid = row_tiles * quant_k_tiles<__nv_bfloat16>(a.K);
   if (grid == 0) return;
-  const bool fast = kernel == kQuantizeFastBf16;
-  if (is_torchao_rule(a.rule) && fast) {  // SPEC 5.4 / 5.5
-    auto kernel = rht ? quantize_fast_bf16<true, true> : quantize_fast_bf16<false, true>;
+  if (kernel == kQuantizeFastBf16) {
+    const FastQuantizer quantizer = fast_quantizer(rht, is_torchao_rule(a.rule), a.sr != 0);
     prefer_max_shared_fast();
-    if (after_amax) launch_chained(kernel, dim3((unsigned)grid), 256, 0, s, a);
-    else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
-  } else if (is_torchao_rule(a.rule)) {
+    if (after_amax) launch_chained(quantizer, dim3((unsigned)grid), 256, 0, s, a);  // overlaps the amax pass's tail
+    else quantizer<<<(unsigned)grid, 256, 0, s>>>(a);
+  } else if (is_torchao_rule(a.rule)) {  // SPEC 5.4 / 5.5
     if (rht) quantize_kernel<__nv_bfloat16, true, true><<<(unsigned)grid, 256, 0, s>>>(a);
     else quantize_kernel<__nv_bfloat16, false, true><<<(unsigned)grid, 256, 0, s>>>(a);
-  } else if (fast) {
-    auto kernel = rht ? quantize_fast_bf16<true> : quantize_fast_bf16<false>;
-    prefer_max_shared_fast();
-    if (after_amax) launch_chained(kernel, dim3((unsigned)grid), 256, 0, s, a);  // overlaps the amax pass's tail
-    else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (rht) quantize_kernel<__nv_bfloat16, true><<<(unsigned)grid, 256, 0, s>>>(a);
   else quantize_kernel<__nv_bfloat16, false><<<(unsigned)grid, 256, 0, s>>>(a);
 }
