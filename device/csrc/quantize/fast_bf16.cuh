@@ -136,7 +136,8 @@ __device__ __forceinline__ uint32_t mag8_magic(const float (&x)[8], float mult) 
 //    large for the ulp still rounds every sum to at least kMagic + 7, which the last minimum takes).
 template <int kByte>
 __device__ __forceinline__ uint32_t e2m1_sr_mag_magic(float y, uint32_t word) {
-  const uint32_t u15 = (kByte == 0 ? word << 15 : word >> (8 * kByte - 15)) & 0x007F8000u;  // u << 15
+  // u << 15: byte kByte moved from bit 8 kByte to bit 15
+  const uint32_t u15 = (kByte < 2 ? word << (15 - 8 * kByte) : word >> (8 * kByte - 15)) & 0x007F8000u;
   const float u512 = __fmaf_rn(__uint_as_float(0x3F800000u | u15), 0.5f, -0.5f);            // u / 512 (exact)
   const uint32_t yb = __float_as_uint(y);
   const float p = __uint_as_float(min(max(yb, 0x3F800000u), 0x40800000u) & 0xFF800000u);  // 2 step(y)
