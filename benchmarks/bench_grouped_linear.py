@@ -18,7 +18,7 @@ Columns:
                      counted by torch.autograd.graph.saved_tensors_hooks, against the 2 T K bytes of the bf16 X that the
                      BF16 step saves for its wgrad
 
-    PYTHONPATH=. python benchmarks/bench_grouped_linear.py [--iters 20] [--reps 5] [--only E64]
+    PYTHONPATH=. python benchmarks/bench_grouped_linear.py [--iters 20] [--reps 5] [--only E64] [--profile]
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from pathlib import Path
 
 import torch
 from bench_grouped_gemm import splits_for, timeit
@@ -90,7 +91,21 @@ def saved_activation_bytes(layer, x, splits) -> int:
     return sum(storages.values())
 
 
-def bench_case(name, e, t, k, n, skew, forward_only, iters, reps):
+def kernel_totals(fn, label: str) -> None:
+    """Print (stderr) the GPU time of one eager call of ``fn`` per kernel function, largest first (torch.profiler,
+    through tools/profile/profiling.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools" / "profile"))
+    from profiling import kernel_function, profiled_kernels
+
+    totals: dict[str, list[float]] = {}
+    for kname, _, duration in profiled_kernels(fn):
+        totals.setdefault(kernel_function(kname), []).append(duration)
+    print(f"-- {label}: {sum(map(sum, totals.values())):,.1f} us of GPU time in one eager step", file=sys.stderr)
+    for kname, ds in sorted(totals.items(), key=lambda kv: -sum(kv[1])):
+        print(f"   {sum(ds):9.1f} us  {len(ds):3d} x  {kname[:80]}", file=sys.stderr)
+
+
+def bench_case(name, e, t, k, n, skew, forward_only, iters, reps, profile=False):
     splits = splits_for(e, t, skew)
     s_dev = torch.tensor(splits, dtype=torch.int64, device=DEV)
     x = torch.randn((t, k), device=DEV, dtype=torch.bfloat16)
@@ -114,6 +129,8 @@ def bench_case(name, e, t, k, n, skew, forward_only, iters, reps):
         xg.grad = layer.weight.grad = None
         layer(xg, s_dev).backward(dy)
 
+    if profile:
+        kernel_totals(ours, f"{name}, nvfp4 (weights reused)")
     for column, reuse in (("nvfp4", True), ("requant", False)):
         layer.weight_plane_reuse = reuse
         graphs[column] = capture(ours)
@@ -135,6 +152,8 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=20, help="graph replays per timing (default 20)")
     ap.add_argument("--reps", type=int, default=5, help="timings per column; the median is reported (default 5)")
     ap.add_argument("--only", default="", help="run only the cases whose name contains this text")
+    ap.add_argument("--profile", action="store_true",
+                    help="also print (stderr) each case's GPU time per kernel function in one eager step")
     args = ap.parse_args()
     if not device.is_available():
         print("needs an sm_90 GPU (device.is_available() is False)", file=sys.stderr)
@@ -148,7 +167,7 @@ def main() -> int:
     for name, e, t, k, n, skew, fwd in CASES:
         if args.only not in name:
             continue
-        row = bench_case(name, e, t, k, n, skew, fwd, args.iters, args.reps)
+        row = bench_case(name, e, t, k, n, skew, fwd, args.iters, args.reps, args.profile)
         cells = [row["case"]] + [f"{row[c]:.3f}" if "x " in c or c.startswith("x") else f"{row[c]:,.1f}"
                                  for c in cols[1:]]
         print("| " + " | ".join(cells) + " |", flush=True)
