@@ -26,6 +26,6 @@ def profiled_kernels(fn: Callable[[], object], calls: int = 1) -> list[tuple[str
 
 def kernel_function(name: str) -> str:
     """The function name in a profiled kernel's signature (``void ns::quantize_kernel<4, true>(Args const&)`` ->
-    ``quantize_kernel``)."""
-    head = name.split("(")[0].split("<")[0].split()
+    ``quantize_kernel``; ``(anonymous namespace)::`` qualifiers dropped)."""
+    head = name.replace("(anonymous namespace)::", "").split("(")[0].split("<")[0].split()
     return head[-1].split("::")[-1] if head else name
