@@ -190,25 +190,20 @@ std::string check_outputs(const Tensor& x, bool grouped, int64_t E, int64_t layo
   return {};
 }
 
-// SPEC 5-8, 10: the fused quantizer writing into preallocated buffers.
-std::string quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int64_t row_tiles,
-                      const Tensor& row_amax, const Tensor& col_amax, const optional<Tensor>& row_data,
-                      const optional<Tensor>& row_scales, const optional<Tensor>& col_data,
-                      const optional<Tensor>& col_scales, int64_t layout, bool block2d, bool sr, int64_t rule, bool rht,
-                      int64_t rht_signs, int64_t seed_lo, int64_t seed_hi, int64_t offset, bool after_amax,
-                      const optional<Tensor>& tile_recs, int64_t kernel) {
-  NVFP4_RETURN_IF_ERROR(check_x(x, rht));
-  NVFP4_RETURN_IF_ERROR(check_kernel(x, kernel, rht, rht_signs, block2d));
+// The checks and QuantArgs fields that quantize_ and quantize_4over6_ share: X's grid (offsets, row tiles, amaxes),
+// the tile records, the output buffers (device, dtype, sizes), and the planes' pointers, layout and block shape.
+std::string plane_args(const Tensor& x, const optional<Tensor>& offs, int64_t E, int64_t row_tiles,
+                       const Tensor& row_amax, const Tensor& col_amax, const optional<Tensor>& row_data,
+                       const optional<Tensor>& row_scales, const optional<Tensor>& col_data,
+                       const optional<Tensor>& col_scales, int64_t layout, bool block2d,
+                       const optional<Tensor>& tile_recs, nvfp4::QuantArgs& a) {
   NVFP4_RETURN_IF_ERROR(check_grid(x, offs, E, row_tiles, row_amax, col_amax));
   NVFP4_RETURN_IF_ERROR(check_tile_recs(tile_recs, x.device(), offs.has_value() ? row_tiles : 0));
   for (const auto* b : {&row_data, &row_scales, &col_data, &col_scales})
     NVFP4_RETURN_IF_ERROR(check_on(*b, x.device(), "an output buffer"));
   NVFP4_RETURN_IF_ERROR(check_outputs(x, offs.has_value() && offs->defined(), E, layout, row_data, row_scales,
                                       col_data, col_scales));
-  NVFP4_REFUSE_UNLESS(rule >= nvfp4::kRuleTE && rule <= nvfp4::kRuleTorchaoNoScale, "nvfp4: unknown scale rule ",
-                      rule);
-  const c10::cuda::CUDAGuard guard(x.device());
-  nvfp4::QuantArgs a{};
+  a = nvfp4::QuantArgs{};
   a.x = x.data_ptr();
   a.M = x.size(0);
   a.K = x.size(1);
@@ -222,13 +217,31 @@ std::string quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, 
   a.col_scales = ptr_or_null<uint8_t>(col_scales);
   a.layout = (int)layout;
   a.block2d = block2d ? 1 : 0;
+  a.tile_recs = ptr_or_null<const int4>(tile_recs);
+  return {};
+}
+
+// SPEC 5-8, 10: the fused quantizer writing into preallocated buffers.
+std::string quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int64_t row_tiles,
+                      const Tensor& row_amax, const Tensor& col_amax, const optional<Tensor>& row_data,
+                      const optional<Tensor>& row_scales, const optional<Tensor>& col_data,
+                      const optional<Tensor>& col_scales, int64_t layout, bool block2d, bool sr, int64_t rule, bool rht,
+                      int64_t rht_signs, int64_t seed_lo, int64_t seed_hi, int64_t offset, bool after_amax,
+                      const optional<Tensor>& tile_recs, int64_t kernel) {
+  NVFP4_RETURN_IF_ERROR(check_x(x, rht));
+  NVFP4_RETURN_IF_ERROR(check_kernel(x, kernel, rht, rht_signs, block2d));
+  nvfp4::QuantArgs a;
+  NVFP4_RETURN_IF_ERROR(plane_args(x, offs, E, row_tiles, row_amax, col_amax, row_data, row_scales, col_data,
+                                   col_scales, layout, block2d, tile_recs, a));
+  NVFP4_REFUSE_UNLESS(rule >= nvfp4::kRuleTE && rule <= nvfp4::kRuleTorchaoNoScale, "nvfp4: unknown scale rule ",
+                      rule);
+  const c10::cuda::CUDAGuard guard(x.device());
   a.sr = sr ? 1 : 0;
   a.rule = (int)rule;
   a.rht_signs = (uint32_t)rht_signs;
   a.seed_lo = (uint32_t)seed_lo;
   a.seed_hi = (uint32_t)seed_hi;
   a.offset = (uint32_t)offset;
-  a.tile_recs = ptr_or_null<const int4>(tile_recs);
   auto s = c10::cuda::getCurrentCUDAStream();
   switch (dtype_code(x)) {
     case nvfp4::kBF16:
@@ -256,29 +269,11 @@ std::string quantize_4over6_(const Tensor& x, const optional<Tensor>& offs, int6
                       " (1: mae, 2: mse)");
   NVFP4_REFUSE_UNLESS(global_scale_max == 448 || global_scale_max == 256, "nvfp4: global_scale_max must be 448 or 256, "
                       "got ", global_scale_max);
-  NVFP4_RETURN_IF_ERROR(check_grid(x, offs, E, row_tiles, row_amax, col_amax));
-  NVFP4_RETURN_IF_ERROR(check_tile_recs(tile_recs, x.device(), offs.has_value() ? row_tiles : 0));
-  for (const auto* b : {&row_data, &row_scales, &col_data, &col_scales})
-    NVFP4_RETURN_IF_ERROR(check_on(*b, x.device(), "an output buffer"));
-  NVFP4_RETURN_IF_ERROR(check_outputs(x, offs.has_value() && offs->defined(), E, layout, row_data, row_scales,
-                                      col_data, col_scales));
+  nvfp4::QuantArgs a;
+  NVFP4_RETURN_IF_ERROR(plane_args(x, offs, E, row_tiles, row_amax, col_amax, row_data, row_scales, col_data,
+                                   col_scales, layout, block2d, tile_recs, a));
   const c10::cuda::CUDAGuard guard(x.device());
-  nvfp4::QuantArgs a{};
-  a.x = x.data_ptr();
-  a.M = x.size(0);
-  a.K = x.size(1);
-  a.offs = ptr_or_null<const int64_t>(offs);
-  a.E = (int)E;
-  a.row_amax = row_amax.data_ptr<float>();
-  a.col_amax = col_amax.data_ptr<float>();
-  a.row_data = ptr_or_null<uint8_t>(row_data);
-  a.row_scales = ptr_or_null<uint8_t>(row_scales);
-  a.col_data = ptr_or_null<uint8_t>(col_data);
-  a.col_scales = ptr_or_null<uint8_t>(col_scales);
-  a.layout = (int)layout;
-  a.block2d = block2d ? 1 : 0;
   a.rule = nvfp4::kRuleTE;
-  a.tile_recs = ptr_or_null<const int4>(tile_recs);
   a.global_scale_max = (int)global_scale_max;
   nvfp4::launch_quantize_4over6_bf16(a, (int)error, fast_math, row_tiles, c10::cuda::getCurrentCUDAStream(),
                                      after_amax);
