@@ -119,15 +119,21 @@ __device__ __forceinline__ float tile_tree_sum(float (&e)[16]) {
   return __fadd_rn(e[0], e[1]);
 }
 
+// fo6_value's byte tables (idx 0-3 in the low word, 4-7 in the high word)
+constexpr uint32_t kFo6QTabLo = 0xF7F6F400u, kFo6QTabHi = 0xFBFAF9F8u;  // fast-math: idx 0-3, 4-7
+constexpr uint32_t kFo6ExpTabLo = 0x837F7E00u, kFo6ExpTabHi = 0x85818480u;  // input domain: idx 0-3, 4-7
+
 // One scale byte's factors in one plane (SPEC 5.6), a table of 128 per plane built once per CTA:
 //  mult: m = fminf(1 / (d * S_dec), FLT_MAX);
-//  input domain: w1 = (d * A) / 6G and w15 = ((1.5 d * A) / 6G) * 2^-4 (fo6_value); fast-math: w1 = 16 d.
+//  input domain: w1 = (d * A) / 6G and w15 = ((1.5 d * A) / 6G) * 2^-4 (fo6_value); fast-math: w1 = 16 d;
 struct alignas(16) Fo6Entry {
-  float mult, w1, w15, pad;
+  float mult, w1, w15;
+  uint32_t tab_lo;  // fo6_value's table word (a constant: read from here, it stays in a register)
 };
 __device__ __forceinline__ Fo6Entry make_fo6_entry(uint32_t byte, const Fo6Plane& fp, bool fast_math) {
   const float d = e4m3_value(byte);
-  Fo6Entry e{block_multiplier(byte, PlaneScale{0.0f, __fdiv_rn(1.0f, fp.s_enc)}), 0.0f, 0.0f, 0.0f};
+  Fo6Entry e{block_multiplier(byte, PlaneScale{0.0f, __fdiv_rn(1.0f, fp.s_enc)}), 0.0f, 0.0f,
+             fast_math ? kFo6QTabLo : kFo6ExpTabLo};
   if (fast_math) {
     e.w1 = __fmul_rn(d, 16.0f);  // exact (d <= 448)
   } else if (fp.by_parts) {
@@ -184,15 +190,21 @@ __device__ __forceinline__ Fo6Block fo6_block_slow(const uint8_t* src, int strid
 //    plus 4 for the 1.5 entries (0x7E, 0x7F, 0x83, 0x80, 0x84, 0x81, 0x85; 0 for idx 0), so byte << 23 is 2^k or
 //    2^(k+4), and byte >= 0x83 picks the table's w15 = w15' 2^-4: 2^(k+4) * w15' 2^-4 = 2^k w15'. Every factor and
 //    product is normal or zero for A in [2^-100, 2^100] (fo6_plane_value), so the products are exact.
-constexpr uint32_t kFo6QTabLo = 0xF7F6F400u, kFo6QTabHi = 0xFBFAF9F8u;  // fast-math: idx 0-3, 4-7
-constexpr uint32_t kFo6ExpTabLo = 0x837F7E00u, kFo6ExpTabHi = 0x85818480u;  // input domain: idx 0-3, 4-7
+// byte idx of the table {lo, hi} for t = (anything) << 16 | idx: PRMT with t as the selector (its nibbles 1-3 are zero,
+// and nibble 0 < 8 selects without sign replication; __byte_perm would mask the selector with 0x7777 first)
+__device__ __forceinline__ uint32_t fo6_table_byte(uint32_t lo, uint32_t hi, uint32_t t) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(lo), "r"(hi), "r"(t));
+  return r;
+}
+// tab_lo: the table's low word, kFo6QTabLo or kFo6ExpTabLo, held in a register by the caller (Fo6Entry::tab_lo)
 template <bool kFastMath>
 __device__ __forceinline__ float fo6_value(uint32_t t, const Fo6Entry& c) {
   if constexpr (kFastMath) {
-    const uint32_t byte = __byte_perm(kFo6QTabLo, kFo6QTabHi, t);
+    const uint32_t byte = fo6_table_byte(c.tab_lo, kFo6QTabHi, t);
     return __fmul_rn(__uint_as_float(byte << 22), c.w1);
   } else {
-    const uint32_t byte = __byte_perm(kFo6ExpTabLo, kFo6ExpTabHi, t);
+    const uint32_t byte = fo6_table_byte(c.tab_lo, kFo6ExpTabHi, t);
     return __fmul_rn(__uint_as_float(byte << 23), byte >= 0x83u ? c.w15 : c.w1);
   }
 }
@@ -209,7 +221,6 @@ __device__ __forceinline__ void fo6_block_fast(const float (&x)[16], const Fo6En
                                                float& s4) {
   constexpr uint32_t kBias = packed_bias8(kMagicLoBits);  // e2m1_mag_magic<false> returns 0x4AC0 << 16 | idx
   k6[0] = k6[1] = k4[0] = k4[1] = 0u - kBias;
-  s6 = s4 = 0.0f;
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
     const float ax = fabsf(x[i]);
@@ -218,8 +229,9 @@ __device__ __forceinline__ void fo6_block_fast(const float (&x)[16], const Fo6En
     k6[i >> 3] += t6 << (4 * (i & 7));
     k4[i >> 3] += t4 << (4 * (i & 7));
     const float d6 = __fsub_rn(fo6_value<kFastMath>(t6, c6), ref), d4 = __fsub_rn(fo6_value<kFastMath>(t4, c4), ref);
-    s6 = __fadd_rn(s6, kMse ? __fmul_rn(d6, d6) : fabsf(d6));
-    s4 = __fadd_rn(s4, kMse ? __fmul_rn(d4, d4) : fabsf(d4));
+    const float e6 = kMse ? __fmul_rn(d6, d6) : fabsf(d6), e4 = kMse ? __fmul_rn(d4, d4) : fabsf(d4);
+    s6 = i == 0 ? e6 : __fadd_rn(s6, e6);  // +0 + e = e (e is >= +0 or NaN)
+    s4 = i == 0 ? e4 : __fadd_rn(s4, e4);
   }
 }
 
