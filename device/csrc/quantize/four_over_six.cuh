@@ -1,29 +1,44 @@
 // The 4over6 quantizer (SPEC 5.6): bf16 input, rule "te", round to nearest, no RHT, 1x16 or 16x16 blocks, the rowwise
-// plane of X and the columnwise plane of X^T in one kernel (the tile, grid and output layout of quantize_kernel in
-// general.cuh; device/_dispatch.py plan_quantize runs it for every 4over6 call).
+// plane of X and the columnwise plane of X^T in one kernel (the tile, grid and output layout of quantize_fast_bf16 in
+// fast_bf16.cuh; device/_dispatch.py plan_quantize runs it for every 4over6 call).
 //
 // Every block is quantized twice, with its amax mapped to E2M1's 6 (byte_6) and to 4 (byte_4, a 1.5x larger scale);
-// each candidate's error over the block row is summed in element order, and the candidate with the smaller error is
-// written (a tie or a NaN keeps map-to-6). With 16x16 blocks the 16 row errors of a tile are summed as SPEC 5.6's tree
-// before the comparison:
-//  * rowwise plane: a block row is split over a lane pair (8 elements each), so the even lane's partial sum is handed
-//    to the odd lane, which continues it (the element order of 5.6). 1x16 blocks write the kept candidate's codes at
-//    once; 16x16 blocks put the row errors in shared memory, one thread per tile forms the two tree sums, and a second
-//    pass encodes each row with the tile's chosen multiplier.
-//  * columnwise plane: a thread holds a whole 16-element block row (one column of X), so the sum is sequential; the
-//    16 plane rows of a 16x16 tile are 16 adjacent lanes, whose errors are summed by xor shuffles with offsets
-//    8, 4, 2, 1 (every lane forms the same tree as 5.6, since each fp32 add is commutative).
-// The input-domain error ((p * A) / 6G) - x is formed per block row from two quotients instead of one division per
-// element (fo6_plane_values); the exact per-element form is kept for an amax outside [2^-100, 2^100].
+// each candidate's error over the block row is summed in element order from +0, and the candidate with the smaller
+// error is written (a tie or a NaN keeps map-to-6). With 16x16 blocks the 16 row errors of a tile are summed as SPEC
+// 5.6's tree before the comparison. Thread layout as quantize_fast_bf16: one thread per whole 16-element block row in
+// both planes (rowwise: block t % 8 of tile rows 32 it + t / 8; columnwise: tile columns 2 (t % 64) + h, 16-row blocks
+// t / 64 + 4 jj), so a block's scale bytes, table entries and clamp tests are formed once per 16 elements and no lane
+// pair exchanges partial sums.
+//
+// The fast path (fo6_block_fast), per element and candidate: the magnitude index by fast_bf16's three-candidate
+// minimum (SPEC 3.6, e2m1_mag_magic), the value of that index in the error's domain by one byte lookup (PRMT), a shift
+// and one product (fo6_value: no I2F, no division), then the difference to |x| (or |x| S_enc) and the sum. Exact
+// because:
+//  * magnitudes: the multiplier m is > 0 and finite, so a finite x and its code's value q (hence p = q d and the
+//    input-domain value) carry x's sign or are zero; every rounding is odd-symmetric, so diff = sign(x) * RN(|v| - |x|)
+//    (q = 0: diff = -x, |diff| = |x|) and |diff| and diff * diff do not see the sign. The sign nibbles come from the
+//    bf16 sign bits (fast_bf16's sign_nibbles_*), as the plain fast kernel forms them;
+//  * the per-byte factors (m, (d A) / 6G, ((1.5 d A) / 6G) 2^-4 or 16 d) are one table per plane and CTA (Fo6Entry),
+//    each formed with SPEC 5.6's roundings;
+//  * it runs on block rows without NaN / Inf whose multipliers keep every product below 7 (needs_clamp false for both
+//    candidates), and in the input domain only for an amax in [2^-100, 2^100] (fo6_value's exactness range). Any other
+//    block row (a warp vote, so the warp stays converged) takes fo6_block_slow: SPEC 5.6 element by element.
+// The tile is loaded by cp.async; block maxima are integer SIMD maxima of the bf16 magnitudes (block_max_f32_bits).
+// 16x16 blocks: the tile maxima come first (exact NaN-ignoring maxima through shared memory); the rowwise row errors
+// go through shared memory to one thread per tile and candidate for the tree, then a second pass encodes each row with
+// the tile's choice; the columnwise tile's 16 plane rows are 8 lanes x 2 columns, whose tree is three xor shuffles
+// (offsets 4, 2, 1) and one add.
 #pragma once
 
 #include <cstdint>
 
+#include "quantize/fast_bf16.cuh"
 #include "quantize/general.cuh"
 #include "quantize/layout.cuh"
 #include "quantize/numerics.cuh"
 
 namespace nvfp4 {
+
 
 // One plane's constants under 4over6 (SPEC 5.6).
 struct Fo6Plane {
@@ -52,8 +67,8 @@ struct Fo6Candidate {
 };
 
 template <bool kFastMath>
-__device__ __forceinline__ Fo6Candidate make_candidate(uint32_t byte, const float* mtab, const Fo6Plane& fp) {
-  Fo6Candidate c{e4m3_value(byte), mtab[byte], 0.0f, 0.0f};
+__device__ __forceinline__ Fo6Candidate make_candidate(uint32_t byte, float mult, const Fo6Plane& fp) {
+  Fo6Candidate c{e4m3_value(byte), mult, 0.0f, 0.0f};
   if (!kFastMath && fp.by_parts) {
     c.w1 = __fdiv_rn(__fmul_rn(c.d, fp.amax), fp.six_g);
     c.w15 = __fdiv_rn(__fmul_rn(__fmul_rn(c.d, 1.5f), fp.amax), fp.six_g);  // 1.5 d is exact (d has <= 4 bits)
@@ -72,9 +87,8 @@ __device__ __forceinline__ float fo6_plane_value(float q, const Fo6Candidate& c)
   return __fmul_rn(__uint_as_float(qb & ~0x00400000u), w);
 }
 
-// SPEC 5.6's input-domain value ((q d) * A) / 6G as written, for an amax outside fo6_plane_value's range (out of line:
-// the rare path stays out of the unrolled loops).
-__device__ __noinline__ float fo6_exact_value(float q, float d, float amax, float six_g) {
+// SPEC 5.6's input-domain value ((q d) * A) / 6G as written, for an amax outside fo6_plane_value's range.
+__device__ __forceinline__ float fo6_exact_value(float q, float d, float amax, float six_g) {
   return __fdiv_rn(__fmul_rn(__fmul_rn(q, d), amax), six_g);
 }
 
@@ -94,42 +108,6 @@ __device__ __forceinline__ float fo6_element_error(float x, float xs, const Fo6C
   return kMse ? __fmul_rn(diff, diff) : fabsf(diff);
 }
 
-// Both candidates of N consecutive elements of a block row: packed codes (element e in nibble e) and the N element
-// errors of each, in element order.
-template <int N, bool kMse, bool kFastMath>
-__device__ __forceinline__ void fo6_candidates(const float (&x)[N], const Fo6Candidate& c6, const Fo6Candidate& c4,
-                                               const Fo6Plane& fp, uint64_t& codes6, uint64_t& codes4,
-                                               float (&e6)[N], float (&e4)[N]) {
-  codes6 = codes4 = 0;
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-    const float xs = kFastMath ? __fmul_rn(x[i], fp.s_enc) : 0.0f;
-    uint32_t k6, k4;
-    e6[i] = fo6_element_error<kMse, kFastMath>(x[i], xs, c6, fp, k6);
-    e4[i] = fo6_element_error<kMse, kFastMath>(x[i], xs, c4, fp, k4);
-    codes6 |= (uint64_t)k6 << (4 * i);
-    codes4 |= (uint64_t)k4 << (4 * i);
-  }
-}
-
-// SPEC 5.6: +0 plus the N errors in element order.
-template <int N>
-__device__ __forceinline__ float sum_in_order(float s, const float (&e)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) s = __fadd_rn(s, e[i]);
-  return s;
-}
-
-// The error of a 16-element block row held by a lane pair (even lane: elements 0-7, odd lane: 8-15), on both lanes:
-// the even lane's partial sum from +0, continued by the odd lane (SPEC 5.6's element order). All lanes call it.
-__device__ __forceinline__ float pair_sum16(const float (&e)[8], bool odd) {
-  float s = sum_in_order(0.0f, e);
-  const float even_part = __shfl_xor_sync(0xffffffffu, s, 1);
-  if (odd) s = sum_in_order(even_part, e);
-  const float other = __shfl_xor_sync(0xffffffffu, s, 1);
-  return odd ? s : other;
-}
-
 // SPEC 5.6: the 16 row errors of a 16x16 tile summed as the tree of offsets 8, 4, 2, 1 (e is overwritten).
 __device__ __forceinline__ float tile_tree_sum(float (&e)[16]) {
 #pragma unroll
@@ -141,144 +119,337 @@ __device__ __forceinline__ float tile_tree_sum(float (&e)[16]) {
   return __fadd_rn(e[0], e[1]);
 }
 
-// The same tree over the 16 lanes of a half warp, lane r holding e_r (all 32 lanes call it).
-__device__ __forceinline__ float half_warp_tree_sum(float e) {
-#pragma unroll
-  for (int o = 8; o > 0; o >>= 1) e = __fadd_rn(e, __shfl_xor_sync(0xffffffffu, e, o));
+// fo6_value's byte tables (idx 0-3 in the low word, 4-7 in the high word)
+constexpr uint32_t kFo6QTabLo = 0xF7F6F400u, kFo6QTabHi = 0xFBFAF9F8u;  // fast-math: idx 0-3, 4-7
+constexpr uint32_t kFo6ExpTabLo = 0x837F7E00u, kFo6ExpTabHi = 0x85818480u;  // input domain: idx 0-3, 4-7
+
+// One scale byte's factors in one plane (SPEC 5.6), a table of 128 per plane built once per CTA:
+//  mult: m = fminf(1 / (d * S_dec), FLT_MAX);
+//  input domain: w1 = (d * A) / 6G and w15 = ((1.5 d * A) / 6G) * 2^-4 (fo6_value); fast-math: w1 = 16 d;
+struct alignas(16) Fo6Entry {
+  float mult, w1, w15;
+  uint32_t tab_lo;  // fo6_value's table word (a constant: read from here, it stays in a register)
+};
+__device__ __forceinline__ Fo6Entry make_fo6_entry(uint32_t byte, const Fo6Plane& fp, bool fast_math) {
+  const float d = e4m3_value(byte);
+  Fo6Entry e{block_multiplier(byte, PlaneScale{0.0f, __fdiv_rn(1.0f, fp.s_enc)}), 0.0f, 0.0f,
+             fast_math ? kFo6QTabLo : kFo6ExpTabLo};
+  if (fast_math) {
+    e.w1 = __fmul_rn(d, 16.0f);  // exact (d <= 448)
+  } else if (fp.by_parts) {
+    e.w1 = __fdiv_rn(__fmul_rn(d, fp.amax), fp.six_g);
+    // 1.5 d is exact (d has <= 4 significant bits); the quotient is >= 2^-120 (d >= 2^-9, A >= 2^-100, 6G <= 2688)
+    // or 0, so the scaling by 2^-4 is exact (the result stays normal)
+    e.w15 = __fmul_rn(__fdiv_rn(__fmul_rn(__fmul_rn(d, 1.5f), fp.amax), fp.six_g), 0x1p-4f);
+  }
   return e;
 }
 
-// 4over6 quantizer: one CTA of 256 threads per 128 x 128 tile of X (bf16), as quantize_kernel.
-//  1. The tile is loaded into shared memory (rows past the group and columns past K as zeros), with the 1x16 block
-//     maxima (bmax_s) and, for 16x16 blocks, the tile maxima (tmax_s); then the planes' constants and tables.
-//  2. Rowwise plane: thread t owns chunk t % 16 (8 elements, half a block) of tile rows 16 it + t / 16, it = 0..7.
-//  3. Columnwise plane: thread t owns tile column t % 128 and the 16-row blocks 4 (t / 128) + jj, jj = 0..3.
+// The exact per-element path for one block row of 16 elements (SPEC 5.6 as written), for a block row with a NaN / Inf
+// element, a candidate whose products may reach 7, or an input-domain amax outside [2^-100, 2^100]. A loop that is not
+// unrolled, reading element i as the bf16 at src + i * stride of the tile: the rare path stays small. b: the block's
+// amax (SPEC 6.3's tile max), or a negative value for "the NaN-ignoring max of these 16 elements" (SPEC 5.2).
+struct Fo6Block {
+  uint64_t k6, k4;  // the codes, element i in nibble i
+  float s6, s4;     // the error sums, from +0 in element order
+  uint32_t byte6, byte4;
+};
+template <bool kMse, bool kFastMath>
+__device__ __forceinline__ Fo6Block fo6_block_slow(const uint8_t* src, int stride, float b, const Fo6Entry* tab,
+                                                   const Fo6Plane& fp) {
+  if (b < 0.0f) {
+    b = 0.0f;
+#pragma unroll 1
+    for (int i = 0; i < 16; ++i) b = fmaxf(b, fabsf(to_f32(*reinterpret_cast<const __nv_bfloat16*>(src + i * stride))));
+  }
+  Fo6Block r{0, 0, 0.0f, 0.0f, 0u, 0u};
+  fo6_scale_bytes(b, fp.s_enc, r.byte6, r.byte4);
+  const Fo6Candidate c6 = make_candidate<kFastMath>(r.byte6, tab[r.byte6].mult, fp),
+                     c4 = make_candidate<kFastMath>(r.byte4, tab[r.byte4].mult, fp);
+#pragma unroll 1
+  for (int i = 0; i < 16; ++i) {
+    const float x = to_f32(*reinterpret_cast<const __nv_bfloat16*>(src + i * stride));
+    const float xs = kFastMath ? __fmul_rn(x, fp.s_enc) : 0.0f;
+    uint32_t k6, k4;
+    r.s6 = __fadd_rn(r.s6, fo6_element_error<kMse, kFastMath>(x, xs, c6, fp, k6));
+    r.s4 = __fadd_rn(r.s4, fo6_element_error<kMse, kFastMath>(x, xs, c4, fp, k4));
+    r.k6 |= (uint64_t)k6 << (4 * i);
+    r.k4 |= (uint64_t)k4 << (4 * i);
+  }
+  return r;
+}
+
+// The value, in the error's domain, of the magnitude index in the low half of t (e2m1_mag_magic's result: bits 4-15
+// are zero), without a conversion: __byte_perm looks up byte idx of an 8-byte table (byte 0 is 0 for idx 0, and the
+// zero selector nibbles 1-3 repeat it in bytes 1-3).
+//  * fast-math (p = q d, exact: SPEC 5.6): the byte is the top 8 bits (exponent and first mantissa bit) of q / 16
+//    (0.5 / 16 = 2^-5 -> 0xF4, 1 / 16 -> 0xF6, 1.5 / 16 -> 0xF7, ... 6 / 16 -> 0xFB), so byte << 22 is q / 16 exactly
+//    and q / 16 * 16 d = q d (both products exact: at most 6 significant bits).
+//  * input domain: fo6_plane_value's identity, ((q d) A) / 6G = 2^k w1 for q = 2^k (k = -1 .. 2: idx 1, 2, 4, 6) and
+//    2^k w15' for q = 1.5 2^k (k = 0 .. 2: idx 3, 5, 7), w15' = (1.5 d A) / 6G. The byte is the biased exponent of 2^k,
+//    plus 4 for the 1.5 entries (0x7E, 0x7F, 0x83, 0x80, 0x84, 0x81, 0x85; 0 for idx 0), so byte << 23 is 2^k or
+//    2^(k+4), and byte >= 0x83 picks the table's w15 = w15' 2^-4: 2^(k+4) * w15' 2^-4 = 2^k w15'. Every factor and
+//    product is normal or zero for A in [2^-100, 2^100] (fo6_plane_value), so the products are exact.
+// byte idx of the table {lo, hi} for t = (anything) << 16 | idx: PRMT with t as the selector (its nibbles 1-3 are zero,
+// and nibble 0 < 8 selects without sign replication; __byte_perm would mask the selector with 0x7777 first)
+__device__ __forceinline__ uint32_t fo6_table_byte(uint32_t lo, uint32_t hi, uint32_t t) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(lo), "r"(hi), "r"(t));
+  return r;
+}
+// tab_lo: the table's low word, kFo6QTabLo or kFo6ExpTabLo, held in a register by the caller (Fo6Entry::tab_lo)
+template <bool kFastMath>
+__device__ __forceinline__ float fo6_value(uint32_t t, const Fo6Entry& c) {
+  if constexpr (kFastMath) {
+    const uint32_t byte = fo6_table_byte(c.tab_lo, kFo6QTabHi, t);
+    return __fmul_rn(__uint_as_float(byte << 22), c.w1);
+  } else {
+    const uint32_t byte = fo6_table_byte(c.tab_lo, kFo6ExpTabHi, t);
+    return __fmul_rn(__uint_as_float(byte << 23), byte >= 0x83u ? c.w15 : c.w1);
+  }
+}
+
+// Both candidates of one block row of 16 elements without NaN / Inf, whose multipliers keep every product below 7
+// (needs_clamp false for both: SPEC 3.6's second form): the magnitude codes (element e in nibble e % 8 of word e / 8,
+// sign bits clear) and the error sums, each from +0 in element order (SPEC 5.6). The error of element e is
+// |RN(|v| - |x|)| or its square, v its value in the comparison domain (fo6_value) and |x| replaced by RN(|x| S_enc) in
+// the fast-math domain: the sign-free form of diff (file comment). Every operation is one fp32 rounding (no FMA
+// contraction: explicit __fmul_rn / __fadd_rn / __fsub_rn).
+template <bool kMse, bool kFastMath>
+__device__ __forceinline__ void fo6_block_fast(const float (&x)[16], const Fo6Entry& c6, const Fo6Entry& c4,
+                                               float s_enc, uint32_t (&k6)[2], uint32_t (&k4)[2], float& s6,
+                                               float& s4) {
+  constexpr uint32_t kBias = packed_bias8(kMagicLoBits);  // e2m1_mag_magic<false> returns 0x4AC0 << 16 | idx
+  k6[0] = k6[1] = k4[0] = k4[1] = 0u - kBias;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const float ax = fabsf(x[i]);
+    const float ref = kFastMath ? __fmul_rn(ax, s_enc) : ax;
+    const uint32_t t6 = e2m1_mag_magic<false>(ax, c6.mult), t4 = e2m1_mag_magic<false>(ax, c4.mult);
+    k6[i >> 3] += t6 << (4 * (i & 7));
+    k4[i >> 3] += t4 << (4 * (i & 7));
+    const float d6 = __fsub_rn(fo6_value<kFastMath>(t6, c6), ref), d4 = __fsub_rn(fo6_value<kFastMath>(t4, c4), ref);
+    const float e6 = kMse ? __fmul_rn(d6, d6) : fabsf(d6), e4 = kMse ? __fmul_rn(d4, d4) : fabsf(d4);
+    s6 = i == 0 ? e6 : __fadd_rn(s6, e6);  // +0 + e = e (e is >= +0 or NaN)
+    s4 = i == 0 ? e4 : __fadd_rn(s4, e4);
+  }
+}
+
+// A block row's path: the fast one needs no NaN / Inf (bmax_bits, block_max_f32_bits' flag), products below 7 for both
+// candidates, and a plane whose values fo6_value forms exactly (plane_fast).
+__device__ __forceinline__ bool fo6_fast_ok(bool plane_fast, uint32_t bmax_bits, const Fo6Entry& c6,
+                                            const Fo6Entry& c4) {
+  const float bmax = __uint_as_float(bmax_bits);
+  return plane_fast && bmax_bits < 0x7F800000u && !needs_clamp(bmax, c6.mult) && !needs_clamp(bmax, c4.mult);
+}
+
+// SPEC 5.6's 16x16 tree over plane rows r = 2 p + h of a columnwise tile, p = lane % 8 holding rows 2p (h = 0, e0)
+// and 2p + 1 (e1): (e_r + e_r+8) is lanes p, p ^ 4; (.. + ..) over r, r + 4 is p, p ^ 2; over r, r + 2 is p, p ^ 1;
+// the last add joins the even rows' sum (h = 0) and the odd rows' (h = 1). Every lane of the 8 gets the same sum (each
+// fp32 add is commutative). All 32 lanes call it.
+__device__ __forceinline__ float col_tile_tree_sum(float e0, float e1) {
+#pragma unroll
+  for (int o = 4; o > 0; o >>= 1) {
+    e0 = __fadd_rn(e0, __shfl_xor_sync(0xffffffffu, e0, o));
+    e1 = __fadd_rn(e1, __shfl_xor_sync(0xffffffffu, e1, o));
+  }
+  return __fadd_rn(e0, e1);
+}
+
+// 4over6 quantizer: one CTA of 256 threads per 128 x 128 tile of X (bf16), as quantize_fast_bf16.
+//  1. The tile is loaded into shared memory by cp.async (rows past the group and columns past K as zeros); then the
+//     planes' constants and byte tables (tab_s); with 16x16 blocks, the tile maxima (tmax_s).
+//  2. Rowwise plane: thread t owns the 16-block t % 8 of tile rows 32 it + t / 8, it = 0..3.
+//  3. Columnwise plane: thread t owns tile columns 2 (t % 64) + h, h = 0, 1, and the 16-row blocks t / 64 + 4 jj,
+//     jj = 0, 1 (warp-uniform); the codes are staged and stored as quantize_fast_bf16's (columnwise_tile_store).
 // kMse: the squared error (else the absolute error); kFastMath: the error in the product domain (SPEC 5.6).
 template <bool kMse, bool kFastMath>
 __global__ void __launch_bounds__(256, 3) quantize_4over6_kernel(QuantArgs a) {
   using T = __nv_bfloat16;
-  constexpr int EPL = 8, NB = 8, TK = 128;  // elements per chunk, 16-blocks per tile row, tile columns
+  constexpr int TK = 128;  // tile columns
   __shared__ alignas(16) uint8_t tile[kTileM * 256];
-  __shared__ float bmax_s[kTileM][NB];     // the 1x16 block maxima
-  __shared__ float tmax_s[8][NB];          // 16x16 blocks: the tile maxima
-  __shared__ float rerr_s[2][kTileM][NB];  // 16x16 blocks: the rowwise row errors of map-to-6 [0] and map-to-4 [1]
-  __shared__ uint8_t rpick_s[8][NB];       // 16x16 blocks: the rowwise plane's tile takes map-to-4
-  __shared__ float mtab[2][128];           // per plane: the encode multiplier of each scale byte (SPEC 5.6's m_c)
+  // the columnwise codes' stage (col_stage_offset); before the columnwise plane, with 16x16 blocks: the (row, block)
+  // maxima, then the rowwise row errors [candidate 6 / 4][row][block]
+  __shared__ alignas(16) uint8_t cstage[kTileM * 64];
+  __shared__ Fo6Entry tab_s[2][128];  // [plane][scale byte]
+  __shared__ float tmax_s[8][8];      // 16x16 blocks: the tile maxima
+  __shared__ float tsum_s[2][8][8];   // 16x16 blocks: the rowwise tile error sums [candidate 6 / 4]
+  float(*bmax_s)[8] = reinterpret_cast<float(*)[8]>(cstage);           // [128][8]
+  float(*rerr_s)[kTileM][8] = reinterpret_cast<float(*)[kTileM][8]>(cstage);  // [2][128][8]
 
   GroupView gv;
   int64_t kt;
   if (!resolve_grid_tile(a.offs, a.E, a.M, blockIdx.x, quant_k_tiles<T>(a.K), gv, kt, a.tile_recs)) return;
-  const int t = threadIdx.x, chunk = t & 15, rsub = t >> 4;
+  const int t = threadIdx.x;
   const int64_t k0 = kt * TK;
-  const int64_t gcol = k0 + chunk * EPL;
-  const bool col_ok = gcol < a.K;
-  const T* x = reinterpret_cast<const T*>(a.x);
+  const int kleft = (int)min(a.K - k0, (int64_t)TK);  // valid columns of this tile (> 0)
+  const int rleft = gv.rows;                           // valid rows of this tile (> 0)
 
   // ---- 1. load (X and the offsets only: this part may overlap the amax pass, launch_quantize_4over6_bf16) ----
+  {
+    const int chunk = t & 15, rsub = t >> 4;
+    const bool col_ok = chunk * 8 < kleft;
+    const char* src = reinterpret_cast<const char*>(reinterpret_cast<const T*>(a.x) + (gv.first_row + rsub) * a.K +
+                                                    k0 + chunk * 8);
+    const int64_t step = 32 * a.K;  // 16 rows, in bytes
+    const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(tile + rsub * 256 + chunk * 16));
 #pragma unroll
-  for (int it = 0; it < 8; ++it) {
-    const int row = it * 16 + rsub;
-    const int64_t r = gv.m0 + row;
-    uint4 raw = make_uint4(0, 0, 0, 0);
-    if (col_ok && r < gv.m) raw = __ldg(reinterpret_cast<const uint4*>(x + (gv.row0 + r) * a.K + gcol));
-    *reinterpret_cast<uint4*>(tile + row * 256 + chunk * 16) = raw;
-    float v[EPL];
-    chunk_to_f32<T>(raw, v);
-    float m = 0.0f;
-#pragma unroll
-    for (int e = 0; e < EPL; ++e) m = fmaxf(m, fabsf(v[e]));  // SPEC 5.2: NaN-ignoring
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));     // the lane pair of the block
-    if ((chunk & 1) == 0) bmax_s[row][chunk >> 1] = m;
+    for (int it = 0; it < 8; ++it) {  // a piece past the rows or K is zero-filled (source size 0, not read)
+      const bool ok = col_ok && it * 16 + rsub < rleft;
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + it * 16 * 256), "l"(src),
+                   "r"(ok ? 16 : 0)
+                   : "memory");
+      src += step;
+    }
   }
   asm volatile("griddepcontrol.wait;" ::: "memory");  // the amax pass's results are visible from here
   const float six_g = a.global_scale_max == 256 ? 1536.0f : 2688.0f;
   const Fo6Plane fp_row = make_fo6_plane(a.row_data != nullptr ? a.row_amax[gv.g] : 0.0f, six_g);
   const Fo6Plane fp_col = make_fo6_plane(a.col_data != nullptr ? a.col_amax[gv.g] : 0.0f, six_g);
-  {
-    const int plane = t >> 7, entry = t & 127;  // SPEC 5.6: m_c = fminf(1 / (d_c * S_dec), FLT_MAX)
-    const float s_enc = plane == 0 ? fp_row.s_enc : fp_col.s_enc;
-    mtab[plane][entry] = block_multiplier((uint32_t)entry, PlaneScale{0.0f, __fdiv_rn(1.0f, s_enc)});
+  {  // warps 0-3: the rowwise plane's table, warps 4-7 the columnwise plane's (one entry per thread)
+    const Fo6Plane fp = make_fo6_plane((t >> 7) == 0 ? fp_row.amax : fp_col.amax, six_g);
+    tab_s[t >> 7][t & 127] = make_fo6_entry((uint32_t)(t & 127), fp, kFastMath);
   }
+  // the fast path's planes (fo6_value): any amax in the fast-math domain, [2^-100, 2^100] in the input domain
+  const bool row_fast = kFastMath || fp_row.by_parts, col_fast = kFastMath || fp_col.by_parts;
+  asm volatile("cp.async.wait_all;\n" ::: "memory");  // this thread's tile pieces have landed; the barrier: all
   __syncthreads();
-  if (a.block2d && t < 8 * NB) {  // SPEC 6.3: one max per 16x16 tile
-    const int tb = t / NB, cb = t % NB;
-    float m = 0.0f;
+
+  const int blk = t & 7, rrow = t >> 3;  // rowwise ownership (also the 16x16 maxima below)
+  if (a.block2d) {  // SPEC 6.3: one max per 16x16 tile, NaN-ignoring (exact: the integer max unless NaN / Inf)
+#pragma unroll 1
+    for (int it = 0; it < 4; ++it) {
+      const int row = it * 32 + rrow;
+      const uint4 qa = *reinterpret_cast<const uint4*>(tile + row * 256 + blk * 32);
+      const uint4 qb = *reinterpret_cast<const uint4*>(tile + row * 256 + blk * 32 + 16);
+      const uint32_t bits = block_max_f32_bits(qa, qb);
+      float m = __uint_as_float(bits);
+      if (bits >= 0x7F800000u) {
+        const uint32_t w[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+        m = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 16; ++i) m = fmaxf(m, bmax_s[tb * 16 + i][cb]);
-    tmax_s[tb][cb] = m;
+        for (int e = 0; e < 16; ++e) m = fmaxf(m, fabsf(bf16_half(w[e >> 1], e & 1)));
+      }
+      bmax_s[row][blk] = m;
+    }
+    __syncthreads();
+    if (t < 64) {
+      const int tb = t >> 3, cb = t & 7;
+      float m = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) m = fmaxf(m, bmax_s[tb * 16 + i][cb]);
+      tmax_s[tb][cb] = m;
+    }
+    __syncthreads();
   }
-  __syncthreads();
 
   // ---- 2. rowwise plane of X (SPEC 6.1) ----
   if (a.row_data != nullptr) {
-    const int64_t C = a.K / 16;
-    const int64_t pad_rows = round_up(gv.m, kTileM);
-    const int64_t cp = round_up(C, 4);
-    const int blk_local = chunk >> 1;
-    const int64_t blk = k0 / 16 + blk_local;
-    const bool odd = chunk & 1, lead = !odd;
+    const Fo6Entry* tab = tab_s[0];
+    const int64_t C = a.K >> 4;
+    const int64_t cp = (C + 3) & ~int64_t{3};  // round_up(C, 4)
+    const int64_t gblk = (k0 >> 4) + blk;
+    const bool blk_ok = blk * 16 < kleft;  // K % 16 == 0: a block is wholly inside K or wholly past it
+    const bool pad_ok = a.layout != kCompact && gblk < cp;  // SPEC 8.2 padding byte of this block column
+    uint8_t* dptr = a.row_data + gv.row_data + (gv.m0 + rrow) * (a.K >> 1) + gblk * 8;
+    const int64_t dstep = 16 * a.K;  // 32 rows of K / 2 bytes
+    uint8_t* sptr;
+    int64_t sstep;  // scale of iteration it at sptr + it * sstep
+    if (a.layout == kSwizzled) {
+      sptr = a.row_scales + gv.row_scale + swizzle_offset(gv.m0 + rrow, gblk, cp >> 2);
+      sstep = 4;  // row + 32: (r & 127) >> 5 + 1, same 128-row tile (SPEC 8.2)
+    } else {
+      const int64_t cols = a.layout == kPaddedCompact ? cp : C;
+      sptr = a.row_scales + gv.row_scale + (gv.m0 + rrow) * cols + gblk;
+      sstep = 32 * cols;
+    }
     // pass 1: both candidates of every block row; 1x16 blocks are written here, 16x16 blocks keep their row errors
 #pragma unroll 1
-    for (int it = 0; it < 8; ++it) {
-      const int row = it * 16 + rsub;
-      const int64_t r = gv.m0 + row;
-      const bool valid = r < gv.m && col_ok;
-      const float b = a.block2d ? tmax_s[row >> 4][blk_local] : bmax_s[row][blk_local];
+    for (int it = 0; it < 4; ++it) {
+      const int row = it * 32 + rrow;
+      const bool active = row < rleft && blk_ok;
+      const uint4 qa = *reinterpret_cast<const uint4*>(tile + row * 256 + blk * 32);
+      const uint4 qb = *reinterpret_cast<const uint4*>(tile + row * 256 + blk * 32 + 16);
+      const uint32_t w[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+      const uint32_t bbits = block_max_f32_bits(qa, qb);
+      const float b = a.block2d ? tmax_s[row >> 4][blk] : __uint_as_float(bbits);
       uint32_t byte6, byte4;
       fo6_scale_bytes(b, fp_row.s_enc, byte6, byte4);
-      const Fo6Candidate c6 = make_candidate<kFastMath>(byte6, mtab[0], fp_row),
-                         c4 = make_candidate<kFastMath>(byte4, mtab[0], fp_row);
-      float v[EPL], e6[EPL], e4[EPL];
-      chunk_to_f32<T>(*reinterpret_cast<const uint4*>(tile + row * 256 + chunk * 16), v);
-      uint64_t k6, k4;
-      fo6_candidates<EPL, kMse, kFastMath>(v, c6, c4, fp_row, k6, k4, e6, e4);
-      const float s6 = pair_sum16(e6, odd), s4 = pair_sum16(e4, odd);
-      if (a.block2d) {
-        if (lead) {  // a row past the group adds +0 (SPEC 5.6)
-          rerr_s[0][row][blk_local] = r < gv.m ? s6 : 0.0f;
-          rerr_s[1][row][blk_local] = r < gv.m ? s4 : 0.0f;
+      const Fo6Entry c6 = tab[byte6], c4 = tab[byte4];
+      float x[16];
+#pragma unroll
+      for (int e = 0; e < 16; ++e) x[e] = bf16_half(w[e >> 1], e & 1);
+      uint32_t k6[2], k4[2];
+      float s6 = 0.0f, s4 = 0.0f;
+      if (__all_sync(0xffffffffu, !active || fo6_fast_ok(row_fast, bbits, c6, c4))) {
+        if (active) {
+          fo6_block_fast<kMse, kFastMath>(x, c6, c4, fp_row.s_enc, k6, k4, s6, s4);
+          const uint32_t sg0 = sign_nibbles_pairs(w[0], w[1], w[2], w[3]), sg1 = sign_nibbles_pairs(w[4], w[5], w[6], w[7]);
+          k6[0] += sg0;  // nibble bit 3 of a magnitude code is clear: + is |
+          k6[1] += sg1;
+          k4[0] += sg0;
+          k4[1] += sg1;
         }
-      } else if (valid) {
+      } else if (active) {
+        const Fo6Block r =
+            fo6_block_slow<kMse, kFastMath>(tile + row * 256 + blk * 32, 2, a.block2d ? b : -1.0f, tab, fp_row);
+        byte6 = r.byte6;
+        byte4 = r.byte4;
+        k6[0] = (uint32_t)r.k6;
+        k6[1] = (uint32_t)(r.k6 >> 32);
+        k4[0] = (uint32_t)r.k4;
+        k4[1] = (uint32_t)(r.k4 >> 32);
+        s6 = r.s6;
+        s4 = r.s4;
+      }
+      uint8_t* sp = sptr + it * sstep;
+      if (a.block2d) {
+        rerr_s[0][row][blk] = s6;  // a row past the group adds +0 (SPEC 5.6)
+        rerr_s[1][row][blk] = s4;
+      } else if (active) {
         const bool pick4 = s4 < s6;  // a tie or a NaN keeps map-to-6
-        *reinterpret_cast<uint32_t*>(a.row_data + gv.row_data + r * (a.K / 2) + gcol / 2) =
-            (uint32_t)(pick4 ? k4 : k6);
-        if (lead) a.row_scales[gv.row_scale + scale_pos(a.layout, r, blk, C)] = (uint8_t)(pick4 ? byte4 : byte6);
-      } else if (lead && a.layout != kCompact && r < pad_rows && blk < cp) {
-        a.row_scales[gv.row_scale + scale_pos(a.layout, r, blk, C)] = 0;  // SPEC 8.2 padding
+        store_once(reinterpret_cast<uint2*>(dptr + it * dstep),
+                   pick4 ? make_uint2(k4[0], k4[1]) : make_uint2(k6[0], k6[1]));
+        store_once(sp, (uint8_t)(pick4 ? byte4 : byte6));
+      } else if (pad_ok) {
+        store_once(sp, (uint8_t)0);
       }
     }
     if (a.block2d) {
       __syncthreads();
-      if (t < 8 * NB) {  // one thread per tile: the two tree sums (SPEC 5.6)
-        const int tb = t / NB, cb = t % NB;
-        float e6[16], e4[16];
+      if (t < 128) {  // one thread per tile and candidate: SPEC 5.6's tree of the 16 row errors
+        const int cand = t >> 6, tb = (t >> 3) & 7, cb = t & 7;
+        float e[16];
 #pragma unroll
-        for (int i = 0; i < 16; ++i) {
-          e6[i] = rerr_s[0][tb * 16 + i][cb];
-          e4[i] = rerr_s[1][tb * 16 + i][cb];
-        }
-        rpick_s[tb][cb] = tile_tree_sum(e4) < tile_tree_sum(e6) ? 1 : 0;
+        for (int i = 0; i < 16; ++i) e[i] = rerr_s[cand][tb * 16 + i][cb];
+        tsum_s[cand][tb][cb] = tile_tree_sum(e);
       }
       __syncthreads();
-      // pass 2: every row of a tile with the tile's candidate
+      // pass 2: every row of a tile with the tile's candidate (SPEC 3.6 / 3.1 encodes of its multiplier)
 #pragma unroll 1
-      for (int it = 0; it < 8; ++it) {
-        const int row = it * 16 + rsub;
-        const int64_t r = gv.m0 + row;
-        if (r < gv.m && col_ok) {
+      for (int it = 0; it < 4; ++it) {
+        const int row = it * 32 + rrow;
+        uint8_t* sp = sptr + it * sstep;
+        if (row < rleft && blk_ok) {
           uint32_t byte6, byte4;
-          fo6_scale_bytes(tmax_s[row >> 4][blk_local], fp_row.s_enc, byte6, byte4);
-          const uint32_t sb = rpick_s[row >> 4][blk_local] ? byte4 : byte6;
-          const float mult = mtab[0][sb];
-          float v[EPL];
-          chunk_to_f32<T>(*reinterpret_cast<const uint4*>(tile + row * 256 + chunk * 16), v);
-          uint32_t packed = 0;
-#pragma unroll
-          for (int e = 0; e < EPL; ++e) packed |= e2m1_rn(__fmul_rn(v[e], mult)) << (4 * e);
-          *reinterpret_cast<uint32_t*>(a.row_data + gv.row_data + r * (a.K / 2) + gcol / 2) = packed;
-          if (lead) a.row_scales[gv.row_scale + scale_pos(a.layout, r, blk, C)] = (uint8_t)sb;
-        } else if (lead && a.layout != kCompact && r < pad_rows && blk < cp) {
-          a.row_scales[gv.row_scale + scale_pos(a.layout, r, blk, C)] = 0;  // SPEC 8.2 padding
+          fo6_scale_bytes(tmax_s[row >> 4][blk], fp_row.s_enc, byte6, byte4);
+          const uint32_t sb = tsum_s[1][row >> 4][blk] < tsum_s[0][row >> 4][blk] ? byte4 : byte6;
+          const float mult = tab[sb].mult;
+          const uint4 qa = *reinterpret_cast<const uint4*>(tile + row * 256 + blk * 32);
+          const uint4 qb = *reinterpret_cast<const uint4*>(tile + row * 256 + blk * 32 + 16);
+          const uint32_t bbits = block_max_f32_bits(qa, qb);
+          uint32_t lo, hi;
+          if (bbits < 0x7F800000u) {
+            encode16_words(qa, qb, mult, needs_clamp(__uint_as_float(bbits), mult), lo, hi);
+          } else {
+            const uint32_t wl[4] = {qa.x, qa.y, qa.z, qa.w}, wh[4] = {qb.x, qb.y, qb.z, qb.w};
+            lo = encode8_slow(wl, mult);
+            hi = encode8_slow(wh, mult);
+          }
+          store_once(reinterpret_cast<uint2*>(dptr + it * dstep), make_uint2(lo, hi));
+          store_once(sp, (uint8_t)sb);
+        } else if (pad_ok) {
+          store_once(sp, (uint8_t)0);
         }
       }
     }
@@ -286,51 +457,124 @@ __global__ void __launch_bounds__(256, 3) quantize_4over6_kernel(QuantArgs a) {
 
   // ---- 3. columnwise plane of X^T (SPEC 6.2): the padded token axis's zeros are elements like any other ----
   if (a.col_data != nullptr) {
-    const int c = t % TK;
-    const int64_t k = k0 + c;                    // plane row
-    const int64_t cblocks = ceil_div(gv.m, 16);  // compact scale columns = Mp/16
-    const int64_t kpad = round_up(a.K, 128);
-    const int64_t cp = round_up(cblocks, 4);
-    const int jbase = (t / TK) * 4;
+    if (a.block2d) __syncthreads();  // the stage held the rowwise row errors
+    const Fo6Entry* tab = tab_s[1];
+    const int cpair = t & 63;
+    const int jb = t >> 6;
+    const int64_t cblocks = (gv.m + 15) >> 4;         // ceil_div(m_g, 16)
+    const int64_t cpd = (cblocks + 3) & ~int64_t{3};  // round_up(cblocks, 4)
+    const int64_t mb0 = gv.m0 >> 4;                   // the tile's first 16-row block (a multiple of 8)
+    const int64_t jg0 = mb0 + jb;                     // block column of jj = 0
+    const int64_t kk = k0 + 2 * cpair;                // plane row of h = 0
+    const int jleft = (int)(cblocks - mb0);           // valid 16-row blocks of this tile
+    const int jpad = (int)(cpd - mb0);                // blocks with a (padding) scale byte
+    uint8_t* csp;
+    int64_t sH, sJ;  // scale (h, jj) at csp + h * sH + jj * sJ
+    if (a.layout == kSwizzled) {
+      csp = a.col_scales + gv.col_scale + swizzle_offset(kk, jg0, cpd >> 2);
+      sH = 16;
+      sJ = 512;  // block column + 4: the next 128x4 scale tile of the same rows (SPEC 8.2)
+    } else {
+      const int64_t cols = a.layout == kPaddedCompact ? cpd : cblocks;
+      csp = a.col_scales + gv.col_scale + kk * cols + jg0;
+      sH = cols;
+      sJ = 4;
+    }
 #pragma unroll 1
-    for (int jj = 0; jj < 4; ++jj) {
-      const int j = jbase + jj;           // 16-row block inside the tile (warp-uniform)
-      const int64_t jg = gv.m0 / 16 + j;  // plane column block (padded-token axis)
-      if (j * 16 >= gv.rows) {  // no row of the group in this block: padding bytes only (warp-uniform)
-        if (a.layout != kCompact && k < kpad && jg < cp)
-          a.col_scales[gv.col_scale + scale_pos(a.layout, k, jg, cblocks)] = 0;  // SPEC 8.2 padding
+    for (int jj = 0; jj < 2; ++jj) {
+      const int j = jb + 4 * jj;  // warp-uniform
+      if (j >= jleft) {  // no row of the group in this block (and then none in the next): padding bytes only
+        if (a.layout != kCompact && j < jpad) {
+          store_once(csp + jj * sJ, (uint8_t)0);
+          store_once(csp + jj * sJ + sH, (uint8_t)0);
+        }
         continue;
       }
-      float v[16];
+      uint32_t w[16];
 #pragma unroll
-      for (int i = 0; i < 16; ++i) v[i] = to_f32(reinterpret_cast<const T*>(tile + (j * 16 + i) * 256)[c]);
-      float b = 0.0f;
-      if (a.block2d) {
-        b = tmax_s[j][c / 16];  // the same 16x16 tile of X as the rowwise plane
-      } else {
+      for (int i = 0; i < 16; ++i) w[i] = *reinterpret_cast<const uint32_t*>(tile + (j * 16 + i) * 256 + cpair * 4);
+      uint32_t m = 0;
 #pragma unroll
-        for (int i = 0; i < 16; ++i) b = fmaxf(b, fabsf(v[i]));
+      for (int i = 0; i < 16; ++i) m = absmax2(m, w[i]);
+      uint32_t sg[2][2];  // [h][rows 0-7 / 8-15]
+      sign_nibbles_cols(w, sg[0][0], sg[1][0]);
+      sign_nibbles_cols(w + 8, sg[0][1], sg[1][1]);
+      const float b2d = a.block2d ? tmax_s[j][cpair >> 3] : 0.0f;  // the same 16x16 tile of X as the rowwise plane
+      // h = 1 (the high halves) first, then the words are shifted so that h = 0 runs the same code
+      uint32_t h1_k6[2], h1_k4[2], h1_b6 = 0, h1_b4 = 0;
+      float h1_s6 = 0.0f, h1_s4 = 0.0f;
+      uint32_t k6[2], k4[2], byte6, byte4;
+      float s6, s4;
+#pragma unroll 1
+      for (int h = 1; h >= 0; --h) {
+        const bool active = 2 * cpair + h < kleft;
+        const uint32_t bbits = (h ? m : m << 16) & 0xFFFF0000u;
+        const float b = a.block2d ? b2d : __uint_as_float(bbits);
+        fo6_scale_bytes(b, fp_col.s_enc, byte6, byte4);
+        const Fo6Entry c6 = tab[byte6], c4 = tab[byte4];
+        float x[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) x[i] = __uint_as_float(w[i] & 0xFFFF0000u);
+        s6 = s4 = 0.0f;
+        if (__all_sync(0xffffffffu, !active || fo6_fast_ok(col_fast, bbits, c6, c4))) {
+          if (active) {
+            fo6_block_fast<kMse, kFastMath>(x, c6, c4, fp_col.s_enc, k6, k4, s6, s4);
+            const uint32_t sg0 = h ? sg[1][0] : sg[0][0], sg1 = h ? sg[1][1] : sg[0][1];
+            k6[0] += sg0;
+            k6[1] += sg1;
+            k4[0] += sg0;
+            k4[1] += sg1;
+          }
+        } else if (active) {
+          const Fo6Block r = fo6_block_slow<kMse, kFastMath>(tile + j * 16 * 256 + (2 * cpair + h) * 2, 256,
+                                                             a.block2d ? b : -1.0f, tab, fp_col);
+          byte6 = r.byte6;
+          byte4 = r.byte4;
+          k6[0] = (uint32_t)r.k6;
+          k6[1] = (uint32_t)(r.k6 >> 32);
+          k4[0] = (uint32_t)r.k4;
+          k4[1] = (uint32_t)(r.k4 >> 32);
+          s6 = r.s6;
+          s4 = r.s4;
+        }
+        if (!active) k6[0] = k6[1] = k4[0] = k4[1] = 0;
+        if (h) {
+          h1_k6[0] = k6[0];
+          h1_k6[1] = k6[1];
+          h1_k4[0] = k4[0];
+          h1_k4[1] = k4[1];
+          h1_b6 = byte6;
+          h1_b4 = byte4;
+          h1_s6 = s6;
+          h1_s4 = s4;
+#pragma unroll
+          for (int i = 0; i < 16; ++i) w[i] <<= 16;
+        }
       }
-      uint32_t byte6, byte4;
-      fo6_scale_bytes(b, fp_col.s_enc, byte6, byte4);
-      const Fo6Candidate c6 = make_candidate<kFastMath>(byte6, mtab[1], fp_col),
-                         c4 = make_candidate<kFastMath>(byte4, mtab[1], fp_col);
-      float e6[16], e4[16];
-      uint64_t k6, k4;
-      fo6_candidates<16, kMse, kFastMath>(v, c6, c4, fp_col, k6, k4, e6, e4);
-      float s6 = sum_in_order(0.0f, e6), s4 = sum_in_order(0.0f, e4);
-      if (a.block2d) {  // the tile's 16 plane rows are lanes 16 h .. 16 h + 15 (c % 16 = lane % 16)
-        s6 = half_warp_tree_sum(s6);
-        s4 = half_warp_tree_sum(s4);
+      // h = 0's results are in k6, k4, byte6, byte4, s6, s4; h = 1's in h1_*
+      bool pick4_0 = s4 < s6, pick4_1 = h1_s4 < h1_s6;  // a tie or a NaN keeps map-to-6
+      if (a.block2d) {  // the tile's 16 plane rows: lanes 8 q .. 8 q + 7, both h (col_tile_tree_sum)
+        const float t6 = col_tile_tree_sum(s6, h1_s6), t4 = col_tile_tree_sum(s4, h1_s4);
+        pick4_0 = pick4_1 = t4 < t6;
       }
-      if (k < a.K && jg < cblocks) {
-        const bool pick4 = s4 < s6;  // a tie or a NaN keeps map-to-6
-        *reinterpret_cast<uint64_t*>(a.col_data + gv.col_data + k * (cblocks * 8) + jg * 8) = pick4 ? k4 : k6;
-        a.col_scales[gv.col_scale + scale_pos(a.layout, k, jg, cblocks)] = (uint8_t)(pick4 ? byte4 : byte6);
-      } else if (a.layout != kCompact && k < kpad && jg < cp) {
-        a.col_scales[gv.col_scale + scale_pos(a.layout, k, jg, cblocks)] = 0;  // SPEC 8.2 padding
+      const uint64_t o0 = pick4_0 ? ((uint64_t)k4[1] << 32 | k4[0]) : ((uint64_t)k6[1] << 32 | k6[0]);
+      const uint64_t o1 = pick4_1 ? ((uint64_t)h1_k4[1] << 32 | h1_k4[0]) : ((uint64_t)h1_k6[1] << 32 | h1_k6[0]);
+      *reinterpret_cast<uint64_t*>(cstage + col_stage_offset(2 * cpair, j)) = o0;
+      *reinterpret_cast<uint64_t*>(cstage + col_stage_offset(2 * cpair + 1, j)) = o1;
+      uint8_t* sp = csp + jj * sJ;
+      if (2 * cpair < kleft) {
+        store_once(sp, (uint8_t)(pick4_0 ? byte4 : byte6));
+      } else if (a.layout != kCompact && j < jpad) {
+        store_once(sp, (uint8_t)0);  // SPEC 8.2 padding (every plane row of the tile is below roundup(K, 128))
+      }
+      if (2 * cpair + 1 < kleft) {
+        store_once(sp + sH, (uint8_t)(pick4_1 ? h1_b4 : h1_b6));
+      } else if (a.layout != kCompact && j < jpad) {
+        store_once(sp + sH, (uint8_t)0);
       }
     }
+    __syncthreads();
+    columnwise_tile_store(a, gv, k0, kleft, cstage);
   }
 }
 
