@@ -121,6 +121,41 @@ def test_four_over_six_inf_and_tiny_tensors():
                 check_case(x, block=block, four_over_six=error, four_over_six_fast_math=fast_math)
 
 
+@pytest.mark.parametrize("block", [(1, 16), (16, 16)])
+@pytest.mark.parametrize("case", ["subnormal_scales", "amax_below_max"])
+@pytest.mark.cuda
+@needs_cuda
+def test_four_over_six_clamp_blocks(case, block):
+    """Blocks where RN(block max * multiplier) reaches 7 (SPEC 3.6's clamp term, the kernel's per-element path) next
+    to ordinary ones, in warps that mix both: block maxima 2^-6 .. 2^-16 of a tensor with amax 2^10 (E4M3 block scales
+    in the subnormal range and zero), and a supplied amax a quarter of the data's (block scales saturate at 448)."""
+    rng = np.random.default_rng(23)
+    m, k = 256, 320
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    amax = None
+    if case == "subnormal_scales":
+        x *= np.exp2(-rng.integers(6, 16, size=(m, k // 16)).astype(np.float32)).repeat(16, axis=1)
+        x[0, 0] = 1024.0
+    else:
+        amax = float(np.abs(x).max()) / 4
+    x = x.astype(BF16)
+    for error, fast_math, g in VARIANTS:
+        check_case(x, amax=amax, block=block, four_over_six=error, four_over_six_fast_math=fast_math,
+                   global_scale_max=g)
+
+
+@pytest.mark.parametrize("scale", [1e-33, 1e32])
+@pytest.mark.cuda
+@needs_cuda
+def test_four_over_six_amax_outside_the_table_range_many_tiles(scale):
+    """A computed amax outside [2^-100, 2^100] (the per-element input-domain path for every block) on a tensor of
+    many tiles, with NaN blocks and partial tiles in both axes."""
+    x = make_input(1000, 528, seed=29, scale=scale)
+    for error, fast_math in (("mae", False), ("mse", False), ("mse", True)):
+        for block in ((1, 16), (16, 16)):
+            check_case(x, block=block, four_over_six=error, four_over_six_fast_math=fast_math)
+
+
 @pytest.mark.cuda
 @needs_cuda
 def test_four_over_six_chooses_both_candidates():
