@@ -167,7 +167,7 @@ __device__ __forceinline__ uint32_t mag8_sr(const float (&x)[8], float mult, uin
 struct Floats16 {
   float v[16];
 };
-__device__ __noinline__ uint64_t encode16_sr_exact(Floats16 x, float mult, Philox4 rnd) {
+static __device__ __noinline__ uint64_t encode16_sr_exact(Floats16 x, float mult, Philox4 rnd) {
   uint64_t packed = 0;
 #pragma unroll
   for (int i = 0; i < 16; ++i)
@@ -202,7 +202,7 @@ __device__ __forceinline__ void sign_nibbles_cols(const uint32_t* w, uint32_t& s
 struct Floats8 {
   float v[8];
 };
-__device__ __noinline__ uint32_t mag8_magic_clamped(Floats8 x, float mult) { return mag8_magic<true>(x.v, mult); }
+static __device__ __noinline__ uint32_t mag8_magic_clamped(Floats8 x, float mult) { return mag8_magic<true>(x.v, mult); }
 
 // Whether a block with max |x| = bmax needs the clamp term of SPEC 3.6 (RN(bmax * mult) >= 7 bounds every y).
 __device__ __forceinline__ bool needs_clamp(float bmax, float mult) { return !(__fmul_rn(bmax, mult) < 7.0f); }
