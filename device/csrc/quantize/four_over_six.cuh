@@ -346,23 +346,7 @@ __global__ void __launch_bounds__(256, 3) quantize_4over6_kernel(QuantArgs a) {
   // ---- 2. rowwise plane of X (SPEC 6.1) ----
   if (a.row_data != nullptr) {
     const Fo6Entry* tab = tab_s[0];
-    const int64_t C = a.K >> 4;
-    const int64_t cp = (C + 3) & ~int64_t{3};  // round_up(C, 4)
-    const int64_t gblk = (k0 >> 4) + blk;
-    const bool blk_ok = blk * 16 < kleft;  // K % 16 == 0: a block is wholly inside K or wholly past it
-    const bool pad_ok = a.layout != kCompact && gblk < cp;  // SPEC 8.2 padding byte of this block column
-    uint8_t* dptr = a.row_data + gv.row_data + (gv.m0 + rrow) * (a.K >> 1) + gblk * 8;
-    const int64_t dstep = 16 * a.K;  // 32 rows of K / 2 bytes
-    uint8_t* sptr;
-    int64_t sstep;  // scale of iteration it at sptr + it * sstep
-    if (a.layout == kSwizzled) {
-      sptr = a.row_scales + gv.row_scale + swizzle_offset(gv.m0 + rrow, gblk, cp >> 2);
-      sstep = 4;  // row + 32: (r & 127) >> 5 + 1, same 128-row tile (SPEC 8.2)
-    } else {
-      const int64_t cols = a.layout == kPaddedCompact ? cp : C;
-      sptr = a.row_scales + gv.row_scale + (gv.m0 + rrow) * cols + gblk;
-      sstep = 32 * cols;
-    }
+    const auto [gblk, blk_ok, pad_ok, dptr, dstep, sptr, sstep] = rowwise_tile_out(a, gv, k0, kleft, blk, rrow);
     // pass 1: both candidates of every block row; 1x16 blocks are written here, 16x16 blocks keep their row errors
 #pragma unroll 1
     for (int it = 0; it < 4; ++it) {
@@ -461,25 +445,7 @@ __global__ void __launch_bounds__(256, 3) quantize_4over6_kernel(QuantArgs a) {
     const Fo6Entry* tab = tab_s[1];
     const int cpair = t & 63;
     const int jb = t >> 6;
-    const int64_t cblocks = (gv.m + 15) >> 4;         // ceil_div(m_g, 16)
-    const int64_t cpd = (cblocks + 3) & ~int64_t{3};  // round_up(cblocks, 4)
-    const int64_t mb0 = gv.m0 >> 4;                   // the tile's first 16-row block (a multiple of 8)
-    const int64_t jg0 = mb0 + jb;                     // block column of jj = 0
-    const int64_t kk = k0 + 2 * cpair;                // plane row of h = 0
-    const int jleft = (int)(cblocks - mb0);           // valid 16-row blocks of this tile
-    const int jpad = (int)(cpd - mb0);                // blocks with a (padding) scale byte
-    uint8_t* csp;
-    int64_t sH, sJ;  // scale (h, jj) at csp + h * sH + jj * sJ
-    if (a.layout == kSwizzled) {
-      csp = a.col_scales + gv.col_scale + swizzle_offset(kk, jg0, cpd >> 2);
-      sH = 16;
-      sJ = 512;  // block column + 4: the next 128x4 scale tile of the same rows (SPEC 8.2)
-    } else {
-      const int64_t cols = a.layout == kPaddedCompact ? cpd : cblocks;
-      csp = a.col_scales + gv.col_scale + kk * cols + jg0;
-      sH = cols;
-      sJ = 4;
-    }
+    const auto [mb0, kk, jleft, jpad, csp, sH, sJ] = columnwise_tile_out(a, gv, k0, cpair, jb);
 #pragma unroll 1
     for (int jj = 0; jj < 2; ++jj) {
       const int j = jb + 4 * jj;  // warp-uniform
