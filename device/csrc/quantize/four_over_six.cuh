@@ -153,6 +153,19 @@ struct Fo6Block {
   uint64_t k6, k4;  // the codes, element i in nibble i
   float s6, s4;     // the error sums, from +0 in element order
   uint32_t byte6, byte4;
+
+  // Into the fast path's variables: the bytes, the codes as two words (elements 0-7, 8-15) and the sums.
+  __device__ __forceinline__ void unpack(uint32_t& b6, uint32_t& b4, uint32_t (&c6)[2], uint32_t (&c4)[2], float& e6,
+                                         float& e4) const {
+    b6 = byte6;
+    b4 = byte4;
+    c6[0] = (uint32_t)k6;
+    c6[1] = (uint32_t)(k6 >> 32);
+    c4[0] = (uint32_t)k4;
+    c4[1] = (uint32_t)(k4 >> 32);
+    e6 = s6;
+    e4 = s4;
+  }
 };
 template <bool kMse, bool kFastMath>
 __device__ __forceinline__ Fo6Block fo6_block_slow(const uint8_t* src, int stride, float b, const Fo6Entry* tab,
@@ -375,16 +388,8 @@ __global__ void __launch_bounds__(256, 3) quantize_4over6_kernel(QuantArgs a) {
           k4[1] += sg1;
         }
       } else if (active) {
-        const Fo6Block r =
-            fo6_block_slow<kMse, kFastMath>(tile + row * 256 + blk * 32, 2, a.block2d ? b : -1.0f, tab, fp_row);
-        byte6 = r.byte6;
-        byte4 = r.byte4;
-        k6[0] = (uint32_t)r.k6;
-        k6[1] = (uint32_t)(r.k6 >> 32);
-        k4[0] = (uint32_t)r.k4;
-        k4[1] = (uint32_t)(r.k4 >> 32);
-        s6 = r.s6;
-        s4 = r.s4;
+        fo6_block_slow<kMse, kFastMath>(tile + row * 256 + blk * 32, 2, a.block2d ? b : -1.0f, tab, fp_row)
+            .unpack(byte6, byte4, k6, k4, s6, s4);
       }
       uint8_t* sp = sptr + it * sstep;
       if (a.block2d) {
@@ -492,16 +497,9 @@ __global__ void __launch_bounds__(256, 3) quantize_4over6_kernel(QuantArgs a) {
             k4[1] += sg1;
           }
         } else if (active) {
-          const Fo6Block r = fo6_block_slow<kMse, kFastMath>(tile + j * 16 * 256 + (2 * cpair + h) * 2, 256,
-                                                             a.block2d ? b : -1.0f, tab, fp_col);
-          byte6 = r.byte6;
-          byte4 = r.byte4;
-          k6[0] = (uint32_t)r.k6;
-          k6[1] = (uint32_t)(r.k6 >> 32);
-          k4[0] = (uint32_t)r.k4;
-          k4[1] = (uint32_t)(r.k4 >> 32);
-          s6 = r.s6;
-          s4 = r.s4;
+          fo6_block_slow<kMse, kFastMath>(tile + j * 16 * 256 + (2 * cpair + h) * 2, 256, a.block2d ? b : -1.0f, tab,
+                                          fp_col)
+              .unpack(byte6, byte4, k6, k4, s6, s4);
         }
         if (!active) k6[0] = k6[1] = k4[0] = k4[1] = 0;
         if (h) {
