@@ -45,7 +45,7 @@ struct Fo6Plane {
   float amax;     // A, as given (0, +Inf or NaN included)
   float s_enc;    // s_enc_te_g(A, 6G)
   float six_g;    // fp32(6G): 2688 or 1536
-  bool by_parts;  // A in [2^-100, 2^100]: the input-domain values come from fo6_plane_values (exact there)
+  bool by_parts;  // A in [2^-100, 2^100]: the input-domain values come from fo6_plane_value (exact there)
 };
 
 __device__ __forceinline__ Fo6Plane make_fo6_plane(float amax, float six_g) {
