@@ -643,14 +643,13 @@ fast = int(QuantizeKernel.fast_bf16)
 u8 = dict(dtype=torch.uint8, device="cuda")
 one = torch.ones(1, device="cuda")
 x = torch.zeros((64, 32), dtype=torch.{torch_dtype}, device="cuda")
-kw = {dict(sr=kw.get("rounding") == "sr", block2d=kw.get("block") == (16, 16), rht=bool(kw.get("rht")),
-           signs=kw.get("rht_signs", 0xD7E8))!r}
+kw = {dict(block2d=kw.get("block") == (16, 16), rht=bool(kw.get("rht")), signs=kw.get("rht_signs", 0xD7E8))!r}
 rd, rs = torch.full((1024,), 0xFF, **u8), torch.full((512,), 0xFF, **u8)
-if not (kw["sr"] or kw["block2d"]):  # the amax pass refuses what is not bf16 or another sign mask
+if not kw["block2d"]:  # the amax pass refuses what is not bf16 or another sign mask
     print("amax_:", ext.amax_(x, None, 1, 1, torch.zeros(1, device="cuda"), None, kw["rht"], kw["signs"], False,
                               False, None, None, fast))
 print("quantize_:", ext.quantize_(x, None, 1, 1, one, one, rd, rs, None, None, int(ScaleLayout.swizzled),
-                                  kw["block2d"], kw["sr"], 0, kw["rht"], kw["signs"], 0, 0, 0, False, None, fast))
+                                  kw["block2d"], False, 0, kw["rht"], kw["signs"], 0, 0, 0, False, None, fast))
 print("unknown:", ext.quantize_(x, None, 1, 1, one, one, rd, rs, None, None, int(ScaleLayout.swizzled), False,
                                 False, 0, False, 0xD7E8, 0, 0, 0, False, None, 5))
 torch.cuda.synchronize()
