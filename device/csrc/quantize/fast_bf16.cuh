@@ -391,6 +391,20 @@ __device__ __forceinline__ ColTileOut columnwise_tile_out(const QuantArgs& a, co
   return o;
 }
 
+// The columnwise block j of tile column pair cpair (columnwise_tile_encode's layout): its 16 rows' bf16 pairs (word i
+// holds row 16 j + i of tile columns 2 cpair, 2 cpair + 1). A block wholly past the group's rows holds no element:
+// col_block_padding writes its two plane rows' SPEC 8.2 padding bytes (when it has them) and the caller skips it.
+__device__ __forceinline__ void load_col_block(const uint8_t* tile, int j, int cpair, uint32_t (&w)[16]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) w[i] = *reinterpret_cast<const uint32_t*>(tile + (j * 16 + i) * 256 + cpair * 4);
+}
+__device__ __forceinline__ void col_block_padding(const QuantArgs& a, const ColTileOut& o, int jj, int j) {
+  if (a.layout != kCompact && j < o.jpad) {
+    store_once(o.scale + jj * o.step_j, (uint8_t)0);
+    store_once(o.scale + jj * o.step_j + o.step_h, (uint8_t)0);
+  }
+}
+
 // The rowwise plane (SPEC 6.1) of one tile: codes and scale bytes (padding included, SPEC 8.2) of the tile's rows of
 // group gv, from `tile` (128 rows x 256 bytes of bf16 in shared memory, rows past the group and columns past K zero),
 // columns k0 .. k0 + kleft and rleft valid rows; mtab is the rowwise plane's multiplier table (PlaneTables).
@@ -512,7 +526,8 @@ __device__ __forceinline__ void columnwise_tile_encode(const QuantArgs& a, const
   const int t = threadIdx.x;
   const int cpair = t & 63;
   const int jb = t >> 6;
-  const auto [mb0, kk, jleft, jpad, csp, sH, sJ] = columnwise_tile_out(a, gv, k0, cpair, jb);
+  const ColTileOut out = columnwise_tile_out(a, gv, k0, cpair, jb);
+  const auto [mb0, kk, jleft, jpad, csp, sH, sJ] = out;
   // Not unrolled: the two blocks run the same code, so the kernel is 26% smaller (3,570 instead of 4,808 SASS
   // instructions) and the quantize kernel 1.5-2% faster on the H100.
 #pragma unroll 1
@@ -520,15 +535,11 @@ __device__ __forceinline__ void columnwise_tile_encode(const QuantArgs& a, const
     uint64_t o[2];  // this block's packed codes of plane rows h = 0, 1 (constant indices: stays in registers)
     const int j = jb + 4 * jj;
     if (j >= jleft) {  // no row of the group in this block (and then none in the next): padding bytes only
-      if (a.layout != kCompact && j < jpad) {
-        store_once(csp + jj * sJ, (uint8_t)0);
-        store_once(csp + jj * sJ + sH, (uint8_t)0);
-      }
+      col_block_padding(a, out, jj, j);
       continue;
     }
     uint32_t w[16];
-#pragma unroll
-    for (int i = 0; i < 16; ++i) w[i] = *reinterpret_cast<const uint32_t*>(tile + (j * 16 + i) * 256 + cpair * 4);
+    load_col_block(tile, j, cpair, w);
     if constexpr (kRHT) {
       float va[16], vb[16];
 #pragma unroll

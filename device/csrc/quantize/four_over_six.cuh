@@ -450,20 +450,17 @@ __global__ void __launch_bounds__(256, 3) quantize_4over6_kernel(QuantArgs a) {
     const Fo6Entry* tab = tab_s[1];
     const int cpair = t & 63;
     const int jb = t >> 6;
-    const auto [mb0, kk, jleft, jpad, csp, sH, sJ] = columnwise_tile_out(a, gv, k0, cpair, jb);
+    const ColTileOut out = columnwise_tile_out(a, gv, k0, cpair, jb);
+    const auto [mb0, kk, jleft, jpad, csp, sH, sJ] = out;
 #pragma unroll 1
     for (int jj = 0; jj < 2; ++jj) {
       const int j = jb + 4 * jj;  // warp-uniform
       if (j >= jleft) {  // no row of the group in this block (and then none in the next): padding bytes only
-        if (a.layout != kCompact && j < jpad) {
-          store_once(csp + jj * sJ, (uint8_t)0);
-          store_once(csp + jj * sJ + sH, (uint8_t)0);
-        }
+        col_block_padding(a, out, jj, j);
         continue;
       }
       uint32_t w[16];
-#pragma unroll
-      for (int i = 0; i < 16; ++i) w[i] = *reinterpret_cast<const uint32_t*>(tile + (j * 16 + i) * 256 + cpair * 4);
+      load_col_block(tile, j, cpair, w);
       uint32_t m = 0;
 #pragma unroll
       for (int i = 0; i < 16; ++i) m = absmax2(m, w[i]);
