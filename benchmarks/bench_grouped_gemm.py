@@ -13,8 +13,8 @@ Columns (TFLOP/s = 2*T*N*K / time; wgrad counts the unpadded T):
                                the sizes
   x_hyb                     -- exact mode with the plan exact_hybrid (an fp16 copy of A only, decode timed; B
                                decoded in the kernel; fprop / dgrad, nan for wgrad)
-  sm100                     -- mode "sm100" (a B200's bits, SPEC 12.7; its integer kernel sm100_simt), 2 calls per
-                               round
+  sm100                     -- mode "sm100" (a B200's bits, SPEC 12.7), the plan chosen by the sizes (sm100_copies,
+                               its operand decode inside the timed call), 2 calls per round
   grouped_mm                -- torch._grouped_mm on BF16 operands (wgrad: bf16 output, fp32 is refused; the
                                "wgrad-bf16" rows run our wgrad with bf16 output too, the same bytes written; the
                                "wgrad-acc" rows run ours with accumulate=True into an fp32 main_grad, and grouped_mm
@@ -35,11 +35,11 @@ Times are CUDA-event means; every column is timed --reps times, in rounds over a
 from round to round, so no column always follows the same one), and reports its median.
 
     PYTHONPATH=. python benchmarks/bench_grouped_gemm.py [--iters 10] [--reps 3] [--sustain 1.0]
-        [--rules te,torchao] [--only "E64 T16384 K2048 N1408 fprop"]
+        [--rules te,torchao] [--only "E64 T16384 K2048 N1408 fprop"] [--columns sm100,grouped_mm]
 
 ``--rules``: the operands' scale rules, one row per case and rule (SPEC 12.1 pairs a rule with itself), the rule
 appended to the case name (under a torchao rule the wdq+gmm column, which decodes with the TE factors, is nan);
-``--only``: the rows whose "case kind" contains the text.
+``--only``: the rows whose "case kind" contains the text; ``--columns``: time only these columns.
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ class Planned:
             return self.fn()
 
 
-def bench_case(name, e, t, k, n, skew, kind, iters, reps, sustain, rule="te", spread=False):
+def bench_case(name, e, t, k, n, skew, kind, iters, reps, sustain, rule="te", spread=False, columns=None):
     """One table row: every column's TFLOP/s on this case. ``rule``: the scale rule both operands are quantized
     under (SPEC 12.1 pairs them); under a torchao rule the weight-dequantize column (TE factors) is not run.
     ``spread``: also print every round's TFLOP/s of each column (stderr)."""
@@ -235,6 +235,8 @@ def bench_case(name, e, t, k, n, skew, kind, iters, reps, sustain, rule="te", sp
            "grouped_mm": (bf16_gmm, iters), "loop": (loop, iters), "deq+gmm": (deq, iters)}
     for key in ("fast", "exact", "grouped_mm"):  # the sustained columns
         fns[key + "_s"] = fns[key]
+    if columns:  # the other columns are not timed (nan)
+        fns = {key: (fn if key in columns else None, n_iters) for key, (fn, n_iters) in fns.items()}
     # `reps` rounds over all columns, each column's median; the order rotates by one column per round
     times: dict[str, list[float] | None] = {key: [] for key in fns}
     keys = list(fns)
@@ -268,6 +270,8 @@ def main():
     ap.add_argument("--rules", default="te", help="comma-separated scale rules of the operands, one row each (SPEC 12.1)")
     ap.add_argument("--only", default="", help="run only the rows whose 'case kind' contains this text")
     ap.add_argument("--spread", action="store_true", help="also print each round's TFLOP/s per column (stderr)")
+    ap.add_argument("--columns", default="", help="comma-separated columns to time, e.g. sm100,grouped_mm (default: all;"
+                    " the others print nan)")
     args = ap.parse_args()
     cases = [
         ("E8 T16384 K4096 N14336 bal", 8, 16384, 4096, 14336, False,
@@ -290,7 +294,8 @@ def main():
         for kind, rule in itertools.product(kinds, rules):
             if args.only not in f"{name} {kind}":
                 continue
-            r = bench_case(name, e, t, k, n, skew, kind, args.iters, args.reps, args.sustain, rule, args.spread)
+            r = bench_case(name, e, t, k, n, skew, kind, args.iters, args.reps, args.sustain, rule, args.spread,
+                           set(args.columns.split(",")) - {""})
             torch.cuda.empty_cache()
             if len(rules) > 1 or rule != "te":
                 r["case"] = f"{name} {rule}"

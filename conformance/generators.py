@@ -729,8 +729,10 @@ def _draw_plan(rng, extra, space: dict, g: GemmShape, drawn: tuple[str, int, str
     fast, num_sms, exact = drawn
     if exact == "auto" and "algorithm" not in space:  # a quarter each of these force the fused and the hybrid kernel
         exact = pick(extra, {}, "algorithm", ["auto", "exact_fused", "exact_hybrid"], [0.5, 0.25, 0.25])
-    if space.get("mode") == "sm100":  # one algorithm (sm100_simt), its own loader and epilogue
-        return dict(algorithm="auto", loader=None, epilogue=None, num_sms=num_sms)
+    if space.get("mode") == "sm100":  # the exact draw that forces exact_fused (~15%) forces sm100_simt; each its own
+        # loader and epilogue ("auto": sm100_copies)
+        return dict(algorithm="sm100_simt" if exact == "exact_fused" else "auto", loader=None, epilogue=None,
+                    num_sms=num_sms)
     algorithm = exact if space.get("mode") == "exact" else fast
     if not algorithm_runs(algorithm, g):
         algorithm = "auto"

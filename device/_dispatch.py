@@ -113,11 +113,12 @@ ALGORITHM_TILES = {
     Algorithm.exact_copies: (128, 128),
     Algorithm.exact_hybrid: (128, 128),
     Algorithm.sm100_simt: (64, 64),
+    Algorithm.sm100_copies: (128, 128),
 }
 FAST = (Algorithm.fused_64x256, Algorithm.fused_128x256, Algorithm.fused_pair_256x256, Algorithm.swapped_64x256,
         Algorithm.copies_cutlass)
 EXACT = (Algorithm.exact_fused, Algorithm.exact_copies, Algorithm.exact_hybrid)
-SM100 = (Algorithm.sm100_simt,)
+SM100 = (Algorithm.sm100_copies, Algorithm.sm100_simt)
 FUSED_FAST = (Algorithm.fused_64x256, Algorithm.fused_128x256, Algorithm.fused_pair_256x256)
 
 # --- thresholds (each the crossover of an A/B on the benchmark shapes; docs/performance.md, "Kernel choice") ---
@@ -289,7 +290,7 @@ def algorithm_unavailable(a: Algorithm, p: GemmProblem) -> str | None:
 
 def _auto_algorithm(p: GemmProblem) -> Algorithm:
     if p.mode == "sm100":
-        return Algorithm.sm100_simt
+        return Algorithm.sm100_copies
     if p.mode == "exact":
         if _exact_copies_pay(p):
             return Algorithm.exact_copies
@@ -327,7 +328,8 @@ def loader_unavailable(a: Algorithm, loader: Loader, p: GemmProblem) -> str | No
     if a == Algorithm.swapped_64x256:
         return _swapped_tma_reason(p) if loader == Loader.tma else None
     has = {Algorithm.exact_copies: (Loader.tma, Loader.cp_async), Algorithm.exact_hybrid: (Loader.tma,),
-           Algorithm.copies_cutlass: (Loader.tma,), Algorithm.sm100_simt: (Loader.loads,)}.get(a, (Loader.cp_async,))
+           Algorithm.copies_cutlass: (Loader.tma,), Algorithm.sm100_simt: (Loader.loads,),
+           Algorithm.sm100_copies: (Loader.tma,)}.get(a, (Loader.cp_async,))
     return None if loader in has else f"{a.name} has the loader(s) {[x.name for x in has]} only"
 
 
@@ -336,7 +338,7 @@ def epilogue_unavailable(a: Algorithm, epilogue: Epilogue, p: GemmProblem) -> st
     tensor map of the output: fp32 wgrad without C and bias (fused_128x256, exact_copies; row pitch K a multiple of 4)
     and bf16 output (the fused fast kernels; row pitch a multiple of 8, fewer than 2^31 map rows)."""
     own = {Algorithm.swapped_64x256: Epilogue.direct, Algorithm.copies_cutlass: Epilogue.cutlass,
-           Algorithm.sm100_simt: Epilogue.direct}
+           Algorithm.sm100_simt: Epilogue.direct, Algorithm.sm100_copies: Epilogue.direct}
     if a in own:
         return None if epilogue == own[a] else f"{a.name} has the {own[a].name} epilogue only"
     if epilogue == Epilogue.staged:

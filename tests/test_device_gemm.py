@@ -886,52 +886,93 @@ def test_mostly_empty_experts():
     run_wgrad([0, 0, 33, 0], 64, 64, "sm100", torch.float32, accumulate=True)
 
 
+def spread_bf16(shape, seed, binades, zeros=0.0):
+    """Normal values whose 16-blocks are scaled by 2^u, u uniform in [-binades, binades] per block (0: all blocks
+    alike), with a fraction ``zeros`` of exact zeros."""
+    r = np.random.default_rng(seed)
+    v = r.standard_normal(shape) * np.exp2(r.integers(-binades, binades + 1, size=(shape[0], shape[1] // 16)).repeat(
+        16, 1))
+    v[r.random(shape) < zeros] = 0.0
+    return torch.from_numpy(v.astype(np.float32)).to(torch.bfloat16).to(DEV)
+
+
+def run_sm100_layer(x, dy, w, splits, *, num_sms=None, algorithm=None, odd_scales=False, seed=7):
+    """fprop (bf16, bias), dgrad (fp32) and accumulating wgrad of mode sm100 on these tokens, gradients and weights,
+    each group against oracle.gemm(model="sm100"). odd_scales: sign bits set on a sixth of the nonzero scale bytes of
+    x's and dy's planes and one NaN scale byte in each (SPEC 12.7: the sign is ignored, NaN makes the step NaN)."""
+    rng = np.random.default_rng(seed)
+    e, n = len(splits), dy.shape[1]
+    xq = gq(x, splits, rowwise=True, columnwise=True)
+    dyq = gq(dy, splits, rowwise=True, columnwise=True)
+    wq = gq(w, [n] * e, rowwise=True, columnwise=True, block=(16, 16))
+    if odd_scales:
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        for q in (xq, dyq):
+            for sc in (q.row_scales, q.col_scales):
+                flip = (torch.rand(sc.shape, generator=g) < 1 / 6).to(DEV) & (sc != 0)
+                sc[flip] |= 0x80
+                sc[int(torch.nonzero(sc).flatten()[len(torch.nonzero(sc)) // 2])] = 0x7F
+    bias = torch.from_numpy(rng.standard_normal((e, n)).astype(np.float32)).to(DEV)
+    plan = dict(mode="sm100", num_sms=num_sms, algorithm=algorithm)
+    xo, wo, dyo = xq.to_oracle(), wq.to_oracle(), dyq.to_oracle()
+    y = gemm(xq, wq, kind="fprop", bias=bias, **plan)
+    check_row_groups(to_np(y), splits, xo.row_planes, wo.row_planes, "sm100", torch.bfloat16, bias=bias.cpu().numpy(),
+                     where=f"sm100 fprop ({algorithm})")
+    dx = gemm(dyq, wq, kind="dgrad", out_dtype=torch.float32, **plan)
+    check_row_groups(to_np(dx), splits, dyo.row_planes, wo.col_planes, "sm100", torch.float32,
+                     where=f"sm100 dgrad ({algorithm})")
+    c = torch.from_numpy(rng.standard_normal((e, n, x.shape[1])).astype(np.float32)).to(DEV)
+    cn = c.cpu().numpy()
+    gemm(dyq, xq, kind="wgrad", out=c, accumulate=True, **plan)
+    check_wgrad_groups(to_np(c), splits, dyo.col_planes, xo.col_planes, "sm100", torch.float32, cn=cn,
+                       where=f"sm100 wgrad ({algorithm})")
+
+
+@pytest.mark.parametrize("algorithm", ["sm100_copies", "sm100_simt"])
 @pytest.mark.parametrize("num_sms", [None, 1])
-def test_sm100_heavy_tailed_and_capped(num_sms):
+def test_sm100_heavy_tailed_and_capped(num_sms, algorithm):
     """Mode sm100 (SPEC 12.7) where its window truncation decides bits: tokens and weights with block amaxes spread over
     many binades (so a step's groups have scale products far apart, and zero codes beside large ones), K not a
     multiple of 64 (a padded last step), fprop with bias, dgrad and accumulating wgrad; a grid of one CTA walks every
     tile."""
-    rng = np.random.default_rng(7)
     splits, n, k = [37, 0, 130, 5], 80, 208
     t, e = sum(splits), len(splits)
+    x, dy, w = spread_bf16((t, k), 1, 12, 0.3), spread_bf16((t, n), 2, 12, 0.3), spread_bf16((e * n, k), 3, 12, 0.3)
+    run_sm100_layer(x, dy, w, splits, num_sms=num_sms, algorithm=algorithm)
 
-    def heavy(shape, seed):
-        r = np.random.default_rng(seed)
-        v = r.standard_normal(shape) * np.exp2(r.integers(-12, 12, size=(shape[0], shape[1] // 16)).repeat(16, 1))
-        v[r.random(shape) < 0.3] = 0.0
-        return torch.from_numpy(v.astype(np.float32)).to(torch.bfloat16).to(DEV)
 
-    x, dy = heavy((t, k), 1), heavy((t, n), 2)
-    w = heavy((e * n, k), 3)
-    xq = gq(x, splits, rowwise=True, columnwise=True)
-    dyq = gq(dy, splits, rowwise=True, columnwise=True)
-    wq = gq(w, [n] * e, rowwise=True, columnwise=True, block=(16, 16))
-    bias = torch.from_numpy(rng.standard_normal((e, n)).astype(np.float32)).to(DEV)
-    y = gemm(xq, wq, kind="fprop", bias=bias, mode="sm100", num_sms=num_sms)
-    xo, wo, dyo = xq.to_oracle(), wq.to_oracle(), dyq.to_oracle()
-    check_row_groups(to_np(y), splits, xo.row_planes, wo.row_planes, "sm100", torch.bfloat16, bias=bias.cpu().numpy(),
-                     where="sm100 fprop")
-    dx = gemm(dyq, wq, kind="dgrad", mode="sm100", out_dtype=torch.float32, num_sms=num_sms)
-    check_row_groups(to_np(dx), splits, dyo.row_planes, wo.col_planes, "sm100", torch.float32, where="sm100 dgrad")
-    c = torch.from_numpy(rng.standard_normal((e, n, k)).astype(np.float32)).to(DEV)
-    cn = c.cpu().numpy()
-    gemm(dyq, xq, kind="wgrad", out=c, accumulate=True, mode="sm100", num_sms=num_sms)
-    check_wgrad_groups(to_np(c), splits, dyo.col_planes, xo.col_planes, "sm100", torch.float32, cn=cn,
-                       where="sm100 wgrad")
+# sm100_copies' three ways through a step (gemm/sm100_copies.cu): block exponents alike (chained partials, the warp's
+# test passes), spread over a few binades (per-group partials) and over many (the per-output test, then the exact
+# step); and scale bytes with the sign bit or NaN (the exact step). Several 128 x 128 tiles, a padded last K step.
+SM100_PATHS = {"alike": (0, 0.0, False), "few_binades": (3, 0.05, False), "many_binades": (14, 0.3, False),
+               "odd_scales": (1, 0.0, True)}
+
+
+@pytest.mark.parametrize("path", list(SM100_PATHS))
+def test_sm100_copies_paths(path):
+    binades, zeros, odd = SM100_PATHS[path]
+    splits, n, k = [300, 0, 37, 140], 200, 336
+    t, e = sum(splits), len(splits)
+    x, dy = spread_bf16((t, k), 11, binades, zeros), spread_bf16((t, n), 12, binades, zeros)
+    w = spread_bf16((e * n, k), 13, binades, zeros)
+    for algorithm in ("sm100_copies", "sm100_simt"):
+        run_sm100_layer(x, dy, w, splits, algorithm=algorithm, odd_scales=odd)
 
 
 def test_sm100_refusals():
-    """Mode sm100 has one algorithm (sm100_simt) and runs contractions below 2^19 only (its int64 model)."""
+    """Mode sm100's algorithms (sm100_copies, sm100_simt) belong to no other mode, and it runs contractions below 2^19
+    only (its int64 model)."""
     xq = gq(rand_bf16((32, 64), 1), [32], rowwise=True)
     wq = weights(1, 16, 64, 2)
-    with pytest.raises(ValueError, match="sm100-mode algorithm"):
-        gemm(xq, wq, kind="fprop", mode="exact", algorithm="sm100_simt")
+    for algorithm in ("sm100_simt", "sm100_copies"):
+        with pytest.raises(ValueError, match="sm100-mode algorithm"):
+            gemm(xq, wq, kind="fprop", mode="exact", algorithm=algorithm)
     with pytest.raises(ValueError, match="exact-mode algorithm"):
         gemm(xq, wq, kind="fprop", mode="sm100", algorithm="exact_fused")
-    with pytest.raises(ValueError, match="below 524288"):
-        big = gq(torch.zeros((2**19, 16), dtype=torch.bfloat16, device=DEV), [2**19], rowwise=False, columnwise=True)
-        gemm(big, big, kind="wgrad", mode="sm100")
+    big = gq(torch.zeros((2**19, 16), dtype=torch.bfloat16, device=DEV), [2**19], rowwise=False, columnwise=True)
+    for algorithm in (None, "sm100_simt"):
+        with pytest.raises(ValueError, match="below 524288"):
+            gemm(big, big, kind="wgrad", mode="sm100", algorithm=algorithm)
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -375,7 +375,7 @@ def test_plan_names_are_the_codes():
     the algorithms split into the three modes, each with its output tile; plans carry the enums themselves."""
     assert list(Algorithm.__members__) == ["fused_64x256", "fused_128x256", "fused_pair_256x256", "swapped_64x256",
                                            "copies_cutlass", "exact_fused", "exact_copies", "exact_hybrid",
-                                           "sm100_simt"]
+                                           "sm100_simt", "sm100_copies"]
     assert list(Loader.__members__) == ["cp_async", "tma", "loads"]
     assert list(Epilogue.__members__) == ["staged", "tma_store", "direct", "cutlass"]
     assert set(_dispatch.FAST) | set(_dispatch.EXACT) | set(_dispatch.SM100) == set(Algorithm)
@@ -393,6 +393,22 @@ def test_plan_names_are_the_codes():
         mode = "fast" if a in _dispatch.FAST else ("exact" if a in _dispatch.EXACT else "sm100")
         p = problem("fprop", 4, 4096, 1024, 1024, mode=mode)
         assert plan_gemm(p, algorithm=a.name).algorithm is a
+
+
+def test_sm100_plans():
+    """Mode sm100 runs sm100_copies (TMA loads of the fp16 copies, direct SPEC 12.7 stores) unless sm100_simt is
+    forced (its own loads and stores); neither takes another mode's loader or epilogue."""
+    for kind in ("fprop", "dgrad", "wgrad"):
+        p = problem(kind, 8, 4096, 1024, 512, mode="sm100")
+        got = plan_gemm(p)
+        assert (got.algorithm, got.loader, got.epilogue) == (Algorithm.sm100_copies, Loader.tma, Epilogue.direct)
+        assert got.tile == (128, 128)
+        simt = plan_gemm(p, algorithm="sm100_simt")
+        assert (simt.algorithm, simt.loader, simt.epilogue) == (Algorithm.sm100_simt, Loader.loads, Epilogue.direct)
+        with pytest.raises(ValueError, match="sm100_copies has the loader"):
+            plan_gemm(p, algorithm="sm100_copies", loader="cp_async")
+        with pytest.raises(ValueError, match="sm100_copies has the direct epilogue only"):
+            plan_gemm(p, algorithm="sm100_copies", epilogue="staged")
 
 
 # The decisions measured on the H200 by tools/ab/crossovers.py (both sides of each rule timed in one process, median of

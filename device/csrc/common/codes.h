@@ -50,6 +50,7 @@ enum Algorithm : int {
   kExactCopies = 6,       // "exact_copies": exact, over fp16 copies of both planes
   kExactHybrid = 7,       // "exact_hybrid": exact, an fp16 copy of A, B decoded in the K loop
   kSm100Simt = 8,         // "sm100_simt": mode sm100, SPEC 12.7's k64 steps in integer arithmetic, 64 x 64 tiles
+  kSm100Copies = 9,       // "sm100_copies": mode sm100 on the tensor cores, over fp16 copies of both planes
 };
 
 // How an algorithm's operand tiles reach shared memory.

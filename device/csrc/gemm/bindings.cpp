@@ -130,7 +130,7 @@ void* map_scratch(Tensor& holder, int64_t per_group, int64_t E, const Tensor& li
 
 // The plan's codes, each a value of its enum (common/codes.h).
 std::string check_plan(int64_t algorithm, int64_t loader, int64_t epilogue) {
-  NVFP4_REFUSE_UNLESS(algorithm >= nvfp4_gemm::kFused64x256 && algorithm <= nvfp4_gemm::kSm100Simt,
+  NVFP4_REFUSE_UNLESS(algorithm >= nvfp4_gemm::kFused64x256 && algorithm <= nvfp4_gemm::kSm100Copies,
                       "nvfp4_gemm: unknown algorithm code ", algorithm);
   NVFP4_REFUSE_UNLESS(loader >= nvfp4_gemm::kLoaderCpAsync && loader <= nvfp4_gemm::kLoaderLoads,
                       "nvfp4_gemm: unknown loader code ", loader);
@@ -280,10 +280,19 @@ std::string grouped_gemm_(int64_t kind, int64_t E, const Tensor& a_data, const T
       d.group_maps = map_scratch(maps, 256, E, a_data);
       launched = nvfp4_gemm::launch_exact_copies_path(d, probs, l, stream);
     }
-  } else if (algo == nvfp4_gemm::kSm100Simt) {
+  } else if (algo == nvfp4_gemm::kSm100Simt || algo == nvfp4_gemm::kSm100Copies) {
     // (the K loop's int64 sums need fewer than 2^13 k64 steps: SPEC 12.7)
     NVFP4_REFUSE_UNLESS(kc < (int64_t{1} << 19), "nvfp4_gemm: mode sm100 runs contractions below 2^19 only");
-    launched = nvfp4_gemm::launch_sm100(l, stream);
+    if (algo == nvfp4_gemm::kSm100Simt) {
+      launched = nvfp4_gemm::launch_sm100(l, stream);
+    } else {  // fp16 copies of both planes and the per-group maps (2 x 128 bytes per group), as exact_copies
+      nvfp4_gemm::CopiesArgs d{};
+      const auto copies = f16_copies(d, static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs,
+                                     b_data, b_scales, b_offs, /*a_only=*/false);
+      Tensor maps;
+      d.group_maps = map_scratch(maps, 256, E, a_data);
+      launched = nvfp4_gemm::launch_sm100_copies_path(d, probs, l, stream);
+    }
   } else {
     launched = nvfp4_gemm::launch_fused(l, stream);
   }

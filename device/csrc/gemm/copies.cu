@@ -170,6 +170,14 @@ bool launch_exact_copies_path(const CopiesArgs& d, Prob* probs, const LaunchArgs
   return launch_exact_copies(l, d, s);
 }
 
+bool launch_sm100_copies_path(const CopiesArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
+  if (l.loader != kLoaderTma || l.epilogue != kEpilogueDirect) return false;
+  decode_plane(d.a, d.a_f16, s);
+  decode_plane(d.b, d.b_f16, s);
+  launch_chained(retarget_probs_kernel, dim3((d.E + 255) / 256), 256, 0, s, probs, d);
+  return launch_sm100_copies(l, d, s);
+}
+
 bool launch_exact_hybrid_path(const CopiesArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
   HybridTemplates t;
   if (d.b_f16 != nullptr || l.loader != kLoaderTma || l.epilogue != kEpilogueStaged || !hybrid_templates(d, &t))

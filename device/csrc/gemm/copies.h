@@ -63,6 +63,16 @@ bool launch_swapped(const LaunchArgs& a, const CopiesArgs& d, cudaStream_t s);
 // (false, launching nothing, when that scratch is missing or misaligned or the driver refuses the map) or cp.async;
 // the staged epilogue, or wgrad's fp32 TMA store (false when its output map does not apply).
 bool launch_exact_copies(const LaunchArgs& a, const CopiesArgs& d, cudaStream_t s);
+// The fp16 tensor-map template of exact_copies' and sm100_copies' TMA loaders (fp16, box {64, 128}, 128-byte swizzle)
+// over d.a_f16: false when a copy or the map scratch is missing or misaligned, or the driver refuses it.
+bool exact_copies_template(const CopiesArgs& d, CUtensorMap* tmpl);
+// Mode sm100 over fp16 copies of both planes (gemm/sm100_copies.cu, SPEC 12.7): decodes both planes, points every
+// group's Prob::a / Prob::b into the copies, builds the per-group maps into d.group_maps (2 x 128 bytes per group) and
+// runs the kernel over the setup kernel's 128 x 128 tile list (`l`). False, launching nothing, when the plan is not the
+// TMA loader with the direct epilogue (the copies may then be enqueued already).
+bool launch_sm100_copies_path(const CopiesArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s);
+// The kernel alone (probs' a / b already point into the copies).
+bool launch_sm100_copies(const LaunchArgs& a, const CopiesArgs& d, cudaStream_t s);
 // exact_hybrid (gemm/exact_hybrid.cu): its three host-encoded map templates (A's fp16 copy, B's packed plane, B's
 // scale tiles), encoded by hybrid_templates from d.a_f16 / d.group_maps (false when those are missing or misaligned,
 // or the driver refuses a map: nothing is launched then).

@@ -16,12 +16,14 @@
 
 namespace nvfp4_gemm {
 
-// Epilogue (SPEC 12.2 order): y = alpha*acc; y += C; y += bias; cast. Accumulator layout of wgmma m64nN (f32):
+// Epilogue (SPEC 12.2 order): y = alpha*acc; y += C; y += bias; cast. SM100: SPEC 12.7's order instead (mode sm100,
+// gemm/sm100_copies.cu): z = alpha*acc, or fma(alpha, acc, bias) with a bias; then C + z, or +0 + z without C and bias.
+// Accumulator layout of wgmma m64nN (f32):
 // register 4j+2h+e of thread (warp v, lane l) is row 16v + l/4 + 8h, column 8j + 2(l%4) + e.
 // PAIRS: N and the row pitch are even (always, except fprop with an odd number of weight rows per group), so each
 // column pair (col, col + 1) exists whenever col does and is stored as one aligned 8- / 4-byte word (the base is
 // 16-byte aligned); otherwise every element is stored alone and column col + 1 is checked against N.
-template <int WN, bool OUT_F32, bool PAIRS>
+template <int WN, bool OUT_F32, bool PAIRS, bool SM100 = false>
 __device__ __forceinline__ void store_tile_impl(const float (&acc)[WN / 2], const Prob& p, int row_base, int col_base,
                                                 int accumulate) {
   const float alpha = p.alpha;
@@ -29,18 +31,31 @@ __device__ __forceinline__ void store_tile_impl(const float (&acc)[WN / 2], cons
   for (int j = 0; j < WN / 8; ++j) {
     const int col = col_base + 8 * j;
     if (col >= p.N) continue;
+    const bool second = PAIRS || col + 1 < p.N;
+    // the bias of the pair (0 for a column past N or without a bias; SPEC 12.7 adds it inside the FMA)
+    float b0 = 0.0f, b1 = 0.0f;
+    if (p.bias) {
+      b0 = p.bias[col];
+      if (second) b1 = p.bias[col + 1];
+    }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = row_base + 8 * h;
       if (row >= p.M) continue;
       const float a0 = acc[4 * j + 2 * h], a1 = acc[4 * j + 2 * h + 1];
-      float y0 = __fmul_rn(alpha, a0);
-      float y1 = __fmul_rn(alpha, a1);
+      float y0, y1;
+      if constexpr (SM100) {
+        y0 = p.bias ? __fmaf_rn(alpha, a0, b0) : __fmul_rn(alpha, a0);
+        y1 = p.bias ? __fmaf_rn(alpha, a1, b1) : __fmul_rn(alpha, a1);
+      } else {
+        y0 = __fmul_rn(alpha, a0);
+        y1 = __fmul_rn(alpha, a1);
+      }
       const long long o = static_cast<long long>(row) * p.ldd + col;
-      const bool second = PAIRS || col + 1 < p.N;
+      const bool with_c = OUT_F32 && accumulate;
       if (OUT_F32) {
         float* dp = static_cast<float*>(p.d) + o;
-        if (accumulate) {
+        if (with_c) {  // SPEC 12.2: y + C; SPEC 12.7: C + z (the same RN sum)
           if constexpr (PAIRS) {
             const float2 c = *reinterpret_cast<const float2*>(dp);
             y0 = __fadd_rn(y0, c.x);
@@ -50,10 +65,18 @@ __device__ __forceinline__ void store_tile_impl(const float (&acc)[WN / 2], cons
             if (second) y1 = __fadd_rn(y1, dp[1]);
           }
         }
-        if (p.bias) {
-          y0 = __fadd_rn(y0, p.bias[col]);
-          if (second) y1 = __fadd_rn(y1, p.bias[col + 1]);
+      }
+      if constexpr (SM100) {
+        if (!with_c && !p.bias) {  // +0 + z
+          y0 = __fadd_rn(0.0f, y0);
+          y1 = __fadd_rn(0.0f, y1);
         }
+      } else if (p.bias) {
+        y0 = __fadd_rn(y0, b0);
+        y1 = __fadd_rn(y1, b1);
+      }
+      if (OUT_F32) {
+        float* dp = static_cast<float*>(p.d) + o;
         if constexpr (PAIRS) {
           *reinterpret_cast<float2*>(dp) = make_float2(y0, y1);
         } else {
@@ -62,10 +85,6 @@ __device__ __forceinline__ void store_tile_impl(const float (&acc)[WN / 2], cons
         }
       } else {
         __nv_bfloat16* dp = static_cast<__nv_bfloat16*>(p.d) + o;
-        if (p.bias) {
-          y0 = __fadd_rn(y0, p.bias[col]);
-          if (second) y1 = __fadd_rn(y1, p.bias[col + 1]);
-        }
         if constexpr (PAIRS) {
           *reinterpret_cast<__nv_bfloat162*>(dp) = __floats2bfloat162_rn(y0, y1);
         } else {
@@ -77,13 +96,13 @@ __device__ __forceinline__ void store_tile_impl(const float (&acc)[WN / 2], cons
   }
 }
 
-template <int WN, bool OUT_F32>
+template <int WN, bool OUT_F32, bool SM100 = false>
 __device__ __forceinline__ void store_tile(const float (&acc)[WN / 2], const Prob& p, int row_base, int col_base,
                                            int accumulate) {
   if (((p.N | p.ldd) & 1) == 0)
-    store_tile_impl<WN, OUT_F32, true>(acc, p, row_base, col_base, accumulate);
+    store_tile_impl<WN, OUT_F32, true, SM100>(acc, p, row_base, col_base, accumulate);
   else
-    store_tile_impl<WN, OUT_F32, false>(acc, p, row_base, col_base, accumulate);
+    store_tile_impl<WN, OUT_F32, false, SM100>(acc, p, row_base, col_base, accumulate);
 }
 
 // Whether store_tile_staged can write this group's output: the bulk copies need 16-byte aligned global rows and row

@@ -15,12 +15,10 @@ static_assert(exact_copies::ShapeF32::BM == fused::ExactFusedF32::BM && exact_co
                   exact_copies::ShapeBf16::BM == fused::ExactFusedF32::BM && exact_copies::ShapeBf16::BN == fused::ExactFusedF32::BN,
               "exact kernels share one tile");
 
-namespace {
-
 // The template map of the TMA loader: both copies and the map scratch exist and are aligned (every group's base in a
 // copy is then 16-byte aligned too: K % 16 == 0 for rowwise planes, and columnwise groups start at multiples of 8
 // packed bytes), and the driver encodes it.
-bool exact_template(const CopiesArgs& d, CUtensorMap* tmpl) {
+bool exact_copies_template(const CopiesArgs& d, CUtensorMap* tmpl) {
   if (d.a_f16 == nullptr || d.b_f16 == nullptr || d.group_maps == nullptr ||
       reinterpret_cast<uintptr_t>(d.a_f16) % 16 != 0 || reinterpret_cast<uintptr_t>(d.b_f16) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(d.group_maps) % 128 != 0)
@@ -28,6 +26,8 @@ bool exact_template(const CopiesArgs& d, CUtensorMap* tmpl) {
   return nvfp4::encode_2d(tmpl, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, d.a_f16, 64, 128, 128, 64, 128,
                           CU_TENSOR_MAP_SWIZZLE_128B);
 }
+
+namespace {
 
 // The plan's loader: TMA (per-group maps from exact_template's template; false, launching nothing, when it cannot be
 // encoded) or cp.async. out_map: wgrad's output map where the host encoded it (bit 2 of a.accumulate; S::kTmaEpi).
@@ -37,7 +37,7 @@ bool launch_shape(const LaunchArgs& a, const CopiesArgs& d, cudaStream_t s, cons
   if (a.loader == kLoaderTma) {
     // one map of each fp16 copy per group (the same template: fp16, box {64, 128}, 128-byte swizzle)
     gmap::MapSet<2> set{};
-    if (!exact_template(d, &set.templates[0])) return false;
+    if (!exact_copies_template(d, &set.templates[0])) return false;
     set.templates[1] = set.templates[0];
     set.what[0] = gmap::MapOf::kAF16;
     set.what[1] = gmap::MapOf::kBF16;

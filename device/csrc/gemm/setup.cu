@@ -133,6 +133,7 @@ void tile_of(Algorithm algorithm, int* tile_m, int* tile_n) {
     case kExactFused:
     case kExactCopies:
     case kExactHybrid:
+    case kSm100Copies:
       *tile_m = fused::ExactFusedF32::BM;
       *tile_n = fused::ExactFusedF32::BN;
       return;

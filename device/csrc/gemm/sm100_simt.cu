@@ -19,6 +19,7 @@
 #include "common/pdl.cuh"
 #include "common/swizzle.cuh"
 #include "gemm/problem.h"
+#include "gemm/sm100_step.cuh"
 #include "gemm/tile_list.cuh"
 
 namespace nvfp4_gemm {
@@ -28,9 +29,8 @@ constexpr int kTile = 64;      // output rows and columns of a CTA tile
 constexpr int kStepK = 64;     // K of one tcgen05 block-scaled MMA (four 16-element groups)
 constexpr int kGroups = 4;
 constexpr int kThreads = 256;  // 16 x 16 threads, each 4 x 4 outputs
-constexpr int kUnitExp = -20;  // the accumulator counts units of 2^-20
-constexpr int kWindow = 35;    // SPEC 12.7: addends truncated at 2^(E - 35)
-constexpr int kZeroExp = -139; // SPEC 12.7: the exponent of a zero group and of a zero C
+using sm100::kUnitExp;
+using sm100::kZeroExp;
 
 // A scale byte's parts (SPEC 12.7, UE4M3: the sign bit ignored, 0x7F NaN): value m * 2^x (m 0..15), exponent e of the
 // step (floor(log2) of a normal value, -6 of a subnormal one). Packed as m | (x + 16) << 4 | (e + 16) << 9 | nan << 14.
@@ -47,22 +47,6 @@ __device__ __forceinline__ int doubled_e2m1(uint32_t code) {
   constexpr uint32_t kMag = 0xC8643210u;  // nibble i = doubled magnitude of code i (12 = 0xC)
   const int v = static_cast<int>((kMag >> (4 * (code & 7))) & 0xF);
   return (code & 8) ? -v : v;
-}
-
-// x truncated toward zero to a multiple of 2^s (s >= 0).
-__device__ __forceinline__ long long truncate_to(long long x, int s) {
-  const unsigned long long a = static_cast<unsigned long long>(x < 0 ? -x : x);
-  const long long t = static_cast<long long>((a >> s) << s);
-  return x < 0 ? -t : t;
-}
-
-// x rounded toward zero to 24 significant bits (fp32's; every value here lies far above fp32's subnormals).
-__device__ __forceinline__ long long round_fp32_rz(long long x) {
-  const unsigned long long a = static_cast<unsigned long long>(x < 0 ? -x : x);
-  const int bits = 64 - __clzll(static_cast<long long>(a));
-  const int cut = bits > 24 ? bits - 24 : 0;
-  const long long t = static_cast<long long>((a >> cut) << cut);
-  return x < 0 ? -t : t;
 }
 
 // Shared memory of one k64 step: the tile's 64 A rows and 64 B rows as doubled values (16 words of four int8 per row),
@@ -111,16 +95,6 @@ __device__ __forceinline__ void load_operand(uint32_t (*vals)[kStepK / 4 + 1], u
     }
     parts[r][g] = p | mask << 16;
   }
-}
-
-// The CUTLASS SM100 epilogue (SPEC 12.7) of one accumulator value: z = RN(alpha * acc) (no bias) or
-// RN(alpha * acc + bias) (one FMA); then RN(C + z) with C, RN(+0 + z) without C and bias, else z.
-__device__ __forceinline__ float epilogue_value(float acc, float alpha, const float* bias, int col, const float* c) {
-  float z;
-  if (bias) z = __fmaf_rn(alpha, acc, bias[col]);
-  else z = __fmul_rn(alpha, acc);
-  if (c) return __fadd_rn(*c, z);
-  return bias ? z : __fadd_rn(0.0f, z);
 }
 
 // The tile walk: CTAs stride over the setup kernel's tile list (prefix[E] tiles; group g owns tiles
@@ -182,11 +156,7 @@ __global__ void __launch_bounds__(kThreads) sm100_kernel(const Prob* probs, cons
             if (live) e = max(e, static_cast<int>((pa >> 9) & 31) + static_cast<int>((pb >> 9) & 31) - 32);
             nan[r][c] |= (((pa | pb) >> 14) & 1) != 0;  // a NaN scale makes the step (and the chain) NaN
           }
-          const int cut = max(e - kWindow - kUnitExp, 0);  // 2^(E - 35) in units of 2^-20
-          long long sum = truncate_to(acc[r][c], cut);
-#pragma unroll
-          for (int g = 0; g < kGroups; ++g) sum += truncate_to(term[g], cut);
-          acc[r][c] = round_fp32_rz(sum);  // a zero sum is +0 (an integer zero)
+          acc[r][c] = sm100::step_sum(acc[r][c], term, e);  // a zero sum is +0 (an integer zero)
         }
       }
     }
@@ -203,9 +173,9 @@ __global__ void __launch_bounds__(kThreads) sm100_kernel(const Prob* probs, cons
         const long long at = static_cast<long long>(row) * p.ldd + col;
         if (out_f32) {
           float* d = static_cast<float*>(p.d) + at;
-          *d = epilogue_value(a, p.alpha, p.bias, col, (accumulate & 1) ? d : nullptr);
+          *d = sm100::epilogue_value(a, p.alpha, p.bias, col, (accumulate & 1) ? d : nullptr);
         } else {
-          static_cast<__nv_bfloat16*>(p.d)[at] = __float2bfloat16_rn(epilogue_value(a, p.alpha, p.bias, col, nullptr));
+          static_cast<__nv_bfloat16*>(p.d)[at] = __float2bfloat16_rn(sm100::epilogue_value(a, p.alpha, p.bias, col, nullptr));
         }
       }
     }

@@ -1,0 +1,440 @@
+// Mode "sm100" on the tensor cores (algorithm sm100_copies): SPEC 12.7 bit for bit, i.e. oracle.gemm(model="sm100"),
+// from the fp16 copies of both operand planes that exact_copies reads (gemm/copies.cu's decode_plane_kernel: v = E2M1 x
+// E4M3, exact; gemm/exact_copies.cuh's TMA loads, per-group maps and tile walk).
+//
+// A k64 step of SPEC 12.7 adds C and four group values V_g = P_g sA_g sB_g (exact: what one wgmma k16 with C = 0
+// returns for the group's 16 fp16 products, SPEC 12.6 and gemm/exact_copies.cuh), each truncated to a multiple of
+// 2^(E - 35), and rounds toward zero. Where nothing is truncated and the four values add exactly in fp32, that is
+// s = V_0 + V_1 + V_2 + V_3 followed by one __fadd_rz(C, s), and the kernel proves that per output and step from the
+// scale exponents (the loader's per-row summaries) and the partials' magnitudes:
+//   L <= E_g <= H  for every group with a nonzero scale on both sides: L = lo_A + lo_B and H = hi_A + hi_B, lo / hi
+//       the least / largest e(s) over the row's nonzero scales of the step (e(s) as SPEC 12.7; a zero group adds
+//       nothing and sets no exponent, so counting one only widens [L, H]);
+//   every nonzero V_g is a multiple of 2^(E_g - 8) >= 2^(L - 8) (E2M1 halves times scales with 3 fraction bits);
+//   so if H - L <= 27, |C| < 2^(L + 28) (E_C <= L + 27) and |C| >= 2^(H - 12) or C = 0 (E_C >= H - 12), then E <= L + 27
+//       and E <= E_C + 12: the window 2^(E - 35) divides every V_g and C's last bit 2^(E_C - 23), so nothing is cut;
+//   and if the sum of the |partials| stays below 2^(L + 16), every partial sum is an integer multiple of 2^(L - 8)
+//       below 2^24 of them: exact in fp32 (a sum that reaches 2^(L + 16) computes to at least that, so the test on the
+//       computed magnitudes is sound).
+// Two ways to form the partials, chosen per warpgroup and step from the loader's summaries:
+//   chained (the groups' exponents spread by H - L <= 7 over the warpgroup's 64 rows and the tile's 128 columns): two
+//       partials, wgmma(g0) then wgmma(g1) with scale-d = 1 into one fragment, and the same for g2, g3. The second
+//       wgmma is exact too: by SPEC 12.6 it truncates at 2^(E' - 25) with E' = max(e(V_0), E_1 + 6) <= H + 10 (|V_0| <
+//       2^(E_0 + 11), |a b| < 2^(E_1 + 7)), at most 2^(L - 8), the grid of both addends; its sum is checked below
+//       2^(L + 16) as above. Two wgmmas per fragment, 6 CUDA-core instructions per output and step.
+//   per group (wider spreads): four m64n64 partials per half of the tile's columns, summed on the CUDA cores.
+// The test runs first with the warp's bounds (the loader's per-16-row and per-tile extremes: thresholds shared by the
+// warp, no arithmetic per output); where it fails for some output of the warp, every output of the warp is tested
+// with its own row's and column's bounds, and the outputs that fail that too (a NaN or sign-bit scale, an exponent
+// spread past 27, cancellation to C = 0, ...) run SPEC 12.7's step exactly as sm100_simt does, in int64 units of
+// 2^-20, from the fp16 values and scale bytes still in the stage (step_from_stage).
+//
+// Roles (one persistent CTA per SM, three 128-thread warpgroups; 128 x 128 output tiles, the setup kernel's list):
+//   loader warps 0 and 1: thread 0 issues each stage's two TMA boxes (A rows [m0, m0 + 128) and B rows [n0, n0 + 128)
+//       x 64 K, as exact_copies); warp w reads the scale words of A rows [64 w, 64 w + 64) and of all 128 B rows (one
+//       aligned 4-byte word per row and step, SPEC 8.2) and writes their summaries into the stage.
+//   MMA warpgroups (2, rows [64 wm, 64 wm + 64) x 128 columns): the partials, the test, the sum; SPEC 12.7's epilogue
+//       (gemm/epilogue.cuh, direct stores).
+//   full[s]: thread 0's TMA arrival (with the boxes' bytes) and one arrival per loader warp (its summaries);
+//   empty[s]: one arrival per MMA warp, after its last read of the stage.
+#include <cuda_fp16.h>
+
+#include "common/pdl.cuh"
+#include "common/swizzle.cuh"
+#include "common/tensor_map.h"
+#include "gemm/copies.h"
+#include "gemm/epilogue.cuh"
+#include "gemm/exact_copies.cuh"
+#include "gemm/sm100_step.cuh"
+#include "gemm/wgmma_ops.cuh"
+
+namespace nvfp4_gemm {
+namespace sm100_copies {
+namespace {
+
+constexpr int BM = 128, BN = 128, R = 64;  // R: fp32 accumulator registers per MMA thread (m64n128)
+constexpr int kStages = 6;
+constexpr int kThreads = 384, kLoaderThreads = 128;
+constexpr int kMmaRegs = 216, kLoaderRegs = 72;
+constexpr int kTileBytes = 128 * kBK * 2;  // 128 rows x 64 fp16 = 16 KB
+// A stage: the A tile, the B tile (both as exact_copies), then the scale words of the 128 A rows and the 128 B rows
+// (group g of the step in byte g; zero past the group's rows or past K) and the eight 16-row bands' tests (WarpTest).
+constexpr int kWordsA = 2 * kTileBytes, kWordsB = kWordsA + 4 * BM, kTests = kWordsB + 4 * BN;
+constexpr int kStageBytes = (kTests + 16 * (BM / 16) + 1023) / 1024 * 1024;
+constexpr int kBarBytes = 128;  // full and empty
+constexpr int kSmemBase = kStages * kStageBytes + kBarBytes + 1024;
+constexpr int kPrefixCap = prefix_cap_for(227 * 1024 - kSmemBase);
+constexpr int kSmem = kSmemBase + prefix_table_bytes(kPrefixCap);
+static_assert(kSmem <= 227 * 1024, "shared memory");
+static_assert(2 * kMmaRegs + kLoaderRegs <= 3 * (65536 / kThreads / 8 * 8), "setmaxnreg budget");
+
+// 2^e as fp32, with 0 below the normal range and +Inf above it (the tests' thresholds).
+__device__ __forceinline__ float pow2(int e) {
+  const int f = e + 127;
+  return __uint_as_float(static_cast<uint32_t>(f <= 0 ? 0 : (f >= 255 ? 255 : f)) << 23);
+}
+
+// A row's scales in one step (a word of four scale bytes): the least and largest e(s) over its nonzero bytes (64 and
+// -64 when there is none) and whether a byte is NaN or carries the sign bit (the fp16 copy's values then differ from
+// SPEC 12.7's, which ignores that bit).
+struct RowScales {
+  int lo, hi;
+  bool special;
+};
+
+__device__ __forceinline__ RowScales row_scales(uint32_t word) {
+  RowScales r{64, -64, false};
+#pragma unroll
+  for (int g = 0; g < 4; ++g) {
+    const uint32_t b = (word >> (8 * g)) & 0xFF;
+    if ((b & 0x7F) == 0) continue;
+    const int e = sm100::scale_exp(b);
+    r.lo = min(r.lo, e);
+    r.hi = max(r.hi, e);
+    r.special |= sm100::scale_is_nan(b) || (b & 0x80);
+  }
+  return r;
+}
+
+// Summaries reduced over the lanes whose index differs in the bits FIRST, FIRST / 2, ..., LAST (xor shuffles).
+template <int FIRST, int LAST>
+__device__ __forceinline__ RowScales reduce_scales(RowScales r) {
+#pragma unroll
+  for (int d = FIRST; d >= LAST; d /= 2) {
+    r.lo = min(r.lo, __shfl_xor_sync(0xffffffffu, r.lo, d));
+    r.hi = max(r.hi, __shfl_xor_sync(0xffffffffu, r.hi, d));
+    r.special |= __shfl_xor_sync(0xffffffffu, static_cast<int>(r.special), d) != 0;
+  }
+  return r;
+}
+
+__device__ __forceinline__ RowScales merge(RowScales a, RowScales b) {
+  return RowScales{min(a.lo, b.lo), max(a.hi, b.hi), a.special || b.special};
+}
+
+// The scale word of row `row` (of `rows`) in step kt of a plane with K contraction elements: its four scale bytes,
+// those of 16-blocks past K zero (SPEC 12.7's padding: zero groups), all zero past the rows. Byte loads: a scale
+// buffer need not be 4-byte aligned.
+__device__ __forceinline__ uint32_t scale_word(const uint8_t* scales, int rows, int K, int row, int kt) {
+  if (row >= rows) return 0;
+  const int cp4 = (K / 16 + 3) / 4, blocks = K / 16 - 4 * kt;
+  const uint8_t* p = scales + nvfp4::swizzle_offset<int64_t>(row, 4 * kt, cp4);  // bytes g = 0..3 follow
+  uint32_t w = 0;
+#pragma unroll
+  for (int g = 0; g < 4; ++g)
+    if (g < blocks) w |= static_cast<uint32_t>(__ldg(p + g)) << (8 * g);
+  return w;
+}
+
+// One 16-row band's test for a step (written by the loader, read by the band's MMA warp): the thresholds
+// t = 2^(L + 16), c_hi = 2^(L + 28), c_lo = 2^(H - 12) (0 in a tile's first step, where C = +0) from the band's and
+// the tile's B bounds, and the flags: kBandFast (no NaN or sign-bit scale and H - L <= 27, so the thresholds decide)
+// and kChained (the warpgroup's spread allows the chained partials; the same for its four bands).
+struct WarpTest {
+  float t, c_hi, c_lo;
+  uint32_t flags;
+};
+constexpr uint32_t kBandFast = 1, kChained = 2;
+
+__device__ __forceinline__ WarpTest band_test(RowScales a, RowScales b, bool chained, bool first_step) {
+  const int L = a.lo + b.lo, H = a.hi + b.hi;
+  WarpTest t;
+  t.t = pow2(L + 16);
+  t.c_hi = pow2(L + 28);
+  t.c_lo = first_step ? 0.0f : pow2(H - 12);
+  t.flags = (!a.special && !b.special && H - L <= 27 ? kBandFast : 0u) | (chained ? kChained : 0u);
+  return t;
+}
+
+// SPEC 12.7's step for one output from the stage (the rare path): C, row r of the A tile and row c of the B tile (fp16
+// values in the 128-byte swizzled layout; piece q of row r at r * 128 + ((q ^ (r % 8)) << 4)) and their scale words.
+// A group value is the exact sum of its 16 fp16 products (each exact in fp32; every partial sum a multiple of
+// 2^(E_g - 8) below 2^(E_g + 11)), with the sign the copy's scale bytes gave it removed; a group is live when one
+// product is nonzero.
+__device__ __noinline__ float step_from_stage(float c, int r, int col, uint32_t wa, uint32_t wb, uint32_t a_tile,
+                                              uint32_t b_tile) {
+  if (c != c) return c;  // a NaN C stays NaN
+#pragma unroll
+  for (int g = 0; g < 4; ++g)
+    if (sm100::scale_is_nan(wa >> (8 * g)) || sm100::scale_is_nan(wb >> (8 * g))) return __uint_as_float(0x7FC00000u);
+  int e = c != 0.0f ? static_cast<int>((__float_as_uint(c) >> 23) & 0xFF) - 127 : sm100::kZeroExp;  // C is normal
+  long long v[4];
+#pragma unroll 1
+  for (int g = 0; g < 4; ++g) {
+    float sum = 0.0f;
+    bool live = false;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int q = 2 * g + half;  // the 16-byte piece: 8 fp16 values of K positions 8 q .. 8 q + 7
+      const uint4 x = lds128(a_tile + r * 128 + ((q ^ (r & 7)) << 4));
+      const uint4 y = lds128(b_tile + col * 128 + ((q ^ (col & 7)) << 4));
+      const uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&xs[i]));
+        const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&ys[i]));
+        const float p0 = __fmul_rn(a.x, b.x), p1 = __fmul_rn(a.y, b.y);
+        live |= p0 != 0.0f || p1 != 0.0f;
+        sum = __fadd_rn(__fadd_rn(sum, p0), p1);
+      }
+    }
+    const uint32_t ba = (wa >> (8 * g)) & 0xFF, bb = (wb >> (8 * g)) & 0xFF;
+    if ((ba ^ bb) & 0x80) sum = -sum;  // SPEC 12.7 ignores the scales' sign bits
+    if (live) e = max(e, sm100::scale_exp(ba) + sm100::scale_exp(bb));
+    v[g] = __float2ll_rn(__fmul_rn(sum, 0x1p20f));  // exact: a multiple of 2^-20 below 2^27
+  }
+  const long long acc = sm100::step_sum(__float2ll_rn(__fmul_rn(c, 0x1p20f)), v, e);
+  return __fmul_rn(__ll2float_rn(acc), 0x1p-20f);  // exact: 24 significant bits, a multiple of 2^-20
+}
+
+// The per-output test (own row's and column's bounds) for an output whose warp failed the shared one; if it fails
+// too, the exact step. s: the partials' sum, m: the sum of their magnitudes.
+__device__ __forceinline__ float output_step(float c, float s, float m, int r, int col, uint32_t stage) {
+  const uint32_t wa = lds32(stage + kWordsA + 4 * r), wb = lds32(stage + kWordsB + 4 * col);
+  const RowScales ra = row_scales(wa), rb = row_scales(wb);
+  const int L = ra.lo + rb.lo, H = ra.hi + rb.hi;
+  const float ac = fabsf(c);
+  if (!ra.special && !rb.special && H - L <= 27 && m < pow2(L + 16) && ac < pow2(L + 28) &&
+      (ac >= pow2(H - 12) || c == 0.0f))
+    return __fadd_rz(c, s);
+  return step_from_stage(c, r, col, wa, wb, stage, stage + kTileBytes);
+}
+
+// The outputs of one warp whose shared test failed: N accumulators acc[OFF .. OFF + N) (columns COL0 + 8 j + 2 (l % 4)
+// + e for register 4 j + 2 h + e), with their partial sums s and magnitude sums m. Through local memory, one output at
+// a time (a rare path: the loop is not unrolled, so its code exists once per call site).
+template <int N, int OFF, int COL0, class SumOf, class MagOf>
+__device__ __forceinline__ void warp_slow(float (&acc)[R], SumOf&& sum_of, MagOf&& mag_of, int row0, int lane,
+                                          uint32_t stage) {
+  float cl[N], sl[N], ml[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    cl[i] = acc[OFF + i];
+    sl[i] = sum_of(i);
+    ml[i] = mag_of(i);
+  }
+#pragma unroll 1
+  for (int i = 0; i < N; ++i) {
+    const int r = row0 + 8 * ((i >> 1) & 1), col = COL0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+    cl[i] = output_step(cl[i], sl[i], ml[i], r, col, stage);
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) acc[OFF + i] = cl[i];
+}
+
+// The shared test over N outputs: every |partials| sum below t, |C| below c_hi and at least c_lo, as a test of the
+// extremes (three max / min reductions: no per-output predicate, no dependent chain of 3 N compares; more
+// independent chains cost the registers that the fragments leave). fmaxf / fminf drop a NaN, which is sound here: a NaN partial comes from a NaN scale byte (the band is then
+// not kBandFast), and a NaN C stays NaN through __fadd_rz as SPEC 12.7's step keeps it.
+template <int N, int OFF, class MagOf>
+__device__ __forceinline__ bool warp_test(const float (&acc)[R], MagOf&& mag_of, const WarpTest& t) {
+  float mm = 0.0f, hi = 0.0f, lo = __uint_as_float(0x7F800000u);
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const float c = fabsf(acc[OFF + i]);
+    mm = fmaxf(mm, mag_of(i));
+    hi = fmaxf(hi, c);
+    lo = fminf(lo, c);
+  }
+  const bool ok = (t.flags & kBandFast) != 0 && mm < t.t && hi < t.c_hi && lo >= t.c_lo;
+  return __all_sync(0xffffffffu, ok);
+}
+
+template <bool OUT_F32>
+__global__ void __launch_bounds__(kThreads, 1)
+    sm100_copies_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate,
+                        const CUtensorMap* __restrict__ group_maps) {
+  pdl_wait();  // the retarget / maps kernel's outputs: nothing global is touched before (common/pdl.cuh)
+  extern __shared__ uint8_t smem_dyn[];
+  const uint32_t smem = (smem_u32(smem_dyn) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
+  const uint32_t ring = smem, bars = ring + kStages * kStageBytes;
+  const uint32_t full = bars, empty = bars + 8 * kStages;
+  const uint32_t prefix_table = bars + kBarBytes;
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int first_tile = blockIdx.x, tile_stride = gridDim.x;
+  const TileWalk<false> walk(__ldg(prefix + E), tile_stride);
+  stage_prefix<kPrefixCap>(prefix_table, prefix, E, tid, kThreads);
+  init_ring_barriers<kStages>(full, empty, 3, 8);
+
+  if (tid < kLoaderThreads) {
+    // ------------------------------------------------------------------------------------------------ loaders
+    setmaxnreg_dec<kLoaderRegs>();
+    const int w = tid >> 5;
+    if (w >= 2) return;
+    StepCursor cur;
+    cur.stride = tile_stride;
+    cur.seek<BN>(probs, prefix, E, walk, first_tile);
+    Ring<kStages> st;
+    const CUtensorMap* maps = nullptr;
+    Prob p{};
+    int m0 = 0, n0 = 0;
+    while (cur.valid(walk)) {
+      if (cur.kt == 0) {
+        p = probs[cur.group];
+        m0 = (cur.local % p.tiles_m) * BM;
+        n0 = (cur.local / p.tiles_m) * BN;
+        if (tid == 0) {
+          maps = group_maps + 2 * cur.group;
+          gmap::acquire_group_map(maps);  // written by group_maps_kernel (generic proxy), read here by TMA
+          gmap::acquire_group_map(maps + 1);
+        }
+      }
+      // this step's scale words (before the stage is free): A rows 64 w + lane and 64 w + 32 + lane, B rows lane + 32 i
+      const int kt = cur.kt;
+      const uint32_t wa0 = scale_word(p.sa, p.M, p.K, m0 + 64 * w + lane, kt);
+      const uint32_t wa1 = scale_word(p.sa, p.M, p.K, m0 + 64 * w + 32 + lane, kt);
+      uint32_t wb[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) wb[i] = scale_word(p.sb, p.N, p.K, n0 + lane + 32 * i, kt);
+      mbar_wait(empty + 8 * st.stage, st.phase ^ 1u);
+      const uint32_t stage = ring + st.stage * kStageBytes;
+      if (tid == 0) {
+        mbar_arrive_expect_tx(full + 8 * st.stage, 2 * kTileBytes);
+        tma_load_2d(stage, maps, full + 8 * st.stage, 64 * kt, m0);
+        tma_load_2d(stage + kTileBytes, maps + 1, full + 8 * st.stage, 64 * kt, n0);
+      }
+      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(stage + kWordsA + 4 * (64 * w + lane)), "r"(wa0) : "memory");
+      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(stage + kWordsA + 4 * (64 * w + 32 + lane)), "r"(wa1) : "memory");
+      if (w == 0) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(stage + kWordsB + 4 * (lane + 32 * i)), "r"(wb[i]) : "memory");
+      }
+      // bands: lanes 0-15 hold rows of bands 4 w and 4 w + 2, lanes 16-31 of bands 4 w + 1 and 4 w + 3
+      const RowScales b0 = reduce_scales<8, 1>(row_scales(wa0)), b1 = reduce_scales<8, 1>(row_scales(wa1));
+      const RowScales group_a = reduce_scales<16, 16>(merge(b0, b1));  // the warpgroup's 64 rows
+      RowScales bs = merge(merge(row_scales(wb[0]), row_scales(wb[1])), merge(row_scales(wb[2]), row_scales(wb[3])));
+      bs = reduce_scales<16, 1>(bs);  // the tile's 128 B rows
+      const bool chained = (group_a.hi - group_a.lo) + (bs.hi - bs.lo) <= 7;
+      if ((lane & 15) == 0) {
+        const int band = 4 * w + (lane >> 4);
+        const WarpTest t0 = band_test(b0, bs, chained, kt == 0), t1 = band_test(b1, bs, chained, kt == 0);
+        const uint32_t a0 = stage + kTests + 16 * band, a1 = stage + kTests + 16 * (band + 2);
+        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(a0), "r"(__float_as_uint(t0.t)),
+                     "r"(__float_as_uint(t0.c_hi)), "r"(__float_as_uint(t0.c_lo)), "r"(t0.flags) : "memory");
+        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(a1), "r"(__float_as_uint(t1.t)),
+                     "r"(__float_as_uint(t1.c_hi)), "r"(__float_as_uint(t1.c_lo)), "r"(t1.flags) : "memory");
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(full + 8 * st.stage);  // this warp's words and tests are in place
+      st.next();
+      cur.next<BN>(probs, prefix, E, walk);
+    }
+  } else {
+    // ------------------------------------------------------------------------------------------------ MMA warpgroups
+    setmaxnreg_inc<kMmaRegs>();
+    const int mt = tid - kLoaderThreads;
+    const int wm = mt >> 7;  // rows [64 wm, 64 wm + 64) of the tile
+    const int warp = (mt >> 5) & 3;
+    const int band = 4 * wm + warp;
+    const int row0 = 64 * wm + 16 * warp + (lane >> 2);  // this thread's first row in the tile (and row0 + 8)
+    Ring<kStages> st;
+    for (int v = first_tile; v < walk.count; v += tile_stride) {
+      int local = 0;
+      const int group = find_group_cached<kPrefixCap>(prefix, prefix_table, E, v, &local);
+      const Prob* pp = probs + group;
+      const int tiles_m = __ldg(&pp->tiles_m);
+      const int m0 = (local % tiles_m) * BM, n0 = (local / tiles_m) * BN;
+      const int KT = (__ldg(&pp->K) + kBK - 1) / kBK;
+      float acc[R];
+#pragma unroll
+      for (int i = 0; i < R; ++i) acc[i] = 0.0f;
+      for (int kt = 0; kt < KT; ++kt) {
+        mbar_wait(full + 8 * st.stage, st.phase);
+        const uint32_t stage = ring + st.stage * kStageBytes;
+        const uint4 tw = lds128(stage + kTests + 16 * band);
+        const WarpTest test{__uint_as_float(tw.x), __uint_as_float(tw.y), __uint_as_float(tw.z), tw.w};
+        const uint32_t da = sw128_desc_lo(stage + wm * 64 * 128);
+        if (test.flags & kChained) {  // (warpgroup-uniform)
+          float part[2][R];
+          const uint32_t db = sw128_desc_lo(stage + kTileBytes);
+          wgmma_fence();
+          wgmma_m64n128k16_ss_f16(part[0], sw128_desc_block(da, 0), sw128_desc_block(db, 0), 0);
+          wgmma_m64n128k16_ss_f16(part[0], sw128_desc_block(da, 1), sw128_desc_block(db, 1), 1);
+          wgmma_m64n128k16_ss_f16(part[1], sw128_desc_block(da, 2), sw128_desc_block(db, 2), 0);
+          wgmma_m64n128k16_ss_f16(part[1], sw128_desc_block(da, 3), sw128_desc_block(db, 3), 1);
+          wgmma_commit();
+          fence_regs(part[0]);
+          fence_regs(part[1]);
+          wgmma_wait<0>();
+          fence_regs(part[0]);
+          fence_regs(part[1]);
+          // the partials' sum and the sum of their magnitudes (two separate functions: the test keeps no sum alive)
+          auto sum_of = [&](int i) { return __fadd_rn(part[0][i], part[1][i]); };
+          auto mag_of = [&](int i) { return __fadd_rn(fabsf(part[0][i]), fabsf(part[1][i])); };
+          if (warp_test<R, 0>(acc, mag_of, test)) {
+#pragma unroll
+            for (int i = 0; i < R; ++i) acc[i] = __fadd_rz(acc[i], sum_of(i));
+          } else {
+            warp_slow<R, 0, 0>(acc, sum_of, mag_of, row0, lane, stage);
+          }
+        } else {
+          // per group: four m64n64 partials for each half of the columns (B rows 64 h .. 64 h + 63: 8 KB further)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            float q[4][R / 2];
+            const uint32_t db = sw128_desc_lo(stage + kTileBytes + h * 64 * 128);
+            wgmma_fence();
+#pragma unroll
+            for (int g = 0; g < 4; ++g)
+              wgmma_m64n64k16_ss_f16(q[g], sw128_desc_block(da, g), sw128_desc_block(db, g), 0);
+            wgmma_commit();
+#pragma unroll
+            for (int g = 0; g < 4; ++g) fence_regs(q[g]);
+            wgmma_wait<0>();
+#pragma unroll
+            for (int g = 0; g < 4; ++g) fence_regs(q[g]);
+            auto sum_of = [&](int i) { return __fadd_rn(__fadd_rn(q[0][i], q[1][i]), __fadd_rn(q[2][i], q[3][i])); };
+            auto mag_of = [&](int i) {
+              return __fadd_rn(__fadd_rn(fabsf(q[0][i]), fabsf(q[1][i])), __fadd_rn(fabsf(q[2][i]), fabsf(q[3][i])));
+            };
+            if (h == 0) {
+              if (warp_test<R / 2, 0>(acc, mag_of, test)) {
+#pragma unroll
+                for (int i = 0; i < R / 2; ++i) acc[i] = __fadd_rz(acc[i], sum_of(i));
+              } else {
+                warp_slow<R / 2, 0, 0>(acc, sum_of, mag_of, row0, lane, stage);
+              }
+            } else {
+              if (warp_test<R / 2, R / 2>(acc, mag_of, test)) {
+#pragma unroll
+                for (int i = 0; i < R / 2; ++i) acc[R / 2 + i] = __fadd_rz(acc[R / 2 + i], sum_of(i));
+              } else {
+                warp_slow<R / 2, R / 2, 64>(acc, sum_of, mag_of, row0, lane, stage);
+              }
+            }
+          }
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty + 8 * st.stage);  // this warp has read the stage
+        st.next();
+      }
+      // SPEC 12.7's epilogue (every MMA warp runs it; rows past M are not stored)
+      const Prob p = *pp;
+      if (m0 + 64 * wm < p.M)
+        store_tile<BN, OUT_F32, true>(acc, p, m0 + row0, n0 + 2 * (lane & 3), accumulate & 1);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sm100_copies
+
+bool launch_sm100_copies(const LaunchArgs& a, const CopiesArgs& d, cudaStream_t s) {
+  using namespace sm100_copies;
+  if (a.loader != kLoaderTma || a.epilogue != kEpilogueDirect) return false;
+  auto* maps = static_cast<CUtensorMap*>(d.group_maps);
+  gmap::MapSet<2> set{};
+  if (!exact_copies_template(d, &set.templates[0])) return false;
+  set.templates[1] = set.templates[0];
+  set.what[0] = gmap::MapOf::kAF16;
+  set.what[1] = gmap::MapOf::kBF16;
+  gmap::launch_group_maps(a.probs, a.E, set, maps, s);
+  if (a.out_f32)
+    launch_persistent<sm100_copies_kernel<true>, kThreads, kSmem>(a, s, static_cast<const CUtensorMap*>(maps));
+  else
+    launch_persistent<sm100_copies_kernel<false>, kThreads, kSmem>(a, s, static_cast<const CUtensorMap*>(maps));
+  return true;
+}
+
+}  // namespace nvfp4_gemm
