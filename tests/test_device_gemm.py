@@ -951,7 +951,7 @@ SM100_PATHS = {"alike": (0, 0.0, False), "few_binades": (3, 0.05, False), "many_
 @pytest.mark.parametrize("path", list(SM100_PATHS))
 def test_sm100_copies_paths(path):
     binades, zeros, odd = SM100_PATHS[path]
-    splits, n, k = [300, 0, 37, 140], 200, 336
+    splits, n, k = [300, 0, 37, 140], 208, 336
     t, e = sum(splits), len(splits)
     x, dy = spread_bf16((t, k), 11, binades, zeros), spread_bf16((t, n), 12, binades, zeros)
     w = spread_bf16((e * n, k), 13, binades, zeros)

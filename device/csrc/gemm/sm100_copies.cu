@@ -222,21 +222,24 @@ __device__ __forceinline__ void warp_slow(float (&acc)[R], SumOf&& sum_of, MagOf
   for (int i = 0; i < N; ++i) acc[OFF + i] = cl[i];
 }
 
-// The shared test over N outputs: every |partials| sum below t, |C| below c_hi and at least c_lo, as a test of the
-// extremes (three max / min reductions: no per-output predicate, no dependent chain of 3 N compares; more
-// independent chains cost the registers that the fragments leave). fmaxf / fminf drop a NaN, which is sound here: a NaN partial comes from a NaN scale byte (the band is then
+// The shared test over N outputs: every |partials| sum below t, |C| below c_hi and, unless C = 0, at least c_lo, as a
+// test of the extremes (three max / min reductions: no per-output predicate, no dependent chain of 3 N compares; more
+// independent chains cost the registers that the fragments leave). The least nonzero |C| is found on the keys
+// 2 bits(C) - 1 as unsigned integers: the sign bit drops out, +0 and -0 become the largest key, and for the others the
+// key's order is |C|'s. fmaxf / fminf drop a NaN, which is sound here: a NaN partial comes from a NaN scale byte (the band is then
 // not kBandFast), and a NaN C stays NaN through __fadd_rz as SPEC 12.7's step keeps it.
 template <int N, int OFF, class MagOf>
 __device__ __forceinline__ bool warp_test(const float (&acc)[R], MagOf&& mag_of, const WarpTest& t) {
-  float mm = 0.0f, hi = 0.0f, lo = __uint_as_float(0x7F800000u);
+  float mm = 0.0f, hi = 0.0f;
+  uint32_t lo_key = 0xFFFFFFFFu;
 #pragma unroll
   for (int i = 0; i < N; ++i) {
-    const float c = fabsf(acc[OFF + i]);
     mm = fmaxf(mm, mag_of(i));
-    hi = fmaxf(hi, c);
-    lo = fminf(lo, c);
+    hi = fmaxf(hi, fabsf(acc[OFF + i]));
+    lo_key = min(lo_key, 2u * __float_as_uint(acc[OFF + i]) - 1u);
   }
-  const bool ok = (t.flags & kBandFast) != 0 && mm < t.t && hi < t.c_hi && lo >= t.c_lo;
+  const bool lo_ok = t.c_lo == 0.0f || lo_key >= 2u * __float_as_uint(t.c_lo) - 1u;
+  const bool ok = (t.flags & kBandFast) != 0 && mm < t.t && hi < t.c_hi && lo_ok;
   return __all_sync(0xffffffffu, ok);
 }
 
