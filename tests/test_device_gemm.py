@@ -1319,7 +1319,10 @@ def test_binding_refuses_plans_it_cannot_run():
             loader="tma", epilogue="direct")
     refused("wgrad", dyc, xc, dw, "exact_hybrid runs fprop and dgrad", algorithm="exact_hybrid", loader="tma",
             epilogue="staged")
-    refused("fprop", xq, wq, y, "unknown algorithm code 9", algorithm=9, loader="cp_async", epilogue="staged")
+    refused("fprop", xq, wq, y, "unknown algorithm code 10", algorithm=10, loader="cp_async", epilogue="staged")
+    # sm100_copies loads by TMA and stores directly, nothing else
+    refused("fprop", xq, wq, y, "cannot run this call", algorithm="sm100_copies", loader="cp_async", epilogue="direct")
+    refused("fprop", xq, wq, y, "cannot run this call", algorithm="sm100_copies", loader="tma", epilogue="staged")
     refused("fprop", xq, wq, y, "unknown loader code 3", algorithm="fused_128x256", loader=3, epilogue="staged")
     refused("fprop", xq, wq, y, "unknown epilogue code 4", algorithm="fused_128x256", loader="cp_async", epilogue=4)
     # the TMA store of an output whose map does not apply: fprop's fp32 output (wgrad's map only)

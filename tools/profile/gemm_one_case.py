@@ -4,7 +4,7 @@
         [--mode fast] [--algorithm fused_pair_256x256] [--loader tma] [--epilogue staged] [--reps 2]
 
 Without ``--algorithm`` / ``--loader`` / ``--epilogue`` the planner chooses; given, they are forced through
-``device.testing.force_plan``. ``--mode`` defaults to exact for an exact_* algorithm, else fast.
+``device.testing.force_plan``. ``--mode`` defaults to exact for an exact_* algorithm, sm100 for an sm100_* one, else fast.
 """
 
 from __future__ import annotations
@@ -18,13 +18,14 @@ import device
 from device import testing
 
 ALGORITHMS = ("fused_64x256", "fused_128x256", "fused_pair_256x256", "swapped_64x256", "copies_cutlass",
-              "exact_fused", "exact_copies", "exact_hybrid")
+              "exact_fused", "exact_copies", "exact_hybrid", "sm100_simt", "sm100_copies")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kind", default="fprop", choices=["fprop", "dgrad", "wgrad"], help="the GEMM (SPEC 12)")
-    ap.add_argument("--mode", choices=["fast", "exact"], help="default: exact for an exact_* algorithm, else fast")
+    ap.add_argument("--mode", choices=["fast", "exact", "sm100"],
+                    help="default: exact for an exact_* algorithm, sm100 for an sm100_* one, else fast")
     ap.add_argument("--e", type=int, default=8, help="groups (experts)")
     ap.add_argument("--t", type=int, default=16384, help="tokens, balanced over the groups")
     ap.add_argument("--k", type=int, default=4096, help="hidden size (fprop's contraction)")
@@ -34,7 +35,7 @@ def main() -> None:
     ap.add_argument("--loader", choices=["cp_async", "tma"], help="force this loader")
     ap.add_argument("--epilogue", choices=["staged", "tma_store"], help="force this epilogue")
     a = ap.parse_args()
-    mode = a.mode or ("exact" if (a.algorithm or "").startswith("exact_") else "fast")
+    mode = a.mode or next((m for m in ("exact", "sm100") if (a.algorithm or "").startswith(m + "_")), "fast")
     dev = "cuda"
     st = torch.full((a.e,), a.t // a.e, dtype=torch.int64, device=dev)
     st[-1] += a.t - int(st.sum())

@@ -30,12 +30,17 @@
 // 2^-20, from the fp16 values and scale bytes still in the stage (step_from_stage).
 //
 // Roles (one persistent CTA per SM, three 128-thread warpgroups; 128 x 128 output tiles, the setup kernel's list):
-//   loader warps 0 and 1: thread 0 issues each stage's two TMA boxes (A rows [m0, m0 + 128) and B rows [n0, n0 + 128)
-//       x 64 K, as exact_copies); warp w reads the scale words of A rows [64 w, 64 w + 64) and of all 128 B rows (one
-//       aligned 4-byte word per row and step, SPEC 8.2) and writes their summaries into the stage.
+//   issuer (loader thread 0): each stage's two TMA boxes (A rows [m0, m0 + 128) and B rows [n0, n0 + 128) x 64 K, as
+//       exact_copies) and, by bulk copies, the two operands' scale tiles of the step (the 512 bytes of 128 rows x 4
+//       16-blocks, SPEC 8.2: row r's four bytes are the aligned word at (r % 32) 16 + (r / 32) 4), on raw[s].
+//   summarizers (loader warps 1-3, each every third step): once raw[s] completes, the words of the 128 A rows and the
+//       128 B rows, masked (zero past the group's rows and past K), and the eight bands' tests into the stage, then an
+//       arrival on full[s]. They wait on shared memory only, so they run ahead of the MMA warps with the issuer; one
+//       warp for all steps starved the MMA warps (they waited on full[s] for a third of their time, ncu). (Scale buffers that are not 16-byte aligned take no bulk copy: the summarizers then load the
+//       words from global memory.)
 //   MMA warpgroups (2, rows [64 wm, 64 wm + 64) x 128 columns): the partials, the test, the sum; SPEC 12.7's epilogue
 //       (gemm/epilogue.cuh, direct stores).
-//   full[s]: thread 0's TMA arrival (with the boxes' bytes) and one arrival per loader warp (its summaries);
+//   raw[s]: the issuer's arrival with the boxes' and tiles' bytes; full[s]: the step's summarizer's arrival;
 //   empty[s]: one arrival per MMA warp, after its last read of the stage.
 #include <cuda_fp16.h>
 
@@ -56,12 +61,16 @@ constexpr int BM = 128, BN = 128, R = 64;  // R: fp32 accumulator registers per 
 constexpr int kStages = 6;
 constexpr int kThreads = 384, kLoaderThreads = 128;
 constexpr int kMmaRegs = 216, kLoaderRegs = 72;
+constexpr int kSummarizers = 3;  // loader warps 1-3 write the summaries of every third step each
 constexpr int kTileBytes = 128 * kBK * 2;  // 128 rows x 64 fp16 = 16 KB
-// A stage: the A tile, the B tile (both as exact_copies), then the scale words of the 128 A rows and the 128 B rows
-// (group g of the step in byte g; zero past the group's rows or past K) and the eight 16-row bands' tests (WarpTest).
-constexpr int kWordsA = 2 * kTileBytes, kWordsB = kWordsA + 4 * BM, kTests = kWordsB + 4 * BN;
+// A stage: the A tile, the B tile (both as exact_copies), the two raw scale tiles (A's, B's), then the masked scale
+// words of the 128 A rows and the 128 B rows (group g of the step in byte g; zero past the group's rows or past K) and
+// the eight 16-row bands' tests (WarpTest).
+constexpr int kScaleTile = 512;
+constexpr int kRawScalesA = 2 * kTileBytes, kRawScalesB = kRawScalesA + kScaleTile;
+constexpr int kWordsA = kRawScalesB + kScaleTile, kWordsB = kWordsA + 4 * BM, kTests = kWordsB + 4 * BN;
 constexpr int kStageBytes = (kTests + 16 * (BM / 16) + 1023) / 1024 * 1024;
-constexpr int kBarBytes = 128;  // full and empty
+constexpr int kBarBytes = 256;  // raw, full and empty
 constexpr int kSmemBase = kStages * kStageBytes + kBarBytes + 1024;
 constexpr int kPrefixCap = prefix_cap_for(227 * 1024 - kSmemBase);
 constexpr int kSmem = kSmemBase + prefix_table_bytes(kPrefixCap);
@@ -82,48 +91,67 @@ struct RowScales {
   bool special;
 };
 
-__device__ __forceinline__ RowScales row_scales(uint32_t word) {
-  RowScales r{64, -64, false};
-#pragma unroll
-  for (int g = 0; g < 4; ++g) {
-    const uint32_t b = (word >> (8 * g)) & 0xFF;
-    if ((b & 0x7F) == 0) continue;
-    const int e = sm100::scale_exp(b);
-    r.lo = min(r.lo, e);
-    r.hi = max(r.hi, e);
-    r.special |= sm100::scale_is_nan(b) || (b & 0x80);
-  }
-  return r;
+// The same packed for reductions (SIMD over the word's four bytes): byte 0 the least exponent field of a nonzero byte
+// (a subnormal's as 1, so that e(s) = field - 7 throughout; 255 when there is none; 0 when a byte is special), byte 1
+// 255 minus the largest (255 when none). Rows merge by __vminu4.
+constexpr uint32_t kNoScales = 0xFFFFu;
+
+__device__ __forceinline__ uint32_t pack_scales(uint32_t word) {
+  const uint32_t m = word & 0x7F7F7F7Fu;
+  const uint32_t nonzero = __vcmpne4(m, 0u);                            // 0xFF in each nonzero byte
+  const uint32_t field = __vmaxu4((m >> 3) & 0x0F0F0F0Fu, 0x01010101u);  // exponent fields
+  const uint32_t lo4 = field | ~nonzero, hi4 = field & nonzero;
+  const uint32_t lo2 = __vminu4(lo4, lo4 >> 16), hi2 = __vmaxu4(hi4, hi4 >> 16);
+  const uint32_t lo = min(lo2 & 0xFF, (lo2 >> 8) & 0xFF), hi = max(hi2 & 0xFF, (hi2 >> 8) & 0xFF);
+  const bool special = (__vcmpeq4(m, 0x7F7F7F7Fu) | (word & 0x80808080u & nonzero)) != 0;
+  return (special ? 0u : lo) | (255u - hi) << 8;
 }
 
-// Summaries reduced over the lanes whose index differs in the bits FIRST, FIRST / 2, ..., LAST (xor shuffles).
+__device__ __forceinline__ RowScales unpack_scales(uint32_t packed) {
+  const int lo = static_cast<int>(packed & 0xFF), hi = 255 - static_cast<int>((packed >> 8) & 0xFF);
+  return RowScales{lo == 255 ? 64 : lo - 7, hi == 0 ? -64 : hi - 7, lo == 0};
+}
+
+__device__ __forceinline__ RowScales row_scales(uint32_t word) { return unpack_scales(pack_scales(word)); }
+
+// Packed summaries merged over the lanes whose index differs in the bits FIRST, FIRST / 2, ..., LAST (xor shuffles).
 template <int FIRST, int LAST>
-__device__ __forceinline__ RowScales reduce_scales(RowScales r) {
+__device__ __forceinline__ uint32_t reduce_scales(uint32_t packed) {
 #pragma unroll
-  for (int d = FIRST; d >= LAST; d /= 2) {
-    r.lo = min(r.lo, __shfl_xor_sync(0xffffffffu, r.lo, d));
-    r.hi = max(r.hi, __shfl_xor_sync(0xffffffffu, r.hi, d));
-    r.special |= __shfl_xor_sync(0xffffffffu, static_cast<int>(r.special), d) != 0;
+  for (int d = FIRST; d >= LAST; d /= 2) packed = __vminu4(packed, __shfl_xor_sync(0xffffffffu, packed, d));
+  return packed;
+}
+
+// The exponent spread (largest minus least e(s)) of packed summaries; negative when there is no scale.
+__device__ __forceinline__ int spread(uint32_t packed) {
+  const RowScales r = unpack_scales(packed);
+  return r.hi - r.lo;
+}
+
+// The scale tile of step kt for the 128 rows from row0 (a multiple of 128) of a plane with K contraction elements:
+// its first byte (SPEC 8.2: 512 bytes, tile column kt of row tile row0 / 128).
+__device__ __forceinline__ const uint8_t* scale_tile(const uint8_t* scales, int K, int row0, int kt) {
+  const long long cp4 = (K / 16 + 3) / 4;
+  return scales + ((row0 / 128) * cp4 + kt) * kScaleTile;
+}
+
+// Row r's (of a tile) scale word of step kt, masked: the bytes of 16-blocks past K zero (SPEC 12.7's padding: zero
+// groups), all zero for a row past the group's `valid` rows. From the stage's raw tile, or (tile == 0: a scale buffer
+// that is not 16-byte aligned) by byte loads from global memory.
+__device__ __forceinline__ uint32_t scale_word(uint32_t tile, const uint8_t* global_tile, int r, int valid, int K,
+                                               int kt) {
+  if (r >= valid) return 0;
+  const int at = (r & 31) * 16 + (r >> 5) * 4;  // nvfp4::swizzle_in_tile(r, 0)
+  uint32_t w;
+  if (tile) {
+    w = lds32(tile + at);
+  } else {
+    w = 0;
+#pragma unroll
+    for (int g = 0; g < 4; ++g) w |= static_cast<uint32_t>(__ldg(global_tile + at + g)) << (8 * g);
   }
-  return r;
-}
-
-__device__ __forceinline__ RowScales merge(RowScales a, RowScales b) {
-  return RowScales{min(a.lo, b.lo), max(a.hi, b.hi), a.special || b.special};
-}
-
-// The scale word of row `row` (of `rows`) in step kt of a plane with K contraction elements: its four scale bytes,
-// those of 16-blocks past K zero (SPEC 12.7's padding: zero groups), all zero past the rows. Byte loads: a scale
-// buffer need not be 4-byte aligned.
-__device__ __forceinline__ uint32_t scale_word(const uint8_t* scales, int rows, int K, int row, int kt) {
-  if (row >= rows) return 0;
-  const int cp4 = (K / 16 + 3) / 4, blocks = K / 16 - 4 * kt;
-  const uint8_t* p = scales + nvfp4::swizzle_offset<int64_t>(row, 4 * kt, cp4);  // bytes g = 0..3 follow
-  uint32_t w = 0;
-#pragma unroll
-  for (int g = 0; g < 4; ++g)
-    if (g < blocks) w |= static_cast<uint32_t>(__ldg(p + g)) << (8 * g);
-  return w;
+  const int blocks = K / 16 - 4 * kt;  // 16-blocks of the step inside K (>= 1)
+  return blocks >= 4 ? w : w & ((1u << (8 * blocks)) - 1u);
 }
 
 // One 16-row band's test for a step (written by the loader, read by the band's MMA warp): the thresholds
@@ -251,19 +279,22 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ uint8_t smem_dyn[];
   const uint32_t smem = (smem_u32(smem_dyn) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
   const uint32_t ring = smem, bars = ring + kStages * kStageBytes;
-  const uint32_t full = bars, empty = bars + 8 * kStages;
+  const uint32_t raw = bars, full = bars + 8 * kStages, empty = bars + 16 * kStages;
   const uint32_t prefix_table = bars + kBarBytes;
   const int tid = threadIdx.x, lane = tid & 31;
   const int first_tile = blockIdx.x, tile_stride = gridDim.x;
   const TileWalk<false> walk(__ldg(prefix + E), tile_stride);
   stage_prefix<kPrefixCap>(prefix_table, prefix, E, tid, kThreads);
-  init_ring_barriers<kStages>(full, empty, 3, 8);
+  if (tid == 0)
+    for (int s = 0; s < kStages; ++s) mbar_init(raw + 8 * s, 1);  // (init_ring_barriers' fence and barrier follow)
+  init_ring_barriers<kStages>(full, empty, 1, 8);
 
   if (tid < kLoaderThreads) {
     // ------------------------------------------------------------------------------------------------ loaders
     setmaxnreg_dec<kLoaderRegs>();
-    const int w = tid >> 5;
-    if (w >= 2) return;
+    const int w = (tid >> 5) - 1;  // summarizer w: loader warp 1 + w, every kSummarizers-th step; the issuer: thread 0
+    if (tid != 0 && w < 0) return;
+    int step = 0;  // the steps walked
     StepCursor cur;
     cur.stride = tile_stride;
     cur.seek<BN>(probs, prefix, E, walk, first_tile);
@@ -271,55 +302,67 @@ __global__ void __launch_bounds__(kThreads, 1)
     const CUtensorMap* maps = nullptr;
     Prob p{};
     int m0 = 0, n0 = 0;
+    bool bulk = false;  // both scale buffers 16-byte aligned: the scale tiles come by bulk copies
     while (cur.valid(walk)) {
       if (cur.kt == 0) {
         p = probs[cur.group];
         m0 = (cur.local % p.tiles_m) * BM;
         n0 = (cur.local / p.tiles_m) * BN;
+        bulk = ((reinterpret_cast<uintptr_t>(p.sa) | reinterpret_cast<uintptr_t>(p.sb)) & 15) == 0;
         if (tid == 0) {
           maps = group_maps + 2 * cur.group;
           gmap::acquire_group_map(maps);  // written by group_maps_kernel (generic proxy), read here by TMA
           gmap::acquire_group_map(maps + 1);
         }
       }
-      // this step's scale words (before the stage is free): A rows 64 w + lane and 64 w + 32 + lane, B rows lane + 32 i
       const int kt = cur.kt;
-      const uint32_t wa0 = scale_word(p.sa, p.M, p.K, m0 + 64 * w + lane, kt);
-      const uint32_t wa1 = scale_word(p.sa, p.M, p.K, m0 + 64 * w + 32 + lane, kt);
-      uint32_t wb[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) wb[i] = scale_word(p.sb, p.N, p.K, n0 + lane + 32 * i, kt);
-      mbar_wait(empty + 8 * st.stage, st.phase ^ 1u);
       const uint32_t stage = ring + st.stage * kStageBytes;
-      if (tid == 0) {
-        mbar_arrive_expect_tx(full + 8 * st.stage, 2 * kTileBytes);
-        tma_load_2d(stage, maps, full + 8 * st.stage, 64 * kt, m0);
-        tma_load_2d(stage + kTileBytes, maps + 1, full + 8 * st.stage, 64 * kt, n0);
-      }
-      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(stage + kWordsA + 4 * (64 * w + lane)), "r"(wa0) : "memory");
-      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(stage + kWordsA + 4 * (64 * w + 32 + lane)), "r"(wa1) : "memory");
-      if (w == 0) {
+      const uint8_t* tile_a = scale_tile(p.sa, p.K, m0, kt);
+      const uint8_t* tile_b = scale_tile(p.sb, p.K, n0, kt);
+      if (tid == 0) {  // the issuer
+        mbar_wait(empty + 8 * st.stage, st.phase ^ 1u);
+        const uint32_t bar = raw + 8 * st.stage;
+        mbar_arrive_expect_tx(bar, 2 * kTileBytes + (bulk ? 2 * kScaleTile : 0));
+        tma_load_2d(stage, maps, bar, 64 * kt, m0);
+        tma_load_2d(stage + kTileBytes, maps + 1, bar, 64 * kt, n0);
+        if (bulk) {
+          bulk_copy_from_global(stage + kRawScalesA, tile_a, kScaleTile, bar);
+          bulk_copy_from_global(stage + kRawScalesB, tile_b, kScaleTile, bar);
+        }
+      } else if (step % kSummarizers == w) {  // this summarizer's step: A rows and B rows lane + 32 i
+        mbar_wait(raw + 8 * st.stage, st.phase);
+        const uint32_t ta = bulk ? stage + kRawScalesA : 0, tb = bulk ? stage + kRawScalesB : 0;
+        const int va = p.M - m0, vb = p.N - n0;
+        uint32_t band[4], pb = kNoScales;  // band[i]: rows lane + 32 i, in band 2 i + lane / 16
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
-          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(stage + kWordsB + 4 * (lane + 32 * i)), "r"(wb[i]) : "memory");
+        for (int i = 0; i < 4; ++i) {
+          const uint32_t wa = scale_word(ta, tile_a, lane + 32 * i, va, p.K, kt);
+          const uint32_t wb = scale_word(tb, tile_b, lane + 32 * i, vb, p.K, kt);
+          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(stage + kWordsA + 4 * (lane + 32 * i)), "r"(wa) : "memory");
+          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(stage + kWordsB + 4 * (lane + 32 * i)), "r"(wb) : "memory");
+          band[i] = pack_scales(wa);
+          pb = __vminu4(pb, pack_scales(wb));
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) band[i] = reduce_scales<8, 1>(band[i]);
+        const uint32_t group0 = reduce_scales<16, 16>(__vminu4(band[0], band[1]));  // warpgroup 0's 64 rows
+        const uint32_t group1 = reduce_scales<16, 16>(__vminu4(band[2], band[3]));
+        pb = reduce_scales<16, 1>(pb);  // the tile's 128 B rows
+        const RowScales bs = unpack_scales(pb);
+        const bool chained0 = spread(group0) + (bs.hi - bs.lo) <= 7, chained1 = spread(group1) + (bs.hi - bs.lo) <= 7;
+        if ((lane & 15) == 0) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const WarpTest t = band_test(unpack_scales(band[i]), bs, i < 2 ? chained0 : chained1, kt == 0);
+            asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(stage + kTests + 16 * (2 * i + (lane >> 4))),
+                         "r"(__float_as_uint(t.t)), "r"(__float_as_uint(t.c_hi)), "r"(__float_as_uint(t.c_lo)),
+                         "r"(t.flags) : "memory");
+          }
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(full + 8 * st.stage);  // the step's words and tests are in place
       }
-      // bands: lanes 0-15 hold rows of bands 4 w and 4 w + 2, lanes 16-31 of bands 4 w + 1 and 4 w + 3
-      const RowScales b0 = reduce_scales<8, 1>(row_scales(wa0)), b1 = reduce_scales<8, 1>(row_scales(wa1));
-      const RowScales group_a = reduce_scales<16, 16>(merge(b0, b1));  // the warpgroup's 64 rows
-      RowScales bs = merge(merge(row_scales(wb[0]), row_scales(wb[1])), merge(row_scales(wb[2]), row_scales(wb[3])));
-      bs = reduce_scales<16, 1>(bs);  // the tile's 128 B rows
-      const bool chained = (group_a.hi - group_a.lo) + (bs.hi - bs.lo) <= 7;
-      if ((lane & 15) == 0) {
-        const int band = 4 * w + (lane >> 4);
-        const WarpTest t0 = band_test(b0, bs, chained, kt == 0), t1 = band_test(b1, bs, chained, kt == 0);
-        const uint32_t a0 = stage + kTests + 16 * band, a1 = stage + kTests + 16 * (band + 2);
-        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(a0), "r"(__float_as_uint(t0.t)),
-                     "r"(__float_as_uint(t0.c_hi)), "r"(__float_as_uint(t0.c_lo)), "r"(t0.flags) : "memory");
-        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(a1), "r"(__float_as_uint(t1.t)),
-                     "r"(__float_as_uint(t1.c_hi)), "r"(__float_as_uint(t1.c_lo)), "r"(t1.flags) : "memory");
-      }
-      __syncwarp();
-      if (lane == 0) mbar_arrive(full + 8 * st.stage);  // this warp's words and tests are in place
+      ++step;
       st.next();
       cur.next<BN>(probs, prefix, E, walk);
     }
@@ -343,6 +386,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int i = 0; i < R; ++i) acc[i] = 0.0f;
       for (int kt = 0; kt < KT; ++kt) {
+        mbar_wait(raw + 8 * st.stage, st.phase);  // the boxes landed (observed here: the wgmmas read them)
         mbar_wait(full + 8 * st.stage, st.phase);
         const uint32_t stage = ring + st.stage * kStageBytes;
         const uint4 tw = lds128(stage + kTests + 16 * band);
