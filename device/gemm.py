@@ -22,7 +22,9 @@ in K order with one fp32 rounding, i.e. byte-identical to ``oracle.gemm(model="s
 in the fp32 epilogue in SPEC 12.2's order.
 ``mode="sm100"``: Blackwell's block-scaled MMA (tcgen05.mma kind::mxf4nvf4, k64 steps in K order) and the CUTLASS
 SM100 epilogue, byte-identical to ``oracle.gemm(model="sm100")`` (SPEC 12.7): a Hopper run gives a B200's bits. Its
-kernel (``sm100_simt``) models each step in integer arithmetic on the CUDA cores.
+kernel (``sm100_copies``) forms each step's group values with wgmma and proves per output that the step's truncation
+cuts nothing, falling back to the step in integer arithmetic where it cannot (``sm100_simt``, which runs every step
+that way on the CUDA cores, gives the same bits).
 
 Scale rules: both operands under TE rules ("te", "te_fused_rht": alpha = (A_amax * B_amax) * fp32(1/(36 G_A G_B)),
 36 G_A G_B = 7225344 unless 4over6 used G = 256, SPEC 5.6), both under "torchao" (alpha = P_A * P_B,
@@ -60,7 +62,8 @@ _RULE_CODES = {name: int(code) for name, code in Rule.__members__.items()}
 
 
 _TILE = 128
-#: mode "sm100" (gemm/sm100_simt.cu): fewer than 2^13 k64 steps keep its int64 accumulator below 2^62 (SPEC 12.7)
+#: mode "sm100" (gemm/sm100_copies.cu, gemm/sm100_simt.cu): fewer than 2^13 k64 steps keep the int64 step's
+#: accumulator below 2^62 (SPEC 12.7)
 SM100_MAX_CONTRACTION = 2**19
 _num_sms: int | None = None
 
@@ -161,7 +164,7 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
         bias: fprop / dgrad only: ``[E, cols]`` float32 or bfloat16, added per group in the epilogue.
         mode: ``"fast"`` (``oracle.gemm(model="tensor_core")`` bit for bit), ``"exact"`` (``model="sequential"``
             bit for bit) or ``"sm100"`` (``model="sm100"`` bit for bit: what a B200's CUTLASS grouped GEMM returns,
-            SPEC 12.7; contractions below 2^19; integer arithmetic on the CUDA cores, many times slower).
+            SPEC 12.7; contractions below 2^19; 0.2-0.5x the speed of torch._grouped_mm on BF16, docs/performance.md).
 
     Returns:
         ``out``: ``[T, N]`` (fprop), ``[T, K]`` (dgrad) or ``[E, N, K]`` (wgrad).

@@ -1011,7 +1011,7 @@ GRAPH_SHAPES = {
 @pytest.mark.parametrize("kind", ["fprop", "wgrad"])
 def test_cuda_graph_replay(kind, mode, shape):
     dev = _device()
-    if shape == "sm100":  # mode sm100 has one algorithm; run it once per kind
+    if shape == "sm100":  # mode sm100's plan (sm100_copies: fp16 copies and maps from the graph's pool), once per kind
         if mode == "fast":
             pytest.skip("the sm100 shape runs under the 'exact' parametrization only")
         mode = "sm100"
