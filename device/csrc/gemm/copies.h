@@ -63,9 +63,11 @@ bool launch_swapped(const LaunchArgs& a, const CopiesArgs& d, cudaStream_t s);
 // (false, launching nothing, when that scratch is missing or misaligned or the driver refuses the map) or cp.async;
 // the staged epilogue, or wgrad's fp32 TMA store (false when its output map does not apply).
 bool launch_exact_copies(const LaunchArgs& a, const CopiesArgs& d, cudaStream_t s);
-// The fp16 tensor-map template of exact_copies' and sm100_copies' TMA loaders (fp16, box {64, 128}, 128-byte swizzle)
-// over d.a_f16: false when a copy or the map scratch is missing or misaligned, or the driver refuses it.
-bool exact_copies_template(const CopiesArgs& d, CUtensorMap* tmpl);
+// The per-group tensor maps of exact_copies' and sm100_copies' TMA loaders, built on the device into d.group_maps
+// (gmap::group_maps_kernel: per group the A copy, then the B copy, as {K, rows} fp16 with box {64, 128} and the
+// 128-byte swizzle); false, launching nothing, when a copy or the map scratch is missing or misaligned, or the driver
+// refuses the template.
+bool launch_copies_maps(const LaunchArgs& a, const CopiesArgs& d, cudaStream_t s);
 // Mode sm100 over fp16 copies of both planes (gemm/sm100_copies.cu, SPEC 12.7): decodes both planes, points every
 // group's Prob::a / Prob::b into the copies, builds the per-group maps into d.group_maps (2 x 128 bytes per group) and
 // runs the kernel over the setup kernel's 128 x 128 tile list (`l`). False, launching nothing, when the plan is not the

@@ -469,18 +469,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 bool launch_sm100_copies(const LaunchArgs& a, const CopiesArgs& d, cudaStream_t s) {
   using namespace sm100_copies;
-  if (a.loader != kLoaderTma || a.epilogue != kEpilogueDirect) return false;
-  auto* maps = static_cast<CUtensorMap*>(d.group_maps);
-  gmap::MapSet<2> set{};
-  if (!exact_copies_template(d, &set.templates[0])) return false;
-  set.templates[1] = set.templates[0];
-  set.what[0] = gmap::MapOf::kAF16;
-  set.what[1] = gmap::MapOf::kBF16;
-  gmap::launch_group_maps(a.probs, a.E, set, maps, s);
+  if (a.loader != kLoaderTma || a.epilogue != kEpilogueDirect || !launch_copies_maps(a, d, s)) return false;
+  const auto* maps = static_cast<const CUtensorMap*>(d.group_maps);
   if (a.out_f32)
-    launch_persistent<sm100_copies_kernel<true>, kThreads, kSmem>(a, s, static_cast<const CUtensorMap*>(maps));
+    launch_persistent<sm100_copies_kernel<true>, kThreads, kSmem>(a, s, maps);
   else
-    launch_persistent<sm100_copies_kernel<false>, kThreads, kSmem>(a, s, static_cast<const CUtensorMap*>(maps));
+    launch_persistent<sm100_copies_kernel<false>, kThreads, kSmem>(a, s, maps);
   return true;
 }
 
