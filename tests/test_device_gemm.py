@@ -959,6 +959,28 @@ def test_sm100_copies_paths(path):
         run_sm100_layer(x, dy, w, splits, algorithm=algorithm, odd_scales=odd)
 
 
+def test_sm100_unaligned_scale_buffers():
+    """sm100_copies bulk-copies each step's scale tiles where both scale buffers are 16-byte aligned and loads the
+    scale words from global memory otherwise: the tokens' scales 4 and 1 bytes into a copy of their buffer (the
+    plane's bytes unchanged) give the oracle's bits too, fprop and dgrad."""
+    import dataclasses
+
+    splits, n, k = [130, 0, 70], 144, 320
+    e = len(splits)
+    x, dy = spread_bf16((sum(splits), k), 21, 3, 0.05), spread_bf16((sum(splits), n), 23, 3, 0.05)
+    wq = gq(spread_bf16((e * n, k), 22, 3, 0.05), [n] * e, rowwise=True, columnwise=True, block=(16, 16))
+    wo = wq.to_oracle()
+    for shift in (4, 1):
+        for kind, a, b_planes in (("fprop", gq(x, splits), wo.row_planes), ("dgrad", gq(dy, splits), wo.col_planes)):
+            buf = torch.zeros(a.row_scales.numel() + shift, dtype=torch.uint8, device=DEV)
+            buf[shift:] = a.row_scales
+            moved = dataclasses.replace(a, row_scales=buf[shift:])
+            assert moved.row_scales.data_ptr() % 16 == shift
+            y = gemm(moved, wq, kind=kind, mode="sm100", out_dtype=torch.float32, algorithm="sm100_copies")
+            check_row_groups(to_np(y), splits, a.to_oracle().row_planes, b_planes, "sm100", torch.float32,
+                             where=f"{kind}, scales {shift} bytes off")
+
+
 def test_sm100_refusals():
     """Mode sm100's algorithms (sm100_copies, sm100_simt) belong to no other mode, and it runs contractions below 2^19
     only (its int64 model)."""
