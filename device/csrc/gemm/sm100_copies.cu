@@ -35,8 +35,10 @@
 //       16-blocks, SPEC 8.2: row r's four bytes are the aligned word at (r % 32) 16 + (r / 32) 4), on raw[s].
 //   summarizers (loader warps 1-3, each every third step): once raw[s] completes, the words of the 128 A rows and the
 //       128 B rows, masked (zero past the group's rows and past K), and the eight bands' tests into the stage, then an
-//       arrival on full[s]. They wait on shared memory only, so they run ahead of the MMA warps with the issuer; one
-//       warp for all steps starved the MMA warps (they waited on full[s] for a third of their time, ncu). (Scale buffers that are not 16-byte aligned take no bulk copy: the summarizers then load the
+//       arrival on full[s]. They wait on shared memory only, so they run ahead of the MMA warps with the issuer. Two
+//       warps that each took every step (half of the A rows each) starved the MMA warps: a third of the MMA warps'
+//       stall samples were on full[s] (ncu); three rotating warps with byte-packed summaries took E8 fprop from 0.16 to
+//       0.23 of torch._grouped_mm (H200). (Scale buffers that are not 16-byte aligned take no bulk copy: the summarizers then load the
 //       words from global memory.)
 //   MMA warpgroups (2, rows [64 wm, 64 wm + 64) x 128 columns): the partials, the test, the sum; SPEC 12.7's epilogue
 //       (gemm/epilogue.cuh, direct stores).
