@@ -256,8 +256,9 @@ __device__ __forceinline__ void warp_slow(float (&acc)[R], SumOf&& sum_of, MagOf
 // test of the extremes (three max / min reductions: no per-output predicate, no dependent chain of 3 N compares; more
 // independent chains cost the registers that the fragments leave). The least nonzero |C| is found on the keys
 // 2 bits(C) - 1 as unsigned integers: the sign bit drops out, +0 and -0 become the largest key, and for the others the
-// key's order is |C|'s. fmaxf / fminf drop a NaN, which is sound here: a NaN partial comes from a NaN scale byte (the band is then
-// not kBandFast), and a NaN C stays NaN through __fadd_rz as SPEC 12.7's step keeps it.
+// key's order is |C|'s. The tests pass a NaN by (fmaxf drops it, and a NaN C's key lies above every finite one), which
+// is sound here: a NaN partial comes from a NaN scale byte (the band is then not kBandFast), and a NaN C stays NaN
+// through __fadd_rz as SPEC 12.7's step keeps it.
 template <int N, int OFF, class MagOf>
 __device__ __forceinline__ bool warp_test(const float (&acc)[R], MagOf&& mag_of, const WarpTest& t) {
   float mm = 0.0f, hi = 0.0f;
