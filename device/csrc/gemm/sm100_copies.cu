@@ -16,6 +16,7 @@
 //   and if the sum of the |partials| stays below 2^(L + 16), every partial sum is an integer multiple of 2^(L - 8)
 //       below 2^24 of them: exact in fp32 (a sum that reaches 2^(L + 16) computes to at least that, so the test on the
 //       computed magnitudes is sound).
+// (tests/test_sm100_fast_step.py checks this against SPEC 12.6's and 12.7's scalar references on the CPU.)
 // Two ways to form the partials, chosen per warpgroup and step from the loader's summaries:
 //   chained (the groups' exponents spread by H - L <= 7 over the warpgroup's 64 rows and the tile's 128 columns): two
 //       partials, wgmma(g0) then wgmma(g1) with scale-d = 1 into one fragment, and the same for g2, g3. The second
