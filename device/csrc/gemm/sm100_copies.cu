@@ -22,10 +22,10 @@
 //       partials, wgmma(g0) then wgmma(g1) with scale-d = 1 into one fragment, and the same for g2, g3. The second
 //       wgmma is exact too: by SPEC 12.6 it truncates at 2^(E' - 25) with E' = max(e(V_0), E_1 + 6) <= H + 10 (|V_0| <
 //       2^(E_0 + 11), |a b| < 2^(E_1 + 7)), at most 2^(L - 8), the grid of both addends; its sum is checked below
-//       2^(L + 16) as above. Two wgmmas per fragment, 6 CUDA-core instructions per output and step.
+//       2^(L + 16) as above. Two wgmmas per fragment, 6-7 CUDA-core instructions per output and step.
 //   per group (wider spreads): four m64n64 partials per half of the tile's columns, summed on the CUDA cores.
 // The test runs first with the warp's bounds (the loader's per-16-row and per-tile extremes: thresholds shared by the
-// warp, no arithmetic per output); where it fails for some output of the warp, every output of the warp is tested
+// warp, tested against the extremes of its outputs); where it fails for some output of the warp, every output is tested
 // with its own row's and column's bounds, and the outputs that fail that too (a NaN or sign-bit scale, an exponent
 // spread past 27, cancellation to C = 0, ...) run SPEC 12.7's step exactly as sm100_simt does, in int64 units of
 // 2^-20, from the fp16 values and scale bytes still in the stage (step_from_stage).
@@ -39,13 +39,15 @@
 //       arrival on full[s]. They wait on shared memory only, so they run ahead of the MMA warps with the issuer. Two
 //       warps that each took every step (half of the A rows each) starved the MMA warps: a third of the MMA warps'
 //       stall samples were on full[s] (ncu); three rotating warps with byte-packed summaries took E8 fprop from 0.16 to
-//       0.23 of torch._grouped_mm (H200). (Scale buffers that are not 16-byte aligned take no bulk copy: the summarizers then load the
-//       words from global memory.)
+//       0.23 of torch._grouped_mm (H200). (Scale buffers that are not 16-byte aligned take no bulk copy: the
+//       summarizers then load the words from global memory.)
 //   MMA warpgroups (2, rows [64 wm, 64 wm + 64) x 128 columns): the partials, the test, the sum; SPEC 12.7's epilogue
 //       (gemm/epilogue.cuh, direct stores).
 //   raw[s]: the issuer's arrival with the boxes' and tiles' bytes; full[s]: the step's summarizer's arrival;
 //   empty[s]: one arrival per MMA warp, after its last read of the stage.
 #include <cuda_fp16.h>
+
+#include <type_traits>
 
 #include "common/pdl.cuh"
 #include "common/swizzle.cuh"
@@ -134,8 +136,7 @@ __device__ __forceinline__ int spread(uint32_t packed) {
 // The scale tile of step kt for the 128 rows from row0 (a multiple of 128) of a plane with K contraction elements:
 // its first byte (SPEC 8.2: 512 bytes, tile column kt of row tile row0 / 128).
 __device__ __forceinline__ const uint8_t* scale_tile(const uint8_t* scales, int K, int row0, int kt) {
-  const long long cp4 = (K / 16 + 3) / 4;
-  return scales + ((row0 / 128) * cp4 + kt) * kScaleTile;
+  return scales + nvfp4::swizzle_offset<int64_t>(row0, 4 * kt, (K / 16 + 3) / 4);
 }
 
 // Row r's (of a tile) scale word of step kt, masked: the bytes of 16-blocks past K zero (SPEC 12.7's padding: zero
@@ -144,7 +145,7 @@ __device__ __forceinline__ const uint8_t* scale_tile(const uint8_t* scales, int 
 __device__ __forceinline__ uint32_t scale_word(uint32_t tile, const uint8_t* global_tile, int r, int valid, int K,
                                                int kt) {
   if (r >= valid) return 0;
-  const int at = (r & 31) * 16 + (r >> 5) * 4;  // nvfp4::swizzle_in_tile(r, 0)
+  const int at = nvfp4::swizzle_in_tile(r, 0);
   uint32_t w;
   if (tile) {
     w = lds32(tile + at);
@@ -218,16 +219,13 @@ __device__ __noinline__ float step_from_stage(float c, int r, int col, uint32_t 
   return __fmul_rn(__ll2float_rn(acc), 0x1p-20f);  // exact: 24 significant bits, a multiple of 2^-20
 }
 
-// The per-output test (own row's and column's bounds) for an output whose warp failed the shared one; if it fails
-// too, the exact step. s: the partials' sum, m: the sum of their magnitudes.
+// The per-output test (band_test on its own row's and column's bounds) for an output whose warp failed the shared
+// one; if it fails too, the exact step. s: the partials' sum, m: the sum of their magnitudes.
 __device__ __forceinline__ float output_step(float c, float s, float m, int r, int col, uint32_t stage) {
   const uint32_t wa = lds32(stage + kWordsA + 4 * r), wb = lds32(stage + kWordsB + 4 * col);
-  const RowScales ra = row_scales(wa), rb = row_scales(wb);
-  const int L = ra.lo + rb.lo, H = ra.hi + rb.hi;
+  const WarpTest t = band_test(row_scales(wa), row_scales(wb), false, false);
   const float ac = fabsf(c);
-  if (!ra.special && !rb.special && H - L <= 27 && m < pow2(L + 16) && ac < pow2(L + 28) &&
-      (ac >= pow2(H - 12) || c == 0.0f))
-    return __fadd_rz(c, s);
+  if ((t.flags & kBandFast) && m < t.t && ac < t.c_hi && (ac >= t.c_lo || c == 0.0f)) return __fadd_rz(c, s);
   return step_from_stage(c, r, col, wa, wb, stage, stage + kTileBytes);
 }
 
@@ -420,9 +418,10 @@ __global__ void __launch_bounds__(kThreads, 1)
             warp_slow<R, 0, 0>(acc, sum_of, mag_of, row0, lane, stage);
           }
         } else {
-          // per group: four m64n64 partials for each half of the columns (B rows 64 h .. 64 h + 63: 8 KB further)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
+          // per group: four m64n64 partials for each half h of the columns (B rows 64 h .. 64 h + 63: 8 KB further),
+          // accumulators [32 h, 32 h + 32)
+          auto half = [&](auto half_index) {
+            constexpr int h = decltype(half_index)::value, off = (R / 2) * h;
             float q[4][R / 2];
             const uint32_t db = sw128_desc_lo(stage + kTileBytes + h * 64 * 128);
             wgmma_fence();
@@ -439,22 +438,15 @@ __global__ void __launch_bounds__(kThreads, 1)
             auto mag_of = [&](int i) {
               return __fadd_rn(__fadd_rn(fabsf(q[0][i]), fabsf(q[1][i])), __fadd_rn(fabsf(q[2][i]), fabsf(q[3][i])));
             };
-            if (h == 0) {
-              if (warp_test<R / 2, 0>(acc, mag_of, test)) {
+            if (warp_test<R / 2, off>(acc, mag_of, test)) {
 #pragma unroll
-                for (int i = 0; i < R / 2; ++i) acc[i] = __fadd_rz(acc[i], sum_of(i));
-              } else {
-                warp_slow<R / 2, 0, 0>(acc, sum_of, mag_of, row0, lane, stage);
-              }
+              for (int i = 0; i < R / 2; ++i) acc[off + i] = __fadd_rz(acc[off + i], sum_of(i));
             } else {
-              if (warp_test<R / 2, R / 2>(acc, mag_of, test)) {
-#pragma unroll
-                for (int i = 0; i < R / 2; ++i) acc[R / 2 + i] = __fadd_rz(acc[R / 2 + i], sum_of(i));
-              } else {
-                warp_slow<R / 2, R / 2, 64>(acc, sum_of, mag_of, row0, lane, stage);
-              }
+              warp_slow<R / 2, off, 64 * h>(acc, sum_of, mag_of, row0, lane, stage);
             }
-          }
+          };
+          half(std::integral_constant<int, 0>{});
+          half(std::integral_constant<int, 1>{});
         }
         __syncwarp();
         if (lane == 0) mbar_arrive(empty + 8 * st.stage);  // this warp has read the stage

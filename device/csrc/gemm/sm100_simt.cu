@@ -36,10 +36,10 @@ using sm100::kZeroExp;
 // step (floor(log2) of a normal value, -6 of a subnormal one). Packed as m | (x + 16) << 4 | (e + 16) << 9 | nan << 14.
 __device__ __forceinline__ uint32_t scale_parts(uint32_t byte) {
   const uint32_t b = byte & 0x7F, ef = b >> 3, mant = b & 7;
-  const uint32_t nan = b == 0x7F;
+  const uint32_t nan = sm100::scale_is_nan(b);
   const uint32_t m = nan ? 0 : (ef > 0 ? mant + 8 : mant);
-  const int eff = ef > 0 ? static_cast<int>(ef) : 1;
-  return m | static_cast<uint32_t>(eff - 10 + 16) << 4 | static_cast<uint32_t>(eff - 7 + 16) << 9 | nan << 14;
+  const int e = sm100::scale_exp(b);  // and x = e - 3: m counts eighths of 2^e
+  return m | static_cast<uint32_t>(e - 3 + 16) << 4 | static_cast<uint32_t>(e + 16) << 9 | nan << 14;
 }
 
 // Doubled E2M1 value of a code (SPEC 2.1 values x 2): 0, 1, 2, 3, 4, 6, 8, 12 with the sign bit 3.
