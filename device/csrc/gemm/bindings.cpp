@@ -257,6 +257,9 @@ std::string grouped_gemm_(int64_t kind, int64_t E, const Tensor& a_data, const T
   l.ldd = ldd;
   l.kind = static_cast<int>(kind);
   l.has_bias = bias_p != nullptr;
+  // mode sm100: the int64 step's sums need fewer than 2^13 k64 steps (SPEC 12.7)
+  NVFP4_REFUSE_UNLESS((algo != nvfp4_gemm::kSm100Simt && algo != nvfp4_gemm::kSm100Copies) || kc < (int64_t{1} << 19),
+                      "nvfp4_gemm: mode sm100 runs contractions below 2^19 only");
   bool launched = false;
   if (algo == nvfp4_gemm::kExactHybrid) {
     // an fp16 copy of A only, B dequantized in the kernel
@@ -266,33 +269,23 @@ std::string grouped_gemm_(int64_t kind, int64_t E, const Tensor& a_data, const T
     Tensor maps;  // 3 x 128 bytes per group, 128-byte aligned (gemm/exact_hybrid.cu)
     d.group_maps = map_scratch(maps, 3 * 128, E, a_data);
     launched = nvfp4_gemm::launch_exact_hybrid_path(d, probs, l, stream);
-  } else if (algo == nvfp4_gemm::kExactCopies || swapped) {
-    // the kernels over fp16 copies with the setup kernel's tile list: exact_copies over copies of both planes, or
-    // swapped_64x256 over a copy of the token plane
+  } else if (algo == nvfp4_gemm::kExactCopies || algo == nvfp4_gemm::kSm100Copies || swapped) {
+    // the kernels over fp16 copies with the setup kernel's tile list: exact_copies and sm100_copies over copies of both
+    // planes, or swapped_64x256 over a copy of the token plane
     nvfp4_gemm::CopiesArgs d{};
     const auto copies = f16_copies(d, static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
                                    b_scales, b_offs, /*a_only=*/swapped);
     if (swapped) {
       launched = nvfp4_gemm::launch_swapped_path(d, probs, l, stream);
     } else {
-      // the exact kernel's per-group tensor maps (2 x 128 bytes per group, 128-byte aligned; gemm/exact_copies.cu)
+      // the per-group tensor maps (2 x 128 bytes per group, 128-byte aligned; gemm/exact_copies.cu launch_copies_maps)
       Tensor maps;
       d.group_maps = map_scratch(maps, 256, E, a_data);
-      launched = nvfp4_gemm::launch_exact_copies_path(d, probs, l, stream);
+      launched = algo == nvfp4_gemm::kSm100Copies ? nvfp4_gemm::launch_sm100_copies_path(d, probs, l, stream)
+                                                  : nvfp4_gemm::launch_exact_copies_path(d, probs, l, stream);
     }
-  } else if (algo == nvfp4_gemm::kSm100Simt || algo == nvfp4_gemm::kSm100Copies) {
-    // (the K loop's int64 sums need fewer than 2^13 k64 steps: SPEC 12.7)
-    NVFP4_REFUSE_UNLESS(kc < (int64_t{1} << 19), "nvfp4_gemm: mode sm100 runs contractions below 2^19 only");
-    if (algo == nvfp4_gemm::kSm100Simt) {
-      launched = nvfp4_gemm::launch_sm100(l, stream);
-    } else {  // fp16 copies of both planes and the per-group maps (2 x 128 bytes per group), as exact_copies
-      nvfp4_gemm::CopiesArgs d{};
-      const auto copies = f16_copies(d, static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs,
-                                     b_data, b_scales, b_offs, /*a_only=*/false);
-      Tensor maps;
-      d.group_maps = map_scratch(maps, 256, E, a_data);
-      launched = nvfp4_gemm::launch_sm100_copies_path(d, probs, l, stream);
-    }
+  } else if (algo == nvfp4_gemm::kSm100Simt) {
+    launched = nvfp4_gemm::launch_sm100(l, stream);
   } else {
     launched = nvfp4_gemm::launch_fused(l, stream);
   }

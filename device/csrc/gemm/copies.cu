@@ -163,18 +163,25 @@ int launch_copies_cutlass(const CopiesArgs& d, CutlassArgs c, cudaStream_t s) {
   }
 }
 
-bool launch_exact_copies_path(const CopiesArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
+namespace {
+
+// Both planes decoded into their fp16 copies, and every group's Prob::a / Prob::b pointed into them.
+void copies_of_both_planes(const CopiesArgs& d, Prob* probs, cudaStream_t s) {
   decode_plane(d.a, d.a_f16, s);
   decode_plane(d.b, d.b_f16, s);
   launch_chained(retarget_probs_kernel, dim3((d.E + 255) / 256), 256, 0, s, probs, d);
+}
+
+}  // namespace
+
+bool launch_exact_copies_path(const CopiesArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
+  copies_of_both_planes(d, probs, s);
   return launch_exact_copies(l, d, s);
 }
 
 bool launch_sm100_copies_path(const CopiesArgs& d, Prob* probs, const LaunchArgs& l, cudaStream_t s) {
   if (l.loader != kLoaderTma || l.epilogue != kEpilogueDirect) return false;
-  decode_plane(d.a, d.a_f16, s);
-  decode_plane(d.b, d.b_f16, s);
-  launch_chained(retarget_probs_kernel, dim3((d.E + 255) / 256), 256, 0, s, probs, d);
+  copies_of_both_planes(d, probs, s);
   return launch_sm100_copies(l, d, s);
 }
 
