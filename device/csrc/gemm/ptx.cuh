@@ -197,8 +197,6 @@ __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 
-// Bulk copy (async proxy) of `bytes` (a multiple of 16; both addresses 16-byte aligned) from this CTA's shared memory
-// to global memory, in this thread's current bulk async-group.
 // Bulk copy of `bytes` (a multiple of 16; 16-byte aligned source and destination) from global memory into this CTA's
 // shared memory, completing its bytes on the mbarrier `bar`.
 __device__ __forceinline__ void bulk_copy_from_global(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
@@ -207,6 +205,8 @@ __device__ __forceinline__ void bulk_copy_from_global(uint32_t dst, const void* 
                : "memory");
 }
 
+// Bulk copy (async proxy) of `bytes` (a multiple of 16; both addresses 16-byte aligned) from this CTA's shared memory
+// to global memory, in this thread's current bulk async-group.
 __device__ __forceinline__ void bulk_copy_to_global(void* dst, uint32_t src, uint32_t bytes) {
   asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
                : "memory");
