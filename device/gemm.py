@@ -180,16 +180,11 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
     # implementations (eager calls launch without their dispatch); the plan is chosen at the launch, from host-known
     # sizes and the buffers' alignment
     if c.out is None:
-        return _ops.grouped_gemm_new(*operands, c.bias, _KIND_CODES[kind], mode, list(c.shape), c.dtype, _sizes(c),
+        return _ops.grouped_gemm_new(*operands, c.bias, _KIND_CODES[kind], mode, list(c.shape), c.dtype, c.sizes,
                                      *plan, int(_num_sms or 0))
-    _ops.grouped_gemm_into(*operands, c.out, c.bias, bool(accumulate), _KIND_CODES[kind], mode, _sizes(c), *plan,
+    _ops.grouped_gemm_into(*operands, c.out, c.bias, bool(accumulate), _KIND_CODES[kind], mode, c.sizes, *plan,
                            int(_num_sms or 0))
     return c.out
-
-
-def _sizes(c: _Call) -> list[int]:
-    """The ints the grouped GEMM ops take, in device._ops.GEMM_SIZES' order."""
-    return list(c.sizes)
 
 
 def gemm_sizes(kind: str, e: int, t: int, n: int, k: int, rule: int, g_a: int = 448, g_b: int = 448) -> list[int]:
@@ -241,7 +236,7 @@ def _plan(c: _Call, cutlass: bool) -> _dispatch.GemmPlan:
     """The call's plan from device._dispatch (with the parts device.testing.force_plan forces), as the grouped GEMM
     ops choose it (device._ops.launch_grouped_gemm)."""
     (ad, _, _), (bd, bs, _) = c.a_plane, c.b_plane
-    problem = _ops.gemm_problem(_KIND_CODES[c.kind], c.mode, c.groups, _sizes(c), c.dtype, c.accumulate,
+    problem = _ops.gemm_problem(_KIND_CODES[c.kind], c.mode, c.groups, c.sizes, c.dtype, c.accumulate,
                                 c.bias is not None, ad, bd, bs, cutlass)
     forced = _dispatch.FORCED
     return _dispatch.plan_gemm(problem, algorithm=forced.get("algorithm"), loader=forced.get("loader"),

@@ -145,7 +145,7 @@ def test_gemm_sizes_match_grouped_gemm(fake, e, t, n, k, rule):
     wq = device.group_quantize(cuda(e * n, k), w_splits, rowwise=True, columnwise=True, block=(16, 16), rule=rule)
     for kind, a, b in (("fprop", xq, wq), ("dgrad", dyq, wq), ("wgrad", dyq, xq)):
         c = dgemm._checked_call(a, b, kind, None, None, False, None, "fast")
-        assert gl._gemm_sizes(dgemm._KIND_CODES[kind], e, t, n, k, rule) == dgemm._sizes(c), kind
+        assert gl._gemm_sizes(dgemm._KIND_CODES[kind], e, t, n, k, rule) == c.sizes, kind
 
 
 def test_fake_implementations_shapes(fake):
