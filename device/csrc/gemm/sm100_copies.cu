@@ -16,19 +16,23 @@
 //   and if the sum of the |partials| stays below 2^(L + 16), every partial sum is an integer multiple of 2^(L - 8)
 //       below 2^24 of them: exact in fp32 (a sum that reaches 2^(L + 16) computes to at least that, so the test on the
 //       computed magnitudes is sound).
-// (tests/test_sm100_fast_step.py checks this against SPEC 12.6's and 12.7's scalar references on the CPU.)
+// That per-step test reads C. The running test does not: every accumulator of a tile is a multiple of 2^(L_min - 8),
+// L_min the least L of its steps so far, so H <= L_min + 27 and |C| < 2^(L_min + 28) leave nothing cut either, and the
+// kernel carries a bound c_max on |C| from step to step instead of reducing over C (RunningBounds).
+// (tests/test_sm100_fast_step.py checks both against SPEC 12.6's and 12.7's scalar references on the CPU.)
 // Two ways to form the partials, chosen per warpgroup and step from the loader's summaries:
 //   chained (the groups' exponents spread by H - L <= 7 over the warpgroup's 64 rows and the tile's 128 columns): two
 //       partials, wgmma(g0) then wgmma(g1) with scale-d = 1 into one fragment, and the same for g2, g3. The second
 //       wgmma is exact too: by SPEC 12.6 it truncates at 2^(E' - 25) with E' = max(e(V_0), E_1 + 6) <= H + 10 (|V_0| <
 //       2^(E_0 + 11), |a b| < 2^(E_1 + 7)), at most 2^(L - 8), the grid of both addends; its sum is checked below
-//       2^(L + 16) as above. Two wgmmas per fragment, 6-7 CUDA-core instructions per output and step.
+//       2^(L + 16) as above. Two wgmmas per fragment, 4 CUDA-core instructions per output and step.
 //   per group (wider spreads): four m64n64 partials per half of the tile's columns, summed on the CUDA cores.
-// The test runs first with the warp's bounds (the loader's per-16-row and per-tile extremes: thresholds shared by the
-// warp, tested against the extremes of its outputs); where it fails for some output of the warp, every output is tested
-// with its own row's and column's bounds, and the outputs that fail that too (a NaN or sign-bit scale, an exponent
-// spread past 27, cancellation to C = 0, ...) run SPEC 12.7's step exactly as sm100_simt does, in int64 units of
-// 2^-20, from the fp16 values and scale bytes still in the stage (step_from_stage).
+// Both tests run first with the warp's bounds (the loader's per-16-row and per-tile extremes, shared by the warp): the
+// running test (one max reduction of the magnitude sums, one vote), then, where it fails, the per-step test on the
+// extremes of the warp's C; where that fails for some output of the warp, every output is tested with its own row's and
+// column's bounds, and the outputs that fail that too (a NaN or sign-bit scale, an exponent spread past 27,
+// cancellation to C = 0, ...) run SPEC 12.7's step exactly as sm100_simt does, in int64 units of 2^-20, from the fp16
+// values and scale bytes still in the stage (step_from_stage).
 //
 // Roles (one persistent CTA per SM, three 128-thread warpgroups; 128 x 128 output tiles, the setup kernel's list):
 //   issuer (loader thread 0): each stage's two TMA boxes (A rows [m0, m0 + 128) and B rows [n0, n0 + 128) x 64 K, as
@@ -158,22 +162,22 @@ __device__ __forceinline__ uint32_t scale_word(uint32_t tile, const uint8_t* glo
   return blocks >= 4 ? w : w & ((1u << (8 * blocks)) - 1u);
 }
 
-// One 16-row band's test for a step (written by the loader, read by the band's MMA warp): the thresholds
-// t = 2^(L + 16), c_hi = 2^(L + 28), c_lo = 2^(H - 12) (0 in a tile's first step, where C = +0) from the band's and
-// the tile's B bounds, and the flags: kBandFast (no NaN or sign-bit scale and H - L <= 27, so the thresholds decide)
-// and kChained (the warpgroup's spread allows the chained partials; the same for its four bands).
+// One 16-row band's test for a step (written by the loader, read by the band's MMA warp): t = 2^(L + 16) and
+// h = 2^(H - 12) from the band's and the tile's B bounds, and the flags: kBandFast (no NaN or sign-bit scale and
+// H - L <= 27, so the thresholds decide) and kChained (the warpgroup's spread allows the chained partials; the same for
+// its four bands). The bound on |C| of the per-step test, 2^(L + 28), is 4096 t.
 struct WarpTest {
-  float t, c_hi, c_lo;
+  float t, h, unused;
   uint32_t flags;
 };
 constexpr uint32_t kBandFast = 1, kChained = 2;
 
-__device__ __forceinline__ WarpTest band_test(RowScales a, RowScales b, bool chained, bool first_step) {
+__device__ __forceinline__ WarpTest band_test(RowScales a, RowScales b, bool chained) {
   const int L = a.lo + b.lo, H = a.hi + b.hi;
   WarpTest t;
   t.t = pow2(L + 16);
-  t.c_hi = pow2(L + 28);
-  t.c_lo = first_step ? 0.0f : pow2(H - 12);
+  t.h = pow2(H - 12);
+  t.unused = 0.0f;
   t.flags = (!a.special && !b.special && H - L <= 27 ? kBandFast : 0u) | (chained ? kChained : 0u);
   return t;
 }
@@ -219,28 +223,28 @@ __device__ __noinline__ float step_from_stage(float c, int r, int col, uint32_t 
   return __fmul_rn(__ll2float_rn(acc), 0x1p-20f);  // exact: 24 significant bits, a multiple of 2^-20
 }
 
-// The per-output test (band_test on its own row's and column's bounds) for an output whose warp failed the shared
-// one; if it fails too, the exact step. s: the partials' sum, m: the sum of their magnitudes.
+// The per-step test of one output (band_test on its own row's and column's bounds) for an output whose warp failed
+// both shared tests; if it fails too, the exact step. s: the partials' sum, m: a bound on the sum of their magnitudes.
 __device__ __forceinline__ float output_step(float c, float s, float m, int r, int col, uint32_t stage) {
   const uint32_t wa = lds32(stage + kWordsA + 4 * r), wb = lds32(stage + kWordsB + 4 * col);
-  const WarpTest t = band_test(row_scales(wa), row_scales(wb), false, false);
+  const WarpTest t = band_test(row_scales(wa), row_scales(wb), false);
   const float ac = fabsf(c);
-  if ((t.flags & kBandFast) && m < t.t && ac < t.c_hi && (ac >= t.c_lo || c == 0.0f)) return __fadd_rz(c, s);
+  if ((t.flags & kBandFast) && m < t.t && ac < 4096.0f * t.t && (ac >= t.h || c == 0.0f)) return __fadd_rz(c, s);
   return step_from_stage(c, r, col, wa, wb, stage, stage + kTileBytes);
 }
 
-// The outputs of one warp whose shared test failed: N accumulators acc[OFF .. OFF + N) (columns COL0 + 8 j + 2 (l % 4)
-// + e for register 4 j + 2 h + e), with their partial sums s and magnitude sums m. Through local memory, one output at
-// a time (a rare path: the loop is not unrolled, so its code exists once per call site).
-template <int N, int OFF, int COL0, class SumOf, class MagOf>
-__device__ __forceinline__ void warp_slow(float (&acc)[R], SumOf&& sum_of, MagOf&& mag_of, int row0, int lane,
+// The outputs of one warp whose shared tests failed: N accumulators acc[OFF .. OFF + N) (columns COL0 + 8 j + 2 (l % 4)
+// + e for register 4 j + 2 h + e), with their partial sums and bounds on their magnitude sums. Through local memory,
+// one output at a time (a rare path: the loop is not unrolled, so its code exists once per call site).
+template <int N, int OFF, int COL0, class SumOf, class BoundOf>
+__device__ __forceinline__ void warp_slow(float (&acc)[R], SumOf&& sum_of, BoundOf&& bound_of, int row0, int lane,
                                           uint32_t stage) {
   float cl[N], sl[N], ml[N];
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     cl[i] = acc[OFF + i];
     sl[i] = sum_of(i);
-    ml[i] = mag_of(i);
+    ml[i] = bound_of(i);
   }
 #pragma unroll 1
   for (int i = 0; i < N; ++i) {
@@ -251,26 +255,74 @@ __device__ __forceinline__ void warp_slow(float (&acc)[R], SumOf&& sum_of, MagOf
   for (int i = 0; i < N; ++i) acc[OFF + i] = cl[i];
 }
 
-// The shared test over N outputs: every |partials| sum below t, |C| below c_hi and, unless C = 0, at least c_lo, as a
-// test of the extremes (three max / min reductions: no per-output predicate, no dependent chain of 3 N compares; more
-// independent chains cost the registers that the fragments leave). The least nonzero |C| is found on the keys
-// 2 bits(C) - 1 as unsigned integers: the sign bit drops out, +0 and -0 become the largest key, and for the others the
-// key's order is |C|'s. The tests pass a NaN by (fmaxf drops it, and a NaN C's key lies above every finite one), which
-// is sound here: a NaN partial comes from a NaN scale byte (the band is then not kBandFast), and a NaN C stays NaN
-// through __fadd_rz as SPEC 12.7's step keeps it.
-template <int N, int OFF, class MagOf>
-__device__ __forceinline__ bool warp_test(const float (&acc)[R], MagOf&& mag_of, const WarpTest& t) {
-  float mm = 0.0f, hi = 0.0f;
+// The per-step test shared by a warp's N outputs, for a step whose running test (below) failed: the largest magnitude
+// sum mm below t, |C| below 2^(L + 28) = 4096 t and, unless C = 0, at least h, as a test of the extremes. The least
+// nonzero |C| is found on the keys 2 bits(C) - 1 as unsigned integers: the sign bit drops out, +0 and -0 become the
+// largest key, and for the others the key's order is |C|'s. A NaN C passes (fmaxf drops it, its key lies above every
+// finite one), which is sound: a NaN C stays NaN through __fadd_rz, as SPEC 12.7's step keeps it.
+template <int N, int OFF>
+__device__ __forceinline__ bool warp_test_c(const float (&acc)[R], float mm, const WarpTest& t) {
+  float hi = 0.0f;
   uint32_t lo_key = 0xFFFFFFFFu;
 #pragma unroll
   for (int i = 0; i < N; ++i) {
-    mm = fmaxf(mm, mag_of(i));
     hi = fmaxf(hi, fabsf(acc[OFF + i]));
     lo_key = min(lo_key, 2u * __float_as_uint(acc[OFF + i]) - 1u);
   }
-  const bool lo_ok = t.c_lo == 0.0f || lo_key >= 2u * __float_as_uint(t.c_lo) - 1u;
-  const bool ok = (t.flags & kBandFast) != 0 && mm < t.t && hi < t.c_hi && lo_ok;
+  const bool lo_ok = t.h == 0.0f || lo_key >= 2u * __float_as_uint(t.h) - 1u;
+  const bool ok = (t.flags & kBandFast) != 0 && mm < t.t && hi < 4096.0f * t.t && lo_ok;
   return __all_sync(0xffffffffu, ok);
+}
+
+// What a warp carries through a tile's steps for the running test: t_min = 2^(L_min + 16), L_min the least L of the
+// band over the steps so far (this one included), and per lane c_max >= |C| for each of its outputs.
+//   Every accumulator is a multiple of 2^(L_min - 8): each step adds group values that are multiples of 2^(L - 8), and
+//   SPEC 12.7's truncation and rounding keep a value on any grid at least as coarse. So if H <= L_min + 27 and
+//   |C| < 2^(L_min + 28), then E <= L_min + 27, and the window 2^(E - 35) divides C and every group value: nothing is
+//   cut, whatever C's exponent (the per-step test needs |C| >= 2^(H - 12) instead). With the partials' magnitude test,
+//   RZ(C + s) is the step.
+// c_max grows by the step's largest magnitude sum, rounded up, after a step the running test passed; after any other
+// step it is the largest |C| again. In a contraction of K elements it stays below K / 64 * 2^(L_max + 16), so the test
+// fails on c_max only where the scales fall by 2^12 or more between steps.
+struct RunningBounds {
+  float t_min = __builtin_huge_valf();  // +Inf: no step yet
+  float c_max = 0.0f;
+
+  // Whether the step may add RZ(C + s) for this lane's outputs, given the band's test (t_min updated first).
+  __device__ __forceinline__ bool ok(const WarpTest& t, float mm) {
+    t_min = fminf(t_min, t.t);
+    return (t.flags & kBandFast) != 0 && mm < t.t && t.h <= 0.5f * t_min && c_max < 4096.0f * t_min;
+  }
+};
+
+// The largest |C| over N accumulators from OFF.
+template <int N, int OFF>
+__device__ __forceinline__ float max_abs(const float (&acc)[R]) {
+  float m = 0.0f;
+#pragma unroll
+  for (int i = 0; i < N; ++i) m = fmaxf(m, fabsf(acc[OFF + i]));
+  return m;
+}
+
+// One warp's step for N outputs from OFF: the running test (one max reduction of the magnitude sums, one vote); where
+// it fails, the per-step test of the extremes; where that fails, warp_slow. mm: the largest magnitude sum of this
+// lane's outputs. Returns the running test's vote. bound_of is another bound on the magnitude sum than mag_of (twice or
+// four times the largest |partial|): with the same expression ptxas keeps the N sums alive for the rare path.
+template <int N, int OFF, int COL0, class SumOf, class MagOf, class BoundOf>
+__device__ __forceinline__ bool add_step(float (&acc)[R], SumOf&& sum_of, MagOf&& mag_of, BoundOf&& bound_of,
+                                         const WarpTest& test, RunningBounds& run, float& mm, int row0, int lane,
+                                         uint32_t stage) {
+  mm = 0.0f;
+#pragma unroll
+  for (int i = 0; i < N; ++i) mm = fmaxf(mm, mag_of(i));
+  const bool fast = __all_sync(0xffffffffu, run.ok(test, mm));
+  if (fast || warp_test_c<N, OFF>(acc, mm, test)) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) acc[OFF + i] = __fadd_rz(acc[OFF + i], sum_of(i));
+  } else {
+    warp_slow<N, OFF, COL0>(acc, sum_of, bound_of, row0, lane, stage);
+  }
+  return fast;
 }
 
 template <bool OUT_F32>
@@ -355,9 +407,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         if ((lane & 15) == 0) {
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            const WarpTest t = band_test(unpack_scales(band[i]), bs, i < 2 ? chained0 : chained1, kt == 0);
+            const WarpTest t = band_test(unpack_scales(band[i]), bs, i < 2 ? chained0 : chained1);
             asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(stage + kTests + 16 * (2 * i + (lane >> 4))),
-                         "r"(__float_as_uint(t.t)), "r"(__float_as_uint(t.c_hi)), "r"(__float_as_uint(t.c_lo)),
+                         "r"(__float_as_uint(t.t)), "r"(__float_as_uint(t.h)), "r"(__float_as_uint(t.unused)),
                          "r"(t.flags) : "memory");
           }
         }
@@ -387,6 +439,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       float acc[R];
 #pragma unroll
       for (int i = 0; i < R; ++i) acc[i] = 0.0f;
+      RunningBounds run;
       for (int kt = 0; kt < KT; ++kt) {
         mbar_wait(raw + 8 * st.stage, st.phase);  // the boxes landed (observed here: the wgmmas read them)
         mbar_wait(full + 8 * st.stage, st.phase);
@@ -408,19 +461,20 @@ __global__ void __launch_bounds__(kThreads, 1)
           wgmma_wait<0>();
           fence_regs(part[0]);
           fence_regs(part[1]);
-          // the partials' sum and the sum of their magnitudes (two separate functions: the test keeps no sum alive)
+          // the partials' sum, the sum of their magnitudes (two separate functions: the test keeps no sum alive) and
+          // the rare path's bound on it
           auto sum_of = [&](int i) { return __fadd_rn(part[0][i], part[1][i]); };
           auto mag_of = [&](int i) { return __fadd_rn(fabsf(part[0][i]), fabsf(part[1][i])); };
-          if (warp_test<R, 0>(acc, mag_of, test)) {
-#pragma unroll
-            for (int i = 0; i < R; ++i) acc[i] = __fadd_rz(acc[i], sum_of(i));
-          } else {
-            warp_slow<R, 0, 0>(acc, sum_of, mag_of, row0, lane, stage);
-          }
+          auto bound_of = [&](int i) { return 2.0f * fmaxf(fabsf(part[0][i]), fabsf(part[1][i])); };
+          float mm;
+          if (add_step<R, 0, 0>(acc, sum_of, mag_of, bound_of, test, run, mm, row0, lane, stage))
+            run.c_max = __fadd_ru(run.c_max, mm);
+          else
+            run.c_max = max_abs<R, 0>(acc);
         } else {
           // per group: four m64n64 partials for each half h of the columns (B rows 64 h .. 64 h + 63: 8 KB further),
-          // accumulators [32 h, 32 h + 32)
-          auto half = [&](auto half_index) {
+          // accumulators [32 h, 32 h + 32); both halves test against c_max from before the step
+          auto half = [&](auto half_index, float& mm) {
             constexpr int h = decltype(half_index)::value, off = (R / 2) * h;
             float q[4][R / 2];
             const uint32_t db = sw128_desc_lo(stage + kTileBytes + h * 64 * 128);
@@ -438,15 +492,18 @@ __global__ void __launch_bounds__(kThreads, 1)
             auto mag_of = [&](int i) {
               return __fadd_rn(__fadd_rn(fabsf(q[0][i]), fabsf(q[1][i])), __fadd_rn(fabsf(q[2][i]), fabsf(q[3][i])));
             };
-            if (warp_test<R / 2, off>(acc, mag_of, test)) {
-#pragma unroll
-              for (int i = 0; i < R / 2; ++i) acc[off + i] = __fadd_rz(acc[off + i], sum_of(i));
-            } else {
-              warp_slow<R / 2, off, 64 * h>(acc, sum_of, mag_of, row0, lane, stage);
-            }
+            auto bound_of = [&](int i) {
+              return 4.0f * fmaxf(fmaxf(fabsf(q[0][i]), fabsf(q[1][i])), fmaxf(fabsf(q[2][i]), fabsf(q[3][i])));
+            };
+            return add_step<R / 2, off, 64 * h>(acc, sum_of, mag_of, bound_of, test, run, mm, row0, lane, stage);
           };
-          half(std::integral_constant<int, 0>{});
-          half(std::integral_constant<int, 1>{});
+          float mm0, mm1;
+          const bool fast0 = half(std::integral_constant<int, 0>{}, mm0);
+          const bool fast1 = half(std::integral_constant<int, 1>{}, mm1);
+          if (fast0 && fast1)
+            run.c_max = __fadd_ru(run.c_max, fmaxf(mm0, mm1));
+          else
+            run.c_max = max_abs<R, 0>(acc);
         }
         __syncwarp();
         if (lane == 0) mbar_arrive(empty + 8 * st.stage);  // this warp has read the stage
