@@ -47,9 +47,8 @@
 //       summarizers then load the words from global memory.)
 //   MMA warpgroups (2, rows [64 wm, 64 wm + 64) x 128 columns): the partials, the test, the sum; SPEC 12.7's epilogue
 //       (gemm/epilogue.cuh, direct stores).
-//   raw[s]: the issuer's arrival with the boxes' and tiles' bytes; full[s]: an arrival per lane of the step's
-//   summarizer, after its own stores; empty[s]: an arrival per MMA thread, after its last read of the stage (each
-//   thread releases what it wrote or read, the form compute-sanitizer's racecheck follows).
+//   raw[s]: the issuer's arrival with the boxes' and tiles' bytes; full[s]: the step's summarizer's arrival;
+//   empty[s]: one arrival per MMA warp, after its last read of the stage.
 #include <cuda_fp16.h>
 
 #include <type_traits>
@@ -342,7 +341,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   stage_prefix<kPrefixCap>(prefix_table, prefix, E, tid, kThreads);
   if (tid == 0)
     for (int s = 0; s < kStages; ++s) mbar_init(raw + 8 * s, 1);  // (init_ring_barriers' fence and barrier follow)
-  init_ring_barriers<kStages>(full, empty, 32, 256);  // full: a summarizer's lanes; empty: every MMA thread
+  init_ring_barriers<kStages>(full, empty, 1, 8);
 
   if (tid < kLoaderThreads) {
     // ------------------------------------------------------------------------------------------------ loaders
@@ -414,7 +413,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                          "r"(t.flags) : "memory");
           }
         }
-        mbar_arrive(full + 8 * st.stage);  // this lane's words and tests are in place
+        __syncwarp();
+        if (lane == 0) mbar_arrive(full + 8 * st.stage);  // the step's words and tests are in place
       }
       ++step;
       st.next();
@@ -505,7 +505,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           else
             run.c_max = max_abs<R, 0>(acc);
         }
-        mbar_arrive(empty + 8 * st.stage);  // this thread has read the stage
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty + 8 * st.stage);  // this warp has read the stage
         st.next();
       }
       // SPEC 12.7's epilogue (every MMA warp runs it; rows past M are not stored)
