@@ -312,9 +312,10 @@ template <int N, int OFF, int COL0, class SumOf, class MagOf, class BoundOf>
 __device__ __forceinline__ bool add_step(float (&acc)[R], SumOf&& sum_of, MagOf&& mag_of, BoundOf&& bound_of,
                                          const WarpTest& test, RunningBounds& run, float& mm, int row0, int lane,
                                          uint32_t stage) {
-  mm = 0.0f;
+  float m4[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // four independent chains of fmaxf (a 64-long chain waits on each result)
 #pragma unroll
-  for (int i = 0; i < N; ++i) mm = fmaxf(mm, mag_of(i));
+  for (int i = 0; i < N; ++i) m4[i & 3] = fmaxf(m4[i & 3], mag_of(i));
+  mm = fmaxf(fmaxf(m4[0], m4[1]), fmaxf(m4[2], m4[3]));
   const bool fast = __all_sync(0xffffffffu, run.ok(test, mm));
   if (fast || warp_test_c<N, OFF>(acc, mm, test)) {
 #pragma unroll
