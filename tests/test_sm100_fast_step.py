@@ -79,10 +79,10 @@ def partials(a_codes, b_codes, a_scales, b_scales):
     def wgmma(acc, g):
         return wgmma_k16_step(acc, va[16 * g:16 * g + 16], vb[16 * g:16 * g + 16], operands="fp16")
 
-    if hi - lo <= 7:  # m: |p0| + |p1| rounded up (the kernel's max |p0| + max |p1| over a warp's outputs)
+    if hi - lo <= 7:
         p0, p1 = np.float32(wgmma(wgmma(0.0, 0), 1)), np.float32(wgmma(wgmma(0.0, 2), 3))
-        return p0 + p1, ru32(Fraction(float(abs(p0))) + Fraction(float(abs(p1)))), lo, hi
-    v = [np.float32(wgmma(0.0, g)) for g in range(4)]  # m: the magnitudes added in the partials' order
+        return p0 + p1, abs(p0) + abs(p1), lo, hi
+    v = [np.float32(wgmma(0.0, g)) for g in range(4)]
     return (v[0] + v[1]) + (v[2] + v[3]), (abs(v[0]) + abs(v[1])) + (abs(v[2]) + abs(v[3])), lo, hi
 
 

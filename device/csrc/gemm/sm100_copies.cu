@@ -28,7 +28,7 @@
 //       2^(L + 16) as above. Two wgmmas per fragment, 4 CUDA-core instructions per output and step.
 //   per group (wider spreads): four m64n64 partials per half of the tile's columns, summed on the CUDA cores.
 // Both tests run first with the warp's bounds (the loader's per-16-row and per-tile extremes, shared by the warp): the
-// running test (max reductions of the partials' magnitudes, one vote), then, where it fails, the per-step test on the
+// running test (one max reduction of the magnitude sums, one vote), then, where it fails, the per-step test on the
 // extremes of the warp's C; where that fails for some output of the warp, every output is tested with its own row's and
 // column's bounds, and the outputs that fail that too (a NaN or sign-bit scale, an exponent spread past 27,
 // cancellation to C = 0, ...) run SPEC 12.7's step exactly as sm100_simt does, in int64 units of 2^-20, from the fp16
@@ -304,24 +304,18 @@ __device__ __forceinline__ float max_abs(const float (&acc)[R]) {
   return m;
 }
 
-// The largest of N magnitude values (four independent chains of fmaxf: a 64-long chain waits on each result).
-template <int N, class MagOf>
-__device__ __forceinline__ float max_of(MagOf&& mag_of) {
-  float m4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+// One warp's step for N outputs from OFF: the running test (one max reduction of the magnitude sums, one vote); where
+// it fails, the per-step test of the extremes; where that fails, warp_slow. mm: the largest magnitude sum of this
+// lane's outputs. Returns the running test's vote. bound_of is another bound on the magnitude sum than mag_of (twice or
+// four times the largest |partial|): with the same expression ptxas keeps the N sums alive for the rare path.
+template <int N, int OFF, int COL0, class SumOf, class MagOf, class BoundOf>
+__device__ __forceinline__ bool add_step(float (&acc)[R], SumOf&& sum_of, MagOf&& mag_of, BoundOf&& bound_of,
+                                         const WarpTest& test, RunningBounds& run, float& mm, int row0, int lane,
+                                         uint32_t stage) {
+  float m4[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // four independent chains of fmaxf (a 64-long chain waits on each result)
 #pragma unroll
   for (int i = 0; i < N; ++i) m4[i & 3] = fmaxf(m4[i & 3], mag_of(i));
-  return fmaxf(fmaxf(m4[0], m4[1]), fmaxf(m4[2], m4[3]));
-}
-
-// One warp's step for N outputs from OFF, given mm >= the magnitude sum of each of this lane's outputs (exact or
-// rounded up): the running test (one vote); where it fails, the per-step test of the extremes; where that fails,
-// warp_slow. Returns the running test's vote. bound_of, the rare path's bound on each output's magnitude sum (twice or
-// four times its largest |partial|), is another expression than the hot path's: with the same one, ptxas keeps the N
-// sums alive for the rare path.
-template <int N, int OFF, int COL0, class SumOf, class BoundOf>
-__device__ __forceinline__ bool add_step(float (&acc)[R], SumOf&& sum_of, BoundOf&& bound_of, float mm,
-                                         const WarpTest& test, RunningBounds& run, int row0, int lane,
-                                         uint32_t stage) {
+  mm = fmaxf(fmaxf(m4[0], m4[1]), fmaxf(m4[2], m4[3]));
   const bool fast = __all_sync(0xffffffffu, run.ok(test, mm));
   if (fast || warp_test_c<N, OFF>(acc, mm, test)) {
 #pragma unroll
@@ -457,26 +451,24 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (test.flags & kChained) {  // (warpgroup-uniform)
           float part[2][R];
           const uint32_t db = sw128_desc_lo(stage + kTileBytes);
-          // two commit groups: the first chain's magnitudes are reduced while the second chain runs
           wgmma_fence();
           wgmma_m64n128k16_ss_f16(part[0], sw128_desc_block(da, 0), sw128_desc_block(db, 0), 0);
           wgmma_m64n128k16_ss_f16(part[0], sw128_desc_block(da, 1), sw128_desc_block(db, 1), 1);
-          wgmma_commit();
           wgmma_m64n128k16_ss_f16(part[1], sw128_desc_block(da, 2), sw128_desc_block(db, 2), 0);
           wgmma_m64n128k16_ss_f16(part[1], sw128_desc_block(da, 3), sw128_desc_block(db, 3), 1);
           wgmma_commit();
           fence_regs(part[0]);
           fence_regs(part[1]);
-          wgmma_wait<1>();
-          fence_regs(part[0]);
-          const float m0 = max_of<R>([&](int i) { return fabsf(part[0][i]); });
           wgmma_wait<0>();
+          fence_regs(part[0]);
           fence_regs(part[1]);
-          // mm = max |p0| + max |p1|, rounded up: at least every output's |p0| + |p1|
-          const float mm = __fadd_ru(m0, max_of<R>([&](int i) { return fabsf(part[1][i]); }));
+          // the partials' sum, the sum of their magnitudes (two separate functions: the test keeps no sum alive) and
+          // the rare path's bound on it
           auto sum_of = [&](int i) { return __fadd_rn(part[0][i], part[1][i]); };
+          auto mag_of = [&](int i) { return __fadd_rn(fabsf(part[0][i]), fabsf(part[1][i])); };
           auto bound_of = [&](int i) { return 2.0f * fmaxf(fabsf(part[0][i]), fabsf(part[1][i])); };
-          if (add_step<R, 0, 0>(acc, sum_of, bound_of, mm, test, run, row0, lane, stage))
+          float mm;
+          if (add_step<R, 0, 0>(acc, sum_of, mag_of, bound_of, test, run, mm, row0, lane, stage))
             run.c_max = __fadd_ru(run.c_max, mm);
           else
             run.c_max = max_abs<R, 0>(acc);
@@ -504,8 +496,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             auto bound_of = [&](int i) {
               return 4.0f * fmaxf(fmaxf(fabsf(q[0][i]), fabsf(q[1][i])), fmaxf(fabsf(q[2][i]), fabsf(q[3][i])));
             };
-            mm = max_of<R / 2>(mag_of);
-            return add_step<R / 2, off, 64 * h>(acc, sum_of, bound_of, mm, test, run, row0, lane, stage);
+            return add_step<R / 2, off, 64 * h>(acc, sum_of, mag_of, bound_of, test, run, mm, row0, lane, stage);
           };
           float mm0, mm1;
           const bool fast0 = half(std::integral_constant<int, 0>{}, mm0);
