@@ -42,8 +42,9 @@
 //       128 B rows, masked (zero past the group's rows and past K), and the eight bands' tests into the stage, then an
 //       arrival on full[s]. They wait on shared memory only, so they run ahead of the MMA warps with the issuer. Two
 //       warps that each took every step (half of the A rows each) starved the MMA warps: a third of the MMA warps'
-//       stall samples were on full[s] (ncu); three rotating warps with byte-packed summaries took E8 fprop from 0.16 to
-//       0.23 of torch._grouped_mm (H200). (Scale buffers that are not 16-byte aligned take no bulk copy: the
+//       stall samples were on full[s] (ncu); three rotating warps took E8 fprop from 0.16 to 0.23 of
+//       torch._grouped_mm (H200). Summaries in 16-bit lanes (summarize) take a summarizer about 330 instructions per
+//       step, byte-wise ones (__vminu4) 950. (Scale buffers that are not 16-byte aligned take no bulk copy: the
 //       summarizers then load the words from global memory.)
 //   MMA warpgroups (2, rows [64 wm, 64 wm + 64) x 128 columns): the partials, the test, the sum; SPEC 12.7's epilogue
 //       (gemm/epilogue.cuh, direct stores).
@@ -92,49 +93,43 @@ __device__ __forceinline__ float pow2(int e) {
   return __uint_as_float(static_cast<uint32_t>(f <= 0 ? 0 : (f >= 255 ? 255 : f)) << 23);
 }
 
-// A row's scales in one step (a word of four scale bytes): the least and largest e(s) over its nonzero bytes (64 and
-// -64 when there is none) and whether a byte is NaN or carries the sign bit (the fp16 copy's values then differ from
-// SPEC 12.7's, which ignores that bit).
+// A row's scales in one step (a word of four scale bytes), or a band's or tile's rows': the least and largest e(s) over
+// the nonzero bytes (64 and -64 when there is none) and whether a byte is NaN or carries the sign bit (the fp16 copy's
+// values then differ from SPEC 12.7's, which ignores that bit).
 struct RowScales {
   int lo, hi;
   bool special;
 };
 
-// The same packed for reductions (SIMD over the word's four bytes): byte 0 the least exponent field of a nonzero byte
-// (a subnormal's as 1, so that e(s) = field - 7 throughout; 255 when there is none; 0 when a byte is special), byte 1
-// 255 minus the largest (255 when none). Rows merge by __vminu4.
-constexpr uint32_t kNoScales = 0xFFFFu;
-
-__device__ __forceinline__ uint32_t pack_scales(uint32_t word) {
-  const uint32_t m = word & 0x7F7F7F7Fu;
-  const uint32_t nonzero = __vcmpne4(m, 0u);                            // 0xFF in each nonzero byte
-  const uint32_t field = __vmaxu4((m >> 3) & 0x0F0F0F0Fu, 0x01010101u);  // exponent fields
-  const uint32_t lo4 = field | ~nonzero, hi4 = field & nonzero;
-  const uint32_t lo2 = __vminu4(lo4, lo4 >> 16), hi2 = __vmaxu4(hi4, hi4 >> 16);
-  const uint32_t lo = min(lo2 & 0xFF, (lo2 >> 8) & 0xFF), hi = max(hi2 & 0xFF, (hi2 >> 8) & 0xFF);
-  const bool special = (__vcmpeq4(m, 0x7F7F7F7Fu) | (word & 0x80808080u & nonzero)) != 0;
-  return (special ? 0u : lo) | (255u - hi) << 8;
+// Scale bytes summarized for reductions, in two 16-bit lanes: the low lane the largest magnitude byte b = byte & 0x7F
+// (0 when all are zero), the high lane the largest 256 - b over the nonzero ones (0 when none). Both are maxima, so
+// summaries merge by __vmaxu2 (one VIMNMX.U16x2; the byte-wise __vminu4 / __vmaxu4 take six instructions each on
+// sm_90). e(s) is monotone in b: e = max(b >> 3, 1) - 7 for a nonzero b.
+__device__ __forceinline__ uint32_t summarize(uint32_t word) {
+  const uint32_t x = word & 0x007F007Fu, y = (word >> 8) & 0x007F007Fu;  // b of bytes 0, 2 and of bytes 1, 3
+  // per lane (b + 127) ^ 127: 0 for b = 0, else 128 + (b - 1) ^ 127 = 256 - b (no carry leaves a lane: b <= 127)
+  const uint32_t cx = (x + 0x007F007Fu) ^ 0x007F007Fu, cy = (y + 0x007F007Fu) ^ 0x007F007Fu;
+  const uint32_t h = __vmaxu2(x, y), c = __vmaxu2(cx, cy);  // lane 0: bytes 0, 1; lane 1: bytes 2, 3
+  return __vmaxu2(__byte_perm(h, c, 0x5410), __byte_perm(h, c, 0x7632));  // (h, c) of lane 0 against lane 1's
 }
 
-__device__ __forceinline__ RowScales unpack_scales(uint32_t packed) {
-  const int lo = static_cast<int>(packed & 0xFF), hi = 255 - static_cast<int>((packed >> 8) & 0xFF);
-  return RowScales{lo == 255 ? 64 : lo - 7, hi == 0 ? -64 : hi - 7, lo == 0};
+// The bounds of a (merged) summary; `sign`: some byte carries the sign bit.
+__device__ __forceinline__ RowScales unpack_summary(uint32_t summary, bool sign) {
+  const int b_max = static_cast<int>(summary & 0xFFFF), c_max = static_cast<int>(summary >> 16);
+  if (b_max == 0) return RowScales{64, -64, sign};
+  return RowScales{max((256 - c_max) >> 3, 1) - 7, max(b_max >> 3, 1) - 7, sign || b_max == 0x7F};
 }
 
-__device__ __forceinline__ RowScales row_scales(uint32_t word) { return unpack_scales(pack_scales(word)); }
+__device__ __forceinline__ RowScales row_scales(uint32_t word) {
+  return unpack_summary(summarize(word), (word & 0x80808080u) != 0);
+}
 
-// Packed summaries merged over the lanes whose index differs in the bits FIRST, FIRST / 2, ..., LAST (xor shuffles).
+// Summaries merged over the lanes whose index differs in the bits FIRST, FIRST / 2, ..., LAST (xor shuffles).
 template <int FIRST, int LAST>
-__device__ __forceinline__ uint32_t reduce_scales(uint32_t packed) {
+__device__ __forceinline__ uint32_t merge_lanes(uint32_t summary) {
 #pragma unroll
-  for (int d = FIRST; d >= LAST; d /= 2) packed = __vminu4(packed, __shfl_xor_sync(0xffffffffu, packed, d));
-  return packed;
-}
-
-// The exponent spread (largest minus least e(s)) of packed summaries; negative when there is no scale.
-__device__ __forceinline__ int spread(uint32_t packed) {
-  const RowScales r = unpack_scales(packed);
-  return r.hi - r.lo;
+  for (int d = FIRST; d >= LAST; d /= 2) summary = __vmaxu2(summary, __shfl_xor_sync(0xffffffffu, summary, d));
+  return summary;
 }
 
 // The scale tile of step kt for the 128 rows from row0 (a multiple of 128) of a plane with K contraction elements:
@@ -143,23 +138,14 @@ __device__ __forceinline__ const uint8_t* scale_tile(const uint8_t* scales, int 
   return scales + nvfp4::swizzle_offset<int64_t>(row0, 4 * kt, (K / 16 + 3) / 4);
 }
 
-// Row r's (of a tile) scale word of step kt, masked: the bytes of 16-blocks past K zero (SPEC 12.7's padding: zero
-// groups), all zero for a row past the group's `valid` rows. From the stage's raw tile, or (tile == 0: a scale buffer
-// that is not 16-byte aligned) by byte loads from global memory.
-__device__ __forceinline__ uint32_t scale_word(uint32_t tile, const uint8_t* global_tile, int r, int valid, int K,
-                                               int kt) {
-  if (r >= valid) return 0;
-  const int at = nvfp4::swizzle_in_tile(r, 0);
-  uint32_t w;
-  if (tile) {
-    w = lds32(tile + at);
-  } else {
-    w = 0;
+// Row r's (of a tile) four scale bytes of a step by byte loads from global memory (a scale buffer that is not 16-byte
+// aligned takes no bulk copy), at the tile's first byte global_tile.
+__device__ __noinline__ uint32_t scale_word_global(const uint8_t* global_tile, int r) {
+  const uint8_t* at = global_tile + nvfp4::swizzle_in_tile(r, 0);
+  uint32_t w = 0;
 #pragma unroll
-    for (int g = 0; g < 4; ++g) w |= static_cast<uint32_t>(__ldg(global_tile + at + g)) << (8 * g);
-  }
-  const int blocks = K / 16 - 4 * kt;  // 16-blocks of the step inside K (>= 1)
-  return blocks >= 4 ? w : w & ((1u << (8 * blocks)) - 1u);
+  for (int g = 0; g < 4; ++g) w |= static_cast<uint32_t>(__ldg(at + g)) << (8 * g);
+  return w;
 }
 
 // One 16-row band's test for a step (written by the loader, read by the band's MMA warp): t = 2^(L + 16) and
@@ -386,33 +372,54 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       } else if (step % kSummarizers == w) {  // this summarizer's step: A rows and B rows lane + 32 i
         mbar_wait(raw + 8 * st.stage, st.phase);
-        const uint32_t ta = bulk ? stage + kRawScalesA : 0, tb = bulk ? stage + kRawScalesB : 0;
-        const int va = p.M - m0, vb = p.N - n0;
-        uint32_t band[4], pb = kNoScales;  // band[i]: rows lane + 32 i, in band 2 i + lane / 16
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const uint32_t wa = scale_word(ta, tile_a, lane + 32 * i, va, p.K, kt);
-          const uint32_t wb = scale_word(tb, tile_b, lane + 32 * i, vb, p.K, kt);
-          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(stage + kWordsA + 4 * (lane + 32 * i)), "r"(wa) : "memory");
-          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(stage + kWordsB + 4 * (lane + 32 * i)), "r"(wb) : "memory");
-          band[i] = pack_scales(wa);
-          pb = __vminu4(pb, pack_scales(wb));
-        }
-#pragma unroll
-        for (int i = 0; i < 4; ++i) band[i] = reduce_scales<8, 1>(band[i]);
-        const uint32_t group0 = reduce_scales<16, 16>(__vminu4(band[0], band[1]));  // warpgroup 0's 64 rows
-        const uint32_t group1 = reduce_scales<16, 16>(__vminu4(band[2], band[3]));
-        pb = reduce_scales<16, 1>(pb);  // the tile's 128 B rows
-        const RowScales bs = unpack_scales(pb);
-        const bool chained0 = spread(group0) + (bs.hi - bs.lo) <= 7, chained1 = spread(group1) + (bs.hi - bs.lo) <= 7;
-        if ((lane & 15) == 0) {
+        // rows lane + 32 i (i < 4) of A and B: A's row in band 2 i + lane / 16, its scale word at lane 16 + 4 i of
+        // the tile (SPEC 8.2)
+        uint32_t wa[4], wb[4];
+        if (bulk) {
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            const WarpTest t = band_test(unpack_scales(band[i]), bs, i < 2 ? chained0 : chained1);
-            asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(stage + kTests + 16 * (2 * i + (lane >> 4))),
-                         "r"(__float_as_uint(t.t)), "r"(__float_as_uint(t.h)), "r"(__float_as_uint(t.unused)),
-                         "r"(t.flags) : "memory");
+            wa[i] = lds32(stage + kRawScalesA + nvfp4::swizzle_in_tile(lane + 32 * i, 0));
+            wb[i] = lds32(stage + kRawScalesB + nvfp4::swizzle_in_tile(lane + 32 * i, 0));
           }
+        } else {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            wa[i] = scale_word_global(tile_a, lane + 32 * i);
+            wb[i] = scale_word_global(tile_b, lane + 32 * i);
+          }
+        }
+        // masked: the bytes of 16-blocks past K zero (SPEC 12.7's padding: zero groups), a row past the group's
+        // rows all zero
+        const int blocks = p.K / 16 - 4 * kt;  // 16-blocks of the step inside K (>= 1)
+        const uint32_t k_mask = blocks >= 4 ? 0xFFFFFFFFu : (1u << (8 * blocks)) - 1u;
+        const int va = p.M - m0, vb = p.N - n0;
+        uint32_t sa[4], sb = 0, sign_b = 0, sign_a[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          wa[i] = lane + 32 * i < va ? wa[i] & k_mask : 0u;
+          wb[i] = lane + 32 * i < vb ? wb[i] & k_mask : 0u;
+          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(stage + kWordsA + 4 * (lane + 32 * i)), "r"(wa[i]) : "memory");
+          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(stage + kWordsB + 4 * (lane + 32 * i)), "r"(wb[i]) : "memory");
+          sa[i] = merge_lanes<8, 1>(summarize(wa[i]));  // band 2 i + lane / 16
+          sign_a[i] = __ballot_sync(0xffffffffu, (wa[i] & 0x80808080u) != 0);
+          sb = __vmaxu2(sb, summarize(wb[i]));
+          sign_b |= wb[i];
+        }
+        const RowScales bs = unpack_summary(merge_lanes<16, 1>(sb), __any_sync(0xffffffffu, sign_b & 0x80808080u));
+        // the two warpgroups' 64 rows each (bands 0-3: words 0 and 1; bands 4-7: words 2 and 3); no sign needed
+        const RowScales g0 = unpack_summary(merge_lanes<16, 16>(__vmaxu2(sa[0], sa[1])), false);
+        const RowScales g1 = unpack_summary(merge_lanes<16, 16>(__vmaxu2(sa[2], sa[3])), false);
+        const bool chained0 = (g0.hi - g0.lo) + (bs.hi - bs.lo) <= 7, chained1 = (g1.hi - g1.lo) + (bs.hi - bs.lo) <= 7;
+        // lane 16 h + q (q < 4) writes band 2 q + h's test
+        const int q = lane & 15;
+        if (q < 4) {
+          const uint32_t summary = q == 0 ? sa[0] : q == 1 ? sa[1] : q == 2 ? sa[2] : sa[3];
+          const uint32_t signs = q == 0 ? sign_a[0] : q == 1 ? sign_a[1] : q == 2 ? sign_a[2] : sign_a[3];
+          const bool sign = ((lane < 16 ? signs : signs >> 16) & 0xFFFFu) != 0;
+          const WarpTest t = band_test(unpack_summary(summary, sign), bs, q < 2 ? chained0 : chained1);
+          asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(stage + kTests + 16 * (2 * q + (lane >> 4))),
+                       "r"(__float_as_uint(t.t)), "r"(__float_as_uint(t.h)), "r"(__float_as_uint(t.unused)),
+                       "r"(t.flags) : "memory");
         }
         __syncwarp();
         if (lane == 0) mbar_arrive(full + 8 * st.stage);  // the step's words and tests are in place
