@@ -373,7 +373,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       } else if (step % kSummarizers == w) {  // this summarizer's step: A rows and B rows lane + 32 i
         mbar_wait(raw + 8 * st.stage, st.phase);
         // rows lane + 32 i (i < 4) of A and B: A's row in band 2 i + lane / 16, its scale word at lane 16 + 4 i of
-        // the tile (SPEC 8.2)
+        // the tile (SPEC 8.2); va, vb: the group's rows from the tile's first
+        const int va = p.M - m0, vb = p.N - n0;
         uint32_t wa[4], wb[4];
         if (bulk) {
 #pragma unroll
@@ -381,18 +382,17 @@ __global__ void __launch_bounds__(kThreads, 1)
             wa[i] = lds32(stage + kRawScalesA + nvfp4::swizzle_in_tile(lane + 32 * i, 0));
             wb[i] = lds32(stage + kRawScalesB + nvfp4::swizzle_in_tile(lane + 32 * i, 0));
           }
-        } else {
+        } else {  // (no load past the group's rows)
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            wa[i] = scale_word_global(tile_a, lane + 32 * i);
-            wb[i] = scale_word_global(tile_b, lane + 32 * i);
+            wa[i] = lane + 32 * i < va ? scale_word_global(tile_a, lane + 32 * i) : 0u;
+            wb[i] = lane + 32 * i < vb ? scale_word_global(tile_b, lane + 32 * i) : 0u;
           }
         }
         // masked: the bytes of 16-blocks past K zero (SPEC 12.7's padding: zero groups), a row past the group's
         // rows all zero
         const int blocks = p.K / 16 - 4 * kt;  // 16-blocks of the step inside K (>= 1)
         const uint32_t k_mask = blocks >= 4 ? 0xFFFFFFFFu : (1u << (8 * blocks)) - 1u;
-        const int va = p.M - m0, vb = p.N - n0;
         uint32_t sa[4], sb = 0, sign_b = 0, sign_a[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
