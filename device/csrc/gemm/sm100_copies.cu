@@ -241,6 +241,15 @@ __device__ __forceinline__ void warp_slow(float (&acc)[R], SumOf&& sum_of, Bound
   for (int i = 0; i < N; ++i) acc[OFF + i] = cl[i];
 }
 
+// The largest |C| over N accumulators from OFF.
+template <int N, int OFF>
+__device__ __forceinline__ float max_abs(const float (&acc)[R]) {
+  float m = 0.0f;
+#pragma unroll
+  for (int i = 0; i < N; ++i) m = fmaxf(m, fabsf(acc[OFF + i]));
+  return m;
+}
+
 // The per-step test shared by a warp's N outputs, for a step whose running test (below) failed: the largest magnitude
 // sum mm below t, |C| below 2^(L + 28) = 4096 t and, unless C = 0, at least h, as a test of the extremes. The least
 // nonzero |C| is found on the keys 2 bits(C) - 1 as unsigned integers: the sign bit drops out, +0 and -0 become the
@@ -248,13 +257,10 @@ __device__ __forceinline__ void warp_slow(float (&acc)[R], SumOf&& sum_of, Bound
 // finite one), which is sound: a NaN C stays NaN through __fadd_rz, as SPEC 12.7's step keeps it.
 template <int N, int OFF>
 __device__ __forceinline__ bool warp_test_c(const float (&acc)[R], float mm, const WarpTest& t) {
-  float hi = 0.0f;
+  const float hi = max_abs<N, OFF>(acc);
   uint32_t lo_key = 0xFFFFFFFFu;
 #pragma unroll
-  for (int i = 0; i < N; ++i) {
-    hi = fmaxf(hi, fabsf(acc[OFF + i]));
-    lo_key = min(lo_key, 2u * __float_as_uint(acc[OFF + i]) - 1u);
-  }
+  for (int i = 0; i < N; ++i) lo_key = min(lo_key, 2u * __float_as_uint(acc[OFF + i]) - 1u);
   const bool lo_ok = t.h == 0.0f || lo_key >= 2u * __float_as_uint(t.h) - 1u;
   const bool ok = (t.flags & kBandFast) != 0 && mm < t.t && hi < 4096.0f * t.t && lo_ok;
   return __all_sync(0xffffffffu, ok);
@@ -279,16 +285,16 @@ struct RunningBounds {
     t_min = fminf(t_min, t.t);
     return (t.flags & kBandFast) != 0 && mm < t.t && t.h <= 0.5f * t_min && c_max < 4096.0f * t_min;
   }
-};
 
-// The largest |C| over N accumulators from OFF.
-template <int N, int OFF>
-__device__ __forceinline__ float max_abs(const float (&acc)[R]) {
-  float m = 0.0f;
-#pragma unroll
-  for (int i = 0; i < N; ++i) m = fmaxf(m, fabsf(acc[OFF + i]));
-  return m;
-}
+  // c_max after the step: grown by mm (the step's largest magnitude sum) where the running test passed, else the
+  // largest |C| of the accumulators.
+  __device__ __forceinline__ void after_step(bool passed, float mm, const float (&acc)[R]) {
+    if (passed)
+      c_max = __fadd_ru(c_max, mm);
+    else
+      c_max = max_abs<R, 0>(acc);
+  }
+};
 
 // One warp's step for N outputs from OFF: the running test (one max reduction of the magnitude sums, one vote); where
 // it fails, the per-step test of the extremes; where that fails, warp_slow. mm: the largest magnitude sum of this
@@ -475,10 +481,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           auto mag_of = [&](int i) { return __fadd_rn(fabsf(part[0][i]), fabsf(part[1][i])); };
           auto bound_of = [&](int i) { return 2.0f * fmaxf(fabsf(part[0][i]), fabsf(part[1][i])); };
           float mm;
-          if (add_step<R, 0, 0>(acc, sum_of, mag_of, bound_of, test, run, mm, row0, lane, stage))
-            run.c_max = __fadd_ru(run.c_max, mm);
-          else
-            run.c_max = max_abs<R, 0>(acc);
+          const bool passed = add_step<R, 0, 0>(acc, sum_of, mag_of, bound_of, test, run, mm, row0, lane, stage);
+          run.after_step(passed, mm, acc);
         } else {
           // per group: four m64n64 partials for each half h of the columns (B rows 64 h .. 64 h + 63: 8 KB further),
           // accumulators [32 h, 32 h + 32); both halves test against c_max from before the step
@@ -508,10 +512,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           float mm0, mm1;
           const bool fast0 = half(std::integral_constant<int, 0>{}, mm0);
           const bool fast1 = half(std::integral_constant<int, 1>{}, mm1);
-          if (fast0 && fast1)
-            run.c_max = __fadd_ru(run.c_max, fmaxf(mm0, mm1));
-          else
-            run.c_max = max_abs<R, 0>(acc);
+          run.after_step(fast0 && fast1, fmaxf(mm0, mm1), acc);
         }
         __syncwarp();
         if (lane == 0) mbar_arrive(empty + 8 * st.stage);  // this warp has read the stage
