@@ -138,7 +138,8 @@ EOF
         echo "--- ncu $i: $case"
         # shellcheck disable=SC2086
         "$NCU" --clock-control none -k "regex:$NCU_KERNEL" --launch-skip 1 --launch-count 1 \
-          --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
+          --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+          --section ComputeWorkloadAnalysis \
           --section InstructionStats --section LaunchStats --section Occupancy --section SourceCounters \
           --import-source no -f -o "$OUT/ncu_$i" python3 "$NCU_SCRIPT" $case || rc=$?
         "$NCU" -i "$OUT/ncu_$i.ncu-rep" --page details >"$OUT/ncu_${i}_details.txt" || rc=$?
