@@ -10,10 +10,12 @@ output under ``$OUT/two_trees/`` and prints one table: row label, unit, old, new
 of the two sides' rounds, and ``SLOWER`` where the new tree is slower by more than ``--threshold`` (time up, or
 TFLOP/s or TB/s down). Rows are matched by their label text (bench_quantize: path and shape; bench_grouped_gemm:
 case, kind and column); torch's own columns (grouped_mm, the matmul loop, weight dequantize + grouped_mm) are shown
-as the machine's drift and never flagged. ``table DIR`` prints the table again from saved outputs.
+as the machine's drift and never flagged. ``--mid DIR`` adds a third tree (``prepare REV --dir DIR``), built and
+timed with the other two (old, mid, new in each round), and two more tables: mid against old, new against mid.
+``table DIR`` prints the tables again from saved outputs.
 
     python3 tools/ab/two_trees.py prepare HEAD~1
-    python3 tools/ab/two_trees.py run [--old _ab_old] [--rounds 2] [--gemm-args "--iters 5 --reps 1 --sustain 0.2"]
+    python3 tools/ab/two_trees.py run [--old _ab_old] [--mid _ab_mid] [--rounds 2] [--gemm-args "--iters 5 --reps 1 --sustain 0.2"]
     python3 tools/ab/two_trees.py table /tmp/two_trees_out/two_trees
 
 A GPU command runs at most 600 s: no benchmark run starts once the elapsed time plus the last run of the same
@@ -37,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SIDES = ("old", "new")
+SIDES = ("old", "mid", "new")  #: in the order they run; "mid" only with --mid
 BENCHES = {"quant": "benchmarks/bench_quantize.py", "gemm": "benchmarks/bench_grouped_gemm.py"}
 #: bench_grouped_gemm's columns measured on torch's own kernels (the machine's drift, never flagged)
 TORCH_COLUMNS = {"grp_mm", "loop", "wdq+gmm", "grp_mm_s"}
@@ -122,20 +124,22 @@ def _spread(values: list[float]) -> float:
     return (max(values) - min(values)) / abs(mean) if mean else 0.0
 
 
-def table(outputs: dict[tuple[str, str], list[str]], threshold: float) -> str:
-    """The comparison table of saved outputs: (bench, side) -> the texts of its rounds."""
+def table(outputs: dict[tuple[str, str], list[str]], threshold: float, base: str = "old", other: str = "new") -> str:
+    """The comparison table of saved outputs ((bench, side) -> the texts of its rounds): side ``other`` against side
+    ``base`` (the columns old and new)."""
     body: list[tuple[str, str, float, float, float, float, str]] = []
     only: list[str] = []
     flagged = 0
     for bench, parse in PARSERS.items():
-        parsed = {side: [parse(t) for t in outputs.get((bench, side), [])] for side in SIDES}
+        parsed = {"old": [parse(t) for t in outputs.get((bench, base), [])],
+                  "new": [parse(t) for t in outputs.get((bench, other), [])]}
         labels: list[str] = []
         for side in ("new", "old"):
             for rows in parsed[side]:
                 labels += [x for x in rows if x not in labels]
         speeds = []
         for label in labels:
-            got = {side: [r[label][0] for r in parsed[side] if label in r] for side in SIDES}
+            got = {side: [r[label][0] for r in parsed[side] if label in r] for side in ("old", "new")}
             if not got["old"] or not got["new"]:
                 only.append(f"{bench}: {label} (only in the {'old' if got['old'] else 'new'} tree)")
                 continue
@@ -151,13 +155,14 @@ def table(outputs: dict[tuple[str, str], list[str]], threshold: float) -> str:
                 if 1 / speed > 1 + threshold:
                     flag = "SLOWER"
                     flagged += 1
-            body.append((f"{bench}: {label}", unit, old, new, ratio, max(_spread(got[s]) for s in SIDES), flag))
+            body.append((f"{bench}: {label}", unit, old, new, ratio, max(_spread(got[s]) for s in got), flag))
         if speeds:
             gm = math.exp(statistics.mean(math.log(x) for x in speeds))
             body.append((f"{bench}: geometric mean of new speed / old speed, {len(speeds)} rows", "", math.nan,
                          math.nan, gm, math.nan, ""))
     width = max([12] + [len(b[0]) for b in body])
-    lines = [f"{'row':{width}s} {'unit':>7s} {'old':>9s} {'new':>9s} {'new/old':>8s} {'spread':>7s}"]
+    lines = [f"{base} tree (old) against {other} tree (new)",
+             f"{'row':{width}s} {'unit':>7s} {'old':>9s} {'new':>9s} {'new/old':>8s} {'spread':>7s}"]
     for name, unit, old, new, ratio, spread, flag in body:
         cells = [f"{x:9.2f}" if not math.isnan(x) else " " * 9 for x in (old, new)]
         sp = f"{100 * spread:6.1f}%" if not math.isnan(spread) else ""
@@ -176,6 +181,14 @@ def read_outputs(directory: Path) -> dict[tuple[str, str], list[str]]:
         if bench in BENCHES and side in SIDES:
             outputs.setdefault((bench, side), []).append(p.read_text())
     return outputs
+
+
+def tables(outputs: dict[tuple[str, str], list[str]], threshold: float) -> str:
+    """new against old; with a mid tree also mid against old and new against mid."""
+    pairs = [("old", "new")]
+    if any(side == "mid" for _, side in outputs):
+        pairs += [("old", "mid"), ("mid", "new")]
+    return "\n\n".join(table(outputs, threshold, a, b) for a, b in pairs)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -218,6 +231,9 @@ def build(side: str, tree: Path, build_dir: Path, jobs: int, log: Path) -> tuple
 def run(args: argparse.Namespace) -> int:
     t_start = time.time()
     trees = {"old": (ROOT / args.old).resolve(), "new": ROOT}
+    if args.mid:
+        trees = {"old": trees["old"], "mid": (ROOT / args.mid).resolve(), "new": ROOT}
+    sides = tuple(trees)
     for side, tree in trees.items():
         missing = [s for s in BENCHES.values() if not (tree / s).is_file()]
         if missing or not (tree / "device").is_dir():
@@ -227,16 +243,16 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for stale in [*out.glob("*.txt"), *out.glob("*.err"), *out.glob("*.log")]:
         stale.unlink()
-    builds = {side: (ROOT / args.build_root / side).resolve() for side in SIDES}
+    builds = {side: (ROOT / args.build_root / side).resolve() for side in sides}
     for d in builds.values():
         d.mkdir(parents=True, exist_ok=True)
     wheels = sorted((ROOT / ".whl").glob("*.whl"))
     if wheels:
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
                         "--no-cache-dir", "--upgrade", "--target", "/tmp/site", *map(str, wheels)], check=True)
-    jobs = max(1, (os.cpu_count() or 2) // 2)
-    with ThreadPoolExecutor(2) as pool:
-        done = list(pool.map(lambda s: build(s, trees[s], builds[s], jobs, out / f"build_{s}.log"), SIDES))
+    jobs = max(1, (os.cpu_count() or 2) // len(sides))
+    with ThreadPoolExecutor(len(sides)) as pool:
+        done = list(pool.map(lambda s: build(s, trees[s], builds[s], jobs, out / f"build_{s}.log"), sides))
     for side, rc, secs in done:
         print(f"build {side}: rc {rc}, {secs:.0f} s ({trees[side]})", flush=True)
         if rc:
@@ -251,7 +267,7 @@ def run(args: argparse.Namespace) -> int:
         if bench not in chosen:
             continue
         for r in range(1, args.rounds + 1):
-            for side in SIDES:
+            for side in sides:
                 elapsed = time.time() - t_start
                 if elapsed + last.get(bench, 0.0) > args.budget:
                     print(f"{bench} {side} round {r}: skipped ({elapsed:.0f} s used of the {args.budget:.0f} s budget)")
@@ -272,7 +288,7 @@ def run(args: argparse.Namespace) -> int:
                 if rc != 0:
                     print("\n".join((out / f"{bench}_{side}_{r}.err").read_text().splitlines()[-10:]))
     print()
-    print(table(read_outputs(out), args.threshold))
+    print(tables(read_outputs(out), args.threshold))
     return 0
 
 
@@ -285,6 +301,8 @@ def main() -> int:
     p.add_argument("--dir", default="_ab_old", help="the folder, relative to the repository root (git-ignored)")
     r = sub.add_parser("run", help="build both trees, run their benchmarks alternately, print the table")
     r.add_argument("--old", default="_ab_old", help="the old tree, relative to the repository root")
+    r.add_argument("--mid", default="", help="a third tree (e.g. one of two changes), relative to the repository "
+                   "root: built and timed with the others, compared with both")
     r.add_argument("--rounds", type=int, default=2, help="runs of each benchmark per tree (old, new, old, new, ...)")
     r.add_argument("--quant-args", default="--quick --no-compile", help="bench_quantize.py's arguments")
     r.add_argument("--gemm-args", default="--iters 5 --reps 1 --sustain 0.2", help="bench_grouped_gemm.py's arguments")
@@ -302,7 +320,7 @@ def main() -> int:
         return prepare(args)
     if args.what == "run":
         return run(args)
-    print(table(read_outputs(args.dir), args.threshold))
+    print(tables(read_outputs(args.dir), args.threshold))
     return 0
 
 
