@@ -1,7 +1,8 @@
 """A/B of kernel plans in one process: grouped-GEMM plans or quantize plans, forced through device.testing.
 
 ``gemm``: for each case, one call per plan; each output is compared bit for bit with the first plan of the same
-mode (every fast plan gives the bits of oracle model "tensor_core", every exact plan those of model "sequential");
+mode (every fast plan gives the bits of oracle model "tensor_core", every exact plan those of model "sequential",
+every sm100 plan those of model "sm100");
 then ``--rounds`` rounds of timings of every plan and of ``torch._grouped_mm`` (BF16 operands; wgrad: bf16 output,
 fp32 is refused for bf16 inputs), TFLOP/s (2 T N K / time) and each plan's median as a multiple of grouped_mm's.
 Only the GEMM call is timed (a plan's scratch decode included).
@@ -20,8 +21,9 @@ quantize kernel, the amax pass and the grouped setup kernel alone (torch.profile
 A plan is ``auto`` (the planner's choice) or space-separated ``key=value`` settings; plans are separated by ``;``.
 Keys: ``algorithm``, ``loader``, ``epilogue``, ``quantize`` (the arguments of ``device.testing.force_plan``; GEMM
 algorithms fused_64x256, fused_128x256, fused_pair_256x256, swapped_64x256, copies_cutlass, exact_fused,
-exact_copies, exact_hybrid; loaders cp_async, tma; epilogues staged, tma_store; quantize general, fast_bf16),
-``mode`` (fast or exact; default: exact for an exact_* algorithm, else fast) and ``sms`` (``device.set_num_sms`` for
+exact_copies, exact_hybrid, sm100_simt, sm100_copies; loaders cp_async, tma; epilogues staged, tma_store; quantize
+general, fast_bf16), ``mode`` (fast, exact or sm100; default: exact for an exact_* algorithm, sm100 for an sm100_*
+one, else fast) and ``sms`` (``device.set_num_sms`` for
 the plan's calls: the persistent GEMM grid capped at that many SMs).
 
 A GEMM case is ``E,T,K,N,kind[,out][,skew]``: kind fprop / dgrad / wgrad; out ``bf16``, ``f32`` or ``f32+c`` (wgrad
@@ -50,6 +52,8 @@ from bench_grouped_gemm import splits_for, timeit  # noqa: E402
 
 DEV = "cuda"
 FORCE_KEYS = ("algorithm", "loader", "epilogue", "quantize")
+#: the GEMM modes a plan may run (device.grouped_gemm's mode)
+MODES = ("fast", "exact", "sm100")
 OUT_DTYPES = {"bf16": torch.bfloat16, "f32": torch.float32, "f32+c": torch.float32}
 
 
@@ -77,15 +81,15 @@ def parse_plan(text: str) -> Plan:
         if key in FORCE_KEYS:
             force[key] = value
         elif key == "mode":
-            if value not in ("fast", "exact"):
-                raise ValueError(f"plan {text!r}: mode must be fast or exact, got {value!r}")
+            if value not in MODES:
+                raise ValueError(f"plan {text!r}: mode must be one of {', '.join(MODES)}, got {value!r}")
             mode = value
         elif key == "sms":
             sms = int(value)
         else:
             raise ValueError(f"plan {text!r}: unknown key {key!r} (keys: {', '.join(FORCE_KEYS)}, mode, sms)")
     if mode is None:
-        mode = "exact" if force.get("algorithm", "").startswith("exact_") else "fast"
+        mode = next((m for m in ("exact", "sm100") if force.get("algorithm", "").startswith(m + "_")), "fast")
     return Plan(text or "auto", force, mode, sms)
 
 
@@ -214,7 +218,7 @@ def run_gemm(args: argparse.Namespace) -> None:
                 failed[i] = f"{type(ex).__name__}: {str(ex)[:100]}"
         bits = torch.int16 if dt == torch.bfloat16 else torch.int32
         differ = []
-        for mode in ("fast", "exact"):
+        for mode in MODES:
             same_mode = [i for i, p in enumerate(plans) if p.mode == mode and i not in failed]
             differ += [f"p{i}" for i in same_mode[1:]
                        if not torch.equal(outs[i].view(bits), outs[same_mode[0]].view(bits))]
