@@ -12,8 +12,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <type_traits>
-
 #include "gemm/cutlass.h"
 #include "gemm/decode_f16.cuh"
 #include "gemm/copies.h"
@@ -23,82 +21,55 @@ namespace nvfp4_gemm {
 namespace {
 
 // Byte of compact scale (row r, 16-block c) in a swizzled plane with Cp (multiple of 4) scale columns: SPEC 8.2.
-// I: long long, or uint32_t for a plane below 2^31 bytes (its scales are fewer bytes still).
-template <class I>
-__device__ __forceinline__ I swizzled_offset(I r, I c, I cp) {
+__device__ __forceinline__ long long swizzled_offset(long long r, long long c, long long cp) {
   return ((r / 128 * (cp / 4) + c / 4) * 32 + r % 32) * 16 + ((r % 128) / 32) * 4 + c % 4;
 }
 
+// One thread per 8 packed bytes (16 codes = one 16-block, one scale). Group g of the plane holds bytes
+// [offs[g], offs[g+1]) with a row pitch of `pitch` bytes (pitch_const, or the group's bytes / rows_const for a
+// columnwise plane, whose rows are the K features and whose pitch is roundup(m_g, 16) / 2).
 // Order inside each 16-block of the copy (CopyOrder): natural (codes 0..15); even / odd (codes 0, 2, .., 14, 1, 3, ..,
 // 15: the token operand of swapped_64x256, gemm/swapped.cuh, whose register fragments hold that order); or the
 // decode order of gemm/decode_f16.cuh (codes 0, 2, 4, 6, 1, 3, 5, 7, then the same for 8..15: the A operand of
 // exact_hybrid, whose B tiles fused::convert_b_rows writes in that order; a 16-block's partial is the same exact
 // sum of products when both operands permute its K positions alike).
 enum CopyOrder { kNaturalOrder, kEvenOddOrder, kDecodeOrder };
-
-// The 8 packed bytes at `byte` (< p.offs[p.E]; 16 codes = one 16-block, one scale) as 16 fp16 values in ORDER: the
-// first 8 in lo, the last 8 in hi. Group g of the plane holds bytes [offs[g], offs[g+1]) with a row pitch of `pitch`
-// bytes (pitch_const, or the group's bytes / rows_const for a columnwise plane, whose rows are the K features and whose
-// pitch is roundup(m_g, 16) / 2). I: the index type (uint32_t where the plane is below 2^31 bytes: no 64-bit division).
-template <int ORDER, class I>
-__device__ __forceinline__ void decode_chunk(const PlaneView& p, long long byte, uint4& lo, uint4& hi) {
-  int first = 0, last = p.E - 1;  // the last group starting at or before `byte` (empty groups share the next start)
-  while (first < last) {
-    const int mid = (first + last + 1) >> 1;
-    if (p.offs[mid] <= byte) first = mid; else last = mid - 1;
+template <int ORDER>
+__global__ void decode_plane_kernel(PlaneView p, uint4* __restrict__ out) {
+  pdl_wait_then_trigger();  // chained launch (common/pdl.cuh): the previous kernel's outputs are visible from here on
+  const long long chunk = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const long long byte = chunk * 8;
+  if (byte >= p.offs[p.E]) return;  // past the last group (the buffers' worst-case tail is never read)
+  int lo = 0, hi = p.E - 1;  // the last group starting at or before `byte` (empty groups share the next start)
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (p.offs[mid] <= byte) lo = mid; else hi = mid - 1;
   }
-  const long long g0 = p.offs[first];
-  const I pitch = p.pitch_const ? static_cast<I>(p.pitch_const)
-                                 : static_cast<I>(p.offs[first + 1] - g0) / static_cast<I>(p.rows_const);
-  const I local = static_cast<I>(byte - g0);
-  const I row = local / pitch;
-  const I block = (local - row * pitch) / 8;
-  const I cp = (pitch / 8 + 3) / 4 * 4;
-  const uint32_t sf = f16dec::scale_to_f16x2(p.scales[p.scale_offs[first] + swizzled_offset<I>(row, block, cp)]);
+  const long long g0 = p.offs[lo];
+  const long long pitch = p.pitch_const ? p.pitch_const : (p.offs[lo + 1] - g0) / p.rows_const;
+  const long long local = byte - g0;
+  const long long row = local / pitch;
+  const long long block = (local - row * pitch) / 8;
+  const long long cp = (pitch / 8 + 3) / 4 * 4;
+  const uint32_t sf = f16dec::scale_to_f16x2(p.scales[p.scale_offs[lo] + swizzled_offset(row, block, cp)]);
   const uint2 w = *reinterpret_cast<const uint2*>(p.data + byte);
   uint32_t a[4], b[4];
   f16dec::e2m1x8_to_f16(w.x, sf, a);  // chunk order {0,2} {4,6} {1,3} {5,7}
   f16dec::e2m1x8_to_f16(w.y, sf, b);  // {8,10} {12,14} {9,11} {13,15}
   if constexpr (ORDER == kEvenOddOrder) {
-    lo = make_uint4(a[0], a[1], b[0], b[1]);
-    hi = make_uint4(a[2], a[3], b[2], b[3]);
-  } else if constexpr (ORDER == kDecodeOrder) {
-    lo = make_uint4(a[0], a[1], a[2], a[3]);
-    hi = make_uint4(b[0], b[1], b[2], b[3]);
-  } else {
-    lo = make_uint4(__byte_perm(a[0], a[2], 0x5410), __byte_perm(a[0], a[2], 0x7632), __byte_perm(a[1], a[3], 0x5410),
-                    __byte_perm(a[1], a[3], 0x7632));
-    hi = make_uint4(__byte_perm(b[0], b[2], 0x5410), __byte_perm(b[0], b[2], 0x7632), __byte_perm(b[1], b[3], 0x5410),
-                    __byte_perm(b[1], b[3], 0x7632));
+    out[2 * chunk] = make_uint4(a[0], a[1], b[0], b[1]);
+    out[2 * chunk + 1] = make_uint4(a[2], a[3], b[2], b[3]);
+    return;
   }
-}
-
-// One thread per 8 packed bytes (chunk c: bytes 8 c .. 8 c + 7, copy elements 16 c .. 16 c + 15, the 16-byte words
-// 2 c (lo) and 2 c + 1 (hi) of `out`). A warp's 32 chunks fill 64 consecutive words of `out`; each of its two stores
-// writes 32 consecutive words (512 contiguous bytes, whole sectors), so lanes i and i + 16 swap a half: store 0 writes
-// words 2 c and 2 c + 1 of the warp's chunks 0-15 (lane i: its lo; lane 16 + i: lane i's hi), store 1 those of chunks
-// 16-31 (lane i: lane 16 + i's lo; lane 16 + i: its hi). (Lane c writing both of its words stores 16 of every 32
-// bytes per instruction: twice the L2 write requests.) SMALL: the plane is below 2^31 bytes (32-bit index math).
-template <int ORDER, bool SMALL>
-__global__ void decode_plane_kernel(PlaneView p, uint4* __restrict__ out) {
-  pdl_wait_then_trigger();  // chained launch (common/pdl.cuh): the previous kernel's outputs are visible from here on
-  const int lane = threadIdx.x & 31;
-  const long long chunk = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const long long end = p.offs[p.E];  // past the last group: nothing read or written (the buffers' tail is never read)
-  const long long warp_chunk = chunk - lane;
-  if (8 * warp_chunk >= end) return;  // (warp-uniform)
-  uint4 lo = make_uint4(0u, 0u, 0u, 0u), hi = lo;
-  if (8 * chunk < end) decode_chunk<ORDER, std::conditional_t<SMALL, uint32_t, long long>>(p, 8 * chunk, lo, hi);
-  const bool upper = lane >= 16;
-  const uint4 send = upper ? lo : hi;
-  uint4 recv;
-  recv.x = __shfl_xor_sync(0xffffffffu, send.x, 16);
-  recv.y = __shfl_xor_sync(0xffffffffu, send.y, 16);
-  recv.z = __shfl_xor_sync(0xffffffffu, send.z, 16);
-  recv.w = __shfl_xor_sync(0xffffffffu, send.w, 16);
-  const long long c0 = warp_chunk + (lane & 15), c1 = c0 + 16;  // the chunks of this lane's words in stores 0 and 1
-  if (8 * c0 < end) out[2 * c0 + upper] = upper ? recv : lo;
-  if (8 * c1 < end) out[2 * c1 + upper] = upper ? hi : recv;
+  if constexpr (ORDER == kDecodeOrder) {
+    out[2 * chunk] = make_uint4(a[0], a[1], a[2], a[3]);
+    out[2 * chunk + 1] = make_uint4(b[0], b[1], b[2], b[3]);
+    return;
+  }
+  out[2 * chunk] = make_uint4(__byte_perm(a[0], a[2], 0x5410), __byte_perm(a[0], a[2], 0x7632),
+                              __byte_perm(a[1], a[3], 0x5410), __byte_perm(a[1], a[3], 0x7632));
+  out[2 * chunk + 1] = make_uint4(__byte_perm(b[0], b[2], 0x5410), __byte_perm(b[0], b[2], 0x7632),
+                                  __byte_perm(b[1], b[3], 0x5410), __byte_perm(b[1], b[3], 0x7632));
 }
 
 // The fp16 copy (`f16`, made by decode_plane_kernel from `plane`) of the operand that starts at packed byte `p` of the
@@ -161,13 +132,8 @@ template <int ORDER = kNaturalOrder>
 void decode_plane(const PlaneView& p, void* out, cudaStream_t s) {
   if (p.cap_bytes <= 0) return;
   const long long chunks = p.cap_bytes / 8;
-  const dim3 grid(static_cast<unsigned>((chunks + 255) / 256));
-  // both buffers below 2^31 bytes: every byte offset inside a group and every scale offset (with its partial sums in
-  // swizzled_offset) fits 31 bits
-  if (p.cap_bytes < (1LL << 31) && p.scale_cap_bytes < (1LL << 31))
-    launch_chained(decode_plane_kernel<ORDER, true>, grid, 256, 0, s, p, static_cast<uint4*>(out));
-  else
-    launch_chained(decode_plane_kernel<ORDER, false>, grid, 256, 0, s, p, static_cast<uint4*>(out));
+  launch_chained(decode_plane_kernel<ORDER>, dim3(static_cast<unsigned>((chunks + 255) / 256)), 256, 0, s, p,
+                 static_cast<uint4*>(out));
 }
 
 }  // namespace
