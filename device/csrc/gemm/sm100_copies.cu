@@ -25,7 +25,7 @@
 //       partials, wgmma(g0) then wgmma(g1) with scale-d = 1 into one fragment, and the same for g2, g3. The second
 //       wgmma is exact too: by SPEC 12.6 it truncates at 2^(E' - 25) with E' = max(e(V_0), E_1 + 6) <= H + 10 (|V_0| <
 //       2^(E_0 + 11), |a b| < 2^(E_1 + 7)), at most 2^(L - 8), the grid of both addends; its sum is checked below
-//       2^(L + 16) as above. Two wgmmas per fragment, 4 CUDA-core instructions per output and step.
+//       2^(L + 16) as above. Two wgmmas per fragment, 3.5 CUDA-core instructions per output and step.
 //   per group (wider spreads): four m64n64 partials per half of the tile's columns, summed on the CUDA cores.
 // Both tests run first with the warp's bounds (the loader's per-16-row and per-tile extremes, shared by the warp): the
 // running test (one max reduction of the magnitude sums, one vote), then, where it fails, the per-step test on the
