@@ -15,7 +15,8 @@ timed with the other two (old, mid, new in each round), and two more tables: mid
 ``table DIR`` prints the tables again from saved outputs.
 
     python3 tools/ab/two_trees.py prepare HEAD~1
-    python3 tools/ab/two_trees.py run [--old _ab_old] [--mid _ab_mid] [--rounds 2] [--gemm-args "--iters 5 --reps 1 --sustain 0.2"]
+    python3 tools/ab/two_trees.py run [--old _ab_old] [--mid _ab_mid] [--rounds 2]
+        [--gemm-args "--iters 5 --reps 1 --sustain 0.2"]
     python3 tools/ab/two_trees.py table /tmp/two_trees_out/two_trees
 
 A GPU command runs at most 600 s: no benchmark run starts once the elapsed time plus the last run of the same
@@ -230,9 +231,10 @@ def build(side: str, tree: Path, build_dir: Path, jobs: int, log: Path) -> tuple
 
 def run(args: argparse.Namespace) -> int:
     t_start = time.time()
-    trees = {"old": (ROOT / args.old).resolve(), "new": ROOT}
+    trees = {"old": (ROOT / args.old).resolve()}  # in SIDES' order: the order of the builds and of each round
     if args.mid:
-        trees = {"old": trees["old"], "mid": (ROOT / args.mid).resolve(), "new": ROOT}
+        trees["mid"] = (ROOT / args.mid).resolve()
+    trees["new"] = ROOT
     sides = tuple(trees)
     for side, tree in trees.items():
         missing = [s for s in BENCHES.values() if not (tree / s).is_file()]
