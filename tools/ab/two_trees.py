@@ -239,7 +239,8 @@ def run(args: argparse.Namespace) -> int:
     for side, tree in trees.items():
         missing = [s for s in BENCHES.values() if not (tree / s).is_file()]
         if missing or not (tree / "device").is_dir():
-            print(f"{side} tree {tree}: no device/ or {', '.join(missing)} (run 'prepare REV' and carry {args.old})")
+            print(f"{side} tree {tree}: no device/ or {', '.join(missing)} (run 'prepare REV --dir "
+                  f"{args.mid if side == 'mid' else args.old}' and carry that folder)")
             return 2
     out = Path(os.environ.get("OUT", "/tmp/two_trees_out")) / "two_trees"
     out.mkdir(parents=True, exist_ok=True)
