@@ -45,7 +45,8 @@ class _Extension:
 
 _QUANTIZE = _Extension("nvfp4_quantize", "quantize", (
     "quantize/bindings.cpp", "quantize/grouped_setup.cu", "quantize/swizzle_dequantize.cu",
-    "quantize/quantize_bf16.cu", "quantize/quantize_f16_f32.cu", "quantize/quantize_4over6.cu", "layer/bias_grad.cu"))
+    "quantize/quantize_bf16.cu", "quantize/quantize_f16_f32.cu", "quantize/quantize_4over6.cu", "layer/bias_grad.cu",
+    "layer/packed_scales.cu"))
 _GEMM = _Extension("nvfp4_gemm", "gemm", (
     "gemm/bindings.cpp", "gemm/setup.cu", "gemm/fused_fast.cu", "gemm/fused_pair.cu", "gemm/fused_exact.cu",
     "gemm/copies.cu", "gemm/exact_copies.cu", "gemm/exact_hybrid.cu", "gemm/swapped.cu", "gemm/sm100_simt.cu",

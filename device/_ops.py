@@ -27,10 +27,12 @@ __all__ = [
     "group_buffers",
     "bias_grad_op",
     "gemm_problem",
+    "pack_col_scales_op",
     "launch_group_quantize",
     "launch_grouped_gemm",
     "launch_quantize",
     "quantize_buffers",
+    "unpack_col_scales_op",
 ]
 
 LAYOUT_COMPACT, LAYOUT_PADDED_COMPACT, LAYOUT_SWIZZLED = (int(ScaleLayout[n]) for n in ("compact", "padded_compact",
@@ -513,3 +515,43 @@ def bias_grad_op(dy: Tensor, offsets: Tensor) -> Tensor:
 @bias_grad_op.register_fake
 def _(dy, offsets):
     return dy.new_empty((offsets.shape[1] - 1, dy.shape[1]), dtype=torch.float32)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the packed columnwise scales that the grouped linear layer keeps for its backward (SPEC 9.5)
+# ---------------------------------------------------------------------------------------------------------
+
+def packed_col_scale_bytes(t: int, k: int, e: int) -> int:
+    """SPEC 9.5's capacity of the packed columnwise scales: K * W(16) (the columnwise data capacity / 8)."""
+    return group_capacities(t, k, e)["col_data"] // 8
+
+
+@torch.library.custom_op("nvfp4_device::pack_col_scales", mutates_args=())
+def pack_col_scales_op(scales: Tensor, offsets: Tensor, t: int, k: int) -> Tensor:
+    """The packed columnwise scales (SPEC 9.5) of a grouped call over ``t`` rows and ``k`` columns: uint8
+    ``[packed_col_scale_bytes(t, k, E)]`` from its swizzled columnwise scales ``scales`` and its offsets table
+    ``offsets`` ``[6, E+1]`` (read on the device; csrc/layer/packed_scales.cu). No host synchronization."""
+    e = offsets.shape[1] - 1
+    out = torch.empty(packed_col_scale_bytes(t, k, e), dtype=torch.uint8, device=scales.device)
+    _raise_refusal(load_extension().pack_col_scales_(scales, offsets, e, k, out))
+    return out
+
+
+@pack_col_scales_op.register_fake
+def _(scales, offsets, t, k):
+    return scales.new_empty(packed_col_scale_bytes(t, k, offsets.shape[1] - 1), dtype=torch.uint8)
+
+
+@torch.library.custom_op("nvfp4_device::unpack_col_scales", mutates_args=())
+def unpack_col_scales_op(packed: Tensor, offsets: Tensor, t: int, k: int) -> Tensor:
+    """The inverse of :func:`pack_col_scales_op`: the swizzled columnwise scales (SPEC 9.2) at their SPEC 9.3
+    capacity, padding and the bytes past the last group 0x00."""
+    e = offsets.shape[1] - 1
+    out = torch.empty(group_capacities(t, k, e)["col_scale"], dtype=torch.uint8, device=packed.device)
+    _raise_refusal(load_extension().unpack_col_scales_(packed, offsets, e, k, out))
+    return out
+
+
+@unpack_col_scales_op.register_fake
+def _(packed, offsets, t, k):
+    return packed.new_empty(group_capacities(t, k, offsets.shape[1] - 1)["col_scale"], dtype=torch.uint8)

@@ -155,9 +155,11 @@ class _GroupedLinearFunction(torch.autograd.Function):
         xq = _quantize_x(x, splits, cfg, columnwise=cfg.need_dw)
         b = None if bias is None else bias.to(torch.float32)  # (bf16 -> fp32 is exact)
         y = _gemm_new(_FPROP, xq, "row", wq, "row", cfg, t, [t, cfg.n], torch.bfloat16, b)
-        # saved: X's columnwise plane (wgrad B; NVFP4, not the bf16 X), its amaxes and offsets (their row 0 also
-        # bounds dY's groups for dbias), W's columnwise plane (dgrad B), the splits; X's rowwise plane is freed here
-        ctx.save_for_backward(xq.col_data, xq.col_scales, xq.col_amax, xq.offsets, w_col_data, w_col_scales,
+        # saved: X's columnwise plane (wgrad B; NVFP4, not the bf16 X) with its scales packed (SPEC 9.5), its amaxes
+        # and offsets (their row 0 also bounds dY's groups for dbias), W's columnwise plane (dgrad B), the splits;
+        # X's rowwise plane and swizzled columnwise scales are freed here
+        x_cs = _ops.pack_col_scales_op(xq.col_scales, xq.offsets, t, cfg.k) if cfg.need_dw else xq.col_scales
+        ctx.save_for_backward(xq.col_data, x_cs, xq.col_amax, xq.offsets, w_col_data, w_col_scales,
                               w_col_amax, w_offsets, splits)
         ctx.cfg = cfg
         ctx.t = t
@@ -170,6 +172,8 @@ class _GroupedLinearFunction(torch.autograd.Function):
         x_cd, x_cs, x_ca, x_offs, w_cd, w_cs, w_ca, w_offs, splits = ctx.saved_tensors
         cfg, t = ctx.cfg, ctx.t
         empty = x_offs.new_empty(0, dtype=torch.uint8)
+        if cfg.need_dw and not cfg.delay_wgrad:  # the wgrad's B scales, swizzled again (SPEC 9.5)
+            x_cs = _ops.unpack_col_scales_op(x_cs, x_offs, t, cfg.k)
         xq = _Planes(empty, empty, x_cd, x_cs, x_ca, x_ca, x_offs)
         wq = _Planes(empty, empty, w_cd, w_cs, w_ca, w_ca, w_offs)
         main_grad = _check_main_grad(ctx.layer.weight) if cfg.need_dw and cfg.fuse_wgrad and not cfg.delay_wgrad \
@@ -186,7 +190,7 @@ class _GroupedLinearFunction(torch.autograd.Function):
                 dx = _gemm_new(_DGRAD, dyq, "row", wq, "col", cfg, t, [t, cfg.k], torch.bfloat16)
             if cfg.need_dw:
                 if cfg.delay_wgrad:
-                    ctx.layer._pending_wgrad.append((dyq, xq, cfg, t))  # backward_dw() runs it
+                    ctx.layer._pending_wgrad.append((dyq, xq, cfg, t))  # backward_dw() runs it (xq's scales packed)
                 else:
                     dw = _wgrad(dyq, xq, cfg, t, ctx.weight_dtype, main_grad)
         if cfg.need_dbias:
@@ -228,7 +232,7 @@ class GroupedLinear(torch.nn.Module):
             leaves its ``main_grad[g]`` unchanged bit for bit. Not supported under torch.compile (RuntimeError).
         delay_wgrad_compute: the backward computes dX and dbias only and queues the wgrad GEMM (with its NVFP4
             operands); :meth:`backward_dw` runs the oldest queued one (TE's convention). Each queued entry holds
-            dY's and X's columnwise NVFP4 planes (with their amaxes and offsets tables) until :meth:`backward_dw`
+            dY's and X's columnwise NVFP4 planes (X's scales packed, SPEC 9.5; with their amaxes and offsets tables) until :meth:`backward_dw`
             runs it. Not supported under torch.compile (RuntimeError).
 
     Parameters: ``weight`` ``[E, N, K]`` (one Parameter; ``weight[g]`` is expert g's ``[N, K]`` matrix, row-major,
@@ -242,8 +246,9 @@ class GroupedLinear(torch.nn.Module):
 
     **Saved for backward** (NVFP4 only, never the bf16 X): X's columnwise plane (the wgrad operand, RHT'd when
     ``recipe.rht_wgrad``) with its per-group amaxes and offsets table, W's columnwise plane (the dgrad operand) and
-    the splits; X's rowwise plane is freed after the forward GEMM. That is about 0.56 bytes per element of X against
-    2 for a BF16 layer's saved X.
+    the splits; X's rowwise plane is freed after the forward GEMM. X's columnwise scales are kept packed (SPEC 9.5:
+    without the 128 x 4 tiles' padding) and swizzled again in the backward. That is about 0.56 bytes per element of
+    X against 2 for a BF16 layer's saved X, plus the SPEC 9.3 capacity's room for the groups' padding to 16 tokens.
 
     **Weight planes** are quantized once (both planes, 16x16 blocks by default) and reused by later forwards while
     the weight is unchanged. By default (``forward(..., is_first_microbatch=None)``) the cache is keyed on
@@ -484,6 +489,7 @@ class GroupedLinear(torch.nn.Module):
         if not self._pending_wgrad:
             return
         dyq, xq, cfg, t = self._pending_wgrad.pop(0)
+        xq = xq._replace(col_scales=_ops.unpack_col_scales_op(xq.col_scales, xq.offsets, t, cfg.k))  # (SPEC 9.5)
         if self.fuse_wgrad_accumulation:
             _wgrad(dyq, xq, cfg, t, self.weight.dtype, _check_main_grad(self.weight))
             return

@@ -247,6 +247,83 @@ def test_bias_grad_clamps_a_foreign_offsets_table():
 
 
 # ------------------------------------------------------------------------------------------------------------------
+# SPEC 9.5: the packed columnwise scales the layer keeps for its backward
+# ------------------------------------------------------------------------------------------------------------------
+
+def worst_units(t, e, q):
+    """SPEC 9.3's W(q) = n + (t - n) // q, n = min(e, t)."""
+    n = min(e, t)
+    return n + (t - n) // q
+
+
+@pytest.mark.parametrize("splits,k", [([3, 0, 130], 64), ([0], 16), ([1], 16), ([17, 0, 64, 1], 144),
+                                      ([1] * 7 + [505], 128), (rand_splits(64, 2000, 8, zero_frac=0.4), 48),
+                                      ([300, 301], 272)])
+def test_packed_col_scales_match_oracle(splits, k):
+    """Packed: each group's compact columnwise scales of ``oracle.quantize`` of its rows, row-major, one group after
+    the other, then 0x00 to K * W(16) bytes ([1] * 7 + [505] fills the capacity exactly). Swizzled again: the
+    oracle's grouped swizzled columnwise scales, then 0x00 to the SPEC 9.3 capacity."""
+    t, e = sum(splits), len(splits)
+    x = rand_bf16((t, k), 21)
+    xs = torch.tensor(splits, dtype=torch.int64, device=DEV)
+    q = _device().group_quantize(x, xs, rowwise=False, columnwise=True)
+    packed = torch.ops.nvfp4_device.pack_col_scales(q.col_scales, q.offsets, t, k)
+    xh = host(x)
+    parts, start = [], 0
+    for m in splits:
+        if m:
+            parts.append(oracle.quantize(xh[start:start + m], rowwise=False, columnwise=True).col.scales.reshape(-1))
+        start += m
+    want = np.zeros(k * worst_units(t, e, 16), np.uint8)
+    flat = np.concatenate(parts) if parts else np.zeros(0, np.uint8)
+    want[:flat.size] = flat
+    assert_bytes(host(packed), want, f"packed {splits[:4]} K={k}")
+    swz = torch.ops.nvfp4_device.unpack_col_scales(packed, q.offsets, t, k)
+    ref = oracle.group_quantize(xh, np.array(splits, np.int64), rowwise=False, columnwise=True).col_scales
+    want = np.zeros(-(-k // 128) * 128 * 4 * worst_units(t, e, 64), np.uint8)
+    want[:ref.size] = ref
+    assert_bytes(host(swz), want, f"swizzled again {splits[:4]} K={k}")
+
+
+def test_packed_col_scales_bad_input():
+    x = rand_bf16((40, 32), 22)
+    q = _device().group_quantize(x, torch.tensor([10, 30], dtype=torch.int64, device=DEV), columnwise=True)
+    ops = torch.ops.nvfp4_device
+    with pytest.raises(ValueError, match="uint8"):
+        ops.pack_col_scales(q.col_scales.view(torch.int8), q.offsets, 40, 32)
+    with pytest.raises(ValueError, match=r"\[6, E\+1\]"):
+        ops.pack_col_scales(q.col_scales, q.offsets[:5], 40, 32)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        ops.unpack_col_scales(torch.zeros(64, dtype=torch.uint8, device=DEV), q.offsets, 40, 24)
+    with pytest.raises(ValueError, match="CUDA"):
+        ops.pack_col_scales(q.col_scales.cpu(), q.offsets, 40, 32)
+
+
+def test_saved_activation_bytes():
+    """SPEC 16.1 / 9.5: what the layer keeps for its backward apart from the weight planes, E = 8, T = 512,
+    K = 4096: X's columnwise data (K * 16 * W(16) / 2), its packed scales (K * W(16)), amaxes, offsets table and
+    splits: at most 0.35 of the bf16 X."""
+    e, t, k, n = 8, 512, 4096, 16
+    layer = make_layer(e, k, n, w=rand_bf16((e, n, k), 2, 0.05))
+    x = rand_bf16((t, k), 1).requires_grad_(True)
+    splits = torch.tensor(rand_splits(e, t, 11), dtype=torch.int64, device=DEV)
+    storages = {}
+
+    def pack(v):
+        storages[v.untyped_storage().data_ptr()] = v.untyped_storage().nbytes()
+        return v
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda v: v):
+        layer(x, splits)
+    for v in layer._weight_cache[2]:
+        storages.pop(v.untyped_storage().data_ptr(), None)
+    w16 = worst_units(t, e, 16)
+    want = k * 16 * w16 // 2 + k * w16 + e * 4 + 6 * (e + 1) * 8 + e * 8
+    assert sum(storages.values()) == want
+    assert want / (2 * t * k) <= 0.35
+
+
+# ------------------------------------------------------------------------------------------------------------------
 # SPEC 9.4: device splits that do not add up to T
 # ------------------------------------------------------------------------------------------------------------------
 

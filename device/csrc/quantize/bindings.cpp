@@ -11,6 +11,7 @@
 
 #include "quantize/launch.h"
 #include "layer/bias_grad.h"
+#include "layer/packed_scales.h"
 #include "common/refusal.h"  // refusals are returned messages, formatted without iostreams
 
 namespace {
@@ -395,6 +396,44 @@ std::string bias_grad_(const Tensor& dy, const Tensor& offsets, int64_t E, Tenso
   return nvfp4::launch_status("nvfp4");
 }
 
+// SPEC 9.5: the packed columnwise scales of a grouped call of E groups over K columns, from / to its swizzled
+// columnwise scales (SPEC 9.2), by the columnwise rows of its offsets table [6, E+1] (read on the device). The
+// destination is written whole; both buffers' sizes bound every read (layer/packed_scales.cu).
+std::string check_packed_scales(const Tensor& packed, const Tensor& swizzled, const Tensor& offsets, int64_t E,
+                                int64_t K) {
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4", swizzled, "swizzled scales", at::kByte));
+  const c10::Device dev = swizzled.device();
+  NVFP4_RETURN_IF_ERROR(check_on(packed, dev, "packed scales"));
+  NVFP4_RETURN_IF_ERROR(check_on(offsets, dev, "offsets"));
+  NVFP4_REFUSE_UNLESS(packed.scalar_type() == at::kByte, "nvfp4: packed scales must be uint8");
+  NVFP4_REFUSE_UNLESS(E >= 1 && E < (int64_t{1} << 30), "nvfp4: need 1 <= E < 2^30 groups, got ", E);
+  NVFP4_REFUSE_UNLESS(K >= 16 && K % 16 == 0, "nvfp4: K must be a positive multiple of 16, got ", K);
+  NVFP4_REFUSE_UNLESS(offsets.scalar_type() == at::kLong && offsets.dim() == 2 && offsets.size(0) == 6 &&
+                          offsets.size(1) == E + 1,
+                      "nvfp4: offsets must be the int64 [6, E+1] table of a grouped call");
+  NVFP4_REFUSE_UNLESS(swizzled.numel() % 512 == 0, "nvfp4: swizzled scales hold whole 512-byte tiles, got ",
+                      swizzled.numel(), " bytes");
+  return {};
+}
+
+std::string pack_col_scales_(const Tensor& swizzled, const Tensor& offsets, int64_t E, int64_t K, Tensor packed) {
+  NVFP4_RETURN_IF_ERROR(check_packed_scales(packed, swizzled, offsets, E, K));
+  const c10::cuda::CUDAGuard guard(swizzled.device());
+  nvfp4_layer::launch_pack_col_scales(swizzled.data_ptr<uint8_t>(), swizzled.numel(), offsets.data_ptr<int64_t>(),
+                                      static_cast<int>(E), K, packed.data_ptr<uint8_t>(), packed.numel(),
+                                      c10::cuda::getCurrentCUDAStream());
+  return nvfp4::launch_status("nvfp4");
+}
+
+std::string unpack_col_scales_(const Tensor& packed, const Tensor& offsets, int64_t E, int64_t K, Tensor swizzled) {
+  NVFP4_RETURN_IF_ERROR(check_packed_scales(packed, swizzled, offsets, E, K));
+  const c10::cuda::CUDAGuard guard(swizzled.device());
+  nvfp4_layer::launch_unpack_col_scales(packed.data_ptr<uint8_t>(), packed.numel(), offsets.data_ptr<int64_t>(),
+                                        static_cast<int>(E), K, swizzled.data_ptr<uint8_t>(), swizzled.numel(),
+                                        c10::cuda::getCurrentCUDAStream());
+  return nvfp4::launch_status("nvfp4");
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -409,4 +448,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("dequantize_", nvfp4::returning_errors(&dequantize_), "NVFP4 plane -> float32 (SPEC 11)");
   m.def("bias_grad_", nvfp4::returning_errors(&bias_grad_),
         "grouped linear layer's bias gradient, per-group column sums of dY in SPEC 16.4's order");
+  m.def("pack_col_scales_", nvfp4::returning_errors(&pack_col_scales_),
+        "swizzled grouped columnwise scales -> packed (SPEC 9.5)");
+  m.def("unpack_col_scales_", nvfp4::returning_errors(&unpack_col_scales_),
+        "packed grouped columnwise scales -> swizzled (SPEC 9.5)");
 }
