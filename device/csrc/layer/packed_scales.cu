@@ -32,6 +32,16 @@ __device__ __forceinline__ int group_of(const int64_t* __restrict__ row, int E, 
   return lo;
 }
 
+// Group g's packed scales: first byte P_g and columns C_g, from its columnwise data offsets (0, 0 for g == E).
+struct PackedGroup {
+  int64_t first, cols;
+};
+__device__ __forceinline__ PackedGroup packed_group(const int64_t* __restrict__ data_off, int E, int64_t K, int g) {
+  if (g >= E) return {0, 0};
+  const int64_t first = __ldg(data_off + g) / 8;
+  return {first, (__ldg(data_off + g + 1) / 8 - first) / K};  // C_g > 0 for a non-empty group of a valid table
+}
+
 // One thread per packed byte p: group g, local byte p - P_g = r * C_g + c, read from the group's swizzled scales at
 // S_g + swizzle_offset(r, c, roundup(C_g, 4) / 4) (S_g: its columnwise scale offset).
 __global__ void pack_col_scales_kernel(const uint8_t* __restrict__ swizzled, int64_t swizzled_bytes,
@@ -44,8 +54,7 @@ __global__ void pack_col_scales_kernel(const uint8_t* __restrict__ swizzled, int
     // P_g = data_off[g] / 8: searching data_off for 8 p finds the same group
     const int g = group_of(data_off, E, 8 * p);
     uint8_t v = 0;
-    const int64_t first = g < E ? __ldg(data_off + g) / 8 : 0;
-    const int64_t cols = g < E ? (__ldg(data_off + g + 1) / 8 - first) / K : 0;  // C_g (> 0 in a valid table)
+    const auto [first, cols] = packed_group(data_off, E, K, g);
     if (cols > 0 && p >= first) {
       const int64_t local = p - first, r = local / cols, c = local % cols;
       const int64_t src = __ldg(scale_off + g) + nvfp4::swizzle_offset<int64_t>(r, c, (cols + 3) / 4);
@@ -69,8 +78,7 @@ __global__ void unpack_col_scales_kernel(const uint8_t* __restrict__ packed, int
        w += (int64_t)gridDim.x * blockDim.x) {
     const int g = group_of(scale_off, E, 4 * w);
     uint32_t v = 0;
-    const int64_t first = g < E ? __ldg(data_off + g) / 8 : 0;
-    const int64_t cols = g < E ? (__ldg(data_off + g + 1) / 8 - first) / K : 0;  // C_g
+    const auto [first, cols] = packed_group(data_off, E, K, g);
     if (cols > 0 && 4 * w >= __ldg(scale_off + g)) {
       const int64_t cp4 = (cols + 3) / 4;
       const int64_t local = w - __ldg(scale_off + g) / 4;  // the word inside the group's scales
