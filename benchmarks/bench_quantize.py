@@ -1,7 +1,8 @@
 """Benchmark of the device NVFP4 quantizer on one GPU; prints one table.
 
-Rows: device copy bandwidth (bytes read + written); for bf16 inputs of three shapes the fused path
-(amax pass + one fused kernel: rowwise + RHT columnwise, swizzled scales), the same with compact scales, the same with
+Rows: device copy bandwidth (bytes read + written); for bf16 inputs of five shapes the fused path
+(amax pass + one fused kernel: rowwise + RHT columnwise, swizzled scales), the same with both amaxes given (one pass
+over X: "frac" and "vs copy" count X read once), the same with compact scales, the same with
 stochastic rounding (the fast kernel against the general kernel on the same call),
 the unfused path (compact quantize, then the swizzle kernel on both scale tensors), both planes without RHT under
 rule "te" and rule "torchao" (SPEC 5.4), the fused path under rule "torchao", 4over6 (SPEC 5.6; 1x16 and 16x16
@@ -50,7 +51,7 @@ def _inductor_eager_numerics() -> None:
             pass
 
 
-SHAPES = ((8192, 5120), (8192, 11328), (16384, 4096))
+SHAPES = ((8192, 5120), (8192, 11328), (16384, 4096), (11328, 8192), (14336, 16384))
 # How bench() evicts the inputs from L2 before each timed replay: "write" zeroes a 256 MB buffer (the usual idiom,
 # and the default), which leaves up to an L2's worth of dirty lines whose write-back then overlaps the timed call;
 # "read" takes the max of the same buffer, which leaves clean lines only (set by --flush).
@@ -284,6 +285,14 @@ def main() -> None:
         if args.profile:
             kernel_breakdown(lambda: device.quantize(x, swizzled=True, **kw), f"fused {shape}")  # noqa: B023 (called inside this iteration)
         add("fused row+RHT col+swizzled+amax", shape, t_f, nbytes, f"swizzled/compact {t_f / t_c:.3f}")
+        # the same call with both amaxes given as device tensors (e.g. from the previous step): no amax pass, X read
+        # once; the same bytes when the given amaxes are the computed ones
+        q0 = device.quantize(x, swizzled=True, **kw)
+        given = (q0.row_amax.clone(), q0.col_amax.clone())
+        t_1 = bench(lambda: device.quantize(x, swizzled=True, amax=given, **kw), iters)  # noqa: B023 (called inside this iteration)
+        del q0
+        add("  same, amax given (one pass)", shape, t_1, x.numel() * 2 + out_bytes(m, k),
+            f"one pass / two passes {t_1 / t_f:.2f}")
         add("  same, compact scales", shape, t_c, nbytes)
         add("  unfused (compact + swizzle kernel)", shape, t_u, nbytes)
         # stochastic rounding (SPEC 3.4, the gradient's rounding in training) on the same fused work: the fast kernel
