@@ -176,12 +176,11 @@ def _(x, amax, rowwise, columnwise, rht, rht_signs, block2d, rule, sr, seed_lo, 
 
 def group_capacities(t: int, k: int, e: int) -> dict:
     """Worst-case byte sizes of the grouped buffers over every split of t rows into e groups (SPEC 9)."""
-    n = min(e, t)  # W(q) = n + (t - n) // q units of q rows (the largest sum of ceil(m_g / q))
     return {
         "row_data": t * k // 2,
-        "row_scale": 128 * (n + (t - n) // 128) * _ru(k // 16, 4),
-        "col_data": k * 16 * (n + (t - n) // 16) // 2,
-        "col_scale": _ru(k, 128) * 4 * (n + (t - n) // 64),
+        "row_scale": 128 * (t // 128 + e) * _ru(k // 16, 4),
+        "col_data": k * 16 * (t // 16 + e) // 2,
+        "col_scale": _ru(k, 128) * 4 * (t // 64 + e),
     }
 
 

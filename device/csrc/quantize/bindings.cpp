@@ -1,6 +1,5 @@
 // PyTorch bindings: thin out-variant wrappers that check arguments and launch on the current stream.
 // The Python package (device/_ops.py) wraps these in torch.library custom ops that allocate the outputs.
-#include <algorithm>
 #include <string>
 
 #include <torch/extension.h>
@@ -170,11 +169,9 @@ std::string check_outputs(const Tensor& x, bool grouped, int64_t E, int64_t layo
   int64_t need[4];
   if (grouped) {
     need[0] = M * K / 2;
-    // SPEC 9.3: W(q) = n + (M - n) / q units of q rows, n = min(E, M)
-    const int64_t n = std::min<int64_t>(E, M);
-    need[1] = 128 * (n + (M - n) / 128) * round_up_to(K / 16, 4);
-    need[2] = K * 16 * (n + (M - n) / 16) / 2;
-    need[3] = round_up_to(K, 128) * 4 * (n + (M - n) / 64);
+    need[1] = 128 * (M / 128 + E) * round_up_to(K / 16, 4);
+    need[2] = K * 16 * (M / 16 + E) / 2;
+    need[3] = round_up_to(K, 128) * 4 * (M / 64 + E);
   } else {
     need[0] = M * K / 2;
     need[1] = scale_bytes(M, K / 16, padded);
