@@ -521,7 +521,7 @@ def _(dy, offsets):
 # ---------------------------------------------------------------------------------------------------------
 
 def packed_col_scale_bytes(t: int, k: int, e: int) -> int:
-    """SPEC 9.5's capacity of the packed columnwise scales: K * W(16) (the columnwise data capacity / 8)."""
+    """SPEC 9.5's capacity of the packed columnwise scales: K * (T // 16 + E) (the columnwise data capacity / 8)."""
     return group_capacities(t, k, e)["col_data"] // 8
 
 
