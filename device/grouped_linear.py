@@ -232,8 +232,8 @@ class GroupedLinear(torch.nn.Module):
             leaves its ``main_grad[g]`` unchanged bit for bit. Not supported under torch.compile (RuntimeError).
         delay_wgrad_compute: the backward computes dX and dbias only and queues the wgrad GEMM (with its NVFP4
             operands); :meth:`backward_dw` runs the oldest queued one (TE's convention). Each queued entry holds
-            dY's and X's columnwise NVFP4 planes (X's scales packed, SPEC 9.5; with their amaxes and offsets tables) until :meth:`backward_dw`
-            runs it. Not supported under torch.compile (RuntimeError).
+            dY's and X's columnwise NVFP4 planes (X's scales packed, SPEC 9.5; with their amaxes and offsets tables)
+            until :meth:`backward_dw` runs it. Not supported under torch.compile (RuntimeError).
 
     Parameters: ``weight`` ``[E, N, K]`` (one Parameter; ``weight[g]`` is expert g's ``[N, K]`` matrix, row-major,
     so the layout is that of TE's E separate ``weight{g}`` parameters stacked; initialised as ``torch.nn.Linear``
