@@ -257,9 +257,16 @@ def offsets_by_table(splits, k: int) -> dict:
 
 
 def capacities_by_formula(t: int, k: int, e: int) -> np.ndarray:
-    """SPEC 9.3 worst-case buffer sizes [row_data, row_scale, col_data, col_scale]."""
-    return np.array([t * k // 2, 128 * (t // 128 + e) * _ru(k // 16, 4), k * 16 * (t // 16 + e) // 2,
-                     _ru(k, 128) * 4 * (t // 64 + e)], np.int64)
+    """SPEC 9.3 worst-case buffer sizes [row_data, row_scale, col_data, col_scale], each unit count taken as the
+    largest over the splits with n non-empty groups of 1, ..., 1, T - n + 1 rows (n = 1 .. min(E, T)), and at
+    least E, not from SPEC's closed form."""
+    n = np.arange(1, min(e, t) + 1, dtype=np.int64)
+
+    def units(q: int) -> int:
+        return max(e, int(((n - 1) + -(-(t - n + 1) // q)).max()) if n.size else 0)
+
+    return np.array([t * k // 2, 128 * units(128) * _ru(k // 16, 4), k * 16 * units(16) // 2,
+                     _ru(k, 128) * 4 * units(64)], np.int64)
 
 
 # ---------------------------------------------------------------------------------------------------------------

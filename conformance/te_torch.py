@@ -496,7 +496,7 @@ def group_quantize(x: np.ndarray, splits, *, rowwise: bool = True, columnwise: b
         g2 = gid.unsqueeze(1).expand(t, nb)
         compact, swz = _scatter_scales(byte, g2, r_loc, c_loc, torch.full((t, nb), cp_row), off_s[g2], int(off_s[-1]))
         _put_group(out, "row", data.reshape(-1), swz, compact, row_amax, _prefix(sizes * (k // 2)), off_s,
-                   t * k // 2, 128 * (t // 128 + e) * cp_row)
+                   t * k // 2, 128 * _worst_units(t, e, 128) * cp_row)
     if columnwise:
         tok = _ru(sizes, 16)  # padded tokens per group (SPEC 6.2)
         tstart = _prefix(tok)
@@ -528,8 +528,13 @@ def group_quantize(x: np.ndarray, splits, *, rowwise: bool = True, columnwise: b
         c_loc = (torch.arange(nbc) - tstart[bg] // 16).unsqueeze(0).expand(k, nbc)
         compact, swz = _scatter_scales(byte, g2, r_loc, c_loc, _ru(cols, 4)[g2], off_s[g2], int(off_s[-1]))
         _put_group(out, "col", _group_major(data, tstart // 2), swz, compact, col_amax, _prefix(k * tok // 2), off_s,
-                   k * 16 * (t // 16 + e) // 2, _ru(k, 128) * 4 * (t // 64 + e))
+                   k * 16 * _worst_units(t, e, 16) // 2, _ru(k, 128) * 4 * _worst_units(t, e, 64))
     return out
+
+
+def _worst_units(t: int, e: int, q: int) -> int:
+    """SPEC 9.3's W(q): the largest sum of ceil(m_g / q) over the splits of t rows into e groups, at least e."""
+    return e + max(t - e, 0) // q
 
 
 def _padded_index(sizes: torch.Tensor, starts: torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor]:

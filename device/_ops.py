@@ -176,11 +176,12 @@ def _(x, amax, rowwise, columnwise, rht, rht_signs, block2d, rule, sr, seed_lo, 
 
 def group_capacities(t: int, k: int, e: int) -> dict:
     """Worst-case byte sizes of the grouped buffers over every split of t rows into e groups (SPEC 9)."""
+    extra = max(t - e, 0)  # W(q) = e + extra // q units of q rows (the largest sum of ceil(m_g / q), at least e)
     return {
         "row_data": t * k // 2,
-        "row_scale": 128 * (t // 128 + e) * _ru(k // 16, 4),
-        "col_data": k * 16 * (t // 16 + e) // 2,
-        "col_scale": _ru(k, 128) * 4 * (t // 64 + e),
+        "row_scale": 128 * (e + extra // 128) * _ru(k // 16, 4),
+        "col_data": k * 16 * (e + extra // 16) // 2,
+        "col_scale": _ru(k, 128) * 4 * (e + extra // 64),
     }
 
 
@@ -521,7 +522,7 @@ def _(dy, offsets):
 # ---------------------------------------------------------------------------------------------------------
 
 def packed_col_scale_bytes(t: int, k: int, e: int) -> int:
-    """SPEC 9.5's capacity of the packed columnwise scales: K * (T // 16 + E) (the columnwise data capacity / 8)."""
+    """SPEC 9.5's capacity of the packed columnwise scales: K * W(16) (the columnwise data capacity / 8)."""
     return group_capacities(t, k, e)["col_data"] // 8
 
 

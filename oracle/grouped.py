@@ -87,11 +87,14 @@ def grouped_capacities(total_rows: int, cols: int, num_groups: int) -> dict:
     if t < 0 or e < 1 or k < 0 or k % 16:
         raise ValueError(f"need total_rows >= 0, num_groups >= 1 and K a multiple of 16, got {t}, {e}, {k}")
     kb4 = (k // 16 + 3) // 4 * 4
+    def units(q: int) -> int:  # W(q): the largest sum of ceil(m_g / q) over the splits, at least E units
+        return e + max(t - e, 0) // q
+
     return {
         "row_data": t * k // 2,
-        "row_scale": 128 * (t // 128 + e) * kb4,
-        "col_data": k * 16 * (t // 16 + e) // 2,
-        "col_scale": (k + 127) // 128 * 128 * 4 * (t // 64 + e),
+        "row_scale": 128 * units(128) * kb4,
+        "col_data": k * 16 * units(16) // 2,
+        "col_scale": (k + 127) // 128 * 128 * 4 * units(64),
     }
 
 

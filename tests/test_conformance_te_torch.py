@@ -283,11 +283,11 @@ def test_hand_vector_grouped_offsets_of_spec_9_2():
     assert out["col_data_offsets"].tolist() == [0, 512, 512, 5120]
     assert out["col_scale_offsets"].tolist() == [0, 512, 512, 2048]
     assert out["row_amax"].tolist() == [1.0, 0.0, 1.0]  # an empty group has amax 0 (SPEC 9.1)
-    # SPEC 9.3 capacities: row data T*K/2, row scales 128 * (T//128 + E) * roundup(K/16, 4), ...
+    # SPEC 9.3 capacities, W(q) = 3 + 130 // q: row data T*K/2, row scales 128 * W(128) * roundup(K/16, 4), ...
     assert out["row_data"].size + out["row_data_tail"].size == 133 * 32
-    assert out["row_scales"].size + out["row_scales_tail"].size == 128 * (1 + 3) * 4
-    assert out["col_data"].size + out["col_data_tail"].size == 64 * 16 * (8 + 3) // 2
-    assert out["col_scales"].size + out["col_scales_tail"].size == 128 * 4 * (2 + 3)
+    assert out["row_scales"].size + out["row_scales_tail"].size == 128 * (3 + 1) * 4
+    assert out["col_data"].size + out["col_data_tail"].size == 64 * 16 * (3 + 8) // 2
+    assert out["col_scales"].size + out["col_scales_tail"].size == 128 * 4 * (3 + 2)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -28,17 +28,20 @@ def problem(kind: str, e: int, t: int, n: int, k: int, *, mode: str = "fast", ou
         out_dtype = "float32" if kind == "wgrad" else "bfloat16"
     a_bytes = b_bytes = b_scale_bytes = 0
     if sized:
-        # SPEC 9.3: rowwise [rows, cols] data rows * cols / 2, scales 128 (rows / 128 + E) roundup(cols / 16, 4);
-        # columnwise data cols * 16 (rows / 16 + E) / 2, scales roundup(cols, 128) 4 (rows / 64 + E)
+        # SPEC 9.3: rowwise [rows, cols] data rows * cols / 2, scales 128 W(128) roundup(cols / 16, 4); columnwise
+        # data cols * 16 W(16) / 2, scales roundup(cols, 128) 4 W(64); W(q) = E + max(rows - E, 0) // q
+        def w(rows: int, q: int) -> int:
+            return e + max(rows - e, 0) // q
+
         if kind == "fprop":  # a: X [T, K] rowwise; b: W [E N, K] rowwise
             a_bytes, b_bytes = t * k // 2, e * n * k // 2
-            b_scale_bytes = 128 * (e * n // 128 + e) * _ru(k // 16, 4)
+            b_scale_bytes = 128 * w(e * n, 128) * _ru(k // 16, 4)
         elif kind == "dgrad":  # a: dY [T, N] rowwise; b: W [E N, K] columnwise
-            a_bytes, b_bytes = t * n // 2, k * 16 * (e * n // 16 + e) // 2
-            b_scale_bytes = _ru(k, 128) * 4 * (e * n // 64 + e)
+            a_bytes, b_bytes = t * n // 2, k * 16 * w(e * n, 16) // 2
+            b_scale_bytes = _ru(k, 128) * 4 * w(e * n, 64)
         else:  # a: dY [T, N], b: X [T, K], both columnwise
-            a_bytes, b_bytes = n * 16 * (t // 16 + e) // 2, k * 16 * (t // 16 + e) // 2
-            b_scale_bytes = _ru(k, 128) * 4 * (t // 64 + e)
+            a_bytes, b_bytes = n * 16 * w(t, 16) // 2, k * 16 * w(t, 16) // 2
+            b_scale_bytes = _ru(k, 128) * 4 * w(t, 64)
     return GemmProblem(kind=kind, mode=mode, groups=e, tokens=t, n=n, k=k, out_dtype=out_dtype, accumulate=accumulate,
                        bias=bias, b_aligned=b_aligned, a_data_bytes=a_bytes, b_data_bytes=b_bytes,
                        b_scale_bytes=b_scale_bytes, cutlass=cutlass)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -106,11 +108,37 @@ def test_grouped_equals_per_group(splits, k, use_rht, rounding, block, seed):
     assert offs["col_scale"][-1] <= cap["col_scale"] and offs["row_data"][-1] == cap["row_data"]
 
 
-def test_capacity_is_an_upper_bound_hand_case():
-    # SPEC 9.3: T = 129 in E = 2 groups needs at most 2 row tiles ([1, 128]); the formula gives 128*(1 + 2) rows
+def test_capacity_hand_cases():
+    # SPEC 9.3: T = 129 in E = 2 groups needs at most 2 row tiles ([1, 128]); T = 512 in E = 8 at most 39 column
+    # blocks of 16 tokens and 15 of 64 (seven groups of 1 row and one of 505); T < E keeps E units of each (T = 3,
+    # E = 8 needs at most 3), so T = 0 leaves no buffer but the rowwise data empty
     cap = oracle.grouped_capacities(129, 16, 2)
     offs = grouped_scale_offsets([1, 128], 16)
-    assert offs["row_scale"][-1] == 256 * 4 and cap["row_scale"] == 128 * (1 + 2) * 4
+    assert offs["row_scale"][-1] == 256 * 4 == cap["row_scale"]
+    cap = oracle.grouped_capacities(512, 64, 8)
+    assert cap["col_data"] == 64 * 39 * 16 // 2 and cap["col_scale"] == 128 * 15 * 4
+    assert cap["row_scale"] == 128 * 11 * 4  # 7 + ceil(505 / 128)
+    cap = oracle.grouped_capacities(3, 16, 8)
+    assert cap == {"row_data": 24, "row_scale": 128 * 8 * 4, "col_data": 16 * 8 * 16 // 2, "col_scale": 128 * 8 * 4}
+    cap = oracle.grouped_capacities(0, 16, 4)
+    assert cap == {"row_data": 0, "row_scale": 128 * 4 * 4, "col_data": 16 * 4 * 16 // 2, "col_scale": 128 * 4 * 4}
+
+
+@pytest.mark.parametrize("t,e", [(0, 1), (1, 3), (5, 2), (17, 2), (33, 3), (40, 4), (129, 2), (130, 3)])
+def test_capacity_is_the_largest_over_every_split(t, e):
+    # SPEC 9.3: with T >= E the capacities are the maxima of the SPEC 9.2 sizes over every split of t rows into e
+    # groups, enumerated (K = 16, so the rowwise scales are 128 x 4 bytes per row tile); with T < E, E units
+    best = dict.fromkeys(("row_scale", "col_data", "col_scale"), 0)
+    for cuts in itertools.combinations_with_replacement(range(t + 1), e - 1):
+        splits = np.diff([0, *cuts, t])
+        offs = grouped_scale_offsets(list(splits), 16)
+        for name in best:
+            best[name] = max(best[name], int(offs[name][-1]))
+    if t < e:  # the largest is t units of each; the capacity keeps e
+        assert best == {"row_scale": 512 * t, "col_data": 128 * t, "col_scale": 512 * t}
+        best = {"row_scale": 512 * e, "col_data": 128 * e, "col_scale": 512 * e}
+    cap = oracle.grouped_capacities(t, 16, e)
+    assert {name: cap[name] for name in best} == best
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,8 @@
 // Packed columnwise scales (SPEC 9.5): the grouped columnwise scales of SPEC 9.2 without the 128 x 4 tiles' padding.
 // Group g's compact [K, C_g] scales (C_g = ceil(m_g / 16)) are row-major at byte P_g = K * sum_{h<g} C_h, which is
 // the group's columnwise data offset / 8 (that offset is K * 16 * sum_{h<g} C_h / 2). The grouped linear layer keeps
-// X's columnwise scales in this form between its forward and backward (K * (T / 16 + E) bytes against
-// roundup(K, 128) * 4 * (T / 64 + E) swizzled, SPEC 9.3).
+// X's columnwise scales in this form between its forward and backward (K * W(16) bytes against
+// roundup(K, 128) * 4 * W(64) swizzled).
 //
 // Both kernels find each output byte's group by a binary search of the offsets table on the device (row kOffColData
 // for packed bytes, kOffColScale for swizzled ones), so they can be captured in a CUDA graph; every source index is

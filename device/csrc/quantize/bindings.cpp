@@ -1,5 +1,6 @@
 // PyTorch bindings: thin out-variant wrappers that check arguments and launch on the current stream.
 // The Python package (device/_ops.py) wraps these in torch.library custom ops that allocate the outputs.
+#include <algorithm>
 #include <string>
 
 #include <torch/extension.h>
@@ -169,9 +170,11 @@ std::string check_outputs(const Tensor& x, bool grouped, int64_t E, int64_t layo
   int64_t need[4];
   if (grouped) {
     need[0] = M * K / 2;
-    need[1] = 128 * (M / 128 + E) * round_up_to(K / 16, 4);
-    need[2] = K * 16 * (M / 16 + E) / 2;
-    need[3] = round_up_to(K, 128) * 4 * (M / 64 + E);
+    // SPEC 9.3: W(q) = E + max(M - E, 0) / q units of q rows
+    const int64_t extra = std::max<int64_t>(M - E, 0);
+    need[1] = 128 * (E + extra / 128) * round_up_to(K / 16, 4);
+    need[2] = K * 16 * (E + extra / 16) / 2;
+    need[3] = round_up_to(K, 128) * 4 * (E + extra / 64);
   } else {
     need[0] = M * K / 2;
     need[1] = scale_bytes(M, K / 16, padded);
