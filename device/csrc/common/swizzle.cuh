@@ -20,4 +20,15 @@ __host__ __device__ __forceinline__ constexpr I swizzle_offset(I r, I c, I cp4) 
   return ((r >> 7) * cp4 + (c >> 2)) * 512 + swizzle_in_tile(r, c);
 }
 
+// The inverse for whole 4-byte words: word w (bytes 4w .. 4w + 3) of a swizzled plane holds scales (r, c0 .. c0 + 3).
+// The word is in tile w / 128, whose row tile is tile / cp4 and column tile tile % cp4; inside the tile word
+// (r % 32) * 4 + (r % 128) / 32, so r % 128 = (w % 4) * 32 + (w % 128) / 4.
+struct SwizzledWord {
+  int64_t r, c0;
+};
+__host__ __device__ __forceinline__ constexpr SwizzledWord swizzled_word_position(int64_t w, int64_t cp4) {
+  const int64_t tile = w >> 7, in_tile = w & 127;
+  return {(tile / cp4) * 128 + (in_tile & 3) * 32 + (in_tile >> 2), (tile % cp4) * 4};
+}
+
 }  // namespace nvfp4

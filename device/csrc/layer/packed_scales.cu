@@ -65,10 +65,9 @@ __global__ void pack_col_scales_kernel(const uint8_t* __restrict__ swizzled, int
 }
 
 // One thread per 4 swizzled bytes (one row r, scale columns c0 .. c0 + 3 of a 128 x 4 tile; group offsets are
-// multiples of 512, so a word never straddles two groups): the word w = local byte 4 w' of its group is in tile
-// w' / 128, whose row tile is tile / cp4 and column tile tile % cp4, and in that tile at row (w' % 4) * 32 + (w' % 128)
-// / 4 (SPEC 8.2: byte (r % 32) * 16 + (r % 128 / 32) * 4 + c % 4). Padding rows (r >= K) and columns (c >= C_g) are
-// 0x00, as is everything past the last group.
+// multiples of 512, so a word never straddles two groups): word w is word w' = w - S_g / 4 of its group's plane, whose
+// (r, c0) swizzled_word_position gives (SPEC 8.2). Padding rows (r >= K) and columns (c >= C_g) are 0x00, as is
+// everything past the last group.
 __global__ void unpack_col_scales_kernel(const uint8_t* __restrict__ packed, int64_t packed_bytes,
                                          const int64_t* __restrict__ offs, int E, int64_t K,
                                          uint32_t* __restrict__ swizzled, int64_t swizzled_words) {
@@ -80,11 +79,7 @@ __global__ void unpack_col_scales_kernel(const uint8_t* __restrict__ packed, int
     uint32_t v = 0;
     const auto [first, cols] = packed_group(data_off, E, K, g);
     if (cols > 0 && 4 * w >= __ldg(scale_off + g)) {
-      const int64_t cp4 = (cols + 3) / 4;
-      const int64_t local = w - __ldg(scale_off + g) / 4;  // the word inside the group's scales
-      const int64_t tile = local >> 7, in_tile = local & 127;
-      const int64_t r = (tile / cp4) * 128 + (in_tile & 3) * 32 + (in_tile >> 2);
-      const int64_t c0 = (tile % cp4) * 4;
+      const auto [r, c0] = nvfp4::swizzled_word_position(w - __ldg(scale_off + g) / 4, (cols + 3) / 4);
       if (r < K) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {

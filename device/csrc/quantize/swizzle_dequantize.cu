@@ -10,10 +10,7 @@ __global__ void swizzle_kernel(const uint8_t* __restrict__ in, int64_t rows, int
                                int64_t n_words) {
   const int64_t cp4 = round_up(cols, 4) / 4;
   for (int64_t w = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; w < n_words; w += (int64_t)gridDim.x * blockDim.x) {
-    // word w = byte 4w: tile = w / 128; inside a tile, word (r%32)*4 + (r%128)/32
-    const int64_t tile = w >> 7, in_tile = w & 127;
-    const int64_t r = (tile / cp4) * 128 + (in_tile & 3) * 32 + (in_tile >> 2);
-    const int64_t c0 = (tile % cp4) * 4;
+    const auto [r, c0] = swizzled_word_position(w, cp4);  // word w = bytes 4w .. 4w + 3
     uint32_t v = 0;
     if (r < rows) {
 #pragma unroll
