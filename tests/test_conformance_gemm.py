@@ -954,7 +954,7 @@ def test_device_accepts_every_drawn_plan(op):
     assert be.available() is None, be.available()
     before = be._mod.get_num_sms()
     seen = set()
-    for i in range(60 if op.startswith("grouped") else 30):
+    for i in range(60):  # (seed 53's quantize draws force the general kernel first at draw 57)
         c = generate(op, 53, i, OPS[op].generator, case_space(be, op))
         o = c.options
         status, ms, _, _, err = check_case(be, c)
