@@ -108,6 +108,12 @@ def quantize_buffers(m: int, k: int, *, rowwise: bool, columnwise: bool, swizzle
     return _allocate(_quantize_specs(m, k, rowwise, columnwise, swizzled), device, fill)
 
 
+def _magnitude_into(out: Tensor, amax: Tensor) -> None:
+    """out = the given amaxes, a negative value as its magnitude (SPEC 4.3: a device value cannot be checked without
+    a host synchronization; -0.0 stays -0.0, NaN stays NaN). Three small kernels, written into the output buffer."""
+    torch.where(amax < 0, -amax, amax, out=out)
+
+
 def launch_quantize(x: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: bool, columnwise: bool, rht: bool,
                     rht_signs: int, block2d: bool, rule: int, sr: bool, seed_lo: int, seed_hi: int, offset: int,
                     swizzled: bool, amax_kernel: int, quantize_kernel: int, four_over_six: int = 0,
@@ -127,7 +133,7 @@ def launch_quantize(x: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: b
         _raise_refusal(ext.amax_(x, None, 1, row_tiles, amax[0:1], amax[1:2] if columnwise else None, rht,
                                  rht_signs, False, rule in _NAN_PROPAGATING, None, None, amax_kernel))
     else:
-        amax.copy_(amax_in)
+        _magnitude_into(amax, amax_in)
     if quantize_kernel == _FOUR_OVER_SIX:
         _raise_refusal(ext.quantize_4over6_(
             x, None, 1, row_tiles, amax[0:1], amax[1:2],
@@ -227,8 +233,8 @@ def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: Tensor
         _raise_refusal(ext.amax_(x, offs, e, row_tiles, row_amax, col_amax if columnwise else None, rht,
                                  rht_signs, True, rule in _NAN_PROPAGATING, recs, splits, amax_kernel))
     else:
-        row_amax.copy_(amax_in[0])
-        col_amax.copy_(amax_in[1])
+        _magnitude_into(row_amax, amax_in[0])
+        _magnitude_into(col_amax, amax_in[1])
     if quantize_kernel == _FOUR_OVER_SIX:
         _raise_refusal(ext.quantize_4over6_(
             x, offs, e, row_tiles, row_amax, col_amax,

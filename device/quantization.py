@@ -112,7 +112,8 @@ def _meta(opts: dict, rule: str, rounding: str, seed: int, offset: int) -> dict:
 
 
 def _amax_tensor(amax, n: int, grouped: bool, device) -> Tensor | None:
-    """User amax -> float32 [2, n] on the device, rows (row plane, col plane) (SPEC 4.3).
+    """User amax -> float32 [2, n] on the device, rows (row plane, col plane) (SPEC 4.3); device values as given,
+    whose magnitude the launch takes (``device._ops.launch_quantize``).
 
     As in the oracle: a single tensor takes a number / 0-d tensor for both planes or a (row, col) tuple or
     list; a grouped call takes n values (list, array, 1-d tensor) for both planes or a (row, col) tuple of them,
@@ -139,8 +140,7 @@ def _amax_tensor(amax, n: int, grouped: bool, device) -> Tensor | None:
         if isinstance(a, Tensor):
             if a.device != device:
                 raise ValueError(f"amax tensors must be on x's device ({device}), got {a.device}")
-            t = a.to(dtype=torch.float32).reshape(-1)
-            t = torch.where(t < 0, -t, t)  # SPEC 4.3: a negative device value counts as its magnitude (no sync)
+            t = a.to(dtype=torch.float32).reshape(-1)  # (the launch takes a negative value's magnitude, SPEC 4.3)
         else:
             if isinstance(a, (bool, str)) or not isinstance(a, (int, float, np.integer, np.floating, Sequence,
                                                                np.ndarray)):
