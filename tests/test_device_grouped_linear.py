@@ -301,6 +301,28 @@ def test_packed_col_scales_bad_input():
         ops.pack_col_scales(q.col_scales.cpu(), q.offsets, 40, 32)
 
 
+def test_packed_col_scales_foreign_table_stays_in_bounds():
+    """A table of another call (400 rows, so offsets past these buffers' ends) reads and writes nothing outside the
+    buffers: the out-variant bindings write into the front of larger poisoned tensors, whose bytes after the output
+    keep their poison."""
+    from device._build import load_extension
+
+    ext = load_extension()
+    dev = _device()
+    small = dev.group_quantize(rand_bf16((40, 32), 23), torch.tensor([10, 30], dtype=torch.int64, device=DEV),
+                               columnwise=True)
+    big = dev.group_quantize(rand_bf16((400, 32), 24), torch.tensor([300, 100], dtype=torch.int64, device=DEV),
+                             columnwise=True)
+    n_packed = torch.ops.nvfp4_device.pack_col_scales(small.col_scales, small.offsets, 40, 32).numel()
+    n_swz = small.col_scales.numel()
+    packed = torch.full((n_packed + 4096,), 0xA5, dtype=torch.uint8, device=DEV)
+    assert ext.pack_col_scales_(small.col_scales, big.offsets, 2, 32, packed[:n_packed]) == ""
+    swz = torch.full((n_swz + 4096,), 0xA5, dtype=torch.uint8, device=DEV)
+    assert ext.unpack_col_scales_(packed[:n_packed], big.offsets, 2, 32, swz[:n_swz]) == ""
+    torch.cuda.synchronize()
+    assert bool((packed[n_packed:] == 0xA5).all()) and bool((swz[n_swz:] == 0xA5).all())
+
+
 def test_saved_activation_bytes():
     """SPEC 16.1 / 9.5: what the layer keeps for its backward apart from the weight planes (as the benchmark counts
     it), E = 8, T = 512, K = 4096: X's columnwise data (K * 16 * W(16) / 2), its packed scales (K * W(16)), amaxes,

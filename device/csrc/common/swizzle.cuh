@@ -22,12 +22,15 @@ __host__ __device__ __forceinline__ constexpr I swizzle_offset(I r, I c, I cp4) 
 
 // The inverse for whole 4-byte words: word w (bytes 4w .. 4w + 3) of a swizzled plane holds scales (r, c0 .. c0 + 3).
 // The word is in tile w / 128, whose row tile is tile / cp4 and column tile tile % cp4; inside the tile word
-// (r % 32) * 4 + (r % 128) / 32, so r % 128 = (w % 4) * 32 + (w % 128) / 4.
+// (r % 32) * 4 + (r % 128) / 32, so r % 128 = (w % 4) * 32 + (w % 128) / 4. I: int64_t for any plane, uint32_t where
+// the plane is known to hold fewer than 2^32 bytes (a 32-bit division by cp4 instead of a 64-bit one).
+template <typename I>
 struct SwizzledWord {
-  int64_t r, c0;
+  I r, c0;
 };
-__host__ __device__ __forceinline__ constexpr SwizzledWord swizzled_word_position(int64_t w, int64_t cp4) {
-  const int64_t tile = w >> 7, in_tile = w & 127;
+template <typename I>
+__host__ __device__ __forceinline__ constexpr SwizzledWord<I> swizzled_word_position(I w, I cp4) {
+  const I tile = w >> 7, in_tile = w & 127;
   return {(tile / cp4) * 128 + (in_tile & 3) * 32 + (in_tile >> 2), (tile % cp4) * 4};
 }
 

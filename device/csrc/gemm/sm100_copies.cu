@@ -73,7 +73,7 @@ constexpr int kThreads = 384, kLoaderThreads = 128;
 // The MMA warps hold the accumulators and two partials (192 registers); with 232, ptxas keeps enough temporaries to
 // interleave the magnitude sums and maxima (the wgmma wait to the vote: 148 stall cycles by the SASS control codes, 267
 // at 216); the loader warps fit 40 with two spilled values.
-constexpr int kMmaRegs = 232, kLoaderRegs = 40;
+constexpr int kMmaRegs = 224, kLoaderRegs = 56;
 constexpr int kSummarizers = 3;  // loader warps 1-3 write the summaries of every third step each
 constexpr int kTileBytes = 128 * kBK * 2;  // 128 rows x 64 fp16 = 16 KB
 // A stage: the A tile, the B tile (both as exact_copies), the two raw scale tiles (A's, B's), then the masked scale

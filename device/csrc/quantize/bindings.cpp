@@ -407,12 +407,16 @@ std::string check_packed_scales(const Tensor& packed, const Tensor& swizzled, co
   NVFP4_RETURN_IF_ERROR(check_on(offsets, dev, "offsets"));
   NVFP4_REFUSE_UNLESS(packed.scalar_type() == at::kByte, "nvfp4: packed scales must be uint8");
   NVFP4_REFUSE_UNLESS(E >= 1 && E < (int64_t{1} << 30), "nvfp4: need 1 <= E < 2^30 groups, got ", E);
-  NVFP4_REFUSE_UNLESS(K >= 16 && K % 16 == 0, "nvfp4: K must be a positive multiple of 16, got ", K);
+  NVFP4_REFUSE_UNLESS(K >= 16 && K % 16 == 0 && K < (int64_t{1} << 31),
+                      "nvfp4: K must be a positive multiple of 16 below 2^31, got ", K);
   NVFP4_REFUSE_UNLESS(offsets.scalar_type() == at::kLong && offsets.dim() == 2 && offsets.size(0) == 6 &&
                           offsets.size(1) == E + 1,
                       "nvfp4: offsets must be the int64 [6, E+1] table of a grouped call");
   NVFP4_REFUSE_UNLESS(swizzled.numel() % 512 == 0, "nvfp4: swizzled scales hold whole 512-byte tiles, got ",
                       swizzled.numel(), " bytes");
+  // (the kernels' index math inside a group runs in 32 bits, layer/packed_scales.cu)
+  NVFP4_REFUSE_UNLESS(swizzled.numel() < (int64_t{1} << 32) && packed.numel() < (int64_t{1} << 32),
+                      "nvfp4: packed and swizzled scales of 2^32 bytes or more are not supported");
   return {};
 }
 
