@@ -70,9 +70,9 @@ namespace {
 constexpr int BM = 128, BN = 128, R = 64;  // R: fp32 accumulator registers per MMA thread (m64n128)
 constexpr int kStages = 6;
 constexpr int kThreads = 384, kLoaderThreads = 128;
-// The MMA warps hold the accumulators and two partials (192 registers); with 232, ptxas keeps enough temporaries to
-// interleave the magnitude sums and maxima (the wgmma wait to the vote: 148 stall cycles by the SASS control codes, 267
-// at 216); the loader warps fit 40 with two spilled values.
+// The MMA warps hold the accumulators and two partials (192 registers). 224 / 56 is the fastest of three measured splits
+// (docs/design.md 4.6): 216 / 72 leaves ptxas too few temporaries to interleave the magnitude sums and maxima, 232 / 40
+// interleaves them best but spills two of the loaders' values.
 constexpr int kMmaRegs = 224, kLoaderRegs = 56;
 constexpr int kSummarizers = 3;  // loader warps 1-3 write the summaries of every third step each
 constexpr int kTileBytes = 128 * kBK * 2;  // 128 rows x 64 fp16 = 16 KB
