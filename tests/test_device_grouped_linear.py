@@ -287,7 +287,7 @@ def test_packed_col_scales_match_oracle(splits, k):
 
 
 def test_packed_col_scales_bad_input():
-    """The bindings refuse (RuntimeError, before any launch) a wrong dtype, table shape, K or device."""
+    """The bindings refuse (RuntimeError, before any launch) a wrong dtype, table shape, K, device or alignment."""
     x = rand_bf16((40, 32), 22)
     q = _device().group_quantize(x, torch.tensor([10, 30], dtype=torch.int64, device=DEV), columnwise=True)
     ops = torch.ops.nvfp4_device
@@ -299,6 +299,9 @@ def test_packed_col_scales_bad_input():
         ops.unpack_col_scales(torch.zeros(64, dtype=torch.uint8, device=DEV), q.offsets, 40, 24)
     with pytest.raises(RuntimeError, match="CUDA"):
         ops.pack_col_scales(q.col_scales.cpu(), q.offsets, 40, 32)
+    shifted = torch.zeros(q.col_scales.numel() + 1, dtype=torch.uint8, device=DEV)[1:]  # 1 byte past an allocation
+    with pytest.raises(RuntimeError, match="4-byte aligned"):
+        ops.pack_col_scales(shifted, q.offsets, 40, 32)
 
 
 def test_packed_col_scales_foreign_table_stays_in_bounds():
