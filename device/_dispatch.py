@@ -152,9 +152,10 @@ WGRAD_COPIES_MIN_ROWS = 64
 #: H200: 1.33x faster at 512 rows, 1.035x at 256 rows of E8 N14336 K4096, where the H100 measured the fused kernel
 #: faster at 256 rows of E64 N1408 K2048)
 WGRAD_COPIES_MIN_ROWS_F32 = 512
-#: ... and with plain bf16 output only where N K / (N + K), dW's outputs per decoded element and token, reaches this
-#: (H100: the fused kernel ties or wins up to 1024 on E8 T2048, copies win from 1365; H200: copies 1.09x faster at
-#: 1024 on E32 T8192, 0.77x at 683)
+#: ... and with plain bf16 output below WGRAD_COPIES_MIN_ROWS_F32 rows only where N K / (N + K), dW's outputs per
+#: decoded element and token, reaches this (H100: the fused kernel ties or wins up to 1024 on E8 T2048, copies win from
+#: 1365; H200: copies 1.09x faster at 1024 on E32 T8192, 0.77x at 683; at 834, E64 N1408 K2048, 0.99x at 256 rows
+#: and 1.12x at 512)
 WGRAD_COPIES_MIN_REUSE_BF16 = 1200
 #: CUTLASS's grouped GEMM takes at most this many groups
 CUTLASS_MAX_GROUPS = 65535
@@ -230,7 +231,8 @@ def _wgrad_copies_pay(p: GemmProblem) -> bool:
     if min(n, k) < COPIES_MIN_REUSE:
         return False
     f32 = p.out_dtype == "float32"
-    if not f32 and not p.accumulate and n * k < WGRAD_COPIES_MIN_REUSE_BF16 * (n + k):
+    if (not f32 and not p.accumulate and rows < WGRAD_COPIES_MIN_ROWS_F32
+            and n * k < WGRAD_COPIES_MIN_REUSE_BF16 * (n + k)):
         return False
     if p.accumulate:
         return rows >= WGRAD_COPIES_MIN_ROWS_ACC

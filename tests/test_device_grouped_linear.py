@@ -287,7 +287,8 @@ def test_packed_col_scales_match_oracle(splits, k):
 
 
 def test_packed_col_scales_bad_input():
-    """The bindings refuse (RuntimeError, before any launch) a wrong dtype, table shape, K, device or alignment."""
+    """The bindings refuse (RuntimeError, before any launch) a wrong dtype, table shape, K, device, alignment or packed
+    size."""
     x = rand_bf16((40, 32), 22)
     q = _device().group_quantize(x, torch.tensor([10, 30], dtype=torch.int64, device=DEV), columnwise=True)
     ops = torch.ops.nvfp4_device
@@ -302,6 +303,12 @@ def test_packed_col_scales_bad_input():
     shifted = torch.zeros(q.col_scales.numel() + 1, dtype=torch.uint8, device=DEV)[1:]  # 1 byte past an allocation
     with pytest.raises(RuntimeError, match="4-byte aligned"):
         ops.pack_col_scales(shifted, q.offsets, 40, 32)
+    n_packed = 32 * worst_units(40, 2, 16)  # SPEC 9.5: K * W(16)
+    shifted = torch.zeros(n_packed + 1, dtype=torch.uint8, device=DEV)[1:]
+    with pytest.raises(RuntimeError, match="packed scales must be 4-byte aligned"):
+        ops.unpack_col_scales(shifted, q.offsets, 40, 32)
+    with pytest.raises(RuntimeError, match="a multiple of 4 bytes, got 14 bytes"):
+        ops.unpack_col_scales(torch.zeros(14, dtype=torch.uint8, device=DEV), q.offsets, 40, 32)
 
 
 def test_packed_col_scales_foreign_table_stays_in_bounds():

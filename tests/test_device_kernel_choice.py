@@ -434,6 +434,7 @@ def test_sm100_plans():
     ("fast", "wgrad", 64, 2048, 1408, 2048, "f32", True, "copies_cutlass"),         # 1.379 (accumulate, 32 rows)
     ("fast", "wgrad", 32, 8192, 1024, 2048, "bf16", False, "fused_128x256"),        # 0.766 (N K / (N + K) = 683)
     ("fast", "wgrad", 32, 8192, 4096, 2048, "bf16", False, "copies_cutlass"),       # 1.181 (1365)
+    ("fast", "wgrad", 64, 32768, 1408, 2048, "bf16", False, "copies_cutlass"),     # 1.116 (834, 512 rows)
     ("exact", "wgrad", 64, 8192, 1408, 2048, "f32", False, "exact_copies"),         # exact_fused / copies 1.339
     ("exact", "fprop", 8, 4096, 14336, 4096, "bf16", False, "exact_copies"),        # hybrid / copies 1.119 (512)
     ("exact", "fprop", 8, 16384, 14336, 4096, "bf16", False, "exact_copies"),       # 1.344

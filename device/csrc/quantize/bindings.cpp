@@ -414,9 +414,13 @@ std::string check_packed_scales(const Tensor& packed, const Tensor& swizzled, co
                       "nvfp4: offsets must be the int64 [6, E+1] table of a grouped call");
   NVFP4_REFUSE_UNLESS(swizzled.numel() % 512 == 0, "nvfp4: swizzled scales hold whole 512-byte tiles, got ",
                       swizzled.numel(), " bytes");
-  // (both kernels load or store the swizzled scales as 32-bit words)
+  // (the kernels load or store the swizzled scales, and pack stores the packed ones, as 32-bit words)
   NVFP4_REFUSE_UNLESS(swizzled.data_ptr() == nullptr || reinterpret_cast<uintptr_t>(swizzled.data_ptr()) % 4 == 0,
                       "nvfp4: swizzled scales must be 4-byte aligned");
+  NVFP4_REFUSE_UNLESS(packed.numel() % 4 == 0 &&
+                          (packed.data_ptr() == nullptr || reinterpret_cast<uintptr_t>(packed.data_ptr()) % 4 == 0),
+                      "nvfp4: packed scales must be 4-byte aligned and a multiple of 4 bytes, got ", packed.numel(),
+                      " bytes");
   // (the kernels' index math inside a group runs in 32 bits, layer/packed_scales.cu)
   NVFP4_REFUSE_UNLESS(swizzled.numel() < (int64_t{1} << 32) && packed.numel() < (int64_t{1} << 32),
                       "nvfp4: packed and swizzled scales of 2^32 bytes or more are not supported");
