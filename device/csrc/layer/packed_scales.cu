@@ -113,7 +113,7 @@ __global__ void pack_col_scales_kernel(const uint32_t* __restrict__ swizzled, in
 }
 
 // The inverse: word w takes packed bytes P_g + r * C_g + c0 + i for c0 + i < C_g, 0x00 elsewhere (SPEC 8.2's padding
-// rows and columns, and everything past the last group).
+// rows and columns, and everything past the last group); with C_g % 4 == 0 the four are one aligned packed word.
 __global__ void unpack_col_scales_kernel(const uint8_t* __restrict__ packed, int64_t packed_bytes,
                                          const int64_t* __restrict__ offs, int E, uint32_t K,
                                          uint32_t* __restrict__ swizzled, int64_t swizzled_words) {
@@ -124,10 +124,14 @@ __global__ void unpack_col_scales_kernel(const uint8_t* __restrict__ packed, int
     const WordPlace p = word_place(w, data_off, scale_off, E, K, packed_bytes);
     uint32_t v = 0;
     if (p.valid) {
-      const int64_t row = p.first + (int64_t)p.r * p.cols;
+      const int64_t at = p.first + (int64_t)p.r * p.cols + p.c0;  // column c0 of row r
+      if (p.cols % 4 == 0 && at % 4 == 0) {  // columns c0 .. c0 + 3 < C_g: one aligned packed word
+        v = reinterpret_cast<const uint32_t*>(packed)[at / 4];
+      } else {
 #pragma unroll
-      for (uint32_t i = 0; i < 4; ++i)
-        if (p.c0 + i < p.cols) v |= (uint32_t)packed[row + p.c0 + i] << (8 * i);
+        for (uint32_t i = 0; i < 4; ++i)
+          if (p.c0 + i < p.cols) v |= (uint32_t)packed[at + i] << (8 * i);
+      }
     }
     swizzled[w] = v;
   }
