@@ -330,6 +330,7 @@ class GroupedLinear(torch.nn.Module):
         self.invalidate_weight_planes()
 
     def extra_repr(self) -> str:
+        """The constructor's settings, shown by ``repr(layer)``."""
         return (f"num_gemms={self.num_gemms}, in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}, mode={self.mode!r}, recipe={self.recipe!r}, "
                 f"fuse_wgrad_accumulation={self.fuse_wgrad_accumulation}, "
