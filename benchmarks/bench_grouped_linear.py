@@ -13,7 +13,9 @@ Columns:
                      group-quantized, three NVFP4 grouped GEMMs), weight planes reused (quantized before the capture,
                      as between micro-batches of one optimizer step)
   nvfp4 requant us -- the same with layer.weight_plane_reuse = False: both weight planes quantized inside every step
-  x bf16 / requant x bf16 -- nvfp4 us / bf16 us and nvfp4 requant us / bf16 us (below 1: faster than BF16)
+  nvfp4 f16w us   -- the "nvfp4" step with cache_f16_weights=True: the weights' fp16 copy (2 bytes per weight) cached
+                     with the planes, read by fprop and dgrad where they run over fp16 copies
+  x bf16 / requant x bf16 / f16w x bf16 -- each nvfp4 column over bf16 us (below 1: faster than BF16)
   saved MB / x bf16 -- bytes the layer's autograd saves for the backward apart from the (cached) weight planes,
                      counted by torch.autograd.graph.saved_tensors_hooks, against the 2 T K bytes of the bf16 X that the
                      BF16 step saves for its wgrad
@@ -85,8 +87,8 @@ def saved_activation_bytes(layer, x, splits) -> int:
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         layer(x, splits)
-    planes = layer._weight_cache[2] if layer._weight_cache is not None else ()
-    for t in planes:
+    cached = layer._weight_cache[2] + (layer._weight_cache[3],) if layer._weight_cache is not None else ()
+    for t in (t for t in cached if t is not None):
         storages.pop(t.untyped_storage().data_ptr(), None)
     return sum(storages.values())
 
@@ -131,8 +133,8 @@ def bench_case(name, e, t, k, n, skew, forward_only, iters, reps, profile=False)
 
     if profile:
         kernel_totals(ours, f"{name}, nvfp4 (weights reused)")
-    for column, reuse in (("nvfp4", True), ("requant", False)):
-        layer.weight_plane_reuse = reuse
+    for column, reuse, f16w in (("nvfp4", True, False), ("requant", False, False), ("f16w", True, True)):
+        layer.weight_plane_reuse, layer.cache_f16_weights = reuse, f16w
         graphs[column] = capture(ours)
     times = {c: [] for c in graphs}
     order = list(graphs)
@@ -143,6 +145,7 @@ def bench_case(name, e, t, k, n, skew, forward_only, iters, reps, profile=False)
     bf16_saved = 2 * t * k
     return {"case": name, "bf16 us": us["bf16"], "nvfp4 us": us["nvfp4"], "x bf16": us["nvfp4"] / us["bf16"],
             "nvfp4 requant us": us["requant"], "requant x bf16": us["requant"] / us["bf16"],
+            "nvfp4 f16w us": us["f16w"], "f16w x bf16": us["f16w"] / us["bf16"],
             "saved MB": saved / 2**20 if saved else float("nan"),
             "saved x bf16": saved / bf16_saved if saved else float("nan")}
 
@@ -161,7 +164,8 @@ def main() -> int:
     props = torch.cuda.get_device_properties(0)
     print(f"# {props.name}, torch {torch.__version__}; whole-step CUDA graphs; medians of {args.reps} x {args.iters} "
           "replays")
-    cols = ["case", "bf16 us", "nvfp4 us", "x bf16", "nvfp4 requant us", "requant x bf16", "saved MB", "saved x bf16"]
+    cols = ["case", "bf16 us", "nvfp4 us", "x bf16", "nvfp4 requant us", "requant x bf16", "nvfp4 f16w us",
+            "f16w x bf16", "saved MB", "saved x bf16"]
     print("| " + " | ".join(cols) + " |")
     print("|" + "|".join("---" for _ in cols) + "|")
     for name, e, t, k, n, skew, fwd in CASES:

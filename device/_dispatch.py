@@ -137,6 +137,9 @@ SWAPPED_MAX_CONTRACTION = 2**24
 #: fp16 copies of both operands pay when every element is reused by at least this many output rows and columns
 #: (H200: copies_cutlass 1.16x faster than fused_pair_256x256 at 1024 rows per group, 0.94x at 512; E8 K4096 N14336)
 COPIES_MIN_REUSE = 1024
+#: with the weights' fp16 copy given (GemmProblem.b_copy; only the token operand is decoded), fprop / dgrad run over
+#: copies from this many rows per group (contraction and output columns >= COPIES_MIN_REUSE)
+WEIGHT_COPY_MIN_ROWS = 256
 #: exact-mode fprop / dgrad runs over copies from this many rows per group (every dimension >= COPIES_MIN_REUSE)
 #: (H200: exact_copies 1.12x faster than exact_hybrid at 512 rows; E8 K4096 N14336 fprop)
 EXACT_COPIES_MIN_ROWS = 512
@@ -167,7 +170,9 @@ class GemmProblem(NamedTuple):
     ``n`` / ``k`` follow SPEC 12.5's names: fprop ``Y [T, N] = X [T, K] W^T``, dgrad ``dX [T, K] = dY [T, N] W``,
     wgrad ``dW [E, N, K] = dY^T X``. ``b_aligned``: b's data and scale buffers are 16-byte aligned.
     ``a_data_bytes`` / ``b_data_bytes`` / ``b_scale_bytes``: the sizes of the operand planes' buffers (TMA maps
-    over them need at least one row). ``cutlass``: the extension was built with CUTLASS's headers."""
+    over them need at least one row). ``cutlass``: the extension was built with CUTLASS's headers. ``b_copy``: the
+    caller gives the weights' fp16 values (fprop, or dgrad with bf16 output), which copies_cutlass reads instead of
+    decoding b's plane."""
 
     kind: str
     mode: str
@@ -183,6 +188,7 @@ class GemmProblem(NamedTuple):
     b_data_bytes: int = 0
     b_scale_bytes: int = 0
     cutlass: bool = True
+    b_copy: bool = False
 
     @property
     def rows_per_group(self) -> int:
@@ -221,6 +227,13 @@ def _copies_pay(p: GemmProblem) -> bool:
     output rows (rows per group) and columns (fprop / dgrad: contraction and output columns; wgrad: N and K)."""
     dims = (p.n, p.k) if p.kind == "wgrad" else (p.contraction, p.cols)
     return p.tokens // p.groups >= COPIES_MIN_REUSE and min(dims) >= COPIES_MIN_REUSE
+
+
+def _weight_copy_pays(p: GemmProblem) -> bool:
+    """Whether fprop / dgrad run over the given weight copy (GemmProblem.b_copy): only the token operand is decoded,
+    a pass that every output column reuses, so from fewer rows per group than with both copies."""
+    return (p.b_copy and p.kind != "wgrad" and p.tokens // p.groups >= WEIGHT_COPY_MIN_ROWS
+            and min(p.contraction, p.cols) >= COPIES_MIN_REUSE)
 
 
 def _wgrad_copies_pay(p: GemmProblem) -> bool:
@@ -303,7 +316,7 @@ def _auto_algorithm(p: GemmProblem) -> Algorithm:
             and algorithm_unavailable(Algorithm.swapped_64x256, p) is None):
         return Algorithm.swapped_64x256
     if algorithm_unavailable(Algorithm.copies_cutlass, p) is None and (
-            _wgrad_copies_pay(p) if p.kind == "wgrad" else _copies_pay(p)):
+            _wgrad_copies_pay(p) if p.kind == "wgrad" else (_weight_copy_pays(p) or _copies_pay(p))):
         return Algorithm.copies_cutlass
     return _fused_fast_algorithm(p)
 

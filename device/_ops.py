@@ -378,7 +378,8 @@ GEMM_SIZES = ("tokens", "n", "k", "b_rows", "a_rows", "kc", "cols", "rule", "gri
 
 
 def gemm_problem(kind: int, mode: str, groups: int, sizes, out_dtype: torch.dtype, accumulate: bool, bias: bool,
-                 a_data: Tensor, b_data: Tensor, b_scales: Tensor, cutlass: bool) -> _dispatch.GemmProblem:
+                 a_data: Tensor, b_data: Tensor, b_scales: Tensor, cutlass: bool,
+                 b_copy: bool = False) -> _dispatch.GemmProblem:
     """The host-known description of a grouped GEMM call from which device._dispatch chooses its plan (reads the
     operand buffers' addresses for the alignment of b: a real tensor, not a fake one)."""
     s = dict(zip(GEMM_SIZES, sizes, strict=True))
@@ -386,25 +387,45 @@ def gemm_problem(kind: int, mode: str, groups: int, sizes, out_dtype: torch.dtyp
         kind=GemmKind(kind).name, mode=mode, groups=groups, tokens=s["tokens"], n=s["n"], k=s["k"],
         out_dtype="float32" if out_dtype == torch.float32 else "bfloat16", accumulate=accumulate, bias=bias,
         b_aligned=b_data.data_ptr() % 16 == 0 and b_scales.data_ptr() % 16 == 0,
-        a_data_bytes=a_data.numel(), b_data_bytes=b_data.numel(), b_scale_bytes=b_scales.numel(), cutlass=cutlass)
+        a_data_bytes=a_data.numel(), b_data_bytes=b_data.numel(), b_scale_bytes=b_scales.numel(), cutlass=cutlass,
+        b_copy=b_copy)
+
+
+def weight_f16_copy(row_data: Tensor, row_scales: Tensor, offsets: Tensor, e: int, n: int, k: int) -> Tensor:
+    """The weights' fp16 copy ``[E, N, K]`` from their rowwise plane (grouped by N rows per expert, swizzled
+    scales): the exact values E2M1 x E4M3 of every element (SPEC 12.6; the per-expert factor of SPEC 12.1 stays in
+    alpha), which fast-mode fprop and dgrad over copies read instead of decoding the weight plane
+    (:func:`launch_grouped_gemm`'s ``b_copy``)."""
+    out = torch.empty((e, n, k), dtype=torch.float16, device=row_data.device)
+    _raise_refusal(load_gemm_extension().weight_f16_copy_(row_data, row_scales, offsets, e, k, out))
+    return out
 
 
 def launch_grouped_gemm(kind: int, mode: str, a_data: Tensor, a_scales: Tensor, a_amax: Tensor, a_offsets: Tensor,
                         b_data: Tensor, b_scales: Tensor, b_amax: Tensor, b_offsets: Tensor, out: Tensor,
                         bias: Tensor | None, accumulate: bool, sizes, algorithm: str, loader: str, epilogue: str,
-                        num_sms: int) -> None:
+                        num_sms: int, b_copy: Tensor | None = None) -> None:
     """Plan (device._dispatch.plan_gemm, with the forced parts named by ``algorithm`` / ``loader`` / ``epilogue``;
     "" = chosen by the sizes) and launch one grouped GEMM into ``out`` on the current stream: the setup kernel, then
     the plan's kernels. The arguments were checked by device/gemm.py (or the layer); the binding re-checks what would
-    make a kernel touch invalid memory. ``num_sms``: the persistent grid's cap (0: none)."""
+    make a kernel touch invalid memory. ``num_sms``: the persistent grid's cap (0: none).
+
+    ``b_copy`` (fprop and dgrad, fast mode): b's values as :func:`weight_f16_copy` makes them from the rowwise plane
+    of the weights whose planes b holds, ``[E, N, K]``; fprop's B is that rowwise plane, dgrad's the columnwise one,
+    which holds the same values transposed when the weights were quantized in 16x16 blocks, RN, without RHT
+    (SPEC 6.3; the caller vouches for it). The plan may then run copies_cutlass without decoding b (dgrad: bf16 output
+    only; otherwise the copy is not used)."""
     if out.numel() == 0:
         return
     groups = a_offsets.shape[1] - 1
     if bias is not None and bias.numel() and bias.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
         bias = bias.clone()  # the epilogue reads bias while other CTAs write out: never the same memory
+    if b_copy is not None and (mode != "fast" or kind == GemmKind.wgrad
+                               or (kind == GemmKind.dgrad and out.dtype != torch.bfloat16)):
+        b_copy = None
     ext = load_gemm_extension()
     problem = gemm_problem(kind, mode, groups, sizes, out.dtype, accumulate, bias is not None, a_data, b_data,
-                           b_scales, bool(ext.has_cutlass()))
+                           b_scales, bool(ext.has_cutlass()), b_copy is not None)
     plan = _dispatch.plan_gemm(problem, algorithm=algorithm or None, loader=loader or None,
                                epilogue=epilogue or None)
     s = dict(zip(GEMM_SIZES, sizes, strict=True))
@@ -413,7 +434,7 @@ def launch_grouped_gemm(kind: int, mode: str, a_data: Tensor, a_scales: Tensor, 
         kind, groups, a_data, a_scales, a_offsets, a_amax, b_data, b_scales, b_offsets, b_amax, out, bias,
         bool(accumulate), s["b_rows"], s["a_rows"], s["kc"], s["cols"], alpha_factor(s["g_a"], s["g_b"]), s["rule"],
         s["grid_upper"], ws,
-        int(plan.algorithm), int(plan.loader), int(plan.epilogue), int(num_sms)))
+        int(plan.algorithm), int(plan.loader), int(plan.epilogue), int(num_sms), b_copy))
 
 
 def _traced(t: Tensor) -> bool:
@@ -426,11 +447,17 @@ def _traced(t: Tensor) -> bool:
 def grouped_gemm_new(a_data: Tensor, a_scales: Tensor, a_amax: Tensor, a_offsets: Tensor, b_data: Tensor,
                      b_scales: Tensor, b_amax: Tensor, b_offsets: Tensor, bias: Tensor | None, kind: int, mode: str,
                      out_shape: list[int], out_dtype: torch.dtype, sizes: list[int], algorithm: str, loader: str,
-                     epilogue: str, num_sms: int) -> Tensor:
-    """:func:`grouped_gemm_op` (traced or fake tensors) or its body without the op's dispatch (eager)."""
-    op = grouped_gemm_op if _traced(a_offsets) else _grouped_gemm_new_eager
-    return op(a_data, a_scales, a_amax, a_offsets, b_data, b_scales, b_amax, b_offsets, bias, kind, mode, out_shape,
-              out_dtype, sizes, algorithm, loader, epilogue, num_sms)
+                     epilogue: str, num_sms: int, b_copy: Tensor | None = None) -> Tensor:
+    """:func:`grouped_gemm_op` (traced or fake tensors) or its body without the op's dispatch (eager). ``b_copy``:
+    :func:`launch_grouped_gemm`'s (eager calls only: the op has no such argument)."""
+    if _traced(a_offsets):
+        if b_copy is not None:
+            raise RuntimeError("a weight copy (b_copy) is for eager and CUDA-graph calls, not traced ones")
+        return grouped_gemm_op(a_data, a_scales, a_amax, a_offsets, b_data, b_scales, b_amax, b_offsets, bias, kind,
+                               mode, out_shape, out_dtype, sizes, algorithm, loader, epilogue, num_sms)
+    return _grouped_gemm_new_eager(a_data, a_scales, a_amax, a_offsets, b_data, b_scales, b_amax, b_offsets, bias,
+                                   kind, mode, out_shape, out_dtype, sizes, algorithm, loader, epilogue, num_sms,
+                                   b_copy)
 
 
 def grouped_gemm_into(a_data: Tensor, a_scales: Tensor, a_amax: Tensor, a_offsets: Tensor, b_data: Tensor,
@@ -447,11 +474,11 @@ def grouped_gemm_into(a_data: Tensor, a_scales: Tensor, a_amax: Tensor, a_offset
 def _grouped_gemm_new_eager(a_data: Tensor, a_scales: Tensor, a_amax: Tensor, a_offsets: Tensor, b_data: Tensor,
                             b_scales: Tensor, b_amax: Tensor, b_offsets: Tensor, bias: Tensor | None, kind: int,
                             mode: str, out_shape: list[int], out_dtype: torch.dtype, sizes: list[int], algorithm: str,
-                            loader: str, epilogue: str, num_sms: int) -> Tensor:
+                            loader: str, epilogue: str, num_sms: int, b_copy: Tensor | None = None) -> Tensor:
     """The functional op's body: a new output, then the launch."""
     out = torch.empty(out_shape, dtype=out_dtype, device=a_offsets.device)
     launch_grouped_gemm(kind, mode, a_data, a_scales, a_amax, a_offsets, b_data, b_scales, b_amax, b_offsets, out, bias,
-                        False, sizes, algorithm, loader, epilogue, num_sms)
+                        False, sizes, algorithm, loader, epilogue, num_sms, b_copy)
     return out
 
 

@@ -60,6 +60,7 @@ class _Config(NamedTuple):
     need_dbias: bool
     fuse_wgrad: bool
     delay_wgrad: bool
+    copy_dgrad: bool  # the weights' fp16 copy serves dgrad too (16x16 weight blocks: SPEC 6.3's transposes)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -108,9 +109,11 @@ def _operands(a: _Planes, a_plane: str, b: _Planes, b_plane: str) -> tuple[Tenso
 
 
 def _gemm_new(kind: int, a: _Planes, a_plane: str, b: _Planes, b_plane: str, cfg: _Config, t: int, shape: list[int],
-              dtype: torch.dtype, bias: Tensor | None = None) -> Tensor:
+              dtype: torch.dtype, bias: Tensor | None = None, b_copy: Tensor | None = None) -> Tensor:
+    """A new output of one of the layer's GEMMs; ``b_copy``: the weights' fp16 copy (fprop / dgrad, see
+    GroupedLinear's ``cache_f16_weights``)."""
     return _ops.grouped_gemm_new(*_operands(a, a_plane, b, b_plane), bias, kind, cfg.mode, shape, dtype,
-                                 _gemm_sizes(kind, cfg.e, t, cfg.n, cfg.k, cfg.rule), *_plan_parts())
+                                 _gemm_sizes(kind, cfg.e, t, cfg.n, cfg.k, cfg.rule), *_plan_parts(), b_copy=b_copy)
 
 
 def _wgrad(dyq: _Planes, xq: _Planes, cfg: _Config, t: int, dtype: torch.dtype, main_grad: Tensor | None):
@@ -149,18 +152,18 @@ class _GroupedLinearFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, splits: Tensor, w_row_data: Tensor,
                 w_row_scales: Tensor, w_col_data: Tensor, w_col_scales: Tensor, w_row_amax: Tensor, w_col_amax: Tensor,
-                w_offsets: Tensor, cfg: _Config, layer: GroupedLinear | None) -> Tensor:
+                w_offsets: Tensor, w_copy: Tensor | None, cfg: _Config, layer: GroupedLinear | None) -> Tensor:
         wq = _Planes(w_row_data, w_row_scales, w_col_data, w_col_scales, w_row_amax, w_col_amax, w_offsets)
         t = x.shape[0]
         xq = _quantize_x(x, splits, cfg, columnwise=cfg.need_dw)
         b = None if bias is None else bias.to(torch.float32)  # (bf16 -> fp32 is exact)
-        y = _gemm_new(_FPROP, xq, "row", wq, "row", cfg, t, [t, cfg.n], torch.bfloat16, b)
+        y = _gemm_new(_FPROP, xq, "row", wq, "row", cfg, t, [t, cfg.n], torch.bfloat16, b, w_copy)
         # saved: X's columnwise plane (wgrad B; NVFP4, not the bf16 X) with its scales packed (SPEC 9.5), its amaxes
         # and offsets (their row 0 also bounds dY's groups for dbias), W's columnwise plane (dgrad B), the splits;
         # X's rowwise plane and swizzled columnwise scales are freed here
         x_cs = _ops.pack_col_scales_op(xq.col_scales, xq.offsets, t, cfg.k) if cfg.need_dw else xq.col_scales
         ctx.save_for_backward(xq.col_data, x_cs, xq.col_amax, xq.offsets, w_col_data, w_col_scales,
-                              w_col_amax, w_offsets, splits)
+                              w_col_amax, w_offsets, splits, w_copy if cfg.copy_dgrad and cfg.need_dx else None)
         ctx.cfg = cfg
         ctx.t = t
         ctx.weight_dtype = weight.dtype
@@ -169,7 +172,7 @@ class _GroupedLinearFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy: Tensor):
-        x_cd, x_cs, x_ca, x_offs, w_cd, w_cs, w_ca, w_offs, splits = ctx.saved_tensors
+        x_cd, x_cs, x_ca, x_offs, w_cd, w_cs, w_ca, w_offs, splits, w_copy = ctx.saved_tensors
         cfg, t = ctx.cfg, ctx.t
         empty = x_offs.new_empty(0, dtype=torch.uint8)
         if cfg.need_dw and not cfg.delay_wgrad:  # the wgrad's B scales, swizzled again (SPEC 9.5)
@@ -187,7 +190,7 @@ class _GroupedLinearFunction(torch.autograd.Function):
         if cfg.need_dx or cfg.need_dw:
             dyq = _quantize_dy(dy, splits, cfg, rowwise=cfg.need_dx, columnwise=cfg.need_dw)
             if cfg.need_dx:
-                dx = _gemm_new(_DGRAD, dyq, "row", wq, "col", cfg, t, [t, cfg.k], torch.bfloat16)
+                dx = _gemm_new(_DGRAD, dyq, "row", wq, "col", cfg, t, [t, cfg.k], torch.bfloat16, None, w_copy)
             if cfg.need_dw:
                 if cfg.delay_wgrad:
                     ctx.layer._pending_wgrad.append((dyq, xq, cfg, t))  # backward_dw() runs it (xq's scales packed)
@@ -195,7 +198,7 @@ class _GroupedLinearFunction(torch.autograd.Function):
                     dw = _wgrad(dyq, xq, cfg, t, ctx.weight_dtype, main_grad)
         if cfg.need_dbias:
             dbias = _ops.bias_grad_op(dy, x_offs)  # X's offsets: the same groups as dY's (same splits and T)
-        return (dx, dw, dbias) + (None,) * 10
+        return (dx, dw, dbias) + (None,) * 11
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -234,6 +237,12 @@ class GroupedLinear(torch.nn.Module):
             operands); :meth:`backward_dw` runs the oldest queued one (TE's convention). Each queued entry holds
             dY's and X's columnwise NVFP4 planes (X's scales packed, SPEC 9.5; with their amaxes and offsets tables)
             until :meth:`backward_dw` runs it. Not supported under torch.compile (RuntimeError).
+        cache_f16_weights: ``mode="fast"`` only (ignored otherwise, and under torch.compile): keep, beside the
+            cached weight planes, the quantized weights' exact fp16 values ``[E, N, K]`` (E2M1 x E4M3; 2 bytes per
+            weight), which fprop and dgrad over fp16 copies (CUTLASS's grouped GEMM, from 256 tokens per expert with
+            N and K >= 1024) read instead of decoding a weight plane at every call. With 16x16 weight blocks (the
+            default recipe) the one copy serves both GEMMs (SPEC 6.3: the two planes hold the same values
+            transposed); with 1x16 blocks, fprop only. Same bits either way; memory for speed (docs/performance.md).
 
     Parameters: ``weight`` ``[E, N, K]`` (one Parameter; ``weight[g]`` is expert g's ``[N, K]`` matrix, row-major,
     so the layout is that of TE's E separate ``weight{g}`` parameters stacked; initialised as ``torch.nn.Linear``
@@ -251,7 +260,7 @@ class GroupedLinear(torch.nn.Module):
     X against 2 for a BF16 layer's saved X, plus the SPEC 9.3 capacity's room for the groups' padding to 16 tokens.
 
     **Weight planes** are quantized once (both planes, 16x16 blocks by default) and reused by later forwards while
-    the weight is unchanged. By default (``forward(..., is_first_microbatch=None)``) the cache is keyed on
+    the weight is unchanged (with ``cache_f16_weights``, their fp16 copy too). By default (``forward(..., is_first_microbatch=None)``) the cache is keyed on
     ``weight._version`` (bumped by every in-place update through the parameter, e.g. the optimizer's),
     ``weight.data_ptr()``, dtype, shape and the recipe's weight fields. That check cannot see a write that bumps no
     version counter of the parameter: ``weight.data.copy_(...)`` or another in-place op on ``weight.data``, a
@@ -276,7 +285,7 @@ class GroupedLinear(torch.nn.Module):
     def __init__(self, num_gemms: int, in_features: int, out_features: int, *, bias: bool = True,
                  device: torch.device | str | int = "cuda", params_dtype: torch.dtype = torch.bfloat16,
                  recipe: NVFP4Recipe = DEFAULT_RECIPE, mode: str = "fast", fuse_wgrad_accumulation: bool = False,
-                 delay_wgrad_compute: bool = False) -> None:
+                 delay_wgrad_compute: bool = False, cache_f16_weights: bool = False) -> None:
         super().__init__()
         for name, v, lo in (("num_gemms", num_gemms, 1), ("in_features", in_features, 16),
                             ("out_features", out_features, 16)):
@@ -294,7 +303,7 @@ class GroupedLinear(torch.nn.Module):
         if dev.type != "cuda":
             raise ValueError(f"device must be a CUDA device, got {dev}")
         for name, v in (("bias", bias), ("fuse_wgrad_accumulation", fuse_wgrad_accumulation),
-                        ("delay_wgrad_compute", delay_wgrad_compute)):
+                        ("delay_wgrad_compute", delay_wgrad_compute), ("cache_f16_weights", cache_f16_weights)):
             if not isinstance(v, bool):
                 raise TypeError(f"{name} must be True or False, got {v!r}")
         self.num_gemms, self.in_features, self.out_features = num_gemms, in_features, out_features
@@ -303,6 +312,7 @@ class GroupedLinear(torch.nn.Module):
         self._check_settings()
         self.fuse_wgrad_accumulation = fuse_wgrad_accumulation
         self.delay_wgrad_compute = delay_wgrad_compute
+        self.cache_f16_weights = cache_f16_weights
         self.weight_plane_reuse = True
         self.weight = torch.nn.Parameter(torch.empty((num_gemms, out_features, in_features), dtype=params_dtype,
                                                      device=dev))
@@ -311,7 +321,8 @@ class GroupedLinear(torch.nn.Module):
         # W as [E*N, K] is grouped with splits [N] * E (SPEC 16.1)
         self.register_buffer("_weight_splits", torch.full((num_gemms,), out_features, dtype=torch.int64, device=dev),
                              persistent=False)
-        self._weight_cache: tuple | None = None  # ((layout key, version key), has the columnwise plane, _Planes)
+        # ((layout key, version key), has the columnwise plane, _Planes, the fp16 copy or None)
+        self._weight_cache: tuple | None = None
         # deferred wgrads (delay_wgrad_compute), oldest first: (dY's planes, X's planes, _Config, T) per backward; an
         # entry keeps dY's and X's columnwise NVFP4 planes (with amaxes and offsets) alive until backward_dw() runs it
         self._pending_wgrad: list = []
@@ -334,7 +345,7 @@ class GroupedLinear(torch.nn.Module):
         return (f"num_gemms={self.num_gemms}, in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}, mode={self.mode!r}, recipe={self.recipe!r}, "
                 f"fuse_wgrad_accumulation={self.fuse_wgrad_accumulation}, "
-                f"delay_wgrad_compute={self.delay_wgrad_compute}")
+                f"delay_wgrad_compute={self.delay_wgrad_compute}, cache_f16_weights={self.cache_f16_weights}")
 
     def _check_settings(self) -> None:
         if not isinstance(self.recipe, NVFP4Recipe):
@@ -389,30 +400,40 @@ class GroupedLinear(torch.nn.Module):
 
     # --------------------------------------------------------------------------------------------------- weights
 
-    def _weight_planes(self, columnwise: bool, is_first_microbatch: bool | None) -> _Planes:
-        """W's planes (SPEC 16.1: [E*N, K], splits [N]*E, recipe.weight_block, RN): quantized, or taken from the cache
-        as ``is_first_microbatch`` says (see :meth:`forward`). A cached entry serves only the dtype, shape, device and
-        recipe weight fields it was quantized for, and a forward that needs the columnwise plane only an entry that
-        holds it."""
+    def _weight_planes(self, columnwise: bool, is_first_microbatch: bool | None) -> tuple[_Planes, Tensor | None]:
+        """W's planes (SPEC 16.1: [E*N, K], splits [N]*E, recipe.weight_block, RN) and, with ``cache_f16_weights``
+        in fast mode, their fp16 copy (else None): quantized, or taken from the cache as ``is_first_microbatch`` says
+        (see :meth:`forward`). A cached entry serves only the dtype, shape, device and recipe weight fields it was
+        quantized for, and a forward that needs the columnwise plane (or the copy) only an entry that holds it."""
         w = self.weight.detach()
         r = self.recipe
         e, n, k = w.shape
+        compiling = torch.compiler.is_compiling()
+        want_copy = self.cache_f16_weights and self.mode == "fast" and not compiling
 
         def quantize() -> _Planes:
             return _quantize(w.reshape(e * n, k), self._weight_splits, rowwise=True, columnwise=columnwise,
                              rht=False, rht_signs=r.rht_signs, block=r.weight_block, rule=r.rule, rounding="rn", seed=0)
 
-        if torch.compiler.is_compiling() or not self.weight_plane_reuse:  # (no cache state inside a compiled graph)
-            return quantize()
+        def f16_copy(planes: _Planes) -> Tensor | None:
+            return _ops.weight_f16_copy(planes.row_data, planes.row_scales, planes.offsets, e, n, k) \
+                if want_copy else None
+
+        if compiling or not self.weight_plane_reuse:  # (no cache state inside a compiled graph)
+            planes = quantize()
+            return planes, f16_copy(planes)
         layout = (w.dtype, tuple(w.shape), w.device, r.rule, r.weight_block)
         version = (w._version, w.data_ptr())
         cached = self._weight_cache
         if (is_first_microbatch is not True and cached is not None and cached[0][0] == layout
                 and (is_first_microbatch is False or cached[0][1] == version) and (cached[1] or not columnwise)):
-            return cached[2]
+            if want_copy and cached[3] is None:
+                self._weight_cache = cached = cached[:3] + (f16_copy(cached[2]),)
+            return cached[2], cached[3] if want_copy else None
         planes = quantize()
-        self._weight_cache = ((layout, version), columnwise, planes)
-        return planes
+        copy = f16_copy(planes)
+        self._weight_cache = ((layout, version), columnwise, planes, copy)
+        return planes, copy
 
     def invalidate_weight_planes(self) -> None:
         """Drop the cached weight planes: the next forward quantizes the weights (whatever its
@@ -470,12 +491,12 @@ class GroupedLinear(torch.nn.Module):
         cfg = _Config(mode=self.mode, e=self.num_gemms, n=self.out_features, k=self.in_features, rule=r.rule,
                       rht_wgrad=r.rht_wgrad, rht_signs=r.rht_signs, sr_grad=r.sr_grad, seed=r.seed, need_dx=need_dx,
                       need_dw=need_dw, need_dbias=need_dbias, fuse_wgrad=self.fuse_wgrad_accumulation,
-                      delay_wgrad=self.delay_wgrad_compute)
-        wq = self._weight_planes(need_dx, is_first_microbatch)
+                      delay_wgrad=self.delay_wgrad_compute, copy_dgrad=tuple(r.weight_block) == (16, 16))
+        wq, w_copy = self._weight_planes(need_dx, is_first_microbatch)
         layer = self if (self.fuse_wgrad_accumulation or self.delay_wgrad_compute) else None
         return _GroupedLinearFunction.apply(x, self.weight, self.bias, splits, wq.row_data, wq.row_scales,
-                                            wq.col_data, wq.col_scales, wq.row_amax, wq.col_amax, wq.offsets, cfg,
-                                            layer)
+                                            wq.col_data, wq.col_scales, wq.row_amax, wq.col_amax, wq.offsets, w_copy,
+                                            cfg, layer)
 
     # --------------------------------------------------------------------------------------------------- deferred
 

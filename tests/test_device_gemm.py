@@ -547,6 +547,84 @@ def test_copies_cutlass(case):
     run_wgrad(splits, n, k, "fast", torch.bfloat16, accumulate=False, seed=85, **kw)
 
 
+def weight_values_f16(wq, e, n, k) -> np.ndarray:
+    """The weights' exact values E2M1 x E4M3 as fp16 [E, N, K], decoded by ml_dtypes from the oracle's rowwise
+    planes (codes low nibble first, compact scale bytes; SPEC 2.3, 8.1, 12.6)."""
+    out = np.empty((e, n, k), np.float16)
+    for g, p in enumerate(wq.to_oracle().row_planes):
+        codes = np.stack([p.data & 0xF, p.data >> 4], axis=-1).reshape(n, k)
+        vals = codes.view(ml_dtypes.float4_e2m1fn).astype(np.float32)
+        scales = np.repeat(p.scales.view(ml_dtypes.float8_e4m3fn).astype(np.float32), 16, axis=1)[:, :k]
+        out[g] = (vals * scales).astype(np.float16)
+    return out
+
+
+def test_weight_f16_copy_values():
+    """device._ops.weight_f16_copy: every weight's value E2M1 x E4M3 in fp16 (ml_dtypes' decode of the oracle's
+    planes), an expert with a NaN and one with an Inf element and an all-zero expert included; with 16x16 blocks the same values as the columnwise
+    plane's, transposed (SPEC 6.3)."""
+    from device import _ops
+
+    e, n, k = 3, 48, 96
+    w = rand_bf16((e * n, k), 7, 0.05)
+    w[2 * n + 5, 17] = float("nan")
+    w[40, 3] = float("inf")
+    w[n:2 * n] = 0.0
+    wq = gq(w, [n] * e, rowwise=True, columnwise=True, block=(16, 16))
+    copy = _ops.weight_f16_copy(wq.row_data, wq.row_scales, wq.offsets, e, n, k)
+    got = copy.cpu().numpy()
+    want = weight_values_f16(wq, e, n, k)
+    assert got.shape == (e, n, k) and got.dtype == np.float16
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    assert np.array_equal(got.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
+    for g, p in enumerate(wq.to_oracle().col_planes):  # [K, N] codes and scales of the same tiles
+        codes = np.stack([p.data & 0xF, p.data >> 4], axis=-1).reshape(k, n).view(ml_dtypes.float4_e2m1fn)
+        scales = np.repeat(p.scales.view(ml_dtypes.float8_e4m3fn).astype(np.float32), 16, axis=1)[:, :n]
+        col = (codes.astype(np.float32) * scales).astype(np.float16).T
+        assert np.array_equal(np.isnan(col), nan[g])
+        assert np.array_equal(col.view(np.uint16)[~nan[g]], want[g].view(np.uint16)[~nan[g]])
+    with pytest.raises(RuntimeError, match="2 fp16 values per data byte"):
+        _ops.weight_f16_copy(wq.row_data, wq.row_scales, wq.offsets, e, n - 16, k)
+
+
+def gemm_over_weight_copy(aq, wq, kind, out, n, k, algorithm="copies_cutlass"):
+    """Fast-mode fprop / dgrad into ``out`` with the weights' fp16 copy (device._ops.weight_f16_copy) given as
+    b_copy (the layer's cache_f16_weights), under the forced ``algorithm``."""
+    from device import _ops
+    from device import gemm as dg
+
+    e = wq.offsets.shape[1] - 1
+    copy = _ops.weight_f16_copy(wq.row_data, wq.row_scales, wq.offsets, e, n, k)
+    c = dg._checked_call(aq, wq, kind, None, out, False, None, "fast")
+    (ad, as_, aa), (bd, bs, ba) = c.a_plane, c.b_plane
+    _ops.launch_grouped_gemm(dg._KIND_CODES[kind], "fast", ad, as_, aa.float().contiguous(), aq.offsets, bd, bs,
+                             ba.float().contiguous(), wq.offsets, out, None, False, c.sizes, algorithm, "", "", 0,
+                             b_copy=copy)
+
+
+# copies_cutlass over the weights' fp16 copy (only the token plane decoded; dgrad reads the copy N-contiguous through
+# the RowMajor-B instantiation): the same bits as oracle.gemm(model="tensor_core") on every case shape, empty groups
+# and unaligned splits included; another algorithm forced with the copy ignores it.
+@pytest.mark.parametrize("case", list(CASES))
+def test_copies_cutlass_over_the_weight_copy(case):
+    _needs_cutlass()
+    splits, n, k = CASES[case]
+    e, t = len(splits), int(sum(splits))
+    wq = weights(e, n, k, 71)
+    xq = gq(rand_bf16((t, k), 72), splits)
+    dyq = gq(rand_bf16((t, n), 73), splits)
+    for kind, aq, cols, od in (("fprop", xq, n, torch.float32 if case == "e64" else torch.bfloat16),
+                               ("dgrad", dyq, k, torch.bfloat16)):
+        for algorithm in ("copies_cutlass", "fused_128x256"):
+            out, check_tail = guarded((t, cols), od)
+            gemm_over_weight_copy(aq, wq, kind, out, n, k, algorithm)
+            check_tail(kind)
+            ao, wo = aq.to_oracle(), wq.to_oracle()
+            check_row_groups(to_np(out), splits, ao.row_planes, wo.row_planes if kind == "fprop" else wo.col_planes,
+                             "fast", od, where=f"{kind} {algorithm} over the weight copy")
+
+
 def test_copies_cutlass_refusals():
     """Forcing copies_cutlass where it cannot run raises before any launch."""
     e, n, k = 2, 36, 64  # bf16 rows of 36 columns: 72 bytes, not 16-byte aligned

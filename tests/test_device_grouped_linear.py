@@ -400,6 +400,58 @@ def test_weight_planes_reused_until_the_weight_changes():
     check("without reuse")
 
 
+def decode_launches(fn) -> int:
+    """How many fp16 operand copies (decode_plane_kernel launches) one call of ``fn`` makes (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sum(1 for ev in prof.events() if ev.device_type.name == "CUDA" and "decode_plane_kernel" in ev.name)
+
+
+# cache_f16_weights (mode "fast"): with 300 tokens per expert and N = K = 1024 fprop and dgrad run over fp16 copies
+# (CUTLASS), reading the weights' cached fp16 copy instead of decoding a weight plane; y, x.grad and weight.grad are
+# the oracle's bytes. 16x16 weight blocks: the one copy serves both GEMMs (SPEC 6.3), so a step decodes only X's and
+# dY's rowwise planes; 1x16 blocks: fprop only (dgrad then runs the fused kernel, which decodes in the kernel). An
+# in-place update rebuilds the copy.
+@pytest.mark.parametrize("block,decodes", [((16, 16), 2), ((1, 16), 1)])
+def test_f16_weight_copy_matches_oracle(block, decodes):
+    from device._build import load_gemm_extension
+
+    if not load_gemm_extension().has_cutlass():
+        pytest.skip("copies_cutlass is not built (nvidia-cutlass not installed)")
+    e, splits, n, k = 2, [300, 301], 1024, 1024
+    t = sum(splits)
+    recipe = NVFP4Recipe(weight_block=block)
+    x, dy = rand_bf16((t, k), 21), rand_bf16((t, n), 22)
+    layer = make_layer(e, k, n, w=rand_bf16((e, n, k), 23, 0.05), recipe=recipe, cache_f16_weights=True)
+    s_dev = torch.tensor(splits, dtype=torch.int64, device=DEV)
+
+    def step():
+        layer.weight.grad = None
+        return run_step(layer, x, s_dev, dy)
+
+    for what in ("first step", "after an in-place update"):
+        y, dx = step()
+        copy = layer._weight_cache[3]
+        assert copy is not None and copy.dtype == torch.float16 and tuple(copy.shape) == (e, n, k)
+        xo, wo, dyo = host(x), host(layer.weight), host(dy)
+        so = np.array(splits, np.int64)
+        want_y = oracle.grouped_linear_forward(xo, wo, so, recipe=recipe, model="tensor_core")
+        dx_o, dw_o, _ = oracle.grouped_linear_backward(xo, wo, so, dyo, recipe=recipe, model="tensor_core")
+        assert_bytes(host(y), want_y, f"{block} {what}: y")
+        assert_bytes(host(dx), dx_o, f"{block} {what}: x.grad")
+        assert_bytes(host(layer.weight.grad), as_dtype(dw_o, torch.bfloat16), f"{block} {what}: weight.grad")
+        assert decode_launches(step) == decodes
+        assert layer._weight_cache[3] is copy, "the copy of unchanged weights was made again"
+        with torch.no_grad():
+            layer.weight.mul_(0.75)
+    assert layer._weight_cache[3] is copy  # (rebuilt at the next forward)
+    step()
+    assert layer._weight_cache[3] is not copy
+
+
 def test_is_first_microbatch_controls_the_cache():
     """A write through weight.data bumps no version: the default check keeps the old planes (the documented limit);
     is_first_microbatch=True quantizes the new weights; False reuses the cached planes even after a versioned

@@ -266,7 +266,7 @@ def test_eager_grouped_gemm_launches_what_the_ops_launch(fake, monkeypatch):
     assert len(calls) == 4
     (new, into, op_new, op_into) = calls
     for a, b in ((new, op_new), (into, op_into)):
-        assert len(a) == len(b) == 18
+        assert len(a) == len(b) == (19 if a is new else 18)  # the functional form passes b_copy (None) last
         for i, (u, v) in enumerate(zip(a, b, strict=True)):
             if i == 10 and a is new:  # the output each allocated: same shape, dtype and device
                 assert (u.shape, u.dtype, u.device) == (v.shape, v.dtype, v.device) == ((t, n), BF16, out.device)
@@ -274,7 +274,7 @@ def test_eager_grouped_gemm_launches_what_the_ops_launch(fake, monkeypatch):
                 assert u is v, i
             else:
                 assert u == v, i
-    assert new[10] is y and into[10] is out and into[12] is True and new[12] is False
+    assert new[10] is y and into[10] is out and into[12] is True and new[12] is False and new[18] is None
 
 
 def test_dynamo_traces_grouped_gemm_into_out(fake):
@@ -371,9 +371,9 @@ def test_is_first_microbatch_false_quantizes_a_missing_columnwise_plane(fake, we
     layer = _cache_layer()
     _infer(layer, is_first_microbatch=True)
     assert weight_quantizations == [False]
-    planes = layer._weight_planes(True, False)
-    assert weight_quantizations == [False, True] and planes.col_data.numel() > 0
-    assert layer._weight_planes(True, False) is planes and layer._weight_planes(False, False) is planes
+    planes, copy = layer._weight_planes(True, False)
+    assert weight_quantizations == [False, True] and planes.col_data.numel() > 0 and copy is None
+    assert layer._weight_planes(True, False)[0] is planes and layer._weight_planes(False, False)[0] is planes
     assert len(weight_quantizations) == 2
 
 

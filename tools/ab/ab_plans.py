@@ -23,8 +23,9 @@ Keys: ``algorithm``, ``loader``, ``epilogue``, ``quantize`` (the arguments of ``
 algorithms fused_64x256, fused_128x256, fused_pair_256x256, swapped_64x256, copies_cutlass, exact_fused,
 exact_copies, exact_hybrid, sm100_simt, sm100_copies; loaders cp_async, tma; epilogues staged, tma_store; quantize
 general, fast_bf16), ``mode`` (fast, exact or sm100; default: exact for an exact_* algorithm, sm100 for an sm100_*
-one, else fast) and ``sms`` (``device.set_num_sms`` for
-the plan's calls: the persistent GEMM grid capped at that many SMs).
+one, else fast), ``sms`` (``device.set_num_sms`` for
+the plan's calls: the persistent GEMM grid capped at that many SMs) and ``weights=f16`` (fprop / dgrad: the weights'
+fp16 copy given as the layer's ``cache_f16_weights`` gives it, made once outside the timed calls).
 
 A GEMM case is ``E,T,K,N,kind[,out][,skew]``: kind fprop / dgrad / wgrad; out ``bf16``, ``f32`` or ``f32+c`` (wgrad
 with ``accumulate=True`` into an fp32 buffer), default the kind's default (bf16 for fprop / dgrad, f32 for wgrad);
@@ -65,6 +66,7 @@ class Plan:
     force: dict
     mode: str = "fast"
     sms: int | None = None
+    weight_copy: bool = False
 
 
 def parse_plan(text: str) -> Plan:
@@ -72,6 +74,7 @@ def parse_plan(text: str) -> Plan:
     text = " ".join(text.split())
     force: dict = {}
     mode = sms = None
+    weight_copy = False
     for item in text.split():
         if item == "auto":
             continue
@@ -86,11 +89,16 @@ def parse_plan(text: str) -> Plan:
             mode = value
         elif key == "sms":
             sms = int(value)
+        elif key == "weights":
+            if value != "f16":
+                raise ValueError(f"plan {text!r}: weights must be f16, got {value!r}")
+            weight_copy = True
         else:
-            raise ValueError(f"plan {text!r}: unknown key {key!r} (keys: {', '.join(FORCE_KEYS)}, mode, sms)")
+            raise ValueError(f"plan {text!r}: unknown key {key!r} (keys: {', '.join(FORCE_KEYS)}, mode, sms, "
+                             "weights)")
     if mode is None:
         mode = next((m for m in ("exact", "sm100") if force.get("algorithm", "").startswith(m + "_")), "fast")
-    return Plan(text or "auto", force, mode, sms)
+    return Plan(text or "auto", force, mode, sms, weight_copy)
 
 
 def parse_plans(text: str) -> list[Plan]:
@@ -178,18 +186,43 @@ def operands(c: Case):
         dyt = dy.t().contiguous()
         return a, b, (e, n, k), lambda: torch._grouped_mm(dyt, x, offs=offs)
     a = device.group_quantize(dy, st, rowwise=True)
-    b = device.group_quantize(w, wsplits, rowwise=False, columnwise=True, block=(16, 16))
+    b = device.group_quantize(w, wsplits, rowwise=True, columnwise=True, block=(16, 16))  # (rowwise: weights=f16)
     return a, b, (t, k), lambda: torch._grouped_mm(dy, w.view(e, n, k), offs=offs)
 
 
 def gemm_call(plan: Plan, a, b, c: Case, out: torch.Tensor) -> Callable[[], None]:
-    """One grouped_gemm call of the case under the plan, into ``out``."""
+    """One grouped_gemm call of the case under the plan, into ``out`` (with ``weights=f16``: through
+    device._ops.launch_grouped_gemm with the weights' fp16 copy, as GroupedLinear(cache_f16_weights=True) calls it)."""
+    if not plan.weight_copy:
+        def call() -> None:
+            with applied(plan):
+                device.grouped_gemm(a, b, kind=c.kind, out=out, mode=plan.mode, accumulate=c.out == "f32+c")
+
+        return call
+    from device import _ops
+    from device import gemm as dg
+
+    if c.kind == "wgrad":
+        raise ValueError("weights=f16 serves fprop and dgrad only")
+    copy = _ops.weight_f16_copy(b.row_data, b.row_scales, b.offsets, c.e, c.n, c.k)
+    checked = dg._checked_call(a, b, c.kind, None, out, False, None, plan.mode)
+    (ad, as_, aa), (bd, bs, ba) = checked.a_plane, checked.b_plane
+    operands = (ad, as_, aa.float().contiguous(), a.offsets, bd, bs, ba.float().contiguous(), b.offsets)
 
     def call() -> None:
         with applied(plan):
-            device.grouped_gemm(a, b, kind=c.kind, out=out, mode=plan.mode, accumulate=c.out == "f32+c")
+            forced = testing_forced()
+            _ops.launch_grouped_gemm(dg._KIND_CODES[c.kind], plan.mode, *operands, out, None, False, checked.sizes,
+                                     *forced, int(device.get_num_sms() or 0), b_copy=copy)
 
     return call
+
+
+def testing_forced() -> tuple[str, str, str]:
+    """The plan parts forced right now (device.testing.force_plan), "" where chosen by the sizes."""
+    from device import _dispatch
+
+    return tuple(_dispatch.FORCED.get(k, "") for k in ("algorithm", "loader", "epilogue"))
 
 
 def run_gemm(args: argparse.Namespace) -> None:

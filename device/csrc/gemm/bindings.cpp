@@ -44,7 +44,8 @@ nvfp4_gemm::PlaneView plane_view(const Tensor& data, const Tensor& scales, const
 // fp16 copies of both operand planes for the algorithms over copies (copies_cutlass, exact_copies): the plane views in
 // `d` and the scratch (2 fp16 per packed byte of each plane's buffer) from the caching allocator (stream-ordered, so
 // graph capture works). The returned tensors own the scratch.
-// With a_only, only the A plane gets a copy (d.b_f16 stays null: swapped_64x256's token operand, exact_hybrid's A).
+// With a_only, only the A plane gets a copy (d.b_f16 stays null: swapped_64x256's token operand, exact_hybrid's A,
+// or copies_cutlass given the weights' copy, which the caller then points d.b_f16 at).
 std::pair<Tensor, Tensor> f16_copies(nvfp4_gemm::CopiesArgs& d, int kind, int E, const nvfp4_gemm::SetupArgs& s,
                                      const Tensor& a_data, const Tensor& a_scales, const Tensor& a_offs,
                                      const Tensor& b_data, const Tensor& b_scales, const Tensor& b_offs,
@@ -64,21 +65,30 @@ std::pair<Tensor, Tensor> f16_copies(nvfp4_gemm::CopiesArgs& d, int kind, int E,
   return {a16, b16};
 }
 
-// copies_cutlass after the setup kernel: fp16 copies of both operand planes and CUTLASS's argument arrays come from
-// the caching allocator.
+// copies_cutlass after the setup kernel: fp16 copies of the operand planes (B's only without a given b_copy, the
+// weights' [E, N, K] values checked by grouped_gemm_) and CUTLASS's argument arrays come from the caching allocator.
 std::string launch_copies_cutlass_path(int kind, int E, const nvfp4_gemm::SetupArgs& s, const Tensor& a_data,
                                 const Tensor& a_scales, const Tensor& a_offs, const Tensor& b_data,
-                                const Tensor& b_scales, const Tensor& b_offs, bool f32, bool accumulate, int device,
-                                int max_ctas, cudaStream_t stream) {
+                                const Tensor& b_scales, const Tensor& b_offs, const Tensor* b_copy, bool f32,
+                                bool accumulate, int device, int max_ctas, cudaStream_t stream) {
   using namespace nvfp4_gemm;
   NVFP4_REFUSE_UNLESS(cutlass_built(),
                       "nvfp4_gemm: copies_cutlass was not built (no CUTLASS headers found)");
   NVFP4_REFUSE_UNLESS(E <= 65535, "nvfp4_gemm: copies_cutlass supports at most 65535 groups");
   CopiesArgs d{};
-  d.epilogue = !f32 ? kOutBf16 : (accumulate ? kOutF32PlusC : kOutF32);
+  // dgrad over the given copy reads it N-contiguous (kOutBf16T; grouped_gemm_ refuses it with fp32 output)
+  const bool transposed = b_copy != nullptr && kind == kDgrad;
+  d.epilogue = !f32 ? (transposed ? kOutBf16T : kOutBf16) : (accumulate ? kOutF32PlusC : kOutF32);
   d.out_f32 = f32;
   d.accumulate = accumulate;
-  const auto copies = f16_copies(d, kind, E, s, a_data, a_scales, a_offs, b_data, b_scales, b_offs);
+  const auto copies = f16_copies(d, kind, E, s, a_data, a_scales, a_offs, b_data, b_scales, b_offs,
+                                 /*a_only=*/b_copy != nullptr);
+  if (b_copy != nullptr) {
+    d.b_f16 = b_copy->data_ptr();
+    d.b_copy = transposed ? kCopyTransposed : kCopyGiven;
+    d.b_copy_group = s.ldd * s.kc;  // N K
+    d.b_copy_ld = transposed ? s.ldd : s.kc;  // K either way: dgrad's output columns, fprop's contraction
+  }
 
   CutlassArgs c{};
   c.groups = E;
@@ -148,7 +158,7 @@ std::string grouped_gemm_(int64_t kind, int64_t E, const Tensor& a_data, const T
                           const Tensor& b_amax, Tensor out, const c10::optional<Tensor>& bias, bool accumulate,
                           int64_t b_rows, int64_t a_rows, int64_t kc, int64_t ldd, double rcp, int64_t rule,
                           int64_t grid_upper, Tensor workspace, int64_t algorithm, int64_t loader, int64_t epilogue,
-                          int64_t max_ctas) {
+                          int64_t max_ctas, const c10::optional<Tensor>& b_copy) {
   NVFP4_REFUSE_UNLESS(kind >= 0 && kind <= 2, "nvfp4_gemm: kind must be 0 (fprop), 1 (dgrad) or 2 (wgrad), got ", kind);
   NVFP4_REFUSE_UNLESS(E >= 1, "nvfp4_gemm: E must be >= 1");
   NVFP4_REFUSE_UNLESS(rule >= 0 && rule <= 3, "nvfp4_gemm: rule must be a scale rule code 0..3, got ", rule);
@@ -182,6 +192,18 @@ std::string grouped_gemm_(int64_t kind, int64_t E, const Tensor& a_data, const T
     NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", *bias, "bias", at::kFloat));
     NVFP4_REFUSE_UNLESS(bias->numel() == E * ldd, "nvfp4_gemm: bias must be [E, ", ldd, "]");
     bias_p = bias->data_ptr<float>();
+  }
+  const Tensor* b_copy_p = nullptr;  // the weights' fp16 values [E, N, K] (fprop / dgrad; copies_cutlass reads it)
+  if (b_copy.has_value() && b_copy->defined()) {
+    NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", *b_copy, "b copy", at::kHalf));
+    NVFP4_REFUSE_UNLESS(kind != nvfp4_gemm::kWgrad, "nvfp4_gemm: a b copy (the weights' values) serves fprop and dgrad");
+    NVFP4_REFUSE_UNLESS(kind != nvfp4_gemm::kDgrad || !f32, "nvfp4_gemm: dgrad over a b copy writes bfloat16 only");
+    NVFP4_REFUSE_UNLESS(b_copy->device() == out.device(), "nvfp4_gemm: the b copy must be on out's device");
+    NVFP4_REFUSE_UNLESS(b_copy->numel() == E * ldd * kc, "nvfp4_gemm: the b copy must hold E N K = ", E * ldd * kc,
+                        " values, got ", b_copy->numel());
+    NVFP4_REFUSE_UNLESS(reinterpret_cast<uintptr_t>(b_copy->data_ptr()) % 16 == 0 && kc % 8 == 0 && ldd % 8 == 0,
+                        "nvfp4_gemm: the b copy and its rows must be 16-byte aligned");
+    b_copy_p = &*b_copy;
   }
   const c10::cuda::CUDAGuard guard(out.device());
   auto stream = c10::cuda::getCurrentCUDAStream();
@@ -234,8 +256,8 @@ std::string grouped_gemm_(int64_t kind, int64_t E, const Tensor& a_data, const T
     NVFP4_REFUSE_UNLESS(loader == nvfp4_gemm::kLoaderTma && epilogue == nvfp4_gemm::kEpilogueCutlass,
                         "nvfp4_gemm: copies_cutlass runs CUTLASS's TMA loader and epilogue");
     return launch_copies_cutlass_path(static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
-                               b_scales, b_offs, f32, accumulate, out.device().index(), static_cast<int>(max_ctas),
-                               stream);
+                               b_scales, b_offs, b_copy_p, f32, accumulate, out.device().index(),
+                               static_cast<int>(max_ctas), stream);
   }
   nvfp4_gemm::LaunchArgs l{};
   l.probs = probs;
@@ -296,6 +318,30 @@ std::string grouped_gemm_(int64_t kind, int64_t E, const Tensor& a_data, const T
   return {};
 }
 
+// The weights' fp16 copy that grouped_gemm_ takes as b_copy: the values E2M1 x E4M3 (SPEC 12.6, exact; no S_enc) of
+// a rowwise plane of W [E N, K] grouped by N rows per expert, in the plane's layout: out [E, N, K] fp16, element 2j,
+// 2j + 1 from packed byte j. The plane's rows are dense (SPEC 9.2: group g's bytes at g N K / 2), so out's
+// E N K values are all written when the offsets table is that of N rows per group.
+std::string weight_f16_copy_(const Tensor& data, const Tensor& scales, const Tensor& offs, int64_t E, int64_t k,
+                             Tensor out) {
+  NVFP4_REFUSE_UNLESS(E >= 1 && k >= 16 && k % 16 == 0, "nvfp4_gemm: E must be >= 1 and K a positive multiple of 16");
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", data, "data", at::kByte));
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", scales, "scales", at::kByte));
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", offs, "offsets", at::kLong));
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", out, "out", at::kHalf));
+  NVFP4_REFUSE_UNLESS(offs.numel() == 6 * (E + 1), "nvfp4_gemm: offsets must be [6, ", E + 1, "]");
+  NVFP4_REFUSE_UNLESS(data.numel() % 8 == 0 && out.numel() == 2 * data.numel(),
+                      "nvfp4_gemm: the copy takes 2 fp16 values per data byte (a multiple of 8 bytes), got ",
+                      out.numel(), " for ", data.numel());
+  NVFP4_REFUSE_UNLESS(reinterpret_cast<uintptr_t>(data.data_ptr()) % 8 == 0 &&
+                          reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0,
+                      "nvfp4_gemm: data must be 8-byte and out 16-byte aligned");
+  const c10::cuda::CUDAGuard guard(out.device());
+  nvfp4_gemm::launch_decode_plane(plane_view(data, scales, offs, static_cast<int>(E), false, k, 0), out.data_ptr(),
+                                  c10::cuda::getCurrentCUDAStream());
+  return nvfp4::launch_status("nvfp4_gemm");
+}
+
 // The output tile whose list the setup kernel builds for an algorithm (a test checks device/_dispatch.py's table).
 std::tuple<int64_t, int64_t> algorithm_tile(int64_t algorithm) {
   int m = 0, n = 0;
@@ -310,6 +356,8 @@ int64_t prob_size() { return static_cast<int64_t>(sizeof(nvfp4_gemm::Prob)); }
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("grouped_gemm_", nvfp4::returning_errors(&grouped_gemm_),
         "NVFP4 grouped GEMM (fprop/dgrad/wgrad) on the current stream");
+  m.def("weight_f16_copy_", nvfp4::returning_errors(&weight_f16_copy_),
+        "the fp16 values of a rowwise weight plane [E N, K] (grouped_gemm_'s b_copy) on the current stream");
   m.def("prob_size", &prob_size);
   m.def("algorithm_tile", &algorithm_tile, "the (rows, columns) output tile of an algorithm code");
   m.def("has_cutlass", &nvfp4_gemm::cutlass_built, "whether copies_cutlass (CUTLASS's grouped GEMM) was built");

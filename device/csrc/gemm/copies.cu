@@ -1,7 +1,7 @@
 // The fp16 operand copies and the algorithms over them (copies.h). copies_cutlass is three kernels around one CUTLASS
 // grouped GEMM (gemm/cutlass.cuh), all on the caller's stream and driven by the setup kernel's per-group problems
 // (gemm/setup.cu), so the path stays graph-safe:
-//  1. decode_plane_kernel: each operand plane (SPEC 9.2 layout, swizzled scales of SPEC 8.2) -> fp16 values
+//  1. decode_plane_kernel: each operand plane (B's only when the caller gives no copy of it, CopiesArgs::b_copy) (SPEC 9.2 layout, swizzled scales of SPEC 8.2) -> fp16 values
 //     E2M1 x E4M3 (exact and normal, SPEC 12.6; no S_enc: alpha is applied in the epilogue, SPEC 12.1), in the
 //     plane's own layout (fp16 element 2j, 2j + 1 <- packed byte j), natural K order.
 //  2. cutlass_args_kernel: per group {M, N, K}, operand / output pointers into those buffers, row pitches, alpha.
@@ -86,11 +86,14 @@ __global__ void cutlass_args_kernel(CopiesArgs d, CutlassArgs c) {
     c.shapes[3 * g + 1] = p.N;
     c.shapes[3 * g + 2] = p.K;
     c.ptr_a[g] = f16_copy_of(d.a_f16, d.a.data, p.a);
-    c.ptr_b[g] = f16_copy_of(d.b_f16, d.b.data, p.b);
+    // a given copy (fprop / dgrad over the weights' [E, N, K] values): group g's matrix at g N K, whatever the plane's
+    // group bytes (every weight group has N rows)
+    c.ptr_b[g] = d.b_copy == kCopyDecoded ? f16_copy_of(d.b_f16, d.b.data, p.b)
+                                          : static_cast<const __half*>(d.b_f16) + g * d.b_copy_group;
     c.ptr_d[g] = p.d;
     if (c.ptr_c) c.ptr_c[g] = p.d;  // accumulate in place: C = the output buffer
     c.stride_a[g] = p.K;  // fprop / dgrad: the contraction; wgrad: roundup(m_g, 16), the columnwise pitch
-    c.stride_b[g] = p.K;
+    c.stride_b[g] = d.b_copy == kCopyDecoded ? p.K : d.b_copy_ld;
     c.stride_d[g] = p.ldd;
     if (c.stride_c) c.stride_c[g] = p.ldd;
     c.alpha[g] = p.alpha;
@@ -169,9 +172,11 @@ void decode_plane(const PlaneView& p, void* out, cudaStream_t s) {
 int cutlass_run_bf16(const CutlassArgs&, cudaStream_t) { return 5; }
 int cutlass_run_f32(const CutlassArgs&, cudaStream_t) { return 5; }
 int cutlass_run_f32_plus_c(const CutlassArgs&, cudaStream_t) { return 5; }
+int cutlass_run_bf16_t(const CutlassArgs&, cudaStream_t) { return 5; }
 size_t cutlass_workspace_bf16(const CutlassArgs&) { return 0; }
 size_t cutlass_workspace_f32(const CutlassArgs&) { return 0; }
 size_t cutlass_workspace_f32_plus_c(const CutlassArgs&) { return 0; }
+size_t cutlass_workspace_bf16_t(const CutlassArgs&) { return 0; }
 bool cutlass_built() { return false; }
 #else
 bool cutlass_built() { return true; }
@@ -179,16 +184,19 @@ bool cutlass_built() { return true; }
 
 int launch_copies_cutlass(const CopiesArgs& d, CutlassArgs c, cudaStream_t s) {
   decode_plane(d.a, d.a_f16, s);
-  decode_plane(d.b, d.b_f16, s);
+  if (d.b_copy == kCopyDecoded) decode_plane(d.b, d.b_f16, s);
   cutlass_args_kernel<<<(d.E + 255) / 256, 256, 0, s>>>(d, c);
   // (at most 8K CTAs in all, 1024 per group: most groups have K steps and their CTAs return at once)
   zero_k_epilogue_kernel<<<dim3(d.E >= 8192 ? 1 : (d.E >= 8 ? 8192 / d.E : 1024), d.E), 256, 0, s>>>(d);
   switch (d.epilogue) {
     case kOutBf16: return cutlass_run_bf16(c, s);
+    case kOutBf16T: return cutlass_run_bf16_t(c, s);
     case kOutF32: return cutlass_run_f32(c, s);
     default: return cutlass_run_f32_plus_c(c, s);
   }
 }
+
+void launch_decode_plane(const PlaneView& p, void* out, cudaStream_t s) { decode_plane(p, out, s); }
 
 namespace {
 
@@ -232,6 +240,7 @@ bool launch_swapped_path(const CopiesArgs& d, Prob* probs, const LaunchArgs& l, 
 size_t copies_cutlass_workspace(int epilogue, const CutlassArgs& c) {
   switch (epilogue) {
     case kOutBf16: return cutlass_workspace_bf16(c);
+    case kOutBf16T: return cutlass_workspace_bf16_t(c);
     case kOutF32: return cutlass_workspace_f32(c);
     default: return cutlass_workspace_f32_plus_c(c);
   }

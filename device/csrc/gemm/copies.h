@@ -26,6 +26,12 @@ struct PlaneView {
   long long rows_const;   // columnwise plane: its rows (the K features); unused for rowwise
 };
 
+// Where copies_cutlass's B copy comes from: decoded from the B plane by the path itself, or given by the caller as
+// the weights' values [E, N, K] fp16 (SPEC 12.6's exact E2M1 x E4M3 products of the weight planes; SPEC 6.3: with
+// 16x16 blocks, RN and no RHT the rowwise and columnwise planes hold the same values transposed): fprop reads it as
+// the rowwise plane's copy (K-major), dgrad as the columnwise plane's (N-contiguous, kOutBf16T's RowMajor B).
+enum BCopy : int { kCopyDecoded = 0, kCopyGiven = 1, kCopyTransposed = 2 };
+
 struct CopiesArgs {
   int E;
   int epilogue;  // CutlassEpilogue
@@ -34,13 +40,19 @@ struct CopiesArgs {
   const Prob* probs;  // from the setup kernel (gemm/setup.cu)
   const int* prefix;
   PlaneView a, b;
-  void* a_f16;  // [2 * a.cap_bytes] fp16 each
+  void* a_f16;  // [2 * a.cap_bytes] fp16 each (b_f16: or the given copy)
   void* b_f16;
+  int b_copy;              // BCopy (copies_cutlass only)
+  long long b_copy_group;  // given copy: fp16 elements per group (N K)
+  long long b_copy_ld;     // given copy: its row pitch in elements (K: fprop's contraction, dgrad's output columns)
   // 128-byte aligned scratch for per-group tensor maps (128 bytes each), or null: exact_copies' TMA loader 2 E maps,
   // exact_hybrid 3 E maps
   void* group_maps;
 };
 
+// The fp16 copy of a plane (decode_plane_kernel, natural order: fp16 elements 2j, 2j + 1 <- packed byte j) into `out`
+// (2 p.cap_bytes fp16 values; bytes past the plane's last group are not decoded, their elements not written).
+void launch_decode_plane(const PlaneView& p, void* out, cudaStream_t s);
 // Launches the dequantize kernels, the argument kernel, the zero-step epilogue and the CUTLASS GEMM; returns the
 // CUTLASS status code (0 = launched). `c` holds the device arrays and workspace (gemm/bindings.cpp sizes them).
 int launch_copies_cutlass(const CopiesArgs& d, CutlassArgs c, cudaStream_t s);

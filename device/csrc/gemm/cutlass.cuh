@@ -51,14 +51,16 @@ using AlphaAccPlusC = fusion::Sm90EVT<
     fusion::Sm90SrcFetch<float>>;
 
 // 128 x 256 x 64 tiles, 2 consumer warpgroups (cooperative), 2-CTA clusters along M: the fastest of four shapes
-// measured on E8 T16384.
-template <class ElementD, class ElementC, class Fusion>
+// measured on E8 T16384. LayoutB: ColumnMajor reads B as K x N with K contiguous (a K-major [N, K] plane, the decoded
+// copies); RowMajor reads it with N contiguous (a [K, N] matrix: dgrad's B given as the weights' [N, K] copy, whose
+// contraction N is the rows).
+template <class ElementD, class ElementC, class Fusion, class LayoutB_ = cutlass::layout::ColumnMajor>
 struct Config {
   using ElemC = ElementC;  // void: the epilogue reads no C
   using TileShape = Shape<_128, _256, _64>;
   using ClusterShape = Shape<_2, _1, _1>;
-  using LayoutA = cutlass::layout::RowMajor;     // A [M, K], K contiguous
-  using LayoutB = cutlass::layout::ColumnMajor;  // B as K x N, K contiguous (= a K-major [N, K] plane)
+  using LayoutA = cutlass::layout::RowMajor;  // A [M, K], K contiguous
+  using LayoutB = LayoutB_;
   using LayoutD = cutlass::layout::RowMajor;
   static constexpr int kAlignAB = 8;
   static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;

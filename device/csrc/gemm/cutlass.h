@@ -22,7 +22,7 @@ struct CutlassArgs {
   const void** ptr_c;  // nullptr unless the epilogue reads C
   void** ptr_d;
   int64_t* stride_a;
-  int64_t* stride_b;
+  int64_t* stride_b;  // (B's leading dimension: K for a ColumnMajor B, N for the RowMajor one)
   int64_t* stride_c;
   int64_t* stride_d;
   float* alpha;  // written by gemm/copies.cu's argument kernel, read by the epilogue
@@ -30,14 +30,18 @@ struct CutlassArgs {
   size_t workspace_bytes;
 };
 
-enum CutlassEpilogue : int { kOutBf16 = 0, kOutF32 = 1, kOutF32PlusC = 2 };
+// kOutBf16T: bf16 output with B read N-contiguous (gemm/cutlass.cuh's RowMajor B: dgrad over the weights' [N, K]
+// copy, copies.h's CopiesArgs::b_copy == kCopyTransposed)
+enum CutlassEpilogue : int { kOutBf16 = 0, kOutF32 = 1, kOutF32PlusC = 2, kOutBf16T = 3 };
 
 // 0 on success; otherwise a small code (1 workspace too small, 2 cannot implement, 3 init failed, 4 launch failed).
 int cutlass_run_bf16(const CutlassArgs& a, cudaStream_t s);
 int cutlass_run_f32(const CutlassArgs& a, cudaStream_t s);
 int cutlass_run_f32_plus_c(const CutlassArgs& a, cudaStream_t s);
+int cutlass_run_bf16_t(const CutlassArgs& a, cudaStream_t s);
 size_t cutlass_workspace_bf16(const CutlassArgs& a);
 size_t cutlass_workspace_f32(const CutlassArgs& a);
 size_t cutlass_workspace_f32_plus_c(const CutlassArgs& a);
+size_t cutlass_workspace_bf16_t(const CutlassArgs& a);
 
 }  // namespace nvfp4_gemm
