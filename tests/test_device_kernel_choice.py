@@ -442,3 +442,22 @@ def test_sm100_plans():
 def test_h200_crossover_decisions(mode, kind, e, t, n, k, dtype, acc, faster):
     p = problem(kind, e, t, n, k, mode=mode, out_dtype="float32" if dtype == "f32" else "bfloat16", accumulate=acc)
     assert plan_gemm(p).algorithm == Algorithm[faster]
+
+
+# With the weights' fp16 copy given (GroupedLinear's cache_f16_weights): copies_cutlass reading it against the planned
+# algorithm without it, as multiples of torch._grouped_mm (tools/ab/ab_plans.py gemm --plans "auto; algorithm=
+# copies_cutlass weights=f16", H200, one run): 256 rows per group copies, 128 rows the fused kernel; wgrad and fp32
+# dgrad never read the copy.
+@pytest.mark.parametrize("kind,e,t,n,k,dtype,faster", [
+    ("fprop", 64, 16384, 1408, 2048, "bf16", "copies_cutlass"),       # 0.795 against fused_pair 0.752 (256 rows)
+    ("dgrad", 64, 16384, 1408, 2048, "bf16", "copies_cutlass"),       # 0.831 against 0.788
+    ("fprop", 64, 8192, 1408, 2048, "bf16", "fused_128x256"),         # 0.649 against 0.987 (128 rows)
+    ("fprop", 8, 16384, 14336, 4096, "bf16", "copies_cutlass"),       # skewed: 1.077 against copies 0.954
+    ("dgrad", 8, 16384, 14336, 4096, "bf16", "copies_cutlass"),       # skewed: 1.025 against 0.907
+    ("fprop", 64, 16384, 512, 2048, "bf16", "fused_pair_256x256"),    # (output columns below COPIES_MIN_REUSE)
+    ("wgrad", 64, 16384, 1408, 2048, "bf16", "fused_128x256"),        # (wgrad reads no weights)
+])
+def test_weight_copy_decisions(kind, e, t, n, k, dtype, faster):
+    p = problem(kind, e, t, n, k, out_dtype="float32" if dtype == "f32" else "bfloat16")._replace(b_copy=True)
+    assert plan_gemm(p).algorithm == Algorithm[faster]
+    assert plan_gemm(p._replace(b_copy=False)).algorithm != Algorithm.copies_cutlass or t // e >= 1024
