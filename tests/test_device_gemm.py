@@ -1361,7 +1361,7 @@ def test_algorithm_tiles_agree_with_the_extension():
         assert tuple(ext.algorithm_tile(int(a))) == ALGORITHM_TILES[a], a.name
 
 
-def _raw_gemm(kind, a, b, out, *, algorithm, loader, epilogue, bias=None, num_sms=0):
+def _raw_gemm(kind, a, b, out, *, algorithm, loader, epilogue, bias=None, num_sms=0, b_copy=None):
     """The GEMM binding called directly (csrc/gemm/bindings.cpp grouped_gemm_), with the arguments device/gemm.py
     builds for a call on these operands but the plan given here (names of device._codes' enums, or raw codes): what
     the binding does with a plan that Python would refuse. Returns the binding's message ("" when it ran)."""
@@ -1388,7 +1388,7 @@ def _raw_gemm(kind, a, b, out, *, algorithm, loader, epilogue, bias=None, num_sm
                              int(b_rows), int(a_rows), int(kc), int(cols), dgemm._RCP_7225344, 0, int(grid_upper), ws,
                              *(int(enum[v]) if isinstance(v, str) else int(v)
                                for enum, v in ((Algorithm, algorithm), (Loader, loader), (Epilogue, epilogue))),
-                             num_sms)
+                             num_sms, b_copy)
 
 
 def test_binding_refuses_plans_it_cannot_run():
@@ -1429,6 +1429,15 @@ def test_binding_refuses_plans_it_cannot_run():
     y32 = torch.empty((t, n), dtype=torch.float32, device=DEV)
     refused("fprop", xq, wq, y32, "cannot run this call", algorithm="fused_128x256", loader="cp_async",
             epilogue="tma_store")
+    # the weights' fp16 copy (copies_cutlass' b_copy): fp16 [E, N, K] only, fprop and bf16 dgrad only
+    from device import _ops
+
+    copy = _ops.weight_f16_copy(wq.row_data, wq.row_scales, wq.offsets, len(splits), n, k)
+    cutlass = dict(algorithm="copies_cutlass", loader="tma", epilogue="cutlass")
+    refused("fprop", xq, wq, y, "b copy has dtype", b_copy=copy.float(), **cutlass)
+    refused("fprop", xq, wq, y, "must hold E N K = 12288 values, got 1000", b_copy=copy.view(-1)[:1000], **cutlass)
+    refused("dgrad", dyq, wq, dx, "dgrad over a b copy writes bfloat16 only", b_copy=copy, **cutlass)
+    refused("wgrad", dyc, xc, dw, "a b copy (the weights' values) serves fprop and dgrad", b_copy=copy, **cutlass)
     # and a plan that can run these operands runs, with the oracle's bits
     out = torch.full((t, n), float("nan"), dtype=torch.bfloat16, device=DEV)
     assert _raw_gemm("fprop", xq, wq, out, algorithm="fused_128x256", loader="cp_async", epilogue="staged") == ""

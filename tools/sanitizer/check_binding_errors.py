@@ -103,7 +103,7 @@ def gemm_calls() -> dict[str, Callable[[], str]]:
         offs = torch.zeros(offs_numel, dtype=torch.int64, device="cuda")
         # (plan: fused_128x256, cp_async, staged, no grid cap; device._codes)
         return ext.grouped_gemm_(kind, 1, data, plane, offs, amax, plane, plane, offs, amax, out, None, False,
-                                 16, 16, 16, 16, 1.0, rule, 0, workspace, 1, 0, 0, 0)
+                                 16, 16, 16, 16, 1.0, rule, 0, workspace, 1, 0, 0, 0, None)
 
     return {
         "grouped_gemm_ kind 7": lambda: call(kind=7),

@@ -52,6 +52,7 @@ std::pair<Tensor, Tensor> f16_copies(nvfp4_gemm::CopiesArgs& d, int kind, int E,
                                      bool a_only = false) {
   using namespace nvfp4_gemm;
   d.E = E;
+  d.kind = kind;
   d.probs = s.probs;
   d.prefix = s.prefix;
   // fprop: X rowwise, W rowwise; dgrad: dY rowwise, W columnwise (rows K); wgrad: both columnwise (rows N, K)

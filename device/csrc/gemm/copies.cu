@@ -1,14 +1,15 @@
-// The fp16 operand copies and the algorithms over them (copies.h). copies_cutlass is three kernels around one CUTLASS
-// grouped GEMM (gemm/cutlass.cuh), all on the caller's stream and driven by the setup kernel's per-group problems
-// (gemm/setup.cu), so the path stays graph-safe:
-//  1. decode_plane_kernel: each operand plane (B's only when the caller gives no copy of it, CopiesArgs::b_copy) (SPEC 9.2 layout, swizzled scales of SPEC 8.2) -> fp16 values
-//     E2M1 x E4M3 (exact and normal, SPEC 12.6; no S_enc: alpha is applied in the epilogue, SPEC 12.1), in the
-//     plane's own layout (fp16 element 2j, 2j + 1 <- packed byte j), natural K order.
-//  2. cutlass_args_kernel: per group {M, N, K}, operand / output pointers into those buffers, row pitches, alpha.
+// The fp16 operand copies and the algorithms over them (copies.h). copies_cutlass is up to three kernels around one
+// CUTLASS grouped GEMM (gemm/cutlass.cuh), all on the caller's stream and driven by the setup kernel's per-group
+// problems (gemm/setup.cu), so the path stays graph-safe:
+//  1. decode_plane_kernel: each operand plane (B's only when the caller gives no copy of it, CopiesArgs::b_copy;
+//     SPEC 9.2 layout, swizzled scales of SPEC 8.2) -> fp16 values E2M1 x E4M3 (exact and normal, SPEC 12.6; no
+//     S_enc: alpha is applied in the epilogue, SPEC 12.1), in the plane's own layout (fp16 element 2j, 2j + 1 <- packed
+//     byte j), natural K order.
+//  2. cutlass_groups_kernel: per group {M, N, K}, operand / output pointers into those buffers, row pitches, alpha.
 //     A group without a K step (an empty wgrad expert, or operand groups that disagree, SPEC 12.5) gets M = 0 (CUTLASS
-//     SM90 computes garbage for K = 0, NVIDIA/cutlass#2674) and is written by 3.
-//  3. zero_k_epilogue_kernel: the epilogue of SPEC 12.2 with acc = +0 for those groups (alpha * 0, plus C when
-//     accumulating; a NaN alpha gives NaN), exactly where the fused kernels write their zero-step tiles.
+//     SM90 computes garbage for K = 0, NVIDIA/cutlass#2674) and is written by the same kernel: the epilogue of
+//     SPEC 12.2 with acc = +0 for those groups (alpha * 0, plus C when accumulating; a NaN alpha gives NaN), exactly
+//     where the fused kernels write their zero-step tiles.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -78,31 +79,30 @@ __device__ __forceinline__ const __half* f16_copy_of(const void* f16, const uint
   return static_cast<const __half*>(f16) + 2 * (p - plane);
 }
 
-__global__ void cutlass_args_kernel(CopiesArgs d, CutlassArgs c) {
-  for (int g = blockIdx.x * blockDim.x + threadIdx.x; g < d.E; g += gridDim.x * blockDim.x) {
-    const Prob& p = d.probs[g];
-    const bool has_tiles = d.prefix[g + 1] > d.prefix[g];
-    c.shapes[3 * g + 0] = (p.K > 0 && has_tiles) ? p.M : 0;
-    c.shapes[3 * g + 1] = p.N;
-    c.shapes[3 * g + 2] = p.K;
-    c.ptr_a[g] = f16_copy_of(d.a_f16, d.a.data, p.a);
-    // a given copy (fprop / dgrad over the weights' [E, N, K] values): group g's matrix at g N K, whatever the plane's
-    // group bytes (every weight group has N rows)
-    c.ptr_b[g] = d.b_copy == kCopyDecoded ? f16_copy_of(d.b_f16, d.b.data, p.b)
-                                          : static_cast<const __half*>(d.b_f16) + g * d.b_copy_group;
-    c.ptr_d[g] = p.d;
-    if (c.ptr_c) c.ptr_c[g] = p.d;  // accumulate in place: C = the output buffer
-    c.stride_a[g] = p.K;  // fprop / dgrad: the contraction; wgrad: roundup(m_g, 16), the columnwise pitch
-    c.stride_b[g] = d.b_copy == kCopyDecoded ? p.K : d.b_copy_ld;
-    c.stride_d[g] = p.ldd;
-    if (c.stride_c) c.stride_c[g] = p.ldd;
-    c.alpha[g] = p.alpha;
-  }
+// Group g's CUTLASS arguments: {M, N, K}, operand / output pointers, row pitches, alpha.
+__device__ void cutlass_group_args(const CopiesArgs& d, const CutlassArgs& c, int g) {
+  const Prob& p = d.probs[g];
+  const bool has_tiles = d.prefix[g + 1] > d.prefix[g];
+  c.shapes[3 * g + 0] = (p.K > 0 && has_tiles) ? p.M : 0;
+  c.shapes[3 * g + 1] = p.N;
+  c.shapes[3 * g + 2] = p.K;
+  c.ptr_a[g] = f16_copy_of(d.a_f16, d.a.data, p.a);
+  // a given copy (fprop / dgrad over the weights' [E, N, K] values): group g's matrix at g N K, whatever the plane's
+  // group bytes (every weight group has N rows)
+  c.ptr_b[g] = d.b_copy == kCopyDecoded ? f16_copy_of(d.b_f16, d.b.data, p.b)
+                                        : static_cast<const __half*>(d.b_f16) + g * d.b_copy_group;
+  c.ptr_d[g] = p.d;
+  if (c.ptr_c) c.ptr_c[g] = p.d;  // accumulate in place: C = the output buffer
+  c.stride_a[g] = p.K;  // fprop / dgrad: the contraction; wgrad: roundup(m_g, 16), the columnwise pitch
+  c.stride_b[g] = d.b_copy == kCopyDecoded ? p.K : d.b_copy_ld;
+  c.stride_d[g] = p.ldd;
+  if (c.stride_c) c.stride_c[g] = p.ldd;
+  c.alpha[g] = p.alpha;
 }
 
 // Groups with tiles but no K step: y = fp32(alpha * +0) [+ C], cast to the output (SPEC 12.2 with acc = +0).
-// Grid (x, E): the group's rows are strided over blockIdx.x, its columns over the threads (coalesced stores, no
-// division per element). Rows that start 16-byte aligned (copies_cutlass's outputs always do) are written 16 bytes per
+// The group's rows are strided over blockIdx.x, its columns over the threads (coalesced stores, no division per
+// element). Rows that start 16-byte aligned (copies_cutlass's outputs always do) are written 16 bytes per
 // thread and store (8 bf16 or 4 fp32; C read the same way), the columns past the last whole vector one by one: an
 // empty wgrad expert's output is large (E8 T16384 skewed: 14336 x 4096 bf16 zeros, 131 us with one 2-byte store per
 // element and 128 CTAs per group on the H200).
@@ -134,8 +134,11 @@ __device__ __forceinline__ void zero_k_row(T* o, long long cols, float y0, bool 
   }
 }
 
-__global__ void zero_k_epilogue_kernel(CopiesArgs d) {
+// Grid (x, E): block (0, g) writes group g's CUTLASS arguments (cutlass_group_args); then every block of column g
+// takes its share of the group's zero-step epilogue (zero_k_row) when the group has tiles but no K step.
+__global__ void cutlass_groups_kernel(CopiesArgs d, CutlassArgs c) {
   const int g = blockIdx.y;
+  if (blockIdx.x == 0 && threadIdx.x == 0) cutlass_group_args(d, c, g);
   const Prob& p = d.probs[g];
   if (p.K != 0 || d.prefix[g + 1] == d.prefix[g]) return;
   const float y0 = __fmul_rn(p.alpha, 0.0f);
@@ -185,9 +188,12 @@ bool cutlass_built() { return true; }
 int launch_copies_cutlass(const CopiesArgs& d, CutlassArgs c, cudaStream_t s) {
   decode_plane(d.a, d.a_f16, s);
   if (d.b_copy == kCopyDecoded) decode_plane(d.b, d.b_f16, s);
-  cutlass_args_kernel<<<(d.E + 255) / 256, 256, 0, s>>>(d, c);
-  // (at most 8K CTAs in all, 1024 per group: most groups have K steps and their CTAs return at once)
-  zero_k_epilogue_kernel<<<dim3(d.E >= 8192 ? 1 : (d.E >= 8 ? 8192 / d.E : 1024), d.E), 256, 0, s>>>(d);
+  // CTAs per group for the zero-step epilogue: wgrad's empty experts are ordinary (E8 T16384 skewed has one: 14336 x
+  // 4096 bf16 zeros), so up to 1024 per group and 8K in all (groups with K steps return at once); fprop and dgrad
+  // groups lack K steps only when the operands disagree (SPEC 12.5, NaN output), so 8 per group keep the launch small
+  // (E64 fprop / dgrad: 6 us with 128 per group, the arguments in a kernel of their own)
+  const int per_group = d.kind != kWgrad ? 8 : (d.E >= 8192 ? 1 : (d.E >= 8 ? 8192 / d.E : 1024));
+  cutlass_groups_kernel<<<dim3(per_group, d.E), 256, 0, s>>>(d, c);
   switch (d.epilogue) {
     case kOutBf16: return cutlass_run_bf16(c, s);
     case kOutBf16T: return cutlass_run_bf16_t(c, s);

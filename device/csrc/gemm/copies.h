@@ -34,6 +34,7 @@ enum BCopy : int { kCopyDecoded = 0, kCopyGiven = 1, kCopyTransposed = 2 };
 
 struct CopiesArgs {
   int E;
+  int kind;      // Kind (gemm/problem.h)
   int epilogue;  // CutlassEpilogue
   int out_f32;
   int accumulate;
