@@ -236,6 +236,14 @@ def _weight_copy_pays(p: GemmProblem) -> bool:
             and min(p.contraction, p.cols) >= COPIES_MIN_REUSE)
 
 
+def weight_copy_read(kind: str, groups: int, tokens: int, n: int, k: int, *, bias: bool, cutlass: bool) -> bool:
+    """Whether a fast fprop / dgrad with bf16 output, given the weights' fp16 copy, would read it: its plan by the
+    sizes is copies_cutlass (GroupedLinear makes the copy only then)."""
+    p = GemmProblem(kind=kind, mode="fast", groups=groups, tokens=tokens, n=n, k=k, out_dtype="bfloat16", bias=bias,
+                    cutlass=cutlass, b_copy=True)
+    return kind != "wgrad" and _auto_algorithm(p) == Algorithm.copies_cutlass
+
+
 def _wgrad_copies_pay(p: GemmProblem) -> bool:
     """Whether fast wgrad runs over fp16 copies of both columnwise planes: the copies cost one pass over the two
     activation planes, which every one of dW's N x K outputs reuses, so they pay from few rows per group when N and K

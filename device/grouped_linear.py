@@ -237,12 +237,14 @@ class GroupedLinear(torch.nn.Module):
             operands); :meth:`backward_dw` runs the oldest queued one (TE's convention). Each queued entry holds
             dY's and X's columnwise NVFP4 planes (X's scales packed, SPEC 9.5; with their amaxes and offsets tables)
             until :meth:`backward_dw` runs it. Not supported under torch.compile (RuntimeError).
-        cache_f16_weights: ``mode="fast"`` only (ignored otherwise, and under torch.compile): keep, beside the
-            cached weight planes, the quantized weights' exact fp16 values ``[E, N, K]`` (E2M1 x E4M3; 2 bytes per
-            weight), which fprop and dgrad over fp16 copies (CUTLASS's grouped GEMM, from 256 tokens per expert with
-            N and K >= 1024) read instead of decoding a weight plane at every call. With 16x16 weight blocks (the
-            default recipe) the one copy serves both GEMMs (SPEC 6.3: the two planes hold the same values
-            transposed); with 1x16 blocks, fprop only. Same bits either way; memory for speed (docs/performance.md).
+        cache_f16_weights: ``mode="fast"`` with the weight-plane cache (``weight_plane_reuse``; not under
+            torch.compile): keep, beside the cached weight planes, the quantized weights' exact fp16 values
+            ``[E, N, K]`` (E2M1 x E4M3: 2 bytes per weight, as much as the bf16 weights), made when a forward's fprop
+            or dgrad runs over fp16 copies (CUTLASS's grouped GEMM: from 256 tokens per expert with N and K >= 1024),
+            which then read it instead of decoding a weight plane at every call. With 16x16 weight blocks (the default
+            recipe) the one copy serves both GEMMs (SPEC 6.3: the two planes hold the same values transposed); with
+            1x16 blocks, fprop only. The same bits either way; ``False`` trades the speed (E8 T16384: 1.09 against
+            1.18 of the BF16 step, docs/performance.md) for the memory.
 
     Parameters: ``weight`` ``[E, N, K]`` (one Parameter; ``weight[g]`` is expert g's ``[N, K]`` matrix, row-major,
     so the layout is that of TE's E separate ``weight{g}`` parameters stacked; initialised as ``torch.nn.Linear``
@@ -285,7 +287,7 @@ class GroupedLinear(torch.nn.Module):
     def __init__(self, num_gemms: int, in_features: int, out_features: int, *, bias: bool = True,
                  device: torch.device | str | int = "cuda", params_dtype: torch.dtype = torch.bfloat16,
                  recipe: NVFP4Recipe = DEFAULT_RECIPE, mode: str = "fast", fuse_wgrad_accumulation: bool = False,
-                 delay_wgrad_compute: bool = False, cache_f16_weights: bool = False) -> None:
+                 delay_wgrad_compute: bool = False, cache_f16_weights: bool = True) -> None:
         super().__init__()
         for name, v, lo in (("num_gemms", num_gemms, 1), ("in_features", in_features, 16),
                             ("out_features", out_features, 16)):
@@ -400,16 +402,26 @@ class GroupedLinear(torch.nn.Module):
 
     # --------------------------------------------------------------------------------------------------- weights
 
-    def _weight_planes(self, columnwise: bool, is_first_microbatch: bool | None) -> tuple[_Planes, Tensor | None]:
-        """W's planes (SPEC 16.1: [E*N, K], splits [N]*E, recipe.weight_block, RN) and, with ``cache_f16_weights``
-        in fast mode, their fp16 copy (else None): quantized, or taken from the cache as ``is_first_microbatch`` says
-        (see :meth:`forward`). A cached entry serves only the dtype, shape, device and recipe weight fields it was
-        quantized for, and a forward that needs the columnwise plane (or the copy) only an entry that holds it."""
+    def _weight_copy_read(self, t: int, need_dx: bool) -> bool:
+        """Whether this forward's fprop or dgrad would read the weights' fp16 copy (cache_f16_weights)."""
+        if not (self.cache_f16_weights and self.mode == "fast" and self.weight_plane_reuse):
+            return False
+        e, n, k = self.num_gemms, self.out_features, self.in_features
+        read = (_dispatch.weight_copy_read("fprop", e, t, n, k, bias=self.bias is not None, cutlass=True)
+                or (need_dx and tuple(self.recipe.weight_block) == (16, 16)
+                    and _dispatch.weight_copy_read("dgrad", e, t, n, k, bias=False, cutlass=True)))
+        return read and bool(_ops.load_gemm_extension().has_cutlass())  # (copies_cutlass built with CUTLASS only)
+
+    def _weight_planes(self, columnwise: bool, is_first_microbatch: bool | None,
+                       want_copy: bool = False) -> tuple[_Planes, Tensor | None]:
+        """W's planes (SPEC 16.1: [E*N, K], splits [N]*E, recipe.weight_block, RN) and their cached fp16 copy (None
+        when there is none): quantized, or taken from the cache as ``is_first_microbatch`` says (see :meth:`forward`).
+        A cached entry serves only the dtype, shape, device and recipe weight fields it was quantized for, and a
+        forward that needs the columnwise plane only an entry that holds it; ``want_copy`` makes the entry's copy when
+        it has none. Without the cache (torch.compile, ``weight_plane_reuse = False``) there is no copy."""
         w = self.weight.detach()
         r = self.recipe
         e, n, k = w.shape
-        compiling = torch.compiler.is_compiling()
-        want_copy = self.cache_f16_weights and self.mode == "fast" and not compiling
 
         def quantize() -> _Planes:
             return _quantize(w.reshape(e * n, k), self._weight_splits, rowwise=True, columnwise=columnwise,
@@ -419,9 +431,8 @@ class GroupedLinear(torch.nn.Module):
             return _ops.weight_f16_copy(planes.row_data, planes.row_scales, planes.offsets, e, n, k) \
                 if want_copy else None
 
-        if compiling or not self.weight_plane_reuse:  # (no cache state inside a compiled graph)
-            planes = quantize()
-            return planes, f16_copy(planes)
+        if torch.compiler.is_compiling() or not self.weight_plane_reuse:  # (no cache state inside a compiled graph)
+            return quantize(), None
         layout = (w.dtype, tuple(w.shape), w.device, r.rule, r.weight_block)
         version = (w._version, w.data_ptr())
         cached = self._weight_cache
@@ -429,7 +440,9 @@ class GroupedLinear(torch.nn.Module):
                 and (is_first_microbatch is False or cached[0][1] == version) and (cached[1] or not columnwise)):
             if want_copy and cached[3] is None:
                 self._weight_cache = cached = cached[:3] + (f16_copy(cached[2]),)
-            return cached[2], cached[3] if want_copy else None
+            elif not self.cache_f16_weights and cached[3] is not None:  # turned off: the memory goes back
+                self._weight_cache = cached = cached[:3] + (None,)
+            return cached[2], cached[3]
         planes = quantize()
         copy = f16_copy(planes)
         self._weight_cache = ((layout, version), columnwise, planes, copy)
@@ -492,7 +505,8 @@ class GroupedLinear(torch.nn.Module):
                       rht_wgrad=r.rht_wgrad, rht_signs=r.rht_signs, sr_grad=r.sr_grad, seed=r.seed, need_dx=need_dx,
                       need_dw=need_dw, need_dbias=need_dbias, fuse_wgrad=self.fuse_wgrad_accumulation,
                       delay_wgrad=self.delay_wgrad_compute, copy_dgrad=tuple(r.weight_block) == (16, 16))
-        wq, w_copy = self._weight_planes(need_dx, is_first_microbatch)
+        want_copy = not _ops._traced(x) and self._weight_copy_read(x.shape[0], need_dx)
+        wq, w_copy = self._weight_planes(need_dx, is_first_microbatch, want_copy)
         layer = self if (self.fuse_wgrad_accumulation or self.delay_wgrad_compute) else None
         return _GroupedLinearFunction.apply(x, self.weight, self.bias, splits, wq.row_data, wq.row_scales,
                                             wq.col_data, wq.col_scales, wq.row_amax, wq.col_amax, wq.offsets, w_copy,

@@ -410,7 +410,7 @@ def decode_launches(fn) -> int:
     return sum(1 for ev in prof.events() if ev.device_type.name == "CUDA" and "decode_plane_kernel" in ev.name)
 
 
-# cache_f16_weights (mode "fast"): with 300 tokens per expert and N = K = 1024 fprop and dgrad run over fp16 copies
+# cache_f16_weights (mode "fast", the default): with 300 tokens per expert and N = K = 1024 fprop and dgrad run over fp16 copies
 # (CUTLASS), reading the weights' cached fp16 copy instead of decoding a weight plane; y, x.grad and weight.grad are
 # the oracle's bytes. 16x16 weight blocks: the one copy serves both GEMMs (SPEC 6.3), so a step decodes only X's and
 # dY's rowwise planes; 1x16 blocks: fprop only (dgrad then runs the fused kernel, which decodes in the kernel). An
@@ -425,7 +425,7 @@ def test_f16_weight_copy_matches_oracle(block, decodes):
     t = sum(splits)
     recipe = NVFP4Recipe(weight_block=block)
     x, dy = rand_bf16((t, k), 21), rand_bf16((t, n), 22)
-    layer = make_layer(e, k, n, w=rand_bf16((e, n, k), 23, 0.05), recipe=recipe, cache_f16_weights=True)
+    layer = make_layer(e, k, n, w=rand_bf16((e, n, k), 23, 0.05), recipe=recipe)  # (cache_f16_weights=True)
     s_dev = torch.tensor(splits, dtype=torch.int64, device=DEV)
 
     def step():
@@ -450,6 +450,12 @@ def test_f16_weight_copy_matches_oracle(block, decodes):
     assert layer._weight_cache[3] is copy  # (rebuilt at the next forward)
     step()
     assert layer._weight_cache[3] is not copy
+    # no copy where no GEMM reads it (32 tokens per expert: swapped_64x256), nor with cache_f16_weights=False
+    small = make_layer(e, k, n, w=layer.weight.detach(), recipe=recipe)
+    run_step(small, x[:64], torch.tensor([32, 32], dtype=torch.int64, device=DEV), dy[:64])
+    lean = make_layer(e, k, n, w=layer.weight.detach(), recipe=recipe, cache_f16_weights=False)
+    run_step(lean, x, s_dev, dy)
+    assert small._weight_cache[3] is None and lean._weight_cache[3] is None
 
 
 def test_is_first_microbatch_controls_the_cache():
