@@ -15,6 +15,8 @@ import torch
 from torch import Tensor
 from torch._subclasses.fake_tensor import FakeTensor
 
+from oracle.grouped import grouped_capacities
+
 from . import _dispatch
 from ._build import load_extension, load_gemm_extension
 from ._codes import GemmKind, QuantizeKernel, Rule, ScaleLayout
@@ -181,14 +183,9 @@ def _(x, amax, rowwise, columnwise, rht, rht_signs, block2d, rule, sr, seed_lo, 
 # ---------------------------------------------------------------------------------------------------------
 
 def group_capacities(t: int, k: int, e: int) -> dict:
-    """Worst-case byte sizes of the grouped buffers over every split of t rows into e groups (SPEC 9)."""
-    extra = max(t - e, 0)  # W(q) = e + extra // q units of q rows (the largest sum of ceil(m_g / q), at least e)
-    return {
-        "row_data": t * k // 2,
-        "row_scale": 128 * (e + extra // 128) * _ru(k // 16, 4),
-        "col_data": k * 16 * (e + extra // 16) // 2,
-        "col_scale": _ru(k, 128) * 4 * (e + extra // 64),
-    }
+    """Worst-case byte sizes of the grouped buffers over every split of t rows into e groups (SPEC 9.3: the oracle's
+    :func:`oracle.grouped.grouped_capacities`, which the device allocates)."""
+    return grouped_capacities(t, k, e)
 
 
 def _group_specs(t: int, k: int, e: int, rowwise: bool, columnwise: bool) -> dict:
