@@ -232,8 +232,8 @@ def _copies_pay(p: GemmProblem) -> bool:
 def _weight_copy_pays(p: GemmProblem) -> bool:
     """Whether fprop / dgrad run over the given weight copy (GemmProblem.b_copy): only the token operand is decoded,
     a pass that every output column reuses, so from fewer rows per group than with both copies."""
-    return (p.b_copy and p.kind != "wgrad" and p.tokens // p.groups >= WEIGHT_COPY_MIN_ROWS
-            and min(p.contraction, p.cols) >= COPIES_MIN_REUSE)
+    return (p.b_copy and (p.kind == "fprop" or (p.kind == "dgrad" and p.out_dtype == "bfloat16"))
+            and p.tokens // p.groups >= WEIGHT_COPY_MIN_ROWS and min(p.contraction, p.cols) >= COPIES_MIN_REUSE)
 
 
 def weight_copy_read(kind: str, groups: int, tokens: int, n: int, k: int, *, bias: bool, cutlass: bool) -> bool:

@@ -159,7 +159,8 @@ class _GroupedLinearFunction(torch.autograd.Function):
         b = None if bias is None else bias.to(torch.float32)  # (bf16 -> fp32 is exact)
         y = _gemm_new(_FPROP, xq, "row", wq, "row", cfg, t, [t, cfg.n], torch.bfloat16, b, w_copy)
         # saved: X's columnwise plane (wgrad B; NVFP4, not the bf16 X) with its scales packed (SPEC 9.5), its amaxes
-        # and offsets (their row 0 also bounds dY's groups for dbias), W's columnwise plane (dgrad B), the splits;
+        # and offsets (their row 0 also bounds dY's groups for dbias), W's columnwise plane (dgrad B), the splits, the
+        # weights' cached fp16 copy when dgrad reads it (a reference to the cache entry, no new memory);
         # X's rowwise plane and swizzled columnwise scales are freed here
         x_cs = _ops.pack_col_scales_op(xq.col_scales, xq.offsets, t, cfg.k) if cfg.need_dw else xq.col_scales
         ctx.save_for_backward(xq.col_data, x_cs, xq.col_amax, xq.offsets, w_col_data, w_col_scales,
@@ -243,8 +244,10 @@ class GroupedLinear(torch.nn.Module):
             or dgrad runs over fp16 copies (CUTLASS's grouped GEMM: from 256 tokens per expert with N and K >= 1024),
             which then read it instead of decoding a weight plane at every call. With 16x16 weight blocks (the default
             recipe) the one copy serves both GEMMs (SPEC 6.3: the two planes hold the same values transposed); with
-            1x16 blocks, fprop only. The same bits either way; ``False`` trades the speed (E8 T16384: 1.09 against
-            1.18 of the BF16 step, docs/performance.md) for the memory.
+            1x16 blocks, fprop only. fprop reads it only without a bias (CUTLASS's GEMM has no bias epilogue), so a
+            layer with a bias and 1x16 weight blocks never makes one. The same bits either way; ``False`` trades the
+            speed for the memory (docs/performance.md: the E8 T16384 skewed step at 1.03-1.10x the BF16 step with the
+            copy, 1.08-1.19x without, over four runs; bias off).
 
     Parameters: ``weight`` ``[E, N, K]`` (one Parameter; ``weight[g]`` is expert g's ``[N, K]`` matrix, row-major,
     so the layout is that of TE's E separate ``weight{g}`` parameters stacked; initialised as ``torch.nn.Linear``
@@ -440,9 +443,9 @@ class GroupedLinear(torch.nn.Module):
                 and (is_first_microbatch is False or cached[0][1] == version) and (cached[1] or not columnwise)):
             if want_copy and cached[3] is None:
                 self._weight_cache = cached = cached[:3] + (f16_copy(cached[2]),)
-            elif not self.cache_f16_weights and cached[3] is not None:  # turned off: the memory goes back
-                self._weight_cache = cached = cached[:3] + (None,)
-            return cached[2], cached[3]
+            elif not (self.cache_f16_weights and self.mode == "fast") and cached[3] is not None:
+                self._weight_cache = cached = cached[:3] + (None,)  # turned off (or another mode): the memory goes back
+            return cached[2], cached[3] if want_copy else None
         planes = quantize()
         copy = f16_copy(planes)
         self._weight_cache = ((layout, version), columnwise, planes, copy)

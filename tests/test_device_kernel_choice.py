@@ -456,6 +456,7 @@ def test_h200_crossover_decisions(mode, kind, e, t, n, k, dtype, acc, faster):
     ("dgrad", 8, 16384, 14336, 4096, "bf16", "copies_cutlass"),       # skewed: 1.025 against 0.907
     ("fprop", 64, 16384, 512, 2048, "bf16", "fused_pair_256x256"),    # (output columns below COPIES_MIN_REUSE)
     ("wgrad", 64, 16384, 1408, 2048, "bf16", "fused_128x256"),        # (wgrad reads no weights)
+    ("dgrad", 64, 16384, 1408, 2048, "f32", "fused_pair_256x256"),    # (the N-contiguous copy: bf16 output only)
 ])
 def test_weight_copy_decisions(kind, e, t, n, k, dtype, faster):
     p = problem(kind, e, t, n, k, out_dtype="float32" if dtype == "f32" else "bfloat16")._replace(b_copy=True)

@@ -90,7 +90,8 @@ def quantize_calls() -> dict[str, Callable[[], str]]:
 
 
 def gemm_calls() -> dict[str, Callable[[], str]]:
-    """Refused calls into the grouped GEMM extension, in grouped_gemm_'s argument order (device/gemm.py)."""
+    """Refused calls into the grouped GEMM extension (grouped_gemm_ in its argument order, device/gemm.py; the
+    weights' fp16 copy)."""
     ext = extensions()[1]
     u8 = dict(dtype=torch.uint8, device="cuda")
     plane = torch.zeros(4096, **u8)
@@ -111,6 +112,9 @@ def gemm_calls() -> dict[str, Callable[[], str]]:
         "grouped_gemm_ offsets of 5 values": lambda: call(offs_numel=5),
         "grouped_gemm_ short workspace": lambda: call(workspace=torch.zeros(8, **u8)),
         "grouped_gemm_ CPU data": lambda: call(data=plane.cpu()),
+        "weight_f16_copy_ K 40": lambda: ext.weight_f16_copy_(plane, plane, torch.zeros(12, dtype=torch.int64,
+                                                                                        device="cuda"), 1, 40,
+                                                              torch.zeros(8192, dtype=torch.float16, device="cuda")),
     }
 
 

@@ -331,9 +331,19 @@ std::string weight_f16_copy_(const Tensor& data, const Tensor& scales, const Ten
   NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", offs, "offsets", at::kLong));
   NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", out, "out", at::kHalf));
   NVFP4_REFUSE_UNLESS(offs.numel() == 6 * (E + 1), "nvfp4_gemm: offsets must be [6, ", E + 1, "]");
+  NVFP4_REFUSE_UNLESS(data.device() == out.device() && scales.device() == out.device() && offs.device() == out.device(),
+                      "nvfp4_gemm: data, scales, offsets and out must be on one device");
   NVFP4_REFUSE_UNLESS(data.numel() % 8 == 0 && out.numel() == 2 * data.numel(),
                       "nvfp4_gemm: the copy takes 2 fp16 values per data byte (a multiple of 8 bytes), got ",
                       out.numel(), " for ", data.numel());
+  // E groups of the same N rows of K / 2 bytes, and room for their swizzled scales (SPEC 9.2: 128 x 4 tiles per group)
+  const int64_t row_bytes = k / 2, rows = data.numel() / row_bytes;
+  NVFP4_REFUSE_UNLESS(data.numel() % (E * row_bytes) == 0, "nvfp4_gemm: the data must be E groups of rows of K / 2 = ",
+                      row_bytes, " bytes, got ", data.numel(), " bytes");
+  const int64_t n = rows / E;
+  NVFP4_REFUSE_UNLESS(scales.numel() >= E * ((n + 127) / 128 * 128) * ((k / 16 + 3) / 4 * 4),
+                      "nvfp4_gemm: the scales hold ", scales.numel(), " bytes, fewer than the swizzled scales of E = ",
+                      E, " groups of ", n, " x ", k / 16);
   NVFP4_REFUSE_UNLESS(reinterpret_cast<uintptr_t>(data.data_ptr()) % 8 == 0 &&
                           reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0,
                       "nvfp4_gemm: data must be 8-byte and out 16-byte aligned");
