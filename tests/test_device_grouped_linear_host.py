@@ -398,3 +398,59 @@ def test_python_state_options_refused_under_compile(fake, monkeypatch, kwargs):
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     with pytest.raises(RuntimeError, match="not supported under torch.compile"):
         layer(cuda(40, 32), cuda(2, dtype=torch.int64))
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# the weights' fp16 copy (cache_f16_weights): when a forward makes it, and when the cache lets it go
+# ------------------------------------------------------------------------------------------------------------------
+
+class _Cutlass:
+    """Stands in for the GEMM extension's has_cutlass (the CPU build has no extension)."""
+
+    @staticmethod
+    def has_cutlass() -> bool:
+        return True
+
+
+# Whether a forward's fprop or dgrad reads the copy: their plans over copies (256 tokens per expert from which
+# copies_cutlass with the copy is faster, device/_dispatch.py; N, K >= 1024), fprop only without a bias (CUTLASS has no
+# bias epilogue), dgrad only with 16x16 weight blocks and when x needs a gradient
+@pytest.mark.parametrize("e,t,n,k,bias,block,need_dx,reads", [
+    (64, 16384, 1408, 2048, False, (16, 16), True, True),    # E64: fprop and dgrad
+    (64, 16384, 1408, 2048, True, (16, 16), False, False),   # a bias and no dgrad: nothing reads it
+    (64, 16384, 1408, 2048, True, (16, 16), True, True),     # a bias: dgrad reads it
+    (64, 16384, 1408, 2048, True, (1, 16), True, False),     # a bias and 1x16 blocks: never
+    (64, 8192, 1408, 2048, False, (16, 16), True, False),    # 128 tokens per expert: the fused kernels
+    (8, 512, 14336, 4096, False, (16, 16), True, False),     # 64 tokens per expert: swapped_64x256
+    (8, 16384, 14336, 4096, False, (1, 16), False, True),    # fprop alone
+    (64, 16384, 512, 2048, False, (16, 16), True, False),    # N below 1024
+])
+def test_weight_copy_read_follows_the_plans(fake, monkeypatch, e, t, n, k, bias, block, need_dx, reads):
+    monkeypatch.setattr(gl._ops, "load_gemm_extension", lambda: _Cutlass)
+    layer = _Layer(e, k, n, bias=bias, recipe=NVFP4Recipe(weight_block=block))
+    assert layer._weight_copy_read(t, need_dx) is reads
+    for setting in (dict(cache_f16_weights=False), dict(mode="exact"), dict(weight_plane_reuse=False)):
+        off = _Layer(e, k, n, bias=bias, recipe=NVFP4Recipe(weight_block=block))
+        for name, value in setting.items():
+            setattr(off, name, value)
+        assert off._weight_copy_read(t, need_dx) is False, setting
+
+
+def test_cached_weight_copy_goes_only_where_it_is_read(fake):
+    """A cache entry's copy goes to a forward that reads it; turning cache_f16_weights off, or another mode, drops
+    it from the cache at the next forward."""
+    layer = _cache_layer()
+    _infer(layer)
+    planes = layer._weight_cache[2]
+    sentinel = cuda(2, 16, 32, dtype=torch.float16)
+    layer._weight_cache = layer._weight_cache[:3] + (sentinel,)
+    got = layer._weight_planes(False, None, want_copy=True)
+    assert got[0] is planes and got[1] is sentinel
+    got = layer._weight_planes(False, None)  # (a forward whose GEMMs do not read it)
+    assert got[0] is planes and got[1] is None and layer._weight_cache[3] is sentinel
+    for name, value in (("cache_f16_weights", False), ("mode", "exact")):
+        layer._weight_cache = layer._weight_cache[:3] + (sentinel,)
+        setattr(layer, name, value)
+        got = layer._weight_planes(False, None)
+        assert got[0] is planes and got[1] is None and layer._weight_cache[3] is None, name
+        setattr(layer, name, {"cache_f16_weights": True, "mode": "fast"}[name])
