@@ -229,10 +229,16 @@ def _copies_pay(p: GemmProblem) -> bool:
     return p.tokens // p.groups >= COPIES_MIN_REUSE and min(dims) >= COPIES_MIN_REUSE
 
 
+def weight_copy_fits(kind: str, mode: str, out_dtype: str) -> bool:
+    """Whether a call can read the weights' fp16 copy at all: fast-mode fprop, or dgrad with bf16 output (dgrad reads
+    the copy N-contiguous through a bf16-only CUTLASS instantiation)."""
+    return mode == "fast" and (kind == "fprop" or (kind == "dgrad" and out_dtype == "bfloat16"))
+
+
 def _weight_copy_pays(p: GemmProblem) -> bool:
     """Whether fprop / dgrad run over the given weight copy (GemmProblem.b_copy): only the token operand is decoded,
     a pass that every output column reuses, so from fewer rows per group than with both copies."""
-    return (p.b_copy and (p.kind == "fprop" or (p.kind == "dgrad" and p.out_dtype == "bfloat16"))
+    return (p.b_copy and weight_copy_fits(p.kind, p.mode, p.out_dtype)
             and p.tokens // p.groups >= WEIGHT_COPY_MIN_ROWS and min(p.contraction, p.cols) >= COPIES_MIN_REUSE)
 
 
@@ -241,7 +247,7 @@ def weight_copy_read(kind: str, groups: int, tokens: int, n: int, k: int, *, bia
     sizes is copies_cutlass (GroupedLinear makes the copy only then)."""
     p = GemmProblem(kind=kind, mode="fast", groups=groups, tokens=tokens, n=n, k=k, out_dtype="bfloat16", bias=bias,
                     cutlass=cutlass, b_copy=True)
-    return kind != "wgrad" and _auto_algorithm(p) == Algorithm.copies_cutlass
+    return weight_copy_fits(kind, "fast", "bfloat16") and _auto_algorithm(p) == Algorithm.copies_cutlass
 
 
 def _wgrad_copies_pay(p: GemmProblem) -> bool:

@@ -417,8 +417,8 @@ def launch_grouped_gemm(kind: int, mode: str, a_data: Tensor, a_scales: Tensor, 
     groups = a_offsets.shape[1] - 1
     if bias is not None and bias.numel() and bias.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
         bias = bias.clone()  # the epilogue reads bias while other CTAs write out: never the same memory
-    if b_copy is not None and (mode != "fast" or kind == GemmKind.wgrad
-                               or (kind == GemmKind.dgrad and out.dtype != torch.bfloat16)):
+    out_dtype = "bfloat16" if out.dtype == torch.bfloat16 else "float32"
+    if b_copy is not None and not _dispatch.weight_copy_fits(GemmKind(kind).name, mode, out_dtype):
         b_copy = None
     ext = load_gemm_extension()
     problem = gemm_problem(kind, mode, groups, sizes, out.dtype, accumulate, bias is not None, a_data, b_data,

@@ -126,6 +126,12 @@ def _wgrad(dyq: _Planes, xq: _Planes, cfg: _Config, t: int, dtype: torch.dtype, 
     return None
 
 
+def _copy_serves_dgrad(recipe: NVFP4Recipe) -> bool:
+    """Whether the weights' fp16 copy (made from the rowwise plane) also holds dgrad's B: with 16x16 weight blocks,
+    RN and no RHT the columnwise plane is the rowwise one transposed (SPEC 6.3)."""
+    return tuple(recipe.weight_block) == (16, 16)
+
+
 def _check_main_grad(weight: Tensor) -> Tensor:
     """``weight.main_grad``: an fp32 contiguous 16-byte aligned tensor of weight's shape on its device."""
     mg = getattr(weight, "main_grad", None)
@@ -411,7 +417,7 @@ class GroupedLinear(torch.nn.Module):
             return False
         e, n, k = self.num_gemms, self.out_features, self.in_features
         read = (_dispatch.weight_copy_read("fprop", e, t, n, k, bias=self.bias is not None, cutlass=True)
-                or (need_dx and tuple(self.recipe.weight_block) == (16, 16)
+                or (need_dx and _copy_serves_dgrad(self.recipe)
                     and _dispatch.weight_copy_read("dgrad", e, t, n, k, bias=False, cutlass=True)))
         return read and bool(_ops.load_gemm_extension().has_cutlass())  # (copies_cutlass built with CUTLASS only)
 
@@ -507,7 +513,7 @@ class GroupedLinear(torch.nn.Module):
         cfg = _Config(mode=self.mode, e=self.num_gemms, n=self.out_features, k=self.in_features, rule=r.rule,
                       rht_wgrad=r.rht_wgrad, rht_signs=r.rht_signs, sr_grad=r.sr_grad, seed=r.seed, need_dx=need_dx,
                       need_dw=need_dw, need_dbias=need_dbias, fuse_wgrad=self.fuse_wgrad_accumulation,
-                      delay_wgrad=self.delay_wgrad_compute, copy_dgrad=tuple(r.weight_block) == (16, 16))
+                      delay_wgrad=self.delay_wgrad_compute, copy_dgrad=_copy_serves_dgrad(r))
         want_copy = not _ops._traced(x) and self._weight_copy_read(x.shape[0], need_dx)
         wq, w_copy = self._weight_planes(need_dx, is_first_microbatch, want_copy)
         layer = self if (self.fuse_wgrad_accumulation or self.delay_wgrad_compute) else None
