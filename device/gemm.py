@@ -174,17 +174,22 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
     (ad, as_, aa), (bd, bs, ba) = c.a_plane, c.b_plane
     operands = (ad, as_, aa.to(torch.float32).contiguous(), a.offsets.contiguous(),
                 bd, bs, ba.to(torch.float32).contiguous(), b.offsets.contiguous())
-    forced = _dispatch.FORCED
-    plan = (forced.get("algorithm", ""), forced.get("loader", ""), forced.get("epilogue", ""))
+    plan = _plan_parts()
     # one torch.library custom op per form (device/_ops.py): torch.compile traces them through their fake
     # implementations (eager calls launch without their dispatch); the plan is chosen at the launch, from host-known
     # sizes and the buffers' alignment
     if c.out is None:
         return _ops.grouped_gemm_new(*operands, c.bias, _KIND_CODES[kind], mode, list(c.shape), c.dtype, c.sizes,
-                                     *plan, int(_num_sms or 0))
-    _ops.grouped_gemm_into(*operands, c.out, c.bias, bool(accumulate), _KIND_CODES[kind], mode, c.sizes, *plan,
-                           int(_num_sms or 0))
+                                     *plan)
+    _ops.grouped_gemm_into(*operands, c.out, c.bias, bool(accumulate), _KIND_CODES[kind], mode, c.sizes, *plan)
     return c.out
+
+
+def _plan_parts() -> tuple[str, str, str, int]:
+    """The forced plan parts (device.testing.force_plan; "" = by the sizes) and the grid cap (set_num_sms; 0: none),
+    in the order the grouped GEMM ops take them."""
+    forced = _dispatch.FORCED
+    return forced.get("algorithm", ""), forced.get("loader", ""), forced.get("epilogue", ""), int(_num_sms or 0)
 
 
 def gemm_sizes(kind: str, e: int, t: int, n: int, k: int, rule: int, g_a: int = 448, g_b: int = 448) -> list[int]:

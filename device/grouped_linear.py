@@ -95,13 +95,6 @@ def _gemm_sizes(kind: int, e: int, t: int, n: int, k: int, rule: str) -> list[in
     return _gemm.gemm_sizes(_KIND_NAMES[kind], e, t, n, k, _gemm._alpha_rule(rule, rule))
 
 
-def _plan_parts() -> tuple[str, str, str, int]:
-    """The forced plan parts (device.testing.force_plan; "" = by the sizes) and the grid cap (device.set_num_sms)."""
-    forced = _dispatch.FORCED
-    return (forced.get("algorithm", ""), forced.get("loader", ""), forced.get("epilogue", ""),
-            int(_gemm.get_num_sms() or 0))
-
-
 def _operands(a: _Planes, a_plane: str, b: _Planes, b_plane: str) -> tuple[Tensor, ...]:
     """The GEMM ops' 8 operand tensors: (data, scales, amax, offsets) of plane ``a_plane`` of a, then of b."""
     return (getattr(a, f"{a_plane}_data"), getattr(a, f"{a_plane}_scales"), getattr(a, f"{a_plane}_amax"), a.offsets,
@@ -113,7 +106,7 @@ def _gemm_new(kind: int, a: _Planes, a_plane: str, b: _Planes, b_plane: str, cfg
     """A new output of one of the layer's GEMMs; ``b_copy``: the weights' fp16 copy (fprop / dgrad, see
     GroupedLinear's ``cache_f16_weights``)."""
     return _ops.grouped_gemm_new(*_operands(a, a_plane, b, b_plane), bias, kind, cfg.mode, shape, dtype,
-                                 _gemm_sizes(kind, cfg.e, t, cfg.n, cfg.k, cfg.rule), *_plan_parts(), b_copy=b_copy)
+                                 _gemm_sizes(kind, cfg.e, t, cfg.n, cfg.k, cfg.rule), *_gemm._plan_parts(), b_copy=b_copy)
 
 
 def _wgrad(dyq: _Planes, xq: _Planes, cfg: _Config, t: int, dtype: torch.dtype, main_grad: Tensor | None):
@@ -122,7 +115,8 @@ def _wgrad(dyq: _Planes, xq: _Planes, cfg: _Config, t: int, dtype: torch.dtype, 
     if main_grad is None:
         return _gemm_new(_WGRAD, dyq, "col", xq, "col", cfg, t, [cfg.e, cfg.n, cfg.k], dtype)
     _ops.grouped_gemm_into(*_operands(dyq, "col", xq, "col"), main_grad, None, True, _WGRAD, cfg.mode,
-                           _gemm_sizes(_WGRAD, cfg.e, t, cfg.n, cfg.k, cfg.rule), *_plan_parts())
+                           _gemm_sizes(_WGRAD, cfg.e, t, cfg.n, cfg.k, cfg.rule),
+                           *_gemm._plan_parts())
     return None
 
 

@@ -211,18 +211,10 @@ def gemm_call(plan: Plan, a, b, c: Case, out: torch.Tensor) -> Callable[[], None
 
     def call() -> None:
         with applied(plan):
-            forced = testing_forced()
             _ops.launch_grouped_gemm(dg._KIND_CODES[c.kind], plan.mode, *operands, out, None, False, checked.sizes,
-                                     *forced, int(device.get_num_sms() or 0), b_copy=copy)
+                                     *dg._plan_parts(), b_copy=copy)
 
     return call
-
-
-def testing_forced() -> tuple[str, str, str]:
-    """The plan parts forced right now (device.testing.force_plan), "" where chosen by the sizes."""
-    from device import _dispatch
-
-    return tuple(_dispatch.FORCED.get(k, "") for k in ("algorithm", "loader", "epilogue"))
 
 
 def run_gemm(args: argparse.Namespace) -> None:
