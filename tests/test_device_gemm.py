@@ -547,16 +547,17 @@ def test_copies_cutlass(case):
     run_wgrad(splits, n, k, "fast", torch.bfloat16, accumulate=False, seed=85, **kw)
 
 
+def plane_values_f16(p, rows, cols) -> np.ndarray:
+    """An oracle plane's exact values E2M1 x E4M3 as fp16 [rows, cols], decoded by ml_dtypes (codes low nibble first,
+    compact scale bytes; SPEC 2.3, 8.1, 12.6)."""
+    codes = np.stack([p.data & 0xF, p.data >> 4], axis=-1).reshape(rows, cols).view(ml_dtypes.float4_e2m1fn)
+    scales = np.repeat(p.scales.view(ml_dtypes.float8_e4m3fn).astype(np.float32), 16, axis=1)[:, :cols]
+    return (codes.astype(np.float32) * scales).astype(np.float16)
+
+
 def weight_values_f16(wq, e, n, k) -> np.ndarray:
-    """The weights' exact values E2M1 x E4M3 as fp16 [E, N, K], decoded by ml_dtypes from the oracle's rowwise
-    planes (codes low nibble first, compact scale bytes; SPEC 2.3, 8.1, 12.6)."""
-    out = np.empty((e, n, k), np.float16)
-    for g, p in enumerate(wq.to_oracle().row_planes):
-        codes = np.stack([p.data & 0xF, p.data >> 4], axis=-1).reshape(n, k)
-        vals = codes.view(ml_dtypes.float4_e2m1fn).astype(np.float32)
-        scales = np.repeat(p.scales.view(ml_dtypes.float8_e4m3fn).astype(np.float32), 16, axis=1)[:, :k]
-        out[g] = (vals * scales).astype(np.float16)
-    return out
+    """The weights' exact values as fp16 [E, N, K], from the oracle's rowwise planes (plane_values_f16)."""
+    return np.stack([plane_values_f16(p, n, k) for p in wq.to_oracle().row_planes])
 
 
 def test_weight_f16_copy_values():
@@ -579,9 +580,7 @@ def test_weight_f16_copy_values():
     assert np.array_equal(np.isnan(got), nan)
     assert np.array_equal(got.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
     for g, p in enumerate(wq.to_oracle().col_planes):  # [K, N] codes and scales of the same tiles
-        codes = np.stack([p.data & 0xF, p.data >> 4], axis=-1).reshape(k, n).view(ml_dtypes.float4_e2m1fn)
-        scales = np.repeat(p.scales.view(ml_dtypes.float8_e4m3fn).astype(np.float32), 16, axis=1)[:, :n]
-        col = (codes.astype(np.float32) * scales).astype(np.float16).T
+        col = plane_values_f16(p, k, n).T
         assert np.array_equal(np.isnan(col), nan[g])
         assert np.array_equal(col.view(np.uint16)[~nan[g]], want[g].view(np.uint16)[~nan[g]])
     with pytest.raises(RuntimeError, match="2 fp16 values per data byte"):
