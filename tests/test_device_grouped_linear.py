@@ -287,8 +287,8 @@ def test_packed_col_scales_match_oracle(splits, k):
 
 
 def test_packed_col_scales_bad_input():
-    """The bindings refuse (RuntimeError, before any launch) a wrong dtype, table shape, K, device, alignment or packed
-    size."""
+    """The ops refuse (RuntimeError from the bindings, before any launch) a wrong dtype, table shape, K, device,
+    alignment or packed size."""
     x = rand_bf16((40, 32), 22)
     q = _device().group_quantize(x, torch.tensor([10, 30], dtype=torch.int64, device=DEV), columnwise=True)
     ops = torch.ops.nvfp4_device
@@ -296,8 +296,13 @@ def test_packed_col_scales_bad_input():
         ops.pack_col_scales(q.col_scales.view(torch.int8), q.offsets, 40, 32)
     with pytest.raises(RuntimeError, match=r"\[6, E\+1\]"):
         ops.pack_col_scales(q.col_scales, q.offsets[:5], 40, 32)
-    with pytest.raises(RuntimeError, match="multiple of 16"):
+    # a K that is not a multiple of 16: the op's SPEC 9.3 capacity refuses it before allocating, the binding too
+    with pytest.raises(ValueError, match="K a multiple of 16, got 40, 2, 24"):
         ops.unpack_col_scales(torch.zeros(64, dtype=torch.uint8, device=DEV), q.offsets, 40, 24)
+    from device._build import load_extension
+
+    out = torch.zeros(64, dtype=torch.uint8, device=DEV)
+    assert "multiple of 16" in load_extension().unpack_col_scales_(out, q.offsets, 2, 24, out.clone())
     with pytest.raises(RuntimeError, match="CUDA"):
         ops.pack_col_scales(q.col_scales.cpu(), q.offsets, 40, 32)
     shifted = torch.zeros(q.col_scales.numel() + 1, dtype=torch.uint8, device=DEV)[1:]  # 1 byte past an allocation
