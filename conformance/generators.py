@@ -632,14 +632,14 @@ class GemmShape:
 def algorithm_runs(name: str, g: GemmShape) -> bool:
     """Whether the device can run algorithm ``name`` ("auto": always) on a case of shape ``g``: the swapped and hybrid
     kernels fprop and dgrad only, the hybrid one with a contraction % 32 == 0 (its B rows read as TMA boxes of 16-byte
-    multiples; device.group_quantize's planes are 16-byte aligned), the CUTLASS copies without a bias and with
-    16-byte aligned output rows."""
+    multiples; device.group_quantize's planes are 16-byte aligned), the CUTLASS copies with 16-byte aligned output
+    rows, and with a bias for bf16 output only."""
     if name in ("swapped_64x256", "exact_hybrid") and g.kind == "wgrad":
         return False
     if name == "exact_hybrid":
         return g.contraction % 32 == 0
     if name == "copies_cutlass":
-        return not g.bias and g.rows_aligned()
+        return (not g.bias or g.out_dtype == "bfloat16") and g.rows_aligned()
     return name == "auto" or name in FAST_ALGORITHMS or name in EXACT_ALGORITHMS
 
 

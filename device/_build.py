@@ -51,8 +51,8 @@ _GEMM = _Extension("nvfp4_gemm", "gemm", (
     "gemm/bindings.cpp", "gemm/setup.cu", "gemm/fused_fast.cu", "gemm/fused_pair.cu", "gemm/fused_exact.cu",
     "gemm/copies.cu", "gemm/exact_copies.cu", "gemm/exact_hybrid.cu", "gemm/swapped.cu", "gemm/sm100_simt.cu",
     "gemm/sm100_copies.cu"),
-    cutlass_sources=("gemm/cutlass_bf16.cu", "gemm/cutlass_bf16_t.cu", "gemm/cutlass_f32.cu",
-                     "gemm/cutlass_f32_plus_c.cu"))
+    cutlass_sources=("gemm/cutlass_bf16.cu", "gemm/cutlass_bf16_t.cu", "gemm/cutlass_bf16_bias.cu",
+                     "gemm/cutlass_f32.cu", "gemm/cutlass_f32_plus_c.cu"))
 
 _locks = {_QUANTIZE.name: threading.Lock(), _GEMM.name: threading.Lock()}
 _loaded: dict[str, ModuleType] = {}

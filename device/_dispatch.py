@@ -301,8 +301,8 @@ def algorithm_unavailable(a: Algorithm, p: GemmProblem) -> str | None:
     if a == Algorithm.copies_cutlass:
         if not p.cutlass:
             return "the extension was built without CUTLASS's headers (install nvidia-cutlass, then rebuild)"
-        if p.bias:
-            return "it has no bias epilogue"
+        if p.bias and (p.out_dtype != "bfloat16" or (p.kind == "dgrad" and p.b_copy)):
+            return "its bias epilogue writes bf16 output over a K-major B (not dgrad over the weights' copy)"
         if p.cols % (8 if p.out_dtype == "bfloat16" else 4):
             return f"its output rows must be 16-byte aligned ({p.cols} columns of {p.out_dtype})"
         if p.groups > CUTLASS_MAX_GROUPS:

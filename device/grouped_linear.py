@@ -244,10 +244,9 @@ class GroupedLinear(torch.nn.Module):
             or dgrad runs over fp16 copies (CUTLASS's grouped GEMM: from 256 tokens per expert with N and K >= 1024),
             which then read it instead of decoding a weight plane at every call. With 16x16 weight blocks (the default
             recipe) the one copy serves both GEMMs (SPEC 6.3: the two planes hold the same values transposed); with
-            1x16 blocks, fprop only. fprop reads it only without a bias (CUTLASS's GEMM has no bias epilogue), so a
-            layer with a bias and 1x16 weight blocks never makes one. The same bits either way; ``False`` trades the
-            speed for the memory (docs/performance.md: the E8 T16384 skewed step at 1.03-1.10x the BF16 step with the
-            copy, 1.08-1.19x without, over four runs; bias off).
+            1x16 blocks, fprop only (fprop adds the bias in CUTLASS's epilogue). The same bits either way; ``False``
+            trades the speed for the memory (docs/performance.md: the E8 T16384 skewed step at 1.03-1.10x the BF16
+            step with the copy, 1.08-1.19x without, over four runs; bias off).
 
     Parameters: ``weight`` ``[E, N, K]`` (one Parameter; ``weight[g]`` is expert g's ``[N, K]`` matrix, row-major,
     so the layout is that of TE's E separate ``weight{g}`` parameters stacked; initialised as ``torch.nn.Linear``

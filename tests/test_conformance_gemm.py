@@ -542,7 +542,7 @@ def test_plan_rules_say_where_each_algorithm_loader_and_epilogue_runs():
         ("exact_hybrid", _shape("wgrad", f32), False),
         ("exact_hybrid", _shape("fprop", f32, k=64), True), ("exact_hybrid", _shape("fprop", f32, k=48), False),
         ("exact_hybrid", _shape("dgrad", f32, n=96), True), ("exact_hybrid", _shape("dgrad", f32, n=80), False),
-        ("copies_cutlass", _shape("fprop", bf16, bias=True), False),
+        ("copies_cutlass", _shape("fprop", bf16, bias=True), True), ("copies_cutlass", _shape("fprop", f32, bias=True), False),
         ("copies_cutlass", _shape("fprop", bf16, n=24), True), ("copies_cutlass", _shape("fprop", bf16, n=20), False),
         ("copies_cutlass", _shape("fprop", f32, n=20), True), ("copies_cutlass", _shape("fprop", f32, n=22), False),
         ("fused_pair_256x256", _shape("wgrad", bf16, c=True), True), ("exact_fused", _shape("dgrad", f32, n=17), True),

@@ -533,15 +533,15 @@ def test_back_to_back_calls(chain):
 # copies_cutlass (fp16 copies of both planes + CUTLASS's grouped GEMM), forced on every case shape: the same bits as
 # oracle.gemm(model="tensor_core"). Covers empty groups (M = 0 for CUTLASS, and in wgrad K = 0: the zero-step epilogue,
 # accumulating or not), unaligned group sizes (columnwise pitches roundup(m_g,16)), one giant expert, 64 groups, RHT'd
-# wgrad operands and both output dtypes (wgrad's too). No bias (the path has none).
+# wgrad operands, both output dtypes (wgrad's too) and the bias epilogue (bf16 output; fp32 and bf16 bias).
 @pytest.mark.parametrize("case", list(CASES))
 def test_copies_cutlass(case):
     _needs_cutlass()
     splits, n, k = CASES[case]
     od = torch.float32 if case in ("e4_zeros", "e64") else torch.bfloat16
     kw = dict(algorithm="copies_cutlass")
-    run_fprop(splits, n, k, "fast", od, with_bias=False, seed=81, **kw)
-    run_dgrad(splits, n, k, "fast", torch.bfloat16, seed=82, **kw)
+    run_fprop(splits, n, k, "fast", od, with_bias=od == torch.bfloat16, seed=81, **kw)
+    run_dgrad(splits, n, k, "fast", torch.bfloat16, with_bias=True, seed=82, **kw)
     run_wgrad(splits, n, k, "fast", torch.float32, accumulate=case != "e1", seed=83, **kw)
     run_wgrad(splits, n, k, "fast", torch.float32, accumulate=False, seed=84, num_sms=5, **kw)
     run_wgrad(splits, n, k, "fast", torch.bfloat16, accumulate=False, seed=85, **kw)
@@ -587,24 +587,25 @@ def test_weight_f16_copy_values():
         _ops.weight_f16_copy(wq.row_data, wq.row_scales, wq.offsets, e, n - 16, k)
 
 
-def gemm_over_weight_copy(aq, wq, kind, out, n, k, algorithm="copies_cutlass"):
-    """Fast-mode fprop / dgrad into ``out`` with the weights' fp16 copy (device._ops.weight_f16_copy) given as
-    b_copy (the layer's cache_f16_weights), under the forced ``algorithm``."""
+def gemm_over_weight_copy(aq, wq, kind, out, n, k, algorithm="copies_cutlass", bias=None):
+    """Fast-mode fprop / dgrad into ``out`` (plus ``bias``) with the weights' fp16 copy (device._ops.weight_f16_copy)
+    given as b_copy (the layer's cache_f16_weights), under the forced ``algorithm``."""
     from device import _ops
     from device import gemm as dg
 
     e = wq.offsets.shape[1] - 1
     copy = _ops.weight_f16_copy(wq.row_data, wq.row_scales, wq.offsets, e, n, k)
-    c = dg._checked_call(aq, wq, kind, None, out, False, None, "fast")
+    c = dg._checked_call(aq, wq, kind, None, out, False, bias, "fast")
     (ad, as_, aa), (bd, bs, ba) = c.a_plane, c.b_plane
     _ops.launch_grouped_gemm(dg._KIND_CODES[kind], "fast", ad, as_, aa.float().contiguous(), aq.offsets, bd, bs,
-                             ba.float().contiguous(), wq.offsets, out, None, False, c.sizes, algorithm, "", "", 0,
+                             ba.float().contiguous(), wq.offsets, out, c.bias, False, c.sizes, algorithm, "", "", 0,
                              b_copy=copy)
 
 
 # copies_cutlass over the weights' fp16 copy (only the token plane decoded; dgrad reads the copy N-contiguous through
 # the RowMajor-B instantiation): the same bits as oracle.gemm(model="tensor_core") on every case shape, empty groups
-# and unaligned splits included; another algorithm forced with the copy ignores it.
+# and unaligned splits included, fprop with bf16 output with a bias; another algorithm forced with the copy ignores
+# it.
 @pytest.mark.parametrize("case", list(CASES))
 def test_copies_cutlass_over_the_weight_copy(case):
     _needs_cutlass()
@@ -615,13 +616,15 @@ def test_copies_cutlass_over_the_weight_copy(case):
     dyq = gq(rand_bf16((t, n), 73), splits)
     for kind, aq, cols, od in (("fprop", xq, n, torch.float32 if case == "e64" else torch.bfloat16),
                                ("dgrad", dyq, k, torch.bfloat16)):
+        bias = (torch.randn((e, n)) * 3).to(DEV) if kind == "fprop" and od == torch.bfloat16 else None
         for algorithm in ("copies_cutlass", "fused_128x256"):
             out, check_tail = guarded((t, cols), od)
-            gemm_over_weight_copy(aq, wq, kind, out, n, k, algorithm)
+            gemm_over_weight_copy(aq, wq, kind, out, n, k, algorithm, bias)
             check_tail(kind)
             ao, wo = aq.to_oracle(), wq.to_oracle()
             check_row_groups(to_np(out), splits, ao.row_planes, wo.row_planes if kind == "fprop" else wo.col_planes,
-                             "fast", od, where=f"{kind} {algorithm} over the weight copy")
+                             "fast", od, bias=None if bias is None else bias.cpu().numpy(),
+                             where=f"{kind} {algorithm} over the weight copy")
 
 
 def test_copies_cutlass_refusals():
@@ -1203,7 +1206,7 @@ def test_disagreeing_operand_groups_are_nan(mode, algorithm, num_sms):
     dy = rand_bf16((t, n), 13)
     dyq = gq(dy, splits, rowwise=True)
     out, check_tail = guarded((t, k), torch.float32)
-    with_bias = algorithm != "copies_cutlass"  # copies_cutlass has no bias epilogue
+    with_bias = algorithm != "copies_cutlass"  # (copies_cutlass's bias epilogue writes bf16 output only)
     gg(dyq, wq_bad, kind="dgrad", out=out, mode=mode, bias=torch.ones((3, k), device=DEV) if with_bias else None)
     check_tail("dgrad")
     y = to_np(out)
@@ -1437,6 +1440,11 @@ def test_binding_refuses_plans_it_cannot_run():
     refused("fprop", xq, wq, y, "must hold E N K = 12288 values, got 1000", b_copy=copy.view(-1)[:1000], **cutlass)
     refused("dgrad", dyq, wq, dx, "dgrad over a b copy writes bfloat16 only", b_copy=copy, **cutlass)
     refused("wgrad", dyc, xc, dw, "a b copy (the weights' values) serves fprop and dgrad", b_copy=copy, **cutlass)
+    # copies_cutlass's bias epilogue: bf16 output over a K-major B only
+    dx16 = torch.empty((t, k), dtype=torch.bfloat16, device=DEV)
+    want = "copies_cutlass adds a bias to bf16 output over a K-major B only"
+    refused("fprop", xq, wq, y32, want, bias=torch.zeros((len(splits), n), device=DEV), **cutlass)
+    refused("dgrad", dyq, wq, dx16, want, bias=torch.zeros((len(splits), k), device=DEV), b_copy=copy, **cutlass)
     # and a plan that can run these operands runs, with the oracle's bits
     out = torch.full((t, n), float("nan"), dtype=torch.bfloat16, device=DEV)
     assert _raw_gemm("fprop", xq, wq, out, algorithm="fused_128x256", loader="cp_async", epilogue="staged") == ""

@@ -96,14 +96,13 @@ def test_fprop(rule, mode, algorithm):
     e, t = len(SPLITS), sum(SPLITS)
     xq = gq(odd_tokens(K, 1), SPLITS, rule=rule)
     wq = odd_weights(e, N, K, rule, 2)
-    with_bias = algorithm != "copies_cutlass"  # (it has no bias epilogue)
-    bias = (torch.randn((e, N), dtype=torch.float32) * 3).to(DEV) if with_bias else None
+    bias = (torch.randn((e, N), dtype=torch.float32) * 3).to(DEV)
     out, check_tail = sentinel_out((t, N), torch.bfloat16)
     gemm(xq, wq, kind="fprop", out=out, bias=bias, mode=mode, **plan_kw(algorithm))
     check_tail("fprop")
     y = to_np(out)
     check_row_groups(y, SPLITS, xq.to_oracle().row_planes, wq.to_oracle().row_planes, mode, torch.bfloat16,
-                     bias=None if bias is None else bias.cpu().numpy(), where=f"fprop {rule}")
+                     bias=bias.cpu().numpy(), where=f"fprop {rule}")
     _premises(y, rule, where="fprop")
 
 

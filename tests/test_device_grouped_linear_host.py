@@ -413,13 +413,13 @@ class _Cutlass:
 
 
 # Whether a forward's fprop or dgrad reads the copy: their plans over copies (256 tokens per expert from which
-# copies_cutlass with the copy is faster, device/_dispatch.py; N, K >= 1024), fprop only without a bias (CUTLASS has no
-# bias epilogue), dgrad only with 16x16 weight blocks and when x needs a gradient
+# copies_cutlass with the copy is faster, device/_dispatch.py; N, K >= 1024), fprop with or without a bias (CUTLASS's
+# bf16 bias epilogue), dgrad only with 16x16 weight blocks and when x needs a gradient
 @pytest.mark.parametrize("e,t,n,k,bias,block,need_dx,reads", [
     (64, 16384, 1408, 2048, False, (16, 16), True, True),    # E64: fprop and dgrad
-    (64, 16384, 1408, 2048, True, (16, 16), False, False),   # a bias and no dgrad: nothing reads it
-    (64, 16384, 1408, 2048, True, (16, 16), True, True),     # a bias: dgrad reads it
-    (64, 16384, 1408, 2048, True, (1, 16), True, False),     # a bias and 1x16 blocks: never
+    (64, 16384, 1408, 2048, True, (16, 16), False, True),    # a bias and no dgrad: fprop reads it
+    (64, 16384, 1408, 2048, True, (16, 16), True, True),     # a bias: both
+    (64, 16384, 1408, 2048, True, (1, 16), True, True),      # a bias and 1x16 blocks: fprop
     (64, 8192, 1408, 2048, False, (16, 16), True, False),    # 128 tokens per expert: the fused kernels
     (8, 512, 14336, 4096, False, (16, 16), True, False),     # 64 tokens per expert: swapped_64x256
     (8, 16384, 14336, 4096, False, (1, 16), False, True),    # fprop alone

@@ -138,9 +138,8 @@ def test_wgrad_fast_choice(e, t, n, k, dtype, acc, copies):
     # against 0.795 / 0.784 and 0.767 / 0.809 for the 128 x 256 kernel
     (E64_FPROP, {}, "fused_pair_256x256"),
     (("dgrad", 64, 16384, 1408, 2048), {}, "fused_pair_256x256"),
-    # E8 T16384 with a bias (the copies have no bias epilogue): the pair 0.705 / 0.713 against 0.616 / 0.613; skewed
-    # splits (the same host-known sizes) 0.722 / 0.723 against 0.638 / 0.634
-    (E8_FPROP, dict(bias=True), "fused_pair_256x256"),
+    # E8 T16384 with a bias: CUTLASS over the copies too (its bf16 bias epilogue)
+    (E8_FPROP, dict(bias=True), "copies_cutlass"),
     # E8 T16384 without: CUTLASS over the copies (857 TFLOP/s against 472 fused)
     (E8_FPROP, {}, "copies_cutlass"),
     (("dgrad", 8, 16384, 14336, 4096), {}, "copies_cutlass"),
@@ -354,8 +353,11 @@ def test_copies_cutlass_refusals():
                                          "16-byte aligned \\(36 columns of bfloat16\\)"):
         plan_gemm(p, algorithm="copies_cutlass")
     plan_gemm(problem("fprop", 2, 64, 36, 64, out_dtype="float32"), algorithm="copies_cutlass")  # 144 bytes
-    with pytest.raises(ValueError, match="no bias epilogue"):
-        plan_gemm(problem("fprop", 2, 64, 32, 64, bias=True), algorithm="copies_cutlass")
+    plan_gemm(problem("fprop", 2, 64, 32, 64, bias=True), algorithm="copies_cutlass")  # (the bf16 bias epilogue)
+    for p in (problem("fprop", 2, 64, 32, 64, bias=True, out_dtype="float32"),
+              problem("dgrad", 2, 64, 32, 64, bias=True)._replace(b_copy=True)):
+        with pytest.raises(ValueError, match="its bias epilogue writes bf16 output over a K-major B"):
+            plan_gemm(p, algorithm="copies_cutlass")
     with pytest.raises(ValueError, match="at most 65535 groups"):
         plan_gemm(problem("fprop", 65536, 65536, 32, 64), algorithm="copies_cutlass")
 

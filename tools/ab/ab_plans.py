@@ -27,9 +27,10 @@ one, else fast), ``sms`` (``device.set_num_sms`` for
 the plan's calls: the persistent GEMM grid capped at that many SMs) and ``weights=f16`` (fprop / dgrad: the weights'
 fp16 copy given as the layer's ``cache_f16_weights`` gives it, made once outside the timed calls).
 
-A GEMM case is ``E,T,K,N,kind[,out][,skew]``: kind fprop / dgrad / wgrad; out ``bf16``, ``f32`` or ``f32+c`` (wgrad
-with ``accumulate=True`` into an fp32 buffer), default the kind's default (bf16 for fprop / dgrad, f32 for wgrad);
-``skew``: one hot expert (benchmarks/bench_grouped_gemm.py's skewed splits) instead of balanced splits.
+A GEMM case is ``E,T,K,N,kind[,out][,skew][,bias]``: kind fprop / dgrad / wgrad; out ``bf16``, ``f32`` or ``f32+c``
+(wgrad with ``accumulate=True`` into an fp32 buffer), default the kind's default (bf16 for fprop / dgrad, f32 for
+wgrad); ``skew``: one hot expert (benchmarks/bench_grouped_gemm.py's skewed splits) instead of balanced splits;
+``bias``: fprop / dgrad with an fp32 bias ``[E, cols]`` (grouped_mm's time stays without one).
 """
 
 from __future__ import annotations
@@ -132,10 +133,12 @@ class Case:
     kind: str
     out: str
     skew: bool = False
+    bias: bool = False
 
     @property
     def label(self) -> str:
-        return f"E{self.e} T{self.t} K{self.k} N{self.n} {self.kind} {self.out}" + (" skew" if self.skew else "")
+        return (f"E{self.e} T{self.t} K{self.k} N{self.n} {self.kind} {self.out}" + (" skew" if self.skew else "")
+                + (" bias" if self.bias else ""))
 
     @property
     def flops(self) -> float:
@@ -143,23 +146,25 @@ class Case:
 
 
 def parse_case(text: str) -> Case:
-    """A case from ``E,T,K,N,kind[,out][,skew]``."""
+    """A case from ``E,T,K,N,kind[,out][,skew][,bias]``."""
     parts = [p.strip() for p in text.split(",") if p.strip()]
     if len(parts) < 5:
-        raise ValueError(f"case {text!r}: expected E,T,K,N,kind[,out][,skew]")
+        raise ValueError(f"case {text!r}: expected E,T,K,N,kind[,out][,skew][,bias]")
     e, t, k, n = (int(v) for v in parts[:4])
     kind = parts[4]
     if kind not in ("fprop", "dgrad", "wgrad"):
         raise ValueError(f"case {text!r}: kind must be fprop, dgrad or wgrad")
     rest = parts[5:]
-    skew = "skew" in rest
-    outs = [p for p in rest if p != "skew"]
+    skew, bias = "skew" in rest, "bias" in rest
+    outs = [p for p in rest if p not in ("skew", "bias")]
     out = outs[0] if outs else ("f32" if kind == "wgrad" else "bf16")
     if out not in OUT_DTYPES or len(outs) > 1:
         raise ValueError(f"case {text!r}: out must be one of {list(OUT_DTYPES)}")
     if out == "f32+c" and kind != "wgrad":
         raise ValueError(f"case {text!r}: f32+c (accumulate) is for wgrad")
-    return Case(e, t, k, n, kind, out, skew)
+    if bias and kind == "wgrad":
+        raise ValueError(f"case {text!r}: a bias is for fprop / dgrad")
+    return Case(e, t, k, n, kind, out, skew, bias)
 
 
 def parse_cases(text: str) -> list[Case]:
@@ -193,10 +198,12 @@ def operands(c: Case):
 def gemm_call(plan: Plan, a, b, c: Case, out: torch.Tensor) -> Callable[[], None]:
     """One grouped_gemm call of the case under the plan, into ``out`` (with ``weights=f16``: through
     device._ops.launch_grouped_gemm with the weights' fp16 copy, as GroupedLinear(cache_f16_weights=True) calls it)."""
+    bias = torch.linspace(-1, 1, c.e * out.shape[1], device=DEV).view(c.e, -1) if c.bias else None
     if not plan.weight_copy:
         def call() -> None:
             with applied(plan):
-                device.grouped_gemm(a, b, kind=c.kind, out=out, mode=plan.mode, accumulate=c.out == "f32+c")
+                device.grouped_gemm(a, b, kind=c.kind, out=out, mode=plan.mode, accumulate=c.out == "f32+c",
+                                    bias=bias)
 
         return call
     from device import _ops
@@ -205,14 +212,14 @@ def gemm_call(plan: Plan, a, b, c: Case, out: torch.Tensor) -> Callable[[], None
     if c.kind == "wgrad":
         raise ValueError("weights=f16 serves fprop and dgrad only")
     copy = _ops.weight_f16_copy(b.row_data, b.row_scales, b.offsets, c.e, c.n, c.k)
-    checked = dg._checked_call(a, b, c.kind, None, out, False, None, plan.mode)
+    checked = dg._checked_call(a, b, c.kind, None, out, False, bias, plan.mode)
     (ad, as_, aa), (bd, bs, ba) = checked.a_plane, checked.b_plane
     operands = (ad, as_, aa.float().contiguous(), a.offsets, bd, bs, ba.float().contiguous(), b.offsets)
 
     def call() -> None:
         with applied(plan):
-            _ops.launch_grouped_gemm(dg._KIND_CODES[c.kind], plan.mode, *operands, out, None, False, checked.sizes,
-                                     *dg._plan_parts(), b_copy=copy)
+            _ops.launch_grouped_gemm(dg._KIND_CODES[c.kind], plan.mode, *operands, out, checked.bias, False,
+                                     checked.sizes, *dg._plan_parts(), b_copy=copy)
 
     return call
 

@@ -71,7 +71,7 @@ std::pair<Tensor, Tensor> f16_copies(nvfp4_gemm::CopiesArgs& d, int kind, int E,
 std::string launch_copies_cutlass_path(int kind, int E, const nvfp4_gemm::SetupArgs& s, const Tensor& a_data,
                                 const Tensor& a_scales, const Tensor& a_offs, const Tensor& b_data,
                                 const Tensor& b_scales, const Tensor& b_offs, const Tensor* b_copy, bool f32,
-                                bool accumulate, int device, int max_ctas, cudaStream_t stream) {
+                                bool accumulate, bool bias, int device, int max_ctas, cudaStream_t stream) {
   using namespace nvfp4_gemm;
   NVFP4_REFUSE_UNLESS(cutlass_built(),
                       "nvfp4_gemm: copies_cutlass was not built (no CUTLASS headers found)");
@@ -79,7 +79,12 @@ std::string launch_copies_cutlass_path(int kind, int E, const nvfp4_gemm::SetupA
   CopiesArgs d{};
   // dgrad over the given copy reads it N-contiguous (kOutBf16T; grouped_gemm_ refuses it with fp32 output)
   const bool transposed = b_copy != nullptr && kind == kDgrad;
-  d.epilogue = !f32 ? (transposed ? kOutBf16T : kOutBf16) : (accumulate ? kOutF32PlusC : kOutF32);
+  // a bias (fprop / dgrad; the setup kernel's per-group rows): the bf16 instantiation with a K-major B only
+  NVFP4_REFUSE_UNLESS(!bias || (!f32 && !transposed),
+                      "nvfp4_gemm: copies_cutlass adds a bias to bf16 output over a K-major B only (not fp32 output, "
+                      "not dgrad over the weights' copy)");
+  d.epilogue = bias ? kOutBf16Bias
+                    : !f32 ? (transposed ? kOutBf16T : kOutBf16) : (accumulate ? kOutF32PlusC : kOutF32);
   d.out_f32 = f32;
   d.accumulate = accumulate;
   const auto copies = f16_copies(d, kind, E, s, a_data, a_scales, a_offs, b_data, b_scales, b_offs,
@@ -100,10 +105,10 @@ std::string launch_copies_cutlass_path(int kind, int E, const nvfp4_gemm::SetupA
     c.max_active_clusters = c.sm_count / 2;
   }
   const bool plus_c = d.epilogue == kOutF32PlusC;
-  // the argument arrays (3 ints, 4 pointers, 4 strides per group), each 256-byte aligned, then CUTLASS's workspace
+  // the argument arrays (3 ints, 5 pointers, 4 strides per group), each 256-byte aligned, then CUTLASS's workspace
   c.workspace_bytes = copies_cutlass_workspace(d.epilogue, c);
   const size_t per = (static_cast<size_t>(E) * 12 + 255) / 256 * 256;
-  Tensor ws = at::empty({static_cast<int64_t>(9 * per + c.workspace_bytes + 256)}, a_data.options());
+  Tensor ws = at::empty({static_cast<int64_t>(10 * per + c.workspace_bytes + 256)}, a_data.options());
   auto* next = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(ws.data_ptr()) + 255) / 256 * 256);
   auto take = [&]() {
     void* p = next;
@@ -114,6 +119,7 @@ std::string launch_copies_cutlass_path(int kind, int E, const nvfp4_gemm::SetupA
   c.ptr_a = static_cast<const void**>(take());
   c.ptr_b = static_cast<const void**>(take());
   c.ptr_c = static_cast<const void**>(take());
+  c.ptr_bias = static_cast<const void**>(take());
   c.ptr_d = static_cast<void**>(take());
   c.stride_a = static_cast<int64_t*>(take());
   c.stride_b = static_cast<int64_t*>(take());
@@ -123,6 +129,7 @@ std::string launch_copies_cutlass_path(int kind, int E, const nvfp4_gemm::SetupA
     c.ptr_c = nullptr;
     c.stride_c = nullptr;
   }
+  if (!bias) c.ptr_bias = nullptr;
   Tensor alpha = at::empty({E}, a_data.options().dtype(at::kFloat));
   c.alpha = alpha.data_ptr<float>();
   c.workspace = next;
@@ -253,11 +260,10 @@ std::string grouped_gemm_(int64_t kind, int64_t E, const Tensor& a_data, const T
                       "nvfp4_gemm: exact_hybrid runs fprop and dgrad with a contraction % 32 == 0 and 16-byte "
                       "aligned B planes");
   if (algo == nvfp4_gemm::kCopiesCutlass) {
-    NVFP4_REFUSE_UNLESS(bias_p == nullptr, "nvfp4_gemm: the copies_cutlass has no bias epilogue");
     NVFP4_REFUSE_UNLESS(loader == nvfp4_gemm::kLoaderTma && epilogue == nvfp4_gemm::kEpilogueCutlass,
                         "nvfp4_gemm: copies_cutlass runs CUTLASS's TMA loader and epilogue");
     return launch_copies_cutlass_path(static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
-                               b_scales, b_offs, b_copy_p, f32, accumulate, out.device().index(),
+                               b_scales, b_offs, b_copy_p, f32, accumulate, bias_p != nullptr, out.device().index(),
                                static_cast<int>(max_ctas), stream);
   }
   nvfp4_gemm::LaunchArgs l{};

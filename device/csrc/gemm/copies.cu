@@ -93,6 +93,7 @@ __device__ void cutlass_group_args(const CopiesArgs& d, const CutlassArgs& c, in
                                         : static_cast<const __half*>(d.b_f16) + g * d.b_copy_group;
   c.ptr_d[g] = p.d;
   if (c.ptr_c) c.ptr_c[g] = p.d;  // accumulate in place: C = the output buffer
+  if (c.ptr_bias) c.ptr_bias[g] = p.bias;  // (the setup kernel's bias + g ldd)
   c.stride_a[g] = p.K;  // fprop / dgrad: the contraction; wgrad: roundup(m_g, 16), the columnwise pitch
   c.stride_b[g] = d.b_copy == kCopyDecoded ? p.K : d.b_copy_ld;
   c.stride_d[g] = p.ldd;
@@ -100,7 +101,9 @@ __device__ void cutlass_group_args(const CopiesArgs& d, const CutlassArgs& c, in
   c.alpha[g] = p.alpha;
 }
 
-// Groups with tiles but no K step: y = fp32(alpha * +0) [+ C], cast to the output (SPEC 12.2 with acc = +0).
+// Groups with tiles but no K step: y = fp32(alpha * +0) [+ C], cast to the output (SPEC 12.2 with acc = +0). Only
+// wgrad has such groups by its sizes (and no bias); fprop / dgrad groups lack K steps only where the operands
+// disagree (alpha NaN: the output is NaN with or without a bias).
 // The group's rows are strided over blockIdx.x, its columns over the threads (coalesced stores, no division per
 // element). Rows that start 16-byte aligned (copies_cutlass's outputs always do) are written 16 bytes per
 // thread and store (8 bf16 or 4 fp32; C read the same way), the columns past the last whole vector one by one: an
@@ -176,10 +179,12 @@ int cutlass_run_bf16(const CutlassArgs&, cudaStream_t) { return 5; }
 int cutlass_run_f32(const CutlassArgs&, cudaStream_t) { return 5; }
 int cutlass_run_f32_plus_c(const CutlassArgs&, cudaStream_t) { return 5; }
 int cutlass_run_bf16_t(const CutlassArgs&, cudaStream_t) { return 5; }
+int cutlass_run_bf16_bias(const CutlassArgs&, cudaStream_t) { return 5; }
 size_t cutlass_workspace_bf16(const CutlassArgs&) { return 0; }
 size_t cutlass_workspace_f32(const CutlassArgs&) { return 0; }
 size_t cutlass_workspace_f32_plus_c(const CutlassArgs&) { return 0; }
 size_t cutlass_workspace_bf16_t(const CutlassArgs&) { return 0; }
+size_t cutlass_workspace_bf16_bias(const CutlassArgs&) { return 0; }
 bool cutlass_built() { return false; }
 #else
 bool cutlass_built() { return true; }
@@ -198,6 +203,7 @@ int launch_copies_cutlass(const CopiesArgs& d, CutlassArgs c, cudaStream_t s) {
   switch (d.epilogue) {
     case kOutBf16: return cutlass_run_bf16(c, s);
     case kOutBf16T: return cutlass_run_bf16_t(c, s);
+    case kOutBf16Bias: return cutlass_run_bf16_bias(c, s);
     case kOutF32: return cutlass_run_f32(c, s);
     default: return cutlass_run_f32_plus_c(c, s);
   }
@@ -248,6 +254,7 @@ size_t copies_cutlass_workspace(int epilogue, const CutlassArgs& c) {
   switch (epilogue) {
     case kOutBf16: return cutlass_workspace_bf16(c);
     case kOutBf16T: return cutlass_workspace_bf16_t(c);
+    case kOutBf16Bias: return cutlass_workspace_bf16_bias(c);
     case kOutF32: return cutlass_workspace_f32(c);
     default: return cutlass_workspace_f32_plus_c(c);
   }

@@ -1,7 +1,8 @@
 // copies_cutlass's GEMM: CUTLASS's SM90 ptr-array grouped GEMM (from the nvidia-cutlass wheel's headers) over fp16
 // operands that gemm/copies.cu decoded exactly (E2M1 x E4M3, no S_enc), fp32 wgmma accumulation in K order, and an
-// epilogue that applies alpha and C in the order of SPEC 12.2:
-//   y = fp32(alpha_g * acc); accumulating: y = fp32(y + C); then the output cast (bf16 RNE or fp32).
+// epilogue that applies alpha, C and bias in the order of SPEC 12.2:
+//   y = fp32(alpha_g * acc); accumulating: y = fp32(y + C); with a bias: y = fp32(y + bias_g[n]); then the output cast
+//   (bf16 RNE or fp32).
 // Each multiply / add is its own rounding (the extension builds with --fmad=false), so the result equals the
 // hand-written fast kernels' bit for bit (SPEC 12.6: same operands, same wgmma k16 steps in the same order).
 // Problem shapes, pointers, strides and alphas are device arrays written by gemm/copies.cu (graph-safe).
@@ -51,13 +52,26 @@ using AlphaAccPlusC = fusion::Sm90EVT<
     fusion::Sm90SrcFetch<float>>;
 
 // 128 x 256 x 64 tiles, 2 consumer warpgroups (cooperative), 2-CTA clusters along M: the fastest of four shapes
-// measured on E8 T16384. LayoutB: ColumnMajor reads B as K x N with K contiguous (a K-major [N, K] plane, the decoded
-// copies); RowMajor reads it with N contiguous (a [K, N] matrix: dgrad's B given as the weights' [N, K] copy, whose
-// contraction N is the rows).
-template <class ElementD, class ElementC, class Fusion, class LayoutB_ = cutlass::layout::ColumnMajor>
+// measured on E8 T16384.
+using TileShape = Shape<_128, _256, _64>;
+
+// D = out(fp32(fp32(alpha * acc) + bias[n])): fprop / dgrad (no C) with group g's fp32 bias row at ptr_bias[g] (the
+// setup kernel's Prob::bias; the binding takes fp32 bias only), staged per tile through shared memory
+template <class ElementD>
+using AlphaAccPlusBias = fusion::Sm90EVT<
+    fusion::Sm90Compute<cutlass::plus, ElementD, float, kRne>,
+    fusion::Sm90EVT<fusion::Sm90Compute<cutlass::multiplies, float, float, kRne>, Alpha, fusion::Sm90AccFetch>,
+    fusion::Sm90RowBroadcast<0, TileShape, float*, float, Stride<_0, _1, _0>>>;
+
+// LayoutB: ColumnMajor reads B as K x N with K contiguous (a K-major [N, K] plane, the decoded copies); RowMajor reads
+// it with N contiguous (a [K, N] matrix: dgrad's B given as the weights' [N, K] copy, whose contraction N is the
+// rows). kBias: the fusion is AlphaAccPlusBias (its arguments carry the bias rows).
+template <class ElementD, class ElementC, class Fusion, class LayoutB_ = cutlass::layout::ColumnMajor,
+          bool kBias_ = false>
 struct Config {
   using ElemC = ElementC;  // void: the epilogue reads no C
-  using TileShape = Shape<_128, _256, _64>;
+  static constexpr bool kBias = kBias_;
+  using TileShape = cutlass_path::TileShape;
   using ClusterShape = Shape<_2, _1, _1>;
   using LayoutA = cutlass::layout::RowMajor;  // A [M, K], K contiguous
   using LayoutB = LayoutB_;
@@ -93,7 +107,9 @@ typename Cfg::Gemm::Arguments make_arguments(const CutlassArgs& a) {
   typename Gemm::Arguments args;
   typename K::CollectiveEpilogue::FusionCallbacks::Arguments fusion_args{};
   const typename Alpha::Arguments alpha{{}, {a.alpha}, {}, {{_0{}, _0{}, int64_t(1)}}};
-  if constexpr (std::is_void_v<typename Cfg::ElemC>) {
+  if constexpr (Cfg::kBias) {
+    fusion_args = {{alpha, {}, {}}, {reinterpret_cast<const float* const*>(a.ptr_bias), 0.0f, {}}, {}};
+  } else if constexpr (std::is_void_v<typename Cfg::ElemC>) {
     fusion_args = {alpha, {}, {}};
   } else {
     fusion_args = {{alpha, {}, {}}, {}, {}};

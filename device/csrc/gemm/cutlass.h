@@ -20,6 +20,7 @@ struct CutlassArgs {
   const void** ptr_a;
   const void** ptr_b;
   const void** ptr_c;  // nullptr unless the epilogue reads C
+  const void** ptr_bias;  // group g's fp32 bias row [N]; nullptr unless the epilogue adds a bias
   void** ptr_d;
   int64_t* stride_a;
   int64_t* stride_b;  // (B's leading dimension: K for a ColumnMajor B, N for the RowMajor one)
@@ -31,17 +32,20 @@ struct CutlassArgs {
 };
 
 // kOutBf16T: bf16 output with B read N-contiguous (gemm/cutlass.cuh's RowMajor B: dgrad over the weights' [N, K]
-// copy, copies.h's CopiesArgs::b_copy == kCopyTransposed)
-enum CutlassEpilogue : int { kOutBf16 = 0, kOutF32 = 1, kOutF32PlusC = 2, kOutBf16T = 3 };
+// copy, copies.h's CopiesArgs::b_copy == kCopyTransposed). kOutBf16Bias: bf16 output plus a per-group fp32 bias row
+// (gemm/cutlass.cuh's AlphaAccPlusBias; K-major B).
+enum CutlassEpilogue : int { kOutBf16 = 0, kOutF32 = 1, kOutF32PlusC = 2, kOutBf16T = 3, kOutBf16Bias = 4 };
 
 // 0 on success; otherwise a small code (1 workspace too small, 2 cannot implement, 3 init failed, 4 launch failed).
 int cutlass_run_bf16(const CutlassArgs& a, cudaStream_t s);
 int cutlass_run_f32(const CutlassArgs& a, cudaStream_t s);
 int cutlass_run_f32_plus_c(const CutlassArgs& a, cudaStream_t s);
 int cutlass_run_bf16_t(const CutlassArgs& a, cudaStream_t s);
+int cutlass_run_bf16_bias(const CutlassArgs& a, cudaStream_t s);
 size_t cutlass_workspace_bf16(const CutlassArgs& a);
 size_t cutlass_workspace_f32(const CutlassArgs& a);
 size_t cutlass_workspace_f32_plus_c(const CutlassArgs& a);
 size_t cutlass_workspace_bf16_t(const CutlassArgs& a);
+size_t cutlass_workspace_bf16_bias(const CutlassArgs& a);
 
 }  // namespace nvfp4_gemm
