@@ -418,10 +418,10 @@ def decode_launches(fn) -> int:
 # cache_f16_weights (mode "fast", the default): with 300 tokens per expert and N = K = 1024 fprop and dgrad run over fp16 copies
 # (CUTLASS), reading the weights' cached fp16 copy instead of decoding a weight plane; y, x.grad and weight.grad are
 # the oracle's bytes. 16x16 weight blocks: the one copy serves both GEMMs (SPEC 6.3), so a step decodes only X's and
-# dY's rowwise planes; 1x16 blocks: fprop only (dgrad then runs the fused kernel, which decodes in the kernel). An
-# in-place update rebuilds the copy.
-@pytest.mark.parametrize("block,decodes", [((16, 16), 2), ((1, 16), 1)])
-def test_f16_weight_copy_matches_oracle(block, decodes):
+# dY's rowwise planes; 1x16 blocks: fprop only (dgrad then runs the fused kernel, which decodes in the kernel). With a
+# bias, fprop adds it in CUTLASS's epilogue (bias.grad checked too). An in-place update rebuilds the copy.
+@pytest.mark.parametrize("block,decodes,with_bias", [((16, 16), 2, False), ((1, 16), 1, False), ((16, 16), 2, True)])
+def test_f16_weight_copy_matches_oracle(block, decodes, with_bias):
     from device._build import load_gemm_extension
 
     if not load_gemm_extension().has_cutlass():
@@ -430,11 +430,14 @@ def test_f16_weight_copy_matches_oracle(block, decodes):
     t = sum(splits)
     recipe = NVFP4Recipe(weight_block=block)
     x, dy = rand_bf16((t, k), 21), rand_bf16((t, n), 22)
-    layer = make_layer(e, k, n, w=rand_bf16((e, n, k), 23, 0.05), recipe=recipe)  # (cache_f16_weights=True)
+    b = rand_bf16((e, n), 24) if with_bias else None
+    layer = make_layer(e, k, n, w=rand_bf16((e, n, k), 23, 0.05), b=b, recipe=recipe)  # (cache_f16_weights=True)
     s_dev = torch.tensor(splits, dtype=torch.int64, device=DEV)
 
     def step():
         layer.weight.grad = None
+        if with_bias:
+            layer.bias.grad = None
         return run_step(layer, x, s_dev, dy)
 
     for what in ("first step", "after an in-place update"):
@@ -443,9 +446,13 @@ def test_f16_weight_copy_matches_oracle(block, decodes):
         assert copy is not None and copy.dtype == torch.float16 and tuple(copy.shape) == (e, n, k)
         xo, wo, dyo = host(x), host(layer.weight), host(dy)
         so = np.array(splits, np.int64)
-        want_y = oracle.grouped_linear_forward(xo, wo, so, recipe=recipe, model="tensor_core")
-        dx_o, dw_o, _ = oracle.grouped_linear_backward(xo, wo, so, dyo, recipe=recipe, model="tensor_core")
+        bo = None if b is None else host(layer.bias)
+        want_y = oracle.grouped_linear_forward(xo, wo, so, bias=bo, recipe=recipe, model="tensor_core")
+        dx_o, dw_o, db_o = oracle.grouped_linear_backward(xo, wo, so, dyo, with_bias=with_bias, recipe=recipe,
+                                                          model="tensor_core")
         assert_bytes(host(y), want_y, f"{block} {what}: y")
+        if with_bias:
+            assert_bytes(host(layer.bias.grad), as_dtype(db_o, torch.bfloat16), f"{block} {what}: bias.grad")
         assert_bytes(host(dx), dx_o, f"{block} {what}: x.grad")
         assert_bytes(host(layer.weight.grad), as_dtype(dw_o, torch.bfloat16), f"{block} {what}: weight.grad")
         assert decode_launches(step) == decodes
