@@ -158,8 +158,17 @@ WGRAD_COPIES_MIN_ROWS_F32 = 512
 #: ... and with plain bf16 output below WGRAD_COPIES_MIN_ROWS_F32 rows only where N K / (N + K), dW's outputs per
 #: decoded element and token, reaches this (H100: the fused kernel ties or wins up to 1024 on E8 T2048, copies win from
 #: 1365; H200: copies 1.09x faster at 1024 on E32 T8192, 0.77x at 683; at 834, E64 N1408 K2048, 0.99x at 256 rows
-#: and 1.12x at 512)
+#: and 1.12x at 512) ...
 WGRAD_COPIES_MIN_REUSE_BF16 = 1200
+#: ... or where it reaches WGRAD_COPIES_MIN_REUSE_BF16_LARGE in a large GEMM: from WGRAD_COPIES_MIN_ROWS_LARGE rows per
+#: group and WGRAD_COPIES_MIN_WORK multiply-adds (T N K), which amortize the copies' fixed launches (H200, E64 T16384
+#: N1408 K2048, 834 at 256 rows, 4.7e10: the GroupedLinear step 1.443 / 1.461x the BF16 step with copies against
+#: 1.483 / 1.484x with the fused wgrad, two pairs in one run; the GEMM alone 1.01-1.04x of the fused kernel's speed.
+#: Smaller ones stay fused: E64 T8192, 128 rows, fused 1.07x faster; E32 T8192 N1024 K2048, 683, 1.7e10, 1.08x;
+#: E8 T2048 N2048 K2048, 1024, 8.6e9, 1.09x)
+WGRAD_COPIES_MIN_REUSE_BF16_LARGE = 800
+WGRAD_COPIES_MIN_ROWS_LARGE = 256
+WGRAD_COPIES_MIN_WORK = 2**35
 #: CUTLASS's grouped GEMM takes at most this many groups
 CUTLASS_MAX_GROUPS = 65535
 
@@ -258,9 +267,10 @@ def _wgrad_copies_pay(p: GemmProblem) -> bool:
     if min(n, k) < COPIES_MIN_REUSE:
         return False
     f32 = p.out_dtype == "float32"
-    if (not f32 and not p.accumulate and rows < WGRAD_COPIES_MIN_ROWS_F32
-            and n * k < WGRAD_COPIES_MIN_REUSE_BF16 * (n + k)):
-        return False
+    if not f32 and not p.accumulate and rows < WGRAD_COPIES_MIN_ROWS_F32:
+        large = rows >= WGRAD_COPIES_MIN_ROWS_LARGE and p.tokens * n * k >= WGRAD_COPIES_MIN_WORK
+        if n * k < (WGRAD_COPIES_MIN_REUSE_BF16_LARGE if large else WGRAD_COPIES_MIN_REUSE_BF16) * (n + k):
+            return False
     if p.accumulate:
         return rows >= WGRAD_COPIES_MIN_ROWS_ACC
     return rows >= (WGRAD_COPIES_MIN_ROWS_F32 if f32 else WGRAD_COPIES_MIN_ROWS)

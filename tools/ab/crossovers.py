@@ -47,6 +47,10 @@ RULES = {
         (f"64,{64 * r},2048,1408,wgrad,f32+c", "algorithm=copies_cutlass", "algorithm=fused") for r in (32, 64, 128)]),
     "wgrad_bf16": ("WGRAD_COPIES_MIN_REUSE_BF16 = 1200: bf16 wgrad N K / (N + K)", [
         (f"32,8192,2048,{n},wgrad,bf16", "algorithm=copies_cutlass", "algorithm=fused") for n in (1024, 2048, 4096)]),
+    "wgrad_bf16_large": ("WGRAD_COPIES_MIN_REUSE_BF16_LARGE = 800 from 256 rows and 2^35 multiply-adds: bf16 wgrad", [
+        (c, "algorithm=copies_cutlass", "algorithm=fused")
+        for c in ("64,16384,2048,1408,wgrad,bf16", "64,8192,2048,1408,wgrad,bf16", "32,8192,2048,1024,wgrad,bf16",
+                  "8,2048,2048,2048,wgrad,bf16")]),
     "exact_wgrad": ("EXACT_WGRAD_COPIES_MIN_ROWS = 256: exact wgrad rows per group", [
         (f"64,{64 * r},2048,1408,wgrad", "algorithm=exact_copies", "algorithm=exact_fused") for r in (128, 256, 512)]),
     "exact_copies": ("COPIES_MIN_REUSE = 1024 (exact fprop): rows per group", [
