@@ -182,15 +182,9 @@ def _(x, amax, rowwise, columnwise, rht, rht_signs, block2d, rule, sr, seed_lo, 
 # grouped (SPEC 9)
 # ---------------------------------------------------------------------------------------------------------
 
-def group_capacities(t: int, k: int, e: int) -> dict:
-    """Worst-case byte sizes of the grouped buffers over every split of t rows into e groups (SPEC 9.3: the oracle's
-    :func:`oracle.grouped.grouped_capacities`, which the device allocates)."""
-    return grouped_capacities(t, k, e)
-
-
 def _group_specs(t: int, k: int, e: int, rowwise: bool, columnwise: bool) -> dict:
     """name -> (shape, dtype) of the buffers one grouped quantize call writes, sized from (T, K, E) only."""
-    cap = group_capacities(t, k, e)
+    cap = grouped_capacities(t, k, e)
     specs = {"row_amax": ((e,), torch.float32), "col_amax": ((e,), torch.float32),
              "offsets": ((6, e + 1), torch.int64)}
     if rowwise:
@@ -553,7 +547,7 @@ def _(dy, offsets):
 
 def packed_col_scale_bytes(t: int, k: int, e: int) -> int:
     """SPEC 9.5's capacity of the packed columnwise scales: K * W(16) (the columnwise data capacity / 8)."""
-    return group_capacities(t, k, e)["col_data"] // 8
+    return grouped_capacities(t, k, e)["col_data"] // 8
 
 
 @torch.library.custom_op("nvfp4_device::pack_col_scales", mutates_args=())
@@ -577,11 +571,11 @@ def unpack_col_scales_op(packed: Tensor, offsets: Tensor, t: int, k: int) -> Ten
     """The inverse of :func:`pack_col_scales_op`: the swizzled columnwise scales (SPEC 9.2) at their SPEC 9.3
     capacity, padding and the bytes past the last group 0x00."""
     e = offsets.shape[1] - 1
-    out = torch.empty(group_capacities(t, k, e)["col_scale"], dtype=torch.uint8, device=packed.device)
+    out = torch.empty(grouped_capacities(t, k, e)["col_scale"], dtype=torch.uint8, device=packed.device)
     _raise_refusal(load_extension().unpack_col_scales_(packed, offsets, e, k, out))
     return out
 
 
 @unpack_col_scales_op.register_fake
 def _(packed, offsets, t, k):
-    return packed.new_empty(group_capacities(t, k, offsets.shape[1] - 1)["col_scale"], dtype=torch.uint8)
+    return packed.new_empty(grouped_capacities(t, k, offsets.shape[1] - 1)["col_scale"], dtype=torch.uint8)

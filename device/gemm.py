@@ -49,6 +49,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from oracle.grouped import grouped_capacities
+
 from . import _dispatch, _ops
 from ._codes import GemmKind, Rule
 from ._results import DeviceGroupedNVFP4Tensor
@@ -114,7 +116,7 @@ def _plane(t: DeviceGroupedNVFP4Tensor, which: str, name: str, kind: str):
     amax = getattr(t, f"{which}_amax")
     rows, k = (int(v) for v in t.shape)
     e = int(t.splits.numel())
-    cap = _ops.group_capacities(rows, k, e)
+    cap = grouped_capacities(rows, k, e)
     need = {"data": cap[f"{which}_data"], "scales": cap[f"{which}_scale"]}
     dev = t.offsets.device
     for what, buf, dtype, size in (("data", data, torch.uint8, need["data"]),

@@ -244,8 +244,8 @@ class GroupedLinear(torch.nn.Module):
             or dgrad runs over fp16 copies (CUTLASS's grouped GEMM: from 256 tokens per expert with N and K >= 1024),
             which then read it instead of decoding a weight plane at every call. With 16x16 weight blocks (the default
             recipe) the one copy serves both GEMMs (SPEC 6.3: the two planes hold the same values transposed); with
-            1x16 blocks, fprop only (fprop adds the bias in CUTLASS's epilogue). The same bits either way; ``False``
-            trades the speed for the memory (docs/performance.md: the E8 T16384 skewed step at 1.03-1.10x the BF16
+            1x16 blocks, fprop only. fprop reads it with or without a bias (CUTLASS's bf16 bias epilogue). The same
+            bits either way; ``False`` trades the speed for the memory (docs/performance.md: the E8 T16384 skewed step at 1.03-1.10x the BF16
             step with the copy, 1.08-1.19x without, over four runs; bias off).
 
     Parameters: ``weight`` ``[E, N, K]`` (one Parameter; ``weight[g]`` is expert g's ``[N, K]`` matrix, row-major,
@@ -264,7 +264,8 @@ class GroupedLinear(torch.nn.Module):
     X against 2 for a BF16 layer's saved X, plus the SPEC 9.3 capacity's room for the groups' padding to 16 tokens.
 
     **Weight planes** are quantized once (both planes, 16x16 blocks by default) and reused by later forwards while
-    the weight is unchanged (with ``cache_f16_weights``, their fp16 copy too). By default (``forward(..., is_first_microbatch=None)``) the cache is keyed on
+    the weight is unchanged (with ``cache_f16_weights``, their fp16 copy too). By default
+    (``forward(..., is_first_microbatch=None)``) the cache is keyed on
     ``weight._version`` (bumped by every in-place update through the parameter, e.g. the optimizer's),
     ``weight.data_ptr()``, dtype, shape and the recipe's weight fields. That check cannot see a write that bumps no
     version counter of the parameter: ``weight.data.copy_(...)`` or another in-place op on ``weight.data``, a

@@ -415,11 +415,12 @@ def decode_launches(fn) -> int:
     return sum(1 for ev in prof.events() if ev.device_type.name == "CUDA" and "decode_plane_kernel" in ev.name)
 
 
-# cache_f16_weights (mode "fast", the default): with 300 tokens per expert and N = K = 1024 fprop and dgrad run over fp16 copies
-# (CUTLASS), reading the weights' cached fp16 copy instead of decoding a weight plane; y, x.grad and weight.grad are
-# the oracle's bytes. 16x16 weight blocks: the one copy serves both GEMMs (SPEC 6.3), so a step decodes only X's and
-# dY's rowwise planes; 1x16 blocks: fprop only (dgrad then runs the fused kernel, which decodes in the kernel). With a
-# bias, fprop adds it in CUTLASS's epilogue (bias.grad checked too). An in-place update rebuilds the copy.
+# cache_f16_weights (mode "fast", the default): with 300 tokens per expert and N = K = 1024 fprop and dgrad run over
+# fp16 copies (CUTLASS), reading the weights' cached fp16 copy instead of decoding a weight plane; y, x.grad and
+# weight.grad are the oracle's bytes. 16x16 weight blocks: the one copy serves both GEMMs (SPEC 6.3), so a step decodes
+# only X's and dY's rowwise planes; 1x16 blocks: fprop only (dgrad then runs the fused kernel, which decodes in the
+# kernel). With a bias, fprop adds it in CUTLASS's epilogue (bias.grad checked too). An in-place update rebuilds the
+# copy.
 @pytest.mark.parametrize("block,decodes,with_bias", [((16, 16), 2, False), ((1, 16), 1, False), ((16, 16), 2, True)])
 def test_f16_weight_copy_matches_oracle(block, decodes, with_bias):
     from device._build import load_gemm_extension
