@@ -8,12 +8,12 @@ choice would send elsewhere; benchmarks use it to time the alternatives side by 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from . import _dispatch
 from ._codes import Algorithm, Epilogue, Loader, QuantizeKernel
 
-__all__ = ["force_plan"]
+__all__ = ["force_plan", "gemm_over_weight_copy"]
 
 _CHOICES = {"algorithm": Algorithm, "loader": Loader, "epilogue": Epilogue, "quantize": QuantizeKernel}
 
@@ -49,3 +49,28 @@ def force_plan(*, algorithm: str | None = None, loader: str | None = None, epilo
     finally:
         _dispatch.FORCED.clear()
         _dispatch.FORCED.update(before)
+
+
+def gemm_over_weight_copy(a, b, *, kind: str, out, bias=None, mode: str = "fast") -> Callable[[], None]:
+    """An fprop / dgrad call of :func:`device.grouped_gemm`'s operands into ``out`` (plus ``bias``) that reads the
+    weights' fp16 copy, as ``GroupedLinear(cache_f16_weights=True)`` runs it: the copy ``[E, N, K]`` is made here,
+    once, from ``b``'s rowwise plane (``device._ops.weight_f16_copy``; ``b`` as :func:`device.group_quantize` makes
+    the weights, with that plane); each call of the returned function launches the GEMM with it, under the plan parts
+    forced when it runs (:func:`force_plan`; the copy is read by ``copies_cutlass`` only)."""
+    from . import _ops
+    from . import gemm as _gemm
+
+    if kind not in ("fprop", "dgrad"):
+        raise ValueError(f"the weights' copy serves fprop and dgrad only, got kind={kind!r}")
+    e = b.offsets.shape[1] - 1
+    n, k = b.shape[0] // e, b.shape[1]
+    copy = _ops.weight_f16_copy(b.row_data, b.row_scales, b.offsets, e, n, k)
+    c = _gemm._checked_call(a, b, kind, None, out, False, bias, mode)
+    (ad, as_, aa), (bd, bs, ba) = c.a_plane, c.b_plane
+    operands = (ad, as_, aa.float().contiguous(), a.offsets, bd, bs, ba.float().contiguous(), b.offsets)
+
+    def call() -> None:
+        _ops.launch_grouped_gemm(_gemm._KIND_CODES[kind], mode, *operands, out, c.bias, False, c.sizes,
+                                 *_gemm._plan_parts(), b_copy=copy)
+
+    return call

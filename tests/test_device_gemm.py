@@ -562,8 +562,8 @@ def weight_values_f16(wq, e, n, k) -> np.ndarray:
 
 def test_weight_f16_copy_values():
     """device._ops.weight_f16_copy: every weight's value E2M1 x E4M3 in fp16 (ml_dtypes' decode of the oracle's
-    planes), an expert with a NaN and one with an Inf element and an all-zero expert included; with 16x16 blocks the same values as the columnwise
-    plane's, transposed (SPEC 6.3)."""
+    planes), an expert with a NaN and one with an Inf element and an all-zero expert included; with 16x16 blocks the
+    same values as the columnwise plane's, transposed (SPEC 6.3)."""
     from device import _ops
 
     e, n, k = 3, 48, 96
@@ -587,27 +587,14 @@ def test_weight_f16_copy_values():
         _ops.weight_f16_copy(wq.row_data, wq.row_scales, wq.offsets, e, n - 16, k)
 
 
-def gemm_over_weight_copy(aq, wq, kind, out, n, k, algorithm="copies_cutlass", bias=None):
-    """Fast-mode fprop / dgrad into ``out`` (plus ``bias``) with the weights' fp16 copy (device._ops.weight_f16_copy)
-    given as b_copy (the layer's cache_f16_weights), under the forced ``algorithm``."""
-    from device import _ops
-    from device import gemm as dg
-
-    e = wq.offsets.shape[1] - 1
-    copy = _ops.weight_f16_copy(wq.row_data, wq.row_scales, wq.offsets, e, n, k)
-    c = dg._checked_call(aq, wq, kind, None, out, False, bias, "fast")
-    (ad, as_, aa), (bd, bs, ba) = c.a_plane, c.b_plane
-    _ops.launch_grouped_gemm(dg._KIND_CODES[kind], "fast", ad, as_, aa.float().contiguous(), aq.offsets, bd, bs,
-                             ba.float().contiguous(), wq.offsets, out, c.bias, False, c.sizes, algorithm, "", "", 0,
-                             b_copy=copy)
-
-
 # copies_cutlass over the weights' fp16 copy (only the token plane decoded; dgrad reads the copy N-contiguous through
 # the RowMajor-B instantiation): the same bits as oracle.gemm(model="tensor_core") on every case shape, empty groups
 # and unaligned splits included, fprop with bf16 output with a bias; another algorithm forced with the copy ignores
 # it.
 @pytest.mark.parametrize("case", list(CASES))
 def test_copies_cutlass_over_the_weight_copy(case):
+    from device.testing import force_plan, gemm_over_weight_copy
+
     _needs_cutlass()
     splits, n, k = CASES[case]
     e, t = len(splits), int(sum(splits))
@@ -619,7 +606,8 @@ def test_copies_cutlass_over_the_weight_copy(case):
         bias = (torch.randn((e, n)) * 3).to(DEV) if kind == "fprop" and od == torch.bfloat16 else None
         for algorithm in ("copies_cutlass", "fused_128x256"):
             out, check_tail = guarded((t, cols), od)
-            gemm_over_weight_copy(aq, wq, kind, out, n, k, algorithm, bias)
+            with force_plan(algorithm=algorithm):
+                gemm_over_weight_copy(aq, wq, kind=kind, out=out, bias=bias)()
             check_tail(kind)
             ao, wo = aq.to_oracle(), wq.to_oracle()
             check_row_groups(to_np(out), splits, ao.row_planes, wo.row_planes if kind == "fprop" else wo.col_planes,

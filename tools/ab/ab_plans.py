@@ -196,30 +196,18 @@ def operands(c: Case):
 
 
 def gemm_call(plan: Plan, a, b, c: Case, out: torch.Tensor) -> Callable[[], None]:
-    """One grouped_gemm call of the case under the plan, into ``out`` (with ``weights=f16``: through
-    device._ops.launch_grouped_gemm with the weights' fp16 copy, as GroupedLinear(cache_f16_weights=True) calls it)."""
+    """One grouped_gemm call of the case under the plan, into ``out`` (with ``weights=f16``: reading the weights' fp16
+    copy, as GroupedLinear(cache_f16_weights=True) calls it; device.testing.gemm_over_weight_copy)."""
     bias = torch.linspace(-1, 1, c.e * out.shape[1], device=DEV).view(c.e, -1) if c.bias else None
-    if not plan.weight_copy:
-        def call() -> None:
-            with applied(plan):
-                device.grouped_gemm(a, b, kind=c.kind, out=out, mode=plan.mode, accumulate=c.out == "f32+c",
-                                    bias=bias)
-
-        return call
-    from device import _ops
-    from device import gemm as dg
-
-    if c.kind == "wgrad":
-        raise ValueError("weights=f16 serves fprop and dgrad only")
-    copy = _ops.weight_f16_copy(b.row_data, b.row_scales, b.offsets, c.e, c.n, c.k)
-    checked = dg._checked_call(a, b, c.kind, None, out, False, bias, plan.mode)
-    (ad, as_, aa), (bd, bs, ba) = checked.a_plane, checked.b_plane
-    operands = (ad, as_, aa.float().contiguous(), a.offsets, bd, bs, ba.float().contiguous(), b.offsets)
+    if plan.weight_copy:
+        run = testing.gemm_over_weight_copy(a, b, kind=c.kind, out=out, bias=bias, mode=plan.mode)
+    else:
+        def run() -> None:
+            device.grouped_gemm(a, b, kind=c.kind, out=out, mode=plan.mode, accumulate=c.out == "f32+c", bias=bias)
 
     def call() -> None:
         with applied(plan):
-            _ops.launch_grouped_gemm(dg._KIND_CODES[c.kind], plan.mode, *operands, out, checked.bias, False,
-                                     checked.sizes, *dg._plan_parts(), b_copy=copy)
+            run()
 
     return call
 
