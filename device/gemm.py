@@ -173,9 +173,7 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
 
     The call is graph-safe: no group size leaves the device, and the grid is fixed by host-known sizes."""
     c = _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode)
-    (ad, as_, aa), (bd, bs, ba) = c.a_plane, c.b_plane
-    operands = (ad, as_, aa.to(torch.float32).contiguous(), a.offsets.contiguous(),
-                bd, bs, ba.to(torch.float32).contiguous(), b.offsets.contiguous())
+    operands = _operands(c, a, b)
     plan = _plan_parts()
     # one torch.library custom op per form (device/_ops.py): torch.compile traces them through their fake
     # implementations (eager calls launch without their dispatch); the plan is chosen at the launch, from host-known
@@ -185,6 +183,14 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
                                      *plan)
     _ops.grouped_gemm_into(*operands, c.out, c.bias, bool(accumulate), _KIND_CODES[kind], mode, c.sizes, *plan)
     return c.out
+
+
+def _operands(c: _Call, a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor) -> tuple[Tensor, ...]:
+    """The grouped GEMM ops' 8 operand tensors of a checked call: (data, scales, fp32 amax, offsets) of a's plane,
+    then of b's."""
+    (ad, as_, aa), (bd, bs, ba) = c.a_plane, c.b_plane
+    return (ad, as_, aa.to(torch.float32).contiguous(), a.offsets.contiguous(),
+            bd, bs, ba.to(torch.float32).contiguous(), b.offsets.contiguous())
 
 
 def _plan_parts() -> tuple[str, str, str, int]:

@@ -106,7 +106,8 @@ def _gemm_new(kind: int, a: _Planes, a_plane: str, b: _Planes, b_plane: str, cfg
     """A new output of one of the layer's GEMMs; ``b_copy``: the weights' fp16 copy (fprop / dgrad, see
     GroupedLinear's ``cache_f16_weights``)."""
     return _ops.grouped_gemm_new(*_operands(a, a_plane, b, b_plane), bias, kind, cfg.mode, shape, dtype,
-                                 _gemm_sizes(kind, cfg.e, t, cfg.n, cfg.k, cfg.rule), *_gemm._plan_parts(), b_copy=b_copy)
+                                 _gemm_sizes(kind, cfg.e, t, cfg.n, cfg.k, cfg.rule), *_gemm._plan_parts(),
+                                 b_copy=b_copy)
 
 
 def _wgrad(dyq: _Planes, xq: _Planes, cfg: _Config, t: int, dtype: torch.dtype, main_grad: Tensor | None):
@@ -115,8 +116,7 @@ def _wgrad(dyq: _Planes, xq: _Planes, cfg: _Config, t: int, dtype: torch.dtype, 
     if main_grad is None:
         return _gemm_new(_WGRAD, dyq, "col", xq, "col", cfg, t, [cfg.e, cfg.n, cfg.k], dtype)
     _ops.grouped_gemm_into(*_operands(dyq, "col", xq, "col"), main_grad, None, True, _WGRAD, cfg.mode,
-                           _gemm_sizes(_WGRAD, cfg.e, t, cfg.n, cfg.k, cfg.rule),
-                           *_gemm._plan_parts())
+                           _gemm_sizes(_WGRAD, cfg.e, t, cfg.n, cfg.k, cfg.rule), *_gemm._plan_parts())
     return None
 
 
@@ -245,8 +245,8 @@ class GroupedLinear(torch.nn.Module):
             which then read it instead of decoding a weight plane at every call. With 16x16 weight blocks (the default
             recipe) the one copy serves both GEMMs (SPEC 6.3: the two planes hold the same values transposed); with
             1x16 blocks, fprop only. fprop reads it with or without a bias (CUTLASS's bf16 bias epilogue). The same
-            bits either way; ``False`` trades the speed for the memory (docs/performance.md: the E8 T16384 skewed step at 1.03-1.10x the BF16
-            step with the copy, 1.08-1.19x without, over four runs; bias off).
+            bits either way; ``False`` trades the speed for the memory (docs/performance.md: the E8 T16384 skewed step
+            at 1.03-1.10x the BF16 step with the copy, 1.08-1.19x without, over four runs; bias off).
 
     Parameters: ``weight`` ``[E, N, K]`` (one Parameter; ``weight[g]`` is expert g's ``[N, K]`` matrix, row-major,
     so the layout is that of TE's E separate ``weight{g}`` parameters stacked; initialised as ``torch.nn.Linear``

@@ -66,8 +66,7 @@ def gemm_over_weight_copy(a, b, *, kind: str, out, bias=None, mode: str = "fast"
     n, k = b.shape[0] // e, b.shape[1]
     copy = _ops.weight_f16_copy(b.row_data, b.row_scales, b.offsets, e, n, k)
     c = _gemm._checked_call(a, b, kind, None, out, False, bias, mode)
-    (ad, as_, aa), (bd, bs, ba) = c.a_plane, c.b_plane
-    operands = (ad, as_, aa.float().contiguous(), a.offsets, bd, bs, ba.float().contiguous(), b.offsets)
+    operands = _gemm._operands(c, a, b)
 
     def call() -> None:
         _ops.launch_grouped_gemm(_gemm._KIND_CODES[kind], mode, *operands, out, c.bias, False, c.sizes,

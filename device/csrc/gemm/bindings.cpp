@@ -204,7 +204,8 @@ std::string grouped_gemm_(int64_t kind, int64_t E, const Tensor& a_data, const T
   const Tensor* b_copy_p = nullptr;  // the weights' fp16 values [E, N, K] (fprop / dgrad; copies_cutlass reads it)
   if (b_copy.has_value() && b_copy->defined()) {
     NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4_gemm", *b_copy, "b copy", at::kHalf));
-    NVFP4_REFUSE_UNLESS(kind != nvfp4_gemm::kWgrad, "nvfp4_gemm: a b copy (the weights' values) serves fprop and dgrad");
+    NVFP4_REFUSE_UNLESS(kind != nvfp4_gemm::kWgrad,
+                        "nvfp4_gemm: a b copy (the weights' values) serves fprop and dgrad");
     NVFP4_REFUSE_UNLESS(kind != nvfp4_gemm::kDgrad || !f32, "nvfp4_gemm: dgrad over a b copy writes bfloat16 only");
     NVFP4_REFUSE_UNLESS(b_copy->device() == out.device(), "nvfp4_gemm: the b copy must be on out's device");
     NVFP4_REFUSE_UNLESS(b_copy->numel() == E * ldd * kc, "nvfp4_gemm: the b copy must hold E N K = ", E * ldd * kc,

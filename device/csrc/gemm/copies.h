@@ -55,7 +55,8 @@ struct CopiesArgs {
 // (2 p.cap_bytes fp16 values; bytes past the plane's last group are not decoded, their elements not written).
 void launch_decode_plane(const PlaneView& p, void* out, cudaStream_t s);
 // Launches the dequantize kernels (B's only without a given copy), the per-group kernel (CUTLASS's arguments and the
-// zero-step epilogue) and the CUTLASS GEMM; returns the CUTLASS status code (0 = launched). `c` holds the device arrays and workspace (gemm/bindings.cpp sizes them).
+// zero-step epilogue) and the CUTLASS GEMM; returns the CUTLASS status code (0 = launched). `c` holds the device
+// arrays and workspace (gemm/bindings.cpp sizes them).
 int launch_copies_cutlass(const CopiesArgs& d, CutlassArgs c, cudaStream_t s);
 size_t copies_cutlass_workspace(int epilogue, const CutlassArgs& c);
 // exact_copies: decodes both planes into d.a_f16 / d.b_f16, points every group's Prob::a / Prob::b (`probs`, the
