@@ -65,11 +65,18 @@ def ru32(v: Fraction) -> np.float32:
     return np.nextafter(r, np.float32(np.inf)) if Fraction(float(r)) < v else r
 
 
-def partials(a_codes, b_codes, a_scales, b_scales):
+def chain4_bound(a_scales, b_scales) -> np.float32:
+    """The kernel's chain-4 bound (chain4_bound in sm100_copies.cu) for one row and column: sum over the groups of
+    576 sA_g sB_g, rounded up to fp32."""
+    return ru32(sum(576 * scale_value(a) * scale_value(b) for a, b in zip(a_scales, b_scales, strict=True)))
+
+
+def partials(a_codes, b_codes, a_scales, b_scales, chain4: bool = True):
     """The kernel's partials of one output and step from SPEC 12.6's wgmma model on the fp16 copies' values
-    v = E2M1 x scale: (s, m, lo, hi), s their fp32 sum, m the fp32 sum of their magnitudes, lo and hi the step's L and H.
-    Chained (two wgmmas per fragment, the second with scale-d = 1) where the exponents spread by at most 7, else four
-    per-group partials."""
+    v = E2M1 x scale: (s, m, lo, hi, path), s their fp32 sum, m a bound on the fp32 sum of their magnitudes, lo and hi
+    the step's L and H. Where the exponents spread by at most 7: one chain of four wgmmas (scale-d = 1 after the first)
+    where ``chain4`` and the chain-4 bound lies below 2^(L + 16), m that bound; else two chains of two, m the sum of
+    their magnitudes. Wider spreads: four per-group partials."""
     lo_a, hi_a = bounds(a_scales)
     lo_b, hi_b = bounds(b_scales)
     lo, hi = lo_a + lo_b, hi_a + hi_b
@@ -80,10 +87,13 @@ def partials(a_codes, b_codes, a_scales, b_scales):
         return wgmma_k16_step(acc, va[16 * g:16 * g + 16], vb[16 * g:16 * g + 16], operands="fp16")
 
     if hi - lo <= 7:
+        bound = chain4_bound(a_scales, b_scales)
+        if chain4 and float(bound) < 2.0 ** (lo + 16):
+            return np.float32(wgmma(wgmma(wgmma(wgmma(0.0, 0), 1), 2), 3)), bound, lo, hi, "chain4"
         p0, p1 = np.float32(wgmma(wgmma(0.0, 0), 1)), np.float32(wgmma(wgmma(0.0, 2), 3))
-        return p0 + p1, abs(p0) + abs(p1), lo, hi
+        return p0 + p1, abs(p0) + abs(p1), lo, hi, "chained"
     v = [np.float32(wgmma(0.0, g)) for g in range(4)]
-    return (v[0] + v[1]) + (v[2] + v[3]), (abs(v[0]) + abs(v[1])) + (abs(v[2]) + abs(v[3])), lo, hi
+    return (v[0] + v[1]) + (v[2] + v[3]), (abs(v[0]) + abs(v[1])) + (abs(v[2]) + abs(v[3])), lo, hi, "per_group"
 
 
 def step_test(c: np.float32, m: np.float32, lo: int, hi: int) -> bool:
@@ -93,11 +103,11 @@ def step_test(c: np.float32, m: np.float32, lo: int, hi: int) -> bool:
             and (ac >= 2.0 ** (hi - 12) or c == 0))
 
 
-def kernel_step(c: np.float32, a_codes, b_codes, a_scales, b_scales):
+def kernel_step(c: np.float32, a_codes, b_codes, a_scales, b_scales, chain4: bool = True):
     """What sm100_copies returns for one output and step where its per-step test passes (None where it does not,
-    the int64 step then runs)."""
-    s, m, lo, hi = partials(a_codes, b_codes, a_scales, b_scales)
-    return rz32(Fraction(float(c)) + Fraction(float(s))) if step_test(c, m, lo, hi) else None
+    the int64 step then runs), and the partials' path."""
+    s, m, lo, hi, path = partials(a_codes, b_codes, a_scales, b_scales, chain4)
+    return (rz32(Fraction(float(c)) + Fraction(float(s))) if step_test(c, m, lo, hi) else None), path
 
 
 class RunningBounds:
@@ -115,13 +125,13 @@ class RunningBounds:
                 and float(self.c_max) < 4096 * self.t_min)
 
 
-def kernel_tile(steps):
+def kernel_tile(steps, chain4: bool = True):
     """The kernel's accumulator of one output over a tile's steps ((codes A, codes B, scales A, scales B) each), C
     from +0: the running test, else the per-step test, else SPEC 12.7's step. Returns the accumulator after each step
     and the number of steps that only the running test let through."""
     c, run, out, only_running = np.float32(0.0), RunningBounds(), [], 0
     for a, b, sa, sb in steps:
-        s, m, lo, hi = partials(a, b, sa, sb)
+        s, m, lo, hi, _ = partials(a, b, sa, sb, chain4)
         if run.ok(m, lo, hi):
             only_running += not step_test(c, m, lo, hi)
             c = rz32(Fraction(float(c)) + Fraction(float(s)))
@@ -151,23 +161,61 @@ def random_step(rng, spread: int, zeros: float, c_binades: tuple[int, int]):
     return c, codes[0], codes[1], [int(x) for x in scales[0]], [int(x) for x in scales[1]]
 
 
-@pytest.mark.parametrize("spread, zeros, c_binades, min_fast", [
-    (1, 0.0, (0, 30), 300),     # typical: chained, fast
-    (3, 0.1, (-10, 40), 200),   # chained and per group, C from tiny to huge
-    (8, 0.3, (-20, 45), 40),    # wide spreads: per group, many slow steps
+@pytest.mark.parametrize("chain4", [True, False], ids=["chain4", "two_chains"])
+@pytest.mark.parametrize("spread, zeros, c_binades, min_fast, min_chain4", [
+    (1, 0.0, (0, 30), 300, 100),   # typical: chained (one chain of four or two of two), fast
+    (3, 0.1, (-10, 40), 200, 40),  # chained and per group, C from tiny to huge
+    (8, 0.3, (-20, 45), 40, 0),    # wide spreads: per group, many slow steps
 ])
-def test_where_the_kernels_test_passes_its_step_is_spec_12_7(spread, zeros, c_binades, min_fast):
+def test_where_the_kernels_test_passes_its_step_is_spec_12_7(spread, zeros, c_binades, min_fast, min_chain4, chain4):
     rng = np.random.default_rng(1000 + spread)
-    fast = 0
+    fast, paths = 0, {"chain4": 0, "chained": 0, "per_group": 0}
     for _ in range(400):
         c, ac, bc, sa, sb = random_step(rng, spread, zeros, c_binades)
-        got = kernel_step(c, ac, bc, sa, sb)
+        got, path = kernel_step(c, ac, bc, sa, sb, chain4)
         if got is None:
             continue
         fast += 1
+        paths[path] += 1
         want = mxf4nvf4_k64_step(c, ac, bc, sa, sb)
         assert np.array_equal(np.float32(got).view(np.uint32), np.float32(want).view(np.uint32)), (c, sa, sb, got, want)
     assert fast >= min_fast, f"only {fast} of 400 steps took the fast path: the test checks too little"
+    assert paths["chain4"] >= (min_chain4 if chain4 else 0) and (chain4 or paths["chain4"] == 0), paths
+    assert paths["chained"] >= (min_fast // 4 if spread < 8 and not chain4 else 0), paths
+
+
+def test_one_chain_of_four_at_its_bound():
+    """The chain-4 bound decides exactly where one chain of four wgmmas is SPEC 12.7's step (L = 0, H = 6 and 7 below:
+    chained spreads):
+    * bound 576 (64 + 32 + 15 + 117/64) = 64,989 < 2^16: the four groups (codes 6, and one 0.5 x 0.5 product at scales
+      9/8 and 13/8) add to 64,923.64453125, every bit from 2^15 to 2^-8 used, exactly in the chain;
+    * bound above 2^16: group 0 (16 products 6 x 6 at scales 16 and 8: 73,728) plus group 1 (one product 0.5 x 0.5 at
+      scales 9/8: 81 / 256) rounds to 73,728.3125 in the chain, and group 2 cancels group 0: the chain returns 0.3125
+      where the step is 0.31640625 (two chains of two fail their magnitude test too)."""
+    six, half = 0x7, 0x1
+    tight_a = [six] * 48 + [six] * 15 + [half]
+    tight = (tight_a, list(tight_a), [0x50, 0x48, 0x40, 0x39], [0x50, 0x50, 0x4F, 0x3D])
+    got, path = kernel_step(np.float32(0.0), *tight)
+    assert path == "chain4" and float(chain4_bound(tight[2], tight[3])) == 576 * (64 + 32 + 15 + 117 / 64)
+    want = mxf4nvf4_k64_step(np.float32(0.0), *tight)
+    assert float(want) == 64923.64453125 and np.float32(got).view(np.uint32) == np.float32(want).view(np.uint32)
+
+    cancel_a = [six] * 16 + [half] + [0] * 15 + [six | 0x8] * 16 + [0] * 16
+    cancel_b = [six] * 16 + [half] + [0] * 15 + [six] * 16 + [0] * 16
+    over = (cancel_a, cancel_b, [0x58, 0x39, 0x58, 0], [0x50, 0x39, 0x50, 0])
+    got, path = kernel_step(np.float32(0.0), *over)
+    assert path == "chained" and got is None
+    want = mxf4nvf4_k64_step(np.float32(0.0), *over)
+    assert float(want) == 81 / 256
+    s, *_ = partials(*over[:4], chain4=True)
+    lo, hi = bounds(over[2])[0] + bounds(over[3])[0], bounds(over[2])[1] + bounds(over[3])[1]
+    assert (lo, hi) == (0, 7)
+    va = [float(decode_e2m1(np.uint8(x)) * scale_value(over[2][i // 16])) for i, x in enumerate(over[0])]
+    vb = [float(decode_e2m1(np.uint8(x)) * scale_value(over[3][i // 16])) for i, x in enumerate(over[1])]
+    chain = 0.0
+    for g in range(4):
+        chain = wgmma_k16_step(chain, va[16 * g:16 * g + 16], vb[16 * g:16 * g + 16], operands="fp16")
+    assert float(chain) == 0.3125 != float(want)
 
 
 def test_the_tests_thresholds_on_c_are_needed():
@@ -183,7 +231,7 @@ def test_the_tests_thresholds_on_c_are_needed():
          Fraction(1, 4) * scale_value(0x7E) ** 2),
     ]
     for c, a, b, scales, s in cases:
-        assert kernel_step(c, a, b, scales, scales) is None
+        assert kernel_step(c, a, b, scales, scales)[0] is None
         want = mxf4nvf4_k64_step(c, a, b, scales, scales)
         naive = rz32(Fraction(float(c)) + s)
         assert float(naive) != float(want), (c, float(want))
@@ -207,12 +255,13 @@ def random_tile(rng, steps: int):
     return out
 
 
-def test_the_running_test_over_a_tile_is_spec_12_7_step_by_step():
+@pytest.mark.parametrize("chain4", [True, False], ids=["chain4", "two_chains"])
+def test_the_running_test_over_a_tile_is_spec_12_7_step_by_step(chain4):
     rng = np.random.default_rng(77)
     only_running = 0
     for _ in range(100):
         steps = random_tile(rng, 12)
-        got, n = kernel_tile(steps)
+        got, n = kernel_tile(steps, chain4)
         only_running += n
         want = np.float32(0.0)
         for k, (a, b, sa, sb) in enumerate(steps):
@@ -241,7 +290,7 @@ def test_the_running_tests_bounds_are_needed():
         got, _ = kernel_tile(steps)
         want = mxf4nvf4_k64_step(mxf4nvf4_k64_step(np.float32(0.0), *steps[0]), *steps[1])
         assert np.float32(got[1]).view(np.uint32) == np.float32(want).view(np.uint32)
-        s, m, lo, hi = partials(*steps[1])
+        s, m, lo, hi, _ = partials(*steps[1])
         assert naive == rz32(Fraction(float(got[0])) + Fraction(float(s))) and naive != want
         run = RunningBounds()
         run.t_min = 2.0 ** (bounds(steps[0][2])[0] * 2 + 16)

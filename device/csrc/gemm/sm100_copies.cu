@@ -20,7 +20,15 @@
 // L_min the least L of its steps so far, so H <= L_min + 27 and |C| < 2^(L_min + 28) leave nothing cut either, and the
 // kernel carries a bound c_max on |C| from step to step instead of reducing over C (RunningBounds).
 // (tests/test_sm100_fast_step.py checks both against SPEC 12.6's and 12.7's scalar references on the CPU.)
-// Two ways to form the partials, chosen per warpgroup and step from the loader's summaries:
+// Three ways to form the partials, chosen per warpgroup and step from the loader's summaries:
+//   one chain of four (chained spreads, below, and the chain-4 bound B = sum over g of 576 maxA_g maxB_g below
+//       2^(L + 16), maxA_g the largest |scale| of group g over the warpgroup's rows, maxB_g over the tile's columns):
+//       wgmma(g0), then g1, g2, g3 with scale-d = 1 into one fragment, p = V_0 + V_1 + V_2 + V_3 exactly, and C + p
+//       with no magnitude sum (1 CUDA-core instruction per output and step). Every product of group g is at most
+//       36 maxA_g maxB_g (|E2M1| <= 6), so every partial sum of the chain is at most B: a multiple of 2^(L - 8) below
+//       2^(L + 16), exact in fp32; the k-th wgmma truncates at 2^(E' - 25) with E' = max(e(partial), E_k + 6) <=
+//       max(L + 15, H + 6) <= L + 17 (H - L <= 7), a grid no coarser than 2^(L - 8). B stands in for the magnitude sums
+//       in the tests and in c_max. On normal data B passes on about 97% of the steps (64 x 128 outputs).
 //   chained (the groups' exponents spread by H - L <= 7 over the warpgroup's 64 rows and the tile's 128 columns): two
 //       partials, wgmma(g0) then wgmma(g1) with scale-d = 1 into one fragment, and the same for g2, g3. The second
 //       wgmma is exact too: by SPEC 12.6 it truncates at 2^(E' - 25) with E' = max(e(V_0), E_1 + 6) <= H + 10 (|V_0| <
@@ -70,10 +78,9 @@ namespace {
 constexpr int BM = 128, BN = 128, R = 64;  // R: fp32 accumulator registers per MMA thread (m64n128)
 constexpr int kStages = 6;
 constexpr int kThreads = 384, kLoaderThreads = 128;
-// The MMA warps hold the accumulators and two partials (192 registers). 224 / 56 is the fastest of three measured splits
-// (docs/design.md 4.6): 216 / 72 leaves ptxas too few temporaries to interleave the magnitude sums and maxima, 232 / 40
-// interleaves them best but spills two of the loaders' values.
-constexpr int kMmaRegs = 224, kLoaderRegs = 56;
+// The MMA warps hold the accumulators and two partials (192 registers); the loader warps' chain-4 maxima spill 68 bytes
+// under 56 registers, none under 72 (docs/design.md 4.6).
+constexpr int kMmaRegs = 216, kLoaderRegs = 72;
 constexpr int kSummarizers = 3;  // loader warps 1-3 write the summaries of every third step each
 constexpr int kTileBytes = 128 * kBK * 2;  // 128 rows x 64 fp16 = 16 KB
 // A stage: the A tile, the B tile (both as exact_copies), the two raw scale tiles (A's, B's), then the masked scale
@@ -153,22 +160,60 @@ __device__ __noinline__ uint32_t scale_word_global(const uint8_t* global_tile, i
 
 // One 16-row band's test for a step (written by the loader, read by the band's MMA warp): t = 2^(L + 16) and
 // h = 2^(H - 12) from the band's and the tile's B bounds, and the flags: kBandFast (no NaN or sign-bit scale and
-// H - L <= 27, so the thresholds decide) and kChained (the warpgroup's spread allows the chained partials; the same for
-// its four bands). The bound on |C| of the per-step test, 2^(L + 28), is 4096 t.
+// H - L <= 27, so the thresholds decide), kChained (the warpgroup's spread allows the chained partials) and kChain4
+// (besides, the warpgroup's scale bound `bound` proves one chain of four exact; both the same for its four bands). The
+// bound on |C| of the per-step test, 2^(L + 28), is 4096 t.
 struct WarpTest {
-  float t, h, unused;
+  float t, h, bound;
   uint32_t flags;
 };
-constexpr uint32_t kBandFast = 1, kChained = 2;
+constexpr uint32_t kBandFast = 1, kChained = 2, kChain4 = 4;
 
-__device__ __forceinline__ WarpTest band_test(RowScales a, RowScales b, bool chained) {
+__device__ __forceinline__ WarpTest band_test(RowScales a, RowScales b, uint32_t path, float bound) {
   const int L = a.lo + b.lo, H = a.hi + b.hi;
   WarpTest t;
   t.t = pow2(L + 16);
   t.h = pow2(H - 12);
-  t.unused = 0.0f;
-  t.flags = (!a.special && !b.special && H - L <= 27 ? kBandFast : 0u) | (chained ? kChained : 0u);
+  t.bound = bound;
+  t.flags = (!a.special && !b.special && H - L <= 27 ? kBandFast : 0u) | path;
   return t;
+}
+
+// The largest scale magnitude byte of each group of a step over a set of rows: groups 0 and 2 in the 16-bit lanes of
+// `even`, groups 1 and 3 in those of `odd` (maxima merge by __vmaxu2, one instruction each).
+struct GroupMax {
+  uint32_t even, odd;
+};
+
+// m merged with a row's scale word w
+__device__ __forceinline__ GroupMax merge_group_max(GroupMax m, uint32_t w) {
+  return GroupMax{__vmaxu2(m.even, w & 0x007F007Fu), __vmaxu2(m.odd, (w >> 8) & 0x007F007Fu)};
+}
+
+template <int FIRST, int LAST>
+__device__ __forceinline__ GroupMax merge_group_max_lanes(GroupMax m) {
+  return GroupMax{merge_lanes<FIRST, LAST>(m.even), merge_lanes<FIRST, LAST>(m.odd)};
+}
+
+// The value of an E4M3 magnitude byte b <= 0x7F (SPEC 2.2; 0x7F, NaN, reads as 480: a NaN scale sends its band to the
+// exact step whatever the bound says): normal bytes by their bits (exponent field + 120 is fp32's), subnormal b * 2^-9.
+__device__ __forceinline__ float e4m3_magnitude(uint32_t b) {
+  return b >= 8 ? __uint_as_float((b << 20) + (120u << 23)) : __uint2float_rn(b) * 0x1p-9f;
+}
+
+// The chain-4 bound of a warpgroup's step, rounded up: sum over the groups g of 576 maxA_g maxB_g, with maxA_g (maxB_g)
+// the largest |scale| of group g over the warpgroup's rows (the tile's B rows). An fp16 copy's value is an E2M1 value
+// (|q| <= 6) times its scale, so every product of group g is at most 36 maxA_g maxB_g and every partial sum of the four
+// group values of any output at most this bound. (576 maxA maxB has at most 8 + 4 significant bits: exact.)
+__device__ __forceinline__ float chain4_bound(GroupMax a, GroupMax b) {
+  float s = 0.0f;
+#pragma unroll
+  for (int g = 0; g < 4; ++g) {
+    const int shift = 16 * (g >> 1);
+    const uint32_t ba = (((g & 1) ? a.odd : a.even) >> shift) & 0xFFu, bb = (((g & 1) ? b.odd : b.even) >> shift) & 0xFFu;
+    s = __fadd_ru(s, __fmul_rn(576.0f * e4m3_magnitude(ba), e4m3_magnitude(bb)));
+  }
+  return s;
 }
 
 // SPEC 12.7's step for one output from the stage (the rare path): C, row r of the A tile and row c of the B tile (fp16
@@ -216,7 +261,7 @@ __device__ __noinline__ float step_from_stage(float c, int r, int col, uint32_t 
 // both shared tests; if it fails too, the exact step. s: the partials' sum, m: a bound on the sum of their magnitudes.
 __device__ __forceinline__ float output_step(float c, float s, float m, int r, int col, uint32_t stage) {
   const uint32_t wa = lds32(stage + kWordsA + 4 * r), wb = lds32(stage + kWordsB + 4 * col);
-  const WarpTest t = band_test(row_scales(wa), row_scales(wb), false);
+  const WarpTest t = band_test(row_scales(wa), row_scales(wb), 0u, 0.0f);
   const float ac = fabsf(c);
   if ((t.flags & kBandFast) && m < t.t && ac < 4096.0f * t.t && (ac >= t.h || c == 0.0f)) return __fadd_rz(c, s);
   return step_from_stage(c, r, col, wa, wb, stage, stage + kTileBytes);
@@ -299,6 +344,24 @@ struct RunningBounds {
   }
 };
 
+// One warp's step for N outputs from OFF whose partial sums sum_of(i) are exact and whose magnitude sums are at most mm
+// (the same in every lane of the warp, or this lane's largest): the running test (one vote); where it fails, the
+// per-step test of the extremes; where that fails, warp_slow (bound_of(i): a bound on output i's magnitude sum).
+// Returns the running test's vote.
+template <int N, int OFF, int COL0, class SumOf, class BoundOf>
+__device__ __forceinline__ bool add_step_bounded(float (&acc)[R], SumOf&& sum_of, BoundOf&& bound_of,
+                                                 const WarpTest& test, RunningBounds& run, float mm, int row0, int lane,
+                                                 uint32_t stage) {
+  const bool fast = __all_sync(0xffffffffu, run.ok(test, mm));
+  if (fast || warp_test_c<N, OFF>(acc, mm, test)) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) acc[OFF + i] = __fadd_rz(acc[OFF + i], sum_of(i));
+  } else {
+    warp_slow<N, OFF, COL0>(acc, sum_of, bound_of, row0, lane, stage);
+  }
+  return fast;
+}
+
 // One warp's step for N outputs from OFF: the running test (one max reduction of the magnitude sums, one vote); where
 // it fails, the per-step test of the extremes; where that fails, warp_slow. mm: the largest magnitude sum of this
 // lane's outputs. Returns the running test's vote. bound_of is another bound on the magnitude sum than mag_of (twice or
@@ -315,14 +378,7 @@ __device__ __forceinline__ bool add_step(float (&acc)[R], SumOf&& sum_of, MagOf&
   for (int i = 0; i < N; i += 2)
     m4[(i >> 1) & 3] = __vimax3_u32(m4[(i >> 1) & 3], __float_as_uint(mag_of(i)), __float_as_uint(mag_of(i + 1)));
   mm = __uint_as_float(max(max(m4[0], m4[1]), max(m4[2], m4[3])));
-  const bool fast = __all_sync(0xffffffffu, run.ok(test, mm));
-  if (fast || warp_test_c<N, OFF>(acc, mm, test)) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) acc[OFF + i] = __fadd_rz(acc[OFF + i], sum_of(i));
-  } else {
-    warp_slow<N, OFF, COL0>(acc, sum_of, bound_of, row0, lane, stage);
-  }
-  return fast;
+  return add_step_bounded<N, OFF, COL0>(acc, sum_of, bound_of, test, run, mm, row0, lane, stage);
 }
 
 template <bool OUT_F32>
@@ -407,6 +463,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int blocks = p.K / 16 - 4 * kt;  // 16-blocks of the step inside K (>= 1)
         const uint32_t k_mask = blocks >= 4 ? 0xFFFFFFFFu : (1u << (8 * blocks)) - 1u;
         uint32_t sa[4], sb = 0, sign_b = 0, sign_a[4];
+        GroupMax ga[2] = {{0u, 0u}, {0u, 0u}}, gb{0u, 0u};  // the chain-4 bounds' maxima: A per warpgroup, B
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           wa[i] = lane + 32 * i < va ? wa[i] & k_mask : 0u;
@@ -417,21 +474,29 @@ __global__ void __launch_bounds__(kThreads, 1)
           sign_a[i] = __ballot_sync(0xffffffffu, (wa[i] & 0x80808080u) != 0);
           sb = __vmaxu2(sb, summarize(wb[i]));
           sign_b |= wb[i];
+          ga[i >> 1] = merge_group_max(ga[i >> 1], wa[i]);
+          gb = merge_group_max(gb, wb[i]);
         }
         const RowScales bs = unpack_summary(merge_lanes<16, 1>(sb), __any_sync(0xffffffffu, sign_b & 0x80808080u));
         // the two warpgroups' 64 rows each (bands 0-3: words 0 and 1; bands 4-7: words 2 and 3); no sign needed
         const RowScales g0 = unpack_summary(merge_lanes<16, 16>(__vmaxu2(sa[0], sa[1])), false);
         const RowScales g1 = unpack_summary(merge_lanes<16, 16>(__vmaxu2(sa[2], sa[3])), false);
         const bool chained0 = (g0.hi - g0.lo) + (bs.hi - bs.lo) <= 7, chained1 = (g1.hi - g1.lo) + (bs.hi - bs.lo) <= 7;
+        // each warpgroup's chain-4 bound (its 64 rows: words 0, 1 / 2, 3; B: the tile's 128 rows) against 2^(L + 16)
+        gb = merge_group_max_lanes<16, 1>(gb);
+        const float bound0 = chain4_bound(merge_group_max_lanes<16, 1>(ga[0]), gb);
+        const float bound1 = chain4_bound(merge_group_max_lanes<16, 1>(ga[1]), gb);
+        const uint32_t path0 = chained0 ? (bound0 < pow2(g0.lo + bs.lo + 16) ? kChained | kChain4 : kChained) : 0u;
+        const uint32_t path1 = chained1 ? (bound1 < pow2(g1.lo + bs.lo + 16) ? kChained | kChain4 : kChained) : 0u;
         // lane 16 h + q (q < 4) writes band 2 q + h's test
         const int q = lane & 15;
         if (q < 4) {
           const uint32_t summary = q == 0 ? sa[0] : q == 1 ? sa[1] : q == 2 ? sa[2] : sa[3];
           const uint32_t signs = q == 0 ? sign_a[0] : q == 1 ? sign_a[1] : q == 2 ? sign_a[2] : sign_a[3];
           const bool sign = ((lane < 16 ? signs : signs >> 16) & 0xFFFFu) != 0;
-          const WarpTest t = band_test(unpack_summary(summary, sign), bs, q < 2 ? chained0 : chained1);
+          const WarpTest t = band_test(unpack_summary(summary, sign), bs, q < 2 ? path0 : path1, q < 2 ? bound0 : bound1);
           asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(stage + kTests + 16 * (2 * q + (lane >> 4))),
-                       "r"(__float_as_uint(t.t)), "r"(__float_as_uint(t.h)), "r"(__float_as_uint(t.unused)),
+                       "r"(__float_as_uint(t.t)), "r"(__float_as_uint(t.h)), "r"(__float_as_uint(t.bound)),
                        "r"(t.flags) : "memory");
         }
         __syncwarp();
@@ -468,7 +533,23 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint4 tw = lds128(stage + kTests + 16 * band);
         const WarpTest test{__uint_as_float(tw.x), __uint_as_float(tw.y), __uint_as_float(tw.z), tw.w};
         const uint32_t da = sw128_desc_lo(stage + wm * 64 * 128);
-        if (test.flags & kChained) {  // (warpgroup-uniform)
+        if (test.flags & kChain4) {  // (warpgroup-uniform) one chain of four wgmmas: p = V_0 + V_1 + V_2 + V_3, exact
+          float part[R];
+          const uint32_t db = sw128_desc_lo(stage + kTileBytes);
+          wgmma_fence();
+#pragma unroll
+          for (int g = 0; g < 4; ++g)
+            wgmma_m64n128k16_ss_f16(part, sw128_desc_block(da, g), sw128_desc_block(db, g), g > 0 ? 1 : 0);
+          wgmma_commit();
+          fence_regs(part);
+          wgmma_wait<0>();
+          fence_regs(part);
+          // the loader's bound on every partial sum stands in for the magnitude sums (no reduction)
+          auto sum_of = [&](int i) { return part[i]; };
+          auto bound_of = [&](int) { return test.bound; };
+          const bool passed = add_step_bounded<R, 0, 0>(acc, sum_of, bound_of, test, run, test.bound, row0, lane, stage);
+          run.after_step(passed, test.bound, acc);
+        } else if (test.flags & kChained) {  // (warpgroup-uniform)
           float part[2][R];
           const uint32_t db = sw128_desc_lo(stage + kTileBytes);
           wgmma_fence();
