@@ -14,7 +14,7 @@ Columns (TFLOP/s = 2*T*N*K / time; wgrad counts the unpadded T):
   x_hyb                     -- exact mode with the plan exact_hybrid (an fp16 copy of A only, decode timed; B
                                decoded in the kernel; fprop / dgrad, nan for wgrad)
   sm100                     -- mode "sm100" (a B200's bits, SPEC 12.7), the plan chosen by the sizes (sm100_copies,
-                               its operand decode inside the timed call), 2 calls per round
+                               its operand decode inside the timed call)
   grouped_mm                -- torch._grouped_mm on BF16 operands (wgrad: bf16 output, fp32 is refused; the
                                "wgrad-bf16" rows run our wgrad with bf16 output too, the same bytes written; the
                                "wgrad-acc" rows run ours with accumulate=True into an fp32 main_grad, and grouped_mm
@@ -231,7 +231,7 @@ def bench_case(name, e, t, k, n, skew, kind, iters, reps, sustain, rule="te", sp
            "x_fused": (Planned(ours("exact"), algorithm="exact_fused"), x_iters),
            "x_dq": (Planned(ours("exact"), algorithm="exact_copies"), x_iters),
            "x_hyb": (Planned(ours("exact"), algorithm="exact_hybrid") if kind != "wgrad" else None, x_iters),
-           "sm100": (ours("sm100"), 2),
+           "sm100": (ours("sm100"), iters),
            "grouped_mm": (bf16_gmm, iters), "loop": (loop, iters), "deq+gmm": (deq, iters)}
     for key in ("fast", "exact", "grouped_mm"):  # the sustained columns
         fns[key + "_s"] = fns[key]

@@ -78,8 +78,8 @@ namespace {
 constexpr int BM = 128, BN = 128, R = 64;  // R: fp32 accumulator registers per MMA thread (m64n128)
 constexpr int kStages = 6;
 constexpr int kThreads = 384, kLoaderThreads = 128;
-// The MMA warps hold the accumulators and two partials (192 registers); the loader warps' chain-4 maxima spill 68 bytes
-// under 56 registers, none under 72 (docs/design.md 4.6).
+// The MMA warps hold the accumulators and two partials (192 registers); the summarizers' chain-4 maxima spill 60-80
+// bytes under 56 registers, none under 72 (docs/design.md 4.6).
 constexpr int kMmaRegs = 216, kLoaderRegs = 72;
 constexpr int kSummarizers = 3;  // loader warps 1-3 write the summaries of every third step each
 constexpr int kTileBytes = 128 * kBK * 2;  // 128 rows x 64 fp16 = 16 KB
@@ -190,9 +190,11 @@ __device__ __forceinline__ GroupMax merge_group_max(GroupMax m, uint32_t w) {
   return GroupMax{__vmaxu2(m.even, w & 0x007F007Fu), __vmaxu2(m.odd, (w >> 8) & 0x007F007Fu)};
 }
 
-template <int FIRST, int LAST>
-__device__ __forceinline__ GroupMax merge_group_max_lanes(GroupMax m) {
-  return GroupMax{merge_lanes<FIRST, LAST>(m.even), merge_lanes<FIRST, LAST>(m.odd)};
+// m merged over the warp's lanes: four independent warp reductions (REDUX), one per group
+__device__ __forceinline__ GroupMax warp_group_max(GroupMax m) {
+  const uint32_t g0 = __reduce_max_sync(0xffffffffu, m.even & 0xFFFFu), g2 = __reduce_max_sync(0xffffffffu, m.even >> 16);
+  const uint32_t g1 = __reduce_max_sync(0xffffffffu, m.odd & 0xFFFFu), g3 = __reduce_max_sync(0xffffffffu, m.odd >> 16);
+  return GroupMax{g0 | (g2 << 16), g1 | (g3 << 16)};
 }
 
 // The value of an E4M3 magnitude byte b <= 0x7F (SPEC 2.2; 0x7F, NaN, reads as 480: a NaN scale sends its band to the
@@ -483,9 +485,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         const RowScales g1 = unpack_summary(merge_lanes<16, 16>(__vmaxu2(sa[2], sa[3])), false);
         const bool chained0 = (g0.hi - g0.lo) + (bs.hi - bs.lo) <= 7, chained1 = (g1.hi - g1.lo) + (bs.hi - bs.lo) <= 7;
         // each warpgroup's chain-4 bound (its 64 rows: words 0, 1 / 2, 3; B: the tile's 128 rows) against 2^(L + 16)
-        gb = merge_group_max_lanes<16, 1>(gb);
-        const float bound0 = chain4_bound(merge_group_max_lanes<16, 1>(ga[0]), gb);
-        const float bound1 = chain4_bound(merge_group_max_lanes<16, 1>(ga[1]), gb);
+        gb = warp_group_max(gb);
+        const float bound0 = chain4_bound(warp_group_max(ga[0]), gb);
+        const float bound1 = chain4_bound(warp_group_max(ga[1]), gb);
         const uint32_t path0 = chained0 ? (bound0 < pow2(g0.lo + bs.lo + 16) ? kChained | kChain4 : kChained) : 0u;
         const uint32_t path1 = chained1 ? (bound1 < pow2(g1.lo + bs.lo + 16) ? kChained | kChain4 : kChained) : 0u;
         // lane 16 h + q (q < 4) writes band 2 q + h's test
