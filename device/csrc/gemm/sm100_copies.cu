@@ -192,8 +192,9 @@ __device__ __forceinline__ GroupMax merge_group_max(GroupMax m, uint32_t w) {
 
 // m merged over the warp's lanes: four independent warp reductions (REDUX), one per group
 __device__ __forceinline__ GroupMax warp_group_max(GroupMax m) {
-  const uint32_t g0 = __reduce_max_sync(0xffffffffu, m.even & 0xFFFFu), g2 = __reduce_max_sync(0xffffffffu, m.even >> 16);
-  const uint32_t g1 = __reduce_max_sync(0xffffffffu, m.odd & 0xFFFFu), g3 = __reduce_max_sync(0xffffffffu, m.odd >> 16);
+  constexpr uint32_t kAll = 0xffffffffu;
+  const uint32_t g0 = __reduce_max_sync(kAll, m.even & 0xFFFFu), g2 = __reduce_max_sync(kAll, m.even >> 16);
+  const uint32_t g1 = __reduce_max_sync(kAll, m.odd & 0xFFFFu), g3 = __reduce_max_sync(kAll, m.odd >> 16);
   return GroupMax{g0 | (g2 << 16), g1 | (g3 << 16)};
 }
 
@@ -212,7 +213,8 @@ __device__ __forceinline__ float chain4_bound(GroupMax a, GroupMax b) {
 #pragma unroll
   for (int g = 0; g < 4; ++g) {
     const int shift = 16 * (g >> 1);
-    const uint32_t ba = (((g & 1) ? a.odd : a.even) >> shift) & 0xFFu, bb = (((g & 1) ? b.odd : b.even) >> shift) & 0xFFu;
+    const uint32_t ba = (((g & 1) ? a.odd : a.even) >> shift) & 0xFFu;
+    const uint32_t bb = (((g & 1) ? b.odd : b.even) >> shift) & 0xFFu;
     s = __fadd_ru(s, __fmul_rn(576.0f * e4m3_magnitude(ba), e4m3_magnitude(bb)));
   }
   return s;
@@ -496,7 +498,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           const uint32_t summary = q == 0 ? sa[0] : q == 1 ? sa[1] : q == 2 ? sa[2] : sa[3];
           const uint32_t signs = q == 0 ? sign_a[0] : q == 1 ? sign_a[1] : q == 2 ? sign_a[2] : sign_a[3];
           const bool sign = ((lane < 16 ? signs : signs >> 16) & 0xFFFFu) != 0;
-          const WarpTest t = band_test(unpack_summary(summary, sign), bs, q < 2 ? path0 : path1, q < 2 ? bound0 : bound1);
+          const WarpTest t =
+              band_test(unpack_summary(summary, sign), bs, q < 2 ? path0 : path1, q < 2 ? bound0 : bound1);
           asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(stage + kTests + 16 * (2 * q + (lane >> 4))),
                        "r"(__float_as_uint(t.t)), "r"(__float_as_uint(t.h)), "r"(__float_as_uint(t.bound)),
                        "r"(t.flags) : "memory");
@@ -549,7 +552,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           // the loader's bound on every partial sum stands in for the magnitude sums (no reduction)
           auto sum_of = [&](int i) { return part[i]; };
           auto bound_of = [&](int) { return test.bound; };
-          const bool passed = add_step_bounded<R, 0, 0>(acc, sum_of, bound_of, test, run, test.bound, row0, lane, stage);
+          const bool passed =
+              add_step_bounded<R, 0, 0>(acc, sum_of, bound_of, test, run, test.bound, row0, lane, stage);
           run.after_step(passed, test.bound, acc);
         } else if (test.flags & kChained) {  // (warpgroup-uniform)
           float part[2][R];
