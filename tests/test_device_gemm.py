@@ -1010,9 +1010,10 @@ def test_sm100_heavy_tailed_and_capped(num_sms, algorithm):
     run_sm100_layer(x, dy, w, splits, num_sms=num_sms, algorithm=algorithm)
 
 
-# sm100_copies' three ways through a step (gemm/sm100_copies.cu): block exponents alike (chained partials, the warp's
-# test passes), spread over a few binades (per-group partials) and over many (the per-output test, then the exact
-# step); and scale bytes with the sign bit or NaN (the exact step). Several 128 x 128 tiles, a padded last K step.
+# sm100_copies' ways through a step (gemm/sm100_copies.cu): block exponents alike (one chain of four where the chain-4
+# bound passes, about 40% of these steps by a NumPy count, two chains of two elsewhere; the warp's test passes), spread
+# over a few binades (per-group partials) and over many (the per-output test, then the exact step); and scale bytes
+# with the sign bit or NaN (the exact step). Several 128 x 128 tiles, a padded last K step.
 SM100_PATHS = {"alike": (0, 0.0, False), "few_binades": (3, 0.05, False), "many_binades": (14, 0.3, False),
                "odd_scales": (1, 0.0, True)}
 

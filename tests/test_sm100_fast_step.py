@@ -1,11 +1,13 @@
 """The argument of the device's mode-sm100 kernel (``device/csrc/gemm/sm100_copies.cu``, docs/design.md 4.6), checked
 on the CPU against the specification's own scalar references: where its tests pass, one k64 step of SPEC 12.7
-(``oracle.sm100.mxf4nvf4_k64_step``) equals ``RZ(C + RN(p0 + p1))`` for the two chained wgmma partials of SPEC 12.6
-(``oracle.tensor_core.wgmma_k16_step`` on the fp16 copies' values; chained only where the step's exponents spread by
-at most 7), and ``RZ(C + RN(RN(V0 + V1) + RN(V2 + V3)))`` for the four per-group partials.
+(``oracle.sm100.mxf4nvf4_k64_step``) equals ``RZ(C + p)`` for one chain of four wgmma steps of SPEC 12.6
+(``oracle.tensor_core.wgmma_k16_step`` on the fp16 copies' values) where the step's exponents spread by at most 7 and
+its chain-4 bound (sum over the groups of 576 sA sB) lies below 2^(L + 16), ``RZ(C + RN(p0 + p1))`` for two chains of
+two under that spread otherwise, and ``RZ(C + RN(RN(V0 + V1) + RN(V2 + V3)))`` for the four per-group partials.
 
 The kernel's tests, for an output with per-row bounds (lo, hi) of its scale exponents e(s) over nonzero scale bytes,
-L = lo_A + lo_B, H = hi_A + hi_B, and the partials' magnitude sum m < 2^(L + 16) in both:
+L = lo_A + lo_B, H = hi_A + hi_B, and the partials' magnitude sum m (the chain-4 bound on that path) < 2^(L + 16) in
+both:
 * the running test, over a tile's steps: H <= L_min + 27 and c_max < 2^(L_min + 28), with L_min the least L so far and
   c_max a bound on |C| carried from step to step;
 * the per-step test, where the running one fails: H - L <= 27, |C| < 2^(L + 28) and |C| >= 2^(H - 12) unless C = 0.
@@ -207,9 +209,8 @@ def test_one_chain_of_four_at_its_bound():
     assert path == "chained" and got is None
     want = mxf4nvf4_k64_step(np.float32(0.0), *over)
     assert float(want) == 81 / 256
-    s, *_ = partials(*over[:4], chain4=True)
     lo, hi = bounds(over[2])[0] + bounds(over[3])[0], bounds(over[2])[1] + bounds(over[3])[1]
-    assert (lo, hi) == (0, 7)
+    assert (lo, hi) == (0, 7) and float(chain4_bound(over[2], over[3])) >= 2.0**16
     va = [float(decode_e2m1(np.uint8(x)) * scale_value(over[2][i // 16])) for i, x in enumerate(over[0])]
     vb = [float(decode_e2m1(np.uint8(x)) * scale_value(over[3][i // 16])) for i, x in enumerate(over[1])]
     chain = 0.0
