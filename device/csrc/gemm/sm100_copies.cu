@@ -28,7 +28,8 @@
 //       36 maxA_g maxB_g (|E2M1| <= 6), so every partial sum of the chain is at most B: a multiple of 2^(L - 8) below
 //       2^(L + 16), exact in fp32; the k-th wgmma truncates at 2^(E' - 25) with E' = max(e(partial), E_k + 6) <=
 //       max(L + 15, H + 6) <= L + 17 (H - L <= 7), a grid no coarser than 2^(L - 8). B stands in for the magnitude sums
-//       in the tests and in c_max. On normal data B passes on about 97% of the steps (64 x 128 outputs).
+//       in the tests and in c_max. On normal data B passes on about 97% of the steps (64 x 128 outputs), on
+//       heavy-tailed tokens seldom (docs/design.md 4.6).
 //   chained (the groups' exponents spread by H - L <= 7 over the warpgroup's 64 rows and the tile's 128 columns): two
 //       partials, wgmma(g0) then wgmma(g1) with scale-d = 1 into one fragment, and the same for g2, g3. The second
 //       wgmma is exact too: by SPEC 12.6 it truncates at 2^(E' - 25) with E' = max(e(V_0), E_1 + 6) <= H + 10 (|V_0| <
