@@ -11,8 +11,9 @@
 //       the least / largest e(s) over the row's nonzero scales of the step (e(s) as SPEC 12.7; a zero group adds
 //       nothing and sets no exponent, so counting one only widens [L, H]);
 //   every nonzero V_g is a multiple of 2^(E_g - 8) >= 2^(L - 8) (E2M1 halves times scales with 3 fraction bits);
-//   so if H - L <= 27, |C| < 2^(L + 28) (E_C <= L + 27) and |C| >= 2^(H - 12) or C = 0 (E_C >= H - 12), then E <= L + 27
-//       and E <= E_C + 12: the window 2^(E - 35) divides every V_g and C's last bit 2^(E_C - 23), so nothing is cut;
+//   so if H - L <= 27, |C| < 2^(L + 28) (E_C <= L + 27) and |C| >= 2^(H - 12) or C = 0 (E_C >= H - 12), then
+//       E <= L + 27 and E <= E_C + 12: the window 2^(E - 35) divides every V_g and C's last bit 2^(E_C - 23), so
+//       nothing is cut;
 //   and if the sum of the |partials| stays below 2^(L + 16), every partial sum is an integer multiple of 2^(L - 8)
 //       below 2^24 of them: exact in fp32 (a sum that reaches 2^(L + 16) computes to at least that, so the test on the
 //       computed magnitudes is sound).
