@@ -1010,12 +1010,13 @@ def test_sm100_heavy_tailed_and_capped(num_sms, algorithm):
     run_sm100_layer(x, dy, w, splits, num_sms=num_sms, algorithm=algorithm)
 
 
-# sm100_copies' ways through a step (gemm/sm100_copies.cu): block exponents alike (one chain of four where the chain-4
-# bound passes, about 40% of these steps by a NumPy count, two chains of two elsewhere; the warp's test passes), spread
-# over a few binades (per-group partials) and over many (the per-output test, then the exact step); and scale bytes
-# with the sign bit or NaN (the exact step). Several 128 x 128 tiles, a padded last K step.
-SM100_PATHS = {"alike": (0, 0.0, False), "few_binades": (3, 0.05, False), "many_binades": (14, 0.3, False),
-               "odd_scales": (1, 0.0, True)}
+# sm100_copies' ways through a step (gemm/sm100_copies.cu): block exponents alike (one chain of four: every fprop step
+# by a NumPy count of these operands), one binade apart (chained: about half one chain of four, half two chains of two),
+# spread over a few binades (per-group partials) and over many (the per-output test, then the exact step); and scale
+# bytes with the sign bit or NaN (the exact step). The warp's test passes on the first two. Several 128 x 128 tiles, a
+# padded last K step.
+SM100_PATHS = {"alike": (0, 0.0, False), "one_binade": (1, 0.0, False), "few_binades": (3, 0.05, False),
+               "many_binades": (14, 0.3, False), "odd_scales": (1, 0.0, True)}
 
 
 @pytest.mark.parametrize("path", list(SM100_PATHS))
