@@ -62,11 +62,11 @@ def gemm_over_weight_copy(a, b, *, kind: str, out, bias=None, mode: str = "fast"
 
     if kind not in ("fprop", "dgrad"):
         raise ValueError(f"the weights' copy serves fprop and dgrad only, got kind={kind!r}")
+    c = _gemm._checked_call(a, b, kind, None, out, False, bias, mode)  # (the arguments checked before the copy is made)
+    operands = _gemm._operands(c, a, b)
     e = b.offsets.shape[1] - 1
     n, k = b.shape[0] // e, b.shape[1]
     copy = _ops.weight_f16_copy(b.row_data, b.row_scales, b.offsets, e, n, k)
-    c = _gemm._checked_call(a, b, kind, None, out, False, bias, mode)
-    operands = _gemm._operands(c, a, b)
 
     def call() -> None:
         _ops.launch_grouped_gemm(_gemm._KIND_CODES[kind], mode, *operands, out, c.bias, False, c.sizes,
