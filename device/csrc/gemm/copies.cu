@@ -17,60 +17,72 @@
 #include "gemm/decode_f16.cuh"
 #include "gemm/copies.h"
 #include "common/pdl.cuh"
+#include "common/swizzle.cuh"
+#include "common/warp_search.cuh"
 
 namespace nvfp4_gemm {
 namespace {
 
-// Byte of compact scale (row r, 16-block c) in a swizzled plane with Cp (multiple of 4) scale columns: SPEC 8.2.
-__device__ __forceinline__ long long swizzled_offset(long long r, long long c, long long cp) {
-  return ((r / 128 * (cp / 4) + c / 4) * 32 + r % 32) * 16 + ((r % 128) / 32) * 4 + c % 4;
+// The group of a lane's packed byte `byte` (group g of the plane holds bytes [offs[g], offs[g+1]); empty groups share
+// the next start): the warp's first byte `warp_byte` by the warp search (common/warp_search.cuh), then each lane steps
+// on while the next group starts at or before its own byte (a warp spans 256 bytes: a step is rare).
+__device__ __forceinline__ int warp_byte_group(const PlaneView& p, long long warp_byte, long long byte) {
+  int g = static_cast<int>(nvfp4::warp_search_at_or_before(p.offs, p.E, warp_byte));
+  while (g + 1 < p.E && p.offs[g + 1] <= byte) ++g;
+  return g;
 }
 
-// One thread per 8 packed bytes (16 codes = one 16-block, one scale). Group g of the plane holds bytes
-// [offs[g], offs[g+1]) with a row pitch of `pitch` bytes (pitch_const, or the group's bytes / rows_const for a
-// columnwise plane, whose rows are the K features and whose pitch is roundup(m_g, 16) / 2).
+// One thread per 8 packed bytes (16 codes = one 16-block, one scale); a group's row pitch is `pitch` bytes
+// (pitch_const, or the group's bytes / rows_const for a columnwise plane, whose rows are the K features and whose
+// pitch is roundup(m_g, 16) / 2).
 // Order inside each 16-block of the copy (CopyOrder): natural (codes 0..15); even / odd (codes 0, 2, .., 14, 1, 3, ..,
 // 15: the token operand of swapped_64x256, gemm/swapped.cuh, whose register fragments hold that order); or the
 // decode order of gemm/decode_f16.cuh (codes 0, 2, 4, 6, 1, 3, 5, 7, then the same for 8..15: the A operand of
 // exact_hybrid, whose B tiles fused::convert_b_rows writes in that order; a 16-block's partial is the same exact
 // sum of products when both operands permute its K positions alike).
 enum CopyOrder { kNaturalOrder, kEvenOddOrder, kDecodeOrder };
+constexpr int kDecodeThreads = 256;
 template <int ORDER>
-__global__ void decode_plane_kernel(PlaneView p, uint4* __restrict__ out) {
+__global__ void __launch_bounds__(kDecodeThreads) decode_plane_kernel(PlaneView p, uint4* __restrict__ out) {
   pdl_wait_then_trigger();  // chained launch (common/pdl.cuh): the previous kernel's outputs are visible from here on
+  const int lane = threadIdx.x & 31;
   const long long chunk = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const long long byte = chunk * 8;
-  if (byte >= p.offs[p.E]) return;  // past the last group (the buffers' worst-case tail is never read)
-  int lo = 0, hi = p.E - 1;  // the last group starting at or before `byte` (empty groups share the next start)
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (p.offs[mid] <= byte) lo = mid; else hi = mid - 1;
+  const long long warp_chunk = chunk - lane;
+  const long long end = p.offs[p.E];  // past the last group: not decoded (the buffers' worst-case tail is never read)
+  if (warp_chunk * 8 >= end) return;  // (the whole warp)
+  const bool live = chunk * 8 < end;
+  const int g = warp_byte_group(p, warp_chunk * 8, live ? chunk * 8 : warp_chunk * 8);
+  if (live) {
+    const long long g0 = p.offs[g];
+    const long long pitch = p.pitch_const ? p.pitch_const : (p.offs[g + 1] - g0) / p.rows_const;
+    const uint32_t blocks = static_cast<uint32_t>(pitch / 8);  // 16-blocks per row
+    // row and block of the chunk inside its group: a 32-bit division where the chunk index fits
+    const unsigned long long local = static_cast<unsigned long long>(chunk * 8 - g0) / 8;
+    const unsigned long long row = local <= 0xFFFFFFFFull ? static_cast<uint32_t>(local) / blocks : local / blocks;
+    const long long block = static_cast<long long>(local - row * blocks);
+    const long long cp4 = (blocks + 3) / 4;  // scale tile columns
+    const uint32_t sf = f16dec::scale_to_f16x2(
+        p.scales[p.scale_offs[g] + nvfp4::swizzle_offset<int64_t>(static_cast<long long>(row), block, cp4)]);
+    const uint2 w = *reinterpret_cast<const uint2*>(p.data + chunk * 8);
+    uint32_t a[4], b[4];
+    f16dec::e2m1x8_to_f16(w.x, sf, a);  // chunk order {0,2} {4,6} {1,3} {5,7}
+    f16dec::e2m1x8_to_f16(w.y, sf, b);  // {8,10} {12,14} {9,11} {13,15}
+    uint4 lo, hi;  // the chunk's fp16 values 0-7 and 8-15 of the copy's order
+    if constexpr (ORDER == kEvenOddOrder) {
+      lo = make_uint4(a[0], a[1], b[0], b[1]);
+      hi = make_uint4(a[2], a[3], b[2], b[3]);
+    } else if constexpr (ORDER == kDecodeOrder) {
+      lo = make_uint4(a[0], a[1], a[2], a[3]);
+      hi = make_uint4(b[0], b[1], b[2], b[3]);
+    } else {
+      lo = make_uint4(__byte_perm(a[0], a[2], 0x5410), __byte_perm(a[0], a[2], 0x7632),
+                      __byte_perm(a[1], a[3], 0x5410), __byte_perm(a[1], a[3], 0x7632));
+      hi = make_uint4(__byte_perm(b[0], b[2], 0x5410), __byte_perm(b[0], b[2], 0x7632),
+                      __byte_perm(b[1], b[3], 0x5410), __byte_perm(b[1], b[3], 0x7632));
+    }
+    out[2 * chunk] = lo;
+    out[2 * chunk + 1] = hi;
   }
-  const long long g0 = p.offs[lo];
-  const long long pitch = p.pitch_const ? p.pitch_const : (p.offs[lo + 1] - g0) / p.rows_const;
-  const long long local = byte - g0;
-  const long long row = local / pitch;
-  const long long block = (local - row * pitch) / 8;
-  const long long cp = (pitch / 8 + 3) / 4 * 4;
-  const uint32_t sf = f16dec::scale_to_f16x2(p.scales[p.scale_offs[lo] + swizzled_offset(row, block, cp)]);
-  const uint2 w = *reinterpret_cast<const uint2*>(p.data + byte);
-  uint32_t a[4], b[4];
-  f16dec::e2m1x8_to_f16(w.x, sf, a);  // chunk order {0,2} {4,6} {1,3} {5,7}
-  f16dec::e2m1x8_to_f16(w.y, sf, b);  // {8,10} {12,14} {9,11} {13,15}
-  if constexpr (ORDER == kEvenOddOrder) {
-    out[2 * chunk] = make_uint4(a[0], a[1], b[0], b[1]);
-    out[2 * chunk + 1] = make_uint4(a[2], a[3], b[2], b[3]);
-    return;
-  }
-  if constexpr (ORDER == kDecodeOrder) {
-    out[2 * chunk] = make_uint4(a[0], a[1], a[2], a[3]);
-    out[2 * chunk + 1] = make_uint4(b[0], b[1], b[2], b[3]);
-    return;
-  }
-  out[2 * chunk] = make_uint4(__byte_perm(a[0], a[2], 0x5410), __byte_perm(a[0], a[2], 0x7632),
-                              __byte_perm(a[1], a[3], 0x5410), __byte_perm(a[1], a[3], 0x7632));
-  out[2 * chunk + 1] = make_uint4(__byte_perm(b[0], b[2], 0x5410), __byte_perm(b[0], b[2], 0x7632),
-                                  __byte_perm(b[1], b[3], 0x5410), __byte_perm(b[1], b[3], 0x7632));
 }
 
 // The fp16 copy (`f16`, made by decode_plane_kernel from `plane`) of the operand that starts at packed byte `p` of the
@@ -168,8 +180,8 @@ template <int ORDER = kNaturalOrder>
 void decode_plane(const PlaneView& p, void* out, cudaStream_t s) {
   if (p.cap_bytes <= 0) return;
   const long long chunks = p.cap_bytes / 8;
-  launch_chained(decode_plane_kernel<ORDER>, dim3(static_cast<unsigned>((chunks + 255) / 256)), 256, 0, s, p,
-                 static_cast<uint4*>(out));
+  const auto blocks = static_cast<unsigned>((chunks + kDecodeThreads - 1) / kDecodeThreads);
+  launch_chained(decode_plane_kernel<ORDER>, dim3(blocks), kDecodeThreads, 0, s, p, static_cast<uint4*>(out));
 }
 
 }  // namespace
