@@ -178,6 +178,9 @@ class GemmProblem(NamedTuple):
 
     ``n`` / ``k`` follow SPEC 12.5's names: fprop ``Y [T, N] = X [T, K] W^T``, dgrad ``dX [T, K] = dY [T, N] W``,
     wgrad ``dW [E, N, K] = dY^T X``. ``b_aligned``: b's data and scale buffers are 16-byte aligned.
+    ``a_scales_aligned`` / ``b_scales_aligned``: that operand's scale buffer is 16-byte aligned (the fused kernels
+    copy scale tiles 16 bytes at a time, and so does the swapped kernel for b's; the decode and sm100_copies read
+    any address).
     ``a_data_bytes`` / ``b_data_bytes`` / ``b_scale_bytes``: the sizes of the operand planes' buffers (TMA maps
     over them need at least one row). ``cutlass``: the extension was built with CUTLASS's headers. ``b_copy``: the
     caller gives the weights' fp16 values (fprop, or dgrad with bf16 output), which copies_cutlass reads instead of
@@ -193,6 +196,8 @@ class GemmProblem(NamedTuple):
     accumulate: bool = False
     bias: bool = False
     b_aligned: bool = True
+    a_scales_aligned: bool = True
+    b_scales_aligned: bool = True
     a_data_bytes: int = 0
     b_data_bytes: int = 0
     b_scale_bytes: int = 0
@@ -303,7 +308,12 @@ def algorithm_unavailable(a: Algorithm, p: GemmProblem) -> str | None:
     mode = "fast" if a in FAST else ("exact" if a in EXACT else "sm100")
     if mode != p.mode:
         return f"{a.name} is {'an' if mode == 'exact' else 'a'} {mode}-mode algorithm, the call is mode={p.mode!r}"
+    if a in FUSED_FAST or a == Algorithm.exact_fused:
+        if not (p.a_scales_aligned and p.b_scales_aligned):
+            return "it copies the scale tiles 16 bytes at a time: both scale buffers must be 16-byte aligned"
     if a == Algorithm.swapped_64x256:
+        if not p.b_scales_aligned:
+            return "it copies b's scale tiles 16 bytes at a time: b's scale buffer must be 16-byte aligned"
         if p.kind == "wgrad":
             return "it runs fprop and dgrad only (its token operand is a rowwise plane)"
         if p.contraction >= SWAPPED_MAX_CONTRACTION:
@@ -335,14 +345,23 @@ def _auto_algorithm(p: GemmProblem) -> Algorithm:
             return Algorithm.exact_copies
         if algorithm_unavailable(Algorithm.exact_hybrid, p) is None:
             return Algorithm.exact_hybrid
-        return Algorithm.exact_fused
+        if algorithm_unavailable(Algorithm.exact_fused, p) is None:
+            return Algorithm.exact_fused
+        return Algorithm.exact_copies  # (scale buffers not 16-byte aligned: the copies read any address)
     if (p.kind != "wgrad" and p.tokens // p.groups <= SWAPPED_MAX_ROWS
             and algorithm_unavailable(Algorithm.swapped_64x256, p) is None):
         return Algorithm.swapped_64x256
-    if algorithm_unavailable(Algorithm.copies_cutlass, p) is None and (
+    copies = algorithm_unavailable(Algorithm.copies_cutlass, p)
+    if copies is None and (
             _wgrad_copies_pay(p) if p.kind == "wgrad" else (_weight_copy_pays(p) or _copies_pay(p))):
         return Algorithm.copies_cutlass
-    return _fused_fast_algorithm(p)
+    fused = _fused_fast_algorithm(p)
+    why = algorithm_unavailable(fused, p)
+    if why is None:
+        return fused
+    if copies is None:  # (scale buffers not 16-byte aligned: the copies read any address)
+        return Algorithm.copies_cutlass
+    raise ValueError(f"no fast-mode algorithm can run this call: {fused.name}: {why}; copies_cutlass: {copies}")
 
 
 def _swapped_tma_reason(p: GemmProblem) -> str | None:

@@ -369,7 +369,7 @@ GEMM_SIZES = ("tokens", "n", "k", "b_rows", "a_rows", "kc", "cols", "rule", "gri
 
 
 def gemm_problem(kind: int, mode: str, groups: int, sizes, out_dtype: torch.dtype, accumulate: bool, bias: bool,
-                 a_data: Tensor, b_data: Tensor, b_scales: Tensor, cutlass: bool,
+                 a_data: Tensor, a_scales: Tensor, b_data: Tensor, b_scales: Tensor, cutlass: bool,
                  b_copy: bool = False) -> _dispatch.GemmProblem:
     """The host-known description of a grouped GEMM call from which device._dispatch chooses its plan (reads the
     operand buffers' addresses for the alignment of b: a real tensor, not a fake one)."""
@@ -378,6 +378,7 @@ def gemm_problem(kind: int, mode: str, groups: int, sizes, out_dtype: torch.dtyp
         kind=GemmKind(kind).name, mode=mode, groups=groups, tokens=s["tokens"], n=s["n"], k=s["k"],
         out_dtype="float32" if out_dtype == torch.float32 else "bfloat16", accumulate=accumulate, bias=bias,
         b_aligned=b_data.data_ptr() % 16 == 0 and b_scales.data_ptr() % 16 == 0,
+        a_scales_aligned=a_scales.data_ptr() % 16 == 0, b_scales_aligned=b_scales.data_ptr() % 16 == 0,
         a_data_bytes=a_data.numel(), b_data_bytes=b_data.numel(), b_scale_bytes=b_scales.numel(), cutlass=cutlass,
         b_copy=b_copy)
 
@@ -415,8 +416,8 @@ def launch_grouped_gemm(kind: int, mode: str, a_data: Tensor, a_scales: Tensor, 
     if b_copy is not None and not _dispatch.weight_copy_fits(GemmKind(kind).name, mode, out_dtype):
         b_copy = None
     ext = load_gemm_extension()
-    problem = gemm_problem(kind, mode, groups, sizes, out.dtype, accumulate, bias is not None, a_data, b_data,
-                           b_scales, bool(ext.has_cutlass()), b_copy is not None)
+    problem = gemm_problem(kind, mode, groups, sizes, out.dtype, accumulate, bias is not None, a_data, a_scales,
+                           b_data, b_scales, bool(ext.has_cutlass()), b_copy is not None)
     plan = _dispatch.plan_gemm(problem, algorithm=algorithm or None, loader=loader or None,
                                epilogue=epilogue or None)
     s = dict(zip(GEMM_SIZES, sizes, strict=True))

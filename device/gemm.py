@@ -128,6 +128,9 @@ def _plane(t: DeviceGroupedNVFP4Tensor, which: str, name: str, kind: str):
         if buf.numel() < size:
             raise ValueError(f"{kind}: {name}'s {which} {what} holds {buf.numel()} elements, its shape {tuple(t.shape)}"
                              f" with {e} groups needs {size}")
+    if data.numel() and not _ops._traced(data) and data.data_ptr() % 8:
+        raise ValueError(f"{kind}: {name}'s {which} data must be 8-byte aligned (the kernels read the codes in 8-byte "
+                         "words; its storage offset breaks that)")
     if tuple(t.offsets.shape) != (6, e + 1) or t.offsets.dtype != torch.int64:
         raise ValueError(f"{kind}: {name}.offsets must be the int64 [6, {e + 1}] table of device.group_quantize")
     return data, scales, amax
@@ -157,7 +160,9 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
     """Grouped NVFP4 GEMM of two grouped quantized tensors from :func:`device.group_quantize` (SPEC 12.5).
 
     Args:
-        a, b: the operands of ``kind`` (their planes are listed in the module docstring); both with swizzled scales.
+        a, b: the operands of ``kind`` (their planes are listed in the module docstring); both with swizzled scales,
+            each plane's codes 8-byte aligned (as group_quantize allocates them; a scale buffer off 16-byte alignment
+            runs on the copies, docs/design.md section 6).
         kind: ``"fprop"`` (``Y_g = X_g W_g^T``), ``"dgrad"`` (``dX_g = dY_g W_g``) or ``"wgrad"`` (``dW_g = dY_g^T X_g``).
         out_dtype: ``torch.bfloat16`` or ``torch.float32`` (or their names); default bf16 for fprop / dgrad, fp32
             for wgrad, or ``out``'s dtype.
@@ -248,9 +253,9 @@ class _Call(NamedTuple):
 def _plan(c: _Call, cutlass: bool) -> _dispatch.GemmPlan:
     """The call's plan from device._dispatch (with the parts device.testing.force_plan forces), as the grouped GEMM
     ops choose it (device._ops.launch_grouped_gemm)."""
-    (ad, _, _), (bd, bs, _) = c.a_plane, c.b_plane
+    (ad, as_, _), (bd, bs, _) = c.a_plane, c.b_plane
     problem = _ops.gemm_problem(_KIND_CODES[c.kind], c.mode, c.groups, c.sizes, c.dtype, c.accumulate,
-                                c.bias is not None, ad, bd, bs, cutlass)
+                                c.bias is not None, ad, as_, bd, bs, cutlass)
     forced = _dispatch.FORCED
     return _dispatch.plan_gemm(problem, algorithm=forced.get("algorithm"), loader=forced.get("loader"),
                                epilogue=forced.get("epilogue"))

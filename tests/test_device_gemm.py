@@ -817,6 +817,48 @@ def test_exact_hybrid_refusals():
         gemm(xq, wq, kind="fprop", mode="fast", algorithm="exact_hybrid")
 
 
+def _moved(t, field, shift):
+    """``t`` with buffer ``field`` (e.g. "row_scales") copied ``shift`` bytes into a larger buffer: the same bytes at
+    an address ``shift`` past 16-byte alignment."""
+    import dataclasses
+
+    src = getattr(t, field)
+    buf = torch.zeros(src.numel() + 16, dtype=torch.uint8, device=DEV)
+    off = (16 - buf.data_ptr() % 16) % 16 + shift
+    buf[off:off + src.numel()] = src
+    moved = dataclasses.replace(t, **{field: buf[off:off + src.numel()]})
+    assert getattr(moved, field).data_ptr() % 16 == shift
+    return moved
+
+
+@pytest.mark.parametrize("mode", ["fast", "exact"])
+def test_scale_buffers_off_16_byte_alignment(mode):
+    """Scale buffers 4 and 1 bytes past 16-byte alignment (views into larger buffers, the planes' bytes unchanged):
+    the plan leaves the kernels that copy scale tiles 16 bytes at a time (tests/test_device_kernel_choice.py), and the
+    result is the oracle's, fprop and dgrad; codes not 8-byte aligned are refused before any launch."""
+    if mode == "fast":
+        _needs_cutlass()
+    splits, n, k = [130, 0, 70], 144, 320
+    e = len(splits)
+    x, dy = rand_bf16((sum(splits), k), 31), rand_bf16((sum(splits), n), 33)
+    wq = weights(e, n, k, 32)
+    wo = wq.to_oracle()
+    for shift in (4, 1):
+        for kind, a, b_field, b_planes in (("fprop", gq(x, splits), "row_scales", wo.row_planes),
+                                           ("dgrad", gq(dy, splits), "col_scales", wo.col_planes)):
+            for which in ("a", "b"):
+                aa = _moved(a, "row_scales", shift) if which == "a" else a
+                bb = _moved(wq, b_field, shift) if which == "b" else wq
+                y = gemm(aa, bb, kind=kind, mode=mode, out_dtype=torch.float32)
+                check_row_groups(to_np(y), splits, a.to_oracle().row_planes, b_planes, mode, torch.float32,
+                                 where=f"{kind}, {which}'s scales {shift} bytes off")
+    for shift in (4, 1):
+        with pytest.raises(ValueError, match="a's row data must be 8-byte aligned"):
+            gemm(_moved(gq(x, splits), "row_data", shift), wq, kind="fprop", mode=mode)
+        with pytest.raises(ValueError, match="b's col data must be 8-byte aligned"):
+            gemm(gq(dy, splits), _moved(wq, "col_data", shift), kind="dgrad", mode=mode)
+
+
 def test_algorithms_refused_in_the_other_mode():
     """The fast-mode algorithms run mode="fast" calls and the exact-mode ones mode="exact" calls: forcing one on the
     other mode raises before any launch; an unknown name raises on entering force_plan."""

@@ -20,7 +20,7 @@ def _ru(v: int, q: int) -> int:
 
 def problem(kind: str, e: int, t: int, n: int, k: int, *, mode: str = "fast", out_dtype: str | None = None,
             accumulate: bool = False, bias: bool = False, b_aligned: bool = True, cutlass: bool = True,
-            sized: bool = True) -> GemmProblem:
+            sized: bool = True, a_scales_aligned: bool = True, b_scales_aligned: bool = True) -> GemmProblem:
     """The GemmProblem device.grouped_gemm builds for E groups over T tokens (SPEC 12.5's N and K), with operand buffers
     as device.group_quantize allocates them (SPEC 9.3's worst-case capacities; ``sized=False``: empty buffers). The
     output dtype defaults to grouped_gemm's: bf16 for fprop / dgrad, fp32 for wgrad."""
@@ -43,7 +43,8 @@ def problem(kind: str, e: int, t: int, n: int, k: int, *, mode: str = "fast", ou
             a_bytes, b_bytes = n * 16 * w(t, 16) // 2, k * 16 * w(t, 16) // 2
             b_scale_bytes = _ru(k, 128) * 4 * w(t, 64)
     return GemmProblem(kind=kind, mode=mode, groups=e, tokens=t, n=n, k=k, out_dtype=out_dtype, accumulate=accumulate,
-                       bias=bias, b_aligned=b_aligned, a_data_bytes=a_bytes, b_data_bytes=b_bytes,
+                       bias=bias, b_aligned=b_aligned and b_scales_aligned, a_scales_aligned=a_scales_aligned,
+                       b_scales_aligned=b_scales_aligned, a_data_bytes=a_bytes, b_data_bytes=b_bytes,
                        b_scale_bytes=b_scale_bytes, cutlass=cutlass)
 
 
@@ -220,6 +221,37 @@ def test_fused_algorithm_by_size_when_forced_off_the_others():
         # fprop with a bias: no copies; more than 96 rows per group: not the swapped kernel
         p = problem(*shape, bias=shape[0] == "fprop")
         assert plan_gemm(p).algorithm == Algorithm[want], shape
+
+
+# Scale buffers that are not 16-byte aligned (a DeviceGroupedNVFP4Tensor whose scales are a view into a larger
+# buffer): the fused kernels (and the swapped kernel, for b's) copy scale tiles 16 bytes at a time, so the plan takes
+# the copies, which read any address; fast mode without CUTLASS then has no algorithm and raises. Rows: the plans with
+# aligned buffers (fast, exact), which scale buffer is off, the plans then.
+@pytest.mark.parametrize("shape,aligned,misaligned,plans", [
+    (E64_FPROP, ("fused_pair_256x256", "exact_hybrid"), "a", ("copies_cutlass", "exact_hybrid")),  # hybrid decodes a
+    (E64_FPROP, ("fused_pair_256x256", "exact_hybrid"), "b", ("copies_cutlass", "exact_copies")),  # (its b maps)
+    (E64_WGRAD, ("fused_128x256", "exact_copies"), "a", ("copies_cutlass", "exact_copies")),
+    # the swapped kernel decodes a (the tokens) and copies b's scale tiles
+    (("fprop", 8, 512, 14336, 4096), ("swapped_64x256", "exact_hybrid"), "a", ("swapped_64x256", "exact_hybrid")),
+    (("fprop", 8, 512, 14336, 4096), ("swapped_64x256", "exact_hybrid"), "b", ("copies_cutlass", "exact_copies")),
+    # 97 rows per group, K = 48 (no hybrid kernel): the fused kernels in both modes
+    (("fprop", 4, 388, 272, 48), ("fused_128x256", "exact_fused"), "a", ("copies_cutlass", "exact_copies")),
+    (("fprop", 4, 388, 272, 48), ("fused_128x256", "exact_fused"), "b", ("copies_cutlass", "exact_copies")),
+])
+def test_scale_buffers_not_16_byte_aligned(shape, aligned, misaligned, plans):
+    kw = dict(a_scales_aligned=misaligned != "a", b_scales_aligned=misaligned != "b")
+    for mode, before, after in zip(("fast", "exact"), aligned, plans, strict=True):
+        assert plan_gemm(problem(*shape, mode=mode)).algorithm == Algorithm[before]
+        assert plan_gemm(problem(*shape, mode=mode, **kw)).algorithm == Algorithm[after]
+    for algorithm in ("fused_64x256", "fused_128x256", "fused_pair_256x256"):
+        with pytest.raises(ValueError, match=f"algorithm='{algorithm}' cannot run this call: .*16-byte aligned"):
+            plan_gemm(problem(*shape, **kw), algorithm=algorithm)
+    with pytest.raises(ValueError, match="algorithm='exact_fused' cannot run this call: .*16-byte aligned"):
+        plan_gemm(problem(*shape, mode="exact", **kw), algorithm="exact_fused")
+    if plans[0] != "swapped_64x256":
+        with pytest.raises(ValueError, match="no fast-mode algorithm can run this call: .*built without CUTLASS"):
+            plan_gemm(problem(*shape, cutlass=False, **kw))
+    assert plan_gemm(problem(*shape, mode="sm100", **kw)).algorithm == Algorithm.sm100_copies
 
 
 # ------------------------------------------------------------------------------------------------------------------
