@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "common/warp_search.cuh"
 #include "quantize/numerics.cuh"
 
 namespace nvfp4 {
@@ -85,21 +86,12 @@ __device__ __forceinline__ bool resolve_tile(const int64_t* __restrict__ offs, i
     load_group_regions(offs, E, r.w, v);
     return true;
   }
-  // Largest g < E with toff[g] <= rt (empty groups share their start with the next group and are skipped), by a
-  // 32-way search: each round, lane l tests toff[lo + l * stride] (a prefix of the lanes passes, toff being
-  // non-decreasing and toff[lo] <= rt), and lo moves to the last passing point. ceil(log32(E)) dependent loads
-  // (1 for E <= 32, 2 for E <= 1024) instead of the binary search's log2(E): those loads sit in front of every
-  // tile's X loads. Needs the whole warp here, as every caller has.
-  const int lane = (int)(threadIdx.x & 31u);
-  int64_t stride = 1;
-  while (stride * 32 < E) stride *= 32;
-  int64_t lo = 0;
-  for (; stride >= 1; stride >>= 5) {
-    const int64_t idx = lo + lane * stride;
-    const bool pass = idx < E && __ldg(toff + idx) <= rt;
-    lo += (int64_t)(__popc(__ballot_sync(0xffffffffu, pass)) - 1) * stride;
-    if (rt >= tiles) return false;  // a tile of the worst-case grid past the last group: leave after one round
-  }
+  // Largest g < E with toff[g] <= rt (empty groups share their start with the next group and are skipped), by the
+  // 32-way warp search (common/warp_search.cuh: 1 round of loads for E <= 32, 2 for E <= 1024, instead of the binary
+  // search's log2(E) dependent loads; those loads sit in front of every tile's X loads). Needs the whole warp here, as
+  // every caller has.
+  const int64_t lo = warp_search_at_or_before(toff, E, rt);
+  if (rt >= tiles) return false;  // a tile of the worst-case grid past the last group
   load_group_rows(offs, E, lo, v);
   v.m0 = (rt - toff[lo]) * kTileM;
   load_group_regions(offs, E, lo, v);
