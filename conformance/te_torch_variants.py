@@ -1,9 +1,9 @@
 """TE's scale-selection variants of rule "te" in torch (CPU): 4over6 (SPEC 5.6) and row scaling (SPEC 5.7).
 
-The sibling of :mod:`conformance.te_torch`, written from the SPEC text alone in the same way (imports nothing from
-``oracle``; every fp32 operation is one torch op, a division is a division, SPEC 1.1). :mod:`conformance.te_torch`'s
-``quantize`` and ``group_quantize`` call into it for their ``four_over_six``, ``four_over_six_fast_math``,
-``global_scale_max`` and ``row_scaled`` keywords.
+The sibling of :mod:`conformance.te_torch`, written from the SPEC text alone in the same way, on
+:mod:`conformance.te_torch_blocks` (imports nothing from ``oracle``; every fp32 operation is one torch op, a
+division is a division, SPEC 1.1). :mod:`conformance.te_torch`'s ``quantize`` and ``group_quantize`` call into it
+for their ``four_over_six``, ``four_over_six_fast_math``, ``global_scale_max`` and ``row_scaled`` keywords.
 
 * :class:`Variant`, :func:`check_variant` -- which combinations SPEC 5.6 / 5.7 define (rule "te", round to nearest, no
   RHT; row scaling: 1x16 blocks, the rowwise plane only; G = 256 only with 4over6);
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .te_torch import (
+from .te_torch_blocks import (
     E4M3_VALUES,
     F32,
     FLT_MAX,
