@@ -5,7 +5,7 @@ The API mirrors the oracle name for name on torch CUDA tensors (current stream, 
 * :func:`quantize` / :func:`group_quantize`: :func:`oracle.quantize` / :func:`oracle.group_quantize`; the results
   (:class:`DeviceNVFP4Tensor`, :class:`DeviceGroupedNVFP4Tensor`) have ``.to_oracle()``.
 * :func:`swizzle_scales`, :func:`dequantize`.
-* :func:`grouped_gemm`: graph-safe grouped NVFP4 GEMM (fprop / dgrad / wgrad; "fast" and "exact" modes, SPEC 12);
+* :func:`grouped_gemm`: graph-safe grouped NVFP4 GEMM (fprop / dgrad / wgrad; "fast", "exact" and "sm100" modes, SPEC 12);
   :func:`grouped_gemm_plan`: the kernel plan a call runs.
 * :class:`GroupedLinear`: the grouped (MoE) linear layer of NVFP4 training (SPEC 16), a ``torch.nn.Module`` whose
   forward and backward run these kernels (CUDA-graph and ``torch.compile`` safe).

@@ -56,7 +56,8 @@ def grouped_gemm_error_bound(a: GroupedNVFP4Tensor, b: GroupedNVFP4Tensor, *, ki
     """:func:`oracle.gemm_error_bound` per group, in :func:`grouped_gemm`'s layout (float64): every implementation
     that forms the exact products and sums them in fp32 in any order lies within it of
     ``grouped_gemm(..., model="exact")`` (SPEC 12.4; check with :func:`oracle.within_bound`). An empty wgrad expert
-    with C gets 0 (C is returned exactly). Same arguments and errors as :func:`grouped_gemm`."""
+    with C gets 0 (C is returned exactly). Same arguments (without ``model``) and errors as
+    :func:`grouped_gemm`."""
     def empty_expert(c):
         return np.zeros(c.shape)
 

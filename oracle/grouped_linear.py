@@ -212,7 +212,8 @@ def grouped_linear_operands(x: ArrayOrTensor, weight: ArrayOrTensor, splits: Spl
                             *, recipe: NVFP4Recipe = DEFAULT_RECIPE) -> GroupedLinearOperands:
     """Every quantized operand of the layer (SPEC 16.1-16.2), both planes of each: what
     :func:`grouped_linear_forward` and :func:`grouped_linear_backward` multiply, for comparing the planes a device
-    layer saves or reuses byte for byte. Arguments as in :func:`grouped_linear_backward` (``dy`` optional)."""
+    layer saves or reuses byte for byte. Arguments ``x``, ``weight``, ``splits`` and ``recipe`` as in
+    :func:`grouped_linear_backward`; ``dy`` optional."""
     _check_recipe(recipe)
     x, weight, s = _check_layer(x, weight, splits)
     if dy is not None:
