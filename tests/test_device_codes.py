@@ -51,14 +51,28 @@ def test_read_enums_refuses_a_line_it_cannot_read(line):
         read_enums(text)
 
 
+#: the codes as codes.h states them, written out by hand: a change to the header (a renamed, moved or inserted
+#: enumerator) must change this table too, and the kernels' switch statements with it
+CODES = {
+    "Rule": {"te": 0, "te_fused_rht": 1, "torchao": 2, "torchao_noscale": 3},
+    "ScaleLayout": {"compact": 0, "padded_compact": 1, "swizzled": 2},
+    "QuantizeKernel": {"general": 0, "fast_bf16": 1, "four_over_six": 2},
+    "Kind": {"fprop": 0, "dgrad": 1, "wgrad": 2},
+    "Algorithm": {"fused_64x256": 0, "fused_128x256": 1, "fused_pair_256x256": 2, "swapped_64x256": 3,
+                  "copies_cutlass": 4, "exact_fused": 5, "exact_copies": 6, "exact_hybrid": 7, "sm100_simt": 8,
+                  "sm100_copies": 9},
+    "Loader": {"cp_async": 0, "tma": 1, "loads": 2},
+    "Epilogue": {"staged": 0, "tma_store": 1, "direct": 2, "cutlass": 3},
+}
+
+
 def test_the_real_header():
-    enums = read_enums(_codes.HEADER.read_text())
-    assert set(enums) == {"Rule", "ScaleLayout", "QuantizeKernel", "Kind", "Algorithm", "Loader", "Epilogue"}
+    """The header read by read_enums, and the package's IntEnums, hold exactly the hand-written CODES."""
+    assert read_enums(_codes.HEADER.read_text()) == CODES
     for cls, name in ((Rule, "Rule"), (ScaleLayout, "ScaleLayout"), (QuantizeKernel, "QuantizeKernel"),
                       (GemmKind, "Kind"), (Algorithm, "Algorithm"), (Loader, "Loader"), (Epilogue, "Epilogue")):
         assert issubclass(cls, enum.IntEnum)
-        assert {m.name: m.value for m in cls} == enums[name], name
-        assert sorted(m.value for m in cls) == list(range(len(cls))), f"{name}: codes 0..n-1"
+        assert {m.name: m.value for m in cls} == CODES[name], name
 
 
 def test_rule_names_are_the_oracles():

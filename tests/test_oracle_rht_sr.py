@@ -7,7 +7,15 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from spec_scalar import rht_block, rht_block_is_plain
+from spec_scalar import (
+    e4m3_value,
+    fminf,
+    rht_block,
+    rht_block_is_plain,
+    sr_scalar,
+    te_amax,
+    te_quantize_row_blocks,
+)
 
 import oracle
 from oracle.fp4_numpy import decode_e2m1, round_to_bf16, unpack_fp4
@@ -74,22 +82,38 @@ def test_sr_is_unbiased_over_all_bytes(y):
     assert abs(mean - float(y)) <= step / 256 + 1e-7
 
 
+def _sr_row_codes_by_hand(x: np.ndarray, seed: int, offset: int) -> np.ndarray:
+    """SPEC 5.1, 5.2, 3.4 and 10.2 for the rowwise plane of ``x``, element by element from spec_scalar's scalar
+    transcriptions and the Philox function (checked against Random123's known answers above): the multiplier of each
+    block from its RN scale byte, the random byte of element (r, c) from Philox((c/16, r, 0, offset), seed)."""
+    f32 = np.float32
+    amax = te_amax(x)
+    s_dec = f32(1.0) / fminf(f32(2688.0) / amax, f32(np.finfo(np.float32).max))
+    key = np.array([seed & 0xFFFFFFFF, seed >> 32], np.uint32)
+    codes = np.zeros(x.shape, np.uint8)
+    for r in range(x.shape[0]):
+        _, scale_bytes = te_quantize_row_blocks(x[r], amax)
+        for c in range(x.shape[1]):
+            m = fminf(f32(1.0) / f32(f32(e4m3_value(scale_bytes[c // 16])) * s_dec), f32(np.finfo(np.float32).max))
+            word = philox4x32(np.array([c // 16, r, 0, offset], np.uint32), key)[(c % 16) // 4]
+            codes[r, c] = sr_scalar(f32(f32(x[r, c]) * m), (int(word) >> (8 * (c % 4))) & 0xFF)
+    return codes
+
+
 def test_quantize_sr_uses_counter_mapping_and_group_offset():
+    """The rowwise SR plane of quantize and of group_quantize's groups (offset + g, SPEC 10.2) against the element-wise
+    transcription above; the scale bytes are the round-to-nearest ones."""
     rng = np.random.default_rng(1)
     x = rng.standard_normal((5, 32)).astype(np.float32)
     t = oracle.quantize(x, rounding="sr", seed=9, offset=4)
-    rn = oracle.quantize(x)
-    assert np.array_equal(t.row.scales, rn.row.scales)  # scales are always RN
-    # same multiplier, same bytes -> same codes as rounding the scaled values by hand
-    from oracle.scale_rules import global_encode_scale, te_block_scales
-
-    b = np.abs(x).reshape(5, 2, 16).max(axis=2)
-    _, m = te_block_scales(b, global_encode_scale(np.abs(x).max()))
-    y = (np.repeat(m, 16, axis=1) * x).astype(np.float32)
-    codes = sr_encode_e2m1(y, sr_random_bytes(5, 32, seed=9, offset=4, plane=0))
-    assert np.array_equal(unpack_fp4(t.row.data, 32), codes)
+    assert np.array_equal(t.row.scales, oracle.quantize(x).row.scales)  # scales are always RN
+    assert np.array_equal(unpack_fp4(t.row.data, 32), _sr_row_codes_by_hand(x, 9, 4))
     g = oracle.group_quantize(x, [2, 3], rounding="sr", seed=9, offset=4)
-    assert np.array_equal(g.row_planes[1].data, oracle.quantize(x[2:], rounding="sr", seed=9, offset=5).row.data)
+    assert np.array_equal(unpack_fp4(g.row_planes[0].data, 32), _sr_row_codes_by_hand(x[:2], 9, 4))
+    assert np.array_equal(unpack_fp4(g.row_planes[1].data, 32), _sr_row_codes_by_hand(x[2:], 9, 5))
+    big_seed = 0x123456789ABCDEF0  # both key words nonzero
+    t = oracle.quantize(x, rounding="sr", seed=big_seed, offset=0)
+    assert np.array_equal(unpack_fp4(t.row.data, 32), _sr_row_codes_by_hand(x, big_seed, 0))
 
 
 # ---- RHT (SPEC 7) ---------------------------------------------------------------------------------------------
