@@ -1,4 +1,4 @@
-"""A deliberately naive, scalar transcription of SPEC.md sections 3.1, 3.2, 5.1, 5.2, 7.2 and 7.4, written
+"""A deliberately naive, scalar transcription of SPEC.md sections 3.1, 3.2, 3.4, 5.1, 5.2, 7.2, 7.4 and 10.2, written
 independently of the vectorized oracle (plain loops over np.float32 scalars) and used as a second
 implementation in the tests."""
 
@@ -83,15 +83,23 @@ def tile_maxima(x: np.ndarray) -> list:
     return out
 
 
-def te_quantize_row_blocks(row: np.ndarray, amax, block_max: list | None = None) -> tuple[list, list]:
-    """SPEC 5.1 + 5.2 (rule te) for one row; returns (codes, scale bytes). 1x16 blocks, or the given per-block
-    maxima (e.g. :func:`tile_maxima` for 16x16 blocks, SPEC 6.3)."""
+def te_plane_scales(amax) -> tuple[np.float32, np.float32]:
+    """SPEC 5.1 (rule te): (S_enc, S_dec) of a plane with amax A: fminf(2688 / A, FLT_MAX), 1 for A = 0 or an S_enc
+    of 0; S_dec = 1 / S_enc."""
     amax = F(amax)
     with np.errstate(all="ignore"):
         s_enc = fminf(F(2688.0) / amax, FLT_MAX)
         if amax == 0 or s_enc == 0:
             s_enc = F(1.0)
-        s_dec = F(1.0) / s_enc
+        return s_enc, F(F(1.0) / s_enc)
+
+
+def te_quantize_row_blocks(row: np.ndarray, amax, block_max: list | None = None) -> tuple[list, list]:
+    """SPEC 5.1 + 5.2 (rule te) for one row; returns (codes, scale bytes). 1x16 blocks, or the given per-block
+    maxima (e.g. :func:`tile_maxima` for 16x16 blocks, SPEC 6.3)."""
+    amax = F(amax)
+    with np.errstate(all="ignore"):
+        s_enc, s_dec = te_plane_scales(amax)
         codes, scales = [], []
         for k in range(0, len(row), 16):
             blk = [F(v) for v in row[k : k + 16]]
@@ -118,6 +126,37 @@ def assert_te_plane(data: np.ndarray, scales: np.ndarray, x_rows: np.ndarray, am
         got_codes = [(int(data[r, i // 2]) >> (4 * (i % 2))) & 0xF for i in range(x_rows.shape[1])]
         assert np.asarray(scales[r]).tolist() == want_scales, f"{where} row {r}: scale bytes"
         assert got_codes == codes, f"{where} row {r}: codes"
+
+
+def sr_random_byte_source(philox4x32, seed: int, plane: int, offset: int):
+    """SPEC 10.2: the random byte of element (r, c) of a plane: byte c % 4 of word (c % 16) / 4 of
+    Philox4x32-10((c / 16, r, plane, offset), (seed low, seed high)), with the Philox function given by the caller
+    (this module imports no project code)."""
+    key = np.array([seed & 0xFFFFFFFF, seed >> 32], np.uint32)
+
+    def byte(r: int, c: int) -> int:
+        word = philox4x32(np.array([c // 16, r, plane, offset], np.uint32), key)[(c % 16) // 4]
+        return (int(word) >> (8 * (c % 4))) & 0xFF
+
+    return byte
+
+
+def te_sr_plane(x_rows: np.ndarray, amax, random_byte, block_max=None) -> tuple[np.ndarray, list]:
+    """SPEC 5.1, 5.2 and 3.4 (rule te, stochastic rounding) for a plane's rows, element by element: the scale bytes
+    by :func:`te_quantize_row_blocks` (always round to nearest), each block's multiplier from its byte, and element
+    (r, c) rounded by :func:`sr_scalar` with ``random_byte(r, c)``. ``block_max``: per-row block maxima (e.g.
+    :func:`tile_maxima`), else 1x16 blocks. Returns (codes uint8 [R, C], scale bytes per row)."""
+    _, s_dec = te_plane_scales(amax)
+    codes = np.zeros(x_rows.shape, np.uint8)
+    scales = []
+    with np.errstate(all="ignore"):
+        for r in range(x_rows.shape[0]):
+            _, sb = te_quantize_row_blocks(x_rows[r], amax, None if block_max is None else block_max[r])
+            scales.append(sb)
+            for c in range(x_rows.shape[1]):
+                m = fminf(F(1.0) / F(F(e4m3_value(sb[c // 16])) * s_dec), FLT_MAX)
+                codes[r, c] = sr_scalar(F(F(x_rows[r, c]) * m), random_byte(r, c))
+    return codes, scales
 
 
 def rht_block(x16, signs: int) -> list:

@@ -7,15 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from spec_scalar import (
-    e4m3_value,
-    fminf,
-    rht_block,
-    rht_block_is_plain,
-    sr_scalar,
-    te_amax,
-    te_quantize_row_blocks,
-)
+from spec_scalar import rht_block, rht_block_is_plain, sr_random_byte_source, te_amax, te_sr_plane
 
 import oracle
 from oracle.fp4_numpy import decode_e2m1, round_to_bf16, unpack_fp4
@@ -83,21 +75,9 @@ def test_sr_is_unbiased_over_all_bytes(y):
 
 
 def _sr_row_codes_by_hand(x: np.ndarray, seed: int, offset: int) -> np.ndarray:
-    """SPEC 5.1, 5.2, 3.4 and 10.2 for the rowwise plane of ``x``, element by element from spec_scalar's scalar
-    transcriptions and the Philox function (checked against Random123's known answers above): the multiplier of each
-    block from its RN scale byte, the random byte of element (r, c) from Philox((c/16, r, 0, offset), seed)."""
-    f32 = np.float32
-    amax = te_amax(x)
-    s_dec = f32(1.0) / fminf(f32(2688.0) / amax, f32(np.finfo(np.float32).max))
-    key = np.array([seed & 0xFFFFFFFF, seed >> 32], np.uint32)
-    codes = np.zeros(x.shape, np.uint8)
-    for r in range(x.shape[0]):
-        _, scale_bytes = te_quantize_row_blocks(x[r], amax)
-        for c in range(x.shape[1]):
-            m = fminf(f32(1.0) / f32(f32(e4m3_value(scale_bytes[c // 16])) * s_dec), f32(np.finfo(np.float32).max))
-            word = philox4x32(np.array([c // 16, r, 0, offset], np.uint32), key)[(c % 16) // 4]
-            codes[r, c] = sr_scalar(f32(f32(x[r, c]) * m), (int(word) >> (8 * (c % 4))) & 0xFF)
-    return codes
+    """The rowwise SR plane's codes by spec_scalar.te_sr_plane, its random bytes from the Philox function (checked
+    against Random123's known answers above) at the counters (c/16, r, 0, offset) of SPEC 10.2."""
+    return te_sr_plane(x, te_amax(x), sr_random_byte_source(philox4x32, seed, 0, offset))[0]
 
 
 def test_quantize_sr_uses_counter_mapping_and_group_offset():

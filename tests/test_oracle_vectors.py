@@ -1,7 +1,7 @@
 """Golden test vectors (oracle.vectors, ``python -m oracle vectors``): the files hold what the oracle computes from
 the stored inputs and options, in the documented raw format, and the hand-worked ties of SPEC 3.1. Code that is not
 the oracle's (scalar SPEC transcriptions, fractions, torch-te, torchao, MMA-Sim, the SPEC 8.2 formula) agrees with
-every stored output except the 16x16 SR case and the sequential and tensor_core GEMM outputs."""
+every stored output except the sequential and tensor_core GEMM outputs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import json
 import ml_dtypes
 import numpy as np
 import pytest
-from spec_scalar import assert_te_plane, te_amax
+from spec_scalar import assert_te_plane, sr_random_byte_source, te_amax, te_sr_plane, tile_maxima
 
 import oracle
 from oracle.cli import main
@@ -260,3 +260,26 @@ def test_quantize_vectors_agree_with_torch_implementations(vectors):
                                    rht_signs=o["rht_signs"])
     for key, got in outs.items():  # the flat buffers up to their last offset, the offsets and the amaxes
         assert np.asarray(got).reshape(-1).tobytes() == np.asarray(want[key]).reshape(-1).tobytes(), key
+
+
+def test_16x16_sr_vector_agrees_with_the_scalar_spec(vectors):
+    """The 16x16 stochastic-rounding case, both planes (X and its zero-padded X^T, SPEC 6.2, 6.3), against the scalar
+    transcription: tile maxima, RN scale bytes, multipliers and SPEC 3.4 with the Philox bytes of SPEC 10.2 (plane 0
+    and 1, the case's seed and offset; the Philox function is checked against Random123's known answers in
+    test_oracle_rht_sr.py); the swizzled scales by the SPEC 8.2 formula."""
+    from conformance.independent import swizzle_by_formula
+    from oracle.philox import philox4x32
+
+    meta, ins, outs = _case(vectors, "quantize_16x16_sr")
+    o = meta["options"]
+    x = ins["x"].astype(np.float32)
+    xt = np.zeros((x.shape[1], -(-x.shape[0] // 16) * 16), np.float32)
+    xt[:, : x.shape[0]] = x.T
+    amax = te_amax(x)  # SPEC 4.2: without the RHT the rowwise amax serves both planes
+    for plane, (p, rows) in enumerate((("row", x), ("col", xt))):
+        source = sr_random_byte_source(philox4x32, o["seed"], plane, o["offset"])
+        codes, scales = te_sr_plane(rows, amax, source, block_max=tile_maxima(rows))
+        assert np.float32(outs[f"{p}_amax"]).tobytes() == amax.tobytes(), p
+        assert np.array_equal(unpack_fp4(outs[f"{p}_data"], rows.shape[1]), codes), p
+        assert np.asarray(outs[f"{p}_scales"]).tolist() == scales, p
+        assert outs[f"{p}_scales_swizzled"].reshape(-1).tobytes() == swizzle_by_formula(outs[f"{p}_scales"]).tobytes()
