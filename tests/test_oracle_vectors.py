@@ -1,7 +1,7 @@
 """Golden test vectors (oracle.vectors, ``python -m oracle vectors``): the files hold what the oracle computes from
 the stored inputs and options, in the documented raw format, and the hand-worked ties of SPEC 3.1. Code that is not
 the oracle's (scalar SPEC transcriptions, fractions, torch-te, torchao, MMA-Sim, the SPEC 8.2 formula) agrees with
-every stored output except the sequential and tensor_core GEMM outputs."""
+every stored output."""
 
 from __future__ import annotations
 
@@ -196,42 +196,83 @@ def _alpha_te(a_amax, b_amax) -> np.float32:
     return np.float32(np.float32(np.float32(a_amax) * np.float32(b_amax)) * np.float32(1.0 / 7225344.0))
 
 
-def test_gemm_vectors_sm100_outputs_agree_with_mmasim(vectors):
-    """The sm100 outputs of the GEMM case and of each group of the grouped GEMM case (SPEC 12.7) against MMA-Sim's
-    tcgen05 block-scale instruction model chained over K (conformance.independent.mmasim_tcgen05_nvf4) and SPEC 12.7's
-    epilogue written out element by element (sm100_epilogue_by_hand); the grouped case's planes are cut from the flat
-    buffers by their offsets (SPEC 9.2) and unswizzled by the SPEC 8.2 formula."""
-    from conformance.independent import mmasim_tcgen05_nvf4, sm100_epilogue_by_hand
+def _decoded(data: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """E2M1 values [R, K] and E4M3 scale values [R, K/16] of a plane, decoded by ml_dtypes (SPEC 2.1-2.3)."""
+    r = data.shape[0]
+    nib = np.stack((data & 0x0F, data >> 4), axis=-1).reshape(r, -1)
+    return nib.view(ml_dtypes.float4_e2m1fn).astype(np.float64), scales.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
 
-    _, ins, outs = _case(vectors, "gemm_17x24x64")
-    acc = mmasim_tcgen05_nvf4(ins["a_data"], ins["a_scales"], ins["b_data"], ins["b_scales"])
-    alpha = _alpha_te(ins["a_amax"][0], ins["b_amax"][0])
-    for od in ("float32", "bfloat16"):
-        want = sm100_epilogue_by_hand(acc, alpha, c=None, bias=ins["bias"], out_dtype=od)
-        got = outs[f"y_sm100_{od}"]
-        assert np.asarray(got).tobytes() == np.asarray(want).astype(got.dtype).tobytes(), od
 
-    meta, ins, outs = _case(vectors, "grouped_gemm_fprop")
+def _sequential_by_hand(a_data, a_scales, b_data, b_scales) -> np.ndarray:
+    """SPEC 12.2's accumulator: acc = +0; per 16-block k in K order acc = fp32(acc + (sfA_k * sfB_k) * dot16_k), every
+    block term exact (dot16 in float64: sums of 16 products of E2M1 values, multiples of 1/4 below 2^12)."""
+    qa, sa = _decoded(a_data, a_scales)
+    qb, sb = _decoded(b_data, b_scales)
+    acc = np.zeros((qa.shape[0], qb.shape[0]), np.float32)
+    for k in range(sa.shape[1]):
+        dot16 = (qa[:, 16 * k : 16 * k + 16] @ qb[:, 16 * k : 16 * k + 16].T).astype(np.float32)
+        sf = (sa[:, k][:, None] * sb[:, k][None, :]).astype(np.float32)
+        acc = (acc + (sf * dot16).astype(np.float32)).astype(np.float32)
+    return acc
+
+
+def _epilogue_12_2(acc: np.ndarray, alpha, bias, out_dtype: str) -> np.ndarray:
+    """SPEC 12.2's epilogue without C: y = fp32(alpha * acc), then fp32(y + bias[n]), then the cast (bf16: RNE)."""
+    y = (np.float32(alpha) * acc).astype(np.float32)
+    if bias is not None:
+        y = (y + bias.astype(np.float32)[None, :]).astype(np.float32)
+    return y.astype(ml_dtypes.bfloat16) if out_dtype == "bfloat16" else y
+
+
+def _group_planes(meta, ins):
+    """The grouped GEMM case's per-group operands (a codes, a scales, b codes, b scales, alpha) of its non-empty
+    groups, cut from the flat buffers by their offsets (SPEC 9.2) and unswizzled by the SPEC 8.2 formula."""
     splits, n = ins["splits"].tolist(), meta["options"]["N"]
     k = 2 * ins["a_data"].size // sum(splits)
-    rows = []
+    out = []
     for g, m in enumerate(splits):
         if m == 0:
             continue
-
-        def plane(p, r, g=g):
+        ops = []
+        for p, r in (("a", m), ("b", n)):
             d = ins[f"{p}_data"][ins[f"{p}_data_offsets"][g]:ins[f"{p}_data_offsets"][g + 1]].reshape(r, k // 2)
             sw = ins[f"{p}_scales"][ins[f"{p}_scale_offsets"][g]:ins[f"{p}_scale_offsets"][g + 1]]
-            return d, _compact_by_formula(sw, r, k // 16)
+            ops += [d, _compact_by_formula(sw, r, k // 16)]
+        out.append((*ops, _alpha_te(ins["a_amax"][g], ins["b_amax"][g])))
+    return out
 
-        (ad, asc), (bd, bsc) = plane("a", m), plane("b", n)
-        acc = mmasim_tcgen05_nvf4(ad, asc, bd, bsc)
-        rows.append(sm100_epilogue_by_hand(acc, _alpha_te(ins["a_amax"][g], ins["b_amax"][g]), c=None, bias=None,
-                                           out_dtype="bfloat16"))
-    want = np.concatenate(rows)
-    got = outs["y_sm100_bfloat16"]
-    assert got.shape == (sum(splits), n)
-    assert np.asarray(got).tobytes() == np.asarray(want).astype(got.dtype).tobytes()
+
+def test_gemm_vectors_agree_with_mmasim_and_the_scalar_spec(vectors):
+    """Every model's output of the GEMM case and of each group of the grouped GEMM case, but the exact model's (checked
+    by fractions above), against code that is not the oracle's: sm100 (SPEC 12.7) by MMA-Sim's tcgen05 block-scale
+    model chained over K (conformance.independent.mmasim_tcgen05_nvf4) and the epilogue written out element by element
+    (sm100_epilogue_by_hand); tensor_core (12.6) by MMA-Sim's Hopper wgmma k16 chain with bf16 operands
+    (mmasim_wgmma); sequential (12.2) by the loop above; the last two with SPEC 12.2's epilogue formed here."""
+    from conformance.independent import mmasim_tcgen05_nvf4, mmasim_wgmma, sm100_epilogue_by_hand
+
+    def outputs(ad, asc, bd, bsc, alpha, bias, od):
+        return {
+            "sm100": sm100_epilogue_by_hand(mmasim_tcgen05_nvf4(ad, asc, bd, bsc), alpha, c=None, bias=bias,
+                                            out_dtype=od),
+            "tensor_core": _epilogue_12_2(mmasim_wgmma(ad, asc, bd, bsc, "bf16"), alpha, bias, od),
+            "sequential": _epilogue_12_2(_sequential_by_hand(ad, asc, bd, bsc), alpha, bias, od),
+        }
+
+    _, ins, outs = _case(vectors, "gemm_17x24x64")
+    alpha = _alpha_te(ins["a_amax"][0], ins["b_amax"][0])
+    for od in ("float32", "bfloat16"):
+        want = outputs(ins["a_data"], ins["a_scales"], ins["b_data"], ins["b_scales"], alpha, ins["bias"], od)
+        for model, w in want.items():
+            got = outs[f"y_{model}_{od}"]
+            assert np.asarray(got).tobytes() == np.asarray(w).astype(got.dtype).tobytes(), (model, od)
+
+    meta, ins, outs = _case(vectors, "grouped_gemm_fprop")
+    per_group = [outputs(*ops, None, "bfloat16") for ops in _group_planes(meta, ins)]
+    for model in ("sm100", "tensor_core", "sequential"):
+        got = outs[f"y_{model}_bfloat16"]
+        want = np.concatenate([w[model] for w in per_group])
+        assert got.shape == (int(ins["splits"].sum()), meta["options"]["N"])
+        assert np.asarray(got).tobytes() == np.asarray(want).astype(got.dtype).tobytes(), model
 
 
 @pytest.mark.torch
