@@ -10,8 +10,10 @@ training step can be captured in one CUDA graph and compiled with ``torch.compil
 
 from __future__ import annotations
 
+import numbers
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -358,6 +360,24 @@ class GroupedLinear(torch.nn.Module):
         if self.mode not in _MODES:
             raise ValueError(f"mode must be one of {_MODES}, got {self.mode!r}")
 
+    def _check_params(self) -> None:
+        """weight (and bias) still as constructed: the GEMMs take their sizes from in_features / out_features, so a
+        parameter replaced by one of another shape or dtype (``weight.data = ...``, ``layer.half()``) is refused here,
+        before any kernel reads it."""
+        e, n, k = self.num_gemms, self.out_features, self.in_features
+        for name, p, shape, dims in (("weight", self.weight, (e, n, k), "num_gemms, out_features, in_features"),
+                                     ("bias", self.bias, (e, n), "num_gemms, out_features")):
+            if p is None:
+                continue
+            if not isinstance(p, Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(p).__name__}")
+            if tuple(p.shape) != shape:
+                raise ValueError(f"{name} must be [{dims}] = {list(shape)}, got {list(p.shape)}")
+            if p.dtype not in _PARAMS_DTYPES:
+                raise TypeError(f"{name} must be torch.bfloat16 or torch.float32, got {p.dtype}")
+        if self.bias is not None and self.bias.device != self.weight.device:
+            raise ValueError(f"bias must be on the weight's device ({self.weight.device}), got {self.bias.device}")
+
     # --------------------------------------------------------------------------------------------------- inputs
 
     def _device_splits(self, m_splits, t: int, device: torch.device) -> Tensor:
@@ -375,8 +395,9 @@ class GroupedLinear(torch.nn.Module):
             raise TypeError(f"m_splits must be an int64 CUDA tensor or a list of ints, got {type(m_splits).__name__}")
         if len(m_splits) != e:
             raise ValueError(f"m_splits has {len(m_splits)} sizes, the layer has num_gemms={e}")
-        if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in m_splits):
+        if any(isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral) or v < 0 for v in m_splits):
             raise ValueError(f"m_splits must hold ints >= 0, got {list(m_splits)}")
+        m_splits = [int(v) for v in m_splits]
         if sum(m_splits) != t:
             raise ValueError(f"m_splits add up to {sum(m_splits)}, x has {t} rows")
         if torch.cuda.is_current_stream_capturing():
@@ -482,10 +503,13 @@ class GroupedLinear(torch.nn.Module):
 
         Raises TypeError / ValueError before any launch for an x of the wrong type, dtype, device or shape
         (``[T, in_features]``), m_splits of the wrong type, dtype, device or length, a list that does not add up
-        to T, or an ``is_first_microbatch`` that is not None, True or False; RuntimeError under torch.compile when
+        to T, an ``is_first_microbatch`` that is not None, True or False, or a weight / bias no longer of the
+        constructed shape (``[num_gemms, out_features(, in_features)]``), of a dtype other than bfloat16 / float32,
+        or a bias off the weight's device; RuntimeError under torch.compile when
         ``fuse_wgrad_accumulation`` or ``delay_wgrad_compute`` is set (they keep Python state that a compiled graph
         cannot update: ``weight.main_grad`` looked up at backward time, the deferred-wgrad queue)."""
         self._check_settings()
+        self._check_params()
         if is_first_microbatch is not None and not isinstance(is_first_microbatch, bool):
             raise TypeError(f"is_first_microbatch must be None, True or False, got {is_first_microbatch!r}")
         if torch.compiler.is_compiling() and (self.fuse_wgrad_accumulation or self.delay_wgrad_compute):

@@ -7,6 +7,7 @@ torch.compile's tracer (dynamo) all run on them. The GPU tests (tests/test_devic
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -96,6 +97,9 @@ def _bad_forward_cases():
         (lambda: (cuda(t, k), [10.0, 10, 20]), ValueError, "ints >= 0"),
         (lambda: (cuda(t, k), (10, 10, 20.5)), ValueError, "ints"),
         (lambda: (cuda(t, k), "10,10,20"), TypeError, "m_splits"),
+        # numpy integers are ints (past that check: the sum is what is refused); numpy bools are not
+        (lambda: (cuda(t, k), [np.int64(10), np.int32(10), np.uint8(10)]), ValueError, "add up to 30, x has 40 rows"),
+        (lambda: (cuda(t, k), [np.bool_(True), 10, 29]), ValueError, "ints >= 0"),
     ]
 
 
@@ -117,6 +121,28 @@ def test_settings_checked_at_forward(fake):
     layer.recipe = {"rule": "te"}
     with pytest.raises(TypeError, match="NVFP4Recipe"):
         layer(cuda(8, 32), cuda(2, dtype=torch.int64))
+
+
+def test_parameters_checked_at_forward(fake):
+    """A weight or bias replaced after construction by one of another shape, dtype or device is refused before any
+    kernel reads it (the GEMMs take their sizes from in_features / out_features)."""
+    x, splits = cuda(8, 32), cuda(2, dtype=torch.int64)
+    for name, value, err, match in (
+        ("weight", cuda(2, 16, 16), ValueError, r"weight must be \[num_gemms, out_features, in_features\] = "
+                                                r"\[2, 16, 32\], got \[2, 16, 16\]"),
+        ("weight", cuda(3, 16, 32), ValueError, "weight must be"),
+        ("weight", cuda(2, 16, 32, dtype=torch.float16), TypeError, "weight must be torch.bfloat16 or torch.float32"),
+        ("bias", cuda(2, 32), ValueError, r"bias must be \[num_gemms, out_features\] = \[2, 16\]"),
+        ("bias", cuda(2, 16, dtype=torch.float64), TypeError, "bias must be"),
+    ):
+        layer = _Layer(2, 32, 16)
+        getattr(layer, name).data = value
+        with pytest.raises(err, match=match):
+            layer(x, splits)
+    layer = _Layer(2, 32, 16)
+    layer.bias = torch.nn.Parameter(torch.empty(2, 16, dtype=BF16, device="meta"))
+    with pytest.raises(ValueError, match=r"bias must be on the weight's device \(cuda:0\), got meta"):
+        layer(x, splits)
 
 
 def test_main_grad_checked_before_any_launch(fake):
