@@ -6,6 +6,7 @@ byte for byte. Every argument is checked here, before any launch; the kernels ar
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 import numpy as np
@@ -253,6 +254,12 @@ def dequantize(q, plane: str = "row", *, scales: Tensor | None = None, amax: Ten
     writes swizzled scales unless told otherwise; ``rule`` (default "te") picks the SPEC 11.1 factor and
     ``global_scale_max`` (default 448; 256 for a plane quantized by 4over6 with G = 256, SPEC 5.6) the G in the TE
     rules' fp32(1/(6G)). A columnwise plane dequantizes to X^T with its zero padding, shape ``[K, roundup(M,16)]``.
+
+    Raises (before any launch) TypeError / ValueError for a grouped result, raw-byte keywords given with a result, a
+    plane other than "row" / "col" (raw bytes: "row", they are one plane), a missing ``scales`` / ``amax`` / ``shape``
+    / ``swizzled``, a ``swizzled`` that is not a bool, a ``shape`` that is not two ints, an ``amax`` that is not one
+    float32 value, host tensors, an unknown rule or G, and buffers whose sizes, dtypes or alignment do not fit the
+    shape (the binding's checks).
     """
     if isinstance(q, DeviceGroupedNVFP4Tensor):
         raise TypeError("dequantize takes one plane of a DeviceNVFP4Tensor or raw bytes; for a grouped result use "
@@ -277,6 +284,13 @@ def dequantize(q, plane: str = "row", *, scales: Tensor | None = None, amax: Ten
     elif swizzled is None:
         raise ValueError("raw dequantize needs swizzled=True or False, the layout of the scale bytes (SPEC 8; "
                          "device.quantize writes swizzled scales unless swizzled=False)")
+    elif not isinstance(swizzled, (bool, np.bool_)):
+        raise TypeError(f"swizzled must be True or False, got {swizzled!r}")
+    elif (not isinstance(shape, (tuple, list)) or len(shape) != 2
+          or any(isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral) for v in shape)):
+        raise TypeError(f"shape must be two ints (rows, cols), got {shape!r}")
+    elif plane != "row":
+        raise ValueError(f"plane is for a DeviceNVFP4Tensor; raw bytes are one plane already (got plane={plane!r})")
     rule = "te" if rule is None else rule
     if rule not in _RULE_NAMES:
         raise ValueError(f"rule must be one of {list(_RULE_NAMES)}, got {rule!r}")
@@ -285,7 +299,10 @@ def dequantize(q, plane: str = "row", *, scales: Tensor | None = None, amax: Ten
         raise ValueError(f"global_scale_max must be 448 or 256 (SPEC 5.6), got {global_scale_max!r}")
     data = q if not isinstance(q, DeviceNVFP4Tensor) else data
     _ops.require_cuda_tensors(data=data, scales=scales, amax=amax)  # (before .contiguous() / .to() below)
+    if amax.dtype != torch.float32 or amax.numel() != 1:
+        raise ValueError(f"amax must be one float32 value (the plane's amax), got {amax.dtype} "
+                         f"{list(amax.shape)}")
     rows, cols = (int(s) for s in shape)
     data = data.contiguous()
-    return _ops.dequantize_op(data, scales.contiguous(), amax.to(torch.float32).reshape(-1)[:1].contiguous(),
+    return _ops.dequantize_op(data, scales.contiguous(), amax.reshape(1).contiguous(),
                               rows, cols, bool(swizzled), int(Rule[rule]), int(global_scale_max))

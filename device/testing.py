@@ -56,12 +56,28 @@ def gemm_over_weight_copy(a, b, *, kind: str, out, bias=None, mode: str = "fast"
     weights' fp16 copy, as ``GroupedLinear(cache_f16_weights=True)`` runs it: the copy ``[E, N, K]`` is made here,
     once, from ``b``'s rowwise plane (``device._ops.weight_f16_copy``; ``b`` as :func:`device.group_quantize` makes
     the weights, with that plane); each call of the returned function launches the GEMM with it, under the plan parts
-    forced when it runs (:func:`force_plan`; the copy is read by ``copies_cutlass`` only)."""
+    forced when it runs (:func:`force_plan`; the copy is read by ``copies_cutlass`` only).
+
+    Raises ValueError for another kind, a ``b`` without its rowwise plane, or dgrad over a ``b`` whose columnwise
+    plane is not its rowwise one transposed (16x16 blocks, RN, no RHT, no 4over6: SPEC 6.3); TypeError for an
+    ``out`` that is not a tensor; and whatever :func:`device.grouped_gemm` raises for its arguments, all before the
+    copy is made."""
+    import torch
+
     from . import _ops
     from . import gemm as _gemm
 
     if kind not in ("fprop", "dgrad"):
         raise ValueError(f"the weights' copy serves fprop and dgrad only, got kind={kind!r}")
+    if getattr(b, "row_data", None) is None:
+        raise ValueError("b needs its rowwise plane: the weights' copy is made from it")
+    o = getattr(b, "options", {})
+    if kind == "dgrad" and (tuple(o.get("block", (1, 16))) != (16, 16) or o.get("rounding") != "rn" or o.get("rht")
+                            or o.get("four_over_six")):
+        raise ValueError("dgrad over the weights' copy needs b quantized in 16x16 blocks, round to nearest, without "
+                         "the RHT or 4over6: only then is its columnwise plane the rowwise one transposed (SPEC 6.3)")
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor (the call writes into it), got {type(out).__name__}")
     c = _gemm._checked_call(a, b, kind, None, out, False, bias, mode)  # (the arguments checked before the copy is made)
     operands = _gemm._operands(c, a, b)
     e = b.offsets.shape[1] - 1

@@ -167,3 +167,64 @@ def test_set_num_sms_and_get_num_sms():
         assert device.get_num_sms() is None
     finally:
         device.set_num_sms(before)
+
+
+def _weights_standin(**options):
+    """What gemm_over_weight_copy reads of b before any other check: its rowwise plane and its options."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(row_data=torch.zeros(8, dtype=torch.uint8),
+                           options=dict(dict(block=(16, 16), rounding="rn", rht=False, four_over_six=None), **options))
+
+
+@pytest.mark.parametrize("b,kind,out,err,match", [
+    (_weights_standin(), "wgrad", None, ValueError, "fprop and dgrad only"),
+    (None, "fprop", None, ValueError, "rowwise plane"),
+    (_weights_standin(block=(1, 16)), "dgrad", None, ValueError, "16x16 blocks"),
+    (_weights_standin(rounding="sr"), "dgrad", None, ValueError, "round to nearest"),
+    (_weights_standin(rht=True), "dgrad", None, ValueError, "RHT"),
+    (_weights_standin(four_over_six="mse"), "dgrad", None, ValueError, "4over6"),
+    (_weights_standin(), "fprop", None, TypeError, "out must be a torch.Tensor"),
+    (_weights_standin(block=(1, 16)), "fprop", [0.0], TypeError, "out must be a torch.Tensor"),
+])
+def test_gemm_over_weight_copy_refuses_before_the_copy(b, kind, out, err, match):
+    """device.testing.gemm_over_weight_copy refuses a call the weights' copy cannot serve before it makes the copy
+    (a dgrad B that is not the rowwise plane transposed would give other bits than grouped_gemm)."""
+    with pytest.raises(err, match=match):
+        testing.gemm_over_weight_copy(None, b, kind=kind, out=out)
+
+
+@pytest.mark.parametrize("kw,err,match", [
+    (dict(swizzled="False"), TypeError, "swizzled must be True or False"),
+    (dict(swizzled=1), TypeError, "swizzled must be True or False"),
+    (dict(shape=16), TypeError, r"shape must be two ints \(rows, cols\)"),
+    (dict(shape=(1, 16, 1)), TypeError, "shape must be two ints"),
+    (dict(shape=(1.9, 16)), TypeError, "shape must be two ints"),
+    (dict(shape=(True, 16)), TypeError, "shape must be two ints"),
+    (dict(plane="col"), ValueError, "raw bytes are one plane already"),
+])
+def test_raw_dequantize_refuses_malformed_arguments(kw, err, match):
+    """Raw dequantize's layout, shape and plane arguments are checked before anything else (no silent truncation of
+    a float shape, no string read as a truth value)."""
+    data, scales = torch.zeros(8, dtype=torch.uint8), torch.zeros(1, dtype=torch.uint8)
+    args = dict(dict(scales=scales, amax=torch.ones(1), shape=(1, 16), swizzled=False), **kw)
+    plane = args.pop("plane", "row")
+    with pytest.raises(err, match=match):
+        quantization.dequantize(data, plane, **args)
+
+
+@pytest.mark.parametrize("amax,match", [
+    (lambda: torch.ones(3, device="cuda"), r"one float32 value .* got torch.float32 \[3\]"),
+    (lambda: torch.ones(1, dtype=torch.int64, device="cuda"), "got torch.int64"),
+    (lambda: torch.ones(1, dtype=torch.bfloat16, device="cuda"), "got torch.bfloat16"),
+])
+def test_raw_dequantize_takes_one_float32_amax(amax, match):
+    """amax is the plane's one float32 value: a longer tensor (only its first value was read) or another dtype
+    (converted silently) is refused; CUDA tensors are FakeTensors here (metadata only)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        data = torch.zeros(8, dtype=torch.uint8, device="cuda")
+        scales = torch.zeros(1, dtype=torch.uint8, device="cuda")
+        with pytest.raises(ValueError, match=match):
+            quantization.dequantize(data, scales=scales, amax=amax(), shape=(1, 16), swizzled=False)
