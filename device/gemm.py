@@ -171,12 +171,21 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
         bias: fprop / dgrad only: ``[E, cols]`` float32 or bfloat16, added per group in the epilogue.
         mode: ``"fast"`` (``oracle.gemm(model="tensor_core")`` bit for bit), ``"exact"`` (``model="sequential"``
             bit for bit) or ``"sm100"`` (``model="sm100"`` bit for bit: what a B200's CUTLASS grouped GEMM returns,
-            SPEC 12.7; contractions below 2^19; 0.2-0.5x the speed of torch._grouped_mm on BF16, docs/performance.md).
+            SPEC 12.7; contractions below 2^19; 0.35-0.57x the speed of torch._grouped_mm on BF16 on the H200,
+            docs/performance.md).
 
     Returns:
         ``out``: ``[T, N]`` (fprop), ``[T, K]`` (dgrad) or ``[E, N, K]`` (wgrad).
 
-    The call is graph-safe: no group size leaves the device, and the grid is fixed by host-known sizes."""
+    The call is graph-safe: no group size leaves the device, and the grid is fixed by host-known sizes. So group
+    sizes that disagree between the operands cannot be refused: b's group g must hold W_g's N rows for fprop and
+    dgrad (splits ``[N] * E``, as :func:`device.group_quantize` of ``W.reshape(E * N, K)`` makes them) and the same
+    m_g tokens as a's for wgrad; a group where they disagree reads nothing and its output is NaN.
+
+    Raises TypeError / ValueError before any launch for operands that are not grouped results with the planes
+    ``kind`` reads and swizzled scales, a different E or K, scale rules without an alpha (SPEC 12.1), an unknown
+    kind or mode, and an ``out`` / ``out_dtype`` / ``accumulate`` / ``bias`` that does not fit (shape, dtype, device,
+    contiguity, alignment, overlap with an operand)."""
     c = _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode)
     operands = _operands(c, a, b)
     plan = _plan_parts()

@@ -205,6 +205,12 @@ def group_quantize(x: Tensor, splits: Tensor, *, rowwise: bool = True, columnwis
     group on the device), E values for both planes (sequence, array or device tensor) or a (row, col) tuple of them;
     a single number is refused, as by the oracle. The 4over6 options as in :func:`quantize` (SPEC 5.6 per group, as
     :func:`oracle.group_quantize`).
+
+    ``splits`` is never read on the host, so sizes that do not add up to T cannot be refused: they take SPEC 9.4's
+    meaning on the device (a negative size counts as 0, the running total is cut at T, rows past the last cut group
+    belong to no group); the sizes used are the differences of ``row_offsets``. Raises TypeError / ValueError before
+    any launch for an x that is not a contiguous CUDA tensor of a supported dtype with K a multiple of 16, splits that
+    are not a non-empty 1-D int64 tensor on x's device, and the options :func:`quantize` refuses.
     """
     x2 = _check_x(x)
     if not isinstance(splits, Tensor):
