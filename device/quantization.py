@@ -167,13 +167,31 @@ def quantize(x: Tensor, *, rowwise: bool = True, columnwise: bool = False, rht: 
              rounding: str = "rn", seed: int = 0, offset: int = 0, swizzled: bool = True,
              four_over_six: str | None = None, four_over_six_fast_math: bool = False, global_scale_max: int = 448,
              row_scaled: bool = False) -> DeviceNVFP4Tensor:
-    """Quantize a CUDA tensor to NVFP4 on the device, byte-exact with :func:`oracle.quantize`.
+    """Quantize a CUDA tensor to NVFP4 on the device, byte-exact with :func:`oracle.quantize` given the same arguments.
 
-    Args mirror the oracle's; ``amax`` is None (computed on the device), a number, a (row, col) pair, or a
-    device tensor. ``swizzled`` selects the scale layout of the outputs (SPEC 8.2) or compact scales.
-    ``four_over_six`` ("mae" / "mse"), ``four_over_six_fast_math`` and ``global_scale_max`` (448, or 256 with 4over6):
-    TE's 4over6 block-scale selection (SPEC 5.6), on bfloat16 input; ``row_scaled=True`` (SPEC 5.7) is refused.
+    Args:
+        x: a contiguous CUDA tensor, bfloat16, float16 or float32, 16-byte aligned; N-D inputs are flattened to
+            ``[M, K]`` on the last dimension, K a positive multiple of 16.
+        rowwise, columnwise: which planes to produce: X's rowwise plane ``[M, K]`` and X^T's columnwise plane
+            ``[K, roundup(M, 16)]`` (SPEC 6.1, 6.2); at least one.
+        rht, rht_signs: the random Hadamard transform of the columnwise plane (SPEC 7; bfloat16 input only) and its
+            16-bit sign mask (default TE's 0xD7E8).
+        block: ``(1, 16)`` or ``(16, 16)`` (or "1x16" / "16x16"): the scale blocks (SPEC 6.1, 6.3).
+        rule: the scale rule, "te", "te_fused_rht", "torchao" or "torchao_noscale" (SPEC 5).
+        amax: None (computed on the device, SPEC 4.1), a number (both planes), a (row, col) pair, or a device tensor
+            of one or two values (SPEC 4.3); never read on the host when a device tensor.
+        rounding, seed, offset: "rn" or "sr" (stochastic rounding, SPEC 3.4) with its Philox seed and counter offset
+            (SPEC 10).
+        swizzled: scales in the 128x4 tiles that cuBLAS reads (SPEC 8.2, default) or compact row-major (8.1).
+        four_over_six, four_over_six_fast_math, global_scale_max: TE's 4over6 block-scale selection ("mae" / "mse",
+            SPEC 5.6) on bfloat16 input with round to nearest and no RHT; G = 448, or 256 with 4over6.
+        row_scaled: SPEC 5.7's per-row amax: oracle-only, refused here.
+
     Returns a :class:`DeviceNVFP4Tensor`; ``.to_oracle()`` converts it to the oracle's NumPy result.
+
+    Raises TypeError / ValueError before any launch for an x that is not such a tensor, and for the options the
+    oracle refuses (an unknown rule, block or rounding, a seed or offset out of range, rht without the columnwise
+    plane or on non-bfloat16 input, 4over6 outside its domain, row_scaled) or an amax of the wrong form.
     """
     x2 = _check_x(x)
     opts = _options(x2, rowwise=rowwise, columnwise=columnwise, rht=rht, rht_signs=rht_signs, block=block,
