@@ -178,8 +178,8 @@ def quantize(x: Tensor, *, rowwise: bool = True, columnwise: bool = False, rht: 
             16-bit sign mask (default TE's 0xD7E8).
         block: ``(1, 16)`` or ``(16, 16)`` (or "1x16" / "16x16"): the scale blocks (SPEC 6.1, 6.3).
         rule: the scale rule, "te", "te_fused_rht", "torchao" or "torchao_noscale" (SPEC 5).
-        amax: None (computed on the device, SPEC 4.1), a number (both planes), a (row, col) pair, or a device tensor
-            of one or two values (SPEC 4.3); never read on the host when a device tensor.
+        amax: None (computed on the device, SPEC 4.1), one value for both planes (a number or a one-element device
+            tensor), or a (row, col) pair of them (SPEC 4.3); a device tensor is never read on the host.
         rounding, seed, offset: "rn" or "sr" (stochastic rounding, SPEC 3.4) with its Philox seed and counter offset
             (SPEC 10).
         swizzled: scales in the 128x4 tiles that cuBLAS reads (SPEC 8.2, default) or compact row-major (8.1).
