@@ -21,7 +21,7 @@ import numpy as np
 
 __all__ = [
     "mld_e2m1", "mld_e4m3", "mld_bf16", "mld_dequantize", "torch_bf16", "torch_rht", "torchao_quantize", "torchao_swizzle",
-    "swizzle_by_formula", "offsets_by_table", "capacities_by_formula", "fraction_gemm", "round_fraction",
+    "swizzle_by_formula", "compact_by_formula", "offsets_by_table", "capacities_by_formula", "fraction_gemm", "round_fraction",
     "import_torch", "import_torchao", "import_mmasim", "mmasim_tcgen05_nvf4", "mmasim_wgmma",
     "sm100_epilogue_by_hand",
 ]
@@ -217,16 +217,25 @@ def _ru(n: int, m: int) -> int:
     return -(-n // m) * m
 
 
+def _swizzled_index(rows: int, cols: int) -> np.ndarray:
+    """int64 [rows, cols]: the SPEC 8.2 byte of compact scale (r, c) in the swizzled buffer."""
+    cp = _ru(cols, 4)
+    r = np.arange(rows, dtype=np.int64)[:, None]
+    c = np.arange(cols, dtype=np.int64)[None, :]
+    return ((r // 128 * (cp // 4) + c // 4) * 32 + r % 32) * 16 + (r % 128) // 32 * 4 + c % 4
+
+
 def swizzle_by_formula(compact: np.ndarray) -> np.ndarray:
     """Scatter each compact scale (r, c) to its SPEC 8.2 byte; the padding stays 0x00."""
     rows, cols = compact.shape
-    rp, cp = _ru(rows, 128), _ru(cols, 4)
-    out = np.zeros(rp * cp, np.uint8)
-    r = np.arange(rows, dtype=np.int64)[:, None]
-    c = np.arange(cols, dtype=np.int64)[None, :]
-    dest = ((r // 128 * (cp // 4) + c // 4) * 32 + r % 32) * 16 + (r % 128) // 32 * 4 + c % 4
-    out[dest.reshape(-1)] = compact.reshape(-1)
+    out = np.zeros(_ru(rows, 128) * _ru(cols, 4), np.uint8)
+    out[_swizzled_index(rows, cols).reshape(-1)] = compact.reshape(-1)
     return out
+
+
+def compact_by_formula(swizzled: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """The compact [rows, cols] scales of one swizzled buffer, gathered from their SPEC 8.2 bytes."""
+    return swizzled.reshape(-1)[_swizzled_index(rows, cols)]
 
 
 def padded_compact_by_hand(compact: np.ndarray) -> np.ndarray:

@@ -94,6 +94,12 @@ def te_plane_scales(amax) -> tuple[np.float32, np.float32]:
         return s_enc, F(F(1.0) / s_enc)
 
 
+def te_block_multiplier(byte: int, s_dec) -> np.float32:
+    """SPEC 5.2: a block's encode multiplier from its scale byte, fminf(1 / (decode(byte) * S_dec), FLT_MAX)."""
+    with np.errstate(all="ignore"):
+        return fminf(F(1.0) / F(F(e4m3_value(byte)) * F(s_dec)), FLT_MAX)
+
+
 def te_quantize_row_blocks(row: np.ndarray, amax, block_max: list | None = None) -> tuple[list, list]:
     """SPEC 5.1 + 5.2 (rule te) for one row; returns (codes, scale bytes). 1x16 blocks, or the given per-block
     maxima (e.g. :func:`tile_maxima` for 16x16 blocks, SPEC 6.3)."""
@@ -106,7 +112,7 @@ def te_quantize_row_blocks(row: np.ndarray, amax, block_max: list | None = None)
             b = nan_ignoring_max(blk) if block_max is None else F(block_max[k // 16])
             sf = fminf(b * F(s_enc * F(1.0 / 6.0)), FLT_MAX)
             byte = e4m3_rn(sf)
-            m = fminf(F(1.0) / F(F(e4m3_value(byte)) * s_dec), FLT_MAX)
+            m = te_block_multiplier(byte, s_dec)
             scales.append(byte)
             codes.extend(e2m1_rn(F(v * m)) for v in blk)
     return codes, scales
@@ -154,7 +160,7 @@ def te_sr_plane(x_rows: np.ndarray, amax, random_byte, block_max=None) -> tuple[
             _, sb = te_quantize_row_blocks(x_rows[r], amax, None if block_max is None else block_max[r])
             scales.append(sb)
             for c in range(x_rows.shape[1]):
-                m = fminf(F(1.0) / F(F(e4m3_value(sb[c // 16])) * s_dec), FLT_MAX)
+                m = te_block_multiplier(sb[c // 16], s_dec)
                 codes[r, c] = sr_scalar(F(F(x_rows[r, c]) * m), random_byte(r, c))
     return codes, scales
 

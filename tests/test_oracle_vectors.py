@@ -145,6 +145,11 @@ def _check_te_plane_by_scalar_spec(data, scales, amax, x_rows: np.ndarray, where
     assert_te_plane(data, scales, x_rows, want_amax, where=where)
 
 
+def _alpha_te(a_amax, b_amax) -> np.float32:
+    """SPEC 12.1 under the TE rules, formed here: (A_a * A_b) * fp32(1 / 2688^2)."""
+    return np.float32(np.float32(np.float32(a_amax) * np.float32(b_amax)) * np.float32(1.0 / 7225344.0))
+
+
 def test_vectors_agree_with_independent_implementations(vectors):
     """Five of the ten cases checked against code that is not the oracle's (the ties case has its own hand test):
     the TE quantize cases (specials, both planes; one fp16 row) by the scalar SPEC transcription, the swizzle by the
@@ -172,28 +177,12 @@ def test_vectors_agree_with_independent_implementations(vectors):
     pa = oracle.QuantizedPlane(ins["a_data"], ins["a_scales"], ins["a_amax"][0], (ins["a_data"].shape[0], k))
     pb = oracle.QuantizedPlane(ins["b_data"], ins["b_scales"], ins["b_amax"][0], (ins["b_data"].shape[0], k),
                                block=(16, 16))
-    rcp = np.float32(1.0 / 7225344.0)
-    alpha = np.float32(np.float32(ins["a_amax"][0] * ins["b_amax"][0]) * rcp)  # SPEC 12.1, TE rules
+    alpha = _alpha_te(ins["a_amax"][0], ins["b_amax"][0])
     assert np.float32(outs["alpha"]).tobytes() == alpha.tobytes()
     for od in ("float32", "bfloat16"):
         want = fraction_gemm(pa, pb, alpha=alpha, bias=ins["bias"], c=None, out_dtype=od)
         got = outs[f"y_exact_{od}"]
         assert np.asarray(got).tobytes() == np.asarray(want).astype(got.dtype).tobytes(), od
-
-
-def _compact_by_formula(swizzled: np.ndarray, rows: int, cols: int) -> np.ndarray:
-    """The compact [rows, cols] scales of one swizzled buffer, gathered from their SPEC 8.2 bytes (the formula of
-    conformance.independent.swizzle_by_formula, read the other way)."""
-    cp = -(-cols // 4) * 4
-    r = np.arange(rows, dtype=np.int64)[:, None]
-    c = np.arange(cols, dtype=np.int64)[None, :]
-    src = ((r // 128 * (cp // 4) + c // 4) * 32 + r % 32) * 16 + (r % 128) // 32 * 4 + c % 4
-    return swizzled.reshape(-1)[src]
-
-
-def _alpha_te(a_amax, b_amax) -> np.float32:
-    """SPEC 12.1 under the TE rules, formed here: (A_a * A_b) * fp32(1 / 2688^2)."""
-    return np.float32(np.float32(np.float32(a_amax) * np.float32(b_amax)) * np.float32(1.0 / 7225344.0))
 
 
 def _decoded(data: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -227,6 +216,8 @@ def _epilogue_12_2(acc: np.ndarray, alpha, bias, out_dtype: str) -> np.ndarray:
 def _group_planes(meta, ins):
     """The grouped GEMM case's per-group operands (a codes, a scales, b codes, b scales, alpha) of its non-empty
     groups, cut from the flat buffers by their offsets (SPEC 9.2) and unswizzled by the SPEC 8.2 formula."""
+    from conformance.independent import compact_by_formula
+
     splits, n = ins["splits"].tolist(), meta["options"]["N"]
     k = 2 * ins["a_data"].size // sum(splits)
     out = []
@@ -237,7 +228,7 @@ def _group_planes(meta, ins):
         for p, r in (("a", m), ("b", n)):
             d = ins[f"{p}_data"][ins[f"{p}_data_offsets"][g]:ins[f"{p}_data_offsets"][g + 1]].reshape(r, k // 2)
             sw = ins[f"{p}_scales"][ins[f"{p}_scale_offsets"][g]:ins[f"{p}_scale_offsets"][g + 1]]
-            ops += [d, _compact_by_formula(sw, r, k // 16)]
+            ops += [d, compact_by_formula(sw, r, k // 16)]
         out.append((*ops, _alpha_te(ins["a_amax"][g], ins["b_amax"][g])))
     return out
 
