@@ -9,6 +9,7 @@ for grouped outputs), never on device data.
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 import torch
@@ -288,6 +289,11 @@ def swizzle_op(compact: Tensor) -> Tensor:
 def _(compact):
     rows, cols = compact.shape
     return compact.new_empty(_ru(rows, 128) * _ru(cols, 4))
+
+
+def is_int(v) -> bool:
+    """Whether ``v`` is an integer (Python or numpy) and not a bool (numpy bools are not ``numbers.Integral``)."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
 def require_cuda_tensors(**tensors) -> None:

@@ -10,10 +10,8 @@ training step can be captured in one CUDA graph and compiled with ``torch.compil
 
 from __future__ import annotations
 
-import numbers
 from typing import NamedTuple
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -395,7 +393,7 @@ class GroupedLinear(torch.nn.Module):
             raise TypeError(f"m_splits must be an int64 CUDA tensor or a list of ints, got {type(m_splits).__name__}")
         if len(m_splits) != e:
             raise ValueError(f"m_splits has {len(m_splits)} sizes, the layer has num_gemms={e}")
-        if any(isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral) or v < 0 for v in m_splits):
+        if any(not _ops.is_int(v) or v < 0 for v in m_splits):
             raise ValueError(f"m_splits must hold ints >= 0, got {list(m_splits)}")
         m_splits = [int(v) for v in m_splits]
         if sum(m_splits) != t:

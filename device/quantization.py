@@ -6,7 +6,6 @@ byte for byte. Every argument is checked here, before any launch; the kernels ar
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Sequence
 
 import numpy as np
@@ -310,8 +309,7 @@ def dequantize(q, plane: str = "row", *, scales: Tensor | None = None, amax: Ten
                          "device.quantize writes swizzled scales unless swizzled=False)")
     elif not isinstance(swizzled, (bool, np.bool_)):
         raise TypeError(f"swizzled must be True or False, got {swizzled!r}")
-    elif (not isinstance(shape, (tuple, list)) or len(shape) != 2
-          or any(isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral) for v in shape)):
+    elif not isinstance(shape, (tuple, list)) or len(shape) != 2 or not all(_ops.is_int(v) for v in shape):
         raise TypeError(f"shape must be two ints (rows, cols), got {shape!r}")
     elif plane != "row":
         raise ValueError(f"plane is for a DeviceNVFP4Tensor; raw bytes are one plane already (got plane={plane!r})")
