@@ -177,10 +177,10 @@ class GemmProblem(NamedTuple):
     """What the choice of a grouped GEMM's plan depends on; every field is host-known (no group size is).
 
     ``n`` / ``k`` follow SPEC 12.5's names: fprop ``Y [T, N] = X [T, K] W^T``, dgrad ``dX [T, K] = dY [T, N] W``,
-    wgrad ``dW [E, N, K] = dY^T X``. ``b_aligned``: b's data and scale buffers are 16-byte aligned.
+    wgrad ``dW [E, N, K] = dY^T X``. ``b_data_aligned``: b's data buffer is 16-byte aligned.
     ``a_scales_aligned`` / ``b_scales_aligned``: that operand's scale buffer is 16-byte aligned (the fused kernels
     copy scale tiles 16 bytes at a time, and so does the swapped kernel for b's; the decode and sm100_copies read
-    any address).
+    any address); :attr:`b_aligned`: both of b's buffers are.
     ``a_data_bytes`` / ``b_data_bytes`` / ``b_scale_bytes``: the sizes of the operand planes' buffers (TMA maps
     over them need at least one row). ``cutlass``: the extension was built with CUTLASS's headers. ``b_copy``: the
     caller gives the weights' fp16 values (fprop, or dgrad with bf16 output), which copies_cutlass reads instead of
@@ -195,7 +195,7 @@ class GemmProblem(NamedTuple):
     out_dtype: str
     accumulate: bool = False
     bias: bool = False
-    b_aligned: bool = True
+    b_data_aligned: bool = True
     a_scales_aligned: bool = True
     b_scales_aligned: bool = True
     a_data_bytes: int = 0
@@ -203,6 +203,11 @@ class GemmProblem(NamedTuple):
     b_scale_bytes: int = 0
     cutlass: bool = True
     b_copy: bool = False
+
+    @property
+    def b_aligned(self) -> bool:
+        """b's data and scale buffers are both 16-byte aligned (TMA boxes over them)."""
+        return self.b_data_aligned and self.b_scales_aligned
 
     @property
     def rows_per_group(self) -> int:

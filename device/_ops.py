@@ -383,8 +383,8 @@ def gemm_problem(kind: int, mode: str, groups: int, sizes, out_dtype: torch.dtyp
     return _dispatch.GemmProblem(
         kind=GemmKind(kind).name, mode=mode, groups=groups, tokens=s["tokens"], n=s["n"], k=s["k"],
         out_dtype="float32" if out_dtype == torch.float32 else "bfloat16", accumulate=accumulate, bias=bias,
-        b_aligned=b_data.data_ptr() % 16 == 0 and b_scales.data_ptr() % 16 == 0,
-        a_scales_aligned=a_scales.data_ptr() % 16 == 0, b_scales_aligned=b_scales.data_ptr() % 16 == 0,
+        b_data_aligned=b_data.data_ptr() % 16 == 0, a_scales_aligned=a_scales.data_ptr() % 16 == 0,
+        b_scales_aligned=b_scales.data_ptr() % 16 == 0,
         a_data_bytes=a_data.numel(), b_data_bytes=b_data.numel(), b_scale_bytes=b_scales.numel(), cutlass=cutlass,
         b_copy=b_copy)
 

@@ -43,7 +43,7 @@ def problem(kind: str, e: int, t: int, n: int, k: int, *, mode: str = "fast", ou
             a_bytes, b_bytes = n * 16 * w(t, 16) // 2, k * 16 * w(t, 16) // 2
             b_scale_bytes = _ru(k, 128) * 4 * w(t, 64)
     return GemmProblem(kind=kind, mode=mode, groups=e, tokens=t, n=n, k=k, out_dtype=out_dtype, accumulate=accumulate,
-                       bias=bias, b_aligned=b_aligned and b_scales_aligned, a_scales_aligned=a_scales_aligned,
+                       bias=bias, b_data_aligned=b_aligned, a_scales_aligned=a_scales_aligned,
                        b_scales_aligned=b_scales_aligned, a_data_bytes=a_bytes, b_data_bytes=b_bytes,
                        b_scale_bytes=b_scale_bytes, cutlass=cutlass)
 
