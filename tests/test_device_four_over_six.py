@@ -168,6 +168,52 @@ def test_four_over_six_chooses_both_candidates():
     assert differs.any() and (~differs).any()
 
 
+def near_tie_blocks(error: str, fast_math: bool, g: int, *, count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``count`` bf16 block rows ([count, 16]) whose two candidates differ in scale byte and whose SPEC 5.6 error
+    sums are the nearest of 400,000 random rows (the plane's amax is 2688: the caller adds an element of it): up to
+    half exact ties (equal fp32 sums, which keep map-to-6), the rest the smallest nonzero relative gaps
+    ``|S_4 - S_6| / max(S_4, S_6)``, returned beside the rows. The sums come from ``conformance.te_torch_variants`` (torch,
+    written from SPEC 5.6), not from the oracle or the kernel."""
+    from conformance.te_torch_variants import candidate, encode_scale_g, row_errors
+
+    rng = np.random.default_rng(seed)
+    n = 400_000
+    vals = (rng.standard_normal((n, 16)) * rng.uniform(0.05, 8.0, (n, 1))).astype(BF16)
+    src3 = torch.from_numpy(vals.astype(np.float32)).reshape(n, 1, 16)
+    amax = torch.tensor(2688.0)
+    s_enc, s_dec = encode_scale_g(amax, g)
+    base = (src3.abs().amax(dim=2) / 6.0) * s_enc
+    byte4, d4, _, q4 = candidate(src3, base, s_dec, True)
+    byte6, d6, _, q6 = candidate(src3, base, s_dec, False)
+    kw = dict(mode=error, fast_math=fast_math, global_scale_max=g)
+    e4 = row_errors(src3, q4, d4, amax, s_enc, **kw)[:, 0].double()
+    e6 = row_errors(src3, q6, d6, amax, s_enc, **kw)[:, 0].double()
+    gap = ((e4 - e6).abs() / torch.maximum(e4, e6)).numpy()
+    gap[(byte4 == byte6)[:, 0].numpy() | ~np.isfinite(gap)] = np.inf
+    order = np.argsort(gap, kind="stable")
+    ties, near = order[gap[order] == 0], order[gap[order] > 0]
+    pick = np.concatenate([ties[: count // 2], near[: count - min(ties.size, count // 2)]])
+    return vals[pick], gap[pick]
+
+
+@pytest.mark.parametrize("error,fast_math,g", VARIANTS)
+@pytest.mark.cuda
+@needs_cuda
+def test_four_over_six_near_ties(error, fast_math, g):
+    """1x16 block rows whose two error sums tie exactly or nearly (relative gaps from 0 to about 2^-12): around and
+    inside the margin of the kernel's filter sums (four_over_six.cuh, fo6_choose_fast), so both its decided rows and
+    the rows that take the exact sums are checked, in both planes (the blocks as rows of X, and as columns of
+    X^T)."""
+    blocks, gap = near_tie_blocks(error, fast_math, g, count=63, seed=VARIANTS.index((error, fast_math, g)))
+    assert (gap < 2.0**-17).sum() >= 4, gap[:8]  # inside every filter margin: the exact path runs
+    x = np.zeros((64, 16), BF16)
+    x[0, 0] = 2688.0
+    x[1:] = blocks
+    kw = dict(block=(1, 16), four_over_six=error, four_over_six_fast_math=fast_math, global_scale_max=g)
+    check_case(x, **kw)
+    check_case(np.ascontiguousarray(x.T), **kw)
+
+
 @pytest.mark.parametrize("splits", [(0, 17, 128, 0, 201), (64,), (0, 0, 33)])
 @pytest.mark.parametrize("block", [(1, 16), (16, 16)])
 @pytest.mark.cuda

@@ -256,6 +256,111 @@ __device__ __forceinline__ bool fo6_fast_ok(bool plane_fast, uint32_t bmax_bits,
   return plane_fast && bmax_bits < 0x7F800000u && !needs_clamp(bmax, c6.mult) && !needs_clamp(bmax, c4.mult);
 }
 
+// The 1x16 choice by a filter (file comment, "1x16 blocks"): a sum that tracks a candidate's SPEC 5.6 error, exact where
+// it decides, and the exact sums only where it cannot.
+//
+// fo6_filter_sum: F = sum over the block row of D^2 (mse) or |D| (mae), D = Y - r(Y), Y = RN(|x| m) the encode's
+// product (SPEC 3.1) and r(Y) a nearest E2M1 point of Y, found without a table: Y' = RN(Y 2^-126) places E2M1 in fp32
+// (0.5 -> the subnormal 2^-127, 1 -> the least normal 2^-126, 6 -> 1.5 * 2^-124), so that E2M1's points are exactly
+// the fp32 values with one mantissa bit, and (Y'bits + 2^21) & ~(2^22 - 1) rounds Y' to the nearest of them (half up;
+// a tie is as near either way). Y < 7 (needs_clamp false), so r(Y) <= 6 and |D| <= 1. D = fma(r', -2^126, Y) has
+// one rounding, and |D| lies in [dist(Y), dist(Y) + 3u], u = 2^-24 (Y' is within u of Y).
+template <bool kMse>
+__device__ __forceinline__ float fo6_filter_sum(const float (&x)[16], float mult) {
+  float f = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const float y = __fmul_rn(fabsf(x[i]), mult);
+    const uint32_t yb = __float_as_uint(__fmul_rn(y, 0x1p-126f));  // subnormal below Y = 1 (no flush to zero)
+    const float r = __uint_as_float((yb + 0x00200000u) & 0xFFC00000u);
+    const float dlt = __fmaf_rn(r, -0x1p126f, y);
+    f = kMse ? __fmaf_rn(dlt, dlt, f) : __fadd_rn(f, fabsf(dlt));
+  }
+  return f;
+}
+
+// A bound on |S / W^k - F| (k = 2 for mse, 1 for mae): S a candidate's SPEC 5.6 error sum, F its fo6_filter_sum,
+// W = d A / 6G (input domain) or d (fast-math), d the candidate's decoded scale. Per element, |diff| = W (dist(Y) +
+// t) with |t| <= 48u (v = q W (1 +- 2u), |x| = Y W (1 +- 5u) from m's roundings, q <= 6, Y < 7, and diff's own
+// rounding) and |D| = dist(Y) + p with 0 <= p <= 3u, so each term of S / W^k and of F differs by at most 51u (mae)
+// or 51u (2 dist + 102u) (mse, with sum(dist) <= sum |D| <= 4 sqrt(F)); the fp32 squares and the two sums of 16
+// terms add 17u and 16u of their totals. Hence 816u + 40u F (mae) and 408u sqrt(F) + 40u F (mse), rounded up here
+// to 1024u + 48u F and 448u sqrt(F) + 48u F (sqrt.approx is within 2^-22), plus 2^-30 for the products that may fall
+// below fp32's normal range (W^k >= 2^-80: fo6_choose_fast's range test).
+template <bool kMse>
+__device__ __forceinline__ float fo6_filter_bound(float f) {
+  constexpr float u = 0x1p-24f;
+  if constexpr (kMse) {
+    float root;
+    asm("sqrt.approx.f32 %0, %1;" : "=f"(root) : "f"(f));
+    return __fadd_rn(__fmaf_rn(448.0f * u, root, __fmul_rn(48.0f * u, f)), 0x1p-30f);
+  } else {
+    return __fmaf_rn(48.0f * u, f, 1024.0f * u + 0x1p-30f);
+  }
+}
+
+// SPEC 5.6's choice from the two filter sums, where the bounds decide it. S_4 < S_6 compares as
+// (d_4 / d_6)^k S_4 / W_4^k < S_6 / W_6^k (W_4 / W_6 = d_4 / d_6 in both domains); d_4 / d_6 = m_6 / m_4 to within
+// 4u (m = fminf(1 / (d S_dec), FLT_MAX), unclamped here), formed with rcp.approx (1 ulp). The margin adds 64u of both
+// sides for these ratios and the comparison's own roundings. Returns false where the sums cannot decide (the
+// difference within the margin, a NaN).
+template <bool kMse>
+__device__ __forceinline__ bool fo6_filter_decides(float f6, float f4, float m6, float m4, bool& pick4) {
+  constexpr float u = 0x1p-24f;
+  float inv_m4;
+  asm("rcp.approx.f32 %0, %1;" : "=f"(inv_m4) : "f"(m4));
+  const float rho = __fmul_rn(m6, inv_m4);  // d_4 / d_6
+  const float k = kMse ? __fmul_rn(rho, rho) : rho;
+  const float a4 = __fmul_rn(k, f4);
+  const float margin = __fmaf_rn(k, fo6_filter_bound<kMse>(f4),
+                                 __fmaf_rn(64.0f * u, __fadd_rn(a4, f6), fo6_filter_bound<kMse>(f6)));
+  pick4 = a4 < f6;
+  return fabsf(__fsub_rn(a4, f6)) > margin;
+}
+
+// The 16 magnitude codes of a block row under one multiplier (SPEC 3.6's second form, products below 7): element e in
+// nibble e % 8 of word e / 8, sign bits clear.
+__device__ __forceinline__ void encode16_mag(const float (&x)[16], float mult, uint32_t (&k)[2]) {
+  constexpr uint32_t kBias = packed_bias8(kMagicLoBits);
+  k[0] = k[1] = 0u - kBias;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) k[i >> 3] += e2m1_mag_magic<false>(x[i], mult) << (4 * (i & 7));
+}
+
+// One block row with 1x16 blocks on the fast path (fo6_fast_ok holds for every active lane): SPEC 5.6's kept
+// candidate. Warp-collective (every lane calls it; `active` marks the lanes with a block row). A row whose two scale
+// bytes are equal keeps map-to-6 (the candidates are the same, the errors tie); otherwise the filter sums decide, and
+// the rows they cannot decide (or whose W^k may leave fp32's normal range: `plane_ok` is the plane's amax in
+// [2^-100, 2^100], and both multipliers in [2^-40, 2^40]) take fo6_block_fast's exact sums. On return k6 and byte6
+// hold the kept candidate's magnitude codes and scale byte.
+template <bool kMse, bool kFastMath>
+__device__ __forceinline__ void fo6_choose_fast(bool active, const float (&x)[16], const Fo6Entry& c6,
+                                                const Fo6Entry& c4, uint32_t& byte6, uint32_t byte4, bool plane_ok,
+                                                float s_enc, uint32_t (&k6)[2]) {
+  bool pick4 = false, exact = false;
+  if (active && byte4 != byte6) {
+    if (plane_ok && c4.mult >= 0x1p-40f && c6.mult <= 0x1p40f) {
+      const float f6 = fo6_filter_sum<kMse>(x, c6.mult), f4 = fo6_filter_sum<kMse>(x, c4.mult);
+      exact = !fo6_filter_decides<kMse>(f6, f4, c6.mult, c4.mult, pick4);
+    } else {
+      exact = true;
+    }
+  }
+  if (__any_sync(0xffffffffu, exact) && exact) {
+    uint32_t k4[2];
+    float s6 = 0.0f, s4 = 0.0f;
+    fo6_block_fast<kMse, kFastMath>(x, c6, c4, s_enc, k6, k4, s6, s4);
+    pick4 = s4 < s6;  // a tie or a NaN keeps map-to-6
+    if (pick4) {
+      k6[0] = k4[0];
+      k6[1] = k4[1];
+    }
+  } else if (active) {
+    encode16_mag(x, pick4 ? c4.mult : c6.mult, k6);
+  }
+  if (pick4) byte6 = byte4;
+}
+
 // SPEC 5.6's 16x16 tree over plane rows r = 2 p + h of a columnwise tile, p = lane % 8 holding rows 2p (h = 0, e0)
 // and 2p + 1 (e1): (e_r + e_r+8) is lanes p, p ^ 4; (.. + ..) over r, r + 4 is p, p ^ 2; over r, r + 2 is p, p ^ 1;
 // the last add joins the even rows' sum (h = 0) and the odd rows' (h = 1). Every lane of the 8 gets the same sum (each
@@ -376,11 +481,15 @@ __global__ void __launch_bounds__(256, 3) quantize_4over6_kernel(QuantArgs a) {
       float x[16];
 #pragma unroll
       for (int e = 0; e < 16; ++e) x[e] = bf16_half(w[e >> 1], e & 1);
-      uint32_t k6[2], k4[2];
+      uint32_t k6[2], k4[2] = {0u, 0u};
       float s6 = 0.0f, s4 = 0.0f;
       if (__all_sync(0xffffffffu, !active || fo6_fast_ok(row_fast, bbits, c6, c4))) {
-        if (active) {
+        if (!a.block2d) {  // the kept candidate in k6 / byte6 (s6 = s4 = 0 keeps it below)
+          fo6_choose_fast<kMse, kFastMath>(active, x, c6, c4, byte6, byte4, fp_row.by_parts, fp_row.s_enc, k6);
+        } else if (active) {
           fo6_block_fast<kMse, kFastMath>(x, c6, c4, fp_row.s_enc, k6, k4, s6, s4);
+        }
+        if (active) {
           const uint32_t sg0 = sign_nibbles_pairs(w[0], w[1], w[2], w[3]), sg1 = sign_nibbles_pairs(w[4], w[5], w[6], w[7]);
           k6[0] += sg0;  // nibble bit 3 of a magnitude code is clear: + is |
           k6[1] += sg1;
@@ -471,7 +580,7 @@ __global__ void __launch_bounds__(256, 3) quantize_4over6_kernel(QuantArgs a) {
       // h = 1 (the high halves) first, then the words are shifted so that h = 0 runs the same code
       uint32_t h1_k6[2], h1_k4[2], h1_b6 = 0, h1_b4 = 0;
       float h1_s6 = 0.0f, h1_s4 = 0.0f;
-      uint32_t k6[2], k4[2], byte6, byte4;
+      uint32_t k6[2], k4[2] = {0u, 0u}, byte6, byte4;
       float s6, s4;
 #pragma unroll 1
       for (int h = 1; h >= 0; --h) {
@@ -485,8 +594,12 @@ __global__ void __launch_bounds__(256, 3) quantize_4over6_kernel(QuantArgs a) {
         for (int i = 0; i < 16; ++i) x[i] = __uint_as_float(w[i] & 0xFFFF0000u);
         s6 = s4 = 0.0f;
         if (__all_sync(0xffffffffu, !active || fo6_fast_ok(col_fast, bbits, c6, c4))) {
-          if (active) {
+          if (!a.block2d) {  // the kept candidate in k6 / byte6 (s6 = s4 = 0 keeps it below)
+            fo6_choose_fast<kMse, kFastMath>(active, x, c6, c4, byte6, byte4, fp_col.by_parts, fp_col.s_enc, k6);
+          } else if (active) {
             fo6_block_fast<kMse, kFastMath>(x, c6, c4, fp_col.s_enc, k6, k4, s6, s4);
+          }
+          if (active) {
             const uint32_t sg0 = h ? sg[1][0] : sg[0][0], sg1 = h ? sg[1][1] : sg[0][1];
             k6[0] += sg0;
             k6[1] += sg1;
