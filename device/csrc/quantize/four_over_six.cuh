@@ -484,7 +484,7 @@ __global__ void __launch_bounds__(256, 3) quantize_4over6_kernel(QuantArgs a) {
       uint32_t k6[2], k4[2] = {0u, 0u};
       float s6 = 0.0f, s4 = 0.0f;
       if (__all_sync(0xffffffffu, !active || fo6_fast_ok(row_fast, bbits, c6, c4))) {
-        if (!a.block2d) {  // the kept candidate in k6 / byte6 (s6 = s4 = 0 keeps it below)
+        if (!kFastMath && !a.block2d) {  // the kept candidate in k6 / byte6 (s6 = s4 = 0 keeps it below)
           fo6_choose_fast<kMse, kFastMath>(active, x, c6, c4, byte6, byte4, fp_row.by_parts, fp_row.s_enc, k6);
         } else if (active) {
           fo6_block_fast<kMse, kFastMath>(x, c6, c4, fp_row.s_enc, k6, k4, s6, s4);
@@ -594,7 +594,7 @@ __global__ void __launch_bounds__(256, 3) quantize_4over6_kernel(QuantArgs a) {
         for (int i = 0; i < 16; ++i) x[i] = __uint_as_float(w[i] & 0xFFFF0000u);
         s6 = s4 = 0.0f;
         if (__all_sync(0xffffffffu, !active || fo6_fast_ok(col_fast, bbits, c6, c4))) {
-          if (!a.block2d) {  // the kept candidate in k6 / byte6 (s6 = s4 = 0 keeps it below)
+          if (!kFastMath && !a.block2d) {  // the kept candidate in k6 / byte6 (s6 = s4 = 0 keeps it below)
             fo6_choose_fast<kMse, kFastMath>(active, x, c6, c4, byte6, byte4, fp_col.by_parts, fp_col.s_enc, k6);
           } else if (active) {
             fo6_block_fast<kMse, kFastMath>(x, c6, c4, fp_col.s_enc, k6, k4, s6, s4);
