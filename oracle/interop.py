@@ -270,7 +270,7 @@ def to_torchao(t, plane: str = "row", *, swizzled: bool | None = None, orig_dtyp
     128x4 layout (``is_swizzled_scales``); default: compact for oracle planes, the device result's own layout.
     ``orig_dtype``: the tensor's nominal dtype (default: the one recorded in the options, else bfloat16).
     The per-tensor scale is torchao's ``per_tensor_amax_to_scale(amax)`` for every rule but "torchao_noscale" (no
-    per-tensor scale). torchao dequantizes by its own factor ``P * sf`` (SPEC 11.1), so a TE-rule plane's values can
+    per-tensor scale), formed on the host (SPEC 5.4: on the GPU it can be one ulp off) and placed beside the data. torchao dequantizes by its own factor ``P * sf`` (SPEC 11.1), so a TE-rule plane's values can
     differ from :func:`oracle.dequantize` in the last bit. A row-scaled or 16x16-block plane has no torchao form, nor
     has a 4over6 plane with ``global_scale_max=256`` (its factor is amax / 1536, SPEC 5.6; torchao's P is always
     amax / 2688): ``ValueError``.
@@ -305,7 +305,8 @@ def to_torchao(t, plane: str = "row", *, swizzled: bool | None = None, orig_dtyp
         sc = sc.reshape((rows + 127) // 128 * 32, (cols + 63) // 64 * 16)
     else:
         sc = sc.reshape(rows, cols // 16)
-    pts = None if rule == "torchao_noscale" else per_tensor_amax_to_scale(amax_t)
+    # SPEC 5.4's P, formed on the host: on a CUDA tensor torch's division by 2688 is a product with fp32(1 / 2688)
+    pts = None if rule == "torchao_noscale" else per_tensor_amax_to_scale(amax_t.cpu()).to(amax_t.device)
     return AoTensor(q.contiguous(), sc.contiguous().view(torch.float8_e4m3fn), 16,
                     _torch_dtype(orig_dtype or opts.get("orig_dtype")), per_tensor_scale=pts,
                     is_swizzled_scales=bool(swizzled))

@@ -381,7 +381,7 @@ __device__ __forceinline__ float col_tile_tree_sum(float e0, float e1) {
 //  3. Columnwise plane: thread t owns tile columns 2 (t % 64) + h, h = 0, 1, and the 16-row blocks t / 64 + 4 jj,
 //     jj = 0, 1 (warp-uniform); the codes are staged and stored as quantize_fast_bf16's (columnwise_tile_store).
 // kMse: the squared error (else the absolute error); kFastMath: the error in the product domain (SPEC 5.6).
-template <bool kMse, bool kFastMath>
+template <bool kMse, bool kFastMath, bool kBlock2d>
 __global__ void __launch_bounds__(256, 3) quantize_4over6_kernel(QuantArgs a) {
   using T = __nv_bfloat16;
   constexpr int TK = 128;  // tile columns
@@ -434,7 +434,7 @@ __global__ void __launch_bounds__(256, 3) quantize_4over6_kernel(QuantArgs a) {
   __syncthreads();
 
   const int blk = t & 7, rrow = t >> 3;  // rowwise ownership (also the 16x16 maxima below)
-  if (a.block2d) {  // SPEC 6.3: one max per 16x16 tile, NaN-ignoring (exact: the integer max unless NaN / Inf)
+  if constexpr (kBlock2d) {  // SPEC 6.3: one max per 16x16 tile, NaN-ignoring (exact: the integer max unless NaN / Inf)
 #pragma unroll 1
     for (int it = 0; it < 4; ++it) {
       const int row = it * 32 + rrow;
@@ -474,7 +474,7 @@ __global__ void __launch_bounds__(256, 3) quantize_4over6_kernel(QuantArgs a) {
       const uint4 qb = *reinterpret_cast<const uint4*>(tile + row * 256 + blk * 32 + 16);
       const uint32_t w[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
       const uint32_t bbits = block_max_f32_bits(qa, qb);
-      const float b = a.block2d ? tmax_s[row >> 4][blk] : __uint_as_float(bbits);
+      const float b = kBlock2d ? tmax_s[row >> 4][blk] : __uint_as_float(bbits);
       uint32_t byte6, byte4;
       fo6_scale_bytes(b, fp_row.s_enc, byte6, byte4);
       const Fo6Entry c6 = tab[byte6], c4 = tab[byte4];
@@ -484,7 +484,7 @@ __global__ void __launch_bounds__(256, 3) quantize_4over6_kernel(QuantArgs a) {
       uint32_t k6[2], k4[2] = {0u, 0u};
       float s6 = 0.0f, s4 = 0.0f;
       if (__all_sync(0xffffffffu, !active || fo6_fast_ok(row_fast, bbits, c6, c4))) {
-        if (!kFastMath && !a.block2d) {  // the kept candidate in k6 / byte6 (s6 = s4 = 0 keeps it below)
+        if constexpr (!kFastMath && !kBlock2d) {  // the kept candidate in k6 / byte6 (s6 = s4 = 0 keeps it below)
           fo6_choose_fast<kMse, kFastMath>(active, x, c6, c4, byte6, byte4, fp_row.by_parts, fp_row.s_enc, k6);
         } else if (active) {
           fo6_block_fast<kMse, kFastMath>(x, c6, c4, fp_row.s_enc, k6, k4, s6, s4);
@@ -497,11 +497,11 @@ __global__ void __launch_bounds__(256, 3) quantize_4over6_kernel(QuantArgs a) {
           k4[1] += sg1;
         }
       } else if (active) {
-        fo6_block_slow<kMse, kFastMath>(tile + row * 256 + blk * 32, 2, a.block2d ? b : -1.0f, tab, fp_row)
+        fo6_block_slow<kMse, kFastMath>(tile + row * 256 + blk * 32, 2, kBlock2d ? b : -1.0f, tab, fp_row)
             .unpack(byte6, byte4, k6, k4, s6, s4);
       }
       uint8_t* sp = sptr + it * sstep;
-      if (a.block2d) {
+      if constexpr (kBlock2d) {
         rerr_s[0][row][blk] = s6;  // a row past the group adds +0 (SPEC 5.6)
         rerr_s[1][row][blk] = s4;
       } else if (active) {
@@ -513,7 +513,7 @@ __global__ void __launch_bounds__(256, 3) quantize_4over6_kernel(QuantArgs a) {
         store_once(sp, (uint8_t)0);
       }
     }
-    if (a.block2d) {
+    if constexpr (kBlock2d) {
       __syncthreads();
       if (t < 128) {  // one thread per tile and candidate: SPEC 5.6's tree of the 16 row errors
         const int cand = t >> 6, tb = (t >> 3) & 7, cb = t & 7;
@@ -555,7 +555,7 @@ __global__ void __launch_bounds__(256, 3) quantize_4over6_kernel(QuantArgs a) {
 
   // ---- 3. columnwise plane of X^T (SPEC 6.2): the padded token axis's zeros are elements like any other ----
   if (a.col_data != nullptr) {
-    if (a.block2d) __syncthreads();  // the stage held the rowwise row errors
+    if constexpr (kBlock2d) __syncthreads();  // the stage held the rowwise row errors
     const Fo6Entry* tab = tab_s[1];
     const int cpair = t & 63;
     const int jb = t >> 6;
@@ -576,7 +576,7 @@ __global__ void __launch_bounds__(256, 3) quantize_4over6_kernel(QuantArgs a) {
       uint32_t sg[2][2];  // [h][rows 0-7 / 8-15]
       sign_nibbles_cols(w, sg[0][0], sg[1][0]);
       sign_nibbles_cols(w + 8, sg[0][1], sg[1][1]);
-      const float b2d = a.block2d ? tmax_s[j][cpair >> 3] : 0.0f;  // the same 16x16 tile of X as the rowwise plane
+      const float b2d = kBlock2d ? tmax_s[j][cpair >> 3] : 0.0f;  // the same 16x16 tile of X as the rowwise plane
       // h = 1 (the high halves) first, then the words are shifted so that h = 0 runs the same code
       uint32_t h1_k6[2], h1_k4[2], h1_b6 = 0, h1_b4 = 0;
       float h1_s6 = 0.0f, h1_s4 = 0.0f;
@@ -586,7 +586,7 @@ __global__ void __launch_bounds__(256, 3) quantize_4over6_kernel(QuantArgs a) {
       for (int h = 1; h >= 0; --h) {
         const bool active = 2 * cpair + h < kleft;
         const uint32_t bbits = (h ? m : m << 16) & 0xFFFF0000u;
-        const float b = a.block2d ? b2d : __uint_as_float(bbits);
+        const float b = kBlock2d ? b2d : __uint_as_float(bbits);
         fo6_scale_bytes(b, fp_col.s_enc, byte6, byte4);
         const Fo6Entry c6 = tab[byte6], c4 = tab[byte4];
         float x[16];
@@ -594,7 +594,7 @@ __global__ void __launch_bounds__(256, 3) quantize_4over6_kernel(QuantArgs a) {
         for (int i = 0; i < 16; ++i) x[i] = __uint_as_float(w[i] & 0xFFFF0000u);
         s6 = s4 = 0.0f;
         if (__all_sync(0xffffffffu, !active || fo6_fast_ok(col_fast, bbits, c6, c4))) {
-          if (!kFastMath && !a.block2d) {  // the kept candidate in k6 / byte6 (s6 = s4 = 0 keeps it below)
+          if constexpr (!kFastMath && !kBlock2d) {  // the kept candidate in k6 / byte6 (s6 = s4 = 0 keeps it below)
             fo6_choose_fast<kMse, kFastMath>(active, x, c6, c4, byte6, byte4, fp_col.by_parts, fp_col.s_enc, k6);
           } else if (active) {
             fo6_block_fast<kMse, kFastMath>(x, c6, c4, fp_col.s_enc, k6, k4, s6, s4);
@@ -607,7 +607,7 @@ __global__ void __launch_bounds__(256, 3) quantize_4over6_kernel(QuantArgs a) {
             k4[1] += sg1;
           }
         } else if (active) {
-          fo6_block_slow<kMse, kFastMath>(tile + j * 16 * 256 + (2 * cpair + h) * 2, 256, a.block2d ? b : -1.0f, tab,
+          fo6_block_slow<kMse, kFastMath>(tile + j * 16 * 256 + (2 * cpair + h) * 2, 256, kBlock2d ? b : -1.0f, tab,
                                           fp_col)
               .unpack(byte6, byte4, k6, k4, s6, s4);
         }
@@ -627,7 +627,7 @@ __global__ void __launch_bounds__(256, 3) quantize_4over6_kernel(QuantArgs a) {
       }
       // h = 0's results are in k6, k4, byte6, byte4, s6, s4; h = 1's in h1_*
       bool pick4_0 = s4 < s6, pick4_1 = h1_s4 < h1_s6;  // a tie or a NaN keeps map-to-6
-      if (a.block2d) {  // the tile's 16 plane rows: lanes 8 q .. 8 q + 7, both h (col_tile_tree_sum)
+      if constexpr (kBlock2d) {  // the tile's 16 plane rows: lanes 8 q .. 8 q + 7, both h (col_tile_tree_sum)
         const float t6 = col_tile_tree_sum(s6, h1_s6), t4 = col_tile_tree_sum(s4, h1_s4);
         pick4_0 = pick4_1 = t4 < t6;
       }

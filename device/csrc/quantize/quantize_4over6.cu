@@ -1,5 +1,5 @@
 // The launcher and instantiations of the 4over6 quantizer (SPEC 5.6, quantize/four_over_six.cuh): one kernel per error
-// measure (MAE / MSE) and domain (input / fast-math product), all four on bf16 input.
+// measure (MAE / MSE), domain (input / fast-math product) and block shape (1x16 / 16x16), all eight on bf16 input.
 #include "quantize/four_over_six.cuh"
 #include "quantize/launch.h"
 #include "common/pdl.cuh"
@@ -8,7 +8,9 @@ namespace nvfp4 {
 
 template <bool kMse, bool kFastMath>
 static void launch_variant(const QuantArgs& a, int64_t grid, cudaStream_t s, bool after_amax) {
-  auto kernel = quantize_4over6_kernel<kMse, kFastMath>;
+  // one instantiation per block shape: each compiles to its own path only (the 16x16 tree sums or the 1x16 choice)
+  auto kernel = a.block2d ? quantize_4over6_kernel<kMse, kFastMath, true>
+                          : quantize_4over6_kernel<kMse, kFastMath, false>;
   // after_amax: the amax pass is the previous launch; the kernel loads its tile before it waits for that pass
   if (after_amax) launch_chained(kernel, dim3((unsigned)grid), 256, 0, s, a);
   else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
