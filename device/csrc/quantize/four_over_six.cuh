@@ -23,6 +23,12 @@
 //  * it runs on block rows without NaN / Inf whose multipliers keep every product below 7 (needs_clamp false for both
 //    candidates), and in the input domain only for an amax in [2^-100, 2^100] (fo6_value's exactness range). Any other
 //    block row (a warp vote, so the warp stays converged) takes fo6_block_slow: SPEC 5.6 element by element.
+// 1x16 blocks, input domain (fo6_choose_fast): the candidates are compared by filter sums first, which cost about half
+// of the exact ones (no decode into the input domain: fo6_filter_sum), with a proven bound on their distance from the
+// exact sums (fo6_filter_bound). Where the bound decides, only the kept candidate is encoded; where it cannot (about
+// 0.01-0.2% of random block rows, and every exact tie) the row takes fo6_block_fast's exact sums. In the fast-math
+// domain the exact sums cost no more than the filter (the value is a byte lookup and one exact product), so those
+// kernels run fo6_block_fast on every row, and so do 16x16 blocks (their choice is made on tile sums).
 // The tile is loaded by cp.async; block maxima are integer SIMD maxima of the bf16 magnitudes (block_max_f32_bits).
 // 16x16 blocks: the tile maxima come first (exact NaN-ignoring maxima through shared memory); the rowwise row errors
 // go through shared memory to one thread per tile and candidate for the tree, then a second pass encodes each row with
@@ -256,8 +262,8 @@ __device__ __forceinline__ bool fo6_fast_ok(bool plane_fast, uint32_t bmax_bits,
   return plane_fast && bmax_bits < 0x7F800000u && !needs_clamp(bmax, c6.mult) && !needs_clamp(bmax, c4.mult);
 }
 
-// The 1x16 choice by a filter (file comment, "1x16 blocks"): a sum that tracks a candidate's SPEC 5.6 error, exact where
-// it decides, and the exact sums only where it cannot.
+// The 1x16 choice by filter sums (file comment): a sum within a proven distance of a candidate's SPEC 5.6 error, and
+// the exact sums only where that distance leaves the comparison open.
 //
 // fo6_filter_sum: F = sum over the block row of D^2 (mse) or |D| (mae), D = Y - r(Y), Y = RN(|x| m) the encode's
 // product (SPEC 3.1) and r(Y) a nearest E2M1 point of Y, found without a table: Y' = RN(Y 2^-126) places E2M1 in fp32
@@ -374,13 +380,15 @@ __device__ __forceinline__ float col_tile_tree_sum(float e0, float e1) {
   return __fadd_rn(e0, e1);
 }
 
-// 4over6 quantizer: one CTA of 256 threads per 128 x 128 tile of X (bf16), as quantize_fast_bf16.
+// 4over6 quantizer: one CTA of 256 threads per 128 x 128 tile of X (bf16), as quantize_fast_bf16; one instantiation
+// per block shape (kBlock2d), so that each compiles to its own path only.
 //  1. The tile is loaded into shared memory by cp.async (rows past the group and columns past K as zeros); then the
 //     planes' constants and byte tables (tab_s); with 16x16 blocks, the tile maxima (tmax_s).
 //  2. Rowwise plane: thread t owns the 16-block t % 8 of tile rows 32 it + t / 8, it = 0..3.
 //  3. Columnwise plane: thread t owns tile columns 2 (t % 64) + h, h = 0, 1, and the 16-row blocks t / 64 + 4 jj,
 //     jj = 0, 1 (warp-uniform); the codes are staged and stored as quantize_fast_bf16's (columnwise_tile_store).
-// kMse: the squared error (else the absolute error); kFastMath: the error in the product domain (SPEC 5.6).
+// kMse: the squared error (else the absolute error); kFastMath: the error in the product domain (SPEC 5.6); kBlock2d:
+// 16x16 blocks (SPEC 6.3).
 template <bool kMse, bool kFastMath, bool kBlock2d>
 __global__ void __launch_bounds__(256, 3) quantize_4over6_kernel(QuantArgs a) {
   using T = __nv_bfloat16;
