@@ -30,6 +30,7 @@ from .swizzle import padded_scale_shape, unswizzle_scales
 __all__ = ["DIAGNOSE_RULES", "LAYOUTS", "Diagnosis", "DiagnoseRule", "diagnose", "format_block"]
 
 _ONE = np.float32(1.0)
+_RCP_2688 = np.float32(_ONE / np.float32(2688.0))  # SPEC 14.11, torchao_cuda: fp32(1/2688)
 _SHOWN_TRIED = 8  # candidates listed in the report (Diagnosis.tried has them all)
 
 
@@ -73,6 +74,8 @@ DIAGNOSE_RULES = (
                  {"rule": "torchao_noscale"}, "division"),
     DiagnoseRule("te_inverted_global", "14.11", "TE's rule given 1/S_enc for S_enc", {"rule": "te"}, "inverted"),
     DiagnoseRule("torchao_inverted_global", "14.11", "torchao given 1/P for P", {"rule": "torchao"}, "inverted"),
+    DiagnoseRule("torchao_cuda", "14.11", "torchao on a CUDA tensor (P = A * fp32(1/2688))", {"rule": "torchao"},
+                 "reciprocal_scale"),
     DiagnoseRule("te_negzero_positive", "14.11", "TE's rule, -0.0 encoded as +0 (TE's pure-torch reference, 14.1)",
                  {"rule": "te"}, "negzero_positive"),
     DiagnoseRule("te_unsigned_zero", "14.11", "TE's rule, every zero code unsigned", {"rule": "te"},
@@ -121,6 +124,8 @@ def _variant_plane(y: np.ndarray, *, base: str, variant: str, block: tuple, amax
             p = torchao_per_tensor_scale(a) if base == "torchao" else None
             if variant == "inverted" and p is not None:
                 p = np.float32(_ONE / p)
+            if variant == "reciprocal_scale" and p is not None:
+                p = np.float32(np.float32(a) * _RCP_2688)
             sbytes, mult = torchao_block_scales(b, p)
             sf = decode_e4m3(sbytes)
             divisor = sf if p is None else (np.float32(p) * sf).astype(np.float32)

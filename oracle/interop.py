@@ -160,7 +160,9 @@ def amax_from_torchao_scale(p) -> np.float32:
         ok = cand[(cand / _F2688).astype(np.float32) == p]
     if ok.size == 0:
         raise ValueError(f"per_tensor_scale {float(p)!r} (0x{p.view(np.uint32):08X}) is not fp32(amax / 2688) for any "
-                         "fp32 amax; the oracle's rule 'torchao' keeps the amax (SPEC 5.4)")
+                         "fp32 amax; the oracle's rule 'torchao' keeps the amax (SPEC 5.4). A P that torchao formed on "
+                         "a CUDA tensor is amax * fp32(1/2688), which this rule does not hold: oracle.diagnose names "
+                         "those bytes (rule torchao_cuda, SPEC 14.11)")
     return np.float32(ok[np.argmin(np.abs(ok.astype(np.float64) - np.float64(p) * 2688.0))])
 
 

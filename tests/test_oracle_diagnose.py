@@ -175,6 +175,31 @@ def test_torchao_variants_from_torchaos_own_functions():
     assert "torchao_div" in r.matches and "torchao" not in r.matches, str(r)
 
 
+def test_torchao_on_a_cuda_tensor():
+    """torchao's own quantizer given the per-tensor scale it forms on a CUDA tensor, A * fp32(1/2688) (one ulp off
+    A / 2688 at A = 4.21875; the product formed here with torch on the host), on blocks of E2M1 decision points
+    times that P's decode scales: diagnose names torchao_cuda and not torchao (SPEC 14.11)."""
+    nv = _ao()
+    rng = np.random.default_rng(3)
+    a = torch.tensor(np.float32(4.21875))
+    p_cuda = a * torch.tensor(np.float32(1.0) / np.float32(2688.0))
+    assert p_cuda.item() != nv.per_tensor_amax_to_scale(a).item()
+    ties = np.float32([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+    x = np.zeros((64, 64), np.float32)
+    x[0, 0] = a.item()
+    for r in range(64):
+        for blk in range(1 if r == 0 else 0, 4):
+            b = torch.tensor(np.float32(rng.uniform(0.01, 4.2)))
+            sf = torch.clamp(b / 6.0 / p_cuda, 2.0**-6, 448.0).to(torch.float8_e4m3fn).to(torch.float32)
+            vals = torch.from_numpy(rng.choice(ties, 16)) * (p_cuda * sf)
+            vals *= torch.from_numpy(rng.choice(np.float32([-1, 1]), 16))
+            vals[0] = b
+            x[r, 16 * blk:16 * blk + 16] = vals.numpy()
+    sc, data = nv.nvfp4_quantize(torch.from_numpy(x), 16, p_cuda)
+    r = diagnose(x, data, sc, rules=BASIC)
+    assert "torchao_cuda" in r.matches and "torchao" not in r.matches, str(r)
+
+
 def test_4over6_and_row_scaled_bytes_are_diagnosed_as_such():
     """TE's variants (SPEC 5.6, 5.7) made by conformance.te_torch (torch, written from SPEC): diagnose names them
     among all rules, G = 256 included; a row-scaled plane is tried with its computed per-row amaxes and again with
