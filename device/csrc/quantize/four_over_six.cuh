@@ -286,13 +286,15 @@ __device__ __forceinline__ float fo6_filter_sum(const float (&x)[16], float mult
 }
 
 // A bound on |S / W^k - F| (k = 2 for mse, 1 for mae): S a candidate's SPEC 5.6 error sum, F its fo6_filter_sum,
-// W = d A / 6G (input domain) or d (fast-math), d the candidate's decoded scale. Per element, |diff| = W (dist(Y) +
-// t) with |t| <= 48u (v = q W (1 +- 2u), |x| = Y W (1 +- 5u) from m's roundings, q <= 6, Y < 7, and diff's own
-// rounding) and |D| = dist(Y) + p with 0 <= p <= 3u, so each term of S / W^k and of F differs by at most 51u (mae)
-// or 51u (2 dist + 102u) (mse, with sum(dist) <= sum |D| <= 4 sqrt(F)); the fp32 squares and the two sums of 16
-// terms add 17u and 16u of their totals. Hence 816u + 40u F (mae) and 408u sqrt(F) + 40u F (mse), rounded up here
-// to 1024u + 48u F and 448u sqrt(F) + 48u F (sqrt.approx is within 2^-22), plus 2^-30 for the products that may fall
-// below fp32's normal range (W^k >= 2^-80: fo6_choose_fast's range test).
+// W = d A / 6G (input domain) or d (fast-math), d the candidate's decoded scale. Per element with a normal Y,
+// |diff| = W (dist(Y) + t) with |t| <= 48u (v = q W (1 +- 2u), |x| = Y W (1 +- 5u) from m's roundings, q <= 6, Y < 7,
+// and diff's own rounding; with a subnormal Y the error is absolute, below 2^-149 W), and |D| = dist(Y) + p with
+// 0 <= p <= 3u, so each term of S / W^k and of F differs by at most 51u (mae) or 51u (2 dist + 51u) (mse, with
+// sum(dist) <= sum |D| <= 4 sqrt(F) (1 + 8u)); the fp32 squares and the two sums of 16 terms add 17u and 16u of their
+// totals. Hence 816u + 40u F (mae) and 408u sqrt(F) + 40u F + 16 (51u)^2 (mse), rounded up here to 1024u + 48u F and
+// 448u sqrt(F) + 48u F (sqrt.approx is within 2^-22), plus 2^-30, which holds the mse's u^2 term (2^-32.6; it is all
+// of the bound where F = 0 but S is not), the subnormal Y and the products that may fall below fp32's normal range
+// (W^k >= 2^-80: fo6_choose_fast's range test).
 template <bool kMse>
 __device__ __forceinline__ float fo6_filter_bound(float f) {
   constexpr float u = 0x1p-24f;
