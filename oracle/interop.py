@@ -272,10 +272,11 @@ def to_torchao(t, plane: str = "row", *, swizzled: bool | None = None, orig_dtyp
     128x4 layout (``is_swizzled_scales``); default: compact for oracle planes, the device result's own layout.
     ``orig_dtype``: the tensor's nominal dtype (default: the one recorded in the options, else bfloat16).
     The per-tensor scale is torchao's ``per_tensor_amax_to_scale(amax)`` for every rule but "torchao_noscale" (no
-    per-tensor scale), formed on the host (SPEC 5.4: on the GPU it can be one ulp off) and placed beside the data. torchao dequantizes by its own factor ``P * sf`` (SPEC 11.1), so a TE-rule plane's values can
-    differ from :func:`oracle.dequantize` in the last bit. A row-scaled or 16x16-block plane has no torchao form, nor
-    has a 4over6 plane with ``global_scale_max=256`` (its factor is amax / 1536, SPEC 5.6; torchao's P is always
-    amax / 2688): ``ValueError``.
+    per-tensor scale), formed on the host (SPEC 5.4: on the GPU it can be one ulp off) and placed beside the data.
+    torchao dequantizes by its own factor ``P * sf`` (SPEC 11.1), so a TE-rule plane's values can differ from
+    :func:`oracle.dequantize` in the last bit. A row-scaled or 16x16-block plane has no torchao form, nor has a
+    4over6 plane with ``global_scale_max=256`` (its factor is amax / 1536, SPEC 5.6; torchao's P is always amax /
+    2688): ``ValueError``.
     """
     import torch
     from torchao.prototype.mx_formats.nvfp4_tensor import NVFP4Tensor as AoTensor

@@ -172,8 +172,8 @@ def near_tie_blocks(error: str, fast_math: bool, g: int, *, count: int, seed: in
     """``count`` bf16 block rows ([count, 16]) whose two candidates differ in scale byte and whose SPEC 5.6 error
     sums are the nearest of 400,000 random rows (the plane's amax is 2688: the caller adds an element of it): up to
     half exact ties (equal fp32 sums, which keep map-to-6), the rest the smallest nonzero relative gaps
-    ``|S_4 - S_6| / max(S_4, S_6)``, returned beside the rows. The sums come from ``conformance.te_torch_variants`` (torch,
-    written from SPEC 5.6), not from the oracle or the kernel."""
+    ``|S_4 - S_6| / max(S_4, S_6)``, returned beside the rows. The sums come from ``conformance.te_torch_variants``
+    (torch, written from SPEC 5.6), not from the oracle or the kernel."""
     from conformance.te_torch_variants import candidate, encode_scale_g, row_errors
 
     rng = np.random.default_rng(seed)
@@ -200,10 +200,10 @@ def near_tie_blocks(error: str, fast_math: bool, g: int, *, count: int, seed: in
 @pytest.mark.cuda
 @needs_cuda
 def test_four_over_six_near_ties(error, fast_math, g):
-    """1x16 block rows whose two error sums tie exactly or nearly (relative gaps from 0 to about 2^-12): around and
-    inside the margin of the kernel's filter sums (four_over_six.cuh, fo6_choose_fast), so both its decided rows and
-    the rows that take the exact sums are checked, in both planes (the blocks as rows of X, and as columns of
-    X^T)."""
+    """1x16 block rows whose two error sums tie exactly or come nearest to it (the smallest nonzero relative gaps of
+    the random pool: about 2^-23 to 2^-10, by variant), in both planes (the blocks as rows of X, and as columns of
+    X^T). The input-domain kernels' filter sums (four_over_six.cuh, fo6_choose_fast) cannot decide a tie, so the
+    ties take their exact sums, which must keep map-to-6; the fast-math kernels take the exact sums on every row."""
     blocks, gap = near_tie_blocks(error, fast_math, g, count=63, seed=VARIANTS.index((error, fast_math, g)))
     assert (gap < 2.0**-17).sum() >= 4, gap[:8]  # inside every filter margin: the exact path runs
     x = np.zeros((64, 16), BF16)
@@ -212,6 +212,30 @@ def test_four_over_six_near_ties(error, fast_math, g):
     kw = dict(block=(1, 16), four_over_six=error, four_over_six_fast_math=fast_math, global_scale_max=g)
     check_case(x, **kw)
     check_case(np.ascontiguousarray(x.T), **kw)
+
+
+@pytest.mark.parametrize("error,g", [("mae", 448), ("mse", 448), ("mae", 256), ("mse", 256)])
+@pytest.mark.cuda
+@needs_cuda
+def test_four_over_six_exact_rows_beside_filter_rows(error, g):
+    """Input domain, 1x16: block rows whose multipliers exceed 2^40 (block maxima below about 2^-37.4) take the
+    exact sums in fo6_choose_fast whatever their gap, next to rows the filter sums decide, in the same warps; both
+    outcomes occur among the exact rows (a guard on the input, from the oracle's choice)."""
+    rng = np.random.default_rng(41 + g)
+    m, k = 256, 256
+    x = rng.standard_normal((m, k)) * np.exp2(-34.0 - rng.integers(0, 8, (m, k // 16))).repeat(16, axis=1)
+    x[0, 0] = 2.0**-30
+    x = x.astype(np.float32).astype(BF16)
+    kw = dict(block=(1, 16), four_over_six=error, global_scale_max=g)
+    ref = oracle.quantize(x, **kw)
+    plain = oracle.quantize(x, global_scale_max=448)
+    bmax = np.abs(x.astype(np.float32)).reshape(m, k // 16, 16).max(axis=2)
+    exact_rows = bmax < 2.0**-38
+    map4 = ref.row.scales != plain.row.scales if g == 448 else None
+    assert exact_rows.mean() > 0.2 and (~exact_rows).mean() > 0.2
+    if map4 is not None:
+        assert map4[exact_rows].any() and (~map4[exact_rows]).any()
+    check_case(x, **kw)
 
 
 @pytest.mark.parametrize("splits", [(0, 17, 128, 0, 201), (64,), (0, 0, 33)])

@@ -36,6 +36,7 @@ def filter_terms(y: np.ndarray) -> np.ndarray:
 
 
 def brute_dist(y: np.ndarray) -> np.ndarray:
+    """The distance of each Y to its nearest E2M1 point, by trying all eight (float64)."""
     return np.abs(y.astype(np.float64)[:, None] - E2M1[None, :]).min(axis=1)
 
 
@@ -60,12 +61,14 @@ def test_nearest_point_by_subnormal_placement():
 
 def filter_sum(x3: np.ndarray, mult: np.ndarray, mse: bool) -> np.ndarray:
     """fo6_filter_sum over rows [R, 16] (fp32 fma chains emulated in float64, one rounding to fp32 per step)."""
-    y = (np.abs(x3) * mult[:, None]).astype(F32)
-    d, _ = filter_terms(y.reshape(-1))
+    with np.errstate(over="ignore", invalid="ignore"):  # rows whose products overflow are not filter rows
+        y = (np.abs(x3) * mult[:, None]).astype(F32)
+        d, _ = filter_terms(y.reshape(-1))
     d = d.reshape(y.shape).astype(np.float64)
     f = np.zeros(y.shape[0], F32)
-    for i in range(16):
-        f = (f.astype(np.float64) + (d[:, i] ** 2 if mse else np.abs(d[:, i]))).astype(F32)
+    with np.errstate(over="ignore"):
+        for i in range(16):
+            f = (f.astype(np.float64) + (d[:, i] ** 2 if mse else np.abs(d[:, i]))).astype(F32)
     return f.astype(np.float64)
 
 
@@ -77,6 +80,7 @@ def bound(f: np.ndarray, mse: bool) -> np.ndarray:
 
 
 def rows(kind: str, n: int, rng) -> np.ndarray:
+    """``n`` bf16 block rows [n, 16] (as fp32) of one kind of data: normal, Student-t(3), or mixed magnitudes."""
     if kind == "normal":
         x = rng.standard_normal((n, 16))
     elif kind == "t3":

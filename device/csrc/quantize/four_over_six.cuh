@@ -335,12 +335,13 @@ __device__ __forceinline__ void encode16_mag(const float (&x)[16], float mult, u
   for (int i = 0; i < 16; ++i) k[i >> 3] += e2m1_mag_magic<false>(x[i], mult) << (4 * (i & 7));
 }
 
-// One block row with 1x16 blocks on the fast path (fo6_fast_ok holds for every active lane): SPEC 5.6's kept
-// candidate. Warp-collective (every lane calls it; `active` marks the lanes with a block row). A row whose two scale
-// bytes are equal keeps map-to-6 (the candidates are the same, the errors tie); otherwise the filter sums decide, and
-// the rows they cannot decide (or whose W^k may leave fp32's normal range: `plane_ok` is the plane's amax in
-// [2^-100, 2^100], and both multipliers in [2^-40, 2^40]) take fo6_block_fast's exact sums. On return k6 and byte6
-// hold the kept candidate's magnitude codes and scale byte.
+// One block row with 1x16 blocks on the fast path (fo6_fast_ok holds for every active lane): SPEC 5.6's kept candidate.
+// Warp-collective (every lane calls it; `active` marks the lanes with a block row). A row whose two scale bytes are
+// equal keeps map-to-6 (the candidates are the same, the errors tie); otherwise the filter sums decide, and the rows
+// they cannot decide (or whose W^k may leave fp32's normal range: both multipliers must lie in [2^-40, 2^40]) take
+// fo6_block_fast's exact sums. `plane_ok` (the plane's amax in [2^-100, 2^100], which the bound's unclamped multipliers
+// need) holds on every row the input domain sends here; it keeps the precondition local. On return k6 and byte6 hold
+// the kept candidate's magnitude codes and scale byte.
 template <bool kMse, bool kFastMath>
 __device__ __forceinline__ void fo6_choose_fast(bool active, const float (&x)[16], const Fo6Entry& c6,
                                                 const Fo6Entry& c4, uint32_t& byte6, uint32_t byte4, bool plane_ok,
