@@ -140,6 +140,20 @@ def tile_tree_sum(err: torch.Tensor) -> torch.Tensor:
     return s.repeat_interleave(16, dim=0)
 
 
+def candidate_errors(src3: torch.Tensor, b: torch.Tensor, amax: torch.Tensor, v: Variant):
+    """SPEC 5.6's two candidates of the blocks ``src3`` [R, nb, 16] with block amaxes ``b`` [R, nb] and the amax
+    ``amax`` (0-d, or broadcastable to [R, nb]): ``((byte, d, codes, err) of map-to-6, the same of map-to-4)``, each
+    ``err`` the row error [R, nb] of :func:`row_errors`."""
+    s_enc, s_dec = encode_scale_g(amax, v.global_scale_max)
+    base = (b / SIX) * s_enc
+    common = dict(mode=v.four_over_six, fast_math=v.fast_math, global_scale_max=v.global_scale_max)
+    out = []
+    for map4 in (False, True):
+        byte, d, codes, q = candidate(src3, base, s_dec, map4=map4)
+        out.append((byte, d, codes, row_errors(src3, q, d, amax, s_enc, **common)))
+    return tuple(out)
+
+
 def four_over_six_blocks(src: torch.Tensor, b: torch.Tensor, amax: torch.Tensor, v: Variant,
                          block=(1, 16), real: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """SPEC 5.6 on a plane source ``src`` [R, C] with block amaxes ``b`` [R, C/16] and the amax ``amax`` (0-d, or
@@ -149,14 +163,7 @@ def four_over_six_blocks(src: torch.Tensor, b: torch.Tensor, amax: torch.Tensor,
     position, the others are absent rows adding +0); None: tiles of 16 consecutive rows, the last one padded.
     Returns (packed data [R, C/2], scale bytes [R, C/16])."""
     r, c = src.shape
-    src3 = src.reshape(r, c // 16, 16)
-    s_enc, s_dec = encode_scale_g(amax, v.global_scale_max)
-    base = (b / SIX) * s_enc
-    common = dict(mode=v.four_over_six, fast_math=v.fast_math, global_scale_max=v.global_scale_max)
-    byte6, d6, codes6, q6 = candidate(src3, base, s_dec, map4=False)
-    byte4, d4, codes4, q4 = candidate(src3, base, s_dec, map4=True)
-    err6 = row_errors(src3, q6, d6, amax, s_enc, **common)
-    err4 = row_errors(src3, q4, d4, amax, s_enc, **common)
+    (byte6, _, codes6, err6), (byte4, _, codes4, err4) = candidate_errors(src.reshape(r, c // 16, 16), b, amax, v)
     if tuple(block) == (16, 16):
         if real is None:
             real = torch.arange(-(-r // 16) * 16) < r

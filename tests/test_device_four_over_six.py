@@ -174,20 +174,15 @@ def near_tie_blocks(error: str, fast_math: bool, g: int, *, count: int, seed: in
     half exact ties (equal fp32 sums, which keep map-to-6), the rest the smallest nonzero relative gaps
     ``|S_4 - S_6| / max(S_4, S_6)``, returned beside the rows. The sums come from ``conformance.te_torch_variants``
     (torch, written from SPEC 5.6), not from the oracle or the kernel."""
-    from conformance.te_torch_variants import candidate, encode_scale_g, row_errors
+    from conformance.te_torch_variants import Variant, candidate_errors
 
     rng = np.random.default_rng(seed)
     n = 400_000
     vals = (rng.standard_normal((n, 16)) * rng.uniform(0.05, 8.0, (n, 1))).astype(BF16)
     src3 = torch.from_numpy(vals.astype(np.float32)).reshape(n, 1, 16)
-    amax = torch.tensor(2688.0)
-    s_enc, s_dec = encode_scale_g(amax, g)
-    base = (src3.abs().amax(dim=2) / 6.0) * s_enc
-    byte4, d4, _, q4 = candidate(src3, base, s_dec, True)
-    byte6, d6, _, q6 = candidate(src3, base, s_dec, False)
-    kw = dict(mode=error, fast_math=fast_math, global_scale_max=g)
-    e4 = row_errors(src3, q4, d4, amax, s_enc, **kw)[:, 0].double()
-    e6 = row_errors(src3, q6, d6, amax, s_enc, **kw)[:, 0].double()
+    (byte6, _, _, e6), (byte4, _, _, e4) = candidate_errors(src3, src3.abs().amax(dim=2), torch.tensor(2688.0),
+                                                            Variant(error, fast_math, g))
+    e4, e6 = e4[:, 0].double(), e6[:, 0].double()
     gap = ((e4 - e6).abs() / torch.maximum(e4, e6)).numpy()
     gap[(byte4 == byte6)[:, 0].numpy() | ~np.isfinite(gap)] = np.inf
     order = np.argsort(gap, kind="stable")

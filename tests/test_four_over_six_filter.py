@@ -19,7 +19,7 @@ import pytest
 ml_dtypes = pytest.importorskip("ml_dtypes")
 torch = pytest.importorskip("torch")
 
-from conformance.te_torch_variants import candidate, encode_scale_g, row_errors  # noqa: E402
+from conformance.te_torch_variants import Variant, candidate_errors, encode_scale_g  # noqa: E402
 
 F32 = np.float32
 U = 2.0**-24
@@ -98,14 +98,11 @@ def test_filter_bound_and_decisions_against_spec_sums(kind, mse, g):
     rng = np.random.default_rng(len(kind) * 7 + mse * 3 + g)
     x = rows(kind, 60_000, rng)
     amax = torch.tensor(F32(np.abs(x).max()))
-    s_enc, s_dec = encode_scale_g(amax, g)
+    _, s_dec = encode_scale_g(amax, g)
     src3 = torch.from_numpy(x).reshape(-1, 1, 16)
-    base = (src3.abs().amax(dim=2) / 6.0) * s_enc
-    byte4, d4, _, q4 = candidate(src3, base, s_dec, True)
-    byte6, d6, _, q6 = candidate(src3, base, s_dec, False)
-    kw = dict(mode="mse" if mse else "mae", fast_math=False, global_scale_max=g)
-    s4 = row_errors(src3, q4, d4, amax, s_enc, **kw)[:, 0].double().numpy()
-    s6 = row_errors(src3, q6, d6, amax, s_enc, **kw)[:, 0].double().numpy()
+    (byte6, d6, _, s6), (byte4, d4, _, s4) = candidate_errors(src3, src3.abs().amax(dim=2), amax,
+                                                              Variant("mse" if mse else "mae", False, g))
+    s4, s6 = s4[:, 0].double().numpy(), s6[:, 0].double().numpy()
     m4 = torch.fmin(1.0 / (d4 * s_dec), torch.tensor(np.finfo(F32).max))[:, 0].numpy()
     m6 = torch.fmin(1.0 / (d6 * s_dec), torch.tensor(np.finfo(F32).max))[:, 0].numpy()
     b = np.abs(x).max(axis=1)
