@@ -111,17 +111,20 @@ def quantize_buffers(m: int, k: int, *, rowwise: bool, columnwise: bool, swizzle
     return _allocate(_quantize_specs(m, k, rowwise, columnwise, swizzled), device, fill)
 
 
-def _magnitude_into(out: Tensor, amax: Tensor) -> None:
-    """out = the given amaxes, a negative value as its magnitude (SPEC 4.3: a device value cannot be checked without
-    a host synchronization; -0.0 stays -0.0, NaN stays NaN). Three small kernels, written into the output buffer."""
-    torch.where(amax < 0, -amax, amax, out=out)
+def _supplied_pair(row_amax: Tensor | None, col_amax: Tensor | None) -> tuple[Tensor, Tensor] | None:
+    """The custom ops' two optional amax arguments as the launchers' ``amax_in``: None, or both."""
+    if (row_amax is None) != (col_amax is None):
+        raise ValueError("supply both amaxes (row, col) or neither")
+    return None if row_amax is None else (row_amax, col_amax)
 
 
-def launch_quantize(x: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: bool, columnwise: bool, rht: bool,
-                    rht_signs: int, block2d: bool, rule: int, sr: bool, seed_lo: int, seed_hi: int, offset: int,
-                    swizzled: bool, amax_kernel: int, quantize_kernel: int, four_over_six: int = 0,
-                    four_over_six_fast_math: bool = False, global_scale_max: int = 448) -> None:
-    """Launch the amax pass (unless ``amax_in`` [2] is given) and the fused quantizer into ``bufs``
+def launch_quantize(x: Tensor, bufs: dict, amax_in: tuple[Tensor, Tensor] | None, *, rowwise: bool,
+                    columnwise: bool, rht: bool, rht_signs: int, block2d: bool, rule: int, sr: bool, seed_lo: int,
+                    seed_hi: int, offset: int, swizzled: bool, amax_kernel: int, quantize_kernel: int,
+                    four_over_six: int = 0, four_over_six_fast_math: bool = False, global_scale_max: int = 448) -> None:
+    """Launch the amax pass, or, with ``amax_in`` = (row, col) (one-value float32 device tensors, the same one for
+    both planes allowed), the one-CTA kernel that writes them into ``bufs["amax"]`` as SPEC 4.3 uses them (a
+    negative value as its magnitude); then the fused quantizer into ``bufs``, overlapping that kernel (PDL)
     (``quantize_buffers``' layout; sizes checked); ``amax_kernel`` / ``quantize_kernel``: the plan's QuantizeKernel
     codes (device._dispatch.plan_quantize). ``four_over_six``: 0, or the 4over6 error code (1 MAE, 2 MSE, SPEC 5.6)
     that the ``four_over_six`` quantize kernel runs with ``four_over_six_fast_math`` and ``global_scale_max``."""
@@ -136,44 +139,46 @@ def launch_quantize(x: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: b
         _raise_refusal(ext.amax_(x, None, 1, row_tiles, amax[0:1], amax[1:2] if columnwise else None, rht,
                                  rht_signs, False, rule in _NAN_PROPAGATING, None, None, amax_kernel))
     else:
-        _magnitude_into(amax, amax_in)
+        _raise_refusal(ext.supplied_amax_(amax_in[0], amax_in[1], amax[0:1], amax[1:2]))
     if quantize_kernel == _FOUR_OVER_SIX:
         _raise_refusal(ext.quantize_4over6_(
             x, None, 1, row_tiles, amax[0:1], amax[1:2],
             bufs["row_data"] if rowwise else None, bufs["row_scales"] if rowwise else None,
             bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None,
             LAYOUT_SWIZZLED if swizzled else LAYOUT_COMPACT, block2d, four_over_six, four_over_six_fast_math,
-            global_scale_max, amax_in is None, None))
+            global_scale_max, True, None))  # the previous launch wrote the amaxes: the quantizer may overlap it
         return
     _raise_refusal(ext.quantize_(
         x, None, 1, row_tiles, amax[0:1], amax[1:2],
         bufs["row_data"] if rowwise else None, bufs["row_scales"] if rowwise else None,
         bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None,
         LAYOUT_SWIZZLED if swizzled else LAYOUT_COMPACT, block2d, sr, rule, rht, rht_signs, seed_lo, seed_hi, offset,
-        amax_in is None,  # the amax pass is the previous launch: the quantizer may overlap its tail
+        True,  # the previous launch (amax pass or supplied amaxes) wrote the amaxes: the quantizer may overlap it
         None, quantize_kernel,
     ))
 
 
 @torch.library.custom_op("nvfp4_device::quantize", mutates_args=())
-def quantize_op(x: Tensor, amax: Tensor | None, rowwise: bool, columnwise: bool, rht: bool, rht_signs: int,
-                block2d: bool, rule: int, sr: bool, seed_lo: int, seed_hi: int, offset: int, swizzled: bool,
-                amax_kernel: int, quantize_kernel: int, four_over_six: int = 0, four_over_six_fast_math: bool = False,
+def quantize_op(x: Tensor, row_amax: Tensor | None, col_amax: Tensor | None, rowwise: bool, columnwise: bool,
+                rht: bool, rht_signs: int, block2d: bool, rule: int, sr: bool, seed_lo: int, seed_hi: int,
+                offset: int, swizzled: bool, amax_kernel: int, quantize_kernel: int, four_over_six: int = 0,
+                four_over_six_fast_math: bool = False,
                 global_scale_max: int = 448) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Functional NVFP4 quantize of a 2-D CUDA tensor: (row_data, row_scales, col_data, col_scales, amax[2])."""
+    """Functional NVFP4 quantize of a 2-D CUDA tensor: (row_data, row_scales, col_data, col_scales, amax[2]);
+    ``row_amax`` / ``col_amax``: both None (the amax pass) or both supplied, as ``launch_quantize``'s pair."""
     m, k = x.shape
     bufs = quantize_buffers(m, k, rowwise=rowwise, columnwise=columnwise, swizzled=swizzled, device=x.device)
-    launch_quantize(x, bufs, amax, rowwise=rowwise, columnwise=columnwise, rht=rht, rht_signs=rht_signs,
-                    block2d=block2d, rule=rule, sr=sr, seed_lo=seed_lo, seed_hi=seed_hi, offset=offset,
-                    swizzled=swizzled, amax_kernel=amax_kernel, quantize_kernel=quantize_kernel,
+    launch_quantize(x, bufs, _supplied_pair(row_amax, col_amax), rowwise=rowwise, columnwise=columnwise, rht=rht,
+                    rht_signs=rht_signs, block2d=block2d, rule=rule, sr=sr, seed_lo=seed_lo, seed_hi=seed_hi,
+                    offset=offset, swizzled=swizzled, amax_kernel=amax_kernel, quantize_kernel=quantize_kernel,
                     four_over_six=four_over_six, four_over_six_fast_math=four_over_six_fast_math,
                     global_scale_max=global_scale_max)
     return bufs["row_data"], bufs["row_scales"], bufs["col_data"], bufs["col_scales"], bufs["amax"]
 
 
 @quantize_op.register_fake
-def _(x, amax, rowwise, columnwise, rht, rht_signs, block2d, rule, sr, seed_lo, seed_hi, offset, swizzled,
-      amax_kernel, quantize_kernel, four_over_six=0, four_over_six_fast_math=False, global_scale_max=448):
+def _(x, row_amax, col_amax, rowwise, columnwise, rht, rht_signs, block2d, rule, sr, seed_lo, seed_hi, offset,
+      swizzled, amax_kernel, quantize_kernel, four_over_six=0, four_over_six_fast_math=False, global_scale_max=448):
     m, k = x.shape
     b = quantize_buffers(m, k, rowwise=rowwise, columnwise=columnwise, swizzled=swizzled, device=x.device)
     return b["row_data"], b["row_scales"], b["col_data"], b["col_scales"], b["amax"]
@@ -201,13 +206,15 @@ def group_buffers(t: int, k: int, e: int, *, rowwise: bool, columnwise: bool, de
     return _allocate(_group_specs(t, k, e, rowwise, columnwise), device, fill)
 
 
-def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: Tensor | None, *, rowwise: bool,
-                          columnwise: bool, rht: bool, rht_signs: int, block2d: bool, rule: int, sr: bool,
-                          seed_lo: int, seed_hi: int, offset: int, swizzled: bool, amax_kernel: int,
+def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: tuple[Tensor, Tensor] | None, *,
+                          rowwise: bool, columnwise: bool, rht: bool, rht_signs: int, block2d: bool, rule: int,
+                          sr: bool, seed_lo: int, seed_hi: int, offset: int, swizzled: bool, amax_kernel: int,
                           quantize_kernel: int, four_over_six: int = 0, four_over_six_fast_math: bool = False,
                           global_scale_max: int = 448) -> None:
-    """Offsets, amax (unless ``amax_in`` [2, E] is given), tail zero-fill and the fused quantizer, all on device
-    (``group_buffers``' layout; sizes checked); the 4over6 options as in :func:`launch_quantize`."""
+    """Offsets, amaxes, tail zero-fill and the fused quantizer, all on device (``group_buffers``' layout; sizes
+    checked). The amaxes: the amax pass, or with ``amax_in`` = (row, col) (contiguous float32 device tensors of E
+    values, the same one for both planes allowed) the setup kernel writes them as SPEC 4.3 uses them. The 4over6
+    options as in :func:`launch_quantize`."""
     t, k = x.shape
     e = splits.numel()
     _check_buffers(bufs, _group_specs(t, k, e, rowwise, columnwise), x.device)
@@ -218,15 +225,12 @@ def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: Tensor
     recs = torch.empty((row_tiles, 4), dtype=torch.int32, device=x.device)
     compute = amax_in is None
     _raise_refusal(ext.group_setup_(
-        splits, t, k, offs, row_amax if compute else None, col_amax if compute else None,
+        splits, t, k, offs, row_amax, col_amax, None if compute else amax_in[0], None if compute else amax_in[1],
         bufs["row_data"] if rowwise else None, bufs["row_scales"] if rowwise else None,
         bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None, recs))
     if compute:  # the setup kernel is the previous launch: the amax pass may start as it runs (from the splits)
         _raise_refusal(ext.amax_(x, offs, e, row_tiles, row_amax, col_amax if columnwise else None, rht,
                                  rht_signs, True, rule in _NAN_PROPAGATING, recs, splits, amax_kernel))
-    else:
-        _magnitude_into(row_amax, amax_in[0])
-        _magnitude_into(col_amax, amax_in[1])
     if quantize_kernel == _FOUR_OVER_SIX:
         _raise_refusal(ext.quantize_4over6_(
             x, offs, e, row_tiles, row_amax, col_amax,
@@ -246,26 +250,26 @@ def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: Tensor
 
 
 @torch.library.custom_op("nvfp4_device::group_quantize", mutates_args=())
-def group_quantize_op(x: Tensor, splits: Tensor, amax: Tensor | None, rowwise: bool, columnwise: bool, rht: bool,
-                      rht_signs: int, block2d: bool, rule: int, sr: bool, seed_lo: int, seed_hi: int, offset: int,
-                      swizzled: bool, amax_kernel: int, quantize_kernel: int, four_over_six: int = 0,
-                      four_over_six_fast_math: bool = False, global_scale_max: int = 448,
+def group_quantize_op(x: Tensor, splits: Tensor, row_amax: Tensor | None, col_amax: Tensor | None, rowwise: bool,
+                      columnwise: bool, rht: bool, rht_signs: int, block2d: bool, rule: int, sr: bool, seed_lo: int,
+                      seed_hi: int, offset: int, swizzled: bool, amax_kernel: int, quantize_kernel: int,
+                      four_over_six: int = 0, four_over_six_fast_math: bool = False, global_scale_max: int = 448,
                       ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Functional grouped quantize: (row_data, row_scales, col_data, col_scales, row_amax, col_amax, offsets)."""
     t, k = x.shape
     bufs = group_buffers(t, k, splits.numel(), rowwise=rowwise, columnwise=columnwise, device=x.device)
-    launch_group_quantize(x, splits, bufs, amax, rowwise=rowwise, columnwise=columnwise, rht=rht,
-                          rht_signs=rht_signs, block2d=block2d, rule=rule, sr=sr, seed_lo=seed_lo, seed_hi=seed_hi,
-                          offset=offset, swizzled=swizzled, amax_kernel=amax_kernel,
-                          quantize_kernel=quantize_kernel, four_over_six=four_over_six,
+    launch_group_quantize(x, splits, bufs, _supplied_pair(row_amax, col_amax), rowwise=rowwise,
+                          columnwise=columnwise, rht=rht, rht_signs=rht_signs, block2d=block2d, rule=rule, sr=sr,
+                          seed_lo=seed_lo, seed_hi=seed_hi, offset=offset, swizzled=swizzled,
+                          amax_kernel=amax_kernel, quantize_kernel=quantize_kernel, four_over_six=four_over_six,
                           four_over_six_fast_math=four_over_six_fast_math, global_scale_max=global_scale_max)
     return (bufs["row_data"], bufs["row_scales"], bufs["col_data"], bufs["col_scales"], bufs["row_amax"],
             bufs["col_amax"], bufs["offsets"])
 
 
 @group_quantize_op.register_fake
-def _(x, splits, amax, rowwise, columnwise, rht, rht_signs, block2d, rule, sr, seed_lo, seed_hi, offset, swizzled,
-      amax_kernel, quantize_kernel, four_over_six=0, four_over_six_fast_math=False, global_scale_max=448):
+def _(x, splits, row_amax, col_amax, rowwise, columnwise, rht, rht_signs, block2d, rule, sr, seed_lo, seed_hi, offset,
+      swizzled, amax_kernel, quantize_kernel, four_over_six=0, four_over_six_fast_math=False, global_scale_max=448):
     t, k = x.shape
     b = group_buffers(t, k, splits.shape[0], rowwise=rowwise, columnwise=columnwise, device=x.device)
     return (b["row_data"], b["row_scales"], b["col_data"], b["col_scales"], b["row_amax"], b["col_amax"],

@@ -72,7 +72,7 @@ def _quantize(t: Tensor, splits: Tensor, *, rowwise: bool, columnwise: bool, rht
     """device.group_quantize's op on ``t`` [rows, cols] with swizzled scales and Philox offset 0 (SPEC 9, 16.1)."""
     opts = _options(t, rowwise=rowwise, columnwise=columnwise, rht=rht, rht_signs=rht_signs, block=block, rule=rule,
                     rounding=rounding, seed=seed, offset=0)
-    return _Planes(*_ops.group_quantize_op(t, splits, None, swizzled=True, **opts))
+    return _Planes(*_ops.group_quantize_op(t, splits, None, None, swizzled=True, **opts))
 
 
 def _quantize_x(x: Tensor, splits: Tensor, cfg: _Config, *, columnwise: bool) -> _Planes:

@@ -111,9 +111,10 @@ def _meta(opts: dict, rule: str, rounding: str, seed: int, offset: int) -> dict:
                 four_over_six_fast_math=opts["four_over_six_fast_math"])
 
 
-def _amax_tensor(amax, n: int, grouped: bool, device) -> Tensor | None:
-    """User amax -> float32 [2, n] on the device, rows (row plane, col plane) (SPEC 4.3); device values as given,
-    whose magnitude the launch takes (``device._ops.launch_quantize``).
+def _amax_tensors(amax, n: int, grouped: bool, device) -> tuple[Tensor, Tensor] | None:
+    """User amax -> (row plane's, col plane's) contiguous float32 device tensors of n values each (SPEC 4.3), the
+    same tensor twice where one value serves both planes; device values as given, whose magnitude the kernel that
+    writes them into the call's amax buffers takes (``device._ops.launch_quantize``).
 
     As in the oracle: a single tensor takes a number / 0-d tensor for both planes or a (row, col) tuple or
     list; a grouped call takes n values (list, array, 1-d tensor) for both planes or a (row, col) tuple of them,
@@ -135,30 +136,34 @@ def _amax_tensor(amax, n: int, grouped: bool, device) -> Tensor | None:
             if single:
                 raise ValueError(f"a grouped amax pair is (row_amaxes, col_amaxes), each with one value per group "
                                  f"({n}); got a single value (as oracle.group_quantize, which refuses it too)")
-    out = []
-    for a in amax if pair else (amax, amax):
-        if isinstance(a, Tensor):
-            if a.device != device:
-                raise ValueError(f"amax tensors must be on x's device ({device}), got {a.device}")
-            t = a.to(dtype=torch.float32).reshape(-1)  # (the launch takes a negative value's magnitude, SPEC 4.3)
+    out = tuple(_amax_values(a, n, device) for a in (amax if pair else (amax,)))
+    return out if pair else (out[0], out[0])
+
+
+def _amax_values(a, n: int, device) -> Tensor:
+    """One plane's supplied amaxes (a number, host sequence / array, or tensor on ``device``) as a contiguous float32
+    device tensor of n values (``_amax_tensors``)."""
+    if isinstance(a, Tensor):
+        if a.device != device:
+            raise ValueError(f"amax tensors must be on x's device ({device}), got {a.device}")
+        t = a.to(dtype=torch.float32).reshape(-1).contiguous()  # (the kernels take a negative value's magnitude)
+    else:
+        if isinstance(a, (bool, str)) or not isinstance(a, (int, float, np.integer, np.floating, Sequence,
+                                                           np.ndarray)):
+            raise TypeError(f"amax values must be numbers, sequences, arrays or tensors, got {type(a).__name__}")
+        host = np.asarray(a, dtype=np.float32).reshape(-1)
+        if (host < 0).any():
+            raise ValueError("amax values must be >= 0 (absolute maxima), +Inf or NaN (SPEC 4.3)")
+        if np.ndim(a) == 0:  # a number: no host-to-device copy
+            t = torch.full((n,), float(host[0]), dtype=torch.float32, device=device)
         else:
-            if isinstance(a, (bool, str)) or not isinstance(a, (int, float, np.integer, np.floating, Sequence,
-                                                               np.ndarray)):
-                raise TypeError(f"amax values must be numbers, sequences, arrays or tensors, got {type(a).__name__}")
-            host = np.asarray(a, dtype=np.float32).reshape(-1)
-            if (host < 0).any():
-                raise ValueError("amax values must be >= 0 (absolute maxima), +Inf or NaN (SPEC 4.3)")
-            if np.ndim(a) == 0:  # a number: no host-to-device copy
-                t = torch.full((n,), float(host[0]), dtype=torch.float32, device=device)
-            else:
-                if torch.cuda.is_current_stream_capturing():
-                    raise ValueError("amax given as a host sequence / array needs a host-to-device copy, which "
-                                     "cannot be captured in a CUDA graph: pass a tensor on x's device")
-                t = torch.from_numpy(host).to(device)
-        if t.numel() != n:
-            raise ValueError(f"amax must have {n} value(s) per plane, got {t.numel()}")
-        out.append(t)
-    return torch.stack(out).contiguous()
+            if torch.cuda.is_current_stream_capturing():
+                raise ValueError("amax given as a host sequence / array needs a host-to-device copy, which "
+                                 "cannot be captured in a CUDA graph: pass a tensor on x's device")
+            t = torch.from_numpy(host).to(device)
+    if t.numel() != n:
+        raise ValueError(f"amax must have {n} value(s) per plane, got {t.numel()}")
+    return t
 
 
 def quantize(x: Tensor, *, rowwise: bool = True, columnwise: bool = False, rht: bool = False,
@@ -197,9 +202,8 @@ def quantize(x: Tensor, *, rowwise: bool = True, columnwise: bool = False, rht: 
                     rule=rule, rounding=rounding, seed=seed, offset=offset, four_over_six=four_over_six,
                     four_over_six_fast_math=four_over_six_fast_math, global_scale_max=global_scale_max,
                     row_scaled=row_scaled)
-    amax_t = _amax_tensor(amax, 1, False, x2.device)
-    rd, rs, cd, cs, am = _ops.quantize_op(x2, None if amax_t is None else amax_t.reshape(2), swizzled=bool(swizzled),
-                                          **opts)
+    row_amax, col_amax = _amax_tensors(amax, 1, False, x2.device) or (None, None)
+    rd, rs, cd, cs, am = _ops.quantize_op(x2, row_amax, col_amax, swizzled=bool(swizzled), **opts)
     return DeviceNVFP4Tensor(
         shape=tuple(x2.shape),
         row_data=rd if rowwise else None, row_scales=rs if rowwise else None, row_amax=am[0:1] if rowwise else None,
@@ -244,8 +248,9 @@ def group_quantize(x: Tensor, splits: Tensor, *, rowwise: bool = True, columnwis
                     four_over_six_fast_math=four_over_six_fast_math, global_scale_max=global_scale_max,
                     row_scaled=row_scaled)
     e = splits.numel()
-    amax_t = _amax_tensor(amax, e, True, x2.device)
-    rd, rs, cd, cs, ra, ca, offs = _ops.group_quantize_op(x2, splits, amax_t, swizzled=bool(swizzled), **opts)
+    row_amax, col_amax = _amax_tensors(amax, e, True, x2.device) or (None, None)
+    rd, rs, cd, cs, ra, ca, offs = _ops.group_quantize_op(x2, splits, row_amax, col_amax, swizzled=bool(swizzled),
+                                                          **opts)
     return DeviceGroupedNVFP4Tensor(
         shape=tuple(x2.shape), splits=splits,
         row_data=rd if rowwise else None, row_scales=rs if rowwise else None,

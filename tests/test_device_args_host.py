@@ -20,17 +20,23 @@ def test_grouped_amax_refuses_a_single_number(amax, groups):
     with pytest.raises(ValueError, match="shape"):
         oracle.group_quantize(np.ones((groups, 16), np.float32), [1] * groups, amax=3.0)
     with pytest.raises(ValueError, match="single value"):
-        quantization._amax_tensor(amax, groups, True, CPU)
+        quantization._amax_tensors(amax, groups, True, CPU)
 
 
 def test_grouped_amax_forms_the_oracle_takes():
-    # E values for both planes, or a (row, col) tuple of E values each: [2, E] rows (row plane, col plane)
-    both = quantization._amax_tensor(torch.tensor([1.0, 2.0]), 2, True, CPU)
-    assert both.tolist() == [[1.0, 2.0], [1.0, 2.0]]
-    pair = quantization._amax_tensor((torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0])), 2, True, CPU)
-    assert pair.tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    # E values for both planes, or a (row, col) tuple of E values each: a (row plane, col plane) pair of contiguous
+    # float32 tensors, the kernels' operands
+    both = quantization._amax_tensors(torch.tensor([1.0, 2.0]), 2, True, CPU)
+    assert [t.tolist() for t in both] == [[1.0, 2.0], [1.0, 2.0]]
+    pair = quantization._amax_tensors((torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0])), 2, True, CPU)
+    assert [t.tolist() for t in pair] == [[1.0, 2.0], [3.0, 4.0]]
     # a single tensor's number stands for both planes
-    assert quantization._amax_tensor(5.0, 1, False, CPU).tolist() == [[5.0], [5.0]]
+    assert [t.tolist() for t in quantization._amax_tensors(5.0, 1, False, CPU)] == [[5.0], [5.0]]
+    # other dtypes and strided views arrive as contiguous float32
+    strided = quantization._amax_tensors((torch.tensor([1.0, 9.0, 2.0], dtype=torch.float64)[::2],
+                                          torch.tensor([3, 4], dtype=torch.int32)), 2, True, CPU)
+    assert all(t.dtype == torch.float32 and t.is_contiguous() for t in strided)
+    assert [t.tolist() for t in strided] == [[1.0, 2.0], [3.0, 4.0]]
 
 
 def test_raw_dequantize_needs_the_scale_layout():

@@ -64,8 +64,8 @@ def run_poisoned(x_t, *, swizzled: bool, amax=None, **kw) -> dict:
     opts = _options(x_t, rht=False, rht_signs=0xD7E8, rule="te", rounding="rn", seed=0, offset=0, **kw)
     bufs = _ops.quantize_buffers(x_t.shape[0], x_t.shape[1], rowwise=opts["rowwise"], columnwise=opts["columnwise"],
                                  swizzled=swizzled, device=x_t.device, fill=0xFF)
-    amax_t = None if amax is None else torch.tensor([amax, amax], dtype=torch.float32, device=x_t.device)
-    _ops.launch_quantize(x_t, bufs, amax_t, swizzled=swizzled, **opts)
+    amax_t = None if amax is None else torch.tensor([amax], dtype=torch.float32, device=x_t.device)
+    _ops.launch_quantize(x_t, bufs, None if amax_t is None else (amax_t, amax_t), swizzled=swizzled, **opts)
     torch.cuda.synchronize()
     return bufs
 

@@ -104,7 +104,7 @@ def run_poisoned(x_t, *, swizzled: bool, amax=None, poison: int = 0xFF, **kw) ->
     bufs = _ops.quantize_buffers(x2.shape[0], x2.shape[1], rowwise=opts["rowwise"], columnwise=opts["columnwise"],
                                  swizzled=swizzled, device=x2.device, fill=poison)
     amax_t = None if amax is None else torch.tensor(amax, dtype=torch.float32, device=x2.device).reshape(2)
-    _ops.launch_quantize(x2, bufs, amax_t, swizzled=swizzled, **opts)
+    _ops.launch_quantize(x2, bufs, None if amax_t is None else (amax_t[0:1], amax_t[1:2]), swizzled=swizzled, **opts)
     torch.cuda.synchronize()
     return bufs
 
@@ -873,7 +873,7 @@ def test_torch_compile():
                        rule="te", rounding="rn", seed=0, offset=0)
 
     def f(x):
-        return _ops.quantize_op(x * 2, None, swizzled=True, **opts)
+        return _ops.quantize_op(x * 2, None, None, swizzled=True, **opts)
 
     rd, rs, cd, cs, am = torch.compile(f, fullgraph=True)(to_cuda(x))
     ref = oracle.quantize((x.astype(np.float32) * 2).astype(BF16), columnwise=True, rht=True)  # x2 is exact
@@ -960,7 +960,11 @@ def test_argument_errors():
     run = subprocess.run([sys.executable, tool, "quantize"], capture_output=True, text=True, timeout=300,
                          cwd=os.path.join(os.path.dirname(__file__), ".."))
     assert run.returncode == 0, run.stdout + run.stderr[-2000:]
-    assert run.stdout.count("refused: nvfp4:") == 15, run.stdout
+    assert run.stdout.count("refused: nvfp4:") == 19, run.stdout
+    # supplied amaxes (SPEC 4.3) are read by kernels as contiguous float32, one value per group, into a buffer
+    assert "a supplied amax must be contiguous float32 with 1 value(s)" in run.stdout, run.stdout
+    assert "a supplied amax must be contiguous float32 with 2 value(s)" in run.stdout, run.stdout
+    assert "a supplied amax needs the amax buffer it is written into" in run.stdout, run.stdout
     assert "splits must be a contiguous int64 tensor of E values" in run.stdout, run.stdout
     # output buffers checked in C++ too (csrc/quantize/bindings.cpp check_outputs): 64 x 32 swizzled rowwise scales
     # need 512 bytes

@@ -110,7 +110,7 @@ def test_quantize_supplied_nan_amax_payloads(rule, bits):
         opts = device_opts(x_t, rowwise=True, columnwise=True, rule=rule)
         bufs = _ops.quantize_buffers(40, 48, rowwise=True, columnwise=True, swizzled=swizzled, device=x_t.device,
                                      fill=0xFF)
-        _ops.launch_quantize(x_t, bufs, amax_t, swizzled=swizzled, **opts)
+        _ops.launch_quantize(x_t, bufs, (amax_t[0:1], amax_t[1:2]), swizzled=swizzled, **opts)
         torch.cuda.synchronize()
         check_single(bufs, ref, swizzled)
 

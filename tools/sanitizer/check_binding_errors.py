@@ -75,6 +75,16 @@ def quantize_calls() -> dict[str, Callable[[], str]]:
             torch.zeros((64, 32), **bf16), offsets(2), 2, 2, torch.ones(2, device="cuda"),
             torch.ones(2, device="cuda"), torch.zeros(1024, **u8), torch.zeros(1024, **u8), None, None, 0, False,
             False, 0, False, 0, 0, 0, 0, False, None, 0),
+        "supplied_amax_ float64 amax": lambda: ext.supplied_amax_(
+            torch.ones(1, dtype=torch.float64, device="cuda"), one, torch.zeros(1, device="cuda"), None),
+        "supplied_amax_ of 2 values": lambda: ext.supplied_amax_(torch.ones(2, device="cuda"), one,
+                                                                 torch.zeros(1, device="cuda"), None),
+        "group_setup_ supplied amax of 1 value for 2 groups": lambda: ext.group_setup_(
+            torch.zeros(2, dtype=torch.int64, device="cuda"), 64, 32, offsets(2), torch.zeros(2, device="cuda"),
+            torch.zeros(2, device="cuda"), one, None, None, None, None, None, None),
+        "group_setup_ supplied amax without its buffer": lambda: ext.group_setup_(
+            torch.zeros(2, dtype=torch.int64, device="cuda"), 64, 32, offsets(2), None, None,
+            torch.ones(2, device="cuda"), None, None, None, None, None, None),
         "swizzle_ short out": lambda: ext.swizzle_(torch.zeros((4, 4), **u8), torch.zeros(16, **u8)),
         "dequantize_ short data": lambda: ext.dequantize_(torch.zeros(512, **u8), torch.zeros(65536, **u8), one,
                                                           1024, 1024, True, 0, 448, out(1024, 1024)),

@@ -87,6 +87,16 @@ std::string check_amax(const optional<Tensor>& a, const c10::Device& dev, int64_
   return {};
 }
 
+// Supplied amaxes (SPEC 4.3), when given: contiguous float32 with exactly `groups` values on `dev` (supplied_amax_,
+// group_setup_); the kernels read value g of group g.
+std::string check_supplied_amax(const optional<Tensor>& a, const c10::Device& dev, int64_t groups) {
+  NVFP4_RETURN_IF_ERROR(check_on(a, dev, "supplied amax"));
+  NVFP4_REFUSE_UNLESS(!a.has_value() || !a->defined() ||
+                          (a->scalar_type() == at::kFloat && a->is_contiguous() && a->numel() == groups),
+                      "nvfp4: a supplied amax must be contiguous float32 with ", groups, " value(s)");
+  return {};
+}
+
 // The grid arguments of amax_ / quantize_: a grouped call's offset table (int64 [6, E+1] on x's device, E >= 1) and
 // a row-tile count that covers every tile (row_tiles_needed); per-group amaxes of at least E (single tensor: 1)
 // float32 values on that device.
@@ -105,7 +115,7 @@ std::string check_grid(const Tensor& x, const optional<Tensor>& offs, int64_t E,
 }
 
 // SPEC 4: per-tensor (offs absent) or per-group amax. Per tensor, row_amax / col_amax are zeroed here first (a
-// one-CTA kernel the bf16 fast pass overlaps, launch_zero_amax); per group they must be zero on entry (group_setup_
+// one-CTA kernel the bf16 fast pass overlaps, launch_init_amax); per group they must be zero on entry (group_setup_
 // zeroes them). after_setup: the previous launch on the stream is group_setup_ for `offs`. nan_propagating: the
 // torchao rules' amax (SPEC 4.1).
 std::string amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int64_t row_tiles, Tensor row_amax,
@@ -130,7 +140,7 @@ std::string amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int6
   a.splits = ptr_or_null<const int64_t>(splits);
   auto s = c10::cuda::getCurrentCUDAStream();
   if (a.offs == nullptr) {
-    nvfp4::launch_zero_amax(a.row_amax, a.col_amax, s);
+    nvfp4::launch_init_amax(a.row_amax, a.col_amax, nullptr, nullptr, s);
     a.after_zero = 1;  // (the bf16 fast pass starts with a programmatic dependency on the zeroing; the others after it)
   }
   switch (dtype_code(x)) {
@@ -140,6 +150,22 @@ std::string amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int6
     case nvfp4::kF16: nvfp4::launch_amax_f16(a, row_tiles, s); break;
     default: nvfp4::launch_amax_f32(a, row_tiles, s); break;
   }
+  return nvfp4::launch_status("nvfp4");
+}
+
+// SPEC 4.3: a single tensor's supplied amaxes into its amax buffers (row_amax[0], col_amax[0] when given), a negative
+// value as its magnitude: one CTA, which lets a quantize_ launched next with after_amax start at once.
+std::string supplied_amax_(const Tensor& row_supplied, const Tensor& col_supplied, Tensor row_amax,
+                           const optional<Tensor>& col_amax) {
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4", row_amax, "row_amax"));
+  const c10::Device dev = row_amax.device();
+  NVFP4_RETURN_IF_ERROR(check_amax(row_amax, dev, 1));
+  NVFP4_RETURN_IF_ERROR(check_amax(col_amax, dev, 1));
+  NVFP4_RETURN_IF_ERROR(check_supplied_amax(row_supplied, dev, 1));
+  NVFP4_RETURN_IF_ERROR(check_supplied_amax(col_supplied, dev, 1));
+  const c10::cuda::CUDAGuard guard(dev);
+  nvfp4::launch_init_amax(row_amax.data_ptr<float>(), ptr_or_null<float>(col_amax), row_supplied.data_ptr<float>(),
+                          col_supplied.data_ptr<float>(), c10::cuda::getCurrentCUDAStream());
   return nvfp4::launch_status("nvfp4");
 }
 
@@ -284,10 +310,12 @@ std::string quantize_4over6_(const Tensor& x, const optional<Tensor>& offs, int6
   return nvfp4::launch_status("nvfp4");
 }
 
-// SPEC 9, one launch: device offsets [6, E+1] from device splits (running total capped at T, SPEC 9.4), zeroed
-// per-group amaxes (those given), and zero bytes past the last group of the worst-case sized buffers given.
+// SPEC 9, one launch: device offsets [6, E+1] from device splits (running total capped at T, SPEC 9.4), the
+// per-group amaxes (those given: zeroed for the amax pass, or set from row_supplied / col_supplied as SPEC 4.3 uses
+// them), and zero bytes past the last group of the worst-case sized buffers given.
 std::string group_setup_(const Tensor& splits, int64_t T, int64_t K, Tensor offs, const optional<Tensor>& row_amax,
-                         const optional<Tensor>& col_amax, const optional<Tensor>& row_data,
+                         const optional<Tensor>& col_amax, const optional<Tensor>& row_supplied,
+                         const optional<Tensor>& col_supplied, const optional<Tensor>& row_data,
                          const optional<Tensor>& row_scales, const optional<Tensor>& col_data,
                          const optional<Tensor>& col_scales, const optional<Tensor>& tile_recs) {
   NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4", splits, "splits"));
@@ -301,6 +329,11 @@ std::string group_setup_(const Tensor& splits, int64_t T, int64_t K, Tensor offs
   NVFP4_RETURN_IF_ERROR(check_on(offs, dev, "offsets"));
   NVFP4_RETURN_IF_ERROR(check_amax(row_amax, dev, splits.numel()));
   NVFP4_RETURN_IF_ERROR(check_amax(col_amax, dev, splits.numel()));
+  NVFP4_RETURN_IF_ERROR(check_supplied_amax(row_supplied, dev, splits.numel()));
+  NVFP4_RETURN_IF_ERROR(check_supplied_amax(col_supplied, dev, splits.numel()));
+  NVFP4_REFUSE_UNLESS((!row_supplied.has_value() || row_amax.has_value()) &&
+                          (!col_supplied.has_value() || col_amax.has_value()),
+                      "nvfp4: a supplied amax needs the amax buffer it is written into");
   NVFP4_RETURN_IF_ERROR(check_on(row_data, dev, "row_data"));
   NVFP4_RETURN_IF_ERROR(check_on(row_scales, dev, "row_scales"));
   NVFP4_RETURN_IF_ERROR(check_on(col_data, dev, "col_data"));
@@ -312,7 +345,9 @@ std::string group_setup_(const Tensor& splits, int64_t T, int64_t K, Tensor offs
                                           bufs[2] ? col_data->numel() : 0, bufs[3] ? col_scales->numel() : 0};
   const int rows[nvfp4::kTailBufs] = {2, 3, 4, 5};  // kOffRowData, kOffRowScale, kOffColData, kOffColScale
   nvfp4::launch_group_setup(splits.data_ptr<int64_t>(), (int)splits.numel(), T, K, offs.data_ptr<int64_t>(),
-                            ptr_or_null<float>(row_amax), ptr_or_null<float>(col_amax), bufs, caps, rows,
+                            ptr_or_null<float>(row_amax), ptr_or_null<float>(col_amax),
+                            ptr_or_null<const float>(row_supplied), ptr_or_null<const float>(col_supplied), bufs, caps,
+                            rows,
                             ptr_or_null<int4>(tile_recs), c10::cuda::getCurrentCUDAStream());
   return nvfp4::launch_status("nvfp4");
 }
@@ -453,8 +488,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "fused NVFP4 quantizer into preallocated buffers (SPEC 5-8, 10)");
   m.def("quantize_4over6_", nvfp4::returning_errors(&quantize_4over6_),
         "4over6 NVFP4 quantizer into preallocated buffers (SPEC 5.6)");
+  m.def("supplied_amax_", nvfp4::returning_errors(&supplied_amax_),
+        "a single tensor's supplied amaxes into its amax buffers (SPEC 4.3)");
   m.def("group_setup_", nvfp4::returning_errors(&group_setup_),
-        "device offsets, zeroed amaxes and tail fill of a grouped call (SPEC 9)");
+        "device offsets, zeroed or supplied amaxes and tail fill of a grouped call (SPEC 9, 4.3)");
   m.def("swizzle_", nvfp4::returning_errors(&swizzle_), "compact -> swizzled scales (SPEC 8.2)");
   m.def("dequantize_", nvfp4::returning_errors(&dequantize_), "NVFP4 plane -> float32 (SPEC 11)");
   m.def("bias_grad_", nvfp4::returning_errors(&bias_grad_),

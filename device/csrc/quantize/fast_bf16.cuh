@@ -750,7 +750,7 @@ __global__ void __launch_bounds__(256, 4) amax_fast_bf16(AmaxArgs a) {
   // kernel has ended, wait at once and read the records (one load against the scan's loads, shuffles and barrier; every
   // CTA on the scan cost the E=64 pass 2.6 us). Every CTA waits before it triggers or exits: the quantize grid starts
   // only when every CTA of this grid has done one or the other.
-  // A single tensor with a.after_zero is launched with a programmatic dependency on launch_zero_amax: every
+  // A single tensor with a.after_zero is launched with a programmatic dependency on launch_init_amax: every
   // CTA lets the quantize grid start at once (it reads nothing of this grid's before its own wait, which waits for
   // this grid's completion) and waits for the zeroing only before its atomics.
   const bool from_splits = a.splits != nullptr && blockIdx.x < a.late_wait_ctas;

@@ -1,5 +1,5 @@
-// The grouped setup kernel (SPEC 9: device offsets from the splits, zeroed amaxes, the tail zero-fill, the row-tile
-// records) and the single tensor's amax zeroing (SPEC 4).
+// The grouped setup kernel (SPEC 9: device offsets from the splits, the amaxes zeroed or supplied, the tail zero-fill,
+// the row-tile records) and the single tensor's amax initialisation (SPEC 4).
 #include "quantize/launch.h"
 
 #include "quantize/numerics.cuh"
@@ -17,10 +17,10 @@ struct TailFill {
 };
 
 // The setup of a grouped call, one launch (SPEC 9): the offset table [6, E+1] from the device splits (CTA 0 writes
-// it and zeroes the per-group amaxes), the row-tile records (`recs`, when given), and zeros past the last
-// group of the worst-case sized buffers. Splits that do not add up to T (SPEC 9.4): a negative size counts as 0 and
-// the running total is capped at T, so every offset stays inside the buffers sized from T; a group is what is left
-// of it below row T.
+// it and the per-group amaxes: zeros for the amax pass, or the supplied values of SPEC 4.3), the row-tile records
+// (`recs`, when given), and zeros past the last group of the worst-case sized buffers. Splits that do not add up to
+// T (SPEC 9.4): a negative size counts as 0 and the running total is capped at T, so every offset stays inside the
+// buffers sized from T; a group is what is left of it below row T.
 // Warp 0 of every CTA scans the splits alone (3.1-3.3 us; six int64 block-wide scans over 1024 threads with three
 // barriers made it a 5.3-5.6 us kernel), each lane taking G consecutive groups (G = ceil(E / 32) up to
 // kSetupLaneGroups, more groups in further rounds; cut_lane_groups, quantize/layout.cuh),
@@ -61,7 +61,8 @@ __device__ __forceinline__ int64_t offset_from_counts(int r, const int64_t (&c)[
 
 __global__ void __launch_bounds__(kSetupThreads, kSetupMinBlocks)
     group_setup_kernel(const int64_t* __restrict__ splits, int E, int64_t T, int64_t K, int64_t* __restrict__ offs,
-                       float* __restrict__ row_amax, float* __restrict__ col_amax, TailFill f,
+                       float* __restrict__ row_amax, float* __restrict__ col_amax,
+                       const float* __restrict__ supplied_row, const float* __restrict__ supplied_col, TailFill f,
                        TileRecord* __restrict__ recs) {
   // The amax pass is launched with a programmatic dependency on this grid: let it become resident now (its first
   // wave finds its tiles from the splits and waits for this grid only before its atomics; amax_fast_bf16).
@@ -118,8 +119,8 @@ __global__ void __launch_bounds__(kSetupThreads, kSetupMinBlocks)
         if (writer) {
 #pragma unroll
           for (int r = 0; r < kNumOffRows; ++r) offs[(int64_t)r * (E + 1) + i + 1] = offset_from_counts(r, pre, K);
-          if (row_amax) row_amax[i] = 0.0f;
-          if (col_amax) col_amax[i] = 0.0f;
+          if (row_amax) row_amax[i] = supplied_row ? supplied_amax(supplied_row[i]) : 0.0f;
+          if (col_amax) col_amax[i] = supplied_col ? supplied_amax(supplied_col[i]) : 0.0f;
         }
       }
     }
@@ -153,19 +154,22 @@ __global__ void __launch_bounds__(kSetupThreads, kSetupMinBlocks)
   }
 }
 
-// The single-tensor amax pass's zeroed amaxes (launch_zero_amax). The pass is launched with a programmatic
-// dependency on this grid and waits for it only before its atomics, so it lets that grid start at once: the zeroing
-// then overlaps the pass's loads instead of a kernel boundary (a `zero_()` before the pass).
-__global__ void zero_amax_kernel(float* __restrict__ row_amax, float* __restrict__ col_amax) {
+// A single tensor's amaxes before its quantize pass (launch_init_amax): zeros for the amax pass's atomics (SPEC 4.1),
+// or the supplied values (SPEC 4.3). The next kernel is launched with a programmatic dependency on this grid and
+// waits for it only where it reads the amaxes (the amax pass before its atomics, the quantize pass after its tile
+// loads), so this grid lets it start at once: the write overlaps that kernel's loads instead of a kernel boundary.
+__global__ void init_amax_kernel(float* __restrict__ row_amax, float* __restrict__ col_amax,
+                                 const float* __restrict__ supplied_row, const float* __restrict__ supplied_col) {
   asm volatile("griddepcontrol.launch_dependents;");
-  row_amax[0] = 0.0f;
-  if (col_amax != nullptr) col_amax[0] = 0.0f;
+  row_amax[0] = supplied_row ? supplied_amax(supplied_row[0]) : 0.0f;
+  if (col_amax != nullptr) col_amax[0] = supplied_col ? supplied_amax(supplied_col[0]) : 0.0f;
 }
 
 }  // namespace
 
 void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int64_t* offs, float* row_amax,
-                        float* col_amax, uint8_t* const bufs[kTailBufs], const int64_t caps[kTailBufs],
+                        float* col_amax, const float* supplied_row, const float* supplied_col,
+                        uint8_t* const bufs[kTailBufs], const int64_t caps[kTailBufs],
                         const int rows[kTailBufs], int4* tile_recs, cudaStream_t stream) {
   TailFill f;
   int64_t most = 0;
@@ -178,11 +182,13 @@ void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int6
   // The tail is at most ~E*16*K/2 bytes per buffer; size the grid by capacity, at most 132 CTAs (each also scans
   // the E splits, which is cheap next to the fill).
   const int grid = grid_for(most, kSetupThreads) < 132 ? grid_for(most, kSetupThreads) : 132;
-  group_setup_kernel<<<grid, kSetupThreads, 0, stream>>>(splits, E, T, K, offs, row_amax, col_amax, f, tile_recs);
+  group_setup_kernel<<<grid, kSetupThreads, 0, stream>>>(splits, E, T, K, offs, row_amax, col_amax, supplied_row,
+                                                          supplied_col, f, tile_recs);
 }
 
-void launch_zero_amax(float* row_amax, float* col_amax, cudaStream_t stream) {
-  zero_amax_kernel<<<1, 1, 0, stream>>>(row_amax, col_amax);
+void launch_init_amax(float* row_amax, float* col_amax, const float* supplied_row, const float* supplied_col,
+                      cudaStream_t stream) {
+  init_amax_kernel<<<1, 1, 0, stream>>>(row_amax, col_amax, supplied_row, supplied_col);
 }
 
 }  // namespace nvfp4

@@ -14,7 +14,7 @@ struct AmaxArgs {
   int64_t M, K;          // rows of X (T when grouped) and columns
   const int64_t* offs;   // grouped offset table [6, E+1] or nullptr
   int E;
-  float* row_amax;       // [E]; zeroed by launch_zero_amax (single tensor) or the setup kernel (grouped)
+  float* row_amax;       // [E]; zeroed by launch_init_amax (single tensor) or the setup kernel (grouped)
   float* col_amax;       // [E] or nullptr when no columnwise plane is wanted
   uint32_t rht_signs;
   int nan_propagating;   // SPEC 4.1: 1 for the torchao rules (a NaN amax is 0x7FC00000), 0 for the TE rules
@@ -23,8 +23,8 @@ struct AmaxArgs {
   // finds its tiles itself (resolve_grid_tile_reversed_splits) instead of waiting for the records; or nullptr
   const int64_t* splits = nullptr;
   int64_t late_wait_ctas = 0;  // with `splits`: CTAs below it wait for the setup kernel only before their atomics
-  // single tensor: the previous launch is launch_zero_amax for these amaxes (the bf16 fast pass then starts with a
-  // programmatic dependency on it and waits for it only before its atomics)
+  // single tensor: the previous launch is launch_init_amax, zeroing these amaxes (the bf16 fast pass then starts
+  // with a programmatic dependency on it and waits for it only before its atomics)
   int after_zero = 0;
 };
 
@@ -83,8 +83,8 @@ void launch_amax_bf16(const AmaxArgs& a, bool rht, int64_t row_tiles, cudaStream
 void launch_amax_f16(const AmaxArgs& a, int64_t row_tiles, cudaStream_t s);
 void launch_amax_f32(const AmaxArgs& a, int64_t row_tiles, cudaStream_t s);
 // fused quantizer (SPEC 5-8, 10); `kernel` as above (kQuantizeFastBf16 also needs round-to-nearest and 1x16 blocks).
-// after_amax: the previous launch on `s` is the amax pass of this input (so the bf16 fast kernel may overlap it,
-// reading only X and the offsets before it waits for that pass).
+// after_amax: the previous launch on `s` is the amax pass of this input, or a single tensor's launch_init_amax with
+// supplied amaxes (so the bf16 fast kernel may overlap it, reading only X and the offsets before it waits for it).
 void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaStream_t s, bool after_amax,
                           QuantizeKernel kernel);
 void launch_quantize_f16(const QuantArgs& a, int64_t row_tiles, cudaStream_t s);
@@ -94,17 +94,22 @@ void launch_quantize_4over6_bf16(const QuantArgs& a, int error, bool fast_math, 
                                  bool after_amax);
 void launch_quantize_f32(const QuantArgs& a, int64_t row_tiles, cudaStream_t s);
 
-// Zeroes row_amax[0] and, when given, col_amax[0] (the single-tensor amax pass's atomics start from 0, SPEC 4); one
-// CTA, which lets a programmatically dependent amax pass start at once (AmaxArgs::after_zero).
-void launch_zero_amax(float* row_amax, float* col_amax, cudaStream_t stream);
+// Writes row_amax[0] and, when given, col_amax[0] of a single tensor: 0 (the amax pass's atomics start from 0,
+// SPEC 4) or, where supplied_row / supplied_col is given, that value as SPEC 4.3 uses it (a negative one as its
+// magnitude). One CTA, which lets a programmatically dependent amax pass (AmaxArgs::after_zero) or quantize pass
+// (after_amax) start at once.
+void launch_init_amax(float* row_amax, float* col_amax, const float* supplied_row, const float* supplied_col,
+                      cudaStream_t stream);
 
 // One launch per grouped call (SPEC 9): the offset table [6, E+1] from the device splits (running total capped at
-// the T rows of x, SPEC 9.4), zeroed per-group amaxes (those given), and zero bytes past the last group in up to
+// the T rows of x, SPEC 9.4), the per-group amaxes (those given: zeroed, or supplied_row / supplied_col as SPEC 4.3
+// uses them), and zero bytes past the last group in up to
 // kTailBufs buffers (bufs[i] of caps[i] bytes, whose used length is offset row rows[i], entry E).
 constexpr int kTailBufs = 4;
 // tile_recs (optional): [T/128 + E] row-tile records for the bf16 fast kernels (quantize/layout.cuh, TileRecord).
 void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int64_t* offs, float* row_amax,
-                        float* col_amax, uint8_t* const bufs[kTailBufs], const int64_t caps[kTailBufs],
+                        float* col_amax, const float* supplied_row, const float* supplied_col,
+                        uint8_t* const bufs[kTailBufs], const int64_t caps[kTailBufs],
                         const int rows[kTailBufs], int4* tile_recs, cudaStream_t stream);
 void launch_swizzle(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t stream);
 // SPEC 11.1; global_scale_max: the plane's G (448, or 256 under 4over6, SPEC 5.6) in the TE rules' fp32(1/(6G)).

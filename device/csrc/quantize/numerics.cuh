@@ -29,6 +29,10 @@ __device__ __forceinline__ float to_f32(float v) { return v; }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
 
+// SPEC 4.3: a supplied amax read from a device tensor, as the kernels use it: a negative value as its magnitude (-a),
+// -0.0 and NaN with their bits (`a < 0` is false for both).
+__device__ __forceinline__ float supplied_amax(float a) { return a < 0.0f ? -a : a; }
+
 // ---------------------------------------------------------------------------------------------------------
 // SPEC 3.1: fp32 -> E2M1, round to nearest even, saturating. NaN -> 0x7, sign kept on zero / underflow.
 // ---------------------------------------------------------------------------------------------------------

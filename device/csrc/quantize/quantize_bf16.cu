@@ -58,7 +58,7 @@ void launch_amax_bf16(const AmaxArgs& a_in, bool rht, int64_t row_tiles, cudaStr
     if (after_setup)  // waits for the setup kernel in-kernel
       launch_chained(kernel, dim3((unsigned)grid), 256, 0, s,
                      rht ? with_split_scan<true, false>(a_in) : with_split_scan<false, false>(a_in));
-    else if (a.after_zero) launch_chained(kernel, dim3((unsigned)grid), 256, 0, s, a);  // waits for launch_zero_amax
+    else if (a.after_zero) launch_chained(kernel, dim3((unsigned)grid), 256, 0, s, a);  // waits for launch_init_amax
     else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
   }
 }
