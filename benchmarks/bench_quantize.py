@@ -8,7 +8,8 @@ the unfused path (compact quantize, then the swizzle kernel on both scale tensor
 rule "te" and rule "torchao" (SPEC 5.4), the fused path under rule "torchao", 4over6 (SPEC 5.6; 1x16 and 16x16
 blocks, two of its variants) with its time over plain rule "te" on the same planes and blocks, and a torch.compile'd
 pure-torch equivalent;
-grouped quantize with E=8 and E=64 skewed splits including empty experts.
+grouped quantize with E=8 and E=64 skewed splits including empty experts, and the same with every group's amaxes
+given (one pass).
 
 "frac" is achieved bytes/s over the copy bandwidth, where the bytes are what the path must move: X read
 twice (amax pass and quantize pass), every output written once. That is the algorithm's traffic, not HBM traffic:
@@ -348,6 +349,13 @@ def main() -> None:
         empties = int((splits == 0).sum())
         add(f"grouped E={e} ({empties} empty) row+RHT col+swz", f"{t}x{k}", tg, nb,
             f"max m_g {int(splits.max())}")
+        # the same call with every group's two amaxes given as device tensors: X read once
+        q0 = gq()
+        given = (q0.row_amax.clone(), q0.col_amax.clone())
+        t_1 = bench(lambda: device.group_quantize(x, sd, rowwise=True, columnwise=True, rht=True, amax=given), iters)  # noqa: B023 (called inside this iteration)
+        del q0
+        add("  same, amaxes given (one pass)", f"{t}x{k}", t_1, nb - x.numel() * 2,
+            f"one pass / two passes {t_1 / tg:.2f}")
 
     widths = [max(len(str(r[i])) for r in rows) for i in range(6)]
     head = ("path", "shape", "time", "frac", "vs copy", "note")
