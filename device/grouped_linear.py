@@ -15,6 +15,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from oracle.quantize import planes_are_transposes
 from oracle.recipe import DEFAULT_RECIPE, NVFP4Recipe
 
 from . import _dispatch, _ops
@@ -121,9 +122,9 @@ def _wgrad(dyq: _Planes, xq: _Planes, cfg: _Config, t: int, dtype: torch.dtype, 
 
 
 def _copy_serves_dgrad(recipe: NVFP4Recipe) -> bool:
-    """Whether the weights' fp16 copy (made from the rowwise plane) also holds dgrad's B: with 16x16 weight blocks,
-    RN and no RHT the columnwise plane is the rowwise one transposed (SPEC 6.3)."""
-    return tuple(recipe.weight_block) == (16, 16)
+    """Whether the weights' fp16 copy (made from the rowwise plane) also holds dgrad's B: the weights' planes (RN, no
+    RHT, SPEC 16.1) are each other's transposes with 16x16 blocks (SPEC 6.3)."""
+    return planes_are_transposes(recipe.weight_block, "rn", False, None)
 
 
 def _check_main_grad(weight: Tensor) -> Tensor:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
+from oracle.quantize import planes_are_transposes
+
 from . import _dispatch
 from ._codes import Algorithm, Epilogue, Loader, QuantizeKernel
 
@@ -72,8 +74,8 @@ def gemm_over_weight_copy(a, b, *, kind: str, out, bias=None, mode: str = "fast"
     if getattr(b, "row_data", None) is None:
         raise ValueError("b needs its rowwise plane: the weights' copy is made from it")
     o = getattr(b, "options", {})
-    if kind == "dgrad" and (tuple(o.get("block", (1, 16))) != (16, 16) or o.get("rounding") != "rn" or o.get("rht")
-                            or o.get("four_over_six")):
+    if kind == "dgrad" and not planes_are_transposes(o.get("block", (1, 16)), o.get("rounding"), o.get("rht"),
+                                                     o.get("four_over_six")):
         raise ValueError("dgrad over the weights' copy needs b quantized in 16x16 blocks, round to nearest, without "
                          "the RHT or 4over6: only then is its columnwise plane the rowwise one transposed (SPEC 6.3)")
     if not isinstance(out, torch.Tensor):

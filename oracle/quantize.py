@@ -26,7 +26,7 @@ from .swizzle import round_up
 
 __all__ = [
     "TeScaleOptions", "as_2d_f32", "block_scales", "check_options", "check_te_scale_options", "columnwise_source",
-    "quantize", "quantize_2d", "quantize_columnwise", "quantize_matrix", "row_amaxes",
+    "planes_are_transposes", "quantize", "quantize_2d", "quantize_columnwise", "quantize_matrix", "row_amaxes",
 ]
 
 _BLOCKS = ((1, 16), (16, 16))
@@ -82,6 +82,12 @@ def check_block(block) -> tuple:
     if block not in _BLOCKS:
         raise ValueError(f"block must be (1, 16) or (16, 16), got {block}")
     return block
+
+
+def planes_are_transposes(block, rounding: str, rht: bool, four_over_six: str | None) -> bool:
+    """Whether a tensor's columnwise plane holds its rowwise plane's codes and scales transposed (SPEC 6.3): 16x16
+    blocks, round to nearest, no RHT (SPEC 7) and no 4over6 (whose tile error sums differ per plane, SPEC 5.6)."""
+    return check_block(block) == (16, 16) and rounding == "rn" and not rht and not four_over_six
 
 
 def check_options(*, rowwise, columnwise, rht, rht_signs, block, rule, rounding, seed, offset, is_bf16) -> tuple:

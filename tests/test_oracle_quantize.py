@@ -216,6 +216,29 @@ def test_2d_blocks_transpose_symmetry(m):
     assert np.all(t.row.scales == np.repeat(tiles_r, 16, axis=0)[:m])
 
 
+@pytest.mark.parametrize("block, rounding, rht, fo6", [
+    ((16, 16), "rn", False, None), ((1, 16), "rn", False, None), ((16, 16), "sr", False, None),
+    ((16, 16), "rn", True, None), ((16, 16), "rn", False, "mse")])
+def test_planes_are_transposes_says_when_the_planes_are(block, rounding, rht, fo6):
+    """SPEC 6.3's claim, as planes_are_transposes states it, against the planes oracle.quantize writes: where it says
+    so, the columnwise codes and scales equal the rowwise ones transposed; under 1x16 blocks, SR or the RHT this
+    48 x 64 input's planes differ. Under 4over6 it says no without a counterexample here: the two planes sum a
+    tile's errors in different orders (SPEC 5.6), so only near-tie tiles can choose differently."""
+    from oracle.quantize import planes_are_transposes
+
+    x = (np.random.default_rng(5).standard_normal((48, 64)) * 3).astype(ml_dtypes.bfloat16)
+    t = oracle.quantize(x, columnwise=True, block=block, rounding=rounding, rht=rht, four_over_six=fo6, seed=1)
+    same = (np.array_equal(unpack_fp4(t.row.data, 64), unpack_fp4(t.col.data, 48).T)
+            and np.array_equal(t.row.scales[::16], t.col.scales[::16].T))
+    says = planes_are_transposes(block, rounding, rht, fo6)
+    assert says == planes_are_transposes("16x16" if block == (16, 16) else "1x16", rounding, rht, fo6)
+    assert says == (block == (16, 16) and rounding == "rn" and not rht and fo6 is None)  # SPEC 6.3, by hand
+    if says:
+        assert same
+    elif fo6 is None:
+        assert not same
+
+
 def test_nd_input_flattened():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((2, 3, 32)).astype(np.float32)
