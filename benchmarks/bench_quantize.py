@@ -5,9 +5,9 @@ Rows: device copy bandwidth (bytes read + written); for bf16 inputs of five shap
 over X: "frac" and "vs copy" count X read once), the same with compact scales, the same with
 stochastic rounding (the fast kernel against the general kernel on the same call),
 the unfused path (compact quantize, then the swizzle kernel on both scale tensors), both planes without RHT under
-rule "te" and rule "torchao" (SPEC 5.4), the fused path under rule "torchao", 4over6 (SPEC 5.6; 1x16 and 16x16
-blocks, two of its variants) with its time over plain rule "te" on the same planes and blocks, and a torch.compile'd
-pure-torch equivalent;
+rule "te" and rule "torchao" (SPEC 5.4), the rowwise plane alone (the default call), the fused path under rule
+"torchao", 4over6 (SPEC 5.6; 1x16 and 16x16 blocks, two of its variants) with its time over plain rule "te" on the
+same planes and blocks, and a torch.compile'd pure-torch equivalent;
 grouped quantize with E=8 and E=64 skewed splits including empty experts, and the same with every group's amaxes
 given (one pass).
 
@@ -313,6 +313,11 @@ def main() -> None:
         t_ao = bench(lambda: device.quantize(x, rule="torchao", **plain), iters)  # noqa: B023 (called inside this iteration)
         add("  rule te, row+col, no RHT", shape, t_te, nbytes)
         add("  rule torchao, row+col, no RHT", shape, t_ao, nbytes, f"torchao/te time {t_ao / t_te:.2f}")
+        # the default call: the rowwise plane only (X read twice, the rowwise data and swizzled scales written)
+        ru = lambda n, a: (n + a - 1) // a * a  # noqa: E731
+        t_row = bench(lambda: device.quantize(x), iters)  # noqa: B023 (called inside this iteration)
+        row_bytes = 2 * x.numel() * 2 + m * k // 2 + ru(m, 128) * ru(k // 16, 4) + 8
+        add("  rowwise only (the default call)", shape, t_row, row_bytes, f"row / row+col time {t_row / t_te:.2f}")
         # the fused row's work under rule "torchao" (the bf16 fast kernels)
         t_ar = bench(lambda: device.quantize(x, rule="torchao", swizzled=True, **kw), iters)  # noqa: B023 (called inside this iteration)
         add("  rule torchao, row+RHT col+swizzled", shape, t_ar, nbytes, f"torchao/te time {t_ar / t_f:.2f}")

@@ -124,8 +124,8 @@ def launch_quantize(x: Tensor, bufs: dict, amax_in: tuple[Tensor, Tensor] | None
                     four_over_six: int = 0, four_over_six_fast_math: bool = False, global_scale_max: int = 448) -> None:
     """Launch the amax pass, or, with ``amax_in`` = (row, col) (one-value float32 device tensors, the same one for
     both planes allowed), the one-CTA kernel that writes them into ``bufs["amax"]`` as SPEC 4.3 uses them (a
-    negative value as its magnitude); then the fused quantizer into ``bufs``, overlapping that kernel (PDL)
-    (``quantize_buffers``' layout; sizes checked); ``amax_kernel`` / ``quantize_kernel``: the plan's QuantizeKernel
+    negative value as its magnitude); then the fused quantizer into ``bufs`` (``quantize_buffers``' layout; sizes
+    checked), overlapping the previous kernel (PDL). ``amax_kernel`` / ``quantize_kernel``: the plan's QuantizeKernel
     codes (device._dispatch.plan_quantize). ``four_over_six``: 0, or the 4over6 error code (1 MAE, 2 MSE, SPEC 5.6)
     that the ``four_over_six`` quantize kernel runs with ``four_over_six_fast_math`` and ``global_scale_max``."""
     m, k = x.shape
@@ -133,11 +133,9 @@ def launch_quantize(x: Tensor, bufs: dict, amax_in: tuple[Tensor, Tensor] | None
     ext = load_extension()
     row_tiles = (m + _TILE_M - 1) // _TILE_M
     amax = bufs["amax"]
-    if amax_in is None:
-        if not columnwise:  # amax_ zeroes the amaxes it computes (SPEC 4); the columnwise one is then 0 too
-            amax[1:2].zero_()
-        _raise_refusal(ext.amax_(x, None, 1, row_tiles, amax[0:1], amax[1:2] if columnwise else None, rht,
-                                 rht_signs, False, rule in _NAN_PROPAGATING, None, None, amax_kernel))
+    if amax_in is None:  # (amax_ zeroes both amaxes first, SPEC 4: the columnwise one stays 0 when not asked for)
+        _raise_refusal(ext.amax_(x, None, 1, row_tiles, amax[0:1], amax[1:2], columnwise, rht, rht_signs, False,
+                                 rule in _NAN_PROPAGATING, None, None, amax_kernel))
     else:
         _raise_refusal(ext.supplied_amax_(amax_in[0], amax_in[1], amax[0:1], amax[1:2]))
     if quantize_kernel == _FOUR_OVER_SIX:
@@ -229,8 +227,8 @@ def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: tuple[
         bufs["row_data"] if rowwise else None, bufs["row_scales"] if rowwise else None,
         bufs["col_data"] if columnwise else None, bufs["col_scales"] if columnwise else None, recs))
     if compute:  # the setup kernel is the previous launch: the amax pass may start as it runs (from the splits)
-        _raise_refusal(ext.amax_(x, offs, e, row_tiles, row_amax, col_amax if columnwise else None, rht,
-                                 rht_signs, True, rule in _NAN_PROPAGATING, recs, splits, amax_kernel))
+        _raise_refusal(ext.amax_(x, offs, e, row_tiles, row_amax, col_amax, columnwise, rht, rht_signs, True,
+                                 rule in _NAN_PROPAGATING, recs, splits, amax_kernel))
     if quantize_kernel == _FOUR_OVER_SIX:
         _raise_refusal(ext.quantize_4over6_(
             x, offs, e, row_tiles, row_amax, col_amax,

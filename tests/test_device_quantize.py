@@ -646,8 +646,8 @@ x = torch.zeros((64, 32), dtype=torch.{torch_dtype}, device="cuda")
 kw = {dict(block2d=kw.get("block") == (16, 16), rht=bool(kw.get("rht")), signs=kw.get("rht_signs", 0xD7E8))!r}
 rd, rs = torch.full((1024,), 0xFF, **u8), torch.full((512,), 0xFF, **u8)
 if not kw["block2d"]:  # the amax pass refuses what is not bf16 or another sign mask
-    print("amax_:", ext.amax_(x, None, 1, 1, torch.zeros(1, device="cuda"), None, kw["rht"], kw["signs"], False,
-                              False, None, None, fast))
+    print("amax_:", ext.amax_(x, None, 1, 1, torch.zeros(1, device="cuda"), None, kw["rht"], kw["rht"], kw["signs"],
+                              False, False, None, None, fast))
 print("quantize_:", ext.quantize_(x, None, 1, 1, one, one, rd, rs, None, None, int(ScaleLayout.swizzled),
                                   kw["block2d"], False, 0, kw["rht"], kw["signs"], 0, 0, 0, False, None, fast))
 print("unknown:", ext.quantize_(x, None, 1, 1, one, one, rd, rs, None, None, int(ScaleLayout.swizzled), False,

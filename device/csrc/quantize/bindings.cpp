@@ -114,12 +114,12 @@ std::string check_grid(const Tensor& x, const optional<Tensor>& offs, int64_t E,
   return {};
 }
 
-// SPEC 4: per-tensor (offs absent) or per-group amax. Per tensor, row_amax / col_amax are zeroed here first (a
-// one-CTA kernel the bf16 fast pass overlaps, launch_init_amax); per group they must be zero on entry (group_setup_
-// zeroes them). after_setup: the previous launch on the stream is group_setup_ for `offs`. nan_propagating: the
-// torchao rules' amax (SPEC 4.1).
+// SPEC 4: per-tensor (offs absent) or per-group amax; the columnwise one only when `columnwise`. Per tensor,
+// row_amax / col_amax (either plane's, asked for or not) are zeroed here first (a one-CTA kernel the bf16 fast pass
+// overlaps, launch_init_amax); per group they must be zero on entry (group_setup_ zeroes them). after_setup: the
+// previous launch on the stream is group_setup_ for `offs`. nan_propagating: the torchao rules' amax (SPEC 4.1).
 std::string amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int64_t row_tiles, Tensor row_amax,
-                  const optional<Tensor>& col_amax, bool rht, int64_t rht_signs, bool after_setup,
+                  const optional<Tensor>& col_amax, bool columnwise, bool rht, int64_t rht_signs, bool after_setup,
                   bool nan_propagating, const optional<Tensor>& tile_recs, const optional<Tensor>& splits,
                   int64_t kernel) {
   NVFP4_RETURN_IF_ERROR(check_x(x, rht));
@@ -134,13 +134,13 @@ std::string amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int6
                       "call");
   const c10::cuda::CUDAGuard guard(x.device());
   nvfp4::AmaxArgs a{x.data_ptr(), x.size(0), x.size(1), ptr_or_null<const int64_t>(offs), (int)E,
-                    row_amax.data_ptr<float>(), ptr_or_null<float>(col_amax), (uint32_t)rht_signs,
-                    nan_propagating ? 1 : 0};
+                    row_amax.data_ptr<float>(), columnwise ? ptr_or_null<float>(col_amax) : nullptr,
+                    (uint32_t)rht_signs, nan_propagating ? 1 : 0};
   a.tile_recs = ptr_or_null<const int4>(tile_recs);
   a.splits = ptr_or_null<const int64_t>(splits);
   auto s = c10::cuda::getCurrentCUDAStream();
   if (a.offs == nullptr) {
-    nvfp4::launch_init_amax(a.row_amax, a.col_amax, nullptr, nullptr, s);
+    nvfp4::launch_init_amax(a.row_amax, ptr_or_null<float>(col_amax), nullptr, nullptr, s);
     a.after_zero = 1;  // (the bf16 fast pass starts with a programmatic dependency on the zeroing; the others after it)
   }
   switch (dtype_code(x)) {
