@@ -9,9 +9,14 @@ from ``conformance.te_torch_variants`` (torch, written from the SPEC, sharing no
 * the subnormal placement of E2M1 gives a nearest E2M1 point, and ``|D|`` lies in ``[dist(Y), dist(Y) + 3u]``;
 * ``|S / W^k - F|`` stays below the bound on every row the filter may take, with room to spare;
 * where the margin decides, the decision is SPEC 5.6's.
+
+The kernel's scale bytes divide the block amax by 6 with two FMAs instead of a division (``fo6_div6``); the last
+test checks that form against IEEE division for every value it can take.
 """
 
 from __future__ import annotations
+
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -132,3 +137,36 @@ def test_filter_bound_and_decisions_against_spec_sums(kind, mse, g):
             decided = ok & (np.abs((a4 - f6).astype(F32)) > margin)
             assert decided.mean() > 0.99 * ok.mean()
             assert np.array_equal((a4 < f6)[decided], (s4 < s6)[decided])
+
+
+def rn_f32(v: Fraction) -> Fraction:
+    """v >= 0 rounded to the nearest fp32 value, ties to even (normal and subnormal; no overflow here), exactly."""
+    if v == 0:
+        return v
+    e = v.numerator.bit_length() - v.denominator.bit_length()  # 2^e <= v < 2^(e+2)
+    if v < Fraction(2) ** e:
+        e -= 1
+    elif v >= Fraction(2) ** (e + 1):
+        e += 1
+    quantum = Fraction(2) ** max(e - 23, -149)
+    n, rem = divmod(v, quantum)
+    if rem * 2 > quantum or (rem * 2 == quantum and n % 2 == 1):
+        n += 1
+    return n * quantum
+
+
+def test_div6_by_two_fmas_is_the_correctly_rounded_quotient():
+    """fo6_div6: q = RN(b c), c = fp32(1/6); RN(q + RN(b - 6 q) c), each FMA rounded once, equals RN(b / 6) (IEEE
+    division, NumPy's fp32) for every finite bf16 b >= 0, subnormal quotients included."""
+    b = np.arange(0, 0x7F80, dtype=np.uint16).view(ml_dtypes.bfloat16).astype(F32)
+    want = b / F32(6.0)
+    c = Fraction(float(F32(1.0 / 6.0)))
+    got = np.empty_like(b)
+    for i, bv in enumerate(b):
+        fb = Fraction(float(bv))
+        q = rn_f32(fb * c)
+        r = fb - 6 * q  # the first FMA's exact result, an fp32 value (checked), so its rounding changes nothing
+        assert rn_f32(abs(r)) == abs(r)
+        assert r * c + q >= 0
+        got[i] = float(rn_f32(r * c + q))
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))

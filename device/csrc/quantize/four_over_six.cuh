@@ -58,10 +58,21 @@ __device__ __forceinline__ Fo6Plane make_fo6_plane(float amax, float six_g) {
   return Fo6Plane{amax, s_enc_te_g(amax, six_g), six_g, amax >= 0x1p-100f && amax <= 0x1p100f};
 }
 
-// SPEC 5.6: a block's map-to-6 and map-to-4 scale bytes from its amax b (b >= 0, never NaN under rule "te"; the
-// bytes are 0x00..0x7E).
+// SPEC 5.6's b / 6, correctly rounded, for a block amax b that is a bf16 value (the 4over6 kernel reads bf16 only):
+// q = RN(b c) with c = fp32(1/6), r = b - 6 q exact in one FMA, then RN(q + r c). For every finite bf16 b >= 0 this
+// is RN(b / 6), subnormal quotients included (tests/test_four_over_six_filter.py checks all 32,640 of them in exact
+// arithmetic); three instructions against __fdiv_rn's eleven, its FCHK branch and its slow-path call in the loop. An
+// Inf or NaN b (a flagged block, which leaves for the per-element path) gives NaN where the division gives Inf or
+// NaN: fo6_scale_bytes' fminf turns either into 448.
+__device__ __forceinline__ float fo6_div6(float b) {
+  const float q = __fmul_rn(b, kOneSixth);
+  return __fmaf_rn(__fmaf_rn(-6.0f, q, b), kOneSixth, q);
+}
+
+// SPEC 5.6: a block's map-to-6 and map-to-4 scale bytes from its amax b (b >= 0, a bf16 value, never NaN under rule
+// "te"; the bytes are 0x00..0x7E).
 __device__ __forceinline__ void fo6_scale_bytes(float b, float s_enc, uint32_t& byte6, uint32_t& byte4) {
-  const float base = __fmul_rn(__fdiv_rn(b, 6.0f), s_enc);
+  const float base = __fmul_rn(fo6_div6(b), s_enc);
   byte6 = e4m3_scale(fminf(base, 448.0f));
   byte4 = e4m3_scale(fminf(__fmul_rn(base, 1.5f), 448.0f));
 }
