@@ -364,8 +364,17 @@ def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: 
         out.append(f"{kind}: the scale bytes match in the {_READING_WORDS[best.reading]} layout, not the "
                    f"{declared} layout " + ("given" if declared == layout else
                                             f"their shape {list(sbuf.shape)} suggests"))
-    # transposed scales
+    # swizzled scales in a buffer of the compact size: the first rows * C bytes of the 128x4 layout (SPEC 8.2), the
+    # rest of it cut off (or written past the buffer's end)
     b = sbuf.reshape(-1)
+    pr, pc = padded_scale_shape(rows, c16)
+    if best.n_diff and b.size == rows * c16 < pr * pc:
+        swz = exp.swizzled_scales()[: b.size]
+        if np.array_equal(b, swz) and not np.array_equal(b.reshape(rows, c16), exp.scales):
+            out.append(f"swizzled scales cut to the compact size: the {b.size} scale bytes are the first {b.size} of "
+                       f"{best.label}'s 128x4 swizzled buffer (SPEC 8.2: {pr * pc} bytes), read as compact [{rows}, "
+                       f"{c16}]; the writer used the swizzled layout in a buffer sized for the compact one")
+    # transposed scales
     tr = []
     if b.size == rows * c16:
         tr.append(b.reshape(c16, rows).T)

@@ -247,6 +247,19 @@ def test_planted_swizzled_read_as_linear():
     assert any(h.startswith("linear scales read as swizzled") for h in r.hypotheses), str(r)
 
 
+def test_planted_swizzled_scales_in_a_compact_sized_buffer():
+    # 200 rows: the 128x4 layout needs 1024 bytes, the compact one 800; a writer that swizzles into the compact-sized
+    # buffer leaves its first 800 bytes
+    x = _x(200, 64, seed=3)
+    o = tt.quantize(x)
+    r = diagnose(x, o["row_data"], o["row_scales_swizzled"][:800].copy(), rules=["te"])
+    assert not r.matches and r.n_diff > 0
+    h = [h for h in r.hypotheses if h.startswith("swizzled scales cut to the compact size")]
+    assert h and "first 800 of te's 128x4 swizzled buffer" in h[0] and "1024 bytes" in h[0], str(r)
+    r = diagnose(x, o["row_data"], o["row_scales"].copy(), rules=["te"])  # the compact bytes themselves: no such line
+    assert r.matches == ["te"] and not any(h.startswith("swizzled scales cut") for h in r.hypotheses), str(r)
+
+
 def test_planted_transposed_scales():
     x = _x(64, 128)
     o = tt.quantize(x)
