@@ -86,7 +86,9 @@ def check_block(block) -> tuple:
 
 def planes_are_transposes(block, rounding: str, rht: bool, four_over_six: str | None) -> bool:
     """Whether a tensor's columnwise plane holds its rowwise plane's codes and scales transposed (SPEC 6.3): 16x16
-    blocks, round to nearest, no RHT (SPEC 7) and no 4over6 (whose tile error sums differ per plane, SPEC 5.6)."""
+    blocks, round to nearest, no RHT (SPEC 7) and no 4over6 (whose tile error sums differ per plane, SPEC 5.6), with
+    one amax for both planes (computed, SPEC 4.2, or one supplied value; a supplied (row, col) pair that differs
+    gives the planes different S_enc)."""
     return check_block(block) == (16, 16) and rounding == "rn" and not rht and not four_over_six
 
 

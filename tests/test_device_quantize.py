@@ -646,7 +646,7 @@ x = torch.zeros((64, 32), dtype=torch.{torch_dtype}, device="cuda")
 kw = {dict(block2d=kw.get("block") == (16, 16), rht=bool(kw.get("rht")), signs=kw.get("rht_signs", 0xD7E8))!r}
 rd, rs = torch.full((1024,), 0xFF, **u8), torch.full((512,), 0xFF, **u8)
 if not kw["block2d"]:  # the amax pass refuses what is not bf16 or another sign mask
-    print("amax_:", ext.amax_(x, None, 1, 1, torch.zeros(1, device="cuda"), None, kw["rht"], kw["rht"], kw["signs"],
+    print("amax_:", ext.amax_(x, None, 1, 1, torch.zeros(1, device="cuda"), None, False, kw["rht"], kw["signs"],
                               False, False, None, None, fast))
 print("quantize_:", ext.quantize_(x, None, 1, 1, one, one, rd, rs, None, None, int(ScaleLayout.swizzled),
                                   kw["block2d"], False, 0, kw["rht"], kw["signs"], 0, 0, 0, False, None, fast))
@@ -779,6 +779,19 @@ def test_negative_device_amax_counts_as_its_magnitude():
                                 amax=torch.from_numpy(amax).cuda())
     ref = oracle.group_quantize(x, splits, columnwise=True, amax=np.abs(amax))
     check_grouped(grouped_bufs(got), ref, True)
+    # a (row, col) pair of different tensors, with -0.0, a NaN with the sign bit set (0xFFC00000), -Inf: the setup
+    # kernel writes -0.0 and both NaNs with their bits, -Inf and -2 as their magnitudes
+    row_bits = np.array([0x80000000, 0xFFC00000, 0xC0000000], np.uint32)  # -0.0, -NaN, -2.0
+    col_bits = np.array([0x7FC00000, 0x40400000, 0xFF800000], np.uint32)  # NaN, 3.0, -Inf
+    used_row = np.array([0x80000000, 0xFFC00000, 0x40000000], np.uint32).view(np.float32)
+    used_col = np.array([0x7FC00000, 0x40400000, 0x7F800000], np.uint32).view(np.float32)
+    got = device.group_quantize(to_cuda(x), torch.tensor(splits, device="cuda"), columnwise=True,
+                                amax=tuple(torch.from_numpy(b.view(np.float32).copy()).cuda()
+                                           for b in (row_bits, col_bits)))
+    ref = oracle.group_quantize(x, splits, columnwise=True, amax=(used_row, used_col))
+    check_grouped(grouped_bufs(got), ref, True)
+    assert_f32_bits("grouped row amax", host(got.row_amax), used_row)
+    assert_f32_bits("grouped col amax", host(got.col_amax), used_col)
 
 
 def test_group_quantize_no_host_sync():

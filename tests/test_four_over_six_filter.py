@@ -11,7 +11,8 @@ from ``conformance.te_torch_variants`` (torch, written from the SPEC, sharing no
 * where the margin decides, the decision is SPEC 5.6's.
 
 The kernel's scale bytes divide the block amax by 6 with two FMAs instead of a division (``fo6_div6``); the last
-test checks that form against IEEE division for every value it can take.
+test checks that form against IEEE division for every finite value it can take (an Inf or NaN block amax gives the
+scale byte 448 either way, as the kernel's comment argues).
 """
 
 from __future__ import annotations

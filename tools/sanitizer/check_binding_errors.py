@@ -76,9 +76,11 @@ def quantize_calls() -> dict[str, Callable[[], str]]:
             torch.ones(2, device="cuda"), torch.zeros(1024, **u8), torch.zeros(1024, **u8), None, None, 0, False,
             False, 0, False, 0, 0, 0, 0, False, None, 0),
         "supplied_amax_ float64 amax": lambda: ext.supplied_amax_(
-            torch.ones(1, dtype=torch.float64, device="cuda"), one, torch.zeros(1, device="cuda"), None),
+            torch.ones(1, dtype=torch.float64, device="cuda"), one, torch.zeros(1, device="cuda"),
+            torch.zeros(1, device="cuda")),
         "supplied_amax_ of 2 values": lambda: ext.supplied_amax_(torch.ones(2, device="cuda"), one,
-                                                                 torch.zeros(1, device="cuda"), None),
+                                                                 torch.zeros(1, device="cuda"),
+                                                                 torch.zeros(1, device="cuda")),
         "group_setup_ supplied amax of 1 value for 2 groups": lambda: ext.group_setup_(
             torch.zeros(2, dtype=torch.int64, device="cuda"), 64, 32, offsets(2), torch.zeros(2, device="cuda"),
             torch.zeros(2, device="cuda"), one, None, None, None, None, None, None),

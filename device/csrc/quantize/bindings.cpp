@@ -153,18 +153,19 @@ std::string amax_(const Tensor& x, const optional<Tensor>& offs, int64_t E, int6
   return nvfp4::launch_status("nvfp4");
 }
 
-// SPEC 4.3: a single tensor's supplied amaxes into its amax buffers (row_amax[0], col_amax[0] when given), a negative
-// value as its magnitude: one CTA, which lets a quantize_ launched next with after_amax start at once.
+// SPEC 4.3: a single tensor's supplied amaxes into its amax buffers (row_amax[0], col_amax[0]), a negative value as
+// its magnitude: one CTA, which lets a quantize_ launched next with after_amax start at once.
 std::string supplied_amax_(const Tensor& row_supplied, const Tensor& col_supplied, Tensor row_amax,
-                           const optional<Tensor>& col_amax) {
+                           Tensor col_amax) {
   NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4", row_amax, "row_amax"));
+  NVFP4_RETURN_IF_ERROR(nvfp4::check_cuda_tensor("nvfp4", col_amax, "col_amax"));
   const c10::Device dev = row_amax.device();
   NVFP4_RETURN_IF_ERROR(check_amax(row_amax, dev, 1));
   NVFP4_RETURN_IF_ERROR(check_amax(col_amax, dev, 1));
   NVFP4_RETURN_IF_ERROR(check_supplied_amax(row_supplied, dev, 1));
   NVFP4_RETURN_IF_ERROR(check_supplied_amax(col_supplied, dev, 1));
   const c10::cuda::CUDAGuard guard(dev);
-  nvfp4::launch_init_amax(row_amax.data_ptr<float>(), ptr_or_null<float>(col_amax), row_supplied.data_ptr<float>(),
+  nvfp4::launch_init_amax(row_amax.data_ptr<float>(), col_amax.data_ptr<float>(), row_supplied.data_ptr<float>(),
                           col_supplied.data_ptr<float>(), c10::cuda::getCurrentCUDAStream());
   return nvfp4::launch_status("nvfp4");
 }
@@ -346,8 +347,8 @@ std::string group_setup_(const Tensor& splits, int64_t T, int64_t K, Tensor offs
   const int rows[nvfp4::kTailBufs] = {2, 3, 4, 5};  // kOffRowData, kOffRowScale, kOffColData, kOffColScale
   nvfp4::launch_group_setup(splits.data_ptr<int64_t>(), (int)splits.numel(), T, K, offs.data_ptr<int64_t>(),
                             ptr_or_null<float>(row_amax), ptr_or_null<float>(col_amax),
-                            ptr_or_null<const float>(row_supplied), ptr_or_null<const float>(col_supplied), bufs, caps,
-                            rows,
+                            ptr_or_null<const float>(row_supplied), ptr_or_null<const float>(col_supplied), bufs,
+                            caps, rows,
                             ptr_or_null<int4>(tile_recs), c10::cuda::getCurrentCUDAStream());
   return nvfp4::launch_status("nvfp4");
 }

@@ -21,8 +21,8 @@
 //    are stored evict-first (st.global.cs);
 //  * the amax pass: 256 threads of 16 rows x 4 columns, the last RHT stage skipped for the maximum
 //    (max(|p+q|, |p-q|) = |p| + |q|; not under the torchao rules, where Inf - Inf must give NaN);
-//  * programmatic dependent launch: the quantizer starts during the amax pass (griddepcontrol.wait before it reads
-//    the amaxes).
+//  * programmatic dependent launch: the quantizer starts during the amax pass, or during init_amax_kernel with supplied
+//    amaxes (griddepcontrol.wait before it reads the amaxes).
 // H100 (ncu, the quantize kernel on 8192x5120): issue 74%, 2,364 instructions per warp and tile, about 20% of them
 // per-tile work.
 #pragma once
@@ -710,9 +710,9 @@ __global__ void __launch_bounds__(256, 4) quantize_fast_bf16(QuantArgs a) {
     }
   }
   // Programmatic dependent launch (launch_quantize_bf16 with after_amax): everything above only reads X and the
-  // offsets, which the kernel this one may overlap (the amax pass) does not write; the amaxes are read after
-  // the wait, which returns once that kernel has finished and its writes are visible. Without a programmatic
-  // dependency the wait returns at once.
+  // offsets, which the kernel this one may overlap (the amax pass, or init_amax_kernel) does not write; the amaxes are
+  // read after the wait, which returns once that kernel has finished and its writes are visible. Without a
+  // programmatic dependency the wait returns at once.
   asm volatile("griddepcontrol.wait;" ::: "memory");
   __shared__ PlaneTables planes;
   build_plane_tables<kTorchao>(a, gv.g, planes);

@@ -425,7 +425,7 @@ __global__ void __launch_bounds__(256, 3) quantize_4over6_kernel(QuantArgs a) {
   const int kleft = (int)min(a.K - k0, (int64_t)TK);  // valid columns of this tile (> 0)
   const int rleft = gv.rows;                           // valid rows of this tile (> 0)
 
-  // ---- 1. load (X and the offsets only: this part may overlap the amax pass, launch_quantize_4over6_bf16) ----
+  // ---- 1. load (X and the offsets only: this part may overlap the launch that writes the amaxes) ----
   {
     const int chunk = t & 15, rsub = t >> 4;
     const bool col_ok = chunk * 8 < kleft;
@@ -442,7 +442,7 @@ __global__ void __launch_bounds__(256, 3) quantize_4over6_kernel(QuantArgs a) {
       src += step;
     }
   }
-  asm volatile("griddepcontrol.wait;" ::: "memory");  // the amax pass's results are visible from here
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // the amaxes' writer has finished: they are visible from here
   const float six_g = a.global_scale_max == 256 ? 1536.0f : 2688.0f;
   const Fo6Plane fp_row = make_fo6_plane(a.row_data != nullptr ? a.row_amax[gv.g] : 0.0f, six_g);
   const Fo6Plane fp_col = make_fo6_plane(a.col_data != nullptr ? a.col_amax[gv.g] : 0.0f, six_g);

@@ -103,8 +103,8 @@ void launch_init_amax(float* row_amax, float* col_amax, const float* supplied_ro
 
 // One launch per grouped call (SPEC 9): the offset table [6, E+1] from the device splits (running total capped at
 // the T rows of x, SPEC 9.4), the per-group amaxes (those given: zeroed, or supplied_row / supplied_col as SPEC 4.3
-// uses them), and zero bytes past the last group in up to
-// kTailBufs buffers (bufs[i] of caps[i] bytes, whose used length is offset row rows[i], entry E).
+// uses them), and zero bytes past the last group in up to kTailBufs buffers (bufs[i] of caps[i] bytes, whose used
+// length is offset row rows[i], entry E).
 constexpr int kTailBufs = 4;
 // tile_recs (optional): [T/128 + E] row-tile records for the bf16 fast kernels (quantize/layout.cuh, TileRecord).
 void launch_group_setup(const int64_t* splits, int E, int64_t T, int64_t K, int64_t* offs, float* row_amax,

@@ -11,7 +11,8 @@ static void launch_variant(const QuantArgs& a, int64_t grid, cudaStream_t s, boo
   // one instantiation per block shape: each compiles to its own path only (the 16x16 tree sums or the 1x16 choice)
   auto kernel = a.block2d ? quantize_4over6_kernel<kMse, kFastMath, true>
                           : quantize_4over6_kernel<kMse, kFastMath, false>;
-  // after_amax: the amax pass is the previous launch; the kernel loads its tile before it waits for that pass
+  // after_amax: the previous launch wrote the amaxes (the amax pass, or init_amax_kernel with supplied amaxes); the
+  // kernel loads its tile before it waits for that launch
   if (after_amax) launch_chained(kernel, dim3((unsigned)grid), 256, 0, s, a);
   else kernel<<<(unsigned)grid, 256, 0, s>>>(a);
 }

@@ -94,7 +94,7 @@ void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaS
   if (kernel == kQuantizeFastBf16) {
     const FastQuantizer quantizer = fast_quantizer(rht, is_torchao_rule(a.rule), a.sr != 0);
     prefer_max_shared_fast();
-    if (after_amax) launch_chained(quantizer, dim3((unsigned)grid), 256, 0, s, a);  // overlaps the amax pass's tail
+    if (after_amax) launch_chained(quantizer, dim3((unsigned)grid), 256, 0, s, a);  // overlaps the amaxes' writer
     else quantizer<<<(unsigned)grid, 256, 0, s>>>(a);
   } else if (is_torchao_rule(a.rule)) {  // SPEC 5.4 / 5.5
     if (rht) quantize_kernel<__nv_bfloat16, true, true><<<(unsigned)grid, 256, 0, s>>>(a);
