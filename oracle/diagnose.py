@@ -106,8 +106,9 @@ def _rule_available(r: DiagnoseRule) -> bool:
 # the variant quantizers of SPEC 14.11
 # ---------------------------------------------------------------------------------------------------------------
 
-def _variant_plane(y: np.ndarray, *, base: str, variant: str, block: tuple, amax) -> tuple:
-    """(data, scales, amax) of the plane source ``y`` [R, C] under a SPEC 14.11 variant of rule ``base``."""
+def _scaled_source(y: np.ndarray, *, base: str, variant: str | None, block: tuple, amax) -> tuple:
+    """(scaled, scale bytes, amax) of the plane source ``y`` [R, C] under rule ``base`` (5.1-5.5) or its SPEC 14.11
+    ``variant``: ``scaled`` the fp32 values the rule rounds to E2M1 (``y * m``, or ``y / d`` under "division")."""
     nan_rule = {"nan_propagating": "torchao", "nan_ignoring": "te"}.get(variant, base)
     a = tensor_amax(y, nan_rule) if amax is None else np.float32(amax)
     b = block_scales(y, amax=a, rule=nan_rule, block=block)[0]
@@ -140,6 +141,12 @@ def _variant_plane(y: np.ndarray, *, base: str, variant: str, block: tuple, amax
         else:
             scaled = mult[:, :, None] * y3
         scaled = scaled.astype(np.float32).reshape(rows, cols)
+    return scaled, sbytes, a
+
+
+def _variant_plane(y: np.ndarray, *, base: str, variant: str, block: tuple, amax) -> tuple:
+    """(data, scales, amax) of the plane source ``y`` [R, C] under a SPEC 14.11 variant of rule ``base``."""
+    scaled, sbytes, a = _scaled_source(y, base=base, variant=variant, block=block, amax=amax)
     codes = encode_e2m1(scaled) if base.startswith("te") else torchao_encode_e2m1(scaled)
     if variant == "negzero_positive":
         codes = np.where(scaled.view(np.uint32) == np.uint32(0x80000000), np.uint8(0), codes)
@@ -163,6 +170,7 @@ class _Candidate:
     reading: str = ""
     diff: np.ndarray | None = None  # [R, C/16] bool: the block differs (scale byte or any code)
     padding_garbage: int = 0
+    n_bytes: int = 0  # differing scale bytes plus differing data bytes: orders candidates with as many blocks apart
 
     @property
     def label(self) -> str:
@@ -247,6 +255,12 @@ def _block_diff(exp: QuantizedPlane, data: np.ndarray, scales: np.ndarray) -> np
     r, c16 = exp.scales.shape
     dd = (exp.data.reshape(r, c16, 8) != data.reshape(r, c16, 8)).any(axis=2)
     return dd | (exp.scales != scales)
+
+
+def _bytes_diff(exp: QuantizedPlane, data: np.ndarray, scales: np.ndarray) -> int:
+    """Differing scale bytes plus differing data bytes: among candidates with as many differing blocks, the one whose
+    bytes are nearer is the closer rule (e.g. the same scales, some codes one step off)."""
+    return int((exp.scales != scales).sum()) + int((exp.data.reshape(-1) != data.reshape(-1)).sum())
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -344,8 +358,46 @@ def _row_scaled(p: QuantizedPlane) -> bool:
 # bug-class hypotheses
 # ---------------------------------------------------------------------------------------------------------------
 
+def _e2m1_rounding(best: _Candidate, data: np.ndarray, their_scales: np.ndarray, source: np.ndarray) -> str | None:
+    """The E2M1 rounding-mode hypothesis: every differing code lies in a block whose scale byte matches, has the
+    sign of ours and is one E2M1 step from it, so their rounding of the same products ``x * m`` (SPEC 3.1: to
+    nearest, ties to even) differs. Names ties rounded another way when every such product is an exact tie, and
+    rounding toward or away from zero otherwise. None where that does not fit, or for a rule whose products are
+    not one fp32 array (4over6, row-scaled)."""
+    exp = best.expected
+    q = best.rule.quantize
+    if q.get("four_over_six") or q.get("row_scaled") or not best.n_diff:
+        return None
+    ours, theirs = exp.codes(), unpack_fp4(data.reshape(exp.data.shape), exp.cols)
+    differ = ours != theirs
+    same_scale = np.repeat(their_scales == exp.scales, 16, axis=1)[:, : exp.cols]
+    if not differ.any() or (differ & ~same_scale).any() or ((ours ^ theirs)[differ] & 8).any():
+        return None
+    step = (theirs[differ] & 7).astype(np.int16) - (ours[differ] & 7).astype(np.int16)
+    if not (np.abs(step) == 1).all():
+        return None
+    with np.errstate(all="ignore"):
+        scaled = _scaled_source(source, base=q["rule"], variant=best.rule.variant, block=best.block,
+                                amax=exp.amax)[0]
+    a = np.abs(scaled[differ].astype(np.float64))
+    ties = np.isin(a, (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0))  # midpoints of adjacent E2M1 values (SPEC 2.1)
+    n = int(differ.sum())
+    if ties.all():
+        how = ("away from zero" if (step > 0).all() else "toward zero" if (step < 0).all()
+               else "to odd codes" if (theirs[differ] & 1).all() else "neither to even nor one way")
+        return (f"E2M1 ties rounded {how}: all {n} differing codes are at exact ties of x * m between two E2M1 values "
+                f"and one step from {best.rule.name}'s, which SPEC 3.1 rounds to the even code")
+    if (step < 0).all():
+        return (f"E2M1 rounded toward zero: all {n} differing codes are one step smaller in magnitude than "
+                f"{best.rule.name}'s ({int(ties.sum())} of them at exact ties), where SPEC 3.1 rounds to nearest")
+    if (step > 0).all():
+        return (f"E2M1 rounded away from zero: all {n} differing codes are one step larger in magnitude than "
+                f"{best.rule.name}'s ({int(ties.sum())} of them at exact ties), where SPEC 3.1 rounds to nearest")
+    return None
+
+
 def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: str | None, layout: str,
-                other_scales, given_amax) -> list:
+                other_scales, given_amax, source: np.ndarray) -> list:
     exp = best.expected
     rows, c16 = exp.scales.shape
     out = []
@@ -382,7 +434,9 @@ def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: 
         got = _read(b, c16, rows, reading)
         if got is not None:
             tr.append(got[0].T)
-    if any(np.array_equal(t, exp.scales) for t in tr) and best.n_diff:
+    direct = _read(b, rows, c16, best.reading)
+    as_read = direct is not None and np.array_equal(direct[0], exp.scales)  # (a symmetric matrix reads both ways)
+    if any(np.array_equal(t, exp.scales) for t in tr) and best.n_diff and not as_read:
         out.append("transposed scales: the scale bytes are the transpose of the expected [rows, K/16] matrix")
     # scales of the other plane
     if other_scales is not None and best.n_diff:
@@ -409,6 +463,11 @@ def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: 
                            f"{best.rule.name}'s ({int((step > 0).sum())} up, {int((step < 0).sum())} down)"
                            + (f"; {data_only} more blocks differ in codes only" if data_only else "")
                            + ": a rounding difference in the block scale (SPEC 5.2, 14.3)")
+    # E2M1 rounding mode: the scales agree, the codes are one step off
+    if got is not None:
+        rounding = _e2m1_rounding(best, data, got[0], source)
+        if rounding:
+            out.append(rounding)
     # garbage in the padding
     if best.padding_garbage:
         out.append(f"garbage in the padding: {best.padding_garbage} padding bytes of the {best.reading} scale buffer "
@@ -545,12 +604,13 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
                             continue  # the given amax is the computed one
                         for reading in readings:
                             compact, garbage = _read(sbuf, rows, c16, reading)
-                            c = _Candidate(r, p, block, rht, src, exp, reading, _block_diff(exp, dp, compact), garbage)
+                            c = _Candidate(r, p, block, rht, src, exp, reading, _block_diff(exp, dp, compact), garbage,
+                                           _bytes_diff(exp, dp, compact))
                             cands.append(c)
     if not cands:
         raise ValueError("no rule of this oracle applies to this input and plane")
     order = {id(c): i for i, c in enumerate(cands)}
-    cands.sort(key=lambda c: (c.n_diff, c.padding_garbage > 0, order[id(c)]))
+    cands.sort(key=lambda c: (c.n_diff, c.padding_garbage > 0, c.n_bytes, order[id(c)]))
     best = cands[0]
     exact = [c for c in cands if c.n_diff == 0 and c.padding_garbage == 0]
     if exact:
@@ -569,7 +629,8 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
                 other = _expected(x, x2, best.rule, o, best.block, best.rht and o == "col", rht_signs, None).scales
             except (ValueError, TypeError):
                 other = None
-    hyps = _hypotheses(best, d, sbuf, declared, layout, other, given)
+    src = x2 if best.plane == "row" else columnwise_source(x2, best.rht, rht_signs)
+    hyps = _hypotheses(best, d, sbuf, declared, layout, other, given, src)
     first = None
     side = []
     if best.n_diff:
@@ -577,11 +638,10 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
         first = (int(rr), int(bb))
         compact, _ = _read(sbuf, rows, c16, best.reading)
         theirs = dataclasses.replace(best.expected, data=d.reshape(best.expected.data.shape), scales=compact.copy())
-        src = x2 if best.plane == "row" else columnwise_source(x2, best.rht, rht_signs)
         side = _side_by_side(src, best.expected, theirs, best.plane, first[0], first[1], best.label)
         if not hyps:
-            hyps = ["none of the known bug classes (padding, layout, transpose, wrong plane, one-ulp scale, nibble "
-                    "order, per-tensor value) fits; compare the first differing block below"]
+            hyps = ["none of the known bug classes (padding, layout, transpose, wrong plane, one-ulp scale, E2M1 "
+                    "rounding, nibble order, per-tensor value) fits; compare the first differing block below"]
     seen, tried = set(), []
     for c in cands:
         if c.label not in seen:

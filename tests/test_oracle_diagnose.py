@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch")
 import oracle  # noqa: E402
 from conformance import te_torch as tt  # noqa: E402
 from oracle.diagnose import DIAGNOSE_RULES, diagnose  # noqa: E402
+from oracle.fp4_numpy import pack_fp4  # noqa: E402
 
 pytestmark = pytest.mark.torch
 BASIC = [r.name for r in DIAGNOSE_RULES if "4over6" not in r.name]  # fast enough for many calls
@@ -285,6 +286,55 @@ def test_planted_one_ulp_scale():
     h = [h for h in r.hypotheses if h.startswith("one ulp off in the scale")]
     assert h and "1 up, 1 down" in h[0], str(r)
     assert "ours: scale=0x" in str(r) and "theirs dequant" in str(r)  # the side-by-side view of block (5, 1)
+
+
+def _tie_input(values, seed):
+    """x [32, 64] (float32): every 16-block holds +-6 first and then values drawn from ``values`` with random signs.
+    With the amax 2688 given, S_enc = 1 and every block's scale is 1.0 (SPEC 5.1, 5.2: 6 * 1 / 6), so m = 1 and the
+    products x * m are the values themselves."""
+    rng = np.random.default_rng(seed)
+    x = rng.choice(np.asarray(values, np.float32), size=(32, 64)) * rng.choice([-1.0, 1.0], size=(32, 64))
+    x[:, ::16] = 6.0
+    return x.astype(np.float32)
+
+
+def _codes_with(ours: np.ndarray, x: np.ndarray, at, step: int) -> np.ndarray:
+    """Packed codes: ours (unpacked [32, 64]) with the magnitude moved by ``step`` where |x| is one of ``at``."""
+    move = np.isin(np.abs(x), np.asarray(at, np.float32))
+    mag = (ours & 7).astype(np.int16) + step * move
+    return pack_fp4(((ours & 8) | mag).astype(np.uint8))
+
+
+def test_planted_e2m1_rounding_modes():
+    amax = np.float32(2688.0)
+    # ties: |x| = 0.25, 1.25, 2.5 and 5 round to the even codes 0, 1.0, 2 and 4 (SPEC 3.1); away from zero they
+    # round one step up (0.75, 1.75 and 3.5 round up to an even code either way)
+    x = _tie_input([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 0.5, 3.0], seed=1)
+    t = oracle.quantize(x, amax=amax).row
+    assert np.array_equal(t.scales, np.full((32, 4), 0x38, np.uint8))  # scale 1.0 everywhere: m = 1
+    ours = t.codes()
+    away = _codes_with(ours, x, [0.25, 1.25, 2.5, 5.0], +1)
+    r = diagnose(x, away, t.scales, amax=amax, rules=["te"])
+    n = int(np.isin(np.abs(x), [0.25, 1.25, 2.5, 5.0]).sum())
+    h = [h for h in r.hypotheses if h.startswith("E2M1 ties rounded away from zero")]
+    assert h and f"all {n} differing codes are at exact ties" in h[0], str(r)
+    assert r.closest == "te (amax given)" and not any(h.startswith("transposed") for h in r.hypotheses), str(r)
+    # toward zero: 0.875, 1.375, 2.875 and 5.5 lie strictly between two E2M1 values and round up to nearest
+    x = _tie_input([0.875, 1.375, 2.875, 5.5, 0.5, 3.0, 0.625], seed=2)
+    t = oracle.quantize(x, amax=amax).row
+    trunc = _codes_with(t.codes(), x, [0.875, 1.375, 2.875, 5.5], -1)
+    r = diagnose(x, trunc, t.scales, amax=amax, rules=["te"])
+    h = [h for h in r.hypotheses if h.startswith("E2M1 rounded toward zero")]
+    assert h and "(0 of them at exact ties)" in h[0], str(r)
+    assert not any(h.startswith("E2M1 ties") for h in r.hypotheses), str(r)
+    # a code two steps off, or a scale one step off, is not a rounding mode
+    two = _codes_with(t.codes(), x, [0.875], -2)
+    r = diagnose(x, two, t.scales, amax=amax, rules=["te"])
+    assert not any(h.startswith("E2M1") for h in r.hypotheses), str(r)
+    s = t.scales.copy()
+    s[3, 1] += 1
+    r = diagnose(x, t.data, s, amax=amax, rules=["te"])
+    assert not any(h.startswith("E2M1") for h in r.hypotheses), str(r)
 
 
 def test_planted_garbage_in_the_padding():
