@@ -165,7 +165,7 @@ class _Candidate:
     plane: str
     block: tuple
     rht: bool
-    amax_source: str  # "computed" or "given"
+    amax_source: str  # "computed", "given", or "rowwise" (X's amax on the RHT plane)
     expected: QuantizedPlane
     reading: str = ""
     diff: np.ndarray | None = None  # [R, C/16] bool: the block differs (scale byte or any code)
@@ -181,6 +181,8 @@ class _Candidate:
             extra.append("rht")
         if self.amax_source == "given":
             extra.append("amax given")
+        elif self.amax_source == "rowwise":
+            extra.append("X's amax")
         return self.rule.name + (f" ({', '.join(extra)})" if extra else "")
 
     @property
@@ -468,6 +470,10 @@ def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: 
         rounding = _e2m1_rounding(best, data, got[0], source)
         if rounding:
             out.append(rounding)
+    # the RHT plane quantized with X's amax
+    if best.amax_source == "rowwise":
+        out.append(f"the RHT plane quantized with X's amax ({_fmt(exp.amax)}): SPEC 4.2 takes the columnwise amax over "
+                   "the RHT outputs (one amax serves both planes only without the RHT)")
     # garbage in the padding
     if best.padding_garbage:
         out.append(f"garbage in the padding: {best.padding_garbage} padding bytes of the {best.reading} scale buffer "
@@ -587,6 +593,10 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
             for block in ((1, 16), (16, 16)):
                 for rht in ((False, True) if p == "col" and is_bf16 else (False,)):
                     amaxes = [("computed", None)]
+                    if p == "col" and rht and not r.quantize.get("row_scaled"):
+                        # SPEC 4.2: the RHT plane's amax is of the RHT outputs; X's own amax there is a bug class
+                        with np.errstate(invalid="ignore"):
+                            amaxes.append(("rowwise", np.float32(tensor_amax(x2, r.quantize["rule"]))))
                     if given is not None:
                         if r.quantize.get("row_scaled"):
                             if given.size == m:
@@ -598,10 +608,10 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
                             exp = _expected(x, x2, r, p, block, rht, rht_signs, a)
                         except (ValueError, TypeError):
                             continue  # a combination the rule does not define (e.g. 4over6 with RHT)
-                        if src == "given" and any(c.expected.amax.tobytes() == exp.amax.tobytes()
+                        if src != "computed" and any(c.expected.amax.tobytes() == exp.amax.tobytes()
                                                   and c.rule is r and c.block == block and c.rht == rht
                                                   and c.plane == p for c in cands):
-                            continue  # the given amax is the computed one
+                            continue  # the given (or X's) amax is one already tried
                         for reading in readings:
                             compact, garbage = _read(sbuf, rows, c16, reading)
                             c = _Candidate(r, p, block, rht, src, exp, reading, _block_diff(exp, dp, compact), garbage,

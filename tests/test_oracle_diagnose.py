@@ -337,6 +337,22 @@ def test_planted_e2m1_rounding_modes():
     assert not any(h.startswith("E2M1") for h in r.hypotheses), str(r)
 
 
+def test_planted_rht_plane_with_the_inputs_amax():
+    # SPEC 4.2: with the RHT the columnwise amax is the RHT outputs'; a kernel that keeps X's amax for that plane makes
+    # bytes only the "X's amax" candidate reproduces (conformance.te_torch's planes, its amax supplied as a pair)
+    x = _x(64, 64, seed=9)
+    row_amax = tt.quantize(x)["row_amax"]
+    a = np.float32(np.asarray(row_amax).reshape(-1)[0])
+    planted = tt.quantize(x, columnwise=True, rht=True, amax=(a, a))
+    honest = tt.quantize(x, columnwise=True, rht=True)
+    assert np.float32(np.asarray(honest["col_amax"]).reshape(-1)[0]) != a  # the two amaxes differ on this input
+    r = diagnose(x, planted["col_data"], planted["col_scales"], plane="col", rules=["te"])
+    assert r.matches == ["te (rht, X's amax)"], str(r)
+    assert any(h.startswith("the RHT plane quantized with X's amax") for h in r.hypotheses), str(r)
+    r = diagnose(x, honest["col_data"], honest["col_scales"], plane="col", rules=["te"])
+    assert r.matches == ["te (rht)"] and not any("X's amax" in h for h in r.hypotheses), str(r)
+
+
 def test_planted_garbage_in_the_padding():
     x = _x(200, 64)  # 200 rows: 56 padding rows in the 128x4 layout
     o = tt.quantize(x, columnwise=True)
