@@ -192,13 +192,18 @@ def replay(path: str, backend: str | None = None, out=None, err=None) -> int:
         return cannot(f"backend {b.name} does not implement op {case.op!r} (its ops: {', '.join(b.ops or ())})")
     shapes = ", ".join(f"{k}={v.dtype}{list(v.shape)}" for k, v in case.arrays.items())
     print(f"case {case.key()} on {b.name}: {shapes}\noptions: {json.dumps(case.options)}", file=out)
-    status, ms, _, _, error = check_case(b, case)
+    status, ms, ref, got, error = check_case(b, case)
     if status == "pass":
         print("PASS: the case no longer mismatches", file=out)
         return 0
     print(f"{status.upper()}" + (f": {error}" if error else ""), file=out)
     for m in ms:
         print(f"  {m}", file=out)
+    if status == "mismatch":
+        from .diagnosis import quantize_hypotheses
+
+        for line in quantize_hypotheses(case, got or {}, ref or {}):
+            print(f"  diagnose: {line}", file=out)
     return 1
 
 

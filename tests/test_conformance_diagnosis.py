@@ -1,0 +1,80 @@
+"""conformance.diagnosis: a failing quantize case's record carries what oracle.diagnose says of the backend's bytes
+(CPU). The reference bytes come from conformance.te_torch (torch, written from the SPEC); the planted bugs are
+hand-made edits of them."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+from conformance import te_torch as tt  # noqa: E402
+from conformance.cases import Case  # noqa: E402
+from conformance.diagnosis import quantize_hypotheses  # noqa: E402
+from oracle.rht import DEFAULT_RHT_SIGNS  # noqa: E402
+
+
+def _case(x, **over) -> Case:
+    o = dict(rowwise=True, columnwise=True, rht=False, rht_signs=DEFAULT_RHT_SIGNS, block=[1, 16], rule="te",
+             rounding="rn", seed=0, offset=0)
+    o.update(over)
+    return Case(op="quantize", seed=0, index=0, arrays={"x": x}, options=o, tags={})
+
+
+def _x(m=48, k=64, seed=4):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((m, k)) * 3 * np.exp2(rng.integers(-3, 4, (m, 1)))).astype(ml_dtypes.bfloat16)
+
+
+def _bufs(x, **kw) -> dict:
+    o = tt.quantize(x, columnwise=True, **kw)
+    return {k: np.asarray(v) for k, v in o.items() if k in ("row_data", "row_scales", "row_amax", "col_data",
+                                                            "col_scales", "col_amax")}
+
+
+def test_a_one_ulp_scale_in_one_plane_is_named_for_that_plane_only():
+    x = _x()
+    ref = _bufs(x)
+    out = {k: v.copy() for k, v in ref.items()}
+    out["col_scales"][2, 1] += 1
+    lines = quantize_hypotheses(_case(x), out, ref)
+    assert lines and all(line.startswith("col plane: ") for line in lines), lines
+    assert lines[0] == f"col plane: closest te, 1 of {ref['col_scales'].size} blocks differ", lines
+    assert any("one ulp off in the scale" in line for line in lines), lines
+
+
+def test_bytes_of_another_rule_are_named_by_that_rule():
+    # torchao 0.18's own quantizer (SPEC 5.4) on a case whose rule is "te": its rowwise bytes are torchao's
+    import torch
+
+    from conformance.independent import import_torchao
+
+    mods = import_torchao()
+    if mods is None:
+        pytest.skip("torchao is not installed")
+    nv = mods[0]
+    x = _x(200, 64, seed=11)
+    ref = _bufs(x)
+    xt = torch.from_numpy(x.view(np.int16).copy()).view(torch.bfloat16)
+    t = nv.NVFP4Tensor.to_nvfp4(xt, per_tensor_scale=nv.per_tensor_amax_to_scale(xt.abs().max().float()))
+    out = {"row_data": t.qdata.numpy(), "row_scales": t.scale.view(torch.uint8).numpy().reshape(-1, 4)}
+    assert not (np.array_equal(out["row_data"], ref["row_data"])  # the rules differ on this input
+                and np.array_equal(out["row_scales"], ref["row_scales"]))
+    lines = quantize_hypotheses(_case(x, columnwise=False), out, ref)
+    # (torchao_cuda and torchao_nan_ignoring agree with torchao on this input: a finite amax whose P the two forms
+    # give alike)
+    assert len(lines) == 1 and lines[0].startswith("row plane: reproduced exactly by torchao"), lines
+    assert "te" not in lines[0].replace("torchao", ""), lines
+
+
+def test_nothing_for_planes_that_match_or_cases_diagnose_does_not_model():
+    x = _x(seed=6)
+    ref = _bufs(x)
+    out = {k: v.copy() for k, v in ref.items()}
+    out["row_amax"] = out["row_amax"] * 2  # the planes' bytes are right: no plane line
+    assert quantize_hypotheses(_case(x), out, ref) == []
+    out = {k: v.copy() for k, v in ref.items()}
+    out["row_scales"][0, 0] += 1
+    assert quantize_hypotheses(_case(x, rounding="sr", seed=3), out, ref) == []  # stochastic rounding
+    assert quantize_hypotheses(Case(op="e2m1", seed=0, index=0, arrays={}, options={}, tags={}), out, ref) == []
