@@ -200,9 +200,9 @@ def replay(path: str, backend: str | None = None, out=None, err=None) -> int:
     for m in ms:
         print(f"  {m}", file=out)
     if status == "mismatch":
-        from .diagnosis import quantize_hypotheses
+        from .diagnosis import failure_hypotheses
 
-        for line in quantize_hypotheses(case, got or {}, ref or {}):
+        for line in failure_hypotheses(case, got or {}, ref or {}):
             print(f"  diagnose: {line}", file=out)
     return 1
 

@@ -1,6 +1,7 @@
-"""What :func:`oracle.diagnose` says of a failing ``quantize`` case: for each plane whose bytes the backend got wrong,
-the closest rule (or the rules that reproduce those bytes, when the case's own rule does not) and the known bug
-classes that fit (SPEC 14.10, 14.11; docs/conformance.md). The runner adds the lines to the failure record.
+"""What :func:`oracle.diagnose` says of a failing ``quantize`` or ``group_quantize`` case: for each plane (and group)
+whose bytes the backend got wrong, the closest rule (or the rules that reproduce those bytes, when the case's own
+rule does not) and the known bug classes that fit (SPEC 14.10, 14.11; docs/conformance.md). The runner adds the
+lines to the failure record.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from oracle.diagnose import diagnose
 from .cases import Case
 from .ops import quantize_kwargs
 
-__all__ = ["quantize_hypotheses"]
+__all__ = ["failure_hypotheses", "group_quantize_hypotheses", "quantize_hypotheses"]
 
 _NONE_FITS = "none of the known bug classes"
+_MAX_GROUPS = 3  # differing groups diagnosed per grouped case (each is a full diagnose run)
 
 
 def _plane_amax(kw_amax, plane: str, out_amax):
@@ -26,15 +28,32 @@ def _plane_amax(kw_amax, plane: str, out_amax):
     return np.float32(np.asarray(out_amax, np.float32).reshape(-1)[0])
 
 
+def _diagnosed(label: str, x, data, scales, amax, layout: str, plane: str, rht_signs: int) -> list[str]:
+    """diagnose's reading of one plane's bytes as lines ``"<label>: ..."``."""
+    try:
+        r = diagnose(x, data, scales, amax=amax, layout=layout, plane=plane, rht_signs=rht_signs)
+    except (ValueError, TypeError) as e:  # bytes diagnose cannot read as this plane
+        return [f"{label}: not diagnosed ({e})"]
+    head = (f"{label}: reproduced exactly by {', '.join(r.matches)}" if r.matches
+            else f"{label}: closest {r.closest}, {r.n_diff} of {r.n_blocks} blocks differ")
+    return [head] + [f"{label}: {h}" for h in r.hypotheses if not h.startswith(_NONE_FITS)]
+
+
+def _modelled(case: Case, op: str) -> dict | None:
+    """The case's oracle keywords when diagnose models it (round to nearest, one amax per plane), else None."""
+    if case.op != op:
+        return None
+    kw = quantize_kwargs(case)
+    return None if kw.get("rounding", "rn") != "rn" or kw.get("row_scaled") else kw
+
+
 def quantize_hypotheses(case: Case, out: dict, ref: dict) -> list[str]:
     """Lines ``"<plane> plane: ..."`` for each plane of a ``quantize`` case whose data or compact scales differ from
     the reference's: the closest rule with its count of differing 16-blocks and the bug classes that fit, or the
     rules that reproduce the backend's bytes. Empty for other ops, stochastic rounding (diagnose's rules round to
     nearest) and a row-scaled case (one amax per row)."""
-    if case.op != "quantize":
-        return []
-    kw = quantize_kwargs(case)
-    if kw.get("rounding", "rn") != "rn" or kw.get("row_scaled"):
+    kw = _modelled(case, "quantize")
+    if kw is None:
         return []
     lines = []
     for p in ("row", "col"):
@@ -43,15 +62,50 @@ def quantize_hypotheses(case: Case, out: dict, ref: dict) -> list[str]:
             continue
         if np.array_equal(d, ref[f"{p}_data"]) and np.array_equal(s, ref[f"{p}_scales"]):
             continue  # this plane is right: the mismatch is elsewhere
-        try:
-            r = diagnose(case.arrays["x"], d, s, amax=_plane_amax(kw.get("amax"), p, out.get(f"{p}_amax")),
-                         layout="compact", plane=p, rht_signs=kw["rht_signs"])
-        except (ValueError, TypeError) as e:  # bytes diagnose cannot read as this plane
-            lines.append(f"{p} plane: not diagnosed ({e})")
-            continue
-        if r.matches:
-            lines.append(f"{p} plane: reproduced exactly by {', '.join(r.matches)}")
-        else:
-            lines.append(f"{p} plane: closest {r.closest}, {r.n_diff} of {r.n_blocks} blocks differ")
-        lines.extend(f"{p} plane: {h}" for h in r.hypotheses if not h.startswith(_NONE_FITS))
+        lines += _diagnosed(f"{p} plane", case.arrays["x"], d, s, _plane_amax(kw.get("amax"), p, out.get(f"{p}_amax")),
+                            "compact", p, kw["rht_signs"])
     return lines
+
+
+def group_quantize_hypotheses(case: Case, out: dict, ref: dict) -> list[str]:
+    """Lines ``"group <g>, <plane> plane: ..."`` for the first few groups whose data or swizzled scales differ from
+    the reference's, each group's bytes cut out of the backend's flat buffers at the reference's offsets (SPEC 9.2)
+    and read as one tensor's plane of that group's rows. Empty where :func:`quantize_hypotheses` would be."""
+    kw = _modelled(case, "group_quantize")
+    if kw is None:
+        return []
+    x = case.arrays["x"]
+    rows = np.asarray(ref["row_offsets"], np.int64)
+    amax = kw.get("amax")
+    lines, done = [], 0
+    for g in range(rows.size - 1):
+        if rows[g + 1] == rows[g]:
+            continue  # an empty group has no bytes
+        for p in ("row", "col"):
+            if f"{p}_data" not in ref or out.get(f"{p}_data") is None or out.get(f"{p}_scales") is None:
+                continue
+            do, so = (np.asarray(ref[f"{p}_{n}_offsets"], np.int64) for n in ("data", "scale"))
+            d = np.asarray(out[f"{p}_data"]).reshape(-1)[do[g]:do[g + 1]]
+            s = np.asarray(out[f"{p}_scales"]).reshape(-1)[so[g]:so[g + 1]]
+            if d.size != do[g + 1] - do[g] or s.size != so[g + 1] - so[g]:
+                continue  # the backend's buffer is too short: compare reports that
+            if (np.array_equal(d, np.asarray(ref[f"{p}_data"]).reshape(-1)[do[g]:do[g + 1]])
+                    and np.array_equal(s, np.asarray(ref[f"{p}_scales"]).reshape(-1)[so[g]:so[g + 1]])):
+                continue
+            a_g = None if amax is None else (tuple(np.float32(np.asarray(v).reshape(-1)[g]) for v in amax)
+                                             if isinstance(amax, tuple) else np.float32(np.asarray(amax).reshape(-1)[g]))
+            their_amax = out.get(f"{p}_amax")
+            lines += _diagnosed(f"group {g}, {p} plane", x[rows[g]:rows[g + 1]], d, s,
+                                _plane_amax(a_g, p, None if their_amax is None else np.asarray(their_amax)[g:g + 1]),
+                                "swizzled", p, kw["rht_signs"])
+            done += 1
+            if done == _MAX_GROUPS:
+                return lines
+    return lines
+
+
+def failure_hypotheses(case: Case, out: dict, ref: dict) -> list[str]:
+    """diagnose's lines for a failing case of any op (empty for the ops it does not read)."""
+    if case.op == "group_quantize":
+        return group_quantize_hypotheses(case, out, ref)
+    return quantize_hypotheses(case, out, ref)

@@ -29,7 +29,7 @@ import numpy as np
 from . import backends as B
 from .cases import Case, case_size, save_case
 from .compare import Mismatch, compare
-from .diagnosis import quantize_hypotheses
+from .diagnosis import failure_hypotheses
 from .generators import SPACE_KEYS, generate
 from .ops import OPS, reference
 from .report import Progress, Stats, run_identity
@@ -186,7 +186,7 @@ def _handle_failure(b: B.Backend, case: Case, status, ms, ref, out, err, cfg: Ru
     path = save_case(art / f"{stem}.npz", small, backend=b.name, ref=s_ref, out=s_out, extra=extra)
     orig = save_case(art / f"{stem}.orig.npz", case, backend=b.name, ref=ref, out=out,
                      extra=dict(backend_spec=spec, status=status, error=err, mismatches=[m.to_dict() for m in ms]))
-    diagnosis = quantize_hypotheses(small, s_out, s_ref) if s_status == "mismatch" and s_out and s_ref else []
+    diagnosis = failure_hypotheses(small, s_out, s_ref) if s_status == "mismatch" and s_out and s_ref else []
     return dict(op=case.op, backend=b.name, backend_spec=spec, seed=case.seed, index=case.index, status=s_status,
                 error=s_err or err, options=case.options, tags=case.tags,
                 mismatches=[m.to_dict() for m in (s_ms or ms)], mismatch_text=[str(m) for m in (s_ms or ms)],

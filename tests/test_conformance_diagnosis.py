@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("torch")
 from conformance import te_torch as tt  # noqa: E402
 from conformance.cases import Case  # noqa: E402
-from conformance.diagnosis import quantize_hypotheses  # noqa: E402
+from conformance.diagnosis import failure_hypotheses, group_quantize_hypotheses, quantize_hypotheses  # noqa: E402
 from oracle.rht import DEFAULT_RHT_SIGNS  # noqa: E402
 
 
@@ -78,3 +78,22 @@ def test_nothing_for_planes_that_match_or_cases_diagnose_does_not_model():
     out["row_scales"][0, 0] += 1
     assert quantize_hypotheses(_case(x, rounding="sr", seed=3), out, ref) == []  # stochastic rounding
     assert quantize_hypotheses(Case(op="e2m1", seed=0, index=0, arrays={}, options={}, tags={}), out, ref) == []
+
+
+def test_a_grouped_case_is_diagnosed_group_by_group():
+    from conformance.ops import reference
+
+    x = _x(100, 64, seed=7)
+    case = _case(x)
+    case.op = "group_quantize"
+    case.arrays["splits"] = np.array([40, 0, 60], np.int64)
+    ref = reference(case)
+    out = {k: np.array(v, copy=True) for k, v in ref.items()}
+    so = ref["row_scale_offsets"]
+    out["row_scales"][so[2]] += 1  # group 2, row 0, block 0: byte 0 of its swizzled tile (SPEC 8.2)
+    lines = group_quantize_hypotheses(case, out, ref)
+    assert lines and all(line.startswith("group 2, row plane: ") for line in lines), lines
+    assert lines[0] == "group 2, row plane: closest te, 1 of 240 blocks differ", lines  # 60 rows x 4 blocks
+    assert any("one ulp off in the scale" in line for line in lines), lines
+    assert failure_hypotheses(case, out, ref) == lines
+    assert group_quantize_hypotheses(case, ref, ref) == []  # nothing differs
