@@ -48,7 +48,7 @@ class DiagnoseRule:
     planes: tuple = ("row", "col")
 
 
-#: Every rule diagnose tries, in the order a tie is reported. Adding a rule is one line; a rule whose
+#: Every rule diagnose tries, in the order a tie (as many differing blocks and bytes) is reported. Adding a rule is one line; a rule whose
 #: ``oracle.quantize`` keywords this oracle does not have is left out.
 DIAGNOSE_RULES = (
     DiagnoseRule("te", "5.1-5.2", "TE's kernels (the default)", {"rule": "te"}),
@@ -106,10 +106,15 @@ def _rule_available(r: DiagnoseRule) -> bool:
 # the variant quantizers of SPEC 14.11
 # ---------------------------------------------------------------------------------------------------------------
 
+def _amax_rule(base: str, variant: str | None) -> str:
+    """The rule whose NaN handling a plane's amax follows (SPEC 4.1; the NaN variants of 14.11 swap it)."""
+    return {"nan_propagating": "torchao", "nan_ignoring": "te"}.get(variant, base)
+
+
 def _scaled_source(y: np.ndarray, *, base: str, variant: str | None, block: tuple, amax) -> tuple:
     """(scaled, scale bytes, amax) of the plane source ``y`` [R, C] under rule ``base`` (5.1-5.5) or its SPEC 14.11
     ``variant``: ``scaled`` the fp32 values the rule rounds to E2M1 (``y * m``, or ``y / d`` under "division")."""
-    nan_rule = {"nan_propagating": "torchao", "nan_ignoring": "te"}.get(variant, base)
+    nan_rule = _amax_rule(base, variant)
     a = tensor_amax(y, nan_rule) if amax is None else np.float32(amax)
     b = block_scales(y, amax=a, rule=nan_rule, block=block)[0]
     rows, cols = y.shape
@@ -360,12 +365,37 @@ def _row_scaled(p: QuantizedPlane) -> bool:
 # bug-class hypotheses
 # ---------------------------------------------------------------------------------------------------------------
 
+_E2M1_MAGNITUDES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])  # SPEC 2.1, by magnitude index
+_E2M1_MIDPOINTS = (_E2M1_MAGNITUDES[1:] + _E2M1_MAGNITUDES[:-1]) / 2
+
+
+def _e2m1_index(a: np.ndarray, mode: str) -> np.ndarray:
+    """The E2M1 magnitude index of |y| = ``a`` (finite, >= 0) under a rounding mode other than SPEC 3.1's."""
+    if mode == "toward zero":  # the largest magnitude <= a (6 above it)
+        return np.minimum(np.searchsorted(_E2M1_MAGNITUDES, a, side="right") - 1, 7)
+    if mode == "away from zero":  # the smallest magnitude >= a (6 above it)
+        return np.minimum(np.searchsorted(_E2M1_MAGNITUDES, a, side="left"), 7)
+    up = np.searchsorted(_E2M1_MIDPOINTS, a, side="right")  # nearest, a tie to the larger magnitude
+    if mode == "ties away from zero":
+        return up
+    down = np.searchsorted(_E2M1_MIDPOINTS, a, side="left")  # nearest, a tie to the smaller magnitude
+    if mode == "ties toward zero":
+        return down
+    return np.where(up % 2 == 1, up, down)  # "ties to odd codes"
+
+
+#: the modes tried, each with its phrase in the hypothesis
+_ROUNDING_MODES = {"ties away from zero": "ties rounded away from zero", "ties toward zero": "ties rounded toward zero",
+                   "ties to odd codes": "ties rounded to odd codes", "toward zero": "rounded toward zero",
+                   "away from zero": "rounded away from zero"}
+
+
 def _e2m1_rounding(best: _Candidate, data: np.ndarray, their_scales: np.ndarray, source: np.ndarray) -> str | None:
-    """The E2M1 rounding-mode hypothesis: every differing code lies in a block whose scale byte matches, has the
-    sign of ours and is one E2M1 step from it, so their rounding of the same products ``x * m`` (SPEC 3.1: to
-    nearest, ties to even) differs. Names ties rounded another way when every such product is an exact tie, and
-    rounding toward or away from zero otherwise. None where that does not fit, or for a rule whose products are
-    not one fp32 array (4over6, row-scaled)."""
+    """The E2M1 rounding-mode hypothesis: in the blocks whose scale byte matches (where some code differs), their
+    codes are every one of those blocks' values rounded by one other mode than SPEC 3.1's (to nearest, ties to even)
+    from the same scaled values y (``x * m``, or ``x / d`` under the division rules), signs as ours. Modes tried: ties
+    away from / toward zero, ties to odd codes, toward zero, away from zero. None where no mode reproduces them, where
+    a differing value is NaN, or for a rule whose scaled values are not one fp32 array (4over6, row-scaled)."""
     exp = best.expected
     q = best.rule.quantize
     if q.get("four_over_six") or q.get("row_scaled") or not best.n_diff:
@@ -375,31 +405,29 @@ def _e2m1_rounding(best: _Candidate, data: np.ndarray, their_scales: np.ndarray,
     same_scale = np.repeat(their_scales == exp.scales, 16, axis=1)[:, : exp.cols]
     if not differ.any() or (differ & ~same_scale).any() or ((ours ^ theirs)[differ] & 8).any():
         return None
-    step = (theirs[differ] & 7).astype(np.int16) - (ours[differ] & 7).astype(np.int16)
-    if not (np.abs(step) == 1).all():
-        return None
     with np.errstate(all="ignore"):
         scaled = _scaled_source(source, base=q["rule"], variant=best.rule.variant, block=best.block,
                                 amax=exp.amax)[0]
-    a = np.abs(scaled[differ].astype(np.float64))
-    ties = np.isin(a, (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0))  # midpoints of adjacent E2M1 values (SPEC 2.1)
+    # the blocks with a differing code (all with matching scale bytes), every value of them that is not NaN
+    blocks = np.repeat(differ.reshape(differ.shape[0], -1, 16).any(axis=2), 16, axis=1)[:, : exp.cols]
+    a = np.abs(scaled.astype(np.float64))
+    if np.isnan(a[differ]).any():
+        return None
+    look = blocks & ~np.isnan(a)
+    a_in, theirs_in = np.minimum(a[look], 6.0), (theirs[look] & 7)  # (|y| >= 6 takes the largest magnitude)
+    ties = np.isin(a[differ], _E2M1_MIDPOINTS)
     n = int(differ.sum())
-    if ties.all():
-        how = ("away from zero" if (step > 0).all() else "toward zero" if (step < 0).all()
-               else "to odd codes" if (theirs[differ] & 1).all() else "neither to even nor one way")
-        return (f"E2M1 ties rounded {how}: all {n} differing codes are at exact ties of x * m between two E2M1 values "
-                f"and one step from {best.rule.name}'s, which SPEC 3.1 rounds to the even code")
-    if (step < 0).all():
-        return (f"E2M1 rounded toward zero: all {n} differing codes are one step smaller in magnitude than "
-                f"{best.rule.name}'s ({int(ties.sum())} of them at exact ties), where SPEC 3.1 rounds to nearest")
-    if (step > 0).all():
-        return (f"E2M1 rounded away from zero: all {n} differing codes are one step larger in magnitude than "
-                f"{best.rule.name}'s ({int(ties.sum())} of them at exact ties), where SPEC 3.1 rounds to nearest")
+    for mode, phrase in _ROUNDING_MODES.items():
+        if np.array_equal(_e2m1_index(a_in, mode), theirs_in):
+            at_ties = "all at exact ties of y" if ties.all() else f"{int(ties.sum())} of them at exact ties of y"
+            return (f"E2M1 {phrase}: the {n} differing codes ({at_ties}) and every other code of their blocks are "
+                    f"{best.rule.name}'s scaled values y (x * m, or x / d under a division rule) so rounded; SPEC 3.1 "
+                    "rounds to nearest, ties to even")
     return None
 
 
 def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: str | None, layout: str,
-                other_scales, given_amax, source: np.ndarray) -> list:
+                other_scales, given_amax, source: np.ndarray, inputs_amax_fits: bool) -> list:
     exp = best.expected
     rows, c16 = exp.scales.shape
     out = []
@@ -470,8 +498,8 @@ def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: 
         rounding = _e2m1_rounding(best, data, got[0], source)
         if rounding:
             out.append(rounding)
-    # the RHT plane quantized with X's amax
-    if best.amax_source == "rowwise":
+    # the RHT plane quantized with X's amax (when that candidate matches, or is strictly nearer than the plane's own)
+    if inputs_amax_fits:
         out.append(f"the RHT plane quantized with X's amax ({_fmt(exp.amax)}): SPEC 4.2 takes the columnwise amax over "
                    "the RHT outputs (one amax serves both planes only without the RHT)")
     # garbage in the padding
@@ -593,16 +621,18 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
             for block in ((1, 16), (16, 16)):
                 for rht in ((False, True) if p == "col" and is_bf16 else (False,)):
                     amaxes = [("computed", None)]
-                    if p == "col" and rht and not r.quantize.get("row_scaled"):
-                        # SPEC 4.2: the RHT plane's amax is of the RHT outputs; X's own amax there is a bug class
-                        with np.errstate(invalid="ignore"):
-                            amaxes.append(("rowwise", np.float32(tensor_amax(x2, r.quantize["rule"]))))
                     if given is not None:
                         if r.quantize.get("row_scaled"):
                             if given.size == m:
                                 amaxes.append(("given", given))
                         elif given.size == 1:
                             amaxes.append(("given", np.float32(given[0])))
+                    if p == "col" and rht and not r.quantize.get("row_scaled"):
+                        # SPEC 4.2: the RHT plane's amax is of the RHT outputs; X's own amax there is a bug class
+                        # (after the given one, so that a supplied amax equal to X's counts as supplied)
+                        with np.errstate(invalid="ignore"):
+                            x_amax = tensor_amax(x2, _amax_rule(r.quantize["rule"], r.variant))
+                        amaxes.append(("rowwise", np.float32(x_amax)))
                     for src, a in amaxes:
                         try:
                             exp = _expected(x, x2, r, p, block, rht, rht_signs, a)
@@ -640,7 +670,10 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
             except (ValueError, TypeError):
                 other = None
     src = x2 if best.plane == "row" else columnwise_source(x2, best.rht, rht_signs)
-    hyps = _hypotheses(best, d, sbuf, declared, layout, other, given, src)
+    own = [c.n_diff for c in cands if c.amax_source == "computed" and (c.rule, c.plane, c.block, c.rht)
+           == (best.rule, best.plane, best.block, best.rht)]
+    inputs_amax_fits = best.amax_source == "rowwise" and (best.n_diff == 0 or best.n_diff < min(own, default=-1))
+    hyps = _hypotheses(best, d, sbuf, declared, layout, other, given, src, inputs_amax_fits)
     first = None
     side = []
     if best.n_diff:

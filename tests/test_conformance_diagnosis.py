@@ -97,3 +97,44 @@ def test_a_grouped_case_is_diagnosed_group_by_group():
     assert any("one ulp off in the scale" in line for line in lines), lines
     assert failure_hypotheses(case, out, ref) == lines
     assert group_quantize_hypotheses(case, ref, ref) == []  # nothing differs
+
+
+def test_grouped_column_planes_and_the_group_cap():
+    # both planes wrong in all four groups: the first three groups are read, each with both planes (SPEC 9.2's column
+    # offsets too), the fourth is not
+    from conformance.ops import reference
+
+    x = _x(64, 32, seed=8)
+    case = _case(x)
+    case.op = "group_quantize"
+    case.arrays["splits"] = np.array([16, 16, 16, 16], np.int64)
+    ref = reference(case)
+    out = {k: np.array(v, copy=True) for k, v in ref.items()}
+    for p in ("row", "col"):
+        for g in range(4):
+            out[f"{p}_scales"][ref[f"{p}_scale_offsets"][g]] += 1  # row 0, block 0 of each group's swizzled tile
+    lines = group_quantize_hypotheses(case, out, ref)
+    heads = [line for line in lines if " blocks differ" in line]
+    assert [h.split(":")[0] for h in heads] == [f"group {g}, {p} plane" for g in range(3) for p in ("row", "col")], lines
+
+
+def test_failure_hypotheses_never_raise():
+    # a 0-d amax where the reference has one per group, and a data buffer of the wrong length: lines, no exception
+    from conformance.ops import reference
+
+    x = _x(32, 32, seed=9)
+    case = _case(x)
+    case.op = "group_quantize"
+    case.arrays["splits"] = np.array([16, 16], np.int64)
+    ref = reference(case)
+    out = {k: np.array(v, copy=True) for k, v in ref.items()}
+    out["row_amax"] = np.float32(3.0)
+    out["row_scales"][ref["row_scale_offsets"][1]] += 1
+    lines = failure_hypotheses(case, out, ref)
+    assert lines and lines[0].startswith("group 1, row plane: closest"), lines
+    out["row_data"] = out["row_data"][:5]
+    assert isinstance(failure_hypotheses(case, out, ref), list)
+    single = _case(x)
+    bad = {"row_data": np.zeros(7, np.uint8), "row_scales": np.zeros(3, np.uint8)}
+    lines = failure_hypotheses(single, bad, _bufs(x))
+    assert lines and "not diagnosed" in lines[0], lines

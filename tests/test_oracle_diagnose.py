@@ -317,7 +317,7 @@ def test_planted_e2m1_rounding_modes():
     r = diagnose(x, away, t.scales, amax=amax, rules=["te"])
     n = int(np.isin(np.abs(x), [0.25, 1.25, 2.5, 5.0]).sum())
     h = [h for h in r.hypotheses if h.startswith("E2M1 ties rounded away from zero")]
-    assert h and f"all {n} differing codes are at exact ties" in h[0], str(r)
+    assert h and f"the {n} differing codes (all at exact ties of y)" in h[0], str(r)
     assert r.closest == "te (amax given)" and not any(h.startswith("transposed") for h in r.hypotheses), str(r)
     # toward zero: 0.875, 1.375, 2.875 and 5.5 lie strictly between two E2M1 values and round up to nearest
     x = _tie_input([0.875, 1.375, 2.875, 5.5, 0.5, 3.0, 0.625], seed=2)
@@ -325,16 +325,23 @@ def test_planted_e2m1_rounding_modes():
     trunc = _codes_with(t.codes(), x, [0.875, 1.375, 2.875, 5.5], -1)
     r = diagnose(x, trunc, t.scales, amax=amax, rules=["te"])
     h = [h for h in r.hypotheses if h.startswith("E2M1 rounded toward zero")]
-    assert h and "(0 of them at exact ties)" in h[0], str(r)
+    assert h and "(0 of them at exact ties of y)" in h[0], str(r)
     assert not any(h.startswith("E2M1 ties") for h in r.hypotheses), str(r)
-    # a code two steps off, or a scale one step off, is not a rounding mode
-    two = _codes_with(t.codes(), x, [0.875], -2)
-    r = diagnose(x, two, t.scales, amax=amax, rules=["te"])
-    assert not any(h.startswith("E2M1") for h in r.hypotheses), str(r)
+    # not a rounding mode: a code two steps off, only some of the codes truncated, a scale one step off
+    for bad in (_codes_with(t.codes(), x, [0.875], -2), _codes_with(t.codes(), x, [0.875], -1)):
+        r = diagnose(x, bad, t.scales, amax=amax, rules=["te"])
+        assert r.n_diff and not any(h.startswith("E2M1") for h in r.hypotheses), str(r)
     s = t.scales.copy()
     s[3, 1] += 1
     r = diagnose(x, t.data, s, amax=amax, rules=["te"])
     assert not any(h.startswith("E2M1") for h in r.hypotheses), str(r)
+    # nor codes one step from values no mode moves: an exact 6 read as 4, a zero as 0.5, 0.75 (a tie between 0.5
+    # and 1.0, not 1.0 and 1.5) as 1.5
+    x = _tie_input([0.0, 0.75, 0.5, 3.0], seed=3)
+    t = oracle.quantize(x, amax=amax).row
+    for at, step in (([6.0], -1), ([0.0], +1), ([0.75], +1)):
+        r = diagnose(x, _codes_with(t.codes(), x, at, step), t.scales, amax=amax, rules=["te"])
+        assert r.n_diff and not any(h.startswith("E2M1") for h in r.hypotheses), (at, str(r))
 
 
 def test_planted_rht_plane_with_the_inputs_amax():
@@ -351,6 +358,13 @@ def test_planted_rht_plane_with_the_inputs_amax():
     assert any(h.startswith("the RHT plane quantized with X's amax") for h in r.hypotheses), str(r)
     r = diagnose(x, honest["col_data"], honest["col_scales"], plane="col", rules=["te"])
     assert r.matches == ["te (rht)"] and not any("X's amax" in h for h in r.hypotheses), str(r)
+    # the same bytes with that amax supplied (SPEC 4.3 allows it for both planes): the supplied amax explains them
+    r = diagnose(x, planted["col_data"], planted["col_scales"], amax=a, plane="col", rules=["te"])
+    assert r.matches == ["te (rht, amax given)"] and not any("X's amax" in h for h in r.hypotheses), str(r)
+    # garbage codes: X's amax is no nearer than the plane's own, so it is not named
+    junk = (planted["col_data"] ^ 0x5A).astype(np.uint8)
+    r = diagnose(x, junk, honest["col_scales"], plane="col", rules=["te"])
+    assert not any("X's amax" in h for h in r.hypotheses), str(r)
 
 
 def test_planted_garbage_in_the_padding():
