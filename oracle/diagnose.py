@@ -48,8 +48,8 @@ class DiagnoseRule:
     planes: tuple = ("row", "col")
 
 
-#: Every rule diagnose tries, in the order a tie (as many differing blocks and bytes) is reported. Adding a rule is one line; a rule whose
-#: ``oracle.quantize`` keywords this oracle does not have is left out.
+#: Every rule diagnose tries, in the order a tie (as many differing blocks and bytes) is reported. Adding a rule is
+#: one line; a rule whose ``oracle.quantize`` keywords this oracle does not have is left out.
 DIAGNOSE_RULES = (
     DiagnoseRule("te", "5.1-5.2", "TE's kernels (the default)", {"rule": "te"}),
     DiagnoseRule("te_fused_rht", "5.3", "TE's fused RHT cast kernels", {"rule": "te_fused_rht"}),
