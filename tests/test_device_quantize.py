@@ -877,6 +877,50 @@ def test_cuda_graph_single_replay():
                       "col_scales": out.col_scales, "amax": torch.cat([out.row_amax, out.col_amax])}, ref, True)
 
 
+def test_cuda_graph_supplied_amax_replay():
+    """One pass in a CUDA graph (the amaxes of a previous step as device tensors, SPEC 4.3): new x and new amax values
+    copied into the captured tensors before each replay, negative ones used as their magnitudes."""
+    import device
+
+    rng = np.random.default_rng(77)
+    static_x = torch.zeros((300, 64), dtype=torch.bfloat16, device="cuda")
+    row_a, col_a = torch.ones(1, device="cuda"), torch.ones(1, device="cuda")
+    kw = dict(rowwise=True, columnwise=True, rht=True)
+    device.quantize(static_x, amax=(row_a, col_a), **kw)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = device.quantize(static_x, amax=(row_a, col_a), **kw)
+    splits = np.array([120, 0, 180], np.int64)
+    static_splits = torch.tensor(splits, device="cuda")
+    g_row, g_col = torch.ones(3, device="cuda"), torch.ones(3, device="cuda")
+    device.group_quantize(static_x, static_splits, amax=(g_row, g_col), **kw)
+    torch.cuda.synchronize()
+    g_graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g_graph):
+        g_out = device.group_quantize(static_x, static_splits, amax=(g_row, g_col), **kw)
+    for r in range(8):
+        x = make_input(300, 64, kind=("normal", "special")[r % 2], seed=90 + r)
+        static_x.copy_(to_cuda(x))
+        given = (rng.uniform(0.5, 40.0, size=(2, 4)) * rng.choice([-1.0, 1.0], size=(2, 4))).astype(np.float32)
+        row_a.copy_(torch.from_numpy(given[0, :1]))
+        col_a.copy_(torch.from_numpy(given[1, :1]))
+        g_row.copy_(torch.from_numpy(given[0, 1:]))
+        g_col.copy_(torch.from_numpy(given[1, 1:]))
+        for buf in (out.row_data, out.row_scales, out.col_data, out.col_scales, out.row_amax, out.col_amax,
+                    g_out.row_data, g_out.row_scales, g_out.col_data, g_out.col_scales, g_out.row_amax, g_out.col_amax):
+            buf.fill_(0xFF if buf.dtype == torch.uint8 else float("nan"))  # every output must be rewritten
+        graph.replay()
+        g_graph.replay()
+        torch.cuda.synchronize()
+        used = np.abs(given)  # SPEC 4.3: a negative device value is used as its magnitude
+        ref = oracle.quantize(x, amax=(used[0, 0], used[1, 0]), **kw)
+        check_single({"row_data": out.row_data, "row_scales": out.row_scales, "col_data": out.col_data,
+                      "col_scales": out.col_scales, "amax": torch.cat([out.row_amax, out.col_amax])}, ref, True)
+        g_ref = oracle.group_quantize(x, splits, amax=(used[0, 1:], used[1, 1:]), **kw)
+        check_grouped(grouped_bufs(g_out), g_ref, True)
+
+
 def test_torch_compile():
     """The registered op inside a torch.compile'd function (fullgraph) gives the oracle's bytes of 2x."""
     from device import _ops
