@@ -20,10 +20,12 @@ from .rht import DEFAULT_RHT_SIGNS
 from .scale_rules import (
     global_encode_scale,
     te_block_scales,
+    te_scale_values,
     tensor_amax,
     torchao_block_scales,
     torchao_encode_e2m1,
     torchao_per_tensor_scale,
+    torchao_scale_values,
 )
 from .swizzle import padded_scale_shape, unswizzle_scales
 
@@ -112,8 +114,9 @@ def _amax_rule(base: str, variant: str | None) -> str:
 
 
 def _scaled_source(y: np.ndarray, *, base: str, variant: str | None, block: tuple, amax) -> tuple:
-    """(scaled, scale bytes, amax) of the plane source ``y`` [R, C] under rule ``base`` (5.1-5.5) or its SPEC 14.11
-    ``variant``: ``scaled`` the fp32 values the rule rounds to E2M1 (``y * m``, or ``y / d`` under "division")."""
+    """(scaled, scale bytes, amax, scale values) of the plane source ``y`` [R, C] under rule ``base`` (5.1-5.5) or its
+    SPEC 14.11 ``variant``: ``scaled`` the fp32 values the rule rounds to E2M1 (``y * m``, or ``y / d`` under
+    "division"), the scale values the fp32 block scales it rounds to E4M3 (5.2's sf, 5.4's clamped bs)."""
     nan_rule = _amax_rule(base, variant)
     a = tensor_amax(y, nan_rule) if amax is None else np.float32(amax)
     b = block_scales(y, amax=a, rule=nan_rule, block=block)[0]
@@ -125,6 +128,7 @@ def _scaled_source(y: np.ndarray, *, base: str, variant: str | None, block: tupl
             if variant == "inverted":
                 s = np.float32(_ONE / s)
             sbytes, mult = te_block_scales(b, s)
+            values = te_scale_values(b, s)
             divisor = (decode_e4m3(sbytes) * np.float32(_ONE / s)).astype(np.float32)
         else:
             p = torchao_per_tensor_scale(a) if base == "torchao" else None
@@ -133,6 +137,7 @@ def _scaled_source(y: np.ndarray, *, base: str, variant: str | None, block: tupl
             if variant == "reciprocal_scale" and p is not None:
                 p = np.float32(np.float32(a) * _RCP_2688)
             sbytes, mult = torchao_block_scales(b, p)
+            values = torchao_scale_values(b, p)
             sf = decode_e4m3(sbytes)
             divisor = sf if p is None else (np.float32(p) * sf).astype(np.float32)
         y3 = y.reshape(rows, nb, 16)
@@ -146,12 +151,12 @@ def _scaled_source(y: np.ndarray, *, base: str, variant: str | None, block: tupl
         else:
             scaled = mult[:, :, None] * y3
         scaled = scaled.astype(np.float32).reshape(rows, cols)
-    return scaled, sbytes, a
+    return scaled, sbytes, a, values
 
 
 def _variant_plane(y: np.ndarray, *, base: str, variant: str, block: tuple, amax) -> tuple:
     """(data, scales, amax) of the plane source ``y`` [R, C] under a SPEC 14.11 variant of rule ``base``."""
-    scaled, sbytes, a = _scaled_source(y, base=base, variant=variant, block=block, amax=amax)
+    scaled, sbytes, a, _ = _scaled_source(y, base=base, variant=variant, block=block, amax=amax)
     codes = encode_e2m1(scaled) if base.startswith("te") else torchao_encode_e2m1(scaled)
     if variant == "negzero_positive":
         codes = np.where(scaled.view(np.uint32) == np.uint32(0x80000000), np.uint8(0), codes)
@@ -426,6 +431,51 @@ def _e2m1_rounding(best: _Candidate, data: np.ndarray, their_scales: np.ndarray,
     return None
 
 
+_E4M3_VALUES = decode_e4m3(np.arange(0x7F, dtype=np.uint8)).astype(np.float64)  # bytes 0x00..0x7E, ascending (2.2)
+_E4M3_MIDPOINTS = (_E4M3_VALUES[1:] + _E4M3_VALUES[:-1]) / 2
+
+
+def _e4m3_byte(a: np.ndarray, mode: str) -> np.ndarray:
+    """The E4M3 byte of a scale value ``a`` (finite, >= 0, at most 448) under a rounding mode other than SPEC 3.2's."""
+    if mode == "toward zero":
+        return np.searchsorted(_E4M3_VALUES, a, side="right") - 1
+    if mode == "away from zero":
+        return np.searchsorted(_E4M3_VALUES, a, side="left")
+    up = np.searchsorted(_E4M3_MIDPOINTS, a, side="right")
+    if mode == "ties away from zero":
+        return up
+    down = np.searchsorted(_E4M3_MIDPOINTS, a, side="left")
+    if mode == "ties toward zero":
+        return down
+    return np.where(up % 2 == 1, up, down)  # "ties to odd codes"
+
+
+def _e4m3_rounding(best: _Candidate, their_scales: np.ndarray, source: np.ndarray) -> str | None:
+    """The E4M3 rounding-mode hypothesis: some scale bytes differ, and every scale byte of the plane is the rule's
+    fp32 block scale (5.2's sf, 5.4's clamped bs) rounded by one other mode than SPEC 3.2's (to nearest even; the
+    modes of :func:`_e2m1_rounding`). None where no mode reproduces them all, where a scale value is NaN, or for a
+    rule whose scales are not one fp32 array (4over6, row-scaled)."""
+    exp = best.expected
+    q = best.rule.quantize
+    if q.get("four_over_six") or q.get("row_scaled"):
+        return None
+    differ = their_scales != exp.scales
+    if not differ.any():
+        return None
+    with np.errstate(all="ignore"):
+        values = _scaled_source(source, base=q["rule"], variant=best.rule.variant, block=best.block,
+                                amax=exp.amax)[3]
+    a = np.minimum(np.abs(values.astype(np.float64)), 448.0)  # (satfinite: larger values take 448)
+    if np.isnan(a).any() or values.shape != exp.scales.shape:
+        return None
+    n = int(differ.sum())
+    for mode, phrase in _ROUNDING_MODES.items():
+        if np.array_equal(_e4m3_byte(a, mode), their_scales):
+            return (f"E4M3 scale {phrase}: the {n} differing scale bytes and every other are {best.rule.name}'s fp32 "
+                    f"block scales so rounded; SPEC 3.2 rounds to nearest even")
+    return None
+
+
 def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: str | None, layout: str,
                 other_scales, given_amax, source: np.ndarray, inputs_amax_fits: bool) -> list:
     exp = best.expected
@@ -493,11 +543,11 @@ def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: 
                            f"{best.rule.name}'s ({int((step > 0).sum())} up, {int((step < 0).sum())} down)"
                            + (f"; {data_only} more blocks differ in codes only" if data_only else "")
                            + ": a rounding difference in the block scale (SPEC 5.2, 14.3)")
-    # E2M1 rounding mode: the scales agree, the codes are one step off
+    # rounding modes: of the scale bytes (E4M3), or, where they agree, of the codes (E2M1)
     if got is not None:
-        rounding = _e2m1_rounding(best, data, got[0], source)
-        if rounding:
-            out.append(rounding)
+        for rounding in (_e4m3_rounding(best, got[0], source), _e2m1_rounding(best, data, got[0], source)):
+            if rounding:
+                out.append(rounding)
     # the RHT plane quantized with X's amax (when that candidate matches, or is strictly nearer than the plane's own)
     if inputs_amax_fits:
         out.append(f"the RHT plane quantized with X's amax ({_fmt(exp.amax)}): SPEC 4.2 takes the columnwise amax over "

@@ -16,9 +16,11 @@ __all__ = [
     "global_encode_scale",
     "tensor_amax",
     "te_block_scales",
+    "te_scale_values",
     "torchao_block_scales",
     "torchao_encode_e2m1",
     "torchao_per_tensor_scale",
+    "torchao_scale_values",
 ]
 
 RULES = ("te", "te_fused_rht", "torchao", "torchao_noscale")
@@ -88,10 +90,16 @@ def te_block_scales(b: np.ndarray, s_enc: np.float32) -> tuple[np.ndarray, np.nd
     s_enc = np.asarray(s_enc, np.float32)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         s_dec = (_ONE / s_enc).astype(np.float32)
-        sf = np.fmin(b * (s_enc * _RCP6).astype(np.float32), F32_MAX)
-        sbytes = encode_e4m3(sf)
+        sbytes = encode_e4m3(te_scale_values(b, s_enc))
         m = np.fmin(_ONE / (decode_e4m3(sbytes) * s_dec), F32_MAX)
     return sbytes, m.astype(np.float32)
+
+
+def te_scale_values(b: np.ndarray, s_enc) -> np.ndarray:
+    """SPEC 5.2's fp32 block scale before its E4M3 rounding: sf = fminf(b * (S_enc * fp32(1/6)), FLT_MAX)."""
+    s_enc = np.asarray(s_enc, np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.fmin(b * (s_enc * _RCP6).astype(np.float32), F32_MAX).astype(np.float32)
 
 
 def torchao_per_tensor_scale(amax) -> np.float32:
@@ -105,6 +113,15 @@ _E4M3_MAX = np.float32(448.0)
 _TORCH_E4M3_NAN = np.array(0x7FF00000, np.uint32).view(np.float32)
 
 
+def torchao_scale_values(b: np.ndarray, per_tensor_scale) -> np.ndarray:
+    """SPEC 5.4 / 5.5's fp32 block scale before its E4M3 cast: clamp((b / 6) / P, 2^-6, 448) (without P: b / 6)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        bs = (b / np.float32(6.0)).astype(np.float32)
+        if per_tensor_scale is not None:
+            bs = (bs / np.float32(per_tensor_scale)).astype(np.float32)
+        return np.clip(bs, _E4M3_TINY, _E4M3_MAX)
+
+
 def torchao_block_scales(b: np.ndarray, per_tensor_scale) -> tuple[np.ndarray, np.ndarray]:
     """torchao 0.18 ``nvfp4_quantize`` block scales and multipliers (SPEC 5.4 / 5.5).
 
@@ -112,10 +129,7 @@ def torchao_block_scales(b: np.ndarray, per_tensor_scale) -> tuple[np.ndarray, n
     multiplier = 1 / float(sf) without P, (1 / P) / float(sf) with P.
     """
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        bs = (b / np.float32(6.0)).astype(np.float32)
-        if per_tensor_scale is not None:
-            bs = (bs / np.float32(per_tensor_scale)).astype(np.float32)
-        clamped = np.clip(bs, _E4M3_TINY, _E4M3_MAX)
+        clamped = torchao_scale_values(b, per_tensor_scale)
         # torch's float -> float8_e4m3fn keeps the sign of a NaN (0x7F / 0xFF)
         sbytes = encode_e4m3(clamped) | ((np.isnan(clamped) & np.signbit(clamped)).astype(np.uint8) << 7)
         # torch decodes the E4M3 NaN bytes to the fp32 patterns 0x7FF00000 / 0xFFF00000; the NaN payload

@@ -344,6 +344,29 @@ def test_planted_e2m1_rounding_modes():
         assert r.n_diff and not any(h.startswith("E2M1") for h in r.hypotheses), (at, str(r))
 
 
+def test_planted_e4m3_scales_truncated():
+    # amax 2688 given: S_enc = 1, so SPEC 5.2's sf is b * fp32(1/6); E4M3's values by SPEC 2.2's formula, the largest
+    # one <= sf taken for every block (a scale conversion that truncates)
+    x = _x(64, 64, seed=12)
+    amax = np.float32(2688.0)
+    t = oracle.quantize(x, amax=amax).row
+    e4m3 = np.array([(b & 7) * 2.0**-9 if b >> 3 == 0 else (1 + (b & 7) / 8) * 2.0 ** ((b >> 3) - 7)
+                     for b in range(0x7F)])
+    bmax = np.abs(x.astype(np.float32)).reshape(64, 4, 16).max(axis=2)
+    sf = (bmax * np.float32(1.0 / 6.0)).astype(np.float32).astype(np.float64)
+    trunc = (np.searchsorted(e4m3, sf, side="right") - 1).astype(np.uint8)
+    assert (trunc != t.scales).sum() > 10  # most blocks' sf lie between two E4M3 values
+    r = diagnose(x, t.data, trunc, amax=amax, rules=["te"])
+    h = [h for h in r.hypotheses if h.startswith("E4M3 scale rounded toward zero")]
+    assert h and f"the {int((trunc != t.scales).sum())} differing scale bytes and every other" in h[0], str(r)
+    # the reference's own bytes with two planted one-step scale errors fit no mode
+    s = t.scales.copy()
+    s[5, 1] += 1
+    s[9, 2] -= 1
+    r = diagnose(x, t.data, s, amax=amax, rules=["te"])
+    assert not any(h.startswith("E4M3") for h in r.hypotheses), str(r)
+
+
 def test_planted_rht_plane_with_the_inputs_amax():
     # SPEC 4.2: with the RHT the columnwise amax is the RHT outputs'; a kernel that keeps X's amax for that plane makes
     # bytes only the "X's amax" candidate reproduces (conformance.te_torch's planes, its amax supplied as a pair)
