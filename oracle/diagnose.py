@@ -374,16 +374,19 @@ _E2M1_MAGNITUDES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])  # SPEC 2.
 _E2M1_MIDPOINTS = (_E2M1_MAGNITUDES[1:] + _E2M1_MAGNITUDES[:-1]) / 2
 
 
-def _e2m1_index(a: np.ndarray, mode: str) -> np.ndarray:
-    """The E2M1 magnitude index of |y| = ``a`` (finite, >= 0) under a rounding mode other than SPEC 3.1's."""
-    if mode == "toward zero":  # the largest magnitude <= a (6 above it)
-        return np.minimum(np.searchsorted(_E2M1_MAGNITUDES, a, side="right") - 1, 7)
-    if mode == "away from zero":  # the smallest magnitude >= a (6 above it)
-        return np.minimum(np.searchsorted(_E2M1_MAGNITUDES, a, side="left"), 7)
-    up = np.searchsorted(_E2M1_MIDPOINTS, a, side="right")  # nearest, a tie to the larger magnitude
+def _grid_index(grid: np.ndarray, a: np.ndarray, mode: str) -> np.ndarray:
+    """The index in an ascending grid of non-negative values (E2M1's magnitudes, E4M3's bytes 0x00..0x7E: the index
+    is the magnitude code or the byte) of ``a`` (finite, from 0 to the grid's largest value) rounded by a mode other
+    than to nearest even."""
+    if mode == "toward zero":  # the largest grid value <= a
+        return np.searchsorted(grid, a, side="right") - 1
+    if mode == "away from zero":  # the smallest grid value >= a
+        return np.searchsorted(grid, a, side="left")
+    mid = (grid[1:] + grid[:-1]) / 2
+    up = np.searchsorted(mid, a, side="right")  # nearest, a tie to the larger value
     if mode == "ties away from zero":
         return up
-    down = np.searchsorted(_E2M1_MIDPOINTS, a, side="left")  # nearest, a tie to the smaller magnitude
+    down = np.searchsorted(mid, a, side="left")  # nearest, a tie to the smaller value
     if mode == "ties toward zero":
         return down
     return np.where(up % 2 == 1, up, down)  # "ties to odd codes"
@@ -395,24 +398,20 @@ _ROUNDING_MODES = {"ties away from zero": "ties rounded away from zero", "ties t
                    "away from zero": "rounded away from zero"}
 
 
-def _e2m1_rounding(best: _Candidate, data: np.ndarray, their_scales: np.ndarray, source: np.ndarray) -> str | None:
+def _e2m1_rounding(best: _Candidate, data: np.ndarray, their_scales: np.ndarray, scaled: np.ndarray) -> str | None:
     """The E2M1 rounding-mode hypothesis: in the blocks whose scale byte matches (where some code differs), their
     codes are every one of those blocks' values rounded by one other mode than SPEC 3.1's (to nearest, ties to even)
     from the same scaled values y (``x * m``, or ``x / d`` under the division rules), signs as ours. Modes tried: ties
-    away from / toward zero, ties to odd codes, toward zero, away from zero. None where no mode reproduces them, where
-    a differing value is NaN, or for a rule whose scaled values are not one fp32 array (4over6, row-scaled)."""
+    away from / toward zero, ties to odd codes, toward zero, away from zero. ``scaled``: the rule's y
+    (:func:`_scaled_source`). None where no mode reproduces them or where a differing value is NaN."""
     exp = best.expected
-    q = best.rule.quantize
-    if q.get("four_over_six") or q.get("row_scaled") or not best.n_diff:
+    if not best.n_diff:
         return None
     ours, theirs = exp.codes(), unpack_fp4(data.reshape(exp.data.shape), exp.cols)
     differ = ours != theirs
     same_scale = np.repeat(their_scales == exp.scales, 16, axis=1)[:, : exp.cols]
     if not differ.any() or (differ & ~same_scale).any() or ((ours ^ theirs)[differ] & 8).any():
         return None
-    with np.errstate(all="ignore"):
-        scaled = _scaled_source(source, base=q["rule"], variant=best.rule.variant, block=best.block,
-                                amax=exp.amax)[0]
     # the blocks with a differing code (all with matching scale bytes), every value of them that is not NaN
     blocks = np.repeat(differ.reshape(differ.shape[0], -1, 16).any(axis=2), 16, axis=1)[:, : exp.cols]
     a = np.abs(scaled.astype(np.float64))
@@ -423,7 +422,7 @@ def _e2m1_rounding(best: _Candidate, data: np.ndarray, their_scales: np.ndarray,
     ties = np.isin(a[differ], _E2M1_MIDPOINTS)
     n = int(differ.sum())
     for mode, phrase in _ROUNDING_MODES.items():
-        if np.array_equal(_e2m1_index(a_in, mode), theirs_in):
+        if np.array_equal(_grid_index(_E2M1_MAGNITUDES, a_in, mode), theirs_in):
             at_ties = "all at exact ties of y" if ties.all() else f"{int(ties.sum())} of them at exact ties of y"
             return (f"E2M1 {phrase}: the {n} differing codes ({at_ties}) and every other code of their blocks are "
                     f"{best.rule.name}'s scaled values y (x * m, or x / d under a division rule) so rounded; SPEC 3.1 "
@@ -432,45 +431,23 @@ def _e2m1_rounding(best: _Candidate, data: np.ndarray, their_scales: np.ndarray,
 
 
 _E4M3_VALUES = decode_e4m3(np.arange(0x7F, dtype=np.uint8)).astype(np.float64)  # bytes 0x00..0x7E, ascending (2.2)
-_E4M3_MIDPOINTS = (_E4M3_VALUES[1:] + _E4M3_VALUES[:-1]) / 2
 
 
-def _e4m3_byte(a: np.ndarray, mode: str) -> np.ndarray:
-    """The E4M3 byte of a scale value ``a`` (finite, >= 0, at most 448) under a rounding mode other than SPEC 3.2's."""
-    if mode == "toward zero":
-        return np.searchsorted(_E4M3_VALUES, a, side="right") - 1
-    if mode == "away from zero":
-        return np.searchsorted(_E4M3_VALUES, a, side="left")
-    up = np.searchsorted(_E4M3_MIDPOINTS, a, side="right")
-    if mode == "ties away from zero":
-        return up
-    down = np.searchsorted(_E4M3_MIDPOINTS, a, side="left")
-    if mode == "ties toward zero":
-        return down
-    return np.where(up % 2 == 1, up, down)  # "ties to odd codes"
-
-
-def _e4m3_rounding(best: _Candidate, their_scales: np.ndarray, source: np.ndarray) -> str | None:
+def _e4m3_rounding(best: _Candidate, their_scales: np.ndarray, values: np.ndarray) -> str | None:
     """The E4M3 rounding-mode hypothesis: some scale bytes differ, and every scale byte of the plane is the rule's
     fp32 block scale (5.2's sf, 5.4's clamped bs) rounded by one other mode than SPEC 3.2's (to nearest even; the
-    modes of :func:`_e2m1_rounding`). None where no mode reproduces them all, where a scale value is NaN, or for a
-    rule whose scales are not one fp32 array (4over6, row-scaled)."""
+    modes of :func:`_e2m1_rounding`). ``values``: the rule's block scales (:func:`_scaled_source`). None where no
+    mode reproduces them all or where a scale value is NaN."""
     exp = best.expected
-    q = best.rule.quantize
-    if q.get("four_over_six") or q.get("row_scaled"):
-        return None
     differ = their_scales != exp.scales
     if not differ.any():
         return None
-    with np.errstate(all="ignore"):
-        values = _scaled_source(source, base=q["rule"], variant=best.rule.variant, block=best.block,
-                                amax=exp.amax)[3]
     a = np.minimum(np.abs(values.astype(np.float64)), 448.0)  # (satfinite: larger values take 448)
     if np.isnan(a).any() or values.shape != exp.scales.shape:
         return None
     n = int(differ.sum())
     for mode, phrase in _ROUNDING_MODES.items():
-        if np.array_equal(_e4m3_byte(a, mode), their_scales):
+        if np.array_equal(_grid_index(_E4M3_VALUES, a, mode), their_scales):
             return (f"E4M3 scale {phrase}: the {n} differing scale bytes and every other are {best.rule.name}'s fp32 "
                     f"block scales so rounded; SPEC 3.2 rounds to nearest even")
     return None
@@ -543,9 +520,14 @@ def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: 
                            f"{best.rule.name}'s ({int((step > 0).sum())} up, {int((step < 0).sum())} down)"
                            + (f"; {data_only} more blocks differ in codes only" if data_only else "")
                            + ": a rounding difference in the block scale (SPEC 5.2, 14.3)")
-    # rounding modes: of the scale bytes (E4M3), or, where they agree, of the codes (E2M1)
-    if got is not None:
-        for rounding in (_e4m3_rounding(best, got[0], source), _e2m1_rounding(best, data, got[0], source)):
+    # rounding modes: of the scale bytes (E4M3), or, where they agree, of the codes (E2M1); from the rule's scaled
+    # values and block scales, formed once (not for 4over6 or row-scaled rules: no single fp32 array of either)
+    q = best.rule.quantize
+    if best.n_diff and got is not None and not q.get("four_over_six") and not q.get("row_scaled"):
+        with np.errstate(all="ignore"):
+            scaled, _, _, values = _scaled_source(source, base=q["rule"], variant=best.rule.variant,
+                                                  block=best.block, amax=exp.amax)
+        for rounding in (_e4m3_rounding(best, got[0], values), _e2m1_rounding(best, data, got[0], scaled)):
             if rounding:
                 out.append(rounding)
     # the RHT plane quantized with X's amax (when that candidate matches, or is strictly nearer than the plane's own)
