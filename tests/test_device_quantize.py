@@ -256,6 +256,45 @@ def test_quantize_subnormal_and_zero_scales(rht, rounding):
     check_case(x.astype(BF16), rowwise=True, columnwise=True, rht=rht, rounding=rounding, seed=31, offset=5)
 
 
+def rht_small_output_blocks(seed: int) -> np.ndarray:
+    """128 x 64 bf16 whose 16-token column blocks give RHT outputs below 2^-124 beside larger ones: SPEC 7.2's
+    t = RN_bf16(v / 4) then lies in bf16's subnormal range, where the rounding does not commute with the 1/4.
+
+    Block kinds, by column: tokens 0 and 1 equal to +-A (A = 2^-100, 2^-60 or 1.0; half the outputs cancel them)
+    over tokens 2..15 of subnormal bf16 values up to 2^-128 (those outputs are sums of the small tokens, about
+    2^-126); small tokens only (block max below 2^-120); zeros; and normal data (the tensor's amax)."""
+    rng = np.random.default_rng(seed)
+    m, k = 128, 64
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    small = lambda n: (rng.integers(1, 32, size=n) * np.exp2(-133.0) * rng.choice([-1.0, 1.0], size=n))  # noqa: E731
+    for c in range(k):
+        for b in range(m // 16):
+            kind = (c + 3 * b) % 6
+            if kind == 5:
+                continue  # normal data
+            blk = np.zeros(16, np.float64)
+            if kind in (0, 1, 2):
+                a = (2.0**-100, 2.0**-60, 1.0)[kind]
+                blk[0] = a
+                blk[1] = a * (-1.0) ** (c & 1)
+                blk[2:] = small(14)
+            elif kind == 3:
+                blk[:] = small(16)
+            x[16 * b:16 * b + 16, c] = blk
+    return x.astype(BF16)
+
+
+@pytest.mark.parametrize("rule", ["te", "te_fused_rht", "torchao"])
+@pytest.mark.parametrize("amax", [None, (1.0, 2.0**-90), (1.0, 2.0**-110)])
+def test_rht_small_outputs(rule, amax):
+    """Columnwise RHT blocks of the fast kernel with outputs below 2^-124 beside large ones (SPEC 7.2's bf16
+    rounding of v / 4 in the subnormal range), under the tensor's amax (scale bytes 0, multipliers FLT_MAX: the small
+    outputs round to codes 0 to 4) and supplied columnwise amaxes of 2^-90 and 2^-110 (large multipliers; torchao's
+    scale clamp at 2^-6)."""
+    x = rht_small_output_blocks(seed=len(rule) + (amax is None))
+    check_case(x, rowwise=True, columnwise=True, rht=True, block=(1, 16), rule=rule, amax=amax)
+
+
 def degenerate_input(kind: str, dtype=BF16) -> np.ndarray:
     """A 33 x 64 tensor of one kind: "zeros", "neg_zeros", "all_nan", "one_nan" (normal data with one NaN),
     "inf_only" (+Inf, every third row -Inf) or "tiny" (subnormals of dtype, every other row negative)."""
