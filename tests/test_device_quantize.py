@@ -175,6 +175,14 @@ def test_fast_quantize_many_tiles(rht, kind, rounding):
                offset=2**32 - 2)
 
 
+@pytest.mark.parametrize("rowwise,columnwise,rht", [(True, False, False), (False, True, True)])
+def test_fast_quantize_one_plane_many_tiles(rowwise, columnwise, rht):
+    """One plane of the fast kernel on 2048 x 5120 with NaN, subnormal and zero blocks: 640 tiles, more than one wave
+    of CTAs (4 per SM)."""
+    x = make_input(2048, 5120, kind="special", seed=21 + rht)
+    check_case(x, rowwise=rowwise, columnwise=columnwise, rht=rht, block=(1, 16))
+
+
 @pytest.mark.parametrize("rht", [False, True])
 @pytest.mark.parametrize("rule", ["torchao", "torchao_noscale", "te_fused_rht"])
 @pytest.mark.parametrize("kind", ["special", "inf"])
