@@ -19,10 +19,10 @@ from .quantize import as_2d_f32, block_scales, columnwise_source, quantize
 from .rht import DEFAULT_RHT_SIGNS
 from .scale_rules import (
     global_encode_scale,
-    te_block_scales,
+    te_bytes_and_multipliers,
     te_scale_values,
     tensor_amax,
-    torchao_block_scales,
+    torchao_bytes_and_multipliers,
     torchao_encode_e2m1,
     torchao_per_tensor_scale,
     torchao_scale_values,
@@ -127,8 +127,8 @@ def _scaled_source(y: np.ndarray, *, base: str, variant: str | None, block: tupl
             s = global_encode_scale(a, base)
             if variant == "inverted":
                 s = np.float32(_ONE / s)
-            sbytes, mult = te_block_scales(b, s)
             values = te_scale_values(b, s)
+            sbytes, mult = te_bytes_and_multipliers(values, s)
             divisor = (decode_e4m3(sbytes) * np.float32(_ONE / s)).astype(np.float32)
         else:
             p = torchao_per_tensor_scale(a) if base == "torchao" else None
@@ -136,8 +136,8 @@ def _scaled_source(y: np.ndarray, *, base: str, variant: str | None, block: tupl
                 p = np.float32(_ONE / p)
             if variant == "reciprocal_scale" and p is not None:
                 p = np.float32(np.float32(a) * _RCP_2688)
-            sbytes, mult = torchao_block_scales(b, p)
             values = torchao_scale_values(b, p)
+            sbytes, mult = torchao_bytes_and_multipliers(values, p)
             sf = decode_e4m3(sbytes)
             divisor = sf if p is None else (np.float32(p) * sf).astype(np.float32)
         y3 = y.reshape(rows, nb, 16)

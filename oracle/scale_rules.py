@@ -16,8 +16,10 @@ __all__ = [
     "global_encode_scale",
     "tensor_amax",
     "te_block_scales",
+    "te_bytes_and_multipliers",
     "te_scale_values",
     "torchao_block_scales",
+    "torchao_bytes_and_multipliers",
     "torchao_encode_e2m1",
     "torchao_per_tensor_scale",
     "torchao_scale_values",
@@ -87,10 +89,16 @@ def te_block_scales(b: np.ndarray, s_enc: np.float32) -> tuple[np.ndarray, np.nd
     sf = fminf(b * (S_enc * fp32(1/6)), FLT_MAX) -> E4M3 (RNE, satfinite);
     m = fminf(1 / (float(sf_e4m3) * S_dec), FLT_MAX) with S_dec = 1 / S_enc.
     """
+    return te_bytes_and_multipliers(te_scale_values(b, s_enc), s_enc)
+
+
+def te_bytes_and_multipliers(values: np.ndarray, s_enc) -> tuple[np.ndarray, np.ndarray]:
+    """SPEC 5.2 from the fp32 block scales ``values`` (:func:`te_scale_values`): their E4M3 bytes (RNE, satfinite)
+    and the encode multipliers m = fminf(1 / (float(sf_e4m3) * S_dec), FLT_MAX), S_dec = 1 / S_enc."""
     s_enc = np.asarray(s_enc, np.float32)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         s_dec = (_ONE / s_enc).astype(np.float32)
-        sbytes = encode_e4m3(te_scale_values(b, s_enc))
+        sbytes = encode_e4m3(values)
         m = np.fmin(_ONE / (decode_e4m3(sbytes) * s_dec), F32_MAX)
     return sbytes, m.astype(np.float32)
 
@@ -128,8 +136,13 @@ def torchao_block_scales(b: np.ndarray, per_tensor_scale) -> tuple[np.ndarray, n
     bs = b / 6; with a per-tensor scale P: bs = bs / P. sf = E4M3(clamp(bs, 2**-6, 448)) (NaN stays NaN);
     multiplier = 1 / float(sf) without P, (1 / P) / float(sf) with P.
     """
+    return torchao_bytes_and_multipliers(torchao_scale_values(b, per_tensor_scale), per_tensor_scale)
+
+
+def torchao_bytes_and_multipliers(clamped: np.ndarray, per_tensor_scale) -> tuple[np.ndarray, np.ndarray]:
+    """SPEC 5.4 / 5.5 from the clamped fp32 block scales (:func:`torchao_scale_values`): their E4M3 bytes (torch's
+    cast; a NaN keeps its sign: 0x7F / 0xFF) and the multipliers 1 / float(sf), or (1 / P) / float(sf) with P."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        clamped = torchao_scale_values(b, per_tensor_scale)
         # torch's float -> float8_e4m3fn keeps the sign of a NaN (0x7F / 0xFF)
         sbytes = encode_e4m3(clamped) | ((np.isnan(clamped) & np.signbit(clamped)).astype(np.uint8) << 7)
         # torch decodes the E4M3 NaN bytes to the fp32 patterns 0x7FF00000 / 0xFFF00000; the NaN payload
