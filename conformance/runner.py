@@ -150,11 +150,17 @@ def _check_case(backend: B.Backend, case: Case, stats: dict | None):
     return ("mismatch" if ms else "pass"), ms, ref, out, ""
 
 
+_RAISED = re.compile(r"(\S+) raised (\w+)")  # check_case's error text: "<who> raised <exception type>: ..."
+
+
 def _signature(status: str, ms: list[Mismatch], err: str) -> frozenset | None:
+    """What a failure is, for shrinking (a smaller case must fail the same way) and for the saved-case cap: the set
+    of mismatching buffers, or who raised which exception type (a backend name may hold colons: device:cuda:0)."""
     if status == "pass":
         return None
     if status == "error":
-        return frozenset({"error:" + err.split(":")[0]})
+        m = _RAISED.match(err)
+        return frozenset({"error:" + (f"{m.group(1)} {m.group(2)}" if m else err.split(":")[0])})
     return frozenset(m.buffer for m in ms)
 
 

@@ -169,8 +169,17 @@ class ExitsOnCase(OracleQuantize):
         return None
 
 
+class RaisesTwoKinds(OracleQuantize):
+    """A backend whose name holds colons (as device:cuda:0) raising ValueError on even cases, KeyError on odd ones."""
+
+    name = "test:raises:2"
+
+    def run(self, op, case):
+        raise (ValueError if case.index % 2 == 0 else KeyError)(f"planted {case.index}")
+
+
 for _cls in (OracleQuantize, FlipNibble, BadSwizzle, Unavailable, SlowStart, DropsColumnwise, WritesItsInput,
-             DiesOnCase, HangsOnCase, ExitsOnCase):
+             DiesOnCase, HangsOnCase, ExitsOnCase, RaisesTwoKinds):
     register_backend(_cls.name, _cls)
 
 
@@ -662,6 +671,16 @@ def test_exit_and_bad_return_values_are_errors(tmp_path):
     assert code == 1 and stats.totals()["errors"] == 2
     errs = " | ".join(f["error"] for f in stats.failures)
     assert "SystemExit" in errs and "not a dict" in errs
+
+
+def test_exceptions_of_two_types_are_two_failures(tmp_path):
+    """A backend raising ValueError and KeyError has two failures, each shrunk and saved up to the per-failure cap
+    (3): eight cases save six, not the three of one "error" signature (a backend name with colons included)."""
+    code, stats = run(_cfg(tmp_path, backends=["test:raises:2"], ops=["quantize"], max_cases=8, shrink_time=2.0))
+    assert code == 1 and stats.totals()["errors"] == 8
+    saved = [f for f in stats.failures if "npz" in f]
+    assert len(saved) == 6, [f.get("note") or f["error"][:60] for f in stats.failures]
+    assert {"ValueError", "KeyError"} <= {f["error"].split()[2].rstrip(":") for f in saved}
 
 
 def test_a_worker_that_dies_is_a_failure(tmp_path, capsys):
