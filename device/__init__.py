@@ -10,7 +10,7 @@ The API mirrors the oracle name for name on torch CUDA tensors (current stream, 
 * :class:`GroupedLinear`: the grouped (MoE) linear layer of NVFP4 training (SPEC 16), a ``torch.nn.Module`` whose
   forward and backward run these kernels (CUDA-graph and ``torch.compile`` safe).
 * :func:`set_num_sms` / :func:`get_num_sms`: cap the GEMM's persistent grid.
-* :func:`is_available`: whether a CUDA device that can run the kernels (sm_90) is present.
+* :func:`is_available`: whether the current CUDA device can run the kernels (sm_90).
 * :mod:`device.testing`: test-only hooks (``force_plan``).
 
 Importing this package needs neither torch nor CUDA: the functions above are imported on first access (their

@@ -162,7 +162,8 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
     Args:
         a, b: the operands of ``kind`` (their planes are listed in the module docstring); both with swizzled scales,
             each plane's codes 8-byte aligned (as group_quantize allocates them; a scale buffer off 16-byte alignment
-            runs on the copies, docs/design.md section 6).
+            runs on the copies, docs/design.md section 6, and in mode "fast" a call the copies cannot run either is
+            refused).
         kind: ``"fprop"`` (``Y_g = X_g W_g^T``), ``"dgrad"`` (``dX_g = dY_g W_g``) or ``"wgrad"`` (``dW_g = dY_g^T X_g``).
         out_dtype: ``torch.bfloat16`` or ``torch.float32`` (or their names); default bf16 for fprop / dgrad, fp32
             for wgrad, or ``out``'s dtype.
@@ -171,7 +172,7 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
         bias: fprop / dgrad only: ``[E, cols]`` float32 or bfloat16, added per group in the epilogue.
         mode: ``"fast"`` (``oracle.gemm(model="tensor_core")`` bit for bit), ``"exact"`` (``model="sequential"``
             bit for bit) or ``"sm100"`` (``model="sm100"`` bit for bit: what a B200's CUTLASS grouped GEMM returns,
-            SPEC 12.7; contractions below 2^19; 0.35-0.57x the speed of torch._grouped_mm on BF16 on the H200,
+            SPEC 12.7; contractions below 2^19, for wgrad T rounded up to 16; 0.35-0.57x the speed of torch._grouped_mm on BF16 on the H200,
             docs/performance.md).
 
     Returns:
@@ -184,8 +185,9 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
 
     Raises TypeError / ValueError before any launch for operands that are not grouped results with the planes
     ``kind`` reads and swizzled scales, a different E or K, scale rules without an alpha (SPEC 12.1), an unknown
-    kind or mode, and an ``out`` / ``out_dtype`` / ``accumulate`` / ``bias`` that does not fit (shape, dtype, device,
-    contiguity, alignment, overlap with an operand)."""
+    kind or mode, an ``out`` / ``out_dtype`` / ``accumulate`` / ``bias`` that does not fit (shape, dtype, device,
+    contiguity, alignment, overlap with an operand), a mode-sm100 contraction of 2^19 or more, and (ValueError) a
+    fast-mode call with a misaligned scale buffer that no fast algorithm can run (docs/design.md section 6)."""
     c = _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode)
     operands = _operands(c, a, b)
     plan = _plan_parts()

@@ -212,7 +212,7 @@ class GroupedLinear(torch.nn.Module):
     bias[g]`` for groups of consecutive rows given by ``m_splits``, forward and backward on the device kernels.
 
     Args:
-        num_gemms: E, the number of experts (>= 1).
+        num_gemms: E, the number of experts (1 to 65535).
         in_features: K, a positive multiple of 16.
         out_features: N, a positive multiple of 16.
         bias: whether the layer has a bias ``[E, N]`` (initialised to zeros).
@@ -264,18 +264,18 @@ class GroupedLinear(torch.nn.Module):
     without the 128 x 4 tiles' padding) and swizzled again in the backward. That is about 0.56 bytes per element of
     X against 2 for a BF16 layer's saved X, plus the SPEC 9.3 capacity's room for the groups' padding to 16 tokens.
 
-    **Weight planes** are quantized once (both planes, 16x16 blocks by default) and reused by later forwards while
-    the weight is unchanged (with ``cache_f16_weights``, their fp16 copy too). By default
-    (``forward(..., is_first_microbatch=None)``) the cache is keyed on
-    ``weight._version`` (bumped by every in-place update through the parameter, e.g. the optimizer's),
+    **Weight planes** are quantized once (16x16 blocks by default; the columnwise plane, dgrad's operand, only when
+    the forward needs a gradient of x) and reused by later forwards while the weight is unchanged (with
+    ``cache_f16_weights``, their fp16 copy too). By default (``forward(..., is_first_microbatch=None)``) the cache
+    is keyed on ``weight._version`` (bumped by every in-place update through the parameter, e.g. the optimizer's),
     ``weight.data_ptr()``, dtype, shape and the recipe's weight fields. That check cannot see a write that bumps no
     version counter of the parameter: ``weight.data.copy_(...)`` or another in-place op on ``weight.data``, a
-    collective or other library writing into the parameter's memory through a tensor of its own, or
-    ``weight.data = buf`` with a ``buf`` at the old address. After such an update pass ``is_first_microbatch=True``
-    to the next forward (or call :meth:`invalidate_weight_planes`); TE's convention, ``True`` on the first
-    micro-batch of a step and ``False`` on the others, states it for every step. ``layer.weight_plane_reuse = False``
-    quantizes the weights in every forward instead. Under ``torch.compile`` the planes are quantized inside the
-    compiled graph at every call.
+    collective or other library writing into the parameter's memory through a tensor of its own, or ``weight.data =
+    buf`` with a ``buf`` at the old address. After such an update pass ``is_first_microbatch=True`` to the next
+    forward (or call :meth:`invalidate_weight_planes`); TE's convention, ``True`` on the first micro-batch of a step
+    and ``False`` on the others, states it for every step. ``layer.weight_plane_reuse = False`` quantizes the
+    weights in every forward instead. Under ``torch.compile`` the planes are quantized inside the compiled graph at
+    every call.
 
     **Graphs and compile**: no host synchronization (no ``.item()``, ``.tolist()``, ``.cpu()``) and no allocation
     whose size depends on device data happen in forward or backward, so a whole step (forward + backward) can be

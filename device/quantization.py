@@ -167,7 +167,7 @@ def _amax_values(a, n: int, device) -> Tensor:
 
 
 def quantize(x: Tensor, *, rowwise: bool = True, columnwise: bool = False, rht: bool = False,
-             rht_signs: int = 0xD7E8, block: Sequence[int] = (1, 16), rule: str = "te", amax=None,
+             rht_signs: int = 0xD7E8, block: Sequence[int] | str = (1, 16), rule: str = "te", amax=None,
              rounding: str = "rn", seed: int = 0, offset: int = 0, swizzled: bool = True,
              four_over_six: str | None = None, four_over_six_fast_math: bool = False, global_scale_max: int = 448,
              row_scaled: bool = False) -> DeviceNVFP4Tensor:
@@ -216,7 +216,7 @@ def quantize(x: Tensor, *, rowwise: bool = True, columnwise: bool = False, rht: 
 
 
 def group_quantize(x: Tensor, splits: Tensor, *, rowwise: bool = True, columnwise: bool = False,
-                   rht: bool = False, rht_signs: int = 0xD7E8, block: Sequence[int] = (1, 16), rule: str = "te",
+                   rht: bool = False, rht_signs: int = 0xD7E8, block: Sequence[int] | str = (1, 16), rule: str = "te",
                    amax=None, rounding: str = "rn", seed: int = 0, offset: int = 0,
                    swizzled: bool = True, four_over_six: str | None = None, four_over_six_fast_math: bool = False,
                    global_scale_max: int = 448, row_scaled: bool = False) -> DeviceGroupedNVFP4Tensor:

@@ -36,7 +36,9 @@ class NVFP4Recipe:
         seed: the Philox seed of dY's stochastic rounding, an integer in [0, 2**64) (default 0; SPEC 16.2). Every
             step and every layer quantized with the same seed draws the same random bits: give each layer its own.
 
-    Raises ``TypeError`` / ``ValueError`` at construction for a field of the wrong type or value.
+    Raises at construction: ``ValueError`` for a ``rule`` or ``weight_block`` that is not one of the choices (whatever
+    its type), ``TypeError`` for a flag or an integer field of another type, ``ValueError`` for an integer out of
+    range.
     """
 
     rule: str = "te"
