@@ -22,6 +22,7 @@ from .scale_rules import (
     te_bytes_and_multipliers,
     te_scale_values,
     tensor_amax,
+    torch_decode_e4m3,
     torchao_bytes_and_multipliers,
     torchao_encode_e2m1,
     torchao_per_tensor_scale,
@@ -138,7 +139,7 @@ def _scaled_source(y: np.ndarray, *, base: str, variant: str | None, block: tupl
                 p = np.float32(np.float32(a) * _RCP_2688)
             values = torchao_scale_values(b, p)
             sbytes, mult = torchao_bytes_and_multipliers(values, p)
-            sf = decode_e4m3(sbytes)
+            sf = torch_decode_e4m3(sbytes)  # SPEC 3.5: torch's NaN patterns, as in the multiplier
             divisor = sf if p is None else (np.float32(p) * sf).astype(np.float32)
         y3 = y.reshape(rows, nb, 16)
         if variant == "division":

@@ -15,6 +15,7 @@ __all__ = [
     "block_amax",
     "global_encode_scale",
     "tensor_amax",
+    "torch_decode_e4m3",
     "te_block_scales",
     "te_bytes_and_multipliers",
     "te_scale_values",
@@ -130,6 +131,13 @@ def torchao_scale_values(b: np.ndarray, per_tensor_scale) -> np.ndarray:
         return np.clip(bs, _E4M3_TINY, _E4M3_MAX)
 
 
+def torch_decode_e4m3(sbytes: np.ndarray) -> np.ndarray:
+    """torch's fp32 values of E4M3 scale bytes (SPEC 3.5): 2.2's values, the NaN bytes 0x7F / 0xFF as the patterns
+    0x7FF00000 / 0xFFF00000, whose payload decides the code torchao's bit conversion gives a NaN product."""
+    sf = decode_e4m3(sbytes)
+    return np.where(np.isnan(sf), np.where(sbytes >= 0x80, -_TORCH_E4M3_NAN, _TORCH_E4M3_NAN), sf)
+
+
 def torchao_block_scales(b: np.ndarray, per_tensor_scale) -> tuple[np.ndarray, np.ndarray]:
     """torchao 0.18 ``nvfp4_quantize`` block scales and multipliers (SPEC 5.4 / 5.5).
 
@@ -145,10 +153,7 @@ def torchao_bytes_and_multipliers(clamped: np.ndarray, per_tensor_scale) -> tupl
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         # torch's float -> float8_e4m3fn keeps the sign of a NaN (0x7F / 0xFF)
         sbytes = encode_e4m3(clamped) | ((np.isnan(clamped) & np.signbit(clamped)).astype(np.uint8) << 7)
-        # torch decodes the E4M3 NaN bytes to the fp32 patterns 0x7FF00000 / 0xFFF00000; the NaN payload
-        # decides the code torchao's bit conversion gives (SPEC 3.5), so model it.
-        sf = decode_e4m3(sbytes)
-        sf = np.where(np.isnan(sf), np.where(sbytes >= 0x80, -_TORCH_E4M3_NAN, _TORCH_E4M3_NAN), sf)
+        sf = torch_decode_e4m3(sbytes)
         if per_tensor_scale is None:
             m = _ONE / sf
         else:

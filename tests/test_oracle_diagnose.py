@@ -176,6 +176,25 @@ def test_torchao_variants_from_torchaos_own_functions():
     assert "torchao_div" in r.matches and "torchao" not in r.matches, str(r)
 
 
+def test_torchao_division_of_a_nan_block_from_torchaos_own_functions():
+    """A NaN block under the division variants: torch decodes its scale byte 0x7F to 0x7FF00000 (SPEC 3.5), so a
+    finite element divided by it gets that payload's code 4, the NaN element keeps its own payload (a / b carries
+    a's). Bytes from torchao's own quantizer and E2M1 conversion of x / (P * sf) and of x / sf."""
+    nv = _ao()
+    from torchao.prototype.mx_formats.kernels import f32_to_f4_unpacked, pack_uint4
+
+    x = np.ones((2, 32), np.float32)
+    x[0, 0], x[0, 1], x[1, 20] = np.nan, 2.0, -3.0
+    xt = torch.from_numpy(x)
+    for rule, p in (("torchao_div", nv.per_tensor_amax_to_scale(torch.tensor(3.0))), ("torchao_noscale_div", None)):
+        sc, _ = nv.nvfp4_quantize(xt, 16, p)
+        d = sc.to(torch.float32) if p is None else p * sc.to(torch.float32)
+        codes = f32_to_f4_unpacked(torch.clamp(xt.reshape(2, 2, 16) / d.unsqueeze(-1), -6.0, 6.0).reshape(2, 32))
+        assert int(codes[0, 1]) == 4 and int(sc[0, 0].view(torch.uint8)) == 0x7F  # the case the test is about
+        r = diagnose(x, pack_uint4(codes), sc, amax=None if p is None else 3.0, rules=BASIC)
+        assert rule in [m.split(" (")[0] for m in r.matches], str(r)
+
+
 def test_torchao_on_a_cuda_tensor():
     """torchao's own quantizer given the per-tensor scale it forms on a CUDA tensor, A * fp32(1/2688) (one ulp off
     A / 2688 at A = 4.21875; the product formed here with torch on the host), on blocks of E2M1 decision points
