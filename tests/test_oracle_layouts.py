@@ -84,9 +84,8 @@ def test_grouped_equals_per_group(splits, k, use_rht, rounding, block, seed):
     x = rng.standard_normal((t, k)).astype(ml_dtypes.bfloat16)
     opts = dict(columnwise=True, rht=use_rht, rounding=rounding, block=block, seed=seed, offset=3)
     g = oracle.group_quantize(x, splits, **opts)
-    offs = grouped_scale_offsets(splits, k)
-    for name in ("row_offsets",):
-        assert np.array_equal(g.row_offsets, offs[name])
+    assert np.array_equal(g.row_offsets, np.concatenate([[0], np.cumsum(splits)]))  # SPEC 9.2: first row of each group
+    offs = grouped_scale_offsets(splits, k)  # (against SPEC 9.2's worked example: test_grouped_offsets_hand_example)
     start = 0
     for i, m in enumerate(splits):
         ref = oracle.quantize(x[start : start + m], **{**opts, "offset": 3 + i})
