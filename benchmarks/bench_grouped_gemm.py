@@ -39,7 +39,9 @@ from round to round, so no column always follows the same one), and reports its 
 
 ``--rules``: the operands' scale rules, one row per case and rule (SPEC 12.1 pairs a rule with itself), the rule
 appended to the case name (under a torchao rule the wdq+gmm column, which decodes with the TE factors, is nan);
-``--only``: the rows whose "case kind" contains the text; ``--columns``: time only these columns.
+``--only``: the rows whose "case kind" contains the text; ``--columns``: time only these columns, named by their
+keys: fast, fused, exact, x_fused, x_dq, x_hyb, sm100, grouped_mm, loop, deq+gmm and the sustained fast_s, exact_s,
+grouped_mm_s (the table prints grouped_mm as grp_mm, the matmul loop as loop, deq+gmm as wdq+gmm).
 """
 
 from __future__ import annotations
@@ -270,8 +272,9 @@ def main():
     ap.add_argument("--rules", default="te", help="comma-separated scale rules of the operands, one row each (SPEC 12.1)")
     ap.add_argument("--only", default="", help="run only the rows whose 'case kind' contains this text")
     ap.add_argument("--spread", action="store_true", help="also print each round's TFLOP/s per column (stderr)")
-    ap.add_argument("--columns", default="", help="comma-separated columns to time, e.g. sm100,grouped_mm (default: all;"
-                    " the others print nan)")
+    ap.add_argument("--columns", default="", help="comma-separated column keys to time, e.g. sm100,grouped_mm (fast, "
+                    "fused, exact, x_fused, x_dq, x_hyb, sm100, grouped_mm, loop, deq+gmm, fast_s, exact_s, "
+                    "grouped_mm_s; default: all; the others print nan)")
     args = ap.parse_args()
     cases = [
         ("E8 T16384 K4096 N14336 bal", 8, 16384, 4096, 14336, False,

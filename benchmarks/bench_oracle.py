@@ -38,7 +38,8 @@ def best_of(fn, repeat: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=3, help="timed calls per row after one warm-up; the best is shown")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="timed calls per quantize row after one warm-up; the best is shown (GEMM rows: one call)")
     ap.add_argument("--skip-gemm", action="store_true", help="time the quantize rows only")
     a = ap.parse_args()
     rng = np.random.default_rng(0)

@@ -9,8 +9,8 @@
 #                  (device._build.load_extensions)
 #   smoke          one tiny quantize and grouped GEMM against the oracle
 #   gemm-tests     tests/test_device_gemm.py, test_device_gemm_torchao.py (8 workers)
-#   quant-tests    tests/test_device_quantize.py, test_device_torchao.py, test_device_kernel_choice.py,
-#                  test_device_placement.py
+#   quant-tests    tests/test_device_quantize.py, test_device_torchao.py, test_device_placement.py,
+#                  test_device_results.py, test_device_args_host.py, test_device_kernel_choice.py (8 workers)
 #   large-tests    tests/test_device_large.py with NVFP4_LARGE=1 (buffers past 32-bit offsets, ~40 GB of GPU memory)
 #   sanitize       compute-sanitizer $SANITIZE_TOOLS (memcheck racecheck) on $SANITIZE_K (pytest -k of
 #                  $SANITIZE_FILE, default tests/test_device_gemm.py)
@@ -93,7 +93,7 @@ EOF
       ;;
     gemm-tests) $PYTEST -n 8 tests/test_device_gemm.py tests/test_device_gemm_torchao.py ;;
     quant-tests) $PYTEST -n 8 tests/test_device_quantize.py tests/test_device_torchao.py tests/test_device_placement.py \
-      tests/test_device_results.py tests/test_device_args_host.py ;;
+      tests/test_device_results.py tests/test_device_args_host.py tests/test_device_kernel_choice.py ;;
     large-tests) NVFP4_LARGE=1 $PYTEST -rs --durations=0 tests/test_device_large.py ;;
     sanitize)
       local tool rc=0

@@ -400,7 +400,7 @@ def main() -> None:
     g.add_argument("--plans", default="auto; algorithm=fused_128x256; algorithm=copies_cutlass",
                    help='";"-separated plans, e.g. "auto; algorithm=exact_copies loader=tma; mode=exact sms=100"')
     g.add_argument("--cases", default="64,16384,2048,1408,wgrad,f32;64,16384,2048,1408,wgrad,bf16",
-                   help='";"-separated cases E,T,K,N,kind[,out][,skew]')
+                   help='";"-separated cases E,T,K,N,kind[,out][,skew][,bias]')
     g.add_argument("--iters", type=int, default=10, help="timed calls per plan and round")
     g.add_argument("--rounds", type=int, default=2, help="rounds over all plans and grouped_mm")
     q = sub.add_parser("quantize", help="A/B of quantize plans (bytes compared, then timed)")

@@ -6,7 +6,7 @@ alternating, ``--rounds`` rounds of ``--iters`` calls each, and prints the media
 whether the plan the rule picks for that case (device._dispatch.plan_gemm, unforced) is the faster one. A rule whose
 pick loses by more than the rounds' spread on a case next to its threshold is a rule to move.
 
-    PYTHONPATH=. python tools/ab/crossovers.py [--rounds 3] [--iters 10] [--only swapped,pair]
+    PYTHONPATH=. python tools/ab/crossovers.py [--rounds 3] [--iters 10] [--only swapped,pair_rows]
 """
 
 from __future__ import annotations
@@ -26,34 +26,37 @@ from bench_grouped_gemm import timeit  # noqa: E402
 import device  # noqa: E402
 from device import _dispatch  # noqa: E402
 
+D = _dispatch
 # rule name -> (the threshold it sets, [(case, plan A, plan B)]): cases "E,T,K,N,kind[,out]" (ab_plans' syntax)
 RULES = {
-    "swapped": ("SWAPPED_MAX_ROWS = 96: fprop / dgrad rows per group", [
+    "swapped": (f"SWAPPED_MAX_ROWS = {D.SWAPPED_MAX_ROWS}: fprop / dgrad rows per group", [
         (f"8,{8 * r},4096,14336,fprop", "algorithm=swapped_64x256", "algorithm=fused") for r in (64, 96, 128)]
         + [(f"8,{8 * r},4096,14336,dgrad", "algorithm=swapped_64x256", "algorithm=fused") for r in (96, 128)]),
-    "skinny": ("SKINNY_MAX_ROWS = 96: output rows per group (wgrad: dW's N)", [
+    "skinny": (f"SKINNY_MAX_ROWS = {D.SKINNY_MAX_ROWS}: output rows per group (wgrad: dW's N)", [
         (f"64,16384,2048,{n},wgrad", "algorithm=fused_64x256", "algorithm=fused_128x256") for n in (64, 96, 128)]),
-    "pair_rows": ("PAIR_MIN_ROWS = 256: rows per group (contraction >= 1024)", [
+    "pair_rows": (f"PAIR_MIN_ROWS = {D.PAIR_MIN_ROWS}: rows per group (contraction >= {D.PAIR_MIN_CONTRACTION})", [
         (f"16,{16 * r},4096,4096,fprop", "algorithm=fused_pair_256x256", "algorithm=fused_128x256")
         for r in (128, 256, 512)]),
-    "pair_contraction": ("PAIR_MIN_CONTRACTION = 1024: contraction (512 rows per group)", [
+    "pair_contraction": (f"PAIR_MIN_CONTRACTION = {D.PAIR_MIN_CONTRACTION}: contraction (512 rows per group)", [
         (f"16,8192,{k},4096,fprop", "algorithm=fused_pair_256x256", "algorithm=fused_128x256")
         for k in (512, 1024, 2048)]),
-    "copies": ("COPIES_MIN_REUSE = 1024: fprop rows per group (N, K >= 1024)", [
+    "copies": (f"COPIES_MIN_REUSE = {D.COPIES_MIN_REUSE}: fprop rows per group (N, K >= 1024)", [
         (f"8,{8 * r},4096,14336,fprop", "algorithm=copies_cutlass", "algorithm=fused") for r in (512, 1024, 2048)]),
-    "wgrad_f32": ("WGRAD_COPIES_MIN_ROWS_F32 = 512: fp32 wgrad rows per group", [
+    "wgrad_f32": (f"WGRAD_COPIES_MIN_ROWS_F32 = {D.WGRAD_COPIES_MIN_ROWS_F32}: fp32 wgrad rows per group", [
         (f"8,{8 * r},4096,14336,wgrad,f32", "algorithm=copies_cutlass", "algorithm=fused") for r in (256, 512, 1024)]),
-    "wgrad_acc": ("WGRAD_COPIES_MIN_ROWS = 64: accumulating wgrad rows per group", [
+    "wgrad_acc": (f"WGRAD_COPIES_MIN_ROWS_ACC = {D.WGRAD_COPIES_MIN_ROWS_ACC}: accumulating wgrad rows per group", [
         (f"64,{64 * r},2048,1408,wgrad,f32+c", "algorithm=copies_cutlass", "algorithm=fused") for r in (32, 64, 128)]),
-    "wgrad_bf16": ("WGRAD_COPIES_MIN_REUSE_BF16 = 1200: bf16 wgrad N K / (N + K)", [
+    "wgrad_bf16": (f"WGRAD_COPIES_MIN_REUSE_BF16 = {D.WGRAD_COPIES_MIN_REUSE_BF16}: bf16 wgrad N K / (N + K)", [
         (f"32,8192,2048,{n},wgrad,bf16", "algorithm=copies_cutlass", "algorithm=fused") for n in (1024, 2048, 4096)]),
-    "wgrad_bf16_large": ("WGRAD_COPIES_MIN_REUSE_BF16_LARGE = 800 from 256 rows and 2^35 multiply-adds: bf16 wgrad", [
+    "wgrad_bf16_large": (f"WGRAD_COPIES_MIN_REUSE_BF16_LARGE = {D.WGRAD_COPIES_MIN_REUSE_BF16_LARGE} from "
+                         f"{D.WGRAD_COPIES_MIN_ROWS_LARGE} rows and 2^{D.WGRAD_COPIES_MIN_WORK.bit_length() - 1} "
+                         "multiply-adds: bf16 wgrad", [
         (c, "algorithm=copies_cutlass", "algorithm=fused")
         for c in ("64,16384,2048,1408,wgrad,bf16", "64,8192,2048,1408,wgrad,bf16", "32,8192,2048,1024,wgrad,bf16",
                   "8,2048,2048,2048,wgrad,bf16")]),
-    "exact_wgrad": ("EXACT_WGRAD_COPIES_MIN_ROWS = 256: exact wgrad rows per group", [
+    "exact_wgrad": (f"EXACT_WGRAD_COPIES_MIN_ROWS = {D.EXACT_WGRAD_COPIES_MIN_ROWS}: exact wgrad rows per group", [
         (f"64,{64 * r},2048,1408,wgrad", "algorithm=exact_copies", "algorithm=exact_fused") for r in (128, 256, 512)]),
-    "exact_copies": ("COPIES_MIN_REUSE = 1024 (exact fprop): rows per group", [
+    "exact_copies": (f"EXACT_COPIES_MIN_ROWS = {D.EXACT_COPIES_MIN_ROWS}: exact fprop rows per group", [
         (f"8,{8 * r},4096,14336,fprop", "algorithm=exact_copies", "algorithm=exact_hybrid") for r in (512, 2048)]),
 }
 

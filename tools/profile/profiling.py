@@ -1,5 +1,5 @@
-"""GPU kernel timings of a callable through torch.profiler (imported by benchmarks/bench_quantize.py --profile and
-by the scripts of tools/)."""
+"""GPU kernel timings of a callable through torch.profiler (imported by benchmarks/bench_quantize.py --profile,
+benchmarks/bench_grouped_linear.py --profile and the scripts of tools/)."""
 
 from __future__ import annotations
 
