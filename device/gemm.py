@@ -70,6 +70,13 @@ SM100_MAX_CONTRACTION = 2**19
 _num_sms: int | None = None
 
 
+def _sm100_contraction_too_long(contraction: int) -> bool:
+    """Whether mode sm100 refuses a contraction of this length: 2^13 k64 steps or more, i.e. the length rounded up
+    to a multiple of 64 reaches ``SM100_MAX_CONTRACTION`` (2^19), as oracle.gemm(model="sm100") refuses it (SPEC
+    12.7)."""
+    return -(-contraction // 64) * 64 >= SM100_MAX_CONTRACTION
+
+
 def set_num_sms(num_sms: int | None) -> None:
     """Cap the grouped GEMM's persistent grid at ``num_sms`` CTAs (one per SM; a 2-CTA cluster counts as two, an odd
     cap rounds down, at least one cluster runs), e.g. to leave SMs to work on other streams. ``None``: one CTA per SM
@@ -172,7 +179,8 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
         bias: fprop / dgrad only: ``[E, cols]`` float32 or bfloat16, added per group in the epilogue.
         mode: ``"fast"`` (``oracle.gemm(model="tensor_core")`` bit for bit), ``"exact"`` (``model="sequential"``
             bit for bit) or ``"sm100"`` (``model="sm100"`` bit for bit: what a B200's CUTLASS grouped GEMM returns,
-            SPEC 12.7; contractions below 2^19, for wgrad T rounded up to 16; 0.35-0.57x the speed of torch._grouped_mm on BF16 on the H200,
+            SPEC 12.7; contractions below 2^19 once rounded up to a multiple of 64, for wgrad T; 0.35-0.57x the
+            speed of torch._grouped_mm on BF16 on the H200,
             docs/performance.md).
 
     Returns:
@@ -341,9 +349,10 @@ def _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode) -> _Call:
     contraction = t_a if kind == "wgrad" else kc  # wgrad: the largest possible group
     if contraction >= 2**28:  # the kernels step scale tiles by 32-bit K-tile offsets (kt * 512 bytes)
         raise ValueError(f"{kind}: contraction length {contraction} too long (the device supports < 2**28)")
-    if mode == "sm100" and -(-contraction // 16) * 16 >= SM100_MAX_CONTRACTION:
-        raise ValueError(f"{kind}: mode 'sm100' runs contractions below {SM100_MAX_CONTRACTION} only (its int64 "
-                         f"model of SPEC 12.7, like oracle.gemm(model='sm100')), got {contraction}")
+    if mode == "sm100" and _sm100_contraction_too_long(contraction):
+        raise ValueError(f"{kind}: mode 'sm100' runs contractions below {SM100_MAX_CONTRACTION} only, rounded up to a "
+                         f"multiple of 64 (at most 8191 k64 steps: its int64 model of SPEC 12.7, like "
+                         f"oracle.gemm(model='sm100')), got {contraction}")
 
     if out is not None and not isinstance(out, Tensor):
         raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")

@@ -20,7 +20,7 @@ from oracle.recipe import DEFAULT_RECIPE, NVFP4Recipe
 
 from . import _dispatch, _ops
 from . import gemm as _gemm
-from .gemm import SM100_MAX_CONTRACTION
+from .gemm import SM100_MAX_CONTRACTION, _sm100_contraction_too_long
 from .quantization import _options
 
 __all__ = ["GroupedLinear"]
@@ -419,9 +419,9 @@ class GroupedLinear(torch.nn.Module):
         t, n, k = x.shape[0], self.out_features, self.in_features
         if max(t, n, k) > 2**31 - 256 or t >= 2**28:  # (device.grouped_gemm's limits, SPEC-free size bounds)
             raise ValueError(f"sizes too large: T={t}, N={n}, K={k} (each at most 2**31 - 256, T below 2**28)")
-        if self.mode == "sm100" and -(-max(t, n, k) // 16) * 16 >= SM100_MAX_CONTRACTION:
-            raise ValueError(f"mode 'sm100' runs contractions below {SM100_MAX_CONTRACTION} only (SPEC 12.7's int64 "
-                             f"model): T={t}, N={n}, K={k}")
+        if self.mode == "sm100" and _sm100_contraction_too_long(max(t, n, k)):
+            raise ValueError(f"mode 'sm100' runs contractions below {SM100_MAX_CONTRACTION} only, rounded up to a "
+                             f"multiple of 64 (SPEC 12.7's int64 model): T={t}, N={n}, K={k}")
 
     # --------------------------------------------------------------------------------------------------- weights
 

@@ -67,7 +67,8 @@ def sm100_sum(a_plane: QuantizedPlane, b_plane: QuantizedPlane) -> np.ndarray:
     Args:
         a_plane, b_plane: K-major planes A [M, K], B [N, K] (same K, a multiple of 16); their E2M1 codes and scale
             bytes are the instruction's operands (the amaxes are not used: alpha belongs to the epilogue).
-    Returns float32 [M, N]; rows or columns with a NaN scale byte give NaN. K at or above 2^19 raises ValueError.
+    Returns float32 [M, N]; rows or columns with a NaN scale byte give NaN. A K of 2^13 k64 steps or more (above
+    524224) raises ValueError.
     """
     if a_plane.cols != b_plane.cols:
         raise ValueError(f"K mismatch: {a_plane.cols} vs {b_plane.cols}")

@@ -27,6 +27,7 @@ __all__ = ["OPERAND_FORMATS", "tensor_core_sum", "wgmma_k16_step"]
 OPERAND_FORMATS = {"bf16": -126, "fp16": -14}
 _PRESENT_EXP = -14  # operands are presented to the tensor core as value * 2^-14 (products carry 2^-28)
 _WINDOW = 25  # addends are truncated at 2^(E - 25)
+_FP32_EMIN = -126  # fp32's least normal exponent: e(C) of a subnormal accumulator (SPEC 12.6 step 2)
 _FP32_BITS = 24
 _UNIT_EXP = -20  # the model's integers count units of 2^-20 (true scale): products of two 2^-10 operand units
 _PRODUCT_SHIFT = 2 * _PRESENT_EXP  # presented products = true products * 2^-28
@@ -173,14 +174,15 @@ def _exponent(x: float) -> int:
 
 
 def _fp32_rz(v: Fraction) -> Fraction:
-    """v rounded toward zero to 24 significant bits (fp32 without overflow or underflow)."""
+    """v rounded toward zero to fp32: 24 significant bits, on the grid 2^-149 below 2^-126 (subnormal); v is below
+    fp32's overflow threshold."""
     if v == 0:
         return v
     mag = abs(v)
     e = mag.numerator.bit_length() - mag.denominator.bit_length()
     if Fraction(2) ** e > mag:
         e -= 1
-    unit = Fraction(2) ** (e - 23)
+    unit = Fraction(2) ** max(e - 23, -149)
     return (mag // unit) * unit * (1 if v > 0 else -1)
 
 
@@ -209,7 +211,7 @@ def wgmma_k16_step(c: float, a, b, operands: str = "bf16") -> np.float32:
             exps.append(max(_exponent(x), emin) + max(_exponent(y), emin))
     if c != 0:
         terms.append(Fraction(c))
-        exps.append(_exponent(c))
+        exps.append(max(_exponent(c), _FP32_EMIN))  # step 2: a subnormal C counts as fp32's least normal exponent
     if not terms:
         return np.float32(c + 0.0)
     unit = Fraction(2) ** (max(exps) - _WINDOW)

@@ -234,3 +234,21 @@ def test_raw_dequantize_takes_one_float32_amax(amax, match):
         scales = torch.zeros(1, dtype=torch.uint8, device="cuda")
         with pytest.raises(ValueError, match=match):
             quantization.dequantize(data, scales=scales, amax=amax(), shape=(1, 16), swizzled=False)
+
+
+def test_sm100_contraction_limit_is_the_oracles():
+    """Mode sm100 refuses exactly the contraction lengths oracle.gemm(model="sm100") refuses (SPEC 12.7: 2^13 k64
+    steps or more), whatever the multiple of 16 below 2^19."""
+    from device.gemm import _sm100_contraction_too_long
+
+    for k in (524160, 524208, 524224, 524240, 524272, 524288):
+        x = np.zeros((1, k), np.float32)
+        x[0, :16] = 1.0
+        plane = oracle.quantize(x).row
+        try:
+            oracle.gemm(plane, plane, model="sm100")
+            oracle_refuses = False
+        except ValueError:
+            oracle_refuses = True
+        assert _sm100_contraction_too_long(k) == oracle_refuses, k
+    assert not _sm100_contraction_too_long(524224) and _sm100_contraction_too_long(524240)

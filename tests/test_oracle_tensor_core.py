@@ -59,6 +59,26 @@ def test_step_model_reproduces_h100_measurements(name, steps, bits):
     assert int(np.array([got], np.float32).view(np.uint32)[0]) == bits, name
 
 
+def test_step_rounds_a_subnormal_sum_toward_zero():
+    """SPEC 12.6 step 4 below fp32's normal range: one product (1 + 2^-7) 2^-75 * 1.5 2^-75 = 0.7559 * 2^-149 (bf16
+    operands, C = 0) is less than fp32's least subnormal, and rounding toward zero gives +0 (to nearest: 2^-149)."""
+    a = [(1 + 2.0**-7) * 2.0**-75] + [0.0] * 15
+    b = [1.5 * 2.0**-75] + [0.0] * 15
+    got = wgmma_k16_step(0.0, a, b, "bf16")
+    assert np.array([got], np.float32).view(np.uint32)[0] == 0
+
+
+def test_step_window_of_a_subnormal_accumulator():
+    """SPEC 12.6 step 2: a subnormal C counts as fp32's least normal exponent, -126. Sixteen products (1 + 2^-7)
+    2^-70 * (1 + 2^-5) 2^-70 = 4257 * 2^-152 each (e = -140) and C = 2^-149: E = -126, the addends are truncated to
+    multiples of 2^-151, each product to 2128 * 2^-151, so D = 16 * 2128 * 2^-151 + 2^-149 = 8513 * 2^-149 (C's own
+    exponent, -149, would give E = -140, no truncation and 8515 * 2^-149)."""
+    a = [(1 + 2.0**-7) * 2.0**-70] * 16
+    b = [(1 + 2.0**-5) * 2.0**-70] * 16
+    got = wgmma_k16_step(2.0**-149, a, b, "bf16")
+    assert np.array([got], np.float32).view(np.uint32)[0] == 8513  # a subnormal's bits count units of 2^-149
+
+
 def test_step_rejects_values_outside_the_format():
     with pytest.raises(ValueError, match="not a bf16"):
         wgmma_k16_step(0.0, [1.0 + 2.0**-10] + [0.0] * 15, [1.0] * 16, "bf16")
