@@ -8,7 +8,7 @@ namespace nvfp4 {
 
 // The scale rules (SPEC 5): which S_enc, block scale and amax semantics a plane is quantized under.
 enum Rule : int {
-  kRuleTE = 0,              // "te": SPEC 5.1-5.3, TransformerEngine's rule
+  kRuleTE = 0,              // "te": SPEC 5.1, 5.2, TransformerEngine's rule
   kRuleTEFusedRHT = 1,      // "te_fused_rht": SPEC 5.3, TE's fused-RHT kernel (the columnwise amax from the RHT)
   kRuleTorchao = 2,         // "torchao": SPEC 5.4, torchao's per-tensor scale P = amax / 2688
   kRuleTorchaoNoScale = 3,  // "torchao_noscale": SPEC 5.5, torchao without a per-tensor scale
@@ -17,7 +17,7 @@ enum Rule : int {
 // The layout of a plane's scale bytes (SPEC 8).
 enum ScaleLayout : int {
   kCompact = 0,        // "compact": row-major [rows, K / 16] (single tensors)
-  kPaddedCompact = 1,  // "padded_compact": the grouped buffers' compact form (SPEC 9.2)
+  kPaddedCompact = 1,  // "padded_compact": the compact form with its padding (SPEC 8.1; the grouped buffers', 9.2)
   kSwizzled = 2,       // "swizzled": cuBLAS's 128 x 4 tiles, zero padded (SPEC 8.2)
 };
 

@@ -123,14 +123,14 @@ __device__ __forceinline__ uint32_t mag8_magic(const float (&x)[8], float mult) 
   return acc;
 }
 
-// SPEC 3.4's magnitude code of y = RN(|x| * mult) >= 0 (not NaN) with the random byte `kByte` of `word`, on the FMA
-// pipe as e2m1_mag_magic: returns kMagicBits + index.
+// SPEC 3.4's magnitude code of y = RN(|x| * mult) >= 0 (not NaN) with the random byte `kByte` of `word`, by SPEC
+// 3.7's floor form, on the FMA pipe as e2m1_mag_magic: returns kMagicBits + index.
 //  * u * step(y) / 256 = u * P / 512, with P = 2 step(y) = 1, 2, 4 for y < 2, in [2, 4), >= 4: y's bits clamped to
 //    [1.0, 4.0] with the mantissa cleared (the integer order of non-negative floats' bits is their order; +Inf -> 4);
 //  * u / 512 = fma(1 + u/256, 0.5, -0.5) with 1 + u/256 built from the byte's bits (exact), so j = fma(u/512, P, y) is
 //    SPEC 3.4's single rounding of y + u * step(y) (the product is exact);
 //  * index(min(floor(j / step(j)) * step(j), 6)) = min(floor(2j), floor(j) + 2, floor(j / 2) + 4, 7): each term is
-//    the index on its own step's range ([0, 2), [2, 4), [4, 8)) and no smaller on the others (floor(2j) <= 3 <
+//    the index on its own step's range ([0, 2), [2, 4), [4, 8)) and no smaller on the others (floor(2j) <= 1 <
 //    floor(j) + 2 on [0, 1) and <= floor(j) + 2 on [1, 2); floor(j) + 2 <= 5 <= floor(j / 2) + 4 below 4; j >= 8
 //    makes all three >= 8). The floors are the round-down forms of e2m1_mag_magic's sums (kMagic's ulp is 1; a j too
 //    large for the ulp still rounds every sum to at least kMagic + 7, which the last minimum takes).

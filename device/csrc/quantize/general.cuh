@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(128, 4) amax_kernel(AmaxArgs a) {
 //     blocks of it, reads them from shared memory (a warp reads 32 consecutive columns of one row: no bank
 //     conflicts), applies the RHT (SPEC 7) and writes 8 bytes of X^T data per block.
 // Padding scale bytes of the swizzled / padded-compact layouts (rows up to roundup(rows,128), scale columns up
-// to roundup(C,4)) always fall inside the last tile of a group / of K, whose threads write them as 0 (SPEC 8.2).
+// to roundup(C,4)) always fall inside the last tile of a group / of K, whose threads write them as 0 (SPEC 8.1 / 8.2).
 // ---------------------------------------------------------------------------------------------------------
 // SPEC 5.2 (TE rules: the plane's multiplier table mtab_p) or 5.4 / 5.5 (kTorchao): block max b -> the block's
 // scale byte (sb) and encode multiplier.
@@ -312,7 +312,7 @@ __global__ void __launch_bounds__(256, 4) quantize_kernel(QuantArgs a) {
         else *reinterpret_cast<uint16_t*>(dst) = (uint16_t)packed;
         if (lead) a.row_scales[gv.row_scale + scale_pos(a.layout, r, blk, C)] = (uint8_t)sb;
       } else if (lead && a.layout != kCompact && r < pad_rows && blk < cp) {
-        a.row_scales[gv.row_scale + scale_pos(a.layout, r, blk, C)] = 0;  // SPEC 8.2 padding
+        a.row_scales[gv.row_scale + scale_pos(a.layout, r, blk, C)] = 0;  // SPEC 8.1 / 8.2 padding
       }
     }
   }
@@ -372,7 +372,7 @@ __global__ void __launch_bounds__(256, 4) quantize_kernel(QuantArgs a) {
         *reinterpret_cast<uint64_t*>(a.col_data + gv.col_data + k * (cblocks * 8) + jg * 8) = packed;
         a.col_scales[gv.col_scale + scale_pos(a.layout, k, jg, cblocks)] = (uint8_t)sb;
       } else if (a.layout != kCompact && k < kpad && jg < cp) {
-        a.col_scales[gv.col_scale + scale_pos(a.layout, k, jg, cblocks)] = 0;  // SPEC 8.2 padding
+        a.col_scales[gv.col_scale + scale_pos(a.layout, k, jg, cblocks)] = 0;  // SPEC 8.1 / 8.2 padding
       }
     }
   }
