@@ -505,10 +505,13 @@ def grouped_bufs(t) -> dict:
 
 def check_grouped(bufs: dict, ref, swizzled: bool, *, rowwise=True, columnwise=True) -> None:
     offs = host(bufs["offsets"])
-    e = ref.num_groups
     for name, row in (("row_offsets", 0), ("row_data_offsets", 2), ("row_scale_offsets", 3),
                       ("col_data_offsets", 4), ("col_scale_offsets", 5)):
         assert np.array_equal(offs[row], getattr(ref, name)), f"{name}: {offs[row]} vs {getattr(ref, name)}"
+    # row 1, the groups' first 128-row tiles (read by the GEMM and the quantizer's records): prefix sums of
+    # ceil(m_g / 128) over the groups as cut (SPEC 9.4)
+    tiles = np.concatenate([[0], np.cumsum((np.diff(ref.row_offsets) + 127) // 128)])
+    assert np.array_equal(offs[1], tiles), f"row tile offsets: {offs[1]} vs {tiles}"
     planes = []
     if rowwise:
         planes.append(("row", ref.row_data, ref.row_scales if swizzled else ref.row_scales_compact, ref.row_amax))
@@ -521,7 +524,6 @@ def check_grouped(bufs: dict, ref, swizzled: bool, *, rowwise=True, columnwise=T
         assert_bytes(f"{p} scales", s[: scales.size], scales)
         assert not s[scales.size :].any(), f"{p} scales: bytes past the last group are not 0"
         assert_f32_bits(f"{p} amax", bufs[f"{p}_amax"], amax)
-    del e
 
 
 @pytest.mark.parametrize("k", [16, 48, 160])
@@ -783,7 +785,7 @@ def test_group_quantize_splits_not_adding_up(splits):
     assert len(cut) == len(splits) and cut.sum() <= t
     x = make_input(t, k, kind="special", seed=len(splits))
     x_t = to_cuda(x)
-    for rounding in ("rn", "sr"):  # the bf16 fast kernels and the general quantizer
+    for rounding in ("rn", "sr"):  # both on the bf16 fast kernels (their SR form, SPEC 3.7)
         kw = dict(rowwise=True, columnwise=True, rht=True, block=(1, 16), rounding=rounding, seed=3, offset=1)
         ref = oracle.group_quantize(x[: int(cut.sum())], cut, **kw)
         for swizzled in (True, False):
@@ -865,7 +867,7 @@ def test_group_quantize_no_host_sync():
 
 @pytest.mark.parametrize("kw", [
     dict(rowwise=True, columnwise=True, rht=True, block=(1, 16), rounding="sr", seed=7, offset=3),
-    dict(rowwise=True, columnwise=True, block=(16, 16), rule="torchao"),  # the general kernels, NaN-propagating amax
+    dict(rowwise=True, columnwise=True, block=(16, 16), rule="torchao"),  # general quantizer, NaN-propagating fast amax
 ], ids=["te-rht-sr", "torchao-16x16"])
 def test_cuda_graph_grouped_replay(kw):
     """Capture once; replay with new inputs and new split values copied into the captured tensors."""
