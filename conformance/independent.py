@@ -5,7 +5,9 @@ torchao 0.18 (``nvfp4_quantize`` and its ``to_blocked`` scale swizzle), Python's
 mmasim 2.1.1 (MMA-Sim's instruction models of Blackwell's tcgen05.mma and Hopper's wgmma).
 Layout code here (swizzle scatter, offsets, capacities) is written from SPEC 8.2 / 9.2 / 9.3 independently of
 ``oracle/swizzle.py`` (a scatter by the published byte formula instead of a reshape/transpose).
-torch, torchao and mmasim are imported lazily: they are optional extras.
+torch, torchao and mmasim are imported lazily: they are optional extras. The torchao backend converts between
+torchao's tensor and the oracle's planes through ``oracle.interop`` (the swizzled layout itself is checked by
+``torchao_swizzle``), and ``fraction_gemm`` reads the oracle planes' codes through their ``codes()``.
 """
 
 from __future__ import annotations
@@ -330,7 +332,9 @@ def round_fraction(v: Fraction, fmt: str) -> float:
 def fraction_gemm(a_plane, b_plane, *, alpha, bias, c, out_dtype: str) -> np.ndarray:
     """Exact ``alpha * (A . B^T) + C + bias`` of two oracle planes with ``fractions.Fraction``, rounded once.
 
-    The planes' codes and scale bytes are decoded here from the format definitions (SPEC 2.1, 2.2).
+    The planes' codes (unpacked by the plane's own ``codes()``, the oracle's SPEC 2.3 nibble order, which
+    ``mld_dequantize`` and the torchao backend check) and scale bytes are decoded here from the format definitions
+    (SPEC 2.1, 2.2).
     Returns float32 or ml_dtypes.bfloat16 [M, N].
     """
     def deq(p):
