@@ -366,7 +366,13 @@ def _auto_algorithm(p: GemmProblem) -> Algorithm:
         return fused
     if copies is None:  # (scale buffers not 16-byte aligned: the copies read any address)
         return Algorithm.copies_cutlass
-    raise ValueError(f"no fast-mode algorithm can run this call: {fused.name}: {why}; copies_cutlass: {copies}")
+    # (only a's scale buffer off 16-byte alignment and the copies unavailable: swapped_64x256 reads a's plane
+    # through its fp16 copy and only b's scale tiles by cp.async, so it runs any row count, slower past 96 rows)
+    swapped = algorithm_unavailable(Algorithm.swapped_64x256, p) if p.kind != "wgrad" else "it runs fprop / dgrad"
+    if swapped is None:
+        return Algorithm.swapped_64x256
+    raise ValueError(f"no fast-mode algorithm can run this call: {fused.name}: {why}; copies_cutlass: {copies}; "
+                     f"swapped_64x256: {swapped}")
 
 
 def _swapped_tma_reason(p: GemmProblem) -> str | None:

@@ -169,8 +169,8 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
     Args:
         a, b: the operands of ``kind`` (their planes are listed in the module docstring); both with swizzled scales,
             each plane's codes 8-byte aligned (as group_quantize allocates them; a scale buffer off 16-byte alignment
-            runs on the copies, docs/design.md section 6, and in mode "fast" a call the copies cannot run either is
-            refused).
+            runs on the copies, docs/design.md section 6; in mode "fast", where the copies cannot run, fprop / dgrad with
+            only a's scale buffer off runs on swapped_64x256, any other such call is refused).
         kind: ``"fprop"`` (``Y_g = X_g W_g^T``), ``"dgrad"`` (``dX_g = dY_g W_g``) or ``"wgrad"`` (``dW_g = dY_g^T X_g``).
         out_dtype: ``torch.bfloat16`` or ``torch.float32`` (or their names); default bf16 for fprop / dgrad, fp32
             for wgrad, or ``out``'s dtype.
