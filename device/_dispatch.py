@@ -424,6 +424,8 @@ def epilogue_unavailable(a: Algorithm, epilogue: Epilogue, p: GemmProblem) -> st
         return None
     if a not in FUSED_FAST:
         return "the bf16 TMA store runs in the fused fast kernels only"
+    if p.accumulate:  # (device.grouped_gemm accumulates into fp32 only; the C++ map encoder refuses a C here too)
+        return "the bf16 TMA store writes no C"
     map_rows = p.groups * p.n if p.kind == "wgrad" else p.tokens
     if p.cols % 8:
         return f"it needs a row pitch of a multiple of 16 bytes, got {p.cols} bf16 columns"

@@ -500,3 +500,13 @@ def test_weight_copy_decisions(kind, e, t, n, k, dtype, faster):
     p = problem(kind, e, t, n, k, out_dtype="float32" if dtype == "f32" else "bfloat16")._replace(b_copy=True)
     assert plan_gemm(p).algorithm == Algorithm[faster]
     assert plan_gemm(p._replace(b_copy=False)).algorithm != Algorithm.copies_cutlass or t // e >= 1024
+
+
+def test_bf16_tma_store_writes_no_c():
+    """The fused kernels' bf16 TMA store has no C (the C++ map encoder refuses an accumulating call); grouped_gemm
+    accumulates into fp32 only, so the planner refuses the pairing itself rather than rely on that."""
+    p = problem("wgrad", 8, 4096, 1024, 1024, out_dtype="bfloat16", accumulate=True, cutlass=False)
+    assert "writes no C" in _dispatch.epilogue_unavailable(Algorithm.fused_128x256, Epilogue.tma_store, p)
+    assert plan_gemm(p).epilogue != Epilogue.tma_store
+    assert plan_gemm(problem("wgrad", 8, 4096, 1024, 1024, out_dtype="bfloat16", cutlass=False)).epilogue == (
+        Epilogue.tma_store)
