@@ -729,11 +729,11 @@ def test_exact_copies_loaders(loader):
 
 
 def test_exact_fused_edges():
-    """The fused exact kernel (exact_fused, csrc/gemm/fused.cuh; its converters copy the raw stages, packed A and B
-    rows and their scale tiles, with cp.async, its only loader) against the oracle's sequential model: K tails inside a
-    K step (K = 96 and 160; K = 32: packed rows of 16 bytes), groups and N that are not multiples of 128 rows, empty
-    groups, 64 groups, capped grids, and a dgrad whose groups 2-3 start off a whole row after groups that disagree with
-    N (_dgrad_after_disagreeing_groups)."""
+    """The fused exact kernel (exact_fused, csrc/gemm/fused.cuh; its converters copy the raw stages, packed A and B rows
+    and their scale tiles, with cp.async, its only loader) against the oracle's sequential model: K tails inside a K
+    step (K = 96 and 48; K = 32: packed rows of 16 bytes; K = 160: test_capped_grid_and_half_tiles), groups and N
+    that are not multiples of 128 rows, empty groups, 64 groups, capped grids, and a dgrad whose groups 2-3 start
+    off a whole row after groups that disagree with N (_dgrad_after_disagreeing_groups)."""
     kw = dict(algorithm="exact_fused")
     for case in ("e4_zeros", "e64", "giant", "e8_rand"):
         splits, n, k = CASES[case]
