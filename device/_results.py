@@ -26,6 +26,13 @@ def _torch_views(obj, plane: str):
     return data.view(torch.float4_e2m1fn_x2), scales.view(torch.float8_e4m3fn)
 
 
+def _rht_signs(options: dict) -> int:
+    """The RHT sign mask a result's options record (SPEC 7.1; TE's 0xD7E8 by default), for its columnwise planes."""
+    from oracle.rht import DEFAULT_RHT_SIGNS
+
+    return int(options.get("rht_signs", DEFAULT_RHT_SIGNS))
+
+
 def _variant_fields(options: dict) -> dict:
     """The QuantizedPlane fields of TE's 4over6 variant (SPEC 5.6) recorded in a result's options (defaults: plain)."""
     return dict(global_scale_max=int(options.get("global_scale_max", 448)),
@@ -80,7 +87,7 @@ class DeviceNVFP4Tensor:
             s = _np(scales)
             s = unswizzle_scales(s.reshape(-1), rows, cols // 16) if self.swizzled else s.reshape(rows, cols // 16)
             return QuantizedPlane(d, s, np.float32(_np(amax).reshape(-1)[0]), (rows, cols), rht=rht,
-                                  valid_cols=valid, **common)
+                                  valid_cols=valid, rht_signs=_rht_signs(o) if rht else None, **common)
 
         row = col = None
         if self.row_data is not None:
@@ -241,4 +248,6 @@ def _group_plane(d: np.ndarray, sb: np.ndarray, m: int, k: int, is_col: bool, am
         s = sb.reshape(pr, pc)[:rows, : cols // 16].copy()
     rht = bool(options.get("rht", False)) if is_col else False
     return QuantizedPlane(d, s, amax, (rows, cols), options.get("rule", "te"), tuple(options.get("block", (1, 16))),
-                          rht, valid_cols=m if is_col else k, **_variant_fields(options))
+                          rht, valid_cols=m if is_col else k,
+                          rht_signs=_rht_signs(options) if rht else None,
+                          **_variant_fields(options))

@@ -378,7 +378,7 @@ def from_te_fields(*, rowwise_data=None, rowwise_scale_inv=None, columnwise_data
                           **{**extra, "row_scaled": None})
         m, k = mc, kc
     opts = {"rule": rule, "block": tuple(block), "rht": rht, "source": "te",
-            "with_gemm_swizzled_scales": bool(with_gemm_swizzled_scales)}
+            "with_gemm_swizzled_scales": bool(with_gemm_swizzled_scales), "nvfp4_use_4over6": bool(nvfp4_use_4over6)}
     return NVFP4Tensor(row, col, (m, k), options=opts)
 
 
@@ -401,7 +401,8 @@ def to_te_fields(t, *, swizzled: bool | None = None, as_torch: bool = False) -> 
     its scale layout by default. A columnwise plane needs M to be a multiple of 16 (TE's columnwise data is
     ``[K, M/2]``). ``nvfp4_use_4over6`` and ``nvfp4_e4m3_max`` (G) record a 4over6 plane (SPEC 5.6); its error mode
     and path (``four_over_six``, ``four_over_six_fast_math``) are not carried: TE keeps them on the quantizer
-    (``NVFP4Quantizer.nvfp4_4over6_err_mode``), not in the tensor, and the bytes do not need them to be read.
+    (``NVFP4Quantizer.nvfp4_4over6_err_mode``), not in the tensor, and the bytes do not need them to be read (a
+    tensor made by :func:`from_te_fields` without them keeps TE's flag in its options, and gives it back here).
     Only TE's rules have TE fields: a plane of another rule (torchao's) raises ``ValueError``.
     """
     if hasattr(t, "row_data") and hasattr(t, "swizzled"):
@@ -427,7 +428,9 @@ def to_te_fields(t, *, swizzled: bool | None = None, as_torch: bool = False) -> 
     row = t.row
     out["row_scaled_nvfp4"] = bool(getattr(row, "row_scaled", False)) if row is not None else False
     gmax = int(getattr(row or t.col, "global_scale_max", 448))
-    out["nvfp4_use_4over6"] = getattr(row or t.col, "four_over_six", None) is not None
+    # a 4over6 plane: its error mode is known (the oracle's), or TE's flag was read without it (from_te_fields)
+    out["nvfp4_use_4over6"] = (getattr(row or t.col, "four_over_six", None) is not None
+                               or bool(t.options.get("nvfp4_use_4over6", False)))
     out["nvfp4_e4m3_max"] = gmax
     if as_torch:
         import torch

@@ -44,6 +44,7 @@ def _same_plane(got, want, where):
     assert np.array_equal(got.scales, want.scales), f"{where}: scales"
     assert np.float32(got.amax).view(np.uint32) == np.float32(want.amax).view(np.uint32), f"{where}: amax"
     assert (got.rht, got.valid_cols, tuple(got.block)) == (want.rht, want.valid_cols, tuple(want.block)), where
+    assert got.rht_signs == want.rht_signs, f"{where}: rht_signs {got.rht_signs} vs {want.rht_signs}"
 
 
 @pytest.mark.parametrize("swizzled", [True, False])

@@ -329,3 +329,27 @@ def test_device_quantize_to_torchao_and_te_fields_on_the_gpu():
         assert te["rowwise_scale_inv"].device.type == "cuda"
         got = from_te_fields(**te, rule=rule)
         assert np.array_equal(got.col.data, ref.col.data) and np.array_equal(got.col.scales, ref.col.scales)
+
+
+def test_device_result_to_oracle_keeps_the_rht_signs():
+    """A device result's columnwise RHT plane comes to the oracle with the sign mask of its options (SPEC 7.1), as
+    oracle.quantize records it (oracle.gemm checks the two operands' masks against each other where both are known)."""
+    x = np.random.default_rng(6).standard_normal((32, 64)).astype(ml_dtypes.bfloat16)
+    for signs in (0xD7E8, 0x1234):
+        q = oracle.quantize(x, columnwise=True, rht=True, rht_signs=signs)
+        back = _device_result(q, True).to_oracle()
+        assert back.col.rht_signs == q.col.rht_signs == signs and back.row.rht_signs is None
+
+
+@pytest.mark.parametrize("g", [448, 256])
+def test_te_fields_keep_the_4over6_flag_without_its_mode(g):
+    """TE's fields carry nvfp4_use_4over6 and G, not the error mode (TE keeps it on the quantizer): fields read
+    without the mode and written again keep the flag (and G = 256 stays readable)."""
+    x = np.random.default_rng(7).standard_normal((32, 64)).astype(ml_dtypes.bfloat16)
+    q = oracle.quantize(x, columnwise=True, four_over_six="mse", global_scale_max=g)
+    f = to_te_fields(q)
+    assert (f["nvfp4_use_4over6"], f["nvfp4_e4m3_max"]) == (True, g)
+    again = to_te_fields(from_te_fields(**f))
+    assert (again["nvfp4_use_4over6"], again["nvfp4_e4m3_max"]) == (True, g)
+    back = from_te_fields(**again)
+    assert np.array_equal(back.row.data, q.row.data) and np.array_equal(back.col.scales, q.col.scales)
