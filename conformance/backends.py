@@ -632,7 +632,7 @@ class DeviceBackend(Backend):
             out[f"{p}_scales"] = plane.scales
             if res.swizzled:
                 out[f"{p}_scales_swizzled"] = _np(raw_scales).reshape(-1)
-            out[f"{p}_amax"] = np.asarray([plane.amax], np.float32)
+            out[f"{p}_amax"] = _np(getattr(res, f"{p}_amax"))  # the buffer as written: dtype, shape and bits
         return out
 
     @staticmethod
@@ -652,7 +652,7 @@ class DeviceBackend(Backend):
             out[f"{p}_data_tail"] = raw_d[d_off[-1]:]
             out[f"{p}_scales" if res.swizzled else f"{p}_scales_compact"] = raw_s[: s_off[-1]]
             out[f"{p}_scales_tail"] = raw_s[s_off[-1]:]
-            out[f"{p}_amax"] = np.asarray(getattr(o, f"{p}_amax"), np.float32)
+            out[f"{p}_amax"] = _np(getattr(res, f"{p}_amax"))  # the buffer as written: dtype, shape and bits
             out[f"{p}_data_offsets"] = d_off
             out[f"{p}_scale_offsets"] = s_off
         return out

@@ -250,9 +250,11 @@ def rht_exact_domain(x_bf16: np.ndarray) -> np.ndarray:
 
 def _rht_compare(case: Case, ref: dict, out: dict, stats: dict) -> list[Mismatch]:
     x = case.arrays["x"]
-    yr, yg = np.asarray(ref["y"]).reshape(-1, 16), np.asarray(out["y"]).reshape(-1, 16)
-    if yr.shape != yg.shape:
-        return [Mismatch("y", yg.size, {"op": "rht", "shape": "differs"}, str(yr.shape), str(yg.shape))]
+    r0, g0 = np.asarray(ref["y"]), np.asarray(out["y"])
+    if (r0.dtype, r0.shape) != (g0.dtype, g0.shape):  # bf16 bits as uint16, X's shape (SPEC 7.2)
+        return [Mismatch("y", g0.size, {"op": "rht", "dtype/shape": "differs"}, f"{r0.dtype}{list(r0.shape)}",
+                         f"{g0.dtype}{list(g0.shape)}")]
+    yr, yg = r0.reshape(-1, 16), g0.reshape(-1, 16)
     fr = (yr.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
     fg = (yg.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
     exact = rht_exact_domain(x)

@@ -777,3 +777,36 @@ def test_mismatch_texts_for_wrong_keys_and_shapes():
     assert text["data"].startswith("data: backend returned it, but it is not an output of op quantize (its buffers: ")
     assert "row_data" in text["data"]
     assert text["row_amax"].startswith("row_amax: dtype/shape differs: oracle=float32[1]  backend=float32[]")
+
+
+def test_rht_outputs_of_another_dtype_or_shape_mismatch():
+    """The rht op's outputs are bf16 bits (uint16) in X's shape: the same values as int64, or flattened, mismatch
+    (the tolerance comparison reshapes to blocks of 16, which would hide both)."""
+    case = generate("rht", 0, 0, "rht")
+    ref = reference(case)
+    assert compare(case, ref, dict(ref), "rht") == []
+    for bad in (ref["y"].astype(np.int64), ref["y"].reshape(-1)):
+        ms = compare(case, ref, {"y": bad}, "rht")
+        assert ms and ms[0].buffer == "y", (bad.dtype, bad.shape)
+
+
+def test_device_backend_returns_its_amax_buffers_as_written():
+    """DeviceBackend's quantize outputs: the amax buffers themselves (a float64 or two-element buffer is reported,
+    not cast to the reference's float32 [1]); checked with CPU tensors in the device result class."""
+    torch = pytest.importorskip("torch")
+    from device._results import DeviceNVFP4Tensor
+
+    x = np.random.default_rng(3).standard_normal((32, 64)).astype(np.float32)
+    q = oracle.quantize(x, columnwise=True)
+
+    def result(amax_row):
+        return DeviceNVFP4Tensor(shape=(32, 64), row_data=torch.from_numpy(q.row.data),
+                                 row_scales=torch.from_numpy(q.row.scales), row_amax=amax_row,
+                                 col_data=torch.from_numpy(q.col.data), col_scales=torch.from_numpy(q.col.scales),
+                                 col_amax=torch.tensor([q.col.amax]), swizzled=False, options=dict(q.options))
+
+    good = B.DeviceBackend._quantize_outputs(result(torch.tensor([q.row.amax])))
+    assert good["row_amax"].dtype == np.float32 and good["row_amax"].shape == (1,)
+    assert good["row_amax"].view(np.uint32)[0] == np.float32(q.row.amax).view(np.uint32)
+    f64 = B.DeviceBackend._quantize_outputs(result(torch.tensor([float(q.row.amax), 123.0], dtype=torch.float64)))
+    assert f64["row_amax"].dtype == np.float64 and f64["row_amax"].shape == (2,)
