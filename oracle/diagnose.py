@@ -496,8 +496,9 @@ def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: 
     as_read = direct is not None and np.array_equal(direct[0], exp.scales)  # (a symmetric matrix reads both ways)
     if any(np.array_equal(t, exp.scales) for t in tr) and best.n_diff and not as_read:
         out.append("transposed scales: the scale bytes are the transpose of the expected [rows, K/16] matrix")
-    # scales of the other plane
-    if other_scales is not None and best.n_diff:
+    # scales of the other plane (only where those differ from this plane's: scales that are right fit both)
+    if other_scales is not None and best.n_diff and not (
+            other_scales.shape == exp.scales.shape and np.array_equal(other_scales, exp.scales)):
         o_rows, o_c16 = other_scales.shape
         for reading in ("compact", "padded", "swizzled"):
             got = _read(b, o_rows, o_c16, reading)
@@ -512,7 +513,8 @@ def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: 
         theirs_s = got[0].astype(np.int16)
         ours_s = exp.scales.astype(np.int16)
         sd = theirs_s != ours_s
-        if sd.any():
+        nan_byte = ((theirs_s & 0x7F) == 0x7F) | ((ours_s & 0x7F) == 0x7F)  # 0x7E -> 0x7F is no step (SPEC 2.2)
+        if sd.any() and not (sd & nan_byte).any():
             step = (theirs_s - ours_s)[sd]
             ulp = np.abs(step) == 1
             if ulp.all():
@@ -550,7 +552,8 @@ def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: 
                        "(SPEC 6.2) differ; every real token matches")
     # nibble order
     swapped = ((data >> 4) | (data << 4)).astype(np.uint8)
-    if best.n_diff and np.array_equal(swapped.reshape(exp.data.shape), exp.data):
+    if (best.n_diff and np.array_equal(swapped.reshape(exp.data.shape), exp.data)
+            and not np.array_equal(data.reshape(exp.data.shape), exp.data)):  # (equal nibbles swap to themselves)
         out.append("nibble order: the codes are the expected ones with element 2i in the HIGH nibble (SPEC 2.3 puts "
                    "it in the low nibble)")
     # the per-tensor value given

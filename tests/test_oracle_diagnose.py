@@ -493,3 +493,29 @@ def test_cli_diagnose_end_to_end(tmp_path):
     assert r.returncode == 2 and r.stderr.startswith("error:") and "data and a scales" in r.stderr
     r = _run("diagnose", "--help")
     assert r.returncode == 0 and "rowwise_data, rowwise_scale_inv" in r.stdout and "qdata, scale" in r.stdout
+
+
+def test_hypotheses_that_do_not_apply_are_not_named():
+    """Three bug classes that once fired on bytes they do not explain: "scales of the wrong plane" on scales that are
+    right (an all-zero input's two planes have equal scales), "nibble order" where every differing byte has equal
+    nibbles (swapping changes nothing; the scale byte is what differs), and "one ulp off" for 0x7E read as 0x7F,
+    which is E4M3's NaN, not a step (SPEC 2.2)."""
+    x = np.zeros((16, 16), np.float32)
+    p = oracle.quantize(x).row
+    d = p.data.copy()
+    d[0, 0] = 0x01
+    assert not any(h.startswith("scales of the wrong plane") for h in diagnose(x, d, p.scales, rules=BASIC).hypotheses)
+    x = np.full((32, 64), 2.5, np.float32)
+    p = oracle.quantize(x).row
+    assert (p.data >> 4 == p.data & 15).all()  # the premise: every byte's nibbles are equal
+    s = p.scales.copy()
+    s[3, 1] = 0x30
+    assert not any(h.startswith("nibble order") for h in diagnose(x, p.data, s, rules=BASIC).hypotheses)
+    x = np.full((1, 16), 1.5, np.float32)
+    x[0, 0] = np.nan
+    p = oracle.quantize(x, rule="te", amax=1.5).row
+    s = p.scales.copy()
+    assert int(s[0, 0]) != 0x7F
+    s[0, 0] = 0x7F  # E4M3's NaN byte in place of a finite scale
+    r = diagnose(x, p.data, s, amax=1.5, rules=BASIC)
+    assert not any(h.startswith("one ulp off") for h in r.hypotheses), r.hypotheses
