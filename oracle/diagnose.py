@@ -519,10 +519,13 @@ def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: 
             ulp = np.abs(step) == 1
             if ulp.all():
                 data_only = int((best.diff & ~sd).sum())
+                one_way = bool((step > 0).all() or (step < 0).all())
                 out.append(f"one ulp off in the scale: all {int(sd.sum())} differing scale bytes are one E4M3 step from "
                            f"{best.rule.name}'s ({int((step > 0).sum())} up, {int((step < 0).sum())} down)"
                            + (f"; {data_only} more blocks differ in codes only" if data_only else "")
-                           + ": a rounding difference in the block scale (SPEC 5.2, 14.3)")
+                           + ": a rounding difference in the block scale (SPEC 5.2, 14.3)"
+                           + ("; every step one way with other blocks' codes off too also fits a different per-tensor "
+                              "scale (amax, S_enc) or RHT sign mask" if one_way and data_only else ""))
     # rounding modes: of the scale bytes (E4M3), or, where they agree, of the codes (E2M1); from the rule's scaled
     # values and block scales, formed once (not for 4over6 or row-scaled rules: no single fp32 array of either)
     q = best.rule.quantize
@@ -555,7 +558,9 @@ def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: 
     if (best.n_diff and np.array_equal(swapped.reshape(exp.data.shape), exp.data)
             and not np.array_equal(data.reshape(exp.data.shape), exp.data)):  # (equal nibbles swap to themselves)
         out.append("nibble order: the codes are the expected ones with element 2i in the HIGH nibble (SPEC 2.3 puts "
-                   "it in the low nibble)")
+                   "it in the low nibble)" + ("; on an RHT plane the same bytes come from a sign mask that differs in "
+                                              "every odd bit (mask ^ 0xAAAA swaps each pair of outputs, SPEC 7.1)"
+                                              if exp.rht else ""))
     # the per-tensor value given
     if given_amax is not None and np.size(given_amax) == 1 and not _row_scaled(exp):
         g = np.float32(np.asarray(given_amax).reshape(-1)[0])

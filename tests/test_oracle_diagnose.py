@@ -519,3 +519,19 @@ def test_hypotheses_that_do_not_apply_are_not_named():
     s[0, 0] = 0x7F  # E4M3's NaN byte in place of a finite scale
     r = diagnose(x, p.data, s, amax=1.5, rules=BASIC)
     assert not any(h.startswith("one ulp off") for h in r.hypotheses), r.hypotheses
+
+
+def test_one_ulp_and_nibble_order_lines_name_their_other_causes():
+    """Bytes made with a 1% larger amax read as one-ulp scales, every step one way, with more blocks off in codes only:
+    the line names a different per-tensor scale too. An RHT plane made with the sign mask ^ 0xAAAA is the expected
+    plane with each pair of outputs swapped (H16[j][i] (-1)^i = H16[j ^ 1][i], SPEC 7.1): the nibble-order line names
+    the mask too."""
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((64, 64)) * 3).astype(np.float32)
+    p = oracle.quantize(x, amax=np.float32(np.abs(x).max() * 1.01)).row
+    (ulp,) = [h for h in diagnose(x, p.data, p.scales, rules=BASIC).hypotheses if h.startswith("one ulp off")]
+    assert "per-tensor scale" in ulp, ulp
+    x = np.random.default_rng(0).standard_normal((32, 64)).astype(ml_dtypes.bfloat16)
+    p = oracle.quantize(x, rowwise=False, columnwise=True, rht=True, rht_signs=0xD7E8 ^ 0xAAAA).col
+    (nib,) = [h for h in diagnose(x, p.data, p.scales, rules=BASIC).hypotheses if h.startswith("nibble order")]
+    assert "0xAAAA" in nib, nib
