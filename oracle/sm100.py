@@ -24,6 +24,7 @@ from .dequantize import nan_scale_rows
 from .fp4_numpy import decode_e2m1
 from .planes import QuantizedPlane
 from .tensor_core import _bit_length, _round_to_fp32_rz, _truncate
+from .tensor_core import _fp32_rz as _fp32_rz_fraction
 
 __all__ = ["STEP_K", "WINDOW", "E_ZERO", "mxf4nvf4_k64_step", "sm100_epilogue", "sm100_sum"]
 
@@ -117,16 +118,9 @@ def _e2m1_value(code: int) -> Fraction:
 def _fp32_rz(v: Fraction) -> float:
     """v rounded toward zero to fp32 (24 significant bits; quantum 2^-149 below 2^-126); a zero is +0.0. Raises
     ValueError at or above 2^128 (outside the model)."""
-    if v == 0:
-        return 0.0
-    a = abs(v)
-    e = a.numerator.bit_length() - a.denominator.bit_length()
-    if Fraction(2) ** e > a:
-        e -= 1
-    if e >= 128:
+    if abs(v) >= 2**128:
         raise ValueError("the step's sum reaches 2^128: outside the model")
-    unit = Fraction(2) ** (max(e, -126) - 23)
-    r = float((a // unit) * unit)
+    r = float(_fp32_rz_fraction(abs(v)))
     return -r if v < 0 else r
 
 
