@@ -507,8 +507,8 @@ def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: 
                 out.append(f"scales of the wrong plane: the scale bytes are the {other} plane's "
                            f"([{o_rows}, {o_c16}], {reading}) under {best.rule.name}")
                 break
-    # one ulp off in the scale
-    got = _read(b, rows, c16, best.reading)
+    # one ulp off in the scale (their scales as read, the transposed check's `direct`)
+    got = direct
     if got is not None:
         theirs_s = got[0].astype(np.int16)
         ours_s = exp.scales.astype(np.int16)
