@@ -16,8 +16,8 @@ Columns:
   nvfp4 requant us -- the same with layer.weight_plane_reuse = False: both weight planes quantized inside every step
   planes only us  -- the "nvfp4" step with cache_f16_weights=False: the weight planes alone are cached
   x bf16 / requant x bf16 / planes only x bf16 -- each nvfp4 column over bf16 us (below 1: faster than BF16)
-  f16 copy MB     -- the bytes of the weights' cached fp16 copy (0: no GEMM of the step reads one)
-  saved MB / x bf16 -- bytes the layer's autograd saves for the backward apart from the (cached) weight planes,
+  f16 copy MiB     -- the bytes of the weights' cached fp16 copy (0: no GEMM of the step reads one)
+  saved MiB / x bf16 -- bytes the layer's autograd saves for the backward apart from the (cached) weight planes,
                      counted by torch.autograd.graph.saved_tensors_hooks, against the 2 T K bytes of the bf16 X that the
                      BF16 step saves for its wgrad
 
@@ -151,8 +151,8 @@ def bench_case(name, e, t, k, n, skew, forward_only, iters, reps, profile=False)
     return {"case": name, "bf16 us": us["bf16"], "nvfp4 us": us["nvfp4"], "x bf16": us["nvfp4"] / us["bf16"],
             "nvfp4 requant us": us["requant"], "requant x bf16": us["requant"] / us["bf16"],
             "planes only us": us["planes"], "planes only x bf16": us["planes"] / us["bf16"],
-            "f16 copy MB": copy_bytes / 2**20,
-            "saved MB": saved / 2**20 if saved else float("nan"),
+            "f16 copy MiB": copy_bytes / 2**20,
+            "saved MiB": saved / 2**20 if saved else float("nan"),
             "saved x bf16": saved / bf16_saved if saved else float("nan")}
 
 
@@ -172,7 +172,7 @@ def main() -> int:
     print(f"# {props.name}, torch {torch.__version__}; whole-step CUDA graphs; medians of {args.reps} x {args.iters} "
           "replays")
     cols = ["case", "bf16 us", "nvfp4 us", "x bf16", "nvfp4 requant us", "requant x bf16", "planes only us",
-            "planes only x bf16", "f16 copy MB", "saved MB", "saved x bf16"]
+            "planes only x bf16", "f16 copy MiB", "saved MiB", "saved x bf16"]
     print("| " + " | ".join(cols) + " |")
     print("|" + "|".join("---" for _ in cols) + "|")
     for name, e, t, k, n, skew, fwd in CASES:
