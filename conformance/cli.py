@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -97,6 +98,45 @@ def _seed(s: str) -> int:
     return v
 
 
+def _index(s: str) -> int:
+    v = int(s)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"a case index is an integer >= 0, got {v}")
+    return v
+
+
+def _seconds(minimum_exclusive: bool):
+    """An argparse type: finite seconds, > 0 (``minimum_exclusive``) or >= 0."""
+    def parse(s: str) -> float:
+        v = float(s)
+        if not math.isfinite(v) or (v <= 0 if minimum_exclusive else v < 0):
+            raise argparse.ArgumentTypeError(f"must be a finite number of seconds {'> 0' if minimum_exclusive else '>= 0'}"
+                                             f", got {s}")
+        return v
+
+    parse.__name__ = "seconds"
+    return parse
+
+
+def _unwritable(path: str, folder: bool = False) -> str | None:
+    """Why ``path`` (a file to write, or with ``folder`` a folder to create or fill) cannot be written, or None: it
+    is checked before a run, so that a bad path costs no budget. Nothing is created."""
+    p = os.path.abspath(path)
+    if os.path.exists(p):
+        if folder != os.path.isdir(p):
+            return f"{path} is {'not a folder' if folder else 'a folder'}"
+        target = p if folder else os.path.dirname(p)
+    else:
+        target = os.path.dirname(p)
+        while not os.path.exists(target):
+            target = os.path.dirname(target)
+        if not os.path.isdir(target):
+            return f"{path}: {target} is not a folder"
+    if not os.access(target, os.W_OK | os.X_OK):
+        return f"{path}: {target} is not writable"
+    return None
+
+
 def _device(s: str) -> str:
     if s in ("auto", "cpu", "all", "cuda") or re.fullmatch(r"cuda:\d+", s):
         return "cuda:0" if s == "cuda" else s
@@ -131,8 +171,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="write the JSON report here ({shard} and {nshards} in the path are replaced; with --shard auto "
                         "and more than one shard, a path without {shard} gets -IofN before its suffix)")
     r.add_argument("--artifacts", default="artifacts/conformance", help="where failing cases are saved")
-    r.add_argument("--shrink-time", type=float, default=10.0, help="seconds per failure for shrinking")
-    r.add_argument("--case-timeout", type=float, default=300.0,
+    r.add_argument("--shrink-time", type=_seconds(False), default=10.0, help="seconds per failure for shrinking")
+    r.add_argument("--case-timeout", type=_seconds(True), default=300.0,
                    help="seconds one case (with its shrinking) may take before its worker is killed and the case "
                         "reported as an error (worker processes only; default 300)")
     r.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
@@ -143,7 +183,7 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("case", help="print one generated case")
     c.add_argument("op", choices=list(OPS))
     c.add_argument("--seed", type=_seed, default=0)
-    c.add_argument("--index", type=_seed, default=0)
+    c.add_argument("--index", type=_index, default=0)
     c.add_argument("--backend", default=None, help="apply this backend's option restrictions")
     c.add_argument("--save", default=None, help="save it as .npz (replayable with --backend)")
     m = sub.add_parser("merge", help="combine the JSON reports of a run's shards")
@@ -219,6 +259,10 @@ def _show_case(args) -> int:
     except BackendSpecError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    why = _unwritable(args.save) if args.save else None
+    if why:
+        print(f"error: cannot save the case: {why}", file=sys.stderr)
+        return 2
     space = case_space(b, args.op) if b else dict(OPS[args.op].space)
     case = generate(args.op, args.seed, args.index, OPS[args.op].generator, space)
     print(f"case {case.key()}\noptions: {json.dumps(case.options)}\ntags: {json.dumps(case.tags)}")
@@ -238,6 +282,10 @@ def merge(paths: list[str], detail: bool = False, report: str | None = None, out
 
     out = out or sys.stdout
     err = err or sys.stderr
+    why = _unwritable(report) if report else None
+    if why:
+        print(f"error: cannot write the merged report: {why}", file=err)
+        return 2
     try:
         stats, doc, problems = merge_reports([(p, read_report(p)) for p in paths])
     except ReportError as e:
@@ -299,10 +347,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"unknown ops {unknown}; known: {','.join(OPS)}", file=sys.stderr)
             return 2
     report = _shard_path(args.report, args.shard)
+    artifacts = args.artifacts.replace("{shard}", str(args.shard[0])).replace("{nshards}", str(args.shard[1]))
+    for what, why in (("the report", _unwritable(report) if report else None),
+                      ("failing cases under --artifacts", _unwritable(artifacts, folder=True))):
+        if why:
+            print(f"error: cannot write {what}: {why}", file=sys.stderr)
+            return 2
     cfg = RunConfig(budget=args.budget, seed=args.seed, ops=args.ops, device=args.device, shard=tuple(args.shard),
-                    workers=args.workers, report=report,
-                    artifacts=args.artifacts.replace("{shard}", str(args.shard[0])).replace("{nshards}",
-                                                                                              str(args.shard[1])),
+                    workers=args.workers, report=report, artifacts=artifacts,
                     backends=args.backends, max_cases=args.max_cases, shrink_time=args.shrink_time,
                     case_timeout=args.case_timeout, progress=not args.no_progress, argv=argv, detail=args.detail,
                     started=started)

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import platform
+import re
 import shlex
 import subprocess
 import sys
@@ -421,16 +422,23 @@ def _shard_of(doc: dict):
 def merge_reports(docs: list[tuple[str, dict]]) -> tuple[Stats, dict, list[str]]:
     """Merge shard reports of one campaign: ``(stats, merged report, problems)``.
 
-    The reports must share the seed and the case cap (``--cases``) and split the case space the same way (one shard
-    count, no shard twice): :class:`ReportError` otherwise. ``problems`` lists what makes the merge incomplete
+    The reports must share the seed, the case cap (``--cases``), the ops and the backends (a GPU backend's device
+    number aside: each shard may run on its own GPU) and split the case space the same way (one shard count, no shard
+    twice): :class:`ReportError` otherwise. ``problems`` lists what makes the merge incomplete
     (missing shards, a shard whose own exit code was 2).
     """
     if not docs:
         raise ReportError("no reports to merge")
-    for key, what in (("seed", "seeds"), ("max_cases", "case caps (--cases)")):
+    def backends(config: dict) -> list:  # device:cuda:N -> device:cuda
+        return sorted({re.sub(r"^device:cuda:\d+$", "device:cuda", b) for b in config.get("backends_used") or []})
+
+    for key, what, value in (("seed", "seeds", lambda c: c.get("seed")),
+                             ("max_cases", "case caps (--cases)", lambda c: c.get("max_cases")),
+                             ("ops", "op lists (--ops)", lambda c: sorted(c["ops"]) if c.get("ops") else None),
+                             ("backends", "backends", backends)):
         vals = {}
         for path, doc in docs:
-            vals.setdefault(json.dumps(doc["config"].get(key)), []).append(path)
+            vals.setdefault(json.dumps(value(doc["config"])), []).append(path)
         if len(vals) > 1:
             listing = "; ".join(f"{key}={v}: {', '.join(ps)}" for v, ps in vals.items())
             raise ReportError(f"cannot merge reports of different {what}: {listing}")

@@ -297,10 +297,10 @@ def select_backends(cfg: RunConfig) -> list[str]:
     if cfg.device.startswith("cuda"):
         return [f"device:{cfg.device}"]
     gpus = B.cuda_devices()
-    if gpus:
-        specs = [f"device:{g}" for g in gpus] if cfg.device == "all" else [f"device:{gpus[0]}"]
-        if B.make_backend(specs[0]).available() is None:
-            return specs
+    if cfg.device == "all":  # every GPU, or the first one's reason for being unusable: never the CPU backends
+        return [f"device:{g}" for g in gpus] or ["device:cuda:0"]
+    if gpus and B.make_backend(f"device:{gpus[0]}").available() is None:
+        return [f"device:{gpus[0]}"]
     return list(B.CPU_DEFAULT)
 
 

@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import sys
+import zipfile
 
 import ml_dtypes
 import numpy as np
@@ -60,7 +61,14 @@ def _load(path: str, input_dtype: str) -> np.ndarray:
     """Load an .npy. ``auto``: as stored, a saved ml_dtypes.bfloat16 array (2-byte void) read as bfloat16;
     ``bfloat16``: the 2-byte integer or void elements reinterpreted as bf16 bit patterns; ``float32`` /
     ``float16``: the values converted (a saved bfloat16 array decoded first)."""
+    with open(path, "rb") as f:
+        magic = f.read(len(np.lib.format.MAGIC_PREFIX))
+    if magic != np.lib.format.MAGIC_PREFIX:
+        what = "an .npz archive" if magic[:2] == b"PK" else "not an .npy file"
+        raise ValueError(f"{path} is {what}; X must be one array saved by np.save (.npy)")
     x = np.load(path, allow_pickle=False)
+    if x.dtype.kind == "c":
+        raise TypeError(f"{path} holds complex values ({x.dtype}); NVFP4 quantizes real numbers")
     two_byte = x.dtype.itemsize == 2 and x.dtype.kind in "Vu"
     if input_dtype == "bfloat16" or (input_dtype == "auto" and x.dtype.kind == "V" and x.dtype.itemsize == 2):
         if x.dtype.itemsize != 2:
@@ -200,7 +208,8 @@ def quantize_to_npz(a) -> int:
     if isinstance(opts_json["amax"], tuple):
         opts_json["amax"] = list(opts_json["amax"])
     out["options_json"] = np.array(json.dumps(opts_json))
-    np.savez(a.output, **out)
+    with open(a.output, "wb") as f:  # the path as named (np.savez would append .npz to a name without it)
+        np.savez(f, **out)
     print(f"wrote {a.output}: " + ", ".join(f"{k} {v.shape}" for k, v in out.items()))
     return 0
 
@@ -237,7 +246,14 @@ def read_theirs(path: str, plane: str) -> tuple:
     per-plane names of :data:`THEIRS_KEYS` (a torchao per_tensor_scale is turned into its amax, SPEC 14.10)."""
     from .interop import amax_from_torchao_scale
 
-    with np.load(path, allow_pickle=False) as z:
+    try:
+        z = np.load(path, allow_pickle=False)
+    except (zipfile.BadZipFile, EOFError) as exc:
+        raise ValueError(f"{path} is not a readable .npz archive ({exc})") from None
+    if isinstance(z, np.ndarray):
+        raise ValueError(f"{path} is a single .npy array; diagnose needs an .npz with their data and scales "
+                         "(np.savez(path, data=..., scales=...))")
+    with z:
         keys = set(z.files)
         dk, sk, ak = THEIRS_GENERIC_KEYS
         if dk in keys and sk in keys:
@@ -269,6 +285,8 @@ def write_vectors_cmd(a) -> int:
     """Write the golden vector set (oracle.vectors) and list its cases."""
     from .vectors import write_vectors
 
+    if a.seed < 0:
+        raise ValueError(f"--seed must be >= 0, got {a.seed}")
     names = write_vectors(a.output, seed=a.seed)
     print(f"wrote {len(names)} cases to {a.output} (index.json; each folder: case.json + raw .bin files)")
     for n in names:

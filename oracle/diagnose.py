@@ -628,6 +628,8 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if isinstance(rht_signs, bool) or not isinstance(rht_signs, (int, np.integer)) or not 0 <= rht_signs < 1 << 16:
+        raise ValueError(f"the RHT sign mask must be a 16-bit integer (0 .. 0xFFFF), got {rht_signs!r}")
     x2, is_bf16 = as_2d_f32(x)
     m, k = x2.shape
     d = _u8(data, "data")
@@ -645,6 +647,9 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
     given = None
     if amax is not None:
         given = np.asarray(amax, np.float32).reshape(-1)
+        if given.size not in (1, m):
+            raise ValueError(f"amax holds {given.size} values; diagnose takes one per-tensor value, or one per row "
+                             f"({m}) for a row-scaled plane")
     cands = []
     for p in planes:
         rows, cols = (m, k) if p == "row" else (k, -(-m // 16) * 16)

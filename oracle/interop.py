@@ -146,7 +146,10 @@ def amax_from_torchao_scale(p) -> np.float32:
     bytes and the same dequantized values. NaN, +Inf and zeros map to themselves. Raises ``ValueError`` when P is
     negative, or when no fp32 A gives P (a per-tensor scale that is not the quotient of an amax by 2688).
     """
-    p = np.float32(_host_f32(p, "per_tensor_scale")[0])
+    values = _host_f32(p, "per_tensor_scale")
+    if values.size == 0:
+        raise ValueError("per_tensor_scale is empty; it holds one fp32 value P")
+    p = np.float32(values[0])
     if np.isnan(p) or np.isinf(p) or p == 0:
         if p < 0:
             raise ValueError(f"per_tensor_scale must be >= 0, got {float(p)}")

@@ -214,6 +214,18 @@ class FlipE2M1(Backend):
 register_backend(FlipE2M1.name, FlipE2M1)
 
 
+class FlipOddE2M1(FlipE2M1):
+    """Planted bug on odd case indices only: of two shards (index mod 2), shard 1 mismatches and shard 0 passes."""
+
+    name = "test-cli-flip-odd-e2m1"
+
+    def run(self, op, case):
+        return reference(case) if case.index % 2 == 0 else super().run(op, case)
+
+
+register_backend(FlipOddE2M1.name, FlipOddE2M1)
+
+
 def _reports(tmp_path: Path, seed=0, cases=6, shards=2, backend="mldtypes", ops="e2m1") -> list[Path]:
     paths = []
     for i in range(shards):
@@ -453,12 +465,59 @@ def test_merge_refuses_what_is_not_one_run(tmp_path, capsys):
 
 
 def test_merge_fails_when_a_shard_mismatched(tmp_path, capsys):
-    good = _reports(tmp_path, cases=4)
-    bad_dir = tmp_path / "bad"
-    bad_dir.mkdir()
-    bad = _reports(bad_dir, cases=4, backend=FlipE2M1.name)
-    assert merge([str(good[0]), str(bad[1])]) == 1
-    assert "FAILED e2m1 [test-cli-flip-e2m1]" in capsys.readouterr().out
+    reports = _reports(tmp_path, cases=4, backend=FlipOddE2M1.name)
+    assert [json.loads(p.read_text())["exit_code"] for p in reports] == [0, 1]  # only shard 1 mismatched
+    assert merge([str(p) for p in reports]) == 1
+    assert "FAILED e2m1 [test-cli-flip-odd-e2m1]" in capsys.readouterr().out
+
+
+def test_merge_refuses_shards_of_other_backends_or_ops(tmp_path, capsys):
+    """Shards that ran different backends or ops do not partition one campaign's cases (the merge used to add them
+    up and exit 0, each op holding half its cases)."""
+    a = _reports(tmp_path / "a", cases=4, ops="bf16")
+    b = _reports(tmp_path / "b", cases=4, backend="torch", ops="bf16")
+    c = _reports(tmp_path / "c", cases=4, ops="e4m3")
+    assert merge([str(a[0]), str(b[1])]) == 2
+    assert "different backends" in capsys.readouterr().err
+    assert merge([str(a[0]), str(c[1])]) == 2
+    assert "different op lists" in capsys.readouterr().err
+    assert merge([str(a[0]), str(a[1])]) == 0
+
+
+def test_unwritable_outputs_are_refused_before_the_run(tmp_path, capsys):
+    """A --report that is a folder, --artifacts that is a file, a merge --report or a case --save into a folder:
+    exit 2 with one line before any case runs (they used to raise a traceback, --report after the whole budget)."""
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file").write_text("")
+    base = ["run", "--backend", "mldtypes", "--ops", "e2m1", "--cases", "2", "--no-progress"]
+    assert main(base + ["--report", str(tmp_path / "folder"), "--artifacts", str(tmp_path / "art")]) == 2
+    assert "cannot write the report" in capsys.readouterr().err
+    assert main(base + ["--artifacts", str(tmp_path / "file")]) == 2
+    assert "cannot write failing cases" in capsys.readouterr().err
+    assert main(base + ["--artifacts", str(tmp_path / "file" / "sub")]) == 2
+    capsys.readouterr()
+    reports = _reports(tmp_path, cases=2)
+    assert merge([str(p) for p in reports], report=str(tmp_path / "folder")) == 2
+    assert "cannot write the merged report" in capsys.readouterr().err
+    assert main(["case", "e2m1", "--save", str(tmp_path / "folder")]) == 2
+    assert "cannot save the case" in capsys.readouterr().err
+    assert main(base + ["--report", str(tmp_path / "new" / "r.json"), "--artifacts", str(tmp_path / "art")]) == 0
+
+
+@pytest.mark.parametrize("flag, value", [("--case-timeout", "-1"), ("--case-timeout", "0"), ("--case-timeout", "nan"),
+                                         ("--shrink-time", "-1"), ("--shrink-time", "inf")])
+def test_time_options_are_finite_and_positive(flag, value, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--backend", "mldtypes", "--cases", "1", flag, value])
+    assert e.value.code == 2 and "seconds" in capsys.readouterr().err
+
+
+def test_device_all_without_a_gpu_runs_no_case(tmp_path, monkeypatch):
+    """--device all never falls back to the CPU backends (a GPU campaign on machines without a usable GPU used to
+    exit 0 on the CPU self-conformance); it reports the missing GPU as --device cuda:0 does."""
+    monkeypatch.setattr(B, "cuda_devices", lambda: [])
+    code, stats = run(_cfg(tmp_path, device="all", max_cases=1), stdout=io.StringIO(), stderr=io.StringIO())
+    assert code == 2 and "device:cuda:0" in stats.no_case_reason
 
 
 @pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun (installed with torch) missing")

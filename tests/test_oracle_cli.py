@@ -266,3 +266,71 @@ def test_diagnose_a_columnwise_plane_saved_under_the_generic_names(tmp_path):
         assert "compared as the col plane" in r.stdout and "reproduced exactly by: te" in r.stdout, r.stdout
     r = _run("diagnose", str(tmp_path / "x.npy"), str(tmp_path / "col.npz"), "--plane", "row")
     assert r.returncode == 2 and "is not the row plane" in r.stderr, r.stderr
+
+
+def _bad_inputs(tmp_path):
+    """Files a user may pass by mistake, and a correct THEIRS.npz of x's rowwise plane."""
+    x = np.random.default_rng(1).standard_normal((4, 32)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.savez(tmp_path / "x_archive.npz", x=x)
+    (tmp_path / "x.txt").write_text("not an array")
+    np.save(tmp_path / "x_complex.npy", x.astype(np.complex64))
+    t = oracle.quantize(x)
+    np.savez(tmp_path / "theirs.npz", row_data=t.row.data, row_scales=t.row.scales)
+    (tmp_path / "corrupt.npz").write_bytes((tmp_path / "theirs.npz").read_bytes()[:100])
+    np.savez(tmp_path / "torchao_empty_scale.npz", qdata=t.row.data, scale=t.row.scales,
+             per_tensor_scale=np.zeros(0, np.float32))
+    return x, t
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["diagnose", "x.npy", "theirs.npz", "--rht-signs", "0x10000"], "16-bit"),
+    (["diagnose", "x.npy", "theirs.npz", "--rht-signs", "-1"], "16-bit"),
+    (["diagnose", "x.npy", "corrupt.npz"], "not a readable .npz"),
+    (["diagnose", "x.npy", "x.npy"], "single .npy array"),
+    (["diagnose", "x.npy", "torchao_empty_scale.npz"], "per_tensor_scale is empty"),
+    (["diagnose", "x_archive.npz", "theirs.npz"], "is an .npz archive"),
+    (["explain", "x_archive.npz", "--row", "0"], "is an .npz archive"),
+    (["quantize", "x_archive.npz", "o.npz"], "is an .npz archive"),
+    (["explain", "x.txt", "--row", "0"], "not an .npy file"),
+    (["quantize", "x_complex.npy", "o.npz", "--input-dtype", "float32"], "complex"),
+    (["vectors", "vv", "--seed", "-1"], "--seed must be >= 0"),
+])
+def test_cli_refuses_bad_files_in_one_line(tmp_path, monkeypatch, capsys, argv, words):
+    """Exit status 2 and one 'error:' line naming the problem, no traceback (a wrong sign mask used to change
+    diagnose's verdict; a corrupt archive, an .npz as X and an empty torchao scale raised tracebacks)."""
+    from oracle.cli import main
+
+    _bad_inputs(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and words in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_quantize_writes_the_named_path(tmp_path, monkeypatch, capsys):
+    """np.savez appends .npz to a name without it; the CLI writes the path it names, and a folder is refused."""
+    from oracle.cli import main
+
+    x, t = _bad_inputs(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert main(["quantize", "x.npy", "out.bin"]) == 0
+    assert "wrote out.bin" in capsys.readouterr().out and not (tmp_path / "out.bin.npz").exists()
+    with np.load(tmp_path / "out.bin", allow_pickle=False) as d:
+        assert np.array_equal(d["row_data"], t.row.data)
+    (tmp_path / "folder").mkdir()
+    assert main(["quantize", "x.npy", "folder"]) == 2
+    assert not (tmp_path / "folder.npz").exists()
+
+
+def test_diagnose_refuses_bad_mask_and_amax_count():
+    """oracle.diagnose itself refuses a sign mask outside 16 bits and an amax that is neither one value nor one per
+    row (both used to be skipped silently, the mask changing which rules were tried)."""
+    x = np.random.default_rng(2).standard_normal((4, 32)).astype(np.float32)
+    t = oracle.quantize(x)
+    for mask in (-1, 1 << 16, True, 1.5):
+        with pytest.raises(ValueError, match="16-bit"):
+            oracle.diagnose(x, t.row.data, t.row.scales, rht_signs=mask)
+    with pytest.raises(ValueError, match="one per row"):
+        oracle.diagnose(x, t.row.data, t.row.scales, amax=[1.0, 2.0, 3.0])
+    assert oracle.diagnose(x, t.row.data, t.row.scales, amax=[float(t.row.amax)] * 4) is not None
