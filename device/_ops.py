@@ -401,6 +401,36 @@ def weight_f16_copy(row_data: Tensor, row_scales: Tensor, offsets: Tensor, e: in
     return out
 
 
+def _shares_memory(x: Tensor, y: Tensor) -> bool:
+    """Whether the bytes of two contiguous tensors overlap (any dtypes, views included)."""
+    if x.numel() == 0 or y.numel() == 0 or x.device != y.device:
+        return False
+    x0, y0 = x.data_ptr(), y.data_ptr()
+    return x0 < y0 + y.numel() * y.element_size() and y0 < x0 + x.numel() * x.element_size()
+
+
+def check_gemm_out(kind: int, out: Tensor, sizes, groups: int, operands: dict[str, Tensor]) -> None:
+    """What the GEMM kernels need of ``out`` beyond its dtype and contiguity (which the binding checks): the shape
+    ``sizes`` give (SPEC 12.5: fprop / dgrad ``[T, cols]``, wgrad ``[E, N, K]``), the operands' device, a 16-byte
+    aligned base (the epilogues store aligned words) and no byte shared with an operand (the kernels would overwrite
+    it while other CTAs still read it). Run by :func:`device.grouped_gemm` before anything is launched and again by
+    :func:`launch_grouped_gemm`, the body of the compiled and registered ops, whose fake-tensor trace has no
+    addresses. ``operands``: name -> tensor."""
+    s = dict(zip(GEMM_SIZES, sizes, strict=True))
+    want = (groups, s["a_rows"], s["cols"]) if kind == int(GemmKind.wgrad) else (s["tokens"], s["cols"])
+    if tuple(out.shape) != want:
+        raise ValueError(f"{GemmKind(kind).name}: out must have shape {want}, got {tuple(out.shape)}")
+    for what, buf in operands.items():
+        if buf.device != out.device:
+            raise ValueError(f"{what} is on {buf.device}, out on {out.device}: a GEMM's tensors share one device")
+    if out.numel() and out.data_ptr() % 16:
+        raise ValueError("out must be 16-byte aligned")
+    for what, buf in operands.items():
+        if _shares_memory(out, buf):
+            raise ValueError(f"out shares memory with {what}: the kernels would overwrite an operand while other CTAs "
+                             "still read it")
+
+
 def launch_grouped_gemm(kind: int, mode: str, a_data: Tensor, a_scales: Tensor, a_amax: Tensor, a_offsets: Tensor,
                         b_data: Tensor, b_scales: Tensor, b_amax: Tensor, b_offsets: Tensor, out: Tensor,
                         bias: Tensor | None, accumulate: bool, sizes, algorithm: str, loader: str, epilogue: str,
@@ -415,9 +445,12 @@ def launch_grouped_gemm(kind: int, mode: str, a_data: Tensor, a_scales: Tensor, 
     which holds the same values transposed when the weights were quantized in 16x16 blocks, RN, without RHT
     (SPEC 6.3; the caller vouches for it). The plan may then run copies_cutlass without decoding b (dgrad: bf16 output
     only; otherwise the copy is not used)."""
+    groups = a_offsets.shape[1] - 1
+    check_gemm_out(kind, out, sizes, groups, {
+        "a's data": a_data, "a's scales": a_scales, "a's amax": a_amax, "a.offsets": a_offsets, "b's data": b_data,
+        "b's scales": b_scales, "b's amax": b_amax, "b.offsets": b_offsets})
     if out.numel() == 0:
         return
-    groups = a_offsets.shape[1] - 1
     if bias is not None and bias.numel() and bias.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
         bias = bias.clone()  # the epilogue reads bias while other CTAs write out: never the same memory
     out_dtype = "bfloat16" if out.dtype == torch.bfloat16 else "float32"

@@ -143,14 +143,6 @@ def _plane(t: DeviceGroupedNVFP4Tensor, which: str, name: str, kind: str):
     return data, scales, amax
 
 
-def _shares_memory(x: Tensor, y: Tensor) -> bool:
-    """Whether the bytes of two contiguous tensors overlap (any dtypes, views included)."""
-    if x.numel() == 0 or y.numel() == 0 or x.device != y.device:
-        return False
-    x0, y0 = x.data_ptr(), y.data_ptr()
-    return x0 < y0 + y.numel() * y.element_size() and y0 < x0 + x.numel() * x.element_size()
-
-
 def _out_dtype(out_dtype, default):
     if out_dtype is None:
         out_dtype = default
@@ -375,15 +367,10 @@ def _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode) -> _Call:
             raise TypeError(f"out has dtype {out.dtype} but out_dtype is {dtype}")
         if not out.is_contiguous():
             raise ValueError("out must be contiguous")
-        if not _ops._traced(out):  # (no addresses while torch.compile traces; a fake tensor's data_ptr() is 0)
-            if out.numel() and out.data_ptr() % 16:
-                raise ValueError("out must be 16-byte aligned")
-            for what, buf in (("a's data", ad), ("a's scales", as_), ("a's amax", aa), ("b's data", bd),
-                              ("b's scales", bs), ("b's amax", ba), ("a.offsets", a.offsets),
-                              ("b.offsets", b.offsets)):
-                if _shares_memory(out, buf):
-                    raise ValueError(f"out shares memory with {what}: the kernels would overwrite an operand while "
-                                     "other CTAs still read it")
+        if not _ops._traced(out):  # (no addresses while torch.compile traces: the launch checks them again)
+            _ops.check_gemm_out(_KIND_CODES[kind], out, sizes, e, {
+                "a's data": ad, "a's scales": as_, "a's amax": aa, "a.offsets": a.offsets, "b's data": bd,
+                "b's scales": bs, "b's amax": ba, "b.offsets": b.offsets})
     if accumulate and dtype != torch.float32:
         raise TypeError("accumulate=True needs a float32 out (SPEC 12.2: C is fp32)")
     bias_t = None

@@ -157,7 +157,7 @@ class _GroupedLinearFunction(torch.autograd.Function):
         wq = _Planes(w_row_data, w_row_scales, w_col_data, w_col_scales, w_row_amax, w_col_amax, w_offsets)
         t = x.shape[0]
         xq = _quantize_x(x, splits, cfg, columnwise=cfg.need_dw)
-        b = None if bias is None else bias.to(torch.float32)  # (bf16 -> fp32 is exact)
+        b = None if bias is None else bias.to(torch.float32).contiguous()  # (bf16 -> fp32 is exact)
         y = _gemm_new(_FPROP, xq, "row", wq, "row", cfg, t, [t, cfg.n], torch.bfloat16, b, w_copy)
         # saved: X's columnwise plane (wgrad B; NVFP4, not the bf16 X) with its scales packed (SPEC 9.5), its amaxes
         # and offsets (their row 0 also bounds dY's groups for dbias), W's columnwise plane (dgrad B), the splits, the
@@ -447,7 +447,10 @@ class GroupedLinear(torch.nn.Module):
         e, n, k = w.shape
 
         def quantize() -> _Planes:
-            return _quantize(w.reshape(e * n, k), self._weight_splits, rowwise=True, columnwise=columnwise,
+            w2 = w.reshape(e * n, k)
+            if w2.numel() and not _ops._traced(w2) and w2.data_ptr() % 16:
+                w2 = w2.clone()  # the kernels read 16-byte vectors (a weight viewed at an odd storage offset)
+            return _quantize(w2, self._weight_splits, rowwise=True, columnwise=columnwise,
                              rht=False, rht_signs=r.rht_signs, block=r.weight_block, rule=r.rule, rounding="rn", seed=0)
 
         def f16_copy(planes: _Planes) -> Tensor | None:

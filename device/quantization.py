@@ -64,8 +64,16 @@ def _te_scale_options(x2: Tensor, *, four_over_six, four_over_six_fast_math, glo
     return o.plane_fields()
 
 
+def _check_flags(**flags) -> None:
+    """True / False options are bools: a string such as "False" would otherwise be read as True."""
+    for name, v in flags.items():
+        if not isinstance(v, (bool, np.bool_)):
+            raise TypeError(f"{name} must be True or False, got {v!r}")
+
+
 def _options(x2: Tensor, *, rowwise, columnwise, rht, rht_signs, block, rule, rounding, seed, offset,
              four_over_six=None, four_over_six_fast_math=False, global_scale_max=448, row_scaled=False) -> dict:
+    _check_flags(rowwise=rowwise, columnwise=columnwise, rht=rht)
     for name, v in (("rht_signs", rht_signs), ("seed", seed), ("offset", offset)):
         # a tensor here would need .item(), a host synchronization (and fail inside a CUDA graph capture)
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
@@ -117,13 +125,20 @@ def _amax_tensors(amax, n: int, grouped: bool, device) -> tuple[Tensor, Tensor] 
     writes them into the call's amax buffers takes (``device._ops.launch_quantize``).
 
     As in the oracle: a single tensor takes a number / 0-d tensor for both planes or a (row, col) tuple or
-    list; a grouped call takes n values (list, array, 1-d tensor) for both planes or a (row, col) tuple of them,
-    never a single number.
+    list; a grouped call takes n values (list, array, 1-d tensor) for both planes, an [n, 2] array or tensor of
+    (row, col) pairs, or a (row, col) tuple of n values each, never a single number.
     Tensors must be on x's device. Host sequences and arrays are copied to the device, a synchronizing copy, so
     they are refused while a CUDA graph is being captured (pass device tensors or numbers there).
     """
     if amax is None:
         return None
+    if grouped and not isinstance(amax, tuple):  # [E] for both planes, or [E, 2] (row, col) pairs, as the oracle
+        shape = tuple(amax.shape) if isinstance(amax, Tensor) else np.shape(amax)
+        if len(shape) == 2 and shape[1] == 2:
+            host = amax if isinstance(amax, Tensor) else np.asarray(amax, dtype=np.float32)
+            amax = (host[:, 0], host[:, 1])
+        elif len(shape) > 1:
+            raise ValueError(f"a grouped amax has shape [E] or [E, 2] ((row, col) pairs), got {list(shape)}")
     pair = isinstance(amax, tuple) if grouped else isinstance(amax, (tuple, list))
     if pair and len(amax) != 2:
         raise ValueError("amax pair must be (row_amax, col_amax)")
@@ -151,7 +166,7 @@ def _amax_values(a, n: int, device) -> Tensor:
         if isinstance(a, (bool, str)) or not isinstance(a, (int, float, np.integer, np.floating, Sequence,
                                                            np.ndarray)):
             raise TypeError(f"amax values must be numbers, sequences, arrays or tensors, got {type(a).__name__}")
-        host = np.asarray(a, dtype=np.float32).reshape(-1)
+        host = np.ascontiguousarray(np.asarray(a, dtype=np.float32).reshape(-1))
         if (host < 0).any():
             raise ValueError("amax values must be >= 0 (absolute maxima), +Inf or NaN (SPEC 4.3)")
         if np.ndim(a) == 0:  # a number: no host-to-device copy
@@ -197,9 +212,11 @@ def quantize(x: Tensor, *, rowwise: bool = True, columnwise: bool = False, rht: 
 
     Raises TypeError / ValueError before any launch for an x that is not such a tensor, and for the options the
     oracle refuses (an unknown rule, block or rounding, a seed or offset out of range, rht without the columnwise
-    plane or on non-bfloat16 input, 4over6 outside its domain, row_scaled) or an amax of the wrong form.
+    plane or on non-bfloat16 input, 4over6 outside its domain, row_scaled), a rowwise / columnwise / rht /
+    swizzled that is not a bool, or an amax of the wrong form.
     """
     x2 = _check_x(x)
+    _check_flags(swizzled=swizzled)
     opts = _options(x2, rowwise=rowwise, columnwise=columnwise, rht=rht, rht_signs=rht_signs, block=block,
                     rule=rule, rounding=rounding, seed=seed, offset=offset, four_over_six=four_over_six,
                     four_over_six_fast_math=four_over_six_fast_math, global_scale_max=global_scale_max,
@@ -225,9 +242,10 @@ def group_quantize(x: Tensor, splits: Tensor, *, rowwise: bool = True, columnwis
     No host synchronization: offsets are computed on the device and every buffer is sized for the worst case
     from (T, K, E), so the call can be captured in a CUDA graph and replayed with new data and new splits.
     Group g uses SR counter offset ``offset + g`` as in :func:`oracle.group_quantize`. ``amax``: None (computed per
-    group on the device), E values for both planes (sequence, array or device tensor) or a (row, col) tuple of them;
-    a single number is refused, as by the oracle. Supplied amaxes skip the amax pass (X read once). The 4over6 options as in :func:`quantize` (SPEC 5.6 per group, as
-    :func:`oracle.group_quantize`).
+    group on the device), E values for both planes (sequence, array or device tensor), an [E, 2] array or tensor of
+    (row, col) pairs, or a (row, col) tuple of E values each; a single number and other shapes are refused, as by
+    the oracle. Supplied amaxes skip the amax pass (X read once). The 4over6 options as in :func:`quantize` (SPEC
+    5.6 per group, as :func:`oracle.group_quantize`).
 
     ``splits`` is never read on the host, so sizes that do not add up to T cannot be refused: they take SPEC 9.4's
     meaning on the device (a negative size counts as 0, the running total is cut at T, rows past the last cut group
@@ -245,6 +263,7 @@ def group_quantize(x: Tensor, splits: Tensor, *, rowwise: bool = True, columnwis
     if splits.dim() != 1 or splits.numel() == 0:
         raise ValueError(f"splits must be a non-empty 1-D tensor, got shape {tuple(splits.shape)}")
     splits = splits.contiguous()
+    _check_flags(swizzled=swizzled)
     opts = _options(x2, rowwise=rowwise, columnwise=columnwise, rht=rht, rht_signs=rht_signs, block=block,
                     rule=rule, rounding=rounding, seed=seed, offset=offset, four_over_six=four_over_six,
                     four_over_six_fast_math=four_over_six_fast_math, global_scale_max=global_scale_max,

@@ -279,7 +279,9 @@ def to_torchao(t, plane: str = "row", *, swizzled: bool | None = None, orig_dtyp
     torchao dequantizes by its own factor ``P * sf`` (SPEC 11.1), so a TE-rule plane's values can differ from
     :func:`oracle.dequantize` in the last bit. A row-scaled or 16x16-block plane has no torchao form, nor has a
     4over6 plane with ``global_scale_max=256`` (its factor is amax / 1536, SPEC 5.6; torchao's P is always amax /
-    2688): ``ValueError``.
+    2688): ``ValueError``. A columnwise plane quantized with the RHT converts as its bytes are, but torchao's tensor
+    has no field for the sign mask: it dequantizes to the transform's outputs (SPEC 7, as :func:`oracle.dequantize`
+    does), not to X^T, and only a GEMM whose other operand had the same transform undoes it.
     """
     import torch
     from torchao.prototype.mx_formats.nvfp4_tensor import NVFP4Tensor as AoTensor

@@ -252,3 +252,77 @@ def test_sm100_contraction_limit_is_the_oracles():
             oracle_refuses = True
         assert _sm100_contraction_too_long(k) == oracle_refuses, k
     assert not _sm100_contraction_too_long(524224) and _sm100_contraction_too_long(524240)
+
+
+def _gemm_op_args(t=64, n=32, k=128, e=2):
+    """The 8 operand tensors of a grouped fprop ([T, K] tokens, E experts of [N, K] weights) on the host, sized as
+    the worst-case buffers, and the op's sizes (device.gemm.gemm_sizes); the values do not matter here."""
+    from device.gemm import gemm_sizes
+
+    def plane(rows):
+        return (torch.zeros(rows * k // 2, dtype=torch.uint8), torch.zeros(4096, dtype=torch.uint8),
+                torch.ones(e, dtype=torch.float32), torch.zeros((6, e + 1), dtype=torch.int64))
+
+    return (*plane(t), *plane(e * n)), gemm_sizes("fprop", e, t, n, k, int(Rule.te))
+
+
+@pytest.mark.parametrize("case", ["misaligned", "short", "overlap", "shape"])
+def test_gemm_ops_check_out_at_the_launch(case):
+    """torch.ops.nvfp4_device.grouped_gemm_out, which torch.compile's graph calls with real tensors after tracing
+    grouped_gemm on fake ones (no addresses then): the launch itself refuses an out the kernels would misuse, before
+    any kernel or extension call (it used to check only dtype and contiguity, in the binding)."""
+    from device import _ops
+    from device._codes import GemmKind
+
+    ops, sizes = _gemm_op_args()
+    big = torch.zeros(64 * 32 + 8, dtype=torch.bfloat16)
+    out, match = {
+        "misaligned": (big[1:1 + 64 * 32].view(64, 32), "16-byte aligned"),
+        "short": (torch.zeros((1, 32), dtype=torch.bfloat16), "shape"),
+        "shape": (torch.zeros((32, 64), dtype=torch.bfloat16), "shape"),
+        "overlap": (ops[0][: 64 * 32 * 2].view(torch.bfloat16).view(64, 32), "shares memory with a's data"),
+    }[case]
+    with pytest.raises(ValueError, match=match):
+        torch.ops.nvfp4_device.grouped_gemm_out(*ops, out, None, False, int(GemmKind.fprop), "fast", sizes, "", "", "",
+                                                0)
+    with pytest.raises(ValueError, match=match):
+        _ops.launch_grouped_gemm(int(GemmKind.fprop), "fast", *ops, out, None, False, sizes, "", "", "", 0)
+
+
+@pytest.mark.parametrize("amax, groups", [(np.ones((1, 4), np.float32), 4), (torch.ones(2, 2), 4),
+                                          (torch.ones(4, 3), 4), (np.ones((2, 2, 1)), 2)])
+def test_grouped_amax_shapes_the_oracle_refuses(amax, groups):
+    """A grouped amax is [E] or [E, 2] (row, col) pairs (or a tuple of two): other shapes used to be flattened into
+    E values (a [1, 4] for 4 groups, a [2, 2] for 4 groups)."""
+    host = amax if isinstance(amax, np.ndarray) else amax.numpy()
+    with pytest.raises(ValueError):
+        oracle.group_quantize(np.ones((groups, 16), np.float32), [1] * groups, amax=host)
+    with pytest.raises(ValueError, match="shape|1-D|value"):
+        quantization._amax_tensors(amax, groups, True, CPU)
+
+
+@pytest.mark.parametrize("pairs", [torch.tensor([[1.0, 3.0], [2.0, 4.0]]), [[1.0, 3.0], [2.0, 4.0]],
+                                   np.array([[1.0, 3.0], [2.0, 4.0]], np.float64)])
+def test_grouped_amax_pairs_array(pairs, monkeypatch):
+    """[E, 2] (row, col) pairs, the oracle's form (it used to be refused as 4 values per plane)."""
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)  # (host values: a CPU-only torch)
+    got = quantization._amax_tensors(pairs, 2, True, CPU)
+    assert [t.tolist() for t in got] == [[1.0, 2.0], [3.0, 4.0]]
+    assert all(t.dtype == torch.float32 and t.is_contiguous() for t in got)
+
+
+@pytest.mark.parametrize("flag", ["rowwise", "columnwise", "rht", "swizzled"])
+@pytest.mark.parametrize("value", ["False", 1, None])
+def test_quantize_flags_are_bools(flag, value, monkeypatch):
+    """A string "False" used to be read as True (group_quantize(swizzled="False") wrote swizzled scales); the checks
+    come before any CUDA call, so host tensors show them."""
+    from device import group_quantize, quantize
+
+    x = torch.zeros((16, 32), dtype=torch.bfloat16)
+    monkeypatch.setattr(quantization, "_check_x", lambda t: t)  # (a host x: the flags are checked before any launch)
+    kw = {"columnwise": True, flag: value}
+    with pytest.raises(TypeError, match=f"{flag} must be True or False"):
+        quantization._check_flags(**{flag: value})
+    for call in (lambda: quantize(x, **kw), lambda: group_quantize(x, torch.tensor([16]), **kw)):
+        with pytest.raises(TypeError, match=f"{flag} must be True or False"):
+            call()

@@ -678,3 +678,30 @@ def test_list_splits_equal_device_splits():
     y1 = layer(x, [5, 0, 35])
     y2 = layer(x, torch.tensor([5, 0, 35], dtype=torch.int64, device=DEV))
     assert_bytes(host(y1), host(y2), "list vs tensor splits")
+
+
+def test_strided_bias_and_offset_weight():
+    """A bias that is a transposed view (not contiguous) and a weight at a storage offset off 16-byte alignment give
+    the bytes of the contiguous, aligned parameters, forward and backward (the bias used to reach the GEMM binding
+    with its strides, which refused it, and the weight the quantize binding, which refused its alignment)."""
+    e, n, k, t = 2, 32, 64, 96
+    w, b = rand_bf16((e, n, k), 5, 0.05), rand_bf16((e, n), 6)
+    x = rand_bf16((t, k), 7)
+    splits = torch.tensor([40, 56], dtype=torch.int64, device=DEV)
+
+    def step(layer):
+        xi = x.clone().requires_grad_(True)
+        y = layer(xi, splits)
+        y.float().square().sum().backward()
+        return [host(v) for v in (y, xi.grad, layer.weight.grad, layer.bias.grad)]
+
+    want = step(make_layer(e, k, n, w=w, b=b))
+    layer = make_layer(e, k, n, w=w, b=b)
+    with torch.no_grad():
+        layer.bias.data = b.t().contiguous().t()  # the same values, strides (1, E)
+        big = torch.empty(w.numel() + 1, dtype=torch.bfloat16, device=DEV)
+        big[1:].copy_(w.reshape(-1))
+        layer.weight.data = big[1:].view(e, n, k)  # 2 bytes past an allocation's start
+    assert not layer.bias.is_contiguous() and layer.weight.data_ptr() % 16 == 2
+    for got, ref, what in zip(step(layer), want, ("y", "dx", "dw", "dbias"), strict=True):
+        assert_bytes(got, ref, what)
