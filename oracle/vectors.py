@@ -1,10 +1,15 @@
 """Golden test vectors on disk, for kernels tested outside Python (``python -m oracle vectors OUT_DIR``).
 
 Every case is a folder holding ``case.json`` and one raw ``.bin`` file per array (little-endian, C order, no
-header); ``index.json`` in OUT_DIR lists the cases. ``case.json`` gives the op, its keyword options, the SPEC
-sections it exercises, and for every input and output array its file, dtype and shape. bfloat16 arrays are stored as
-their uint16 bit patterns (dtype "bfloat16"); a scalar (an amax, alpha) is an array of shape [1]. Inputs come from a
-fixed seed, outputs from the oracle, so a kernel's test reads the inputs, runs, and compares bytes.
+header); ``index.json`` in OUT_DIR lists the cases (and states the byte order). ``case.json`` gives the format
+version, the op, its keyword options, the SPEC sections it exercises, the seed of the generated inputs (``seed``; a
+quantizer's own SR seed is ``options.seed``), and for every input and output array its file, dtype and shape, plus
+for scale arrays their ``layout``: "compact" (SPEC 8.1, ``[rows, cols / 16]`` row-major), "swizzled" (SPEC 8.2's
+128x4 tiles, zero padding included), "grouped_swizzled" or "grouped_padded_compact" (SPEC 9.2: each group's
+swizzled, or zero-padded compact, scales at its scale offset). bfloat16 arrays are stored as their uint16 bit
+patterns (dtype "bfloat16"); a scalar (an amax, alpha) is an array of shape [1]. Inputs come from the seed, outputs
+from the oracle, so a kernel's test reads the inputs, runs, and compares bytes. The GEMM cases' operands nearly
+cancel block against block, so that the models' roundings (SPEC 12.2, 12.3, 12.6, 12.7) give different bytes.
 
 :func:`write_vectors` writes the set, :func:`read_case` reads one case back.
 """
@@ -39,8 +44,21 @@ def _dtype_name(a: np.ndarray) -> str:
     return name
 
 
-def _write_arrays(folder: Path, arrays: dict) -> dict:
-    """Write each array to ``<name>.bin``; return its {file, dtype, shape} entries."""
+#: the layout of each scale array a case writes, by op (module docstring)
+_SCALE_LAYOUTS = {
+    "quantize": {"row_scales": "compact", "col_scales": "compact", "row_scales_swizzled": "swizzled",
+                 "col_scales_swizzled": "swizzled"},
+    "group_quantize": {"row_scales": "grouped_swizzled", "col_scales": "grouped_swizzled",
+                       "row_scales_compact": "grouped_padded_compact", "col_scales_compact": "grouped_padded_compact"},
+    "gemm": {"a_scales": "compact", "b_scales": "compact"},
+    "grouped_gemm": {"a_scales": "grouped_swizzled", "b_scales": "grouped_swizzled"},
+    "swizzle_scales": {"compact": "compact", "swizzled": "swizzled"},
+}
+
+
+def _write_arrays(folder: Path, arrays: dict, layouts: dict) -> dict:
+    """Write each array to ``<name>.bin``; return its {file, dtype, shape} entries (and ``layout`` where ``layouts``
+    names the array)."""
     entries = {}
     for name, a in arrays.items():
         a = np.asarray(a)
@@ -49,6 +67,8 @@ def _write_arrays(folder: Path, arrays: dict) -> dict:
         raw = np.ascontiguousarray(a).view(_DTYPES[dt]) if dt == "bfloat16" else np.ascontiguousarray(a)
         raw.astype(raw.dtype.newbyteorder("<"), copy=False).tofile(folder / f"{name}.bin")
         entries[name] = {"file": f"{name}.bin", "dtype": dt, "shape": list(a.shape)}
+        if name in layouts:
+            entries[name]["layout"] = layouts[name]
     return entries
 
 
@@ -87,15 +107,38 @@ def _ties(dtype) -> np.ndarray:
 
 
 def _specials(rng, m: int, k: int) -> np.ndarray:
+    """NaN, -0, a block of bf16 subnormals and an outlier that sets the (finite) amax."""
     x = rng.standard_normal((m, k)).astype(np.float32)
-    x[0, :4] = [np.nan, np.inf, -np.inf, -0.0]
+    x[0, :3] = [np.nan, -0.0, np.nan]
     x[1, :16] = 2.0**-133  # bf16 subnormals: a block of them
     x[2, 5] = 3.0e4  # an outlier that sets the amax
     return x.astype(ml_dtypes.bfloat16)
 
 
-def _cases(rng) -> list[tuple[str, str, str, Callable[[], tuple[dict, dict, dict]]]]:
-    """(name, op, SPEC sections, build) of every case; build() gives (inputs, options, outputs)."""
+def _infinities(rng, m: int, k: int) -> np.ndarray:
+    """+-Inf beside NaN and finite values: the amax is +Inf, so S_enc = 1 (SPEC 4.1, 5.1)."""
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    x[0, :4] = [np.inf, -np.inf, np.nan, 5.0]
+    x[3, 17] = -np.inf
+    return x.astype(ml_dtypes.bfloat16)
+
+
+def _near_cancelling(rng, m: int, n: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GEMM operands a [m, k] and b [n, k] (bf16) and a bias [n]: a's 16-blocks come in equal pairs with a power-of-two
+    factor in [2^-10, 2^10] per pair, and b's second block of each pair is the first's negative changed by about 2%,
+    so the block products nearly cancel and the sum's rounding decides the low bits."""
+    a = rng.standard_normal((m, k // 32, 1, 16)) * np.exp2(rng.integers(-10, 11, (m, k // 32, 1, 1)))
+    a = np.repeat(a, 2, axis=2).reshape(m, k)
+    b0 = rng.standard_normal((n, k // 32, 16)) * np.exp2(rng.integers(-10, 11, (n, k // 32, 1)))
+    b = np.stack([b0, -b0 * (1 + 0.02 * rng.standard_normal(b0.shape))], axis=2).reshape(n, k)
+    bf16 = ml_dtypes.bfloat16
+    return a.astype(np.float32).astype(bf16), b.astype(np.float32).astype(bf16), rng.standard_normal(n).astype(np.float32)
+
+
+def _cases(seed: int) -> list[tuple[str, str, str, Callable[[], tuple[dict, dict, dict]]]]:
+    """(name, op, SPEC sections, build) of every case; build() gives (inputs, options, outputs). The GEMM cases draw
+    from their own streams of ``seed``."""
+    rng = np.random.default_rng(seed)
     def q(x, **o):
         def build():
             return {"x": x}, _with_defaults(quantize, o), quantize(x, **o).buffers()
@@ -108,16 +151,20 @@ def _cases(rng) -> list[tuple[str, str, str, Callable[[], tuple[dict, dict, dict
         return build
 
     def mm(a, b, **o):
+        models = ("sequential", "tensor_core", "sm100", "exact")
+
         def build():
             pa, pb = quantize(a).row, quantize(b, block=(16, 16)).row
             ins = {"a_data": pa.data, "a_scales": pa.scales, "a_amax": np.float32(pa.amax),
                    "b_data": pb.data, "b_scales": pb.scales, "b_amax": np.float32(pb.amax)}
             out = {"alpha": gemm_alpha(pa, pb)}
-            for model in ("sequential", "tensor_core", "sm100", "exact"):
+            for model in models:
                 for od in ("bfloat16", "float32"):
                     out[f"y_{model}_{od}"] = gemm(pa, pb, model=model, out_dtype=od, **o)
             ins.update({k: v for k, v in o.items() if isinstance(v, np.ndarray)})
             opts = {"a": _with_defaults(quantize, {}), "b": _with_defaults(quantize, {"block": (16, 16)}),
+                    "gemm": {"model": list(models), "out_dtype": ["bfloat16", "float32"], "bias": "bias" in o,
+                             "alpha": "from the amaxes", "c": None, "accumulate": False},
                     "outputs": "y_<model>_<out_dtype> = oracle.gemm(a, b, model=..., out_dtype=..., bias=bias): "
                                "sequential (TE, SPEC 12.2), tensor_core (Hopper wgmma, 12.6), sm100 (B200 "
                                "tcgen05 and CUTLASS's epilogue, 12.7), exact (12.3); "
@@ -150,23 +197,22 @@ def _cases(rng) -> list[tuple[str, str, str, Callable[[], tuple[dict, dict, dict
 
     bf16 = ml_dtypes.bfloat16
     normal = rng.standard_normal((128, 64)).astype(bf16)
+    gemm_a, gemm_b, gemm_bias = _near_cancelling(np.random.default_rng([seed, 0]), 17, 24, 256)
+    moe_x, moe_w, _ = _near_cancelling(np.random.default_rng([seed, 1]), 70, 4 * 40, 256)
     return [
         ("quantize_te_wgrad", "quantize", "4-8", q(normal, columnwise=True, rht=True)),
         ("quantize_specials_17x48", "quantize", "3-6, 8, 13", q(_specials(rng, 17, 48), columnwise=True)),
+        ("quantize_inf_16x32", "quantize", "4.1, 5.1, 5.2, 13", q(_infinities(rng, 16, 32), columnwise=True)),
         ("quantize_ties", "quantize", "3.1, 5", q(_ties(np.float32))),
-        ("quantize_16x16_sr", "quantize", "6.3, 10", q(rng.standard_normal((33, 64)).astype(np.float32),
+        ("quantize_16x16_sr", "quantize", "3.4, 6.3, 10", q(rng.standard_normal((33, 64)).astype(np.float32),
                                                       columnwise=True, block=(16, 16), rounding="sr", seed=7,
                                                       offset=3)),
         ("quantize_torchao", "quantize", "5.4", q(normal[:64, :32], columnwise=True, rule="torchao")),
         ("quantize_one_row_f16", "quantize", "4-6", q(rng.standard_normal((1, 16)).astype(np.float16))),
         ("group_quantize_moe", "group_quantize", "9", gq(rng.standard_normal((100, 64)).astype(bf16),
                                                          [0, 37, 0, 16, 47], columnwise=True, rht=True)),
-        ("gemm_17x24x64", "gemm", "12", mm(rng.standard_normal((17, 64)).astype(bf16),
-                                           rng.standard_normal((24, 64)).astype(bf16),
-                                           bias=rng.standard_normal(24).astype(np.float32))),
-        ("grouped_gemm_fprop", "grouped_gemm", "9.2, 12.5", ggemm(rng.standard_normal((70, 64)).astype(bf16),
-                                                                  (rng.standard_normal((4 * 40, 64)) * 0.1).astype(bf16),
-                                                                  [0, 33, 1, 36], 40)),
+        ("gemm_17x24x256", "gemm", "12", mm(gemm_a, gemm_b, bias=gemm_bias)),
+        ("grouped_gemm_fprop", "grouped_gemm", "9.2, 12.5", ggemm(moe_x, moe_w, [0, 33, 1, 36], 40)),
         ("swizzle_130x7", "swizzle_scales", "8.2", swz(rng.integers(0, 256, (130, 7), dtype=np.uint8))),
     ]
 
@@ -194,15 +240,17 @@ def write_vectors(out_dir, *, seed: int = 0) -> list[str]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     index = []
-    for i, (name, op, spec, build) in enumerate(_cases(np.random.default_rng(seed))):
+    for i, (name, op, spec, build) in enumerate(_cases(seed)):
         folder = out / f"{i:02d}_{name}"
         folder.mkdir(exist_ok=True)
         for stale in folder.glob("*.bin"):  # (a rewrite leaves only this version's arrays)
             stale.unlink()
         ins, opts, outs = build()
+        layouts = _SCALE_LAYOUTS.get(op, {})
         meta = {"format_version": FORMAT_VERSION, "op": op, "spec": spec, "options": opts, "seed": seed,
-                "inputs": _write_arrays(folder, ins), "outputs": _write_arrays(folder, outs)}
+                "inputs": _write_arrays(folder, ins, layouts), "outputs": _write_arrays(folder, outs, layouts)}
         (folder / "case.json").write_text(_json(meta))
         index.append({"folder": folder.name, "op": op, "spec": spec})
-    (out / "index.json").write_text(_json({"format_version": FORMAT_VERSION, "cases": index}))
+    (out / "index.json").write_text(_json({"format_version": FORMAT_VERSION, "byte_order": "little", "array_order": "C",
+                                           "cases": index}))
     return [e["folder"] for e in index]

@@ -74,7 +74,7 @@ def _rerun(meta, ins):
 
 def test_every_case_is_reproduced_from_its_files(vectors):
     out, names = vectors
-    assert len(names) == 10 and len({json.loads((out / n / "case.json").read_text())["op"] for n in names}) == 5
+    assert len(names) == 11 and len({json.loads((out / n / "case.json").read_text())["op"] for n in names}) == 5
     for name in names:
         meta, ins, outs = read_case(out / name)
         want = _rerun(meta, ins)
@@ -102,7 +102,7 @@ def test_ties_vector_matches_spec_3_1_by_hand(vectors):
     """Case quantize_ties: amax 2688 gives S_enc = 1 (SPEC 5.1), a block amax of 6 the decode scale 1.0 (E4M3 0x38),
     so the midpoints 0.25 ... 5 reach the E2M1 rounding as they are and go to the even index (SPEC 3.1)."""
     out, names = vectors
-    _, ins, outs = read_case(out / names[2])
+    _, ins, outs = _case(vectors, "quantize_ties")
     codes = unpack_fp4(outs["row_data"], 32)
     # 6, +-0.25, +-0.75, +-1.25, +-1.75, +-2.5, +-3.5, +-5, 0: index 7, 0, 2, 2, 4, 4, 6, 6; sign bit 8 kept
     assert codes[1, :16].tolist() == [7, 0, 2, 2, 4, 4, 6, 6, 8, 10, 10, 12, 12, 14, 14, 0]
@@ -114,7 +114,8 @@ def test_ties_vector_matches_spec_3_1_by_hand(vectors):
 def test_cli_writes_the_set(tmp_path, capsys):
     assert main(["vectors", str(tmp_path / "v"), "--seed", "3"]) == 0
     index = json.loads((tmp_path / "v" / "index.json").read_text())
-    assert [c["op"] for c in index["cases"]].count("quantize") == 6 and "wrote 10 cases" in capsys.readouterr().out
+    assert [c["op"] for c in index["cases"]].count("quantize") == 7 and "wrote 11 cases" in capsys.readouterr().out
+    assert (index["byte_order"], index["array_order"]) == ("little", "C")
     meta = json.loads((tmp_path / "v" / index["cases"][0]["folder"] / "case.json").read_text())
     assert meta["seed"] == 3 and meta["options"]["rht"] is True and meta["options"]["rounding"] == "rn"
 
@@ -151,19 +152,23 @@ def _alpha_te(a_amax, b_amax) -> np.float32:
 
 
 def test_vectors_agree_with_independent_implementations(vectors):
-    """Five of the ten cases checked against code that is not the oracle's (the ties case has its own hand test):
-    the TE quantize cases (specials, both planes; one fp16 row) by the scalar SPEC transcription, the swizzle by the
-    SPEC 8.2 byte formula, and the GEMM's exact model by fractions.Fraction with SPEC 12.1's alpha formed here."""
+    """Six of the eleven cases checked against code that is not the oracle's (the ties case has its own hand test):
+    the TE quantize cases (specials and infinities, both planes; one fp16 row) by the scalar SPEC transcription, the
+    swizzle by the SPEC 8.2 byte formula, and the GEMM's exact model by fractions.Fraction with SPEC 12.1's alpha
+    formed here."""
     from conformance.independent import fraction_gemm, swizzle_by_formula
 
-    _, ins, outs = _case(vectors, "quantize_specials_17x48")
-    x = ins["x"].astype(np.float32)
-    _check_te_plane_by_scalar_spec(outs["row_data"], outs["row_scales"], outs["row_amax"], x, "specials row")
-    xt = np.zeros((48, 32), np.float32)  # X^T, zero-padded to a multiple of 16 columns (SPEC 6.2)
-    xt[:, :17] = x.T
-    _check_te_plane_by_scalar_spec(outs["col_data"], outs["col_scales"], outs["col_amax"], xt, "specials col")
-    for p in ("row", "col"):
-        assert outs[f"{p}_scales_swizzled"].reshape(-1).tobytes() == swizzle_by_formula(outs[f"{p}_scales"]).tobytes()
+    for name in ("quantize_specials_17x48", "quantize_inf_16x32"):
+        _, ins, outs = _case(vectors, name)
+        x = ins["x"].astype(np.float32)
+        m, k = x.shape
+        _check_te_plane_by_scalar_spec(outs["row_data"], outs["row_scales"], outs["row_amax"], x, f"{name} row")
+        xt = np.zeros((k, -(-m // 16) * 16), np.float32)  # X^T, zero-padded to a multiple of 16 columns (SPEC 6.2)
+        xt[:, :m] = x.T
+        _check_te_plane_by_scalar_spec(outs["col_data"], outs["col_scales"], outs["col_amax"], xt, f"{name} col")
+        for p in ("row", "col"):
+            assert (outs[f"{p}_scales_swizzled"].reshape(-1).tobytes()
+                    == swizzle_by_formula(outs[f"{p}_scales"]).tobytes())
 
     _, ins, outs = _case(vectors, "quantize_one_row_f16")
     _check_te_plane_by_scalar_spec(outs["row_data"], outs["row_scales"], outs["row_amax"],
@@ -172,7 +177,7 @@ def test_vectors_agree_with_independent_implementations(vectors):
     _, ins, outs = _case(vectors, "swizzle_130x7")
     assert outs["swizzled"].reshape(-1).tobytes() == swizzle_by_formula(ins["compact"]).tobytes()
 
-    _, ins, outs = _case(vectors, "gemm_17x24x64")
+    _, ins, outs = _case(vectors, "gemm_17x24x256")
     k = 2 * ins["a_data"].shape[1]
     pa = oracle.QuantizedPlane(ins["a_data"], ins["a_scales"], ins["a_amax"][0], (ins["a_data"].shape[0], k))
     pb = oracle.QuantizedPlane(ins["b_data"], ins["b_scales"], ins["b_amax"][0], (ins["b_data"].shape[0], k),
@@ -249,7 +254,7 @@ def test_gemm_vectors_agree_with_mmasim_and_the_scalar_spec(vectors):
             "sequential": _epilogue_12_2(_sequential_by_hand(ad, asc, bd, bsc), alpha, bias, od),
         }
 
-    _, ins, outs = _case(vectors, "gemm_17x24x64")
+    _, ins, outs = _case(vectors, "gemm_17x24x256")
     alpha = _alpha_te(ins["a_amax"][0], ins["b_amax"][0])
     for od in ("float32", "bfloat16"):
         want = outputs(ins["a_data"], ins["a_scales"], ins["b_data"], ins["b_scales"], alpha, ins["bias"], od)
@@ -315,3 +320,54 @@ def test_16x16_sr_vector_agrees_with_the_scalar_spec(vectors):
         assert np.array_equal(unpack_fp4(outs[f"{p}_data"], rows.shape[1]), codes), p
         assert np.asarray(outs[f"{p}_scales"]).tolist() == scales, p
         assert outs[f"{p}_scales_swizzled"].reshape(-1).tobytes() == swizzle_by_formula(outs[f"{p}_scales"]).tobytes()
+
+
+def test_special_cases_cover_both_amax_paths(vectors):
+    """The specials case has a finite amax set by its outlier beside NaN, -0 and subnormals (an Inf would make every
+    amax +Inf and S_enc 1); the infinities case has amax +Inf (SPEC 4.1: NaN ignored, +-Inf gives +Inf)."""
+    _, ins, outs = _case(vectors, "quantize_specials_17x48")
+    x = ins["x"].astype(np.float32)
+    assert np.isnan(x).any() and not np.isinf(x).any() and (np.signbit(x) & (x == 0)).any()
+    assert (np.abs(x[np.isfinite(x) & (x != 0)]) < 2.0**-126).any()
+    assert outs["row_amax"][0] == np.nanmax(np.abs(x)) == np.float32(ml_dtypes.bfloat16(3.0e4))
+    _, ins, outs = _case(vectors, "quantize_inf_16x32")
+    x = ins["x"].astype(np.float32)
+    assert np.isposinf(x).any() and np.isneginf(x).any() and np.isnan(x).any()
+    assert np.isposinf(outs["row_amax"][0]) and np.isposinf(outs["col_amax"][0])
+
+
+def test_gemm_vectors_tell_the_models_apart(vectors):
+    """Every pair of GEMM models gives different bytes somewhere in the default set (both output dtypes; the grouped
+    case's bf16), so a kernel that follows the wrong model fails against these files."""
+    import itertools
+
+    _, _, outs = _case(vectors, "gemm_17x24x256")
+    for od, bits in (("float32", np.uint32), ("bfloat16", np.uint16)):
+        for m1, m2 in itertools.combinations(("sequential", "tensor_core", "sm100", "exact"), 2):
+            assert (outs[f"y_{m1}_{od}"].view(bits) != outs[f"y_{m2}_{od}"].view(bits)).any(), (m1, m2, od)
+    _, _, outs = _case(vectors, "grouped_gemm_fprop")
+    for m1, m2 in itertools.combinations(("sequential", "tensor_core", "sm100"), 2):
+        assert (outs[f"y_{m1}_bfloat16"].view(np.uint16) != outs[f"y_{m2}_bfloat16"].view(np.uint16)).any(), (m1, m2)
+
+
+def test_scale_arrays_name_their_layout(vectors):
+    """Each scale array's entry says its layout, and its size is that layout's (SPEC 8.1, 8.2, 9.2)."""
+    out, names = vectors
+    seen = set()
+    for name in names:
+        meta, ins, outs = read_case(out / name)
+        for part, arrays in (("inputs", ins), ("outputs", outs)):
+            for key, e in meta[part].items():
+                if "scales" not in key and key not in ("compact", "swizzled"):
+                    continue
+                layout = e["layout"]
+                seen.add(layout)
+                a = arrays[key]
+                if layout == "compact":
+                    assert a.ndim == 2, (name, key)
+                elif layout == "swizzled":
+                    assert a.size % 512 == 0, (name, key)
+                else:  # grouped (SPEC 9.2): the last scale offset is the buffer's size
+                    offsets_key = key.replace("_compact", "").replace("scales", "scale_offsets")
+                    assert a.size == {**ins, **outs}[offsets_key][-1], (name, key)
+    assert seen == {"compact", "swizzled", "grouped_swizzled", "grouped_padded_compact"}
