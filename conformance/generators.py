@@ -112,12 +112,14 @@ def gen_splits(rng: np.random.Generator, total: int, groups: int) -> tuple[np.nd
     e = groups
     if total == 0:
         return np.zeros(e, np.int64), "all_zero"
+    if kind == "aligned" and total < 128:  # (no 128-row group fits: the tag says what was drawn)
+        kind = "random"
     if kind == "giant":
         s = np.zeros(e, np.int64)
         s[rng.integers(e)] = total
-    elif kind == "aligned" and total >= 128:
+    elif kind == "aligned":  # every group but the last a multiple of 128 rows, so every group starts on one
         blocks = rng.multinomial(total // 128, np.ones(e) / e).astype(np.int64) * 128
-        blocks[rng.integers(e)] += total - int(blocks.sum())
+        blocks[-1] += total - int(blocks.sum())
         s = blocks
     elif kind == "unaligned":
         s = rng.choice([1, 15, 17, 63, 65, 127, 129], size=e).astype(np.int64)
@@ -464,8 +466,10 @@ def _gen_codec(rng, space) -> tuple[dict, dict, dict]:
         bits = f.view(np.uint32).astype(np.int64) + nudge
         f = np.where(f == 0, f, bits.clip(0, 0x7F7FFFFF).astype(np.uint32).view(np.float32))
     f = f * rng.choice(np.array([-1, 1], np.float32), n)
-    if rng.random() < 0.5:
-        f[rng.random(n) < 0.02] = rng.choice(np.array([np.nan, np.inf, -np.inf, -0.0, 0.0], np.float32))
+    if rng.random() < 0.5:  # specials: each chosen element one of NaN, +-Inf, -0 (at least one of them)
+        hit = rng.random(n) < 0.02
+        hit[rng.integers(n)] = True
+        f[hit] = rng.choice(np.array([np.nan, np.inf, -np.inf, -0.0], np.float32), size=int(hit.sum()))
     return {"x": f.astype(np.float32)}, {}, {"values": kind}
 
 
@@ -1058,6 +1062,8 @@ def gen_mma(rng, space) -> tuple[dict, dict, dict]:
     if rng.random() < 0.3:
         c = (rng.standard_normal((m, n)) * 10.0 ** rng.uniform(-6, 6)).astype(np.float32)
         c[rng.random((m, n)) < 0.2] = -0.0
+        if rng.random() < 0.1:
+            c[int(rng.integers(m)), int(rng.integers(n))] = rng.choice([np.nan, np.inf, -np.inf])
         arrays["c"] = c
     o = {"out_dtype": out_dtype, "alpha": alpha}
     tags = {"codes": ckind, "scales": skind, "k": kkind, "signed_scales": str(signed), "nan_scales": str(nan),

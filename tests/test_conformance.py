@@ -21,7 +21,7 @@ from conformance import backends as B
 from conformance.backends import Backend, ComposedBackend, register_backend
 from conformance.cases import case_size, load_case, save_case
 from conformance.cli import main, parse_budget, replay
-from conformance.compare import compare
+from conformance.compare import compare, rht_exact_domain
 from conformance.generators import VALUE_KINDS as G_VALUE_KINDS
 from conformance.generators import generate
 from conformance.ops import OPS, reference
@@ -790,6 +790,21 @@ def test_rht_outputs_of_another_dtype_or_shape_mismatch():
         assert ms and ms[0].buffer == "y", (bad.dtype, bad.shape)
 
 
+def test_rht_tolerance_blocks_refuse_infinite_outputs():
+    """A block outside the exact domain is compared within a tolerance that grows with the larger magnitude of the
+    two outputs: an Inf output made it Inf, so +-Inf passed for every such block (a whole output of +Inf passed)."""
+    case = next(c for i in range(20) if not rht_exact_domain((c := generate("rht", 0, i, "rht")).arrays["x"]).all())
+    ref = reference(case)
+    tolerance_blocks = ~rht_exact_domain(case.arrays["x"])
+    for bits in (0x7F80, 0xFF80):
+        y = ref["y"].reshape(-1, 16).copy()
+        y[np.flatnonzero(tolerance_blocks)[0], 0] = bits
+        ms = compare(case, ref, {"y": y.reshape(ref["y"].shape)}, "rht")
+        assert ms and ms[0].buffer == "y", hex(bits)
+    ms = compare(case, ref, {"y": np.full_like(ref["y"], 0x7F80)}, "rht")
+    assert ms and ms[0].count >= int(tolerance_blocks.sum()) * 16
+
+
 def test_device_backend_returns_its_amax_buffers_as_written():
     """DeviceBackend's quantize outputs: the amax buffers themselves (a float64 or two-element buffer is reported,
     not cast to the reference's float32 [1]); checked with CPU tensors in the device result class."""
@@ -810,3 +825,33 @@ def test_device_backend_returns_its_amax_buffers_as_written():
     assert good["row_amax"].view(np.uint32)[0] == np.float32(q.row.amax).view(np.uint32)
     f64 = B.DeviceBackend._quantize_outputs(result(torch.tensor([float(q.row.amax), 123.0], dtype=torch.float64)))
     assert f64["row_amax"].dtype == np.float64 and f64["row_amax"].shape == (2,)
+
+
+def test_aligned_splits_are_aligned():
+    """Splits tagged "aligned": T >= 128 and every group but the last a multiple of 128 rows (the leftover rows used
+    to go to a random group, and a T below 128 was tagged aligned with random sizes)."""
+    from conformance.generators import gen_splits
+
+    rng = np.random.default_rng(5)
+    seen = 0
+    for _ in range(3000):
+        total, groups = int(rng.integers(0, 700)), int(rng.integers(1, 9))
+        s, kind = gen_splits(rng, total, groups)
+        assert int(s.sum()) == total
+        if kind == "aligned":
+            seen += 1
+            assert total >= 128 and all(int(v) % 128 == 0 for v in s[:-1]), (total, s.tolist())
+    assert seen > 100
+
+
+def test_codec_specials_mix_kinds_within_a_case():
+    """A codec case with specials draws each special element on its own (NaN, +-Inf or -0): one value used to fill
+    every chosen element, so no grid or ties case held NaN and Inf together."""
+    both = 0
+    for i in range(400):
+        case = generate("e2m1", 1, i, "codec")
+        if case.tags.get("values") not in ("grid", "ties"):
+            continue
+        x = case.arrays["x"]
+        both += bool(np.isnan(x).any() and np.isinf(x).any())
+    assert both > 10
