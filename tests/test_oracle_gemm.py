@@ -272,7 +272,7 @@ def test_round_certified_with_inexact_estimates(n, e, jitter):
 
 
 def test_bound_allows_overflow_near_the_threshold():
-    """Review case: sequential overflows to Inf where the exact value is finite; the bound accepts the sign."""
+    """Review case: sequential overflows to Inf where the exact value is finite; the bound accepts it (no NaN)."""
     a = _plane([[0x4] + [0] * 15], [0x38])  # 2.0
     b = _plane([[0x2] + [0] * 15], [0x38])  # 1.0
     c = np.array([[-(2.0**127)]], np.float32)
@@ -281,7 +281,37 @@ def test_bound_allows_overflow_near_the_threshold():
     bound = oracle.gemm_error_bound(a, b, out_dtype="float32", alpha=2.0**127, accumulate=c)
     assert np.isinf(ys[0, 0]) and np.isfinite(ye[0, 0]) and np.isposinf(bound[0, 0])
     assert oracle.within_bound(ys, ye, bound).all()
-    assert not oracle.within_bound(-ys, ye, bound).all()  # the wrong sign still fails
+    assert not oracle.within_bound(np.full_like(ys, np.nan), ye, bound).any()  # NaN for a finite value still fails
+
+
+@pytest.mark.parametrize("case", ["sign_lost", "opposite_inf", "inf_minus_inf"])
+def test_every_model_within_the_bound_near_overflow(case):
+    """SPEC 12.4 near the overflow threshold (B = +inf), on three hand-built elements where every model is right and
+    the old rule (the exact value's sign) rejected them: RN(alpha * 3) against C = -RN(alpha * 3) leaves +0 for an
+    exact -2^-23 alpha; alpha * 6 rounds to +Inf against C = bias = -FLT_MAX (exact -2^127, finite); and against
+    C = -Inf that +Inf gives NaN (exact -Inf)."""
+    one = _plane([[0x2] + [0] * 15], [0x38])  # 1.0
+    fmax = np.finfo(np.float32).max
+    if case == "sign_lost":
+        b = _plane([[0x5] + [0] * 15], [0x38])  # 3.0
+        alpha = np.float32(np.float32(1 + 2.0**-23) * np.float32(2.0**126))
+        kw = dict(alpha=alpha, accumulate=np.array([[-np.float32(alpha * np.float32(3))]], np.float32))
+    else:
+        b = _plane([[0x7] + [0] * 15], [0x38])  # 6.0
+        c = -fmax if case == "opposite_inf" else -np.inf
+        kw = dict(alpha=np.float32(2.0**126), accumulate=np.array([[c]], np.float32))
+        if case == "opposite_inf":
+            kw["bias"] = np.array([-fmax], np.float32)
+    ye = oracle.gemm(one, b, model="exact", out_dtype="float32", **kw)
+    bound = oracle.gemm_error_bound(one, b, out_dtype="float32", **kw)
+    assert np.isposinf(bound[0, 0])
+    got = {m: oracle.gemm(one, b, model=m, out_dtype="float32", **kw) for m in ("sequential", "tensor_core", "sm100")}
+    want_sequential = {"sign_lost": 0.0, "opposite_inf": np.inf, "inf_minus_inf": np.nan}[case]
+    assert np.array_equal(got["sequential"], [[want_sequential]], equal_nan=True), got["sequential"]
+    for m, y in got.items():
+        assert oracle.within_bound(y, ye, bound).all(), (m, y, ye)
+    if case == "inf_minus_inf":
+        assert np.isneginf(ye[0, 0]) and not oracle.within_bound(np.array([[np.inf]]), ye, bound).any()
 
 
 def test_gemm_rejects_rht_mismatch():
