@@ -397,3 +397,80 @@ def test_round_certified_certifies_typical_estimates(out):
         ref = np.array([round_dyadic(np.array([int(np.ldexp(m, 53))], dtype=object), int(x) - 53, out)[0]
                         for m, x in zip(mant, ex, strict=True)])
         assert np.array_equal(r[idx], ref)
+
+
+def _one_row(blocks) -> oracle.QuantizedPlane:
+    """A 1-row TE plane (amax 1) of 16-blocks given as (code filling the block or None, lane-0 code, scale byte)."""
+    from oracle.fp4_numpy import pack_fp4
+
+    codes = [c for fill, lane0, _ in blocks for c in ([fill] * 16 if fill is not None else [lane0] + [0] * 15)]
+    scales = np.array([[s for _, _, s in blocks]], np.uint8)
+    return oracle.QuantizedPlane(pack_fp4(np.array([codes], np.uint8)), scales, np.float32(1), (1, len(codes)))
+
+
+@pytest.mark.parametrize("case", ["above_midpoint", "below_binade_midpoint"])
+def test_exact_model_next_to_an_fp32_midpoint(case):
+    """SPEC 12.3 where alpha * S + C + bias lies within 2^-31 of a midpoint between fp32 neighbours (2^23 - 1/4), so
+    a float64 estimate without its error term rounds to the wrong side; the second case is just below a power of two,
+    where the rounding interval below is half the one above. Operands: E2M1 codes with E4M3 scales 2^7 (0x78), 2^-10
+    (0x18) and 2^-9 * 1/8 (0x01); alpha = 1 + 2^-23. The side of the midpoint is checked with fractions here."""
+    alpha = np.float32(1 + 2.0**-23)
+    midpoint = Fraction(2**23) - Fraction(1, 4)
+    if case == "above_midpoint":  # S = 16 * 4 * 2^14 * ... = 2^23 - 2^-7 - 2^-17
+        a = _one_row([(0x6, None, 0x78), (None, 0x2, 0x18), (None, 0x2, 0x01)])
+        b = _one_row([(0x4, None, 0x78), (None, 0xC, 0x18), (None, 0xC, 0x01)])
+        s = Fraction(2**23) - Fraction(1, 2**7) - Fraction(1, 2**17)
+        c, bias = -(1.25 - 2.0**-7 - 2.0**-17), 2.0**-29 - 2.0**-31 - 2.0**-41
+        want = 2.0**23  # v is above the midpoint
+    else:  # S = 2^23 - 2^-8
+        a = _one_row([(0x6, None, 0x78), (None, 0x2, 0x18)])
+        b = _one_row([(0x4, None, 0x78), (None, 0xA, 0x18)])
+        s = Fraction(2**23) - Fraction(1, 2**8)
+        c, bias = -(1.25 - 2.0**-8), None
+        want = 2.0**23 - 0.5  # v is below the midpoint
+    v = Fraction(float(alpha)) * s + Fraction(c) + Fraction(bias or 0)
+    assert 0 < abs(v - midpoint) < Fraction(1, 2**30) and (v > midpoint) == (want == 2.0**23)
+    kw = dict(alpha=alpha, accumulate=np.array([[c]], np.float32),
+              bias=None if bias is None else np.array([bias], np.float32))
+    assert oracle.gemm(a, b, model="exact", out_dtype="float32", **kw)[0, 0] == np.float32(want)
+
+
+def test_round_certified_below_a_power_of_two():
+    """v's estimate 2^k - 2^(k-25) (the midpoint below 2^k, where fp32's spacing halves) with the exact value just
+    below it: the certified rounding gives 2^k - 2^(k-24), never 2^k."""
+    for k in (0, 23, -100):
+        est = np.array([2.0**k - 2.0**(k - 25)])
+        r, ok = round_certified(est, np.array([2.0**(k - 60)]), "float32")
+        assert not ok[0] or r[0] == np.float32(2.0**k - 2.0**(k - 24))
+        r, ok = round_certified(est - 2.0**(k - 40), np.array([2.0**(k - 60)]), "float32")
+        assert ok[0] and r[0] == np.float32(2.0**k - 2.0**(k - 24))
+
+
+def test_within_bound_at_its_edge():
+    """The check is |y - y_exact| <= B exactly: y_exact +- B passes, the next float64 beyond fails."""
+    rng = np.random.default_rng(8)
+    a, b = _planes(rng, 4, 4, 64, spread=3)
+    ye = oracle.gemm(a, b, model="exact", out_dtype="float32").astype(np.float64)
+    bound = oracle.gemm_error_bound(a, b, out_dtype="float32")
+    assert np.isfinite(bound).all() and (bound > 0).all()
+    for sign in (1.0, -1.0):
+        edge = ye + sign * bound
+        over = np.abs(edge - ye) > bound  # (the float64 sum rounded outward: step back inside)
+        edge[over] = np.nextafter(edge[over], ye[over])
+        assert oracle.within_bound(edge, ye, bound).all()
+        beyond = np.nextafter(edge, sign * np.inf)
+        assert not oracle.within_bound(beyond, ye, bound)[np.abs(beyond - ye) > bound].any()
+        assert (np.abs(beyond - ye) > bound).any()
+
+
+def test_exact_model_nan_scale_rows():
+    """SPEC 12.3 under the torchao rules: a NaN scale byte (0x7F) in a row of A makes that row's outputs NaN in every
+    model, the exact one included."""
+    from oracle.fp4_numpy import pack_fp4
+
+    codes = pack_fp4(np.full((2, 16), 0x2, np.uint8))
+    a = oracle.QuantizedPlane(codes, np.array([[0x7F], [0x38]], np.uint8), np.float32(2688.0), (2, 16), "torchao")
+    b = oracle.QuantizedPlane(codes[:1], np.array([[0x38]], np.uint8), np.float32(2688.0), (1, 16), "torchao")
+    for model in ("sequential", "tensor_core", "exact"):
+        y = np.asarray(oracle.gemm(a, b, model=model, out_dtype="float32"))
+        assert np.isnan(y[0, 0]) and np.isfinite(y[1, 0]), model

@@ -155,3 +155,19 @@ def test_error_bound_covers_both_fp32_models_and_catches_an_error(kind):
     else:
         wp = b.row_planes[2] if kind == "fprop" else b.col_planes[2]
         assert np.array_equal(bound[5:42], oracle.gemm_error_bound(a.row_planes[2], wp, out_dtype="float32"))
+
+
+@pytest.mark.parametrize("model", ["tensor_core", "sm100"])
+def test_grouped_gemm_runs_the_model_asked_for(model):
+    """Each group is gemm(model=...) of its planes: heavy-tailed operands with K = 512 and fp32 output, on which the
+    model differs from the sequential one (checked first), so a grouped call that dropped the model would fail."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_t(1, (40, 512)).astype(np.float32)
+    w = rng.standard_t(1, (3 * 32, 512)).astype(np.float32)
+    xq, wq = oracle.group_quantize(x, [7, 0, 33]), oracle.group_quantize(w, [32] * 3, block=(16, 16))
+    per_group = {m: np.concatenate([np.asarray(oracle.gemm(xq.row_planes[g], wq.row_planes[g], model=m,
+                                                           out_dtype="float32")) for g in (0, 2)])
+                 for m in (model, "sequential")}
+    assert (per_group[model].view(np.uint32) != per_group["sequential"].view(np.uint32)).any()
+    y = np.asarray(oracle.grouped_gemm(xq, wq, kind="fprop", model=model, out_dtype="float32"))
+    assert y.view(np.uint32).tobytes() == per_group[model].view(np.uint32).tobytes()

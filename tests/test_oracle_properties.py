@@ -130,5 +130,7 @@ def test_columnwise_fast_path_equals_plane_definition(x, mask):
     from oracle.quantize import columnwise_source
 
     src = columnwise_source(xb.astype(np.float32), True, mask)
-    ref = oracle.quantize(src, amax=t.col.amax).row
+    amax = te_amax(src)  # SPEC 4.2: of the RHT'd plane, NaN-ignoring (formed here, not read from t)
+    assert np.float32(t.col.amax).tobytes() == amax.tobytes()
+    ref = oracle.quantize(src, amax=amax).row
     assert np.array_equal(t.col.data, ref.data) and np.array_equal(t.col.scales, ref.scales)

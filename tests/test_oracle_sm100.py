@@ -234,10 +234,17 @@ def test_overwrite_turns_minus_zero_into_plus_zero_accumulate_keeps_c():
     pa, pb = _steps([([], S1, S1)])
     y = oracle.gemm(pa, pb, model="sm100", alpha=f(-1.0), accumulate=c, out_dtype="float32")
     assert _bits(y[0, 0]) == 0x80000000
+    # a bias without C: RN(alpha * acc + bias) in one step keeps -0 (-1 * +0 + -0), no "+0 + z" there
+    y = oracle.gemm(pa, pb, model="sm100", alpha=f(-1.0), bias=np.array([-0.0], np.float32), out_dtype="float32")
+    assert _bits(y[0, 0]) == 0x80000000
     # with a bias and C: RN(C + RN(alpha * acc + bias))
     acc = np.array([[3.0]], np.float32)
     y = sm100_epilogue(acc, f(1 + 2.0**-23), c=np.array([[2.0**30]], np.float32), bias=np.array([-3.0], np.float32))
     assert _bits(y[0, 0]) == _bits(f(2.0**30))  # (3 * 2^-23 vanishes in C's rounding, after the fused step)
+    # C = 1 tells the orders apart: the fused step gives exactly 3 * 2^-23 and C + z = 1 + 3 * 2^-23 is exact;
+    # 12.2's order rounds alpha * acc = 3 + 3 * 2^-23 (1.5 ulps of 3, a tie) to 3 + 2^-21, so 1 + 2^-21 after C, bias
+    y = sm100_epilogue(acc, f(1 + 2.0**-23), c=np.array([[1.0]], np.float32), bias=np.array([-3.0], np.float32))
+    assert _bits(y[0, 0]) == _bits(f(1 + 3 * 2.0**-23))
     y = sm100_epilogue(acc, f(1 + 2.0**-23), bias=np.array([-3.0], np.float32))
     assert _bits(y[0, 0]) == _bits(f(3 * 2.0**-23))
 
