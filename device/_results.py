@@ -195,8 +195,10 @@ class DeviceGroupedNVFP4Tensor:
                             self.options)
 
     def to_oracle(self):
-        """Copy to the host as an :class:`oracle.planes.GroupedNVFP4Tensor` (buffers cut at the last offset; the
-        group sizes are those of the offsets table, i.e. the splits, or their SPEC 9.4 cut at T)."""
+        """Copy to the host as an :class:`oracle.planes.GroupedNVFP4Tensor` (buffers cut at the last offset, the scale
+        layout the call wrote included, padding bytes as written; the other scale layout is formed from the groups'
+        compact scales; the group sizes are those of the offsets table, i.e. the splits, or their SPEC 9.4 cut at
+        T)."""
         from oracle.grouped import padded_compact
         from oracle.planes import GroupedNVFP4Tensor
         from oracle.swizzle import swizzle_scales
@@ -216,8 +218,10 @@ class DeviceGroupedNVFP4Tensor:
             out = [_group_plane(d_all[doff[g]:doff[g + 1]], s_all[soff[g]:soff[g + 1]], int(splits[g]), k, is_col,
                                 amax[g], self.swizzled, o) for g in range(e)]
             cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.uint8)  # noqa: E731
-            return (out, d_all[: doff[e]].copy(), cat([swizzle_scales(p.scales) for p in out]),
-                    cat([padded_compact(p.scales) for p in out]))
+            written = s_all[: soff[e]].copy()  # (its padding bytes as the device wrote them)
+            swizzled = written if self.swizzled else cat([swizzle_scales(p.scales) for p in out])
+            compact = cat([padded_compact(p.scales) for p in out]) if self.swizzled else written
+            return out, d_all[: doff[e]].copy(), swizzled, compact
 
         rp, rd, rs, rsc = planes(self.row_data, self.row_scales, offs[2], offs[3], False, row_amax)
         cp, cd, cs, csc = planes(self.col_data, self.col_scales, offs[4], offs[5], True, col_amax)

@@ -327,14 +327,15 @@ def to_torchao(t, plane: str = "row", *, swizzled: bool | None = None, orig_dtyp
 def from_te_fields(*, rowwise_data=None, rowwise_scale_inv=None, columnwise_data=None, columnwise_scale_inv=None,
                    amax_rowwise=None, amax_columnwise=None, with_gemm_swizzled_scales: bool = False,
                    row_scaled_nvfp4: bool = False, nvfp4_use_4over6: bool = False, nvfp4_e4m3_max: int = 448,
-                   rule: str = "te", rht: bool = False, block=(1, 16), four_over_six=None,
-                   four_over_six_fast_math: bool = False, **ignored) -> NVFP4Tensor:
+                   rule: str = "te", rht: bool = False, rht_signs: int | None = None, block=(1, 16),
+                   four_over_six=None, four_over_six_fast_math: bool = False, **ignored) -> NVFP4Tensor:
     """An oracle :class:`NVFP4Tensor` from TransformerEngine's NVFP4 tensor fields, without importing TE.
 
     Pass the fields by name, e.g. ``from_te_fields(**te_tensor.get_metadata())`` (``fp4_dtype``, ``quantizer`` and
     ``fake_dtype`` are accepted and ignored). Arrays may be NumPy arrays or torch tensors on any device.
     What TE's fields do not record is given here: ``rule`` ("te", or "te_fused_rht" for TE's fused RHT cast),
-    ``rht`` (whether the columnwise plane holds the RHT, SPEC 7), ``block`` ((16, 16) for 2-D weight quantization)
+    ``rht`` (whether the columnwise plane holds the RHT, SPEC 7) and ``rht_signs`` (its 16-bit sign mask, e.g.
+    TE's default 0xD7E8; None: unknown, so :func:`oracle.gemm` cannot compare it with the other operand's), ``block`` ((16, 16) for 2-D weight quantization)
     ``four_over_six`` and ``four_over_six_fast_math`` (the 4over6 error mode and path, when ``nvfp4_use_4over6``:
     TE keeps them on the quantizer, ``NVFP4Quantizer.nvfp4_4over6_err_mode``, not in the tensor's fields).
     The columnwise plane is ``[K, M]``: TE stores one only for M a multiple of 16, where it equals SPEC 6.2's.
@@ -347,6 +348,11 @@ def from_te_fields(*, rowwise_data=None, rowwise_scale_inv=None, columnwise_data
                         f"(and {list(_TE_IGNORED)}, ignored)")
     if rowwise_data is None and columnwise_data is None:
         raise ValueError("no plane: give rowwise_data and/or columnwise_data")
+    if rht_signs is not None:
+        if not rht:
+            raise ValueError("rht_signs is the sign mask of an RHT plane: pass rht=True with it")
+        if isinstance(rht_signs, bool) or not isinstance(rht_signs, (int, np.integer)) or not 0 <= rht_signs < 1 << 16:
+            raise ValueError(f"rht_signs must be a 16-bit integer, got {rht_signs!r}")
     if isinstance(nvfp4_e4m3_max, bool) or int(nvfp4_e4m3_max) not in (448, 256):
         raise ValueError(f"nvfp4_e4m3_max must be 448 or 256 (SPEC 5.6), got {nvfp4_e4m3_max!r}")
     if int(nvfp4_e4m3_max) != 448 and not nvfp4_use_4over6:
@@ -380,9 +386,10 @@ def from_te_fields(*, rowwise_data=None, rowwise_scale_inv=None, columnwise_data
         s = read_scales(columnwise_scale_inv, kc, mc // 16, layout)
         a = _host_f32(amax_columnwise, "amax_columnwise")
         col = _make_plane(d.reshape(kc, mc // 2), s, a, (kc, mc), rule, block=block, rht=rht, valid_cols=mc,
-                          **{**extra, "row_scaled": None})
+                          **{**extra, "row_scaled": None, "rht_signs": None if rht_signs is None else int(rht_signs)})
         m, k = mc, kc
-    opts = {"rule": rule, "block": tuple(block), "rht": rht, "source": "te",
+    opts = {"rule": rule, "block": tuple(block), "rht": rht, "rht_signs": None if rht_signs is None else int(rht_signs),
+            "source": "te",
             "with_gemm_swizzled_scales": bool(with_gemm_swizzled_scales), "nvfp4_use_4over6": bool(nvfp4_use_4over6)}
     return NVFP4Tensor(row, col, (m, k), options=opts)
 

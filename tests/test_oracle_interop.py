@@ -353,3 +353,41 @@ def test_te_fields_keep_the_4over6_flag_without_its_mode(g):
     assert (again["nvfp4_use_4over6"], again["nvfp4_e4m3_max"]) == (True, g)
     back = from_te_fields(**again)
     assert np.array_equal(back.row.data, q.row.data) and np.array_equal(back.col.scales, q.col.scales)
+
+
+def test_te_fields_round_trip_keeps_the_rht_sign_mask():
+    """TE's fields do not record the sign mask; from_te_fields takes it beside rht= (it used to refuse it, leaving
+    the columnwise plane's mask unknown, so oracle.gemm could not compare it with the other operand's)."""
+    x = np.random.default_rng(0).standard_normal((32, 64)).astype(ml_dtypes.bfloat16)
+    q = oracle.quantize(x, columnwise=True, rht=True, rht_signs=0x1234)
+    back = from_te_fields(**to_te_fields(q), rht=True, rht_signs=0x1234)
+    assert back.col.rht_signs == 0x1234 and np.array_equal(back.col.data, q.col.data)
+    assert from_te_fields(**to_te_fields(q), rht=True).col.rht_signs is None  # not given: unknown
+    with pytest.raises(ValueError, match="rht=True"):
+        from_te_fields(**to_te_fields(q), rht_signs=0x1234)
+    with pytest.raises(ValueError, match="16-bit"):
+        from_te_fields(**to_te_fields(q), rht=True, rht_signs=1 << 16)
+
+
+@pytest.mark.parametrize("swizzled", [True, False])
+def test_grouped_device_result_keeps_the_scale_bytes_it_wrote(swizzled):
+    """DeviceGroupedNVFP4Tensor.to_oracle cuts the scale buffer the call wrote (padding bytes as written), so a wrong
+    padding byte shows in a comparison with oracle.group_quantize; it used to rebuild both layouts from the groups'
+    compact scales, which hid it."""
+    torch = pytest.importorskip("torch")
+    from device._results import DeviceGroupedNVFP4Tensor
+
+    x = np.random.default_rng(1).standard_normal((20, 32)).astype(ml_dtypes.bfloat16)
+    og = oracle.group_quantize(x, [20])
+    written = (og.row_scales if swizzled else og.row_scales_compact).copy()
+    written[-1] = 0x7F  # a padding byte (rows 20 .. 127 of the 128-row tile)
+    offs = np.stack([og.row_offsets, [0, 1], og.row_data_offsets, og.row_scale_offsets, og.col_data_offsets,
+                     og.col_scale_offsets]).astype(np.int64)
+    d = DeviceGroupedNVFP4Tensor(shape=og.shape, splits=torch.tensor([20]), row_data=torch.from_numpy(og.row_data),
+                                 row_scales=torch.from_numpy(written), col_data=None, col_scales=None,
+                                 row_amax=torch.from_numpy(og.row_amax), col_amax=torch.zeros(1),
+                                 offsets=torch.from_numpy(offs), swizzled=swizzled, options=dict(og.options))
+    o = d.to_oracle()
+    assert np.array_equal(o.row_scales if swizzled else o.row_scales_compact, written)
+    assert np.array_equal(o.row_scales_compact if swizzled else o.row_scales,
+                          og.row_scales_compact if swizzled else og.row_scales)  # the other layout, formed
