@@ -337,7 +337,8 @@ def from_te_fields(*, rowwise_data=None, rowwise_scale_inv=None, columnwise_data
     ``rht`` (whether the columnwise plane holds the RHT, SPEC 7) and ``rht_signs`` (its 16-bit sign mask, e.g.
     TE's default 0xD7E8; None: unknown, so :func:`oracle.gemm` cannot compare it with the other operand's), ``block`` ((16, 16) for 2-D weight quantization)
     ``four_over_six`` and ``four_over_six_fast_math`` (the 4over6 error mode and path, when ``nvfp4_use_4over6``:
-    TE keeps them on the quantizer, ``NVFP4Quantizer.nvfp4_4over6_err_mode``, not in the tensor's fields).
+    TE keeps the mode on the quantizer, ``NVFP4Quantizer.nvfp4_4over6_err_mode``, and takes the path from its
+    environment variable ``NVTE_NVFP4_4OVER6_ERR_USE_FAST_MATH``; neither is in the tensor's fields).
     The columnwise plane is ``[K, M]``: TE stores one only for M a multiple of 16, where it equals SPEC 6.2's.
     ``nvfp4_e4m3_max`` (G, SPEC 5.6) must be 448 or 256, and 256 only with ``nvfp4_use_4over6`` (TE's quantizer and
     the oracle define G = 256 for 4over6 alone): ``ValueError`` otherwise.
@@ -412,8 +413,9 @@ def to_te_fields(t, *, swizzled: bool | None = None, as_torch: bool = False) -> 
     Oracle tensors give NumPy arrays (``as_torch``: CPU torch tensors); a device result gives tensors on its device,
     its scale layout by default. A columnwise plane needs M to be a multiple of 16 (TE's columnwise data is
     ``[K, M/2]``). ``nvfp4_use_4over6`` and ``nvfp4_e4m3_max`` (G) record a 4over6 plane (SPEC 5.6); its error mode
-    and path (``four_over_six``, ``four_over_six_fast_math``) are not carried: TE keeps them on the quantizer
-    (``NVFP4Quantizer.nvfp4_4over6_err_mode``), not in the tensor, and the bytes do not need them to be read (a
+    and path (``four_over_six``, ``four_over_six_fast_math``) are not carried: TE keeps the mode on the quantizer
+    (``NVFP4Quantizer.nvfp4_4over6_err_mode``) and the path in an environment variable, not in the tensor, and the
+    bytes do not need them to be read (a
     tensor made by :func:`from_te_fields` without them keeps TE's flag in its options, and gives it back here).
     Only TE's rules have TE fields: a plane of another rule (torchao's) raises ``ValueError``.
     """
