@@ -89,16 +89,30 @@ def _option_weight(key: str, v, options: dict) -> int:
     return int(v not in (None, False, 0, "auto", "rn", "te", [1, 16], (1, 16)))
 
 
+def _ml_dtype(name: str):
+    """The ml_dtypes type of that name (bfloat16, float8_e4m3fn, float4_e2m1fn, ...), or None."""
+    t = getattr(ml_dtypes, name, None)
+    return t if isinstance(t, type) and issubclass(t, np.generic) else None
+
+
 def _encode(a: np.ndarray) -> tuple[np.ndarray, str]:
+    """An array as the .npz can hold it without pickles, and the dtype name that reads it back: ml_dtypes arrays as
+    their unsigned-integer bit patterns; anything else numpy cannot store plainly (None, Python objects) as its text
+    (an output a backend returned, kept for the record)."""
     name = a.dtype.name
-    if name == "bfloat16":
-        return a.view(np.uint16), name
+    if _ml_dtype(name) is not None:
+        return a.view(f"u{a.dtype.itemsize}"), name
+    if a.dtype.kind == "O":
+        return np.array(repr(a.tolist())), "repr"
     return a, name
 
 
 def _decode(a: np.ndarray, name: str) -> np.ndarray:
-    if name == "bfloat16":
-        return a.view(ml_dtypes.bfloat16)
+    ml = _ml_dtype(name)
+    if ml is not None:
+        return a.view(ml)
+    if name == "repr":
+        return a
     return a.astype(np.dtype(name), copy=False)
 
 

@@ -12,11 +12,13 @@ reported, not spent.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing as mp
 import os
 import queue as queue_mod
 import re
+import sys
 import time
 import traceback
 import warnings
@@ -124,16 +126,26 @@ def check_case(backend: B.Backend, case: Case, stats: dict | None = None) -> tup
 _NOT_OUTPUTS = {"bound": ("bound",)}
 
 
+def _text(e: BaseException) -> str:
+    """str(e), or a placeholder where the exception's own __str__ raises."""
+    try:
+        return str(e)
+    except Exception as inner:  # noqa: BLE001
+        return f"<str() of the exception raised {type(inner).__name__}>"
+
+
 def _check_case(backend: B.Backend, case: Case, stats: dict | None):
     ref, out = {}, {}
     try:
         ref = reference(case)
     except Exception as e:  # noqa: BLE001
-        return "error", [], ref, out, f"reference raised {type(e).__name__}: {e}"
+        return "error", [], ref, out, f"reference raised {type(e).__name__}: {_text(e)}"
     try:
         # the backend gets copies: a kernel that writes into its input must not change the case that is reported,
-        # shrunk and saved
-        out = backend.run(case.op, case.replace({k: np.array(v, copy=True) for k, v in case.arrays.items()}))
+        # shrunk and saved; what it prints goes to stderr (stdout holds the table, and a closed pipe there must not
+        # turn into errors of the backend)
+        with contextlib.redirect_stdout(sys.stderr):
+            out = backend.run(case.op, case.replace({k: np.array(v, copy=True) for k, v in case.arrays.items()}))
         if not isinstance(out, dict):
             raise TypeError(f"run() returned {type(out).__name__}, not a dict of output arrays")
         mode = OPS[case.op].mode
@@ -145,8 +157,11 @@ def _check_case(backend: B.Backend, case: Case, stats: dict | None):
     except KeyboardInterrupt:
         raise
     except BaseException as e:  # noqa: BLE001 -- SystemExit from a backend is an error of the case, too
-        tb = traceback.format_exc().strip().splitlines()[-3:]
-        return "error", [], ref, out, f"{backend.name} raised {type(e).__name__}: {e} | " + " / ".join(tb)
+        try:
+            tb = traceback.format_exc().strip().splitlines()[-3:]
+        except Exception:  # noqa: BLE001 -- (an exception whose __str__ raises)
+            tb = []
+        return "error", [], ref, out, f"{backend.name} raised {type(e).__name__}: {_text(e)} | " + " / ".join(tb)
     return ("mismatch" if ms else "pass"), ms, ref, out, ""
 
 
@@ -210,13 +225,15 @@ def _tasks(backends: list[B.Backend], ops: list[str] | None) -> list[tuple[B.Bac
 
 
 def worker_main(wid: int, nworkers: int, specs: list[str], cfg: RunConfig, clock: _LocalClock,
-                emit: Callable[[dict], None]) -> None:
+                emit: Callable[[dict], None], resume: dict | None = None) -> None:
     """One worker: generate, run, compare its share of every task until the budget or ``max_cases`` ends.
 
     The budget's clock starts with the first case of any worker (``clock``); a worker still setting up by then
-    gets the rest of it."""
-    import sys
-
+    gets the rest of it. ``resume``: (backend name, op) -> the numbers j of this worker's cases of that task that are
+    accounted for (a worker started again after its process died skips them; its j-th case has the index
+    ``shard_i + shard_n (wid + nworkers j)``)."""
+    emit(dict(kind="start", worker=wid, backend="worker", spec="", op=f"worker{wid}", index=-1, seed=cfg.seed,
+              t=time.monotonic(), phase="setup"))
     torch = sys.modules.get("torch")  # only when a backend already imported it (importing costs seconds)
     if nworkers > 1 and torch is not None:
         torch.set_num_threads(1)  # one intra-op thread per worker process
@@ -227,13 +244,16 @@ def worker_main(wid: int, nworkers: int, specs: list[str], cfg: RunConfig, clock
         ops = tuple(op for tb, op in tasks if tb is b)
         if ops:
             try:
-                b.warmup(ops)
+                with contextlib.redirect_stdout(sys.stderr):
+                    b.warmup(ops)
             except Exception:  # noqa: BLE001,S110 -- the cases report what is wrong with the backend
                 pass
+    emit(dict(kind="idle", worker=wid))
     si, sn = cfg.shard
     saved: dict = {}  # (backend, op, failure signature) -> cases saved by this worker
     spent = {i: 0.0 for i in range(len(tasks))}
     count = {i: 0 for i in range(len(tasks))}
+    skip = {i: set((resume or {}).get((b.name, op), ())) for i, (b, op) in enumerate(tasks)}
     longest = {i: 0.0 for i in range(len(tasks))}
     active = set(spent)
     deadline = _deadline(cfg, clock.start()) if tasks else 0.0
@@ -242,6 +262,8 @@ def worker_main(wid: int, nworkers: int, specs: list[str], cfg: RunConfig, clock
     while active:
         i = min(active, key=lambda t: (spent[t] * OPS[tasks[t][1]].cost ** -0.5, t))
         b, op = tasks[i]
+        while count[i] in skip[i]:
+            count[i] += 1
         index = si + sn * (wid + nworkers * count[i])
         if cfg.max_cases is not None and index >= cfg.max_cases:
             active.discard(i)
@@ -326,8 +348,6 @@ def run(cfg: RunConfig, stdout=None, stderr=None) -> tuple[int, Stats]:
     Exit code: 0 when at least one case ran and nothing mismatched or raised, 1 on any mismatch or error,
     2 when no case ran (the reason is printed on ``stderr`` and written to the report).
     """
-    import sys
-
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     stats = Stats(started=cfg.started)
@@ -375,7 +395,8 @@ def run(cfg: RunConfig, stdout=None, stderr=None) -> tuple[int, Stats]:
     def consume(rec: dict) -> None:
         kind = rec.get("kind")
         if kind == "start":  # (in-process workers only: the op now running)
-            progress.op = rec["op"]
+            if rec.get("phase") != "setup":
+                progress.op = rec["op"]
             return
         if kind != "case":
             return
@@ -456,8 +477,11 @@ def _lost_case(cur: dict | None, wid: int, why: str) -> dict:
 
 def _run_workers(cfg: RunConfig, plans: list, nworkers: int, consume, progress, stats) -> _SharedClock:
     """Worker processes; every case is accounted for. A worker that dies without its "done" record (a crash in
-    native code, ``os._exit``) gets an error on the case it was running; one that stays on a case longer than
-    ``cfg.case_timeout``, or well past the budget, is killed and gets a timeout error on that case."""
+    native code, ``os._exit``) gets an error on the case it was running; one that stays on a case, or in its
+    set-up, longer than ``cfg.case_timeout``, or on a case well past the budget, is killed and gets a timeout error
+    on that case. A worker that died or was killed on a case starts again behind the cases it finished, at most
+    ``_MAX_RESTARTS`` times (and within the budget); past that, in a ``--cases`` run, the rest of its share is one
+    error. A worker whose set-up failed is not started again (its cases are one error)."""
     gpu = any(s.startswith("device:") for plan in plans for s in plan)
     ctx = mp.get_context("spawn" if gpu or "fork" not in mp.get_all_start_methods() else "fork")
     q = ctx.Queue()
@@ -466,10 +490,22 @@ def _run_workers(cfg: RunConfig, plans: list, nworkers: int, consume, progress, 
     # the case each worker is on, as JSON in shared memory: written synchronously, so it survives a worker that
     # dies before its queue's feeder thread has sent anything (os._exit, a signal)
     slots = [ctx.Array("c", _SLOT_BYTES) for _ in range(nworkers)]
-    procs = [ctx.Process(target=_proc_entry, args=(w, nworkers, plans[w], cfg, clock, q, slots[w]), daemon=True)
-             for w in range(nworkers)]
-    for p in procs:
-        p.start()
+    procs: list = [None] * nworkers
+    gen = [0] * nworkers  # a worker's process generation: records of an earlier process end nothing
+    accounted: list[dict] = [{} for _ in range(nworkers)]  # (backend, op) -> the worker's case numbers j counted
+    restarts = [0] * nworkers
+    si, sn = cfg.shard
+
+    def start(w: int) -> None:
+        slots[w].value = b""
+        gen[w] += 1
+        procs[w] = ctx.Process(target=_proc_entry, daemon=True,
+                               args=(w, nworkers, plans[w], cfg, clock, q, slots[w], gen[w],
+                                     {key: sorted(js) for key, js in accounted[w].items()}))
+        procs[w].start()
+
+    for w in range(nworkers):
+        start(w)
 
     def current(w: int) -> dict | None:
         raw = slots[w].value
@@ -478,61 +514,108 @@ def _run_workers(cfg: RunConfig, plans: list, nworkers: int, consume, progress, 
         except ValueError:  # (a record longer than the slot: known to be in a case, not which)
             return dict(backend="worker", spec="", op=f"worker{w}", index=-1, seed=cfg.seed, t=time.monotonic())
 
+    def account(rec: dict) -> None:  # a case of worker w counted: a later process of w skips it
+        w, index = rec.get("worker"), rec.get("index", -1)
+        if w is None or index is None or index < 0:
+            return
+        j = ((index - si) // sn - w) // nworkers  # (worker_main's index = si + sn (w + nworkers j))
+        accounted[w].setdefault((rec["backend"], rec["op"]), set()).add(j)
+
     finished: set = set()
+
+    def handle(rec: dict) -> None:
+        kind, w = rec.get("kind"), rec.get("worker")
+        if kind == "case":
+            account(rec)
+            consume(rec)
+        elif kind in ("done", "crash") and rec.get("gen") == gen[w]:
+            if kind == "crash":
+                lost(w, rec["error"])
+            else:
+                finished.add(w)
+
+    def drain() -> None:  # every record already in the queue
+        while True:
+            try:
+                handle(q.get_nowait())
+            except queue_mod.Empty:
+                return
+
     grace = max(30.0, 2 * cfg.shrink_time)  # past the budget: shrinking and the last case may still run
-    quiet = 0  # consecutive empty polls
+
+    def lost(w: int, why: str) -> None:
+        """Worker w's process is gone: the case it was on is an error; it starts again or ends."""
+        cur = current(w)
+        drain()  # (its finished cases first: the new process starts behind them)
+        if cur is not None and cur.get("phase") == "setup":
+            why = why.replace(" while running this case", "")
+            consume(_lost_case(None, w, f"{why}, in the set-up of its backends: its cases did not run"))
+            finished.add(w)
+            return
+        rec = _lost_case(cur, w, why)
+        account(rec)
+        consume(rec)
+        t0 = clock.get()
+        in_budget = cfg.max_cases is not None or t0 is None or time.monotonic() < _deadline(cfg, t0)
+        if restarts[w] < _MAX_RESTARTS and in_budget:
+            restarts[w] += 1
+            start(w)
+            return
+        if cfg.max_cases is not None:
+            consume(_lost_case(None, w, f"worker {w} stopped after {_MAX_RESTARTS} restarts: the rest of its cases "
+                                        "did not run"))
+        finished.add(w)
+
+    dead_since: dict = {}
+    last_check = 0.0
     while len(finished) < nworkers:
         try:
-            rec = q.get(timeout=0.25)
-            quiet = 0
+            handle(q.get(timeout=0.25))
         except queue_mod.Empty:
-            rec = None
-            quiet += 1
-        if rec is not None:
-            kind, w = rec.get("kind"), rec.get("worker")
-            if kind == "case":
-                consume(rec)
-            elif kind in ("done", "crash"):
-                finished.add(w)
-                if kind == "crash":
-                    consume(_lost_case(current(w), w, rec["error"]))
-            continue
-        progress.update()
+            pass
         now = time.monotonic()
+        if now - last_check < 0.25:  # (the checks below run every 0.25 s, records arriving or not)
+            continue
+        last_check = now
+        progress.update()
         t0 = clock.get()
         deadline = _deadline(cfg, t0) if t0 is not None else float("inf")
         for w, p in enumerate(procs):
             if w in finished:
                 continue
             cur = current(w)
-            if not p.is_alive() and quiet >= 2:  # dead, and its last records have had time to arrive
-                consume(_lost_case(cur, w, f"worker {w} died (exit code {p.exitcode}) while running this case"))
-                finished.add(w)
+            if not p.is_alive():  # dead: after its last records have had time to arrive
+                if now - dead_since.setdefault((w, gen[w]), now) >= 0.5:
+                    lost(w, f"worker {w} died (exit code {p.exitcode}) while running this case")
             elif cur is not None and (now - cur["t"] > cfg.case_timeout
-                                      or (cfg.max_cases is None and now > deadline + grace)):
+                                      or (cfg.max_cases is None and now > deadline + grace
+                                          and cur.get("phase") != "setup")):
                 p.kill()
                 p.join(timeout=5)
-                consume(_lost_case(cur, w, f"timed out after {now - cur['t']:.0f} s (case timeout "
-                                           f"{cfg.case_timeout:g} s, budget end + {grace:g} s); worker {w} killed"))
-                finished.add(w)
+                lost(w, f"timed out after {now - cur['t']:.0f} s (case timeout {cfg.case_timeout:g} s, budget end + "
+                        f"{grace:g} s); worker {w} killed")
     for p in procs:
         p.join(timeout=5)
     return clock
 
 
 _SLOT_BYTES = 4096  # a worker's current case as JSON (backend, spec, op, index, seed, start time)
+_MAX_RESTARTS = 8  # processes started again per worker after a death or a kill on a case
 
 
-def _proc_entry(wid, nworkers, specs, cfg, clock, q, slot) -> None:
+def _proc_entry(wid, nworkers, specs, cfg, clock, q, slot, gen, resume) -> None:
     def emit(rec):
         if rec.get("kind") == "start":
             slot.value = json.dumps(rec).encode()[: _SLOT_BYTES - 1]
             return  # the parent reads the slot; the queue carries results only
-        if rec.get("kind") == "case":
+        if rec.get("kind") in ("case", "idle"):
             slot.value = b""
-        q.put(rec)
+            if rec["kind"] == "idle":
+                return
+        q.put({**rec, "gen": gen})
 
     try:
-        worker_main(wid, nworkers, specs, cfg, clock, emit)
+        worker_main(wid, nworkers, specs, cfg, clock, emit, resume)
     except BaseException as e:  # noqa: BLE001 -- SystemExit / KeyboardInterrupt included: report, then end
-        q.put(dict(kind="crash", worker=wid, error=f"{type(e).__name__}: {e}"))  # its case: still in the slot
+        # (its case: still in the slot)
+        q.put(dict(kind="crash", worker=wid, gen=gen, error=f"{type(e).__name__}: {_text(e)}"))

@@ -25,6 +25,7 @@ from conformance.compare import compare, rht_exact_domain
 from conformance.generators import VALUE_KINDS as G_VALUE_KINDS
 from conformance.generators import generate
 from conformance.ops import OPS, reference
+from conformance.report import expand_indices
 from conformance.runner import RunConfig, check_case, run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -178,8 +179,35 @@ class RaisesTwoKinds(OracleQuantize):
         raise (ValueError if case.index % 2 == 0 else KeyError)(f"planted {case.index}")
 
 
+class HangsInSetUp(OracleQuantize):
+    """Planted hang in the warm-up of worker processes (a GPU context that never comes)."""
+
+    name = "test-hangs-in-setup"
+
+    def warmup(self, ops):
+        import time
+
+        time.sleep(3600)
+
+
+class UnprintableError(OracleQuantize):
+    """An exception whose own __str__ raises, on the case with index 1; prints to stdout on every case."""
+
+    name = "test-unprintable"
+
+    def run(self, op, case):
+        print(f"kernel log: case {case.index}")
+        if case.index == 1:
+            class KernelError(Exception):
+                def __str__(self):
+                    raise RuntimeError("no message")
+
+            raise KernelError()
+        return reference(case)
+
+
 for _cls in (OracleQuantize, FlipNibble, BadSwizzle, Unavailable, SlowStart, DropsColumnwise, WritesItsInput,
-             DiesOnCase, HangsOnCase, ExitsOnCase, RaisesTwoKinds):
+             DiesOnCase, HangsOnCase, ExitsOnCase, RaisesTwoKinds, HangsInSetUp, UnprintableError):
     register_backend(_cls.name, _cls)
 
 
@@ -683,20 +711,53 @@ def test_exceptions_of_two_types_are_two_failures(tmp_path):
     assert {"ValueError", "KeyError"} <= {f["error"].split()[2].rstrip(":") for f in saved}
 
 
+def _indices_run(stats) -> list[int]:
+    rows = [o for o in stats.to_json({}, 0, {})["ops"] if o["op"] == "quantize"]
+    return sorted(i for o in rows for i in expand_indices(o["indices"]))
+
+
 def test_a_worker_that_dies_is_a_failure(tmp_path, capsys):
-    code, stats = run(_cfg(tmp_path, backends=["test-dies"], ops=["quantize"], workers=2, max_cases=2))
+    """The case a worker dies on is an error, and a new process of that worker runs the rest of its share: every
+    index of a --cases run is accounted for once (the dead worker's later cases used to be lost silently)."""
+    code, stats = run(_cfg(tmp_path, backends=["test-dies"], ops=["quantize"], workers=2, max_cases=12))
     assert code == 1
     (f,) = [f for f in stats.failures]
     assert f["index"] == 1 and "died" in f["error"] and "conformance case quantize" in f["replay"]
     assert "FAILED quantize [test-dies] seed=0 index=1" in capsys.readouterr().out
+    assert _indices_run(stats) == list(range(12)) and stats.totals()["passed"] == 11
 
 
 def test_a_hanging_case_times_out(tmp_path):
-    cfg = _cfg(tmp_path, backends=["test-hangs"], ops=["quantize"], workers=2, max_cases=2, case_timeout=4.0)
+    cfg = _cfg(tmp_path, backends=["test-hangs"], ops=["quantize"], workers=2, max_cases=8, case_timeout=4.0)
     code, stats = run(cfg)
     assert code == 1
     (f,) = [f for f in stats.failures]
     assert f["index"] == 1 and "timed out" in f["error"]
+    assert _indices_run(stats) == list(range(8))
+
+
+def test_a_set_up_that_hangs_is_stopped(tmp_path):
+    """A worker process hanging in its backend's warm-up is killed after the case timeout and reported; the run
+    ends with its table and report (it used to wait forever)."""
+    t0 = time.monotonic()
+    cfg = _cfg(tmp_path, backends=["test-hangs-in-setup"], ops=["quantize"], workers=2, max_cases=4, case_timeout=3.0,
+               report=str(tmp_path / "r.json"))
+    code, stats = run(cfg)
+    assert code in (1, 2) and time.monotonic() - t0 < 60
+    assert any("set-up of its backends" in f["error"] for f in stats.failures)
+    assert json.loads((tmp_path / "r.json").read_text())["exit_code"] == code
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_unprintable_exception_and_printing_backend(tmp_path, capsys, workers):
+    """An exception whose __str__ raises is an error of its case (it used to end the run), and what a backend prints
+    goes to stderr, not into the table's stdout."""
+    code, stats = run(_cfg(tmp_path, backends=["test-unprintable"], ops=["quantize"], workers=workers, max_cases=4))
+    assert code == 1 and stats.totals()["errors"] == 1 and stats.totals()["passed"] == 3
+    (f,) = stats.failures
+    assert "KernelError" in f["error"] and "str() of the exception raised RuntimeError" in f["error"]
+    if workers == 1:
+        assert "kernel log" not in capsys.readouterr().out
 
 
 def test_requested_ops_without_a_backend_are_reported_skipped(tmp_path, capsys):
@@ -855,3 +916,22 @@ def test_codec_specials_mix_kinds_within_a_case():
         x = case.arrays["x"]
         both += bool(np.isnan(x).any() and np.isinf(x).any())
     assert both > 10
+
+
+def test_saved_case_keeps_ml_dtypes_and_object_outputs(tmp_path):
+    """A backend's outputs as ml_dtypes arrays (float8, float4) are saved as their bit patterns and read back with
+    their dtype; an output numpy cannot store plainly (None) is kept as text: the case loads without pickles (these
+    used to make the saved case unreadable, so replay refused it)."""
+    import ml_dtypes
+
+    case = generate("e4m3", 0, 3, "codec")
+    b = np.arange(16, dtype=np.uint8)
+    out = {"bytes": b.view(ml_dtypes.float8_e4m3fn), "nibbles": (b & 0xF).view(ml_dtypes.float4_e2m1fn),
+           "x": None}
+    path = save_case(tmp_path / "c.npz", case, backend="b", out=out)
+    _, _, _, got = load_case(path)
+    assert got["bytes"].dtype == ml_dtypes.float8_e4m3fn and got["bytes"].view(np.uint8).tolist() == b.tolist()
+    assert got["nibbles"].dtype == ml_dtypes.float4_e2m1fn and got["nibbles"].view(np.uint8).tolist() == (b & 0xF).tolist()
+    assert str(got["x"]) == "None"
+    with np.load(path, allow_pickle=False) as z:
+        assert all(z[k].dtype != object for k in z.files)
