@@ -625,6 +625,9 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
         rules: a name of :data:`DIAGNOSE_RULES`, or several, to try (default: all this oracle has).
     Returns:
         :class:`Diagnosis` (``print()`` it).
+    Raises:
+        ValueError: an unknown layout or rule, a sign mask outside 16 bits, an amax that is neither one value nor one
+            per row, or data / scales whose sizes fit no plane of ``x``.
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
