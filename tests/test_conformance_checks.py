@@ -1,0 +1,178 @@
+"""What each conformance check catches: a planted wrong output (or a wrong step of the runner) per check, with the
+expected location or verdict worked out from SPEC.md by hand. Each test failed against a copy of the package with
+that check weakened (a padding byte skipped, NaN payloads ignored, the rht tolerance doubled, exact-domain blocks
+compared within the tolerance, empty wgrad experts not checked, a group located one too early, a shrinker drifting to
+another failure, merged errors dropped, a swapped amax pair in the diagnosis, the torchao backend swizzling with the
+oracle's code, no -0 among the specials)."""
+
+from __future__ import annotations
+
+import time
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from conformance.cases import Case
+from conformance.compare import compare, rht_exact_domain
+from conformance.generators import generate
+from conformance.ops import reference
+
+_QUANTIZE = dict(rowwise=True, columnwise=False, rht=False, rht_signs=0xD7E8, block=[1, 16], rule="te", rounding="rn",
+                 seed=0, offset=0, swizzled=True)
+
+
+def _quantize_case(x: np.ndarray, **options) -> Case:
+    return Case("quantize", 0, 0, {"x": x}, {**_QUANTIZE, **options}, {})
+
+
+def _rht_case(x: np.ndarray) -> Case:
+    return Case("rht", 0, 0, {"x": x.astype(ml_dtypes.bfloat16)}, {"rht_signs": 0}, {})
+
+
+def test_swizzled_padding_bytes_are_compared():
+    """SPEC 8.2: byte 511 of a 3-row plane's swizzled scales is tile 0, row 3 * 32 + 31 = 127, column 3: padding,
+    which must be 0x00 (8.1)."""
+    c = _quantize_case(np.ones((3, 32), np.float32))
+    ref = reference(c)
+    out = {k: v.copy() for k, v in ref.items()}
+    out["row_scales_swizzled"][511] = 0x38
+    (m,) = compare(c, ref, out)
+    assert m.buffer == "row_scales_swizzled" and (m.where["row"], m.where["block"], m.where["padding"]) == (127, 3, True)
+
+
+def test_a_supplied_nan_amax_keeps_its_bits():
+    """SPEC 4.3: a supplied amax is used as is, payload included, so another NaN's bits are a mismatch."""
+    c = _quantize_case(np.ones((2, 16), np.float32))
+    c.arrays["amax"] = np.array([0x7FC00001], np.uint32).view(np.float32)
+    ref = reference(c)
+    assert ref["row_amax"].view(np.uint32)[0] == 0x7FC00001
+    out = dict(ref, row_amax=np.array([0x7FC00000], np.uint32).view(np.float32))
+    assert [m.buffer for m in compare(c, ref, out)] == ["row_amax"]
+
+
+def test_rht_tolerance_is_the_documented_one():
+    """SPEC 14.2's tolerance on a block outside the exact domain (exponent span 20): x = [2^20, 1, 0 ...], signs +1,
+    so y_0 = (2^20 + 1) / 4 rounds to bf16 2^18, whose ulp is 2^11: tol = (2^20 + 1) 2^-23 + 2^11 + 2^-133, about
+    2048.1. One ulp off passes, two fail."""
+    x = np.zeros((1, 16), np.float32)
+    x[0, 0], x[0, 1] = 2.0**20, 1.0
+    c = _rht_case(x)
+    ref = reference(c)
+    assert not rht_exact_domain(c.arrays["x"])[0]
+    for ulps, fails in ((1, False), (2, True)):
+        y = ref["y"].copy()
+        y[0, 0] += ulps
+        assert bool(compare(c, ref, {"y": y}, "rht")) == fails, ulps
+
+
+def test_one_ulp_in_an_exact_domain_rht_block_mismatches():
+    """16 ones, signs +1: y_0 = 16 / 4 = 4.0 (bf16 0x4080) exactly (SPEC 7.2); 0x4081 is a mismatch there."""
+    c = _rht_case(np.ones((1, 16), np.float32))
+    ref = reference(c)
+    assert rht_exact_domain(c.arrays["x"])[0] and ref["y"][0, 0] == 0x4080
+    y = ref["y"].copy()
+    y[0, 0] = 0x4081
+    (m,) = compare(c, ref, {"y": y}, "rht")
+    assert m.where["exact_domain"] is True
+
+
+def test_an_empty_wgrad_expert_is_checked():
+    """SPEC 12.5: an empty expert's dW without C is an empty sum, 0; a 1 there is a mismatch of that group."""
+    found = None
+    for i in range(400):
+        c = generate("grouped_gemm", 5, i, "grouped_gemm", {"kind": ["wgrad"], "groups_agree": [True]})
+        if (c.arrays["splits"] == 0).any() and "c" not in c.arrays:
+            found = c
+            break
+    assert found is not None
+    ref = reference(found)
+    g = int(np.flatnonzero(found.arrays["splits"] == 0)[0])
+    assert not np.asarray(ref["y"][g], np.float32).any()
+    y = ref["y"].copy()
+    y[g, 0, 0] = 1.0
+    (m,) = compare(found, ref, {"y": y}, "bound", {})
+    assert m.where["group"] == g
+
+
+def test_first_byte_of_a_group_is_located_in_that_group():
+    """SPEC 9.2: with splits [10, 0, 10] and K = 32, group 2's data starts at byte (10 + 0) * 16 = 160."""
+    c = Case("group_quantize", 0, 0, {"x": np.ones((20, 32), np.float32), "splits": np.array([10, 0, 10])},
+             dict(_QUANTIZE), {})
+    ref = reference(c)
+    out = {k: v.copy() for k, v in ref.items()}
+    out["row_data"][160] ^= 0x01
+    (m,) = compare(c, ref, out)
+    assert (m.where["group"], m.where["row"]) == (2, 0)
+
+
+def test_shrinker_does_not_drift_to_another_failure():
+    """Smaller cases that fail only in another buffer are not the same failure: the shrinker keeps the original."""
+    from conformance.shrink import shrink
+
+    c = _quantize_case(np.ones((8, 32), np.float32))
+
+    def fails(k):
+        return frozenset({"row_data"}) if k.arrays["x"].shape == (8, 32) else frozenset({"row_amax"})
+
+    small, _ = shrink(c, fails, deadline=time.monotonic() + 10)
+    assert small.arrays["x"].shape == (8, 32)
+
+
+def test_merge_counts_errors_of_every_shard():
+    """A shard that raised keeps its error in the merge (exit code 1), whatever the other shard did."""
+    from conformance.report import Stats, merge_reports
+
+    docs = []
+    for i, status in enumerate(["pass", "error"]):
+        st = Stats()
+        st.add(dict(backend="b", op="e2m1", index=i, status=status, seconds=0.1, tags={}))
+        config = dict(seed=0, shard=[i, 2], max_cases=None, ops=None, backends_used=["b"])
+        docs.append((f"r{i}", st.to_json(config, int(status != "pass"))))
+    _, doc, _ = merge_reports(docs)
+    assert doc["totals"]["errors"] == 1 and doc["exit_code"] == 1
+
+
+def test_diagnosis_uses_each_planes_supplied_amax():
+    """A supplied (row, col) pair: the columnwise plane is diagnosed with the col value; one flipped nibble then
+    leaves one differing block of 32 (ones, 16 x 32: X^T has 32 rows of one block each)."""
+    from conformance.diagnosis import failure_hypotheses
+
+    c = _quantize_case(np.ones((16, 32), np.float32), columnwise=True)
+    c.arrays["amax"] = np.array([1.0, 4.0], np.float32)
+    ref = reference(c)
+    out = {k: v.copy() for k, v in ref.items()}
+    out["col_data"][0, 0] ^= 0x01
+    assert failure_hypotheses(c, out, ref)[0] == "col plane: closest te (amax given), 1 of 32 blocks differ"
+
+
+@pytest.mark.torch
+def test_torchao_backend_swizzle_is_torchaos_own(monkeypatch):
+    """The torchao backend's swizzled scales come from torchao's to_blocked, never the oracle's swizzle (which the
+    reference uses: sharing it would hide a swizzle bug)."""
+    import torch
+
+    import oracle.swizzle
+    from conformance import independent as ind
+
+    def oracle_swizzle(_):
+        raise AssertionError("the oracle's swizzle was used")
+
+    x = np.random.default_rng(0).standard_normal((200, 80)).astype(np.float32)
+    monkeypatch.setattr(oracle.swizzle, "swizzle_scales", oracle_swizzle)
+    out = ind.torchao_quantize(x, rule="torchao", rowwise=True, columnwise=False)
+    _, utils = ind.import_torchao()
+    want = utils.to_blocked(torch.from_numpy(out["row_scales"])).reshape(-1).numpy()
+    assert np.array_equal(out["row_scales_swizzled"], want)
+
+
+def test_generated_specials_include_negative_zero():
+    """Quantize cases of normal values with specials hold -0 (normal values are never exactly 0, so the -0 comes from
+    the specials)."""
+    seen = 0
+    for i in range(400):
+        c = generate("quantize", 0, i, "quantize")
+        if c.tags["values"] == "normal" and c.tags["specials"] != "none":
+            x = c.arrays["x"].astype(np.float32)
+            seen += bool(((x == 0) & np.signbit(x)).any())
+    assert seen >= 5
