@@ -91,18 +91,20 @@ def _positive_int(s: str) -> int:
     return v
 
 
-def _seed(s: str) -> int:
-    v = int(s)
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"a seed is an integer >= 0, got {v}")
-    return v
+def _nonnegative(what: str):
+    """An argparse type: an integer >= 0, refused as ``what``."""
+    def parse(s: str) -> int:
+        v = int(s)
+        if v < 0:
+            raise argparse.ArgumentTypeError(f"{what} is an integer >= 0, got {v}")
+        return v
+
+    parse.__name__ = "integer"
+    return parse
 
 
-def _index(s: str) -> int:
-    v = int(s)
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"a case index is an integer >= 0, got {v}")
-    return v
+_seed = _nonnegative("a seed")
+_index = _nonnegative("a case index")
 
 
 def _seconds(minimum_exclusive: bool):

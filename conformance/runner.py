@@ -543,16 +543,16 @@ def _run_workers(cfg: RunConfig, plans: list, nworkers: int, consume, progress, 
 
     grace = max(30.0, 2 * cfg.shrink_time)  # past the budget: shrinking and the last case may still run
 
-    def lost(w: int, why: str) -> None:
-        """Worker w's process is gone: the case it was on is an error; it starts again or ends."""
+    def lost(w: int, why: str, on_case: str = "") -> None:
+        """Worker w's process is gone (``why``; ``on_case`` is added where it was on a case): the case it was on is
+        an error; it starts again or ends."""
         cur = current(w)
         drain()  # (its finished cases first: the new process starts behind them)
         if cur is not None and cur.get("phase") == "setup":
-            why = why.replace(" while running this case", "")
             consume(_lost_case(None, w, f"{why}, in the set-up of its backends: its cases did not run"))
             finished.add(w)
             return
-        rec = _lost_case(cur, w, why)
+        rec = _lost_case(cur, w, why + on_case)
         account(rec)
         consume(rec)
         t0 = clock.get()
@@ -586,7 +586,7 @@ def _run_workers(cfg: RunConfig, plans: list, nworkers: int, consume, progress, 
             cur = current(w)
             if not p.is_alive():  # dead: after its last records have had time to arrive
                 if now - dead_since.setdefault((w, gen[w]), now) >= 0.5:
-                    lost(w, f"worker {w} died (exit code {p.exitcode}) while running this case")
+                    lost(w, f"worker {w} died (exit code {p.exitcode})", " while running this case")
             elif cur is not None and (now - cur["t"] > cfg.case_timeout
                                       or (cfg.max_cases is None and now > deadline + grace
                                           and cur.get("phase") != "setup")):
