@@ -16,7 +16,7 @@ from .dequantize import block_decode_scales
 from .fp4_numpy import E2M1_VALUES, decode_e4m3, encode_e2m1, pack_fp4, unpack_fp4
 from .planes import QuantizedPlane
 from .quantize import as_2d_f32, block_scales, columnwise_source, quantize
-from .rht import DEFAULT_RHT_SIGNS
+from .rht import DEFAULT_RHT_SIGNS, check_rht_signs
 from .scale_rules import (
     global_encode_scale,
     te_bytes_and_multipliers,
@@ -631,8 +631,7 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    if isinstance(rht_signs, bool) or not isinstance(rht_signs, (int, np.integer)) or not 0 <= rht_signs < 1 << 16:
-        raise ValueError(f"the RHT sign mask must be a 16-bit integer (0 .. 0xFFFF), got {rht_signs!r}")
+    check_rht_signs(rht_signs)
     x2, is_bf16 = as_2d_f32(x)
     m, k = x2.shape
     d = _u8(data, "data")

@@ -26,6 +26,7 @@ import dataclasses
 import numpy as np
 
 from .planes import NVFP4Tensor, QuantizedPlane
+from .rht import check_rht_signs
 from .swizzle import padded_scale_shape, swizzle_scales, unswizzle_scales
 
 __all__ = [
@@ -335,7 +336,8 @@ def from_te_fields(*, rowwise_data=None, rowwise_scale_inv=None, columnwise_data
     ``fake_dtype`` are accepted and ignored). Arrays may be NumPy arrays or torch tensors on any device.
     What TE's fields do not record is given here: ``rule`` ("te", or "te_fused_rht" for TE's fused RHT cast),
     ``rht`` (whether the columnwise plane holds the RHT, SPEC 7) and ``rht_signs`` (its 16-bit sign mask, e.g.
-    TE's default 0xD7E8; None: unknown, so :func:`oracle.gemm` cannot compare it with the other operand's), ``block`` ((16, 16) for 2-D weight quantization)
+    TE's default 0xD7E8; None: unknown, so :func:`oracle.gemm` cannot compare it with the other operand's),
+    ``block`` ((16, 16) for 2-D weight quantization),
     ``four_over_six`` and ``four_over_six_fast_math`` (the 4over6 error mode and path, when ``nvfp4_use_4over6``:
     TE keeps the mode on the quantizer, ``NVFP4Quantizer.nvfp4_4over6_err_mode``, and takes the path from its
     environment variable ``NVTE_NVFP4_4OVER6_ERR_USE_FAST_MATH``; neither is in the tensor's fields).
@@ -352,8 +354,7 @@ def from_te_fields(*, rowwise_data=None, rowwise_scale_inv=None, columnwise_data
     if rht_signs is not None:
         if not rht:
             raise ValueError("rht_signs is the sign mask of an RHT plane: pass rht=True with it")
-        if isinstance(rht_signs, bool) or not isinstance(rht_signs, (int, np.integer)) or not 0 <= rht_signs < 1 << 16:
-            raise ValueError(f"rht_signs must be a 16-bit integer, got {rht_signs!r}")
+        rht_signs = check_rht_signs(rht_signs, "rht_signs")
     if isinstance(nvfp4_e4m3_max, bool) or int(nvfp4_e4m3_max) not in (448, 256):
         raise ValueError(f"nvfp4_e4m3_max must be 448 or 256 (SPEC 5.6), got {nvfp4_e4m3_max!r}")
     if int(nvfp4_e4m3_max) != 448 and not nvfp4_use_4over6:
@@ -387,10 +388,9 @@ def from_te_fields(*, rowwise_data=None, rowwise_scale_inv=None, columnwise_data
         s = read_scales(columnwise_scale_inv, kc, mc // 16, layout)
         a = _host_f32(amax_columnwise, "amax_columnwise")
         col = _make_plane(d.reshape(kc, mc // 2), s, a, (kc, mc), rule, block=block, rht=rht, valid_cols=mc,
-                          **{**extra, "row_scaled": None, "rht_signs": None if rht_signs is None else int(rht_signs)})
+                          **{**extra, "row_scaled": None, "rht_signs": rht_signs})
         m, k = mc, kc
-    opts = {"rule": rule, "block": tuple(block), "rht": rht, "rht_signs": None if rht_signs is None else int(rht_signs),
-            "source": "te",
+    opts = {"rule": rule, "block": tuple(block), "rht": rht, "rht_signs": rht_signs, "source": "te",
             "with_gemm_swizzled_scales": bool(with_gemm_swizzled_scales), "nvfp4_use_4over6": bool(nvfp4_use_4over6)}
     return NVFP4Tensor(row, col, (m, k), options=opts)
 
@@ -415,8 +415,8 @@ def to_te_fields(t, *, swizzled: bool | None = None, as_torch: bool = False) -> 
     ``[K, M/2]``). ``nvfp4_use_4over6`` and ``nvfp4_e4m3_max`` (G) record a 4over6 plane (SPEC 5.6); its error mode
     and path (``four_over_six``, ``four_over_six_fast_math``) are not carried: TE keeps the mode on the quantizer
     (``NVFP4Quantizer.nvfp4_4over6_err_mode``) and the path in an environment variable, not in the tensor, and the
-    bytes do not need them to be read (a
-    tensor made by :func:`from_te_fields` without them keeps TE's flag in its options, and gives it back here).
+    bytes do not need them to be read (a tensor made by :func:`from_te_fields` without them keeps TE's flag in its
+    options, and gives it back here).
     Only TE's rules have TE fields: a plane of another rule (torchao's) raises ``ValueError``.
     """
     if hasattr(t, "row_data") and hasattr(t, "swizzled"):

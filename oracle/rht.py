@@ -6,10 +6,17 @@ import numpy as np
 
 from .fp4_numpy import round_to_bf16
 
-__all__ = ["DEFAULT_RHT_SIGNS", "hadamard16", "rht", "rht_along_axis0", "rht_sign_vector"]
+__all__ = ["DEFAULT_RHT_SIGNS", "check_rht_signs", "hadamard16", "rht", "rht_along_axis0", "rht_sign_vector"]
 
 #: SPEC 7.1: TE's default sign mask; bit i set <=> s_i = -1.
 DEFAULT_RHT_SIGNS = 0xD7E8
+
+
+def check_rht_signs(signs, what: str = "the RHT sign mask") -> int:
+    """``signs`` as an int, or ``ValueError`` unless it is an integer (not a bool) in [0, 2^16) (SPEC 7.1)."""
+    if isinstance(signs, bool) or not isinstance(signs, (int, np.integer)) or not 0 <= signs < 1 << 16:
+        raise ValueError(f"{what} must be a 16-bit integer (0 .. 0xFFFF), got {signs!r}")
+    return int(signs)
 
 
 def rht_sign_vector(signs: int = DEFAULT_RHT_SIGNS) -> np.ndarray:
