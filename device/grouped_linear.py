@@ -121,6 +121,12 @@ def _wgrad(dyq: _Planes, xq: _Planes, cfg: _Config, t: int, dtype: torch.dtype, 
     return None
 
 
+def _aligned(t: Tensor) -> Tensor:
+    """``t``, or a copy of it where its data does not start on 16 bytes (the kernels read 16-byte vectors; e.g. a
+    view at an odd storage offset). Traced tensors have no address and pass as they are."""
+    return t.clone() if t.numel() and not _ops._traced(t) and t.data_ptr() % 16 else t
+
+
 def _copy_serves_dgrad(recipe: NVFP4Recipe) -> bool:
     """Whether the weights' fp16 copy (made from the rowwise plane) also holds dgrad's B: the weights' planes (RN, no
     RHT, SPEC 16.1) are each other's transposes with 16x16 blocks (SPEC 6.3)."""
@@ -447,10 +453,7 @@ class GroupedLinear(torch.nn.Module):
         e, n, k = w.shape
 
         def quantize() -> _Planes:
-            w2 = w.reshape(e * n, k)
-            if w2.numel() and not _ops._traced(w2) and w2.data_ptr() % 16:
-                w2 = w2.clone()  # the kernels read 16-byte vectors (a weight viewed at an odd storage offset)
-            return _quantize(w2, self._weight_splits, rowwise=True, columnwise=columnwise,
+            return _quantize(_aligned(w.reshape(e * n, k)), self._weight_splits, rowwise=True, columnwise=columnwise,
                              rht=False, rht_signs=r.rht_signs, block=r.weight_block, rule=r.rule, rounding="rn", seed=0)
 
         def f16_copy(planes: _Planes) -> Tensor | None:
@@ -519,9 +522,7 @@ class GroupedLinear(torch.nn.Module):
                                "under torch.compile (the backward updates weight.main_grad / the deferred-wgrad "
                                "queue, Python state outside the graph): run it eagerly or in a CUDA graph")
         self._check_x(x)
-        if x.numel() and not _ops._traced(x) and x.data_ptr() % 16:
-            x = x.clone()  # the kernels read 16-byte vectors
-        x = x.contiguous()
+        x = _aligned(x).contiguous()
         splits = self._device_splits(m_splits, x.shape[0], x.device)
         grad = torch.is_grad_enabled()
         need_dx = grad and x.requires_grad
