@@ -122,6 +122,9 @@ def check_case(backend: B.Backend, case: Case, stats: dict | None = None) -> tup
         return _check_case(backend, case, stats)
 
 
+#: the start of check_case's error text when the oracle, not the backend, raised (the case cannot run)
+REFERENCE_RAISED = "reference raised"
+
 #: reference entries that are not outputs of the op (the bound a GEMM output is checked against, SPEC 12.4)
 _NOT_OUTPUTS = {"bound": ("bound",)}
 
@@ -139,7 +142,7 @@ def _check_case(backend: B.Backend, case: Case, stats: dict | None):
     try:
         ref = reference(case)
     except Exception as e:  # noqa: BLE001
-        return "error", [], ref, out, f"reference raised {type(e).__name__}: {_text(e)}"
+        return "error", [], ref, out, f"{REFERENCE_RAISED} {type(e).__name__}: {_text(e)}"
     try:
         # the backend gets copies: a kernel that writes into its input must not change the case that is reported,
         # shrunk and saved; what it prints goes to stderr (stdout holds the table, and a closed pipe there must not

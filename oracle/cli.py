@@ -57,6 +57,14 @@ def _integer(s: str) -> int:
 _integer.__name__ = "integer"  # argparse's "invalid integer value: ..."
 
 
+def _rule_names(s: str) -> list[str]:
+    """``--rules``: comma-separated rule names, at least one."""
+    names = [r.strip() for r in s.split(",") if r.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"{s!r} names no rule (give one or more, comma-separated)")
+    return names
+
+
 def _load(path: str, input_dtype: str) -> np.ndarray:
     """Load an .npy. ``auto``: as stored, a saved ml_dtypes.bfloat16 array (2-byte void) read as bfloat16;
     ``bfloat16``: the 2-byte integer or void elements reinterpreted as bf16 bit patterns; ``float32`` /
@@ -275,8 +283,7 @@ def diagnose_cmd(a) -> int:
     x = _load(a.input, a.input_dtype)
     check_input(x, a.input)
     data, scales, amax, plane = read_theirs(a.theirs, a.plane)
-    rules = None if a.rules is None else [r.strip() for r in a.rules.split(",") if r.strip()]
-    d = diagnose(x, data, scales, amax=amax, layout=a.layout, plane=plane, rht_signs=a.rht_signs, rules=rules)
+    d = diagnose(x, data, scales, amax=amax, layout=a.layout, plane=plane, rht_signs=a.rht_signs, rules=a.rules)
     print(d)
     return 0 if d.matches else 1
 
@@ -337,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "swizzled (SPEC 8.2); or a library's storage: torchao, te, flashinfer (SPEC 14.10)")
     dg.add_argument("--plane", default="auto", choices=["auto", "row", "col"],
                     help="the plane their bytes are: auto = from the names in THEIRS and the data's shape")
-    dg.add_argument("--rules", default=None, metavar="A,B",
+    dg.add_argument("--rules", type=_rule_names, default=None, metavar="A,B",
                     help="try only these rules (default: all; " + ", ".join(r.name for r in DIAGNOSE_RULES) + ")")
     dg.add_argument("--rht-signs", type=_integer, default=DEFAULT_RHT_SIGNS, metavar="MASK",
                     help="the RHT sign mask tried for a columnwise plane of bf16 input (default: 0x%(default)04X)")

@@ -641,6 +641,8 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
     if isinstance(rules, str):
         rules = (rules,)
     if rules is not None:
+        if not rules:
+            raise ValueError("rules names no rule: give one or more names of DIAGNOSE_RULES, or None for all")
         names = {r.name for r in DIAGNOSE_RULES}
         unknown = [n for n in rules if n not in names]
         if unknown:

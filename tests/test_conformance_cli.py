@@ -21,7 +21,7 @@ import pytest
 
 from conformance import backends as B
 from conformance.backends import Backend, register_backend
-from conformance.cases import CaseFileError, load_case, save_case
+from conformance.cases import Case, CaseFileError, load_case, save_case
 from conformance.cli import main, merge, shard_from_env
 from conformance.generators import generate
 from conformance.ops import OPS, reference
@@ -138,6 +138,18 @@ def test_replay_of_a_good_case_still_runs(tmp_path, capsys):
     p = _good_case(tmp_path / "good.npz")
     assert main(["replay", str(p)]) == 0
     assert "PASS" in capsys.readouterr().out
+
+
+def test_replay_of_a_case_without_its_input_cannot_run(tmp_path, capsys):
+    """A saved case missing an input array (an edited or foreign file) is a case that cannot run: exit 2 with the
+    oracle's reason, not exit 1 ("still fails"), which would blame the backend."""
+    case = generate("e2m1", 0, 1, OPS["e2m1"].generator, dict(OPS["e2m1"].space))
+    no_input = Case(case.op, case.seed, case.index, {}, dict(case.options), dict(case.tags))
+    p = save_case(tmp_path / "no_input.npz", no_input, backend="mldtypes",
+                  extra=dict(backend_spec="mldtypes"))
+    assert main(["replay", str(p)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: cannot replay {p}: reference raised KeyError"), err
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -308,6 +308,19 @@ def test_cli_refuses_bad_files_in_one_line(tmp_path, monkeypatch, capsys, argv, 
     assert err.startswith("error:") and words in err and len(err.strip().splitlines()) == 1, err
 
 
+def test_diagnose_refuses_an_empty_rule_list(tmp_path, monkeypatch, capsys):
+    """``--rules ,`` names no rule: a usage error that says so (it used to report that no rule of the oracle applies
+    to the input, as if the input were at fault)."""
+    from oracle.cli import main
+
+    _bad_inputs(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main(["diagnose", "x.npy", "theirs.npz", "--rules", " , "])
+    assert e.value.code == 2
+    assert "--rules: ' , ' names no rule" in capsys.readouterr().err
+
+
 def test_quantize_writes_the_named_path(tmp_path, monkeypatch, capsys):
     """np.savez appends .npz to a name without it; the CLI writes the path it names, and a folder is refused."""
     from oracle.cli import main

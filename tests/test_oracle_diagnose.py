@@ -447,6 +447,8 @@ def test_bad_input_is_refused():
         diagnose(x, d, s, layout="8x4")
     with pytest.raises(ValueError, match="unknown rule"):
         diagnose(x, d, s, rules=["te", "nvidia"])
+    with pytest.raises(ValueError, match="names no rule"):
+        diagnose(x, d, s, rules=[])
     with pytest.raises(TypeError, match="bytes"):
         diagnose(x, d.astype(np.float32), s)
 
