@@ -55,7 +55,8 @@ class DiagnoseRule:
 #: one line; a rule whose ``oracle.quantize`` keywords this oracle does not have is left out.
 DIAGNOSE_RULES = (
     DiagnoseRule("te", "5.1-5.2", "TE's kernels (the default)", {"rule": "te"}),
-    DiagnoseRule("te_fused_rht", "5.3", "TE's fused RHT cast kernels", {"rule": "te_fused_rht"}),
+    DiagnoseRule("te_fused_rht", "5.3", "TE's fused RHT cast kernels' S_enc, 5.2's block rule",
+                 {"rule": "te_fused_rht"}),
     DiagnoseRule("torchao", "5.4", "torchao 0.18 with a per-tensor scale", {"rule": "torchao"}),
     DiagnoseRule("torchao_noscale", "5.5", "torchao 0.18 without a per-tensor scale", {"rule": "torchao_noscale"}),
     DiagnoseRule("te_4over6_mae", "5.6", "TE 4over6, MAE", {"rule": "te", "four_over_six": "mae"}),
@@ -89,6 +90,9 @@ DIAGNOSE_RULES = (
                  {"rule": "te"}, "nan_propagating"),
     DiagnoseRule("torchao_nan_ignoring", "14.11", "torchao with NaN-ignoring amaxes", {"rule": "torchao"},
                  "nan_ignoring"),
+    DiagnoseRule("te_fused_rht_kernels", "14.11",
+                 "TE's fused RHT cast kernels: NaN-propagating block maxima, no FLT_MAX cap on the block scale, NaN "
+                 "multipliers kept", {"rule": "te_fused_rht"}, "nan_blocks"),
 )
 
 #: scale layouts ``diagnose`` reads (SPEC 8, 14.10); "auto" tries every layout the buffer's size fits
@@ -120,7 +124,9 @@ def _scaled_source(y: np.ndarray, *, base: str, variant: str | None, block: tupl
     "division"), the scale values the fp32 block scales it rounds to E4M3 (5.2's sf, 5.4's clamped bs)."""
     nan_rule = _amax_rule(base, variant)
     a = tensor_amax(y, nan_rule) if amax is None else np.float32(amax)
-    b = block_scales(y, amax=a, rule=nan_rule, block=block)[0]
+    # nan_blocks: the tensor amax of the base rule (NaN-ignoring), NaN-propagating block maxima (torch.max's)
+    b = block_scales(y, amax=a, rule="torchao" if variant == "nan_blocks" else nan_rule, block=block)[0]
+    keep_nan = variant == "nan_blocks"
     rows, cols = y.shape
     nb = cols // 16
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -128,8 +134,8 @@ def _scaled_source(y: np.ndarray, *, base: str, variant: str | None, block: tupl
             s = global_encode_scale(a, base)
             if variant == "inverted":
                 s = np.float32(_ONE / s)
-            values = te_scale_values(b, s)
-            sbytes, mult = te_bytes_and_multipliers(values, s)
+            values = te_scale_values(b, s, keep_nan=keep_nan)
+            sbytes, mult = te_bytes_and_multipliers(values, s, keep_nan=keep_nan)
             divisor = (decode_e4m3(sbytes) * np.float32(_ONE / s)).astype(np.float32)
         else:
             p = torchao_per_tensor_scale(a) if base == "torchao" else None

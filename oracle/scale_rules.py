@@ -93,22 +93,27 @@ def te_block_scales(b: np.ndarray, s_enc: np.float32) -> tuple[np.ndarray, np.nd
     return te_bytes_and_multipliers(te_scale_values(b, s_enc), s_enc)
 
 
-def te_bytes_and_multipliers(values: np.ndarray, s_enc) -> tuple[np.ndarray, np.ndarray]:
+def te_bytes_and_multipliers(values: np.ndarray, s_enc, *, keep_nan: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """SPEC 5.2 from the fp32 block scales ``values`` (:func:`te_scale_values`): their E4M3 bytes (RNE, satfinite)
-    and the encode multipliers m = fminf(1 / (float(sf_e4m3) * S_dec), FLT_MAX), S_dec = 1 / S_enc."""
+    and the encode multipliers m = fminf(1 / (float(sf_e4m3) * S_dec), FLT_MAX), S_dec = 1 / S_enc.
+    ``keep_nan``: the cap keeps a NaN quotient (SPEC 14.11, te_fused_rht_kernels) where fminf gives FLT_MAX."""
     s_enc = np.asarray(s_enc, np.float32)
+    cap = np.minimum if keep_nan else np.fmin
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         s_dec = (_ONE / s_enc).astype(np.float32)
         sbytes = encode_e4m3(values)
-        m = np.fmin(_ONE / (decode_e4m3(sbytes) * s_dec), F32_MAX)
+        m = cap(_ONE / (decode_e4m3(sbytes) * s_dec), F32_MAX)
     return sbytes, m.astype(np.float32)
 
 
-def te_scale_values(b: np.ndarray, s_enc) -> np.ndarray:
-    """SPEC 5.2's fp32 block scale before its E4M3 rounding: sf = fminf(b * (S_enc * fp32(1/6)), FLT_MAX)."""
+def te_scale_values(b: np.ndarray, s_enc, *, keep_nan: bool = False) -> np.ndarray:
+    """SPEC 5.2's fp32 block scale before its E4M3 rounding: sf = fminf(b * (S_enc * fp32(1/6)), FLT_MAX).
+    ``keep_nan``: sf = b * (S_enc * fp32(1/6)) without the fminf (SPEC 14.11, te_fused_rht_kernels), so a NaN
+    stays NaN and an overflow stays +Inf (E4M3 gives 0x7F and 0x7E)."""
     s_enc = np.asarray(s_enc, np.float32)
     with np.errstate(invalid="ignore", over="ignore"):
-        return np.fmin(b * (s_enc * _RCP6).astype(np.float32), F32_MAX).astype(np.float32)
+        sf = b * (s_enc * _RCP6).astype(np.float32)
+        return (sf if keep_nan else np.fmin(sf, F32_MAX)).astype(np.float32)
 
 
 def torchao_per_tensor_scale(amax) -> np.float32:

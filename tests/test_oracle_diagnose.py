@@ -158,6 +158,70 @@ def test_nan_amax_variant():
     assert "these rules agree on this input" in str(r)
 
 
+# SPEC 14.9 / 14.11's worked block: the elements of a 16-block, and the rowwise bytes of TE's fused RHT cast kernels
+# with A = 10 given: S_enc = 268.8, S_enc * fp32(1/6) = 44.8, b = 8 -> sf = 358.4 -> E4M3 352 (0x7B), m = 268.8 / 352;
+# codes (element 2i in the low nibble): 1 -> 1.0 (0x2), -2 -> -1.5 (0xB), 3 -> 2 (0x4), 0.5 -> 0.5 (0x1), -0.25 -> -0
+# (0x8), 0 (0x0), -0 (0x8), 4 -> 3 (0x5), -1.5 -> -1 (0xA), 2.5 -> 2 (0x4), 7 -> 6 (0x7), -8 -> -6 (0xF), 0.125 -> 0
+# (0x0), 6 -> 4 (0x6), -3 -> -2 (0xC), 1 -> 1 (0x2)
+def _rule_names(r) -> set:
+    """The rules of a diagnosis' matches, without their labels' block / RHT / amax notes."""
+    return {m.split(" (")[0] for m in r.matches}
+
+
+_WORKED_BLOCK = [1, -2, 3, 0.5, -0.25, 0, -0.0, 4, -1.5, 2.5, 7, -8, 0.125, 6, -3, 1]
+_WORKED_DATA = [0xB2, 0x14, 0x08, 0x58, 0x4A, 0xF7, 0x60, 0x2C]
+
+
+def test_te_fused_rht_kernels_on_a_nan_block_with_a_given_amax():
+    """SPEC 14.11's te_fused_rht_kernels, hand-worked: the worked block keeps its 5.2 bytes; the same block with a NaN
+    in place of 0.5 gets byte 0x7F and sixteen codes 0x7 (b = NaN, no cap: E4M3(NaN); m = NaN). 5.3's rule gives that
+    block 5.2's bytes of b = 8 instead, so it does not reproduce them."""
+    blk = np.float32(_WORKED_BLOCK)
+    nan_blk = blk.copy()
+    nan_blk[3] = np.nan
+    x = np.concatenate([blk, nan_blk]).reshape(1, 32)
+    data = np.uint8(_WORKED_DATA + [0x77] * 8).reshape(1, 16)
+    scales = np.uint8([[0x7B, 0x7F]])
+    r = diagnose(x, data, scales, amax=np.float32(10.0), layout="compact", plane="row",
+                 rules=["te", "te_fused_rht", "te_fused_rht_kernels"])
+    assert _rule_names(r) == {"te_fused_rht_kernels"}, str(r)
+
+
+def test_te_fused_rht_kernels_with_an_infinite_amax():
+    """SPEC 14.11's A = +Inf case, hand-worked on both planes: one +Inf at X[3, 7] makes the NaN-ignoring amax +Inf
+    (S_enc = 0, S_dec = +Inf). The block holding it gets byte 0x7F (Inf * 0 = NaN); every other block byte 0x00
+    (b * 0) and the multiplier 1 / (0 * Inf) = NaN: every code is 0x7, every data byte 0x77. Rowwise that is block
+    (3, 0); columnwise (X^T's row 7, RHT or not: the RHT spreads the Inf over its own 16-block only) block (7, 0)."""
+    x = _x(seed=5).astype(np.float32)
+    x[3, 7] = np.inf
+    x = x.astype(ml_dtypes.bfloat16)
+    data = np.full((64, 32), 0x77, np.uint8)
+    for plane, at in (("row", (3, 0)), ("col", (7, 0))):
+        scales = np.zeros((64, 4), np.uint8)
+        scales[at] = 0x7F
+        r = diagnose(x, data, scales, layout="compact", plane=plane,
+                     rules=["te", "te_fused_rht", "te_fused_rht_kernels"])
+        assert _rule_names(r) == {"te_fused_rht_kernels"}, (plane, str(r))
+
+
+def test_te_fused_rht_kernels_elsewhere_are_rule_te_fused_rht():
+    """On a computed amax with a NaN in the input (A finite: NaN-ignoring), every block without the NaN has 5.3's
+    bytes (here te_torch's, torch written from SPEC) and the NaN block 0x7F with codes 0x7; without a NaN both rules
+    give the same bytes and the report says they agree."""
+    x = _x(seed=6).astype(np.float32)
+    x[5, 20] = np.nan  # block (5, 1)
+    d, s, _ = _te_bytes(x, rule="te_fused_rht")
+    d, s = d.copy(), s.copy()
+    s[5, 1] = 0x7F
+    d[5, 8:16] = 0x77
+    r = diagnose(x, d, s, layout="compact", plane="row", rules=["te_fused_rht", "te_fused_rht_kernels"])
+    assert _rule_names(r) == {"te_fused_rht_kernels"}, str(r)
+    x[5, 20] = 0.0
+    d, s, _ = _te_bytes(x, rule="te_fused_rht")
+    r = diagnose(x, d, s, layout="compact", plane="row", rules=["te_fused_rht", "te_fused_rht_kernels"])
+    assert _rule_names(r) == {"te_fused_rht", "te_fused_rht_kernels"}, str(r)
+
+
 def test_torchao_variants_from_torchaos_own_functions():
     """torchao given 1/P (its own quantizer with the other per-tensor scale) and torchao dividing by P * sf
     (torchao's E2M1 conversion of the quotient)."""
