@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from oracle.diagnose import diagnose
+from oracle.diagnose import DIAGNOSE_RULES, diagnose
 
 from .cases import Case
 from .ops import quantize_kwargs
@@ -29,14 +29,46 @@ def _plane_amax(kw_amax, plane: str, out_amax):
     return np.float32(np.asarray(out_amax, np.float32).reshape(-1)[0])
 
 
-def _diagnosed(label: str, x, data, scales, amax, layout: str, plane: str, rht_signs: int) -> list[str]:
-    """diagnose's reading of one plane's bytes as lines ``"<label>: ..."``."""
+# the oracle.quantize keywords that name a rule of DIAGNOSE_RULES, with their defaults
+_RULE_KEYS = {"rule": "te", "four_over_six": None, "four_over_six_fast_math": False, "global_scale_max": 448,
+              "row_scaled": False}
+
+
+def case_setting(kw: dict, plane: str) -> tuple[str, bool, bool]:
+    """(rule name of DIAGNOSE_RULES, 16x16 blocks, RHT) that a case's quantize keywords ``kw`` ask of ``plane``."""
+    want = {k: kw.get(k, d) for k, d in _RULE_KEYS.items()}
+    name = next(r.name for r in DIAGNOSE_RULES
+                if r.variant is None and {k: r.quantize.get(k, d) for k, d in _RULE_KEYS.items()} == want)
+    return name, tuple(kw.get("block", (1, 16))) == (16, 16), bool(kw.get("rht")) and plane == "col"
+
+
+def _label_setting(label: str) -> tuple[str, bool, bool]:
+    """(rule, 16x16 blocks, RHT) of a diagnose label such as ``te (block 16x16, rht, amax given)``."""
+    name, _, extra = label.partition(" (")
+    notes = extra.rstrip(")").split(", ") if extra else []
+    return name, "block 16x16" in notes, "rht" in notes
+
+
+def _setting_words(setting: tuple[str, bool, bool]) -> str:
+    name, block2d, rht = setting
+    return f"{name}, {'16x16' if block2d else '1x16'} blocks" + (", RHT" if rht else "")
+
+
+def _diagnosed(label: str, x, data, scales, amax, layout: str, plane: str, rht_signs: int,
+               asked: tuple[str, bool, bool]) -> list[str]:
+    """diagnose's reading of one plane's bytes as lines ``"<label>: ..."``. ``asked``: the case's own rule, block
+    shape and RHT (:func:`case_setting`); rules that reproduce the bytes with other settings are named as such (the
+    backend made correct bytes of another call: an option it ignored)."""
     try:
         r = diagnose(x, data, scales, amax=amax, layout=layout, plane=plane, rht_signs=rht_signs)
     except (ValueError, TypeError) as e:  # bytes diagnose cannot read as this plane
         return [f"{label}: not diagnosed ({e})"]
-    head = (f"{label}: reproduced exactly by {', '.join(r.matches)}" if r.matches
-            else f"{label}: closest {r.closest}, {r.n_diff} of {r.n_blocks} blocks differ")
+    if r.matches:
+        head = f"{label}: reproduced exactly by {', '.join(r.matches)}"
+        if all(_label_setting(m) != asked for m in r.matches):
+            head += f", not by the case's own settings ({_setting_words(asked)})"
+    else:
+        head = f"{label}: closest {r.closest}, {r.n_diff} of {r.n_blocks} blocks differ"
     return [head] + [f"{label}: {h}" for h in r.hypotheses if not h.startswith(_NONE_FITS)]
 
 
@@ -64,7 +96,7 @@ def quantize_hypotheses(case: Case, out: dict, ref: dict) -> list[str]:
         if np.array_equal(d, ref[f"{p}_data"]) and np.array_equal(s, ref[f"{p}_scales"]):
             continue  # this plane is right: the mismatch is elsewhere
         lines += _diagnosed(f"{p} plane", case.arrays["x"], d, s, _plane_amax(kw.get("amax"), p, out.get(f"{p}_amax")),
-                            "compact", p, kw["rht_signs"])
+                            "compact", p, kw["rht_signs"], case_setting(kw, p))
     return lines
 
 
@@ -99,7 +131,7 @@ def group_quantize_hypotheses(case: Case, out: dict, ref: dict) -> list[str]:
             their_amax = out.get(f"{p}_amax")
             their_g = None if their_amax is None else np.asarray(their_amax).reshape(-1)[g:g + 1]
             lines += _diagnosed(f"group {g}, {p} plane", x[rows[g]:rows[g + 1]], d, s, _plane_amax(a_g, p, their_g),
-                                "swizzled", p, kw["rht_signs"])
+                                "swizzled", p, kw["rht_signs"], case_setting(kw, p))
         done += len(lines) > before
         if done == _MAX_GROUPS:
             break

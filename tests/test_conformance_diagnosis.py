@@ -65,7 +65,37 @@ def test_bytes_of_another_rule_are_named_by_that_rule():
     # (torchao_cuda and torchao_nan_ignoring agree with torchao on this input: a finite amax whose P the two forms
     # give alike)
     assert len(lines) == 1 and lines[0].startswith("row plane: reproduced exactly by torchao"), lines
-    assert "te" not in lines[0].replace("torchao", ""), lines
+    matched, _, note = lines[0].partition(", not by ")
+    assert "te" not in matched.replace("torchao", ""), lines
+    assert note == "the case's own settings (te, 1x16 blocks)", lines
+
+
+def test_correct_bytes_of_an_option_the_backend_ignored_are_not_read_as_right():
+    """A backend that ignores the case's 16x16 blocks writes rule te's 1x16 bytes: the line names te and says that
+    the case's own settings (te, 16x16 blocks) do not reproduce them (the bare "reproduced exactly by te" read as if
+    the bytes were right)."""
+    x = _x(seed=8)
+    ref = _bufs(x, block=(16, 16))
+    out = _bufs(x)  # the 1x16 bytes
+    lines = quantize_hypotheses(_case(x, block=[16, 16]), out, ref)
+    assert lines and all(line.startswith(("row plane: reproduced exactly by te", "col plane: reproduced exactly by te"))
+                         for line in lines), lines
+    assert all(line.endswith(", not by the case's own settings (te, 16x16 blocks)") for line in lines), lines
+
+
+@pytest.mark.parametrize("kw, plane, setting", [
+    (dict(rule="te", block=(1, 16), rht=True), "row", ("te", False, False)),  # the RHT is the columnwise plane's
+    (dict(rule="te", block=(1, 16), rht=True), "col", ("te", False, True)),
+    (dict(rule="torchao_noscale", block=(16, 16), rht=False), "col", ("torchao_noscale", True, False)),
+    (dict(rule="te", four_over_six="mse", global_scale_max=256, block=(1, 16)), "row", ("te_4over6_mse_g256", False,
+                                                                                      False)),
+    (dict(rule="te", four_over_six="mae", four_over_six_fast_math=True, block=(16, 16)), "row",
+     ("te_4over6_mae_fast", True, False)),
+])
+def test_case_setting_names_the_rule_diagnose_would_report(kw, plane, setting):
+    from conformance.diagnosis import case_setting
+
+    assert case_setting(kw, plane) == setting
 
 
 def test_nothing_for_planes_that_match_or_cases_diagnose_does_not_model():
