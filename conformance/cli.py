@@ -199,9 +199,25 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+def _outside_space(case, backend) -> str:
+    """The case's options that lie outside ``backend``'s generator space for the case's op, as ``"options a=..., b=..."``
+    (empty when none). Only space keys that are also option names are compared (``rule``, ``block``, ``rht``, the
+    4over6 keys, ...): the others restrict how values and sizes are drawn, which a saved case no longer shows."""
+    from .runner import case_space
+
+    def norm(v):
+        return [norm(e) for e in v] if isinstance(v, (list, tuple)) else v
+
+    space = case_space(backend, case.op)
+    bad = [f"{k}={case.options[k]!r}" for k, allowed in space.items()
+           if k in case.options and isinstance(allowed, list) and norm(case.options[k]) not in norm(allowed)]
+    return f"options {', '.join(bad)}" if bad else ""
+
+
 def replay(path: str, backend: str | None = None, out=None, err=None) -> int:
     """Re-run a saved case; print the diff; 0 if it now passes, 1 if it still fails, 2 if it cannot run (the reason
-    in one line on ``err``, stderr by default)."""
+    in one line on ``err``, stderr by default): among those reasons, a ``backend`` other than the case's own whose
+    space does not hold the case's options (it would run another call and report a false mismatch)."""
     from .backends import make_backend
     from .cases import CaseFileError, load_case
     from .ops import OPS
@@ -220,7 +236,8 @@ def replay(path: str, backend: str | None = None, out=None, err=None) -> int:
         return cannot(str(e))
     if case.op not in OPS:
         return cannot(f"the case's op {case.op!r} is not an op of this version (known: {','.join(OPS)})")
-    spec = backend or meta.get("backend_spec") or meta.get("backend")
+    own = meta.get("backend_spec") or meta.get("backend")
+    spec = backend or own
     if not spec:
         return cannot("the case names no backend (give --backend)")
     try:
@@ -232,6 +249,12 @@ def replay(path: str, backend: str | None = None, out=None, err=None) -> int:
         return cannot(f"backend {b.name} is unavailable: {reason}")
     if case.op not in (b.ops or ()):
         return cannot(f"backend {b.name} does not implement op {case.op!r} (its ops: {', '.join(b.ops or ())})")
+    # on a backend other than the one the case was drawn (and shrunk) for, its options must lie in that backend's
+    # space; the shrinker's simpler options may leave the own backend's space, and such cases still replay there
+    outside = _outside_space(case, b) if backend and backend != own else ""
+    if outside:
+        return cannot(f"the case's {outside} lie outside backend {b.name}'s space (a case drawn for it, "
+                      f"`python -m conformance case {case.op} --backend {b.name} ...`, replays there)")
     shapes = ", ".join(f"{k}={v.dtype}{list(v.shape)}" for k, v in case.arrays.items())
     print(f"case {case.key()} on {b.name}: {shapes}\noptions: {json.dumps(case.options)}", file=out)
     status, ms, ref, got, error = check_case(b, case)

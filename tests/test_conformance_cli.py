@@ -152,6 +152,18 @@ def test_replay_of_a_case_without_its_input_cannot_run(tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith(f"error: cannot replay {p}: reference raised KeyError"), err
 
 
+def test_replay_on_a_backend_whose_space_lacks_the_case_is_refused(tmp_path, capsys):
+    """A te / 4over6 case replayed with ``--backend torchao`` (whose quantize space is the torchao rules without
+    4over6) is refused with exit 2 naming the options; it used to run torchao's own rule and report a mismatch."""
+    case = generate("quantize", 0, 0, OPS["quantize"].generator, dict(OPS["quantize"].space))
+    case = case.replace(options={"rule": "te", "four_over_six": "mse", "rounding": "rn", "rht": False,
+                                 "block": [1, 16]})
+    p = save_case(tmp_path / "te.npz", case, backend="oracle", extra=dict(backend_spec="oracle"))
+    assert main(["replay", str(p), "--backend", "torchao"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "options rule='te', four_over_six='mse'" in err[0] and "torchao's space" in err[0], err
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # 2. run: budget, runs without cases, usage errors, progress, pipes
 # ---------------------------------------------------------------------------------------------------------------
