@@ -284,8 +284,13 @@ def diagnose_cmd(a) -> int:
     check_input(x, a.input)
     data, scales, amax, plane = read_theirs(a.theirs, a.plane)
     d = diagnose(x, data, scales, amax=amax, layout=a.layout, plane=plane, rht_signs=a.rht_signs, rules=a.rules)
-    print(d)
-    return 0 if d.matches else 1
+    rc = 0 if d.matches else 1
+    try:
+        print(d)
+    except BrokenPipeError as e:
+        e.exit_status = rc  # the verdict stands when the reader leaves early (main returns it)
+        raise
+    return rc
 
 
 def write_vectors_cmd(a) -> int:
@@ -378,14 +383,15 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m oracle``.
 
     A reader that closes the pipe early (``python -m oracle explain X.npy --row 0 | head -3``) ends the output
-    quietly with exit status 0: whatever the command computes or writes to disk is complete before it prints,
-    and only the rest of its printout is dropped.
+    quietly with the command's own exit status (0; diagnose's 1 when no rule reproduces the bytes): whatever the
+    command computes or writes to disk is complete before it prints, and only the rest of its printout is dropped.
     """
+    rc = 0
     try:
         rc = _run(argv)
         sys.stdout.flush()  # inside the try: a closed pipe shows up here at the latest
         return rc
-    except BrokenPipeError:
+    except BrokenPipeError as e:
         # Python's documented recipe (library/signal.html, "Note on SIGPIPE"): point stdout at devnull so that
         # the interpreter's final flush of the unwritten rest does not fail again
         try:
@@ -393,4 +399,4 @@ def main(argv: list[str] | None = None) -> int:
             os.dup2(devnull, sys.stdout.fileno())
         except (AttributeError, OSError, ValueError):
             pass  # stdout is not a file descriptor (an in-process call): nothing would be flushed to a pipe
-        return 0
+        return getattr(e, "exit_status", rc)

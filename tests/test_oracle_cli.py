@@ -236,6 +236,25 @@ def test_explain_piped_to_head(tmp_path):
     assert len(r.stdout.splitlines()) == 3
 
 
+def test_diagnose_keeps_its_verdict_when_the_reader_leaves(tmp_path, monkeypatch, capsys):
+    """diagnose's exit status 1 (no rule reproduces the bytes) survives a closed pipe: under ``set -o pipefail``
+    ``python -m oracle diagnose ... | head -1`` must not pass a mismatch (it used to return 0)."""
+    from oracle.cli import main
+
+    class ClosedPipe(io.StringIO):
+        def write(self, s):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    x, t = _bad_inputs(tmp_path)
+    data = t.row.data.copy()
+    data[0, 0] ^= 0x11  # two codes of block 0 changed: no rule makes these bytes
+    np.savez(tmp_path / "wrong.npz", row_data=data, row_scales=t.row.scales)
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert main(["diagnose", str(tmp_path / "x.npy"), str(tmp_path / "wrong.npz"), "--rules", "te"]) == 1
+    assert main(["diagnose", str(tmp_path / "x.npy"), str(tmp_path / "theirs.npz"), "--rules", "te"]) == 0
+    assert "error" not in capsys.readouterr().err
+
+
 def test_main_in_process_treats_a_broken_pipe_as_done(tmp_path, monkeypatch, capsys):
     """main() itself (as tests call it) returns 0 on a BrokenPipeError and prints no "error:"."""
     from oracle.cli import main
