@@ -447,7 +447,9 @@ class DeviceBackend(Backend):
     ``device.set_num_sms(n)`` (the previous ``device.get_num_sms()`` restored after the call) for a grouped GEMM,
     ``force_plan(quantize="general")`` for a quantize case that draws the general kernels."""
 
-    ops = ("quantize", "group_quantize")
+    # every op a device run covers; listed (as skipped) when the device is unavailable too
+    ops = ("quantize", "group_quantize", "dequantize", "layout", "grouped_gemm", "grouped_gemm_exact",
+           "grouped_gemm_tc", "grouped_gemm_sm100")
 
     def __init__(self, dev: str = "cuda:0"):
         self.dev = dev
@@ -461,7 +463,7 @@ class DeviceBackend(Backend):
                 self._reason = "device.is_available() is False"
         except Exception as e:  # noqa: BLE001 -- any failure means: no device run
             self._reason = f"device package unusable: {type(e).__name__}: {e}"
-        if self._mod is not None and self._reason is None:
+        if self._mod is not None:  # the ops this device package exposes, whether or not a GPU is there
             self.ops = tuple(op for op in ("quantize", "group_quantize", "dequantize") if hasattr(self._mod, op))
             if hasattr(self._mod, "swizzle_scales"):
                 self.ops += ("layout",)
