@@ -1,11 +1,11 @@
-"""Command line: ``python -m conformance run|replay|case|merge ...``.
+"""Command line of ``python -m conformance``: ``run``, ``replay``, ``case`` and ``merge``.
 
 ``run``: fuzz every usable backend against the oracle for ``--budget`` (default 60s, counted from the first case),
 print a summary table (one row per backend and op; ``--detail``: per option), write ``--report`` JSON, save shrunk
 failures under ``--artifacts`` (plus ``failures.jsonl``). Exit 0 only when at least one case ran and nothing
 mismatched; 1 on a mismatch or an exception; 2 when nothing ran (the reason is printed) or on a usage error.
 ``replay``: re-run one saved case against the current oracle and backend; exit 1 while it still mismatches, 2 when
-it cannot run (an unreadable file: one line on stderr).
+it cannot run (an unreadable file, a backend whose space lacks the case: one line on stderr).
 ``case``: print (or save) case ``--index`` of ``--seed`` for one op, to inspect the generator.
 ``merge``: combine the JSON reports of the shards of one run (``--shard i/n`` or ``--shard auto``) into one table
 and one exit code.
@@ -146,21 +146,24 @@ def _device(s: str) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from .backends import BACKENDS
     from .ops import OPS
 
-    p = argparse.ArgumentParser(prog="python -m conformance", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m conformance", description=__doc__.replace("``", ""),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="fuzz backends against the oracle")
     r.add_argument("--budget", type=parse_budget, default=60.0,
                    help="wall-clock budget from the first case, more than 0 (default 60s; start-up is not counted)")
-    r.add_argument("--seed", type=_seed, default=0)
+    r.add_argument("--seed", type=_seed, default=0,
+                   help="the run's seed: case i of an op is the same for a seed on every machine (default 0)")
     r.add_argument("--ops", type=lambda s: [x for x in s.split(",") if x], default=None,
                    help=f"comma-separated subset of: {','.join(OPS)}")
     r.add_argument("--device", type=_device, default="auto",
                    help="auto (GPU if usable, else CPU self-conformance), cpu, cuda:N, all")
     r.add_argument("--backend", action="append", dest="backends", default=None,
-                   help="backend spec (repeatable): a built-in name, device:cuda:N or module:attr; overrides --device")
+                   help=f"backend spec (repeatable): a built-in name ({', '.join(sorted(BACKENDS))}), device:cuda:N "
+                        "or module:attr; overrides --device")
     r.add_argument("--shard", type=_shard, default=(0, 1),
                    help="i/n: run only case indices = i mod n; auto: i and n from torchrun (RANK, WORLD_SIZE) or "
                         "Slurm (SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT, SLURM_PROCID / SLURM_NTASKS)")
@@ -172,8 +175,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--report", default=None,
                    help="write the JSON report here ({shard} and {nshards} in the path are replaced; with --shard auto "
                         "and more than one shard, a path without {shard} gets -IofN before its suffix)")
-    r.add_argument("--artifacts", default="artifacts/conformance", help="where failing cases are saved")
-    r.add_argument("--shrink-time", type=_seconds(False), default=10.0, help="seconds per failure for shrinking")
+    r.add_argument("--artifacts", default="artifacts/conformance",
+                   help="where failing cases are saved (default artifacts/conformance)")
+    r.add_argument("--shrink-time", type=_seconds(False), default=10.0,
+                   help="seconds per failure for shrinking (default 10)")
     r.add_argument("--case-timeout", type=_seconds(True), default=300.0,
                    help="seconds one case (with its shrinking) may take before its worker is killed and the case "
                         "reported as an error (worker processes only; default 300)")
@@ -261,7 +266,7 @@ def replay(path: str, backend: str | None = None, out=None, err=None) -> int:
     if status == "error" and error.startswith(REFERENCE_RAISED):  # the case itself cannot run (an input missing)
         return cannot(error)
     if status == "pass":
-        print("PASS: the case no longer mismatches", file=out)
+        print("PASS: the backend's outputs match the oracle's", file=out)
         return 0
     print(f"{status.upper()}" + (f": {error}" if error else ""), file=out)
     for m in ms:

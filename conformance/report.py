@@ -405,7 +405,9 @@ def read_report(path) -> dict:
         raise ReportError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise ReportError(f"{path}: a directory, not a report") from None
-    except (OSError, UnicodeDecodeError) as e:
+    except UnicodeDecodeError:
+        raise ReportError(f"{path}: not a JSON report (binary content)") from None
+    except OSError as e:
         raise ReportError(f"{path}: cannot read it ({e})") from None
     except ValueError as e:
         raise ReportError(f"{path}: not JSON ({e})") from None

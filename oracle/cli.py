@@ -299,6 +299,8 @@ def write_vectors_cmd(a) -> int:
 
     if a.seed < 0:
         raise ValueError(f"--seed must be >= 0, got {a.seed}")
+    if os.path.exists(a.output) and not os.path.isdir(a.output):
+        raise ValueError(f"{a.output} is a file, not a folder (vectors writes a folder of cases)")
     names = write_vectors(a.output, seed=a.seed)
     print(f"wrote {len(names)} cases to {a.output} (index.json; each folder: case.json + raw .bin files)")
     for n in names:
@@ -318,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog=BF16_INPUT_HELP.format(example="python -m oracle explain x.npy --row 3 --plane col --rht "
                                                                "--input-dtype bfloat16"),
                        formatter_class=_HelpFormatter)
-    e.add_argument("input", help=".npy file (2-D or N-D, last dim a multiple of 16)")
+    e.add_argument("input", help=".npy file (1-D (one row) or N-D, last dim a multiple of 16)")
     e.add_argument("--row", type=int, required=True, help="row of the plane (for --plane col: a column of X)")
     e.add_argument("--plane", default="row", choices=["row", "col"],
                    help="row = rowwise plane of X; col = columnwise plane, X^T zero-padded to [K, roundup(M, 16)] "
@@ -329,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "swizzled), amax and shape, and the options, to an .npz.",
                        epilog=BF16_INPUT_HELP.format(example="python -m oracle quantize x.npy out.npz --rht --input-dtype bfloat16"),
                        formatter_class=_HelpFormatter)
-    q.add_argument("input", help=".npy file (2-D or N-D, last dim a multiple of 16)")
+    q.add_argument("input", help=".npy file (1-D (one row) or N-D, last dim a multiple of 16)")
     q.add_argument("output", help=".npz file to write")
     q.add_argument("--no-columnwise", action="store_true",
                    help="only the rowwise plane (no columnwise plane, so no --rht)")
@@ -342,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "decoded side by side. Exit status 0 when a rule reproduces every byte, 1 when\n"
                                     "none does, 2 on bad input.",
                         epilog=THEIRS_HELP, formatter_class=_HelpFormatter)
-    dg.add_argument("input", help="X: the .npy their bytes were made from (2-D or N-D, last dim a multiple of 16)")
+    dg.add_argument("input", help="X: the .npy their bytes were made from (1-D (one row) or N-D, last dim a multiple of 16)")
     dg.add_argument("theirs", help="THEIRS: an .npz with their data and scales (names below)")
     dg.add_argument("--layout", default="auto", choices=list(LAYOUTS),
                     help="their scale layout: auto = every layout the size fits; compact, padded (SPEC 8.1), "

@@ -486,6 +486,8 @@ def test_merge_refuses_what_is_not_one_run(tmp_path, capsys):
     (tmp_path / "junk.json").write_text("{")
     assert merge([str(tmp_path / "junk.json")]) == 2 and "not JSON" in capsys.readouterr().err
     assert merge([str(tmp_path / "none.json")]) == 2 and "no such file" in capsys.readouterr().err
+    np.save(tmp_path / "x.npy", np.arange(4.0))  # a binary file given as a report
+    assert merge([str(tmp_path / "x.npy")]) == 2 and "not a JSON report" in capsys.readouterr().err
 
 
 def test_merge_fails_when_a_shard_mismatched(tmp_path, capsys):

@@ -314,6 +314,7 @@ def _bad_inputs(tmp_path):
     (["explain", "x.txt", "--row", "0"], "not an .npy file"),
     (["quantize", "x_complex.npy", "o.npz", "--input-dtype", "float32"], "complex"),
     (["vectors", "vv", "--seed", "-1"], "--seed must be >= 0"),
+    (["vectors", "x.npy"], "x.npy is a file, not a folder"),
 ])
 def test_cli_refuses_bad_files_in_one_line(tmp_path, monkeypatch, capsys, argv, words):
     """Exit status 2 and one 'error:' line naming the problem, no traceback (a wrong sign mask used to change
