@@ -1,6 +1,8 @@
 """Argument checks of device/quantization.py and device/gemm.py that refuse before any CUDA call, and the quantize
 plan they hand the kernels, on the host (no GPU needed). Each refusal is one the oracle makes too, or one that prevents
 a silently wrong result; the GPU tests repeat them on CUDA tensors."""
+import dataclasses
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -152,6 +154,14 @@ def test_forcing_the_fast_quantize_kernels_where_they_cannot_run_raises(dtype, k
             _kernels(x2, **kw)
 
 
+def test_forcing_the_general_kernel_on_a_4over6_call_raises():
+    """force_plan raises where the forced part cannot run (device/testing.py): the general kernels have no 4over6
+    pass (it used to be ignored, the call running the 4over6 kernel)."""
+    x2 = torch.zeros((16, 32), dtype=torch.bfloat16)
+    with testing.force_plan(quantize="general"):
+        with pytest.raises(ValueError, match="quantize='general' cannot run a 4over6 call"):
+            _kernels(x2, four_over_six="mae")
+
 @pytest.mark.parametrize("bad", [0, -3, True, 2.0, "4"])
 def test_set_num_sms_refuses_bad_values(bad):
     import device
@@ -289,6 +299,53 @@ def test_gemm_ops_check_out_at_the_launch(case):
         _ops.launch_grouped_gemm(int(GemmKind.fprop), "fast", *ops, out, None, False, sizes, "", "", "", 0)
 
 
+@pytest.mark.parametrize("case", ["8-byte aligned", "inside an amax's last value"])
+def test_gemm_out_checks_at_their_edges(case):
+    """check_gemm_out at the edges of its two address rules: an out 8 bytes past a 16-byte boundary is refused (the
+    epilogues store 16-byte words), and so is an out whose first byte lies inside the second fp32 value of a's amax
+    (bytes 4-7 of it: an overlap counts each operand's bytes, not its elements)."""
+    from device import _ops
+    from device._codes import GemmKind
+
+    ops, sizes = _gemm_op_args()
+    if case == "8-byte aligned":
+        big = torch.zeros(64 * 32 + 8, dtype=torch.bfloat16)
+        assert big.data_ptr() % 16 == 0
+        out, match = big[4:4 + 64 * 32].view(64, 32), "16-byte aligned"
+    else:
+        pool = torch.zeros(8 + 64 * 16, dtype=torch.float32)
+        assert pool.data_ptr() % 16 == 0
+        ops = list(ops)
+        ops[2] = pool[3:5]  # a's amax: bytes 12-19 of the pool
+        out, match = pool[4:4 + 64 * 16].view(torch.bfloat16).view(64, 32), "shares memory with a's amax"  # byte 16
+    with pytest.raises(ValueError, match=match):
+        _ops.check_gemm_out(int(GemmKind.fprop), out, sizes, 2, dict(zip(("a's data", "a's scales", "a's amax"),
+                                                                         ops[:3], strict=True)))
+
+
+def test_out_variant_buffers_need_their_dtype():
+    """The out-variant launchers write raw pointers: a buffer of another dtype (fp16 where the call writes fp32) is
+    refused, not written past its end."""
+    from device import _ops
+
+    with pytest.raises(ValueError, match="buffer 'amax' must be a contiguous torch.float32 tensor"):
+        _ops._check_buffers({"amax": torch.zeros(2, dtype=torch.float16)}, {"amax": ((2,), torch.float32)}, CPU)
+
+
+def test_buffer_sizes_and_alpha_follow_the_spec():
+    """quantize_buffers against SPEC 8.2 (a swizzled plane is whole 128 x 4 tiles: 512 bytes for one row of one
+    block) and SPEC 6.2 (X^T of one row is padded to 16 rows: [16, 8] data bytes for 16 columns); alpha_factor against
+    SPEC 12.1 for mixed G (a 4over6 operand of G = 256 against one of 448)."""
+    from device import _ops
+
+    assert _ops.quantize_buffers(1, 16, rowwise=True, columnwise=False, swizzled=True, device=CPU)[
+        "row_scales"].numel() == 512
+    assert tuple(_ops.quantize_buffers(1, 16, rowwise=False, columnwise=True, swizzled=False, device=CPU)[
+        "col_data"].shape) == (16, 8)
+    assert _ops.alpha_factor(448, 256) == float(np.float32(1) / np.float32(36 * 448 * 256))
+    assert _ops.alpha_factor(256, 448) == _ops.alpha_factor(448, 256) != _ops.alpha_factor(448, 448)
+
+
 @pytest.mark.parametrize("amax, groups", [(np.ones((1, 4), np.float32), 4), (torch.ones(2, 2), 4),
                                           (torch.ones(4, 3), 4), (np.ones((2, 2, 1)), 2)])
 def test_grouped_amax_shapes_the_oracle_refuses(amax, groups):
@@ -326,3 +383,87 @@ def test_quantize_flags_are_bools(flag, value, monkeypatch):
     for call in (lambda: quantize(x, **kw), lambda: group_quantize(x, torch.tensor([16]), **kw)):
         with pytest.raises(TypeError, match=f"{flag} must be True or False"):
             call()
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# refusals on FakeTensors ("cuda" tensors with metadata only: the checks that read no address run on a CPU-only torch)
+# ------------------------------------------------------------------------------------------------------------------
+
+def _fake_cuda(*shape, dtype=torch.bfloat16):
+    return torch.empty(shape, dtype=dtype, device="cuda")
+
+
+@pytest.fixture
+def fake():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        yield mode
+
+
+def _fake_operands(e=2, t=64, n=32, k=64):
+    """Grouped operands of device.group_quantize on FakeTensors: X [T, K] and dY [T, N] (both planes), W [E N, K]
+    (both planes, 16x16 blocks), E experts."""
+    import device
+
+    sp = _fake_cuda(e, dtype=torch.int64)
+    both = dict(rowwise=True, columnwise=True)
+    return (device.group_quantize(_fake_cuda(t, k), sp, **both),
+            device.group_quantize(_fake_cuda(e * n, k), sp, block=(16, 16), **both),
+            device.group_quantize(_fake_cuda(t, n), sp, **both))
+
+
+def _refusal(what: str):
+    """(call, error type, message) of each refusal below: each is one the oracle makes too (SPEC 6.2, 7.3, 9.1, 10.2,
+    12.5) or one that keeps a kernel from writing out of bounds or reading the wrong rows."""
+    import device
+
+    x, i64, f32 = _fake_cuda(32, 32), torch.int64, torch.float32
+    xq, wq, dyq = _fake_operands()
+    sp = _fake_cuda(2, dtype=i64)
+    return {
+        "rht without the columnwise plane": (lambda: device.quantize(x, rht=True), ValueError,
+                                             "applies to the columnwise plane"),
+        "sign mask past 16 bits": (lambda: device.quantize(x, columnwise=True, rht=True, rht_signs=1 << 16),
+                                   ValueError, "16-bit mask"),
+        "SR offset past the 32-bit counter": (lambda: device.quantize(x, rounding="sr", offset=2**32), ValueError,
+                                              r"offset must be in \[0, 2\*\*32\)"),
+        "no groups": (lambda: device.group_quantize(x, _fake_cuda(0, dtype=i64)), ValueError, "non-empty"),
+        "one amax too many": (lambda: device.group_quantize(x, sp, amax=_fake_cuda(3, dtype=f32)), ValueError,
+                              r"2 value\(s\) per plane, got 3"),
+        # grouped_gemm (SPEC 12.5): W holds E N rows; wgrad's operands share the tokens; dgrad's bias is [E, K]
+        "weights not E x N rows": (lambda: device.grouped_gemm(xq, device.group_quantize(_fake_cuda(65, 64), sp)),
+                                   ValueError, "65 rows, not a multiple of E=2"),
+        "wgrad over different tokens": (
+            lambda: device.grouped_gemm(dyq, device.group_quantize(_fake_cuda(80, 64), sp, columnwise=True),
+                                        kind="wgrad"), ValueError, "64 tokens and b .X. has 80"),
+        "dgrad bias of N columns": (lambda: device.grouped_gemm(dyq, wq, kind="dgrad", bias=_fake_cuda(2, 32, dtype=f32)),
+                                    ValueError, r"bias must have shape \(2, 64\), got \(2, 32\)"),
+        "out of another dtype than out_dtype": (
+            lambda: device.grouped_gemm(xq, wq, out=_fake_cuda(64, 32), out_dtype=torch.float32), TypeError,
+            "out has dtype torch.bfloat16 but out_dtype is torch.float32"),
+        "an offsets table of another shape": (
+            lambda: device.grouped_gemm(dataclasses.replace(xq, offsets=_fake_cuda(6, 2, dtype=i64)), wq),
+            ValueError, r"int64 \[6, 3\] table"),
+        "a contraction of 2**28": (
+            lambda: device.grouped_gemm(device.group_quantize(_fake_cuda(64, 2**28), sp),
+                                        device.group_quantize(_fake_cuda(64, 2**28), sp)),
+            ValueError, "contraction length 268435456 too long"),
+        "a dimension past 2**31 - 256": (
+            lambda: device.grouped_gemm(device.group_quantize(_fake_cuda(2**31 - 128, 16), sp),
+                                        device.group_quantize(_fake_cuda(64, 16), sp)),
+            ValueError, "sizes too large"),
+    }[what]
+
+
+@pytest.mark.parametrize("what", [
+    "rht without the columnwise plane", "sign mask past 16 bits", "SR offset past the 32-bit counter", "no groups",
+    "one amax too many", "weights not E x N rows", "wgrad over different tokens", "dgrad bias of N columns",
+    "out of another dtype than out_dtype", "an offsets table of another shape", "a contraction of 2**28",
+    "a dimension past 2**31 - 256"])
+def test_refusals_on_device_tensors(fake, what):
+    """Refusals that read only shapes and dtypes, on FakeTensors (each passed silently in a mutation audit: the GPU
+    tests hold some of them, a CPU run none)."""
+    call, err, match = _refusal(what)
+    with pytest.raises(err, match=match):
+        call()

@@ -153,6 +153,21 @@ def test_main_grad_checked_before_any_launch(fake):
     del layer.weight.main_grad
     with pytest.raises(ValueError, match="needs weight.main_grad"):
         layer(cuda(8, 32), cuda(2, dtype=torch.int64))
+    layer.weight.main_grad = cuda(2, 32, 16, dtype=torch.float32).transpose(1, 2)  # [E, N, K] but not contiguous
+    with pytest.raises(ValueError, match="main_grad must be contiguous"):
+        layer(cuda(8, 32), cuda(2, dtype=torch.int64))
+
+
+@pytest.mark.parametrize("mode,t,match", [
+    ("sm100", 2**19, "mode 'sm100' runs contractions below 524288 only"),  # wgrad's contraction is T (SPEC 12.7)
+    ("fast", 2**28, "sizes too large: T=268435456"),  # T below 2**28 (the GEMMs' K-tile offsets)
+])
+def test_token_counts_the_gemms_cannot_take(fake, mode, t, match):
+    """The layer refuses T the backward GEMMs cannot run before the forward launches anything: sm100's wgrad
+    contracts over T, so T = 2^19 is past SPEC 12.7's int64 model even where N and K are small."""
+    layer = _Layer(2, 32, 16, mode=mode)
+    with pytest.raises(ValueError, match=match):
+        layer(cuda(t, 32), cuda(2, dtype=torch.int64))
 
 
 # ------------------------------------------------------------------------------------------------------------------

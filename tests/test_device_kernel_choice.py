@@ -510,3 +510,23 @@ def test_bf16_tma_store_writes_no_c():
     assert plan_gemm(p).epilogue != Epilogue.tma_store
     assert plan_gemm(problem("wgrad", 8, 4096, 1024, 1024, out_dtype="bfloat16", cutlass=False)).epilogue == (
         Epilogue.tma_store)
+
+
+# docs/design.md's selection table at the equality point of each threshold it states as "at least" / ">=": the
+# boundary itself takes the copies.
+@pytest.mark.parametrize("kind,e,t,n,k,dtype,why", [
+    ("fprop", 4, 4096, 1024, 1024, "bf16", "T/E, contraction and output columns >= 1024: each exactly 1024"),
+    ("wgrad", 8, 4096, 1024, 1024, "bf16", "plain bf16 wgrad from 512 rows per group: exactly 512"),
+    ("wgrad", 32, 8192, 2048, 2048, "bf16", "T/E >= 256, N K / (N + K) >= 800 and T N K >= 2^35: 256, 1024, 2^35"),
+    ("wgrad", 8, 1024, 2400, 2400, "bf16", "T/E >= 64 and N K / (N + K) >= 1200: 128 rows and exactly 1200"),
+])
+def test_selection_thresholds_include_their_boundary(kind, e, t, n, k, dtype, why):
+    p = problem(kind, e, t, n, k, out_dtype="float32" if dtype == "f32" else "bfloat16")
+    assert plan_gemm(p).algorithm == Algorithm.copies_cutlass, why
+
+
+def test_wgrad_tma_map_counts_every_experts_rows():
+    """The bf16 TMA store's map holds wgrad's E N output rows (dW [E, N, K]), which must stay below 2^31: E = 2^15
+    experts of N = 2^16 rows is 2^31, so a forced fused kernel stores through its staged epilogue instead."""
+    p = problem("wgrad", 2**15, 2**15 * 16, 2**16, 1024, out_dtype="bfloat16", sized=False)
+    assert plan_gemm(p, algorithm="fused_128x256").epilogue == Epilogue.staged
