@@ -456,6 +456,91 @@ def _refusal(what: str):
     }[what]
 
 
+def _more_refusals(what: str):
+    """The argument checks of tests/test_device_quantize.py::test_argument_errors and test_device_gemm.py::
+    test_bad_inputs that read metadata only, here on FakeTensors so that a CPU run holds them too."""
+    import device
+
+    bf, i64, f32 = torch.bfloat16, torch.int64, torch.float32
+    good, sp1 = _fake_cuda(32, 32), _fake_cuda(1, dtype=i64)
+    xq, wq, dyq = _fake_operands()
+    sp = _fake_cuda(2, dtype=i64)
+    x_row_only = device.group_quantize(_fake_cuda(64, 64), sp)
+    return {
+        "a host tensor": (lambda: device.quantize(torch.zeros((32, 32), dtype=bf)), ValueError, "CUDA"),
+        "int32 input": (lambda: device.quantize(_fake_cuda(32, 32, dtype=torch.int32)), TypeError,
+                        "bfloat16, float16 or float32"),
+        "a strided input": (lambda: device.quantize(torch.empty_strided((32, 32), (64, 2), dtype=bf, device="cuda")),
+                            ValueError, "contiguous"),
+        "K = 24": (lambda: device.quantize(_fake_cuda(32, 24)), ValueError, "multiple of 16"),
+        "K = 0": (lambda: device.quantize(_fake_cuda(32, 0)), ValueError, "positive multiple of 16"),
+        "fp16 with the RHT": (lambda: device.quantize(_fake_cuda(32, 32, dtype=torch.float16), columnwise=True,
+                                                      rht=True), TypeError, "bfloat16"),
+        "host splits": (lambda: device.group_quantize(good, torch.tensor([32])), ValueError, "same device"),
+        "int32 splits": (lambda: device.group_quantize(good, _fake_cuda(1, dtype=torch.int32)), TypeError, "int64"),
+        "a seed tensor": (lambda: device.quantize(good, rounding="sr", seed=_fake_cuda(dtype=i64)), TypeError, "seed"),
+        "an offset tensor": (lambda: device.quantize(good, rounding="sr", offset=_fake_cuda(dtype=i64)), TypeError,
+                             "offset"),
+        "a sign-mask tensor": (lambda: device.quantize(good, columnwise=True, rht=True,
+                                                       rht_signs=_fake_cuda(dtype=i64)), TypeError, "rht_signs"),
+        "a host amax tensor": (lambda: device.quantize(good, amax=torch.tensor(1.0)), ValueError, "x's device"),
+        "a host grouped amax": (lambda: device.group_quantize(good, sp1, amax=torch.ones(1)), ValueError,
+                                "x's device"),
+        "a negative amax": (lambda: device.quantize(good, columnwise=True, amax=-1.0), ValueError, ">= 0"),
+        "a negative amax pair": (lambda: device.quantize(good, columnwise=True, amax=(0.5, -2.0)), ValueError,
+                                 ">= 0"),
+        "a negative grouped amax": (lambda: device.group_quantize(good, sp1, amax=[-3.0]), ValueError, ">= 0"),
+        "swizzle of a NumPy array": (lambda: device.swizzle_scales(np.zeros((4, 4), np.uint8)), TypeError,
+                                     "torch.Tensor"),
+        # grouped_gemm
+        "mismatched K": (lambda: device.grouped_gemm(xq, device.group_quantize(_fake_cuda(64, 128), sp)), ValueError,
+                         "mismatched K"),
+        "an unknown kind": (lambda: device.grouped_gemm(xq, wq, kind="forward"), ValueError, "kind must be one of"),
+        "an unknown mode": (lambda: device.grouped_gemm(xq, wq, mode="turbo"), ValueError, "mode must be"),
+        "out of another shape": (lambda: device.grouped_gemm(xq, wq, out=_fake_cuda(64, 48)), ValueError,
+                                 r"out must have shape \(64, 32\), got \(64, 48\)"),
+        "an fp16 out": (lambda: device.grouped_gemm(xq, wq, out=_fake_cuda(64, 32, dtype=torch.float16)), TypeError,
+                        "out must have dtype bfloat16 or float32"),
+        "accumulate without out": (lambda: device.grouped_gemm(dyq, xq, kind="wgrad", accumulate=True), ValueError,
+                                   "accumulate=True needs out="),
+        "a wgrad bias": (lambda: device.grouped_gemm(dyq, xq, kind="wgrad", bias=_fake_cuda(2, 64, dtype=f32)),
+                         ValueError, "bias is not supported for wgrad"),
+        "an fprop bias of N + 1": (lambda: device.grouped_gemm(xq, wq, bias=_fake_cuda(2, 33, dtype=f32)), ValueError,
+                                   r"bias must have shape \(2, 32\)"),
+        "wgrad without the columnwise plane": (lambda: device.grouped_gemm(dyq, x_row_only, kind="wgrad"), ValueError,
+                                               "columnwise"),
+        "other group counts": (lambda: device.grouped_gemm(xq, device.group_quantize(
+            _fake_cuda(96, 64), _fake_cuda(3, dtype=i64))), ValueError, "group counts"),
+        "a plain tensor operand": (lambda: device.grouped_gemm(xq.row_data, wq), TypeError,
+                                   "DeviceGroupedNVFP4Tensor"),
+        "dgrad of mismatched sizes": (lambda: device.grouped_gemm(xq, wq, kind="dgrad"), ValueError,
+                                      "mismatched contraction"),
+        "accumulate into bf16": (lambda: device.grouped_gemm(dyq, xq, kind="wgrad", accumulate=True,
+                                                             out=_fake_cuda(2, 32, 64)), TypeError, "float32"),
+        "accumulate in fprop": (lambda: device.grouped_gemm(xq, wq, accumulate=True, out=_fake_cuda(64, 32, dtype=f32)),
+                                ValueError, "is for wgrad"),
+        "accumulate as a tensor": (lambda: device.grouped_gemm(dyq, xq, kind="wgrad",
+                                                               accumulate=_fake_cuda(2, 32, 64, dtype=f32)),
+                                   TypeError, "accumulate"),
+    }[what]
+
+
+_MORE = ["a host tensor", "int32 input", "a strided input", "K = 24", "K = 0", "fp16 with the RHT", "host splits",
+         "int32 splits", "a seed tensor", "an offset tensor", "a sign-mask tensor", "a host amax tensor",
+         "a host grouped amax", "a negative amax", "a negative amax pair", "a negative grouped amax",
+         "swizzle of a NumPy array", "mismatched K", "an unknown kind", "an unknown mode", "out of another shape",
+         "an fp16 out", "accumulate without out", "a wgrad bias", "an fprop bias of N + 1",
+         "wgrad without the columnwise plane", "other group counts", "a plain tensor operand",
+         "dgrad of mismatched sizes", "accumulate into bf16", "accumulate in fprop", "accumulate as a tensor"]
+
+
+@pytest.mark.parametrize("what", _MORE)
+def test_gpu_argument_checks_on_device_tensors(fake, what):
+    call, err, match = _more_refusals(what)
+    with pytest.raises(err, match=match):
+        call()
+
+
 @pytest.mark.parametrize("what", [
     "rht without the columnwise plane", "sign mask past 16 bits", "SR offset past the 32-bit counter", "no groups",
     "one amax too many", "weights not E x N rows", "wgrad over different tokens", "dgrad bias of N columns",
