@@ -53,7 +53,13 @@ def _te_variant(x, variant):
     if variant == "nan_propagating":
         a = src.abs().max()  # torch.max: NaN-propagating
         b = src.abs().reshape(r, c // 16, 16).amax(dim=2)  # torch.amax: NaN-propagating
-    s_enc, s_dec = tt.encode_scale(a, "te")
+    s_enc, s_dec = tt.encode_scale(a, "te_fused_rht" if variant == "nan_blocks" else "te")
+    if variant == "nan_blocks":  # SPEC 14.11: NaN-propagating block maxima, no caps that drop a NaN
+        b = src.abs().reshape(r, c // 16, 16).amax(dim=2)
+        byte = tt.e4m3_encode(b * (s_enc * tt.SIXTH))
+        m = torch.minimum(tt.ONE / (tt.E4M3_VALUES[byte.to(torch.int64)] * s_dec), tt.FLT_MAX)
+        codes = tt.e2m1_encode((src.reshape(r, c // 16, 16) * m.unsqueeze(2)).reshape(r, c))
+        return tt.pack(codes).numpy(), byte.numpy().astype(np.uint8)
     if variant == "inverted":
         s_enc = tt.ONE / s_enc
         s_dec = tt.ONE / s_enc
@@ -202,6 +208,20 @@ def test_te_fused_rht_kernels_with_an_infinite_amax():
         r = diagnose(x, data, scales, layout="compact", plane=plane,
                      rules=["te", "te_fused_rht", "te_fused_rht_kernels"])
         assert _rule_names(r) == {"te_fused_rht_kernels"}, (plane, str(r))
+
+
+@pytest.mark.parametrize("inf", [False, True])
+def test_te_fused_rht_kernels_from_torch(inf):
+    """Random blocks with NaN (and +-Inf: A = +Inf) against the variant built in torch from SPEC 14.11's text
+    (``_te_variant``): diagnose names te_fused_rht_kernels and not its base rule."""
+    x = _x(seed=7).astype(np.float32)
+    rng = np.random.default_rng(8)
+    x[rng.integers(0, 64, 6), rng.integers(0, 64, 6)] = np.nan
+    if inf:
+        x[10, 3], x[20, 40] = np.inf, -np.inf
+    d, s = _te_variant(x, "nan_blocks")
+    r = diagnose(x, d, s, layout="compact", plane="row", rules=["te", "te_fused_rht", "te_fused_rht_kernels"])
+    assert _rule_names(r) == {"te_fused_rht_kernels"}, str(r)
 
 
 def test_te_fused_rht_kernels_elsewhere_are_rule_te_fused_rht():
