@@ -37,8 +37,10 @@ _RULE_KEYS = {"rule": "te", "four_over_six": None, "four_over_six_fast_math": Fa
 def case_setting(kw: dict, plane: str) -> tuple[str, bool, bool]:
     """(rule name of DIAGNOSE_RULES, 16x16 blocks, RHT) that a case's quantize keywords ``kw`` ask of ``plane``."""
     want = {k: kw.get(k, d) for k, d in _RULE_KEYS.items()}
-    name = next(r.name for r in DIAGNOSE_RULES
-                if r.variant is None and {k: r.quantize.get(k, d) for k, d in _RULE_KEYS.items()} == want)
+    name = next((r.name for r in DIAGNOSE_RULES
+                 if r.variant is None and {k: r.quantize.get(k, d) for k, d in _RULE_KEYS.items()} == want), None)
+    if name is None:  # a combination no rule of the table names (4over6 fast-math with G = 256): its keywords
+        name = want["rule"] + "".join(f" {k}={v}" for k, v in want.items() if k != "rule" and v != _RULE_KEYS[k])
     return name, tuple(kw.get("block", (1, 16))) == (16, 16), bool(kw.get("rht")) and plane == "col"
 
 

@@ -91,6 +91,8 @@ def test_correct_bytes_of_an_option_the_backend_ignored_are_not_read_as_right():
                                                                                       False)),
     (dict(rule="te", four_over_six="mae", four_over_six_fast_math=True, block=(16, 16)), "row",
      ("te_4over6_mae_fast", True, False)),
+    (dict(rule="te", four_over_six="mse", four_over_six_fast_math=True, global_scale_max=256, block=(1, 16)), "col",
+     ("te four_over_six=mse four_over_six_fast_math=True global_scale_max=256", False, False)),  # no rule names it
 ])
 def test_case_setting_names_the_rule_diagnose_would_report(kw, plane, setting):
     from conformance.diagnosis import case_setting
