@@ -12,14 +12,12 @@ torchao's tensor and the oracle's planes through ``oracle.interop`` (the swizzle
 
 from __future__ import annotations
 
-import contextlib
-import io
-import logging
-import warnings
 from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
+
+from oracle.interop import torchao_nvfp4_module
 
 __all__ = [
     "mld_e2m1", "mld_e4m3", "mld_bf16", "mld_dequantize", "torch_bf16", "torch_rht", "torchao_quantize", "torchao_swizzle",
@@ -45,14 +43,8 @@ def import_torch():
 def import_torchao():
     """``torchao.prototype.mx_formats`` modules ``(nvfp4_tensor, utils)`` or None; silences its import chatter."""
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-            warnings.simplefilter("ignore")
-            prev = logging.root.manager.disable
-            logging.disable(logging.CRITICAL)
-            try:
-                from torchao.prototype.mx_formats import nvfp4_tensor, utils
-            finally:
-                logging.disable(prev)
+        nvfp4_tensor = torchao_nvfp4_module()  # (imports the package quietly; utils then loads without a word)
+        from torchao.prototype.mx_formats import utils
     except Exception:  # noqa: BLE001
         return None
     return nvfp4_tensor, utils

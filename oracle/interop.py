@@ -21,7 +21,11 @@ The functions take NumPy arrays or torch tensors (any device; read ones are copi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
+import logging
+import warnings
 
 import numpy as np
 
@@ -37,6 +41,7 @@ __all__ = [
     "read_scales",
     "to_te_fields",
     "to_torchao",
+    "torchao_nvfp4_module",
     "torchao_fields",
 ]
 
@@ -139,6 +144,20 @@ def _padded(compact: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------------------------
 # torchao
 # ---------------------------------------------------------------------------------------------------------------
+
+def torchao_nvfp4_module():
+    """``torchao.prototype.mx_formats.nvfp4_tensor``, imported without the lines torchao prints while it loads (its
+    optional CUDA kernels failing to load on a CPU build, torch's pytree warnings). ImportError without torchao."""
+    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        prev = logging.root.manager.disable
+        logging.disable(logging.CRITICAL)
+        try:
+            from torchao.prototype.mx_formats import nvfp4_tensor
+        finally:
+            logging.disable(prev)
+    return nvfp4_tensor
+
 
 def amax_from_torchao_scale(p) -> np.float32:
     """An fp32 amax A with ``fp32(A) / 2688 == P`` (SPEC 5.4), the one nearest to ``P * 2688``.
@@ -285,8 +304,9 @@ def to_torchao(t, plane: str = "row", *, swizzled: bool | None = None, orig_dtyp
     does), not to X^T, and only a GEMM whose other operand had the same transform undoes it.
     """
     import torch
-    from torchao.prototype.mx_formats.nvfp4_tensor import NVFP4Tensor as AoTensor
-    from torchao.prototype.mx_formats.nvfp4_tensor import per_tensor_amax_to_scale
+
+    nvfp4_tensor = torchao_nvfp4_module()
+    AoTensor, per_tensor_amax_to_scale = nvfp4_tensor.NVFP4Tensor, nvfp4_tensor.per_tensor_amax_to_scale
 
     if hasattr(t, "row_data") and hasattr(t, "swizzled"):  # a device result: keep its tensors where they are
         data, scales, amax, rows, cols, is_swz, rule, block = _device_plane(t, plane)

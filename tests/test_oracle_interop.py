@@ -391,3 +391,18 @@ def test_grouped_device_result_keeps_the_scale_bytes_it_wrote(swizzled):
     assert np.array_equal(o.row_scales if swizzled else o.row_scales_compact, written)
     assert np.array_equal(o.row_scales_compact if swizzled else o.row_scales,
                           og.row_scales_compact if swizzled else og.row_scales)  # the other layout, formed
+
+
+def test_to_torchao_prints_nothing():
+    """A fresh process converting a plane to torchao writes nothing to stderr (torchao's import prints that its optional
+    CUDA kernels failed to load on a CPU build, and torch warns about pytree registrations; the oracle silences
+    them as the conformance backend does)."""
+    import subprocess
+    import sys
+
+    _ao()
+    code = ("import numpy as np, oracle; "
+            "print(type(oracle.to_torchao(oracle.quantize(np.ones((16, 32), np.float32), rule='torchao').row)).__name__)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "NVFP4Tensor", r.stderr
+    assert r.stderr == "", r.stderr
