@@ -171,3 +171,12 @@ def test_grouped_gemm_runs_the_model_asked_for(model):
     assert (per_group[model].view(np.uint32) != per_group["sequential"].view(np.uint32)).any()
     y = np.asarray(oracle.grouped_gemm(xq, wq, kind="fprop", model=model, out_dtype="float32"))
     assert y.view(np.uint32).tobytes() == per_group[model].view(np.uint32).tobytes()
+
+
+def test_error_bound_of_all_empty_wgrad_experts_is_float64():
+    """grouped_gemm_error_bound returns float64 (its docstring), also when every expert is empty (zeros)."""
+    dy = oracle.group_quantize(np.zeros((0, 16), np.float32), [0, 0], columnwise=True)
+    x = oracle.group_quantize(np.zeros((0, 32), np.float32), [0, 0], columnwise=True)
+    c = np.full((2, 16, 32), -0.0, np.float32)
+    b = oracle.grouped_gemm_error_bound(dy, x, kind="wgrad", accumulate=c)
+    assert b.dtype == np.float64 and np.all(b == 0)

@@ -399,3 +399,40 @@ def test_bad_input_raises_before_any_work(case, monkeypatch):
         with pytest.raises(exc, match=match):
             oracle.grouped_linear_backward(*layer, args["dy"], with_bias=args["with_bias"], recipe=args["recipe"],
                                            model=args["model"], main_grad=args["main_grad"])
+
+
+# ---- contracts a mutation audit found untested (expected values from SPEC 16.4 / the docstrings) ---------------------
+
+def test_bias_grad_spec_16_4_vector():
+    """SPEC 16.4's own example: the 32 rows 1 (x15), 2^24, 1 (x16) of one column give 2^24 + 32 (chunks of 16)."""
+    dy = np.zeros((32, 16), np.float32)
+    dy[:, 0] = [1.0] * 15 + [2.0**24] + [1.0] * 16
+    out = oracle.grouped_bias_grad(dy.astype(BF16), [32])
+    assert out.dtype == np.float32 and out[0, 0] == np.float32(2**24 + 32)
+
+
+def test_bias_grad_one_column_is_sequential():
+    """Within a chunk the sum is sequential (SPEC 16.4): 2^24 then 15 ones stays 2^24 (each 2^24 + 1 ties back to the
+    even 2^24); a pairwise sum would give 2^24 + 14. One column, where NumPy's own sum is pairwise."""
+    dy = np.array([[2.0**24]] + [[1.0]] * 15, np.float32)
+    assert oracle.grouped_bias_grad(dy, [16])[0, 0] == np.float32(2**24)
+
+
+def test_bias_grad_converts_bf16_exactly():
+    """dY's bfloat16 values enter dbias exactly (SPEC 16.4): 2^20 and 2^-30, which float16 would make Inf and 0."""
+    x = np.ones((16, 16), BF16)
+    w = np.ones((1, 16, 16), BF16)
+    dy = np.zeros((16, 16), BF16)
+    dy[0, 0] = BF16(2.0**20)
+    dy[1, 1] = BF16(2.0**-30)
+    _, _, db = oracle.grouped_linear_backward(x, w, [16], dy, with_bias=True)
+    assert db[0, 0] == np.float32(2.0**20) and db[0, 1] == np.float32(2.0**-30)
+
+
+def test_layer_refuses_zero_k_and_n():
+    """K and N must be positive multiples of 16 (grouped_linear_forward's docstring): 0 is refused, not a layer of
+    zeros."""
+    with pytest.raises(ValueError):
+        oracle.grouped_linear_forward(np.zeros((4, 0), BF16), np.zeros((2, 16, 0), BF16), [1, 3])
+    with pytest.raises(ValueError):
+        oracle.grouped_linear_forward(np.ones((4, 16), BF16), np.zeros((2, 0, 16), BF16), [1, 3])

@@ -412,3 +412,24 @@ def test_a_numpy_scalar_is_refused_as_a_scalar():
         oracle.quantize(np.float32(3.0))
     with pytest.raises(ValueError, match="at least one dimension"):
         oracle.quantize(np.array(3.0, dtype=np.float32))
+
+
+def test_plane_contracts():
+    """A rowwise plane has no padding (valid_cols = K, SPEC 6.2 pads the columnwise plane only); a plane takes G = 448
+    or 256 (SPEC 5.6, 11.1) and one amax per row when row-scaled (SPEC 5.7); rule te_fused_rht dequantizes by 11.1's
+    TE factor (decode(byte) * A) * fp32(1/2688)."""
+    from oracle.dequantize import dequantize
+    from oracle.planes import QuantizedPlane
+
+    assert oracle.quantize(np.ones((32, 64), np.float32)).row.valid_cols == 64
+    d, s = np.zeros((2, 8), np.uint8), np.zeros((2, 1), np.uint8)
+    with pytest.raises(ValueError):
+        QuantizedPlane(d, s, 1.0, (2, 16), global_scale_max=0)
+    with pytest.raises(ValueError):
+        QuantizedPlane(d, s, np.ones(3, np.float32), (2, 16), row_scaled=True)
+    data = np.full((1, 8), 0x22, np.uint8)  # E2M1 1.0 in both nibbles
+    scales = np.full((1, 1), 0x38, np.uint8)  # E4M3 1.0
+    amax = np.float32(5376.0)
+    want = np.float32(np.float32(1.0 * amax) * np.float32(1.0 / 2688.0))
+    out = dequantize(QuantizedPlane(data, scales, amax, (1, 16), rule="te_fused_rht"))
+    assert np.all(out.view(np.uint32) == want.view(np.uint32))

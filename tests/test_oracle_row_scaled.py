@@ -243,3 +243,14 @@ def test_grouped_gemm_fprop_per_row_alpha():
         want = oracle.gemm(gx.row_planes[g], gw.row_planes[g], out_dtype="float32")
         assert np.array_equal(y[r0:r1], want)
         assert oracle.gemm_alpha(gx.row_planes[g], gw.row_planes[g]).shape == (r1 - r0, 1)
+
+
+def test_row_scaled_grouped_amax_slices():
+    """Each group's row-scaled plane takes its own rows' amaxes (SPEC 5.7, 9.1)."""
+    import ml_dtypes
+
+    x = np.arange(5 * 16, dtype=np.float32).reshape(5, 16).astype(ml_dtypes.bfloat16)
+    a = np.array([1, 2, 3, 4, 5], np.float32) * 100
+    g = oracle.group_quantize(x, [2, 3], row_scaled=True, amax=a)
+    assert np.array_equal(g.row_amax, a)
+    assert np.array_equal(g.row_planes[1].amax, a[2:])
