@@ -149,7 +149,7 @@ def _parser() -> argparse.ArgumentParser:
     from .backends import BACKENDS
     from .ops import OPS
 
-    p = argparse.ArgumentParser(prog="python -m conformance", description=__doc__.replace("``", ""),
+    p = argparse.ArgumentParser(prog="python -m conformance", description=(__doc__ or "").replace("``", ""),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="fuzz backends against the oracle")
@@ -207,15 +207,24 @@ def _one_line(text: str) -> str:
 def _outside_space(case, backend) -> str:
     """The case's options that lie outside ``backend``'s generator space for the case's op, as ``"options a=..., b=..."``
     (empty when none). Only space keys that are also option names are compared (``rule``, ``block``, ``rht``, the
-    4over6 keys, ...): the others restrict how values and sizes are drawn, which a saved case no longer shows."""
+    4over6 keys, ...; an option the case does not record counts as its default, and ``rht_signs`` as its kind,
+    "default" or "random"): the others restrict how values and sizes are drawn, which a saved case no longer shows."""
+    from oracle.rht import DEFAULT_RHT_SIGNS
+
+    from .cases import TE_VARIANT_DEFAULTS
     from .runner import case_space
 
     def norm(v):
         return [norm(e) for e in v] if isinstance(v, (list, tuple)) else v
 
+    def value(k):
+        v = case.options.get(k, TE_VARIANT_DEFAULTS.get(k))
+        return ("default" if v == DEFAULT_RHT_SIGNS else "random") if k == "rht_signs" else v
+
     space = case_space(backend, case.op)
-    bad = [f"{k}={case.options[k]!r}" for k, allowed in space.items()
-           if k in case.options and isinstance(allowed, list) and norm(case.options[k]) not in norm(allowed)]
+    bad = [f"{k}={case.options.get(k, TE_VARIANT_DEFAULTS.get(k))!r}" for k, allowed in space.items()
+           if (k in case.options or k in TE_VARIANT_DEFAULTS) and isinstance(allowed, (list, tuple))
+           and norm(value(k)) not in norm(allowed)]
     return f"options {', '.join(bad)}" if bad else ""
 
 
@@ -259,11 +268,11 @@ def replay(path: str, backend: str | None = None, out=None, err=None) -> int:
     outside = _outside_space(case, b) if backend and backend != own else ""
     if outside:
         return cannot(f"the case's {outside} lie outside backend {b.name}'s space (a case drawn for it, "
-                      f"`python -m conformance case {case.op} --backend {b.name} ...`, replays there)")
+                      f"`python -m conformance case {case.op} --backend {spec} ...`, replays there)")
     shapes = ", ".join(f"{k}={v.dtype}{list(v.shape)}" for k, v in case.arrays.items())
     print(f"case {case.key()} on {b.name}: {shapes}\noptions: {json.dumps(case.options)}", file=out)
     status, ms, ref, got, error = check_case(b, case)
-    if status == "error" and error.startswith(REFERENCE_RAISED):  # the case itself cannot run (an input missing)
+    if status == "error" and error.startswith(f"{REFERENCE_RAISED} KeyError"):  # an input array is missing
         return cannot(error)
     if status == "pass":
         print("PASS: the backend's outputs match the oracle's", file=out)

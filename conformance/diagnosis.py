@@ -10,10 +10,10 @@ import numpy as np
 
 from oracle.diagnose import DIAGNOSE_RULES, diagnose
 
-from .cases import Case
+from .cases import TE_VARIANT_DEFAULTS, Case
 from .ops import quantize_kwargs
 
-__all__ = ["failure_hypotheses", "group_quantize_hypotheses", "quantize_hypotheses"]
+__all__ = ["case_setting", "failure_hypotheses", "group_quantize_hypotheses", "quantize_hypotheses"]
 
 _NONE_FITS = "none of the known bug classes"
 _MAX_GROUPS = 3  # differing groups diagnosed per grouped case (each plane of each is a full diagnose run)
@@ -30,37 +30,43 @@ def _plane_amax(kw_amax, plane: str, out_amax):
 
 
 # the oracle.quantize keywords that name a rule of DIAGNOSE_RULES, with their defaults
-_RULE_KEYS = {"rule": "te", "four_over_six": None, "four_over_six_fast_math": False, "global_scale_max": 448,
-              "row_scaled": False}
+_RULE_KEYS = {"rule": "te", **TE_VARIANT_DEFAULTS}
+_BY_NAME = {r.name: r for r in DIAGNOSE_RULES}
 
 
-def case_setting(kw: dict, plane: str) -> tuple[str, bool, bool]:
-    """(rule name of DIAGNOSE_RULES, 16x16 blocks, RHT) that a case's quantize keywords ``kw`` ask of ``plane``."""
-    want = {k: kw.get(k, d) for k, d in _RULE_KEYS.items()}
-    name = next((r.name for r in DIAGNOSE_RULES
-                 if r.variant is None and {k: r.quantize.get(k, d) for k, d in _RULE_KEYS.items()} == want), None)
-    if name is None:  # a combination no rule of the table names (4over6 fast-math with G = 256): its keywords
-        name = want["rule"] + "".join(f" {k}={v}" for k, v in want.items() if k != "rule" and v != _RULE_KEYS[k])
-    return name, tuple(kw.get("block", (1, 16))) == (16, 16), bool(kw.get("rht")) and plane == "col"
+def _rule_keys(quantize_kw: dict) -> tuple:
+    return tuple(quantize_kw.get(k, d) for k, d in _RULE_KEYS.items())
 
 
-def _label_setting(label: str) -> tuple[str, bool, bool]:
-    """(rule, 16x16 blocks, RHT) of a diagnose label such as ``te (block 16x16, rht, amax given)``."""
+def case_setting(kw: dict, plane: str) -> tuple[tuple, bool, bool]:
+    """(the rule keywords, 16x16 blocks, RHT) that a case's quantize keywords ``kw`` ask of ``plane``."""
+    return _rule_keys(kw), tuple(kw.get("block", (1, 16))) == (16, 16), bool(kw.get("rht")) and plane == "col"
+
+
+def _label_setting(label: str) -> tuple[tuple, bool, bool]:
+    """(base rule keywords, 16x16 blocks, RHT) of a diagnose label such as ``te (block 16x16, rht, amax given)``: a
+    SPEC 14.11 variant counts as its base rule (its bytes are another implementation's of the same call)."""
     name, _, extra = label.partition(" (")
     notes = extra.rstrip(")").split(", ") if extra else []
-    return name, "block 16x16" in notes, "rht" in notes
+    return _rule_keys(_BY_NAME[name].quantize), "block 16x16" in notes, "rht" in notes
 
 
-def _setting_words(setting: tuple[str, bool, bool]) -> str:
-    name, block2d, rht = setting
+def _setting_words(setting: tuple[tuple, bool, bool]) -> str:
+    """The case's settings in words: its rule (a rule name of DIAGNOSE_RULES, or its keywords), blocks and RHT."""
+    keys, block2d, rht = setting
+    name = next((r.name for r in DIAGNOSE_RULES if r.variant is None and _rule_keys(r.quantize) == keys), None)
+    if name is None:  # a combination no rule of the table names (4over6 fast-math with G = 256): its keywords
+        want = dict(zip(_RULE_KEYS, keys, strict=True))
+        name = want["rule"] + "".join(f" {k}={v}" for k, v in want.items() if k != "rule" and v != _RULE_KEYS[k])
     return f"{name}, {'16x16' if block2d else '1x16'} blocks" + (", RHT" if rht else "")
 
 
 def _diagnosed(label: str, x, data, scales, amax, layout: str, plane: str, rht_signs: int,
                asked: tuple[str, bool, bool]) -> list[str]:
     """diagnose's reading of one plane's bytes as lines ``"<label>: ..."``. ``asked``: the case's own rule, block
-    shape and RHT (:func:`case_setting`); rules that reproduce the bytes with other settings are named as such (the
-    backend made correct bytes of another call: an option it ignored)."""
+    shape and RHT (:func:`case_setting`); where every rule that reproduces the bytes has other settings (a 14.11
+    variant counts as its base rule), the line says so: the backend made correct bytes of another call, such as an
+    option it ignored."""
     try:
         r = diagnose(x, data, scales, amax=amax, layout=layout, plane=plane, rht_signs=rht_signs)
     except (ValueError, TypeError) as e:  # bytes diagnose cannot read as this plane

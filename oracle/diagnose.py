@@ -124,7 +124,8 @@ def _scaled_source(y: np.ndarray, *, base: str, variant: str | None, block: tupl
     "division"), the scale values the fp32 block scales it rounds to E4M3 (5.2's sf, 5.4's clamped bs)."""
     nan_rule = _amax_rule(base, variant)
     a = tensor_amax(y, nan_rule) if amax is None else np.float32(amax)
-    # nan_blocks: the tensor amax of the base rule (NaN-ignoring), NaN-propagating block maxima (torch.max's)
+    # nan_blocks: the tensor amax of the base rule (NaN-ignoring), NaN-propagating block maxima (TE's fused RHT cast
+    # kernels' max.NaN; the torchao rules' block maxima propagate NaN the same way)
     b = block_scales(y, amax=a, rule="torchao" if variant == "nan_blocks" else nan_rule, block=block)[0]
     keep_nan = variant == "nan_blocks"
     rows, cols = y.shape

@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import io
 import logging
+import types
 import warnings
 
 import numpy as np
@@ -41,8 +42,8 @@ __all__ = [
     "read_scales",
     "to_te_fields",
     "to_torchao",
-    "torchao_nvfp4_module",
     "torchao_fields",
+    "torchao_nvfp4_module",
 ]
 
 _F2688 = np.float32(2688.0)  # 448 * 6: P = amax / 2688 (SPEC 5.4)
@@ -145,7 +146,7 @@ def _padded(compact: np.ndarray) -> np.ndarray:
 # torchao
 # ---------------------------------------------------------------------------------------------------------------
 
-def torchao_nvfp4_module():
+def torchao_nvfp4_module() -> types.ModuleType:
     """``torchao.prototype.mx_formats.nvfp4_tensor``, imported without the lines torchao prints while it loads (its
     optional CUDA kernels failing to load on a CPU build, torch's pytree warnings). ImportError without torchao."""
     with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):

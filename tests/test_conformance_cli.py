@@ -154,7 +154,8 @@ def test_replay_of_a_case_without_its_input_cannot_run(tmp_path, capsys):
 
 def test_replay_on_a_backend_whose_space_lacks_the_case_is_refused(tmp_path, capsys):
     """A te / 4over6 case replayed with ``--backend torchao`` (whose quantize space is the torchao rules without
-    4over6) is refused with exit 2 naming the options; it used to run torchao's own rule and report a mismatch."""
+    4over6) is refused with exit 2 naming the options, rather than run as torchao's own rule and reported as a
+    mismatch."""
     case = generate("quantize", 0, 0, OPS["quantize"].generator, dict(OPS["quantize"].space))
     case = case.replace(options={"rule": "te", "four_over_six": "mse", "rounding": "rn", "rht": False,
                                  "block": [1, 16]})
@@ -162,6 +163,30 @@ def test_replay_on_a_backend_whose_space_lacks_the_case_is_refused(tmp_path, cap
     assert main(["replay", str(p), "--backend", "torchao"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "options rule='te', four_over_six='mse'" in err[0] and "torchao's space" in err[0], err
+
+
+def test_a_space_check_reads_tuples_kinds_and_defaults():
+    """A backend space given as tuples restricts as lists do; rht_signs compares as its kind (the space lists
+    "default" / "random", the case holds the mask); an option the case does not record counts as its default."""
+    from conformance.cli import _outside_space
+    from oracle.rht import DEFAULT_RHT_SIGNS
+
+    class Narrow(Backend):
+        name, ops = "narrow", ("quantize",)
+
+        def __init__(self, space):
+            self._space = space
+
+        def space(self, op):
+            return self._space
+
+    case = generate("quantize", 0, 0, OPS["quantize"].generator, dict(OPS["quantize"].space))
+    case = case.replace(options={"rule": "te", "rht_signs": DEFAULT_RHT_SIGNS})
+    case.options.pop("four_over_six", None)
+    assert _outside_space(case, Narrow({"rule": ("torchao",)})) == "options rule='te'"
+    assert _outside_space(case, Narrow({"rht_signs": ["default"]})) == ""
+    assert _outside_space(case, Narrow({"rht_signs": ["random"]})) == f"options rht_signs={DEFAULT_RHT_SIGNS}"
+    assert _outside_space(case, Narrow({"four_over_six": ["mae"]})) == "options four_over_six=None"
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -83,21 +83,35 @@ def test_correct_bytes_of_an_option_the_backend_ignored_are_not_read_as_right():
     assert all(line.endswith(", not by the case's own settings (te, 16x16 blocks)") for line in lines), lines
 
 
-@pytest.mark.parametrize("kw, plane, setting", [
-    (dict(rule="te", block=(1, 16), rht=True), "row", ("te", False, False)),  # the RHT is the columnwise plane's
-    (dict(rule="te", block=(1, 16), rht=True), "col", ("te", False, True)),
-    (dict(rule="torchao_noscale", block=(16, 16), rht=False), "col", ("torchao_noscale", True, False)),
-    (dict(rule="te", four_over_six="mse", global_scale_max=256, block=(1, 16)), "row", ("te_4over6_mse_g256", False,
-                                                                                      False)),
+@pytest.mark.parametrize("kw, plane, words", [
+    (dict(rule="te", block=(1, 16), rht=True), "row", "te, 1x16 blocks"),  # the RHT is the columnwise plane's
+    (dict(rule="te", block=(1, 16), rht=True), "col", "te, 1x16 blocks, RHT"),
+    (dict(rule="torchao_noscale", block=(16, 16), rht=False), "col", "torchao_noscale, 16x16 blocks"),
+    (dict(rule="te", four_over_six="mse", global_scale_max=256, block=(1, 16)), "row", "te_4over6_mse_g256, 1x16 blocks"),
     (dict(rule="te", four_over_six="mae", four_over_six_fast_math=True, block=(16, 16)), "row",
-     ("te_4over6_mae_fast", True, False)),
+     "te_4over6_mae_fast, 16x16 blocks"),
     (dict(rule="te", four_over_six="mse", four_over_six_fast_math=True, global_scale_max=256, block=(1, 16)), "col",
-     ("te four_over_six=mse four_over_six_fast_math=True global_scale_max=256", False, False)),  # no rule names it
+     "te four_over_six=mse four_over_six_fast_math=True global_scale_max=256, 1x16 blocks"),  # no rule names it
 ])
-def test_case_setting_names_the_rule_diagnose_would_report(kw, plane, setting):
-    from conformance.diagnosis import case_setting
+def test_case_settings_in_words(kw, plane, words):
+    from conformance.diagnosis import _setting_words, case_setting
 
-    assert case_setting(kw, plane) == setting
+    assert _setting_words(case_setting(kw, plane)) == words
+
+
+def test_bytes_of_a_variant_of_the_cases_rule_carry_no_note():
+    """TE's fused RHT cast kernels' bytes of a NaN input for a te_fused_rht case: diagnose names the SPEC 14.11
+    variant te_fused_rht_kernels, whose base rule is the case's, so the line adds no "not by the case's own
+    settings" (that note is for bytes of another call). The expected bytes: te_torch's, the NaN block's by hand
+    (0x7F and sixteen codes 0x7)."""
+    x = _x(seed=9).astype(np.float32)
+    x[4, 20] = np.nan  # block (4, 1)
+    ref = _bufs(x, rule="te_fused_rht")
+    out = {k: v.copy() for k, v in ref.items()}
+    out["row_scales"][4, 1] = 0x7F
+    out["row_data"][4, 8:16] = 0x77
+    lines = quantize_hypotheses(_case(x, rule="te_fused_rht", columnwise=False), out, ref)
+    assert lines == ["row plane: reproduced exactly by te_fused_rht_kernels"], lines
 
 
 def test_nothing_for_planes_that_match_or_cases_diagnose_does_not_model():

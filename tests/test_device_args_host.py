@@ -156,11 +156,12 @@ def test_forcing_the_fast_quantize_kernels_where_they_cannot_run_raises(dtype, k
 
 def test_forcing_the_general_kernel_on_a_4over6_call_raises():
     """force_plan raises where the forced part cannot run (device/testing.py): the general kernels have no 4over6
-    pass (it used to be ignored, the call running the 4over6 kernel)."""
+    pass, so the forced plan is refused rather than ignored."""
     x2 = torch.zeros((16, 32), dtype=torch.bfloat16)
     with testing.force_plan(quantize="general"):
         with pytest.raises(ValueError, match="quantize='general' cannot run a 4over6 call"):
             _kernels(x2, four_over_six="mae")
+
 
 @pytest.mark.parametrize("bad", [0, -3, True, 2.0, "4"])
 def test_set_num_sms_refuses_bad_values(bad):
@@ -413,7 +414,7 @@ def _fake_operands(e=2, t=64, n=32, k=64):
             device.group_quantize(_fake_cuda(t, n), sp, **both))
 
 
-def _refusal(what: str):
+def _refusal(what: str | None):
     """(call, error type, message) of each refusal below: each is one the oracle makes too (SPEC 6.2, 7.3, 9.1, 10.2,
     12.5) or one that keeps a kernel from writing out of bounds or reading the wrong rows."""
     import device
@@ -421,7 +422,7 @@ def _refusal(what: str):
     x, i64, f32 = _fake_cuda(32, 32), torch.int64, torch.float32
     xq, wq, dyq = _fake_operands()
     sp = _fake_cuda(2, dtype=i64)
-    return {
+    table = {
         "rht without the columnwise plane": (lambda: device.quantize(x, rht=True), ValueError,
                                              "applies to the columnwise plane"),
         "sign mask past 16 bits": (lambda: device.quantize(x, columnwise=True, rht=True, rht_signs=1 << 16),
@@ -453,10 +454,11 @@ def _refusal(what: str):
             lambda: device.grouped_gemm(device.group_quantize(_fake_cuda(2**31 - 128, 16), sp),
                                         device.group_quantize(_fake_cuda(64, 16), sp)),
             ValueError, "sizes too large"),
-    }[what]
+    }
+    return table if what is None else table[what]
 
 
-def _more_refusals(what: str):
+def _more_refusals(what: str | None):
     """The argument checks of tests/test_device_quantize.py::test_argument_errors and test_device_gemm.py::
     test_bad_inputs that read metadata only, here on FakeTensors so that a CPU run holds them too."""
     import device
@@ -466,7 +468,7 @@ def _more_refusals(what: str):
     xq, wq, dyq = _fake_operands()
     sp = _fake_cuda(2, dtype=i64)
     x_row_only = device.group_quantize(_fake_cuda(64, 64), sp)
-    return {
+    table = {
         "a host tensor": (lambda: device.quantize(torch.zeros((32, 32), dtype=bf)), ValueError, "CUDA"),
         "int32 input": (lambda: device.quantize(_fake_cuda(32, 32, dtype=torch.int32)), TypeError,
                         "bfloat16, float16 or float32"),
@@ -522,7 +524,8 @@ def _more_refusals(what: str):
         "accumulate as a tensor": (lambda: device.grouped_gemm(dyq, xq, kind="wgrad",
                                                                accumulate=_fake_cuda(2, 32, 64, dtype=f32)),
                                    TypeError, "accumulate"),
-    }[what]
+    }
+    return table if what is None else table[what]
 
 
 _MORE = ["a host tensor", "int32 input", "a strided input", "K = 24", "K = 0", "fp16 with the RHT", "host splits",
@@ -534,6 +537,18 @@ _MORE = ["a host tensor", "int32 input", "a strided input", "K = 24", "K = 0", "
          "dgrad of mismatched sizes", "accumulate into bf16", "accumulate in fprop", "accumulate as a tensor"]
 
 
+_FIRST = ["rht without the columnwise plane", "sign mask past 16 bits", "SR offset past the 32-bit counter",
+          "no groups", "one amax too many", "weights not E x N rows", "wgrad over different tokens",
+          "dgrad bias of N columns", "out of another dtype than out_dtype", "an offsets table of another shape",
+          "a contraction of 2**28", "a dimension past 2**31 - 256"]
+
+
+def test_every_refusal_is_a_test_case(fake):
+    """The parametrized names are the tables' keys (a refusal added to a table without its name would go untested)."""
+    assert sorted(_more_refusals(None)) == sorted(_MORE)
+    assert sorted(_refusal(None)) == sorted(_FIRST)
+
+
 @pytest.mark.parametrize("what", _MORE)
 def test_gpu_argument_checks_on_device_tensors(fake, what):
     call, err, match = _more_refusals(what)
@@ -541,14 +556,9 @@ def test_gpu_argument_checks_on_device_tensors(fake, what):
         call()
 
 
-@pytest.mark.parametrize("what", [
-    "rht without the columnwise plane", "sign mask past 16 bits", "SR offset past the 32-bit counter", "no groups",
-    "one amax too many", "weights not E x N rows", "wgrad over different tokens", "dgrad bias of N columns",
-    "out of another dtype than out_dtype", "an offsets table of another shape", "a contraction of 2**28",
-    "a dimension past 2**31 - 256"])
+@pytest.mark.parametrize("what", _FIRST)
 def test_refusals_on_device_tensors(fake, what):
-    """Refusals that read only shapes and dtypes, on FakeTensors (each passed silently in a mutation audit: the GPU
-    tests hold some of them, a CPU run none)."""
+    """Refusals that read only shapes and dtypes, on FakeTensors, so that a CPU run holds them."""
     call, err, match = _refusal(what)
     with pytest.raises(err, match=match):
         call()

@@ -512,17 +512,16 @@ def test_bf16_tma_store_writes_no_c():
         Epilogue.tma_store)
 
 
-# docs/design.md's selection table at the equality point of each threshold it states as "at least" / ">=": the
-# boundary itself takes the copies.
-@pytest.mark.parametrize("kind,e,t,n,k,dtype,why", [
-    ("fprop", 4, 4096, 1024, 1024, "bf16", "T/E, contraction and output columns >= 1024: each exactly 1024"),
-    ("wgrad", 8, 4096, 1024, 1024, "bf16", "plain bf16 wgrad from 512 rows per group: exactly 512"),
-    ("wgrad", 32, 8192, 2048, 2048, "bf16", "T/E >= 256, N K / (N + K) >= 800 and T N K >= 2^35: 256, 1024, 2^35"),
-    ("wgrad", 8, 1024, 2400, 2400, "bf16", "T/E >= 64 and N K / (N + K) >= 1200: 128 rows and exactly 1200"),
+@pytest.mark.parametrize("kind,e,t,n,k,why", [
+    ("fprop", 4, 4096, 1024, 1024, "T/E, contraction and output columns >= 1024: each exactly 1024"),
+    ("wgrad", 8, 4096, 1024, 1024, "plain bf16 wgrad from 512 rows per group: exactly 512"),
+    ("wgrad", 32, 8192, 2048, 2048, "T/E >= 256, N K / (N + K) >= 800 and T N K >= 2^35: 256, 1024, 2^35"),
+    ("wgrad", 8, 1024, 2400, 2400, "T/E >= 64 and N K / (N + K) >= 1200: 128 rows and exactly 1200"),
 ])
-def test_selection_thresholds_include_their_boundary(kind, e, t, n, k, dtype, why):
-    p = problem(kind, e, t, n, k, out_dtype="float32" if dtype == "f32" else "bfloat16")
-    assert plan_gemm(p).algorithm == Algorithm.copies_cutlass, why
+def test_selection_thresholds_include_their_boundary(kind, e, t, n, k, why):
+    """docs/design.md's selection table at the equality point of each threshold it states as "at least" / ">=" (bf16
+    output): the boundary itself takes the copies."""
+    assert plan_gemm(problem(kind, e, t, n, k, out_dtype="bfloat16")).algorithm == Algorithm.copies_cutlass, why
 
 
 def test_wgrad_tma_map_counts_every_experts_rows():

@@ -238,7 +238,7 @@ def test_explain_piped_to_head(tmp_path):
 
 def test_diagnose_keeps_its_verdict_when_the_reader_leaves(tmp_path, monkeypatch, capsys):
     """diagnose's exit status 1 (no rule reproduces the bytes) survives a closed pipe: under ``set -o pipefail``
-    ``python -m oracle diagnose ... | head -1`` must not pass a mismatch (it used to return 0)."""
+    ``python -m oracle diagnose ... | head -1`` must not pass a mismatch."""
     from oracle.cli import main
 
     class ClosedPipe(io.StringIO):
@@ -329,8 +329,8 @@ def test_cli_refuses_bad_files_in_one_line(tmp_path, monkeypatch, capsys, argv, 
 
 
 def test_diagnose_refuses_an_empty_rule_list(tmp_path, monkeypatch, capsys):
-    """``--rules ,`` names no rule: a usage error that says so (it used to report that no rule of the oracle applies
-    to the input, as if the input were at fault)."""
+    """``--rules ,`` names no rule: a usage error that says so, not a report that no rule of the oracle applies to
+    the input (as if the input were at fault)."""
     from oracle.cli import main
 
     _bad_inputs(tmp_path)

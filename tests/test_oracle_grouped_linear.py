@@ -401,7 +401,7 @@ def test_bad_input_raises_before_any_work(case, monkeypatch):
                                            model=args["model"], main_grad=args["main_grad"])
 
 
-# ---- contracts a mutation audit found untested (expected values from SPEC 16.4 / the docstrings) ---------------------
+# ---- the bias gradient's order and conversion (SPEC 16.4), the layer's size checks ----------------------------------
 
 def test_bias_grad_spec_16_4_vector():
     """SPEC 16.4's own example: the 32 rows 1 (x15), 2^24, 1 (x16) of one column give 2^24 + 32 (chunks of 16)."""
@@ -432,7 +432,7 @@ def test_bias_grad_converts_bf16_exactly():
 def test_layer_refuses_zero_k_and_n():
     """K and N must be positive multiples of 16 (grouped_linear_forward's docstring): 0 is refused, not a layer of
     zeros."""
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="K=0 must be a positive multiple of 16"):
         oracle.grouped_linear_forward(np.zeros((4, 0), BF16), np.zeros((2, 16, 0), BF16), [1, 3])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="N=0 must be a positive multiple of 16"):
         oracle.grouped_linear_forward(np.ones((4, 16), BF16), np.zeros((2, 0, 16), BF16), [1, 3])

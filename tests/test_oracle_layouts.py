@@ -183,7 +183,7 @@ def test_cumulative_offsets_as_splits_get_a_hint():
 
 def test_grouped_offsets_need_k_multiple_of_16():
     """SPEC 1 / 9.2: K is a multiple of 16."""
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="K=24 must be a multiple of 16"):
         grouped_scale_offsets([16], 24)
 
 
@@ -192,7 +192,7 @@ def test_grouped_amaxes_of_planes_and_groups():
     refused (SPEC 4.3); a (row, col) pair of per-group amaxes lands on its planes."""
     x = np.ones((32, 16), np.float32)
     assert np.array_equal(oracle.group_quantize(x, [16, 16]).col_amax, np.zeros(2, np.float32))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=">= 0"):
         oracle.group_quantize(x, [16, 16], amax=[0.5, -0.5])
     g = oracle.group_quantize(x, [16, 16], columnwise=True, amax=([1.0, 2.0], [3.0, 4.0]))
     assert g.row_amax.tolist() == [1.0, 2.0] and g.col_amax.tolist() == [3.0, 4.0]

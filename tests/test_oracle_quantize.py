@@ -423,13 +423,14 @@ def test_plane_contracts():
 
     assert oracle.quantize(np.ones((32, 64), np.float32)).row.valid_cols == 64
     d, s = np.zeros((2, 8), np.uint8), np.zeros((2, 1), np.uint8)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="global_scale_max"):
         QuantizedPlane(d, s, 1.0, (2, 16), global_scale_max=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="amax"):
         QuantizedPlane(d, s, np.ones(3, np.float32), (2, 16), row_scaled=True)
     data = np.full((1, 8), 0x22, np.uint8)  # E2M1 1.0 in both nibbles
     scales = np.full((1, 1), 0x38, np.uint8)  # E4M3 1.0
-    amax = np.float32(5376.0)
+    amax = np.float32(5377.0)  # (decode * A) * fp32(1/2688) differs from A / 2688 here
     want = np.float32(np.float32(1.0 * amax) * np.float32(1.0 / 2688.0))
+    assert want != np.float32(amax / np.float32(2688.0))
     out = dequantize(QuantizedPlane(data, scales, amax, (1, 16), rule="te_fused_rht"))
     assert np.all(out.view(np.uint32) == want.view(np.uint32))

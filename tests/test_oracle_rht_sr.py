@@ -295,5 +295,5 @@ def test_philox_with_one_key_per_counter():
 
 
 def test_sr_seed_range():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"seed must be in \[0, 2\*\*64\)"):
         sr_random_bytes(1, 16, seed=2**64, offset=0, plane=0)
