@@ -562,3 +562,14 @@ def test_refusals_on_device_tensors(fake, what):
     call, err, match = _refusal(what)
     with pytest.raises(err, match=match):
         call()
+
+
+def test_the_quantize_ops_take_both_amaxes_or_neither():
+    """torch.ops.nvfp4_device's quantize ops take the row and col amax as two optional tensors: one without the other
+    is refused (the launchers' amax_in is both or none)."""
+    from device import _ops
+
+    assert _ops._supplied_pair(None, None) is None
+    for pair in ((torch.ones(1), None), (None, torch.ones(1))):
+        with pytest.raises(ValueError, match="supply both amaxes"):
+            _ops._supplied_pair(*pair)
