@@ -73,7 +73,9 @@ def unswizzle_scales(buf, rows: int, cols: int) -> np.ndarray:
     if b.dtype != np.uint8:
         raise TypeError(f"swizzled scales must be uint8, got {b.dtype}")
     R, C = padded_scale_shape(rows, cols)
-    if b.ndim != 1 or b.size != R * C:
+    if b.ndim != 1:
+        raise ValueError(f"the swizzled buffer must be 1-D (SPEC 8.2), got shape {b.shape}")
+    if b.size != R * C:
         raise ValueError(f"swizzled buffer of {b.size} bytes does not match rows={rows}, cols={cols} ({R * C} bytes)")
     t = b.reshape(R // 128, C // 4, 32, 4, 4).transpose(0, 3, 2, 1, 4)
     return np.ascontiguousarray(t).reshape(R, C)[:rows, :cols].copy()

@@ -189,21 +189,25 @@ def test_sequential_hand_case():
 
 
 @pytest.mark.parametrize(
-    "kwargs,exc",
+    "kwargs,exc,match",
     [
-        (dict(model="fast"), ValueError),
-        (dict(out_dtype="float16"), ValueError),
-        (dict(accumulate=np.zeros((2, 3), np.float64)), TypeError),
-        (dict(accumulate=np.zeros((2, 2), np.float32)), ValueError),
-        (dict(alpha=np.ones(3)), ValueError),
-        (dict(bias=np.zeros(5, np.float32)), ValueError),
-        (dict(bias=np.zeros(3, np.int32)), TypeError),
+        (dict(model="fast"), ValueError, "model must be"),
+        (dict(out_dtype="float16"), ValueError, "out_dtype must be one of"),
+        (dict(accumulate=np.zeros((2, 3), np.float64)), TypeError, "accumulate must be float32"),
+        # C is [M, N] = (2, 3) and the bias [N] = (3,) (SPEC 12.2): shapes that would broadcast are refused too
+        (dict(accumulate=np.zeros((2, 2), np.float32)), ValueError, r"accumulate must have shape \(2, 3\)"),
+        (dict(accumulate=np.zeros((1, 3), np.float32)), ValueError, r"accumulate must have shape \(2, 3\)"),
+        (dict(accumulate=np.zeros((2, 1), np.float32)), ValueError, r"accumulate must have shape \(2, 3\)"),
+        (dict(alpha=np.ones(3)), ValueError, "alpha must be a single real number"),
+        (dict(bias=np.zeros(5, np.float32)), ValueError, r"bias must have shape \(3,\)"),
+        (dict(bias=np.zeros(1, np.float32)), ValueError, r"bias must have shape \(3,\)"),
+        (dict(bias=np.zeros(3, np.int32)), TypeError, "bias must be float32 or bfloat16"),
     ],
 )
-def test_gemm_bad_args(kwargs, exc):
+def test_gemm_bad_args(kwargs, exc, match):
     rng = np.random.default_rng(0)
     a, b = _planes(rng, 2, 3, 32)
-    with pytest.raises(exc):
+    with pytest.raises(exc, match=match):
         oracle.gemm(a, b, **kwargs)
 
 

@@ -62,13 +62,16 @@ def test_grouped_offsets_hand_example():
 
 
 def test_swizzle_errors():
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="must be uint8"):
         swizzle_scales(np.zeros((4, 4), np.int32))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must be 2-D"):
         swizzle_scales(np.zeros(4, np.uint8))
-    with pytest.raises(ValueError):
+    # SPEC 8.2: 4 x 4 compact scales swizzle to roundup(4, 128) * roundup(4, 4) = 512 bytes, one 1-D buffer
+    with pytest.raises(ValueError, match=r"100 bytes does not match rows=4, cols=4 \(512 bytes\)"):
         unswizzle_scales(np.zeros(100, np.uint8), 4, 4)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must be 1-D"):
+        unswizzle_scales(np.zeros((128, 4), np.uint8), 4, 4)
+    with pytest.raises(ValueError, match="splits must be >= 0"):
         grouped_scale_offsets([1, -1], 16)
 
 

@@ -265,26 +265,27 @@ def test_dtypes_are_exact():
 
 
 @pytest.mark.parametrize(
-    "kwargs,exc",
+    "kwargs,exc,match",
     [
-        (dict(x=np.zeros((4, 20), np.float32)), ValueError),
-        (dict(x=np.zeros((4, 32), np.float64)), TypeError),
-        (dict(x=[[1.0] * 16]), TypeError),
-        (dict(x=np.zeros((4, 32), np.int32)), TypeError),
-        (dict(x=np.array(1.0, np.float32)), ValueError),
-        (dict(x=np.zeros((4, 32), np.float32), rht=True, columnwise=True), TypeError),
-        (dict(x=np.zeros((4, 32), np.float32), rule="nope"), ValueError),
-        (dict(x=np.zeros((4, 32), np.float32), block=(16, 1)), ValueError),
-        (dict(x=np.zeros((4, 32), np.float32), rounding="up"), ValueError),
-        (dict(x=np.zeros((4, 32), np.float32), rowwise=False), ValueError),
-        (dict(x=np.zeros((4, 32), np.float32), seed=-1), ValueError),
-        (dict(x=np.zeros((4, 32), np.float32), offset=2**32), ValueError),
-        (dict(x=np.zeros((4, 32), ml_dtypes.bfloat16), rht=True, columnwise=True, rht_signs=1 << 16), ValueError),
+        (dict(x=np.zeros((4, 20), np.float32)), ValueError, "K=20 must be a multiple of 16"),
+        (dict(x=np.zeros((4, 32), np.float64)), TypeError, "got dtype float64"),
+        (dict(x=[[1.0] * 16]), TypeError, "must be a NumPy array"),
+        (dict(x=np.zeros((4, 32), np.int32)), TypeError, "got dtype int32"),
+        (dict(x=np.array(1.0, np.float32)), ValueError, "at least one dimension"),
+        (dict(x=np.zeros((4, 32), np.float32), rht=True, columnwise=True), TypeError, "rht=True needs bfloat16"),
+        (dict(x=np.zeros((4, 32), np.float32), rule="nope"), ValueError, "rule must be one of"),
+        (dict(x=np.zeros((4, 32), np.float32), block=(16, 1)), ValueError, "block must be"),
+        (dict(x=np.zeros((4, 32), np.float32), rounding="up"), ValueError, "rounding must be"),
+        (dict(x=np.zeros((4, 32), np.float32), rowwise=False), ValueError, "at least one of rowwise / columnwise"),
+        (dict(x=np.zeros((4, 32), np.float32), seed=-1), ValueError, "seed must be in"),
+        (dict(x=np.zeros((4, 32), np.float32), offset=2**32), ValueError, "offset must be in"),
+        (dict(x=np.zeros((4, 32), ml_dtypes.bfloat16), rht=True, columnwise=True, rht_signs=1 << 16), ValueError,
+         "16-bit"),
     ],
 )
-def test_bad_inputs(kwargs, exc):
+def test_bad_inputs(kwargs, exc, match):
     x = kwargs.pop("x")
-    with pytest.raises(exc):
+    with pytest.raises(exc, match=match):
         oracle.quantize(x, **kwargs)
 
 
