@@ -232,3 +232,15 @@ def test_e2m1_sr_floor_form_equals_spec_3_4():
                                         np.floor(np.minimum(j / 2, cap)) + 4), 7).astype(np.int64)
         bad = np.flatnonzero(got != expect)
         assert bad.size == 0, f"r={r}: {bad.size} mismatches, first a={a[bad[0]]!r}"
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    (lambda: decode_e2m1(np.zeros(4, np.float32)), TypeError, "E2M1 codes must be an integer array"),
+    (lambda: pack_fp4(np.zeros((1, 4), np.float32)), TypeError, "E2M1 codes must be an integer array"),
+    (lambda: unpack_fp4(np.zeros((1, 2), np.int8), 4), TypeError, "packed FP4 data must be uint8"),
+    (lambda: unpack_fp4(np.zeros((1, 2), np.uint8), 6), ValueError, "packed last dimension 2 does not hold 6 codes"),
+])
+def test_codec_refusals(call, exc, match):
+    """The packing and code helpers refuse what is not codes (SPEC 2.1, 2.3: integer codes, two per uint8 byte)."""
+    with pytest.raises(exc, match=match):
+        call()

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import oracle
+from oracle.grouped import cut_splits, grouped_capacities
 from oracle.swizzle import grouped_scale_offsets, swizzle_scales, swizzled_offset, unswizzle_scales
 
 
@@ -199,3 +200,26 @@ def test_grouped_amaxes_of_planes_and_groups():
         oracle.group_quantize(x, [16, 16], amax=[0.5, -0.5])
     g = oracle.group_quantize(x, [16, 16], columnwise=True, amax=([1.0, 2.0], [3.0, 4.0]))
     assert g.row_amax.tolist() == [1.0, 2.0] and g.col_amax.tolist() == [3.0, 4.0]
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    (lambda: unswizzle_scales(np.zeros(512, np.int32), 4, 4), TypeError, "swizzled scales must be uint8"),
+    (lambda: cut_splits([[4, 4]], 8), ValueError,
+     "non-empty 1-D integer array"),
+    (lambda: cut_splits([4.0, 4.0], 8), ValueError,
+     "non-empty 1-D integer array"),
+    (lambda: oracle.group_quantize(np.ones((8, 16), np.float32), [4, 4], columnwise=True, amax=([1.0, 1.0],)),
+     ValueError, r"a tuple amax must be \(row_amaxes, col_amaxes\)"),
+    (lambda: oracle.group_quantize(np.ones((8, 16), np.float32), [4, 4], amax=np.array(["1", "2"])), ValueError,
+     "amax must hold real numbers"),
+    (lambda: oracle.group_quantize(np.ones((8, 16), np.float32), [4, 4], row_scaled=True, amax=np.ones(7)),
+     ValueError, r"one real number per row \(8\)"),
+    (lambda: grouped_capacities(8, 24, 2), ValueError,
+     "K a multiple of 16"),
+    (lambda: grouped_capacities(8, 16, 0), ValueError,
+     "num_groups >= 1"),
+])
+def test_grouped_layout_refusals(call, exc, match):
+    """Refusals of the grouped layout helpers (SPEC 8.2's 1-D uint8 buffer, 9.1's splits and amaxes, 9.3's sizes)."""
+    with pytest.raises(exc, match=match):
+        call()

@@ -273,6 +273,7 @@ def test_dtypes_are_exact():
         (dict(x=np.zeros((4, 32), np.int32)), TypeError, "got dtype int32"),
         (dict(x=np.array(1.0, np.float32)), ValueError, "at least one dimension"),
         (dict(x=np.zeros((4, 32), np.float32), rht=True, columnwise=True), TypeError, "rht=True needs bfloat16"),
+        (dict(x=np.zeros((4, 32), ml_dtypes.bfloat16), rht=True), ValueError, "applies to the columnwise plane"),
         (dict(x=np.zeros((4, 32), np.float32), rule="nope"), ValueError, "rule must be one of"),
         (dict(x=np.zeros((4, 32), np.float32), block=(16, 1)), ValueError, "block must be"),
         (dict(x=np.zeros((4, 32), np.float32), rounding="up"), ValueError, "rounding must be"),
