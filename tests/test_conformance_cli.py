@@ -9,6 +9,7 @@ import io
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -595,3 +596,54 @@ def test_torchrun_shards_merge_to_the_unsharded_run(tmp_path):
     for p in shards:
         assert json.loads(p.read_text())["ops"][0]["cases"] == 20
     assert "total: 80 cases, 80 passed" in m.stdout and "2 shards" in m.stdout
+
+
+def test_merge_refuses_what_is_not_a_shard_of_one_campaign(tmp_path, capsys):
+    """merge: a directory, JSON that is not a report, a report whose config names no shard, shards of different shard
+    counts: exit 2 and one line naming the file and the reason."""
+    a = _reports(tmp_path, cases=4)  # shards 0/2, 1/2
+    (tmp_path / "d").mkdir()
+    (tmp_path / "three").mkdir()
+    b = _reports(tmp_path / "three", cases=4, shards=3)  # shards 0/3, 1/3, 2/3
+    doc = json.loads(a[0].read_text())
+    del doc["config"]["shard"]
+    merged = tmp_path / "no_shard.json"
+    merged.write_text(json.dumps(doc))
+    (tmp_path / "empty.json").write_text("{}")
+    for paths, words in (([tmp_path / "d"], "a directory, not a report"),
+                         ([tmp_path / "empty.json"], "not a conformance report (no 'config' and 'ops')"),
+                         ([merged], "no shard i/n in its config"),
+                         ([a[0], b[1]], "cannot merge shards of different shard counts (/2, /3)")):
+        assert merge([str(p) for p in paths]) == 2
+        assert words in capsys.readouterr().err, words
+
+
+@pytest.mark.parametrize("meta, words", [
+    ("[]", "its 'meta' or 'options' entry is not a JSON object"),
+    ("{}", "its 'meta' entry lacks ['op', 'seed', 'index']"),
+    ('{"op": "e2m1", "seed": "x", "index": 0}', "cannot read it as a saved case"),
+])
+def test_load_case_names_a_malformed_meta(meta, words, tmp_path):
+    p = tmp_path / "c.npz"
+    np.savez(p, meta=np.array(meta), options=np.array("{}"))
+    with pytest.raises(CaseFileError, match=re.escape(words)):
+        load_case(p)
+
+
+def test_usage_errors_of_shards_and_plugins(tmp_path, capsys, monkeypatch):
+    """--shard outside i/n with 0 <= i < n is a usage error; a module:attr backend whose object has no run(), or whose
+    ops name an op conformance does not have, is refused before any case runs (exit 2)."""
+    for bad in ("3/2", "x"):
+        with pytest.raises(SystemExit) as e:
+            main(["run", "--shard", bad])
+        assert e.value.code == 2 and f"bad shard {bad!r}" in capsys.readouterr().err
+    mod = tmp_path / "weird_plugins.py"
+    mod.write_text("class NoRun:\n    name = 'norun'\n\n"
+                   "class Unknown:\n    name, ops = 'unknown-ops', ('quantize', 'fft')\n"
+                   "    def run(self, op, case):\n        return {}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for attr, words in (("NoRun", "did not produce a Backend (an object with a run(op, case) method)"),
+                        ("Unknown", "lists unknown ops ['fft']")):
+        assert main(["run", "--backend", f"weird_plugins:{attr}", "--cases", "1", "--no-progress",
+                     "--artifacts", str(tmp_path / "art")]) == 2
+        assert words in capsys.readouterr().err, words
