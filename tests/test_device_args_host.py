@@ -415,52 +415,11 @@ def _fake_operands(e=2, t=64, n=32, k=64):
 
 
 def _refusal(what: str | None):
-    """(call, error type, message) of each refusal below: each is one the oracle makes too (SPEC 6.2, 7.3, 9.1, 10.2,
-    12.5) or one that keeps a kernel from writing out of bounds or reading the wrong rows."""
-    import device
-
-    x, i64, f32 = _fake_cuda(32, 32), torch.int64, torch.float32
-    xq, wq, dyq = _fake_operands()
-    sp = _fake_cuda(2, dtype=i64)
-    table = {
-        "rht without the columnwise plane": (lambda: device.quantize(x, rht=True), ValueError,
-                                             "applies to the columnwise plane"),
-        "sign mask past 16 bits": (lambda: device.quantize(x, columnwise=True, rht=True, rht_signs=1 << 16),
-                                   ValueError, "16-bit mask"),
-        "SR offset past the 32-bit counter": (lambda: device.quantize(x, rounding="sr", offset=2**32), ValueError,
-                                              r"offset must be in \[0, 2\*\*32\)"),
-        "no groups": (lambda: device.group_quantize(x, _fake_cuda(0, dtype=i64)), ValueError, "non-empty"),
-        "one amax too many": (lambda: device.group_quantize(x, sp, amax=_fake_cuda(3, dtype=f32)), ValueError,
-                              r"2 value\(s\) per plane, got 3"),
-        # grouped_gemm (SPEC 12.5): W holds E N rows; wgrad's operands share the tokens; dgrad's bias is [E, K]
-        "weights not E x N rows": (lambda: device.grouped_gemm(xq, device.group_quantize(_fake_cuda(65, 64), sp)),
-                                   ValueError, "65 rows, not a multiple of E=2"),
-        "wgrad over different tokens": (
-            lambda: device.grouped_gemm(dyq, device.group_quantize(_fake_cuda(80, 64), sp, columnwise=True),
-                                        kind="wgrad"), ValueError, "64 tokens and b .X. has 80"),
-        "dgrad bias of N columns": (lambda: device.grouped_gemm(dyq, wq, kind="dgrad", bias=_fake_cuda(2, 32, dtype=f32)),
-                                    ValueError, r"bias must have shape \(2, 64\), got \(2, 32\)"),
-        "out of another dtype than out_dtype": (
-            lambda: device.grouped_gemm(xq, wq, out=_fake_cuda(64, 32), out_dtype=torch.float32), TypeError,
-            "out has dtype torch.bfloat16 but out_dtype is torch.float32"),
-        "an offsets table of another shape": (
-            lambda: device.grouped_gemm(dataclasses.replace(xq, offsets=_fake_cuda(6, 2, dtype=i64)), wq),
-            ValueError, r"int64 \[6, 3\] table"),
-        "a contraction of 2**28": (
-            lambda: device.grouped_gemm(device.group_quantize(_fake_cuda(64, 2**28), sp),
-                                        device.group_quantize(_fake_cuda(64, 2**28), sp)),
-            ValueError, "contraction length 268435456 too long"),
-        "a dimension past 2**31 - 256": (
-            lambda: device.grouped_gemm(device.group_quantize(_fake_cuda(2**31 - 128, 16), sp),
-                                        device.group_quantize(_fake_cuda(64, 16), sp)),
-            ValueError, "sizes too large"),
-    }
-    return table if what is None else table[what]
-
-
-def _more_refusals(what: str | None):
-    """The argument checks of tests/test_device_quantize.py::test_argument_errors and test_device_gemm.py::
-    test_bad_inputs that read metadata only, here on FakeTensors so that a CPU run holds them too."""
+    """(call, error type, message) of each refusal of device.quantize / group_quantize / grouped_gemm that reads
+    metadata only, on FakeTensors so that a CPU run holds them (``what=None``: the whole table). Each is one the oracle
+    makes too (SPEC 6.2, 7.3, 9.1, 10.2, 12.5) or one that keeps a kernel from writing out of bounds or reading the
+    wrong rows; the first part repeats the GPU tests test_device_quantize.py::test_argument_errors and
+    test_device_gemm.py::test_bad_inputs."""
     import device
 
     bf, i64, f32 = torch.bfloat16, torch.int64, torch.float32
@@ -524,41 +483,97 @@ def _more_refusals(what: str | None):
         "accumulate as a tensor": (lambda: device.grouped_gemm(dyq, xq, kind="wgrad",
                                                                accumulate=_fake_cuda(2, 32, 64, dtype=f32)),
                                    TypeError, "accumulate"),
+        "rht without the columnwise plane": (lambda: device.quantize(good, rht=True), ValueError,
+                                             "applies to the columnwise plane"),
+        "sign mask past 16 bits": (lambda: device.quantize(good, columnwise=True, rht=True, rht_signs=1 << 16),
+                                   ValueError, "16-bit mask"),
+        "SR offset past the 32-bit counter": (lambda: device.quantize(good, rounding="sr", offset=2**32), ValueError,
+                                              r"offset must be in \[0, 2\*\*32\)"),
+        "no groups": (lambda: device.group_quantize(good, _fake_cuda(0, dtype=i64)), ValueError, "non-empty"),
+        "one amax too many": (lambda: device.group_quantize(good, sp, amax=_fake_cuda(3, dtype=f32)), ValueError,
+                              r"2 value\(s\) per plane, got 3"),
+        # grouped_gemm (SPEC 12.5): W holds E N rows; wgrad's operands share the tokens; dgrad's bias is [E, K]
+        "weights not E x N rows": (lambda: device.grouped_gemm(xq, device.group_quantize(_fake_cuda(65, 64), sp)),
+                                   ValueError, "65 rows, not a multiple of E=2"),
+        "wgrad over different tokens": (
+            lambda: device.grouped_gemm(dyq, device.group_quantize(_fake_cuda(80, 64), sp, columnwise=True),
+                                        kind="wgrad"), ValueError, "64 tokens and b .X. has 80"),
+        "dgrad bias of N columns": (lambda: device.grouped_gemm(dyq, wq, kind="dgrad", bias=_fake_cuda(2, 32, dtype=f32)),
+                                    ValueError, r"bias must have shape \(2, 64\), got \(2, 32\)"),
+        "out of another dtype than out_dtype": (
+            lambda: device.grouped_gemm(xq, wq, out=_fake_cuda(64, 32), out_dtype=torch.float32), TypeError,
+            "out has dtype torch.bfloat16 but out_dtype is torch.float32"),
+        "an offsets table of another shape": (
+            lambda: device.grouped_gemm(dataclasses.replace(xq, offsets=_fake_cuda(6, 2, dtype=i64)), wq),
+            ValueError, r"int64 \[6, 3\] table"),
+        "a contraction of 2**28": (
+            lambda: device.grouped_gemm(device.group_quantize(_fake_cuda(64, 2**28), sp),
+                                        device.group_quantize(_fake_cuda(64, 2**28), sp)),
+            ValueError, "contraction length 268435456 too long"),
+        "a dimension past 2**31 - 256": (
+            lambda: device.grouped_gemm(device.group_quantize(_fake_cuda(2**31 - 128, 16), sp),
+                                        device.group_quantize(_fake_cuda(64, 16), sp)),
+            ValueError, "sizes too large"),
     }
     return table if what is None else table[what]
 
 
-_MORE = ["a host tensor", "int32 input", "a strided input", "K = 24", "K = 0", "fp16 with the RHT", "host splits",
-         "int32 splits", "a seed tensor", "an offset tensor", "a sign-mask tensor", "a host amax tensor",
-         "a host grouped amax", "a negative amax", "a negative amax pair", "a negative grouped amax",
-         "swizzle of a NumPy array", "mismatched K", "an unknown kind", "an unknown mode", "out of another shape",
-         "an fp16 out", "accumulate without out", "a wgrad bias", "an fprop bias of N + 1",
-         "wgrad without the columnwise plane", "other group counts", "a plain tensor operand",
-         "dgrad of mismatched sizes", "accumulate into bf16", "accumulate in fprop", "accumulate as a tensor"]
-
-
-_FIRST = ["rht without the columnwise plane", "sign mask past 16 bits", "SR offset past the 32-bit counter",
-          "no groups", "one amax too many", "weights not E x N rows", "wgrad over different tokens",
-          "dgrad bias of N columns", "out of another dtype than out_dtype", "an offsets table of another shape",
-          "a contraction of 2**28", "a dimension past 2**31 - 256"]
+_REFUSALS = [
+    "a host tensor",
+    "int32 input",
+    "a strided input",
+    "K = 24",
+    "K = 0",
+    "fp16 with the RHT",
+    "host splits",
+    "int32 splits",
+    "a seed tensor",
+    "an offset tensor",
+    "a sign-mask tensor",
+    "a host amax tensor",
+    "a host grouped amax",
+    "a negative amax",
+    "a negative amax pair",
+    "a negative grouped amax",
+    "swizzle of a NumPy array",
+    "mismatched K",
+    "an unknown kind",
+    "an unknown mode",
+    "out of another shape",
+    "an fp16 out",
+    "accumulate without out",
+    "a wgrad bias",
+    "an fprop bias of N + 1",
+    "wgrad without the columnwise plane",
+    "other group counts",
+    "a plain tensor operand",
+    "dgrad of mismatched sizes",
+    "accumulate into bf16",
+    "accumulate in fprop",
+    "accumulate as a tensor",
+    "rht without the columnwise plane",
+    "sign mask past 16 bits",
+    "SR offset past the 32-bit counter",
+    "no groups",
+    "one amax too many",
+    "weights not E x N rows",
+    "wgrad over different tokens",
+    "dgrad bias of N columns",
+    "out of another dtype than out_dtype",
+    "an offsets table of another shape",
+    "a contraction of 2**28",
+    "a dimension past 2**31 - 256",
+]
 
 
 def test_every_refusal_is_a_test_case(fake):
-    """The parametrized names are the tables' keys (a refusal added to a table without its name would go untested)."""
-    assert sorted(_more_refusals(None)) == sorted(_MORE)
-    assert sorted(_refusal(None)) == sorted(_FIRST)
+    """The parametrized names are the table's keys (a refusal added to the table without its name would go
+    untested)."""
+    assert sorted(_refusal(None)) == sorted(_REFUSALS)
 
 
-@pytest.mark.parametrize("what", _MORE)
-def test_gpu_argument_checks_on_device_tensors(fake, what):
-    call, err, match = _more_refusals(what)
-    with pytest.raises(err, match=match):
-        call()
-
-
-@pytest.mark.parametrize("what", _FIRST)
+@pytest.mark.parametrize("what", _REFUSALS)
 def test_refusals_on_device_tensors(fake, what):
-    """Refusals that read only shapes and dtypes, on FakeTensors, so that a CPU run holds them."""
     call, err, match = _refusal(what)
     with pytest.raises(err, match=match):
         call()
