@@ -217,14 +217,12 @@ def _outside_space(case, backend) -> str:
     def norm(v):
         return [norm(e) for e in v] if isinstance(v, (list, tuple)) else v
 
-    def value(k):
-        v = case.options.get(k, TE_VARIANT_DEFAULTS.get(k))
-        return ("default" if v == DEFAULT_RHT_SIGNS else "random") if k == "rht_signs" else v
+    def drawn(k, v):  # the value as the space lists it
+        return ("default" if v == DEFAULT_RHT_SIGNS else "random") if k == "rht_signs" else norm(v)
 
-    space = case_space(backend, case.op)
-    bad = [f"{k}={case.options.get(k, TE_VARIANT_DEFAULTS.get(k))!r}" for k, allowed in space.items()
-           if (k in case.options or k in TE_VARIANT_DEFAULTS) and isinstance(allowed, (list, tuple))
-           and norm(value(k)) not in norm(allowed)]
+    options = {**TE_VARIANT_DEFAULTS, **case.options}
+    bad = [f"{k}={options[k]!r}" for k, allowed in case_space(backend, case.op).items()
+           if k in options and isinstance(allowed, (list, tuple)) and drawn(k, options[k]) not in norm(allowed)]
     return f"options {', '.join(bad)}" if bad else ""
 
 
