@@ -15,7 +15,7 @@ import numpy as np
 from .dequantize import block_decode_scales
 from .fp4_numpy import E2M1_VALUES, decode_e4m3, encode_e2m1, pack_fp4, unpack_fp4
 from .planes import QuantizedPlane
-from .quantize import as_2d_f32, block_scales, columnwise_source, quantize
+from .quantize import as_2d_f32, columnwise_source, plane_block_amax, quantize
 from .rht import DEFAULT_RHT_SIGNS, check_rht_signs
 from .scale_rules import (
     global_encode_scale,
@@ -126,7 +126,7 @@ def _scaled_source(y: np.ndarray, *, base: str, variant: str | None, block: tupl
     a = tensor_amax(y, nan_rule) if amax is None else np.float32(amax)
     # nan_blocks: the tensor amax of the base rule (NaN-ignoring), NaN-propagating block maxima (TE's fused RHT cast
     # kernels' max.NaN; the torchao rules' block maxima propagate NaN the same way)
-    b = block_scales(y, amax=a, rule="torchao" if variant == "nan_blocks" else nan_rule, block=block)[0]
+    b = plane_block_amax(y, block=block, rule="torchao" if variant == "nan_blocks" else nan_rule)
     keep_nan = variant == "nan_blocks"
     rows, cols = y.shape
     nb = cols // 16

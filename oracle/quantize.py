@@ -26,7 +26,7 @@ from .swizzle import round_up
 
 __all__ = [
     "TeScaleOptions", "as_2d_f32", "block_scales", "check_options", "check_te_scale_options", "columnwise_source",
-    "planes_are_transposes", "quantize", "quantize_2d", "quantize_columnwise", "quantize_matrix", "row_amaxes",
+    "plane_block_amax", "planes_are_transposes", "quantize", "quantize_2d", "quantize_columnwise", "quantize_matrix", "row_amaxes",
 ]
 
 _BLOCKS = ((1, 16), (16, 16))
@@ -182,8 +182,11 @@ def row_amaxes(x2: np.ndarray) -> np.ndarray:
     return block_amax(np.abs(x2), "te", axis=1)
 
 
-def _block_amax(a: np.ndarray, block: tuple, rule: str) -> np.ndarray:
-    """Per-block amax ``[R, C/16]`` of absolute values ``a`` ``[R, C]`` (SPEC 5.2, 6.3)."""
+def plane_block_amax(y: np.ndarray, *, block: tuple, rule: str) -> np.ndarray:
+    """Per-block amax ``[R, C/16]`` of a float32 matrix ``y`` ``[R, C]`` (C % 16 == 0) along its rows (SPEC 5.2, 5.4,
+    6.3): 1x16 blocks, or 16x16 tiles (rows past R count as zeros) repeated over their 16 rows; NaN-propagating under
+    the torchao rules, NaN-ignoring under the te rules (SPEC 4.1)."""
+    a = np.abs(y)
     rows, cols = a.shape
     nb = cols // 16
     if block == (1, 16):
@@ -203,7 +206,7 @@ def block_scales(
     ``options``: 4over6 (SPEC 5.6) and row-scaled (SPEC 5.7, ``amax`` then one value per row) variants of rule "te".
     Returns ``(block_amax, scale_bytes, multipliers)``, each ``[R, C/16]``.
     """
-    b = _block_amax(np.abs(y), block, rule)
+    b = plane_block_amax(y, block=block, rule=rule)
     if options.four_over_six:
         return (b, *four_over_six_scales(y, b, amax=amax, mode=options.four_over_six,
                                          fast_math=options.four_over_six_fast_math,

@@ -10,6 +10,7 @@ from spec_scalar import assert_te_plane, te_amax, te_quantize_row_blocks, tile_m
 import oracle
 from oracle.dequantize import block_decode_scales
 from oracle.fp4_numpy import pack_fp4, unpack_fp4
+from oracle.quantize import plane_block_amax
 from oracle.scale_rules import global_encode_scale
 
 # SPEC 5.2 hand-worked block: amax supplied as 2688 -> S_enc = 1, S_dec = 1; block amax 12 ->
@@ -188,6 +189,22 @@ def test_2d_block_hand_worked():
     want[5, 3] = 7
     assert np.array_equal(codes, want)
 
+
+
+def test_plane_block_amax_hand_worked():
+    """SPEC 5.2 / 5.4 / 6.3 block maxima by hand on a 3 x 32 input: row 0 holds -3 and 2 in block 0 and a NaN in
+    block 1; row 1 holds 5 in block 1; row 2 is all zeros. 1x16: te ignores the NaN (block 1 of row 0 is 0), torchao
+    keeps it; 16x16: one tile per 16 columns over rows 0-2 (rows 3-15 count as zeros), repeated on every row."""
+    x = np.zeros((3, 32), np.float32)
+    x[0, 1], x[0, 7], x[0, 20], x[1, 30] = -3.0, 2.0, np.nan, 5.0
+    te = plane_block_amax(x, block=(1, 16), rule="te")
+    assert te.dtype == np.float32 and te.tolist() == [[3.0, 0.0], [0.0, 5.0], [0.0, 0.0]]
+    ao = plane_block_amax(x, block=(1, 16), rule="torchao")
+    assert ao[0, 0] == 3.0 and np.isnan(ao[0, 1]) and ao[1:].tolist() == [[0.0, 5.0], [0.0, 0.0]]
+    tiles = plane_block_amax(x, block=(16, 16), rule="te")
+    assert tiles.tolist() == [[3.0, 5.0]] * 3
+    tiles_ao = plane_block_amax(x, block=(16, 16), rule="torchao")
+    assert tiles_ao[:, 0].tolist() == [3.0] * 3 and np.isnan(tiles_ao[:, 1]).all()
 
 def test_columnwise_is_rowwise_of_padded_transpose():
     rng = np.random.default_rng(3)
