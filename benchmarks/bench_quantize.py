@@ -16,7 +16,8 @@ twice (amax pass and quantize pass), every output written once. That is the algo
 the amax pass walks X in reverse tile order, so part of the second read hits L2. The copy bandwidth is a steady
 state (1 GiB copies back to back, best of 5), so "frac" also carries the timed call's own costs (one launch, its
 ramp and tail, the flush's dirty lines); "vs copy" divides the time of a copy of the same number of bytes, timed
-exactly like the path (graph replay after the same flush, median), by the path's time. "swizzled/compact" below 1
+exactly like the path (graph replay after the same flush, median; the faster of ``copy_`` and an elementwise copy
+kernel), by the path's time. "swizzled/compact" below 1
 means the compact-scale kernel is the slower one, not that swizzling is free. Run: ``PYTHONPATH=. python3
 benchmarks/bench_quantize.py`` (options: ``--quick``, ``--no-compile``, ``--profile``, ``--flush read``).
 """
@@ -124,11 +125,15 @@ def copy_bandwidth() -> float:
 def same_protocol_copy_us(nbytes: int, iters: int) -> float:
     """:func:`bench` time of one device copy that reads and writes ``nbytes`` in total (nbytes / 2 each way, rounded
     up to 4 KiB: the single-tensor paths' byte counts are 4 mod 16 (the 8 amax bytes), and a copy of such a size takes
-    a slower path than an aligned one, which would flatter the quantizer)."""
+    a slower path than an aligned one, which would flatter the quantizer): the faster of ``copy_`` (captured as a
+    memcpy node) and an elementwise copy kernel (int32 ``bitwise_or`` with 0 into another buffer). At some byte counts
+    the memcpy node runs far below the copy bandwidth (14336x16384's fused call: 2.75 against 4.22 TB/s for the
+    kernel), which would flatter the quantizer too."""
     n = -(-(nbytes // 2) // 4096) * 4096
     src = torch.empty(n, dtype=torch.uint8, device="cuda").random_()
     dst = torch.empty_like(src)
-    return bench(lambda: dst.copy_(src), iters)
+    src32, dst32 = src.view(torch.int32), dst.view(torch.int32)
+    return min(bench(lambda: dst.copy_(src), iters), bench(lambda: torch.bitwise_or(src32, 0, out=dst32), iters))
 
 
 def out_bytes(m: int, k: int) -> int:
