@@ -269,7 +269,7 @@ def bench_case(name, e, t, k, n, skew, kind, iters, reps, sustain, rule="te", sp
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--iters", type=int, default=10, help="timed calls per column and round (exact columns: half)")
+    ap.add_argument("--iters", type=int, default=10, help="timed calls per column and round")
     ap.add_argument("--reps", type=int, default=3, help="rounds over all columns; each column reports its median")
     ap.add_argument("--sustain", type=float, default=1.0, help="seconds of the same call before a sustained timing")
     ap.add_argument("--rules", default="te", help="comma-separated scale rules of the operands, one row each (SPEC 12.1)")

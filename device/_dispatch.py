@@ -2,8 +2,9 @@
 
 The extensions execute the plan they are given (``csrc/gemm/bindings.cpp``, ``csrc/quantize/bindings.cpp``) and
 refuse one they cannot run; they choose nothing themselves. The plan's codes are those of ``csrc/common/codes.h``
-(:mod:`device._codes`). Each threshold below names the measurement behind it; docs/performance.md holds the numbers
-and docs/design.md the algorithms. :func:`device.testing.force_plan` overrides any part of a plan (tests, benchmarks);
+(:mod:`device._codes`). A threshold below names the measurement behind it where there is one (``SKINNY_MAX_ROWS``,
+``PAIR_MIN_ROWS``, ``WEIGHT_COPY_MIN_ROWS`` and ``WGRAD_COPIES_MIN_ROWS`` name none); docs/performance.md holds the
+numbers and docs/design.md the algorithms. :func:`device.testing.force_plan` overrides any part of a plan (tests, benchmarks);
 a forced part that cannot run the call raises :class:`ValueError` before anything is launched.
 
 This module imports neither torch nor CUDA: the choices are plain functions of host-known sizes.
@@ -121,7 +122,8 @@ EXACT = (Algorithm.exact_fused, Algorithm.exact_copies, Algorithm.exact_hybrid)
 SM100 = (Algorithm.sm100_copies, Algorithm.sm100_simt)
 FUSED_FAST = (Algorithm.fused_64x256, Algorithm.fused_128x256, Algorithm.fused_pair_256x256)
 
-# --- thresholds (each the crossover of an A/B on the benchmark shapes; docs/performance.md, "Kernel choice") ---
+# --- thresholds (where a measurement is named: the crossover of an A/B on the benchmark shapes; docs/performance.md,
+# "Kernel choice") ---
 #: fused_64x256 up to this many output rows per group: no tensor work on padding rows of 128-row tiles
 SKINNY_MAX_ROWS = 96
 #: fused_pair_256x256 from this many output rows per group ...

@@ -1,6 +1,6 @@
 // Does compute-sanitizer's racecheck see the ordering of a per-warp stage release?
 //
-// The swapped GEMM kernel (device/csrc/gemm/swapped.cuh) releases a ring stage per warp: every lane reads the stage
+// The sm100_copies GEMM kernel (device/csrc/gemm/sm100_copies.cu) releases a ring stage per warp: every lane reads the stage
 // with ld.shared, then __syncwarp() (bar.warp.sync, which orders the memory accesses of the participating lanes) and
 // lane 0 alone arrives on the stage's `empty` mbarrier (release semantics); the loader waits on it (acquire) and
 // overwrites the stage with cp.async. Per the PTX memory model the reads of lanes 1-31 happen before the overwrite.
