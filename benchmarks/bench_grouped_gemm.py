@@ -58,7 +58,7 @@ import time
 import torch
 
 import device
-from device import testing
+from device import _dispatch, testing
 from device.gemm import grouped_gemm
 
 DEV = "cuda"
@@ -121,18 +121,9 @@ dequant_weights = torch.compile(_dequant_weights, dynamic=False)
 
 
 def fused_algorithm(kind: str, e: int, t: int, k: int, n: int) -> str:
-    """The fused-decode fast plan that the sizes choose for a case: the "fused" column, which never takes the plans
-    with scratch copies (swapped_64x256, copies_cutlass). The tile rule of the fused kernels reads the output rows per
-    group and the contraction per group (fprop: T/E rows over K; dgrad: T/E rows over N; wgrad: dW's N rows over
-    T/E tokens): at most 96 rows -> fused_64x256 (no tensor work on padding rows); at least 256 rows with a
-    contraction of at least 1024 -> fused_pair_256x256 (2-CTA clusters share the B conversion); otherwise
-    fused_128x256."""
-    rows, contraction = {"fprop": (t // e, k), "dgrad": (t // e, n), "wgrad": (n, t // e)}[kind]
-    if rows <= 96:
-        return "fused_64x256"
-    if rows >= 256 and contraction >= 1024:
-        return "fused_pair_256x256"
-    return "fused_128x256"
+    """The fused-decode fast plan that the sizes choose for a case (``device._dispatch.fused_fast_algorithm``): the
+    "fused" column, which never takes the plans with scratch copies (swapped_64x256, copies_cutlass)."""
+    return _dispatch.fused_fast_algorithm(_dispatch.GemmProblem(kind, "fast", e, t, n, k, "bf16")).name
 
 
 class Planned:

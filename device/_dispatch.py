@@ -19,7 +19,8 @@ from oracle.rht import DEFAULT_RHT_SIGNS
 
 from ._codes import Algorithm, Epilogue, Loader, QuantizeKernel
 
-__all__ = ["ALGORITHM_TILES", "FORCED", "GemmPlan", "GemmProblem", "QuantizePlan", "plan_gemm", "plan_quantize"]
+__all__ = ["ALGORITHM_TILES", "FORCED", "GemmPlan", "GemmProblem", "QuantizePlan", "fused_fast_algorithm", "plan_gemm",
+           "plan_quantize"]
 
 #: The plan parts that :func:`device.testing.force_plan` forces (``algorithm``, ``loader``, ``epilogue``,
 #: ``quantize``: name -> value); empty outside its blocks. Read when a call chooses its plan.
@@ -299,9 +300,9 @@ def _exact_copies_pay(p: GemmProblem) -> bool:
     return rows >= EXACT_COPIES_MIN_ROWS and min(p.contraction, p.cols) >= COPIES_MIN_REUSE
 
 
-def _fused_fast_algorithm(p: GemmProblem) -> Algorithm:
-    """The fused fast kernel for these sizes: 2-CTA pairs for large groups with long K loops, 64-row tiles for few
-    rows per group, 128 x 256 otherwise."""
+def fused_fast_algorithm(p: GemmProblem) -> Algorithm:
+    """The fused fast kernel for these sizes (the fast plan where neither the swapped kernel nor the copies run):
+    2-CTA pairs for large groups with long K loops, 64-row tiles for few rows per group, 128 x 256 otherwise."""
     rows, contraction = p.rows_per_group, p.contraction
     if rows >= PAIR_MIN_ROWS and contraction >= PAIR_MIN_CONTRACTION:
         return Algorithm.fused_pair_256x256
@@ -362,7 +363,7 @@ def _auto_algorithm(p: GemmProblem) -> Algorithm:
     if copies is None and (
             _wgrad_copies_pay(p) if p.kind == "wgrad" else (_weight_copy_pays(p) or _copies_pay(p))):
         return Algorithm.copies_cutlass
-    fused = _fused_fast_algorithm(p)
+    fused = fused_fast_algorithm(p)
     why = algorithm_unavailable(fused, p)
     if why is None:
         return fused

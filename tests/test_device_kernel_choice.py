@@ -11,7 +11,7 @@ import pytest
 
 from device import _dispatch
 from device._codes import Algorithm, Epilogue, Loader
-from device._dispatch import ALGORITHM_TILES, GemmPlan, GemmProblem, plan_gemm
+from device._dispatch import ALGORITHM_TILES, GemmPlan, GemmProblem, fused_fast_algorithm, plan_gemm
 
 
 def _ru(v: int, q: int) -> int:
@@ -221,6 +221,8 @@ def test_fused_algorithm_by_size_when_forced_off_the_others():
         # fprop with a bias: no copies; more than 96 rows per group: not the swapped kernel
         p = problem(*shape, bias=shape[0] == "fprop")
         assert plan_gemm(p).algorithm == Algorithm[want], shape
+        # the same kernel by the sizes alone (bench_grouped_gemm's "fused" column forces it)
+        assert fused_fast_algorithm(problem(*shape)) == Algorithm[want], shape
 
 
 # Scale buffers that are not 16-byte aligned (a DeviceGroupedNVFP4Tensor whose scales are a view into a larger
