@@ -17,9 +17,9 @@ the amax pass walks X in reverse tile order, so part of the second read hits L2.
 state (1 GiB copies back to back, best of 5), so "frac" also carries the timed call's own costs (one launch, its
 ramp and tail, the flush's dirty lines); "vs copy" divides the time of a copy of the same number of bytes, timed
 exactly like the path (graph replay after the same flush, median; the faster of ``copy_`` and an elementwise copy
-kernel), by the path's time. "swizzled/compact" below 1
-means the compact-scale kernel is the slower one, not that swizzling is free. Run: ``PYTHONPATH=. python3
-benchmarks/bench_quantize.py`` (options: ``--quick``, ``--no-compile``, ``--profile``, ``--flush read``).
+kernel), by the path's time. "swizzled/compact" below 1 means the compact-scale kernel is the slower one, not that
+swizzling is free. Run: ``PYTHONPATH=. python3 benchmarks/bench_quantize.py`` (options: ``--quick``, ``--no-compile``,
+``--profile``, ``--flush read``).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ The extensions execute the plan they are given (``csrc/gemm/bindings.cpp``, ``cs
 refuse one they cannot run; they choose nothing themselves. The plan's codes are those of ``csrc/common/codes.h``
 (:mod:`device._codes`). A threshold below names the measurement behind it where there is one (``SKINNY_MAX_ROWS``,
 ``PAIR_MIN_ROWS``, ``WEIGHT_COPY_MIN_ROWS`` and ``WGRAD_COPIES_MIN_ROWS`` name none); docs/performance.md holds the
-numbers and docs/design.md the algorithms. :func:`device.testing.force_plan` overrides any part of a plan (tests, benchmarks);
-a forced part that cannot run the call raises :class:`ValueError` before anything is launched.
+numbers and docs/design.md the algorithms. :func:`device.testing.force_plan` overrides any part of a plan (tests,
+benchmarks); a forced part that cannot run the call raises :class:`ValueError` before anything is launched.
 
 This module imports neither torch nor CUDA: the choices are plain functions of host-known sizes.
 """
