@@ -621,3 +621,132 @@ def test_one_ulp_and_nibble_order_lines_name_their_other_causes():
     p = oracle.quantize(x, rowwise=False, columnwise=True, rht=True, rht_signs=0xD7E8 ^ 0xAAAA).col
     (nib,) = [h for h in diagnose(x, p.data, p.scales, rules=BASIC).hypotheses if h.startswith("nibble order")]
     assert "0xAAAA" in nib, nib
+
+
+# --- hypotheses and readings no other test reached (a mutation audit: each test fails on its mutant) ---
+
+def _hand_ones_col(m=20, k=32):
+    """x = ones [m, k] fp32, te rule (SPEC 5.1/5.2): S_enc = 2688, byte 0x7E, m = 6, code 0x7; col plane [k, 32]."""
+    data = np.zeros((k, 16), np.uint8)
+    data[:, : m // 2] = 0x77
+    return np.ones((m, k), np.float32), data, np.full((k, 2), 0x7E, np.uint8)
+
+def test_te_div_zero_block():
+    x = np.zeros((16, 32), np.float32)  # A = 0: S_enc = 1, every byte 0x00, d = 0: keeps 5.2's m, codes 0
+    d = diagnose(x, np.zeros((16, 16), np.uint8), np.zeros((16, 2), np.uint8), rules="te_div", plane="row")
+    assert "te_div" in d.matches
+
+def test_padding_garbage_named_under_variant():
+    x, data, sc = _hand_ones_col()
+    data[0, 12] = 0x01  # token 24 (padding) gets code 1
+    d = diagnose(x, data, sc, rules="te_div", plane="col")
+    assert any("zero-padded tokens 20..31" in h for h in d.hypotheses)
+
+def test_padding_line_only_when_real_tokens_match():
+    x, data, sc = _hand_ones_col()
+    data[0, 12] = 0x01
+    data[1, 0] = 0x67  # a real token differs too
+    d = diagnose(x, data, sc, plane="col")
+    assert not any("zero-padded tokens" in h for h in d.hypotheses)
+
+def test_no_rht_candidates_for_fp32():
+    x, data, sc = _hand_ones_col()
+    d = diagnose(x, data, sc, plane="col")
+    assert not any("rht" in lab.partition(" (")[2] for lab, _ in d.tried)
+
+def _ties_row():
+    # A = 2688: S_enc = 1, S_dec = 1 (SPEC 5.1). block 0: b = 2688 -> byte 0x7E, m = 1/448, code 0x7 for 2688.
+    # block 1: b = 6 -> sf = 6 * fp32(1/6) = 1.0 -> byte 0x38, m = 1: y = x exactly.
+    x = np.zeros((1, 32), np.float32)
+    x[0, 0] = 2688
+    x[0, 16:24] = [6, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5]
+    return x
+
+def test_ties_to_odd_named():
+    x = _ties_row()
+    codes = np.zeros((1, 32), np.uint8)
+    codes[0, 0] = 7
+    codes[0, 16:24] = [7, 1, 1, 3, 3, 5, 5, 7]  # ties to the odd code (RNE would be 7,0,2,2,4,4,6,6)
+    d = diagnose(x, pack_fp4(codes), np.uint8([[0x7E, 0x38]]), plane="row")
+    assert any(h.startswith("E2M1 ties rounded to odd codes") for h in d.hypotheses), d.hypotheses
+
+def test_sign_flip_is_not_a_rounding_mode():
+    x = np.zeros((1, 32), np.float32)
+    x[0, 0] = 2688
+    x[0, 16:20] = [6, 1, 2, 3]  # no ties
+    codes = np.zeros((1, 32), np.uint8)
+    codes[0, 0] = 7
+    codes[0, 16:20] = [7, 0xA, 4, 5]  # 1.0 written as -1.0 (0xA)
+    d = diagnose(x, pack_fp4(codes), np.uint8([[0x7E, 0x38]]), plane="row")
+    assert not any(h.startswith("E2M1") for h in d.hypotheses), d.hypotheses
+
+def test_e4m3_away_with_a_saturated_block():
+    # x [1, 32]: block 0 holds +Inf (A = +Inf -> S_enc = 1; sf = FLT_MAX -> 0x7E), block 1 b = 1.25:
+    # sf = 1.25 * fp32(1/6) = 0.20833334 -> RNE 0x25 (0.203125), away from zero 0x26 (0.21875)
+    x = np.zeros((1, 32), np.float32)
+    x[0, 0] = np.inf
+    x[0, 16] = 1.25
+    codes = np.zeros((1, 32), np.uint8)
+    codes[0, 0] = 7
+    codes[0, 16] = 7
+    d = diagnose(x, pack_fp4(codes), np.uint8([[0x7E, 0x26]]), plane="row")
+    assert any(h.startswith("E4M3 scale rounded away from zero") for h in d.hypotheses), d.hypotheses
+
+def test_nan_byte_is_no_ulp_step():
+    # te_fused_rht_kernels (SPEC 14.11): block 0 holds a NaN -> byte 0x7F, 16 codes 0x7; theirs 0x7E there
+    x = np.zeros((1, 32), np.float32)
+    x[0, 0] = np.nan
+    x[0, 1] = 1
+    x[0, 16] = 2688
+    codes = np.zeros((1, 32), np.uint8)
+    codes[0, :16] = 7
+    codes[0, 16] = 7
+    d = diagnose(x, pack_fp4(codes), np.uint8([[0x7E, 0x7E]]), plane="row", rules="te_fused_rht_kernels")
+    assert d.n_diff == 1
+    assert not any(h.startswith("one ulp off") for h in d.hypotheses), d.hypotheses
+
+def test_near_miss_per_tensor_value_not_named():
+    x = _ties_row()
+    codes = np.zeros((1, 32), np.uint8)
+    codes[0, 0] = 7
+    codes[0, 16:24] = [7, 0, 2, 2, 4, 4, 6, 6]
+    d = diagnose(x, pack_fp4(codes), np.uint8([[0x7E, 0x38]]), amax=np.float32(1.001), plane="row")
+    # S_enc = 2688 / 2688 = 1; 1.001 is not S_enc (nor 1/S_enc) to 2^-22
+    assert not any("is S_enc" in h or "is 1 / S_enc" in h for h in d.hypotheses), d.hypotheses
+
+def test_no_te_rounding_hypothesis_against_a_4over6_rule():
+    # SPEC 5.6 by hand (A = 2688, G = 448: S_enc = 1): block 1 [6, .25, .75, 1.25, 1.75, 2.5, 3.5, 5] has MAE 3.0 at
+    # map-to-6 (byte 0x38) and 2.0 at map-to-4 (byte 0x3C): 4over6 picks 0x3C. Theirs: plain te bytes (0x38, RNE codes)
+    x = _ties_row()
+    codes = np.zeros((1, 32), np.uint8)
+    codes[0, 0] = 7
+    codes[0, 16:24] = [7, 0, 2, 2, 4, 4, 6, 6]
+    d = diagnose(x, pack_fp4(codes), np.uint8([[0x7E, 0x38]]), plane="row", rules="te_4over6_mae")
+    assert d.n_diff == 1
+    assert not any(h.startswith(("E4M3", "E2M1")) for h in d.hypotheses), d.hypotheses
+
+def test_garbage_free_reading_ranks_first_on_a_tie():
+    # x = 0: every te byte 0x00 (SPEC 5.2). A 512-byte buffer: index 8 is padded-compact (row 2, block 0) but
+    # 128x4-swizzled padding (row 64, SPEC 8.2); row 2's first data byte differs in both readings -> 1 block each
+    x = np.zeros((16, 32), np.float32)
+    data = np.zeros((16, 16), np.uint8)
+    data[2, 0] = 0x11
+    buf = np.zeros(512, np.uint8)
+    buf[8] = 0x38
+    d = diagnose(x, data, buf, plane="row", rules="te")
+    assert d.n_diff == 1 and d.reading == "padded"
+
+
+def test_square_padded_shape_is_not_declared_compact():
+    # x [128, 64]: compact [128, 4] == padded shape (SPEC 8.1), so the buffer's shape says nothing about its layout.
+    # scales: block j of row r gets b = 2**(r % 4 + j) (A = 2688 -> S_enc = 1, sf = b * fp32(1/6) -> distinct bytes)
+    x = np.zeros((128, 64), np.float32)
+    x[0, 0] = 2688
+    for r in range(128):
+        for j in range(1 if r == 0 else 0, 4):
+            x[r, 16 * j] = 6 * 2.0 ** ((r + j) % 5 - 2)
+    q = oracle.quantize(x)  # the bytes diagnosed (plain te); only their layout is under test
+    swz = q.row.swizzled_scales().reshape(128, 4)
+    d = diagnose(x, q.row.data, swz, plane="row")
+    assert d.matches and d.reading == "swizzled"
+    assert not any("layout" in h for h in d.hypotheses), d.hypotheses

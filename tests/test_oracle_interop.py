@@ -8,6 +8,8 @@ Expected bytes come from torchao itself (its quantizer, its ``to_blocked`` / ``f
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 import pytest
 
@@ -406,3 +408,76 @@ def test_to_torchao_prints_nothing():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "NVFP4Tensor", r.stderr
     assert r.stderr == "", r.stderr
+
+
+# --- refusals and choices no other test reached (a mutation audit: each test fails on its mutant) ---
+
+def _fake_torchao(**kw):
+    """A torchao-like NVFP4Tensor of [16, 16] with all-zero bytes (the attributes from_torchao reads)."""
+    d = dict(qdata=torch.zeros(16, 8, dtype=torch.uint8), scale=torch.zeros(16, 1, dtype=torch.uint8), block_size=16,
+             orig_dtype=torch.bfloat16, per_tensor_scale=None, is_swizzled_scales=False, shape=(16, 16))
+    d.update(kw)
+    return types.SimpleNamespace(**d)
+
+
+def test_interop_refuses_bytes_and_scales_of_the_wrong_type():
+    with pytest.raises(TypeError, match="bytes .uint8 or float8_e4m3fn., got bool"):
+        read_scales(np.ones((1, 1), bool), 1, 1, "compact")
+    with pytest.raises(TypeError, match="got torch.int16"):  # would be read as twice as many bytes
+        read_scales(torch.zeros(16, dtype=torch.int16), 4, 4, "compact")
+    with pytest.raises(TypeError, match="must be float32, got torch.float64"):
+        amax_from_torchao_scale(torch.tensor([1.0], dtype=torch.float64))
+    with pytest.raises(TypeError, match="float32 number or array, got bool"):
+        amax_from_torchao_scale(np.array([True]))
+    with pytest.raises(ValueError, match=">= 0"):  # SPEC 4.3: an amax is a magnitude
+        amax_from_torchao_scale(np.float32(-np.inf))
+    with pytest.raises(ValueError, match="block_size=32"):
+        from_torchao(_fake_torchao(block_size=32))
+
+
+def test_amax_from_torchao_scale_takes_the_nearest_amax():
+    """P = fp32(3 / 2688) = 0x3A924925: both 3.0 and 0x40400001 give P back (SPEC 5.4's division), and P * 2688 =
+    3.00000013411 (exact) is nearer to 0x40400001 = 3.00000023842 than to 3.0; the docstring promises the nearest."""
+    p = np.uint32(0x3A924925).view(np.float32)
+    assert np.float32(np.float32(3.0) / np.float32(2688)) == p
+    assert np.float32(np.uint32(0x40400001).view(np.float32) / np.float32(2688)) == p
+    assert amax_from_torchao_scale(p).view(np.uint32) == 0x40400001
+
+
+def test_from_torchao_checks_a_given_amax_bit_for_bit():
+    """fp32(-0) / 2688 = -0.0, not the tensor's P = +0.0 (a P of -0 would flip torchao's multiplier, SPEC 5.4)."""
+    with pytest.raises(ValueError, match="does not give the tensor's per_tensor_scale"):
+        from_torchao(_fake_torchao(per_tensor_scale=torch.tensor(0.0)), amax=np.float32(-0.0))
+
+
+def test_to_torchao_refuses_row_scaled_and_16x16_planes():
+    with pytest.raises(ValueError, match="row-scaled"):
+        to_torchao(oracle.quantize(np.ones((16, 32), np.float32), row_scaled=True))
+    with pytest.raises(ValueError, match="1x16"):
+        to_torchao(oracle.quantize(np.ones((16, 32), np.float32), block=(16, 16)))
+
+
+def test_from_te_fields_refuses_a_columnwise_plane_of_another_tensor():
+    f = to_te_fields(oracle.quantize(np.ones((32, 64), np.float32), columnwise=True))
+    g = to_te_fields(oracle.quantize(np.ones((32, 32), np.float32), columnwise=True))
+    with pytest.raises(ValueError, match="not the plane of X"):
+        from_te_fields(**dict(f, columnwise_data=g["columnwise_data"], columnwise_scale_inv=g["columnwise_scale_inv"]))
+    with pytest.raises(ValueError, match="multiple of 16"):  # SPEC 14.10: TE's columnwise plane, M = 8
+        from_te_fields(columnwise_data=np.zeros((32, 4), np.uint8), columnwise_scale_inv=np.zeros((128, 4), np.uint8),
+                       amax_columnwise=np.float32([1.0]))
+
+
+def test_from_te_fields_marks_the_columnwise_plane_rht():
+    q = oracle.quantize(np.ones((32, 32), ml_dtypes.bfloat16), columnwise=True, rht=True)
+    assert from_te_fields(**to_te_fields(q), rht=True, rht_signs=0xD7E8).col.rht is True
+
+
+def test_device_result_columnwise_plane_with_padded_tokens():
+    """M = 20: the columnwise plane has Mp = 32 token columns (SPEC 6.2), so torchao's form is [K, 16] bytes; TE's
+    fields need M % 16 == 0 (SPEC 14.10) and are refused."""
+    q = oracle.quantize(np.ones((20, 64), np.float32), columnwise=True, rule="torchao")
+    ao = _device_result(q, False).to_torchao("col")
+    assert tuple(ao.qdata.shape) == (64, 16) and np.array_equal(ao.qdata.numpy(), q.col.data)
+    q = oracle.quantize(np.ones((20, 32), np.float32), columnwise=True)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        _device_result(q, False).to_te_fields()
