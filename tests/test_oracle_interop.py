@@ -481,3 +481,14 @@ def test_device_result_columnwise_plane_with_padded_tokens():
     q = oracle.quantize(np.ones((20, 32), np.float32), columnwise=True)
     with pytest.raises(ValueError, match="multiple of 16"):
         _device_result(q, False).to_te_fields()
+
+
+def test_from_te_fields_refuses_a_row_scaled_columnwise_plane():
+    """TE can row-scale the columnwise plane (one amax per column of X, SPEC 14.9), which the oracle does not model;
+    a columnwise plane with one amax beside row-scaled rowwise fields is a plain plane."""
+    f = to_te_fields(oracle.quantize(np.ones((32, 64), np.float32), columnwise=True))
+    f = dict(f, row_scaled_nvfp4=True, amax_rowwise=np.ones(32, np.float32))
+    with pytest.raises(ValueError, match="amax_columnwise holds 64 values: TE's row-scaled columnwise plane"):
+        from_te_fields(**dict(f, amax_columnwise=np.ones(64, np.float32)))
+    t = from_te_fields(**f)
+    assert t.row.row_scaled and not t.col.row_scaled
