@@ -408,8 +408,8 @@ def from_te_fields(*, rowwise_data=None, rowwise_scale_inv=None, columnwise_data
             raise ValueError("columnwise_data needs columnwise_scale_inv and amax_columnwise")
         s = read_scales(columnwise_scale_inv, kc, mc // 16, layout)
         a = _host_f32(amax_columnwise, "amax_columnwise")
-        if np.asarray(a).size != 1:
-            raise ValueError(f"amax_columnwise holds {np.asarray(a).size} values: TE's row-scaled columnwise plane (one "
+        if a.size != 1:
+            raise ValueError(f"amax_columnwise holds {a.size} values: TE's row-scaled columnwise plane (one "
                              "amax per column of X, SPEC 14.9) is not modelled by this oracle")
         col = _make_plane(d.reshape(kc, mc // 2), s, a, (kc, mc), rule, block=block, rht=rht, valid_cols=mc,
                           **{**extra, "row_scaled": None, "rht_signs": rht_signs})

@@ -26,7 +26,8 @@ from .swizzle import round_up
 
 __all__ = [
     "TeScaleOptions", "as_2d_f32", "block_scales", "check_options", "check_te_scale_options", "columnwise_source",
-    "plane_block_amax", "planes_are_transposes", "quantize", "quantize_2d", "quantize_columnwise", "quantize_matrix", "row_amaxes",
+    "plane_block_amax", "planes_are_transposes", "quantize", "quantize_2d", "quantize_columnwise", "quantize_matrix",
+    "row_amaxes",
 ]
 
 _BLOCKS = ((1, 16), (16, 16))

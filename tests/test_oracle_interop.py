@@ -236,6 +236,12 @@ def test_te_fields_of_an_nd_tensor_and_refusals():
         from_te_fields(**dict(f, nvfp4_use_4over6=False, nvfp4_e4m3_max=256))
     with pytest.raises(ValueError, match="448 or 256"):
         from_te_fields(**dict(f, nvfp4_use_4over6=True, nvfp4_e4m3_max=300))
+    g = to_te_fields(oracle.quantize(np.ones((16, 16), np.float32), columnwise=True))  # the planes of another X
+    with pytest.raises(ValueError, match="not the plane of X"):
+        from_te_fields(**dict(f, columnwise_data=g["columnwise_data"], columnwise_scale_inv=g["columnwise_scale_inv"]))
+    with pytest.raises(ValueError, match="multiple of 16"):  # SPEC 14.10: TE's columnwise plane, M = 8
+        from_te_fields(columnwise_data=np.zeros((32, 4), np.uint8), columnwise_scale_inv=np.zeros((128, 4), np.uint8),
+                       amax_columnwise=np.float32([1.0]))
 
 
 def test_te_fields_of_a_4over6_g256_plane():
@@ -455,16 +461,6 @@ def test_to_torchao_refuses_row_scaled_and_16x16_planes():
         to_torchao(oracle.quantize(np.ones((16, 32), np.float32), row_scaled=True))
     with pytest.raises(ValueError, match="1x16"):
         to_torchao(oracle.quantize(np.ones((16, 32), np.float32), block=(16, 16)))
-
-
-def test_from_te_fields_refuses_a_columnwise_plane_of_another_tensor():
-    f = to_te_fields(oracle.quantize(np.ones((32, 64), np.float32), columnwise=True))
-    g = to_te_fields(oracle.quantize(np.ones((32, 32), np.float32), columnwise=True))
-    with pytest.raises(ValueError, match="not the plane of X"):
-        from_te_fields(**dict(f, columnwise_data=g["columnwise_data"], columnwise_scale_inv=g["columnwise_scale_inv"]))
-    with pytest.raises(ValueError, match="multiple of 16"):  # SPEC 14.10: TE's columnwise plane, M = 8
-        from_te_fields(columnwise_data=np.zeros((32, 4), np.uint8), columnwise_scale_inv=np.zeros((128, 4), np.uint8),
-                       amax_columnwise=np.float32([1.0]))
 
 
 def test_from_te_fields_marks_the_columnwise_plane_rht():
