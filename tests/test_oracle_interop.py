@@ -451,9 +451,18 @@ def test_amax_from_torchao_scale_takes_the_nearest_amax():
 
 
 def test_from_torchao_checks_a_given_amax_bit_for_bit():
-    """fp32(-0) / 2688 = -0.0, not the tensor's P = +0.0 (a P of -0 would flip torchao's multiplier, SPEC 5.4)."""
+    """fp32(-0) / 2688 = -0.0, not the tensor's P = +0.0 (a P of -0 would flip torchao's multiplier, SPEC 5.4). A NaN
+    P's payload decides torchao's NaN codes (SPEC 3.5), and NaN / 2688 is that NaN quieted: an amax whose quotient has
+    another payload is refused; the same payload, or its signaling form (0x7F800001 -> 0x7FC00001), is kept."""
     with pytest.raises(ValueError, match="does not give the tensor's per_tensor_scale"):
         from_torchao(_fake_torchao(per_tensor_scale=torch.tensor(0.0)), amax=np.float32(-0.0))
+    nan_p = torch.tensor([0x7FC00001], dtype=torch.int32).view(torch.float32)
+    f32 = lambda bits: np.uint32(bits).view(np.float32)  # noqa: E731
+    with pytest.raises(ValueError, match="does not give the tensor's per_tensor_scale"):
+        from_torchao(_fake_torchao(per_tensor_scale=nan_p), amax=f32(0x7FC00000))
+    for bits in (0x7FC00001, 0x7F800001):
+        got = from_torchao(_fake_torchao(per_tensor_scale=nan_p), amax=f32(bits)).row.amax
+        assert np.float32(got).view(np.uint32) == bits
 
 
 def test_to_torchao_refuses_row_scaled_and_16x16_planes():
