@@ -22,15 +22,24 @@ def _run(*args):
 
 
 def test_explain_prints_every_block(tmp_path):
+    """--row 1 --amax 2688 (S_enc = 1, SPEC 5.1), blocks worked by hand (E4M3 bytes from ml_dtypes); row 0 differs, so
+    that explaining another row than asked shows. Block 0: amax 12 (the NaN ignored) -> scale 2 = 0x40, multiplier 0.5;
+    block 1: all 3.0 -> scale 0.5 = 0x30, multiplier 2, every code 0x7 (3 * 2 = 6), dequantized 3."""
+    e4m3 = lambda v: int(np.float32(v).astype(ml_dtypes.float8_e4m3fn).view(np.uint8))  # noqa: E731
     x = np.zeros((2, 32), np.float32)
+    x[0, :] = 1.5
     x[1, :16] = [12, 5, 7, -1, 0.5, 1.5, 2.5, 3.5, 10, 11, -0.0, np.nan, -3, 9, 0.4, -12]
+    x[1, 16:] = 3.0
     np.save(tmp_path / "x.npy", x)
     r = _run("explain", str(tmp_path / "x.npy"), "--row", "1", "--amax", "2688")
     assert r.returncode == 0, r.stderr
-    assert "block 0:" in r.stdout and "block 1:" in r.stdout
-    assert "scale=0x40" in r.stdout and "multiplier=0.5" in r.stdout  # SPEC 5.2 hand-worked block
-    code_line = [ln for ln in r.stdout.splitlines() if ln.strip().startswith("code")][0]
-    assert code_line.split()[1:5] == ["0x7", "0x4", "0x6", "0x9"]
+    blocks = [ln for ln in r.stdout.splitlines() if ln.startswith("block ")]
+    assert blocks[0].startswith(f"block 0: block_amax=12 scale=0x{e4m3(2.0):02X} (2) multiplier=0.5 factor=2"), blocks
+    assert blocks[1].startswith(f"block 1: block_amax=3 scale=0x{e4m3(0.5):02X} (0.5) multiplier=2 factor=0.5"), blocks
+    rows = [ln.split() for ln in r.stdout.splitlines() if ln.startswith("  ")]
+    codes = [row[1:] for row in rows if row[0] == "code"]
+    assert codes[0][:4] == ["0x7", "0x4", "0x6", "0x9"] and codes[1] == ["0x7"] * 16
+    assert [row[1:] for row in rows if row[0] == "dequant"][1] == ["3"] * 16
 
 
 def test_quantize_writes_all_buffers(tmp_path):
@@ -57,8 +66,9 @@ def test_cli_missing_file_and_bad_row(tmp_path):
     r = _run("quantize", str(tmp_path / "nope.npy"), str(tmp_path / "o.npz"))
     assert r.returncode == 2 and "error:" in r.stderr
     np.save(tmp_path / "x.npy", np.zeros((2, 16), np.float32))
-    r = _run("explain", str(tmp_path / "x.npy"), "--row", "5")
-    assert r.returncode == 2 and "outside" in r.stderr
+    for row in ("5", "2", "-1"):  # a 2-row plane: rows 0 and 1 only (no Python-style negative index)
+        r = _run("explain", str(tmp_path / "x.npy"), "--row", row)
+        assert r.returncode == 2 and "outside" in r.stderr and "Traceback" not in r.stderr, (row, r.stderr)
 
 
 def test_cli_amax_pair_and_dtype_conversion(tmp_path):
@@ -367,3 +377,112 @@ def test_diagnose_refuses_bad_mask_and_amax_count():
     with pytest.raises(ValueError, match="one per row"):
         oracle.diagnose(x, t.row.data, t.row.scales, amax=[1.0, 2.0, 3.0])
     assert oracle.diagnose(x, t.row.data, t.row.scales, amax=[float(t.row.amax)] * 4) is not None
+
+
+# ---- options reach the oracle: values worked by hand or by the scalar SPEC transcription (tests/spec_scalar.py) ----
+
+
+def _quantize_npz(tmp_path, x, *args) -> dict:
+    np.save(tmp_path / "x.npy", x)
+    r = _run("quantize", str(tmp_path / "x.npy"), str(tmp_path / "o.npz"), *args)
+    assert r.returncode == 0, r.stderr
+    return dict(np.load(tmp_path / "o.npz", allow_pickle=False))
+
+
+def test_quantize_input_dtype_converts_values(tmp_path):
+    """--input-dtype converts the values: a uint16 file holding 1..16 read as float32 has amax 16 (not bf16 bits);
+    an all-0.1 float32 row read as float16 has amax fp16(0.1) = 0.0999755859375 (NumPy's float16)."""
+    d = _quantize_npz(tmp_path, np.arange(1, 17, dtype=np.uint16).reshape(1, 16), "--input-dtype", "float32",
+                      "--no-columnwise")
+    assert float(d["row_amax"]) == 16.0
+    d = _quantize_npz(tmp_path, np.full((1, 16), 0.1, np.float32), "--input-dtype", "float16", "--no-columnwise")
+    assert d["row_amax"].astype(np.float32).tobytes() == np.float32(np.float16(0.1)).tobytes()
+
+
+def test_quantize_plane_shapes_and_no_columnwise(tmp_path):
+    """X [20, 48]: row_shape [20, 48] (SPEC 6.1), col_shape [48, roundup(20, 16)] = [48, 32] (SPEC 6.2);
+    --no-columnwise writes no col_* array."""
+    d = _quantize_npz(tmp_path, np.random.default_rng(0).standard_normal((20, 48)).astype(np.float32))
+    assert d["row_shape"].tolist() == [20, 48] and d["col_shape"].tolist() == [48, 32]
+    d = _quantize_npz(tmp_path, np.ones((4, 32), np.float32), "--no-columnwise")
+    assert not [k for k in d if k.startswith("col_")], sorted(d)
+
+
+def _sr_codes_by_scalar_spec(x, seed: int, offset: int):
+    from spec_scalar import sr_random_byte_source, te_amax, te_sr_plane
+
+    from oracle.philox import philox4x32  # Random123's known answers: tests/test_oracle_rht_sr.py
+
+    codes, _ = te_sr_plane(x, te_amax(x), sr_random_byte_source(philox4x32, seed, 0, offset))
+    return codes
+
+
+@pytest.mark.parametrize("args, seed, offset", [(("--seed", "5", "--offset", "9"), 5, 9), ((), 0, 0)])
+def test_quantize_sr_seed_and_offset(tmp_path, args, seed, offset):
+    """--rounding sr: the row codes are SPEC 3.4's with SPEC 10.2's bytes of key ``seed`` and counter word 3 =
+    ``offset`` (the scalar transcription); without --seed / --offset both are 0 (the help's defaults)."""
+    x = np.random.default_rng(4).standard_normal((3, 48)).astype(np.float32)
+    d = _quantize_npz(tmp_path, x, "--rounding", "sr", "--no-columnwise", *args)
+    got = np.stack([d["row_data"] & 0xF, d["row_data"] >> 4], -1).reshape(3, 48)
+    assert np.array_equal(got, _sr_codes_by_scalar_spec(x, seed, offset))
+    assert json.loads(str(d["options_json"]))["offset"] == offset
+
+
+def test_explain_and_quantize_apply_rht_signs(tmp_path):
+    """--rht-signs 0x0000: explain's header names the mask and its rht(input) values are SPEC 7.2's transform with
+    those signs (spec_scalar.rht_block) rounded to bf16 (ml_dtypes); quantize records the mask in its options."""
+    from spec_scalar import rht_block
+
+    x = np.random.default_rng(9).standard_normal((16, 32)).astype(ml_dtypes.bfloat16)
+    np.save(tmp_path / "x.npy", x)
+    r = _run("explain", str(tmp_path / "x.npy"), "--row", "5", "--plane", "col", "--rht", "--rht-signs", "0x0000")
+    assert r.returncode == 0, r.stderr
+    assert "signs 0x0000" in r.stdout
+    got = [float(v) for ln in r.stdout.splitlines() if ln.startswith("  ") and ln.split()[0] == "rht(input)"
+           for v in ln.split()[1:]]
+    want = [float(f"{float(np.float32(v).astype(ml_dtypes.bfloat16)):.6g}")
+            for v in rht_block([float(t) for t in x[:, 5].astype(np.float32)], 0)]
+    assert got == want
+    d = _quantize_npz(tmp_path, x, "--rht", "--rht-signs", "0")
+    assert json.loads(str(d["options_json"]))["rht_signs"] == 0
+
+
+def test_explain_rht_on_float16_says_how_to_pass_bf16(tmp_path):
+    """--rht needs bf16 input (SPEC 7.3): a float16 file gets the CLI's own message, which says how to give bf16."""
+    np.save(tmp_path / "h.npy", np.ones((16, 32), np.float16))
+    r = _run("explain", str(tmp_path / "h.npy"), "--row", "0", "--plane", "col", "--rht")
+    assert r.returncode == 2 and "--rht needs bf16 input" in r.stderr, r.stderr
+
+
+def _te_bytes_by_scalar_spec(x, amax):
+    """Packed codes (SPEC 2.3: element 2i in the low nibble) and compact scale bytes of rule te's rowwise plane."""
+    from spec_scalar import te_quantize_row_blocks
+
+    data = np.zeros((x.shape[0], x.shape[1] // 2), np.uint8)
+    scales = np.zeros((x.shape[0], x.shape[1] // 16), np.uint8)
+    for r in range(x.shape[0]):
+        codes, sb = te_quantize_row_blocks(x[r], amax)
+        data[r] = [codes[2 * i] | (codes[2 * i + 1] << 4) for i in range(x.shape[1] // 2)]
+        scales[r] = sb
+    return data, scales
+
+
+def test_diagnose_reads_a_generic_amax_and_honours_layout(tmp_path):
+    """THEIRS saved as data / scales / amax (the generic names) made with a supplied amax of 2688: diagnose uses that
+    amax and rule te reproduces every byte. Compact scale bytes given as --layout swizzled are named as linear scales
+    read as swizzled; as compact, no such line."""
+    from spec_scalar import te_amax
+
+    x = np.random.default_rng(1).standard_normal((4, 32)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    data, scales = _te_bytes_by_scalar_spec(x, np.float32(2688.0))
+    np.savez(tmp_path / "t.npz", data=data, scales=scales, amax=np.float32(2688.0))
+    r = _run("diagnose", str(tmp_path / "x.npy"), str(tmp_path / "t.npz"), "--rules", "te", "--plane", "row",
+             "--layout", "compact")
+    assert r.returncode == 0 and "reproduced exactly by: te" in r.stdout, (r.stdout, r.stderr)
+    data, scales = _te_bytes_by_scalar_spec(x, te_amax(x))
+    np.savez(tmp_path / "t.npz", data=data, scales=scales)
+    for layout, named in (("swizzled", True), ("compact", False)):
+        r = _run("diagnose", str(tmp_path / "x.npy"), str(tmp_path / "t.npz"), "--rules", "te", "--layout", layout)
+        assert r.returncode == 0, (layout, r.stderr)
+        assert ("linear scales read as swizzled" in r.stdout) == named, (layout, r.stdout)

@@ -371,3 +371,120 @@ def test_scale_arrays_name_their_layout(vectors):
                     offsets_key = key.replace("_compact", "").replace("scales", "scale_offsets")
                     assert a.size == {**ins, **outs}[offsets_key][-1], (name, key)
     assert seen == {"compact", "swizzled", "grouped_swizzled", "grouped_padded_compact"}
+
+
+def _swizzled_index(r, c, padded_cols: int):
+    """SPEC 8.2's byte of compact scale (r, c) in a 128x4-swizzled buffer with ``padded_cols`` (a multiple of 4)."""
+    return ((r // 128 * (padded_cols // 4) + c // 4) * 32 + r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4
+
+
+def _round_up(a: int, b: int) -> int:
+    return -(-a // b) * b
+
+
+def _group_scale_dims(meta, ins, outs, key):
+    """(per-group scale offsets, per-group compact scale shapes) of a grouped scale array (SPEC 9.2, 6.1, 6.2)."""
+    splits = [int(m) for m in ins["splits"]]
+    if meta["op"] == "group_quantize":
+        k = ins["x"].shape[1]
+        plane = key.split("_")[0]
+        dims = [(m, k // 16) for m in splits] if plane == "row" else [(k, _round_up(m, 16) // 16) for m in splits]
+        return outs[f"{plane}_scale_offsets"], dims
+    k = 2 * ins["a_data"].size // sum(splits)  # grouped GEMM: a is [T, K / 2] packed
+    rows = splits if key[0] == "a" else [meta["options"]["N"]] * len(splits)
+    return ins[f"{key[0]}_scale_offsets"], [(m, k // 16) for m in rows]
+
+
+def test_grouped_scale_arrays_hold_the_layout_they_name(vectors):
+    """Group by group, a grouped_padded_compact array is SPEC 8.1's [roundup(m, 128), roundup(C, 4)] matrix, zero
+    outside [:m, :C], and a grouped_swizzled one is zero at every padding byte of SPEC 8.2's formula (written out
+    here); both copies of one plane hold the same compact scales. (Both layouts have the same size.)"""
+    out, names = vectors
+    checked, pairs = set(), 0
+    for name in names:
+        meta, ins, outs = read_case(out / name)
+        compact_of: dict[str, list] = {}
+        for part, arrays in (("inputs", ins), ("outputs", outs)):
+            for key, e in meta[part].items():
+                if e.get("layout") not in ("grouped_swizzled", "grouped_padded_compact"):
+                    continue
+                flat = arrays[key].reshape(-1)
+                offsets, dims = _group_scale_dims(meta, ins, outs, key)
+                per_group = []
+                for g, (m, c) in enumerate(dims):
+                    seg = flat[offsets[g]:offsets[g + 1]]
+                    rp, cp = _round_up(m, 128), _round_up(c, 4)
+                    assert seg.size == rp * cp, (name, key, g)
+                    if e["layout"] == "grouped_padded_compact":
+                        mat = seg.reshape(rp, cp).copy()
+                        per_group.append(mat[:m, :c].copy())
+                        mat[:m, :c] = 0
+                        assert not mat.any(), (name, key, g, "SPEC 8.1 padding")
+                    else:
+                        r, col = np.meshgrid(np.arange(m), np.arange(c), indexing="ij")
+                        idx = _swizzled_index(r, col, cp)
+                        per_group.append(seg[idx])
+                        pad = np.ones(seg.size, bool)
+                        pad[idx.reshape(-1)] = False
+                        assert not seg[pad].any(), (name, key, g, "SPEC 8.2 padding")
+                    checked.add(e["layout"])
+                compact_of.setdefault(key.replace("_compact", ""), []).append(per_group)
+        for key, copies in compact_of.items():
+            if len(copies) == 2:  # the same plane's swizzled and padded compact copies
+                pairs += 1
+                for a, b in zip(*copies, strict=True):
+                    assert np.array_equal(a, b), (name, key)
+    assert checked == {"grouped_swizzled", "grouped_padded_compact"} and pairs > 0
+
+
+def _constant_over_16_row_bands(s: np.ndarray) -> bool:
+    return all((s[t:t + 16] == s[t]).all() for t in range(0, s.shape[0], 16))
+
+
+def test_gemm_weights_are_16x16_blocks_and_the_options_say_so(vectors):
+    """The GEMM cases' weights (b) use 16x16 blocks (SPEC 6.3: one scale byte per tile, repeated over its 16 rows),
+    their options record block [16, 16], and a bias input is recorded as bias: true. (a's 1x16 scales are not constant
+    over 16-row bands, so the band check can fail.)"""
+    meta, ins, _ = _case(vectors, "gemm_17x24x256")
+    assert meta["options"]["b"]["block"] == [16, 16]
+    assert _constant_over_16_row_bands(ins["b_scales"]) and not _constant_over_16_row_bands(ins["a_scales"])
+    assert ins["bias"].shape == (24,) and meta["options"]["gemm"]["bias"] is True
+    meta, ins, _ = _case(vectors, "grouped_gemm_fprop")
+    assert meta["options"]["b"]["block"] == [16, 16]
+    n, c = meta["options"]["N"], 2 * ins["a_data"].size // int(ins["splits"].sum()) // 16
+    r, col = np.meshgrid(np.arange(n), np.arange(c), indexing="ij")
+    for g in range(ins["splits"].size):
+        seg = ins["b_scales"][ins["b_scale_offsets"][g]:ins["b_scale_offsets"][g + 1]]
+        assert _constant_over_16_row_bands(seg[_swizzled_index(r, col, _round_up(c, 4))]), g
+
+
+def test_index_folders_and_spec_citations_agree(vectors):
+    """index.json lists the folders in the order a sorted directory listing gives (``NN_<case>``, NN two digits),
+    with each case's op and SPEC sections as its case.json has them; the torchao-rule case cites SPEC 5.4 (the
+    section that defines rule "torchao"); the swizzle case's compact input is [130, 7] and its output SPEC 8.1's
+    padded [256, 8] in bytes."""
+    import re
+
+    out, names = vectors
+    index = json.loads((out / "index.json").read_text())
+    assert [c["folder"] for c in index["cases"]] == names
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == names
+    assert all(re.fullmatch(rf"{i:02d}_[a-z0-9_]+", n) for i, n in enumerate(names)), names
+    torchao_cases = 0
+    for row in index["cases"]:
+        meta = json.loads((out / row["folder"] / "case.json").read_text())
+        assert (row["op"], row["spec"]) == (meta["op"], meta["spec"]), row
+        if meta["op"] == "quantize" and meta["options"].get("rule") == "torchao":
+            torchao_cases += 1
+            assert "5.4" in {s.strip() for s in meta["spec"].split(",")}, meta["spec"]
+    assert torchao_cases == 1
+    _, ins, outs = _case(vectors, "swizzle_130x7")
+    assert ins["compact"].shape == (130, 7) and outs["swizzled"].size == 256 * 8
+
+
+def test_cli_vectors_default_seed_is_zero(tmp_path):
+    """``python -m oracle vectors OUT`` without --seed writes seed 0 (its help's and write_vectors' default) into
+    every case.json."""
+    assert main(["vectors", str(tmp_path / "v")]) == 0
+    seeds = {json.loads((p / "case.json").read_text())["seed"] for p in (tmp_path / "v").iterdir() if p.is_dir()}
+    assert seeds == {0}
