@@ -363,15 +363,73 @@ def _row_amax_supply(rng, x64: np.ndarray) -> np.ndarray:
     return vals
 
 
+def _four_over_six_ties(rng, m: int, k: int, dtype: str, block: tuple) -> np.ndarray:
+    """Values whose 4over6 candidates (SPEC 5.6) tie in real arithmetic, so that only the fp32 roundings of the error
+    sums (element order, 16x16 tree, the input-domain association) decide each block: per block (a 16-element block
+    row, or a 16x16 tile) the max 12 u (map-to-6 scale 2 u, map-to-4 scale 3 u), one 5 u (error 1 against 0.5) and
+    one 2 u (error 0 against 0.5), in other rows of a tile where it has them; every other element below 0.5 u (both
+    candidates give 0). One element of 2688 u, or of a random value in [12 u, 2688 u) to vary S_enc, holds the plane's
+    amax; u = 2^j with j in [-4, 4], signs random. float64 [m, k]."""
+    u = 2.0 ** int(rng.integers(-4, 5))
+    v = rng.uniform(-0.49, 0.49, (m, k)) * u  # (below 0.5 u in every dtype after rounding)
+    rows = 16 if tuple(block) == (16, 16) else 1
+    for r0 in range(0, m, rows):
+        nr = min(rows, m - r0)
+        for c0 in range(0, k, 16):
+            cells = rng.choice(nr * 16, size=3, replace=False) if nr > 1 else rng.choice(16, size=3, replace=False)
+            for cell, val in zip(cells, (12.0, 5.0, 2.0), strict=True):
+                v[r0 + cell // 16, c0 + cell % 16] = val * u * rng.choice([-1.0, 1.0])
+    if v.size:
+        top = 2688.0 * u if rng.random() < 0.5 else float(rng.uniform(12.0, 2688.0)) * u
+        v.flat[int(rng.integers(v.size))] = top
+    return v
+
+
+def _special_amax(rng, arrays: dict, x: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """A supplied amax of 0, +Inf or NaN (SPEC 4.3: S_enc is then FLT_MAX, 0 or FLT_MAX through fminf) in the shape
+    :func:`_amax_supply` gives, and x with one all-zero block and one block of +-the dtype's least normal value where
+    it has two blocks (the blocks whose scale bytes such an S_enc moves; elsewhere the scales saturate either way)."""
+    n = int(arrays["splits"].size) if "splits" in arrays else None
+    pair = rng.random() < 0.5
+    vals = np.full((2 if pair else 1) * (1 if n is None else n), rng.choice([0.0, np.inf, np.nan]), np.float32)
+    if pair and rng.random() < 0.5:
+        vals[: vals.size // 2] = np.float32(np.nanmax(np.abs(x))) if x.size and np.isfinite(x).any() else 1.0
+    amax = vals if n is None else vals.reshape(2 if pair else 1, n)
+    x = x.copy()
+    blocks = x.reshape(x.shape[0], x.shape[1] // 16, 16)  # (a view: writes go to x)
+    if blocks.shape[0] * blocks.shape[1] >= 2:  # two different blocks
+        zero, tiny = rng.choice(blocks.shape[0] * blocks.shape[1], size=2, replace=False)
+        blocks[divmod(int(zero), blocks.shape[1])] = 0.0
+        blocks[divmod(int(tiny), blocks.shape[1])] = DTYPE_TINY[dtype] * rng.choice([-1.0, 1.0], size=16)
+    return amax, x
+
+
 def _apply_te_variants(rng, space, dtype: str, o: dict, arrays: dict, x64: np.ndarray, tags: dict) -> None:
     """Add :func:`_te_variants`' options to ``o`` and the ``te_variant`` tag; a row-scaled case that supplies its
-    amax gets one value per row instead (from the child stream after the variant draws; tag ``amax`` "rows")."""
+    amax gets one value per row instead (from the child stream after the variant draws; tag ``amax`` "rows"). A
+    4over6 case (from a further child stream) takes, in 30% of the cases (50% with 16x16 blocks), values whose
+    candidates tie (:func:`_four_over_six_ties`, tag ``values`` "fo6_ties"), and in 20% of the cases that are not
+    row-scaled a
+    supplied amax of 0, +Inf or NaN with a zero and a tiny block (:func:`_special_amax`, tag ``amax`` "special")."""
     v = _te_variants(rng, space, dtype, o)
     o.update(v)
     tags["te_variant"] = te_variant_tag(o)
     if v.get("row_scaled") and "amax" in arrays:
         arrays["amax"] = _row_amax_supply(rng.spawn(1)[0], x64)
         tags["amax"] = "rows"
+    if v.get("four_over_six"):
+        extra = rng.spawn(1)[0]
+        ties = extra.random() < (0.5 if list(o["block"]) == [16, 16] else 0.3)
+        special = extra.random() < 0.2 and not v.get("row_scaled")
+        if ties:
+            x64 = _four_over_six_ties(extra, *x64.shape, dtype, o["block"])
+            tags["values"] = "fo6_ties"
+        if special:
+            arrays["amax"], x64 = _special_amax(extra, arrays, x64, dtype)
+            tags["amax"] = "special"
+        if ties or special:
+            arrays["x"] = to_dtype(x64, dtype)
+            tags["specials"] = _has_specials(x64)
 
 
 def _quantize_kernel(rng, space, dtype: str, o: dict) -> str | None:
