@@ -363,7 +363,7 @@ def _row_amax_supply(rng, x64: np.ndarray) -> np.ndarray:
     return vals
 
 
-def _four_over_six_ties(rng, m: int, k: int, dtype: str, block: tuple) -> np.ndarray:
+def _four_over_six_ties(rng, m: int, k: int, block: tuple) -> np.ndarray:
     """Values whose 4over6 candidates (SPEC 5.6) tie in real arithmetic, so that only the fp32 roundings of the error
     sums (element order, 16x16 tree, the input-domain association) decide each block: per block (a 16-element block
     row, or a 16x16 tile) the max 12 u (map-to-6 scale 2 u, map-to-4 scale 3 u), one 5 u (error 1 against 0.5) and
@@ -409,8 +409,8 @@ def _apply_te_variants(rng, space, dtype: str, o: dict, arrays: dict, x64: np.nd
     amax gets one value per row instead (from the child stream after the variant draws; tag ``amax`` "rows"). A
     4over6 case (from a further child stream) takes, in 30% of the cases (50% with 16x16 blocks), values whose
     candidates tie (:func:`_four_over_six_ties`, tag ``values`` "fo6_ties"), and in 20% of the cases that are not
-    row-scaled a
-    supplied amax of 0, +Inf or NaN with a zero and a tiny block (:func:`_special_amax`, tag ``amax`` "special")."""
+    row-scaled a supplied amax of 0, +Inf or NaN with a zero and a tiny block (:func:`_special_amax`, tag ``amax``
+    "special")."""
     v = _te_variants(rng, space, dtype, o)
     o.update(v)
     tags["te_variant"] = te_variant_tag(o)
@@ -422,7 +422,7 @@ def _apply_te_variants(rng, space, dtype: str, o: dict, arrays: dict, x64: np.nd
         ties = extra.random() < (0.5 if list(o["block"]) == [16, 16] else 0.3)
         special = extra.random() < 0.2 and not v.get("row_scaled")
         if ties:
-            x64 = _four_over_six_ties(extra, *x64.shape, dtype, o["block"])
+            x64 = _four_over_six_ties(extra, *x64.shape, o["block"])
             tags["values"] = "fo6_ties"
         if special:
             arrays["amax"], x64 = _special_amax(extra, arrays, x64, dtype)

@@ -219,7 +219,8 @@ def from_torchao(t, *, amax=None) -> NVFP4Tensor:
 
     The plane's rule is "torchao" when the tensor has a ``per_tensor_scale`` P, else "torchao_noscale" (SPEC 5.4,
     5.5). An N-D tensor becomes the plane of its 2-D flattening ``[prod(...) * M, K]`` (SPEC 1.3). The amax is the
-    one given (checked: ``fp32(amax) / 2688`` must be P bit for bit, a NaN's payload included, SPEC 3.5) or :func:`amax_from_torchao_scale` of P.
+    one given (checked: ``fp32(amax) / 2688`` must be P bit for bit, a NaN's payload included, SPEC 3.5) or
+    :func:`amax_from_torchao_scale` of P.
     ``act_per_tensor_scale`` (a setting for quantizing the other GEMM operand) is not part of the plane. A P of one
     value in any shape (``()``, ``(1,)``, a single expert's ``(1, 1, 1)``) is the tensor's. Refused: a per-expert P
     of several values, a block size other than 16, and a transposed view (convert ``t.t()``, the stored matrix).

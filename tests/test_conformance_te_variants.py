@@ -140,7 +140,7 @@ def test_torch_te_matches_the_oracle_on_4over6_tile_ties(mode, fast_math):
     rng = np.random.default_rng(21)
     for block in ((16, 16), (1, 16)):
         for _ in range(6):
-            x = _four_over_six_ties(rng, 48, 64, "float32", block).astype(np.float32)
+            x = _four_over_six_ties(rng, 48, 64, block).astype(np.float32)
             _both(x, block=block, columnwise=True, four_over_six=mode, four_over_six_fast_math=fast_math)
 
 

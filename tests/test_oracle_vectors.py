@@ -6,6 +6,7 @@ every stored output."""
 from __future__ import annotations
 
 import json
+import re
 
 import ml_dtypes
 import numpy as np
@@ -463,8 +464,6 @@ def test_index_folders_and_spec_citations_agree(vectors):
     with each case's op and SPEC sections as its case.json has them; the torchao-rule case cites SPEC 5.4 (the
     section that defines rule "torchao"); the swizzle case's compact input is [130, 7] and its output SPEC 8.1's
     padded [256, 8] in bytes."""
-    import re
-
     out, names = vectors
     index = json.loads((out / "index.json").read_text())
     assert [c["folder"] for c in index["cases"]] == names
