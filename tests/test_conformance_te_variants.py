@@ -134,12 +134,13 @@ def test_4over6_cases_draw_ties_and_special_amaxes(op):
 def test_torch_te_matches_the_oracle_on_4over6_tile_ties(mode, fast_math):
     """The tie values with 16x16 tiles and 1x16 blocks, both planes: only the fp32 roundings of SPEC 5.6's sums (the
     element order, the tile tree, the input-domain association) decide each block; te_torch and the oracle agree
-    byte for byte (a tree summed in another order, or the elements in reverse, gives other scale bytes here)."""
+    byte for byte (a tree summed in another order, the elements in reverse, or ``p * (A / 6G)`` for ``(p * A) / 6G``
+    gives other scale bytes here)."""
     from conformance.generators import _four_over_six_ties
 
     rng = np.random.default_rng(21)
     for block in ((16, 16), (1, 16)):
-        for _ in range(6):
+        for _ in range(16):
             x = _four_over_six_ties(rng, 48, 64, block).astype(np.float32)
             _both(x, block=block, columnwise=True, four_over_six=mode, four_over_six_fast_math=fast_math)
 
