@@ -376,7 +376,7 @@ def _four_over_six_ties(rng, m: int, k: int, block: tuple) -> np.ndarray:
     for r0 in range(0, m, rows):
         nr = min(rows, m - r0)
         for c0 in range(0, k, 16):
-            cells = rng.choice(nr * 16, size=3, replace=False) if nr > 1 else rng.choice(16, size=3, replace=False)
+            cells = rng.choice(nr * 16, size=3, replace=False)
             for cell, val in zip(cells, (12.0, 5.0, 2.0), strict=True):
                 v[r0 + cell // 16, c0 + cell % 16] = val * u * rng.choice([-1.0, 1.0])
     if v.size:

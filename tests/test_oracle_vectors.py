@@ -374,22 +374,13 @@ def test_scale_arrays_name_their_layout(vectors):
     assert seen == {"compact", "swizzled", "grouped_swizzled", "grouped_padded_compact"}
 
 
-def _swizzled_index(r, c, padded_cols: int):
-    """SPEC 8.2's byte of compact scale (r, c) in a 128x4-swizzled buffer with ``padded_cols`` (a multiple of 4)."""
-    return ((r // 128 * (padded_cols // 4) + c // 4) * 32 + r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4
-
-
-def _round_up(a: int, b: int) -> int:
-    return -(-a // b) * b
-
-
 def _group_scale_dims(meta, ins, outs, key):
     """(per-group scale offsets, per-group compact scale shapes) of a grouped scale array (SPEC 9.2, 6.1, 6.2)."""
     splits = [int(m) for m in ins["splits"]]
     if meta["op"] == "group_quantize":
         k = ins["x"].shape[1]
         plane = key.split("_")[0]
-        dims = [(m, k // 16) for m in splits] if plane == "row" else [(k, _round_up(m, 16) // 16) for m in splits]
+        dims = [(m, k // 16) for m in splits] if plane == "row" else [(k, -(-m // 16)) for m in splits]
         return outs[f"{plane}_scale_offsets"], dims
     k = 2 * ins["a_data"].size // sum(splits)  # grouped GEMM: a is [T, K / 2] packed
     rows = splits if key[0] == "a" else [meta["options"]["N"]] * len(splits)
@@ -398,8 +389,11 @@ def _group_scale_dims(meta, ins, outs, key):
 
 def test_grouped_scale_arrays_hold_the_layout_they_name(vectors):
     """Group by group, a grouped_padded_compact array is SPEC 8.1's [roundup(m, 128), roundup(C, 4)] matrix, zero
-    outside [:m, :C], and a grouped_swizzled one is zero at every padding byte of SPEC 8.2's formula (written out
-    here); both copies of one plane hold the same compact scales. (Both layouts have the same size.)"""
+    outside [:m, :C], and a grouped_swizzled one is zero at every padding byte of SPEC 8.2's formula
+    (conformance.independent's transcription); both copies of one plane hold the same compact scales. (Both layouts
+    have the same size.)"""
+    from conformance.independent import compact_by_formula, padded_compact_by_hand, swizzle_by_formula
+
     out, names = vectors
     checked, pairs = set(), 0
     for name in names:
@@ -414,20 +408,15 @@ def test_grouped_scale_arrays_hold_the_layout_they_name(vectors):
                 per_group = []
                 for g, (m, c) in enumerate(dims):
                     seg = flat[offsets[g]:offsets[g + 1]]
-                    rp, cp = _round_up(m, 128), _round_up(c, 4)
+                    rp, cp = -(-m // 128) * 128, -(-c // 4) * 4
                     assert seg.size == rp * cp, (name, key, g)
                     if e["layout"] == "grouped_padded_compact":
-                        mat = seg.reshape(rp, cp).copy()
-                        per_group.append(mat[:m, :c].copy())
-                        mat[:m, :c] = 0
-                        assert not mat.any(), (name, key, g, "SPEC 8.1 padding")
+                        compact = seg.reshape(rp, cp)[:m, :c]
+                        assert np.array_equal(seg, padded_compact_by_hand(compact)), (name, key, g, "SPEC 8.1 padding")
                     else:
-                        r, col = np.meshgrid(np.arange(m), np.arange(c), indexing="ij")
-                        idx = _swizzled_index(r, col, cp)
-                        per_group.append(seg[idx])
-                        pad = np.ones(seg.size, bool)
-                        pad[idx.reshape(-1)] = False
-                        assert not seg[pad].any(), (name, key, g, "SPEC 8.2 padding")
+                        compact = compact_by_formula(seg, m, c)
+                        assert np.array_equal(seg, swizzle_by_formula(compact)), (name, key, g, "SPEC 8.2 padding")
+                    per_group.append(compact)
                     checked.add(e["layout"])
                 compact_of.setdefault(key.replace("_compact", ""), []).append(per_group)
         for key, copies in compact_of.items():
@@ -452,11 +441,12 @@ def test_gemm_weights_are_16x16_blocks_and_the_options_say_so(vectors):
     assert ins["bias"].shape == (24,) and meta["options"]["gemm"]["bias"] is True
     meta, ins, _ = _case(vectors, "grouped_gemm_fprop")
     assert meta["options"]["b"]["block"] == [16, 16]
+    from conformance.independent import compact_by_formula
+
     n, c = meta["options"]["N"], 2 * ins["a_data"].size // int(ins["splits"].sum()) // 16
-    r, col = np.meshgrid(np.arange(n), np.arange(c), indexing="ij")
     for g in range(ins["splits"].size):
         seg = ins["b_scales"][ins["b_scale_offsets"][g]:ins["b_scale_offsets"][g + 1]]
-        assert _constant_over_16_row_bands(seg[_swizzled_index(r, col, _round_up(c, 4))]), g
+        assert _constant_over_16_row_bands(compact_by_formula(seg, n, c)), g
 
 
 def test_index_folders_and_spec_citations_agree(vectors):
