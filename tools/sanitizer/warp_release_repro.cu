@@ -1,9 +1,10 @@
 // Does compute-sanitizer's racecheck see the ordering of a per-warp stage release?
 //
-// The sm100_copies GEMM kernel (device/csrc/gemm/sm100_copies.cu) releases a ring stage per warp: every lane reads the stage
-// with ld.shared, then __syncwarp() (bar.warp.sync, which orders the memory accesses of the participating lanes) and
-// lane 0 alone arrives on the stage's `empty` mbarrier (release semantics); the loader waits on it (acquire) and
-// overwrites the stage with cp.async. Per the PTX memory model the reads of lanes 1-31 happen before the overwrite.
+// The sm100_copies GEMM kernel (device/csrc/gemm/sm100_copies.cu) releases a ring stage per warp: every lane reads
+// the stage with ld.shared, then __syncwarp() (bar.warp.sync, which orders the memory accesses of the participating
+// lanes) and lane 0 alone arrives on the stage's `empty` mbarrier (release semantics); the loader waits on it
+// (acquire) and overwrites the stage with cp.async. Per the PTX memory model the reads of lanes 1-31 happen before the
+// overwrite.
 // This program runs that ring with one consumer warp and one producer warp, in three modes:
 //   0  per-warp release: __syncwarp, lane 0 arrives (empty count 1)        -- the kernel's pattern
 //   1  every lane arrives (empty count 32)                                  -- the same ordering, per thread
@@ -19,12 +20,12 @@
 // the kernels' own primitives: mbarrier init / arrive / wait, cp.async and its mbarrier arrival
 #include "gemm/ptx.cuh"
 
-using nvfp4_gemm::wg::cp_async16;
-using nvfp4_gemm::wg::smem_u32;
-using nvfp4_gemm::ws::cp_async_mbar_arrive;
-using nvfp4_gemm::ws::mbar_arrive;
-using nvfp4_gemm::ws::mbar_init;
-using nvfp4_gemm::ws::mbar_wait;
+using nvfp4_gemm::cp_async16;
+using nvfp4_gemm::smem_u32;
+using nvfp4_gemm::cp_async_mbar_arrive;
+using nvfp4_gemm::mbar_arrive;
+using nvfp4_gemm::mbar_init;
+using nvfp4_gemm::mbar_wait;
 
 constexpr int kStages = 2;
 
@@ -37,7 +38,7 @@ __global__ void ring(const int4* __restrict__ src, int rounds, int mode, long lo
       mbar_init(smem_u32(&full[s]), 32);
       mbar_init(smem_u32(&empty[s]), mode == 1 ? 32 : 1);
     }
-    nvfp4_gemm::ws::fence_mbarrier_init_cluster();
+    nvfp4_gemm::fence_mbarrier_init_cluster();
   }
   __syncthreads();
   if (warp == 1) {  // producer
