@@ -5,19 +5,21 @@
 /tmp/site, builds both trees' extensions in parallel (one NVFP4_BUILD_DIR each, under ``build/``, which is
 git-ignored and so survives between commands on the same machine), then runs each tree's own
 ``benchmarks/bench_quantize.py`` and ``benchmarks/bench_grouped_gemm.py`` (the old tree with only itself on
-PYTHONPATH) in the order old, new, old, new (``--rounds`` rounds, each benchmark's runs back to back), saves every
-output under ``$OUT/two_trees/`` and prints one table: row label, unit, old, new, new/old, the larger relative spread
+PYTHONPATH) in the order old, new, old, new (``--rounds`` rounds, each benchmark's runs back to back), keeps every
+output in ``--work`` and prints one table: row label, unit, old, new, new/old, the larger relative spread
 of the two sides' rounds, and ``SLOWER`` where the new tree is slower by more than ``--threshold`` (time up, or
 TFLOP/s or TB/s down). Rows are matched by their label text (bench_quantize: path and shape; bench_grouped_gemm:
 case, kind and column); torch's own columns (grouped_mm, the matmul loop, weight dequantize + grouped_mm) are shown
 as the machine's drift and never flagged. ``--mid DIR`` adds a third tree (``prepare REV --dir DIR``), built and
 timed with the other two (old, mid, new in each round), and two more tables: mid against old, new against mid.
-``table DIR`` prints the tables again from saved outputs.
+What comes back from the GPU machine is two files under ``$OUT/two_trees/`` (the device tool returns at most 8):
+``table.txt`` and ``runs.tar.gz``, every build log and benchmark output of the run. ``table PATH`` prints the tables
+again from saved outputs, a folder of them or that archive.
 
     python3 tools/ab/two_trees.py prepare HEAD~1
     python3 tools/ab/two_trees.py run [--old _ab_old] [--mid _ab_mid] [--rounds 2]
         [--gemm-args "--iters 5 --reps 1 --sustain 0.2"]
-    python3 tools/ab/two_trees.py table /tmp/two_trees_out/two_trees
+    python3 tools/ab/two_trees.py table /tmp/two_trees_out/two_trees/runs.tar.gz
 
 A GPU command runs at most 600 s: no benchmark run starts once the elapsed time plus the last run of the same
 benchmark would pass ``--budget`` (default 540 s), and a run still going 50 s past it is stopped (the rows it printed
@@ -35,6 +37,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tarfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -174,13 +177,21 @@ def table(outputs: dict[tuple[str, str], list[str]], threshold: float, base: str
     return "\n".join(lines)
 
 
-def read_outputs(directory: Path) -> dict[tuple[str, str], list[str]]:
-    """Saved outputs ``<bench>_<side>_<round>.txt`` of a ``run``."""
+def read_outputs(path: Path) -> dict[tuple[str, str], list[str]]:
+    """Saved outputs ``<bench>_<side>_<round>.txt`` of a ``run``: a folder of them, or ``runs.tar.gz``."""
+    texts: dict[str, str] = {}
+    if path.is_dir():
+        texts = {p.name: p.read_text() for p in path.glob("*_*_*.txt")}
+    else:
+        with tarfile.open(path) as tar:
+            for m in tar.getmembers():
+                if m.isfile() and m.name.endswith(".txt"):
+                    texts[Path(m.name).name] = tar.extractfile(m).read().decode()
     outputs: dict[tuple[str, str], list[str]] = {}
-    for p in sorted(directory.glob("*_*_*.txt")):
-        bench, side, _ = p.stem.split("_", 2)
+    for name in sorted(texts):
+        bench, side, _ = name.removesuffix(".txt").split("_", 2)
         if bench in BENCHES and side in SIDES:
-            outputs.setdefault((bench, side), []).append(p.read_text())
+            outputs.setdefault((bench, side), []).append(texts[name])
     return outputs
 
 
@@ -242,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{side} tree {tree}: no device/ or {', '.join(missing)} (run 'prepare REV --dir "
                   f"{args.mid if side == 'mid' else args.old}' and carry that folder)")
             return 2
-    out = Path(os.environ.get("OUT", "/tmp/two_trees_out")) / "two_trees"
+    out = Path(args.work)  # every log and output; $OUT/two_trees gets the table and an archive of this folder
     out.mkdir(parents=True, exist_ok=True)
     for stale in [*out.glob("*.txt"), *out.glob("*.err"), *out.glob("*.log")]:
         stale.unlink()
@@ -260,10 +271,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"build {side}: rc {rc}, {secs:.0f} s ({trees[side]})", flush=True)
         if rc:
             print("\n".join((out / f"build_{side}.log").read_text().splitlines()[-20:]))
+            save(out, "")
             return 1
     extra = {"quant": shlex.split(args.quant_args), "gemm": shlex.split(args.gemm_args)}
     chosen = [b for b in args.benches.split(",") if b]
     if not chosen:  # (build only: a later command on the same machine runs the benchmarks)
+        save(out, "")
         return 0
     last: dict[str, float] = {}
     for bench, script in BENCHES.items():
@@ -290,9 +303,22 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{bench} {side} round {r}: rc {rc}, {last[bench]:.0f} s", flush=True)
                 if rc != 0:
                     print("\n".join((out / f"{bench}_{side}_{r}.err").read_text().splitlines()[-10:]))
+    text = tables(read_outputs(out), args.threshold)
     print()
-    print(tables(read_outputs(out), args.threshold))
+    print(text)
+    save(out, text)
     return 0
+
+
+def save(work: Path, text: str) -> None:
+    """``$OUT/two_trees/table.txt`` (the printed tables) and ``runs.tar.gz`` (every file of the work folder)."""
+    dest = Path(os.environ.get("OUT", "/tmp/two_trees_out")) / "two_trees"
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "table.txt").write_text(text + "\n")
+    with tarfile.open(dest / "runs.tar.gz", "w:gz") as tar:
+        for p in sorted(work.iterdir()):
+            if p.is_file():
+                tar.add(p, arcname=p.name)
 
 
 def main() -> int:
@@ -315,8 +341,10 @@ def main() -> int:
                    help="comma-separated benchmarks to run (quant, gemm); empty: build both trees only")
     r.add_argument("--budget", type=float, default=540.0, help="seconds after which no new benchmark run starts")
     r.add_argument("--run-timeout", type=float, default=300.0, help="seconds one benchmark run may take")
+    r.add_argument("--work", default="/tmp/two_trees_runs", help="the folder of the build logs and the benchmarks' "
+                   "outputs (not under $OUT: $OUT/two_trees gets table.txt and runs.tar.gz of it)")
     t = sub.add_parser("table", help="print the table of a run's saved outputs")
-    t.add_argument("dir", type=Path, help="the folder of <bench>_<side>_<round>.txt files")
+    t.add_argument("dir", type=Path, help="the folder of <bench>_<side>_<round>.txt files, or a run's runs.tar.gz")
     t.add_argument("--threshold", type=float, default=0.03, help="flag rows slower by more than this fraction")
     args = ap.parse_args()
     if args.what == "prepare":
