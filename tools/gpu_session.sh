@@ -25,10 +25,12 @@
 #   binding-errors tools/sanitizer/check_binding_errors.py (every binding refusal is a Python error, not a crash)
 #   ncu            Nsight Compute on one launch of kernel $NCU_KERNEL (a regex) per case of $NCU_CASES (";"-separated
 #                  argument lists of $NCU_SCRIPT, default tools/profile/gemm_one_case.py;
-#                  tools/profile/quant_one_case.py for the quantizer): $OUT/ncu_<i>.ncu-rep, the details page (speed
-#                  of light, warp states, scheduler, instruction mix) in $OUT/ncu_<i>_details.txt, the per-SASS-line
-#                  stall samples in $OUT/ncu_<i>_sass.csv and their summary (tools/profile/ncu_sass_summary.py) in
-#                  $OUT/ncu_<i>_summary.txt
+#                  tools/profile/quant_one_case.py for the quantizer). Three files come back, whatever the number of
+#                  cases (the device tool returns at most 8): the details pages (speed of light, warp states,
+#                  scheduler, instruction mix) in $OUT/ncu_details.txt, the summaries of the per-SASS-line stall
+#                  samples (tools/profile/ncu_sass_summary.py) in $OUT/ncu_summary.txt, each case under a "--- ncu
+#                  <i>: <case>" line, and the reports with their per-SASS-line CSVs in $OUT/ncu_raw.tar.gz (made in
+#                  $NCU_WORK, default /tmp/gpu_session_ncu)
 #   bench-gemm     benchmarks/bench_grouped_gemm.py --iters 10 --reps 3 (three rounds: the median survives one
 #                  disturbed round, which happens in about one timing in 20)
 #   bench-quant    benchmarks/bench_quantize.py --quick --no-compile
@@ -133,21 +135,27 @@ EOF
     ncu)
       local NCU=ncu i=0 case rc=0
       command -v ncu >/dev/null || NCU=$(ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
+      local work=${NCU_WORK:-/tmp/gpu_session_ncu}
+      rm -rf "$work" && mkdir -p "$work"
+      : >"$OUT/ncu_details.txt"
+      : >"$OUT/ncu_summary.txt"
       IFS=';' read -ra cases <<<"$NCU_CASES"
       for case in "${cases[@]}"; do
-        echo "--- ncu $i: $case"
+        echo "--- ncu $i: $case" | tee -a "$OUT/ncu_details.txt" "$OUT/ncu_summary.txt"
         # shellcheck disable=SC2086
         "$NCU" --clock-control none -k "regex:$NCU_KERNEL" --launch-skip 1 --launch-count 1 \
           --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
           --section ComputeWorkloadAnalysis \
           --section InstructionStats --section LaunchStats --section Occupancy --section SourceCounters \
-          --import-source no -f -o "$OUT/ncu_$i" python3 "$NCU_SCRIPT" $case || rc=$?
-        "$NCU" -i "$OUT/ncu_$i.ncu-rep" --page details >"$OUT/ncu_${i}_details.txt" || rc=$?
-        "$NCU" -i "$OUT/ncu_$i.ncu-rep" --page source --csv --print-source sass >"$OUT/ncu_${i}_sass.csv" || rc=$?
-        python3 tools/profile/ncu_sass_summary.py "$OUT/ncu_${i}_sass.csv" --top 12 >"$OUT/ncu_${i}_summary.txt" || rc=$?
-        grep -E "Duration|Issue Slots Busy|Tensor|No Eligible|Warp Cycles Per Issued|Registers" "$OUT/ncu_${i}_details.txt" | head -n 20
+          --import-source no -f -o "$work/ncu_$i" python3 "$NCU_SCRIPT" $case || rc=$?
+        "$NCU" -i "$work/ncu_$i.ncu-rep" --page details >"$work/ncu_${i}_details.txt" || rc=$?
+        "$NCU" -i "$work/ncu_$i.ncu-rep" --page source --csv --print-source sass >"$work/ncu_${i}_sass.csv" || rc=$?
+        python3 tools/profile/ncu_sass_summary.py "$work/ncu_${i}_sass.csv" --top 12 >>"$OUT/ncu_summary.txt" || rc=$?
+        cat "$work/ncu_${i}_details.txt" >>"$OUT/ncu_details.txt"
+        grep -E "Duration|Issue Slots Busy|Tensor|No Eligible|Warp Cycles Per Issued|Registers" "$work/ncu_${i}_details.txt" | head -n 20
         i=$((i + 1))
       done
+      tar -czf "$OUT/ncu_raw.tar.gz" -C "$work" . || rc=$?
       return $rc
       ;;
     bench-gemm) python3 benchmarks/bench_grouped_gemm.py --iters 10 --reps 3 ;;
