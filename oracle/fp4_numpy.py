@@ -39,9 +39,8 @@ def _as_f32(x) -> np.ndarray:
         return arr
     if arr.dtype.kind not in "fiu" and arr.dtype.name != "bfloat16":
         raise TypeError(f"expected a floating-point array, got dtype {arr.dtype}")
-    if arr.dtype == np.float64:
-        # Python floats / float64 are rounded to float32 once (RNE); callers that need exactness pass float32.
-        return arr.astype(np.float32)
+    # exact for float16, bfloat16 and integers up to 2^24 in magnitude; float64 (Python floats) and larger integers are
+    # rounded to float32 once (RNE)
     return arr.astype(np.float32)
 
 

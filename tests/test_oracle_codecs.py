@@ -122,6 +122,15 @@ def test_e4m3_hand_vectors(value, byte):
     assert encode_e4m3(np.float32(value)) == byte
 
 
+def test_python_and_float64_inputs_round_once_to_fp32():
+    """SPEC 1.3: a float64 input (a Python float, a float64 array) is rounded to fp32 once, by RNE, then encoded."""
+    # 0.25 + 2^-20 is an fp32 value above SPEC 3.1's 0.25 tie: index 1 (through fp16 it would become 0.25: index 0)
+    assert int(encode_e2m1(0.25 + 2.0**-20)) == 0x1
+    # 2^-10 + 2^-26 lies above E4M3's midpoint 2^-10 between 0 and 2^-9 (SPEC 3.2): byte 0x01 (through fp16: 0x00)
+    assert encode_e4m3(np.array([2.0**-10 + 2.0**-26])).tolist() == [0x01]
+    assert np.float32(2.0**-10 + 2.0**-26).astype(ml_dtypes.float8_e4m3fn).view(np.uint8) == 0x01  # (independent)
+
+
 def test_pack_low_nibble_first_and_roundtrip():
     codes = np.array([[0x1, 0x2, 0xF, 0x8, 0x7]], np.uint8)
     packed = pack_fp4(codes)

@@ -78,6 +78,32 @@ def test_nan_ignored_inf_saturates():
     assert t.row.scales[0, 1] == 0x7E  # block holding -Inf gets 448
 
 
+def test_all_nan_tensor_amax_is_zero():
+    """SPEC 4.1: rule "te"'s amax folds fmaxf from 0 and ignores NaN, so an all-NaN tensor has amax +0; its block has
+    b = 0, so sf = 0 (byte 0x00), and every NaN element encodes as 0x7 (SPEC 3.1)."""
+    x = np.full((1, 16), np.nan, np.float32)
+    q = oracle.quantize(x).row
+    assert q.amax == 0.0 and not np.signbit(q.amax)
+    assert q.scales.tolist() == [[0x00]]
+    assert q.data.tolist() == [[0x77] * 8]
+
+
+def test_te_fused_rht_infinite_amax_hand_worked():
+    """SPEC 5.3 with SPEC 5.2 under amax = +Inf: S_enc = min(2688 / Inf, FLT_MAX) = 0 and S_dec = 1 / 0 = +Inf, and
+    the fminf of each step absorbs the NaNs that follow."""
+    x = np.zeros((1, 48), np.float32)
+    x[0, 0], x[0, 1] = np.inf, 1.0  # block 0: b = Inf; block 1: all zero
+    x[0, 32] = 1000.0               # block 2: b = 1000
+    q = oracle.quantize(x, rule="te_fused_rht").row
+    assert q.amax == np.inf
+    # block 0: sf = fminf(Inf * (0 * fp32(1/6)) = NaN, FLT_MAX) = FLT_MAX -> 0x7E; m = fminf(1 / (448 * Inf), FLT_MAX)
+    #          = 0: Inf * 0 = NaN -> 0x7, 1 * 0 = 0 -> 0x0
+    # block 1: sf = 0 -> 0x00; m = fminf(1 / (0 * Inf) = NaN, FLT_MAX) = FLT_MAX; zeros -> 0x0
+    # block 2: sf = 1000 * 0 = 0 -> 0x00; m = FLT_MAX; 1000 * FLT_MAX = Inf -> 0x7 (rule "te": byte 0x72, code 6)
+    assert q.scales.tolist() == [[0x7E, 0x00, 0x00]]
+    assert q.data.tolist() == [[0x07] + [0] * 7 + [0] * 8 + [0x07] + [0] * 7]
+
+
 def test_scale_product_order_hand_worked():
     """SPEC 5.2 forms S_enc * fp32(1/6) first (14.3). By hand: amax 100 gives S_enc = fp32(26.88); a block max b of
     37.500004 (bits 0x42160001, one ulp above 37.5) gives sf = b * fp32(26.88 * fp32(1/6)) = 168.00002, just above

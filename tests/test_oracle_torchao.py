@@ -71,3 +71,38 @@ def test_torchao_dequantize_matches_get_hp_scales():
     from oracle.dequantize import block_decode_scales
 
     assert np.array_equal(block_decode_scales(q), hp)
+
+
+def test_torchao_block_scale_is_a_division_hand_worked():
+    """SPEC 5.4 / 5.5: torchao's block scale is b / 6.0, a division. b = 7.125 - 2^-21: fp32(b / 6) = 1.1875 - 2^-23,
+    below E4M3's midpoint 1.1875 between 1.125 and 1.25, so 1.125 (0x39); b * fp32(1/6) would round to 1.1875
+    exactly, a tie that goes to 1.25 (0x3A). Expected bytes from ml_dtypes and from torchao itself."""
+    torch, nvfp4_quantize, _ = _torchao()
+    b = np.float32(7.125 - 2.0**-21)
+    assert (b / np.float32(6.0)).astype(ml_dtypes.float8_e4m3fn).view(np.uint8) == 0x39
+    x = np.zeros((1, 16), np.float32)
+    x[0, 3] = b
+    q = oracle.quantize(x, rule="torchao_noscale").row
+    assert q.scales.tolist() == [[0x39]]
+    s, d = nvfp4_quantize(torch.from_numpy(x))
+    assert s.view(torch.uint8).numpy().tolist() == [[0x39]]
+    assert np.array_equal(d.numpy(), q.data)
+
+
+def test_torchao_columnwise_nan_block_hand_worked():
+    """The columnwise plane under a torchao rule (SPEC 6.2 with 5.5): a NaN-propagating block amax (SPEC 4.1) and
+    the multiplier as the first operand of each product (SPEC 3.5's payloads), as torchao gives on X^T."""
+    torch, nvfp4_quantize, _ = _torchao()
+    x = np.zeros((16, 16), np.float32)
+    x[0, 0] = np.nan  # 0x7FC00000: column 0 of X is row 0 of the plane
+    col = oracle.quantize(x, rule="torchao_noscale", rowwise=False, columnwise=True).col
+    # row 0: b = NaN -> b / 6 = NaN -> byte 0x7F, which decodes to the NaN 0x7FF00000 (SPEC 3.5); m = 1 / sf keeps
+    # that payload and m * x_i is m's NaN for every i (multiplier first) -> index 4 (x's own payload would give 3)
+    assert col.scales[0].tolist() == [0x7F]
+    assert col.data[0].tolist() == [0x44] * 8
+    # rows 1-15: b = 0 -> b / 6 = 0, clamped to 2^-6 -> byte 0x08, m = 64, codes 0
+    assert col.scales[1:].tolist() == [[0x08]] * 15
+    assert not col.data[1:].any()
+    s, d = nvfp4_quantize(torch.from_numpy(np.ascontiguousarray(x.T)))  # M = 16: the plane is X^T, no padding
+    assert np.array_equal(s.view(torch.uint8).numpy(), col.scales)
+    assert np.array_equal(d.numpy(), col.data)
