@@ -141,10 +141,11 @@ def encode_e4m3(x_f32) -> np.ndarray:
     no boundary lies inside one index class and the table (built from :func:`encode_e4m3_reference`)
     is exact.
     """
-    bits = np.ascontiguousarray(_as_f32(x_f32)).view(np.uint32)
+    x = _as_f32(x_f32)
+    bits = np.ascontiguousarray(x).view(np.uint32)  # (a 0-d x becomes shape (1,) here: reshaped back below)
     key = (bits >> 19) << 1
     key |= (bits & 0x7FFFF) != 0
-    return _E4M3_ENCODE_TABLE[key]
+    return _E4M3_ENCODE_TABLE[key].reshape(x.shape)
 
 
 def encode_e4m3_reference(x_f32) -> np.ndarray:

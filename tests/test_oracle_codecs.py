@@ -12,6 +12,7 @@ from oracle.fp4_numpy import (
     decode_e4m3,
     encode_e2m1,
     encode_e4m3,
+    encode_e4m3_reference,
     f32_to_bf16_bits,
     pack_fp4,
     unpack_fp4,
@@ -129,6 +130,19 @@ def test_python_and_float64_inputs_round_once_to_fp32():
     # 2^-10 + 2^-26 lies above E4M3's midpoint 2^-10 between 0 and 2^-9 (SPEC 3.2): byte 0x01 (through fp16: 0x00)
     assert encode_e4m3(np.array([2.0**-10 + 2.0**-26])).tolist() == [0x01]
     assert np.float32(2.0**-10 + 2.0**-26).astype(ml_dtypes.float8_e4m3fn).view(np.uint8) == 0x01  # (independent)
+
+
+def test_codecs_keep_the_input_shape():
+    """Every codec returns its input's shape, a 0-d value included (bytes checked against ml_dtypes)."""
+    for shape in [(), (1,), (3, 2)]:
+        x = np.full(shape, 1.1875, np.float32)
+        e4 = encode_e4m3(x)
+        assert e4.shape == shape and e4.dtype == np.uint8
+        assert np.array_equal(e4, x.astype(ml_dtypes.float8_e4m3fn).view(np.uint8))  # 0x3A (tie to even)
+        assert encode_e4m3_reference(x).shape == shape
+        e2 = encode_e2m1(x)
+        assert e2.shape == shape and np.array_equal(e2, x.astype(ml_dtypes.float4_e2m1fn).view(np.uint8))
+        assert decode_e4m3(e4).shape == shape and decode_e2m1(e2).shape == shape
 
 
 def test_pack_low_nibble_first_and_roundtrip():
