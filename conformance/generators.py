@@ -435,10 +435,10 @@ def _apply_te_variants(rng, space, dtype: str, o: dict, arrays: dict, x64: np.nd
 def _quantize_kernel(rng, space, dtype: str, o: dict) -> str | None:
     """The quantize kernel a device backend is made to run (option and tag ``quantize_kernel``; drawn only where the
     backend's space names the kernels): "general" forces the general kernels onto inputs the fast bf16 kernels
-    normally take (bf16, round-to-nearest, 1x16 blocks, no RHT or its default sign mask), "auto" leaves the choice to
+    normally take (bf16, 1x16 blocks, either rounding, no RHT or its default sign mask), "auto" leaves the choice to
     the device. None for other inputs and for 4over6 (its own kernel, SPEC 5.6). Drawn last, so a case's other draws
     do not depend on it."""
-    fast_input = (dtype == "bfloat16" and o["rounding"] == "rn" and list(o["block"]) == [1, 16]
+    fast_input = (dtype == "bfloat16" and list(o["block"]) == [1, 16]
                   and (not o["rht"] or o["rht_signs"] == DEFAULT_RHT_SIGNS) and not o.get("four_over_six"))
     if "quantize_kernel" not in space or not fast_input:
         return None
