@@ -403,13 +403,15 @@ def test_round_certified_certifies_typical_estimates(out):
         assert np.array_equal(r[idx], ref)
 
 
-def _one_row(blocks) -> oracle.QuantizedPlane:
-    """A 1-row TE plane (amax 1) of 16-blocks given as (code filling the block or None, lane-0 code, scale byte)."""
+def _one_row(blocks, amax=1.0, rule="te") -> oracle.QuantizedPlane:
+    """A 1-row plane (TE rule, amax 1 unless given) of 16-blocks given as (code filling the block or None, lane-0
+    code, scale byte)."""
     from oracle.fp4_numpy import pack_fp4
 
     codes = [c for fill, lane0, _ in blocks for c in ([fill] * 16 if fill is not None else [lane0] + [0] * 15)]
     scales = np.array([[s for _, _, s in blocks]], np.uint8)
-    return oracle.QuantizedPlane(pack_fp4(np.array([codes], np.uint8)), scales, np.float32(1), (1, len(codes)))
+    return oracle.QuantizedPlane(pack_fp4(np.array([codes], np.uint8)), scales, np.float32(amax), (1, len(codes)),
+                                 rule)
 
 
 @pytest.mark.parametrize("case", ["above_midpoint", "below_binade_midpoint"])
@@ -478,3 +480,159 @@ def test_exact_model_nan_scale_rows():
     for model in ("sequential", "tensor_core", "exact"):
         y = np.asarray(oracle.gemm(a, b, model=model, out_dtype="float32"))
         assert np.isnan(y[0, 0]) and np.isfinite(y[1, 0]), model
+
+
+# E2M1 codes 0x1 = 0.5, 0x2 = 1, 0x3 = 1.5, 0x4 = 2, 0x6 = 4 (SPEC 2.1); E4M3 bytes 0x38 = 1, 0x01 = 2^-9,
+# 0x02 = 2^-8, 0x7F = NaN (SPEC 2.2)
+
+def test_torchao_alpha_uses_both_amaxes():
+    """SPEC 12.1, rule torchao: alpha = P_A * P_B with P = amax / 2688; amaxes 2688 and 5376 give 1 * 2 = 2."""
+    a = _one_row([(None, 0x2, 0x38)], amax=2688.0, rule="torchao")
+    b = _one_row([(None, 0x2, 0x38)], amax=5376.0, rule="torchao")
+    assert oracle.gemm_alpha(a, b) == np.float32(2.0) and oracle.gemm_alpha(b, a) == np.float32(2.0)
+
+
+def test_torchao_with_torchao_noscale_has_no_alpha():
+    """SPEC 12.1: a torchao plane against a torchao_noscale one is no pairing of 12.1's table: refused, either way."""
+    a = _one_row([(None, 0x2, 0x38)], amax=2688.0, rule="torchao")
+    b = _one_row([(None, 0x2, 0x38)], amax=2688.0, rule="torchao_noscale")
+    for x, y in ((a, b), (b, a)):
+        with pytest.raises(ValueError):
+            oracle.gemm_alpha(x, y)
+        with pytest.raises(ValueError):
+            oracle.gemm(x, y)
+
+
+def test_python_float_alpha_is_applied_in_fp32():
+    """SPEC 12.1 / 12.2: alpha is an fp32 value. alpha = 0.3 (a Python float) is fp32(0.3) = 10066330 * 2^-25; times
+    acc = 1.5 * 2 = 3 that is 15099495 * 2^-24 exactly, 0x3F666667, where the float64 product 0.9 would round to
+    0x3F666666."""
+    a, b = _one_row([(None, 0x3, 0x38)]), _one_row([(None, 0x4, 0x38)])
+    for model in ("sequential", "tensor_core", "exact"):
+        y = oracle.gemm(a, b, alpha=0.3, model=model, out_dtype="float32")
+        assert y.view(np.uint32)[0, 0] == 0x3F666667, model
+
+
+def test_exact_certification_accounts_for_c_and_bias():
+    """SPEC 12.3 with C = 2^30 and bias = -2^30 cancelling: alpha = 1 + 2^-23 and S = 1 * 1 + 2^-10 * 2^-10 =
+    1 + 2^-20 give v = 1 + 2^-20 + 2^-23 + 2^-43, which rounds to 1 + 2^-20 + 2^-23. The float64 estimate
+    fl(fl(alpha S + 2^30) - 2^30) = 1 + 2^-20 + 2^-22 is one fp32 ulp off, so its error term must count |C| + |bias|."""
+    a = _one_row([(None, 0x2, 0x38), (None, 0x1, 0x01)])  # 1, then 0.5 * 2^-9 = 2^-10
+    b = _one_row([(None, 0x2, 0x38), (None, 0x1, 0x01)])
+    alpha = np.float32(1 + 2.0**-23)
+    v = Fraction(float(alpha)) * (1 + Fraction(1, 2**20))
+    assert v == 1 + Fraction(1, 2**20) + Fraction(1, 2**23) + Fraction(1, 2**43)
+    y = oracle.gemm(a, b, alpha=alpha, model="exact", out_dtype="float32",
+                    accumulate=np.array([[2.0**30]], np.float32), bias=np.array([-(2.0**30)], np.float32))
+    assert y[0, 0] == np.float32(1 + 2.0**-20 + 2.0**-23) == _fraction_round(v, np.float32)
+
+
+def test_exact_model_per_row_alpha_on_the_integer_path(monkeypatch):
+    """SPEC 12.8 with 12.3 on the exact model's integer path (the float64 certification switched off, so every element
+    takes it): A row-scaled with amaxes 3 and 5, B's amax 7: alpha_m = fp32(fp32(A_m * 7) * fp32(1 / 7225344)) per
+    row; S = 1.5 * 2 = 3 in both rows; y = RN_fp32(alpha_m * 3), rounded here from fractions."""
+    import sys
+
+    from oracle.fp4_numpy import pack_fp4
+
+    codes = pack_fp4(np.array([[0x3] + [0] * 15] * 2, np.uint8))
+    a = oracle.QuantizedPlane(codes, np.full((2, 1), 0x38, np.uint8), np.array([3.0, 5.0], np.float32), (2, 16),
+                              row_scaled=True)
+    b = _one_row([(None, 0x4, 0x38)], amax=7.0)
+    rcp = np.float32(1.0) / np.float32(7225344)
+    alphas = [np.float32(np.float32(np.float32(x) * np.float32(7.0)) * rcp) for x in (3.0, 5.0)]
+    assert alphas[0] != alphas[1]
+    want = [_fraction_round(Fraction(float(al)) * 3, np.float32) for al in alphas]
+    monkeypatch.setattr(sys.modules["oracle.gemm"], "round_certified",
+                        lambda v, err, fmt: (np.zeros_like(v), np.zeros(v.shape, bool)))
+    y = oracle.gemm(a, b, model="exact", out_dtype="float32")
+    assert y[:, 0].tolist() == want
+
+
+def test_bias_is_added_in_fp32_before_the_bf16_cast():
+    """SPEC 12.2: y = fp32(fp32(alpha * acc) + bias), then RNE to bf16. acc = 1 + 2^-8 (1 * 1 + (1 * 2^-8) * 1),
+    alpha = 1, bias = 2^-30: fp32(1 + 2^-8 + 2^-30) = 1 + 2^-8, a bf16 tie between 1 and 1 + 2^-7, which goes to 1
+    (even); the exact sum rounded straight to bf16 would give 1 + 2^-7."""
+    a = _one_row([(None, 0x2, 0x38), (None, 0x2, 0x02)])
+    b = _one_row([(None, 0x2, 0x38), (None, 0x2, 0x38)])
+    for model in ("sequential", "tensor_core"):
+        y = oracle.gemm(a, b, alpha=np.float32(1), model=model, out_dtype="bfloat16",
+                        bias=np.array([2.0**-30], np.float32))
+        assert y.dtype == ml_dtypes.bfloat16 and float(y[0, 0]) == 1.0, model
+
+
+def test_bound_is_infinite_at_the_bf16_overflow_threshold_for_both_outputs():
+    """SPEC 12.4: B = +Inf wherever T (1+u)^4 + B reaches 2^128 - 2^119 (bf16's threshold, the lower one), for fp32
+    output too. C = 2^128 - 2^118 (an fp32 value) with one product of 1: T lies above that threshold, below 2^128."""
+    a, b = _one_row([(None, 0x2, 0x38)]), _one_row([(None, 0x2, 0x38)])
+    c = np.array([[2.0**128 - 2.0**118]], np.float32)
+    assert float(c[0, 0]) == 2.0**128 - 2.0**118
+    for out in ("float32", "bfloat16"):
+        bound = oracle.gemm_error_bound(a, b, alpha=np.float32(1), accumulate=c, out_dtype=out)
+        assert np.isposinf(bound[0, 0]), out
+
+
+def test_a_nan_scale_row_has_an_infinite_bound_and_must_give_nan():
+    """SPEC 12.4: an element whose exact value is NaN (here a torchao NaN scale byte 0x7F in A's row) has B = +Inf,
+    and within_bound then accepts a NaN only."""
+    from oracle.fp4_numpy import pack_fp4
+
+    assert oracle.within_bound(np.array([np.nan]), np.array([np.nan]), np.array([np.inf]))[0]
+    assert not oracle.within_bound(np.array([1.0]), np.array([np.nan]), np.array([np.inf]))[0]
+    a = oracle.QuantizedPlane(pack_fp4(np.array([[0x2] + [0] * 15], np.uint8)), np.array([[0x7F]], np.uint8),
+                              np.float32(2688), (1, 16), "torchao")
+    b = _one_row([(None, 0x2, 0x38)], amax=2688.0, rule="torchao")
+    ye = oracle.gemm(a, b, model="exact", out_dtype="float32")
+    bound = oracle.gemm_error_bound(a, b, out_dtype="float32")
+    assert np.isnan(ye[0, 0]) and np.isposinf(bound[0, 0])
+    assert oracle.within_bound(ye, ye, bound).all() and not oracle.within_bound(np.zeros_like(ye), ye, bound).any()
+
+
+def test_error_bound_at_least_the_spec_formula_for_long_k():
+    """SPEC 12.4 for K = 8192 (1 * 1 in every lane: P = 8192, alpha = 1, fp32 output): gemm_error_bound is at least
+    B = g P + 3u T (1+u)^3 + u_o T (1+u)^4 + u_o T + 4 eta + 3 eta_o with g = K u_a / (1 - K u_a) and T = P (1 + g),
+    in fractions (g = K u_a alone falls below B here)."""
+    from oracle.fp4_numpy import pack_fp4
+
+    k = 8192
+    codes = pack_fp4(np.full((1, k), 0x2, np.uint8))
+    a = oracle.QuantizedPlane(codes, np.full((1, k // 16), 0x38, np.uint8), np.float32(1), (1, k))
+    b = oracle.QuantizedPlane(codes.copy(), np.full((1, k // 16), 0x38, np.uint8), np.float32(1), (1, k))
+    u_a, u, eta = Fraction(1, 2**23), Fraction(1, 2**24), Fraction(1, 2**150)
+    p = Fraction(k)
+    g = k * u_a / (1 - k * u_a)
+    t = p * (1 + g)
+    want = g * p + 3 * u * t * (1 + u) ** 3 + u * t * (1 + u) ** 4 + u * t + 4 * eta + 3 * eta
+    assert Fraction(float(oracle.gemm_error_bound(a, b, alpha=np.float32(1), out_dtype="float32")[0, 0])) >= want
+
+
+@pytest.mark.parametrize("k", [15, 31, 63])
+def test_exact_int_matmul_at_its_documented_limit(k):
+    """exact_int_matmul gives a @ b.T exactly for |entries| < 2^40 (SPEC 12.3's limbs keep every partial sum below
+    2^53): every entry 2^40 - 1 (all bits set), one of them negative; exact results in Python integers."""
+    a = np.full((2, k), 2**40 - 1, np.int64)
+    a[1, 0] = -(2**40 - 1)
+    b = np.full((1, k), 2**40 - 1, np.int64)
+    s, shift = exact_int_matmul(a, b)
+    got = [int(x) * 2**shift for x in np.asarray(s, dtype=object).ravel()]
+    assert got == [k * (2**40 - 1) ** 2, (k - 2) * (2**40 - 1) ** 2]
+
+
+@pytest.mark.parametrize("mid", [1.5 - 2.0**-24, 1.0 - 2.0**-25, 3.0 * 2.0**-100 - 2.0**-123])
+def test_round_certified_declines_an_interval_across_the_lower_midpoint(mid):
+    """SPEC 12.3: an estimate just above the fp32 midpoint below it, with an error reaching across that midpoint, is
+    not certified; a shorter error is, with the estimate's rounding. Midpoints: 1.5 - 2^-24, 1 - 2^-25 (below a power
+    of two), 3 * 2^-100 - 2^-123."""
+    est = np.array([mid + abs(mid) * 2.0**-52])
+    _, ok = round_certified(est, np.array([abs(mid) * 2.0**-50]), "float32")
+    assert not ok[0]
+    r, ok = round_certified(est, np.array([abs(mid) * 2.0**-54]), "float32")
+    assert ok[0] and r[0] == float(np.float32(est[0]))
+
+
+def test_round_certified_declines_an_interval_that_ends_on_a_midpoint():
+    """v = 1 + 3 * 2^-24 - 2^-50 with error 2^-50: the value may be the midpoint 1 + 3 * 2^-24 itself, which rounds to
+    1 + 2^-22 (even), not to RN(v) = 1 + 2^-23: not certified."""
+    _, ok = round_certified(np.array([1 + 3 * 2.0**-24 - 2.0**-50]), np.array([2.0**-50]), "float32")
+    assert not ok[0]
+

@@ -397,3 +397,81 @@ def test_mma_planes_hold_the_case_bytes():
     c = generate("mma_sm100", 1, 3, "mma", OPS["mma_sm100"].space)
     pa, pb = mma_planes(c)
     assert pa.data is c.arrays["a_data"] and pb.scales is c.arrays["b_scales"] and pa.cols == 2 * pa.data.shape[1]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# one step with a given C, and the epilogue next to a midpoint (SPEC 12.7)
+
+STEP_VECTORS = {
+    # four zero groups (E_g = -139) and C = 2^-115 (1 + 2^-23): E = E_C = -115, grid 2^-150: D = C bit for bit
+    "zero_groups_keep_a_tiny_c": (np.float32(2.0**-115 * (1 + 2.0**-23)), [0] * 64, [0] * 64, [S1] * 4, [S1] * 4,
+                                  np.float32(2.0**-115 * (1 + 2.0**-23))),
+    # group 0 = 1 * 1 + 1 * (-1) = 0 (cancelling products: not a zero group) with both scales 2^-9 (subnormal, e = -6):
+    # E_0 = -12 > E_C = -40 for C = 2^-40 + 2^-48: grid 2^-47, D = 2^-40 (e = -7 would give grid 2^-48 and D = C)
+    "subnormal_scales_at_exponent_minus_6": (np.float32(2.0**-40 + 2.0**-48), [ONE, ONE] + [0] * 62,
+                                             [ONE, ONE | NEG] + [0] * 62, [S2M9, S1, S1, S1], [S2M9, S1, S1, S1],
+                                             np.float32(2.0**-40)),
+    # sA = 448, sB = 0 with 16 products 1 * 1: a zero group (E = -139); C = 2^-20 + 2^-40: E = -20, grid 2^-55,
+    # D = C (counting the group at exponent 8 - 6 = 2 would give grid 2^-33 and D = 2^-20)
+    "one_zero_scale_is_a_zero_group": (np.float32(2.0**-20 + 2.0**-40), [ONE] * 16 + [0] * 48, [ONE] * 16 + [0] * 48,
+                                       [S448, S1, S1, S1], [0x00, S1, S1, S1], np.float32(2.0**-20 + 2.0**-40)),
+}
+
+
+@pytest.mark.parametrize("name", list(STEP_VECTORS))
+def test_step_with_a_given_c_hand_worked(name):
+    c, ca, cb, sa, sb, want = STEP_VECTORS[name]
+    assert _bits(mxf4nvf4_k64_step(c, ca, cb, sa, sb)) == _bits(want)
+
+
+@pytest.mark.parametrize("name", list(STEP_VECTORS))
+def test_step_with_a_given_c_agrees_with_mmasim(mmasim, name):
+    import torch
+
+    c, ca, cb, sa, sb, want = STEP_VECTORS[name]
+    op = mmasim[0]("Blackwell", ind.TCGEN05_NVF4)
+
+    def packed(codes):  # SPEC 2.3's bytes, nibbles swapped for mmasim (high nibble first)
+        d = pack_fp4(np.array([codes], np.uint8))
+        return torch.from_numpy(((d & 0x0F) << 4) | (d >> 4))
+
+    def scales(v):
+        return torch.from_numpy(np.array([v], np.uint8)).view(torch.float8_e4m3fn)
+
+    d = op(packed(ca), packed(cb).T, torch.tensor([[float(c)]], dtype=torch.float32), scales(sa), scales(sb).T)
+    assert _bits(d.numpy()[0, 0]) == _bits(want)
+
+
+def _lane0(blocks) -> QuantizedPlane:
+    """A 1-row plane of 16-blocks given as (lane-0 code, scale byte), the other lanes zero."""
+    return _plane([[c for code, _ in blocks for c in [code] + [0] * 15]], [[sc for _, sc in blocks]])
+
+
+@pytest.mark.parametrize("case", ["inexact_low_part", "odd_estimate_next_to_a_midpoint"])
+def test_fused_bias_is_one_rounding_next_to_a_midpoint(case):
+    """SPEC 12.7's epilogue with a bias and no C: y = RN(alpha * acc + bias), one rounding.
+    inexact_low_part: acc = 1 + 2^-12 (1 * 1 + (1 * 2^-6) (1 * 2^-6)), alpha = 1 + 2^-12: alpha * acc = 1 + 2^-11 +
+      2^-24, an fp32 midpoint, and the bias 2^-80 lifts v above it: y = 1 + 2^-11 + 2^-23.
+    odd_estimate_next_to_a_midpoint: acc = 1.5 * 2 = 3, alpha = 1 + 2^-23: 3 + 1.5 * 2^-22 is the midpoint between
+      3 + 2^-22 and 3 + 2^-21, and the bias -(2^-51 - 2^-75) puts v below it: y = 3 + 2^-22.
+    Both checked against an exact rounding of the fraction."""
+    if case == "inexact_low_part":
+        a = b = _lane0([(ONE, S1), (ONE, 0x08)])  # 0x08: 2^-6
+        alpha, bias, acc, want = 1 + 2.0**-12, 2.0**-80, 1 + 2.0**-12, 1 + 2.0**-11 + 2.0**-23
+    else:
+        a, b = _lane0([(THREE_HALVES, S1)]), _lane0([(TWO, S1)])
+        alpha, bias, acc, want = 1 + 2.0**-23, -(2.0**-51 - 2.0**-75), 3.0, 3 + 2.0**-22
+    assert float(np.float32(alpha)) == alpha and float(np.float32(bias)) == bias
+    assert ind.round_fraction(Fraction(alpha) * Fraction(acc) + Fraction(bias), "float32") == want
+    y = oracle.gemm(a, b, alpha=np.float32(alpha), model="sm100", out_dtype="float32",
+                    bias=np.array([bias], np.float32))
+    assert y[0, 0] == np.float32(want)
+
+
+def test_accumulating_epilogue_rounds_alpha_times_acc_first():
+    """SPEC 12.7's epilogue with C and no bias: z = RN(alpha * acc), then y = RN(C + z). acc = 3, alpha = 1 + 2^-23:
+    3 + 1.5 * 2^-22 ties to 3 + 2^-21 (even); C = -3 gives y = 2^-21 (one fused rounding would give 3 * 2^-23)."""
+    y = oracle.gemm(_lane0([(THREE_HALVES, S1)]), _lane0([(TWO, S1)]), alpha=np.float32(1 + 2.0**-23), model="sm100",
+                    out_dtype="float32", accumulate=np.array([[-3.0]], np.float32))
+    assert y[0, 0] == np.float32(2.0**-21)
+

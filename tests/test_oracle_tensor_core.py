@@ -207,3 +207,38 @@ def test_tensor_core_sum_errors():
         tensor_core_sum(a, b, operands="fp8")
     with pytest.raises(ValueError, match="model"):
         oracle.gemm(a, b, model="wgmma")
+
+
+def _f32_bits(x) -> int:
+    return int(np.array([x], np.float32).view(np.uint32)[0])
+
+
+def test_step_subnormal_c_counts_at_exponent_minus_126():
+    """SPEC 12.6 step 2: a subnormal C counts with exponent -126. C = 2^-140 and four products 2^-75 * 2^-76 = 2^-151
+    (bf16 normals): E = -126, grid 2^-151, every product kept: D = 2^-140 + 2^-149, bits 513 (with E = -125 the grid
+    2^-150 would drop them: bits 512)."""
+    a, b = _pad([(2.0**-75, 2.0**-76)] * 4)
+    assert _f32_bits(wgmma_k16_step(2.0**-140, a, b, "bf16")) == 513
+
+
+def test_step_rounds_a_subnormal_sum_toward_zero_on_the_fp32_grid():
+    """SPEC 12.6 step 4: the product 1.75 * 2^-75 * 2^-74 = 1.75 * 2^-149 with C = 0 rounds toward zero on fp32's grid
+    2^-149: bits 1 (a 2^-150 grid would keep 1.5 * 2^-149, which fp32 then rounds to 2^-148: bits 2)."""
+    a, b = _pad([(1.75 * 2.0**-75, 2.0**-74)])
+    assert _f32_bits(wgmma_k16_step(0.0, a, b, "bf16")) == 1
+
+
+def test_accumulator_truncated_when_e_rises():
+    """SPEC 12.6 step 3 on C, over three k16 blocks of lane-0 products: (4 * 256) (4 * 128) = 2^19; then
+    (0.5 * 2^-2) (0.5 * 1) = 2^-4 (E = 19, grid 2^-6: kept, acc = 2^19 + 2^-4, 24 bits); then (-6 * 448) (6 * 448)
+    = -7225344, E = 22, grid 2^-3: C is cut to 2^19 and D = -6701056 exactly (an uncut C would give -6701055.9375,
+    -6701055.5 after the step's rounding toward zero)."""
+    codes_a = [0x6] + [0] * 15 + [0x1] + [0] * 15 + [0xF] + [0] * 15
+    codes_b = [0x6] + [0] * 15 + [0x1] + [0] * 15 + [0x7] + [0] * 15
+    a = oracle.QuantizedPlane(pack_fp4(np.array([codes_a], np.uint8)), np.array([[0x78, 0x28, 0x7E]], np.uint8),
+                              np.float32(1), (1, 48))
+    b = oracle.QuantizedPlane(pack_fp4(np.array([codes_b], np.uint8)), np.array([[0x70, 0x38, 0x7E]], np.uint8),
+                              np.float32(1), (1, 48))
+    assert tensor_core_sum(a, b)[0, 0] == np.float32(-6701056.0)
+    assert oracle.gemm(a, b, alpha=np.float32(1), model="tensor_core", out_dtype="float32")[0, 0] == -6701056.0
+
