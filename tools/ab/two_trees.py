@@ -13,7 +13,8 @@ case, kind and column); torch's own columns (grouped_mm, the matmul loop, weight
 as the machine's drift and never flagged. ``--mid DIR`` adds a third tree (``prepare REV --dir DIR``), built and
 timed with the other two (old, mid, new in each round), and two more tables: mid against old, new against mid.
 What comes back from the GPU machine is two files under ``$OUT/two_trees/`` (the device tool returns at most 8):
-``table.txt`` and ``runs.tar.gz``, every build log and benchmark output of the run. ``table PATH`` prints the tables
+``table.txt`` and ``runs.tar.gz``, every build log and benchmark output of the run, both written again after each
+benchmark run. ``table PATH`` prints the tables
 again from saved outputs, a folder of them or that archive.
 
     python3 tools/ab/two_trees.py prepare HEAD~1
@@ -303,6 +304,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{bench} {side} round {r}: rc {rc}, {last[bench]:.0f} s", flush=True)
                 if rc != 0:
                     print("\n".join((out / f"{bench}_{side}_{r}.err").read_text().splitlines()[-10:]))
+                save(out, tables(read_outputs(out), args.threshold))  # (what a call killed later still returns)
     text = tables(read_outputs(out), args.threshold)
     print()
     print(text)
