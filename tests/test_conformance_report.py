@@ -1,7 +1,7 @@
 """The conformance summary table: one row per backend and op (per option with ``detail``); columns line up whatever
 the backend and op names."""
 
-from conformance.report import Stats
+from conformance.report import Stats, merge_reports
 
 
 def test_summary_columns_line_up_with_long_names():
@@ -40,3 +40,44 @@ def test_default_table_is_one_row_per_backend_and_op():
         for head in ("cases", "pass", "mismatch", "error"):
             end = lines[0].index(f" {head} ") + len(head)
             assert ln[end].isdigit() and ln[end + 1] == " ", (head, ln)
+
+def _docs(statuses_per_shard, n=None, seeds=None):
+    n = n or len(statuses_per_shard)
+    docs = []
+    for i, statuses in enumerate(statuses_per_shard):
+        st = Stats()
+        for j, status in enumerate(statuses):
+            st.add(dict(backend="b", op="e2m1", index=i + n * j, status=status, seconds=0.1, tags={"k": "v"}))
+        config = dict(seed=(seeds[i] if seeds else 0), shard=[i, n], max_cases=None, ops=None, backends_used=["b"])
+        code = 2 if not statuses else int(any(s != "pass" for s in statuses))
+        docs.append((f"r{i}", st.to_json(config, code)))
+    return docs
+
+
+def test_merge_counts_the_mismatches_of_every_shard():
+    """Shard 0/2 mismatched one case, shard 1/2 passed two: the merge has 3 cases, 1 mismatched, exit code 1
+    (docs: 1 when any case mismatched or raised)."""
+    _, doc, problems = merge_reports(_docs([["mismatch"], ["pass", "pass"]]))
+    assert problems == []
+    assert doc["totals"] == dict(cases=3, passed=2, mismatched=1, errors=0, skipped_ops=0)
+    assert doc["exit_code"] == 1
+
+
+def test_merge_with_a_shard_that_ran_no_case_exits_2():
+    """docs: merge's exit code is 1 on a mismatch or error, else 2 when a shard is missing or ran no case, else 0.
+    Shard 0/2 ran no case (its exit code 2), shard 1/2 passed: 2, with a problem naming shard 0/2."""
+    _, doc, problems = merge_reports(_docs([[], ["pass"]]))
+    assert doc["exit_code"] == 2 and len(problems) == 1 and "shard 0/2 ran no case" in problems[0]
+
+
+def test_merge_refuses_different_seeds_and_a_shard_given_twice():
+    """docs: merge refuses reports of different seeds, and a shard given twice (ReportError, exit code 2)."""
+    import pytest
+
+    from conformance.report import ReportError
+
+    with pytest.raises(ReportError, match="seeds"):
+        merge_reports(_docs([["pass"], ["pass"]], seeds=[0, 1]))
+    d0, d1 = _docs([["pass"], ["pass"]])
+    with pytest.raises(ReportError, match="twice"):
+        merge_reports([d0, ("r0-again", d0[1]), d1])

@@ -1,0 +1,47 @@
+"""conformance.shrink's contract: only strictly smaller candidates, and never one whose check raises."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from conformance.cases import Case
+from conformance.shrink import shrink
+
+_Q = dict(rowwise=True, columnwise=False, rht=False, rht_signs=0xD7E8, block=[1, 16], rule="te", rounding="rn",
+          seed=0, offset=0, swizzled=True)
+
+
+def test_a_candidate_whose_check_raises_is_not_kept():
+    """shrink(): fails() returning None or raising means the candidate is not a failure of the same kind; only the
+    8 x 32 original fails, every smaller candidate raises, so the original comes back."""
+    c = Case("quantize", 0, 0, {"x": np.ones((8, 32), np.float32)}, dict(_Q), {})
+
+    def fails(k):
+        if k.arrays["x"].shape == (8, 32) and k.arrays["x"].all():
+            return frozenset({"row_data"})
+        raise RuntimeError("candidate cannot run")
+
+    small, tried = shrink(c, fails, deadline=time.monotonic() + 10)
+    assert small is c and tried > 1
+
+
+def test_every_kept_candidate_is_strictly_smaller():
+    """shrink.py: each candidate is strictly smaller by case_size. With a failure that every candidate shares, every
+    candidate tried is kept, so the sizes fails() sees must strictly decrease."""
+    from conformance.cases import case_size
+    from conformance.generators import generate
+    from conformance.ops import OPS
+
+    def recorder(sizes: list):
+        def fails(k):
+            sizes.append(case_size(k))
+            return frozenset({"y"})
+        return fails
+
+    for op in ("layout", "dequantize", "quantize"):
+        for i in range(3):
+            sizes: list = []
+            shrink(generate(op, 0, i, OPS[op].generator), recorder(sizes), deadline=time.monotonic() + 10)
+            assert all(b < a for a, b in zip(sizes, sizes[1:], strict=False)), (op, i, sizes)
