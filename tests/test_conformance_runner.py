@@ -166,3 +166,25 @@ def test_the_first_three_failures_of_a_backend_and_op_are_printed(tmp_path):
     code, stats = run(cfg, stdout=io.StringIO(), stderr=err)
     assert code == 1 and stats.mismatched == 5
     assert err.getvalue().count("MISMATCH quantize [test-runner-lastrow]") == 3
+
+
+class _ReturnsNoY(Backend):
+    name = "test-runner-no-y"
+    ops = ("rht", "gemm")
+
+    def run(self, op, case):
+        return {}
+
+
+def test_a_missing_y_of_a_bound_or_rht_op_is_a_missing_buffer():
+    """An op compared in bound mode (GEMMs, SPEC 12.4) or rht mode whose backend returns no y is a mismatch that names
+    the missing buffer, not an error of the backend."""
+    from conformance.generators import generate
+    from conformance.ops import OPS
+
+    for op in ("rht", "gemm"):
+        c = generate(op, 0, 0, OPS[op].generator)
+        status, ms, *_ = check_case(_ReturnsNoY(), c)
+        assert status == "mismatch" and [(m.buffer, m.count) for m in ms] == [("y", -1)], op
+        assert "y: missing from test-runner-no-y's outputs" in str(ms[0])
+
