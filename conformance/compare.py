@@ -74,10 +74,10 @@ def _f32(v) -> str:
 
 
 def _group_of(offsets: np.ndarray, idx: int) -> tuple[int, int]:
+    """(group, index inside it) of flat index ``idx`` under an offsets table: the last group starting at or before
+    ``idx`` (so empty groups before it are passed over), the last group for an index past the end."""
     g = int(np.searchsorted(offsets, idx, side="right") - 1)
     g = min(max(g, 0), len(offsets) - 2)
-    while g + 1 < len(offsets) - 1 and offsets[g + 1] <= idx and offsets[g + 1] == offsets[g]:
-        g += 1
     return g, idx - int(offsets[g])
 
 
