@@ -170,19 +170,20 @@ def test_the_first_three_failures_of_a_backend_and_op_are_printed(tmp_path):
 
 class _ReturnsNoY(Backend):
     name = "test-runner-no-y"
-    ops = ("rht", "gemm")
+    ops = ("rht", "gemm", "gemm_exact", "dequantize")
 
     def run(self, op, case):
         return {}
 
 
 def test_a_missing_y_of_a_bound_or_rht_op_is_a_missing_buffer():
-    """An op compared in bound mode (GEMMs, SPEC 12.4) or rht mode whose backend returns no y is a mismatch that names
-    the missing buffer, not an error of the backend."""
+    """An op compared in bound mode (GEMMs, SPEC 12.4), in rht mode, or in bytes mode with its y normalized (the exact
+    GEMM's zero signs, dequantize's NaNs) whose backend returns no y is a mismatch that names the missing buffer, not
+    an error of the backend."""
     from conformance.generators import generate
     from conformance.ops import OPS
 
-    for op in ("rht", "gemm"):
+    for op in ("rht", "gemm", "gemm_exact", "dequantize"):
         c = generate(op, 0, 0, OPS[op].generator)
         status, ms, *_ = check_case(_ReturnsNoY(), c)
         assert status == "mismatch" and [(m.buffer, m.count) for m in ms] == [("y", -1)], op
