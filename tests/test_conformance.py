@@ -15,6 +15,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+from conformance_cases import QUANTIZE_OPTIONS
 
 import oracle
 from conformance import backends as B
@@ -548,9 +549,8 @@ def test_group_quantize_reference_has_the_device_tile_table():
     from conformance.runner import reference
 
     x = np.zeros((300, 32), np.float32)
-    opts = dict(rowwise=True, columnwise=False, rht=False, rht_signs=0xD7E8, block=[1, 16], rule="te",
-                rounding="rn", seed=0, offset=0, swizzled=True)
-    case = Case("group_quantize", 0, 0, {"x": x, "splits": np.array([0, 129, 128, 1, 42], np.int64)}, opts, {})
+    case = Case("group_quantize", 0, 0, {"x": x, "splits": np.array([0, 129, 128, 1, 42], np.int64)},
+                dict(QUANTIZE_OPTIONS), {})
     assert reference(case)["row_tile_offsets"].tolist() == [0, 0, 2, 3, 4, 5]
     cut = case.replace({"splits": np.array([200, 200, 5], np.int64)}, options={"splits_rule": "cut"})
     assert reference(cut)["row_tile_offsets"].tolist() == [0, 2, 3, 3]  # cut sizes 200, 100, 0

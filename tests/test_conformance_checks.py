@@ -12,18 +12,12 @@ import time
 import ml_dtypes
 import numpy as np
 import pytest
+from conformance_cases import QUANTIZE_OPTIONS, quantize_case
 
 from conformance.cases import Case
 from conformance.compare import compare, rht_exact_domain
 from conformance.generators import generate
 from conformance.ops import reference
-
-_QUANTIZE = dict(rowwise=True, columnwise=False, rht=False, rht_signs=0xD7E8, block=[1, 16], rule="te", rounding="rn",
-                 seed=0, offset=0, swizzled=True)
-
-
-def _quantize_case(x: np.ndarray, **options) -> Case:
-    return Case("quantize", 0, 0, {"x": x}, {**_QUANTIZE, **options}, {})
 
 
 def _rht_case(x: np.ndarray) -> Case:
@@ -33,7 +27,7 @@ def _rht_case(x: np.ndarray) -> Case:
 def test_swizzled_padding_bytes_are_compared():
     """SPEC 8.2: byte 511 of a 3-row plane's swizzled scales is tile 0, row 3 * 32 + 31 = 127, column 3: padding,
     which must be 0x00 (8.1)."""
-    c = _quantize_case(np.ones((3, 32), np.float32))
+    c = quantize_case(np.ones((3, 32), np.float32))
     ref = reference(c)
     out = {k: v.copy() for k, v in ref.items()}
     out["row_scales_swizzled"][511] = 0x38
@@ -43,7 +37,7 @@ def test_swizzled_padding_bytes_are_compared():
 
 def test_a_supplied_nan_amax_keeps_its_bits():
     """SPEC 4.3: a supplied amax is used as is, payload included, so another NaN's bits are a mismatch."""
-    c = _quantize_case(np.ones((2, 16), np.float32))
+    c = quantize_case(np.ones((2, 16), np.float32))
     c.arrays["amax"] = np.array([0x7FC00001], np.uint32).view(np.float32)
     ref = reference(c)
     assert ref["row_amax"].view(np.uint32)[0] == 0x7FC00001
@@ -98,7 +92,7 @@ def test_an_empty_wgrad_expert_is_checked():
 def test_first_byte_of_a_group_is_located_in_that_group():
     """SPEC 9.2: with splits [10, 0, 10] and K = 32, group 2's data starts at byte (10 + 0) * 16 = 160."""
     c = Case("group_quantize", 0, 0, {"x": np.ones((20, 32), np.float32), "splits": np.array([10, 0, 10])},
-             dict(_QUANTIZE), {})
+             dict(QUANTIZE_OPTIONS), {})
     ref = reference(c)
     out = {k: v.copy() for k, v in ref.items()}
     out["row_data"][160] ^= 0x01
@@ -110,7 +104,7 @@ def test_shrinker_does_not_drift_to_another_failure():
     """Smaller cases that fail only in another buffer are not the same failure: the shrinker keeps the original."""
     from conformance.shrink import shrink
 
-    c = _quantize_case(np.ones((8, 32), np.float32))
+    c = quantize_case(np.ones((8, 32), np.float32))
 
     def fails(k):
         return frozenset({"row_data"}) if k.arrays["x"].shape == (8, 32) else frozenset({"row_amax"})
@@ -138,7 +132,7 @@ def test_diagnosis_uses_each_planes_supplied_amax():
     leaves one differing block of 32 (ones, 16 x 32: X^T has 32 rows of one block each)."""
     from conformance.diagnosis import failure_hypotheses
 
-    c = _quantize_case(np.ones((16, 32), np.float32), columnwise=True)
+    c = quantize_case(np.ones((16, 32), np.float32), columnwise=True)
     c.arrays["amax"] = np.array([1.0, 4.0], np.float32)
     ref = reference(c)
     out = {k: v.copy() for k, v in ref.items()}

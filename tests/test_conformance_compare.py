@@ -5,23 +5,17 @@ Expected values worked out by hand from SPEC.md and docs/conformance.md."""
 from __future__ import annotations
 
 import numpy as np
+from conformance_cases import QUANTIZE_OPTIONS, quantize_case
 
 from conformance.cases import Case
 from conformance.compare import compare
 from conformance.ops import reference
 
-_Q = dict(rowwise=True, columnwise=False, rht=False, rht_signs=0xD7E8, block=[1, 16], rule="te", rounding="rn",
-          seed=0, offset=0, swizzled=True)
-
-
-def _qcase(x):
-    return Case("quantize", 0, 0, {"x": x}, dict(_Q), {})
-
 
 def test_a_buffer_of_another_dtype_with_the_same_bytes_mismatches():
     """bytes mode compares the same dtype and shape: row_amax is fp32 [1] (SPEC 4); an int32 view of the same four
     bytes is not the buffer the op defines."""
-    c = _qcase(np.ones((2, 32), np.float32))
+    c = quantize_case(np.ones((2, 32), np.float32))
     ref = reference(c)
     out = dict(ref, row_amax=ref["row_amax"].view(np.int32))
     ms = compare(c, ref, out)
@@ -33,7 +27,7 @@ def test_the_first_of_two_differing_bytes_is_located_and_both_counted():
     """x = ones [2, 32]: row_data is [2, 16] bytes (SPEC 6.1). Flat byte 0 (row 0, elements 0/1, block 0) gets its
     low nibble changed and flat byte 31 (row 1, byte 15: elements 30/31, block 1) its high nibble: 2 bytes differ,
     the first at row 0, block 0, nibble lo, element 0."""
-    c = _qcase(np.ones((2, 32), np.float32))
+    c = quantize_case(np.ones((2, 32), np.float32))
     ref = reference(c)
     out = {k: v.copy() for k, v in ref.items()}
     out["row_data"].reshape(-1)[0] ^= 0x01
@@ -46,7 +40,7 @@ def test_the_first_of_two_differing_bytes_is_located_and_both_counted():
 def test_a_longer_buffer_counts_its_extra_bytes():
     """row_amax is fp32 [1]; a backend's [2] holding the right value and one more has 4 bytes too many, none of the
     common 4 differing: 4 bytes differ."""
-    c = _qcase(np.ones((2, 32), np.float32))
+    c = quantize_case(np.ones((2, 32), np.float32))
     ref = reference(c)
     out = dict(ref, row_amax=np.concatenate([ref["row_amax"], ref["row_amax"]]))
     (m,) = compare(c, ref, out)
@@ -184,7 +178,7 @@ def test_nan_is_compared_as_a_class_but_inf_is_a_value():
 def _gcase():
     """group_quantize of x = ones [3, 32], splits [1, 1, 1] (SPEC 9): three groups of one row each."""
     return Case("group_quantize", 0, 0, {"x": np.ones((3, 32), np.float32), "splits": np.array([1, 1, 1])},
-                dict(_Q), {})
+                dict(QUANTIZE_OPTIONS), {})
 
 
 def test_a_grouped_amax_is_located_in_its_group():
@@ -214,7 +208,7 @@ def test_a_wrong_offset_is_located_by_its_index():
 def test_both_nibbles_wrong_names_the_low_element():
     """A data byte holds element 2j in its low nibble and 2j+1 in its high one (SPEC 2 / 6.1): byte 0 of row 0 with
     both nibbles changed is nibble "both", first element 0."""
-    c = _qcase(np.ones((2, 32), np.float32))
+    c = quantize_case(np.ones((2, 32), np.float32))
     ref = reference(c)
     out = {k: v.copy() for k, v in ref.items()}
     out["row_data"].reshape(-1)[0] ^= 0x11
@@ -235,11 +229,11 @@ def test_swizzled_scale_bytes_are_located_by_the_spec_8_2_formula():
     """SPEC 8.2: byte = ((r/128 * Cp/4 + c/4) * 32 + r%32) * 16 + (r%128)/32 * 4 + c%4.
     x [3, 32] (C = 2, Cp = 4): (r, c) = (1, 0) is byte 16, a real scale; (3, 0) is byte 48, padding (rows 0..2).
     x [129, 128] (C = Cp = 8): (128, 0) is byte (1 * 2 * 32) * 16 = 1024, a real scale."""
-    w = _flip_one(_qcase(np.ones((3, 32), np.float32)), "row_scales_swizzled", 16)
+    w = _flip_one(quantize_case(np.ones((3, 32), np.float32)), "row_scales_swizzled", 16)
     assert (w["row"], w["block"], w.get("padding", False)) == (1, 0, False)
-    w = _flip_one(_qcase(np.ones((3, 32), np.float32)), "row_scales_swizzled", 48)
+    w = _flip_one(quantize_case(np.ones((3, 32), np.float32)), "row_scales_swizzled", 48)
     assert (w["row"], w["block"], w.get("padding", False)) == (3, 0, True)
-    w = _flip_one(_qcase(np.ones((129, 128), np.float32)), "row_scales_swizzled", 1024)
+    w = _flip_one(quantize_case(np.ones((129, 128), np.float32)), "row_scales_swizzled", 1024)
     assert (w["row"], w["block"], w.get("padding", False)) == (128, 0, False)
 
 
@@ -247,7 +241,7 @@ def test_grouped_padded_compact_scales_are_located_row_major_over_cp_columns():
     """SPEC 9.2 / 8.1: a group's padded compact scales are [roundup(m_g, 128), roundup(K/16, 4)] row-major. splits
     [3, 1], K = 32: C = 2, Cp = 4; group 0's byte 4 is (row 1, block 0), a real scale; its byte 2 is (row 0, block 2),
     a padding column."""
-    c = Case("group_quantize", 0, 0, {"x": np.ones((4, 32), np.float32), "splits": np.array([3, 1])}, dict(_Q), {})
+    c = Case("group_quantize", 0, 0, {"x": np.ones((4, 32), np.float32), "splits": np.array([3, 1])}, dict(QUANTIZE_OPTIONS), {})
     w = _flip_one(c, "row_scales_compact", 4)
     assert (w["group"], w["row"], w["block"], w.get("padding", False)) == (0, 1, 0, False)
     w = _flip_one(c, "row_scales_compact", 2)
@@ -257,7 +251,7 @@ def test_grouped_padded_compact_scales_are_located_row_major_over_cp_columns():
 def test_columnwise_data_rows_are_padded_token_rows():
     """SPEC 6.2: the columnwise plane of X [3, 32] is [K = 32, Mp = 16], data [32, 8] bytes. Flat byte 8 is row 1,
     byte 0: elements 0/1, block 0."""
-    c = Case("quantize", 0, 0, {"x": np.ones((3, 32), np.float32)}, dict(_Q, rowwise=False, columnwise=True), {})
+    c = Case("quantize", 0, 0, {"x": np.ones((3, 32), np.float32)}, dict(QUANTIZE_OPTIONS, rowwise=False, columnwise=True), {})
     w = _flip_one(c, "col_data", 8)
     assert (w["plane"], w["row"], w["block"], w["element"]) == ("col", 1, 0, 0)
 

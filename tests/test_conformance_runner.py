@@ -5,14 +5,11 @@ describes the saved case, a failure that does not reproduce stays a failure, exi
 from __future__ import annotations
 
 import numpy as np
+from conformance_cases import quantize_case
 
 from conformance.backends import Backend
-from conformance.cases import Case
 from conformance.ops import reference
 from conformance.runner import check_case
-
-_Q = dict(rowwise=False, columnwise=True, rht=True, rht_signs=0xD7E8, block=[1, 16], rule="te", rounding="rn",
-          seed=0, offset=0, swizzled=True)
 
 
 class _ReturnsNothing(Backend):
@@ -26,7 +23,7 @@ class _ReturnsNothing(Backend):
 def test_a_case_the_reference_cannot_run_is_an_error_not_a_pass():
     """SPEC 7.3: rht=True on fp32 input is a TypeError of the oracle. docs/conformance.md: exit code 1 on any exception
     in the oracle or the backend; check_case's status is "error", its text "reference raised TypeError: ..."."""
-    c = Case("quantize", 0, 0, {"x": np.ones((16, 16), np.float32)}, dict(_Q), {})
+    c = quantize_case(np.ones((16, 16), np.float32), rowwise=False, columnwise=True, rht=True)
     status, ms, ref, out, err = check_case(_ReturnsNothing(), c)
     assert status == "error" and ms == [] and err.startswith("reference raised TypeError")
 

@@ -6,18 +6,16 @@ import time
 
 import numpy as np
 import pytest
+from conformance_cases import QUANTIZE_OPTIONS
 
 from conformance.cases import Case
 from conformance.shrink import shrink
-
-_Q = dict(rowwise=True, columnwise=False, rht=False, rht_signs=0xD7E8, block=[1, 16], rule="te", rounding="rn",
-          seed=0, offset=0, swizzled=True)
 
 
 def test_a_candidate_whose_check_raises_is_not_kept():
     """shrink(): fails() returning None or raising means the candidate is not a failure of the same kind; only the
     8 x 32 original fails, every smaller candidate raises, so the original comes back."""
-    c = Case("quantize", 0, 0, {"x": np.ones((8, 32), np.float32)}, dict(_Q), {})
+    c = Case("quantize", 0, 0, {"x": np.ones((8, 32), np.float32)}, dict(QUANTIZE_OPTIONS), {})
 
     def fails(k):
         if k.arrays["x"].shape == (8, 32) and k.arrays["x"].all():
