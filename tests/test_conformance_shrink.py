@@ -67,3 +67,17 @@ def test_row_scaled_candidates_keep_one_amax_per_row(op):
         if seen == 4:
             break
     assert seen >= 3  # (row-scaled cases with a supplied amax are a few percent of the draws)
+
+
+def test_row_subsets_worked_by_hand():
+    """The row subsets the shrinker tries (conformance/shrink.py): halves first, then every quarter and eighth
+    dropped in turn (edges floor(i n / parts)); one row shrinks to none; none, to nothing."""
+    from conformance.shrink import _chunks
+
+    assert [c.tolist() for c in _chunks(0)] == []
+    assert [c.tolist() for c in _chunks(1)] == [[]]
+    assert [c.tolist() for c in _chunks(3)] == [[0], [1, 2]]
+    assert [c.tolist() for c in _chunks(5)] == [[0, 1], [2, 3, 4], [1, 2, 3, 4], [0, 2, 3, 4], [0, 1, 3, 4],
+                                                [0, 1, 2]]
+    eighths = [c.tolist() for c in _chunks(8)][6:]
+    assert eighths == [[j for j in range(8) if j != i] for i in range(8)]
