@@ -250,7 +250,7 @@ WIDE_K = (4096, 5120, 11328)
 
 def _size(rng, space, max_rows=5000, max_k=2048, min_rows=0) -> tuple[int, int]:
     max_elems = int(space.get("max_elems", DEFAULT_MAX_ELEMS))
-    m = gen_rows(rng, max_rows, int(space.get("min_rows", min_rows)))
+    m = gen_rows(rng, min(max_rows, int(space.get("max_rows", max_rows))), int(space.get("min_rows", min_rows)))
     wide = [w for w in WIDE_K if w <= int(space.get("max_k", WIDE_K[-1])) and w <= max_elems]
     if wide and rng.random() < 0.03:
         k = int(rng.choice(wide))
@@ -613,7 +613,7 @@ def gen_dequantize(rng, space) -> tuple[dict, dict, dict]:
     """A stored plane of arbitrary bytes (SPEC 11.2): data u8 [R, C/2], compact scales u8 [R, C/16] (uniform bytes,
     NaN patterns included, or E4M3 subnormals and zeros only), amax f32 [1]; options: swizzled (the device reads the
     SPEC 8.2 layout) and the byte offset (a multiple of 8) of the data inside a larger buffer (views)."""
-    r = gen_rows(rng, 300, int(space.get("min_rows", 0)))
+    r = gen_rows(rng, min(300, int(space.get("max_rows", 300))), int(space.get("min_rows", 0)))
     c = 16 * int(rng.integers(1, 33))
     data = rng.integers(0, 256, (r, c // 2), dtype=np.uint8)
     skind = pick(rng, space, "scales", ["uniform", "subnormal"], [0.75, 0.25])

@@ -65,7 +65,7 @@ def test_reference_layout_matches_per_group_gemm():
     for g in range(len(pa)):
         bias = None if "bias" not in c.arrays else c.arrays["bias"][g]
         y = oracle.gemm(pa[g], pb[g], model="sequential", out_dtype=c.options["out_dtype"], bias=bias)
-        assert np.array_equal(ref[offs[g] : offs[g + 1]], y.astype(np.float32))
+        assert np.array_equal(ref[offs[g] : offs[g + 1]].view(np.uint32), y.astype(np.float32).view(np.uint32))
 
 
 def test_fast_mode_bound_catches_error_and_names_group():
