@@ -162,12 +162,13 @@ def group_quantize(
         row_planes.append(t.row)
         col_planes.append(t.col)
 
-    def amaxes(planes):
-        if options.row_scaled:  # SPEC 5.7: one amax per row, in row order
+    def amaxes(planes, per_row: bool):
+        if per_row:  # SPEC 5.7: one amax per row, in row order
             return _concat([p.amax for p in planes if p is not None]).astype(np.float32)
         return np.array([p.amax if p is not None else 0 for p in planes], np.float32)
 
-    row_amax, col_amax = amaxes(row_planes), amaxes(col_planes)
+    # (a row-scaled tensor has no columnwise plane: its col_amax is E zeros, as for any plane not requested)
+    row_amax, col_amax = amaxes(row_planes, options.row_scaled), amaxes(col_planes, False)
     return GroupedNVFP4Tensor(
         splits=m,
         shape=x2.shape,
