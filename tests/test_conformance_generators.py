@@ -11,6 +11,7 @@ from collections import Counter
 
 import ml_dtypes
 import numpy as np
+from conformance_cases import generated_cases
 
 from conformance.cases import Case, case_size, load_case, save_case
 from conformance.generators import (
@@ -28,15 +29,9 @@ from conformance.generators import (
     gen_values,
     generate,
 )
-from conformance.ops import OPS
 from oracle.rht import DEFAULT_RHT_SIGNS
 
 SMALL = 1 << 14
-
-
-def _cases(op: str, n: int, seed: int = 0, **space):
-    sp = {**OPS[op].space, **space}
-    return [generate(op, seed, i, OPS[op].generator, sp) for i in range(n)]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -90,14 +85,14 @@ def test_k_is_a_multiple_of_16_up_to_max_k():
 
 def test_quantize_sizes_keep_max_elems_and_draw_the_wide_model_widths():
     wide = 0
-    cases = _cases("quantize", 700, seed=4)
+    cases = generated_cases("quantize", 700, seed=4)
     for c in cases:
         m, k = c.arrays["x"].shape
         assert k % 16 == 0 and m * k <= 1 << 18, (m, k)
         assert k <= 2048 or k in (4096, 5120, 11328)
         wide += k in (4096, 5120, 11328)
     assert 5 <= wide <= 60  # about 3% of 700 = 21
-    for c in _cases("quantize", 200, seed=4, max_elems=3000):
+    for c in generated_cases("quantize", 200, seed=4, max_elems=3000):
         m, k = c.arrays["x"].shape
         assert m * k <= 3000
 
@@ -162,7 +157,7 @@ def test_ties_tiles_have_12_on_the_diagonal_2688_in_most_and_vary_the_scale():
     assert len(scales) > 10  # "times 2^j"
 
 
-def test_specials_nan_inf_and_negative_inf_in_about_a_fifth_of_the_cases():
+def test_specials_nan_inf_and_negative_inf_in_about_a_fifth_of_thegenerated_cases():
     seen = Counter()
     n = 0
     rng = np.random.default_rng(7)
@@ -182,7 +177,7 @@ def test_specials_nan_inf_and_negative_inf_in_about_a_fifth_of_the_cases():
 
 
 def test_gemm_exact_small_space_has_no_specials_and_small_sizes():
-    for c in _cases("gemm_exact", 150, seed=8):
+    for c in generated_cases("gemm_exact", 150, seed=8):
         a, b = c.arrays["a"].astype(np.float32), c.arrays["b"].astype(np.float32)
         assert np.isfinite(a).all() and np.isfinite(b).all()
         assert a.shape[0] <= 6 and b.shape[0] <= 6 and a.shape[1] <= 128
@@ -197,7 +192,7 @@ def test_gemm_exact_small_space_has_no_specials_and_small_sizes():
 
 def test_quantize_options_cover_the_documented_values():
     seen = Counter()
-    for c in _cases("quantize", 500, seed=9, max_elems=SMALL) + _cases("group_quantize", 300, seed=9, max_elems=SMALL):
+    for c in generated_cases("quantize", 500, seed=9, max_elems=SMALL) + generated_cases("group_quantize", 300, seed=9, max_elems=SMALL):
         o, a = c.options, c.arrays
         dtype = a["x"].dtype.name
         planes = "both" if o["rowwise"] and o["columnwise"] else ("row" if o["rowwise"] else "col")
@@ -241,7 +236,7 @@ def test_random_rht_sign_masks_use_all_16_bits():
 
 
 def test_rht_op_draws_default_and_random_masks():
-    masks = {c.options["rht_signs"] for c in _cases("rht", 60, seed=11)}
+    masks = {c.options["rht_signs"] for c in generated_cases("rht", 60, seed=11)}
     assert DEFAULT_RHT_SIGNS in masks and len(masks - {DEFAULT_RHT_SIGNS}) > 5
 
 
@@ -270,7 +265,7 @@ def test_row_amax_supply_factors_and_specials():
 def test_4over6_special_amax_draws_zero_inf_and_nan():
     got = set()
     for op in ("quantize", "group_quantize"):
-        for c in _cases(op, 1500, seed=13, max_elems=1 << 12, rule=["te"], rounding=["rn"], four_over_six=["mae"]):
+        for c in generated_cases(op, 1500, seed=13, max_elems=1 << 12, rule=["te"], rounding=["rn"], four_over_six=["mae"]):
             if c.tags.get("amax") == "special":
                 a = c.arrays["amax"].reshape(-1)
                 got |= {"nan" if np.isnan(v) else ("inf" if np.isinf(v) else ("zero" if v == 0 else "finite"))
@@ -296,7 +291,7 @@ def test_codec_cases_hold_grid_values_ties_and_their_neighbours():
     grid = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6], np.float32)
     ties = (grid[1:] + grid[:-1]) / 2
     kinds, near = Counter(), Counter()
-    for c in _cases("e2m1", 200, seed=15):
+    for c in generated_cases("e2m1", 200, seed=15):
         kinds[c.tags["values"]] += 1
         x = np.abs(c.arrays["x"][np.isfinite(c.arrays["x"])])
         if c.tags["values"] == "ties":
@@ -311,14 +306,14 @@ def test_codec_cases_hold_grid_values_ties_and_their_neighbours():
 
 
 def test_layout_scale_bytes_are_nonzero():
-    for c in _cases("layout", 200, seed=16):
+    for c in generated_cases("layout", 200, seed=16):
         s = c.arrays["scales"]
         assert s.dtype == np.uint8 and (s != 0).all() and s.shape[0] <= 700 and 1 <= s.shape[1] <= 40
 
 
 def test_dequantize_draws_every_offset_signed_subnormal_scales_and_each_amax_kind():
     seen = Counter()
-    for c in _cases("dequantize", 400, seed=17):
+    for c in generated_cases("dequantize", 400, seed=17):
         o, a = c.options, c.arrays
         seen[f"offset={o['offset']}"] += 1
         amax = float(a["amax"][0])
@@ -335,7 +330,7 @@ def test_dequantize_draws_every_offset_signed_subnormal_scales_and_each_amax_kin
 
 def test_grouped_gemm_draws_many_experts_wide_operands_rht_and_every_rule_family():
     seen = Counter()
-    for c in _cases("grouped_gemm", 300, seed=18):
+    for c in generated_cases("grouped_gemm", 300, seed=18):
         a, o = c.arrays, c.options
         e = a["splits"].size
         n, k = a["w"].shape[0] // e, a["x"].shape[1]
@@ -356,7 +351,7 @@ def test_grouped_gemm_draws_many_experts_wide_operands_rht_and_every_rule_family
 
 def test_mma_nan_scale_bytes_are_both_patterns():
     pats = set()
-    for c in _cases("mma_sm100", 400, seed=19):
+    for c in generated_cases("mma_sm100", 400, seed=19):
         if c.tags["nan_scales"] == "True":
             for s in (c.arrays["a_scales"], c.arrays["b_scales"]):
                 pats |= set(np.unique(s[(s & 0x7F) == 0x7F]).tolist())
@@ -410,12 +405,12 @@ def test_case_size_worked_by_hand():
 # size limits of a backend's space
 # ---------------------------------------------------------------------------------------------------------------
 
-def test_space_max_rows_limits_the_rows_of_quantize_and_dequantize_cases():
+def test_space_max_rows_limits_the_rows_of_quantize_and_dequantizegenerated_cases():
     """SPACE_KEYS and docs/conformance.md list max_rows among a backend's size limits: it caps every op's rows."""
     for op in ("quantize", "group_quantize"):
-        for c in _cases(op, 100, seed=20, max_rows=10, max_elems=SMALL):
+        for c in generated_cases(op, 100, seed=20, max_rows=10, max_elems=SMALL):
             assert c.arrays["x"].shape[0] <= 10, (op, c.arrays["x"].shape)
-    for c in _cases("dequantize", 100, seed=20, max_rows=10):
+    for c in generated_cases("dequantize", 100, seed=20, max_rows=10):
         assert c.arrays["data"].shape[0] <= 10
 
 
@@ -425,16 +420,16 @@ def test_space_max_rows_limits_the_rows_of_quantize_and_dequantize_cases():
 
 def test_group_quantize_splits_add_up_to_t_without_the_loose_splits_flag():
     """Only device backends (space flag loose_splits) get splits that do not add up to T (docs, SPEC 9.4)."""
-    for c in _cases("group_quantize", 300, seed=21, max_elems=SMALL):
+    for c in generated_cases("group_quantize", 300, seed=21, max_elems=SMALL):
         assert "splits_rule" not in c.options and not c.tags["splits"].startswith("loose_")
         assert int(c.arrays["splits"].sum()) == c.arrays["x"].shape[0] and (c.arrays["splits"] >= 0).all()
 
 
-def test_4over6_tie_values_in_half_the_16x16_cases():
+def test_4over6_tie_values_in_half_the_16x16generated_cases():
     """docs: tie values in 30% of the 4over6 cases, 50% with 16x16 blocks (binomial sd about 0.03 over 300)."""
     share = {}
     for block in ([16, 16], [1, 16]):
-        cs = _cases("quantize", 300, seed=22, max_elems=1 << 12, rule=["te"], rounding=["rn"], rht=[False],
+        cs = generated_cases("quantize", 300, seed=22, max_elems=1 << 12, rule=["te"], rounding=["rn"], rht=[False],
                     four_over_six=["mae", "mse"], block=[block], row_scaled=[False])
         fo6 = [c for c in cs if c.options.get("four_over_six")]
         assert len(fo6) > 250
@@ -445,7 +440,7 @@ def test_4over6_tie_values_in_half_the_16x16_cases():
 def test_gemm_alpha_modes():
     """docs: alpha automatic, huge, tiny or random."""
     seen = Counter()
-    for c in _cases("gemm", 200, seed=23):
+    for c in generated_cases("gemm", 200, seed=23):
         mode, alpha = c.tags["alpha"], c.options["alpha"]
         seen[mode] += 1
         if mode == "auto":
@@ -461,7 +456,7 @@ def test_sr_operands_draw_the_counter_offset_that_wraps():
     """An SR operand's groups use counter offset + g mod 2^32 (SPEC 10.2, docs: per group offset + g): the offsets
     drawn include 0 and 2^32 - 1 (where offset + g wraps), as the quantize cases' do."""
     offsets = set()
-    for c in _cases("grouped_gemm_exact", 300, seed=24, operand_quant=["varied"], operand_rounding=["sr"]):
+    for c in generated_cases("grouped_gemm_exact", 300, seed=24, operand_quant=["varied"], operand_rounding=["sr"]):
         for name in ("a", "b"):
             q = c.options[f"quant_{name}"]
             assert q["rounding"] == "sr"
@@ -471,8 +466,8 @@ def test_sr_operands_draw_the_counter_offset_that_wraps():
 
 def test_gemm_draws_empty_a_operands():
     """docs ("Shared: rows 0..5000 biased to 0, 1 ..."): the single GEMM's M reaches 0 (an empty A), N at least 1."""
-    ms = Counter(c.arrays["a"].shape[0] for c in _cases("gemm", 300, seed=25))
-    assert ms[0] > 0 and all(c.arrays["b"].shape[0] >= 1 for c in _cases("gemm", 50, seed=25)), ms
+    ms = Counter(c.arrays["a"].shape[0] for c in generated_cases("gemm", 300, seed=25))
+    assert ms[0] > 0 and all(c.arrays["b"].shape[0] >= 1 for c in generated_cases("gemm", 50, seed=25)), ms
 
 
 def test_supplied_amax_is_not_always_the_inputs_max():
@@ -480,7 +475,7 @@ def test_supplied_amax_is_not_always_the_inputs_max():
     supply documents; the same list in _amax_supply): a supply always equal to max |x| would leave an amax that is
     not the data's untested."""
     ratios = set()
-    for c in _cases("quantize", 600, seed=26, max_elems=SMALL, specials=False, dtype=["float32"], amax=["one"]):
+    for c in generated_cases("quantize", 600, seed=26, max_elems=SMALL, specials=False, dtype=["float32"], amax=["one"]):
         x = np.abs(c.arrays["x"].astype(np.float64))
         if x.size == 0 or x.max() == 0 or not np.isfinite(c.arrays["amax"]).all() or c.tags["amax"] != "one":
             continue

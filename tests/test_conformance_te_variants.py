@@ -19,6 +19,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from conformance_cases import generated_cases  # noqa: E402
 from test_conformance_te_torch import _both  # noqa: E402  (te_torch's and the oracle's buffers, byte-equal)
 
 import oracle  # noqa: E402
@@ -30,10 +31,6 @@ from conformance.ops import OPS, quantize_kwargs  # noqa: E402
 from conformance.runner import RunConfig, case_space, run  # noqa: E402
 
 VARIANT_KEYS = ("four_over_six", "four_over_six_fast_math", "global_scale_max", "row_scaled")
-
-
-def _cases(op: str, space: dict, n: int, seed: int = 0):
-    return [generate(op, seed, i, OPS[op].generator, space) for i in range(n)]
 
 
 def _variant_options(case) -> dict:
@@ -50,7 +47,7 @@ def test_variants_are_drawn_where_spec_defines_them(op):
     row scaling only with the rowwise plane alone and 1x16 blocks; a row-scaled supplied amax has one value per row;
     a plain case carries none of the options."""
     seen = Counter()
-    for c in _cases(op, {}, 400):
+    for c in generated_cases(op, 400):
         o, v = c.options, _variant_options(c)
         if not v:
             assert c.tags["te_variant"] == "plain"
@@ -96,7 +93,7 @@ def test_4over6_cases_draw_ties_and_special_amaxes(op):
     from conformance.generators import DTYPE_TINY
 
     kinds = Counter()
-    for c in _cases(op, {}, 600, seed=3):
+    for c in generated_cases(op, 600, seed=3):
         ties, special = c.tags["values"] == "fo6_ties", c.tags["amax"] == "special"
         if not c.options.get("four_over_six"):
             assert not (ties or special)
@@ -147,7 +144,7 @@ def test_torch_te_matches_the_oracle_on_4over6_tile_ties(mode, fast_math):
 
 def test_dequantize_draws_g_for_rule_te_only():
     """Dequantize cases draw G = 256 for rule "te" planes (SPEC 11.1), never for the torchao rules."""
-    g = Counter((c.options["rule"], c.options.get("global_scale_max", 448)) for c in _cases("dequantize", {}, 300))
+    g = Counter((c.options["rule"], c.options.get("global_scale_max", 448)) for c in generated_cases("dequantize", 300))
     assert g[("te", 256)] > 0 and g[("te", 448)] > 0
     assert all(rule == "te" for rule, gm in g if gm == 256)
 
@@ -161,7 +158,7 @@ def test_backend_spaces_declare_their_variants():
     scaling; the cases their spaces generate follow that (the device's: 4over6 never with a forced kernel)."""
     torchao = case_space(B.make_backend("torchao"), "quantize")
     assert all(torchao[k] == v for k, v in B.NO_TE_VARIANTS.items())
-    assert not any(_variant_options(c) for c in _cases("quantize", torchao, 200))
+    assert not any(_variant_options(c) for c in generated_cases("quantize", 200, **torchao))
     assert case_space(B.make_backend("torchao"), "dequantize")["global_scale_max"] == [448]
     for name, ops in (("torch-te", ("quantize", "group_quantize")), ("composed", ("group_quantize",))):
         for op in ops:
@@ -170,10 +167,10 @@ def test_backend_spaces_declare_their_variants():
     for op in ("quantize", "group_quantize"):
         space = case_space(dev, op)
         assert space["row_scaled"] == [False] and space["four_over_six_dtype"] == ["bfloat16"]
-        drawn = [c for c in _cases(op, space, 300) if c.options.get("four_over_six")]
+        drawn = [c for c in generated_cases(op, 300, **space) if c.options.get("four_over_six")]
         assert drawn, "the device's space draws 4over6"
         assert all(c.tags["dtype"] == "bfloat16" and "quantize_kernel" not in c.options for c in drawn)
-        assert not any(c.options.get("row_scaled") for c in _cases(op, space, 300))
+        assert not any(c.options.get("row_scaled") for c in generated_cases(op, 300, **space))
 
 
 class _Reached(Exception):
@@ -196,12 +193,12 @@ def test_variant_options_reach_the_backends():
     dev = B.DeviceBackend("cpu")
     dev._mod = _FakeDevice()
     for op in ("quantize", "group_quantize"):
-        case = next(c for c in _cases(op, case_space(dev, op), 300) if c.options.get("four_over_six"))
+        case = next(c for c in generated_cases(op, 300, **case_space(dev, op)) if c.options.get("four_over_six"))
         with pytest.raises(_Reached) as got:
             dev.run(op, case)
         kw = got.value.args[0]
         assert {k: kw[k] for k in _variant_options(case)} == _variant_options(case)
-    case = next(c for c in _cases("dequantize", {}, 300) if c.options.get("global_scale_max") == 256)
+    case = next(c for c in generated_cases("dequantize", 300) if c.options.get("global_scale_max") == 256)
     with pytest.raises(_Reached) as got:
         dev.run("dequantize", case)
     assert got.value.args[0]["global_scale_max"] == 256
@@ -216,7 +213,7 @@ def test_variant_options_reach_the_backends():
 
     T.quantize = spy
     try:
-        for c in _cases("quantize", case_space(te, "quantize"), 200):
+        for c in generated_cases("quantize", 200, **case_space(te, "quantize")):
             if c.options.get("row_scaled") and "amax" in c.arrays:
                 te.run("quantize", c)
                 break
@@ -363,7 +360,7 @@ def test_row_scaled_equals_each_row_quantized_alone(four_over_six):
 
 def test_quantize_kwargs_of_a_saved_case_without_the_options():
     """A case saved before the variants existed (no such options) gives the plain keywords."""
-    case = next(c for c in _cases("quantize", {}, 50) if not _variant_options(c))
+    case = next(c for c in generated_cases("quantize", 50) if not _variant_options(c))
     assert not set(VARIANT_KEYS) & set(quantize_kwargs(case))
 
 

@@ -14,8 +14,7 @@ as the machine's drift and never flagged. ``--mid DIR`` adds a third tree (``pre
 timed with the other two (old, mid, new in each round), and two more tables: mid against old, new against mid.
 What comes back from the GPU machine is two files under ``$OUT/two_trees/`` (the device tool returns at most 8):
 ``table.txt`` and ``runs.tar.gz``, every build log and benchmark output of the run, both written again after each
-benchmark run. ``table PATH`` prints the tables
-again from saved outputs, a folder of them or that archive.
+benchmark run. ``table PATH`` prints the tables again from saved outputs, a folder of them or that archive.
 
     python3 tools/ab/two_trees.py prepare HEAD~1
     python3 tools/ab/two_trees.py run [--old _ab_old] [--mid _ab_mid] [--rounds 2]
