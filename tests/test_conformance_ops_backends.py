@@ -14,6 +14,7 @@ from conformance import backends as B
 from conformance.cases import Case
 from conformance.compare import compare
 from conformance.ops import reference
+from conformance.runner import RunConfig, check_case, run
 
 # ---------------------------------------------------------------------------------------------------------------
 # stochastic rounding options of a quantize case reach the reference (SPEC 10)
@@ -195,3 +196,81 @@ def test_torch_te_quantize_owes_every_buffer():
     c = quantize_case(np.ones((3, 32), np.float32), columnwise=True)
     ref = reference(c)
     assert B.make_backend("torch-te").expected_outputs("quantize", c, ref.keys()) == set(ref)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the composed backend reads a supplied (row, col) amax pair per group the right way round (SPEC 4.3, 9)
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_composed_group_quantize_gives_each_plane_its_own_supplied_amax():
+    """Two groups of sixteen rows of 6.0, both planes, amax supplied as [2, E] = (row amaxes, col amaxes):
+    rows [2688, 5376], cols [10752, 1344]. SPEC 4.3 / 5.1: S_enc = 448 * 6 / amax = 1, 0.5 (row) and 0.25, 2 (col);
+    every block's amax is 6, so its scale byte is E4M3(6 / 6 * S_enc): row 0x38, 0x30, col 0x28, 0x40, and every
+    code is E2M1(6 * S_enc / s) = E2M1(6) = 0x7 (bytes 0x77). A backend that hands group g the col amax for its
+    row plane (or the reverse) writes the other group's scale bytes and amaxes."""
+    x = np.full((32, 16), 6.0, np.float32)
+    c = quantize_case(x, "group_quantize", columnwise=True)
+    c.arrays["splits"] = np.array([16, 16], np.int64)
+    c.arrays["amax"] = np.array([[2688.0, 5376.0], [10752.0, 1344.0]], np.float32)
+    want_amax = {"row": [2688.0, 5376.0], "col": [10752.0, 1344.0]}
+    want_bytes = {"row": [0x38, 0x30], "col": [0x28, 0x40]}
+    ref = reference(c)
+    out = B.make_backend("composed").run("group_quantize", c)
+    for got in (ref, out):
+        for p in ("row", "col"):
+            assert got[f"{p}_amax"].tolist() == want_amax[p]
+            assert np.all(got[f"{p}_data"] == 0x77)
+            offs = ref[f"{p}_scale_offsets"]
+            for g in range(2):
+                region = got[f"{p}_scales"][offs[g]:offs[g + 1]]
+                assert set(np.unique(region[region != 0]).tolist()) == {want_bytes[p][g]}
+                assert np.count_nonzero(region) == 16  # 16 rows (row plane) or 16 columns (col plane), 1 block each
+    assert not compare(c, {k: ref[k] for k in set(ref) - {"row_tile_offsets"}}, out)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the torchao backend owes both planes of a quantize result (docs: torchao quantize "every buffer, bytes")
+# ---------------------------------------------------------------------------------------------------------------
+
+class _TorchaoWithoutColumnwise(B.TorchaoBackend):
+    """torchao's output contract (expected_outputs, space) around a quantize that never returns the columnwise
+    plane (the oracle's rowwise buffers only): needs no torchao."""
+
+    name = "test-torchao-nocol"
+
+    def available(self):
+        return None
+
+    def run(self, op, case):
+        return {k: v for k, v in reference(case).items() if not k.startswith("col_")}
+
+
+def test_torchao_quantize_owes_both_planes_and_layout_only_the_swizzle():
+    """A torchao-rule quantize case asking for both planes: torchao must return every reference buffer, the
+    columnwise data and compact scales included, so a torchao that drops the columnwise plane is reported missing
+    col_data, col_scales, col_scales_swizzled and col_amax; for the layout op only the swizzle is owed."""
+    c = quantize_case(np.ones((16, 32), np.float32), rule="torchao", columnwise=True)
+    ref = reference(c)
+    assert {"row_data", "row_scales", "col_data", "col_scales", "col_scales_swizzled", "col_amax"} <= set(ref)
+    b = _TorchaoWithoutColumnwise()
+    assert b.expected_outputs("quantize", c, ref.keys()) == set(ref)
+    status, ms, *_ = check_case(b, c)
+    assert status == "mismatch"
+    assert {m.buffer for m in ms} == {"col_data", "col_scales", "col_scales_swizzled", "col_amax"}
+    assert all(m.count == -1 for m in ms)
+    assert b.expected_outputs("layout", c, ["swizzled", "roundtrip", "capacities"]) == {"swizzled"}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the mldtypes backend takes part in the dequantize op (docs' backend table: mldtypes e2m1, e4m3, bf16, dequantize)
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_mldtypes_runs_the_dequantize_op(tmp_path):
+    """A run of the dequantize op with the mldtypes backend alone runs its cases (ml_dtypes' decoders against
+    oracle.dequantize, SPEC 11) and they conform; the backend names the three casts and dequantize as its ops."""
+    assert set(B.make_backend("mldtypes").ops) == {"e2m1", "e4m3", "bf16", "dequantize"}
+    cfg = RunConfig(budget=30.0, seed=0, progress=False, artifacts=str(tmp_path / "art"), workers=1,
+                    backends=["mldtypes"], ops=["dequantize"], max_cases=4)
+    code, stats = run(cfg)
+    assert code == 0, [f.get("mismatch_text") for f in stats.failures]
+    assert sorted(stats.tasks[("mldtypes", "dequantize")].indices) == [0, 1, 2, 3]
