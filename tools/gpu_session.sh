@@ -9,8 +9,12 @@
 #                  (device._build.load_extensions)
 #   smoke          one tiny quantize and grouped GEMM against the oracle
 #   gemm-tests     tests/test_device_gemm.py, test_device_gemm_torchao.py (8 workers)
-#   quant-tests    tests/test_device_quantize.py, test_device_torchao.py, test_device_placement.py,
-#                  test_device_results.py, test_device_args_host.py, test_device_kernel_choice.py (8 workers)
+#   quant-tests    tests/test_device_quantize.py, test_device_four_over_six.py, test_device_torchao.py,
+#                  test_device_placement.py, test_device_results.py, test_device_args_host.py,
+#                  test_device_kernel_choice.py (8 workers)
+#   layer-tests    tests/test_device_grouped_linear.py, test_device_grouped_linear_host.py (8 workers)
+#   cuda-tests     every test marked `cuda` (pytest -m cuda tests, 14 workers; test_device_large.py's skip without
+#                  NVFP4_LARGE): the GPU tests of every file, those of no stage above included
 #   large-tests    tests/test_device_large.py with NVFP4_LARGE=1 (buffers past 32-bit offsets, ~40 GB of GPU memory)
 #   sanitize       compute-sanitizer $SANITIZE_TOOLS (memcheck racecheck) on $SANITIZE_K (pytest -k of
 #                  $SANITIZE_FILE, default tests/test_device_gemm.py)
@@ -60,7 +64,7 @@ status=0
 default_timeout() {
   case "$1" in
     build) echo 300 ;; ncu) echo 300 ;; smoke) echo 120 ;; large-tests) echo 420 ;; racecheck-repro) echo 90 ;;
-    gemm-tests) echo 240 ;; quant-tests) echo 240 ;; sanitize) echo 300 ;; ab-kernel) echo 240 ;; ab-quant) echo 240 ;;
+    gemm-tests) echo 240 ;; quant-tests) echo 240 ;; layer-tests) echo 240 ;; cuda-tests) echo 420 ;; sanitize) echo 300 ;; ab-kernel) echo 240 ;; ab-quant) echo 240 ;;
     timeline) echo 240 ;; conformance) echo 120 ;; binding-errors) echo 120 ;; bench-gemm) echo 450 ;;
     bench-quant) echo 240 ;; *) echo 60 ;;
   esac
@@ -94,8 +98,11 @@ print("smoke ok", tuple(y.shape), torch.isfinite(y.float()).all().item())
 EOF
       ;;
     gemm-tests) $PYTEST -n 8 tests/test_device_gemm.py tests/test_device_gemm_torchao.py ;;
-    quant-tests) $PYTEST -n 8 tests/test_device_quantize.py tests/test_device_torchao.py tests/test_device_placement.py \
-      tests/test_device_results.py tests/test_device_args_host.py tests/test_device_kernel_choice.py ;;
+    quant-tests) $PYTEST -n 8 tests/test_device_quantize.py tests/test_device_four_over_six.py \
+      tests/test_device_torchao.py tests/test_device_placement.py tests/test_device_results.py \
+      tests/test_device_args_host.py tests/test_device_kernel_choice.py ;;
+    layer-tests) $PYTEST -n 8 tests/test_device_grouped_linear.py tests/test_device_grouped_linear_host.py ;;
+    cuda-tests) $PYTEST -n 14 -m cuda tests ;;
     large-tests) NVFP4_LARGE=1 $PYTEST -rs --durations=0 tests/test_device_large.py ;;
     sanitize)
       local tool rc=0
