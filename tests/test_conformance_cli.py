@@ -4,6 +4,7 @@ the report's run identity, ``--shard auto`` and ``merge``."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
 import io
 import json
@@ -17,17 +18,20 @@ import time
 import zipfile
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
+from conformance_cases import quantize_case
 
 from conformance import backends as B
 from conformance.backends import Backend, register_backend
-from conformance.cases import Case, CaseFileError, load_case, save_case
-from conformance.cli import main, merge, shard_from_env
+from conformance.cases import Case, CaseFileError, case_size, load_case, save_case
+from conformance.cli import main, merge, replay, shard_from_env
 from conformance.generators import generate
 from conformance.ops import OPS, reference
 from conformance.report import Progress, Stats, compress_indices, expand_indices
 from conformance.runner import RunConfig, check_case, run
+from oracle.rht import DEFAULT_RHT_SIGNS
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}")
@@ -170,7 +174,6 @@ def test_a_space_check_reads_tuples_kinds_and_defaults():
     """A backend space given as tuples restricts as lists do; rht_signs compares as its kind (the space lists
     "default" / "random", the case holds the mask); an option the case does not record counts as its default."""
     from conformance.cli import _outside_space
-    from oracle.rht import DEFAULT_RHT_SIGNS
 
     class Narrow(Backend):
         name, ops = "narrow", ("quantize",)
@@ -647,3 +650,306 @@ def test_usage_errors_of_shards_and_plugins(tmp_path, capsys, monkeypatch):
         assert main(["run", "--backend", f"weird_plugins:{attr}", "--cases", "1", "--no-progress",
                      "--artifacts", str(tmp_path / "art")]) == 2
         assert words in capsys.readouterr().err, words
+
+
+def _case(**kw) -> Case:
+    base = dict(op="e2m1", seed=3, index=7, arrays={"x": np.array([1.0, 0.0, -2.0], np.float32)},
+                options={"rule": "te"}, tags={"values": "normal", "dtype": "float32"})
+    base.update(kw)
+    return Case(**base)
+
+
+def test_a_cases_key_is_op_seed_index():
+    """docs: a case is identified by (op, seed, index), written op/seed/index."""
+    assert _case().key() == "e2m1/3/7"
+
+
+def test_replace_keeps_the_tags_and_copies_them():
+    c = _case()
+    r = c.replace(options={"rule": "torchao"})
+    assert r.tags == {"values": "normal", "dtype": "float32"} and r.tags is not c.tags
+    assert r.options == {"rule": "torchao"} and c.options == {"rule": "te"}
+
+
+@pytest.mark.parametrize("options, complexity", [
+    ({"rht_signs": json.loads(json.dumps(DEFAULT_RHT_SIGNS))}, 0),  # the default mask, as a saved case reads it back
+    ({"rht_signs": 0x1234}, 1),
+    ({"rule": "torchao", "quant_a": {"rule": "torchao"}}, 1),  # the operand's rule is the case's own: only rule counts
+    ({"rule": "te", "quant_a": {"rule": "torchao"}}, 1),
+    ({"quant_b": {"rule": "te", "offset": 3}}, 1),  # a nonzero counter offset alone is a non-plain part
+    ({"quant_b": {"rule": "te", "rounding": "sr", "seed": 5, "offset": 1}}, 2),
+    ({"global_scale_max": 448}, 0),
+    ({"global_scale_max": 256}, 1),
+    ({"b_block": [16, 16]}, 1),  # a single GEMM's b in 16x16 blocks is not plain
+    ({"b_block": [16, 16], "kind": "fprop"}, 1),  # a grouped GEMM's weights in 16x16 blocks are (kind counts 1)
+    ({"b_block": [1, 16], "kind": "fprop"}, 2),
+    ({"kernel": "auto", "block": [1, 16], "rounding": "rn"}, 0),
+])
+def test_the_shrinkers_option_count_counts_non_plain_options(options, complexity):
+    """case_size's third entry: one per option off its plain value (docs/conformance.md's shrinking: simpler options
+    are fewer of them)."""
+    assert case_size(_case(options=options))[2] == complexity
+
+
+def test_a_saved_case_reads_back_its_identity_tags_and_extra_meta(tmp_path):
+    p = save_case(tmp_path / "c.npz", _case(), backend="mine", extra=dict(backend_spec="pkg.mod:Mine"))
+    back, meta, _, _ = load_case(p)
+    assert (back.op, back.seed, back.index) == ("e2m1", 3, 7)
+    assert back.tags == {"values": "normal", "dtype": "float32"}
+    assert meta["backend"] == "mine" and meta["backend_spec"] == "pkg.mod:Mine"
+    assert back.arrays["x"].tolist() == [1.0, 0.0, -2.0]
+
+
+def test_ml_dtypes_outputs_are_stored_as_unsigned_bit_patterns(tmp_path):
+    """docs/conformance.md: a saved case loads with plain numpy.load(allow_pickle=False), ml_dtypes arrays stored as
+    their bit patterns: a float8 output is a uint8 entry (1 byte) and a bf16 input a uint16 entry, each with the
+    same bytes, and load_case gives back the ml_dtypes arrays."""
+    b = np.array([0x00, 0x38, 0x7E, 0xFF], np.uint8)
+    x = np.array([0x3F80, 0x8000], np.uint16)
+    c = _case(arrays={"x": x.view(ml_dtypes.bfloat16)})
+    p = save_case(tmp_path / "c.npz", c, backend="mine", out={"bytes": b.view(ml_dtypes.float8_e4m3fn)})
+    with np.load(p, allow_pickle=False) as z:
+        assert z["out__bytes"].dtype == np.uint8 and z["out__bytes"].tolist() == b.tolist()
+        assert z["in__x"].dtype == np.uint16 and z["in__x"].tolist() == x.tolist()
+    back, _, _, out = load_case(p)
+    assert out["bytes"].dtype == ml_dtypes.float8_e4m3fn and back.arrays["x"].dtype == ml_dtypes.bfloat16
+
+
+def test_an_npz_without_options_names_the_missing_entry(tmp_path):
+    p = tmp_path / "c.npz"
+    np.savez(p, meta=np.array(json.dumps(dict(op="e2m1", seed=0, index=0))))
+    with pytest.raises(CaseFileError, match=re.escape("an .npz archive without the case entries ['options']")):
+        load_case(p)
+
+
+def test_a_meta_without_index_is_named(tmp_path):
+    p = tmp_path / "c.npz"
+    np.savez(p, meta=np.array(json.dumps(dict(op="e2m1", seed=0))), options=np.array("{}"))
+    with pytest.raises(CaseFileError, match=re.escape("its 'meta' entry lacks ['index']")):
+        load_case(p)
+
+
+def test_an_empty_zip_archive_is_an_npz_without_the_case_entries(tmp_path):
+    """An empty .npz (a zip with no members starts with the end record PK\\x05\\x06) is an archive, just not a
+    case: the message says which entries it lacks, not that it is no archive."""
+    p = tmp_path / "c.npz"
+    np.savez(p)
+    assert p.read_bytes()[:4] == b"PK\x05\x06"
+    with pytest.raises(CaseFileError, match=re.escape("without the case entries ['meta', 'options'] (its entries: none)")):
+        load_case(p)
+
+
+def test_options_that_are_not_a_json_object_are_refused(tmp_path):
+    p = tmp_path / "c.npz"
+    np.savez(p, meta=np.array(json.dumps(dict(op="e2m1", seed=0, index=0))), options=np.array("[1, 2]"))
+    with pytest.raises(CaseFileError, match=re.escape("its 'meta' or 'options' entry is not a JSON object")):
+        load_case(p)
+
+
+def test_an_entry_of_python_objects_is_named_as_pickled_data(tmp_path):
+    p = tmp_path / "c.npz"
+    np.savez(p, meta=np.array(json.dumps(dict(op="e2m1", seed=0, index=0))), options=np.array("{}"),
+             in__x=np.array([None, 1], dtype=object))
+    with pytest.raises(CaseFileError, match=re.escape("an entry holds Python objects (pickled data)")):
+        load_case(p)
+
+
+
+
+class _FlipOneNibble(Backend):
+    """quantize with the oracle's bytes, one code bit of row 0, element 0 flipped; its space allows only torchao."""
+
+    name, ops = "test-cli-flip-nibble", ("quantize",)
+
+    def space(self, op):
+        return {"rule": ["torchao"]}
+
+    def run(self, op, case):
+        out = {k: np.array(v, copy=True) for k, v in reference(case).items()}
+        out["row_data"][0, 0] ^= 0x01
+        return out
+
+
+class _Unavailable(Backend):
+    name, ops = "test-cli-unavailable", ("e2m1",)
+
+    def available(self):
+        return "its library is missing"
+
+    def run(self, op, case):
+        return reference(case)
+
+
+class _QuantizeOnly(Backend):
+    name, ops = "test-cli-quantize-only", ("quantize",)
+
+    def run(self, op, case):
+        return reference(case)
+
+
+for _b in (_FlipOneNibble, _Unavailable, _QuantizeOnly):
+    register_backend(_b.name, _b)
+
+
+def _e2m1_case():
+    return generate("e2m1", 0, 1, OPS["e2m1"].generator, dict(OPS["e2m1"].space))
+
+
+def test_shard_auto_of_a_stepped_job_array_needs_an_index_on_the_step():
+    """A Slurm array --array=1-5:2 (ids 1, 3, 5): id 5 is shard 2 of 3; an id off the step (4) is refused."""
+    env = dict(SLURM_ARRAY_TASK_ID="5", SLURM_ARRAY_TASK_COUNT="3", SLURM_ARRAY_TASK_MIN="1", SLURM_ARRAY_TASK_STEP="2")
+    assert shard_from_env(env) == (2, 3)
+    with pytest.raises(argparse.ArgumentTypeError, match="not 0 <= i < n"):
+        shard_from_env(dict(env, SLURM_ARRAY_TASK_ID="4"))
+
+
+def test_budget_units_are_seconds_minutes_and_hours():
+    """--budget: s, m and h are 1, 60 and 3600 seconds; a bare number is seconds."""
+    from conformance.cli import parse_budget
+
+    assert [parse_budget(s) for s in ("45", "45s", "0.5m", "1h", "0.25h")] == [45, 45, 30, 3600, 900]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["run", "--shard", "2/2"], "bad shard '2/2'"),
+    (["run", "--cases", "0"], "must be >= 1, got 0"),
+    (["run", "--workers", "0"], "must be >= 1, got 0"),
+    (["run", "--case-timeout", "0"], "must be a finite number of seconds > 0"),
+    (["run", "--shrink-time", "-1"], "must be a finite number of seconds >= 0"),
+    (["case", "e2m1", "--seed", "-1"], "a seed is an integer >= 0, got -1"),
+])
+def test_option_values_outside_their_range_are_usage_errors(args, words, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    assert e.value.code == 2 and words in capsys.readouterr().err
+
+
+def test_the_smallest_values_of_seeds_indices_and_shrink_time_are_accepted(capsys):
+    from conformance.cli import _parser
+
+    assert main(["case", "e2m1", "--seed", "0", "--index", "0"]) == 0
+    assert "case e2m1/0/0" in capsys.readouterr().out
+    args = _parser().parse_args(["run", "--shrink-time", "0", "--cases", "1", "--workers", "1", "--device", "cuda"])
+    assert args.shrink_time == 0 and args.max_cases == 1 and args.workers == 1 and args.device == "cuda:0"
+
+
+def test_replay_builds_the_backend_from_its_recorded_spec(tmp_path, capsys):
+    """The meta's backend_spec (what make_backend takes) wins over its display name, which need not build anything."""
+    p = save_case(tmp_path / "c.npz", _e2m1_case(), backend="mldtypes as shown in a table",
+                  extra=dict(backend_spec="mldtypes"))
+    assert main(["replay", str(p)]) == 0
+    assert "PASS" in capsys.readouterr().out
+
+
+def test_replay_on_the_cases_own_backend_skips_the_space_check(tmp_path, capsys):
+    """A shrunk case may hold options outside its own backend's space (rule te for a torchao-only space): replayed
+    with --backend naming that same backend it still runs (and reports its mismatch, exit 1)."""
+    c = quantize_case(np.ones((1, 16), np.float32))
+    p = save_case(tmp_path / "c.npz", c, backend=_FlipOneNibble.name, extra=dict(backend_spec=_FlipOneNibble.name))
+    assert main(["replay", str(p), "--backend", _FlipOneNibble.name]) == 1
+    captured = capsys.readouterr()
+    assert "MISMATCH" in captured.out and captured.err == ""
+
+
+def test_replay_prints_diagnose_reading_of_the_backends_bytes(tmp_path, capsys):
+    """docs/conformance.md: one code bit flipped in a one-block case replays with the line
+    "diagnose: row plane: closest te, 1 of 1 blocks differ"."""
+    c = quantize_case(np.ones((1, 16), np.float32))
+    p = save_case(tmp_path / "c.npz", c, backend=_FlipOneNibble.name, extra=dict(backend_spec=_FlipOneNibble.name))
+    assert replay(str(p)) == 1
+    out = capsys.readouterr().out
+    assert "  diagnose: row plane: closest te, 1 of 1 blocks differ" in out.splitlines(), out
+
+
+def test_replay_on_an_unavailable_backend_cannot_run(tmp_path, capsys):
+    p = save_case(tmp_path / "c.npz", _e2m1_case(), backend=_Unavailable.name, extra=dict(backend_spec=_Unavailable.name))
+    assert main(["replay", str(p)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.strip() == (f"error: cannot replay {p}: backend {_Unavailable.name} is unavailable: "
+                                    "its library is missing")
+
+
+def test_replay_on_a_backend_without_the_cases_op_cannot_run(tmp_path, capsys):
+    p = save_case(tmp_path / "c.npz", _e2m1_case(), backend="mldtypes", extra=dict(backend_spec="mldtypes"))
+    assert main(["replay", str(p), "--backend", _QuantizeOnly.name]) == 2
+    err = capsys.readouterr().err
+    assert f"backend {_QuantizeOnly.name} does not implement op 'e2m1' (its ops: quantize)" in err
+
+
+def test_a_case_saved_with_a_backend_records_its_spec(tmp_path, capsys):
+    p = tmp_path / "c.npz"
+    assert main(["case", "e2m1", "--seed", "2", "--index", "3", "--backend", "mldtypes", "--save", str(p)]) == 0
+    back, meta, _, _ = load_case(p)
+    assert (back.seed, back.index, meta["backend"], meta["backend_spec"]) == (2, 3, "mldtypes", "mldtypes")
+
+
+def test_shard_auto_over_one_shard_keeps_the_report_path(tmp_path, monkeypatch, capsys):
+    """--shard auto from a launcher of one process (WORLD_SIZE=1): the report path gets no -0of1 suffix."""
+    for k in ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    code = main(["run", "--shard", "auto", "--backend", "mldtypes", "--ops", "e2m1", "--cases", "2", "--no-progress",
+                 "--workers", "1", "--report", str(tmp_path / "r.json"), "--artifacts", str(tmp_path / "a")])
+    assert code == 0 and (tmp_path / "r.json").exists() and not (tmp_path / "r-0of1.json").exists()
+
+
+def test_the_artifacts_path_takes_the_shard_index(tmp_path, capsys):
+    """--artifacts with {shard} / {nshards}: shard 1/3 saves its failing case under a1of3."""
+    code = main(["run", "--shard", "1/3", "--backend", _FlipOneNibble.name, "--ops", "quantize", "--cases", "3",
+                 "--no-progress", "--workers", "1", "--shrink-time", "0",
+                 "--artifacts", str(tmp_path / "a{shard}of{nshards}")])
+    assert code == 1
+    assert list((tmp_path / "a1of3").glob("quantize-*-i1.npz")) and not (tmp_path / "a3of3").exists()
+
+
+def test_run_forwards_its_options_to_the_runner(tmp_path, monkeypatch):
+    """The run command's options reach RunConfig as given: --no-progress turns the progress line off (and its
+    absence leaves it on), the shard, seed, case cap and time options are forwarded unchanged."""
+    import conformance.runner as runner
+
+    seen = []
+    monkeypatch.setattr(runner, "run", lambda cfg: (seen.append(cfg), (0, None))[1])
+    common = ["run", "--backend", "mldtypes", "--ops", "e2m1", "--seed", "5", "--cases", "7", "--shard", "1/4",
+              "--shrink-time", "2", "--case-timeout", "9", "--workers", "3", "--artifacts", str(tmp_path / "a")]
+    assert main([*common, "--no-progress"]) == 0
+    assert main(common) == 0
+    quiet, loud = seen
+    assert quiet.progress is False and loud.progress is True
+    assert (quiet.seed, quiet.max_cases, tuple(quiet.shard), quiet.shrink_time, quiet.case_timeout, quiet.workers) == (
+        5, 7, (1, 4), 2.0, 9.0, 3)
+    assert quiet.ops == ["e2m1"] and quiet.backends == ["mldtypes"]
+
+
+def test_merging_shards_of_one_commit_adds_no_commit_note(tmp_path, capsys):
+    """merge notes different commits of the shards on stderr; shards run here, from one commit, get no such note."""
+    import io
+
+    from conformance.runner import RunConfig, run
+
+    paths = []
+    for i in range(2):
+        p = tmp_path / f"r{i}.json"
+        run(RunConfig(budget=30.0, seed=0, progress=False, artifacts=str(tmp_path / "art"), workers=1,
+                      backends=["mldtypes"], ops=["e2m1"], max_cases=4, shard=(i, 2), report=str(p)),
+            stdout=io.StringIO(), stderr=io.StringIO())
+        paths.append(p)
+    assert main(["merge", *map(str, paths)]) == 0
+    captured = capsys.readouterr()
+    assert "total: 4 cases, 4 passed" in captured.out
+    assert "note: the shards ran different commits" not in captured.err
+
+
+def test_replay_of_a_case_the_oracle_refuses_is_a_failing_case(tmp_path, capsys):
+    """docs/conformance.md: a case whose inputs the oracle refuses (K = 17, not a multiple of 16: SPEC 1.3) replays as
+    a failure, "ERROR: reference raised ValueError: ..." and exit 1; only a missing input array cannot run (exit 2)."""
+    c = quantize_case(np.ones((1, 17), np.float32))
+    p = save_case(tmp_path / "c.npz", c, backend=_QuantizeOnly.name, extra=dict(backend_spec=_QuantizeOnly.name))
+    assert main(["replay", str(p)]) == 1
+    captured = capsys.readouterr()
+    assert "ERROR: reference raised ValueError" in captured.out and captured.err == ""
+    c.arrays.pop("x")
+    p = save_case(tmp_path / "d.npz", c, backend=_QuantizeOnly.name, extra=dict(backend_spec=_QuantizeOnly.name))
+    assert main(["replay", str(p)]) == 2
+    assert "error: cannot replay" in capsys.readouterr().err

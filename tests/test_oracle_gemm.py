@@ -11,8 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import oracle
+from conformance import independent as ind
 from oracle.exact import exact_int_matmul, round_certified, round_dyadic
 from oracle.fp4_numpy import decode_e2m1, decode_e4m3
+from oracle.planes import QuantizedPlane
 
 
 def _fraction_round(v: Fraction, dtype) -> float:
@@ -636,3 +638,44 @@ def test_round_certified_declines_an_interval_that_ends_on_a_midpoint():
     _, ok = round_certified(np.array([1 + 3 * 2.0**-24 - 2.0**-50]), np.array([2.0**-50]), "float32")
     assert not ok[0]
 
+
+@pytest.mark.parametrize("fmt, v, want", [
+    # float32: subnormal quantum 2^-149 (emin -126, 24 bits); halfway cases round to even
+    ("float32", Fraction(3, 2**150), 2.0**-148),  # 1.5 quanta -> 2
+    ("float32", Fraction(1, 2**150), 0.0),  # 0.5 quanta -> 0 (even)
+    ("float32", Fraction(2**-128) + Fraction(2**-150), 2.0**-128),  # below the subnormal quantum: dropped
+    # bfloat16: subnormal quantum 2^-133 (emin -126, 8 bits)
+    ("bfloat16", Fraction(3, 2**134), 2.0**-132),
+    ("bfloat16", Fraction(2**-128) + Fraction(2**-135), 2.0**-128),
+    ("bfloat16", -Fraction(2**-128) - Fraction(2**-135), -2.0**-128),
+])
+def test_round_fraction_rounds_subnormals_to_the_formats_fixed_quantum(fmt, v, want):
+    """Gradual underflow: below 2^-126 the quantum stays 2^(-126 - (p - 1)) (2^-149 for fp32, 2^-133 for bf16),
+    ties to even, worked by hand."""
+    got = ind.round_fraction(v, fmt)
+    assert got == want and np.signbit(got) == np.signbit(want), (got, want)
+
+
+@pytest.mark.parametrize("fmt, largest, half_ulp", [("float32", 2.0**128 - 2.0**104, 2**103),
+                                                    ("bfloat16", 2.0**128 - 2.0**120, 2**119)])
+def test_round_fraction_overflows_to_infinity_exactly_at_two_to_the_128(fmt, largest, half_ulp):
+    """The largest finite value stays; halfway above it the tie goes to the even neighbour 2^128, which does not fit:
+    +-Inf (RNE overflow; fp32's largest is (2^24 - 1) 2^104, bf16's (2^8 - 1) 2^120)."""
+    assert ind.round_fraction(Fraction(largest), fmt) == largest
+    top = Fraction(int(largest)) + half_ulp
+    assert ind.round_fraction(top, fmt) == float("inf")
+    assert ind.round_fraction(-top, fmt) == float("-inf")
+
+
+def test_fraction_gemm_a_negative_nan_scale_makes_its_rows_outputs_nan():
+    """E4M3 0xFF is NaN like 0x7F (SPEC 2.2: the sign bit does not matter): the row of A with a 0xFF scale gives NaN
+    in every output, the other row the exact 1 * 1 * 16 = 16 (codes 0x2 = 1.0, scales 0x38 = 1.0)."""
+    data = np.full((2, 8), 0x22, np.uint8)
+    scales = np.full((2, 1), 0x38, np.uint8)
+    a_scales = scales.copy()
+    a_scales[1, 0] = 0xFF
+    pa = QuantizedPlane(data, a_scales, np.float32(1), (2, 16))
+    pb = QuantizedPlane(data.copy(), scales, np.float32(1), (2, 16))
+    y = ind.fraction_gemm(pa, pb, alpha=1.0, bias=None, c=None, out_dtype="float32")
+    assert y.dtype == np.float32 and y.shape == (2, 2)
+    assert np.array_equal(y[0], [16.0, 16.0]) and np.isnan(y[1]).all(), y

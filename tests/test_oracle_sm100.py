@@ -475,3 +475,12 @@ def test_accumulating_epilogue_rounds_alpha_times_acc_first():
                     out_dtype="float32", accumulate=np.array([[-3.0]], np.float32))
     assert y[0, 0] == np.float32(2.0**-21)
 
+
+@pytest.mark.parametrize("bias, want_negative", [(0.0, False), (-0.0, True)])
+def test_sm100_epilogue_zero_sum_of_a_negative_zero_product_and_a_zero_bias(bias, want_negative):
+    """SPEC 12.7 with a bias, fused: alpha * acc + bias with alpha * acc = -0: IEEE gives -0 only when the bias is
+    also -0 (-0 + +0 = +0)."""
+    acc = np.array([[-0.0]], np.float32)
+    y = ind.sm100_epilogue_by_hand(acc, np.float32(1.0), c=None, bias=np.array([bias], np.float32),
+                                   out_dtype="float32")
+    assert y[0, 0] == 0 and bool(np.signbit(y[0, 0])) == want_negative
