@@ -25,7 +25,7 @@ _TREE_STRIDES = (8, 4, 2, 1)
 
 
 def _candidate(y3: np.ndarray, base: np.ndarray, expand, s_dec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One candidate's scale bytes, multipliers and E2M1 values (SPEC 5.6 steps 2-4); y3 is [R, C/16, 16]."""
+    """One candidate's scale bytes, multipliers and E2M1 values (SPEC 5.6: byte_c, d_c, m_c and q_c,i); y3 is [R, C/16, 16]."""
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         sf = base if expand is None else (base * expand).astype(np.float32)
         sbytes = encode_e4m3(np.fmin(sf, _E4M3_MAX))
@@ -37,7 +37,7 @@ def _candidate(y3: np.ndarray, base: np.ndarray, expand, s_dec) -> tuple[np.ndar
 def candidate_errors(
     y3: np.ndarray, q: np.ndarray, d: np.ndarray, *, amax, s_enc, mode: str, fast_math: bool, global_scale_max: int
 ) -> np.ndarray:
-    """The error of one candidate on every block row, ``[R, C/16]`` float32 (SPEC 5.6 step 5).
+    """The error of one candidate on every block row, ``[R, C/16]`` float32 (SPEC 5.6: the error of one row, err).
 
     ``y3`` the inputs ``[R, C/16, 16]``, ``q`` the candidate's E2M1 values (same shape), ``d`` its decoded scale bytes
     ``[R, C/16]``; ``amax`` and ``s_enc`` broadcast against ``[R, C/16]`` (a scalar, or ``[R, 1]`` for a row-scaled
@@ -59,7 +59,7 @@ def candidate_errors(
 
 
 def tile_error_sum(err: np.ndarray) -> np.ndarray:
-    """Per 16x16 tile, the tree sum of its 16 row errors (SPEC 5.6 step 6), repeated on the tile's rows.
+    """Per 16x16 tile, the tree sum of its 16 row errors (SPEC 5.6: the 16x16 tree), repeated on the tile's rows.
 
     ``err`` is ``[R, C/16]``; rows past R (an M that is not a multiple of 16) add +0. Returns ``[R, C/16]``.
     """

@@ -132,7 +132,7 @@ def group_quantize(
     """Quantize the row groups of ``x`` ([T, K]) separately, each with its own amax (SPEC 9).
 
     ``splits``: group sizes m_g (any value >= 0, summing to T). Group g is exactly
-    ``quantize(x[rows of g], ..., offset=offset + g)`` (the SR stream of group g, SPEC 10.2).
+    ``quantize(x[rows of g], ..., offset=(offset + g) % 2**32)`` (the SR stream of group g, SPEC 10.2).
     ``amax``: None, E per-group values for both planes, an [E, 2] array of (row, col) pairs, or a tuple
     (row_amaxes, col_amaxes); with ``row_scaled``, None or T values (one per row, SPEC 5.7).
     Other options (4over6, SPEC 5.6; row-scaled, SPEC 5.7) as in :func:`oracle.quantize`.

@@ -88,6 +88,37 @@ def test_all_nan_tensor_amax_is_zero():
     assert q.data.tolist() == [[0x77] * 8]
 
 
+def test_all_nan_block_beside_a_finite_block_hand_worked():
+    """SPEC 5.2: b folds fmaxf from +0, so an all-NaN block of a tensor whose amax is 6 (4.1: NaN-ignoring) has b = 0:
+    byte E4M3(0 * ...) = 0x00 and every NaN code 0x7 (3.1), while the finite block's sf = 6 * (448 * fp32(1/6)) rounds
+    to 448 (0x7E) and its 6 encodes as 0x7 (m = 1 / (448 / 448) = 1). A NaN-propagating block max would give that
+    block byte 0x7E instead. 16x16 tiles (6.3) keep the same rule per tile."""
+    x = np.zeros((1, 32), np.float32)
+    x[0, :16] = np.nan
+    x[0, 16] = 6.0
+    q = oracle.quantize(x).row
+    assert q.amax == 6.0
+    assert q.scales.tolist() == [[0x00, 0x7E]]
+    assert q.data[0, :8].tolist() == [0x77] * 8 and q.data[0, 8] == 0x07 and q.data[0, 9:].tolist() == [0] * 7
+    x16 = np.zeros((16, 32), np.float32)
+    x16[:, :16] = np.nan
+    x16[0, 16] = 6.0
+    assert oracle.quantize(x16, block=(16, 16)).row.scales[:, 0].tolist() == [0x00] * 16
+
+
+def test_a_tiny_negative_amax_is_the_negative_zero_it_rounds_to():
+    """SPEC 4.3: a supplied amax is checked as the fp32 value it rounds to: -1e-50 becomes -0.0, which is allowed (and
+    quantizes as amax 0: S_enc = 1, 5.1), while -1e-30 stays negative in fp32 and is refused. Ones under S_enc = 1:
+    sf = 1 * fp32(1/6) lies between E4M3's 1.25 and 1.375 times 2^-3, nearer 1.375: byte 0x23; m = 1 / 0.171875 =
+    5.82 > 5, so every code is 0x7."""
+    x = np.ones((1, 16), np.float32)
+    q = oracle.quantize(x, amax=-1e-50).row
+    assert q.amax == 0.0 and np.signbit(q.amax)
+    assert q.scales.tolist() == [[0x23]] and q.data.tolist() == [[0x77] * 8]
+    with pytest.raises(ValueError, match=">= 0"):
+        oracle.quantize(x, amax=-1e-30)
+
+
 def test_te_fused_rht_infinite_amax_hand_worked():
     """SPEC 5.3 with SPEC 5.2 under amax = +Inf: S_enc = min(2688 / Inf, FLT_MAX) = 0 and S_dec = 1 / 0 = +Inf, and
     the fminf of each step absorbs the NaNs that follow."""
