@@ -330,6 +330,27 @@ def test_quantize_degenerate_inputs(kind):
         check_case(x, rowwise=True, columnwise=True, rht=rht, block=block)
 
 
+def nan_blocks_input(dtype=BF16) -> np.ndarray:
+    """Normal data (48 x 64) holding whole 16-blocks of NaN: a rowwise block (row 0, columns 16-31), a columnwise block
+    (rows 16-31 of column 5) and a 16x16 tile (rows 16-31, columns 32-47). SPEC 5.2 / 6.3: such a block's (or tile's)
+    amax folds fmaxf from +0, so under the TE rules it is 0 (byte 0x00, codes 0x7) while the tensor amax is finite."""
+    x = make_input(48, 64, seed=11).astype(np.float32)
+    x[0, 16:32] = np.nan
+    x[16:32, 5] = np.nan
+    x[16:32, 32:48] = np.nan
+    return x.astype(dtype)
+
+
+@pytest.mark.parametrize("opts", [dict(), dict(rht=True), dict(block=(16, 16)), dict(rule="torchao"),
+                                  dict(rule="torchao", rht=True), dict(dtype=np.float32), dict(rounding="sr", seed=3)])
+def test_quantize_all_nan_blocks_in_a_finite_tensor(opts):
+    """Whole NaN blocks beside finite ones, both planes, on the fast kernels (bf16), the general ones (f32, 16x16)
+    and under the torchao rules (NaN-propagating block maxima, SPEC 5.4)."""
+    opts = dict(opts)
+    x = nan_blocks_input(opts.pop("dtype", BF16))
+    check_case(x, rowwise=True, columnwise=True, **opts)
+
+
 def test_public_api_and_to_oracle():
     import device
 
