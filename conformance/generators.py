@@ -237,7 +237,23 @@ def gen_values(rng: np.random.Generator, m: int, k: int, dtype: str, kind: str |
         mask = rng.random(shape) < rate
         mask.flat[rng.integers(v.size)] = True
         v[mask] = rng.choice([np.nan, np.inf, -np.inf, -0.0], size=int(mask.sum()))
+        if rng.random() < 0.25:  # a whole block of NaN beside finite ones (SPEC 5.2 / 6.3: its b folds from +0)
+            _nan_block(rng, v)
     return v, kind
+
+
+def _nan_block(rng: np.random.Generator, v: np.ndarray) -> None:
+    """Set one whole block of ``v`` to NaN, on the 16-grid: a rowwise 16-block (one row, 16 columns), a columnwise
+    16-block (16 rows of one column) or a 16x16 tile, clipped at the edges."""
+    m, k = v.shape
+    r0, c0 = 16 * int(rng.integers(-(-m // 16))), 16 * int(rng.integers(-(-k // 16)))
+    shape = int(rng.integers(3))
+    if shape == 0:
+        v[r0 + int(rng.integers(min(16, m - r0))), c0:c0 + 16] = np.nan
+    elif shape == 1:
+        v[r0:r0 + 16, c0 + int(rng.integers(min(16, k - c0)))] = np.nan
+    else:
+        v[r0:r0 + 16, c0:c0 + 16] = np.nan
 
 
 # ---------------------------------------------------------------------------------------------------------------
