@@ -11,6 +11,7 @@ from collections import Counter
 
 import ml_dtypes
 import numpy as np
+import pytest
 from conformance_cases import generated_cases
 
 from conformance.cases import Case, case_size, load_case, save_case
@@ -19,6 +20,7 @@ from conformance.generators import (
     EDGE_ROWS,
     VALUE_KINDS,
     _four_over_six_ties,
+    _nan_block,
     _row_amax_supply,
     _ties,
     case_rng,
@@ -29,6 +31,7 @@ from conformance.generators import (
     gen_values,
     generate,
 )
+from conformance.ops import OPS
 from oracle.rht import DEFAULT_RHT_SIGNS
 
 SMALL = 1 << 14
@@ -481,3 +484,51 @@ def test_supplied_amax_is_not_always_the_inputs_max():
             continue
         ratios.add(round(float(c.arrays["amax"][0]) / float(x.max()), 3))
     assert {1.0, 2.0, 0.5} <= ratios, ratios
+
+
+def _nan_block_shape(nan: np.ndarray) -> str | None:
+    """Which of _nan_block's blocks the NaN positions of an [m, k] mask form, on the 16-grid and clipped at the edges:
+    "row" (one row, columns 16j .. 16j + 15), "col" (rows 16i .. 16i + 15 of one column), "tile", else None."""
+    m, k = nan.shape
+    rows, cols = np.flatnonzero(nan.any(1)), np.flatnonzero(nan.any(0))
+    if rows.size == 0:
+        return None
+    r0, c0 = rows[0] // 16 * 16, cols[0] // 16 * 16
+    r_span, c_span = np.arange(r0, min(r0 + 16, m)), np.arange(c0, min(c0 + 16, k))
+    want = {"row": (rows[:1], c_span), "col": (r_span, cols[:1]), "tile": (r_span, c_span)}
+    for name, (r, c) in want.items():
+        block = np.zeros_like(nan)
+        block[np.ix_(r, c)] = True
+        if np.array_equal(nan, block):
+            return name
+    return None
+
+
+@pytest.mark.parametrize("m, k", [(1, 16), (1, 17), (15, 17), (17, 1), (33, 40), (64, 64)])
+def test_nan_block_is_one_whole_block_on_the_16_grid(m, k):
+    """docs/conformance.md: the whole NaN block is a rowwise 16-block, a columnwise 16-block or a 16x16 tile on the
+    16-grid, clipped at the edges; every form occurs."""
+    seen = set()
+    for seed in range(60):
+        v = np.zeros((m, k))
+        _nan_block(np.random.default_rng(seed), v)
+        shape = _nan_block_shape(np.isnan(v))
+        assert shape is not None, (seed, np.argwhere(np.isnan(v)).tolist())
+        seen.add(shape)
+    assert len(seen) == 3 or min(m, k) == 1  # (with one row or one column, two forms are the same set)
+
+
+def test_some_quantize_cases_hold_a_whole_nan_block_beside_finite_values():
+    """docs/conformance.md: a quarter of the cases sprinkled with specials (a fifth of all) also hold one whole NaN
+    block, so about one case in twenty: among 300 quantize cases, some hold an all-NaN rowwise 16-block (on the
+    16-grid) beside finite values."""
+    found = 0
+    for index in range(300):
+        case = generate("quantize", 0, index, OPS["quantize"].generator, dict(OPS["quantize"].space))
+        x = np.asarray(case.arrays["x"], np.float32)
+        m, k = x.shape
+        if m == 0 or not np.isfinite(x).any():
+            continue
+        blocks = np.isnan(x).reshape(m, k // 16, 16).all(axis=2)
+        found += bool(blocks.any())
+    assert found >= 3, found

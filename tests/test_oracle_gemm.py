@@ -643,7 +643,8 @@ def test_round_certified_declines_an_interval_that_ends_on_a_midpoint():
     # float32: subnormal quantum 2^-149 (emin -126, 24 bits); halfway cases round to even
     ("float32", Fraction(3, 2**150), 2.0**-148),  # 1.5 quanta -> 2
     ("float32", Fraction(1, 2**150), 0.0),  # 0.5 quanta -> 0 (even)
-    ("float32", Fraction(2**-128) + Fraction(2**-150), 2.0**-128),  # below the subnormal quantum: dropped
+    ("float32", Fraction(2**-128) + Fraction(2**-150), 2.0**-128),  # half a quantum above 2^21 quanta: a tie, to even
+    ("float32", Fraction(2**-128) + Fraction(2**-151), 2.0**-128),  # a quarter of a quantum: rounds down
     # bfloat16: subnormal quantum 2^-133 (emin -126, 8 bits)
     ("bfloat16", Fraction(3, 2**134), 2.0**-132),
     ("bfloat16", Fraction(2**-128) + Fraction(2**-135), 2.0**-128),
