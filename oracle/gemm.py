@@ -25,6 +25,10 @@ _ETA32 = 2.0**-150  # fp32 absolute underflow error (half the smallest subnormal
 _OUT_ERR = {"float32": (2.0**-24, 2.0**-150), "bfloat16": (2.0**-8, 2.0**-134)}
 _OVERFLOW_BF16 = 2.0**128 - 2.0**119  # bf16 values at or above this round to Inf (fp32's threshold is higher)
 
+#: gemm_error_bound's B where the bound's proof does not hold near overflow but the exact real value is finite
+#: (SPEC 12.4): the largest float64; within_bound then asks only for a value that is not NaN
+NEAR_OVERFLOW = float(np.finfo(np.float64).max)
+
 
 def alpha_factor(g_a: int, g_b: int) -> np.float32:
     """fp32(1 / (36 G_A G_B)) (SPEC 12.1): the product 36 G_A G_B is exact in fp32, its reciprocal rounded once
@@ -211,11 +215,15 @@ def gemm_error_bound(
     B = |alpha| g P + 3u T (1+u)^3 + u_o T (1+u)^4 + u_o T + 4 eta32 + 3 eta_o, with
     P = sum_k |a_k b_k|, g = K u_a / (1 - K u_a), u_a = 2**-23, u = 2**-24,
     T = |alpha| P (1 + g) + |C| + |bias|; (u_o, eta_o) the output format's unit roundoff and half its
-    smallest subnormal. B = +inf where the exact value is NaN (compare by identity) or where |v| + B reaches
-    the overflow threshold (then any value of the exact value's sign, Inf included, passes); if alpha itself
-    is not finite, B is NaN everywhere: the implementation must return a non-finite value.
+    smallest subnormal; K < 2**23 (``ValueError`` otherwise: g needs K u_a < 1). Where T (1+u)^4 + B reaches the
+    bf16 overflow threshold the proof does not hold: B is ``oracle.gemm.NEAR_OVERFLOW`` where the exact real value is finite
+    (then any value that is not NaN passes, Inf of either sign included) and +inf where it is infinite (an infinite
+    C or bias: that value or NaN passes) or NaN (compared as NaN). Where alpha is not finite (per element with
+    row-scaled operands, SPEC 12.8) B is NaN: the implementation must return a non-finite value (:func:`within_bound`).
     """
     _check_operands(a_plane, b_plane)
+    if a_plane.cols >= 1 << 23:
+        raise ValueError(f"gemm_error_bound needs K < 2**23 (SPEC 12.4: g = K u_a / (1 - K u_a)), got K={a_plane.cols}")
     m, n = a_plane.rows, b_plane.rows
     c, bv = _check_epilogue(m, n, bias, accumulate, out_dtype)
     al = np.abs(np.asarray(_resolve_alpha(a_plane, b_plane, alpha), np.float64))  # [M, 1], [1, N], [M, N] row-scaled
@@ -237,21 +245,25 @@ def gemm_error_bound(
     u = _U32
     with np.errstate(invalid="ignore", over="ignore"):
         bound = al * g * p + 3 * u * t * (1 + u) ** 3 + u_o * t * (1 + u) ** 4 + u_o * t + 4 * _ETA32 + 3 * eta_o
-    # near overflow the proof's "error <= u|z| + eta" fails (a step can round to Inf): no bound there (SPEC 12.4)
+    # near overflow the proof's "error <= u|z| + eta" fails (a step can round to Inf): no bound there (SPEC 12.4);
+    # where the exact value v is finite (T finite: no infinite C or bias) that is marked NEAR_OVERFLOW, not +inf
     near_overflow = t * (1 + u) ** 4 + bound >= _OVERFLOW_BF16
-    bad = ~np.isfinite(bound) | near_overflow | nan_scale_rows(a_plane)[:, None] | nan_scale_rows(b_plane)[None, :]
+    nan_rows = nan_scale_rows(a_plane)[:, None] | nan_scale_rows(b_plane)[None, :]
+    finite_v = np.isfinite(t) & np.isfinite(bound) & ~nan_rows
+    bad = ~np.isfinite(bound) | near_overflow | nan_rows
     # an infinite / NaN alpha turns any accumulation error into a different non-finite result (0 * Inf,
     # or the sign of a cancelled sum): only "non-finite" is required there (SPEC 12.4), marked by NaN; with one alpha
     # per output row or column (SPEC 12.8) this holds per element
-    bound = np.where(bad, np.inf, bound)
+    bound = np.where(bad, np.where(near_overflow & finite_v, NEAR_OVERFLOW, np.inf), bound)
     return np.where(np.broadcast_to(np.isfinite(al), bound.shape), bound, np.nan)
 
 
 def within_bound(y_impl, y_exact, bound) -> np.ndarray:
     """Elementwise check of SPEC 12.4: |y_impl - y_exact| <= bound; a NaN exact value must be matched by
-    NaN; where the bound is +inf (near overflow) y_impl must not be NaN for a finite exact value (Inf of either sign
-    allowed) and must be the exact value or NaN for an infinite one; where it is NaN (alpha not finite) y_impl must
-    be non-finite. Returns a boolean array."""
+    NaN; where the bound is NEAR_OVERFLOW (the exact real value is finite, even where its rounding y_exact is Inf)
+    y_impl must not be NaN (any finite value or Inf of either sign); where it is +inf (an infinite C or bias)
+    y_impl must be y_exact or NaN; where it is NaN (alpha not finite) y_impl must be non-finite. Returns a boolean
+    array."""
     yi = np.asarray(y_impl).astype(np.float64)
     ye = np.asarray(y_exact).astype(np.float64)
     b = np.asarray(bound, dtype=np.float64)
@@ -260,8 +272,8 @@ def within_bound(y_impl, y_exact, bound) -> np.ndarray:
     nan = np.isnan(ye)
     inf = np.isinf(ye)
     checked = np.where(nan, np.isnan(yi), np.where(inf, yi == ye, close))
-    # B = +inf near overflow: an intermediate may round to Inf of either sign (or lose its sign to one rounding)
-    near_overflow = np.where(inf, (yi == ye) | np.isnan(yi), ~np.isnan(yi))
-    unbounded = np.isposinf(b) & ~nan
-    checked = np.where(unbounded, near_overflow, checked)
+    # near overflow an intermediate may round to Inf of either sign (or lose its sign to one rounding); an infinite
+    # exact value (an infinite C or bias) stays that value unless an opposite infinity meets it (NaN)
+    checked = np.where(np.isposinf(b) & ~nan, np.where(inf, (yi == ye) | np.isnan(yi), ~np.isnan(yi)), checked)
+    checked = np.where(b == NEAR_OVERFLOW, ~np.isnan(yi), checked)
     return np.where(np.isnan(b), ~np.isfinite(yi), checked)

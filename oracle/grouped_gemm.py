@@ -38,7 +38,7 @@ def grouped_gemm(a: GroupedNVFP4Tensor, b: GroupedNVFP4Tensor, *, kind: str = "f
             with wgrad).
         accumulate: wgrad only, float32 [E, N, K] C added per group, with float32 output (the device adds into C in
             place; another out_dtype raises); an empty group (m_g = 0) returns its C bit for bit (SPEC 12.5: no tile
-            is scheduled), where without C it is 0.
+            is scheduled), where without C it is alpha * 0 (SPEC 12.5).
     Raises ValueError where the device would write NaN: groups that disagree (W's group g not N rows; wgrad's two
     operands not split alike), and for wrong kinds, missing planes or shapes.
     """

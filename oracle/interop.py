@@ -106,8 +106,8 @@ def _make_plane(data, scales, amax, shape, rule, *, block=(1, 16), rht=False, va
     known = _plane_fields()
     extra = {k: v for k, v in extra.items() if k in known and v is not None}
     if np.asarray(amax).size != 1 and not extra.get("row_scaled"):
-        raise ValueError(f"one amax per row ({np.asarray(amax).size} values) is a row-scaled plane (SPEC 5.7), which "
-                         "this oracle's QuantizedPlane does not hold")
+        raise ValueError(f"one amax per row ({np.asarray(amax).size} values) is a row-scaled plane (SPEC 5.7): pass "
+                         "row_scaled_nvfp4=True")
     a = np.asarray(amax, np.float32)
     return QuantizedPlane(data, scales, a.reshape(-1) if extra.get("row_scaled") else a.reshape(-1)[0], shape, rule,
                           tuple(block), rht, valid_cols=valid_cols, **extra)

@@ -14,6 +14,7 @@ import oracle
 from conformance import independent as ind
 from oracle.exact import exact_int_matmul, round_certified, round_dyadic
 from oracle.fp4_numpy import decode_e2m1, decode_e4m3
+from oracle.gemm import NEAR_OVERFLOW
 from oracle.planes import QuantizedPlane
 
 
@@ -285,7 +286,7 @@ def test_bound_allows_overflow_near_the_threshold():
     ys = oracle.gemm(a, b, model="sequential", out_dtype="float32", alpha=2.0**127, accumulate=c)
     ye = oracle.gemm(a, b, model="exact", out_dtype="float32", alpha=2.0**127, accumulate=c)
     bound = oracle.gemm_error_bound(a, b, out_dtype="float32", alpha=2.0**127, accumulate=c)
-    assert np.isinf(ys[0, 0]) and np.isfinite(ye[0, 0]) and np.isposinf(bound[0, 0])
+    assert np.isinf(ys[0, 0]) and np.isfinite(ye[0, 0]) and bound[0, 0] == NEAR_OVERFLOW
     assert oracle.within_bound(ys, ye, bound).all()
     assert not oracle.within_bound(np.full_like(ys, np.nan), ye, bound).any()  # NaN for a finite value still fails
 
@@ -310,7 +311,8 @@ def test_every_model_within_the_bound_near_overflow(case):
             kw["bias"] = np.array([-fmax], np.float32)
     ye = oracle.gemm(one, b, model="exact", out_dtype="float32", **kw)
     bound = oracle.gemm_error_bound(one, b, out_dtype="float32", **kw)
-    assert np.isposinf(bound[0, 0])
+    # a finite exact value is marked NEAR_OVERFLOW, an infinite one (C = -Inf) +inf
+    assert bound[0, 0] == (np.inf if case == "inf_minus_inf" else NEAR_OVERFLOW)
     got = {m: oracle.gemm(one, b, model=m, out_dtype="float32", **kw) for m in ("sequential", "tensor_core", "sm100")}
     want_sequential = {"sign_lost": 0.0, "opposite_inf": np.inf, "inf_minus_inf": np.nan}[case]
     assert np.array_equal(got["sequential"], [[want_sequential]], equal_nan=True), got["sequential"]
@@ -563,15 +565,15 @@ def test_bias_is_added_in_fp32_before_the_bf16_cast():
         assert y.dtype == ml_dtypes.bfloat16 and float(y[0, 0]) == 1.0, model
 
 
-def test_bound_is_infinite_at_the_bf16_overflow_threshold_for_both_outputs():
-    """SPEC 12.4: B = +Inf wherever T (1+u)^4 + B reaches 2^128 - 2^119 (bf16's threshold, the lower one), for fp32
-    output too. C = 2^128 - 2^118 (an fp32 value) with one product of 1: T lies above that threshold, below 2^128."""
+def test_bound_is_unbounded_at_the_bf16_overflow_threshold_for_both_outputs():
+    """SPEC 12.4: no bound (NEAR_OVERFLOW, the exact value being finite) wherever T (1+u)^4 + B reaches 2^128 - 2^119
+    (bf16's threshold, the lower one), for fp32 output too. C = 2^128 - 2^118 (an fp32 value) with one product of 1: T lies above that threshold, below 2^128."""
     a, b = _one_row([(None, 0x2, 0x38)]), _one_row([(None, 0x2, 0x38)])
     c = np.array([[2.0**128 - 2.0**118]], np.float32)
     assert float(c[0, 0]) == 2.0**128 - 2.0**118
     for out in ("float32", "bfloat16"):
         bound = oracle.gemm_error_bound(a, b, alpha=np.float32(1), accumulate=c, out_dtype=out)
-        assert np.isposinf(bound[0, 0]), out
+        assert bound[0, 0] == NEAR_OVERFLOW, out
 
 
 def test_a_nan_scale_row_has_an_infinite_bound_and_must_give_nan():
@@ -680,3 +682,33 @@ def test_fraction_gemm_a_negative_nan_scale_makes_its_rows_outputs_nan():
     y = ind.fraction_gemm(pa, pb, alpha=1.0, bias=None, c=None, out_dtype="float32")
     assert y.dtype == np.float32 and y.shape == (2, 2)
     assert np.array_equal(y[0], [16.0, 16.0]) and np.isnan(y[1]).all(), y
+
+
+def test_a_finite_exact_value_that_rounds_to_inf_accepts_any_value_but_nan():
+    """SPEC 12.4 near overflow: the claim is about the exact real value v, not its rounding. One row of four 16-blocks:
+    block 0 sixteen 4.0 (code 0x6) under scale 256 (0x78), blocks 1-3 one 1.0 each (scale 0x38): dotted with itself,
+    S = 16 * 1024^2 + 3 = 2^24 + 3, which the sequential fp32 sum keeps at 2^24 (each + 1 is a tie to even). With
+    alpha = (2^24 - 1) 2^55 and C = FLT_MAX = (2^24 - 1) 2^104: sequential alpha * 2^24 = (2^24 - 1) 2^79 (exact) is
+    below half of FLT_MAX's ulp 2^104, so y = FLT_MAX; v = FLT_MAX + 2^103 + 2^80 - 3 * 2^55 is finite but past fp32's
+    overflow threshold FLT_MAX + 2^103, so the exact model gives +Inf. B is NEAR_OVERFLOW: FLT_MAX and +-Inf pass,
+    NaN does not."""
+    codes = np.array([[0x6] * 16 + ([0x2] + [0] * 15) * 3], np.uint8)
+    data = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
+    p = QuantizedPlane(data, np.array([[0x78, 0x38, 0x38, 0x38]], np.uint8), np.float32(1.0), (1, 64), "te")
+    kw = dict(alpha=np.float32((2**24 - 1) * 2.0**55), out_dtype="float32",
+              accumulate=np.full((1, 1), np.finfo(np.float32).max, np.float32))
+    ys = oracle.gemm(p, p, model="sequential", **kw)
+    ye = oracle.gemm(p, p, model="exact", **kw)
+    bound = oracle.gemm_error_bound(p, p, **kw)
+    assert ys[0, 0] == np.finfo(np.float32).max and np.isposinf(ye[0, 0]) and bound[0, 0] == NEAR_OVERFLOW
+    for y in (ys, oracle.gemm(p, p, model="tensor_core", **kw), np.array([[np.inf]]), np.array([[-np.inf]])):
+        assert oracle.within_bound(y, ye, bound).all(), y
+    assert not oracle.within_bound(np.array([[np.nan]]), ye, bound).any()
+
+
+def test_the_bound_refuses_a_contraction_of_2_to_the_23():
+    """SPEC 12.4: g = K u_a / (1 - K u_a) needs K u_a < 1 (u_a = 2^-23), so K >= 2^23 is refused."""
+    k = 1 << 23
+    p = QuantizedPlane(np.zeros((1, k // 2), np.uint8), np.zeros((1, k // 16), np.uint8), np.float32(1.0), (1, k), "te")
+    with pytest.raises(ValueError, match="K < 2\\*\\*23"):
+        oracle.gemm_error_bound(p, p, out_dtype="float32")

@@ -180,3 +180,18 @@ def test_error_bound_of_all_empty_wgrad_experts_is_float64():
     c = np.full((2, 16, 32), -0.0, np.float32)
     b = oracle.grouped_gemm_error_bound(dy, x, kind="wgrad", accumulate=c)
     assert b.dtype == np.float64 and np.all(b == 0)
+
+
+def test_an_empty_wgrad_group_with_a_negative_zero_alpha():
+    """SPEC 12.5: an empty wgrad group without C writes alpha * 0. A supplied dY amax of -0.0 (allowed, 4.3) gives
+    alpha = -0.0 (12.1: products and quotients of -0.0 with positive values), so -0 in every element under the sequential, tensor-core and exact
+    models, and +0 under sm100, whose epilogue adds +0 (12.7: RN(+0 + -0) = +0)."""
+    rng = np.random.default_rng(0)
+    splits = [16, 0]
+    dy = rng.standard_normal((16, 16)).astype(ml_dtypes.bfloat16)
+    x = rng.standard_normal((16, 32)).astype(ml_dtypes.bfloat16)
+    dyq = oracle.group_quantize(dy, splits, rowwise=False, columnwise=True, amax=np.array([1.0, -0.0], np.float32))
+    xq = oracle.group_quantize(x, splits, rowwise=False, columnwise=True, amax=np.array([1.0, 1.0], np.float32))
+    for model, negative in (("sequential", True), ("tensor_core", True), ("exact", True), ("sm100", False)):
+        dw = oracle.grouped_gemm(dyq, xq, kind="wgrad", model=model)[1]
+        assert dw.shape == (16, 32) and (dw == 0).all() and (np.signbit(dw) == negative).all(), model
