@@ -147,7 +147,10 @@ def _scaled_source(y: np.ndarray, *, base: str, variant: str | None, block: tupl
             values = torchao_scale_values(b, p)
             sbytes, mult = torchao_bytes_and_multipliers(values, p)
             sf = torch_decode_e4m3(sbytes)  # SPEC 3.5: torch's NaN patterns, as in the multiplier
-            divisor = sf if p is None else (np.float32(p) * sf).astype(np.float32)
+            if p is None:
+                divisor = sf
+            else:  # SPEC 14.11: a NaN P keeps its own payload in d (stated, not left to NumPy's operand order)
+                divisor = np.full(sf.shape, p, np.float32) if np.isnan(p) else (np.float32(p) * sf).astype(np.float32)
         y3 = y.reshape(rows, nb, 16)
         if variant == "division":
             # SPEC 14.11: x / d with d the decode scale; under te a zero d (an underflowed block) keeps 5.2's

@@ -750,3 +750,19 @@ def test_square_padded_shape_is_not_declared_compact():
     d = diagnose(x, q.row.data, swz, plane="row")
     assert d.matches and d.reading == "swizzled"
     assert not any("layout" in h for h in d.hypotheses), d.hypotheses
+
+
+def test_torchao_division_of_a_tensor_holding_a_nan_keeps_the_per_tensor_nan():
+    """SPEC 14.11 (division under torchao) on ones with one NaN: the amax is the NaN 0x7FC00000 (4.1), so P is NaN and
+    both block bytes are 0x7F; d = P * decode(0x7F) keeps P's payload 0x7FC00000, and every quotient y / d (the NaN
+    element's own payload is 0x7FC00000 too) has index ((0x7FC00000 - 0x3EE00001 + 1) >> 22) & 0xFF = 3 (3.5): codes
+    0x3, data bytes 0x33. diagnose reads these bytes as torchao_div (and as torchao, whose multiplier gives the same
+    codes here)."""
+    x = np.ones((1, 32), np.float32)
+    x[0, 0] = np.nan
+    assert ((0x7FC00000 - 0x3EE00001 + 1) >> 22) & 0xFF == 3
+    data = np.full((1, 16), 0x33, np.uint8)
+    scales = np.full((1, 2), 0x7F, np.uint8)
+    d = diagnose(x, data, scales, layout="compact", plane="row", rules=["torchao_div", "torchao"])
+    # (one row: the 16x16 blocks of each rule give the same bytes)
+    assert {m.split(" (")[0] for m in d.matches} == {"torchao_div", "torchao"}, (d.matches, d.closest, d.n_diff)
