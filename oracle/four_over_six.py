@@ -25,7 +25,8 @@ _TREE_STRIDES = (8, 4, 2, 1)
 
 
 def _candidate(y3: np.ndarray, base: np.ndarray, expand, s_dec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One candidate's scale bytes, multipliers and E2M1 values (SPEC 5.6: byte_c, d_c, m_c and q_c,i); y3 is [R, C/16, 16]."""
+    """One candidate's scale bytes, multipliers and E2M1 values (SPEC 5.6: byte_c, d_c, m_c and q_c,i); y3 is
+    [R, C/16, 16]."""
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         sf = base if expand is None else (base * expand).astype(np.float32)
         sbytes = encode_e4m3(np.fmin(sf, _E4M3_MAX))

@@ -215,15 +215,17 @@ def gemm_error_bound(
     B = |alpha| g P + 3u T (1+u)^3 + u_o T (1+u)^4 + u_o T + 4 eta32 + 3 eta_o, with
     P = sum_k |a_k b_k|, g = K u_a / (1 - K u_a), u_a = 2**-23, u = 2**-24,
     T = |alpha| P (1 + g) + |C| + |bias|; (u_o, eta_o) the output format's unit roundoff and half its
-    smallest subnormal; K < 2**23 (``ValueError`` otherwise: g needs K u_a < 1). Where T (1+u)^4 + B reaches the
-    bf16 overflow threshold the proof does not hold: B is ``oracle.gemm.NEAR_OVERFLOW`` where the exact real value is finite
-    (then any value that is not NaN passes, Inf of either sign included) and +inf where it is infinite (an infinite
-    C or bias: that value or NaN passes) or NaN (compared as NaN). Where alpha is not finite (per element with
-    row-scaled operands, SPEC 12.8) B is NaN: the implementation must return a non-finite value (:func:`within_bound`).
+    smallest subnormal; K < 2**23 (``ValueError`` otherwise: g needs K u_a < 1). Where T (1+u)^4 + B reaches
+    the bf16 overflow threshold the proof does not hold: B is ``oracle.gemm.NEAR_OVERFLOW`` where the exact real
+    value is finite (then any value that is not NaN passes, Inf of either sign included) and +inf where it is
+    infinite (an infinite C or bias: that value or NaN passes) or NaN (compared as NaN). Where alpha is not
+    finite (per element with row-scaled operands, SPEC 12.8) B is NaN: the implementation must return a non-finite
+    value (:func:`within_bound`).
     """
     _check_operands(a_plane, b_plane)
     if a_plane.cols >= 1 << 23:
-        raise ValueError(f"gemm_error_bound needs K < 2**23 (SPEC 12.4: g = K u_a / (1 - K u_a)), got K={a_plane.cols}")
+        raise ValueError(f"gemm_error_bound needs K < 2**23 (SPEC 12.4: g = K u_a / (1 - K u_a)), "
+                         f"got K={a_plane.cols}")
     m, n = a_plane.rows, b_plane.rows
     c, bv = _check_epilogue(m, n, bias, accumulate, out_dtype)
     al = np.abs(np.asarray(_resolve_alpha(a_plane, b_plane, alpha), np.float64))  # [M, 1], [1, N], [M, N] row-scaled

@@ -70,9 +70,12 @@ register_backend(SlowSetUp.name, SlowSetUp)
 # 1. replay never crashes
 # ---------------------------------------------------------------------------------------------------------------
 
+def _e2m1_case():
+    return generate("e2m1", 0, 1, OPS["e2m1"].generator, dict(OPS["e2m1"].space))
+
+
 def _good_case(path: Path) -> Path:
-    case = generate("e2m1", 0, 1, OPS["e2m1"].generator, dict(OPS["e2m1"].space))
-    return save_case(path, case, backend="mldtypes", extra=dict(backend_spec="mldtypes"))
+    return save_case(path, _e2m1_case(), backend="mldtypes", extra=dict(backend_spec="mldtypes"))
 
 
 def _unreadable(kind: str, tmp: Path) -> Path:
@@ -791,10 +794,6 @@ for _b in (_FlipOneNibble, _Unavailable, _QuantizeOnly):
     register_backend(_b.name, _b)
 
 
-def _e2m1_case():
-    return generate("e2m1", 0, 1, OPS["e2m1"].generator, dict(OPS["e2m1"].space))
-
-
 def test_shard_auto_of_a_stepped_job_array_needs_an_index_on_the_step():
     """A Slurm array --array=1-5:2 (ids 1, 3, 5): id 5 is shard 2 of 3; an id off the step (4) is refused."""
     env = dict(SLURM_ARRAY_TASK_ID="5", SLURM_ARRAY_TASK_COUNT="3", SLURM_ARRAY_TASK_MIN="1", SLURM_ARRAY_TASK_STEP="2")
@@ -871,7 +870,7 @@ def test_replay_on_an_unavailable_backend_cannot_run(tmp_path, capsys):
 
 
 def test_replay_on_a_backend_without_the_cases_op_cannot_run(tmp_path, capsys):
-    p = save_case(tmp_path / "c.npz", _e2m1_case(), backend="mldtypes", extra=dict(backend_spec="mldtypes"))
+    p = _good_case(tmp_path / "c.npz")
     assert main(["replay", str(p), "--backend", _QuantizeOnly.name]) == 2
     err = capsys.readouterr().err
     assert f"backend {_QuantizeOnly.name} does not implement op 'e2m1' (its ops: quantize)" in err

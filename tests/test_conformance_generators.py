@@ -31,7 +31,6 @@ from conformance.generators import (
     gen_values,
     generate,
 )
-from conformance.ops import OPS
 from oracle.rht import DEFAULT_RHT_SIGNS
 
 SMALL = 1 << 14
@@ -523,8 +522,7 @@ def test_some_quantize_cases_hold_a_whole_nan_block_beside_finite_values():
     block, so about one case in twenty: among 300 quantize cases, some hold an all-NaN rowwise 16-block (on the
     16-grid) beside finite values."""
     found = 0
-    for index in range(300):
-        case = generate("quantize", 0, index, OPS["quantize"].generator, dict(OPS["quantize"].space))
+    for case in generated_cases("quantize", 300):
         x = np.asarray(case.arrays["x"], np.float32)
         m, k = x.shape
         if m == 0 or not np.isfinite(x).any():

@@ -16,7 +16,7 @@ import pytest
 ml_dtypes = pytest.importorskip("ml_dtypes")
 torch = pytest.importorskip("torch")
 
-from test_device_quantize import assert_bytes, host  # noqa: E402
+from test_device_quantize import assert_bytes, host, nan_blocks_input  # noqa: E402
 
 import oracle  # noqa: E402
 
@@ -101,11 +101,7 @@ def test_four_over_six_bytes(m, k, block, error, fast_math, g):
 def test_four_over_six_all_nan_blocks_in_a_finite_tensor(block, error, fast_math):
     """Whole NaN blocks (a rowwise block, a columnwise block, a 16x16 tile) beside finite ones: SPEC 5.6 takes b as in
     5.2 / 6.3 (fmaxf from +0, so 0: byte 0x00 for both candidates, a NaN error that keeps map-to-6)."""
-    x = make_input(48, 64, seed=12).astype(np.float32)
-    x[0, 16:32] = np.nan
-    x[16:32, 5] = np.nan
-    x[16:32, 32:48] = np.nan
-    check_case(x.astype(BF16), block=block, four_over_six=error, four_over_six_fast_math=fast_math)
+    check_case(nan_blocks_input(), block=block, four_over_six=error, four_over_six_fast_math=fast_math)
 
 
 @pytest.mark.parametrize("amax", [0.0, 1e-35, 3e33, float("inf"), float("nan"), 2688.0])

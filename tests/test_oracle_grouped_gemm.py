@@ -184,8 +184,8 @@ def test_error_bound_of_all_empty_wgrad_experts_is_float64():
 
 def test_an_empty_wgrad_group_with_a_negative_zero_alpha():
     """SPEC 12.5: an empty wgrad group without C writes alpha * 0. A supplied dY amax of -0.0 (allowed, 4.3) gives
-    alpha = -0.0 (12.1: products and quotients of -0.0 with positive values), so -0 in every element under the sequential, tensor-core and exact
-    models, and +0 under sm100, whose epilogue adds +0 (12.7: RN(+0 + -0) = +0)."""
+    alpha = -0.0 (12.1: products and quotients of -0.0 with positive values), so -0 in every element under the
+    sequential, tensor-core and exact models, and +0 under sm100, whose epilogue adds +0 (12.7: RN(+0 + -0) = +0)."""
     rng = np.random.default_rng(0)
     splits = [16, 0]
     dy = rng.standard_normal((16, 16)).astype(ml_dtypes.bfloat16)

@@ -64,7 +64,8 @@ status=0
 default_timeout() {
   case "$1" in
     build) echo 300 ;; ncu) echo 300 ;; smoke) echo 120 ;; large-tests) echo 420 ;; racecheck-repro) echo 90 ;;
-    gemm-tests) echo 240 ;; quant-tests) echo 240 ;; layer-tests) echo 240 ;; cuda-tests) echo 420 ;; sanitize) echo 300 ;; ab-kernel) echo 240 ;; ab-quant) echo 240 ;;
+    gemm-tests) echo 240 ;; quant-tests) echo 240 ;; layer-tests) echo 240 ;; cuda-tests) echo 420 ;;
+    sanitize) echo 300 ;; ab-kernel) echo 240 ;; ab-quant) echo 240 ;;
     timeline) echo 240 ;; conformance) echo 120 ;; binding-errors) echo 120 ;; bench-gemm) echo 450 ;;
     bench-quant) echo 240 ;; *) echo 60 ;;
   esac
