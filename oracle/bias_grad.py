@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .checks import from_torch, is_torch
 from .grouped import check_splits
-from .quantize import _from_torch
 
 if TYPE_CHECKING:
     import torch
@@ -17,8 +17,8 @@ __all__ = ["grouped_bias_grad"]
 
 
 def _as_f32_matrix(dy) -> np.ndarray:
-    if type(dy).__module__.startswith("torch") and hasattr(dy, "detach"):
-        dy = _from_torch(dy)
+    if is_torch(dy):
+        dy = from_torch(dy)
     if not isinstance(dy, np.ndarray):
         raise TypeError(f"dy must be a NumPy array (or a torch tensor), got {type(dy).__name__}")
     if dy.dtype not in (np.float32, np.float16) and dy.dtype.name != "bfloat16":
@@ -40,8 +40,10 @@ def grouped_bias_grad(dy: np.ndarray | torch.Tensor,
         splits: E group sizes, integers >= 0 that add up to T (SPEC 9.1).
     """
     d = _as_f32_matrix(dy)
-    m = check_splits(splits, d.shape[0])
+    m = check_splits(splits, d.shape[0], "dy")
     e, n = m.size, d.shape[1]
+    if n == 0:
+        return np.zeros((e, 0), np.float32)
     chunks = (m + 15) // 16
     row_start = np.concatenate([[0], np.cumsum(m)])
     chunk_start = np.concatenate([[0], np.cumsum(chunks)])

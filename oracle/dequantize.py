@@ -28,7 +28,9 @@ def block_decode_scales(plane: QuantizedPlane) -> np.ndarray:
             return ((sf * amax).astype(np.float32) * _RCP_6G[plane.global_scale_max]).astype(np.float32)
         if plane.rule == "torchao":
             return (torchao_per_tensor_scale(plane.amax) * sf).astype(np.float32)
-    return sf
+    if plane.rule == "torchao_noscale":
+        return sf
+    raise ValueError(f"unknown scale rule {plane.rule!r}")
 
 
 def dequantize(plane: QuantizedPlane) -> np.ndarray:

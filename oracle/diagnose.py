@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .checks import host_array, is_real, is_torch
 from .dequantize import block_decode_scales
 from .fp4_numpy import E2M1_VALUES, decode_e4m3, encode_e2m1, pack_fp4, unpack_fp4
 from .planes import QuantizedPlane
@@ -233,7 +234,7 @@ def _expected(x, x2, r: DiagnoseRule, plane: str, block: tuple, rht: bool, signs
 # ---------------------------------------------------------------------------------------------------------------
 
 def _u8(a, what: str) -> np.ndarray:
-    if type(a).__module__.startswith("torch") and hasattr(a, "detach"):
+    if is_torch(a):
         import torch
 
         t = a.detach().cpu()
@@ -651,6 +652,10 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
     if isinstance(rules, str):
         rules = (rules,)
     if rules is not None:
+        try:
+            rules = tuple(rules)
+        except TypeError:
+            raise TypeError(f"rules must be a rule name or several, got {rules!r}") from None
         if not rules:
             raise ValueError("rules names no rule: give one or more names of DIAGNOSE_RULES, or None for all")
         names = {r.name for r in DIAGNOSE_RULES}
@@ -660,7 +665,13 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
         table = [r for r in table if r.name in rules]
     given = None
     if amax is not None:
-        given = np.asarray(amax, np.float32).reshape(-1)
+        given = host_array(amax)
+        if not is_real(given):
+            raise ValueError(f"amax must hold real numbers, got dtype {given.dtype}")
+        given = given.astype(np.float32).reshape(-1)
+        if np.any(given < 0):
+            raise ValueError(f"amax holds a negative value ({_fmt(given[given < 0][0])}): an amax is an absolute "
+                             "maximum (SPEC 4.3), so bytes that come with a negative one were made with a sign error")
         if given.size not in (1, m):
             raise ValueError(f"amax holds {given.size} values; diagnose takes one per-tensor value, or one per row "
                              f"({m}) for a row-scaled plane")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from .checks import host_array, is_real
 from .dequantize import nan_scale_rows, scaled_ints
 from .exact import exact_int_matmul, f32_to_int_exp, round_certified, round_dyadic
 from .fp4_numpy import decode_e2m1, decode_e4m3
@@ -19,6 +20,7 @@ __all__ = ["alpha_factor", "gemm", "gemm_alpha", "gemm_error_bound", "within_bou
 
 _TE_RULES = ("te", "te_fused_rht")
 _OUT_DTYPES = ("bfloat16", "float32")
+MODELS = ("sequential", "exact", "tensor_core", "sm100")
 _U32 = 2.0**-24  # fp32 unit roundoff
 _U_ACC = 2.0**-23  # per-step accumulation error allowed to any implementation (covers truncation too)
 _ETA32 = 2.0**-150  # fp32 absolute underflow error (half the smallest subnormal)
@@ -45,6 +47,7 @@ def gemm_alpha(a_plane: QuantizedPlane, b_plane: QuantizedPlane):
     ``[M, N]`` (both row-scaled) that broadcasts against the output (SPEC 12.8); otherwise an ``np.float32``.
     torchao: alpha = P_A * P_B with P = amax / 2688; torchao_noscale: alpha = 1.
     """
+    _check_planes(a_plane, b_plane)
     ra, rb = a_plane.rule, b_plane.rule
     if ra in _TE_RULES and rb in _TE_RULES:
         aa = a_plane.amax.reshape(-1, 1) if a_plane.row_scaled else a_plane.amax
@@ -61,10 +64,20 @@ def gemm_alpha(a_plane: QuantizedPlane, b_plane: QuantizedPlane):
     raise ValueError(f"operands use incompatible scale rules {ra!r} and {rb!r}")
 
 
-def _check_operands(a: QuantizedPlane, b: QuantizedPlane) -> None:
+def check_model(model) -> None:
+    """``ValueError`` unless ``model`` is one of :data:`MODELS` (SPEC 12.2, 12.3, 12.6, 12.7)."""
+    if model not in MODELS:
+        raise ValueError(f"model must be 'sequential', 'exact', 'tensor_core' or 'sm100', got {model!r}")
+
+
+def _check_planes(a, b) -> None:
     for name, p in (("a_plane", a), ("b_plane", b)):
         if not isinstance(p, QuantizedPlane):
             raise TypeError(f"{name} must be an oracle QuantizedPlane, got {type(p).__name__}")
+
+
+def _check_operands(a: QuantizedPlane, b: QuantizedPlane) -> None:
+    _check_planes(a, b)
     if a.cols != b.cols:
         raise ValueError(f"contraction lengths differ: a has K={a.cols}, b has K={b.cols}")
     if a.rht != b.rht:
@@ -78,13 +91,13 @@ def _check_epilogue(m: int, n: int, bias, accumulate, out_dtype: str):
         raise ValueError(f"out_dtype must be one of {_OUT_DTYPES}, got {out_dtype!r}")
     c = bv = None
     if accumulate is not None:
-        c = np.asarray(accumulate)
+        c = host_array(accumulate)
         if c.dtype != np.float32:
             raise TypeError(f"accumulate must be float32, got {c.dtype}")
         if c.shape != (m, n):
             raise ValueError(f"accumulate must have shape {(m, n)}, got {c.shape}")
     if bias is not None:
-        bv = np.asarray(bias)
+        bv = host_array(bias)
         if bv.dtype not in (np.float32,) and bv.dtype.name != "bfloat16":
             raise TypeError(f"bias must be float32 or bfloat16, got {bv.dtype}")
         if bv.shape != (n,):
@@ -97,8 +110,8 @@ def _resolve_alpha(a, b, alpha):
     """A scalar np.float32, or a float32 array broadcasting to [M, N] for row-scaled operands (SPEC 12.8)."""
     if alpha is None:
         return gemm_alpha(a, b)
-    al = np.asarray(alpha)
-    if al.ndim != 0 or al.dtype.kind not in "fiu":
+    al = host_array(alpha)
+    if al.ndim != 0 or not is_real(al):
         raise ValueError(f"alpha must be a single real number, got {alpha!r}")
     return np.float32(al)
 
@@ -150,6 +163,7 @@ def gemm(
         accumulate: optional float32 [M, N] C added to the product (wgrad's main_grad).
     """
     _check_operands(a_plane, b_plane)
+    check_model(model)
     m, n = a_plane.rows, b_plane.rows
     c, bv = _check_epilogue(m, n, bias, accumulate, out_dtype)
     al = _resolve_alpha(a_plane, b_plane, alpha)
@@ -165,8 +179,6 @@ def gemm(
     if model == "sm100":
         y = sm100_epilogue(sm100_sum(a_plane, b_plane), al, c=c, bias=bv)
         return _finish(y, out_dtype)
-    if model != "exact":
-        raise ValueError(f"model must be 'sequential', 'exact', 'tensor_core' or 'sm100', got {model!r}")
     return _finish(_exact(a_plane, b_plane, al, c, bv, out_dtype), out_dtype)
 
 
@@ -265,10 +277,14 @@ def within_bound(y_impl, y_exact, bound) -> np.ndarray:
     NaN; where the bound is NEAR_OVERFLOW (the exact real value is finite, even where its rounding y_exact is Inf)
     y_impl must not be NaN (any finite value or Inf of either sign); where it is +inf (an infinite C or bias)
     y_impl must be y_exact or NaN; where it is NaN (alpha not finite) y_impl must be non-finite. Returns a boolean
-    array."""
+    array. ``y_impl`` and ``y_exact`` must have the same shape, and ``bound`` broadcast to it (``ValueError``)."""
     yi = np.asarray(y_impl).astype(np.float64)
     ye = np.asarray(y_exact).astype(np.float64)
     b = np.asarray(bound, dtype=np.float64)
+    if yi.shape != ye.shape:
+        raise ValueError(f"y_impl has shape {yi.shape} and y_exact {ye.shape}: they must be the same output")
+    if np.broadcast_shapes(b.shape, ye.shape) != ye.shape:
+        raise ValueError(f"bound of shape {b.shape} does not fit the output's {ye.shape}")
     with np.errstate(invalid="ignore"):
         close = np.abs(yi - ye) <= b
     nan = np.isnan(ye)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .checks import check_index, host_array, is_real
 from .planes import GroupedNVFP4Tensor
 from .quantize import as_2d_f32, check_options, check_te_scale_options, quantize_2d
 from .rht import DEFAULT_RHT_SIGNS
@@ -12,27 +13,32 @@ from .swizzle import grouped_scale_offsets, padded_scale_shape, swizzle_scales
 __all__ = ["check_splits", "cut_splits", "group_quantize", "grouped_capacities", "padded_compact"]
 
 
-def check_splits(splits, total_rows: int) -> np.ndarray:
-    """Validate group sizes: 1-D integers >= 0 that add up to the number of rows. Returns int64."""
+def check_splits(splits, total_rows: int, what: str = "x") -> np.ndarray:
+    """Validate group sizes: 1-D integers >= 0 that add up to the number of rows of ``what`` (the tensor the
+    messages name). Returns int64."""
     s = np.asarray(splits)
     if s.ndim != 1 or s.size == 0:
         raise ValueError(f"splits must be a non-empty 1-D sequence of group sizes, got shape {s.shape}")
     if s.dtype.kind not in "iu":
         raise TypeError(f"splits must be integers, got dtype {s.dtype}")
-    s = s.astype(np.int64)
     if np.any(s < 0):
         raise ValueError(f"splits must be >= 0, got {s.tolist()}")
+    # a size above T cannot be part of a valid split, and refusing it first keeps the int64 sum from wrapping
+    if np.any(s > total_rows):
+        raise ValueError(f"splits add up to {sum(int(v) for v in s)} but {what} has {total_rows} rows")
+    s = s.astype(np.int64)
     if int(s.sum()) != total_rows:
         hint = ""
         if s.size > 1 and s[-1] == total_rows and np.all(np.diff(s) >= 0):
             hint = " (these look like cumulative offsets: splits are group sizes, e.g. np.diff(offsets, prepend=0))"
-        raise ValueError(f"splits add up to {int(s.sum())} but x has {total_rows} rows{hint}")
+        raise ValueError(f"splits add up to {int(s.sum())} but {what} has {total_rows} rows{hint}")
     return s
 
 
 def cut_splits(splits, total_rows: int) -> np.ndarray:
     """The group sizes a graph-safe device uses for splits that need not add up to T (SPEC 9.4): negative sizes
     count as 0 and the groups are cut at row ``total_rows``. Equal to the splits when they are valid (9.1)."""
+    total_rows = check_index(total_rows, "total_rows")
     s = np.asarray(splits)
     if s.ndim != 1 or s.size == 0 or s.dtype.kind not in "iu":
         raise ValueError(f"splits must be a non-empty 1-D integer array, got {s.dtype} {s.shape}")
@@ -50,12 +56,18 @@ def _group_amax(amax, e: int) -> list:
     if isinstance(amax, tuple):
         if len(amax) != 2:
             raise ValueError("a tuple amax must be (row_amaxes, col_amaxes)")
-        pairs = np.stack([np.asarray(a, np.float32).reshape(-1) for a in amax], axis=1)
+        parts = [host_array(a) for a in amax]
+        for name, a in zip(("row_amaxes", "col_amaxes"), parts, strict=True):
+            if not is_real(a) or a.ndim > 1 or a.size != e:
+                raise ValueError(f"amax's {name} must hold one real number per group ({e}), got {a.dtype} {a.shape}")
+        with np.errstate(over="ignore"):
+            pairs = np.stack([a.astype(np.float32).reshape(-1) for a in parts], axis=1)
     else:
-        a = np.asarray(amax)
-        if a.dtype.kind not in "fiu":
+        a = host_array(amax)
+        if not is_real(a):
             raise ValueError(f"amax must hold real numbers, got dtype {a.dtype}")
-        a = a.astype(np.float32)
+        with np.errstate(over="ignore"):
+            a = a.astype(np.float32)
         pairs = a if a.ndim == 2 else None
         if a.ndim == 1:
             pairs = np.stack([a, a], axis=1)
@@ -73,9 +85,9 @@ def _row_scaled_group_amax(amax, row_offsets: np.ndarray) -> list:
     e = row_offsets.size - 1
     if amax is None:
         return [None] * e
-    a = np.asarray(amax)
+    a = host_array(amax)
     t = int(row_offsets[-1])
-    if a.dtype.kind not in "fiu" or a.shape != (t,):
+    if not is_real(a) or a.shape != (t,):
         raise ValueError(f"a row-scaled amax must hold one real number per row ({t}), got {a.dtype} {a.shape}")
     return [a[row_offsets[g] : row_offsets[g + 1]] for g in range(e)]
 
@@ -83,7 +95,8 @@ def _row_scaled_group_amax(amax, row_offsets: np.ndarray) -> list:
 def grouped_capacities(total_rows: int, cols: int, num_groups: int) -> dict:
     """Worst-case byte sizes of the grouped buffers over all splits of ``total_rows`` into ``num_groups``
     groups (SPEC 9.3): what a device allocates without knowing the splits."""
-    t, k, e = int(total_rows), int(cols), int(num_groups)
+    t, k, e = (check_index(v, n, lo=None) for v, n in ((total_rows, "total_rows"), (cols, "cols"),
+                                                          (num_groups, "num_groups")))
     if t < 0 or e < 1 or k < 0 or k % 16:
         raise ValueError(f"need total_rows >= 0, num_groups >= 1 and K a multiple of 16, got {t}, {e}, {k}")
     kb4 = (k // 16 + 3) // 4 * 4
@@ -142,6 +155,7 @@ def group_quantize(
         rowwise=rowwise, columnwise=columnwise, rht=rht, rht_signs=rht_signs, block=block, rule=rule,
         rounding=rounding, seed=seed, offset=offset, is_bf16=is_bf16,
     )
+    rowwise, columnwise, rht = bool(rowwise), bool(columnwise), bool(rht)
     options = check_te_scale_options(
         four_over_six=four_over_six, four_over_six_fast_math=four_over_six_fast_math,
         global_scale_max=global_scale_max, row_scaled=row_scaled, rowwise=rowwise, columnwise=columnwise, rht=rht,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .gemm import _OUT_DTYPES, gemm, gemm_error_bound
+from .checks import host_array
+from .gemm import _OUT_DTYPES, check_model, gemm, gemm_error_bound
 from .planes import GroupedNVFP4Tensor
 
 __all__ = ["grouped_gemm", "grouped_gemm_error_bound"]
@@ -42,6 +43,8 @@ def grouped_gemm(a: GroupedNVFP4Tensor, b: GroupedNVFP4Tensor, *, kind: str = "f
     Raises ValueError where the device would write NaN: groups that disagree (W's group g not N rows; wgrad's two
     operands not split alike), and for wrong kinds, missing planes or shapes.
     """
+    check_model(model)  # (here too: a call whose groups are all empty calls no gemm)
+
     def per_group(pa, pb, **kw):
         return np.asarray(gemm(pa, pb, model=model, **kw))
 
@@ -75,7 +78,8 @@ def _per_group(a, b, kind: str, fn, empty_expert, out_dtype, bias, accumulate) -
     e = a.num_groups
     if b.num_groups != e:
         raise ValueError(f"a and b have different group counts ({e} vs {b.num_groups})")
-    out_dtype = out_dtype or ("float32" if kind == "wgrad" else "bfloat16")
+    if out_dtype is None:
+        out_dtype = "float32" if kind == "wgrad" else "bfloat16"
     if out_dtype not in _OUT_DTYPES:  # (checked here too: a wgrad whose groups are all empty calls no gemm)
         raise ValueError(f"out_dtype must be one of {_OUT_DTYPES}, got {out_dtype!r}")
     if kind == "wgrad":
@@ -90,7 +94,7 @@ def _per_group(a, b, kind: str, fn, empty_expert, out_dtype, bias, accumulate) -
         if accumulate is not None:
             if out_dtype != "float32":  # SPEC 12.5: C is the fp32 buffer the result is added into
                 raise ValueError(f"wgrad: accumulate needs out_dtype='float32', got {out_dtype!r}")
-            accumulate = np.asarray(accumulate)
+            accumulate = host_array(accumulate)
             if accumulate.shape != (e, n, k) or accumulate.dtype != np.float32:
                 raise ValueError(f"accumulate must be float32 [E, N, K] = {(e, n, k)}, got {accumulate.dtype} "
                                  f"{accumulate.shape}")
@@ -115,7 +119,7 @@ def _per_group(a, b, kind: str, fn, empty_expert, out_dtype, bias, accumulate) -
     pb = _planes(b, "row" if kind == "fprop" else "col", kind, "b (W)")
     out_cols = n_w if kind == "fprop" else b.shape[1]
     if bias is not None:
-        bias = np.asarray(bias)
+        bias = host_array(bias)
         if bias.shape != (e, out_cols):
             raise ValueError(f"{kind}: bias must be [E, {out_cols}], got {bias.shape}")
     ys = [np.asarray(fn(pa[g], pb[g], out_dtype=out_dtype,

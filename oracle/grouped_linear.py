@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .bias_grad import grouped_bias_grad
+from .checks import from_torch, is_torch
 from .grouped import check_splits, group_quantize
 from .grouped_gemm import grouped_gemm
 from .planes import GroupedNVFP4Tensor
-from .quantize import _from_torch
 from .recipe import DEFAULT_RECIPE, NVFP4Recipe
 
 if TYPE_CHECKING:
@@ -104,8 +104,8 @@ class GroupedLinearOperands:
 
 
 def _array(name: str, a) -> np.ndarray:
-    if type(a).__module__.startswith("torch") and hasattr(a, "detach"):
-        a = _from_torch(a)
+    if is_torch(a):
+        a = from_torch(a)
     if not isinstance(a, np.ndarray):
         raise TypeError(f"{name} must be a NumPy array (or a torch tensor), got {type(a).__name__}")
     return a
@@ -143,7 +143,7 @@ def _check_layer(x, weight, splits) -> tuple[np.ndarray, np.ndarray, np.ndarray]
         if v < 16 or v % 16:
             raise ValueError(f"{name}={v} must be a positive multiple of 16 (one E4M3 scale per 16 elements; "
                              f"{name} is a GEMM contraction length)")
-    if type(splits).__module__.startswith("torch") and hasattr(splits, "detach"):
+    if is_torch(splits):
         splits = splits.detach().cpu().numpy()
     s = np.asarray(splits)
     if s.ndim != 1 or s.shape[0] != e:
@@ -169,9 +169,11 @@ def _check_bias(bias, e: int, n: int) -> np.ndarray:
 
 def _check_main_grad(main_grad, e: int, n: int, k: int) -> np.ndarray:
     """The NumPy array to update in place: main_grad itself, or the memory of a CPU torch tensor."""
-    if type(main_grad).__module__.startswith("torch") and hasattr(main_grad, "detach"):
+    if is_torch(main_grad):
         if main_grad.device.type != "cpu":
             raise ValueError(f"main_grad must be a NumPy array or a CPU tensor, got a tensor on {main_grad.device}")
+        if str(main_grad.dtype) != "torch.float32":
+            raise TypeError(f"main_grad must be float32, got dtype {main_grad.dtype}")
         main_grad = main_grad.detach().numpy()  # shares its memory
     if not isinstance(main_grad, np.ndarray):
         raise TypeError(f"main_grad must be a float32 NumPy array, got {type(main_grad).__name__}")

@@ -30,6 +30,7 @@ import warnings
 
 import numpy as np
 
+from .checks import check_block, check_flag, check_index, host_array, is_real, is_torch
 from .planes import NVFP4Tensor, QuantizedPlane
 from .rht import check_rht_signs
 from .swizzle import padded_scale_shape, swizzle_scales, unswizzle_scales
@@ -60,13 +61,9 @@ _TE_IGNORED = ("fp4_dtype", "quantizer", "fake_dtype")
 # host arrays and plane construction
 # ---------------------------------------------------------------------------------------------------------------
 
-def _is_torch(a) -> bool:
-    return type(a).__module__.startswith("torch") and hasattr(a, "detach")
-
-
 def _host_u8(a, what: str) -> np.ndarray:
     """A uint8 / float8 / float4x2 array or tensor as a host uint8 NumPy array (bytes unchanged)."""
-    if _is_torch(a):
+    if is_torch(a):
         import torch
 
         t = a.detach()
@@ -85,7 +82,7 @@ def _host_u8(a, what: str) -> np.ndarray:
 
 def _host_f32(a, what: str) -> np.ndarray:
     """A float32 scalar / array / tensor as a host float32 array (bits unchanged)."""
-    if _is_torch(a):
+    if is_torch(a):
         import torch
 
         if a.dtype != torch.float32:
@@ -110,7 +107,7 @@ def _make_plane(data, scales, amax, shape, rule, *, block=(1, 16), rht=False, va
                          "row_scaled_nvfp4=True")
     a = np.asarray(amax, np.float32)
     return QuantizedPlane(data, scales, a.reshape(-1) if extra.get("row_scaled") else a.reshape(-1)[0], shape, rule,
-                          tuple(block), rht, valid_cols=valid_cols, **extra)
+                          check_block(block), rht, valid_cols=valid_cols, **extra)
 
 
 def read_scales(buf, rows: int, scale_cols: int, layout: str) -> np.ndarray:
@@ -233,9 +230,16 @@ def from_torchao(t, *, amax=None) -> NVFP4Tensor:
     if f["per_tensor_scale_shape"] is not None and int(np.prod(f["per_tensor_scale_shape"])) != 1:
         raise ValueError(f"a per-expert per_tensor_scale of shape {f['per_tensor_scale_shape']} has one amax per "
                          "expert: convert each expert's slice separately")
+    if amax is not None:
+        a_in = host_array(amax)
+        if not is_real(a_in) or a_in.size != 1:
+            raise ValueError(f"amax must be one real number (the tensor's), got {a_in.dtype} {a_in.shape}")
+        amax = a_in.reshape(-1)[0]
     q = f["qdata"]
     k = 2 * q.shape[-1]
     m = int(np.prod(q.shape[:-1])) if q.ndim > 1 else 1
+    if k % 16:
+        raise ValueError(f"qdata holds {q.shape[-1]} bytes per row, K = {k} values: K must be a multiple of 16")
     scales = read_scales(f["scale"], m, k // 16, "swizzled" if f["is_swizzled_scales"] else "compact")
     if f["per_tensor_scale"] is None:
         rule = "torchao_noscale"
@@ -276,9 +280,10 @@ def _torch_dtype(name):
 
     if name is None:
         return torch.bfloat16
-    if isinstance(name, torch.dtype):
-        return name
-    return getattr(torch, str(name).replace("torch.", ""))
+    dtype = name if isinstance(name, torch.dtype) else getattr(torch, str(name).replace("torch.", ""), None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"orig_dtype must be a torch floating-point dtype (or its name), got {name!r}")
+    return dtype
 
 
 def _check_torchao_g(g) -> None:
@@ -310,6 +315,8 @@ def to_torchao(t, plane: str = "row", *, swizzled: bool | None = None, orig_dtyp
     nvfp4_tensor = torchao_nvfp4_module()
     AoTensor, per_tensor_amax_to_scale = nvfp4_tensor.NVFP4Tensor, nvfp4_tensor.per_tensor_amax_to_scale
 
+    if swizzled is not None:
+        check_flag(swizzled, "swizzled")
     if hasattr(t, "row_data") and hasattr(t, "swizzled"):  # a device result: keep its tensors where they are
         data, scales, amax, rows, cols, is_swz, rule, block = _device_plane(t, plane)
         opts = dict(t.options)
@@ -373,11 +380,23 @@ def from_te_fields(*, rowwise_data=None, rowwise_scale_inv=None, columnwise_data
                         f"(and {list(_TE_IGNORED)}, ignored)")
     if rowwise_data is None and columnwise_data is None:
         raise ValueError("no plane: give rowwise_data and/or columnwise_data")
+    if rule not in _TE_RULES:
+        raise ValueError(f"rule must be one of {_TE_RULES} (TE's tensors hold the TE rules), got {rule!r}")
+    block = check_block(block)
+    for name, v in (("with_gemm_swizzled_scales", with_gemm_swizzled_scales), ("row_scaled_nvfp4", row_scaled_nvfp4),
+                    ("nvfp4_use_4over6", nvfp4_use_4over6), ("rht", rht),
+                    ("four_over_six_fast_math", four_over_six_fast_math)):
+        check_flag(v, name)
+    if nvfp4_use_4over6 and (rule != "te" or rht):
+        raise ValueError(f"a 4over6 tensor has rule 'te' without RHT (SPEC 5.6), got rule={rule!r}, rht={rht}")
+    if not nvfp4_use_4over6 and (four_over_six is not None or four_over_six_fast_math):
+        raise ValueError("four_over_six / four_over_six_fast_math describe a 4over6 tensor: pass nvfp4_use_4over6=True "
+                         "with them")
     if rht_signs is not None:
         if not rht:
             raise ValueError("rht_signs is the sign mask of an RHT plane: pass rht=True with it")
         rht_signs = check_rht_signs(rht_signs, "rht_signs")
-    if isinstance(nvfp4_e4m3_max, bool) or int(nvfp4_e4m3_max) not in (448, 256):
+    if check_index(nvfp4_e4m3_max, "nvfp4_e4m3_max") not in (448, 256):
         raise ValueError(f"nvfp4_e4m3_max must be 448 or 256 (SPEC 5.6), got {nvfp4_e4m3_max!r}")
     if int(nvfp4_e4m3_max) != 448 and not nvfp4_use_4over6:
         raise ValueError(f"nvfp4_e4m3_max={int(nvfp4_e4m3_max)} with nvfp4_use_4over6=False: G = 256 is defined only "
@@ -392,6 +411,9 @@ def from_te_fields(*, rowwise_data=None, rowwise_scale_inv=None, columnwise_data
         d = _host_u8(rowwise_data, "rowwise_data")
         k = 2 * d.shape[-1]
         m = int(np.prod(d.shape[:-1])) if d.ndim > 1 else 1
+        if k % 16:
+            raise ValueError(f"rowwise_data holds {d.shape[-1]} bytes per row, K = {k} values: K must be a multiple of "
+                             "16 (one scale per 16 values)")
         if rowwise_scale_inv is None or amax_rowwise is None:
             raise ValueError("rowwise_data needs rowwise_scale_inv and amax_rowwise")
         s = read_scales(rowwise_scale_inv, m, k // 16, layout)
@@ -399,6 +421,8 @@ def from_te_fields(*, rowwise_data=None, rowwise_scale_inv=None, columnwise_data
                           block=block, **extra)
     if columnwise_data is not None:
         d = _host_u8(columnwise_data, "columnwise_data")
+        if d.ndim < 2:
+            raise ValueError(f"columnwise_data must be [K, M/2] (TE's columnwise plane), got shape {list(d.shape)}")
         kc = int(d.shape[0])
         mc = int(np.prod(d.shape[1:])) * 2
         if k is not None and (kc, mc) != (k, m):
@@ -444,6 +468,8 @@ def to_te_fields(t, *, swizzled: bool | None = None, as_torch: bool = False) -> 
     options, and gives it back here).
     Only TE's rules have TE fields: a plane of another rule (torchao's) raises ``ValueError``.
     """
+    if swizzled is not None:
+        check_flag(swizzled, "swizzled")
     if hasattr(t, "row_data") and hasattr(t, "swizzled"):
         _check_te_rule(t.options.get("rule", "te"))
         return _device_te_fields(t, swizzled)

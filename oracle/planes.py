@@ -10,6 +10,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .checks import check_block, check_flag, check_index, host_array, is_real
+from .four_over_six import ERROR_MODES, GLOBAL_SCALE_MAXES
+from .rht import check_rht_signs
+from .scale_rules import RULES
 from .swizzle import swizzle_scales
 
 __all__ = ["GroupedNVFP4Tensor", "NVFP4Tensor", "QuantizedPlane"]
@@ -53,17 +57,42 @@ class QuantizedPlane:
     four_over_six_fast_math: bool = False
 
     def __post_init__(self) -> None:
-        if self.row_scaled:
-            self.amax = np.asarray(self.amax, np.float32).reshape(-1)
-            if self.amax.shape[0] != int(self.shape[0]):
-                raise ValueError(f"a row-scaled plane needs one amax per row ({self.shape[0]}), got {self.amax.shape[0]}")
-        else:
-            self.amax = np.float32(self.amax)
-        if self.global_scale_max not in (448, 256):
+        rows, cols = _check_plane_shape(self.shape)
+        self.shape = (rows, cols)
+        if self.rule not in RULES:
+            raise ValueError(f"rule must be one of {RULES}, got {self.rule!r}")
+        self.block = check_block(self.block)
+        self.rht = check_flag(self.rht, "rht")
+        self.row_scaled = check_flag(self.row_scaled, "row_scaled")
+        self.four_over_six_fast_math = check_flag(self.four_over_six_fast_math, "four_over_six_fast_math")
+        if self.four_over_six not in (None, *ERROR_MODES):
+            raise ValueError(f"four_over_six must be None, 'mae' or 'mse', got {self.four_over_six!r}")
+        if isinstance(self.global_scale_max, bool) or self.global_scale_max not in GLOBAL_SCALE_MAXES:
             raise ValueError(f"global_scale_max must be 448 or 256, got {self.global_scale_max!r}")
-        self.shape = (int(self.shape[0]), int(self.shape[1]))
-        if self.valid_cols is None:
-            self.valid_cols = self.shape[1]
+        self.global_scale_max = int(self.global_scale_max)
+        _check_variant(self)
+        self.data = _check_bytes(self.data, (rows, (cols + 1) // 2), "data")
+        self.scales = _check_bytes(self.scales, (rows, (cols + 15) // 16), "scales")
+        if self.row_scaled:
+            a = host_array(self.amax)
+            if not is_real(a):
+                raise ValueError(f"amax must hold real numbers, got dtype {a.dtype}")
+            if a.size != rows:
+                raise ValueError(f"a row-scaled plane needs one amax per row ({rows}), got {a.size}")
+            self.amax = a.astype(np.float32).reshape(-1)
+        else:
+            a = host_array(self.amax)
+            if not is_real(a) or a.size != 1:
+                raise ValueError(f"amax must be one real number (a row-scaled plane: one per row), got {a.dtype} "
+                                 f"{a.shape}")
+            self.amax = np.float32(a.reshape(-1)[0])
+        if np.any(self.amax < 0):  # SPEC 4.3 / 11.2: an absolute maximum (-0.0, +Inf and NaN are values it may take)
+            raise ValueError(f"amax must be >= 0, +Inf or NaN (an absolute maximum), got {self.amax!r}")
+        self.valid_cols = cols if self.valid_cols is None else check_index(self.valid_cols, "valid_cols")
+        if self.valid_cols > cols:
+            raise ValueError(f"valid_cols ({self.valid_cols}) exceeds the plane's {cols} columns")
+        if self.rht_signs is not None:
+            self.rht_signs = check_rht_signs(self.rht_signs, "rht_signs")
 
     def __repr__(self) -> str:
         amax = f"float32{list(self.amax.shape)}" if self.row_scaled else repr(float(self.amax))
@@ -93,6 +122,40 @@ class QuantizedPlane:
         from .fp4_numpy import unpack_fp4
 
         return unpack_fp4(self.data, self.cols)
+
+
+def _check_plane_shape(shape) -> tuple[int, int]:
+    """A plane's (rows, cols): two integers >= 0, cols a multiple of 16 (one scale per 16 elements, SPEC 6)."""
+    if not isinstance(shape, (tuple, list)) or len(shape) != 2:
+        raise ValueError(f"shape must be (rows, cols), got {shape!r}")
+    rows, cols = check_index(shape[0], "shape's rows"), check_index(shape[1], "shape's cols")
+    if cols % 16:
+        raise ValueError(f"a plane's cols must be a multiple of 16 (one scale per 16 elements), got {cols}")
+    return rows, cols
+
+
+def _check_bytes(a, shape: tuple[int, int], name: str) -> np.ndarray:
+    """A plane's ``data`` or ``scales``: a uint8 NumPy array of exactly ``shape``."""
+    if not isinstance(a, np.ndarray) or a.dtype != np.uint8:
+        what = a.dtype if isinstance(a, np.ndarray) else type(a).__name__
+        raise TypeError(f"{name} must be a uint8 NumPy array, got {what}")
+    if a.shape != shape:
+        raise ValueError(f"{name} of a plane of shape {shape[0]} x cols must have shape {shape}, got {a.shape}")
+    return a
+
+
+def _check_variant(p: QuantizedPlane) -> None:
+    """The 4over6 / row-scaled fields of a plane against its rule, block and RHT: what TE produces (SPEC 5.6, 5.7).
+    G = 256 needs no 4over6 mode here: dequantization and the GEMM read only G (a stored plane's mode may be
+    unknown)."""
+    variant = "4over6" if p.four_over_six else "row_scaled" if p.row_scaled else None
+    if p.four_over_six_fast_math and not p.four_over_six:
+        raise ValueError("four_over_six_fast_math=True needs four_over_six='mae' or 'mse'")
+    if variant and (p.rule != "te" or p.rht):
+        raise ValueError(f"a {variant} plane has rule 'te' without RHT (SPEC 5.6, 5.7), got rule={p.rule!r}, "
+                         f"rht={p.rht}")
+    if p.row_scaled and p.block != (1, 16):
+        raise ValueError(f"a row-scaled plane has 1x16 blocks (SPEC 5.7), got {p.block}")
 
 
 @dataclass

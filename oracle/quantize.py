@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .checks import check_block, check_flag, from_torch, host_array, is_real, is_torch
 from .four_over_six import ERROR_MODES, GLOBAL_SCALE_MAXES, four_over_six_scales
 from .fp4_numpy import encode_e2m1, pack_fp4
 from .philox import sr_random_bytes
@@ -30,7 +31,6 @@ __all__ = [
     "row_amaxes",
 ]
 
-_BLOCKS = ((1, 16), (16, 16))
 _ROUNDINGS = ("rn", "sr")
 ROW_PLANE, COL_PLANE = 0, 1
 
@@ -40,8 +40,8 @@ def as_2d_f32(x) -> tuple[np.ndarray, bool]:
 
     Returns ``(x2d_f32, is_bf16)``. Accepts float32, float16 and ml_dtypes.bfloat16 arrays only.
     """
-    if type(x).__module__.startswith("torch") and hasattr(x, "detach"):
-        x = _from_torch(x)
+    if is_torch(x):
+        x = from_torch(x)
     if isinstance(x, np.generic):
         raise TypeError(f"x must be an array of at least one dimension, got a NumPy scalar ({type(x).__name__}); "
                         "quantize a block of 16 values at least, e.g. np.full(16, x)")
@@ -59,32 +59,6 @@ def as_2d_f32(x) -> tuple[np.ndarray, bool]:
     return np.ascontiguousarray(x2, dtype=np.float32), x.dtype.name == "bfloat16"
 
 
-def _from_torch(t) -> np.ndarray:
-    """A torch tensor (any device) as a NumPy array of the same dtype and values; bfloat16 becomes
-    ``ml_dtypes.bfloat16`` (torch's ``.numpy()`` has no bfloat16)."""
-    import ml_dtypes
-    import torch
-
-    t = t.detach().cpu()
-    if t.dtype == torch.bfloat16:
-        return t.contiguous().view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return t.numpy()
-
-
-def check_block(block) -> tuple:
-    """``(1, 16)`` / ``(16, 16)`` from a pair or the strings ``"1x16"`` / ``"16x16"`` (SPEC 6.3)."""
-    if isinstance(block, str):
-        parts = block.lower().split("x")
-        block = tuple(parts) if len(parts) == 2 else (block,)
-    try:
-        block = tuple(int(b) for b in block)
-    except (TypeError, ValueError):
-        raise ValueError(f"block must be (1, 16) or (16, 16) (or \"1x16\" / \"16x16\"), got {block!r}") from None
-    if block not in _BLOCKS:
-        raise ValueError(f"block must be (1, 16) or (16, 16), got {block}")
-    return block
-
-
 def planes_are_transposes(block, rounding: str, rht: bool, four_over_six: str | None) -> bool:
     """Whether a tensor's columnwise plane holds its rowwise plane's codes and scales transposed (SPEC 6.3): 16x16
     blocks, round to nearest, no RHT (SPEC 7) and no 4over6 (whose tile error sums differ per plane, SPEC 5.6), with
@@ -95,6 +69,8 @@ def planes_are_transposes(block, rounding: str, rht: bool, four_over_six: str | 
 
 def check_options(*, rowwise, columnwise, rht, rht_signs, block, rule, rounding, seed, offset, is_bf16) -> tuple:
     """Validate the quantize options; returns the block shape as a tuple."""
+    for name, v in (("rowwise", rowwise), ("columnwise", columnwise), ("rht", rht)):
+        check_flag(v, name)
     if not (rowwise or columnwise):
         raise ValueError("at least one of rowwise / columnwise must be requested")
     if rule not in RULES:
@@ -334,10 +310,11 @@ def columnwise_source(x2: np.ndarray, rht: bool, rht_signs: int) -> np.ndarray:
 
 def _amax_value(v, what: str) -> np.float32:
     """One supplied amax (SPEC 4.3): a real number >= 0, +Inf or NaN."""
-    a = np.asarray(v)
-    if a.ndim != 0 or a.dtype.kind not in "fiu":
+    a = host_array(v)
+    if a.ndim != 0 or not is_real(a):
         raise ValueError(f"{what} must be a single real number, got {v!r}")
-    f = np.float32(a)
+    with np.errstate(over="ignore"):  # (a value past fp32's range rounds to Inf, SPEC 4.3)
+        f = np.float32(a)
     if f < 0:
         raise ValueError(f"{what} must be >= 0 (an absolute maximum), got {float(f)}")
     return f
@@ -347,10 +324,11 @@ def _row_scaled_amax(amax, rows: int):
     """A supplied row-scaled amax (SPEC 5.7, 4.3): ``None`` or ``rows`` real values, each >= 0, +Inf or NaN."""
     if amax is None:
         return None
-    a = np.asarray(amax)
-    if a.dtype.kind not in "fiu" or a.shape != (rows,):
+    a = host_array(amax)
+    if not is_real(a) or a.shape != (rows,):
         raise ValueError(f"a row-scaled amax must hold one real number per row ({rows}), got {a.dtype} {a.shape}")
-    a = a.astype(np.float32)
+    with np.errstate(over="ignore"):
+        a = a.astype(np.float32)
     if np.any(a < 0):
         raise ValueError("row amaxes must be >= 0 (absolute maxima)")
     return a
@@ -451,6 +429,7 @@ def quantize(
         rowwise=rowwise, columnwise=columnwise, rht=rht, rht_signs=rht_signs, block=block, rule=rule,
         rounding=rounding, seed=seed, offset=offset, is_bf16=is_bf16,
     )
+    rowwise, columnwise, rht = bool(rowwise), bool(columnwise), bool(rht)
     options = check_te_scale_options(
         four_over_six=four_over_six, four_over_six_fast_math=four_over_six_fast_math,
         global_scale_max=global_scale_max, row_scaled=row_scaled, rowwise=rowwise, columnwise=columnwise, rht=rht,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .checks import host_array
 from .fp4_numpy import round_to_bf16
 
 __all__ = ["DEFAULT_RHT_SIGNS", "check_rht_signs", "hadamard16", "rht", "rht_along_axis0", "rht_sign_vector"]
@@ -43,16 +44,17 @@ def _is_bf16(a: np.ndarray) -> bool:
 def rht(x_bf16, signs: int = DEFAULT_RHT_SIGNS) -> np.ndarray:
     """Random Hadamard Transform of each consecutive 16 elements of the last axis (SPEC 7.2).
 
-    ``x_bf16``: an ml_dtypes.bfloat16 array whose last dimension is a multiple of 16.
+    ``x_bf16``: an ml_dtypes.bfloat16 array (or a torch bfloat16 tensor, copied to the host) whose last dimension is a
+    multiple of 16. ``signs``: the 16-bit sign mask (SPEC 7.1); ``ValueError`` for anything else.
     Per block: v = x * s (exact), four fp32 butterfly stages with strides 1, 2, 4, 8
     ((a, b) -> (a + b, a - b)), times 0.25, rounded to bfloat16. Returns float32 holding bf16 values.
     """
-    x = np.asarray(x_bf16)
+    x = host_array(x_bf16)
     if not _is_bf16(x):
         raise TypeError(f"rht needs bfloat16 input (ml_dtypes.bfloat16), got {x.dtype}")
     if x.ndim == 0 or x.shape[-1] % 16:
         raise ValueError(f"rht needs a last dimension that is a multiple of 16, got shape {x.shape}")
-    return _rht_f32(x.astype(np.float32), signs)
+    return _rht_f32(x.astype(np.float32), check_rht_signs(signs, "signs"))
 
 
 def _rht_f32(x_f32: np.ndarray, signs: int) -> np.ndarray:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .checks import check_index
+
 __all__ = [
     "grouped_scale_offsets",
     "padded_scale_shape",
@@ -26,17 +28,26 @@ def round_up(n, m: int):
 
 def padded_scale_shape(rows: int, scale_cols: int) -> tuple[int, int]:
     """Padded compact shape ``(roundup(rows, 128), roundup(scale_cols, 4))`` (SPEC 8.1)."""
-    return int(round_up(rows, 128)), int(round_up(scale_cols, 4))
+    return round_up(check_index(rows, "rows"), 128), round_up(check_index(scale_cols, "scale_cols"), 4)
 
 
 def swizzled_offset(r, c, padded_scale_cols: int):
     """Byte offset of compact scale (r, c) inside the swizzled buffer (SPEC 8.2).
 
-    ``padded_scale_cols`` is C rounded up to a multiple of 4. Works elementwise on integer arrays.
+    ``padded_scale_cols`` is C rounded up to a multiple of 4. Works elementwise on integer arrays; ``ValueError``
+    for a position outside ``[0, ...) x [0, padded_scale_cols)``.
     """
-    r = np.asarray(r, dtype=np.int64)
-    c = np.asarray(c, dtype=np.int64)
-    tile = (r // 128) * (padded_scale_cols // 4) + c // 4
+    pc = check_index(padded_scale_cols, "padded_scale_cols")
+    if pc % 4:
+        raise ValueError(f"padded_scale_cols must be a multiple of 4 (SPEC 8.1), got {pc}")
+    r, c = np.asarray(r), np.asarray(c)
+    for name, v in (("r", r), ("c", c)):
+        if v.dtype.kind not in "iu":
+            raise TypeError(f"{name} must be integers, got dtype {v.dtype}")
+    if np.any(r < 0) or np.any(c < 0) or np.any(c >= pc):
+        raise ValueError(f"scale positions must lie in rows >= 0 and columns [0, {pc})")
+    r, c = r.astype(np.int64), c.astype(np.int64)
+    tile = (r // 128) * (pc // 4) + c // 4
     return ((tile * 32 + r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4).astype(np.int64)
 
 
@@ -93,10 +104,13 @@ def grouped_scale_offsets(splits, cols: int) -> dict:
     * ``col_data``: columnwise (X_g^T) data bytes, K*roundup(m_g,16)/2 per group;
     * ``col_scale``: columnwise scales, roundup(K,128) * roundup(ceil(m_g/16),4) per group.
     """
-    m = np.asarray(splits, dtype=np.int64).reshape(-1)
+    m = np.asarray(splits)
+    if m.ndim != 1 or m.size == 0 or m.dtype.kind not in "iu":
+        raise ValueError(f"splits must be a non-empty 1-D array of integer group sizes, got {m.dtype} {m.shape}")
     if np.any(m < 0):
         raise ValueError(f"splits must be >= 0, got {m.tolist()}")
-    cols = int(cols)
+    m = m.astype(np.int64)
+    cols = check_index(cols, "cols")
     if cols % 16:
         raise ValueError(f"K={cols} must be a multiple of 16")
 

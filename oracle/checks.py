@@ -1,0 +1,84 @@
+"""Argument checks shared by the oracle's public functions: integers, flags and block shapes, each refused with an
+error that names the argument (a float, a bool or a string where an integer is meant is never rounded or parsed)."""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+__all__ = ["BLOCKS", "check_block", "check_flag", "check_index", "from_torch", "host_array", "is_real", "is_torch"]
+
+#: The block shapes of SPEC 6.3: 1x16 blocks and 16x16 tiles.
+BLOCKS = ((1, 16), (16, 16))
+
+
+def check_index(v, name: str, *, lo: int | None = 0) -> int:
+    """``v`` as a Python int: an integer (Python or NumPy, not a bool), at least ``lo`` unless ``lo`` is None;
+    ``TypeError`` for any other type (a float is not rounded), ``ValueError`` below ``lo``."""
+    if isinstance(v, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an integer, got {v!r}")
+    try:
+        i = operator.index(v)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {v!r}") from None
+    if lo is not None and i < lo:
+        raise ValueError(f"{name} must be >= {lo}, got {i}")
+    return i
+
+
+def check_flag(v, name: str) -> bool:
+    """``v`` as a bool: True or False (Python or NumPy); ``TypeError`` for anything else (a string such as "no" is
+    not read by its truth value)."""
+    if not isinstance(v, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {v!r}")
+    return bool(v)
+
+
+def check_block(block) -> tuple:
+    """``(1, 16)`` / ``(16, 16)`` from a pair of integers or the strings ``"1x16"`` / ``"16x16"`` (SPEC 6.3); a
+    ``ValueError`` for anything else (floats and bools included: they are never rounded)."""
+    if isinstance(block, str):
+        parts = block.lower().split("x")
+        ok = len(parts) == 2 and all(p.isdigit() for p in parts)
+        pair = tuple(int(p) for p in parts) if ok else None
+    else:
+        pair = tuple(block) if isinstance(block, (tuple, list, np.ndarray)) else None
+        if pair is not None and any(isinstance(b, (bool, np.bool_)) for b in pair):
+            pair = None
+        if pair is not None:
+            try:
+                pair = tuple(operator.index(b) for b in pair)
+            except TypeError:
+                pair = None
+    if pair not in BLOCKS:
+        raise ValueError(f"block must be (1, 16) or (16, 16) (or \"1x16\" / \"16x16\"), got {block!r}")
+    return pair
+
+
+def is_torch(a) -> bool:
+    """Whether ``a`` is a torch tensor (checked without importing torch)."""
+    return type(a).__module__.startswith("torch") and hasattr(a, "detach")
+
+
+def from_torch(t) -> np.ndarray:
+    """A torch tensor (any device) as a NumPy array of the same dtype and values; bfloat16 becomes
+    ``ml_dtypes.bfloat16`` (torch's ``.numpy()`` has no bfloat16)."""
+    import ml_dtypes
+    import torch
+
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        return t.contiguous().view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def host_array(a) -> np.ndarray:
+    """``a`` as a NumPy array: a torch tensor through :func:`from_torch`, anything else through ``np.asarray``."""
+    return from_torch(a) if is_torch(a) else np.asarray(a)
+
+
+def is_real(a: np.ndarray) -> bool:
+    """Whether an array holds real numbers: a NumPy integer or float dtype, or an ml_dtypes float (bfloat16, the
+    float8 types); not bool, complex, strings or objects."""
+    return a.dtype.kind in "fiu" or (a.dtype.kind == "V" and a.dtype.name.startswith(("bfloat16", "float8")))

@@ -1,0 +1,337 @@
+"""Bad arguments to the oracle's public functions are refused with an error that names them, before any work; the
+values each function documents as valid (edge sizes, NumPy scalars and bools, torch tensors, -0.0 and NaN amaxes)
+are accepted. The expected outcomes are the docstrings' and SPEC's promises (SPEC 4.3: a negative amax raises; 6.3:
+two block shapes; 7.1: a 16-bit sign mask; 9.1: splits of sizes >= 0 adding up to T; 11.1: four scale rules)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import oracle
+from oracle.swizzle import grouped_scale_offsets, swizzled_offset, unswizzle_scales
+
+BF16 = ml_dtypes.bfloat16
+X = np.random.default_rng(7).standard_normal((32, 64)).astype(np.float32)
+
+
+def te_fields(**kw) -> dict:
+    return oracle.to_te_fields(oracle.quantize(X, **kw))
+
+
+# ------------------------------------------------------------------------------------------------- splits (SPEC 9.1)
+
+@pytest.mark.parametrize("splits", [np.array([2**63 - 1, 2**63 - 1, 34]), np.array([2**62] * 4 + [32]),
+                                    np.array([2**63, 2**63 + 32], np.uint64)])
+def test_splits_whose_int64_sum_wraps_to_t_are_refused(splits):
+    """Sizes that add up to T only modulo 2^64 are not a split of T rows (the sum is taken without wrapping)."""
+    with pytest.raises(ValueError, match="splits add up to .* but x has 32 rows"):
+        oracle.group_quantize(X, splits)
+
+
+def test_splits_whose_int64_sum_wraps_are_refused_by_the_layer_and_bias_grad():
+    x = X.astype(BF16)
+    w = np.zeros((3, 16, 64), BF16)
+    bad = np.array([2**63 - 1, 2**63 - 1, 34])
+    with pytest.raises(ValueError, match="splits add up to"):
+        oracle.grouped_linear_forward(x, w, bad)
+    with pytest.raises(ValueError, match="but dy has 32 rows"):  # the tensor the function takes is named
+        oracle.grouped_bias_grad(x, bad)
+
+
+@pytest.mark.parametrize("total_rows, error", [(-5, ValueError), (7.9, TypeError), ("7", TypeError),
+                                               (True, TypeError)])
+def test_cut_splits_refuses_a_row_count_that_is_not_a_count(total_rows, error):
+    with pytest.raises(error, match="total_rows"):
+        oracle.cut_splits([10, 5], total_rows)
+
+
+def test_cut_splits_takes_numpy_integers():
+    assert oracle.cut_splits(np.array([10, 5]), np.int32(12)).tolist() == [10, 2]  # SPEC 9.4: cut at row 12
+
+
+@pytest.mark.parametrize("args", [(10.7, 64, 2), ("10", 16, 2), (10, 16.0, 2), (10, 16, True), (None, 16, 2)])
+def test_grouped_capacities_refuses_sizes_that_are_not_integers(args):
+    with pytest.raises(TypeError, match="total_rows|cols|num_groups"):
+        oracle.grouped_capacities(*args)
+
+
+# ------------------------------------------------------------------------------------- flags, blocks and sign masks
+
+@pytest.mark.parametrize("flag", ["rowwise", "columnwise", "rht"])
+@pytest.mark.parametrize("value", ["no", 1, None, np.array([True])])
+def test_quantize_flags_are_true_or_false(flag, value):
+    """A string such as "no" is not read by its truth value (it would switch the plane or the RHT on)."""
+    kw = {"columnwise": True, flag: value}
+    for fn in (lambda: oracle.quantize(X.astype(BF16), **kw), lambda: oracle.group_quantize(X.astype(BF16), [32], **kw)):
+        with pytest.raises(TypeError, match=f"{flag} must be True or False"):
+            fn()
+
+
+def test_quantize_flags_take_numpy_bools_and_store_python_bools():
+    t = oracle.quantize(X.astype(BF16), columnwise=np.bool_(True), rht=np.bool_(True))
+    assert t.col.rht is True and t.options["rht"] is True
+
+
+@pytest.mark.parametrize("block", [(16.5, 16), (1.9, 16), (True, 16), {1: 0, 16: 0}, "1x16x1", "ax16", (1, 16, 1),
+                                   16, None])
+def test_block_shapes_are_never_rounded_or_parsed_loosely(block):
+    """SPEC 6.3 has two block shapes; a float, a bool or a mapping is not rounded into one."""
+    with pytest.raises(ValueError, match="block must be"):
+        oracle.quantize(X, block=block)
+    with pytest.raises(ValueError, match="block must be"):
+        oracle.NVFP4Recipe(weight_block=block)
+
+
+@pytest.mark.parametrize("block, want", [("16x16", (16, 16)), ("1X16", (1, 16)), ([16, 16], (16, 16)),
+                                         (np.array([1, 16]), (1, 16)), ((np.int64(16), 16), (16, 16))])
+def test_block_shapes_in_every_documented_spelling(block, want):
+    assert oracle.quantize(X, block=block).row.block == want
+
+
+@pytest.mark.parametrize("signs", [1.5, True, "5", np.float64(3.9), None, -1, 1 << 16])
+def test_rht_refuses_a_sign_mask_that_is_not_a_16_bit_integer(signs):
+    with pytest.raises(ValueError, match="signs must be a 16-bit integer"):
+        oracle.rht(X.astype(BF16), signs)
+
+
+def test_rht_takes_a_torch_bfloat16_tensor():
+    torch = pytest.importorskip("torch")
+    xb = X.astype(BF16)
+    t = torch.from_numpy(xb.view(np.int16).copy()).view(torch.bfloat16)
+    assert np.array_equal(oracle.rht(t, 0x1234), oracle.rht(xb, 0x1234))
+
+
+# ----------------------------------------------------------------------------------------- amax (SPEC 4.3, 11.2)
+
+def test_a_bfloat16_amax_is_a_real_number():
+    """An amax taken from a bf16 tensor's values (SPEC 4.3: used as the fp32 value it rounds to)."""
+    a = np.abs(X).max().astype(BF16)
+    got, want = oracle.quantize(X, amax=a), oracle.quantize(X, amax=float(a))
+    assert got.row.amax == np.float32(float(a))
+    assert np.array_equal(got.row.data, want.row.data) and np.array_equal(got.row.scales, want.row.scales)
+
+
+@pytest.mark.parametrize("amax", [([1.0, 2.0], [1.0]), (np.array([1 + 1j, 2]), [1.0, 1.0]),
+                                  (np.array([True, True]), [1.0, 1.0]), (["a", "b"], [1.0, 1.0])])
+def test_group_quantize_refuses_a_tuple_amax_that_is_not_one_real_number_per_group(amax):
+    with pytest.raises(ValueError, match="amax's (row|col)_amaxes must hold one real number per group"):
+        oracle.group_quantize(X, [10, 22], amax=amax, columnwise=True)
+
+
+def test_a_plane_refuses_a_negative_amax_and_keeps_the_values_an_amax_may_take():
+    p = oracle.quantize(X).row
+    with pytest.raises(ValueError, match="amax must be >= 0"):
+        oracle.QuantizedPlane(p.data, p.scales, -1.0, p.shape)
+    for a in (-0.0, np.inf, np.nan, 0.0):
+        kept = oracle.QuantizedPlane(p.data, p.scales, a, p.shape).amax
+        assert kept.tobytes() == np.float32(a).tobytes()
+    with pytest.raises(ValueError, match="amax must be >= 0"):
+        oracle.QuantizedPlane(p.data, p.scales, np.array([1.0] * 31 + [-1.0]), p.shape, row_scaled=True)
+
+
+def test_from_te_fields_refuses_a_negative_amax():
+    f = te_fields()
+    with pytest.raises(ValueError, match="amax must be >= 0"):
+        oracle.from_te_fields(**{**f, "amax_rowwise": np.array([-1.0], np.float32)})
+
+
+def test_diagnose_refuses_a_negative_amax():
+    x = X[:16, :32].copy()
+    q = oracle.quantize(x)
+    with pytest.raises(ValueError, match="negative value .* absolute maximum"):
+        oracle.diagnose(x, q.row.data, q.row.scales, amax=-1.0)
+
+
+def test_from_torchao_takes_one_amax():
+    pytest.importorskip("torchao")
+    ao = oracle.to_torchao(oracle.quantize(X, rule="torchao"))
+    with pytest.raises(ValueError, match="amax must be one real number"):
+        oracle.from_torchao(ao, amax=[1.0, 2.0])
+
+
+# ------------------------------------------------------------------------------ stored planes (QuantizedPlane)
+
+@pytest.mark.parametrize("rule", ["foo", "TE", None])
+def test_a_plane_refuses_an_unknown_rule(rule):
+    """SPEC 11.1 defines the factor of four rules; no other rule dequantizes (it is not read as torchao_noscale)."""
+    p = oracle.quantize(X).row
+    with pytest.raises(ValueError, match="rule must be one of"):
+        oracle.QuantizedPlane(p.data, p.scales, p.amax, p.shape, rule=rule)
+
+
+def test_dequantize_refuses_a_rule_changed_after_construction():
+    p = oracle.quantize(X).row
+    p.rule = "foo"
+    with pytest.raises(ValueError, match="unknown scale rule 'foo'"):
+        oracle.dequantize(p)
+
+
+@pytest.mark.parametrize("change, error, match", [
+    (dict(scales=np.zeros((32, 3), np.uint8)), ValueError, r"scales .* must have shape \(32, 4\)"),
+    (dict(data=np.zeros((32, 31), np.uint8)), ValueError, r"data .* must have shape \(32, 32\)"),
+    (dict(data=np.zeros((32, 32), np.int8)), TypeError, "data must be a uint8 NumPy array"),
+    (dict(scales=[[0] * 4] * 32), TypeError, "scales must be a uint8 NumPy array"),
+    (dict(shape=(16, 64)), ValueError, r"data .* must have shape \(16, 32\)"),
+    (dict(shape=(32, 17)), ValueError, "multiple of 16"),
+    (dict(shape=(32.0, 64)), TypeError, "rows must be an integer"),
+    (dict(shape=(32,)), ValueError, r"shape must be \(rows, cols\)"),
+    (dict(amax=np.ones(3)), ValueError, "amax must be one real number"),
+    (dict(block=(3, 3)), ValueError, "block must be"),
+    (dict(rht="yes"), TypeError, "rht must be True or False"),
+    (dict(four_over_six="xx"), ValueError, "four_over_six must be"),
+    (dict(four_over_six_fast_math=True), ValueError, "needs four_over_six"),
+    (dict(four_over_six="mse", rule="te_fused_rht"), ValueError, "4over6 plane has rule 'te' without RHT"),
+    (dict(row_scaled=True, amax=np.ones(32), block=(16, 16)), ValueError, "row-scaled plane has 1x16 blocks"),
+    (dict(valid_cols=65), ValueError, "valid_cols"),
+    (dict(rht_signs=1.5), ValueError, "rht_signs must be a 16-bit integer"),
+])
+def test_a_plane_checks_its_fields(change, error, match):
+    p = oracle.quantize(X).row
+    fields = dict(data=p.data, scales=p.scales, amax=p.amax, shape=p.shape)
+    fields.update(change)
+    with pytest.raises(error, match=match):
+        oracle.QuantizedPlane(**fields)
+
+
+def test_a_plane_of_g_256_without_a_recorded_mode_is_a_stored_plane():
+    """Dequantization reads G alone (SPEC 11.1): the 4over6 mode that chose the scales may be unknown. Hand-worked:
+    codes 0x2 (1.0), scale byte 0x38 (1.0), amax 1536: (1.0 * 1536) * fp32(1/1536) = 1.0 (3 * fp32(1/3) rounds to
+    1.0)."""
+    q = oracle.QuantizedPlane(np.full((1, 8), 0x22, np.uint8), np.array([[0x38]], np.uint8), 1536.0, (1, 16),
+                              global_scale_max=256)
+    assert np.array_equal(oracle.dequantize(q), np.ones((1, 16), np.float32))
+
+
+# --------------------------------------------------------------------------------------------------- interop
+
+@pytest.mark.parametrize("change, error, match", [
+    (dict(rule="foo"), ValueError, "rule must be one of"),
+    (dict(rule="torchao"), ValueError, "rule must be one of"),
+    (dict(block=(3, 3)), ValueError, "block must be"),
+    (dict(rht="yes"), TypeError, "rht must be True or False"),
+    (dict(with_gemm_swizzled_scales="no"), TypeError, "with_gemm_swizzled_scales must be True or False"),
+    (dict(nvfp4_use_4over6=True, four_over_six="xx"), ValueError, "four_over_six must be"),
+    (dict(four_over_six="mse"), ValueError, "pass nvfp4_use_4over6=True"),
+    (dict(nvfp4_use_4over6=True, nvfp4_e4m3_max=256.7), TypeError, "nvfp4_e4m3_max must be an integer"),
+    (dict(nvfp4_use_4over6=True, rule="te_fused_rht"), ValueError, "4over6 tensor has rule 'te' without RHT"),
+    (dict(row_scaled_nvfp4=True, amax_rowwise=np.ones(32, np.float32), rule="te_fused_rht"), ValueError,
+     "row_scaled plane has rule 'te' without RHT"),
+    (dict(row_scaled_nvfp4=True, amax_rowwise=np.ones(32, np.float32), block=(16, 16)), ValueError,
+     "row-scaled plane has 1x16 blocks"),
+])
+def test_from_te_fields_checks_what_the_fields_do_not_record(change, error, match):
+    with pytest.raises(error, match=match):
+        oracle.from_te_fields(**{**te_fields(), **change})
+
+
+def test_from_te_fields_names_a_k_that_is_not_a_multiple_of_16():
+    with pytest.raises(ValueError, match="K = 6 values: K must be a multiple of 16"):
+        oracle.from_te_fields(rowwise_data=np.zeros((4, 3), np.uint8), rowwise_scale_inv=np.zeros((128, 4), np.uint8),
+                              amax_rowwise=np.ones(1, np.float32))
+    with pytest.raises(ValueError, match=r"columnwise_data must be \[K, M/2\]"):
+        oracle.from_te_fields(columnwise_data=np.zeros(8, np.uint8), columnwise_scale_inv=np.zeros((128, 4), np.uint8),
+                              amax_columnwise=np.ones(1, np.float32))
+
+
+def test_to_te_fields_and_to_torchao_take_a_bool_layout():
+    t = oracle.quantize(X)
+    with pytest.raises(TypeError, match="swizzled must be True or False"):
+        oracle.to_te_fields(t, swizzled="no")
+    pytest.importorskip("torchao")
+    with pytest.raises(TypeError, match="swizzled must be True or False"):
+        oracle.to_torchao(t, swizzled="no")
+
+
+@pytest.mark.parametrize("orig_dtype", ["foo", np.float32, "Tensor", "int8"])
+def test_to_torchao_refuses_an_orig_dtype_that_is_not_a_torch_float(orig_dtype):
+    pytest.importorskip("torchao")
+    with pytest.raises(ValueError, match="orig_dtype must be a torch floating-point dtype"):
+        oracle.to_torchao(oracle.quantize(X), orig_dtype=orig_dtype)
+
+
+# ------------------------------------------------------------------------------------------------------ GEMM
+
+def test_gemm_alpha_names_an_operand_that_is_not_a_plane():
+    t = oracle.quantize(X)
+    with pytest.raises(TypeError, match="a_plane must be an oracle QuantizedPlane, got NVFP4Tensor"):
+        oracle.gemm_alpha(t, t.row)
+
+
+def test_within_bound_refuses_outputs_of_different_shapes():
+    a = oracle.quantize(X).row
+    ye = oracle.gemm(a, a, model="exact", out_dtype="float32")
+    bound = oracle.gemm_error_bound(a, a, out_dtype="float32")
+    with pytest.raises(ValueError, match="y_impl has shape"):
+        oracle.within_bound(ye[:1], ye, bound)
+    with pytest.raises(ValueError, match="bound of shape"):
+        oracle.within_bound(ye, ye, np.zeros((2, 32, 32)))
+    assert oracle.within_bound(ye, ye, 0.0).all()  # a scalar bound broadcasts
+
+
+def test_gemm_takes_a_torch_bfloat16_bias_as_its_numpy_twin():
+    torch = pytest.importorskip("torch")
+    a = oracle.quantize(X).row
+    b16 = (np.arange(32) - 16).astype(BF16)
+    tb = torch.from_numpy(b16.view(np.int16).copy()).view(torch.bfloat16)
+    assert np.array_equal(oracle.gemm(a, a, bias=tb), oracle.gemm(a, a, bias=b16))
+
+
+def test_grouped_gemm_checks_the_model_and_out_dtype_when_no_group_has_tokens():
+    xq = oracle.group_quantize(np.zeros((0, 64), BF16), [0, 0], columnwise=True)
+    dyq = oracle.group_quantize(np.zeros((0, 16), BF16), [0, 0], columnwise=True)
+    with pytest.raises(ValueError, match="model must be"):
+        oracle.grouped_gemm(dyq, xq, kind="wgrad", model="bad", accumulate=np.zeros((2, 16, 64), np.float32))
+    with pytest.raises(ValueError, match="out_dtype must be one of"):
+        oracle.grouped_gemm(dyq, xq, kind="wgrad", out_dtype="")
+    assert oracle.grouped_gemm(dyq, xq, kind="wgrad").shape == (2, 16, 64)
+
+
+def test_grouped_linear_backward_names_a_main_grad_that_is_not_float32():
+    torch = pytest.importorskip("torch")
+    x, w = X.astype(BF16), np.zeros((2, 16, 64), BF16)
+    dy = np.zeros((32, 16), BF16)
+    with pytest.raises(TypeError, match="main_grad must be float32, got dtype torch.bfloat16"):
+        oracle.grouped_linear_backward(x, w, [16, 16], dy, main_grad=torch.zeros(2, 16, 64, dtype=torch.bfloat16))
+
+
+def test_grouped_bias_grad_of_zero_columns():
+    assert oracle.grouped_bias_grad(np.zeros((40, 0), BF16), [10, 0, 30]).shape == (3, 0)
+
+
+# ----------------------------------------------------------------------------------------- layouts (SPEC 8, 9)
+
+@pytest.mark.parametrize("splits, cols, error", [([1.5, 2.7], 64, ValueError), ([3], -16, ValueError),
+                                                 ([3], 16.9, TypeError), ([[3, 4]], 16, ValueError),
+                                                 ([], 16, ValueError), ([3, -1], 16, ValueError)])
+def test_grouped_scale_offsets_refuses_sizes_that_are_not_sizes(splits, cols, error):
+    with pytest.raises(error):
+        grouped_scale_offsets(splits, cols)
+
+
+@pytest.mark.parametrize("r, c, pc, match", [(0, 12, 12, "columns"), (-1, 0, 12, "rows >= 0"), (0, 0, 10, "multiple of 4"),
+                                             (np.array([0.5]), 0, 12, "r must be integers")])
+def test_swizzled_offset_refuses_positions_outside_the_padded_matrix(r, c, pc, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        swizzled_offset(r, c, pc)
+
+
+def test_unswizzle_scales_names_sizes_that_are_not_integers():
+    buf = np.zeros(512, np.uint8)
+    with pytest.raises(TypeError, match="rows must be an integer"):
+        unswizzle_scales(buf, 40.0, 4)
+    with pytest.raises(TypeError, match="scale_cols must be an integer"):
+        unswizzle_scales(buf, 40, "4")
+
+
+# --------------------------------------------------------------------------------------------------- diagnose
+
+def test_diagnose_takes_rules_from_any_iterable():
+    x = X[:16, :32].copy()
+    q = oracle.quantize(x)
+    gen = oracle.diagnose(x, q.row.data, q.row.scales, rules=(r for r in ["te", "torchao"]))
+    tup = oracle.diagnose(x, q.row.data, q.row.scales, rules=("te", "torchao"))
+    assert gen.matches == tup.matches and "te" in gen.matches
+    with pytest.raises(TypeError, match="rules must be a rule name or several"):
+        oracle.diagnose(x, q.row.data, q.row.scales, rules=5)
