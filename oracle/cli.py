@@ -197,6 +197,8 @@ def explain(a) -> int:
 
 def quantize_to_npz(a) -> int:
     """Write every plane and buffer of one quantization to an .npz (loadable with allow_pickle=False)."""
+    if os.path.exists(a.output) and os.path.samefile(a.input, a.output):
+        raise ValueError(f"the output {a.output} is the input file: name another path for the .npz")
     x = _load(a.input, a.input_dtype)
     check_input(x, a.input)
     if a.rht:

@@ -364,6 +364,9 @@ def test_quantize_writes_the_named_path(tmp_path, monkeypatch, capsys):
     (tmp_path / "folder").mkdir()
     assert main(["quantize", "x.npy", "folder"]) == 2
     assert not (tmp_path / "folder.npz").exists()
+    before = (tmp_path / "x.npy").read_bytes()
+    assert main(["quantize", "x.npy", "./x.npy"]) == 2  # the input itself (another spelling of its path) is refused
+    assert "is the input file" in capsys.readouterr().err and (tmp_path / "x.npy").read_bytes() == before
 
 
 def test_diagnose_refuses_bad_mask_and_amax_count():
