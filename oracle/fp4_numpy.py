@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .checks import check_index
+
 __all__ = [
     "E2M1_VALUES",
     "E4M3_MAX",
@@ -86,8 +88,10 @@ def pack_fp4(codes) -> np.ndarray:
     c = np.asarray(codes)
     if c.dtype.kind not in "ui":
         raise TypeError(f"E2M1 codes must be an integer array, got {c.dtype}")
+    if c.ndim == 0:
+        raise ValueError("E2M1 codes to pack must have at least one dimension (codes along the last axis)")
     c = c.astype(np.uint8) & 0x0F
-    n = c.shape[-1] if c.ndim else 1
+    n = c.shape[-1]
     if n % 2:
         c = np.concatenate([c, np.zeros(c.shape[:-1] + (1,), np.uint8)], axis=-1)
     return (c[..., 0::2] | (c[..., 1::2] << 4)).astype(np.uint8)
@@ -98,6 +102,9 @@ def unpack_fp4(packed, n: int) -> np.ndarray:
     p = np.asarray(packed)
     if p.dtype != np.uint8:
         raise TypeError(f"packed FP4 data must be uint8, got {p.dtype}")
+    if p.ndim == 0:
+        raise ValueError("packed FP4 data must have at least one dimension (bytes along the last axis)")
+    n = check_index(n, "n")
     if p.shape[-1] != (n + 1) // 2:
         raise ValueError(f"packed last dimension {p.shape[-1]} does not hold {n} codes")
     out = np.empty(p.shape[:-1] + (2 * p.shape[-1],), np.uint8)

@@ -335,3 +335,17 @@ def test_diagnose_takes_rules_from_any_iterable():
     assert gen.matches == tup.matches and "te" in gen.matches
     with pytest.raises(TypeError, match="rules must be a rule name or several"):
         oracle.diagnose(x, q.row.data, q.row.scales, rules=5)
+
+
+# ------------------------------------------------------------------------------------------------ codecs (SPEC 2.3)
+
+def test_fp4_packing_names_a_scalar_and_a_count_that_is_not_an_integer():
+    from oracle.fp4_numpy import pack_fp4, unpack_fp4
+
+    with pytest.raises(ValueError, match="at least one dimension"):
+        unpack_fp4(np.uint8(3), 2)
+    with pytest.raises(ValueError, match="at least one dimension"):
+        pack_fp4(np.uint8(3))
+    with pytest.raises(TypeError, match="n must be an integer"):
+        unpack_fp4(np.zeros(3, np.uint8), 6.0)
+    assert unpack_fp4(np.array([0x21, 0x03], np.uint8), np.int64(3)).tolist() == [1, 2, 3]  # SPEC 2.3: low nibble first
