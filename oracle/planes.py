@@ -40,6 +40,12 @@ class QuantizedPlane:
             dequantization (SPEC 11.1) and the GEMM's alpha (SPEC 12.1).
         four_over_six: ``None``, or the 4over6 error mode that chose the block scales, "mae" or "mse" (SPEC 5.6).
         four_over_six_fast_math: whether that error was measured in the product domain (SPEC 5.6).
+
+    Construction checks every field and raises ``TypeError`` / ``ValueError`` naming it: ``data`` and ``scales``
+    uint8 arrays of exactly the shapes above, ``cols`` a multiple of 16, a known rule and block, bool flags, an amax
+    that is real and not negative (SPEC 4.3, 11.2), and the 4over6 / row-scaled fields only where TE has them (rule
+    "te" without RHT; row-scaled with 1x16 blocks). A stored plane's bytes are never checked: every byte is valid
+    (SPEC 11.2).
     """
 
     data: np.ndarray
