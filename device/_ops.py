@@ -306,8 +306,10 @@ def require_cuda_tensors(**tensors) -> None:
 
 
 def check_dequantize_args(data: Tensor, scales: Tensor, amax: Tensor, rows: int, cols: int, swizzled: bool) -> None:
-    """What the dequantize kernel reads, checked before the launch: rows*cols/2 code bytes (8-byte aligned: it reads
-    words), one scale byte per 16-block (SPEC 8.2 offsets when swizzled), one float32 amax, all on one CUDA device."""
+    """What the dequantize kernel reads, checked before the launch: exactly rows*cols/2 code bytes (8-byte aligned: it
+    reads words), exactly the plane's scale bytes (compact ``[rows, C]``, C = cols/16, or the swizzled buffer of SPEC
+    8.2), one float32 amax, all on one CUDA device. Exact sizes: a buffer of another plane, or a padded compact one
+    (SPEC 9.2's grouped layout, ``[roundup(rows,128), roundup(C,4)]``), would be read at the wrong offsets."""
     require_cuda_tensors(data=data, scales=scales, amax=amax)
     for name, t in (("data", data), ("scales", scales), ("amax", amax)):
         if not t.is_contiguous():
@@ -322,12 +324,17 @@ def check_dequantize_args(data: Tensor, scales: Tensor, amax: Tensor, rows: int,
     if rows < 0 or cols < 0 or cols % 16:
         raise ValueError(f"shape=({rows}, {cols}): rows and cols must be >= 0 and cols a multiple of 16")
     need_scales = math.prod(scale_shape(rows, cols // 16, swizzled))
-    if data.numel() < rows * cols // 2:
-        raise ValueError(f"data holds {data.numel()} bytes, a {rows} x {cols} plane needs {rows * cols // 2}")
-    if scales.numel() < need_scales:
-        layout = "swizzled" if swizzled else "compact"
-        raise ValueError(f"scales hold {scales.numel()} bytes, {layout} scales of a {rows} x {cols} plane need "
-                         f"{need_scales}")
+    if data.numel() != rows * cols // 2:
+        raise ValueError(f"data holds {data.numel()} bytes, a {rows} x {cols} plane has {rows * cols // 2}")
+    layout = "swizzled" if swizzled else "compact"
+    if scales.numel() != need_scales:
+        hint = ("" if swizzled else "; padded compact scales (a grouped result's, SPEC 9.2) are read as their "
+                "[:rows, :cols // 16] slice")
+        raise ValueError(f"scales hold {scales.numel()} bytes, {layout} scales of a {rows} x {cols} plane have "
+                         f"{need_scales}{hint}")
+    if not swizzled and scales.dim() == 2 and tuple(scales.shape) != (rows, cols // 16):
+        raise ValueError(f"compact scales of a {rows} x {cols} plane are [{rows}, {cols // 16}], got "
+                         f"{list(scales.shape)}")
     if amax.numel() < 1:
         raise ValueError("amax must hold one value")
     if data.numel() and data.data_ptr() % 8:

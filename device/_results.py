@@ -182,7 +182,7 @@ class DeviceGroupedNVFP4Tensor:
             raise ValueError(f"plane must be 'row' or 'col', got {plane!r}")
         offs = _np(self.offsets)
         e = offs.shape[1] - 1
-        if not (isinstance(g, (int, np.integer)) and 0 <= g < e):
+        if isinstance(g, (bool, np.bool_)) or not (isinstance(g, (int, np.integer)) and 0 <= g < e):
             raise IndexError(f"group {g!r} out of range for {e} groups")
         is_col = plane == "col"
         data, scales = (self.col_data, self.col_scales) if is_col else (self.row_data, self.row_scales)

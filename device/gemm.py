@@ -114,8 +114,10 @@ def _cdiv(a: int, b: int) -> int:
 
 
 def _plane(t: DeviceGroupedNVFP4Tensor, which: str, name: str, kind: str):
-    """(data, scales, amax) of one plane of an operand, each checked against what the kernels read: a
-    DeviceGroupedNVFP4Tensor built or changed by hand must not make them read outside its buffers."""
+    """(data, scales, amax) of one plane of an operand, each checked against what the kernels read: a buffer of a
+    DeviceGroupedNVFP4Tensor built or changed by hand must hold the capacity its shape and E give (SPEC 9.3), and the
+    amax E values. The offsets table's values are the device's own (group_quantize writes them) and are not read on
+    the host: a table swapped in from another result is not caught."""
     data, scales = getattr(t, f"{which}_data"), getattr(t, f"{which}_scales")
     if data is None or scales is None:
         raise ValueError(f"{kind}: {name} needs its {'rowwise' if which == 'row' else 'columnwise'} plane; "
@@ -132,7 +134,7 @@ def _plane(t: DeviceGroupedNVFP4Tensor, which: str, name: str, kind: str):
         if not isinstance(buf, Tensor) or buf.device != dev or buf.dtype != dtype or not buf.is_contiguous():
             raise ValueError(f"{kind}: {name}'s {which} {what} must be a contiguous {dtype} tensor on {dev} (the "
                              "DeviceGroupedNVFP4Tensor of device.group_quantize)")
-        if buf.numel() < size:
+        if buf.numel() < size or (what == "amax" and buf.numel() != size):
             raise ValueError(f"{kind}: {name}'s {which} {what} holds {buf.numel()} elements, its shape {tuple(t.shape)}"
                              f" with {e} groups needs {size}")
     if data.numel() and not _ops._traced(data) and data.data_ptr() % 8:

@@ -360,10 +360,16 @@ class GroupedLinear(torch.nn.Module):
                 f"delay_wgrad_compute={self.delay_wgrad_compute}, cache_f16_weights={self.cache_f16_weights}")
 
     def _check_settings(self) -> None:
+        """The settings a forward reads, checked again at every forward: they are attributes a user may assign
+        (``layer.weight_plane_reuse = False``), and a flag such as the string "False" must not act as True."""
         if not isinstance(self.recipe, NVFP4Recipe):
             raise TypeError(f"recipe must be an oracle.NVFP4Recipe, got {type(self.recipe).__name__}")
         if self.mode not in _MODES:
             raise ValueError(f"mode must be one of {_MODES}, got {self.mode!r}")
+        for name in ("fuse_wgrad_accumulation", "delay_wgrad_compute", "cache_f16_weights", "weight_plane_reuse"):
+            v = getattr(self, name, False)  # (the constructor checks before it sets them)
+            if not isinstance(v, bool):
+                raise TypeError(f"{name} must be True or False, got {v!r}")
 
     def _check_params(self) -> None:
         """weight (and bias) still as constructed: the GEMMs take their sizes from in_features / out_features, so a
@@ -380,8 +386,13 @@ class GroupedLinear(torch.nn.Module):
                 raise ValueError(f"{name} must be [{dims}] = {list(shape)}, got {list(p.shape)}")
             if p.dtype not in _PARAMS_DTYPES:
                 raise TypeError(f"{name} must be torch.bfloat16 or torch.float32, got {p.dtype}")
+        if not self.weight.is_cuda:
+            raise ValueError(f"the layer's parameters must be on a CUDA device, got {self.weight.device} (moved with "
+                             ".cpu() or .to()?)")
         if self.bias is not None and self.bias.device != self.weight.device:
             raise ValueError(f"bias must be on the weight's device ({self.weight.device}), got {self.bias.device}")
+        if self._weight_splits.device != self.weight.device:  # (a buffer: .to() moves it, weight.data = ... not)
+            self._weight_splits = self._weight_splits.to(self.weight.device)
 
     # --------------------------------------------------------------------------------------------------- inputs
 

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from oracle.checks import is_real
 from oracle.quantize import check_block, check_te_scale_options
 
 from . import _dispatch, _ops
@@ -132,6 +133,9 @@ def _amax_tensors(amax, n: int, grouped: bool, device) -> tuple[Tensor, Tensor] 
     """
     if amax is None:
         return None
+    if grouped and isinstance(amax, list) and any(isinstance(v, Tensor) for v in amax):
+        raise TypeError("a grouped amax given as a list of tensors: pass one tensor of E values on x's device (or a "
+                        "(row, col) tuple of them)")
     if grouped and not isinstance(amax, tuple):  # [E] for both planes, or [E, 2] (row, col) pairs, as the oracle
         shape = tuple(amax.shape) if isinstance(amax, Tensor) else np.shape(amax)
         if len(shape) == 2 and shape[1] == 2:
@@ -161,12 +165,20 @@ def _amax_values(a, n: int, device) -> Tensor:
     if isinstance(a, Tensor):
         if a.device != device:
             raise ValueError(f"amax tensors must be on x's device ({device}), got {a.device}")
+        if a.dtype == torch.bool or a.is_complex():
+            raise ValueError(f"amax must hold real numbers, got dtype {a.dtype}")
         t = a.to(dtype=torch.float32).reshape(-1).contiguous()  # (the kernels take a negative value's magnitude)
     else:
         if isinstance(a, (bool, str)) or not isinstance(a, (int, float, np.integer, np.floating, Sequence,
                                                            np.ndarray)):
             raise TypeError(f"amax values must be numbers, sequences, arrays or tensors, got {type(a).__name__}")
-        host = np.ascontiguousarray(np.asarray(a, dtype=np.float32).reshape(-1))
+        if isinstance(a, Sequence) and any(isinstance(v, Tensor) for v in a):
+            raise TypeError("amax given as a sequence of tensors: pass one tensor on x's device (torch.stack)")
+        host = np.asarray(a)
+        if not is_real(host):  # (as the oracle: strings are not parsed, bools and complex values are not numbers)
+            raise ValueError(f"amax must hold real numbers, got dtype {host.dtype}")
+        with np.errstate(over="ignore"):  # (a value past fp32's range is Inf, SPEC 4.3)
+            host = np.ascontiguousarray(host.astype(np.float32).reshape(-1))
         if (host < 0).any():
             raise ValueError("amax values must be >= 0 (absolute maxima), +Inf or NaN (SPEC 4.3)")
         if np.ndim(a) == 0:  # a number: no host-to-device copy
@@ -308,11 +320,14 @@ def dequantize(q, plane: str = "row", *, scales: Tensor | None = None, amax: Ten
     plane other than "row" / "col" (raw bytes: "row", they are one plane), a missing ``scales`` / ``amax`` / ``shape``
     / ``swizzled``, a ``swizzled`` that is not a bool, a ``shape`` that is not two ints, an ``amax`` that is not one
     float32 value, host tensors, an unknown rule or G, and buffers whose sizes, dtypes or alignment do not fit the
-    shape (the binding's checks).
+    shape (the binding's checks: exact byte counts, so that a padded compact scale buffer is not read as a compact
+    one). A negative amax, which a device tensor cannot show without a synchronization, is taken as its magnitude
+    (SPEC 11.2).
     """
     if isinstance(q, DeviceGroupedNVFP4Tensor):
         raise TypeError("dequantize takes one plane of a DeviceNVFP4Tensor or raw bytes; for a grouped result use "
-                        ".to_oracle() or pass one group's bytes (its offsets) as raw data")
+                        ".to_oracle(), or pass one group's bytes (its offsets) as raw data: swizzled scales as they "
+                        "are, padded compact ones (swizzled=False, SPEC 9.2) as their [:rows, :cols // 16] slice")
     if isinstance(q, DeviceNVFP4Tensor):
         if (scales is not None or amax is not None or shape is not None or swizzled is not None or rule is not None
                 or global_scale_max is not None):
@@ -343,7 +358,7 @@ def dequantize(q, plane: str = "row", *, scales: Tensor | None = None, amax: Ten
     if rule not in _RULE_NAMES:
         raise ValueError(f"rule must be one of {list(_RULE_NAMES)}, got {rule!r}")
     global_scale_max = 448 if global_scale_max is None else global_scale_max
-    if isinstance(global_scale_max, bool) or global_scale_max not in (448, 256):
+    if not _ops.is_int(global_scale_max) or global_scale_max not in (448, 256):
         raise ValueError(f"global_scale_max must be 448 or 256 (SPEC 5.6), got {global_scale_max!r}")
     data = q if not isinstance(q, DeviceNVFP4Tensor) else data
     _ops.require_cuda_tensors(data=data, scales=scales, amax=amax)  # (before .contiguous() / .to() below)

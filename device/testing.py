@@ -81,6 +81,8 @@ def gemm_over_weight_copy(a, b, *, kind: str, out, bias=None, mode: str = "fast"
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor (the call writes into it), got {type(out).__name__}")
     c = _gemm._checked_call(a, b, kind, None, out, False, bias, mode)  # (the arguments checked before the copy is made)
+    if kind == "dgrad":  # (dgrad's call reads b's columnwise plane; the copy is made from its rowwise one)
+        _gemm._plane(b, "row", "b", kind)
     operands = _gemm._operands(c, a, b)
     e = b.offsets.shape[1] - 1
     n, k = b.shape[0] // e, b.shape[1]

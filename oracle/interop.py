@@ -31,7 +31,7 @@ import warnings
 import numpy as np
 
 from .checks import check_block, check_flag, check_index, host_array, is_real, is_torch
-from .planes import NVFP4Tensor, QuantizedPlane
+from .planes import GroupedNVFP4Tensor, NVFP4Tensor, QuantizedPlane
 from .rht import check_rht_signs
 from .swizzle import padded_scale_shape, swizzle_scales, unswizzle_scales
 
@@ -286,6 +286,13 @@ def _torch_dtype(name):
     return dtype
 
 
+def _refuse_grouped(t) -> None:
+    """A grouped result (oracle or device) holds E planes, not one tensor's: ``TypeError``, naming the way to one."""
+    if isinstance(t, GroupedNVFP4Tensor) or (hasattr(t, "splits") and hasattr(t, "offsets")):
+        raise TypeError(f"a grouped result ({type(t).__name__}) holds one plane per group: convert one group's plane "
+                        "(.to_oracle().row_planes[g] or .group_plane(g) for a device result)")
+
+
 def _check_torchao_g(g) -> None:
     """Refuse a plane whose G (``global_scale_max``, SPEC 5.6) is not 448: torchao's P is amax / 2688 = amax / (6 * 448)
     (SPEC 5.4), so it cannot hold the factor amax / (6 * 256) of a G = 256 plane."""
@@ -317,6 +324,7 @@ def to_torchao(t, plane: str = "row", *, swizzled: bool | None = None, orig_dtyp
 
     if swizzled is not None:
         check_flag(swizzled, "swizzled")
+    _refuse_grouped(t)
     if hasattr(t, "row_data") and hasattr(t, "swizzled"):  # a device result: keep its tensors where they are
         data, scales, amax, rows, cols, is_swz, rule, block = _device_plane(t, plane)
         opts = dict(t.options)
@@ -470,6 +478,7 @@ def to_te_fields(t, *, swizzled: bool | None = None, as_torch: bool = False) -> 
     """
     if swizzled is not None:
         check_flag(swizzled, "swizzled")
+    _refuse_grouped(t)
     if hasattr(t, "row_data") and hasattr(t, "swizzled"):
         _check_te_rule(t.options.get("rule", "te"))
         return _device_te_fields(t, swizzled)

@@ -73,7 +73,8 @@ class QuantizedPlane:
         self.four_over_six_fast_math = check_flag(self.four_over_six_fast_math, "four_over_six_fast_math")
         if self.four_over_six not in (None, *ERROR_MODES):
             raise ValueError(f"four_over_six must be None, 'mae' or 'mse', got {self.four_over_six!r}")
-        if isinstance(self.global_scale_max, bool) or self.global_scale_max not in GLOBAL_SCALE_MAXES:
+        g = self.global_scale_max
+        if isinstance(g, (bool, np.bool_)) or not isinstance(g, (int, np.integer)) or g not in GLOBAL_SCALE_MAXES:
             raise ValueError(f"global_scale_max must be 448 or 256, got {self.global_scale_max!r}")
         self.global_scale_max = int(self.global_scale_max)
         _check_variant(self)

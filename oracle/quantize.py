@@ -130,7 +130,8 @@ def check_te_scale_options(
     for name, v in (("four_over_six_fast_math", four_over_six_fast_math), ("row_scaled", row_scaled)):
         if not isinstance(v, (bool, np.bool_)):
             raise TypeError(f"{name} must be True or False, got {v!r}")
-    if isinstance(global_scale_max, bool) or global_scale_max not in GLOBAL_SCALE_MAXES:
+    if (isinstance(global_scale_max, (bool, np.bool_)) or not isinstance(global_scale_max, (int, np.integer))
+            or global_scale_max not in GLOBAL_SCALE_MAXES):
         raise ValueError(f"global_scale_max must be 448 or 256, got {global_scale_max!r}")
     variant = "4over6" if four_over_six else "row_scaled" if row_scaled else None
     if four_over_six_fast_math and not four_over_six:

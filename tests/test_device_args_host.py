@@ -451,6 +451,15 @@ def _refusal(what: str | None):
         "a negative amax pair": (lambda: device.quantize(good, columnwise=True, amax=(0.5, -2.0)), ValueError,
                                  ">= 0"),
         "a negative grouped amax": (lambda: device.group_quantize(good, sp1, amax=[-3.0]), ValueError, ">= 0"),
+        # (as the oracle's is_real: a string is not parsed, a bool or a complex value is not a number)
+        "a string amax": (lambda: device.quantize(good, amax=np.array(["1.5"])), ValueError, "real numbers"),
+        "a bool grouped amax": (lambda: device.group_quantize(good, sp1, amax=[True]), ValueError, "real numbers"),
+        "a bool amax tensor": (lambda: device.quantize(good, amax=_fake_cuda(1, dtype=torch.bool)), ValueError,
+                               "real numbers"),
+        "a complex amax": (lambda: device.quantize(good, amax=np.array([3 + 1j])), ValueError, "real numbers"),
+        "a list of amax tensors": (lambda: device.group_quantize(_fake_cuda(64, 64), sp, amax=[
+            _fake_cuda(dtype=f32), _fake_cuda(dtype=f32)]), TypeError, "list of tensors"),
+        "a grouped result as TE fields": (lambda: oracle.to_te_fields(xq), TypeError, "grouped result"),
         "swizzle of a NumPy array": (lambda: device.swizzle_scales(np.zeros((4, 4), np.uint8)), TypeError,
                                      "torch.Tensor"),
         # grouped_gemm
@@ -535,6 +544,12 @@ _REFUSALS = [
     "a negative amax",
     "a negative amax pair",
     "a negative grouped amax",
+    "a string amax",
+    "a bool grouped amax",
+    "a bool amax tensor",
+    "a complex amax",
+    "a list of amax tensors",
+    "a grouped result as TE fields",
     "swizzle of a NumPy array",
     "mismatched K",
     "an unknown kind",
@@ -588,3 +603,31 @@ def test_the_quantize_ops_take_both_amaxes_or_neither():
     for pair in ((torch.ones(1), None), (None, torch.ones(1))):
         with pytest.raises(ValueError, match="supply both amaxes"):
             _ops._supplied_pair(*pair)
+
+
+def test_raw_dequantize_reads_exact_buffers(fake):
+    """The dequantize kernel reads compact scales at r * C + c: a padded compact buffer (a grouped result's with
+    swizzled=False, SPEC 9.2: [roundup(m, 128), roundup(C, 4)]) or compact scales of another shape would be read at
+    the wrong bytes, so only the plane's exact byte counts pass (checked on FakeTensors: sizes only)."""
+    from device import _ops
+
+    rows, cols = 20, 48
+    data, amax = _fake_cuda(rows * cols // 2, dtype=torch.uint8), _fake_cuda(1, dtype=torch.float32)
+    with pytest.raises(ValueError, match="padded compact scales"):
+        _ops.check_dequantize_args(data, _fake_cuda(128 * 4, dtype=torch.uint8), amax, rows, cols, False)
+    with pytest.raises(ValueError, match=r"are \[20, 3\], got \[3, 20\]"):
+        _ops.check_dequantize_args(data, _fake_cuda(3, 20, dtype=torch.uint8), amax, rows, cols, False)
+    with pytest.raises(ValueError, match="data holds 488 bytes"):
+        _ops.check_dequantize_args(_fake_cuda(488, dtype=torch.uint8), _fake_cuda(20, 3, dtype=torch.uint8), amax,
+                                   rows, cols, False)
+    with pytest.raises(ValueError, match="swizzled scales .* have 512"):
+        _ops.check_dequantize_args(data, _fake_cuda(1024, dtype=torch.uint8), amax, rows, cols, True)
+
+
+def test_gemm_over_weight_copy_checks_the_plane_its_copy_reads(fake):
+    """dgrad's call reads b's columnwise plane, the weights' copy its rowwise one: a rowwise plane that is too short
+    is refused before the copy is made (the copy's kernel would read past it)."""
+    xq, wq, dyq = _fake_operands()
+    short = dataclasses.replace(wq, row_data=_fake_cuda(100, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="row data holds 100 elements"):
+        testing.gemm_over_weight_copy(dyq, short, kind="dgrad", out=_fake_cuda(64, 64))

@@ -671,6 +671,24 @@ def test_bad_input_errors():
     assert y.shape == (40, 16) and y.dtype == torch.bfloat16
 
 
+@pytest.mark.parametrize("flag", ["weight_plane_reuse", "delay_wgrad_compute", "fuse_wgrad_accumulation",
+                                  "cache_f16_weights"])
+def test_flags_assigned_after_construction_are_checked(flag):
+    """The settings are attributes a user assigns (``layer.weight_plane_reuse = False`` before a graph capture); the
+    string "False" must not act as True (it would reuse stale weight planes, or queue the wgrad)."""
+    layer = make_layer(2, 32, 16, w=rand_bf16((2, 16, 32), 64))
+    x = rand_bf16((24, 32), 65)
+    setattr(layer, flag, "False")
+    with pytest.raises(TypeError, match=f"{flag} must be True or False"):
+        layer(x, [12, 12])
+
+
+def test_a_layer_moved_off_the_gpu_is_refused_before_any_work():
+    layer = make_layer(2, 32, 16, w=rand_bf16((2, 16, 32), 66)).cpu()
+    with pytest.raises(ValueError, match="must be on a CUDA device"):
+        layer(rand_bf16((24, 32), 67).cpu(), [12, 12])
+
+
 def test_list_splits_equal_device_splits():
     e, t, n, k = 3, 40, 16, 32
     layer = make_layer(e, k, n, w=rand_bf16((e, n, k), 71))

@@ -485,6 +485,47 @@ def test_dequantize_bad_inputs():
     assert device.dequantize(data[:0], scales=scales[:0], amax=amax, shape=(0, cols), swizzled=False).shape == (0, cols)
 
 
+@pytest.mark.parametrize("swizzled", [False, True])
+def test_dequantize_negative_amax_is_its_magnitude(swizzled):
+    """SPEC 11.2: the device takes a negative stored amax as -a (the oracle, which can check, refuses it); -0.0 is
+    not negative and keeps its sign through 11.1's products (expected bytes: the oracle's planes of amax a and -0.0)."""
+    import device
+
+    rows, cols = 40, 48
+    data, scales = _raw_plane(rows, cols, seed=5)
+    sc = torch.from_numpy(oracle.swizzle.swizzle_scales(scales) if swizzled else scales).cuda()
+    d = torch.from_numpy(data.reshape(-1)).cuda()
+    for rule in ("te", "torchao"):
+        for given, kept in ((-3.7e4, 3.7e4), (-0.0, -0.0), (float("-inf"), float("inf"))):
+            want = oracle.dequantize(oracle.QuantizedPlane(data, scales, np.float32(kept), (rows, cols), rule=rule))
+            got = device.dequantize(d, scales=sc, amax=torch.tensor([given], device="cuda"), shape=(rows, cols),
+                                    swizzled=swizzled, rule=rule)
+            _same_or_both_nan(f"dequantize rule={rule} amax={given} swizzled={swizzled}", got, want)
+
+
+def test_dequantize_reads_a_grouped_results_compact_scales_only_as_their_slice():
+    """A grouped result's scales with swizzled=False are padded compact [roundup(m,128), roundup(C,4)] per group
+    (SPEC 9.2); raw dequantize takes compact [m, C] scales, so the padded buffer is refused by its size and its
+    [:m, :C] slice gives the oracle's values of that group."""
+    import device
+
+    x = torch.from_numpy(np.random.default_rng(9).standard_normal((50, 48)).astype(np.float32)).to(torch.bfloat16)
+    splits = torch.tensor([30, 20], dtype=torch.int64, device="cuda")
+    q = device.group_quantize(x.cuda(), splits, swizzled=False)
+    want = oracle.dequantize(q.to_oracle().row_planes[1])
+    o = q.offsets.cpu()
+    data = q.row_data[o[2, 1]:o[2, 2]]
+    padded = q.row_scales[o[3, 1]:o[3, 2]]
+    with pytest.raises(ValueError, match="padded compact scales"):
+        device.dequantize(data, scales=padded, amax=q.row_amax[1:2], shape=(20, 48), swizzled=False)
+    with pytest.raises(ValueError, match=r"compact scales of a 20 x 48 plane are \[20, 3\]"):
+        device.dequantize(data, scales=padded[:60].reshape(3, 20), amax=q.row_amax[1:2], shape=(20, 48),
+                          swizzled=False)
+    sliced = padded.reshape(128, 4)[:20, :3].contiguous()
+    got = device.dequantize(data, scales=sliced, amax=q.row_amax[1:2], shape=(20, 48), swizzled=False)
+    _same_or_both_nan("dequantize of group 1's sliced compact scales", got, want)
+
+
 # ------------------------------------------------------------------------------------------------------------
 # grouped (SPEC 9)
 # ------------------------------------------------------------------------------------------------------------

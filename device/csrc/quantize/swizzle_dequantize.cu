@@ -23,12 +23,13 @@ __global__ void swizzle_kernel(const uint8_t* __restrict__ in, int64_t rows, int
 
 // SPEC 11.1: one thread per 16-block, out = e2m1 * s with the block factor s of the scale rule:
 // TE rules s = (decode(sf) * amax) * rcp_six_g, rcp_six_g = fp32(1/(6G)) (G = 448: fp32(1/2688); G = 256, 4over6:
-// fp32(1/1536), SPEC 5.6); torchao s = P * decode(sf), P = amax / 2688; torchao_noscale s = decode(sf).
+// fp32(1/1536), SPEC 5.6); torchao s = P * decode(sf), P = amax / 2688; torchao_noscale s = decode(sf). A negative
+// amax is taken as its magnitude -amax (SPEC 11.2: a device tensor is not checked on the host; -0.0 is not negative).
 __global__ void dequantize_kernel(const uint8_t* __restrict__ data, const uint8_t* __restrict__ scales,
                                   const float* __restrict__ amax, int64_t rows, int64_t cols, int swizzled, int rule,
                                   float rcp_six_g, float* __restrict__ out) {
   const int64_t nb = cols / 16, total = rows * nb;
-  const float am = *amax;
+  const float am = *amax < 0.0f ? -*amax : *amax;
   const float p = __fdiv_rn(am, 2688.0f);  // rule "torchao" only
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t r = i / nb, c = i % nb;
