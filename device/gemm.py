@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -83,9 +84,9 @@ def set_num_sms(num_sms: int | None) -> None:
     of the device (the default). Applies to every later :func:`grouped_gemm` call of the process (a CUDA graph keeps
     the cap it was captured with); the bits of the result do not depend on it."""
     global _num_sms
-    if num_sms is not None and (isinstance(num_sms, bool) or not isinstance(num_sms, int) or num_sms < 1):
+    if num_sms is not None and (not _ops.is_int(num_sms) or num_sms < 1):
         raise ValueError(f"num_sms must be None or an int >= 1, got {num_sms!r}")
-    _num_sms = num_sms
+    _num_sms = None if num_sms is None else int(num_sms)
 
 
 def get_num_sms() -> int | None:
@@ -353,7 +354,7 @@ def _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode) -> _Call:
     if out is not None and out_dtype is None and out.dtype not in (torch.bfloat16, torch.float32):
         raise TypeError(f"out must have dtype bfloat16 or float32, got {out.dtype}")
     dtype = _out_dtype(out_dtype, default_dtype if out is None else out.dtype)
-    if not isinstance(accumulate, bool):
+    if not isinstance(accumulate, (bool, np.bool_)):
         raise TypeError(f"accumulate must be True or False (C is out=, added into in place), got "
                         f"{type(accumulate).__name__}")
     if accumulate and kind != "wgrad":

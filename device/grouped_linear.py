@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -301,8 +302,9 @@ class GroupedLinear(torch.nn.Module):
         super().__init__()
         for name, v, lo in (("num_gemms", num_gemms, 1), ("in_features", in_features, 16),
                             ("out_features", out_features, 16)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            if not _ops.is_int(v) or v < lo:
                 raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
+        num_gemms, in_features, out_features = int(num_gemms), int(in_features), int(out_features)
         for name, v in (("in_features", in_features), ("out_features", out_features)):
             if v % 16:
                 raise ValueError(f"{name}={v} must be a multiple of 16 (one E4M3 scale per 16 elements; it is a GEMM "
@@ -316,8 +318,10 @@ class GroupedLinear(torch.nn.Module):
             raise ValueError(f"device must be a CUDA device, got {dev}")
         for name, v in (("bias", bias), ("fuse_wgrad_accumulation", fuse_wgrad_accumulation),
                         ("delay_wgrad_compute", delay_wgrad_compute), ("cache_f16_weights", cache_f16_weights)):
-            if not isinstance(v, bool):
+            if not isinstance(v, (bool, np.bool_)):
                 raise TypeError(f"{name} must be True or False, got {v!r}")
+        bias, fuse_wgrad_accumulation, delay_wgrad_compute, cache_f16_weights = (
+            bool(bias), bool(fuse_wgrad_accumulation), bool(delay_wgrad_compute), bool(cache_f16_weights))
         self.num_gemms, self.in_features, self.out_features = num_gemms, in_features, out_features
         self.recipe = recipe
         self.mode = mode
@@ -526,8 +530,9 @@ class GroupedLinear(torch.nn.Module):
         cannot update: ``weight.main_grad`` looked up at backward time, the deferred-wgrad queue)."""
         self._check_settings()
         self._check_params()
-        if is_first_microbatch is not None and not isinstance(is_first_microbatch, bool):
+        if is_first_microbatch is not None and not isinstance(is_first_microbatch, (bool, np.bool_)):
             raise TypeError(f"is_first_microbatch must be None, True or False, got {is_first_microbatch!r}")
+        is_first_microbatch = None if is_first_microbatch is None else bool(is_first_microbatch)
         if torch.compiler.is_compiling() and (self.fuse_wgrad_accumulation or self.delay_wgrad_compute):
             raise RuntimeError("GroupedLinear with fuse_wgrad_accumulation or delay_wgrad_compute is not supported "
                                "under torch.compile (the backward updates weight.main_grad / the deferred-wgrad "

@@ -143,9 +143,16 @@ def _amax_tensors(amax, n: int, grouped: bool, device) -> tuple[Tensor, Tensor] 
             amax = (host[:, 0], host[:, 1])
         elif len(shape) > 1:
             raise ValueError(f"a grouped amax has shape [E] or [E, 2] ((row, col) pairs), got {list(shape)}")
+    if not grouped and isinstance(amax, np.ndarray) and amax.ndim == 1:
+        amax = tuple(amax)  # (the oracle's pair form: a 1-D host array holds (row_amax, col_amax))
     pair = isinstance(amax, tuple) if grouped else isinstance(amax, (tuple, list))
     if pair and len(amax) != 2:
         raise ValueError("amax pair must be (row_amax, col_amax)")
+    if pair and not grouped and any(not isinstance(a, Tensor) and np.ndim(a) != 0 for a in amax):
+        raise ValueError(f"each of the (row_amax, col_amax) pair is one number (or a one-element tensor on x's "
+                         f"device), got {amax!r}")
+    if not grouped and not pair and not isinstance(amax, Tensor) and np.ndim(amax) != 0:
+        raise ValueError(f"amax must be a number, a one-element tensor or a (row_amax, col_amax) pair, got {amax!r}")
     if grouped and not pair and ((amax.dim() == 0) if isinstance(amax, Tensor) else np.ndim(amax) == 0):
         raise ValueError(f"a grouped amax holds one value per group ({n}) for both planes, or is a (row, col) tuple of "
                          "them; got a single value (as oracle.group_quantize, which refuses it too)")

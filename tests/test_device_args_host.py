@@ -180,6 +180,8 @@ def test_set_num_sms_and_get_num_sms():
     try:
         device.set_num_sms(7)
         assert device.get_num_sms() == 7
+        device.set_num_sms(np.int64(5))  # a NumPy integer is an integer (stored as a Python int)
+        assert device.get_num_sms() == 5 and type(device.get_num_sms()) is int
         device.set_num_sms(None)
         assert device.get_num_sms() is None
     finally:
@@ -452,11 +454,13 @@ def _refusal(what: str | None):
                                  ">= 0"),
         "a negative grouped amax": (lambda: device.group_quantize(good, sp1, amax=[-3.0]), ValueError, ">= 0"),
         # (as the oracle's is_real: a string is not parsed, a bool or a complex value is not a number)
-        "a string amax": (lambda: device.quantize(good, amax=np.array(["1.5"])), ValueError, "real numbers"),
+        "a string amax": (lambda: device.quantize(good, amax=np.array(["1.5", "2.5"])), TypeError, "must be numbers"),
+        "a string amax array": (lambda: device.quantize(good, amax=(np.array("1.5"), 2.0)), ValueError,
+                                "real numbers"),
         "a bool grouped amax": (lambda: device.group_quantize(good, sp1, amax=[True]), ValueError, "real numbers"),
         "a bool amax tensor": (lambda: device.quantize(good, amax=_fake_cuda(1, dtype=torch.bool)), ValueError,
                                "real numbers"),
-        "a complex amax": (lambda: device.quantize(good, amax=np.array([3 + 1j])), ValueError, "real numbers"),
+        "a complex amax": (lambda: device.quantize(good, amax=np.array(3 + 1j)), ValueError, "real numbers"),
         "a list of amax tensors": (lambda: device.group_quantize(_fake_cuda(64, 64), sp, amax=[
             _fake_cuda(dtype=f32), _fake_cuda(dtype=f32)]), TypeError, "list of tensors"),
         "a grouped result as TE fields": (lambda: oracle.to_te_fields(xq), TypeError, "grouped result"),
@@ -545,6 +549,7 @@ _REFUSALS = [
     "a negative amax pair",
     "a negative grouped amax",
     "a string amax",
+    "a string amax array",
     "a bool grouped amax",
     "a bool amax tensor",
     "a complex amax",
@@ -631,3 +636,20 @@ def test_gemm_over_weight_copy_checks_the_plane_its_copy_reads(fake):
     short = dataclasses.replace(wq, row_data=_fake_cuda(100, dtype=torch.uint8))
     with pytest.raises(ValueError, match="row data holds 100 elements"):
         testing.gemm_over_weight_copy(dyq, short, kind="dgrad", out=_fake_cuda(64, 64))
+
+
+@pytest.mark.parametrize("amax, want", [(np.array([1.0, 2.0], np.float32), [[1.0], [2.0]]),
+                                        ([np.float32(3.0), 4], [[3.0], [4.0]]), (np.float64(5.0), [[5.0], [5.0]])])
+def test_single_amax_forms_the_oracle_takes(amax, want):
+    """oracle.quantize's forms (quantize.py _split_amax): a number for both planes, or a (row, col) pair as a tuple,
+    list or 1-D array of two numbers."""
+    oracle.quantize(np.ones((2, 16), np.float32), columnwise=True, amax=amax)
+    assert [t.tolist() for t in quantization._amax_tensors(amax, 1, False, CPU)] == want
+
+
+@pytest.mark.parametrize("amax", [np.array([1.0]), [[1.0], [2.0]], np.ones((1, 2)), (np.ones(1), 2.0)])
+def test_single_amax_forms_the_oracle_refuses(amax):
+    with pytest.raises(ValueError):
+        oracle.quantize(np.ones((2, 16), np.float32), columnwise=True, amax=amax)
+    with pytest.raises(ValueError, match="pair|one number|a number"):
+        quantization._amax_tensors(amax, 1, False, CPU)
