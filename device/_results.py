@@ -18,7 +18,7 @@ def _torch_views(obj, plane: str):
     """(data, scales) of ``plane`` ("row" / "col") reinterpreted as torch's NVFP4 dtypes, without a copy."""
     import torch
 
-    if plane not in ("row", "col"):
+    if not isinstance(plane, str) or plane not in ("row", "col"):
         raise ValueError(f"plane must be 'row' or 'col', got {plane!r}")
     data, scales = getattr(obj, f"{plane}_data"), getattr(obj, f"{plane}_scales")
     if data is None:
@@ -178,7 +178,7 @@ class DeviceGroupedNVFP4Tensor:
         group's bytes to the host (a cheap look at one group of a tensor too large for :meth:`to_oracle`).
 
         Returns ``None`` when the plane was not produced. The sizes are those of the offsets table (SPEC 9.4)."""
-        if plane not in ("row", "col"):
+        if not isinstance(plane, str) or plane not in ("row", "col"):
             raise ValueError(f"plane must be 'row' or 'col', got {plane!r}")
         offs = _np(self.offsets)
         e = offs.shape[1] - 1

@@ -277,9 +277,9 @@ def _plan(c: _Call, cutlass: bool) -> _dispatch.GemmPlan:
 
 def _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode) -> _Call:
     """Every check of grouped_gemm's arguments (before anything is allocated or launched); the sizes they give."""
-    if kind not in _KIND_CODES:
+    if not isinstance(kind, str) or kind not in _KIND_CODES:
         raise ValueError(f"kind must be one of {list(_KIND_CODES)}, got {kind!r}")
-    if mode not in ("fast", "exact", "sm100"):
+    if not isinstance(mode, str) or mode not in ("fast", "exact", "sm100"):
         raise ValueError(f"mode must be 'fast', 'exact' or 'sm100', got {mode!r}")
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, DeviceGroupedNVFP4Tensor):

@@ -81,10 +81,10 @@ def _options(x2: Tensor, *, rowwise, columnwise, rht, rht_signs, block, rule, ro
             raise TypeError(f"{name} must be a Python integer, got {type(v).__name__}")
     if not (rowwise or columnwise):
         raise ValueError("at least one of rowwise / columnwise must be requested")
-    if rule not in _RULE_NAMES:
+    if not isinstance(rule, str) or rule not in _RULE_NAMES:
         raise ValueError(f"rule must be one of {list(_RULE_NAMES)}, got {rule!r}")
     block = check_block(block)  # the oracle's parser: (1, 16) / (16, 16) or "1x16" / "16x16"
-    if rounding not in ("rn", "sr"):
+    if not isinstance(rounding, str) or rounding not in ("rn", "sr"):
         raise ValueError(f"rounding must be 'rn' or 'sr', got {rounding!r}")
     if not (0 <= int(rht_signs) < 1 << 16):
         raise ValueError(f"rht_signs must be a 16-bit mask, got {rht_signs!r}")
@@ -340,7 +340,7 @@ def dequantize(q, plane: str = "row", *, scales: Tensor | None = None, amax: Ten
                 or global_scale_max is not None):
             raise ValueError("scales=, amax=, shape=, swizzled=, rule= and global_scale_max= are for raw bytes; a "
                              "DeviceNVFP4Tensor carries its own")
-        if plane not in ("row", "col"):
+        if not isinstance(plane, str) or plane not in ("row", "col"):
             raise ValueError(f"plane must be 'row' or 'col', got {plane!r}")
         m, k = q.shape
         data, scales, amax = getattr(q, f"{plane}_data"), getattr(q, f"{plane}_scales"), getattr(q, f"{plane}_amax")
@@ -362,7 +362,7 @@ def dequantize(q, plane: str = "row", *, scales: Tensor | None = None, amax: Ten
     elif plane != "row":
         raise ValueError(f"plane is for a DeviceNVFP4Tensor; raw bytes are one plane already (got plane={plane!r})")
     rule = "te" if rule is None else rule
-    if rule not in _RULE_NAMES:
+    if not isinstance(rule, str) or rule not in _RULE_NAMES:
         raise ValueError(f"rule must be one of {list(_RULE_NAMES)}, got {rule!r}")
     global_scale_max = 448 if global_scale_max is None else global_scale_max
     if not _ops.is_int(global_scale_max) or global_scale_max not in (448, 256):

@@ -640,7 +640,7 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
         ValueError: an unknown layout or rule, a sign mask outside 16 bits, an amax that is neither one value nor one
             per row, or data / scales whose sizes fit no plane of ``x``.
     """
-    if layout not in LAYOUTS:
+    if not isinstance(layout, str) or layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     check_rht_signs(rht_signs)
     x2, is_bf16 = as_2d_f32(x)

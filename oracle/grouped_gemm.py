@@ -70,7 +70,7 @@ def grouped_gemm_error_bound(a: GroupedNVFP4Tensor, b: GroupedNVFP4Tensor, *, ki
 def _per_group(a, b, kind: str, fn, empty_expert, out_dtype, bias, accumulate) -> np.ndarray:
     """``fn(plane_a, plane_b, out_dtype=, bias=, accumulate=)`` for every group, checked and assembled (SPEC 12.5);
     ``empty_expert(C)`` for a wgrad group without tokens when C is given."""
-    if kind not in _KINDS:
+    if not isinstance(kind, str) or kind not in _KINDS:
         raise ValueError(f"kind must be one of {list(_KINDS)}, got {kind!r}")
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, GroupedNVFP4Tensor):

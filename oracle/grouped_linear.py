@@ -121,7 +121,7 @@ def _bf16(name: str, a, shape_text: str, ndim: int) -> np.ndarray:
 
 
 def _check_model(model: str) -> None:
-    if model not in MODELS:
+    if not isinstance(model, str) or model not in MODELS:
         raise ValueError(f"model must be one of {MODELS}, got {model!r}")
 
 

@@ -267,7 +267,7 @@ def _as_plane(t, plane: str):
         return t
     if not isinstance(t, NVFP4Tensor):
         raise TypeError(f"expected an oracle NVFP4Tensor or QuantizedPlane, got {type(t).__name__}")
-    if plane not in ("row", "col"):
+    if not isinstance(plane, str) or plane not in ("row", "col"):
         raise ValueError(f"plane must be 'row' or 'col', got {plane!r}")
     p = t.row if plane == "row" else t.col
     if p is None:
@@ -520,7 +520,7 @@ def to_te_fields(t, *, swizzled: bool | None = None, as_torch: bool = False) -> 
 
 def _device_plane(t, plane: str):
     """(data, scales, amax, rows, cols, swizzled, rule, block) of one plane of a device result."""
-    if plane not in ("row", "col"):
+    if not isinstance(plane, str) or plane not in ("row", "col"):
         raise ValueError(f"plane must be 'row' or 'col', got {plane!r}")
     m, k = t.shape
     data = t.row_data if plane == "row" else t.col_data

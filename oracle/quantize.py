@@ -73,10 +73,10 @@ def check_options(*, rowwise, columnwise, rht, rht_signs, block, rule, rounding,
         check_flag(v, name)
     if not (rowwise or columnwise):
         raise ValueError("at least one of rowwise / columnwise must be requested")
-    if rule not in RULES:
+    if not isinstance(rule, str) or rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
     block = check_block(block)
-    if rounding not in _ROUNDINGS:
+    if not isinstance(rounding, str) or rounding not in _ROUNDINGS:
         raise ValueError(f"rounding must be 'rn' or 'sr', got {rounding!r}")
     for name, v in (("rht_signs", rht_signs), ("seed", seed), ("offset", offset)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):

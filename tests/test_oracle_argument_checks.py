@@ -349,3 +349,20 @@ def test_fp4_packing_names_a_scalar_and_a_count_that_is_not_an_integer():
     with pytest.raises(TypeError, match="n must be an integer"):
         unpack_fp4(np.zeros(3, np.uint8), 6.0)
     assert unpack_fp4(np.array([0x21, 0x03], np.uint8), np.int64(3)).tolist() == [1, 2, 3]  # SPEC 2.3: low nibble first
+
+
+# ------------------------------------------------------------------------------------------------- named choices
+
+def test_named_choices_are_strings():
+    """A one-element array or a list is not a rule, rounding, model or kind (NumPy's elementwise == let an array pass
+    the membership test, and a list failed later as unhashable)."""
+    with pytest.raises(ValueError, match="rule must be one of"):
+        oracle.quantize(X, rule=np.array(["te"]))
+    with pytest.raises(ValueError, match="rounding must be"):
+        oracle.quantize(X, rounding=np.array(["rn"]))
+    a = oracle.quantize(X).row
+    with pytest.raises(ValueError, match="model must be"):
+        oracle.gemm(a, a, model=["exact"])
+    g = oracle.group_quantize(X, [16, 16])
+    with pytest.raises(ValueError, match="kind must be one of"):
+        oracle.grouped_gemm(g, g, kind=["fprop"])
