@@ -102,6 +102,8 @@ def _make_plane(data, scales, amax, shape, rule, *, block=(1, 16), rht=False, va
     """A QuantizedPlane; ``extra`` (row_scaled, global_scale_max, ...) only where the plane class knows the field."""
     known = _plane_fields()
     extra = {k: v for k, v in extra.items() if k in known and v is not None}
+    if np.asarray(amax).size == 0:
+        raise ValueError("the amax field holds no value (a plane's amax is one value, or one per row when row-scaled)")
     if np.asarray(amax).size != 1 and not extra.get("row_scaled"):
         raise ValueError(f"one amax per row ({np.asarray(amax).size} values) is a row-scaled plane (SPEC 5.7): pass "
                          "row_scaled_nvfp4=True")

@@ -226,6 +226,11 @@ def test_from_te_fields_checks_what_the_fields_do_not_record(change, error, matc
         oracle.from_te_fields(**{**te_fields(), **change})
 
 
+def test_from_te_fields_names_an_empty_amax():
+    with pytest.raises(ValueError, match="holds no value"):
+        oracle.from_te_fields(**{**te_fields(), "amax_rowwise": np.zeros(0, np.float32)})
+
+
 def test_from_te_fields_names_a_k_that_is_not_a_multiple_of_16():
     with pytest.raises(ValueError, match="K = 6 values: K must be a multiple of 16"):
         oracle.from_te_fields(rowwise_data=np.zeros((4, 3), np.uint8), rowwise_scale_inv=np.zeros((128, 4), np.uint8),
