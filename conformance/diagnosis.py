@@ -66,18 +66,25 @@ def _diagnosed(label: str, x, data, scales, amax, layout: str, plane: str, rht_s
     """diagnose's reading of one plane's bytes as lines ``"<label>: ..."``. ``asked``: the case's own rule, block
     shape and RHT (:func:`case_setting`); where every rule that reproduces the bytes has other settings (a 14.11
     variant counts as its base rule), the line says so: the backend made correct bytes of another call, such as an
-    option it ignored."""
+    option it ignored. A negative stored amax (which diagnose refuses: SPEC 4.3) is named as a sign error, and the
+    bytes are read without it."""
+    head_lines = []
+    if amax is not None and np.any(np.asarray(amax, np.float32) < 0):
+        head_lines = [f"{label}: the stored amax {float(np.asarray(amax, np.float32).reshape(-1)[0])!r} is negative: "
+                      "an amax is an absolute maximum (SPEC 4.3), so it was stored with a sign error; the bytes are "
+                      "read without it"]
+        amax = None
     try:
         r = diagnose(x, data, scales, amax=amax, layout=layout, plane=plane, rht_signs=rht_signs)
     except (ValueError, TypeError) as e:  # bytes diagnose cannot read as this plane
-        return [f"{label}: not diagnosed ({e})"]
+        return head_lines + [f"{label}: not diagnosed ({e})"]
     if r.matches:
         head = f"{label}: reproduced exactly by {', '.join(r.matches)}"
         if all(_label_setting(m) != asked for m in r.matches):
             head += f", not by the case's own settings ({_setting_words(asked)})"
     else:
         head = f"{label}: closest {r.closest}, {r.n_diff} of {r.n_blocks} blocks differ"
-    return [head] + [f"{label}: {h}" for h in r.hypotheses if not h.startswith(_NONE_FITS)]
+    return head_lines + [head] + [f"{label}: {h}" for h in r.hypotheses if not h.startswith(_NONE_FITS)]
 
 
 def _modelled(case: Case, op: str) -> dict | None:

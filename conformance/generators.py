@@ -620,7 +620,7 @@ def gen_layout(rng, space) -> tuple[dict, dict, dict]:
     return {"scales": scales, "splits": splits}, {"k": k}, {"splits": kind, "rows": "edge" if r in EDGE_ROWS else "random"}
 
 
-_DEQ_AMAX = {  # amax supplies of gen_dequantize (SPEC 11.2: any float32, non-finite included)
+_DEQ_AMAX = {  # amax supplies of gen_dequantize (SPEC 11.2: any float32 >= 0, +Inf and NaN included)
     "normal": None, "zero": 0.0, "subnormal": 1e-40, "huge": 3.0e38, "inf": np.inf, "nan": np.nan,
 }
 

@@ -328,8 +328,9 @@ def check_dequantize_args(data: Tensor, scales: Tensor, amax: Tensor, rows: int,
         raise ValueError(f"data holds {data.numel()} bytes, a {rows} x {cols} plane has {rows * cols // 2}")
     layout = "swizzled" if swizzled else "compact"
     if scales.numel() != need_scales:
-        hint = ("" if swizzled else "; padded compact scales (a grouped result's, SPEC 9.2) are read as their "
-                "[:rows, :cols // 16] slice")
+        padded = math.prod(scale_shape(rows, cols // 16, True))  # (the padded compact size equals the swizzled one)
+        hint = ("; these are padded compact scales (a grouped result's with swizzled=False, SPEC 9.2): pass their "
+                "[:rows, :cols // 16] slice" if not swizzled and scales.numel() == padded else "")
         raise ValueError(f"scales hold {scales.numel()} bytes, {layout} scales of a {rows} x {cols} plane have "
                          f"{need_scales}{hint}")
     if not swizzled and scales.dim() == 2 and tuple(scales.shape) != (rows, cols // 16):

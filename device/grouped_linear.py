@@ -368,11 +368,11 @@ class GroupedLinear(torch.nn.Module):
         (``layer.weight_plane_reuse = False``), and a flag such as the string "False" must not act as True."""
         if not isinstance(self.recipe, NVFP4Recipe):
             raise TypeError(f"recipe must be an oracle.NVFP4Recipe, got {type(self.recipe).__name__}")
-        if self.mode not in _MODES:
+        if not isinstance(self.mode, str) or self.mode not in _MODES:
             raise ValueError(f"mode must be one of {_MODES}, got {self.mode!r}")
         for name in ("fuse_wgrad_accumulation", "delay_wgrad_compute", "cache_f16_weights", "weight_plane_reuse"):
             v = getattr(self, name, False)  # (the constructor checks before it sets them)
-            if not isinstance(v, bool):
+            if not isinstance(v, (bool, np.bool_)):
                 raise TypeError(f"{name} must be True or False, got {v!r}")
 
     def _check_params(self) -> None:

@@ -176,8 +176,7 @@ def _amax_values(a, n: int, device) -> Tensor:
             raise ValueError(f"amax must hold real numbers, got dtype {a.dtype}")
         t = a.to(dtype=torch.float32).reshape(-1).contiguous()  # (the kernels take a negative value's magnitude)
     else:
-        if isinstance(a, (bool, str)) or not isinstance(a, (int, float, np.integer, np.floating, Sequence,
-                                                           np.ndarray)):
+        if isinstance(a, (bool, str)) or not isinstance(a, (int, float, np.generic, Sequence, np.ndarray)):
             raise TypeError(f"amax values must be numbers, sequences, arrays or tensors, got {type(a).__name__}")
         if isinstance(a, Sequence) and any(isinstance(v, Tensor) for v in a):
             raise TypeError("amax given as a sequence of tensors: pass one tensor on x's device (torch.stack)")

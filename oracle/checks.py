@@ -39,7 +39,7 @@ def check_block(block) -> tuple:
     """``(1, 16)`` / ``(16, 16)`` from a pair of integers or the strings ``"1x16"`` / ``"16x16"`` (SPEC 6.3); a
     ``ValueError`` for anything else (floats and bools included: they are never rounded)."""
     if isinstance(block, str):
-        parts = block.lower().split("x")
+        parts = block.strip().lower().split("x")
         ok = len(parts) == 2 and all(p.isdigit() for p in parts)
         pair = tuple(int(p) for p in parts) if ok else None
     else:

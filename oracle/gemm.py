@@ -87,7 +87,7 @@ def _check_operands(a: QuantizedPlane, b: QuantizedPlane) -> None:
 
 
 def _check_epilogue(m: int, n: int, bias, accumulate, out_dtype: str):
-    if out_dtype not in _OUT_DTYPES:
+    if not isinstance(out_dtype, str) or out_dtype not in _OUT_DTYPES:
         raise ValueError(f"out_dtype must be one of {_OUT_DTYPES}, got {out_dtype!r}")
     c = bv = None
     if accumulate is not None:

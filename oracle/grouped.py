@@ -58,7 +58,7 @@ def _group_amax(amax, e: int) -> list:
             raise ValueError("a tuple amax must be (row_amaxes, col_amaxes)")
         parts = [host_array(a) for a in amax]
         for name, a in zip(("row_amaxes", "col_amaxes"), parts, strict=True):
-            if not is_real(a) or a.ndim > 1 or a.size != e:
+            if not is_real(a) or a.size != e:
                 raise ValueError(f"amax's {name} must hold one real number per group ({e}), got {a.dtype} {a.shape}")
         with np.errstate(over="ignore"):
             pairs = np.stack([a.astype(np.float32).reshape(-1) for a in parts], axis=1)

@@ -80,7 +80,7 @@ def _per_group(a, b, kind: str, fn, empty_expert, out_dtype, bias, accumulate) -
         raise ValueError(f"a and b have different group counts ({e} vs {b.num_groups})")
     if out_dtype is None:
         out_dtype = "float32" if kind == "wgrad" else "bfloat16"
-    if out_dtype not in _OUT_DTYPES:  # (checked here too: a wgrad whose groups are all empty calls no gemm)
+    if not isinstance(out_dtype, str) or out_dtype not in _OUT_DTYPES:  # (checked here too: a wgrad whose groups are all empty calls no gemm)
         raise ValueError(f"out_dtype must be one of {_OUT_DTYPES}, got {out_dtype!r}")
     if kind == "wgrad":
         if bias is not None:

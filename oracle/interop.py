@@ -295,6 +295,13 @@ def _refuse_grouped(t) -> None:
                         "(.to_oracle().row_planes[g] or .group_plane(g) for a device result)")
 
 
+def _nonnegative(a: np.ndarray, what: str) -> np.ndarray:
+    """A stored amax field: an absolute maximum, >= 0 (-0.0 included), +Inf or NaN (SPEC 4.3, 11.2)."""
+    if np.any(a < 0):
+        raise ValueError(f"{what} holds a negative value: an amax is >= 0, +Inf or NaN (SPEC 11.2)")
+    return a
+
+
 def _check_torchao_g(g) -> None:
     """Refuse a plane whose G (``global_scale_max``, SPEC 5.6) is not 448: torchao's P is amax / 2688 = amax / (6 * 448)
     (SPEC 5.4), so it cannot hold the factor amax / (6 * 256) of a G = 256 plane."""
@@ -390,7 +397,7 @@ def from_te_fields(*, rowwise_data=None, rowwise_scale_inv=None, columnwise_data
                         f"(and {list(_TE_IGNORED)}, ignored)")
     if rowwise_data is None and columnwise_data is None:
         raise ValueError("no plane: give rowwise_data and/or columnwise_data")
-    if rule not in _TE_RULES:
+    if not isinstance(rule, str) or rule not in _TE_RULES:
         raise ValueError(f"rule must be one of {_TE_RULES} (TE's tensors hold the TE rules), got {rule!r}")
     block = check_block(block)
     for name, v in (("with_gemm_swizzled_scales", with_gemm_swizzled_scales), ("row_scaled_nvfp4", row_scaled_nvfp4),
@@ -427,7 +434,8 @@ def from_te_fields(*, rowwise_data=None, rowwise_scale_inv=None, columnwise_data
         if rowwise_scale_inv is None or amax_rowwise is None:
             raise ValueError("rowwise_data needs rowwise_scale_inv and amax_rowwise")
         s = read_scales(rowwise_scale_inv, m, k // 16, layout)
-        row = _make_plane(d.reshape(m, k // 2), s, _host_f32(amax_rowwise, "amax_rowwise"), (m, k), rule,
+        row = _make_plane(d.reshape(m, k // 2), s, _nonnegative(_host_f32(amax_rowwise, "amax_rowwise"), "amax_rowwise"),
+                          (m, k), rule,
                           block=block, **extra)
     if columnwise_data is not None:
         d = _host_u8(columnwise_data, "columnwise_data")
@@ -442,7 +450,7 @@ def from_te_fields(*, rowwise_data=None, rowwise_scale_inv=None, columnwise_data
         if columnwise_scale_inv is None or amax_columnwise is None:
             raise ValueError("columnwise_data needs columnwise_scale_inv and amax_columnwise")
         s = read_scales(columnwise_scale_inv, kc, mc // 16, layout)
-        a = _host_f32(amax_columnwise, "amax_columnwise")
+        a = _nonnegative(_host_f32(amax_columnwise, "amax_columnwise"), "amax_columnwise")
         if a.size != 1:
             raise ValueError(f"amax_columnwise holds {a.size} values: TE's row-scaled columnwise plane (one "
                              "amax per column of X, SPEC 14.9) is not modelled by this oracle")
@@ -458,7 +466,7 @@ _TE_RULES = ("te", "te_fused_rht")
 
 
 def _check_te_rule(rule: str) -> None:
-    if rule not in _TE_RULES:
+    if not isinstance(rule, str) or rule not in _TE_RULES:
         raise ValueError(f"a plane of rule {rule!r} has no TE fields: TE's tensors hold the TE rules {_TE_RULES} "
                          "(SPEC 5.1-5.3, 5.6, 5.7)")
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .checks import check_block, check_flag, check_index, host_array, is_real
+from .checks import check_block, check_flag, check_index, from_torch, host_array, is_real, is_torch
 from .four_over_six import ERROR_MODES, GLOBAL_SCALE_MAXES
 from .rht import check_rht_signs
 from .scale_rules import RULES
@@ -42,10 +42,11 @@ class QuantizedPlane:
         four_over_six_fast_math: whether that error was measured in the product domain (SPEC 5.6).
 
     Construction checks every field and raises ``TypeError`` / ``ValueError`` naming it: ``data`` and ``scales``
-    uint8 arrays of exactly the shapes above, ``cols`` a multiple of 16, a known rule and block, bool flags, an amax
-    that is real and not negative (SPEC 4.3, 11.2), and the 4over6 / row-scaled fields only where TE has them (rule
-    "te" without RHT; row-scaled with 1x16 blocks). A stored plane's bytes are never checked: every byte is valid
-    (SPEC 11.2).
+    uint8 arrays (NumPy, or torch tensors copied to the host) of exactly the shapes above, ``cols`` a multiple of 16, a
+    known rule and block, bool flags, an amax that is real and not negative (SPEC 4.3, 11.2), and a 4over6 mode or
+    row-scaled only where TE has them (rule "te" without RHT; row-scaled with 1x16 blocks; G and the fast-math flag
+    alone are not checked against the rule: a stored plane's mode may be unknown). A stored plane's bytes are never
+    checked: every byte is valid (SPEC 11.2).
     """
 
     data: np.ndarray
@@ -65,34 +66,38 @@ class QuantizedPlane:
     def __post_init__(self) -> None:
         rows, cols = _check_plane_shape(self.shape)
         self.shape = (rows, cols)
-        if self.rule not in RULES:
+        if not isinstance(self.rule, str) or self.rule not in RULES:
             raise ValueError(f"rule must be one of {RULES}, got {self.rule!r}")
         self.block = check_block(self.block)
         self.rht = check_flag(self.rht, "rht")
         self.row_scaled = check_flag(self.row_scaled, "row_scaled")
         self.four_over_six_fast_math = check_flag(self.four_over_six_fast_math, "four_over_six_fast_math")
-        if self.four_over_six not in (None, *ERROR_MODES):
-            raise ValueError(f"four_over_six must be None, 'mae' or 'mse', got {self.four_over_six!r}")
+        fo6 = self.four_over_six
+        if fo6 is not None and (not isinstance(fo6, str) or fo6.lower() not in ERROR_MODES):
+            raise ValueError(f"four_over_six must be None, 'mae' or 'mse', got {fo6!r}")
+        self.four_over_six = None if fo6 is None else fo6.lower()
         g = self.global_scale_max
         if isinstance(g, (bool, np.bool_)) or not isinstance(g, (int, np.integer)) or g not in GLOBAL_SCALE_MAXES:
             raise ValueError(f"global_scale_max must be 448 or 256, got {self.global_scale_max!r}")
         self.global_scale_max = int(self.global_scale_max)
         _check_variant(self)
-        self.data = _check_bytes(self.data, (rows, (cols + 1) // 2), "data")
-        self.scales = _check_bytes(self.scales, (rows, (cols + 15) // 16), "scales")
+        self.data = _check_bytes(self.data, (rows, (cols + 1) // 2), "data", self.shape)
+        self.scales = _check_bytes(self.scales, (rows, (cols + 15) // 16), "scales", self.shape)
         if self.row_scaled:
             a = host_array(self.amax)
             if not is_real(a):
                 raise ValueError(f"amax must hold real numbers, got dtype {a.dtype}")
             if a.size != rows:
                 raise ValueError(f"a row-scaled plane needs one amax per row ({rows}), got {a.size}")
-            self.amax = a.astype(np.float32).reshape(-1)
+            with np.errstate(over="ignore"):  # (SPEC 4.3: the fp32 value it rounds to, Inf past the range)
+                self.amax = a.astype(np.float32).reshape(-1)
         else:
             a = host_array(self.amax)
             if not is_real(a) or a.size != 1:
                 raise ValueError(f"amax must be one real number (a row-scaled plane: one per row), got {a.dtype} "
                                  f"{a.shape}")
-            self.amax = np.float32(a.reshape(-1)[0])
+            with np.errstate(over="ignore"):
+                self.amax = np.float32(a.reshape(-1)[0])
         if np.any(self.amax < 0):  # SPEC 4.3 / 11.2: an absolute maximum (-0.0, +Inf and NaN are values it may take)
             raise ValueError(f"amax must be >= 0, +Inf or NaN (an absolute maximum), got {self.amax!r}")
         self.valid_cols = cols if self.valid_cols is None else check_index(self.valid_cols, "valid_cols")
@@ -141,23 +146,24 @@ def _check_plane_shape(shape) -> tuple[int, int]:
     return rows, cols
 
 
-def _check_bytes(a, shape: tuple[int, int], name: str) -> np.ndarray:
-    """A plane's ``data`` or ``scales``: a uint8 NumPy array of exactly ``shape``."""
+def _check_bytes(a, shape: tuple[int, int], name: str, plane_shape: tuple[int, int]) -> np.ndarray:
+    """A plane's ``data`` or ``scales``: a uint8 NumPy array (or a torch tensor, copied to the host) of exactly
+    ``shape``."""
+    if is_torch(a):
+        a = from_torch(a)
     if not isinstance(a, np.ndarray) or a.dtype != np.uint8:
         what = a.dtype if isinstance(a, np.ndarray) else type(a).__name__
-        raise TypeError(f"{name} must be a uint8 NumPy array, got {what}")
+        raise TypeError(f"{name} must be a uint8 NumPy array (or torch tensor), got {what}")
     if a.shape != shape:
-        raise ValueError(f"{name} of a plane of shape {shape[0]} x cols must have shape {shape}, got {a.shape}")
+        raise ValueError(f"{name} of a plane of shape {plane_shape} must have shape {shape}, got {a.shape}")
     return a
 
 
 def _check_variant(p: QuantizedPlane) -> None:
-    """The 4over6 / row-scaled fields of a plane against its rule, block and RHT: what TE produces (SPEC 5.6, 5.7).
-    G = 256 needs no 4over6 mode here: dequantization and the GEMM read only G (a stored plane's mode may be
-    unknown)."""
+    """A plane with a 4over6 mode or row-scaled against its rule, block and RHT: what TE produces (SPEC 5.6, 5.7).
+    G = 256 and the fast-math path need no mode here: dequantization and the GEMM read only G, and a stored plane's
+    mode may be unknown (TE's tensor does not hold it)."""
     variant = "4over6" if p.four_over_six else "row_scaled" if p.row_scaled else None
-    if p.four_over_six_fast_math and not p.four_over_six:
-        raise ValueError("four_over_six_fast_math=True needs four_over_six='mae' or 'mse'")
     if variant and (p.rule != "te" or p.rht):
         raise ValueError(f"a {variant} plane has rule 'te' without RHT (SPEC 5.6, 5.7), got rule={p.rule!r}, "
                          f"rht={p.rht}")

@@ -42,7 +42,7 @@ def swizzled_offset(r, c, padded_scale_cols: int):
         raise ValueError(f"padded_scale_cols must be a multiple of 4 (SPEC 8.1), got {pc}")
     r, c = np.asarray(r), np.asarray(c)
     for name, v in (("r", r), ("c", c)):
-        if v.dtype.kind not in "iu":
+        if v.size and v.dtype.kind not in "iu":  # (an empty list is float64 to NumPy)
             raise TypeError(f"{name} must be integers, got dtype {v.dtype}")
     if np.any(r < 0) or np.any(c < 0) or np.any(c >= pc):
         raise ValueError(f"scale positions must lie in rows >= 0 and columns [0, {pc})")
@@ -83,7 +83,7 @@ def unswizzle_scales(buf, rows: int, cols: int) -> np.ndarray:
     b = np.asarray(buf)
     if b.dtype != np.uint8:
         raise TypeError(f"swizzled scales must be uint8, got {b.dtype}")
-    R, C = padded_scale_shape(rows, cols)
+    R, C = padded_scale_shape(check_index(rows, "rows"), check_index(cols, "cols"))
     if b.ndim != 1:
         raise ValueError(f"the swizzled buffer must be 1-D (SPEC 8.2), got shape {b.shape}")
     if b.size != R * C:

@@ -211,6 +211,18 @@ def test_a_plane_made_with_the_backends_own_stored_amax_is_read_with_that_amax()
     assert "not by the case's own settings" not in lines[0], lines
 
 
+def test_a_negative_stored_amax_is_named_and_the_bytes_are_read_without_it():
+    """The backend stored -1 for a tensor of ones but wrote rule te's bytes of amax 1: the first line names the sign
+    error, the next reads the bytes (reproduced by te with its computed amax)."""
+    c = quantize_case(np.ones((16, 32), np.float32))
+    ref = {**_ones_plane(16, 32, SCALE_AMAX_1), "row_amax": np.array([1.0], np.float32)}
+    out = {**_ones_plane(16, 32, SCALE_AMAX_1), "row_amax": np.array([-1.0], np.float32)}
+    out["row_scales"][0, 0] = SCALE_AMAX_4  # (one block off, so that the plane differs from the reference)
+    lines = quantize_hypotheses(c, out, ref)
+    assert lines[0].startswith("row plane: the stored amax -1.0 is negative"), lines
+    assert lines[1].startswith("row plane: closest te"), lines
+
+
 @pytest.mark.parametrize("case_block", [[16, 16], [1, 16]])
 def test_bytes_of_the_cases_own_blocks_with_another_amax_carry_no_settings_note(case_block):
     """Supplied amax 4, but the backend quantized the ones with their own amax 1 (scales 0x7E): 1x16 and 16x16

@@ -643,7 +643,8 @@ def test_gemm_over_weight_copy_checks_the_plane_its_copy_reads(fake):
 
 
 @pytest.mark.parametrize("amax, want", [(np.array([1.0, 2.0], np.float32), [[1.0], [2.0]]),
-                                        ([np.float32(3.0), 4], [[3.0], [4.0]]), (np.float64(5.0), [[5.0], [5.0]])])
+                                        ([np.float32(3.0), 4], [[3.0], [4.0]]), (np.float64(5.0), [[5.0], [5.0]]),
+                                        (ml_dtypes.bfloat16(2.0), [[2.0], [2.0]])])
 def test_single_amax_forms_the_oracle_takes(amax, want):
     """oracle.quantize's forms (quantize.py _split_amax): a number for both planes, or a (row, col) pair as a tuple,
     list or 1-D array of two numbers."""

@@ -681,6 +681,8 @@ def test_flags_assigned_after_construction_are_checked(flag):
     setattr(layer, flag, "False")
     with pytest.raises(TypeError, match=f"{flag} must be True or False"):
         layer(x, [12, 12])
+    setattr(layer, flag, np.False_)  # a NumPy bool is a flag (the constructor takes it too)
+    assert layer(x, [12, 12]).shape == (24, 16)
 
 
 def test_a_layer_moved_off_the_gpu_is_refused_before_any_work():

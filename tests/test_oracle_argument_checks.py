@@ -131,10 +131,12 @@ def test_a_plane_refuses_a_negative_amax_and_keeps_the_values_an_amax_may_take()
         oracle.QuantizedPlane(p.data, p.scales, np.array([1.0] * 31 + [-1.0]), p.shape, row_scaled=True)
 
 
-def test_from_te_fields_refuses_a_negative_amax():
-    f = te_fields()
-    with pytest.raises(ValueError, match="amax must be >= 0"):
+def test_from_te_fields_refuses_a_negative_amax_naming_its_field():
+    f = te_fields(columnwise=True)
+    with pytest.raises(ValueError, match="amax_rowwise holds a negative value"):
         oracle.from_te_fields(**{**f, "amax_rowwise": np.array([-1.0], np.float32)})
+    with pytest.raises(ValueError, match="amax_columnwise holds a negative value"):
+        oracle.from_te_fields(**{**f, "amax_columnwise": np.array([-1.0], np.float32)})
 
 
 def test_diagnose_refuses_a_negative_amax():
@@ -169,7 +171,8 @@ def test_dequantize_refuses_a_rule_changed_after_construction():
 
 
 @pytest.mark.parametrize("change, error, match", [
-    (dict(scales=np.zeros((32, 3), np.uint8)), ValueError, r"scales .* must have shape \(32, 4\)"),
+    (dict(scales=np.zeros((32, 3), np.uint8)), ValueError, r"scales of a plane of shape \(32, 64\) must have shape "
+                                                            r"\(32, 4\)"),
     (dict(data=np.zeros((32, 31), np.uint8)), ValueError, r"data .* must have shape \(32, 32\)"),
     (dict(data=np.zeros((32, 32), np.int8)), TypeError, "data must be a uint8 NumPy array"),
     (dict(scales=[[0] * 4] * 32), TypeError, "scales must be a uint8 NumPy array"),
@@ -181,7 +184,6 @@ def test_dequantize_refuses_a_rule_changed_after_construction():
     (dict(block=(3, 3)), ValueError, "block must be"),
     (dict(rht="yes"), TypeError, "rht must be True or False"),
     (dict(four_over_six="xx"), ValueError, "four_over_six must be"),
-    (dict(four_over_six_fast_math=True), ValueError, "needs four_over_six"),
     (dict(four_over_six="mse", rule="te_fused_rht"), ValueError, "4over6 plane has rule 'te' without RHT"),
     (dict(row_scaled=True, amax=np.ones(32), block=(16, 16)), ValueError, "row-scaled plane has 1x16 blocks"),
     (dict(valid_cols=65), ValueError, "valid_cols"),
@@ -193,6 +195,21 @@ def test_a_plane_checks_its_fields(change, error, match):
     fields.update(change)
     with pytest.raises(error, match=match):
         oracle.QuantizedPlane(**fields)
+
+
+def test_a_plane_takes_torch_bytes_a_mode_in_any_case_and_a_path_without_a_mode():
+    """CPU torch uint8 tensors are its bytes (copied to the host); "MSE" is the mode "mse" (as quantize reads it);
+    the fast-math flag alone describes a stored plane whose mode is unknown (TE's tensor holds neither)."""
+    torch = pytest.importorskip("torch")
+    p = oracle.quantize(X).row
+    t = oracle.QuantizedPlane(torch.from_numpy(p.data), torch.from_numpy(p.scales), p.amax, p.shape)
+    assert np.array_equal(oracle.dequantize(t), oracle.dequantize(p))
+    assert oracle.QuantizedPlane(p.data, p.scales, p.amax, p.shape, four_over_six="MSE").four_over_six == "mse"
+    assert oracle.QuantizedPlane(p.data, p.scales, p.amax, p.shape, four_over_six_fast_math=True).four_over_six is None
+    f = te_fields()
+    f["nvfp4_use_4over6"] = True
+    assert oracle.from_te_fields(**f, four_over_six="MAE").row.four_over_six == "mae"
+    assert oracle.from_te_fields(**f, four_over_six_fast_math=True).row.four_over_six_fast_math
 
 
 def test_a_plane_of_g_256_without_a_recorded_mode_is_a_stored_plane():
@@ -326,7 +343,7 @@ def test_unswizzle_scales_names_sizes_that_are_not_integers():
     buf = np.zeros(512, np.uint8)
     with pytest.raises(TypeError, match="rows must be an integer"):
         unswizzle_scales(buf, 40.0, 4)
-    with pytest.raises(TypeError, match="scale_cols must be an integer"):
+    with pytest.raises(TypeError, match="cols must be an integer"):
         unswizzle_scales(buf, 40, "4")
 
 
@@ -366,8 +383,23 @@ def test_named_choices_are_strings():
     with pytest.raises(ValueError, match="rounding must be"):
         oracle.quantize(X, rounding=np.array(["rn"]))
     a = oracle.quantize(X).row
-    with pytest.raises(ValueError, match="model must be"):
-        oracle.gemm(a, a, model=["exact"])
     g = oracle.group_quantize(X, [16, 16])
-    with pytest.raises(ValueError, match="kind must be one of"):
-        oracle.grouped_gemm(g, g, kind=["fprop"])
+    for bad in (["exact"], np.array(["exact"])):
+        with pytest.raises(ValueError, match="model must be"):
+            oracle.gemm(a, a, model=bad)
+    for bad in (["fprop"], np.array(["fprop"])):
+        with pytest.raises(ValueError, match="kind must be one of"):
+            oracle.grouped_gemm(g, g, kind=bad)
+    with pytest.raises(ValueError, match="out_dtype must be one of"):
+        oracle.gemm(a, a, out_dtype=np.array(["float32"]))
+    with pytest.raises(ValueError, match="rule must be one of"):
+        oracle.QuantizedPlane(a.data, a.scales, a.amax, a.shape, rule=np.array(["torchao"]))
+
+
+
+def test_spellings_that_stay_accepted():
+    """A block string with spaces, a tuple amax of [E, 1] columns (E values each), empty swizzle positions."""
+    assert oracle.quantize(X, block=" 16x16 ").row.block == (16, 16)
+    t = oracle.group_quantize(X, [10, 22], amax=(np.ones((2, 1)), np.full((2, 1), 2.0)), columnwise=True)
+    assert t.row_amax.tolist() == [1.0, 1.0] and t.col_amax.tolist() == [2.0, 2.0]
+    assert swizzled_offset([], [], 4).shape == (0,)
