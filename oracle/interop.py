@@ -324,7 +324,9 @@ def to_torchao(t, plane: str = "row", *, swizzled: bool | None = None, orig_dtyp
     4over6 plane with ``global_scale_max=256`` (its factor is amax / 1536, SPEC 5.6; torchao's P is always amax /
     2688): ``ValueError``. A columnwise plane quantized with the RHT converts as its bytes are, but torchao's tensor
     has no field for the sign mask: it dequantizes to the transform's outputs (SPEC 7, as :func:`oracle.dequantize`
-    does), not to X^T, and only a GEMM whose other operand had the same transform undoes it.
+    does), not to X^T, and only a GEMM whose other operand had the same transform undoes it. A columnwise plane of
+    M tokens with M % 16 != 0 converts whole, ``[K, roundup(M, 16)]`` with SPEC 6.2's zero padding tokens as data
+    (torchao's tensor records no valid width; :func:`from_torchao` gives it back as a plane of that width).
     """
     import torch
 

@@ -497,3 +497,16 @@ def test_from_te_fields_refuses_a_row_scaled_columnwise_plane():
         from_te_fields(**dict(f, amax_columnwise=np.ones(64, np.float32)))
     t = from_te_fields(**f)
     assert t.row.row_scaled and not t.col.row_scaled
+
+
+def test_a_columnwise_plane_of_m_not_a_multiple_of_16_converts_with_its_padding():
+    """X^T of M = 20 tokens is the plane [K, 32] (SPEC 6.2: tokens 20..31 are zeros); torchao's tensor holds all 32 as
+    data (it records no valid width), and converts back to the same bytes at that width."""
+    pytest.importorskip("torchao")
+    x = np.random.default_rng(3).standard_normal((20, 32)).astype(np.float32)
+    col = oracle.quantize(x, columnwise=True, rule="torchao").col
+    ao = oracle.to_torchao(col)
+    assert tuple(ao.shape) == (32, 32)
+    back = oracle.from_torchao(ao).row
+    assert np.array_equal(back.data, col.data) and np.array_equal(back.scales, col.scales)
+    assert back.valid_cols == 32 and col.valid_cols == 20
