@@ -317,7 +317,8 @@ def dequantize(q, plane: str = "row", *, scales: Tensor | None = None, amax: Ten
 
     Either ``dequantize(result, "row" | "col")`` with a :class:`DeviceNVFP4Tensor` (which knows its scale layout, rule
     and G), or ``dequantize(data, scales=..., amax=..., shape=(rows, cols), swizzled=True | False, rule="te",
-    global_scale_max=448)`` with raw CUDA tensors: raw bytes must say their scale layout (SPEC 8), as :func:`quantize`
+    global_scale_max=448)`` with raw CUDA tensors (uint8, or the ``float4_e2m1fn_x2`` / ``float8_e4m3fn`` views of
+    :meth:`DeviceNVFP4Tensor.torch_views`): raw bytes must say their scale layout (SPEC 8), as :func:`quantize`
     writes swizzled scales unless told otherwise; ``rule`` (default "te") picks the SPEC 11.1 factor and
     ``global_scale_max`` (default 448; 256 for a plane quantized by 4over6 with G = 256, SPEC 5.6) the G in the TE
     rules' fp32(1/(6G)). A columnwise plane dequantizes to X^T with its zero padding, shape ``[K, roundup(M,16)]``.
@@ -368,6 +369,9 @@ def dequantize(q, plane: str = "row", *, scales: Tensor | None = None, amax: Ten
         raise ValueError(f"global_scale_max must be 448 or 256 (SPEC 5.6), got {global_scale_max!r}")
     data = q if not isinstance(q, DeviceNVFP4Tensor) else data
     _ops.require_cuda_tensors(data=data, scales=scales, amax=amax)  # (before .contiguous() / .to() below)
+    # the byte views of torch_views() (float4_e2m1fn_x2 codes, float8_e4m3fn scales) are the same bytes
+    data = data.view(torch.uint8) if data.dtype == getattr(torch, "float4_e2m1fn_x2", None) else data
+    scales = scales.view(torch.uint8) if scales.dtype == torch.float8_e4m3fn else scales
     if amax.dtype != torch.float32 or amax.numel() != 1:
         raise ValueError(f"amax must be one float32 value (the plane's amax), got {amax.dtype} "
                          f"{list(amax.shape)}")

@@ -658,3 +658,22 @@ def test_single_amax_forms_the_oracle_refuses(amax):
         oracle.quantize(np.ones((2, 16), np.float32), columnwise=True, amax=amax)
     with pytest.raises(ValueError, match="pair|one number|a number"):
         quantization._amax_tensors(amax, 1, False, CPU)
+
+
+def test_raw_dequantize_takes_the_torch_views_bytes(fake, monkeypatch):
+    """torch_views() gives the codes as float4_e2m1fn_x2 and the scales as float8_e4m3fn: the same bytes, which raw
+    dequantize reads as uint8 (it refused them as 'must be uint8')."""
+    from device import _ops
+
+    seen = {}
+
+    def record(data, scales, amax, rows, cols, swizzled, rule=0, global_scale_max=448):
+        seen.update(data=data.dtype, scales=scales.dtype)
+        return data.new_empty((rows, cols), dtype=torch.float32)
+
+    monkeypatch.setattr(_ops, "dequantize_op", record)
+    data = _fake_cuda(20 * 24, dtype=torch.float4_e2m1fn_x2)
+    scales = _fake_cuda(20, 3, dtype=torch.float8_e4m3fn)
+    y = quantization.dequantize(data, scales=scales, amax=_fake_cuda(1, dtype=torch.float32), shape=(20, 48),
+                                swizzled=False)
+    assert tuple(y.shape) == (20, 48) and seen == {"data": torch.uint8, "scales": torch.uint8}
