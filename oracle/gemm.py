@@ -67,7 +67,7 @@ def gemm_alpha(a_plane: QuantizedPlane, b_plane: QuantizedPlane):
 def check_model(model) -> None:
     """``ValueError`` unless ``model`` is one of :data:`MODELS` (SPEC 12.2, 12.3, 12.6, 12.7)."""
     if not isinstance(model, str) or model not in MODELS:
-        raise ValueError(f"model must be 'sequential', 'exact', 'tensor_core' or 'sm100', got {model!r}")
+        raise ValueError(f"model must be one of {MODELS}, got {model!r}")
 
 
 def _check_planes(a, b) -> None:

@@ -16,6 +16,7 @@ import numpy as np
 
 from .bias_grad import grouped_bias_grad
 from .checks import from_torch, is_torch
+from .gemm import check_model
 from .grouped import check_splits, group_quantize
 from .grouped_gemm import grouped_gemm
 from .planes import GroupedNVFP4Tensor
@@ -37,7 +38,6 @@ __all__ = [
     "grouped_linear_operands",
 ]
 
-MODELS = ("sequential", "tensor_core", "exact", "sm100")
 ACTIVATION_BLOCK = (1, 16)  # X and dY (SPEC 16.1)
 
 
@@ -118,11 +118,6 @@ def _bf16(name: str, a, shape_text: str, ndim: int) -> np.ndarray:
     if a.ndim != ndim:
         raise ValueError(f"{name} must be {ndim}-D {shape_text}, got shape {a.shape}")
     return a
-
-
-def _check_model(model: str) -> None:
-    if not isinstance(model, str) or model not in MODELS:
-        raise ValueError(f"model must be one of {MODELS}, got {model!r}")
 
 
 def _check_recipe(recipe) -> None:
@@ -252,7 +247,7 @@ def grouped_linear_forward(x: ArrayOrTensor, weight: ArrayOrTensor, splits: Spli
     multiple of 16, an unknown model or a recipe that is not an :class:`NVFP4Recipe`.
     """
     _check_recipe(recipe)
-    _check_model(model)
+    check_model(model)
     x, weight, s = _check_layer(x, weight, splits)
     e, n, _ = weight.shape
     if bias is not None:
@@ -285,7 +280,7 @@ def grouped_linear_backward(x: ArrayOrTensor, weight: ArrayOrTensor, splits: Spl
     any work.
     """
     _check_recipe(recipe)
-    _check_model(model)
+    check_model(model)
     if not isinstance(with_bias, bool):
         raise TypeError(f"with_bias must be a bool, got {with_bias!r}")
     x, weight, s = _check_layer(x, weight, splits)
