@@ -12,10 +12,28 @@ import numpy as np
 from .fp4_numpy import decode_e2m1, decode_e4m3, encode_e2m1, encode_e4m3
 from .scale_rules import F32_MAX, global_encode_scale
 
-__all__ = ["ERROR_MODES", "GLOBAL_SCALE_MAXES", "candidate_errors", "four_over_six_scales", "tile_error_sum"]
+__all__ = ["ERROR_MODES", "GLOBAL_SCALE_MAXES", "candidate_errors", "check_error_mode", "check_global_scale_max",
+           "four_over_six_scales", "tile_error_sum"]
 
 ERROR_MODES = ("mae", "mse")
 GLOBAL_SCALE_MAXES = (448, 256)
+
+
+def check_error_mode(mode) -> str | None:
+    """The 4over6 error mode (SPEC 5.6): None, or "mae" / "mse" in any case, returned lower-cased; ``ValueError``
+    for anything else."""
+    if mode is not None and (not isinstance(mode, str) or mode.lower() not in ERROR_MODES):
+        raise ValueError(f"four_over_six must be None, 'mae' or 'mse', got {mode!r}")
+    return None if mode is None else mode.lower()
+
+
+def check_global_scale_max(g) -> int:
+    """G, the E4M3 maximum inside S_enc (SPEC 5.6): the integer 448 or 256 (not a bool or a float); ``ValueError``
+    for anything else."""
+    if isinstance(g, (bool, np.bool_)) or not isinstance(g, (int, np.integer)) or g not in GLOBAL_SCALE_MAXES:
+        raise ValueError(f"global_scale_max must be 448 or 256, got {g!r}")
+    return int(g)
+
 _SIX = np.float32(6.0)
 _MAP4 = np.float32(1.5)
 _E4M3_MAX = np.float32(448.0)

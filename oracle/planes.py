@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .checks import check_block, check_flag, check_index, from_torch, host_array, is_real, is_torch
-from .four_over_six import ERROR_MODES, GLOBAL_SCALE_MAXES
+from .four_over_six import check_error_mode, check_global_scale_max
 from .rht import check_rht_signs
 from .scale_rules import RULES
 from .swizzle import swizzle_scales
@@ -72,14 +72,8 @@ class QuantizedPlane:
         self.rht = check_flag(self.rht, "rht")
         self.row_scaled = check_flag(self.row_scaled, "row_scaled")
         self.four_over_six_fast_math = check_flag(self.four_over_six_fast_math, "four_over_six_fast_math")
-        fo6 = self.four_over_six
-        if fo6 is not None and (not isinstance(fo6, str) or fo6.lower() not in ERROR_MODES):
-            raise ValueError(f"four_over_six must be None, 'mae' or 'mse', got {fo6!r}")
-        self.four_over_six = None if fo6 is None else fo6.lower()
-        g = self.global_scale_max
-        if isinstance(g, (bool, np.bool_)) or not isinstance(g, (int, np.integer)) or g not in GLOBAL_SCALE_MAXES:
-            raise ValueError(f"global_scale_max must be 448 or 256, got {self.global_scale_max!r}")
-        self.global_scale_max = int(self.global_scale_max)
+        self.four_over_six = check_error_mode(self.four_over_six)
+        self.global_scale_max = check_global_scale_max(self.global_scale_max)
         _check_variant(self)
         self.data = _check_bytes(self.data, (rows, (cols + 1) // 2), "data", self.shape)
         self.scales = _check_bytes(self.scales, (rows, (cols + 15) // 16), "scales", self.shape)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .checks import check_block, check_flag, from_torch, host_array, is_real, is_torch
-from .four_over_six import ERROR_MODES, GLOBAL_SCALE_MAXES, four_over_six_scales
+from .four_over_six import check_error_mode, check_global_scale_max, four_over_six_scales
 from .fp4_numpy import encode_e2m1, pack_fp4
 from .philox import sr_random_bytes
 from .planes import NVFP4Tensor, QuantizedPlane
@@ -123,20 +123,14 @@ def check_te_scale_options(
     rounding,
 ) -> TeScaleOptions:
     """Validate the 4over6 / row-scaled options against the others (what TE supports, SPEC 5.6, 5.7)."""
-    if four_over_six is not None:
-        if not isinstance(four_over_six, str) or four_over_six.lower() not in ERROR_MODES:
-            raise ValueError(f"four_over_six must be None, 'mae' or 'mse', got {four_over_six!r}")
-        four_over_six = four_over_six.lower()
+    four_over_six = check_error_mode(four_over_six)
     for name, v in (("four_over_six_fast_math", four_over_six_fast_math), ("row_scaled", row_scaled)):
-        if not isinstance(v, (bool, np.bool_)):
-            raise TypeError(f"{name} must be True or False, got {v!r}")
-    if (isinstance(global_scale_max, (bool, np.bool_)) or not isinstance(global_scale_max, (int, np.integer))
-            or global_scale_max not in GLOBAL_SCALE_MAXES):
-        raise ValueError(f"global_scale_max must be 448 or 256, got {global_scale_max!r}")
+        check_flag(v, name)
+    global_scale_max = check_global_scale_max(global_scale_max)
     variant = "4over6" if four_over_six else "row_scaled" if row_scaled else None
     if four_over_six_fast_math and not four_over_six:
         raise ValueError("four_over_six_fast_math=True selects 4over6's error path: give four_over_six='mae' or 'mse'")
-    if int(global_scale_max) != 448 and not four_over_six:
+    if global_scale_max != 448 and not four_over_six:
         raise ValueError("global_scale_max=256 is defined only with 4over6 (four_over_six='mae' or 'mse'), as in TE; "
                          "the other rules use 448 (SPEC 5.1)")
     if variant:
