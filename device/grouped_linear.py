@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from oracle.checks import check_flag
 from oracle.quantize import planes_are_transposes
 from oracle.recipe import DEFAULT_RECIPE, NVFP4Recipe
 
@@ -316,12 +317,10 @@ class GroupedLinear(torch.nn.Module):
         dev = torch.device(device)
         if dev.type != "cuda":
             raise ValueError(f"device must be a CUDA device, got {dev}")
-        for name, v in (("bias", bias), ("fuse_wgrad_accumulation", fuse_wgrad_accumulation),
-                        ("delay_wgrad_compute", delay_wgrad_compute), ("cache_f16_weights", cache_f16_weights)):
-            if not isinstance(v, (bool, np.bool_)):
-                raise TypeError(f"{name} must be True or False, got {v!r}")
         bias, fuse_wgrad_accumulation, delay_wgrad_compute, cache_f16_weights = (
-            bool(bias), bool(fuse_wgrad_accumulation), bool(delay_wgrad_compute), bool(cache_f16_weights))
+            check_flag(v, name) for name, v in (("bias", bias), ("fuse_wgrad_accumulation", fuse_wgrad_accumulation),
+                                                ("delay_wgrad_compute", delay_wgrad_compute),
+                                                ("cache_f16_weights", cache_f16_weights)))
         self.num_gemms, self.in_features, self.out_features = num_gemms, in_features, out_features
         self.recipe = recipe
         self.mode = mode
@@ -371,9 +370,7 @@ class GroupedLinear(torch.nn.Module):
         if not isinstance(self.mode, str) or self.mode not in _MODES:
             raise ValueError(f"mode must be one of {_MODES}, got {self.mode!r}")
         for name in ("fuse_wgrad_accumulation", "delay_wgrad_compute", "cache_f16_weights", "weight_plane_reuse"):
-            v = getattr(self, name, False)  # (the constructor checks before it sets them)
-            if not isinstance(v, (bool, np.bool_)):
-                raise TypeError(f"{name} must be True or False, got {v!r}")
+            check_flag(getattr(self, name, False), name)  # (the constructor checks before it sets them)
 
     def _check_params(self) -> None:
         """weight (and bias) still as constructed: the GEMMs take their sizes from in_features / out_features, so a
