@@ -112,6 +112,16 @@ def _make_plane(data, scales, amax, shape, rule, *, block=(1, 16), rht=False, va
                           check_block(block), rht, valid_cols=valid_cols, **extra)
 
 
+def _rowwise_shape(d: np.ndarray, what: str) -> tuple[int, int]:
+    """(M, K) of packed rowwise codes ``d`` (``[..., K/2]`` bytes, the leading axes flattened, SPEC 1.3); ``ValueError``
+    for a K that is not a multiple of 16."""
+    k = 2 * d.shape[-1]
+    if k % 16:
+        raise ValueError(f"{what} holds {d.shape[-1]} bytes per row, K = {k} values: K must be a multiple of 16 (one "
+                         "scale per 16 values)")
+    return (int(np.prod(d.shape[:-1])) if d.ndim > 1 else 1), k
+
+
 def read_scales(buf, rows: int, scale_cols: int, layout: str) -> np.ndarray:
     """Compact scale bytes ``[rows, scale_cols]`` from a stored buffer (SPEC 8).
 
@@ -238,10 +248,7 @@ def from_torchao(t, *, amax=None) -> NVFP4Tensor:
             raise ValueError(f"amax must be one real number (the tensor's), got {a_in.dtype} {a_in.shape}")
         amax = a_in.reshape(-1)[0]
     q = f["qdata"]
-    k = 2 * q.shape[-1]
-    m = int(np.prod(q.shape[:-1])) if q.ndim > 1 else 1
-    if k % 16:
-        raise ValueError(f"qdata holds {q.shape[-1]} bytes per row, K = {k} values: K must be a multiple of 16")
+    m, k = _rowwise_shape(q, "qdata")
     scales = read_scales(f["scale"], m, k // 16, "swizzled" if f["is_swizzled_scales"] else "compact")
     if f["per_tensor_scale"] is None:
         rule = "torchao_noscale"
@@ -428,17 +435,12 @@ def from_te_fields(*, rowwise_data=None, rowwise_scale_inv=None, columnwise_data
     m = k = None
     if rowwise_data is not None:
         d = _host_u8(rowwise_data, "rowwise_data")
-        k = 2 * d.shape[-1]
-        m = int(np.prod(d.shape[:-1])) if d.ndim > 1 else 1
-        if k % 16:
-            raise ValueError(f"rowwise_data holds {d.shape[-1]} bytes per row, K = {k} values: K must be a multiple of "
-                             "16 (one scale per 16 values)")
+        m, k = _rowwise_shape(d, "rowwise_data")
         if rowwise_scale_inv is None or amax_rowwise is None:
             raise ValueError("rowwise_data needs rowwise_scale_inv and amax_rowwise")
         s = read_scales(rowwise_scale_inv, m, k // 16, layout)
-        row = _make_plane(d.reshape(m, k // 2), s, _nonnegative(_host_f32(amax_rowwise, "amax_rowwise"), "amax_rowwise"),
-                          (m, k), rule,
-                          block=block, **extra)
+        a = _nonnegative(_host_f32(amax_rowwise, "amax_rowwise"), "amax_rowwise")
+        row = _make_plane(d.reshape(m, k // 2), s, a, (m, k), rule, block=block, **extra)
     if columnwise_data is not None:
         d = _host_u8(columnwise_data, "columnwise_data")
         if d.ndim < 2:
