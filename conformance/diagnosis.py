@@ -69,10 +69,10 @@ def _diagnosed(label: str, x, data, scales, amax, layout: str, plane: str, rht_s
     option it ignored. A negative stored amax (which diagnose refuses: SPEC 4.3) is named as a sign error, and the
     bytes are read without it."""
     head_lines = []
-    if amax is not None and np.any(np.asarray(amax, np.float32) < 0):
-        head_lines = [f"{label}: the stored amax {float(np.asarray(amax, np.float32).reshape(-1)[0])!r} is negative: "
-                      "an amax is an absolute maximum (SPEC 4.3), so it was stored with a sign error; the bytes are "
-                      "read without it"]
+    a = None if amax is None else np.asarray(amax, np.float32).reshape(-1)
+    if a is not None and np.any(a < 0):
+        head_lines = [f"{label}: the stored amax {float(a[0])!r} is negative: an amax is an absolute maximum (SPEC "
+                      "4.3), so it was stored with a sign error; the bytes are read without it"]
         amax = None
     try:
         r = diagnose(x, data, scales, amax=amax, layout=layout, plane=plane, rht_signs=rht_signs)
