@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from oracle.checks import is_real
+from oracle.four_over_six import check_global_scale_max
 from oracle.quantize import check_block, check_te_scale_options
 
 from . import _dispatch, _ops
@@ -364,9 +365,7 @@ def dequantize(q, plane: str = "row", *, scales: Tensor | None = None, amax: Ten
     rule = "te" if rule is None else rule
     if not isinstance(rule, str) or rule not in _RULE_NAMES:
         raise ValueError(f"rule must be one of {list(_RULE_NAMES)}, got {rule!r}")
-    global_scale_max = 448 if global_scale_max is None else global_scale_max
-    if not _ops.is_int(global_scale_max) or global_scale_max not in (448, 256):
-        raise ValueError(f"global_scale_max must be 448 or 256 (SPEC 5.6), got {global_scale_max!r}")
+    global_scale_max = 448 if global_scale_max is None else check_global_scale_max(global_scale_max)
     data = q if not isinstance(q, DeviceNVFP4Tensor) else data
     _ops.require_cuda_tensors(data=data, scales=scales, amax=amax)  # (before .contiguous() / .to() below)
     # the byte views of torch_views() (float4_e2m1fn_x2 codes, float8_e4m3fn scales) are the same bytes
