@@ -1,8 +1,8 @@
 """Oracle speed on one CPU core, next to torchao's CPU nvfp4_quantize on the same input.
 
-Prints one table: quantize 4096x4096 bf16 (rowwise + RHT columnwise; rowwise only), torchao's
-`nvfp4_quantize` (rowwise; rowwise + transposed), the exact GEMM model at 512x4096x4096 and the tensor-core model
-(SPEC 12.6) at 128x1024x1024.
+Prints one table: quantize 4096x4096 bf16 (rowwise + RHT columnwise; rowwise only), diagnose on its 1024x1024 corner
+(every rule; also as a multiple of one quantize of that corner), torchao's `nvfp4_quantize` (rowwise; rowwise +
+transposed), the exact GEMM model at 512x4096x4096 and the tensor-core model (SPEC 12.6) at 128x1024x1024.
 Targets: oracle quantize <= 1 s and faster than torchao CPU; exact GEMM <= 10 s.
 
     python benchmarks/bench_oracle.py [--repeat 3] [--skip-gemm]
@@ -49,6 +49,12 @@ def main() -> None:
     rows.append(("oracle quantize row + RHT col, 4096x4096 bf16", t_full))
     t_row = best_of(lambda: oracle.quantize(x), a.repeat)
     rows.append(("oracle quantize row only", t_row))
+    # diagnose tries every rule it knows (and both planes: a square input's bytes fit either), one quantize each
+    xd = x[:1024, :1024]
+    qd = oracle.quantize(xd).row
+    t_dq = best_of(lambda: oracle.quantize(xd), a.repeat)
+    t_diag = best_of(lambda: oracle.diagnose(xd, qd.data, qd.scales), 1)
+    rows.append(("oracle diagnose 1024x1024 bf16, rowwise te bytes (every rule)", t_diag))
     try:
         import torch
 
@@ -83,6 +89,7 @@ def main() -> None:
     print(f"{'case':<{width}}  seconds")
     for name, t in rows:
         print(f"{name:<{width}}  {t:7.3f}")
+    print(f"diagnose 1024x1024: {t_diag / t_dq:.0f}x one oracle quantize (row only) of the same input")
     ao = dict(rows).get("torchao nvfp4_quantize row + transposed col (CPU, no RHT)")
     if ao:
         print(f"oracle (row + RHT col) vs torchao (row + col): {ao / t_full:.2f}x faster")

@@ -212,14 +212,33 @@ class _Candidate:
         return int(self.diff.sum()) if self.diff is not None else -1
 
 
-def _expected(x, x2, r: DiagnoseRule, plane: str, block: tuple, rht: bool, signs: int, amax) -> QuantizedPlane:
+class _PlaneSources:
+    """The matrices the planes of ``x2`` quantize (``x2`` itself, :func:`columnwise_source` with or without RHT), each
+    formed once per :func:`diagnose` call and read-only (the variant rules only read them)."""
+
+    def __init__(self, x2: np.ndarray, signs: int):
+        self.x2, self.signs, self._col = x2, signs, {}
+
+    def get(self, plane: str, rht: bool) -> np.ndarray:
+        if plane == "row":
+            return self.x2
+        if rht not in self._col:
+            y = columnwise_source(self.x2, rht, self.signs)
+            y.setflags(write=False)
+            self._col[rht] = y
+        return self._col[rht]
+
+
+def _expected(x, sources: _PlaneSources, r: DiagnoseRule, plane: str, block: tuple, rht: bool,
+              amax) -> QuantizedPlane:
     """The plane rule ``r`` makes."""
+    x2, signs = sources.x2, sources.signs
     if r.variant is None:
         t = quantize(x, rowwise=plane == "row", columnwise=plane == "col", rht=rht, rht_signs=signs, block=block,
                      amax=amax, **r.quantize)
         return t.row if plane == "row" else t.col
     m, k = x2.shape
-    y = x2 if plane == "row" else columnwise_source(x2, rht, signs)
+    y = sources.get(plane, rht)
     if plane == "col" and not rht and amax is None:
         amax_in = None  # SPEC 4.2: the rowwise amax, which the padded X^T has too
     else:
@@ -675,6 +694,7 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
         if given.size not in (1, m):
             raise ValueError(f"amax holds {given.size} values; diagnose takes one per-tensor value, or one per row "
                              f"({m}) for a row-scaled plane")
+    sources = _PlaneSources(x2, rht_signs)
     cands = []
     for p in planes:
         rows, cols = (m, k) if p == "row" else (k, -(-m // 16) * 16)
@@ -706,7 +726,7 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
                         amaxes.append(("rowwise", np.float32(x_amax)))
                     for src, a in amaxes:
                         try:
-                            exp = _expected(x, x2, r, p, block, rht, rht_signs, a)
+                            exp = _expected(x, sources, r, p, block, rht, a)
                         except (ValueError, TypeError):
                             continue  # a combination the rule does not define (e.g. 4over6 with RHT)
                         if src != "computed" and any(c.expected.amax.tobytes() == exp.amax.tobytes()
@@ -737,10 +757,10 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
         o = "col" if best.plane == "row" else "row"
         if o in best.rule.planes:
             try:
-                other = _expected(x, x2, best.rule, o, best.block, best.rht and o == "col", rht_signs, None).scales
+                other = _expected(x, sources, best.rule, o, best.block, best.rht and o == "col", None).scales
             except (ValueError, TypeError):
                 other = None
-    src = x2 if best.plane == "row" else columnwise_source(x2, best.rht, rht_signs)
+    src = sources.get(best.plane, best.rht)
     own = [c.n_diff for c in cands if c.amax_source == "computed" and (c.rule, c.plane, c.block, c.rht)
            == (best.rule, best.plane, best.block, best.rht)]
     inputs_amax_fits = best.amax_source == "rowwise" and (best.n_diff == 0 or best.n_diff < min(own, default=-1))

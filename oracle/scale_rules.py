@@ -174,16 +174,21 @@ def torchao_encode_e2m1(y: np.ndarray) -> np.ndarray:
     """
     with np.errstate(invalid="ignore"):
         y = np.clip(y.astype(np.float32), np.float32(-6.0), np.float32(6.0))
-    bits = y.view(np.uint32).astype(np.int64)
-    sign = (bits >> 31) & 1
-    u = bits & 0x7FFFFFFF
-    a = u.astype(np.uint32).view(np.float32)
+    bits = y.view(np.uint32)
+    u = bits & np.uint32(0x7FFFFFFF)
+    a = u.view(np.float32)
     with np.errstate(invalid="ignore"):
         sat = a >= np.float32(6.0)
-        den = ~sat & (a < np.float32(1.0))
-    # denormal branch: magic add of 2**22 (quantum 0.5 at that exponent), then subtract its bits
-    den_code = ((a + np.float32(2.0**22)).view(np.uint32).astype(np.int64) - (149 << 23)) & 0xFF
-    # normal branch: rebias the exponent, round half to even on the kept mantissa bit, shift down
-    normal_code = ((u + ((1 - 127) << 23) + ((1 << 21) - 1) + ((u >> 22) & 1)) >> 22) & 0xFF
-    code = np.where(sat, 7, np.where(den, den_code, normal_code))
-    return ((code | (sign << 3)) & 0xFF).astype(np.uint8)
+        den = a < np.float32(1.0)
+        # denormal branch (|y| < 1): magic add of 2**22 (quantum 0.5 at that exponent), then subtract its bits
+        den_code = (a + np.float32(2.0**22)).view(np.uint32) - np.uint32(149 << 23)
+    # normal branch: rebias the exponent, round half to even on the kept mantissa bit, shift down. In uint32 the sums
+    # wrap only on the lanes of the other two branches, whose values are replaced below.
+    code = u + np.uint32((1 << 32) - (126 << 23) + (1 << 21) - 1)
+    code += (u >> 22) & 1
+    code >>= 22
+    np.copyto(code, den_code, where=den)
+    code[sat] = 7
+    code &= 0xFF
+    code |= (bits >> 28) & 8  # the sign, NaN's included
+    return code.astype(np.uint8)

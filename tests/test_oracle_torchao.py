@@ -106,3 +106,22 @@ def test_torchao_columnwise_nan_block_hand_worked():
     s, d = nvfp4_quantize(torch.from_numpy(np.ascontiguousarray(x.T)))  # M = 16: the plane is X^T, no padding
     assert np.array_equal(s.view(torch.uint8).numpy(), col.scales)
     assert np.array_equal(d.numpy(), col.data)
+
+
+def test_torchao_e2m1_conversion_on_every_high_bit_pattern():
+    """SPEC 3.5's conversion (oracle.scale_rules.torchao_encode_e2m1) against torchao's own f32_to_f4_unpacked after
+    its clamp to [-6, 6], on every fp32 sign / exponent / top-11-mantissa-bit pattern (ties, saturation, subnormals,
+    Inf and every NaN class) with four fillings of the low 12 mantissa bits."""
+    import torch
+
+    from oracle.scale_rules import torchao_encode_e2m1
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from torchao.prototype.mx_formats.kernels import f32_to_f4_unpacked
+    high = np.arange(1 << 20, dtype=np.uint32) << np.uint32(12)
+    for low in (0x000, 0x001, 0x800, 0xFFF):
+        bits = high | np.uint32(low)
+        x = bits.view(np.float32)
+        theirs = f32_to_f4_unpacked(torch.clamp(torch.from_numpy(x.copy()), -6.0, 6.0)).numpy()
+        np.testing.assert_array_equal(torchao_encode_e2m1(x), theirs, err_msg=f"low bits {low:#05x}")
