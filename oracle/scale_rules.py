@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .fp4_numpy import decode_e4m3, encode_e4m3
+from .fp4_numpy import decode_e4m3, encode_e2m1, encode_e4m3
 
 __all__ = [
     "F32_MAX",
@@ -172,23 +172,12 @@ def torchao_encode_e2m1(y: np.ndarray) -> np.ndarray:
     Equal to SPEC 3.1 on every non-NaN input; a NaN keeps its sign and becomes code 2, 3 or 4 depending
     on its payload (torchao's integer rounding applied to the NaN bit pattern).
     """
-    with np.errstate(invalid="ignore"):
-        y = np.clip(y.astype(np.float32), np.float32(-6.0), np.float32(6.0))
-    bits = y.view(np.uint32)
-    u = bits & np.uint32(0x7FFFFFFF)
-    a = u.view(np.float32)
-    with np.errstate(invalid="ignore"):
-        sat = a >= np.float32(6.0)
-        den = a < np.float32(1.0)
-        # denormal branch (|y| < 1): magic add of 2**22 (quantum 0.5 at that exponent), then subtract its bits
-        den_code = (a + np.float32(2.0**22)).view(np.uint32) - np.uint32(149 << 23)
-    # normal branch: rebias the exponent, round half to even on the kept mantissa bit, shift down. In uint32 the sums
-    # wrap only on the lanes of the other two branches, whose values are replaced below.
-    code = u + np.uint32((1 << 32) - (126 << 23) + (1 << 21) - 1)
-    code += (u >> 22) & 1
-    code >>= 22
-    np.copyto(code, den_code, where=den)
-    code[sat] = 7
-    code &= 0xFF
-    code |= (bits >> 28) & 8  # the sign, NaN's included
-    return code.astype(np.uint8)
+    y = np.asarray(y).astype(np.float32)
+    codes = encode_e2m1(y)  # the clamp to [-6, 6] changes no code of 3.1 (which saturates) and keeps a NaN's bits
+    nan = np.isnan(y)
+    if nan.any():
+        bits = y[nan].view(np.uint32)
+        u = bits & np.uint32(0x7FFFFFFF)  # >= 0x7F800001: the subtraction below does not wrap
+        index = ((u - np.uint32(0x3EE00001) + ((u >> 22) & 1)) >> 22) & 0xFF
+        codes[nan] = (index | ((bits >> 28) & 8)).astype(np.uint8)
+    return codes
