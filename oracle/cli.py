@@ -89,8 +89,25 @@ def _load(path: str, input_dtype: str) -> np.ndarray:
     if input_dtype in ("float32", "float16"):
         if two_byte and x.dtype.kind == "V":  # a saved bf16 array: decode it before converting
             x = x.view(np.uint16).view(ml_dtypes.bfloat16)
-        return x.astype(input_dtype)
+        return _convert(x, input_dtype, path)
     return x
+
+
+def _convert(x: np.ndarray, dtype: str, path: str) -> np.ndarray:
+    """``x.astype(dtype)`` (--input-dtype float32 / float16), with a note on stderr when that changed values: how
+    many were rounded, and how many overflowed to +-Inf (a conversion the user asked for, so not an error)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        y = x.astype(dtype)
+        if x.dtype == y.dtype:
+            return y
+        before, after = x.astype(np.float64), y.astype(np.float64)
+    changed = ~((before == after) | (np.isnan(before) & np.isnan(after)))
+    n = int(np.count_nonzero(changed))
+    if n:
+        inf = int(np.count_nonzero(np.isinf(after) & ~np.isinf(before)))
+        print(f"note: --input-dtype {dtype} changed {n} of {x.size} values of {path} ({x.dtype} -> {dtype})"
+              + (f", {inf} of them to +-Inf (past {dtype}'s range)" if inf else ""), file=sys.stderr)
+    return y
 
 
 def check_input(x, what: str = "the input") -> None:
@@ -124,7 +141,8 @@ def _add_options(p: argparse.ArgumentParser) -> None:
                    help="how to read the .npy: auto = as stored (a saved ml_dtypes.bfloat16 array is read as "
                         "bfloat16); bfloat16 = the file's 2-byte elements (uint16, int16 or a saved bfloat16 "
                         "array) are bf16 bit patterns; float32 / float16 = convert the values to that dtype "
-                        "(a saved bfloat16 array is decoded first)")
+                        "(a saved bfloat16 array is decoded first; a note on stderr counts the values the "
+                        "conversion changed)")
     p.add_argument("--rht", action="store_true",
                    help="apply the Random Hadamard Transform to the columnwise plane only (SPEC 7); needs bf16 input: "
                         "an ml_dtypes.bfloat16 array saved with np.save, or a uint16 array of bf16 bit patterns "
@@ -256,26 +274,27 @@ def read_theirs(path: str, plane: str) -> tuple:
     per-plane names of :data:`THEIRS_KEYS` (a torchao per_tensor_scale is turned into its amax, SPEC 14.10)."""
     from .interop import amax_from_torchao_scale
 
-    try:
-        z = np.load(path, allow_pickle=False)
-    except (zipfile.BadZipFile, EOFError) as exc:
-        raise ValueError(f"{path} is not a readable .npz archive ({exc})") from None
-    if isinstance(z, np.ndarray):
-        raise ValueError(f"{path} is a single .npy array; diagnose needs an .npz with their data and scales "
-                         "(np.savez(path, data=..., scales=...))")
-    with z:
-        keys = set(z.files)
-        dk, sk, ak = THEIRS_GENERIC_KEYS
-        if dk in keys and sk in keys:
-            return z[dk], z[sk], z[ak] if ak in keys else None, plane
-        planes = ("row", "col") if plane == "auto" else (plane,)
-        for p in planes:
-            for dk, sk, ak in THEIRS_KEYS[p]:
-                if dk in keys and sk in keys:
-                    amax = z[ak] if ak in keys else None
-                    if ak == "per_tensor_scale" and amax is not None:
-                        amax = amax_from_torchao_scale(amax.reshape(-1)[:1])
-                    return z[dk], z[sk], amax, p
+    with open(path, "rb") as f:  # (np.load of a path leaves the file open when the archive is corrupt)
+        try:
+            z = np.load(f, allow_pickle=False)
+        except (zipfile.BadZipFile, EOFError) as exc:
+            raise ValueError(f"{path} is not a readable .npz archive ({exc})") from None
+        if isinstance(z, np.ndarray):
+            raise ValueError(f"{path} is a single .npy array; diagnose needs an .npz with their data and scales "
+                             "(np.savez(path, data=..., scales=...))")
+        with z:
+            keys = set(z.files)
+            dk, sk, ak = THEIRS_GENERIC_KEYS
+            if dk in keys and sk in keys:
+                return z[dk], z[sk], z[ak] if ak in keys else None, plane
+            planes = ("row", "col") if plane == "auto" else (plane,)
+            for p in planes:
+                for dk, sk, ak in THEIRS_KEYS[p]:
+                    if dk in keys and sk in keys:
+                        amax = z[ak] if ak in keys else None
+                        if ak == "per_tensor_scale" and amax is not None:
+                            amax = amax_from_torchao_scale(amax.reshape(-1)[:1])
+                        return z[dk], z[sk], amax, p
     raise ValueError(f"{path} holds {sorted(keys)}; diagnose needs a data and a scales array under one of the names "
                      "of --help (e.g. data and scales)")
 
@@ -359,7 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the RHT sign mask tried for a columnwise plane of bf16 input (default: 0x%(default)04X)")
     dg.add_argument("--input-dtype", default="auto", choices=INPUT_DTYPES,
                     help="how to read X (as for explain): auto = as stored, a saved ml_dtypes.bfloat16 array as "
-                         "bfloat16; bfloat16 = 2-byte elements are bf16 bit patterns; float32 / float16 = convert")
+                         "bfloat16; bfloat16 = 2-byte elements are bf16 bit patterns; float32 / float16 = convert (a note on "
+                         "stderr counts the values changed)")
     v = sub.add_parser("vectors", help="write golden test vectors (raw .bin files + case.json) to a folder",
                        description="Write the golden test vectors (raw .bin files + case.json per case, and\n"
                                    "index.json) to a folder.", formatter_class=_HelpFormatter)

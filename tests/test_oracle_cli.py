@@ -116,7 +116,7 @@ def test_explain_help_says_how_to_pass_bf16_and_the_recipes_work(tmp_path, monke
     np.save(tmp_path / "u.npy", x.astype(ml_dtypes.bfloat16).view(np.uint16))
     r = _run("explain", str(tmp_path / "u.npy"), "--row", "3", "--plane", "col", "--rht")
     assert r.returncode == 2 and "pass --input-dtype bfloat16" in r.stderr
-    np.save(tmp_path / "h.npy", x.astype(np.float16))
+    np.save(tmp_path / "h.npy", np.linspace(-3, 3, 16, dtype=np.float16).reshape(1, 16))
     r = _run("explain", str(tmp_path / "h.npy"), "--row", "3", "--plane", "col", "--rht", "--input-dtype", "bfloat16")
     assert r.returncode == 2 and "holds float16 values" in r.stderr
     r = _run("explain", str(tmp_path / "b.npy"), "--row", "3", "--rht")
@@ -234,6 +234,7 @@ def test_explain_into_a_pipe_closed_early_exits_quietly(tmp_path):
     first = [p.stdout.readline() for _ in range(3)]
     p.stdout.close()
     err = p.stderr.read()
+    p.stderr.close()
     assert p.wait(timeout=120) == 0, err
     assert err == b"" and first[0].startswith(b"plane=row") and first[1].startswith(b"block 0:")
 
@@ -489,3 +490,21 @@ def test_diagnose_reads_a_generic_amax_and_honours_layout(tmp_path):
         r = _run("diagnose", str(tmp_path / "x.npy"), str(tmp_path / "t.npz"), "--rules", "te", "--layout", layout)
         assert r.returncode == 0, (layout, r.stderr)
         assert ("linear scales read as swizzled" in r.stdout) == named, (layout, r.stdout)
+
+
+def test_input_dtype_conversion_notes_changed_values(tmp_path):
+    """--input-dtype float16 on float32 values: 0.1 is not a float16 value (rounded) and 1e5 is past float16's 65504
+    (Inf); 1.5 and 2 are exact. stderr counts both (2 of 16 changed, 1 to Inf), stdout is untouched; an exact
+    conversion (float16 values read as float32) prints no note."""
+    x = np.full((1, 16), 1.5, np.float32)
+    x[0, 3], x[0, 7], x[0, 9] = 0.1, 1e5, 2.0
+    np.save(tmp_path / "x.npy", x)
+    r = _run("quantize", str(tmp_path / "x.npy"), str(tmp_path / "o.npz"), "--input-dtype", "float16",
+             "--no-columnwise")
+    assert r.returncode == 0, r.stderr
+    assert "changed 2 of 16 values" in r.stderr and "float32 -> float16" in r.stderr, r.stderr
+    assert "1 of them to +-Inf" in r.stderr and "note:" not in r.stdout
+    np.save(tmp_path / "h.npy", np.linspace(-3, 3, 16, dtype=np.float16).reshape(1, 16))
+    r = _run("quantize", str(tmp_path / "h.npy"), str(tmp_path / "o.npz"), "--input-dtype", "float32",
+             "--no-columnwise")
+    assert r.returncode == 0 and "note:" not in r.stderr, r.stderr
