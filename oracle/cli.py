@@ -378,8 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the RHT sign mask tried for a columnwise plane of bf16 input (default: 0x%(default)04X)")
     dg.add_argument("--input-dtype", default="auto", choices=INPUT_DTYPES,
                     help="how to read X (as for explain): auto = as stored, a saved ml_dtypes.bfloat16 array as "
-                         "bfloat16; bfloat16 = 2-byte elements are bf16 bit patterns; float32 / float16 = convert (a note on "
-                         "stderr counts the values changed)")
+                         "bfloat16; bfloat16 = 2-byte elements are bf16 bit patterns; float32 / float16 = convert "
+                         "(a note on stderr counts the values changed)")
     v = sub.add_parser("vectors", help="write golden test vectors (raw .bin files + case.json) to a folder",
                        description="Write the golden test vectors (raw .bin files + case.json per case, and\n"
                                    "index.json) to a folder.", formatter_class=_HelpFormatter)
