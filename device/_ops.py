@@ -506,10 +506,15 @@ def grouped_gemm_into(a_data: Tensor, a_scales: Tensor, a_amax: Tensor, a_offset
                       accumulate: bool, kind: int, mode: str, sizes: list[int], algorithm: str, loader: str,
                       epilogue: str, num_sms: int) -> None:
     """:func:`grouped_gemm_out_op` (traced or fake tensors) or its body, the launch, without the op's dispatch
-    (eager)."""
-    op = grouped_gemm_out_op if _traced(out) else _launch_into
-    op(a_data, a_scales, a_amax, a_offsets, b_data, b_scales, b_amax, b_offsets, out, bias, accumulate, kind, mode,
-       sizes, algorithm, loader, epilogue, num_sms)
+    (eager; ``out``'s version counter is then bumped as the op's declared mutation would, so that autograd sees a
+    tensor it saved being written)."""
+    if _traced(out):
+        grouped_gemm_out_op(a_data, a_scales, a_amax, a_offsets, b_data, b_scales, b_amax, b_offsets, out, bias,
+                            accumulate, kind, mode, sizes, algorithm, loader, epilogue, num_sms)
+        return
+    _launch_into(a_data, a_scales, a_amax, a_offsets, b_data, b_scales, b_amax, b_offsets, out, bias, accumulate, kind,
+                 mode, sizes, algorithm, loader, epilogue, num_sms)
+    torch.autograd.graph.increment_version(out)
 
 
 def _grouped_gemm_new_eager(a_data: Tensor, a_scales: Tensor, a_amax: Tensor, a_offsets: Tensor, b_data: Tensor,

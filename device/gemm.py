@@ -190,7 +190,10 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
     ``kind`` reads and swizzled scales, a different E or K, scale rules without an alpha (SPEC 12.1), an unknown
     kind or mode, an ``out`` / ``out_dtype`` / ``accumulate`` / ``bias`` that does not fit (shape, dtype, device,
     contiguity, alignment, overlap with an operand), a mode-sm100 contraction of 2^19 or more, and (ValueError) a
-    fast-mode call with a misaligned scale buffer that no fast algorithm can run (docs/design.md section 6)."""
+    fast-mode call with a misaligned scale buffer that no fast algorithm can run (docs/design.md section 6).
+    RuntimeError (torch's out= rule) for an ``out`` that requires grad while grad mode is on: autograd does not
+    record the write (under ``torch.no_grad()`` it is taken); an eager call bumps ``out``'s version counter, so a
+    tensor autograd saved and this call overwrote fails the backward."""
     c = _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode)
     operands = _operands(c, a, b)
     plan = _plan_parts()
@@ -362,6 +365,11 @@ def _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode) -> _Call:
     if accumulate and out is None:
         raise ValueError("accumulate=True needs out= (the tensor to add into)")
     if out is not None:
+        if out.requires_grad and torch.is_grad_enabled():
+            # torch's out= rule: a write that autograd does not record cannot go into a tensor it tracks
+            raise RuntimeError("grouped_gemm(): out= does not support automatic differentiation, but out requires "
+                               "grad; pass a tensor that does not (e.g. a main_grad buffer) or call under "
+                               "torch.no_grad()")
         if out.device != dev:
             raise ValueError(f"out must be on {dev}, got {out.device}")
         if tuple(out.shape) != shape:

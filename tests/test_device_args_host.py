@@ -518,6 +518,10 @@ def _refusal(what: str | None):
         "out of another dtype than out_dtype": (
             lambda: device.grouped_gemm(xq, wq, out=_fake_cuda(64, 32), out_dtype=torch.float32), TypeError,
             "out has dtype torch.bfloat16 but out_dtype is torch.float32"),
+        "an out that requires grad": (
+            lambda: device.grouped_gemm(dyq, xq, kind="wgrad", accumulate=True,
+                                        out=_fake_cuda(2, 32, 64, dtype=f32).requires_grad_()),
+            RuntimeError, "out= does not support automatic differentiation"),
         "an offsets table of another shape": (
             lambda: device.grouped_gemm(dataclasses.replace(xq, offsets=_fake_cuda(6, 2, dtype=i64)), wq),
             ValueError, r"int64 \[6, 3\] table"),
@@ -584,6 +588,7 @@ _REFUSALS = [
     "wgrad over different tokens",
     "dgrad bias of N columns",
     "out of another dtype than out_dtype",
+    "an out that requires grad",
     "an offsets table of another shape",
     "a contraction of 2**28",
     "a dimension past 2**31 - 256",
@@ -601,6 +606,18 @@ def test_refusals_on_device_tensors(fake, what):
     call, err, match = _refusal(what)
     with pytest.raises(err, match=match):
         call()
+
+
+def test_out_that_requires_grad_is_taken_under_no_grad(fake):
+    """torch's out= rule: autograd does not record the GEMM's write, so an out that requires grad is refused while
+    grad mode is on (the refusal table), and taken under torch.no_grad(), where torch allows in-place writes to such
+    tensors too (an optimizer's update)."""
+    import device
+
+    xq, wq, dyq = _fake_operands()
+    out = _fake_cuda(2, 32, 64, dtype=torch.float32).requires_grad_()
+    with torch.no_grad():
+        assert device.grouped_gemm(dyq, xq, kind="wgrad", accumulate=True, out=out) is out
 
 
 def test_the_quantize_ops_take_both_amaxes_or_neither():

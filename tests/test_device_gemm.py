@@ -1287,6 +1287,33 @@ def test_binding_refusals_are_messages():
     assert "got 5 and 5 values" in run.stdout, run.stdout  # numbers formatted into the message
 
 
+def test_out_writes_are_seen_by_autograd():
+    """An eager out= call bumps out's version counter, as the out= op's declared mutation does when traced: a tensor
+    autograd saved and the GEMM then overwrote fails the backward instead of giving a wrong gradient. An out that
+    requires grad is refused while grad mode is on and taken under torch.no_grad() (torch's out= rule), with the
+    same bits as into a plain tensor."""
+    gg = _gg()
+    splits, n, k = [30, 10], 32, 64
+    dyq = gq(rand_bf16((40, n), 4), splits, rowwise=False, columnwise=True)
+    xq = gq(rand_bf16((40, k), 1), splits, rowwise=False, columnwise=True)
+    c = torch.ones((2, n, k), dtype=torch.float32, device=DEV)
+    leaf = c.clone().requires_grad_()
+    saved = leaf * 1.0
+    loss = (saved * saved).sum()  # saves `saved` for the backward
+    v = saved._version
+    with torch.no_grad():
+        gg(dyq, xq, kind="wgrad", out=saved, accumulate=True)
+    assert saved._version > v
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+    with pytest.raises(RuntimeError, match="out= does not support automatic differentiation"):
+        gg(dyq, xq, kind="wgrad", out=leaf, accumulate=True)
+    with torch.no_grad():
+        gg(dyq, xq, kind="wgrad", out=leaf, accumulate=True)
+    gg(dyq, xq, kind="wgrad", out=c, accumulate=True)
+    assert torch.equal(leaf.detach(), c)
+
+
 def test_bad_inputs():
     gg = _gg()
     e, n, k = 2, 32, 64
