@@ -14,6 +14,7 @@ import numpy as np
 
 from .checks import host_array, is_real, is_torch
 from .dequantize import block_decode_scales
+from .four_over_six import four_over_six_scales
 from .fp4_numpy import E2M1_VALUES, decode_e4m3, encode_e2m1, pack_fp4, unpack_fp4
 from .planes import QuantizedPlane
 from .quantize import as_2d_f32, columnwise_source, plane_block_amax, quantize
@@ -91,6 +92,22 @@ DIAGNOSE_RULES = (
                  {"rule": "te"}, "nan_propagating"),
     DiagnoseRule("torchao_nan_ignoring", "14.11", "torchao with NaN-ignoring amaxes", {"rule": "torchao"},
                  "nan_ignoring"),
+    DiagnoseRule("flashinfer_4over6_mae", "14.11", "flashinfer 4over6, MAE, its per-tensor error p * S_dec",
+                 {"rule": "te", "four_over_six": "mae"}, "flashinfer_4over6", planes=("row",)),
+    DiagnoseRule("flashinfer_4over6_mse", "14.11", "flashinfer 4over6, MSE, its per-tensor error p * S_dec",
+                 {"rule": "te", "four_over_six": "mse"}, "flashinfer_4over6", planes=("row",)),
+    DiagnoseRule("flashinfer_4over6_mae_g256", "14.11", "flashinfer 4over6, MAE, p * S_dec, S_enc of G = 256",
+                 {"rule": "te", "four_over_six": "mae", "global_scale_max": 256}, "flashinfer_4over6",
+                 planes=("row",)),
+    DiagnoseRule("flashinfer_4over6_mse_g256", "14.11", "flashinfer 4over6, MSE, p * S_dec, S_enc of G = 256",
+                 {"rule": "te", "four_over_six": "mse", "global_scale_max": 256}, "flashinfer_4over6",
+                 planes=("row",)),
+    DiagnoseRule("flashinfer_4over6_mae_fast", "14.11", "flashinfer 4over6, MAE, fast-math error",
+                 {"rule": "te", "four_over_six": "mae", "four_over_six_fast_math": True}, "flashinfer_4over6",
+                 planes=("row",)),
+    DiagnoseRule("flashinfer_4over6_mse_fast", "14.11", "flashinfer 4over6, MSE, fast-math error",
+                 {"rule": "te", "four_over_six": "mse", "four_over_six_fast_math": True}, "flashinfer_4over6",
+                 planes=("row",)),
     DiagnoseRule("te_fused_rht_kernels", "14.11",
                  "TE's fused RHT cast kernels: NaN-propagating block maxima, no FLT_MAX cap on the block scale, NaN "
                  "multipliers kept", {"rule": "te_fused_rht"}, "nan_blocks"),
@@ -177,6 +194,24 @@ def _variant_plane(y: np.ndarray, *, base: str, variant: str, block: tuple, amax
     return pack_fp4(codes.astype(np.uint8)), sbytes, a
 
 
+def _flashinfer_4over6_plane(y: np.ndarray, opts: dict, block: tuple, amax) -> tuple:
+    """(data, scales, amax) of the plane source ``y`` [R, C] under SPEC 14.11's flashinfer 4over6: 5.6 with 1x16
+    blocks and the errors in the decode-scale domain (``p * S_dec - x``; with fast math 5.6's product domain), and an
+    all-zero block written as byte 0x00 with sixteen codes 0x0. ``opts``: the rule's 4over6 keywords."""
+    if tuple(block) != (1, 16):
+        raise ValueError("flashinfer's 4over6 quantizes 1x16 blocks only")
+    a = tensor_amax(y, "te") if amax is None else np.float32(amax)
+    b = plane_block_amax(y, block=(1, 16), rule="te")
+    domain = "product" if opts.get("four_over_six_fast_math") else "decode"
+    sbytes, mult = four_over_six_scales(y, b, amax=a, mode=opts["four_over_six"], domain=domain,
+                                        global_scale_max=opts.get("global_scale_max", 448), block=(1, 16))
+    rows, cols = y.shape
+    with np.errstate(invalid="ignore", over="ignore"):
+        codes = encode_e2m1((mult[:, :, None] * y.reshape(rows, cols // 16, 16)).reshape(rows, cols))
+    codes[np.repeat(b == 0, 16, axis=1)] = 0  # (its block max of 0 returns before the encode: no -0 code)
+    return pack_fp4(codes), sbytes, a
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # candidates: one rule on one plane with one block shape (and RHT or not)
 # ---------------------------------------------------------------------------------------------------------------
@@ -243,9 +278,15 @@ def _expected(x, sources: _PlaneSources, r: DiagnoseRule, plane: str, block: tup
         amax_in = None  # SPEC 4.2: the rowwise amax, which the padded X^T has too
     else:
         amax_in = amax
-    data, scales, a = _variant_plane(y, base=r.quantize["rule"], variant=r.variant, block=block, amax=amax_in)
+    fields = {}
+    if r.variant == "flashinfer_4over6":
+        data, scales, a = _flashinfer_4over6_plane(y, r.quantize, block, amax_in)
+        fields = {n: r.quantize[n] for n in ("four_over_six", "four_over_six_fast_math", "global_scale_max")
+                  if n in r.quantize}
+    else:
+        data, scales, a = _variant_plane(y, base=r.quantize["rule"], variant=r.variant, block=block, amax=amax_in)
     return QuantizedPlane(data, scales, a, y.shape, r.quantize["rule"], block, rht,
-                          valid_cols=m if plane == "col" else k, rht_signs=signs if rht else None)
+                          valid_cols=m if plane == "col" else k, rht_signs=signs if rht else None, **fields)
 
 
 # ---------------------------------------------------------------------------------------------------------------

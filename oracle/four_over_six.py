@@ -12,11 +12,15 @@ import numpy as np
 from .fp4_numpy import decode_e2m1, decode_e4m3, encode_e2m1, encode_e4m3
 from .scale_rules import F32_MAX, global_encode_scale
 
-__all__ = ["ERROR_MODES", "GLOBAL_SCALE_MAXES", "candidate_errors", "check_error_mode", "check_global_scale_max",
+__all__ = ["ERROR_DOMAINS", "ERROR_MODES", "GLOBAL_SCALE_MAXES", "candidate_errors", "check_error_mode", "check_global_scale_max",
            "four_over_six_scales", "tile_error_sum"]
 
 ERROR_MODES = ("mae", "mse")
 GLOBAL_SCALE_MAXES = (448, 256)
+#: Where a candidate's error is measured: SPEC 5.6's input domain (``(p * A) / 6G - x``) and product domain
+#: (``p - x * S_enc``, four_over_six_fast_math), and SPEC 14.11's decode-scale domain (``p * S_dec - x``, flashinfer's
+#: per-tensor strict error)
+ERROR_DOMAINS = ("input", "product", "decode")
 
 
 def check_error_mode(mode) -> str | None:
@@ -54,23 +58,27 @@ def _candidate(y3: np.ndarray, base: np.ndarray, expand, s_dec) -> tuple[np.ndar
 
 
 def candidate_errors(
-    y3: np.ndarray, q: np.ndarray, d: np.ndarray, *, amax, s_enc, mode: str, fast_math: bool, global_scale_max: int
+    y3: np.ndarray, q: np.ndarray, d: np.ndarray, *, amax, s_enc, mode: str, domain: str, global_scale_max: int
 ) -> np.ndarray:
     """The error of one candidate on every block row, ``[R, C/16]`` float32 (SPEC 5.6: the error of one row, err).
 
     ``y3`` the inputs ``[R, C/16, 16]``, ``q`` the candidate's E2M1 values (same shape), ``d`` its decoded scale bytes
     ``[R, C/16]``; ``amax`` and ``s_enc`` broadcast against ``[R, C/16]`` (a scalar, or ``[R, 1]`` for a row-scaled
-    plane). The 16 element errors are added in element order to +0 in fp32.
+    plane); ``domain`` one of :data:`ERROR_DOMAINS`. The 16 element errors are added in element order to +0 in fp32.
     """
     denom = np.float32(6 * int(global_scale_max))
     err = np.zeros(d.shape, np.float32)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        s_dec = (_ONE / np.asarray(s_enc, np.float32)).astype(np.float32)
         for i in range(16):
             dq = (q[:, :, i] * d).astype(np.float32)  # exact: at most 6 significant bits, within [2^-10, 2688]
-            if fast_math:
+            if domain == "product":
                 diff = (dq - (y3[:, :, i] * s_enc).astype(np.float32)).astype(np.float32)
             else:
-                v = ((dq * amax).astype(np.float32) / denom).astype(np.float32)
+                if domain == "decode":
+                    v = (dq * s_dec).astype(np.float32)
+                else:
+                    v = ((dq * amax).astype(np.float32) / denom).astype(np.float32)
                 diff = (v - y3[:, :, i]).astype(np.float32)
             e = np.abs(diff) if mode == "mae" else (diff * diff).astype(np.float32)
             err = (err + e).astype(np.float32)
@@ -99,7 +107,7 @@ def four_over_six_scales(
     *,
     amax,
     mode: str,
-    fast_math: bool,
+    domain: str,
     global_scale_max: int,
     block: tuple,
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -110,10 +118,13 @@ def four_over_six_scales(
         b: the block amaxes ``[R, C/16]`` (for 16x16 blocks the tile amax on each of the tile's rows, SPEC 6.3).
         amax: the plane's amax (a number), or ``[R]`` per-row amaxes of a row-scaled plane (SPEC 5.7).
         mode: "mae" or "mse".
-        fast_math: the error in the E4M3-scaled product domain instead of the input domain.
+        domain: where the errors are measured (:data:`ERROR_DOMAINS`): "input" (SPEC 5.6's default), "product"
+            (four_over_six_fast_math) or "decode" (SPEC 14.11's flashinfer variant).
         global_scale_max: G = 448 or 256, the E4M3 maximum inside S_enc.
         block: (1, 16) or (16, 16); with (16, 16) the errors are summed over the tile before the choice.
     """
+    if domain not in ERROR_DOMAINS:
+        raise ValueError(f"domain must be one of {ERROR_DOMAINS}, got {domain!r}")
     rows, cols = y.shape
     a = np.asarray(amax, np.float32)
     if a.ndim:
@@ -126,7 +137,7 @@ def four_over_six_scales(
         base = ((b / _SIX).astype(np.float32) * s_enc).astype(np.float32)
     bytes4, mult4, q4 = _candidate(y3, base, _MAP4, s_dec)
     bytes6, mult6, q6 = _candidate(y3, base, None, s_dec)
-    common = dict(amax=a, s_enc=s_enc, mode=mode, fast_math=fast_math, global_scale_max=global_scale_max)
+    common = dict(amax=a, s_enc=s_enc, mode=mode, domain=domain, global_scale_max=global_scale_max)
     err4 = candidate_errors(y3, q4, decode_e4m3(bytes4), **common)
     err6 = candidate_errors(y3, q6, decode_e4m3(bytes6), **common)
     if tuple(block) == (16, 16):

@@ -181,7 +181,7 @@ def block_scales(
     b = plane_block_amax(y, block=block, rule=rule)
     if options.four_over_six:
         return (b, *four_over_six_scales(y, b, amax=amax, mode=options.four_over_six,
-                                         fast_math=options.four_over_six_fast_math,
+                                         domain="product" if options.four_over_six_fast_math else "input",
                                          global_scale_max=options.global_scale_max, block=block))
     if options.row_scaled:
         s_enc = global_encode_scale(np.asarray(amax, np.float32).reshape(-1, 1), rule)

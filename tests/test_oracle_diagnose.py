@@ -339,6 +339,86 @@ def test_4over6_and_row_scaled_bytes_are_diagnosed_as_such():
                                                                                            o["row_scales"])
 
 
+# blocks of bf16 values (tensor amax 1000) on which SPEC 5.6's input-domain errors and 14.11's flashinfer decode-scale
+# errors choose different candidates (found by a search over random blocks with conformance.te_torch_variants)
+_FLASHINFER_MSE_BLOCKS = [
+    [1.6484375, -2.625, -1.0078125, 0.1298828125, 0.6484375, -2.046875, 0.79296875, 1.0703125, -0.00531005859375, -3.53125, 0.53515625, -1.734375, 0.1240234375, 2.484375, 0.84765625, -3.875],
+    [-6.53125, 3.8125, -0.6484375, 7.75, -10.0, -1.03125, -4.46875, 9.6875, -5.3125, -7.75, 19.5, -0.193359375, -2.0625, 1.4375, -5.59375, -7.875],
+    [-0.07568359375, 0.0203857421875, -0.0262451171875, -0.00151824951171875, -0.005096435546875, 0.04052734375, 0.06689453125, 0.1904296875, -0.0126953125, 0.052978515625, -0.0166015625, -0.0010833740234375, -0.061767578125, 0.057373046875, 0.08251953125, 0.07421875],
+]
+_FLASHINFER_MAE_BLOCKS = [
+    [0.049072265625, 0.05126953125, 0.008056640625, -0.01385498046875, 0.10302734375, -0.051025390625, 0.005218505859375, -0.08544921875, 0.006439208984375, -0.052978515625, -0.10595703125, -0.0096435546875, -0.0014495849609375, -0.045166015625, -0.0302734375, 0.0228271484375],
+    [0.12451171875, 0.1103515625, -0.0693359375, 0.06005859375, 0.06787109375, 0.058349609375, 0.1318359375, 0.078125, -0.0005645751953125, -0.10791015625, 0.294921875, 0.05908203125, 0.1826171875, 0.03125, -0.21484375, 0.10693359375],
+    [2.046875, 4.0625, 11.9375, 7.375, -4.0, -6.78125, 17.25, 9.8125, -8.1875, 1.90625, -5.96875, 10.5625, 2.796875, 19.125, 12.5625, 18.125],
+]
+
+
+def _flashinfer_4over6(x, mode, g=448, fast=False):
+    """SPEC 14.11's flashinfer 4over6 in torch, on conformance.te_torch_variants' building blocks (written from SPEC
+    5.6): the candidates of 5.6, each error in the decode-scale domain ``(p * S_dec) - x`` (``fast``: 5.6's product
+    domain), map-to-4 iff its error is smaller, and a block of amax 0 written as codes 0x0. Returns (data, scales)."""
+    from conformance import te_torch_variants as tv
+
+    src, _ = tt.to_f32(x)
+    r, c = src.shape
+    b = tt.block_amax(src, (1, 16))
+    a = tt.amax_of_blocks(b)
+    s_enc, s_dec = tv.encode_scale_g(a, g)
+    src3 = src.reshape(r, c // 16, 16)
+    base = (b / tv.SIX) * s_enc
+    out = []
+    for map4 in (False, True):
+        byte, d, codes, q = tv.candidate(src3, base, s_dec, map4=map4)
+        if fast:
+            err = tv.row_errors(src3, q, d, a, s_enc, mode=mode, fast_math=True, global_scale_max=g)
+        else:
+            err = torch.zeros(d.shape, dtype=torch.float32)
+            for i in range(16):
+                diff = (q[:, :, i] * d) * s_dec - src3[:, :, i]
+                err = err + (diff.abs() if mode == "mae" else diff * diff)
+        out.append((byte, codes, err))
+    (byte6, codes6, err6), (byte4, codes4, err4) = out
+    take4 = err4 < err6
+    codes = torch.where(take4.unsqueeze(2), codes4, codes6)
+    codes = torch.where((b == 0).unsqueeze(2), torch.zeros_like(codes), codes)
+    return tt.pack(codes.reshape(r, c)).numpy(), torch.where(take4, byte4, byte6).numpy().astype(np.uint8)
+
+
+def _flashinfer_input():
+    """The blocks above, one per row, a row holding the amax 1000 and an all-zero row with -0.0 elements."""
+    rows = _FLASHINFER_MSE_BLOCKS + _FLASHINFER_MAE_BLOCKS + [[1000.0] + [0.5] * 15, [-0.0, 0.0] * 8]
+    return np.array(rows, np.float32).astype(ml_dtypes.bfloat16)
+
+
+@pytest.mark.parametrize("mode", ["mae", "mse"])
+def test_flashinfer_4over6_bytes_are_diagnosed_as_such(mode):
+    """SPEC 14.11: bytes of flashinfer's strict 4over6 error (made in torch) are flashinfer_4over6_<mode>'s alone:
+    TE's 4over6 (5.6) picks the other candidate on some of the searched blocks, and writes the -0.0 elements of the
+    all-zero block as 0x8."""
+    x = _flashinfer_input()
+    data, scales = _flashinfer_4over6(x, mode)
+    te = tt.quantize(x, four_over_six=mode)
+    assert not np.array_equal(te["row_scales"][:-1], scales[:-1])  # a choice differs (the blocks are near ties)
+    assert te["row_data"][-1].tolist() == [0x08] * 8 and data[-1].tolist() == [0x00] * 8
+    r = diagnose(x, data, scales)
+    assert r.matches == [f"flashinfer_4over6_{mode}"], str(r)
+    assert r.closest is None and r.plane == "row"
+
+
+def test_flashinfer_4over6_g256_and_fast_math_forms():
+    """SPEC 14.11's other flashinfer forms made in torch: G = 256 in S_enc, and the fast-math error, which is 5.6's
+    product domain and differs from TE's fast-math 4over6 only on the all-zero block's -0.0 elements."""
+    x = _flashinfer_input()
+    data, scales = _flashinfer_4over6(x, "mae", g=256)
+    r = diagnose(x, data, scales)
+    assert "flashinfer_4over6_mae_g256" in r.matches and all(n.endswith("_g256") for n in r.matches), str(r)
+    data, scales = _flashinfer_4over6(x, "mse", fast=True)
+    te = tt.quantize(x, four_over_six="mse", four_over_six_fast_math=True)
+    assert np.array_equal(te["row_data"][:-1], data[:-1]) and not np.array_equal(te["row_data"], data)
+    r = diagnose(x, data, scales)
+    assert r.matches == ["flashinfer_4over6_mse_fast"], str(r)
+
+
 # ---- planted bugs are named -------------------------------------------------------------------------------------
 
 
