@@ -20,6 +20,7 @@ from .planes import QuantizedPlane
 from .quantize import as_2d_f32, columnwise_source, plane_block_amax, quantize
 from .rht import DEFAULT_RHT_SIGNS, check_rht_signs
 from .scale_rules import (
+    F32_MAX,
     global_encode_scale,
     te_bytes_and_multipliers,
     te_scale_values,
@@ -36,6 +37,7 @@ __all__ = ["DIAGNOSE_RULES", "LAYOUTS", "Diagnosis", "DiagnoseRule", "diagnose",
 
 _ONE = np.float32(1.0)
 _RCP_2688 = np.float32(_ONE / np.float32(2688.0))  # SPEC 14.11, torchao_cuda: fp32(1/2688)
+_SIX_G = np.float32(2688.0)  # SPEC 5.1: 448 * 6
 _SHOWN_TRIED = 8  # candidates listed in the report (Diagnosis.tried has them all)
 
 
@@ -82,6 +84,8 @@ DIAGNOSE_RULES = (
     DiagnoseRule("torchao_inverted_global", "14.11", "torchao given 1/P for P", {"rule": "torchao"}, "inverted"),
     DiagnoseRule("torchao_cuda", "14.11", "torchao on a CUDA tensor (P = A * fp32(1/2688))", {"rule": "torchao"},
                  "reciprocal_scale"),
+    DiagnoseRule("te_reciprocal_global", "14.11", "TE's rule with S_enc = (1 / A) * 2688 (torch's 2688 / amax)",
+                 {"rule": "te"}, "reciprocal_scale"),
     DiagnoseRule("te_negzero_positive", "14.11", "TE's rule, -0.0 encoded as +0 (TE's pure-torch reference, 14.1)",
                  {"rule": "te"}, "negzero_positive"),
     DiagnoseRule("te_unsigned_zero", "14.11", "TE's rule, every zero code unsigned", {"rule": "te"},
@@ -153,6 +157,9 @@ def _scaled_source(y: np.ndarray, *, base: str, variant: str | None, block: tupl
             s = global_encode_scale(a, base)
             if variant == "inverted":
                 s = np.float32(_ONE / s)
+            elif variant == "reciprocal_scale":  # SPEC 14.11: torch's 2688 / amax is (1 / amax) * 2688
+                r = np.fmin(np.float32(np.float32(_ONE / np.float32(a)) * _SIX_G), F32_MAX)
+                s = np.float32(_ONE if (a == 0 or r == 0) else r)
             values = te_scale_values(b, s, keep_nan=keep_nan)
             sbytes, mult = te_bytes_and_multipliers(values, s, keep_nan=keep_nan)
             divisor = (decode_e4m3(sbytes) * np.float32(_ONE / s)).astype(np.float32)

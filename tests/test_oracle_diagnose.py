@@ -151,6 +151,37 @@ def test_te_variant_bytes_are_diagnosed_as_the_variant(variant, name):
     assert "te" not in r.matches  # the input tells the variant from its base rule
 
 
+def test_torch_scalar_over_tensor_global_scale():
+    """SPEC 14.11's te_reciprocal_global is what torch computes for ``2688 / amax`` with a tensor amax
+    (Tensor.__rtruediv__: ``amax.reciprocal() * 2688``): TE's rule run in torch with that expression for S_enc. The
+    input: amax 10.375 (where the two S_enc differ by an ulp) and one block per bf16 value b in (0, A], so that
+    some block maxima sit where the ulp moves the scale byte (and a tiny block, which tells te from torchao)."""
+    a = torch.tensor(10.375)
+    s_true = torch.tensor(2688.0) / a
+    s_torch = 2688 / a  # the expression under test: torch's scalar-over-tensor division
+    assert s_torch.item() != s_true.item() and s_torch.item() == (a.reciprocal() * 2688).item()
+    b = torch.arange(0x3C00, 0x4126 + 1, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).float()  # 2^-7 .. A
+    b = b[(b > 0) & (b <= a)]
+    x = torch.zeros((b.numel(), 16))
+    x[:, 0] = b
+    x[:, 1] = -b * 0.37
+    x[0, 5] = a
+    x[-1] = 0.0
+    x[-1, :3] = torch.tensor([1e-4, -3e-5, 2e-5])  # a block torchao's clamp to 2^-6 (SPEC 5.4) scales otherwise
+    src = x.to(torch.bfloat16).float()
+    s_enc = torch.fmin(2688 / src.abs().max(), tt.FLT_MAX)
+    s_dec = tt.ONE / s_enc
+    sf = torch.fmin(tt.block_amax(src, (1, 16)) * (s_enc * tt.SIXTH), tt.FLT_MAX)
+    byte = tt.e4m3_encode(sf)
+    m = torch.fmin(tt.ONE / (tt.E4M3_VALUES[byte.to(torch.int64)] * s_dec), tt.FLT_MAX)
+    data = tt.pack(tt.e2m1_encode(src * m)).numpy()
+    scales = byte.numpy().astype(np.uint8)
+    xb = src.to(torch.bfloat16).view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    assert not np.array_equal(tt.quantize(xb)["row_scales"], scales)  # the ulp moves some bytes
+    r = diagnose(xb, data, scales, rules=BASIC)
+    assert r.matches == ["te_reciprocal_global"], str(r)
+
+
 def test_nan_amax_variant():
     x = _x(seed=4).astype(np.float32)
     x[2, 3] = np.nan
