@@ -138,8 +138,12 @@ def check_te_scale_options(
             raise ValueError(f"{variant} is defined for rule 'te' only (TE's kernels), got rule={rule!r}")
         if rounding != "rn":
             raise ValueError(f"{variant} supports rounding='rn' only (TE has no stochastic rounding there)")
+        if rht and four_over_six:
+            raise ValueError("4over6 does not support rht=True (TE's recipe refuses it: 'NVFP4 4over6 quantization "
+                             "does not support RHT'; SPEC 5.6)")
         if rht:
-            raise ValueError(f"{variant} does not support rht=True (TE refuses the combination)")
+            raise ValueError("row_scaled (the rowwise plane, SPEC 5.7) does not combine with rht=True (the columnwise "
+                             "plane, SPEC 7.3)")
     if row_scaled:
         if tuple(block) != (1, 16):
             raise ValueError("row_scaled supports 1x16 blocks only (TE refuses 2D quantization with it)")
