@@ -631,6 +631,21 @@ def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: 
         if bad_pad and not bad_real:
             out.append(f"garbage in the padding: {bad_pad} codes of the zero-padded tokens {m}..{exp.cols - 1} "
                        "(SPEC 6.2) differ; every real token matches")
+    # zero codes without their sign: the scales agree, and every differing code is our 0x8 against their 0x0
+    if best.n_diff and got is not None and np.array_equal(got[0], exp.scales):
+        theirs_codes = unpack_fp4(data.reshape(exp.rows, -1), exp.cols)
+        ours_codes = exp.codes()
+        dc = theirs_codes != ours_codes
+        if dc.any() and (ours_codes[dc] == 0x8).all() and (theirs_codes[dc] == 0x0).all():
+            n = int(dc.sum())
+            negzero = int((dc & (source == 0) & np.signbit(source)).sum())
+            if negzero == n:
+                out.append(f"-0.0 written as +0: every differing code ({n}) is 0x0 for an element that is -0.0, where "
+                           "SPEC 3.1 keeps the sign (0x8); TE's pure-torch reference encodes -0.0 so (SPEC 14.1)")
+            else:
+                out.append(f"zero codes without their sign: every differing code ({n}) is 0x0 where {best.rule.name} "
+                           f"writes 0x8 (negative values that round to zero: {n - negzero}; elements that are -0.0: "
+                           f"{negzero}); SPEC 3.1 keeps the sign")
     # nibble order
     swapped = ((data >> 4) | (data << 4)).astype(np.uint8)
     if (best.n_diff and np.array_equal(swapped.reshape(exp.data.shape), exp.data)
@@ -823,7 +838,8 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
         side = _side_by_side(src, best.expected, theirs, best.plane, first[0], first[1], best.label)
         if not hyps:
             hyps = ["none of the known bug classes (padding, layout, transpose, wrong plane, one-ulp scale, E2M1 "
-                    "rounding, nibble order, per-tensor value) fits; compare the first differing block below"]
+                    "rounding, signed zeros, nibble order, per-tensor value) fits; compare the first differing block "
+                    "below"]
     seen, tried = set(), []
     for c in cands:
         if c.label not in seen:

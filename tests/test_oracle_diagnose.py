@@ -631,6 +631,26 @@ def test_planted_nibble_order_and_the_per_tensor_value():
     assert any("amax / 2688" in h for h in r.hypotheses), str(r)
 
 
+def test_planted_unsigned_zero_codes_under_4over6():
+    """TE 4over6 bytes (conformance.te_torch) with the code of a -0.0 element set to 0x0, as TE's pure-torch reference
+    writes it (SPEC 14.1), are named by the signed-zero line; with every 0x8 code cleared (negative values that round
+    to zero too) the other form of the line counts both kinds."""
+    x = _x(m=32, k=64, seed=3).astype(np.float32)
+    x[3, 5] = -0.0
+    d, s, _ = _te_bytes(x, four_over_six="mae")
+    lo, hi = d & 0x0F, d >> 4
+    assert hi[3, 2] == 0x8  # element 5: the high nibble of byte 2 (SPEC 2.3), -0.0's code under SPEC 3.1
+    ref = d.copy()
+    ref[3, 2] &= 0x0F  # element 5 -> 0x0
+    r = diagnose(x, ref, s, rules="te_4over6_mae")
+    assert any(h.startswith("-0.0 written as +0: every differing code (1)") for h in r.hypotheses), str(r)
+    n_neg = int((lo == 0x8).sum() + (hi == 0x8).sum())
+    cleared = (np.where(lo == 0x8, 0, lo) | (np.where(hi == 0x8, 0, hi) << 4)).astype(np.uint8)
+    r = diagnose(x, cleared, s, rules="te_4over6_mae")
+    assert any(h.startswith(f"zero codes without their sign: every differing code ({n_neg})") and
+               h.endswith(f"-0.0: 1); SPEC 3.1 keeps the sign") for h in r.hypotheses), str(r)
+
+
 def test_bad_input_is_refused():
     x = _x()
     d, s, _ = _te_bytes(x)
