@@ -514,7 +514,8 @@ def grouped_gemm_into(a_data: Tensor, a_scales: Tensor, a_amax: Tensor, a_offset
         return
     _launch_into(a_data, a_scales, a_amax, a_offsets, b_data, b_scales, b_amax, b_offsets, out, bias, accumulate, kind,
                  mode, sizes, algorithm, loader, epilogue, num_sms)
-    torch.autograd.graph.increment_version(out)
+    if not out.is_inference():  # (autograd tracks no inference tensor; some torch versions refuse to bump one)
+        torch.autograd.graph.increment_version(out)
 
 
 def _grouped_gemm_new_eager(a_data: Tensor, a_scales: Tensor, a_amax: Tensor, a_offsets: Tensor, b_data: Tensor,

@@ -37,7 +37,6 @@ __all__ = ["DIAGNOSE_RULES", "LAYOUTS", "Diagnosis", "DiagnoseRule", "diagnose",
 
 _ONE = np.float32(1.0)
 _RCP_2688 = np.float32(_ONE / np.float32(2688.0))  # SPEC 14.11, torchao_cuda: fp32(1/2688)
-_SIX_G = np.float32(2688.0)  # SPEC 5.1: 448 * 6
 _SHOWN_TRIED = 8  # candidates listed in the report (Diagnosis.tried has them all)
 
 
@@ -53,6 +52,29 @@ class DiagnoseRule:
     quantize: dict
     variant: str | None = None
     planes: tuple = ("row", "col")
+
+
+def _flashinfer_rules() -> tuple:
+    """SPEC 14.11's flashinfer 4over6 rules: error mode x error domain (its strict per-tensor error, or the fast-math
+    one) x G x the S_enc it was given (5.6's quotient, or torch's ``6G / amax``: the reciprocal form)."""
+    out = []
+    for mode in ("mae", "mse"):
+        for fast in (False, True):
+            for g in (448, 256):
+                for reciprocal in (False, True):
+                    kw = {"rule": "te", "four_over_six": mode}
+                    if fast:
+                        kw["four_over_six_fast_math"] = True
+                    if g != 448:
+                        kw["global_scale_max"] = g
+                    name = (f"flashinfer_4over6_{mode}" + ("_fast" if fast else "") + ("_g256" if g != 448 else "")
+                            + ("_reciprocal_global" if reciprocal else ""))
+                    what = (f"flashinfer 4over6, {mode.upper()}, " + ("fast-math error" if fast else "p * S_dec error")
+                            + (", G = 256" if g != 448 else "")
+                            + (f", S_enc = (1 / A) * {6 * g} (torch's {6 * g} / amax)" if reciprocal else ""))
+                    variant = "flashinfer_4over6" + ("_reciprocal_global" if reciprocal else "")
+                    out.append(DiagnoseRule(name, "14.11", what, kw, variant, planes=("row",)))
+    return tuple(out)
 
 
 #: Every rule diagnose tries, in the order a tie (as many differing blocks and bytes) is reported. Adding a rule is
@@ -96,25 +118,10 @@ DIAGNOSE_RULES = (
                  {"rule": "te"}, "nan_propagating"),
     DiagnoseRule("torchao_nan_ignoring", "14.11", "torchao with NaN-ignoring amaxes", {"rule": "torchao"},
                  "nan_ignoring"),
-    DiagnoseRule("flashinfer_4over6_mae", "14.11", "flashinfer 4over6, MAE, its per-tensor error p * S_dec",
-                 {"rule": "te", "four_over_six": "mae"}, "flashinfer_4over6", planes=("row",)),
-    DiagnoseRule("flashinfer_4over6_mse", "14.11", "flashinfer 4over6, MSE, its per-tensor error p * S_dec",
-                 {"rule": "te", "four_over_six": "mse"}, "flashinfer_4over6", planes=("row",)),
-    DiagnoseRule("flashinfer_4over6_mae_g256", "14.11", "flashinfer 4over6, MAE, p * S_dec, S_enc of G = 256",
-                 {"rule": "te", "four_over_six": "mae", "global_scale_max": 256}, "flashinfer_4over6",
-                 planes=("row",)),
-    DiagnoseRule("flashinfer_4over6_mse_g256", "14.11", "flashinfer 4over6, MSE, p * S_dec, S_enc of G = 256",
-                 {"rule": "te", "four_over_six": "mse", "global_scale_max": 256}, "flashinfer_4over6",
-                 planes=("row",)),
-    DiagnoseRule("flashinfer_4over6_mae_fast", "14.11", "flashinfer 4over6, MAE, fast-math error",
-                 {"rule": "te", "four_over_six": "mae", "four_over_six_fast_math": True}, "flashinfer_4over6",
-                 planes=("row",)),
-    DiagnoseRule("flashinfer_4over6_mse_fast", "14.11", "flashinfer 4over6, MSE, fast-math error",
-                 {"rule": "te", "four_over_six": "mse", "four_over_six_fast_math": True}, "flashinfer_4over6",
-                 planes=("row",)),
     DiagnoseRule("te_fused_rht_kernels", "14.11",
                  "TE's fused RHT cast kernels: NaN-propagating block maxima, no FLT_MAX cap on the block scale, NaN "
                  "multipliers kept", {"rule": "te_fused_rht"}, "nan_blocks"),
+    *_flashinfer_rules(),
 )
 
 #: scale layouts ``diagnose`` reads (SPEC 8, 14.10); "auto" tries every layout the buffer's size fits
@@ -158,8 +165,7 @@ def _scaled_source(y: np.ndarray, *, base: str, variant: str | None, block: tupl
             if variant == "inverted":
                 s = np.float32(_ONE / s)
             elif variant == "reciprocal_scale":  # SPEC 14.11: torch's 2688 / amax is (1 / amax) * 2688
-                r = np.fmin(np.float32(np.float32(_ONE / np.float32(a)) * _SIX_G), F32_MAX)
-                s = np.float32(_ONE if (a == 0 or r == 0) else r)
+                s = _reciprocal_global_scale(a, 2688)
             values = te_scale_values(b, s, keep_nan=keep_nan)
             sbytes, mult = te_bytes_and_multipliers(values, s, keep_nan=keep_nan)
             divisor = (decode_e4m3(sbytes) * np.float32(_ONE / s)).astype(np.float32)
@@ -201,17 +207,28 @@ def _variant_plane(y: np.ndarray, *, base: str, variant: str, block: tuple, amax
     return pack_fp4(codes.astype(np.uint8)), sbytes, a
 
 
-def _flashinfer_4over6_plane(y: np.ndarray, opts: dict, block: tuple, amax) -> tuple:
+def _reciprocal_global_scale(a, six_g: int) -> np.float32:
+    """SPEC 14.11: S_enc as torch computes ``6G / amax`` for a tensor amax, ``fminf((1 / A) * 6G, FLT_MAX)`` (two
+    roundings), with 5.1's ``A == 0 || S_enc == 0`` rule."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        r = np.fmin(np.float32(np.float32(_ONE / np.float32(a)) * np.float32(six_g)), F32_MAX)
+    return np.float32(_ONE if (a == 0 or r == 0) else r)
+
+
+def _flashinfer_4over6_plane(y: np.ndarray, opts: dict, block: tuple, amax, *, reciprocal: bool) -> tuple:
     """(data, scales, amax) of the plane source ``y`` [R, C] under SPEC 14.11's flashinfer 4over6: 5.6 with 1x16
     blocks and the errors in the decode-scale domain (``p * S_dec - x``; with fast math 5.6's product domain), and an
-    all-zero block written as byte 0x00 with sixteen codes 0x0. ``opts``: the rule's 4over6 keywords."""
+    all-zero block written as byte 0x00 with sixteen codes 0x0. ``opts``: the rule's 4over6 keywords;
+    ``reciprocal``: S_enc in the reciprocal form (:func:`_reciprocal_global_scale`) instead of 5.6's quotient."""
     if tuple(block) != (1, 16):
         raise ValueError("flashinfer's 4over6 quantizes 1x16 blocks only")
     a = tensor_amax(y, "te") if amax is None else np.float32(amax)
     b = plane_block_amax(y, block=(1, 16), rule="te")
     domain = "product" if opts.get("four_over_six_fast_math") else "decode"
+    g = opts.get("global_scale_max", 448)
     sbytes, mult = four_over_six_scales(y, b, amax=a, mode=opts["four_over_six"], domain=domain,
-                                        global_scale_max=opts.get("global_scale_max", 448), block=(1, 16))
+                                        global_scale_max=g, block=(1, 16),
+                                        s_enc=_reciprocal_global_scale(a, 6 * g) if reciprocal else None)
     rows, cols = y.shape
     with np.errstate(invalid="ignore", over="ignore"):
         codes = encode_e2m1((mult[:, :, None] * y.reshape(rows, cols // 16, 16)).reshape(rows, cols))
@@ -256,7 +273,7 @@ class _Candidate:
 
 class _PlaneSources:
     """The matrices the planes of ``x2`` quantize (``x2`` itself, :func:`columnwise_source` with or without RHT), each
-    formed once per :func:`diagnose` call and read-only (the variant rules only read them)."""
+    formed once per :func:`diagnose` call; the columnwise ones are read-only (the variant rules only read them)."""
 
     def __init__(self, x2: np.ndarray, signs: int):
         self.x2, self.signs, self._col = x2, signs, {}
@@ -286,8 +303,9 @@ def _expected(x, sources: _PlaneSources, r: DiagnoseRule, plane: str, block: tup
     else:
         amax_in = amax
     fields = {}
-    if r.variant == "flashinfer_4over6":
-        data, scales, a = _flashinfer_4over6_plane(y, r.quantize, block, amax_in)
+    if r.variant.startswith("flashinfer_4over6"):
+        data, scales, a = _flashinfer_4over6_plane(y, r.quantize, block, amax_in,
+                                                   reciprocal=r.variant.endswith("_reciprocal_global"))
         fields = {n: r.quantize[n] for n in ("four_over_six", "four_over_six_fast_math", "global_scale_max")
                   if n in r.quantize}
     else:

@@ -12,8 +12,8 @@ import numpy as np
 from .fp4_numpy import decode_e2m1, decode_e4m3, encode_e2m1, encode_e4m3
 from .scale_rules import F32_MAX, global_encode_scale
 
-__all__ = ["ERROR_DOMAINS", "ERROR_MODES", "GLOBAL_SCALE_MAXES", "candidate_errors", "check_error_mode", "check_global_scale_max",
-           "four_over_six_scales", "tile_error_sum"]
+__all__ = ["ERROR_DOMAINS", "ERROR_MODES", "GLOBAL_SCALE_MAXES", "candidate_errors", "check_error_mode",
+           "check_global_scale_max", "four_over_six_scales", "tile_error_sum"]
 
 ERROR_MODES = ("mae", "mse")
 GLOBAL_SCALE_MAXES = (448, 256)
@@ -66,6 +66,8 @@ def candidate_errors(
     ``[R, C/16]``; ``amax`` and ``s_enc`` broadcast against ``[R, C/16]`` (a scalar, or ``[R, 1]`` for a row-scaled
     plane); ``domain`` one of :data:`ERROR_DOMAINS`. The 16 element errors are added in element order to +0 in fp32.
     """
+    if domain not in ERROR_DOMAINS:
+        raise ValueError(f"domain must be one of {ERROR_DOMAINS}, got {domain!r}")
     denom = np.float32(6 * int(global_scale_max))
     err = np.zeros(d.shape, np.float32)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
@@ -74,11 +76,10 @@ def candidate_errors(
             dq = (q[:, :, i] * d).astype(np.float32)  # exact: at most 6 significant bits, within [2^-10, 2688]
             if domain == "product":
                 diff = (dq - (y3[:, :, i] * s_enc).astype(np.float32)).astype(np.float32)
-            else:
-                if domain == "decode":
-                    v = (dq * s_dec).astype(np.float32)
-                else:
-                    v = ((dq * amax).astype(np.float32) / denom).astype(np.float32)
+            elif domain == "decode":
+                diff = ((dq * s_dec).astype(np.float32) - y3[:, :, i]).astype(np.float32)
+            else:  # "input"
+                v = ((dq * amax).astype(np.float32) / denom).astype(np.float32)
                 diff = (v - y3[:, :, i]).astype(np.float32)
             e = np.abs(diff) if mode == "mae" else (diff * diff).astype(np.float32)
             err = (err + e).astype(np.float32)
@@ -110,6 +111,7 @@ def four_over_six_scales(
     domain: str,
     global_scale_max: int,
     block: tuple,
+    s_enc=None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Scale bytes and encode multipliers ``[R, C/16]`` chosen by 4over6 (SPEC 5.6).
 
@@ -122,6 +124,7 @@ def four_over_six_scales(
             (four_over_six_fast_math) or "decode" (SPEC 14.11's flashinfer variant).
         global_scale_max: G = 448 or 256, the E4M3 maximum inside S_enc.
         block: (1, 16) or (16, 16); with (16, 16) the errors are summed over the tile before the choice.
+        s_enc: the plane's S_enc where it is not 5.6's from ``amax`` (SPEC 14.11's reciprocal form), else None.
     """
     if domain not in ERROR_DOMAINS:
         raise ValueError(f"domain must be one of {ERROR_DOMAINS}, got {domain!r}")
@@ -129,7 +132,9 @@ def four_over_six_scales(
     a = np.asarray(amax, np.float32)
     if a.ndim:
         a = a.reshape(rows, 1)
-    s_enc = np.asarray(global_encode_scale(a, "te", global_scale_max), np.float32)
+    if s_enc is None:
+        s_enc = global_encode_scale(a, "te", global_scale_max)
+    s_enc = np.asarray(s_enc, np.float32)
     with np.errstate(divide="ignore"):
         s_dec = (_ONE / s_enc).astype(np.float32)
     y3 = y.reshape(rows, cols // 16, 16)
