@@ -442,6 +442,21 @@ def test_flashinfer_4over6_bytes_are_diagnosed_as_such(mode):
     assert not any(n.startswith("te") for n in r.matches), str(r)
 
 
+def test_reciprocal_global_scale_is_torchs_expression_on_edge_amaxes():
+    """SPEC 14.11's reciprocal S_enc against torch's own ``6G / amax`` (then 5.1's A == 0 / S_enc == 0 rule) on the
+    amaxes where the two roundings, the FLT_MAX cap or the rule decide: 0, subnormals, huge values, +Inf, NaN."""
+    from oracle.diagnose import _reciprocal_global_scale
+
+    amaxes = np.float32([0.0, 1e-45, 1e-40, 2**-126, 1e-10, 10.375, 1000.0, 3e38, np.finfo(np.float32).max, np.inf,
+                         np.nan])
+    for six_g in (2688, 1536):
+        for a in amaxes:
+            t = torch.tensor(a)
+            s = torch.fmin(float(six_g) / t, tt.FLT_MAX)
+            s = torch.where((t == 0) | (s == 0), tt.ONE, s)
+            assert _reciprocal_global_scale(a, six_g).tobytes() == s.numpy().tobytes(), (six_g, a)
+
+
 def test_flashinfer_4over6_with_torchs_global_scale():
     """flashinfer's global-scale helper computes ``6G / amax`` on a tensor amax, torch's reciprocal form: bytes made so
     in torch (amax 10.375, where the two S_enc differ by an ulp, and one block per bf16 block max up to it, so that the
