@@ -191,6 +191,20 @@ def test_sequential_hand_case():
     assert oracle.gemm(a, b, model="exact", out_dtype="float32", alpha=1.0).tolist() == [[-184.0]]
 
 
+@pytest.mark.parametrize("model", ["sequential", "exact", "tensor_core", "sm100"])
+def test_gemm_alpha_per_row_and_column(model):
+    """An alpha array (SPEC 12.8's shapes) scales each output row / column / element by its own value: with powers of
+    two, which commute with every rounding away from the subnormals and overflow, Y(alpha = 2^e) = 2^e * Y(alpha = 1)
+    exactly, in every model."""
+    rng = np.random.default_rng(5)
+    a, b = _planes(rng, 6, 5, 64)
+    y1 = oracle.gemm(a, b, model=model, out_dtype="float32", alpha=1.0)
+    er, ec = rng.integers(-6, 7, (6, 1)), rng.integers(-6, 7, (1, 5))
+    for e in (er, ec, er + ec):
+        y = oracle.gemm(a, b, model=model, out_dtype="float32", alpha=np.exp2(e).astype(np.float32))
+        assert np.array_equal(y, (y1 * np.exp2(e)).astype(np.float32)), e
+
+
 @pytest.mark.parametrize(
     "kwargs,exc,match",
     [
@@ -202,6 +216,8 @@ def test_sequential_hand_case():
         (dict(accumulate=np.zeros((1, 3), np.float32)), ValueError, r"accumulate must have shape \(2, 3\)"),
         (dict(accumulate=np.zeros((2, 1), np.float32)), ValueError, r"accumulate must have shape \(2, 3\)"),
         (dict(alpha=np.ones(3)), ValueError, "alpha must be a single real number"),
+        (dict(alpha=np.ones((3, 1), np.float32)), ValueError, r"\[M, 1\], \[1, N\] or \[M, N\]"),
+        (dict(alpha=np.ones((2, 3), complex)), ValueError, "alpha must be a single real number"),
         (dict(bias=np.zeros(5, np.float32)), ValueError, r"bias must have shape \(3,\)"),
         (dict(bias=np.zeros(1, np.float32)), ValueError, r"bias must have shape \(3,\)"),
         (dict(bias=np.zeros(3, np.int32)), TypeError, "bias must be float32 or bfloat16"),

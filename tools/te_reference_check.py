@@ -1,17 +1,20 @@
-"""TransformerEngine's own pure-torch NVFP4 reference quantizer against the oracle, byte for byte, on the CPU.
+"""TransformerEngine's own pure-torch NVFP4 reference (quantizer and GEMM) against the oracle, byte for byte, on the CPU.
 
 TE's `transformer_engine/pytorch/custom_recipes/reference_nvfp4.py` (with `reference_utils.py`) is loaded from a TE
 source checkout, beside stand-ins for the two compiled-backed TE modules it imports (the quantizer base classes and
-the GEMM enums: nothing of them runs in quantization), and quantizes random inputs under every variant it shares with
-the oracle: 1x16 / 16x16 blocks, rowwise and columnwise planes, 4over6 (MAE / MSE, fast-math error, G = 448 / 256)
-and row scaling (with and without 4over6). Data, scale bytes and amax bits are compared; the RHT is not (TE's
-reference sums it by a bf16 matmul, SPEC 14.2). Inputs hold no NaN (SPEC 14.6); a mismatch that SPEC 14.1 explains
-(TE's reference encodes -0.0 as 0x0: the oracle's bytes of the input with +0.0 for -0.0 are TE's) is counted apart
-and does not fail the run.
+the GEMM enums, which only name things there), and quantizes random inputs under every variant it shares with the
+oracle: 1x16 / 16x16 blocks, rowwise and columnwise planes, 4over6 (MAE / MSE, fast-math error, G = 448 / 256) and
+row scaling (with and without 4over6). Data, scale bytes and amax bits are compared; the RHT is not (TE's reference
+sums it by a bf16 matmul, SPEC 14.2). Inputs hold no NaN (SPEC 14.6); a mismatch that SPEC 14.1 explains (TE's
+reference encodes -0.0 as 0x0: the oracle's bytes of the input with +0.0 for -0.0 are TE's) is counted apart.
+Then its `qgemm` (fprop of two rowwise planes: bf16 / fp32 output, a C, G = 256 operands, a row-scaled X) against
+`oracle.gemm(model="sequential")` (SPEC 12.2) on the oracle's planes of the same inputs; a mismatch that SPEC 14.9
+explains (on the CPU TE's alpha is the quotient by 36 G_A G_B, where 12.1 multiplies by its rounded reciprocal: the
+oracle's GEMM given TE's alpha is TE's) is counted apart. Neither kind fails the run.
 
     python tools/te_reference_check.py --te /path/to/TransformerEngine [--cases 300] [--seed 0]
 
-Prints one row per variant (cases, mismatches, of them -0.0 only) and exits 1 when a mismatch is left unexplained.
+Prints one row per variant (cases, mismatches, of them explained) and exits 1 when a mismatch is left unexplained.
 """
 
 from __future__ import annotations
@@ -121,6 +124,41 @@ def compare(quantizer, x: torch.Tensor, v: dict) -> tuple[bool, bool]:
     return False, same(oracle_plane(x + 0.0, v, m))  # -0.0 + 0.0 = +0.0
 
 
+def compare_gemm(quantizer, rng, v: dict) -> tuple[bool, bool]:
+    """(equal, explained by SPEC 14.9) for one fprop GEMM of TE's reference (``qgemm``: Y = X W^T of two rowwise
+    planes, fp32 accumulation per 16-block in K order, then alpha, then C) against ``oracle.gemm(model="sequential")``
+    (SPEC 12.2) on the oracle's planes of the same inputs: a mismatch is 14.9's when the oracle's GEMM given TE's
+    alpha (its quotient by 36 G_A G_B, where SPEC 12.1 multiplies by its rounded reciprocal) is TE's."""
+    m, n, k = int(rng.integers(1, 41)), 8 * int(rng.integers(1, 6)), 32 * int(rng.integers(1, 5))
+    x, w = (torch.from_numpy((rng.standard_normal(s) * np.exp2(rng.integers(-10, 11))).astype(np.float32))
+            .to(torch.bfloat16) for s in ((m, k), (n, k)))
+    opts = dict(nvfp4_use_4over6=v["fos"] is not None, nvfp4_4over6_err_mode=v["fos"] or "MAE", nvfp4_e4m3_max=v["g"])
+    qx = quantizer(rowwise=True, columnwise=False, row_scaled_nvfp4=v["row_scaled"], **opts)
+    qw = quantizer(rowwise=True, columnwise=False, **opts)
+    rx, rw = qx.quantize(x), qw.quantize(w)
+    out_dtype = torch.float32 if v["accumulate"] or v["out"] == "float32" else torch.bfloat16
+    c = torch.from_numpy(rng.standard_normal((m, n)).astype(np.float32)) if v["accumulate"] else None
+    y = qx.qgemm(rx.data, rw.data, None, out_dtype, rx.scale, rw.scale, out=c, accumulate=c is not None,
+                 qresult_x=rx, qresult_w=rw)
+    kw = dict(four_over_six=v["fos"].lower() if v["fos"] else None, global_scale_max=v["g"])
+    px = oracle.quantize(host(x), row_scaled=v["row_scaled"], **kw).row
+    pw = oracle.quantize(host(w), **kw).row
+    gemm = dict(model="sequential", out_dtype="float32" if out_dtype == torch.float32 else "bfloat16",
+                accumulate=None if c is None else c.numpy())
+    theirs = host(y).view(np.uint8)
+    if np.array_equal(oracle.gemm(px, pw, **gemm).view(np.uint8), theirs):
+        return True, False
+    alpha = (rx.global_amax_row.reshape(-1, 1) * rw.global_amax_row) / (36.0 * v["g"] * v["g"])
+    alpha = np.float32(alpha.item()) if alpha.numel() == 1 else alpha.numpy()
+    return False, np.array_equal(oracle.gemm(px, pw, alpha=alpha, **gemm).view(np.uint8), theirs)
+
+
+def gemm_variants() -> list[dict]:
+    base = dict(fos=None, g=448, row_scaled=False, accumulate=False)
+    return [dict(base, out="bfloat16"), dict(base, out="float32"), dict(base, out="float32", accumulate=True),
+            dict(base, fos="MSE", g=256, out="bfloat16"), dict(base, row_scaled=True, out="float32")]
+
+
 def variants() -> list[dict]:
     out = []
     for plane in ("row", "col"):
@@ -163,7 +201,18 @@ def main() -> int:
                 zero += negzero
             unexplained += bad - zero
             print(f"{name:<44} {a.cases:>6} {bad:>9} {zero:>10}")
-    print("every byte matches, or differs only where SPEC 14.1 says" if unexplained == 0 else
+        print(f"\n{'fprop GEMM (qgemm vs sequential model)':<44} {'cases':>6} {'mismatch':>9} {'alpha only':>10}")
+        for v in gemm_variants():
+            name = (f"{v['out']} out" + (" + C" if v["accumulate"] else "")
+                    + (f" 4over6 {v['fos']} G{v['g']}" if v["fos"] else "") + (" row-scaled X" if v["row_scaled"] else ""))
+            bad = by_alpha = 0
+            for _ in range(a.cases):
+                equal, explained = compare_gemm(make, rng, v)
+                bad += not equal
+                by_alpha += explained
+            unexplained += bad - by_alpha
+            print(f"{name:<44} {a.cases:>6} {bad:>9} {by_alpha:>10}")
+    print("every byte matches, or differs only where SPEC 14.1 / 14.9 say" if unexplained == 0 else
           f"{unexplained} input(s) differ unexplained")
     return 1 if unexplained else 0
 
