@@ -7,8 +7,9 @@ oracle: 1x16 / 16x16 blocks, rowwise and columnwise planes, 4over6 (MAE / MSE, f
 row scaling (with and without 4over6). Data, scale bytes and amax bits are compared; the RHT is not (TE's reference
 sums it by a bf16 matmul, SPEC 14.2). Inputs hold no NaN (SPEC 14.6); a mismatch that SPEC 14.1 explains (TE's
 reference encodes -0.0 as 0x0: the oracle's bytes of the input with +0.0 for -0.0 are TE's) is counted apart.
-Then its `qgemm` (fprop of two rowwise planes: bf16 / fp32 output, a C, G = 256 operands, a row-scaled X) against
-`oracle.gemm(model="sequential")` (SPEC 12.2) on the oracle's planes of the same inputs; a mismatch that SPEC 14.9
+Then its `qgemm` (fprop of two rowwise planes: bf16 / fp32 output, a C, G = 256 operands, a row-scaled X; wgrad of two
+columnwise planes, with and without a C) against `oracle.gemm(model="sequential")` (SPEC 12.2) on the oracle's planes
+of the same inputs; a mismatch that SPEC 14.9
 explains (on the CPU TE's alpha is the quotient by 36 G_A G_B, where 12.1 multiplies by its rounded reciprocal: the
 oracle's GEMM given TE's alpha is TE's) is counted apart. Neither kind fails the run.
 
@@ -53,7 +54,8 @@ _STANDINS = {
 
 
 def load_reference(te: Path, work: Path):
-    """TE's NVFP4QuantizerRef and reference_utils, imported from a package tree built in ``work``."""
+    """TE's NVFP4QuantizerRef, reference_utils and the GEMM enum its qgemm compares with (the stand-in's), imported
+    from a package tree built in ``work``."""
     src = te / _RECIPES
     if not (src / "reference_nvfp4.py").is_file():
         raise SystemExit(f"{src / 'reference_nvfp4.py'} not found: --te must be a TransformerEngine source checkout")
@@ -64,7 +66,8 @@ def load_reference(te: Path, work: Path):
         shutil.copy(src / name, work / _RECIPES / name)
     sys.path.insert(0, str(work))
     ref = importlib.import_module("transformer_engine.pytorch.custom_recipes.reference_nvfp4")
-    return ref.NVFP4QuantizerRef, importlib.import_module("transformer_engine.pytorch.custom_recipes.reference_utils")
+    return (ref.NVFP4QuantizerRef, importlib.import_module("transformer_engine.pytorch.custom_recipes.reference_utils"),
+            importlib.import_module("transformer_engine.pytorch.custom_recipes.gemm").GEMMType)
 
 
 def random_input(rng, *, even_rows: bool) -> torch.Tensor:
@@ -124,39 +127,53 @@ def compare(quantizer, x: torch.Tensor, v: dict) -> tuple[bool, bool]:
     return False, same(oracle_plane(x + 0.0, v, m))  # -0.0 + 0.0 = +0.0
 
 
-def compare_gemm(quantizer, rng, v: dict) -> tuple[bool, bool]:
-    """(equal, explained by SPEC 14.9) for one fprop GEMM of TE's reference (``qgemm``: Y = X W^T of two rowwise
-    planes, fp32 accumulation per 16-block in K order, then alpha, then C) against ``oracle.gemm(model="sequential")``
-    (SPEC 12.2) on the oracle's planes of the same inputs: a mismatch is 14.9's when the oracle's GEMM given TE's
-    alpha (its quotient by 36 G_A G_B, where SPEC 12.1 multiplies by its rounded reciprocal) is TE's."""
-    m, n, k = int(rng.integers(1, 41)), 8 * int(rng.integers(1, 6)), 32 * int(rng.integers(1, 5))
-    x, w = (torch.from_numpy((rng.standard_normal(s) * np.exp2(rng.integers(-10, 11))).astype(np.float32))
-            .to(torch.bfloat16) for s in ((m, k), (n, k)))
+def compare_gemm(quantizer, gemm_type, rng, v: dict) -> tuple[bool, bool]:
+    """(equal, explained by SPEC 14.9) for one GEMM of TE's reference (``qgemm``: fp32 accumulation per 16-block in K
+    order, then alpha, then C) against ``oracle.gemm(model="sequential")`` (SPEC 12.2) on the oracle's planes of the
+    same inputs: fprop ``Y = X W^T`` of two rowwise planes, or wgrad ``dW = dY^T X`` of two columnwise planes (the
+    contraction over the tokens; alpha from the columnwise amaxes). A mismatch is 14.9's when the oracle's GEMM given
+    TE's alpha (its quotient by 36 G_A G_B, where SPEC 12.1 multiplies by its rounded reciprocal) is TE's."""
+    wgrad = v["kind"] == "wgrad"
+    rows, cols, red = int(rng.integers(1, 41)), 8 * int(rng.integers(1, 6)), 32 * int(rng.integers(1, 5))
+    if wgrad:  # dY [T, N], X [T, K]: N and K are the inputs' rows of 16-blocks
+        rows, cols = 16 * -(-rows // 16), 16 * -(-cols // 16)
+    shapes = ((red, rows), (red, cols)) if wgrad else ((rows, red), (cols, red))
+    a, b = (torch.from_numpy((rng.standard_normal(s) * np.exp2(rng.integers(-10, 11))).astype(np.float32))
+            .to(torch.bfloat16) for s in shapes)
     opts = dict(nvfp4_use_4over6=v["fos"] is not None, nvfp4_4over6_err_mode=v["fos"] or "MAE", nvfp4_e4m3_max=v["g"])
-    qx = quantizer(rowwise=True, columnwise=False, row_scaled_nvfp4=v["row_scaled"], **opts)
-    qw = quantizer(rowwise=True, columnwise=False, **opts)
-    rx, rw = qx.quantize(x), qw.quantize(w)
+    qa = quantizer(rowwise=not wgrad, columnwise=wgrad, row_scaled_nvfp4=v["row_scaled"], **opts)
+    qb = quantizer(rowwise=not wgrad, columnwise=wgrad, **opts)
+    ra, rb = qa.quantize(a), qb.quantize(b)
     out_dtype = torch.float32 if v["accumulate"] or v["out"] == "float32" else torch.bfloat16
-    c = torch.from_numpy(rng.standard_normal((m, n)).astype(np.float32)) if v["accumulate"] else None
-    y = qx.qgemm(rx.data, rw.data, None, out_dtype, rx.scale, rw.scale, out=c, accumulate=c is not None,
-                 qresult_x=rx, qresult_w=rw)
-    kw = dict(four_over_six=v["fos"].lower() if v["fos"] else None, global_scale_max=v["g"])
-    px = oracle.quantize(host(x), row_scaled=v["row_scaled"], **kw).row
-    pw = oracle.quantize(host(w), **kw).row
+    c = torch.from_numpy(rng.standard_normal((rows, cols)).astype(np.float32)) if v["accumulate"] else None
+    if wgrad:
+        y = qa.qgemm(ra.data_t, rb.data_t, None, out_dtype, ra.scale_t, rb.scale_t, out=c, accumulate=c is not None,
+                     gemm_type=gemm_type.WGRAD, qresult_x=ra, qresult_w=rb)
+        te_amax = ra.global_amax_col, rb.global_amax_col
+    else:
+        y = qa.qgemm(ra.data, rb.data, None, out_dtype, ra.scale, rb.scale, out=c, accumulate=c is not None,
+                     qresult_x=ra, qresult_w=rb)
+        te_amax = ra.global_amax_row, rb.global_amax_row
+    kw = dict(rowwise=not wgrad, columnwise=wgrad, four_over_six=v["fos"].lower() if v["fos"] else None,
+              global_scale_max=v["g"])
+    pa = oracle.quantize(host(a), row_scaled=v["row_scaled"], **kw)
+    pb = oracle.quantize(host(b), **kw)
+    pa, pb = (pa.col, pb.col) if wgrad else (pa.row, pb.row)
     gemm = dict(model="sequential", out_dtype="float32" if out_dtype == torch.float32 else "bfloat16",
                 accumulate=None if c is None else c.numpy())
     theirs = host(y).view(np.uint8)
-    if np.array_equal(oracle.gemm(px, pw, **gemm).view(np.uint8), theirs):
+    if np.array_equal(oracle.gemm(pa, pb, **gemm).view(np.uint8), theirs):
         return True, False
-    alpha = (rx.global_amax_row.reshape(-1, 1) * rw.global_amax_row) / (36.0 * v["g"] * v["g"])
+    alpha = (te_amax[0].reshape(-1, 1) * te_amax[1]) / (36.0 * v["g"] * v["g"])
     alpha = np.float32(alpha.item()) if alpha.numel() == 1 else alpha.numpy()
-    return False, np.array_equal(oracle.gemm(px, pw, alpha=alpha, **gemm).view(np.uint8), theirs)
+    return False, np.array_equal(oracle.gemm(pa, pb, alpha=alpha, **gemm).view(np.uint8), theirs)
 
 
 def gemm_variants() -> list[dict]:
-    base = dict(fos=None, g=448, row_scaled=False, accumulate=False)
+    base = dict(kind="fprop", fos=None, g=448, row_scaled=False, accumulate=False)
     return [dict(base, out="bfloat16"), dict(base, out="float32"), dict(base, out="float32", accumulate=True),
-            dict(base, fos="MSE", g=256, out="bfloat16"), dict(base, row_scaled=True, out="float32")]
+            dict(base, fos="MSE", g=256, out="bfloat16"), dict(base, row_scaled=True, out="float32"),
+            dict(base, kind="wgrad", out="float32", accumulate=True), dict(base, kind="wgrad", out="bfloat16")]
 
 
 def variants() -> list[dict]:
@@ -182,7 +199,7 @@ def main() -> int:
     a = ap.parse_args()
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as work:
-        quantizer, utils = load_reference(a.te.resolve(), Path(work))
+        quantizer, utils, gemm_type = load_reference(a.te.resolve(), Path(work))
 
         def make(**kw):
             return quantizer(dtype=utils.Fp4Formats.E2M1, **kw)
@@ -201,13 +218,13 @@ def main() -> int:
                 zero += negzero
             unexplained += bad - zero
             print(f"{name:<44} {a.cases:>6} {bad:>9} {zero:>10}")
-        print(f"\n{'fprop GEMM (qgemm vs sequential model)':<44} {'cases':>6} {'mismatch':>9} {'alpha only':>10}")
+        print(f"\n{'GEMM (qgemm vs sequential model)':<44} {'cases':>6} {'mismatch':>9} {'alpha only':>10}")
         for v in gemm_variants():
-            name = (f"{v['out']} out" + (" + C" if v["accumulate"] else "")
+            name = (f"{v['kind']} {v['out']} out" + (" + C" if v["accumulate"] else "")
                     + (f" 4over6 {v['fos']} G{v['g']}" if v["fos"] else "") + (" row-scaled X" if v["row_scaled"] else ""))
             bad = by_alpha = 0
             for _ in range(a.cases):
-                equal, explained = compare_gemm(make, rng, v)
+                equal, explained = compare_gemm(make, gemm_type, rng, v)
                 bad += not equal
                 by_alpha += explained
             unexplained += bad - by_alpha
