@@ -9,9 +9,9 @@ sums it by a bf16 matmul, SPEC 14.2). Inputs hold no NaN (SPEC 14.6); a mismatch
 reference encodes -0.0 as 0x0: the oracle's bytes of the input with +0.0 for -0.0 are TE's) is counted apart.
 Then its `qgemm` (fprop of two rowwise planes: bf16 / fp32 output, a C, G = 256 operands, a row-scaled X; wgrad of two
 columnwise planes, with and without a C) against `oracle.gemm(model="sequential")` (SPEC 12.2) on the oracle's planes
-of the same inputs; a mismatch that SPEC 14.9
-explains (on the CPU TE's alpha is the quotient by 36 G_A G_B, where 12.1 multiplies by its rounded reciprocal: the
-oracle's GEMM given TE's alpha is TE's) is counted apart. Neither kind fails the run.
+of the same inputs; a mismatch that SPEC 14.9 explains (on the CPU TE's alpha is the quotient by 36 G_A G_B, where
+12.1 multiplies by its rounded reciprocal: the oracle's GEMM given TE's alpha is TE's) is counted apart. Neither kind
+fails the run.
 
     python tools/te_reference_check.py --te /path/to/TransformerEngine [--cases 300] [--seed 0]
 
