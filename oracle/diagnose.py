@@ -77,6 +77,24 @@ def _flashinfer_rules() -> tuple:
     return tuple(out)
 
 
+def _row_scaled_4over6_rules() -> tuple:
+    """TE's row-scaled planes (SPEC 5.7) under 4over6 (5.6): error mode x fast-math error x G."""
+    out = []
+    for mode in ("mae", "mse"):
+        for fast in (False, True):
+            for g in (448, 256):
+                kw = {"rule": "te", "row_scaled": True, "four_over_six": mode}
+                if fast:
+                    kw["four_over_six_fast_math"] = True
+                if g != 448:
+                    kw["global_scale_max"] = g
+                name = f"te_row_scaled_4over6_{mode}" + ("_fast" if fast else "") + ("_g256" if g != 448 else "")
+                what = (f"TE row-scaled 4over6, {mode.upper()}" + (", fast-math error" if fast else "")
+                        + (", G = 256" if g != 448 else ""))
+                out.append(DiagnoseRule(name, "5.6, 5.7", what, kw, planes=("row",)))
+    return tuple(out)
+
+
 #: Every rule diagnose tries, in the order a tie (as many differing blocks and bytes) is reported. Adding a rule is
 #: one line; a rule whose ``oracle.quantize`` keywords this oracle does not have is left out.
 DIAGNOSE_RULES = (
@@ -97,6 +115,7 @@ DIAGNOSE_RULES = (
                  {"rule": "te", "four_over_six": "mse", "global_scale_max": 256}),
     DiagnoseRule("te_row_scaled", "5.7", "TE row-scaled (one amax per row)", {"rule": "te", "row_scaled": True},
                  planes=("row",)),
+    *_row_scaled_4over6_rules(),
     DiagnoseRule("te_div", "14.11", "TE's rule dividing by the decode scale", {"rule": "te"}, "division"),
     DiagnoseRule("torchao_div", "14.11", "torchao's rule dividing by the decode scale", {"rule": "torchao"},
                  "division"),

@@ -337,8 +337,8 @@ def test_torchao_on_a_cuda_tensor():
 
 def test_4over6_and_row_scaled_bytes_are_diagnosed_as_such():
     """TE's variants (SPEC 5.6, 5.7) made by conformance.te_torch (torch, written from SPEC): diagnose names them
-    among all rules, G = 256 included; a row-scaled plane is tried with its computed per-row amaxes and again with
-    the ones given."""
+    among all rules, G = 256 and row scaling with 4over6 included; a row-scaled plane is tried with its computed
+    per-row amaxes and again with the ones given."""
     x = (np.random.default_rng(9).standard_normal((32, 64)) * np.exp2(np.arange(32) % 7)[:, None]).astype(
         ml_dtypes.bfloat16)
     o = tt.quantize(x, four_over_six="mse")
@@ -364,6 +364,13 @@ def test_4over6_and_row_scaled_bytes_are_diagnosed_as_such():
     # ... and the computed ones still run when a wrong amax is given
     r = diagnose(x, o["row_data"], o["row_scales"], amax=other)
     assert r.matches == ["te_row_scaled"], str(r)
+    # row scaling with 4over6 (SPEC 5.6 on each row's S_enc, 5.7), G = 256 and the fast-math error included
+    o4 = tt.quantize(x, row_scaled=True, four_over_six="mse")
+    r = diagnose(x, o4["row_data"], o4["row_scales"])
+    assert r.matches[0] == "te_row_scaled_4over6_mse" and "te_row_scaled" not in r.matches, str(r)
+    o4 = tt.quantize(x, row_scaled=True, four_over_six="mae", four_over_six_fast_math=True, global_scale_max=256)
+    r = diagnose(x, o4["row_data"], o4["row_scales"], amax=o4["row_amax"])
+    assert "te_row_scaled_4over6_mae_fast_g256" in r.matches and all("_g256" in n for n in r.matches), str(r)
     f = oracle.to_te_fields(oracle.quantize(x, row_scaled=True))  # TE's row-scaled fields: amax_rowwise [M]
     assert f["row_scaled_nvfp4"] and f["amax_rowwise"].shape == (32,)
     back = oracle.from_te_fields(**f).row
