@@ -47,6 +47,8 @@ def as_2d_f32(x) -> tuple[np.ndarray, bool]:
                         "quantize a block of 16 values at least, e.g. np.full(16, x)")
     if not isinstance(x, np.ndarray):
         raise TypeError(f"x must be a NumPy array of float32, float16 or bfloat16, got {type(x).__name__}")
+    if isinstance(x, np.ma.MaskedArray):  # (its mask would be dropped: the masked elements quantized as stored)
+        raise TypeError("x is a masked array: NVFP4 has no masked elements; pass x.filled(value) or x.data")
     if x.dtype not in (np.float32, np.float16) and x.dtype.name != "bfloat16":
         raise TypeError(f"x must be float32, float16 or ml_dtypes.bfloat16, got dtype {x.dtype}")
     if x.ndim == 0:

@@ -490,6 +490,20 @@ def test_a_numpy_scalar_is_refused_as_a_scalar():
         oracle.quantize(np.array(3.0, dtype=np.float32))
 
 
+def test_a_masked_array_is_refused():
+    """A masked array's mask would be dropped by the conversion (its masked elements quantized as stored): quantize,
+    group_quantize and diagnose refuse it and name the way out."""
+    x = np.ma.array(np.ones((2, 16), np.float32), mask=np.zeros((2, 16), bool))
+    x[0, 3] = np.ma.masked
+    with pytest.raises(TypeError, match="masked array.*x.filled"):
+        oracle.quantize(x)
+    with pytest.raises(TypeError, match="masked array"):
+        oracle.group_quantize(x, [1, 1])
+    q = oracle.quantize(x.data).row
+    with pytest.raises(TypeError, match="masked array"):
+        oracle.diagnose(x, q.data, q.scales)
+
+
 def test_plane_contracts():
     """A rowwise plane has no padding (valid_cols = K, SPEC 6.2 pads the columnwise plane only); a plane takes G = 448
     or 256 (SPEC 5.6, 11.1) and one amax per row when row-scaled (SPEC 5.7); rule te_fused_rht dequantizes by 11.1's
