@@ -112,6 +112,8 @@ def _resolve_alpha(a, b, alpha):
         return gemm_alpha(a, b)
     al = host_array(alpha)
     shapes = ((a.rows, 1), (1, b.rows), (a.rows, b.rows))
+    if is_real(al) and al.size == 1 and al.shape not in shapes:
+        al = al.reshape(())  # one value in any shape (TE's [1] amax product) is the scalar alpha
     if not is_real(al) or (al.ndim != 0 and al.shape not in shapes):
         raise ValueError(f"alpha must be a single real number, or an array of them of shape [M, 1], [1, N] or [M, N] "
                          f"(one per output row, column or element, SPEC 12.8; here {list(shapes)}), got {alpha!r}")
@@ -151,9 +153,9 @@ def gemm(
 
     Args:
         a_plane, b_plane: :class:`QuantizedPlane` with the same K (both K-major, "TN").
-        alpha: fp32 alpha; default :func:`gemm_alpha` (SPEC 12.1). An array of shape [M, 1], [1, N] or [M, N]
-            gives one alpha per output row, column or element, as :func:`gemm_alpha` forms it for row-scaled
-            operands (SPEC 12.8).
+        alpha: fp32 alpha (a number, or one value in any shape); default :func:`gemm_alpha` (SPEC 12.1). An array of
+            shape [M, 1], [1, N] or [M, N] gives one alpha per output row, column or element, as :func:`gemm_alpha`
+            forms it for row-scaled operands (SPEC 12.8).
         model: "sequential" (TE's model: fp32 accumulator, 16-blocks in K order, SPEC 12.2),
             "exact" (exact value rounded once to out_dtype, SPEC 12.3) or "tensor_core" (Hopper wgmma
             accumulation of normal operands, one k16 step per 16-block in K order, SPEC 12.6: what the device

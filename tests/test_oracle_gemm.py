@@ -203,6 +203,14 @@ def test_gemm_alpha_per_row_and_column(model):
     for e in (er, ec, er + ec):
         y = oracle.gemm(a, b, model=model, out_dtype="float32", alpha=np.exp2(e).astype(np.float32))
         assert np.array_equal(y, (y1 * np.exp2(e)).astype(np.float32)), e
+    assert np.array_equal(oracle.gemm(a, b, model=model, out_dtype="float32", alpha=np.float32([1.0])), y1)
+    # a row-scaled A (SPEC 5.7, 12.8): its per-row alpha times 2^e per column, given as an [M, N] array
+    ar = oracle.quantize((rng.standard_normal((6, 64)) * np.exp2(np.arange(6))[:, None]).astype(np.float32),
+                         row_scaled=True).row
+    base = oracle.gemm_alpha(ar, b)
+    y0 = oracle.gemm(ar, b, model=model, out_dtype="float32")
+    y = oracle.gemm(ar, b, model=model, out_dtype="float32", alpha=(base * np.exp2(ec)).astype(np.float32))
+    assert base.shape == (6, 1) and np.array_equal(y, (y0 * np.exp2(ec)).astype(np.float32))
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
-"""tools/te_reference_check.py without a TE checkout: its comparison against a stand-in for TE's reference quantizer
-built on conformance.te_torch (torch, written from SPEC alone), which writes -0.0 as 0x0 as TE's reference does
-(SPEC 14.1); and its refusal of a path that is not a TE checkout."""
+"""tools/te_reference_check.py without a TE checkout: its comparisons against a stand-in for TE's reference built on
+conformance.te_torch (torch, written from SPEC alone): a quantizer that writes -0.0 as 0x0 as TE's reference does
+(SPEC 14.1) and a GEMM with SPEC 12.2's arithmetic and 14.9's quotient alpha; planted errors stay unexplained; a
+path that is not a TE checkout cannot run (exit status 2)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conformance import te_torch as tt  # noqa: E402
+from conformance.te_torch_variants import E2M1_VALUES  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -61,6 +63,35 @@ class StandIn:
             return SimpleNamespace(data_t=torch.from_numpy(data), scale_t=torch.from_numpy(scales), global_amax_col=amax)
         return SimpleNamespace(data=torch.from_numpy(data), scale=torch.from_numpy(scales), global_amax_row=amax)
 
+    c_before_alpha = False  # a planted bug in qgemm: C added before alpha
+
+    def qgemm(self, qx, qw, m_params, out_dtype, sx, sw, out=None, accumulate=False, gemm_type=None, qresult_x=None,
+              qresult_w=None):
+        """The arithmetic of TE's reference GEMM as SPEC 12.2 and 14.9 state it, in torch: per 16-block k in order,
+        y += (sx_k sw_k^T) * (qx_k qw_k^T) in fp32; alpha = (amax_x * amax_w) / (36 G G), one value per row of a
+        row-scaled x; y = alpha * y, then + C, then the output cast."""
+        def values(q):
+            codes = torch.stack([q & 0x0F, q >> 4], dim=-1).reshape(q.shape[0], -1).to(torch.int64)
+            return E2M1_VALUES[codes]
+
+        a, b = values(qx), values(qw)
+        sa, sb = (t.view(torch.float8_e4m3fn).float() for t in (sx, sw))
+        y = torch.zeros(a.shape[0], b.shape[0])
+        for k in range(a.shape[1] // 16):
+            y = y + torch.outer(sa[:, k], sb[:, k]) * (a[:, 16 * k:16 * k + 16] @ b[:, 16 * k:16 * k + 16].T)
+        wgrad = gemm_type == "wgrad"
+        ax = qresult_x.global_amax_col if wgrad else qresult_x.global_amax_row
+        aw = qresult_w.global_amax_col if wgrad else qresult_w.global_amax_row
+        g = self.kw["global_scale_max"]
+        alpha = (ax.reshape(-1, 1) * aw) / (36.0 * g * g)
+        if accumulate and self.c_before_alpha:
+            return (alpha * (y + out)).to(out_dtype)
+        y = alpha * y
+        if accumulate:
+            y = y + out
+        return y.to(out_dtype)
+
+
 
 VARIANTS = [dict(plane="row", block=(1, 16), fos=None, fast=False, g=448, row_scaled=False),
             dict(plane="col", block=(16, 16), fos="MSE", fast=False, g=256, row_scaled=False),
@@ -85,6 +116,33 @@ def test_a_planted_scale_error_is_unexplained():
     assert check.compare(lambda **kw: StandIn(scale_error=True, **kw), x, VARIANTS[0]) == (False, False)
 
 
-def test_a_path_without_the_reference_is_refused(tmp_path):
-    with pytest.raises(SystemExit, match="not found: --te must be a TransformerEngine source checkout"):
+GEMM_KINDS = SimpleNamespace(WGRAD="wgrad")
+
+
+@pytest.mark.parametrize("v", check.gemm_variants(), ids=lambda v: f"{v['kind']} {v['out']}" + (
+    " C" if v["accumulate"] else "") + (" 4over6" if v["fos"] else "") + (" row-scaled" if v["row_scaled"] else ""))
+def test_gemm_mismatches_are_the_alpha_quotients(v):
+    """Against SPEC 12.2's arithmetic with 14.9's quotient alpha, every GEMM agrees or is explained by that alpha."""
+    rng = np.random.default_rng(6)
+    for _ in range(6):
+        equal, explained = check.compare_gemm(StandIn, GEMM_KINDS, rng, v)
+        assert equal or explained
+
+
+def test_a_planted_gemm_order_is_unexplained():
+    """C added before alpha (not SPEC 12.2's order) leaves mismatches that TE's alpha does not explain."""
+    class CFirst(StandIn):
+        c_before_alpha = True
+
+    rng = np.random.default_rng(7)
+    v = dict(check.gemm_variants()[2])  # fprop, fp32 out, with C
+    assert v["accumulate"]
+    results = [check.compare_gemm(CFirst, GEMM_KINDS, rng, v) for _ in range(12)]
+    assert any(r == (False, False) for r in results), results
+
+
+def test_a_path_without_the_reference_cannot_run(tmp_path, capsys, monkeypatch):
+    with pytest.raises(check.CannotRun, match="not found: --te must be a TransformerEngine source checkout"):
         check.load_reference(tmp_path, tmp_path / "work")
+    monkeypatch.setattr(sys, "argv", ["te_reference_check.py", "--te", str(tmp_path)])
+    assert check.main() == 2 and "cannot run" in capsys.readouterr().err

@@ -15,7 +15,9 @@ fails the run.
 
     python tools/te_reference_check.py --te /path/to/TransformerEngine [--cases 300] [--seed 0]
 
-Prints one row per variant (cases, mismatches, of them explained) and exits 1 when a mismatch is left unexplained.
+Prints one row per variant (cases, mismatches, of them explained). Exit status: 0 when every mismatch is explained, 1
+when one is not, 2 when the comparison cannot run (no reference at the path, or a TE whose reference imports or
+takes what this tool does not know).
 """
 
 from __future__ import annotations
@@ -57,27 +59,41 @@ def load_reference(te: Path, work: Path):
     """TE's NVFP4QuantizerRef, reference_utils and the GEMM enum its qgemm compares with (the stand-in's), imported
     from a package tree built in ``work``."""
     src = te / _RECIPES
-    if not (src / "reference_nvfp4.py").is_file():
-        raise SystemExit(f"{src / 'reference_nvfp4.py'} not found: --te must be a TransformerEngine source checkout")
+    for name in ("reference_nvfp4.py", "reference_utils.py"):
+        if not (src / name).is_file():
+            raise CannotRun(f"{src / name} not found: --te must be a TransformerEngine source checkout")
     for rel, text in _STANDINS.items():
         (work / rel).parent.mkdir(parents=True, exist_ok=True)
         (work / rel).write_text(text)
     for name in ("reference_nvfp4.py", "reference_utils.py"):
         shutil.copy(src / name, work / _RECIPES / name)
     sys.path.insert(0, str(work))
-    ref = importlib.import_module("transformer_engine.pytorch.custom_recipes.reference_nvfp4")
-    return (ref.NVFP4QuantizerRef, importlib.import_module("transformer_engine.pytorch.custom_recipes.reference_utils"),
-            importlib.import_module("transformer_engine.pytorch.custom_recipes.gemm").GEMMType)
+    try:
+        ref = importlib.import_module("transformer_engine.pytorch.custom_recipes.reference_nvfp4")
+        return (ref.NVFP4QuantizerRef,
+                importlib.import_module("transformer_engine.pytorch.custom_recipes.reference_utils"),
+                importlib.import_module("transformer_engine.pytorch.custom_recipes.gemm").GEMMType)
+    except (ImportError, AttributeError) as e:  # a TE whose reference imports or names more than the stand-ins give
+        raise CannotRun(f"TE's reference at {src} does not load beside this tool's stand-ins: {type(e).__name__}: "
+                        f"{e}") from None
+
+
+class CannotRun(Exception):
+    """The comparison could not run (exit status 2): no TE reference at the path, or one whose imports, constructor
+    keywords or qgemm arguments this tool does not know."""
 
 
 def random_input(rng, *, even_rows: bool) -> torch.Tensor:
     """bf16 or fp32 [M, K]: normal values times 2^k, k drawn per row, column or element (-20 .. 20), some all-zero
-    rows and blocks, and a share of elements moved onto E2M1 ties of a unit scale."""
+    rows (+0.0 or -0.0), a few -0.0 elements in one input of four, and a share of elements moved onto E2M1 ties of a
+    unit scale."""
     m = int(rng.integers(1, 41)) * (2 if even_rows else 1)
     k = 16 * int(rng.integers(1, 9))
     where = ((m, 1), (1, k), (m, k))[int(rng.integers(3))]
     x = rng.standard_normal((m, k)) * np.exp2(rng.integers(-20, 21, where))
-    x[rng.random(m) < 0.1] = 0.0
+    x[rng.random(m) < 0.1] = rng.choice([0.0, -0.0])
+    if rng.random() < 0.25:
+        x.flat[rng.integers(x.size, size=3)] = -0.0
     ties = rng.random((m, k)) < 0.1
     x[ties] = rng.choice([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0], ties.sum()) * rng.choice([-1, 1], ties.sum())
     t = torch.from_numpy(x.astype(np.float32))
@@ -159,13 +175,22 @@ def compare_gemm(quantizer, gemm_type, rng, v: dict) -> tuple[bool, bool]:
     pa = oracle.quantize(host(a), row_scaled=v["row_scaled"], **kw)
     pb = oracle.quantize(host(b), **kw)
     pa, pb = (pa.col, pb.col) if wgrad else (pa.row, pb.row)
+    te_planes = (((ra.data_t, ra.scale_t), (rb.data_t, rb.scale_t)) if wgrad else
+                 ((ra.data, ra.scale), (rb.data, rb.scale)))
+    for (data, scales), amax, p in zip(te_planes, te_amax, (pa, pb), strict=True):  # the operands agree first
+        if not (np.array_equal(u8(data), p.data) and np.array_equal(u8(scales), p.scales)
+                and np.array_equal(np.float32(amax.float().numpy()).reshape(-1).view(np.uint32),
+                                   np.asarray(p.amax, np.float32).reshape(-1).view(np.uint32))):
+            return False, False
     gemm = dict(model="sequential", out_dtype="float32" if out_dtype == torch.float32 else "bfloat16",
                 accumulate=None if c is None else c.numpy())
     theirs = host(y).view(np.uint8)
     if np.array_equal(oracle.gemm(pa, pb, **gemm).view(np.uint8), theirs):
         return True, False
-    alpha = (te_amax[0].reshape(-1, 1) * te_amax[1]) / (36.0 * v["g"] * v["g"])
-    alpha = np.float32(alpha.item()) if alpha.numel() == 1 else alpha.numpy()
+    # SPEC 14.9: TE's alpha on the CPU, the fp32 product of the amaxes divided by 36 G_A G_B (exact in fp32)
+    prod = (np.asarray(pa.amax, np.float32).reshape(-1, 1) * np.asarray(pb.amax, np.float32)).astype(np.float32)
+    alpha = (prod / np.float32(36 * v["g"] * v["g"])).astype(np.float32)
+    alpha = np.float32(alpha.reshape(-1)[0]) if alpha.size == 1 else alpha
     return False, np.array_equal(oracle.gemm(pa, pb, alpha=alpha, **gemm).view(np.uint8), theirs)
 
 
@@ -198,11 +223,23 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     torch.set_num_threads(1)
+    try:
+        return _run(a)
+    except CannotRun as e:
+        print(f"cannot run: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(a) -> int:
     with tempfile.TemporaryDirectory() as work:
         quantizer, utils, gemm_type = load_reference(a.te.resolve(), Path(work))
 
         def make(**kw):
-            return quantizer(dtype=utils.Fp4Formats.E2M1, **kw)
+            try:
+                q = quantizer(dtype=utils.Fp4Formats.E2M1, **kw)
+            except TypeError as e:  # a keyword this TE's NVFP4QuantizerRef does not take
+                raise CannotRun(f"TE's NVFP4QuantizerRef refuses {sorted(kw)}: {e}") from None
+            return q
 
         rng = np.random.default_rng(a.seed)
         unexplained = 0
