@@ -484,6 +484,27 @@ def test_flashinfer_4over6_with_torchs_global_scale():
     assert all(n.endswith("_reciprocal_global") for n in r.matches), str(r)
 
 
+@pytest.mark.parametrize("mode", ["mae", "mse"])
+@pytest.mark.parametrize("g", [448, 256])
+@pytest.mark.parametrize("fast", [False, True])
+@pytest.mark.parametrize("torch_scale", [False, True])
+def test_flashinfer_4over6_rules_reproduce_torchs_bytes_on_random_planes(mode, g, fast, torch_scale):
+    """Each flashinfer rule against the torch form of SPEC 14.11 (:func:`_flashinfer_4over6`) on random bf16 planes
+    (rows scaled by 2^-12 .. 2^12, all-zero and -0.0 blocks, a subnormal): the rule reproduces every byte."""
+    name = (f"flashinfer_4over6_{mode}" + ("_fast" if fast else "") + ("_g256" if g == 256 else "")
+            + ("_reciprocal_global" if torch_scale else ""))
+    rng = np.random.default_rng([g, int(fast), int(torch_scale), ["mae", "mse"].index(mode)])
+    for _ in range(4):
+        m, k = int(rng.integers(1, 24)), 16 * int(rng.integers(1, 5))
+        x = rng.standard_normal((m, k)) * np.exp2(rng.integers(-12, 13, (m, 1)))
+        x[rng.random(m) < 0.2, :16] = -0.0
+        x.flat[rng.integers(x.size)] = 1e-40
+        xb = x.astype(np.float32).astype(ml_dtypes.bfloat16)
+        data, scales = _flashinfer_4over6(xb, mode, g=g, fast=fast, torch_scale=torch_scale)
+        r = diagnose(xb, data, scales, rules=name)
+        assert r.matches == [name], str(r)
+
+
 def test_flashinfer_4over6_g256_and_fast_math_forms():
     """SPEC 14.11's other flashinfer forms made in torch: G = 256 in S_enc, and the fast-math error, which is 5.6's
     product domain and differs from TE's fast-math 4over6 only on the all-zero block's -0.0 elements."""
