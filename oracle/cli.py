@@ -373,7 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
     dg.add_argument("--plane", default="auto", choices=["auto", "row", "col"],
                     help="the plane their bytes are: auto = from the names in THEIRS and the data's shape")
     dg.add_argument("--rules", type=_rule_names, default=None, metavar="A,B",
-                    help="try only these rules (default: all; " + ", ".join(r.name for r in DIAGNOSE_RULES) + ")")
+                    help="try only these rules, names or shell patterns such as 'flashinfer_*' (default: all; "
+                         + ", ".join(r.name for r in DIAGNOSE_RULES) + ")")
     dg.add_argument("--rht-signs", type=_integer, default=DEFAULT_RHT_SIGNS, metavar="MASK",
                     help="the RHT sign mask tried for a columnwise plane of bf16 input (default: 0x%(default)04X)")
     dg.add_argument("--input-dtype", default="auto", choices=INPUT_DTYPES,

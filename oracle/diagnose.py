@@ -7,6 +7,7 @@ that explain them.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import inspect
 from dataclasses import dataclass, field
 
@@ -752,7 +753,8 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
             compact or 128x4).
         plane: "row", "col" or "auto" (from the data's shape and size).
         rht_signs: the RHT sign mask tried for a columnwise plane of bf16 input.
-        rules: a name of :data:`DIAGNOSE_RULES`, or several, to try (default: all this oracle has).
+        rules: a name of :data:`DIAGNOSE_RULES`, or several, to try (default: all this oracle has); a name may be a
+            shell pattern (``"flashinfer_*"``, ``"te_4over6_m?e"``).
     Returns:
         :class:`Diagnosis` (``print()`` it).
     Raises:
@@ -777,11 +779,14 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
             raise TypeError(f"rules must be a rule name or several, got {rules!r}") from None
         if not rules:
             raise ValueError("rules names no rule: give one or more names of DIAGNOSE_RULES, or None for all")
-        names = {r.name for r in DIAGNOSE_RULES}
-        unknown = [n for n in rules if n not in names]
+        names = [r.name for r in DIAGNOSE_RULES]
+        if not all(isinstance(n, str) for n in rules):
+            raise TypeError(f"rules must be rule names (strings), got {rules!r}")
+        unknown = [n for n in rules if not fnmatch.filter(names, n)]
         if unknown:
-            raise ValueError(f"unknown rule(s) {unknown}; diagnose knows {sorted(names)}")
-        table = [r for r in table if r.name in rules]
+            raise ValueError(f"unknown rule(s) {unknown} (names or shell patterns); diagnose knows {sorted(names)}")
+        chosen = {name for n in rules for name in fnmatch.filter(names, n)}
+        table = [r for r in table if r.name in chosen]
     given = None
     if amax is not None:
         given = host_array(amax)

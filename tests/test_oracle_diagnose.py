@@ -771,8 +771,25 @@ def test_bad_input_is_refused():
         diagnose(x, d, s, rules=["te", "nvidia"])
     with pytest.raises(ValueError, match="names no rule"):
         diagnose(x, d, s, rules=[])
+    with pytest.raises(ValueError, match=r"unknown rule\(s\) \['flashinfer_\*_g512'\]"):
+        diagnose(x, d, s, rules=["te", "flashinfer_*_g512"])
+    with pytest.raises(TypeError, match="rule names"):
+        diagnose(x, d, s, rules=["te", 3])
     with pytest.raises(TypeError, match="bytes"):
         diagnose(x, d.astype(np.float32), s)
+
+
+def test_rules_by_shell_pattern():
+    """rules takes shell patterns beside names: "te_4over6_m?e" is the two plain TE 4over6 rules, so plain te bytes
+    are tried against those alone (the closest of them, no match); "te*" with "torchao" tries those names only."""
+    x = _x()
+    d, s, _ = _te_bytes(x)
+    r = diagnose(x, d, s, rules="te_4over6_m?e")
+    assert not r.matches and {name.split(" ")[0] for name, _ in r.tried} == {"te_4over6_mae", "te_4over6_mse"}, str(r)
+    r = diagnose(x, d, s, rules=["te*", "torchao"])
+    tried = {name.split(" ")[0] for name, _ in r.tried}
+    assert "te" in r.matches and "torchao" in tried and not any(n.startswith("flashinfer") for n in tried), str(r)
+    assert all(n.startswith("te") or n == "torchao" for n in tried), tried
 
 
 # ---- the command line --------------------------------------------------------------------------------------------
