@@ -199,6 +199,8 @@ def _cases(seed: int) -> list[tuple[str, str, str, Callable[[], tuple[dict, dict
     normal = rng.standard_normal((128, 64)).astype(bf16)
     gemm_a, gemm_b, gemm_bias = _near_cancelling(np.random.default_rng([seed, 0]), 17, 24, 256)
     moe_x, moe_w, _ = _near_cancelling(np.random.default_rng([seed, 1]), 70, 4 * 40, 256)
+    fo6_rng = np.random.default_rng([seed, 2])
+    fo6_x = (fo6_rng.standard_normal((48, 64)) * np.exp2(fo6_rng.integers(-4, 5, (48, 1)))).astype(bf16)
     return [
         ("quantize_te_wgrad", "quantize", "4-8", q(normal, columnwise=True, rht=True)),
         ("quantize_specials_17x48", "quantize", "3-6, 8, 13", q(_specials(rng, 17, 48), columnwise=True)),
@@ -214,6 +216,12 @@ def _cases(seed: int) -> list[tuple[str, str, str, Callable[[], tuple[dict, dict
         ("gemm_17x24x256", "gemm", "12", mm(gemm_a, gemm_b, bias=gemm_bias)),
         ("grouped_gemm_fprop", "grouped_gemm", "9.2, 12.5", ggemm(moe_x, moe_w, [0, 33, 1, 36], 40)),
         ("swizzle_130x7", "swizzle_scales", "8.2", swz(rng.integers(0, 256, (130, 7), dtype=np.uint8))),
+        # TE's 4over6 and row scaling (rows scaled by powers of two: about 4 blocks in 10 take map-to-4)
+        ("quantize_4over6_mse", "quantize", "5.6, 6", q(fo6_x[:48], columnwise=True, four_over_six="mse")),
+        ("quantize_4over6_mae_16x16_fast_g256", "quantize", "5.6, 6.3",
+         q(fo6_x[:33], columnwise=True, block=(16, 16), four_over_six="mae", four_over_six_fast_math=True,
+           global_scale_max=256)),
+        ("quantize_row_scaled_4over6", "quantize", "5.6, 5.7", q(fo6_x[:20], row_scaled=True, four_over_six="mae")),
     ]
 
 

@@ -75,7 +75,7 @@ def _rerun(meta, ins):
 
 def test_every_case_is_reproduced_from_its_files(vectors):
     out, names = vectors
-    assert len(names) == 11 and len({json.loads((out / n / "case.json").read_text())["op"] for n in names}) == 5
+    assert len(names) == 14 and len({json.loads((out / n / "case.json").read_text())["op"] for n in names}) == 5
     for name in names:
         meta, ins, outs = read_case(out / name)
         want = _rerun(meta, ins)
@@ -115,7 +115,7 @@ def test_ties_vector_matches_spec_3_1_by_hand(vectors):
 def test_cli_writes_the_set(tmp_path, capsys):
     assert main(["vectors", str(tmp_path / "v"), "--seed", "3"]) == 0
     index = json.loads((tmp_path / "v" / "index.json").read_text())
-    assert [c["op"] for c in index["cases"]].count("quantize") == 7 and "wrote 11 cases" in capsys.readouterr().out
+    assert [c["op"] for c in index["cases"]].count("quantize") == 10 and "wrote 14 cases" in capsys.readouterr().out
     assert (index["byte_order"], index["array_order"]) == ("little", "C")
     meta = json.loads((tmp_path / "v" / index["cases"][0]["folder"] / "case.json").read_text())
     assert meta["seed"] == 3 and meta["options"]["rht"] is True and meta["options"]["rounding"] == "rn"
@@ -153,10 +153,22 @@ def _alpha_te(a_amax, b_amax) -> np.float32:
 
 
 def test_vectors_agree_with_independent_implementations(vectors):
-    """Six of the eleven cases checked against code that is not the oracle's (the ties case has its own hand test):
+    """Nine of the fourteen cases checked against code that is not the oracle's (the ties case has its own hand test):
     the TE quantize cases (specials and infinities, both planes; one fp16 row) by the scalar SPEC transcription, the
-    swizzle by the SPEC 8.2 byte formula, and the GEMM's exact model by fractions.Fraction with SPEC 12.1's alpha
-    formed here."""
+    4over6 and row-scaled cases by conformance.te_torch (torch, written from SPEC alone), the swizzle by the SPEC 8.2
+    byte formula, and the GEMM's exact model by fractions.Fraction with SPEC 12.1's alpha formed here."""
+    from conformance import te_torch
+
+    for name in ("quantize_4over6_mse", "quantize_4over6_mae_16x16_fast_g256", "quantize_row_scaled_4over6"):
+        meta, ins, outs = _case(vectors, name)
+        o = meta["options"]
+        kw = {k: o[k] for k in ("rowwise", "columnwise", "block", "four_over_six", "four_over_six_fast_math",
+                                "global_scale_max", "row_scaled")}
+        want = te_torch.quantize(ins["x"], **kw)
+        assert sorted(want) == sorted(outs), name
+        for key, got in outs.items():
+            assert np.asarray(got).tobytes() == np.asarray(want[key]).astype(got.dtype).tobytes(), (name, key)
+
     from conformance.independent import fraction_gemm, swizzle_by_formula
 
     for name in ("quantize_specials_17x48", "quantize_inf_16x32"):
