@@ -173,7 +173,8 @@ def torchao_encode_e2m1(y: np.ndarray) -> np.ndarray:
     on its payload (torchao's integer rounding applied to the NaN bit pattern).
     """
     y = np.asarray(y).astype(np.float32)
-    codes = np.array(encode_e2m1(y), dtype=np.uint8)  # the clamp to [-6, 6] changes no code of 3.1 (which saturates) and keeps a NaN's bits
+    # the clamp to [-6, 6] changes no code of 3.1 (which saturates) and keeps a NaN's bits
+    codes = np.array(encode_e2m1(y), dtype=np.uint8)
     nan = np.isnan(y)
     if nan.any():
         bits = y[nan].view(np.uint32)
