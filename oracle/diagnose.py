@@ -15,7 +15,7 @@ import numpy as np
 
 from .checks import host_array, is_real, is_torch
 from .dequantize import block_decode_scales
-from .four_over_six import four_over_six_scales
+from .four_over_six import ERROR_MODES, GLOBAL_SCALE_MAXES, four_over_six_scales
 from .fp4_numpy import E2M1_VALUES, decode_e4m3, encode_e2m1, pack_fp4, unpack_fp4
 from .planes import QuantizedPlane
 from .quantize import as_2d_f32, columnwise_source, plane_block_amax, quantize
@@ -55,45 +55,42 @@ class DiagnoseRule:
     planes: tuple = ("row", "col")
 
 
-def _flashinfer_rules() -> tuple:
-    """SPEC 14.11's flashinfer 4over6 rules: error mode x error domain (its strict per-tensor error, or the fast-math
-    one) x G x the S_enc it was given (5.6's quotient, or torch's ``6G / amax``: the reciprocal form)."""
-    out = []
-    for mode in ("mae", "mse"):
+def _four_over_six_forms():
+    """Every 4over6 option set TE has (SPEC 5.6): error mode x fast-math error x G, in that order, as
+    ``(mode, fast, g, quantize keywords, name suffix)``."""
+    for mode in ERROR_MODES:
         for fast in (False, True):
-            for g in (448, 256):
-                for reciprocal in (False, True):
-                    kw = {"rule": "te", "four_over_six": mode}
-                    if fast:
-                        kw["four_over_six_fast_math"] = True
-                    if g != 448:
-                        kw["global_scale_max"] = g
-                    name = (f"flashinfer_4over6_{mode}" + ("_fast" if fast else "") + ("_g256" if g != 448 else "")
-                            + ("_reciprocal_global" if reciprocal else ""))
-                    what = (f"flashinfer 4over6, {mode.upper()}, " + ("fast-math error" if fast else "p * S_dec error")
-                            + (", G = 256" if g != 448 else "")
-                            + (f", S_enc = (1 / A) * {6 * g} (torch's {6 * g} / amax)" if reciprocal else ""))
-                    variant = "flashinfer_4over6" + ("_reciprocal_global" if reciprocal else "")
-                    out.append(DiagnoseRule(name, "14.11", what, kw, variant, planes=("row",)))
-    return tuple(out)
-
-
-def _row_scaled_4over6_rules() -> tuple:
-    """TE's row-scaled planes (SPEC 5.7) under 4over6 (5.6): error mode x fast-math error x G."""
-    out = []
-    for mode in ("mae", "mse"):
-        for fast in (False, True):
-            for g in (448, 256):
-                kw = {"rule": "te", "row_scaled": True, "four_over_six": mode}
+            for g in GLOBAL_SCALE_MAXES:
+                kw = {"four_over_six": mode}
                 if fast:
                     kw["four_over_six_fast_math"] = True
                 if g != 448:
                     kw["global_scale_max"] = g
-                name = f"te_row_scaled_4over6_{mode}" + ("_fast" if fast else "") + ("_g256" if g != 448 else "")
-                what = (f"TE row-scaled 4over6, {mode.upper()}" + (", fast-math error" if fast else "")
-                        + (", G = 256" if g != 448 else ""))
-                out.append(DiagnoseRule(name, "5.6, 5.7", what, kw, planes=("row",)))
+                yield mode, fast, g, kw, mode + ("_fast" if fast else "") + ("_g256" if g != 448 else "")
+
+
+def _flashinfer_rules() -> tuple:
+    """SPEC 14.11's flashinfer 4over6 rules: each 4over6 option set x the S_enc it was given (5.6's quotient, or
+    torch's ``6G / amax``: the reciprocal form); without fast math the error is its strict per-tensor one."""
+    out = []
+    for mode, fast, g, kw, suffix in _four_over_six_forms():
+        for reciprocal in (False, True):
+            tail = "_reciprocal_global" if reciprocal else ""
+            what = (f"flashinfer 4over6, {mode.upper()}, " + ("fast-math error" if fast else "p * S_dec error")
+                    + (", G = 256" if g != 448 else "")
+                    + (f", S_enc = (1 / A) * {6 * g} (torch's {6 * g} / amax)" if reciprocal else ""))
+            out.append(DiagnoseRule(f"flashinfer_4over6_{suffix}{tail}", "14.11", what, {"rule": "te", **kw},
+                                    "flashinfer_4over6" + tail, planes=("row",)))
     return tuple(out)
+
+
+def _row_scaled_4over6_rules() -> tuple:
+    """TE's row-scaled planes (SPEC 5.7) under each 4over6 option set (5.6)."""
+    return tuple(DiagnoseRule(f"te_row_scaled_4over6_{suffix}", "5.6, 5.7",
+                              f"TE row-scaled 4over6, {mode.upper()}" + (", fast-math error" if fast else "")
+                              + (", G = 256" if g != 448 else ""),
+                              {"rule": "te", "row_scaled": True, **kw}, planes=("row",))
+                 for mode, fast, g, kw, suffix in _four_over_six_forms())
 
 
 #: Every rule diagnose tries, in the order a tie (as many differing blocks and bytes) is reported. Adding a rule is
