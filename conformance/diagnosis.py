@@ -55,7 +55,7 @@ def _setting_words(setting: tuple[tuple, bool, bool]) -> str:
     """The case's settings in words: its rule (a rule name of DIAGNOSE_RULES, or its keywords), blocks and RHT."""
     keys, block2d, rht = setting
     name = next((r.name for r in DIAGNOSE_RULES if r.variant is None and _rule_keys(r.quantize) == keys), None)
-    if name is None:  # a combination no rule of the table names (4over6 fast-math with G = 256): its keywords
+    if name is None:  # a combination no rule of the table names: its keywords
         want = dict(zip(_RULE_KEYS, keys, strict=True))
         name = want["rule"] + "".join(f" {k}={v}" for k, v in want.items() if k != "rule" and v != _RULE_KEYS[k])
     return f"{name}, {'16x16' if block2d else '1x16'} blocks" + (", RHT" if rht else "")

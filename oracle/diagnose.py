@@ -69,6 +69,14 @@ def _four_over_six_forms():
                 yield mode, fast, g, kw, mode + ("_fast" if fast else "") + ("_g256" if g != 448 else "")
 
 
+def _te_4over6_rules() -> tuple:
+    """TE's 4over6 (SPEC 5.6) under each of its option sets."""
+    return tuple(DiagnoseRule(f"te_4over6_{suffix}", "5.6",
+                              f"TE 4over6, {mode.upper()}" + (", fast-math error" if fast else "")
+                              + (", global E4M3 max 256" if g != 448 else ""), {"rule": "te", **kw})
+                 for mode, fast, g, kw, suffix in _four_over_six_forms())
+
+
 def _flashinfer_rules() -> tuple:
     """SPEC 14.11's flashinfer 4over6 rules: each 4over6 option set x the S_enc it was given (5.6's quotient, or
     torch's ``6G / amax``: the reciprocal form); without fast math the error is its strict per-tensor one."""
@@ -101,16 +109,7 @@ DIAGNOSE_RULES = (
                  {"rule": "te_fused_rht"}),
     DiagnoseRule("torchao", "5.4", "torchao 0.18 with a per-tensor scale", {"rule": "torchao"}),
     DiagnoseRule("torchao_noscale", "5.5", "torchao 0.18 without a per-tensor scale", {"rule": "torchao_noscale"}),
-    DiagnoseRule("te_4over6_mae", "5.6", "TE 4over6, MAE", {"rule": "te", "four_over_six": "mae"}),
-    DiagnoseRule("te_4over6_mse", "5.6", "TE 4over6, MSE", {"rule": "te", "four_over_six": "mse"}),
-    DiagnoseRule("te_4over6_mae_fast", "5.6", "TE 4over6, MAE, fast-math error",
-                 {"rule": "te", "four_over_six": "mae", "four_over_six_fast_math": True}),
-    DiagnoseRule("te_4over6_mse_fast", "5.6", "TE 4over6, MSE, fast-math error",
-                 {"rule": "te", "four_over_six": "mse", "four_over_six_fast_math": True}),
-    DiagnoseRule("te_4over6_mae_g256", "5.6", "TE 4over6, MAE, global E4M3 max 256",
-                 {"rule": "te", "four_over_six": "mae", "global_scale_max": 256}),
-    DiagnoseRule("te_4over6_mse_g256", "5.6", "TE 4over6, MSE, global E4M3 max 256",
-                 {"rule": "te", "four_over_six": "mse", "global_scale_max": 256}),
+    *_te_4over6_rules(),
     DiagnoseRule("te_row_scaled", "5.7", "TE row-scaled (one amax per row)", {"rule": "te", "row_scaled": True},
                  planes=("row",)),
     *_row_scaled_4over6_rules(),

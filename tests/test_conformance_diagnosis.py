@@ -93,7 +93,9 @@ def test_correct_bytes_of_an_option_the_backend_ignored_are_not_read_as_right():
     (dict(rule="te", four_over_six="mae", four_over_six_fast_math=True, block=(16, 16)), "row",
      "te_4over6_mae_fast, 16x16 blocks"),
     (dict(rule="te", four_over_six="mse", four_over_six_fast_math=True, global_scale_max=256, block=(1, 16)), "col",
-     "te four_over_six=mse four_over_six_fast_math=True global_scale_max=256, 1x16 blocks"),  # no rule names it
+     "te_4over6_mse_fast_g256, 1x16 blocks"),
+    # a combination no rule names (no oracle call takes it): its keywords
+    (dict(rule="torchao", four_over_six="mae", block=(1, 16)), "row", "torchao four_over_six=mae, 1x16 blocks"),
 ])
 def test_case_settings_in_words(kw, plane, words):
     from conformance.diagnosis import _setting_words, case_setting
