@@ -119,6 +119,12 @@ def oracle_plane(x: torch.Tensor, v: dict, m: int) -> tuple:
     return (p.data[:, : m // 2] if col else p.data), p.scales, np.asarray(p.amax, np.float32).reshape(-1)
 
 
+def same_bytes(theirs, ours) -> bool:
+    """Every array of ``theirs`` has the shape and the bytes of its partner in ``ours``."""
+    return all(a.shape == b.shape and np.array_equal(a.view(np.uint8), b.view(np.uint8))
+               for a, b in zip(theirs, ours, strict=True))
+
+
 def compare(quantizer, x: torch.Tensor, v: dict) -> tuple[bool, bool]:
     """(equal, explained by SPEC 14.1) for one input under variant ``v``: a mismatch is 14.1's when the oracle's bytes
     of the input with its -0.0 elements made +0.0 are TE's."""
@@ -133,14 +139,9 @@ def compare(quantizer, x: torch.Tensor, v: dict) -> tuple[bool, bool]:
     else:  # (TE's 16x16 rowwise scales keep the padded rows)
         theirs = u8(te.data), u8(te.scale)[:m], te.global_amax_row
     theirs = theirs[0], theirs[1], np.float32(theirs[2].float().numpy()).reshape(-1)
-
-    def same(ours) -> bool:
-        return all(a.shape == b.shape and np.array_equal(a.view(np.uint8), b.view(np.uint8))
-                   for a, b in zip(theirs, ours, strict=True))
-
-    if same(oracle_plane(x, v, m)):
+    if same_bytes(theirs, oracle_plane(x, v, m)):
         return True, False
-    return False, same(oracle_plane(x + 0.0, v, m))  # -0.0 + 0.0 = +0.0
+    return False, same_bytes(theirs, oracle_plane(x + 0.0, v, m))  # -0.0 + 0.0 = +0.0
 
 
 def compare_gemm(quantizer, gemm_type, rng, v: dict) -> tuple[bool, bool]:
@@ -178,9 +179,8 @@ def compare_gemm(quantizer, gemm_type, rng, v: dict) -> tuple[bool, bool]:
     te_planes = (((ra.data_t, ra.scale_t), (rb.data_t, rb.scale_t)) if wgrad else
                  ((ra.data, ra.scale), (rb.data, rb.scale)))
     for (data, scales), amax, p in zip(te_planes, te_amax, (pa, pb), strict=True):  # the operands agree first
-        if not (np.array_equal(u8(data), p.data) and np.array_equal(u8(scales), p.scales)
-                and np.array_equal(np.float32(amax.float().numpy()).reshape(-1).view(np.uint32),
-                                   np.asarray(p.amax, np.float32).reshape(-1).view(np.uint32))):
+        if not same_bytes((u8(data), u8(scales), np.float32(amax.float().numpy()).reshape(-1)),
+                          (p.data, p.scales, np.asarray(p.amax, np.float32).reshape(-1))):
             return False, False
     gemm = dict(model="sequential", out_dtype="float32" if out_dtype == torch.float32 else "bfloat16",
                 accumulate=None if c is None else c.numpy())
