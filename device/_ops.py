@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 from torch._subclasses.fake_tensor import FakeTensor
 
+from oracle.four_over_six import check_global_scale_max
 from oracle.grouped import grouped_capacities
 
 from . import _dispatch
@@ -353,8 +354,7 @@ def dequantize_op(data: Tensor, scales: Tensor, amax: Tensor, rows: int, cols: i
     check_dequantize_args(data, scales, amax, rows, cols, swizzled)
     if rule not in {int(r) for r in Rule}:
         raise ValueError(f"rule must be a scale rule code of device._codes.Rule, got {rule!r}")
-    if global_scale_max not in (448, 256):
-        raise ValueError(f"global_scale_max must be 448 or 256 (SPEC 5.6), got {global_scale_max!r}")
+    check_global_scale_max(global_scale_max)
     out = torch.empty((rows, cols), dtype=torch.float32, device=data.device)
     _raise_refusal(load_extension().dequantize_(data, scales, amax, rows, cols, swizzled, rule, global_scale_max, out))
     return out

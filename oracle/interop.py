@@ -30,7 +30,8 @@ import warnings
 
 import numpy as np
 
-from .checks import check_block, check_flag, check_index, host_array, is_real, is_torch
+from .checks import check_block, check_flag, host_array, is_real, is_torch
+from .four_over_six import check_global_scale_max
 from .planes import GroupedNVFP4Tensor, NVFP4Tensor, QuantizedPlane
 from .rht import check_rht_signs
 from .swizzle import padded_scale_shape, swizzle_scales, unswizzle_scales
@@ -422,8 +423,10 @@ def from_te_fields(*, rowwise_data=None, rowwise_scale_inv=None, columnwise_data
         if not rht:
             raise ValueError("rht_signs is the sign mask of an RHT plane: pass rht=True with it")
         rht_signs = check_rht_signs(rht_signs, "rht_signs")
-    if check_index(nvfp4_e4m3_max, "nvfp4_e4m3_max") not in (448, 256):
-        raise ValueError(f"nvfp4_e4m3_max must be 448 or 256 (SPEC 5.6), got {nvfp4_e4m3_max!r}")
+    try:
+        check_global_scale_max(nvfp4_e4m3_max)
+    except ValueError:
+        raise ValueError(f"nvfp4_e4m3_max must be the integer 448 or 256 (SPEC 5.6), got {nvfp4_e4m3_max!r}") from None
     if int(nvfp4_e4m3_max) != 448 and not nvfp4_use_4over6:
         raise ValueError(f"nvfp4_e4m3_max={int(nvfp4_e4m3_max)} with nvfp4_use_4over6=False: G = 256 is defined only "
                          "for 4over6 (SPEC 5.6); a plain TE tensor has 448")

@@ -231,7 +231,10 @@ def test_a_plane_of_g_256_without_a_recorded_mode_is_a_stored_plane():
     (dict(with_gemm_swizzled_scales="no"), TypeError, "with_gemm_swizzled_scales must be True or False"),
     (dict(nvfp4_use_4over6=True, four_over_six="xx"), ValueError, "four_over_six must be"),
     (dict(four_over_six="mse"), ValueError, "pass nvfp4_use_4over6=True"),
-    (dict(nvfp4_use_4over6=True, nvfp4_e4m3_max=256.7), TypeError, "nvfp4_e4m3_max must be an integer"),
+    # G as oracle.quantize's global_scale_max takes it: the integer 448 or 256, not a float (even 448.0)
+    (dict(nvfp4_use_4over6=True, nvfp4_e4m3_max=256.7), ValueError, "nvfp4_e4m3_max must be the integer 448 or 256"),
+    (dict(nvfp4_use_4over6=True, nvfp4_e4m3_max=448.0), ValueError, "nvfp4_e4m3_max must be the integer 448 or 256"),
+    (dict(nvfp4_use_4over6=True, nvfp4_e4m3_max=True), ValueError, "nvfp4_e4m3_max must be the integer 448 or 256"),
     (dict(nvfp4_use_4over6=True, rule="te_fused_rht"), ValueError, "4over6 tensor has rule 'te' without RHT"),
     (dict(row_scaled_nvfp4=True, amax_rowwise=np.ones(32, np.float32), rule="te_fused_rht"), ValueError,
      "row_scaled plane has rule 'te' without RHT"),
