@@ -260,8 +260,8 @@ THEIRS_HELP = """THEIRS.npz holds their plane under one of these sets of names (
   columnwise_data, columnwise_scale_inv[, amax_columnwise]
   qdata, scale[, per_tensor_scale]              torchao's NVFP4Tensor fields (P = amax / 2688)
 Scales may be uint8 or float8_e4m3fn bytes (saved as uint8). A flashinfer result: save its
-two outputs as data and scales (128x4 or linear layout) and its global_scale as amax; the
-report then says that the value given is S_enc rather than the amax.
+two outputs as data and scales (128x4, 8x4 or linear layout; --layout flashinfer) and its
+global_scale as amax; the report then says that the value given is S_enc rather than the amax.
 
 examples:
   python -m oracle diagnose x.npy theirs.npz
@@ -368,8 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
     dg.add_argument("input", help="X: the .npy their bytes were made from (1-D (one row) or N-D, last dim a multiple of 16)")
     dg.add_argument("theirs", help="THEIRS: an .npz with their data and scales (names below)")
     dg.add_argument("--layout", default="auto", choices=list(LAYOUTS),
-                    help="their scale layout: auto = every layout the size fits; compact, padded (SPEC 8.1), "
-                         "swizzled (SPEC 8.2); or a library's storage: torchao, te, flashinfer (SPEC 14.10)")
+                    help="their scale layout: auto = every layout the size fits (compact, padded, 128x4); compact, "
+                         "padded (SPEC 8.1), swizzled (128x4, SPEC 8.2), swizzled_8x4 (SPEC 8.3); or a library's "
+                         "storage: torchao, te, flashinfer (SPEC 14.10)")
     dg.add_argument("--plane", default="auto", choices=["auto", "row", "col"],
                     help="the plane their bytes are: auto = from the names in THEIRS and the data's shape")
     dg.add_argument("--rules", type=_rule_names, default=None, metavar="A,B",

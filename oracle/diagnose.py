@@ -32,7 +32,7 @@ from .scale_rules import (
     torchao_per_tensor_scale,
     torchao_scale_values,
 )
-from .swizzle import padded_scale_shape, unswizzle_scales
+from .swizzle import padded_scale_shape, padded_scale_shape_8x4, unswizzle_scales, unswizzle_scales_8x4
 
 __all__ = ["DIAGNOSE_RULES", "LAYOUTS", "Diagnosis", "DiagnoseRule", "diagnose", "format_block"]
 
@@ -141,12 +141,14 @@ DIAGNOSE_RULES = (
 )
 
 #: scale layouts ``diagnose`` reads (SPEC 8, 14.10); "auto" tries every layout the buffer's size fits
-LAYOUTS = ("auto", "compact", "padded", "swizzled", "torchao", "te", "flashinfer")
+LAYOUTS = ("auto", "compact", "padded", "swizzled", "swizzled_8x4", "torchao", "te", "flashinfer")
 _READINGS = {"auto": ("compact", "padded", "swizzled"), "compact": ("compact",), "padded": ("padded",),
-             "swizzled": ("swizzled",), "torchao": ("compact", "swizzled"), "te": ("padded", "swizzled"),
-             "flashinfer": ("compact", "swizzled")}
+             "swizzled": ("swizzled",), "swizzled_8x4": ("swizzled_8x4",), "torchao": ("compact", "swizzled"),
+             "te": ("padded", "swizzled"), "flashinfer": ("compact", "swizzled", "swizzled_8x4")}
+#: every reading of a scale buffer, for the layout hypotheses
+_ALL_READINGS = ("compact", "padded", "swizzled", "swizzled_8x4")
 _READING_WORDS = {"compact": "compact row-major (SPEC 8.1)", "padded": "padded compact row-major (SPEC 8.1)",
-                  "swizzled": "128x4 swizzled (SPEC 8.2)"}
+                  "swizzled": "128x4 swizzled (SPEC 8.2)", "swizzled_8x4": "8x4 swizzled (SPEC 8.3)"}
 
 
 def _rule_available(r: DiagnoseRule) -> bool:
@@ -351,13 +353,15 @@ def _u8(a, what: str) -> np.ndarray:
 def _read(buf: np.ndarray, rows: int, c16: int, reading: str):
     """(compact [rows, c16], number of nonzero padding bytes) or None when the size does not fit."""
     b = buf.reshape(-1)
-    pr, pc = padded_scale_shape(rows, c16)
     if reading == "compact":
         return (b.reshape(rows, c16), 0) if b.size == rows * c16 else None
+    pr, pc = (padded_scale_shape_8x4 if reading == "swizzled_8x4" else padded_scale_shape)(rows, c16)
     if b.size != pr * pc:
         return None
     if reading == "padded":
         full = b.reshape(pr, pc)
+    elif reading == "swizzled_8x4":
+        full = unswizzle_scales_8x4(b, pr, pc)
     else:
         full = unswizzle_scales(b, pr, pc)
     pad = full.copy()
@@ -367,7 +371,7 @@ def _read(buf: np.ndarray, rows: int, c16: int, reading: str):
 
 def _declared_reading(buf_shape: tuple, rows: int, c16: int, layout: str) -> str | None:
     """The layout the caller says (or the buffer's 2-D shape says) the scales are in, for the layout hypotheses."""
-    if layout in ("compact", "padded", "swizzled"):
+    if layout in _ALL_READINGS:
         return layout
     if len(buf_shape) == 2 and tuple(buf_shape) == (rows, c16) != padded_scale_shape(rows, c16):
         return "compact"  # (a [rows, C] matrix that is also the padded shape may be TE's swizzled storage)
@@ -566,23 +570,34 @@ def _e4m3_rounding(best: _Candidate, their_scales: np.ndarray, values: np.ndarra
     return None
 
 
+def _layout_mixup(written: str, read: str) -> str:
+    """The bug class of scales written in layout ``written`` and read as ``read`` (two readings of _ALL_READINGS)."""
+    if written.startswith("swizzled") and read.startswith("swizzled"):
+        return f"{written[9:] or '128x4'} swizzled scales read as {read[9:] or '128x4'} swizzled"
+    if written.startswith("swizzled"):
+        return "swizzled scales read as linear"
+    if read.startswith("swizzled"):
+        return "linear scales read as swizzled"
+    return "linear scales read with the other padding"
+
+
 def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: str | None, layout: str,
                 other_scales, given_amax, source: np.ndarray, inputs_amax_fits: bool) -> list:
     exp = best.expected
     rows, c16 = exp.scales.shape
     out = []
     # layout: the scales fit in a layout other than the one declared
-    for reading in ("compact", "padded", "swizzled"):
+    for reading in _ALL_READINGS:
         got = _read(sbuf, rows, c16, reading)
         if got is None or reading == best.reading:
             continue
         if np.array_equal(got[0], exp.scales) and not np.array_equal(_read(sbuf, rows, c16, best.reading)[0],
                                                                       exp.scales):
-            kind = "swizzled scales read as linear" if reading == "swizzled" else "linear scales read as swizzled"
+            kind = _layout_mixup(reading, best.reading)
             out.append(f"{kind}: the scale bytes are {best.label}'s in the {_READING_WORDS[reading]} layout"
                        + (f", not the {declared} layout given" if declared else ""))
     if declared and declared != best.reading and best.n_diff == 0:
-        kind = "swizzled scales read as linear" if best.reading == "swizzled" else "linear scales read as swizzled"
+        kind = _layout_mixup(best.reading, declared)
         out.append(f"{kind}: the scale bytes match in the {_READING_WORDS[best.reading]} layout, not the "
                    f"{declared} layout " + ("given" if declared == layout else
                                             f"their shape {list(sbuf.shape)} suggests"))
@@ -600,7 +615,7 @@ def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: 
     tr = []
     if b.size == rows * c16:
         tr.append(b.reshape(c16, rows).T)
-    for reading in ("padded", "swizzled"):
+    for reading in _ALL_READINGS[1:]:
         got = _read(b, c16, rows, reading)
         if got is not None:
             tr.append(got[0].T)
@@ -612,7 +627,7 @@ def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: 
     if other_scales is not None and best.n_diff and not (
             other_scales.shape == exp.scales.shape and np.array_equal(other_scales, exp.scales)):
         o_rows, o_c16 = other_scales.shape
-        for reading in ("compact", "padded", "swizzled"):
+        for reading in _ALL_READINGS:
             got = _read(b, o_rows, o_c16, reading)
             if got is not None and np.array_equal(got[0], other_scales):
                 other = "columnwise" if best.plane == "row" else "rowwise"
@@ -655,7 +670,7 @@ def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: 
     # garbage in the padding
     if best.padding_garbage:
         out.append(f"garbage in the padding: {best.padding_garbage} padding bytes of the {best.reading} scale buffer "
-                   "are not 0x00 (SPEC 8.1, 8.2)")
+                   "are not 0x00 (SPEC 8.1-8.3)")
     if best.plane == "col" and exp.valid_cols < exp.cols and not exp.rht:
         m = exp.valid_cols
         theirs_codes = unpack_fp4(data.reshape(exp.rows, -1), exp.cols)
@@ -744,9 +759,9 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
         scales: their scale bytes, uint8 or float8_e4m3fn, in any layout of ``layout``.
         amax: their stored per-tensor amax (a number, or one per row for a row-scaled plane), if any. Every rule
             runs with its own computed amax, and again with this one when it differs.
-        layout: "auto" (every layout the size fits), "compact", "padded", "swizzled", or a library's storage
-            (SPEC 14.10): "torchao" (compact or swizzled), "te" (padded or swizzled), "flashinfer" (linear
-            compact or 128x4).
+        layout: "auto" (every layout the size fits: compact, padded or 128x4), "compact", "padded", "swizzled"
+            (128x4), "swizzled_8x4" (SPEC 8.3), or a library's storage (SPEC 14.10): "torchao" (compact or
+            128x4), "te" (padded or 128x4), "flashinfer" (linear compact, 128x4 or 8x4).
         plane: "row", "col" or "auto" (from the data's shape and size).
         rht_signs: the RHT sign mask tried for a columnwise plane of bf16 input.
         rules: a name of :data:`DIAGNOSE_RULES`, or several, to try (default: all this oracle has); a name may be a

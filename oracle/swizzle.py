@@ -1,8 +1,10 @@
-"""The cuBLAS / CUTLASS block-scaled GEMM scale-factor layout (SPEC 8) and grouped scale offsets (SPEC 9).
+"""The cuBLAS / CUTLASS block-scaled GEMM scale-factor layout (SPEC 8.2), flashinfer's 8x4 layout (SPEC 8.3) and
+grouped scale offsets (SPEC 9).
 
 A compact scale matrix ``[rows, C]`` is zero-padded to ``[roundup(rows, 128), roundup(C, 4)]`` and cut into
 128x4 tiles of 512 bytes, row-block outermost. Inside a tile, compact (r, c) lands at byte
-``(r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4``.
+``(r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4``. The 8x4 layout pads to ``[roundup(rows, 8), roundup(C, 4)]`` and
+cuts 8x4 tiles of 32 bytes, row-block outermost, each row-major.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ from .checks import check_index
 __all__ = [
     "grouped_scale_offsets",
     "padded_scale_shape",
+    "padded_scale_shape_8x4",
     "round_up",
     "swizzle_scales",
+    "swizzle_scales_8x4",
     "swizzled_offset",
     "unswizzle_scales",
+    "unswizzle_scales_8x4",
 ]
 
 
@@ -89,6 +94,39 @@ def unswizzle_scales(buf, rows: int, cols: int) -> np.ndarray:
     if b.size != R * C:
         raise ValueError(f"swizzled buffer of {b.size} bytes does not match rows={rows}, cols={cols} ({R * C} bytes)")
     t = b.reshape(R // 128, C // 4, 32, 4, 4).transpose(0, 3, 2, 1, 4)
+    return np.ascontiguousarray(t).reshape(R, C)[:rows, :cols].copy()
+
+
+def padded_scale_shape_8x4(rows: int, scale_cols: int) -> tuple[int, int]:
+    """The padded shape of the 8x4 layout, ``(roundup(rows, 8), roundup(scale_cols, 4))`` (SPEC 8.3)."""
+    return round_up(check_index(rows, "rows"), 8), round_up(check_index(scale_cols, "scale_cols"), 4)
+
+
+def swizzle_scales_8x4(compact) -> np.ndarray:
+    """Compact uint8 scales ``[rows, C]`` -> 1-D buffer of flashinfer's 8x4 layout, ``roundup(rows, 8) *
+    roundup(C, 4)`` bytes (SPEC 8.3: compact (r, c) at byte ``((r // 8) * (Cp // 4) + c // 4) * 32 + (r % 8) * 4 +
+    c % 4``). Padding bytes are 0x00."""
+    s = _check_u8_2d(compact, "compact scales")
+    rows, cols = s.shape
+    R, C = padded_scale_shape_8x4(rows, cols)
+    padded = np.zeros((R, C), np.uint8)
+    padded[:rows, :cols] = s
+    # (R/8, 8, C/4, 4) -> order (tileR, tileC, r % 8, c % 4)
+    return np.ascontiguousarray(padded.reshape(R // 8, 8, C // 4, 4).transpose(0, 2, 1, 3)).reshape(-1)
+
+
+def unswizzle_scales_8x4(buf, rows: int, cols: int) -> np.ndarray:
+    """Inverse of :func:`swizzle_scales_8x4`: a 1-D buffer of the 8x4 layout -> compact ``[rows, cols]`` (SPEC 8.3),
+    the padding dropped."""
+    b = np.asarray(buf)
+    if b.dtype != np.uint8:
+        raise TypeError(f"8x4 scales must be uint8, got {b.dtype}")
+    R, C = padded_scale_shape_8x4(check_index(rows, "rows"), check_index(cols, "cols"))
+    if b.ndim != 1:
+        raise ValueError(f"the 8x4 buffer must be 1-D (SPEC 8.3), got shape {b.shape}")
+    if b.size != R * C:
+        raise ValueError(f"8x4 buffer of {b.size} bytes does not match rows={rows}, cols={cols} ({R * C} bytes)")
+    t = b.reshape(R // 8, C // 4, 8, 4).transpose(0, 2, 1, 3)
     return np.ascontiguousarray(t).reshape(R, C)[:rows, :cols].copy()
 
 

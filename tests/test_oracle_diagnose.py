@@ -531,6 +531,46 @@ def test_planted_swizzled_read_as_linear():
     assert any(h.startswith("linear scales read as swizzled") for h in r.hypotheses), str(r)
 
 
+def _layout_8x4(compact: np.ndarray) -> np.ndarray:
+    """flashinfer's 8x4 scale layout (SPEC 8.3) placed byte by byte from the offset formula."""
+    rows, c = compact.shape
+    rp, cp = -(-rows // 8) * 8, -(-c // 4) * 4
+    buf = np.zeros(rp * cp, np.uint8)
+    for r in range(rows):
+        for j in range(c):
+            buf[(r // 8 * (cp // 4) + j // 4) * 32 + (r % 8) * 4 + j % 4] = compact[r, j]
+    return buf
+
+
+def test_flashinfer_8x4_layout_is_read():
+    """Scales in flashinfer's 8x4 layout (SPEC 8.3) are read under layout "flashinfer" (beside its linear and 128x4
+    ones) and "swizzled_8x4", and not by "auto" (whose readings are compact, padded and 128x4)."""
+    x = _x(40, 80, seed=7)  # 40 rows, 5 scale columns: 8x4 needs 40 * 8 bytes, compact 200, 128x4 1024
+    o = tt.quantize(x)
+    buf = _layout_8x4(o["row_scales"])
+    for layout in ("flashinfer", "swizzled_8x4"):
+        r = diagnose(x, o["row_data"], buf, layout=layout, rules=["te"])
+        assert r.matches == ["te"] and r.reading == "swizzled_8x4", str(r)
+        assert "8x4 swizzled (SPEC 8.3)" in str(r)
+    r = diagnose(x, o["row_data"], o["row_scales_swizzled"], layout="flashinfer", rules=["te"])
+    assert r.matches == ["te"] and r.reading == "swizzled", str(r)
+    with pytest.raises(ValueError, match="fit no"):  # 320 bytes: not compact (200), padded or 128x4 (1024)
+        diagnose(x, o["row_data"], buf, rules=["te"])
+    with pytest.raises(ValueError, match="fit no"):
+        diagnose(x, o["row_data"], np.zeros(7, np.uint8), layout="swizzled_8x4", rules=["te"])
+
+
+def test_planted_8x4_scales_read_as_128x4():
+    """256 rows: the 8x4 and the 128x4 layouts have the same size, so a reader may take one for the other."""
+    x = _x(256, 64, seed=8)
+    o = tt.quantize(x)
+    r = diagnose(x, o["row_data"], _layout_8x4(o["row_scales"]), layout="swizzled", rules=["te"])
+    assert not r.matches, str(r)
+    assert any(h.startswith("8x4 swizzled scales read as 128x4 swizzled") for h in r.hypotheses), str(r)
+    r = diagnose(x, o["row_data"], o["row_scales_swizzled"], layout="swizzled_8x4", rules=["te"])
+    assert any(h.startswith("128x4 swizzled scales read as 8x4 swizzled") for h in r.hypotheses), str(r)
+
+
 def test_planted_swizzled_scales_in_a_compact_sized_buffer():
     # 200 rows: the 128x4 layout needs 1024 bytes, the compact one 800; a writer that swizzles into the compact-sized
     # buffer leaves its first 800 bytes

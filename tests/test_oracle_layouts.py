@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 
 import oracle
 from oracle.grouped import cut_splits, grouped_capacities
-from oracle.swizzle import grouped_scale_offsets, swizzle_scales, swizzled_offset, unswizzle_scales
+from oracle.swizzle import (
+    grouped_scale_offsets,
+    swizzle_scales,
+    swizzle_scales_8x4,
+    swizzled_offset,
+    unswizzle_scales,
+    unswizzle_scales_8x4,
+)
 
 
 def test_swizzle_hand_positions():
@@ -50,6 +57,45 @@ def test_swizzle_roundtrip(rows, cols, seed):
     assert buf.size == (rows + 127) // 128 * 128 * ((cols + 3) // 4 * 4)
     assert np.array_equal(unswizzle_scales(buf, rows, cols), compact)
     assert np.count_nonzero(buf) == np.count_nonzero(compact)  # padding bytes are zero
+
+
+def test_swizzle_8x4_hand_positions():
+    """SPEC 8.3: 9 x 5 compact scales pad to 16 x 8, four 8x4 tiles of 32 bytes in the order (rows 0-7, cols 0-3),
+    (rows 0-7, cols 4-7), (rows 8-15, cols 0-3), (rows 8-15, cols 4-7), each tile row-major (4 bytes per row)."""
+    compact = np.zeros((9, 5), np.uint8)
+    marks = {(0, 0): 1, (0, 3): 2, (1, 0): 3, (3, 2): 4, (7, 3): 5, (0, 4): 6, (5, 4): 7, (8, 0): 8, (8, 3): 9,
+             (8, 4): 10}
+    for (r, c), v in marks.items():
+        compact[r, c] = v
+    buf = swizzle_scales_8x4(compact)
+    assert buf.shape == (16 * 8,)
+    # byte of (r, c): tile (r // 8, c // 4) at 32 * (2 * (r // 8) + c // 4), then 4 * (r % 8) + c % 4
+    expected = {0: 1, 3: 2, 4: 3, 14: 4, 31: 5, 32: 6, 52: 7, 64: 8, 67: 9, 96: 10}
+    assert {int(i): int(buf[i]) for i in np.flatnonzero(buf)} == expected  # and every padding byte is 0
+    assert np.array_equal(unswizzle_scales_8x4(buf, 9, 5), compact)
+
+
+@given(st.integers(0, 70), st.integers(0, 20), st.integers(0, 2**31))
+@settings(max_examples=60, deadline=None)
+def test_swizzle_8x4_roundtrip_and_size(rows, cols, seed):
+    rng = np.random.default_rng(seed)
+    compact = rng.integers(0, 256, (rows, cols), dtype=np.uint8)
+    buf = swizzle_scales_8x4(compact)
+    assert buf.size == (rows + 7) // 8 * 8 * ((cols + 3) // 4 * 4)
+    assert np.array_equal(unswizzle_scales_8x4(buf, rows, cols), compact)
+    assert np.count_nonzero(buf) == np.count_nonzero(compact)  # padding bytes are zero
+
+
+def test_swizzle_8x4_errors():
+    with pytest.raises(TypeError, match="must be uint8"):
+        swizzle_scales_8x4(np.zeros((4, 4), np.int32))
+    with pytest.raises(TypeError, match="must be uint8"):
+        unswizzle_scales_8x4(np.zeros(32, np.int8), 4, 4)
+    # 4 x 4 compact scales: roundup(4, 8) * roundup(4, 4) = 32 bytes
+    with pytest.raises(ValueError, match=r"16 bytes does not match rows=4, cols=4 \(32 bytes\)"):
+        unswizzle_scales_8x4(np.zeros(16, np.uint8), 4, 4)
+    with pytest.raises(ValueError, match="must be 1-D"):
+        unswizzle_scales_8x4(np.zeros((8, 4), np.uint8), 4, 4)
 
 
 def test_grouped_offsets_hand_example():
