@@ -425,8 +425,8 @@ def from_te_fields(*, rowwise_data=None, rowwise_scale_inv=None, columnwise_data
         rht_signs = check_rht_signs(rht_signs, "rht_signs")
     try:
         check_global_scale_max(nvfp4_e4m3_max)
-    except ValueError:
-        raise ValueError(f"nvfp4_e4m3_max must be the integer 448 or 256 (SPEC 5.6), got {nvfp4_e4m3_max!r}") from None
+    except ValueError as e:
+        raise ValueError(str(e).replace("global_scale_max", "nvfp4_e4m3_max", 1)) from None
     if int(nvfp4_e4m3_max) != 448 and not nvfp4_use_4over6:
         raise ValueError(f"nvfp4_e4m3_max={int(nvfp4_e4m3_max)} with nvfp4_use_4over6=False: G = 256 is defined only "
                          "for 4over6 (SPEC 5.6); a plain TE tensor has 448")

@@ -244,7 +244,7 @@ def test_row_scaled_plane_refuses_too_few_amaxes():
 def test_plane_refuses_other_global_scale_max():
     d, s = np.zeros((1, 8), np.uint8), np.zeros((1, 1), np.uint8)
     for g in (512, 447, 6):
-        with pytest.raises(ValueError, match="global_scale_max must be 448 or 256"):
+        with pytest.raises(ValueError, match="global_scale_max must be the integer 448 or 256"):
             QuantizedPlane(d, s, 1.0, (1, 16), global_scale_max=g)
 
 
