@@ -146,3 +146,68 @@ def test_a_path_without_the_reference_cannot_run(tmp_path, capsys, monkeypatch):
         check.load_reference(tmp_path, tmp_path / "work")
     monkeypatch.setattr(sys, "argv", ["te_reference_check.py", "--te", str(tmp_path)])
     assert check.main() == 2 and "cannot run" in capsys.readouterr().err
+
+
+@pytest.fixture(autouse=True)
+def _forget_loaded_trees():
+    """The modules a test loads from a TE tree leave sys.modules with it."""
+    yield
+    for mod in [m for m in sys.modules if m == "transformer_engine" or m.startswith("transformer_engine.")]:
+        del sys.modules[mod]
+
+
+def _fake_te(root: Path, reference: str) -> Path:
+    """A TE source tree whose custom_recipes hold ``reference`` as reference_nvfp4.py and a reference_utils.py with
+    the one name the tool reads (Fp4Formats.E2M1)."""
+    d = root / "transformer_engine" / "pytorch" / "custom_recipes"
+    d.mkdir(parents=True)
+    (d / "reference_utils.py").write_text("class Fp4Formats:\n    E2M1 = 'e2m1'\n")
+    (d / "reference_nvfp4.py").write_text(reference)
+    return root
+
+
+_NARROW_CONSTRUCTOR = """
+class NVFP4QuantizerRef:
+    def __init__(self, *, dtype, rowwise, columnwise):
+        pass
+"""
+_NO_FIELDS = """
+class NVFP4QuantizerRef:
+    def __init__(self, **kw):
+        pass
+
+    def quantize(self, x):
+        return object()
+"""
+_MISSING_IMPORT = "import transformer_engine.pytorch.not_a_stand_in\n"
+
+
+@pytest.mark.parametrize("reference, words", [
+    (_NARROW_CONSTRUCTOR, "NVFP4QuantizerRef constructor"),  # a keyword this TE does not take
+    (_NO_FIELDS, "NVFP4QuantizerRef.quantize"),  # a result without the fields read
+    (_MISSING_IMPORT, "does not load beside this tool's stand-ins"),  # an import the stand-ins do not give
+])
+def test_a_reference_that_takes_or_gives_other_things_cannot_run(tmp_path, capsys, monkeypatch, reference, words):
+    """Exit status 2 (cannot run), not 1 (an unexplained mismatch), for a TE whose reference differs in its API."""
+    te = _fake_te(tmp_path / "te", reference)
+    monkeypatch.setattr(sys, "argv", ["te_reference_check.py", "--te", str(te), "--cases", "1"])
+    assert check.main() == 2
+    err = capsys.readouterr().err
+    assert "cannot run" in err and words in err, err
+
+
+def test_a_second_checkout_is_loaded_afresh(tmp_path):
+    """load_reference of another TE tree in the same process gives that tree's classes (no module of the first
+    answers for it) and leaves sys.path as it was."""
+    path_before = list(sys.path)
+    one = check.load_reference(_fake_te(tmp_path / "one", _NARROW_CONSTRUCTOR), tmp_path / "w1")[0]
+    two = check.load_reference(_fake_te(tmp_path / "two", _NO_FIELDS), tmp_path / "w2")[0]
+    assert one is not two and hasattr(two, "quantize") and not hasattr(one, "quantize")
+    assert sys.path == path_before
+
+
+def test_cases_must_be_positive(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["te_reference_check.py", "--te", ".", "--cases", "0"])
+    with pytest.raises(SystemExit) as e:
+        check.main()
+    assert e.value.code == 2 and "must be at least 1" in capsys.readouterr().err

@@ -23,6 +23,7 @@ takes what this tool does not know).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import shutil
 import sys
@@ -67,6 +68,9 @@ def load_reference(te: Path, work: Path):
         (work / rel).write_text(text)
     for name in ("reference_nvfp4.py", "reference_utils.py"):
         shutil.copy(src / name, work / _RECIPES / name)
+    # a package tree loaded before (another --te in this process) must not answer for this one
+    for mod in [m for m in sys.modules if m == "transformer_engine" or m.startswith("transformer_engine.")]:
+        del sys.modules[mod]
     sys.path.insert(0, str(work))
     try:
         ref = importlib.import_module("transformer_engine.pytorch.custom_recipes.reference_nvfp4")
@@ -76,11 +80,23 @@ def load_reference(te: Path, work: Path):
     except (ImportError, AttributeError) as e:  # a TE whose reference imports or names more than the stand-ins give
         raise CannotRun(f"TE's reference at {src} does not load beside this tool's stand-ins: {type(e).__name__}: "
                         f"{e}") from None
+    finally:
+        sys.path.remove(str(work))
 
 
 class CannotRun(Exception):
     """The comparison could not run (exit status 2): no TE reference at the path, or one whose imports, constructor
     keywords or qgemm arguments this tool does not know."""
+
+
+@contextlib.contextmanager
+def te_call(what: str):
+    """A call into TE's reference: a TypeError or AttributeError there (an argument or field this tool passes or
+    reads that this TE does not have) means the comparison cannot run, not that the bytes differ."""
+    try:
+        yield
+    except (TypeError, AttributeError) as e:
+        raise CannotRun(f"TE's {what} does not take what this tool passes: {type(e).__name__}: {e}") from None
 
 
 def random_input(rng, *, even_rows: bool) -> torch.Tensor:
@@ -101,10 +117,12 @@ def random_input(rng, *, even_rows: bool) -> torch.Tensor:
 
 
 def host(t: torch.Tensor) -> np.ndarray:
+    """A CPU tensor as a NumPy array (bf16 as ml_dtypes.bfloat16)."""
     return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16) if t.dtype == torch.bfloat16 else t.numpy()
 
 
 def u8(t: torch.Tensor) -> np.ndarray:
+    """A tensor of bytes (uint8, or float8_e4m3fn scales) as a contiguous uint8 array."""
     return (t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t).contiguous().numpy()
 
 
@@ -130,14 +148,15 @@ def compare(quantizer, x: torch.Tensor, v: dict) -> tuple[bool, bool]:
     of the input with its -0.0 elements made +0.0 are TE's."""
     m, k = x.shape
     col = v["plane"] == "col"
-    te = quantizer(rowwise=not col, columnwise=col, quant_tile_shape=v["block"],
-                   nvfp4_use_4over6=v["fos"] is not None, nvfp4_4over6_err_mode=v["fos"] or "MAE",
-                   nvfp4_4over6_err_use_fast_math=v["fast"], nvfp4_e4m3_max=v["g"],
-                   row_scaled_nvfp4=v["row_scaled"]).quantize(x)
-    if col:
-        theirs = u8(te.data_t), u8(te.scale_t), te.global_amax_col
-    else:  # (TE's 16x16 rowwise scales keep the padded rows)
-        theirs = u8(te.data), u8(te.scale)[:m], te.global_amax_row
+    q = quantizer(rowwise=not col, columnwise=col, quant_tile_shape=v["block"],
+                  nvfp4_use_4over6=v["fos"] is not None, nvfp4_4over6_err_mode=v["fos"] or "MAE",
+                  nvfp4_4over6_err_use_fast_math=v["fast"], nvfp4_e4m3_max=v["g"], row_scaled_nvfp4=v["row_scaled"])
+    with te_call("NVFP4QuantizerRef.quantize"):
+        te = q.quantize(x)
+        if col:
+            theirs = u8(te.data_t), u8(te.scale_t), te.global_amax_col
+        else:  # (TE's 16x16 rowwise scales keep the padded rows)
+            theirs = u8(te.data), u8(te.scale)[:m], te.global_amax_row
     theirs = theirs[0], theirs[1], np.float32(theirs[2].float().numpy()).reshape(-1)
     if same_bytes(theirs, oracle_plane(x, v, m)):
         return True, False
@@ -160,24 +179,27 @@ def compare_gemm(quantizer, gemm_type, rng, v: dict) -> tuple[bool, bool]:
     opts = dict(nvfp4_use_4over6=v["fos"] is not None, nvfp4_4over6_err_mode=v["fos"] or "MAE", nvfp4_e4m3_max=v["g"])
     qa = quantizer(rowwise=not wgrad, columnwise=wgrad, row_scaled_nvfp4=v["row_scaled"], **opts)
     qb = quantizer(rowwise=not wgrad, columnwise=wgrad, **opts)
-    ra, rb = qa.quantize(a), qb.quantize(b)
+    with te_call("NVFP4QuantizerRef.quantize"):
+        ra, rb = qa.quantize(a), qb.quantize(b)
     out_dtype = torch.float32 if v["accumulate"] or v["out"] == "float32" else torch.bfloat16
     c = torch.from_numpy(rng.standard_normal((rows, cols)).astype(np.float32)) if v["accumulate"] else None
-    if wgrad:
-        y = qa.qgemm(ra.data_t, rb.data_t, None, out_dtype, ra.scale_t, rb.scale_t, out=c, accumulate=c is not None,
-                     gemm_type=gemm_type.WGRAD, qresult_x=ra, qresult_w=rb)
-        te_amax = ra.global_amax_col, rb.global_amax_col
-    else:
-        y = qa.qgemm(ra.data, rb.data, None, out_dtype, ra.scale, rb.scale, out=c, accumulate=c is not None,
-                     qresult_x=ra, qresult_w=rb)
-        te_amax = ra.global_amax_row, rb.global_amax_row
+    with te_call("NVFP4QuantizerRef.qgemm"):
+        if wgrad:
+            y = qa.qgemm(ra.data_t, rb.data_t, None, out_dtype, ra.scale_t, rb.scale_t, out=c,
+                         accumulate=c is not None, gemm_type=gemm_type.WGRAD, qresult_x=ra, qresult_w=rb)
+            te_amax = ra.global_amax_col, rb.global_amax_col
+        else:
+            y = qa.qgemm(ra.data, rb.data, None, out_dtype, ra.scale, rb.scale, out=c, accumulate=c is not None,
+                         qresult_x=ra, qresult_w=rb)
+            te_amax = ra.global_amax_row, rb.global_amax_row
     kw = dict(rowwise=not wgrad, columnwise=wgrad, four_over_six=v["fos"].lower() if v["fos"] else None,
               global_scale_max=v["g"])
     pa = oracle.quantize(host(a), row_scaled=v["row_scaled"], **kw)
     pb = oracle.quantize(host(b), **kw)
     pa, pb = (pa.col, pb.col) if wgrad else (pa.row, pb.row)
-    te_planes = (((ra.data_t, ra.scale_t), (rb.data_t, rb.scale_t)) if wgrad else
-                 ((ra.data, ra.scale), (rb.data, rb.scale)))
+    with te_call("quantized tensor"):
+        te_planes = (((ra.data_t, ra.scale_t), (rb.data_t, rb.scale_t)) if wgrad else
+                     ((ra.data, ra.scale), (rb.data, rb.scale)))
     for (data, scales), amax, p in zip(te_planes, te_amax, (pa, pb), strict=True):  # the operands agree first
         if not same_bytes((u8(data), u8(scales), np.float32(amax.float().numpy()).reshape(-1)),
                           (p.data, p.scales, np.asarray(p.amax, np.float32).reshape(-1))):
@@ -195,6 +217,7 @@ def compare_gemm(quantizer, gemm_type, rng, v: dict) -> tuple[bool, bool]:
 
 
 def gemm_variants() -> list[dict]:
+    """The qgemm calls compared: fprop (bf16 / fp32 out, a C, G = 256 4over6 operands, a row-scaled X) and wgrad."""
     base = dict(kind="fprop", fos=None, g=448, row_scaled=False, accumulate=False)
     return [dict(base, out="bfloat16"), dict(base, out="float32"), dict(base, out="float32", accumulate=True),
             dict(base, fos="MSE", g=256, out="bfloat16"), dict(base, row_scaled=True, out="float32"),
@@ -202,6 +225,8 @@ def gemm_variants() -> list[dict]:
 
 
 def variants() -> list[dict]:
+    """The quantizer settings compared: both planes x both block shapes x (plain, 4over6 mode x fast math x G), and
+    row scaling with and without 4over6 (rowwise 1x16 only, as TE has it)."""
     out = []
     for plane in ("row", "col"):
         for block in ((1, 16), (16, 16)):
@@ -216,10 +241,18 @@ def variants() -> list[dict]:
     return out
 
 
+def _positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
 def main() -> int:
+    """The command line (module docstring); returns the exit status."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--te", type=Path, required=True, help="a TransformerEngine source checkout")
-    ap.add_argument("--cases", type=int, default=300, help="random inputs per variant")
+    ap.add_argument("--cases", type=_positive, default=300, help="random inputs per variant (at least 1)")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -235,11 +268,8 @@ def _run(a) -> int:
         quantizer, utils, gemm_type = load_reference(a.te.resolve(), Path(work))
 
         def make(**kw):
-            try:
-                q = quantizer(dtype=utils.Fp4Formats.E2M1, **kw)
-            except TypeError as e:  # a keyword this TE's NVFP4QuantizerRef does not take
-                raise CannotRun(f"TE's NVFP4QuantizerRef refuses {sorted(kw)}: {e}") from None
-            return q
+            with te_call(f"NVFP4QuantizerRef constructor (keywords {sorted(kw)})"):
+                return quantizer(dtype=utils.Fp4Formats.E2M1, **kw)
 
         rng = np.random.default_rng(a.seed)
         unexplained = 0
