@@ -68,7 +68,9 @@ def candidate_errors(
     """
     if domain not in ERROR_DOMAINS:
         raise ValueError(f"domain must be one of {ERROR_DOMAINS}, got {domain!r}")
-    denom = np.float32(6 * int(global_scale_max))
+    if mode not in ERROR_MODES:
+        raise ValueError(f"mode must be one of {ERROR_MODES}, got {mode!r}")
+    denom = np.float32(6 * check_global_scale_max(global_scale_max))
     err = np.zeros(d.shape, np.float32)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         s_dec = (_ONE / np.asarray(s_enc, np.float32)).astype(np.float32)
@@ -126,6 +128,8 @@ def four_over_six_scales(
         block: (1, 16) or (16, 16); with (16, 16) the errors are summed over the tile before the choice.
         s_enc: the plane's S_enc where it is not 5.6's from ``amax`` (SPEC 14.11's reciprocal form), else None.
     """
+    if tuple(block) not in ((1, 16), (16, 16)):
+        raise ValueError(f"block must be (1, 16) or (16, 16), got {block!r}")
     rows, cols = y.shape
     a = np.asarray(amax, np.float32)
     if a.ndim:

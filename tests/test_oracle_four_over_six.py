@@ -290,6 +290,25 @@ def test_refused_combinations(kwargs, message):
         oracle.group_quantize(x, [16], **kwargs)
 
 
+@pytest.mark.parametrize("change, message", [
+    (dict(mode="MAE"), "mode must be one of"),  # (quantize lower-cases its keyword; the helpers take it as given)
+    (dict(mode="bogus"), "mode must be one of"),
+    (dict(global_scale_max=300), "448 or 256"),
+    (dict(global_scale_max=448.0), "the integer 448 or 256"),
+    (dict(domain="fast"), "domain must be one of"),
+    (dict(block=(16, 1)), "block must be"),
+])
+def test_four_over_six_scales_checks_its_arguments(change, message):
+    """The public helper refuses what oracle.quantize would: no argument is read as a default it does not name."""
+    from oracle.four_over_six import four_over_six_scales
+
+    y = np.ones((16, 32), np.float32)
+    kw = dict(amax=1.0, mode="mae", domain="input", global_scale_max=448, block=(1, 16))
+    four_over_six_scales(y, np.ones((16, 2), np.float32), **kw)
+    with pytest.raises(ValueError, match=message):
+        four_over_six_scales(y, np.ones((16, 2), np.float32), **{**kw, **change})
+
+
 def test_options_are_recorded():
     x = np.ones((16, 32), np.float32)
     t = oracle.quantize(x, four_over_six="MSE", four_over_six_fast_math=True, columnwise=True)
