@@ -74,7 +74,11 @@ def from_torch(t) -> np.ndarray:
 
 
 def host_array(a) -> np.ndarray:
-    """``a`` as a NumPy array: a torch tensor through :func:`from_torch`, anything else through ``np.asarray``."""
+    """``a`` as a NumPy array: a torch tensor through :func:`from_torch`, anything else through ``np.asarray``.
+    ``TypeError`` for a masked array (``np.asarray`` would drop its mask: the masked elements read as stored)."""
+    if isinstance(a, np.ma.MaskedArray):
+        raise TypeError("a masked array: its mask would be dropped and the masked elements read as stored; pass "
+                        "a.filled(value) or a.data")
     return from_torch(a) if is_torch(a) else np.asarray(a)
 
 

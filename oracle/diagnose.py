@@ -344,7 +344,7 @@ def _u8(a, what: str) -> np.ndarray:
         if t.element_size() != 1:
             raise TypeError(f"{what} must hold bytes (uint8 or float8), got {t.dtype}")
         return t.contiguous().view(torch.uint8).numpy().copy()
-    a = np.asarray(a)
+    a = host_array(a)
     if a.dtype.itemsize != 1 or a.dtype.kind == "b":
         raise TypeError(f"{what} must hold bytes (uint8 or float8_e4m3fn), got {a.dtype}")
     return np.ascontiguousarray(a).view(np.uint8)

@@ -73,7 +73,7 @@ def _host_u8(a, what: str) -> np.ndarray:
                 raise TypeError(f"{what} must hold bytes (uint8, float8 or float4x2), got {t.dtype}")
             t = t.view(torch.uint8)
         return t.cpu().contiguous().numpy().copy()
-    a = np.asarray(a)
+    a = host_array(a)
     if a.dtype != np.uint8:
         if a.dtype.itemsize != 1 or a.dtype.kind == "b":
             raise TypeError(f"{what} must hold bytes (uint8 or float8_e4m3fn), got {a.dtype}")
@@ -89,7 +89,7 @@ def _host_f32(a, what: str) -> np.ndarray:
         if a.dtype != torch.float32:
             raise TypeError(f"{what} must be float32, got {a.dtype}")
         return a.detach().cpu().numpy().astype(np.float32).reshape(-1).copy()
-    v = np.asarray(a)
+    v = host_array(a)
     if v.dtype.kind not in "fiu":
         raise TypeError(f"{what} must be a float32 number or array, got {v.dtype}")
     return v.astype(np.float32).reshape(-1)

@@ -504,6 +504,41 @@ def test_a_masked_array_is_refused():
         oracle.diagnose(x, q.data, q.scales)
 
 
+def _masked(a):
+    return np.ma.array(a, mask=np.ones(np.shape(a), bool))
+
+
+def test_masked_arrays_are_refused_wherever_an_array_is_taken():
+    """Every other array argument (amaxes, alpha, C, bias, their bytes) refuses a masked array too, instead of
+    reading its masked elements as stored."""
+    x = np.ones((32, 32), np.float32)
+    q = oracle.quantize(x)
+    p = q.row
+    calls = {
+        "quantize amax": lambda: oracle.quantize(x, amax=_masked(np.float32(5.0))),
+        "group_quantize amax": lambda: oracle.group_quantize(x, [16, 16], amax=_masked(np.ones(2, np.float32))),
+        "gemm alpha": lambda: oracle.gemm(p, p, alpha=_masked(np.float32(2.0))),
+        "gemm accumulate": lambda: oracle.gemm(p, p, out_dtype="float32", accumulate=_masked(np.zeros((32, 32)))),
+        "gemm bias": lambda: oracle.gemm(p, p, bias=_masked(np.zeros(32, np.float32))),
+        "diagnose amax": lambda: oracle.diagnose(x, p.data, p.scales, amax=_masked(np.float32(1.0))),
+        "diagnose data": lambda: oracle.diagnose(x, _masked(p.data), p.scales),
+        "diagnose scales": lambda: oracle.diagnose(x, p.data, _masked(p.scales)),
+        "from_te_fields data": lambda: oracle.from_te_fields(rowwise_data=_masked(p.data), rowwise_scale_inv=te_s,
+                                                             amax_rowwise=np.float32(1.0)),
+        "from_te_fields amax": lambda: oracle.from_te_fields(rowwise_data=p.data, rowwise_scale_inv=te_s,
+                                                             amax_rowwise=_masked(np.float32(1.0))),
+    }
+    te_s = np.zeros((128, 4), np.uint8)  # TE's padded rowwise scales of 32 x 32
+    oracle.from_te_fields(rowwise_data=p.data, rowwise_scale_inv=te_s, amax_rowwise=np.float32(1.0))
+    for name, call in calls.items():
+        try:
+            call()
+        except TypeError as e:
+            assert "masked array" in str(e), (name, e)
+        else:
+            pytest.fail(f"{name}: a masked array was taken")
+
+
 def test_plane_contracts():
     """A rowwise plane has no padding (valid_cols = K, SPEC 6.2 pads the columnwise plane only); a plane takes G = 448
     or 256 (SPEC 5.6, 11.1) and one amax per row when row-scaled (SPEC 5.7); rule te_fused_rht dequantizes by 11.1's
