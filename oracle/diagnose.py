@@ -70,11 +70,13 @@ def _four_over_six_forms():
 
 
 def _te_4over6_rules() -> tuple:
-    """TE's 4over6 (SPEC 5.6) under each of its option sets."""
+    """TE's 4over6 (SPEC 5.6) under each of its option sets, G = 448 first, then without fast math first, MAE
+    before MSE (the order in which rules that agree on an input are reported)."""
+    forms = sorted(_four_over_six_forms(), key=lambda f: (f[2] != 448, f[1], ERROR_MODES.index(f[0])))
     return tuple(DiagnoseRule(f"te_4over6_{suffix}", "5.6",
                               f"TE 4over6, {mode.upper()}" + (", fast-math error" if fast else "")
                               + (", global E4M3 max 256" if g != 448 else ""), {"rule": "te", **kw})
-                 for mode, fast, g, kw, suffix in _four_over_six_forms())
+                 for mode, fast, g, kw, suffix in forms)
 
 
 def _flashinfer_rules() -> tuple:
@@ -770,7 +772,9 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
         :class:`Diagnosis` (``print()`` it).
     Raises:
         ValueError: an unknown layout or rule, a sign mask outside 16 bits, an amax that is neither one value nor one
-            per row, or data / scales whose sizes fit no plane of ``x``.
+            per row, data / scales whose sizes fit no plane of ``x``, or no rule tried that defines that plane.
+        TypeError: ``x`` not an array of float32 / float16 / bfloat16 (or a masked one), data or scales not bytes,
+            or ``rules`` neither a name nor names.
     """
     if not isinstance(layout, str) or layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
@@ -855,7 +859,13 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
                                            _bytes_diff(exp, dp, compact))
                             cands.append(c)
     if not cands:
-        raise ValueError("no rule of this oracle applies to this input and plane")
+        row_only = sorted(r.name for r in table if "col" not in r.planes)
+        raise ValueError(
+            f"no rule tried applies to this input read as the {' or '.join(planes)} plane "
+            f"({len(table)} rule(s) tried"
+            + (f"; {', '.join(row_only[:4])}{', ...' if len(row_only) > 4 else ''} define the rowwise plane only"
+               if row_only and "col" in planes else "")
+            + "; 4over6 is defined without the RHT only, flashinfer's 4over6 with 1x16 blocks only)")
     order = {id(c): i for i, c in enumerate(cands)}
     cands.sort(key=lambda c: (c.n_diff, c.padding_garbage > 0, c.n_bytes, order[id(c)]))
     best = cands[0]

@@ -760,6 +760,24 @@ def test_planted_unsigned_zero_codes_under_4over6():
                h.endswith("-0.0: 1); SPEC 3.1 keeps the sign") for h in r.hypotheses), str(r)
 
 
+def test_rules_that_do_not_define_the_plane_are_named():
+    """Columnwise bytes with only rowwise rules chosen (flashinfer's 4over6): a ValueError that says why no rule
+    applies, not a report."""
+    x = _x(32, 32)
+    q = oracle.quantize(x, columnwise=True).col
+    with pytest.raises(ValueError, match=r"no rule tried applies to this input read as the col plane \(16 rule\(s\) "
+                                         r"tried; flashinfer_4over6_mae, .* define the rowwise plane only"):
+        diagnose(x, q.data, q.scales, plane="col", rules="flashinfer_*")
+
+
+def test_plain_te_4over6_rules_are_reported_in_table_order():
+    """Rules that agree on an input are listed in the table's order: TE's plain 4over6 rules with G = 448 first, then
+    without fast math first, MAE before MSE."""
+    names = [r.name for r in DIAGNOSE_RULES if r.name.startswith("te_4over6_")]
+    assert names == ["te_4over6_mae", "te_4over6_mse", "te_4over6_mae_fast", "te_4over6_mse_fast",
+                     "te_4over6_mae_g256", "te_4over6_mse_g256", "te_4over6_mae_fast_g256", "te_4over6_mse_fast_g256"]
+
+
 DIAGNOSE_BY_NAME = {r.name: r for r in DIAGNOSE_RULES}
 
 
@@ -767,7 +785,10 @@ def test_any_bytes_of_a_plane_get_a_report():
     """diagnose reads whatever bytes fit a plane: planes of random shapes, dtypes (NaN / Inf / -0.0 / subnormal inputs
     included), rules, variants, blocks and scale layouts, with a byte of data flipped or the nibbles swapped, and
     sometimes the amax given, each setting drawn on its own; every call returns a report (none raises), and the bytes
-    left intact are reproduced by a rule of exactly the options that made them."""
+    left intact are matched to the rule of exactly the options that made them. The bytes come from oracle.quantize,
+    which diagnose also runs, so this checks diagnose's search (the rule table's keywords, the layouts read, the
+    plane and block found), not the rules' arithmetic: the tests above take that from conformance.te_torch, torchao
+    and hand-made bytes."""
     rng = np.random.default_rng(11)
     options = [{}, {"rule": "torchao"}, {"rule": "te_fused_rht"}, {"four_over_six": "mse"},
                {"four_over_six": "mae", "global_scale_max": 256}, {"row_scaled": True}]
