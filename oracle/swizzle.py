@@ -65,6 +65,19 @@ def _check_u8_2d(a, what: str) -> np.ndarray:
     return a
 
 
+def _layout_buffer(buf, rows: int, cols: int, padded: tuple[int, int], name: str, spec: str):
+    """(buf as a 1-D uint8 array, padded rows, padded columns) after the checks every unswizzle makes."""
+    b = np.asarray(buf)
+    if b.dtype != np.uint8:
+        raise TypeError(f"{name} scales must be uint8, got {b.dtype}")
+    R, C = padded
+    if b.ndim != 1:
+        raise ValueError(f"the {name} buffer must be 1-D (SPEC {spec}), got shape {b.shape}")
+    if b.size != R * C:
+        raise ValueError(f"{name} buffer of {b.size} bytes does not match rows={rows}, cols={cols} ({R * C} bytes)")
+    return b, R, C
+
+
 def swizzle_scales(compact) -> np.ndarray:
     """Compact uint8 scales ``[rows, C]`` -> 1-D swizzled buffer of ``roundup(rows,128)*roundup(C,4)`` bytes.
 
@@ -85,14 +98,7 @@ def unswizzle_scales(buf, rows: int, cols: int) -> np.ndarray:
 
     ``cols`` is the number of compact scale columns (ceil(K/16)). The padding is dropped.
     """
-    b = np.asarray(buf)
-    if b.dtype != np.uint8:
-        raise TypeError(f"swizzled scales must be uint8, got {b.dtype}")
-    R, C = padded_scale_shape(check_index(rows, "rows"), check_index(cols, "cols"))
-    if b.ndim != 1:
-        raise ValueError(f"the swizzled buffer must be 1-D (SPEC 8.2), got shape {b.shape}")
-    if b.size != R * C:
-        raise ValueError(f"swizzled buffer of {b.size} bytes does not match rows={rows}, cols={cols} ({R * C} bytes)")
+    b, R, C = _layout_buffer(buf, rows, cols, padded_scale_shape(rows, cols), "swizzled", "8.2")
     t = b.reshape(R // 128, C // 4, 32, 4, 4).transpose(0, 3, 2, 1, 4)
     return np.ascontiguousarray(t).reshape(R, C)[:rows, :cols].copy()
 
@@ -118,14 +124,7 @@ def swizzle_scales_8x4(compact) -> np.ndarray:
 def unswizzle_scales_8x4(buf, rows: int, cols: int) -> np.ndarray:
     """Inverse of :func:`swizzle_scales_8x4`: a 1-D buffer of the 8x4 layout -> compact ``[rows, cols]`` (SPEC 8.3),
     the padding dropped."""
-    b = np.asarray(buf)
-    if b.dtype != np.uint8:
-        raise TypeError(f"8x4 scales must be uint8, got {b.dtype}")
-    R, C = padded_scale_shape_8x4(check_index(rows, "rows"), check_index(cols, "cols"))
-    if b.ndim != 1:
-        raise ValueError(f"the 8x4 buffer must be 1-D (SPEC 8.3), got shape {b.shape}")
-    if b.size != R * C:
-        raise ValueError(f"8x4 buffer of {b.size} bytes does not match rows={rows}, cols={cols} ({R * C} bytes)")
+    b, R, C = _layout_buffer(buf, rows, cols, padded_scale_shape_8x4(rows, cols), "8x4", "8.3")
     t = b.reshape(R // 8, C // 4, 8, 4).transpose(0, 2, 1, 3)
     return np.ascontiguousarray(t).reshape(R, C)[:rows, :cols].copy()
 
