@@ -492,6 +492,24 @@ def test_diagnose_reads_a_generic_amax_and_honours_layout(tmp_path):
         assert ("linear scales read as swizzled" in r.stdout) == named, (layout, r.stdout)
 
 
+def test_diagnose_reads_flashinfer_8x4_scales(tmp_path):
+    """--layout swizzled_8x4 and --layout flashinfer read scales placed by SPEC 8.3's offset formula (4 rows, 2 scale
+    columns: padded to 8 x 4, one 32-byte tile, row r at bytes 4r .. 4r + 1); rule te reproduces every byte."""
+    from spec_scalar import te_amax
+
+    x = np.random.default_rng(2).standard_normal((4, 32)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    data, scales = _te_bytes_by_scalar_spec(x, te_amax(x))
+    tile = np.zeros(32, np.uint8)
+    for r in range(4):
+        tile[4 * r: 4 * r + 2] = scales[r]
+    np.savez(tmp_path / "t.npz", data=data, scales=tile)
+    for layout in ("swizzled_8x4", "flashinfer"):
+        r = _run("diagnose", str(tmp_path / "x.npy"), str(tmp_path / "t.npz"), "--rules", "te", "--layout", layout)
+        assert r.returncode == 0 and "reproduced exactly by: te" in r.stdout, (layout, r.stdout, r.stderr)
+        assert "8x4 swizzled (SPEC 8.3)" in r.stdout, r.stdout
+
+
 def test_input_dtype_conversion_notes_changed_values(tmp_path):
     """--input-dtype float16 on float32 values: 0.1 is not a float16 value (rounded) and 1e5 is past float16's 65504
     (Inf); 1.5 and 2 are exact. stderr counts both (2 of 16 changed, 1 to Inf), stdout is untouched; an exact
