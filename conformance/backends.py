@@ -249,7 +249,8 @@ class ComposedBackend(Backend):
     def run(self, op, case):
         if op == "layout":
             s, splits, k = case.arrays["scales"], case.arrays["splits"], int(case.options["k"])
-            out = {"swizzled": ind.swizzle_by_formula(s), "roundtrip": s.copy()}
+            out = {"swizzled": ind.swizzle_by_formula(s), "roundtrip": s.copy(),
+                   "swizzled_8x4": ind.swizzle_8x4_by_formula(s), "roundtrip_8x4": s.copy()}
             out.update({f"offsets_{n}": v for n, v in ind.offsets_by_table(splits, k).items()})
             out["capacities"] = ind.capacities_by_formula(int(splits.sum()), k, splits.size)
             return out

@@ -232,6 +232,18 @@ def compact_by_formula(swizzled: np.ndarray, rows: int, cols: int) -> np.ndarray
     return swizzled.reshape(-1)[_swizzled_index(rows, cols)]
 
 
+def swizzle_8x4_by_formula(compact: np.ndarray) -> np.ndarray:
+    """Scatter each compact scale (r, c) to its SPEC 8.3 byte, (r / 8 * (Cp / 4) + c / 4) * 32 + (r % 8) * 4 + c % 4;
+    the padding stays 0x00."""
+    rows, cols = compact.shape
+    cp = _ru(cols, 4)
+    r = np.arange(rows, dtype=np.int64)[:, None]
+    c = np.arange(cols, dtype=np.int64)[None, :]
+    out = np.zeros(_ru(rows, 8) * cp, np.uint8)
+    out[((r // 8 * (cp // 4) + c // 4) * 32 + r % 8 * 4 + c % 4).reshape(-1)] = compact.reshape(-1)
+    return out
+
+
 def padded_compact_by_hand(compact: np.ndarray) -> np.ndarray:
     """Compact scales zero-padded to [roundup(rows,128), roundup(C,4)], row-major (SPEC 8.1)."""
     rows, cols = compact.shape

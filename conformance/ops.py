@@ -10,7 +10,8 @@ Canonical output dicts (every backend returns a subset of the reference's keys, 
 * ``e2m1`` / ``e4m3`` / ``bf16``: ``codes`` / ``bytes`` / ``bits`` of the non-NaN inputs.
 * ``rht``: ``y`` bf16 bits u16 [n, 16].
 * ``gemm`` / ``gemm_exact``: ``y`` (out dtype) [M, N]; ``gemm`` also ``bound`` (f64, SPEC 12.4).
-* ``layout``: ``swizzled``, ``roundtrip``, ``offsets_*``, ``capacities``.
+* ``layout``: ``swizzled``, ``roundtrip`` (SPEC 8.2), ``swizzled_8x4``, ``roundtrip_8x4`` (8.3), ``offsets_*``,
+  ``capacities``.
 * ``dequantize``: ``y`` f32 [R, C] (SPEC 11 on arbitrary bytes; NaN compared as a class, SPEC 11.2).
 * ``mma_sm100``: ``acc`` f32 [M, N] (the chain of Blackwell k64 steps, SPEC 12.7) and ``y`` (out dtype) [M, N] (with
   SPEC 12.7's epilogue); ``mma_tc``: ``acc_bf16`` and ``acc_fp16`` f32 [M, N] (the Hopper k16 chain over the operands
@@ -29,7 +30,13 @@ import oracle
 from oracle import fp4_numpy as F
 from oracle.planes import QuantizedPlane
 from oracle.sm100 import sm100_sum
-from oracle.swizzle import grouped_scale_offsets, swizzle_scales, unswizzle_scales
+from oracle.swizzle import (
+    grouped_scale_offsets,
+    swizzle_scales,
+    swizzle_scales_8x4,
+    unswizzle_scales,
+    unswizzle_scales_8x4,
+)
 from oracle.tensor_core import tensor_core_sum
 
 from .cases import TE_VARIANT_DEFAULTS, Case
@@ -292,12 +299,14 @@ def ref_dequantize(case: Case) -> dict:
 
 
 def ref_layout(case: Case) -> dict:
-    """The case's scales swizzled and the grouped scale offsets (SPEC 8.2, 9.2)."""
+    """The case's scales swizzled (128x4 and 8x4) and the grouped scale offsets (SPEC 8.2, 8.3, 9.2)."""
     s, splits, k = case.arrays["scales"], case.arrays["splits"], int(case.options["k"])
     sw = swizzle_scales(s)
+    sw8 = swizzle_scales_8x4(s)
     offs = grouped_scale_offsets(splits, k)
     cap = oracle.grouped_capacities(int(splits.sum()), k, splits.size)
-    out = {"swizzled": sw, "roundtrip": unswizzle_scales(sw, *s.shape)}
+    out = {"swizzled": sw, "roundtrip": unswizzle_scales(sw, *s.shape), "swizzled_8x4": sw8,
+           "roundtrip_8x4": unswizzle_scales_8x4(sw8, *s.shape)}
     out.update({f"offsets_{n}": v for n, v in offs.items()})
     out["capacities"] = np.array([cap[n] for n in ("row_data", "row_scale", "col_data", "col_scale")], np.int64)
     return out
