@@ -134,6 +134,10 @@ def _amax_tensors(amax, n: int, grouped: bool, device) -> tuple[Tensor, Tensor] 
     """
     if amax is None:
         return None
+    parts = amax if isinstance(amax, (tuple, list)) else (amax,)
+    if any(isinstance(a, np.ma.MaskedArray) for a in (amax, *parts)):  # (as the oracle: the mask would be dropped)
+        raise TypeError("amax is a masked array: its mask would be dropped and the masked values read as stored; pass "
+                        "amax.filled(value) or amax.data")
     if grouped and isinstance(amax, list) and any(isinstance(v, Tensor) for v in amax):
         raise TypeError("a grouped amax given as a list of tensors: pass one tensor of E values on x's device (or a "
                         "(row, col) tuple of them)")

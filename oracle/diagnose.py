@@ -375,6 +375,8 @@ def _declared_reading(buf_shape: tuple, rows: int, c16: int, layout: str) -> str
     """The layout the caller says (or the buffer's 2-D shape says) the scales are in, for the layout hypotheses."""
     if layout in _ALL_READINGS:
         return layout
+    if layout == "flashinfer" and len(buf_shape) == 2 and tuple(buf_shape) == padded_scale_shape_8x4(rows, c16):
+        return None  # (flashinfer returns its 8x4 buffer as [roundup(rows, 8), roundup(C, 4)]: either layout)
     if len(buf_shape) == 2 and tuple(buf_shape) == (rows, c16) != padded_scale_shape(rows, c16):
         return "compact"  # (a [rows, C] matrix that is also the padded shape may be TE's swizzled storage)
     if layout == "torchao" and len(buf_shape) == 2 and tuple(buf_shape) == (-(-rows // 128) * 32, -(-c16 // 4) * 16):
@@ -824,7 +826,8 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
             readings = [r for r in _READINGS["auto"] if _read(sbuf, rows, c16, r) is not None]
         if not readings:
             raise ValueError(f"scales of {sbuf.size} bytes fit no {layout} layout of the {p} plane [{rows}, {c16}] "
-                             f"(compact {rows * c16} bytes, padded or swizzled {np.prod(padded_scale_shape(rows, c16))})")
+                             f"(compact {rows * c16} bytes, padded or 128x4 {np.prod(padded_scale_shape(rows, c16))}, "
+                             f"8x4 {np.prod(padded_scale_shape_8x4(rows, c16))}: --layout swizzled_8x4 or flashinfer)")
         dp = d.reshape(rows, cols // 2)
         for r in table:
             if p not in r.planes:
@@ -860,12 +863,14 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
                             cands.append(c)
     if not cands:
         row_only = sorted(r.name for r in table if "col" not in r.planes)
+        fo6 = [r for r in table if r.quantize.get("four_over_six")]
         raise ValueError(
             f"no rule tried applies to this input read as the {' or '.join(planes)} plane "
             f"({len(table)} rule(s) tried"
             + (f"; {', '.join(row_only[:4])}{', ...' if len(row_only) > 4 else ''} define the rowwise plane only"
                if row_only and "col" in planes else "")
-            + "; 4over6 is defined without the RHT only, flashinfer's 4over6 with 1x16 blocks only)")
+            + ("; 4over6 is defined without the RHT only" if fo6 else "")
+            + ("; flashinfer's 4over6 with 1x16 blocks only" if any(r.variant for r in fo6) else "") + ")")
     order = {id(c): i for i, c in enumerate(cands)}
     cands.sort(key=lambda c: (c.n_diff, c.padding_garbage > 0, c.n_bytes, order[id(c)]))
     best = cands[0]

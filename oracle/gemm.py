@@ -285,9 +285,9 @@ def within_bound(y_impl, y_exact, bound) -> np.ndarray:
     y_impl must not be NaN (any finite value or Inf of either sign); where it is +inf (an infinite C or bias)
     y_impl must be y_exact or NaN; where it is NaN (alpha not finite) y_impl must be non-finite. Returns a boolean
     array. ``y_impl`` and ``y_exact`` must have the same shape, and ``bound`` broadcast to it (``ValueError``)."""
-    yi = np.asarray(y_impl).astype(np.float64)
-    ye = np.asarray(y_exact).astype(np.float64)
-    b = np.asarray(bound, dtype=np.float64)
+    yi = host_array(y_impl).astype(np.float64)
+    ye = host_array(y_exact).astype(np.float64)
+    b = host_array(bound).astype(np.float64)
     if yi.shape != ye.shape:
         raise ValueError(f"y_impl has shape {yi.shape} and y_exact {ye.shape}: they must be the same output")
     if np.broadcast_shapes(b.shape, ye.shape) != ye.shape:

@@ -145,6 +145,8 @@ def _check_bytes(a, shape: tuple[int, int], name: str, plane_shape: tuple[int, i
     ``shape``."""
     if is_torch(a):
         a = from_torch(a)
+    if isinstance(a, np.ma.MaskedArray):
+        raise TypeError(f"{name} is a masked array: a plane's bytes have no mask; pass {name}.data")
     if not isinstance(a, np.ndarray) or a.dtype != np.uint8:
         what = a.dtype if isinstance(a, np.ndarray) else type(a).__name__
         raise TypeError(f"{name} must be a uint8 NumPy array (or torch tensor), got {what}")

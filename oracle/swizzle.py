@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .checks import check_index
+from .checks import check_index, host_array
 
 __all__ = [
     "grouped_scale_offsets",
@@ -57,7 +57,7 @@ def swizzled_offset(r, c, padded_scale_cols: int):
 
 
 def _check_u8_2d(a, what: str) -> np.ndarray:
-    a = np.asarray(a)
+    a = host_array(a)
     if a.dtype != np.uint8:
         raise TypeError(f"{what} must be uint8 (E4M3 bytes), got {a.dtype}")
     if a.ndim != 2:
@@ -67,7 +67,7 @@ def _check_u8_2d(a, what: str) -> np.ndarray:
 
 def _layout_buffer(buf, rows: int, cols: int, padded: tuple[int, int], name: str, spec: str):
     """(buf as a 1-D uint8 array, padded rows, padded columns) after the checks every unswizzle makes."""
-    b = np.asarray(buf)
+    b = host_array(buf)
     if b.dtype != np.uint8:
         raise TypeError(f"{name} scales must be uint8, got {b.dtype}")
     R, C = padded
@@ -123,7 +123,8 @@ def swizzle_scales_8x4(compact) -> np.ndarray:
 
 def unswizzle_scales_8x4(buf, rows: int, cols: int) -> np.ndarray:
     """Inverse of :func:`swizzle_scales_8x4`: a 1-D buffer of the 8x4 layout -> compact ``[rows, cols]`` (SPEC 8.3),
-    the padding dropped."""
+    the padding dropped. flashinfer returns the buffer as ``[roundup(rows, 8), roundup(cols, 4)]``: pass it
+    flattened (``.reshape(-1)``)."""
     b, R, C = _layout_buffer(buf, rows, cols, padded_scale_shape_8x4(rows, cols), "8x4", "8.3")
     t = b.reshape(R // 8, C // 4, 8, 4).transpose(0, 2, 1, 3)
     return np.ascontiguousarray(t).reshape(R, C)[:rows, :cols].copy()

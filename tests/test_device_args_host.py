@@ -41,6 +41,18 @@ def test_grouped_amax_forms_the_oracle_takes():
     assert [t.tolist() for t in strided] == [[1.0, 2.0], [3.0, 4.0]]
 
 
+@pytest.mark.parametrize("amax, groups", [
+    (np.ma.masked_array([5.0, 7.0], mask=[False, True]), 1),  # a (row, col) pair as one array
+    ((np.ma.masked_array(5.0, mask=True), 7.0), 1),  # one of a pair
+    (np.ma.masked_array([1.0, 2.0, 3.0], mask=[False, True, False]), 3),  # E values
+    (np.ma.masked_array(np.ones((3, 2)), mask=np.eye(3, 2, dtype=bool)), 3),  # [E, 2] pairs
+])
+def test_masked_amax_is_refused(amax, groups):
+    """As the oracle: a masked amax would lose its mask (a masked pair value read as stored, or as 0.0)."""
+    with pytest.raises(TypeError, match="masked array"):
+        quantization._amax_tensors(amax, groups, groups > 1, CPU)
+
+
 def test_raw_dequantize_needs_the_scale_layout():
     # raw bytes carry no layout: without swizzled= a compact / swizzled mix-up would decode wrong scales silently
     data = torch.zeros(8, dtype=torch.uint8)

@@ -554,10 +554,22 @@ def test_flashinfer_8x4_layout_is_read():
         assert "8x4 swizzled (SPEC 8.3)" in str(r)
     r = diagnose(x, o["row_data"], o["row_scales_swizzled"], layout="flashinfer", rules=["te"])
     assert r.matches == ["te"] and r.reading == "swizzled", str(r)
-    with pytest.raises(ValueError, match="fit no"):  # 320 bytes: not compact (200), padded or 128x4 (1024)
-        diagnose(x, o["row_data"], buf, rules=["te"])
+    with pytest.raises(ValueError, match=r"fit no auto layout.*8x4 320: --layout swizzled_8x4 or flashinfer"):
+        diagnose(x, o["row_data"], buf, rules=["te"])  # 320 bytes: not compact (200), padded or 128x4 (1024)
     with pytest.raises(ValueError, match="fit no"):
         diagnose(x, o["row_data"], np.zeros(7, np.uint8), layout="swizzled_8x4", rules=["te"])
+
+
+def test_flashinfer_8x4_buffer_in_its_returned_2d_shape():
+    """flashinfer returns the 8x4 buffer as [roundup(M, 8), roundup(K/16, 4)]; with M % 8 == 0 and K/16 % 4 == 0
+    that is also the compact shape, so the shape alone names no layout: te matches and no layout line is made."""
+    x = _x(16, 128, seed=9)  # 16 rows, 8 scale columns: the 8x4 buffer is [16, 8]
+    o = tt.quantize(x)
+    buf = _layout_8x4(o["row_scales"]).reshape(16, 8)
+    assert not np.array_equal(buf, o["row_scales"])  # (the layouts differ on this shape)
+    r = diagnose(x, o["row_data"], buf, layout="flashinfer", rules=["te"])
+    assert r.matches == ["te"] and r.reading == "swizzled_8x4", str(r)
+    assert not any("read as" in h for h in r.hypotheses), str(r)
 
 
 def test_planted_8x4_scales_read_as_128x4():
@@ -772,10 +784,15 @@ def test_rules_that_do_not_define_the_plane_are_named():
 
 def test_plain_te_4over6_rules_are_reported_in_table_order():
     """Rules that agree on an input are listed in the table's order: TE's plain 4over6 rules with G = 448 first, then
-    without fast math first, MAE before MSE."""
+    without fast math first, MAE before MSE. Sixteen ones (amax 1, S_enc = 6G): with G = 448 map-to-6 gives scale 448
+    (0x7E) and code 6 (0x7), and map-to-4's 1.5 * 448 is capped to the same scale, so both candidates are the same and
+    every G = 448 rule writes 0x7E and 0x77 bytes; the G = 256 rules write scale 256 (0x78)."""
     names = [r.name for r in DIAGNOSE_RULES if r.name.startswith("te_4over6_")]
     assert names == ["te_4over6_mae", "te_4over6_mse", "te_4over6_mae_fast", "te_4over6_mse_fast",
                      "te_4over6_mae_g256", "te_4over6_mse_g256", "te_4over6_mae_fast_g256", "te_4over6_mse_fast_g256"]
+    x = np.ones((1, 16), np.float32)
+    r = diagnose(x, np.full((1, 8), 0x77, np.uint8), np.uint8([[0x7E]]), plane="row", rules="te_4over6_*")
+    assert [m for m in r.matches if " (block 16x16)" not in m] == names[:4], str(r)  # (one block: 16x16 agrees)
 
 
 DIAGNOSE_BY_NAME = {r.name: r for r in DIAGNOSE_RULES}

@@ -509,8 +509,8 @@ def _masked(a):
 
 
 def test_masked_arrays_are_refused_wherever_an_array_is_taken():
-    """Every other array argument (amaxes, alpha, C, bias, their bytes) refuses a masked array too, instead of
-    reading its masked elements as stored."""
+    """Every other array argument (amaxes, alpha, C, bias, their bytes, a plane's bytes, the bound check's outputs,
+    the layouts' scales) refuses a masked array too, instead of reading its masked elements as stored."""
     x = np.ones((32, 32), np.float32)
     q = oracle.quantize(x)
     p = q.row
@@ -527,6 +527,12 @@ def test_masked_arrays_are_refused_wherever_an_array_is_taken():
                                                              amax_rowwise=np.float32(1.0)),
         "from_te_fields amax": lambda: oracle.from_te_fields(rowwise_data=p.data, rowwise_scale_inv=te_s,
                                                              amax_rowwise=_masked(np.float32(1.0))),
+        "QuantizedPlane data": lambda: oracle.QuantizedPlane(_masked(p.data), p.scales, p.amax, (32, 32)),
+        "within_bound": lambda: oracle.within_bound(_masked(np.zeros((2, 2))), np.zeros((2, 2)), 0.0),
+        "swizzle_scales": lambda: oracle.swizzle.swizzle_scales(_masked(p.scales)),
+        "swizzle_scales_8x4": lambda: oracle.swizzle.swizzle_scales_8x4(_masked(p.scales)),
+        "unswizzle_scales": lambda: oracle.swizzle.unswizzle_scales(_masked(np.zeros(512, np.uint8)), 32, 2),
+        "unswizzle_scales_8x4": lambda: oracle.swizzle.unswizzle_scales_8x4(_masked(np.zeros(128, np.uint8)), 32, 2),
     }
     te_s = np.zeros((128, 4), np.uint8)  # TE's padded rowwise scales of 32 x 32
     oracle.from_te_fields(rowwise_data=p.data, rowwise_scale_inv=te_s, amax_rowwise=np.float32(1.0))

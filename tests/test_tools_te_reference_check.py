@@ -196,6 +196,38 @@ def test_a_reference_that_takes_or_gives_other_things_cannot_run(tmp_path, capsy
     assert "cannot run" in err and words in err, err
 
 
+_ZEROS_THEN_REFUSES = """
+import torch
+
+
+class _Result:
+    pass
+
+
+class NVFP4QuantizerRef:
+    def __init__(self, *, dtype, rowwise, columnwise, **options):
+        self.columnwise = columnwise
+
+    def quantize(self, x):
+        if self.columnwise:
+            raise TypeError("no columnwise plane here")
+        r, (m, k) = _Result(), x.shape
+        r.data, r.scale = torch.zeros(m, k // 2, dtype=torch.uint8), torch.zeros(m, k // 16, dtype=torch.uint8)
+        r.global_amax_row = torch.zeros(1)
+        return r
+"""
+
+
+def test_unexplained_mismatches_before_a_refusal_decide_the_status(tmp_path, capsys, monkeypatch):
+    """A reference whose rowwise bytes are wrong (all zero) and whose columnwise call raises: the rowwise mismatches
+    already counted make the exit status 1 (not 2), and the report says where the comparison stopped."""
+    te = _fake_te(tmp_path / "te", _ZEROS_THEN_REFUSES)
+    monkeypatch.setattr(sys, "argv", ["te_reference_check.py", "--te", str(te), "--cases", "2"])
+    assert check.main() == 1
+    out = capsys.readouterr().out
+    assert "the comparison stopped after" in out and "no columnwise plane here" in out, out
+
+
 def test_a_second_checkout_is_loaded_afresh(tmp_path):
     """load_reference of another TE tree in the same process gives that tree's classes (no module of the first
     answers for it) and leaves sys.path as it was."""

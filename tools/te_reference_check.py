@@ -16,8 +16,9 @@ fails the run.
     python tools/te_reference_check.py --te /path/to/TransformerEngine [--cases 300] [--seed 0]
 
 Prints one row per variant (cases, mismatches, of them explained). Exit status: 0 when every mismatch is explained, 1
-when one is not, 2 when the comparison cannot run (no reference at the path, or a TE whose reference imports or
-takes what this tool does not know).
+when one is not, 2 when the comparison cannot run (no reference at the path, or a TE whose reference imports, takes
+or gives what this tool does not know: a TypeError or AttributeError inside it); a run that stops so after an
+unexplained mismatch exits 1.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import importlib
 import shutil
 import sys
 import tempfile
+import traceback
 from pathlib import Path
 
 import ml_dtypes
@@ -96,7 +98,9 @@ def te_call(what: str):
     try:
         yield
     except (TypeError, AttributeError) as e:
-        raise CannotRun(f"TE's {what} does not take what this tool passes: {type(e).__name__}: {e}") from None
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        raise CannotRun(f"TE's {what} does not take or give what this tool passes or reads: {type(e).__name__}: {e} "
+                        f"(at {where.filename}:{where.lineno})") from None
 
 
 def random_input(rng, *, even_rows: bool) -> torch.Tensor:
@@ -153,11 +157,9 @@ def compare(quantizer, x: torch.Tensor, v: dict) -> tuple[bool, bool]:
                   nvfp4_4over6_err_use_fast_math=v["fast"], nvfp4_e4m3_max=v["g"], row_scaled_nvfp4=v["row_scaled"])
     with te_call("NVFP4QuantizerRef.quantize"):
         te = q.quantize(x)
-        if col:
-            theirs = u8(te.data_t), u8(te.scale_t), te.global_amax_col
-        else:  # (TE's 16x16 rowwise scales keep the padded rows)
-            theirs = u8(te.data), u8(te.scale)[:m], te.global_amax_row
-    theirs = theirs[0], theirs[1], np.float32(theirs[2].float().numpy()).reshape(-1)
+        fields = (te.data_t, te.scale_t, te.global_amax_col) if col else (te.data, te.scale, te.global_amax_row)
+    # (TE's 16x16 rowwise scales keep the padded rows)
+    theirs = u8(fields[0]), u8(fields[1])[: None if col else m], np.float32(fields[2].float().numpy()).reshape(-1)
     if same_bytes(theirs, oracle_plane(x, v, m)):
         return True, False
     return False, same_bytes(theirs, oracle_plane(x + 0.0, v, m))  # -0.0 + 0.0 = +0.0
@@ -273,6 +275,29 @@ def _run(a) -> int:
 
         rng = np.random.default_rng(a.seed)
         unexplained = 0
+        try:
+            unexplained = _compare_all(a, make, gemm_type, rng)
+        except _Stopped as e:
+            print(f"\nthe comparison stopped after {e.unexplained} unexplained input(s): {e.why}")
+            return 1
+    print("every byte matches, or differs only where SPEC 14.1 / 14.9 say" if unexplained == 0 else
+          f"{unexplained} input(s) differ unexplained")
+    return 1 if unexplained else 0
+
+
+class _Stopped(Exception):
+    """A CannotRun after some inputs already differed unexplained: those decide the exit status (1)."""
+
+    def __init__(self, unexplained: int, why: str):
+        super().__init__(why)
+        self.unexplained, self.why = unexplained, why
+
+
+def _compare_all(a, make, gemm_type, rng) -> int:
+    """Every quantize variant, then every GEMM variant, a row each; returns the count of unexplained inputs. A
+    CannotRun after an unexplained input becomes _Stopped."""
+    unexplained = 0
+    try:
         print(f"{'variant':<44} {'cases':>6} {'mismatch':>9} {'-0.0 only':>10}")
         for v in variants():
             name = (f"{v['plane']} {v['block'][0]}x{v['block'][1]}" + (f" 4over6 {v['fos']}" if v["fos"] else "")
@@ -283,7 +308,7 @@ def _run(a) -> int:
                 equal, negzero = compare(make, random_input(rng, even_rows=v["plane"] == "col"), v)
                 bad += not equal
                 zero += negzero
-            unexplained += bad - zero
+                unexplained += not equal and not negzero
             print(f"{name:<44} {a.cases:>6} {bad:>9} {zero:>10}")
         print(f"\n{'GEMM (qgemm vs sequential model)':<44} {'cases':>6} {'mismatch':>9} {'alpha only':>10}")
         for v in gemm_variants():
@@ -294,11 +319,13 @@ def _run(a) -> int:
                 equal, explained = compare_gemm(make, gemm_type, rng, v)
                 bad += not equal
                 by_alpha += explained
-            unexplained += bad - by_alpha
+                unexplained += not equal and not explained
             print(f"{name:<44} {a.cases:>6} {bad:>9} {by_alpha:>10}")
-    print("every byte matches, or differs only where SPEC 14.1 / 14.9 say" if unexplained == 0 else
-          f"{unexplained} input(s) differ unexplained")
-    return 1 if unexplained else 0
+    except CannotRun as e:
+        if unexplained:
+            raise _Stopped(unexplained, str(e)) from None
+        raise
+    return unexplained
 
 
 if __name__ == "__main__":
