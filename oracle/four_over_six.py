@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .checks import check_block
 from .fp4_numpy import decode_e2m1, decode_e4m3, encode_e2m1, encode_e4m3
 from .scale_rules import F32_MAX, global_encode_scale
 
@@ -128,8 +129,7 @@ def four_over_six_scales(
         block: (1, 16) or (16, 16); with (16, 16) the errors are summed over the tile before the choice.
         s_enc: the plane's S_enc where it is not 5.6's from ``amax`` (SPEC 14.11's reciprocal form), else None.
     """
-    if tuple(block) not in ((1, 16), (16, 16)):
-        raise ValueError(f"block must be (1, 16) or (16, 16), got {block!r}")
+    block = check_block(block)
     rows, cols = y.shape
     a = np.asarray(amax, np.float32)
     if a.ndim:

@@ -297,6 +297,7 @@ def test_refused_combinations(kwargs, message):
     (dict(global_scale_max=448.0), "the integer 448 or 256"),
     (dict(domain="fast"), "domain must be one of"),
     (dict(block=(16, 1)), "block must be"),
+    (dict(block=16), "block must be"),
 ])
 def test_four_over_six_scales_checks_its_arguments(change, message):
     """The public helper refuses what oracle.quantize would: no argument is read as a default it does not name."""
