@@ -141,6 +141,20 @@ def oracle_plane(x: torch.Tensor, v: dict, m: int) -> tuple:
     return (p.data[:, : m // 2] if col else p.data), p.scales, np.asarray(p.amax, np.float32).reshape(-1)
 
 
+def te_plane(result, columnwise: bool) -> tuple:
+    """(data, scales, amax) of one plane of a TE reference result: its columnwise fields (``data_t`` [K, M/2],
+    ``scale_t``, ``global_amax_col``) or its rowwise ones (``data``, ``scale``, ``global_amax_row``), as TE holds
+    them."""
+    if columnwise:
+        return result.data_t, result.scale_t, result.global_amax_col
+    return result.data, result.scale, result.global_amax_row
+
+
+def plane_bytes(data, scales, amax) -> tuple:
+    """A TE plane's fields as host arrays: uint8 data and scale bytes, the amax(es) as float32 [n]."""
+    return u8(data), u8(scales), np.float32(amax.float().numpy()).reshape(-1)
+
+
 def same_bytes(theirs, ours) -> bool:
     """Every array of ``theirs`` has the shape and the bytes of its partner in ``ours``."""
     return all(a.shape == b.shape and np.array_equal(a.view(np.uint8), b.view(np.uint8))
@@ -156,10 +170,9 @@ def compare(quantizer, x: torch.Tensor, v: dict) -> tuple[bool, bool]:
                   nvfp4_use_4over6=v["fos"] is not None, nvfp4_4over6_err_mode=v["fos"] or "MAE",
                   nvfp4_4over6_err_use_fast_math=v["fast"], nvfp4_e4m3_max=v["g"], row_scaled_nvfp4=v["row_scaled"])
     with te_call("NVFP4QuantizerRef.quantize"):
-        te = q.quantize(x)
-        fields = (te.data_t, te.scale_t, te.global_amax_col) if col else (te.data, te.scale, te.global_amax_row)
-    # (TE's 16x16 rowwise scales keep the padded rows)
-    theirs = u8(fields[0]), u8(fields[1])[: None if col else m], np.float32(fields[2].float().numpy()).reshape(-1)
+        fields = te_plane(q.quantize(x), col)
+    data, scales, amax = plane_bytes(*fields)
+    theirs = data, scales[: None if col else m], amax  # (TE's 16x16 rowwise scales keep the padded rows)
     if same_bytes(theirs, oracle_plane(x, v, m)):
         return True, False
     return False, same_bytes(theirs, oracle_plane(x + 0.0, v, m))  # -0.0 + 0.0 = +0.0
@@ -183,28 +196,20 @@ def compare_gemm(quantizer, gemm_type, rng, v: dict) -> tuple[bool, bool]:
     qb = quantizer(rowwise=not wgrad, columnwise=wgrad, **opts)
     with te_call("NVFP4QuantizerRef.quantize"):
         ra, rb = qa.quantize(a), qb.quantize(b)
+        te_planes = te_plane(ra, wgrad), te_plane(rb, wgrad)
+    (da, sa, _), (db, sb, _) = te_planes
     out_dtype = torch.float32 if v["accumulate"] or v["out"] == "float32" else torch.bfloat16
     c = torch.from_numpy(rng.standard_normal((rows, cols)).astype(np.float32)) if v["accumulate"] else None
     with te_call("NVFP4QuantizerRef.qgemm"):
-        if wgrad:
-            y = qa.qgemm(ra.data_t, rb.data_t, None, out_dtype, ra.scale_t, rb.scale_t, out=c,
-                         accumulate=c is not None, gemm_type=gemm_type.WGRAD, qresult_x=ra, qresult_w=rb)
-            te_amax = ra.global_amax_col, rb.global_amax_col
-        else:
-            y = qa.qgemm(ra.data, rb.data, None, out_dtype, ra.scale, rb.scale, out=c, accumulate=c is not None,
-                         qresult_x=ra, qresult_w=rb)
-            te_amax = ra.global_amax_row, rb.global_amax_row
+        y = qa.qgemm(da, db, None, out_dtype, sa, sb, out=c, accumulate=c is not None,
+                     **({"gemm_type": gemm_type.WGRAD} if wgrad else {}), qresult_x=ra, qresult_w=rb)
     kw = dict(rowwise=not wgrad, columnwise=wgrad, four_over_six=v["fos"].lower() if v["fos"] else None,
               global_scale_max=v["g"])
     pa = oracle.quantize(host(a), row_scaled=v["row_scaled"], **kw)
     pb = oracle.quantize(host(b), **kw)
     pa, pb = (pa.col, pb.col) if wgrad else (pa.row, pb.row)
-    with te_call("quantized tensor"):
-        te_planes = (((ra.data_t, ra.scale_t), (rb.data_t, rb.scale_t)) if wgrad else
-                     ((ra.data, ra.scale), (rb.data, rb.scale)))
-    for (data, scales), amax, p in zip(te_planes, te_amax, (pa, pb), strict=True):  # the operands agree first
-        if not same_bytes((u8(data), u8(scales), np.float32(amax.float().numpy()).reshape(-1)),
-                          (p.data, p.scales, np.asarray(p.amax, np.float32).reshape(-1))):
+    for fields, p in zip(te_planes, (pa, pb), strict=True):  # the operands agree first
+        if not same_bytes(plane_bytes(*fields), (p.data, p.scales, np.asarray(p.amax, np.float32).reshape(-1))):
             return False, False
     gemm = dict(model="sequential", out_dtype="float32" if out_dtype == torch.float32 else "bfloat16",
                 accumulate=None if c is None else c.numpy())
