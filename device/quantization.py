@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from oracle.checks import is_real
+from oracle.checks import is_real, refuse_masked
 from oracle.four_over_six import check_global_scale_max
 from oracle.quantize import check_block, check_te_scale_options
 
@@ -134,10 +134,8 @@ def _amax_tensors(amax, n: int, grouped: bool, device) -> tuple[Tensor, Tensor] 
     """
     if amax is None:
         return None
-    parts = amax if isinstance(amax, (tuple, list)) else (amax,)
-    if any(isinstance(a, np.ma.MaskedArray) for a in (amax, *parts)):  # (as the oracle: the mask would be dropped)
-        raise TypeError("amax is a masked array: its mask would be dropped and the masked values read as stored; pass "
-                        "amax.filled(value) or amax.data")
+    for a in (amax, *(amax if isinstance(amax, (tuple, list)) else ())):  # (as the oracle)
+        refuse_masked(a, "amax")
     if grouped and isinstance(amax, list) and any(isinstance(v, Tensor) for v in amax):
         raise TypeError("a grouped amax given as a list of tensors: pass one tensor of E values on x's device (or a "
                         "(row, col) tuple of them)")

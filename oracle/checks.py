@@ -73,12 +73,18 @@ def from_torch(t) -> np.ndarray:
     return t.numpy()
 
 
-def host_array(a) -> np.ndarray:
-    """``a`` as a NumPy array: a torch tensor through :func:`from_torch`, anything else through ``np.asarray``.
-    ``TypeError`` for a masked array (``np.asarray`` would drop its mask: the masked elements read as stored)."""
+def refuse_masked(a, name: str) -> None:
+    """``TypeError`` when ``a`` is a NumPy masked array: NVFP4 has no masked elements, and a conversion would drop the
+    mask and read the masked elements as stored."""
     if isinstance(a, np.ma.MaskedArray):
-        raise TypeError("a masked array: its mask would be dropped and the masked elements read as stored; pass "
-                        "a.filled(value) or a.data")
+        raise TypeError(f"{name} is a masked array: its mask would be dropped and the masked elements read as stored; "
+                        f"pass {name}.filled(value) or {name}.data")
+
+
+def host_array(a, name: str = "the array") -> np.ndarray:
+    """``a`` as a NumPy array: a torch tensor through :func:`from_torch`, anything else through ``np.asarray``.
+    ``TypeError`` for a masked array (:func:`refuse_masked`; ``name`` names it in the message)."""
+    refuse_masked(a, name)
     return from_torch(a) if is_torch(a) else np.asarray(a)
 
 

@@ -32,11 +32,11 @@ def check_error_mode(mode) -> str | None:
     return None if mode is None else mode.lower()
 
 
-def check_global_scale_max(g) -> int:
+def check_global_scale_max(g, name: str = "global_scale_max") -> int:
     """G, the E4M3 maximum inside S_enc (SPEC 5.6): the integer 448 or 256 (not a bool or a float); ``ValueError``
-    for anything else."""
+    for anything else (``name``: the argument's name in the message)."""
     if isinstance(g, (bool, np.bool_)) or not isinstance(g, (int, np.integer)) or g not in GLOBAL_SCALE_MAXES:
-        raise ValueError(f"global_scale_max must be the integer 448 or 256 (SPEC 5.6), got {g!r}")
+        raise ValueError(f"{name} must be the integer 448 or 256 (SPEC 5.6), got {g!r}")
     return int(g)
 
 _SIX = np.float32(6.0)

@@ -423,10 +423,7 @@ def from_te_fields(*, rowwise_data=None, rowwise_scale_inv=None, columnwise_data
         if not rht:
             raise ValueError("rht_signs is the sign mask of an RHT plane: pass rht=True with it")
         rht_signs = check_rht_signs(rht_signs, "rht_signs")
-    try:
-        check_global_scale_max(nvfp4_e4m3_max)
-    except ValueError as e:
-        raise ValueError(str(e).replace("global_scale_max", "nvfp4_e4m3_max", 1)) from None
+    check_global_scale_max(nvfp4_e4m3_max, "nvfp4_e4m3_max")
     if int(nvfp4_e4m3_max) != 448 and not nvfp4_use_4over6:
         raise ValueError(f"nvfp4_e4m3_max={int(nvfp4_e4m3_max)} with nvfp4_use_4over6=False: G = 256 is defined only "
                          "for 4over6 (SPEC 5.6); a plain TE tensor has 448")

@@ -10,7 +10,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .checks import check_block, check_flag, check_index, from_torch, host_array, is_real, is_torch
+from .checks import (
+    check_block,
+    check_flag,
+    check_index,
+    from_torch,
+    host_array,
+    is_real,
+    is_torch,
+    refuse_masked,
+)
 from .four_over_six import check_error_mode, check_global_scale_max
 from .rht import check_rht_signs
 from .scale_rules import RULES
@@ -145,8 +154,7 @@ def _check_bytes(a, shape: tuple[int, int], name: str, plane_shape: tuple[int, i
     ``shape``."""
     if is_torch(a):
         a = from_torch(a)
-    if isinstance(a, np.ma.MaskedArray):
-        raise TypeError(f"{name} is a masked array: a plane's bytes have no mask; pass {name}.data")
+    refuse_masked(a, name)
     if not isinstance(a, np.ndarray) or a.dtype != np.uint8:
         what = a.dtype if isinstance(a, np.ndarray) else type(a).__name__
         raise TypeError(f"{name} must be a uint8 NumPy array (or torch tensor), got {what}")
