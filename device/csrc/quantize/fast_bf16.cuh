@@ -7,8 +7,10 @@
 //    max of the |bits| when no element is NaN / Inf; a block that has one goes to the exact slow path); the rowwise
 //    pass takes one whole 16-block per thread, so its max, scale byte, multiplier and clamp test are formed once per
 //    16 elements, and detects NaN / Inf by one warp vote per iteration (the warp's 4 rows);
-//  * E2M1 by the three-roundings forms of SPEC 3.6, on the FMA pipe except one 3-input minimum per element; stochastic
-//    rounding by SPEC 3.7's round-down form of the same candidates, one Philox4x32-10 call per 16-block (SPEC 10.2);
+//  * E2M1 by the three-roundings forms of SPEC 3.6, on the FMA pipe except one 3-input minimum per element (TE rules,
+//    round to nearest: the fused form, three FMAs of the exact product, for every multiplier that passes 3.6's check);
+//    stochastic rounding by SPEC 3.7's round-down form of the same candidates, one Philox4x32-10 call per 16-block
+//    (SPEC 10.2);
 //  * signs: mult >= 0 and never NaN (SPEC 5.2: fminf(1/(scale*s_dec), FLT_MAX); +0 only when S_enc = 0, and x * +0
 //    keeps the sign of x), so sign(x*mult) = sign(x) for the NaN/Inf-free blocks and the sign nibbles of 8 elements
 //    are gathered from the bf16 words with 4 PRMT + 2 ops; the magnitude codes carry a constant bias (kBias8)
