@@ -303,27 +303,6 @@ def test_rht_small_outputs(rule, amax):
     check_case(x, rowwise=True, columnwise=True, rht=True, block=(1, 16), rule=rule, amax=amax)
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_fused_form_marked_multiplier(seed):
-    """SPEC 3.6's fused form where a TE plane's multiplier table holds a multiplier that fails the check
-    (tests/fused_form.py: blocks holding +-x with RN(x m) a decision point that x m is not, where the fused index is
-    not 3.1's): the fast kernel marks the entry and encodes those blocks by the rounded product, on the rowwise plane
-    and the columnwise plane without the RHT (a symmetric tensor: both see the same blocks), with the tensor's amax,
-    the amax supplied, and the tensor scaled by 2^-110 and 2^110 (S_dec outside [2^-100, 2^100]: every entry
-    marked)."""
-    from fused_form import fused_index, planted_tensor
-
-    x, a, byte, p = planted_tensor(seed)
-    ref = oracle.quantize(x, rowwise=True, columnwise=True)
-    # the plant is effective: the first block's byte is the planted one, and 3.1 and the fused form differ on its x
-    assert ref.row.scales[0, 0] == byte and ref.col.scales[0, 0] == byte
-    assert (ref.row.data[0, 1] >> 4) != fused_index(np.array([p]))[0]
-    check_case(x, rowwise=True, columnwise=True)
-    check_case(x, rowwise=True, columnwise=True, amax=(a, a))
-    for scale in (2.0**-110, 2.0**110):
-        check_case((x.astype(np.float32) * np.float32(scale)).astype(BF16), rowwise=True, columnwise=True)
-
-
 def degenerate_input(kind: str, dtype=BF16) -> np.ndarray:
     """A 33 x 64 tensor of one kind: "zeros", "neg_zeros", "all_nan", "one_nan" (normal data with one NaN),
     "inf_only" (+Inf, every third row -Inf) or "tiny" (subnormals of dtype, every other row negative)."""

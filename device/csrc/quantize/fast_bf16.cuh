@@ -7,10 +7,8 @@
 //    max of the |bits| when no element is NaN / Inf; a block that has one goes to the exact slow path); the rowwise
 //    pass takes one whole 16-block per thread, so its max, scale byte, multiplier and clamp test are formed once per
 //    16 elements, and detects NaN / Inf by one warp vote per iteration (the warp's 4 rows);
-//  * E2M1 by the three-roundings forms of SPEC 3.6, on the FMA pipe except one 3-input minimum per element (TE rules,
-//    round to nearest: the fused form, three FMAs of the exact product, for every multiplier that passes 3.6's check);
-//    stochastic rounding by SPEC 3.7's round-down form of the same candidates, one Philox4x32-10 call per 16-block
-//    (SPEC 10.2);
+//  * E2M1 by the three-roundings forms of SPEC 3.6, on the FMA pipe except one 3-input minimum per element; stochastic
+//    rounding by SPEC 3.7's round-down form of the same candidates, one Philox4x32-10 call per 16-block (SPEC 10.2);
 //  * signs: mult >= 0 and never NaN (SPEC 5.2: fminf(1/(scale*s_dec), FLT_MAX); +0 only when S_enc = 0, and x * +0
 //    keeps the sign of x), so sign(x*mult) = sign(x) for the NaN/Inf-free blocks and the sign nibbles of 8 elements
 //    are gathered from the bf16 words with 4 PRMT + 2 ops; the magnitude codes carry a constant bias (kBias8)
@@ -111,17 +109,6 @@ __device__ __forceinline__ uint32_t e2m1_mag_magic(float x, float mult) {
   const int m = min(min(__float_as_int(r2), __float_as_int(r1)), __float_as_int(rh));
   return static_cast<uint32_t>(min(m, __float_as_int(kMagic + 7.0f)));
 }
-// SPEC 3.6's fused form: the second form's three candidates as FMAs of the exact product |x| * mult (mult >= 0, x a
-// bf16 value, y < 7), one instruction fewer than rounding y first. The same index as e2m1_mag_magic<false> unless
-// RN(|x| mult) is an E2M1 decision point that |x| mult is not: the plane tables mark the multipliers for which some
-// bf16 x does that (fused_unsafe_entry), and their blocks take the clamped form. Returns kMagicLoBits + index.
-__device__ __forceinline__ uint32_t e2m1_mag_fused(float x, float mult) {
-  const uint32_t c2 = __float_as_uint(__fmaf_rn(fabsf(x), mult, 0.5f * kMagic));         // 0x4AC00000 + RNE(2p)
-  const uint32_t c1 = __float_as_uint(__fmaf_rn(fabsf(x), mult, kMagic + 2.0f));         // 0x4B400000 + RNE(p) + 2
-  const uint32_t ch = __float_as_uint(__fmaf_rn(fabsf(x), mult, 2.0f * kMagic + 8.0f));  // 0x4BC00000 + RNE(p/2) + 4
-  return __vminu2(__vminu2(c2, c1), ch);
-}
-
 // sum over e = 0..7 of b << 4e (mod 2^32): the bias of 8 packed e2m1_mag_magic results of base b
 __host__ __device__ constexpr uint32_t packed_bias8(uint32_t b) {
   return b + (b << 4) + (b << 8) + (b << 12) + (b << 16) + (b << 20) + (b << 24) + (b << 28);
@@ -133,13 +120,6 @@ __device__ __forceinline__ uint32_t mag8_magic(const float (&x)[8], float mult) 
   uint32_t acc = 0u - packed_bias8(kClamp ? kMagicBits : kMagicLoBits);
 #pragma unroll
   for (int e = 0; e < 8; ++e) acc += e2m1_mag_magic<kClamp>(x[e], mult) << (4 * e);
-  return acc;
-}
-// The same by the fused form (e2m1_mag_fused): a block without the clamp term whose multiplier is not marked.
-__device__ __forceinline__ uint32_t mag8_fused(const float (&x)[8], float mult) {
-  uint32_t acc = 0u - packed_bias8(kMagicLoBits);
-#pragma unroll
-  for (int e = 0; e < 8; ++e) acc += e2m1_mag_fused(x[e], mult) << (4 * e);
   return acc;
 }
 
@@ -227,18 +207,14 @@ static __device__ __noinline__ uint32_t mag8_magic_clamped(Floats8 x, float mult
 // Whether a block with max |x| = bmax needs the clamp term of SPEC 3.6 (RN(bmax * mult) >= 7 bounds every y).
 __device__ __forceinline__ bool needs_clamp(float bmax, float mult) { return !(__fmul_rn(bmax, mult) < 7.0f); }
 
-// 8 magnitude codes of x (SPEC 3.6), the clamped form out of line; kFused: the fused form where the clamp term is not
-// needed (the caller sets clamp for a marked multiplier too).
-template <bool kFused = false>
+// 8 magnitude codes of x (SPEC 3.6), the clamped form out of line.
 __device__ __forceinline__ uint32_t mag8_encode(const Floats8& x, float mult, bool clamp) {
-  if (clamp) return mag8_magic_clamped(x, mult);
-  return kFused ? mag8_fused(x.v, mult) : mag8_magic<false>(x.v, mult);
+  return clamp ? mag8_magic_clamped(x, mult) : mag8_magic<false>(x.v, mult);
 }
 
 // The 16 codes of a NaN/Inf-free 16-block held as two uint4 of bf16 pairs (element 2i in the low half of word i):
 // codes of p in lo, of q in hi. clamp: the block needs SPEC 3.6's clamp term (needs_clamp of its max); one branch
-// for both halves. kFused: mag8_encode's.
-template <bool kFused = false>
+// for both halves.
 __device__ __forceinline__ void encode16_words(const uint4& p, const uint4& q, float mult, bool clamp, uint32_t& lo,
                                                uint32_t& hi) {
   const uint32_t wp[4] = {p.x, p.y, p.z, p.w}, wq[4] = {q.x, q.y, q.z, q.w};
@@ -252,9 +228,6 @@ __device__ __forceinline__ void encode16_words(const uint4& p, const uint4& q, f
   if (clamp) {
     mp = mag8_magic_clamped(xp, mult);
     mq = mag8_magic_clamped(xq, mult);
-  } else if constexpr (kFused) {
-    mp = mag8_fused(xp.v, mult);
-    mq = mag8_fused(xq.v, mult);
   } else {
     mp = mag8_magic<false>(xp.v, mult);
     mq = mag8_magic<false>(xq.v, mult);
@@ -313,47 +286,10 @@ struct PlaneTables {
   TorchaoPlane tp[2];
 };
 
-// SPEC 3.6 (fused form), case c = 0..7 of a multiplier with significand mm (2^23 <= mm < 2^24): whether some bf16
-// significand X (128..255) makes the 24-bit rounding of X * mm equal t = S 2^(30 + k) while X * mm != t, with
-// S = 1 + (c % 4) / 4 and k = c / 4 (X * mm lies in [2^30, 2^32)). Only X = round(t / mm) can: any other X lies at
-// least mm / 2 > 2^22 from t, where the rounding moves X * mm by at most 2^7, so the approximate reciprocal (relative
-// error ~2^-22, i.e. < 2^-13 on t / mm < 512) finds it.
-__device__ __forceinline__ bool fused_case_unsafe(uint32_t mm, float rcp_mm, int c) {
-  const uint32_t t = (4u + static_cast<uint32_t>(c & 3)) << (28 + (c >> 2));
-  const uint32_t x = __float2uint_rn(__fmul_rn(__uint2float_rn(t), rcp_mm));
-  const uint64_t p = static_cast<uint64_t>(x) * mm;
-  return x >= 128u && x <= 255u && p != t && __ull2float_rn(p) == __uint2float_rn(t);
-}
-
-// SPEC 3.6 (fused form) for one entry of a TE plane's multiplier table (SPEC 5.2; m = the entry's multiplier, s_dec
-// the plane's S_dec): whether blocks of this scale byte must not take the fused form. With S_dec in [2^-100, 2^100]
-// every entry's multiplier is a normal number whose significand is that of its byte's significand class (5.2 scales
-// by powers of two exactly there): the 3 mantissa bits of a normal byte; 0, 0, 4, 0, 2, 4, 6 for the subnormal bytes
-// 1..7. So the plane has 8 significands x 8 cases: each warp (32 entries) checks all 64, two per lane (class lane % 8,
-// cases 2 (lane / 8) and 2 (lane / 8) + 1; lanes 0-7 of the first warp, bytes 0-7, check the multiplier of byte
-// lane + 8), and marks its entries whose class has an unsafe case. Outside that S_dec range every entry but byte 0 is
-// marked (byte 0's blocks are all zeros, or need the clamp term). Called by every lane of the warp.
-__device__ __forceinline__ bool fused_unsafe_entry(int entry, float m, float s_dec) {
-  const int lane = threadIdx.x & 31;
-  const float mc = __shfl_sync(0xffffffffu, m, entry < 8 ? lane + 8 : lane);
-  const uint32_t mm = (__float_as_uint(mc) & 0x7FFFFFu) | 0x800000u;
-  float rcp;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rcp) : "f"(__uint2float_rn(mm)));
-  const int q = lane >> 3;
-  const bool bad = fused_case_unsafe(mm, rcp, 2 * q) || fused_case_unsafe(mm, rcp, 2 * q + 1);
-  uint32_t b = __ballot_sync(0xffffffffu, bad);  // bit 8 q + c: a case of class c
-  b |= b >> 16;
-  b |= b >> 8;
-  const int cls = entry >= 8 ? (entry & 7) : static_cast<int>((0x64204000u >> (4 * entry)) & 7u);
-  const bool in_range = s_dec >= 0x1p-100f && s_dec <= 0x1p100f;
-  return entry != 0 && (!in_range || ((b >> cls) & 1u) != 0u);
-}
-
 // Forms group g's plane tables: warps 0-3 the rowwise plane's, warps 4-7 the columnwise plane's (each thread one
 // table entry), and the first thread of each half publishes its plane's constants; every thread reads both after
-// the CTA barrier that must follow (two fewer divisions per thread than forming both). kMark (TE rules, round to
-// nearest): an entry that must not take the fused form (fused_unsafe_entry) holds its multiplier negated.
-template <bool kTorchao, bool kMark = false>
+// the CTA barrier that must follow (two fewer divisions per thread than forming both).
+template <bool kTorchao>
 __device__ __forceinline__ void build_plane_tables(const QuantArgs& a, int g, PlaneTables& pt) {
   const int t = threadIdx.x;
   const int plane = t >> 7, entry = t & 127;  // warp-uniform plane
@@ -365,12 +301,7 @@ __device__ __forceinline__ void build_plane_tables(const QuantArgs& a, int g, Pl
     if (entry == 0) pt.tp[plane] = tp;
   } else {
     const PlaneScale ps = make_plane_scale(amax, a.rule);
-    const float m = block_multiplier((uint32_t)entry, ps);
-    if constexpr (kMark) {
-      pt.mtab[plane][entry] = fused_unsafe_entry(entry, m, ps.s_dec) ? -m : m;
-    } else {
-      pt.mtab[plane][entry] = m;
-    }
+    pt.mtab[plane][entry] = block_multiplier((uint32_t)entry, ps);
     if (entry == 0) pt.ps[plane] = ps;
   }
 }
@@ -484,7 +415,6 @@ template <bool kTorchao, bool kSR>
 __device__ __forceinline__ void rowwise_tile(const QuantArgs& a, const GroupView& gv, int64_t k0, int kleft, int rleft,
                                              const uint8_t* tile, const float* mtab, const PlaneScale& ps_row,
                                              [[maybe_unused]] const TorchaoPlane& tp_row, [[maybe_unused]] bool row_fast) {
-  constexpr bool kFused = !kTorchao && !kSR;  // SPEC 3.6's fused form; the table marks multipliers by their sign
   const int t = threadIdx.x;
   const int blk = t & 7, rrow = t >> 3;
   const auto [gblk, blk_ok, pad_ok, dptr, dstep, sptr, sstep] = rowwise_tile_out(a, gv, k0, kleft, blk, rrow);
@@ -508,15 +438,14 @@ __device__ __forceinline__ void rowwise_tile(const QuantArgs& a, const GroupView
       if (it * 32 + rrow < rleft && blk_ok) {
         const float bmax = __uint_as_float(bbits);
         const uint32_t sb = kTorchao ? torchao_scale_byte(bmax, tp_row) : block_scale_byte(bmax, ps_row);
-        const float raw = mtab[sb];
-        const float mult = kFused ? fabsf(raw) : raw;
+        const float mult = mtab[sb];
         uint32_t lo, hi;
         if constexpr (kSR) {  // SPEC 10.2: counter (block column, group-local row, plane 0, offset + g)
           const Philox4 rnd = philox4x32_10((uint32_t)gblk, (uint32_t)(gv.m0 + it * 32 + rrow), 0u,
                                             a.offset + (uint32_t)gv.g, a.seed_lo, a.seed_hi);
           encode16_words_sr(qa, qb, mult, rnd, lo, hi);
         } else {
-          encode16_words<kFused>(qa, qb, mult, needs_clamp(bmax, mult) || (kFused && raw < 0.0f), lo, hi);
+          encode16_words(qa, qb, mult, needs_clamp(bmax, mult), lo, hi);
         }
         store_once(reinterpret_cast<uint2*>(dp), make_uint2(lo, hi));
         store_once(sp, (uint8_t)sb);
@@ -550,8 +479,7 @@ __device__ __forceinline__ void rowwise_tile(const QuantArgs& a, const GroupView
     uint8_t* sp = sptr + it * sstep;
     if (row < rleft && blk_ok) {
       uint32_t sb, pl, ph;
-      const float bm = block_byte_and_multiplier<kTorchao>(b, ps_row, tp_row, mtab, sb);
-      const float mult = kFused ? fabsf(bm) : bm;
+      const float mult = block_byte_and_multiplier<kTorchao>(b, ps_row, tp_row, mtab, sb);
       if constexpr (kSR) {  // SPEC 3.4 per element (torchao too: its clamp changes no SR code, a NaN product is 0x7)
         const Philox4 rnd =
             philox4x32_10((uint32_t)gblk, (uint32_t)(gv.m0 + row), 0u, a.offset + (uint32_t)gv.g, a.seed_lo, a.seed_hi);
@@ -595,7 +523,6 @@ __device__ __forceinline__ void columnwise_tile_encode(const QuantArgs& a, const
                                                       const uint8_t* tile, const float* mtab, const PlaneScale& ps_col,
                                                       [[maybe_unused]] const TorchaoPlane& tp_col,
                                                       [[maybe_unused]] bool col_fast, uint8_t* cstage) {
-  constexpr bool kFused = !kTorchao && !kSR;  // as rowwise_tile
   const int t = threadIdx.x;
   const int cpair = t & 63;
   const int jb = t >> 6;
@@ -644,8 +571,7 @@ __device__ __forceinline__ void columnwise_tile_encode(const QuantArgs& a, const
         if (2 * cpair + h < kleft) {
           const float bmax = __uint_as_float(mh2[h] << 16);
           const uint32_t sb = kTorchao ? torchao_scale_byte(bmax, tp_col) : block_scale_byte(bmax, ps_col);
-          const float raw = mtab[sb];
-          const float mult = kFused ? fabsf(raw) : raw;
+          const float mult = mtab[sb];
           Floats8 xl, xh;
 #pragma unroll
           for (int i = 0; i < 8; ++i) {
@@ -659,9 +585,9 @@ __device__ __forceinline__ void columnwise_tile_encode(const QuantArgs& a, const
             lo = mag8_sr(xl.v, mult, rnd.x[0], rnd.x[1]);
             hi = mag8_sr(xh.v, mult, rnd.x[2], rnd.x[3]);
           } else {
-            const bool clamp = needs_clamp(bmax, mult) || (kFused && raw < 0.0f);
-            lo = mag8_encode<kFused>(xl, mult, clamp);
-            hi = mag8_encode<kFused>(xh, mult, clamp);
+            const bool clamp = needs_clamp(bmax, mult);
+            lo = mag8_encode(xl, mult, clamp);
+            hi = mag8_encode(xh, mult, clamp);
           }
           o[h] = ((uint64_t)(hi + sg[h][1]) << 32) | (lo + sg[h][0]);
           store_once(sp, (uint8_t)sb);
@@ -679,8 +605,7 @@ __device__ __forceinline__ void columnwise_tile_encode(const QuantArgs& a, const
 #pragma unroll
           for (int i = 0; i < 16; ++i) b = abs_max<kTorchao>(b, fabsf(bf16_half(w[i], h)));
           uint32_t sb;
-          const float bm = block_byte_and_multiplier<kTorchao>(b, ps_col, tp_col, mtab, sb);
-          const float mult = kFused ? fabsf(bm) : bm;
+          const float mult = block_byte_and_multiplier<kTorchao>(b, ps_col, tp_col, mtab, sb);
           if constexpr (kSR) {
             const Philox4 rnd = philox4x32_10((uint32_t)(mb0 + j), (uint32_t)(kk + h), 1u, a.offset + (uint32_t)gv.g,
                                               a.seed_lo, a.seed_hi);
@@ -790,7 +715,7 @@ __global__ void __launch_bounds__(256, 4) quantize_fast_bf16(QuantArgs a) {
   // programmatic dependency the wait returns at once.
   asm volatile("griddepcontrol.wait;" ::: "memory");
   __shared__ PlaneTables planes;
-  build_plane_tables<kTorchao, !kTorchao && !kSR>(a, gv.g, planes);
+  build_plane_tables<kTorchao>(a, gv.g, planes);
   asm volatile("cp.async.wait_all;\n" ::: "memory");  // this thread's tile pieces have landed; the barrier: all
   __syncthreads();
   const PlaneConsts pc = read_plane_consts<kTorchao>(planes);
