@@ -12,7 +12,7 @@ from spec_scalar import e4m3_value, te_quantize_row_blocks
 from test_oracle_four_over_six import pack, ref_4over6, rn_f32
 
 import oracle
-from oracle.fp4_numpy import E2M1_VALUES, unpack_fp4
+from oracle.fp4_numpy import E2M1_VALUES, pack_fp4, unpack_fp4
 
 F = np.float32
 
@@ -254,3 +254,54 @@ def test_row_scaled_grouped_amax_slices():
     g = oracle.group_quantize(x, [2, 3], row_scaled=True, amax=a)
     assert np.array_equal(g.row_amax, a)
     assert np.array_equal(g.row_planes[1].amax, a[2:])
+
+
+def _flashinfer_per_token(x: np.ndarray, global_scale_inv: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """flashinfer's per-token NVFP4 quantizer (``nvfp4_quantize(..., per_token_activation=True)``, the
+    ``nvfp4QuantAndPerTokenScaleKernel`` path with exact arithmetic and without 4over6, fb28d72), transcribed from its
+    source with fp32 steps: row amax, then per row ``S = fminf(div(div(1, global_scale_inv), row_amax), FLT_MAX)`` (FLT_MAX
+    for a zero row, 1 when S is 0), each 16-block's scale ``E4M3(b * (S * fp32(1/6)))`` and multiplier
+    ``fminf(1 / (sf * (1 / S)), FLT_MAX)``, each code the saturating round-to-nearest E2M1 of ``x * multiplier``.
+    Returns (codes [M, K] as E2M1 nibbles, scale bytes [M, K/16], per-token scales 1 / S)."""
+    import ml_dtypes
+
+    flt_max = F(np.finfo(np.float32).max)
+    g = F(1) / F(global_scale_inv)
+    codes = np.zeros(x.shape, np.uint8)
+    sbytes = np.zeros((x.shape[0], x.shape[1] // 16), np.uint8)
+    per_token = np.zeros(x.shape[0], np.float32)
+    for r, row in enumerate(x.astype(np.float32)):
+        a = F(np.max(np.abs(row)))
+        s = F(min(float(g / a), float(flt_max))) if a != 0 else flt_max
+        s = s if s != 0 else F(1)
+        per_token[r] = F(1) / s
+        for j, blk in enumerate(row.reshape(-1, 16)):
+            b = F(np.max(np.abs(blk)))
+            sf = F(b * F(s * F(1 / 6))) if b != 0 else F(0)
+            byte = np.clip(sf, 0, 448).astype(ml_dtypes.float8_e4m3fn)
+            sbytes[r, j] = byte.view(np.uint8)
+            d = F(byte.astype(np.float32))
+            mult = F(min(float(F(1) / F(d * F(F(1) / s))), float(flt_max))) if b != 0 else F(0)
+            y = np.clip((blk * mult).astype(np.float32), -6, 6)
+            codes[r, 16 * j:16 * j + 16] = y.astype(ml_dtypes.float4_e2m1fn).view(np.uint8) & 0xF
+    return codes, sbytes, per_token
+
+
+def test_flashinfer_per_token_is_te_row_scaled():
+    """SPEC 14.10: flashinfer's per-token activation quantizer with exact arithmetic, given 1 / 2688 as its
+    global-scale inverse, writes rule te's row-scaled bytes (5.7) on finite inputs without subnormal products; its
+    per-token output is 1 / S_enc_r, from which the row amax is not recovered exactly, so diagnose takes the row
+    amaxes (max |x| per row) and names te_row_scaled."""
+    rng = np.random.default_rng(1410)
+    x = (rng.standard_normal((24, 64)) * np.exp(rng.uniform(-8, 8, (24, 1)))).astype(np.float32)
+    x[5] = 0.0
+    x = x.astype(np.float32)
+    codes, sbytes, per_token = _flashinfer_per_token(x, 1 / 2688)
+    t = oracle.quantize(x, row_scaled=True)
+    assert np.array_equal(unpack_fp4(t.row.data, 64), codes)
+    assert np.array_equal(t.row.scales, sbytes)
+    row_amax = np.max(np.abs(x), axis=1)
+    assert np.array_equal(t.row.amax, row_amax)
+    assert np.any(per_token * F(2688) != row_amax)  # 1 / S_enc_r, not A_r / 2688: give diagnose the row amaxes
+    d = oracle.diagnose(x, pack_fp4(codes), sbytes, amax=row_amax, layout="compact")
+    assert d.matches[0] == "te_row_scaled", str(d)
