@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import inspect
 from dataclasses import dataclass, field
 
@@ -675,10 +676,10 @@ def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: 
     if best.padding_garbage:
         out.append(f"garbage in the padding: {best.padding_garbage} padding bytes of the {best.reading} scale buffer "
                    "are not 0x00 (SPEC 8.1-8.3)")
+    both_codes = functools.cache(lambda: (unpack_fp4(data.reshape(exp.rows, -1), exp.cols), exp.codes()))
     if best.plane == "col" and exp.valid_cols < exp.cols and not exp.rht:
         m = exp.valid_cols
-        theirs_codes = unpack_fp4(data.reshape(exp.rows, -1), exp.cols)
-        ours_codes = exp.codes()
+        theirs_codes, ours_codes = both_codes()
         bad_pad = int((theirs_codes[:, m:] != ours_codes[:, m:]).sum())
         bad_real = int((theirs_codes[:, :m] != ours_codes[:, :m]).sum())
         if bad_pad and not bad_real:
@@ -686,8 +687,7 @@ def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: 
                        "(SPEC 6.2) differ; every real token matches")
     # zero codes without their sign: the scales agree, and every differing code is our 0x8 against their 0x0
     if best.n_diff and got is not None and np.array_equal(got[0], exp.scales):
-        theirs_codes = unpack_fp4(data.reshape(exp.rows, -1), exp.cols)
-        ours_codes = exp.codes()
+        theirs_codes, ours_codes = both_codes()
         dc = theirs_codes != ours_codes
         if dc.any() and (ours_codes[dc] == 0x8).all() and (theirs_codes[dc] == 0x0).all():
             n = int(dc.sum())

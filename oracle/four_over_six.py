@@ -74,7 +74,7 @@ def candidate_errors(
     denom = np.float32(6 * check_global_scale_max(global_scale_max))
     err = np.zeros(d.shape, np.float32)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        s_dec = (_ONE / np.asarray(s_enc, np.float32)).astype(np.float32)
+        s_dec = (_ONE / np.asarray(s_enc, np.float32)).astype(np.float32) if domain == "decode" else None
         for i in range(16):
             dq = (q[:, :, i] * d).astype(np.float32)  # exact: at most 6 significant bits, within [2^-10, 2688]
             if domain == "product":
