@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import ml_dtypes
 import numpy as np
 import pytest
 from spec_scalar import e4m3_value, te_quantize_row_blocks
+from test_oracle_diagnose import _FLASHINFER_MAE_BLOCKS, _FLASHINFER_MSE_BLOCKS
 from test_oracle_four_over_six import pack, ref_4over6, rn_f32
 
 import oracle
@@ -259,8 +261,8 @@ def test_row_scaled_grouped_amax_slices():
 def _flashinfer_per_token(x: np.ndarray, global_scale_inv: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """flashinfer's per-token NVFP4 quantizer (``nvfp4_quantize(..., per_token_activation=True)``, the
     ``nvfp4QuantAndPerTokenScaleKernel`` path with exact arithmetic and without 4over6, fb28d72), transcribed from its
-    source with fp32 steps: row amax, then per row ``S = fminf(div(div(1, global_scale_inv), row_amax), FLT_MAX)`` (FLT_MAX
-    for a zero row, 1 when S is 0), each 16-block's scale ``E4M3(b * (S * fp32(1/6)))`` and multiplier
+    source with fp32 steps: row amax, then per row ``S = fminf(div(div(1, global_scale_inv), row_amax), FLT_MAX)``
+    (FLT_MAX for a zero row, 1 when S is 0), each 16-block's scale ``E4M3(b * (S * fp32(1/6)))`` and multiplier
     ``fminf(1 / (sf * (1 / S)), FLT_MAX)``, each code the saturating round-to-nearest E2M1 of ``x * multiplier``.
     Returns (codes [M, K] as E2M1 nibbles, scale bytes [M, K/16], per-token scales 1 / S)."""
     import ml_dtypes
@@ -305,3 +307,79 @@ def test_flashinfer_per_token_is_te_row_scaled():
     assert np.any(per_token * F(2688) != row_amax)  # 1 / S_enc_r, not A_r / 2688: give diagnose the row amaxes
     d = oracle.diagnose(x, pack_fp4(codes), sbytes, amax=row_amax, layout="compact")
     assert d.matches[0] == "te_row_scaled", str(d)
+
+
+def _flashinfer_per_token_4over6(x: np.ndarray, *, mode: str, fast: bool, g: int) -> tuple[np.ndarray, np.ndarray]:
+    """flashinfer's per-token quantizer with 4over6 and exact arithmetic (``nvfp4QuantAndPerTokenScaleKernel`` into
+    ``cvt_warp_fp16_to_fp4`` with 16 elements per thread, fb28d72), transcribed with fp32 steps: per row
+    ``S = fminf(div(div(1, fp32(1/(6G))), A_r), FLT_MAX)`` (1 when 0), ``S_dec = div(1, S)``; per block a zero max
+    writes byte 0 and codes 0; otherwise ``sf6 = div(b, 6) * S``, ``sf4 = sf6 * 1.5``, their E4M3 bytes, multipliers
+    ``fminf(div(1, sf * S_dec), FLT_MAX)``, codes of ``x * m``, and each candidate's error summed in element order:
+    ``div((q * sf) * A_r, 6G) - x`` (its rowAmax > 0 branch) or, with the fast-math error, ``q * sf - x * S``; map-to-4
+    iff its error is smaller. Returns (codes [M, K], scale bytes [M, K/16])."""
+    import ml_dtypes
+
+    flt_max = F(np.finfo(np.float32).max)
+    denom = F(6 * g)
+    s_global = F(1) / F(F(1) / denom)
+    rows, cols = x.shape
+    codes = np.zeros((rows, cols), np.uint8)
+    sbytes = np.zeros((rows, cols // 16), np.uint8)
+    for r in range(rows):
+        a = F(np.max(np.abs(x[r])))
+        s = F(min(float(s_global / a), float(flt_max))) if a != 0 else F(0)
+        s = s if s != 0 or a == 0 else F(1)
+        s_dec = F(1) / s if s != 0 else F(np.inf)
+        for j in range(cols // 16):
+            blk = x[r, 16 * j:16 * j + 16]
+            b = F(np.max(np.abs(blk)))
+            if b == 0:
+                continue  # byte 0x00, codes 0x0
+            best = None
+            for sf in (F(F(b / F(6)) * s), F(F(F(b / F(6)) * s) * F(1.5))):  # map-to-6 first: a tie keeps it
+                e4 = np.clip(sf, 0, 448).astype(ml_dtypes.float8_e4m3fn)
+                d = F(e4.astype(np.float32))
+                m = F(min(float(F(1) / F(d * s_dec)), float(flt_max)))
+                cc = np.clip((blk * m).astype(np.float32), -6, 6).astype(ml_dtypes.float4_e2m1fn)
+                q = cc.astype(np.float32)
+                err = F(0)
+                for i in range(16):
+                    p = F(q[i] * d)
+                    diff = F(p - F(blk[i] * s)) if fast else F(F(F(p * a) / denom) - blk[i])
+                    err = F(err + (abs(diff) if mode == "mae" else F(diff * diff)))
+                if best is None or err < best[0]:
+                    best = (err, cc.view(np.uint8) & 0xF, e4.view(np.uint8))
+            codes[r, 16 * j:16 * j + 16], sbytes[r, j] = best[1], best[2]
+    return codes, sbytes
+
+
+@pytest.mark.parametrize("mode,fast,g", [("mae", False, 448), ("mse", False, 448), ("mae", True, 448),
+                                         ("mse", True, 256), ("mse", False, 256)])
+def test_flashinfer_per_token_4over6_is_te_row_scaled_4over6(mode, fast, g):
+    """SPEC 14.11: flashinfer's per-token quantizer with 4over6 and exact arithmetic (given 1 / (6G)) measures its
+    errors in 5.6's input domain with the row's amax, so it writes 5.7 under 5.6 (TE's row-scaled 4over6), except
+    that a block whose max is 0 gets codes 0x0 (a -0.0 element loses its sign, as in flashinfer's per-tensor 4over6);
+    diagnose names the TE rule, and for a -0.0 in such a block, the zero-sign bug class."""
+    rng = np.random.default_rng(1411)
+    x = (rng.standard_normal((16, 48)) * np.exp(rng.uniform(-6, 6, (16, 1)))).astype(np.float32)
+    x[3, 16:32] = 0.0
+    x[7] = 0.0
+    # rows of amax 1000 holding the blocks on which 5.6's input-domain errors and flashinfer's per-tensor
+    # decode-scale errors choose differently (tests/test_oracle_diagnose.py): the per-token error is the former
+    near_ties = np.array(_FLASHINFER_MSE_BLOCKS + _FLASHINFER_MAE_BLOCKS, np.float32).astype(ml_dtypes.bfloat16)
+    tail = np.tile(np.array([1000.0] + [0.5] * 31, np.float32), (len(near_ties), 1))
+    x = np.concatenate([x, np.concatenate([near_ties.astype(np.float32), tail], axis=1)])
+    codes, sbytes = _flashinfer_per_token_4over6(x, mode=mode, fast=fast, g=g)
+    kw = dict(row_scaled=True, four_over_six=mode, four_over_six_fast_math=fast, global_scale_max=g)
+    t = oracle.quantize(x, **kw)
+    assert np.array_equal(t.row.scales, sbytes)
+    assert np.array_equal(unpack_fp4(t.row.data, 48), codes)
+    name = f"te_row_scaled_4over6_{mode}" + ("_fast" if fast else "") + ("_g256" if g == 256 else "")
+    amax = np.max(np.abs(x), axis=1)
+    assert oracle.diagnose(x, pack_fp4(codes), sbytes, amax=amax, layout="compact", rules=[name]).matches == [name]
+    x[3, 20] = -0.0  # the oracle writes 0x8 there (5.6, 3.1), flashinfer 0x0
+    codes, sbytes = _flashinfer_per_token_4over6(x, mode=mode, fast=fast, g=g)
+    ref = unpack_fp4(oracle.quantize(x, **kw).row.data, 48)
+    assert ref[3, 20] == 0x8 and codes[3, 20] == 0x0 and np.sum(ref != codes) == 1
+    d = oracle.diagnose(x, pack_fp4(codes), sbytes, amax=amax, layout="compact", rules=[name])
+    assert not d.matches and any(h.startswith("-0.0 written as +0") for h in d.hypotheses), str(d)
