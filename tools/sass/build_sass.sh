@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Compile device/csrc's .cu files of one source tree to cubins with the extensions' flags and dump their SASS, so that
 # two trees' kernels can be compared function by function (compare_sass.py). No GPU needed: nvcc, and cuobjdump from
-# the CUDA toolkit or from Triton's package (python -c "import triton, os; print(os.path.dirname(triton.__file__))",
-# backends/nvidia/bin/cuobjdump). CUTLASS's headers come from the nvidia-cutlass wheel.
+# the CUDA toolkit, from the nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels (`pip install nvidia-cuda-cuobjdump
+# nvidia-cuda-nvdisasm`: nvidia/cu13/bin of site-packages; cuobjdump runs nvdisasm, which must be on PATH) or from
+# Triton's package (backends/nvidia/bin of the triton package). CUTLASS's headers come from the nvidia-cutlass wheel.
 #
 #   bash tools/sass/build_sass.sh device/csrc /tmp/sass_new          # every .cu of the tree
 #   bash tools/sass/build_sass.sh /tmp/old/device/csrc /tmp/sass_old gemm/fused_fast.cu
@@ -16,7 +17,21 @@ else
   files=("$@")
 fi
 inc=$(python3 -c "import cutlass_library, os; print(os.path.join(os.path.dirname(cutlass_library.__file__), 'source', 'include'))")
-cuobjdump=$(command -v cuobjdump || python3 -c "import triton, os; print(os.path.join(os.path.dirname(triton.__file__), 'backends', 'nvidia', 'bin', 'cuobjdump'))")
+# the first cuobjdump found: on PATH, in the wheels' nvidia/cu13/bin (nvdisasm beside it goes on PATH), in Triton's
+cuobjdump=$(command -v cuobjdump || python3 - <<'PY'
+import os, sys
+import importlib.util
+for name, sub in (("nvidia", ("cu13", "bin")), ("triton", ("backends", "nvidia", "bin"))):
+    spec = importlib.util.find_spec(name)
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        path = os.path.join(root, *sub, "cuobjdump")
+        if os.path.exists(path):
+            print(path)
+            sys.exit(0)
+sys.exit("no cuobjdump: install the CUDA toolkit, or pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm")
+PY
+)
+export PATH="$PATH:$(dirname "$cuobjdump")"
 jobs=${JOBS:-$(nproc)}
 for f in "${files[@]}"; do
   name=$(echo "${f%.cu}" | tr '/' '_')
