@@ -17,11 +17,15 @@ else
   files=("$@")
 fi
 inc=$(python3 -c "import cutlass_library, os; print(os.path.join(os.path.dirname(cutlass_library.__file__), 'source', 'include'))")
-# the first cuobjdump found: on PATH, in the wheels' nvidia/cu13/bin (nvdisasm beside it goes on PATH), in Triton's
+# the first cuobjdump found: on PATH, in the wheels' bin folder (nvidia/cu13/bin, or nvidia/cuda_cuobjdump/bin of the
+# CUDA 12 wheels), in Triton's; its folder goes first on PATH, so that cuobjdump runs the nvdisasm beside it
 cuobjdump=$(command -v cuobjdump || python3 - <<'PY'
-import os, sys
 import importlib.util
-for name, sub in (("nvidia", ("cu13", "bin")), ("triton", ("backends", "nvidia", "bin"))):
+import os
+import sys
+
+places = (("nvidia", ("cu13", "bin")), ("nvidia", ("cuda_cuobjdump", "bin")), ("triton", ("backends", "nvidia", "bin")))
+for name, sub in places:
     spec = importlib.util.find_spec(name)
     for root in (spec.submodule_search_locations or []) if spec else []:
         path = os.path.join(root, *sub, "cuobjdump")
@@ -31,14 +35,18 @@ for name, sub in (("nvidia", ("cu13", "bin")), ("triton", ("backends", "nvidia",
 sys.exit("no cuobjdump: install the CUDA toolkit, or pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm")
 PY
 )
-export PATH="$PATH:$(dirname "$cuobjdump")"
+export PATH="$(dirname "$cuobjdump"):$PATH"
+for d in "$(python3 -c "import importlib.util as u; s = u.find_spec('nvidia'); print(*(s.submodule_search_locations if s else []))")"; do
+  for sub in cu13/bin cuda_nvdisasm/bin; do [ -x "$d/$sub/nvdisasm" ] && export PATH="$PATH:$d/$sub"; done
+done
+command -v nvdisasm > /dev/null || { echo "no nvdisasm (cuobjdump runs it): pip install nvidia-cuda-nvdisasm" >&2; exit 1; }
 jobs=${JOBS:-$(nproc)}
 for f in "${files[@]}"; do
   name=$(echo "${f%.cu}" | tr '/' '_')
-  ( nvcc -cubin -o "$out/$name.cubin" "$csrc/$f" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --fmad=false \
-      -DNDEBUG --expt-relaxed-constexpr -I"$csrc" -I"$inc" 2> "$out/$name.log" \
-    && "$cuobjdump" -sass "$out/$name.cubin" > "$out/$name.sass" || echo "FAILED: $f (see $out/$name.log)" ) &
+  ( nvcc -cubin -o "$out/$name.cubin" "$csrc/$f" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --fmad=false       -DNDEBUG --expt-relaxed-constexpr -I"$csrc" -I"$inc" 2> "$out/$name.log"     && "$cuobjdump" -sass "$out/$name.cubin" > "$out/$name.sass" 2>> "$out/$name.log"     || { echo "FAILED: $f (see $out/$name.log)"; touch "$out/$name.failed"; } ) &
   while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
 done
 wait
-echo "SASS of ${#files[@]} file(s) in $out"
+failed=$(find "$out" -name '*.failed' | wc -l)
+echo "SASS of $(( ${#files[@]} - failed )) of ${#files[@]} file(s) in $out"
+[ "$failed" -eq 0 ]
