@@ -65,6 +65,14 @@ def _check_u8_2d(a, what: str) -> np.ndarray:
     return a
 
 
+def _padded_compact(compact, padded_shape) -> np.ndarray:
+    """The compact uint8 scales ``[rows, C]`` zero-padded to ``padded_shape(rows, C)`` (the padding bytes 0x00)."""
+    s = _check_u8_2d(compact, "compact scales")
+    padded = np.zeros(padded_shape(*s.shape), np.uint8)
+    padded[: s.shape[0], : s.shape[1]] = s
+    return padded
+
+
 def _layout_buffer(buf, rows: int, cols: int, padded: tuple[int, int], name: str, spec: str):
     """(buf as a 1-D uint8 array, padded rows, padded columns) after the checks every unswizzle makes."""
     b = host_array(buf)
@@ -83,11 +91,8 @@ def swizzle_scales(compact) -> np.ndarray:
 
     Padding bytes are 0x00 (SPEC 8.2).
     """
-    s = _check_u8_2d(compact, "compact scales")
-    rows, cols = s.shape
-    R, C = padded_scale_shape(rows, cols)
-    padded = np.zeros((R, C), np.uint8)
-    padded[:rows, :cols] = s
+    padded = _padded_compact(compact, padded_scale_shape)
+    R, C = padded.shape
     # (R/128, 128, C/4, 4) -> split 128 as (4, 32) -> order (tileR, tileC, r%32, (r%128)//32, c%4)
     t = padded.reshape(R // 128, 4, 32, C // 4, 4).transpose(0, 3, 2, 1, 4)
     return np.ascontiguousarray(t).reshape(-1)
@@ -112,11 +117,8 @@ def swizzle_scales_8x4(compact) -> np.ndarray:
     """Compact uint8 scales ``[rows, C]`` -> 1-D buffer of flashinfer's 8x4 layout, ``roundup(rows, 8) *
     roundup(C, 4)`` bytes (SPEC 8.3: compact (r, c) at byte ``((r // 8) * (Cp // 4) + c // 4) * 32 + (r % 8) * 4 +
     c % 4``). Padding bytes are 0x00."""
-    s = _check_u8_2d(compact, "compact scales")
-    rows, cols = s.shape
-    R, C = padded_scale_shape_8x4(rows, cols)
-    padded = np.zeros((R, C), np.uint8)
-    padded[:rows, :cols] = s
+    padded = _padded_compact(compact, padded_scale_shape_8x4)
+    R, C = padded.shape
     # (R/8, 8, C/4, 4) -> order (tileR, tileC, r % 8, c % 4)
     return np.ascontiguousarray(padded.reshape(R // 8, 8, C // 4, 4).transpose(0, 2, 1, 3)).reshape(-1)
 

@@ -279,7 +279,6 @@ def _run(a) -> int:
                 return quantizer(dtype=utils.Fp4Formats.E2M1, **kw)
 
         rng = np.random.default_rng(a.seed)
-        unexplained = 0
         try:
             unexplained = _compare_all(a, make, gemm_type, rng)
         except _Stopped as e:
