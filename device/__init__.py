@@ -11,7 +11,7 @@ The API mirrors the oracle name for name on torch CUDA tensors (current stream, 
   forward and backward run these kernels (CUDA-graph and ``torch.compile`` safe).
 * :func:`set_num_sms` / :func:`get_num_sms`: cap the GEMM's persistent grid.
 * :func:`is_available`: whether the current CUDA device can run the kernels (sm_90).
-* :mod:`device.testing`: test-only hooks (``force_plan``).
+* :mod:`device.testing`: test-only hooks (``force_plan``, ``gemm_over_weight_copy``).
 
 Importing this package needs neither torch nor CUDA: the functions above are imported on first access (their
 modules import torch), and the CUDA extensions are JIT-built on the first kernel call (:mod:`device._build`).

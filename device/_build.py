@@ -1,7 +1,7 @@
 """JIT build of the two CUDA extensions through ``torch.utils.cpp_extension.load``.
 
 * ``nvfp4_quantize``: ``csrc/quantize/`` (amax, quantize, grouped setup, swizzle, dequantize) and ``csrc/layer/``
-  (the grouped linear layer's bias gradient);
+  (the grouped linear layer's bias gradient and packed columnwise scales);
 * ``nvfp4_gemm``: ``csrc/gemm/`` (the grouped GEMM), with the CUTLASS instantiations of ``copies_cutlass`` when
   CUTLASS's headers are found (:func:`cutlass_include_dir`); without them that algorithm is not built and the rest is.
 

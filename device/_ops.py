@@ -42,13 +42,13 @@ __all__ = [
 LAYOUT_COMPACT, LAYOUT_PADDED_COMPACT, LAYOUT_SWIZZLED = (int(ScaleLayout[n]) for n in ("compact", "padded_compact",
                                                                                           "swizzled"))
 _NAN_PROPAGATING = (int(Rule.torchao), int(Rule.torchao_noscale))  # the torchao rules' amax (SPEC 4.1)
-_TILE_M = 128  # rows per kernel tile (csrc/nvfp4_layout.cuh kTileM)
+_TILE_M = 128  # rows per kernel tile (csrc/quantize/layout.cuh kTileM)
 _FOUR_OVER_SIX = int(QuantizeKernel.four_over_six)  # the 4over6 quantizer's plan code (SPEC 5.6)
 
 
 def _raise_refusal(err: str) -> None:
     """The extension's bindings return "" or the message of a refusal / launch error instead of throwing
-    (device/csrc/bindings.cpp, returning_errors): raise it here."""
+    (device/csrc/quantize/bindings.cpp and gemm/bindings.cpp, returning_errors): raise it here."""
     if err:
         raise RuntimeError(err)
 

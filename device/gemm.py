@@ -84,7 +84,9 @@ def set_num_sms(num_sms: int | None) -> None:
     of the device (the default). Applies to every later :func:`grouped_gemm` call of the process (a CUDA graph keeps
     the cap it was captured with); the bits of the result do not depend on it."""
     global _num_sms
-    if num_sms is not None and (not _ops.is_int(num_sms) or num_sms < 1):
+    if num_sms is not None and not _ops.is_int(num_sms):
+        raise TypeError(f"num_sms must be None or an int >= 1, got {num_sms!r}")
+    if num_sms is not None and num_sms < 1:
         raise ValueError(f"num_sms must be None or an int >= 1, got {num_sms!r}")
     _num_sms = None if num_sms is None else int(num_sms)
 

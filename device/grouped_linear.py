@@ -303,7 +303,9 @@ class GroupedLinear(torch.nn.Module):
         super().__init__()
         for name, v, lo in (("num_gemms", num_gemms, 1), ("in_features", in_features, 16),
                             ("out_features", out_features, 16)):
-            if not _ops.is_int(v) or v < lo:
+            if not _ops.is_int(v):
+                raise TypeError(f"{name} must be an int >= {lo}, got {v!r}")
+            if v < lo:
                 raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
         num_gemms, in_features, out_features = int(num_gemms), int(in_features), int(out_features)
         for name, v in (("in_features", in_features), ("out_features", out_features)):
@@ -412,7 +414,9 @@ class GroupedLinear(torch.nn.Module):
             raise TypeError(f"m_splits must be an int64 CUDA tensor or a list of ints, got {type(m_splits).__name__}")
         if len(m_splits) != e:
             raise ValueError(f"m_splits has {len(m_splits)} sizes, the layer has num_gemms={e}")
-        if any(not _ops.is_int(v) or v < 0 for v in m_splits):
+        if not all(_ops.is_int(v) for v in m_splits):
+            raise TypeError(f"m_splits must hold ints >= 0, got {list(m_splits)}")
+        if any(v < 0 for v in m_splits):
             raise ValueError(f"m_splits must hold ints >= 0, got {list(m_splits)}")
         m_splits = [int(v) for v in m_splits]
         if sum(m_splits) != t:

@@ -88,6 +88,12 @@ def host_array(a, name: str = "the array") -> np.ndarray:
     return from_torch(a) if is_torch(a) else np.asarray(a)
 
 
+def native_order(a: np.ndarray) -> np.ndarray:
+    """``a`` in the machine's byte order: a byte-swapped numeric array (e.g. ``>f4`` from a file written on a
+    big-endian machine) is converted, with the same values; any other array is returned as it is."""
+    return a.astype(a.dtype.newbyteorder("=")) if a.dtype.kind in "fiu" and not a.dtype.isnative else a
+
+
 def is_real(a: np.ndarray) -> bool:
     """Whether an array holds real numbers: a NumPy integer or float dtype, or an ml_dtypes float (bfloat16, the
     float8 types); not bool, complex, strings or objects."""

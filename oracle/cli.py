@@ -121,7 +121,7 @@ def check_input(x, what: str = "the input") -> None:
         raise TypeError(f"{what} must be a NumPy array, got {type(x).__name__}")
     if x.dtype.kind in "iu" and x.dtype.itemsize == 2:
         raise TypeError(f"{what} holds {x.dtype}: if those are bf16 bit patterns, pass --input-dtype bfloat16")
-    if x.dtype not in (np.float32, np.float16) and x.dtype.name != "bfloat16":
+    if x.dtype.newbyteorder("=") not in (np.float32, np.float16) and x.dtype.name != "bfloat16":
         raise TypeError(f"{what} holds {x.dtype}; the oracle takes float32, float16 or bfloat16 "
                         "(see --input-dtype)")
 

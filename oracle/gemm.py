@@ -279,15 +279,22 @@ def gemm_error_bound(
     return np.where(np.broadcast_to(np.isfinite(al), bound.shape), bound, np.nan)
 
 
+def _real_f64(v, name: str) -> np.ndarray:
+    """``v`` as float64, after checking that it holds real numbers (``TypeError`` otherwise)."""
+    a = host_array(v, name)
+    if not is_real(a):
+        raise TypeError(f"{name} must hold real numbers (an integer or float dtype), got dtype {a.dtype}")
+    return a.astype(np.float64)
+
+
 def within_bound(y_impl, y_exact, bound) -> np.ndarray:
     """Elementwise check of SPEC 12.4: |y_impl - y_exact| <= bound; a NaN exact value must be matched by
     NaN; where the bound is NEAR_OVERFLOW (the exact real value is finite, even where its rounding y_exact is Inf)
     y_impl must not be NaN (any finite value or Inf of either sign); where it is +inf (an infinite C or bias)
     y_impl must be y_exact or NaN; where it is NaN (alpha not finite) y_impl must be non-finite. Returns a boolean
-    array. ``y_impl`` and ``y_exact`` must have the same shape, and ``bound`` broadcast to it (``ValueError``)."""
-    yi = host_array(y_impl).astype(np.float64)
-    ye = host_array(y_exact).astype(np.float64)
-    b = host_array(bound).astype(np.float64)
+    array. ``y_impl`` and ``y_exact`` must have the same shape, and ``bound`` broadcast to it (``ValueError``); each
+    must hold real numbers (``TypeError`` for bool, complex, string or object arrays)."""
+    yi, ye, b = (_real_f64(v, n) for v, n in ((y_impl, "y_impl"), (y_exact, "y_exact"), (bound, "bound")))
     if yi.shape != ye.shape:
         raise ValueError(f"y_impl has shape {yi.shape} and y_exact {ye.shape}: they must be the same output")
     if np.broadcast_shapes(b.shape, ye.shape) != ye.shape:

@@ -94,10 +94,11 @@ def _per_group(a, b, kind: str, fn, empty_expert, out_dtype, bias, accumulate) -
         if accumulate is not None:
             if out_dtype != "float32":  # SPEC 12.5: C is the fp32 buffer the result is added into
                 raise ValueError(f"wgrad: accumulate needs out_dtype='float32', got {out_dtype!r}")
-            accumulate = host_array(accumulate)
-            if accumulate.shape != (e, n, k) or accumulate.dtype != np.float32:
-                raise ValueError(f"accumulate must be float32 [E, N, K] = {(e, n, k)}, got {accumulate.dtype} "
-                                 f"{accumulate.shape}")
+            accumulate = host_array(accumulate, "accumulate")
+            if accumulate.dtype != np.float32:  # (as oracle.gemm's accumulate)
+                raise TypeError(f"accumulate must be float32, got {accumulate.dtype}")
+            if accumulate.shape != (e, n, k):
+                raise ValueError(f"accumulate must have shape [E, N, K] = {(e, n, k)}, got {accumulate.shape}")
         ys = []
         for g in range(e):
             c = None if accumulate is None else accumulate[g]

@@ -82,17 +82,24 @@ def _host_u8(a, what: str) -> np.ndarray:
 
 
 def _host_f32(a, what: str) -> np.ndarray:
-    """A float32 scalar / array / tensor as a host float32 array (bits unchanged)."""
+    """A float32 array / tensor, or a Python number that float32 holds exactly, as a host float32 array (bits
+    unchanged). ``TypeError`` for another dtype (a float64 array is not rounded silently), ``ValueError`` for a
+    Python number that float32 would round."""
     if is_torch(a):
         import torch
 
         if a.dtype != torch.float32:
             raise TypeError(f"{what} must be float32, got {a.dtype}")
         return a.detach().cpu().numpy().astype(np.float32).reshape(-1).copy()
-    v = host_array(a)
-    if v.dtype.kind not in "fiu":
+    if isinstance(a, (int, float)) and not isinstance(a, bool):
+        v = np.float32(a)
+        if np.isfinite(v) and float(v) != a or np.isnan(v) != np.isnan(a):
+            raise ValueError(f"{what} = {a!r} is not a float32 value (pass a float32 array to give its bits)")
+        return np.asarray([v], np.float32)
+    v = host_array(a, what)
+    if v.dtype != np.float32:
         raise TypeError(f"{what} must be a float32 number or array, got {v.dtype}")
-    return v.astype(np.float32).reshape(-1)
+    return v.reshape(-1).copy()
 
 
 def _plane_fields() -> set:
@@ -273,12 +280,12 @@ def from_torchao(t, *, amax=None) -> NVFP4Tensor:
 
 def _as_plane(t, plane: str):
     """The named plane of an oracle NVFP4Tensor, or a QuantizedPlane itself."""
+    if not isinstance(plane, str) or plane not in ("row", "col"):
+        raise ValueError(f"plane must be 'row' or 'col', got {plane!r}")
     if isinstance(t, QuantizedPlane):
         return t
     if not isinstance(t, NVFP4Tensor):
         raise TypeError(f"expected an oracle NVFP4Tensor or QuantizedPlane, got {type(t).__name__}")
-    if not isinstance(plane, str) or plane not in ("row", "col"):
-        raise ValueError(f"plane must be 'row' or 'col', got {plane!r}")
     p = t.row if plane == "row" else t.col
     if p is None:
         raise ValueError(f"the tensor has no {plane} plane")
@@ -321,8 +328,8 @@ def _check_torchao_g(g) -> None:
 def to_torchao(t, plane: str = "row", *, swizzled: bool | None = None, orig_dtype=None):
     """A torchao 0.18 ``NVFP4Tensor`` holding one plane's bytes.
 
-    ``t``: an oracle :class:`NVFP4Tensor` (``plane`` picks "row" or "col"), a :class:`QuantizedPlane`, or a device
-    result (``device.DeviceNVFP4Tensor``, whose tensors stay on their device). ``swizzled``: store the scales in the
+    ``t``: an oracle :class:`NVFP4Tensor` (``plane`` picks "row" or "col"), a :class:`QuantizedPlane` (converted
+    as it is; ``plane`` is still checked), or a device result (``device.DeviceNVFP4Tensor``, whose tensors stay on their device). ``swizzled``: store the scales in the
     128x4 layout (``is_swizzled_scales``); default: compact for oracle planes, the device result's own layout.
     ``orig_dtype``: the tensor's nominal dtype (default: the one recorded in the options, else bfloat16).
     The per-tensor scale is torchao's ``per_tensor_amax_to_scale(amax)`` for every rule but "torchao_noscale" (no

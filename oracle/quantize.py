@@ -6,7 +6,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .checks import check_block, check_flag, from_torch, host_array, is_real, is_torch, refuse_masked
+from .checks import (
+    check_block,
+    check_flag,
+    from_torch,
+    host_array,
+    is_real,
+    is_torch,
+    native_order,
+    refuse_masked,
+)
 from .four_over_six import check_error_mode, check_global_scale_max, four_over_six_scales
 from .fp4_numpy import encode_e2m1, pack_fp4
 from .philox import sr_random_bytes
@@ -48,6 +57,7 @@ def as_2d_f32(x) -> tuple[np.ndarray, bool]:
     if not isinstance(x, np.ndarray):
         raise TypeError(f"x must be a NumPy array of float32, float16 or bfloat16, got {type(x).__name__}")
     refuse_masked(x, "x")
+    x = native_order(x)
     if x.dtype not in (np.float32, np.float16) and x.dtype.name != "bfloat16":
         raise TypeError(f"x must be float32, float16 or ml_dtypes.bfloat16, got dtype {x.dtype}")
     if x.ndim == 0:

@@ -46,7 +46,7 @@ def cuda(*shape, dtype=BF16):
 
 @pytest.mark.parametrize("kwargs,err,match", [
     (dict(num_gemms=0), ValueError, "num_gemms"),
-    (dict(num_gemms=2.0), ValueError, "num_gemms"),
+    (dict(num_gemms=2.0), TypeError, "num_gemms"),  # a float is not rounded (as oracle's integer arguments)
     (dict(in_features=40), ValueError, "in_features=40 must be a multiple of 16"),
     (dict(out_features=8), ValueError, "out_features"),
     (dict(params_dtype=torch.float16), TypeError, "params_dtype"),
@@ -94,12 +94,12 @@ def _bad_forward_cases():
         (lambda: (cuda(t, k), [10, 10]), ValueError, "num_gemms=3"),
         (lambda: (cuda(t, k), [10, 10, 10]), ValueError, "add up to 30, x has 40 rows"),
         (lambda: (cuda(t, k), [10, -1, 31]), ValueError, "ints >= 0"),
-        (lambda: (cuda(t, k), [10.0, 10, 20]), ValueError, "ints >= 0"),
-        (lambda: (cuda(t, k), (10, 10, 20.5)), ValueError, "ints"),
+        (lambda: (cuda(t, k), [10.0, 10, 20]), TypeError, "ints >= 0"),
+        (lambda: (cuda(t, k), (10, 10, 20.5)), TypeError, "ints"),
         (lambda: (cuda(t, k), "10,10,20"), TypeError, "m_splits"),
         # numpy integers are ints (past that check: the sum is what is refused); numpy bools are not
         (lambda: (cuda(t, k), [np.int64(10), np.int32(10), np.uint8(10)]), ValueError, "add up to 30, x has 40 rows"),
-        (lambda: (cuda(t, k), [np.bool_(True), 10, 29]), ValueError, "ints >= 0"),
+        (lambda: (cuda(t, k), [np.bool_(True), 10, 29]), TypeError, "ints >= 0"),
     ]
 
 

@@ -295,6 +295,24 @@ def test_within_bound_refuses_outputs_of_different_shapes():
     assert oracle.within_bound(ye, ye, 0.0).all()  # a scalar bound broadcasts
 
 
+@pytest.mark.parametrize("bad", [["1.0"], [True], np.array([None]), [1 + 2j]], ids=["str", "bool", "object", "complex"])
+@pytest.mark.parametrize("arg", [0, 1, 2])
+def test_within_bound_refuses_values_that_are_not_real_numbers(bad, arg):
+    """A string, bool, object or complex array is not an output or a bound: TypeError, not a float conversion (an
+    object array of None would otherwise pass wherever the exact value is NaN)."""
+    args = [[1.0], [1.0], [0.0]]
+    args[arg] = bad
+    with pytest.raises(TypeError, match="must hold real numbers"):
+        oracle.within_bound(*args)
+
+
+def test_to_torchao_checks_plane_for_a_bare_plane_too():
+    pytest.importorskip("torchao")
+    p = oracle.quantize(X).row
+    with pytest.raises(ValueError, match="plane must be 'row' or 'col', got 'bogus'"):
+        oracle.to_torchao(p, plane="bogus")
+
+
 def test_gemm_takes_a_torch_bfloat16_bias_as_its_numpy_twin():
     torch = pytest.importorskip("torch")
     a = oracle.quantize(X).row

@@ -119,6 +119,11 @@ def test_disagreeing_groups_and_bad_calls_raise():
     c = np.zeros((5, 48, 64), np.float32)
     with pytest.raises(ValueError, match="accumulate needs out_dtype='float32'"):
         oracle.grouped_gemm(dy, x, kind="wgrad", out_dtype="bfloat16", accumulate=c)
+    # C's dtype and shape are checked as oracle.gemm checks one group's: TypeError / ValueError
+    with pytest.raises(TypeError, match="accumulate must be float32, got float64"):
+        oracle.grouped_gemm(dy, x, kind="wgrad", accumulate=c.astype(np.float64))
+    with pytest.raises(ValueError, match=r"accumulate must have shape \[E, N, K\] = \(5, 48, 64\), got \(5, 64, 48\)"):
+        oracle.grouped_gemm(dy, x, kind="wgrad", accumulate=np.zeros((5, 64, 48), np.float32))
     empty_dy, empty_x = (oracle.group_quantize(np.zeros((0, w), np.float32), [0] * 5, rowwise=False, columnwise=True)
                          for w in (48, 64))
     assert np.array_equal(oracle.grouped_gemm(empty_dy, empty_x, kind="wgrad", accumulate=c), c)

@@ -28,6 +28,16 @@ def test_hand_block_te_rule():
     assert unpack_fp4(t.row.data, 16).tolist() == [HAND_CODES]
 
 
+@pytest.mark.parametrize("dtype", [">f4", ">f2"])
+def test_hand_block_in_the_other_byte_order(dtype):
+    """A byte-swapped array (an .npy written on a big-endian machine) holds the same values: the hand-worked bytes."""
+    x = np.array([HAND_BLOCK], dtype)
+    assert not x.dtype.isnative
+    t = oracle.quantize(x, amax=2688.0)
+    assert t.row.scales.tolist() == [[0x40]]
+    assert t.row.data.tolist() == [HAND_PACKED]
+
+
 def test_hand_global_scales():
     assert global_encode_scale(2688.0) == 1.0
     assert global_encode_scale(0.0) == 1.0  # amax 0 -> 1

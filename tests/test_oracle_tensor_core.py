@@ -28,7 +28,7 @@ _T26 = (2.0**-13, 2.0**-13)  # a product of 2^-26
 _T30 = (2.0**-15, 2.0**-15)  # a product of 2^-30 (fp16 subnormal operands)
 
 # Measured on an H100 (NVIDIA H100 80GB HBM3, torch 2.11+cu130, triton 3.6.0) with
-# benchmarks/probe_wgmma_numerics.py: Triton tl.dot on fp16 operands, one wgmma k16 step per 16 values.
+# tools/probes/probe_wgmma_numerics.py: Triton tl.dot on fp16 operands, one wgmma k16 step per 16 values.
 # (probe name, steps, fp32 bits returned by the hardware)
 H100_FP16_MEASUREMENTS = [
     ("2^-24 * 2^-24 (subnormal operands)", [[(2.0**-24, 2.0**-24)]], 0x27800000),
