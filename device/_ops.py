@@ -300,10 +300,13 @@ def is_int(v) -> bool:
 
 
 def require_cuda_tensors(**tensors) -> None:
-    """Raise ValueError naming the first keyword argument that is not a CUDA ``torch.Tensor``."""
+    """Check that every keyword argument is a CUDA ``torch.Tensor``; the error names the first that is not:
+    ``TypeError`` for another type (a NumPy array, a number), ``ValueError`` for a tensor on another device."""
     for name, t in tensors.items():
-        if not isinstance(t, Tensor) or not t.is_cuda:
-            raise ValueError(f"{name} must be a CUDA tensor")
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a CUDA tensor, got {type(t).__name__}")
+        if not t.is_cuda:
+            raise ValueError(f"{name} must be a CUDA tensor, got device {t.device}")
 
 
 def check_dequantize_args(data: Tensor, scales: Tensor, amax: Tensor, rows: int, cols: int, swizzled: bool) -> None:

@@ -68,12 +68,15 @@ def test_raw_dequantize_refuses_host_tensors_and_numbers():
     from device import _ops
 
     data, scales = torch.zeros(8, dtype=torch.uint8), torch.zeros(1, dtype=torch.uint8)
-    with pytest.raises(ValueError, match="^data must be a CUDA tensor"):
+    with pytest.raises(ValueError, match="^data must be a CUDA tensor, got device cpu"):
         quantization.dequantize(data, scales=scales, amax=1.0, shape=(1, 16), swizzled=False)
     with pytest.raises(ValueError, match="^scales must be a CUDA tensor"):
         _ops.require_cuda_tensors(scales=scales, amax=torch.ones(1))
-    with pytest.raises(ValueError, match="^amax must be a CUDA tensor"):  # a number where a tensor belongs
+    # another type where a tensor belongs (as device.quantize's x): TypeError
+    with pytest.raises(TypeError, match="^amax must be a CUDA tensor, got float"):
         _ops.require_cuda_tensors(amax=1.0)
+    with pytest.raises(TypeError, match="^data must be a CUDA tensor, got ndarray"):
+        quantization.dequantize(np.zeros(8, np.uint8), scales=scales, amax=1.0, shape=(1, 16), swizzled=False)
     _ops.require_cuda_tensors()  # nothing to check: no error
 
 
