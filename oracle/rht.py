@@ -14,8 +14,11 @@ DEFAULT_RHT_SIGNS = 0xD7E8
 
 
 def check_rht_signs(signs, what: str = "the RHT sign mask") -> int:
-    """``signs`` as an int, or ``ValueError`` unless it is an integer (not a bool) in [0, 2^16) (SPEC 7.1)."""
-    if isinstance(signs, bool) or not isinstance(signs, (int, np.integer)) or not 0 <= signs < 1 << 16:
+    """``signs`` as an int in [0, 2^16) (SPEC 7.1): ``TypeError`` unless it is an integer (Python or NumPy, not a
+    bool; a string such as "0xD7E8" is not parsed), ``ValueError`` outside the range."""
+    if isinstance(signs, (bool, np.bool_)) or not isinstance(signs, (int, np.integer)):
+        raise TypeError(f"{what} must be a 16-bit integer (0 .. 0xFFFF), got {signs!r}")
+    if not 0 <= signs < 1 << 16:
         raise ValueError(f"{what} must be a 16-bit integer (0 .. 0xFFFF), got {signs!r}")
     return int(signs)
 

@@ -90,9 +90,12 @@ def test_block_shapes_in_every_documented_spelling(block, want):
     assert oracle.quantize(X, block=block).row.block == want
 
 
-@pytest.mark.parametrize("signs", [1.5, True, "5", np.float64(3.9), None, -1, 1 << 16])
-def test_rht_refuses_a_sign_mask_that_is_not_a_16_bit_integer(signs):
-    with pytest.raises(ValueError, match="signs must be a 16-bit integer"):
+@pytest.mark.parametrize("signs, error", [(1.5, TypeError), (True, TypeError), ("5", TypeError),
+                                          (np.float64(3.9), TypeError), (None, TypeError), (-1, ValueError),
+                                          (1 << 16, ValueError)])
+def test_rht_refuses_a_sign_mask_that_is_not_a_16_bit_integer(signs, error):
+    """Not an integer: TypeError (as quantize's rht_signs); an integer outside 16 bits: ValueError."""
+    with pytest.raises(error, match="signs must be a 16-bit integer"):
         oracle.rht(X.astype(BF16), signs)
 
 
@@ -187,7 +190,7 @@ def test_dequantize_refuses_a_rule_changed_after_construction():
     (dict(four_over_six="mse", rule="te_fused_rht"), ValueError, "4over6 plane has rule 'te' without RHT"),
     (dict(row_scaled=True, amax=np.ones(32), block=(16, 16)), ValueError, "row-scaled plane has 1x16 blocks"),
     (dict(valid_cols=65), ValueError, "valid_cols"),
-    (dict(rht_signs=1.5), ValueError, "rht_signs must be a 16-bit integer"),
+    (dict(rht_signs=1.5), TypeError, "rht_signs must be a 16-bit integer"),
 ])
 def test_a_plane_checks_its_fields(change, error, match):
     p = oracle.quantize(X).row
