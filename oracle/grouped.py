@@ -40,8 +40,10 @@ def cut_splits(splits, total_rows: int) -> np.ndarray:
     count as 0 and the groups are cut at row ``total_rows``. Equal to the splits when they are valid (9.1)."""
     total_rows = check_index(total_rows, "total_rows")
     s = np.asarray(splits)
-    if s.ndim != 1 or s.size == 0 or s.dtype.kind not in "iu":
-        raise ValueError(f"splits must be a non-empty 1-D integer array, got {s.dtype} {s.shape}")
+    if s.ndim != 1 or s.size == 0:
+        raise ValueError(f"splits must be a non-empty 1-D integer array, got shape {s.shape}")
+    if s.dtype.kind not in "iu":  # (as check_splits)
+        raise TypeError(f"splits must be a non-empty 1-D integer array, got dtype {s.dtype}")
     # each size clamped to [0, T] first (SPEC 9.4: the same groups, and no int64 overflow for huge sizes)
     clamped = np.clip(s, 0, int(total_rows)).astype(np.int64)
     hi = np.minimum(np.cumsum(clamped), int(total_rows))

@@ -145,8 +145,10 @@ def grouped_scale_offsets(splits, cols: int) -> dict:
     * ``col_scale``: columnwise scales, roundup(K,128) * roundup(ceil(m_g/16),4) per group.
     """
     m = np.asarray(splits)
-    if m.ndim != 1 or m.size == 0 or m.dtype.kind not in "iu":
-        raise ValueError(f"splits must be a non-empty 1-D array of integer group sizes, got {m.dtype} {m.shape}")
+    if m.ndim != 1 or m.size == 0:
+        raise ValueError(f"splits must be a non-empty 1-D array of integer group sizes, got shape {m.shape}")
+    if m.dtype.kind not in "iu":  # (as group_quantize's splits: a float is not rounded)
+        raise TypeError(f"splits must be a non-empty 1-D array of integer group sizes, got dtype {m.dtype}")
     if np.any(m < 0):
         raise ValueError(f"splits must be >= 0, got {m.tolist()}")
     m = m.astype(np.int64)
