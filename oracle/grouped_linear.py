@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .bias_grad import grouped_bias_grad
-from .checks import from_torch, is_torch
+from .checks import check_flag, from_torch, is_torch
 from .gemm import check_model
 from .grouped import check_splits, group_quantize
 from .grouped_gemm import grouped_gemm
@@ -281,8 +281,7 @@ def grouped_linear_backward(x: ArrayOrTensor, weight: ArrayOrTensor, splits: Spl
     """
     _check_recipe(recipe)
     check_model(model)
-    if not isinstance(with_bias, bool):
-        raise TypeError(f"with_bias must be a bool, got {with_bias!r}")
+    with_bias = check_flag(with_bias, "with_bias")
     x, weight, s = _check_layer(x, weight, splits)
     e, n, k = weight.shape
     dy = _check_dy(dy, x.shape[0], n)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .checks import check_flag
 from .quantize import check_block
 from .rht import DEFAULT_RHT_SIGNS
 from .scale_rules import RULES
@@ -52,9 +53,8 @@ class NVFP4Recipe:
         if not isinstance(self.rule, str) or self.rule not in RULES:
             raise ValueError(f"NVFP4Recipe.rule must be one of {RULES}, got {self.rule!r}")
         object.__setattr__(self, "weight_block", check_block(self.weight_block))
-        for name in ("rht_wgrad", "sr_grad"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"NVFP4Recipe.{name} must be a bool, got {getattr(self, name)!r}")
+        for name in ("rht_wgrad", "sr_grad"):  # (a NumPy bool is a bool, as quantize's flags take it)
+            object.__setattr__(self, name, check_flag(getattr(self, name), f"NVFP4Recipe.{name}"))
         for name, limit in (("rht_signs", 1 << 16), ("seed", 1 << 64)):
             v = getattr(self, name)
             if isinstance(v, bool) or not hasattr(v, "__index__"):

@@ -84,8 +84,8 @@ def test_recipe_is_frozen_and_normalises_the_weight_block():
     ({"rule": None}, ValueError, "rule must be one of"),
     ({"weight_block": (16, 1)}, ValueError, "block must be"),
     ({"weight_block": "32x32"}, ValueError, "block must be"),
-    ({"rht_wgrad": 1}, TypeError, "rht_wgrad must be a bool"),
-    ({"sr_grad": "yes"}, TypeError, "sr_grad must be a bool"),
+    ({"rht_wgrad": 1}, TypeError, "rht_wgrad must be True or False"),
+    ({"sr_grad": "yes"}, TypeError, "sr_grad must be True or False"),
     ({"rht_signs": 1 << 16}, ValueError, r"rht_signs must be in \[0, 0x10000\)"),
     ({"rht_signs": -1}, ValueError, "rht_signs must be in"),
     ({"rht_signs": 1.0}, TypeError, "rht_signs must be an integer"),
@@ -97,6 +97,12 @@ def test_recipe_is_frozen_and_normalises_the_weight_block():
 def test_recipe_rejects_bad_fields(kwargs, exc, match):
     with pytest.raises(exc, match=match):
         NVFP4Recipe(**kwargs)
+
+
+def test_recipe_takes_numpy_bools_as_bools():
+    """A NumPy bool is a flag, as quantize's flags take it; the recipe stores Python bools."""
+    r = NVFP4Recipe(rht_wgrad=np.bool_(False), sr_grad=np.bool_(True))
+    assert r.rht_wgrad is False and r.sr_grad is True
 
 
 # ---------------------------------------------------------------------------------------------- the layer
@@ -373,7 +379,7 @@ def _bad_cases():
         ("main_grad dtype", dict(main_grad=mg.astype(np.float64)), TypeError, "main_grad must be float32"),
         ("main_grad shape", dict(main_grad=mg[:, :, :16]), ValueError, r"main_grad must be \[E, N, K\]"),
         ("main_grad read-only", dict(main_grad=ro), ValueError, "writeable"),
-        ("with_bias", dict(with_bias=1), TypeError, "with_bias must be a bool"),
+        ("with_bias", dict(with_bias=1), TypeError, "with_bias must be True or False"),
     ]
 
 
