@@ -179,12 +179,11 @@ def _amax_values(a, n: int, device) -> Tensor:
             raise ValueError(f"amax must hold real numbers, got dtype {a.dtype}")
         t = a.to(dtype=torch.float32).reshape(-1).contiguous()  # (the kernels take a negative value's magnitude)
     else:
-        if isinstance(a, (bool, str)) or not isinstance(a, (int, float, np.generic, Sequence, np.ndarray)):
-            raise TypeError(f"amax values must be numbers, sequences, arrays or tensors, got {type(a).__name__}")
-        if isinstance(a, Sequence) and any(isinstance(v, Tensor) for v in a):
+        if isinstance(a, Sequence) and not isinstance(a, str) and any(isinstance(v, Tensor) for v in a):
             raise TypeError("amax given as a sequence of tensors: pass one tensor on x's device (torch.stack)")
         host = np.asarray(a)
-        if not is_real(host):  # (as the oracle: strings are not parsed, bools and complex values are not numbers)
+        if not is_real(host):  # (as the oracle: strings are not parsed; bools, complex values and objects are not
+            # numbers)
             raise ValueError(f"amax must hold real numbers, got dtype {host.dtype}")
         with np.errstate(over="ignore"):  # (a value past fp32's range is Inf, SPEC 4.3)
             host = np.ascontiguousarray(host.astype(np.float32).reshape(-1))
