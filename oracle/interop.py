@@ -92,8 +92,9 @@ def _host_f32(a, what: str) -> np.ndarray:
             raise TypeError(f"{what} must be float32, got {a.dtype}")
         return a.detach().cpu().numpy().astype(np.float32).reshape(-1).copy()
     if isinstance(a, (int, float)) and not isinstance(a, bool):
-        v = np.float32(a)
-        if np.isfinite(v) and float(v) != a or np.isnan(v) != np.isnan(a):
+        with np.errstate(over="ignore"):
+            v = np.float32(a)
+        if float(v) != a and not (np.isnan(v) and np.isnan(a)):  # (rounded, or past float32's range)
             raise ValueError(f"{what} = {a!r} is not a float32 value (pass a float32 array to give its bits)")
         return np.asarray([v], np.float32)
     v = host_array(a, what)

@@ -438,8 +438,9 @@ def test_interop_refuses_bytes_and_scales_of_the_wrong_type():
     # a float64 array is refused as a float64 tensor is, not rounded; a Python number only where float32 holds it
     with pytest.raises(TypeError, match="float32 number or array, got float64"):
         amax_from_torchao_scale(np.array([0.1]))
-    with pytest.raises(ValueError, match="is not a float32 value"):
-        amax_from_torchao_scale(0.1)
+    for inexact in (0.1, 1e300):
+        with pytest.raises(ValueError, match="is not a float32 value"):
+            amax_from_torchao_scale(inexact)
     assert amax_from_torchao_scale(0.5) == amax_from_torchao_scale(np.float32([0.5]))
     with pytest.raises(ValueError, match=">= 0"):  # SPEC 4.3: an amax is a magnitude
         amax_from_torchao_scale(np.float32(-np.inf))
