@@ -131,6 +131,22 @@ def test_a_block_spanning_exactly_12_binades_is_compared_bit_exactly():
     assert m.where["exact_domain"] is True and stats["blocks_exact_domain"] == 1
 
 
+def test_a_block_spanning_13_binades_is_compared_within_the_tolerance():
+    """SPEC 14.2, the other side of the boundary: x = [2^13, 1, 0 ...] spans 13 binades, outside the exact domain.
+    y_0 = 8193 / 4 = 2048.25, bf16 RNE 2048 (0x4500); one ulp up (2064, 0x4501) is 15.75 away, within the tolerance
+    8193 2^-23 + 16, so it passes (it would mismatch if the exact domain reached span 13)."""
+    x = np.zeros(16)
+    x[0], x[1] = 2.0**13, 1.0
+    c = _rht_case(x)
+    ref = reference(c)
+    assert ref["y"][0, 0] == 0x4500
+    y = ref["y"].copy()
+    y[0, 0] = 0x4501
+    stats = {}
+    assert compare(c, ref, {"y": y}, "rht", stats) == []
+    assert stats.get("blocks_exact_domain", 0) == 0
+
+
 def test_blocks_that_may_overflow_or_hold_non_finite_inputs_are_not_checked():
     """SPEC 14.2: blocks with Inf, NaN or 16 max|x| >= FLT_MAX are not checked (docs: counted as unchecked).
     [2^124, 2^124, 0 ...] (span 0): 16 * 2^124 = 2^128 > FLT_MAX; [inf, 1, 0 ...]: an Inf input. Any output passes

@@ -203,16 +203,48 @@ def test_grouped_gemm_cases_shrink(kind):
     the kind reads first) shrinks to one group, one row and one 16-block, and every step is a valid case."""
     c = _case("grouped_gemm_exact", kind)
     first = {"fprop": "x", "dgrad": "dy", "wgrad": "dy"}[kind]
+    invalid = []
 
-    def fails(cand):
+    def fails(cand):  # (the shrinker reads an exception as "no failure": invalid candidates are recorded instead)
+        try:
+            _assert_valid_grouped_case(cand)
+        except AssertionError as exc:
+            invalid.append(repr(exc))
         v = cand.arrays[first].astype(np.float32)
         return frozenset({"y"}) if cand.arrays["splits"].sum() > 0 and np.count_nonzero(v) > 0 else None
 
     small, tried = shrink(c, fails, deadline=time.monotonic() + 60)
+    assert not invalid, invalid[:3]
     _assert_valid_grouped_case(small)
     assert fails(small) and tried > 1
     assert small.arrays["splits"].size == 1 and int(small.arrays["splits"].sum()) == 1
     assert small.arrays["x"].shape[1] == 16 and case_size(small)[0] < case_size(c)[0] // 8
+
+
+@pytest.mark.parametrize("kind", ["fprop", "dgrad", "wgrad"])
+def test_every_shrink_step_keeps_bias_and_c_in_shape(kind):
+    """A failure that needs the bias (fprop, dgrad) or C (wgrad): every candidate the shrinker tries, not only the
+    result, is a valid case, so a step that drops groups, K blocks or N columns cuts the bias and C with them."""
+    extra = "c" if kind == "wgrad" else "bias"
+    for i in range(400):
+        c = generate("grouped_gemm_exact", 5, i, "grouped_gemm", {"kind": [kind], "groups_agree": [True]})
+        if extra in c.arrays and (c.arrays["splits"] > 0).sum() >= 2:
+            break
+    else:
+        raise AssertionError(f"no {kind} case with {extra} and two non-empty groups")
+    checked, invalid = [], []
+
+    def fails(cand):  # (the shrinker reads an exception as "no failure": invalid candidates are recorded instead)
+        try:
+            _assert_valid_grouped_case(cand)
+        except AssertionError as exc:
+            invalid.append(repr(exc))
+        checked.append(cand)
+        return frozenset({"y"}) if extra in cand.arrays and cand.arrays["splits"].sum() > 0 else None
+
+    small, tried = shrink(c, fails, deadline=time.monotonic() + 60, max_steps=200)
+    assert not invalid, invalid[:3]
+    assert fails(small) and len(checked) > 2 and case_size(small) < case_size(c)
 
 
 def test_disagreeing_grouped_gemm_case_shrinks_and_keeps_the_disagreement():

@@ -610,6 +610,21 @@ def test_planted_scales_of_the_wrong_plane():
     assert any(h.startswith("scales of the wrong plane") for h in r.hypotheses), str(r)
 
 
+def test_closest_rule_among_equal_block_counts_has_the_fewest_differing_bytes():
+    """Rules that differ in as many blocks are ranked by differing bytes. x = 3.0 with x[0, 0] = -0: the bytes of
+    te_negzero_positive (-0 as 0x0; torch, tests/te_torch.py) with the code of element 4 one step down (0x7 -> 0x6, byte
+    2). te differs from them in the same one block but in two bytes (byte 0 holds its -0 as 0x8), so
+    te_negzero_positive is the closest rule."""
+    x = np.full((1, 32), 3.0, np.float32)
+    x[0, 0] = -0.0
+    d, s = _te_variant(x, "negzero_positive")
+    assert d[0, 0] == 0x70 and d[0, 2] == 0x77
+    d = d.copy()
+    d[0, 2] = 0x76
+    r = diagnose(x, d, s, rules=BASIC)
+    assert not r.matches and r.closest == "te_negzero_positive" and r.n_diff == 1, str(r)
+
+
 def test_planted_one_ulp_scale():
     x = _x(seed=6)
     d, s, a = _te_bytes(x)
