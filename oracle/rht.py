@@ -48,7 +48,8 @@ def rht(x_bf16, signs: int = DEFAULT_RHT_SIGNS) -> np.ndarray:
     """Random Hadamard Transform of each consecutive 16 elements of the last axis (SPEC 7.2).
 
     ``x_bf16``: an ml_dtypes.bfloat16 array (or a torch bfloat16 tensor, copied to the host) whose last dimension is a
-    multiple of 16. ``signs``: the 16-bit sign mask (SPEC 7.1); ``ValueError`` for anything else.
+    multiple of 16. ``signs``: the 16-bit sign mask (SPEC 7.1); ``TypeError`` for a non-integer,
+    ``ValueError`` for an integer outside 16 bits.
     Per block: v = x * s (exact), four fp32 butterfly stages with strides 1, 2, 4, 8
     ((a, b) -> (a + b, a - b)), times 0.25, rounded to bfloat16. Returns float32 holding bf16 values.
     """
