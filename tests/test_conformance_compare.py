@@ -5,6 +5,7 @@ Expected values worked out by hand from SPEC.md and docs/conformance.md."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from conformance_cases import QUANTIZE_OPTIONS, quantize_case
 
 from conformance.cases import Case
@@ -115,36 +116,27 @@ def test_rht_tolerance_scales_with_sum_abs_x_times_2_pow_minus_23():
     assert (m.where["element"], m.where["exact_domain"]) == (1, False)
 
 
-def test_a_block_spanning_exactly_12_binades_is_compared_bit_exactly():
-    """SPEC 14.2: span <= 12 is the exact domain. x = [2^12, 1, 0 ...]: exponents 12 and 0, span 12. y_0 = 4097 / 4 =
-    1024.25, bf16 RNE 1024 (0x4480); one ulp up (1032, 0x4481) is within the tolerance (4097 2^-23 + 8) but must
-    mismatch here."""
+@pytest.mark.parametrize("span, ref_bits, exact", [(12, 0x4480, True), (13, 0x4500, False)])
+def test_the_exact_domain_ends_at_a_span_of_12_binades(span, ref_bits, exact):
+    """SPEC 14.2: span <= 12 is the exact domain. x = [2^span, 1, 0 ...] (exponents span and 0), and the backend's
+    y_0 one bf16 ulp above the reference, within the tolerance either way:
+    - span 12: y_0 = 4097 / 4 = 1024.25, RNE 1024 (0x4480); 1032 (0x4481) is within 4097 2^-23 + 8 but must mismatch;
+    - span 13: y_0 = 8193 / 4 = 2048.25, RNE 2048 (0x4500); 2064 (0x4501) is 15.75 away, within 8193 2^-23 + 16, and
+      passes (it would mismatch if the exact domain reached span 13)."""
     x = np.zeros(16)
-    x[0], x[1] = 2.0**12, 1.0
+    x[0], x[1] = 2.0**span, 1.0
     c = _rht_case(x)
     ref = reference(c)
-    assert ref["y"][0, 0] == 0x4480
+    assert ref["y"][0, 0] == ref_bits
     y = ref["y"].copy()
-    y[0, 0] = 0x4481
+    y[0, 0] = ref_bits + 1
     stats = {}
-    (m,) = compare(c, ref, {"y": y}, "rht", stats)
-    assert m.where["exact_domain"] is True and stats["blocks_exact_domain"] == 1
-
-
-def test_a_block_spanning_13_binades_is_compared_within_the_tolerance():
-    """SPEC 14.2, the other side of the boundary: x = [2^13, 1, 0 ...] spans 13 binades, outside the exact domain.
-    y_0 = 8193 / 4 = 2048.25, bf16 RNE 2048 (0x4500); one ulp up (2064, 0x4501) is 15.75 away, within the tolerance
-    8193 2^-23 + 16, so it passes (it would mismatch if the exact domain reached span 13)."""
-    x = np.zeros(16)
-    x[0], x[1] = 2.0**13, 1.0
-    c = _rht_case(x)
-    ref = reference(c)
-    assert ref["y"][0, 0] == 0x4500
-    y = ref["y"].copy()
-    y[0, 0] = 0x4501
-    stats = {}
-    assert compare(c, ref, {"y": y}, "rht", stats) == []
-    assert stats.get("blocks_exact_domain", 0) == 0
+    found = compare(c, ref, {"y": y}, "rht", stats)
+    if exact:
+        (m,) = found
+        assert m.where["exact_domain"] is True and stats["blocks_exact_domain"] == 1
+    else:
+        assert found == [] and stats.get("blocks_exact_domain", 0) == 0
 
 
 def test_blocks_that_may_overflow_or_hold_non_finite_inputs_are_not_checked():
