@@ -307,8 +307,11 @@ def swizzle_scales(compact: Tensor) -> Tensor:
         raise TypeError(f"compact scales must be a torch.Tensor, got {type(compact).__name__}")
     if not compact.is_cuda:
         raise ValueError(f"compact scales must be a CUDA tensor, got device {compact.device}")
-    if compact.dtype != torch.uint8 or compact.dim() != 2:
-        raise TypeError(f"compact scales must be a 2-D uint8 tensor, got {compact.dtype} {tuple(compact.shape)}")
+    # (as oracle.swizzle.swizzle_scales: TypeError for the dtype, ValueError for the rank)
+    if compact.dtype != torch.uint8:
+        raise TypeError(f"compact scales must be uint8 (E4M3 bytes), got {compact.dtype}")
+    if compact.dim() != 2:
+        raise ValueError(f"compact scales must be 2-D [rows, scale_cols], got shape {tuple(compact.shape)}")
     return _ops.swizzle_op(compact.contiguous())
 
 

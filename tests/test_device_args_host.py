@@ -486,6 +486,11 @@ def _refusal(what: str | None):
         "a grouped result as TE fields": (lambda: oracle.to_te_fields(xq), TypeError, "grouped result"),
         "swizzle of a NumPy array": (lambda: device.swizzle_scales(np.zeros((4, 4), np.uint8)), TypeError,
                                      "torch.Tensor"),
+        # (as oracle.swizzle.swizzle_scales: TypeError for the dtype, ValueError for the rank)
+        "swizzle of int32 scales": (lambda: device.swizzle_scales(_fake_cuda(4, 4, dtype=torch.int32)), TypeError,
+                                    "must be uint8"),
+        "swizzle of 1-D scales": (lambda: device.swizzle_scales(_fake_cuda(16, dtype=torch.uint8)), ValueError,
+                                  "must be 2-D"),
         # grouped_gemm
         "mismatched K": (lambda: device.grouped_gemm(xq, device.group_quantize(_fake_cuda(64, 128), sp)), ValueError,
                          "mismatched K"),
@@ -586,6 +591,8 @@ _REFUSALS = [
     "a list of amax tensors",
     "a grouped result as TE fields",
     "swizzle of a NumPy array",
+    "swizzle of int32 scales",
+    "swizzle of 1-D scales",
     "mismatched K",
     "an unknown kind",
     "a kind in a list",
