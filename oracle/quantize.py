@@ -414,8 +414,9 @@ def quantize(
     """Quantize ``x`` to NVFP4 exactly as SPEC.md defines it.
 
     Args:
-        x: float32 / float16 / ml_dtypes.bfloat16 array (or a torch tensor of those dtypes, copied to the
-            host), 2-D or N-D (flattened to 2-D on the last dim); the last dimension K must be a multiple of 16.
+        x: float32 / float16 / ml_dtypes.bfloat16 array (either byte order; or a torch tensor of those dtypes,
+            copied to the host), 2-D or N-D (flattened to 2-D on the last dim); the last dimension K must be a
+            multiple of 16.
         rowwise: produce the rowwise plane of X (``.row``), shape [M, K].
         columnwise: produce the columnwise plane of X^T (``.col``), shape [K, roundup(M, 16)] (SPEC 6.2).
         rht: apply the 16-point Random Hadamard Transform to the columnwise plane (bf16 input only, SPEC 7).
