@@ -182,8 +182,8 @@ def _amax_values(a, n: int, device) -> Tensor:
         if isinstance(a, Sequence) and not isinstance(a, str) and any(isinstance(v, Tensor) for v in a):
             raise TypeError("amax given as a sequence of tensors: pass one tensor on x's device (torch.stack)")
         host = np.asarray(a)
-        if not is_real(host):  # (as the oracle: strings are not parsed; bools, complex values and objects are not
-            # numbers)
+        # (as the oracle: strings are not parsed; bools, complex values and objects are not numbers)
+        if not is_real(host):
             raise ValueError(f"amax must hold real numbers, got dtype {host.dtype}")
         with np.errstate(over="ignore"):  # (a value past fp32's range is Inf, SPEC 4.3)
             host = np.ascontiguousarray(host.astype(np.float32).reshape(-1))

@@ -330,8 +330,9 @@ def to_torchao(t, plane: str = "row", *, swizzled: bool | None = None, orig_dtyp
     """A torchao 0.18 ``NVFP4Tensor`` holding one plane's bytes.
 
     ``t``: an oracle :class:`NVFP4Tensor` (``plane`` picks "row" or "col"), a :class:`QuantizedPlane` (converted
-    as it is; ``plane`` is still checked), or a device result (``device.DeviceNVFP4Tensor``, whose tensors stay on their device). ``swizzled``: store the scales in the
-    128x4 layout (``is_swizzled_scales``); default: compact for oracle planes, the device result's own layout.
+    as it is; ``plane`` is still checked), or a device result (``device.DeviceNVFP4Tensor``, whose tensors stay on
+    their device). ``swizzled``: store the scales in the 128x4 layout (``is_swizzled_scales``); default: compact for
+    oracle planes, the device result's own layout.
     ``orig_dtype``: the tensor's nominal dtype (default: the one recorded in the options, else bfloat16).
     The per-tensor scale is torchao's ``per_tensor_amax_to_scale(amax)`` for every rule but "torchao_noscale" (no
     per-tensor scale), formed on the host (SPEC 5.4: on the GPU it can be one ulp off) and placed beside the data.

@@ -197,24 +197,35 @@ def _assert_valid_grouped_case(c):
     reference(c)  # runs
 
 
+def _shrink_checking_every_step(case, fails, **kw):
+    """``shrink(case, fails)``, asserting that every candidate it tries is a valid grouped case (the shrinker reads an
+    exception from ``fails`` as "no failure", so the invalid candidates are recorded and checked afterwards)."""
+    invalid = []
+
+    def checked(cand):
+        try:
+            _assert_valid_grouped_case(cand)
+        except AssertionError as exc:
+            invalid.append(repr(exc))
+        return fails(cand)
+
+    small, tried = shrink(case, checked, deadline=time.monotonic() + 60, **kw)
+    assert not invalid, invalid[:3]
+    return small, tried
+
+
 @pytest.mark.parametrize("kind", ["fprop", "dgrad", "wgrad"])
 def test_grouped_gemm_cases_shrink(kind):
     """Failing grouped-GEMM cases are minimized like the others: a planted failure (any nonzero value in the operand
     the kind reads first) shrinks to one group, one row and one 16-block, and every step is a valid case."""
     c = _case("grouped_gemm_exact", kind)
     first = {"fprop": "x", "dgrad": "dy", "wgrad": "dy"}[kind]
-    invalid = []
 
-    def fails(cand):  # (the shrinker reads an exception as "no failure": invalid candidates are recorded instead)
-        try:
-            _assert_valid_grouped_case(cand)
-        except AssertionError as exc:
-            invalid.append(repr(exc))
+    def fails(cand):
         v = cand.arrays[first].astype(np.float32)
         return frozenset({"y"}) if cand.arrays["splits"].sum() > 0 and np.count_nonzero(v) > 0 else None
 
-    small, tried = shrink(c, fails, deadline=time.monotonic() + 60)
-    assert not invalid, invalid[:3]
+    small, tried = _shrink_checking_every_step(c, fails)
     _assert_valid_grouped_case(small)
     assert fails(small) and tried > 1
     assert small.arrays["splits"].size == 1 and int(small.arrays["splits"].sum()) == 1
@@ -232,19 +243,12 @@ def test_every_shrink_step_keeps_bias_and_c_in_shape(kind):
             break
     else:
         raise AssertionError(f"no {kind} case with {extra} and two non-empty groups")
-    checked, invalid = [], []
 
-    def fails(cand):  # (the shrinker reads an exception as "no failure": invalid candidates are recorded instead)
-        try:
-            _assert_valid_grouped_case(cand)
-        except AssertionError as exc:
-            invalid.append(repr(exc))
-        checked.append(cand)
+    def fails(cand):
         return frozenset({"y"}) if extra in cand.arrays and cand.arrays["splits"].sum() > 0 else None
 
-    small, tried = shrink(c, fails, deadline=time.monotonic() + 60, max_steps=200)
-    assert not invalid, invalid[:3]
-    assert fails(small) and len(checked) > 2 and case_size(small) < case_size(c)
+    small, tried = _shrink_checking_every_step(c, fails, max_steps=200)
+    assert fails(small) and tried > 2 and case_size(small) < case_size(c)
 
 
 def test_disagreeing_grouped_gemm_case_shrinks_and_keeps_the_disagreement():
