@@ -11,39 +11,47 @@
 set -euo pipefail
 csrc=$(cd "$1" && pwd); out=$2; shift 2
 mkdir -p "$out"
+rm -f "$out"/*.failed  # (markers of an earlier run into the same folder)
 if [ $# -eq 0 ]; then
   mapfile -t files < <(cd "$csrc" && find . -name '*.cu' | sed 's|^\./||' | sort)
 else
   files=("$@")
 fi
 inc=$(python3 -c "import cutlass_library, os; print(os.path.join(os.path.dirname(cutlass_library.__file__), 'source', 'include'))")
-# the first cuobjdump found: on PATH, in the wheels' bin folder (nvidia/cu13/bin, or nvidia/cuda_cuobjdump/bin of the
-# CUDA 12 wheels), in Triton's; its folder goes first on PATH, so that cuobjdump runs the nvdisasm beside it
-cuobjdump=$(command -v cuobjdump || python3 - <<'PY'
+# cuobjdump and the nvdisasm it runs, each the first found: on PATH, in the wheels' bin folders (nvidia/cu13/bin;
+# nvidia/cuda_cuobjdump/bin and nvidia/cuda_nvdisasm/bin of the CUDA 12 wheels), in Triton's (backends/nvidia/bin)
+tools=$(python3 - <<'PY'
 import importlib.util
 import os
+import shutil
 import sys
 
-places = (("nvidia", ("cu13", "bin")), ("nvidia", ("cuda_cuobjdump", "bin")), ("triton", ("backends", "nvidia", "bin")))
-for name, sub in places:
-    spec = importlib.util.find_spec(name)
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        path = os.path.join(root, *sub, "cuobjdump")
-        if os.path.exists(path):
-            print(path)
-            sys.exit(0)
-sys.exit("no cuobjdump: install the CUDA toolkit, or pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm")
+
+def find(tool, wheel_bin):
+    if shutil.which(tool):
+        return shutil.which(tool)
+    places = (("nvidia", ("cu13", "bin")), ("nvidia", (wheel_bin, "bin")), ("triton", ("backends", "nvidia", "bin")))
+    for name, sub in places:
+        spec = importlib.util.find_spec(name)
+        for root in (spec.submodule_search_locations or []) if spec else []:
+            path = os.path.join(root, *sub, tool)
+            if os.path.exists(path):
+                return path
+    sys.exit(f"no {tool}: install the CUDA toolkit, or pip install nvidia-cuda-{tool}")
+
+
+print(find("cuobjdump", "cuda_cuobjdump"), os.path.dirname(find("nvdisasm", "cuda_nvdisasm")))
 PY
 )
-export PATH="$(dirname "$cuobjdump"):$PATH"
-for d in "$(python3 -c "import importlib.util as u; s = u.find_spec('nvidia'); print(*(s.submodule_search_locations if s else []))")"; do
-  for sub in cu13/bin cuda_nvdisasm/bin; do [ -x "$d/$sub/nvdisasm" ] && export PATH="$PATH:$d/$sub"; done
-done
-command -v nvdisasm > /dev/null || { echo "no nvdisasm (cuobjdump runs it): pip install nvidia-cuda-nvdisasm" >&2; exit 1; }
+read -r cuobjdump nvdisasm_dir <<< "$tools"
+export PATH="$nvdisasm_dir:$PATH"
 jobs=${JOBS:-$(nproc)}
 for f in "${files[@]}"; do
   name=$(echo "${f%.cu}" | tr '/' '_')
-  ( nvcc -cubin -o "$out/$name.cubin" "$csrc/$f" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --fmad=false       -DNDEBUG --expt-relaxed-constexpr -I"$csrc" -I"$inc" 2> "$out/$name.log"     && "$cuobjdump" -sass "$out/$name.cubin" > "$out/$name.sass" 2>> "$out/$name.log"     || { echo "FAILED: $f (see $out/$name.log)"; touch "$out/$name.failed"; } ) &
+  ( nvcc -cubin -o "$out/$name.cubin" "$csrc/$f" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --fmad=false \
+      -DNDEBUG --expt-relaxed-constexpr -I"$csrc" -I"$inc" 2> "$out/$name.log" \
+    && "$cuobjdump" -sass "$out/$name.cubin" > "$out/$name.sass" 2>> "$out/$name.log" \
+    || { echo "FAILED: $f (see $out/$name.log)"; touch "$out/$name.failed"; } ) &
   while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
 done
 wait
