@@ -746,7 +746,10 @@ def make_backend(spec: str) -> Backend:
         except (ImportError, AttributeError) as e:
             raise BackendSpecError(f"cannot load backend {spec!r}: {type(e).__name__}: {e} (is its directory "
                                    "on PYTHONPATH?)") from e
-        b = obj()
+        try:
+            b = obj()
+        except Exception as e:  # (a constructor that raises, or an attribute that is not a class or factory)
+            raise BackendSpecError(f"cannot build backend {spec!r}: {type(e).__name__}: {e}") from e
         if not isinstance(b, Backend):
             if not callable(getattr(b, "run", None)):
                 raise BackendSpecError(f"{spec} did not produce a Backend (an object with a run(op, case) method)")

@@ -85,16 +85,22 @@ def _shard(s: str) -> tuple[int, int]:
 
 
 def _positive_int(s: str) -> int:
-    v = int(s)
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {s!r}") from None
     if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {v}")
     return v
 
 
 def _nonnegative(what: str):
     """An argparse type: an integer >= 0, refused as ``what``."""
     def parse(s: str) -> int:
-        v = int(s)
+        try:
+            v = int(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} is an integer >= 0, got {s!r}") from None
         if v < 0:
             raise argparse.ArgumentTypeError(f"{what} is an integer >= 0, got {v}")
         return v
@@ -123,6 +129,8 @@ def _seconds(minimum_exclusive: bool):
 def _unwritable(path: str, folder: bool = False) -> str | None:
     """Why ``path`` (a file to write, or with ``folder`` a folder to create or fill) cannot be written, or None: it
     is checked before a run, so that a bad path costs no budget. Nothing is created."""
+    if not path:
+        return "an empty path"
     p = os.path.abspath(path)
     if os.path.exists(p):
         if folder != os.path.isdir(p):
@@ -137,6 +145,13 @@ def _unwritable(path: str, folder: bool = False) -> str | None:
     if not os.access(target, os.W_OK | os.X_OK):
         return f"{path}: {target} is not writable"
     return None
+
+
+def _op_list(s: str) -> list[str]:
+    ops = [x for x in s.split(",") if x]
+    if not ops:
+        raise argparse.ArgumentTypeError(f"names no op: {s!r}")
+    return ops
 
 
 def _device(s: str) -> str:
@@ -157,7 +172,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="wall-clock budget from the first case, more than 0 (default 60s; start-up is not counted)")
     r.add_argument("--seed", type=_seed, default=0,
                    help="the run's seed: case i of an op is the same for a seed on every machine (default 0)")
-    r.add_argument("--ops", type=lambda s: [x for x in s.split(",") if x], default=None,
+    r.add_argument("--ops", type=_op_list, default=None,
                    help=f"comma-separated subset of: {','.join(OPS)}")
     r.add_argument("--device", type=_device, default="auto",
                    help="auto (GPU if usable, else CPU self-conformance), cpu, cuda:N, all")
@@ -298,7 +313,7 @@ def _show_case(args) -> int:
     except BackendSpecError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    why = _unwritable(args.save) if args.save else None
+    why = _unwritable(args.save) if args.save is not None else None
     if why:
         print(f"error: cannot save the case: {why}", file=sys.stderr)
         return 2
@@ -308,7 +323,7 @@ def _show_case(args) -> int:
     for k, v in case.arrays.items():
         with np.printoptions(threshold=40, edgeitems=3):
             print(f"{k}: {v.dtype}{list(v.shape)}\n{v}")
-    if args.save:
+    if args.save is not None:
         save_case(args.save, case, backend=b.name if b else "", extra=dict(backend_spec=backend_spec(b) if b else None))
         print(f"saved {args.save}")
     return 0
@@ -321,7 +336,9 @@ def merge(paths: list[str], detail: bool = False, report: str | None = None, out
 
     out = out or sys.stdout
     err = err or sys.stderr
-    why = _unwritable(report) if report else None
+    why = _unwritable(report) if report is not None else None
+    if why is None and report is not None and any(_same_path(report, p) for p in paths):
+        why = f"{report} is one of the reports to merge"
     if why:
         print(f"error: cannot write the merged report: {why}", file=err)
         return 2
@@ -331,7 +348,7 @@ def merge(paths: list[str], detail: bool = False, report: str | None = None, out
         print(f"error: {_one_line(e)}", file=err)
         return 2
     commits = {((src.get("run") or {}).get("project") or {}).get("git_commit") for src in doc["merged_from"]}
-    if report:
+    if report is not None:
         write_json(report, doc)
     print(stats.summary(detail), file=out)
     if len(commits) > 1:
@@ -339,6 +356,14 @@ def merge(paths: list[str], detail: bool = False, report: str | None = None, out
     for p in problems:
         print(f"merge: {p}", file=err)
     return doc["exit_code"]
+
+
+def _same_path(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` name the same file (an existing one: the same inode; else the same absolute path)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
 
 
 def _process_start() -> float:
@@ -387,8 +412,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     report = _shard_path(args.report, args.shard)
     artifacts = args.artifacts.replace("{shard}", str(args.shard[0])).replace("{nshards}", str(args.shard[1]))
-    for what, why in (("the report", _unwritable(report) if report else None),
-                      ("failing cases under --artifacts", _unwritable(artifacts, folder=True))):
+    for what, why in (("the report", _unwritable(report) if report is not None else None),
+                      ("failing cases under --artifacts", _unwritable(artifacts, folder=True)),
+                      ("the report", f"{report} is the --artifacts folder"
+                       if report and _same_path(report, artifacts) else None)):
         if why:
             print(f"error: cannot write {what}: {why}", file=sys.stderr)
             return 2

@@ -413,6 +413,9 @@ def read_report(path) -> dict:
         raise ReportError(f"{path}: not JSON ({e})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("config"), dict) or not isinstance(doc.get("ops"), list):
         raise ReportError(f"{path}: not a conformance report (no 'config' and 'ops')")
+    if doc.get("version", 1) not in range(1, REPORT_VERSION + 1):
+        raise ReportError(f"{path}: report version {doc.get('version')!r}; this reader knows versions 1 to "
+                          f"{REPORT_VERSION}")
     return doc
 
 
@@ -468,7 +471,10 @@ def merge_reports(docs: list[tuple[str, dict]]) -> tuple[Stats, dict, list[str]]
     skipped_seen = set()
     elapsed = startup = 0.0
     for path, doc in docs:
-        st = Stats.from_report(doc)
+        try:
+            st = Stats.from_report(doc)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ReportError(f"{path}: a malformed report ({type(e).__name__}: {e})") from None
         for key, t in st.tasks.items():
             if key in merged.tasks:
                 merged.tasks[key].absorb(t)

@@ -522,6 +522,45 @@ def test_merge_refuses_what_is_not_one_run(tmp_path, capsys):
     assert merge([str(tmp_path / "x.npy")]) == 2 and "not a JSON report" in capsys.readouterr().err
 
 
+def test_merge_refuses_to_write_over_a_shard_and_reports_it_cannot_read(tmp_path, capsys):
+    a = _reports(tmp_path, seed=0, cases=4)
+    before = a[0].read_text()
+    assert merge([str(a[0]), str(a[1])], report=str(a[0])) == 2
+    assert "is one of the reports to merge" in capsys.readouterr().err and a[0].read_text() == before
+    assert merge([str(a[0]), str(a[1])], report="") == 2 and "an empty path" in capsys.readouterr().err
+    for name, change in (("no_op", lambda d: d["ops"][0].pop("op")),  # (a field a table row needs)
+                         ("text_seconds", lambda d: d.update(elapsed_s="x")),
+                         ("version", lambda d: d.update(version=99))):
+        doc = json.loads(a[1].read_text())
+        change(doc)
+        bad = tmp_path / f"{name}.json"
+        bad.write_text(json.dumps(doc))
+        assert merge([str(a[0]), str(bad)]) == 2, name
+        assert ("report version 99" if name == "version" else "a malformed report") in capsys.readouterr().err
+
+
+def test_run_refuses_empty_and_clashing_output_paths_before_any_case(tmp_path):
+    base = ["run", "--backend", "mldtypes", "--ops", "e2m1", "--cases", "2", "--no-progress"]
+    for extra, words in ((["--artifacts", ""], "an empty path"),
+                         (["--report", "", "--artifacts", "art"], "an empty path"),
+                         (["--report", "out", "--artifacts", "out"], "out is the --artifacts folder")):
+        r = _cli(base + extra, cwd=tmp_path)
+        assert r.returncode == 2 and words in r.stderr, extra
+        assert sorted(os.listdir(tmp_path)) == [], extra  # nothing written, no case run
+    r = _cli(["case", "e2m1", "--save", ""], cwd=tmp_path)
+    assert r.returncode == 2 and "cannot save the case: an empty path" in r.stderr
+
+
+@pytest.mark.parametrize("spec", ["os:path", "oracle:quantize"])
+def test_a_plugin_that_cannot_be_built_is_a_usage_error(tmp_path, spec):
+    """A module:attr that is not a class or factory (a module, a function with required arguments)."""
+    for args in (["run", "--backend", spec, "--ops", "e2m1", "--cases", "1", "--no-progress", "--artifacts",
+                  str(tmp_path / "a")], ["case", "e2m1", "--backend", spec]):
+        r = _cli(args)
+        assert r.returncode == 2 and f"cannot build backend {spec!r}" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+
+
 def test_merge_fails_when_a_shard_mismatched(tmp_path, capsys):
     reports = _reports(tmp_path, cases=4, backend=FlipOddE2M1.name)
     assert [json.loads(p.read_text())["exit_code"] for p in reports] == [0, 1]  # only shard 1 mismatched
@@ -811,11 +850,14 @@ def test_budget_units_are_seconds_minutes_and_hours():
 
 @pytest.mark.parametrize("args, words", [
     (["run", "--shard", "2/2"], "bad shard '2/2'"),
-    (["run", "--cases", "0"], "must be >= 1, got 0"),
-    (["run", "--workers", "0"], "must be >= 1, got 0"),
+    (["run", "--cases", "0"], "must be an integer >= 1, got 0"),
+    (["run", "--cases", "abc"], "must be an integer >= 1, got 'abc'"),
+    (["run", "--workers", "0"], "must be an integer >= 1, got 0"),
+    (["run", "--ops", ","], "names no op"),
     (["run", "--case-timeout", "0"], "must be a finite number of seconds > 0"),
     (["run", "--shrink-time", "-1"], "must be a finite number of seconds >= 0"),
     (["case", "e2m1", "--seed", "-1"], "a seed is an integer >= 0, got -1"),
+    (["case", "e2m1", "--index", "x"], "a case index is an integer >= 0, got 'x'"),
 ])
 def test_option_values_outside_their_range_are_usage_errors(args, words, capsys):
     with pytest.raises(SystemExit) as e:
