@@ -4,6 +4,7 @@ vectors)."""
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import sys
@@ -69,12 +70,16 @@ def _load(path: str, input_dtype: str) -> np.ndarray:
     """Load an .npy. ``auto``: as stored, a saved ml_dtypes.bfloat16 array (2-byte void) read as bfloat16;
     ``bfloat16``: the 2-byte integer or void elements reinterpreted as bf16 bit patterns; ``float32`` /
     ``float16``: the values converted (a saved bfloat16 array decoded first)."""
-    with open(path, "rb") as f:
+    with _open_read(path) as f:
         magic = f.read(len(np.lib.format.MAGIC_PREFIX))
-    if magic != np.lib.format.MAGIC_PREFIX:
-        what = "an .npz archive" if magic[:2] == b"PK" else "not an .npy file"
-        raise ValueError(f"{path} is {what}; X must be one array saved by np.save (.npy)")
-    x = np.load(path, allow_pickle=False)
+        if magic != np.lib.format.MAGIC_PREFIX:
+            what = "an .npz archive" if magic[:2] == b"PK" else "not an .npy file"
+            raise ValueError(f"{path} is {what}; X must be one array saved by np.save (.npy)")
+        f.seek(0)
+        try:
+            x = np.load(f, allow_pickle=False)
+        except EOFError:
+            raise ValueError(f"{path} is a truncated .npy file (it ends before its data)") from None
     if x.dtype.kind == "c":
         raise TypeError(f"{path} holds complex values ({x.dtype}); NVFP4 quantizes real numbers")
     two_byte = x.dtype.itemsize == 2 and x.dtype.kind in "Vu"
@@ -89,8 +94,21 @@ def _load(path: str, input_dtype: str) -> np.ndarray:
     if input_dtype in ("float32", "float16"):
         if two_byte and x.dtype.kind == "V":  # a saved bf16 array: decode it before converting
             x = x.view(np.uint16).view(ml_dtypes.bfloat16)
+        elif two_byte:
+            print(f"note: --input-dtype {input_dtype} converts the {x.dtype} values of {path} as numbers; if they "
+                  "are bf16 bit patterns, pass --input-dtype bfloat16", file=sys.stderr)
         return _convert(x, input_dtype, path)
     return x
+
+
+def _open_read(path: str):
+    """``path`` opened for reading bytes, seekable: a pipe or FIFO (``<(cat x.npy)``) is read into memory once, so
+    that the file is opened a single time."""
+    f = open(path, "rb")  # (closed by the caller's with, or below)
+    if f.seekable():
+        return f
+    with f:
+        return io.BytesIO(f.read())
 
 
 def _convert(x: np.ndarray, dtype: str, path: str) -> np.ndarray:
@@ -121,6 +139,9 @@ def check_input(x, what: str = "the input") -> None:
         raise TypeError(f"{what} must be a NumPy array, got {type(x).__name__}")
     if x.dtype.kind in "iu" and x.dtype.itemsize == 2:
         raise TypeError(f"{what} holds {x.dtype}: if those are bf16 bit patterns, pass --input-dtype bfloat16")
+    if x.dtype.kind == "V" and x.dtype.name != "bfloat16":
+        raise TypeError(f"{what} holds raw {x.dtype.itemsize}-byte elements ({x.dtype}; np.save stores ml_dtypes "
+                        "types other than bfloat16 that way); the oracle takes float32, float16 or bfloat16")
     if x.dtype.newbyteorder("=") not in (np.float32, np.float16) and x.dtype.name != "bfloat16":
         raise TypeError(f"{what} holds {x.dtype}; the oracle takes float32, float16 or bfloat16 "
                         "(see --input-dtype)")
@@ -236,8 +257,10 @@ def quantize_to_npz(a) -> int:
     if isinstance(opts_json["amax"], tuple):
         opts_json["amax"] = list(opts_json["amax"])
     out["options_json"] = np.array(json.dumps(opts_json))
+    buf = io.BytesIO()  # (a zip archive is written with seeks: /dev/stdout or a pipe could not take it directly)
+    np.savez(buf, **out)
     with open(a.output, "wb") as f:  # the path as named (np.savez would append .npz to a name without it)
-        np.savez(f, **out)
+        f.write(buf.getbuffer())
     print(f"wrote {a.output}: " + ", ".join(f"{k} {v.shape}" for k, v in out.items()))
     return 0
 
@@ -274,7 +297,12 @@ def read_theirs(path: str, plane: str) -> tuple:
     per-plane names of :data:`THEIRS_KEYS` (a torchao per_tensor_scale is turned into its amax, SPEC 14.10)."""
     from .interop import amax_from_torchao_scale
 
-    with open(path, "rb") as f:  # (np.load of a path leaves the file open when the archive is corrupt)
+    with _open_read(path) as f:  # (np.load of a path leaves the file open when the archive is corrupt)
+        head = f.read(len(np.lib.format.MAGIC_PREFIX))
+        f.seek(0)
+        if head[:2] != b"PK" and head != np.lib.format.MAGIC_PREFIX:
+            raise ValueError(f"{path} is not an .npz archive; diagnose needs their data and scales saved by "
+                             "np.savez(path, data=..., scales=...)")
         try:
             z = np.load(f, allow_pickle=False)
         except (zipfile.BadZipFile, EOFError) as exc:
@@ -320,6 +348,8 @@ def write_vectors_cmd(a) -> int:
 
     if a.seed < 0:
         raise ValueError(f"--seed must be >= 0, got {a.seed}")
+    if not a.output:
+        raise ValueError("the output folder is an empty path: name a folder for the cases")
     if os.path.exists(a.output) and not os.path.isdir(a.output):
         raise ValueError(f"{a.output} is a file, not a folder (vectors writes a folder of cases)")
     names = write_vectors(a.output, seed=a.seed)

@@ -307,7 +307,7 @@ def _bad_inputs(tmp_path):
     np.save(tmp_path / "x_complex.npy", x.astype(np.complex64))
     t = oracle.quantize(x)
     np.savez(tmp_path / "theirs.npz", row_data=t.row.data, row_scales=t.row.scales)
-    (tmp_path / "corrupt.npz").write_bytes((tmp_path / "theirs.npz").read_bytes()[:100])
+    (tmp_path / "corrupt.npz").write_bytes((tmp_path / "theirs.npz").read_bytes()[:200])  # (the header whole, the data cut)
     np.savez(tmp_path / "torchao_empty_scale.npz", qdata=t.row.data, scale=t.row.scales,
              per_tensor_scale=np.zeros(0, np.float32))
     return x, t
@@ -526,3 +526,62 @@ def test_input_dtype_conversion_notes_changed_values(tmp_path):
     r = _run("quantize", str(tmp_path / "h.npy"), str(tmp_path / "o.npz"), "--input-dtype", "float32",
              "--no-columnwise")
     assert r.returncode == 0 and "note:" not in r.stderr, r.stderr
+
+
+def test_inputs_from_a_pipe_and_output_to_a_stream(tmp_path):
+    """X read from a FIFO (opened once: a second open would wait for a writer that has gone), the .npz written to a
+    file that cannot seek (a FIFO read by a reader thread): the same bytes as from and to regular files."""
+    import os
+    import threading
+
+    x = np.random.default_rng(1).standard_normal((4, 32)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    fifo_in, fifo_out = tmp_path / "in.npy", tmp_path / "out.npz"
+    os.mkfifo(fifo_in)
+    os.mkfifo(fifo_out)
+    got = {}
+
+    def feed():
+        with open(fifo_in, "wb") as f:
+            f.write((tmp_path / "x.npy").read_bytes())
+
+    def drain():
+        with open(fifo_out, "rb") as f:
+            got["npz"] = f.read()
+
+    threads = [threading.Thread(target=feed, daemon=True), threading.Thread(target=drain, daemon=True)]
+    for t in threads:
+        t.start()
+    r = subprocess.run([sys.executable, "-m", "oracle", "quantize", str(fifo_in), str(fifo_out)], capture_output=True,
+                       text=True, timeout=60)
+    for t in threads:
+        t.join(timeout=60)
+    assert r.returncode == 0, r.stderr
+    d = np.load(io.BytesIO(got["npz"]), allow_pickle=False)
+    ref = oracle.quantize(x, columnwise=True)
+    assert np.array_equal(d["row_data"], ref.row.data) and np.array_equal(d["col_scales"], ref.col.scales)
+
+
+def test_cli_messages_for_files_of_the_wrong_kind(tmp_path):
+    x = np.zeros((2, 32), np.float32)
+    np.save(tmp_path / "x.npy", x)
+    (tmp_path / "t.npy").write_text("not an array at all")
+    r = _run("diagnose", str(tmp_path / "x.npy"), str(tmp_path / "t.npy"))
+    assert r.returncode == 2 and "is not an .npz archive" in r.stderr and "pickle" not in r.stderr
+    (tmp_path / "trunc.npy").write_bytes((tmp_path / "x.npy").read_bytes()[:200])  # (the header whole, the data cut)
+    r = _run("explain", str(tmp_path / "trunc.npy"), "--row", "0")
+    assert r.returncode == 2 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+    np.save(tmp_path / "f8.npy", x.astype(ml_dtypes.float8_e4m3fn))  # stored as 1-byte void elements
+    r = _run("explain", str(tmp_path / "f8.npy"), "--row", "0")
+    assert r.returncode == 2 and "raw 1-byte elements" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "oracle", "vectors", ""], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 2 and "empty path" in r.stderr and sorted(p.name for p in tmp_path.iterdir()) == [
+        "f8.npy", "t.npy", "trunc.npy", "x.npy"]
+
+
+def test_float32_conversion_of_two_byte_integers_notes_the_bf16_reading(tmp_path):
+    bits = np.full((1, 16), 0x3F80, np.uint16)  # bf16 1.0 as bit patterns
+    np.save(tmp_path / "u16.npy", bits)
+    r = _run("quantize", str(tmp_path / "u16.npy"), str(tmp_path / "o.npz"), "--input-dtype", "float32")
+    assert r.returncode == 0 and "if they are bf16 bit patterns, pass --input-dtype bfloat16" in r.stderr
+    assert np.load(tmp_path / "o.npz")["row_amax"] == np.float32(0x3F80)  # the values converted, as asked
