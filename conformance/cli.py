@@ -317,6 +317,10 @@ def _show_case(args) -> int:
     if why:
         print(f"error: cannot save the case: {why}", file=sys.stderr)
         return 2
+    if b is not None and args.op not in (b.ops or ()):
+        print(f"error: backend {b.name} does not implement op {args.op!r} (its ops: {', '.join(b.ops or ())})",
+              file=sys.stderr)
+        return 2
     space = case_space(b, args.op) if b else dict(OPS[args.op].space)
     case = generate(args.op, args.seed, args.index, OPS[args.op].generator, space)
     print(f"case {case.key()}\noptions: {json.dumps(case.options)}\ntags: {json.dumps(case.tags)}")

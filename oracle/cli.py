@@ -185,6 +185,10 @@ def _add_options(p: argparse.ArgumentParser) -> None:
 
 
 def _opts(a) -> dict:
+    """oracle.quantize's keywords from the options of explain / quantize (a note on stderr for a --seed or --offset
+    that round-to-nearest does not read)."""
+    if a.rounding != "sr" and (a.seed or a.offset):
+        print("note: --seed and --offset enter stochastic rounding only (--rounding sr); ignored", file=sys.stderr)
     return dict(
         rht=a.rht, rht_signs=a.rht_signs, block=(1, 16) if a.block == "1x16" else (16, 16), rule=a.rule,
         amax=None if a.amax is None else (a.amax[0] if len(a.amax) == 1 else tuple(a.amax)), rounding=a.rounding,
@@ -238,6 +242,9 @@ def quantize_to_npz(a) -> int:
     """Write every plane and buffer of one quantization to an .npz (loadable with allow_pickle=False)."""
     if os.path.exists(a.output) and os.path.samefile(a.input, a.output):
         raise ValueError(f"the output {a.output} is the input file: name another path for the .npz")
+    if a.no_columnwise and a.amax is not None and len(a.amax) == 2:
+        raise ValueError("--amax gives two values (rowwise, columnwise), but --no-columnwise writes no columnwise "
+                         "plane: give one")
     x = _load(a.input, a.input_dtype)
     check_input(x, a.input)
     if a.rht:

@@ -549,6 +549,8 @@ def test_run_refuses_empty_and_clashing_output_paths_before_any_case(tmp_path):
         assert sorted(os.listdir(tmp_path)) == [], extra  # nothing written, no case run
     r = _cli(["case", "e2m1", "--save", ""], cwd=tmp_path)
     assert r.returncode == 2 and "cannot save the case: an empty path" in r.stderr
+    r = _cli(["case", "quantize", "--backend", "mldtypes"], cwd=tmp_path)  # (its options would mean nothing)
+    assert r.returncode == 2 and "backend mldtypes does not implement op 'quantize'" in r.stderr
 
 
 @pytest.mark.parametrize("spec", ["os:path", "oracle:quantize"])

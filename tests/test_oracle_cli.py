@@ -585,3 +585,14 @@ def test_float32_conversion_of_two_byte_integers_notes_the_bf16_reading(tmp_path
     r = _run("quantize", str(tmp_path / "u16.npy"), str(tmp_path / "o.npz"), "--input-dtype", "float32")
     assert r.returncode == 0 and "if they are bf16 bit patterns, pass --input-dtype bfloat16" in r.stderr
     assert np.load(tmp_path / "o.npz")["row_amax"] == np.float32(0x3F80)  # the values converted, as asked
+
+
+def test_options_that_would_be_dropped_are_named(tmp_path):
+    np.save(tmp_path / "x.npy", np.ones((1, 16), np.float32))
+    r = _run("quantize", str(tmp_path / "x.npy"), str(tmp_path / "o.npz"), "--no-columnwise", "--amax", "1", "2")
+    assert r.returncode == 2 and "--no-columnwise writes no columnwise plane" in r.stderr
+    assert not (tmp_path / "o.npz").exists()
+    r = _run("explain", str(tmp_path / "x.npy"), "--row", "0", "--seed", "5")
+    assert r.returncode == 0 and "--seed and --offset enter stochastic rounding only" in r.stderr
+    r = _run("explain", str(tmp_path / "x.npy"), "--row", "0", "--seed", "5", "--rounding", "sr")
+    assert r.returncode == 0 and "note:" not in r.stderr
