@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
+import re
 from collections.abc import Callable
 
 import ml_dtypes
@@ -736,7 +737,11 @@ def make_backend(spec: str) -> Backend:
         b.spec = spec
         return b
     if spec.startswith("device:"):
-        b = DeviceBackend(spec.split(":", 1)[1])
+        dev = spec.split(":", 1)[1]
+        if not re.fullmatch(r"cuda:\d+", dev):
+            raise BackendSpecError(f"unknown device in backend {spec!r}: the device backend runs on cuda:N "
+                                   "(device:cuda:0)")
+        b = DeviceBackend(dev)
         b.spec = spec
         return b
     if ":" in spec:

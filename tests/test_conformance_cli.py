@@ -553,6 +553,11 @@ def test_run_refuses_empty_and_clashing_output_paths_before_any_case(tmp_path):
     assert r.returncode == 2 and "backend mldtypes does not implement op 'quantize'" in r.stderr
 
 
+def test_a_device_backend_names_a_cuda_device(tmp_path):
+    r = _cli(["case", "e2m1", "--backend", "device:tpu"])
+    assert r.returncode == 2 and "unknown device in backend 'device:tpu'" in r.stderr
+
+
 @pytest.mark.parametrize("spec", ["os:path", "oracle:quantize"])
 def test_a_plugin_that_cannot_be_built_is_a_usage_error(tmp_path, spec):
     """A module:attr that is not a class or factory (a module, a function with required arguments)."""
