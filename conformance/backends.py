@@ -738,8 +738,8 @@ def make_backend(spec: str) -> Backend:
         return b
     if spec.startswith("device:"):
         dev = spec.split(":", 1)[1]
-        if not re.fullmatch(r"cuda:\d+", dev):
-            raise BackendSpecError(f"unknown device in backend {spec!r}: the device backend runs on cuda:N "
+        if not re.fullmatch(r"cuda(:\d+)?", dev):
+            raise BackendSpecError(f"unknown device in backend {spec!r}: the device backend runs on cuda or cuda:N "
                                    "(device:cuda:0)")
         b = DeviceBackend(dev)
         b.spec = spec
