@@ -601,6 +601,12 @@ def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: 
             kind = _layout_mixup(reading, best.reading)
             out.append(f"{kind}: the scale bytes are {best.label}'s in the {_READING_WORDS[reading]} layout"
                        + (f", not the {declared} layout given" if declared else ""))
+    if layout not in ("auto", *_ALL_READINGS) and best.reading not in _READINGS[layout] and best.n_diff == 0:
+        # a library's layout given (a single reading given has the line below), and the buffer's size fits none of
+        # its readings: diagnose read it in another
+        words = " or ".join(_READING_WORDS[r] for r in _READINGS[layout])
+        out.append(f"scales of another layout: the {layout} layout stores them {words}, which {sbuf.size} bytes do "
+                   f"not fit; they match in the {_READING_WORDS[best.reading]} layout")
     if declared and declared != best.reading and best.n_diff == 0:
         kind = _layout_mixup(best.reading, declared)
         out.append(f"{kind}: the scale bytes match in the {_READING_WORDS[best.reading]} layout, not the "

@@ -1114,3 +1114,16 @@ def test_torchao_division_of_a_tensor_holding_a_nan_keeps_the_per_tensor_nan():
     d = diagnose(x, data, scales, layout="compact", plane="row", rules=["torchao_div", "torchao"])
     # (one row: the 16x16 blocks of each rule give the same bytes)
     assert {m.split(" (")[0] for m in d.matches} == {"torchao_div", "torchao"}, (d.matches, d.closest, d.n_diff)
+
+
+def test_a_library_layout_whose_sizes_the_scales_do_not_fit_is_named():
+    """TE stores scales padded or 128x4 swizzled (SPEC 8.1, 8.2); compact bytes (64 rows: 256 bytes against 512)
+    given with layout="te" are read as compact, and the report says so."""
+    x = _x(64, 64, seed=4)
+    o = tt.quantize(x)
+    r = diagnose(x, o["row_data"], o["row_scales"], layout="te", rules=["te"])
+    assert r.matches == ["te"] and r.reading == "compact", str(r)
+    assert any(h.startswith("scales of another layout: the te layout stores them padded") and "256 bytes" in h
+               for h in r.hypotheses), str(r)
+    r = diagnose(x, o["row_data"], o["row_scales_swizzled"], layout="te", rules=["te"])  # TE's own: no such line
+    assert r.matches == ["te"] and not any(h.startswith("scales of another layout") for h in r.hypotheses), str(r)
