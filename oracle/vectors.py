@@ -1,15 +1,16 @@
 """Golden test vectors on disk, for kernels tested outside Python (``python -m oracle vectors OUT_DIR``).
 
 Every case is a folder holding ``case.json`` and one raw ``.bin`` file per array (little-endian, C order, no
-header); ``index.json`` in OUT_DIR lists the cases (and states the byte order). ``case.json`` gives the format
-version, the op, its keyword options, the SPEC sections it exercises, the seed of the generated inputs (``seed``; a
-quantizer's own SR seed is ``options.seed``), and for every input and output array its file, dtype and shape, plus
-for scale arrays their ``layout``: "compact" (SPEC 8.1, ``[rows, cols / 16]`` row-major), "swizzled" (SPEC 8.2's
-128x4 tiles, zero padding included), "grouped_swizzled" or "grouped_padded_compact" (SPEC 9.2: each group's
-swizzled, or zero-padded compact, scales at its scale offset). bfloat16 arrays are stored as their uint16 bit
-patterns (dtype "bfloat16"); a scalar (an amax, alpha) is an array of shape [1]. Inputs come from the seed, outputs
-from the oracle, so a kernel's test reads the inputs, runs, and compares bytes. The GEMM cases' operands nearly
-cancel block against block, so that the models' roundings (SPEC 12.2, 12.3, 12.6, 12.7) give different bytes.
+header); ``index.json`` in OUT_DIR lists the cases and defines the names case.json uses (:data:`CONVENTIONS`).
+``case.json`` gives the format version, the op, its keyword options, the SPEC sections it exercises, the seed of the
+generated inputs (``seed``; a quantizer's own SR seed is ``options.seed``), and for every input and output array its
+file, dtype and shape, plus for scale arrays their ``layout``: "compact" (SPEC 8.1, ``[rows, cols / 16]``
+row-major), "swizzled" (SPEC 8.2's 128x4 tiles, zero padding included), "grouped_swizzled" or
+"grouped_padded_compact" (SPEC 9.2: each group's swizzled, or zero-padded compact, scales at its scale offset).
+bfloat16 arrays are stored as their uint16 bit patterns (dtype "bfloat16"); a scalar (an amax, alpha) is an array of
+shape [1]. Inputs come from the seed, outputs from the oracle, so a kernel's test reads the inputs, runs, and
+compares bytes. The GEMM cases' operands nearly cancel block against block, so that the models' roundings (SPEC
+12.2, 12.3, 12.6, 12.7) give different bytes.
 
 :func:`write_vectors` writes the set, :func:`read_case` reads one case back.
 """
@@ -30,11 +31,27 @@ from .grouped_gemm import grouped_gemm
 from .quantize import quantize
 from .swizzle import swizzle_scales
 
-__all__ = ["read_case", "write_vectors"]
+__all__ = ["CONVENTIONS", "read_case", "write_vectors"]
 
 FORMAT_VERSION = 1
 _DTYPES = {"bfloat16": np.uint16, "float16": np.float16, "float32": np.float32, "uint8": np.uint8,
            "int64": np.int64}
+
+
+#: what the names in case.json mean (index.json repeats it, so that the files describe themselves)
+CONVENTIONS = {
+    "files": "one raw .bin per array: little-endian, C order, no header; a scalar is an array of shape [1]",
+    "dtype bfloat16": "the uint16 bit patterns of bf16 values",
+    "packed data (uint8 *_data)": "two E2M1 codes per byte, element 2i in the low nibble (SPEC 2.3); the shape counts "
+                                  "bytes: [rows, cols / 2]",
+    "layout compact": "E4M3 scale bytes [rows, cols / 16], row-major (SPEC 8.1)",
+    "layout swizzled": "the 128x4 tiled layout, padded to [roundup(rows, 128), roundup(cols / 16, 4)] with zeros "
+                       "(SPEC 8.2)",
+    "layout grouped_swizzled": "each group's swizzled scales (SPEC 8.2) at its scale offset in one flat buffer "
+                               "(SPEC 9.2)",
+    "layout grouped_padded_compact": "each group's compact scales, zero-padded to the swizzled size, at its scale "
+                                     "offset (SPEC 9.2)",
+}
 
 
 def _dtype_name(a: np.ndarray) -> str:
@@ -135,6 +152,26 @@ def _near_cancelling(rng, m: int, n: int, k: int) -> tuple[np.ndarray, np.ndarra
     return a.astype(np.float32).astype(bf16), b.astype(np.float32).astype(bf16), rng.standard_normal(n).astype(np.float32)
 
 
+def _fast_math_choices(rng: np.random.Generator, rows: int = 8, k: int = 64, flips: int = 8) -> np.ndarray:
+    """bf16 ``[rows, k]`` for TE's 4over6 with the fast-math MAE (SPEC 5.6): ``flips`` of its 1x16 blocks choose the
+    other candidate than the input-domain error would (a few random blocks in 10,000 do), the others do not. Blocks
+    have random amaxes up to 4.375 and the first block reaches it, so the tensor's amax, and with it every block's
+    choice, is the same as in the pool the blocks are drawn from."""
+    a = 4.375  # (exact in bf16: x / max|x| * a is +-a exactly at the maximum)
+    pool = rng.standard_normal((1 << 15, 16))
+    pool = pool / np.abs(pool).max(axis=1, keepdims=True) * (a * np.exp2(-3.0 * rng.random((len(pool), 1))))
+    pool[0] *= a / np.abs(pool[0]).max()
+    pool = pool.astype(ml_dtypes.bfloat16)
+    fast, exact = (quantize(pool, four_over_six="mae", four_over_six_fast_math=f).row.scales[:, 0]
+                   for f in (True, False))
+    differ, same = np.flatnonzero(fast != exact), np.flatnonzero(fast == exact)
+    if differ.size < flips:
+        raise RuntimeError(f"{differ.size} of {len(pool)} random blocks choose by the fast-math error otherwise; "
+                           f"the case needs {flips}")
+    blocks = np.concatenate([pool[same[:1]], pool[differ[:flips]], pool[same[1: rows * k // 16 - flips]]])
+    return blocks.reshape(rows, k)  # (the amax block 0 is same[0] or differ[0]: either way it is kept)
+
+
 def _cases(seed: int) -> list[tuple[str, str, str, Callable[[], tuple[dict, dict, dict]]]]:
     """(name, op, SPEC sections, build) of every case; build() gives (inputs, options, outputs). The GEMM cases draw
     from their own streams of ``seed``."""
@@ -184,7 +221,8 @@ def _cases(seed: int) -> list[tuple[str, str, str, Callable[[], tuple[dict, dict
             out = {f"y_{m}_bfloat16": grouped_gemm(xq, wq, kind="fprop", model=m)
                    for m in ("sequential", "tensor_core", "sm100")}
             opts = {"kind": "fprop", "a": _with_defaults(group_quantize, {}),
-                    "b": _with_defaults(group_quantize, {"block": (16, 16)}), "N": n,
+                    "b": _with_defaults(group_quantize, {"block": (16, 16)}), "N": n, "K": x.shape[1],
+                    "b_splits": [n] * e,
                     "outputs": "y_<model>_bfloat16 [T, N] = oracle.grouped_gemm(a, b, kind='fprop', model=...): "
                                "rows of group g = X_g W_g^T (SPEC 12.5); scales swizzled per group (SPEC 8.2)"}
             return ins, opts, out
@@ -201,6 +239,7 @@ def _cases(seed: int) -> list[tuple[str, str, str, Callable[[], tuple[dict, dict
     moe_x, moe_w, _ = _near_cancelling(np.random.default_rng([seed, 1]), 70, 4 * 40, 256)
     fo6_rng = np.random.default_rng([seed, 2])
     fo6_x = (fo6_rng.standard_normal((48, 64)) * np.exp2(fo6_rng.integers(-4, 5, (48, 1)))).astype(bf16)
+    fast_math_x = _fast_math_choices(np.random.default_rng([seed, 3]))
     return [
         ("quantize_te_wgrad", "quantize", "4-8", q(normal, columnwise=True, rht=True)),
         ("quantize_specials_17x48", "quantize", "3-6, 8, 13", q(_specials(rng, 17, 48), columnwise=True)),
@@ -222,6 +261,9 @@ def _cases(seed: int) -> list[tuple[str, str, str, Callable[[], tuple[dict, dict
          q(fo6_x[:33], columnwise=True, block=(16, 16), four_over_six="mae", four_over_six_fast_math=True,
            global_scale_max=256)),
         ("quantize_row_scaled_4over6", "quantize", "5.6, 5.7", q(fo6_x[:20], row_scaled=True, four_over_six="mae")),
+        # the fast-math error's own choices (the 16x16 case above gives the same bytes either way: its tile sums)
+        ("quantize_4over6_fast_math_choices", "quantize", "5.6",
+         q(fast_math_x, four_over_six="mae", four_over_six_fast_math=True)),
     ]
 
 
@@ -260,5 +302,5 @@ def write_vectors(out_dir, *, seed: int = 0) -> list[str]:
         (folder / "case.json").write_text(_json(meta))
         index.append({"folder": folder.name, "op": op, "spec": spec})
     (out / "index.json").write_text(_json({"format_version": FORMAT_VERSION, "byte_order": "little", "array_order": "C",
-                                           "cases": index}))
+                                           "conventions": CONVENTIONS, "cases": index}))
     return [e["folder"] for e in index]

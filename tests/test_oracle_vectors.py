@@ -75,7 +75,7 @@ def _rerun(meta, ins):
 
 def test_every_case_is_reproduced_from_its_files(vectors):
     out, names = vectors
-    assert len(names) == 14 and len({json.loads((out / n / "case.json").read_text())["op"] for n in names}) == 5
+    assert len(names) == 15 and len({json.loads((out / n / "case.json").read_text())["op"] for n in names}) == 5
     for name in names:
         meta, ins, outs = read_case(out / name)
         want = _rerun(meta, ins)
@@ -115,7 +115,7 @@ def test_ties_vector_matches_spec_3_1_by_hand(vectors):
 def test_cli_writes_the_set(tmp_path, capsys):
     assert main(["vectors", str(tmp_path / "v"), "--seed", "3"]) == 0
     index = json.loads((tmp_path / "v" / "index.json").read_text())
-    assert [c["op"] for c in index["cases"]].count("quantize") == 10 and "wrote 14 cases" in capsys.readouterr().out
+    assert [c["op"] for c in index["cases"]].count("quantize") == 11 and "wrote 15 cases" in capsys.readouterr().out
     assert (index["byte_order"], index["array_order"]) == ("little", "C")
     meta = json.loads((tmp_path / "v" / index["cases"][0]["folder"] / "case.json").read_text())
     assert meta["seed"] == 3 and meta["options"]["rht"] is True and meta["options"]["rounding"] == "rn"
@@ -153,13 +153,14 @@ def _alpha_te(a_amax, b_amax) -> np.float32:
 
 
 def test_vectors_agree_with_independent_implementations(vectors):
-    """Nine of the fourteen cases checked against code that is not the oracle's (the ties case has its own hand test):
+    """Ten of the fifteen cases checked against code that is not the oracle's (the ties case has its own hand test):
     the TE quantize cases (specials and infinities, both planes; one fp16 row) by the scalar SPEC transcription, the
     4over6 and row-scaled cases by conformance.te_torch (torch, written from SPEC alone), the swizzle by the SPEC 8.2
     byte formula, and the GEMM's exact model by fractions.Fraction with SPEC 12.1's alpha formed here."""
     from conformance import te_torch
 
-    for name in ("quantize_4over6_mse", "quantize_4over6_mae_16x16_fast_g256", "quantize_row_scaled_4over6"):
+    for name in ("quantize_4over6_mse", "quantize_4over6_mae_16x16_fast_g256", "quantize_row_scaled_4over6",
+                 "quantize_4over6_fast_math_choices"):
         meta, ins, outs = _case(vectors, name)
         o = meta["options"]
         kw = {k: o[k] for k in ("rowwise", "columnwise", "block", "four_over_six", "four_over_six_fast_math",
@@ -489,3 +490,29 @@ def test_cli_vectors_default_seed_is_zero(tmp_path):
     assert main(["vectors", str(tmp_path / "v")]) == 0
     seeds = {json.loads((p / "case.json").read_text())["seed"] for p in (tmp_path / "v").iterdir() if p.is_dir()}
     assert seeds == {0}
+
+
+def test_the_fast_math_case_tells_the_two_errors_apart(vectors):
+    """SPEC 5.6's fast-math error chooses the other candidate than the input-domain error in 8 of the case's blocks:
+    a kernel that ignores the flag, or measures the error in the input domain, fails this case."""
+    meta, ins, outs = _case(vectors, "quantize_4over6_fast_math_choices")
+    assert meta["options"]["four_over_six_fast_math"] is True and meta["options"]["four_over_six"] == "mae"
+    other = oracle.quantize(ins["x"], four_over_six="mae").row  # the input-domain error
+    assert np.count_nonzero(other.scales != outs["row_scales"]) == 8
+    assert float(outs["row_amax"][0]) == 4.375 and other.amax == np.float32(4.375)
+
+
+def test_index_defines_every_layout_a_case_names(vectors):
+    out, names = vectors
+    conventions = json.loads((out / "index.json").read_text())["conventions"]
+    used = {e["layout"] for n in names for part in ("inputs", "outputs")
+            for e in json.loads((out / n / "case.json").read_text())[part].values() if "layout" in e}
+    assert used == {"compact", "swizzled", "grouped_swizzled", "grouped_padded_compact"}
+    assert all(f"layout {u}" in conventions for u in used) and "dtype bfloat16" in conventions
+
+
+def test_the_grouped_gemm_case_states_k_and_the_weight_splits(vectors):
+    meta, ins, _ = _case(vectors, "grouped_gemm_fprop")
+    o = meta["options"]
+    assert o["b_splits"] == [o["N"]] * ins["splits"].size
+    assert ins["a_data"].size * 2 == o["K"] * int(ins["splits"].sum())  # packed: two codes per byte
