@@ -49,8 +49,9 @@ CONVENTIONS = {
                        "(SPEC 8.2)",
     "layout grouped_swizzled": "each group's swizzled scales (SPEC 8.2) at its scale offset in one flat buffer "
                                "(SPEC 9.2)",
-    "layout grouped_padded_compact": "each group's compact scales, zero-padded to the swizzled size, at its scale "
-                                     "offset (SPEC 9.2)",
+    "layout grouped_padded_compact": "each group's scales in the padded compact form, [roundup(rows, 128), "
+                                     "roundup(cols / 16, 4)] row-major with zeros in the padding (SPEC 8.1), at its "
+                                     "scale offset in one flat buffer (SPEC 9.2)",
 }
 
 
