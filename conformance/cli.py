@@ -84,33 +84,27 @@ def _shard(s: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
-def _positive_int(s: str) -> int:
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {s!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {v}")
-    return v
+def _int_at_least(lo: int, what: str | None = None):
+    """An argparse type: an integer >= ``lo``, refused as ``what`` ("a seed is an integer >= 0, ...") or, without
+    one, as the option's value ("must be an integer >= 1, ...")."""
+    head = f"{what} is" if what else "must be"
 
-
-def _nonnegative(what: str):
-    """An argparse type: an integer >= 0, refused as ``what``."""
     def parse(s: str) -> int:
         try:
             v = int(s)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} is an integer >= 0, got {s!r}") from None
-        if v < 0:
-            raise argparse.ArgumentTypeError(f"{what} is an integer >= 0, got {v}")
+            raise argparse.ArgumentTypeError(f"{head} an integer >= {lo}, got {s!r}") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"{head} an integer >= {lo}, got {v}")
         return v
 
     parse.__name__ = "integer"
     return parse
 
 
-_seed = _nonnegative("a seed")
-_index = _nonnegative("a case index")
+_positive_int = _int_at_least(1)
+_seed = _int_at_least(0, "a seed")
+_index = _int_at_least(0, "a case index")
 
 
 def _seconds(minimum_exclusive: bool):
