@@ -7,14 +7,16 @@ scale bytes and encode multipliers; the caller encodes ``x * multiplier`` as eve
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from .checks import check_block
 from .fp4_numpy import decode_e2m1, decode_e4m3, encode_e2m1, encode_e4m3
 from .scale_rules import F32_MAX, global_encode_scale
 
-__all__ = ["ERROR_DOMAINS", "ERROR_MODES", "GLOBAL_SCALE_MAXES", "candidate_errors", "check_error_mode",
-           "check_global_scale_max", "four_over_six_scales", "tile_error_sum"]
+__all__ = ["ERROR_DOMAINS", "ERROR_MODES", "GLOBAL_SCALE_MAXES", "Candidates", "block_row_candidates",
+           "candidate_errors", "check_error_mode", "check_global_scale_max", "four_over_six_scales", "tile_error_sum"]
 
 ERROR_MODES = ("mae", "mse")
 GLOBAL_SCALE_MAXES = (448, 256)
@@ -105,6 +107,45 @@ def tile_error_sum(err: np.ndarray) -> np.ndarray:
     return np.repeat(t[:, 0], 16, axis=0)[:rows]
 
 
+class Candidates(NamedTuple):
+    """Both 4over6 candidates of every block row (SPEC 5.6), each ``[R, C/16]``: scale bytes (uint8), encode
+    multipliers and row errors (float32; the error of the block's one row, not yet tree-summed over a 16x16 tile)."""
+
+    bytes6: np.ndarray
+    mult6: np.ndarray
+    err6: np.ndarray
+    bytes4: np.ndarray
+    mult4: np.ndarray
+    err4: np.ndarray
+
+
+def block_row_candidates(y: np.ndarray, b: np.ndarray, *, amax, mode: str, domain: str, global_scale_max: int,
+                         s_enc=None) -> Candidates:
+    """Map-to-6 and map-to-4 of every block row of a plane (SPEC 5.6), with each row's error.
+
+    The arguments are :func:`four_over_six_scales`' without ``block`` (``b``: each block row's amax, for 16x16
+    blocks its tile's); the choice between the two is left to the caller.
+    """
+    rows, cols = y.shape
+    a = np.asarray(amax, np.float32)
+    if a.ndim:
+        a = a.reshape(rows, 1)
+    if s_enc is None:
+        s_enc = global_encode_scale(a, "te", global_scale_max)
+    s_enc = np.asarray(s_enc, np.float32)
+    with np.errstate(divide="ignore"):
+        s_dec = (_ONE / s_enc).astype(np.float32)
+    y3 = y.reshape(rows, cols // 16, 16)
+    with np.errstate(invalid="ignore", over="ignore"):
+        base = ((b / _SIX).astype(np.float32) * s_enc).astype(np.float32)
+    bytes4, mult4, q4 = _candidate(y3, base, _MAP4, s_dec)
+    bytes6, mult6, q6 = _candidate(y3, base, None, s_dec)
+    common = dict(amax=a, s_enc=s_enc, mode=mode, domain=domain, global_scale_max=global_scale_max)
+    err4 = candidate_errors(y3, q4, decode_e4m3(bytes4), **common)
+    err6 = candidate_errors(y3, q6, decode_e4m3(bytes6), **common)
+    return Candidates(bytes6, mult6, err6, bytes4, mult4, err4)
+
+
 def four_over_six_scales(
     y: np.ndarray,
     b: np.ndarray,
@@ -130,24 +171,10 @@ def four_over_six_scales(
         s_enc: the plane's S_enc where it is not 5.6's from ``amax`` (SPEC 14.11's reciprocal form), else None.
     """
     block = check_block(block)
-    rows, cols = y.shape
-    a = np.asarray(amax, np.float32)
-    if a.ndim:
-        a = a.reshape(rows, 1)
-    if s_enc is None:
-        s_enc = global_encode_scale(a, "te", global_scale_max)
-    s_enc = np.asarray(s_enc, np.float32)
-    with np.errstate(divide="ignore"):
-        s_dec = (_ONE / s_enc).astype(np.float32)
-    y3 = y.reshape(rows, cols // 16, 16)
-    with np.errstate(invalid="ignore", over="ignore"):
-        base = ((b / _SIX).astype(np.float32) * s_enc).astype(np.float32)
-    bytes4, mult4, q4 = _candidate(y3, base, _MAP4, s_dec)
-    bytes6, mult6, q6 = _candidate(y3, base, None, s_dec)
-    common = dict(amax=a, s_enc=s_enc, mode=mode, domain=domain, global_scale_max=global_scale_max)
-    err4 = candidate_errors(y3, q4, decode_e4m3(bytes4), **common)
-    err6 = candidate_errors(y3, q6, decode_e4m3(bytes6), **common)
+    c = block_row_candidates(y, b, amax=amax, mode=mode, domain=domain, global_scale_max=global_scale_max,
+                             s_enc=s_enc)
+    err4, err6 = c.err4, c.err6
     if tuple(block) == (16, 16):
         err4, err6 = tile_error_sum(err4), tile_error_sum(err6)
     pick4 = err4 < err6  # strict: a tie (and a NaN error) keeps map-to-6
-    return np.where(pick4, bytes4, bytes6).astype(np.uint8), np.where(pick4, mult4, mult6).astype(np.float32)
+    return np.where(pick4, c.bytes4, c.bytes6).astype(np.uint8), np.where(pick4, c.mult4, c.mult6).astype(np.float32)

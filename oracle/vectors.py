@@ -17,6 +17,7 @@ compares bytes. The GEMM cases' operands nearly cancel block against block, so t
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
+from .four_over_six import block_row_candidates, tile_error_sum
 from .gemm import gemm, gemm_alpha
 from .grouped import group_quantize
 from .grouped_gemm import grouped_gemm
@@ -173,6 +175,69 @@ def _fast_math_choices(rng: np.random.Generator, rows: int = 8, k: int = 64, fli
     return blocks.reshape(rows, k)  # (the amax block 0 is same[0] or differ[0]: either way it is kept)
 
 
+#: orders in which a kernel might sum a 16x16 tile's 16 row errors other than SPEC 5.6's tree (on float32 [16])
+OTHER_TILE_SUM_ORDERS: dict[str, Callable[[np.ndarray], float]] = {
+    "rows in order": lambda e: functools.reduce(lambda s, v: np.float32(s + v), e, np.float32(0.0)),
+    "rows in reverse": lambda e: functools.reduce(lambda s, v: np.float32(s + v), e[::-1], np.float32(0.0)),
+    "adjacent rows first": lambda e: functools.reduce(
+        lambda t, _: (t[0::2] + t[1::2]).astype(np.float32), range(4), np.asarray(e, np.float32))[0],
+    "float64": lambda e: float(np.sum(e, dtype=np.float64)),
+}
+
+
+def _tree_order_tiles(rng: np.random.Generator, count: int = 2, mode: str = "mse") -> list[np.ndarray]:
+    """``count`` bf16 16x16 tiles, for a plane whose amax is 6 (SPEC 5.6: 4over6, 16x16 blocks, input-domain
+    ``mode`` error, G = 448), whose choice SPEC 5.6's tree of the row errors makes and every sum order of
+    :data:`OTHER_TILE_SUM_ORDERS` would make otherwise. Random tiles almost never tell the orders apart (none of 4,096
+    did), so the rows come from a pool of random rows under the tile max 3 (row 0 holds it), picked so that the two
+    candidates' error totals nearly tie: 12 rows whose candidates' errors are close, then three more whose differences
+    cancel the rest (a nearest sum from a sorted table of pairs), in random order after row 0."""
+    b, amax, n = 3.0, np.float32(6.0), 1 << 14
+    pool = rng.standard_normal((n, 16)) * np.exp2(rng.uniform(-3.0, 0.0, (n, 1)))
+    pool = np.clip(pool, -b, b).astype(ml_dtypes.bfloat16).astype(np.float32)
+    pool[0, 0] = b
+    c = block_row_candidates(pool, np.full((n, 1), b, np.float32), amax=amax, mode=mode, domain="input",
+                             global_scale_max=448)
+    e6, e4 = c.err6[:, 0], c.err4[:, 0]
+    d = e6.astype(np.float64) - e4
+    close = np.flatnonzero(np.abs(d) < 0.02)
+    close = close[close > 0]
+    pairs = rng.integers(1, n, 3000)
+    ii, jj = np.triu_indices(pairs.size, 1)
+    pair_d = d[pairs[ii]] + d[pairs[jj]]
+    by_d = np.argsort(pair_d)
+    sorted_d = pair_d[by_d]
+    tiles: list[np.ndarray] = []
+    for _ in range(50):
+        rows = np.concatenate([[0], rng.choice(close, 12)])
+        rest = d[rows].sum()
+        third = rng.integers(1, n, 4000)
+        at = np.clip(np.searchsorted(sorted_d, -rest - d[third]), 1, sorted_d.size - 1)
+        for k, p in zip(third, at, strict=True):
+            for q in (p - 1, p):
+                if abs(sorted_d[q] + d[k] + rest) > 1e-6 * e6[rows].sum():
+                    continue
+                tile = np.concatenate([rows, [k, pairs[ii[by_d[q]]], pairs[jj[by_d[q]]]]])
+                rng.shuffle(tile[1:])
+                pick4 = tile_error_sum(e4[tile, None])[0, 0] < tile_error_sum(e6[tile, None])[0, 0]
+                if all((order(e4[tile]) < order(e6[tile])) != pick4 for order in OTHER_TILE_SUM_ORDERS.values()):
+                    tiles.append(pool[tile].astype(ml_dtypes.bfloat16))
+                    if len(tiles) == count:
+                        return tiles
+    raise RuntimeError(f"found {len(tiles)} of {count} tiles that tell the tile sum orders apart")
+
+
+def _tree_order_tensor(rng: np.random.Generator) -> np.ndarray:
+    """bf16 [32, 32]: two :func:`_tree_order_tiles`, the first as X's tile (0, 0) for the rowwise plane, the second
+    transposed at tile (0, 1), so that the columnwise plane (X^T) has it as its tile of plane rows 16-31; tile (1, 0)
+    holds the amax 6 among random values, tile (1, 1) random values."""
+    for_rows, for_cols = _tree_order_tiles(rng)
+    x = np.clip(rng.standard_normal((32, 32)), -3.0, 3.0).astype(ml_dtypes.bfloat16)
+    x[:16, :16], x[:16, 16:] = for_rows, for_cols.T
+    x[21, 5] = 6.0
+    return x
+
+
 def _cases(seed: int) -> list[tuple[str, str, str, Callable[[], tuple[dict, dict, dict]]]]:
     """(name, op, SPEC sections, build) of every case; build() gives (inputs, options, outputs). The GEMM cases draw
     from their own streams of ``seed``."""
@@ -241,6 +306,7 @@ def _cases(seed: int) -> list[tuple[str, str, str, Callable[[], tuple[dict, dict
     fo6_rng = np.random.default_rng([seed, 2])
     fo6_x = (fo6_rng.standard_normal((48, 64)) * np.exp2(fo6_rng.integers(-4, 5, (48, 1)))).astype(bf16)
     fast_math_x = _fast_math_choices(np.random.default_rng([seed, 3]))
+    tree_order_x = _tree_order_tensor(np.random.default_rng([seed, 4]))
     return [
         ("quantize_te_wgrad", "quantize", "4-8", q(normal, columnwise=True, rht=True)),
         ("quantize_specials_17x48", "quantize", "3-6, 8, 13", q(_specials(rng, 17, 48), columnwise=True)),
@@ -265,6 +331,9 @@ def _cases(seed: int) -> list[tuple[str, str, str, Callable[[], tuple[dict, dict
         # the fast-math error's own choices (the 16x16 case above gives the same bytes either way: its tile sums)
         ("quantize_4over6_fast_math_choices", "quantize", "5.6",
          q(fast_math_x, four_over_six="mae", four_over_six_fast_math=True)),
+        # SPEC 5.6's tree of a 16x16 tile's row errors: other sum orders choose otherwise in one tile of each plane
+        ("quantize_4over6_16x16_tree_order", "quantize", "5.6, 6.3",
+         q(tree_order_x, columnwise=True, block=(16, 16), four_over_six="mse")),
     ]
 
 

@@ -75,7 +75,7 @@ def _rerun(meta, ins):
 
 def test_every_case_is_reproduced_from_its_files(vectors):
     out, names = vectors
-    assert len(names) == 15 and len({json.loads((out / n / "case.json").read_text())["op"] for n in names}) == 5
+    assert len(names) == 16 and len({json.loads((out / n / "case.json").read_text())["op"] for n in names}) == 5
     for name in names:
         meta, ins, outs = read_case(out / name)
         want = _rerun(meta, ins)
@@ -115,7 +115,7 @@ def test_ties_vector_matches_spec_3_1_by_hand(vectors):
 def test_cli_writes_the_set(tmp_path, capsys):
     assert main(["vectors", str(tmp_path / "v"), "--seed", "3"]) == 0
     index = json.loads((tmp_path / "v" / "index.json").read_text())
-    assert [c["op"] for c in index["cases"]].count("quantize") == 11 and "wrote 15 cases" in capsys.readouterr().out
+    assert [c["op"] for c in index["cases"]].count("quantize") == 12 and "wrote 16 cases" in capsys.readouterr().out
     assert (index["byte_order"], index["array_order"]) == ("little", "C")
     meta = json.loads((tmp_path / "v" / index["cases"][0]["folder"] / "case.json").read_text())
     assert meta["seed"] == 3 and meta["options"]["rht"] is True and meta["options"]["rounding"] == "rn"
@@ -153,14 +153,14 @@ def _alpha_te(a_amax, b_amax) -> np.float32:
 
 
 def test_vectors_agree_with_independent_implementations(vectors):
-    """Ten of the fifteen cases checked against code that is not the oracle's (the ties case has its own hand test):
+    """Eleven of the sixteen cases checked against code that is not the oracle's (the ties case has its own hand test):
     the TE quantize cases (specials and infinities, both planes; one fp16 row) by the scalar SPEC transcription, the
     4over6 and row-scaled cases by conformance.te_torch (torch, written from SPEC alone), the swizzle by the SPEC 8.2
     byte formula, and the GEMM's exact model by fractions.Fraction with SPEC 12.1's alpha formed here."""
     from conformance import te_torch
 
     for name in ("quantize_4over6_mse", "quantize_4over6_mae_16x16_fast_g256", "quantize_row_scaled_4over6",
-                 "quantize_4over6_fast_math_choices"):
+                 "quantize_4over6_fast_math_choices", "quantize_4over6_16x16_tree_order"):
         meta, ins, outs = _case(vectors, name)
         o = meta["options"]
         kw = {k: o[k] for k in ("rowwise", "columnwise", "block", "four_over_six", "four_over_six_fast_math",
@@ -500,6 +500,52 @@ def test_the_fast_math_case_tells_the_two_errors_apart(vectors):
     other = oracle.quantize(ins["x"], four_over_six="mae").row  # the input-domain error
     assert np.count_nonzero(other.scales != outs["row_scales"]) == 8
     assert float(outs["row_amax"][0]) == 4.375 and other.amax == np.float32(4.375)
+
+
+def _tile_sums_in_order(order):
+    """A stand-in for oracle.four_over_six.tile_error_sum ([R, C/16] row errors -> each 16x16 tile's sum on its
+    rows) that adds a tile's 16 row errors in another order than SPEC 5.6's tree."""
+    def tile_sums(err: np.ndarray) -> np.ndarray:
+        rows, nb = err.shape
+        padded = np.zeros((-(-rows // 16) * 16, nb), np.float32)
+        padded[:rows] = err
+        tiles = padded.reshape(-1, 16, nb)
+        sums = np.array([[order(tiles[t, :, j]) for j in range(nb)] for t in range(len(tiles))], np.float32)
+        return np.repeat(sums, 16, axis=0)[:rows]
+    return tile_sums
+
+
+def _sum_rows_from_zero(e):
+    s = np.float32(0.0)
+    for v in e:
+        s = np.float32(s + v)
+    return s
+
+
+def _sum_adjacent_first(e):
+    t = np.asarray(e, np.float32)
+    while t.size > 1:
+        t = (t[0::2] + t[1::2]).astype(np.float32)
+    return t[0]
+
+
+@pytest.mark.parametrize("order", [_sum_rows_from_zero, lambda e: _sum_rows_from_zero(e[::-1]), _sum_adjacent_first,
+                                   lambda e: np.sum(e, dtype=np.float64)],
+                         ids=["rows in order", "rows in reverse", "adjacent rows first", "float64"])
+def test_the_tree_order_case_tells_the_tile_sum_orders_apart(vectors, monkeypatch, order):
+    """SPEC 5.6 sums a 16x16 tile's row errors as a tree (offsets 8, 4, 2, 1). The case's input quantized with another
+    order chooses the other candidate in exactly one tile of each plane (X's tile (0, 0) for the rowwise plane, the
+    columnwise plane's tile of rows 16-31), so a kernel that sums in that order fails the case."""
+    import oracle.four_over_six
+
+    meta, ins, outs = _case(vectors, "quantize_4over6_16x16_tree_order")
+    o = meta["options"]
+    assert o["block"] == [16, 16] and o["four_over_six"] == "mse" and o["columnwise"] is True
+    monkeypatch.setattr(oracle.four_over_six, "tile_error_sum", _tile_sums_in_order(order))
+    other = oracle.quantize(ins["x"], columnwise=True, block=(16, 16), four_over_six="mse")
+    for plane, tile_rows in (("row", slice(0, 16)), ("col", slice(16, 32))):
+        differ = getattr(other, plane).scales != outs[f"{plane}_scales"]
+        assert differ[tile_rows, 0].all() and np.count_nonzero(differ) == 16, plane
 
 
 def test_index_defines_every_layout_a_case_names(vectors):
