@@ -1,4 +1,4 @@
-"""NVFP4 x NVFP4 grouped GEMM on Hopper (issue 4; SPEC 12): fprop / dgrad / wgrad over grouped tensors from
+"""NVFP4 x NVFP4 grouped GEMM on Hopper (SPEC 12): fprop / dgrad / wgrad over grouped tensors from
 :func:`device.group_quantize`, one graph-safe launch (plus a tiny setup kernel) per call.
 
 Per group g the result is :func:`oracle.gemm` on that group's planes with that group's alpha (SPEC 12.5), i.e.
@@ -149,12 +149,14 @@ def _plane(t: DeviceGroupedNVFP4Tensor, which: str, name: str, kind: str):
 
 
 def _out_dtype(out_dtype, default):
+    """torch.bfloat16 / torch.float32 from ``out_dtype`` (a torch dtype or its name; None: ``default``); ValueError
+    for anything else, as oracle.grouped_gemm's out_dtype (an option from a fixed set, whatever its type)."""
     if out_dtype is None:
         out_dtype = default
     if isinstance(out_dtype, str):
         out_dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}.get(out_dtype, out_dtype)
     if out_dtype not in (torch.bfloat16, torch.float32):
-        raise TypeError(f"out_dtype must be torch.bfloat16 or torch.float32, got {out_dtype!r}")
+        raise ValueError(f"out_dtype must be torch.bfloat16 or torch.float32 (or their names), got {out_dtype!r}")
     return out_dtype
 
 
@@ -172,7 +174,8 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
         out_dtype: ``torch.bfloat16`` or ``torch.float32`` (or their names); default bf16 for fprop / dgrad, fp32
             for wgrad, or ``out``'s dtype.
         out: the output tensor to write (contiguous, 16-byte aligned, not overlapping an operand); allocated if None.
-        accumulate: wgrad only, with an fp32 ``out``: ``out += dW`` (SPEC 12.2's C; main_grad accumulation).
+        accumulate: wgrad only, with an fp32 ``out``: ``out += dW`` (SPEC 12.2's C; main_grad accumulation);
+            None is False.
         bias: fprop / dgrad only: ``[E, cols]`` float32 or bfloat16, added per group in the epilogue.
         mode: ``"fast"`` (``oracle.gemm(model="tensor_core")`` bit for bit), ``"exact"`` (``model="sequential"``
             bit for bit) or ``"sm100"`` (``model="sm100"`` bit for bit: what a B200's CUTLASS grouped GEMM returns,
@@ -359,6 +362,7 @@ def _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode) -> _Call:
     if out is not None and out_dtype is None and out.dtype not in (torch.bfloat16, torch.float32):
         raise TypeError(f"out must have dtype bfloat16 or float32, got {out.dtype}")
     dtype = _out_dtype(out_dtype, default_dtype if out is None else out.dtype)
+    accumulate = False if accumulate is None else accumulate  # (oracle.grouped_gemm's default)
     if not isinstance(accumulate, (bool, np.bool_)):
         raise TypeError(f"accumulate must be True or False (C is out=, added into in place), got "
                         f"{type(accumulate).__name__}")
@@ -376,8 +380,8 @@ def _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode) -> _Call:
             raise ValueError(f"out must be on {dev}, got {out.device}")
         if tuple(out.shape) != shape:
             raise ValueError(f"{kind}: out must have shape {shape}, got {tuple(out.shape)}")
-        if out.dtype != dtype:
-            raise TypeError(f"out has dtype {out.dtype} but out_dtype is {dtype}")
+        if out.dtype != dtype:  # (two arguments that disagree: ValueError, as the oracle's accumulate check)
+            raise ValueError(f"out has dtype {out.dtype} but out_dtype is {dtype}")
         if not out.is_contiguous():
             raise ValueError("out must be contiguous")
         if not _ops._traced(out):  # (no addresses while torch.compile traces: the launch checks them again)
@@ -385,7 +389,7 @@ def _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode) -> _Call:
                 "a's data": ad, "a's scales": as_, "a's amax": aa, "a.offsets": a.offsets, "b's data": bd,
                 "b's scales": bs, "b's amax": ba, "b.offsets": b.offsets})
     if accumulate and dtype != torch.float32:
-        raise TypeError("accumulate=True needs a float32 out (SPEC 12.2: C is fp32)")
+        raise ValueError("accumulate=True needs a float32 out (SPEC 12.2: C is fp32)")
     bias_t = None
     if bias is not None:
         if kind == "wgrad":

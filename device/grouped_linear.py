@@ -138,11 +138,15 @@ def _copy_serves_dgrad(recipe: NVFP4Recipe) -> bool:
 def _check_main_grad(weight: Tensor) -> Tensor:
     """``weight.main_grad``: an fp32 contiguous 16-byte aligned tensor of weight's shape on its device."""
     mg = getattr(weight, "main_grad", None)
-    if not isinstance(mg, Tensor):
+    if mg is None:
         raise ValueError("fuse_wgrad_accumulation=True needs weight.main_grad, a float32 tensor of the weight's shape "
-                         "(the layer allocates one at construction; it was removed or replaced)")
-    if mg.dtype != torch.float32 or tuple(mg.shape) != tuple(weight.shape) or mg.device != weight.device:
-        raise ValueError(f"weight.main_grad must be float32 {tuple(weight.shape)} on {weight.device}, got {mg.dtype} "
+                         "(the layer allocates one at construction; it was removed)")
+    if not isinstance(mg, Tensor):  # (wrong types: TypeError, as oracle.grouped_linear_backward's main_grad)
+        raise TypeError(f"weight.main_grad must be a float32 tensor of the weight's shape, got {type(mg).__name__}")
+    if mg.dtype != torch.float32:
+        raise TypeError(f"weight.main_grad must be float32, got {mg.dtype}")
+    if tuple(mg.shape) != tuple(weight.shape) or mg.device != weight.device:
+        raise ValueError(f"weight.main_grad must have shape {tuple(weight.shape)} on {weight.device}, got "
                          f"{tuple(mg.shape)} on {mg.device}")
     if not mg.is_contiguous():
         raise ValueError("weight.main_grad must be contiguous")

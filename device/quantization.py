@@ -355,6 +355,9 @@ def dequantize(q, plane: str = "row", *, scales: Tensor | None = None, amax: Ten
         swizzled = q.swizzled
         rule = q.options.get("rule", "te")
         global_scale_max = int(q.options.get("global_scale_max", 448))
+    elif not isinstance(q, Tensor):
+        raise TypeError(f"data must be a CUDA tensor, got {type(q).__name__} (dequantize takes a DeviceNVFP4Tensor "
+                        f"or raw bytes)")
     elif scales is None or amax is None or shape is None:
         raise ValueError("raw dequantize needs data, scales=, amax=, shape= and swizzled=")
     elif swizzled is None:
@@ -375,9 +378,10 @@ def dequantize(q, plane: str = "row", *, scales: Tensor | None = None, amax: Ten
     # the byte views of torch_views() (float4_e2m1fn_x2 codes, float8_e4m3fn scales) are the same bytes
     data = data.view(torch.uint8) if data.dtype == getattr(torch, "float4_e2m1fn_x2", None) else data
     scales = scales.view(torch.uint8) if scales.dtype == torch.float8_e4m3fn else scales
-    if amax.dtype != torch.float32 or amax.numel() != 1:
-        raise ValueError(f"amax must be one float32 value (the plane's amax), got {amax.dtype} "
-                         f"{list(amax.shape)}")
+    if amax.dtype != torch.float32:
+        raise TypeError(f"amax must be float32 (the plane's amax), got {amax.dtype}")
+    if amax.numel() != 1:
+        raise ValueError(f"amax must be one value (the plane's amax), got shape {list(amax.shape)}")
     rows, cols = (int(s) for s in shape)
     data = data.contiguous()
     return _ops.dequantize_op(data, scales.contiguous(), amax.reshape(1).contiguous(),

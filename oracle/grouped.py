@@ -10,17 +10,29 @@ from .quantize import as_2d_f32, check_options, check_te_scale_options, quantize
 from .rht import DEFAULT_RHT_SIGNS
 from .swizzle import grouped_scale_offsets, padded_scale_shape, swizzle_scales
 
-__all__ = ["check_splits", "cut_splits", "group_quantize", "grouped_capacities", "padded_compact"]
+__all__ = ["check_splits", "cut_splits", "group_quantize", "grouped_capacities", "padded_compact", "split_sizes"]
+
+
+def split_sizes(splits, experts: int | None = None) -> np.ndarray:
+    """``splits`` as a non-empty 1-D integer array (its values unchecked), of ``experts`` entries when given:
+    ``TypeError`` for anything that is not integers (a string, floats, a bool among them), then ``ValueError`` for
+    another shape."""
+    if isinstance(splits, (list, tuple)) and any(isinstance(v, (bool, np.bool_)) for v in splits):
+        raise TypeError(f"splits must be integers, got {list(splits)!r}")
+    s = np.asarray(splits)
+    if s.size and s.dtype.kind not in "iu":
+        raise TypeError(f"splits must be integers, got dtype {s.dtype}")
+    if experts is not None and (s.ndim != 1 or s.size != experts):
+        raise ValueError(f"splits must be 1-D with one size per expert (E={experts}), got shape {s.shape}")
+    if s.ndim != 1 or s.size == 0:
+        raise ValueError(f"splits must be a non-empty 1-D sequence of group sizes, got shape {s.shape}")
+    return s
 
 
 def check_splits(splits, total_rows: int, what: str = "x") -> np.ndarray:
     """Validate group sizes: 1-D integers >= 0 that add up to the number of rows of ``what`` (the tensor the
     messages name). Returns int64."""
-    s = np.asarray(splits)
-    if s.ndim != 1 or s.size == 0:
-        raise ValueError(f"splits must be a non-empty 1-D sequence of group sizes, got shape {s.shape}")
-    if s.dtype.kind not in "iu":
-        raise TypeError(f"splits must be integers, got dtype {s.dtype}")
+    s = split_sizes(splits)
     if np.any(s < 0):
         raise ValueError(f"splits must be >= 0, got {s.tolist()}")
     # a size above T cannot be part of a valid split, and refusing it first keeps the int64 sum from wrapping
@@ -39,11 +51,7 @@ def cut_splits(splits, total_rows: int) -> np.ndarray:
     """The group sizes a graph-safe device uses for splits that need not add up to T (SPEC 9.4): negative sizes
     count as 0 and the groups are cut at row ``total_rows``. Equal to the splits when they are valid (9.1)."""
     total_rows = check_index(total_rows, "total_rows")
-    s = np.asarray(splits)
-    if s.ndim != 1 or s.size == 0:
-        raise ValueError(f"splits must be a non-empty 1-D integer array, got shape {s.shape}")
-    if s.dtype.kind not in "iu":  # (as check_splits)
-        raise TypeError(f"splits must be a non-empty 1-D integer array, got dtype {s.dtype}")
+    s = split_sizes(splits)
     # each size clamped to [0, T] first (SPEC 9.4: the same groups, and no int64 overflow for huge sizes)
     clamped = np.clip(s, 0, int(total_rows)).astype(np.int64)
     hi = np.minimum(np.cumsum(clamped), int(total_rows))

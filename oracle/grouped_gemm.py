@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .checks import host_array
-from .gemm import _OUT_DTYPES, check_model, gemm, gemm_error_bound
+from .gemm import _OUT_DTYPES, _check_operands, check_model, gemm, gemm_alpha, gemm_error_bound
 from .planes import GroupedNVFP4Tensor
 
 __all__ = ["grouped_gemm", "grouped_gemm_error_bound"]
@@ -91,6 +91,9 @@ def _per_group(a, b, kind: str, fn, empty_expert, out_dtype, bias, accumulate) -
                              f"{int(b.splits[bad[0]])} tokens)")
         pa, pb = _planes(a, "col", kind, "a (dY)"), _planes(b, "col", kind, "b (X)")
         n, k = a.shape[1], b.shape[1]
+        if e:  # (the operands' rules and RHT are checked here too: a call whose groups are all empty runs no gemm)
+            _check_operands(pa[0], pb[0])
+            gemm_alpha(pa[0], pb[0])
         if accumulate is not None:
             if out_dtype != "float32":  # SPEC 12.5: C is the fp32 buffer the result is added into
                 raise ValueError(f"wgrad: accumulate needs out_dtype='float32', got {out_dtype!r}")

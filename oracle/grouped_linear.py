@@ -17,7 +17,7 @@ import numpy as np
 from .bias_grad import grouped_bias_grad
 from .checks import check_flag, from_torch, is_torch
 from .gemm import check_model
-from .grouped import check_splits, group_quantize
+from .grouped import check_splits, group_quantize, split_sizes
 from .grouped_gemm import grouped_gemm
 from .planes import GroupedNVFP4Tensor
 from .recipe import DEFAULT_RECIPE, NVFP4Recipe
@@ -140,10 +140,7 @@ def _check_layer(x, weight, splits) -> tuple[np.ndarray, np.ndarray, np.ndarray]
                              f"{name} is a GEMM contraction length)")
     if is_torch(splits):
         splits = splits.detach().cpu().numpy()
-    s = np.asarray(splits)
-    if s.ndim != 1 or s.shape[0] != e:
-        raise ValueError(f"splits must be 1-D with one size per expert (E={e}), got shape {s.shape}")
-    return x, weight, check_splits(s, x.shape[0])
+    return x, weight, check_splits(split_sizes(splits, e), x.shape[0])
 
 
 def _check_dy(dy, t: int, n: int) -> np.ndarray:

@@ -77,6 +77,9 @@ def test_raw_dequantize_refuses_host_tensors_and_numbers():
         _ops.require_cuda_tensors(amax=1.0)
     with pytest.raises(TypeError, match="^data must be a CUDA tensor, got ndarray"):
         quantization.dequantize(np.zeros(8, np.uint8), scales=scales, amax=1.0, shape=(1, 16), swizzled=False)
+    for q in ("foo", None, np.zeros(8, np.uint8)):  # (what oracle.dequantize refuses with TypeError too)
+        with pytest.raises(TypeError, match="dequantize takes a DeviceNVFP4Tensor or raw bytes"):
+            quantization.dequantize(q)
     _ops.require_cuda_tensors()  # nothing to check: no error
 
 
@@ -248,12 +251,12 @@ def test_raw_dequantize_refuses_malformed_arguments(kw, err, match):
         quantization.dequantize(data, plane, **args)
 
 
-@pytest.mark.parametrize("amax,match", [
-    (lambda: torch.ones(3, device="cuda"), r"one float32 value .* got torch.float32 \[3\]"),
-    (lambda: torch.ones(1, dtype=torch.int64, device="cuda"), "got torch.int64"),
-    (lambda: torch.ones(1, dtype=torch.bfloat16, device="cuda"), "got torch.bfloat16"),
+@pytest.mark.parametrize("amax,err,match", [
+    (lambda: torch.ones(3, device="cuda"), ValueError, r"one value .* got shape \[3\]"),
+    (lambda: torch.ones(1, dtype=torch.int64, device="cuda"), TypeError, "must be float32 .* got torch.int64"),
+    (lambda: torch.ones(1, dtype=torch.bfloat16, device="cuda"), TypeError, "got torch.bfloat16"),
 ])
-def test_raw_dequantize_takes_one_float32_amax(amax, match):
+def test_raw_dequantize_takes_one_float32_amax(amax, err, match):
     """amax is the plane's one float32 value: a longer tensor (only its first value was read) or another dtype
     (converted silently) is refused; CUDA tensors are FakeTensors here (metadata only)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -261,7 +264,7 @@ def test_raw_dequantize_takes_one_float32_amax(amax, match):
     with FakeTensorMode(allow_non_fake_inputs=True):
         data = torch.zeros(8, dtype=torch.uint8, device="cuda")
         scales = torch.zeros(1, dtype=torch.uint8, device="cuda")
-        with pytest.raises(ValueError, match=match):
+        with pytest.raises(err, match=match):
             quantization.dequantize(data, scales=scales, amax=amax(), shape=(1, 16), swizzled=False)
 
 
@@ -517,7 +520,13 @@ def _refusal(what: str | None):
         "dgrad of mismatched sizes": (lambda: device.grouped_gemm(xq, wq, kind="dgrad"), ValueError,
                                       "mismatched contraction"),
         "accumulate into bf16": (lambda: device.grouped_gemm(dyq, xq, kind="wgrad", accumulate=True,
-                                                             out=_fake_cuda(2, 32, 64)), TypeError, "float32"),
+                                                             out=_fake_cuda(2, 32, 64)), ValueError, "float32"),
+        "an out_dtype name the GEMM does not write": (lambda: device.grouped_gemm(xq, wq, out_dtype="float16"),
+                                                     ValueError, "out_dtype must be torch.bfloat16 or torch.float32"),
+        "an out_dtype the GEMM does not write": (lambda: device.grouped_gemm(xq, wq, out_dtype=torch.float16),
+                                                ValueError, "out_dtype must be"),
+        "an out_dtype that is no dtype": (lambda: device.grouped_gemm(xq, wq, out_dtype=1), ValueError,
+                                          "out_dtype must be"),
         "accumulate in fprop": (lambda: device.grouped_gemm(xq, wq, accumulate=True, out=_fake_cuda(64, 32, dtype=f32)),
                                 ValueError, "is for wgrad"),
         "accumulate as a tensor": (lambda: device.grouped_gemm(dyq, xq, kind="wgrad",
@@ -541,7 +550,7 @@ def _refusal(what: str | None):
         "dgrad bias of N columns": (lambda: device.grouped_gemm(dyq, wq, kind="dgrad", bias=_fake_cuda(2, 32, dtype=f32)),
                                     ValueError, r"bias must have shape \(2, 64\), got \(2, 32\)"),
         "out of another dtype than out_dtype": (
-            lambda: device.grouped_gemm(xq, wq, out=_fake_cuda(64, 32), out_dtype=torch.float32), TypeError,
+            lambda: device.grouped_gemm(xq, wq, out=_fake_cuda(64, 32), out_dtype=torch.float32), ValueError,
             "out has dtype torch.bfloat16 but out_dtype is torch.float32"),
         "an out that requires grad": (
             lambda: device.grouped_gemm(dyq, xq, kind="wgrad", accumulate=True,
@@ -608,6 +617,9 @@ _REFUSALS = [
     "a plain tensor operand",
     "dgrad of mismatched sizes",
     "accumulate into bf16",
+    "an out_dtype name the GEMM does not write",
+    "an out_dtype the GEMM does not write",
+    "an out_dtype that is no dtype",
     "accumulate in fprop",
     "accumulate as a tensor",
     "rht without the columnwise plane",
@@ -649,6 +661,18 @@ def test_out_that_requires_grad_is_taken_under_no_grad(fake):
     out = _fake_cuda(2, 32, 64, dtype=torch.float32).requires_grad_()
     with torch.no_grad():
         assert device.grouped_gemm(dyq, xq, kind="wgrad", accumulate=True, out=out) is out
+
+
+def test_accumulate_none_is_false(fake):
+    """accumulate=None, oracle.grouped_gemm's default, is taken as False (the call writes out, adds nothing)."""
+    import device
+
+    xq, wq, dyq = _fake_operands()
+    out = _fake_cuda(2, 32, 64, dtype=torch.float32)
+    assert device.grouped_gemm(dyq, xq, kind="wgrad", accumulate=None, out=out) is out
+    with pytest.raises(ValueError, match="is for wgrad"):  # (accumulate=True would be refused here)
+        device.grouped_gemm(xq, wq, accumulate=True, out=_fake_cuda(64, 32, dtype=torch.float32))
+    assert device.grouped_gemm(xq, wq, accumulate=None).shape == (64, 32)
 
 
 def test_the_quantize_ops_take_both_amaxes_or_neither():

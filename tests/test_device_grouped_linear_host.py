@@ -148,7 +148,13 @@ def test_parameters_checked_at_forward(fake):
 def test_main_grad_checked_before_any_launch(fake):
     layer = _Layer(2, 32, 16, fuse_wgrad_accumulation=True)
     layer.weight.main_grad = cuda(2, 16, 32)  # bf16, not fp32
-    with pytest.raises(ValueError, match="main_grad must be float32"):
+    with pytest.raises(TypeError, match="main_grad must be float32, got torch.bfloat16"):
+        layer(cuda(8, 32), cuda(2, dtype=torch.int64))
+    layer.weight.main_grad = [0.0]
+    with pytest.raises(TypeError, match="main_grad must be a float32 tensor .* got list"):
+        layer(cuda(8, 32), cuda(2, dtype=torch.int64))
+    layer.weight.main_grad = cuda(2, 32, 16, dtype=torch.float32)  # [E, K, N]: the weight's shape is [E, N, K]
+    with pytest.raises(ValueError, match=r"main_grad must have shape \(2, 16, 32\)"):
         layer(cuda(8, 32), cuda(2, dtype=torch.int64))
     del layer.weight.main_grad
     with pytest.raises(ValueError, match="needs weight.main_grad"):

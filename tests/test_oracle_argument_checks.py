@@ -324,6 +324,19 @@ def test_gemm_takes_a_torch_bfloat16_bias_as_its_numpy_twin():
     assert np.array_equal(oracle.gemm(a, a, bias=tb), oracle.gemm(a, a, bias=b16))
 
 
+def test_grouped_gemm_checks_the_rules_when_no_group_has_tokens():
+    """A wgrad whose groups are all empty runs no per-group GEMM, but operands without an alpha (SPEC 12.1: torchao
+    against te) or one with the RHT and one without are refused all the same, as when the groups have tokens (and as
+    device.grouped_gemm refuses them)."""
+    for t in (0, 16):
+        c = np.zeros((2, 16, 64), np.float32)
+        dyq = oracle.group_quantize(np.ones((t, 16), BF16), [t, 0], columnwise=True)
+        for opts, match in ((dict(rule="torchao"), "incompatible scale rules"), (dict(rht=True), "RHT")):
+            xq = oracle.group_quantize(np.ones((t, 64), BF16), [t, 0], columnwise=True, **opts)
+            with pytest.raises(ValueError, match=match):
+                oracle.grouped_gemm(dyq, xq, kind="wgrad", accumulate=c)
+
+
 def test_grouped_gemm_checks_the_model_and_out_dtype_when_no_group_has_tokens():
     xq = oracle.group_quantize(np.zeros((0, 64), BF16), [0, 0], columnwise=True)
     dyq = oracle.group_quantize(np.zeros((0, 16), BF16), [0, 0], columnwise=True)

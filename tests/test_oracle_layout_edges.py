@@ -112,8 +112,19 @@ def test_no_cumulative_hint_when_the_last_size_exceeds_t():
 
 def test_cut_splits_refuses_empty():
     """cut_splits: a non-empty 1-D integer array (SPEC 9.1: E >= 1)."""
-    with pytest.raises(ValueError, match="non-empty 1-D integer array"):
+    with pytest.raises(ValueError, match="non-empty 1-D sequence of group sizes"):
         cut_splits(np.zeros(0, np.int64), 8)
+
+
+@pytest.mark.parametrize("splits", ["16,16", [16.0, 16.0], np.zeros((2, 1)), [31, True], [True, False]])
+def test_splits_that_are_not_integers_are_a_type_error(splits):
+    """Every function taking splits refuses a string, floats (whatever their shape) and bools among the sizes with
+    TypeError, as device.group_quantize and device.GroupedLinear do (np.asarray would read [31, True] as [31, 1])."""
+    x = np.zeros((32, 16), np.float32)
+    for call in (lambda: oracle.group_quantize(x, splits), lambda: cut_splits(splits, 32),
+                 lambda: oracle.grouped_bias_grad(x, splits)):
+        with pytest.raises(TypeError, match="splits must be integers"):
+            call()
 
 
 def test_cut_splits_beyond_int32():

@@ -244,10 +244,9 @@ def test_grouped_amaxes_of_planes_and_groups():
 
 @pytest.mark.parametrize("call, exc, match", [
     (lambda: unswizzle_scales(np.zeros(512, np.int32), 4, 4), TypeError, "swizzled scales must be uint8"),
-    (lambda: cut_splits([[4, 4]], 8), ValueError,
-     "non-empty 1-D integer array"),
+    (lambda: cut_splits([[4, 4]], 8), ValueError, "non-empty 1-D sequence of group sizes"),
     (lambda: cut_splits([4.0, 4.0], 8), TypeError,  # a float is not rounded (as group_quantize's splits)
-     "non-empty 1-D integer array"),
+     "splits must be integers"),
     (lambda: grouped_scale_offsets([4.0, 4.0], 16), TypeError, "integer group sizes"),
     (lambda: grouped_scale_offsets([], 16), ValueError, "integer group sizes"),
     (lambda: oracle.group_quantize(np.ones((8, 16), np.float32), [4, 4], columnwise=True, amax=([1.0, 1.0],)),
