@@ -427,7 +427,7 @@ def _layout_kw(fn, swizzled: bool) -> dict:
         if name in params:
             return {name: swizzled}
     if any(p.kind == p.VAR_KEYWORD for p in params.values()):
-        return {"swizzled": swizzled}  # device.quantize's keyword (behind a wrapper that takes **kwargs)
+        return {"swizzled": swizzled}  # (a plugin whose quantize takes **kwargs: device.quantize's keyword)
     if "layout" in params:
         return {"layout": "swizzled" if swizzled else "compact"}
     return {}

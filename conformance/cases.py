@@ -1,7 +1,7 @@
 """The :class:`Case` record (one generated test input) and its ``.npz`` serialization.
 
-A case is identified by ``(op, seed, index)``: :func:`conformance.generators.generate` rebuilds it from those
-three alone. A saved case is self-contained (its arrays are stored), so replay never regenerates it.
+A case is identified by ``(op, seed, index)`` and the backend's option space: :func:`conformance.generators.generate`
+rebuilds it from those (``generate(op, seed, index, OPS[op].generator, space)``). A saved case is self-contained (its arrays are stored), so replay never regenerates it.
 The ``.npz`` loads with ``allow_pickle=False``: bfloat16 arrays are stored as their uint16 bits and the
 dtype names go in the JSON ``meta`` entry.
 """
@@ -28,7 +28,8 @@ class Case:
 
     Attributes:
         op: the op name (a key of :data:`conformance.ops.OPS`).
-        seed, index: the generator coordinates; ``generate(op, seed, index, space)`` rebuilds the case.
+        seed, index: the generator coordinates; ``generate(op, seed, index, OPS[op].generator, space)`` rebuilds
+            the case (``space``: the option space of the backend it was drawn for).
         arrays: the input arrays by name (``x``, ``splits``, ``a``, ``b``, ...).
         options: JSON-able keyword options of the op (rule, rounding, ...).
         tags: short categorical labels for the summary table (dtype, values kind, ...).
@@ -121,7 +122,7 @@ def save_case(path, case: Case, *, backend: str, ref: dict | None = None, out: d
     """Write ``case`` (+ the reference and candidate outputs) to ``path`` as an ``.npz`` without pickles.
 
     Entries: ``in__NAME`` inputs, ``ref__KEY`` / ``out__KEY`` outputs, ``options`` (JSON string) and
-    ``meta`` (JSON string: op, seed, index, backend, tags, dtypes, plus ``extra``).
+    ``meta`` (JSON string: op, seed, index, backend, tags, dtypes, plus ``extra``). Returns the path written.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -169,7 +169,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--ops", type=_op_list, default=None,
                    help=f"comma-separated subset of: {','.join(OPS)}")
     r.add_argument("--device", type=_device, default="auto",
-                   help="auto (GPU if usable, else CPU self-conformance), cpu, cuda:N, all")
+                   help="auto (GPU if usable, else CPU self-conformance), cpu, cuda (cuda:0), cuda:N, all")
     r.add_argument("--backend", action="append", dest="backends", default=None,
                    help=f"backend spec (repeatable): a built-in name ({', '.join(sorted(BACKENDS))}), device:cuda:N "
                         "or module:attr; overrides --device")
@@ -177,15 +177,17 @@ def _parser() -> argparse.ArgumentParser:
                    help="i/n: run only case indices = i mod n; auto: i and n from torchrun (RANK, WORLD_SIZE) or "
                         "Slurm (SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT, SLURM_PROCID / SLURM_NTASKS)")
     r.add_argument("--workers", type=_positive_int, default=None,
-                   help="worker processes (default min(cpu_count, 8); 1 runs in this process, where a backend that "
-                        "kills the process or hangs cannot be caught)")
+                   help="worker processes (default min(cpu_count, 8), and 1 with --cases; at least one per GPU with "
+                        "device backends; 1 runs in this process, where a backend that kills the process or hangs "
+                        "cannot be caught)")
     r.add_argument("--cases", type=_positive_int, default=None, dest="max_cases",
                    help="run the case indices 0..N-1 of each op (split over shards and workers) instead of a budget")
     r.add_argument("--report", default=None,
                    help="write the JSON report here ({shard} and {nshards} in the path are replaced; with --shard auto "
                         "and more than one shard, a path without {shard} gets -IofN before its suffix)")
     r.add_argument("--artifacts", default="artifacts/conformance",
-                   help="where failing cases are saved (default artifacts/conformance)")
+                   help="where failing cases are saved (default artifacts/conformance; {shard} and {nshards} are "
+                        "replaced as in --report)")
     r.add_argument("--shrink-time", type=_seconds(False), default=10.0,
                    help="seconds per failure for shrinking (default 10)")
     r.add_argument("--case-timeout", type=_seconds(True), default=300.0,
@@ -194,12 +196,12 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     r.add_argument("--detail", action="store_true", help="one table row per option value, and the comparison counters")
     rp = sub.add_parser("replay", help="re-run one saved case")
-    rp.add_argument("npz")
+    rp.add_argument("npz", help="a case saved by run (under --artifacts) or by case --save")
     rp.add_argument("--backend", default=None, help="run it on this backend instead of the recorded one")
     c = sub.add_parser("case", help="print one generated case")
     c.add_argument("op", choices=list(OPS))
-    c.add_argument("--seed", type=_seed, default=0)
-    c.add_argument("--index", type=_index, default=0)
+    c.add_argument("--seed", type=_seed, default=0, help="the run's seed (default 0)")
+    c.add_argument("--index", type=_index, default=0, help="the case's index under that seed (default 0)")
     c.add_argument("--backend", default=None, help="apply this backend's option restrictions")
     c.add_argument("--save", default=None, help="save it as .npz (replayable with --backend)")
     m = sub.add_parser("merge", help="combine the JSON reports of a run's shards")

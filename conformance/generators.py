@@ -1,4 +1,5 @@
-"""Seeded case generators: case ``index`` of ``seed`` for an op is rebuilt from ``(op, seed, index)`` alone.
+"""Seeded case generators: case ``index`` of ``seed`` for an op is rebuilt from ``(op, seed, index)`` and the
+backend's option space.
 
 Every generator draws from ``numpy.random.Generator(PCG64(SeedSequence([seed, crc32(op), index])))``.
 ``space`` restricts the option values a backend supports (``{"rule": ["torchao"], "dtype": [...]}``) and

@@ -3,7 +3,7 @@ worker processes, failure shrinking and saving.
 
 Case indices: shard ``i/n``, worker ``w`` of ``W``, the j-th case of an op gets index ``i + n * (w + W * j)``,
 so shards and workers partition the index space of each op and every case is rebuilt from
-``(op, seed, index)`` alone (see :func:`conformance.generators.generate`). A case cap (``max_cases = N``) runs the
+``(op, seed, index)`` and the backend's option space (see :func:`conformance.generators.generate`). A case cap (``max_cases = N``) runs the
 indices ``0 .. N-1`` of each op, whatever the shards and workers.
 
 The budget counts from the first case: the start-up before it (imports, backend set-up, extension builds) is
@@ -42,7 +42,26 @@ __all__ = ["RunConfig", "run", "check_case", "select_backends", "case_space"]
 
 @dataclass
 class RunConfig:
-    """Options of ``python -m conformance run`` (see :mod:`conformance.cli`)."""
+    """Options of a conformance run: ``python -m conformance run``'s (:mod:`conformance.cli`), for :func:`run`.
+
+    Attributes:
+        budget: wall-clock seconds from the first case (``--budget``, which also takes "60s" / "5m").
+        seed: the run's seed; ops: the ops to run (None: every op a selected backend offers).
+        device: "auto", "cpu", "cuda", "cuda:N" or "all" (``--device``); backends: backend specs
+            (``--backend``, which override ``device``; None: the device's backends).
+        shard: ``(i, n)``: only the case indices equal to i mod n.
+        workers: worker processes (None: ``min(cpu_count, 8)``, 1 with ``max_cases``; at least one per GPU with
+            device backends; 1 runs in this process).
+        report: the JSON report's path (None: none); artifacts: the folder failing cases are saved in. ``{shard}`` /
+            ``{nshards}`` in them are replaced by the command line, not here.
+        max_cases: run the case indices 0 .. N-1 of each op instead of a budget (``--cases``).
+        shrink_time: seconds per failure for shrinking; case_timeout: seconds one case (with its shrinking) may take
+            in a worker process before the worker is killed and the case reported as an error.
+        progress: the progress line on stderr (``--no-progress`` clears it); detail: the summary table's per-option
+            rows and the comparison counters (``--detail``).
+        argv: the command line, recorded in the report; started: when the command started (``time.monotonic()``;
+            None: when :func:`run` is called), so that the report's times include start-up.
+    """
 
     budget: float = 60.0
     seed: int = 0
@@ -347,6 +366,9 @@ def failures_log(cfg: RunConfig) -> Path:
 
 def run(cfg: RunConfig, stdout=None, stderr=None) -> tuple[int, Stats]:
     """Run the conformance campaign; print the table; write the report. Returns ``(exit_code, stats)``.
+
+    ``stdout`` / ``stderr``: where the summary table and the progress line and errors go (default ``sys.stdout`` /
+    ``sys.stderr``).
 
     Exit code: 0 when at least one case ran and nothing mismatched or raised, 1 on any mismatch or error,
     2 when no case ran (the reason is printed on ``stderr`` and written to the report).

@@ -14,7 +14,8 @@ The API mirrors the oracle name for name on torch CUDA tensors (current stream, 
 * :mod:`device.testing`: test-only hooks (``force_plan``, ``gemm_over_weight_copy``).
 
 Importing this package needs neither torch nor CUDA: the functions above are imported on first access (their
-modules import torch), and the CUDA extensions are JIT-built on the first kernel call (:mod:`device._build`).
+modules import torch, so without torch that access, ``help(device)`` included, raises ModuleNotFoundError), and the
+CUDA extensions are JIT-built on the first kernel call (:mod:`device._build`).
 """
 
 from __future__ import annotations

@@ -121,6 +121,7 @@ class DeviceGroupedNVFP4Tensor:
         row_amax / col_amax: float32 ``[E]``.
         offsets: int64 ``[6, E+1]`` device table, rows: row offsets, row tiles, row data, row scales,
             col data, col scales (each with a leading 0); see the properties below.
+        swizzled: which scale layout the buffers hold; options: the quantize options (rule, block, rht, ...).
     """
 
     shape: tuple[int, int]

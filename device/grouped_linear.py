@@ -304,6 +304,8 @@ class GroupedLinear(torch.nn.Module):
                  device: torch.device | str | int = "cuda", params_dtype: torch.dtype = torch.bfloat16,
                  recipe: NVFP4Recipe = DEFAULT_RECIPE, mode: str = "fast", fuse_wgrad_accumulation: bool = False,
                  delay_wgrad_compute: bool = False, cache_f16_weights: bool = True) -> None:
+        """Build the layer (the arguments are described in the class docstring); TypeError / ValueError for sizes,
+        a recipe or a mode the layer does not take."""
         super().__init__()
         for name, v, lo in (("num_gemms", num_gemms, 1), ("in_features", in_features, 16),
                             ("out_features", out_features, 16)):

@@ -264,8 +264,10 @@ def group_quantize(x: Tensor, splits: Tensor, *, rowwise: bool = True, columnwis
     Group g uses SR counter offset ``offset + g`` as in :func:`oracle.group_quantize`. ``amax``: None (computed per
     group on the device), E values for both planes (sequence, array or device tensor), an [E, 2] array or tensor of
     (row, col) pairs, or a (row, col) tuple of E values each; a single number and other shapes are refused, as by
-    the oracle. Supplied amaxes skip the amax pass (X read once). The 4over6 options as in :func:`quantize` (SPEC
-    5.6 per group, as :func:`oracle.group_quantize`).
+    the oracle. Supplied amaxes skip the amax pass (X read once). The other keywords (``rowwise``, ``columnwise``,
+    ``rht``, ``rht_signs``, ``block``, ``rule``, ``rounding``, ``seed``, ``offset``, ``swizzled``: each group's
+    scales swizzled, or in the zero-padded compact layout of SPEC 9.2, and the 4over6 options, SPEC 5.6 per group)
+    as in :func:`quantize`. Returns a :class:`DeviceGroupedNVFP4Tensor`.
 
     ``splits`` is never read on the host, so sizes that do not add up to T cannot be refused: they take SPEC 9.4's
     meaning on the device (a negative size counts as 0, the running total is cut at T, rows past the last cut group

@@ -235,11 +235,15 @@ def gemm_error_bound(
     P = sum_k |a_k b_k|, g = K u_a / (1 - K u_a), u_a = 2**-23, u = 2**-24,
     T = |alpha| P (1 + g) + |C| + |bias|; (u_o, eta_o) the output format's unit roundoff and half its
     smallest subnormal; K < 2**23 (``ValueError`` otherwise: g needs K u_a < 1). Where T (1+u)^4 + B reaches
-    the bf16 overflow threshold the proof does not hold: B is ``oracle.gemm.NEAR_OVERFLOW`` where the exact real
+    the bf16 overflow threshold the proof does not hold: B is ``NEAR_OVERFLOW`` (``from oracle.gemm import
+    NEAR_OVERFLOW``: the float64 maximum) where the exact real
     value is finite (then any value that is not NaN passes, Inf of either sign included) and +inf where it is
     infinite (an infinite C or bias: that value or NaN passes) or NaN (compared as NaN). Where alpha is not
     finite (per element with row-scaled operands, SPEC 12.8) B is NaN: the implementation must return a non-finite
     value (:func:`within_bound`).
+
+    The arguments are :func:`gemm`'s without ``model`` (``alpha`` None: :func:`gemm_alpha`; ``accumulate``: the C
+    added in the epilogue). ``ValueError`` / ``TypeError`` as :func:`gemm`'s.
     """
     _check_operands(a_plane, b_plane)
     if a_plane.cols >= 1 << 23:

@@ -104,7 +104,8 @@ def _row_scaled_group_amax(amax, row_offsets: np.ndarray) -> list:
 
 def grouped_capacities(total_rows: int, cols: int, num_groups: int) -> dict:
     """Worst-case byte sizes of the grouped buffers over all splits of ``total_rows`` into ``num_groups``
-    groups (SPEC 9.3): what a device allocates without knowing the splits."""
+    groups (SPEC 9.3): what a device allocates without knowing the splits. Keys: ``row_data``, ``row_scale``,
+    ``col_data``, ``col_scale``."""
     t, k, e = (check_index(v, n, lo=None) for v, n in ((total_rows, "total_rows"), (cols, "cols"),
                                                           (num_groups, "num_groups")))
     if t < 0 or e < 1 or k < 0 or k % 16:
@@ -158,7 +159,10 @@ def group_quantize(
     ``quantize(x[rows of g], ..., offset=(offset + g) % 2**32)`` (the SR stream of group g, SPEC 10.2).
     ``amax``: None, E per-group values for both planes, an [E, 2] array of (row, col) pairs, or a tuple
     (row_amaxes, col_amaxes); with ``row_scaled``, None or T values (one per row, SPEC 5.7).
-    Other options (4over6, SPEC 5.6; row-scaled, SPEC 5.7) as in :func:`oracle.quantize`.
+    The other keywords (``rowwise``, ``columnwise``, ``rht``, ``rht_signs``, ``block``, ``rule``, ``rounding``,
+    ``seed``, 4over6 (SPEC 5.6), ``row_scaled`` (SPEC 5.7)) as in :func:`oracle.quantize`. Returns a
+    :class:`GroupedNVFP4Tensor`: the flat buffers a device writes (SPEC 9.2; :meth:`GroupedNVFP4Tensor.buffers`) and
+    each group's planes.
     """
     x2, is_bf16 = as_2d_f32(x)
     block = check_options(

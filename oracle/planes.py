@@ -180,7 +180,7 @@ class NVFP4Tensor:
     """The result of :func:`oracle.quantize`: a rowwise plane of X and/or a columnwise plane of X^T.
 
     ``shape`` is the 2-D shape ``(M, K)`` of the (flattened) input. ``row`` / ``col`` are ``None`` when
-    that usage was not requested.
+    that usage was not requested. ``options``: the keyword options of the call (rule, block, rounding, ...).
     """
 
     row: QuantizedPlane | None
@@ -218,7 +218,8 @@ class GroupedNVFP4Tensor:
     * ``col_data`` / ``col_scales`` / ``col_scales_compact`` with ``col_data_offsets`` / ``col_scale_offsets``.
     * ``row_amax`` / ``col_amax``: float32 ``[E]``; row-scaled (SPEC 5.7): ``row_amax`` is float32 ``[T]``, one per row.
     * ``row_offsets``: int64 ``[E+1]``, prefix sum of the splits (first row of each group).
-    All offsets are int64 ``[E+1]`` with a leading 0.
+    All offsets are int64 ``[E+1]`` with a leading 0. ``splits``: the group sizes (int64 ``[E]``); ``shape``: ``(T, K)``
+    of the input; ``options``: the keyword options of the call.
     """
 
     splits: np.ndarray
