@@ -62,23 +62,24 @@ _TE_IGNORED = ("fp4_dtype", "quantizer", "fake_dtype")
 # host arrays and plane construction
 # ---------------------------------------------------------------------------------------------------------------
 
+#: the 1-byte dtypes that hold NVFP4 bytes: codes (uint8, torch's float4_e2m1fn_x2) or E4M3 scales (float8_e4m3fn)
+_BYTE_DTYPES = ("uint8", "float8_e4m3fn", "float4_e2m1fn_x2")
+
+
 def _host_u8(a, what: str) -> np.ndarray:
-    """A uint8 / float8 / float4x2 array or tensor as a host uint8 NumPy array (bytes unchanged)."""
+    """A uint8 / float8_e4m3fn / float4_e2m1fn_x2 array or tensor as a host uint8 NumPy array (bytes unchanged);
+    ``TypeError`` for another dtype (int8 or bool bytes are no NVFP4 field's: a wrong tensor, not a view)."""
     if is_torch(a):
         import torch
 
         t = a.detach()
-        if t.dtype != torch.uint8:
-            if t.element_size() != 1:
-                raise TypeError(f"{what} must hold bytes (uint8, float8 or float4x2), got {t.dtype}")
-            t = t.view(torch.uint8)
-        return t.cpu().contiguous().numpy().copy()
+        if str(t.dtype).removeprefix("torch.") not in _BYTE_DTYPES:
+            raise TypeError(f"{what} must hold bytes (uint8, float8_e4m3fn or float4_e2m1fn_x2), got {t.dtype}")
+        return t.view(torch.uint8).cpu().contiguous().numpy().copy()
     a = host_array(a)
-    if a.dtype != np.uint8:
-        if a.dtype.itemsize != 1 or a.dtype.kind == "b":
-            raise TypeError(f"{what} must hold bytes (uint8 or float8_e4m3fn), got {a.dtype}")
-        a = a.view(np.uint8)
-    return np.ascontiguousarray(a)
+    if a.dtype.name not in _BYTE_DTYPES:
+        raise TypeError(f"{what} must hold bytes (uint8 or float8_e4m3fn), got {a.dtype}")
+    return np.ascontiguousarray(a.view(np.uint8))
 
 
 def _host_f32(a, what: str) -> np.ndarray:
