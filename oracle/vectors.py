@@ -267,7 +267,7 @@ def _cases(seed: int) -> list[tuple[str, str, str, Callable[[], tuple[dict, dict
             ins.update({k: v for k, v in o.items() if isinstance(v, np.ndarray)})
             opts = {"a": _with_defaults(quantize, {}), "b": _with_defaults(quantize, {"block": (16, 16)}),
                     "gemm": {"model": list(models), "out_dtype": ["bfloat16", "float32"], "bias": "bias" in o,
-                             "alpha": "from the amaxes", "c": None, "accumulate": False},
+                             "alpha": "from the amaxes", "accumulate": None},
                     "outputs": "y_<model>_<out_dtype> = oracle.gemm(a, b, model=..., out_dtype=..., bias=bias): "
                                "sequential (TE, SPEC 12.2), tensor_core (Hopper wgmma, 12.6), sm100 (B200 "
                                "tcgen05 and CUTLASS's epilogue, 12.7), exact (12.3); "
