@@ -228,6 +228,41 @@ def test_e2m1_three_roundings_form_equals_threshold_sum():
     assert np.array_equal(low, expect[below])
 
 
+def _e2m1_index_bit_form(a: np.ndarray, threshold: float) -> np.ndarray:
+    """SPEC 3.6's bit form on a = min(|y|, 6) (NaN -> 6), with the rounding of the encoding above ``threshold`` (1
+    in the general kernels, 2 in e2m1_biased) and the magic-constant sum below it."""
+    a = np.fmin(np.abs(a), np.float32(6)).astype(np.float32)
+    a = np.where(np.isnan(a), np.float32(6), a)
+    b = a.view(np.uint32).astype(np.int64)
+    idx_bits = ((b + 0x1FFFFF + ((b >> 22) & 1)) >> 22) - 252
+    if threshold == 1:
+        low = (a * np.float32(2) + np.float32(1.5 * 2.0**23)).view(np.uint32).astype(np.int64) - 0x4B400000
+    else:
+        low = (a + np.float32(1.5 * 2.0**22)).view(np.uint32).astype(np.int64) - 0x4AC00000
+    return np.where(a < threshold, low, idx_bits)
+
+
+@pytest.mark.parametrize("threshold", [1, 2])
+def test_e2m1_bit_form_equals_threshold_sum(threshold):
+    """SPEC 3.6's bit form (numerics.cuh's e2m1_rn, fast_bf16.cuh's e2m1_biased) against the threshold sum of SPEC
+    3.1 written out here: every fp32 magnitude up to 8 whose low 8 bits are 0, 1, 0x80 or 0xFF, every pattern within
+    4096 ulps of each tie and grid point, subnormals, large values, +Inf and NaN (index 7)."""
+    k = np.arange(0x41000000 >> 8, dtype=np.uint32) << 8
+    bits = [k | low for low in (0, 1, 0x80, 0xFF)]
+    points = np.array([0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75, 2, 2.5, 3, 3.5, 4, 5, 6], np.float32).view(np.uint32)
+    bits.append((points[:, None].astype(np.int64) + np.arange(-4096, 4097)).ravel().astype(np.uint32))
+    bits.append(np.arange(0, 1 << 20, dtype=np.uint32))
+    a = np.concatenate(bits).view(np.float32)
+    a = np.concatenate([a, -a, np.array([100, 2.0**24, 3.4028235e38, np.inf, -np.inf], np.float32)])
+    t = np.abs(a.astype(np.float64))
+    expect = ((t > 0.25).astype(np.int64) + (t >= 0.75) + (t > 1.25) + (t >= 1.75) + (t > 2.5) + (t >= 3.5)
+              + (t > 5))
+    got = _e2m1_index_bit_form(a, threshold)
+    bad = np.flatnonzero(got != expect)
+    assert bad.size == 0, f"{bad.size} mismatches, first a={a[bad[0]]!r} got {got[bad[0]]} want {expect[bad[0]]}"
+    assert _e2m1_index_bit_form(np.array([np.nan], np.float32), threshold)[0] == 7
+
+
 def test_e2m1_sr_floor_form_equals_spec_3_4():
     """SPEC 3.7 (the bf16 fast quantizer's stochastic rounding) against SPEC 3.4 written out here with float64
     floors, for every random byte: every fp32 magnitude below 8 whose low 12 bits are 0 or 0xFFF, 512 ulps around

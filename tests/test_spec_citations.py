@@ -53,6 +53,13 @@ def citing_files() -> list[Path]:
     return files
 
 
+def test_every_section_is_defined_once():
+    """A number opens one line of SPEC.md only: a wrapped line that begins with a cited number ("12.6 (E = ...") would
+    read as a second definition, and keep a citation of that number valid after the section itself moved."""
+    opened = re.findall(r"(?m)^(\d+\.\d+(?:\.\d+)?)\s", SPEC.read_text())
+    assert sorted({n for n in opened if opened.count(n) > 1}) == []
+
+
 def test_the_citation_pattern_reads_joined_numbers():
     text = "x (SPEC 12.4 / 12.6) y\nSPEC 3.1-3.3 and SPEC.md 8.2, SPEC 5.1, 5.2 or 5.4\nSPEC 99.9"
     assert cited_sections(text) == [

@@ -8,8 +8,9 @@
 //  2. cutlass_groups_kernel: per group {M, N, K}, operand / output pointers into those buffers, row pitches, alpha.
 //     A group without a K step (an empty wgrad expert, or operand groups that disagree, SPEC 12.5) gets M = 0 (CUTLASS
 //     SM90 computes garbage for K = 0, NVIDIA/cutlass#2674) and is written by the same kernel: the epilogue of
-//     SPEC 12.2 with acc = +0 for those groups (alpha * 0, plus C when accumulating; a NaN alpha gives NaN), exactly
-//     where the fused kernels write their zero-step tiles.
+//     SPEC 12.2 with acc = +0 for those groups (alpha * 0; operands that disagree have a NaN alpha: NaN, plus C when
+//     accumulating), exactly where the fused kernels write their zero-step tiles; an empty expert that accumulates has
+//     no tiles and leaves C bit for bit (SPEC 12.5).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

@@ -45,7 +45,7 @@ struct SetupArgs {
   long long a_rows;   // wgrad: rows of A (= N); unused otherwise
   long long kc;       // contraction length for fprop (K) / dgrad (N); wgrad: per group roundup(m_g,16)
   long long ldd;      // output row stride (elements)
-  float rcp;          // fp32(1/7225344)
+  float rcp;          // TE rules' alpha factor fp32(1/(36 G_A G_B)) (SPEC 12.1; fp32(1/7225344) for G = 448)
   int rule;           // the operands' scale rule (nvfp4::Rule, common/codes.h): it picks the SPEC 12.1 alpha
   int tile_m, tile_n; // CTA tile of the GEMM kernel that will run (tile counts per group)
   Prob* probs;        // out: [E]

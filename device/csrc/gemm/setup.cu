@@ -13,7 +13,8 @@
 namespace nvfp4_gemm {
 namespace {
 
-// SPEC 12.1: a group's alpha from the amaxes of the planes its operands supply. TE rules: (A * B) * fp32(1/7225344),
+// SPEC 12.1: a group's alpha from the amaxes of the planes its operands supply. TE rules: (A * B) * rcp, with
+// rcp = fp32(1/(36 G_A G_B)) from the host (fp32(1/7225344) when both planes have G = 448, SPEC 5.6),
 // left to right; torchao: P_A * P_B with P = A / 2688 (torchao's per-tensor scale, SPEC 5.4; a NaN amax gives a NaN
 // alpha, whose payload is free: 12.2 compares NaN as a class); torchao_noscale: 1.
 __device__ __forceinline__ float group_alpha(int rule, float a_amax, float b_amax, float rcp) {

@@ -1,6 +1,7 @@
 // The grouped GEMM's tile list and its walk. The setup kernel (setup.cu) writes each group's problem and the
 // prefix sum of the groups' tile counts; a persistent CTA walks tiles first, first + stride, ... of that list and
-// finds each tile's group by a search of the prefix (SPEC 12.5: groups in order, empty groups have no tiles).
+// finds each tile's group by a search of the prefix (groups in order; SPEC 12.5: an empty fprop / dgrad group, and an
+// empty wgrad group that accumulates, write nothing and have no tiles).
 // Also the persistent launch (one CTA, or one cluster, per SM).
 #pragma once
 

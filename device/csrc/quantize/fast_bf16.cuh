@@ -811,7 +811,7 @@ __global__ void __launch_bounds__(256, 4) amax_fast_bf16(AmaxArgs a) {
       float v[16];
 #pragma unroll
       for (int i = 0; i < 16; ++i) v[i] = bf16_half(e < 2 ? raw[i].x : raw[i].y, e & 1);
-      if constexpr (kNanProp) {  // SPEC 4.1 / 7.2: every output, NaN-propagating (Inf - Inf is NaN)
+      if constexpr (kNanProp) {  // SPEC 4.2 (4.1's NaN rule) over 7.2's outputs, NaN-propagating (Inf - Inf is NaN)
         rht16_butterfly<kDefaultRhtSigns>(v);
 #pragma unroll
         for (int i = 0; i < 16; ++i) cm = abs_max<true>(cm, fabsf(v[i]));

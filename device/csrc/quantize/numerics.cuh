@@ -133,14 +133,15 @@ __device__ __forceinline__ float s_enc_te_g(float amax, float six_g) {
   return s;
 }
 
-// SPEC 11.1 / 12.1 with G (5.6): fp32(1/(6G)), correctly rounded: 0x1.861862p-12f (1/2688) or 0x1.555556p-11f (1/1536).
+// SPEC 11.1 with G (5.6): the dequantize factor's fp32(1/(6G)), correctly rounded: 0x1.861862p-12f (1/2688) or
+// 0x1.555556p-11f (1/1536).
 constexpr float kInv1536 = 0x1.555556p-11f;
 __host__ __device__ __forceinline__ float inv_six_g(int global_scale_max) {
   return global_scale_max == 256 ? kInv1536 : kInv2688;
 }
 
 // SPEC 3.2 through the hardware conversion (cvt.rn.satfinite.e4m3x2.f32, sm_89+): RNE, saturating to 448. Only used
-// on the non-negative, non-NaN block scales of SPEC 5.2.
+// on non-negative, non-NaN block scales: SPEC 5.2's, torchao's (5.4, 5.5) and both 4over6 candidates' (5.6).
 __device__ __forceinline__ uint32_t e4m3_scale(float sf) {
   return (uint32_t)__nv_cvt_float_to_fp8(sf, __NV_SATFINITE, __NV_E4M3);
 }
