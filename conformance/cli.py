@@ -162,8 +162,9 @@ def _parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="fuzz backends against the oracle")
-    r.add_argument("--budget", type=parse_budget, default=60.0,
-                   help="wall-clock budget from the first case, more than 0 (default 60s; start-up is not counted)")
+    r.add_argument("--budget", type=parse_budget, default=None,
+                   help="wall-clock budget from the first case, more than 0 (default 60s; start-up is not counted; "
+                        "--cases replaces it)")
     r.add_argument("--seed", type=_seed, default=0,
                    help="the run's seed: case i of an op is the same for a seed on every machine (default 0)")
     r.add_argument("--ops", type=_op_list, default=None,
@@ -419,7 +420,10 @@ def main(argv: list[str] | None = None) -> int:
         if why:
             print(f"error: cannot write {what}: {why}", file=sys.stderr)
             return 2
-    cfg = RunConfig(budget=args.budget, seed=args.seed, ops=args.ops, device=args.device, shard=tuple(args.shard),
+    if args.budget is not None and args.max_cases is not None:
+        print(f"note: --budget is ignored with --cases (the run ends after case indices 0..{args.max_cases - 1} of "
+              "each op)", file=sys.stderr)
+    cfg = RunConfig(budget=60.0 if args.budget is None else args.budget, seed=args.seed, ops=args.ops, device=args.device, shard=tuple(args.shard),
                     workers=args.workers, report=report, artifacts=artifacts,
                     backends=args.backends, max_cases=args.max_cases, shrink_time=args.shrink_time,
                     case_timeout=args.case_timeout, progress=not args.no_progress, argv=argv, detail=args.detail,

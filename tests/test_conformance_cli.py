@@ -1002,3 +1002,15 @@ def test_replay_of_a_case_the_oracle_refuses_is_a_failing_case(tmp_path, capsys)
     p = save_case(tmp_path / "d.npz", c, backend=_QuantizeOnly.name, extra=dict(backend_spec=_QuantizeOnly.name))
     assert main(["replay", str(p)]) == 2
     assert "error: cannot replay" in capsys.readouterr().err
+
+
+def test_budget_with_cases_is_noted(tmp_path, capsys):
+    """--cases replaces the budget (docs/conformance.md): a --budget given with it is named as ignored on stderr; the
+    case cap alone says nothing of a budget."""
+    args = ["run", "--backend", "mldtypes", "--ops", "e2m1", "--cases", "3", "--no-progress", "--artifacts",
+            str(tmp_path / "a")]
+    assert main([*args, "--budget", "1s"]) == 0
+    err = capsys.readouterr().err
+    assert "note: --budget is ignored with --cases (the run ends after case indices 0..2 of each op)" in err
+    assert main(args) == 0
+    assert "--budget" not in capsys.readouterr().err
