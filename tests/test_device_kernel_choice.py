@@ -526,6 +526,71 @@ def test_selection_thresholds_include_their_boundary(kind, e, t, n, k, why):
     assert plan_gemm(problem(kind, e, t, n, k, out_dtype="bfloat16")).algorithm == Algorithm.copies_cutlass, why
 
 
+# Each "at least" threshold of docs/design.md's selection table on both sides, one condition moved at a time: the first
+# case sits on the boundary (the copies run), the second one step below it (16 for a dimension) with every other
+# condition unchanged. (mode, kind, E, T, N, K, output, accumulate, b_copy); rows = T / E.
+@pytest.mark.parametrize("at,below,why", [
+    (("fast", "fprop", 4, 4096, 1024, 1024, "bf16", False, False),
+     ("fast", "fprop", 4, 4092, 1024, 1024, "bf16", False, False), "fprop copies: 1024 rows per group"),
+    (("fast", "fprop", 4, 4096, 1024, 1024, "bf16", False, False),
+     ("fast", "fprop", 4, 4096, 1024, 1008, "bf16", False, False), "fprop copies: contraction K >= 1024"),
+    (("fast", "fprop", 4, 4096, 1024, 1024, "bf16", False, False),
+     ("fast", "fprop", 4, 4096, 1008, 1024, "bf16", False, False), "fprop copies: output columns N >= 1024"),
+    (("fast", "dgrad", 4, 4096, 1024, 1024, "bf16", False, False),
+     ("fast", "dgrad", 4, 4096, 1008, 1024, "bf16", False, False), "dgrad copies: contraction N >= 1024"),
+    (("fast", "wgrad", 8, 4096, 1024, 1024, "f32", False, False),
+     ("fast", "wgrad", 8, 4088, 1024, 1024, "f32", False, False), "fp32 wgrad copies: 512 rows per group"),
+    (("fast", "wgrad", 8, 4096, 1024, 1024, "f32", False, False),
+     ("fast", "wgrad", 8, 4096, 1024, 1008, "f32", False, False), "wgrad copies: N and K >= 1024"),
+    (("fast", "wgrad", 64, 2048, 1024, 1024, "f32", True, False),
+     ("fast", "wgrad", 64, 1984, 1024, 1024, "f32", True, False), "accumulating wgrad copies: 32 rows per group"),
+    (("fast", "wgrad", 8, 512, 2400, 2400, "bf16", False, False),
+     ("fast", "wgrad", 8, 504, 2400, 2400, "bf16", False, False), "bf16 wgrad copies, reuse 1200: 64 rows"),
+    (("fast", "wgrad", 8, 1024, 2400, 2400, "bf16", False, False),
+     ("fast", "wgrad", 8, 1024, 2384, 2384, "bf16", False, False), "bf16 wgrad copies: N K / (N + K) >= 1200"),
+    (("fast", "wgrad", 33, 8448, 2048, 2048, "bf16", False, False),
+     ("fast", "wgrad", 33, 8415, 2048, 2048, "bf16", False, False), "large bf16 wgrad: 256 rows per group"),
+    (("fast", "wgrad", 32, 8192, 2048, 2048, "bf16", False, False),
+     ("fast", "wgrad", 31, 7936, 2048, 2048, "bf16", False, False), "large bf16 wgrad: T N K >= 2^35"),
+    (("fast", "wgrad", 64, 16384, 1600, 1600, "bf16", False, False),
+     ("fast", "wgrad", 64, 16384, 1584, 1584, "bf16", False, False), "large bf16 wgrad: N K / (N + K) >= 800"),
+    (("fast", "fprop", 64, 16384, 1024, 2048, "bf16", False, True),
+     ("fast", "fprop", 64, 16320, 1024, 2048, "bf16", False, True), "over the weights' copy: 256 rows per group"),
+    (("fast", "fprop", 64, 16384, 1024, 1024, "bf16", False, True),
+     ("fast", "fprop", 64, 16384, 1008, 1024, "bf16", False, True), "over the weights' copy: N >= 1024"),
+    (("fast", "fprop", 64, 16384, 1024, 1024, "bf16", False, True),
+     ("fast", "fprop", 64, 16384, 1024, 1008, "bf16", False, True), "over the weights' copy: K >= 1024"),
+    (("exact", "fprop", 8, 4096, 1024, 1024, "bf16", False, False),
+     ("exact", "fprop", 8, 4088, 1024, 1024, "bf16", False, False), "exact copies: 512 rows per group"),
+    (("exact", "fprop", 8, 4096, 1024, 1024, "bf16", False, False),
+     ("exact", "fprop", 8, 4096, 1024, 1008, "bf16", False, False), "exact copies: contraction >= 1024"),
+    (("exact", "fprop", 8, 4096, 1024, 1024, "bf16", False, False),
+     ("exact", "fprop", 8, 4096, 1008, 1024, "bf16", False, False), "exact copies: output columns >= 1024"),
+    (("exact", "wgrad", 8, 1024, 1024, 1024, "f32", False, False),
+     ("exact", "wgrad", 8, 1016, 1024, 1024, "f32", False, False), "exact wgrad copies: 128 rows per group"),
+    (("exact", "wgrad", 8, 1024, 1024, 1024, "f32", False, False),
+     ("exact", "wgrad", 8, 1024, 1008, 1024, "f32", False, False), "exact wgrad copies: N >= 1024"),
+])
+def test_selection_thresholds_on_both_sides(at, below, why):
+    """The boundary case runs over fp16 copies (copies_cutlass, or exact_copies in exact mode); one step below, the
+    copies do not run (a threshold moved by one step, or a condition dropped, fails here)."""
+    def algorithm(mode, kind, e, t, n, k, dtype, acc, b_copy):
+        pb = problem(kind, e, t, n, k, mode=mode, out_dtype="float32" if dtype == "f32" else "bfloat16",
+                     accumulate=acc)
+        return plan_gemm(pb._replace(b_copy=b_copy)).algorithm
+
+    copies = Algorithm.exact_copies if at[0] == "exact" else Algorithm.copies_cutlass
+    assert algorithm(*at) == copies, why
+    assert algorithm(*below) != copies, why
+
+
+def test_swapped_contraction_limit_is_2_to_the_24():
+    """swapped_64x256 (fprop / dgrad, <= 96 rows per group) runs below a contraction of 2^24 and not from it (SPEC 12.5's
+    sizes; docs/design.md 4.3): the number, not the constant read back."""
+    assert plan_gemm(problem("fprop", 8, 512, 4096, 2**24 - 16)).algorithm == Algorithm.swapped_64x256
+    assert plan_gemm(problem("fprop", 8, 512, 4096, 2**24)).algorithm != Algorithm.swapped_64x256
+
+
 def test_wgrad_tma_map_counts_every_experts_rows():
     """The bf16 TMA store's map holds wgrad's E N output rows (dW [E, N, K]), which must stay below 2^31: E = 2^15
     experts of N = 2^16 rows is 2^31, so a forced fused kernel stores through its staged epilogue instead."""

@@ -55,6 +55,20 @@ def test_forcing_fast_bf16_where_it_cannot_run_raises(kw, why):
         q(**kw, kernel="fast_bf16")
 
 
+def test_plan_quantize_four_over_six():
+    """A 4over6 call (SPEC 5.6): the fast amax pass, then the 4over6 quantizer, with either block shape; refused with
+    the RHT, stochastic rounding or another input than bf16 (as the oracle refuses the first two)."""
+    plan = QuantizePlan(FAST, QuantizeKernel.four_over_six)
+    for block2d in (False, True):
+        assert plan_quantize("bfloat16", rht=False, rht_signs=DEFAULT_RHT_SIGNS, block2d=block2d, sr=False,
+                             four_over_six=True) == plan
+    for kw, why in ((dict(sr=True), "rounds to nearest"), (dict(rht=True), "without RHT"),
+                    (dict(dtype="float16"), "reads bfloat16 input")):
+        args = dict(dict(dtype="bfloat16", rht=False, sr=False), **kw)
+        with pytest.raises(ValueError, match=f"4over6 cannot run this call: .*{why}"):
+            plan_quantize(args.pop("dtype"), rht_signs=DEFAULT_RHT_SIGNS, block2d=False, four_over_six=True, **args)
+
+
 def test_forcing_fast_bf16_where_it_runs():
     for kw in (dict(), dict(rht=True), dict(sr=True), dict(rht=True, sr=True)):
         assert q(**kw, kernel="fast_bf16") == QuantizePlan(FAST, FAST)
