@@ -392,11 +392,28 @@ def _shard_path(path: str | None, shard: tuple[int, int]) -> str | None:
     return path.replace("{shard}", str(i)).replace("{nshards}", str(n))
 
 
+_DURATION_OPTIONS = ("--budget", "--shrink-time", "--case-timeout")
+
+
+def _joined_negative_durations(argv: list[str]) -> list[str]:
+    """``--budget -5s`` as ``--budget=-5s``: argparse reads a value that starts with "-" and is not a plain number as an
+    option ("expected one argument"); joined, the option's own check names the bad value."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] in _DURATION_OPTIONS and i + 1 < len(argv) and argv[i + 1][:1] == "-" and argv[i + 1][1:2].isdigit():
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code."""
     started = _process_start() if argv is None else time.monotonic()
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = _parser().parse_args(argv)
+    args = _parser().parse_args(_joined_negative_durations(argv))
     if args.cmd == "replay":
         return replay(args.npz, args.backend)
     if args.cmd == "case":

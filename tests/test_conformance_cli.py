@@ -1014,3 +1014,17 @@ def test_budget_with_cases_is_noted(tmp_path, capsys):
     assert "note: --budget is ignored with --cases (the run ends after case indices 0..2 of each op)" in err
     assert main(args) == 0
     assert "--budget" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option,value,message", [
+    ("--budget", "-5s", "bad budget '-5s'"),
+    ("--shrink-time", "-2", "got -2"),
+    ("--case-timeout", "-1.5", "got -1.5"),
+])
+def test_negative_durations_get_the_options_own_message(capsys, option, value, message):
+    """A negative duration after its option (``--budget -5s``) is refused by the option's check, as ``--budget=-5s``
+    is, not by argparse's "expected one argument" (it read "-5s" as an option)."""
+    with pytest.raises(SystemExit) as e:
+        main(["run", option, value])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and f"argument {option}:" in err and message in err and "expected one argument" not in err
