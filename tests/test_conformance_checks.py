@@ -143,21 +143,25 @@ def test_diagnosis_uses_each_planes_supplied_amax():
 @pytest.mark.torch
 def test_torchao_backend_swizzle_is_torchaos_own(monkeypatch):
     """The torchao backend's swizzled scales come from torchao's to_blocked, never the oracle's swizzle (which the
-    reference uses: sharing it would hide a swizzle bug)."""
+    reference uses: sharing it would hide a swizzle bug). Both give the same bytes on valid scales, so torchao's is
+    made recognisable here: to_blocked patched to return its bytes XOR 0xFF, which the backend must pass on."""
     import torch
 
-    import oracle.swizzle
     from conformance import independent as ind
 
-    def oracle_swizzle(_):
-        raise AssertionError("the oracle's swizzle was used")
+    _, utils = ind.import_torchao()
+    to_blocked = utils.to_blocked
+    calls = []
+
+    def marked(t):
+        calls.append(1)
+        return to_blocked(t) ^ 0xFF
 
     x = np.random.default_rng(0).standard_normal((200, 80)).astype(np.float32)
-    monkeypatch.setattr(oracle.swizzle, "swizzle_scales", oracle_swizzle)
+    monkeypatch.setattr(utils, "to_blocked", marked)
     out = ind.torchao_quantize(x, rule="torchao", rowwise=True, columnwise=False)
-    _, utils = ind.import_torchao()
-    want = utils.to_blocked(torch.from_numpy(out["row_scales"])).reshape(-1).numpy()
-    assert np.array_equal(out["row_scales_swizzled"], want)
+    want = to_blocked(torch.from_numpy(out["row_scales"])).reshape(-1).numpy() ^ 0xFF
+    assert calls and np.array_equal(out["row_scales_swizzled"], want)
 
 
 def test_generated_specials_include_negative_zero():

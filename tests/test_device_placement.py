@@ -55,6 +55,7 @@ def rand_bf16(m: int, k: int, seed: int) -> np.ndarray:
         flat = x.reshape(-1)
         flat[rng.choice(flat.size, max(1, flat.size // 97), replace=False)] *= 40.0
         flat[rng.choice(flat.size, max(1, flat.size // 89), replace=False)] = 0.0
+        flat[rng.integers(flat.size)] = np.nan
     return x.astype(BF16)
 
 

@@ -113,11 +113,12 @@ def test_dequantize_error_bound(x):
 
 @given(matrices(max_rows=70), st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1))
 @settings(max_examples=30, deadline=None)
-def test_sr_deterministic_and_scales_rn(x, seed, offset):
+def test_sr_keeps_the_rn_scales(x, seed, offset):
+    """SPEC 3.4 / 5.2: stochastic rounding changes the codes only; every scale byte is round-to-nearest's. (SR's codes
+    are checked against the scalar SPEC transcription with its Philox bytes in test_oracle_cli and the golden vector
+    quantize_16x16_sr.)"""
     a = oracle.quantize(x, columnwise=True, rounding="sr", seed=seed, offset=offset)
-    b = oracle.quantize(x, columnwise=True, rounding="sr", seed=seed, offset=offset)
     rn = oracle.quantize(x, columnwise=True)
-    assert np.array_equal(a.row.data, b.row.data) and np.array_equal(a.col.data, b.col.data)
     assert np.array_equal(a.row.scales, rn.row.scales) and np.array_equal(a.col.scales, rn.col.scales)
 
 

@@ -237,6 +237,13 @@ def test_rht_plain_blocks_are_exact_sums():
     x = np.concatenate([x, top, low, cancel])
     plain = _plain(x)
     assert plain.mean() > 0.999  # the generator makes plain blocks
+    # the predicate's edges: fields 27 and 249 and a span of 12 are plain, field 26, field 250 and a span of 13 not
+    def block(*fields):
+        return (np.array([(f << 7) | 1 for f in fields] + [0] * (16 - len(fields)), np.uint32) << 16).view(
+            np.float32)[None]
+
+    edges = np.concatenate([block(27, 39), block(249, 237), block(26, 30), block(250, 240), block(100, 113)])
+    assert _plain(edges).tolist() == [True, True, False, False, False]
     x = x[plain]
     got = oracle.rht(x.astype(ml_dtypes.bfloat16), 0xD7E8)
     want = _exact_form(x)

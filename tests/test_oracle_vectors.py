@@ -153,10 +153,11 @@ def _alpha_te(a_amax, b_amax) -> np.float32:
 
 
 def test_vectors_agree_with_independent_implementations(vectors):
-    """Eleven of the sixteen cases checked against code that is not the oracle's (the ties case has its own hand test):
-    the TE quantize cases (specials and infinities, both planes; one fp16 row) by the scalar SPEC transcription, the
-    4over6 and row-scaled cases by conformance.te_torch (torch, written from SPEC alone), the swizzle by the SPEC 8.2
-    byte formula, and the GEMM's exact model by fractions.Fraction with SPEC 12.1's alpha formed here."""
+    """Twelve of the sixteen cases checked against code that is not the oracle's (the ties case also has a hand test):
+    the TE quantize cases (specials and infinities, both planes; one fp16 row; the ties) by the scalar SPEC
+    transcription, the 4over6 and row-scaled cases by conformance.te_torch (torch, written from SPEC alone), the swizzle
+    by the SPEC 8.2 byte formula, and the GEMM's exact model by fractions.Fraction with SPEC 12.1's alpha formed
+    here."""
     from conformance import te_torch
 
     for name in ("quantize_4over6_mse", "quantize_4over6_mae_16x16_fast_g256", "quantize_row_scaled_4over6",
@@ -184,9 +185,11 @@ def test_vectors_agree_with_independent_implementations(vectors):
             assert (outs[f"{p}_scales_swizzled"].reshape(-1).tobytes()
                     == swizzle_by_formula(outs[f"{p}_scales"]).tobytes())
 
-    _, ins, outs = _case(vectors, "quantize_one_row_f16")
-    _check_te_plane_by_scalar_spec(outs["row_data"], outs["row_scales"], outs["row_amax"],
-                                   ins["x"].astype(np.float32), "f16 row")
+    for name in ("quantize_one_row_f16", "quantize_ties"):  # every row of the ties case, and both scale layouts
+        _, ins, outs = _case(vectors, name)
+        _check_te_plane_by_scalar_spec(outs["row_data"], outs["row_scales"], outs["row_amax"],
+                                       ins["x"].astype(np.float32), name)
+        assert outs["row_scales_swizzled"].reshape(-1).tobytes() == swizzle_by_formula(outs["row_scales"]).tobytes()
 
     _, ins, outs = _case(vectors, "swizzle_130x7")
     assert outs["swizzled"].reshape(-1).tobytes() == swizzle_by_formula(ins["compact"]).tobytes()
