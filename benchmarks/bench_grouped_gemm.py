@@ -30,11 +30,14 @@ fast kernel at 1.62-1.77 GHz):
   burst      -- 0.3 s idle, two warm-up calls, then --iters calls: the clock near its maximum (not measured here);
                 every column (ours, exact ones included, and the anchors) is timed over the same --iters calls, the
                 window opening behind one more untimed call so that no column's first host-side setup is in it
-  sustained  -- (columns marked _s) the same call enqueued back to back for --sustain seconds first (no
+  sustained  -- (columns marked _s) 0.3 s idle, then the same call enqueued back to back for --sustain seconds (no
                 synchronisation between calls, so host overhead does not lower the GPU's duty cycle), then --iters
                 calls: the power-capped clock of a long training run
-Times are CUDA-event means; every column is timed --reps times, in rounds over all columns (the column order rotates
-from round to round, so no column always follows the same one), and reports its median.
+Times are CUDA-event means; every column is timed --reps times, in rounds over all columns (each round in its own
+seeded random order, so no column always follows the same one), and reports its median. Before the timing, the
+results are checked: every fast column gives the fast mode's bits, every exact column the exact mode's, and the fast
+result lies near the BF16 anchor's (a relative Frobenius distance below 0.35), so that a kernel computing garbage
+cannot post a number.
 
     PYTHONPATH=. python benchmarks/bench_grouped_gemm.py [--iters 10] [--reps 3] [--sustain 1.0]
         [--rules te,torchao] [--only "E64 T16384 K2048 N1408 fprop"] [--columns sm100,grouped_mm]
@@ -51,6 +54,7 @@ from __future__ import annotations
 import argparse
 import functools
 import itertools
+import random
 import statistics
 import sys
 import time
@@ -126,6 +130,41 @@ def fused_algorithm(kind: str, e: int, t: int, k: int, n: int) -> str:
     return _dispatch.fused_fast_algorithm(_dispatch.GemmProblem(kind, "fast", e, t, n, k, "bf16")).name
 
 
+def check_results(what: str, fns: dict, out: torch.Tensor, anchor) -> None:
+    """Each mode's columns give that mode's bits (fast: the planned and the fused algorithm; exact: the planned and the
+    forced exact algorithms; SPEC 12.6 / 12.2), and the fast result lies within a relative Frobenius distance of 0.35
+    of the BF16 anchor's (NVFP4's own error on these inputs is a fraction of that): AssertionError otherwise. Each
+    result is one call into ``out`` zeroed first (an accumulating call then adds to +0); a column whose plan cannot run
+    this call is skipped, as the timing skips it."""
+    def result(fn):
+        out.zero_()
+        fn()
+        torch.cuda.synchronize()
+        return out.clone()
+
+    fast = None
+    for mode, others in (("fast", ("fused",)), ("exact", ("x_fused", "x_dq", "x_hyb"))):
+        if fns[mode][0] is None:
+            continue
+        want = result(fns[mode][0])
+        fast = want if mode == "fast" else fast
+        for key in others:
+            fn = fns[key][0]
+            if fn is None:
+                continue
+            try:
+                got = result(fn)
+            except ValueError:  # (a forced plan that cannot run this call)
+                continue
+            if not torch.equal(got, want):
+                raise AssertionError(f"{what}: {key} gives other bits than {mode}")
+    if fast is not None and anchor is not None:
+        ref = anchor().float()
+        rel = float((fast.float() - ref).norm() / ref.norm())
+        if not rel < 0.35:
+            raise AssertionError(f"{what}: the fast result is {rel:.3f} (relative) from the BF16 anchor's")
+
+
 class Planned:
     """``fn`` with the plan ``device.testing.force_plan(**plan)`` forces: the timing enters the plan once around its
     calls, so that the calls are timed as an application makes them."""
@@ -161,6 +200,8 @@ def bench_case(name, e, t, k, n, skew, kind, iters, reps, sustain, rule="te", sp
         def bf16_gmm():
             return torch._grouped_mm(x, wt, offs=offs)
 
+        anchor = bf16_gmm
+
         def loop():
             r0 = 0
             for g, m in enumerate(splits):
@@ -181,6 +222,8 @@ def bench_case(name, e, t, k, n, skew, kind, iters, reps, sustain, rule="te", sp
         def bf16_gmm():
             return torch._grouped_mm(dy, w3, offs=offs)
 
+        anchor = bf16_gmm
+
         def loop():
             r0 = 0
             for g, m in enumerate(splits):
@@ -196,6 +239,10 @@ def bench_case(name, e, t, k, n, skew, kind, iters, reps, sustain, rule="te", sp
         bq = gq(x, st, rowwise=False, columnwise=True)
         out = torch.empty((e, n, k), dtype=torch.bfloat16 if out_name == "bf16" else torch.float32, device=DEV)
         dyt = dy.t().contiguous()
+
+        def anchor():
+            return torch._grouped_mm(dyt, x, offs=offs)
+
         if out_name == "acc":
             out.zero_()
             main_grad = torch.zeros((e, n, k), dtype=torch.float32, device=DEV)
@@ -233,15 +280,18 @@ def bench_case(name, e, t, k, n, skew, kind, iters, reps, sustain, rule="te", sp
         fns[key + "_s"] = fns[key]
     if columns:  # the other columns are not timed (nan)
         fns = {key: (fn if key in columns else None, n_iters) for key, (fn, n_iters) in fns.items()}
-    # `reps` rounds over all columns, each column's median; the order rotates by one column per round
+    check_results(f"{name} {rule} {kind}", fns, out, anchor)
+    # `reps` rounds over all columns, each column's median; each round in its own seeded order
     times: dict[str, list[float] | None] = {key: [] for key in fns}
     keys = list(fns)
     for rep in range(reps):
-        for key in keys[rep % len(keys):] + keys[:rep % len(keys)]:
+        order = keys[:]
+        random.Random(rep).shuffle(order)
+        for key in order:
             fn, n_iters = fns[key]
             if fn is None or times[key] is None:
                 continue
-            state = dict(warmup_s=sustain) if key.endswith("_s") else dict(idle_s=0.3)
+            state = dict(idle_s=0.3, warmup_s=sustain) if key.endswith("_s") else dict(idle_s=0.3)
             try:
                 if isinstance(fn, Planned):  # (the plan forced once around the timed calls)
                     with testing.force_plan(**fn.plan):
