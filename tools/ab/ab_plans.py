@@ -243,11 +243,10 @@ def run_gemm(args: argparse.Namespace) -> None:
             differ += [f"p{i}" for i in same_mode[1:]
                        if not torch.equal(outs[i].view(bits), outs[same_mode[0]].view(bits))]
         times: dict[str, list[float]] = {n: [] for n in names}
-        for _ in range(args.rounds):
-            for i, call in enumerate(calls):
-                if i not in failed:
-                    times[f"p{i}"].append(timeit(call, args.iters, idle_s=0.3))
-            times["grouped_mm"].append(timeit(gmm, args.iters, idle_s=0.3))
+        timed = [(f"p{i}", call) for i, call in enumerate(calls) if i not in failed] + [("grouped_mm", gmm)]
+        for r in range(args.rounds):
+            for name, call in timed[r % len(timed):] + timed[:r % len(timed)]:  # rotated: the anchor not always last
+                times[name].append(timeit(call, args.iters, idle_s=0.3))
         tf = {n: [c.flops / s / 1e12 for s in ts] for n, ts in times.items()}
         g = statistics.median(tf["grouped_mm"])
         cells = " ".join(f"{min(v):7.1f}-{max(v):<7.1f}" if v else f"{'refused':>15s}" for v in tf.values())
