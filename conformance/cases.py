@@ -1,7 +1,8 @@
 """The :class:`Case` record (one generated test input) and its ``.npz`` serialization.
 
-A case is identified by ``(op, seed, index)`` and the backend's option space: :func:`conformance.generators.generate`
-rebuilds it from those (``generate(op, seed, index, OPS[op].generator, space)``). A saved case is self-contained (its arrays are stored), so replay never regenerates it.
+A case is identified by ``(op, seed, index)`` and the backend's option space:
+:func:`conformance.generators.generate` rebuilds it from those (``generate(op, seed, index, OPS[op].generator,
+space)``). A saved case is self-contained (its arrays are stored), so replay never regenerates it.
 The ``.npz`` loads with ``allow_pickle=False``: bfloat16 arrays are stored as their uint16 bits and the
 dtype names go in the JSON ``meta`` entry.
 """

@@ -440,7 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.budget is not None and args.max_cases is not None:
         print(f"note: --budget is ignored with --cases (the run ends after case indices 0..{args.max_cases - 1} of "
               "each op)", file=sys.stderr)
-    cfg = RunConfig(budget=60.0 if args.budget is None else args.budget, seed=args.seed, ops=args.ops, device=args.device, shard=tuple(args.shard),
+    cfg = RunConfig(budget=60.0 if args.budget is None else args.budget, seed=args.seed, ops=args.ops,
+                    device=args.device, shard=tuple(args.shard),
                     workers=args.workers, report=report, artifacts=artifacts,
                     backends=args.backends, max_cases=args.max_cases, shrink_time=args.shrink_time,
                     case_timeout=args.case_timeout, progress=not args.no_progress, argv=argv, detail=args.detail,

@@ -3,7 +3,8 @@ worker processes, failure shrinking and saving.
 
 Case indices: shard ``i/n``, worker ``w`` of ``W``, the j-th case of an op gets index ``i + n * (w + W * j)``,
 so shards and workers partition the index space of each op and every case is rebuilt from
-``(op, seed, index)`` and the backend's option space (see :func:`conformance.generators.generate`). A case cap (``max_cases = N``) runs the
+``(op, seed, index)`` and the backend's option space (see :func:`conformance.generators.generate`). A case cap
+(``max_cases = N``) runs the
 indices ``0 .. N-1`` of each op, whatever the shards and workers.
 
 The budget counts from the first case: the start-up before it (imports, backend set-up, extension builds) is

@@ -774,8 +774,9 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
             128x4), "te" (padded or 128x4), "flashinfer" (linear compact, 128x4 or 8x4).
         plane: "row", "col" or "auto" (from the data's shape and size).
         rht_signs: the RHT sign mask tried for a columnwise plane of bf16 input.
-        rules: a name of ``DIAGNOSE_RULES`` (``from oracle.diagnose import DIAGNOSE_RULES``), or several, to try (default: all this oracle has); a name may be a
-            shell pattern (``"flashinfer_*"``, ``"te_4over6_m?e"``).
+        rules: a name of ``DIAGNOSE_RULES`` (``from oracle.diagnose import DIAGNOSE_RULES``), or several, to
+            try (default: all this oracle has); a name may be a shell pattern (``"flashinfer_*"``,
+            ``"te_4over6_m?e"``).
     Returns:
         a ``Diagnosis`` (``from oracle.diagnose import Diagnosis``; ``print()`` it).
     Raises:

@@ -585,8 +585,8 @@ def test_selection_thresholds_on_both_sides(at, below, why):
 
 
 def test_swapped_contraction_limit_is_2_to_the_24():
-    """swapped_64x256 (fprop / dgrad, <= 96 rows per group) runs below a contraction of 2^24 and not from it (SPEC 12.5's
-    sizes; docs/design.md 4.3): the number, not the constant read back."""
+    """swapped_64x256 (fprop / dgrad, <= 96 rows per group) runs below a contraction of 2^24 and not from it
+    (docs/design.md 4.3): the number, not the constant read back."""
     assert plan_gemm(problem("fprop", 8, 512, 4096, 2**24 - 16)).algorithm == Algorithm.swapped_64x256
     assert plan_gemm(problem("fprop", 8, 512, 4096, 2**24)).algorithm != Algorithm.swapped_64x256
 

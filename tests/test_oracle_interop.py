@@ -431,7 +431,8 @@ def test_interop_refuses_bytes_and_scales_of_the_wrong_type():
         read_scales(np.ones((1, 1), bool), 1, 1, "compact")
     with pytest.raises(TypeError, match="got torch.int16"):  # would be read as twice as many bytes
         read_scales(torch.zeros(16, dtype=torch.int16), 4, 4, "compact")
-    for wrong in (np.zeros((16, 4), np.int8), torch.zeros(16, 4, dtype=torch.int8), torch.zeros(16, 4, dtype=torch.bool)):
+    for wrong in (np.zeros((16, 4), np.int8), torch.zeros(16, 4, dtype=torch.int8),
+                  torch.zeros(16, 4, dtype=torch.bool)):
         with pytest.raises(TypeError, match="rowwise_data must hold bytes"):
             from_te_fields(rowwise_data=wrong, rowwise_scale_inv=np.zeros((128, 4), np.uint8), amax_rowwise=1.0)
     with pytest.raises(TypeError, match="must be float32, got torch.float64"):
