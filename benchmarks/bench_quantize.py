@@ -18,8 +18,10 @@ state (1 GiB copies back to back, best of 5), so "frac" also carries the timed c
 ramp and tail, the flush's dirty lines); "vs copy" divides the time of a copy of the same number of bytes, timed
 exactly like the path (graph replay after the same flush, median; the faster of ``copy_`` and an elementwise copy
 kernel), by the path's time. "swizzled/compact" below 1 means the compact-scale kernel is the slower one, not that
-swizzling is free. Run: ``PYTHONPATH=. python3 benchmarks/bench_quantize.py`` (options: ``--quick``, ``--no-compile``,
-``--profile``, ``--flush read``).
+swizzling is free. Before each shape's timing, :func:`check_results` checks the timed calls' bytes against each other
+and the rowwise plane of X's first rows against the oracle, so that a kernel computing garbage cannot post a number.
+Run: ``PYTHONPATH=. python3 benchmarks/bench_quantize.py`` (options: ``--quick``, ``--no-compile``, ``--profile``,
+``--flush read``).
 """
 
 from __future__ import annotations
@@ -35,9 +37,12 @@ from pathlib import Path
 os.environ.setdefault("TORCHINDUCTOR_EMULATE_DIVISION_ROUNDING", "1")
 os.environ.setdefault("TORCHINDUCTOR_EMULATE_PRECISION_CASTS", "1")
 
+import ml_dtypes  # noqa: E402
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import device  # noqa: E402
+import oracle  # noqa: E402
 from device.testing import force_plan  # noqa: E402
 from oracle.grouped import grouped_capacities  # noqa: E402
 
@@ -52,6 +57,41 @@ def _inductor_eager_numerics() -> None:
             setattr(obj, name, True)
         except (AttributeError, TypeError):  # an older torch without the knob: the start-up check will tell
             pass
+
+
+def _host_bytes(t: torch.Tensor) -> bytes:
+    return t.detach().contiguous().view(torch.uint8).cpu().numpy().tobytes()
+
+
+def check_results(x: torch.Tensor, kw: dict, rows: int = 64) -> None:
+    """The bytes of the calls a shape times, before the timing (AssertionError on any difference): the fused call's
+    data and amaxes are the compact call's and its scales the swizzle of the compact scales (SPEC 8.2); the one-pass call
+    (both amaxes given) writes the two-pass call's bytes; stochastic rounding gives the same bytes on the fast and the
+    general kernel; and the first ``rows`` rows of the rowwise plane are oracle.quantize's of those rows given the
+    tensor's amax (SPEC 4.3; the compact scales)."""
+    fused = device.quantize(x, swizzled=True, **kw)
+    compact = device.quantize(x, swizzled=False, **kw)
+    one_pass = device.quantize(x, swizzled=True, amax=(fused.row_amax.clone(), fused.col_amax.clone()), **kw)
+    for f in ("row_data", "col_data", "row_amax", "col_amax"):
+        assert _host_bytes(getattr(compact, f)) == _host_bytes(getattr(fused, f)), f"compact call: {f}"
+    for f in ("row_scales", "col_scales"):
+        assert _host_bytes(device.swizzle_scales(getattr(compact, f))) == _host_bytes(getattr(fused, f)), \
+            f"swizzled {f}"
+    for f in ("row_data", "row_scales", "row_amax", "col_data", "col_scales", "col_amax"):
+        assert _host_bytes(getattr(one_pass, f)) == _host_bytes(getattr(fused, f)), f"one-pass call: {f}"
+    sr = dict(kw, swizzled=True, rounding="sr", seed=1)
+    fast = device.quantize(x, **sr)
+    with force_plan(quantize="general"):
+        general = device.quantize(x, **sr)
+    for f in ("row_data", "row_scales", "col_data", "col_scales"):
+        assert _host_bytes(getattr(general, f)) == _host_bytes(getattr(fast, f)), \
+            f"stochastic rounding, general against fast kernel: {f}"
+    head = x[:rows].contiguous().view(torch.int16).cpu().numpy().view(ml_dtypes.bfloat16)
+    amax = float(fused.row_amax.reshape(-1)[0])
+    want = oracle.quantize(head, amax=amax).row
+    got_data = compact.row_data.reshape(x.shape[0], -1)[:rows].cpu().numpy()
+    got_scales = compact.row_scales.reshape(x.shape[0], -1)[:rows].cpu().numpy()
+    assert np.array_equal(got_data, want.data) and np.array_equal(got_scales, want.scales), "rowwise plane vs oracle"
 
 
 SHAPES = ((8192, 5120), (8192, 11328), (16384, 4096), (11328, 8192), (14336, 16384))
@@ -282,6 +322,7 @@ def main() -> None:
         compiled = None if args.no_compile else torch.compile(torch_reference, dynamic=False)
         nbytes = 2 * x.numel() * 2 + out_bytes(m, k)
         kw = dict(rowwise=True, columnwise=True, rht=True)
+        check_results(x, kw)
         t_f = bench(lambda: device.quantize(x, swizzled=True, **kw), iters)  # noqa: B023 (called inside this iteration)
         t_c = bench(lambda: device.quantize(x, swizzled=False, **kw), iters)  # noqa: B023 (called inside this iteration)
 
