@@ -175,10 +175,15 @@ def _fast_math_choices(rng: np.random.Generator, rows: int = 8, k: int = 64, fli
     return blocks.reshape(rows, k)  # (the amax block 0 is same[0] or differ[0]: either way it is kept)
 
 
+def _sum_from_zero(e: np.ndarray) -> np.float32:
+    """The elements of ``e`` added one by one to +0 in fp32, in order."""
+    return functools.reduce(lambda s, v: np.float32(s + v), e, np.float32(0.0))
+
+
 #: orders in which a kernel might sum a 16x16 tile's 16 row errors other than SPEC 5.6's tree (on float32 [16])
 OTHER_TILE_SUM_ORDERS: dict[str, Callable[[np.ndarray], float]] = {
-    "rows in order": lambda e: functools.reduce(lambda s, v: np.float32(s + v), e, np.float32(0.0)),
-    "rows in reverse": lambda e: functools.reduce(lambda s, v: np.float32(s + v), e[::-1], np.float32(0.0)),
+    "rows in order": _sum_from_zero,
+    "rows in reverse": lambda e: _sum_from_zero(e[::-1]),
     "adjacent rows first": lambda e: functools.reduce(
         lambda t, _: (t[0::2] + t[1::2]).astype(np.float32), range(4), np.asarray(e, np.float32))[0],
     "float64": lambda e: float(np.sum(e, dtype=np.float64)),
@@ -210,12 +215,12 @@ def _tree_order_tiles(rng: np.random.Generator, count: int = 2, mode: str = "mse
     tiles: list[np.ndarray] = []
     for _ in range(50):
         rows = np.concatenate([[0], rng.choice(close, 12)])
-        rest = d[rows].sum()
+        rest, tolerance = d[rows].sum(), 1e-6 * e6[rows].sum()
         third = rng.integers(1, n, 4000)
         at = np.clip(np.searchsorted(sorted_d, -rest - d[third]), 1, sorted_d.size - 1)
         for k, p in zip(third, at, strict=True):
             for q in (p - 1, p):
-                if abs(sorted_d[q] + d[k] + rest) > 1e-6 * e6[rows].sum():
+                if abs(sorted_d[q] + d[k] + rest) > tolerance:
                     continue
                 tile = np.concatenate([rows, [k, pairs[ii[by_d[q]]], pairs[jj[by_d[q]]]]])
                 rng.shuffle(tile[1:])
