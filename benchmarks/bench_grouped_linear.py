@@ -4,6 +4,8 @@ run.
 Each step is captured in one CUDA graph (the whole-step mode: forward + backward, or the forward alone on the "fwd"
 rows) and timed by replaying the graph (CUDA-event mean over --iters replays after two warm-up replays); every column
 is timed --reps times, in rounds whose column order rotates, and reports its median, so the ratios come from one run.
+Before a case is timed, check_results compares one eager step of each nvfp4 column with the others (the same bits)
+and with the BF16 step (Y, dX and dW within 0.35 relative).
 
 Columns:
   bf16 us         -- the step a Hopper user runs today on BF16 weights: torch._grouped_mm for fprop (Y = X W^T),
@@ -78,6 +80,33 @@ def bf16_step(x, w, dy, splits, forward_only):
     return step
 
 
+def check_results(name, results: dict, reference) -> None:
+    """The step's outputs (Y, and dX and dW unless forward only) are the same bits in every nvfp4 column (the cached
+    planes, the fp16 copy and the requantized weights feed one GEMM model, SPEC 12.6), and each lies within a relative
+    Frobenius distance of 0.35 of the BF16 step's (NVFP4's own error on these inputs is a fraction of that):
+    AssertionError otherwise, before anything is timed."""
+    first, want = next(iter(results.items()))
+    labels = ("Y", "dX", "dW")[:len(want)]
+    for column, got in results.items():
+        for label, a, b in zip(labels, got, want, strict=True):
+            if not torch.equal(a, b):
+                raise AssertionError(f"{name}: {label} of column {column} has other bits than column {first}")
+    for label, a, ref in zip(labels, want, reference, strict=True):
+        ref = ref.float()
+        rel = float((a.float() - ref).norm() / ref.norm())
+        if not rel < 0.35:
+            raise AssertionError(f"{name}: {label} is {rel:.3f} (relative) from the BF16 step's")
+
+
+def bf16_results(x, w, dy, splits, forward_only) -> tuple:
+    """The BF16 step's Y (and dX, dW [E, N, K]) in one eager call: check_results' anchor."""
+    offs = torch.tensor(splits, device=DEV).cumsum(0).to(torch.int32)
+    y = torch._grouped_mm(x, w.transpose(1, 2), offs=offs)
+    if forward_only:
+        return (y,)
+    return y, torch._grouped_mm(dy, w, offs=offs), torch._grouped_mm(dy.t().contiguous(), x, offs=offs)
+
+
 def saved_activation_bytes(layer, x, splits) -> int:
     """Bytes of the tensors the layer's forward saves for backward, weight planes excluded (distinct storages)."""
     storages = {}
@@ -132,15 +161,29 @@ def bench_case(name, e, t, k, n, skew, forward_only, iters, reps, profile=False)
         xg.grad = layer.weight.grad = None
         layer(xg, s_dev).backward(dy)
 
+    def results():  # one eager step's outputs
+        xg.grad = layer.weight.grad = None
+        with torch.set_grad_enabled(not forward_only):
+            y = layer(xg, s_dev)
+            if forward_only:
+                return (y.clone(),)
+            y.backward(dy)
+        return y.detach().clone(), xg.grad.clone(), layer.weight.grad.clone()
+
     copy_bytes = 0
+    outputs = {}
     for column, reuse, f16w in (("nvfp4", True, True), ("requant", False, True), ("planes", True, False)):
         layer.weight_plane_reuse, layer.cache_f16_weights = reuse, f16w
+        outputs[column] = results()
         if profile and reuse:
             kernel_totals(ours, f"{name}, {column} (weights reused)")
         graphs[column] = capture(ours)
         graphs[column].weight_cache = layer._weight_cache  # the cached tensors the graph reads stay alive
         if column == "nvfp4" and layer._weight_cache[3] is not None:
             copy_bytes = layer._weight_cache[3].numel() * layer._weight_cache[3].element_size()
+    check_results(name, outputs, bf16_results(x, w, dy, splits, forward_only))
+    del outputs
+    xg.grad = layer.weight.grad = None
     times = {c: [] for c in graphs}
     order = list(graphs)
     for r in range(reps):
