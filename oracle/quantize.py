@@ -319,10 +319,14 @@ def columnwise_source(x2: np.ndarray, rht: bool, rht_signs: int) -> np.ndarray:
 
 
 def _amax_value(v, what: str) -> np.float32:
-    """One supplied amax (SPEC 4.3): a real number >= 0, +Inf or NaN."""
+    """One supplied amax (SPEC 4.3): a real number >= 0, +Inf or NaN; a number, a 0-d array or a one-element torch
+    tensor (as device.quantize takes a one-element device tensor, e.g. a result's amax)."""
     a = host_array(v)
+    if is_torch(v) and a.size == 1:
+        a = a.reshape(())
     if a.ndim != 0 or not is_real(a):
-        raise ValueError(f"{what} must be a single real number, got {v!r}")
+        raise ValueError(f"{what} must be a single real number (a number, 0-d array or one-element torch tensor), "
+                         f"got {v!r}")
     with np.errstate(over="ignore"):  # (a value past fp32's range rounds to Inf, SPEC 4.3)
         f = np.float32(a)
     if f < 0:
@@ -350,7 +354,7 @@ def _split_amax(amax) -> tuple:
         return None, None
     if isinstance(amax, (tuple, list)) or (isinstance(amax, np.ndarray) and amax.ndim == 1):
         if len(amax) != 2:
-            raise ValueError("amax must be a number or a (row_amax, col_amax) pair")
+            raise ValueError("amax must be a number, a one-element torch tensor or a (row_amax, col_amax) pair")
         return _amax_value(amax[0], "row amax"), _amax_value(amax[1], "col amax")
     v = _amax_value(amax, "amax")
     return v, v
@@ -423,8 +427,9 @@ def quantize(
         rht_signs: 16-bit sign mask of the RHT (bit i set <=> sign -1), default TE's 0xD7E8.
         block: (1, 16) or (16, 16) scale blocks (SPEC 6.3); also "1x16" / "16x16".
         rule: "te" (default), "te_fused_rht", "torchao", "torchao_noscale" (SPEC 5).
-        amax: None (computed, SPEC 4), a number for both planes, or a (row_amax, col_amax) pair; with
-            ``row_scaled``, None or M values (one per row).
+        amax: None (computed, SPEC 4), a number for both planes (a one-element torch tensor, such as a device
+            result's amax, counts as one), or a (row_amax, col_amax) pair; with ``row_scaled``, None or M values (one
+            per row).
         rounding: "rn" (round to nearest even) or "sr" (stochastic, SPEC 3.4).
         seed, offset: Philox key and counter offset for "sr" (SPEC 10.2).
         four_over_six: None, "mae" or "mse": TE's 4over6 block-scale selection (SPEC 5.6; rule "te", rounding "rn",

@@ -116,6 +116,22 @@ def test_a_bfloat16_amax_is_a_real_number():
     assert np.array_equal(got.row.data, want.row.data) and np.array_equal(got.row.scales, want.row.scales)
 
 
+def test_a_one_element_torch_amax_is_one_number():
+    """As device.quantize: a one-element tensor (a device result's amax has shape [1]) is one number, for both planes
+    or as either half of a pair; a two-element tensor is not a number, and a 1-D NumPy array stays the pair form."""
+    torch = pytest.importorskip("torch")
+    both = oracle.quantize(X, amax=torch.tensor([2.5]), columnwise=True)
+    assert (both.row.amax, both.col.amax) == (np.float32(2.5), np.float32(2.5))
+    assert oracle.quantize(X, amax=torch.tensor([[4.0]])).row.amax == np.float32(4.0)
+    pair = oracle.quantize(X, amax=(torch.tensor([3.0]), 5.0), columnwise=True)
+    assert (pair.row.amax, pair.col.amax) == (np.float32(3.0), np.float32(5.0))
+    assert np.array_equal(both.row.data, oracle.quantize(X, amax=2.5).row.data)
+    with pytest.raises(ValueError, match="amax must be a single real number"):
+        oracle.quantize(X, amax=torch.tensor([2.0, 3.0]))
+    with pytest.raises(ValueError, match=r"\(row_amax, col_amax\) pair"):
+        oracle.quantize(X, amax=np.array([2.0], np.float32))
+
+
 @pytest.mark.parametrize("amax", [([1.0, 2.0], [1.0]), (np.array([1 + 1j, 2]), [1.0, 1.0]),
                                   (np.array([True, True]), [1.0, 1.0]), (["a", "b"], [1.0, 1.0])])
 def test_group_quantize_refuses_a_tuple_amax_that_is_not_one_real_number_per_group(amax):
