@@ -78,7 +78,7 @@ def _options(x2: Tensor, *, rowwise, columnwise, rht, rht_signs, block, rule, ro
     _check_flags(rowwise=rowwise, columnwise=columnwise, rht=rht)
     for name, v in (("rht_signs", rht_signs), ("seed", seed), ("offset", offset)):
         # a tensor here would need .item(), a host synchronization (and fail inside a CUDA graph capture)
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        if not _ops.is_int(v):
             raise TypeError(f"{name} must be a Python integer, got {type(v).__name__}")
     if not (rowwise or columnwise):
         raise ValueError("at least one of rowwise / columnwise must be requested")
