@@ -23,6 +23,8 @@ Columns (TFLOP/s = 2*T*N*K / time; wgrad counts the unpadded T):
   matmul loop               -- one torch.matmul per expert (host-known splits; on E=64 it is bound by its 64 launches)
   wdq+gmm                   -- weight-only path: dequantize the NVFP4 weights to BF16 (a torch.compile'd kernel,
                                timed) + torch._grouped_mm on the BF16 activations (fprop / dgrad only)
+The rows' token splits (splits_for): balanced unless the name says skew (one hot expert, multiples of 128) or
+ragged8 (Zipf-weighted multiples of 8 with empty experts, as a BF16 MoE pads a router's draw).
 Only the GEMM is timed: quantizing the operands (e.g. the weights, each step) is not in these numbers.
 Two GPU states, because the H100 (700 W cap) lowers its clock within ~0.1-1 s of sustained tensor load, and not by
 the same amount for every kernel (measured on the E8 T16384 shapes: cuBLAS BF16 settles at 1.29-1.41 GHz, the NVFP4
@@ -92,15 +94,37 @@ def timeit(fn, iters: int, warmup: int = 2, warmup_s: float = 0.0, idle_s: float
     return s.elapsed_time(e) / iters * 1e-3
 
 
-def splits_for(e: int, t: int, skew: bool) -> list[int]:
-    if not skew:
+SPLIT_PATTERNS = ("balanced", "skewed", "ragged8")
+
+
+def splits_for(e: int, t: int, pattern: str) -> list[int]:
+    """Token counts of ``e`` experts adding up to ``t``:
+    balanced -- t // e each (the last takes the remainder);
+    skewed   -- one hot expert: expert i's share halves with i, rounded down to a multiple of 128 (expert 0 takes
+                the rest; the last ones may be empty);
+    ragged8  -- a router's draw as a BF16 MoE pads it (torch._grouped_mm's groups start on 16-byte rows: multiples
+                of 8 tokens): Zipf-weighted shares (seeded, expert order shuffled) rounded down to multiples of 8,
+                about every other one not a multiple of 16; experts 16, 32, ... empty, expert 0 taking the rest."""
+    if pattern == "balanced":
         base = [t // e] * e
         base[-1] += t - sum(base)
         return base
-    w = [2.0 ** (-i) for i in range(e)]  # one hot expert
-    s = [int(t * x / sum(w)) // 128 * 128 for x in w]
-    s[0] += t - sum(s)
-    return s
+    if pattern == "skewed":
+        w = [2.0 ** (-i) for i in range(e)]
+        s = [int(t * x / sum(w)) // 128 * 128 for x in w]
+        s[0] += t - sum(s)
+        return s
+    if pattern == "ragged8":
+        rng = random.Random(e * 1_000_003 + t)
+        w = [1.0 / (i + 1) for i in range(e)]
+        rng.shuffle(w)
+        w[0] = 0.0  # (expert 0 takes the rest below)
+        for i in range(16, e, 16):
+            w[i] = 0.0
+        s = [int(t * x / sum(w)) // 8 * 8 for x in w]
+        s[0] += t - sum(s)
+        return s
+    raise ValueError(f"split pattern {pattern!r}: one of {SPLIT_PATTERNS}")
 
 
 _E2M1 = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6], dtype=torch.bfloat16)
@@ -177,13 +201,13 @@ class Planned:
             return self.fn()
 
 
-def bench_case(name, e, t, k, n, skew, kind, iters, reps, sustain, rule="te", spread=False, columns=None):
+def bench_case(name, e, t, k, n, pattern, kind, iters, reps, sustain, rule="te", spread=False, columns=None):
     """One table row: every column's TFLOP/s on this case. ``rule``: the scale rule both operands are quantized
     under (SPEC 12.1 pairs them); under a torchao rule the weight-dequantize column (TE factors) is not run.
     ``spread``: also print every round's TFLOP/s of each column (stderr)."""
     kind, _, out_name = kind.partition("-")  # "wgrad-bf16": wgrad with bf16 output; "wgrad-acc": accumulate=True
     gq = functools.partial(device.group_quantize, rule=rule)
-    splits = splits_for(e, t, skew)
+    splits = splits_for(e, t, pattern)
     st = torch.tensor(splits, dtype=torch.int64, device=DEV)
     offs = torch.tensor(splits, device=DEV).cumsum(0).to(torch.int32)
     flops = 2.0 * t * n * k
@@ -319,12 +343,13 @@ def main():
                     "grouped_mm_s; default: all; the others print nan)")
     args = ap.parse_args()
     cases = [
-        ("E8 T16384 K4096 N14336 bal", 8, 16384, 4096, 14336, False,
+        ("E8 T16384 K4096 N14336 bal", 8, 16384, 4096, 14336, "balanced",
          ("fprop", "dgrad", "wgrad", "wgrad-bf16", "wgrad-acc")),
-        ("E8 T16384 K4096 N14336 skew", 8, 16384, 4096, 14336, True, ("fprop",)),
-        ("E8 T512 K4096 N14336", 8, 512, 4096, 14336, False, ("fprop", "dgrad")),  # (fast: swapped_64x256)
-        ("E64 T16384 K2048 N1408", 64, 16384, 2048, 1408, False,
+        ("E8 T16384 K4096 N14336 skew", 8, 16384, 4096, 14336, "skewed", ("fprop",)),
+        ("E8 T512 K4096 N14336", 8, 512, 4096, 14336, "balanced", ("fprop", "dgrad")),  # (fast: swapped_64x256)
+        ("E64 T16384 K2048 N1408", 64, 16384, 2048, 1408, "balanced",
          ("fprop", "dgrad", "wgrad", "wgrad-bf16", "wgrad-acc")),
+        ("E64 T16384 K2048 N1408 ragged8", 64, 16384, 2048, 1408, "ragged8", ("fprop", "dgrad", "wgrad")),
     ]
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}")
     rules = args.rules.split(",")
@@ -335,11 +360,11 @@ def main():
            f" {'fast/gmm_s':>10s} {'exact/gmm_s':>11s}")
     print(f"TFLOP/s (2*T*N*K / time); burst columns, then sustained (_s: after {args.sustain:g} s of the same call)")
     print(hdr)
-    for name, e, t, k, n, skew, kinds in cases:
+    for name, e, t, k, n, pattern, kinds in cases:
         for kind, rule in itertools.product(kinds, rules):
             if args.only not in f"{name} {kind}":
                 continue
-            r = bench_case(name, e, t, k, n, skew, kind, args.iters, args.reps, args.sustain, rule, args.spread,
+            r = bench_case(name, e, t, k, n, pattern, kind, args.iters, args.reps, args.sustain, rule, args.spread,
                            set(args.columns.split(",")) - {""})
             torch.cuda.empty_cache()
             if len(rules) > 1 or rule != "te":

@@ -40,12 +40,12 @@ import device
 
 DEV = "cuda"
 
-# (name, E, T, K, N, skewed splits, forward only)
+# (name, E, T, K, N, split pattern (bench_grouped_gemm.splits_for), forward only)
 CASES = [
-    ("E8 T16384 K4096 N14336 skew", 8, 16384, 4096, 14336, True, False),
-    ("E64 T16384 K2048 N1408", 64, 16384, 2048, 1408, False, False),
-    ("E8 T512 K4096 N14336", 8, 512, 4096, 14336, False, False),
-    ("E8 T512 K4096 N14336 fwd", 8, 512, 4096, 14336, False, True),
+    ("E8 T16384 K4096 N14336 skew", 8, 16384, 4096, 14336, "skewed", False),
+    ("E64 T16384 K2048 N1408", 64, 16384, 2048, 1408, "balanced", False),
+    ("E8 T512 K4096 N14336", 8, 512, 4096, 14336, "balanced", False),
+    ("E8 T512 K4096 N14336 fwd", 8, 512, 4096, 14336, "balanced", True),
 ]
 
 
@@ -137,8 +137,8 @@ def kernel_totals(fn, label: str) -> None:
         print(f"   {sum(ds):9.1f} us  {len(ds):3d} x  {kname[:80]}", file=sys.stderr)
 
 
-def bench_case(name, e, t, k, n, skew, forward_only, iters, reps, profile=False):
-    splits = splits_for(e, t, skew)
+def bench_case(name, e, t, k, n, pattern, forward_only, iters, reps, profile=False):
+    splits = splits_for(e, t, pattern)
     s_dev = torch.tensor(splits, dtype=torch.int64, device=DEV)
     x = torch.randn((t, k), device=DEV, dtype=torch.bfloat16)
     dy = torch.randn((t, n), device=DEV, dtype=torch.bfloat16)
@@ -218,10 +218,10 @@ def main() -> int:
             "planes only x bf16", "f16 copy MiB", "saved MiB", "saved x bf16"]
     print("| " + " | ".join(cols) + " |")
     print("|" + "|".join("---" for _ in cols) + "|")
-    for name, e, t, k, n, skew, fwd in CASES:
+    for name, e, t, k, n, pattern, fwd in CASES:
         if args.only not in name:
             continue
-        row = bench_case(name, e, t, k, n, skew, fwd, args.iters, args.reps, args.profile)
+        row = bench_case(name, e, t, k, n, pattern, fwd, args.iters, args.reps, args.profile)
         cells = [row["case"]] + [f"{row[c]:.3f}" if "x " in c or c.startswith("x") else f"{row[c]:,.1f}"
                                  for c in cols[1:]]
         print("| " + " | ".join(cells) + " |", flush=True)

@@ -175,7 +175,7 @@ def parse_cases(text: str) -> list[Case]:
 def operands(c: Case):
     """(a, b, output shape, the torch._grouped_mm call on the same BF16 operands) of one case."""
     e, t, k, n = c.e, c.t, c.k, c.n
-    st = torch.tensor(splits_for(e, t, c.skew), dtype=torch.int64, device=DEV)
+    st = torch.tensor(splits_for(e, t, "skewed" if c.skew else "balanced"), dtype=torch.int64, device=DEV)
     wsplits = torch.full((e,), n, dtype=torch.int64, device=DEV)
     offs = st.cumsum(0).to(torch.int32)
     x = torch.randn((t, k), device=DEV, dtype=torch.bfloat16)
