@@ -90,16 +90,34 @@ def _group_amax(amax, e: int) -> list:
     return [(pairs[g, 0], pairs[g, 1]) for g in range(e)]
 
 
-def _row_scaled_group_amax(amax, row_offsets: np.ndarray) -> list:
-    """Per-group slices of a supplied row-scaled amax (SPEC 5.7): None, or T values (one per row)."""
+def _row_scaled_group_amax(amax, row_offsets: np.ndarray, k: int, rowwise: bool, columnwise: bool) -> list:
+    """Per-group slices of a supplied row-scaled amax (SPEC 5.7, 9.1), each in :func:`oracle.quantize`'s form for
+    that group: None; T values (one per row: the rowwise plane alone); E K values, flat or [E, K] (one per column of
+    each group: the columnwise plane alone); or a (row_amaxes, col_amaxes) tuple of both."""
     e = row_offsets.size - 1
     if amax is None:
         return [None] * e
-    a = host_array(amax)
     t = int(row_offsets[-1])
-    if not is_real(a) or a.shape != (t,):
-        raise ValueError(f"a row-scaled amax must hold one real number per row ({t}), got {a.dtype} {a.shape}")
-    return [a[row_offsets[g] : row_offsets[g + 1]] for g in range(e)]
+
+    def rows(a):
+        a = host_array(a)
+        if not is_real(a) or a.shape != (t,):
+            raise ValueError(f"a row-scaled amax must hold one real number per row ({t}), got {a.dtype} {a.shape}")
+        return [a[row_offsets[g] : row_offsets[g + 1]] for g in range(e)]
+
+    def cols(a):
+        a = host_array(a)
+        if not is_real(a) or a.shape not in ((e * k,), (e, k)):
+            raise ValueError(f"a row-scaled columnwise amax must hold one real number per column of each group (E K = "
+                             f"{e} x {k}, flat or [E, K]), got {a.dtype} {a.shape}")
+        return list(a.reshape(e, k))
+
+    if rowwise and columnwise:
+        if not isinstance(amax, tuple) or len(amax) != 2:
+            raise ValueError(f"a row-scaled amax for both planes is a (row_amaxes, col_amaxes) tuple of {t} and "
+                             f"{e} x {k} values")
+        return list(zip(rows(amax[0]), cols(amax[1]), strict=True))
+    return rows(amax) if rowwise else cols(amax)
 
 
 def grouped_capacities(total_rows: int, cols: int, num_groups: int) -> dict:
@@ -158,7 +176,9 @@ def group_quantize(
     ``splits``: group sizes m_g (any value >= 0, summing to T). Group g is exactly
     ``quantize(x[rows of g], ..., offset=(offset + g) % 2**32)`` (the SR stream of group g, SPEC 10.2).
     ``amax``: None, E per-group values for both planes, an [E, 2] array of (row, col) pairs, or a tuple
-    (row_amaxes, col_amaxes); with ``row_scaled``, None or T values (one per row, SPEC 5.7).
+    (row_amaxes, col_amaxes); with ``row_scaled`` (SPEC 5.7), None, T values (one per row: the rowwise plane alone),
+    E K values (flat or [E, K], one per column of each group: the columnwise plane alone) or a (row_amaxes,
+    col_amaxes) tuple of both.
     The other keywords (``rowwise``, ``columnwise``, ``rht``, ``rht_signs``, ``block``, ``rule``, ``rounding``,
     ``seed``, 4over6 (SPEC 5.6), ``row_scaled`` (SPEC 5.7)) as in :func:`oracle.quantize`. Returns a
     :class:`GroupedNVFP4Tensor`: the flat buffers a device writes (SPEC 9.2; :meth:`GroupedNVFP4Tensor.buffers`) and
@@ -179,7 +199,8 @@ def group_quantize(
     e = m.size
     k = x2.shape[1]
     offs = grouped_scale_offsets(m, k)
-    amax_g = _row_scaled_group_amax(amax, offs["row_offsets"]) if row_scaled else _group_amax(amax, e)
+    amax_g = (_row_scaled_group_amax(amax, offs["row_offsets"], k, rowwise, columnwise) if options.row_scaled
+              else _group_amax(amax, e))
     row_planes, col_planes = [], []
     for g in range(e):
         xg = x2[offs["row_offsets"][g] : offs["row_offsets"][g + 1]]
@@ -190,13 +211,12 @@ def group_quantize(
         row_planes.append(t.row)
         col_planes.append(t.col)
 
-    def amaxes(planes, per_row: bool):
-        if per_row:  # SPEC 5.7: one amax per row, in row order
-            return _concat([p.amax for p in planes if p is not None]).astype(np.float32)
-        return np.array([p.amax if p is not None else 0 for p in planes], np.float32)
+    def amaxes(planes):
+        if planes[0] is not None and planes[0].row_scaled:  # SPEC 5.7: one amax per plane row, in group order
+            return _concat([p.amax for p in planes]).astype(np.float32)
+        return np.array([p.amax if p is not None else 0 for p in planes], np.float32)  # (E zeros: not requested)
 
-    # (a row-scaled tensor has no columnwise plane: its col_amax is E zeros, as for any plane not requested)
-    row_amax, col_amax = amaxes(row_planes, options.row_scaled), amaxes(col_planes, False)
+    row_amax, col_amax = amaxes(row_planes), amaxes(col_planes)
     return GroupedNVFP4Tensor(
         splits=m,
         shape=x2.shape,

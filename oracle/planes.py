@@ -216,7 +216,8 @@ class GroupedNVFP4Tensor:
     * ``row_scales``: uint8, each group swizzled separately (SPEC 8.2), at ``row_scale_offsets``.
     * ``row_scales_compact``: uint8, each group's padded compact scales, row-major, at ``row_scale_offsets``.
     * ``col_data`` / ``col_scales`` / ``col_scales_compact`` with ``col_data_offsets`` / ``col_scale_offsets``.
-    * ``row_amax`` / ``col_amax``: float32 ``[E]``; row-scaled (SPEC 5.7): ``row_amax`` is float32 ``[T]``, one per row.
+    * ``row_amax`` / ``col_amax``: float32 ``[E]``; row-scaled (SPEC 5.7): ``row_amax`` is float32 ``[T]``, one per row,
+      and ``col_amax`` float32 ``[E K]``, one per column of each group (group-major).
     * ``row_offsets``: int64 ``[E+1]``, prefix sum of the splits (first row of each group).
     All offsets are int64 ``[E+1]`` with a leading 0. ``splits``: the group sizes (int64 ``[E]``); ``shape``: ``(T, K)``
     of the input; ``options``: the keyword options of the call.
@@ -253,8 +254,8 @@ class GroupedNVFP4Tensor:
 
     def buffers(self) -> dict:
         """Every flat buffer a device writes, by name: ``row_offsets`` and, for each plane that was requested,
-        ``{row,col}_data``, ``_scales`` (swizzled per group), ``_scales_compact``, ``_amax`` (float32 ``[E]``, or ``[T]`` row-scaled),
-        ``_data_offsets`` and ``_scale_offsets``."""
+        ``{row,col}_data``, ``_scales`` (swizzled per group), ``_scales_compact``, ``_amax`` (float32 ``[E]``; row-scaled
+        ``[T]`` and ``[E K]``), ``_data_offsets`` and ``_scale_offsets``."""
         out = {"row_offsets": self.row_offsets}
         for p in ("row", "col"):
             if getattr(self, f"{p}_data") is not None:

@@ -112,7 +112,7 @@ class TeScaleOptions:
         four_over_six: ``None`` or the 4over6 error mode, "mae" or "mse" (SPEC 5.6).
         four_over_six_fast_math: the 4over6 error in the product domain (SPEC 5.6).
         global_scale_max: G, the E4M3 maximum inside S_enc: 448, or 256 with 4over6 (SPEC 5.6).
-        row_scaled: one amax per row of the rowwise plane (SPEC 5.7).
+        row_scaled: one amax per row of each plane (SPEC 5.7).
     """
 
     four_over_six: str | None = None
@@ -153,20 +153,17 @@ def check_te_scale_options(
             raise ValueError("4over6 does not support rht=True (TE's recipe refuses it: 'NVFP4 4over6 quantization "
                              "does not support RHT'; SPEC 5.6)")
         if rht:
-            raise ValueError("row_scaled (the rowwise plane, SPEC 5.7) does not combine with rht=True (the columnwise "
-                             "plane, SPEC 7.3)")
-    if row_scaled:
-        if tuple(block) != (1, 16):
-            raise ValueError("row_scaled supports 1x16 blocks only (TE refuses 2D quantization with it)")
-        if not rowwise or columnwise:
-            raise ValueError("row_scaled applies to the rowwise plane only: request rowwise=True, columnwise=False "
-                             "(SPEC 5.7)")
+            raise ValueError("row_scaled does not combine with rht=True (TE refuses it: 'Row-scaled NVFP4 quantization "
+                             "does not support RHT'; SPEC 5.7)")
+    if row_scaled and tuple(block) != (1, 16):
+        raise ValueError("row_scaled supports 1x16 blocks only (TE refuses 2D quantization with it)")
     return TeScaleOptions(four_over_six, bool(four_over_six_fast_math), int(global_scale_max), bool(row_scaled))
 
 
-def row_amaxes(x2: np.ndarray) -> np.ndarray:
-    """One amax per row of a float32 matrix, NaN-ignoring (SPEC 5.7 with 4.1's TE rule): float32 ``[M]``."""
-    return block_amax(np.abs(x2), "te", axis=1)
+def row_amaxes(x2: np.ndarray, axis: int = 1) -> np.ndarray:
+    """One amax per row (``axis=1``: float32 ``[M]``) or per column (``axis=0``: ``[K]``, the rows of the columnwise
+    plane) of a float32 matrix, NaN-ignoring (SPEC 5.7 with 4.1's TE rule; 0 where there is no value)."""
+    return block_amax(np.abs(x2), "te", axis=axis)
 
 
 def plane_block_amax(y: np.ndarray, *, block: tuple, rule: str) -> np.ndarray:
@@ -273,7 +270,8 @@ def quantize_columnwise(
 ) -> QuantizedPlane:
     """The columnwise plane of X (SPEC 6.2), computed in X's layout and transposed at the end (same bytes as
     quantizing :func:`columnwise_source` row by row; only the codes and scale bytes are transposed). Under 4over6 it
-    quantizes :func:`columnwise_source` itself (its error sums run along the rows of X^T, SPEC 5.6)."""
+    quantizes :func:`columnwise_source` itself (its error sums run along the rows of X^T, SPEC 5.6). Row-scaled
+    (SPEC 5.7): ``amax`` holds one value per row of the plane, i.e. per column of X (``K`` values)."""
     m, k = x2.shape
     if options.four_over_six:
         xt = columnwise_source(x2, False, 0)
@@ -293,7 +291,10 @@ def quantize_columnwise(
     else:
         tiles = block_amax(a3.reshape(mp // 16, 16, k // 16, 16), rule, axis=(1, 3))
         b = np.repeat(tiles, 16, axis=1)
-    sbytes, mult = _rule_scales(b, amax, rule)
+    if options.row_scaled:  # plane row k (X's column k) has its own S_enc: b's column k here
+        sbytes, mult = te_block_scales(b, global_encode_scale(np.asarray(amax, np.float32).reshape(1, k), rule))
+    else:
+        sbytes, mult = _rule_scales(b, amax, rule)
     with np.errstate(invalid="ignore", over="ignore"):
         scaled = (mult[:, None, :] * y3).reshape(mp, k)
     rb = None
@@ -304,7 +305,7 @@ def quantize_columnwise(
     packed = (codes[0::2] & 0x0F) | (codes[1::2] << 4)
     data = np.ascontiguousarray(packed.T)
     return QuantizedPlane(data, np.ascontiguousarray(sbytes.T), amax, (k, mp), rule, block, rht, valid_cols=m,
-                          rht_signs=int(rht_signs) if rht else None)
+                          rht_signs=int(rht_signs) if rht else None, row_scaled=options.row_scaled)
 
 
 def columnwise_source(x2: np.ndarray, rht: bool, rht_signs: int) -> np.ndarray:
@@ -334,18 +335,33 @@ def _amax_value(v, what: str) -> np.float32:
     return f
 
 
-def _row_scaled_amax(amax, rows: int):
-    """A supplied row-scaled amax (SPEC 5.7, 4.3): ``None`` or ``rows`` real values, each >= 0, +Inf or NaN."""
-    if amax is None:
-        return None
-    a = host_array(amax)
+def _per_row_amax(a, rows: int, what: str) -> np.ndarray:
+    """One plane's supplied row-scaled amaxes (SPEC 5.7, 4.3): ``rows`` real values, each >= 0, +Inf or NaN."""
+    a = host_array(a)
     if not is_real(a) or a.shape != (rows,):
-        raise ValueError(f"a row-scaled amax must hold one real number per row ({rows}), got {a.dtype} {a.shape}")
+        raise ValueError(f"{what} must hold one real number per row of the plane ({rows}), got {a.dtype} {a.shape}")
     with np.errstate(over="ignore"):
         a = a.astype(np.float32)
     if np.any(a < 0):
-        raise ValueError("row amaxes must be >= 0 (absolute maxima)")
+        raise ValueError(f"{what} must be >= 0 (absolute maxima)")
     return a
+
+
+def row_scaled_amaxes(amax, m: int, k: int, rowwise: bool, columnwise: bool) -> tuple:
+    """A supplied row-scaled amax (SPEC 5.7) as ``(row_amaxes [M] | None, col_amaxes [K] | None)``: ``None``, the
+    one plane's values when one plane is requested (M for the rowwise plane, K for the columnwise plane: one per
+    column of X), or a ``(row_amaxes, col_amaxes)`` pair when both are."""
+    if amax is None:
+        return None, None
+    if rowwise and columnwise:
+        if not isinstance(amax, tuple) or len(amax) != 2:
+            raise ValueError(f"a row-scaled amax for both planes is a (row_amaxes, col_amaxes) tuple of {m} and {k} "
+                             "values (one per row of each plane)")
+        return (_per_row_amax(amax[0], m, "a row-scaled row_amaxes"),
+                _per_row_amax(amax[1], k, "a row-scaled col_amaxes (one per column of X)"))
+    if rowwise:
+        return _per_row_amax(amax, m, "a row-scaled amax"), None
+    return None, _per_row_amax(amax, k, "a row-scaled columnwise amax (one per column of X)")
 
 
 def _split_amax(amax) -> tuple:
@@ -377,22 +393,21 @@ def quantize_2d(
 ) -> NVFP4Tensor:
     """:func:`quantize` on an already validated float32 matrix (options already checked)."""
     m, k = x2.shape
-    if options.row_scaled:
-        row_amax_in, col_amax_in = _row_scaled_amax(amax, m), None
+    if options.row_scaled:  # SPEC 5.7: one amax per row of each plane
+        row_amax_in, col_amax_in = row_scaled_amaxes(amax, m, k, rowwise, columnwise)
+        row_amax = row_amax_in if row_amax_in is not None else row_amaxes(x2)
+        col_amax = col_amax_in if col_amax_in is not None else row_amaxes(x2, axis=0)
     else:
         row_amax_in, col_amax_in = _split_amax(amax)
-    if row_amax_in is not None:
-        row_amax = row_amax_in
-    else:
-        row_amax = row_amaxes(x2) if options.row_scaled else tensor_amax(x2, rule)
+        row_amax = row_amax_in if row_amax_in is not None else tensor_amax(x2, rule)
+        # SPEC 4.2: without RHT the rowwise amax serves both planes; with RHT it is computed on the plane
+        col_amax = col_amax_in if col_amax_in is not None else (None if rht else row_amax)
     common = dict(rule=rule, block=block, rounding=rounding, seed=seed, offset=offset, options=options)
     row = col = None
     if rowwise:
         data, scales = quantize_matrix(x2, amax=row_amax, plane=ROW_PLANE, **common)
         row = QuantizedPlane(data, scales, row_amax, (m, k), rule, block, False, **options.plane_fields())
     if columnwise:
-        # SPEC 4.2: without RHT the rowwise amax serves both planes; with RHT it is computed on the plane
-        col_amax = col_amax_in if col_amax_in is not None else (None if rht else row_amax)
         col = quantize_columnwise(x2, rht=rht, rht_signs=rht_signs, amax=col_amax, **common)
     return NVFP4Tensor(row, col, (m, k))
 
@@ -428,15 +443,17 @@ def quantize(
         block: (1, 16) or (16, 16) scale blocks (SPEC 6.3); also "1x16" / "16x16".
         rule: "te" (default), "te_fused_rht", "torchao", "torchao_noscale" (SPEC 5).
         amax: None (computed, SPEC 4), a number for both planes (a one-element torch tensor, such as a device
-            result's amax, counts as one), or a (row_amax, col_amax) pair; with ``row_scaled``, None or M values (one
-            per row).
+            result's amax, counts as one), or a (row_amax, col_amax) pair; with ``row_scaled``, None, M values (the
+            rowwise plane alone), K values (the columnwise plane alone: one per column of X) or a (row_amaxes,
+            col_amaxes) pair of M and K values.
         rounding: "rn" (round to nearest even) or "sr" (stochastic, SPEC 3.4).
         seed, offset: Philox key and counter offset for "sr" (SPEC 10.2).
         four_over_six: None, "mae" or "mse": TE's 4over6 block-scale selection (SPEC 5.6; rule "te", rounding "rn",
             no RHT).
         four_over_six_fast_math: measure the 4over6 error in the product domain (SPEC 5.6).
         global_scale_max: 448, or 256 with 4over6: the E4M3 maximum inside S_enc (SPEC 5.6).
-        row_scaled: one amax per row of the rowwise plane (SPEC 5.7; rule "te", 1x16 blocks, rowwise plane only).
+        row_scaled: one amax per row of each plane: per row of X (rowwise) and per column of X (columnwise)
+            (SPEC 5.7; rule "te", 1x16 blocks, no RHT).
     Returns:
         :class:`oracle.planes.NVFP4Tensor`.
     """

@@ -1,4 +1,4 @@
-"""SPEC 5.7 (row-scaled NVFP4: one amax per row) and 12.8 (one GEMM alpha per output row or column): hand-worked
+"""SPEC 5.7 (row-scaled NVFP4: one amax per row of each plane) and 12.8 (one GEMM alpha per output row or column): hand-worked
 rows, a scalar re-implementation per row, dequantization, and every GEMM model's per-row alpha against independent
 computations (scalar fp32 loops and Fractions)."""
 
@@ -100,9 +100,66 @@ def test_dequantize_uses_each_rows_amax():
                 assert np.asarray(got[r, c]).tobytes() == np.asarray(want).tobytes(), (r, c)
 
 
+def _padded_columns(x: np.ndarray) -> np.ndarray:
+    """X^T with its token axis zero-padded to a multiple of 16: the columnwise plane's source (SPEC 6.2)."""
+    m, k = x.shape
+    xt = np.zeros((k, -(-m // 16) * 16), np.float32)
+    xt[:, :m] = x.T
+    return xt
+
+
+def test_columnwise_plane_has_one_amax_per_column_of_x():
+    """SPEC 5.7 on the columnwise plane: plane row k (X's column k, padded with zeros to Mp tokens) has the NaN-ignoring
+    max of |X[:, k]| as its amax and is quantized with it (the scalar transcription per row of X^T); M = 40 is not a
+    multiple of 16, and a column with a NaN, an all-zero column and columns of very different magnitudes are in."""
+    rng = np.random.default_rng(11)
+    x = _rows(rng, 48, 40).T.copy()  # [40, 48]: the columns differ in magnitude; X[3, 1] is NaN
+    x[:, 7] = 0.0
+    t = oracle.quantize(x, row_scaled=True, columnwise=True)
+    xt = _padded_columns(x)
+    want_amax = np.array([np.nanmax(np.abs(c)) for c in x.T], np.float32)
+    assert t.col.row_scaled and t.col.shape == (48, 48) and t.col.valid_cols == 40
+    assert np.array_equal(t.col.amax, want_amax) and want_amax[7] == 0
+    codes = unpack_fp4(t.col.data, 48)
+    for r in range(48):
+        want_codes, want_scales = te_quantize_row_blocks(xt[r], want_amax[r])
+        assert t.col.scales[r].tolist() == want_scales and codes[r].tolist() == want_codes, r
+    # the rowwise plane is the row-scaled plane of X alone (each plane's amaxes are its own)
+    assert np.array_equal(t.row.data, oracle.quantize(x, row_scaled=True).row.data)
+    alone = oracle.quantize(x, row_scaled=True, rowwise=False, columnwise=True)
+    assert alone.row is None and np.array_equal(alone.col.data, t.col.data)
+
+
+def test_columnwise_supplied_amaxes_and_four_over_six():
+    rng = np.random.default_rng(12)
+    x = np.nan_to_num(_rows(rng, 32, 20).T.copy())  # [20, 32]
+    xt = _padded_columns(x)
+    row_a = np.abs(rng.standard_normal(20)).astype(np.float32) * 50
+    col_a = np.abs(rng.standard_normal(32)).astype(np.float32) * 50
+    col_a[:3] = [0.0, np.inf, np.nan]
+    t = oracle.quantize(x, row_scaled=True, columnwise=True, amax=(row_a, col_a))
+    assert np.array_equal(t.row.amax, row_a) and np.array_equal(t.col.amax, col_a, equal_nan=True)
+    codes = unpack_fp4(t.col.data, 32)
+    for r in range(32):
+        want_codes, want_scales = te_quantize_row_blocks(xt[r], col_a[r])
+        assert t.col.scales[r].tolist() == want_scales and codes[r].tolist() == want_codes, r
+    alone = oracle.quantize(x, row_scaled=True, rowwise=False, columnwise=True, amax=col_a)
+    assert np.array_equal(alone.col.data, t.col.data) and np.array_equal(alone.col.scales, t.col.scales)
+    # 4over6 (TE's reference takes it on the columnwise plane): SPEC 5.6 per plane row with that row's amax
+    a = np.array([np.nanmax(np.abs(c)) for c in x.T], np.float32)
+    for mode, fast, g in (("mae", False, 448), ("mse", True, 256)):
+        p = oracle.quantize(x, row_scaled=True, columnwise=True, four_over_six=mode, four_over_six_fast_math=fast,
+                            global_scale_max=g).col
+        scales, codes, _ = ref_4over6(xt, amax=a, mode=mode, fast=fast, g=g)
+        assert p.row_scaled and np.array_equal(p.scales, scales) and np.array_equal(unpack_fp4(p.data, 32), codes)
+
+
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(columnwise=True), "rowwise plane only"),
-    (dict(rowwise=False, columnwise=True), "rowwise plane only"),
+    (dict(columnwise=True, amax=np.ones(16, np.float32)), r"\(row_amaxes, col_amaxes\) tuple"),
+    (dict(columnwise=True, amax=(np.ones(16, np.float32), np.ones(16, np.float32))), "col_amaxes .*per row of the "
+                                                                                    "plane \\(32\\)"),
+    (dict(rowwise=False, columnwise=True, amax=np.ones(16, np.float32)), "columnwise amax .*\\(32\\)"),
+    (dict(columnwise=True, rht=True), "row_scaled does not combine with rht=True"),
     (dict(block=(16, 16)), "1x16 blocks only"),
     (dict(rule="torchao"), "rule 'te' only"),
     (dict(rounding="sr"), "rounding='rn'"),
@@ -110,7 +167,7 @@ def test_dequantize_uses_each_rows_amax():
     (dict(amax=-np.ones(16, np.float32)), ">= 0"),
 ])
 def test_refused(kwargs, message):
-    x = np.ones((16, 32), np.float32)
+    x = np.ones((16, 32), ml_dtypes.bfloat16)  # (bf16: the RHT case is refused for row_scaled, not for its dtype)
     with pytest.raises(ValueError, match=message):
         oracle.quantize(x, row_scaled=True, **kwargs)
 
@@ -245,6 +302,58 @@ def test_grouped_gemm_fprop_per_row_alpha():
         want = oracle.gemm(gx.row_planes[g], gw.row_planes[g], out_dtype="float32")
         assert np.array_equal(y[r0:r1], want)
         assert oracle.gemm_alpha(gx.row_planes[g], gw.row_planes[g]).shape == (r1 - r0, 1)
+
+
+def test_grouped_columnwise_amaxes_per_group_and_column():
+    """SPEC 5.7 + 9.1: group g's columnwise plane has one amax per column of X over g's rows (0 for an empty group);
+    col_amax holds them group-major (E K values); supplied ones come flat or [E, K]."""
+    rng = np.random.default_rng(13)
+    x = np.nan_to_num(_rows(rng, 32, 40).T.copy())  # [40, 32]
+    splits = [15, 0, 25]
+    g = oracle.group_quantize(x, splits, row_scaled=True, columnwise=True)
+    assert g.col_amax.shape == (3 * 32,) and g.row_amax.shape == (40,)
+    for e, (r0, r1) in enumerate(((0, 15), (15, 15), (15, 40))):
+        want = np.array([np.max(np.abs(c), initial=0.0) for c in x[r0:r1].T], np.float32)
+        assert np.array_equal(g.col_amax[32 * e : 32 * e + 32], want), e
+        p = g.col_planes[e]
+        codes = unpack_fp4(p.data, p.cols)
+        xt = _padded_columns(x[r0:r1])
+        for r in range(32):
+            want_codes, want_scales = te_quantize_row_blocks(xt[r], want[r]) if p.cols else ([], [])
+            assert p.scales[r].tolist() == want_scales and codes[r].tolist() == want_codes, (e, r)
+    assert np.array_equal(g.buffers()["col_amax"], g.col_amax)
+    a = np.arange(1, 3 * 32 + 1, dtype=np.float32)
+    for form in (a, a.reshape(3, 32)):
+        s = oracle.group_quantize(x, splits, row_scaled=True, rowwise=False, columnwise=True, amax=form)
+        assert np.array_equal(s.col_amax, a) and np.array_equal(s.col_planes[2].amax, a[64:])
+    both = oracle.group_quantize(x, splits, row_scaled=True, columnwise=True, amax=(np.ones(40), a))
+    assert np.array_equal(both.col_amax, a) and np.array_equal(both.row_amax, np.ones(40, np.float32))
+    with pytest.raises(ValueError, match="one real number per column of each group"):
+        oracle.group_quantize(x, splits, row_scaled=True, rowwise=False, columnwise=True, amax=np.ones(32))
+
+
+def test_wgrad_with_a_row_scaled_x_has_one_alpha_per_output_column():
+    """SPEC 12.8 in wgrad: dW = dY^T X over the columnwise planes; X's columnwise plane carries one amax per column of
+    X, so output column k (a row of B) takes alpha_k; each column equals the same model with that scalar alpha."""
+    rng = np.random.default_rng(14)
+    x = np.nan_to_num(_rows(rng, 32, 24).T.copy())  # X [T=24, K=32]
+    dy = rng.standard_normal((24, 16)).astype(np.float32)  # dY [T, N=16]
+    a = oracle.quantize(dy, rowwise=False, columnwise=True).col  # [N, Tp]
+    b = oracle.quantize(x, row_scaled=True, rowwise=False, columnwise=True).col  # [K, Tp], one amax per row
+    al = oracle.gemm_alpha(a, b)
+    assert al.shape == (1, 32)
+    assert [al[0, j] for j in range(32)] == [_alpha_scalar(a.amax, b.amax[j]) for j in range(32)]
+    got = oracle.gemm(a, b, model="sequential", out_dtype="float32")
+    for j in range(32):
+        bj = oracle.QuantizedPlane(b.data[j : j + 1], b.scales[j : j + 1], F(1.0), (1, b.cols))
+        want = oracle.gemm(a, bj, model="sequential", out_dtype="float32", alpha=_alpha_scalar(a.amax, b.amax[j]))
+        assert np.asarray(got[:, j]).tobytes() == np.asarray(want[:, 0]).tobytes(), j
+    gx = oracle.group_quantize(x, [10, 14], row_scaled=True, rowwise=False, columnwise=True)
+    gy = oracle.group_quantize(dy, [10, 14], rowwise=False, columnwise=True)
+    dw = oracle.grouped_gemm(gy, gx, kind="wgrad", out_dtype="float32")
+    for e in range(2):
+        assert np.array_equal(dw[e], oracle.gemm(gy.col_planes[e], gx.col_planes[e], out_dtype="float32")), e
+        assert oracle.gemm_alpha(gy.col_planes[e], gx.col_planes[e]).shape == (1, 32)
 
 
 def test_row_scaled_grouped_amax_slices():
