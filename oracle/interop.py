@@ -408,6 +408,8 @@ def from_te_fields(*, rowwise_data=None, rowwise_scale_inv=None, columnwise_data
     TE keeps the mode on the quantizer, ``NVFP4Quantizer.nvfp4_4over6_err_mode``, and takes the path from its
     environment variable ``NVTE_NVFP4_4OVER6_ERR_USE_FAST_MATH``; neither is in the tensor's fields).
     The columnwise plane is ``[K, M]``: TE stores one only for M a multiple of 16, where it equals SPEC 6.2's.
+    With ``row_scaled_nvfp4`` (SPEC 5.7) ``amax_rowwise`` holds M values and ``amax_columnwise`` K (one per column
+    of X; a single value there reads as a plain columnwise plane).
     ``nvfp4_e4m3_max`` (G, SPEC 5.6) must be 448 or 256, and 256 only with ``nvfp4_use_4over6`` (TE's quantizer and
     the oracle define G = 256 for 4over6 alone): ``ValueError`` otherwise.
     """
@@ -465,11 +467,14 @@ def from_te_fields(*, rowwise_data=None, rowwise_scale_inv=None, columnwise_data
             raise ValueError("columnwise_data needs columnwise_scale_inv and amax_columnwise")
         s = read_scales(columnwise_scale_inv, kc, mc // 16, layout)
         a = _nonnegative(_host_f32(amax_columnwise, "amax_columnwise"), "amax_columnwise")
-        if a.size != 1:
-            raise ValueError(f"amax_columnwise holds {a.size} values: TE's row-scaled columnwise plane (one "
-                             "amax per column of X, SPEC 14.9) is not modelled by this oracle")
+        # row-scaled fields: TE's columnwise plane has one amax per column of X (SPEC 5.7); one value is the plain
+        # columnwise plane that TE wrote beside a row-scaled rowwise plane before it row-scaled both
+        col_row_scaled = bool(row_scaled_nvfp4) and a.size != 1
+        if col_row_scaled and a.size != kc:
+            raise ValueError(f"amax_columnwise holds {a.size} values: a row-scaled columnwise plane has one per column "
+                             f"of X ({kc}, SPEC 5.7), a plain one 1")
         col = _make_plane(d.reshape(kc, mc // 2), s, a, (kc, mc), rule, block=block, rht=rht, valid_cols=mc,
-                          **{**extra, "row_scaled": None, "rht_signs": rht_signs})
+                          **{**extra, "row_scaled": col_row_scaled or None, "rht_signs": rht_signs})
         m, k = mc, kc
     opts = {"rule": rule, "block": tuple(block), "rht": rht, "rht_signs": rht_signs, "source": "te",
             "with_gemm_swizzled_scales": bool(with_gemm_swizzled_scales), "nvfp4_use_4over6": bool(nvfp4_use_4over6)}
@@ -524,7 +529,7 @@ def to_te_fields(t, *, swizzled: bool | None = None, as_torch: bool = False) -> 
         out[f"{name}_scale_inv"] = swizzle_scales(p.scales).reshape(pad.shape) if swizzled else pad
         out[f"amax_{name}"] = np.asarray(p.amax, np.float32).reshape(-1)
     row = t.row
-    out["row_scaled_nvfp4"] = bool(getattr(row, "row_scaled", False)) if row is not None else False
+    out["row_scaled_nvfp4"] = bool(getattr(row or t.col, "row_scaled", False))
     gmax = int(getattr(row or t.col, "global_scale_max", 448))
     # a 4over6 plane: its error mode is known (the oracle's), or TE's flag was read without it (from_te_fields)
     out["nvfp4_use_4over6"] = (getattr(row or t.col, "four_over_six", None) is not None

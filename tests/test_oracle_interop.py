@@ -499,15 +499,29 @@ def test_device_result_columnwise_plane_with_padded_tokens():
         _device_result(q, False).to_te_fields()
 
 
-def test_from_te_fields_refuses_a_row_scaled_columnwise_plane():
-    """TE can row-scale the columnwise plane (one amax per column of X, SPEC 14.9), which the oracle does not model;
-    a columnwise plane with one amax beside row-scaled rowwise fields is a plain plane."""
-    f = to_te_fields(oracle.quantize(np.ones((32, 64), np.float32), columnwise=True))
-    f = dict(f, row_scaled_nvfp4=True, amax_rowwise=np.ones(32, np.float32))
-    with pytest.raises(ValueError, match="amax_columnwise holds 64 values: TE's row-scaled columnwise plane"):
-        from_te_fields(**dict(f, amax_columnwise=np.ones(64, np.float32)))
-    t = from_te_fields(**f)
+def test_te_fields_of_a_row_scaled_columnwise_plane():
+    """TE's row-scaled tensor (SPEC 5.7) holds one amax per column of X in amax_columnwise ([K]); the fields round-trip
+    through to_te_fields / from_te_fields with the bytes and both amax vectors. A single columnwise amax beside
+    row-scaled rowwise fields (what TE wrote before it row-scaled both planes) is a plain columnwise plane; any other
+    count is refused."""
+    x = (np.random.default_rng(4).standard_normal((32, 64)) * np.geomspace(1e-3, 1e3, 64)).astype(np.float32)
+    q = oracle.quantize(x, row_scaled=True, columnwise=True)
+    f = to_te_fields(q)
+    assert f["row_scaled_nvfp4"] is True and f["amax_columnwise"].shape == (64,)
+    back = from_te_fields(**f)
+    assert back.col.row_scaled and back.row.row_scaled
+    assert np.array_equal(back.col.amax, q.col.amax) and np.array_equal(back.col.data, q.col.data)
+    assert np.array_equal(back.col.scales, q.col.scales) and np.array_equal(back.row.amax, q.row.amax)
+    assert np.array_equal(oracle.dequantize(back.col), oracle.dequantize(q.col))
+    alone = oracle.quantize(x, row_scaled=True, rowwise=False, columnwise=True)
+    assert to_te_fields(alone)["row_scaled_nvfp4"] is True
+    plain = to_te_fields(oracle.quantize(np.ones((32, 64), np.float32), columnwise=True))
+    plain = dict(plain, row_scaled_nvfp4=True, amax_rowwise=np.ones(32, np.float32))
+    t = from_te_fields(**plain)
     assert t.row.row_scaled and not t.col.row_scaled
+    with pytest.raises(ValueError, match="amax_columnwise holds 32 values: a row-scaled columnwise plane has one per "
+                                         "column of X \\(64"):
+        from_te_fields(**dict(plain, amax_columnwise=np.ones(32, np.float32)))
 
 
 def test_a_columnwise_plane_of_m_not_a_multiple_of_16_converts_with_its_padding():
