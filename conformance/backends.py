@@ -180,6 +180,8 @@ class TorchTEBackend(Backend):
                              f"{o['rule']!r} / {o['rounding']!r} / {o.get('splits_rule')!r}")
         kw = dict(rowwise=o["rowwise"], columnwise=o["columnwise"], rht=o["rht"], rht_signs=o["rht_signs"],
                   block=o["block"], rule=o["rule"], amax=case.arrays.get("amax"), **te_variant_kwargs(case))
+        if kw.get("row_scaled"):  # (one amax per plane row: the one plane's, or a (row, col) pair, SPEC 5.7)
+            kw["amax"] = quantize_kwargs(case).get("amax")
         if op == "group_quantize":
             return te_torch.group_quantize(case.arrays["x"], case.arrays["splits"], **kw)
         return te_torch.quantize(case.arrays["x"], **kw)
@@ -273,8 +275,10 @@ class ComposedBackend(Backend):
             rows = slice(offs["row_offsets"][g], offs["row_offsets"][g + 1])
             xg = x[rows]
             ag = None
-            if amax is not None and row_scaled:  # SPEC 5.7: the group's rows' own amaxes
-                ag = amax[rows]
+            if amax is not None and row_scaled:  # SPEC 5.7: the group's rows' own amaxes and its K column amaxes
+                cols = slice(g * k, (g + 1) * k)
+                ag = ((amax[0][rows], amax[1][cols]) if isinstance(amax, tuple)
+                      else amax[rows] if case.options["rowwise"] else amax[cols])
             elif amax is not None:
                 ag = (np.float32(amax[0][g]), np.float32(amax[1][g])) if isinstance(amax, tuple) else np.float32(amax[g])
             kw_g = dict(kw, offset=(int(kw["offset"]) + g) % 2**32)
@@ -294,7 +298,7 @@ class ComposedBackend(Backend):
             for name in ("data", "scales", "scales_compact"):
                 chunks = parts.get(f"{p}_{name}", [])
                 out[f"{p}_{name}"] = np.concatenate(chunks) if chunks else np.zeros(0, np.uint8)
-            # (row-scaled: each group's [m_g] row amaxes, one after the other, SPEC 5.7)
+            # (row-scaled: each group's [m_g] row amaxes or [K] column amaxes, one after the other, SPEC 5.7)
             out[f"{p}_amax"] = (np.concatenate([np.zeros(0, np.float32), *amaxes[p]]) if row_scaled
                                 else np.array(amaxes[p], np.float32))
             out[f"{p}_data_offsets"] = offs[f"{p}_data"]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+import oracle
 from oracle.rht import DEFAULT_RHT_SIGNS
 
 from .cases import PLAIN_QUANT, Case
@@ -35,7 +36,7 @@ from .cases import PLAIN_QUANT, Case
 #: op registry: ``format``, ``mode``. TE's variants of rule "te" (quantize and group_quantize, SPEC 5.6, 5.7; drawn
 #: only where rule "te", round to nearest and no RHT were drawn): ``four_over_six`` (None, "mae", "mse"),
 #: ``four_over_six_fast_math``, ``global_scale_max`` (448, 256), ``four_over_six_dtype`` (the input dtypes 4over6 is
-#: drawn on), ``row_scaled`` (False, True: rowwise plane only, 1x16 blocks); dequantize: ``global_scale_max`` (rule
+#: drawn on), ``row_scaled`` (False, True: 1x16 blocks, either plane); dequantize: ``global_scale_max`` (rule
 #: "te" planes).
 SPACE_KEYS = frozenset({
     "planes", "rule", "rht", "rht_signs", "rounding", "block", "swizzled", "dtype", "amax", "scales", "out_dtype",
@@ -335,8 +336,8 @@ def _te_variants(rng, space, dtype: str, o: dict) -> dict:
     TE_VARIANT_DEFAULTS that are not plain. Drawn from the case's child stream (``rng.spawn``), so the case's own
     stream, and with it every case drawn before these options existed, is unchanged; the draws are always made, in a
     fixed order, and applied where the case's other options allow them: 4over6 where rule "te", round to nearest and
-    no RHT were drawn (and the dtype is in the space's ``four_over_six_dtype``), row scaling there too with only the
-    rowwise plane and 1x16 blocks. 4over6 in 40% of those cases (MAE and MSE alike), its product-domain error in 30%
+    no RHT were drawn (and the dtype is in the space's ``four_over_six_dtype``), row scaling there too with 1x16
+    blocks (either plane, or both). 4over6 in 40% of those cases (MAE and MSE alike), its product-domain error in 30%
     of them and G = 256 in 40%; row scaling in 40% (with 4over6 or without)."""
     extra = rng.spawn(1)[0]
     fo6 = pick(extra, space, "four_over_six", [None, "mae", "mse"], [0.6, 0.2, 0.2])
@@ -351,7 +352,7 @@ def _te_variants(rng, space, dtype: str, o: dict) -> dict:
             out["four_over_six_fast_math"] = True
         if g != 448:
             out["global_scale_max"] = g
-    if te_rn and rs and o["rowwise"] and not o["columnwise"] and list(o["block"]) == [1, 16]:
+    if te_rn and rs and list(o["block"]) == [1, 16]:
         out["row_scaled"] = True
     return out
 
@@ -366,6 +367,15 @@ def te_variant_tag(o: dict) -> str:
     if o.get("row_scaled"):
         parts.append("row_scaled")
     return "+".join(parts) or "plain"
+
+
+def _col_amax_supply(rng, x64: np.ndarray, splits: np.ndarray | None) -> np.ndarray:
+    """A supplied amax for a row-scaled columnwise plane (SPEC 5.7): :func:`_row_amax_supply` over the rows of X^T,
+    float32 [K]; grouped, over each group's X_g^T (on the SPEC 9.4 cut sizes), float32 [E, K]."""
+    if splits is None:
+        return _row_amax_supply(rng, x64.T)
+    ends = np.cumsum(oracle.cut_splits(splits, x64.shape[0]))
+    return np.stack([_row_amax_supply(rng, x64[e0:e1].T) for e0, e1 in zip(np.r_[0, ends[:-1]], ends, strict=True)])
 
 
 def _row_amax_supply(rng, x64: np.ndarray) -> np.ndarray:
@@ -423,7 +433,8 @@ def _special_amax(rng, arrays: dict, x: np.ndarray, dtype: str) -> tuple[np.ndar
 
 def _apply_te_variants(rng, space, dtype: str, o: dict, arrays: dict, x64: np.ndarray, tags: dict) -> None:
     """Add :func:`_te_variants`' options to ``o`` and the ``te_variant`` tag; a row-scaled case that supplies its
-    amax gets one value per row instead (from the child stream after the variant draws; tag ``amax`` "rows"). A
+    amax gets one value per plane row instead (from the child stream after the variant draws; tag ``amax`` "rows"):
+    ``amax`` for the rowwise plane, ``col_amax`` for the columnwise plane (:func:`_col_amax_supply`). A
     4over6 case (from a further child stream) takes, in 30% of the cases (50% with 16x16 blocks), values whose
     candidates tie (:func:`_four_over_six_ties`, tag ``values`` "fo6_ties"), and in 20% of the cases that are not
     row-scaled a supplied amax of 0, +Inf or NaN with a zero and a tiny block (:func:`_special_amax`, tag ``amax``
@@ -432,7 +443,14 @@ def _apply_te_variants(rng, space, dtype: str, o: dict, arrays: dict, x64: np.nd
     o.update(v)
     tags["te_variant"] = te_variant_tag(o)
     if v.get("row_scaled") and "amax" in arrays:
-        arrays["amax"] = _row_amax_supply(rng.spawn(1)[0], x64)
+        sub = rng.spawn(1)[0]
+        rows = _row_amax_supply(sub, x64)
+        if o["rowwise"]:
+            arrays["amax"] = rows
+        else:
+            del arrays["amax"]
+        if o["columnwise"]:
+            arrays["col_amax"] = _col_amax_supply(sub, x64, arrays.get("splits"))
         tags["amax"] = "rows"
     if v.get("four_over_six"):
         extra = rng.spawn(1)[0]

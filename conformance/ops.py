@@ -75,14 +75,33 @@ def quantize_kwargs(case: Case) -> dict:
               block=tuple(o["block"]), rule=o["rule"], rounding=o["rounding"], seed=o["seed"], offset=o["offset"])
     kw.update(te_variant_kwargs(case))
     a = case.arrays.get("amax")
-    if a is not None and kw.get("row_scaled"):
-        kw["amax"] = np.asarray(a, np.float32).reshape(-1)
+    if kw.get("row_scaled"):
+        kw.update(_row_scaled_amax(case))
     elif a is not None:
         if case.op.startswith("group") or "splits" in case.arrays:
             kw["amax"] = a[0] if a.shape[0] == 1 else (a[0], a[1])
         else:
             kw["amax"] = np.float32(a[0]) if a.size == 1 else (np.float32(a[0]), np.float32(a[1]))
     return kw
+
+
+def _row_scaled_amax(case: Case) -> dict:
+    """A row-scaled case's supplied amax (SPEC 5.7) as the ``amax`` keyword: ``amax`` (the rowwise plane's values, one
+    per row) and ``col_amax`` (the columnwise plane's, one per column of X, [E, K] grouped) flattened, the one plane's
+    alone or a (row, col) pair; {} when the case supplies none. A case asking for both planes supplies both or
+    neither."""
+    a, c = case.arrays.get("amax"), case.arrays.get("col_amax")
+    if a is None and c is None:
+        return {}
+    row = None if a is None else np.asarray(a, np.float32).reshape(-1)
+    col = None if c is None else np.asarray(c, np.float32).reshape(-1)
+    o = case.options
+    if o["rowwise"] and o["columnwise"]:
+        if row is None or col is None:
+            raise ValueError("a row-scaled case of both planes supplies both planes' amaxes (amax and col_amax) or "
+                             "neither")
+        return {"amax": (row, col)}
+    return {"amax": row if o["rowwise"] else col}
 
 
 def _f32(v) -> np.ndarray:
@@ -102,8 +121,9 @@ def ref_group_quantize(case: Case) -> dict:
     if case.options.get("splits_rule") == "cut":  # SPEC 9.4: the device cuts splits that do not add up to T
         splits = oracle.cut_splits(splits, x.shape[0])
         x = x[: int(splits.sum())]
-        if kw.get("row_scaled") and "amax" in kw:  # (one amax per row: the rows kept)
-            kw["amax"] = kw["amax"][: x.shape[0]]
+        if kw.get("row_scaled") and case.options["rowwise"] and "amax" in kw:  # (one amax per row: the rows kept)
+            a = kw["amax"]
+            kw["amax"] = (a[0][: x.shape[0]], a[1]) if isinstance(a, tuple) else a[: x.shape[0]]
     out = oracle.group_quantize(x, splits, **kw).buffers()
     # the device's offset table row 1 (DeviceGroupedNVFP4Tensor.row_tile_offsets, read by its GEMM): the first
     # 128-row tile of each group, prefix sums of ceil(m_g / 128); a device-only table, other backends skip it

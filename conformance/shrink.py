@@ -109,15 +109,18 @@ def _shared_quantize_candidates(case: Case) -> Iterator[Case]:
     """Candidates common to quantize and group_quantize: fewer 16-column blocks, no supplied amax, the device's own
     kernel choice, simpler options, then zeroed blocks / elements of x."""
     x, o = case.arrays["x"], case.options
+    col_amax = case.arrays.get("col_amax")  # (row-scaled: one per column of X, [K] or [E, K], SPEC 5.7)
     for idx in _cols16(x):
-        yield case.replace({"x": x[:, idx]})
-    if "amax" in case.arrays:
+        yield case.replace({"x": x[:, idx], **({} if col_amax is None else {"col_amax": col_amax[..., idx]})})
+    if "amax" in case.arrays or col_amax is not None:
         c = case.replace()
-        del c.arrays["amax"]
+        c.arrays.pop("amax", None)
+        c.arrays.pop("col_amax", None)
         yield c
     if o.get("row_scaled"):  # SPEC 5.7 off: one amax per plane (a supplied per-row amax dropped with it)
         c = case.replace(options={"row_scaled": False})
         c.arrays.pop("amax", None)
+        c.arrays.pop("col_amax", None)
         yield c
     if o.get("quantize_kernel", "auto") != "auto":  # (forcing the general kernels runs on any input)
         yield case.replace(options={"quantize_kernel": "auto"})
@@ -319,6 +322,8 @@ def candidates(case: Case) -> Iterator[Case]:
             new = {"x": x[rows], "splits": s[keep]}
             if amax is not None:
                 new["amax"] = amax[rows] if per_row else amax[:, keep]
+            if "col_amax" in a:  # (row-scaled columnwise plane: [E, K], SPEC 5.7)
+                new["col_amax"] = a["col_amax"][keep]
             yield case.replace(new)
         for g in np.flatnonzero(s):  # fewer rows in one group
             for keep in _chunks(int(s[g])):

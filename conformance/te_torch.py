@@ -164,18 +164,28 @@ def swizzle(compact: torch.Tensor) -> torch.Tensor:
     return pad.reshape(rp // 128, 4, 32, cp // 4, 4).permute(0, 3, 2, 1, 4).reshape(-1)
 
 
-def _supplied(amax, rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
+def _per_row(amax, rows: int) -> torch.Tensor:
+    """SPEC 5.7 + 4.3: one supplied amax per plane row, fp32 [rows], bits kept; a negative value is refused."""
+    vals = np.asarray(amax, np.float32).reshape(-1)
+    if vals.size != rows or np.any(vals < 0):
+        raise ValueError(f"a row-scaled amax is {rows} values >= 0, +Inf or NaN, not {vals.size}: {vals[:4]}")
+    return torch.from_numpy(vals.copy())
+
+
+def _supplied_per_row(amax, rows: int, cols: int, rowwise: bool, columnwise: bool) -> tuple:
+    """A supplied row-scaled amax (SPEC 5.7) as (rowwise plane's [rows] | None, columnwise plane's [cols] | None):
+    the one plane's values, or a (row, col) pair when both planes are asked for."""
+    if rowwise and columnwise:
+        return _per_row(amax[0], rows), _per_row(amax[1], cols)
+    return (_per_row(amax, rows), None) if rowwise else (None, _per_row(amax, cols))
+
+
+def _supplied(amax) -> tuple[torch.Tensor, torch.Tensor] | None:
     """SPEC 4.3: a supplied amax (one value for both planes, or a (row, col) pair) as 0-d fp32 tensors, bits kept;
-    a negative value is refused. ``rows`` given (a row-scaled plane, SPEC 5.7): ``rows`` values, one per row, as
-    fp32 [rows] (both entries)."""
+    a negative value is refused."""
     if amax is None:
         return None
     vals = np.asarray(amax, np.float32).reshape(-1)
-    if rows is not None:
-        if vals.size != rows or np.any(vals < 0):
-            raise ValueError(f"a row-scaled amax is {rows} values >= 0, +Inf or NaN, not {vals.size}: {vals[:4]}")
-        t = torch.from_numpy(vals.copy())
-        return t, t
     if vals.size not in (1, 2):
         raise ValueError(f"a supplied amax is one value or a (row, col) pair, not {vals.size} values")
     if np.any(vals < 0):
@@ -197,8 +207,8 @@ def quantize(x: np.ndarray, *, rowwise: bool = True, columnwise: bool = False, r
     over the RHT's bf16 outputs with it (SPEC 4.2). A supplied ``amax`` is used as is (SPEC 4.3).
 
     ``four_over_six`` ("mae" / "mse"), ``four_over_six_fast_math``, ``global_scale_max`` (448, or 256 with 4over6)
-    and ``row_scaled`` (``row_amax`` then [M]; a supplied ``amax`` M values): SPEC 5.6, 5.7 by
-    :mod:`conformance.te_torch_variants`."""
+    and ``row_scaled`` (``row_amax`` then [M] and ``col_amax`` [K], each plane row's own: a supplied ``amax`` is the
+    one plane's values, or a (row, col) pair for both): SPEC 5.6, 5.7 by :mod:`conformance.te_torch_variants`."""
     if rule not in RULES:
         raise ValueError(f"rule {rule!r} is not a TE rule {RULES}")
     block = tuple(int(b) for b in block)
@@ -206,7 +216,10 @@ def quantize(x: np.ndarray, *, rowwise: bool = True, columnwise: bool = False, r
     xt, is_bf16 = to_f32(x)
     if rht and not is_bf16:
         raise TypeError("the RHT takes bfloat16 input (SPEC 7.3)")
-    sup = _supplied(amax, xt.shape[0] if variant.row_scaled else None)
+    if amax is not None and variant.row_scaled:
+        sup = _supplied_per_row(amax, xt.shape[0], xt.shape[1], rowwise, columnwise)
+    else:
+        sup = _supplied(amax)
     out: dict[str, np.ndarray] = {}
     row_amax = None if sup is None else sup[0]
     if rowwise:
@@ -215,8 +228,9 @@ def quantize(x: np.ndarray, *, rowwise: bool = True, columnwise: bool = False, r
     if columnwise:
         src = columnwise_source(xt, rht, rht_signs)
         # SPEC 4.2: with the RHT the plane's own amax over its source (the bf16 RHT outputs, padding included);
-        # without, the rowwise amax, which is also the plane's own (X^T and zeros) when no rowwise plane was asked
-        col_amax = sup[1] if sup is not None else (None if rht else row_amax)
+        # without, the rowwise amax, which is also the plane's own (X^T and zeros) when no rowwise plane was asked;
+        # row-scaled (5.7), the plane's own per row of its source (None: quantize_plane forms it)
+        col_amax = sup[1] if sup is not None else (None if rht or variant.row_scaled else row_amax)
         _put(out, "col", *quantize_plane(src, rule, block, col_amax, variant))
     return out
 
@@ -283,7 +297,8 @@ def group_quantize(x: np.ndarray, splits, *, rowwise: bool = True, columnwise: b
     groups, and the RHT, the block amaxes and the codes run on it in one go.
 
     The variants as in :func:`quantize` (SPEC 5.6, 5.7) per group; row-scaled, ``row_amax`` is [T] (one per row, in
-    row order) and a supplied ``amax`` T values."""
+    row order), ``col_amax`` [E K] (group g's amax of each column of X over its rows, group-major) and a supplied
+    ``amax`` the one plane's values (T, or E K) or a (row, col) pair of both."""
     if rule not in RULES:
         raise ValueError(f"rule {rule!r} is not a TE rule {RULES}")
     _check_block(block)
@@ -299,7 +314,7 @@ def group_quantize(x: np.ndarray, splits, *, rowwise: bool = True, columnwise: b
         raise ValueError(f"splits {sizes.tolist()} are not E >= 1 non-negative sizes adding up to {t}")
     sup = None
     if amax is not None and variant.row_scaled:
-        sup = _supplied(amax, t)
+        sup = _supplied_per_row(amax, t, e * k, rowwise, columnwise)
     elif amax is not None:
         a = np.asarray(amax, np.float32).reshape(-1, e)
         if np.any(a < 0):
@@ -349,7 +364,13 @@ def group_quantize(x: np.ndarray, splits, *, rowwise: bool = True, columnwise: b
             src = _rht(src, rht_signs)
         b = block_amax(src, block)  # tiles at multiples of 16 of K and of each group's tokens
         bg = torch.repeat_interleave(ar, tok // 16)  # the group of every block column
-        if sup is not None:
+        if variant.row_scaled:  # SPEC 5.7: group g's amax of each plane row k, [E, K] (an empty group: 0)
+            per_gk = (sup[1].reshape(e, k) if sup is not None else
+                      torch.zeros((k, e), dtype=F32).scatter_reduce(1, bg.unsqueeze(0).expand(k, -1), b, "amax",
+                                                                    include_self=True).t())
+            col_amax = per_gk.reshape(-1)
+            block_amaxes = per_gk[bg].t()  # [K, P/16]: each block's group and row
+        elif sup is not None:
             col_amax = sup[1]
         elif rht or row_amax is None:  # SPEC 4.2: the plane's own (without RHT it equals the rowwise one)
             col_amax = _group_max(b.amax(dim=0), bg, e)
@@ -361,7 +382,8 @@ def group_quantize(x: np.ndarray, splits, *, rowwise: bool = True, columnwise: b
         else:  # SPEC 5.6 with each block column's group amax (its 16x16 tiles: 16 rows of X_g^T, K % 16 == 0)
             from .te_torch_variants import encode_variant_plane
 
-            data, byte = encode_variant_plane(src, b, col_amax[bg].unsqueeze(0), variant, block)
+            plane_amax = block_amaxes if variant.row_scaled else col_amax[bg].unsqueeze(0)
+            data, byte = encode_variant_plane(src, b, plane_amax, variant, block)
         cols = tok // 16  # scale columns per group: ceil(m_g / 16)
         off_s = _prefix(_ru(k, 128) * _ru(cols, 4))
         nbc = p // 16

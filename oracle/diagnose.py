@@ -100,7 +100,7 @@ def _row_scaled_4over6_rules() -> tuple:
     return tuple(DiagnoseRule(f"te_row_scaled_4over6_{suffix}", "5.6, 5.7",
                               f"TE row-scaled 4over6, {mode.upper()}" + (", fast-math error" if fast else "")
                               + (", G = 256" if g != 448 else ""),
-                              {"rule": "te", "row_scaled": True, **kw}, planes=("row",))
+                              {"rule": "te", "row_scaled": True, **kw})
                  for mode, fast, g, kw, suffix in _four_over_six_forms())
 
 
@@ -113,8 +113,7 @@ DIAGNOSE_RULES = (
     DiagnoseRule("torchao", "5.4", "torchao 0.18 with a per-tensor scale", {"rule": "torchao"}),
     DiagnoseRule("torchao_noscale", "5.5", "torchao 0.18 without a per-tensor scale", {"rule": "torchao_noscale"}),
     *_te_4over6_rules(),
-    DiagnoseRule("te_row_scaled", "5.7", "TE row-scaled (one amax per row)", {"rule": "te", "row_scaled": True},
-                 planes=("row",)),
+    DiagnoseRule("te_row_scaled", "5.7", "TE row-scaled (one amax per plane row)", {"rule": "te", "row_scaled": True}),
     *_row_scaled_4over6_rules(),
     DiagnoseRule("te_div", "14.11", "TE's rule dividing by the decode scale", {"rule": "te"}, "division"),
     DiagnoseRule("torchao_div", "14.11", "torchao's rule dividing by the decode scale", {"rule": "torchao"},
@@ -767,7 +766,8 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
         x: the input (as :func:`oracle.quantize` takes it).
         data: their packed codes, uint8 (any shape with the plane's number of bytes).
         scales: their scale bytes, uint8 or float8_e4m3fn, in any layout of ``layout``.
-        amax: their stored per-tensor amax (a number, or one per row for a row-scaled plane), if any. Every rule
+        amax: their stored per-tensor amax (a number, or one per plane row for a row-scaled plane: M rowwise, K
+            columnwise), if any. Every rule
             runs with its own computed amax, and again with this one when it differs.
         layout: "auto" (every layout the size fits: compact, padded or 128x4), "compact", "padded", "swizzled"
             (128x4), "swizzled_8x4" (SPEC 8.3), or a library's storage (SPEC 14.10): "torchao" (compact or
@@ -820,9 +820,10 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
         if np.any(given < 0):
             raise ValueError(f"amax holds a negative value ({_fmt(given[given < 0][0])}): an amax is an absolute "
                              "maximum (SPEC 4.3), so bytes that come with a negative one were made with a sign error")
-        if given.size not in (1, m):
-            raise ValueError(f"amax holds {given.size} values; diagnose takes one per-tensor value, or one per row "
-                             f"({m}) for a row-scaled plane")
+        per_row = {m if p == "row" else k for p in planes}  # (one per plane row: M rowwise, K columnwise)
+        if given.size != 1 and given.size not in per_row:
+            raise ValueError(f"amax holds {given.size} values; diagnose takes one per-tensor value, or one per plane "
+                             f"row for a row-scaled plane ({' or '.join(map(str, sorted(per_row)))})")
     sources = _PlaneSources(x2, rht_signs)
     cands = []
     for p in planes:
@@ -844,7 +845,7 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
                     amaxes = [("computed", None)]
                     if given is not None:
                         if r.quantize.get("row_scaled"):
-                            if given.size == m:
+                            if given.size == rows:  # one per plane row: M (rowwise), K (columnwise)
                                 amaxes.append(("given", given))
                         elif given.size == 1:
                             amaxes.append(("given", np.float32(given[0])))

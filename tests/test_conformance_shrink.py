@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -48,25 +49,33 @@ def test_every_kept_candidate_is_strictly_smaller():
 
 @pytest.mark.parametrize("op", ["quantize", "group_quantize"])
 def test_row_scaled_candidates_keep_one_amax_per_row(op):
-    """SPEC 5.7: a row-scaled plane's supplied amax holds one value per row, so every shrink candidate that drops rows
-    (or groups) drops their amaxes too; the oracle runs every candidate of such a case."""
+    """SPEC 5.7: a row-scaled plane's supplied amax holds one value per plane row (``amax``: per row of X;
+    ``col_amax``: per column of X, [E, K] grouped), so every shrink candidate that drops rows, columns or groups drops
+    their amaxes too; the oracle runs every candidate of such a case."""
     from conformance.generators import generate
     from conformance.ops import OPS, reference
     from conformance.shrink import candidates
 
-    seen = 0
-    for i in range(400):
+    seen = Counter()
+    for i in range(1500):
         c = generate(op, 3, i, OPS[op].generator, {**OPS[op].space, "max_elems": 1 << 12})
-        if not (c.options.get("row_scaled") and "amax" in c.arrays):
+        if not (c.options.get("row_scaled") and ("amax" in c.arrays or "col_amax" in c.arrays)):
             continue
-        seen += 1
+        planes = ("row" if c.options["rowwise"] else "") + ("col" if c.options["columnwise"] else "")
+        if seen[planes] == 2:
+            continue
+        seen[planes] += 1
         for cand in candidates(c):
+            t, k = cand.arrays["x"].shape
             if cand.options.get("row_scaled") and "amax" in cand.arrays:
-                assert cand.arrays["amax"].reshape(-1).size == cand.arrays["x"].shape[0], (i, cand.options)
+                assert cand.arrays["amax"].reshape(-1).size == t, (i, cand.options)
+            if cand.options.get("row_scaled") and "col_amax" in cand.arrays:
+                e = cand.arrays["splits"].size if "splits" in cand.arrays else None
+                assert cand.arrays["col_amax"].shape == ((k,) if e is None else (e, k)), (i, cand.options)
             reference(cand)  # (raises where a candidate's amax does not fit its rows)
-        if seen == 4:
+        if len(seen) == 3 and min(seen.values()) == 2:
             break
-    assert seen >= 3  # (row-scaled cases with a supplied amax are a few percent of the draws)
+    assert sorted(seen) == ["col", "row", "rowcol"] and min(seen.values()) == 2, seen
 
 
 def test_row_subsets_worked_by_hand():

@@ -44,8 +44,9 @@ def _variant_options(case) -> dict:
 @pytest.mark.parametrize("op", ["quantize", "group_quantize"])
 def test_variants_are_drawn_where_spec_defines_them(op):
     """Under the default space every variant value is drawn, each only with rule "te", round to nearest and no RHT;
-    row scaling only with the rowwise plane alone and 1x16 blocks; a row-scaled supplied amax has one value per row;
-    a plain case carries none of the options."""
+    row scaling only with 1x16 blocks, on either plane and on both; a row-scaled supplied amax has one value per row
+    of each plane (amax: the rowwise plane's, col_amax: the columnwise plane's, [E, K] grouped); a plain case carries
+    none of the options."""
     seen = Counter()
     for c in generated_cases(op, 400):
         o, v = c.options, _variant_options(c)
@@ -57,12 +58,20 @@ def test_variants_are_drawn_where_spec_defines_them(op):
         if "four_over_six_fast_math" in v or "global_scale_max" in v:
             assert "four_over_six" in v  # (both belong to 4over6, SPEC 5.6)
         if v.get("row_scaled"):
-            assert o["rowwise"] and not o["columnwise"] and list(o["block"]) == [1, 16]
+            assert list(o["block"]) == [1, 16]
+            seen["row_scaled planes=" + "row" * o["rowwise"] + "col" * o["columnwise"]] += 1
+            (t, k), e = c.arrays["x"].shape, c.arrays["splits"].size if "splits" in c.arrays else None
+            if c.tags["amax"] == "rows":
+                assert ("amax" in c.arrays) == o["rowwise"] and ("col_amax" in c.arrays) == o["columnwise"]
+            else:
+                assert "amax" not in c.arrays and "col_amax" not in c.arrays
             if "amax" in c.arrays:
-                assert c.arrays["amax"].shape == (c.arrays["x"].shape[0],) and c.tags["amax"] == "rows"
+                assert c.arrays["amax"].shape == (t,)
+            if "col_amax" in c.arrays:
+                assert c.arrays["col_amax"].shape == ((k,) if e is None else (e, k))
         seen.update(f"{k}={v[k]}" for k in v)
     assert {"four_over_six=mae", "four_over_six=mse", "four_over_six_fast_math=True", "global_scale_max=256",
-            "row_scaled=True"} <= set(seen), seen
+            "row_scaled=True", "row_scaled planes=row", "row_scaled planes=col", "row_scaled planes=rowcol"} <= set(seen), seen
 
 
 @pytest.mark.parametrize("op", ["quantize", "group_quantize"])
@@ -213,13 +222,14 @@ def test_variant_options_reach_the_backends():
 
     T.quantize = spy
     try:
-        for c in generated_cases("quantize", 200, **case_space(te, "quantize")):
-            if c.options.get("row_scaled") and "amax" in c.arrays:
+        for c in generated_cases("quantize", 400, **case_space(te, "quantize")):
+            if c.options.get("row_scaled") and "amax" in c.arrays and "col_amax" in c.arrays:
                 te.run("quantize", c)
                 break
     finally:
         T.quantize = original
-    assert seen and seen[-1]["row_scaled"] is True and seen[-1]["amax"].shape == c.arrays["amax"].shape
+    assert seen and seen[-1]["row_scaled"] is True and isinstance(seen[-1]["amax"], tuple)
+    assert [a.shape for a in seen[-1]["amax"]] == [c.arrays["amax"].shape, c.arrays["col_amax"].shape]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -237,12 +247,12 @@ class _TorchTEVariants(B.TorchTEBackend):
 
 
 class _TorchTERowScaled(B.TorchTEBackend):
-    """torch-te whose space draws row scaling in every case (rowwise plane, 1x16 blocks; 4over6 as drawn)."""
+    """torch-te whose space draws row scaling in every case (either plane or both, 1x16 blocks; 4over6 as drawn)."""
 
     name = "torch-te-row-scaled"
 
     def space(self, op):
-        return {"rule": ["te"], "rounding": ["rn"], "planes": ["row"], "block": [[1, 16]], "row_scaled": [True]}
+        return {"rule": ["te"], "rounding": ["rn"], "block": [[1, 16]], "row_scaled": [True]}
 
 
 def _run(tmp_path, backend: type, ops, cases: int):

@@ -378,7 +378,7 @@ def test_diagnose_refuses_bad_mask_and_amax_count():
     for mask, error in ((-1, ValueError), (1 << 16, ValueError), (True, TypeError), (1.5, TypeError)):
         with pytest.raises(error, match="16-bit"):
             oracle.diagnose(x, t.row.data, t.row.scales, rht_signs=mask)
-    with pytest.raises(ValueError, match="one per row"):
+    with pytest.raises(ValueError, match="one per plane row"):
         oracle.diagnose(x, t.row.data, t.row.scales, amax=[1.0, 2.0, 3.0])
     assert oracle.diagnose(x, t.row.data, t.row.scales, amax=[float(t.row.amax)] * 4) is not None
 

@@ -378,6 +378,26 @@ def test_4over6_and_row_scaled_bytes_are_diagnosed_as_such():
                                                                                            o["row_scales"])
 
 
+def test_row_scaled_columnwise_bytes_are_named():
+    """The columnwise plane row-scaled (SPEC 5.7: one amax per column of X), bytes from the torch TE-rule quantizer
+    (written from SPEC, conformance/te_torch.py): named te_row_scaled with the computed amaxes and with the K given
+    ones (M = 40: the plane is padded to 48 tokens); under 4over6 MSE with G = 256, that variant; a plane quantized
+    with one amax is not row-scaled."""
+    x = _x(40, 64, seed=5) * np.geomspace(1e-3, 1e3, 64, dtype=np.float32)
+    o = tt.quantize(x, row_scaled=True, columnwise=True)
+    assert o["col_amax"].shape == (64,)
+    for given in (None, o["col_amax"]):
+        r = diagnose(x, o["col_data"], o["col_scales"], amax=given, plane="col")
+        assert r.matches == ["te_row_scaled"], str(r)
+    o4 = tt.quantize(x, rowwise=False, columnwise=True, row_scaled=True, four_over_six="mse", global_scale_max=256)
+    r = diagnose(x, o4["col_data"], o4["col_scales"], plane="col")
+    assert r.matches[0] == "te_row_scaled_4over6_mse_g256", str(r)
+    plain = tt.quantize(x, columnwise=True)
+    assert "te_row_scaled" not in diagnose(x, plain["col_data"], plain["col_scales"], plane="col").matches
+    with pytest.raises(ValueError, match=r"one per plane row for a row-scaled plane \(64\)"):
+        diagnose(x, o["col_data"], o["col_scales"], amax=o["row_amax"], plane="col")
+
+
 # blocks of bf16 values (tensor amax 1000) on which SPEC 5.6's input-domain errors and 14.11's flashinfer decode-scale
 # errors choose different candidates (found by a search over random blocks with conformance.te_torch_variants)
 _FLASHINFER_MSE_BLOCKS = [

@@ -403,8 +403,8 @@ def test_bias_grad_refuses_numpy_scalars_as_non_arrays():
 
 
 def test_row_scaled_grouped_tensor_has_e_zero_col_amaxes():
-    """GroupedNVFP4Tensor: a plane not requested has amaxes 0, float32 [E]; a row-scaled tensor (SPEC 5.7: rowwise
-    plane only) keeps one row amax per row and E zeros for the columnwise plane it does not have."""
+    """GroupedNVFP4Tensor: a plane not requested has amaxes 0, float32 [E]; a row-scaled tensor (SPEC 5.7) of the
+    rowwise plane alone keeps one row amax per row and E zeros for the columnwise plane it does not have."""
     g = oracle.group_quantize(np.ones((5, 16), np.float32), [2, 0, 3], row_scaled=True)
     assert g.row_amax.dtype == np.float32 and g.row_amax.tolist() == [1.0] * 5
     assert g.col_amax.dtype == np.float32 and g.col_amax.tolist() == [0.0, 0.0, 0.0]

@@ -4,11 +4,11 @@ TE's `transformer_engine/pytorch/custom_recipes/reference_nvfp4.py` (with `refer
 source checkout, beside stand-ins for the two compiled-backed TE modules it imports (the quantizer base classes and
 the GEMM enums, which only name things there), and quantizes random inputs under every variant it shares with the
 oracle: 1x16 / 16x16 blocks, rowwise and columnwise planes, 4over6 (MAE / MSE, fast-math error, G = 448 / 256) and
-row scaling (with and without 4over6). Data, scale bytes and amax bits are compared; the RHT is not (TE's reference
+row scaling of either plane (with and without 4over6). Data, scale bytes and amax bits are compared; the RHT is not (TE's reference
 sums it by a bf16 matmul, SPEC 14.2). Inputs hold no NaN (SPEC 14.6); a mismatch that SPEC 14.1 explains (TE's
 reference encodes -0.0 as 0x0: the oracle's bytes of the input with +0.0 for -0.0 are TE's) is counted apart.
 Then its `qgemm` (fprop of two rowwise planes: bf16 / fp32 output, a C, G = 256 operands, a row-scaled X; wgrad of two
-columnwise planes, with and without a C) against `oracle.gemm(model="sequential")` (SPEC 12.2) on the oracle's planes
+columnwise planes, with and without a C, and with a row-scaled X) against `oracle.gemm(model="sequential")` (SPEC 12.2) on the oracle's planes
 of the same inputs; a mismatch that SPEC 14.9 explains (on the CPU TE's alpha is the quotient by 36 G_A G_B, where
 12.1 multiplies by its rounded reciprocal: the oracle's GEMM given TE's alpha is TE's) is counted apart. Neither kind
 fails the run.
@@ -166,7 +166,8 @@ def compare(quantizer, x: torch.Tensor, v: dict) -> tuple[bool, bool]:
     of the input with its -0.0 elements made +0.0 are TE's."""
     m, k = x.shape
     col = v["plane"] == "col"
-    q = quantizer(rowwise=not col, columnwise=col, quant_tile_shape=v["block"],
+    # (TE's row scaling needs the rowwise plane with the columnwise one; each plane's amaxes are its own, SPEC 5.7)
+    q = quantizer(rowwise=not col or v["row_scaled"], columnwise=col, quant_tile_shape=v["block"],
                   nvfp4_use_4over6=v["fos"] is not None, nvfp4_4over6_err_mode=v["fos"] or "MAE",
                   nvfp4_4over6_err_use_fast_math=v["fast"], nvfp4_e4m3_max=v["g"], row_scaled_nvfp4=v["row_scaled"])
     with te_call("NVFP4QuantizerRef.quantize"):
@@ -192,8 +193,11 @@ def compare_gemm(quantizer, gemm_type, rng, v: dict) -> tuple[bool, bool]:
     a, b = (torch.from_numpy((rng.standard_normal(s) * np.exp2(rng.integers(-10, 11))).astype(np.float32))
             .to(torch.bfloat16) for s in shapes)
     opts = dict(nvfp4_use_4over6=v["fos"] is not None, nvfp4_4over6_err_mode=v["fos"] or "MAE", nvfp4_e4m3_max=v["g"])
-    qa = quantizer(rowwise=not wgrad, columnwise=wgrad, row_scaled_nvfp4=v["row_scaled"], **opts)
-    qb = quantizer(rowwise=not wgrad, columnwise=wgrad, **opts)
+    # the row-scaled operand: fprop's X (A: one alpha per output row), wgrad's X (B: one per output column, SPEC 12.8;
+    # TE's row scaling needs the rowwise plane with it)
+    a_rs, b_rs = v["row_scaled"] and not wgrad, v["row_scaled"] and wgrad
+    qa = quantizer(rowwise=not wgrad, columnwise=wgrad, row_scaled_nvfp4=a_rs, **opts)
+    qb = quantizer(rowwise=not wgrad or b_rs, columnwise=wgrad, row_scaled_nvfp4=b_rs, **opts)
     with te_call("NVFP4QuantizerRef.quantize"):
         ra, rb = qa.quantize(a), qb.quantize(b)
         te_planes = te_plane(ra, wgrad), te_plane(rb, wgrad)
@@ -205,8 +209,8 @@ def compare_gemm(quantizer, gemm_type, rng, v: dict) -> tuple[bool, bool]:
                      **({"gemm_type": gemm_type.WGRAD} if wgrad else {}), qresult_x=ra, qresult_w=rb)
     kw = dict(rowwise=not wgrad, columnwise=wgrad, four_over_six=v["fos"].lower() if v["fos"] else None,
               global_scale_max=v["g"])
-    pa = oracle.quantize(host(a), row_scaled=v["row_scaled"], **kw)
-    pb = oracle.quantize(host(b), **kw)
+    pa = oracle.quantize(host(a), row_scaled=a_rs, **kw)
+    pb = oracle.quantize(host(b), row_scaled=b_rs, **kw)
     pa, pb = (pa.col, pb.col) if wgrad else (pa.row, pb.row)
     for fields, p in zip(te_planes, (pa, pb), strict=True):  # the operands agree first
         if not same_bytes(plane_bytes(*fields), (p.data, p.scales, np.asarray(p.amax, np.float32).reshape(-1))):
@@ -224,16 +228,18 @@ def compare_gemm(quantizer, gemm_type, rng, v: dict) -> tuple[bool, bool]:
 
 
 def gemm_variants() -> list[dict]:
-    """The qgemm calls compared: fprop (bf16 / fp32 out, a C, G = 256 4over6 operands, a row-scaled X) and wgrad."""
+    """The qgemm calls compared: fprop (bf16 / fp32 out, a C, G = 256 4over6 operands, a row-scaled X) and wgrad
+    (with a C, bf16 out, a row-scaled X)."""
     base = dict(kind="fprop", fos=None, g=448, row_scaled=False, accumulate=False)
     return [dict(base, out="bfloat16"), dict(base, out="float32"), dict(base, out="float32", accumulate=True),
             dict(base, fos="MSE", g=256, out="bfloat16"), dict(base, row_scaled=True, out="float32"),
-            dict(base, kind="wgrad", out="float32", accumulate=True), dict(base, kind="wgrad", out="bfloat16")]
+            dict(base, kind="wgrad", out="float32", accumulate=True), dict(base, kind="wgrad", out="bfloat16"),
+            dict(base, kind="wgrad", row_scaled=True, out="float32")]
 
 
 def variants() -> list[dict]:
     """The quantizer settings compared: both planes x both block shapes x (plain, 4over6 mode x fast math x G), and
-    row scaling with and without 4over6 (rowwise 1x16 only, as TE has it)."""
+    row scaling of either plane with and without 4over6 (1x16 only, as TE has it)."""
     out = []
     for plane in ("row", "col"):
         for block in ((1, 16), (16, 16)):
@@ -242,9 +248,10 @@ def variants() -> list[dict]:
                 for fast in (False, True):
                     for g in (448, 256):
                         out.append(dict(plane=plane, block=block, fos=fos, fast=fast, g=g, row_scaled=False))
-    out.append(dict(plane="row", block=(1, 16), fos=None, fast=False, g=448, row_scaled=True))
-    for fos in ("MAE", "MSE"):
-        out.append(dict(plane="row", block=(1, 16), fos=fos, fast=False, g=448, row_scaled=True))
+    for plane in ("row", "col"):
+        out.append(dict(plane=plane, block=(1, 16), fos=None, fast=False, g=448, row_scaled=True))
+        for fos in ("MAE", "MSE"):
+            out.append(dict(plane=plane, block=(1, 16), fos=fos, fast=False, g=448, row_scaled=True))
     return out
 
 
