@@ -153,11 +153,11 @@ class TorchaoBackend(Backend):
 class TorchTEBackend(Backend):
     """Rule "te" / "te_fused_rht" quantization and grouped quantization (round to nearest, both planes, 1x16 and
     16x16 blocks, the RHT, compact and swizzled scales, a computed or supplied amax, SPEC 9's flat buffers) and TE's
-    variants of rule "te" (4over6: MAE / MSE, input or product domain, G = 448 or 256; row scaling; SPEC 5.6, 5.7) by
-    :mod:`conformance.te_torch` and :mod:`conformance.te_torch_variants`: torch float32 ops written from SPEC 4-9
-    alone, sharing no code with the oracle, so the oracle's TE arithmetic meets a second implementation on the CPU.
-    Stochastic rounding and the torchao rules are not implemented (space: ``rule=["te", "te_fused_rht"]``,
-    ``rounding=["rn"]``)."""
+    variants of rule "te" (4over6: MAE / MSE, input or product domain, G = 448 or 256; row scaling; SPEC 5.6, 5.7) and
+    stochastic rounding (SPEC 3.4 with SPEC 10's Philox bytes) by :mod:`conformance.te_torch`,
+    :mod:`conformance.te_torch_variants` and :mod:`conformance.te_torch_sr`: torch float32 ops (Philox in NumPy
+    uint64) written from SPEC 3-10 alone, sharing no code with the oracle, so the oracle's TE arithmetic meets a second
+    implementation on the CPU. The torchao rules are not implemented (space: ``rule=["te", "te_fused_rht"]``)."""
 
     name = "torch-te"
     ops = ("quantize", "group_quantize")
@@ -166,7 +166,7 @@ class TorchTEBackend(Backend):
         return None if ind.import_torch() is not None else "torch is not installed (pip install .[torch])"
 
     def space(self, op):
-        return {"rule": ["te", "te_fused_rht"], "rounding": ["rn"]}
+        return {"rule": ["te", "te_fused_rht"]}
 
     def expected_outputs(self, op, case, ref_keys):
         return set(ref_keys) - {"row_tile_offsets"}  # the device's tile table; SPEC 9 has no tiles
@@ -175,11 +175,12 @@ class TorchTEBackend(Backend):
         from . import te_torch  # (imports torch)
 
         o = case.options
-        if o["rounding"] != "rn" or o["rule"] not in te_torch.RULES or o.get("splits_rule", "exact") != "exact":
-            raise ValueError(f"torch-te runs rules {te_torch.RULES}, rounding 'rn' and splits adding up to T, not "
-                             f"{o['rule']!r} / {o['rounding']!r} / {o.get('splits_rule')!r}")
+        if o["rule"] not in te_torch.RULES or o.get("splits_rule", "exact") != "exact":
+            raise ValueError(f"torch-te runs rules {te_torch.RULES} and splits adding up to T, not "
+                             f"{o['rule']!r} / {o.get('splits_rule')!r}")
         kw = dict(rowwise=o["rowwise"], columnwise=o["columnwise"], rht=o["rht"], rht_signs=o["rht_signs"],
-                  block=o["block"], rule=o["rule"], amax=case.arrays.get("amax"), **te_variant_kwargs(case))
+                  block=o["block"], rule=o["rule"], amax=case.arrays.get("amax"), rounding=o["rounding"],
+                  seed=o["seed"], offset=o["offset"], **te_variant_kwargs(case))
         if kw.get("row_scaled"):  # (one amax per plane row: the one plane's, or a (row, col) pair, SPEC 5.7)
             kw["amax"] = quantize_kwargs(case).get("amax")
         if op == "group_quantize":

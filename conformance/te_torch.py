@@ -1,6 +1,6 @@
-"""NVFP4 quantization under the TE scale rules ("te", "te_fused_rht"), round to nearest, in torch (CPU).
+"""NVFP4 quantization under the TE scale rules ("te", "te_fused_rht"), round to nearest or stochastic, in torch (CPU).
 
-A second implementation of SPEC 4-8, written from SPEC.md alone: it imports nothing from ``oracle`` and shares no
+A second implementation of SPEC 4-10, written from SPEC.md alone: it imports nothing from ``oracle`` and shares no
 code with it, so a conformance run of it against the oracle checks the oracle's TE arithmetic (the
 ``torch-te`` backend of :mod:`conformance.backends`). Every value is a torch float32 tensor and every fp32
 operation is a separate torch op (IEEE binary32, RNE on the CPU): a product and a sum are never fused, a division
@@ -22,7 +22,8 @@ Organisation, one function per SPEC section:
 
 TE's variants of rule "te" (4over6, SPEC 5.6; row scaling, SPEC 5.7) live in the sibling
 :mod:`conformance.te_torch_variants`, written the same way on :mod:`conformance.te_torch_blocks`; :func:`quantize`
-and :func:`group_quantize` take their keywords and call into it.
+and :func:`group_quantize` take their keywords and call into it. Stochastic rounding (SPEC 3.4 with SPEC 10's
+Philox bytes) lives in :mod:`conformance.te_torch_sr`.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from .te_torch_blocks import (
     tensor_amax,
     to_f32,
 )
+from .te_torch_sr import block_random_bytes
 
 __all__ = ["E4M3_VALUES", "FLT_MAX", "ONE", "RULES", "SIXTH", "amax_of_blocks", "bf16_round", "block_amax",
            "columnwise_source", "e2m1_encode", "e4m3_encode", "encode_blocks", "encode_scale", "group_quantize", "pack",
@@ -119,7 +121,7 @@ def _tile_max(a: torch.Tensor) -> torch.Tensor:
 
 def quantize_plane(src: torch.Tensor, rule: str, block: tuple[int, int] = (1, 16),
                    amax: torch.Tensor | None = None,
-                   variant=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   variant=None, rbytes: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """SPEC 5.2 on a plane source [R, C] (fp32) under ``rule``: returns (packed data [R, C/2], scale bytes
     [R, C/16], both uint8, and the plane's amax, 0-d fp32). ``amax`` None: the plane's own (SPEC 4.1 over the
     source, :func:`amax_of_blocks`); else used as is (SPEC 4.3). S_enc, S_dec by :func:`encode_scale`.
@@ -130,7 +132,7 @@ def quantize_plane(src: torch.Tensor, rule: str, block: tuple[int, int] = (1, 16
     if variant is None or variant.plain:
         if amax is None:
             amax = amax_of_blocks(b)
-        data, byte = encode_blocks(src, b, *encode_scale(amax, rule))
+        data, byte = encode_blocks(src, b, *encode_scale(amax, rule), rbytes)
         return data, byte, amax
     if amax is None:
         amax = variants.row_amax(b) if variant.row_scaled else amax_of_blocks(b)
@@ -195,16 +197,18 @@ def _supplied(amax) -> tuple[torch.Tensor, torch.Tensor] | None:
 
 
 def quantize(x: np.ndarray, *, rowwise: bool = True, columnwise: bool = False, rht: bool = False,
-             rht_signs: int = DEFAULT_RHT_SIGNS, block=(1, 16), rule: str = "te", amax=None,
-             four_over_six: str | None = None, four_over_six_fast_math: bool = False, global_scale_max: int = 448,
-             row_scaled: bool = False) -> dict:
-    """SPEC 4-8 for the TE rules, round to nearest: the buffers of a quantize case as numpy arrays:
+             rht_signs: int = DEFAULT_RHT_SIGNS, block=(1, 16), rule: str = "te", amax=None, rounding: str = "rn",
+             seed: int = 0, offset: int = 0, four_over_six: str | None = None, four_over_six_fast_math: bool = False,
+             global_scale_max: int = 448, row_scaled: bool = False) -> dict:
+    """SPEC 4-8 (and 10 for SR) for the TE rules: the buffers of a quantize case as numpy arrays:
     ``{row,col}_data`` u8 [rows, cols/2], ``{row,col}_scales`` u8 [rows, cols/16] (compact, SPEC 8.1),
     ``{row,col}_scales_swizzled`` u8 1-D (SPEC 8.2) and ``{row,col}_amax`` f32 [1], for the planes asked for.
 
     Rowwise plane: X [M, K] (SPEC 6.1), amax per SPEC 4.1. Columnwise plane: SPEC 6.2's padded X^T, with the RHT
     when ``rht`` (bf16 input only, SPEC 7.3); its amax is the rowwise one without RHT and the NaN-ignoring max |v|
-    over the RHT's bf16 outputs with it (SPEC 4.2). A supplied ``amax`` is used as is (SPEC 4.3).
+    over the RHT's bf16 outputs with it (SPEC 4.2). A supplied ``amax`` is used as is (SPEC 4.3). ``rounding``
+    "sr": the codes by SPEC 3.4 with the random bytes of SPEC 10 (``seed``, ``offset``; rowwise plane 0, columnwise
+    plane 1), by :mod:`conformance.te_torch_sr`.
 
     ``four_over_six`` ("mae" / "mse"), ``four_over_six_fast_math``, ``global_scale_max`` (448, or 256 with 4over6)
     and ``row_scaled`` (``row_amax`` then [M] and ``col_amax`` [K], each plane row's own: a supplied ``amax`` is the
@@ -213,6 +217,7 @@ def quantize(x: np.ndarray, *, rowwise: bool = True, columnwise: bool = False, r
         raise ValueError(f"rule {rule!r} is not a TE rule {RULES}")
     block = tuple(int(b) for b in block)
     variant = _variant(locals())
+    _check_rounding(rounding, variant)
     xt, is_bf16 = to_f32(x)
     if rht and not is_bf16:
         raise TypeError("the RHT takes bfloat16 input (SPEC 7.3)")
@@ -222,8 +227,14 @@ def quantize(x: np.ndarray, *, rowwise: bool = True, columnwise: bool = False, r
         sup = _supplied(amax)
     out: dict[str, np.ndarray] = {}
     row_amax = None if sup is None else sup[0]
+    def rbytes(src: torch.Tensor, plane: int):  # SPEC 10.2: block c / 16, plane row r, stream offset (g = 0)
+        if rounding != "sr":
+            return None
+        r, c = src.shape
+        return block_random_bytes(np.arange(c // 16)[None, :], np.arange(r)[:, None], plane, np.int64(offset), seed)
+
     if rowwise:
-        data, scales, row_amax = quantize_plane(xt, rule, block, row_amax, variant)
+        data, scales, row_amax = quantize_plane(xt, rule, block, row_amax, variant, rbytes(xt, 0))
         _put(out, "row", data, scales, row_amax)
     if columnwise:
         src = columnwise_source(xt, rht, rht_signs)
@@ -231,8 +242,16 @@ def quantize(x: np.ndarray, *, rowwise: bool = True, columnwise: bool = False, r
         # without, the rowwise amax, which is also the plane's own (X^T and zeros) when no rowwise plane was asked;
         # row-scaled (5.7), the plane's own per row of its source (None: quantize_plane forms it)
         col_amax = sup[1] if sup is not None else (None if rht or variant.row_scaled else row_amax)
-        _put(out, "col", *quantize_plane(src, rule, block, col_amax, variant))
+        _put(out, "col", *quantize_plane(src, rule, block, col_amax, variant, rbytes(src, 1)))
     return out
+
+
+def _check_rounding(rounding: str, variant) -> None:
+    """"rn", or "sr" on plain rule te planes (SPEC 3.4; the variants of 5.6 / 5.7 round to nearest only)."""
+    if rounding not in ("rn", "sr"):
+        raise ValueError(f"rounding must be 'rn' or 'sr', not {rounding!r}")
+    if rounding == "sr" and not variant.plain:
+        raise ValueError("4over6 and row scaling round to nearest only (SPEC 5.6, 5.7)")
 
 
 def _variant(kw: dict):
@@ -283,8 +302,9 @@ def _scatter_scales(byte: torch.Tensor, g: torch.Tensor, r: torch.Tensor, c: tor
 
 def group_quantize(x: np.ndarray, splits, *, rowwise: bool = True, columnwise: bool = False, rht: bool = False,
                    rht_signs: int = DEFAULT_RHT_SIGNS, block=(1, 16), rule: str = "te", amax=None,
-                   four_over_six: str | None = None, four_over_six_fast_math: bool = False,
-                   global_scale_max: int = 448, row_scaled: bool = False) -> dict:
+                   rounding: str = "rn", seed: int = 0, offset: int = 0, four_over_six: str | None = None,
+                   four_over_six_fast_math: bool = False, global_scale_max: int = 448,
+                   row_scaled: bool = False) -> dict:
     """SPEC 9: the row groups of X [T, K] (sizes ``splits`` >= 0 adding up to T, 9.1), each quantized as one tensor
     with its own amax per plane (an empty group: 0), as the flat buffers of SPEC 9.2: ``{p}_data``, ``{p}_scales``
     (each group swizzled, 8.2), ``{p}_scales_compact`` (each group's padded compact scales, 8.1), ``{p}_amax`` [E],
@@ -298,12 +318,14 @@ def group_quantize(x: np.ndarray, splits, *, rowwise: bool = True, columnwise: b
 
     The variants as in :func:`quantize` (SPEC 5.6, 5.7) per group; row-scaled, ``row_amax`` is [T] (one per row, in
     row order), ``col_amax`` [E K] (group g's amax of each column of X over its rows, group-major) and a supplied
-    ``amax`` the one plane's values (T, or E K) or a (row, col) pair of both."""
+    ``amax`` the one plane's values (T, or E K) or a (row, col) pair of both. ``rounding`` "sr": SPEC 3.4 with group
+    g's random bytes (SPEC 10.2: its plane rows and blocks counted within the group, stream ``offset + g``)."""
     if rule not in RULES:
         raise ValueError(f"rule {rule!r} is not a TE rule {RULES}")
     _check_block(block)
     block = tuple(int(v) for v in block)
     variant = _variant(locals())
+    _check_rounding(rounding, variant)
     xt, is_bf16 = to_f32(x)
     if rht and not is_bf16:
         raise TypeError("the RHT takes bfloat16 input (SPEC 7.3)")
@@ -341,7 +363,12 @@ def group_quantize(x: np.ndarray, splits, *, rowwise: bool = True, columnwise: b
             row_amax = _group_max(b.amax(dim=1), gid, e)  # SPEC 4.1 per group (the blocks cover every element)
         if variant.plain:
             s_enc, s_dec = encode_scale(row_amax, rule)
-            data, byte = encode_blocks(xt, b, s_enc[gid].unsqueeze(1), s_dec[gid].unsqueeze(1))
+            rb = None
+            if rounding == "sr":  # SPEC 10.2: the group's own row index and stream
+                g_np = gid.numpy()[:, None]
+                rb = block_random_bytes(np.arange(nb)[None, :], np.arange(t)[:, None] - starts.numpy()[g_np], 0,
+                                        int(offset) + g_np, seed)
+            data, byte = encode_blocks(xt, b, s_enc[gid].unsqueeze(1), s_dec[gid].unsqueeze(1), rb)
         else:  # SPEC 5.6 / 5.7: the amax of each row's group, or of the row itself
             from .te_torch_variants import encode_variant_plane
 
@@ -378,7 +405,12 @@ def group_quantize(x: np.ndarray, splits, *, rowwise: bool = True, columnwise: b
             col_amax = row_amax
         if variant.plain:
             s_enc, s_dec = encode_scale(col_amax, rule)
-            data, byte = encode_blocks(src, b, s_enc[bg].unsqueeze(0), s_dec[bg].unsqueeze(0))
+            rb = None
+            if rounding == "sr":  # SPEC 10.2: block columns counted within the group, stream offset + g
+                g_np = bg.numpy()[None, :]
+                rb = block_random_bytes(np.arange(p // 16)[None, :] - tstart.numpy()[g_np] // 16,
+                                        np.arange(k)[:, None], 1, int(offset) + g_np, seed)
+            data, byte = encode_blocks(src, b, s_enc[bg].unsqueeze(0), s_dec[bg].unsqueeze(0), rb)
         else:  # SPEC 5.6 with each block column's group amax (its 16x16 tiles: 16 rows of X_g^T, K % 16 == 0)
             from .te_torch_variants import encode_variant_plane
 

@@ -12,7 +12,8 @@ nothing from ``oracle``, every value is a torch float32 tensor and every fp32 op
 * :func:`abs_nan_ignoring`, :func:`tensor_amax`, :func:`amax_of_blocks` -- SPEC 4.1 (|x| with NaN as 0; the
   NaN-ignoring max |x| folded from 0; the planes take it as the max of their block maxima);
 * :func:`encode_scale` -- SPEC 5.1, 5.3 (S_enc and S_dec of a plane);
-* :func:`encode_blocks` -- SPEC 5.2 (block scale byte, multiplier, codes).
+* :func:`encode_blocks` -- SPEC 5.2 (block scale byte, multiplier, codes; RN, or SR with
+  :mod:`conformance.te_torch_sr`'s bytes).
 """
 
 from __future__ import annotations
@@ -188,15 +189,20 @@ def encode_scale(amax: torch.Tensor, rule: str) -> tuple[torch.Tensor, torch.Ten
     return s, ONE / s
 
 
-def encode_blocks(src: torch.Tensor, b: torch.Tensor, s_enc: torch.Tensor,
-                  s_dec: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def encode_blocks(src: torch.Tensor, b: torch.Tensor, s_enc: torch.Tensor, s_dec: torch.Tensor,
+                  rbytes: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """SPEC 5.2 per 16-block of ``src`` [R, C] with block amaxes ``b`` [R, C/16] and S_enc, S_dec (0-d, or
     broadcastable to b: one per group): ``sf = fminf(b * (S_enc * fp32(1/6)), FLT_MAX)`` (the product formed
     first), ``byte = E4M3(sf)`` (3.2), ``m = fminf(1 / (decode(byte) * S_dec), FLT_MAX)``, ``code_i = E2M1(x_i * m)``
-    (3.1). Returns (packed data [R, C/2], scale bytes [R, C/16])."""
+    (3.1, or 3.4's stochastic rounding with the random bytes ``rbytes`` [R, C] of SPEC 10). Returns (packed data
+    [R, C/2], scale bytes [R, C/16])."""
     r, c = src.shape
     sf = torch.fmin(b * (s_enc * SIXTH), FLT_MAX)
     byte = e4m3_encode(sf)
     m = torch.fmin(ONE / (E4M3_VALUES[byte.to(torch.int64)] * s_dec), FLT_MAX)
-    y = src.reshape(r, c // 16, 16) * m.unsqueeze(2)
-    return pack(e2m1_encode(y).reshape(r, c)), byte
+    y = (src.reshape(r, c // 16, 16) * m.unsqueeze(2)).reshape(r, c)
+    if rbytes is None:
+        return pack(e2m1_encode(y)), byte
+    from .te_torch_sr import e2m1_encode_sr
+
+    return pack(e2m1_encode_sr(y, rbytes)), byte

@@ -52,17 +52,19 @@ def test_torch_te_is_in_the_cpu_default_run():
     b = B.make_backend("torch-te")
     assert b.available() is None
     assert set(b.ops) == {"quantize", "group_quantize"}
-    assert b.space("quantize") == {"rule": ["te", "te_fused_rht"], "rounding": ["rn"]}  # no SR, no torchao rules
+    assert b.space("quantize") == {"rule": ["te", "te_fused_rht"]}  # RN and SR; no torchao rules
 
 
 @pytest.mark.parametrize("module,allowed", [
-    ("te_torch", {"__future__", "numpy", "torch", ".te_torch_variants", ".te_torch_blocks"}),
+    ("te_torch", {"__future__", "numpy", "torch", ".te_torch_variants", ".te_torch_blocks", ".te_torch_sr"}),
     ("te_torch_variants", {"__future__", "dataclasses", "torch", ".te_torch_blocks"}),
-    ("te_torch_blocks", {"__future__", "numpy", "torch"}),
+    ("te_torch_blocks", {"__future__", "numpy", "torch", ".te_torch_sr"}),
+    ("te_torch_sr", {"__future__", "numpy", "torch"}),
 ])
 def test_te_torch_imports_neither_the_oracle_nor_the_rest_of_conformance(module, allowed):
-    """te_torch, its sibling te_torch_variants (SPEC 5.6, 5.7) and the layer under both, te_torch_blocks, import
-    nothing else of the project, and only downwards (te_torch -> te_torch_variants -> te_torch_blocks: no cycle)."""
+    """te_torch, its sibling te_torch_variants (SPEC 5.6, 5.7), the layer under both, te_torch_blocks, and the SR
+    module (SPEC 3.4, 10) import nothing else of the project, and only downwards (te_torch -> te_torch_variants ->
+    te_torch_blocks -> te_torch_sr: no cycle)."""
     tree = ast.parse((ROOT / "conformance" / f"{module}.py").read_text())
     imported = set()
     for node in ast.walk(tree):
@@ -366,3 +368,90 @@ def test_amax_of_blocks_is_the_tensor_amax():
 def test_constants():
     assert T.SIXTH.numpy().view(np.uint32) == 0x3E2AAAAB and T.SIXTH.item() == np.float32(1 / 6)
     assert T.FLT_MAX.item() == FLT_MAX
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# stochastic rounding (SPEC 3.4, 10): conformance/te_torch_sr.py
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_philox_known_answer_vectors():
+    """SPEC 10.1 against Random123's known-answer vectors for philox4x32_10 (kat_vectors: counter, key, output)."""
+    from conformance.te_torch_sr import philox4x32_10
+
+    kat = [((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+           ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+           ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
+            (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1))]
+    for counter, key, want in kat:
+        got = philox4x32_10(tuple(np.uint64(c) for c in counter), key)
+        assert tuple(int(w) for w in got) == want
+
+
+@pytest.mark.parametrize("y, r, code", [
+    (2.5, 0, 0x4),      # step 1: j = 2.5, floor -> 2
+    (2.5, 128, 0x5),    # j = 2.5 + 0.5 = 3 -> 3
+    (0.3, 0, 0x0),      # step 0.5: j = 0.3 -> 0
+    (0.3, 255, 0x1),    # j = 0.3 + 0.498046875 = 0.798... -> 0.5
+    (5.9, 255, 0x7),    # step 2: j = 5.9 + 1.9921875 = 7.89... -> floor(3.94...) * 2 = 6
+    (4.0, 255, 0x6),    # j = 5.99... -> 4
+    (-1.75, 64, 0xB),   # j = 1.75 + 0.125 = 1.875 -> 1.5, sign kept
+    (-0.0, 255, 0x8),   # j = 0.498... < 0.5: -0 keeps its sign
+    (np.inf, 0, 0x7), (-np.inf, 200, 0xF), (np.nan, 0, 0x7), (100.0, 0, 0x7),
+])
+def test_sr_encode_hand_vectors(y, r, code):
+    """SPEC 3.4 worked by hand (comments: j = a + u step(a), q = floor(j / step(j)) step(j), at most 6)."""
+    from conformance.te_torch_sr import e2m1_encode_sr
+
+    got = e2m1_encode_sr(torch.tensor([y], dtype=torch.float32), torch.tensor([r], dtype=torch.uint8))
+    assert int(got[0]) == code
+
+
+def test_sr_random_bytes_follow_the_counter_mapping():
+    """SPEC 10.2: element (r, c) of plane p takes byte c % 4 of word (c % 16) / 4 of Philox((c / 16, r, p, offset +
+    g), (seed mod 2^32, seed >> 32)); checked for one element against a call made by hand."""
+    from conformance.te_torch_sr import block_random_bytes, philox4x32_10
+
+    seed, offset, plane = (7 << 32) | 3, 2**32 - 1, 1
+    rb = block_random_bytes(np.arange(3)[None, :], np.arange(5)[:, None], plane, np.int64(offset), seed)
+    assert tuple(rb.shape) == (5, 48)
+    r, c = 4, 37
+    words = philox4x32_10((np.uint64(c // 16), np.uint64(r), np.uint64(plane), np.uint64(offset)), (3, 7))
+    assert int(rb[r, c]) == (int(words[(c % 16) // 4]) >> (8 * (c % 4))) & 0xFF
+
+
+def test_sr_planes_match_the_oracle():
+    """torch-te's SR bytes (both planes, 1x16 and 16x16, the RHT, te_fused_rht, grouped with an empty group) are the
+    oracle's, and differ from its RN bytes (the comparison is not vacuous)."""
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal((37, 64)) * 4).astype(ml_dtypes.bfloat16)
+    seed, offset = 2**40 + 5, 2**32 - 2
+    for kw in (dict(), dict(block=(16, 16)), dict(rht=True), dict(rht=True, rule="te_fused_rht")):
+        got = T.quantize(x, columnwise=True, rounding="sr", seed=seed, offset=offset, **kw)
+        want = oracle.quantize(x, columnwise=True, rounding="sr", seed=seed, offset=offset, **kw)
+        for p in ("row", "col"):
+            assert np.array_equal(got[f"{p}_data"], getattr(want, p).data), (kw, p)
+            assert np.array_equal(got[f"{p}_scales"], getattr(want, p).scales), (kw, p)
+    assert not np.array_equal(got["row_data"], oracle.quantize(x, rht=True, columnwise=True, rule="te_fused_rht").row.data)
+    for kw in (dict(), dict(block=(16, 16)), dict(rht=True)):
+        got = T.group_quantize(x, [20, 0, 17], columnwise=True, rounding="sr", seed=seed, offset=offset, **kw)
+        want = oracle.group_quantize(x, [20, 0, 17], columnwise=True, rounding="sr", seed=seed, offset=offset, **kw)
+        for f in ("row_data", "row_scales", "col_data", "col_scales"):
+            assert np.array_equal(got[f], getattr(want, f)), (kw, f)
+
+
+def test_a_planted_sr_counter_bug_is_caught(tmp_path, monkeypatch):
+    """The oracle's Philox stream word taken as offset + g + 1 (SPEC 10.2 says offset + g), patched in this process:
+    the runner with torch-te reports mismatches among the first 100 quantize cases (SR is drawn in 30% of them)."""
+    ph = importlib.import_module("oracle.philox")
+    original = ph.sr_random_bytes
+
+    def planted(rows, cols, *, seed, offset, plane, group=0):
+        return original(rows, cols, seed=seed, offset=offset, plane=plane, group=group + 1)
+
+    for mod in ("oracle.philox", "oracle.quantize", "oracle.rounding"):
+        m = importlib.import_module(mod)
+        if getattr(m, "sr_random_bytes", None) is original:
+            monkeypatch.setattr(m, "sr_random_bytes", planted)
+    code, stats = _run(tmp_path, ["quantize"], 100)
+    assert code == 1 and len(stats.failures) >= 5
+    assert {f.get("status") for f in stats.failures} == {"mismatch"}
