@@ -64,9 +64,9 @@ def _setting_words(setting: tuple[tuple, bool, bool]) -> str:
 def _diagnosed(label: str, x, data, scales, amax, layout: str, plane: str, rht_signs: int,
                asked: tuple[str, bool, bool]) -> list[str]:
     """diagnose's reading of one plane's bytes as lines ``"<label>: ..."``. ``asked``: the case's own rule, block
-    shape and RHT (:func:`case_setting`); where every rule that reproduces the bytes has other settings (a 14.11
-    variant counts as its base rule), the line says so: the backend made correct bytes of another call, such as an
-    option it ignored. A negative stored amax (which diagnose refuses: SPEC 4.3) is named as a sign error, and the
+    shape and RHT (:func:`case_setting`); where every rule that reproduces the bytes, or the closest one, has other
+    settings (a 14.11 variant counts as its base rule), the line says so: the backend made (nearly) correct bytes of
+    another call, such as an option it ignored. A negative stored amax (which diagnose refuses: SPEC 4.3) is named as a sign error, and the
     bytes are read without it."""
     head_lines = []
     a = None if amax is None else np.asarray(amax, np.float32).reshape(-1)
@@ -84,6 +84,8 @@ def _diagnosed(label: str, x, data, scales, amax, layout: str, plane: str, rht_s
             head += f", not by the case's own settings ({_setting_words(asked)})"
     else:
         head = f"{label}: closest {r.closest}, {r.n_diff} of {r.n_blocks} blocks differ"
+        if _label_setting(r.closest) != asked:
+            head += f" (the case's own settings are {_setting_words(asked)})"
     return head_lines + [head] + [f"{label}: {h}" for h in r.hypotheses if not h.startswith(_NONE_FITS)]
 
 

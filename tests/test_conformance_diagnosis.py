@@ -85,6 +85,20 @@ def test_correct_bytes_of_an_option_the_backend_ignored_are_not_read_as_right():
     assert all(line.endswith(", not by the case's own settings (te, 16x16 blocks)") for line in lines), lines
 
 
+def test_the_closest_rule_with_other_settings_is_named_as_such():
+    """The same backend with one more fault (a flipped data byte): no rule reproduces the bytes, and the closest line
+    (te, 1x16 blocks: one block differs) says that the case asked for 16x16 blocks, so that it is not read as a
+    one-block bug of the case's own call."""
+    x = _x(seed=8)
+    ref = _bufs(x, block=(16, 16))
+    out = _bufs(x)
+    out["row_data"] = out["row_data"].copy()
+    out["row_data"][0, 0] ^= 0x11
+    lines = quantize_hypotheses(_case(x, block=[16, 16]), out, ref)
+    assert lines[0].startswith("row plane: closest te, 1 of "), lines
+    assert lines[0].endswith("(the case's own settings are te, 16x16 blocks)"), lines
+
+
 @pytest.mark.parametrize("kw, plane, words", [
     (dict(rule="te", block=(1, 16), rht=True), "row", "te, 1x16 blocks"),  # the RHT is the columnwise plane's
     (dict(rule="te", block=(1, 16), rht=True), "col", "te, 1x16 blocks, RHT"),
