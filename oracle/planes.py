@@ -6,7 +6,7 @@ These are plain NumPy containers; the device API converts its CUDA results into 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -28,8 +28,33 @@ from .swizzle import swizzle_scales
 __all__ = ["GroupedNVFP4Tensor", "NVFP4Tensor", "QuantizedPlane"]
 
 
-@dataclass
-class QuantizedPlane:
+def _same(a, b) -> bool:
+    """Equality as the oracle means it: arrays and NumPy scalars by dtype, shape and bytes (a NaN amax equals the
+    same NaN), containers element by element, anything else by ``==``."""
+    if isinstance(a, (np.ndarray, np.generic)) or isinstance(b, (np.ndarray, np.generic)):
+        a, b = np.asarray(a), np.asarray(b)
+        return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+class _ByteEquality:
+    """``==`` on a result: the same class and every field the same (:func:`_same`: arrays byte for byte). Results
+    hold arrays, so they are not hashable."""
+
+    __hash__ = None
+
+    def __eq__(self, other) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(_same(getattr(self, f.name), getattr(other, f.name)) for f in fields(self))
+
+
+@dataclass(eq=False)
+class QuantizedPlane(_ByteEquality):
     """One NVFP4 quantization of a 2-D matrix along its last (K-major) axis (SPEC 6).
 
     Attributes:
@@ -175,8 +200,8 @@ def _check_variant(p: QuantizedPlane) -> None:
         raise ValueError(f"a row-scaled plane has 1x16 blocks (SPEC 5.7), got {p.block}")
 
 
-@dataclass
-class NVFP4Tensor:
+@dataclass(eq=False)
+class NVFP4Tensor(_ByteEquality):
     """The result of :func:`oracle.quantize`: a rowwise plane of X and/or a columnwise plane of X^T.
 
     ``shape`` is the 2-D shape ``(M, K)`` of the (flattened) input. ``row`` / ``col`` are ``None`` when
@@ -204,8 +229,8 @@ class NVFP4Tensor:
         return out
 
 
-@dataclass
-class GroupedNVFP4Tensor:
+@dataclass(eq=False)
+class GroupedNVFP4Tensor(_ByteEquality):
     """The result of :func:`oracle.group_quantize` (SPEC 9).
 
     ``row_planes[g]`` / ``col_planes[g]`` are the per-group planes (each entry ``None`` when that plane was not

@@ -575,3 +575,23 @@ def test_plane_contracts():
     assert want != np.float32(amax / np.float32(2688.0))
     out = dequantize(QuantizedPlane(data, scales, amax, (1, 16), rule="te_fused_rht"))
     assert np.all(out.view(np.uint32) == want.view(np.uint32))
+
+
+def test_results_compare_byte_for_byte():
+    """``==`` on planes, tensors and grouped tensors: every field the same, arrays by dtype, shape and bytes (a NaN
+    amax equals the same NaN); a differing byte, amax, option or shape makes them unequal. (The dataclass default
+    compared arrays with ``==`` and raised "truth value of an array is ambiguous".)"""
+    x = np.random.default_rng(0).standard_normal((32, 64)).astype(np.float32)
+    a, b = oracle.quantize(x, columnwise=True), oracle.quantize(x, columnwise=True)
+    assert a == b and a.row == b.row and not (a.row != b.row)
+    assert oracle.quantize(x, amax=np.nan) == oracle.quantize(x, amax=np.nan)
+    flipped = oracle.QuantizedPlane(a.row.data ^ np.uint8(1), a.row.scales, a.row.amax, a.row.shape)
+    assert flipped != oracle.QuantizedPlane(a.row.data, a.row.scales, a.row.amax, a.row.shape)
+    assert a != oracle.quantize(x, columnwise=True, amax=10.0)
+    assert a != oracle.quantize(x, columnwise=True, block=(16, 16))
+    assert a.row != a.col and a != a.row and (a == 3) is False
+    g = oracle.group_quantize(x, [10, 0, 22], columnwise=True)
+    assert g == oracle.group_quantize(x, [10, 0, 22], columnwise=True)
+    assert g != oracle.group_quantize(x, [11, 0, 21], columnwise=True)
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(a.row)
