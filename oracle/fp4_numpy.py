@@ -35,15 +35,27 @@ E4M3_MAX = np.float32(448.0)
 
 
 def _as_f32(x) -> np.ndarray:
-    """Convert float32/float16/bfloat16 (or Python floats) to float32; exact for those dtypes."""
+    """The fp32 values of ``x``: float32 as it is; float16, bfloat16, and float64 (Python floats) or integers whose
+    every value is a float32 value, widened or narrowed exactly. A value that float32 cannot hold (e.g. 2.5000001) is a
+    ``ValueError``: these codecs round fp32 values, and rounding it to fp32 first would round twice."""
     arr = np.asarray(x)
     if arr.dtype == np.float32:
         return arr
     if arr.dtype.kind not in "fiu" and arr.dtype.name != "bfloat16":
         raise TypeError(f"expected a floating-point array, got dtype {arr.dtype}")
-    # exact for float16, bfloat16 and integers up to 2^24 in magnitude; float64 (Python floats) and larger integers are
-    # rounded to float32 once (RNE)
-    return arr.astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = arr.astype(np.float32)
+    if arr.dtype.kind in "iu" or arr.dtype.itemsize > 4:
+        wide = arr.astype(np.float64) if arr.dtype.kind in "iu" else arr
+        exact = (f.astype(wide.dtype) == wide) | (np.isnan(f) & np.isnan(wide))
+        if arr.dtype.kind in "iu":
+            exact &= f.astype(np.float64).astype(arr.dtype) == arr  # (an integer past 2^53 in float64 too)
+        if not np.all(exact):
+            bad = np.asarray(arr).reshape(-1)[np.flatnonzero(~np.asarray(exact).reshape(-1))[0]]
+            raise ValueError(f"{bad!r} is not a float32 value: these codecs take fp32 inputs (SPEC 3), and rounding "
+                             f"{arr.dtype} to float32 first would round twice; cast with .astype(np.float32) if that "
+                             "is what you want")
+    return f
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -80,7 +92,7 @@ def decode_e2m1(codes) -> np.ndarray:
 
 
 def pack_fp4(codes) -> np.ndarray:
-    """Pack E2M1 codes two per byte along the last axis (SPEC 2.3).
+    """Pack E2M1 codes (0..15; ``ValueError`` outside) two per byte along the last axis (SPEC 2.3).
 
     Element 2i goes to the LOW nibble of byte i and element 2i+1 to the HIGH nibble. An odd last
     dimension is padded with a zero nibble. Returns uint8 of shape [..., ceil(n/2)].
@@ -90,7 +102,9 @@ def pack_fp4(codes) -> np.ndarray:
         raise TypeError(f"E2M1 codes must be an integer array, got {c.dtype}")
     if c.ndim == 0:
         raise ValueError("E2M1 codes to pack must have at least one dimension (codes along the last axis)")
-    c = c.astype(np.uint8) & 0x0F
+    if c.size and (c.min() < 0 or c.max() > 15):
+        raise ValueError(f"E2M1 codes are 0..15 (sign bit 3, SPEC 2.1), got values in [{c.min()}, {c.max()}]")
+    c = c.astype(np.uint8)
     n = c.shape[-1]
     if n % 2:
         c = np.concatenate([c, np.zeros(c.shape[:-1] + (1,), np.uint8)], axis=-1)
@@ -203,8 +217,13 @@ def f32_to_bf16_bits(x_f32) -> np.ndarray:
 
 
 def bf16_bits_to_f32(bits) -> np.ndarray:
-    """bfloat16 bit pattern (uint16) -> float32 (exact)."""
-    b = np.asarray(bits, dtype=np.uint16)
+    """bfloat16 bit pattern (integers 0..0xFFFF) -> float32 (exact). ``TypeError`` for a non-integer array (e.g.
+    float values: view a bfloat16 array's bits with ``.view(np.uint16)``), ``ValueError`` outside 0..0xFFFF."""
+    b = np.asarray(bits)
+    if b.dtype.kind not in "ui":
+        raise TypeError(f"bfloat16 bit patterns are integers (uint16), got dtype {b.dtype}")
+    if b.size and (b.min() < 0 or b.max() > 0xFFFF):
+        raise ValueError(f"bfloat16 bit patterns are 0..0xFFFF, got values in [{b.min()}, {b.max()}]")
     return (b.astype(np.uint32) << 16).view(np.float32)
 
 

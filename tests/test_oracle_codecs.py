@@ -304,3 +304,32 @@ def test_codec_refusals(call, exc, match):
     """The packing and code helpers refuse what is not codes (SPEC 2.1, 2.3: integer codes, two per uint8 byte)."""
     with pytest.raises(exc, match=match):
         call()
+
+
+def test_codecs_refuse_values_float32_cannot_hold():
+    """The fp32 codecs take float32 values: a float64 or integer input whose every value is a float32 value is
+    taken exactly (Python floats such as 2.5), one that is not is a ValueError instead of a silent second rounding
+    (2.5000001 would become 2.5 first, then E2M1 2 by the tie rule, where the real value rounds to 3)."""
+    from oracle import fp4_numpy as F
+
+    assert F.encode_e2m1(2.5).tolist() == 4 and F.encode_e2m1([np.nan, np.inf, 3]).tolist() == [7, 7, 5]
+    assert F.encode_e4m3(np.array([1.0625])).tolist() == [0x38]  # a tie between 1 (0x38) and 1.125 (0x39): even
+    for f, bad in ((F.encode_e2m1, [2.5000001]), (F.encode_e4m3, [1.0625 + 1e-9]), (F.encode_e4m3, [1e300]),
+                   (F.f32_to_bf16_bits, [1 + 2**-8 + 1e-12]), (F.encode_e2m1, np.array([2**30 + 1]))):
+        with pytest.raises(ValueError, match="is not a float32 value"):
+            f(np.asarray(bad))
+
+
+def test_bf16_bits_and_fp4_codes_are_checked():
+    from oracle import fp4_numpy as F
+
+    assert F.bf16_bits_to_f32(np.array([0x3F80, 0xBF80], np.uint16)).tolist() == [1.0, -1.0]
+    assert F.bf16_bits_to_f32([0x4040]).tolist() == [3.0]
+    with pytest.raises(TypeError, match="integers"):
+        F.bf16_bits_to_f32(np.array([1.0], np.float32))
+    for bad in ([0x1FFFF], [-1]):
+        with pytest.raises(ValueError, match="0..0xFFFF"):
+            F.bf16_bits_to_f32(np.array(bad))
+    assert F.pack_fp4(np.array([1, 15], np.uint8)).tolist() == [0xF1]
+    with pytest.raises(ValueError, match="0..15"):
+        F.pack_fp4(np.array([16, 17], np.uint8))
