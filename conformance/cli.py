@@ -19,6 +19,7 @@ import math
 import os
 import re
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -122,7 +123,8 @@ def _seconds(minimum_exclusive: bool):
 
 def _unwritable(path: str, folder: bool = False) -> str | None:
     """Why ``path`` (a file to write, or with ``folder`` a folder to create or fill) cannot be written, or None: it
-    is checked before a run, so that a bad path costs no budget. Nothing is created."""
+    is checked before a run, so that a bad path costs no budget. The check writes a temporary file in the nearest
+    existing folder and removes it (permission bits alone pass root everywhere, /proc included); nothing stays."""
     if not path:
         return "an empty path"
     p = os.path.abspath(path)
@@ -136,8 +138,11 @@ def _unwritable(path: str, folder: bool = False) -> str | None:
             target = os.path.dirname(target)
         if not os.path.isdir(target):
             return f"{path}: {target} is not a folder"
-    if not os.access(target, os.W_OK | os.X_OK):
-        return f"{path}: {target} is not writable"
+    try:
+        with tempfile.TemporaryFile(dir=target):
+            pass
+    except OSError as e:
+        return f"{path}: {target} is not writable ({e.strerror or e})"
     return None
 
 

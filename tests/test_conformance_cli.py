@@ -608,6 +608,31 @@ def test_unwritable_outputs_are_refused_before_the_run(tmp_path, capsys):
     assert main(base + ["--report", str(tmp_path / "new" / "r.json"), "--artifacts", str(tmp_path / "art")]) == 0
 
 
+def test_a_folder_that_refuses_files_is_refused_whoever_runs(tmp_path, capsys, monkeypatch):
+    """The check writes a file instead of reading permission bits, which pass root everywhere (/proc x was accepted
+    and the first failure raised FileNotFoundError mid-run): a folder whose file creation fails is refused."""
+    import tempfile
+
+    from conformance.cli import _unwritable
+
+    real = tempfile.TemporaryFile
+
+    def refusing(*a, dir=None, **kw):
+        if dir is not None and str(dir).startswith(str(tmp_path / "ro")):
+            raise PermissionError(13, "Permission denied")
+        return real(*a, dir=dir, **kw)
+
+    (tmp_path / "ro").mkdir()
+    monkeypatch.setattr(tempfile, "TemporaryFile", refusing)
+    assert _unwritable(str(tmp_path / "ro" / "art"), folder=True) == \
+        f"{tmp_path / 'ro' / 'art'}: {tmp_path / 'ro'} is not writable (Permission denied)"
+    assert _unwritable(str(tmp_path / "ok" / "art"), folder=True) is None
+    assert not (tmp_path / "ok").exists() and list((tmp_path).iterdir()) == [tmp_path / "ro"]  # nothing stays
+    base = ["run", "--backend", "mldtypes", "--ops", "e2m1", "--cases", "2", "--no-progress"]
+    assert main(base + ["--artifacts", str(tmp_path / "ro" / "art")]) == 2
+    assert "cannot write failing cases" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("flag, value", [("--case-timeout", "-1"), ("--case-timeout", "0"), ("--case-timeout", "nan"),
                                          ("--shrink-time", "-1"), ("--shrink-time", "inf")])
 def test_time_options_are_finite_and_positive(flag, value, capsys):
