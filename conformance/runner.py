@@ -318,7 +318,8 @@ def worker_main(wid: int, nworkers: int, specs: list[str], cfg: RunConfig, clock
         if status != "pass" and saved.get(sig, 0) >= _SAVE_PER_SIGNATURE:  # enough examples of this failure
             rec["failure"] = dict(op=op, backend=b.name, seed=case.seed, index=index, status=status, error=err,
                                   mismatches=[m.to_dict() for m in ms], mismatch_text=[str(m) for m in ms],
-                                  tags=case.tags,
+                                  tags=case.tags, backend_spec=backend_spec(b),
+                                  replay=_case_command(op, case.seed, index, backend_spec(b)),
                                   note=f"not shrunk or saved: this worker saved {_SAVE_PER_SIGNATURE} cases with "
                                        "the same failing buffers already")
         elif status != "pass":
@@ -487,14 +488,19 @@ def _no_case_reason(cfg: RunConfig, specs: list[str], usable: list[str], why_not
     return "no case finished: every worker stopped before its first case (see the errors above)"
 
 
+def _case_command(op: str, seed: int, index: int, spec: str) -> str:
+    """The commands that draw a case again, save it and replay it against its backend (``case --save``)."""
+    return (f"python -m conformance case {op} --seed {seed} --index {index} --backend {spec} --save case.npz; "
+            f"python -m conformance replay case.npz")
+
+
 def _lost_case(cur: dict | None, wid: int, why: str) -> dict:
     """The case record of a worker that died or was stopped on a case (``cur``: its last "start" record)."""
     if cur is None:  # not inside a case (start-up, warm-up or between cases)
         return dict(kind="case", worker=wid, backend="worker", op=f"worker{wid}", index=-1, status="error",
                     seconds=0.0, failure=dict(op=f"worker{wid}", backend="worker", status="error", error=why))
     spec = cur.get("spec") or cur["backend"]
-    hint = (f"python -m conformance case {cur['op']} --seed {cur['seed']} --index {cur['index']} --backend {spec} "
-            f"--save case.npz; python -m conformance replay case.npz")
+    hint = _case_command(cur["op"], cur["seed"], cur["index"], spec)
     return dict(kind="case", worker=wid, backend=cur["backend"], op=cur["op"], index=cur["index"], status="error",
                 seconds=time.monotonic() - cur["t"],
                 failure=dict(op=cur["op"], backend=cur["backend"], backend_spec=spec, seed=cur["seed"],

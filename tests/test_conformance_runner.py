@@ -165,6 +165,31 @@ def test_the_first_three_failures_of_a_backend_and_op_are_printed(tmp_path):
     assert err.getvalue().count("MISMATCH quantize [test-runner-lastrow]") == 3
 
 
+def test_every_failure_record_says_how_to_draw_its_case_again(tmp_path):
+    """Past the three cases a worker shrinks and saves per failing buffer set, a failure record is not saved; it still
+    holds the command that draws the case again (``case OP --seed --index --backend --save``), and that command's
+    case is the failing one."""
+    import io
+    import json
+    import shlex
+
+    from conformance.cli import main
+
+    cfg = _cfg(tmp_path, _LastRow.name)
+    cfg.max_cases, cfg.shrink_time = 6, 0.1
+    code, stats = run(cfg, stdout=io.StringIO(), stderr=io.StringIO())
+    assert code == 1 and stats.mismatched == 6
+    records = [json.loads(line) for line in (tmp_path / "art" / "failures.jsonl").read_text().splitlines()]
+    unsaved = [r for r in records if "npz" not in r]
+    assert len(unsaved) == 3 and all(r["replay"].startswith("python -m conformance case quantize --seed 0 --index ")
+                                     for r in unsaved), unsaved
+    first = shlex.split(unsaved[0]["replay"].split(";")[0])[3:]  # (after "python -m conformance")
+    save = tmp_path / "again.npz"
+    first[first.index("--save") + 1] = str(save)
+    assert main(first) == 0 and save.exists()
+    assert main(["replay", str(save)]) == 1  # the backend still mismatches on it
+
+
 class _ReturnsNoY(Backend):
     name = "test-runner-no-y"
     ops = ("rht", "gemm", "gemm_exact", "dequantize")
