@@ -213,7 +213,8 @@ class Stats:
         names = list(self.tasks) + [(s["backend"], s["op"]) for s in self.skipped]
         wb = max([len("backend")] + [len(b) for b, _ in names])
         wo = max([len("op")] + [len(op) for _, op in names])
-        wopt = 36 if detail else 0
+        labels = [f"{k}={v}" for t in self.tasks.values() for k, vals in t.tags.items() for v in vals]
+        wopt = max([36] + [len(x) for x in labels]) if detail else 0  # (as wide as the longest option label)
         opt = f" {'option':<{wopt}}" if detail else ""
         rule = "-" * (wb + wo + 41 + (wopt + 1 if detail else 0))
         lines = [f"{'backend':<{wb}} {'op':<{wo}}{opt} {'cases':>7} {'pass':>7} {'mismatch':>8} {'error':>6} "
@@ -228,7 +229,7 @@ class Stats:
                 continue
             for k, vals in sorted(t.tags.items()):
                 for v, (n, bad) in sorted(vals.items()):
-                    lines.append(f"{pad} {(k + '=' + v)[:wopt]:<{wopt}} {n:>7} {n - bad:>7} {bad:>8}")
+                    lines.append(f"{pad} {k + '=' + v:<{wopt}} {n:>7} {n - bad:>7} {bad:>8}")
             if t.extra:
                 lines.append(f"{pad} " + ", ".join(f"{k}={v}" for k, v in sorted(t.extra.items())))
         for s in self.skipped:
@@ -448,18 +449,19 @@ def merge_reports(docs: list[tuple[str, dict]]) -> tuple[Stats, dict, list[str]]
             listing = "; ".join(f"{key}={v}: {', '.join(ps)}" for v, ps in vals.items())
             raise ReportError(f"cannot merge reports of different {what}: {listing}")
     shards: dict[int, str] = {}
-    counts = set()
-    for path, doc in docs:
-        s = _shard_of(doc)
+    of = [(path, _shard_of(doc)) for path, doc in docs]
+    for path, s in of:
         if s is None:
             raise ReportError(f"{path}: no shard i/n in its config (an incomplete merge cannot be merged again)")
-        counts.add(s[1])
+    counts = {s[1] for _, s in of}
+    if len(counts) > 1:  # (before the duplicates: shard 0/2 and 0/1 are not the same shard twice)
+        listing = "; ".join(f"{path}: {s[0]}/{s[1]}" for path, s in of)
+        raise ReportError(f"cannot merge shards of different shard counts ({listing}): they do not partition one "
+                          "case space")
+    for path, s in of:
         if s[0] in shards:
             raise ReportError(f"shard {s[0]}/{s[1]} appears twice: {shards[s[0]]} and {path}")
         shards[s[0]] = path
-    if len(counts) > 1:
-        raise ReportError(f"cannot merge shards of different shard counts ({', '.join(f'/{n}' for n in sorted(counts))}"
-                          "): they do not partition one case space")
     (n,) = counts
     problems = []
     missing = [i for i in range(n) if i not in shards]

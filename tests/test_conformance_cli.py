@@ -690,7 +690,9 @@ def test_merge_refuses_what_is_not_a_shard_of_one_campaign(tmp_path, capsys):
     for paths, words in (([tmp_path / "d"], "a directory, not a report"),
                          ([tmp_path / "empty.json"], "not a conformance report (no 'config' and 'ops')"),
                          ([merged], "no shard i/n in its config"),
-                         ([a[0], b[1]], "cannot merge shards of different shard counts (/2, /3)")):
+                         ([a[0], b[1]], f"cannot merge shards of different shard counts ({a[0]}: 0/2; {b[1]}: 1/3)"),
+                         # (the same index under two counts: not "shard 0/2 appears twice")
+                         ([a[0], b[0]], f"cannot merge shards of different shard counts ({a[0]}: 0/2; {b[0]}: 0/3)")):
         assert merge([str(p) for p in paths]) == 2
         assert words in capsys.readouterr().err, words
 

@@ -22,6 +22,18 @@ def test_summary_columns_line_up_with_long_names():
     assert lines[-1].startswith("total: 2 cases, 1 passed, 1 mismatched, 0 errors, 1 skipped ops")
 
 
+def test_long_option_labels_are_printed_whole():
+    """--detail's option column is as wide as the longest label (at least 36): a TE variant tag such as
+    ``te_variant=4over6:mae:fast:G256+row_scaled`` (42 characters) was cut at 36."""
+    st = Stats()
+    tag = "4over6:mae:fast:G256+row_scaled"
+    st.add(dict(backend="torch-te", op="quantize", index=0, status="pass", seconds=0.5, tags={"te_variant": tag}))
+    lines = st.table(detail=True).splitlines()
+    col = lines[0].index("option")
+    row = next(ln for ln in lines if "te_variant=" in ln)
+    assert row[col:].startswith(f"te_variant={tag} ") and row.split()[-3:] == ["1", "1", "0"]
+
+
 def test_default_table_is_one_row_per_backend_and_op():
     st = Stats()
     for backend, op, status in [("device:cuda:0", "grouped_gemm_exact", "pass"), ("oracle", "quantize", "mismatch"),
