@@ -98,3 +98,12 @@ def is_real(a: np.ndarray) -> bool:
     """Whether an array holds real numbers: a NumPy integer or float dtype, or an ml_dtypes float (bfloat16, the
     float8 types); not bool, complex, strings or objects."""
     return a.dtype.kind in "fiu" or (a.dtype.kind == "V" and a.dtype.name.startswith(("bfloat16", "float8")))
+
+
+def dtype_hint(dtype: np.dtype) -> str:
+    """A hint for a dtype that is a bfloat16 array in disguise: ``np.save`` writes ml_dtypes.bfloat16 as the raw
+    2-byte type ``|V2``, which ``np.load`` returns; "" for any other dtype."""
+    if dtype.kind == "V" and dtype.itemsize == 2 and dtype.fields is None:
+        return (" (a bfloat16 array saved with np.save loads as |V2: read it with "
+                "x.view(np.uint16).view(ml_dtypes.bfloat16))")
+    return ""

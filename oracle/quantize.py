@@ -9,6 +9,7 @@ import numpy as np
 from .checks import (
     check_block,
     check_flag,
+    dtype_hint,
     from_torch,
     host_array,
     is_real,
@@ -59,7 +60,7 @@ def as_2d_f32(x) -> tuple[np.ndarray, bool]:
     refuse_masked(x, "x")
     x = native_order(x)
     if x.dtype not in (np.float32, np.float16) and x.dtype.name != "bfloat16":
-        raise TypeError(f"x must be float32, float16 or ml_dtypes.bfloat16, got dtype {x.dtype}")
+        raise TypeError(f"x must be float32, float16 or ml_dtypes.bfloat16, got dtype {x.dtype}{dtype_hint(x.dtype)}")
     if x.ndim == 0:
         raise ValueError("x must have at least one dimension")
     k = x.shape[-1]
@@ -309,7 +310,7 @@ def quantize_columnwise(
 
 
 def columnwise_source(x2: np.ndarray, rht: bool, rht_signs: int) -> np.ndarray:
-    """The matrix the columnwise plane quantizes: X^T zero-padded to [K, roundup(M,16)], RHT'd if asked (SPEC 6.2, 7.3)."""
+    """X^T zero-padded to [K, roundup(M,16)], with the RHT if asked: the columnwise plane's source (SPEC 6.2, 7.3)."""
     m, k = x2.shape
     mp = int(round_up(m, 16))
     xt = np.zeros((k, mp), np.float32)

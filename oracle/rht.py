@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .checks import host_array
+from .checks import dtype_hint, host_array
 from .fp4_numpy import round_to_bf16
 
 __all__ = ["DEFAULT_RHT_SIGNS", "check_rht_signs", "hadamard16", "rht", "rht_along_axis0", "rht_sign_vector"]
@@ -55,7 +55,7 @@ def rht(x_bf16, signs: int = DEFAULT_RHT_SIGNS) -> np.ndarray:
     """
     x = host_array(x_bf16)
     if not _is_bf16(x):
-        raise TypeError(f"rht needs bfloat16 input (ml_dtypes.bfloat16), got {x.dtype}")
+        raise TypeError(f"rht needs bfloat16 input (ml_dtypes.bfloat16), got {x.dtype}{dtype_hint(x.dtype)}")
     if x.ndim == 0 or x.shape[-1] % 16:
         raise ValueError(f"rht needs a last dimension that is a multiple of 16, got shape {x.shape}")
     return _rht_f32(x.astype(np.float32), check_rht_signs(signs, "signs"))

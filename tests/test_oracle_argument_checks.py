@@ -456,3 +456,21 @@ def test_spellings_that_stay_accepted():
     t = oracle.group_quantize(X, [10, 22], amax=(np.ones((2, 1)), np.full((2, 1), 2.0)), columnwise=True)
     assert t.row_amax.tolist() == [1.0, 1.0] and t.col_amax.tolist() == [2.0, 2.0]
     assert swizzled_offset([], [], 4).shape == (0,)
+
+
+def test_a_bfloat16_array_reloaded_from_np_save_gets_a_hint():
+    """np.save writes ml_dtypes.bfloat16 as the raw type |V2, which np.load returns: quantize and rht refuse it (it is
+    not a float dtype) and say how to read it back."""
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, np.ones((16, 16), ml_dtypes.bfloat16))
+    buf.seek(0)
+    y = np.load(buf)
+    assert y.dtype.str == "|V2"
+    for call in (lambda: oracle.quantize(y), lambda: oracle.rht(y)):
+        with pytest.raises(TypeError, match=r"saved with np.save loads as \|V2: read it with "
+                                            r"x.view\(np.uint16\).view\(ml_dtypes.bfloat16\)"):
+            call()
+    assert np.array_equal(oracle.quantize(y.view(np.uint16).view(ml_dtypes.bfloat16)).row.data,
+                          oracle.quantize(np.ones((16, 16), ml_dtypes.bfloat16)).row.data)
