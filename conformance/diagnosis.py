@@ -66,8 +66,8 @@ def _diagnosed(label: str, x, data, scales, amax, layout: str, plane: str, rht_s
     """diagnose's reading of one plane's bytes as lines ``"<label>: ..."``. ``asked``: the case's own rule, block
     shape and RHT (:func:`case_setting`); where every rule that reproduces the bytes, or the closest one, has other
     settings (a 14.11 variant counts as its base rule), the line says so: the backend made (nearly) correct bytes of
-    another call, such as an option it ignored. A negative stored amax (which diagnose refuses: SPEC 4.3) is named as a sign error, and the
-    bytes are read without it."""
+    another call, such as an option it ignored. A negative stored amax (which diagnose refuses: SPEC 4.3) is named as
+    a sign error, and the bytes are read without it."""
     head_lines = []
     a = None if amax is None else np.asarray(amax, np.float32).reshape(-1)
     if a is not None and np.any(a < 0):

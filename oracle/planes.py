@@ -279,8 +279,8 @@ class GroupedNVFP4Tensor(_ByteEquality):
 
     def buffers(self) -> dict:
         """Every flat buffer a device writes, by name: ``row_offsets`` and, for each plane that was requested,
-        ``{row,col}_data``, ``_scales`` (swizzled per group), ``_scales_compact``, ``_amax`` (float32 ``[E]``; row-scaled
-        ``[T]`` and ``[E K]``), ``_data_offsets`` and ``_scale_offsets``."""
+        ``{row,col}_data``, ``_scales`` (swizzled per group), ``_scales_compact``, ``_amax`` (float32 ``[E]``;
+        row-scaled ``[T]`` and ``[E K]``), ``_data_offsets`` and ``_scale_offsets``."""
         out = {"row_offsets": self.row_offsets}
         for p in ("row", "col"):
             if getattr(self, f"{p}_data") is not None:

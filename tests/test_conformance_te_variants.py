@@ -71,7 +71,8 @@ def test_variants_are_drawn_where_spec_defines_them(op):
                 assert c.arrays["col_amax"].shape == ((k,) if e is None else (e, k))
         seen.update(f"{k}={v[k]}" for k in v)
     assert {"four_over_six=mae", "four_over_six=mse", "four_over_six_fast_math=True", "global_scale_max=256",
-            "row_scaled=True", "row_scaled planes=row", "row_scaled planes=col", "row_scaled planes=rowcol"} <= set(seen), seen
+            "row_scaled=True", "row_scaled planes=row", "row_scaled planes=col",
+            "row_scaled planes=rowcol"} <= set(seen), seen
 
 
 @pytest.mark.parametrize("op", ["quantize", "group_quantize"])

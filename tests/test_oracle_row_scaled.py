@@ -1,6 +1,6 @@
-"""SPEC 5.7 (row-scaled NVFP4: one amax per row of each plane) and 12.8 (one GEMM alpha per output row or column): hand-worked
-rows, a scalar re-implementation per row, dequantization, and every GEMM model's per-row alpha against independent
-computations (scalar fp32 loops and Fractions)."""
+"""SPEC 5.7 (row-scaled NVFP4: one amax per row of each plane) and 12.8 (one GEMM alpha per output row or column):
+hand-worked rows, a scalar re-implementation per plane row, dequantization, and every GEMM model's per-row alpha
+against independent computations (scalar fp32 loops and Fractions)."""
 
 from __future__ import annotations
 
