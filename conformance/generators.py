@@ -454,7 +454,8 @@ def _apply_te_variants(rng, space, dtype: str, o: dict, arrays: dict, x64: np.nd
         tags["amax"] = "rows"
     if v.get("four_over_six"):
         extra = rng.spawn(1)[0]
-        ties = extra.random() < (0.5 if list(o["block"]) == [16, 16] else 0.3)
+        # (a case with a special amax already, _apply_te_special_amax's, keeps its zero and tiny blocks: no ties)
+        ties = extra.random() < (0.5 if list(o["block"]) == [16, 16] else 0.3) and tags.get("amax") != "special"
         special = extra.random() < 0.2 and not v.get("row_scaled")
         if ties:
             x64 = _four_over_six_ties(extra, *x64.shape, o["block"])
@@ -465,6 +466,24 @@ def _apply_te_variants(rng, space, dtype: str, o: dict, arrays: dict, x64: np.nd
         if ties or special:
             arrays["x"] = to_dtype(x64, dtype)
             tags["specials"] = _has_specials(x64)
+
+
+def _apply_te_special_amax(rng, space, dtype: str, o: dict, arrays: dict, x64: np.ndarray,
+                           tags: dict) -> np.ndarray:
+    """In 8% of the rule te / te_fused_rht cases whose space allows a supplied amax, one of 0, +Inf or NaN with a zero
+    and a tiny block (:func:`_special_amax`, tag ``amax`` "special"): the S_enc of SPEC 5.1 and 5.3 at A = 0, Inf and
+    NaN, which a computed amax never reaches with NaN (a supplied one is 4.3's only way in). Drawn before TE's
+    variants, from a child stream, on the case's own options only (so a case draws the same here under any variant
+    space); a variant that supplies its own amax later (row scaling, 4over6's) replaces it. Returns the values of x."""
+    allowed = space.get("amax") is None or any(m in space["amax"] for m in ("one", "pair"))
+    if not allowed or o["rule"] not in ("te", "te_fused_rht"):
+        return x64
+    extra = rng.spawn(1)[0]
+    if extra.random() < 0.08:
+        arrays["amax"], x64 = _special_amax(extra, arrays, x64, dtype)
+        arrays["x"] = to_dtype(x64, dtype)
+        tags.update(amax="special", specials=_has_specials(x64))
+    return x64
 
 
 def _quantize_kernel(rng, space, dtype: str, o: dict) -> str | None:
@@ -492,6 +511,7 @@ def gen_quantize(rng, space) -> tuple[dict, dict, dict]:
         arrays["amax"] = amax
     tags = _tags_quant(o, dtype, kind, m)
     tags.update(amax=mode, specials=_has_specials(v))
+    v = _apply_te_special_amax(rng, space, dtype, o, arrays, v, tags)
     _apply_te_variants(rng, space, dtype, o, arrays, v, tags)
     qk = _quantize_kernel(rng, space, dtype, o)
     if qk is not None:
@@ -517,6 +537,7 @@ def gen_group_quantize(rng, space) -> tuple[dict, dict, dict]:
     tags = _tags_quant(o, dtype, kind, t)
     tags.update(splits=skind, groups="1" if e == 1 else ("2-16" if e <= 16 else "17-128"), amax=mode,
                 specials=_has_specials(v))
+    v = _apply_te_special_amax(rng, space, dtype, o, arrays, v, tags)
     _apply_te_variants(rng, space, dtype, o, arrays, v, tags)
     qk = _quantize_kernel(rng, space, dtype, o)
     if qk is not None:

@@ -98,16 +98,20 @@ def test_plain_cases_keep_their_draws(op):
 @pytest.mark.parametrize("op", ["quantize", "group_quantize"])
 def test_4over6_cases_draw_ties_and_special_amaxes(op):
     """4over6 cases only: values whose candidates tie (every 16-element block row, or 16x16 tile, holds one 12 u, one
-    5 u and one 2 u, every other element below 0.5 u, u a power of two, and the plane's max element is the largest);
-    a supplied amax of 0, +Inf or NaN, with an all-zero block and a block of the dtype's least normal value."""
+    5 u and one 2 u, every other element below 0.5 u, u a power of two, and the plane's max element is the largest).
+    Every rule te / te_fused_rht case, 4over6 or not: a supplied amax of 0, +Inf or NaN, with an all-zero block and a
+    block of the dtype's least normal value."""
     from conformance.generators import DTYPE_TINY
 
     kinds = Counter()
     for c in generated_cases(op, 600, seed=3):
         ties, special = c.tags["values"] == "fo6_ties", c.tags["amax"] == "special"
+        assert not special or c.options["rule"] in ("te", "te_fused_rht")
+        kinds.update([f"special {c.options['rule']}"] * (special and not c.options.get("four_over_six")))
         if not c.options.get("four_over_six"):
-            assert not (ties or special)
-            continue
+            assert not ties
+            if not special:
+                continue
         kinds.update(["ties"] * ties + ["special"] * special + ["16x16 ties"] * (ties and c.options["block"] == [16, 16]))
         x = np.abs(c.arrays["x"].astype(np.float32))
         if x.size < 32:  # (an empty plane, or a single block: no pattern to check)
@@ -134,6 +138,7 @@ def test_4over6_cases_draw_ties_and_special_amaxes(op):
                     else:
                         assert big == [2 * u, 5 * u, 12 * u], (r0, c0, big)
     assert kinds["ties"] > 0 and kinds["special"] > 0 and kinds["16x16 ties"] > 0, kinds
+    assert kinds["special te"] > 0 and kinds["special te_fused_rht"] > 0, kinds
 
 
 @pytest.mark.parametrize("mode", ["mae", "mse"])
