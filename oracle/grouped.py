@@ -67,6 +67,9 @@ def _group_amax(amax, e: int) -> list:
         if len(amax) != 2:
             raise ValueError("a tuple amax must be (row_amaxes, col_amaxes)")
         parts = [host_array(a) for a in amax]
+        if e > 1 and all(a.ndim == 0 for a in parts):
+            raise ValueError(f"a tuple amax is (row_amaxes, col_amaxes), each with one value per group ({e}); got two "
+                             "numbers: for one amax per group for both planes pass a list or an array")
         for name, a in zip(("row_amaxes", "col_amaxes"), parts, strict=True):
             if not is_real(a) or a.size != e:
                 raise ValueError(f"amax's {name} must hold one real number per group ({e}), got {a.dtype} {a.shape}")

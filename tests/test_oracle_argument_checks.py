@@ -139,6 +139,16 @@ def test_group_quantize_refuses_a_tuple_amax_that_is_not_one_real_number_per_gro
         oracle.group_quantize(X, [10, 22], amax=amax, columnwise=True)
 
 
+def test_group_quantize_names_a_tuple_of_two_numbers():
+    """(1.0, 2.0) for two groups reads as a (row, col) pair of single values, which a grouped amax is not: the message
+    says what a tuple means and what to pass for one value per group (it said "row_amaxes must hold one real number
+    per group (2), got float64 ()"); the list form takes them."""
+    with pytest.raises(ValueError, match=r"a tuple amax is \(row_amaxes, col_amaxes\), each with one value per group "
+                                         r"\(2\); got two numbers: for one amax per group for both planes pass a list"):
+        oracle.group_quantize(X, [10, 22], amax=(1.0, 2.0))
+    assert oracle.group_quantize(X, [10, 22], amax=[1.0, 2.0]).row_amax.tolist() == [1.0, 2.0]
+
+
 def test_a_plane_refuses_a_negative_amax_and_keeps_the_values_an_amax_may_take():
     p = oracle.quantize(X).row
     with pytest.raises(ValueError, match="amax must be >= 0"):
