@@ -272,7 +272,11 @@ def replay(path: str, backend: str | None = None, out=None, err=None) -> int:
     try:
         b = make_backend(spec)
     except Exception as e:  # noqa: BLE001
-        return cannot(f"backend {spec!r}: {e}")
+        hint = ""
+        if backend is None and ":" not in spec:  # (a name registered in the saving process: gone in this one)
+            hint = ("; a backend registered in the run's process (register_backend) is not known here: give it as "
+                    "--backend package.module:attr")
+        return cannot(f"backend {spec!r}: {e}{hint}")
     reason = b.available()
     if reason:
         return cannot(f"backend {b.name} is unavailable: {reason}")

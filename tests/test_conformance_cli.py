@@ -1055,3 +1055,20 @@ def test_negative_durations_get_the_options_own_message(capsys, option, value, m
         main(["run", option, value])
     err = capsys.readouterr().err
     assert e.value.code == 2 and f"argument {option}:" in err and message in err and "expected one argument" not in err
+
+
+def test_replaying_a_case_of_a_backend_registered_in_process_says_how(tmp_path, capsys):
+    """A case saved by a backend that register_backend added in the run's process names that backend, which a new
+    process does not know: replay says to give it as --backend package.module:attr (it said only "unknown backend");
+    with --backend given, the case replays."""
+    from conformance.cases import load_case, save_case
+
+    path = tmp_path / "c.npz"
+    assert main(["case", "e2m1", "--backend", FlipE2M1.name, "--save", str(path)]) == 0
+    case, _, _, _ = load_case(str(path))
+    save_case(tmp_path / "gone.npz", case, backend="test-cli-gone", extra={"backend_spec": "test-cli-gone"})
+    capsys.readouterr()
+    assert main(["replay", str(tmp_path / "gone.npz")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown backend 'test-cli-gone'" in err and "give it as --backend package.module:attr" in err
+    assert main(["replay", str(tmp_path / "gone.npz"), "--backend", "mldtypes"]) == 0
