@@ -62,15 +62,23 @@ def is_torch(a) -> bool:
 
 
 def from_torch(t) -> np.ndarray:
-    """A torch tensor (any device) as a NumPy array of the same dtype and values; bfloat16 becomes
-    ``ml_dtypes.bfloat16`` (torch's ``.numpy()`` has no bfloat16)."""
+    """A torch tensor (any device) as a NumPy array of the same dtype and values; bfloat16 and float8_e4m3fn become
+    ``ml_dtypes.bfloat16`` / ``ml_dtypes.float8_e4m3fn`` (torch's ``.numpy()`` has neither). ``ValueError`` for a meta
+    tensor (no values), ``TypeError`` for a dtype without a NumPy form."""
     import ml_dtypes
     import torch
 
+    if t.is_meta:
+        raise ValueError("a meta tensor holds no values (torch's device='meta'): pass a tensor with data")
     t = t.detach().cpu()
     if t.dtype == torch.bfloat16:
         return t.contiguous().view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return t.numpy()
+    if t.dtype == torch.float8_e4m3fn:  # (NumPy has no float8: ml_dtypes' holds the same bytes)
+        return t.contiguous().view(torch.uint8).numpy().view(ml_dtypes.float8_e4m3fn)
+    try:
+        return t.numpy()
+    except TypeError as e:  # a torch dtype NumPy has no counterpart for (other float8s, float4, ...)
+        raise TypeError(f"a torch {t.dtype} tensor has no NumPy form here: {e}") from None
 
 
 def refuse_masked(a, name: str) -> None:

@@ -484,3 +484,22 @@ def test_a_bfloat16_array_reloaded_from_np_save_gets_a_hint():
             call()
     assert np.array_equal(oracle.quantize(y.view(np.uint16).view(ml_dtypes.bfloat16)).row.data,
                           oracle.quantize(np.ones((16, 16), ml_dtypes.bfloat16)).row.data)
+
+
+def test_torch_tensors_numpy_cannot_hold_are_named():
+    """A meta tensor (no values) is a ValueError and a torch dtype without a NumPy form a TypeError that names it
+    (torch's own "Cannot copy out of meta tensor" NotImplementedError and "Got unsupported ScalarType" leaked
+    through); a float8_e4m3fn tensor reads as ml_dtypes' float8 (then refused by quantize as a dtype it does not
+    take)."""
+    torch = pytest.importorskip("torch")
+    from oracle.checks import from_torch
+
+    with pytest.raises(ValueError, match="a meta tensor holds no values"):
+        oracle.quantize(torch.zeros(16, 16, device="meta"))
+    with pytest.raises(TypeError, match="a torch torch.float8_e5m2 tensor has no NumPy form"):
+        oracle.quantize(torch.zeros(16, 16, dtype=torch.float8_e5m2))
+    f8 = torch.tensor([0.5, -448.0]).to(torch.float8_e4m3fn)
+    got = from_torch(f8)
+    assert got.dtype == ml_dtypes.float8_e4m3fn and got.view(np.uint8).tolist() == [0x30, 0xFE]
+    with pytest.raises(TypeError, match="got dtype float8_e4m3fn"):
+        oracle.quantize(torch.zeros(16, 16, dtype=torch.float8_e4m3fn))
