@@ -337,8 +337,12 @@ class GroupedLinear(torch.nn.Module):
         self.delay_wgrad_compute = delay_wgrad_compute
         self.cache_f16_weights = cache_f16_weights
         self.weight_plane_reuse = True
-        self.weight = torch.nn.Parameter(torch.empty((num_gemms, out_features, in_features), dtype=params_dtype,
-                                                     device=dev))
+        try:
+            w = torch.empty((num_gemms, out_features, in_features), dtype=params_dtype, device=dev)
+        except (AssertionError, RuntimeError) as e:  # (torch's "Torch not compiled with CUDA enabled", no GPU)
+            raise RuntimeError(f"GroupedLinear needs a CUDA device (an sm_90 GPU) for its parameters on {dev}: "
+                               f"{e}") from None
+        self.weight = torch.nn.Parameter(w)
         self.bias = torch.nn.Parameter(torch.zeros((num_gemms, out_features), dtype=params_dtype, device=dev)) \
             if bias else None
         # W as [E*N, K] is grouped with splits [N] * E (SPEC 16.1)

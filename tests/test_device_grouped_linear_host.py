@@ -501,3 +501,13 @@ def test_cached_weight_copy_goes_only_where_it_is_read(fake):
         got = layer._weight_planes(False, None)
         assert got[0] is planes and got[1] is None and layer._weight_cache[3] is None, name
         setattr(layer, name, {"cache_f16_weights": True, "mode": "fast"}[name])
+
+
+def test_without_a_gpu_the_layer_says_so():
+    """Outside FakeTensorMode on a machine without CUDA (this one's CPU torch, or a GPU torch without a device), the
+    constructor's first CUDA allocation fails: a RuntimeError naming the layer's need (torch's bare AssertionError
+    "Torch not compiled with CUDA enabled" leaked before)."""
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the allocation succeeds")
+    with pytest.raises(RuntimeError, match="GroupedLinear needs a CUDA device"):
+        device.GroupedLinear(2, 32, 32)
