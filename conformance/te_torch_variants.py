@@ -6,7 +6,7 @@ division is a division, SPEC 1.1). :mod:`conformance.te_torch`'s ``quantize`` an
 for their ``four_over_six``, ``four_over_six_fast_math``, ``global_scale_max`` and ``row_scaled`` keywords.
 
 * :class:`Variant`, :func:`check_variant` -- which combinations SPEC 5.6 / 5.7 define (rule "te", round to nearest, no
-  RHT; row scaling: 1x16 blocks, the rowwise plane only; G = 256 only with 4over6);
+  RHT; row scaling: 1x16 blocks, either plane; G = 256 only with 4over6);
 * :func:`encode_scale_g` -- SPEC 5.6's S_enc with the E4M3 maximum G (5.1 with 2688 replaced by fp32(6G));
 * :func:`row_amax` -- SPEC 5.7 (one NaN-ignoring amax per row);
 * :func:`candidate` -- SPEC 5.6 per candidate (map-to-6, map-to-4): scale byte, multiplier, codes, E2M1 values;

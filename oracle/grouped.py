@@ -116,8 +116,8 @@ def _row_scaled_group_amax(amax, row_offsets: np.ndarray, k: int, rowwise: bool,
         return list(a.reshape(e, k))
 
     if rowwise and columnwise:
-        if not isinstance(amax, tuple) or len(amax) != 2:
-            raise ValueError(f"a row-scaled amax for both planes is a (row_amaxes, col_amaxes) tuple of {t} and "
+        if not isinstance(amax, (tuple, list)) or len(amax) != 2:
+            raise ValueError(f"a row-scaled amax for both planes is a (row_amaxes, col_amaxes) pair of {t} and "
                              f"{e} x {k} values")
         return list(zip(rows(amax[0]), cols(amax[1]), strict=True))
     return rows(amax) if rowwise else cols(amax)

@@ -13,7 +13,7 @@ the per-tensor value is kept:
   ``rowwise_scale_inv`` ``[roundup(M,128), roundup(K/16,4)]`` and ``columnwise_scale_inv``
   ``[roundup(K,128), roundup(M/16,4)]`` uint8, padded compact, or swizzled in the same 2-D shape when
   ``with_gemm_swizzled_scales``; ``amax_rowwise`` / ``amax_columnwise`` float32 ``[1]`` hold the amax itself (rule
-  "te", SPEC 5.1), ``[M]`` for a row-scaled tensor.
+  "te", SPEC 5.1), ``[M]`` and ``[K]`` for a row-scaled tensor (SPEC 5.7).
 
 The functions take NumPy arrays or torch tensors (any device; read ones are copied to the host). Device results
 (:class:`device.DeviceNVFP4Tensor`) convert through the same functions and keep their tensors on the device.
@@ -495,7 +495,8 @@ def to_te_fields(t, *, swizzled: bool | None = None, as_torch: bool = False) -> 
     :class:`NVFP4Tensor` or a device result.
 
     Scales are TE's padded ``[roundup(rows,128), roundup(cols/16,4)]`` matrices, compact or (``swizzled``) in the
-    128x4 layout; the amaxes float32 ``[1]`` (``[M]`` for a row-scaled plane). Absent planes give ``None``.
+    128x4 layout; the amaxes float32 ``[1]`` (one per plane row for a row-scaled plane: ``[M]`` rowwise, ``[K]``
+    columnwise). Absent planes give ``None``.
     Oracle tensors give NumPy arrays (``as_torch``: CPU torch tensors); a device result gives tensors on its device,
     its scale layout by default. A columnwise plane needs M to be a multiple of 16 (TE's columnwise data is
     ``[K, M/2]``). ``nvfp4_use_4over6`` and ``nvfp4_e4m3_max`` (G) record a 4over6 plane (SPEC 5.6); its error mode

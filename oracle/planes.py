@@ -6,6 +6,7 @@ These are plain NumPy containers; the device API converts its CUDA results into 
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -29,11 +30,18 @@ __all__ = ["GroupedNVFP4Tensor", "NVFP4Tensor", "QuantizedPlane"]
 
 
 def _same(a, b) -> bool:
-    """Equality as the oracle means it: arrays and NumPy scalars by dtype, shape and bytes (a NaN amax equals the
-    same NaN), containers element by element, anything else by ``==``."""
-    if isinstance(a, (np.ndarray, np.generic)) or isinstance(b, (np.ndarray, np.generic)):
+    """Equality as the oracle means it: arrays by dtype, shape and bytes; numbers by value (an integer whatever its
+    type; a float by its float64 bits, so -0.0 is not +0.0 and a NaN equals the same NaN); containers element by
+    element; anything else by ``==``."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         a, b = np.asarray(a), np.asarray(b)
         return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    if isinstance(a, (numbers.Number, np.generic)) and isinstance(b, (numbers.Number, np.generic)):
+        if isinstance(a, (bool, np.bool_)) or isinstance(b, (bool, np.bool_)):
+            return type(a) is type(b) and bool(a) == bool(b)
+        if isinstance(a, numbers.Integral) and isinstance(b, numbers.Integral):
+            return int(a) == int(b)
+        return np.float64(a).tobytes() == np.float64(b).tobytes()
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict) and isinstance(b, dict):
@@ -42,15 +50,16 @@ def _same(a, b) -> bool:
 
 
 class _ByteEquality:
-    """``==`` on a result: the same class and every field the same (:func:`_same`: arrays byte for byte). Results
-    hold arrays, so they are not hashable."""
+    """``==`` on a result: the same class and every field the same (:func:`_same`: arrays byte for byte), except the
+    ``options`` a call records (its keywords: a seed that round to nearest never reads, for one, changes no byte).
+    Results hold arrays, so they are not hashable."""
 
     __hash__ = None
 
     def __eq__(self, other) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return all(_same(getattr(self, f.name), getattr(other, f.name)) for f in fields(self))
+        return all(_same(getattr(self, f.name), getattr(other, f.name)) for f in fields(self) if f.name != "options")
 
 
 @dataclass(eq=False)

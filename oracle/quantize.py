@@ -355,8 +355,8 @@ def row_scaled_amaxes(amax, m: int, k: int, rowwise: bool, columnwise: bool) -> 
     if amax is None:
         return None, None
     if rowwise and columnwise:
-        if not isinstance(amax, tuple) or len(amax) != 2:
-            raise ValueError(f"a row-scaled amax for both planes is a (row_amaxes, col_amaxes) tuple of {m} and {k} "
+        if not isinstance(amax, (tuple, list)) or len(amax) != 2:
+            raise ValueError(f"a row-scaled amax for both planes is a (row_amaxes, col_amaxes) pair of {m} and {k} "
                              "values (one per row of each plane)")
         return (_per_row_amax(amax[0], m, "a row-scaled row_amaxes"),
                 _per_row_amax(amax[1], k, "a row-scaled col_amaxes (one per column of X)"))

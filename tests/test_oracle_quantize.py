@@ -579,12 +579,16 @@ def test_plane_contracts():
 
 def test_results_compare_byte_for_byte():
     """``==`` on planes, tensors and grouped tensors: every field the same, arrays by dtype, shape and bytes (a NaN
-    amax equals the same NaN); a differing byte, amax, option or shape makes them unequal. (The dataclass default
-    compared arrays with ``==`` and raised "truth value of an array is ambiguous".)"""
+    amax equals the same NaN), numbers by value whatever their type; the call's recorded options are not compared (a
+    seed under round to nearest changes no byte); a differing byte, amax, block or shape makes them unequal. (The
+    dataclass default compared arrays with ``==`` and raised "truth value of an array is ambiguous".)"""
     x = np.random.default_rng(0).standard_normal((32, 64)).astype(np.float32)
     a, b = oracle.quantize(x, columnwise=True), oracle.quantize(x, columnwise=True)
     assert a == b and a.row == b.row and not (a.row != b.row)
     assert oracle.quantize(x, amax=np.nan) == oracle.quantize(x, amax=np.nan)
+    assert a == oracle.quantize(x, columnwise=True, seed=3)  # (RN reads no seed)
+    assert oracle.quantize(x, rht_signs=np.uint16(0xD7E8)) == oracle.quantize(x)
+    assert a == oracle.from_te_fields(**oracle.to_te_fields(a))
     flipped = oracle.QuantizedPlane(a.row.data ^ np.uint8(1), a.row.scales, a.row.amax, a.row.shape)
     assert flipped != oracle.QuantizedPlane(a.row.data, a.row.scales, a.row.amax, a.row.shape)
     assert a != oracle.quantize(x, columnwise=True, amax=10.0)

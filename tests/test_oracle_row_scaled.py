@@ -155,7 +155,7 @@ def test_columnwise_supplied_amaxes_and_four_over_six():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(columnwise=True, amax=np.ones(16, np.float32)), r"\(row_amaxes, col_amaxes\) tuple"),
+    (dict(columnwise=True, amax=np.ones(16, np.float32)), r"\(row_amaxes, col_amaxes\) pair"),
     (dict(columnwise=True, amax=(np.ones(16, np.float32), np.ones(16, np.float32))), "col_amaxes .*per row of the "
                                                                                     "plane \\(32\\)"),
     (dict(rowwise=False, columnwise=True, amax=np.ones(16, np.float32)), "columnwise amax .*\\(32\\)"),
@@ -328,6 +328,8 @@ def test_grouped_columnwise_amaxes_per_group_and_column():
         assert np.array_equal(s.col_amax, a) and np.array_equal(s.col_planes[2].amax, a[64:])
     both = oracle.group_quantize(x, splits, row_scaled=True, columnwise=True, amax=(np.ones(40), a))
     assert np.array_equal(both.col_amax, a) and np.array_equal(both.row_amax, np.ones(40, np.float32))
+    listed = oracle.group_quantize(x, splits, row_scaled=True, columnwise=True, amax=[np.ones(40), a])  # (a list pair)
+    assert np.array_equal(listed.col_amax, a)
     with pytest.raises(ValueError, match="one real number per column of each group"):
         oracle.group_quantize(x, splits, row_scaled=True, rowwise=False, columnwise=True, amax=np.ones(32))
 
@@ -351,9 +353,15 @@ def test_wgrad_with_a_row_scaled_x_has_one_alpha_per_output_column():
     gx = oracle.group_quantize(x, [10, 14], row_scaled=True, rowwise=False, columnwise=True)
     gy = oracle.group_quantize(dy, [10, 14], rowwise=False, columnwise=True)
     dw = oracle.grouped_gemm(gy, gx, kind="wgrad", out_dtype="float32")
-    for e in range(2):
-        assert np.array_equal(dw[e], oracle.gemm(gy.col_planes[e], gx.col_planes[e], out_dtype="float32")), e
-        assert oracle.gemm_alpha(gy.col_planes[e], gx.col_planes[e]).shape == (1, 32)
+    for e, (r0, r1) in enumerate(((0, 10), (10, 24))):  # each expert's column j with its own scalar alpha
+        ga, gb = gy.col_planes[e], gx.col_planes[e]
+        want_amax = np.array([np.max(np.abs(c)) for c in x[r0:r1].T], np.float32)
+        assert np.array_equal(gb.amax, want_amax) and np.array_equal(gx.col_amax[32 * e : 32 * e + 32], want_amax)
+        for j in range(32):
+            bj = oracle.QuantizedPlane(gb.data[j : j + 1], gb.scales[j : j + 1], F(1.0), (1, gb.cols))
+            want = oracle.gemm(ga, bj, model="sequential", out_dtype="float32",
+                               alpha=_alpha_scalar(ga.amax, want_amax[j]))
+            assert np.asarray(dw[e][:, j]).tobytes() == np.asarray(want[:, 0]).tobytes(), (e, j)
 
 
 def test_row_scaled_grouped_amax_slices():
