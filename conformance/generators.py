@@ -432,9 +432,11 @@ def _special_amax(rng, arrays: dict, x: np.ndarray, dtype: str) -> tuple[np.ndar
 
 
 def _apply_te_variants(rng, space, dtype: str, o: dict, arrays: dict, x64: np.ndarray, tags: dict) -> None:
-    """Add :func:`_te_variants`' options to ``o`` and the ``te_variant`` tag; a row-scaled case that supplies its
-    amax gets one value per plane row instead (from the child stream after the variant draws; tag ``amax`` "rows"):
-    ``amax`` for the rowwise plane, ``col_amax`` for the columnwise plane (:func:`_col_amax_supply`). A
+    """Add :func:`_te_variants`' options to ``o`` and the ``te_variant`` tag. A row-scaled case (from the child
+    stream after the variant draws) takes, in 25% of the cases, a NaN at a random element (tag ``row_nan`` "yes": the
+    NaN-ignoring amax of its row and column), and supplies one amax per plane row where _amax_supply drew a supplied
+    amax, and in 40% of the others its space allowing (tag ``amax`` "rows"): ``amax`` for the rowwise plane,
+    ``col_amax`` for the columnwise plane (:func:`_col_amax_supply`). A
     4over6 case (from a further child stream) takes, in 30% of the cases (50% with 16x16 blocks), values whose
     candidates tie (:func:`_four_over_six_ties`, tag ``values`` "fo6_ties"), and in 20% of the cases that are not
     row-scaled a supplied amax of 0, +Inf or NaN with a zero and a tiny block (:func:`_special_amax`, tag ``amax``
@@ -442,16 +444,23 @@ def _apply_te_variants(rng, space, dtype: str, o: dict, arrays: dict, x64: np.nd
     v = _te_variants(rng, space, dtype, o)
     o.update(v)
     tags["te_variant"] = te_variant_tag(o)
-    if v.get("row_scaled") and "amax" in arrays:
+    if v.get("row_scaled"):
         sub = rng.spawn(1)[0]
-        rows = _row_amax_supply(sub, x64)
-        if o["rowwise"]:
-            arrays["amax"] = rows
-        else:
-            del arrays["amax"]
-        if o["columnwise"]:
-            arrays["col_amax"] = _col_amax_supply(sub, x64, arrays.get("splits"))
-        tags["amax"] = "rows"
+        if sub.random() < 0.25 and x64.size > 1:  # SPEC 5.7's NaN-ignoring amax of a row / column that has a NaN
+            x64 = x64.copy()
+            x64.flat[int(sub.integers(x64.size))] = np.nan
+            arrays["x"] = to_dtype(x64, dtype)
+            tags.update(row_nan="yes", specials=_has_specials(x64))
+        allowed = space.get("amax") is None or any(m in space["amax"] for m in ("one", "pair"))
+        if "amax" in arrays or (allowed and sub.random() < 0.4):  # (40% beside _amax_supply's 15%)
+            rows = _row_amax_supply(sub, x64)
+            if o["rowwise"]:
+                arrays["amax"] = rows
+            else:
+                arrays.pop("amax", None)
+            if o["columnwise"]:
+                arrays["col_amax"] = _col_amax_supply(sub, x64, arrays.get("splits"))
+            tags["amax"] = "rows"
     if v.get("four_over_six"):
         extra = rng.spawn(1)[0]
         # (a case with a special amax already, _apply_te_special_amax's, keeps its zero and tiny blocks: no ties)

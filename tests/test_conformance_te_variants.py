@@ -90,7 +90,8 @@ def test_plain_cases_keep_their_draws(op):
         for name, arr in b.arrays.items():
             if name == "amax" and (a.options.get("row_scaled") or a.tags["amax"] == "special"):
                 continue
-            if name == "x" and (a.tags["values"] == "fo6_ties" or a.tags["amax"] == "special"):
+            if name == "x" and (a.tags["values"] == "fo6_ties" or a.tags["amax"] == "special"
+                                or a.tags.get("row_nan") == "yes"):
                 continue
             assert arr.tobytes() == a.arrays[name].tobytes(), (i, name)
 
