@@ -1,5 +1,6 @@
 """NVFP4 x NVFP4 grouped GEMM on Hopper (SPEC 12): fprop / dgrad / wgrad over grouped tensors from
-:func:`device.group_quantize`, one graph-safe launch (plus a tiny setup kernel) per call.
+:func:`device.group_quantize`, graph-safe: per call a setup kernel, then the plan's kernels (docs/design.md, section
+4.1), with no host synchronization.
 
 Per group g the result is :func:`oracle.gemm` on that group's planes with that group's alpha (SPEC 12.5), i.e.
 :func:`oracle.grouped_gemm` on the operands' ``.to_oracle()`` (``model="sequential"`` for ``mode="exact"``,

@@ -241,7 +241,7 @@ class GroupedLinear(torch.nn.Module):
             ``torch.compile`` the seed is a constant of the compiled graph: a new seed is a recompile.
         mode: ``"fast"`` (every GEMM equals ``oracle.grouped_gemm(model="tensor_core")``), ``"exact"``
             (``model="sequential"``) or ``"sm100"`` (``model="sm100"``: a B200's GEMM bits, SPEC 12.7; slower than
-            the other modes, and T, N and K below 2^19); SPEC 16.5.
+            the other modes, and T, N and K below 2^19 once rounded up to a multiple of 64); SPEC 16.5.
         fuse_wgrad_accumulation: add dW into ``weight.main_grad`` (fp32 ``[E, N, K]``) in place instead of producing
             ``weight.grad`` (Megatron's convention). The layer allocates ``weight.main_grad`` (zeros) at construction;
             a caller may replace it by its own fp32 contiguous tensor of the weight's shape (e.g. a view into a

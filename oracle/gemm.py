@@ -164,7 +164,8 @@ def gemm(
             of every output in integer arithmetic and is about 20x slower (one CPU measurement: 33 s against 1.8 s
             for "exact" at 2048^3): use it on the sizes a test needs, e.g. a few groups of a few hundred rows.
             "sm100": Blackwell's block-scaled MMA (tcgen05.mma kind::mxf4nvf4, k64 steps in K order, SPEC 12.7) and
-            the epilogue of a CUTLASS SM100 grouped GEMM (SPEC 12.7, not 12.2's); a few times "sequential"'s cost.
+            the epilogue of a CUTLASS SM100 grouped GEMM (SPEC 12.7, not 12.2's); the slowest model at large sizes
+            (one 2-core CPU measurement: about 2x "sequential" at 1024^3, 43-68 s against 2-5 s at 2048^3).
         out_dtype: "bfloat16" (returns ml_dtypes.bfloat16) or "float32".
         bias: optional [N] float32/bfloat16 row vector added to every row.
         accumulate: optional float32 [M, N] C added to the product (wgrad's main_grad).

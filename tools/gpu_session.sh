@@ -53,7 +53,7 @@ AB_PLANS=${AB_PLANS:-"auto; algorithm=fused_128x256; algorithm=copies_cutlass"}
 AB_CASES=${AB_CASES:-"64,16384,2048,1408,wgrad,f32;64,16384,2048,1408,wgrad,bf16"}
 AB_QUANT_PLANS=${AB_QUANT_PLANS:-"quantize=general; quantize=fast_bf16"}
 CONF_BUDGET=${CONF_BUDGET:-45s}
-CONF_OPS=${CONF_OPS:-grouped_gemm,grouped_gemm_tc,grouped_gemm_exact}
+CONF_OPS=${CONF_OPS:-grouped_gemm,grouped_gemm_tc,grouped_gemm_exact,grouped_gemm_sm100}
 CONF_SEED=${CONF_SEED:-$(date +%s)}
 NCU_KERNEL=${NCU_KERNEL:-"exact_copies_kernel"}
 NCU_CASES=${NCU_CASES:-"--algorithm exact_hybrid --e 64 --t 16384 --k 2048 --n 1408"}
