@@ -96,7 +96,7 @@ def _group_amax(amax, e: int) -> list:
 def _row_scaled_group_amax(amax, row_offsets: np.ndarray, k: int, rowwise: bool, columnwise: bool) -> list:
     """Per-group slices of a supplied row-scaled amax (SPEC 5.7, 9.1), each in :func:`oracle.quantize`'s form for
     that group: None; T values (one per row: the rowwise plane alone); E K values, flat or [E, K] (one per column of
-    each group: the columnwise plane alone); or a (row_amaxes, col_amaxes) tuple of both."""
+    each group: the columnwise plane alone); or a (row_amaxes, col_amaxes) pair (tuple or list) of both."""
     e = row_offsets.size - 1
     if amax is None:
         return [None] * e
@@ -181,7 +181,7 @@ def group_quantize(
     ``amax``: None, E per-group values for both planes, an [E, 2] array of (row, col) pairs, or a tuple
     (row_amaxes, col_amaxes); with ``row_scaled`` (SPEC 5.7), None, T values (one per row: the rowwise plane alone),
     E K values (flat or [E, K], one per column of each group: the columnwise plane alone) or a (row_amaxes,
-    col_amaxes) tuple of both.
+    col_amaxes) pair of both.
     The other keywords (``rowwise``, ``columnwise``, ``rht``, ``rht_signs``, ``block``, ``rule``, ``rounding``,
     ``seed``, 4over6 (SPEC 5.6), ``row_scaled`` (SPEC 5.7)) as in :func:`oracle.quantize`. Returns a
     :class:`GroupedNVFP4Tensor`: the flat buffers a device writes (SPEC 9.2; :meth:`GroupedNVFP4Tensor.buffers`) and
