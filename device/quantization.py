@@ -51,14 +51,13 @@ def _check_x(x) -> Tensor:
 _FO6_ERRORS = {"mae": 1, "mse": 2}  # the 4over6 quantizer's error codes (csrc/quantize/launch.h FourOverSixError)
 
 
-def _te_scale_options(x2: Tensor, *, four_over_six, four_over_six_fast_math, global_scale_max, row_scaled, rowwise,
-                      columnwise, rht, block, rule, rounding) -> dict:
+def _te_scale_options(x2: Tensor, *, four_over_six, four_over_six_fast_math, global_scale_max, row_scaled, rht, block,
+                      rule, rounding) -> dict:
     """The 4over6 / row-scaled options (SPEC 5.6, 5.7) checked as the oracle checks them, then against what the device
     runs: 4over6 on bfloat16 input; no row-scaled planes."""
     o = check_te_scale_options(
         four_over_six=four_over_six, four_over_six_fast_math=four_over_six_fast_math,
-        global_scale_max=global_scale_max, row_scaled=row_scaled, rowwise=rowwise, columnwise=columnwise, rht=rht,
-        block=block, rule=rule, rounding=rounding)
+        global_scale_max=global_scale_max, row_scaled=row_scaled, rht=rht, block=block, rule=rule, rounding=rounding)
     if o.row_scaled:
         raise ValueError("row_scaled=True is not implemented on the device (oracle.quantize models it, SPEC 5.7)")
     if o.four_over_six and x2.dtype != torch.bfloat16:
@@ -100,8 +99,8 @@ def _options(x2: Tensor, *, rowwise, columnwise, rht, rht_signs, block, rule, ro
         raise ValueError(f"offset must be in [0, 2**32), got {offset}")
     block2d, sr = block == (16, 16), rounding == "sr"
     te = _te_scale_options(x2, four_over_six=four_over_six, four_over_six_fast_math=four_over_six_fast_math,
-                           global_scale_max=global_scale_max, row_scaled=row_scaled, rowwise=rowwise,
-                           columnwise=columnwise, rht=rht, block=block, rule=rule, rounding=rounding)
+                           global_scale_max=global_scale_max, row_scaled=row_scaled, rht=rht, block=block, rule=rule,
+                           rounding=rounding)
     plan = _dispatch.plan_quantize(_DTYPES[x2.dtype], rht=bool(rht), rht_signs=int(rht_signs), block2d=block2d, sr=sr,
                                    kernel=_dispatch.FORCED.get("quantize"), four_over_six=bool(te["four_over_six"]))
     return dict(rowwise=bool(rowwise), columnwise=bool(columnwise), rht=bool(rht), rht_signs=int(rht_signs),

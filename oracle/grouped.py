@@ -195,8 +195,7 @@ def group_quantize(
     rowwise, columnwise, rht = bool(rowwise), bool(columnwise), bool(rht)
     options = check_te_scale_options(
         four_over_six=four_over_six, four_over_six_fast_math=four_over_six_fast_math,
-        global_scale_max=global_scale_max, row_scaled=row_scaled, rowwise=rowwise, columnwise=columnwise, rht=rht,
-        block=block, rule=rule, rounding=rounding,
+        global_scale_max=global_scale_max, row_scaled=row_scaled, rht=rht, block=block, rule=rule, rounding=rounding,
     )
     m = check_splits(splits, x2.shape[0])
     e = m.size

@@ -131,8 +131,7 @@ PLAIN_TE = TeScaleOptions()
 
 
 def check_te_scale_options(
-    *, four_over_six, four_over_six_fast_math, global_scale_max, row_scaled, rowwise, columnwise, rht, block, rule,
-    rounding,
+    *, four_over_six, four_over_six_fast_math, global_scale_max, row_scaled, rht, block, rule, rounding,
 ) -> TeScaleOptions:
     """Validate the 4over6 / row-scaled options against the others (what TE supports, SPEC 5.6, 5.7)."""
     four_over_six = check_error_mode(four_over_six)
@@ -466,8 +465,7 @@ def quantize(
     rowwise, columnwise, rht = bool(rowwise), bool(columnwise), bool(rht)
     options = check_te_scale_options(
         four_over_six=four_over_six, four_over_six_fast_math=four_over_six_fast_math,
-        global_scale_max=global_scale_max, row_scaled=row_scaled, rowwise=rowwise, columnwise=columnwise, rht=rht,
-        block=block, rule=rule, rounding=rounding,
+        global_scale_max=global_scale_max, row_scaled=row_scaled, rht=rht, block=block, rule=rule, rounding=rounding,
     )
     t = quantize_2d(
         x2, rowwise=rowwise, columnwise=columnwise, rht=rht, rht_signs=rht_signs, block=block, rule=rule,
