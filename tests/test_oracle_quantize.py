@@ -468,8 +468,9 @@ def test_integer_options_and_zero_k():
         oracle.quantize(np.ones((2, 16), np.float32), rounding="sr", seed=1.7)
     with pytest.raises(TypeError):
         oracle.quantize(np.ones((2, 16), ml_dtypes.bfloat16), columnwise=True, rht=True, rht_signs=1.9)
-    t = oracle.quantize(np.zeros((2, 4, 0), np.float32), columnwise=True)
-    assert t.shape == (8, 0) and t.row.data.shape == (8, 0)
+    t = oracle.quantize(np.zeros((2, 4, 0), np.float32), columnwise=True)  # SPEC 13: K = 0, empty planes, amax 0
+    assert t.shape == (8, 0) and t.row.data.shape == (8, 0) and t.row.scales.shape == (8, 0)
+    assert t.col.data.shape == (0, 8) and t.row.amax == 0 and t.col.amax == 0
     with pytest.raises(ValueError):
         oracle.grouped_capacities(-5, 16, 1)
 
