@@ -440,7 +440,8 @@ def _apply_te_variants(rng, space, dtype: str, o: dict, arrays: dict, x64: np.nd
     4over6 case (from a further child stream) takes, in 30% of the cases (50% with 16x16 blocks), values whose
     candidates tie (:func:`_four_over_six_ties`, tag ``values`` "fo6_ties"), and in 20% of the cases that are not
     row-scaled a supplied amax of 0, +Inf or NaN with a zero and a tiny block (:func:`_special_amax`, tag ``amax``
-    "special")."""
+    "special"); where neither was drawn, a case that can hold them takes golden vector 16's tiles
+    (:func:`_tree_order_values`, tag ``values`` "fo6_tree")."""
     v = _te_variants(rng, space, dtype, o)
     o.update(v)
     tags["te_variant"] = te_variant_tag(o)
@@ -475,6 +476,39 @@ def _apply_te_variants(rng, space, dtype: str, o: dict, arrays: dict, x64: np.nd
         if ties or special:
             arrays["x"] = to_dtype(x64, dtype)
             tags["specials"] = _has_specials(x64)
+        elif _tree_order_case(o, dtype, arrays, x64):
+            tree = _tree_order_values(rng.spawn(1)[0], *x64.shape, o["four_over_six"])
+            if tree is not None:
+                arrays["x"] = to_dtype(tree, dtype)
+                tags.update(values="fo6_tree", specials="none")
+
+
+def _tree_order_case(o: dict, dtype: str, arrays: dict, x64: np.ndarray) -> bool:
+    """Whether a 4over6 case can hold :func:`_tree_order_values`: one tensor (no groups) of bf16 or fp32 at least
+    32 x 32, 16x16 blocks, the input-domain error with G = 448, its amax computed."""
+    return ("splits" not in arrays and "amax" not in arrays and dtype in ("bfloat16", "float32")
+            and list(o["block"]) == [16, 16] and not o.get("four_over_six_fast_math")
+            and o.get("global_scale_max", 448) == 448 and min(x64.shape) >= 32)
+
+
+def _tree_order_values(rng, m: int, k: int, mode: str) -> np.ndarray | None:
+    """Values whose 16x16 4over6 choice only SPEC 5.6's tree of the tile's row errors makes (every other sum order
+    of ``oracle.vectors.OTHER_TILE_SUM_ORDERS`` chooses the other candidate): golden vector 16's construction
+    (``oracle.vectors._tree_order_tiles``, a search over random rows) for the tile of rows 0-15, columns 0-15 (the
+    rowwise plane) and, transposed, for the tile of rows 0-15, columns 16-31 (the columnwise plane's tile of plane
+    rows 16-31); every other value in [-3, 3], one 6 (the amax the tiles are built for), all times 2^j, j in
+    [-4, 4] (the choice scales with them). float64 [m, k]; None where the search finds no such tiles (about 1 draw in
+    20 under MSE, 1 in 5 under MAE: the case keeps its values)."""
+    from oracle.vectors import _tree_order_tiles
+
+    try:
+        for_rows, for_cols = (t.astype(np.float64) for t in _tree_order_tiles(rng, 2, mode))
+    except RuntimeError:
+        return None
+    x = np.clip(rng.standard_normal((m, k)), -3.0, 3.0)
+    x[:16, :16], x[:16, 16:32] = for_rows, for_cols.T
+    x[m - 1, k - 1] = 6.0
+    return x * 2.0 ** int(rng.integers(-4, 5))
 
 
 def _apply_te_special_amax(rng, space, dtype: str, o: dict, arrays: dict, x64: np.ndarray,
