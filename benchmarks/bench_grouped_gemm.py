@@ -154,6 +154,12 @@ def fused_algorithm(kind: str, e: int, t: int, k: int, n: int) -> str:
     return _dispatch.fused_fast_algorithm(_dispatch.GemmProblem(kind, "fast", e, t, n, k, "bf16")).name
 
 
+def relative_distance(got: torch.Tensor, ref: torch.Tensor) -> float:
+    """||got - ref|| / ||ref|| (Frobenius, in fp32): how far a result lies from its BF16 anchor."""
+    ref = ref.float()
+    return float((got.float() - ref).norm() / ref.norm())
+
+
 def check_results(what: str, fns: dict, out: torch.Tensor, anchor) -> None:
     """Each mode's columns give that mode's bits (fast: the planned and the fused algorithm; exact: the planned and the
     forced exact algorithms; SPEC 12.6 / 12.2), and the fast result lies within a relative Frobenius distance of 0.35
@@ -183,8 +189,7 @@ def check_results(what: str, fns: dict, out: torch.Tensor, anchor) -> None:
             if not torch.equal(got, want):
                 raise AssertionError(f"{what}: {key} gives other bits than {mode}")
     if fast is not None and anchor is not None:
-        ref = anchor().float()
-        rel = float((fast.float() - ref).norm() / ref.norm())
+        rel = relative_distance(fast, anchor())
         if not rel < 0.35:
             raise AssertionError(f"{what}: the fast result is {rel:.3f} (relative) from the BF16 anchor's")
 

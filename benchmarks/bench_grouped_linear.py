@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 
 import torch
-from bench_grouped_gemm import splits_for, timeit
+from bench_grouped_gemm import relative_distance, splits_for, timeit
 
 import device
 
@@ -65,17 +65,18 @@ def capture(step) -> torch.cuda.CUDAGraph:
 
 
 def bf16_step(x, w, dy, splits, forward_only):
-    """The BF16 step's callable: torch._grouped_mm for fprop (+ dgrad + wgrad)."""
+    """The BF16 step's callable: torch._grouped_mm for fprop (+ dgrad + wgrad); it returns Y (and dX, dW [E, N, K]),
+    which an eager call gives check_results as its anchor."""
     offs = torch.tensor(splits, device=DEV).cumsum(0).to(torch.int32)
     wt = w.transpose(1, 2)  # [E, K, N] view of the [E, N, K] weights
     dyt = dy.t().contiguous()  # wgrad's A operand [N, T], made contiguous once outside the step (as in
     # bench_grouped_gemm.py; a transposed view trips a device-side assert of torch 2.11's grouped_mm)
 
     def step():
-        torch._grouped_mm(x, wt, offs=offs)
-        if not forward_only:
-            torch._grouped_mm(dy, w, offs=offs)
-            torch._grouped_mm(dyt, x, offs=offs)
+        y = torch._grouped_mm(x, wt, offs=offs)
+        if forward_only:
+            return (y,)
+        return y, torch._grouped_mm(dy, w, offs=offs), torch._grouped_mm(dyt, x, offs=offs)
 
     return step
 
@@ -92,19 +93,9 @@ def check_results(name, results: dict, reference) -> None:
             if not torch.equal(a, b):
                 raise AssertionError(f"{name}: {label} of column {column} has other bits than column {first}")
     for label, a, ref in zip(labels, want, reference, strict=True):
-        ref = ref.float()
-        rel = float((a.float() - ref).norm() / ref.norm())
+        rel = relative_distance(a, ref)
         if not rel < 0.35:
             raise AssertionError(f"{name}: {label} is {rel:.3f} (relative) from the BF16 step's")
-
-
-def bf16_results(x, w, dy, splits, forward_only) -> tuple:
-    """The BF16 step's Y (and dX, dW [E, N, K]) in one eager call: check_results' anchor."""
-    offs = torch.tensor(splits, device=DEV).cumsum(0).to(torch.int32)
-    y = torch._grouped_mm(x, w.transpose(1, 2), offs=offs)
-    if forward_only:
-        return (y,)
-    return y, torch._grouped_mm(dy, w, offs=offs), torch._grouped_mm(dy.t().contiguous(), x, offs=offs)
 
 
 def saved_activation_bytes(layer, x, splits) -> int:
@@ -143,7 +134,8 @@ def bench_case(name, e, t, k, n, pattern, forward_only, iters, reps, profile=Fal
     x = torch.randn((t, k), device=DEV, dtype=torch.bfloat16)
     dy = torch.randn((t, n), device=DEV, dtype=torch.bfloat16)
     w = torch.randn((e, n, k), device=DEV, dtype=torch.bfloat16) * 0.05
-    graphs = {"bf16": capture(bf16_step(x, w, dy, splits, forward_only))}
+    bf16 = bf16_step(x, w, dy, splits, forward_only)
+    graphs = {"bf16": capture(bf16)}
 
     layer = device.GroupedLinear(e, k, n, bias=False, mode="fast")
     with torch.no_grad():
@@ -181,7 +173,7 @@ def bench_case(name, e, t, k, n, pattern, forward_only, iters, reps, profile=Fal
         graphs[column].weight_cache = layer._weight_cache  # the cached tensors the graph reads stay alive
         if column == "nvfp4" and layer._weight_cache[3] is not None:
             copy_bytes = layer._weight_cache[3].numel() * layer._weight_cache[3].element_size()
-    check_results(name, outputs, bf16_results(x, w, dy, splits, forward_only))
+    check_results(name, outputs, bf16())
     del outputs
     xg.grad = layer.weight.grad = None
     times = {c: [] for c in graphs}
