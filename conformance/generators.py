@@ -452,8 +452,7 @@ def _apply_te_variants(rng, space, dtype: str, o: dict, arrays: dict, x64: np.nd
             x64.flat[int(sub.integers(x64.size))] = np.nan
             arrays["x"] = to_dtype(x64, dtype)
             tags.update(row_nan="yes", specials=_has_specials(x64))
-        allowed = space.get("amax") is None or any(m in space["amax"] for m in ("one", "pair"))
-        if "amax" in arrays or (allowed and sub.random() < 0.4):  # (40% beside _amax_supply's 15%)
+        if "amax" in arrays or (_amax_may_be_supplied(space) and sub.random() < 0.4):  # (40% beside _amax_supply's 15%)
             rows = _row_amax_supply(sub, x64)
             if o["rowwise"]:
                 arrays["amax"] = rows
@@ -511,6 +510,11 @@ def _tree_order_values(rng, m: int, k: int, mode: str) -> np.ndarray | None:
     return x * 2.0 ** int(rng.integers(-4, 5))
 
 
+def _amax_may_be_supplied(space) -> bool:
+    """Whether a backend's space lets a case supply its amax (``amax`` absent, or naming "one" or "pair")."""
+    return space.get("amax") is None or any(m in space["amax"] for m in ("one", "pair"))
+
+
 def _apply_te_special_amax(rng, space, dtype: str, o: dict, arrays: dict, x64: np.ndarray,
                            tags: dict) -> np.ndarray:
     """In 8% of the rule te / te_fused_rht cases whose space allows a supplied amax, one of 0, +Inf or NaN with a zero
@@ -518,8 +522,7 @@ def _apply_te_special_amax(rng, space, dtype: str, o: dict, arrays: dict, x64: n
     NaN, which a computed amax never reaches with NaN (a supplied one is 4.3's only way in). Drawn before TE's
     variants, from a child stream, on the case's own options only (so a case draws the same here under any variant
     space); a variant that supplies its own amax later (row scaling, 4over6's) replaces it. Returns the values of x."""
-    allowed = space.get("amax") is None or any(m in space["amax"] for m in ("one", "pair"))
-    if not allowed or o["rule"] not in ("te", "te_fused_rht"):
+    if not _amax_may_be_supplied(space) or o["rule"] not in ("te", "te_fused_rht"):
         return x64
     extra = rng.spawn(1)[0]
     if extra.random() < 0.08:
