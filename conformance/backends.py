@@ -31,7 +31,6 @@ from .ops import (
     grouped_gemm_b_splits,
     operand_quant_kwargs,
     quantize_kwargs,
-    te_variant_kwargs,
 )
 
 __all__ = ["Backend", "BACKENDS", "BackendSpecError", "CPU_DEFAULT", "DeviceBackend", "MmasimBackend",
@@ -178,11 +177,7 @@ class TorchTEBackend(Backend):
         if o["rule"] not in te_torch.RULES or o.get("splits_rule", "exact") != "exact":
             raise ValueError(f"torch-te runs rules {te_torch.RULES} and splits adding up to T, not "
                              f"{o['rule']!r} / {o.get('splits_rule')!r}")
-        kw = dict(rowwise=o["rowwise"], columnwise=o["columnwise"], rht=o["rht"], rht_signs=o["rht_signs"],
-                  block=o["block"], rule=o["rule"], amax=case.arrays.get("amax"), rounding=o["rounding"],
-                  seed=o["seed"], offset=o["offset"], **te_variant_kwargs(case))
-        if kw.get("row_scaled"):  # (one amax per plane row: the one plane's, or a (row, col) pair, SPEC 5.7)
-            kw["amax"] = quantize_kwargs(case).get("amax")
+        kw = quantize_kwargs(case)  # (the oracle's keywords, amax forms included, are te_torch's too)
         if op == "group_quantize":
             return te_torch.group_quantize(case.arrays["x"], case.arrays["splits"], **kw)
         return te_torch.quantize(case.arrays["x"], **kw)
