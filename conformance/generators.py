@@ -493,15 +493,15 @@ def _tree_order_case(o: dict, dtype: str, arrays: dict, x64: np.ndarray) -> bool
 def _tree_order_values(rng, m: int, k: int, mode: str) -> np.ndarray | None:
     """Values whose 16x16 4over6 choice only SPEC 5.6's tree of the tile's row errors makes (every other sum order
     of ``oracle.vectors.OTHER_TILE_SUM_ORDERS`` chooses the other candidate): golden vector 16's construction
-    (``oracle.vectors._tree_order_tiles``, a search over random rows) for the tile of rows 0-15, columns 0-15 (the
+    (``oracle.vectors.tree_order_tiles``, a search over random rows) for the tile of rows 0-15, columns 0-15 (the
     rowwise plane) and, transposed, for the tile of rows 0-15, columns 16-31 (the columnwise plane's tile of plane
     rows 16-31); every other value in [-3, 3], one 6 (the amax the tiles are built for), all times 2^j, j in
     [-4, 4] (the choice scales with them). float64 [m, k]; None where the search finds no such tiles (about 1 draw in
     20 under MSE, 1 in 5 under MAE: the case keeps its values)."""
-    from oracle.vectors import _tree_order_tiles
+    from oracle.vectors import tree_order_tiles
 
     try:
-        for_rows, for_cols = (t.astype(np.float64) for t in _tree_order_tiles(rng, 2, mode))
+        for_rows, for_cols = (t.astype(np.float64) for t in tree_order_tiles(rng, 2, mode))
     except RuntimeError:
         return None
     x = np.clip(rng.standard_normal((m, k)), -3.0, 3.0)

@@ -33,7 +33,7 @@ from .grouped_gemm import grouped_gemm
 from .quantize import quantize
 from .swizzle import swizzle_scales
 
-__all__ = ["CONVENTIONS", "read_case", "write_vectors"]
+__all__ = ["CONVENTIONS", "read_case", "tree_order_tiles", "write_vectors"]
 
 FORMAT_VERSION = 1
 _DTYPES = {"bfloat16": np.uint16, "float16": np.float16, "float32": np.float32, "uint8": np.uint8,
@@ -190,7 +190,7 @@ OTHER_TILE_SUM_ORDERS: dict[str, Callable[[np.ndarray], float]] = {
 }
 
 
-def _tree_order_tiles(rng: np.random.Generator, count: int = 2, mode: str = "mse") -> list[np.ndarray]:
+def tree_order_tiles(rng: np.random.Generator, count: int = 2, mode: str = "mse") -> list[np.ndarray]:
     """``count`` bf16 16x16 tiles, for a plane whose amax is 6 (SPEC 5.6: 4over6, 16x16 blocks, input-domain
     ``mode`` error, G = 448), whose choice SPEC 5.6's tree of the row errors makes and every sum order of
     :data:`OTHER_TILE_SUM_ORDERS` would make otherwise. Random tiles almost never tell the orders apart (none of 4,096
@@ -233,10 +233,10 @@ def _tree_order_tiles(rng: np.random.Generator, count: int = 2, mode: str = "mse
 
 
 def _tree_order_tensor(rng: np.random.Generator) -> np.ndarray:
-    """bf16 [32, 32]: two :func:`_tree_order_tiles`, the first as X's tile (0, 0) for the rowwise plane, the second
+    """bf16 [32, 32]: two :func:`tree_order_tiles`, the first as X's tile (0, 0) for the rowwise plane, the second
     transposed at tile (0, 1), so that the columnwise plane (X^T) has it as its tile of plane rows 16-31; tile (1, 0)
     holds the amax 6 among random values, tile (1, 1) random values."""
-    for_rows, for_cols = _tree_order_tiles(rng)
+    for_rows, for_cols = tree_order_tiles(rng)
     x = np.clip(rng.standard_normal((32, 32)), -3.0, 3.0).astype(ml_dtypes.bfloat16)
     x[:16, :16], x[:16, 16:] = for_rows, for_cols.T
     x[21, 5] = 6.0
