@@ -340,6 +340,8 @@ class GroupedLinear(torch.nn.Module):
         try:
             w = torch.empty((num_gemms, out_features, in_features), dtype=params_dtype, device=dev)
         except (AssertionError, RuntimeError) as e:  # (torch's "Torch not compiled with CUDA enabled", no GPU)
+            if torch.cuda.is_available():  # (a GPU that failed the allocation, e.g. out of memory: torch's error)
+                raise
             raise RuntimeError(f"GroupedLinear needs a CUDA device (an sm_90 GPU) for its parameters on {dev}: "
                                f"{e}") from None
         self.weight = torch.nn.Parameter(w)
