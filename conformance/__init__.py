@@ -7,6 +7,7 @@ Modules (one concept each):
 * :mod:`conformance.ops` -- the op registry: reference outputs (the oracle) and comparison mode per op;
 * :mod:`conformance.independent` -- implementations we did not write (ml_dtypes, torch, torchao, fractions)
   and layout code written independently of the oracle;
+* :mod:`conformance.te_reference` -- TransformerEngine's own reference quantizer, loaded from a TE source checkout;
 * :mod:`conformance.backends` -- the :class:`Backend` interface, the CPU backends and the CUDA device backend;
 * :mod:`conformance.compare` -- byte-for-byte / bounded comparison and mismatch location;
 * :mod:`conformance.shrink` -- failure minimization;

@@ -4,8 +4,8 @@ A backend is an implementation under test. The runner pairs every op a backend e
 reference for that op (:mod:`conformance.ops`) and compares the outputs (:mod:`conformance.compare`).
 
 Built-in backends (CPU, the oracle self-conformance): ``mldtypes``, ``torch``, ``torchao``, ``torch-te``,
-``fractions``, ``oracle-seq``, ``oracle-tc``, ``composed``, ``oracle-grouped`` and ``mmasim``. GPU: ``device:cuda:N``
-(the project's ``device`` package). Tests and plugins add more with :func:`register_backend` or
+``fractions``, ``oracle-seq``, ``oracle-tc``, ``composed``, ``oracle-grouped`` and ``mmasim``; with a TE source checkout:
+``te-reference:PATH`` (TE's own reference quantizer). GPU: ``device:cuda:N`` (the project's ``device`` package). Tests and plugins add more with :func:`register_backend` or
 ``--backend module:attr`` on the command line.
 """
 
@@ -34,7 +34,8 @@ from .ops import (
 )
 
 __all__ = ["Backend", "BACKENDS", "BackendSpecError", "CPU_DEFAULT", "DeviceBackend", "MmasimBackend",
-           "OracleGroupedBackend", "grouped_gemm_operands_by", "grouped_gemm_plan", "make_backend", "register_backend"]
+           "OracleGroupedBackend", "TEReferenceBackend", "grouped_gemm_operands_by", "grouped_gemm_plan", "make_backend",
+           "register_backend"]
 
 
 class BackendSpecError(ValueError):
@@ -181,6 +182,71 @@ class TorchTEBackend(Backend):
         if op == "group_quantize":
             return te_torch.group_quantize(case.arrays["x"], case.arrays["splits"], **kw)
         return te_torch.quantize(case.arrays["x"], **kw)
+
+
+class TEReferenceBackend(Backend):
+    """TransformerEngine's own pure-torch reference quantizer (``NVFP4QuantizerRef`` of
+    ``transformer_engine/pytorch/custom_recipes/reference_nvfp4.py``), loaded from the TE source checkout ``te`` by
+    :mod:`conformance.te_reference` (TE need not be installed): rule "te" with round to nearest and no RHT, 1x16 and
+    16x16 blocks, either plane, and TE's variants (4over6: MAE / MSE, input or product domain, G = 448 or 256; row
+    scaling of either plane, 1x16). The spec is ``te-reference:PATH``.
+
+    Its space leaves out two differences SPEC 14 lists between TE's reference and the TE kernels (and so the
+    oracle), the RHT (14.2: a bf16 matmul) and NaN and Inf inputs (14.6: NaN propagates into S_enc), and what the
+    reference does not take (a supplied amax, stochastic rounding, no rows). The third, 14.1 (0x0 where the scaled
+    value is -0.0), is undone on its bytes (:func:`conformance.te_reference.signed_zero_codes`): a code 0x0 of an
+    element whose x has its sign bit set becomes 0x8, the one place where the two may differ by that rule. It returns
+    TE's planes as :meth:`conformance.te_reference.TEReference.quantize` keys them: compact scales only, and the
+    columnwise codes only where M is even (TE stores M // 2 bytes a plane row)."""
+
+    name = "te-reference"
+    ops = ("quantize",)
+
+    def __init__(self, te: str):
+        self.te = te
+        self._ref = None
+
+    def _reference(self):
+        if self._ref is None:
+            from .te_reference import TEReference
+
+            self._ref = TEReference(self.te)
+        return self._ref
+
+    def available(self):
+        if ind.import_torch() is None:
+            return "torch is not installed (pip install .[torch])"
+        from .te_reference import CannotRun
+
+        try:
+            self._reference()
+        except CannotRun as e:
+            return str(e)
+        return None
+
+    def space(self, op):
+        return {"rule": ["te"], "rounding": ["rn"], "rht": [False], "amax": ["computed"], "specials": False,
+                "min_rows": 1}
+
+    def expected_outputs(self, op, case, ref_keys):
+        keys = {k for k in ref_keys if not k.endswith("_swizzled")}
+        if case.arrays["x"].shape[0] % 2:
+            keys.discard("col_data")  # (the last token's code is not stored)
+        return keys
+
+    def run(self, op, case):
+        kw = quantize_kwargs(case)
+        if kw["rule"] != "te" or kw["rounding"] != "rn" or kw["rht"] or "amax" in kw:
+            raise ValueError("TE's reference quantizer runs rule te, round to nearest, no RHT and a computed amax")
+        from .te_reference import signed_zero_codes
+
+        x = case.arrays["x"]
+        theirs = self._reference().quantize(
+            ind._to_torch(x), rowwise=kw["rowwise"], columnwise=kw["columnwise"], block=kw["block"],
+            four_over_six=kw.get("four_over_six"), four_over_six_fast_math=kw.get("four_over_six_fast_math", False),
+            global_scale_max=kw.get("global_scale_max", 448), row_scaled=kw.get("row_scaled", False))
+        bits = x.view(np.uint32 if x.dtype.itemsize == 4 else np.uint16)
+        return signed_zero_codes((bits >> (8 * x.dtype.itemsize - 1)).astype(bool), theirs)
 
 
 def _alpha_by_hand(pa, pb, rule: str) -> np.float32:
@@ -731,9 +797,14 @@ class _PluginAdapter(Backend):
 
 
 def make_backend(spec: str) -> Backend:
-    """Build a backend from a registered name, ``device:cuda:N``, or ``package.module:attr`` (a class or factory)."""
+    """Build a backend from a registered name, ``device:cuda:N``, ``te-reference:PATH`` (TE's reference quantizer
+    from the TE source checkout at PATH) or ``package.module:attr`` (a class or factory)."""
     if spec in BACKENDS:
         b = BACKENDS[spec]()
+        b.spec = spec
+        return b
+    if spec.startswith("te-reference:"):
+        b = TEReferenceBackend(spec.split(":", 1)[1])
         b.spec = spec
         return b
     if spec.startswith("device:"):

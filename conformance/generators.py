@@ -433,21 +433,22 @@ def _special_amax(rng, arrays: dict, x: np.ndarray, dtype: str) -> tuple[np.ndar
 
 def _apply_te_variants(rng, space, dtype: str, o: dict, arrays: dict, x64: np.ndarray, tags: dict) -> None:
     """Add :func:`_te_variants`' options to ``o`` and the ``te_variant`` tag. A row-scaled case (from the child
-    stream after the variant draws) takes, in 25% of the cases, a NaN at a random element (tag ``row_nan`` "yes": the
-    NaN-ignoring amax of its row and column), and supplies one amax per plane row where _amax_supply drew a supplied
-    amax, and in 40% of the others its space allowing (tag ``amax`` "rows"): ``amax`` for the rowwise plane,
-    ``col_amax`` for the columnwise plane (:func:`_col_amax_supply`). A
-    4over6 case (from a further child stream) takes, in 30% of the cases (50% with 16x16 blocks), values whose
-    candidates tie (:func:`_four_over_six_ties`, tag ``values`` "fo6_ties"), and in 20% of the cases that are not
-    row-scaled a supplied amax of 0, +Inf or NaN with a zero and a tiny block (:func:`_special_amax`, tag ``amax``
-    "special"); where neither was drawn, a case that can hold them takes golden vector 16's tiles
-    (:func:`_tree_order_values`, tag ``values`` "fo6_tree")."""
+    stream after the variant draws) takes, in 25% of the cases, a NaN at a random element where the space allows
+    specials (tag ``row_nan`` "yes": the NaN-ignoring amax of its row and column), and supplies one amax per plane row
+    where _amax_supply drew a supplied amax, and in 40% of the others its space allowing (tag ``amax`` "rows"):
+    ``amax`` for the rowwise plane, ``col_amax`` for the columnwise plane (:func:`_col_amax_supply`). A 4over6 case
+    (from a further child stream) takes, in 30% of the cases (50% with 16x16 blocks), values whose candidates tie
+    (:func:`_four_over_six_ties`, tag ``values`` "fo6_ties"), and in 20% of the cases that are not row-scaled and
+    whose space allows a supplied amax, a supplied amax of 0, +Inf or NaN with a zero and a tiny block
+    (:func:`_special_amax`, tag ``amax`` "special"); where neither was drawn, a case that can hold them takes golden
+    vector 16's tiles (:func:`_tree_order_values`, tag ``values`` "fo6_tree")."""
     v = _te_variants(rng, space, dtype, o)
     o.update(v)
     tags["te_variant"] = te_variant_tag(o)
     if v.get("row_scaled"):
         sub = rng.spawn(1)[0]
-        if sub.random() < 0.25 and x64.size > 1:  # SPEC 5.7's NaN-ignoring amax of a row / column that has a NaN
+        # SPEC 5.7's NaN-ignoring amax of a row / column that has a NaN (where the space takes NaN inputs)
+        if sub.random() < 0.25 and x64.size > 1 and space.get("specials", True):
             x64 = x64.copy()
             x64.flat[int(sub.integers(x64.size))] = np.nan
             arrays["x"] = to_dtype(x64, dtype)
@@ -465,7 +466,7 @@ def _apply_te_variants(rng, space, dtype: str, o: dict, arrays: dict, x64: np.nd
         extra = rng.spawn(1)[0]
         # (a case with a special amax already, _apply_te_special_amax's, keeps its zero and tiny blocks: no ties)
         ties = extra.random() < (0.5 if list(o["block"]) == [16, 16] else 0.3) and tags.get("amax") != "special"
-        special = extra.random() < 0.2 and not v.get("row_scaled")
+        special = extra.random() < 0.2 and not v.get("row_scaled") and _amax_may_be_supplied(space)
         if ties:
             x64 = _four_over_six_ties(extra, *x64.shape, o["block"])
             tags["values"] = "fo6_ties"

@@ -16,6 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conformance import te_torch as tt  # noqa: E402
+from conformance.te_reference import load_reference  # noqa: E402
 from conformance.te_torch_variants import E2M1_VALUES  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -34,7 +35,7 @@ class StandIn:
 
     def __init__(self, *, rowwise, columnwise, quant_tile_shape=(1, 16), nvfp4_use_4over6=False,
                  nvfp4_4over6_err_mode="MAE", nvfp4_4over6_err_use_fast_math=False, nvfp4_e4m3_max=448,
-                 row_scaled_nvfp4=False, scale_error=False):
+                 row_scaled_nvfp4=False, scale_error=False, dtype=None):
         self.kw = dict(rowwise=rowwise, columnwise=columnwise, block=quant_tile_shape,
                        four_over_six=nvfp4_4over6_err_mode.lower() if nvfp4_use_4over6 else None,
                        four_over_six_fast_math=nvfp4_4over6_err_use_fast_math,
@@ -93,6 +94,14 @@ class StandIn:
 
 
 
+class StandInReference(check.TEReference):
+    """A TEReference whose quantizer is ``quantizer`` (StandIn by default) instead of a checkout's."""
+
+    def __init__(self, quantizer=StandIn):
+        self.quantizer, self.gemm_type = quantizer, SimpleNamespace(WGRAD="wgrad")
+        self.utils = SimpleNamespace(Fp4Formats=SimpleNamespace(E2M1="e2m1"))
+
+
 VARIANTS = [dict(plane="row", block=(1, 16), fos=None, fast=False, g=448, row_scaled=False),
             dict(plane="col", block=(16, 16), fos="MSE", fast=False, g=256, row_scaled=False),
             dict(plane="row", block=(1, 16), fos="MAE", fast=True, g=448, row_scaled=True)]
@@ -104,19 +113,16 @@ def test_agreeing_bytes_and_the_negative_zero_difference(v):
     for _ in range(10):
         x = check.random_input(rng, even_rows=v["plane"] == "col")
         x[x == 0] = 0.0  # (no -0.0 here)
-        assert check.compare(StandIn, x, v) == (True, False)
+        assert check.compare(StandInReference(), x, v) == (True, False)
         x[0, 0], x[0, 1] = 1.0, -0.0
-        assert check.compare(StandIn, x, v) == (False, True)  # SPEC 14.1: counted apart
+        assert check.compare(StandInReference(), x, v) == (False, True)  # SPEC 14.1: counted apart
 
 
 def test_a_planted_scale_error_is_unexplained():
     rng = np.random.default_rng(4)
     x = check.random_input(rng, even_rows=False)
     x[0, :16] = torch.linspace(1.0, 3.0, 16)  # a nonzero first block
-    assert check.compare(lambda **kw: StandIn(scale_error=True, **kw), x, VARIANTS[0]) == (False, False)
-
-
-GEMM_KINDS = SimpleNamespace(WGRAD="wgrad")
+    assert check.compare(StandInReference(lambda **kw: StandIn(scale_error=True, **kw)), x, VARIANTS[0]) == (False, False)
 
 
 @pytest.mark.parametrize("v", check.gemm_variants(), ids=lambda v: f"{v['kind']} {v['out']}" + (
@@ -125,7 +131,7 @@ def test_gemm_mismatches_are_the_alpha_quotients(v):
     """Against SPEC 12.2's arithmetic with 14.9's quotient alpha, every GEMM agrees or is explained by that alpha."""
     rng = np.random.default_rng(6)
     for _ in range(6):
-        equal, explained = check.compare_gemm(StandIn, GEMM_KINDS, rng, v)
+        equal, explained = check.compare_gemm(StandInReference(), rng, v)
         assert equal or explained
 
 
@@ -137,13 +143,13 @@ def test_a_planted_gemm_order_is_unexplained():
     rng = np.random.default_rng(7)
     v = dict(check.gemm_variants()[2])  # fprop, fp32 out, with C
     assert v["accumulate"]
-    results = [check.compare_gemm(CFirst, GEMM_KINDS, rng, v) for _ in range(12)]
+    results = [check.compare_gemm(StandInReference(CFirst), rng, v) for _ in range(12)]
     assert any(r == (False, False) for r in results), results
 
 
 def test_a_path_without_the_reference_cannot_run(tmp_path, capsys, monkeypatch):
-    with pytest.raises(check.CannotRun, match="not found: --te must be a TransformerEngine source checkout"):
-        check.load_reference(tmp_path, tmp_path / "work")
+    with pytest.raises(check.CannotRun, match="not found: the path must be a TransformerEngine source checkout"):
+        load_reference(tmp_path, tmp_path / "work")
     monkeypatch.setattr(sys, "argv", ["te_reference_check.py", "--te", str(tmp_path)])
     assert check.main() == 2 and "cannot run" in capsys.readouterr().err
 
@@ -185,7 +191,7 @@ _MISSING_IMPORT = "import transformer_engine.pytorch.not_a_stand_in\n"
 @pytest.mark.parametrize("reference, words", [
     (_NARROW_CONSTRUCTOR, "NVFP4QuantizerRef constructor"),  # a keyword this TE does not take
     (_NO_FIELDS, "NVFP4QuantizerRef.quantize"),  # a result without the fields read
-    (_MISSING_IMPORT, "does not load beside this tool's stand-ins"),  # an import the stand-ins do not give
+    (_MISSING_IMPORT, "does not load beside the stand-ins"),  # an import the stand-ins do not give
 ])
 def test_a_reference_that_takes_or_gives_other_things_cannot_run(tmp_path, capsys, monkeypatch, reference, words):
     """Exit status 2 (cannot run), not 1 (an unexplained mismatch), for a TE whose reference differs in its API."""
@@ -232,8 +238,8 @@ def test_a_second_checkout_is_loaded_afresh(tmp_path):
     """load_reference of another TE tree in the same process gives that tree's classes (no module of the first
     answers for it) and leaves sys.path as it was."""
     path_before = list(sys.path)
-    one = check.load_reference(_fake_te(tmp_path / "one", _NARROW_CONSTRUCTOR), tmp_path / "w1")[0]
-    two = check.load_reference(_fake_te(tmp_path / "two", _NO_FIELDS), tmp_path / "w2")[0]
+    one = load_reference(_fake_te(tmp_path / "one", _NARROW_CONSTRUCTOR), tmp_path / "w1")[0]
+    two = load_reference(_fake_te(tmp_path / "two", _NO_FIELDS), tmp_path / "w2")[0]
     assert one is not two and hasattr(two, "quantize") and not hasattr(one, "quantize")
     assert sys.path == path_before
 

@@ -1,12 +1,11 @@
 """TransformerEngine's own pure-torch NVFP4 reference (quantizer and GEMM) against the oracle, byte for byte, on the CPU.
 
 TE's `transformer_engine/pytorch/custom_recipes/reference_nvfp4.py` (with `reference_utils.py`) is loaded from a TE
-source checkout, beside stand-ins for the two compiled-backed TE modules it imports (the quantizer base classes and the
-GEMM enums, which only name things there), and quantizes random inputs under every variant it shares with the oracle:
-1x16 / 16x16 blocks, rowwise and columnwise planes, 4over6 (MAE / MSE, fast-math error, G = 448 / 256) and row scaling
-of either plane (with and without 4over6). Data, scale bytes and amax bits are compared; the RHT is not (TE's reference
+source checkout by `conformance.te_reference` (beside stand-ins for the two compiled-backed TE modules it imports) and
+quantizes random inputs under every variant it shares with the oracle: 1x16 / 16x16 blocks, rowwise and columnwise
+planes, 4over6 (MAE / MSE, fast-math error, G = 448 / 256) and row scaling of either plane (with and without 4over6). Data, scale bytes and amax bits are compared; the RHT is not (TE's reference
 sums it by a bf16 matmul, SPEC 14.2). Inputs hold no NaN (SPEC 14.6); a mismatch that SPEC 14.1 explains (TE's reference
-encodes -0.0 as 0x0: the oracle's bytes of the input with +0.0 for -0.0 are TE's) is counted apart. Then its `qgemm`
+writes 0x0 where the scaled value is -0.0: TE's bytes with 0x8 for those codes are the oracle's) is counted apart. Then its `qgemm`
 (fprop of two rowwise planes: bf16 / fp32 output, a C, G = 256 operands, a row-scaled X; wgrad of two columnwise planes,
 with and without a C, and with a row-scaled X) against `oracle.gemm(model="sequential")` (SPEC 12.2) on the oracle's
 planes of the same inputs; a mismatch that SPEC 14.9 explains (on the CPU TE's alpha is the quotient by 36 G_A G_B,
@@ -24,12 +23,7 @@ unexplained mismatch exits 1.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib
-import shutil
 import sys
-import tempfile
-import traceback
 from pathlib import Path
 
 import ml_dtypes
@@ -38,69 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import oracle  # noqa: E402
-
-_RECIPES = Path("transformer_engine/pytorch/custom_recipes")
-# stand-ins for the modules reference_nvfp4.py imports besides reference_utils: base classes and the names its
-# signatures use (GEMM enums), none of which takes part in quantization
-_STANDINS = {
-    "transformer_engine/__init__.py": "",
-    "transformer_engine/pytorch/__init__.py": "",
-    "transformer_engine/pytorch/custom_recipes/__init__.py": "",
-    "transformer_engine/pytorch/quantized_tensor.py": (
-        "class QuantizedTensorStorage:\n    pass\n\n\n"
-        "class Quantizer:\n"
-        "    def __init__(self, *, rowwise, columnwise):\n"
-        "        self.rowwise_usage, self.columnwise_usage, self.internal = rowwise, columnwise, False\n"),
-    "transformer_engine/pytorch/custom_recipes/gemm.py": (
-        "import dataclasses\nimport enum\n\n\n"
-        "class GEMMType(enum.Enum):\n    FPROP = 0\n    DGRAD = 1\n    WGRAD = 2\n\n\n"
-        "@dataclasses.dataclass\nclass MMParams:\n    pass\n"),
-}
-
-
-def load_reference(te: Path, work: Path):
-    """TE's NVFP4QuantizerRef, reference_utils and the GEMM enum its qgemm compares with (the stand-in's), imported
-    from a package tree built in ``work``."""
-    src = te / _RECIPES
-    for name in ("reference_nvfp4.py", "reference_utils.py"):
-        if not (src / name).is_file():
-            raise CannotRun(f"{src / name} not found: --te must be a TransformerEngine source checkout")
-    for rel, text in _STANDINS.items():
-        (work / rel).parent.mkdir(parents=True, exist_ok=True)
-        (work / rel).write_text(text)
-    for name in ("reference_nvfp4.py", "reference_utils.py"):
-        shutil.copy(src / name, work / _RECIPES / name)
-    # a package tree loaded before (another --te in this process) must not answer for this one
-    for mod in [m for m in sys.modules if m == "transformer_engine" or m.startswith("transformer_engine.")]:
-        del sys.modules[mod]
-    sys.path.insert(0, str(work))
-    try:
-        ref = importlib.import_module("transformer_engine.pytorch.custom_recipes.reference_nvfp4")
-        return (ref.NVFP4QuantizerRef,
-                importlib.import_module("transformer_engine.pytorch.custom_recipes.reference_utils"),
-                importlib.import_module("transformer_engine.pytorch.custom_recipes.gemm").GEMMType)
-    except (ImportError, AttributeError) as e:  # a TE whose reference imports or names more than the stand-ins give
-        raise CannotRun(f"TE's reference at {src} does not load beside this tool's stand-ins: {type(e).__name__}: "
-                        f"{e}") from None
-    finally:
-        sys.path.remove(str(work))
-
-
-class CannotRun(Exception):
-    """The comparison could not run (exit status 2): no TE reference at the path, or one whose imports, constructor
-    keywords or qgemm arguments this tool does not know."""
-
-
-@contextlib.contextmanager
-def te_call(what: str):
-    """A call into TE's reference: a TypeError or AttributeError there (an argument or field this tool passes or
-    reads that this TE does not have) means the comparison cannot run, not that the bytes differ."""
-    try:
-        yield
-    except (TypeError, AttributeError) as e:
-        where = traceback.extract_tb(e.__traceback__)[-1]
-        raise CannotRun(f"TE's {what} does not take or give what this tool passes or reads: {type(e).__name__}: {e} "
-                        f"(at {where.filename}:{where.lineno})") from None
+from conformance.te_reference import CannotRun, TEReference, signed_zero_codes, te_call  # noqa: E402
 
 
 def random_input(rng, *, even_rows: bool) -> torch.Tensor:
@@ -130,17 +62,6 @@ def u8(t: torch.Tensor) -> np.ndarray:
     return (t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t).contiguous().numpy()
 
 
-def oracle_plane(x: torch.Tensor, v: dict, m: int) -> tuple:
-    """The oracle's (data, scales, amax) of ``x`` under variant ``v``, cut as TE stores them: the columnwise plane's
-    codes to [K, M/2] (M even here; its scales stay [K, Mp/16])."""
-    col = v["plane"] == "col"
-    q = oracle.quantize(host(x), rowwise=not col, columnwise=col, block=v["block"],
-                        four_over_six=v["fos"].lower() if v["fos"] else None, four_over_six_fast_math=v["fast"],
-                        global_scale_max=v["g"], row_scaled=v["row_scaled"])
-    p = q.col if col else q.row
-    return (p.data[:, : m // 2] if col else p.data), p.scales, np.asarray(p.amax, np.float32).reshape(-1)
-
-
 def te_plane(result, columnwise: bool) -> tuple:
     """(data, scales, amax) of one plane of a TE reference result: its columnwise fields (``data_t`` [K, M/2],
     ``scale_t``, ``global_amax_col``) or its rowwise ones (``data``, ``scale``, ``global_amax_row``), as TE holds
@@ -161,25 +82,25 @@ def same_bytes(theirs, ours) -> bool:
                for a, b in zip(theirs, ours, strict=True))
 
 
-def compare(quantizer, x: torch.Tensor, v: dict) -> tuple[bool, bool]:
-    """(equal, explained by SPEC 14.1) for one input under variant ``v``: a mismatch is 14.1's when the oracle's bytes
-    of the input with its -0.0 elements made +0.0 are TE's."""
-    m, k = x.shape
+def compare(ref: TEReference, x: torch.Tensor, v: dict) -> tuple[bool, bool]:
+    """(equal, explained by SPEC 14.1) for one input under variant ``v``: TE's buffers of the one plane
+    (``TEReference.quantize``: data, compact scales, amaxes) against the oracle's of the same name; a mismatch is
+    14.1's when TE's bytes with that difference undone (``signed_zero_codes``: 0x8 for TE's 0x0 at a negative or
+    -0.0 element) are the oracle's. (M is even for the columnwise plane, whose codes TE stores for M // 2 bytes a
+    row.)"""
     col = v["plane"] == "col"
-    # (TE's row scaling needs the rowwise plane with the columnwise one; each plane's amaxes are its own, SPEC 5.7)
-    q = quantizer(rowwise=not col or v["row_scaled"], columnwise=col, quant_tile_shape=v["block"],
-                  nvfp4_use_4over6=v["fos"] is not None, nvfp4_4over6_err_mode=v["fos"] or "MAE",
-                  nvfp4_4over6_err_use_fast_math=v["fast"], nvfp4_e4m3_max=v["g"], row_scaled_nvfp4=v["row_scaled"])
-    with te_call("NVFP4QuantizerRef.quantize"):
-        fields = te_plane(q.quantize(x), col)
-    data, scales, amax = plane_bytes(*fields)
-    theirs = data, scales[: None if col else m], amax  # (TE's 16x16 rowwise scales keep the padded rows)
-    if same_bytes(theirs, oracle_plane(x, v, m)):
+    kw = dict(rowwise=not col, columnwise=col, block=v["block"], four_over_six=v["fos"].lower() if v["fos"] else None,
+              four_over_six_fast_math=v["fast"], global_scale_max=v["g"], row_scaled=v["row_scaled"])
+    theirs = ref.quantize(x, **kw)
+    ours = oracle.quantize(host(x), **kw).buffers()
+    names = sorted(theirs)
+    if same_bytes([theirs[n] for n in names], [ours[n] for n in names]):
         return True, False
-    return False, same_bytes(theirs, oracle_plane(x + 0.0, v, m))  # -0.0 + 0.0 = +0.0
+    undone = signed_zero_codes(torch.signbit(x).numpy(), theirs)
+    return False, same_bytes([undone[n] for n in names], [ours[n] for n in names])
 
 
-def compare_gemm(quantizer, gemm_type, rng, v: dict) -> tuple[bool, bool]:
+def compare_gemm(ref: TEReference, rng, v: dict) -> tuple[bool, bool]:
     """(equal, explained by SPEC 14.9) for one GEMM of TE's reference (``qgemm``: fp32 accumulation per 16-block in K
     order, then alpha, then C) against ``oracle.gemm(model="sequential")`` (SPEC 12.2) on the oracle's planes of the
     same inputs: fprop ``Y = X W^T`` of two rowwise planes, or wgrad ``dW = dY^T X`` of two columnwise planes (the
@@ -196,8 +117,8 @@ def compare_gemm(quantizer, gemm_type, rng, v: dict) -> tuple[bool, bool]:
     # the row-scaled operand: fprop's X (A: one alpha per output row), wgrad's X (B: one per output column, SPEC 12.8;
     # TE's row scaling needs the rowwise plane with it)
     a_rs, b_rs = v["row_scaled"] and not wgrad, v["row_scaled"] and wgrad
-    qa = quantizer(rowwise=not wgrad, columnwise=wgrad, row_scaled_nvfp4=a_rs, **opts)
-    qb = quantizer(rowwise=not wgrad or b_rs, columnwise=wgrad, row_scaled_nvfp4=b_rs, **opts)
+    qa = ref.make(rowwise=not wgrad, columnwise=wgrad, row_scaled_nvfp4=a_rs, **opts)
+    qb = ref.make(rowwise=not wgrad or b_rs, columnwise=wgrad, row_scaled_nvfp4=b_rs, **opts)
     with te_call("NVFP4QuantizerRef.quantize"):
         ra, rb = qa.quantize(a), qb.quantize(b)
         te_planes = te_plane(ra, wgrad), te_plane(rb, wgrad)
@@ -206,7 +127,7 @@ def compare_gemm(quantizer, gemm_type, rng, v: dict) -> tuple[bool, bool]:
     c = torch.from_numpy(rng.standard_normal((rows, cols)).astype(np.float32)) if v["accumulate"] else None
     with te_call("NVFP4QuantizerRef.qgemm"):
         y = qa.qgemm(da, db, None, out_dtype, sa, sb, out=c, accumulate=c is not None,
-                     **({"gemm_type": gemm_type.WGRAD} if wgrad else {}), qresult_x=ra, qresult_w=rb)
+                     **({"gemm_type": ref.gemm_type.WGRAD} if wgrad else {}), qresult_x=ra, qresult_w=rb)
     kw = dict(rowwise=not wgrad, columnwise=wgrad, four_over_six=v["fos"].lower() if v["fos"] else None,
               global_scale_max=v["g"])
     pa = oracle.quantize(host(a), row_scaled=a_rs, **kw)
@@ -278,19 +199,13 @@ def main() -> int:
 
 
 def _run(a) -> int:
-    with tempfile.TemporaryDirectory() as work:
-        quantizer, utils, gemm_type = load_reference(a.te.resolve(), Path(work))
-
-        def make(**kw):
-            with te_call(f"NVFP4QuantizerRef constructor (keywords {sorted(kw)})"):
-                return quantizer(dtype=utils.Fp4Formats.E2M1, **kw)
-
-        rng = np.random.default_rng(a.seed)
-        try:
-            unexplained = _compare_all(a, make, gemm_type, rng)
-        except _Stopped as e:
-            print(f"\nthe comparison stopped after {e.unexplained} unexplained input(s): {e.why}")
-            return 1
+    ref = TEReference(a.te)
+    rng = np.random.default_rng(a.seed)
+    try:
+        unexplained = _compare_all(a, ref, rng)
+    except _Stopped as e:
+        print(f"\nthe comparison stopped after {e.unexplained} unexplained input(s): {e.why}")
+        return 1
     print("every byte matches, or differs only where SPEC 14.1 / 14.9 say" if unexplained == 0 else
           f"{unexplained} input(s) differ unexplained")
     return 1 if unexplained else 0
@@ -304,19 +219,19 @@ class _Stopped(Exception):
         self.unexplained, self.why = unexplained, why
 
 
-def _compare_all(a, make, gemm_type, rng) -> int:
+def _compare_all(a, ref: TEReference, rng) -> int:
     """Every quantize variant, then every GEMM variant, a row each; returns the count of unexplained inputs. A
     CannotRun after an unexplained input becomes _Stopped."""
     unexplained = 0
     try:
-        print(f"{'variant':<44} {'cases':>6} {'mismatch':>9} {'-0.0 only':>10}")
+        print(f"{'variant':<44} {'cases':>6} {'mismatch':>9} {'14.1 only':>10}")
         for v in variants():
             name = (f"{v['plane']} {v['block'][0]}x{v['block'][1]}" + (f" 4over6 {v['fos']}" if v["fos"] else "")
                     + (" fast" if v["fast"] else "") + (f" G{v['g']}" if v["g"] != 448 else "")
                     + (" row-scaled" if v["row_scaled"] else ""))
             bad = zero = 0
             for _ in range(a.cases):
-                equal, negzero = compare(make, random_input(rng, even_rows=v["plane"] == "col"), v)
+                equal, negzero = compare(ref, random_input(rng, even_rows=v["plane"] == "col"), v)
                 bad += not equal
                 zero += negzero
                 unexplained += not equal and not negzero
@@ -327,7 +242,7 @@ def _compare_all(a, make, gemm_type, rng) -> int:
                     + (f" 4over6 {v['fos']} G{v['g']}" if v["fos"] else "") + (" row-scaled X" if v["row_scaled"] else ""))
             bad = by_alpha = 0
             for _ in range(a.cases):
-                equal, explained = compare_gemm(make, gemm_type, rng, v)
+                equal, explained = compare_gemm(ref, rng, v)
                 bad += not equal
                 by_alpha += explained
                 unexplained += not equal and not explained
