@@ -120,6 +120,11 @@ def stand_in_te(tmp_path):
         del sys.modules[mod]
 
 
+def _has_negative_zero(x: np.ndarray) -> bool:
+    bits = x.view(np.uint16 if x.dtype.itemsize == 2 else np.uint32)
+    return bool((bits == bits.dtype.type(1 << (8 * x.dtype.itemsize - 1))).any())
+
+
 def _run(tmp_path, spec: str, cases: int):
     cfg = RunConfig(backends=[spec], ops=["quantize"], max_cases=cases, seed=0, artifacts=str(tmp_path / "art"),
                     progress=False, shrink_time=0.1, workers=1)
@@ -127,30 +132,27 @@ def _run(tmp_path, spec: str, cases: int):
 
 
 def test_the_backend_through_the_runner_on_the_stand_in(tmp_path, stand_in_te):
-    """300 cases of the backend's space: byte for byte with the oracle (4over6, row scaling, both block shapes, odd
+    """80 cases of the backend's space: byte for byte with the oracle (4over6, row scaling, both block shapes, odd
     and even M, -0.0 elements among them), the columnwise codes compared only where M is even."""
     spec = f"te-reference:{stand_in_te}"
-    code, stats = _run(tmp_path, spec, 300)
-    assert (code, stats.cases, len(stats.failures)) == (0, 300, 0), stats.failures[:2]
+    code, stats = _run(tmp_path, spec, 80)
+    assert (code, stats.cases, len(stats.failures)) == (0, 80, 0), stats.failures[:2]
     space = B.make_backend(spec).space("quantize")
-    cases = generated_cases("quantize", 300, **space)
+    cases = generated_cases("quantize", 80, **space)
     drawn = {(c.options["columnwise"], c.arrays["x"].shape[0] % 2, tuple(c.options["block"]),
               bool(c.options.get("four_over_six")), bool(c.options.get("row_scaled"))) for c in cases}
     assert {(True, 1), (True, 0)} <= {d[:2] for d in drawn}
     assert {(1, 16), (16, 16)} <= {d[2] for d in drawn} and {True, False} <= {d[3] for d in drawn}
     assert any(d[4] for d in drawn)
-    negzero = [c for c in cases if (c.arrays["x"].view(np.uint16 if c.arrays["x"].dtype.itemsize == 2
-                                                        else np.uint32) == (0x8000 if c.arrays["x"].dtype.itemsize
-                                                                            == 2 else 0x80000000)).any()]
-    assert negzero, "no case holds a -0.0 element"
+    assert any(_has_negative_zero(c.arrays["x"]) for c in cases), "no case holds a -0.0 element"
 
 
 def test_a_planted_fault_in_the_reference_is_reported(tmp_path, stand_in_te, monkeypatch):
-    """The stand-in with the nibbles of every byte swapped: mismatches among the first 40 cases."""
+    """The stand-in with the nibbles of every byte swapped: mismatches among the first 20 cases."""
     path = stand_in_te / "transformer_engine" / "pytorch" / "custom_recipes" / "reference_nvfp4.py"
     path.write_text(_STAND_IN.replace("NIBBLE_SWAP = False", "NIBBLE_SWAP = True"))
-    code, stats = _run(tmp_path, f"te-reference:{stand_in_te}", 40)
-    assert code == 1 and len(stats.failures) >= 5
+    code, stats = _run(tmp_path, f"te-reference:{stand_in_te}", 20)
+    assert code == 1 and len(stats.failures) >= 3
     assert {f.get("status") for f in stats.failures} == {"mismatch"}
 
 
