@@ -432,36 +432,20 @@ def _special_amax(rng, arrays: dict, x: np.ndarray, dtype: str) -> tuple[np.ndar
 
 
 def _apply_te_variants(rng, space, dtype: str, o: dict, arrays: dict, x64: np.ndarray, tags: dict) -> None:
-    """Add :func:`_te_variants`' options to ``o`` and the ``te_variant`` tag. A row-scaled case (from the child
-    stream after the variant draws) takes, in 25% of the cases, a NaN at a random element where the space allows
-    specials (tag ``row_nan`` "yes": the NaN-ignoring amax of its row and column), and supplies one amax per plane row
-    where _amax_supply drew a supplied amax, and in 40% of the others its space allowing (tag ``amax`` "rows"):
-    ``amax`` for the rowwise plane, ``col_amax`` for the columnwise plane (:func:`_col_amax_supply`). A 4over6 case
-    (from a further child stream) takes, in 30% of the cases (50% with 16x16 blocks), values whose candidates tie
-    (:func:`_four_over_six_ties`, tag ``values`` "fo6_ties"), and in 20% of the cases that are not row-scaled and
-    whose space allows a supplied amax, a supplied amax of 0, +Inf or NaN with a zero and a tiny block
-    (:func:`_special_amax`, tag ``amax`` "special"); where neither was drawn, a case that can hold them takes golden
-    vector 16's tiles (:func:`_tree_order_values`, tag ``values`` "fo6_tree")."""
+    """Add :func:`_te_variants`' options to ``o`` and the ``te_variant`` tag. A 4over6 case (from a child stream)
+    takes, in 30% of the cases (50% with 16x16 blocks), values whose candidates tie (:func:`_four_over_six_ties`, tag
+    ``values`` "fo6_ties"), and in 20% of the cases that are not row-scaled and whose space allows a supplied amax, a
+    supplied amax of 0, +Inf or NaN with a zero and a tiny block (:func:`_special_amax`, tag ``amax`` "special");
+    where neither was drawn, a case that can hold them takes golden vector 16's tiles (:func:`_tree_order_values`, tag
+    ``values`` "fo6_tree"). Then, on those values, a row-scaled case (from its own child stream, spawned first) takes,
+    in 25% of the cases, a NaN at a random element where the space allows specials (tag ``row_nan`` "yes": the
+    NaN-ignoring amax of its row and column), and supplies one amax per plane row where _amax_supply drew a supplied
+    amax, and in 40% of the others its space allowing (tag ``amax`` "rows"): ``amax`` for the rowwise plane,
+    ``col_amax`` for the columnwise plane (:func:`_col_amax_supply`)."""
     v = _te_variants(rng, space, dtype, o)
     o.update(v)
     tags["te_variant"] = te_variant_tag(o)
-    if v.get("row_scaled"):
-        sub = rng.spawn(1)[0]
-        # SPEC 5.7's NaN-ignoring amax of a row / column that has a NaN (where the space takes NaN inputs)
-        if sub.random() < 0.25 and x64.size > 1 and space.get("specials", True):
-            x64 = x64.copy()
-            x64.flat[int(sub.integers(x64.size))] = np.nan
-            arrays["x"] = to_dtype(x64, dtype)
-            tags.update(row_nan="yes", specials=_has_specials(x64))
-        if "amax" in arrays or (_amax_may_be_supplied(space) and sub.random() < 0.4):  # (40% beside _amax_supply's 15%)
-            rows = _row_amax_supply(sub, x64)
-            if o["rowwise"]:
-                arrays["amax"] = rows
-            else:
-                arrays.pop("amax", None)
-            if o["columnwise"]:
-                arrays["col_amax"] = _col_amax_supply(sub, x64, arrays.get("splits"))
-            tags["amax"] = "rows"
+    sub = rng.spawn(1)[0] if v.get("row_scaled") else None  # (spawned before the 4over6 streams, as it always was)
     if v.get("four_over_six"):
         extra = rng.spawn(1)[0]
         # (a case with a special amax already, _apply_te_special_amax's, keeps its zero and tiny blocks: no ties)
@@ -475,12 +459,28 @@ def _apply_te_variants(rng, space, dtype: str, o: dict, arrays: dict, x64: np.nd
             tags["amax"] = "special"
         if ties or special:
             arrays["x"] = to_dtype(x64, dtype)
-            tags["specials"] = _has_specials(x64)
         elif _tree_order_case(o, dtype, arrays, x64):
             tree = _tree_order_values(rng.spawn(1)[0], *x64.shape, o["four_over_six"])
             if tree is not None:
+                x64 = tree
                 arrays["x"] = to_dtype(tree, dtype)
-                tags.update(values="fo6_tree", specials="none")
+                tags["values"] = "fo6_tree"
+    if sub is not None:
+        # SPEC 5.7's NaN-ignoring amax of a row / column that has a NaN (where the space takes NaN inputs)
+        if sub.random() < 0.25 and x64.size > 1 and space.get("specials", True):
+            x64 = x64.copy()
+            x64.flat[int(sub.integers(x64.size))] = np.nan
+            arrays["x"] = to_dtype(x64, dtype)
+            tags["row_nan"] = "yes"
+        if "amax" in arrays or (_amax_may_be_supplied(space) and sub.random() < 0.4):  # (40% beside _amax_supply's 15%)
+            rows = _row_amax_supply(sub, x64)
+            if o["rowwise"]:
+                arrays["amax"] = rows
+            else:
+                arrays.pop("amax", None)
+            if o["columnwise"]:
+                arrays["col_amax"] = _col_amax_supply(sub, x64, arrays.get("splits"))
+            tags["amax"] = "rows"
 
 
 def _tree_order_case(o: dict, dtype: str, arrays: dict, x64: np.ndarray) -> bool:
@@ -529,7 +529,7 @@ def _apply_te_special_amax(rng, space, dtype: str, o: dict, arrays: dict, x64: n
     if extra.random() < 0.08:
         arrays["amax"], x64 = _special_amax(extra, arrays, x64, dtype)
         arrays["x"] = to_dtype(x64, dtype)
-        tags.update(amax="special", specials=_has_specials(x64))
+        tags["amax"] = "special"
     return x64
 
 
@@ -557,12 +557,13 @@ def gen_quantize(rng, space) -> tuple[dict, dict, dict]:
     if amax is not None:
         arrays["amax"] = amax
     tags = _tags_quant(o, dtype, kind, m)
-    tags.update(amax=mode, specials=_has_specials(v))
+    tags["amax"] = mode
     v = _apply_te_special_amax(rng, space, dtype, o, arrays, v, tags)
     _apply_te_variants(rng, space, dtype, o, arrays, v, tags)
     qk = _quantize_kernel(rng, space, dtype, o)
     if qk is not None:
         o["quantize_kernel"] = tags["quantize_kernel"] = qk
+    tags["specials"] = _has_specials(arrays["x"].astype(np.float32))  # (x in its dtype: an fp16 overflow is an Inf)
     return arrays, o, tags
 
 
@@ -582,13 +583,13 @@ def gen_group_quantize(rng, space) -> tuple[dict, dict, dict]:
     if amax is not None:
         arrays["amax"] = amax
     tags = _tags_quant(o, dtype, kind, t)
-    tags.update(splits=skind, groups="1" if e == 1 else ("2-16" if e <= 16 else "17-128"), amax=mode,
-                specials=_has_specials(v))
+    tags.update(splits=skind, groups="1" if e == 1 else ("2-16" if e <= 16 else "17-128"), amax=mode)
     v = _apply_te_special_amax(rng, space, dtype, o, arrays, v, tags)
     _apply_te_variants(rng, space, dtype, o, arrays, v, tags)
     qk = _quantize_kernel(rng, space, dtype, o)
     if qk is not None:
         o["quantize_kernel"] = tags["quantize_kernel"] = qk
+    tags["specials"] = _has_specials(arrays["x"].astype(np.float32))  # (x in its dtype: an fp16 overflow is an Inf)
     return arrays, o, tags
 
 

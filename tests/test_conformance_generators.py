@@ -19,10 +19,12 @@ from conformance.generators import (
     DTYPE_TINY,
     EDGE_ROWS,
     VALUE_KINDS,
+    _amax_may_be_supplied,
     _four_over_six_ties,
     _nan_block,
     _row_amax_supply,
     _ties,
+    _tree_order_values,
     case_rng,
     draw_rht_signs,
     gen_k,
@@ -255,6 +257,7 @@ def test_row_amax_supply_factors_and_specials():
     for _ in range(400):
         a = _row_amax_supply(rng, x)
         assert a.dtype == np.float32 and a.shape == (4,)
+        assert sum(np.isnan(v) or np.isinf(v) or v == 0 for v in a.tolist()) <= 1  # ("now and then one of them")
         for v, r in zip(a.tolist(), row_max.tolist(), strict=True):
             if np.isnan(v) or np.isinf(v) or v == 0:
                 specials["nan" if np.isnan(v) else ("inf" if np.isinf(v) else "zero")] += 1
@@ -262,6 +265,80 @@ def test_row_amax_supply_factors_and_specials():
                 ratios.add(float(np.float32(v)) / r)
     assert ratios == {1.0, 2.0, 0.5, float(np.float32(1 + 2.0**-20))}, ratios
     assert set(specials) == {"nan", "inf", "zero"}, specials
+
+
+def test_a_supplied_amax_is_drawn_only_where_the_space_names_one_or_pair():
+    assert _amax_may_be_supplied({}) and _amax_may_be_supplied({"amax": ["one"]})
+    assert _amax_may_be_supplied({"amax": ["pair"]}) and _amax_may_be_supplied({"amax": ["computed", "pair"]})
+    assert not _amax_may_be_supplied({"amax": ["computed"]})
+    space = dict(rule=["te"], rounding=["rn"], rht=[False], block=[[1, 16]], row_scaled=[True], amax=["computed"])
+    cases = generated_cases("quantize", 120, seed=22, **space) + generated_cases("group_quantize", 60, seed=22, **space)
+    assert all(c.options.get("row_scaled") for c in cases)
+    assert not [c.index for c in cases if {"amax", "col_amax"} & set(c.arrays) or c.tags.get("amax") == "rows"]
+
+
+def test_row_nan_cases_hold_their_nan_and_the_specials_tag_says_what_x_holds():
+    """docs: 25% of the row-scaled cases take a NaN at a random element (tag row_nan); the specials tag names the
+    non-finite values x holds."""
+    cases = generated_cases("quantize", 300, seed=23, max_elems=1 << 12, rule=["te"], rounding=["rn"], rht=[False],
+                            block=[[1, 16]], row_scaled=[True])
+    tagged = [c for c in cases if c.tags.get("row_nan") == "yes"]
+    assert 0.15 * len(cases) < len(tagged) < 0.35 * len(cases), len(tagged)
+    for c in cases:
+        x = c.arrays["x"].astype(np.float32)
+        holds = "+".join(n for n, f in (("nan", np.isnan), ("inf", np.isinf)) if f(x).any()) or "none"
+        assert c.tags["specials"] == holds, (c.index, c.tags)
+        assert c.tags.get("row_nan") != "yes" or np.isnan(x).any(), c.index
+
+
+def test_grouped_row_scaled_col_amax_is_each_groups_own():
+    """docs: col_amax [E, K] is, per group, each column's max |x| over the group's rows (1 where it has no finite
+    nonzero value) times 1, 2, 0.5 or 1 + 2^-20, now and then one value 0, Inf or NaN."""
+    seen = 0
+    for c in generated_cases("group_quantize", 200, seed=24, max_elems=1 << 12, rule=["te"], rounding=["rn"],
+                             rht=[False], block=[[1, 16]], row_scaled=[True]):
+        if ("col_amax" not in c.arrays or c.options.get("splits_rule", "exact") != "exact"
+                or c.arrays["x"].dtype != np.float32):  # (fp32: the draw's float64 values kept to 2^-24)
+            continue
+        x, ca = c.arrays["x"].astype(np.float64), c.arrays["col_amax"].astype(np.float64)
+        ends = np.cumsum(c.arrays["splits"])
+        for g, (e0, e1) in enumerate(zip(np.r_[0, ends[:-1]], ends, strict=True)):
+            xg = np.where(np.isfinite(x[e0:e1]), np.abs(x[e0:e1]), 0.0)
+            m = xg.max(axis=0) if e1 > e0 else np.zeros(x.shape[1])
+            m = np.where(m > 0, m, 1.0)
+            special = ~np.isfinite(ca[g]) | (ca[g] == 0)
+            assert special.sum() <= 1, (c.index, g)
+            normal = ~special & (m >= 2.0**-126)  # (a subnormal max keeps fewer bits in fp32)
+            r = ca[g][normal] / m[normal]
+            near = np.min(np.abs(r[:, None] / np.array([1.0, 2.0, 0.5, 1.0 + 2.0**-20]) - 1.0), axis=1)
+            assert (near < 2.0**-22).all(), (c.index, g)  # (two fp32 roundings: x's and the product's)
+            seen += 1
+    assert seen >= 30, seen
+
+
+def test_fo6_tree_values_hold_the_searched_tiles_in_both_planes():
+    """docs: golden vector 16's tiles: tile (rows 0-15, columns 0-15) for the rowwise plane and, transposed, tile
+    (rows 0-15, columns 16-31) for the columnwise plane; one 6, every other value in [-3, 3]; all times 2^j, j in
+    [-4, 4]."""
+    from oracle.vectors import tree_order_tiles
+
+    scales = set()
+    for seed in range(8):
+        mode = ("mae", "mse")[seed % 2]
+        x = _tree_order_values(np.random.default_rng(seed), 32, 48, mode)
+        if x is None:
+            continue
+        rows, cols = (t.astype(np.float64) for t in tree_order_tiles(np.random.default_rng(seed), 2, mode))
+        scale = x[31, 47] / 6.0
+        assert scale in {2.0**j for j in range(-4, 5)}, scale
+        assert np.array_equal(x[:16, :16], rows * scale) and np.array_equal(x[:16, 16:32], cols.T * scale)
+        assert np.abs(x).max() == 6.0 * scale and (np.abs(np.delete(x.reshape(-1), -1)) <= 3.0 * scale).all()
+        scales.add(scale)
+    assert len(scales) >= 3, scales
+    for c in generated_cases("quantize", 600, seed=25, rule=["te"], rounding=["rn"], rht=[False], block=[[16, 16]],
+                             four_over_six=["mae", "mse"]):
+        if c.tags.get("values") == "fo6_tree":
+            assert "amax" not in c.arrays and "splits" not in c.arrays, c.index
 
 
 def test_4over6_special_amax_draws_zero_inf_and_nan():

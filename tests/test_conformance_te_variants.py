@@ -115,8 +115,8 @@ def test_4over6_cases_draw_ties_and_special_amaxes(op):
                 continue
         kinds.update(["ties"] * ties + ["special"] * special + ["16x16 ties"] * (ties and c.options["block"] == [16, 16]))
         x = np.abs(c.arrays["x"].astype(np.float32))
-        if x.size < 32:  # (an empty plane, or a single block: no pattern to check)
-            continue
+        if x.size < 32 or c.tags.get("row_nan") == "yes":  # (an empty plane, or a single block: no pattern to check;
+            continue  # a row-scaled case's NaN, drawn after the ties, takes the place of one of their values)
         if special:
             a = c.arrays["amax"].reshape(-1)
             assert np.isnan(a).any() or np.isin(a, [0.0, np.inf]).any(), a

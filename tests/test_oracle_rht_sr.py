@@ -62,7 +62,8 @@ def test_sr_counter_mapping(offset):
 SR_VECTORS = [  # (y, byte, code)
     (0.3, 0, 0x0), (0.3, 255, 0x1), (0.3, 102, 0x0), (0.3, 103, 0x1),  # 0.3 + u*0.5 crosses 0.5 at u = 0.4
     (-0.3, 255, 0x9), (2.2, 0, 0x4), (2.2, 205, 0x5), (2.2, 204, 0x4), (5.5, 64, 0x7), (5.5, 63, 0x6),
-    (6.0, 255, 0x7), (100.0, 0, 0x7), (-np.inf, 3, 0xF), (np.nan, 9, 0x7), (-0.0, 0, 0x8), (-0.0, 255, 0x8),
+    (6.0, 255, 0x7), (100.0, 0, 0x7), (-np.inf, 3, 0xF), (np.nan, 9, 0x7), (-np.nan, 9, 0x7), (-0.0, 0, 0x8),
+    (-0.0, 255, 0x8),
     (1.75, 128, 0x4), (1.75, 127, 0x3),
 ]
 
@@ -272,3 +273,12 @@ def test_rht_blocks_that_are_not_plain_can_differ():
 def test_sr_seed_range():
     with pytest.raises(ValueError, match=r"seed must be in \[0, 2\*\*64\)"):
         sr_random_bytes(1, 16, seed=2**64, offset=0, plane=0)
+
+
+def test_sr_offset_range():
+    """SPEC 10.2's counter word 3 is (offset + group) mod 2^32 of an offset in [0, 2^32): 2^32 itself is refused, not
+    wrapped to 0."""
+    assert sr_random_bytes(1, 16, seed=0, offset=2**32 - 1, plane=0).shape == (1, 16)
+    for bad in (2**32, -1):
+        with pytest.raises(ValueError, match=r"offset must be in \[0, 2\*\*32\)"):
+            sr_random_bytes(1, 16, seed=0, offset=bad, plane=0)

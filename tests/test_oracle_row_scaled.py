@@ -187,6 +187,24 @@ def test_grouped_row_amax_has_one_entry_per_row():
         oracle.group_quantize(x, [15, 0, 25], row_scaled=True, amax=np.ones(3))
 
 
+def test_a_tiny_negative_supplied_row_amax_is_minus_zero():
+    """SPEC 4.3: a supplied amax that rounds to -0.0 (float64 -1e-50) is taken as that fp32 value. A == 0 gives S_enc
+    = 1 (5.1), so a row of ones has the scale byte E4M3(1 / 6) = 0x23 (1.375 * 2^-3 = 0.171875) and, with y = 1 /
+    0.171875 = 5.82 (nearest E2M1 value 6), the codes 0x7: bytes 0x77. Single plane, the (row, col) pair, and a group
+    of group_quantize."""
+    x = np.ones((16, 32), np.float32)
+    a = np.full(16, 2.0)  # float64
+    a[3] = -1e-50
+    planes = [oracle.quantize(x, row_scaled=True, amax=a).row,
+              oracle.quantize(x, row_scaled=True, columnwise=True, amax=(a, np.full(32, 2.0))).row]
+    g = oracle.group_quantize(x, [2, 14], row_scaled=True, amax=a)
+    assert np.signbit(g.row_amax[3]) and g.row_amax[3] == 0
+    planes.append(g.row_planes[1])  # (row 3 of X is row 1 of group 1)
+    for p, r in zip(planes, (3, 3, 1), strict=True):
+        assert np.signbit(p.amax[r]) and p.amax[r] == 0
+        assert p.scales[r].tolist() == [0x23, 0x23] and p.data[r].tolist() == [0x77] * 16
+
+
 # ---------------------------------------------------------------- SPEC 12.8
 
 def _alpha_scalar(a_amax, b_amax, g_a=448, g_b=448) -> np.float32:
