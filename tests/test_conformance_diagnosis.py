@@ -239,6 +239,28 @@ def test_a_negative_stored_amax_is_named_and_the_bytes_are_read_without_it():
     assert lines[1].startswith("row plane: closest te"), lines
 
 
+def test_a_stored_amax_of_zero_is_no_sign_error():
+    """An all-zero tensor's amax is 0 (SPEC 13): a plane with one flipped code and amax 0 (+0.0, and -0.0, which
+    compares equal to 0) is diagnosed without a sign-error line."""
+    c = quantize_case(np.zeros((16, 32), np.float32))
+    ref = {"row_data": np.zeros((16, 16), np.uint8), "row_scales": np.zeros((16, 2), np.uint8),
+           "row_amax": np.zeros(1, np.float32)}
+    for amax in (0.0, -0.0):
+        out = {**ref, "row_data": ref["row_data"].copy(), "row_amax": np.array([amax], np.float32)}
+        out["row_data"][0, 0] = 0x01
+        lines = quantize_hypotheses(c, out, ref)
+        assert lines and not any("negative" in line for line in lines), lines
+
+
+def test_failure_hypotheses_turn_any_exception_into_a_line():
+    """Reference buffers without the grouped offsets (a KeyError inside): one 'not diagnosed' line naming it."""
+    x = _x(32, 32, seed=10)
+    case = _case(x)
+    case.op = "group_quantize"
+    case.arrays["splits"] = np.array([16, 16], np.int64)
+    assert failure_hypotheses(case, {}, {}) == ["not diagnosed (KeyError: 'row_offsets')"]
+
+
 @pytest.mark.parametrize("case_block", [[16, 16], [1, 16]])
 def test_bytes_of_the_cases_own_blocks_with_another_amax_carry_no_settings_note(case_block):
     """Supplied amax 4, but the backend quantized the ones with their own amax 1 (scales 0x7E): 1x16 and 16x16

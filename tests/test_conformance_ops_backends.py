@@ -6,6 +6,8 @@ states; none is taken from the code's output."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 from conformance_cases import quantize_case
@@ -274,3 +276,79 @@ def test_mldtypes_runs_the_dequantize_op(tmp_path):
     code, stats = run(cfg)
     assert code == 0, [f.get("mismatch_text") for f in stats.failures]
     assert sorted(stats.tasks[("mldtypes", "dequantize")].indices) == [0, 1, 2, 3]
+
+
+def test_device_specs_name_cuda_or_cuda_n_only():
+    for bad in ("device:cuda0", "device:cpu", "device:cuda:x"):
+        with pytest.raises(B.BackendSpecError, match="unknown device"):
+            B.make_backend(bad)
+
+
+def test_options_reach_a_device_function_that_takes_kwargs():
+    """_call hands every keyword to a function with **kwargs (a plugin's quantize) and only the accepted ones to
+    others; _layout_kw names the scale layout as device.quantize's `swizzled` for such a function."""
+    assert B._call(lambda x, **kw: kw, 1, rht=True, seed=3) == {"rht": True, "seed": 3}
+    assert B._call(lambda x, rht=False: rht, 1, rht=True, seed=3) is True
+    assert B._layout_kw(lambda x, **kw: 0, False) == {"swizzled": False}
+    assert B._layout_kw(lambda x, layout="compact": 0, True) == {"layout": "swizzled"}
+
+
+def test_composed_group_quantize_on_row_scaled_cases():
+    """composed (each group quantized alone, then assembled) on row-scaled group_quantize cases with at least two
+    groups, with and without supplied per-row amaxes: every buffer equals the reference's."""
+    from conformance_cases import generated_cases
+
+    b, seen = B.ComposedBackend(), set()
+    for c in generated_cases("group_quantize", 60, seed=3, max_elems=1 << 12, rule=["te"], rounding=["rn"],
+                             rht=[False], block=[[1, 16]], row_scaled=[True]):
+        if c.arrays["splits"].size < 2 or c.options.get("splits_rule", "exact") != "exact":
+            continue
+        status, ms, *_ = check_case(b, c)
+        assert status == "pass", (c.index, ms[:1])
+        seen.add(("amax" in c.arrays or "col_amax" in c.arrays, c.options["columnwise"]))
+    assert {(True, True), (False, True), (True, False)} <= seen, seen
+
+
+def test_fractions_forms_the_automatic_alpha_itself():
+    """gemm_exact cases with alpha=None (SPEC 12.1's alpha from the planes) and fp32 output, both rule families: the
+    fractions backend's bytes (its alpha written from the formula, _alpha_by_hand) are the reference's."""
+    from conformance.generators import generate
+    from conformance.ops import OPS
+
+    b, ran = B.FractionsBackend(), Counter()
+    for rule in ("te", "torchao"):
+        space = {**OPS["gemm_exact"].space, "rule": [rule], "out_dtype": ["float32"], "specials": False}
+        for i in range(40):
+            c = generate("gemm_exact", 5, i, OPS["gemm_exact"].generator, space)
+            if c.options.get("alpha") is not None:
+                continue
+            status, ms, *_ = check_case(b, c)
+            assert status == "pass", (rule, i, ms[:1])
+            ran[rule] += 1
+    assert ran["te"] >= 3 and ran["torchao"] >= 3, ran
+
+
+def test_wgrad_reference_reads_each_groups_own_x_rows():
+    """A wgrad case whose groups disagree (SPEC 12.5): dY's splits [2, 0, 0, 0, 10, 0, 5, 0], X's [2, 0, 0, 4, 10, 0, 1,
+    0]. Group 4 agrees (10 tokens each) and sits after X's extra 4 rows in group 3, so its dW is dY rows 2-11 against
+    X rows 6-15, each quantized alone (SPEC 9.1: a group is quantized as its own tensor) with the case's operand
+    options, multiplied by SPEC 12.2's sequential model; the disagreeing groups 3 and 6 are NaN."""
+    import oracle
+    from conformance.generators import generate
+    from conformance.ops import OPS
+
+    op = OPS["grouped_gemm_exact"]
+    c = generate("grouped_gemm_exact", 17, 1, op.generator, {**op.space, "kind": ["wgrad"], "groups_agree": [False]})
+    a, o = c.arrays, c.options
+    assert a["splits"].tolist() == [2, 0, 0, 0, 10, 0, 5, 0] and o["b_splits"] == [2, 0, 0, 4, 10, 0, 1, 0]
+    assert not o["rht"] and "c" not in a  # (the case as the docstring reads it)
+    y = reference(c)["y"]
+
+    def col_plane(t, q):
+        return oracle.quantize(t, rowwise=False, columnwise=True, rule=q["rule"], rounding=q["rounding"],
+                               seed=q["seed"], offset=q["offset"] + 4).col
+
+    want = oracle.gemm(col_plane(a["dy"][2:12], o["quant_a"]), col_plane(a["x"][6:16], o["quant_b"]),
+                       model="sequential", out_dtype=o["out_dtype"])
+    assert y[4].tobytes() == np.asarray(want).tobytes()
+    assert np.isnan(y[3]).all() and np.isnan(y[6]).all()

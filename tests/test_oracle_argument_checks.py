@@ -503,3 +503,28 @@ def test_torch_tensors_numpy_cannot_hold_are_named():
     assert got.dtype == ml_dtypes.float8_e4m3fn and got.view(np.uint8).tolist() == [0x30, 0xFE]
     with pytest.raises(TypeError, match="got dtype float8_e4m3fn"):
         oracle.quantize(torch.zeros(16, 16, dtype=torch.float8_e4m3fn))
+
+
+def test_is_real_takes_every_real_dtype():
+    """checks.is_real: NumPy integers (signed and unsigned) and floats, ml_dtypes' bfloat16 and float8 types; not
+    bool, complex, strings or objects."""
+    from oracle.checks import is_real
+
+    for dt in (np.int8, np.uint8, np.uint32, np.int64, np.float16, np.float32, np.float64, ml_dtypes.bfloat16,
+               ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2):
+        assert is_real(np.zeros(1, dt)), dt
+    for dt in (np.bool_, np.complex64, np.str_, object):
+        assert not is_real(np.zeros(1, dt)), dt
+
+
+def test_a_torch_parameter_is_a_tensor():
+    """A torch.nn.Parameter (module torch.nn.parameter) is read as the tensor it is: the layer gives the bytes of the
+    same values as NumPy arrays."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((20, 32)).astype(ml_dtypes.bfloat16)
+    w = (rng.standard_normal((2, 16, 32)) * 0.1).astype(ml_dtypes.bfloat16)
+    tw = torch.nn.Parameter(torch.from_numpy(w.view(np.int16)).view(torch.bfloat16), requires_grad=False)
+    want = oracle.grouped_linear_forward(x, w, [12, 8])
+    got = oracle.grouped_linear_forward(x, tw, [12, 8])
+    assert got.dtype == want.dtype and got.tobytes() == want.tobytes()

@@ -132,6 +132,16 @@ def test_disagreeing_groups_and_bad_calls_raise():
             oracle.grouped_gemm(empty_dy, empty_x, kind="wgrad", out_dtype=bad, accumulate=c)
     with pytest.raises(ValueError, match="bias must be"):
         oracle.grouped_gemm(a, b, kind="fprop", bias=np.zeros((5, 64), np.float32))
+    # one group too many is refused, not cut to E (bias [E, N], C [E, N, K])
+    with pytest.raises(ValueError, match=r"bias must be \[E, 48\], got \(6, 48\)"):
+        oracle.grouped_gemm(a, b, kind="fprop", bias=np.zeros((6, 48), np.float32))
+    with pytest.raises(ValueError, match=r"accumulate must have shape \[E, N, K\] = \(5, 48, 64\), got \(6, 48, 64\)"):
+        oracle.grouped_gemm(dy, x, kind="wgrad", accumulate=np.zeros((6, 48, 64), np.float32))
+    # every group empty: C's dtype and out_dtype are still checked (no per-group gemm checks them)
+    with pytest.raises(TypeError, match="accumulate must be float32, got float64"):
+        oracle.grouped_gemm(empty_dy, empty_x, kind="wgrad", accumulate=c.astype(np.float64))
+    with pytest.raises(ValueError, match="out_dtype must be one of"):
+        oracle.grouped_gemm(empty_dy, empty_x, kind="wgrad", out_dtype=np.dtype("float32"))
 
 
 @pytest.mark.parametrize("kind", ["fprop", "dgrad", "wgrad"])

@@ -371,6 +371,7 @@ def _bad_cases():
         ("splits offsets", dict(splits=np.cumsum(s)), ValueError, "add up to"),
         ("splits float", dict(splits=np.asarray(s, np.float64)), TypeError, "integers"),
         ("bias shape", dict(bias=bias[0]), ValueError, r"bias must be \[E, N\]"),
+        ("bias rows", dict(bias=np.concatenate([bias, bias[:1]])), ValueError, r"bias must be \[E, N\]"),
         ("bias float16", dict(bias=bias.astype(np.float16)), TypeError, "bias must be float32 or bfloat16"),
         ("model", dict(model="fast"), ValueError, "model must be one of"),
         ("recipe", dict(recipe={"rule": "te"}), TypeError, "recipe must be an oracle.NVFP4Recipe"),
@@ -442,3 +443,50 @@ def test_layer_refuses_zero_k_and_n():
         oracle.grouped_linear_forward(np.zeros((4, 0), BF16), np.zeros((2, 16, 0), BF16), [1, 3])
     with pytest.raises(ValueError, match="N=0 must be a positive multiple of 16"):
         oracle.grouped_linear_forward(np.ones((4, 16), BF16), np.zeros((2, 0, 16), BF16), [1, 3])
+
+
+def test_forward_takes_its_model():
+    """E = 1, one token, K = N = 16: x[0, 0] = 2^-30 and W[0, 0, 0] = 1 quantize exactly (each block's amax maps to
+    E2M1's 6 with the scale byte 448), bias[0, 0] = 1 + 2^-8. The exact model (SPEC 12.3) rounds 1 + 2^-8 + ~2^-30
+    once: above bf16's tie between 1 and 1 + 2^-7, so 1 + 2^-7. The sequential model (12.2) adds the bias in fp32,
+    where 2^-30 is lost below 1's ulp, and rounds the tie 1 + 2^-8 to even: 1."""
+    x = np.zeros((1, 16), BF16)
+    x[0, 0] = 2.0**-30
+    w = np.zeros((1, 16, 16), BF16)
+    w[0, 0, 0] = 1.0
+    bias = np.zeros((1, 16), np.float32)
+    bias[0, 0] = 1.0 + 2.0**-8
+    y = {m: oracle.grouped_linear_forward(x, w, [1], bias=bias, model=m)[0, 0] for m in ("exact", "sequential")}
+    assert float(y["exact"]) == 1.0 + 2.0**-7 and float(y["sequential"]) == 1.0
+
+
+def test_operands_check_dy():
+    x, w, dy, _, _ = _data(4)
+    with pytest.raises(ValueError, match=r"dy must be \[T, N\]"):
+        oracle.grouped_linear_operands(x, w, SPLITS, np.zeros((T, N + 32), BF16))
+    with pytest.raises(TypeError, match="dy must be bfloat16"):
+        oracle.grouped_linear_operands(x, w, SPLITS, dy.astype(np.float32))
+
+
+def test_grads_pickle_and_copy():
+    """GroupedLinearGrads is a tuple with a recipe: pickle and copy keep both (dx, dw, dbias bytes and the recipe)."""
+    import copy
+    import pickle
+
+    x, w, dy, _, _ = _data(5)
+    g = oracle.grouped_linear_backward(x, w, SPLITS, dy, with_bias=True, recipe=NVFP4Recipe(seed=7))
+    for h in (pickle.loads(pickle.dumps(g)), copy.deepcopy(g), copy.copy(g)):
+        assert type(h) is type(g) and h.recipe == g.recipe
+        assert all(_bits(a) == _bits(b) for a, b in zip(h, g, strict=True))
+
+
+def test_main_grad_on_another_device_is_refused():
+    """A main_grad tensor that is not on the CPU: ValueError naming its device (the oracle updates host memory)."""
+    torch = pytest.importorskip("torch")
+    x, w, dy, _, _ = _data(6)
+    with pytest.raises(ValueError, match="NumPy array or a CPU tensor, got a tensor on meta"):
+        oracle.grouped_linear_backward(x, w, SPLITS, dy, main_grad=torch.zeros((E, N, K), device="meta"))
+
+
+def test_recipe_repr_shows_the_sign_mask_as_four_hex_digits():
+    assert "rht_signs=0x0012" in repr(NVFP4Recipe(rht_signs=0x12))
