@@ -4,9 +4,9 @@ A backend is an implementation under test. The runner pairs every op a backend e
 reference for that op (:mod:`conformance.ops`) and compares the outputs (:mod:`conformance.compare`).
 
 Built-in backends (CPU, the oracle self-conformance): ``mldtypes``, ``torch``, ``torchao``, ``torch-te``,
-``fractions``, ``oracle-seq``, ``oracle-tc``, ``composed``, ``oracle-grouped`` and ``mmasim``; with a TE source checkout:
-``te-reference:PATH`` (TE's own reference quantizer). GPU: ``device:cuda:N`` (the project's ``device`` package). Tests and plugins add more with :func:`register_backend` or
-``--backend module:attr`` on the command line.
+``fractions``, ``oracle-seq``, ``oracle-tc``, ``composed``, ``oracle-grouped`` and ``mmasim``; with a TE source
+checkout: ``te-reference:PATH`` (TE's own reference quantizer). GPU: ``device:cuda:N`` (the project's ``device``
+package). Tests and plugins add more with :func:`register_backend` or ``--backend module:attr`` on the command line.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from .ops import (
 )
 
 __all__ = ["Backend", "BACKENDS", "BackendSpecError", "CPU_DEFAULT", "DeviceBackend", "MmasimBackend",
-           "OracleGroupedBackend", "TEReferenceBackend", "grouped_gemm_operands_by", "grouped_gemm_plan", "make_backend",
-           "register_backend"]
+           "OracleGroupedBackend", "TEReferenceBackend", "grouped_gemm_operands_by", "grouped_gemm_plan",
+           "make_backend", "register_backend"]
 
 
 class BackendSpecError(ValueError):

@@ -23,7 +23,7 @@ import numpy as np
 
 __all__ = ["CannotRun", "TEReference", "load_reference", "signed_zero_codes", "te_call"]
 
-RECIPES = Path("transformer_engine/pytorch/custom_recipes")
+_RECIPES = Path("transformer_engine/pytorch/custom_recipes")
 # stand-ins for the modules reference_nvfp4.py imports besides reference_utils: base classes and the names its
 # signatures use (GEMM enums), none of which takes part in quantization
 _STANDINS = {
@@ -50,7 +50,7 @@ class CannotRun(Exception):
 def load_reference(te: Path, work: Path):
     """TE's ``NVFP4QuantizerRef``, ``reference_utils`` and the GEMM enum its ``qgemm`` compares with (the
     stand-in's), imported from a package tree built in ``work``. Raises :class:`CannotRun`."""
-    src = te / RECIPES
+    src = te / _RECIPES
     for name in ("reference_nvfp4.py", "reference_utils.py"):
         if not (src / name).is_file():
             raise CannotRun(f"{src / name} not found: the path must be a TransformerEngine source checkout")
@@ -58,7 +58,7 @@ def load_reference(te: Path, work: Path):
         (work / rel).parent.mkdir(parents=True, exist_ok=True)
         (work / rel).write_text(text)
     for name in ("reference_nvfp4.py", "reference_utils.py"):
-        shutil.copy(src / name, work / RECIPES / name)
+        shutil.copy(src / name, work / _RECIPES / name)
     # a package tree loaded before (another checkout in this process) must not answer for this one
     for mod in [m for m in sys.modules if m == "transformer_engine" or m.startswith("transformer_engine.")]:
         del sys.modules[mod]

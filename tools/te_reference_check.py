@@ -3,14 +3,14 @@
 TE's `transformer_engine/pytorch/custom_recipes/reference_nvfp4.py` (with `reference_utils.py`) is loaded from a TE
 source checkout by `conformance.te_reference` (beside stand-ins for the two compiled-backed TE modules it imports) and
 quantizes random inputs under every variant it shares with the oracle: 1x16 / 16x16 blocks, rowwise and columnwise
-planes, 4over6 (MAE / MSE, fast-math error, G = 448 / 256) and row scaling of either plane (with and without 4over6). Data, scale bytes and amax bits are compared; the RHT is not (TE's reference
-sums it by a bf16 matmul, SPEC 14.2). Inputs hold no NaN (SPEC 14.6); a mismatch that SPEC 14.1 explains (TE's reference
-writes 0x0 where the scaled value is -0.0: TE's bytes with 0x8 for those codes are the oracle's) is counted apart. Then its `qgemm`
-(fprop of two rowwise planes: bf16 / fp32 output, a C, G = 256 operands, a row-scaled X; wgrad of two columnwise planes,
-with and without a C, and with a row-scaled X) against `oracle.gemm(model="sequential")` (SPEC 12.2) on the oracle's
-planes of the same inputs; a mismatch that SPEC 14.9 explains (on the CPU TE's alpha is the quotient by 36 G_A G_B,
-where 12.1 multiplies by its rounded reciprocal: the oracle's GEMM given TE's alpha is TE's) is counted apart. Neither
-kind fails the run.
+planes, 4over6 (MAE / MSE, fast-math error, G = 448 / 256) and row scaling of either plane (with and without 4over6).
+Data, scale bytes and amax bits are compared; the RHT is not (TE's reference sums it by a bf16 matmul, SPEC 14.2).
+Inputs hold no NaN (SPEC 14.6); a mismatch that SPEC 14.1 explains (TE's reference writes 0x0 where the scaled value is
+-0.0: TE's bytes with 0x8 for those codes are the oracle's) is counted apart. Then its `qgemm` (fprop of two rowwise
+planes: bf16 / fp32 output, a C, G = 256 operands, a row-scaled X; wgrad of two columnwise planes, with and without a C,
+and with a row-scaled X) against `oracle.gemm(model="sequential")` (SPEC 12.2) on the oracle's planes of the same
+inputs; a mismatch that SPEC 14.9 explains (on the CPU TE's alpha is the quotient by 36 G_A G_B, where 12.1 multiplies
+by its rounded reciprocal: the oracle's GEMM given TE's alpha is TE's) is counted apart. Neither kind fails the run.
 
     python tools/te_reference_check.py --te /path/to/TransformerEngine [--cases 300] [--seed 0]
 
