@@ -20,7 +20,7 @@ from conformance.backends import (
     grouped_gemm_plan,
     register_backend,
 )
-from conformance.cases import PLAIN_QUANT, case_size, load_case, save_case
+from conformance.cases import PLAIN_QUANT, Case, case_size, load_case, save_case
 from conformance.cli import replay
 from conformance.compare import compare
 from conformance.generators import (
@@ -377,7 +377,7 @@ class _OracleAsDevice:
 
     def grouped_gemm(self, a, b, *, kind, out_dtype, **kw):
         self.calls.append((a, b, kind))
-        self.kw = kw
+        self.kw, self.out_dtype = kw, out_dtype
         self.plan_seen, self.num_sms_seen = self.testing.active, self.num_sms
         return self.torch.zeros((1,), dtype=out_dtype)
 
@@ -1003,3 +1003,42 @@ def test_device_accepts_every_drawn_plan(op):
         assert len(seen - {"auto"}) >= 3, seen
     else:
         assert "general" in seen, seen
+
+
+@pytest.mark.parametrize("op", ["grouped_gemm", "grouped_gemm_exact"])
+def test_device_backend_asks_for_the_cases_output_dtype(op, monkeypatch):
+    """device.grouped_gemm gets the case's out dtype (bf16 as torch.bfloat16: the device's bf16 epilogue is what
+    is checked); the fast op's y comes back as float32 (its reference is within the bound in fp32), the byte-for-byte
+    ops' bf16 y as ml_dtypes bfloat16."""
+    torch = pytest.importorskip("torch")
+    be = _fake_device_backend(torch, monkeypatch)
+    seen = set()
+    for i in range(60):
+        c = generate(op, 31, i, "grouped_gemm", OPS[op].space)
+        y = be._grouped_gemm(op, c)["y"]
+        bf16 = c.options["out_dtype"] == "bfloat16"
+        assert be._mod.out_dtype == (torch.bfloat16 if bf16 else torch.float32), c.options["out_dtype"]
+        assert y.dtype == (ml_dtypes.bfloat16 if bf16 and op != "grouped_gemm" else np.float32)
+        seen.add(bf16)
+    assert seen == {True, False}
+
+
+def test_device_backend_expects_the_scale_layout_it_asked_for():
+    """quantize: the swizzled buffer only when asked for; group_quantize: its scales buffer (swizzled) or the padded
+    compact one, as asked (docs/conformance.md: the device writes one scale layout per call)."""
+    from conformance.backends import DeviceBackend
+
+    be = DeviceBackend.__new__(DeviceBackend)  # (its __init__ wants a GPU)
+    q = {"row_data", "row_scales", "row_scales_swizzled", "row_amax", "col_scales", "col_scales_swizzled"}
+    g = {"row_data", "row_scales", "row_scales_compact", "row_amax", "col_scales", "col_scales_compact"}
+
+    def case(op, swizzled):
+        return Case(op, 0, 0, {}, {"swizzled": swizzled}, {})
+
+    assert be.expected_outputs("quantize", case("quantize", True), q) == q
+    assert be.expected_outputs("quantize", case("quantize", False), q) == q - {"row_scales_swizzled",
+                                                                                "col_scales_swizzled"}
+    assert be.expected_outputs("group_quantize", case("group_quantize", True), g) == g - {"row_scales_compact",
+                                                                                          "col_scales_compact"}
+    assert be.expected_outputs("group_quantize", case("group_quantize", False), g) == g - {"row_scales",
+                                                                                           "col_scales"}
