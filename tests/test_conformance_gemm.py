@@ -1042,3 +1042,40 @@ def test_device_backend_expects_the_scale_layout_it_asked_for():
                                                                                           "col_scales_compact"}
     assert be.expected_outputs("group_quantize", case("group_quantize", False), g) == g - {"row_scales",
                                                                                            "col_scales"}
+
+
+def test_device_group_outputs_cut_each_buffer_at_its_last_offset():
+    """_group_outputs of a device result (built here on the CPU from oracle.group_quantize's buffers, zero-padded to
+    the worst-case capacities of SPEC 9.3, with one planted byte at the end of each tail): the data and scales up to
+    the last offset are the oracle's, and each tail is the rest of its buffer (capacity minus the last offset bytes,
+    e.g. 2560 - 2048 = 512 for the columnwise codes of splits [7, 0, 33], K = 64), planted byte included."""
+    torch = pytest.importorskip("torch")
+    from conformance.backends import DeviceBackend
+    from device._results import DeviceGroupedNVFP4Tensor
+
+    x = np.random.default_rng(0).standard_normal((40, 64)).astype(np.float32)
+    splits = [7, 0, 33]
+    b = oracle.group_quantize(x, splits, rowwise=True, columnwise=True).buffers()
+    cap = oracle.grouped_capacities(40, 64, 3)
+
+    def padded(a, n):
+        out = np.zeros(n, np.uint8)
+        out[: a.size], out[-1] = a, 0x5A
+        return torch.from_numpy(out)
+
+    tiles = np.concatenate([[0], np.cumsum(-(-np.asarray(splits) // 128))])
+    offsets = np.stack([b["row_offsets"], tiles, b["row_data_offsets"], b["row_scale_offsets"], b["col_data_offsets"],
+                        b["col_scale_offsets"]]).astype(np.int64)
+    res = DeviceGroupedNVFP4Tensor(
+        shape=(40, 64), splits=torch.tensor(splits), row_data=padded(b["row_data"], cap["row_data"] + 16),
+        row_scales=padded(b["row_scales"], cap["row_scale"]), col_data=padded(b["col_data"], cap["col_data"]),
+        col_scales=padded(b["col_scales"], cap["col_scale"]), row_amax=torch.from_numpy(b["row_amax"]),
+        col_amax=torch.from_numpy(b["col_amax"]), offsets=torch.from_numpy(offsets), swizzled=True, options={})
+    out = DeviceBackend._group_outputs(res)
+    for p, extra in (("row", 16), ("col", 0)):
+        for buf, name in (("data", f"{p}_data"), ("scale", f"{p}_scales")):
+            assert out[name].tobytes() == b[name].tobytes(), name
+            tail = out[f"{name}_tail"]
+            assert tail.size == cap[f"{p}_{buf}"] + (extra if buf == "data" else 0) - b[name].size, name
+            assert tail[-1] == 0x5A and not tail[:-1].any(), name
+    assert out["col_data_tail"].size == 512
