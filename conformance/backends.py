@@ -245,8 +245,7 @@ class TEReferenceBackend(Backend):
             ind._to_torch(x), rowwise=kw["rowwise"], columnwise=kw["columnwise"], block=kw["block"],
             four_over_six=kw.get("four_over_six"), four_over_six_fast_math=kw.get("four_over_six_fast_math", False),
             global_scale_max=kw.get("global_scale_max", 448), row_scaled=kw.get("row_scaled", False))
-        bits = x.view(np.uint32 if x.dtype.itemsize == 4 else np.uint16)
-        return signed_zero_codes((bits >> (8 * x.dtype.itemsize - 1)).astype(bool), theirs)
+        return signed_zero_codes(np.signbit(x), theirs)
 
 
 def _alpha_by_hand(pa, pb, rule: str) -> np.float32:

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["CannotRun", "TEReference", "load_reference", "signed_zero_codes", "te_call"]
+__all__ = ["CannotRun", "TEReference", "load_reference", "plane_arrays", "plane_fields", "signed_zero_codes",
+           "te_call"]
 
 _RECIPES = Path("transformer_engine/pytorch/custom_recipes")
 # stand-ins for the modules reference_nvfp4.py imports besides reference_utils: base classes and the names its
@@ -87,11 +88,24 @@ def te_call(what: str):
                         f"(at {where.filename}:{where.lineno})") from None
 
 
-def _u8(t) -> np.ndarray:
-    """A tensor of bytes (uint8, or float8_e4m3fn scales) as a contiguous uint8 array."""
+def plane_fields(result, columnwise: bool) -> tuple:
+    """(data, scales, amax) tensors of one plane of a TE reference result, as TE holds them: its columnwise fields
+    (``data_t`` [K, M // 2], ``scale_t``, ``global_amax_col``) or its rowwise ones (``data``, ``scale``,
+    ``global_amax_row``)."""
+    if columnwise:
+        return result.data_t, result.scale_t, result.global_amax_col
+    return result.data, result.scale, result.global_amax_row
+
+
+def plane_arrays(data, scales, amax) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A TE plane's fields (:func:`plane_fields`) as host arrays: the data and scale bytes as contiguous uint8 (the
+    scales may be float8_e4m3fn tensors) and the amax(es) as float32 ``[n]``."""
     import torch
 
-    return (t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t).contiguous().numpy()
+    def u8(t):
+        return (t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t).contiguous().numpy()
+
+    return u8(data), u8(scales), amax.float().numpy().astype(np.float32).reshape(-1)
 
 
 class TEReference:
@@ -132,15 +146,14 @@ class TEReference:
             r = q.quantize(x)
             out = {}
             if rowwise:
-                out.update(row_data=_u8(r.data), row_scales=_u8(r.scale)[:m],
-                           row_amax=r.global_amax_row.float().numpy().astype(np.float32).reshape(-1))
+                data, scales, amax = plane_arrays(*plane_fields(r, columnwise=False))
+                out.update(row_data=data, row_scales=scales[:m], row_amax=amax)
             if columnwise:
+                codes, scales, amax = plane_arrays(*plane_fields(r, columnwise=True))
                 if m % 2 == 0:
-                    codes = _u8(r.data_t)
                     out["col_data"] = np.zeros((codes.shape[0], -(-m // 16) * 8), np.uint8)  # the width (SPEC 6.2)
                     out["col_data"][:, : codes.shape[1]] = codes
-                out.update(col_scales=_u8(r.scale_t),
-                           col_amax=r.global_amax_col.float().numpy().astype(np.float32).reshape(-1))
+                out.update(col_scales=scales, col_amax=amax)
         return out
 
 

@@ -32,7 +32,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import oracle  # noqa: E402
-from conformance.te_reference import CannotRun, TEReference, signed_zero_codes, te_call  # noqa: E402
+from conformance.te_reference import (  # noqa: E402
+    CannotRun,
+    TEReference,
+    plane_arrays,
+    plane_fields,
+    signed_zero_codes,
+    te_call,
+)
 
 
 def random_input(rng, *, even_rows: bool) -> torch.Tensor:
@@ -55,25 +62,6 @@ def random_input(rng, *, even_rows: bool) -> torch.Tensor:
 def host(t: torch.Tensor) -> np.ndarray:
     """A CPU tensor as a NumPy array (bf16 as ml_dtypes.bfloat16)."""
     return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16) if t.dtype == torch.bfloat16 else t.numpy()
-
-
-def u8(t: torch.Tensor) -> np.ndarray:
-    """A tensor of bytes (uint8, or float8_e4m3fn scales) as a contiguous uint8 array."""
-    return (t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t).contiguous().numpy()
-
-
-def te_plane(result, columnwise: bool) -> tuple:
-    """(data, scales, amax) of one plane of a TE reference result: its columnwise fields (``data_t`` [K, M/2],
-    ``scale_t``, ``global_amax_col``) or its rowwise ones (``data``, ``scale``, ``global_amax_row``), as TE holds
-    them."""
-    if columnwise:
-        return result.data_t, result.scale_t, result.global_amax_col
-    return result.data, result.scale, result.global_amax_row
-
-
-def plane_bytes(data, scales, amax) -> tuple:
-    """A TE plane's fields as host arrays: uint8 data and scale bytes, the amax(es) as float32 [n]."""
-    return u8(data), u8(scales), np.float32(amax.float().numpy()).reshape(-1)
 
 
 def same_bytes(theirs, ours) -> bool:
@@ -121,7 +109,7 @@ def compare_gemm(ref: TEReference, rng, v: dict) -> tuple[bool, bool]:
     qb = ref.make(rowwise=not wgrad or b_rs, columnwise=wgrad, row_scaled_nvfp4=b_rs, **opts)
     with te_call("NVFP4QuantizerRef.quantize"):
         ra, rb = qa.quantize(a), qb.quantize(b)
-        te_planes = te_plane(ra, wgrad), te_plane(rb, wgrad)
+        te_planes = plane_fields(ra, wgrad), plane_fields(rb, wgrad)
     (da, sa, _), (db, sb, _) = te_planes
     out_dtype = torch.float32 if v["accumulate"] or v["out"] == "float32" else torch.bfloat16
     c = torch.from_numpy(rng.standard_normal((rows, cols)).astype(np.float32)) if v["accumulate"] else None
@@ -134,7 +122,7 @@ def compare_gemm(ref: TEReference, rng, v: dict) -> tuple[bool, bool]:
     pb = oracle.quantize(host(b), row_scaled=b_rs, **kw)
     pa, pb = (pa.col, pb.col) if wgrad else (pa.row, pb.row)
     for fields, p in zip(te_planes, (pa, pb), strict=True):  # the operands agree first
-        if not same_bytes(plane_bytes(*fields), (p.data, p.scales, np.asarray(p.amax, np.float32).reshape(-1))):
+        if not same_bytes(plane_arrays(*fields), (p.data, p.scales, np.asarray(p.amax, np.float32).reshape(-1))):
             return False, False
     gemm = dict(model="sequential", out_dtype="float32" if out_dtype == torch.float32 else "bfloat16",
                 accumulate=None if c is None else c.numpy())
