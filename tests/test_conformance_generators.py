@@ -352,6 +352,53 @@ def test_4over6_special_amax_draws_zero_inf_and_nan():
     assert {"nan", "inf", "zero"} <= got, got
 
 
+def test_special_amax_cases_keep_their_zero_and_tiny_blocks():
+    """docs (_special_amax): a case tagged amax "special" holds one all-zero block and one block of +-the dtype's
+    least normal value (where x has two blocks), whatever was drawn after them: 4over6's tie values come before
+    them, and a case that already has them takes no ties."""
+    seen = Counter()
+    for op in ("quantize", "group_quantize"):
+        for c in generated_cases(op, 1500, seed=31, max_elems=1 << 12, rule=["te"], rounding=["rn"], rht=[False]):
+            if c.tags.get("amax") != "special":
+                continue
+            x = c.arrays["x"].astype(np.float64)
+            blocks = x.reshape(-1, 16) if x.shape[1] % 16 == 0 else None
+            if blocks is None or blocks.shape[0] < 2:
+                continue
+            tiny = DTYPE_TINY[str(c.arrays["x"].dtype)]
+            assert (blocks == 0).all(axis=1).any(), (op, c.index)
+            assert (np.abs(blocks) == tiny).all(axis=1).any(), (op, c.index)
+            seen[(op, c.tags["te_variant"].split(":")[0], c.tags.get("values"))] += 1
+    assert {k[1] for k in seen} >= {"plain", "4over6"}, seen
+    assert any(k[2] == "fo6_ties" for k in seen), seen
+
+
+def test_te_variants_leave_the_cases_own_draws_alone():
+    """docs (_te_variants, _apply_te_variants): TE's variants, and the values and amaxes they bring, come from child
+    streams, so the case's own stream is the same whichever variants its space offers: a case has the same other
+    options where the space offers no variant as where it offers them all (and, where none was drawn, the same
+    arrays and tags). The space names the quantize kernels, as a device backend's does: that draw follows the
+    variants' in the case's own stream (4over6 takes no kernel draw)."""
+    variant_keys = {"four_over_six", "four_over_six_fast_math", "global_scale_max", "row_scaled"}
+    kernels = dict(quantize_kernel=["auto", "general"])
+    compared = Counter()
+    for op in ("quantize", "group_quantize"):
+        full = generated_cases(op, 400, seed=32, max_elems=1 << 12, **kernels)
+        plain = generated_cases(op, 400, seed=32, max_elems=1 << 12, four_over_six=[None], row_scaled=[False],
+                                **kernels)
+        for a, b in zip(full, plain, strict=True):
+            drop = variant_keys | ({"quantize_kernel"} if a.options.get("four_over_six") else set())
+            assert ({k: v for k, v in a.options.items() if k not in drop}
+                    == {k: v for k, v in b.options.items() if k not in drop}), (op, a.index)
+            compared[a.tags["te_variant"].split(":")[0]] += 1
+            if a.tags["te_variant"] == "plain":
+                assert a.arrays.keys() == b.arrays.keys(), (op, a.index)
+                for k in a.arrays:
+                    assert np.array_equal(a.arrays[k], b.arrays[k], equal_nan=True), (op, a.index, k)
+                assert a.tags == b.tags, (op, a.index)
+    assert compared["plain"] > 300 and compared["row_scaled"] > 20 and compared["4over6"] > 20, compared
+
+
 def test_4over6_tie_units_span_the_documented_powers():
     rng = np.random.default_rng(14)
     units = set()
