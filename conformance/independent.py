@@ -12,6 +12,7 @@ torchao's tensor and the oracle's planes through ``oracle.interop`` (the swizzle
 
 from __future__ import annotations
 
+import contextlib
 from fractions import Fraction
 
 import ml_dtypes
@@ -22,7 +23,7 @@ from oracle.interop import torchao_nvfp4_module
 __all__ = [
     "mld_e2m1", "mld_e4m3", "mld_bf16", "mld_dequantize", "torch_bf16", "torch_rht", "torchao_quantize", "torchao_swizzle",
     "swizzle_by_formula", "compact_by_formula", "offsets_by_table", "capacities_by_formula", "fraction_gemm", "round_fraction",
-    "import_torch", "import_torchao", "import_mmasim", "mmasim_tcgen05_nvf4", "mmasim_wgmma",
+    "import_torch", "import_torchao", "one_torch_thread", "import_mmasim", "mmasim_tcgen05_nvf4", "mmasim_wgmma",
     "sm100_epilogue_by_hand",
 ]
 
@@ -53,6 +54,20 @@ def import_torchao():
 # ---------------------------------------------------------------------------------------------------------------
 # codecs
 # ---------------------------------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def one_torch_thread():
+    """torch on one intra-op thread inside the block, the caller's count restored after it. torchao's CPU products of
+    two NaNs keep the multiplier's payload, except next to a cut of torch's parallel split, whose place depends on the
+    thread count (SPEC 3.5); one thread has no cut, so torchao's bytes do not depend on the caller's setting."""
+    torch = import_torch()
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
 
 def _finite_domain(x: np.ndarray) -> np.ndarray:
     return x[~np.isnan(x)]
@@ -139,7 +154,8 @@ def torchao_dequantize(data: np.ndarray, scales: np.ndarray, amax: np.float32, r
     """torchao 0.18 ``NVFP4Tensor.dequantize(torch.float32)`` of a stored plane: data u8 [R, C/2] (torchao's packing),
     compact scales u8 [R, C/16] as float8_e4m3fn, ``per_tensor_scale = per_tensor_amax_to_scale(amax)`` under rule
     "torchao", none under "torchao_noscale". The tensor is built by ``oracle.interop.to_torchao``, which only places
-    the bytes in torchao's fields; the per-tensor scale and every value come from torchao."""
+    the bytes in torchao's fields; the per-tensor scale and every value come from torchao, run on one intra-op thread
+    (:func:`one_torch_thread`)."""
     import torch
 
     from oracle.interop import to_torchao
@@ -147,7 +163,8 @@ def torchao_dequantize(data: np.ndarray, scales: np.ndarray, amax: np.float32, r
 
     plane = QuantizedPlane(np.ascontiguousarray(data), np.ascontiguousarray(scales), np.float32(amax),
                            (data.shape[0], 2 * data.shape[1]), rule)
-    return to_torchao(plane, orig_dtype=torch.float32).dequantize(torch.float32).numpy().copy()
+    with one_torch_thread():
+        return to_torchao(plane, orig_dtype=torch.float32).dequantize(torch.float32).numpy().copy()
 
 
 def torchao_quantize(x: np.ndarray, *, rule: str, rowwise: bool, columnwise: bool) -> dict:
@@ -155,8 +172,8 @@ def torchao_quantize(x: np.ndarray, *, rule: str, rowwise: bool, columnwise: boo
     (columnwise, SPEC 6.2), its tensor's fields read by ``oracle.interop.from_torchao``.
 
     ``rule="torchao"``: ``per_tensor_scale = per_tensor_amax_to_scale(torch.max(torch.abs(x)))``;
-    ``"torchao_noscale"``: no per-tensor scale. Scales are also swizzled by torchao's ``to_blocked``.
-    Returns canonical quantize outputs (SPEC-independent).
+    ``"torchao_noscale"``: no per-tensor scale. Scales are also swizzled by torchao's ``to_blocked``. torchao runs on
+    one intra-op thread (:func:`one_torch_thread`). Returns canonical quantize outputs (SPEC-independent).
     """
     from oracle.interop import from_torchao
 
@@ -183,14 +200,15 @@ def torchao_quantize(x: np.ndarray, *, rule: str, rowwise: bool, columnwise: boo
         out[f"{prefix}_scales_swizzled"] = torchao_swizzle(p.scales)
         out[f"{prefix}_amax"] = amax.reshape(1).numpy().astype(np.float32).copy()
 
-    if rowwise:
-        plane(xt, "row")
-    if columnwise:
-        m, k = xt.shape
-        mp = (m + 15) // 16 * 16
-        padded = torch.zeros((k, mp), dtype=xt.dtype)
-        padded[:, :m] = xt.t()
-        plane(padded, "col")
+    with one_torch_thread():
+        if rowwise:
+            plane(xt, "row")
+        if columnwise:
+            m, k = xt.shape
+            mp = (m + 15) // 16 * 16
+            padded = torch.zeros((k, mp), dtype=xt.dtype)
+            padded[:, :m] = xt.t()
+            plane(padded, "col")
     return out
 
 

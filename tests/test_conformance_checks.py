@@ -164,6 +164,36 @@ def test_torchao_backend_swizzle_is_torchaos_own(monkeypatch):
     assert calls and np.array_equal(out["row_scales_swizzled"], want)
 
 
+@pytest.mark.torch
+@pytest.mark.parametrize(("rule", "nan_bits"), [("torchao", 0x7FF0), ("torchao_noscale", 0x7FC0)])
+def test_torchao_backend_bytes_do_not_depend_on_torchs_thread_count(rule, nan_bits):
+    """SPEC 3.5: torch's CPU product of two NaNs keeps the multiplier's payload, except next to a cut of torch's
+    parallel split, whose place depends on the thread count (at 2 threads, 6 of the 168,592 products of a [257, 656]
+    tensor keep x's payload). The torchao backend runs torchao on one intra-op thread, so its bytes are the SPEC's
+    whatever the caller set. A NaN block straddling the 2-thread cut (row 128, block 20), quantized with the caller at
+    2 and 3 threads, gives the oracle's bytes, and the caller's thread count is restored. The block's payload differs
+    from its multiplier's in 3.5's index: under "torchao" the multiplier carries P's canonical 0x7FC00000 (index 3)
+    and x holds 0x7FF00000 (index 4); under "torchao_noscale" the NaN byte's 0x7FF00000 against x's 0x7FC00000."""
+    import torch
+
+    import oracle
+    from conformance import independent as ind
+
+    x = np.random.default_rng(1).standard_normal((257, 656)).astype(ml_dtypes.bfloat16)
+    x.reshape(-1).view(np.uint16)[84288:84304] = nan_bits  # every product of the block is NaN x NaN
+    want = oracle.quantize(x, rule=rule)
+    before = torch.get_num_threads()
+    try:
+        for threads in (2, 3):
+            torch.set_num_threads(threads)
+            out = ind.torchao_quantize(x, rule=rule, rowwise=True, columnwise=False)
+            assert torch.get_num_threads() == threads
+            assert np.array_equal(out["row_data"], want.row.data), threads
+            assert np.array_equal(out["row_scales"], want.row.scales), threads
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_generated_specials_include_negative_zero():
     """Quantize cases of normal values with specials hold -0 (normal values are never exactly 0, so the -0 comes from
     the specials)."""
