@@ -585,11 +585,49 @@ def _layout_mixup(written: str, read: str) -> str:
     return "linear scales read with the other padding"
 
 
+def _nan_payload(best: _Candidate, base: _Candidate | None, data: np.ndarray, source: np.ndarray) -> str | None:
+    """The NaN-payload line: under a torchao rule (SPEC 3.5) a NaN product's code is index 2, 3 or 4 by the NaN's
+    payload, and a product of two NaNs keeps one operand's payload (x86: the first operand's). It fits where their
+    scale bytes are the rule's and every code that differs from the plain rule's (``base``, or ``best`` itself) is a
+    NaN product (a NaN element, or an element of a block whose scale byte is NaN) with a NaN index on both sides;
+    ``best`` may then be a variant that matches (a division keeps x's payload)."""
+    ref = base if base is not None else best
+    if ref.rule.quantize["rule"] not in ("torchao", "torchao_noscale") or ref.rule.variant is not None:
+        return None
+    exp = ref.expected
+    if source.shape != (exp.rows, exp.cols):
+        return None
+    theirs = unpack_fp4(data.reshape(exp.rows, -1), exp.cols)
+    ours = exp.codes()
+    dc = theirs != ours
+    if not dc.any() or (base is None and best.n_diff == 0):
+        return None
+    nan_scale = np.repeat((exp.scales & 0x7F) == 0x7F, 16, axis=1)[:, : exp.cols]
+    nan_product = np.isnan(source) | nan_scale
+    nan_index = np.isin(theirs & 0x7, (2, 3, 4)) & np.isin(ours & 0x7, (2, 3, 4))
+    if not (nan_product & nan_index)[dc].all():
+        return None
+    n = int(dc.sum())
+    both = int((dc & np.isnan(source) & nan_scale).sum())
+    codes = f"{n} code{'s' if n != 1 else ''}"
+    head = (f"{best.label} reproduces these bytes; they differ from {ref.label}'s only at NaN products ({codes})"
+            if best is not ref else f"NaN payloads: every differing code ({codes}) is a NaN product, a NaN index on "
+            "both sides")
+    return (f"{head}. SPEC 3.5 encodes a NaN as index 2, 3 or 4 by its payload, and a product of two NaNs ({both} of "
+            f"{n} here: a NaN element in a NaN-scale block) keeps one operand's payload, on x86 the first operand's. "
+            f"The writer's products kept another payload than {ref.rule.name}'s: torch's CPU product, for one, keeps "
+            "x's next to a cut of its parallel split (SPEC 3.5)")
+
+
 def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: str | None, layout: str,
-                other_scales, given_amax, source: np.ndarray, inputs_amax_fits: bool) -> list:
+                other_scales, given_amax, source: np.ndarray, inputs_amax_fits: bool,
+                base: _Candidate | None = None) -> list:
     exp = best.expected
     rows, c16 = exp.scales.shape
     out = []
+    payload = _nan_payload(best, base, data, source)
+    if payload:
+        out.append(payload)
     # layout: the scales fit in a layout other than the one declared
     for reading in _ALL_READINGS:
         got = _read(sbuf, rows, c16, reading)
@@ -903,7 +941,12 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
     own = [c.n_diff for c in cands if c.amax_source == "computed" and (c.rule, c.plane, c.block, c.rht)
            == (best.rule, best.plane, best.block, best.rht)]
     inputs_amax_fits = best.amax_source == "rowwise" and (best.n_diff == 0 or best.n_diff < min(own, default=-1))
-    hyps = _hypotheses(best, d, sbuf, declared, layout, other, given, src, inputs_amax_fits)
+    base = None  # the plain rule beside a variant that matches (its NaN-payload line)
+    if best.n_diff == 0 and best.rule.variant is not None:
+        base = next((c for c in cands if c.rule.variant is None and c.rule.name == best.rule.quantize["rule"]
+                     and (c.plane, c.block, c.rht, c.amax_source, c.reading)
+                     == (best.plane, best.block, best.rht, best.amax_source, best.reading)), None)
+    hyps = _hypotheses(best, d, sbuf, declared, layout, other, given, src, inputs_amax_fits, base)
     first = None
     side = []
     if best.n_diff:
@@ -914,8 +957,8 @@ def diagnose(x, data, scales, amax=None, layout: str = "auto", *, plane: str = "
         side = _side_by_side(src, best.expected, theirs, best.plane, first[0], first[1], best.label)
         if not hyps:
             hyps = ["none of the known bug classes (padding, layout, transpose, wrong plane, one-ulp scale, E2M1 "
-                    "rounding, signed zeros, nibble order, per-tensor value) fits; compare the first differing block "
-                    "below"]
+                    "rounding, signed zeros, nibble order, per-tensor value, NaN payloads) fits; compare the first "
+                    "differing block below"]
     seen, tried = set(), []
     for c in cands:
         if c.label not in seen:

@@ -310,6 +310,37 @@ def test_torchao_division_of_a_nan_block_from_torchaos_own_functions():
         assert rule in [m.split(" (")[0] for m in r.matches], str(r)
 
 
+def test_planted_nan_payloads_are_named():
+    """SPEC 3.5: a NaN product's code is index 2-4 by its payload. From torchao's own bytes (no per-tensor scale) of
+    a NaN block (scale byte 0x7F, decoded 0x7FF00000: index 4 for every product) beside finite blocks: (1) its NaN
+    element planted with x's payload (0x7FC00000: index 3), which a product keeping x's payload gives: the division
+    variant reproduces it and the line says the bytes differ from torchao_noscale's at one NaN product; (2) a finite
+    element of it planted with index 2 (no rule makes it): the closest rule is torchao_noscale and the line names the
+    NaN product; (3) an element of a finite block planted instead: no NaN line."""
+    nv = _ao()
+    x = np.full((2, 32), 0.75, np.float32)
+    x[0, 3] = np.nan  # block (0, 0): NaN-propagating block max, so a NaN scale; element 3 is NaN x NaN
+    sc, d = nv.nvfp4_quantize(torch.from_numpy(x), 16, None)
+    sc, d = sc.view(torch.uint8).numpy(), d.numpy()
+    assert sc[0, 0] == 0x7F and (sc.reshape(-1)[1:] != 0x7F).all()
+    assert d[0, 1] >> 4 == 4 and d[0, 2] & 0xF == 4  # elements 3 and 4: the NaN byte's payload, index 4
+
+    def planted(byte, value):
+        out = d.copy()
+        out.reshape(-1)[byte] = value
+        return out
+
+    r = diagnose(x, planted(1, (d[0, 1] & 0x0F) | 0x30), sc, rules=BASIC)  # element 3 -> index 3
+    assert r.matches[0] == "torchao_noscale_div", str(r)
+    assert r.hypotheses[0].startswith("torchao_noscale_div reproduces these bytes; they differ from "
+                                      "torchao_noscale's only at NaN products (1 code). SPEC 3.5"), str(r)
+    r = diagnose(x, planted(2, (d[0, 2] & 0xF0) | 0x2), sc, rules=BASIC)  # element 4 -> index 2
+    assert not r.matches and r.closest == "torchao_noscale" and r.n_diff == 1, str(r)
+    assert r.hypotheses[0].startswith("NaN payloads: every differing code (1 code) is a NaN product"), str(r)
+    r = diagnose(x, planted(16 + 10, d[1, 10] ^ 0x01), sc, rules=BASIC)  # element (1, 20) of a finite block
+    assert r.n_diff == 1 and not any("NaN" in h for h in r.hypotheses), str(r)
+
+
 def test_torchao_on_a_cuda_tensor():
     """torchao's own quantizer given the per-tensor scale it forms on a CUDA tensor, A * fp32(1/2688) (one ulp off
     A / 2688 at A = 4.21875; the product formed here with torch on the host), on blocks of E2M1 decision points
