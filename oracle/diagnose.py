@@ -585,7 +585,8 @@ def _layout_mixup(written: str, read: str) -> str:
     return "linear scales read with the other padding"
 
 
-def _nan_payload(best: _Candidate, base: _Candidate | None, data: np.ndarray, source: np.ndarray) -> str | None:
+def _nan_payload(best: _Candidate, base: _Candidate | None, data: np.ndarray, their_scales: np.ndarray | None,
+                 source: np.ndarray) -> str | None:
     """The NaN-payload line: under a torchao rule (SPEC 3.5) a NaN product's code is index 2, 3 or 4 by the NaN's
     payload, and a product of two NaNs keeps one operand's payload (x86: the first operand's). It fits where their
     scale bytes are the rule's and every code that differs from the plain rule's (``base``, or ``best`` itself) is a
@@ -595,7 +596,7 @@ def _nan_payload(best: _Candidate, base: _Candidate | None, data: np.ndarray, so
     if ref.rule.quantize["rule"] not in ("torchao", "torchao_noscale") or ref.rule.variant is not None:
         return None
     exp = ref.expected
-    if source.shape != (exp.rows, exp.cols):
+    if source.shape != (exp.rows, exp.cols) or their_scales is None or not np.array_equal(their_scales, exp.scales):
         return None
     theirs = unpack_fp4(data.reshape(exp.rows, -1), exp.cols)
     ours = exp.codes()
@@ -625,7 +626,8 @@ def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: 
     exp = best.expected
     rows, c16 = exp.scales.shape
     out = []
-    payload = _nan_payload(best, base, data, source)
+    direct = _read(sbuf, rows, c16, best.reading)  # their scales as read (also the one-ulp line's)
+    payload = _nan_payload(best, base, data, None if direct is None else direct[0], source)
     if payload:
         out.append(payload)
     # layout: the scales fit in a layout other than the one declared
@@ -667,7 +669,6 @@ def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: 
         got = _read(b, c16, rows, reading)
         if got is not None:
             tr.append(got[0].T)
-    direct = _read(b, rows, c16, best.reading)
     as_read = direct is not None and np.array_equal(direct[0], exp.scales)  # (a symmetric matrix reads both ways)
     if any(np.array_equal(t, exp.scales) for t in tr) and best.n_diff and not as_read:
         out.append("transposed scales: the scale bytes are the transpose of the expected [rows, K/16] matrix")

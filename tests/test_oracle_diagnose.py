@@ -316,7 +316,7 @@ def test_planted_nan_payloads_are_named():
     element planted with x's payload (0x7FC00000: index 3), which a product keeping x's payload gives: the division
     variant reproduces it and the line says the bytes differ from torchao_noscale's at one NaN product; (2) a finite
     element of it planted with index 2 (no rule makes it): the closest rule is torchao_noscale and the line names the
-    NaN product; (3) an element of a finite block planted instead: no NaN line."""
+    NaN product; (3) an element of a finite block planted instead, or (4) a scale byte off as well: no NaN line."""
     nv = _ao()
     x = np.full((2, 32), 0.75, np.float32)
     x[0, 3] = np.nan  # block (0, 0): NaN-propagating block max, so a NaN scale; element 3 is NaN x NaN
@@ -338,7 +338,11 @@ def test_planted_nan_payloads_are_named():
     assert not r.matches and r.closest == "torchao_noscale" and r.n_diff == 1, str(r)
     assert r.hypotheses[0].startswith("NaN payloads: every differing code (1 code) is a NaN product"), str(r)
     r = diagnose(x, planted(16 + 10, d[1, 10] ^ 0x01), sc, rules=BASIC)  # element (1, 20) of a finite block
-    assert r.n_diff == 1 and not any("NaN" in h for h in r.hypotheses), str(r)
+    assert r.n_diff == 1 and not any("NaN product" in h for h in r.hypotheses), str(r)
+    sc_off = sc.copy()
+    sc_off[1, 1] += 1  # (4) as (2), with a finite block's scale byte one step off: the codes alone do not fit
+    r = diagnose(x, planted(2, (d[0, 2] & 0xF0) | 0x2), sc_off, rules=BASIC)
+    assert r.n_diff == 2 and not any("NaN product" in h for h in r.hypotheses), str(r)
 
 
 def test_torchao_on_a_cuda_tensor():
