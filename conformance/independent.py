@@ -13,6 +13,7 @@ torchao's tensor and the oracle's planes through ``oracle.interop`` (the swizzle
 from __future__ import annotations
 
 import contextlib
+import functools
 from fractions import Fraction
 
 import ml_dtypes
@@ -23,8 +24,8 @@ from oracle.interop import torchao_nvfp4_module
 __all__ = [
     "mld_e2m1", "mld_e4m3", "mld_bf16", "mld_dequantize", "torch_bf16", "torch_rht", "torchao_quantize", "torchao_swizzle",
     "swizzle_by_formula", "compact_by_formula", "offsets_by_table", "capacities_by_formula", "fraction_gemm", "round_fraction",
-    "import_torch", "import_torchao", "one_torch_thread", "import_mmasim", "mmasim_tcgen05_nvf4", "mmasim_wgmma",
-    "sm100_epilogue_by_hand",
+    "import_torch", "import_torchao", "one_torch_thread", "torch_nan_products_keep_the_multiplier", "import_mmasim",
+    "mmasim_tcgen05_nvf4", "mmasim_wgmma", "sm100_epilogue_by_hand",
 ]
 
 
@@ -67,6 +68,19 @@ def one_torch_thread():
         yield
     finally:
         torch.set_num_threads(before)
+
+
+@functools.cache
+def torch_nan_products_keep_the_multiplier() -> bool:
+    """Whether this torch forms torchao's NaN products as SPEC 3.5 models them: ``x * mult[..., None]`` (torchao's
+    ``data_hp * reciprocal_scale.unsqueeze(-1)``) of two NaNs keeps the multiplier's payload, on one intra-op thread.
+    True for torch's x86 AVX2 / AVX512 kernels; its DEFAULT kernels (CPUs without AVX2, aarch64) keep x's."""
+    torch = import_torch()
+    x = torch.full((4, 8, 16), 0x7FC00000, dtype=torch.int32).view(torch.float32)
+    mult = torch.full((4, 8), 0x7FF00000, dtype=torch.int32).view(torch.float32)
+    with one_torch_thread():
+        product = (x * mult.unsqueeze(-1)).view(torch.int32)
+    return bool((product == 0x7FF00000).all())
 
 
 def _finite_domain(x: np.ndarray) -> np.ndarray:

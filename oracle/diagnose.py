@@ -23,6 +23,7 @@ from .quantize import as_2d_f32, columnwise_source, plane_block_amax, quantize
 from .rht import DEFAULT_RHT_SIGNS, check_rht_signs
 from .scale_rules import (
     F32_MAX,
+    first_nan,
     global_encode_scale,
     te_bytes_and_multipliers,
     te_scale_values,
@@ -206,12 +207,13 @@ def _scaled_source(y: np.ndarray, *, base: str, variant: str | None, block: tupl
         if variant == "division":
             # SPEC 14.11: x / d with d the decode scale; under te a zero d (an underflowed block) keeps 5.2's
             # multiplier. torchao's d is never 0 with a finite multiplier, so x / d runs as written there
-            quotient = y3 / divisor[:, :, None]
+            # (SPEC 3.5: a quotient of two NaNs keeps x's payload, a product the multiplier's; first_nan states it)
+            quotient = first_nan(y3, y3 / divisor[:, :, None])
             if base.startswith("te"):
                 quotient = np.where(divisor[:, :, None] == 0, mult[:, :, None] * y3, quotient)
             scaled = quotient
         else:
-            scaled = mult[:, :, None] * y3
+            scaled = first_nan(mult[:, :, None], mult[:, :, None] * y3)
         scaled = scaled.astype(np.float32).reshape(rows, cols)
     return scaled, sbytes, a, values
 

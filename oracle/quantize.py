@@ -26,6 +26,7 @@ from .rounding import sr_encode_e2m1
 from .scale_rules import (
     RULES,
     block_amax,
+    first_nan,
     global_encode_scale,
     te_block_scales,
     tensor_amax,
@@ -231,9 +232,10 @@ def quantize_matrix(
     nb = cols // 16
     _, sbytes, mult = block_scales(y, amax=amax, rule=rule, block=block, options=options)
     with np.errstate(invalid="ignore", over="ignore"):
-        # multiplier first: for the torchao rules a NaN product then carries the multiplier's payload,
-        # as torch's CPU kernel does (SPEC 3.5); for finite values the order does not matter
-        scaled = (mult[:, :, None] * y.reshape(rows, nb, 16)).reshape(rows, cols)
+        # multiplier first: for the torchao rules a NaN product carries the multiplier's payload, as torch's CPU
+        # kernel forms it (SPEC 3.5)
+        m3 = mult[:, :, None]
+        scaled = first_nan(m3, m3 * y.reshape(rows, nb, 16)).reshape(rows, cols)
     rb = sr_random_bytes(rows, cols, seed=int(seed), offset=int(offset), plane=plane) if rounding == "sr" else None
     return pack_fp4(_encode(scaled, rule, rb)), sbytes
 
@@ -296,7 +298,8 @@ def quantize_columnwise(
     else:
         sbytes, mult = _rule_scales(b, amax, rule)
     with np.errstate(invalid="ignore", over="ignore"):
-        scaled = (mult[:, None, :] * y3).reshape(mp, k)
+        m3 = mult[:, None, :]
+        scaled = first_nan(m3, m3 * y3).reshape(mp, k)  # the multiplier first, as the rowwise plane (SPEC 3.5)
     rb = None
     if rounding == "sr":
         rb = np.ascontiguousarray(sr_random_bytes(k, mp, seed=int(seed), offset=int(offset), plane=COL_PLANE).T)

@@ -13,6 +13,7 @@ __all__ = [
     "F32_MAX",
     "RULES",
     "block_amax",
+    "first_nan",
     "global_encode_scale",
     "tensor_amax",
     "torch_decode_e4m3",
@@ -32,6 +33,19 @@ _F2688 = np.float32(2688.0)  # 448 * 6
 _RCP6 = np.float32(1.0 / 6.0)  # fp32(1/6) = 0x3E2AAAAB
 _CANONICAL_NAN = np.array(0x7FC00000, np.uint32).view(np.float32)  # SPEC 4.1: the torchao rules' NaN amax
 _ONE = np.float32(1.0)
+
+
+def first_nan(first: np.ndarray, result: np.ndarray) -> np.ndarray:
+    """``result`` of a binary fp32 operation whose first operand is ``first`` (broadcast against it), with the x86 rule
+    for two NaN operands stated instead of left to NumPy's vector loops (SPEC 3.5): where ``first`` is NaN, its payload,
+    quieted (bit 22 set). Where only one operand is NaN every order gives that one's payload, so only the first's
+    NaNs need stating; which operand is first is the modelled library's order (3.5), not NumPy's."""
+    first = np.asarray(first, np.float32)
+    nan = np.isnan(first)
+    if not nan.any():
+        return result
+    quiet = (first.view(np.uint32) | np.uint32(0x00400000)).view(np.float32)
+    return np.where(nan, quiet, result).astype(np.float32)
 
 
 def _nan_ignoring(rule: str) -> bool:
@@ -132,7 +146,7 @@ def torchao_scale_values(b: np.ndarray, per_tensor_scale) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         bs = (b / np.float32(6.0)).astype(np.float32)
         if per_tensor_scale is not None:
-            bs = (bs / np.float32(per_tensor_scale)).astype(np.float32)
+            bs = first_nan(bs, bs / np.float32(per_tensor_scale))
         return np.clip(bs, _E4M3_TINY, _E4M3_MAX)
 
 
@@ -162,7 +176,8 @@ def torchao_bytes_and_multipliers(clamped: np.ndarray, per_tensor_scale) -> tupl
         if per_tensor_scale is None:
             m = _ONE / sf
         else:
-            m = (_ONE / np.float32(per_tensor_scale)) / sf
+            inv = np.float32(_ONE / np.float32(per_tensor_scale))
+            m = first_nan(inv, inv / sf)
     return sbytes, m.astype(np.float32)
 
 

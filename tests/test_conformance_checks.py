@@ -194,6 +194,34 @@ def test_torchao_backend_bytes_do_not_depend_on_torchs_thread_count(rule, nan_bi
         torch.set_num_threads(before)
 
 
+@pytest.mark.torch
+def test_torchao_backend_drops_nan_inputs_where_torch_keeps_xs_payload():
+    """SPEC 3.5 models torch's x86 AVX2 / AVX512 kernels, whose NaN x NaN product keeps the multiplier's payload;
+    torch's DEFAULT kernels (ATEN_CPU_CAPABILITY=default: CPUs without AVX2, aarch64) keep x's for most products.
+    The torchao backend probes it and, where torch keeps x's, leaves NaN inputs out of its quantize space: a Python
+    with the DEFAULT kernels gets specials=False; an AVX2 / AVX512 torch keeps NaN inputs."""
+    import os
+    import subprocess
+    import sys
+
+    from conformance import independent as ind
+    from conformance.backends import make_backend
+
+    script = ("from conformance import independent as ind\n"
+              "from conformance.backends import make_backend\n"
+              "print(ind.torch_nan_products_keep_the_multiplier(), make_backend('torchao').space('quantize')"
+              ".get('specials'))\n")
+    env = dict(os.environ, ATEN_CPU_CAPABILITY="default")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "False"], r.stdout
+    import torch
+
+    if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):
+        assert ind.torch_nan_products_keep_the_multiplier()
+        assert "specials" not in make_backend("torchao").space("quantize")
+
+
 def test_generated_specials_include_negative_zero():
     """Quantize cases of normal values with specials hold -0 (normal values are never exactly 0, so the -0 comes from
     the specials)."""

@@ -600,3 +600,49 @@ def test_results_compare_byte_for_byte():
     assert g != oracle.group_quantize(x, [11, 0, 21], columnwise=True)
     with pytest.raises(TypeError, match="unhashable"):
         hash(a.row)
+
+
+def test_first_nan_states_the_x86_two_nan_rule_hand_worked():
+    """SPEC 3.5: of two NaN operands x86 keeps the first's payload, quieted; with one NaN operand, that one's (the
+    result passes through). first_nan states the first case instead of leaving it to NumPy's vector loops."""
+    from oracle.scale_rules import first_nan
+
+    bits = np.array([0x7FA00000, 0xFFF00000, 0x3F800000], np.uint32)  # signaling NaN, negative quiet NaN, 1.0
+    first = bits.view(np.float32)
+    result = np.array([0x7FC00000, 0x7FC00000, 0x40000000], np.uint32).view(np.float32)
+    got = first_nan(first, result).view(np.uint32)
+    assert got.tolist() == [0x7FE00000, 0xFFF00000, 0x40000000]
+    same = np.ones(3, np.float32)  # no NaN first: the result itself
+    assert first_nan(same, result) is result
+
+
+def test_torchao_nan_codes_do_not_depend_on_numpys_vector_loops():
+    """SPEC 3.5 under both torchao rules, on a NaN block (x's NaN 0x7FC00000, index 3): torchao_noscale's multiplier
+    is the NaN byte's 0x7FF00000 (index 4), torchao's carries P's canonical 0x7FC00000 (index 3); every element of
+    the block gets its multiplier's code, in both planes (the columnwise block of plane row 20: tokens 0-15, 12 of
+    them padding zeros). The same bytes come from a Python with NumPy's dispatched
+    SIMD loops turned off (NPY_DISABLE_CPU_FEATURES), whose NaN x NaN products keep the other operand's payload."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import numpy as np, oracle\n"
+        "x = np.full((4, 64), 0.75, np.float32); x[1, 20] = np.nan\n"
+        "for rule in ('torchao_noscale', 'torchao'):\n"
+        "    q = oracle.quantize(x, rule=rule, columnwise=True)\n"
+        "    print(rule, (q.row.data[1, 8:12] & 0xF).tolist(), (q.row.data[1, 8:12] >> 4).tolist(),\n"
+        "          (q.col.data[20] & 0xF).tolist(), (q.col.data[20] >> 4).tolist())\n")
+    try:
+        from numpy._core._multiarray_umath import __cpu_dispatch__ as dispatched
+    except ImportError:  # NumPy 1.x
+        from numpy.core._multiarray_umath import __cpu_dispatch__ as dispatched
+    outs = []
+    for disabled in ("", " ".join(dispatched)):
+        env = dict(os.environ, NPY_DISABLE_CPU_FEATURES=disabled)
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode == 0, r.stderr
+        outs.append(r.stdout)
+    want = "".join(f"{rule} {[i] * 4} {[i] * 4} {[i] * 8} {[i] * 8}\n" for rule, i in (("torchao_noscale", 4),
+                                                                                    ("torchao", 3)))
+    assert outs == [want, want], outs
