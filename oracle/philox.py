@@ -11,6 +11,7 @@ _M1 = np.uint64(0xCD9E8D57)
 _W0 = np.uint64(0x9E3779B9)
 _W1 = np.uint64(0xBB67AE85)
 _LO = np.uint64(0xFFFFFFFF)
+_HI_SHIFT = np.uint64(32)  # (a uint64 shift count: NumPy 1.x has no uint64 >> Python int)
 
 
 def philox4x32(counter, key, rounds: int = 10) -> np.ndarray:
@@ -35,9 +36,9 @@ def philox4x32(counter, key, rounds: int = 10) -> np.ndarray:
             p0 = _M0 * c0
             p1 = _M1 * c2
             c0, c1, c2, c3 = (
-                (p1 >> 32) ^ c1 ^ k0,
+                (p1 >> _HI_SHIFT) ^ c1 ^ k0,
                 p1 & _LO,
-                (p0 >> 32) ^ c3 ^ k1,
+                (p0 >> _HI_SHIFT) ^ c3 ^ k1,
                 p0 & _LO,
             )
     return np.stack([c0, c1, c2, c3], axis=-1).astype(np.uint32)

@@ -160,6 +160,7 @@ def test_replay_of_a_case_without_its_input_cannot_run(tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith(f"error: cannot replay {p}: reference raised KeyError"), err
 
 
+@pytest.mark.torch
 def test_replay_on_a_backend_whose_space_lacks_the_case_is_refused(tmp_path, capsys):
     """A te / 4over6 case replayed with ``--backend torchao`` (whose quantize space is the torchao rules without
     4over6) is refused with exit 2 naming the options, rather than run as torchao's own rule and reported as a
