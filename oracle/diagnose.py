@@ -720,8 +720,9 @@ def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: 
                    "the RHT outputs (one amax serves both planes only without the RHT)")
     # garbage in the padding
     if best.padding_garbage:
-        out.append(f"garbage in the padding: {best.padding_garbage} padding bytes of the {best.reading} scale buffer "
-                   "are not 0x00 (SPEC 8.1-8.3)")
+        n = best.padding_garbage
+        out.append(f"garbage in the padding: {n} padding byte{'s' if n != 1 else ''} of the {best.reading} scale "
+                   f"buffer {'are' if n != 1 else 'is'} not 0x00 (SPEC 8.1-8.3)")
     both_codes = functools.cache(lambda: (unpack_fp4(data.reshape(exp.rows, -1), exp.cols), exp.codes()))
     if best.plane == "col" and exp.valid_cols < exp.cols and not exp.rht:
         m = exp.valid_cols

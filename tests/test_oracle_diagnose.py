@@ -802,7 +802,7 @@ def test_planted_garbage_in_the_padding():
     sw[-1] = 0x3C
     r = diagnose(x, o["row_data"], sw, rules=["te"])
     assert not r.matches and r.n_diff == 0
-    assert any(h.startswith("garbage in the padding: 1 padding bytes") for h in r.hypotheses), str(r)
+    assert any(h.startswith("garbage in the padding: 1 padding byte of the") for h in r.hypotheses), str(r)
     xc = _x(40, 64)  # columnwise plane: tokens 40..47 are SPEC 6.2's zero padding
     o = tt.quantize(xc, columnwise=True)
     cd = o["col_data"].copy()
