@@ -587,21 +587,22 @@ def _layout_mixup(written: str, read: str) -> str:
     return "linear scales read with the other padding"
 
 
-def _nan_payload(best: _Candidate, base: _Candidate | None, data: np.ndarray, their_scales: np.ndarray | None,
+def _nan_payload(best: _Candidate, base: _Candidate | None, both_codes, their_scales: np.ndarray | None,
                  source: np.ndarray) -> str | None:
     """The NaN-payload line: under a torchao rule (SPEC 3.5) a NaN product's code is index 2, 3 or 4 by the NaN's
     payload, and a product of two NaNs keeps one operand's payload (x86: the first operand's). It fits where their
     scale bytes are the rule's and every code that differs from the plain rule's (``base``, or ``best`` itself) is a
     NaN product (a NaN element, or an element of a block whose scale byte is NaN) with a NaN index on both sides;
-    ``best`` may then be a variant that matches (a division keeps x's payload)."""
+    ``best`` may then be a variant that matches (a division keeps x's payload). ``both_codes``: :func:`_hypotheses`'
+    cached (their codes, best's codes)."""
     ref = base if base is not None else best
     if ref.rule.quantize["rule"] not in ("torchao", "torchao_noscale") or ref.rule.variant is not None:
         return None
     exp = ref.expected
     if source.shape != (exp.rows, exp.cols) or their_scales is None or not np.array_equal(their_scales, exp.scales):
         return None
-    theirs = unpack_fp4(data.reshape(exp.rows, -1), exp.cols)
-    ours = exp.codes()
+    theirs, best_codes = both_codes()  # (base, where given, has best's plane, block and reading: the same shape)
+    ours = best_codes if ref is best else exp.codes()
     dc = theirs != ours
     if not dc.any() or (base is None and best.n_diff == 0):
         return None
@@ -629,7 +630,8 @@ def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: 
     rows, c16 = exp.scales.shape
     out = []
     direct = _read(sbuf, rows, c16, best.reading)  # their scales as read (also the one-ulp line's)
-    payload = _nan_payload(best, base, data, None if direct is None else direct[0], source)
+    both_codes = functools.cache(lambda: (unpack_fp4(data.reshape(exp.rows, -1), exp.cols), exp.codes()))
+    payload = _nan_payload(best, base, both_codes, None if direct is None else direct[0], source)
     if payload:
         out.append(payload)
     # layout: the scales fit in a layout other than the one declared
@@ -723,7 +725,6 @@ def _hypotheses(best: _Candidate, data: np.ndarray, sbuf: np.ndarray, declared: 
         n = best.padding_garbage
         out.append(f"garbage in the padding: {n} padding byte{'s' if n != 1 else ''} of the {best.reading} scale "
                    f"buffer {'are' if n != 1 else 'is'} not 0x00 (SPEC 8.1-8.3)")
-    both_codes = functools.cache(lambda: (unpack_fp4(data.reshape(exp.rows, -1), exp.cols), exp.codes()))
     if best.plane == "col" and exp.valid_cols < exp.cols and not exp.rht:
         m = exp.valid_cols
         theirs_codes, ours_codes = both_codes()
