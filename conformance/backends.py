@@ -4,7 +4,7 @@ A backend is an implementation under test. The runner pairs every op a backend e
 reference for that op (:mod:`conformance.ops`) and compares the outputs (:mod:`conformance.compare`).
 
 Built-in backends (CPU, the oracle self-conformance): ``mldtypes``, ``torch``, ``torchao``, ``torch-te``,
-``fractions``, ``oracle-seq``, ``oracle-tc``, ``composed``, ``oracle-grouped`` and ``mmasim``; with a TE source
+``fractions``, ``oracle-seq``, ``oracle-tc``, ``composed``, ``oracle-grouped``, ``oracle-layer`` and ``mmasim``; with a TE source
 checkout: ``te-reference:PATH`` (TE's own reference quantizer). GPU: ``device:cuda:N`` (the project's ``device``
 package). Tests and plugins add more with :func:`register_backend` or ``--backend module:attr`` on the command line.
 """
@@ -25,16 +25,19 @@ from oracle.swizzle import swizzle_scales
 
 from . import independent as ind
 from .cases import Case
+from .generators import LAYER_MODELS
 from .ops import (
     gemm_epilogue,
     gemm_planes,
     grouped_gemm_b_splits,
+    layer_recipe,
+    layer_splits,
     operand_quant_kwargs,
     quantize_kwargs,
 )
 
 __all__ = ["Backend", "BACKENDS", "BackendSpecError", "CPU_DEFAULT", "DeviceBackend", "MmasimBackend",
-           "OracleGroupedBackend", "TEReferenceBackend", "grouped_gemm_operands_by", "grouped_gemm_plan",
+           "OracleGroupedBackend", "OracleLayerBackend", "TEReferenceBackend", "grouped_gemm_operands_by", "grouped_gemm_plan",
            "make_backend", "register_backend"]
 
 
@@ -415,6 +418,30 @@ class OracleGroupedBackend(Backend):
         return {"y": y.astype(np.float32) if op == "grouped_gemm" else y}  # (fast mode: compared as float32)
 
 
+class OracleLayerBackend(Backend):
+    """``oracle.grouped_linear_forward`` / ``grouped_linear_backward`` (the oracle's layer: group_quantize, grouped_gemm
+    and grouped_bias_grad, SPEC 16) against the reference composed group by group (ops.ref_grouped_linear). A case
+    with two steps runs the backward twice, accumulating into main_grad where the case has one."""
+
+    name = "oracle-layer"
+    ops = ("grouped_linear",)
+
+    def run(self, op, case):
+        a, o = case.arrays, case.options
+        r, model = layer_recipe(case), LAYER_MODELS[o["layer_mode"]]
+        pdt = ml_dtypes.bfloat16 if o["params_dtype"] == "bfloat16" else np.float32
+        bias = a.get("bias")
+        y = oracle.grouped_linear_forward(a["x"], a["w"], a["splits"], bias=bias, recipe=r, model=model)
+        mg = a["main_grad"].copy() if "main_grad" in a else None
+        for _ in range(int(o["steps"]) if mg is not None else 1):
+            dx, dw, db = oracle.grouped_linear_backward(a["x"], a["w"], a["splits"], a["dy"], with_bias=bias is not None,
+                                                        recipe=r, model=model, main_grad=mg)
+        out = {"y": y, "dx": dx, "dw": dw if mg is not None else dw.astype(pdt)}
+        if db is not None:
+            out["dbias"] = db.astype(pdt)
+        return out
+
+
 class MmasimBackend(Backend):
     """mmasim 2.1.1, MMA-Sim's bit-accurate instruction models (Xie et al., arXiv:2511.10909), run case by case on raw
     planes (generators.gen_mma): ``mma_sm100`` chains its Blackwell ``tcgen05.mma kind::mxf4nvf4.block16`` (k64)
@@ -519,7 +546,7 @@ class DeviceBackend(Backend):
 
     # every op a device run covers; listed (as skipped) when the device is unavailable too
     ops = ("quantize", "group_quantize", "dequantize", "layout", "grouped_gemm", "grouped_gemm_exact",
-           "grouped_gemm_tc", "grouped_gemm_sm100")
+           "grouped_gemm_tc", "grouped_gemm_sm100", "grouped_linear")
 
     def __init__(self, dev: str = "cuda:0"):
         self.dev = dev
@@ -539,6 +566,8 @@ class DeviceBackend(Backend):
                 self.ops += ("layout",)
             if hasattr(self._mod, "grouped_gemm"):
                 self.ops += ("grouped_gemm", "grouped_gemm_exact", "grouped_gemm_tc", "grouped_gemm_sm100")
+            if hasattr(self._mod, "GroupedLinear"):
+                self.ops += ("grouped_linear",)
 
     def available(self):
         return self._reason
@@ -549,6 +578,8 @@ class DeviceBackend(Backend):
         keys = set(ref_keys)
         if op == "layout":
             return {"swizzled"}
+        if op == "grouped_linear" and not case.options["x_requires_grad"]:
+            return keys - {"dx"}  # (no gradient of x asked for: the layer computes none)
         if op in ("quantize", "group_quantize"):
             swz = bool(case.options.get("swizzled", True))
             if op == "quantize" and not swz:
@@ -571,11 +602,17 @@ class DeviceBackend(Backend):
             a = self._mod.group_quantize(x, one)
             b = self._mod.group_quantize(x, one)
             self._mod.grouped_gemm(a, b, kind="fprop")
+        if "grouped_linear" in ops:  # (the layer's own kernels: bias gradient, packed scales)
+            layer = self._mod.GroupedLinear(1, 16, 16, device=self.dev)
+            xg = x.clone().requires_grad_(True)
+            layer(xg, [16]).backward(torch.ones((16, 16), dtype=torch.bfloat16, device=self.dev))
         torch.cuda.synchronize(self.dev)
 
     def space(self, op):
         if op.startswith("grouped_gemm") or op in ("dequantize", "layout"):
             return {}
+        if op == "grouped_linear":
+            return {"loose_splits": True}  # device splits need not add up to T (SPEC 9.4, 16.5)
         # 4over6 (SPEC 5.6) on bfloat16 input; no row-scaled planes (SPEC 5.7: the oracle's only)
         s = {"max_elems": 1 << 22, "quantize_kernel": ["auto", "general"], "four_over_six_dtype": ["bfloat16"],
              "row_scaled": [False]}
@@ -595,6 +632,8 @@ class DeviceBackend(Backend):
 
         if op.startswith("grouped_gemm"):
             return self._grouped_gemm(op, case)
+        if op == "grouped_linear":
+            return self._grouped_linear(case)
         if op in ("dequantize", "layout"):
             return self._standalone(op, case)
         kw = quantize_kwargs(case)
@@ -692,6 +731,51 @@ class DeviceBackend(Backend):
             y = y.astype(ml_dtypes.bfloat16)
         return {"y": y}
 
+    def _grouped_linear(self, case) -> dict:
+        """One ``device.GroupedLinear`` built with the case's settings, its parameters (and main_grad) set to the
+        case's values, then ``steps`` forward + backward passes over the same x and dy (backward_dw after each where
+        the wgrad is deferred; the parameters' gradients cleared before each, main_grad accumulating). Outputs of the
+        last step: y and x.grad over the rows the groups cover, main_grad or weight.grad, bias.grad."""
+        import torch
+
+        ind.import_torch()
+        a, o, dev = case.arrays, case.options, self.dev
+        e, n, k = a["w"].shape
+        fuse = bool(o["fuse_wgrad_accumulation"])
+        layer = self._mod.GroupedLinear(
+            e, k, n, bias="bias" in a, device=dev,
+            params_dtype=torch.bfloat16 if o["params_dtype"] == "bfloat16" else torch.float32,
+            recipe=layer_recipe(case), mode=o["layer_mode"], fuse_wgrad_accumulation=fuse,
+            delay_wgrad_compute=bool(o["delay_wgrad_compute"]), cache_f16_weights=bool(o["cache_f16_weights"]))
+        layer.weight_plane_reuse = bool(o["weight_plane_reuse"])
+        with torch.no_grad():
+            layer.weight.copy_(ind._to_torch(a["w"]).to(dev))  # (bf16 values: exact in either parameter dtype)
+            if "bias" in a:
+                layer.bias.copy_(ind._to_torch(a["bias"]).to(dev))
+            if fuse:
+                layer.weight.main_grad.copy_(torch.from_numpy(a["main_grad"]).to(dev))
+        x, dy = ind._to_torch(a["x"]).to(dev), ind._to_torch(a["dy"]).to(dev)
+        s = a["splits"]
+        splits = torch.from_numpy(s).to(dev) if o["splits_on"] == "device" else [int(v) for v in s]
+        for first in o["is_first_microbatch"]:
+            layer.weight.grad = None
+            if layer.bias is not None:
+                layer.bias.grad = None
+            xg = x.detach().clone().requires_grad_(bool(o["x_requires_grad"]))
+            y = layer(xg, splits, is_first_microbatch=first)
+            y.backward(dy)
+            if layer.delay_wgrad_compute:
+                layer.backward_dw()
+        torch.cuda.synchronize(dev)
+        rows = int(layer_splits(case).sum())
+        out = {"y": ind.torch_to_numpy(y[:rows]),
+               "dw": ind.torch_to_numpy(layer.weight.main_grad if fuse else layer.weight.grad)}
+        if xg.grad is not None:
+            out["dx"] = ind.torch_to_numpy(xg.grad[:rows])
+        if layer.bias is not None:
+            out["dbias"] = ind.torch_to_numpy(layer.bias.grad)
+        return out
+
     @staticmethod
     def _quantize_outputs(res) -> dict:
         o = res.to_oracle()
@@ -754,11 +838,12 @@ BACKENDS: dict[str, Callable[[], Backend]] = {
     "oracle-tc": TensorCoreBackend,
     "composed": ComposedBackend,
     "oracle-grouped": OracleGroupedBackend,
+    "oracle-layer": OracleLayerBackend,
     "mmasim": MmasimBackend,
 }
 #: The CPU self-conformance (``--device cpu``).
 CPU_DEFAULT = ("mldtypes", "torch", "torchao", "torch-te", "fractions", "oracle-seq", "oracle-tc", "composed",
-               "oracle-grouped", "mmasim")
+               "oracle-grouped", "oracle-layer", "mmasim")
 
 
 def register_backend(name: str, factory: Callable[[], Backend]) -> None:

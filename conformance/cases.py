@@ -75,6 +75,15 @@ TE_VARIANT_DEFAULTS = {"four_over_six": None, "four_over_six_fast_math": False, 
                        "row_scaled": False}
 
 
+#: the plain values of a grouped-linear case's settings whose plain value is not falsy (shrink order)
+_LAYER_PLAIN = {"steps": 1, "x_requires_grad": True, "weight_plane_reuse": True, "cache_f16_weights": True,
+                "params_dtype": "bfloat16", "splits_on": "host", "weight_block": [16, 16]}
+
+
+def _norm_option(v):
+    return list(v) if isinstance(v, tuple) else v
+
+
 def _option_weight(key: str, v, options: dict) -> int:
     """0 where option ``key`` has its plain value (off, 0, None, "auto", RN, the TE rule, 1x16 blocks, the default RHT
     sign mask; a GEMM operand quantized the TE / RN way; a grouped GEMM's weights in 16x16 blocks, TE's weight blocks),
@@ -88,6 +97,10 @@ def _option_weight(key: str, v, options: dict) -> int:
         return int(v != 448)
     if key == "b_block" and "kind" in options:
         return int(list(v) != [16, 16])
+    if key in _LAYER_PLAIN:  # a grouped-linear case's settings (SPEC 16): 0 at the plain layer's value
+        return int(_norm_option(v) != _LAYER_PLAIN[key])
+    if key == "is_first_microbatch":  # (one entry per step: TE's argument, None where the layer decides)
+        return int(any(x is not None for x in v))
     return int(v not in (None, False, 0, "auto", "rn", "te", [1, 16], (1, 16)))
 
 

@@ -313,7 +313,8 @@ def _compare(case: Case, ref: dict, out: dict, mode: str, stats: dict | None) ->
                 y = np.where(y == 0, np.zeros_like(y), y).astype(y.dtype)
             # SPEC 11.2 / 12.2 / 12.3: a NaN output's payload is not specified (compared as "is NaN")
             d["y"] = np.where(np.isnan(y), np.full_like(y, np.nan), y).astype(y.dtype)
-    if case.op in MMA_OPS:  # SPEC 12.6, 12.7: a NaN output's payload is not specified
+    if case.op in MMA_OPS or case.op == "grouped_linear":  # SPEC 12.2-12.7, 16: a NaN output's payload is not
+        # specified (a main_grad slice kept bit for bit holds no NaN: the generator draws none)
         ref, out = _nan_as_class(ref), _nan_as_class(out)
     return _bytes_compare(case, ref, out)
 

@@ -37,7 +37,8 @@ from .cases import PLAIN_QUANT, Case
 #: only where rule "te", round to nearest and no RHT were drawn): ``four_over_six`` (None, "mae", "mse"),
 #: ``four_over_six_fast_math``, ``global_scale_max`` (448, 256), ``four_over_six_dtype`` (the input dtypes 4over6 is
 #: drawn on), ``row_scaled`` (False, True: 1x16 blocks, either plane); dequantize: ``global_scale_max`` (rule
-#: "te" planes).
+#: "te" planes). The grouped linear layer (SPEC 16): ``layer_mode`` ("fast", "exact", "sm100"), ``params_dtype``
+#: ("bfloat16", "float32"), ``main_grad`` (False, True: fused wgrad accumulation), ``steps`` (1, 2).
 SPACE_KEYS = frozenset({
     "planes", "rule", "rht", "rht_signs", "rounding", "block", "swizzled", "dtype", "amax", "scales", "out_dtype",
     "kind", "quantize_kernel", "specials", "max_elems", "min_rows", "max_rows", "max_k", "small", "loose_splits",
@@ -45,10 +46,11 @@ SPACE_KEYS = frozenset({
     "operand_quant", "operand_rule", "operand_rounding", "b_block", "operand_rules",
     "algorithm", "loader", "epilogue", "num_sms",
     "four_over_six", "four_over_six_fast_math", "global_scale_max", "four_over_six_dtype", "row_scaled",
+    "layer_mode", "params_dtype", "main_grad", "steps",
 })
 
 __all__ = ["EXACT_ALGORITHMS", "FAST_ALGORITHMS", "GENERATORS", "MMA_CODES", "MMA_SCALES", "SPACE_KEYS", "GemmShape",
-           "algorithm_runs", "case_rng", "draw_rht_signs", "epilogues_of", "fit_plan", "gen_k", "gen_rows", "gen_splits",
+           "LAYER_MODELS", "algorithm_runs", "case_rng", "draw_rht_signs", "epilogues_of", "fit_plan", "gen_k", "gen_rows", "gen_splits",
            "gen_values", "generate", "loaders_of", "to_dtype"]
 
 EDGE_ROWS = (0, 1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257)
@@ -1115,6 +1117,71 @@ def gen_grouped_gemm(rng, space) -> tuple[dict, dict, dict]:
     return arrays, o, tags
 
 
+#: GroupedLinear's modes (SPEC 16.5) and the oracle's GEMM model of each
+LAYER_MODELS = {"fast": "tensor_core", "exact": "sequential", "sm100": "sm100"}
+
+
+def gen_grouped_linear(rng, space) -> tuple[dict, dict, dict]:
+    """One step of the grouped linear layer (SPEC 16): x [T, K], w [E, N, K], dy [T, N] (bf16), splits, an optional
+    bias [E, N] (the parameters' dtype) and fp32 main_grad [E, N, K]; the recipe (16.1), the layer's mode (16.5) and
+    the device layer's settings: parameter dtype, fused wgrad accumulation, deferred wgrad, the weight-plane cache
+    and its fp16 copy, x without a gradient, one or two steps over the same inputs (the second reads the cached
+    weight planes) with TE's ``is_first_microbatch`` per step, and host or device splits (device splits may not add
+    up to T, SPEC 9.4, where the space allows ``loose_splits``).
+
+    Draw order: the sizes and arrays on the case's stream, then the options in a fixed order; the loose splits and
+    the main_grad values on the child stream ``extra``, so that they move no other draw."""
+    e = int(rng.choice([1, 2, 3, 4, 8, int(rng.integers(1, 17))]))
+    t = gen_rows(rng, int(space.get("max_rows", 300)))
+    hi = 17 if rng.random() < 0.2 else 9  # N, K up to 128, a fifth up to 256
+    k, n = 16 * int(rng.integers(1, hi)), 16 * int(rng.integers(1, hi))
+    splits, skind = gen_splits(rng, t, e)
+    specials = bool(space.get("specials", True))
+    x, vkind = gen_values(rng, t, k, "bfloat16", specials=specials)
+    w, wkind = gen_values(rng, e * n, k, "bfloat16", "normal" if rng.random() < 0.8 else None, specials=specials)
+    dy, dykind = gen_values(rng, t, n, "bfloat16", specials=specials)
+    mode = pick(rng, space, "layer_mode", list(LAYER_MODELS), [0.5, 0.3, 0.2])
+    rule = pick(rng, space, "rule", ["te", "te_fused_rht", "torchao", "torchao_noscale"], [0.55, 0.15, 0.2, 0.1])
+    weight_block = pick(rng, space, "b_block", [(16, 16), (1, 16)], [0.7, 0.3])
+    rht = bool(pick(rng, space, "rht", [True, False], [0.7, 0.3]))
+    signs, signs_kind = draw_rht_signs(rng, space, (0.75, 0.25))
+    sr = pick(rng, space, "rounding", ["sr", "rn"], [0.7, 0.3]) == "sr"
+    seed = int(rng.integers(0, 2**64, dtype=np.uint64))
+    with_bias = bool(rng.random() < 0.5)
+    params_dtype = pick(rng, space, "params_dtype", ["bfloat16", "float32"], [0.8, 0.2])
+    fuse = bool(pick(rng, space, "main_grad", [False, True], [0.7, 0.3]))
+    delay = bool(rng.random() < 0.2)
+    x_grad = bool(rng.random() < 0.9)
+    cache_f16 = bool(rng.random() < 0.7)
+    reuse = bool(rng.random() < 0.85)
+    steps = int(pick(rng, space, "steps", [1, 2], [0.75, 0.25]))
+    first = [[None, True, False][int(rng.integers(3))] for _ in range(steps)]
+    splits_on = "device" if rng.random() < 0.5 else "host"
+    arrays = {"x": to_dtype(x, "bfloat16"), "w": to_dtype(w, "bfloat16").reshape(e, n, k),
+              "dy": to_dtype(dy, "bfloat16"), "splits": splits}
+    if with_bias:
+        b = rng.standard_normal((e, n)) * 10.0 ** rng.uniform(-2, 2)
+        arrays["bias"] = to_dtype(b, params_dtype)
+    extra = rng.spawn(1)[0]
+    o = dict(layer_mode=mode, rule=rule, weight_block=list(weight_block), rht_wgrad=rht, rht_signs=signs, sr_grad=sr,
+             seed=seed, params_dtype=params_dtype, fuse_wgrad_accumulation=fuse, delay_wgrad_compute=delay,
+             x_requires_grad=x_grad, cache_f16_weights=cache_f16, weight_plane_reuse=reuse, steps=steps,
+             is_first_microbatch=first, splits_on=splits_on)
+    if fuse:  # values and -0.0 entries (an empty expert keeps its slice bit for bit, SPEC 16.3)
+        mg = (extra.standard_normal((e, n, k)) * 10.0 ** extra.uniform(-3, 3)).astype(np.float32)
+        mg.flat[extra.integers(mg.size, size=max(1, mg.size // 50))] = -0.0
+        arrays["main_grad"] = mg
+    if space.get("loose_splits") and extra.random() < 0.1:  # device splits only (SPEC 9.4: the cut sizes)
+        arrays["splits"], skind = _loosen_splits(extra, splits, t)
+        o["splits_on"], o["splits_rule"] = "device", "cut"
+    tags = dict(mode=mode, rule=rule, weight_block=f"{weight_block[0]}x{weight_block[1]}", rht=str(rht),
+                rht_signs=signs_kind if rht else "none", rounding="sr" if sr else "rn", splits=skind, values=vkind,
+                w_values=wkind, dy_values=dykind, bias=str(with_bias), params_dtype=params_dtype,
+                main_grad=str(fuse), delay_wgrad=str(delay), x_grad=str(x_grad), steps=str(steps),
+                groups="1" if e == 1 else "2-16")
+    return arrays, o, tags
+
+
 #: How gen_mma draws the E2M1 codes and the scale bytes of its raw planes (its tags ``codes`` and ``scales``).
 MMA_CODES = ("uniform", "sparse", "cancel_groups", "cancel_products", "zero_groups")
 MMA_SCALES = ("narrow", "spread", "extreme", "subnormal")
@@ -1243,6 +1310,7 @@ GENERATORS: dict[str, Callable] = {
     "layout": gen_layout,
     "dequantize": gen_dequantize,
     "mma": gen_mma,
+    "grouped_linear": gen_grouped_linear,
 }
 
 

@@ -25,7 +25,7 @@ __all__ = [
     "mld_e2m1", "mld_e4m3", "mld_bf16", "mld_dequantize", "torch_bf16", "torch_rht", "torchao_quantize", "torchao_swizzle",
     "swizzle_by_formula", "compact_by_formula", "offsets_by_table", "capacities_by_formula", "fraction_gemm", "round_fraction",
     "import_torch", "import_torchao", "one_torch_thread", "torch_nan_products_keep_the_multiplier", "import_mmasim",
-    "mmasim_tcgen05_nvf4", "mmasim_wgmma", "sm100_epilogue_by_hand",
+    "mmasim_tcgen05_nvf4", "mmasim_wgmma", "sm100_epilogue_by_hand", "torch_to_numpy",
 ]
 
 
@@ -131,6 +131,16 @@ def _to_torch(a: np.ndarray):
     if a.dtype.name == "bfloat16":
         return torch.from_numpy(a.view(np.uint16).astype(np.int16).copy()).view(torch.bfloat16)
     return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def torch_to_numpy(t) -> np.ndarray:
+    """A torch tensor (any device) as a host NumPy array of the same dtype and bits (bfloat16 as
+    ml_dtypes.bfloat16)."""
+    torch = import_torch()
+    t = t.detach().cpu().contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
 
 
 def _bf16_bits(t) -> np.ndarray:

@@ -40,9 +40,10 @@ from oracle.swizzle import (
 from oracle.tensor_core import tensor_core_sum
 
 from .cases import TE_VARIANT_DEFAULTS, Case
+from .generators import LAYER_MODELS
 
-__all__ = ["MMA_OPS", "OPS", "OpSpec", "TE_VARIANT_DEFAULTS", "quantize_kwargs", "te_variant_kwargs", "gemm_planes",
-           "mma_planes", "reference"]
+__all__ = ["MMA_OPS", "OPS", "OpSpec", "TE_VARIANT_DEFAULTS", "bias_grad_by_chunks", "gemm_planes", "layer_recipe",
+           "layer_splits", "mma_planes", "quantize_kwargs", "reference", "te_variant_kwargs"]
 
 
 @dataclass(frozen=True)
@@ -356,6 +357,83 @@ def ref_mma_tc(case: Case) -> dict:
     return {"acc_bf16": tensor_core_sum(pa, pb, operands="bf16"), "acc_fp16": tensor_core_sum(pa, pb, operands="fp16")}
 
 
+def layer_splits(case: Case) -> np.ndarray:
+    """The group sizes a grouped-linear case's step uses: its splits, or SPEC 9.4's cut sizes for device splits that
+    need not add up to T (``splits_rule`` "cut")."""
+    s = case.arrays["splits"]
+    return oracle.cut_splits(s, case.arrays["x"].shape[0]) if case.options.get("splits_rule") == "cut" else s
+
+
+def layer_recipe(case: Case) -> oracle.NVFP4Recipe:
+    """A grouped-linear case's recipe (SPEC 16.1)."""
+    o = case.options
+    return oracle.NVFP4Recipe(rule=o["rule"], weight_block=tuple(o["weight_block"]), rht_wgrad=bool(o["rht_wgrad"]),
+                              rht_signs=int(o["rht_signs"]), sr_grad=bool(o["sr_grad"]), seed=int(o["seed"]))
+
+
+def bias_grad_by_chunks(dy: np.ndarray) -> np.ndarray:
+    """SPEC 16.4 for one group, as written: dY's rows [m, N] (bf16) in chunks of 16 rows, each chunk summed in fp32
+    in row order from +0.0, then the chunk sums in chunk order from +0.0 (an empty group: +0.0)."""
+    m, n = dy.shape
+    f = np.zeros((-(-m // 16) * 16, n), np.float32)  # zero rows past m change no sum (SPEC 16.4)
+    f[:m] = dy.astype(np.float32)
+    chunks = f.reshape(-1, 16, n)
+    part = np.zeros((chunks.shape[0], n), np.float32)
+    total = np.zeros(n, np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):  # (Inf and NaN are values here)
+        for r in range(16):
+            part = part + chunks[:, r]
+        for c in part:
+            total = total + c
+    return total
+
+
+def ref_grouped_linear(case: Case) -> dict:
+    """One step of the grouped linear layer (SPEC 16) composed group by group from ``oracle.quantize`` and
+    ``oracle.gemm``: expert g's X, W_g and dY quantized alone (16.1; dY's stochastic rounding with offset g, 16.2),
+    fprop with the bias in the epilogue, dgrad and wgrad in the mode's model (16.3, 16.5), dbias by SPEC 16.4's
+    chunks; with ``steps`` 2 and main_grad, the wgrad accumulates twice. Outputs: ``y`` [T', N] and ``dx`` [T', K]
+    bf16 over the rows the (cut) groups cover, ``dw`` [E, N, K] (fp32 main_grad, else dW rounded to the parameters'
+    dtype, as the device layer's weight.grad) and ``dbias`` [E, N] in the parameters' dtype."""
+    a, o = case.arrays, case.options
+    x, w, dy = a["x"], a["w"], a["dy"]
+    e, n, k = w.shape
+    s = layer_splits(case)
+    rows = np.concatenate([[0], np.cumsum(s)]).astype(np.int64)
+    r = layer_recipe(case)
+    model = LAYER_MODELS[o["layer_mode"]]
+    pdt = ml_dtypes.bfloat16 if o["params_dtype"] == "bfloat16" else np.float32
+    bias = a["bias"].astype(np.float32) if "bias" in a else None
+    acc = a["main_grad"].copy() if "main_grad" in a else None
+    q = dict(rule=r.rule, rht_signs=r.rht_signs)
+    ys, dxs = [], []
+    dw = np.zeros((e, n, k), np.float32)
+    db = np.zeros((e, n), np.float32)
+    for g in range(e):
+        xg, dyg = x[rows[g]:rows[g + 1]], dy[rows[g]:rows[g + 1]]
+        if xg.shape[0] == 0:  # no rows: dW +0.0 or main_grad kept, dbias +0.0 (SPEC 16.3, 16.4)
+            if acc is not None:
+                dw[g] = acc[g]
+            continue
+        xq = oracle.quantize(xg, rowwise=True, columnwise=True, rht=r.rht_wgrad, block=(1, 16), **q)
+        wq = oracle.quantize(w[g], rowwise=True, columnwise=True, block=r.weight_block, **q)
+        dyq = oracle.quantize(dyg, rowwise=True, columnwise=True, rht=r.rht_wgrad, block=(1, 16),
+                              rounding=r.grad_rounding, seed=r.seed, offset=g, **q)
+        ys.append(oracle.gemm(xq.row, wq.row, model=model, bias=None if bias is None else bias[g]))
+        dxs.append(oracle.gemm(dyq.row, wq.col, model=model))
+        c = None if acc is None else acc[g]
+        for _ in range(int(o["steps"]) if acc is not None else 1):
+            c = oracle.gemm(dyq.col, xq.col, model=model, out_dtype="float32", accumulate=c)
+        dw[g] = c
+        db[g] = bias_grad_by_chunks(dyg)
+    out = {"y": np.concatenate([np.zeros((0, n), ml_dtypes.bfloat16), *ys]),
+           "dx": np.concatenate([np.zeros((0, k), ml_dtypes.bfloat16), *dxs]),
+           "dw": dw if acc is not None else dw.astype(pdt)}
+    if bias is not None:
+        out["dbias"] = db.astype(pdt)
+    return out
+
+
 #: the ops on raw planes (generator "mma"): their outputs hold NaN compared as a class (conformance.compare)
 MMA_OPS = ("mma_sm100", "mma_tc")
 
@@ -378,6 +456,7 @@ OPS: dict[str, OpSpec] = {
         OpSpec("grouped_gemm_sm100", "grouped_gemm", ref_grouped_gemm_sm100, space={"mode": "sm100"}, cost=2.0),
         OpSpec("mma_sm100", "mma", ref_mma_sm100, cost=1.5),
         OpSpec("mma_tc", "mma", ref_mma_tc, cost=1.5),
+        OpSpec("grouped_linear", "grouped_linear", ref_grouped_linear, cost=3.0),
     )
 }
 
