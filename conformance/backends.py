@@ -535,8 +535,9 @@ def _np(t) -> np.ndarray:
 class DeviceBackend(Backend):
     """The CUDA kernels of the ``device`` package on one GPU: ``device.quantize`` / ``device.group_quantize``
     results (``.to_oracle()`` plus the raw scale buffers), ``device.grouped_gemm`` (four ops: fast within the bound,
-    fast against the tensor-core model, exact, sm100), ``device.dequantize`` of raw planes and ``device.swizzle_scales``
-    (the ``layout`` op's ``swizzled`` buffer) against the oracle. Ops are the ones ``device`` exposes; a device that
+    fast against the tensor-core model, exact, sm100), ``device.dequantize`` of raw planes, ``device.swizzle_scales``
+    (the ``layout`` op's ``swizzled`` buffer) and one step of ``device.GroupedLinear`` (``grouped_linear``) against the
+    oracle. Ops are the ones ``device`` exposes; a device that
     is missing or whose ``is_available()`` raises makes the backend unavailable.
 
     A case's kernel choices reach the device through its test hooks, around the one call they are for and never

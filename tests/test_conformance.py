@@ -770,7 +770,7 @@ def test_requested_ops_without_a_backend_are_reported_skipped(tmp_path, capsys):
 
 
 def test_an_unavailable_device_lists_every_device_op_as_skipped(tmp_path, monkeypatch):
-    """Without a usable GPU the device backend's report names all eight ops a device run covers (docs/conformance.md's
+    """Without a usable GPU the device backend's report names all nine ops a device run covers (docs/conformance.md's
     backend table) as skipped, not only the two quantize ops, so reports and merges count what was not run."""
     import device
 
@@ -778,7 +778,8 @@ def test_an_unavailable_device_lists_every_device_op_as_skipped(tmp_path, monkey
     code, stats = run(_cfg(tmp_path, backends=["device:cuda:0"], max_cases=2))
     skipped = sorted(s["op"] for s in stats.skipped if s["backend"] == "device:cuda:0")
     assert skipped == sorted(["quantize", "group_quantize", "dequantize", "layout", "grouped_gemm",
-                              "grouped_gemm_exact", "grouped_gemm_tc", "grouped_gemm_sm100"]), stats.skipped
+                              "grouped_gemm_exact", "grouped_gemm_tc", "grouped_gemm_sm100", "grouped_linear"]), \
+        stats.skipped
 
 
 def test_failures_jsonl_holds_this_run_only(tmp_path):
