@@ -4,8 +4,8 @@ A backend is an implementation under test. The runner pairs every op a backend e
 reference for that op (:mod:`conformance.ops`) and compares the outputs (:mod:`conformance.compare`).
 
 Built-in backends (CPU, the oracle self-conformance): ``mldtypes``, ``torch``, ``torchao``, ``torch-te``,
-``fractions``, ``oracle-seq``, ``oracle-tc``, ``composed``, ``oracle-grouped``, ``oracle-layer`` and ``mmasim``; with a TE source
-checkout: ``te-reference:PATH`` (TE's own reference quantizer). GPU: ``device:cuda:N`` (the project's ``device``
+``fractions``, ``oracle-seq``, ``oracle-tc``, ``composed``, ``oracle-grouped``, ``oracle-layer`` and ``mmasim``; with a
+TE source checkout: ``te-reference:PATH`` (TE's own reference quantizer). GPU: ``device:cuda:N`` (the project's ``device``
 package). Tests and plugins add more with :func:`register_backend` or ``--backend module:attr`` on the command line.
 """
 
@@ -37,8 +37,8 @@ from .ops import (
 )
 
 __all__ = ["Backend", "BACKENDS", "BackendSpecError", "CPU_DEFAULT", "DeviceBackend", "MmasimBackend",
-           "OracleGroupedBackend", "OracleLayerBackend", "TEReferenceBackend", "grouped_gemm_operands_by", "grouped_gemm_plan",
-           "make_backend", "register_backend"]
+           "OracleGroupedBackend", "OracleLayerBackend", "TEReferenceBackend", "grouped_gemm_operands_by",
+           "grouped_gemm_plan", "make_backend", "register_backend"]
 
 
 class BackendSpecError(ValueError):
@@ -537,8 +537,8 @@ class DeviceBackend(Backend):
     results (``.to_oracle()`` plus the raw scale buffers), ``device.grouped_gemm`` (four ops: fast within the bound,
     fast against the tensor-core model, exact, sm100), ``device.dequantize`` of raw planes, ``device.swizzle_scales``
     (the ``layout`` op's ``swizzled`` buffer) and one step of ``device.GroupedLinear`` (``grouped_linear``) against the
-    oracle. Ops are the ones ``device`` exposes; a device that
-    is missing or whose ``is_available()`` raises makes the backend unavailable.
+    oracle. Ops are the ones ``device`` exposes; a device that is missing or whose ``is_available()`` raises makes the
+    backend unavailable.
 
     A case's kernel choices reach the device through its test hooks, around the one call they are for and never
     through the environment: ``device.testing.force_plan(algorithm=, loader=, epilogue=)`` and

@@ -49,9 +49,9 @@ SPACE_KEYS = frozenset({
     "layer_mode", "params_dtype", "main_grad", "steps",
 })
 
-__all__ = ["EXACT_ALGORITHMS", "FAST_ALGORITHMS", "GENERATORS", "MMA_CODES", "MMA_SCALES", "SPACE_KEYS", "GemmShape",
-           "LAYER_MODELS", "algorithm_runs", "case_rng", "draw_rht_signs", "epilogues_of", "fit_plan", "gen_k", "gen_rows", "gen_splits",
-           "gen_values", "generate", "loaders_of", "to_dtype"]
+__all__ = ["EXACT_ALGORITHMS", "FAST_ALGORITHMS", "GENERATORS", "LAYER_MODELS", "MMA_CODES", "MMA_SCALES", "SPACE_KEYS",
+           "GemmShape", "algorithm_runs", "case_rng", "draw_rht_signs", "epilogues_of", "fit_plan", "gen_k", "gen_rows",
+           "gen_splits", "gen_values", "generate", "loaders_of", "to_dtype"]
 
 EDGE_ROWS = (0, 1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257)
 EDGE_K = (16, 32, 48, 64, 80, 128, 144, 256, 512, 1024, 2048)

@@ -16,6 +16,9 @@ Canonical output dicts (every backend returns a subset of the reference's keys, 
 * ``mma_sm100``: ``acc`` f32 [M, N] (the chain of Blackwell k64 steps, SPEC 12.7) and ``y`` (out dtype) [M, N] (with
   SPEC 12.7's epilogue); ``mma_tc``: ``acc_bf16`` and ``acc_fp16`` f32 [M, N] (the Hopper k16 chain over the operands
   presented in bf16 / fp16, SPEC 12.6). NaN compared as a class.
+* ``grouped_linear``: ``y`` [T', N] and ``dx`` [T', K] bf16 (T' the rows the groups cover), ``dw`` [E, N, K] (fp32
+  main_grad, else the parameters' dtype), ``dbias`` [E, N] (the parameters' dtype) of one layer step (SPEC 16). NaN
+  compared as a class.
 """
 
 from __future__ import annotations
