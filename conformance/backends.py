@@ -5,8 +5,8 @@ reference for that op (:mod:`conformance.ops`) and compares the outputs (:mod:`c
 
 Built-in backends (CPU, the oracle self-conformance): ``mldtypes``, ``torch``, ``torchao``, ``torch-te``,
 ``fractions``, ``oracle-seq``, ``oracle-tc``, ``composed``, ``oracle-grouped``, ``oracle-layer`` and ``mmasim``; with a
-TE source checkout: ``te-reference:PATH`` (TE's own reference quantizer). GPU: ``device:cuda:N`` (the project's ``device``
-package). Tests and plugins add more with :func:`register_backend` or ``--backend module:attr`` on the command line.
+TE source checkout: ``te-reference:PATH`` (TE's own reference quantizer). GPU: ``device:cuda:N`` (the project's
+``device`` package). Tests and plugins add more with :func:`register_backend` or ``--backend module:attr`` on the command line.
 """
 
 from __future__ import annotations
@@ -434,8 +434,9 @@ class OracleLayerBackend(Backend):
         y = oracle.grouped_linear_forward(a["x"], a["w"], a["splits"], bias=bias, recipe=r, model=model)
         mg = a["main_grad"].copy() if "main_grad" in a else None
         for _ in range(int(o["steps"]) if mg is not None else 1):
-            dx, dw, db = oracle.grouped_linear_backward(a["x"], a["w"], a["splits"], a["dy"], with_bias=bias is not None,
-                                                        recipe=r, model=model, main_grad=mg)
+            dx, dw, db = oracle.grouped_linear_backward(a["x"], a["w"], a["splits"], a["dy"],
+                                                        with_bias=bias is not None, recipe=r, model=model,
+                                                        main_grad=mg)
         out = {"y": y, "dx": dx, "dw": dw if mg is not None else dw.astype(pdt)}
         if db is not None:
             out["dbias"] = db.astype(pdt)
