@@ -1182,3 +1182,40 @@ def test_a_library_layout_whose_sizes_the_scales_do_not_fit_is_named():
                for h in r.hypotheses), str(r)
     r = diagnose(x, o["row_data"], o["row_scales_swizzled"], layout="te", rules=["te"])  # TE's own: no such line
     assert r.matches == ["te"] and not any(h.startswith("scales of another layout") for h in r.hypotheses), str(r)
+
+
+def test_drawn_te_cases_are_diagnosed_as_their_rule():
+    """The fuzzer's quantize cases within conformance.te_torch's reach (rules te / te_fused_rht, every value kind and
+    special, both planes, 1x16 and 16x16 blocks, TE's 4over6 and row-scaled variants; round to nearest, no RHT, a
+    computed amax): te_torch's compact bytes of each plane are diagnosed as the case's rule (a variant by its
+    DIAGNOSE_RULES name), whatever else agrees on the input."""
+    from conformance.backends import TorchTEBackend
+    from conformance.generators import generate
+    from conformance.ops import quantize_kwargs
+    from conformance.runner import case_space
+
+    be = TorchTEBackend()
+    space = dict(case_space(be, "quantize"), rounding=["rn"], rht=[False], amax=["computed"], swizzled=[False])
+    checked, variants = 0, set()
+    for i in range(400):
+        c = generate("quantize", 77, i, "quantize", space)
+        kw = quantize_kwargs(c)
+        if c.arrays["x"].shape[0] == 0 or "amax" in kw or kw["rounding"] != "rn" or kw["rht"]:
+            continue
+        out = be.run("quantize", c)
+        want = kw["rule"] + ("_row_scaled" if kw.get("row_scaled") else "")
+        if kw.get("four_over_six"):
+            want += f"_4over6_{kw['four_over_six']}" + ("_fast" if kw.get("four_over_six_fast_math") else "")
+        if kw.get("global_scale_max", 448) != 448:
+            want += "_g256"
+        for p in ("row", "col"):
+            if f"{p}_data" not in out:
+                continue
+            r = diagnose(c.arrays["x"], out[f"{p}_data"], out[f"{p}_scales"], amax=out[f"{p}_amax"],
+                         layout="compact", plane=p)
+            assert want in {m.split(" (")[0] for m in r.matches}, (c.key(), p, kw, str(r)[:600])
+            checked += 1
+        variants.add(want)
+        if checked >= 40:
+            break
+    assert checked >= 40 and {"te", "te_fused_rht"} <= variants and any("4over6" in v for v in variants), variants
