@@ -30,6 +30,7 @@ from .ops import (
     gemm_epilogue,
     gemm_planes,
     grouped_gemm_b_splits,
+    layer_bias,
     layer_recipe,
     layer_splits,
     operand_quant_kwargs,
@@ -430,7 +431,7 @@ class OracleLayerBackend(Backend):
         a, o = case.arrays, case.options
         r, model = layer_recipe(case), LAYER_MODELS[o["layer_mode"]]
         pdt = ml_dtypes.bfloat16 if o["params_dtype"] == "bfloat16" else np.float32
-        bias = a.get("bias")
+        bias = layer_bias(case)
         y = oracle.grouped_linear_forward(a["x"], a["w"], a["splits"], bias=bias, recipe=r, model=model)
         mg = a["main_grad"].copy() if "main_grad" in a else None
         for _ in range(int(o["steps"]) if mg is not None else 1):

@@ -38,7 +38,9 @@ from .cases import PLAIN_QUANT, Case
 #: ``four_over_six_fast_math``, ``global_scale_max`` (448, 256), ``four_over_six_dtype`` (the input dtypes 4over6 is
 #: drawn on), ``row_scaled`` (False, True: 1x16 blocks, either plane); dequantize: ``global_scale_max`` (rule
 #: "te" planes). The grouped linear layer (SPEC 16): ``layer_mode`` ("fast", "exact", "sm100"), ``params_dtype``
-#: ("bfloat16", "float32"), ``main_grad`` (False, True: fused wgrad accumulation), ``steps`` (1, 2).
+#: ("bfloat16", "float32"), ``main_grad`` (False, True: fused wgrad accumulation), ``steps`` (1, 2), and for its
+#: recipe ``rule``, ``b_block`` (the weights' block), ``rht`` (on the wgrad operands), ``rht_signs``, ``rounding``
+#: (of dY) and ``loose_splits``.
 SPACE_KEYS = frozenset({
     "planes", "rule", "rht", "rht_signs", "rounding", "block", "swizzled", "dtype", "amax", "scales", "out_dtype",
     "kind", "quantize_kernel", "specials", "max_elems", "min_rows", "max_rows", "max_k", "small", "loose_splits",
@@ -1126,7 +1128,8 @@ def gen_grouped_linear(rng, space) -> tuple[dict, dict, dict]:
     bias [E, N] (the parameters' dtype) and fp32 main_grad [E, N, K]; the recipe (16.1), the layer's mode (16.5) and
     the device layer's settings: parameter dtype, fused wgrad accumulation, deferred wgrad, the weight-plane cache
     and its fp16 copy, x without a gradient, one or two steps over the same inputs (the second reads the cached
-    weight planes) with TE's ``is_first_microbatch`` per step, and host or device splits (device splits may not add
+    weight planes where the cache is on and its ``is_first_microbatch`` is not True) with TE's
+    ``is_first_microbatch`` per step, and host or device splits (device splits may not add
     up to T, SPEC 9.4, where the space allows ``loose_splits``).
 
     Draw order: the sizes and arrays on the case's stream, then the options in a fixed order; the loose splits and
@@ -1163,10 +1166,13 @@ def gen_grouped_linear(rng, space) -> tuple[dict, dict, dict]:
         b = rng.standard_normal((e, n)) * 10.0 ** rng.uniform(-2, 2)
         arrays["bias"] = to_dtype(b, params_dtype)
     extra = rng.spawn(1)[0]
-    o = dict(layer_mode=mode, rule=rule, weight_block=list(weight_block), rht_wgrad=rht, rht_signs=signs, sr_grad=sr,
-             seed=seed, params_dtype=params_dtype, fuse_wgrad_accumulation=fuse, delay_wgrad_compute=delay,
-             x_requires_grad=x_grad, cache_f16_weights=cache_f16, weight_plane_reuse=reuse, steps=steps,
-             is_first_microbatch=first, splits_on=splits_on)
+    # (the sign mask and the seed are drawn either way, so the draws after them do not depend on RHT / SR; a case
+    # records them only where they act)
+    o = dict(layer_mode=mode, rule=rule, weight_block=list(weight_block), rht_wgrad=rht,
+             rht_signs=signs if rht else DEFAULT_RHT_SIGNS, sr_grad=sr, seed=seed if sr else 0,
+             params_dtype=params_dtype, fuse_wgrad_accumulation=fuse, delay_wgrad_compute=delay, x_requires_grad=x_grad,
+             cache_f16_weights=cache_f16, weight_plane_reuse=reuse, steps=steps, is_first_microbatch=first,
+             splits_on=splits_on)
     if fuse:  # values and -0.0 entries (an empty expert keeps its slice bit for bit, SPEC 16.3)
         mg = (extra.standard_normal((e, n, k)) * 10.0 ** extra.uniform(-3, 3)).astype(np.float32)
         mg.flat[extra.integers(mg.size, size=max(1, mg.size // 50))] = -0.0

@@ -45,8 +45,8 @@ from oracle.tensor_core import tensor_core_sum
 from .cases import TE_VARIANT_DEFAULTS, Case
 from .generators import LAYER_MODELS
 
-__all__ = ["MMA_OPS", "OPS", "OpSpec", "TE_VARIANT_DEFAULTS", "bias_grad_by_chunks", "gemm_planes", "layer_recipe",
-           "layer_splits", "mma_planes", "quantize_kwargs", "reference", "te_variant_kwargs"]
+__all__ = ["MMA_OPS", "OPS", "OpSpec", "TE_VARIANT_DEFAULTS", "bias_grad_by_chunks", "gemm_planes", "layer_bias",
+           "layer_recipe", "layer_splits", "mma_planes", "quantize_kwargs", "reference", "te_variant_kwargs"]
 
 
 @dataclass(frozen=True)
@@ -374,6 +374,16 @@ def layer_recipe(case: Case) -> oracle.NVFP4Recipe:
                               rht_signs=int(o["rht_signs"]), sr_grad=bool(o["sr_grad"]), seed=int(o["seed"]))
 
 
+def layer_bias(case: Case) -> np.ndarray | None:
+    """A grouped-linear case's bias [E, N] as the layer's parameter holds it (rounded to the parameters' dtype), in
+    float32 (the exact widening: the fprop epilogue's bias, SPEC 16.3); None without a bias."""
+    b = case.arrays.get("bias")
+    if b is None:
+        return None
+    pdt = ml_dtypes.bfloat16 if case.options["params_dtype"] == "bfloat16" else np.float32
+    return b.astype(pdt).astype(np.float32)
+
+
 def bias_grad_by_chunks(dy: np.ndarray) -> np.ndarray:
     """SPEC 16.4 for one group, as written: dY's rows [m, N] (bf16) in chunks of 16 rows, each chunk summed in fp32
     in row order from +0.0, then the chunk sums in chunk order from +0.0 (an empty group: +0.0)."""
@@ -406,7 +416,7 @@ def ref_grouped_linear(case: Case) -> dict:
     r = layer_recipe(case)
     model = LAYER_MODELS[o["layer_mode"]]
     pdt = ml_dtypes.bfloat16 if o["params_dtype"] == "bfloat16" else np.float32
-    bias = a["bias"].astype(np.float32) if "bias" in a else None
+    bias = layer_bias(case)
     acc = a["main_grad"].copy() if "main_grad" in a else None
     q = dict(rule=r.rule, rht_signs=r.rht_signs)
     ys, dxs = [], []

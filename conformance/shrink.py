@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
+import ml_dtypes
 import numpy as np
 
 import oracle
@@ -287,10 +288,11 @@ def _mma_candidates(case: Case) -> Iterator[Case]:
 
 def _grouped_linear_candidates(case: Case) -> Iterator[Case]:
     """Smaller grouped-linear cases (SPEC 16; arrays x [T, K], w [E, N, K], dy [T, N], splits [E], bias [E, N],
-    main_grad [E, N, K]): no bias, no main_grad (and no fused accumulation), one step, simpler settings and recipe,
-    the cut sizes of loose device splits, fewer groups, fewer rows in one group, fewer 16-column blocks of K and of
-    N, zeroed 16-blocks of x, dy and w. Every candidate keeps x and dy on the same rows and w, bias and main_grad on
-    the same E, N and K."""
+    main_grad [E, N, K]): no bias, no main_grad (and no fused accumulation), one step, simpler settings and recipe
+    (bf16 parameters with the bias rounded as a bf16 parameter holds it), the cut sizes of loose device splits (a
+    case that keeps them offers no group or row candidates), fewer groups, fewer rows in one group, fewer 16-column
+    blocks of K and of N, zeroed 16-blocks of x, dy and w. Every candidate keeps x and dy on the same rows and w, bias
+    and main_grad on the same E, N and K."""
     a, o = case.arrays, case.options
     x, w, dy, s = a["x"], a["w"], a["dy"], a["splits"]
     if "bias" in a:
@@ -302,29 +304,18 @@ def _grouped_linear_candidates(case: Case) -> Iterator[Case]:
         del c.arrays["main_grad"]
         yield c
     for opts in _layer_option_simplifications(o):
-        yield case.replace(options=opts)
+        if opts.get("params_dtype") == "bfloat16" and "bias" in a:  # (the bias as a bf16 parameter holds it)
+            yield case.replace({"bias": a["bias"].astype(ml_dtypes.bfloat16)}, options=opts)
+        else:
+            yield case.replace(options=opts)
     if o.get("splits_rule") == "cut":  # loose device splits (SPEC 9.4): the sizes actually used, on the host
-        s = oracle.cut_splits(s, x.shape[0])
-        rows = int(s.sum())
-        c = case.replace({"x": x[:rows], "dy": dy[:rows], "splits": s}, options={"splits_on": "host"})
+        cut = oracle.cut_splits(s, x.shape[0])
+        rows = int(cut.sum())
+        c = case.replace({"x": x[:rows], "dy": dy[:rows], "splits": cut}, options={"splits_on": "host"})
         del c.options["splits_rule"]
         yield c
-        return
-    e = s.size
-    per_group = {name: a[name] for name in ("w", "bias", "main_grad") if name in a}
-    for keep in _chunks(e):  # fewer groups
-        if keep.size:
-            rows = _group_rows(s, keep)
-            yield case.replace({"x": x[rows], "dy": dy[rows], "splits": s[keep],
-                                **{name: v[keep] for name, v in per_group.items()}})
-    starts = np.concatenate([[0], np.cumsum(s)]).astype(np.int64)
-    for g in np.flatnonzero(s):  # fewer rows in one group
-        for keep in _chunks(int(s[g])):
-            rows = np.concatenate([np.arange(starts[g]), starts[g] + keep,
-                                   np.arange(starts[g + 1], x.shape[0])]).astype(np.int64)
-            s2 = s.copy()
-            s2[g] = keep.size
-            yield case.replace({"x": x[rows], "dy": dy[rows], "splits": s2})
+    else:  # (fewer groups or rows: splits that add up to T; a failure that needs the loose ones keeps them)
+        yield from _layer_group_candidates(case)
     for idx in _cols16(x):  # fewer blocks of K
         new = {"x": x[:, idx], "w": w[:, :, idx]}
         if "main_grad" in a:
@@ -339,6 +330,26 @@ def _grouped_linear_candidates(case: Case) -> Iterator[Case]:
             yield case.replace({name: y.reshape(a[name].shape)})
 
 
+def _layer_group_candidates(case: Case) -> Iterator[Case]:
+    """Fewer groups (their rows of x and dy, their slices of w, bias and main_grad), then fewer rows in one group."""
+    a = case.arrays
+    x, dy, s = a["x"], a["dy"], a["splits"]
+    per_group = {name: a[name] for name in ("w", "bias", "main_grad") if name in a}
+    for keep in _chunks(s.size):
+        if keep.size:
+            rows = _group_rows(s, keep)
+            yield case.replace({"x": x[rows], "dy": dy[rows], "splits": s[keep],
+                                **{name: v[keep] for name, v in per_group.items()}})
+    starts = np.concatenate([[0], np.cumsum(s)]).astype(np.int64)
+    for g in np.flatnonzero(s):
+        for keep in _chunks(int(s[g])):
+            rows = np.concatenate([np.arange(starts[g]), starts[g] + keep,
+                                   np.arange(starts[g + 1], x.shape[0])]).astype(np.int64)
+            s2 = s.copy()
+            s2[g] = keep.size
+            yield case.replace({"x": x[rows], "dy": dy[rows], "splits": s2})
+
+
 def _layer_option_simplifications(o: dict) -> Iterator[dict]:
     """A grouped-linear case's settings and recipe one step nearer the plain layer (SPEC 16.1's default recipe but
     round to nearest, no RHT, 16x16 weights; one step, no deferred wgrad, the weight-plane cache with its copy)."""
@@ -348,8 +359,8 @@ def _layer_option_simplifications(o: dict) -> Iterator[dict]:
         yield {"is_first_microbatch": [None] * len(o["is_first_microbatch"])}
     for key, plain in (("delay_wgrad_compute", False), ("x_requires_grad", True), ("weight_plane_reuse", True),
                        ("cache_f16_weights", True), ("params_dtype", "bfloat16"), ("splits_on", "host"),
-                       ("sr_grad", False), ("rht_wgrad", False), ("rht_signs", DEFAULT_RHT_SIGNS), ("rule", "te"),
-                       ("weight_block", [16, 16])):
+                       ("sr_grad", False), ("seed", 0), ("rht_wgrad", False), ("rht_signs", DEFAULT_RHT_SIGNS),
+                       ("rule", "te"), ("weight_block", [16, 16])):
         if key in o and o[key] != plain and not (key == "splits_on" and o.get("splits_rule") == "cut"):
             yield {key: plain}
 

@@ -15,7 +15,7 @@ from conformance.backends import Backend, DeviceBackend, OracleLayerBackend
 from conformance.cases import load_case, save_case
 from conformance.compare import compare
 from conformance.generators import LAYER_MODELS, generate
-from conformance.ops import bias_grad_by_chunks, layer_splits, ref_grouped_linear, reference
+from conformance.ops import bias_grad_by_chunks, layer_recipe, layer_splits, ref_grouped_linear, reference
 from conformance.runner import case_space, check_case
 from conformance.shrink import candidates, shrink
 
@@ -173,7 +173,10 @@ def test_loose_splits_only_where_the_space_allows():
     loose = _cases(17, 5, {"loose_splits": True}, want=lambda c: c.options.get("splits_rule") == "cut")
     for c in loose:
         assert c.options["splits_on"] == "device"
-        assert reference(c)["y"].shape[0] == int(oracle.cut_splits(c.arrays["splits"], c.arrays["x"].shape[0]).sum())
+        t, covered = c.arrays["x"].shape[0], 0
+        for size in c.arrays["splits"].tolist():  # SPEC 9.4 in words: negative sizes count 0, the total cut at T
+            covered = min(covered + max(size, 0), t)
+        assert reference(c)["y"].shape[0] == covered
 
 
 def test_cases_save_and_load(tmp_path):
@@ -190,16 +193,21 @@ def test_cases_save_and_load(tmp_path):
 # ---------------------------------------------------------------------------------------------------- shrinker
 
 
-def test_every_shrink_candidate_has_a_reference():
-    """Each candidate keeps x / dy rows and w / bias / main_grad shapes consistent: the reference runs on it."""
-    cases = _cases(19, 3, {"loose_splits": True}, want=lambda c: "bias" in c.arrays and "main_grad" in c.arrays
-                   and _live_groups(c) >= 2)
-    cases += _cases(19, 1, {"loose_splits": True}, want=lambda c: c.options.get("splits_rule") == "cut"
-                    and layer_splits(c).sum() > 0)
+def test_every_shrink_candidate_is_a_valid_case(monkeypatch):
+    """Each candidate keeps x / dy rows and w / bias / main_grad shapes consistent and means what it says: a correct
+    layer (the oracle-backed stand-in for the device) passes it, fp32 parameters made bf16 with their bias included."""
+    torch = pytest.importorskip("torch")
+    be = _stand_in_device(torch, monkeypatch)
+    space = case_space(be, OP)
+    cases = _cases(19, 2, space, want=lambda c: "bias" in c.arrays and "main_grad" in c.arrays
+                   and _live_groups(c) >= 2 and c.arrays["x"].shape[0] <= 150)
+    cases += _cases(19, 1, space, want=lambda c: "bias" in c.arrays and c.options["params_dtype"] == "float32")
+    cases += _cases(19, 1, space, want=lambda c: c.options.get("splits_rule") == "cut" and layer_splits(c).sum() > 0)
     for c in cases:
         n = 0
         for cand in candidates(c):
-            reference(cand)
+            status, ms, _, _, err = check_case(be, cand)
+            assert status == "pass", (c.key(), cand.options, err, [str(m) for m in ms])
             n += 1
         assert n > 5
 
@@ -231,6 +239,36 @@ def test_a_planted_dx_bug_shrinks_to_one_small_group():
     assert o["steps"] == 1 and not o["delay_wgrad_compute"] and o["splits_on"] == "host"
 
 
+def test_a_failure_that_needs_loose_splits_still_shrinks_its_other_sizes():
+    """A bug seen only with loose device splits keeps them (the host-cut candidate passes), but K, N and zeroed
+    blocks still shrink."""
+
+    class FlipOnCut(OracleLayerBackend):
+        def run(self, op, case):
+            out = ref_grouped_linear(case)  # (the stand-in for a layer: the reference's own bytes)
+            ok = np.flatnonzero(~np.isnan(out["y"].astype(np.float32)))  # (a NaN's payload is not compared)
+            if case.options.get("splits_rule") == "cut" and ok.size:
+                y = out["y"].view(np.uint16).copy()
+                y.flat[ok[0]] ^= 1
+                out["y"] = y.view(ml_dtypes.bfloat16)
+            return out
+
+    be = FlipOnCut()
+    c = _cases(22, 1, {"loose_splits": True}, want=lambda c: c.options.get("splits_rule") == "cut"
+               and layer_splits(c).sum() > 0 and c.arrays["w"].shape[1] >= 64 and c.arrays["w"].shape[2] >= 64)[0]
+
+    def fails(cand):
+        ms = compare(cand, reference(cand), be.run(OP, cand))
+        return frozenset(m.buffer for m in ms) or None
+
+    import time
+
+    assert fails(c)
+    small, _ = shrink(c, fails, deadline=time.monotonic() + 60)
+    assert small.options.get("splits_rule") == "cut"
+    assert small.arrays["w"].shape[1:] == (16, 16), small.arrays["w"].shape
+
+
 # ---------------------------------------------------------------------------------------------------- device backend
 
 
@@ -241,7 +279,8 @@ class _OracleLayer:
 
     def __init__(self, torch):
         self.torch = torch
-        self.calls: list = []
+        self.calls: list = []  # (splits type, is_first_microbatch, x.requires_grad, weight_plane_reuse) per forward
+        self.built: list = []  # the constructor's arguments per layer
         outer = self
 
         class Fn(torch.autograd.Function):
@@ -283,6 +322,10 @@ class _OracleLayer:
             def __init__(self, e, k, n, *, bias, device, params_dtype, recipe, mode, fuse_wgrad_accumulation,
                          delay_wgrad_compute, cache_f16_weights):
                 super().__init__()
+                outer.built.append(dict(e=e, k=k, n=n, bias=bias, params_dtype=params_dtype, recipe=recipe, mode=mode,
+                                        fuse=fuse_wgrad_accumulation, delay=delay_wgrad_compute,
+                                        cache_f16=cache_f16_weights))
+                self.weight_plane_reuse = True
                 self.recipe, self.model = recipe, LAYER_MODELS[mode]
                 self.weight = torch.nn.Parameter(torch.zeros((e, n, k), dtype=params_dtype))
                 self.bias = torch.nn.Parameter(torch.zeros((e, n), dtype=params_dtype)) if bias else None
@@ -291,7 +334,8 @@ class _OracleLayer:
                     self.weight.main_grad = torch.zeros((e, n, k), dtype=torch.float32)
 
             def forward(self, x, m_splits, *, is_first_microbatch=None):
-                outer.calls.append((type(m_splits).__name__, is_first_microbatch, x.requires_grad))
+                outer.calls.append((type(m_splits).__name__, is_first_microbatch, x.requires_grad,
+                                    self.weight_plane_reuse))
                 return Fn.apply(x, self.weight, self.bias, self, m_splits)
 
             def backward_dw(self):
@@ -308,28 +352,47 @@ class _OracleLayer:
         return self.torch.from_numpy(a.view(np.int16).copy()).view(self.torch.bfloat16)
 
 
-def test_device_backend_runs_the_cases_step(monkeypatch):
-    """The device backend's step (parameters and main_grad set, gradients cleared per step, backward_dw where the
-    wgrad is deferred, outputs over the groups' rows) conforms with the oracle's layer standing in for the device,
-    over drawn cases that cover every setting; each forward gets the case's splits type, is_first_microbatch and
-    x.requires_grad, and a case without x's gradient expects no dx."""
-    torch = pytest.importorskip("torch")
+def _stand_in_device(torch, monkeypatch) -> DeviceBackend:
+    """A DeviceBackend whose ``device`` module is the oracle-backed stand-in (:class:`_OracleLayer`)."""
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
     be = DeviceBackend.__new__(DeviceBackend)  # (its __init__ wants a GPU)
     be.dev, be._mod, be.name = "cpu", _OracleLayer(torch), "device:cpu"
+    return be
+
+
+def test_device_backend_runs_the_cases_step(monkeypatch):
+    """The device backend's step (parameters and main_grad set, gradients cleared per step, backward_dw where the
+    wgrad is deferred, outputs over the groups' rows) conforms with the oracle's layer standing in for the device,
+    over drawn cases that cover every setting; the layer is built with the case's settings, each forward gets the
+    case's splits type, is_first_microbatch, x.requires_grad and weight-plane cache setting, and a case without x's
+    gradient expects no dx."""
+    torch = pytest.importorskip("torch")
+    be = _stand_in_device(torch, monkeypatch)
+    space = case_space(be, OP)
     seen = set()
-    for c in _cases(20, 40, case_space(be, OP)):
+    short = _cases(20, 1, space, want=lambda c: c.options.get("splits_rule") == "cut"
+                   and 0 < layer_splits(c).sum() < c.arrays["x"].shape[0])  # rows of y / dx past the groups
+    for c in _cases(20, 40, space) + short:
         o = c.options
         be._mod.calls.clear()
+        be._mod.built.clear()
         status, ms, ref, out, err = check_case(be, c)
         assert status == "pass", (c.key(), o, err, [str(m) for m in ms])
+        e, n, k = c.arrays["w"].shape
+        pdt = torch.bfloat16 if o["params_dtype"] == "bfloat16" else torch.float32
+        assert be._mod.built == [dict(e=e, k=k, n=n, bias="bias" in c.arrays, params_dtype=pdt,
+                                      recipe=layer_recipe(c), mode=o["layer_mode"], fuse=o["fuse_wgrad_accumulation"],
+                                      delay=o["delay_wgrad_compute"], cache_f16=o["cache_f16_weights"])]
         want_type = "Tensor" if o["splits_on"] == "device" else "list"
-        assert be._mod.calls == [(want_type, f, bool(o["x_requires_grad"])) for f in o["is_first_microbatch"]]
+        assert be._mod.calls == [(want_type, f, bool(o["x_requires_grad"]), bool(o["weight_plane_reuse"]))
+                                 for f in o["is_first_microbatch"]]
         assert ("dx" in out) == bool(o["x_requires_grad"])
         seen |= {("steps", o["steps"]), ("delay", o["delay_wgrad_compute"]), ("fuse", o["fuse_wgrad_accumulation"]),
                  ("cut", o.get("splits_rule") == "cut"), ("x_grad", o["x_requires_grad"]),
-                 ("fp32", o["params_dtype"] == "float32")}
-    assert {(k, v) for k in ("delay", "fuse", "x_grad", "fp32") for v in (False, True)} <= seen
+                 ("fp32", o["params_dtype"] == "float32"), ("reuse", o["weight_plane_reuse"]),
+                 ("cache_f16", o["cache_f16_weights"])}
+    keys = ("delay", "fuse", "x_grad", "fp32", "reuse", "cache_f16", "cut")
+    assert {(k, v) for k in keys for v in (False, True)} <= seen, seen
     assert ("steps", 2) in seen
 
 
