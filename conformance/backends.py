@@ -530,6 +530,19 @@ def _layout_kw(fn, swizzled: bool) -> dict:
     return {}
 
 
+def _exposes(mod, name: str) -> bool:
+    """Whether the device package ``mod`` has the public name ``name``, read from its ``__all__`` where it has one:
+    ``device`` imports its modules on first access (PEP 562), and those need torch, which a machine without a GPU
+    may lack (``hasattr`` would import them and raise ModuleNotFoundError)."""
+    names = getattr(mod, "__all__", None)
+    if names is not None:
+        return name in names
+    try:
+        return hasattr(mod, name)
+    except Exception:  # noqa: BLE001 -- a name whose import fails is not exposed
+        return False
+
+
 def _np(t) -> np.ndarray:
     return t.detach().cpu().numpy()
 
@@ -564,12 +577,12 @@ class DeviceBackend(Backend):
         except Exception as e:  # noqa: BLE001 -- any failure means: no device run
             self._reason = f"device package unusable: {type(e).__name__}: {e}"
         if self._mod is not None:  # the ops this device package exposes, whether or not a GPU is there
-            self.ops = tuple(op for op in ("quantize", "group_quantize", "dequantize") if hasattr(self._mod, op))
-            if hasattr(self._mod, "swizzle_scales"):
+            self.ops = tuple(op for op in ("quantize", "group_quantize", "dequantize") if _exposes(self._mod, op))
+            if _exposes(self._mod, "swizzle_scales"):
                 self.ops += ("layout",)
-            if hasattr(self._mod, "grouped_gemm"):
+            if _exposes(self._mod, "grouped_gemm"):
                 self.ops += ("grouped_gemm", "grouped_gemm_exact", "grouped_gemm_tc", "grouped_gemm_sm100")
-            if hasattr(self._mod, "GroupedLinear"):
+            if _exposes(self._mod, "GroupedLinear"):
                 self.ops += ("grouped_linear",)
 
     def available(self):

@@ -7,16 +7,24 @@ import importlib.util
 import pytest
 
 
-def _has_cuda() -> bool:
+def _torch():
+    """torch, or None where it is absent or fails to import (a broken install skips like a missing one)."""
     if importlib.util.find_spec("torch") is None:
-        return False
-    import torch
+        return None
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
 
-    return bool(torch.cuda.is_available())
+
+def _has_cuda() -> bool:
+    torch = _torch()
+    return torch is not None and bool(torch.cuda.is_available())
 
 
 def _has_torchao() -> bool:
-    return importlib.util.find_spec("torch") is not None and importlib.util.find_spec("torchao") is not None
+    return _torch() is not None and importlib.util.find_spec("torchao") is not None
 
 
 def pytest_collection_modifyitems(config, items):

@@ -181,7 +181,7 @@ def test_composed_group_quantize_uses_each_groups_offset_and_amax():
 # unless its expected_outputs narrows the set ... composed has no tile table")
 # ---------------------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("backend", ["torch-te", "composed"])
+@pytest.mark.parametrize("backend", [pytest.param("torch-te", marks=pytest.mark.torch), "composed"])
 def test_cpu_group_quantize_backends_owe_every_buffer_but_the_tile_table(backend):
     c = quantize_case(np.ones((20, 32), np.float32), "group_quantize", columnwise=True)
     c.arrays["splits"] = np.array([4, 16], np.int64)

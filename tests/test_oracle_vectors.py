@@ -152,6 +152,7 @@ def _alpha_te(a_amax, b_amax) -> np.float32:
     return np.float32(np.float32(np.float32(a_amax) * np.float32(b_amax)) * np.float32(1.0 / 7225344.0))
 
 
+@pytest.mark.torch  # (conformance.te_torch needs torch)
 def test_vectors_agree_with_independent_implementations(vectors):
     """Twelve of the sixteen cases checked against code that is not the oracle's (the ties case also has a hand test):
     the TE quantize cases (specials and infinities, both planes; one fp16 row; the ties) by the scalar SPEC
@@ -255,6 +256,7 @@ def _group_planes(meta, ins):
     return out
 
 
+@pytest.mark.torch  # (the mmasim reference's operands go through torch)
 def test_gemm_vectors_agree_with_mmasim_and_the_scalar_spec(vectors):
     """Every model's output of the GEMM case and of each group of the grouped GEMM case, but the exact model's (checked
     by fractions above), against code that is not the oracle's: sm100 (SPEC 12.7) by MMA-Sim's tcgen05 block-scale
