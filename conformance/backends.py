@@ -21,6 +21,7 @@ import ml_dtypes
 import numpy as np
 
 import oracle
+from oracle.rht import DEFAULT_RHT_SIGNS
 from oracle.swizzle import swizzle_scales
 
 from . import independent as ind
@@ -194,15 +195,19 @@ class TorchTEBackend(Backend):
 class TEReferenceBackend(Backend):
     """TransformerEngine's own pure-torch reference quantizer (``NVFP4QuantizerRef`` of
     ``transformer_engine/pytorch/custom_recipes/reference_nvfp4.py``), loaded from the TE source checkout ``te`` by
-    :mod:`conformance.te_reference` (TE need not be installed): rule "te" with round to nearest and no RHT, 1x16 and
-    16x16 blocks, either plane, and TE's variants (4over6: MAE / MSE, input or product domain, G = 448 or 256; row
-    scaling of either plane, 1x16). The spec is ``te-reference:PATH``.
+    :mod:`conformance.te_reference` (TE need not be installed): rule "te" with round to nearest, 1x16 and 16x16
+    blocks, either plane, TE's variants (4over6: MAE / MSE, input or product domain, G = 448 or 256; row scaling of
+    either plane, 1x16) and TE's RHT (``with_rht``, its sign vector: the default mask) on the columnwise plane. The
+    spec is ``te-reference:PATH``.
 
     Its space leaves out two differences SPEC 14 lists between TE's reference and the TE kernels (and so the
-    oracle), the RHT (14.2: a bf16 matmul) and NaN and Inf inputs (14.6: NaN propagates into S_enc), and what the
-    reference does not take (a supplied amax, stochastic rounding, no rows). The third, 14.1 (0x0 where the scaled
-    value is -0.0), is undone on its bytes (:func:`conformance.te_reference.signed_zero_codes`): a code 0x0 of an
-    element whose x has its sign bit set becomes 0x8, the one place where the two may differ by that rule. It returns
+    oracle): the RHT's rounding (14.2: a bf16 matmul), by drawing RHT cases only on inputs whose columnwise blocks
+    are all SPEC 7.4's plain blocks (space flag ``rht_plain``: M a multiple of 16, as TE's reference needs), and NaN
+    and Inf inputs (14.6: NaN propagates into S_enc); and what the reference does not take (a supplied amax,
+    stochastic rounding, no rows). The third, 14.1 (0x0 where the scaled value is -0.0), is undone on its bytes
+    (:func:`conformance.te_reference.signed_zero_codes`): a code 0x0 of an element whose value (x, or the RHT'd
+    value: :func:`conformance.te_reference.rht_negative`) has its sign bit set becomes 0x8, the one place where the
+    two may differ by that rule. It returns
     TE's planes as :meth:`conformance.te_reference.TEReference.quantize` keys them: compact scales only, and the
     columnwise codes only where M is even (TE stores M // 2 bytes a plane row)."""
 
@@ -232,8 +237,8 @@ class TEReferenceBackend(Backend):
         return None
 
     def space(self, op):
-        return {"rule": ["te"], "rounding": ["rn"], "rht": [False], "amax": ["computed"], "specials": False,
-                "min_rows": 1}
+        return {"rule": ["te"], "rounding": ["rn"], "rht_signs": ["default"], "rht_plain": True, "amax": ["computed"],
+                "specials": False, "min_rows": 1}
 
     def expected_outputs(self, op, case, ref_keys):
         keys = {k for k in ref_keys if not k.endswith("_swizzled")}
@@ -243,16 +248,19 @@ class TEReferenceBackend(Backend):
 
     def run(self, op, case):
         kw = quantize_kwargs(case)
-        if kw["rule"] != "te" or kw["rounding"] != "rn" or kw["rht"] or "amax" in kw:
-            raise ValueError("TE's reference quantizer runs rule te, round to nearest, no RHT and a computed amax")
-        from .te_reference import signed_zero_codes
+        if kw["rule"] != "te" or kw["rounding"] != "rn" or "amax" in kw or (
+                kw["rht"] and (kw["rht_signs"] != DEFAULT_RHT_SIGNS or case.arrays["x"].shape[0] % 16)):
+            raise ValueError("TE's reference quantizer runs rule te, round to nearest and a computed amax, and the RHT "
+                             "with the default sign mask and M a multiple of 16")
+        from .te_reference import rht_negative, signed_zero_codes
 
         x = case.arrays["x"]
         theirs = self._reference().quantize(
             ind._to_torch(x), rowwise=kw["rowwise"], columnwise=kw["columnwise"], block=kw["block"],
             four_over_six=kw.get("four_over_six"), four_over_six_fast_math=kw.get("four_over_six_fast_math", False),
-            global_scale_max=kw.get("global_scale_max", 448), row_scaled=kw.get("row_scaled", False))
-        return signed_zero_codes(np.signbit(x), theirs)
+            global_scale_max=kw.get("global_scale_max", 448), row_scaled=kw.get("row_scaled", False), rht=kw["rht"])
+        col_negative = rht_negative(x, kw["rht_signs"]) if kw["rht"] and kw["columnwise"] else None
+        return signed_zero_codes(np.signbit(x), theirs, col_negative)
 
 
 def _alpha_by_hand(pa, pb, rule: str) -> np.float32:

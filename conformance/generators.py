@@ -40,7 +40,8 @@ from .cases import PLAIN_QUANT, Case
 #: "te" planes). The grouped linear layer (SPEC 16): ``layer_mode`` ("fast", "exact", "sm100"), ``params_dtype``
 #: ("bfloat16", "float32"), ``main_grad`` (False, True: fused wgrad accumulation), ``steps`` (1, 2), and for its
 #: recipe ``rule``, ``b_block`` (the weights' block), ``rht`` (on the wgrad operands), ``rht_signs``, ``rounding``
-#: (of dY) and ``loose_splits``.
+#: (of dY) and ``loose_splits``. ``rht_plain``: a quantize case with the RHT gets an x whose columnwise 16-blocks are
+#: all SPEC 7.4's plain blocks, M a positive multiple of 16 (a backend that forms the RHT by a matrix product).
 SPACE_KEYS = frozenset({
     "planes", "rule", "rht", "rht_signs", "rounding", "block", "swizzled", "dtype", "amax", "scales", "out_dtype",
     "kind", "quantize_kernel", "specials", "max_elems", "min_rows", "max_rows", "max_k", "small", "loose_splits",
@@ -48,12 +49,12 @@ SPACE_KEYS = frozenset({
     "operand_quant", "operand_rule", "operand_rounding", "b_block", "operand_rules",
     "algorithm", "loader", "epilogue", "num_sms",
     "four_over_six", "four_over_six_fast_math", "global_scale_max", "four_over_six_dtype", "row_scaled",
-    "layer_mode", "params_dtype", "main_grad", "steps",
+    "layer_mode", "params_dtype", "main_grad", "steps", "rht_plain",
 })
 
 __all__ = ["EXACT_ALGORITHMS", "FAST_ALGORITHMS", "GENERATORS", "LAYER_MODELS", "MMA_CODES", "MMA_SCALES", "SPACE_KEYS",
            "GemmShape", "algorithm_runs", "case_rng", "draw_rht_signs", "epilogues_of", "fit_plan", "gen_k", "gen_rows",
-           "gen_splits", "gen_values", "generate", "loaders_of", "to_dtype"]
+           "gen_splits", "gen_values", "generate", "loaders_of", "plain_rht_blocks", "to_dtype"]
 
 EDGE_ROWS = (0, 1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257)
 EDGE_K = (16, 32, 48, 64, 80, 128, 144, 256, 512, 1024, 2048)
@@ -564,11 +565,39 @@ def gen_quantize(rng, space) -> tuple[dict, dict, dict]:
     tags["amax"] = mode
     v = _apply_te_special_amax(rng, space, dtype, o, arrays, v, tags)
     _apply_te_variants(rng, space, dtype, o, arrays, v, tags)
+    if space.get("rht_plain") and o["rht"]:  # (no draw: the case's other draws stay as they are)
+        arrays["x"] = plain_rht_blocks(arrays["x"])
     qk = _quantize_kernel(rng, space, dtype, o)
     if qk is not None:
         o["quantize_kernel"] = tags["quantize_kernel"] = qk
     tags["specials"] = _has_specials(arrays["x"].astype(np.float32))  # (x in its dtype: an fp16 overflow is an Inf)
     return arrays, o, tags
+
+
+#: plain_rht_blocks' window: every nonzero magnitude of a block within 2^-10 of its largest (SPEC 7.4 allows 12
+#: exponents; bf16's rounding may move one value by one), magnitudes in [2^-90, 2^110] (7.4: exponents 27..249)
+_PLAIN_SPAN, _PLAIN_LO, _PLAIN_HI = 2.0**-10, 2.0**-90, 2.0**110
+
+
+def plain_rht_blocks(x: np.ndarray) -> np.ndarray:
+    """A bf16 ``[M, K]`` x made an input whose every columnwise 16-block (16 consecutive rows of one column) is plain
+    (SPEC 7.4), M a positive multiple of 16: the first M // 16 * 16 rows (x repeated up to 16 rows when shorter), each
+    block's largest magnitude clipped into [2^-90, 2^110] (the block scaled by a power of two), every other element
+    (zeros included) at least 2^-10 of it with its sign kept, and an all-zero block made ones. Finite input only."""
+    m, k = x.shape
+    v = np.asarray(x, np.float64)
+    v = np.concatenate([v] * -(-16 // m))[:16] if m < 16 else v[: m // 16 * 16]
+    b = v.reshape(-1, 16, k)
+    mag = np.abs(b)
+    top = mag.max(axis=1, keepdims=True)
+    b = np.where(top == 0, 1.0, b)
+    top = np.where(top == 0, 1.0, top)
+    scale = np.exp2(np.clip(np.floor(np.log2(top)), np.log2(_PLAIN_LO), np.log2(_PLAIN_HI)) - np.floor(np.log2(top)))
+    b, top = b * scale, top * scale
+    floor = top * _PLAIN_SPAN
+    sign = np.where(np.signbit(b), -1.0, 1.0)
+    b = np.where(np.abs(b) < floor, sign * floor, b)
+    return to_dtype(b.reshape(-1, k), "bfloat16")
 
 
 def gen_group_quantize(rng, space) -> tuple[dict, dict, dict]:

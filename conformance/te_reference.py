@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["CannotRun", "TEReference", "load_reference", "plane_arrays", "plane_fields", "signed_zero_codes",
-           "te_call"]
+__all__ = ["CannotRun", "TEReference", "load_reference", "plane_arrays", "plane_fields", "rht_negative",
+           "signed_zero_codes", "te_call"]
 
 _RECIPES = Path("transformer_engine/pytorch/custom_recipes")
 # stand-ins for the modules reference_nvfp4.py imports besides reference_utils: base classes and the names its
@@ -122,11 +122,12 @@ class TEReference:
             return self.quantizer(dtype=self.utils.Fp4Formats.E2M1, **kw)
 
     def quantize(self, x, *, rowwise: bool, columnwise: bool, block=(1, 16), four_over_six: str | None = None,
-                 four_over_six_fast_math: bool = False, global_scale_max: int = 448,
-                 row_scaled: bool = False) -> dict[str, np.ndarray]:
+                 four_over_six_fast_math: bool = False, global_scale_max: int = 448, row_scaled: bool = False,
+                 rht: bool = False) -> dict[str, np.ndarray]:
         """TE's planes of the CPU tensor ``x`` [M, K] (M >= 1) under ``oracle.quantize``'s keywords of the same
-        names (SPEC 5.6, 5.7; rule "te", round to nearest, no RHT), as host arrays keyed ``row_data``, ``row_scales``
-        (compact), ``row_amax`` and the ``col_`` ones:
+        names (SPEC 5.6, 5.7; rule "te", round to nearest; ``rht``: TE's ``with_rht`` with its sign vector, the
+        default mask of SPEC 7.1, on the columnwise plane; M a multiple of 16), as host arrays keyed ``row_data``,
+        ``row_scales`` (compact), ``row_amax`` and the ``col_`` ones:
 
         * ``row_scales``: TE's first M rows (with 16x16 blocks TE keeps rows up to a multiple of 16);
         * ``col_data``: TE's ``[K, M / 2]`` codes, then zero bytes up to the plane's ``ceil(M / 16) * 8`` columns
@@ -140,7 +141,8 @@ class TEReference:
                       nvfp4_use_4over6=four_over_six is not None,
                       nvfp4_4over6_err_mode=(four_over_six or "mae").upper(),
                       nvfp4_4over6_err_use_fast_math=bool(four_over_six_fast_math),
-                      nvfp4_e4m3_max=int(global_scale_max), row_scaled_nvfp4=bool(row_scaled))
+                      nvfp4_e4m3_max=int(global_scale_max), row_scaled_nvfp4=bool(row_scaled),
+                      **({"with_rht": True, "with_random_sign_mask": True} if rht else {}))
         m = x.shape[0]
         with te_call("NVFP4QuantizerRef.quantize"):
             r = q.quantize(x)
@@ -157,14 +159,16 @@ class TEReference:
         return out
 
 
-def signed_zero_codes(negative: np.ndarray, buffers: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def signed_zero_codes(negative: np.ndarray, buffers: dict[str, np.ndarray],
+                      col_negative: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """SPEC 14.1's difference undone: TE's reference writes 0x0 for an element whose scaled value ``x * m`` is -0.0
     (a -0.0 input, or a negative one whose product underflows to zero), where SPEC 3.1 keeps x's sign (0x8). Returns
     ``buffers`` (:meth:`TEReference.quantize`'s) with every code 0x0 of an element whose ``negative`` (x's sign bit,
-    bool ``[M, K]``) is set made 0x8; the columnwise plane's element (k, t) is x's (t, k). Every other code, and
-    every nibble past the plane's elements, is left as it is."""
+    bool ``[M, K]``) is set made 0x8; the columnwise plane's element (k, t) is x's (t, k), or ``col_negative[k, t]``
+    where given (the RHT'd plane: the signs of its values, :func:`rht_negative`). Every other code, and every nibble
+    past the plane's elements, is left as it is."""
     out = dict(buffers)
-    for name, neg in (("row_data", negative), ("col_data", negative.T)):
+    for name, neg in (("row_data", negative), ("col_data", negative.T if col_negative is None else col_negative)):
         if name not in out:
             continue
         data = out[name]
@@ -174,3 +178,13 @@ def signed_zero_codes(negative: np.ndarray, buffers: dict[str, np.ndarray]) -> d
         codes = np.where(mask & (codes == 0), np.uint8(0x8), codes).reshape(data.shape[0], -1, 2)
         out[name] = (codes[..., 0] | (codes[..., 1] << 4)).astype(np.uint8)
     return out
+
+
+def rht_negative(x: np.ndarray, signs: int) -> np.ndarray:
+    """The sign bits ``[K, M]`` of the RHT'd columnwise plane of X (SPEC 7.1: ``(x * s) @ H16 / 4`` over each 16
+    tokens of a column; M a multiple of 16), from the sums in float64 with H16 built here: exact for SPEC 7.4's plain
+    blocks (at most 2^24 multiples of the least input, below 2^53), whose zero sums are +0.0."""
+    xt = np.asarray(x, np.float64).T.reshape(x.shape[1], -1, 16)
+    s = np.array([-1.0 if (signs >> i) & 1 else 1.0 for i in range(16)])
+    h = np.array([[(-1.0) ** bin(r & c).count("1") for c in range(16)] for r in range(16)])
+    return np.signbit((xt * s) @ h).reshape(x.shape[1], -1)

@@ -64,18 +64,22 @@ import torch
 from conformance import te_torch as tt
 
 NIBBLE_SWAP = False
+RHT_SIGNS = 0xD7E8  # TE's hard-coded sign vector as a SPEC 7.1 mask
 
 
 class NVFP4QuantizerRef:
     def __init__(self, *, dtype, rowwise=True, columnwise=True, quant_tile_shape=(1, 16), row_scaled_nvfp4=False,
                  nvfp4_use_4over6=False, nvfp4_e4m3_max=448, nvfp4_4over6_err_mode="MAE",
-                 nvfp4_4over6_err_use_fast_math=False, **unused):
+                 nvfp4_4over6_err_use_fast_math=False, with_rht=False, with_random_sign_mask=True, **unused):
         if row_scaled_nvfp4 and not rowwise:
             raise ValueError("row scaling needs the rowwise plane")
+        assert with_random_sign_mask
         self.kw = dict(rowwise=rowwise, columnwise=columnwise, block=tuple(quant_tile_shape),
                        four_over_six=nvfp4_4over6_err_mode.lower() if nvfp4_use_4over6 else None,
                        four_over_six_fast_math=nvfp4_4over6_err_use_fast_math, global_scale_max=nvfp4_e4m3_max,
                        row_scaled=row_scaled_nvfp4)
+        if with_rht:
+            self.kw.update(rht=True, rht_signs=RHT_SIGNS)
 
     def quantize(self, x):
         xn = x.view(torch.int16).numpy().view(ml_dtypes.bfloat16) if x.dtype == torch.bfloat16 else x.numpy()
@@ -100,7 +104,8 @@ class NVFP4QuantizerRef:
             r.global_amax_row = torch.from_numpy(np.asarray(o["row_amax"], np.float32))
         if self.kw["columnwise"]:
             nz = np.zeros((xn.shape[1], 2 * o["col_data"].shape[1]), bool)
-            nz[:, :m] = negzero.T
+            if not self.kw.get("rht"):  # (the RHT'd values of plain blocks are never -0.0, SPEC 7.4)
+                nz[:, :m] = negzero.T
             r.data_t = torch.from_numpy(np.ascontiguousarray(te_codes(o["col_data"], nz)[:, : m // 2]))
             r.scale_t = torch.from_numpy(o["col_scales"])
             r.global_amax_col = torch.from_numpy(np.asarray(o["col_amax"], np.float32))
@@ -139,10 +144,10 @@ def test_the_backend_through_the_runner_on_the_stand_in(tmp_path, stand_in_te):
     space = B.make_backend(spec).space("quantize")
     cases = generated_cases("quantize", 80, **space)
     drawn = {(c.options["columnwise"], c.arrays["x"].shape[0] % 2, tuple(c.options["block"]),
-              bool(c.options.get("four_over_six")), bool(c.options.get("row_scaled"))) for c in cases}
+              bool(c.options.get("four_over_six")), bool(c.options.get("row_scaled")), c.options["rht"]) for c in cases}
     assert {(True, 1), (True, 0)} <= {d[:2] for d in drawn}
     assert {(1, 16), (16, 16)} <= {d[2] for d in drawn} and {True, False} <= {d[3] for d in drawn}
-    assert any(d[4] for d in drawn)
+    assert any(d[4] for d in drawn) and any(d[5] for d in drawn)
     assert any(_has_negative_zero(c.arrays["x"]) for c in cases), "no case holds a -0.0 element"
 
 
@@ -153,6 +158,44 @@ def test_a_planted_fault_in_the_reference_is_reported(tmp_path, stand_in_te, mon
     code, stats = _run(tmp_path, f"te-reference:{stand_in_te}", 20)
     assert code == 1 and len(stats.failures) >= 3
     assert {f.get("status") for f in stats.failures} == {"mismatch"}
+
+
+def test_a_planted_rht_sign_mask_is_reported(tmp_path, stand_in_te):
+    """The stand-in's RHT with another sign mask than TE's (0x1234 for 0xD7E8): mismatches, on RHT cases only."""
+    path = stand_in_te / "transformer_engine" / "pytorch" / "custom_recipes" / "reference_nvfp4.py"
+    path.write_text(_STAND_IN.replace("RHT_SIGNS = 0xD7E8", "RHT_SIGNS = 0x1234"))
+    code, stats = _run(tmp_path, f"te-reference:{stand_in_te}", 40)
+    assert code == 1 and stats.failures
+    assert {f.get("status") for f in stats.failures} == {"mismatch"}
+    cases = {c.index: c for c in generated_cases("quantize", 40, **B.make_backend("te-reference:x").space("quantize"))}
+    assert all(cases[f["index"]].options["rht"] for f in stats.failures)
+
+
+def test_rht_negative_by_hand():
+    """One column of 16 tokens: x_0 = +-1 and 15 values 2^-10 (a plain block). Every output sum is s_0 H[j][0] x_0
+    (= x_0 with the default mask, s_0 = +1) plus at most 15 * 2^-10 in magnitude: all positive for x_0 = 1, all
+    negative for x_0 = -1."""
+    from conformance.te_reference import rht_negative
+
+    x = np.full((16, 1), 2.0**-10)
+    x[0, 0] = 1.0
+    assert rht_negative(x, 0xD7E8).tolist() == [[False] * 16]
+    x[0, 0] = -1.0
+    assert rht_negative(x, 0xD7E8).tolist() == [[True] * 16]
+
+
+def test_plain_rht_blocks_are_plain():
+    """The RHT cases drawn for the backend's space hold SPEC 7.4's plain blocks only (every columnwise 16-block:
+    nonzero, finite, biased exponents 27..249 spanning at most 12) and M a positive multiple of 16."""
+    space = B.make_backend("te-reference:x").space("quantize")
+    cases = [c for c in generated_cases("quantize", 200, **space) if c.options["rht"]]
+    assert len(cases) >= 20
+    for c in cases:
+        v = np.asarray(c.arrays["x"], np.float32)
+        assert v.shape[0] % 16 == 0 and v.shape[0] > 0
+        e = ((v.view(np.uint32) >> 23) & 0xFF).reshape(-1, 16, v.shape[1])
+        assert (v != 0).all() and np.isfinite(v).all()
+        assert e.min() >= 27 and e.max() <= 249 and (e.max(axis=1) - e.min(axis=1)).max() <= 12, c.key()
 
 
 def test_the_expected_buffers():
