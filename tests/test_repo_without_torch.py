@@ -16,7 +16,8 @@ def _env_without_torch(tmp_path: Path) -> dict:
     for name in ("torch", "torchao"):
         stub = tmp_path / "blocked" / name
         stub.mkdir(parents=True)
-        (stub / "__init__.py").write_text(f"raise ImportError('{name} is blocked for this test')\n")
+        # (ModuleNotFoundError, as a missing package raises: pytest.importorskip skips on it alone)
+        (stub / "__init__.py").write_text(f'raise ModuleNotFoundError("No module named {name!r}", name={name!r})\n')
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "blocked"), str(ROOT), env.get("PYTHONPATH", "")])
     return env
