@@ -32,6 +32,7 @@ from .ops import (
     gemm_planes,
     grouped_gemm_b_splits,
     layer_bias,
+    layer_param_dtype,
     layer_recipe,
     layer_splits,
     operand_quant_kwargs,
@@ -437,8 +438,7 @@ class OracleLayerBackend(Backend):
 
     def run(self, op, case):
         a, o = case.arrays, case.options
-        r, model = layer_recipe(case), LAYER_MODELS[o["layer_mode"]]
-        pdt = ml_dtypes.bfloat16 if o["params_dtype"] == "bfloat16" else np.float32
+        r, model, pdt = layer_recipe(case), LAYER_MODELS[o["layer_mode"]], layer_param_dtype(case)
         bias = layer_bias(case)
         y = oracle.grouped_linear_forward(a["x"], a["w"], a["splits"], bias=bias, recipe=r, model=model)
         mg = a["main_grad"].copy() if "main_grad" in a else None

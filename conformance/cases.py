@@ -20,7 +20,8 @@ import numpy as np
 
 from oracle.rht import DEFAULT_RHT_SIGNS
 
-__all__ = ["Case", "CaseFileError", "PLAIN_QUANT", "TE_VARIANT_DEFAULTS", "load_case", "save_case", "case_size"]
+__all__ = ["Case", "CaseFileError", "PLAIN_QUANT", "TE_VARIANT_DEFAULTS", "load_case", "norm_option", "save_case",
+           "case_size"]
 
 
 @dataclass
@@ -80,8 +81,9 @@ _LAYER_PLAIN = {"steps": 1, "x_requires_grad": True, "weight_plane_reuse": True,
                 "params_dtype": "bfloat16", "splits_on": "host", "weight_block": [16, 16]}
 
 
-def _norm_option(v):
-    return list(v) if isinstance(v, tuple) else v
+def norm_option(v):
+    """An option value as JSON holds it: a tuple or list as a list (so that (1, 16) and [1, 16] compare equal)."""
+    return list(v) if isinstance(v, (tuple, list)) else v
 
 
 def _option_weight(key: str, v, options: dict) -> int:
@@ -98,7 +100,7 @@ def _option_weight(key: str, v, options: dict) -> int:
     if key == "b_block" and "kind" in options:
         return int(list(v) != [16, 16])
     if key in _LAYER_PLAIN:  # a grouped-linear case's settings (SPEC 16): 0 at the plain layer's value
-        return int(_norm_option(v) != _LAYER_PLAIN[key])
+        return int(norm_option(v) != _LAYER_PLAIN[key])
     if key == "is_first_microbatch":  # (one entry per step: TE's argument, None where the layer decides)
         return int(any(x is not None for x in v))
     return int(v not in (None, False, 0, "auto", "rn", "te", [1, 16], (1, 16)))

@@ -18,7 +18,7 @@ import numpy as np
 import oracle
 from oracle.rht import DEFAULT_RHT_SIGNS
 
-from .cases import PLAIN_QUANT, Case
+from .cases import PLAIN_QUANT, Case, norm_option
 
 #: The keys a backend's ``space()`` may set (``conformance.runner.case_space`` refuses others, so that a typo cannot
 #: silently leave a restriction out). Option lists: ``planes`` ("row", "col", "both"), ``rule``, ``rht``,
@@ -74,7 +74,7 @@ def pick(rng: np.random.Generator, space: dict, name: str, choices, p=None):
     """Draw one of ``choices`` (weights ``p``), restricted to ``space[name]`` when the backend restricts it."""
     choices = list(choices)
     if name in space:
-        allowed = [c for c in choices if _norm(c) in [_norm(a) for a in space[name]]]
+        allowed = [c for c in choices if norm_option(c) in [norm_option(a) for a in space[name]]]
         if not allowed:
             allowed = list(space[name])
         idx = [choices.index(c) for c in allowed if c in choices]
@@ -87,10 +87,6 @@ def pick(rng: np.random.Generator, space: dict, name: str, choices, p=None):
         w = np.asarray(p, float)
         return choices[int(rng.choice(len(choices), p=w / w.sum()))]
     return choices[int(rng.integers(len(choices)))]
-
-
-def _norm(v):
-    return list(v) if isinstance(v, (tuple, list)) else v
 
 
 def gen_rows(rng: np.random.Generator, max_rows: int = 5000, min_rows: int = 0) -> int:
@@ -891,7 +887,7 @@ def _pick_valid(rng, space: dict, name: str, choices: list, p=None):
     u = rng.random()
     w = np.asarray(p if p is not None else np.ones(len(choices)), float)
     if name in space:
-        allowed = np.array([_norm(c) in [_norm(a) for a in space[name]] for c in choices])
+        allowed = np.array([norm_option(c) in [norm_option(a) for a in space[name]] for c in choices])
         if not allowed.any():
             return choices[0]
         w = np.where(allowed, w, 0.0)

@@ -46,7 +46,8 @@ from .cases import TE_VARIANT_DEFAULTS, Case
 from .generators import LAYER_MODELS
 
 __all__ = ["MMA_OPS", "OPS", "OpSpec", "TE_VARIANT_DEFAULTS", "bias_grad_by_chunks", "gemm_planes", "layer_bias",
-           "layer_recipe", "layer_splits", "mma_planes", "quantize_kwargs", "reference", "te_variant_kwargs"]
+           "layer_param_dtype", "layer_recipe", "layer_splits", "mma_planes", "quantize_kwargs", "reference",
+           "te_variant_kwargs"]
 
 
 @dataclass(frozen=True)
@@ -374,14 +375,16 @@ def layer_recipe(case: Case) -> oracle.NVFP4Recipe:
                               rht_signs=int(o["rht_signs"]), sr_grad=bool(o["sr_grad"]), seed=int(o["seed"]))
 
 
+def layer_param_dtype(case: Case) -> type:
+    """The NumPy dtype of a grouped-linear case's parameters: ml_dtypes.bfloat16 or np.float32."""
+    return ml_dtypes.bfloat16 if case.options["params_dtype"] == "bfloat16" else np.float32
+
+
 def layer_bias(case: Case) -> np.ndarray | None:
     """A grouped-linear case's bias [E, N] as the layer's parameter holds it (rounded to the parameters' dtype), in
     float32 (the exact widening: the fprop epilogue's bias, SPEC 16.3); None without a bias."""
     b = case.arrays.get("bias")
-    if b is None:
-        return None
-    pdt = ml_dtypes.bfloat16 if case.options["params_dtype"] == "bfloat16" else np.float32
-    return b.astype(pdt).astype(np.float32)
+    return None if b is None else b.astype(layer_param_dtype(case)).astype(np.float32)
 
 
 def bias_grad_by_chunks(dy: np.ndarray) -> np.ndarray:
@@ -415,7 +418,7 @@ def ref_grouped_linear(case: Case) -> dict:
     rows = np.concatenate([[0], np.cumsum(s)]).astype(np.int64)
     r = layer_recipe(case)
     model = LAYER_MODELS[o["layer_mode"]]
-    pdt = ml_dtypes.bfloat16 if o["params_dtype"] == "bfloat16" else np.float32
+    pdt = layer_param_dtype(case)
     bias = layer_bias(case)
     acc = a["main_grad"].copy() if "main_grad" in a else None
     q = dict(rule=r.rule, rht_signs=r.rht_signs)

@@ -182,9 +182,8 @@ def signed_zero_codes(negative: np.ndarray, buffers: dict[str, np.ndarray],
 
 def rht_negative(x: np.ndarray, signs: int) -> np.ndarray:
     """The sign bits ``[K, M]`` of the RHT'd columnwise plane of X (SPEC 7.1: ``(x * s) @ H16 / 4`` over each 16
-    tokens of a column; M a multiple of 16), from the sums in float64 with H16 built here: exact for SPEC 7.4's plain
-    blocks (at most 2^24 multiples of the least input, below 2^53), whose zero sums are +0.0."""
-    xt = np.asarray(x, np.float64).T.reshape(x.shape[1], -1, 16)
-    s = np.array([-1.0 if (signs >> i) & 1 else 1.0 for i in range(16)])
-    h = np.array([[(-1.0) ** bin(r & c).count("1") for c in range(16)] for r in range(16)])
-    return np.signbit((xt * s) @ h).reshape(x.shape[1], -1)
+    tokens of a column; M a multiple of 16), from :func:`conformance.independent.torch_rht`'s float64 sums: exact for
+    SPEC 7.4's plain blocks (at most 2^24 multiples of the least input, below 2^53), whose zero sums are +0.0."""
+    from .independent import torch_rht
+
+    return (torch_rht(np.ascontiguousarray(np.asarray(x).T), signs) >> 15).astype(bool)

@@ -15,6 +15,7 @@ from conformance.backends import Backend, DeviceBackend, OracleLayerBackend
 from conformance.cases import load_case, save_case
 from conformance.compare import compare
 from conformance.generators import LAYER_MODELS, generate
+from conformance.independent import _to_torch, torch_to_numpy
 from conformance.ops import bias_grad_by_chunks, layer_recipe, layer_splits, ref_grouped_linear, reference
 from conformance.runner import case_space, check_case
 from conformance.shrink import candidates, shrink
@@ -345,11 +346,13 @@ class _OracleLayer:
 
         self.GroupedLinear = GroupedLinear
 
-    def host(self, t) -> np.ndarray:
-        return t.detach().contiguous().view(self.torch.int16).numpy().view(ml_dtypes.bfloat16)
+    @staticmethod
+    def host(t) -> np.ndarray:
+        return torch_to_numpy(t)
 
-    def tensor(self, a: np.ndarray):
-        return self.torch.from_numpy(a.view(np.int16).copy()).view(self.torch.bfloat16)
+    @staticmethod
+    def tensor(a: np.ndarray):
+        return _to_torch(a)
 
 
 def _stand_in_device(torch, monkeypatch) -> DeviceBackend:
