@@ -74,6 +74,18 @@ def _zero_elements(x: np.ndarray) -> Iterator[np.ndarray]:
             yield y.reshape(x.shape)
 
 
+def _fewer_rows_in_one_group(s: np.ndarray, total: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """For each nonempty group g and each chunk of its rows: the row indices kept (every other group's rows, the chunk
+    of g's, and the rows past the groups up to ``total``) and the splits with g's count cut to the chunk."""
+    starts = np.concatenate([[0], np.cumsum(s)]).astype(np.int64)
+    for g in np.flatnonzero(s):
+        for keep in _chunks(int(s[g])):
+            rows = np.concatenate([np.arange(starts[g]), starts[g] + keep, np.arange(starts[g + 1], total)])
+            s2 = s.copy()
+            s2[g] = keep.size
+            yield rows.astype(np.int64), s2
+
+
 def _cols16(x: np.ndarray) -> Iterator[np.ndarray]:
     """Column subsets of whole 16-blocks (K stays a multiple of 16, at least 16)."""
     nb = x.shape[-1] // 16
@@ -216,13 +228,8 @@ def _grouped_gemm_smaller(case: Case) -> Iterator[Case]:
                 new[name] = a[name][keep]
         yield case.replace(new, {"b_splits": bs[keep].tolist()} if b_splits is not None else None)
     if not (kind == "wgrad" and b_splits is not None):  # fewer rows in one group (X still split like dY)
-        starts = np.concatenate([[0], np.cumsum(s)]).astype(np.int64)
-        for g in np.flatnonzero(s):
-            for keep in _chunks(int(s[g])):
-                rows = np.concatenate([np.arange(starts[g]), starts[g] + keep, np.arange(starts[g + 1], x.shape[0])])
-                s2 = s.copy()
-                s2[g] = keep.size
-                yield case.replace({"x": x[rows], "dy": dy[rows], "splits": s2})
+        for rows, s2 in _fewer_rows_in_one_group(s, x.shape[0]):
+            yield case.replace({"x": x[rows], "dy": dy[rows], "splits": s2})
     for idx in _cols16(x):  # fewer 16-blocks of K (x and w columns; C's and dgrad's bias columns)
         new = {"x": x[:, idx], "w": w[:, idx]}
         if "c" in a:
@@ -340,14 +347,8 @@ def _layer_group_candidates(case: Case) -> Iterator[Case]:
             rows = _group_rows(s, keep)
             yield case.replace({"x": x[rows], "dy": dy[rows], "splits": s[keep],
                                 **{name: v[keep] for name, v in per_group.items()}})
-    starts = np.concatenate([[0], np.cumsum(s)]).astype(np.int64)
-    for g in np.flatnonzero(s):
-        for keep in _chunks(int(s[g])):
-            rows = np.concatenate([np.arange(starts[g]), starts[g] + keep,
-                                   np.arange(starts[g + 1], x.shape[0])]).astype(np.int64)
-            s2 = s.copy()
-            s2[g] = keep.size
-            yield case.replace({"x": x[rows], "dy": dy[rows], "splits": s2})
+    for rows, s2 in _fewer_rows_in_one_group(s, x.shape[0]):
+        yield case.replace({"x": x[rows], "dy": dy[rows], "splits": s2})
 
 
 def _layer_option_simplifications(o: dict) -> Iterator[dict]:
@@ -396,25 +397,19 @@ def candidates(case: Case) -> Iterator[Case]:
             if per_row:
                 new["amax"] = a["amax"][: int(s.sum())]
             yield case.replace(new)
-        starts = np.concatenate([[0], np.cumsum(s)])
         amax = a.get("amax")
         for keep in _chunks(s.size):  # fewer groups
             if keep.size == 0:
                 continue
-            rows = np.concatenate([np.arange(starts[g], starts[g + 1]) for g in keep]).astype(np.int64)
+            rows = _group_rows(s, keep)
             new = {"x": x[rows], "splits": s[keep]}
             if amax is not None:
                 new["amax"] = amax[rows] if per_row else amax[:, keep]
             if "col_amax" in a:  # (row-scaled columnwise plane: [E, K], SPEC 5.7)
                 new["col_amax"] = a["col_amax"][keep]
             yield case.replace(new)
-        for g in np.flatnonzero(s):  # fewer rows in one group
-            for keep in _chunks(int(s[g])):
-                rows = np.concatenate([np.arange(starts[g]), starts[g] + keep, np.arange(starts[g + 1], x.shape[0])])
-                s2 = s.copy()
-                s2[g] = keep.size
-                rows = rows.astype(np.int64)
-                yield case.replace({"x": x[rows], "splits": s2, **({"amax": amax[rows]} if per_row else {})})
+        for rows, s2 in _fewer_rows_in_one_group(s, x.shape[0]):
+            yield case.replace({"x": x[rows], "splits": s2, **({"amax": amax[rows]} if per_row else {})})
         yield from _shared_quantize_candidates(case)
         return
     if op in ("gemm", "gemm_exact"):
