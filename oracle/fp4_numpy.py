@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .checks import check_index
+from .checks import check_index, host_array
 
 __all__ = [
     "E2M1_VALUES",
@@ -38,7 +38,7 @@ def _as_f32(x) -> np.ndarray:
     """The fp32 values of ``x``: float32 as it is; float16, bfloat16, and float64 (Python floats) or integers whose
     every value is a float32 value, widened or narrowed exactly. A value that float32 cannot hold (e.g. 2.5000001) is a
     ``ValueError``: these codecs round fp32 values, and rounding it to fp32 first would round twice."""
-    arr = np.asarray(x)
+    arr = host_array(x, "x")  # (a torch tensor's bfloat16 as ml_dtypes' bfloat16)
     if arr.dtype == np.float32:
         return arr
     if arr.dtype.kind not in "fiu" and arr.dtype.name != "bfloat16":
@@ -84,10 +84,14 @@ def encode_e2m1(x_f32) -> np.ndarray:
 
 
 def decode_e2m1(codes) -> np.ndarray:
-    """E2M1 code (low 4 bits of each uint8) -> float32 value (SPEC 2.1)."""
-    c = np.asarray(codes)
+    """E2M1 code -> float32 value (SPEC 2.1): the low 4 bits of each uint8 (a byte's high nibble is ignored), or
+    integers 0..15 of any other integer dtype (``ValueError`` outside)."""
+    c = host_array(codes, "codes")
     if c.dtype.kind not in "ui":
         raise TypeError(f"E2M1 codes must be an integer array, got {c.dtype}")
+    if c.dtype != np.uint8 and c.size and (c.min() < 0 or c.max() > 15):
+        raise ValueError(f"E2M1 codes are 0..15 (a uint8 array's low nibbles are read as they are), got values "
+                         f"{int(c.min())}..{int(c.max())}")
     return E2M1_VALUES[c.astype(np.uint8) & 0x0F]
 
 

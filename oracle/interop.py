@@ -508,6 +508,7 @@ def to_te_fields(t, *, swizzled: bool | None = None, as_torch: bool = False) -> 
     """
     if swizzled is not None:
         check_flag(swizzled, "swizzled")
+    check_flag(as_torch, "as_torch")
     _refuse_grouped(t)
     if hasattr(t, "row_data") and hasattr(t, "swizzled"):
         _check_te_rule(t.options.get("rule", "te"))

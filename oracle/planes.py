@@ -215,12 +215,34 @@ class NVFP4Tensor(_ByteEquality):
 
     ``shape`` is the 2-D shape ``(M, K)`` of the (flattened) input. ``row`` / ``col`` are ``None`` when
     that usage was not requested. ``options``: the keyword options of the call (rule, block, rounding, ...).
+
+    Construction checks that each plane is a :class:`QuantizedPlane` or ``None`` and fits ``shape``: ``row`` of shape
+    ``(M, K)``, ``col`` of shape ``(K, roundup(M, 16))`` (X^T, SPEC 6.2) with M valid columns where it records them.
     """
 
     row: QuantizedPlane | None
     col: QuantizedPlane | None
     shape: tuple[int, int]
     options: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.shape, (tuple, list)) or len(self.shape) != 2:
+            raise ValueError(f"shape must be (M, K), got {self.shape!r}")
+        m, k = check_index(self.shape[0], "shape's M"), check_index(self.shape[1], "shape's K")
+        self.shape = (m, k)
+        for name, plane, want in (("row", self.row, (m, k)), ("col", self.col, (k, -(-m // 16) * 16))):
+            if plane is None:
+                continue
+            if not isinstance(plane, QuantizedPlane):
+                raise TypeError(f"{name} must be a QuantizedPlane or None, got {type(plane).__name__}")
+            if plane.shape != want:
+                what = "X [M, K]" if name == "row" else "X^T [K, roundup(M, 16)] (SPEC 6.2)"
+                raise ValueError(f"the {name} plane of shape {plane.shape} is not the plane of {what} for shape "
+                                 f"{self.shape}: expected {want}")
+            if name == "col" and plane.valid_cols not in (None, m):
+                raise ValueError(f"the col plane holds {plane.valid_cols} valid columns, shape's M is {m}")
+        if not isinstance(self.options, dict):
+            raise TypeError(f"options must be a dict, got {type(self.options).__name__}")
 
     def __repr__(self) -> str:
         return f"NVFP4Tensor(shape={self.shape}, row={self.row!r}, col={self.col!r})"

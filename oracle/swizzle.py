@@ -27,7 +27,14 @@ __all__ = [
 
 
 def round_up(n, m: int):
-    """Smallest multiple of ``m`` that is >= ``n`` (works on ints and integer arrays)."""
+    """Smallest multiple of ``m`` that is >= ``n``: ``n`` an integer or an integer array, ``m`` an integer >= 1
+    (``TypeError`` for floats and bools, ``ValueError`` for ``m`` < 1)."""
+    m = check_index(m, "m", lo=1)
+    if isinstance(n, np.ndarray):
+        if n.dtype.kind not in "iu":
+            raise TypeError(f"n must be an integer or an integer array, got dtype {n.dtype}")
+    else:
+        n = check_index(n, "n", lo=None)
     return (n + m - 1) // m * m
 
 
@@ -144,13 +151,15 @@ def grouped_scale_offsets(splits, cols: int) -> dict:
     * ``col_data``: columnwise (X_g^T) data bytes, K*roundup(m_g,16)/2 per group;
     * ``col_scale``: columnwise scales, roundup(K,128) * roundup(ceil(m_g/16),4) per group.
     """
+    if isinstance(splits, (list, tuple)) and any(isinstance(v, (bool, np.bool_)) for v in splits):
+        raise TypeError(f"splits must be integer group sizes, got {list(splits)!r}")
     m = np.asarray(splits)
     if m.ndim != 1 or m.size == 0:
         raise ValueError(f"splits must be a non-empty 1-D array of integer group sizes, got shape {m.shape}")
     if m.dtype.kind not in "iu":  # (as group_quantize's splits: a float is not rounded)
         raise TypeError(f"splits must be a non-empty 1-D array of integer group sizes, got dtype {m.dtype}")
-    if np.any(m < 0):
-        raise ValueError(f"splits must be >= 0, got {m.tolist()}")
+    if np.any(m < 0) or (m.dtype.kind == "u" and np.any(m > np.iinfo(np.int64).max)):
+        raise ValueError(f"splits must be >= 0 and below 2^63, got {m.tolist()}")
     m = m.astype(np.int64)
     cols = check_index(cols, "cols")
     if cols % 16:

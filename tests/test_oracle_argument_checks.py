@@ -528,3 +528,75 @@ def test_a_torch_parameter_is_a_tensor():
     want = oracle.grouped_linear_forward(x, w, [12, 8])
     got = oracle.grouped_linear_forward(x, tw, [12, 8])
     assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
+# ------------------------------------------------------------------------------------ results, codecs and helpers
+
+def test_an_nvfp4_tensor_holds_planes_that_fit_its_shape():
+    """NVFP4Tensor: planes are QuantizedPlanes or None; the row plane is X [M, K], the col plane X^T
+    [K, roundup(M, 16)] (SPEC 6.2) with M valid columns. A rowwise plane given as the columnwise one (which
+    to_te_fields would write as columnwise_data, the plane of a [64, 32] X) is refused."""
+    t = oracle.quantize(X, columnwise=True)
+    assert oracle.NVFP4Tensor(t.row, t.col, (32, 64)) == t  # (a correct pair is accepted)
+    x20 = X[:20]
+    t20 = oracle.quantize(x20, columnwise=True)
+    assert t20.col.shape == (64, 32) and oracle.NVFP4Tensor(None, t20.col, (20, 64)).col is t20.col
+    with pytest.raises(TypeError, match="row must be a QuantizedPlane or None, got str"):
+        oracle.NVFP4Tensor("abc", None, (32, 64))
+    with pytest.raises(TypeError, match="col must be a QuantizedPlane or None, got ndarray"):
+        oracle.NVFP4Tensor(None, np.zeros((64, 16), np.uint8), (32, 64))
+    with pytest.raises(ValueError, match=r"the col plane of shape \(32, 64\) is not the plane of X\^T"):
+        oracle.NVFP4Tensor(None, t.row, (32, 64))
+    with pytest.raises(ValueError, match=r"the row plane of shape \(32, 64\) is not the plane of X \[M, K\]"):
+        oracle.NVFP4Tensor(t.row, None, (5, 5))
+    with pytest.raises(ValueError, match="the col plane holds 20 valid columns, shape's M is 32"):
+        oracle.NVFP4Tensor(None, t20.col, (32, 64))
+    with pytest.raises(ValueError, match=r"shape must be \(M, K\)"):
+        oracle.NVFP4Tensor(t.row, None, 32)
+    with pytest.raises(TypeError, match="shape's M must be an integer"):
+        oracle.NVFP4Tensor(t.row, None, (32.0, 64))
+    with pytest.raises(TypeError, match="as_torch must be True or False"):
+        oracle.to_te_fields(t, as_torch="no")
+
+
+def test_within_bound_names_a_bound_that_does_not_broadcast():
+    y = np.zeros((32, 48), np.float32)
+    with pytest.raises(ValueError, match=r"bound of shape \(3, 48\) does not fit the output's \(32, 48\)"):
+        oracle.within_bound(y, y, np.zeros((3, 48)))
+    with pytest.raises(ValueError, match=r"bound of shape \(2, 32, 48\) does not fit"):
+        oracle.within_bound(y, y, np.zeros((2, 32, 48)))  # (broadcasts, but to a larger shape)
+    assert oracle.within_bound(y, y, np.zeros(48)).all()
+
+
+def test_e2m1_codecs_check_codes_and_take_torch_bfloat16():
+    """decode_e2m1: a uint8 array's low nibbles (its high ones ignored, as documented); other integer dtypes must
+    hold codes 0..15 (SPEC 2.1). encode_e2m1 takes a torch bfloat16 tensor as the values it holds."""
+    from oracle import fp4_numpy
+
+    assert fp4_numpy.decode_e2m1(np.array([0x9F, 0x07], np.uint8)).tolist() == [-6.0, 6.0]
+    assert fp4_numpy.decode_e2m1(np.array([15, 1], np.int64)).tolist() == [-6.0, 0.5]
+    for bad in (np.array([-1]), np.array([16]), np.array([3, 300], np.uint16)):
+        with pytest.raises(ValueError, match="E2M1 codes are 0..15"):
+            fp4_numpy.decode_e2m1(bad)
+    torch = pytest.importorskip("torch")
+    v = [0.5, -6.0, 2.5, 0.2]
+    want = fp4_numpy.encode_e2m1(np.array(v, np.float32))
+    assert fp4_numpy.encode_e2m1(torch.tensor(v, dtype=torch.bfloat16)).tolist() == want.tolist() == [1, 15, 4, 0]
+
+
+def test_round_up_and_grouped_offsets_refuse_what_is_not_a_size():
+    from oracle.swizzle import round_up
+
+    assert round_up(5, 4) == 8 and round_up(np.array([0, 1, 16]), 16).tolist() == [0, 16, 16]
+    with pytest.raises(ValueError, match="m must be >= 1"):
+        round_up(5, 0)
+    with pytest.raises(ValueError, match="m must be >= 1"):
+        round_up(5, -4)
+    with pytest.raises(TypeError, match="n must be an integer"):
+        round_up(5.5, 4)
+    with pytest.raises(TypeError, match="n must be an integer or an integer array"):
+        round_up(np.array([1.5]), 4)
+    with pytest.raises(TypeError, match="splits must be integer group sizes"):
+        grouped_scale_offsets([True, 5], 16)
+    with pytest.raises(ValueError, match="splits must be >= 0 and below 2"):
+        grouped_scale_offsets(np.array([2**63], np.uint64), 16)
