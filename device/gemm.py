@@ -83,12 +83,13 @@ def set_num_sms(num_sms: int | None) -> None:
     """Cap the grouped GEMM's persistent grid at ``num_sms`` CTAs (one per SM; a 2-CTA cluster counts as two, an odd
     cap rounds down, at least one cluster runs), e.g. to leave SMs to work on other streams. ``None``: one CTA per SM
     of the device (the default). Applies to every later :func:`grouped_gemm` call of the process (a CUDA graph keeps
-    the cap it was captured with); the bits of the result do not depend on it."""
+    the cap it was captured with); the bits of the result do not depend on it. ``num_sms`` is an int in
+    [1, 2**31)."""
     global _num_sms
     if num_sms is not None and not _ops.is_int(num_sms):
-        raise TypeError(f"num_sms must be None or an int >= 1, got {num_sms!r}")
-    if num_sms is not None and num_sms < 1:
-        raise ValueError(f"num_sms must be None or an int >= 1, got {num_sms!r}")
+        raise TypeError(f"num_sms must be None or an int in [1, 2**31), got {num_sms!r}")
+    if num_sms is not None and not 1 <= num_sms < 2**31:
+        raise ValueError(f"num_sms must be None or an int in [1, 2**31), got {num_sms!r}")
     _num_sms = None if num_sms is None else int(num_sms)
 
 

@@ -225,8 +225,8 @@ class GroupedLinear(torch.nn.Module):
 
     Args:
         num_gemms: E, the number of experts (1 to 65535).
-        in_features: K, a positive multiple of 16.
-        out_features: N, a positive multiple of 16.
+        in_features: K, a positive multiple of 16 below 2**28 (fprop's contraction length).
+        out_features: N, a positive multiple of 16 below 2**28 (dgrad's contraction length).
         bias: whether the layer has a bias ``[E, N]`` (initialised to zeros).
         device: where the parameters live (a CUDA device).
         params_dtype: ``torch.bfloat16`` (default; the oracle's model) or ``torch.float32``. fp32 weights are
@@ -318,6 +318,8 @@ class GroupedLinear(torch.nn.Module):
             if v % 16:
                 raise ValueError(f"{name}={v} must be a multiple of 16 (one E4M3 scale per 16 elements; it is a GEMM "
                                  "contraction length)")
+            if v >= 2**28:  # (device.grouped_gemm's limit: the kernels step scale tiles by 32-bit K-tile offsets)
+                raise ValueError(f"{name}={v}: a GEMM contraction length (fprop K, dgrad N) must be below 2**28")
         if num_gemms > 65535:
             raise ValueError(f"num_gemms={num_gemms}: at most 65535 experts (the bias-gradient kernel's grid)")
         if params_dtype not in _PARAMS_DTYPES:
@@ -401,6 +403,9 @@ class GroupedLinear(torch.nn.Module):
                 raise ValueError(f"{name} must be [{dims}] = {list(shape)}, got {list(p.shape)}")
             if p.dtype not in _PARAMS_DTYPES:
                 raise TypeError(f"{name} must be torch.bfloat16 or torch.float32, got {p.dtype}")
+            if not p.is_contiguous():  # (the kernels read it as one dense buffer)
+                raise ValueError(f"{name} must be contiguous, got strides {tuple(p.stride())} (a strided view given "
+                                 f"through .data?)")
         if not self.weight.is_cuda:
             raise ValueError(f"the layer's parameters must be on a CUDA device, got {self.weight.device} (moved with "
                              ".cpu() or .to()?)")

@@ -181,13 +181,14 @@ def test_forcing_the_general_kernel_on_a_4over6_call_raises():
             _kernels(x2, four_over_six="mae")
 
 
-@pytest.mark.parametrize("bad, error", [(0, ValueError), (-3, ValueError), (True, TypeError), (2.0, TypeError),
-                                        ("4", TypeError)])
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (-3, ValueError), (2**31, ValueError), (True, TypeError),
+                                        (2.0, TypeError), ("4", TypeError)])
 def test_set_num_sms_refuses_bad_values(bad, error):
+    """Values the GEMM binding's max_ctas cannot hold (2**31 and up) are refused here, not by every later call."""
     import device
 
     before = device.get_num_sms()
-    with pytest.raises(error, match="num_sms must be None or an int >= 1"):
+    with pytest.raises(error, match=r"num_sms must be None or an int in \[1, 2\*\*31\)"):
         device.set_num_sms(bad)
     assert device.get_num_sms() == before
 

@@ -56,6 +56,9 @@ def cuda(*shape, dtype=BF16):
     (dict(bias=1), TypeError, "bias"),
     (dict(fuse_wgrad_accumulation=None), TypeError, "fuse_wgrad_accumulation"),
     (dict(num_gemms=65536), ValueError, "65535"),
+    # contraction lengths the GEMMs' 32-bit K-tile offsets cannot step (device.grouped_gemm refuses them too)
+    (dict(in_features=2**28), ValueError, r"in_features=268435456: a GEMM contraction length .* below 2\*\*28"),
+    (dict(out_features=2**28 + 64), ValueError, "out_features=268435520"),
 ])
 def test_constructor_refuses_bad_arguments(kwargs, err, match):
     args = dict(num_gemms=2, in_features=32, out_features=16)
@@ -134,6 +137,11 @@ def test_parameters_checked_at_forward(fake):
         ("weight", cuda(2, 16, 32, dtype=torch.float16), TypeError, "weight must be torch.bfloat16 or torch.float32"),
         ("bias", cuda(2, 32), ValueError, r"bias must be \[num_gemms, out_features\] = \[2, 16\]"),
         ("bias", cuda(2, 16, dtype=torch.float64), TypeError, "bias must be"),
+        # a strided view given through .data: the kernels read the parameters as dense buffers
+        ("weight", torch.empty_strided((2, 16, 32), (1024, 64, 2), dtype=BF16, device="cuda"), ValueError,
+         r"weight must be contiguous, got strides \(1024, 64, 2\)"),
+        ("bias", torch.empty_strided((2, 16), (32, 2), dtype=BF16, device="cuda"), ValueError,
+         "bias must be contiguous"),
     ):
         layer = _Layer(2, 32, 16)
         getattr(layer, name).data = value
