@@ -403,9 +403,6 @@ class GroupedLinear(torch.nn.Module):
                 raise ValueError(f"{name} must be [{dims}] = {list(shape)}, got {list(p.shape)}")
             if p.dtype not in _PARAMS_DTYPES:
                 raise TypeError(f"{name} must be torch.bfloat16 or torch.float32, got {p.dtype}")
-            if not p.is_contiguous():  # (the kernels read it as one dense buffer)
-                raise ValueError(f"{name} must be contiguous, got strides {tuple(p.stride())} (a strided view given "
-                                 f"through .data?)")
         if not self.weight.is_cuda:
             raise ValueError(f"the layer's parameters must be on a CUDA device, got {self.weight.device} (moved with "
                              ".cpu() or .to()?)")
@@ -486,7 +483,9 @@ class GroupedLinear(torch.nn.Module):
         e, n, k = w.shape
 
         def quantize() -> _Planes:
-            return _quantize(_aligned(w.reshape(e * n, k)), self._weight_splits, rowwise=True, columnwise=columnwise,
+            # (a strided weight, e.g. a view given through .data, is copied dense: the quantizer reads a dense buffer)
+            w2 = w.reshape(e * n, k).contiguous()
+            return _quantize(_aligned(w2), self._weight_splits, rowwise=True, columnwise=columnwise,
                              rht=False, rht_signs=r.rht_signs, block=r.weight_block, rule=r.rule, rounding="rn", seed=0)
 
         def f16_copy(planes: _Planes) -> Tensor | None:

@@ -701,9 +701,10 @@ def test_list_splits_equal_device_splits():
 
 
 def test_strided_bias_and_offset_weight():
-    """A bias that is a transposed view (not contiguous) and a weight at a storage offset off 16-byte alignment give
-    the bytes of the contiguous, aligned parameters, forward and backward (the bias used to reach the GEMM binding
-    with its strides, which refused it, and the weight the quantize binding, which refused its alignment)."""
+    """A bias that is a transposed view (not contiguous), a weight at a storage offset off 16-byte alignment, and a
+    weight that is a strided view (every other column of a wider buffer) give the bytes of the contiguous, aligned
+    parameters, forward and backward (the bias used to reach the GEMM binding with its strides, which refused it, and
+    the weight the quantize binding, which refused its alignment and, as "x must be contiguous", its strides)."""
     e, n, k, t = 2, 32, 64, 96
     w, b = rand_bf16((e, n, k), 5, 0.05), rand_bf16((e, n), 6)
     x = rand_bf16((t, k), 7)
@@ -725,3 +726,11 @@ def test_strided_bias_and_offset_weight():
     assert not layer.bias.is_contiguous() and layer.weight.data_ptr() % 16 == 2
     for got, ref, what in zip(step(layer), want, ("y", "dx", "dw", "dbias"), strict=True):
         assert_bytes(got, ref, what)
+    layer = make_layer(e, k, n, w=w, b=b)
+    with torch.no_grad():
+        wide = torch.zeros((e, n, 2 * k), dtype=torch.bfloat16, device=DEV)
+        wide[..., ::2] = w
+        layer.weight.data = wide[..., ::2]
+    assert not layer.weight.is_contiguous()
+    for got, ref, what in zip(step(layer), want, ("y", "dx", "dw", "dbias"), strict=True):
+        assert_bytes(got, ref, f"strided weight: {what}")
