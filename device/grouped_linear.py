@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from oracle.checks import check_flag
+from oracle.grouped import grouped_capacities
 from oracle.quantize import planes_are_transposes
 from oracle.recipe import DEFAULT_RECIPE, NVFP4Recipe
 
@@ -459,6 +460,18 @@ class GroupedLinear(torch.nn.Module):
             raise ValueError(f"mode 'sm100' runs contractions below {SM100_MAX_CONTRACTION} only, rounded up to a "
                              f"multiple of 64 (SPEC 12.7's int64 model): T={t}, N={n}, K={k}")
 
+    def _check_packed_scales(self, t: int) -> None:
+        """The forward keeps x's columnwise scales packed for the weight gradient (SPEC 9.5); the packing kernel's
+        index math runs in 32 bits, so both its input (the swizzled scales' worst-case buffer, SPEC 9.3) and its output
+        must stay below 2**32 bytes. Refused here, before the forward launches anything."""
+        k, e = self.in_features, self.num_gemms
+        swizzled = grouped_capacities(t, k, e)["col_scale"]
+        packed = _ops.packed_col_scale_bytes(t, k, e)
+        if max(swizzled, packed) >= 2**32:
+            raise ValueError(f"T={t}, in_features={k}, num_gemms={e}: x's columnwise scales for the weight gradient "
+                             f"take {max(swizzled, packed)} bytes, at most 2**32 - 1 (fewer tokens per call, or no "
+                             "weight gradient)")
+
     # --------------------------------------------------------------------------------------------------- weights
 
     def _weight_copy_read(self, t: int, need_dx: bool) -> bool:
@@ -561,6 +574,8 @@ class GroupedLinear(torch.nn.Module):
         need_dx = grad and x.requires_grad
         need_dw = grad and self.weight.requires_grad
         need_dbias = grad and self.bias is not None and self.bias.requires_grad
+        if need_dw:
+            self._check_packed_scales(x.shape[0])
         if need_dw and self.fuse_wgrad_accumulation and not self.delay_wgrad_compute:
             _check_main_grad(self.weight)
         r = self.recipe

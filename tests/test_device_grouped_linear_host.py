@@ -167,6 +167,27 @@ def test_main_grad_checked_before_any_launch(fake):
         layer(cuda(8, 32), cuda(2, dtype=torch.int64))
 
 
+def test_packed_scales_past_2_32_bytes_refused_before_any_launch(fake, monkeypatch):
+    """E = 65535, K = 16384: T = 65599 tokens make x's columnwise scales (SPEC 9.3's worst case, which the forward
+    packs for the weight gradient, SPEC 9.5) 2^32 bytes, past the packing kernel's 32-bit index math; T = 65598 and a
+    forward without the weight gradient are taken. Nothing is launched before the refusal."""
+    layer = _Layer(65535, 16384, 16)
+    splits = cuda(65535, dtype=torch.int64)
+    launched = []
+
+    def first_launch(*args, **kwargs):  # (the forward's first kernel: a quantize pass)
+        launched.append(True)
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(gl, "_quantize", first_launch)
+    with pytest.raises(ValueError, match="x's columnwise scales for the weight gradient take 4294967296 bytes"):
+        layer(cuda(65599, 16384), splits)
+    assert not launched
+    for t, grad in ((65598, True), (65599, False)):
+        with torch.set_grad_enabled(grad), pytest.raises(RuntimeError, match="stop"):  # (past the checks)
+            layer(cuda(t, 16384), splits)
+
+
 @pytest.mark.parametrize("mode,t,match", [
     ("sm100", 2**19, "mode 'sm100' runs contractions below 524288 only"),  # wgrad's contraction is T (SPEC 12.7)
     ("fast", 2**28, "sizes too large: T=268435456"),  # T below 2**28 (the GEMMs' K-tile offsets)
