@@ -330,6 +330,10 @@ def read_theirs(path: str, plane: str) -> tuple:
                         if ak == "per_tensor_scale" and amax is not None:
                             amax = amax_from_torchao_scale(amax.reshape(-1)[:1])
                         return z[dk], z[sk], amax, p
+    other = {"row": "col", "col": "row"}.get(plane)
+    if other is not None and any(dk in keys and sk in keys for dk, sk, _ in THEIRS_KEYS[other]):
+        raise ValueError(f"{path} holds {sorted(keys)}: the {other} plane's names, and --plane {plane} looks for the "
+                         f"{plane} plane's (drop --plane, or give --plane {other})")
     raise ValueError(f"{path} holds {sorted(keys)}; diagnose needs a data and a scales array under one of the names "
                      "of --help (e.g. data and scales)")
 

@@ -320,6 +320,8 @@ def _bad_inputs(tmp_path):
     (["diagnose", "x.npy", "x.npy"], "single .npy array"),
     (["diagnose", "x.npy", "torchao_empty_scale.npz"], "per_tensor_scale is empty"),
     (["diagnose", "x_archive.npz", "theirs.npz"], "is an .npz archive"),
+    # a file with the rowwise plane's names only, searched for the columnwise plane's
+    (["diagnose", "x.npy", "theirs.npz", "--plane", "col"], "the row plane's names, and --plane col looks for the col"),
     (["explain", "x_archive.npz", "--row", "0"], "is an .npz archive"),
     (["quantize", "x_archive.npz", "o.npz"], "is an .npz archive"),
     (["explain", "x.txt", "--row", "0"], "not an .npy file"),
