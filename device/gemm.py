@@ -69,6 +69,8 @@ _TILE = 128
 #: mode "sm100" (gemm/sm100_copies.cu, gemm/sm100_simt.cu): fewer than 2^13 k64 steps keep the int64 step's
 #: accumulator below 2^62 (SPEC 12.7)
 SM100_MAX_CONTRACTION = 2**19
+#: every mode's contractions are below this length: the kernels step scale tiles by 32-bit K-tile offsets (kt * 512)
+MAX_CONTRACTION = 2**28
 _num_sms: int | None = None
 
 
@@ -352,7 +354,7 @@ def _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode) -> _Call:
     if max(shape) > 2**31 - 256 or t_a * max(k_a, k_b) >= 2**62:
         raise ValueError(f"sizes too large: {shape} (each must be at most 2**31 - 256)")
     contraction = t_a if kind == "wgrad" else kc  # wgrad: the largest possible group
-    if contraction >= 2**28:  # the kernels step scale tiles by 32-bit K-tile offsets (kt * 512 bytes)
+    if contraction >= MAX_CONTRACTION:
         raise ValueError(f"{kind}: contraction length {contraction} too long (the device supports < 2**28)")
     if mode == "sm100" and _sm100_contraction_too_long(contraction):
         raise ValueError(f"{kind}: mode 'sm100' runs contractions below {SM100_MAX_CONTRACTION} only, rounded up to a "

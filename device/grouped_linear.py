@@ -23,7 +23,7 @@ from oracle.recipe import DEFAULT_RECIPE, NVFP4Recipe
 
 from . import _dispatch, _ops
 from . import gemm as _gemm
-from .gemm import SM100_MAX_CONTRACTION, _sm100_contraction_too_long
+from .gemm import MAX_CONTRACTION, SM100_MAX_CONTRACTION, _sm100_contraction_too_long
 from .quantization import _options
 
 __all__ = ["GroupedLinear"]
@@ -319,7 +319,7 @@ class GroupedLinear(torch.nn.Module):
             if v % 16:
                 raise ValueError(f"{name}={v} must be a multiple of 16 (one E4M3 scale per 16 elements; it is a GEMM "
                                  "contraction length)")
-            if v >= 2**28:  # (device.grouped_gemm's limit: the kernels step scale tiles by 32-bit K-tile offsets)
+            if v >= MAX_CONTRACTION:  # (device.grouped_gemm's limit; the layer calls the GEMM ops directly)
                 raise ValueError(f"{name}={v}: a GEMM contraction length (fprop K, dgrad N) must be below 2**28")
         if num_gemms > 65535:
             raise ValueError(f"num_gemms={num_gemms}: at most 65535 experts (the bias-gradient kernel's grid)")
@@ -454,8 +454,8 @@ class GroupedLinear(torch.nn.Module):
         if x.shape[1] != self.in_features:
             raise ValueError(f"x has K={x.shape[1]} columns, the layer has in_features={self.in_features}")
         t, n, k = x.shape[0], self.out_features, self.in_features
-        if max(t, n, k) > 2**31 - 256 or t >= 2**28:  # (device.grouped_gemm's limits, SPEC-free size bounds)
-            raise ValueError(f"sizes too large: T={t}, N={n}, K={k} (each at most 2**31 - 256, T below 2**28)")
+        if max(t, n, k) >= MAX_CONTRACTION:  # (each is a contraction of one of the three GEMMs: wgrad's is T)
+            raise ValueError(f"sizes too large: T={t}, N={n}, K={k} (each below 2**28)")
         if self.mode == "sm100" and _sm100_contraction_too_long(max(t, n, k)):
             raise ValueError(f"mode 'sm100' runs contractions below {SM100_MAX_CONTRACTION} only, rounded up to a "
                              f"multiple of 64 (SPEC 12.7's int64 model): T={t}, N={n}, K={k}")
