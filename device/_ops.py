@@ -36,6 +36,8 @@ __all__ = [
     "launch_grouped_gemm",
     "launch_quantize",
     "quantize_buffers",
+    "require_cuda_tensors",
+    "require_hopper",
     "unpack_col_scales_op",
 ]
 
@@ -299,14 +301,37 @@ def is_int(v) -> bool:
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
+_HOPPER = (9, 0)
+_hopper_devices: set[int] = set()  # the CUDA device indices that require_hopper has found to be sm_90
+
+
+def require_hopper(t: Tensor, name: str) -> None:
+    """Refuse a CUDA tensor whose GPU is not sm_90 (Hopper) with a ``RuntimeError`` that names it. The kernels are
+    built for ``sm_90a`` only (device/_build.py), so on any other GPU every launch would fail with CUDA's "no kernel
+    image is available" error. The answer is cached per device index. Not checked while torch.compile traces or on
+    fake tensors (no GPU need be present then); the compiled graph's launches still fail on another GPU."""
+    if _traced(t):
+        return
+    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    if index in _hopper_devices:
+        return
+    major, minor = torch.cuda.get_device_capability(index)
+    if (major, minor) != _HOPPER:
+        raise RuntimeError(f"{name} is on cuda:{index}, an sm_{major}{minor} GPU ({torch.cuda.get_device_name(index)}); "
+                           "the device kernels are built for sm_90a and run on Hopper GPUs (H100, H200) only")
+    _hopper_devices.add(index)
+
+
 def require_cuda_tensors(**tensors) -> None:
-    """Check that every keyword argument is a CUDA ``torch.Tensor``; the error names the first that is not:
-    ``TypeError`` for another type (a NumPy array, a number), ``ValueError`` for a tensor on another device."""
+    """Check that every keyword argument is a CUDA ``torch.Tensor`` on a Hopper GPU; the error names the first that
+    is not: ``TypeError`` for another type (a NumPy array, a number), ``ValueError`` for a tensor on another device,
+    ``RuntimeError`` for a GPU other than sm_90 (:func:`require_hopper`)."""
     for name, t in tensors.items():
         if not isinstance(t, Tensor):
             raise TypeError(f"{name} must be a CUDA tensor, got {type(t).__name__}")
         if not t.is_cuda:
             raise ValueError(f"{name} must be a CUDA tensor, got device {t.device}")
+        require_hopper(t, name)
 
 
 def check_dequantize_args(data: Tensor, scales: Tensor, amax: Tensor, rows: int, cols: int, swizzled: bool) -> None:

@@ -308,6 +308,7 @@ def _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode) -> _Call:
         raise ValueError(f"a and b are on different devices ({dev} vs {b.offsets.device})")
     if dev.type != "cuda":
         raise ValueError("grouped_gemm needs CUDA tensors")
+    _ops.require_hopper(a.offsets, "a")
     t_a, k_a = (int(x) for x in a.shape)
     t_b, k_b = (int(x) for x in b.shape)
 

@@ -407,6 +407,7 @@ class GroupedLinear(torch.nn.Module):
         if not self.weight.is_cuda:
             raise ValueError(f"the layer's parameters must be on a CUDA device, got {self.weight.device} (moved with "
                              ".cpu() or .to()?)")
+        _ops.require_hopper(self.weight, "the layer's weight")
         if self.bias is not None and self.bias.device != self.weight.device:
             raise ValueError(f"bias must be on the weight's device ({self.weight.device}), got {self.bias.device}")
         if self._weight_splits.device != self.weight.device:  # (a buffer: .to() moves it, weight.data = ... not)

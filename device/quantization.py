@@ -32,6 +32,7 @@ def _check_x(x) -> Tensor:
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     if not x.is_cuda:
         raise ValueError(f"x must be a CUDA tensor, got device {x.device}")
+    _ops.require_hopper(x, "x")
     if x.dtype not in _DTYPES:
         raise TypeError(f"x must be bfloat16, float16 or float32, got {x.dtype}")
     if x.dim() == 0:
@@ -308,6 +309,7 @@ def swizzle_scales(compact: Tensor) -> Tensor:
         raise TypeError(f"compact scales must be a torch.Tensor, got {type(compact).__name__}")
     if not compact.is_cuda:
         raise ValueError(f"compact scales must be a CUDA tensor, got device {compact.device}")
+    _ops.require_hopper(compact, "compact scales")
     # (as oracle.swizzle.swizzle_scales: TypeError for the dtype, ValueError for the rank)
     if compact.dtype != torch.uint8:
         raise TypeError(f"compact scales must be uint8 (E4M3 bytes), got {compact.dtype}")

@@ -750,3 +750,73 @@ def test_raw_dequantize_takes_the_torch_views_bytes(fake, monkeypatch):
     y = quantization.dequantize(data, scales=scales, amax=_fake_cuda(1, dtype=torch.float32), shape=(20, 48),
                                 swizzled=False)
     assert tuple(y.shape) == (20, 48) and seen == {"data": torch.uint8, "scales": torch.uint8}
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# the GPU's architecture: the kernels are sm_90a only
+# ------------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("capability, name", [((10, 0), "NVIDIA B200"), ((8, 0), "NVIDIA A100-SXM4-80GB"),
+                                              ((9, 1), "a future sm_91 part")])
+def test_a_gpu_other_than_sm_90_is_refused_by_name(capability, name, monkeypatch):
+    """A CUDA tensor on another architecture is refused before any launch (which would fail with CUDA's "no kernel
+    image is available"); the message names the device, its architecture and what the kernels run on."""
+    from types import SimpleNamespace
+
+    from device import _ops
+
+    monkeypatch.setattr(_ops, "_hopper_devices", set())
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: name)
+    on_gpu_3 = SimpleNamespace(device=torch.device("cuda", 3))  # (a CPU-only torch makes no CUDA tensor)
+    sm = f"sm_{capability[0]}{capability[1]}"
+    with pytest.raises(RuntimeError, match=f"^x is on cuda:3, an {sm} GPU \\({name}\\); .* Hopper GPUs"):
+        _ops.require_hopper(on_gpu_3, "x")
+    assert not _ops._hopper_devices
+
+
+def test_an_sm_90_gpu_is_taken_and_remembered(monkeypatch):
+    from types import SimpleNamespace
+
+    from device import _ops
+
+    asked = []
+    monkeypatch.setattr(_ops, "_hopper_devices", set())
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: asked.append(index) or (9, 0))
+    for _ in range(3):
+        _ops.require_hopper(SimpleNamespace(device=torch.device("cuda", 1)), "x")
+    assert asked == [1] and _ops._hopper_devices == {1}
+
+
+def test_every_entry_point_checks_the_gpu(fake, monkeypatch):
+    """quantize, group_quantize, swizzle_scales, dequantize, grouped_gemm and the GroupedLinear forward each ask
+    require_hopper about their CUDA operands before anything else reads them (on FakeTensors the check itself is
+    skipped: no GPU need be present while torch.compile traces, so it is replaced here by one that refuses)."""
+    import device
+    from device import _ops
+
+    class Layer(device.GroupedLinear):  # (uniform_ needs a real CUDA generator)
+        def reset_parameters(self) -> None:
+            with torch.no_grad():
+                self.weight.fill_(0.01)
+
+    xq, wq, _ = _fake_operands()  # (made before the check refuses)
+    layer = Layer(2, 32, 16)
+
+    def refuse(t, name):
+        raise RuntimeError(f"not sm_90: {name}")
+
+    monkeypatch.setattr(_ops, "require_hopper", refuse)
+    u8 = torch.uint8
+    calls = {
+        "x": lambda: device.quantize(_fake_cuda(32, 32)),
+        "x ": lambda: device.group_quantize(_fake_cuda(32, 32), _fake_cuda(2, dtype=torch.int64)),
+        "compact scales": lambda: device.swizzle_scales(_fake_cuda(32, 2, dtype=u8)),
+        "data": lambda: device.dequantize(_fake_cuda(256, dtype=u8), scales=_fake_cuda(32, 1, dtype=u8),
+                                          amax=_fake_cuda(1, dtype=torch.float32), shape=(32, 16), swizzled=False),
+        "a": lambda: device.grouped_gemm(xq, wq),
+        "the layer's weight": lambda: layer(_fake_cuda(8, 32), _fake_cuda(2, dtype=torch.int64)),
+    }
+    for name, call in calls.items():
+        with pytest.raises(RuntimeError, match=f"^not sm_90: {name.strip()}$"):
+            call()
