@@ -788,10 +788,11 @@ def disagreeing_splits(rng: np.random.Generator, s: np.ndarray) -> np.ndarray | 
 #: The device's grouped-GEMM algorithms (``device.testing.force_plan(algorithm=...)``; docs/design.md). Fast mode
 #: (every one bit-exact with the oracle's tensor-core model, SPEC 12.6): the fused-decode kernel in 64 x 256 and
 #: 128 x 256 tiles and in 2-CTA clusters of 256 x 256, fp16 copies of both operands then CUTLASS's grouped GEMM, and
-#: the swapped kernel (weights as wgmma's register operand; fprop / dgrad). Exact mode (the sequential model, SPEC
+#: the swapped kernel in 64 x 256 and 256 x 128 tiles (weights as wgmma's register operand; fprop / dgrad). Exact mode (the sequential model, SPEC
 #: 12.2): the fused kernel with exact per-16-block partials, fp16 copies of both operands, and an fp16 copy of A with B
 #: decoded in the K loop (fprop / dgrad). Listed in the generator's draw order.
-FAST_ALGORITHMS = ("fused_64x256", "fused_128x256", "fused_pair_256x256", "copies_cutlass", "swapped_64x256")
+FAST_ALGORITHMS = ("fused_64x256", "fused_128x256", "fused_pair_256x256", "copies_cutlass", "swapped_64x256",
+                   "swapped_256x128")
 EXACT_ALGORITHMS = ("exact_copies", "exact_fused", "exact_hybrid")
 #: the fused fast kernels: both epilogues ("staged"; "tma_store" for bf16 output)
 FUSED_FAST = FAST_ALGORITHMS[:3]
@@ -829,7 +830,7 @@ def algorithm_runs(name: str, g: GemmShape) -> bool:
     kernels fprop and dgrad only, the hybrid one with a contraction % 32 == 0 (its B rows read as TMA boxes of 16-byte
     multiples; device.group_quantize's planes are 16-byte aligned), the CUTLASS copies with 16-byte aligned output
     rows, and with a bias for bf16 output only."""
-    if name in ("swapped_64x256", "exact_hybrid") and g.kind == "wgrad":
+    if name in ("swapped_64x256", "swapped_256x128", "exact_hybrid") and g.kind == "wgrad":
         return False
     if name == "exact_hybrid":
         return g.contraction % 32 == 0
@@ -839,11 +840,11 @@ def algorithm_runs(name: str, g: GemmShape) -> bool:
 
 
 def loaders_of(name: str, g: GemmShape) -> tuple[str, ...]:
-    """The loaders a case can force on algorithm ``name``: the swapped kernel's cp.async loader, and its TMA loader for
+    """The loaders a case can force on algorithm ``name``: the swapped kernels' cp.async loader, and their TMA loader for
     fprop with a contraction % 32 == 0 and at least one token (its tensor maps need a row of each plane; dgrad always
     takes cp.async); both loaders of the exact kernel over fp16 copies. None for the algorithms with one loader, nor
     for "auto" (the algorithm is not known here)."""
-    if name == "swapped_64x256":
+    if name in ("swapped_64x256", "swapped_256x128"):
         tma = g.kind == "fprop" and g.contraction % 32 == 0 and g.out_rows > 0
         return ("cp_async", "tma") if tma else ("cp_async",)
     if name == "exact_copies":
@@ -908,7 +909,8 @@ def _draw_algorithms(rng, space: dict) -> tuple[str, int, str]:
     many tiles, and the last round's tiles run as half tiles) and an exact algorithm, both algorithms whatever the
     case's mode, so that the draws after them do not depend on it. Every algorithm of a mode gives the same bits (SPEC
     12.6 / 12.2), so each case checks one of them; "auto" leaves the choice to the device's plan (by the sizes)."""
-    fast = _pick_valid(rng, space, "algorithm", ["auto", *FAST_ALGORITHMS], [0.3, 0.12, 0.12, 0.12, 0.17, 0.17])
+    fast = _pick_valid(rng, space, "algorithm", ["auto", *FAST_ALGORITHMS],
+                       [0.3, 0.1, 0.1, 0.1, 0.14, 0.13, 0.13])
     j = int(rng.integers(len(NUM_SMS_DRAWS)))  # (restricted: an allowed value picked by the same draw)
     allowed = [v for v in NUM_SMS_DRAWS if v in space.get("num_sms", NUM_SMS_DRAWS)] or [0]
     num_sms = NUM_SMS_DRAWS[j] if NUM_SMS_DRAWS[j] in allowed else allowed[j % len(allowed)]

@@ -116,9 +116,11 @@ ALGORITHM_TILES = {
     Algorithm.exact_hybrid: (128, 128),
     Algorithm.sm100_simt: (64, 64),
     Algorithm.sm100_copies: (128, 128),
+    Algorithm.swapped_256x128: (256, 128),
 }
 FAST = (Algorithm.fused_64x256, Algorithm.fused_128x256, Algorithm.fused_pair_256x256, Algorithm.swapped_64x256,
-        Algorithm.copies_cutlass)
+        Algorithm.swapped_256x128, Algorithm.copies_cutlass)
+SWAPPED = (Algorithm.swapped_64x256, Algorithm.swapped_256x128)
 EXACT = (Algorithm.exact_fused, Algorithm.exact_copies, Algorithm.exact_hybrid)
 SM100 = (Algorithm.sm100_copies, Algorithm.sm100_simt)
 FUSED_FAST = (Algorithm.fused_64x256, Algorithm.fused_128x256, Algorithm.fused_pair_256x256)
@@ -134,9 +136,10 @@ PAIR_MIN_CONTRACTION = 1024
 #: swapped_64x256 for fprop / dgrad with at most this many rows per group on average (E8 T512 1.98x of grouped_mm
 #: against 1.62x for fused_64x256)
 SWAPPED_MAX_ROWS = 96
-#: swapped_64x256 runs contractions below this length only (a correctness bound, not a tuning: its cp.async loader
-#: steps each copy by 32-bit offsets of up to 96 x the contraction, below 2^31 up to 22.3M)
-SWAPPED_MAX_CONTRACTION = 2**24
+#: the swapped kernels run contractions below this length only (a correctness bound, not a tuning: their cp.async
+#: loader steps each copy by 32-bit offsets of up to 96 x the contraction with 64-token tiles, below 2^31 up to 22.3M,
+#: and 240 x with 256-token tiles, up to 8.9M)
+SWAPPED_MAX_CONTRACTION = {Algorithm.swapped_64x256: 2**24, Algorithm.swapped_256x128: 2**23}
 #: fp16 copies of both operands pay when every element is reused by at least this many output rows and columns
 #: (H200: copies_cutlass 1.16x faster than fused_pair_256x256 at 1024 rows per group, 0.94x at 512; E8 K4096 N14336)
 COPIES_MIN_REUSE = 1024
@@ -319,13 +322,13 @@ def algorithm_unavailable(a: Algorithm, p: GemmProblem) -> str | None:
     if a in FUSED_FAST or a == Algorithm.exact_fused:
         if not (p.a_scales_aligned and p.b_scales_aligned):
             return "it copies the scale tiles 16 bytes at a time: both scale buffers must be 16-byte aligned"
-    if a == Algorithm.swapped_64x256:
+    if a in SWAPPED:
         if not p.b_scales_aligned:
             return "it copies b's scale tiles 16 bytes at a time: b's scale buffer must be 16-byte aligned"
         if p.kind == "wgrad":
             return "it runs fprop and dgrad only (its token operand is a rowwise plane)"
-        if p.contraction >= SWAPPED_MAX_CONTRACTION:
-            return f"it runs contractions below {SWAPPED_MAX_CONTRACTION} only, got {p.contraction}"
+        if p.contraction >= SWAPPED_MAX_CONTRACTION[a]:
+            return f"it runs contractions below {SWAPPED_MAX_CONTRACTION[a]} only, got {p.contraction}"
     if a == Algorithm.copies_cutlass:
         if not p.cutlass:
             return "the extension was built without CUTLASS's headers (install nvidia-cutlass, then rebuild)"
@@ -379,7 +382,7 @@ def _auto_algorithm(p: GemmProblem) -> Algorithm:
 
 
 def _swapped_tma_reason(p: GemmProblem) -> str | None:
-    """Why swapped_64x256's TMA loader cannot run (None: it can). Its boxes are whole 16-byte rows of the token copy
+    """Why the swapped kernels' TMA loader cannot run (None: it can). Its boxes are whole 16-byte rows of the token copy
     and the weight plane through one map each; dgrad's weight groups after a group that disagrees with N (SPEC 12.5)
     need not start on a whole row of one map, so dgrad takes the cp.async loader."""
     pitch = p.contraction // 2  # packed bytes per weight row
@@ -397,7 +400,7 @@ def _swapped_tma_reason(p: GemmProblem) -> str | None:
 
 def loader_unavailable(a: Algorithm, loader: Loader, p: GemmProblem) -> str | None:
     """Why ``a`` cannot load its operands with ``loader`` (None: it can)."""
-    if a == Algorithm.swapped_64x256:
+    if a in SWAPPED:
         return _swapped_tma_reason(p) if loader == Loader.tma else None
     has = {Algorithm.exact_copies: (Loader.tma, Loader.cp_async), Algorithm.exact_hybrid: (Loader.tma,),
            Algorithm.copies_cutlass: (Loader.tma,), Algorithm.sm100_simt: (Loader.loads,),
@@ -409,7 +412,8 @@ def epilogue_unavailable(a: Algorithm, epilogue: Epilogue, p: GemmProblem) -> st
     """Why ``a`` cannot store its output with ``epilogue`` (None: it can). The TMA store writes boxes through a
     tensor map of the output: fp32 wgrad without C and bias (fused_128x256, exact_copies; row pitch K a multiple of 4)
     and bf16 output (the fused fast kernels; row pitch a multiple of 8, fewer than 2^31 map rows)."""
-    own = {Algorithm.swapped_64x256: Epilogue.direct, Algorithm.copies_cutlass: Epilogue.cutlass,
+    own = {Algorithm.swapped_64x256: Epilogue.direct, Algorithm.swapped_256x128: Epilogue.direct,
+           Algorithm.copies_cutlass: Epilogue.cutlass,
            Algorithm.sm100_simt: Epilogue.direct, Algorithm.sm100_copies: Epilogue.direct}
     if a in own:
         return None if epilogue == own[a] else f"{a.name} has the {own[a].name} epilogue only"

@@ -60,7 +60,7 @@ CODES = {
     "Kind": {"fprop": 0, "dgrad": 1, "wgrad": 2},
     "Algorithm": {"fused_64x256": 0, "fused_128x256": 1, "fused_pair_256x256": 2, "swapped_64x256": 3,
                   "copies_cutlass": 4, "exact_fused": 5, "exact_copies": 6, "exact_hybrid": 7, "sm100_simt": 8,
-                  "sm100_copies": 9},
+                  "sm100_copies": 9, "swapped_256x128": 10},
     "Loader": {"cp_async": 0, "tma": 1, "loads": 2},
     "Epilogue": {"staged": 0, "tma_store": 1, "direct": 2, "cutlass": 3},
 }

@@ -437,9 +437,9 @@ SWAPPED_CASES = dict(SKINNY_CASES, **{f"c_{k}": (*v, torch.bfloat16, True) for k
                      k48_odd_n_bf16=([5, 0, 64, 65, 3], 131, 48, torch.bfloat16, True))
 
 
-def _run_swapped(case, loader=None):
-    splits, n, k, od, with_bias = SWAPPED_CASES[case]
-    kw = dict(algorithm="swapped_64x256", loader=loader)
+def _run_swapped(case, loader=None, algorithm="swapped_64x256"):
+    splits, n, k, od, with_bias = (SWAPPED_CASES | WIDE_CASES)[case]
+    kw = dict(algorithm=algorithm, loader=loader)
     run_fprop(splits, n, k, "fast", od, with_bias=with_bias, seed=101, **kw)
     if n % 16 == 0:  # dgrad quantizes W [E*k, n] rowwise too, which needs n % 16 == 0
         run_dgrad(splits, k, n, "fast", od, with_bias=with_bias, seed=102, **kw)
@@ -493,6 +493,39 @@ def test_swapped_kernel_capped_grid_and_auto():
         run_wgrad([0, 37, 200, 5], 304, 144, "fast", torch.float32, accumulate=False, algorithm="swapped_64x256")
 
 
+# swapped_256x128: the swapped kernel with 256 token rows (wgmma m64n256k16) x 128 weight rows (one scale tile, no half
+# tiles) per tile. SWAPPED_CASES plus groups of several 256-row token tiles with partial ones, weight rows past one
+# 128-row tile, and K tails.
+WIDE_CASES = {"w_tiles": ([300, 0, 517, 256, 1], 200, 96, torch.bfloat16, True),
+              "w_tiles_f32_k48": ([300, 0, 517, 256, 1], 136, 48, torch.float32, True),
+              "w_e8": (rand_splits(8, 4000, 9), 384, 320, torch.bfloat16, False)}
+
+
+@pytest.mark.parametrize("case", list(SWAPPED_CASES) + list(WIDE_CASES))
+def test_swapped_wide_kernel(case):
+    _run_swapped(case, algorithm="swapped_256x128")
+
+
+@pytest.mark.parametrize("case", ["e8_bias", "c_giant", "w_tiles", "w_e8"])
+def test_swapped_wide_kernel_cp_async_loader(case):
+    """The cp.async loader (4 warps: 16 token pieces per thread and step) where fprop would take TMA boxes."""
+    assert (SWAPPED_CASES | WIDE_CASES)[case][2] % 32 == 0
+    _run_swapped(case, loader="cp_async", algorithm="swapped_256x128")
+
+
+def test_swapped_wide_kernel_dgrad_off_a_whole_row_and_capped_grids():
+    """swapped_256x128's dgrad after weight groups that disagree with N (test_swapped_dgrad_groups_off_a_whole_row),
+    and capped grids: 3 and 7 CTAs walking 12 tiles."""
+    kw = dict(algorithm="swapped_256x128", loader="cp_async")
+    _dgrad_after_disagreeing_groups(96, 80, "fast", torch.float32, **kw)
+    _dgrad_after_disagreeing_groups(96, 1408, "fast", torch.bfloat16, num_sms=5, **kw)
+    for num_sms in (3, 7):
+        run_fprop([300, 0, 600], 256, 160, "fast", torch.bfloat16, with_bias=True, seed=107,
+                  algorithm="swapped_256x128", num_sms=num_sms)
+    run_dgrad([300, 0, 600], 96, 256, "fast", torch.float32, with_bias=True, seed=108, algorithm="swapped_256x128",
+              num_sms=7)
+
+
 # Programmatic dependent launch (csrc/common/pdl.cuh; always on): a call's kernels are chained, each placed on the GPU
 # while its predecessor still runs and waiting in-kernel for its results. Three calls enqueued back to back with
 # different splits (no synchronisation in between) must each match the oracle: a kernel that read its problem list,
@@ -503,6 +536,7 @@ PDL_CHAINS = {  # name: kind, mode, forced algorithm
     "fused_pair_256x256": ("dgrad", "fast", "fused_pair_256x256"),
     "swapped_64x256": ("fprop", "fast", "swapped_64x256"),
     "swapped_64x256_dgrad": ("dgrad", "fast", "swapped_64x256"),
+    "swapped_256x128": ("fprop", "fast", "swapped_256x128"),
     "copies_cutlass": ("dgrad", "fast", "copies_cutlass"),
     "exact_fused": ("fprop", "exact", "exact_fused"),
     "exact_copies": ("fprop", "exact", "exact_copies"),

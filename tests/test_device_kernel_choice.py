@@ -154,8 +154,16 @@ def test_swapped_kernel_only_below_its_contraction_limit():
     rows of 32 K elements, or 4 weight pieces 64 rows x K/2 bytes apart), which pass 2^31 from K = 22.4M: at or past
     the limit the automatic choice runs the 64 x 256 fused kernel (the next fastest for few rows per group) and forcing
     the swapped kernel raises."""
-    lim = _dispatch.SWAPPED_MAX_CONTRACTION
+    lim = _dispatch.SWAPPED_MAX_CONTRACTION[Algorithm.swapped_64x256]
     assert 96 * lim < 2**31
+    # swapped_256x128's cp.async loader (4 warps): 15 token pieces 16 rows of K elements apart, 240 K
+    wide = _dispatch.SWAPPED_MAX_CONTRACTION[Algorithm.swapped_256x128]
+    assert 240 * wide < 2**31 <= 240 * 2 * wide
+    p_wide = problem("fprop", 8, 4096, 4096, wide - 16, sized=False)
+    assert plan_gemm(p_wide, algorithm="swapped_256x128", loader="cp_async").algorithm == Algorithm.swapped_256x128
+    p_wide = problem("fprop", 8, 4096, 4096, wide, sized=False)
+    with pytest.raises(ValueError, match="contractions below 8388608"):
+        plan_gemm(p_wide, algorithm="swapped_256x128")
     for kind in ("fprop", "dgrad"):
         # E8 T512: 64 rows per group, the swapped kernel's range (fprop's contraction is K, dgrad's N)
         def p(contraction: int, kind: str = kind) -> GemmProblem:
@@ -418,14 +426,14 @@ def test_plan_names_are_the_codes():
     the algorithms split into the three modes, each with its output tile; plans carry the enums themselves."""
     assert list(Algorithm.__members__) == ["fused_64x256", "fused_128x256", "fused_pair_256x256", "swapped_64x256",
                                            "copies_cutlass", "exact_fused", "exact_copies", "exact_hybrid",
-                                           "sm100_simt", "sm100_copies"]
+                                           "sm100_simt", "sm100_copies", "swapped_256x128"]
     assert list(Loader.__members__) == ["cp_async", "tma", "loads"]
     assert list(Epilogue.__members__) == ["staged", "tma_store", "direct", "cutlass"]
     assert set(_dispatch.FAST) | set(_dispatch.EXACT) | set(_dispatch.SM100) == set(Algorithm)
     assert not set(_dispatch.FAST) & set(_dispatch.EXACT) and not (set(_dispatch.FAST) | set(_dispatch.EXACT)) & set(
         _dispatch.SM100)
     assert set(ALGORITHM_TILES) == set(Algorithm)
-    for a in Algorithm:  # the tile is in the name of the fused fast algorithms and of the swapped one
+    for a in Algorithm:  # the tile is in the name of the fused fast algorithms and of the swapped ones
         if a.name.startswith(("fused", "swapped")):
             assert a.name.endswith("_{}x{}".format(*ALGORITHM_TILES[a]))
     got = plan_gemm(problem(*E64_FPROP))

@@ -51,6 +51,7 @@ enum Algorithm : int {
   kExactHybrid = 7,       // "exact_hybrid": exact, an fp16 copy of A, B decoded in the K loop
   kSm100Simt = 8,         // "sm100_simt": mode sm100, SPEC 12.7's k64 steps in integer arithmetic, 64 x 64 tiles
   kSm100Copies = 9,       // "sm100_copies": mode sm100 on the tensor cores, over fp16 copies of both planes
+  kSwapped256x128 = 10,   // "swapped_256x128": swapped_64x256's kernel with 256 tokens x 128 weight rows per tile
 };
 
 // How an algorithm's operand tiles reach shared memory.

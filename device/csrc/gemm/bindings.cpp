@@ -247,12 +247,14 @@ std::string grouped_gemm_(int64_t kind, int64_t E, const Tensor& a_data, const T
   nvfp4_gemm::launch_setup(s, stream);
   NVFP4_RETURN_IF_ERROR(nvfp4::launch_status("nvfp4_gemm"));
   if (grid_upper <= 0) return {};
-  const bool swapped = algo == nvfp4_gemm::kSwapped64x256;
-  NVFP4_REFUSE_UNLESS(!swapped || kind != nvfp4_gemm::kWgrad, "nvfp4_gemm: swapped_64x256 runs fprop and dgrad only");
-  // (its cp.async loader steps each copy by 32-bit offsets of up to 96 x the contraction)
-  NVFP4_REFUSE_UNLESS(!swapped || kc < (int64_t{1} << 24), "nvfp4_gemm: swapped_64x256 runs contractions below 2^24 only");
+  const bool swapped = algo == nvfp4_gemm::kSwapped64x256 || algo == nvfp4_gemm::kSwapped256x128;
+  NVFP4_REFUSE_UNLESS(!swapped || kind != nvfp4_gemm::kWgrad, "nvfp4_gemm: the swapped kernels run fprop and dgrad only");
+  // (their cp.async loader steps each copy by 32-bit offsets of up to 96 x the contraction with 64-token tiles, 240 x
+  // with 256-token tiles)
+  NVFP4_REFUSE_UNLESS(!swapped || kc < (int64_t{1} << (algo == nvfp4_gemm::kSwapped256x128 ? 23 : 24)),
+                      "nvfp4_gemm: the swapped kernels run contractions below 2^24 (swapped_256x128: 2^23) only");
   NVFP4_REFUSE_UNLESS(!swapped || loader == nvfp4_gemm::kLoaderCpAsync || kind == nvfp4_gemm::kFprop,
-                      "nvfp4_gemm: swapped_64x256's TMA loader runs fprop only");
+                      "nvfp4_gemm: the swapped kernels' TMA loader runs fprop only");
   const auto aligned16 = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
   // exact_hybrid's B maps need packed rows of a multiple of 16 bytes and 16-byte aligned B planes, so that
   // SPEC 9.2's offsets keep every group's rows and scale tiles 16-byte aligned
@@ -301,7 +303,7 @@ std::string grouped_gemm_(int64_t kind, int64_t E, const Tensor& a_data, const T
     launched = nvfp4_gemm::launch_exact_hybrid_path(d, probs, l, stream);
   } else if (algo == nvfp4_gemm::kExactCopies || algo == nvfp4_gemm::kSm100Copies || swapped) {
     // the kernels over fp16 copies with the setup kernel's tile list: exact_copies and sm100_copies over copies of both
-    // planes, or swapped_64x256 over a copy of the token plane
+    // planes, or the swapped kernels over a copy of the token plane
     nvfp4_gemm::CopiesArgs d{};
     const auto copies = f16_copies(d, static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
                                    b_scales, b_offs, /*a_only=*/swapped);

@@ -8,6 +8,7 @@
 
 #include "common/codes.h"  // nvfp4::Rule
 #include "gemm/fused.cuh"   // the kernel shapes (tile_of), so tile counts and kernels cannot disagree
+#include "gemm/swapped.cuh"
 #include "gemm/problem.h"
 
 namespace nvfp4_gemm {
@@ -141,6 +142,10 @@ void tile_of(Algorithm algorithm, int* tile_m, int* tile_n) {
     case kSm100Simt:
       *tile_m = 64;  // gemm/sm100_simt.cu's CTA tile
       *tile_n = 64;
+      return;
+    case kSwapped256x128:
+      *tile_m = swapped::ShapeWide::BM;
+      *tile_n = swapped::ShapeWide::BN;
       return;
     default:  // fused_128x256; copies_cutlass (CUTLASS tiles its groups itself; the list is not walked)
       *tile_m = fused::Fused128x256F32::BM;

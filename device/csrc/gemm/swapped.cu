@@ -1,6 +1,7 @@
-// Instantiations of the swapped fast kernel (gemm/swapped.cuh; SPEC 12.6 bit for bit): 64 x 256 tiles (tokens x
-// weight rows), fp32 or bf16 output, the TMA loader (contraction K % 32 == 0) or the cp.async one (any K), and the
-// host side of the TMA loader: its tensor maps, encoded through the runtime's driver entry point (no -lcuda).
+// Instantiations of the swapped fast kernel (gemm/swapped.cuh; SPEC 12.6 bit for bit): 64 x 256 tiles
+// (swapped_64x256) or 256 x 128 tiles (swapped_256x128; tokens x weight rows), fp32 or bf16 output, the TMA loader
+// (contraction K % 32 == 0) or the cp.async one (any K), and the host side of the TMA loader: its tensor maps, encoded
+// through the runtime's driver entry point (no -lcuda).
 #include "gemm/copies.h"
 #include "gemm/group_maps.cuh"
 #include "gemm/swapped.cuh"
@@ -12,14 +13,18 @@ namespace nvfp4_gemm {
 static_assert(swapped::Shape::BM == fused::Fused64x256F32::BM && swapped::Shape::BN == fused::Fused64x256F32::BN,
               "swapped_64x256 walks fused_64x256's tile list");
 static_assert(swapped::ShapeTma::BM == swapped::Shape::BM && swapped::ShapeTma::BN == swapped::Shape::BN, "one tile list");
+static_assert(swapped::ShapeWideTma::BM == swapped::ShapeWide::BM && swapped::ShapeWideTma::BN == swapped::ShapeWide::BN,
+              "one tile list");
 
 namespace {
 
 using nvfp4::encode_2d;
 
 // The TMA loader's maps for the token copy d.a_f16 (made from the rowwise token plane d.a) and the weight plane d.b,
-// both with the row pitch K / 2 packed bytes; false when K % 32 != 0, a base is not 16-byte aligned, a plane is
-// shorter than one row (the scale plane than one tile), or the driver refuses a map.
+// both with the row pitch K / 2 packed bytes, token boxes of TOK_ROWS rows (the tile's BM); false when K % 32 != 0, a
+// base is not 16-byte aligned, a plane is shorter than one row (the scale plane than one tile), or the driver refuses
+// a map.
+template <int TOK_ROWS>
 bool swap_maps(const CopiesArgs& d, swapped::SwapMaps* m) {
   const long long pitch = d.a.pitch_const;  // K / 2
   if (pitch <= 0 || pitch % 16 != 0 || reinterpret_cast<uintptr_t>(d.a_f16) % 16 != 0 ||
@@ -33,7 +38,7 @@ bool swap_maps(const CopiesArgs& d, swapped::SwapMaps* m) {
   m->w_base = d.b.data;
   m->sc_base = d.b.scales;
   m->w_pitch = pitch;
-  return encode_2d(&m->tok, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, d.a_f16, 2 * pitch, tok_rows, 4 * pitch, 64, 64,
+  return encode_2d(&m->tok, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, d.a_f16, 2 * pitch, tok_rows, 4 * pitch, 64, TOK_ROWS,
                    CU_TENSOR_MAP_SWIZZLE_128B) &&
          encode_2d(&m->w, CU_TENSOR_MAP_DATA_TYPE_UINT8, d.b.data, pitch, w_rows, pitch, 32, 128,
                    CU_TENSOR_MAP_SWIZZLE_32B) &&
@@ -45,24 +50,28 @@ bool swap_maps(const CopiesArgs& d, swapped::SwapMaps* m) {
 // runs the cp.async loader, which reads from Prob::b: its weights are W's columnwise plane, and after a group that
 // disagrees with N (SPEC 12.5) the next group need not start on a whole row of the one map `w` (the binding refuses
 // TMA for dgrad). fprop's rowwise weight groups always start on a whole row.
-template <bool OUT_F32>
+template <class S, class STma, bool OUT_F32>
 bool launch_out(const LaunchArgs& a, const CopiesArgs& d, cudaStream_t s) {
   swapped::SwapMaps m{};
   if (a.loader == kLoaderTma) {
-    if (a.kind == kDgrad || !swap_maps(d, &m)) return false;
-    using S = swapped::ShapeTma;
-    launch_persistent<swapped::swapped_kernel<S, OUT_F32, true>, S::kThreads, S::kSmem>(a, s, m);
+    if (a.kind == kDgrad || !swap_maps<STma::BM>(d, &m)) return false;
+    launch_persistent<swapped::swapped_kernel<STma, OUT_F32, true>, STma::kThreads, STma::kSmem>(a, s, m);
   } else {
-    using S = swapped::Shape;
     launch_persistent<swapped::swapped_kernel<S, OUT_F32, false>, S::kThreads, S::kSmem>(a, s, m);
   }
   return true;
 }
 
+template <class S, class STma>
+bool launch_shape(const LaunchArgs& a, const CopiesArgs& d, cudaStream_t s) {
+  return a.out_f32 ? launch_out<S, STma, true>(a, d, s) : launch_out<S, STma, false>(a, d, s);
+}
+
 }  // namespace
 
 bool launch_swapped(const LaunchArgs& a, const CopiesArgs& d, cudaStream_t s) {
-  return a.out_f32 ? launch_out<true>(a, d, s) : launch_out<false>(a, d, s);
+  if (a.algorithm == kSwapped256x128) return launch_shape<swapped::ShapeWide, swapped::ShapeWideTma>(a, d, s);
+  return launch_shape<swapped::Shape, swapped::ShapeTma>(a, d, s);
 }
 
 }  // namespace nvfp4_gemm

@@ -40,15 +40,17 @@
 namespace nvfp4_gemm {
 namespace swapped {
 
-// MMA_WGS warpgroups of TILES m64 tiles each (MMA_WGS * TILES * 64 = 256 weight rows). Registers per thread-slot:
-// 65536 / kThreads, rounded down to 8 (the launch bound's allocation), moved by setmaxnreg from the loader.
-template <int MMA_WGS, int TILES, int LOADER_WARPS>
+// MMA_WGS warpgroups of TILES m64 tiles each (BN = MMA_WGS * TILES * 64 weight rows: 256, or 128 with one scale
+// tile), BM token rows per tile (wgmma's N: 64, 128 or 256). Registers per thread-slot: 65536 / kThreads, rounded
+// down to 8 (the launch bound's allocation), moved by setmaxnreg from the loader.
+template <int MMA_WGS, int TILES, int LOADER_WARPS, int BM_ = 64>
 struct ShapeT {
-  static constexpr int BM = 64;    // token rows per tile (output rows): the wgmma N
-  static constexpr int BN = 256;   // weight rows per tile (output columns)
+  static constexpr int BM = BM_;                     // token rows per tile (output rows): the wgmma N
+  static constexpr int BN = 64 * MMA_WGS * TILES;    // weight rows per tile (output columns)
   static constexpr int kMma = MMA_WGS;
   static constexpr int kTiles = TILES;  // m64 tiles per MMA warpgroup
   static constexpr int kWgRows = 64 * TILES;
+  static constexpr int kAcc = BM / 2;   // accumulator registers per m64 tile and thread (m64 x BM fp32 / 128 threads)
   static constexpr int kLoaderWGs = (LOADER_WARPS + 3) / 4;
   static constexpr int kThreads = 128 * (kMma + kLoaderWGs);  // the loader warpgroups first
   // the first LOADER_WARPS warps of the loader warpgroups issue the copies (any others leave after setmaxnreg)
@@ -56,27 +58,48 @@ struct ShapeT {
   static constexpr int kSlotRegs = 65536 / kThreads / 8 * 8;
   static constexpr int kLoaderRegs = 32;
   static constexpr int kMmaRegs = ((kMma + kLoaderWGs) * kSlotRegs - kLoaderWGs * kLoaderRegs) / kMma / 8 * 8;
-  static constexpr int kStages = 8;
-  static constexpr int kTokBytes = BM * 128;   // 64 rows x 64 fp16
-  static constexpr int kRawBytes = BN * 32;    // 256 rows x 64 codes
-  static constexpr int kScaleBytes = 2 * 512;  // two 128-row scale tiles
-  static constexpr int kStageBytes = kTokBytes + kRawBytes + kScaleBytes;
+  static constexpr int kScaleTiles = BN / 128;  // 128-row scale tiles (SPEC 8.2) of a tile's weight rows
+  // Half tiles (TileWalk) for the last round: 256 weight rows, so that a half is one scale tile
+  static constexpr bool kSplit = BN == 2 * kHalfCols;
+  static constexpr int kTokBytes = BM * 128;   // BM rows x 64 fp16
+  static constexpr int kRawBytes = BN * 32;    // BN rows x 64 codes
+  static constexpr int kScaleBytes = kScaleTiles * 512;
+  // each stage starts on a 1024-byte boundary (the token tile's swizzle atoms)
+  static constexpr int kStageBytes = (kTokBytes + kRawBytes + kScaleBytes + 1023) / 1024 * 1024;
+  static constexpr int kStages = (227 * 1024 - 1024 - 8 * 2 * 8) / kStageBytes < 8
+                                     ? (227 * 1024 - 1024 - 8 * 2 * 8) / kStageBytes
+                                     : 8;
   static constexpr int kBarBytes = 8 * 2 * kStages;
   static constexpr int kSmem = kStages * kStageBytes + kBarBytes + 1024;
-  static_assert(kMma * kWgRows == BN, "the warpgroups cover the tile's weight rows");
+  static_assert(BM == 64 || BM == 128 || BM == 256, "wgmma's N");
+  static_assert(BN == 128 || BN == 256, "one or two scale tiles (TmaTile, SwapLoader)");
   static_assert(LOADER_WARPS == 1 || LOADER_WARPS == 2 || LOADER_WARPS == 4 || LOADER_WARPS == 8,
                 "copies divide evenly");
-  static_assert(kStageBytes % 1024 == 0, "token tiles stay 1024-byte aligned (swizzle atoms)");
+  static_assert(kStages >= 4, "ring depth");
   static_assert(kSmem <= 227 * 1024, "shared memory");
   static_assert(kMmaRegs <= 256 && kMma * kMmaRegs + kLoaderWGs * kLoaderRegs <= (kMma + kLoaderWGs) * kSlotRegs,
                 "setmaxnreg budget");
 };
-// Chosen by E8 T512 fprop TFLOP/s on an H100: 4 MMA warpgroups of one m64 tile and 8 loader warps (312-318; 4 loader
-// warps 290-306, 2 warps 245-252, 1 warp 157-168: the copies' issue rate paces the kernel); 2 MMA warpgroups of two
-// m64 tiles each measured 302-314 against 307 for 4 x 1 with 4 loader warps.
+// swapped_64x256. Chosen by E8 T512 fprop TFLOP/s on an H100: 4 MMA warpgroups of one m64 tile and 8 loader warps
+// (312-318; 4 loader warps 290-306, 2 warps 245-252, 1 warp 157-168: the copies' issue rate paces the kernel); 2 MMA
+// warpgroups of two m64 tiles each measured 302-314 against 307 for 4 x 1 with 4 loader warps.
 using Shape = ShapeT<4, 1, 8>;
 // The TMA loader (K % 32 == 0): one thread issues every copy, so one loader warp (the others of its warpgroup leave).
 using ShapeTma = ShapeT<4, 1, 1>;
+// swapped_256x128: 256 tokens x 128 weight rows, 2 MMA warpgroups of one m64 tile, each wgmma m64n256k16: every
+// decoded weight fragment feeds 256 tokens (64 in swapped_64x256), so the decode is a quarter of the work per FMA.
+// 4 loader warps (one warpgroup): with a second loader warpgroup the launch bound of 512 threads leaves ptxas 128
+// registers, fewer than the m64n256k16 wgmma needs.
+using ShapeWide = ShapeT<2, 1, 4, 256>;
+using ShapeWideTma = ShapeT<2, 1, 1, 256>;
+
+// wgmma m64nNk16 with A from registers, N = the tile's token rows.
+template <int N>
+__device__ __forceinline__ void wgmma_rs_f16(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b) {
+  if constexpr (N == 64) wgmma_m64n64k16_rs_f16(d, a, desc_b, 1);
+  else if constexpr (N == 128) wgmma_m64n128k16_rs_f16(d, a, desc_b, 1);
+  else wgmma_m64n256k16_rs_f16(d, a, desc_b, 1);
+}
 
 // Weight row r's 32 bytes in a stage: its two 16-byte halves swapped when bit 2 of r is set, so that the 8 rows a
 // warp reads at once (g = 0..7 and their words 2j + c / 2) fall on 16 different banks.
@@ -90,20 +113,22 @@ __host__ __device__ constexpr uint32_t raw_half_offset(int r, int half) {
 //   weights (vec16: row pitch and group base 16-byte aligned): 16-byte halves of rows t / 2 + (NT / 2) i, half t % 2;
 //     otherwise 8-byte quarters of rows t / 4 + (NT / 4) i, quarter t % 4 (row + a multiple of 8 keeps its bit 2, so
 //     raw_half_offset moves by a constant per i);
-//   scales: 16-byte pieces t + NT j of the two 512-byte tiles (piece / 32 = the 128-row tile).
+//   scales: 16-byte pieces t + NT j of the tile's 512-byte scale tiles (piece / 32 = the 128-row tile).
 template <class S>
 struct SwapLoader {
   static constexpr int NT = S::kLoaderThreads;
   static constexpr int kTok = S::BM * 8 / NT;          // token pieces per thread
   static constexpr int kW16 = S::BN * 2 / NT;          // 16-byte weight pieces per thread
   static constexpr int kW8 = S::BN * 4 / NT;           // 8-byte weight pieces per thread
-  static constexpr int kSc = (64 + NT - 1) / NT;       // scale pieces per thread
+  static constexpr int kScPieces = 32 * S::kScaleTiles;  // 16-byte pieces of the tile's scale tiles
+  static constexpr int kSc = (kScPieces + NT - 1) / NT;  // scale pieces per thread
   const __half* tok;      // token row m0 + r0, piece q, step 0
   const uint8_t* w;       // weight piece 0 at step 0
   const uint8_t* sc;      // scale piece 0 at step 0; piece j is (NT / 32) j scale tiles further
-  int tok_step;           // NT / 8 token rows, in elements (NT / 8 * K)
-  int w_step;             // to piece i + 1: NT / 2 (vec16) or NT / 4 rows, in bytes (i * w_step <= 96 K: the host runs
-                          // contractions K < 2^24 only, _dispatch.py SWAPPED_MAX_CONTRACTION, so all stay < 2^31)
+  int tok_step;           // NT / 8 token rows, in elements (NT / 8 * K; i * tok_step <= (BM - NT / 8) K)
+  int w_step;             // to piece i + 1: NT / 2 (vec16) or NT / 4 rows, in bytes (i * w_step <= 96 K). The host
+                          // runs contractions K < 2^24 (64-token tiles: offsets <= 96 K) or < 2^23 (256-token tiles:
+                          // <= 240 K) only, _dispatch.py SWAPPED_MAX_CONTRACTION, so all stay < 2^31
   int sc_tile;            // one 128-row scale tile of the group: KT * 512 bytes
   int tok_rows;           // i < tok_rows: token row m0 + r0 + (NT / 8) i < M
   int k_pieces;           // K / 8
@@ -142,7 +167,7 @@ struct SwapLoader {
     for (int j = 0; j < kSc; ++j) {
       const int piece = t + NT * j;
       const int rt = (n0 >> 7) + (piece >> 5);  // the piece's 128-row scale tile
-      sc_ok |= (piece < 64 && rt * 128 < p.N) ? 1u << j : 0u;
+      sc_ok |= (piece < kScPieces && rt * 128 < p.N) ? 1u << j : 0u;
     }
     sc_tile = KT * 512;
     sc = p.sb + (sc_ok ? static_cast<long long>((n0 >> 7) + (t >> 5)) * sc_tile + (t & 31) * 16 : 0);
@@ -182,7 +207,7 @@ struct SwapLoader {
 };
 
 // The TMA loader's operands (fprop, contraction K % 32 == 0, 16-byte aligned planes; gemm/swapped.cu encodes the maps).
-//   tok: the fp16 token copy, {K elements, rows}, box {64, 64} with the 128-byte swizzle: row r's 16-byte piece q at
+//   tok: the fp16 token copy, {K elements, rows}, box {64, BM} with the 128-byte swizzle: row r's 16-byte piece q at
 //        r * 128 + ((q ^ (r % 8)) << 4), wgmma's K-major swizzled layout (the same as SwapLoader's copies);
 //   w:   the packed weight plane, {K / 2 bytes, rows}, box {32, 128} with the 32-byte swizzle, which swaps the 16-byte
 //        halves of row r when bit 2 of r is set: raw_half_offset's layout (address bit 4 ^= bit 7, rows of 32 bytes);
@@ -200,7 +225,8 @@ struct SwapMaps {
 };
 
 // The TMA loader's per-tile state (one thread): the stage's copies are one token box, one or two 128-row weight boxes
-// (the second only when the tile, or its half, has rows past the first 128) and as many scale tiles.
+// (the second only for 256-row tiles whose rows, or whose half's, reach past the first 128) and as many scale tiles.
+template <class S>
 struct TmaTile {
   int tok_row, w_row;  // map rows of the tile's first token and weight row
   int sc_row;          // map row of the scale tile of weight rows [n0, n0 + 128) at K step 0 (+4 per K step)
@@ -211,19 +237,17 @@ struct TmaTile {
   __device__ __forceinline__ TmaTile(const Prob& p, const SwapMaps& m, int m0, int n0, int n_end, int KT) {
     tok_row = static_cast<int>((p.a - m.tok_base) / (4 * m.w_pitch)) + m0;
     w_row = static_cast<int>((p.b - m.w_base) / m.w_pitch) + n0;
-    boxes = n0 + 128 < n_end ? 2 : 1;
+    boxes = S::kScaleTiles == 2 && n0 + 128 < n_end ? 2 : 1;
     sc_next = 4 * KT;
     // (scale groups start at multiples of 512 bytes, SPEC 9.2: always a whole tile of `sc`)
     sc_row = static_cast<int>((p.sb - m.sc_base) / 128) + (n0 >> 7) * sc_next;
   }
-  template <class S>
   __device__ __forceinline__ void load(const SwapMaps& m, uint32_t stage, uint32_t bar, int kt) const {
-    mbar_arrive_expect_tx(bar, S::kTokBytes + boxes * (S::kRawBytes / 2 + S::kScaleBytes / 2));
+    mbar_arrive_expect_tx(bar, S::kTokBytes + boxes * (128 * 32 + 512));
     tma_load_2d(stage, &m.tok, bar, 64 * kt, tok_row);
     for (int h = 0; h < boxes; ++h) {
-      tma_load_2d(stage + S::kTokBytes + h * (S::kRawBytes / 2), &m.w, bar, 32 * kt,
-                      w_row + 128 * h);
-      tma_load_2d(stage + S::kTokBytes + S::kRawBytes + h * (S::kScaleBytes / 2), &m.sc, bar, 0,
+      tma_load_2d(stage + S::kTokBytes + h * (128 * 32), &m.w, bar, 32 * kt, w_row + 128 * h);
+      tma_load_2d(stage + S::kTokBytes + S::kRawBytes + h * 512, &m.sc, bar, 0,
                   sc_row + h * sc_next + 4 * kt);
     }
   }
@@ -326,8 +350,8 @@ __device__ __forceinline__ void fence_frags(uint32_t (&a)[T][4][4]) {
 // 4j + 2h + e of thread (warp v, lane l) is weight row (output column) n_base + 8 h, n_base = n0 + 16 v + l / 4, and
 // token (output row) m_base + 8 j + e, m_base = m0 + 2 (l % 4). Stores go element by element: a warp writes 4 rows x
 // 16 bytes (bf16) per instruction.
-template <bool OUT_F32>
-__device__ __forceinline__ void store_tile_transposed(const float (&acc)[32], const Prob& p, int m_base, int n_base,
+template <bool OUT_F32, int ACC>
+__device__ __forceinline__ void store_tile_transposed(const float (&acc)[ACC], const Prob& p, int m_base, int n_base,
                                                       int accumulate) {
   const float alpha = p.alpha;
 #pragma unroll
@@ -336,7 +360,7 @@ __device__ __forceinline__ void store_tile_transposed(const float (&acc)[32], co
     if (n >= p.N) continue;
     const float b = p.bias ? p.bias[n] : 0.0f;
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
+    for (int j = 0; j < ACC / 4; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int m = m_base + 8 * j + e;
@@ -356,9 +380,10 @@ __device__ __forceinline__ void store_tile_transposed(const float (&acc)[32], co
   }
 }
 
-// The last round's tiles run as half tiles (TileWalk: weight rows [128 h, 128 h + 128) of the tile) when they fill
-// at most half of the CTAs (E8 T512 fprop: SM active 81% -> 93% of the kernel's cycles); the warpgroups whose rows lie
-// in the other half then only follow the ring (wait for each stage, release it at once).
+// With 256 weight rows per tile (S::kSplit) the last round's tiles run as half tiles (TileWalk: weight rows
+// [128 h, 128 h + 128) of the tile) when they fill at most half of the CTAs (E8 T512 fprop: SM active 81% -> 93% of
+// the kernel's cycles); the warpgroups whose rows lie in the other half then only follow the ring (wait for each
+// stage, release it at once).
 // TMA: the loader is one thread issuing TMA boxes (S = ShapeTma, `maps` set); otherwise the S::kLoaderThreads
 // threads of SwapLoader issue cp.async copies (any K; `maps` unused).
 // Stage release (`empty`): every MMA thread arrives after its own shared-memory reads of the stage. (A per-warp
@@ -371,7 +396,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
                    const __grid_constant__ SwapMaps maps) {
   pdl_wait();  // the retarget kernel's outputs: nothing global is touched before (common/pdl.cuh)
   constexpr int T = S::kTiles;
-  static_assert(S::kWgRows * 2 <= kHalfCols, "a half tile is whole warpgroups' rows");
+  static_assert(!S::kSplit || S::kWgRows * 2 <= kHalfCols, "a half tile is whole warpgroups' rows");
   extern __shared__ uint8_t smem_dyn[];
   const uint32_t smem = (smem_u32(smem_dyn) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
   const uint32_t ring = smem;
@@ -379,7 +404,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   const uint32_t full = bars, empty = bars + 8 * S::kStages;
   const int tid = threadIdx.x, lane = tid & 31;
   const int first_tile = blockIdx.x, tile_stride = gridDim.x;
-  const TileWalk<true> walk(__ldg(prefix + E), tile_stride);
+  const TileWalk<S::kSplit> walk(__ldg(prefix + E), tile_stride);
 
   init_ring_barriers<S::kStages>(full, empty, TMA ? 1 : S::kLoaderThreads, 128 * S::kMma);
 
@@ -391,15 +416,15 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     cur.stride = tile_stride;
     cur.seek<S::BN>(probs, prefix, E, walk, first_tile);
     Ring<S::kStages> st;
-    TmaTile tt;  // TMA: set at every tile's first K step
+    TmaTile<S> tt;  // TMA: set at every tile's first K step
     SwapLoader<S> ld;  // cp.async: the same
     while (cur.valid(walk)) {
       if (cur.kt == 0) {
         Prob p = probs[cur.group];
-        const ColumnRange cols = walk_columns((cur.local / p.tiles_m) * S::BN, cur.half, p.N);
+        const ColumnRange cols = walk_columns((cur.local / p.tiles_m) * S::BN, S::kSplit ? cur.half : -1, p.N);
         const int m0 = (cur.local % p.tiles_m) * S::BM;
         if constexpr (TMA) {
-          tt = TmaTile(p, maps, m0, cols.begin, cols.end, cur.KT);
+          tt = TmaTile<S>(p, maps, m0, cols.begin, cols.end, cur.KT);
         } else {
           p.N = cols.end;  // a half tile loads its 128 rows (one scale tile)
           ld = SwapLoader<S>(p, m0, cols.begin, cur.KT, tid);
@@ -408,7 +433,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       mbar_wait(empty + 8 * st.stage, st.phase ^ 1u);
       const uint32_t stage = ring + st.stage * S::kStageBytes;
       if constexpr (TMA) {
-        tt.template load<S>(maps, stage, full + 8 * st.stage, cur.kt);
+        tt.load(maps, stage, full + 8 * st.stage, cur.kt);
       } else {
         ld.load(stage, cur.kt, tid);
         cp_async_mbar_arrive(full + 8 * st.stage);
@@ -436,7 +461,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       if (half >= 0 && cols.empty()) continue;  // a second half past N: no steps, nothing stored
       const int n0 = cols.begin;
       const int KT = (__ldg(&pp->K) + kBK - 1) / kBK;
-      if (half >= 0 && S::kWgRows * wm >= kHalfCols) {
+      if (S::kSplit && half >= 0 && S::kWgRows * wm >= kHalfCols) {
         // a half tile without rows for this warpgroup: follow the ring (the loader waits for every MMA warp)
         for (int kt = 0; kt < KT; ++kt) {
           mbar_wait(full + 8 * st.stage, st.phase);
@@ -446,11 +471,11 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         continue;
       }
 
-      float acc[T][32];
+      float acc[T][S::kAcc];
 #pragma unroll
       for (int i = 0; i < T; ++i)
 #pragma unroll
-        for (int r = 0; r < 32; ++r) acc[i][r] = 0.0f;
+        for (int r = 0; r < S::kAcc; ++r) acc[i][r] = 0.0f;
       auto fence_acc = [&]() {
 #pragma unroll
         for (int i = 0; i < T; ++i) fence_regs(acc[i]);
@@ -474,7 +499,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         for (int j = 0; j < 4; ++j) {
           const uint64_t db = sw128_desc_block(tok_desc, j);
 #pragma unroll
-          for (int i = 0; i < T; ++i) wgmma_m64n64k16_rs_f16(acc[i], a[i][j], db, 1);
+          for (int i = 0; i < T; ++i) wgmma_rs_f16<S::BM>(acc[i], a[i][j], db);
         }
         wgmma_commit();
         fence_acc();
