@@ -27,12 +27,12 @@ def force_plan(*, algorithm: str | None = None, loader: str | None = None, epilo
 
     Args:
         algorithm: the grouped GEMM's algorithm: ``"fused_64x256"``, ``"fused_128x256"``, ``"fused_pair_256x256"``,
-            ``"swapped_64x256"``, ``"copies_cutlass"`` (fast mode), ``"exact_fused"``, ``"exact_copies"``,
+            ``"swapped_64x256"``, ``"swapped_256x128"``, ``"copies_cutlass"`` (fast mode), ``"exact_fused"``, ``"exact_copies"``,
             ``"exact_hybrid"`` (exact mode) or ``"sm100_copies"``, ``"sm100_simt"`` (mode sm100).
-        loader: ``"cp_async"`` or ``"tma"`` (``swapped_64x256`` and ``exact_copies`` have both; ``sm100_copies``
+        loader: ``"cp_async"`` or ``"tma"`` (the swapped algorithms and ``exact_copies`` have both; ``sm100_copies``
             has ``"tma"`` only and ``sm100_simt`` its own ``"loads"``).
         epilogue: ``"staged"`` or ``"tma_store"`` (the others, ``"direct"`` and ``"cutlass"``, are the only
-            epilogues of ``swapped_64x256``, both sm100 algorithms and ``copies_cutlass``).
+            epilogues of the swapped algorithms, both sm100 algorithms and ``copies_cutlass``).
         quantize: the quantize passes' kernels, ``"general"`` or ``"fast_bf16"`` (``"four_over_six"``: the 4over6
             quantizer, which 4over6 calls run anyway and other calls cannot).
 

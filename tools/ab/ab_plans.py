@@ -20,12 +20,12 @@ quantize kernel, the amax pass and the grouped setup kernel alone (torch.profile
 
 A plan is ``auto`` (the planner's choice) or space-separated ``key=value`` settings; plans are separated by ``;``.
 Keys: ``algorithm``, ``loader``, ``epilogue``, ``quantize`` (the arguments of ``device.testing.force_plan``; GEMM
-algorithms fused_64x256, fused_128x256, fused_pair_256x256, swapped_64x256, copies_cutlass, exact_fused,
-exact_copies, exact_hybrid, sm100_simt, sm100_copies; loaders cp_async, tma; epilogues staged, tma_store; quantize
-general, fast_bf16), ``mode`` (fast, exact or sm100; default: exact for an exact_* algorithm, sm100 for an sm100_*
-one, else fast), ``sms`` (``device.set_num_sms`` for
-the plan's calls: the persistent GEMM grid capped at that many SMs) and ``weights=f16`` (fprop / dgrad: the weights'
-fp16 copy given as the layer's ``cache_f16_weights`` gives it, made once outside the timed calls).
+algorithms fused_64x256, fused_128x256, fused_pair_256x256, swapped_64x256, swapped_256x128, copies_cutlass,
+exact_fused, exact_copies, exact_hybrid, sm100_simt, sm100_copies; loaders cp_async, tma; epilogues staged,
+tma_store; quantize general, fast_bf16), ``mode`` (fast, exact or sm100; default: exact for an exact_* algorithm,
+sm100 for an sm100_* one, else fast), ``sms`` (``device.set_num_sms`` for the plan's calls: the persistent GEMM grid
+capped at that many SMs) and ``weights=f16`` (fprop / dgrad: the weights' fp16 copy given as the layer's
+``cache_f16_weights`` gives it, made once outside the timed calls).
 
 A GEMM case is ``E,T,K,N,kind[,out][,skew][,bias]``: kind fprop / dgrad / wgrad; out ``bf16``, ``f32`` or ``f32+c``
 (wgrad with ``accumulate=True`` into an fp32 buffer), default the kind's default (bf16 for fprop / dgrad, f32 for

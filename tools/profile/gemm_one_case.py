@@ -17,8 +17,8 @@ import torch
 import device
 from device import testing
 
-ALGORITHMS = ("fused_64x256", "fused_128x256", "fused_pair_256x256", "swapped_64x256", "copies_cutlass",
-              "exact_fused", "exact_copies", "exact_hybrid", "sm100_simt", "sm100_copies")
+ALGORITHMS = ("fused_64x256", "fused_128x256", "fused_pair_256x256", "swapped_64x256", "swapped_256x128",
+              "copies_cutlass", "exact_fused", "exact_copies", "exact_hybrid", "sm100_simt", "sm100_copies")
 
 
 def main() -> None:
