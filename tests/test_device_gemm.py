@@ -515,7 +515,7 @@ def test_swapped_wide_kernel_cp_async_loader(case):
 
 def test_swapped_wide_kernel_dgrad_off_a_whole_row_and_capped_grids():
     """swapped_256x128's dgrad after weight groups that disagree with N (test_swapped_dgrad_groups_off_a_whole_row),
-    and capped grids: 3 and 7 CTAs walking 12 tiles."""
+    and capped grids: 3 and 7 CTAs walking 10 tiles."""
     kw = dict(algorithm="swapped_256x128", loader="cp_async")
     _dgrad_after_disagreeing_groups(96, 80, "fast", torch.float32, **kw)
     _dgrad_after_disagreeing_groups(96, 1408, "fast", torch.bfloat16, num_sms=5, **kw)
@@ -1517,13 +1517,14 @@ def test_binding_refuses_plans_it_cannot_run():
     y = torch.empty((t, n), dtype=torch.bfloat16, device=DEV)
     dx = torch.empty((t, k), dtype=torch.float32, device=DEV)
     dw = torch.empty((len(splits), n, k), dtype=torch.float32, device=DEV)
-    refused("wgrad", dyc, xc, dw, "swapped_64x256 runs fprop and dgrad only", algorithm="swapped_64x256",
-            loader="cp_async", epilogue="direct")
-    refused("dgrad", dyq, wq, dx, "swapped_64x256's TMA loader runs fprop only", algorithm="swapped_64x256",
-            loader="tma", epilogue="direct")
+    for swapped in ("swapped_64x256", "swapped_256x128"):
+        refused("wgrad", dyc, xc, dw, "the swapped kernels run fprop and dgrad only", algorithm=swapped,
+                loader="cp_async", epilogue="direct")
+        refused("dgrad", dyq, wq, dx, "the swapped kernels' TMA loader runs fprop only", algorithm=swapped,
+                loader="tma", epilogue="direct")
     refused("wgrad", dyc, xc, dw, "exact_hybrid runs fprop and dgrad", algorithm="exact_hybrid", loader="tma",
             epilogue="staged")
-    refused("fprop", xq, wq, y, "unknown algorithm code 10", algorithm=10, loader="cp_async", epilogue="staged")
+    refused("fprop", xq, wq, y, "unknown algorithm code 11", algorithm=11, loader="cp_async", epilogue="staged")
     # sm100_copies loads by TMA and stores directly, nothing else
     refused("fprop", xq, wq, y, "cannot run this call", algorithm="sm100_copies", loader="cp_async", epilogue="direct")
     refused("fprop", xq, wq, y, "cannot run this call", algorithm="sm100_copies", loader="tma", epilogue="staged")

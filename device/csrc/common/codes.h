@@ -39,7 +39,8 @@ enum Kind : int {
   kWgrad = 2,  // "wgrad": dW_g = dY_g^T X_g
 };
 
-// The grouped GEMM's algorithms (device/_dispatch.py chooses one per call; gemm/README.md says what each does).
+// The grouped GEMM's algorithms (device/_dispatch.py chooses one per call; gemm/README.md says what each does). A new
+// last code moves gemm/bindings.cpp check_plan's bound.
 enum Algorithm : int {
   kFused64x256 = 0,       // "fused_64x256": fast, operands decoded in the K loop, 64 x 256 tiles
   kFused128x256 = 1,      // "fused_128x256": fast, the same kernel with 128 x 256 tiles

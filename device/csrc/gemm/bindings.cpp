@@ -148,7 +148,8 @@ void* map_scratch(Tensor& holder, int64_t per_group, int64_t E, const Tensor& li
 
 // The plan's codes, each a value of its enum (common/codes.h).
 std::string check_plan(int64_t algorithm, int64_t loader, int64_t epilogue) {
-  NVFP4_REFUSE_UNLESS(algorithm >= nvfp4_gemm::kFused64x256 && algorithm <= nvfp4_gemm::kSm100Copies,
+  // (kSwapped256x128: the enum's last code)
+  NVFP4_REFUSE_UNLESS(algorithm >= nvfp4_gemm::kFused64x256 && algorithm <= nvfp4_gemm::kSwapped256x128,
                       "nvfp4_gemm: unknown algorithm code ", algorithm);
   NVFP4_REFUSE_UNLESS(loader >= nvfp4_gemm::kLoaderCpAsync && loader <= nvfp4_gemm::kLoaderLoads,
                       "nvfp4_gemm: unknown loader code ", loader);
@@ -248,7 +249,8 @@ std::string grouped_gemm_(int64_t kind, int64_t E, const Tensor& a_data, const T
   NVFP4_RETURN_IF_ERROR(nvfp4::launch_status("nvfp4_gemm"));
   if (grid_upper <= 0) return {};
   const bool swapped = algo == nvfp4_gemm::kSwapped64x256 || algo == nvfp4_gemm::kSwapped256x128;
-  NVFP4_REFUSE_UNLESS(!swapped || kind != nvfp4_gemm::kWgrad, "nvfp4_gemm: the swapped kernels run fprop and dgrad only");
+  NVFP4_REFUSE_UNLESS(!swapped || kind != nvfp4_gemm::kWgrad,
+                      "nvfp4_gemm: the swapped kernels run fprop and dgrad only");
   // (their cp.async loader steps each copy by 32-bit offsets of up to 96 x the contraction with 64-token tiles, 240 x
   // with 256-token tiles)
   NVFP4_REFUSE_UNLESS(!swapped || kc < (int64_t{1} << (algo == nvfp4_gemm::kSwapped256x128 ? 23 : 24)),

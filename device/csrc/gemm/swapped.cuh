@@ -1,5 +1,5 @@
-// Fast-mode NVFP4 grouped GEMM with the operands swapped, for few rows per group (swapped_64x256). Bit for bit
-// SPEC 12.6 (oracle.gemm(model="tensor_core")), like the other fast kernels.
+// Fast-mode NVFP4 grouped GEMM with the operands swapped (swapped_64x256 for few rows per group, and
+// swapped_256x128). Bit for bit SPEC 12.6 (oracle.gemm(model="tensor_core")), like the other fast kernels.
 //
 // Each output tile is computed transposed: D_g^T[n, m] = sum_k B[n, k] A[m, k], so the large operand (the weights,
 // B = W_g for fprop and dgrad) is wgmma's A operand, decoded straight from packed E2M1 into registers (RS form: no fp16
@@ -16,19 +16,20 @@
 // 129 per warp and K step in all). The token copy holds the same order inside each block (decode_plane_kernel with
 // kEvenOddOrder), so every k16 step is one whole block.
 //
-// Roles (one persistent CTA per SM; the setup kernel's 64 x 256 tile list, as fused_64x256's):
-//   loader: per K step of 64 K, the 64 token rows x 64 fp16 of the copy (128 B per row, wgmma's K-major 128-byte
-//       swizzle), the 256 weight rows x 32 packed bytes, and the two 128-row swizzled scale tiles (SPEC 8.2) of those
-//       weight rows. Two versions with the same shared-memory layout (the plan's loader):
-//       - TMA (fprop; contraction K % 32 == 0, 16-byte aligned planes; ShapeTma): one thread issues a token box, one
-//         or two 128-row weight boxes and as many 512-byte scale tiles per stage (TmaTile). Boxes past the planes'
-//         ends or past K are zero-filled; rows past M / N of the group are the next group's (or zeros).
-//       - cp.async (any K; Shape, 8 loader warps, SwapLoader): pieces past K are zero-filled; rows past M (tokens) or
-//         N (weights) are not copied.
+// Roles (one persistent CTA per SM; the setup kernel's BM x BN tile list: swapped_64x256 walks fused_64x256's 64 x 256
+// tiles, swapped_256x128 its own 256 x 128 ones, ShapeT):
+//   loader: per K step of 64 K, the BM token rows x 64 fp16 of the copy (128 B per row, wgmma's K-major 128-byte
+//       swizzle), the BN weight rows x 32 packed bytes, and the one or two 128-row swizzled scale tiles (SPEC 8.2) of
+//       those weight rows. Two versions with the same shared-memory layout (the plan's loader):
+//       - TMA (fprop; contraction K % 32 == 0, 16-byte aligned planes; ShapeTma, ShapeWideTma): one thread issues a
+//         token box, one or two 128-row weight boxes and as many 512-byte scale tiles per stage (TmaTile). Boxes past
+//         the planes' ends or past K are zero-filled; rows past M / N of the group are the next group's (or zeros).
+//       - cp.async (any K; Shape with 8 loader warps, ShapeWide with 4; SwapLoader): pieces past K are zero-filled;
+//         rows past M (tokens) or N (weights) are not copied.
 //       Either way the rows past M / N only reach accumulator elements the epilogue does not store.
-//   MMA warpgroups (4; weight rows [64 wm, 64 wm + 64), one m64 tile): decode their fragments from the stage, issue
-//       4 wgmma.m64n64k16 (one per block) over the token tile, and release the stage one step later (after
-//       wgmma.wait_group 1); then the epilogue stores the transposed tile directly.
+//   MMA warpgroups (4 for 64 x 256, 2 for 256 x 128; weight rows [64 wm, 64 wm + 64), one m64 tile): decode their
+//       fragments from the stage, issue 4 wgmma.m64nBMk16 (one per block) over the token tile, and release the stage
+//       one step later (after wgmma.wait_group 1); then the epilogue stores the transposed tile directly.
 //   full[s]   the loader's copies of stage s have landed (TMA: one arrive.expect_tx and the copies' complete_tx;
 //             cp.async: cp.async.mbarrier.arrive.noinc, one per loader thread)
 //   empty[s]  every MMA thread has read stage s (its words by ld.shared, its token tile by the completed wgmmas)
