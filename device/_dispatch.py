@@ -136,6 +136,15 @@ PAIR_MIN_CONTRACTION = 1024
 #: swapped_64x256 for fprop / dgrad with at most this many rows per group on average (E8 T512 1.98x of grouped_mm
 #: against 1.62x for fused_64x256)
 SWAPPED_MAX_ROWS = 96
+#: swapped_256x128 runs fprop from this many rows per group, with a contraction of at least
+#: WIDE_SWAPPED_MIN_CONTRACTION, where its TMA loader runs and no weight copy is read (H100, x torch._grouped_mm,
+#: swapped_256x128 / the plan without this rule: E8 K4096 N14336 at T2048 1.169 / 0.909 (fused pair), T4096
+#: 0.987 / 0.747, T8192 0.968 / 0.778, T16384 0.958 / 0.898 (copies); E8 T16384 K14336 N4096 0.952 / 0.847; E64 K2048
+#: N1408 at T16384 0.973 / 0.960 and T32768 0.857 / 0.769; below it, E128 T16384 (128 rows) 1.035 / 1.339). Its dgrad
+#: takes the cp.async loader (_swapped_tma_reason) and loses: E64 0.789 / 0.979, E8 0.801 / 0.852
+WIDE_SWAPPED_MIN_ROWS = 256
+#: ... (E64 T16384 K1408 N2048: 0.94-1.02 over two rounds against 1.005)
+WIDE_SWAPPED_MIN_CONTRACTION = 2048
 #: the swapped kernels run contractions below this length only (a correctness bound, not a tuning: their cp.async
 #: loader steps each copy by 32-bit offsets of up to 96 x the contraction with 64-token tiles, below 2^31 up to 22.3M,
 #: and 240 x with 256-token tiles, up to 8.9M)
@@ -254,6 +263,14 @@ def _copies_pay(p: GemmProblem) -> bool:
     return p.tokens // p.groups >= COPIES_MIN_REUSE and min(dims) >= COPIES_MIN_REUSE
 
 
+def _wide_swapped_pays(p: GemmProblem) -> bool:
+    """Whether fprop runs on swapped_256x128: from WIDE_SWAPPED_MIN_ROWS rows per group and a contraction of
+    WIDE_SWAPPED_MIN_CONTRACTION, with its TMA loader, unless the given weight copy is read (_weight_copy_pays)."""
+    return (p.kind == "fprop" and p.tokens // p.groups >= WIDE_SWAPPED_MIN_ROWS
+            and p.contraction >= WIDE_SWAPPED_MIN_CONTRACTION and not _weight_copy_pays(p)
+            and algorithm_unavailable(Algorithm.swapped_256x128, p) is None and _swapped_tma_reason(p) is None)
+
+
 def weight_copy_fits(kind: str, mode: str, out_dtype: str) -> bool:
     """Whether a call can read the weights' fp16 copy at all: fast-mode fprop, or dgrad with bf16 output (dgrad reads
     the copy N-contiguous through a bf16-only CUTLASS instantiation)."""
@@ -362,6 +379,8 @@ def _auto_algorithm(p: GemmProblem) -> Algorithm:
     if (p.kind != "wgrad" and p.tokens // p.groups <= SWAPPED_MAX_ROWS
             and algorithm_unavailable(Algorithm.swapped_64x256, p) is None):
         return Algorithm.swapped_64x256
+    if _wide_swapped_pays(p):
+        return Algorithm.swapped_256x128
     copies = algorithm_unavailable(Algorithm.copies_cutlass, p)
     if copies is None and (
             _wgrad_copies_pay(p) if p.kind == "wgrad" else (_weight_copy_pays(p) or _copies_pay(p))):

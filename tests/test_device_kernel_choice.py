@@ -53,11 +53,13 @@ def plan(algorithm: str, loader: str, epilogue: str) -> GemmPlan:
 
 
 COPIES = plan("copies_cutlass", "tma", "cutlass")
+WIDE = plan("swapped_256x128", "tma", "direct")
 
 # (kind, E, T, N, K) of the benchmark shapes (SPEC 12.5's names: fprop Y [T, N] = X [T, K] W^T, wgrad dW [E, N, K])
 E8_FPROP = ("fprop", 8, 16384, 14336, 4096)
 E8_WGRAD = ("wgrad", 8, 16384, 14336, 4096)
 E64_FPROP = ("fprop", 64, 16384, 1408, 2048)
+E64_DGRAD = ("dgrad", 64, 16384, 1408, 2048)
 E64_WGRAD = ("wgrad", 64, 16384, 1408, 2048)
 E8_T512_WGRAD = ("wgrad", 8, 512, 14336, 4096)
 
@@ -65,15 +67,17 @@ E8_T512_WGRAD = ("wgrad", 8, 512, 14336, 4096)
 # fp16 copies of both operands (copies_cutlass in fast mode, exact_copies in exact mode) on the benchmark shapes, and
 # what runs where they do not pay.
 @pytest.mark.parametrize("shape,fast,exact", [
-    # 2048 rows per group, the copies pay in both modes (fast fprop: CUTLASS over the copies 857 TFLOP/s against 472
-    # fused, the decode about 15% of the GEMM; exact: 0.33-0.36x -> 0.44-0.50x of grouped_mm, with TMA 0.51-0.56x)
-    (E8_FPROP, COPIES, plan("exact_copies", "tma", "staged")),
+    # 2048 rows per group, the copies pay in both modes (exact: 0.33-0.36x -> 0.44-0.50x of grouped_mm, with TMA
+    # 0.51-0.56x); fast fprop runs on swapped_256x128 (0.958x of grouped_mm against 0.898x over the copies)
+    (E8_FPROP, WIDE, plan("exact_copies", "tma", "staged")),
+    (("dgrad", 8, 16384, 14336, 4096), COPIES, plan("exact_copies", "tma", "staged")),
     # (exact fp32 wgrad stores by TMA: 0.47-0.50x -> 0.59x on E64, the same epilogue here)
     (E8_WGRAD, COPIES, plan("exact_copies", "tma", "tma_store")),
     # 256 rows per group: no copies of both (exact over copies: 0.43x vs 0.49x fused; the hybrid kernel, A copied
-    # only, 0.47 -> 0.50x); fast: the 2-CTA pair 0.881 against 0.795 for the 128 x 256 kernel, its bf16 output by TMA
-    # boxes 0.88 -> 0.92x
-    (E64_FPROP, plan("fused_pair_256x256", "cp_async", "tma_store"), plan("exact_hybrid", "tma", "staged")),
+    # only, 0.47 -> 0.50x); fast dgrad: the 2-CTA pair 0.846 against 0.767 for the 128 x 256 kernel, its bf16 output
+    # by TMA boxes; fast fprop (contraction K = 2048) runs on swapped_256x128 (test_wide_swapped_decisions)
+    (E64_DGRAD, plan("fused_pair_256x256", "cp_async", "tma_store"), plan("exact_hybrid", "tma", "staged")),
+    (E64_FPROP, WIDE, plan("exact_hybrid", "tma", "staged")),
     # exact over copies with TMA 0.49x vs fused 0.44x, its fp32 output by TMA stores 0.47-0.50x -> 0.59x; fast: no
     # copies (0.51 / 0.59, the wgrad table below), the 128 x 256 kernel on the 256-long K loops (213-218 TFLOP/s
     # against 190-203 for the pair), its fp32 output by TMA stores 0.61 -> 0.75x
@@ -136,13 +140,15 @@ def test_wgrad_fast_choice(e, t, n, k, dtype, acc, copies):
     (("dgrad", 8, 512, 14336, 4096), {}, "swapped_64x256"),  # (E8 T512 dgrad 1.84-1.87x)
     (("fprop", 8, 256, 14336, 4096), {}, "swapped_64x256"),  # E8 T256: 1.89x against 1.61x
     # E64 T16384 (256 rows per group): the 2-CTA pair, fprop 0.881 / 0.882 and dgrad 0.846 / 0.880 of grouped_mm
-    # against 0.795 / 0.784 and 0.767 / 0.809 for the 128 x 256 kernel
-    (E64_FPROP, {}, "fused_pair_256x256"),
-    (("dgrad", 64, 16384, 1408, 2048), {}, "fused_pair_256x256"),
-    # E8 T16384 with a bias: CUTLASS over the copies too (its bf16 bias epilogue)
-    (E8_FPROP, dict(bias=True), "copies_cutlass"),
-    # E8 T16384 without: CUTLASS over the copies (857 TFLOP/s against 472 fused)
-    (E8_FPROP, {}, "copies_cutlass"),
+    # against 0.795 / 0.784 and 0.767 / 0.809 for the 128 x 256 kernel; fprop with K = 2048 runs on swapped_256x128
+    # (0.973 against 0.960), with K = 1408 keeps the pair (the contraction below WIDE_SWAPPED_MIN_CONTRACTION)
+    (E64_FPROP, {}, "swapped_256x128"),
+    (E64_DGRAD, {}, "fused_pair_256x256"),
+    (("fprop", 64, 16384, 2048, 1408), {}, "fused_pair_256x256"),
+    # E8 T16384: swapped_256x128 with or without a bias (its bias is added in the direct epilogue)
+    (E8_FPROP, dict(bias=True), "swapped_256x128"),
+    (E8_FPROP, {}, "swapped_256x128"),
+    # dgrad: CUTLASS over the copies (857 TFLOP/s against 472 fused in fprop)
     (("dgrad", 8, 16384, 14336, 4096), {}, "copies_cutlass"),
 ])
 def test_fast_fprop_dgrad_choice(shape, kw, algorithm):
@@ -239,8 +245,11 @@ def test_fused_algorithm_by_size_when_forced_off_the_others():
 # off (fprop / dgrad), else has no algorithm and raises. Rows: the plans with aligned buffers (fast, exact), which scale
 # buffer is off, the plans then.
 @pytest.mark.parametrize("shape,aligned,misaligned,plans", [
-    (E64_FPROP, ("fused_pair_256x256", "exact_hybrid"), "a", ("copies_cutlass", "exact_hybrid")),  # hybrid decodes a
-    (E64_FPROP, ("fused_pair_256x256", "exact_hybrid"), "b", ("copies_cutlass", "exact_copies")),  # (its b maps)
+    (E64_DGRAD, ("fused_pair_256x256", "exact_hybrid"), "a", ("copies_cutlass", "exact_hybrid")),  # hybrid decodes a
+    (E64_DGRAD, ("fused_pair_256x256", "exact_hybrid"), "b", ("copies_cutlass", "exact_copies")),  # (its b maps)
+    # swapped_256x128 reads a through its fp16 copy, b's scale tiles by TMA
+    (E64_FPROP, ("swapped_256x128", "exact_hybrid"), "a", ("swapped_256x128", "exact_hybrid")),
+    (E64_FPROP, ("swapped_256x128", "exact_hybrid"), "b", ("copies_cutlass", "exact_copies")),
     (E64_WGRAD, ("fused_128x256", "exact_copies"), "a", ("copies_cutlass", "exact_copies")),
     # the swapped kernel decodes a (the tokens) and copies b's scale tiles
     (("fprop", 8, 512, 14336, 4096), ("swapped_64x256", "exact_hybrid"), "a", ("swapped_64x256", "exact_hybrid")),
@@ -259,7 +268,7 @@ def test_scale_buffers_not_16_byte_aligned(shape, aligned, misaligned, plans):
             plan_gemm(problem(*shape, **kw), algorithm=algorithm)
     with pytest.raises(ValueError, match="algorithm='exact_fused' cannot run this call: .*16-byte aligned"):
         plan_gemm(problem(*shape, mode="exact", **kw), algorithm="exact_fused")
-    if plans[0] != "swapped_64x256":
+    if plans[0] not in ("swapped_64x256", "swapped_256x128"):
         if misaligned == "a" and shape[0] != "wgrad":  # the swapped kernel copies only b's scale tiles
             assert plan_gemm(problem(*shape, cutlass=False, **kw)).algorithm == Algorithm.swapped_64x256
         else:
@@ -436,10 +445,11 @@ def test_plan_names_are_the_codes():
     for a in Algorithm:  # the tile is in the name of the fused fast algorithms and of the swapped ones
         if a.name.startswith(("fused", "swapped")):
             assert a.name.endswith("_{}x{}".format(*ALGORITHM_TILES[a]))
-    got = plan_gemm(problem(*E64_FPROP))
+    got = plan_gemm(problem(*E64_DGRAD))
     assert type(got.algorithm) is Algorithm and type(got.loader) is Loader and type(got.epilogue) is Epilogue
     assert got.tile == (256, 256)
     assert str(got) == "fused_pair_256x256 (loader cp_async, epilogue tma_store)"
+    assert plan_gemm(problem(*E64_FPROP)).tile == (256, 128)
     for a in Algorithm:  # a forced algorithm is that enum, whatever the sizes
         mode = "fast" if a in _dispatch.FAST else ("exact" if a in _dispatch.EXACT else "sm100")
         p = problem("fprop", 4, 4096, 1024, 1024, mode=mode)
@@ -465,7 +475,9 @@ def test_sm100_plans():
 # The decisions measured on the H200 by tools/ab/crossovers.py (both sides of each rule timed in one process, median of
 # 3 rounds; docs/performance.md, "Kernel choice"): (mode, kind, E, T, N, K, output, accumulate) -> the faster
 # algorithm, with the time ratio B/A of the rule's two plans. Cases where the two measurements disagree across GPUs or
-# the rounds' spread exceeds the margin are not listed (docs/performance.md names them).
+# the rounds' spread exceeds the margin are not listed (docs/performance.md names them). The dgrad rows in brackets
+# carry an fprop measurement to dgrad, which shares its rule (fprop from 256 rows per group runs on swapped_256x128,
+# test_wide_swapped_decisions).
 @pytest.mark.parametrize("mode,kind,e,t,n,k,dtype,acc,faster", [
     ("fast", "fprop", 8, 512, 14336, 4096, "bf16", False, "swapped_64x256"),        # fused_64x256 / swapped 1.158
     ("fast", "fprop", 8, 768, 14336, 4096, "bf16", False, "swapped_64x256"),        # 1.162 (96 rows per group)
@@ -473,11 +485,11 @@ def test_sm100_plans():
     ("fast", "dgrad", 8, 768, 14336, 4096, "bf16", False, "swapped_64x256"),        # 1.104
     ("fast", "dgrad", 8, 1024, 14336, 4096, "bf16", False, "fused_128x256"),        # 0.796
     ("fast", "fprop", 16, 2048, 4096, 4096, "bf16", False, "fused_128x256"),        # pair / 128x256 0.603 (128 rows)
-    ("fast", "fprop", 16, 4096, 4096, 4096, "bf16", False, "fused_pair_256x256"),   # 1.132 (256 rows)
+    ("fast", "dgrad", 16, 4096, 4096, 4096, "bf16", False, "fused_pair_256x256"),   # (fprop 1.132, 256 rows)
     ("fast", "fprop", 16, 8192, 4096, 512, "bf16", False, "fused_128x256"),         # 0.928 (contraction 512)
     ("fast", "fprop", 16, 8192, 4096, 1024, "bf16", False, "fused_pair_256x256"),   # 1.121 (contraction 1024)
-    ("fast", "fprop", 8, 4096, 14336, 4096, "bf16", False, "fused_pair_256x256"),   # copies / pair 0.943 (512 rows)
-    ("fast", "fprop", 8, 8192, 14336, 4096, "bf16", False, "copies_cutlass"),       # 1.160 (1024 rows)
+    ("fast", "dgrad", 8, 4096, 14336, 4096, "bf16", False, "fused_pair_256x256"),   # (fprop: copies / pair 0.943)
+    ("fast", "dgrad", 8, 8192, 14336, 4096, "bf16", False, "copies_cutlass"),       # (fprop 1.160, 1024 rows)
     ("fast", "wgrad", 8, 4096, 14336, 4096, "f32", False, "copies_cutlass"),        # 1.332 (512 rows)
     ("fast", "wgrad", 64, 2048, 1408, 2048, "f32", True, "copies_cutlass"),         # 1.379 (accumulate, 32 rows)
     ("fast", "wgrad", 32, 8192, 1024, 2048, "bf16", False, "fused_128x256"),        # 0.766 (N K / (N + K) = 683)
@@ -502,7 +514,7 @@ def test_h200_crossover_decisions(mode, kind, e, t, n, k, dtype, acc, faster):
     ("fprop", 64, 8192, 1408, 2048, "bf16", "fused_128x256"),         # 0.649 against 0.987 (128 rows)
     ("fprop", 8, 16384, 14336, 4096, "bf16", "copies_cutlass"),       # skewed: 1.077 against copies 0.954
     ("dgrad", 8, 16384, 14336, 4096, "bf16", "copies_cutlass"),       # skewed: 1.025 against 0.907
-    ("fprop", 64, 16384, 512, 2048, "bf16", "fused_pair_256x256"),    # (output columns below COPIES_MIN_REUSE)
+    ("fprop", 64, 16384, 512, 2048, "bf16", "swapped_256x128"),       # (output columns below COPIES_MIN_REUSE)
     ("wgrad", 64, 8192, 1408, 2048, "bf16", "fused_128x256"),         # (wgrad reads no weights)
     ("dgrad", 64, 16384, 1408, 2048, "f32", "fused_pair_256x256"),    # (the N-contiguous copy: bf16 output only)
 ])
@@ -604,3 +616,41 @@ def test_wgrad_tma_map_counts_every_experts_rows():
     experts of N = 2^16 rows is 2^31, so a forced fused kernel stores through its staged epilogue instead."""
     p = problem("wgrad", 2**15, 2**15 * 16, 2**16, 1024, out_dtype="bfloat16", sized=False)
     assert plan_gemm(p, algorithm="fused_128x256").epilogue == Epilogue.staged
+
+
+# swapped_256x128 for fprop (H100, tools/ab/ab_plans.py gemm --plans "auto; algorithm=swapped_256x128", one run, x of
+# torch._grouped_mm: swapped_256x128 / the plan without its rule): from 256 rows per group with a contraction of at
+# least 2048 and its TMA loader. Below the bounds, and for dgrad (cp.async loader only), the other plans stay.
+@pytest.mark.parametrize("kind,e,t,n,k,faster", [
+    ("fprop", 8, 2048, 14336, 4096, "swapped_256x128"),       # 1.169 / 0.909 (fused pair; 256 rows)
+    ("fprop", 8, 4096, 14336, 4096, "swapped_256x128"),       # 0.987 / 0.747 (fused pair)
+    ("fprop", 8, 8192, 14336, 4096, "swapped_256x128"),       # 0.968 / 0.778 (copies)
+    ("fprop", 8, 16384, 14336, 4096, "swapped_256x128"),      # 0.958 / 0.898 (copies)
+    ("fprop", 16, 16384, 14336, 4096, "swapped_256x128"),     # 0.977 / 0.787 (copies)
+    ("fprop", 8, 16384, 4096, 14336, "swapped_256x128"),      # 0.952 / 0.847 (copies; K = 14336)
+    ("fprop", 8, 16384, 2048, 2048, "swapped_256x128"),       # 0.793 / 0.763 (copies)
+    ("fprop", 64, 16384, 1408, 2048, "swapped_256x128"),      # 0.973 / 0.960 (fused pair)
+    ("fprop", 64, 32768, 1408, 2048, "swapped_256x128"),      # 0.857 / 0.769 (fused pair)
+    ("fprop", 32, 16384, 1408, 2048, "swapped_256x128"),      # 0.795 / 0.783 (fused pair)
+    ("fprop", 128, 16384, 1408, 2048, "fused_128x256"),       # 1.035 / 1.339 (128 rows)
+    ("fprop", 64, 16384, 2048, 1408, "fused_pair_256x256"),   # 0.94-1.02 / 1.005 (K = 1408)
+    ("dgrad", 64, 16384, 1408, 2048, "fused_pair_256x256"),   # 0.789 / 0.979
+    ("dgrad", 8, 16384, 14336, 4096, "copies_cutlass"),       # 0.801 / 0.852
+])
+def test_wide_swapped_decisions(kind, e, t, n, k, faster):
+    assert plan_gemm(problem(kind, e, t, n, k)).algorithm == Algorithm[faster]
+
+
+@pytest.mark.parametrize("at,below,why", [
+    (("fprop", 8, 2048, 4096, 4096), ("fprop", 8, 2040, 4096, 4096), "256 rows per group"),
+    (("fprop", 8, 2048, 4096, 2048), ("fprop", 8, 2048, 4096, 2016), "a contraction of at least 2048"),
+    (("fprop", 8, 2048, 4096, 4096), ("fprop", 8, 2048, 4096, 4112), "its TMA loader: K a multiple of 32"),
+    (("fprop", 8, 2048, 4096, 4096), ("dgrad", 8, 2048, 4096, 4096), "fprop only"),
+])
+def test_wide_swapped_bounds_on_both_sides(at, below, why):
+    """docs/design.md's selection table: swapped_256x128 at each bound, another plan one step past it."""
+    assert plan_gemm(problem(*at)) == WIDE, why
+    assert plan_gemm(problem(*below)).algorithm != Algorithm.swapped_256x128, why
+    # the given weight copy, where it is read (copies_cutlass), and b's buffers off 16-byte alignment take it out too
+    assert plan_gemm(problem(*at)._replace(b_copy=True)).algorithm == Algorithm.copies_cutlass
+    assert plan_gemm(problem(*at, b_aligned=False)).algorithm != Algorithm.swapped_256x128
