@@ -496,8 +496,9 @@ def test_swapped_kernel_capped_grid_and_auto():
 # swapped_256x128: the swapped kernel with 256 token rows (wgmma m64n256k16) x 128 weight rows (one scale tile, no half
 # tiles) per tile. SWAPPED_CASES plus groups of several 256-row token tiles with partial ones, weight rows past one
 # 128-row tile, and K tails.
-WIDE_CASES = {"w_tiles": ([300, 0, 517, 256, 1], 200, 96, torch.bfloat16, True),
-              "w_tiles_f32_k48": ([300, 0, 517, 256, 1], 136, 48, torch.float32, True),
+# (N = 208 and 144: multiples of 16, so _run_swapped runs dgrad too, and not of 128, so the last weight tile is partial)
+WIDE_CASES = {"w_tiles": ([300, 0, 517, 256, 1], 208, 96, torch.bfloat16, True),
+              "w_tiles_f32_k48": ([300, 0, 517, 256, 1], 144, 48, torch.float32, True),
               "w_e8": (rand_splits(8, 4000, 9), 384, 320, torch.bfloat16, False)}
 
 
@@ -524,6 +525,22 @@ def test_swapped_wide_kernel_dgrad_off_a_whole_row_and_capped_grids():
                   algorithm="swapped_256x128", num_sms=num_sms)
     run_dgrad([300, 0, 600], 96, 256, "fast", torch.float32, with_bias=True, seed=108, algorithm="swapped_256x128",
               num_sms=7)
+
+
+def test_auto_fprop_takes_swapped_256x128_from_256_rows():
+    """docs/design.md section 6, row 1b, on real operands: fprop with 256 rows per group on average and a contraction
+    of 2048 runs swapped_256x128 with its TMA loader by the sizes alone, and matches the oracle (bf16 output with a
+    bias, fp32 without); at 255 rows per group it does not."""
+    import device
+
+    k, n = 2048, 144
+    for splits, wide in (([300, 0, 212, 512], True), ([300, 0, 212, 508], False)):
+        xq = gq(rand_bf16((sum(splits), k), 201), splits, rowwise=True)
+        plan = device.grouped_gemm_plan(xq, weights(len(splits), n, k, 202), kind="fprop")
+        assert (plan.algorithm.name, plan.loader.name) == (("swapped_256x128", "tma") if wide else
+                                                           ("fused_128x256", "cp_async")), (splits, plan)
+    for od, with_bias in ((torch.bfloat16, True), (torch.float32, False)):
+        run_fprop([300, 0, 212, 512], n, k, "fast", od, with_bias=with_bias, seed=203)
 
 
 # Programmatic dependent launch (csrc/common/pdl.cuh; always on): a call's kernels are chained, each placed on the GPU
