@@ -317,8 +317,9 @@ def require_hopper(t: Tensor, name: str) -> None:
         return
     major, minor = torch.cuda.get_device_capability(index)
     if (major, minor) != _HOPPER:
-        raise RuntimeError(f"{name} is on cuda:{index}, an sm_{major}{minor} GPU ({torch.cuda.get_device_name(index)}); "
-                           "the device kernels are built for sm_90a and run on Hopper GPUs (H100, H200) only")
+        gpu = torch.cuda.get_device_name(index)
+        raise RuntimeError(f"{name} is on cuda:{index}, an sm_{major}{minor} GPU ({gpu}); the device kernels are built "
+                           "for sm_90a and run on Hopper GPUs (H100, H200) only")
     _hopper_devices.add(index)
 
 

@@ -27,8 +27,8 @@ def force_plan(*, algorithm: str | None = None, loader: str | None = None, epilo
 
     Args:
         algorithm: the grouped GEMM's algorithm: ``"fused_64x256"``, ``"fused_128x256"``, ``"fused_pair_256x256"``,
-            ``"swapped_64x256"``, ``"swapped_256x128"``, ``"copies_cutlass"`` (fast mode), ``"exact_fused"``, ``"exact_copies"``,
-            ``"exact_hybrid"`` (exact mode) or ``"sm100_copies"``, ``"sm100_simt"`` (mode sm100).
+            ``"swapped_64x256"``, ``"swapped_256x128"``, ``"copies_cutlass"`` (fast mode), ``"exact_fused"``,
+            ``"exact_copies"``, ``"exact_hybrid"`` (exact mode) or ``"sm100_copies"``, ``"sm100_simt"`` (mode sm100).
         loader: ``"cp_async"`` or ``"tma"`` (the swapped algorithms and ``exact_copies`` have both; ``sm100_copies``
             has ``"tma"`` only and ``sm100_simt`` its own ``"loads"``).
         epilogue: ``"staged"`` or ``"tma_store"`` (the others, ``"direct"`` and ``"cutlass"``, are the only
