@@ -131,6 +131,7 @@ def launch_quantize(x: Tensor, bufs: dict, amax_in: tuple[Tensor, Tensor] | None
     checked), overlapping the previous kernel (PDL). ``amax_kernel`` / ``quantize_kernel``: the plan's QuantizeKernel
     codes (device._dispatch.plan_quantize). ``four_over_six``: 0, or the 4over6 error code (1 MAE, 2 MSE, SPEC 5.6)
     that the ``four_over_six`` quantize kernel runs with ``four_over_six_fast_math`` and ``global_scale_max``."""
+    require_hopper(x, "x")
     m, k = x.shape
     _check_buffers(bufs, _quantize_specs(m, k, rowwise, columnwise, swizzled), x.device)
     ext = load_extension()
@@ -216,6 +217,7 @@ def launch_group_quantize(x: Tensor, splits: Tensor, bufs: dict, amax_in: tuple[
     checked). The amaxes: the amax pass, or with ``amax_in`` = (row, col) (contiguous float32 device tensors of E
     values, the same one for both planes allowed) the setup kernel writes them as SPEC 4.3 uses them. The 4over6
     options as in :func:`launch_quantize`."""
+    require_hopper(x, "x")
     t, k = x.shape
     e = splits.numel()
     _check_buffers(bufs, _group_specs(t, k, e, rowwise, columnwise), x.device)
@@ -284,6 +286,7 @@ def _(x, splits, row_amax, col_amax, rowwise, columnwise, rht, rht_signs, block2
 @torch.library.custom_op("nvfp4_device::swizzle_scales", mutates_args=())
 def swizzle_op(compact: Tensor) -> Tensor:
     """Compact uint8 scales [rows, C] -> swizzled zero-padded 1-D buffer (SPEC 8.2)."""
+    require_hopper(compact, "compact scales")
     rows, cols = compact.shape
     out = torch.empty(_ru(rows, 128) * _ru(cols, 4), dtype=torch.uint8, device=compact.device)
     _raise_refusal(load_extension().swizzle_(compact, out))
@@ -308,8 +311,10 @@ _hopper_devices: set[int] = set()  # the CUDA device indices that require_hopper
 def require_hopper(t: Tensor, name: str) -> None:
     """Refuse a CUDA tensor whose GPU is not sm_90 (Hopper) with a ``RuntimeError`` that names it. The kernels are
     built for ``sm_90a`` only (device/_build.py), so on any other GPU every launch would fail with CUDA's "no kernel
-    image is available" error. The answer is cached per device index. Not checked while torch.compile traces or on
-    fake tensors (no GPU need be present then); the compiled graph's launches still fail on another GPU."""
+    image is available" error. The answer is cached per device index. The public functions call it before their other
+    checks; every launcher and op body here calls it again before its launch, which covers the ops called directly
+    (``torch.ops.nvfp4_device``) and a compiled graph's calls. Skipped while torch.compile traces and on fake tensors
+    (no GPU need be present then)."""
     if _traced(t):
         return
     index = t.device.index if t.device.index is not None else torch.cuda.current_device()
@@ -433,6 +438,7 @@ def weight_f16_copy(row_data: Tensor, row_scales: Tensor, offsets: Tensor, e: in
     scales): the exact values E2M1 x E4M3 of every element (SPEC 12.6; the per-expert factor of SPEC 12.1 stays in
     alpha), which fast-mode fprop and dgrad over copies read instead of decoding the weight plane
     (:func:`launch_grouped_gemm`'s ``b_copy``)."""
+    require_hopper(row_data, "the weights' row data")
     out = torch.empty((e, n, k), dtype=torch.float16, device=row_data.device)
     _raise_refusal(load_gemm_extension().weight_f16_copy_(row_data, row_scales, offsets, e, k, out))
     return out
@@ -482,6 +488,7 @@ def launch_grouped_gemm(kind: int, mode: str, a_data: Tensor, a_scales: Tensor, 
     which holds the same values transposed when the weights were quantized in 16x16 blocks, RN, without RHT
     (SPEC 6.3; the caller vouches for it). The plan may then run copies_cutlass without decoding b (dgrad: bf16 output
     only; otherwise the copy is not used)."""
+    require_hopper(a_data, "a")
     groups = a_offsets.shape[1] - 1
     check_gemm_out(kind, out, sizes, groups, {
         "a's data": a_data, "a's scales": a_scales, "a's amax": a_amax, "a.offsets": a_offsets, "b's data": b_data,
@@ -615,6 +622,7 @@ def bias_grad_op(dy: Tensor, offsets: Tensor) -> Tensor:
     table of X's grouped quantize, which equals dY's by construction (same splits, same T). The kernel clamps
     every group's bounds to ``[0, T]``, so a table that does not belong to dy reads no row outside it. No host
     synchronization."""
+    require_hopper(dy, "dy")
     e = offsets.shape[1] - 1
     out = torch.empty((e, dy.shape[1]), dtype=torch.float32, device=dy.device)
     _raise_refusal(load_extension().bias_grad_(dy, offsets, e, out))
@@ -640,6 +648,7 @@ def pack_col_scales_op(scales: Tensor, offsets: Tensor, t: int, k: int) -> Tenso
     """The packed columnwise scales (SPEC 9.5) of a grouped call over ``t`` rows and ``k`` columns: uint8
     ``[packed_col_scale_bytes(t, k, E)]`` from its swizzled columnwise scales ``scales`` and its offsets table
     ``offsets`` ``[6, E+1]`` (read on the device; csrc/layer/packed_scales.cu). No host synchronization."""
+    require_hopper(scales, "scales")
     e = offsets.shape[1] - 1
     out = torch.empty(packed_col_scale_bytes(t, k, e), dtype=torch.uint8, device=scales.device)
     _raise_refusal(load_extension().pack_col_scales_(scales, offsets, e, k, out))
@@ -655,6 +664,7 @@ def _(scales, offsets, t, k):
 def unpack_col_scales_op(packed: Tensor, offsets: Tensor, t: int, k: int) -> Tensor:
     """The inverse of :func:`pack_col_scales_op`: the swizzled columnwise scales (SPEC 9.2) at their SPEC 9.3
     capacity, padding and the bytes past the last group 0x00."""
+    require_hopper(packed, "packed")
     e = offsets.shape[1] - 1
     out = torch.empty(grouped_capacities(t, k, e)["col_scale"], dtype=torch.uint8, device=packed.device)
     _raise_refusal(load_extension().unpack_col_scales_(packed, offsets, e, k, out))

@@ -820,3 +820,49 @@ def test_every_entry_point_checks_the_gpu(fake, monkeypatch):
     for name, call in calls.items():
         with pytest.raises(RuntimeError, match=f"^not sm_90: {name.strip()}$"):
             call()
+
+
+def test_every_launcher_checks_the_gpu_first(monkeypatch):
+    """The launchers and op bodies of device/_ops.py (what torch.ops.nvfp4_device runs, also inside a compiled graph,
+    where the public functions' checks were skipped while tracing) ask require_hopper before anything else: with a
+    check that refuses, each raises its refusal, not an error of its other arguments or of loading an extension."""
+    from device import _ops
+
+    def refuse(t, name):
+        raise RuntimeError(f"not sm_90: {name}")
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("an extension was loaded before the architecture check")
+
+    monkeypatch.setattr(_ops, "require_hopper", refuse)
+    monkeypatch.setattr(_ops, "load_extension", no_build)
+    monkeypatch.setattr(_ops, "load_gemm_extension", no_build)
+    u8, i64 = torch.uint8, torch.int64
+    x, offsets = torch.zeros((32, 32), dtype=torch.bfloat16), torch.zeros((6, 3), dtype=i64)
+    plan = dict(rowwise=True, columnwise=False, rht=False, rht_signs=0, block2d=False, rule=0, sr=False, seed_lo=0,
+                seed_hi=0, offset=0, swizzled=True, amax_kernel=0, quantize_kernel=0)
+    calls = {
+        "x": lambda: _ops.launch_quantize(x, {}, None, **plan),
+        "x ": lambda: _ops.launch_group_quantize(x, torch.tensor([16, 16]), {}, None, **plan),
+        "compact scales": lambda: torch.ops.nvfp4_device.swizzle_scales(torch.zeros((32, 2), dtype=u8)),
+        "the weights' row data": lambda: _ops.weight_f16_copy(torch.zeros(256, dtype=u8), torch.zeros(512, dtype=u8),
+                                                              offsets, 2, 16, 16),
+        "a": lambda: _ops.launch_grouped_gemm(0, "fast", *[torch.zeros(8, dtype=u8)] * 8, None, None, False, [], "",
+                                              "", "", 0),
+        "dy": lambda: torch.ops.nvfp4_device.bias_grad(x, offsets),
+        "scales": lambda: torch.ops.nvfp4_device.pack_col_scales(torch.zeros(512, dtype=u8), offsets, 32, 32),
+        "packed": lambda: torch.ops.nvfp4_device.unpack_col_scales(torch.zeros(64, dtype=u8), offsets, 32, 32),
+    }
+    for name, call in calls.items():
+        with pytest.raises(RuntimeError, match=f"^not sm_90: {name.strip()}$"):
+            call()
+    # the dequantize op checks its arguments first (check_dequantize_args: a host tensor is refused as such), and the
+    # CUDA ones through require_cuda_tensors, which asks require_hopper of each
+    with pytest.raises(ValueError, match="^data must be a CUDA tensor"):
+        torch.ops.nvfp4_device.dequantize(torch.zeros(8, dtype=u8), torch.zeros((1, 1), dtype=u8), torch.ones(1), 1,
+                                          16, False)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True), pytest.raises(RuntimeError, match="^not sm_90: data$"):
+        _ops.check_dequantize_args(_fake_cuda(8, dtype=u8), _fake_cuda(1, 1, dtype=u8),
+                                   _fake_cuda(1, dtype=torch.float32), 1, 16, False)
