@@ -265,9 +265,10 @@ def _copies_pay(p: GemmProblem) -> bool:
 
 def _wide_swapped_pays(p: GemmProblem) -> bool:
     """Whether fprop runs on swapped_256x128: from WIDE_SWAPPED_MIN_ROWS rows per group and a contraction of
-    WIDE_SWAPPED_MIN_CONTRACTION, with its TMA loader, unless the given weight copy is read (_weight_copy_pays)."""
+    WIDE_SWAPPED_MIN_CONTRACTION, with its TMA loader, unless copies_cutlass runs over the given weight copy."""
+    copy_read = _weight_copy_pays(p) and algorithm_unavailable(Algorithm.copies_cutlass, p) is None
     return (p.kind == "fprop" and p.tokens // p.groups >= WIDE_SWAPPED_MIN_ROWS
-            and p.contraction >= WIDE_SWAPPED_MIN_CONTRACTION and not _weight_copy_pays(p)
+            and p.contraction >= WIDE_SWAPPED_MIN_CONTRACTION and not copy_read
             and algorithm_unavailable(Algorithm.swapped_256x128, p) is None and _swapped_tma_reason(p) is None)
 
 

@@ -314,7 +314,8 @@ def require_hopper(t: Tensor, name: str) -> None:
     image is available" error. The answer is cached per device index. The public functions call it before their other
     checks; every launcher and op body here calls it again before its launch, which covers the ops called directly
     (``torch.ops.nvfp4_device``) and a compiled graph's calls. Skipped while torch.compile traces and on fake tensors
-    (no GPU need be present then)."""
+    (no GPU need be present then). Launchers that check their buffers on the host do so first (those checks read no
+    device)."""
     if _traced(t):
         return
     index = t.device.index if t.device.index is not None else torch.cuda.current_device()
@@ -488,13 +489,13 @@ def launch_grouped_gemm(kind: int, mode: str, a_data: Tensor, a_scales: Tensor, 
     which holds the same values transposed when the weights were quantized in 16x16 blocks, RN, without RHT
     (SPEC 6.3; the caller vouches for it). The plan may then run copies_cutlass without decoding b (dgrad: bf16 output
     only; otherwise the copy is not used)."""
-    require_hopper(a_data, "a")
     groups = a_offsets.shape[1] - 1
     check_gemm_out(kind, out, sizes, groups, {
         "a's data": a_data, "a's scales": a_scales, "a's amax": a_amax, "a.offsets": a_offsets, "b's data": b_data,
         "b's scales": b_scales, "b's amax": b_amax, "b.offsets": b_offsets})
     if out.numel() == 0:
         return
+    require_hopper(a_data, "a")
     if bias is not None and bias.numel() and bias.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
         bias = bias.clone()  # the epilogue reads bias while other CTAs write out: never the same memory
     out_dtype = "bfloat16" if out.dtype == torch.bfloat16 else "float32"

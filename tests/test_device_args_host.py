@@ -824,8 +824,9 @@ def test_every_entry_point_checks_the_gpu(fake, monkeypatch):
 
 def test_every_launcher_checks_the_gpu_first(monkeypatch):
     """The launchers and op bodies of device/_ops.py (what torch.ops.nvfp4_device runs, also inside a compiled graph,
-    where the public functions' checks were skipped while tracing) ask require_hopper before anything else: with a
-    check that refuses, each raises its refusal, not an error of its other arguments or of loading an extension."""
+    where the public functions' checks were skipped while tracing) ask require_hopper before they load an extension
+    (launch_grouped_gemm after its host checks of out): with a check that refuses, each raises its refusal, not an
+    error of its other arguments or of loading an extension."""
     from device import _ops
 
     def refuse(t, name):
@@ -839,6 +840,7 @@ def test_every_launcher_checks_the_gpu_first(monkeypatch):
     monkeypatch.setattr(_ops, "load_gemm_extension", no_build)
     u8, i64 = torch.uint8, torch.int64
     x, offsets = torch.zeros((32, 32), dtype=torch.bfloat16), torch.zeros((6, 3), dtype=i64)
+    gemm_ops, gemm_sizes = _gemm_op_args()
     plan = dict(rowwise=True, columnwise=False, rht=False, rht_signs=0, block2d=False, rule=0, sr=False, seed_lo=0,
                 seed_hi=0, offset=0, swizzled=True, amax_kernel=0, quantize_kernel=0)
     calls = {
@@ -847,8 +849,8 @@ def test_every_launcher_checks_the_gpu_first(monkeypatch):
         "compact scales": lambda: torch.ops.nvfp4_device.swizzle_scales(torch.zeros((32, 2), dtype=u8)),
         "the weights' row data": lambda: _ops.weight_f16_copy(torch.zeros(256, dtype=u8), torch.zeros(512, dtype=u8),
                                                               offsets, 2, 16, 16),
-        "a": lambda: _ops.launch_grouped_gemm(0, "fast", *[torch.zeros(8, dtype=u8)] * 8, None, None, False, [], "",
-                                              "", "", 0),
+        "a": lambda: _ops.launch_grouped_gemm(0, "fast", *gemm_ops, torch.zeros((64, 32), dtype=torch.bfloat16), None,
+                                              False, gemm_sizes, "", "", "", 0),
         "dy": lambda: torch.ops.nvfp4_device.bias_grad(x, offsets),
         "scales": lambda: torch.ops.nvfp4_device.pack_col_scales(torch.zeros(512, dtype=u8), offsets, 32, 32),
         "packed": lambda: torch.ops.nvfp4_device.unpack_col_scales(torch.zeros(64, dtype=u8), offsets, 32, 32),

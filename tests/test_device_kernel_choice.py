@@ -145,7 +145,8 @@ def test_wgrad_fast_choice(e, t, n, k, dtype, acc, copies):
     (E64_FPROP, {}, "swapped_256x128"),
     (E64_DGRAD, {}, "fused_pair_256x256"),
     (("fprop", 64, 16384, 2048, 1408), {}, "fused_pair_256x256"),
-    # E8 T16384: swapped_256x128 with or without a bias (its bias is added in the direct epilogue)
+    # E8 T16384: swapped_256x128 with or without a bias (row 1b has no bias condition: the direct epilogue adds the
+    # bias row to each output as it stores it; not timed with a bias)
     (E8_FPROP, dict(bias=True), "swapped_256x128"),
     (E8_FPROP, {}, "swapped_256x128"),
     # dgrad: CUTLASS over the copies (857 TFLOP/s against 472 fused in fprop)
@@ -475,9 +476,10 @@ def test_sm100_plans():
 # The decisions measured on the H200 by tools/ab/crossovers.py (both sides of each rule timed in one process, median of
 # 3 rounds; docs/performance.md, "Kernel choice"): (mode, kind, E, T, N, K, output, accumulate) -> the faster
 # algorithm, with the time ratio B/A of the rule's two plans. Cases where the two measurements disagree across GPUs or
-# the rounds' spread exceeds the margin are not listed (docs/performance.md names them). The dgrad rows in brackets
-# carry an fprop measurement to dgrad, which shares its rule (fprop from 256 rows per group runs on swapped_256x128,
-# test_wide_swapped_decisions).
+# the rounds' spread exceeds the margin are not listed (docs/performance.md names them). Where fprop runs on
+# swapped_256x128 (the selection table's row 1b, test_wide_swapped_decisions), the rule measured here decides the plan
+# below that row: the one fprop takes where swapped_256x128 cannot run (a contraction that is not a multiple of 32,
+# b's buffers off 16-byte alignment).
 @pytest.mark.parametrize("mode,kind,e,t,n,k,dtype,acc,faster", [
     ("fast", "fprop", 8, 512, 14336, 4096, "bf16", False, "swapped_64x256"),        # fused_64x256 / swapped 1.158
     ("fast", "fprop", 8, 768, 14336, 4096, "bf16", False, "swapped_64x256"),        # 1.162 (96 rows per group)
@@ -485,11 +487,11 @@ def test_sm100_plans():
     ("fast", "dgrad", 8, 768, 14336, 4096, "bf16", False, "swapped_64x256"),        # 1.104
     ("fast", "dgrad", 8, 1024, 14336, 4096, "bf16", False, "fused_128x256"),        # 0.796
     ("fast", "fprop", 16, 2048, 4096, 4096, "bf16", False, "fused_128x256"),        # pair / 128x256 0.603 (128 rows)
-    ("fast", "dgrad", 16, 4096, 4096, 4096, "bf16", False, "fused_pair_256x256"),   # (fprop 1.132, 256 rows)
+    ("fast", "fprop", 16, 4096, 4096, 4096, "bf16", False, "fused_pair_256x256"),   # 1.132 (256 rows)
     ("fast", "fprop", 16, 8192, 4096, 512, "bf16", False, "fused_128x256"),         # 0.928 (contraction 512)
     ("fast", "fprop", 16, 8192, 4096, 1024, "bf16", False, "fused_pair_256x256"),   # 1.121 (contraction 1024)
-    ("fast", "dgrad", 8, 4096, 14336, 4096, "bf16", False, "fused_pair_256x256"),   # (fprop: copies / pair 0.943)
-    ("fast", "dgrad", 8, 8192, 14336, 4096, "bf16", False, "copies_cutlass"),       # (fprop 1.160, 1024 rows)
+    ("fast", "fprop", 8, 4096, 14336, 4096, "bf16", False, "fused_pair_256x256"),   # copies / pair 0.943 (512 rows)
+    ("fast", "fprop", 8, 8192, 14336, 4096, "bf16", False, "copies_cutlass"),       # 1.160 (1024 rows)
     ("fast", "wgrad", 8, 4096, 14336, 4096, "f32", False, "copies_cutlass"),        # 1.332 (512 rows)
     ("fast", "wgrad", 64, 2048, 1408, 2048, "f32", True, "copies_cutlass"),         # 1.379 (accumulate, 32 rows)
     ("fast", "wgrad", 32, 8192, 1024, 2048, "bf16", False, "fused_128x256"),        # 0.766 (N K / (N + K) = 683)
@@ -501,7 +503,10 @@ def test_sm100_plans():
 ])
 def test_h200_crossover_decisions(mode, kind, e, t, n, k, dtype, acc, faster):
     p = problem(kind, e, t, n, k, mode=mode, out_dtype="float32" if dtype == "f32" else "bfloat16", accumulate=acc)
-    assert plan_gemm(p).algorithm == Algorithm[faster]
+    got = plan_gemm(p).algorithm
+    if got == Algorithm.swapped_256x128:
+        got = Algorithm.copies_cutlass if _dispatch._copies_pay(p) else fused_fast_algorithm(p)
+    assert got == Algorithm[faster]
 
 
 # With the weights' fp16 copy given (GroupedLinear's cache_f16_weights): copies_cutlass reading it against the planned
@@ -514,7 +519,8 @@ def test_h200_crossover_decisions(mode, kind, e, t, n, k, dtype, acc, faster):
     ("fprop", 64, 8192, 1408, 2048, "bf16", "fused_128x256"),         # 0.649 against 0.987 (128 rows)
     ("fprop", 8, 16384, 14336, 4096, "bf16", "copies_cutlass"),       # skewed: 1.077 against copies 0.954
     ("dgrad", 8, 16384, 14336, 4096, "bf16", "copies_cutlass"),       # skewed: 1.025 against 0.907
-    ("fprop", 64, 16384, 512, 2048, "bf16", "swapped_256x128"),       # (output columns below COPIES_MIN_REUSE)
+    # (output columns below COPIES_MIN_REUSE: the copy is not read; row 1b has no bound on N, not timed at N = 512)
+    ("fprop", 64, 16384, 512, 2048, "bf16", "swapped_256x128"),
     ("wgrad", 64, 8192, 1408, 2048, "bf16", "fused_128x256"),         # (wgrad reads no weights)
     ("dgrad", 64, 16384, 1408, 2048, "f32", "fused_pair_256x256"),    # (the N-contiguous copy: bf16 output only)
 ])
@@ -646,11 +652,16 @@ def test_wide_swapped_decisions(kind, e, t, n, k, faster):
     (("fprop", 8, 2048, 4096, 2048), ("fprop", 8, 2048, 4096, 2016), "a contraction of at least 2048"),
     (("fprop", 8, 2048, 4096, 4096), ("fprop", 8, 2048, 4096, 4112), "its TMA loader: K a multiple of 32"),
     (("fprop", 8, 2048, 4096, 4096), ("dgrad", 8, 2048, 4096, 4096), "fprop only"),
+    # the kernel's contraction limit (its cp.async loader's 32-bit offsets), also on the automatic path
+    (("fprop", 1, 256, 256, 2**23 - 32), ("fprop", 1, 256, 256, 2**23), "a contraction below 2^23"),
 ])
 def test_wide_swapped_bounds_on_both_sides(at, below, why):
     """docs/design.md's selection table: swapped_256x128 at each bound, another plan one step past it."""
     assert plan_gemm(problem(*at)) == WIDE, why
     assert plan_gemm(problem(*below)).algorithm != Algorithm.swapped_256x128, why
-    # the given weight copy, where it is read (copies_cutlass), and b's buffers off 16-byte alignment take it out too
-    assert plan_gemm(problem(*at)._replace(b_copy=True)).algorithm == Algorithm.copies_cutlass
+    # the given weight copy, where copies_cutlass reads it, and b's buffers off 16-byte alignment take it out too; a
+    # copy that copies_cutlass cannot read (an extension built without CUTLASS) does not
+    if at[3] >= 1024:  # (the copy is read from COPIES_MIN_REUSE output columns)
+        assert plan_gemm(problem(*at)._replace(b_copy=True)).algorithm == Algorithm.copies_cutlass
+        assert plan_gemm(problem(*at, cutlass=False)._replace(b_copy=True)) == WIDE
     assert plan_gemm(problem(*at, b_aligned=False)).algorithm != Algorithm.swapped_256x128
