@@ -24,7 +24,7 @@ from .checks import (
 from .four_over_six import check_error_mode, check_global_scale_max
 from .rht import check_rht_signs
 from .scale_rules import RULES
-from .swizzle import swizzle_scales
+from .swizzle import round_up, swizzle_scales
 
 __all__ = ["GroupedNVFP4Tensor", "NVFP4Tensor", "QuantizedPlane"]
 
@@ -230,7 +230,7 @@ class NVFP4Tensor(_ByteEquality):
             raise ValueError(f"shape must be (M, K), got {self.shape!r}")
         m, k = check_index(self.shape[0], "shape's M"), check_index(self.shape[1], "shape's K")
         self.shape = (m, k)
-        for name, plane, want in (("row", self.row, (m, k)), ("col", self.col, (k, -(-m // 16) * 16))):
+        for name, plane, want in (("row", self.row, (m, k)), ("col", self.col, (k, round_up(m, 16)))):
             if plane is None:
                 continue
             if not isinstance(plane, QuantizedPlane):
