@@ -264,11 +264,10 @@ def _copies_pay(p: GemmProblem) -> bool:
 
 
 def _wide_swapped_pays(p: GemmProblem) -> bool:
-    """Whether fprop runs on swapped_256x128: from WIDE_SWAPPED_MIN_ROWS rows per group and a contraction of
-    WIDE_SWAPPED_MIN_CONTRACTION, with its TMA loader, unless copies_cutlass runs over the given weight copy."""
-    copy_read = _weight_copy_pays(p) and algorithm_unavailable(Algorithm.copies_cutlass, p) is None
+    """Whether fprop runs on swapped_256x128 (unless copies_cutlass reads a given weight copy: _auto_algorithm): from
+    WIDE_SWAPPED_MIN_ROWS rows per group and a contraction of WIDE_SWAPPED_MIN_CONTRACTION, with its TMA loader."""
     return (p.kind == "fprop" and p.tokens // p.groups >= WIDE_SWAPPED_MIN_ROWS
-            and p.contraction >= WIDE_SWAPPED_MIN_CONTRACTION and not copy_read
+            and p.contraction >= WIDE_SWAPPED_MIN_CONTRACTION
             and algorithm_unavailable(Algorithm.swapped_256x128, p) is None and _swapped_tma_reason(p) is None)
 
 
@@ -380,11 +379,11 @@ def _auto_algorithm(p: GemmProblem) -> Algorithm:
     if (p.kind != "wgrad" and p.tokens // p.groups <= SWAPPED_MAX_ROWS
             and algorithm_unavailable(Algorithm.swapped_64x256, p) is None):
         return Algorithm.swapped_64x256
-    if _wide_swapped_pays(p):
-        return Algorithm.swapped_256x128
     copies = algorithm_unavailable(Algorithm.copies_cutlass, p)
-    if copies is None and (
-            _wgrad_copies_pay(p) if p.kind == "wgrad" else (_weight_copy_pays(p) or _copies_pay(p))):
+    weight_copy_read = copies is None and _weight_copy_pays(p)
+    if not weight_copy_read and _wide_swapped_pays(p):
+        return Algorithm.swapped_256x128
+    if weight_copy_read or (copies is None and (_wgrad_copies_pay(p) if p.kind == "wgrad" else _copies_pay(p))):
         return Algorithm.copies_cutlass
     fused = fused_fast_algorithm(p)
     why = algorithm_unavailable(fused, p)
