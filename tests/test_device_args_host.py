@@ -788,12 +788,30 @@ def test_an_sm_90_gpu_is_taken_and_remembered(monkeypatch):
     assert asked == [1] and _ops._hopper_devices == {1}
 
 
-def test_every_entry_point_checks_the_gpu(fake, monkeypatch):
+@pytest.fixture
+def refusing_gpu_check(monkeypatch):
+    """A function that replaces device._ops.require_hopper by a check that refuses every tensor with "not sm_90: <its
+    name>" (the real one skips fake tensors and needs a GPU for real ones), then asserts that each call of a dict
+    raises the refusal of the tensor its key names."""
+    from device import _ops
+
+    def refuse(t, name):
+        raise RuntimeError(f"not sm_90: {name}")
+
+    def each_refused(calls: dict) -> None:
+        monkeypatch.setattr(_ops, "require_hopper", refuse)
+        for name, call in calls.items():  # (a trailing space keeps two calls that name the same tensor apart)
+            with pytest.raises(RuntimeError, match=f"^not sm_90: {name.strip()}$"):
+                call()
+
+    return each_refused
+
+
+def test_every_entry_point_checks_the_gpu(fake, refusing_gpu_check):
     """quantize, group_quantize, swizzle_scales, dequantize, grouped_gemm and the GroupedLinear forward each ask
     require_hopper about their CUDA operands before anything else reads them (on FakeTensors the check itself is
     skipped: no GPU need be present while torch.compile traces, so it is replaced here by one that refuses)."""
     import device
-    from device import _ops
 
     class Layer(device.GroupedLinear):  # (uniform_ needs a real CUDA generator)
         def reset_parameters(self) -> None:
@@ -802,11 +820,6 @@ def test_every_entry_point_checks_the_gpu(fake, monkeypatch):
 
     xq, wq, _ = _fake_operands()  # (made before the check refuses)
     layer = Layer(2, 32, 16)
-
-    def refuse(t, name):
-        raise RuntimeError(f"not sm_90: {name}")
-
-    monkeypatch.setattr(_ops, "require_hopper", refuse)
     u8 = torch.uint8
     calls = {
         "x": lambda: device.quantize(_fake_cuda(32, 32)),
@@ -817,25 +830,19 @@ def test_every_entry_point_checks_the_gpu(fake, monkeypatch):
         "a": lambda: device.grouped_gemm(xq, wq),
         "the layer's weight": lambda: layer(_fake_cuda(8, 32), _fake_cuda(2, dtype=torch.int64)),
     }
-    for name, call in calls.items():
-        with pytest.raises(RuntimeError, match=f"^not sm_90: {name.strip()}$"):
-            call()
+    refusing_gpu_check(calls)
 
 
-def test_every_launcher_checks_the_gpu_first(monkeypatch):
+def test_every_launcher_checks_the_gpu_first(refusing_gpu_check, monkeypatch):
     """The launchers and op bodies of device/_ops.py (what torch.ops.nvfp4_device runs, also inside a compiled graph,
     where the public functions' checks were skipped while tracing) ask require_hopper before they load an extension
     (launch_grouped_gemm after its host checks of out): with a check that refuses, each raises its refusal, not an
     error of its other arguments or of loading an extension."""
     from device import _ops
 
-    def refuse(t, name):
-        raise RuntimeError(f"not sm_90: {name}")
-
     def no_build(*args, **kwargs):
         raise AssertionError("an extension was loaded before the architecture check")
 
-    monkeypatch.setattr(_ops, "require_hopper", refuse)
     monkeypatch.setattr(_ops, "load_extension", no_build)
     monkeypatch.setattr(_ops, "load_gemm_extension", no_build)
     u8, i64 = torch.uint8, torch.int64
@@ -855,9 +862,7 @@ def test_every_launcher_checks_the_gpu_first(monkeypatch):
         "scales": lambda: torch.ops.nvfp4_device.pack_col_scales(torch.zeros(512, dtype=u8), offsets, 32, 32),
         "packed": lambda: torch.ops.nvfp4_device.unpack_col_scales(torch.zeros(64, dtype=u8), offsets, 32, 32),
     }
-    for name, call in calls.items():
-        with pytest.raises(RuntimeError, match=f"^not sm_90: {name.strip()}$"):
-            call()
+    refusing_gpu_check(calls)
     # the dequantize op checks its arguments first (check_dequantize_args: a host tensor is refused as such), and the
     # CUDA ones through require_cuda_tensors, which asks require_hopper of each
     with pytest.raises(ValueError, match="^data must be a CUDA tensor"):
