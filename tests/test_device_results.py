@@ -86,13 +86,15 @@ def test_group_plane_refuses_bad_arguments_and_absent_planes():
 
 def test_a_columnwise_only_result_keeps_its_amax():
     """A group_quantize result with the columnwise plane only: to_oracle() gives the oracle's col_amax (the written
-    one) and a zero row_amax for the absent plane, as oracle.group_quantize does (not the reverse)."""
+    one) and a zero row_amax for the absent plane, as oracle.group_quantize does (not the reverse). The result's
+    row_amax buffer holds 5.0 here, so a to_oracle() that passed it on would fail."""
     x = (np.arange(20 * 32, dtype=np.float32).reshape(20, 32) - 300) / 64
     og = oracle.group_quantize(x, [20], rowwise=False, columnwise=True)
     offs = np.stack([og.row_offsets, [0, 1], [0, 0], [0, 0], og.col_data_offsets, og.col_scale_offsets])
     dev = DeviceGroupedNVFP4Tensor(
         shape=og.shape, splits=torch.tensor([20]), row_data=None, row_scales=None,
-        col_data=torch.from_numpy(og.col_data), col_scales=torch.from_numpy(og.col_scales), row_amax=torch.zeros(1),
+        col_data=torch.from_numpy(og.col_data), col_scales=torch.from_numpy(og.col_scales),
+        row_amax=torch.tensor([5.0]),
         col_amax=torch.from_numpy(og.col_amax), offsets=torch.from_numpy(offs), options=dict(og.options))
     back = dev.to_oracle()
     assert og.col_amax[0] == np.float32(339 / 64)  # max |x| = (639 - 300) / 64, the plane's own amax (SPEC 4.1)
