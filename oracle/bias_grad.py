@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-from .checks import from_torch, is_torch
+from .checks import ArrayOrTensor, Splits, from_torch, is_torch
 from .grouped import check_splits
-
-if TYPE_CHECKING:
-    import torch
 
 __all__ = ["grouped_bias_grad"]
 
@@ -28,8 +22,7 @@ def _as_f32_matrix(dy) -> np.ndarray:
     return dy.astype(np.float32)  # exact for all three dtypes
 
 
-def grouped_bias_grad(dy: np.ndarray | torch.Tensor,
-                      splits: Sequence[int] | np.ndarray | torch.Tensor) -> np.ndarray:
+def grouped_bias_grad(dy: ArrayOrTensor, splits: Splits) -> np.ndarray:
     """dbias ``[E, N]`` float32: for each group g and column n, the sum of ``float(dY[r, n])`` over the group's rows,
     in SPEC 16.4's order: the rows in chunks of 16 counted from the group's first row (the last chunk may be
     shorter), each chunk summed sequentially in fp32 from +0.0, then the chunk sums added sequentially in fp32 from

@@ -1,13 +1,33 @@
 """Argument checks shared by the oracle's public functions: integers, flags and block shapes, each refused with an
-error that names the argument (a float, a bool or a string where an integer is meant is never rounded or parsed)."""
+error that names the argument (a float, a bool or a string where an integer is meant is never rounded or parsed);
+torch tensors recognised and converted without importing torch, and the annotation aliases for arguments that take
+them."""
 
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-__all__ = ["BLOCKS", "check_block", "check_flag", "check_index", "from_torch", "host_array", "is_real", "is_torch"]
+__all__ = ["BLOCKS", "ArrayOrTensor", "Splits", "TorchTensor", "check_block", "check_flag", "check_index",
+           "from_torch", "host_array", "is_real", "is_torch"]
+
+if TYPE_CHECKING:
+    import torch
+
+    TorchTensor = torch.Tensor
+else:
+    class TorchTensor(Protocol):
+        """``torch.Tensor`` in the oracle's annotations at run time: the oracle takes torch tensors without importing
+        torch (:func:`is_torch`, :func:`from_torch`), so ``typing.get_type_hints`` and ``help()`` resolve its
+        signatures without torch; type checkers see ``torch.Tensor`` itself."""
+
+#: a NumPy array or a torch tensor (converted by :func:`from_torch`)
+ArrayOrTensor = np.ndarray | TorchTensor
+#: E group sizes: a sequence of ints, a NumPy array or a torch tensor
+Splits = Sequence[int] | np.ndarray | TorchTensor
 
 #: The block shapes of SPEC 6.3: 1x16 blocks and 16x16 tiles.
 BLOCKS = ((1, 16), (16, 16))

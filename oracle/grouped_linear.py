@@ -8,27 +8,17 @@ state; ``device.GroupedLinear`` returns the same bytes (SPEC 16.5).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .bias_grad import grouped_bias_grad
-from .checks import check_flag, from_torch, is_torch
+from .checks import ArrayOrTensor, Splits, check_flag, from_torch, is_torch
 from .gemm import check_model
 from .grouped import check_splits, group_quantize, split_sizes
 from .grouped_gemm import grouped_gemm
 from .planes import GroupedNVFP4Tensor
 from .recipe import DEFAULT_RECIPE, NVFP4Recipe
-
-if TYPE_CHECKING:
-    import torch
-
-    #: a NumPy array or a torch tensor (CPU; converted by the checks below)
-    ArrayOrTensor = np.ndarray | torch.Tensor
-    #: E group sizes: a sequence of ints, a NumPy array or a torch tensor
-    Splits = Sequence[int] | np.ndarray | torch.Tensor
 
 __all__ = [
     "GroupedLinearGrads",
@@ -51,7 +41,7 @@ class GroupedLinearGrads(tuple):
         recipe: the :class:`NVFP4Recipe` the gradients were computed with.
     """
 
-    def __new__(cls, dx: np.ndarray, dw: np.ndarray | torch.Tensor, dbias: np.ndarray | None,
+    def __new__(cls, dx: np.ndarray, dw: ArrayOrTensor, dbias: np.ndarray | None,
                 recipe: NVFP4Recipe) -> GroupedLinearGrads:
         self = super().__new__(cls, (dx, dw, dbias))
         self.recipe = recipe

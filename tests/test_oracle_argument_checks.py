@@ -5,6 +5,10 @@ two block shapes; 7.1: a 16-bit sign mask; 9.1: splits of sizes >= 0 adding up t
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import tempfile
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -600,3 +604,32 @@ def test_round_up_and_grouped_offsets_refuse_what_is_not_a_size():
         grouped_scale_offsets([True, 5], 16)
     with pytest.raises(ValueError, match="splits must be >= 0 and below 2"):
         grouped_scale_offsets(np.array([2**63], np.uint64), 16)
+
+
+def test_public_annotations_resolve_without_torch():
+    """typing.get_type_hints (what help(), IDEs and documentation tools read) resolves the annotations of every public
+    oracle function, and of the public methods of its classes, in a process where torch cannot be imported: a name
+    that exists only for type checkers (torch.Tensor, a TYPE_CHECKING alias) fails here."""
+    code = """
+import sys, typing
+sys.modules["torch"] = None  # importing torch raises ImportError in this process
+import oracle
+failed = []
+for name in oracle.__all__:
+    obj = getattr(oracle, name)
+    if isinstance(obj, type):
+        members = [getattr(obj, k) for k, v in vars(obj).items()
+                   if k in ("__new__", "__init__") or (not k.startswith("_") and callable(v))]
+    else:
+        members = [obj] if callable(obj) else []
+    for m in members:
+        try:
+            typing.get_type_hints(m)
+        except Exception as e:  # noqa: BLE001 (every failure is reported)
+            failed.append(f"{name}.{getattr(m, '__name__', m)}: {e!r}")
+assert "torch" not in sys.modules or sys.modules["torch"] is None
+print(len(failed), failed)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tempfile.gettempdir())
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.startswith("0 "), r.stdout
