@@ -625,9 +625,8 @@ for name in oracle.__all__:
     for m in members:
         try:
             typing.get_type_hints(m)
-        except Exception as e:  # noqa: BLE001 (every failure is reported)
+        except Exception as e:  # (every failure is reported)
             failed.append(f"{name}.{getattr(m, '__name__', m)}: {e!r}")
-assert "torch" not in sys.modules or sys.modules["torch"] is None
 print(len(failed), failed)
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tempfile.gettempdir())
