@@ -244,6 +244,9 @@ def test_both_devices_in_turn():
     w = rand_bf16(len(SPLITS) * n, k, seed=21)
     ref_q = oracle.quantize(x, columnwise=True, rht=True)
     ref_g = oracle.group_quantize(x, np.array(SPLITS, np.int64))
+    # Every round's results stay alive, so that no later round's outputs land in blocks that the caching allocator
+    # freed after an earlier round wrote the same bytes there (a launch that wrote nothing would then pass).
+    kept = []
     for i, d in enumerate(("cuda:0", "cuda:1", "cuda:0", "cuda:1")):
         with torch.cuda.device(1 - int(d[-1])):  # the other device is current
             q = dev.quantize(to_dev(x, d), columnwise=True, rht=True)
@@ -255,6 +258,7 @@ def test_both_devices_in_turn():
         check_quantized(q, ref_q, f"round {i} on {d}")
         check_grouped(xq, ref_g, f"round {i} on {d}")
         check_fprop(y, xq, wq, SPLITS, "fast", f"round {i} on {d}")
+        kept.append((q, xq, wq, y))
 
 
 @two_gpus
