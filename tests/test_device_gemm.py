@@ -461,11 +461,11 @@ def test_swapped_kernel_cp_async_loader(case):
 
 
 def test_swapped_dgrad_groups_off_a_whole_row():
-    """SPEC 12.5 on the swapped kernel's dgrad: it reads W's columnwise plane (K rows of N / 2 bytes per group), so
-    after weight groups that disagree with N the next groups need not start on a whole row of N / 2 bytes. Their
-    weights must still be read from their own first byte (agreeing groups are unaffected)
-    (_dgrad_after_disagreeing_groups). dgrad runs the cp.async loader (one tensor map over the whole plane would read
-    those groups' rows shifted), so forcing the TMA loader raises."""
+    """SPEC 12.5 on swapped_64x256's dgrad: it reads W's columnwise plane (K rows of N / 2 bytes per group), so after
+    weight groups that disagree with N the next groups need not start on a whole row of N / 2 bytes. Their weights
+    must still be read from their own first byte (agreeing groups are unaffected) (_dgrad_after_disagreeing_groups).
+    Its dgrad runs the cp.async loader (one tensor map over the whole plane would read those groups' rows shifted),
+    so forcing the TMA loader raises."""
     # contraction 96 (% 32 == 0: the cp.async loader's 16-byte copies); 80 and 1408 output columns (W's columnwise
     # rows: one and several 256-row tiles)
     kw = dict(algorithm="swapped_64x256", loader="cp_async")
@@ -473,7 +473,7 @@ def test_swapped_dgrad_groups_off_a_whole_row():
     _dgrad_after_disagreeing_groups(96, 1408, "fast", torch.bfloat16, num_sms=5, **kw)
     # contraction 32: a weight row of 16 bytes
     run_dgrad([30, 0, 50, 20], 32, 80, "fast", torch.float32, with_bias=True, seed=106, **kw)
-    with pytest.raises(ValueError, match="loader='tma' cannot run this call: dgrad's weight groups"):
+    with pytest.raises(ValueError, match="loader='tma' cannot run this call: swapped_64x256's dgrad weight groups"):
         run_dgrad([30, 0, 50, 20], 32, 80, "fast", torch.float32, seed=106, algorithm="swapped_64x256", loader="tma")
 
 
@@ -515,11 +515,17 @@ def test_swapped_wide_kernel_cp_async_loader(case):
 
 
 def test_swapped_wide_kernel_dgrad_off_a_whole_row_and_capped_grids():
-    """swapped_256x128's dgrad after weight groups that disagree with N (test_swapped_dgrad_groups_off_a_whole_row),
-    and capped grids: 3 and 7 CTAs walking 10 tiles."""
-    kw = dict(algorithm="swapped_256x128", loader="cp_async")
-    _dgrad_after_disagreeing_groups(96, 80, "fast", torch.float32, **kw)
-    _dgrad_after_disagreeing_groups(96, 1408, "fast", torch.bfloat16, num_sms=5, **kw)
+    """swapped_256x128's dgrad after weight groups that disagree with N (test_swapped_dgrad_groups_off_a_whole_row) on
+    both loaders: TMA (its default, test_swapped_loader_defaults_and_refusals; each tile's group is checked, and a
+    group off a whole row of the weight map has its weight rows copied by the loader warp's cp.async pieces: groups
+    2-3, and group 3 beside group 0's boxes in one launch) and cp.async; and capped grids: 3 and 7 CTAs walking 10
+    tiles."""
+    for loader in ("tma", "cp_async"):
+        kw = dict(algorithm="swapped_256x128", loader=loader)
+        _dgrad_after_disagreeing_groups(96, 80, "fast", torch.float32, **kw)
+        _dgrad_after_disagreeing_groups(96, 1408, "fast", torch.bfloat16, num_sms=5, **kw)
+        _dgrad_after_disagreeing_groups(96, 208, "fast", torch.bfloat16, first_bad=1, num_sms=3, **kw)
+        _dgrad_after_disagreeing_groups(224, 80, "fast", torch.float32, first_bad=1, **kw)
     for num_sms in (3, 7):
         run_fprop([300, 0, 600], 256, 160, "fast", torch.bfloat16, with_bias=True, seed=107,
                   algorithm="swapped_256x128", num_sms=num_sms)
@@ -742,22 +748,30 @@ def test_warp_group_search(e):
     run_dgrad(splits, 64, 32, "exact", torch.bfloat16, seed=e + 4, algorithm="exact_hybrid", num_sms=5)
 
 
-def _dgrad_after_disagreeing_groups(n: int, k: int, mode: str, out_dtype, **plan) -> None:
-    """dgrad whose weight groups 0 and 1 disagree with N (N + 8 and N - 8 rows, the same total; SPEC 12.5: NaN), so
-    that the columnwise plane of groups 2-3 starts K (2 N + 16) / 2 bytes in, not on a whole row of N / 2 bytes (one
-    tensor map over the whole plane could not address it); groups 2 and 3 are checked against the oracle. ``plan``:
+def _dgrad_after_disagreeing_groups(n: int, k: int, mode: str, out_dtype, *, first_bad: int = 0, **plan) -> None:
+    """dgrad whose weight groups ``first_bad`` and ``first_bad + 1`` disagree with N (N + 8 and N - 8 rows, the same
+    total; SPEC 12.5: NaN), so that the columnwise plane of the groups after them starts K (2 N + 16) / 2 bytes past
+    their first byte, not on a whole row of N / 2 bytes (one tensor map over the whole plane could not address it);
+    the other groups (first_bad = 1: group 0 on a whole row, group 3 not) are checked against the oracle. ``plan``:
     gemm()'s algorithm / loader / epilogue / num_sms."""
-    splits = [30, 0, 50, 200]
+    splits = [30, 0, 50, 200] if first_bad == 0 else [300, 30, 0, 517]
+    w_rows = [n] * 4
+    w_rows[first_bad] += 8
+    w_rows[first_bad + 1] -= 8
     dyq = gq(rand_bf16((sum(splits), n), 13), splits, rowwise=True)
-    wq_bad = gq(rand_bf16((4 * n, k), 12, 0.05), [n + 8, n - 8, n, n], rowwise=True, columnwise=True, block=(16, 16))
-    assert int(wq_bad.col_data_offsets[2]) % (n // 2) != 0  # the premise: group 2 is not on a whole row
+    wq_bad = gq(rand_bf16((4 * n, k), 12, 0.05), w_rows, rowwise=True, columnwise=True, block=(16, 16))
+    assert int(wq_bad.col_data_offsets[first_bad + 2]) % (n // 2) != 0  # the premise: not on a whole row
     out, check_tail = guarded((sum(splits), k), out_dtype)
     gemm(dyq, wq_bad, kind="dgrad", out=out, mode=mode, **plan)
     check_tail("dgrad")
     y, dyo, wo = to_np(out), dyq.to_oracle(), wq_bad.to_oracle()
-    _all_nan(y[:30], "dgrad group 0 (W group of N + 8 rows)")
-    check_group(y[30:80], dyo.row_planes[2], wo.col_planes[2], mode, out_dtype, where="dgrad g=2")
-    check_group(y[80:], dyo.row_planes[3], wo.col_planes[3], mode, out_dtype, where="dgrad g=3")
+    rows = np.cumsum([0] + splits)
+    for g in range(4):
+        yg = y[rows[g]:rows[g + 1]]
+        if g in (first_bad, first_bad + 1):
+            _all_nan(yg, f"dgrad group {g} (W group of {w_rows[g]} rows)")
+        else:
+            check_group(yg, dyo.row_planes[g], wo.col_planes[g], mode, out_dtype, where=f"dgrad g={g}")
 
 
 @pytest.mark.parametrize("loader", ["tma", "cp_async"])
@@ -1537,8 +1551,8 @@ def test_binding_refuses_plans_it_cannot_run():
     for swapped in ("swapped_64x256", "swapped_256x128"):
         refused("wgrad", dyc, xc, dw, "the swapped kernels run fprop and dgrad only", algorithm=swapped,
                 loader="cp_async", epilogue="direct")
-        refused("dgrad", dyq, wq, dx, "the swapped kernels' TMA loader runs fprop only", algorithm=swapped,
-                loader="tma", epilogue="direct")
+    refused("dgrad", dyq, wq, dx, "swapped_64x256's TMA loader runs fprop only", algorithm="swapped_64x256",
+            loader="tma", epilogue="direct")
     refused("wgrad", dyc, xc, dw, "exact_hybrid runs fprop and dgrad", algorithm="exact_hybrid", loader="tma",
             epilogue="staged")
     refused("fprop", xq, wq, y, "unknown algorithm code 11", algorithm=11, loader="cp_async", epilogue="staged")

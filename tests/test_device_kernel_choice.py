@@ -283,16 +283,17 @@ def test_scale_buffers_not_16_byte_aligned(shape, aligned, misaligned, plans):
 # ------------------------------------------------------------------------------------------------------------------
 
 def test_swapped_loader_defaults_and_refusals():
-    """The swapped kernel loads through TMA boxes (E8 T512 fprop 1.86x -> 1.96x of grouped_mm) where its maps apply:
-    fprop with a contraction that is a multiple of 32, 16-byte aligned b buffers and planes of at least one row; dgrad
-    always takes the cp.async loader (its weight groups after a group that disagrees with N need not start on a whole
-    row of one tensor map). Forcing TMA where it cannot run raises."""
+    """The swapped kernels load through TMA boxes (E8 T512 fprop 1.86x -> 1.96x of grouped_mm) where their maps apply:
+    a contraction that is a multiple of 32, 16-byte aligned b buffers and planes of at least one row. dgrad: W's
+    columnwise groups after a group that disagrees with N need not start on a whole row of one tensor map, so
+    swapped_64x256's dgrad takes the cp.async loader, and swapped_256x128's TMA loader checks each tile's group (the
+    misplaced ones by cp.async). Forcing TMA where it cannot run raises."""
     fprop = problem("fprop", 8, 512, 14336, 4096)
     assert plan_gemm(fprop) == plan("swapped_64x256", "tma", "direct")
     assert plan_gemm(fprop, loader="cp_async") == plan("swapped_64x256", "cp_async", "direct")
     refusals = [
-        (problem("dgrad", 8, 512, 14336, 4096), "dgrad's weight groups need not start on a whole row"),
-        (problem("dgrad", 8, 512, 4096, 14336), "dgrad's weight groups need not start on a whole row"),
+        (problem("dgrad", 8, 512, 14336, 4096), "swapped_64x256's dgrad weight groups need not start on a whole row"),
+        (problem("dgrad", 8, 512, 4096, 14336), "swapped_64x256's dgrad weight groups need not start on a whole row"),
         (problem("fprop", 8, 512, 14336, 4112), "multiple of 32, got 4112"),
         (problem("fprop", 8, 512, 14336, 4096, b_aligned=False), "16-byte aligned"),
         (problem("fprop", 8, 512, 14336, 4096, sized=False), "between one row and 2\\^31 rows"),
@@ -301,6 +302,16 @@ def test_swapped_loader_defaults_and_refusals():
         assert plan_gemm(p) == plan("swapped_64x256", "cp_async", "direct"), p
         with pytest.raises(ValueError, match=f"loader='tma' cannot run this call: .*{why}"):
             plan_gemm(p, loader="tma")
+    # swapped_256x128's dgrad: TMA by default, under the same conditions as fprop
+    dgrad = problem("dgrad", 8, 16384, 14336, 4096)
+    assert plan_gemm(dgrad, algorithm="swapped_256x128") == WIDE
+    assert plan_gemm(dgrad, algorithm="swapped_256x128", loader="cp_async") == plan("swapped_256x128", "cp_async",
+                                                                                   "direct")
+    for p, why in [(problem("dgrad", 8, 16384, 4112, 4096), "multiple of 32, got 4112"),
+                   (problem("dgrad", 8, 16384, 14336, 4096, b_aligned=False), "16-byte aligned")]:
+        assert plan_gemm(p, algorithm="swapped_256x128") == plan("swapped_256x128", "cp_async", "direct"), p
+        with pytest.raises(ValueError, match=f"loader='tma' cannot run this call: .*{why}"):
+            plan_gemm(p, algorithm="swapped_256x128", loader="tma")
 
 
 @pytest.mark.parametrize("algorithm,mode,loaders", [

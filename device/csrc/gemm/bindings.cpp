@@ -255,8 +255,9 @@ std::string grouped_gemm_(int64_t kind, int64_t E, const Tensor& a_data, const T
   // with 256-token tiles)
   NVFP4_REFUSE_UNLESS(!swapped || kc < (int64_t{1} << (algo == nvfp4_gemm::kSwapped256x128 ? 23 : 24)),
                       "nvfp4_gemm: the swapped kernels run contractions below 2^24 (swapped_256x128: 2^23) only");
-  NVFP4_REFUSE_UNLESS(!swapped || loader == nvfp4_gemm::kLoaderCpAsync || kind == nvfp4_gemm::kFprop,
-                      "nvfp4_gemm: the swapped kernels' TMA loader runs fprop only");
+  NVFP4_REFUSE_UNLESS(!swapped || loader == nvfp4_gemm::kLoaderCpAsync || kind == nvfp4_gemm::kFprop ||
+                          algo == nvfp4_gemm::kSwapped256x128,
+                      "nvfp4_gemm: swapped_64x256's TMA loader runs fprop only");
   const auto aligned16 = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
   // exact_hybrid's B maps need packed rows of a multiple of 16 bytes and 16-byte aligned B planes, so that
   // SPEC 9.2's offsets keep every group's rows and scale tiles 16-byte aligned

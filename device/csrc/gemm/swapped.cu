@@ -46,32 +46,41 @@ bool swap_maps(const CopiesArgs& d, swapped::SwapMaps* m) {
                    CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
-// The plan's loader: TMA (swap_maps; false, launching nothing, when its maps cannot be encoded) or cp.async. dgrad
-// runs the cp.async loader, which reads from Prob::b: its weights are W's columnwise plane, and after a group that
-// disagrees with N (SPEC 12.5) the next group need not start on a whole row of the one map `w` (the binding refuses
-// TMA for dgrad). fprop's rowwise weight groups always start on a whole row.
-template <class S, class STma, bool OUT_F32>
+// The plan's loader: TMA (swap_maps; false, launching nothing, when its maps cannot be encoded) or cp.async. dgrad's
+// weights are W's columnwise plane, and after a group that disagrees with N (SPEC 12.5) the next group need not start
+// on a whole row of the one map `w`: dgrad runs the TMA loader in its checked form (swapped_kernel's ROWS_CHECKED),
+// which copies such a group's weight rows by cp.async, and only where DGRAD_TMA (swapped_256x128; swapped_64x256's
+// dgrad keeps the cp.async loader, the binding refusing TMA for it). fprop's rowwise weight groups always start on a
+// whole row.
+template <class S, class STma, bool DGRAD_TMA, bool OUT_F32>
 bool launch_out(const LaunchArgs& a, const CopiesArgs& d, cudaStream_t s) {
   swapped::SwapMaps m{};
-  if (a.loader == kLoaderTma) {
-    if (a.kind == kDgrad || !swap_maps<STma::BM>(d, &m)) return false;
-    launch_persistent<swapped::swapped_kernel<STma, OUT_F32, true>, STma::kThreads, STma::kSmem>(a, s, m);
-  } else {
+  if (a.loader != kLoaderTma) {
     launch_persistent<swapped::swapped_kernel<S, OUT_F32, false>, S::kThreads, S::kSmem>(a, s, m);
+    return true;
   }
-  return true;
+  if (!swap_maps<STma::BM>(d, &m)) return false;
+  if (a.kind != kDgrad) {
+    launch_persistent<swapped::swapped_kernel<STma, OUT_F32, true>, STma::kThreads, STma::kSmem>(a, s, m);
+    return true;
+  }
+  if constexpr (DGRAD_TMA) {
+    launch_persistent<swapped::swapped_kernel<STma, OUT_F32, true, true>, STma::kThreads, STma::kSmem>(a, s, m);
+    return true;
+  }
+  return false;
 }
 
-template <class S, class STma>
+template <class S, class STma, bool DGRAD_TMA>
 bool launch_shape(const LaunchArgs& a, const CopiesArgs& d, cudaStream_t s) {
-  return a.out_f32 ? launch_out<S, STma, true>(a, d, s) : launch_out<S, STma, false>(a, d, s);
+  return a.out_f32 ? launch_out<S, STma, DGRAD_TMA, true>(a, d, s) : launch_out<S, STma, DGRAD_TMA, false>(a, d, s);
 }
 
 }  // namespace
 
 bool launch_swapped(const LaunchArgs& a, const CopiesArgs& d, cudaStream_t s) {
-  if (a.algorithm == kSwapped256x128) return launch_shape<swapped::ShapeWide, swapped::ShapeWideTma>(a, d, s);
-  return launch_shape<swapped::Shape, swapped::ShapeTma>(a, d, s);
+  if (a.algorithm == kSwapped256x128) return launch_shape<swapped::ShapeWide, swapped::ShapeWideTma, true>(a, d, s);
+  return launch_shape<swapped::Shape, swapped::ShapeTma, false>(a, d, s);
 }
 
 }  // namespace nvfp4_gemm

@@ -185,6 +185,16 @@ struct SwapLoader {
         if (i < tok_rows)
           cp_async16(stage + tok_dst[i & 1] + (NT / 8) * 128 * i, tok + i * tok_step + off, bytes);
     }
+    load_weights(stage, kt);
+#pragma unroll
+    for (int j = 0; j < kSc; ++j)
+      if (sc_ok & (1u << j))
+        cp_async16(stage + S::kTokBytes + S::kRawBytes + (t + NT * j) * 16, sc + (NT / 32) * j * sc_tile + kt * 512,
+                       16);
+  }
+
+  // K step kt's weight pieces alone (also the checked TMA loader's copies of a group off the rows of its map)
+  __device__ __forceinline__ void load_weights(uint32_t stage, int kt) const {
     const uint32_t raw = stage + S::kTokBytes + w_dst;
     const int kb = kt * 32, left = w_left - kb;
     const uint8_t* src = left > 0 ? w + kb : w;  // (src-size 0 reads nothing; the address stays inside the row)
@@ -199,11 +209,6 @@ struct SwapLoader {
       for (int i = 0; i < kW8; ++i)
         if (i < w_rows) cp_async8(raw + (NT / 4) * 32 * i, src + i * w_step, bytes);
     }
-#pragma unroll
-    for (int j = 0; j < kSc; ++j)
-      if (sc_ok & (1u << j))
-        cp_async16(stage + S::kTokBytes + S::kRawBytes + (t + NT * j) * 16, sc + (NT / 32) * j * sc_tile + kt * 512,
-                       16);
   }
 };
 
@@ -243,11 +248,16 @@ struct TmaTile {
     // (scale groups start at multiples of 512 bytes, SPEC 9.2: always a whole tile of `sc`)
     sc_row = static_cast<int>((p.sb - m.sc_base) / 128) + (n0 >> 7) * sc_next;
   }
-  __device__ __forceinline__ void load(const SwapMaps& m, uint32_t stage, uint32_t bar, int kt) const {
-    mbar_arrive_expect_tx(bar, S::kTokBytes + boxes * (128 * 32 + 512));
+  // K step kt's boxes, their bytes expected on `bar`, with this thread's arrival (ARRIVE) or without it; the weight
+  // boxes only where `weights` (else the checked loader's cp.async pieces copy those rows).
+  template <bool ARRIVE>
+  __device__ __forceinline__ void load(const SwapMaps& m, uint32_t stage, uint32_t bar, int kt, bool weights) const {
+    const uint32_t bytes = S::kTokBytes + boxes * ((weights ? 128 * 32 : 0) + 512);
+    if constexpr (ARRIVE) mbar_arrive_expect_tx(bar, bytes);
+    else mbar_expect_tx(bar, bytes);
     tma_load_2d(stage, &m.tok, bar, 64 * kt, tok_row);
     for (int h = 0; h < boxes; ++h) {
-      tma_load_2d(stage + S::kTokBytes + h * (128 * 32), &m.w, bar, 32 * kt, w_row + 128 * h);
+      if (weights) tma_load_2d(stage + S::kTokBytes + h * (128 * 32), &m.w, bar, 32 * kt, w_row + 128 * h);
       tma_load_2d(stage + S::kTokBytes + S::kRawBytes + h * 512, &m.sc, bar, 0,
                   sc_row + h * sc_next + 4 * kt);
     }
@@ -385,19 +395,27 @@ __device__ __forceinline__ void store_tile_transposed(const float (&acc)[ACC], c
 // [128 h, 128 h + 128) of the tile) when they fill at most half of the CTAs (E8 T512 fprop: SM active 81% -> 93% of
 // the kernel's cycles); the warpgroups whose rows lie in the other half then only follow the ring (wait for each
 // stage, release it at once).
-// TMA: the loader is one thread issuing TMA boxes (S = ShapeTma, `maps` set); otherwise the S::kLoaderThreads
-// threads of SwapLoader issue cp.async copies (any K; `maps` unused).
+// TMA: the loader is one thread issuing TMA boxes (S = ShapeTma / ShapeWideTma, `maps` set); otherwise the
+// S::kLoaderThreads threads of SwapLoader issue cp.async copies (any K; `maps` unused).
+// ROWS_CHECKED (TMA, dgrad): the weight plane is W's columnwise plane, whose group g starts on a whole row of the map
+// `w` only when every group before it holds N rows (SPEC 12.5: a disagreeing group is written as NaN, but it still
+// shifts the groups after it). Every lane of the loader warp follows the ring; lane 0 issues the token and scale
+// boxes, and the weight boxes where the tile's group starts on a whole row of `w`; elsewhere the warp copies the
+// weight rows by cp.async (SwapLoader's weight pieces, 32 threads). `full` then counts the warp's 32 arrivals (plain,
+// or cp.async's once the lane's copies have landed) and the bytes lane 0 expects.
 // Stage release (`empty`): every MMA thread arrives after its own shared-memory reads of the stage. (A per-warp
 // release, __syncwarp() and one arrival by lane 0, orders the lanes' reads as well, bar.warp.sync ordering its lanes'
 // memory accesses, and measured the same speed; but compute-sanitizer's racecheck follows only per-thread arrivals
 // and reports the loader's cp.async writes against the lanes' reads: tools/sanitizer/warp_release_repro.cu.)
-template <class S, bool OUT_F32, bool TMA>
+template <class S, bool OUT_F32, bool TMA, bool ROWS_CHECKED = false>
 __global__ void __launch_bounds__(S::kThreads, 1)
     swapped_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate,
                    const __grid_constant__ SwapMaps maps) {
   pdl_wait();  // the retarget kernel's outputs: nothing global is touched before (common/pdl.cuh)
   constexpr int T = S::kTiles;
   static_assert(!S::kSplit || S::kWgRows * 2 <= kHalfCols, "a half tile is whole warpgroups' rows");
+  static_assert(!ROWS_CHECKED || (TMA && S::kLoaderThreads == 32), "the checked TMA loader is one warp");
+  constexpr int kLoaders = !TMA || ROWS_CHECKED ? S::kLoaderThreads : 1;  // threads of the loader loop
   extern __shared__ uint8_t smem_dyn[];
   const uint32_t smem = (smem_u32(smem_dyn) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
   const uint32_t ring = smem;
@@ -407,18 +425,19 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   const int first_tile = blockIdx.x, tile_stride = gridDim.x;
   const TileWalk<S::kSplit> walk(__ldg(prefix + E), tile_stride);
 
-  init_ring_barriers<S::kStages>(full, empty, TMA ? 1 : S::kLoaderThreads, 128 * S::kMma);
+  init_ring_barriers<S::kStages>(full, empty, kLoaders, 128 * S::kMma);
 
   if (tid < 128 * S::kLoaderWGs) {
     // ------------------------------------------------------------------------------------------------ loader
     setmaxnreg_dec<S::kLoaderRegs>();
-    if (tid >= (TMA ? 1 : S::kLoaderThreads)) return;
+    if (tid >= kLoaders) return;
     StepCursor cur;
     cur.stride = tile_stride;
     cur.seek<S::BN>(probs, prefix, E, walk, first_tile);
     Ring<S::kStages> st;
     TmaTile<S> tt;  // TMA: set at every tile's first K step
-    SwapLoader<S> ld;  // cp.async: the same
+    SwapLoader<S> ld;  // cp.async (ROWS_CHECKED: its weight pieces, for a group off the rows of `w`): the same
+    bool w_boxes = true;  // ROWS_CHECKED: the tile's weight rows come by TMA boxes
     while (cur.valid(walk)) {
       if (cur.kt == 0) {
         Prob p = probs[cur.group];
@@ -426,18 +445,31 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         const int m0 = (cur.local % p.tiles_m) * S::BM;
         if constexpr (TMA) {
           tt = TmaTile<S>(p, maps, m0, cols.begin, cols.end, cur.KT);
+          if constexpr (ROWS_CHECKED) {
+            w_boxes = (p.b - maps.w_base) % maps.w_pitch == 0;
+            p.N = cols.end;
+            if (!w_boxes) ld = SwapLoader<S>(p, m0, cols.begin, cur.KT, tid);
+          }
         } else {
           p.N = cols.end;  // a half tile loads its 128 rows (one scale tile)
           ld = SwapLoader<S>(p, m0, cols.begin, cur.KT, tid);
         }
       }
       mbar_wait(empty + 8 * st.stage, st.phase ^ 1u);
-      const uint32_t stage = ring + st.stage * S::kStageBytes;
-      if constexpr (TMA) {
-        tt.load(maps, stage, full + 8 * st.stage, cur.kt);
+      const uint32_t stage = ring + st.stage * S::kStageBytes, bar = full + 8 * st.stage;
+      if constexpr (ROWS_CHECKED) {
+        if (tid == 0) tt.template load<false>(maps, stage, bar, cur.kt, w_boxes);
+        if (w_boxes) {
+          mbar_arrive(bar);
+        } else {
+          ld.load_weights(stage, cur.kt);
+          cp_async_mbar_arrive(bar);
+        }
+      } else if constexpr (TMA) {
+        tt.template load<true>(maps, stage, bar, cur.kt, true);
       } else {
         ld.load(stage, cur.kt, tid);
-        cp_async_mbar_arrive(full + 8 * st.stage);
+        cp_async_mbar_arrive(bar);
       }
       st.next();
       cur.next<S::BN>(probs, prefix, E, walk);
