@@ -40,6 +40,12 @@ RULES = {
     "wide_swapped_contraction": (f"WIDE_SWAPPED_MIN_CONTRACTION = {D.WIDE_SWAPPED_MIN_CONTRACTION}: fprop contraction "
                                  "(256 rows per group)", [
         (f"64,16384,{k},1408,fprop", "algorithm=swapped_256x128", "algorithm=fused") for k in (1024, 1408, 2048)]),
+    "wide_swapped_dgrad": (f"WIDE_SWAPPED_MIN_ROWS = {D.WIDE_SWAPPED_MIN_ROWS} and WIDE_SWAPPED_MIN_CONTRACTION = "
+                           f"{D.WIDE_SWAPPED_MIN_CONTRACTION} for dgrad (contraction N)", [
+        (f"8,{8 * r},4096,14336,dgrad", "algorithm=swapped_256x128", "algorithm=fused") for r in (128, 256, 512)]
+        + [(f"8,{8 * r},4096,14336,dgrad", "algorithm=swapped_256x128", "algorithm=copies_cutlass")
+           for r in (1024, 2048)]
+        + [(f"64,16384,2048,{n},dgrad", "algorithm=swapped_256x128", "algorithm=fused") for n in (1024, 1408, 2048)]),
     "skinny": (f"SKINNY_MAX_ROWS = {D.SKINNY_MAX_ROWS}: output rows per group (wgrad: dW's N)", [
         (f"64,16384,2048,{n},wgrad", "algorithm=fused_64x256", "algorithm=fused_128x256") for n in (64, 96, 128)]),
     "pair_rows": (f"PAIR_MIN_ROWS = {D.PAIR_MIN_ROWS}: rows per group (contraction >= {D.PAIR_MIN_CONTRACTION})", [
