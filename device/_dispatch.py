@@ -141,7 +141,8 @@ SWAPPED_MAX_ROWS = 96
 #: swapped_256x128 / the plan without this rule: E8 K4096 N14336 at T2048 1.169 / 0.909 (fused pair), T4096
 #: 0.987 / 0.747, T8192 0.968 / 0.778, T16384 0.958 / 0.898 (copies); E8 T16384 K14336 N4096 0.952 / 0.847; E64 K2048
 #: N1408 at T16384 0.973 / 0.960 and T32768 0.857 / 0.769; below it, E128 T16384 (128 rows) 1.035 / 1.339). Its dgrad
-#: takes the cp.async loader (_swapped_tma_reason) and loses: E64 0.789 / 0.979, E8 0.801 / 0.852
+#: lost on the cp.async loader (E64 0.789 / 0.979, E8 0.801 / 0.852); its checked TMA loader (_swapped_tma_reason)
+#: has not been timed on dgrad, so the row stays fprop-only
 WIDE_SWAPPED_MIN_ROWS = 256
 #: ... (E64 T16384 K1408 N2048: 0.94-1.02 over two rounds against 1.005)
 WIDE_SWAPPED_MIN_CONTRACTION = 2048
