@@ -509,7 +509,7 @@ def test_swapped_wide_kernel(case):
 
 @pytest.mark.parametrize("case", ["e8_bias", "c_giant", "w_tiles", "w_e8"])
 def test_swapped_wide_kernel_cp_async_loader(case):
-    """The cp.async loader (4 warps: 16 token pieces per thread and step) where fprop would take TMA boxes."""
+    """The cp.async loader (4 warps: 16 token pieces per thread and step) where fprop and dgrad would take TMA boxes."""
     assert (SWAPPED_CASES | WIDE_CASES)[case][2] % 32 == 0
     _run_swapped(case, loader="cp_async", algorithm="swapped_256x128")
 
@@ -520,12 +520,17 @@ def test_swapped_wide_kernel_dgrad_off_a_whole_row_and_capped_grids():
     group off a whole row of the weight map has its weight rows copied by the loader warp's cp.async pieces: groups
     2-3, and group 3 beside group 0's boxes in one launch) and cp.async; and capped grids: 3 and 7 CTAs walking 10
     tiles."""
+    # mixed layouts: group 0 on a whole row, group 3 off it (both in one launch); group 1 off a whole row and group 3
+    # on one again (the N - 24 group's padding cancels the N + 8 group's), one CTA walking both in that order
+    mixed = dict(deltas=(0, 8, -8, 0), splits=(300, 30, 0, 517), off_rows=(3,))
+    back = dict(deltas=(8, 0, -24, 0, 16), splits=(30, 300, 20, 517, 10), off_rows=(1,))
     for loader in ("tma", "cp_async"):
         kw = dict(algorithm="swapped_256x128", loader=loader)
         _dgrad_after_disagreeing_groups(96, 80, "fast", torch.float32, **kw)
         _dgrad_after_disagreeing_groups(96, 1408, "fast", torch.bfloat16, num_sms=5, **kw)
-        _dgrad_after_disagreeing_groups(96, 208, "fast", torch.bfloat16, first_bad=1, num_sms=3, **kw)
-        _dgrad_after_disagreeing_groups(224, 80, "fast", torch.float32, first_bad=1, **kw)
+        _dgrad_after_disagreeing_groups(96, 208, "fast", torch.bfloat16, num_sms=3, **mixed, **kw)
+        _dgrad_after_disagreeing_groups(224, 80, "fast", torch.float32, **mixed, **kw)
+        _dgrad_after_disagreeing_groups(96, 80, "fast", torch.float32, num_sms=1, **back, **kw)
     for num_sms in (3, 7):
         run_fprop([300, 0, 600], 256, 160, "fast", torch.bfloat16, with_bias=True, seed=107,
                   algorithm="swapped_256x128", num_sms=num_sms)
@@ -748,27 +753,30 @@ def test_warp_group_search(e):
     run_dgrad(splits, 64, 32, "exact", torch.bfloat16, seed=e + 4, algorithm="exact_hybrid", num_sms=5)
 
 
-def _dgrad_after_disagreeing_groups(n: int, k: int, mode: str, out_dtype, *, first_bad: int = 0, **plan) -> None:
-    """dgrad whose weight groups ``first_bad`` and ``first_bad + 1`` disagree with N (N + 8 and N - 8 rows, the same
-    total; SPEC 12.5: NaN), so that the columnwise plane of the groups after them starts K (2 N + 16) / 2 bytes past
-    their first byte, not on a whole row of N / 2 bytes (one tensor map over the whole plane could not address it);
-    the other groups (first_bad = 1: group 0 on a whole row, group 3 not) are checked against the oracle. ``plan``:
-    gemm()'s algorithm / loader / epilogue / num_sms."""
-    splits = [30, 0, 50, 200] if first_bad == 0 else [300, 30, 0, 517]
-    w_rows = [n] * 4
-    w_rows[first_bad] += 8
-    w_rows[first_bad + 1] -= 8
-    dyq = gq(rand_bf16((sum(splits), n), 13), splits, rowwise=True)
-    wq_bad = gq(rand_bf16((4 * n, k), 12, 0.05), w_rows, rowwise=True, columnwise=True, block=(16, 16))
-    assert int(wq_bad.col_data_offsets[first_bad + 2]) % (n // 2) != 0  # the premise: not on a whole row
-    out, check_tail = guarded((sum(splits), k), out_dtype)
+def _dgrad_after_disagreeing_groups(n: int, k: int, mode: str, out_dtype, *, deltas=(8, -8, 0, 0),
+                                    splits=(30, 0, 50, 200), off_rows=(2, 3), **plan) -> None:
+    """dgrad whose weight group g holds N + deltas[g] rows: a group with a nonzero delta disagrees with N (SPEC 12.5:
+    written as NaN, checked on an output that starts at zero) and shifts the columnwise plane of the groups after it
+    by K roundup(N + delta, 16) / 2 - K N / 2 bytes, so that a group in ``off_rows`` starts off a whole row of N / 2
+    bytes (one tensor map over the whole plane could not address it) and every other agreeing group on one (both
+    asserted); every agreeing group is checked against the oracle. Default: groups 0 and 1 (N + 8, N - 8 rows)
+    disagree, groups 2 and 3 are off a whole row. ``plan``: gemm()'s algorithm / loader / epilogue / num_sms."""
+    w_rows = [n + d for d in deltas]
+    dyq = gq(rand_bf16((sum(splits), n), 13), list(splits), rowwise=True)
+    wq_bad = gq(rand_bf16((sum(w_rows), k), 12, 0.05), w_rows, rowwise=True, columnwise=True, block=(16, 16))
+    offsets = [int(v) for v in wq_bad.col_data_offsets.cpu()]
+    for g, d in enumerate(deltas):  # the premise: which agreeing groups start on a whole row
+        if d == 0:
+            assert (offsets[g] % (n // 2) != 0) == (g in off_rows), (g, offsets[g], n)
+    zeros = torch.zeros((sum(splits), k), dtype=out_dtype, device=DEV)
+    out, check_tail = guarded((sum(splits), k), out_dtype, values=zeros)
     gemm(dyq, wq_bad, kind="dgrad", out=out, mode=mode, **plan)
     check_tail("dgrad")
     y, dyo, wo = to_np(out), dyq.to_oracle(), wq_bad.to_oracle()
-    rows = np.cumsum([0] + splits)
-    for g in range(4):
+    rows = np.cumsum([0, *splits])
+    for g, d in enumerate(deltas):
         yg = y[rows[g]:rows[g + 1]]
-        if g in (first_bad, first_bad + 1):
+        if d:
             _all_nan(yg, f"dgrad group {g} (W group of {w_rows[g]} rows)")
         else:
             check_group(yg, dyo.row_planes[g], wo.col_planes[g], mode, out_dtype, where=f"dgrad g={g}")

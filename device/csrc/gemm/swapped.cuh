@@ -21,9 +21,11 @@
 //   loader: per K step of 64 K, the BM token rows x 64 fp16 of the copy (128 B per row, wgmma's K-major 128-byte
 //       swizzle), the BN weight rows x 32 packed bytes, and the one or two 128-row swizzled scale tiles (SPEC 8.2) of
 //       those weight rows. Two versions with the same shared-memory layout (the plan's loader):
-//       - TMA (fprop; contraction K % 32 == 0, 16-byte aligned planes; ShapeTma, ShapeWideTma): one thread issues a
-//         token box, one or two 128-row weight boxes and as many 512-byte scale tiles per stage (TmaTile). Boxes past
-//         the planes' ends or past K are zero-filled; rows past M / N of the group are the next group's (or zeros).
+//       - TMA (contraction K % 32 == 0, 16-byte aligned planes; ShapeTma, ShapeWideTma; fprop, and swapped_256x128's
+//         dgrad): one thread issues a token box, one or two 128-row weight boxes and as many 512-byte scale tiles per
+//         stage (TmaTile); dgrad's loader is one warp that copies the weight rows of a group off the weight map's
+//         rows by cp.async instead (swapped_kernel's ROWS_CHECKED). Boxes past the planes' ends or past K are
+//         zero-filled; rows past M / N of the group are the next group's (or zeros).
 //       - cp.async (any K; Shape with 8 loader warps, ShapeWide with 4; SwapLoader): pieces past K are zero-filled;
 //         rows past M (tokens) or N (weights) are not copied.
 //       Either way the rows past M / N only reach accumulator elements the epilogue does not store.
@@ -31,7 +33,8 @@
 //       fragments from the stage, issue 4 wgmma.m64nBMk16 (one per block) over the token tile, and release the stage
 //       one step later (after wgmma.wait_group 1); then the epilogue stores the transposed tile directly.
 //   full[s]   the loader's copies of stage s have landed (TMA: one arrive.expect_tx and the copies' complete_tx;
-//             cp.async: cp.async.mbarrier.arrive.noinc, one per loader thread)
+//             cp.async: cp.async.mbarrier.arrive.noinc, one per loader thread; ROWS_CHECKED: 32 arrivals, plain or
+//             cp.async's, and the complete_tx of the bytes lane 0 expects)
 //   empty[s]  every MMA thread has read stage s (its words by ld.shared, its token tile by the completed wgmmas)
 #pragma once
 
@@ -212,7 +215,7 @@ struct SwapLoader {
   }
 };
 
-// The TMA loader's operands (fprop, contraction K % 32 == 0, 16-byte aligned planes; gemm/swapped.cu encodes the maps).
+// The TMA loader's operands (contraction K % 32 == 0, 16-byte aligned planes; gemm/swapped.cu encodes the maps).
 //   tok: the fp16 token copy, {K elements, rows}, box {64, BM} with the 128-byte swizzle: row r's 16-byte piece q at
 //        r * 128 + ((q ^ (r % 8)) << 4), wgmma's K-major swizzled layout (the same as SwapLoader's copies);
 //   w:   the packed weight plane, {K / 2 bytes, rows}, box {32, 128} with the 32-byte swizzle, which swaps the 16-byte
@@ -230,8 +233,9 @@ struct SwapMaps {
   long long w_pitch;        // K / 2: bytes per weight row; the copy's rows are 4 w_pitch bytes
 };
 
-// The TMA loader's per-tile state (one thread): the stage's copies are one token box, one or two 128-row weight boxes
-// (the second only for 256-row tiles whose rows, or whose half's, reach past the first 128) and as many scale tiles.
+// The TMA loader's per-tile state (the thread that issues the boxes): the stage's copies are one token box, one or two
+// 128-row weight boxes (the second only for 256-row tiles whose rows, or whose half's, reach past the first 128) and as
+// many scale tiles.
 template <class S>
 struct TmaTile {
   int tok_row, w_row;  // map rows of the tile's first token and weight row
@@ -437,7 +441,8 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     Ring<S::kStages> st;
     TmaTile<S> tt;  // TMA: set at every tile's first K step
     SwapLoader<S> ld;  // cp.async (ROWS_CHECKED: its weight pieces, for a group off the rows of `w`): the same
-    bool w_boxes = true;  // ROWS_CHECKED: the tile's weight rows come by TMA boxes
+    bool w_boxes = true;    // ROWS_CHECKED: the tile's weight rows come by TMA boxes
+    uint32_t cp_fills = 0;  // ROWS_CHECKED: bit s, stage s's weight rows were last copied by cp.async
     while (cur.valid(walk)) {
       if (cur.kt == 0) {
         Prob p = probs[cur.group];
@@ -458,7 +463,13 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       mbar_wait(empty + 8 * st.stage, st.phase ^ 1u);
       const uint32_t stage = ring + st.stage * S::kStageBytes, bar = full + 8 * st.stage;
       if constexpr (ROWS_CHECKED) {
-        if (tid == 0) tt.template load<false>(maps, stage, bar, cur.kt, w_boxes);
+        if (tid == 0) {
+          // boxes into weight rows whose last copy was cp.async's (generic proxy): order those writes before the
+          // async proxy's (the stage's release chain orders them for the generic proxy only)
+          if (w_boxes && ((cp_fills >> st.stage) & 1u)) fence_proxy_async();
+          tt.template load<false>(maps, stage, bar, cur.kt, w_boxes);
+        }
+        cp_fills = w_boxes ? cp_fills & ~(1u << st.stage) : cp_fills | (1u << st.stage);
         if (w_boxes) {
           mbar_arrive(bar);
         } else {
