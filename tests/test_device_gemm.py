@@ -1310,7 +1310,8 @@ def test_disagreeing_operand_groups_are_nan(mode, algorithm, num_sms):
     w = rand_bf16((3 * n, k), 12, 0.05)
     wq_bad = gq(w, [n + 16, n - 16, n], rowwise=True, columnwise=True, block=(16, 16))  # groups 0, 1 disagree
     wo, xo = wq_bad.to_oracle(), xq.to_oracle()
-    out, check_tail = guarded((t, n), torch.bfloat16)
+    # (outputs start at zero, so that the NaN checks below can fail)
+    out, check_tail = guarded((t, n), torch.bfloat16, values=torch.zeros((t, n), dtype=torch.bfloat16, device=DEV))
     gg(xq, wq_bad, kind="fprop", out=out, mode=mode)
     check_tail("fprop")
     y = to_np(out)
@@ -1319,7 +1320,7 @@ def test_disagreeing_operand_groups_are_nan(mode, algorithm, num_sms):
 
     dy = rand_bf16((t, n), 13)
     dyq = gq(dy, splits, rowwise=True)
-    out, check_tail = guarded((t, k), torch.float32)
+    out, check_tail = guarded((t, k), torch.float32, values=torch.zeros((t, k), device=DEV))
     with_bias = algorithm != "copies_cutlass"  # (copies_cutlass's bias epilogue writes bf16 output only)
     gg(dyq, wq_bad, kind="dgrad", out=out, mode=mode, bias=torch.ones((3, k), device=DEV) if with_bias else None)
     check_tail("dgrad")
@@ -1333,7 +1334,8 @@ def test_disagreeing_operand_groups_are_nan(mode, algorithm, num_sms):
     for accumulate in (False, True):
         c = torch.randn((3, n, k), dtype=torch.float32).to(DEV)
         c[1, 0, :4] = -0.0
-        out, check_tail = guarded((3, n, k), torch.float32, values=c if accumulate else None)
+        # (without accumulate the output starts at 7: the NaN checks and the empty group's +0 can both fail)
+        out, check_tail = guarded((3, n, k), torch.float32, values=c if accumulate else torch.full_like(c, 7.0))
         gg(dyc, xc_bad, kind="wgrad", out=out, accumulate=accumulate, mode=mode)
         check_tail("wgrad")
         y, cn = to_np(out), c.cpu().numpy()
