@@ -756,7 +756,7 @@ def test_warp_group_search(e):
 def _dgrad_after_disagreeing_groups(n: int, k: int, mode: str, out_dtype, *, deltas=(8, -8, 0, 0),
                                     splits=(30, 0, 50, 200), off_rows=(2, 3), **plan) -> None:
     """dgrad whose weight group g holds N + deltas[g] rows: a group with a nonzero delta disagrees with N (SPEC 12.5:
-    written as NaN, checked on an output that starts at zero) and shifts the columnwise plane of the groups after it
+    written as NaN, checked on an output that starts at zero wherever the group has tokens) and shifts the columnwise plane of the groups after it
     by K roundup(N + delta, 16) / 2 - K N / 2 bytes, so that a group in ``off_rows`` starts off a whole row of N / 2
     bytes (one tensor map over the whole plane could not address it) and every other agreeing group on one (both
     asserted); every agreeing group is checked against the oracle. Default: groups 0 and 1 (N + 8, N - 8 rows)
@@ -1387,6 +1387,9 @@ def test_out_writes_are_seen_by_autograd():
         gg(dyq, xq, kind="wgrad", out=leaf, accumulate=True)
     gg(dyq, xq, kind="wgrad", out=c, accumulate=True)
     assert torch.equal(leaf.detach(), c)
+    # (both came from the same GEMM: the values themselves against the oracle)
+    check_wgrad_groups(to_np(c), splits, dyq.to_oracle().col_planes, xq.to_oracle().col_planes, "fast", torch.float32,
+                       cn=np.ones((2, n, k), np.float32), where="wgrad into out=")
 
 
 def test_bad_inputs():

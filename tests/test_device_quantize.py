@@ -120,12 +120,22 @@ def check_single(bufs: dict, ref, swizzled: bool) -> None:
         assert_f32_bits("col amax", bufs["amax"][1:2], ref.col.amax)
 
 
+def _holds_ff(ref) -> bool:
+    """Whether an expected data or scale byte (either scale layout) is 0xFF, the default poison."""
+    planes = [p for p in (ref.row, ref.col) if p is not None]
+    return any((np.asarray(a).view(np.uint8) == 0xFF).any()
+               for p in planes for a in (p.data, p.scales, p.swizzled_scales()))
+
+
 def check_case(x: np.ndarray, **kw) -> None:
-    """Oracle once, device twice (swizzled and compact scales), both into poisoned buffers."""
+    """Oracle once, device twice (swizzled and compact scales), both into buffers poisoned with 0xFF, and again into
+    buffers of 0x00 where an expected byte is 0xFF (e.g. rule "torchao"'s 0/0 scale bytes), so that no expected byte
+    can pass unwritten."""
     ref = oracle.quantize(x, **kw)
     x_t = to_cuda(x)
-    for swizzled in (True, False):
-        check_single(run_poisoned(x_t, swizzled=swizzled, **kw), ref, swizzled)
+    for poison in (0xFF, 0x00) if _holds_ff(ref) else (0xFF,):
+        for swizzled in (True, False):
+            check_single(run_poisoned(x_t, swizzled=swizzled, poison=poison, **kw), ref, swizzled)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -963,8 +973,9 @@ def test_cuda_graph_grouped_replay(kw):
         # poison the captured outputs: every byte must be rewritten by the replay
         for buf in (out.row_data, out.row_scales, out.col_data, out.col_scales):
             buf.fill_(0xFF)
-        out.row_amax.fill_(float("nan"))
-        out.col_amax.fill_(float("nan"))
+        # (0xFFFFFFFF: a NaN that no amax rule writes; rule "torchao"'s NaN amax is 0x7FC00000)
+        out.row_amax.view(torch.uint8).fill_(0xFF)
+        out.col_amax.view(torch.uint8).fill_(0xFF)
         out.offsets.fill_(-1)
         graph.replay()
         torch.cuda.synchronize()
