@@ -840,12 +840,13 @@ def algorithm_runs(name: str, g: GemmShape) -> bool:
 
 
 def loaders_of(name: str, g: GemmShape) -> tuple[str, ...]:
-    """The loaders a case can force on algorithm ``name``: the swapped kernels' cp.async loader, and their TMA loader for
-    fprop with a contraction % 32 == 0 and at least one token (its tensor maps need a row of each plane; dgrad always
-    takes cp.async); both loaders of the exact kernel over fp16 copies. None for the algorithms with one loader, nor
-    for "auto" (the algorithm is not known here)."""
+    """The loaders a case can force on algorithm ``name``: the swapped kernels' cp.async loader, and their TMA loader
+    with a contraction % 32 == 0 and at least one token (its tensor maps need a row of each plane) for fprop, and for
+    swapped_256x128's dgrad (swapped_64x256's dgrad takes cp.async); both loaders of the exact kernel over fp16 copies.
+    None for the algorithms with one loader, nor for "auto" (the algorithm is not known here)."""
     if name in ("swapped_64x256", "swapped_256x128"):
-        tma = g.kind == "fprop" and g.contraction % 32 == 0 and g.out_rows > 0
+        kind_ok = g.kind == "fprop" or (g.kind == "dgrad" and name == "swapped_256x128")
+        tma = kind_ok and g.contraction % 32 == 0 and g.out_rows > 0
         return ("cp_async", "tma") if tma else ("cp_async",)
     if name == "exact_copies":
         return ("cp_async", "tma")

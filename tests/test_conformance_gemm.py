@@ -590,6 +590,9 @@ def test_plan_rules_say_where_each_algorithm_loader_and_epilogue_runs():
     assert loaders_of("swapped_64x256", _shape("fprop", f32, k=48)) == ("cp_async",)
     assert loaders_of("swapped_64x256", _shape("fprop", f32, k=64, t=0)) == ("cp_async",)  # (no token row to map)
     assert loaders_of("swapped_64x256", _shape("dgrad", f32, n=64)) == ("cp_async",)
+    assert loaders_of("swapped_256x128", _shape("dgrad", f32, n=64)) == ("cp_async", "tma")
+    assert loaders_of("swapped_256x128", _shape("dgrad", f32, n=48)) == ("cp_async",)
+    assert loaders_of("swapped_256x128", _shape("dgrad", f32, n=64, t=0)) == ("cp_async",)
     assert loaders_of("exact_copies", _shape("wgrad", bf16)) == ("cp_async", "tma")
     for name in ("auto", "fused_64x256", "fused_128x256", "fused_pair_256x256", "copies_cutlass", "exact_fused",
                  "exact_hybrid"):
