@@ -136,13 +136,14 @@ PAIR_MIN_CONTRACTION = 1024
 #: swapped_64x256 for fprop / dgrad with at most this many rows per group on average (E8 T512 1.98x of grouped_mm
 #: against 1.62x for fused_64x256)
 SWAPPED_MAX_ROWS = 96
-#: swapped_256x128 runs fprop from this many rows per group, with a contraction of at least
+#: swapped_256x128 runs fprop and dgrad from this many rows per group, with a contraction of at least
 #: WIDE_SWAPPED_MIN_CONTRACTION, where its TMA loader runs and no weight copy is read (H100, x torch._grouped_mm,
-#: swapped_256x128 / the plan without this rule: E8 K4096 N14336 at T2048 1.169 / 0.909 (fused pair), T4096
+#: swapped_256x128 / the plan without this rule: fprop E8 K4096 N14336 at T2048 1.169 / 0.909 (fused pair), T4096
 #: 0.987 / 0.747, T8192 0.968 / 0.778, T16384 0.958 / 0.898 (copies); E8 T16384 K14336 N4096 0.952 / 0.847; E64 K2048
-#: N1408 at T16384 0.973 / 0.960 and T32768 0.857 / 0.769; below it, E128 T16384 (128 rows) 1.035 / 1.339). Its dgrad
-#: lost on the cp.async loader (E64 0.789 / 0.979, E8 0.801 / 0.852); its checked TMA loader (_swapped_tma_reason)
-#: has not been timed on dgrad, so the row stays fprop-only
+#: N1408 at T16384 0.973 / 0.960 and T32768 0.857 / 0.769; below it, E128 T16384 (128 rows) 1.035 / 1.339. dgrad on
+#: the checked TMA loader (_swapped_tma_reason): E8 K4096 N14336 at T4096 0.979 / 0.753, T16384 0.956 / 0.853; the
+#: plan's time over swapped_256x128's at T2048 1.287, T8192 1.305, E64 T16384 K2048 N2048 1.030; below it, T1024
+#: (128 rows) 0.801)
 WIDE_SWAPPED_MIN_ROWS = 256
 #: ... (E64 T16384 K1408 N2048: 0.94-1.02 over two rounds against 1.005)
 WIDE_SWAPPED_MIN_CONTRACTION = 2048
@@ -265,9 +266,10 @@ def _copies_pay(p: GemmProblem) -> bool:
 
 
 def _wide_swapped_pays(p: GemmProblem) -> bool:
-    """Whether fprop runs on swapped_256x128 (unless copies_cutlass reads a given weight copy: _auto_algorithm): from
-    WIDE_SWAPPED_MIN_ROWS rows per group and a contraction of WIDE_SWAPPED_MIN_CONTRACTION, with its TMA loader."""
-    return (p.kind == "fprop" and p.tokens // p.groups >= WIDE_SWAPPED_MIN_ROWS
+    """Whether fprop or dgrad runs on swapped_256x128 (unless copies_cutlass reads a given weight copy:
+    _auto_algorithm): from WIDE_SWAPPED_MIN_ROWS rows per group and a contraction of WIDE_SWAPPED_MIN_CONTRACTION, with
+    its TMA loader."""
+    return (p.kind != "wgrad" and p.tokens // p.groups >= WIDE_SWAPPED_MIN_ROWS
             and p.contraction >= WIDE_SWAPPED_MIN_CONTRACTION
             and algorithm_unavailable(Algorithm.swapped_256x128, p) is None
             and _swapped_tma_reason(Algorithm.swapped_256x128, p) is None)

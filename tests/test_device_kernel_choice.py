@@ -67,10 +67,11 @@ E8_T512_WGRAD = ("wgrad", 8, 512, 14336, 4096)
 # fp16 copies of both operands (copies_cutlass in fast mode, exact_copies in exact mode) on the benchmark shapes, and
 # what runs where they do not pay.
 @pytest.mark.parametrize("shape,fast,exact", [
-    # 2048 rows per group, the copies pay in both modes (exact: 0.33-0.36x -> 0.44-0.50x of grouped_mm, with TMA
-    # 0.51-0.56x); fast fprop runs on swapped_256x128 (0.958x of grouped_mm against 0.898x over the copies)
+    # 2048 rows per group, the copies pay in exact mode (0.33-0.36x -> 0.44-0.50x of grouped_mm, with TMA
+    # 0.51-0.56x); fast fprop and dgrad run on swapped_256x128 (0.958x / 0.956x of grouped_mm against 0.898x / 0.853x
+    # over the copies)
     (E8_FPROP, WIDE, plan("exact_copies", "tma", "staged")),
-    (("dgrad", 8, 16384, 14336, 4096), COPIES, plan("exact_copies", "tma", "staged")),
+    (("dgrad", 8, 16384, 14336, 4096), WIDE, plan("exact_copies", "tma", "staged")),
     # (exact fp32 wgrad stores by TMA: 0.47-0.50x -> 0.59x on E64, the same epilogue here)
     (E8_WGRAD, COPIES, plan("exact_copies", "tma", "tma_store")),
     # 256 rows per group: no copies of both (exact over copies: 0.43x vs 0.49x fused; the hybrid kernel, A copied
@@ -149,8 +150,8 @@ def test_wgrad_fast_choice(e, t, n, k, dtype, acc, copies):
     # bias row to each output as it stores it; not timed with a bias)
     (E8_FPROP, dict(bias=True), "swapped_256x128"),
     (E8_FPROP, {}, "swapped_256x128"),
-    # dgrad: CUTLASS over the copies (857 TFLOP/s against 472 fused in fprop)
-    (("dgrad", 8, 16384, 14336, 4096), {}, "copies_cutlass"),
+    # dgrad: swapped_256x128 on its checked TMA loader (0.956 of grouped_mm against 0.853 over the copies)
+    (("dgrad", 8, 16384, 14336, 4096), {}, "swapped_256x128"),
 ])
 def test_fast_fprop_dgrad_choice(shape, kw, algorithm):
     assert plan_gemm(problem(*shape, **kw)).algorithm == Algorithm[algorithm]
@@ -635,9 +636,10 @@ def test_wgrad_tma_map_counts_every_experts_rows():
     assert plan_gemm(p, algorithm="fused_128x256").epilogue == Epilogue.staged
 
 
-# swapped_256x128 for fprop (H100, tools/ab/ab_plans.py gemm --plans "auto; algorithm=swapped_256x128", one run, x of
-# torch._grouped_mm: swapped_256x128 / the plan without its rule): from 256 rows per group with a contraction of at
-# least 2048 and its TMA loader. Below the bounds, and for dgrad (cp.async loader only), the other plans stay.
+# swapped_256x128 for fprop and dgrad (H100, tools/ab/ab_plans.py gemm --plans "auto; algorithm=swapped_256x128", one
+# run each, x of torch._grouped_mm: swapped_256x128 / the plan without its rule; "plan / swapped": the other plan's time
+# over swapped_256x128's, tools/ab/crossovers.py --only wide_swapped_dgrad): from 256 rows per group with a contraction
+# (K for fprop, N for dgrad) of at least 2048 and its TMA loader. Below the bounds the other plans stay.
 @pytest.mark.parametrize("kind,e,t,n,k,faster", [
     ("fprop", 8, 2048, 14336, 4096, "swapped_256x128"),       # 1.169 / 0.909 (fused pair; 256 rows)
     ("fprop", 8, 4096, 14336, 4096, "swapped_256x128"),       # 0.987 / 0.747 (fused pair)
@@ -651,8 +653,13 @@ def test_wgrad_tma_map_counts_every_experts_rows():
     ("fprop", 32, 16384, 1408, 2048, "swapped_256x128"),      # 0.795 / 0.783 (fused pair)
     ("fprop", 128, 16384, 1408, 2048, "fused_128x256"),       # 1.035 / 1.339 (128 rows)
     ("fprop", 64, 16384, 2048, 1408, "fused_pair_256x256"),   # 0.94-1.02 / 1.005 (K = 1408)
-    ("dgrad", 64, 16384, 1408, 2048, "fused_pair_256x256"),   # 0.789 / 0.979
-    ("dgrad", 8, 16384, 14336, 4096, "copies_cutlass"),       # 0.801 / 0.852
+    ("dgrad", 64, 16384, 1408, 2048, "fused_pair_256x256"),   # 0.911 / 0.941 (N = 1408)
+    ("dgrad", 64, 16384, 2048, 2048, "swapped_256x128"),      # plan / swapped 1.030 (fused pair; N = 2048)
+    ("dgrad", 8, 1024, 14336, 4096, "fused_128x256"),         # plan / swapped 0.801 (128 rows)
+    ("dgrad", 8, 2048, 14336, 4096, "swapped_256x128"),       # plan / swapped 1.287 (fused pair)
+    ("dgrad", 8, 4096, 14336, 4096, "swapped_256x128"),       # 0.979 / 0.753 (fused pair)
+    ("dgrad", 8, 8192, 14336, 4096, "swapped_256x128"),       # plan / swapped 1.305 (copies)
+    ("dgrad", 8, 16384, 14336, 4096, "swapped_256x128"),      # 0.956 / 0.853 (copies)
 ])
 def test_wide_swapped_decisions(kind, e, t, n, k, faster):
     assert plan_gemm(problem(kind, e, t, n, k)).algorithm == Algorithm[faster]
@@ -662,7 +669,9 @@ def test_wide_swapped_decisions(kind, e, t, n, k, faster):
     (("fprop", 8, 2048, 4096, 4096), ("fprop", 8, 2040, 4096, 4096), "256 rows per group"),
     (("fprop", 8, 2048, 4096, 2048), ("fprop", 8, 2048, 4096, 2016), "a contraction of at least 2048"),
     (("fprop", 8, 2048, 4096, 4096), ("fprop", 8, 2048, 4096, 4112), "its TMA loader: K a multiple of 32"),
-    (("fprop", 8, 2048, 4096, 4096), ("dgrad", 8, 2048, 4096, 4096), "fprop only"),
+    (("dgrad", 8, 2048, 4096, 4096), ("dgrad", 8, 2040, 4096, 4096), "dgrad: 256 rows per group"),
+    (("dgrad", 8, 2048, 2048, 4096), ("dgrad", 8, 2048, 2016, 4096), "dgrad: a contraction N of at least 2048"),
+    (("dgrad", 8, 2048, 4096, 4096), ("dgrad", 8, 2048, 4112, 4096), "dgrad: its TMA loader, N a multiple of 32"),
     # the kernel's contraction limit (its cp.async loader's 32-bit offsets), also on the automatic path
     (("fprop", 1, 256, 256, 2**23 - 32), ("fprop", 1, 256, 256, 2**23), "a contraction below 2^23"),
 ])
