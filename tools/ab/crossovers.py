@@ -27,25 +27,29 @@ import device  # noqa: E402
 from device import _dispatch  # noqa: E402
 
 D = _dispatch
+
+
+def _wide_swapped_e8_rows(kind: str) -> list[tuple[str, str, str]]:
+    """swapped_256x128 against the plan without row 1b on E8 K4096 N14336 ``kind`` from 128 to 2048 rows per group:
+    the fused kernels up to 512 rows, the copies from 1024."""
+    return [(f"8,{8 * r},4096,14336,{kind}", "algorithm=swapped_256x128",
+             "algorithm=fused" if r <= 512 else "algorithm=copies_cutlass") for r in (128, 256, 512, 1024, 2048)]
+
+
 # rule name -> (the threshold it sets, [(case, plan A, plan B)]): cases "E,T,K,N,kind[,out]" (ab_plans' syntax)
 RULES = {
     "swapped": (f"SWAPPED_MAX_ROWS = {D.SWAPPED_MAX_ROWS}: fprop / dgrad rows per group", [
         (f"8,{8 * r},4096,14336,fprop", "algorithm=swapped_64x256", "algorithm=fused") for r in (64, 96, 128)]
         + [(f"8,{8 * r},4096,14336,dgrad", "algorithm=swapped_64x256", "algorithm=fused") for r in (96, 128)]),
     "wide_swapped_rows": (f"WIDE_SWAPPED_MIN_ROWS = {D.WIDE_SWAPPED_MIN_ROWS}: fprop rows per group (contraction >= "
-                          f"{D.WIDE_SWAPPED_MIN_CONTRACTION})", [
-        (f"8,{8 * r},4096,14336,fprop", "algorithm=swapped_256x128", "algorithm=fused") for r in (128, 256, 512)]
-        + [(f"8,{8 * r},4096,14336,fprop", "algorithm=swapped_256x128", "algorithm=copies_cutlass")
-           for r in (1024, 2048)]),
+                          f"{D.WIDE_SWAPPED_MIN_CONTRACTION})", _wide_swapped_e8_rows("fprop")),
     "wide_swapped_contraction": (f"WIDE_SWAPPED_MIN_CONTRACTION = {D.WIDE_SWAPPED_MIN_CONTRACTION}: fprop contraction "
                                  "(256 rows per group)", [
         (f"64,16384,{k},1408,fprop", "algorithm=swapped_256x128", "algorithm=fused") for k in (1024, 1408, 2048)]),
     "wide_swapped_dgrad": (f"WIDE_SWAPPED_MIN_ROWS = {D.WIDE_SWAPPED_MIN_ROWS} and WIDE_SWAPPED_MIN_CONTRACTION = "
-                           f"{D.WIDE_SWAPPED_MIN_CONTRACTION} for dgrad (contraction N)", [
-        (f"8,{8 * r},4096,14336,dgrad", "algorithm=swapped_256x128", "algorithm=fused") for r in (128, 256, 512)]
-        + [(f"8,{8 * r},4096,14336,dgrad", "algorithm=swapped_256x128", "algorithm=copies_cutlass")
-           for r in (1024, 2048)]
-        + [(f"64,16384,2048,{n},dgrad", "algorithm=swapped_256x128", "algorithm=fused") for n in (1024, 1408, 2048)]),
+                           f"{D.WIDE_SWAPPED_MIN_CONTRACTION} for dgrad (contraction N)",
+                           _wide_swapped_e8_rows("dgrad") + [
+        (f"64,16384,2048,{n},dgrad", "algorithm=swapped_256x128", "algorithm=fused") for n in (1024, 1408, 2048)]),
     "skinny": (f"SKINNY_MAX_ROWS = {D.SKINNY_MAX_ROWS}: output rows per group (wgrad: dW's N)", [
         (f"64,16384,2048,{n},wgrad", "algorithm=fused_64x256", "algorithm=fused_128x256") for n in (64, 96, 128)]),
     "pair_rows": (f"PAIR_MIN_ROWS = {D.PAIR_MIN_ROWS}: rows per group (contraction >= {D.PAIR_MIN_CONTRACTION})", [
