@@ -21,7 +21,8 @@ def test_grouped_amax_refuses_a_single_number(amax, groups):
     # oracle.group_quantize refuses a single value for any number of groups (SPEC 4.3: one amax per group)
     with pytest.raises(ValueError, match=r"^amax must have shape \[E\] or \[E, 2\], got \(\)$"):
         oracle.group_quantize(np.ones((groups, 16), np.float32), [1] * groups, amax=3.0)
-    with pytest.raises(ValueError, match=rf"^a grouped amax holds one value per group \({groups}\) .* got a single value"):
+    single = rf"^a grouped amax holds one value per group \({groups}\) .* got a single value"
+    with pytest.raises(ValueError, match=single):
         quantization._amax_tensors(amax, groups, True, CPU)
 
 

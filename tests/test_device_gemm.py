@@ -763,11 +763,12 @@ def test_warp_group_search(e):
 def _dgrad_after_disagreeing_groups(n: int, k: int, mode: str, out_dtype, *, deltas=(8, -8, 0, 0),
                                     splits=(30, 0, 50, 200), off_rows=(2, 3), **plan) -> None:
     """dgrad whose weight group g holds N + deltas[g] rows: a group with a nonzero delta disagrees with N (SPEC 12.5:
-    written as NaN, checked on an output that starts at zero wherever the group has tokens) and shifts the columnwise plane of the groups after it
-    by K roundup(N + delta, 16) / 2 - K N / 2 bytes, so that a group in ``off_rows`` starts off a whole row of N / 2
-    bytes (one tensor map over the whole plane could not address it) and every other agreeing group on one (both
-    asserted); every agreeing group is checked against the oracle. Default: groups 0 and 1 (N + 8, N - 8 rows)
-    disagree, groups 2 and 3 are off a whole row. ``plan``: gemm()'s algorithm / loader / epilogue / num_sms."""
+    written as NaN, checked on an output that starts at zero wherever the group has tokens) and shifts the columnwise
+    plane of the groups after it by K roundup(N + delta, 16) / 2 - K N / 2 bytes, so that a group in ``off_rows``
+    starts off a whole row of N / 2 bytes (one tensor map over the whole plane could not address it) and every other
+    agreeing group on one (both asserted); every agreeing group is checked against the oracle. Default: groups 0 and
+    1 (N + 8, N - 8 rows) disagree, groups 2 and 3 are off a whole row. ``plan``: gemm()'s algorithm / loader /
+    epilogue / num_sms."""
     w_rows = [n + d for d in deltas]
     dyq = gq(rand_bf16((sum(splits), n), 13), list(splits), rowwise=True)
     wq_bad = gq(rand_bf16((sum(w_rows), k), 12, 0.05), w_rows, rowwise=True, columnwise=True, block=(16, 16))
