@@ -545,6 +545,46 @@ def test_swapped_wide_kernel_dgrad_off_a_whole_row_and_capped_grids():
               num_sms=7)
 
 
+def _nan_scale_padding(a, contraction):
+    """Grouped result ``a`` (rowwise, swizzled scales) with every padding byte of its groups' scale tiles (rows past
+    the group's rows, block columns past contraction / 16; SPEC 8.2 writes them 0x00) set to 0x7F, an E4M3 NaN: a
+    kernel that scales a padding block or row into the products it keeps turns them into NaN."""
+    import dataclasses
+
+    from oracle.swizzle import swizzle_scales
+
+    scales = a.row_scales.clone()
+    offs = a.offsets[3].cpu().numpy()
+    for g, m in enumerate(np.diff(a.offsets[0].cpu().numpy())):
+        if m == 0:
+            continue
+        valid = swizzle_scales(np.ones((int(m), contraction // 16), np.uint8))  # 1: a scale, 0: padding
+        pad = torch.from_numpy(np.flatnonzero(valid == 0) + int(offs[g])).to(DEV)
+        scales[pad] = 0x7F
+    return dataclasses.replace(a, row_scales=scales)
+
+
+def test_swapped_wide_kernel_token_padding_and_offsets():
+    """swapped_256x128 on its TMA loader with NaN bytes in every padding byte of the token scales (rows past a group's
+    rows, blocks past K) and contractions whose last K step holds 2 of its 4 blocks (480 and 224): no padding value
+    reaches a kept product, fprop and dgrad give the oracle's bits, with the token buffers 16-byte aligned and with
+    their data 8 bytes or their scales 4 bytes off that alignment."""
+    splits, n, k = [300, 0, 517, 256, 27], 224, 480
+    e, t = len(splits), sum(splits)
+    wq = weights(e, n, k, 211)
+    wo = wq.to_oracle()
+    for kind, cols, contraction, b_planes in (("fprop", n, k, wo.row_planes), ("dgrad", k, n, wo.col_planes)):
+        a = gq(rand_bf16((t, contraction), 212 if kind == "fprop" else 213), splits)
+        a_planes = a.to_oracle().row_planes
+        a = _nan_scale_padding(a, contraction)
+        for field, shift in ((None, 0), ("row_data", 8), ("row_scales", 4)):
+            aa = _moved(a, field, shift) if field else a
+            out = sentinel_out((t, cols))
+            gemm(aa, wq, kind=kind, out=out, mode="fast", algorithm="swapped_256x128", loader="tma")
+            where = f"{kind}, tokens' {field or 'buffers'} {shift} bytes off 16-byte alignment"
+            check_row_groups(to_np(out), splits, a_planes, b_planes, "fast", torch.float32, where=where)
+
+
 def test_auto_fprop_takes_swapped_256x128_from_256_rows():
     """docs/design.md section 6, row 1b, on real operands: fprop with 256 rows per group on average and a contraction
     of 2048 runs swapped_256x128 with its TMA loader by the sizes alone, and matches the oracle (bf16 output with a
