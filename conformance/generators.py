@@ -994,9 +994,9 @@ def operand_quant_tag(o: dict, default_block=(16, 16)) -> str:
 #: 1024 to 8192, or wgrad with one group of 2048+ tokens. Half of them have few rows (tag ``contraction=long``: 1 to
 #: 3 groups, 16 or 32 weight columns, at most LONG_MACS multiply-adds and LONG_ELEMS weight elements), half are sized
 #: so that the device's size rules pick its 2-CTA pair tiles by themselves (``contraction=long+rows``: at least
-#: PAIR_ROWS output rows and PAIR_CONTRACTION contraction per group, the device plan's tile rule; one
-#: 16-column block on the other side, at most PAIR_MACS multiply-adds). So such a case costs about what an average
-#: one does.
+#: PAIR_ROWS output rows and PAIR_CONTRACTION contraction per group, the device plan's tile rule; fprop and dgrad
+#: with a contraction of 2048 take swapped_256x128 instead; one 16-column block on the other side, at most PAIR_MACS
+#: multiply-adds). So such a case costs about what an average one does.
 LONG_SHARE = 0.04
 LONG_K = (1024, 1040, 2048, 4096, 4112, 8192)
 PAIR_K = (1024, 1040, 2048)

@@ -7,7 +7,7 @@
 # Stages (each under `timeout -s KILL`; the log goes to $OUT/<stage>.log, its tail to stdout):
 #   build          install the wheels of .whl/ (nvidia-cutlass) into /tmp/site, JIT-build both extensions
 #                  (device._build.load_extensions)
-#   smoke          one tiny quantize and grouped GEMM against the oracle
+#   smoke          one tiny quantize against the oracle, one tiny grouped GEMM (its shape and finiteness printed)
 #   gemm-tests     tests/test_device_gemm.py, test_device_gemm_torchao.py (8 workers)
 #   quant-tests    tests/test_device_quantize.py, test_device_four_over_six.py, test_device_torchao.py,
 #                  test_device_placement.py, test_device_results.py, test_device_args_host.py,
