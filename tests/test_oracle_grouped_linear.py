@@ -362,7 +362,9 @@ def _bad_cases():
         ("K mismatch", dict(x=x[:, :32]), ValueError, "x has K=32 columns"),
         ("K not /16", dict(x=np.zeros((T, 40), BF16), weight=np.zeros((E, N, 40), BF16)), ValueError,
          "K=40 must be a positive multiple of 16"),
-        ("N not /16", dict(weight=w[:, :24], dy=dy[:, :24], bias=bias[:, :24], main_grad=mg[:, :24]), ValueError,
+        ("N not /16, forward", dict(weight=w[:, :24], bias=bias[:, :24]), ValueError,
+         "N=24 must be a positive multiple of 16"),
+        ("N not /16, backward", dict(weight=w[:, :24], dy=dy[:, :24], main_grad=mg[:, :24]), ValueError,
          "N=24 must be a positive multiple of 16"),
         ("splits short", dict(splits=s[:-1]), ValueError, r"one size per expert \(E=4\)"),
         ("splits 2-D", dict(splits=[s]), ValueError, "one size per expert"),
@@ -399,13 +401,17 @@ def test_bad_input_raises_before_any_work(case, monkeypatch):
     monkeypatch.setattr("oracle.grouped_linear.grouped_gemm", no_work)
     layer = (args["x"], args["weight"], args["splits"])
     backward_only = {"dy", "main_grad", "with_bias"}
+    directions = 0  # the calls this case checks (forward: no backward-only argument changed; backward: no bias)
     if not backward_only & change.keys():
+        directions += 1
         with pytest.raises(exc, match=match):
             oracle.grouped_linear_forward(*layer, bias=args["bias"], recipe=args["recipe"], model=args["model"])
     if "bias" not in change:
+        directions += 1
         with pytest.raises(exc, match=match):
             oracle.grouped_linear_backward(*layer, args["dy"], with_bias=args["with_bias"], recipe=args["recipe"],
                                            model=args["model"], main_grad=args["main_grad"])
+    assert directions, "the case checks neither the forward nor the backward call"
 
 
 # ---- the bias gradient's order and conversion (SPEC 16.4), the layer's size checks ----------------------------------

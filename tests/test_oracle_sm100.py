@@ -484,3 +484,5 @@ def test_sm100_epilogue_zero_sum_of_a_negative_zero_product_and_a_zero_bias(bias
     y = ind.sm100_epilogue_by_hand(acc, np.float32(1.0), c=None, bias=np.array([bias], np.float32),
                                    out_dtype="float32")
     assert y[0, 0] == 0 and bool(np.signbit(y[0, 0])) == want_negative
+    z = oracle.sm100.sm100_epilogue(acc, np.float32(1.0), bias=np.array([bias], np.float32))
+    assert z[0, 0] == 0 and bool(np.signbit(z[0, 0])) == want_negative

@@ -154,7 +154,7 @@ def _alpha_te(a_amax, b_amax) -> np.float32:
 
 @pytest.mark.torch  # (conformance.te_torch needs torch)
 def test_vectors_agree_with_independent_implementations(vectors):
-    """Twelve of the sixteen cases checked against code that is not the oracle's (the ties case also has a hand test):
+    """Eleven of the sixteen cases checked against code that is not the oracle's (the ties case also has a hand test):
     the TE quantize cases (specials and infinities, both planes; one fp16 row; the ties) by the scalar SPEC
     transcription, the 4over6 and row-scaled cases by conformance.te_torch (torch, written from SPEC alone), the swizzle
     by the SPEC 8.2 byte formula, and the GEMM's exact model by fractions.Fraction with SPEC 12.1's alpha formed
