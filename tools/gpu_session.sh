@@ -35,8 +35,10 @@
 #                  samples (tools/profile/ncu_sass_summary.py) in $OUT/ncu_summary.txt, each case under a "--- ncu
 #                  <i>: <case>" line, and the reports with their per-SASS-line CSVs in $OUT/ncu_raw.tar.gz (made in
 #                  $NCU_WORK, default /tmp/gpu_session_ncu)
-#   bench-gemm     benchmarks/bench_grouped_gemm.py --iters 10 --reps 3 (three rounds: the median survives one
-#                  disturbed round, which happens in about one timing in 20)
+#   bench-gemm     benchmarks/bench_grouped_gemm.py $BENCH_GEMM_ARGS, default --iters 10 --reps 3 (three rounds: the
+#                  median survives one disturbed round, which happens in about one timing in 20) and the burst
+#                  columns only (about a minute; the sustained columns add a second of the same call per column,
+#                  row and round: about 7 minutes in all)
 #   bench-quant    benchmarks/bench_quantize.py --quick --no-compile
 # The exit status is the first failing stage's (0 when all passed); later stages still run, except after a failed
 # build. tools/ab/two_trees.py compares the benchmarks of two source trees (it builds both itself).
@@ -52,6 +54,7 @@ SANITIZE_TOOLS=${SANITIZE_TOOLS:-"memcheck racecheck"}
 AB_PLANS=${AB_PLANS:-"auto; algorithm=fused_128x256; algorithm=copies_cutlass"}
 AB_CASES=${AB_CASES:-"64,16384,2048,1408,wgrad,f32;64,16384,2048,1408,wgrad,bf16"}
 AB_QUANT_PLANS=${AB_QUANT_PLANS:-"quantize=general; quantize=fast_bf16"}
+BENCH_GEMM_ARGS=${BENCH_GEMM_ARGS:-"--iters 10 --reps 3 --columns fast,fused,exact,x_fused,x_dq,x_hyb,grouped_mm"}
 CONF_BUDGET=${CONF_BUDGET:-45s}
 CONF_OPS=${CONF_OPS:-grouped_gemm,grouped_gemm_tc,grouped_gemm_exact,grouped_gemm_sm100}
 CONF_SEED=${CONF_SEED:-$(date +%s)}
@@ -66,7 +69,7 @@ default_timeout() {
     build) echo 300 ;; ncu) echo 300 ;; smoke) echo 120 ;; large-tests) echo 420 ;; racecheck-repro) echo 90 ;;
     gemm-tests) echo 240 ;; quant-tests) echo 240 ;; layer-tests) echo 240 ;; cuda-tests) echo 420 ;;
     sanitize) echo 300 ;; ab-kernel) echo 240 ;; ab-quant) echo 240 ;;
-    timeline) echo 240 ;; conformance) echo 120 ;; binding-errors) echo 120 ;; bench-gemm) echo 450 ;;
+    timeline) echo 240 ;; conformance) echo 120 ;; binding-errors) echo 120 ;; bench-gemm) echo 240 ;;
     bench-quant) echo 240 ;; *) echo 60 ;;
   esac
 }
@@ -166,7 +169,7 @@ EOF
       tar -czf "$OUT/ncu_raw.tar.gz" -C "$work" . || rc=$?
       return $rc
       ;;
-    bench-gemm) python3 benchmarks/bench_grouped_gemm.py --iters 10 --reps 3 ;;
+    bench-gemm) python3 benchmarks/bench_grouped_gemm.py $BENCH_GEMM_ARGS ;;
     bench-quant) python3 benchmarks/bench_quantize.py --quick --no-compile ;;
     *) echo "unknown stage $1"; return 2 ;;
   esac
