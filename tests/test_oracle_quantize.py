@@ -386,8 +386,9 @@ def test_dequantize_error_bound():
     q = np.abs(deq / f)
     step = np.where(q < 2, 0.5, np.where(q < 4, 1.0, 2.0))
     err = np.abs(deq - x)
-    # half a grid step; +1 step of slack where the rounded scale pushed x*m past 6 (saturation)
-    allowed = np.maximum(step / 2, np.where(q == 6, 1.0, 0.0)) * f * (1 + 2.0**-20) + np.abs(x) * 2.0**-21
+    # half a grid step (at q = 6 that is 1, which also covers x*m pushed past 6 by the scale byte's rounding: at most
+    # 6 * (1 + 2^-4), SPEC 5.2's E4M3 scale being within 2^-4 of its target)
+    allowed = step / 2 * f * (1 + 2.0**-20) + np.abs(x) * 2.0**-21
     assert np.all(err <= allowed)
 
 
