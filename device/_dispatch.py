@@ -446,7 +446,9 @@ def epilogue_unavailable(a: Algorithm, epilogue: Epilogue, p: GemmProblem) -> st
     if epilogue == Epilogue.staged:
         return None
     if epilogue != Epilogue.tma_store:
-        return f"{a.name} has the staged and tma_store epilogues only"
+        if a in FUSED_FAST or a == Algorithm.exact_copies:
+            return f"{a.name} has the staged and tma_store epilogues only"
+        return f"{a.name} has the staged epilogue only"  # (exact_fused, exact_hybrid: no TMA store applies)
     if p.out_dtype == "float32":
         if a not in (Algorithm.fused_128x256, Algorithm.exact_copies):
             return "the fp32 TMA store runs in fused_128x256 and exact_copies only"

@@ -57,17 +57,24 @@ def to_cuda(a: np.ndarray):
 
 
 def run_poisoned(x_t, *, swizzled: bool, amax=None, **kw) -> dict:
-    """Quantize through the out-variant launcher into buffers poisoned with 0xFF; returns the buffers."""
+    """Quantize through the out-variant launcher into buffers poisoned with 0xFF, and again into buffers of 0x00
+    (test_device_quantize.assert_written_alike: no byte left unwritten); returns the first run's buffers."""
+    from test_device_quantize import assert_written_alike
+
     from device import _ops
     from device.quantization import _options
 
     opts = _options(x_t, rht=False, rht_signs=0xD7E8, rule="te", rounding="rn", seed=0, offset=0, **kw)
-    bufs = _ops.quantize_buffers(x_t.shape[0], x_t.shape[1], rowwise=opts["rowwise"], columnwise=opts["columnwise"],
-                                 swizzled=swizzled, device=x_t.device, fill=0xFF)
     amax_t = None if amax is None else torch.tensor([amax], dtype=torch.float32, device=x_t.device)
-    _ops.launch_quantize(x_t, bufs, None if amax_t is None else (amax_t, amax_t), swizzled=swizzled, **opts)
+    runs = []
+    for fill in (0xFF, 0x00):
+        bufs = _ops.quantize_buffers(x_t.shape[0], x_t.shape[1], rowwise=opts["rowwise"],
+                                     columnwise=opts["columnwise"], swizzled=swizzled, device=x_t.device, fill=fill)
+        _ops.launch_quantize(x_t, bufs, None if amax_t is None else (amax_t, amax_t), swizzled=swizzled, **opts)
+        runs.append(bufs)
     torch.cuda.synchronize()
-    return bufs
+    assert_written_alike(*runs)
+    return runs[0]
 
 
 def check_case(x: np.ndarray, *, amax=None, **kw) -> None:
@@ -82,7 +89,15 @@ def check_case(x: np.ndarray, *, amax=None, **kw) -> None:
                          plane.swizzled_scales() if swizzled else plane.scales)
 
 
-@pytest.mark.parametrize("m,k", [(1, 16), (17, 48), (129, 160), (300, 256), (1000, 512)])
+BYTE_SHAPES = [(1, 16), (17, 48), (129, 160), (300, 256), (1000, 512)]
+
+
+def byte_test_input(m: int, k: int, g: int, fast_math: bool) -> np.ndarray:
+    """The input of test_four_over_six_bytes for one shape and variant."""
+    return make_input(m, k, seed=m * 31 + k + g + fast_math)
+
+
+@pytest.mark.parametrize("m,k", BYTE_SHAPES)
 @pytest.mark.parametrize("block", [(1, 16), (16, 16)])
 @pytest.mark.parametrize("error,fast_math,g", VARIANTS)
 @pytest.mark.cuda
@@ -90,7 +105,7 @@ def check_case(x: np.ndarray, *, amax=None, **kw) -> None:
 def test_four_over_six_bytes(m, k, block, error, fast_math, g):
     """Every variant x block shape on M not a multiple of 16 / 128 (rows past M add +0 to a 16x16 tile's rowwise sum;
     the columnwise plane's padded tokens are zero elements)."""
-    x = make_input(m, k, seed=m * 31 + k + g + fast_math)
+    x = byte_test_input(m, k, g, fast_math)
     check_case(x, block=block, four_over_six=error, four_over_six_fast_math=fast_math, global_scale_max=g)
 
 
@@ -169,16 +184,23 @@ def test_four_over_six_amax_outside_the_table_range_many_tiles(scale):
             check_case(x, block=block, four_over_six=error, four_over_six_fast_math=fast_math)
 
 
-@pytest.mark.cuda
-@needs_cuda
 def test_four_over_six_chooses_both_candidates():
-    """The test inputs exercise both outcomes: the oracle keeps map-to-4 on some blocks and map-to-6 on others (a
-    guard on the inputs of the byte tests above, which would pass trivially if one candidate always won)."""
-    x = make_input(300, 256, seed=1)
-    ref = oracle.quantize(x, four_over_six="mse")
-    plain = oracle.quantize(x)
-    differs = ref.row.scales != plain.row.scales
-    assert differs.any() and (~differs).any()
+    """A guard on the inputs of test_four_over_six_bytes, which would pass trivially if one candidate always won:
+    on each of its shapes of more than one block, with G = 448 (where plain TE's byte is map-to-6's), every error
+    and domain, both block shapes and both planes, the oracle keeps map-to-4 on some blocks and map-to-6 on others.
+    (The oracle only: no GPU needed.)"""
+    for m, k in BYTE_SHAPES[1:]:
+        for error, fast_math, g in VARIANTS:
+            if g != 448:
+                continue
+            x = byte_test_input(m, k, g, fast_math)
+            for block in ((1, 16), (16, 16)):
+                kw = dict(block=block, rowwise=True, columnwise=True)
+                ref = oracle.quantize(x, four_over_six=error, four_over_six_fast_math=fast_math, **kw)
+                plain = oracle.quantize(x, **kw)
+                for p in ("row", "col"):
+                    map4 = getattr(ref, p).scales != getattr(plain, p).scales
+                    assert map4.any() and (~map4).any(), (m, k, error, fast_math, block, p)
 
 
 def near_tie_blocks(error: str, fast_math: bool, g: int, *, count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1025,7 +1025,8 @@ def _epilogue_test_mode(algorithm: str) -> tuple[str, dict]:
 # rows), bias, wgrad with bf16 output (a group's rows start g * N * K elements into out), and N = 36 for the direct
 # fallback. The fused fast algorithms take the TMA store by default where it applies (test_bf16_epilogues), so they
 # run every call twice: with the plan as chosen and with the staged epilogue forced; the exact algorithms' bf16
-# output has this epilogue only.
+# output has this epilogue only. "auto" runs the calls on the plans the sizes choose, which for these small groups
+# are swapped_64x256's direct stores (fprop, dgrad) and fused_64x256's TMA store (wgrad): not this epilogue.
 @pytest.mark.parametrize("algorithm", ["auto", *FUSED_FAST, "exact_fused", "exact_copies"])
 def test_bf16_staged_epilogue(algorithm):
     mode, kw = _epilogue_test_mode(algorithm)
@@ -1042,7 +1043,8 @@ def test_bf16_staged_epilogue(algorithm):
 # when N is a multiple of 4, and through the direct stores otherwise, in the same kernel. Its edges: a last column tile
 # of 8 columns, N = 36 (9 pieces of 4 columns per row), N = 8 with a 5-row group (warps whose rows all lie past M),
 # bias, wgrad with and without accumulate (C read back on whole lines; without C, fused_128x256 and exact_copies take
-# the TMA store by default, test_wgrad_tma_epilogue), dgrad, and N = 18 for the direct fallback.
+# the TMA store by default, test_wgrad_tma_epilogue), dgrad, and N = 18 for the direct fallback. "auto" runs the calls
+# on the plans the sizes choose: swapped_64x256's direct stores for fprop and dgrad, this epilogue for wgrad only.
 @pytest.mark.parametrize("algorithm", ["auto", *FUSED_FAST, "exact_fused", "exact_copies"])
 def test_fp32_lines_epilogue(algorithm):
     mode, kw = _epilogue_test_mode(algorithm)

@@ -395,20 +395,27 @@ def test_bf16_tma_store_only_with_whole_16_byte_rows(algorithm):
 
 
 def test_own_epilogues_of_swapped_and_copies():
-    """swapped_64x256 stores its fragments directly, copies_cutlass through CUTLASS's epilogue: their only epilogues;
-    the others have staged and tma_store, never those two."""
-    p = problem("fprop", 8, 512, 4096, 4096)
-    assert plan_gemm(p, algorithm="swapped_64x256").epilogue == Epilogue.direct
-    assert plan_gemm(p, algorithm="copies_cutlass").epilogue == Epilogue.cutlass
-    for name in ("staged", "tma_store", "cutlass"):
-        with pytest.raises(ValueError, match="swapped_64x256 has the direct epilogue only"):
-            plan_gemm(p, algorithm="swapped_64x256", epilogue=name)
-    for name in ("staged", "tma_store", "direct"):
-        with pytest.raises(ValueError, match="copies_cutlass has the cutlass epilogue only"):
-            plan_gemm(p, algorithm="copies_cutlass", epilogue=name)
-    for name in ("direct", "cutlass"):
-        with pytest.raises(ValueError, match="has the staged and tma_store epilogues only"):
-            plan_gemm(p, algorithm="fused_128x256", epilogue=name)
+    """The swapped kernels and both sm100 algorithms store their fragments directly, copies_cutlass through CUTLASS's
+    epilogue: their only epilogues. The fused fast kernels and exact_copies have staged and tma_store, exact_fused and
+    exact_hybrid staged alone (no TMA store applies to them), never direct or cutlass."""
+    fast, exact, sm100 = (problem("fprop", 8, 512, 4096, 4096, mode=m) for m in ("fast", "exact", "sm100"))
+    own = {"swapped_64x256": (fast, "direct"), "swapped_256x128": (fast, "direct"), "copies_cutlass": (fast, "cutlass"),
+           "sm100_simt": (sm100, "direct"), "sm100_copies": (sm100, "direct")}
+    for algorithm, (p, epilogue) in own.items():
+        assert plan_gemm(p, algorithm=algorithm).epilogue == Epilogue[epilogue]
+        for name in {"direct", "cutlass", "staged", "tma_store"} - {epilogue}:
+            with pytest.raises(ValueError, match=f"{algorithm} has the {epilogue} epilogue only"):
+                plan_gemm(p, algorithm=algorithm, epilogue=name)
+    staged = {"fused_64x256": (fast, "staged and tma_store epilogues"),
+              "fused_128x256": (fast, "staged and tma_store epilogues"),
+              "fused_pair_256x256": (fast, "staged and tma_store epilogues"),
+              "exact_copies": (exact, "staged and tma_store epilogues"), "exact_fused": (exact, "staged epilogue"),
+              "exact_hybrid": (exact, "staged epilogue")}
+    for algorithm, (p, has) in staged.items():
+        assert plan_gemm(p, algorithm=algorithm, epilogue="staged").epilogue == Epilogue.staged
+        for name in ("direct", "cutlass"):
+            with pytest.raises(ValueError, match=f"{algorithm} has the {has} only"):
+                plan_gemm(p, algorithm=algorithm, epilogue=name)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -539,7 +546,7 @@ def test_h200_crossover_decisions(mode, kind, e, t, n, k, dtype, acc, faster):
 def test_weight_copy_decisions(kind, e, t, n, k, dtype, faster):
     p = problem(kind, e, t, n, k, out_dtype="float32" if dtype == "f32" else "bfloat16")._replace(b_copy=True)
     assert plan_gemm(p).algorithm == Algorithm[faster]
-    assert plan_gemm(p._replace(b_copy=False)).algorithm != Algorithm.copies_cutlass or t // e >= 1024
+    assert plan_gemm(p._replace(b_copy=False)).algorithm != Algorithm.copies_cutlass
 
 
 def test_bf16_tma_store_writes_no_c():

@@ -562,17 +562,32 @@ def random_splits(rng, t: int, e: int, zero_frac: float = 0.3) -> np.ndarray:
     return s
 
 
+def assert_written_alike(a: dict, b: dict) -> None:
+    """The buffers of two runs of one call, the first into buffers poisoned with 0xFF, the second with 0x00: equal byte
+    for byte, so no byte was left unwritten (it would keep its poison, and pass wherever the expected byte is the
+    poison)."""
+    for name, t in a.items():
+        u, v = t.contiguous().view(torch.uint8), b[name].contiguous().view(torch.uint8)
+        assert torch.equal(u, v), f"{name}: {int((u != v).sum())} bytes differ between the 0xFF and the 0x00 run"
+
+
 def run_group_poisoned(x_t, splits_np, *, swizzled: bool, amax=None, **kw) -> dict:
+    """The grouped out-variant launcher into buffers poisoned with 0xFF, and again into buffers of 0x00
+    (assert_written_alike); returns the first run's buffers."""
     from device import _ops
 
     x2 = x_t.reshape(-1, x_t.shape[-1])
     opts = device_opts(x2, **kw)
     splits = torch.tensor(splits_np, dtype=torch.int64, device=x2.device)
-    bufs = _ops.group_buffers(x2.shape[0], x2.shape[1], splits.numel(), rowwise=opts["rowwise"],
-                              columnwise=opts["columnwise"], device=x2.device, fill=0xFF)
-    _ops.launch_group_quantize(x2, splits, bufs, amax, swizzled=swizzled, **opts)
+    runs = []
+    for fill in (0xFF, 0x00):
+        bufs = _ops.group_buffers(x2.shape[0], x2.shape[1], splits.numel(), rowwise=opts["rowwise"],
+                                  columnwise=opts["columnwise"], device=x2.device, fill=fill)
+        _ops.launch_group_quantize(x2, splits, bufs, amax, swizzled=swizzled, **opts)
+        runs.append(bufs)
     torch.cuda.synchronize()
-    return bufs
+    assert_written_alike(*runs)
+    return runs[0]
 
 
 def grouped_bufs(t) -> dict:
@@ -680,7 +695,8 @@ def test_group_fast_quantize_short_last_tiles(planes, rht, k):
     t = int(splits.sum())
     starts = np.concatenate([[0], np.cumsum(splits)[:-1]])
     x = make_input(t, k, kind="normal", seed=k + rht).astype(np.float32)
-    x[starts[3] + 5, k - 16:] = np.nan  # group of 17 rows: a NaN block in the last K tile
+    assert splits[[0, 4, 8, 12, 14]].tolist() == [1, 17, 48, 148, 320]  # the groups named below
+    x[starts[4] + 5, k - 16:] = np.nan  # group of 17 rows: a NaN block in the last K tile
     x[starts[8] + 40, 3] = np.inf  # 48 rows
     x[starts[0], k // 2] = -np.inf  # one row
     x[starts[14] + 300, 17:40] = np.nan  # 320 rows: its last tile of 64 rows
