@@ -382,7 +382,7 @@ def test_grouped_amax_shapes_the_oracle_refuses(amax, groups, match):
     """A grouped amax is [E] or [E, 2] (row, col) pairs (or a tuple of two): other shapes used to be flattened into
     E values (a [1, 4] for 4 groups, a [2, 2] for 4 groups)."""
     host = amax if isinstance(amax, np.ndarray) else amax.numpy()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="amax must have"):
         oracle.group_quantize(np.ones((groups, 16), np.float32), [1] * groups, amax=host)
     with pytest.raises(ValueError, match=match):
         quantization._amax_tensors(amax, groups, True, CPU)
@@ -741,7 +741,7 @@ _PAIR_ITEM = r"^each of the \(row_amax, col_amax\) pair is one number \(or a one
     (np.ones((1, 2)), r"^amax must be a number, a one-element tensor or a \(row_amax, col_amax\) pair, got array"),
     ((np.ones(1), 2.0), _PAIR_ITEM + r"\(array\(\[1\.\]\), 2\.0\)$")])
 def test_single_amax_forms_the_oracle_refuses(amax, match):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="amax must be"):
         oracle.quantize(np.ones((2, 16), np.float32), columnwise=True, amax=amax)
     with pytest.raises(ValueError, match=match):
         quantization._amax_tensors(amax, 1, False, CPU)

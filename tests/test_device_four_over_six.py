@@ -383,17 +383,17 @@ def test_four_over_six_refusals_host():
         _options(torch.zeros(16, 16, dtype=torch.float16), **base, four_over_six="mae")
     with pytest.raises(ValueError, match="row_scaled"):
         _options(bf, **base, row_scaled=True)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="rounding='rn' only"):
         _options(bf, **{**base, "rounding": "sr"}, four_over_six="mae")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="does not support rht=True"):
         _options(bf, **{**base, "columnwise": True, "rht": True}, four_over_six="mae")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="for rule 'te' only"):
         _options(bf, **{**base, "rule": "torchao"}, four_over_six="mae")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="global_scale_max=256 is defined only with 4over6"):
         _options(bf, **base, global_scale_max=256)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="four_over_six must be None, 'mae' or 'mse', got 'max'"):
         _options(bf, **base, four_over_six="max")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="four_over_six_fast_math=True selects"):
         _options(bf, **base, four_over_six_fast_math=True)
     from device.testing import force_plan
 
