@@ -593,10 +593,14 @@ def test_auto_fprop_takes_swapped_256x128_from_256_rows():
 
     k, n = 2048, 144
     for splits, wide in (([300, 0, 212, 512], True), ([300, 0, 212, 508], False)):
-        xq = gq(rand_bf16((sum(splits), k), 201), splits, rowwise=True)
-        plan = device.grouped_gemm_plan(xq, weights(len(splits), n, k, 202), kind="fprop")
+        xq, wq = gq(rand_bf16((sum(splits), k), 201), splits, rowwise=True), weights(len(splits), n, k, 202)
+        plan = device.grouped_gemm_plan(xq, wq, kind="fprop")
         assert (plan.algorithm.name, plan.loader.name) == (("swapped_256x128", "tma") if wide else
                                                            ("fused_128x256", "cp_async")), (splits, plan)
+        if wide:  # the plans of the two runs below
+            for od, bias in ((torch.bfloat16, torch.zeros((4, n), device=DEV)), (torch.float32, None)):
+                plan = device.grouped_gemm_plan(xq, wq, kind="fprop", out_dtype=od, bias=bias)
+                assert (plan.algorithm.name, plan.loader.name) == ("swapped_256x128", "tma"), (od, plan)
     for od, with_bias in ((torch.bfloat16, True), (torch.float32, False)):
         run_fprop([300, 0, 212, 512], n, k, "fast", od, with_bias=with_bias, seed=203)
 
