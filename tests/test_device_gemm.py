@@ -935,6 +935,10 @@ def test_exact_hybrid_refusals():
     assert shifted.row_data.data_ptr() % 16 == 8
     with pytest.raises(ValueError, match="16-byte aligned"):
         gemm(xq64, shifted, kind="fprop", **hybrid)
+    import device
+
+    plan = device.grouped_gemm_plan(xq64, shifted, kind="fprop", mode="exact", out_dtype=torch.float32)
+    assert plan.algorithm.name == "exact_fused", plan  # the premise
     y = to_np(gemm(xq64, shifted, kind="fprop", mode="exact", out_dtype=torch.float32))
     check_row_groups(y, [30, 34], xq64.to_oracle().row_planes, wq64.to_oracle().row_planes, "exact", torch.float32,
                      where="fprop, b unaligned")
