@@ -124,6 +124,8 @@ SWAPPED = (Algorithm.swapped_64x256, Algorithm.swapped_256x128)
 EXACT = (Algorithm.exact_fused, Algorithm.exact_copies, Algorithm.exact_hybrid)
 SM100 = (Algorithm.sm100_copies, Algorithm.sm100_simt)
 FUSED_FAST = (Algorithm.fused_64x256, Algorithm.fused_128x256, Algorithm.fused_pair_256x256)
+#: the TMA-store epilogue: fp32 (wgrad) in these, bf16 in FUSED_FAST
+TMA_STORE_F32 = (Algorithm.fused_128x256, Algorithm.exact_copies)
 
 # --- thresholds (where a measurement is named: the crossover of an A/B on the benchmark shapes; docs/performance.md,
 # "Kernel choice") ---
@@ -446,11 +448,11 @@ def epilogue_unavailable(a: Algorithm, epilogue: Epilogue, p: GemmProblem) -> st
     if epilogue == Epilogue.staged:
         return None
     if epilogue != Epilogue.tma_store:
-        if a in FUSED_FAST or a == Algorithm.exact_copies:
+        if a in FUSED_FAST or a in TMA_STORE_F32:
             return f"{a.name} has the staged and tma_store epilogues only"
         return f"{a.name} has the staged epilogue only"  # (exact_fused, exact_hybrid: no TMA store applies)
     if p.out_dtype == "float32":
-        if a not in (Algorithm.fused_128x256, Algorithm.exact_copies):
+        if a not in TMA_STORE_F32:
             return "the fp32 TMA store runs in fused_128x256 and exact_copies only"
         if p.kind != "wgrad" or p.accumulate or p.bias:
             return "the fp32 TMA store writes wgrad's output without C and bias only"

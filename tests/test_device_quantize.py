@@ -562,32 +562,33 @@ def random_splits(rng, t: int, e: int, zero_frac: float = 0.3) -> np.ndarray:
     return s
 
 
-def assert_written_alike(a: dict, b: dict) -> None:
-    """The buffers of two runs of one call, the first into buffers poisoned with 0xFF, the second with 0x00: equal byte
-    for byte, so no byte was left unwritten (it would keep its poison, and pass wherever the expected byte is the
-    poison)."""
+def written_alike(run) -> dict:
+    """``run(fill)`` (one call into fresh buffers poisoned with the byte ``fill``; returns them) with 0xFF and with
+    0x00: the two runs' buffers must be equal byte for byte, so no byte was left unwritten (it would keep its poison,
+    and pass wherever the expected byte is the poison). Returns the 0xFF run's buffers."""
+    a, b = run(0xFF), run(0x00)
+    torch.cuda.synchronize()
     for name, t in a.items():
         u, v = t.contiguous().view(torch.uint8), b[name].contiguous().view(torch.uint8)
         assert torch.equal(u, v), f"{name}: {int((u != v).sum())} bytes differ between the 0xFF and the 0x00 run"
+    return a
 
 
 def run_group_poisoned(x_t, splits_np, *, swizzled: bool, amax=None, **kw) -> dict:
-    """The grouped out-variant launcher into buffers poisoned with 0xFF, and again into buffers of 0x00
-    (assert_written_alike); returns the first run's buffers."""
+    """The grouped out-variant launcher into poisoned buffers (written_alike); returns the 0xFF run's buffers."""
     from device import _ops
 
     x2 = x_t.reshape(-1, x_t.shape[-1])
     opts = device_opts(x2, **kw)
     splits = torch.tensor(splits_np, dtype=torch.int64, device=x2.device)
-    runs = []
-    for fill in (0xFF, 0x00):
+
+    def run(fill: int) -> dict:
         bufs = _ops.group_buffers(x2.shape[0], x2.shape[1], splits.numel(), rowwise=opts["rowwise"],
                                   columnwise=opts["columnwise"], device=x2.device, fill=fill)
         _ops.launch_group_quantize(x2, splits, bufs, amax, swizzled=swizzled, **opts)
-        runs.append(bufs)
-    torch.cuda.synchronize()
-    assert_written_alike(*runs)
-    return runs[0]
+        return bufs
+
+    return written_alike(run)
 
 
 def grouped_bufs(t) -> dict:
