@@ -21,7 +21,7 @@ kernel), by the path's time. "swizzled/compact" below 1 means the compact-scale 
 swizzling is free. Before each shape's timing, :func:`check_results` checks the timed calls' bytes against each other
 and the rowwise plane of X's first rows against the oracle, so that a kernel computing garbage cannot post a number.
 Run: ``PYTHONPATH=. python3 benchmarks/bench_quantize.py`` (options: ``--quick``, ``--no-compile``, ``--profile``,
-``--flush read``).
+``--flush read``, ``--four-over-six-only``: per shape the plain rule te row and the 4over6 rows alone).
 """
 
 from __future__ import annotations
@@ -285,9 +285,35 @@ def skewed_splits(t: int, e: int, seed: int) -> torch.Tensor:
     return s
 
 
+def four_over_six_rows(x: torch.Tensor, shape: str, t_te: float, iters: int, add) -> None:
+    """The 4over6 rows of one shape (SPEC 5.6, its own quantizer) against plain rule "te" on the same planes and blocks
+    (no RHT, swizzled scales, the same bytes moved): 1x16 blocks (plain: the bf16 fast kernels, ``t_te``) and 16x16
+    (plain: the general ones, timed here). Before each variant is timed, the rowwise plane of X's first 32 rows is
+    checked against oracle.quantize's of those rows given the tensor's amax (the compact scales; AssertionError on any
+    difference)."""
+    plain = dict(rowwise=True, columnwise=True, swizzled=True)
+    nbytes = 2 * x.numel() * 2 + out_bytes(*x.shape)
+    for block in ((1, 16), (16, 16)):
+        t_p = t_te if block == (1, 16) else bench(lambda: device.quantize(x, block=block, **plain), iters)  # noqa: B023 (called inside this iteration)
+        for error, fast in (("mse", False), ("mae", True)):
+            fo6 = dict(block=block, four_over_six=error, four_over_six_fast_math=fast)
+            compact = device.quantize(x, **fo6, rowwise=True, swizzled=False)
+            want = oracle.quantize(x[:32], amax=float(compact.row_amax.reshape(-1)[0]), **fo6).row
+            got_data = compact.row_data.reshape(x.shape[0], -1)[:32].cpu().numpy()
+            got_scales = compact.row_scales.reshape(x.shape[0], -1)[:32].cpu().numpy()
+            assert np.array_equal(got_data, want.data) and np.array_equal(got_scales, want.scales), \
+                f"4over6 {error} fast_math={fast} {block}: rowwise plane vs oracle"
+            t_46 = bench(lambda: device.quantize(x, block=block, four_over_six=error,  # noqa: B023 (called inside this iteration)
+                                                 four_over_six_fast_math=fast, **plain), iters)  # noqa: B023
+            name = f"  4over6 {error}{' fast-math' if fast else ''} {block[0]}x{block[1]}, row+col"
+            add(name, shape, t_46, nbytes, f"4over6/plain time {t_46 / t_p:.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer iterations")
+    ap.add_argument("--four-over-six-only", action="store_true",
+                    help="per shape only the plain rule te row (row+col, no RHT) and the 4over6 rows")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
     ap.add_argument("--profile", action="store_true", help="also print a per-kernel breakdown (before the table)")
     ap.add_argument("--flush", choices=("write", "read"), default="write",
@@ -319,6 +345,12 @@ def main() -> None:
         # compiled per shape with static shapes: no recompilation with dynamic shapes from the second shape on
         compiled = None if args.no_compile else torch.compile(torch_reference, dynamic=False)
         nbytes = 2 * x.numel() * 2 + out_bytes(m, k)
+        plain = dict(rowwise=True, columnwise=True, swizzled=True)
+        if args.four_over_six_only:
+            t_te = bench(lambda: device.quantize(x, rule="te", **plain), iters)  # noqa: B023 (called inside this iteration)
+            add("  rule te, row+col, no RHT", shape, t_te, nbytes)
+            four_over_six_rows(x, shape, t_te, iters, add)
+            continue
         kw = dict(rowwise=True, columnwise=True, rht=True)
         check_results(x, kw)
         t_f = bench(lambda: device.quantize(x, swizzled=True, **kw), iters)  # noqa: B023 (called inside this iteration)
@@ -355,7 +387,6 @@ def main() -> None:
             f"sr/rn time {t_sr / t_f:.2f}, general kernel {t_srg:.1f} us ({t_srg / t_sr:.2f}x)")
         # the torchao rules (SPEC 5.4) run without RHT: side by side with the TE rule on the same planes (no RHT,
         # swizzled scales, the same bytes moved); both take the bf16 fast kernels
-        plain = dict(rowwise=True, columnwise=True, swizzled=True)
         t_te = bench(lambda: device.quantize(x, rule="te", **plain), iters)  # noqa: B023 (called inside this iteration)
         t_ao = bench(lambda: device.quantize(x, rule="torchao", **plain), iters)  # noqa: B023 (called inside this iteration)
         add("  rule te, row+col, no RHT", shape, t_te, nbytes)
@@ -368,15 +399,7 @@ def main() -> None:
         # the fused row's work under rule "torchao" (the bf16 fast kernels)
         t_ar = bench(lambda: device.quantize(x, rule="torchao", swizzled=True, **kw), iters)  # noqa: B023 (called inside this iteration)
         add("  rule torchao, row+RHT col+swizzled", shape, t_ar, nbytes, f"torchao/te time {t_ar / t_f:.2f}")
-        # 4over6 (SPEC 5.6, its own quantizer) against plain rule "te" on the same planes and blocks (no RHT, swizzled
-        # scales, the same bytes moved): 1x16 blocks (plain: the bf16 fast kernels) and 16x16 (plain: the general ones)
-        for block in ((1, 16), (16, 16)):
-            t_p = t_te if block == (1, 16) else bench(lambda: device.quantize(x, block=block, **plain), iters)  # noqa: B023 (called inside this iteration)
-            for error, fast in (("mse", False), ("mae", True)):
-                t_46 = bench(lambda: device.quantize(x, block=block, four_over_six=error,  # noqa: B023 (called inside this iteration)
-                                                     four_over_six_fast_math=fast, **plain), iters)  # noqa: B023
-                name = f"  4over6 {error}{' fast-math' if fast else ''} {block[0]}x{block[1]}, row+col"
-                add(name, shape, t_46, nbytes, f"4over6/plain time {t_46 / t_p:.2f}")
+        four_over_six_rows(x, shape, t_te, iters, add)
         if compiled is not None:
             try:
                 t_t = bench(lambda: compiled(x, signs), iters)  # noqa: B023 (called inside this iteration)
@@ -387,7 +410,7 @@ def main() -> None:
 
     t, k = 16384, 4096
     x = torch.randn(t, k, device="cuda", dtype=torch.bfloat16)
-    for e in (8, 64):
+    for e in () if args.four_over_six_only else (8, 64):
         splits = skewed_splits(t, e, seed=e)
         sd = splits.cuda()
         # X read twice; every byte of the worst-case buffers (SPEC 9.3) written: the groups' data and scales by the
