@@ -12,8 +12,8 @@
 //
 // The fast path (fo6_block_fast), per element and candidate: the magnitude index by fast_bf16's three-candidate
 // minimum (SPEC 3.6, e2m1_mag_magic), the value of that index in the error's domain by one byte lookup (PRMT), a shift
-// and one product (fo6_value: no I2F, no division), then the difference to |x| (or |x| S_enc) and the sum. Exact
-// because:
+// and an exact product whose difference to |x| (or |x| S_enc) is one FMA (fo6_diff: no I2F, no division), then the
+// sum. Exact because:
 //  * magnitudes: the multiplier m is > 0 and finite, so a finite x and its code's value q (hence p = q d and the
 //    input-domain value) carry x's sign or are zero; every rounding is odd-symmetric, so diff = sign(x) * RN(|v| - |x|)
 //    (q = 0: diff = -x, |diff| = |x|) and |diff| and diff * diff do not see the sign. The sign nibbles come from the
@@ -21,7 +21,7 @@
 //  * the per-byte factors (m, (d A) / 6G, ((1.5 d A) / 6G) 2^-4 or 16 d) are one table per plane and CTA (Fo6Entry),
 //    each formed with SPEC 5.6's roundings;
 //  * it runs on block rows without NaN / Inf whose multipliers keep every product below 7 (needs_clamp false for both
-//    candidates), and in the input domain only for an amax in [2^-100, 2^100] (fo6_value's exactness range). Any other
+//    candidates), and in the input domain only for an amax in [2^-100, 2^100] (fo6_diff's exactness range). Any other
 //    block row (a warp vote, so the warp stays converged) takes fo6_block_slow: SPEC 5.6 element by element.
 // 1x16 blocks, input domain (fo6_choose_fast): the candidates are compared by filter sums first, which cost about half
 // of the exact ones (no decode into the input domain: fo6_filter_sum), with a proven bound on their distance from the
@@ -136,16 +136,16 @@ __device__ __forceinline__ float tile_tree_sum(float (&e)[16]) {
   return __fadd_rn(e[0], e[1]);
 }
 
-// fo6_value's byte tables (idx 0-3 in the low word, 4-7 in the high word)
+// fo6_diff's byte tables (idx 0-3 in the low word, 4-7 in the high word)
 constexpr uint32_t kFo6QTabLo = 0xF7F6F400u, kFo6QTabHi = 0xFBFAF9F8u;  // fast-math: idx 0-3, 4-7
 constexpr uint32_t kFo6ExpTabLo = 0x837F7E00u, kFo6ExpTabHi = 0x85818480u;  // input domain: idx 0-3, 4-7
 
 // One scale byte's factors in one plane (SPEC 5.6), a table of 128 per plane built once per CTA:
 //  mult: m = fminf(1 / (d * S_dec), FLT_MAX);
-//  input domain: w1 = (d * A) / 6G and w15 = ((1.5 d * A) / 6G) * 2^-4 (fo6_value); fast-math: w1 = 16 d;
+//  input domain: w1 = (d * A) / 6G and w15 = ((1.5 d * A) / 6G) * 2^-4 (fo6_diff); fast-math: w1 = 16 d;
 struct alignas(16) Fo6Entry {
   float mult, w1, w15;
-  uint32_t tab_lo;  // fo6_value's table word (a constant: read from here, it stays in a register)
+  uint32_t tab_lo;  // fo6_diff's table word (a constant: read from here, it stays in a register)
 };
 __device__ __forceinline__ Fo6Entry make_fo6_entry(uint32_t byte, const Fo6Plane& fp, bool fast_math) {
   const float d = e4m3_value(byte);
@@ -227,24 +227,28 @@ __device__ __forceinline__ uint32_t fo6_table_byte(uint32_t lo, uint32_t hi, uin
   asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(lo), "r"(hi), "r"(t));
   return r;
 }
-// tab_lo: the table's low word, kFo6QTabLo or kFo6ExpTabLo, held in a register by the caller (Fo6Entry::tab_lo)
+// RN(v - ref), v the value of the magnitude index in the low half of t in the error's domain: v = a * w, a from the
+// table byte (q / 16, 2^k or 2^(k+4)) and w the entry's factor, is an exact product (above), so one FMA,
+// fma(a, w, -ref) = RN(a w - ref), gives the bits of SPEC 5.6's RN(v - ref) (SPEC 1.1: a fused form that changes no
+// result). tab_lo: the table's low word, kFo6QTabLo or kFo6ExpTabLo, held in a register by
+// the caller (Fo6Entry::tab_lo).
 template <bool kFastMath>
-__device__ __forceinline__ float fo6_value(uint32_t t, const Fo6Entry& c) {
+__device__ __forceinline__ float fo6_diff(uint32_t t, const Fo6Entry& c, float ref) {
   if constexpr (kFastMath) {
     const uint32_t byte = fo6_table_byte(c.tab_lo, kFo6QTabHi, t);
-    return __fmul_rn(__uint_as_float(byte << 22), c.w1);
+    return __fmaf_rn(__uint_as_float(byte << 22), c.w1, -ref);
   } else {
     const uint32_t byte = fo6_table_byte(c.tab_lo, kFo6ExpTabHi, t);
-    return __fmul_rn(__uint_as_float(byte << 23), byte >= 0x83u ? c.w15 : c.w1);
+    return __fmaf_rn(__uint_as_float(byte << 23), byte >= 0x83u ? c.w15 : c.w1, -ref);
   }
 }
 
 // Both candidates of one block row of 16 elements without NaN / Inf, whose multipliers keep every product below 7
 // (needs_clamp false for both: SPEC 3.6's second form): the magnitude codes (element e in nibble e % 8 of word e / 8,
 // sign bits clear) and the error sums, each from +0 in element order (SPEC 5.6). The error of element e is
-// |RN(|v| - |x|)| or its square, v its value in the comparison domain (fo6_value) and |x| replaced by RN(|x| S_enc) in
-// the fast-math domain: the sign-free form of diff (file comment). Every operation is one fp32 rounding (no FMA
-// contraction: explicit __fmul_rn / __fadd_rn / __fsub_rn).
+// |RN(|v| - |x|)| or its square, v its value in the comparison domain and |x| replaced by RN(|x| S_enc) in the
+// fast-math domain: the sign-free form of diff (file comment), by fo6_diff. Every other operation is one fp32 rounding
+// (no FMA contraction: explicit __fmul_rn / __fadd_rn).
 template <bool kMse, bool kFastMath>
 __device__ __forceinline__ void fo6_block_fast(const float (&x)[16], const Fo6Entry& c6, const Fo6Entry& c4,
                                                float s_enc, uint32_t (&k6)[2], uint32_t (&k4)[2], float& s6,
@@ -258,7 +262,7 @@ __device__ __forceinline__ void fo6_block_fast(const float (&x)[16], const Fo6En
     const uint32_t t6 = e2m1_mag_magic<false>(ax, c6.mult), t4 = e2m1_mag_magic<false>(ax, c4.mult);
     k6[i >> 3] += t6 << (4 * (i & 7));
     k4[i >> 3] += t4 << (4 * (i & 7));
-    const float d6 = __fsub_rn(fo6_value<kFastMath>(t6, c6), ref), d4 = __fsub_rn(fo6_value<kFastMath>(t4, c4), ref);
+    const float d6 = fo6_diff<kFastMath>(t6, c6, ref), d4 = fo6_diff<kFastMath>(t4, c4, ref);
     const float e6 = kMse ? __fmul_rn(d6, d6) : fabsf(d6), e4 = kMse ? __fmul_rn(d4, d4) : fabsf(d4);
     s6 = i == 0 ? e6 : __fadd_rn(s6, e6);  // +0 + e = e (e is >= +0 or NaN)
     s4 = i == 0 ? e4 : __fadd_rn(s4, e4);
@@ -266,7 +270,7 @@ __device__ __forceinline__ void fo6_block_fast(const float (&x)[16], const Fo6En
 }
 
 // A block row's path: the fast one needs no NaN / Inf (bmax_bits, block_max_f32_bits' flag), products below 7 for both
-// candidates, and a plane whose values fo6_value forms exactly (plane_fast).
+// candidates, and a plane whose values fo6_diff forms exactly (plane_fast).
 __device__ __forceinline__ bool fo6_fast_ok(bool plane_fast, uint32_t bmax_bits, const Fo6Entry& c6,
                                             const Fo6Entry& c4) {
   const float bmax = __uint_as_float(bmax_bits);
@@ -402,9 +406,10 @@ __device__ __forceinline__ float col_tile_tree_sum(float e0, float e1) {
 //  3. Columnwise plane: thread t owns tile columns 2 (t % 64) + h, h = 0, 1, and the 16-row blocks t / 64 + 4 jj,
 //     jj = 0, 1 (warp-uniform); the codes are staged and stored as quantize_fast_bf16's (columnwise_tile_store).
 // kMse: the squared error (else the absolute error); kFastMath: the error in the product domain (SPEC 5.6); kBlock2d:
-// 16x16 blocks (SPEC 6.3).
+// 16x16 blocks (SPEC 6.3). Four CTAs per SM (64 registers; the input-domain kernels spill a few words): the kernel is
+// bound by instruction issue, and a fourth CTA fills more of the issue slots than the third's registers did.
 template <bool kMse, bool kFastMath, bool kBlock2d>
-__global__ void __launch_bounds__(256, 3) quantize_4over6_kernel(QuantArgs a) {
+__global__ void __launch_bounds__(256, 4) quantize_4over6_kernel(QuantArgs a) {
   using T = __nv_bfloat16;
   constexpr int TK = 128;  // tile columns
   __shared__ alignas(16) uint8_t tile[kTileM * 256];
@@ -450,7 +455,7 @@ __global__ void __launch_bounds__(256, 3) quantize_4over6_kernel(QuantArgs a) {
     const Fo6Plane fp = make_fo6_plane((t >> 7) == 0 ? fp_row.amax : fp_col.amax, six_g);
     tab_s[t >> 7][t & 127] = make_fo6_entry((uint32_t)(t & 127), fp, kFastMath);
   }
-  // the fast path's planes (fo6_value): any amax in the fast-math domain, [2^-100, 2^100] in the input domain
+  // the fast path's planes (fo6_diff): any amax in the fast-math domain, [2^-100, 2^100] in the input domain
   const bool row_fast = kFastMath || fp_row.by_parts, col_fast = kFastMath || fp_col.by_parts;
   asm volatile("cp.async.wait_all;\n" ::: "memory");  // this thread's tile pieces have landed; the barrier: all
   __syncthreads();
