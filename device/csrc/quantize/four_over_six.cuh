@@ -230,8 +230,8 @@ __device__ __forceinline__ uint32_t fo6_table_byte(uint32_t lo, uint32_t hi, uin
 // RN(v - ref), v the value of the magnitude index in the low half of t in the error's domain: v = a * w, a from the
 // table byte (q / 16, 2^k or 2^(k+4)) and w the entry's factor, is an exact product (above), so one FMA,
 // fma(a, w, -ref) = RN(a w - ref), gives the bits of SPEC 5.6's RN(v - ref) (SPEC 1.1: a fused form that changes no
-// result). tab_lo: the table's low word, kFo6QTabLo or kFo6ExpTabLo, held in a register by
-// the caller (Fo6Entry::tab_lo).
+// result). tab_lo: the table's low word, kFo6QTabLo or kFo6ExpTabLo, held in a register by the caller
+// (Fo6Entry::tab_lo).
 template <bool kFastMath>
 __device__ __forceinline__ float fo6_diff(uint32_t t, const Fo6Entry& c, float ref) {
   if constexpr (kFastMath) {
