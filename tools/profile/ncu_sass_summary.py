@@ -1,7 +1,9 @@
 """Summarise Nsight Compute's per-SASS-line CSV (`ncu -i REP --page source --csv --print-source sass`, as written
 by `tools/gpu_session.sh ncu`): executed instructions and stall samples per opcode, the lines with the most stall
-samples and their top stall reasons, the stall reasons in total, and the samples of the spin loops that wait on each
-mbarrier (the branch after a `SYNCS.PHASECHK...TRYWAIT`, grouped by the barrier's address operand).
+samples and their top stall reasons, the stall reasons in total, the samples of the spin loops that wait on each
+mbarrier (the branch after a `SYNCS.PHASECHK...TRYWAIT`, grouped by the barrier's address operand), and where one
+warp's instructions go: the straight-line runs (consecutive lines executed equally often) with the most instructions
+per warp, and the instructions per warp by how often their lines ran per warp (once per tile, once per row, ...).
 
     python tools/profile/ncu_sass_summary.py ncu_0_sass.csv [--top 20]
 """
@@ -54,6 +56,23 @@ def barrier_waits(header: list[str], rows: list[list[str]], lookahead: int = 6) 
     return dict(waits)
 
 
+def straight_runs(header: list[str], rows: list[list[str]]) -> tuple[float, list[tuple[str, str, int, float]]]:
+    """(warps, runs): the kernel's warps (the executions of its first line, which every warp runs once) and its runs of
+    consecutive lines with the same executed count, each as (first address, last address, lines, executions per
+    warp)."""
+    col = {h: i for i, h in enumerate(header)}
+    lines = [(r[col["Address"]], _number(r[col[EXECUTED]])) for r in rows]
+    warps = lines[0][1] if lines and lines[0][1] > 0 else 1.0
+    runs: list[tuple[str, str, int, float]] = []
+    for address, n in lines:
+        if runs and runs[-1][3] * warps == n:
+            first, _, count, per_warp = runs[-1]
+            runs[-1] = (first, address, count + 1, per_warp)
+        else:
+            runs.append((address, address, 1, n / warps))
+    return warps, runs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("csv", help="ncu's per-SASS-line CSV (--page source --csv --print-source sass)")
@@ -91,6 +110,19 @@ def main() -> None:
     print("\nmbarrier spin loops (samples, share)")
     for bar, n in sorted(barrier_waits(header, rows).items(), key=lambda kv: -kv[1]):
         print(f"{bar:28s} {n:8.0f} {100 * n / samples:5.1f}%")
+
+    warps, runs = straight_runs(header, rows)
+    print(f"\nstraight-line runs with the most instructions per warp ({warps:,.0f} warps, {executed / warps:,.1f} "
+          "instructions per warp): first and last address, lines, executions per warp, instructions per warp, share")
+    for first, last, count, per_warp in sorted(runs, key=lambda r: -r[2] * r[3])[:a.top]:
+        print(f"{first[-6:]} {last[-6:]} {count:5d} {per_warp:8.2f} {count * per_warp:9.1f} "
+              f"{100 * count * per_warp * warps / executed:5.1f}%")
+    print("\ninstructions per warp by executions per warp")
+    by_runs: dict[float, float] = collections.Counter()
+    for _, _, count, per_warp in runs:
+        by_runs[round(per_warp, 2)] += count * per_warp
+    for per_warp, n in sorted(by_runs.items(), key=lambda kv: -kv[1])[:a.top]:
+        print(f"{per_warp:8.2f} {n:9.1f} {100 * n * warps / executed:5.1f}%")
 
 
 if __name__ == "__main__":
