@@ -288,16 +288,23 @@ def skewed_splits(t: int, e: int, seed: int) -> torch.Tensor:
 def four_over_six_rows(x: torch.Tensor, shape: str, t_te: float, iters: int, add) -> None:
     """The 4over6 rows of one shape (SPEC 5.6, its own quantizer) against plain rule "te" on the same planes and blocks
     (no RHT, swizzled scales, the same bytes moved): 1x16 blocks (plain: the bf16 fast kernels, ``t_te``) and 16x16
-    (plain: the general ones, timed here). Before each variant is timed, the rowwise plane of X's first 32 rows is
-    checked against oracle.quantize's of those rows given the tensor's amax (the compact scales; AssertionError on any
-    difference)."""
+    (plain: the general ones, timed here). Before each variant is timed (AssertionError on any difference): the timed
+    call's data and amaxes are the compact-scale call's and its scales the swizzle of the compact scales (SPEC 8.2),
+    both planes, and the rowwise plane of X's first 32 rows is oracle.quantize's of those rows given the tensor's
+    amax."""
     plain = dict(rowwise=True, columnwise=True, swizzled=True)
     nbytes = 2 * x.numel() * 2 + out_bytes(*x.shape)
     for block in ((1, 16), (16, 16)):
         t_p = t_te if block == (1, 16) else bench(lambda: device.quantize(x, block=block, **plain), iters)  # noqa: B023 (called inside this iteration)
         for error, fast in (("mse", False), ("mae", True)):
             fo6 = dict(block=block, four_over_six=error, four_over_six_fast_math=fast)
-            compact = device.quantize(x, **fo6, rowwise=True, swizzled=False)
+            compact = device.quantize(x, **fo6, rowwise=True, columnwise=True, swizzled=False)
+            timed = device.quantize(x, **fo6, **plain)
+            for f in ("row_data", "col_data", "row_amax", "col_amax"):
+                assert _host_bytes(getattr(compact, f)) == _host_bytes(getattr(timed, f)), f"4over6 {fo6}: {f}"
+            for f in ("row_scales", "col_scales"):
+                assert _host_bytes(device.swizzle_scales(getattr(compact, f))) == _host_bytes(getattr(timed, f)), \
+                    f"4over6 {fo6}: swizzled {f}"
             want = oracle.quantize(x[:32], amax=float(compact.row_amax.reshape(-1)[0]), **fo6).row
             got_data = compact.row_data.reshape(x.shape[0], -1)[:32].cpu().numpy()
             got_scales = compact.row_scales.reshape(x.shape[0], -1)[:32].cpu().numpy()

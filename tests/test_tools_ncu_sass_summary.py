@@ -34,6 +34,15 @@ def test_straight_runs_and_warps():
                     ("0x7f60", "0x7f70", 2, 2.0)]
 
 
+def test_runs_compare_the_counts_as_read():
+    """1064 warps and three lines run 135 times each: one run (135 / 1064 * 1064 is not 135 in floating point)."""
+    rows = [["0x0", "LDC R1, c[0x0][0x28]", "0", "1,064", "0"]] + [[f"0x{16 * i:x}", "FADD R2, R2, R3", "0", "135", "0"]
+                                                                    for i in range(1, 4)]
+    warps, runs = summary.straight_runs(HEADER, rows)
+    assert warps == 1064
+    assert [(first, last, count) for first, last, count, _ in runs] == [("0x0", "0x0", 1), ("0x10", "0x30", 3)]
+
+
 def test_opcode_strips_the_predicate():
     assert [summary.opcode(s) for _, s, _ in LINES[2:5]] == ["FADD", "FMUL", "BRA"]
 

@@ -28,14 +28,17 @@ DUMP = ("\n\tcode for sm_90a\n\t\tFunction : _Z6kernelv\n"
         + line(0x40, "@!P0 LDL.64 R8, [R1+0x8]", 5)
         + line(0x50, "@P0 BRA 0x30", 6)             # inner loop: 0x30-0x50
         + line(0x60, "@P1 BRA 0x10", 7)             # outer loop: 0x10-0x60
-        + line(0x70, "EXIT", 0))
+        + line(0x70, "@!P3 BRA !P5, 0x70", 2)       # a spin wait on itself: a loop of one instruction
+        + line(0x80, "EXIT", 0)
+        + line(0x90, "BRA 0x90", 0))                # the kernel's trailing trap: no loop
 
 
 def test_loops_bodies_stalls_and_spills():
     code = sass_loops.instructions(DUMP, "_Z6kernel")
     found = sass_loops.loops(code)
-    assert [(lp.first, lp.branch) for lp in found] == [(0x30, 0x50), (0x10, 0x60)]
-    inner, outer = found
+    assert [(lp.first, lp.branch) for lp in found] == [(0x30, 0x50), (0x10, 0x60), (0x70, 0x70)]
+    inner, outer, spin = found
+    assert [len(spin.body), sum(x.stall for x in spin.body), spin.spills] == [1, 2, 0]
     assert [len(inner.body), sum(x.stall for x in inner.body), inner.spills] == [3, 15, 1]
     assert [len(outer.body), sum(x.stall for x in outer.body), outer.spills] == [6, 27, 1]
     assert sum(sass_loops.is_local(x) for x in code) == 2
@@ -46,6 +49,6 @@ def test_main_prints_each_loop(tmp_path, capsys):
     dump.write_text(DUMP)
     assert sass_loops.main([str(dump), "--function", "_Z6kernel"]) == 0
     out = capsys.readouterr().out
-    assert "8 instructions, 2 of them local-memory (STL / LDL)" in out
+    assert "10 instructions, 2 of them local-memory (STL / LDL)" in out
     assert "0x00030-0x00050             3            15             1" in out
     assert sass_loops.main([str(dump), "--function", "missing"]) == 2

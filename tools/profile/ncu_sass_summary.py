@@ -2,8 +2,8 @@
 by `tools/gpu_session.sh ncu`): executed instructions and stall samples per opcode, the lines with the most stall
 samples and their top stall reasons, the stall reasons in total, the samples of the spin loops that wait on each
 mbarrier (the branch after a `SYNCS.PHASECHK...TRYWAIT`, grouped by the barrier's address operand), and where one
-warp's instructions go: the straight-line runs (consecutive lines executed equally often) with the most instructions
-per warp, and the instructions per warp by how often their lines ran per warp (once per tile, once per row, ...).
+warp's instructions go: the runs of consecutive lines executed equally often with the most instructions per warp, and
+the instructions per warp by how often their lines ran per warp (once per tile, once per row, ...).
 
     python tools/profile/ncu_sass_summary.py ncu_0_sass.csv [--top 20]
 """
@@ -20,8 +20,9 @@ EXECUTED = "Instructions Executed"
 
 
 def _number(text: str) -> float:
+    """A CSV cell as a number ("20,480" too); 0 for an empty or non-numeric cell."""
     try:
-        return float(text)
+        return float(text.replace(",", ""))
     except ValueError:
         return 0.0
 
@@ -57,19 +58,21 @@ def barrier_waits(header: list[str], rows: list[list[str]], lookahead: int = 6) 
 
 
 def straight_runs(header: list[str], rows: list[list[str]]) -> tuple[float, list[tuple[str, str, int, float]]]:
-    """(warps, runs): the kernel's warps (the executions of its first line, which every warp runs once) and its runs of
-    consecutive lines with the same executed count, each as (first address, last address, lines, executions per
-    warp)."""
+    """(warps, runs): the kernel's warps (the executions of its first line, which every warp runs once; 1 when that
+    count is missing) and its runs of consecutive lines with the same executed count (a run may join two basic blocks
+    that happen to run equally often), each as (first address, last address, lines, executions per warp)."""
     col = {h: i for i, h in enumerate(header)}
     lines = [(r[col["Address"]], _number(r[col[EXECUTED]])) for r in rows]
     warps = lines[0][1] if lines and lines[0][1] > 0 else 1.0
     runs: list[tuple[str, str, int, float]] = []
+    counts: list[float] = []  # each run's executed count, compared as read (no division)
     for address, n in lines:
-        if runs and runs[-1][3] * warps == n:
+        if counts and counts[-1] == n:
             first, _, count, per_warp = runs[-1]
             runs[-1] = (first, address, count + 1, per_warp)
         else:
             runs.append((address, address, 1, n / warps))
+            counts.append(n)
     return warps, runs
 
 
@@ -112,7 +115,7 @@ def main() -> None:
         print(f"{bar:28s} {n:8.0f} {100 * n / samples:5.1f}%")
 
     warps, runs = straight_runs(header, rows)
-    print(f"\nstraight-line runs with the most instructions per warp ({warps:,.0f} warps, {executed / warps:,.1f} "
+    print(f"\nruns of lines executed equally often, with the most instructions per warp ({warps:,.0f} warps, {executed / warps:,.1f} "
           "instructions per warp): first and last address, lines, executions per warp, instructions per warp, share")
     for first, last, count, per_warp in sorted(runs, key=lambda r: -r[2] * r[3])[:a.top]:
         print(f"{first[-6:]} {last[-6:]} {count:5d} {per_warp:8.2f} {count * per_warp:9.1f} "

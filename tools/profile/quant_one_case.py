@@ -4,9 +4,9 @@
     PYTHONPATH=. python tools/profile/quant_one_case.py --four-over-six mse [--fast-math] [--block 16]
 
 --e 0: ``device.quantize`` (row + RHT col, swizzled scales); --e E > 0: ``device.group_quantize`` over the skewed
-splits of benchmarks/bench_quantize.py (seed E). ``--four-over-six`` runs the 4over6 quantizer instead (SPEC 5.6: row + col
-planes, swizzled scales, no RHT; ``--block 16`` for 16x16 blocks), as bench_quantize's 4over6 rows. ``--quantize`` forces the quantize kernels through
-``device.testing.force_plan`` (default: the planner's choice).
+splits of benchmarks/bench_quantize.py (seed E). ``--four-over-six`` runs the 4over6 quantizer instead (SPEC 5.6:
+row + col planes, swizzled scales, no RHT; ``--block 16`` for 16x16 blocks), as bench_quantize's 4over6 rows.
+``--quantize`` forces the quantize kernels through ``device.testing.force_plan`` (default: the planner's choice).
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ def main() -> None:
     ap.add_argument("--fast-math", action="store_true", help="4over6's fast-math error domain")
     ap.add_argument("--block", type=int, choices=[1, 16], default=1, help="4over6 block rows: 1 (1x16) or 16 (16x16)")
     a = ap.parse_args()
+    if (a.fast_math or a.block != 1) and not a.four_over_six:
+        ap.error("--fast-math and --block belong to --four-over-six")
     x = torch.randn((a.m, a.k), device="cuda", dtype=torch.bfloat16)
     kw = dict(rowwise=True, columnwise=True, rht=True)
     if a.four_over_six:

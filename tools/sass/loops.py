@@ -6,9 +6,10 @@ budget that spills inside a hot loop, shows here before any timing).
     python tools/sass/loops.py DUMP.sass --function quantize_4over6_kernelILb1ELb0ELb0E
 
 DUMP.sass: `cuobjdump -sass` output (tools/sass/build_sass.sh writes one per .cu file). ``--function``: a substring
-of the mangled name (the first function that contains it). A loop is the address range from a branch's target to the
-branch, for a branch whose target lies before it; nested loops are listed each on their own, outer ones include the
-inner ones' instructions.
+of the mangled name (the first function that contains it). A loop is the address range from a direct branch's (`BRA`)
+target to the branch, for a branch whose target lies before it or is the branch itself under a predicate (a spin
+wait); the unpredicated branch to itself that ends every kernel is no loop, and indirect branches (`BRX`, `JMX`) are
+not followed. Nested loops are listed each on their own, outer ones include the inner ones' instructions.
 """
 
 from __future__ import annotations
@@ -50,8 +51,10 @@ def loops(code: list[Instruction]) -> list[Loop]:
     out = []
     for ins in code:
         m = BRANCH.search(ins.text)
-        if m and int(m.group(1), 16) <= ins.address:
-            first = int(m.group(1), 16)
+        if not m:
+            continue
+        first = int(m.group(1), 16)
+        if first < ins.address or (first == ins.address and ins.text.startswith("@")):
             out.append(Loop(first, ins.address, tuple(x for x in code if first <= x.address <= ins.address)))
     return out
 

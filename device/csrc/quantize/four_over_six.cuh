@@ -407,7 +407,7 @@ __device__ __forceinline__ float col_tile_tree_sum(float e0, float e1) {
 //     jj = 0, 1 (warp-uniform); the codes are staged and stored as quantize_fast_bf16's (columnwise_tile_store).
 // kMse: the squared error (else the absolute error); kFastMath: the error in the product domain (SPEC 5.6); kBlock2d:
 // 16x16 blocks (SPEC 6.3). Four CTAs per SM (64 registers; the input-domain kernels spill a few words): the kernel is
-// bound by instruction issue, and a fourth CTA fills more of the issue slots than the third's registers did.
+// bound by instruction issue, and it measured up to 1.9% faster than with three CTAs per SM (docs/design.md, 3.1).
 template <bool kMse, bool kFastMath, bool kBlock2d>
 __global__ void __launch_bounds__(256, 4) quantize_4over6_kernel(QuantArgs a) {
   using T = __nv_bfloat16;
