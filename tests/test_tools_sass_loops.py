@@ -33,8 +33,14 @@ DUMP = ("\n\tcode for sm_90a\n\t\tFunction : _Z6kernelv\n"
         + line(0x90, "BRA 0x90", 0))                # the kernel's trailing trap: no loop
 
 
-def test_loops_bodies_stalls_and_spills():
-    code = sass_loops.instructions(DUMP, "_Z6kernel")
+def dump_file(folder: Path) -> Path:
+    path = folder / "k.sass"
+    path.write_text(DUMP)
+    return path
+
+
+def test_loops_bodies_stalls_and_spills(tmp_path):
+    code = sass_loops.load_function(dump_file(tmp_path), "_Z6kernel")
     found = sass_loops.loops(code)
     assert [(lp.first, lp.branch) for lp in found] == [(0x30, 0x50), (0x10, 0x60), (0x70, 0x70)]
     inner, outer, spin = found
@@ -45,10 +51,10 @@ def test_loops_bodies_stalls_and_spills():
 
 
 def test_main_prints_each_loop(tmp_path, capsys):
-    dump = tmp_path / "k.sass"
-    dump.write_text(DUMP)
+    dump = dump_file(tmp_path)
     assert sass_loops.main([str(dump), "--function", "_Z6kernel"]) == 0
     out = capsys.readouterr().out
     assert "10 instructions, 2 of them local-memory (STL / LDL)" in out
     assert "0x00030-0x00050             3            15             1" in out
     assert sass_loops.main([str(dump), "--function", "missing"]) == 2
+    assert sass_loops.load_function(dump, "missing") is None

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from stall_cycles import Instruction, instructions  # noqa: E402
+from stall_cycles import Instruction, load_function  # noqa: E402
 
 BRANCH = re.compile(r"\bBRA\b.*?(0x[0-9a-f]+)\s*$")
 LOCAL = ("STL", "LDL")
@@ -65,10 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("dump", type=Path, help="cuobjdump -sass output")
     ap.add_argument("--function", required=True, help="a substring of the function's mangled name")
     a = ap.parse_args(argv)
-    try:
-        code = instructions(a.dump.read_text(), a.function)
-    except ValueError as e:
-        print(e, file=sys.stderr)
+    code = load_function(a.dump, a.function)
+    if code is None:
         return 2
     print(f"{len(code)} instructions, {sum(is_local(x) for x in code)} of them local-memory (STL / LDL)")
     print("loop (target-branch)  instructions  stall cycles  local-memory")

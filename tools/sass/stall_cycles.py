@@ -59,6 +59,15 @@ def instructions(dump: str, function: str) -> list[Instruction]:
     return out
 
 
+def load_function(dump: Path, function: str) -> list[Instruction] | None:
+    """The instructions of ``function`` in the dump file, or None after printing why not (no such function)."""
+    try:
+        return instructions(dump.read_text(), function)
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return None
+
+
 def marked_segments(code: list[Instruction], start: str, end: str) -> list[list[Instruction]]:
     """From each instruction containing ``start`` to the next containing ``end``, both included."""
     segments = []
@@ -85,10 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--range", help="START:STOP, hexadecimal addresses (STOP excluded)")
     ap.add_argument("--list", action="store_true", help="print each segment's instructions with their stalls")
     a = ap.parse_args(argv)
-    try:
-        code = instructions(a.dump.read_text(), a.function)
-    except ValueError as e:
-        print(e, file=sys.stderr)
+    code = load_function(a.dump, a.function)
+    if code is None:
         return 2
     if a.range:
         first, _, stop = a.range.partition(":")
