@@ -310,8 +310,7 @@ def four_over_six_rows(x: torch.Tensor, shape: str, t_te: float, iters: int, add
             got_scales = compact.row_scales.reshape(x.shape[0], -1)[:32].cpu().numpy()
             assert np.array_equal(got_data, want.data) and np.array_equal(got_scales, want.scales), \
                 f"4over6 {error} fast_math={fast} {block}: rowwise plane vs oracle"
-            t_46 = bench(lambda: device.quantize(x, block=block, four_over_six=error,  # noqa: B023 (called inside this iteration)
-                                                 four_over_six_fast_math=fast, **plain), iters)  # noqa: B023
+            t_46 = bench(lambda: device.quantize(x, **fo6, **plain), iters)  # noqa: B023 (called inside this iteration)
             name = f"  4over6 {error}{' fast-math' if fast else ''} {block[0]}x{block[1]}, row+col"
             add(name, shape, t_46, nbytes, f"4over6/plain time {t_46 / t_p:.2f}")
 

@@ -115,8 +115,9 @@ def main() -> None:
         print(f"{bar:28s} {n:8.0f} {100 * n / samples:5.1f}%")
 
     warps, runs = straight_runs(header, rows)
-    print(f"\nruns of lines executed equally often, with the most instructions per warp ({warps:,.0f} warps, {executed / warps:,.1f} "
-          "instructions per warp): first and last address, lines, executions per warp, instructions per warp, share")
+    print(f"\nruns of lines executed equally often, with the most instructions per warp ({warps:,.0f} warps, "
+          f"{executed / warps:,.1f} instructions per warp): first and last address, lines, executions per warp, "
+          "instructions per warp, share")
     for first, last, count, per_warp in sorted(runs, key=lambda r: -r[2] * r[3])[:a.top]:
         print(f"{first[-6:]} {last[-6:]} {count:5d} {per_warp:8.2f} {count * per_warp:9.1f} "
               f"{100 * count * per_warp * warps / executed:5.1f}%")
