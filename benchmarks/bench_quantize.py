@@ -288,14 +288,18 @@ def skewed_splits(t: int, e: int, seed: int) -> torch.Tensor:
 def four_over_six_rows(x: torch.Tensor, shape: str, t_te: float, iters: int, add) -> None:
     """The 4over6 rows of one shape (SPEC 5.6, its own quantizer) against plain rule "te" on the same planes and blocks
     (no RHT, swizzled scales, the same bytes moved): 1x16 blocks (plain: the bf16 fast kernels, ``t_te``) and 16x16
-    (plain: the general ones, timed here). Before each variant is timed (AssertionError on any difference): the timed
-    call's data and amaxes are the compact-scale call's and its scales the swizzle of the compact scales (SPEC 8.2),
-    both planes, and the rowwise plane of X's first 32 rows is oracle.quantize's of those rows given the tensor's
-    amax."""
+    (plain: the general ones, timed and printed here). Before each variant is timed (AssertionError on any
+    difference): the timed call's data and amaxes are the compact-scale call's and its scales the swizzle of the
+    compact scales (SPEC 8.2), both planes, and the rowwise plane of X's first 32 rows is oracle.quantize's of those
+    rows given the tensor's amax."""
     plain = dict(rowwise=True, columnwise=True, swizzled=True)
     nbytes = 2 * x.numel() * 2 + out_bytes(*x.shape)
     for block in ((1, 16), (16, 16)):
-        t_p = t_te if block == (1, 16) else bench(lambda: device.quantize(x, block=block, **plain), iters)  # noqa: B023 (called inside this iteration)
+        if block == (1, 16):
+            t_p = t_te
+        else:
+            t_p = bench(lambda: device.quantize(x, block=block, **plain), iters)  # noqa: B023 (called inside this iteration)
+            add("  rule te 16x16, row+col, no RHT (the 16x16 rows' plain)", shape, t_p, nbytes)
         for error, fast in (("mse", False), ("mae", True)):
             fo6 = dict(block=block, four_over_six=error, four_over_six_fast_math=fast)
             compact = device.quantize(x, **fo6, rowwise=True, columnwise=True, swizzled=False)
