@@ -27,10 +27,11 @@ sm100 for an sm100_* one, else fast), ``sms`` (``device.set_num_sms`` for the pl
 capped at that many SMs) and ``weights=f16`` (fprop / dgrad: the weights' fp16 copy given as the layer's
 ``cache_f16_weights`` gives it, made once outside the timed calls).
 
-A GEMM case is ``E,T,K,N,kind[,out][,skew][,bias]``: kind fprop / dgrad / wgrad; out ``bf16``, ``f32`` or ``f32+c``
-(wgrad with ``accumulate=True`` into an fp32 buffer), default the kind's default (bf16 for fprop / dgrad, f32 for
-wgrad); ``skew``: one hot expert (benchmarks/bench_grouped_gemm.py's skewed splits) instead of balanced splits;
-``bias``: fprop / dgrad with an fp32 bias ``[E, cols]`` (grouped_mm's time stays without one).
+A GEMM case is ``E,T,K,N,kind[,out][,skew|ragged8][,bias]``: kind fprop / dgrad / wgrad; out ``bf16``, ``f32`` or
+``f32+c`` (wgrad with ``accumulate=True`` into an fp32 buffer), default the kind's default (bf16 for fprop / dgrad,
+f32 for wgrad); ``skew`` (one hot expert) or ``ragged8`` (a router's draw in multiples of 8 tokens): those splits of
+benchmarks/bench_grouped_gemm.py's ``splits_for`` instead of balanced ones; ``bias``: fprop / dgrad with an fp32 bias
+``[E, cols]`` (grouped_mm's time stays without one).
 """
 
 from __future__ import annotations
@@ -132,13 +133,13 @@ class Case:
     n: int
     kind: str
     out: str
-    skew: bool = False
+    splits: str = "balanced"  # a splits_for pattern
     bias: bool = False
 
     @property
     def label(self) -> str:
-        return (f"E{self.e} T{self.t} K{self.k} N{self.n} {self.kind} {self.out}" + (" skew" if self.skew else "")
-                + (" bias" if self.bias else ""))
+        tag = {"balanced": "", "skewed": " skew", "ragged8": " ragged8"}[self.splits]
+        return f"E{self.e} T{self.t} K{self.k} N{self.n} {self.kind} {self.out}{tag}" + (" bias" if self.bias else "")
 
     @property
     def flops(self) -> float:
@@ -146,17 +147,21 @@ class Case:
 
 
 def parse_case(text: str) -> Case:
-    """A case from ``E,T,K,N,kind[,out][,skew][,bias]``."""
+    """A case from ``E,T,K,N,kind[,out][,skew|ragged8][,bias]``."""
     parts = [p.strip() for p in text.split(",") if p.strip()]
     if len(parts) < 5:
-        raise ValueError(f"case {text!r}: expected E,T,K,N,kind[,out][,skew][,bias]")
+        raise ValueError(f"case {text!r}: expected E,T,K,N,kind[,out][,skew|ragged8][,bias]")
     e, t, k, n = (int(v) for v in parts[:4])
     kind = parts[4]
     if kind not in ("fprop", "dgrad", "wgrad"):
         raise ValueError(f"case {text!r}: kind must be fprop, dgrad or wgrad")
     rest = parts[5:]
-    skew, bias = "skew" in rest, "bias" in rest
-    outs = [p for p in rest if p not in ("skew", "bias")]
+    patterns = [p for p in rest if p in ("skew", "ragged8")]
+    if len(patterns) > 1:
+        raise ValueError(f"case {text!r}: skew or ragged8, not both")
+    splits = {"skew": "skewed", "ragged8": "ragged8"}[patterns[0]] if patterns else "balanced"
+    bias = "bias" in rest
+    outs = [p for p in rest if p not in ("skew", "ragged8", "bias")]
     out = outs[0] if outs else ("f32" if kind == "wgrad" else "bf16")
     if out not in OUT_DTYPES or len(outs) > 1:
         raise ValueError(f"case {text!r}: out must be one of {list(OUT_DTYPES)}")
@@ -164,7 +169,7 @@ def parse_case(text: str) -> Case:
         raise ValueError(f"case {text!r}: f32+c (accumulate) is for wgrad")
     if bias and kind == "wgrad":
         raise ValueError(f"case {text!r}: a bias is for fprop / dgrad")
-    return Case(e, t, k, n, kind, out, skew, bias)
+    return Case(e, t, k, n, kind, out, splits, bias)
 
 
 def parse_cases(text: str) -> list[Case]:
@@ -175,7 +180,7 @@ def parse_cases(text: str) -> list[Case]:
 def operands(c: Case):
     """(a, b, output shape, the torch._grouped_mm call on the same BF16 operands) of one case."""
     e, t, k, n = c.e, c.t, c.k, c.n
-    st = torch.tensor(splits_for(e, t, "skewed" if c.skew else "balanced"), dtype=torch.int64, device=DEV)
+    st = torch.tensor(splits_for(e, t, c.splits), dtype=torch.int64, device=DEV)
     wsplits = torch.full((e,), n, dtype=torch.int64, device=DEV)
     offs = st.cumsum(0).to(torch.int32)
     x = torch.randn((t, k), device=DEV, dtype=torch.bfloat16)
