@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("torch")  # ab_plans imports torch and the device package (the CPU build suffices)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools" / "ab"))
 import ab_plans  # noqa: E402
 
