@@ -6,8 +6,9 @@ over X: "frac" and "vs copy" count X read once), the same with compact scales, t
 stochastic rounding (the fast kernel against the general kernel on the same call),
 the unfused path (compact quantize, then the swizzle kernel on both scale tensors), both planes without RHT under
 rule "te" and rule "torchao" (SPEC 5.4), the rowwise plane alone (the default call), the fused path under rule
-"torchao", 4over6 (SPEC 5.6; 1x16 and 16x16 blocks, two of its variants) with its time over plain rule "te" on the
-same planes and blocks, and a torch.compile'd pure-torch equivalent;
+"torchao", plain rule "te" with 16x16 blocks (the fast kernel against the general kernel on the same call), 4over6
+(SPEC 5.6; 1x16 and 16x16 blocks, two of its variants) with its time over plain rule "te" on the same planes and
+blocks, and a torch.compile'd pure-torch equivalent;
 grouped quantize with E=8 and E=64 skewed splits including empty experts, and the same with every group's amaxes
 given (one pass).
 
@@ -287,8 +288,9 @@ def skewed_splits(t: int, e: int, seed: int) -> torch.Tensor:
 
 def four_over_six_rows(x: torch.Tensor, shape: str, t_te: float, iters: int, add) -> None:
     """The 4over6 rows of one shape (SPEC 5.6, its own quantizer) against plain rule "te" on the same planes and blocks
-    (no RHT, swizzled scales, the same bytes moved): 1x16 blocks (plain: the bf16 fast kernels, ``t_te``) and 16x16
-    (plain: the general ones, timed and printed here). Before each variant is timed (AssertionError on any
+    (no RHT, swizzled scales, the same bytes moved): 1x16 blocks (plain: ``t_te``) and 16x16 (plain: timed and printed
+    here, the fast kernel beside the general kernel forced on the same call, whose bytes are compared first; both plain
+    calls take the bf16 fast kernels by default). Before each variant is timed (AssertionError on any
     difference): the timed call's data and amaxes are the compact-scale call's and its scales the swizzle of the
     compact scales (SPEC 8.2), both planes, and the rowwise plane of X's first 32 rows is oracle.quantize's of those
     rows given the tensor's amax."""
@@ -297,9 +299,17 @@ def four_over_six_rows(x: torch.Tensor, shape: str, t_te: float, iters: int, add
     for block in ((1, 16), (16, 16)):
         if block == (1, 16):
             t_p = t_te
-        else:
+        else:  # the fast kernel (its 16x16 form) and the general kernel forced, after their bytes are compared
+            fast = device.quantize(x, block=block, **plain)
+            with force_plan(quantize="general"):
+                general = device.quantize(x, block=block, **plain)
+                t_g = bench(lambda: device.quantize(x, block=block, **plain), iters)  # noqa: B023 (called inside this iteration)
+            for f in ("row_data", "row_scales", "col_data", "col_scales", "row_amax", "col_amax"):
+                assert _host_bytes(getattr(general, f)) == _host_bytes(getattr(fast, f)), \
+                    f"16x16, general against fast kernel: {f}"
             t_p = bench(lambda: device.quantize(x, block=block, **plain), iters)  # noqa: B023 (called inside this iteration)
-            add("  rule te 16x16, row+col, no RHT (the 16x16 rows' plain)", shape, t_p, nbytes)
+            add("  rule te 16x16, row+col, no RHT (the 16x16 rows' plain)", shape, t_p, nbytes,
+                f"general kernel {t_g:.1f} us ({t_g / t_p:.2f}x)")
         for error, fast in (("mse", False), ("mae", True)):
             fo6 = dict(block=block, four_over_six=error, four_over_six_fast_math=fast)
             compact = device.quantize(x, **fo6, rowwise=True, columnwise=True, swizzled=False)

@@ -42,16 +42,17 @@ class QuantizePlan(NamedTuple):
     quantize: QuantizeKernel
 
 
-def fast_bf16_reason(dtype: str, *, rht: bool, rht_signs: int, block2d: bool = False,
-                     quantizer: bool = True) -> str | None:
+def fast_bf16_reason(dtype: str, *, rht: bool, rht_signs: int, block2d: bool = False, sr: bool = False,
+                     torchao: bool = False, quantizer: bool = True) -> str | None:
     """Why the bf16 fast kernels cannot run a pass (None: they can). They read bf16 only and compile the default RHT
-    sign mask in; the quantizer also writes 1x16 blocks only."""
+    sign mask in; the quantizer writes 16x16 blocks (SPEC 6.3) under rule "te", rounding to nearest, without the RHT
+    only (``torchao``: a torchao rule)."""
     if dtype != "bfloat16":
         return f"the fast kernels read bfloat16 input, not {dtype}"
     if rht and rht_signs != DEFAULT_RHT_SIGNS:
         return f"the fast kernels compile the default RHT sign mask 0x{DEFAULT_RHT_SIGNS:04X} in"
-    if quantizer and block2d:
-        return "the fast quantizer writes 1x16 blocks only"
+    if quantizer and block2d and (rht or sr or torchao):
+        return "the fast quantizer writes 16x16 blocks under rule te, rounding to nearest, without the RHT only"
     return None
 
 
@@ -66,7 +67,7 @@ def four_over_six_reason(dtype: str, *, rht: bool, sr: bool) -> str | None:
 
 
 @functools.lru_cache(maxsize=256)
-def plan_quantize(dtype: str, *, rht: bool, rht_signs: int, block2d: bool, sr: bool,
+def plan_quantize(dtype: str, *, rht: bool, rht_signs: int, block2d: bool, sr: bool, torchao: bool = False,
                   kernel: str | None = None, four_over_six: bool = False) -> QuantizePlan:
     """The kernels of a quantize call on ``dtype`` input (``"bfloat16"``, ``"float16"``, ``"float32"``).
 
@@ -87,13 +88,14 @@ def plan_quantize(dtype: str, *, rht: bool, rht_signs: int, block2d: bool, sr: b
         raise ValueError("quantize='four_over_six' runs 4over6 calls only (four_over_six='mae' or 'mse')")
     if kernel is None:
         amax_fast = fast_bf16_reason(dtype, rht=rht, rht_signs=rht_signs, quantizer=False) is None
-        quant_fast = fast_bf16_reason(dtype, rht=rht, rht_signs=rht_signs, block2d=block2d) is None
+        quant_fast = fast_bf16_reason(dtype, rht=rht, rht_signs=rht_signs, block2d=block2d, sr=sr,
+                                      torchao=torchao) is None
         return QuantizePlan(QuantizeKernel.fast_bf16 if amax_fast else QuantizeKernel.general,
                             QuantizeKernel.fast_bf16 if quant_fast else QuantizeKernel.general)
     if kernel not in _QUANTIZE_KERNEL_NAMES:
         raise ValueError(f"quantize kernel must be one of {list(_QUANTIZE_KERNEL_NAMES)}, got {kernel!r}")
     if kernel == "fast_bf16":
-        why = fast_bf16_reason(dtype, rht=rht, rht_signs=rht_signs, block2d=block2d)
+        why = fast_bf16_reason(dtype, rht=rht, rht_signs=rht_signs, block2d=block2d, sr=sr, torchao=torchao)
         if why:
             raise ValueError(f"quantize='fast_bf16' cannot run this call: {why}")
     return QuantizePlan(QuantizeKernel[kernel], QuantizeKernel[kernel])

@@ -103,6 +103,7 @@ def _options(x2: Tensor, *, rowwise, columnwise, rht, rht_signs, block, rule, ro
                            global_scale_max=global_scale_max, row_scaled=row_scaled, rht=rht, block=block, rule=rule,
                            rounding=rounding)
     plan = _dispatch.plan_quantize(_DTYPES[x2.dtype], rht=bool(rht), rht_signs=int(rht_signs), block2d=block2d, sr=sr,
+                                   torchao=rule in ("torchao", "torchao_noscale"),
                                    kernel=_dispatch.FORCED.get("quantize"), four_over_six=bool(te["four_over_six"]))
     return dict(rowwise=bool(rowwise), columnwise=bool(columnwise), rht=bool(rht), rht_signs=int(rht_signs),
                 block2d=block2d, rule=int(Rule[rule]), sr=sr, seed_lo=seed & 0xFFFFFFFF, seed_hi=seed >> 32,

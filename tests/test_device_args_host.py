@@ -143,13 +143,19 @@ FAST, GENERAL = int(QuantizeKernel.fast_bf16), int(QuantizeKernel.general)
 
 def test_quantize_plan_in_the_options():
     """device.quantize / group_quantize take the quantize plan of device._dispatch.plan_quantize (the bf16 fast kernels
-    for bf16, 1x16 blocks, with or without the RHT under the default mask), or the forced one."""
+    for bf16 with 1x16 blocks, with or without the RHT under the default mask, and with 16x16 blocks under rule te,
+    rounding to nearest, without the RHT), or the forced one."""
     bf16 = torch.zeros((16, 32), dtype=torch.bfloat16)
     assert _kernels(bf16) == (FAST, FAST)
     assert _kernels(bf16, rht=True) == (FAST, FAST)
     assert _kernels(bf16, rht=True, rht_signs=0x1234) == (GENERAL, GENERAL)
     assert _kernels(bf16, rounding="sr") == (FAST, FAST)
-    assert _kernels(bf16, block=(16, 16)) == (FAST, GENERAL)
+    assert _kernels(bf16, block=(16, 16)) == (FAST, FAST)
+    assert _kernels(bf16, block=(16, 16), rule="te_fused_rht") == (FAST, FAST)
+    assert _kernels(bf16, block=(16, 16), rounding="sr") == (FAST, GENERAL)
+    assert _kernels(bf16, block=(16, 16), rule="torchao") == (FAST, GENERAL)
+    assert _kernels(bf16, block=(16, 16), rule="torchao_noscale") == (FAST, GENERAL)
+    assert _kernels(bf16, block=(16, 16), rht=True) == (FAST, GENERAL)
     for dtype in (torch.float16, torch.float32):
         assert _kernels(torch.zeros((16, 32), dtype=dtype)) == (GENERAL, GENERAL)
     with testing.force_plan(quantize="general"):
@@ -161,7 +167,8 @@ def test_quantize_plan_in_the_options():
 
 
 @pytest.mark.parametrize("dtype,kw,why", [
-    (torch.bfloat16, dict(block=(16, 16)), "writes 1x16 blocks only"),
+    (torch.bfloat16, dict(block=(16, 16), rounding="sr"), "writes 16x16 blocks under rule te, rounding to nearest"),
+    (torch.bfloat16, dict(block=(16, 16), rule="torchao"), "writes 16x16 blocks under rule te"),
     (torch.bfloat16, dict(rht=True, rht_signs=0x1234), "default RHT sign mask"),
     (torch.float16, dict(), "read bfloat16 input, not float16"),
     (torch.float32, dict(), "read bfloat16 input, not float32"),

@@ -185,6 +185,20 @@ def test_fast_quantize_many_tiles(rht, kind, rounding):
                offset=2**32 - 2)
 
 
+@pytest.mark.parametrize("kind", ["special", "inf"])
+def test_fast_quantize_16x16_many_tiles(kind):
+    """bf16, 16x16 blocks (SPEC 6.3) under rule te, rounding to nearest, without the RHT: the fast kernel (its tile
+    maxima, then both planes with each tile's max) on 4096 x 5120, 1280 tiles, with NaN and Inf elements (a block row
+    holding one takes the exact path; a finite block row of a tile holding an Inf takes the fast path with the clamped
+    encode), both scale layouts."""
+    from device._codes import QuantizeKernel
+
+    x = make_input(4096, 5120, kind=kind, seed=17)
+    kw = dict(rowwise=True, columnwise=True, rht=False, block=(16, 16), rounding="rn")
+    assert device_opts(to_cuda(x[:16]), **kw)["quantize_kernel"] == QuantizeKernel.fast_bf16  # the premise
+    check_case(x, **kw)
+
+
 @pytest.mark.parametrize("rowwise,columnwise,rht", [(True, False, False), (False, True, True)])
 def test_fast_quantize_one_plane_many_tiles(rowwise, columnwise, rht):
     """One plane of the fast kernel on 2048 x 5120 with NaN, subnormal and zero blocks: 640 tiles, more than one wave
@@ -355,7 +369,7 @@ def nan_blocks_input(dtype=BF16) -> np.ndarray:
                                   dict(rounding="sr", seed=3), dict(rule="torchao", amax="finite"),
                                   dict(rule="torchao", rht=True, amax="finite"), dict(rule="torchao_noscale")])
 def test_quantize_all_nan_blocks_in_a_finite_tensor(opts):
-    """Whole NaN blocks beside finite ones, both planes, on the fast kernels (bf16), the general ones (f32, 16x16)
+    """Whole NaN blocks beside finite ones, both planes, on the fast kernels (bf16, 16x16 too), the general ones (f32)
     and under the torchao rules (NaN-propagating block maxima, SPEC 5.4: only the blocks holding a NaN get the NaN
     scale byte). torchao's own tensor amax would be NaN (SPEC 4.1) and make every scale NaN, so rule torchao gets a
     finite supplied amax, the NaN-ignoring max of |x|, for both planes."""
@@ -660,13 +674,15 @@ def test_group_fast_quantize_64_groups(rht):
         check_grouped(run_group_poisoned(x_t, splits, swizzled=swizzled, **kw), ref, swizzled)
 
 
-@pytest.mark.parametrize("planes,rht", [("both", False), ("both", True), ("row", False), ("col", False),
-                                        ("col", True)])
-def test_group_fast_quantize_mixed_groups(planes, rht):
-    """The bf16 fast path on groups of very different sizes and contents: a giant first group, groups of one row,
-    an unaligned K whose last column tile is 80 columns wide, NaN / Inf / a huge finite value confined to some
-    groups (so the per-group amaxes differ by orders of magnitude and only some groups take the NaN paths), and
-    single planes (no columnwise amax). Every buffer, amax bits included, against the oracle."""
+@pytest.mark.parametrize("planes,rht,block", [("both", False, (1, 16)), ("both", True, (1, 16)), ("row", False, (1, 16)),
+                                              ("col", False, (1, 16)), ("col", True, (1, 16)),
+                                              ("both", False, (16, 16)), ("col", False, (16, 16))])
+def test_group_fast_quantize_mixed_groups(planes, rht, block):
+    """The bf16 fast path (1x16 blocks, and 16x16 under rule te) on groups of very different sizes and contents: a
+    giant first group, groups of one row, an unaligned K whose last column tile is 80 columns wide, NaN / Inf / a huge
+    finite value confined to some groups (so the per-group amaxes differ by orders of magnitude and only some groups
+    take the NaN paths), and single planes (no columnwise amax). Every buffer, amax bits included, against the
+    oracle."""
     splits = np.array([3000, 0, 1, 700, 129, 0, 1500, 15, 0, 655, 1], np.int64)
     t, k = int(splits.sum()), 1104  # 9 column tiles of 128, the last one 80 columns wide
     x = make_input(t, k, kind="normal", seed=61 + rht).astype(np.float32)
@@ -675,7 +691,7 @@ def test_group_fast_quantize_mixed_groups(planes, rht):
     x[5345, 1000] = np.inf  # group 9
     x[2999, 7] = np.float32(3e38)  # last row of the giant group 0: its largest element
     x = x.astype(BF16)
-    kw = dict(rowwise=planes != "col", columnwise=planes != "row", rht=rht, block=(1, 16), rounding="rn")
+    kw = dict(rowwise=planes != "col", columnwise=planes != "row", rht=rht, block=block, rounding="rn")
     ref = oracle.group_quantize(x, splits, **kw)
     bufs = run_group_poisoned(to_cuda(x), splits, swizzled=True, **kw)
     check_grouped(bufs, ref, True, rowwise=kw["rowwise"], columnwise=kw["columnwise"])
@@ -686,9 +702,11 @@ SHORT_TILE_SPLITS = np.array([1, 0, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 148,
 
 
 @pytest.mark.parametrize("k", [48, 400, 1104])  # 1 K tile; 4, the last 16 wide; 9, the last 80 wide
-@pytest.mark.parametrize("planes,rht", [("both", False), ("both", True), ("row", False), ("col", True)])
-def test_group_fast_quantize_short_last_tiles(planes, rht, k):
-    """The bf16 fast kernel on groups whose last row tile is short (1-64 rows), with K tiles of 16 to 128 columns:
+@pytest.mark.parametrize("planes,rht,block", [("both", False, (1, 16)), ("both", True, (1, 16)), ("row", False, (1, 16)),
+                                              ("col", True, (1, 16)), ("both", False, (16, 16))])
+def test_group_fast_quantize_short_last_tiles(planes, rht, block, k):
+    """The bf16 fast kernel (1x16 blocks, and 16x16 under rule te: a group's last tile maxima over its short rows) on
+    groups whose last row tile is short (1-64 rows), with K tiles of 16 to 128 columns:
     every byte, padding included (the scale rows up to roundup(m_g, 128) and the columnwise blocks up to
     roundup(ceil(m_g / 16), 4)), in both scale layouts, with NaN, Inf and a huge value confined to those tiles' rows
     (their blocks take the exact path)."""
@@ -703,7 +721,7 @@ def test_group_fast_quantize_short_last_tiles(planes, rht, k):
     x[starts[14] + 300, 17:40] = np.nan  # 320 rows: its last tile of 64 rows
     x[starts[12] + 140, 0] = np.float32(3e38)  # 148 rows: the largest element sits in the 20-row last tile
     x = x.astype(BF16)
-    kw = dict(rowwise=planes != "col", columnwise=planes != "row", rht=rht, block=(1, 16), rounding="rn")
+    kw = dict(rowwise=planes != "col", columnwise=planes != "row", rht=rht, block=block, rounding="rn")
     ref = oracle.group_quantize(x, splits, **kw)
     x_t = to_cuda(x)
     for swizzled in (True, False):
@@ -754,14 +772,15 @@ def test_general_kernels_on_the_fast_kernels_inputs(rht, rounding):
 
 
 @pytest.mark.parametrize("dtype,kw,why", [
-    (BF16, dict(block=(16, 16)), "writes 1x16 blocks only"),
+    (BF16, dict(block=(16, 16), rounding="sr"), "16x16 blocks under rule te, rounding to nearest"),
+    (BF16, dict(block=(16, 16), rule="torchao"), "16x16 blocks under rule te, rounding to nearest"),
     (BF16, dict(columnwise=True, rht=True, rht_signs=0x1234), "default RHT sign mask"),
     (np.float16, dict(), "read bfloat16 input, not float16"),
     (np.float32, dict(), "read bfloat16 input, not float32"),
 ])
 def test_forcing_the_fast_kernels_where_they_cannot_run_raises(dtype, kw, why):
-    """force_plan(quantize="fast_bf16") on input the fast kernels cannot quantize (16x16 blocks, another RHT sign
-    mask, fp16 / fp32) raises ValueError before any launch, single and grouped; the C++ bindings refuse those kernel
+    """force_plan(quantize="fast_bf16") on input the fast kernels cannot quantize (16x16 blocks with stochastic
+    rounding or a torchao rule, another RHT sign mask, fp16 / fp32) raises ValueError before any launch, single and grouped; the C++ bindings refuse those kernel
     codes as well (their own check, bypassing Python), in a child process: a crash there must fail this test, not take
     the test worker down."""
     import subprocess
@@ -787,13 +806,15 @@ fast = int(QuantizeKernel.fast_bf16)
 u8 = dict(dtype=torch.uint8, device="cuda")
 one = torch.ones(1, device="cuda")
 x = torch.zeros((64, 32), dtype=torch.{torch_dtype}, device="cuda")
-kw = {dict(block2d=kw.get("block") == (16, 16), rht=bool(kw.get("rht")), signs=kw.get("rht_signs", 0xD7E8))!r}
+kw = {dict(block2d=kw.get("block") == (16, 16), rht=bool(kw.get("rht")), signs=kw.get("rht_signs", 0xD7E8),
+           sr=kw.get("rounding") == "sr", rule={"te": 0, "torchao": 2}[kw.get("rule", "te")])!r}
 rd, rs = torch.full((1024,), 0xFF, **u8), torch.full((512,), 0xFF, **u8)
 if not kw["block2d"]:  # the amax pass refuses what is not bf16 or another sign mask
     print("amax_:", ext.amax_(x, None, 1, 1, torch.zeros(1, device="cuda"), None, False, kw["rht"], kw["signs"],
                               False, False, None, None, fast))
 print("quantize_:", ext.quantize_(x, None, 1, 1, one, one, rd, rs, None, None, int(ScaleLayout.swizzled),
-                                  kw["block2d"], False, 0, kw["rht"], kw["signs"], 0, 0, 0, False, None, fast))
+                                  kw["block2d"], kw["sr"], kw["rule"], kw["rht"], kw["signs"], 0, 0, 0, False, None,
+                                  fast))
 print("unknown:", ext.quantize_(x, None, 1, 1, one, one, rd, rs, None, None, int(ScaleLayout.swizzled), False,
                                 False, 0, False, 0xD7E8, 0, 0, 0, False, None, 5))
 torch.cuda.synchronize()
@@ -802,7 +823,8 @@ print("untouched:", bool((rd == 0xFF).all()) and bool((rs == 0xFF).all()))
     root = os.path.join(os.path.dirname(__file__), "..")
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=root)
     assert run.returncode == 0, run.stdout + run.stderr[-2000:]
-    cpp_why = {"writes 1x16 blocks only": "the fast quantizer writes 1x16 blocks only",
+    cpp_why = {"16x16 blocks under rule te, rounding to nearest": "the fast quantizer writes 16x16 blocks under rule "
+               "te, rounding to nearest, without the RHT only",
                "default RHT sign mask": "the fast kernels run the RHT with the default sign mask only"}.get(
                    why, "the fast kernels read bfloat16 input only")
     lines = run.stdout.splitlines()

@@ -1,8 +1,8 @@
 """device/_dispatch.py's quantize plans and device/testing.py's force_plan, on the host (no GPU, no torch).
 
 The quantize passes run the bf16 fast kernels where they can (bf16 input, the default RHT sign mask compiled in; the
-quantizer also writes 1x16 blocks only; 2.1-2.4x faster than the general kernels on the
-same bytes), else the general kernels. GPU tests check both families' bytes against the oracle
+quantizer writes 16x16 blocks under rule te, rounding to nearest, without the RHT only; 2.1-2.4x faster than the
+general kernels on the same bytes), else the general kernels. GPU tests check both families' bytes against the oracle
 (tests/test_device_quantize.py); the GEMM plans are in tests/test_device_kernel_choice.py.
 """
 
@@ -18,8 +18,9 @@ from oracle.rht import DEFAULT_RHT_SIGNS
 FAST, GENERAL = QuantizeKernel.fast_bf16, QuantizeKernel.general
 
 
-def q(dtype="bfloat16", *, rht=False, rht_signs=DEFAULT_RHT_SIGNS, block2d=False, sr=False, kernel=None):
-    return plan_quantize(dtype, rht=rht, rht_signs=rht_signs, block2d=block2d, sr=sr, kernel=kernel)
+def q(dtype="bfloat16", *, rht=False, rht_signs=DEFAULT_RHT_SIGNS, block2d=False, sr=False, torchao=False,
+      kernel=None):
+    return plan_quantize(dtype, rht=rht, rht_signs=rht_signs, block2d=block2d, sr=sr, torchao=torchao, kernel=kernel)
 
 
 def test_default_rht_signs():
@@ -32,7 +33,11 @@ def test_default_rht_signs():
     (dict(rht=True, rht_signs=0x1234), GENERAL, GENERAL),   # another mask: neither pass
     (dict(rht=False, rht_signs=0x1234), FAST, FAST),        # (the mask is unused without the RHT)
     (dict(sr=True), FAST, FAST),                            # either rounding
-    (dict(block2d=True), FAST, GENERAL),                    # nor has blocks
+    (dict(block2d=True), FAST, FAST),                       # 16x16 blocks: rule te, RN, no RHT
+    (dict(block2d=True, sr=True), FAST, GENERAL),           # ... not with stochastic rounding,
+    (dict(block2d=True, rht=True), FAST, GENERAL),          # the RHT
+    (dict(block2d=True, torchao=True), FAST, GENERAL),      # or a torchao rule
+    (dict(torchao=True), FAST, FAST),
     (dict(rht=True, sr=True), FAST, FAST),
     (dict(rht=True, block2d=True, sr=True), FAST, GENERAL),
     (dict(dtype="float16"), GENERAL, GENERAL),
@@ -45,7 +50,9 @@ def test_plan_quantize_default(kw, amax, quantize):
 
 
 @pytest.mark.parametrize("kw,why", [
-    (dict(block2d=True), "writes 1x16 blocks only"),
+    (dict(block2d=True, sr=True), "writes 16x16 blocks under rule te, rounding to nearest, without the RHT only"),
+    (dict(block2d=True, rht=True), "writes 16x16 blocks under rule te"),
+    (dict(block2d=True, torchao=True), "writes 16x16 blocks under rule te"),
     (dict(dtype="float16"), "read bfloat16 input, not float16"),
     (dict(dtype="float32"), "read bfloat16 input, not float32"),
     (dict(rht=True, rht_signs=0x1234), "default RHT sign mask 0xD7E8"),
@@ -70,7 +77,7 @@ def test_plan_quantize_four_over_six():
 
 
 def test_forcing_fast_bf16_where_it_runs():
-    for kw in (dict(), dict(rht=True), dict(sr=True), dict(rht=True, sr=True)):
+    for kw in (dict(), dict(rht=True), dict(sr=True), dict(rht=True, sr=True), dict(block2d=True)):
         assert q(**kw, kernel="fast_bf16") == QuantizePlan(FAST, FAST)
     with pytest.raises(ValueError, match="quantize kernel must be one of"):
         q(kernel="fast")

@@ -30,15 +30,19 @@ int dtype_code(const Tensor& x) {
 }
 
 // The kernel family of a pass (device/_dispatch.py plan_quantize): the bf16 fast kernels read bf16 and compile the
-// default RHT sign mask in; the fast quantizer also writes 1x16 blocks only.
-std::string check_kernel(const Tensor& x, int64_t kernel, bool rht, int64_t rht_signs, bool block2d) {
+// default RHT sign mask in; the fast quantizer writes 16x16 blocks under rule te, rounding to nearest, without the RHT
+// only (the amax pass passes block2d false: its maxima are per plane).
+std::string check_kernel(const Tensor& x, int64_t kernel, bool rht, int64_t rht_signs, bool block2d, bool sr = false,
+                         int64_t rule = nvfp4::kRuleTE) {
   NVFP4_REFUSE_UNLESS(kernel == nvfp4::kQuantizeGeneral || kernel == nvfp4::kQuantizeFastBf16,
                       "nvfp4: unknown quantize kernel code ", kernel);
   if (kernel == nvfp4::kQuantizeFastBf16) {
     NVFP4_REFUSE_UNLESS(dtype_code(x) == nvfp4::kBF16, "nvfp4: the fast kernels read bfloat16 input only");
     NVFP4_REFUSE_UNLESS(!rht || rht_signs == nvfp4::kDefaultRhtSigns,
                         "nvfp4: the fast kernels run the RHT with the default sign mask only");
-    NVFP4_REFUSE_UNLESS(!block2d, "nvfp4: the fast quantizer writes 1x16 blocks only");
+    NVFP4_REFUSE_UNLESS(!block2d || (!rht && !sr && !nvfp4::is_torchao_rule(rule)),
+                        "nvfp4: the fast quantizer writes 16x16 blocks under rule te, rounding to nearest, without "
+                        "the RHT only");
   }
   return {};
 }
@@ -260,7 +264,7 @@ std::string quantize_(const Tensor& x, const optional<Tensor>& offs, int64_t E, 
                       int64_t rht_signs, int64_t seed_lo, int64_t seed_hi, int64_t offset, bool after_amax,
                       const optional<Tensor>& tile_recs, int64_t kernel) {
   NVFP4_RETURN_IF_ERROR(check_x(x, rht));
-  NVFP4_RETURN_IF_ERROR(check_kernel(x, kernel, rht, rht_signs, block2d));
+  NVFP4_RETURN_IF_ERROR(check_kernel(x, kernel, rht, rht_signs, block2d, sr, rule));
   nvfp4::QuantArgs a;
   NVFP4_RETURN_IF_ERROR(plane_args(x, offs, E, row_tiles, row_amax, col_amax, row_data, row_scales, col_data,
                                    col_scales, layout, block2d, tile_recs, a));

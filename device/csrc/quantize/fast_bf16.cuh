@@ -1,6 +1,7 @@
 // The bf16 fast kernels, amax_fast_bf16 and quantize_fast_bf16: bf16 input, 1x16 blocks, round to nearest or
-// stochastic rounding, no RHT or the RHT with SPEC 7's default sign mask (device/_dispatch.py plan_quantize runs them
-// there; the general kernels of general.cuh everywhere else). Their outputs are the general kernels' byte for byte, with fewer instructions per
+// stochastic rounding, no RHT or the RHT with SPEC 7's default sign mask; and 16x16 blocks (SPEC 6.3) under rule te,
+// rounding to nearest, without the RHT (device/_dispatch.py plan_quantize runs them there; the general kernels of
+// general.cuh everywhere else). Their outputs are the general kernels' byte for byte, with fewer instructions per
 // element (2.1-2.4x faster on the same bytes):
 //  * compile-time RHT signs: the sign flips become operand negations of the first butterfly FADDs (free);
 //  * block maxima on packed bf16 pairs by integer SIMD max (the NaN-ignoring fp max of SPEC 5.2 equals the integer
@@ -261,6 +262,39 @@ __device__ __forceinline__ uint32_t block_max_f32_bits(const uint4& p, const uin
   return __vmaxu2(m, __byte_perm(m, 0, 0x1032)) & 0xFFFF0000u;  // the larger half, in both halves; keep the upper
 }
 
+// SPEC 6.3: the NaN-ignoring max |x| of each 16x16 tile of a 128 x 128 bf16 tile in shared memory (rows past the
+// group and columns past K are zeros, which change no max of magnitudes), into tmax[16-row block][16-column block].
+// Thread t forms the 16-block maxima of tile rows 32 it + t / 8, block t % 8 (block_max_f32_bits, or the fp max where
+// that flags a NaN / Inf) into bmax (128 x 8 floats of scratch), then threads 0-63 reduce 16 of them each. Every thread
+// of the CTA calls it (two CTA barriers); on return tmax is visible to all and bmax may be reused.
+__device__ __forceinline__ void tile_maxima_16x16(const uint8_t* tile, float (*bmax)[8], float (*tmax)[8]) {
+  const int t = threadIdx.x, blk = t & 7, rrow = t >> 3;
+#pragma unroll 1
+  for (int it = 0; it < 4; ++it) {
+    const int row = it * 32 + rrow;
+    const uint4 qa = *reinterpret_cast<const uint4*>(tile + row * 256 + blk * 32);
+    const uint4 qb = *reinterpret_cast<const uint4*>(tile + row * 256 + blk * 32 + 16);
+    const uint32_t bits = block_max_f32_bits(qa, qb);
+    float m = __uint_as_float(bits);
+    if (bits >= 0x7F800000u) {
+      const uint32_t w[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+      m = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 16; ++e) m = fmaxf(m, fabsf(bf16_half(w[e >> 1], e & 1)));
+    }
+    bmax[row][blk] = m;
+  }
+  __syncthreads();
+  if (t < 64) {
+    const int tb = t >> 3, cb = t & 7;
+    float m = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) m = fmaxf(m, bmax[tb * 16 + i][cb]);
+    tmax[tb][cb] = m;
+  }
+  __syncthreads();
+}
+
 // Byte offset of the 8 codes of (plane row p, 16-row block j) of a tile in the columnwise stage (128 rows x 64
 // bytes as 64 row pairs x 128 bytes; the 8-byte unit u = 8 (p & 1) + j of a pair is stored at u ^ (pair & 15)).
 // Writes (16 lanes: 16 consecutive pairs, same p & 1 and j) and reads (16 lanes: the 16 units of one pair) are
@@ -410,11 +444,14 @@ __device__ __forceinline__ void col_block_padding(const QuantArgs& a, const ColT
 // columns k0 .. k0 + kleft and rleft valid rows; mtab is the rowwise plane's multiplier table (PlaneTables).
 // Thread t owns the 16-block blk = t % 8 of tile rows 32 it + t / 8, it = 0..3, i.e. a whole block per thread: its
 // max, scale byte, multiplier and clamp test are formed once for 16 elements (two lanes per block would form them
-// twice).
-template <bool kTorchao, bool kSR>
+// twice). kBlock2d (16x16 blocks, SPEC 6.3): the block's max is its tile's, tmax[row / 16][blk] (tile_maxima_16x16);
+// a block row without NaN / Inf takes the fast path with it (it bounds the row's products as the row's own max does).
+template <bool kTorchao, bool kSR, bool kBlock2d = false>
 __device__ __forceinline__ void rowwise_tile(const QuantArgs& a, const GroupView& gv, int64_t k0, int kleft, int rleft,
                                              const uint8_t* tile, const float* mtab, const PlaneScale& ps_row,
-                                             [[maybe_unused]] const TorchaoPlane& tp_row, [[maybe_unused]] bool row_fast) {
+                                             [[maybe_unused]] const TorchaoPlane& tp_row,
+                                             [[maybe_unused]] bool row_fast,
+                                             [[maybe_unused]] const float (*tmax)[8] = nullptr) {
   const int t = threadIdx.x;
   const int blk = t & 7, rrow = t >> 3;
   const auto [gblk, blk_ok, pad_ok, dptr, dstep, sptr, sstep] = rowwise_tile_out(a, gv, k0, kleft, blk, rrow);
@@ -436,7 +473,7 @@ __device__ __forceinline__ void rowwise_tile(const QuantArgs& a, const GroupView
         break;
       }
       if (it * 32 + rrow < rleft && blk_ok) {
-        const float bmax = __uint_as_float(bbits);
+        const float bmax = kBlock2d ? tmax[(it * 32 + rrow) >> 4][blk] : __uint_as_float(bbits);
         const uint32_t sb = kTorchao ? torchao_scale_byte(bmax, tp_row) : block_scale_byte(bmax, ps_row);
         const float mult = mtab[sb];
         uint32_t lo, hi;
@@ -466,8 +503,8 @@ __device__ __forceinline__ void rowwise_tile(const QuantArgs& a, const GroupView
     const uint32_t wl[4] = {lo.x, lo.y, lo.z, lo.w}, wh[4] = {hi.x, hi.y, hi.z, hi.w};
     const uint32_t bbits = block_max_f32_bits(lo, hi);
     const bool slow = __any_sync(0xffffffffu, bbits >= 0x7F800000u);  // warp-uniform
-    float b = __uint_as_float(bbits);
-    if (slow) {  // exact fp max: NaN-ignoring (SPEC 5.2), NaN-propagating for the torchao rules (5.4)
+    float b = kBlock2d ? tmax[row >> 4][blk] : __uint_as_float(bbits);
+    if (slow && !kBlock2d) {  // exact fp max: NaN-ignoring (SPEC 5.2), NaN-propagating for the torchao rules (5.4)
       float mm = 0.0f;
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
@@ -517,12 +554,15 @@ __device__ __forceinline__ void rowwise_tile(const QuantArgs& a, const GroupView
 // Thread t owns tile columns 2(t%64) + h, h = 0, 1, and the 16-row blocks jb + 4 jj, jb = t/64, jj = 0, 1
 // (warp-uniform). A block wholly past the group's rows only writes its padding scale bytes, so the last tile of a
 // group with <= 64 rows left runs one block per warp instead of two: every warp's share of the tile shrinks with the
-// tile, not only some warps'.
-template <bool kRHT, bool kTorchao, bool kSR>
+// tile, not only some warps'. kBlock2d (16x16 blocks, SPEC 6.3; no RHT): both columns' blocks take their tile's max,
+// tmax[j][cpair / 8] (columns 2 cpair, 2 cpair + 1 lie in 16-column block cpair / 8), as rowwise_tile.
+template <bool kRHT, bool kTorchao, bool kSR, bool kBlock2d = false>
 __device__ __forceinline__ void columnwise_tile_encode(const QuantArgs& a, const GroupView& gv, int64_t k0, int kleft,
                                                       const uint8_t* tile, const float* mtab, const PlaneScale& ps_col,
                                                       [[maybe_unused]] const TorchaoPlane& tp_col,
-                                                      [[maybe_unused]] bool col_fast, uint8_t* cstage) {
+                                                      [[maybe_unused]] bool col_fast, uint8_t* cstage,
+                                                      [[maybe_unused]] const float (*tmax)[8] = nullptr) {
+  static_assert(!kBlock2d || !kRHT, "16x16 blocks without the RHT");
   const int t = threadIdx.x;
   const int cpair = t & 63;
   const int jb = t >> 6;
@@ -560,6 +600,7 @@ __device__ __forceinline__ void columnwise_tile_encode(const QuantArgs& a, const
     for (int i = 0; i < 16; ++i) m = absmax2(m, w[i]);
     const uint32_t mh2[2] = {m & 0xFFFFu, m >> 16};
     const bool jpok = j < jpad;
+    const float b2d = kBlock2d ? tmax[j][cpair >> 3] : 0.0f;
     if (max(mh2[0], mh2[1]) < 0x7F80u && col_fast) {  // no NaN / Inf in either block
       uint32_t sg[2][2];                   // [h][rows 0-7 / 8-15]
       sign_nibbles_cols(w, sg[0][0], sg[1][0]);
@@ -569,7 +610,7 @@ __device__ __forceinline__ void columnwise_tile_encode(const QuantArgs& a, const
         o[h] = 0;
         uint8_t* sp = csp + h * sH + jj * sJ;
         if (2 * cpair + h < kleft) {
-          const float bmax = __uint_as_float(mh2[h] << 16);
+          const float bmax = kBlock2d ? b2d : __uint_as_float(mh2[h] << 16);
           const uint32_t sb = kTorchao ? torchao_scale_byte(bmax, tp_col) : block_scale_byte(bmax, ps_col);
           const float mult = mtab[sb];
           Floats8 xl, xh;
@@ -601,9 +642,11 @@ __device__ __forceinline__ void columnwise_tile_encode(const QuantArgs& a, const
         o[h] = 0;
         uint8_t* sp = csp + h * sH + jj * sJ;
         if (2 * cpair + h < kleft) {
-          float b = 0.0f;
+          float b = b2d;
+          if constexpr (!kBlock2d) {
 #pragma unroll
-          for (int i = 0; i < 16; ++i) b = abs_max<kTorchao>(b, fabsf(bf16_half(w[i], h)));
+            for (int i = 0; i < 16; ++i) b = abs_max<kTorchao>(b, fabsf(bf16_half(w[i], h)));
+          }
           uint32_t sb;
           const float mult = block_byte_and_multiplier<kTorchao>(b, ps_col, tp_col, mtab, sb);
           if constexpr (kSR) {
@@ -671,13 +714,18 @@ __device__ __forceinline__ void columnwise_tile_store(const QuantArgs& a, const 
 // overflow 1 / P, Inf or NaN, take the per-element path with torchao_code_rn (NaN-propagating block maxima).
 // With kRHT too, a NaN out of the butterfly (an input NaN, or Inf - Inf) lies in a block whose NaN-propagating max
 // is NaN, so its multiplier is NaN and gives the code (the multiplier comes first, SPEC 3.5), as in quantize_kernel.
-template <bool kRHT, bool kTorchao = false, bool kSR = false>
+// kBlock2d: 16x16 blocks (SPEC 6.3; rule "te", rounding to nearest, no RHT): after the load, the tile's 64 maxima
+// (tile_maxima_16x16, with the columnwise stage as its scratch), then both planes as with 1x16 blocks, each block
+// with its tile's max.
+template <bool kRHT, bool kTorchao = false, bool kSR = false, bool kBlock2d = false>
 __global__ void __launch_bounds__(256, 4) quantize_fast_bf16(QuantArgs a) {
+  static_assert(!kBlock2d || (!kRHT && !kTorchao && !kSR), "16x16 blocks: rule te, round to nearest, no RHT");
   using T = __nv_bfloat16;
   using G = TileGeom<T>;
   constexpr int TK = G::kTileK;  // 128
   __shared__ alignas(16) uint8_t tile[kTileM * 256];
   __shared__ alignas(16) uint8_t cstage[kTileM * 64];  // columnwise codes of the tile, staged (col_stage_offset)
+  __shared__ float tmax_s[kBlock2d ? 8 : 1][8];        // kBlock2d: the 16x16 tile maxima
 
   GroupView gv;
   int64_t kt;
@@ -719,11 +767,13 @@ __global__ void __launch_bounds__(256, 4) quantize_fast_bf16(QuantArgs a) {
   asm volatile("cp.async.wait_all;\n" ::: "memory");  // this thread's tile pieces have landed; the barrier: all
   __syncthreads();
   const PlaneConsts pc = read_plane_consts<kTorchao>(planes);
+  if constexpr (kBlock2d) tile_maxima_16x16(tile, reinterpret_cast<float(*)[8]>(cstage), tmax_s);
   if (a.row_data != nullptr)
-    rowwise_tile<kTorchao, kSR>(a, gv, k0, kleft, rleft, tile, planes.mtab[0], pc.ps_row, pc.tp_row, pc.row_fast);
+    rowwise_tile<kTorchao, kSR, kBlock2d>(a, gv, k0, kleft, rleft, tile, planes.mtab[0], pc.ps_row, pc.tp_row,
+                                          pc.row_fast, tmax_s);
   if (a.col_data != nullptr) {
-    columnwise_tile_encode<kRHT, kTorchao, kSR>(a, gv, k0, kleft, tile, planes.mtab[1], pc.ps_col, pc.tp_col,
-                                                pc.col_fast, cstage);
+    columnwise_tile_encode<kRHT, kTorchao, kSR, kBlock2d>(a, gv, k0, kleft, tile, planes.mtab[1], pc.ps_col,
+                                                          pc.tp_col, pc.col_fast, cstage, tmax_s);
     __syncthreads();
     columnwise_tile_store(a, gv, k0, kleft, cstage);
   }

@@ -460,33 +460,8 @@ __global__ void __launch_bounds__(256, 4) quantize_4over6_kernel(QuantArgs a) {
   asm volatile("cp.async.wait_all;\n" ::: "memory");  // this thread's tile pieces have landed; the barrier: all
   __syncthreads();
 
-  const int blk = t & 7, rrow = t >> 3;  // rowwise ownership (also the 16x16 maxima below)
-  if constexpr (kBlock2d) {  // SPEC 6.3: one max per 16x16 tile, NaN-ignoring (exact: the integer max unless NaN / Inf)
-#pragma unroll 1
-    for (int it = 0; it < 4; ++it) {
-      const int row = it * 32 + rrow;
-      const uint4 qa = *reinterpret_cast<const uint4*>(tile + row * 256 + blk * 32);
-      const uint4 qb = *reinterpret_cast<const uint4*>(tile + row * 256 + blk * 32 + 16);
-      const uint32_t bits = block_max_f32_bits(qa, qb);
-      float m = __uint_as_float(bits);
-      if (bits >= 0x7F800000u) {
-        const uint32_t w[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
-        m = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 16; ++e) m = fmaxf(m, fabsf(bf16_half(w[e >> 1], e & 1)));
-      }
-      bmax_s[row][blk] = m;
-    }
-    __syncthreads();
-    if (t < 64) {
-      const int tb = t >> 3, cb = t & 7;
-      float m = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 16; ++i) m = fmaxf(m, bmax_s[tb * 16 + i][cb]);
-      tmax_s[tb][cb] = m;
-    }
-    __syncthreads();
-  }
+  const int blk = t & 7, rrow = t >> 3;  // rowwise ownership
+  if constexpr (kBlock2d) tile_maxima_16x16(tile, bmax_s, tmax_s);  // SPEC 6.3: one max per 16x16 tile
 
   // ---- 2. rowwise plane of X (SPEC 6.1) ----
   if (a.row_data != nullptr) {

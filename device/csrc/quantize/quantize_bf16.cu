@@ -63,15 +63,16 @@ void launch_amax_bf16(const AmaxArgs& a_in, bool rht, int64_t row_tiles, cudaStr
   }
 }
 
-// The fast quantizer's instantiation for the RHT, the rule family and the rounding (SPEC 3.4 under a.sr).
+// The fast quantizer's instantiation for the RHT, the rule family and the rounding (SPEC 3.4 under a.sr); 16x16
+// blocks have one (rule te, round to nearest, no RHT: check_kernel refuses the others).
 using FastQuantizer = void (*)(QuantArgs);
-static FastQuantizer fast_quantizer(bool rht, bool torchao, bool sr) {
+static FastQuantizer fast_quantizer(bool rht, bool torchao, bool sr, bool block2d) {
   constexpr FastQuantizer kernels[2][2][2] = {  // [rht][torchao][sr]
       {{quantize_fast_bf16<false, false, false>, quantize_fast_bf16<false, false, true>},
        {quantize_fast_bf16<false, true, false>, quantize_fast_bf16<false, true, true>}},
       {{quantize_fast_bf16<true, false, false>, quantize_fast_bf16<true, false, true>},
        {quantize_fast_bf16<true, true, false>, quantize_fast_bf16<true, true, true>}}};
-  return kernels[rht][torchao][sr];
+  return block2d ? quantize_fast_bf16<false, false, false, true> : kernels[rht][torchao][sr];
 }
 
 // 4 CTAs per SM of quantize_fast_bf16 need 4 x 41 KB of static shared memory: ask for the largest carveout, once
@@ -81,8 +82,8 @@ static void prefer_max_shared_fast() {
   int dev = 0;
   cudaGetDevice(&dev);
   if (done.get(dev)) return;
-  for (int i = 0; i < 8; ++i)
-    cudaFuncSetAttribute(fast_quantizer(i & 1, i & 2, i & 4), cudaFuncAttributePreferredSharedMemoryCarveout,
+  for (int i = 0; i < 9; ++i)
+    cudaFuncSetAttribute(fast_quantizer(i & 1, i & 2, i & 4, i == 8), cudaFuncAttributePreferredSharedMemoryCarveout,
                          cudaSharedmemCarveoutMaxShared);
   done.set(dev, true);
 }
@@ -92,7 +93,7 @@ void launch_quantize_bf16(const QuantArgs& a, bool rht, int64_t row_tiles, cudaS
   const int64_t grid = row_tiles * quant_k_tiles<__nv_bfloat16>(a.K);
   if (grid == 0) return;
   if (kernel == kQuantizeFastBf16) {
-    const FastQuantizer quantizer = fast_quantizer(rht, is_torchao_rule(a.rule), a.sr != 0);
+    const FastQuantizer quantizer = fast_quantizer(rht, is_torchao_rule(a.rule), a.sr != 0, a.block2d != 0);
     prefer_max_shared_fast();
     if (after_amax) launch_chained(quantizer, dim3((unsigned)grid), 256, 0, s, a);  // overlaps the amaxes' writer
     else quantizer<<<(unsigned)grid, 256, 0, s>>>(a);
