@@ -71,11 +71,12 @@ def plan_quantize(dtype: str, *, rht: bool, rht_signs: int, block2d: bool, sr: b
                   kernel: str | None = None, four_over_six: bool = False) -> QuantizePlan:
     """The kernels of a quantize call on ``dtype`` input (``"bfloat16"``, ``"float16"``, ``"float32"``).
 
-    Each pass runs the bf16 fast kernels where they can (2.1-2.4x faster than the general kernels on the same bytes,
-    docs/performance.md), else the general ones. ``kernel`` (:func:`device.testing.force_plan`'s ``quantize``) forces
-    ``"general"`` or ``"fast_bf16"`` for both passes. A 4over6 call (``four_over_six``, SPEC 5.6) runs its quantize
-    pass on the 4over6 kernel, the only one that selects between two block scales, after the fast amax pass; a forced
-    ``"four_over_six"`` names that plan, any other forced kernel cannot run it."""
+    Each pass runs the bf16 fast kernels where they can (2.1-2.4x faster than the general kernels on the same bytes
+    with 1x16 blocks, 1.66-1.69x with 16x16, docs/performance.md), else the general ones. ``kernel``
+    (:func:`device.testing.force_plan`'s ``quantize``) forces ``"general"`` or ``"fast_bf16"`` for both passes. A
+    4over6 call (``four_over_six``, SPEC 5.6) runs its quantize pass on the 4over6 kernel, the only one that selects
+    between two block scales, after the fast amax pass; a forced ``"four_over_six"`` names that plan, any other forced
+    kernel cannot run it."""
     if four_over_six:
         why = four_over_six_reason(dtype, rht=rht, sr=sr)
         if why:

@@ -17,6 +17,7 @@ ml_dtypes = pytest.importorskip("ml_dtypes")
 torch = pytest.importorskip("torch")
 
 import oracle  # noqa: E402
+from device._codes import QuantizeKernel  # noqa: E402
 
 pytestmark = [
     pytest.mark.cuda,
@@ -185,18 +186,35 @@ def test_fast_quantize_many_tiles(rht, kind, rounding):
                offset=2**32 - 2)
 
 
-@pytest.mark.parametrize("kind", ["special", "inf"])
+@pytest.mark.parametrize("kind", ["special", "inf", "scattered_inf"])
 def test_fast_quantize_16x16_many_tiles(kind):
     """bf16, 16x16 blocks (SPEC 6.3) under rule te, rounding to nearest, without the RHT: the fast kernel (its tile
-    maxima, then both planes with each tile's max) on 4096 x 5120, 1280 tiles, with NaN and Inf elements (a block row
-    holding one takes the exact path; a finite block row of a tile holding an Inf takes the fast path with the clamped
-    encode), both scale layouts."""
-    from device._codes import QuantizeKernel
-
-    x = make_input(4096, 5120, kind=kind, seed=17)
+    maxima, then both planes with each tile's max) on 4096 x 5120, 1280 tiles, both scale layouts. "special" / "inf":
+    NaN and Inf in most warps' rows (a block row holding one takes the exact path); "scattered_inf": finite data with
+    an Inf in 40 tiles, whose other block rows take the fast path with the clamped encode."""
+    x = make_input(4096, 5120, kind="normal" if kind == "scattered_inf" else kind, seed=17)
+    if kind == "scattered_inf":
+        rng = np.random.default_rng(18)
+        x = x.astype(np.float32)
+        x[rng.integers(0, 4096, 40), rng.integers(0, 5120, 40)] = np.inf
+        x = x.astype(BF16)
     kw = dict(rowwise=True, columnwise=True, rht=False, block=(16, 16), rounding="rn")
     assert device_opts(to_cuda(x[:16]), **kw)["quantize_kernel"] == QuantizeKernel.fast_bf16  # the premise
     check_case(x, **kw)
+
+
+@pytest.mark.parametrize("rule", ["te", "te_fused_rht"])
+@pytest.mark.parametrize("amax", [(0.0, 3.0), (float("inf"), float("nan")), (1e-30, 0.0), (float("nan"), 2.0)])
+def test_fast_quantize_16x16_user_amax_and_rules(rule, amax):
+    """16x16 blocks on the fast kernel under both TE rules with supplied amaxes of 0, Inf, NaN and 1e-30 (SPEC 4.3,
+    5.1: multipliers of FLT_MAX, 0 or NaN planes) on data with NaN and Inf, against the oracle, both scale layouts."""
+    x = make_input(70, 64, kind="inf", seed=9)
+    kw = dict(rowwise=True, columnwise=True, rht=False, block=(16, 16), rule=rule, rounding="rn")
+    x_t = to_cuda(x)
+    assert device_opts(x_t, **kw)["quantize_kernel"] == QuantizeKernel.fast_bf16  # the premise
+    ref = oracle.quantize(x, amax=amax, **kw)
+    for swizzled in (True, False):
+        check_single(run_poisoned(x_t, swizzled=swizzled, amax=amax, **kw), ref, swizzled)
 
 
 @pytest.mark.parametrize("rowwise,columnwise,rht", [(True, False, False), (False, True, True)])
@@ -674,9 +692,10 @@ def test_group_fast_quantize_64_groups(rht):
         check_grouped(run_group_poisoned(x_t, splits, swizzled=swizzled, **kw), ref, swizzled)
 
 
-@pytest.mark.parametrize("planes,rht,block", [("both", False, (1, 16)), ("both", True, (1, 16)), ("row", False, (1, 16)),
-                                              ("col", False, (1, 16)), ("col", True, (1, 16)),
-                                              ("both", False, (16, 16)), ("col", False, (16, 16))])
+@pytest.mark.parametrize("planes,rht,block", [("both", False, (1, 16)), ("both", True, (1, 16)),
+                                              ("row", False, (1, 16)), ("col", False, (1, 16)),
+                                              ("col", True, (1, 16)), ("both", False, (16, 16)),
+                                              ("col", False, (16, 16))])
 def test_group_fast_quantize_mixed_groups(planes, rht, block):
     """The bf16 fast path (1x16 blocks, and 16x16 under rule te) on groups of very different sizes and contents: a
     giant first group, groups of one row, an unaligned K whose last column tile is 80 columns wide, NaN / Inf / a huge
@@ -692,6 +711,7 @@ def test_group_fast_quantize_mixed_groups(planes, rht, block):
     x[2999, 7] = np.float32(3e38)  # last row of the giant group 0: its largest element
     x = x.astype(BF16)
     kw = dict(rowwise=planes != "col", columnwise=planes != "row", rht=rht, block=block, rounding="rn")
+    assert device_opts(to_cuda(x[:16]), **kw)["quantize_kernel"] == QuantizeKernel.fast_bf16  # the premise
     ref = oracle.group_quantize(x, splits, **kw)
     bufs = run_group_poisoned(to_cuda(x), splits, swizzled=True, **kw)
     check_grouped(bufs, ref, True, rowwise=kw["rowwise"], columnwise=kw["columnwise"])
@@ -702,8 +722,9 @@ SHORT_TILE_SPLITS = np.array([1, 0, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 148,
 
 
 @pytest.mark.parametrize("k", [48, 400, 1104])  # 1 K tile; 4, the last 16 wide; 9, the last 80 wide
-@pytest.mark.parametrize("planes,rht,block", [("both", False, (1, 16)), ("both", True, (1, 16)), ("row", False, (1, 16)),
-                                              ("col", True, (1, 16)), ("both", False, (16, 16))])
+@pytest.mark.parametrize("planes,rht,block", [("both", False, (1, 16)), ("both", True, (1, 16)),
+                                              ("row", False, (1, 16)), ("col", True, (1, 16)),
+                                              ("both", False, (16, 16))])
 def test_group_fast_quantize_short_last_tiles(planes, rht, block, k):
     """The bf16 fast kernel (1x16 blocks, and 16x16 under rule te: a group's last tile maxima over its short rows) on
     groups whose last row tile is short (1-64 rows), with K tiles of 16 to 128 columns:
@@ -722,6 +743,7 @@ def test_group_fast_quantize_short_last_tiles(planes, rht, block, k):
     x[starts[12] + 140, 0] = np.float32(3e38)  # 148 rows: the largest element sits in the 20-row last tile
     x = x.astype(BF16)
     kw = dict(rowwise=planes != "col", columnwise=planes != "row", rht=rht, block=block, rounding="rn")
+    assert device_opts(to_cuda(x[:16]), **kw)["quantize_kernel"] == QuantizeKernel.fast_bf16  # the premise
     ref = oracle.group_quantize(x, splits, **kw)
     x_t = to_cuda(x)
     for swizzled in (True, False):
@@ -733,14 +755,14 @@ def test_group_fast_quantize_short_last_tiles(planes, rht, block, k):
 # the quantize plan: the general kernels on the fast kernels' inputs; the fast kernels refused where they cannot run
 # ------------------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("rounding", ["rn", "sr"])
-@pytest.mark.parametrize("rht", [False, True])
-def test_general_kernels_on_the_fast_kernels_inputs(rht, rounding):
+@pytest.mark.parametrize("rht,rounding,block", [(False, "rn", (1, 16)), (False, "sr", (1, 16)),
+                                               (True, "rn", (1, 16)), (True, "sr", (1, 16)), (False, "rn", (16, 16))])
+def test_general_kernels_on_the_fast_kernels_inputs(rht, rounding, block):
     """device.testing.force_plan(quantize="general"): the general amax and quantize kernels on what the bf16 fast
-    kernels take by default (bf16, 1x16 blocks, RN or SR, with the RHT under the default sign mask and without) give
+    kernels take by default (bf16, 1x16 blocks, RN or SR, with the RHT under the default sign mask and without; 16x16
+    blocks, RN, without the RHT) give
     the oracle's bytes too: the single-tensor check of test_fast_quantize_many_tiles (special values, both scale layouts)
     on a smaller tensor, the grouped check of test_group_fast_quantize_mixed_groups, and the public calls."""
-    from device._codes import QuantizeKernel
     from device.testing import force_plan
 
     def kernels(x_t, **kw):
@@ -748,7 +770,7 @@ def test_general_kernels_on_the_fast_kernels_inputs(rht, rounding):
         return opts["amax_kernel"], opts["quantize_kernel"]
 
     x = make_input(1000, 1104, kind="special", seed=70 + rht)
-    kw = dict(rowwise=True, columnwise=True, rht=rht, block=(1, 16), rounding=rounding, seed=9, offset=2)
+    kw = dict(rowwise=True, columnwise=True, rht=rht, block=block, rounding=rounding, seed=9, offset=2)
     # the premises: these inputs take the fast kernels unless forced, the general ones when forced
     assert kernels(to_cuda(x), **kw) == (QuantizeKernel.fast_bf16, QuantizeKernel.fast_bf16)
     with force_plan(quantize="general"):
@@ -780,9 +802,9 @@ def test_general_kernels_on_the_fast_kernels_inputs(rht, rounding):
 ])
 def test_forcing_the_fast_kernels_where_they_cannot_run_raises(dtype, kw, why):
     """force_plan(quantize="fast_bf16") on input the fast kernels cannot quantize (16x16 blocks with stochastic
-    rounding or a torchao rule, another RHT sign mask, fp16 / fp32) raises ValueError before any launch, single and grouped; the C++ bindings refuse those kernel
-    codes as well (their own check, bypassing Python), in a child process: a crash there must fail this test, not take
-    the test worker down."""
+    rounding or a torchao rule, another RHT sign mask, fp16 / fp32) raises ValueError before any launch, single and
+    grouped; the C++ bindings refuse those kernel codes as well (their own check, bypassing Python), in a child
+    process: a crash there must fail this test, not take the test worker down."""
     import subprocess
     import sys
 

@@ -1,7 +1,7 @@
 """Where a grouped GEMM call's wall time goes (GPU): kernels, the gaps between them, and the host's enqueue time.
 
-For each case (tools/ab/ab_plans.py's ``E,T,K,N,kind[,out][,skew]``), under one plan (ab_plans.py's syntax:
-``auto``, or ``algorithm=... loader=... epilogue=... mode=... sms=...``):
+For each case (tools/ab/ab_plans.py's ``E,T,K,N,kind[,out][,skew|ragged8][,bias]``), under one plan (ab_plans.py's
+syntax: ``auto``, or ``algorithm=... loader=... epilogue=... mode=... sms=...``):
   * host: seconds to enqueue one call (mean over 20 calls, no synchronisation; if this exceeds the GPU time per
     call, back-to-back timings measure the host, not the kernels);
   * event: GPU seconds per call, 10 calls back to back (``bench_grouped_gemm.timeit``);
@@ -36,7 +36,8 @@ DEFAULT_CASES = ("8,16384,4096,14336,fprop;8,16384,4096,14336,dgrad;8,16384,4096
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", default=DEFAULT_CASES, help='";"-separated cases E,T,K,N,kind[,out][,skew]')
+    ap.add_argument("--cases", default=DEFAULT_CASES,
+                    help='";"-separated cases E,T,K,N,kind[,out][,skew|ragged8][,bias]')
     ap.add_argument("--plan", default="auto", help='one plan, e.g. "auto", "mode=exact", "algorithm=fused_128x256"')
     ap.add_argument("--calls", type=int, default=5, help="back-to-back calls under the profiler")
     args = ap.parse_args()

@@ -2,7 +2,7 @@
 // stochastic rounding, no RHT or the RHT with SPEC 7's default sign mask; and 16x16 blocks (SPEC 6.3) under rule te,
 // rounding to nearest, without the RHT (device/_dispatch.py plan_quantize runs them there; the general kernels of
 // general.cuh everywhere else). Their outputs are the general kernels' byte for byte, with fewer instructions per
-// element (2.1-2.4x faster on the same bytes):
+// element (1x16: 2.1-2.4x faster on the same bytes; 16x16: 1.66-1.69x):
 //  * compile-time RHT signs: the sign flips become operand negations of the first butterfly FADDs (free);
 //  * block maxima on packed bf16 pairs by integer SIMD max (the NaN-ignoring fp max of SPEC 5.2 equals the integer
 //    max of the |bits| when no element is NaN / Inf; a block that has one goes to the exact slow path); the rowwise
