@@ -63,6 +63,34 @@ def _host_bytes(t: torch.Tensor) -> bytes:
     return t.detach().contiguous().view(torch.uint8).cpu().numpy().tobytes()
 
 
+PLANE_FIELDS = ("row_data", "row_scales", "row_amax", "col_data", "col_scales", "col_amax")
+
+
+def assert_same_bytes(got, want, what: str, fields: tuple[str, ...] = PLANE_FIELDS) -> None:
+    """The named buffers of two quantize results hold the same bytes (AssertionError naming the first that differs)."""
+    for f in fields:
+        assert _host_bytes(getattr(got, f)) == _host_bytes(getattr(want, f)), f"{what}: {f}"
+
+
+def assert_swizzled_of_compact(swizzled, compact, what: str) -> None:
+    """A swizzled-scale result against the compact-scale result of the same call: the same data and amaxes, and its
+    scales the swizzle of the compact scales (SPEC 8.2), both planes."""
+    assert_same_bytes(swizzled, compact, what, ("row_data", "col_data", "row_amax", "col_amax"))
+    for f in ("row_scales", "col_scales"):
+        assert _host_bytes(device.swizzle_scales(getattr(compact, f))) == _host_bytes(getattr(swizzled, f)), \
+            f"{what}: swizzled {f}"
+
+
+def assert_rows_match_oracle(compact, x: torch.Tensor, rows: int, what: str, **kw) -> None:
+    """The rowwise plane (data and compact scales) of X's first ``rows`` rows is oracle.quantize's of those rows
+    under the options ``kw``, given the tensor's amax (SPEC 4.3)."""
+    want = oracle.quantize(x[:rows], amax=float(compact.row_amax.reshape(-1)[0]), **kw).row
+    got_data = compact.row_data.reshape(x.shape[0], -1)[:rows].cpu().numpy()
+    got_scales = compact.row_scales.reshape(x.shape[0], -1)[:rows].cpu().numpy()
+    assert np.array_equal(got_data, want.data) and np.array_equal(got_scales, want.scales), \
+        f"{what}: rowwise plane vs oracle"
+
+
 def check_results(x: torch.Tensor, kw: dict, rows: int = 64) -> None:
     """The bytes of the calls a shape times, before the timing (AssertionError on any difference): the fused call's
     data and amaxes are the compact call's and its scales the swizzle of the compact scales (SPEC 8.2); the one-pass call
@@ -72,25 +100,15 @@ def check_results(x: torch.Tensor, kw: dict, rows: int = 64) -> None:
     fused = device.quantize(x, swizzled=True, **kw)
     compact = device.quantize(x, swizzled=False, **kw)
     one_pass = device.quantize(x, swizzled=True, amax=(fused.row_amax.clone(), fused.col_amax.clone()), **kw)
-    for f in ("row_data", "col_data", "row_amax", "col_amax"):
-        assert _host_bytes(getattr(compact, f)) == _host_bytes(getattr(fused, f)), f"compact call: {f}"
-    for f in ("row_scales", "col_scales"):
-        assert _host_bytes(device.swizzle_scales(getattr(compact, f))) == _host_bytes(getattr(fused, f)), \
-            f"swizzled {f}"
-    for f in ("row_data", "row_scales", "row_amax", "col_data", "col_scales", "col_amax"):
-        assert _host_bytes(getattr(one_pass, f)) == _host_bytes(getattr(fused, f)), f"one-pass call: {f}"
+    assert_swizzled_of_compact(fused, compact, "compact call")
+    assert_same_bytes(one_pass, fused, "one-pass call")
     sr = dict(kw, swizzled=True, rounding="sr", seed=1)
     fast = device.quantize(x, **sr)
     with force_plan(quantize="general"):
         general = device.quantize(x, **sr)
-    for f in ("row_data", "row_scales", "col_data", "col_scales"):
-        assert _host_bytes(getattr(general, f)) == _host_bytes(getattr(fast, f)), \
-            f"stochastic rounding, general against fast kernel: {f}"
-    amax = float(fused.row_amax.reshape(-1)[0])
-    want = oracle.quantize(x[:rows], amax=amax).row  # (the oracle reads a torch bf16 tensor as its bf16 values)
-    got_data = compact.row_data.reshape(x.shape[0], -1)[:rows].cpu().numpy()
-    got_scales = compact.row_scales.reshape(x.shape[0], -1)[:rows].cpu().numpy()
-    assert np.array_equal(got_data, want.data) and np.array_equal(got_scales, want.scales), "rowwise plane vs oracle"
+    assert_same_bytes(general, fast, "stochastic rounding, general against fast kernel",
+                      ("row_data", "row_scales", "col_data", "col_scales"))
+    assert_rows_match_oracle(compact, x, rows, "fused call")  # (the oracle reads a torch bf16 tensor as its values)
 
 
 SHAPES = ((8192, 5120), (8192, 11328), (16384, 4096), (11328, 8192), (14336, 16384))
@@ -300,13 +318,11 @@ def four_over_six_rows(x: torch.Tensor, shape: str, t_te: float, iters: int, add
         if block == (1, 16):
             t_p = t_te
         else:  # the fast kernel (its 16x16 form) and the general kernel forced, after their bytes are compared
-            fast = device.quantize(x, block=block, **plain)
+            fast_kernel = device.quantize(x, block=block, **plain)
             with force_plan(quantize="general"):
-                general = device.quantize(x, block=block, **plain)
+                general_kernel = device.quantize(x, block=block, **plain)
                 t_g = bench(lambda: device.quantize(x, block=block, **plain), iters)  # noqa: B023 (called inside this iteration)
-            for f in ("row_data", "row_scales", "col_data", "col_scales", "row_amax", "col_amax"):
-                assert _host_bytes(getattr(general, f)) == _host_bytes(getattr(fast, f)), \
-                    f"16x16, general against fast kernel: {f}"
+            assert_same_bytes(general_kernel, fast_kernel, "16x16, general against fast kernel")
             t_p = bench(lambda: device.quantize(x, block=block, **plain), iters)  # noqa: B023 (called inside this iteration)
             add("  rule te 16x16, row+col, no RHT (the 16x16 rows' plain)", shape, t_p, nbytes,
                 f"general kernel {t_g:.1f} us ({t_g / t_p:.2f}x)")
@@ -314,16 +330,8 @@ def four_over_six_rows(x: torch.Tensor, shape: str, t_te: float, iters: int, add
             fo6 = dict(block=block, four_over_six=error, four_over_six_fast_math=fast)
             compact = device.quantize(x, **fo6, rowwise=True, columnwise=True, swizzled=False)
             timed = device.quantize(x, **fo6, **plain)
-            for f in ("row_data", "col_data", "row_amax", "col_amax"):
-                assert _host_bytes(getattr(compact, f)) == _host_bytes(getattr(timed, f)), f"4over6 {fo6}: {f}"
-            for f in ("row_scales", "col_scales"):
-                assert _host_bytes(device.swizzle_scales(getattr(compact, f))) == _host_bytes(getattr(timed, f)), \
-                    f"4over6 {fo6}: swizzled {f}"
-            want = oracle.quantize(x[:32], amax=float(compact.row_amax.reshape(-1)[0]), **fo6).row
-            got_data = compact.row_data.reshape(x.shape[0], -1)[:32].cpu().numpy()
-            got_scales = compact.row_scales.reshape(x.shape[0], -1)[:32].cpu().numpy()
-            assert np.array_equal(got_data, want.data) and np.array_equal(got_scales, want.scales), \
-                f"4over6 {error} fast_math={fast} {block}: rowwise plane vs oracle"
+            assert_swizzled_of_compact(timed, compact, f"4over6 {fo6}")
+            assert_rows_match_oracle(compact, x, 32, f"4over6 {fo6}", **fo6)
             t_46 = bench(lambda: device.quantize(x, **fo6, **plain), iters)  # noqa: B023 (called inside this iteration)
             name = f"  4over6 {error}{' fast-math' if fast else ''} {block[0]}x{block[1]}, row+col"
             add(name, shape, t_46, nbytes, f"4over6/plain time {t_46 / t_p:.2f}")

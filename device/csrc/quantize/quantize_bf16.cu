@@ -82,7 +82,7 @@ static void prefer_max_shared_fast() {
   int dev = 0;
   cudaGetDevice(&dev);
   if (done.get(dev)) return;
-  for (int i = 0; i < 9; ++i)
+  for (int i = 0; i < 9; ++i)  // bits of i: rht, torchao, sr; i = 8: the 16x16 instantiation
     cudaFuncSetAttribute(fast_quantizer(i & 1, i & 2, i & 4, i == 8), cudaFuncAttributePreferredSharedMemoryCarveout,
                          cudaSharedmemCarveoutMaxShared);
   done.set(dev, true);
