@@ -13,14 +13,15 @@ This module imports neither torch nor CUDA: the choices are plain functions of h
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from oracle.rht import DEFAULT_RHT_SIGNS
 
 from ._codes import Algorithm, Epilogue, Loader, QuantizeKernel
 
-__all__ = ["ALGORITHM_TILES", "FORCED", "GemmPlan", "GemmProblem", "QuantizePlan", "fused_fast_algorithm", "plan_gemm",
-           "plan_quantize"]
+__all__ = ["ALGORITHM_TILES", "FORCED", "GemmPlan", "GemmProblem", "QuantizePlan", "fused_fast_algorithm", "pad_ratio",
+           "plan_gemm", "plan_quantize", "uneven_rows"]
 
 #: The plan parts that :func:`device.testing.force_plan` forces (``algorithm``, ``loader``, ``epilogue``,
 #: ``quantize``: name -> value); empty outside its blocks. Read when a call chooses its plan.
@@ -152,6 +153,11 @@ SWAPPED_MAX_ROWS = 96
 WIDE_SWAPPED_MIN_ROWS = 256
 #: ... (E64 T16384 K1408 N2048: 0.94-1.02 over two rounds against 1.005)
 WIDE_SWAPPED_MIN_CONTRACTION = 2048
+#: ... or from PAIR_MIN_CONTRACTION where 256-row tiles cover the groups' rows with at least this many times the rows
+#: of its 128-token tiles (pad_ratio): fused_pair_256x256 wins only where the groups fill its tiles (H100, dgrad
+#: K2048 N1408, swapped_256x128 / the plan without this rule: balanced E64 at 320 and 384 rows (ratio 1.33) 1.12 /
+#: 1.10, ragged8 E64 T32768 (1.09) 1.08, E128 T32768 (1.30) 1.07-1.14; at 256 rows (1.0) 0.92)
+WIDE_SWAPPED_MIN_PAD_RATIO = 1.04
 #: the swapped kernels run contractions below this length only (a correctness bound, not a tuning: their cp.async
 #: loader steps each copy by 32-bit offsets of up to 96 x the contraction with 64-token tiles, below 2^31 up to 22.3M,
 #: and 240 x with 256-token tiles, up to 8.9M)
@@ -206,7 +212,8 @@ class GemmProblem(NamedTuple):
     ``a_data_bytes`` / ``b_data_bytes`` / ``b_scale_bytes``: the sizes of the operand planes' buffers (TMA maps
     over them need at least one row). ``cutlass``: the extension was built with CUTLASS's headers. ``b_copy``: the
     caller gives the weights' fp16 values (fprop, or dgrad with bf16 output), which copies_cutlass reads instead of
-    decoding b's plane."""
+    decoding b's plane. ``uneven_rows``: the caller knows the group sizes on the host and they fill 256-row tiles
+    unevenly (:func:`uneven_rows`); None: not known, taken from balanced groups of ``tokens // groups`` rows."""
 
     kind: str
     mode: str
@@ -225,6 +232,7 @@ class GemmProblem(NamedTuple):
     b_scale_bytes: int = 0
     cutlass: bool = True
     b_copy: bool = False
+    uneven_rows: bool | None = None
 
     @property
     def b_aligned(self) -> bool:
@@ -270,12 +278,35 @@ def _copies_pay(p: GemmProblem) -> bool:
     return p.tokens // p.groups >= COPIES_MIN_REUSE and min(dims) >= COPIES_MIN_REUSE
 
 
+def pad_ratio(splits: Sequence[int]) -> float:
+    """The rows of 256-row tiles over the rows of 128-row tiles that cover groups of these sizes (1.0 without rows):
+    sum(ceil(m / 256) 256) / sum(ceil(m / 128) 128)."""
+    rows_128 = sum(-(-m // 128) for m in splits) * 128
+    return sum(-(-m // 256) for m in splits) * 256 / rows_128 if rows_128 else 1.0
+
+
+def uneven_rows(splits: Sequence[int]) -> bool:
+    """Whether groups of these sizes fill 256-row tiles unevenly: a pad_ratio of WIDE_SWAPPED_MIN_PAD_RATIO or more
+    (GemmProblem.uneven_rows)."""
+    return pad_ratio(splits) >= WIDE_SWAPPED_MIN_PAD_RATIO
+
+
+def _uneven(p: GemmProblem) -> bool:
+    """p's uneven_rows, or where the caller did not know the group sizes, that of balanced groups (T // E rows each,
+    the last one the rest)."""
+    if p.uneven_rows is not None:
+        return p.uneven_rows
+    rows = p.tokens // p.groups
+    return uneven_rows([rows] * (p.groups - 1) + [p.tokens - rows * (p.groups - 1)])
+
+
 def _wide_swapped_pays(p: GemmProblem) -> bool:
     """Whether fprop or dgrad runs on swapped_256x128 (unless copies_cutlass reads a given weight copy:
-    _auto_algorithm): from WIDE_SWAPPED_MIN_ROWS rows per group and a contraction of WIDE_SWAPPED_MIN_CONTRACTION, with
-    its TMA loader."""
+    _auto_algorithm): from WIDE_SWAPPED_MIN_ROWS rows per group, with its TMA loader, and a contraction of
+    WIDE_SWAPPED_MIN_CONTRACTION, or of PAIR_MIN_CONTRACTION where the groups fill 256-row tiles unevenly."""
     return (p.kind != "wgrad" and p.tokens // p.groups >= WIDE_SWAPPED_MIN_ROWS
-            and p.contraction >= WIDE_SWAPPED_MIN_CONTRACTION
+            and (p.contraction >= WIDE_SWAPPED_MIN_CONTRACTION
+                 or (p.contraction >= PAIR_MIN_CONTRACTION and _uneven(p)))
             and algorithm_unavailable(Algorithm.swapped_256x128, p) is None
             and _swapped_tma_reason(Algorithm.swapped_256x128, p) is None)
 

@@ -414,9 +414,10 @@ _RCP_7225344 = alpha_factor(448, 448)  # SPEC 12.1: fp32(1/7225344)
 
 #: The names of the ints in the ``sizes`` argument of the grouped GEMM ops, in order (device/gemm.py computes them
 #: from the operands' host-known shapes): the plan's problem (tokens, n, k; SPEC 12.5's names), the kernel's
-#: arguments (b_rows, a_rows, kc, cols), the SPEC 12.1 alpha rule code, the upper bound on output tiles and the
-#: operands' G (SPEC 5.6, 12.1).
-GEMM_SIZES = ("tokens", "n", "k", "b_rows", "a_rows", "kc", "cols", "rule", "grid_upper", "g_a", "g_b")
+#: arguments (b_rows, a_rows, kc, cols), the SPEC 12.1 alpha rule code, the upper bound on output tiles, the
+#: operands' G (SPEC 5.6, 12.1) and what the caller knows of the group sizes on the host (uneven_rows: 1 / 0 for
+#: device._dispatch.uneven_rows of the sizes, -1 where they are not known; the plan only).
+GEMM_SIZES = ("tokens", "n", "k", "b_rows", "a_rows", "kc", "cols", "rule", "grid_upper", "g_a", "g_b", "uneven_rows")
 
 
 def gemm_problem(kind: int, mode: str, groups: int, sizes, out_dtype: torch.dtype, accumulate: bool, bias: bool,
@@ -431,7 +432,7 @@ def gemm_problem(kind: int, mode: str, groups: int, sizes, out_dtype: torch.dtyp
         b_data_aligned=b_data.data_ptr() % 16 == 0, a_scales_aligned=a_scales.data_ptr() % 16 == 0,
         b_scales_aligned=b_scales.data_ptr() % 16 == 0,
         a_data_bytes=a_data.numel(), b_data_bytes=b_data.numel(), b_scale_bytes=b_scales.numel(), cutlass=cutlass,
-        b_copy=b_copy)
+        b_copy=b_copy, uneven_rows=None if s["uneven_rows"] < 0 else bool(s["uneven_rows"]))
 
 
 def weight_f16_copy(row_data: Tensor, row_scales: Tensor, offsets: Tensor, e: int, n: int, k: int) -> Tensor:

@@ -45,6 +45,7 @@ graph and replayed with new data and new splits.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -166,7 +167,7 @@ def _out_dtype(out_dtype, default):
 
 def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, kind: str = "fprop",
                  out_dtype: torch.dtype | str | None = None, out: Tensor | None = None, accumulate: bool = False,
-                 bias: Tensor | None = None, mode: str = "fast") -> Tensor:
+                 bias: Tensor | None = None, mode: str = "fast", split_sizes: Sequence[int] | None = None) -> Tensor:
     """Grouped NVFP4 GEMM of two grouped quantized tensors from :func:`device.group_quantize` (SPEC 12.5).
 
     Args:
@@ -186,6 +187,10 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
             SPEC 12.7; contractions below 2^19 once rounded up to a multiple of 64, for wgrad T; 0.35-0.57x the
             speed of torch._grouped_mm on BF16 on the H200,
             docs/performance.md).
+        split_sizes: the token groups' sizes (m_g, adding up to T) as a list of ints, where the caller has them on
+            the host: a hint for the choice among plans that give the same bits (docs/design.md section 6, row 1b:
+            fprop / dgrad on groups that fill 256-row tiles unevenly). The kernels take the sizes from the operands'
+            offsets tables whatever the hint says. None (default): the plan assumes balanced groups.
 
     Returns:
         ``out``: ``[T, N]`` (fprop), ``[T, K]`` (dgrad) or ``[E, N, K]`` (wgrad).
@@ -196,14 +201,14 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
     m_g tokens as a's for wgrad; a group where they disagree reads nothing and its output is NaN.
 
     Raises TypeError / ValueError before any launch for operands that are not grouped results with the planes
-    ``kind`` reads and swizzled scales, a different E or K, scale rules without an alpha (SPEC 12.1), an unknown
+    ``kind`` reads and swizzled scales, a different E or K, ``split_sizes`` that are not E ints >= 0 adding up to T, scale rules without an alpha (SPEC 12.1), an unknown
     kind or mode, an ``out`` / ``out_dtype`` / ``accumulate`` / ``bias`` that does not fit (shape, dtype, device,
     contiguity, alignment, overlap with an operand), a mode-sm100 contraction of 2^19 or more, and (ValueError) a
     fast-mode call with a misaligned scale buffer that no fast algorithm can run (docs/design.md section 6).
     RuntimeError (torch's out= rule) for an ``out`` that requires grad while grad mode is on: autograd does not
     record the write (under ``torch.no_grad()`` it is taken); an eager call bumps ``out``'s version counter, so a
     tensor autograd saved and this call overwrote fails the backward."""
-    c = _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode)
+    c = _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode, split_sizes)
     operands = _operands(c, a, b)
     plan = _plan_parts()
     # one torch.library custom op per form (device/_ops.py): torch.compile traces them through their fake
@@ -231,12 +236,14 @@ def _plan_parts() -> tuple[str, str, str, int]:
     return forced.get("algorithm", ""), forced.get("loader", ""), forced.get("epilogue", ""), int(_num_sms or 0)
 
 
-def gemm_sizes(kind: str, e: int, t: int, n: int, k: int, rule: int, g_a: int = 448, g_b: int = 448) -> list[int]:
+def gemm_sizes(kind: str, e: int, t: int, n: int, k: int, rule: int, g_a: int = 448, g_b: int = 448,
+               uneven_rows: bool | None = None) -> list[int]:
     """The ints of device._ops.GEMM_SIZES for a grouped GEMM of SPEC 12.5's sizes (fprop ``Y [T, N] = X [T, K] W^T``,
     dgrad ``dX [T, K] = dY [T, N] W``, wgrad ``dW [E, N, K] = dY^T X``): the plan's problem (T, N, K), the kernels'
     B rows, A rows (wgrad), contraction (fprop K, dgrad N; wgrad per group, 0 here) and output columns, the SPEC 12.1
-    rule code, the upper bound on output tiles and the operands' G (SPEC 5.6). Used by :func:`grouped_gemm` and by
-    :class:`device.GroupedLinear`."""
+    rule code, the upper bound on output tiles, the operands' G (SPEC 5.6) and ``uneven_rows``
+    (:func:`device._dispatch.uneven_rows` of host-known group sizes; None: not known). Used by :func:`grouped_gemm`
+    and by :class:`device.GroupedLinear`."""
     if kind == "fprop":
         b_rows, a_rows, kc, cols = n, 0, k, n
     elif kind == "dgrad":
@@ -244,16 +251,18 @@ def gemm_sizes(kind: str, e: int, t: int, n: int, k: int, rule: int, g_a: int = 
     else:
         b_rows, a_rows, kc, cols = k, n, 0, k
     grid_upper = e * _cdiv(n, _TILE) * _cdiv(k, _TILE) if kind == "wgrad" else (t // _TILE + e) * _cdiv(cols, _TILE)
-    return [t, n, k, b_rows, a_rows, kc, cols, rule, grid_upper, g_a, g_b]
+    uneven = -1 if uneven_rows is None else int(uneven_rows)
+    return [t, n, k, b_rows, a_rows, kc, cols, rule, grid_upper, g_a, g_b, uneven]
 
 
 def grouped_gemm_plan(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, kind: str = "fprop",
                       out_dtype: torch.dtype | str | None = None, out: Tensor | None = None, accumulate: bool = False,
-                      bias: Tensor | None = None, mode: str = "fast") -> _dispatch.GemmPlan:
+                      bias: Tensor | None = None, mode: str = "fast",
+                      split_sizes: Sequence[int] | None = None) -> _dispatch.GemmPlan:
     """The plan (algorithm, loader, epilogue) that :func:`grouped_gemm` runs for these arguments, with the same checks
     (and :func:`device.testing.force_plan`'s forced parts); launches nothing. Builds the GEMM extension on first use
     (whether it has CUTLASS's algorithm is part of the choice)."""
-    c = _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode)
+    c = _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode, split_sizes)
     from ._build import load_gemm_extension
 
     return _plan(c, bool(load_gemm_extension().has_cutlass()))
@@ -287,7 +296,25 @@ def _plan(c: _Call, cutlass: bool) -> _dispatch.GemmPlan:
                                epilogue=forced.get("epilogue"))
 
 
-def _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode) -> _Call:
+def _uneven_rows(split_sizes, e: int, t: int) -> bool | None:
+    """grouped_gemm's ``split_sizes``, checked: None where not given, else device._dispatch.uneven_rows of them."""
+    if split_sizes is None:
+        return None
+    if isinstance(split_sizes, (str, bytes, Tensor)) or not isinstance(split_sizes, Sequence):
+        raise TypeError(f"split_sizes must be a list of ints (the group sizes on the host; a tensor's stay on the "
+                        f"device) or None, got {type(split_sizes).__name__}")
+    if not all(_ops.is_int(v) for v in split_sizes):
+        raise TypeError(f"split_sizes must hold ints, got {list(split_sizes)}")
+    if len(split_sizes) != e:
+        raise ValueError(f"split_sizes has {len(split_sizes)} sizes, the operands have E={e} groups")
+    if any(v < 0 for v in split_sizes):
+        raise ValueError(f"split_sizes must hold sizes >= 0, got {list(split_sizes)}")
+    if sum(split_sizes) != t:
+        raise ValueError(f"split_sizes add up to {sum(split_sizes)}, a has T={t} tokens")
+    return _dispatch.uneven_rows([int(v) for v in split_sizes])
+
+
+def _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode, split_sizes=None) -> _Call:
     """Every check of grouped_gemm's arguments (before anything is allocated or launched); the sizes they give."""
     if not isinstance(kind, str) or kind not in _KIND_CODES:
         raise ValueError(f"kind must be one of {list(_KIND_CODES)}, got {kind!r}")
@@ -349,7 +376,7 @@ def _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode) -> _Call:
         shape = (e, k_a, k_b)
         default_dtype = torch.float32
     g_a, g_b = (int(t.options.get("global_scale_max", 448)) for t in (a, b))
-    sizes = gemm_sizes(kind, e, t_a, n, k_b, rule, g_a, g_b)
+    sizes = gemm_sizes(kind, e, t_a, n, k_b, rule, g_a, g_b, _uneven_rows(split_sizes, e, t_a))
     kc, cols = sizes[_ops.GEMM_SIZES.index("kc")], sizes[_ops.GEMM_SIZES.index("cols")]
     # (the kernels round sizes up to whole 256-row tiles in 32-bit arithmetic)
     if max(shape) > 2**31 - 256 or t_a * max(k_a, k_b) >= 2**62:

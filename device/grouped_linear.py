@@ -65,6 +65,7 @@ class _Config(NamedTuple):
     fuse_wgrad: bool
     delay_wgrad: bool
     copy_dgrad: bool  # the weights' fp16 copy serves dgrad too (16x16 weight blocks: SPEC 6.3's transposes)
+    uneven_rows: bool | None  # m_splits given as a list: device._dispatch.uneven_rows of it (the plan); else None
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -93,10 +94,10 @@ def _quantize_dy(dy: Tensor, splits: Tensor, cfg: _Config, *, rowwise: bool, col
                      rounding="sr" if cfg.sr_grad else "rn", seed=cfg.seed)
 
 
-def _gemm_sizes(kind: int, e: int, t: int, n: int, k: int, rule: str) -> list[int]:
+def _gemm_sizes(kind: int, e: int, t: int, n: int, k: int, rule: str, uneven_rows: bool | None = None) -> list[int]:
     """device.gemm.gemm_sizes for the layer's GEMMs: fprop X [T, K] x W [E*N, K]; dgrad dY [T, N] x W; wgrad
     dY [T, N] x X [T, K]; G = 448 for both operands (the layer's quantizations do not use 4over6, SPEC 5.6)."""
-    return _gemm.gemm_sizes(_KIND_NAMES[kind], e, t, n, k, _gemm._alpha_rule(rule, rule))
+    return _gemm.gemm_sizes(_KIND_NAMES[kind], e, t, n, k, _gemm._alpha_rule(rule, rule), uneven_rows=uneven_rows)
 
 
 def _operands(a: _Planes, a_plane: str, b: _Planes, b_plane: str) -> tuple[Tensor, ...]:
@@ -110,8 +111,8 @@ def _gemm_new(kind: int, a: _Planes, a_plane: str, b: _Planes, b_plane: str, cfg
     """A new output of one of the layer's GEMMs; ``b_copy``: the weights' fp16 copy (fprop / dgrad, see
     GroupedLinear's ``cache_f16_weights``)."""
     return _ops.grouped_gemm_new(*_operands(a, a_plane, b, b_plane), bias, kind, cfg.mode, shape, dtype,
-                                 _gemm_sizes(kind, cfg.e, t, cfg.n, cfg.k, cfg.rule), *_gemm._plan_parts(),
-                                 b_copy=b_copy)
+                                 _gemm_sizes(kind, cfg.e, t, cfg.n, cfg.k, cfg.rule, cfg.uneven_rows),
+                                 *_gemm._plan_parts(), b_copy=b_copy)
 
 
 def _wgrad(dyq: _Planes, xq: _Planes, cfg: _Config, t: int, dtype: torch.dtype, main_grad: Tensor | None):
@@ -535,7 +536,8 @@ class GroupedLinear(torch.nn.Module):
         by ``m_splits``: expert g takes the next ``m_splits[g]`` rows.
 
         ``m_splits``: an int64 CUDA tensor ``[num_gemms]`` (never read on the host), or a list of ints, checked to
-        add up to T and copied to the device once. Device splits that do not add up to T take SPEC 9.4's meaning:
+        add up to T and copied to the device once; a list also guides the choice of the fprop and dgrad kernels
+        (``device.grouped_gemm``'s ``split_sizes``), which give the same bits either way. Device splits that do not add up to T take SPEC 9.4's meaning:
         negative sizes count as 0 and the running total is cut at T; every quantization and GEMM uses the cut
         sizes, and the rows of y and of x.grad past the last (cut) group belong to no expert and are not defined.
 
@@ -583,7 +585,8 @@ class GroupedLinear(torch.nn.Module):
         cfg = _Config(mode=self.mode, e=self.num_gemms, n=self.out_features, k=self.in_features, rule=r.rule,
                       rht_wgrad=r.rht_wgrad, rht_signs=r.rht_signs, sr_grad=r.sr_grad, seed=r.seed, need_dx=need_dx,
                       need_dw=need_dw, need_dbias=need_dbias, fuse_wgrad=self.fuse_wgrad_accumulation,
-                      delay_wgrad=self.delay_wgrad_compute, copy_dgrad=_copy_serves_dgrad(r))
+                      delay_wgrad=self.delay_wgrad_compute, copy_dgrad=_copy_serves_dgrad(r),
+                      uneven_rows=None if isinstance(m_splits, Tensor) else _dispatch.uneven_rows(m_splits))
         want_copy = not _ops._traced(x) and self._weight_copy_read(x.shape[0], need_dx)
         wq, w_copy = self._weight_planes(need_dx, is_first_microbatch, want_copy)
         layer = self if (self.fuse_wgrad_accumulation or self.delay_wgrad_compute) else None

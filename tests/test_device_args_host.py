@@ -532,6 +532,16 @@ def _refusal(what: str | None):
             _fake_cuda(96, 64), _fake_cuda(3, dtype=i64))), ValueError, "group counts"),
         "a plain tensor operand": (lambda: device.grouped_gemm(xq.row_data, wq), TypeError,
                                    "DeviceGroupedNVFP4Tensor"),
+        # split_sizes (the plan's host hint): E ints >= 0 adding up to a's T = 64 tokens
+        "split sizes in a tensor": (lambda: device.grouped_gemm(xq, wq, split_sizes=_fake_cuda(2, dtype=i64)),
+                                    TypeError, "split_sizes must be a list of ints"),
+        "split sizes of floats": (lambda: device.grouped_gemm(xq, wq, split_sizes=[32.0, 32.0]), TypeError,
+                                  "must hold ints"),
+        "split sizes of another count": (lambda: device.grouped_gemm(xq, wq, split_sizes=[64]), ValueError,
+                                         "has 1 sizes, the operands have E=2"),
+        "a negative split size": (lambda: device.grouped_gemm(xq, wq, split_sizes=[-1, 65]), ValueError, ">= 0"),
+        "split sizes that do not add up": (lambda: device.grouped_gemm(xq, wq, split_sizes=[32, 31]), ValueError,
+                                           "add up to 63, a has T=64"),
         "dgrad of mismatched sizes": (lambda: device.grouped_gemm(xq, wq, kind="dgrad"), ValueError,
                                       "mismatched contraction"),
         "accumulate into bf16": (lambda: device.grouped_gemm(dyq, xq, kind="wgrad", accumulate=True,
@@ -650,6 +660,11 @@ _REFUSALS = [
     "an offsets table of another shape",
     "a contraction of 2**28",
     "a dimension past 2**31 - 256",
+    "split sizes in a tensor",
+    "split sizes of floats",
+    "split sizes of another count",
+    "a negative split size",
+    "split sizes that do not add up",
 ]
 
 

@@ -362,7 +362,7 @@ def test_dgrad_few_rows_per_group(case):
 # tails, both copy widths, an odd number of K tiles, bias, fp32 output.
 PAIR_CASES = {
     "e4_tails_bias": ([0, 700, 129, 300], 400, 208, torch.bfloat16, True),
-    "e2_odd_kt_f32": ([513, 256], 272, 1088, torch.float32, False),
+    "e2_odd_kt_f32": ([769, 255], 272, 1088, torch.float32, False),
     "e8_one_giant": ([0, 0, 2000, 0, 0, 0, 48, 0], 128, 96, torch.bfloat16, True),
 }
 
@@ -371,7 +371,8 @@ PAIR_CASES = {
 def test_fprop_pair_cluster(case):
     splits, n, k, od, with_bias = PAIR_CASES[case]
     forced = None if case == "e2_odd_kt_f32" else "fused_pair_256x256"
-    if forced is None:  # that one is chosen by size: 384 rows per group, K = 1088
+    if forced is None:  # that one is chosen by size: 512 rows per group on average (whole 256-row tiles if balanced),
+        # K = 1088
         assert planned("fprop", splits, n, k, od, bias=with_bias).algorithm.name == "fused_pair_256x256"
     run_fprop(splits, n, k, "fast", od, with_bias=with_bias, seed=31, algorithm=forced)
 
@@ -603,6 +604,22 @@ def test_auto_fprop_takes_swapped_256x128_from_256_rows():
                 assert (plan.algorithm.name, plan.loader.name) == ("swapped_256x128", "tma"), (od, plan)
     for od, with_bias in ((torch.bfloat16, True), (torch.float32, False)):
         run_fprop([300, 0, 212, 512], n, k, "fast", od, with_bias=with_bias, seed=203)
+
+
+def test_auto_takes_swapped_256x128_on_uneven_rows():
+    """docs/design.md section 6, row 1b below its contraction bound, on real operands: dgrad with a contraction
+    N = 1088 over groups that fill 256-row tiles unevenly (pad_ratio 1280 / 1152) runs swapped_256x128 on its TMA
+    loader when the call is given their sizes (split_sizes), and fused_pair_256x256 without them (256 rows per group
+    on average, counted as balanced groups); both match the oracle."""
+    import device
+
+    splits, n, k = [300, 0, 212, 512], 1088, 256
+    dyq, wq = gq(rand_bf16((sum(splits), n), 211), splits), weights(len(splits), n, k, 212)
+    assert device.grouped_gemm_plan(dyq, wq, kind="dgrad").algorithm.name == "fused_pair_256x256"
+    plan = device.grouped_gemm_plan(dyq, wq, kind="dgrad", split_sizes=splits)
+    assert (plan.algorithm.name, plan.loader.name) == ("swapped_256x128", "tma"), plan
+    for sizes in (None, splits):
+        run_dgrad(splits, n, k, "fast", torch.bfloat16, seed=210, split_sizes=sizes)
 
 
 # Programmatic dependent launch (csrc/common/pdl.cuh; always on): a call's kernels are chained, each placed on the GPU

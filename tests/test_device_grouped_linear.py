@@ -128,8 +128,9 @@ SWEEP = {
                     torch.bfloat16),
     "E8-128-rows": (8, rand_splits(8, 1024, 5, zero_frac=0.0), 128, 256, True, False, False, DEFAULT,
                     torch.bfloat16),
-    # 300 rows per expert and K = 1024: fast fprop by the 2-CTA pair kernel
-    "E2-K1024-N256": (2, [300, 301], 256, 1024, True, True, False, DEFAULT, torch.bfloat16),
+    # 256 rows per expert on average and K = 1024: fast fprop by the 2-CTA pair kernel (device splits count as
+    # balanced ones, docs/design.md section 6)
+    "E2-K1024-N256": (2, [300, 212], 256, 1024, True, True, False, DEFAULT, torch.bfloat16),
     "E64": (64, rand_splits(64, 2000, 6, zero_frac=0.4), 32, 48, True, True, False, DEFAULT, torch.bfloat16),
     "E128-T5000": (128, rand_splits(128, 5000, 7), 16, 32, True, False, False, DEFAULT, torch.bfloat16),
 }
@@ -700,6 +701,36 @@ def test_list_splits_equal_device_splits():
     y1 = layer(x, [5, 0, 35])
     y2 = layer(x, torch.tensor([5, 0, 35], dtype=torch.int64, device=DEV))
     assert_bytes(host(y1), host(y2), "list vs tensor splits")
+
+
+def test_list_splits_guide_the_fprop_and_dgrad_plans(monkeypatch):
+    """m_splits as a list reaches the plan (device.grouped_gemm's split_sizes): groups that fill 256-row tiles
+    unevenly run fprop (K = 1088) and dgrad (N = 1088) on swapped_256x128, where device splits (counted as balanced
+    groups: 256 rows each on average) run both on fused_pair_256x256; y, x.grad and dW are the same bits either way."""
+    from device import _dispatch
+
+    real, plans = _dispatch.plan_gemm, []
+
+    def spy(p, **forced):
+        plan = real(p, **forced)
+        plans.append((p.kind, plan.algorithm.name))
+        return plan
+
+    monkeypatch.setattr(_dispatch, "plan_gemm", spy)
+    splits, n, k = [300, 0, 212, 512], 1088, 1088
+    e, t = len(splits), sum(splits)
+    layer = make_layer(e, k, n, w=rand_bf16((e, n, k), 81, 0.05), cache_f16_weights=False)  # (no copy to read)
+    x, dy = rand_bf16((t, k), 82), rand_bf16((t, n), 83)
+    results = {}
+    for how, s in (("list", splits), ("tensor", torch.tensor(splits, dtype=torch.int64, device=DEV))):
+        plans.clear()
+        layer.weight.grad = None
+        y, dx = run_step(layer, x, s, dy)
+        results[how] = (host(y), host(dx), host(layer.weight.grad))
+        wide = "swapped_256x128" if how == "list" else "fused_pair_256x256"
+        assert [a for kind, a in plans if kind in ("fprop", "dgrad")] == [wide, wide], (how, plans)
+    for got, want, what in zip(results["list"], results["tensor"], ("y", "x.grad", "dW"), strict=True):
+        assert_bytes(got, want, what)
 
 
 def test_strided_bias_and_offset_weight():

@@ -225,7 +225,7 @@ def test_fused_algorithm_by_size_when_forced_off_the_others():
     otherwise."""
     cases = [
         (("fprop", 4, 388, 272, 64), "fused_128x256"),   # 97 rows per group
-        (("fprop", 2, 769, 272, 1088), "fused_pair_256x256"),  # 384 rows, K = 1088
+        (("fprop", 2, 1024, 272, 1088), "fused_pair_256x256"),  # 512 rows (whole 256-row tiles), K = 1088
         (("fprop", 2, 769, 272, 1008), "fused_128x256"),  # contraction below 1024
         (("fprop", 2, 511, 272, 4096), "fused_128x256"),  # 255 rows per group
         (("wgrad", 4, 4096, 96, 512), "fused_64x256"),     # dW's 96 rows
@@ -692,3 +692,54 @@ def test_wide_swapped_bounds_on_both_sides(at, below, why):
         assert plan_gemm(problem(*at)._replace(b_copy=True)).algorithm == Algorithm.copies_cutlass
         assert plan_gemm(problem(*at, cutlass=False)._replace(b_copy=True)) == WIDE
     assert plan_gemm(problem(*at, b_aligned=False)).algorithm != Algorithm.swapped_256x128
+
+
+def test_pad_ratio_by_hand():
+    """pad_ratio: the rows of 256-row tiles over those of 128-row tiles, worked by hand; uneven_rows from
+    WIDE_SWAPPED_MIN_PAD_RATIO = 1.04 on."""
+    assert _dispatch.pad_ratio([256] * 64) == 1.0
+    assert _dispatch.pad_ratio([384]) == 512 / 384
+    assert _dispatch.pad_ratio([300, 0, 212, 512]) == (512 + 0 + 256 + 512) / (384 + 0 + 256 + 512)
+    assert _dispatch.pad_ratio([129]) == 1.0 and _dispatch.pad_ratio([0, 0]) == 1.0
+    # at the bound: 12 whole tiles and one group of 128 rows, 3328 / 3200 = 1.04; with 24 whole tiles 6400 / 6272
+    assert _dispatch.uneven_rows([256] * 12 + [128]) and not _dispatch.uneven_rows([256] * 24 + [128])
+
+
+@pytest.mark.parametrize("kind, e, t, n, k", [
+    ("dgrad", 64, 16384, 1408, 2048),   # E64 dgrad: a contraction N = 1408
+    ("fprop", 64, 16384, 2048, 1408),   # fprop with K = 1408
+    ("dgrad", 64, 65536, 1408, 2048),   # 1024 rows per group: over the copies when balanced
+    ("dgrad", 2, 1024, 1024, 256),      # a contraction of PAIR_MIN_CONTRACTION
+])
+def test_uneven_rows_take_swapped_256x128_below_its_contraction_bound(kind, e, t, n, k):
+    """docs/design.md section 6, row 1b: with a contraction from 1024 to 2047, fprop / dgrad run swapped_256x128
+    where the groups fill 256-row tiles unevenly (H100, dgrad K2048 N1408 x torch._grouped_mm, swapped_256x128 /
+    the plan by the sizes: ragged8 splits E64 T16384 0.881 / 0.783, T32768 0.831 / 0.768; balanced 384 rows
+    0.827 / 0.754) and keep their plan where the groups fill them (balanced 256 rows: 0.875 / 0.948). Unknown
+    sizes count as balanced ones; wgrad, whose rows are dW's, is not affected."""
+    p = problem(kind, e, t, n, k)
+    assert plan_gemm(p).algorithm != Algorithm.swapped_256x128  # balanced: whole 256-row tiles
+    assert plan_gemm(p._replace(uneven_rows=False)) == plan_gemm(p)
+    assert plan_gemm(p._replace(uneven_rows=True)) == WIDE
+    # below PAIR_MIN_CONTRACTION, or below 256 rows per group, the rule does not apply
+    short = problem(kind, e, t, n - 32, k) if kind == "dgrad" else problem(kind, e, t, n, k - 32)
+    if short.contraction < _dispatch.PAIR_MIN_CONTRACTION:
+        assert plan_gemm(short._replace(uneven_rows=True)).algorithm != Algorithm.swapped_256x128
+    few = problem(kind, e, e * 255, n, k)._replace(uneven_rows=True)
+    assert plan_gemm(few).algorithm != Algorithm.swapped_256x128
+    # the weights' fp16 copy, where copies_cutlass reads it, keeps the copies
+    with_copy = p._replace(uneven_rows=True, b_copy=True)
+    if _dispatch._weight_copy_pays(with_copy):
+        assert plan_gemm(with_copy).algorithm == Algorithm.copies_cutlass
+    wgrad = problem("wgrad", e, t, n, k)
+    assert plan_gemm(wgrad._replace(uneven_rows=True)) == plan_gemm(wgrad)
+
+
+def test_unknown_sizes_count_as_balanced_ones():
+    """Without host sizes, the plan takes balanced groups of T // E rows: 320 and 384 rows fill 256-row tiles
+    unevenly (H100, dgrad E64 K2048 N1408, x torch._grouped_mm: swapped_256x128 0.825 / 0.827 against
+    fused_pair_256x256 0.735 / 0.754), 256 and 512 rows fill them."""
+    for t in (20480, 24576):
+        assert plan_gemm(problem("dgrad", 64, t, 1408, 2048)) == WIDE, t
+    for t in (16384, 32768):
+        assert plan_gemm(problem("dgrad", 64, t, 1408, 2048)).algorithm == Algorithm.fused_pair_256x256, t

@@ -24,8 +24,10 @@ algorithms fused_64x256, fused_128x256, fused_pair_256x256, swapped_64x256, swap
 exact_fused, exact_copies, exact_hybrid, sm100_simt, sm100_copies; loaders cp_async, tma; epilogues staged,
 tma_store; quantize general, fast_bf16), ``mode`` (fast, exact or sm100; default: exact for an exact_* algorithm,
 sm100 for an sm100_* one, else fast), ``sms`` (``device.set_num_sms`` for the plan's calls: the persistent GEMM grid
-capped at that many SMs) and ``weights=f16`` (fprop / dgrad: the weights' fp16 copy given as the layer's
-``cache_f16_weights`` gives it, made once outside the timed calls).
+capped at that many SMs), ``weights=f16`` (fprop / dgrad: the weights' fp16 copy given as the layer's
+``cache_f16_weights`` gives it, made once outside the timed calls) and ``splits=host`` (the case's group sizes passed
+as ``device.grouped_gemm``'s ``split_sizes``, as GroupedLinear passes a list ``m_splits``). Each case's line is
+followed by the algorithm each automatic plan ran.
 
 A GEMM case is ``E,T,K,N,kind[,out][,skew|ragged8][,bias]``: kind fprop / dgrad / wgrad; out ``bf16``, ``f32`` or
 ``f32+c`` (wgrad with ``accumulate=True`` into an fp32 buffer), default the kind's default (bf16 for fprop / dgrad,
@@ -69,6 +71,7 @@ class Plan:
     mode: str = "fast"
     sms: int | None = None
     weight_copy: bool = False
+    host_splits: bool = False
 
 
 def parse_plan(text: str) -> Plan:
@@ -76,7 +79,7 @@ def parse_plan(text: str) -> Plan:
     text = " ".join(text.split())
     force: dict = {}
     mode = sms = None
-    weight_copy = False
+    weight_copy = host_splits = False
     for item in text.split():
         if item == "auto":
             continue
@@ -95,12 +98,16 @@ def parse_plan(text: str) -> Plan:
             if value != "f16":
                 raise ValueError(f"plan {text!r}: weights must be f16, got {value!r}")
             weight_copy = True
+        elif key == "splits":
+            if value != "host":
+                raise ValueError(f"plan {text!r}: splits must be host, got {value!r}")
+            host_splits = True
         else:
             raise ValueError(f"plan {text!r}: unknown key {key!r} (keys: {', '.join(FORCE_KEYS)}, mode, sms, "
-                             "weights)")
+                             "weights, splits)")
     if mode is None:
         mode = next((m for m in ("exact", "sm100") if force.get("algorithm", "").startswith(m + "_")), "fast")
-    return Plan(text or "auto", force, mode, sms, weight_copy)
+    return Plan(text or "auto", force, mode, sms, weight_copy, host_splits)
 
 
 def parse_plans(text: str) -> list[Plan]:
@@ -200,21 +207,37 @@ def operands(c: Case):
     return a, b, (t, k), lambda: torch._grouped_mm(dy, w.view(e, n, k), offs=offs)
 
 
+def case_bias(c: Case, out: torch.Tensor) -> torch.Tensor | None:
+    """The case's fp32 bias ``[E, cols]`` (None without ``bias``)."""
+    return torch.linspace(-1, 1, c.e * out.shape[1], device=DEV).view(c.e, -1) if c.bias else None
+
+
 def gemm_call(plan: Plan, a, b, c: Case, out: torch.Tensor) -> Callable[[], None]:
     """One grouped_gemm call of the case under the plan, into ``out`` (with ``weights=f16``: reading the weights' fp16
     copy, as GroupedLinear(cache_f16_weights=True) calls it; device.testing.gemm_over_weight_copy)."""
-    bias = torch.linspace(-1, 1, c.e * out.shape[1], device=DEV).view(c.e, -1) if c.bias else None
+    bias = case_bias(c, out)
     if plan.weight_copy:
         run = testing.gemm_over_weight_copy(a, b, kind=c.kind, out=out, bias=bias, mode=plan.mode)
     else:
+        sizes = splits_for(c.e, c.t, c.splits) if plan.host_splits else None
+
         def run() -> None:
-            device.grouped_gemm(a, b, kind=c.kind, out=out, mode=plan.mode, accumulate=c.out == "f32+c", bias=bias)
+            device.grouped_gemm(a, b, kind=c.kind, out=out, mode=plan.mode, accumulate=c.out == "f32+c", bias=bias,
+                                split_sizes=sizes)
 
     def call() -> None:
         with applied(plan):
             run()
 
     return call
+
+
+def auto_algorithm(plan: Plan, a, b, c: Case, out: torch.Tensor) -> str:
+    """The algorithm a plan without a forced algorithm runs on the case (device.grouped_gemm_plan)."""
+    sizes = splits_for(c.e, c.t, c.splits) if plan.host_splits else None
+    with applied(plan):
+        return device.grouped_gemm_plan(a, b, kind=c.kind, out=out, mode=plan.mode, accumulate=c.out == "f32+c",
+                                        bias=case_bias(c, out), split_sizes=sizes).algorithm.name
 
 
 def run_gemm(args: argparse.Namespace) -> None:
@@ -261,6 +284,10 @@ def run_gemm(args: argparse.Namespace) -> None:
         print(f"{c.label:36s} {cells}  {ratios}; {verdict}", flush=True)
         for i, why in failed.items():
             print(f"  p{i} ({plans[i].text}) refused: {why}", flush=True)
+        chosen = [f"p{i} {auto_algorithm(p, a, b, c, outs[i])}" for i, p in enumerate(plans)
+                  if "algorithm" not in p.force and not p.weight_copy and i not in failed]
+        if chosen:
+            print(f"  auto: {', '.join(chosen)}", flush=True)
         del a, b, outs, c0
         torch.cuda.empty_cache()
 
