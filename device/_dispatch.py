@@ -154,9 +154,11 @@ WIDE_SWAPPED_MIN_ROWS = 256
 #: ... (E64 T16384 K1408 N2048: 0.94-1.02 over two rounds against 1.005)
 WIDE_SWAPPED_MIN_CONTRACTION = 2048
 #: ... or from PAIR_MIN_CONTRACTION where 256-row tiles cover the groups' rows with at least this many times the rows
-#: of its 128-token tiles (pad_ratio): fused_pair_256x256 wins only where the groups fill its tiles (H100, dgrad
-#: K2048 N1408, swapped_256x128 / the plan without this rule: balanced E64 at 320 and 384 rows (ratio 1.33) 1.12 /
-#: 1.10, ragged8 E64 T32768 (1.09) 1.08, E128 T32768 (1.30) 1.07-1.14; at 256 rows (1.0) 0.92)
+#: of its 128-token tiles (pad_ratio; H100, x torch._grouped_mm, swapped_256x128 / the plan without this rule, dgrad
+#: K2048 N1408 on ragged8 splits: E64 T16384 (ratio 1.28) 0.889 / 0.792 (fused_pair_256x256), T32768 (1.09) 0.840 /
+#: 0.775, T65536 (1.06) 0.786 / 0.743 (copies_cutlass), E16 T24576 (1.045) 0.790 / 0.756; balanced 384 rows (1.33)
+#: 0.841 / 0.770; fprop K1408 N2048 E64 ragged8 0.930 / 0.826; below it E32 T49152 (1.033) 0.780 / 0.776, E32
+#: T65536 (1.028) 0.759 / 0.811, E16 T32768 (1.023) 0.778 / 0.788, balanced 256 rows (1.0) 0.930 / 0.989)
 WIDE_SWAPPED_MIN_PAD_RATIO = 1.04
 #: the swapped kernels run contractions below this length only (a correctness bound, not a tuning: their cp.async
 #: loader steps each copy by 32-bit offsets of up to 96 x the contraction with 64-token tiles, below 2^31 up to 22.3M,

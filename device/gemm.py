@@ -201,10 +201,11 @@ def grouped_gemm(a: DeviceGroupedNVFP4Tensor, b: DeviceGroupedNVFP4Tensor, *, ki
     m_g tokens as a's for wgrad; a group where they disagree reads nothing and its output is NaN.
 
     Raises TypeError / ValueError before any launch for operands that are not grouped results with the planes
-    ``kind`` reads and swizzled scales, a different E or K, ``split_sizes`` that are not E ints >= 0 adding up to T, scale rules without an alpha (SPEC 12.1), an unknown
-    kind or mode, an ``out`` / ``out_dtype`` / ``accumulate`` / ``bias`` that does not fit (shape, dtype, device,
-    contiguity, alignment, overlap with an operand), a mode-sm100 contraction of 2^19 or more, and (ValueError) a
-    fast-mode call with a misaligned scale buffer that no fast algorithm can run (docs/design.md section 6).
+    ``kind`` reads and swizzled scales, a different E or K, ``split_sizes`` that are not E ints >= 0 adding up to T,
+    scale rules without an alpha (SPEC 12.1), an unknown kind or mode, an ``out`` / ``out_dtype`` / ``accumulate`` /
+    ``bias`` that does not fit (shape, dtype, device, contiguity, alignment, overlap with an operand), a mode-sm100
+    contraction of 2^19 or more, and (ValueError) a fast-mode call with a misaligned scale buffer that no fast
+    algorithm can run (docs/design.md section 6).
     RuntimeError (torch's out= rule) for an ``out`` that requires grad while grad mode is on: autograd does not
     record the write (under ``torch.no_grad()`` it is taken); an eager call bumps ``out``'s version counter, so a
     tensor autograd saved and this call overwrote fails the backward."""

@@ -536,10 +536,11 @@ class GroupedLinear(torch.nn.Module):
         by ``m_splits``: expert g takes the next ``m_splits[g]`` rows.
 
         ``m_splits``: an int64 CUDA tensor ``[num_gemms]`` (never read on the host), or a list of ints, checked to
-        add up to T and copied to the device once; a list also guides the choice of the fprop and dgrad kernels
-        (``device.grouped_gemm``'s ``split_sizes``), which give the same bits either way. Device splits that do not add up to T take SPEC 9.4's meaning:
-        negative sizes count as 0 and the running total is cut at T; every quantization and GEMM uses the cut
-        sizes, and the rows of y and of x.grad past the last (cut) group belong to no expert and are not defined.
+        add up to T and copied to the device once. A list also guides the choice of the fprop and dgrad kernels
+        (``device.grouped_gemm``'s ``split_sizes``; they give the same bits either way), which plan device splits as
+        balanced groups. Device splits that do not add up to T take SPEC 9.4's meaning: negative sizes count as 0
+        and the running total is cut at T; every quantization and GEMM uses the cut sizes, and the rows of y and of
+        x.grad past the last (cut) group belong to no expert and are not defined.
 
         ``is_first_microbatch`` (TE's argument) controls the weight-plane cache (see the class docstring):
 
