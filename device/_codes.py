@@ -11,7 +11,8 @@ import enum
 import re
 from pathlib import Path
 
-__all__ = ["Algorithm", "Epilogue", "GemmKind", "Loader", "QuantizeKernel", "Rule", "ScaleLayout", "read_enums"]
+__all__ = ["TORCHAO_RULES", "Algorithm", "Epilogue", "GemmKind", "Loader", "QuantizeKernel", "Rule", "ScaleLayout",
+           "read_enums"]
 
 HEADER = Path(__file__).resolve().parent / "csrc" / "common" / "codes.h"
 
@@ -44,6 +45,9 @@ def _codes(python_name: str, header_name: str, doc: str) -> type[enum.IntEnum]:
 
 
 Rule = _codes("Rule", "Rule", "The scale rules (SPEC 5), by their Python names.")
+#: The torchao scale rules by name (the others are TE's): their amax propagates NaN (SPEC 4.1), each pairs only with
+#: itself in a GEMM (SPEC 12.1), and the quantizers treat them apart.
+TORCHAO_RULES = ("torchao", "torchao_noscale")
 ScaleLayout = _codes("ScaleLayout", "ScaleLayout", "The layouts of a plane's scale bytes (SPEC 8).")
 QuantizeKernel = _codes("QuantizeKernel", "QuantizeKernel", "The kernel family of an amax or quantize pass.")
 GemmKind = _codes("GemmKind", "Kind", "The three GEMMs of a linear layer (SPEC 12.5).")

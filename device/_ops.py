@@ -21,7 +21,7 @@ from oracle.grouped import grouped_capacities
 
 from . import _dispatch
 from ._build import load_extension, load_gemm_extension
-from ._codes import GemmKind, QuantizeKernel, Rule, ScaleLayout
+from ._codes import TORCHAO_RULES, GemmKind, QuantizeKernel, Rule, ScaleLayout
 
 __all__ = [
     "GEMM_SIZES",
@@ -43,7 +43,7 @@ __all__ = [
 
 LAYOUT_COMPACT, LAYOUT_PADDED_COMPACT, LAYOUT_SWIZZLED = (int(ScaleLayout[n]) for n in ("compact", "padded_compact",
                                                                                           "swizzled"))
-_NAN_PROPAGATING = (int(Rule.torchao), int(Rule.torchao_noscale))  # the torchao rules' amax (SPEC 4.1)
+_NAN_PROPAGATING = tuple(int(Rule[name]) for name in TORCHAO_RULES)  # the torchao rules' amax (SPEC 4.1)
 _TILE_M = 128  # rows per kernel tile (csrc/quantize/layout.cuh kTileM)
 _FOUR_OVER_SIX = int(QuantizeKernel.four_over_six)  # the 4over6 quantizer's plan code (SPEC 5.6)
 

@@ -55,7 +55,7 @@ from torch import Tensor
 from oracle.grouped import grouped_capacities
 
 from . import _dispatch, _ops
-from ._codes import GemmKind, Rule
+from ._codes import TORCHAO_RULES, GemmKind, Rule
 from ._results import DeviceGroupedNVFP4Tensor
 
 __all__ = ["get_num_sms", "grouped_gemm", "grouped_gemm_plan", "set_num_sms"]
@@ -111,7 +111,7 @@ def _alpha_rule(rule_a: str, rule_b: str) -> int:
     oracle.gemm_alpha refuses it."""
     if rule_a in _TE_RULES and rule_b in _TE_RULES:
         return _RULE_CODES["te"]
-    if rule_a == rule_b and rule_a in ("torchao", "torchao_noscale"):
+    if rule_a == rule_b and rule_a in TORCHAO_RULES:
         return _RULE_CODES[rule_a]
     raise ValueError(f"a and b use incompatible scale rules {rule_a!r} and {rule_b!r} (SPEC 12.1: both TE rules, "
                      "both 'torchao' or both 'torchao_noscale')")

@@ -17,7 +17,7 @@ from oracle.four_over_six import check_global_scale_max
 from oracle.quantize import check_block, check_te_scale_options
 
 from . import _dispatch, _ops
-from ._codes import Rule
+from ._codes import TORCHAO_RULES, Rule
 from ._results import DeviceGroupedNVFP4Tensor, DeviceNVFP4Tensor
 
 __all__ = ["dequantize", "group_quantize", "quantize", "swizzle_scales"]
@@ -103,7 +103,7 @@ def _options(x2: Tensor, *, rowwise, columnwise, rht, rht_signs, block, rule, ro
                            global_scale_max=global_scale_max, row_scaled=row_scaled, rht=rht, block=block, rule=rule,
                            rounding=rounding)
     plan = _dispatch.plan_quantize(_DTYPES[x2.dtype], rht=bool(rht), rht_signs=int(rht_signs), block2d=block2d, sr=sr,
-                                   torchao=rule in ("torchao", "torchao_noscale"),
+                                   torchao=rule in TORCHAO_RULES,
                                    kernel=_dispatch.FORCED.get("quantize"), four_over_six=bool(te["four_over_six"]))
     return dict(rowwise=bool(rowwise), columnwise=bool(columnwise), rht=bool(rht), rht_signs=int(rht_signs),
                 block2d=block2d, rule=int(Rule[rule]), sr=sr, seed_lo=seed & 0xFFFFFFFF, seed_hi=seed >> 32,
