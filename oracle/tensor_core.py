@@ -91,12 +91,12 @@ def tensor_core_sum(a_plane: QuantizedPlane, b_plane: QuantizedPlane, *, operand
     n = ib.shape[0]
     if k and int(np.abs(ia).max(initial=0)) * int(np.abs(ib).max(initial=0)) * k >= 2**62:
         raise ValueError("K too large for the int64 model")
-    acc = np.zeros((m, n), np.int64)  # units of 2^-20 (true scale)
+    acc = np.zeros((m, n), np.float64)  # units of 2^-20 (true scale)
     ta, tb = _Operand(ia, emin), _Operand(ib, emin)
     rows = max(1, _CHUNK_ELEMS // max(1, n * k))
     for r0 in range(0, m, rows):  # rows of A are independent
         acc[r0:r0 + rows] = _accumulate(ta.rows(slice(r0, r0 + rows)), tb)
-    out = np.ldexp(acc.astype(np.float64), _UNIT_EXP).astype(np.float32)  # exact: acc has at most 24 bits
+    out = np.ldexp(acc, _UNIT_EXP).astype(np.float32)  # exact: acc has at most 24 bits
     return np.where(nan_scale_rows(a_plane)[:, None] | nan_scale_rows(b_plane)[None, :], np.float32(np.nan), out)
 
 
@@ -121,8 +121,18 @@ class _Operand:
         return _Operand(None, 0, (self.e[sl], self.emax[sl], self.tz[sl], self.f[sl], self.mag[sl], self.sign[sl]))
 
 
+def _exponent_f64(x: np.ndarray) -> np.ndarray:
+    """floor(log2 |x|) of float64 values that are zero or at least 1 in magnitude (their exponent field; 0 gives
+    -1023, which callers mask)."""
+    return ((x.view(np.int64) >> 52) & 0x7FF) - 1023
+
+
+_RZ24 = np.int64(-(1 << 29))  # keeps a float64's sign, exponent and 24 leading significand bits: fp32's RZ
+_FP64_INT_BITS = 53  # float64 holds every integer below 2^53 exactly
+
+
 def _accumulate(a: _Operand, b: _Operand) -> np.ndarray:
-    """The SPEC 12.6 accumulator [M, N] (units of 2^-20) of operands A [M, K], B [N, K].
+    """The SPEC 12.6 accumulator [M, N] (units of 2^-20, float64 holding integers) of operands A [M, K], B [N, K].
 
     Step j needs, per output, E (the largest addend exponent), the truncation unit 2^shift it implies, and the sum
     of the block's products each truncated toward zero to a multiple of 2^shift. A product whose trailing zero bits
@@ -130,41 +140,47 @@ def _accumulate(a: _Operand, b: _Operand) -> np.ndarray:
     enough trailing zeros (checked with each row's fewest over the block, a lower bound), the truncated sum is the
     plain dot product, computed for all blocks at once in float64 (exact: 16 products of at most 2^43 units); only
     the other outputs sum their truncated products one by one. The accumulator is truncated and the sum rounded to
-    fp32 per step, as SPEC 12.6 states, in int64."""
+    fp32 per step, as SPEC 12.6 states. Both stay exact in float64: after the truncation every addend is a multiple
+    of 2^shift below 2^(shift + 26) (E is the largest addend's exponent and 2^shift its 2^(E - 25)), so the 17
+    addends' sum has at most 31 significant bits; rounding it toward zero to 24 bits clears the low significand bits
+    of its float64 encoding (sign and magnitude, so clearing rounds toward zero)."""
     m, nblk = a.tz.shape
     n = b.tz.shape[0]
     # the exact block dot products [blocks, M, N], units of 2^-20
-    dots = np.matmul(a.f.transpose(1, 0, 2), b.f.transpose(1, 2, 0)).astype(np.int64)
-    acc = np.zeros((m, n), np.int64)
-    acc_len = np.zeros((m, n), np.int64)  # bit length of |acc|
+    dots = np.matmul(a.f.transpose(1, 0, 2), b.f.transpose(1, 2, 0))
+    acc = np.zeros((m, n), np.float64)
     for j in range(nblk):
         # E in the presented scale: products carry 2^-28 (two operands times 2^-14). First with an upper bound of
         # the products' part, the sum of the two rows' largest exponents in the block (ub): where neither a product
         # nor the accumulator has a bit below the truncation unit ub implies, the exact E cannot change the step.
-        e_acc = np.where(acc_len > 0, acc_len - 1 + _UNIT_EXP + _PRODUCT_SHIFT, _NO_ADDEND16)
+        nonzero = acc != 0
+        acc_exp = _exponent_f64(acc)
+        e_acc = np.where(nonzero, acc_exp + _UNIT_EXP + _PRODUCT_SHIFT, _NO_ADDEND16)
         ub = a.emax[:, j, None] + b.emax[None, :, j]
         # truncation unit 2^(E - 25) presented = 2^(E - 25 + 28) true = 2^(E + 23) units of 2^-20
         shift = np.maximum(np.maximum(ub, e_acc) - _WINDOW - _PRODUCT_SHIFT - _UNIT_EXP, 0)
         tz_prod = a.tz[:, j, None] + b.tz[None, :, j]  # at most the trailing zeros of any product of the block
-        tz_acc = np.where(acc_len > 0, acc_len - _FP32_BITS, _NO_TZ)  # acc has at most 24 significant bits
-        exact = np.nonzero((tz_prod < shift) | (tz_acc < shift))
-        if exact[0].size:  # the others: E from the block's products (max of e(a) + e(b); int16, sentinels low)
-            mi, ni = exact
-            e_prod = (a.e[mi, j] + b.e[ni, j]).max(axis=1).astype(np.int64)
-            shift[exact] = np.maximum(np.maximum(e_prod, e_acc[exact]) - _WINDOW - _PRODUCT_SHIFT - _UNIT_EXP, 0)
+        tz_acc = np.where(nonzero, acc_exp - (_FP32_BITS - 1), _NO_TZ)  # acc has at most 24 significant bits
+        # the outputs where a product or the accumulator may lose bits (shift from ub: an upper bound; with the
+        # exact E the shift can only drop, so no other output loses a bit)
+        mi, ni = np.nonzero((tz_prod < shift) | (tz_acc < shift))
         kept = dots[j]  # the block's sum where no product loses a bit
-        cut = np.nonzero(tz_prod < shift)
-        if cut[0].size:  # the others: |product| >> shift, signed, summed, << shift (each truncated toward zero)
-            blk = slice(16 * j, 16 * j + 16)
-            mi, ni = cut
-            sh = shift[cut]
-            units = (a.mag[mi, blk] * b.mag[ni, blk]) >> sh[:, None]
-            kept = kept.copy()
-            kept[cut] = (units * a.sign[mi, blk] * b.sign[ni, blk]).sum(axis=1) << sh
-        low = np.nonzero(tz_acc < shift)  # accumulators with a bit below the truncation unit
-        if low[0].size:
-            acc[low] = _truncate(acc[low], shift[low])
-        acc, acc_len = _round_to_fp32_rz(kept + acc)
+        if mi.size:  # E from the block's products (max of e(a) + e(b); int16, sentinels low)
+            e_prod = (a.e[mi, j] + b.e[ni, j]).max(axis=1).astype(np.int64)
+            sh = np.maximum(np.maximum(e_prod, e_acc[mi, ni]) - _WINDOW - _PRODUCT_SHIFT - _UNIT_EXP, 0)
+            cut = tz_prod[mi, ni] < sh
+            if cut.any():  # |product| >> shift, signed, summed, << shift (each truncated toward zero)
+                blk = slice(16 * j, 16 * j + 16)
+                ci, cn, csh = mi[cut], ni[cut], sh[cut]
+                units = (a.mag[ci, blk] * b.mag[cn, blk]) >> csh[:, None]
+                kept = kept.copy()
+                kept[ci, cn] = ((units * a.sign[ci, blk] * b.sign[cn, blk]).sum(axis=1) << csh).astype(np.float64)
+            low = tz_acc[mi, ni] < sh  # accumulators with a bit below the truncation unit
+            if low.any():  # toward zero to a multiple of 2^shift (exact scalings by powers of two)
+                li, ln = mi[low], ni[low]
+                unit = np.ldexp(1.0, sh[low].astype(np.int32))
+                acc[li, ln] = np.trunc(acc[li, ln] / unit) * unit
+        acc = ((kept + acc).view(np.int64) & _RZ24).view(np.float64)
     return acc
 
 
