@@ -158,7 +158,7 @@ WIDE_SWAPPED_MIN_CONTRACTION = 2048
 #: K2048 N1408 on ragged8 splits: E64 T16384 (ratio 1.28) 0.889 / 0.792 (fused_pair_256x256), T32768 (1.09) 0.840 /
 #: 0.775, T65536 (1.06) 0.786 / 0.743 (copies_cutlass), E16 T24576 (1.045) 0.790 / 0.756; balanced 384 rows (1.33)
 #: 0.841 / 0.770; fprop K1408 N2048 E64 ragged8 0.930 / 0.826; below it E32 T49152 (1.033) 0.780 / 0.776, E32
-#: T65536 (1.028) 0.759 / 0.811, E16 T32768 (1.023) 0.778 / 0.788, balanced 256 rows (1.0) 0.930 / 0.989)
+#: T65536 (1.028) 0.759 / 0.811, E16 T32768 (1.023) 0.778 / 0.788, balanced 256 rows (1.0) 0.930 / 0.990)
 WIDE_SWAPPED_MIN_PAD_RATIO = 1.04
 #: the swapped kernels run contractions below this length only (a correctness bound, not a tuning: their cp.async
 #: loader steps each copy by 32-bit offsets of up to 96 x the contraction with 64-token tiles, below 2^31 up to 22.3M,
@@ -283,8 +283,9 @@ def _copies_pay(p: GemmProblem) -> bool:
 def pad_ratio(splits: Sequence[int]) -> float:
     """The rows of 256-row tiles over the rows of 128-row tiles that cover groups of these sizes (1.0 without rows):
     sum(ceil(m / 256) 256) / sum(ceil(m / 128) 128)."""
-    rows_128 = sum(-(-m // 128) for m in splits) * 128
-    return sum(-(-m // 256) for m in splits) * 256 / rows_128 if rows_128 else 1.0
+    sizes = [int(m) for m in splits]
+    rows_128 = sum(-(-m // 128) for m in sizes) * 128
+    return sum(-(-m // 256) for m in sizes) * 256 / rows_128 if rows_128 else 1.0
 
 
 def uneven_rows(splits: Sequence[int]) -> bool:
@@ -295,11 +296,13 @@ def uneven_rows(splits: Sequence[int]) -> bool:
 
 def _uneven(p: GemmProblem) -> bool:
     """p's uneven_rows, or where the caller did not know the group sizes, that of balanced groups (T // E rows each,
-    the last one the rest)."""
+    the last one the rest) below COPIES_MIN_REUSE rows per group. From there the plan without the rule is
+    copies_cutlass, which was timed against swapped_256x128 on router-like splits (given by their sizes), not on
+    balanced ones."""
     if p.uneven_rows is not None:
         return p.uneven_rows
     rows = p.tokens // p.groups
-    return uneven_rows([rows] * (p.groups - 1) + [p.tokens - rows * (p.groups - 1)])
+    return rows < COPIES_MIN_REUSE and uneven_rows([rows] * (p.groups - 1) + [p.tokens - rows * (p.groups - 1)])
 
 
 def _wide_swapped_pays(p: GemmProblem) -> bool:

@@ -304,15 +304,17 @@ def _uneven_rows(split_sizes, e: int, t: int) -> bool | None:
     if isinstance(split_sizes, (str, bytes, Tensor)) or not isinstance(split_sizes, Sequence):
         raise TypeError(f"split_sizes must be a list of ints (the group sizes on the host; a tensor's stay on the "
                         f"device) or None, got {type(split_sizes).__name__}")
-    if not all(_ops.is_int(v) for v in split_sizes):
-        raise TypeError(f"split_sizes must hold ints, got {list(split_sizes)}")
     if len(split_sizes) != e:
         raise ValueError(f"split_sizes has {len(split_sizes)} sizes, the operands have E={e} groups")
-    if any(v < 0 for v in split_sizes):
-        raise ValueError(f"split_sizes must hold sizes >= 0, got {list(split_sizes)}")
-    if sum(split_sizes) != t:
-        raise ValueError(f"split_sizes add up to {sum(split_sizes)}, a has T={t} tokens")
-    return _dispatch.uneven_rows([int(v) for v in split_sizes])
+    for g, v in enumerate(split_sizes):
+        if not _ops.is_int(v):
+            raise TypeError(f"split_sizes must hold ints, got {v!r} at index {g}")
+        if v < 0:
+            raise ValueError(f"split_sizes must hold sizes >= 0, got {v} at index {g}")
+    sizes = [int(v) for v in split_sizes]
+    if sum(sizes) != t:
+        raise ValueError(f"split_sizes add up to {sum(sizes)}, a has T={t} tokens")
+    return _dispatch.uneven_rows(sizes)
 
 
 def _checked_call(a, b, kind, out_dtype, out, accumulate, bias, mode, split_sizes=None) -> _Call:

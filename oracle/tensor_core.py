@@ -128,7 +128,6 @@ def _exponent_f64(x: np.ndarray) -> np.ndarray:
 
 
 _RZ24 = np.int64(-(1 << 29))  # keeps a float64's sign, exponent and 24 leading significand bits: fp32's RZ
-_FP64_INT_BITS = 53  # float64 holds every integer below 2^53 exactly
 
 
 def _accumulate(a: _Operand, b: _Operand) -> np.ndarray:
@@ -141,8 +140,8 @@ def _accumulate(a: _Operand, b: _Operand) -> np.ndarray:
     plain dot product, computed for all blocks at once in float64 (exact: 16 products of at most 2^43 units); only
     the other outputs sum their truncated products one by one. The accumulator is truncated and the sum rounded to
     fp32 per step, as SPEC 12.6 states. Both stay exact in float64: after the truncation every addend is a multiple
-    of 2^shift below 2^(shift + 26) (E is the largest addend's exponent and 2^shift its 2^(E - 25)), so the 17
-    addends' sum has at most 31 significant bits; rounding it toward zero to 24 bits clears the low significand bits
+    of 2^shift below 2^(shift + 26) (E is the largest addend's exponent and 2^shift its 2^(E - 25); where the
+    shift is clamped at 0, integers below 2^26), so the 17 addends' sum has at most 31 significant bits; rounding it toward zero to 24 bits clears the low significand bits
     of its float64 encoding (sign and magnitude, so clearing rounds toward zero)."""
     m, nblk = a.tz.shape
     n = b.tz.shape[0]

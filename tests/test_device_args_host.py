@@ -536,10 +536,13 @@ def _refusal(what: str | None):
         "split sizes in a tensor": (lambda: device.grouped_gemm(xq, wq, split_sizes=_fake_cuda(2, dtype=i64)),
                                     TypeError, "split_sizes must be a list of ints"),
         "split sizes of floats": (lambda: device.grouped_gemm(xq, wq, split_sizes=[32.0, 32.0]), TypeError,
-                                  "must hold ints"),
+                                  "must hold ints, got 32.0 at index 0"),
+        "a bool split size": (lambda: device.grouped_gemm(xq, wq, split_sizes=[True, 63]), TypeError,
+                              "must hold ints, got True at index 0"),
         "split sizes of another count": (lambda: device.grouped_gemm(xq, wq, split_sizes=[64]), ValueError,
                                          "has 1 sizes, the operands have E=2"),
-        "a negative split size": (lambda: device.grouped_gemm(xq, wq, split_sizes=[-1, 65]), ValueError, ">= 0"),
+        "a negative split size": (lambda: device.grouped_gemm(xq, wq, split_sizes=[65, -1]), ValueError,
+                                  ">= 0, got -1 at index 1"),
         "split sizes that do not add up": (lambda: device.grouped_gemm(xq, wq, split_sizes=[32, 31]), ValueError,
                                            "add up to 63, a has T=64"),
         "dgrad of mismatched sizes": (lambda: device.grouped_gemm(xq, wq, kind="dgrad"), ValueError,
@@ -662,6 +665,7 @@ _REFUSALS = [
     "a dimension past 2**31 - 256",
     "split sizes in a tensor",
     "split sizes of floats",
+    "a bool split size",
     "split sizes of another count",
     "a negative split size",
     "split sizes that do not add up",
@@ -909,3 +913,15 @@ def test_every_launcher_checks_the_gpu_first(refusing_gpu_check, monkeypatch):
     with FakeTensorMode(allow_non_fake_inputs=True), pytest.raises(RuntimeError, match="^not sm_90: data$"):
         _ops.check_dequantize_args(_fake_cuda(8, dtype=u8), _fake_cuda(1, 1, dtype=u8),
                                    _fake_cuda(1, dtype=torch.float32), 1, 16, False)
+
+
+def test_split_sizes_take_numpy_ints():
+    """grouped_gemm's split_sizes (the plan's host hint) take Python and NumPy ints alike, summed as Python ints (no
+    int64 wrap-around); [300, 0, 212, 512] fills 256-row tiles unevenly (1280 / 1152 rows), [256, 512] evenly."""
+    from device.gemm import _uneven_rows
+
+    assert _uneven_rows([np.int64(300), np.int32(0), 212, np.uint16(512)], 4, 1024) is True
+    assert _uneven_rows((256, np.int64(512)), 2, 768) is False
+    assert _uneven_rows(None, 2, 768) is None
+    with pytest.raises(ValueError, match="add up to"):
+        _uneven_rows([np.int64(2**62), np.int64(2**62), np.int64(2**62), np.int64(2**62)], 4, 0)

@@ -705,41 +705,47 @@ def test_pad_ratio_by_hand():
     assert _dispatch.uneven_rows([256] * 12 + [128]) and not _dispatch.uneven_rows([256] * 24 + [128])
 
 
-@pytest.mark.parametrize("kind, e, t, n, k", [
-    ("dgrad", 64, 16384, 1408, 2048),   # E64 dgrad: a contraction N = 1408
-    ("fprop", 64, 16384, 2048, 1408),   # fprop with K = 1408
-    ("dgrad", 64, 65536, 1408, 2048),   # 1024 rows per group: over the copies when balanced
-    ("dgrad", 2, 1024, 1024, 256),      # a contraction of PAIR_MIN_CONTRACTION
+@pytest.mark.parametrize("kind, e, t, n, k, balanced, with_copy", [
+    # E64 dgrad (a contraction N = 1408) and fprop (K = 1408): the pair when balanced; over the weights' fp16 copy
+    # where it is given (row 2 before row 1b)
+    ("dgrad", 64, 16384, 1408, 2048, "fused_pair_256x256", "copies_cutlass"),
+    ("fprop", 64, 16384, 2048, 1408, "fused_pair_256x256", "copies_cutlass"),
+    # 1024 rows per group: over the copies of both operands when balanced
+    ("dgrad", 64, 65536, 1408, 2048, "copies_cutlass", "copies_cutlass"),
+    # a contraction of PAIR_MIN_CONTRACTION; 256 output columns, too few for a copy to be read
+    ("dgrad", 2, 1024, 1024, 256, "fused_pair_256x256", "swapped_256x128"),
 ])
-def test_uneven_rows_take_swapped_256x128_below_its_contraction_bound(kind, e, t, n, k):
+def test_uneven_rows_take_swapped_256x128_below_its_contraction_bound(kind, e, t, n, k, balanced, with_copy):
     """docs/design.md section 6, row 1b: with a contraction from 1024 to 2047, fprop / dgrad run swapped_256x128
     where the groups fill 256-row tiles unevenly (H100, x torch._grouped_mm, swapped_256x128 / the plan by the sizes
     alone, dgrad K2048 N1408 on ragged8 splits: E64 T16384 0.889 / 0.792 (fused_pair_256x256), T65536 0.786 / 0.743
     (copies_cutlass); fprop K1408 N2048 0.930 / 0.826) and keep their plan where the groups fill them (balanced 256
-    rows: 0.930 / 0.989). Unknown sizes count as balanced ones; wgrad, whose rows are dW's, is not affected."""
+    rows: 0.930 / 0.990). wgrad, whose rows are dW's, is not affected."""
     p = problem(kind, e, t, n, k)
-    assert plan_gemm(p).algorithm != Algorithm.swapped_256x128  # balanced: whole 256-row tiles
+    assert plan_gemm(p).algorithm == Algorithm[balanced]  # balanced: whole 256-row tiles
     assert plan_gemm(p._replace(uneven_rows=False)) == plan_gemm(p)
     assert plan_gemm(p._replace(uneven_rows=True)) == WIDE
-    # below PAIR_MIN_CONTRACTION, or below 256 rows per group, the rule does not apply
-    short = problem(kind, e, t, n - 32, k) if kind == "dgrad" else problem(kind, e, t, n, k - 32)
-    if short.contraction < _dispatch.PAIR_MIN_CONTRACTION:
-        assert plan_gemm(short._replace(uneven_rows=True)).algorithm != Algorithm.swapped_256x128
+    assert plan_gemm(p._replace(uneven_rows=True, b_copy=True)).algorithm == Algorithm[with_copy]
+    # below 256 rows per group the rule does not apply
     few = problem(kind, e, e * 255, n, k)._replace(uneven_rows=True)
     assert plan_gemm(few).algorithm != Algorithm.swapped_256x128
-    # the weights' fp16 copy, where copies_cutlass reads it, keeps the copies
-    with_copy = p._replace(uneven_rows=True, b_copy=True)
-    if _dispatch._weight_copy_pays(with_copy):
-        assert plan_gemm(with_copy).algorithm == Algorithm.copies_cutlass
     wgrad = problem("wgrad", e, t, n, k)
     assert plan_gemm(wgrad._replace(uneven_rows=True)) == plan_gemm(wgrad)
 
 
+def test_uneven_rows_need_a_contraction_of_1024():
+    """Below PAIR_MIN_CONTRACTION (a contraction N of 1008) uneven groups keep the plan by the sizes."""
+    p = problem("dgrad", 2, 1024, 1008, 256)._replace(uneven_rows=True)
+    assert plan_gemm(p).algorithm == Algorithm.fused_128x256
+
+
 def test_unknown_sizes_count_as_balanced_ones():
-    """Without host sizes, the plan takes balanced groups of T // E rows: 320 and 384 rows fill 256-row tiles
-    unevenly (H100, dgrad E64 K2048 N1408, x torch._grouped_mm: swapped_256x128 0.825 / 0.841 against
-    fused_pair_256x256 0.735 / 0.770, two runs), 256 and 512 rows fill them."""
+    """Without host sizes, the plan takes balanced groups of T // E rows below 1024 rows per group: 320 and 384 rows
+    fill 256-row tiles unevenly (H100, dgrad E64 K2048 N1408, x torch._grouped_mm: swapped_256x128 0.825 / 0.841
+    against fused_pair_256x256 0.735 / 0.770, two runs), 256 and 512 rows fill them. From 1024 rows the copies stay
+    (1100 rows: their plan without the rule; swapped_256x128 was not timed against it on balanced groups)."""
     for t in (20480, 24576):
         assert plan_gemm(problem("dgrad", 64, t, 1408, 2048)) == WIDE, t
     for t in (16384, 32768):
         assert plan_gemm(problem("dgrad", 64, t, 1408, 2048)).algorithm == Algorithm.fused_pair_256x256, t
+    assert plan_gemm(problem("dgrad", 16, 17600, 1408, 2048)).algorithm == Algorithm.copies_cutlass
