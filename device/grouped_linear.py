@@ -587,7 +587,7 @@ class GroupedLinear(torch.nn.Module):
                       rht_wgrad=r.rht_wgrad, rht_signs=r.rht_signs, sr_grad=r.sr_grad, seed=r.seed, need_dx=need_dx,
                       need_dw=need_dw, need_dbias=need_dbias, fuse_wgrad=self.fuse_wgrad_accumulation,
                       delay_wgrad=self.delay_wgrad_compute, copy_dgrad=_copy_serves_dgrad(r),
-                      uneven_rows=None if isinstance(m_splits, Tensor) else _dispatch.uneven_rows(list(m_splits)))
+                      uneven_rows=None if isinstance(m_splits, Tensor) else _dispatch.uneven_rows(m_splits))
         want_copy = not _ops._traced(x) and self._weight_copy_read(x.shape[0], need_dx)
         wq, w_copy = self._weight_planes(need_dx, is_first_microbatch, want_copy)
         layer = self if (self.fuse_wgrad_accumulation or self.delay_wgrad_compute) else None

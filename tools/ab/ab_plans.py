@@ -207,23 +207,24 @@ def operands(c: Case):
     return a, b, (t, k), lambda: torch._grouped_mm(dy, w.view(e, n, k), offs=offs)
 
 
-def case_bias(c: Case, out: torch.Tensor) -> torch.Tensor | None:
-    """The case's fp32 bias ``[E, cols]`` (None without ``bias``)."""
-    return torch.linspace(-1, 1, c.e * out.shape[1], device=DEV).view(c.e, -1) if c.bias else None
+def call_kwargs(plan: Plan, c: Case, out: torch.Tensor) -> dict:
+    """The keyword arguments of the case's device.grouped_gemm call under the plan (and of its grouped_gemm_plan):
+    kind, out, mode, accumulate (``f32+c``), the case's fp32 bias ``[E, cols]`` and, with ``splits=host``, the
+    case's group sizes as ``split_sizes``."""
+    bias = torch.linspace(-1, 1, c.e * out.shape[1], device=DEV).view(c.e, -1) if c.bias else None
+    return dict(kind=c.kind, out=out, mode=plan.mode, accumulate=c.out == "f32+c", bias=bias,
+                split_sizes=splits_for(c.e, c.t, c.splits) if plan.host_splits else None)
 
 
 def gemm_call(plan: Plan, a, b, c: Case, out: torch.Tensor) -> Callable[[], None]:
     """One grouped_gemm call of the case under the plan, into ``out`` (with ``weights=f16``: reading the weights' fp16
     copy, as GroupedLinear(cache_f16_weights=True) calls it; device.testing.gemm_over_weight_copy)."""
-    bias = case_bias(c, out)
+    kw = call_kwargs(plan, c, out)
     if plan.weight_copy:
-        run = testing.gemm_over_weight_copy(a, b, kind=c.kind, out=out, bias=bias, mode=plan.mode)
+        run = testing.gemm_over_weight_copy(a, b, kind=c.kind, out=out, bias=kw["bias"], mode=plan.mode)
     else:
-        sizes = splits_for(c.e, c.t, c.splits) if plan.host_splits else None
-
         def run() -> None:
-            device.grouped_gemm(a, b, kind=c.kind, out=out, mode=plan.mode, accumulate=c.out == "f32+c", bias=bias,
-                                split_sizes=sizes)
+            device.grouped_gemm(a, b, **kw)
 
     def call() -> None:
         with applied(plan):
@@ -234,10 +235,8 @@ def gemm_call(plan: Plan, a, b, c: Case, out: torch.Tensor) -> Callable[[], None
 
 def auto_algorithm(plan: Plan, a, b, c: Case, out: torch.Tensor) -> str:
     """The algorithm a plan without a forced algorithm runs on the case (device.grouped_gemm_plan)."""
-    sizes = splits_for(c.e, c.t, c.splits) if plan.host_splits else None
     with applied(plan):
-        return device.grouped_gemm_plan(a, b, kind=c.kind, out=out, mode=plan.mode, accumulate=c.out == "f32+c",
-                                        bias=case_bias(c, out), split_sizes=sizes).algorithm.name
+        return device.grouped_gemm_plan(a, b, **call_kwargs(plan, c, out)).algorithm.name
 
 
 def run_gemm(args: argparse.Namespace) -> None:
