@@ -10,7 +10,10 @@ scale and a zero C with -139); the truncated addends are added exactly and the s
 
 The model works on integers in units of 2^-20: every group value is an integer multiple of 2^-20 (E2M1 values are
 multiples of 1/2, UE4M3 scales multiples of 2^-9), truncation to a coarser power of two and rounding toward zero keep
-that, so the accumulator is always ``A * 2^-20`` with an int64 A (bounded below 2^62, checked).
+that, so the accumulator is always ``A * 2^-20`` with an integer A, held in float64. A step's addends are exact there:
+a group value is below 2^(E + 12) (SPEC 12.7: ``|P_g| <= 576`` and each scale below 2^(e(s) + 1)), so after the
+truncation to multiples of 2^(E - 35) the five addends and their sum have at most 50 significant bits; the fp32 RZ
+then clears the low 29 significand bits of the sum's float64 encoding.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import numpy as np
 from .dequantize import nan_scale_rows
 from .fp4_numpy import decode_e2m1
 from .planes import QuantizedPlane
-from .tensor_core import _bit_length, _round_to_fp32_rz, _truncate
+from .tensor_core import _RZ24, _exponent_f64
 from .tensor_core import _fp32_rz as _fp32_rz_fraction
 
 __all__ = ["STEP_K", "WINDOW", "E_ZERO", "mxf4nvf4_k64_step", "sm100_epilogue", "sm100_sum"]
@@ -33,10 +36,7 @@ WINDOW = 35  # addends are truncated at 2^(E - 35) (SPEC 12.7)
 E_ZERO = -139  # the exponent of a zero group and of a zero C (SPEC 12.7): below every real one
 _GROUPS = STEP_K // 16
 _UNIT_EXP = -20  # the model's integers count units of 2^-20
-_FP32_BITS = 24
-# A group value is d * m_a * m_b * 2^(x_a + x_b + 18) units with |d| <= 16 * 12 * 12 = 2304 (d: the group's sum of
-# doubled E2M1 values' products), m <= 15 and x <= 5, so below 2^47, and a step adds at most four of them: after s
-# steps |A| < s * 2^49, which stays below 2^62 for s < 2^13.
+# K of 2^13 k64 steps or more is refused (SPEC 12.7: K rounded up to 64 stays below 2^19; mode sm100 refuses the same)
 _MAX_STEPS = 1 << 13
 
 
@@ -76,30 +76,29 @@ def sm100_sum(a_plane: QuantizedPlane, b_plane: QuantizedPlane) -> np.ndarray:
     m, n, k = a_plane.rows, b_plane.rows, a_plane.cols
     steps = -(-k // STEP_K)
     if steps >= _MAX_STEPS:
-        raise ValueError(f"K={k} too large for the int64 model (at most {(_MAX_STEPS - 1) * STEP_K})")
+        raise ValueError(f"K={k} too large for the model (at most {(_MAX_STEPS - 1) * STEP_K})")
     kp = steps * STEP_K
     qa, sa = _padded(a_plane, kp)
     qb, sb = _padded(b_plane, kp)
     ma, xa, ea, _ = _ue4m3_parts(sa)
     mb, xb, eb, _ = _ue4m3_parts(sb)
-    acc = np.zeros((m, n), np.int64)  # units of 2^-20
+    acc = np.zeros((m, n), np.float64)  # integers: units of 2^-20
     for j in range(steps):
         cols, grp = slice(STEP_K * j, STEP_K * (j + 1)), slice(_GROUPS * j, _GROUPS * (j + 1))
         a4 = qa[:, cols].reshape(m, _GROUPS, 16).transpose(1, 0, 2).astype(np.float64)  # [4, M, 16]
         b4 = qb[:, cols].reshape(n, _GROUPS, 16).transpose(1, 2, 0).astype(np.float64)  # [4, 16, N]
-        # exact in float64: integers of magnitude at most 16 * 144
-        d = np.matmul(a4, b4).astype(np.int64)  # [4, M, N]: 4 x each group's sum of E2M1 products
+        d = np.matmul(a4, b4)  # [4, M, N]: 4 x each group's sum of E2M1 products (integers, |d| <= 2304)
         nonzero = np.matmul((a4 != 0).astype(np.float64), (b4 != 0).astype(np.float64)) > 0  # a nonzero product
         gma, gmb = ma[:, grp].T[:, :, None], mb[:, grp].T[:, None, :]
         live = nonzero & (gma > 0) & (gmb > 0)
-        terms = (d * (gma * gmb)) << (xa[:, grp].T[:, :, None] + xb[:, grp].T[:, None, :] + 18)
+        terms = np.ldexp(d * (gma * gmb), xa[:, grp].T[:, :, None] + xb[:, grp].T[:, None, :] + 18)
         e_groups = np.where(live, ea[:, grp].T[:, :, None] + eb[:, grp].T[:, None, :], E_ZERO)
-        e_c = np.where(acc != 0, _bit_length(np.abs(acc)) - 1 + _UNIT_EXP, E_ZERO)
+        e_c = np.where(acc != 0, _exponent_f64(acc) + _UNIT_EXP, E_ZERO)
         e_max = np.maximum(e_groups.max(axis=0), e_c)
-        shift = np.maximum(e_max - WINDOW - _UNIT_EXP, 0)  # the truncation unit 2^(E - 35) in units of 2^-20
-        total = _truncate(terms, shift).sum(axis=0) + _truncate(acc, shift)  # exact: below 2^62
-        acc, _ = _round_to_fp32_rz(total)
-    out = np.ldexp(acc.astype(np.float64), _UNIT_EXP).astype(np.float32)  # exact: 24 bits, at least 2^-20
+        unit = np.ldexp(1.0, np.maximum(e_max - WINDOW - _UNIT_EXP, 0))  # 2^(E - 35) in units of 2^-20, at least 1
+        total = (np.trunc(terms / unit) * unit).sum(axis=0) + np.trunc(acc / unit) * unit
+        acc = (total.view(np.int64) & _RZ24).view(np.float64) + 0.0  # fp32 RZ; a zero sum is +0
+    out = np.ldexp(acc, _UNIT_EXP).astype(np.float32)  # exact: 24 bits, at least 2^-20
     return np.where(nan_scale_rows(a_plane)[:, None] | nan_scale_rows(b_plane)[None, :], np.float32(np.nan), out)
 
 

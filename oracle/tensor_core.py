@@ -41,20 +41,6 @@ def _bit_length(x: np.ndarray) -> np.ndarray:
     return e - (((x >> np.maximum(e - 1, 0)) == 0) & (x > 0))
 
 
-def _truncate(x: np.ndarray, shift: np.ndarray) -> np.ndarray:
-    """x rounded toward zero to a multiple of 2**shift (shift <= 0: unchanged)."""
-    s = np.maximum(shift, 0)
-    mag = (np.abs(x) >> s) << s
-    return np.where(x < 0, -mag, mag)
-
-
-def _round_to_fp32_rz(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Integers rounded toward zero to 24 significant bits (fp32 RZ; no overflow at these magnitudes), and the bit
-    length of their magnitudes (truncating below the leading bit keeps it)."""
-    length = _bit_length(np.abs(x))
-    return _truncate(x, length - _FP32_BITS), length
-
-
 def _exponent_seen(v: np.ndarray, emin: int) -> np.ndarray:
     """Exponent the tensor core uses for an operand v * 2^-10 presented as v * 2^-24: floor(log2), at least emin."""
     e = _bit_length(np.abs(v)) - 1 - 10 + _PRESENT_EXP

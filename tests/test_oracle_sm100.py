@@ -170,7 +170,7 @@ def test_the_accumulator_stays_a_normal_multiple_of_2_to_the_minus_20():
     assert not np.any(np.signbit(acc) & (acc == 0))
 
 
-def test_k_too_large_for_the_int64_model_raises():
+def test_k_of_8192_steps_or_more_raises():
     codes = np.zeros((1, 64 * (1 << 13)), np.uint8)
     p = _plane(codes, np.zeros((1, 4 << 13), np.uint8))
     with pytest.raises(ValueError, match="too large"):
