@@ -2,7 +2,8 @@
 
 Prints one table: quantize 4096x4096 bf16 (rowwise + RHT columnwise; rowwise only), diagnose on its 1024x1024 corner
 (every rule; also as a multiple of one quantize of that corner), torchao's `nvfp4_quantize` (rowwise; rowwise +
-transposed), the exact GEMM model at 512x4096x4096 and the tensor-core model (SPEC 12.6) at 128x1024x1024.
+transposed), the exact GEMM model at 512x4096x4096 and the tensor-core (SPEC 12.6) and sm100 (SPEC 12.7) models at
+128x1024x1024.
 Targets: oracle quantize <= 1 s and faster than torchao CPU; exact GEMM <= 10 s.
 
     python benchmarks/bench_oracle.py [--repeat 3] [--skip-gemm]
@@ -85,6 +86,9 @@ def main() -> None:
         qb = oracle.quantize(rng.standard_normal((1024, 1024)).astype(np.float32)).row
         rows.append(("oracle gemm tensor_core 128x1024x1024 (bf16 out)",
                      best_of(lambda: oracle.gemm(qa, qb, model="tensor_core"), 1)))
+        # Blackwell's k64 block-scaled steps (SPEC 12.7): sequential over the k64 steps, the same shape
+        rows.append(("oracle gemm sm100 128x1024x1024 (bf16 out)",
+                     best_of(lambda: oracle.gemm(qa, qb, model="sm100"), 1)))
     width = max(len(r[0]) for r in rows)
     print(f"{'case':<{width}}  seconds")
     for name, t in rows:
