@@ -181,8 +181,8 @@ for stage in "$@"; do
   start=$(date +%s)
   # (the stage in a child shell, so that timeout can kill it and everything it started)
   timeout -s KILL "$limit" bash -c "$(declare -f stage_body); $(declare -p PYTEST SAN SANITIZE_K SANITIZE_FILE \
-    SANITIZE_TOOLS AB_PLANS AB_CASES AB_QUANT_PLANS CONF_BUDGET CONF_SEED CONF_OPS NCU_KERNEL NCU_CASES NCU_SCRIPT \
-    OUT); stage_body $stage" >"$OUT/$stage.log" 2>&1
+    SANITIZE_TOOLS AB_PLANS AB_CASES AB_QUANT_PLANS BENCH_GEMM_ARGS CONF_BUDGET CONF_SEED CONF_OPS NCU_KERNEL \
+    NCU_CASES NCU_SCRIPT OUT); stage_body $stage" >"$OUT/$stage.log" 2>&1
   rc=$?
   echo "=== $stage: rc $rc, $(( $(date +%s) - start )) s (limit $limit s)"
   grep -v '^\[[0-9]*/[0-9]*\]' "$OUT/$stage.log" | tail -n "${TAIL_LINES:-15}"
