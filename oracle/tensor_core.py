@@ -127,8 +127,9 @@ def _accumulate(a: _Operand, b: _Operand) -> np.ndarray:
     the other outputs sum their truncated products one by one. The accumulator is truncated and the sum rounded to
     fp32 per step, as SPEC 12.6 states. Both stay exact in float64: after the truncation every addend is a multiple
     of 2^shift below 2^(shift + 26) (E is the largest addend's exponent and 2^shift its 2^(E - 25); where the
-    shift is clamped at 0, integers below 2^26), so the 17 addends' sum has at most 31 significant bits; rounding it toward zero to 24 bits clears the low significand bits
-    of its float64 encoding (sign and magnitude, so clearing rounds toward zero)."""
+    shift is clamped at 0, integers below 2^26), so the 17 addends' sum has at most 31 significant bits; rounding it
+    toward zero to 24 bits clears the low significand bits of its float64 encoding (sign and magnitude, so clearing
+    rounds toward zero)."""
     m, nblk = a.tz.shape
     n = b.tz.shape[0]
     # the exact block dot products [blocks, M, N], units of 2^-20
