@@ -385,10 +385,16 @@ def algorithm_unavailable(a: Algorithm, p: GemmProblem) -> str | None:
         if not (p.a_scales_aligned and p.b_scales_aligned):
             return "it copies the scale tiles 16 bytes at a time: both scale buffers must be 16-byte aligned"
     if a in SWAPPED:
+        if p.kind == "wgrad":  # (swapped_256x128 over exchanged operands: dY's plane is the one decoded in registers)
+            if a == Algorithm.swapped_64x256:
+                return "it runs fprop and dgrad only"
+            if not p.a_scales_aligned:
+                return "it copies a's scale tiles 16 bytes at a time: a's scale buffer must be 16-byte aligned"
+            if p.tokens >= SWAPPED_MAX_CONTRACTION[a]:
+                return f"it runs wgrad on fewer than {SWAPPED_MAX_CONTRACTION[a]} tokens only, got {p.tokens}"
+            return None
         if not p.b_scales_aligned:
             return "it copies b's scale tiles 16 bytes at a time: b's scale buffer must be 16-byte aligned"
-        if p.kind == "wgrad":
-            return "it runs fprop and dgrad only (its token operand is a rowwise plane)"
         if p.contraction >= SWAPPED_MAX_CONTRACTION[a]:
             return f"it runs contractions below {SWAPPED_MAX_CONTRACTION[a]} only, got {p.contraction}"
     if a == Algorithm.copies_cutlass:
@@ -451,6 +457,10 @@ def _swapped_tma_reason(a: Algorithm, p: GemmProblem) -> str | None:
     12.5) need not start on a whole row of that map: swapped_256x128 checks each tile's group and copies such a
     group's weight rows by cp.async; swapped_64x256 runs dgrad on its cp.async loader (where every group agrees, the
     one map measured no faster there: H200, E8 T512 dgrad 1.489x of grouped_mm against 1.527x)."""
+    if p.kind == "wgrad":  # (one token map per group, built on the device; the weight rows by cp.async)
+        if not p.a_scales_aligned:
+            return "it needs a's scale buffer 16-byte aligned"
+        return None if p.tokens > 0 else "its tensor maps need at least one token"
     pitch = p.contraction // 2  # packed bytes per weight row
     if p.kind == "dgrad" and a == Algorithm.swapped_64x256:
         return ("swapped_64x256's dgrad weight groups need not start on a whole row of one tensor map (its cp.async "

@@ -192,6 +192,32 @@ def test_swapped_kernel_runs_fprop_and_dgrad_only():
         plan_gemm(p, algorithm="swapped_64x256")
 
 
+def test_swapped_256x128_wgrad_plans_and_refusals():
+    """swapped_256x128 runs wgrad over exchanged operands: dY's columnwise plane is the one decoded in registers, so
+    its scale tiles are copied 16 bytes at a time (a's scale buffer must be 16-byte aligned), the longest group
+    contraction is the token count (below 2^23, its cp.async loader's offsets), and the TMA loader (one token map per
+    group) needs a token; its epilogue is its own direct one, C included."""
+    p = problem("wgrad", 8, 16384, 14336, 4096)
+    assert plan_gemm(p, algorithm="swapped_256x128") == WIDE
+    assert plan_gemm(p, algorithm="swapped_256x128", loader="cp_async") == plan("swapped_256x128", "cp_async",
+                                                                               "direct")
+    acc = problem("wgrad", 8, 16384, 14336, 4096, accumulate=True)
+    assert plan_gemm(acc, algorithm="swapped_256x128") == WIDE
+    assert plan_gemm(problem("wgrad", 8, 16384, 14336, 4096, b_scales_aligned=False),
+                     algorithm="swapped_256x128") == WIDE  # (X's scales: the fp16 copy's decode reads any address)
+    with pytest.raises(ValueError, match="algorithm='swapped_256x128' cannot run this call: .*a's scale buffer"):
+        plan_gemm(problem("wgrad", 8, 16384, 14336, 4096, a_scales_aligned=False), algorithm="swapped_256x128")
+    wide = _dispatch.SWAPPED_MAX_CONTRACTION[Algorithm.swapped_256x128]
+    assert plan_gemm(problem("wgrad", 8, wide - 16, 1024, 1024, sized=False),
+                     algorithm="swapped_256x128").algorithm == Algorithm.swapped_256x128
+    with pytest.raises(ValueError, match="wgrad on fewer than 8388608 tokens only, got 8388608"):
+        plan_gemm(problem("wgrad", 8, wide, 1024, 1024, sized=False), algorithm="swapped_256x128")
+    empty = problem("wgrad", 8, 0, 1024, 1024)
+    assert plan_gemm(empty, algorithm="swapped_256x128") == plan("swapped_256x128", "cp_async", "direct")
+    with pytest.raises(ValueError, match="loader='tma' cannot run this call: .*at least one token"):
+        plan_gemm(empty, algorithm="swapped_256x128", loader="tma")
+
+
 # The hybrid exact kernel: fprop / dgrad whose contraction is a multiple of 32, with 16-byte aligned B buffers (its
 # TMA boxes of packed rows); every other call keeps the fused kernel (or the copies where they pay), and forcing it
 # raises. Rows: (kind, contraction kc, b's data offset in bytes past 16-byte alignment, runs, why), on E64 T16384.
