@@ -199,6 +199,12 @@ WGRAD_COPIES_MIN_REUSE_BF16 = 1200
 WGRAD_COPIES_MIN_REUSE_BF16_LARGE = 800
 WGRAD_COPIES_MIN_ROWS_LARGE = 256
 WGRAD_COPIES_MIN_WORK = 2**35
+#: fast wgrad with plain fp32 output runs on swapped_256x128 (operands exchanged: X's columnwise plane through its fp16
+#: copy, dY's rows decoded in registers) from this many tokens per group, with N and K >= COPIES_MIN_REUSE and its TMA
+#: loader. PENDING MEASUREMENT (a hypothesis from an H200 proxy run: the fprop call with E8 wgrad's multiply-adds, 2048
+#: tokens per group, ran 0.99 of grouped_mm's wgrad TFLOP/s against 0.923 for copies_cutlass; at 256 tokens per group,
+#: E64 N1408 K2048, the proxy lost to fused_128x256)
+WGRAD_SWAPPED_MIN_ROWS = 2048
 #: CUTLASS's grouped GEMM takes at most this many groups
 CUTLASS_MAX_GROUPS = 65535
 
@@ -312,6 +318,15 @@ def _wide_swapped_pays(p: GemmProblem) -> bool:
     return (p.kind != "wgrad" and p.tokens // p.groups >= WIDE_SWAPPED_MIN_ROWS
             and (p.contraction >= WIDE_SWAPPED_MIN_CONTRACTION
                  or (p.contraction >= PAIR_MIN_CONTRACTION and _uneven(p)))
+            and algorithm_unavailable(Algorithm.swapped_256x128, p) is None
+            and _swapped_tma_reason(Algorithm.swapped_256x128, p) is None)
+
+
+def _wgrad_swapped_pays(p: GemmProblem) -> bool:
+    """Whether fast wgrad runs on swapped_256x128 over exchanged operands: plain fp32 output (no C), from
+    WGRAD_SWAPPED_MIN_ROWS tokens per group, N and K >= COPIES_MIN_REUSE, with its TMA loader."""
+    return (p.kind == "wgrad" and p.out_dtype == "float32" and not p.accumulate
+            and p.tokens // p.groups >= WGRAD_SWAPPED_MIN_ROWS and min(p.n, p.k) >= COPIES_MIN_REUSE
             and algorithm_unavailable(Algorithm.swapped_256x128, p) is None
             and _swapped_tma_reason(Algorithm.swapped_256x128, p) is None)
 
@@ -432,7 +447,7 @@ def _auto_algorithm(p: GemmProblem) -> Algorithm:
         return Algorithm.swapped_64x256
     copies = algorithm_unavailable(Algorithm.copies_cutlass, p)
     weight_copy_read = copies is None and _weight_copy_pays(p)
-    if not weight_copy_read and _wide_swapped_pays(p):
+    if not weight_copy_read and (_wide_swapped_pays(p) or _wgrad_swapped_pays(p)):
         return Algorithm.swapped_256x128
     if weight_copy_read or (copies is None and (_wgrad_copies_pay(p) if p.kind == "wgrad" else _copies_pay(p))):
         return Algorithm.copies_cutlass
