@@ -405,8 +405,12 @@ def algorithm_unavailable(a: Algorithm, p: GemmProblem) -> str | None:
                 return "it runs fprop and dgrad only"
             if not p.a_scales_aligned:
                 return "it copies a's scale tiles 16 bytes at a time: a's scale buffer must be 16-byte aligned"
-            if p.tokens >= SWAPPED_MAX_CONTRACTION[a]:
-                return f"it runs wgrad on fewer than {SWAPPED_MAX_CONTRACTION[a]} tokens only, got {p.tokens}"
+            # (the longest group contraction dY's buffer can hold: its bytes per N row, times 2, as the binding bounds
+            # it)
+            longest = max(p.tokens, 2 * p.a_data_bytes // p.n if p.n else 0)
+            if longest >= SWAPPED_MAX_CONTRACTION[a]:
+                return (f"it runs wgrad on fewer than {SWAPPED_MAX_CONTRACTION[a]} tokens only (dY's buffer holds "
+                        f"{longest} per feature)")
             return None
         if not p.b_scales_aligned:
             return "it copies b's scale tiles 16 bytes at a time: b's scale buffer must be 16-byte aligned"

@@ -569,6 +569,31 @@ def test_swapped_wide_kernel_wgrad(case, loader):
     run_wgrad(splits, n, k, "fast", torch.bfloat16, False, seed=133, num_sms=3, **kw)
 
 
+@pytest.mark.parametrize("loader", ["tma", "cp_async"])
+def test_swapped_wide_kernel_wgrad_beside_disagreeing_groups(loader):
+    """SPEC 12.5 on wgrad over swapped_256x128: groups 0 and 2 of dY and X disagree on their token counts (NaN, no
+    map built, nothing read), groups 1 and 3 agree and have tokens (their maps and rows come right after the
+    disagreeing groups' bytes); with and without C, on a capped grid too."""
+    n, k = 144, 272
+    dy_splits, x_splits = [30, 64, 50, 40], [50, 64, 30, 40]
+    t = sum(dy_splits)
+    dyc = gq(rand_bf16((t, n), 21), dy_splits, rowwise=False, columnwise=True)
+    xc = gq(rand_bf16((t, k), 22), x_splits, rowwise=False, columnwise=True)
+    dyo, xo = dyc.to_oracle(), xc.to_oracle()
+    for accumulate, num_sms in ((False, None), (True, 3)):
+        c = torch.randn((4, n, k), dtype=torch.float32).to(DEV)
+        out, check_tail = guarded((4, n, k), torch.float32, values=c if accumulate else torch.full_like(c, 7.0))
+        gemm(dyc, xc, kind="wgrad", out=out, accumulate=accumulate, mode="fast", algorithm="swapped_256x128",
+             loader=loader, num_sms=num_sms)
+        check_tail("wgrad")
+        y, cn = to_np(out), c.cpu().numpy()
+        _all_nan(y[0], f"group 0 (accumulate={accumulate})")
+        _all_nan(y[2], f"group 2 (accumulate={accumulate})")
+        for g in (1, 3):
+            check_group(y[g], dyo.col_planes[g], xo.col_planes[g], "fast", torch.float32,
+                        acc=cn[g] if accumulate else None, where=f"g={g} accumulate={accumulate}")
+
+
 def _nan_scale_padding(a, contraction):
     """Grouped result ``a`` (rowwise, swizzled scales) with every padding byte of its groups' scale tiles (rows past
     the group's rows, block columns past contraction / 16; SPEC 8.2 writes them 0x00) set to 0x7F, an E4M3 NaN: a

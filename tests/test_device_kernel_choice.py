@@ -216,8 +216,12 @@ def test_swapped_256x128_wgrad_plans_and_refusals():
     wide = _dispatch.SWAPPED_MAX_CONTRACTION[Algorithm.swapped_256x128]
     assert plan_gemm(problem("wgrad", 8, wide - 16, 1024, 1024, sized=False),
                      algorithm="swapped_256x128").algorithm == Algorithm.swapped_256x128
-    with pytest.raises(ValueError, match="wgrad on fewer than 8388608 tokens only, got 8388608"):
+    with pytest.raises(ValueError, match="wgrad on fewer than 8388608 tokens only .dY's buffer holds 8388608"):
         plan_gemm(problem("wgrad", 8, wide, 1024, 1024, sized=False), algorithm="swapped_256x128")
+    # dY's buffer bounds it as the binding does: SPEC 9.3's worst case holds 16 W(16) tokens per feature, W(16) = E +
+    # (T - E) // 16 = 8 + 8388584 // 16 = 524294 at T = 2^23 - 16, so 8388704
+    with pytest.raises(ValueError, match="dY's buffer holds 8388704"):
+        plan_gemm(problem("wgrad", 8, wide - 16, 1024, 1024), algorithm="swapped_256x128")
     empty = problem("wgrad", 8, 0, 1024, 1024)
     assert plan_gemm(empty, algorithm="swapped_256x128") == plan("swapped_256x128", "cp_async", "direct")
     with pytest.raises(ValueError, match="loader='tma' cannot run this call: .*at least one token"):
