@@ -827,10 +827,10 @@ class GemmShape:
 
 def algorithm_runs(name: str, g: GemmShape) -> bool:
     """Whether the device can run algorithm ``name`` ("auto": always) on a case of shape ``g``: the swapped and hybrid
-    kernels fprop and dgrad only, the hybrid one with a contraction % 32 == 0 (its B rows read as TMA boxes of 16-byte
-    multiples; device.group_quantize's planes are 16-byte aligned), the CUTLASS copies with 16-byte aligned output
-    rows, and with a bias for bf16 output only."""
-    if name in ("swapped_64x256", "swapped_256x128", "exact_hybrid") and g.kind == "wgrad":
+    kernels fprop and dgrad only (swapped_256x128 wgrad too), the hybrid one with a contraction % 32 == 0 (its B rows
+    read as TMA boxes of 16-byte multiples; device.group_quantize's planes are 16-byte aligned), the CUTLASS copies
+    with 16-byte aligned output rows, and with a bias for bf16 output only."""
+    if name in ("swapped_64x256", "exact_hybrid") and g.kind == "wgrad":
         return False
     if name == "exact_hybrid":
         return g.contraction % 32 == 0
@@ -842,9 +842,12 @@ def algorithm_runs(name: str, g: GemmShape) -> bool:
 def loaders_of(name: str, g: GemmShape) -> tuple[str, ...]:
     """The loaders a case can force on algorithm ``name``: the swapped kernels' cp.async loader, and their TMA loader
     with a contraction % 32 == 0 and at least one token (its tensor maps need a row of each plane) for fprop, and for
-    swapped_256x128's dgrad (swapped_64x256's dgrad takes cp.async); both loaders of the exact kernel over fp16 copies.
+    swapped_256x128's dgrad (swapped_64x256's dgrad takes cp.async), and with at least one token for swapped_256x128's
+    wgrad; both loaders of the exact kernel over fp16 copies.
     None for the algorithms with one loader, nor for "auto" (the algorithm is not known here)."""
     if name in ("swapped_64x256", "swapped_256x128"):
+        if g.kind == "wgrad":  # (swapped_256x128: one token map per group; the weight rows by cp.async)
+            return ("cp_async", "tma") if g.contraction > 0 else ("cp_async",)
         kind_ok = g.kind == "fprop" or (g.kind == "dgrad" and name == "swapped_256x128")
         tma = kind_ok and g.contraction % 32 == 0 and g.out_rows > 0
         return ("cp_async", "tma") if tma else ("cp_async",)

@@ -199,6 +199,12 @@ WGRAD_COPIES_MIN_REUSE_BF16 = 1200
 WGRAD_COPIES_MIN_REUSE_BF16_LARGE = 800
 WGRAD_COPIES_MIN_ROWS_LARGE = 256
 WGRAD_COPIES_MIN_WORK = 2**35
+#: fast wgrad with plain fp32 output runs on swapped_256x128 (operands exchanged: X's columnwise plane through its fp16
+#: copy, dY's rows decoded in registers) from this many tokens per group, with N and K >= COPIES_MIN_REUSE and its TMA
+#: loader. PENDING MEASUREMENT (a hypothesis from an H200 proxy run: the fprop call with E8 wgrad's multiply-adds, 2048
+#: tokens per group, ran 0.99 of grouped_mm's wgrad TFLOP/s against 0.923 for copies_cutlass; at 256 tokens per group,
+#: E64 N1408 K2048, the proxy lost to fused_128x256)
+WGRAD_SWAPPED_MIN_ROWS = 2048
 #: CUTLASS's grouped GEMM takes at most this many groups
 CUTLASS_MAX_GROUPS = 65535
 
@@ -316,6 +322,15 @@ def _wide_swapped_pays(p: GemmProblem) -> bool:
             and _swapped_tma_reason(Algorithm.swapped_256x128, p) is None)
 
 
+def _wgrad_swapped_pays(p: GemmProblem) -> bool:
+    """Whether fast wgrad runs on swapped_256x128 over exchanged operands: plain fp32 output (no C), from
+    WGRAD_SWAPPED_MIN_ROWS tokens per group, N and K >= COPIES_MIN_REUSE, with its TMA loader."""
+    return (p.kind == "wgrad" and p.out_dtype == "float32" and not p.accumulate
+            and p.tokens // p.groups >= WGRAD_SWAPPED_MIN_ROWS and min(p.n, p.k) >= COPIES_MIN_REUSE
+            and algorithm_unavailable(Algorithm.swapped_256x128, p) is None
+            and _swapped_tma_reason(Algorithm.swapped_256x128, p) is None)
+
+
 def weight_copy_fits(kind: str, mode: str, out_dtype: str) -> bool:
     """Whether a call can read the weights' fp16 copy at all: fast-mode fprop, or dgrad with bf16 output (dgrad reads
     the copy N-contiguous through a bf16-only CUTLASS instantiation)."""
@@ -385,10 +400,20 @@ def algorithm_unavailable(a: Algorithm, p: GemmProblem) -> str | None:
         if not (p.a_scales_aligned and p.b_scales_aligned):
             return "it copies the scale tiles 16 bytes at a time: both scale buffers must be 16-byte aligned"
     if a in SWAPPED:
+        if p.kind == "wgrad":  # (swapped_256x128 over exchanged operands: dY's plane is the one decoded in registers)
+            if a == Algorithm.swapped_64x256:
+                return "it runs fprop and dgrad only"
+            if not p.a_scales_aligned:
+                return "it copies a's scale tiles 16 bytes at a time: a's scale buffer must be 16-byte aligned"
+            # (the longest group contraction dY's buffer can hold: its bytes per N row, times 2, as the binding bounds
+            # it)
+            longest = max(p.tokens, 2 * p.a_data_bytes // p.n if p.n else 0)
+            if longest >= SWAPPED_MAX_CONTRACTION[a]:
+                return (f"it runs wgrad on fewer than {SWAPPED_MAX_CONTRACTION[a]} tokens only (dY's buffer holds "
+                        f"{longest} per feature)")
+            return None
         if not p.b_scales_aligned:
             return "it copies b's scale tiles 16 bytes at a time: b's scale buffer must be 16-byte aligned"
-        if p.kind == "wgrad":
-            return "it runs fprop and dgrad only (its token operand is a rowwise plane)"
         if p.contraction >= SWAPPED_MAX_CONTRACTION[a]:
             return f"it runs contractions below {SWAPPED_MAX_CONTRACTION[a]} only, got {p.contraction}"
     if a == Algorithm.copies_cutlass:
@@ -426,7 +451,7 @@ def _auto_algorithm(p: GemmProblem) -> Algorithm:
         return Algorithm.swapped_64x256
     copies = algorithm_unavailable(Algorithm.copies_cutlass, p)
     weight_copy_read = copies is None and _weight_copy_pays(p)
-    if not weight_copy_read and _wide_swapped_pays(p):
+    if not weight_copy_read and (_wide_swapped_pays(p) or _wgrad_swapped_pays(p)):
         return Algorithm.swapped_256x128
     if weight_copy_read or (copies is None and (_wgrad_copies_pay(p) if p.kind == "wgrad" else _copies_pay(p))):
         return Algorithm.copies_cutlass
@@ -451,6 +476,10 @@ def _swapped_tma_reason(a: Algorithm, p: GemmProblem) -> str | None:
     12.5) need not start on a whole row of that map: swapped_256x128 checks each tile's group and copies such a
     group's weight rows by cp.async; swapped_64x256 runs dgrad on its cp.async loader (where every group agrees, the
     one map measured no faster there: H200, E8 T512 dgrad 1.489x of grouped_mm against 1.527x)."""
+    if p.kind == "wgrad":  # (one token map per group, built on the device; the weight rows by cp.async)
+        if not p.a_scales_aligned:
+            return "it needs a's scale buffer 16-byte aligned"
+        return None if p.tokens > 0 else "its tensor maps need at least one token"
     pitch = p.contraction // 2  # packed bytes per weight row
     if p.kind == "dgrad" and a == Algorithm.swapped_64x256:
         return ("swapped_64x256's dgrad weight groups need not start on a whole row of one tensor map (its cp.async "

@@ -575,6 +575,7 @@ def test_plan_rules_say_where_each_algorithm_loader_and_epilogue_runs():
     f32, bf16 = "float32", "bfloat16"
     for name, shape, runs in [
         ("swapped_64x256", _shape("wgrad", f32), False), ("swapped_64x256", _shape("dgrad", f32), True),
+        ("swapped_256x128", _shape("wgrad", f32), True),
         ("exact_hybrid", _shape("wgrad", f32), False),
         ("exact_hybrid", _shape("fprop", f32, k=64), True), ("exact_hybrid", _shape("fprop", f32, k=48), False),
         ("exact_hybrid", _shape("dgrad", f32, n=96), True), ("exact_hybrid", _shape("dgrad", f32, n=80), False),

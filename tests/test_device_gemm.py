@@ -546,6 +546,54 @@ def test_swapped_wide_kernel_dgrad_off_a_whole_row_and_capped_grids():
               num_sms=7)
 
 
+# wgrad on swapped_256x128 over exchanged operands (X's columnwise plane is the token operand, read through its fp16
+# copy; dY's rows are decoded in registers, 128 per tile): empty experts, token counts of 16 mod 32 (weight rows of 8
+# mod 16 bytes: the loader's 8-byte cp.async pieces), dW rows N past one 128-row tile with a partial last one, dW
+# columns K past one 256-row token tile with a partial last one; fp32 with and without C and bf16; both loaders (TMA:
+# one token map per group, built on the device); a capped grid.
+WIDE_WGRAD_CASES = {"e4": ([0, 37, 200, 5], 208, 272),
+                    "e3_k48": ([64, 0, 100], 80, 48),
+                    "e8": (rand_splits(8, 4000, 9), 384, 320),
+                    "e2_long": ([1000, 1016], 144, 512)}
+
+
+@pytest.mark.parametrize("loader", ["tma", "cp_async"])
+@pytest.mark.parametrize("case", list(WIDE_WGRAD_CASES))
+def test_swapped_wide_kernel_wgrad(case, loader):
+    splits, n, k = WIDE_WGRAD_CASES[case]
+    kw = dict(algorithm="swapped_256x128", loader=loader)
+    plan = planned("wgrad", splits, n, k, torch.float32, **kw)
+    assert (plan.algorithm.name, plan.loader.name, plan.epilogue.name) == ("swapped_256x128", loader, "direct")
+    run_wgrad(splits, n, k, "fast", torch.float32, False, seed=131, **kw)
+    run_wgrad(splits, n, k, "fast", torch.float32, True, seed=132, **kw)
+    run_wgrad(splits, n, k, "fast", torch.bfloat16, False, seed=133, num_sms=3, **kw)
+
+
+@pytest.mark.parametrize("loader", ["tma", "cp_async"])
+def test_swapped_wide_kernel_wgrad_beside_disagreeing_groups(loader):
+    """SPEC 12.5 on wgrad over swapped_256x128: groups 0 and 2 of dY and X disagree on their token counts (NaN, no
+    map built, nothing read), groups 1 and 3 agree and have tokens (their maps and rows come right after the
+    disagreeing groups' bytes); with and without C, on a capped grid too."""
+    n, k = 144, 272
+    dy_splits, x_splits = [30, 64, 50, 40], [50, 64, 30, 40]
+    t = sum(dy_splits)
+    dyc = gq(rand_bf16((t, n), 21), dy_splits, rowwise=False, columnwise=True)
+    xc = gq(rand_bf16((t, k), 22), x_splits, rowwise=False, columnwise=True)
+    dyo, xo = dyc.to_oracle(), xc.to_oracle()
+    for accumulate, num_sms in ((False, None), (True, 3)):
+        c = torch.randn((4, n, k), dtype=torch.float32).to(DEV)
+        out, check_tail = guarded((4, n, k), torch.float32, values=c if accumulate else torch.full_like(c, 7.0))
+        gemm(dyc, xc, kind="wgrad", out=out, accumulate=accumulate, mode="fast", algorithm="swapped_256x128",
+             loader=loader, num_sms=num_sms)
+        check_tail("wgrad")
+        y, cn = to_np(out), c.cpu().numpy()
+        _all_nan(y[0], f"group 0 (accumulate={accumulate})")
+        _all_nan(y[2], f"group 2 (accumulate={accumulate})")
+        for g in (1, 3):
+            check_group(y[g], dyo.col_planes[g], xo.col_planes[g], "fast", torch.float32,
+                        acc=cn[g] if accumulate else None, where=f"g={g} accumulate={accumulate}")
+
+
 def _nan_scale_padding(a, contraction):
     """Grouped result ``a`` (rowwise, swizzled scales) with every padding byte of its groups' scale tiles (rows past
     the group's rows, block columns past contraction / 16; SPEC 8.2 writes them 0x00) set to 0x7F, an E4M3 NaN: a
@@ -1370,7 +1418,8 @@ def _all_nan(y: np.ndarray, where: str) -> None:
                                                      ("fast", "fused_pair_256x256", None),
                                                      ("fast", "fused_pair_256x256", 2), ("exact", None, 1),
                                                      ("fast", "copies_cutlass", None), ("exact", "exact_copies", None),
-                                                     ("exact", "exact_copies", 2)])
+                                                     ("exact", "exact_copies", 2), ("fast", "swapped_256x128", None),
+                                                     ("fast", "swapped_256x128", 2)])
 def test_disagreeing_operand_groups_are_nan(mode, algorithm, num_sms):
     """SPEC 12.5: a group whose operands disagree on its size (sizes live on the device, so this cannot raise) reads
     nothing of that group and is written as NaN; the agreeing groups are unaffected. fprop / dgrad: W quantized with
@@ -1646,9 +1695,8 @@ def test_binding_refuses_plans_it_cannot_run():
     y = torch.empty((t, n), dtype=torch.bfloat16, device=DEV)
     dx = torch.empty((t, k), dtype=torch.float32, device=DEV)
     dw = torch.empty((len(splits), n, k), dtype=torch.float32, device=DEV)
-    for swapped in ("swapped_64x256", "swapped_256x128"):
-        refused("wgrad", dyc, xc, dw, "the swapped kernels run fprop and dgrad only", algorithm=swapped,
-                loader="cp_async", epilogue="direct")
+    refused("wgrad", dyc, xc, dw, "swapped_64x256 runs fprop and dgrad only", algorithm="swapped_64x256",
+            loader="cp_async", epilogue="direct")
     refused("dgrad", dyq, wq, dx, "swapped_64x256's TMA loader runs fprop only", algorithm="swapped_64x256",
             loader="tma", epilogue="direct")
     refused("wgrad", dyc, xc, dw, "exact_hybrid runs fprop and dgrad", algorithm="exact_hybrid", loader="tma",

@@ -81,7 +81,8 @@ def plan_kw(algorithm: str | None) -> dict:
     return dict(algorithm=algorithm)
 
 
-FAST = [None, "swapped_64x256", "fused_64x256", "fused_128x256", "fused_pair_256x256", "copies_cutlass"]
+FAST = [None, "swapped_64x256", "swapped_256x128", "fused_64x256", "fused_128x256", "fused_pair_256x256",
+        "copies_cutlass"]
 EXACT = ["exact_fused", "exact_copies"]
 
 

@@ -73,7 +73,8 @@ E8_T512_WGRAD = ("wgrad", 8, 512, 14336, 4096)
     (E8_FPROP, WIDE, plan("exact_copies", "tma", "staged")),
     (("dgrad", 8, 16384, 14336, 4096), WIDE, plan("exact_copies", "tma", "staged")),
     # (exact fp32 wgrad stores by TMA: 0.47-0.50x -> 0.59x on E64, the same epilogue here)
-    (E8_WGRAD, COPIES, plan("exact_copies", "tma", "tma_store")),
+    # (fast fp32 wgrad: swapped_256x128 over exchanged operands, _dispatch.WGRAD_SWAPPED_MIN_ROWS; PENDING MEASUREMENT)
+    (E8_WGRAD, WIDE, plan("exact_copies", "tma", "tma_store")),
     # 256 rows per group: no copies of both (exact over copies: 0.43x vs 0.49x fused; the hybrid kernel, A copied
     # only, 0.47 -> 0.50x); fast dgrad: the 2-CTA pair 0.846 against 0.767 for the 128 x 256 kernel, its bf16 output
     # by TMA boxes; fast fprop (contraction K = 2048) runs on swapped_256x128 (test_wide_swapped_decisions)
@@ -109,26 +110,31 @@ def test_copies_choice(shape, fast, exact):
     (16, 4096, 4096, 4096, "bf16", False, True),    # 0.864 / 0.670 (2048)
     (8, 512, 14336, 4096, "bf16", False, True),     # 0.942 / 0.850 (3186; staged bf16 epilogue: 0.94 / 0.64)
     (8, 1024, 14336, 4096, "f32", False, False),    # 0.47 / 0.55
-    (8, 2048, 14336, 4096, "f32", False, False),    # 0.53 / 0.55
+    (8, 2048, 14336, 4096, "f32", False, False),    # 0.53 / 0.55 (256 tokens per group)
     (8, 4096, 14336, 4096, "f32", False, True),     # 0.66 / 0.55
     (8, 4096, 14336, 4096, "f32", True, True),      # 0.42 / 0.28
     (32, 16384, 1408, 2048, "f32", False, True),    # 0.63 / 0.60
-    (1, 4096, 4096, 4096, "f32", False, True),      # 0.81 / 0.73
-    (8, 16384, 14336, 4096, "f32", False, True),    # E8 T16384: CUTLASS over the copies, as fprop
+    (1, 4096, 4096, 4096, "f32", False, "swapped"),  # 0.81 / 0.73 (copies / fused); PENDING MEASUREMENT
+    (8, 16384, 14336, 4096, "f32", False, "swapped"),  # E8 T16384 (2048 tokens per group); PENDING MEASUREMENT
+    (8, 16384, 14336, 4096, "bf16", False, True),   # bf16: the copies
+    (8, 16384, 14336, 4096, "f32", True, True),     # with C: the copies
     (8, 4096, 512, 4096, "bf16", False, False),     # N below 1024: not measured, the fused kernel stays
     (64, 2048, 1408, 2048, "bf16", False, False),   # 32 rows per group: not measured
 ])
 def test_wgrad_fast_choice(e, t, n, k, dtype, acc, copies):
     p = problem("wgrad", e, t, n, k, out_dtype="float32" if dtype == "f32" else "bfloat16", accumulate=acc)
     got = plan_gemm(p)
-    if copies:
+    if copies == "swapped":  # (fp32 without C from WGRAD_SWAPPED_MIN_ROWS tokens per group)
+        assert got == WIDE
+    elif copies:
         assert got == COPIES
     else:
         assert got == plan("fused_128x256", "cp_async", "staged" if acc else "tma_store")
-    # without CUTLASS's headers in the build the fused kernel runs where the copies would, and forcing them raises
+    # without CUTLASS's headers in the build the fused kernel runs where the copies would (swapped_256x128 needs no
+    # CUTLASS), and forcing them raises
     no_cutlass = problem("wgrad", e, t, n, k, out_dtype=p.out_dtype, accumulate=acc, cutlass=False)
-    assert plan_gemm(no_cutlass).algorithm in _dispatch.FUSED_FAST
-    if not copies:
+    assert plan_gemm(no_cutlass).algorithm in _dispatch.FUSED_FAST + (Algorithm.swapped_256x128,)
+    if not copies or copies == "swapped":
         assert plan_gemm(no_cutlass) == got
     with pytest.raises(ValueError, match="without CUTLASS's headers"):
         plan_gemm(no_cutlass, algorithm="copies_cutlass")
@@ -190,6 +196,36 @@ def test_swapped_kernel_runs_fprop_and_dgrad_only():
     assert plan_gemm(p).algorithm != Algorithm.swapped_64x256
     with pytest.raises(ValueError, match="algorithm='swapped_64x256' cannot run this call: it runs fprop and dgrad"):
         plan_gemm(p, algorithm="swapped_64x256")
+
+
+def test_swapped_256x128_wgrad_plans_and_refusals():
+    """swapped_256x128 runs wgrad over exchanged operands: dY's columnwise plane is the one decoded in registers, so
+    its scale tiles are copied 16 bytes at a time (a's scale buffer must be 16-byte aligned), the longest group
+    contraction is the token count (below 2^23, its cp.async loader's offsets), and the TMA loader (one token map per
+    group) needs a token; its epilogue is its own direct one, C included."""
+    p = problem("wgrad", 8, 16384, 14336, 4096)
+    assert plan_gemm(p, algorithm="swapped_256x128") == WIDE
+    assert plan_gemm(p, algorithm="swapped_256x128", loader="cp_async") == plan("swapped_256x128", "cp_async",
+                                                                               "direct")
+    acc = problem("wgrad", 8, 16384, 14336, 4096, accumulate=True)
+    assert plan_gemm(acc, algorithm="swapped_256x128") == WIDE
+    assert plan_gemm(problem("wgrad", 8, 16384, 14336, 4096, b_scales_aligned=False),
+                     algorithm="swapped_256x128") == WIDE  # (X's scales: the fp16 copy's decode reads any address)
+    with pytest.raises(ValueError, match="algorithm='swapped_256x128' cannot run this call: .*a's scale buffer"):
+        plan_gemm(problem("wgrad", 8, 16384, 14336, 4096, a_scales_aligned=False), algorithm="swapped_256x128")
+    wide = _dispatch.SWAPPED_MAX_CONTRACTION[Algorithm.swapped_256x128]
+    assert plan_gemm(problem("wgrad", 8, wide - 16, 1024, 1024, sized=False),
+                     algorithm="swapped_256x128").algorithm == Algorithm.swapped_256x128
+    with pytest.raises(ValueError, match="wgrad on fewer than 8388608 tokens only .dY's buffer holds 8388608"):
+        plan_gemm(problem("wgrad", 8, wide, 1024, 1024, sized=False), algorithm="swapped_256x128")
+    # dY's buffer bounds it as the binding does: SPEC 9.3's worst case holds 16 W(16) tokens per feature, W(16) = E +
+    # (T - E) // 16 = 8 + 8388584 // 16 = 524294 at T = 2^23 - 16, so 8388704
+    with pytest.raises(ValueError, match="dY's buffer holds 8388704"):
+        plan_gemm(problem("wgrad", 8, wide - 16, 1024, 1024), algorithm="swapped_256x128")
+    empty = problem("wgrad", 8, 0, 1024, 1024)
+    assert plan_gemm(empty, algorithm="swapped_256x128") == plan("swapped_256x128", "cp_async", "direct")
+    with pytest.raises(ValueError, match="loader='tma' cannot run this call: .*at least one token"):
+        plan_gemm(empty, algorithm="swapped_256x128", loader="tma")
 
 
 # The hybrid exact kernel: fprop / dgrad whose contraction is a multiple of 32, with 16-byte aligned B buffers (its

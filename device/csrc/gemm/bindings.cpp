@@ -44,8 +44,9 @@ nvfp4_gemm::PlaneView plane_view(const Tensor& data, const Tensor& scales, const
 // fp16 copies of both operand planes for the algorithms over copies (copies_cutlass, exact_copies): the plane views in
 // `d` and the scratch (2 fp16 per packed byte of each plane's buffer) from the caching allocator (stream-ordered, so
 // graph capture works). The returned tensors own the scratch.
-// With a_only, only the A plane gets a copy (d.b_f16 stays null: swapped_64x256's token operand, exact_hybrid's A,
-// or copies_cutlass given the weights' copy, which the caller then points d.b_f16 at).
+// With a_only, only the A plane gets a copy (d.b_f16 stays null: the swapped kernels' token operand, exact_hybrid's A,
+// or copies_cutlass given the weights' copy, which the caller then points d.b_f16 at). With s.swap_wgrad the caller
+// passes X's columnwise plane as the A tensors and dY's as the B tensors (the setup kernel's exchanged operands).
 std::pair<Tensor, Tensor> f16_copies(nvfp4_gemm::CopiesArgs& d, int kind, int E, const nvfp4_gemm::SetupArgs& s,
                                      const Tensor& a_data, const Tensor& a_scales, const Tensor& a_offs,
                                      const Tensor& b_data, const Tensor& b_scales, const Tensor& b_offs,
@@ -55,9 +56,10 @@ std::pair<Tensor, Tensor> f16_copies(nvfp4_gemm::CopiesArgs& d, int kind, int E,
   d.kind = kind;
   d.probs = s.probs;
   d.prefix = s.prefix;
-  // fprop: X rowwise, W rowwise; dgrad: dY rowwise, W columnwise (rows K); wgrad: both columnwise (rows N, K)
-  d.a = plane_view(a_data, a_scales, a_offs, E, kind == kWgrad, s.kc, s.a_rows);
-  d.b = plane_view(b_data, b_scales, b_offs, E, kind != kFprop, s.kc, s.b_rows);
+  // fprop: X rowwise, W rowwise; dgrad: dY rowwise, W columnwise (rows K); wgrad: both columnwise (rows N, K; with
+  // swap_wgrad K, N)
+  d.a = plane_view(a_data, a_scales, a_offs, E, kind == kWgrad, s.kc, s.swap_wgrad ? s.b_rows : s.a_rows);
+  d.b = plane_view(b_data, b_scales, b_offs, E, kind != kFprop, s.kc, s.swap_wgrad ? s.a_rows : s.b_rows);
   auto half = a_data.options().dtype(at::kHalf);
   Tensor a16 = at::empty({2 * d.a.cap_bytes}, half);
   Tensor b16 = at::empty({a_only ? 0 : 2 * d.b.cap_bytes}, half);
@@ -245,15 +247,18 @@ std::string grouped_gemm_(int64_t kind, int64_t E, const Tensor& a_data, const T
   s.prefix = prefix;
   const auto algo = static_cast<nvfp4_gemm::Algorithm>(algorithm);
   nvfp4_gemm::tile_of(algo, &s.tile_m, &s.tile_n);
+  const bool swapped = algo == nvfp4_gemm::kSwapped64x256 || algo == nvfp4_gemm::kSwapped256x128;
+  NVFP4_REFUSE_UNLESS(!swapped || kind != nvfp4_gemm::kWgrad || algo == nvfp4_gemm::kSwapped256x128,
+                      "nvfp4_gemm: swapped_64x256 runs fprop and dgrad only");
+  // wgrad on swapped_256x128: X's columnwise plane is the token operand (its fp16 copy), dY's the decoded one
+  s.swap_wgrad = swapped && kind == nvfp4_gemm::kWgrad;
   nvfp4_gemm::launch_setup(s, stream);
   NVFP4_RETURN_IF_ERROR(nvfp4::launch_status("nvfp4_gemm"));
   if (grid_upper <= 0) return {};
-  const bool swapped = algo == nvfp4_gemm::kSwapped64x256 || algo == nvfp4_gemm::kSwapped256x128;
-  NVFP4_REFUSE_UNLESS(!swapped || kind != nvfp4_gemm::kWgrad,
-                      "nvfp4_gemm: the swapped kernels run fprop and dgrad only");
   // (their cp.async loader steps each copy by 32-bit offsets of up to 96 x the contraction with 64-token tiles, 240 x
-  // with 256-token tiles)
-  NVFP4_REFUSE_UNLESS(!swapped || kc < (int64_t{1} << (algo == nvfp4_gemm::kSwapped256x128 ? 23 : 24)),
+  // with 256-token tiles; wgrad's longest contraction is bounded by dY's columnwise bytes per N row, times 2)
+  const int64_t swapped_kc = kind == nvfp4_gemm::kWgrad ? (a_rows > 0 ? 2 * a_data.numel() / a_rows : 0) : kc;
+  NVFP4_REFUSE_UNLESS(!swapped || swapped_kc < (int64_t{1} << (algo == nvfp4_gemm::kSwapped256x128 ? 23 : 24)),
                       "nvfp4_gemm: the swapped kernels run contractions below 2^24 (swapped_256x128: 2^23) only");
   NVFP4_REFUSE_UNLESS(!swapped || loader == nvfp4_gemm::kLoaderCpAsync || kind == nvfp4_gemm::kFprop ||
                           algo == nvfp4_gemm::kSwapped256x128,
@@ -308,9 +313,13 @@ std::string grouped_gemm_(int64_t kind, int64_t E, const Tensor& a_data, const T
     // the kernels over fp16 copies with the setup kernel's tile list: exact_copies and sm100_copies over copies of both
     // planes, or the swapped kernels over a copy of the token plane
     nvfp4_gemm::CopiesArgs d{};
-    const auto copies = f16_copies(d, static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales, a_offs, b_data,
-                                   b_scales, b_offs, /*a_only=*/swapped);
+    const auto copies = s.swap_wgrad ? f16_copies(d, static_cast<int>(kind), static_cast<int>(E), s, b_data, b_scales,
+                                                  b_offs, a_data, a_scales, a_offs, /*a_only=*/true)
+                                     : f16_copies(d, static_cast<int>(kind), static_cast<int>(E), s, a_data, a_scales,
+                                                  a_offs, b_data, b_scales, b_offs, /*a_only=*/swapped);
     if (swapped) {
+      Tensor maps;  // wgrad's TMA loader: one token map (128 bytes) per group, 128-byte aligned (gemm/swapped.cu)
+      if (s.swap_wgrad && loader == nvfp4_gemm::kLoaderTma) d.group_maps = map_scratch(maps, 128, E, a_data);
       launched = nvfp4_gemm::launch_swapped_path(d, probs, l, stream);
     } else {
       // the per-group tensor maps (2 x 128 bytes per group, 128-byte aligned; gemm/exact_copies.cu launch_copies_maps)

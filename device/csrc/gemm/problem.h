@@ -48,6 +48,8 @@ struct SetupArgs {
   float rcp;          // TE rules' alpha factor fp32(1/(36 G_A G_B)) (SPEC 12.1; fp32(1/7225344) for G = 448)
   int rule;           // the operands' scale rule (nvfp4::Rule, common/codes.h): it picks the SPEC 12.1 alpha
   int tile_m, tile_n; // CTA tile of the GEMM kernel that will run (tile counts per group)
+  int swap_wgrad;     // wgrad with the operands exchanged (swapped_256x128): Prob A = X_g columnwise [K, ru16(m_g)],
+                      // B = dY_g columnwise [N, ru16(m_g)], so M = K and N = N; the output stays dW_g [N, K]
   Prob* probs;        // out: [E]
   int* prefix;        // out: [E+1] tile prefix sum
 };

@@ -38,12 +38,18 @@ __device__ int setup_group(const SetupArgs& a, int g) {
   Prob p{};
   int tiles = 0;
   if (a.kind == kWgrad) {
-    p.a = a.a_data + a.a_offs[4 * E1 + g];
-    p.sa = a.a_scales + a.a_offs[5 * E1 + g];
-    p.b = a.b_data + a.b_offs[4 * E1 + g];
-    p.sb = a.b_scales + a.b_offs[5 * E1 + g];
-    p.M = static_cast<int>(a.a_rows);
-    p.N = static_cast<int>(a.b_rows);
+    // dY_g's and X_g's columnwise planes (swap_wgrad: X_g's as A, so that swapped_256x128 reads its fp16 copy and
+    // decodes dY_g's rows in registers; the step model is symmetric in its operands, SPEC 12.6)
+    const uint8_t* dy = a.a_data + a.a_offs[4 * E1 + g];
+    const uint8_t* dy_s = a.a_scales + a.a_offs[5 * E1 + g];
+    const uint8_t* x = a.b_data + a.b_offs[4 * E1 + g];
+    const uint8_t* x_s = a.b_scales + a.b_offs[5 * E1 + g];
+    p.a = a.swap_wgrad ? x : dy;
+    p.sa = a.swap_wgrad ? x_s : dy_s;
+    p.b = a.swap_wgrad ? dy : x;
+    p.sb = a.swap_wgrad ? dy_s : x_s;
+    p.M = static_cast<int>(a.swap_wgrad ? a.b_rows : a.a_rows);
+    p.N = static_cast<int>(a.swap_wgrad ? a.a_rows : a.b_rows);
     p.K = static_cast<int>((m + 15) / 16 * 16);
     const long long plane_row0 = static_cast<long long>(g) * a.a_rows;
     p.row0 = plane_row0 < (1ll << 31) ? static_cast<int>(plane_row0) : 0;  // (the host maps E N < 2^31 rows only)

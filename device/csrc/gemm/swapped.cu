@@ -1,7 +1,7 @@
 // Instantiations of the swapped fast kernel (gemm/swapped.cuh; SPEC 12.6 bit for bit): 64 x 256 tiles
-// (swapped_64x256) or 256 x 128 tiles (swapped_256x128; tokens x weight rows), fp32 or bf16 output, the TMA loader
-// (contraction K % 32 == 0) or the cp.async one (any K), and the host side of the TMA loader: its tensor maps, encoded
-// through the runtime's driver entry point (no -lcuda).
+// (swapped_64x256) or 256 x 128 tiles (swapped_256x128; tokens x weight rows; also wgrad over exchanged operands),
+// fp32 or bf16 output, the TMA loader (contraction K % 32 == 0; wgrad: any) or the cp.async one (any K), and the host
+// side of the TMA loader: its tensor maps, encoded through the runtime's driver entry point (no -lcuda).
 #include "gemm/copies.h"
 #include "gemm/group_maps.cuh"
 #include "gemm/swapped.cuh"
@@ -46,15 +46,52 @@ bool swap_maps(const CopiesArgs& d, swapped::SwapMaps* m) {
                    CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
+// wgrad's TMA maps (swapped_256x128 over exchanged operands: d.a is X's columnwise plane, whose fp16 copy d.a_f16
+// holds the token rows, d.b dY's): the weights' scale map `sc` as for fprop, and one token map per group, built on the
+// device into d.group_maps from a template (fp16, box {64, TOK_ROWS}, the 128-byte swizzle; each group's base, {K_g,
+// M} and row pitch 2 K_g bytes put in by gmap::group_maps_kernel, launched here after the retarget kernel). False,
+// launching nothing, when a buffer is misaligned, the scale plane is shorter than one tile or the driver refuses a map.
+template <int TOK_ROWS>
+bool wgrad_maps(const LaunchArgs& a, const CopiesArgs& d, swapped::SwapMaps* m, cudaStream_t s) {
+  const long long sc_rows = d.b.scale_cap_bytes / 128;
+  if (d.a_f16 == nullptr || reinterpret_cast<uintptr_t>(d.a_f16) % 16 != 0 || d.group_maps == nullptr ||
+      reinterpret_cast<uintptr_t>(d.group_maps) % 128 != 0 || reinterpret_cast<uintptr_t>(d.b.scales) % 16 != 0 ||
+      sc_rows < 4 || sc_rows >= (1LL << 31))
+    return false;
+  gmap::MapSet<1> set{};
+  set.what[0] = gmap::MapOf::kAF16;
+  if (!encode_2d(&set.templates[0], CU_TENSOR_MAP_DATA_TYPE_FLOAT16, d.a_f16, 64, TOK_ROWS, 128, 64, TOK_ROWS,
+                 CU_TENSOR_MAP_SWIZZLE_128B) ||
+      !encode_2d(&m->sc, CU_TENSOR_MAP_DATA_TYPE_UINT8, d.b.scales, 128, sc_rows, 128, 128, 4,
+                 CU_TENSOR_MAP_SWIZZLE_NONE))
+    return false;
+  m->sc_base = d.b.scales;
+  m->group_tok = static_cast<const CUtensorMap*>(d.group_maps);
+  gmap::launch_group_maps(a.probs, a.E, set, static_cast<CUtensorMap*>(d.group_maps), s);
+  return true;
+}
+
 // The plan's loader: TMA (swap_maps; false, launching nothing, when its maps cannot be encoded) or cp.async. dgrad's
 // weights are W's columnwise plane, and after a group that disagrees with N (SPEC 12.5) the next group need not start
 // on a whole row of the one map `w`: dgrad runs the TMA loader in its checked form (swapped_kernel's ROWS_CHECKED),
-// which copies such a group's weight rows by cp.async, and only where DGRAD_TMA (swapped_256x128; swapped_64x256's
+// which copies such a group's weight rows by cp.async, and only where WIDE (swapped_256x128; swapped_64x256's
 // dgrad keeps the cp.async loader, the binding refusing TMA for it). fprop's rowwise weight groups always start on a
-// whole row.
-template <class S, class STma, bool DGRAD_TMA, bool OUT_F32>
+// whole row. wgrad (swapped_256x128 only, WIDE): the kernel's WGRAD form, its TMA loader over wgrad_maps.
+template <class S, class STma, bool WIDE, bool OUT_F32>
 bool launch_out(const LaunchArgs& a, const CopiesArgs& d, cudaStream_t s) {
   swapped::SwapMaps m{};
+  if (a.kind == kWgrad) {
+    if constexpr (WIDE) {
+      if (a.loader != kLoaderTma) {
+        launch_persistent<swapped::swapped_kernel<S, OUT_F32, false, false, true>, S::kThreads, S::kSmem>(a, s, m);
+        return true;
+      }
+      if (!wgrad_maps<STma::BM>(a, d, &m, s)) return false;
+      launch_persistent<swapped::swapped_kernel<STma, OUT_F32, true, true, true>, STma::kThreads, STma::kSmem>(a, s, m);
+      return true;
+    }
+    return false;
+  }
   if (a.loader != kLoaderTma) {
     launch_persistent<swapped::swapped_kernel<S, OUT_F32, false>, S::kThreads, S::kSmem>(a, s, m);
     return true;
@@ -64,16 +101,16 @@ bool launch_out(const LaunchArgs& a, const CopiesArgs& d, cudaStream_t s) {
     launch_persistent<swapped::swapped_kernel<STma, OUT_F32, true>, STma::kThreads, STma::kSmem>(a, s, m);
     return true;
   }
-  if constexpr (DGRAD_TMA) {
+  if constexpr (WIDE) {
     launch_persistent<swapped::swapped_kernel<STma, OUT_F32, true, true>, STma::kThreads, STma::kSmem>(a, s, m);
     return true;
   }
   return false;
 }
 
-template <class S, class STma, bool DGRAD_TMA>
+template <class S, class STma, bool WIDE>
 bool launch_shape(const LaunchArgs& a, const CopiesArgs& d, cudaStream_t s) {
-  return a.out_f32 ? launch_out<S, STma, DGRAD_TMA, true>(a, d, s) : launch_out<S, STma, DGRAD_TMA, false>(a, d, s);
+  return a.out_f32 ? launch_out<S, STma, WIDE, true>(a, d, s) : launch_out<S, STma, WIDE, false>(a, d, s);
 }
 
 }  // namespace

@@ -222,6 +222,9 @@ struct SwapLoader {
 //        halves of row r when bit 2 of r is set: raw_half_offset's layout (address bit 4 ^= bit 7, rows of 32 bytes);
 //   sc:  the weights' swizzled scale plane as rows of 128 bytes, box {128, 4}: each 128-row x 4-block tile of it
 //        (SPEC 8.2) is 512 contiguous bytes, i.e. 4 map rows.
+// wgrad (WGRAD: the columnwise planes' pitch differs per group) reads its token rows through one map per group
+// instead of `tok` (group_tok[g]: the group's rows of the copy, {K_g, M} with the box and swizzle of `tok`, built on
+// the device by gemm/group_maps.cuh), and its weights by cp.async (`w` unused); `sc` is the same map.
 // Boxes past the tensor's end (K tail, the plane's last rows) are zero-filled and still count their whole bytes.
 struct SwapMaps {
   CUtensorMap tok;
@@ -230,7 +233,8 @@ struct SwapMaps {
   const uint8_t* tok_base;  // first byte of the token copy (Prob::a points into it)
   const uint8_t* w_base;    // first byte of the weight plane (Prob::b points into it)
   const uint8_t* sc_base;   // first byte of the weights' scale plane (Prob::sb points into it)
-  long long w_pitch;        // K / 2: bytes per weight row; the copy's rows are 4 w_pitch bytes
+  long long w_pitch;        // K / 2: bytes per weight row; the copy's rows are 4 w_pitch bytes (wgrad: 0)
+  const CUtensorMap* group_tok;  // wgrad: the per-group token maps (global memory); else null
 };
 
 // The TMA loader's per-tile state (the thread that issues the boxes): the stage's copies are one token box, one or two
@@ -238,15 +242,24 @@ struct SwapMaps {
 // many scale tiles.
 template <class S>
 struct TmaTile {
-  int tok_row, w_row;  // map rows of the tile's first token and weight row
+  const CUtensorMap* tok;  // the token map: the launch's `tok`, or (wgrad) group g's map
+  int tok_row, w_row;  // map rows of the tile's first token and weight row (wgrad: w_row unused)
   int sc_row;          // map row of the scale tile of weight rows [n0, n0 + 128) at K step 0 (+4 per K step)
   int sc_next;         // 4 KT: the scale tile of the next 128 weight rows
   int boxes;           // 1 or 2
 
   TmaTile() = default;
-  __device__ __forceinline__ TmaTile(const Prob& p, const SwapMaps& m, int m0, int n0, int n_end, int KT) {
-    tok_row = static_cast<int>((p.a - m.tok_base) / (4 * m.w_pitch)) + m0;
-    w_row = static_cast<int>((p.b - m.w_base) / m.w_pitch) + n0;
+  // group: the tile's group, whose own token map (m.group_tok[group], its rows from the group's first) serves wgrad
+  __device__ __forceinline__ TmaTile(const Prob& p, const SwapMaps& m, int group, int m0, int n0, int n_end, int KT) {
+    if (m.group_tok != nullptr) {
+      tok = m.group_tok + group;
+      tok_row = m0;
+      w_row = 0;
+    } else {
+      tok = &m.tok;
+      tok_row = static_cast<int>((p.a - m.tok_base) / (4 * m.w_pitch)) + m0;
+      w_row = static_cast<int>((p.b - m.w_base) / m.w_pitch) + n0;
+    }
     boxes = S::kScaleTiles == 2 && n0 + 128 < n_end ? 2 : 1;
     sc_next = 4 * KT;
     // (scale groups start at multiples of 512 bytes, SPEC 9.2: always a whole tile of `sc`)
@@ -259,7 +272,7 @@ struct TmaTile {
     const uint32_t bytes = S::kTokBytes + boxes * ((weights ? 128 * 32 : 0) + 512);
     if constexpr (ARRIVE) mbar_arrive_expect_tx(bar, bytes);
     else mbar_expect_tx(bar, bytes);
-    tma_load_2d(stage, &m.tok, bar, 64 * kt, tok_row);
+    tma_load_2d(stage, tok, bar, 64 * kt, tok_row);
     for (int h = 0; h < boxes; ++h) {
       if (weights) tma_load_2d(stage + S::kTokBytes + h * (128 * 32), &m.w, bar, 32 * kt, w_row + 128 * h);
       tma_load_2d(stage + S::kTokBytes + S::kRawBytes + h * 512, &m.sc, bar, 0,
@@ -395,6 +408,41 @@ __device__ __forceinline__ void store_tile_transposed(const float (&acc)[ACC], c
   }
 }
 
+// Epilogue of one m64 tile of wgrad over exchanged operands (SetupArgs::swap_wgrad; SPEC 12.2 order: y = alpha * acc;
+// y += C; cast; wgrad has no bias): the kernel's weight rows are dW_g's rows (dY_g's N features) and its token rows
+// dW_g's columns (X_g's K features), so the tile is stored as it lies. Accumulator register 4j + 2h + e of thread
+// (warp v, lane l) is dW row n_base + 8 h (n_base = n0 + 16 v + l / 4), column m_base + 8 j + e (m_base = m0 +
+// 2 (l % 4)): e = 0, 1 are adjacent columns, stored as one 8-byte (fp32) or 4-byte (bf16) word. M = K is a multiple of
+// 16 (wgrad's planes), so a column m < M has m + 1 < M, and the words are aligned (even m, even row pitch).
+template <bool OUT_F32, int ACC>
+__device__ __forceinline__ void store_tile_rows(const float (&acc)[ACC], const Prob& p, int m_base, int n_base,
+                                                int accumulate) {
+  const float alpha = p.alpha;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int n = n_base + 8 * h;
+    if (n >= p.N) continue;
+#pragma unroll
+    for (int j = 0; j < ACC / 4; ++j) {
+      const int m = m_base + 8 * j;
+      if (m >= p.M) continue;
+      float y0 = __fmul_rn(alpha, acc[4 * j + 2 * h]), y1 = __fmul_rn(alpha, acc[4 * j + 2 * h + 1]);
+      const long long o = static_cast<long long>(n) * p.ldd + m;
+      if (OUT_F32) {
+        float2* dp = reinterpret_cast<float2*>(static_cast<float*>(p.d) + o);
+        if (accumulate) {
+          const float2 c = *dp;
+          y0 = __fadd_rn(y0, c.x);
+          y1 = __fadd_rn(y1, c.y);
+        }
+        *dp = make_float2(y0, y1);
+      } else {
+        *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(p.d) + o) = __floats2bfloat162_rn(y0, y1);
+      }
+    }
+  }
+}
+
 // With 256 weight rows per tile (S::kSplit) the last round's tiles run as half tiles (TileWalk: weight rows
 // [128 h, 128 h + 128) of the tile) when they fill at most half of the CTAs (E8 T512 fprop: SM active 81% -> 93% of
 // the kernel's cycles); the warpgroups whose rows lie in the other half then only follow the ring (wait for each
@@ -407,11 +455,15 @@ __device__ __forceinline__ void store_tile_transposed(const float (&acc)[ACC], c
 // boxes, and the weight boxes where the tile's group starts on a whole row of `w`; elsewhere the warp copies the
 // weight rows by cp.async (SwapLoader's weight pieces, 32 threads). `full` then counts the warp's 32 arrivals (plain,
 // or cp.async's once the lane's copies have landed) and the bytes lane 0 expects.
+// WGRAD: wgrad over exchanged operands (SetupArgs::swap_wgrad: the tokens are X_g's columnwise rows, the weights dY_g's;
+// each group's contraction is its own ru16(m_g)); the tile is stored by store_tile_rows. With TMA it takes the checked
+// loader's form (ROWS_CHECKED) with every tile's weight rows by cp.async (the columnwise rows have a pitch per group)
+// and the token boxes through the group's own map (SwapMaps::group_tok, acquired by lane 0 at the tile's start).
 // Stage release (`empty`): every MMA thread arrives after its own shared-memory reads of the stage. (A per-warp
 // release, __syncwarp() and one arrival by lane 0, orders the lanes' reads as well, bar.warp.sync ordering its lanes'
 // memory accesses, and measured the same speed; but compute-sanitizer's racecheck follows only per-thread arrivals
 // and reports the loader's cp.async writes against the lanes' reads: tools/sanitizer/warp_release_repro.cu.)
-template <class S, bool OUT_F32, bool TMA, bool ROWS_CHECKED = false>
+template <class S, bool OUT_F32, bool TMA, bool ROWS_CHECKED = false, bool WGRAD = false>
 __global__ void __launch_bounds__(S::kThreads, 1)
     swapped_kernel(const Prob* __restrict__ probs, const int* __restrict__ prefix, int E, int accumulate,
                    const __grid_constant__ SwapMaps maps) {
@@ -419,6 +471,8 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   constexpr int T = S::kTiles;
   static_assert(!S::kSplit || S::kWgRows * 2 <= kHalfCols, "a half tile is whole warpgroups' rows");
   static_assert(!ROWS_CHECKED || (TMA && S::kLoaderThreads == 32), "the checked TMA loader is one warp");
+  static_assert(!WGRAD || !TMA || ROWS_CHECKED, "wgrad's TMA loader is the checked one (weights by cp.async)");
+  static_assert(!WGRAD || !S::kSplit, "wgrad runs the 128-weight-row tiles (no half tiles)");
   constexpr int kLoaders = !TMA || ROWS_CHECKED ? S::kLoaderThreads : 1;  // threads of the loader loop
   extern __shared__ uint8_t smem_dyn[];
   const uint32_t smem = (smem_u32(smem_dyn) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
@@ -449,9 +503,12 @@ __global__ void __launch_bounds__(S::kThreads, 1)
         const ColumnRange cols = walk_columns((cur.local / p.tiles_m) * S::BN, S::kSplit ? cur.half : -1, p.N);
         const int m0 = (cur.local % p.tiles_m) * S::BM;
         if constexpr (TMA) {
-          tt = TmaTile<S>(p, maps, m0, cols.begin, cols.end, cur.KT);
+          tt = TmaTile<S>(p, maps, cur.group, m0, cols.begin, cols.end, cur.KT);
+          if constexpr (WGRAD) {
+            if (tid == 0) gmap::acquire_group_map(tt.tok);  // (before the first box through the group's map)
+          }
           if constexpr (ROWS_CHECKED) {
-            w_boxes = (p.b - maps.w_base) % maps.w_pitch == 0;
+            w_boxes = !WGRAD && (p.b - maps.w_base) % maps.w_pitch == 0;
             p.N = cols.end;
             if (!w_boxes) ld = SwapLoader<S>(p, m0, cols.begin, cur.KT, tid);
           }
@@ -562,7 +619,10 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       p.N = cols.end;
       const int n_base = n0 + S::kWgRows * wm + 16 * warp + (lane >> 2), m_base = m0 + 2 * (lane & 3);
 #pragma unroll
-      for (int i = 0; i < T; ++i) store_tile_transposed<OUT_F32>(acc[i], p, m_base, n_base + 64 * i, accumulate);
+      for (int i = 0; i < T; ++i) {
+        if constexpr (WGRAD) store_tile_rows<OUT_F32>(acc[i], p, m_base, n_base + 64 * i, accumulate);
+        else store_tile_transposed<OUT_F32>(acc[i], p, m_base, n_base + 64 * i, accumulate);
+      }
     }
   }
 }
