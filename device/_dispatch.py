@@ -201,10 +201,10 @@ WGRAD_COPIES_MIN_ROWS_LARGE = 256
 WGRAD_COPIES_MIN_WORK = 2**35
 #: fast wgrad with plain fp32 output runs on swapped_256x128 (operands exchanged: X's columnwise plane through its fp16
 #: copy, dY's rows decoded in registers) from this many tokens per group, with N and K >= COPIES_MIN_REUSE and its TMA
-#: loader. PENDING MEASUREMENT (a hypothesis from an H200 proxy run: the fprop call with E8 wgrad's multiply-adds, 2048
-#: tokens per group, ran 0.99 of grouped_mm's wgrad TFLOP/s against 0.923 for copies_cutlass; at 256 tokens per group,
-#: E64 N1408 K2048, the proxy lost to fused_128x256)
-WGRAD_SWAPPED_MIN_ROWS = 2048
+#: loader (MEASURE)
+WGRAD_SWAPPED_MIN_ROWS = 512
+#: ... while one group's rows of X's fp16 copy (K x ru16(T/E) x 2 bytes) stay within this many bytes (MEASURE)
+WGRAD_SWAPPED_MAX_COPY_BYTES = 2**25
 #: CUTLASS's grouped GEMM takes at most this many groups
 CUTLASS_MAX_GROUPS = 65535
 
@@ -327,6 +327,7 @@ def _wgrad_swapped_pays(p: GemmProblem) -> bool:
     WGRAD_SWAPPED_MIN_ROWS tokens per group, N and K >= COPIES_MIN_REUSE, with its TMA loader."""
     return (p.kind == "wgrad" and p.out_dtype == "float32" and not p.accumulate
             and p.tokens // p.groups >= WGRAD_SWAPPED_MIN_ROWS and min(p.n, p.k) >= COPIES_MIN_REUSE
+            and p.k * -(-(p.tokens // p.groups) // 16) * 16 * 2 <= WGRAD_SWAPPED_MAX_COPY_BYTES
             and algorithm_unavailable(Algorithm.swapped_256x128, p) is None
             and _swapped_tma_reason(Algorithm.swapped_256x128, p) is None)
 
