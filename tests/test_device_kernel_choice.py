@@ -111,11 +111,15 @@ def test_copies_choice(shape, fast, exact):
     (8, 512, 14336, 4096, "bf16", False, True),     # 0.942 / 0.850 (3186; staged bf16 epilogue: 0.94 / 0.64)
     (8, 1024, 14336, 4096, "f32", False, False),    # 0.47 / 0.55
     (8, 2048, 14336, 4096, "f32", False, False),    # 0.53 / 0.55 (256 tokens per group)
-    (8, 4096, 14336, 4096, "f32", False, True),     # 0.66 / 0.55
+    (8, 4096, 14336, 4096, "f32", False, "swapped"),  # 0.66 / 0.55; swapped_256x128 0.730 against copies 0.667
     (8, 4096, 14336, 4096, "f32", True, True),      # 0.42 / 0.28
-    (32, 16384, 1408, 2048, "f32", False, True),    # 0.63 / 0.60
-    (1, 4096, 4096, 4096, "f32", False, "swapped"),  # 0.81 / 0.73 (copies / fused); PENDING MEASUREMENT
-    (8, 16384, 14336, 4096, "f32", False, "swapped"),  # E8 T16384 (2048 tokens per group); PENDING MEASUREMENT
+    (32, 16384, 1408, 2048, "f32", False, "swapped"),  # 0.63 / 0.60; swapped_256x128 MEASURE
+    (1, 4096, 4096, 4096, "f32", False, "swapped"),  # 0.81 / 0.73 (copies / fused); swapped_256x128 MEASURE
+    (8, 16384, 14336, 4096, "f32", False, "swapped"),  # swapped_256x128 0.958 against copies 0.870
+    (8, 8192, 14336, 4096, "f32", False, "swapped"),   # 0.896 against 0.789
+    (64, 65536, 1408, 2048, "f32", False, "swapped"),  # 0.794 against 0.686 (1024 rows per group)
+    (64, 32768, 1408, 2048, "f32", False, "swapped"),  # 0.694 against fused 0.646, copies 0.528 (512 rows)
+    (8, 16384, 4096, 14336, "f32", False, True),    # X's copy of a group 56 MiB: copies 0.903, swapped 0.565
     (8, 16384, 14336, 4096, "bf16", False, True),   # bf16: the copies
     (8, 16384, 14336, 4096, "f32", True, True),     # with C: the copies
     (8, 4096, 512, 4096, "bf16", False, False),     # N below 1024: not measured, the fused kernel stays
@@ -227,6 +231,28 @@ def test_swapped_256x128_wgrad_plans_and_refusals():
     with pytest.raises(ValueError, match="loader='tma' cannot run this call: .*at least one token"):
         plan_gemm(empty, algorithm="swapped_256x128", loader="tma")
 
+
+# Row 2b of docs/design.md's selection table (fast fp32 wgrad without C on swapped_256x128) on both sides of each
+# condition, one moved at a time: (E, T, N, K, output, accumulate, a's scales aligned). The first case is on every
+# boundary: 512 tokens per group, N = K = 1024... except the copy bound, taken on its own (K ru16(T/E) 2 bytes
+# = 2^25 exactly at K = 32768 and 512 tokens per group).
+@pytest.mark.parametrize("case,why", [
+    ((8, 4096, 1024, 1024, "f32", False, True), None),
+    ((8, 4088, 1024, 1024, "f32", False, True), "511 tokens per group"),
+    ((8, 4096, 1008, 1024, "f32", False, True), "N below 1024"),
+    ((8, 4096, 1024, 1008, "f32", False, True), "K below 1024"),
+    ((8, 4096, 1024, 1024, "bf16", False, True), "bf16 output"),
+    ((8, 4096, 1024, 1024, "f32", True, True), "C read back"),
+    ((8, 4096, 1024, 1024, "f32", False, False), "a's scale buffer off 16-byte alignment"),
+    ((8, 4096, 1024, 32768, "f32", False, True), None),
+    ((8, 4096, 1024, 32784, "f32", False, True), "one group's rows of X's copy past 2^25 bytes"),
+    ((8, 4232, 1024, 32768, "f32", False, True), "529 tokens per group: ru16 = 544, past 2^25 bytes"),
+])
+def test_wgrad_swapped_thresholds_on_both_sides(case, why):
+    e, t, n, k, dtype, acc, aligned = case
+    p = problem("wgrad", e, t, n, k, out_dtype="float32" if dtype == "f32" else "bfloat16", accumulate=acc,
+                a_scales_aligned=aligned)
+    assert (plan_gemm(p).algorithm == Algorithm.swapped_256x128) is (why is None), why
 
 # The hybrid exact kernel: fprop / dgrad whose contraction is a multiple of 32, with 16-byte aligned B buffers (its
 # TMA boxes of packed rows); every other call keeps the fused kernel (or the copies where they pay), and forcing it
@@ -534,7 +560,8 @@ def test_sm100_plans():
 # the rounds' spread exceeds the margin are not listed (docs/performance.md names them). Where fprop runs on
 # swapped_256x128 (the selection table's row 1b, test_wide_swapped_decisions), the rule measured here decides the plan
 # below that row: the one fprop takes where swapped_256x128 cannot run (a contraction that is not a multiple of 32,
-# b's buffers off 16-byte alignment).
+# b's buffers off 16-byte alignment); where fp32 wgrad does (row 2b, test_wgrad_fast_choice), the plan it takes where
+# swapped_256x128 cannot (a's scale buffer off 16-byte alignment).
 @pytest.mark.parametrize("mode,kind,e,t,n,k,dtype,acc,faster", [
     ("fast", "fprop", 8, 512, 14336, 4096, "bf16", False, "swapped_64x256"),        # fused_64x256 / swapped 1.158
     ("fast", "fprop", 8, 768, 14336, 4096, "bf16", False, "swapped_64x256"),        # 1.162 (96 rows per group)
@@ -560,7 +587,8 @@ def test_h200_crossover_decisions(mode, kind, e, t, n, k, dtype, acc, faster):
     p = problem(kind, e, t, n, k, mode=mode, out_dtype="float32" if dtype == "f32" else "bfloat16", accumulate=acc)
     got = plan_gemm(p).algorithm
     if got == Algorithm.swapped_256x128:
-        got = Algorithm.copies_cutlass if _dispatch._copies_pay(p) else fused_fast_algorithm(p)
+        pays = _dispatch._wgrad_copies_pay(p) if kind == "wgrad" else _dispatch._copies_pay(p)
+        got = Algorithm.copies_cutlass if pays else fused_fast_algorithm(p)
     assert got == Algorithm[faster]
 
 
@@ -619,10 +647,12 @@ def test_selection_thresholds_include_their_boundary(kind, e, t, n, k, why):
      ("fast", "fprop", 4, 4096, 1008, 1024, "bf16", False, False), "fprop copies: output columns N >= 1024"),
     (("fast", "dgrad", 4, 4096, 1024, 1024, "bf16", False, False),
      ("fast", "dgrad", 4, 4096, 1008, 1024, "bf16", False, False), "dgrad copies: contraction N >= 1024"),
-    (("fast", "wgrad", 8, 4096, 1024, 1024, "f32", False, False),
-     ("fast", "wgrad", 8, 4088, 1024, 1024, "f32", False, False), "fp32 wgrad copies: 512 rows per group"),
-    (("fast", "wgrad", 8, 4096, 1024, 1024, "f32", False, False),
-     ("fast", "wgrad", 8, 4096, 1024, 1008, "f32", False, False), "wgrad copies: N and K >= 1024"),
+    # (fp32 wgrad with K = 32784: one group's rows of X's fp16 copy exceed WGRAD_SWAPPED_MAX_COPY_BYTES, so row 2b
+    # does not take the boundary case)
+    (("fast", "wgrad", 8, 4096, 1024, 32784, "f32", False, False),
+     ("fast", "wgrad", 8, 4088, 1024, 32784, "f32", False, False), "fp32 wgrad copies: 512 rows per group"),
+    (("fast", "wgrad", 8, 4096, 1024, 1024, "bf16", False, False),
+     ("fast", "wgrad", 8, 4096, 1024, 1008, "bf16", False, False), "wgrad copies: N and K >= 1024"),
     (("fast", "wgrad", 64, 2048, 1024, 1024, "f32", True, False),
      ("fast", "wgrad", 64, 1984, 1024, 1024, "f32", True, False), "accumulating wgrad copies: 32 rows per group"),
     (("fast", "wgrad", 8, 512, 2400, 2400, "bf16", False, False),
