@@ -201,9 +201,12 @@ WGRAD_COPIES_MIN_ROWS_LARGE = 256
 WGRAD_COPIES_MIN_WORK = 2**35
 #: fast wgrad with plain fp32 output runs on swapped_256x128 (operands exchanged: X's columnwise plane through its fp16
 #: copy, dY's rows decoded in registers) from this many tokens per group, with N and K >= COPIES_MIN_REUSE and its TMA
-#: loader (MEASURE)
+#: loader (H100, x grouped_mm: E8 K4096 N14336 0.730 against copies_cutlass 0.667 at 512 rows; E64 K2048 N1408 0.694
+#: against fused_128x256 0.646 at 512, 0.590 against 0.777 at 256) ...
 WGRAD_SWAPPED_MIN_ROWS = 512
-#: ... while one group's rows of X's fp16 copy (K x ru16(T/E) x 2 bytes) stay within this many bytes (MEASURE)
+#: ... while one group's rows of X's fp16 copy (K x ru16(T/E) x 2 bytes) stay within this many bytes: each wave of
+#: tiles reads all of them, from L2 while they fit (E8 N14336 K4096, 16 MiB per group: 0.958 against 0.870; E8 N4096
+#: K14336, 56 MiB: 0.565 against 0.903)
 WGRAD_SWAPPED_MAX_COPY_BYTES = 2**25
 #: CUTLASS's grouped GEMM takes at most this many groups
 CUTLASS_MAX_GROUPS = 65535
