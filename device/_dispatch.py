@@ -206,8 +206,8 @@ WGRAD_COPIES_MIN_WORK = 2**35
 WGRAD_SWAPPED_MIN_ROWS = 512
 #: ... while one group's rows of X's fp16 copy (K x ru16(T/E) x 2 bytes) stay within this many bytes: each wave of
 #: tiles reads all of them, from L2 while they fit (E8 N14336 K4096, 16 MiB per group: 0.958 against 0.870; E8 N4096
-#: K14336, 56 MiB: 0.565 against 0.903)
-WGRAD_SWAPPED_MAX_COPY_BYTES = 2**25
+#: K14336, 56 MiB: 0.565 against 0.903; the bound is the largest size measured to gain)
+WGRAD_SWAPPED_MAX_COPY_BYTES = 2**24
 #: CUTLASS's grouped GEMM takes at most this many groups
 CUTLASS_MAX_GROUPS = 65535
 
