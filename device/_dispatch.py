@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from oracle.rht import DEFAULT_RHT_SIGNS
+from oracle.swizzle import round_up
 
 from ._codes import Algorithm, Epilogue, Loader, QuantizeKernel
 
@@ -321,17 +322,23 @@ def _wide_swapped_pays(p: GemmProblem) -> bool:
     return (p.kind != "wgrad" and p.tokens // p.groups >= WIDE_SWAPPED_MIN_ROWS
             and (p.contraction >= WIDE_SWAPPED_MIN_CONTRACTION
                  or (p.contraction >= PAIR_MIN_CONTRACTION and _uneven(p)))
-            and algorithm_unavailable(Algorithm.swapped_256x128, p) is None
-            and _swapped_tma_reason(Algorithm.swapped_256x128, p) is None)
+            and _wide_swapped_runs_tma(p))
 
 
 def _wgrad_swapped_pays(p: GemmProblem) -> bool:
     """Whether fast wgrad runs on swapped_256x128 over exchanged operands: plain fp32 output (no C), from
-    WGRAD_SWAPPED_MIN_ROWS tokens per group, N and K >= COPIES_MIN_REUSE, with its TMA loader."""
+    WGRAD_SWAPPED_MIN_ROWS tokens per group, N and K >= COPIES_MIN_REUSE, one group's rows of X's fp16 copy within
+    WGRAD_SWAPPED_MAX_COPY_BYTES, with its TMA loader."""
+    rows = p.tokens // p.groups
     return (p.kind == "wgrad" and p.out_dtype == "float32" and not p.accumulate
-            and p.tokens // p.groups >= WGRAD_SWAPPED_MIN_ROWS and min(p.n, p.k) >= COPIES_MIN_REUSE
-            and p.k * -(-(p.tokens // p.groups) // 16) * 16 * 2 <= WGRAD_SWAPPED_MAX_COPY_BYTES
-            and algorithm_unavailable(Algorithm.swapped_256x128, p) is None
+            and rows >= WGRAD_SWAPPED_MIN_ROWS and min(p.n, p.k) >= COPIES_MIN_REUSE
+            and p.k * round_up(rows, 16) * 2 <= WGRAD_SWAPPED_MAX_COPY_BYTES
+            and _wide_swapped_runs_tma(p))
+
+
+def _wide_swapped_runs_tma(p: GemmProblem) -> bool:
+    """Whether swapped_256x128 can run the call on its TMA loader (the only loader its rows 1b and 2b take)."""
+    return (algorithm_unavailable(Algorithm.swapped_256x128, p) is None
             and _swapped_tma_reason(Algorithm.swapped_256x128, p) is None)
 
 
