@@ -594,6 +594,50 @@ def test_swapped_wide_kernel_wgrad_beside_disagreeing_groups(loader):
                         acc=cn[g] if accumulate else None, where=f"g={g} accumulate={accumulate}")
 
 
+def _plane_rows(plane, rows):
+    """Rows ``rows`` of an oracle plane: its codes and compact scales of those rows (the per-tensor amax kept)."""
+    import dataclasses
+
+    return dataclasses.replace(plane, data=plane.data[rows], scales=plane.scales[rows],
+                               shape=(len(rows), plane.shape[1]))
+
+
+@pytest.mark.parametrize("loader", ["tma", "cp_async"])
+def test_swapped_wide_kernel_wgrad_in_bands(loader):
+    """wgrad on swapped_256x128 walks a group's tiles in bands of token tiles (gemm/setup.cu's band_m: one band's rows
+    of X's fp16 copy within 16 MiB; swapped.cuh's wgrad_tile). K = 768 is 3 token tiles and N = 256 two weight tiles;
+    16384 tokens per group make bands of 2 token tiles (8 MiB each: bands 2 + 1), 32768 bands of 1 (1 + 1 + 1). The
+    dW rows at both weight tiles' edges against the oracle, over every column (so every token tile of every band), and
+    without C every element written (the output starts as NaN)."""
+    n, k = 256, 768
+    rows = np.array([0, 127, 128, 255])
+    # (band_m = 16 MiB // (256 ru16(m_g) 2 bytes), at most 3: 16384 and 16368 tokens 2, 32768 tokens 1)
+    for splits, bands, accumulate, num_sms in (([16384, 16368], [2, 2], False, None), ([32768], [1], True, 5)):
+        e, t = len(splits), sum(splits)
+        dyc = gq(rand_bf16((t, n), 41), splits, rowwise=False, columnwise=True)
+        xc = gq(rand_bf16((t, k), 42), splits, rowwise=False, columnwise=True)
+        c = torch.randn((e, n, k), dtype=torch.float32).to(DEV)
+        out, check_tail = guarded((e, n, k), torch.float32, values=c if accumulate else None)
+        gemm(dyc, xc, kind="wgrad", out=out, accumulate=accumulate, mode="fast", algorithm="swapped_256x128",
+             loader=loader, num_sms=num_sms)
+        check_tail("wgrad in bands")
+        y, cn = to_np(out), c.cpu().numpy()
+        # the bands the setup kernel chose: Prob::band_m (gemm/problem.h; byte 80 of each group's Prob)
+        from device._build import load_gemm_extension
+
+        size = int(load_gemm_extension().prob_size())
+        ws = torch.zeros(e * size + 4 * (e + 1), dtype=torch.uint8, device=DEV)
+        assert _raw_gemm("wgrad", dyc, xc, torch.empty_like(out), algorithm="swapped_256x128", loader=loader,
+                         epilogue="direct", ws=ws) == ""
+        band_m = ws[:e * size].view(e, size)[:, 80:84].contiguous().view(torch.int32).flatten().tolist()
+        assert band_m == bands, band_m
+        assert np.isfinite(y).all(), f"splits {splits}: {int((~np.isfinite(y)).sum())} elements not written"
+        dyo, xo = dyc.to_oracle(), xc.to_oracle()
+        for g in range(e):
+            check_group(y[g][rows], _plane_rows(dyo.col_planes[g], rows), xo.col_planes[g], "fast", torch.float32,
+                        acc=cn[g][rows] if accumulate else None, where=f"splits {splits} g={g}")
+
+
 def _nan_scale_padding(a, contraction):
     """Grouped result ``a`` (rowwise, swizzled scales) with every padding byte of its groups' scale tiles (rows past
     the group's rows, block columns past contraction / 16; SPEC 8.2 writes them 0x00) set to 0x7F, an E4M3 NaN: a
@@ -1643,10 +1687,12 @@ def test_algorithm_tiles_agree_with_the_extension():
         assert tuple(ext.algorithm_tile(int(a))) == ALGORITHM_TILES[a], a.name
 
 
-def _raw_gemm(kind, a, b, out, *, algorithm, loader, epilogue, bias=None, num_sms=0, b_copy=None):
+def _raw_gemm(kind, a, b, out, *, algorithm, loader, epilogue, bias=None, num_sms=0, b_copy=None, ws=None):
     """The GEMM binding called directly (csrc/gemm/bindings.cpp grouped_gemm_), with the arguments device/gemm.py
     builds for a call on these operands but the plan given here (names of device._codes' enums, or raw codes): what
-    the binding does with a plan that Python would refuse. Returns the binding's message ("" when it ran)."""
+    the binding does with a plan that Python would refuse. Returns the binding's message ("" when it ran). ``ws``: the
+    workspace to use (uint8, E prob_size() + 4 (E + 1) bytes; the setup kernel's Prob per group, then the tile prefix
+    sum), so that a test can read what the setup kernel wrote."""
     from device import gemm as dgemm
     from device._build import load_gemm_extension
     from device._codes import Algorithm, Epilogue, GemmKind, Loader
@@ -1665,7 +1711,8 @@ def _raw_gemm(kind, a, b, out, *, algorithm, loader, epilogue, bias=None, num_sm
         grid_upper = (t_a // 128 + e) * -(-cols // 128)
     (ad, as_, aa), (bd, bs, ba) = (dgemm._plane(x, p, name, kind) for x, p, name in ((a, planes[0], "a"),
                                                                                      (b, planes[1], "b")))
-    ws = torch.empty(e * int(ext.prob_size()) + 4 * (e + 1), dtype=torch.uint8, device=DEV)
+    if ws is None:
+        ws = torch.empty(e * int(ext.prob_size()) + 4 * (e + 1), dtype=torch.uint8, device=DEV)
     return ext.grouped_gemm_(int(GemmKind[kind]), e, ad, as_, a.offsets, aa, bd, bs, b.offsets, ba, out, bias, False,
                              int(b_rows), int(a_rows), int(kc), int(cols), dgemm._RCP_7225344, 0, int(grid_upper), ws,
                              *(int(enum[v]) if isinstance(v, str) else int(v)

@@ -24,6 +24,10 @@ __device__ __forceinline__ float group_alpha(int rule, float a_amax, float b_ama
   return __fmul_rn(__fmul_rn(a_amax, b_amax), rcp);
 }
 
+// The bytes of X's fp16 copy that one band of swapped wgrad's token tiles may span (Prob::band_m): a third of the
+// H100's and H200's 50 MB L2.
+constexpr long long kWgradBandBytes = 16ll << 20;
+
 // Group g's problem (pointers into the grouped tensors' planes, offsets table of device/_results.py; sizes; alpha)
 // into a.probs[g]; returns the group's tile count.
 __device__ int setup_group(const SetupArgs& a, int g) {
@@ -79,6 +83,13 @@ __device__ int setup_group(const SetupArgs& a, int g) {
   p.ldd = a.ldd;
   p.tiles_m = (p.M + a.tile_m - 1) / a.tile_m;
   if (p.tiles_m == 0) p.tiles_m = 1;
+  p.band_m = p.tiles_m;
+  if (a.swap_wgrad && p.K > 0) {
+    // as many token tiles per band as keep one band's rows of X's fp16 copy (tile_m rows x K fp16 each) within
+    // kWgradBandBytes, so that the band stays in L2 while the walk passes over every weight tile
+    const long long band = kWgradBandBytes / (static_cast<long long>(a.tile_m) * p.K * 2);
+    p.band_m = static_cast<int>(band < 1 ? 1 : (band < p.tiles_m ? band : p.tiles_m));
+  }
   p.alpha = group_alpha(a.rule, a.a_amax[g], a.b_amax[g], a.rcp);
   if (!groups_agree) {
     p.K = 0;

@@ -413,7 +413,13 @@ __device__ __forceinline__ void store_tile_transposed(const float (&acc)[ACC], c
 // dW_g's columns (X_g's K features), so the tile is stored as it lies. Accumulator register 4j + 2h + e of thread
 // (warp v, lane l) is dW row n_base + 8 h (n_base = n0 + 16 v + l / 4), column m_base + 8 j + e (m_base = m0 +
 // 2 (l % 4)): e = 0, 1 are adjacent columns, stored as one 8-byte (fp32) or 4-byte (bf16) word. M = K is a multiple of
-// 16 (wgrad's planes), so a column m < M has m + 1 < M, and the words are aligned (even m, even row pitch).
+// 16 (wgrad's planes), so a column m < M has m + 1 < M, and the words are aligned (even m, even row pitch). With C
+// every word of the row is loaded before the first store: the compiler cannot tell a store from a later load of the
+// same row apart, so loads between stores would each wait out their latency in turn.
+// C's words loaded in a batch before its stores (store_tile_rows): 16 keep the MMA threads within their 168
+// registers (32 spill)
+constexpr int kCWords = 16;
+
 template <bool OUT_F32, int ACC>
 __device__ __forceinline__ void store_tile_rows(const float (&acc)[ACC], const Prob& p, int m_base, int n_base,
                                                 int accumulate) {
@@ -422,25 +428,51 @@ __device__ __forceinline__ void store_tile_rows(const float (&acc)[ACC], const P
   for (int h = 0; h < 2; ++h) {
     const int n = n_base + 8 * h;
     if (n >= p.N) continue;
+    const long long row = static_cast<long long>(n) * p.ldd;  // (elements)
 #pragma unroll
-    for (int j = 0; j < ACC / 4; ++j) {
-      const int m = m_base + 8 * j;
-      if (m >= p.M) continue;
-      float y0 = __fmul_rn(alpha, acc[4 * j + 2 * h]), y1 = __fmul_rn(alpha, acc[4 * j + 2 * h + 1]);
-      const long long o = static_cast<long long>(n) * p.ldd + m;
-      if (OUT_F32) {
-        float2* dp = reinterpret_cast<float2*>(static_cast<float*>(p.d) + o);
+    for (int j0 = 0; j0 < ACC / 4; j0 += kCWords) {
+      float2 c[kCWords];  // with C: the row's words at columns m_base + 8 j, j0 <= j < j0 + kCWords
+      if constexpr (OUT_F32) {
         if (accumulate) {
-          const float2 c = *dp;
-          y0 = __fadd_rn(y0, c.x);
-          y1 = __fadd_rn(y1, c.y);
+#pragma unroll
+          for (int jj = 0; jj < kCWords; ++jj) {
+            const int m = m_base + 8 * (j0 + jj);
+            c[jj] = m < p.M ? *reinterpret_cast<const float2*>(static_cast<const float*>(p.d) + row + m)
+                            : make_float2(0.0f, 0.0f);
+          }
         }
-        *dp = make_float2(y0, y1);
-      } else {
-        *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(p.d) + o) = __floats2bfloat162_rn(y0, y1);
+      }
+#pragma unroll
+      for (int jj = 0; jj < kCWords; ++jj) {
+        const int j = j0 + jj, m = m_base + 8 * j;
+        if (m >= p.M) continue;
+        float y0 = __fmul_rn(alpha, acc[4 * j + 2 * h]), y1 = __fmul_rn(alpha, acc[4 * j + 2 * h + 1]);
+        const long long o = row + m;
+        if (OUT_F32) {
+          if (accumulate) {
+            y0 = __fadd_rn(y0, c[jj].x);
+            y1 = __fadd_rn(y1, c[jj].y);
+          }
+          *reinterpret_cast<float2*>(static_cast<float*>(p.d) + o) = make_float2(y0, y1);
+        } else {
+          *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(p.d) + o) = __floats2bfloat162_rn(y0, y1);
+        }
       }
     }
   }
+}
+
+// wgrad's tile `local` of a group (swapped_kernel's WGRAD): token tile mt (X_g's K rows from 256 mt) and weight tile
+// nt (dY_g's N rows from 128 nt). The tiles run in bands of band_m token tiles (Prob::band_m): band b = local /
+// (band_m tiles_n) holds token tiles [b band_m, b band_m + bm) x every weight tile, bm = min(band_m, tiles_m - b
+// band_m), the token tile fastest. One band (band_m = tiles_m) is the order of fprop / dgrad: mt = local % tiles_m,
+// nt = local / tiles_m.
+__device__ __forceinline__ void wgrad_tile(int local, int tiles_m, int band_m, int tiles_n, int* mt, int* nt) {
+  const int per_band = band_m * tiles_n;  // (<= the group's tile count)
+  const int b = local / per_band, r = local - b * per_band;
+  const int bm = min(band_m, tiles_m - b * band_m);  // the last band may be narrower
+  *mt = b * band_m + r % bm;
+  *nt = r / bm;
 }
 
 // With 256 weight rows per tile (S::kSplit) the last round's tiles run as half tiles (TileWalk: weight rows
@@ -500,8 +532,10 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     while (cur.valid(walk)) {
       if (cur.kt == 0) {
         Prob p = probs[cur.group];
-        const ColumnRange cols = walk_columns((cur.local / p.tiles_m) * S::BN, S::kSplit ? cur.half : -1, p.N);
-        const int m0 = (cur.local % p.tiles_m) * S::BM;
+        int mt = cur.local % p.tiles_m, nt = cur.local / p.tiles_m;  // token tile, weight tile
+        if constexpr (WGRAD) wgrad_tile(cur.local, p.tiles_m, p.band_m, (p.N + S::BN - 1) / S::BN, &mt, &nt);
+        const ColumnRange cols = walk_columns(nt * S::BN, S::kSplit ? cur.half : -1, p.N);
+        const int m0 = mt * S::BM;
         if constexpr (TMA) {
           tt = TmaTile<S>(p, maps, cur.group, m0, cols.begin, cols.end, cur.KT);
           if constexpr (WGRAD) {
@@ -556,9 +590,13 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       const int group = find_group_warp(prefix, E, walk.tile(v), &local);
       const int half = walk.half(v);  // -1: the whole tile
       const Prob* pp = probs + group;
-      const int tiles_m = __ldg(&pp->tiles_m);
-      const int m0 = (local % tiles_m) * S::BM;
-      const ColumnRange cols = walk_columns((local / tiles_m) * S::BN, half, __ldg(&pp->N));
+      const int tiles_m = __ldg(&pp->tiles_m), rows_n = __ldg(&pp->N);
+      int tile_m = local % tiles_m, tile_n = local / tiles_m;  // token tile, weight tile (the loader's)
+      if constexpr (WGRAD) {
+        wgrad_tile(local, tiles_m, __ldg(&pp->band_m), (rows_n + S::BN - 1) / S::BN, &tile_m, &tile_n);
+      }
+      const int m0 = tile_m * S::BM;
+      const ColumnRange cols = walk_columns(tile_n * S::BN, half, rows_n);
       if (half >= 0 && cols.empty()) continue;  // a second half past N: no steps, nothing stored
       const int n0 = cols.begin;
       const int KT = (__ldg(&pp->K) + kBK - 1) / kBK;
