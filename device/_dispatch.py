@@ -205,9 +205,11 @@ WGRAD_COPIES_MIN_WORK = 2**35
 #: loader (H100, x grouped_mm: E8 K4096 N14336 0.730 against copies_cutlass 0.667 at 512 rows; E64 K2048 N1408 0.694
 #: against fused_128x256 0.646 at 512, 0.590 against 0.777 at 256) ...
 WGRAD_SWAPPED_MIN_ROWS = 512
-#: ... while one group's rows of X's fp16 copy (K x ru16(T/E) x 2 bytes) stay within this many bytes: each wave of
-#: tiles reads all of them, from L2 while they fit (E8 N14336 K4096, 16 MiB per group: 0.958 against 0.870; E8 N4096
-#: K14336, 56 MiB: 0.565 against 0.903; the bound is the largest size measured to gain)
+#: ... while one group's rows of X's fp16 copy (K x ru16(T/E) x 2 bytes) stay within this many bytes (E8 N14336 K4096,
+#: 16 MiB per group: 0.958 against 0.870 for copies_cutlass; E8 N4096 K14336, 56 MiB: 0.827 against 0.909, the
+#: kernel's bands of token tiles included). Past it the bytes alone do not tell: at 32 MiB E8 T32768 N14336 K4096 gains
+#: (0.923 against 0.894) where E8 T16384 N8192 K8192 loses (0.856 against 0.915), so the bound is the largest size
+#: measured to gain on every shape
 WGRAD_SWAPPED_MAX_COPY_BYTES = 2**24
 #: CUTLASS's grouped GEMM takes at most this many groups
 CUTLASS_MAX_GROUPS = 65535
