@@ -408,21 +408,22 @@ __device__ __forceinline__ void store_tile_transposed(const float (&acc)[ACC], c
   }
 }
 
+// The words of C that store_tile_rows loads in one batch: 16 keep the MMA threads within their 168 registers (32
+// spill).
+constexpr int kCWords = 16;
+
 // Epilogue of one m64 tile of wgrad over exchanged operands (SetupArgs::swap_wgrad; SPEC 12.2 order: y = alpha * acc;
 // y += C; cast; wgrad has no bias): the kernel's weight rows are dW_g's rows (dY_g's N features) and its token rows
 // dW_g's columns (X_g's K features), so the tile is stored as it lies. Accumulator register 4j + 2h + e of thread
 // (warp v, lane l) is dW row n_base + 8 h (n_base = n0 + 16 v + l / 4), column m_base + 8 j + e (m_base = m0 +
 // 2 (l % 4)): e = 0, 1 are adjacent columns, stored as one 8-byte (fp32) or 4-byte (bf16) word. M = K is a multiple of
 // 16 (wgrad's planes), so a column m < M has m + 1 < M, and the words are aligned (even m, even row pitch). With C
-// every word of the row is loaded before the first store: the compiler cannot tell a store from a later load of the
-// same row apart, so loads between stores would each wait out their latency in turn.
-// C's words loaded in a batch before its stores (store_tile_rows): 16 keep the MMA threads within their 168
-// registers (32 spill)
-constexpr int kCWords = 16;
-
+// the row's words are loaded kCWords at a time ahead of their stores: a load placed between stores to the same row
+// waits out its whole latency, since the compiler keeps it behind them.
 template <bool OUT_F32, int ACC>
 __device__ __forceinline__ void store_tile_rows(const float (&acc)[ACC], const Prob& p, int m_base, int n_base,
                                                 int accumulate) {
+  static_assert((ACC / 4) % kCWords == 0, "whole batches of C's words per row");
   const float alpha = p.alpha;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
