@@ -594,12 +594,12 @@ def test_swapped_wide_kernel_wgrad_beside_disagreeing_groups(loader):
                         acc=cn[g] if accumulate else None, where=f"g={g} accumulate={accumulate}")
 
 
-def _plane_rows(plane, rows):
-    """Rows ``rows`` of an oracle plane: its codes and compact scales of those rows (the per-tensor amax kept)."""
+def rows_of(plane, rows: np.ndarray):
+    """The oracle plane of some rows of ``plane`` (rows are independent in a K-major plane; 16-row aligned runs
+    keep 16x16 blocks whole)."""
     import dataclasses
 
-    return dataclasses.replace(plane, data=plane.data[rows], scales=plane.scales[rows],
-                               shape=(len(rows), plane.shape[1]))
+    return dataclasses.replace(plane, data=plane.data[rows], scales=plane.scales[rows], shape=(rows.size, plane.cols))
 
 
 @pytest.mark.parametrize("loader", ["tma", "cp_async"])
@@ -634,7 +634,7 @@ def test_swapped_wide_kernel_wgrad_in_bands(loader):
         assert np.isfinite(y).all(), f"splits {splits}: {int((~np.isfinite(y)).sum())} elements not written"
         dyo, xo = dyc.to_oracle(), xc.to_oracle()
         for g in range(e):
-            check_group(y[g][rows], _plane_rows(dyo.col_planes[g], rows), xo.col_planes[g], "fast", torch.float32,
+            check_group(y[g][rows], rows_of(dyo.col_planes[g], rows), xo.col_planes[g], "fast", torch.float32,
                         acc=cn[g][rows] if accumulate else None, where=f"splits {splits} g={g}")
 
 

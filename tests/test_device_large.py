@@ -13,7 +13,6 @@ previous result) and are checked whole for unwritten elements, with a sentinel p
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import warnings
 
@@ -23,7 +22,7 @@ import pytest
 ml_dtypes = pytest.importorskip("ml_dtypes")
 torch = pytest.importorskip("torch")
 
-from test_device_gemm import check_group, gemm, guarded, to_np  # noqa: E402
+from test_device_gemm import check_group, gemm, guarded, rows_of, to_np  # noqa: E402
 from test_device_quantize import assert_bytes, assert_f32_bits  # noqa: E402
 
 import oracle  # noqa: E402
@@ -42,12 +41,6 @@ EDGE = np.r_[0:256, N - 256:N]             # rows of a plane checked against the
 # 2^31 (row 2^18) and element 2^32 (byte 2^31 of a packed plane, row 2^19), and the last rows
 ROW_RANGES = [(0, 256), (2**18 - 128, 2**18 + 128), (2**19 - 128, 2**19 + 128), (E * N - 256, E * N)]
 DEV = "cuda"
-
-
-def rows_of(plane, rows: np.ndarray):
-    """The oracle plane of some rows of ``plane`` (rows are independent in a K-major plane; 16-row aligned runs
-    keep 16x16 blocks whole)."""
-    return dataclasses.replace(plane, data=plane.data[rows], scales=plane.scales[rows], shape=(rows.size, plane.cols))
 
 
 @pytest.fixture(scope="module")
