@@ -2,9 +2,9 @@
 
 Columns (TFLOP/s = 2*T*N*K / time; wgrad counts the unpadded T):
   nvfp4 fast / nvfp4 exact  -- device.gemm.grouped_gemm on operands quantized beforehand (GEMM only timed), the
-                               plan chosen by the sizes (fast on E8 T16384: copies_cutlass, whose operand decode is
-                               inside the timed call; on E8 T512: swapped_64x256, whose token copy is inside the
-                               timed call)
+                               plan chosen by the sizes (device.gemm.grouped_gemm_plan; the plans of every row are
+                               listed under the table); a plan's fp16 operand copies (copies_cutlass, the
+                               swapped algorithms, exact_copies, exact_hybrid) are made inside the timed call
   fused                     -- fast mode with the fused-decode kernel that the sizes choose (fused_64x256,
                                fused_128x256 or fused_pair_256x256, see fused_algorithm; no scratch copies), forced
                                through device.testing.force_plan
@@ -65,7 +65,7 @@ import torch
 
 import device
 from device import _dispatch, testing
-from device.gemm import grouped_gemm
+from device.gemm import grouped_gemm, grouped_gemm_plan
 
 DEV = "cuda"
 
@@ -308,6 +308,8 @@ def bench_case(name, e, t, k, n, pattern, kind, iters, reps, sustain, rule="te",
     if columns:  # the other columns are not timed (nan)
         fns = {key: (fn if key in columns else None, n_iters) for key, (fn, n_iters) in fns.items()}
     check_results(f"{name} {rule} {kind}", fns, out, anchor)
+    row["plans"] = {mode: grouped_gemm_plan(aq, bq, kind=kind, out=out, accumulate=acc, mode=mode).algorithm.name
+                    for mode in ("fast", "exact") if fns[mode][0] is not None}
     # `reps` rounds over all columns, each column's median; each round in its own seeded order
     times: dict[str, list[float] | None] = {key: [] for key in fns}
     keys = list(fns)
@@ -365,6 +367,7 @@ def main():
            f" {'fast/gmm_s':>10s} {'exact/gmm_s':>11s}")
     print(f"TFLOP/s (2*T*N*K / time); burst columns, then sustained (_s: after {args.sustain:g} s of the same call)")
     print(hdr)
+    plans = []
     for name, e, t, k, n, pattern, kinds in cases:
         for kind, rule in itertools.product(kinds, rules):
             if args.only not in f"{name} {kind}":
@@ -381,6 +384,8 @@ def main():
                   f"{r['fast'] / r['deq+gmm']:8.2f} | {r['fast_s']:7.1f} "
                   f"{r['exact_s']:7.1f} {r['grouped_mm_s']:8.1f} {r['fast_s'] / r['grouped_mm_s']:10.2f} "
                   f"{r['exact_s'] / r['grouped_mm_s']:11.2f}", flush=True)
+            plans.append(f"  {r['case']} {kind}: " + ", ".join(f"{m} {a}" for m, a in r["plans"].items()))
+    print("plans chosen by the sizes:", *plans, sep="\n")
 
 
 if __name__ == "__main__":
