@@ -205,12 +205,17 @@ WGRAD_COPIES_MIN_WORK = 2**35
 #: loader (H100, x grouped_mm: E8 K4096 N14336 0.730 against copies_cutlass 0.667 at 512 rows; E64 K2048 N1408 0.694
 #: against fused_128x256 0.646 at 512, 0.590 against 0.777 at 256) ...
 WGRAD_SWAPPED_MIN_ROWS = 512
-#: ... while one group's rows of X's fp16 copy (K x ru16(T/E) x 2 bytes) stay within this many bytes (E8 N14336 K4096,
-#: 16 MiB per group: 0.958 against 0.870 for copies_cutlass; E8 N4096 K14336, 56 MiB: 0.827 against 0.909, the
-#: kernel's bands of token tiles included). Past it the bytes alone do not tell: at 32 MiB E8 T32768 N14336 K4096 gains
-#: (0.923 against 0.894) where E8 T16384 N8192 K8192 loses (0.856 against 0.915), so the bound is the largest size
-#: measured to gain on every shape
-WGRAD_SWAPPED_MAX_COPY_BYTES = 2**24
+#: ... with K, dW's columns, at most this many: copies_cutlass decodes dY's plane once into a copy that its GEMM then
+#: reads, a pass whose cost per multiply-add falls as 1 / K, where swapped_256x128 decodes dY's rows in registers once
+#: per 256 dW columns, a cost per multiply-add that K does not change (H100, x grouped_mm, swapped / copies_cutlass:
+#: E8 K4096 N14336 0.956 / 0.866 at 2048 tokens per group, 1.004 / 0.898 at 4096, 0.965 / 0.934 at 8192; K8192 N8192
+#: 0.830 / 0.812 at 1024, 0.896 / 0.897 at 2048, and 0.856 / 0.915 in another run; K14336 N4096 0.598 / 0.688 at
+#: 512, 0.817 / 0.901 at 2048) ...
+WGRAD_SWAPPED_MAX_K = 4096
+#: ... and one group's rows of X's fp16 copy (K x ru16(T/E) x 2 bytes) within this many bytes, the largest measured
+#: to gain (E8 K4096 N14336, 64 MiB: the 0.965 / 0.934 above; the gain shrinks with the copy's 16 MiB bands, each of
+#: which reads dY's plane again: 0.106 over two bands, 0.031 over four)
+WGRAD_SWAPPED_MAX_COPY_BYTES = 2**26
 #: CUTLASS's grouped GEMM takes at most this many groups
 CUTLASS_MAX_GROUPS = 65535
 
@@ -329,12 +334,12 @@ def _wide_swapped_pays(p: GemmProblem) -> bool:
 
 def _wgrad_swapped_pays(p: GemmProblem) -> bool:
     """Whether fast wgrad runs on swapped_256x128 over exchanged operands: plain fp32 output (no C), from
-    WGRAD_SWAPPED_MIN_ROWS tokens per group, N and K >= COPIES_MIN_REUSE, one group's rows of X's fp16 copy within
-    WGRAD_SWAPPED_MAX_COPY_BYTES, with its TMA loader."""
+    WGRAD_SWAPPED_MIN_ROWS tokens per group, N and K >= COPIES_MIN_REUSE, K <= WGRAD_SWAPPED_MAX_K, one group's rows
+    of X's fp16 copy within WGRAD_SWAPPED_MAX_COPY_BYTES, with its TMA loader."""
     rows = p.tokens // p.groups
     return (p.kind == "wgrad" and p.out_dtype == "float32" and not p.accumulate
             and rows >= WGRAD_SWAPPED_MIN_ROWS and min(p.n, p.k) >= COPIES_MIN_REUSE
-            and p.k * round_up(rows, 16) * 2 <= WGRAD_SWAPPED_MAX_COPY_BYTES
+            and p.k <= WGRAD_SWAPPED_MAX_K and p.k * round_up(rows, 16) * 2 <= WGRAD_SWAPPED_MAX_COPY_BYTES
             and _wide_swapped_runs_tma(p))
 
 

@@ -115,15 +115,23 @@ def test_copies_choice(shape, fast, exact):
     (8, 4096, 14336, 4096, "f32", False, "swapped"),  # 0.66 / 0.55; swapped_256x128 0.730 against copies 0.667
     (8, 4096, 14336, 4096, "f32", True, True),      # 0.42 / 0.28
     (32, 16384, 1408, 2048, "f32", False, "swapped"),  # 0.63 / 0.60 (512 rows; swapped_256x128 not timed at E32)
-    (1, 4096, 4096, 4096, "f32", False, True),      # 0.81 / 0.73; X's copy 32 MiB, past row 2b's bound
-    (8, 16384, 14336, 4096, "f32", False, "swapped"),  # swapped_256x128 0.958 against copies 0.870
+    # X's copy 32 MiB: swapped_256x128 0.762 against copies 0.819 in one run, 0.707 against 0.670 in another (each
+    # plan's rounds spread over 440-627 TFLOP/s: one 4096 x 4096 output, 512 tiles, under 4 waves)
+    (1, 4096, 4096, 4096, "f32", False, "swapped"),
+    (8, 16384, 14336, 4096, "f32", False, "swapped"),  # swapped_256x128 0.958 / 0.956 against copies 0.870 / 0.866
     (8, 8192, 14336, 4096, "f32", False, "swapped"),   # 0.896 against 0.789
     (64, 65536, 1408, 2048, "f32", False, "swapped"),  # 0.794 against 0.686 (1024 rows per group)
     (64, 32768, 1408, 2048, "f32", False, "swapped"),  # 0.694 against fused 0.646, copies 0.528 (512 rows)
-    (8, 16384, 4096, 14336, "f32", False, True),    # X's copy of a group 56 MiB: copies 0.909, swapped 0.827
-    (8, 8192, 4096, 14336, "f32", False, True),     # 28 MiB: copies 0.802, swapped 0.693
-    (8, 16384, 8192, 8192, "f32", False, True),     # 32 MiB: copies 0.915, swapped 0.856
-    (8, 32768, 14336, 4096, "f32", False, True),    # 32 MiB: copies 0.894, swapped 0.923 (past row 2b's bound)
+    # K past row 2b's 4096: copies / swapped_256x128
+    (8, 4096, 4096, 14336, "f32", False, True),     # K14336, X's copy of a group 14 MiB: 0.688 / 0.598
+    (8, 8192, 4096, 14336, "f32", False, True),     # 28 MiB: 0.802 / 0.693
+    (8, 16384, 4096, 14336, "f32", False, True),    # 56 MiB: 0.909 / 0.827, 0.901 / 0.817
+    (8, 8192, 8192, 8192, "f32", False, True),      # K8192, 16 MiB: 0.812 / 0.830, swapped 2% faster here
+    (8, 16384, 8192, 8192, "f32", False, True),     # 32 MiB: 0.915 / 0.856, 0.897 / 0.896
+    # K4096 past 16 MiB: swapped_256x128 / copies up to row 2b's 64 MiB
+    (8, 32768, 14336, 4096, "f32", False, "swapped"),  # 32 MiB: 1.004 / 0.898, 0.923 / 0.894
+    (8, 65536, 14336, 4096, "f32", False, "swapped"),  # 64 MiB: 0.965 / 0.934
+    (8, 131072, 14336, 4096, "f32", False, True),   # 128 MiB, past the bound (not measured)
     (8, 16384, 14336, 4096, "bf16", False, True),   # bf16: the copies
     (8, 16384, 14336, 4096, "f32", True, True),     # with C: the copies
     (8, 4096, 512, 4096, "bf16", False, False),     # N below 1024: not measured, the fused kernel stays
@@ -238,8 +246,8 @@ def test_swapped_256x128_wgrad_plans_and_refusals():
 
 # Row 2b of docs/design.md's selection table (fast fp32 wgrad without C on swapped_256x128) on both sides of each
 # condition, one moved at a time: (E, T, N, K, output, accumulate, a's scales aligned). The first case is on every
-# boundary: 512 tokens per group, N = K = 1024... except the copy bound, taken on its own (K ru16(T/E) 2 bytes
-# = 2^24 exactly at K = 16384 and 512 tokens per group).
+# boundary: 512 tokens per group, N = K = 1024... except K's bound and the copy's, taken on their own (K = 4096, and
+# K ru16(T/E) 2 bytes = 2^26 exactly at K = 4096 and 8192 tokens per group).
 @pytest.mark.parametrize("case,why", [
     ((8, 4096, 1024, 1024, "f32", False, True), None),
     ((8, 4088, 1024, 1024, "f32", False, True), "511 tokens per group"),
@@ -248,9 +256,10 @@ def test_swapped_256x128_wgrad_plans_and_refusals():
     ((8, 4096, 1024, 1024, "bf16", False, True), "bf16 output"),
     ((8, 4096, 1024, 1024, "f32", True, True), "C read back"),
     ((8, 4096, 1024, 1024, "f32", False, False), "a's scale buffer off 16-byte alignment"),
-    ((8, 4096, 1024, 16384, "f32", False, True), None),
-    ((8, 4096, 1024, 16400, "f32", False, True), "one group's rows of X's copy past 2^24 bytes"),
-    ((8, 4232, 1024, 16384, "f32", False, True), "529 tokens per group: ru16 = 544, past 2^24 bytes"),
+    ((8, 4096, 1024, 4096, "f32", False, True), None),
+    ((8, 4096, 1024, 4112, "f32", False, True), "K past 4096"),
+    ((8, 65536, 1024, 4096, "f32", False, True), None),
+    ((8, 65544, 1024, 4096, "f32", False, True), "8193 tokens per group: ru16 = 8208, X's copy past 2^26 bytes"),
 ])
 def test_wgrad_swapped_thresholds_on_both_sides(case, why):
     e, t, n, k, dtype, acc, aligned = case
@@ -651,10 +660,9 @@ def test_selection_thresholds_include_their_boundary(kind, e, t, n, k, why):
      ("fast", "fprop", 4, 4096, 1008, 1024, "bf16", False, False), "fprop copies: output columns N >= 1024"),
     (("fast", "dgrad", 4, 4096, 1024, 1024, "bf16", False, False),
      ("fast", "dgrad", 4, 4096, 1008, 1024, "bf16", False, False), "dgrad copies: contraction N >= 1024"),
-    # (fp32 wgrad with K = 32784: one group's rows of X's fp16 copy exceed WGRAD_SWAPPED_MAX_COPY_BYTES, so row 2b
-    # does not take the boundary case)
-    (("fast", "wgrad", 8, 4096, 1024, 32784, "f32", False, False),
-     ("fast", "wgrad", 8, 4088, 1024, 32784, "f32", False, False), "fp32 wgrad copies: 512 rows per group"),
+    # (fp32 wgrad with K = 4112, past WGRAD_SWAPPED_MAX_K, so row 2b does not take the boundary case)
+    (("fast", "wgrad", 8, 4096, 1024, 4112, "f32", False, False),
+     ("fast", "wgrad", 8, 4088, 1024, 4112, "f32", False, False), "fp32 wgrad copies: 512 rows per group"),
     (("fast", "wgrad", 8, 4096, 1024, 1024, "bf16", False, False),
      ("fast", "wgrad", 8, 4096, 1024, 1008, "bf16", False, False), "wgrad copies: N and K >= 1024"),
     (("fast", "wgrad", 64, 2048, 1024, 1024, "f32", True, False),
