@@ -213,8 +213,8 @@ WGRAD_SWAPPED_MIN_ROWS = 512
 #: 512, 0.817 / 0.901 at 2048) ...
 WGRAD_SWAPPED_MAX_K = 4096
 #: ... and one group's rows of X's fp16 copy (K x ru16(T/E) x 2 bytes) within this many bytes, the largest measured
-#: to gain (E8 K4096 N14336, 64 MiB: the 0.965 / 0.934 above; the gain shrinks with the copy's 16 MiB bands, each of
-#: which reads dY's plane again: 0.106 over two bands, 0.031 over four)
+#: to gain (E8 K4096 N14336, 64 MiB: the 0.965 / 0.934 above, where the gain has fallen: 0.090 over one of the
+#: kernel's 16 MiB bands, 0.106 over two, 0.031 over four, each band reading dY's plane again)
 WGRAD_SWAPPED_MAX_COPY_BYTES = 2**26
 #: CUTLASS's grouped GEMM takes at most this many groups
 CUTLASS_MAX_GROUPS = 65535
