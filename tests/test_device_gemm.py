@@ -605,7 +605,7 @@ def rows_of(plane, rows: np.ndarray):
 @pytest.mark.parametrize("loader", ["tma", "cp_async"])
 def test_swapped_wide_kernel_wgrad_in_bands(loader):
     """wgrad on swapped_256x128 walks a group's tiles in bands of token tiles (gemm/setup.cu's band_m: one band's rows
-    of X's fp16 copy within 16 MiB; swapped.cuh's wgrad_tile). K = 768 is 3 token tiles and N = 256 two weight tiles;
+    of X's fp16 copy within 16 MiB; swapped.cuh's group_tile). K = 768 is 3 token tiles and N = 256 two weight tiles;
     16384 tokens per group make bands of 2 token tiles (8 MiB each: bands 2 + 1), 32768 bands of 1 (1 + 1 + 1). The
     dW rows at both weight tiles' edges against the oracle, over every column (so every token tile of every band), and
     without C every element written (the output starts as NaN)."""

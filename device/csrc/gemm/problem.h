@@ -24,7 +24,7 @@ struct Prob {
   int row0;  // the group's first output row in the bf16 TMA-store epilogue's 2D map: fprop / dgrad its first row
              // of [T, cols], wgrad g N (its plane's first row of the E N rows; 0 when that passes 2^31)
   int band_m;  // swapped_256x128's wgrad walks the group's tiles in bands of band_m token tiles (swapped.cuh's
-               // wgrad_tile); tiles_m (one band) in every other case
+               // group_tile); tiles_m (one band) in every other case
   int pad;
 };
 

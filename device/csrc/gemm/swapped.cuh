@@ -449,7 +449,7 @@ __device__ __forceinline__ void store_tile_rows(const float (&acc)[ACC], const P
         if (m >= p.M) continue;
         float y0 = __fmul_rn(alpha, acc[4 * j + 2 * h]), y1 = __fmul_rn(alpha, acc[4 * j + 2 * h + 1]);
         const long long o = row + m;
-        if (OUT_F32) {
+        if constexpr (OUT_F32) {
           if (accumulate) {
             y0 = __fadd_rn(y0, c[jj].x);
             y1 = __fadd_rn(y1, c[jj].y);
@@ -463,17 +463,24 @@ __device__ __forceinline__ void store_tile_rows(const float (&acc)[ACC], const P
   }
 }
 
-// wgrad's tile `local` of a group (swapped_kernel's WGRAD): token tile mt (X_g's K rows from 256 mt) and weight tile
-// nt (dY_g's N rows from 128 nt). The tiles run in bands of band_m token tiles (Prob::band_m): band b = local /
-// (band_m tiles_n) holds token tiles [b band_m, b band_m + bm) x every weight tile, bm = min(band_m, tiles_m - b
-// band_m), the token tile fastest. One band (band_m = tiles_m) is the order of fprop / dgrad: mt = local % tiles_m,
-// nt = local / tiles_m.
-__device__ __forceinline__ void wgrad_tile(int local, int tiles_m, int band_m, int tiles_n, int* mt, int* nt) {
-  const int per_band = band_m * tiles_n;  // (<= the group's tile count)
-  const int b = local / per_band, r = local - b * per_band;
-  const int bm = min(band_m, tiles_m - b * band_m);  // the last band may be narrower
-  *mt = b * band_m + r % bm;
-  *nt = r / bm;
+// A group's tile `local`: token tile *mt (token rows from S::BM mt) and weight tile *nt (weight rows from BN nt),
+// as the loader and the MMA warpgroups both walk them. fprop / dgrad run the token tile fastest over the whole group:
+// mt = local % tiles_m, nt = local / tiles_m. wgrad (WGRAD: token tiles over X_g's K rows, weight tiles over dY_g's N
+// rows) runs in bands of band_m token tiles (Prob::band_m): band b = local / (band_m tiles_n) holds token tiles
+// [b band_m, b band_m + bm) x every weight tile, bm = min(band_m, tiles_m - b band_m), the token tile fastest; one
+// band (band_m = tiles_m) is the order of fprop / dgrad.
+template <bool WGRAD, int BN>
+__device__ __forceinline__ void group_tile(int local, int tiles_m, int band_m, int rows_n, int* mt, int* nt) {
+  if constexpr (WGRAD) {
+    const int per_band = band_m * ((rows_n + BN - 1) / BN);  // band_m x tiles_n (<= the group's tile count)
+    const int b = local / per_band, r = local - b * per_band;
+    const int bm = min(band_m, tiles_m - b * band_m);  // the last band may be narrower
+    *mt = b * band_m + r % bm;
+    *nt = r / bm;
+  } else {
+    *mt = local % tiles_m;
+    *nt = local / tiles_m;
+  }
 }
 
 // With 256 weight rows per tile (S::kSplit) the last round's tiles run as half tiles (TileWalk: weight rows
@@ -533,8 +540,8 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     while (cur.valid(walk)) {
       if (cur.kt == 0) {
         Prob p = probs[cur.group];
-        int mt = cur.local % p.tiles_m, nt = cur.local / p.tiles_m;  // token tile, weight tile
-        if constexpr (WGRAD) wgrad_tile(cur.local, p.tiles_m, p.band_m, (p.N + S::BN - 1) / S::BN, &mt, &nt);
+        int mt, nt;  // token tile, weight tile
+        group_tile<WGRAD, S::BN>(cur.local, p.tiles_m, p.band_m, p.N, &mt, &nt);
         const ColumnRange cols = walk_columns(nt * S::BN, S::kSplit ? cur.half : -1, p.N);
         const int m0 = mt * S::BM;
         if constexpr (TMA) {
@@ -592,10 +599,8 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       const int half = walk.half(v);  // -1: the whole tile
       const Prob* pp = probs + group;
       const int tiles_m = __ldg(&pp->tiles_m), rows_n = __ldg(&pp->N);
-      int tile_m = local % tiles_m, tile_n = local / tiles_m;  // token tile, weight tile (the loader's)
-      if constexpr (WGRAD) {
-        wgrad_tile(local, tiles_m, __ldg(&pp->band_m), (rows_n + S::BN - 1) / S::BN, &tile_m, &tile_n);
-      }
+      int tile_m, tile_n;  // token tile, weight tile (the loader's)
+      group_tile<WGRAD, S::BN>(local, tiles_m, WGRAD ? __ldg(&pp->band_m) : tiles_m, rows_n, &tile_m, &tile_n);
       const int m0 = tile_m * S::BM;
       const ColumnRange cols = walk_columns(tile_n * S::BN, half, rows_n);
       if (half >= 0 && cols.empty()) continue;  // a second half past N: no steps, nothing stored
