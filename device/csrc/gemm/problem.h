@@ -3,6 +3,7 @@
 // grouped tensors' offsets table, so the launch is CUDA-graph safe.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cuda_runtime.h>
 
@@ -27,6 +28,8 @@ struct Prob {
                // group_tile); tiles_m (one band) in every other case
   int pad;
 };
+// (tests/test_device_gemm.py's band test reads band_m from the setup kernel's workspace at this byte)
+static_assert(offsetof(Prob, band_m) == 80, "Prob::band_m moved: update the band test's byte offset");
 
 struct SetupArgs {
   int kind;
